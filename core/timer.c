@@ -1,0 +1,11 @@
+/* Monotonic clock. */
+#include "core.h"
+
+#include <time.h>
+
+double tr_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}

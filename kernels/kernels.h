@@ -1,0 +1,131 @@
+/* kernels/ — the backend-neutral table of operations the model is written against.
+ *
+ * Contract:
+ *  - One table (tr_kernels) per backend: cpu/ (OpenBLAS + C loops, fp32) now, cuda/ later.
+ *    Every pointer argument is backend memory ("device pointer"); on the CPU that is host
+ *    memory. Every op takes a stream (NULL on the CPU) and is ordered on it.
+ *  - All matrices are row-major. Sizes: B batch, T sequence, C channels, NH heads,
+ *    HS = head size, V vocabulary columns held by this rank, N = rows (B*T).
+ *  - Ops named *_backward ACCUMULATE (+=) into parameter gradients (dweight, dbias), so
+ *    gradient accumulation over micro-batches is free; activation gradients (dinp) are
+ *    OVERWRITTEN unless the op's comment says it accumulates.
+ *  - No op allocates; scratch space is passed in. Ops never fail (sizes are checked by
+ *    the caller), so they return void. */
+#ifndef TR_KERNELS_H
+#define TR_KERNELS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef void *tr_stream;
+
+typedef struct tr_kernels {
+    const char *name; /* "cpu" | "cuda" */
+
+    /* --- memory --- */
+    void *(*alloc)(size_t bytes);                 /* zero-filled; NULL on failure */
+    void (*free)(void *p);
+    void (*to_device)(tr_stream s, void *dst, const void *host_src, size_t bytes);
+    void (*to_host)(tr_stream s, void *host_dst, const void *src, size_t bytes);
+    void (*copy)(tr_stream s, void *dst, const void *src, size_t bytes);
+    void (*zero)(tr_stream s, void *dst, size_t bytes);
+    void (*synchronize)(tr_stream s);
+
+    /* --- GEMM ---
+     * C[M,N] = alpha * op(A)[M,K] @ op(B)[K,N] + beta * C, op = transpose when trans != 0.
+     * lda/ldb/ldc are row strides of the stored matrices. */
+    void (*gemm)(tr_stream s, int trans_a, int trans_b, int M, int N, int K, float alpha,
+                 const float *A, int lda, const float *B, int ldb, float beta, float *C,
+                 int ldc);
+
+    /* --- elementwise --- */
+    /* out[i] = a[i] + b[i] (out may alias a or b) */
+    void (*add)(tr_stream s, float *out, const float *a, const float *b, size_t n);
+    /* y[i] += alpha * x[i] */
+    void (*axpy)(tr_stream s, float *y, float alpha, const float *x, size_t n);
+    /* x[i] *= alpha */
+    void (*scale)(tr_stream s, float *x, float alpha, size_t n);
+    /* out[n, c] += bias[c] for n < N */
+    void (*bias_add)(tr_stream s, float *out, const float *bias, int N, int C);
+    /* dbias[c] += sum_n dout[n, c] */
+    void (*bias_backward)(tr_stream s, float *dbias, const float *dout, int N, int C);
+
+    /* --- layernorm over the last dimension ---
+     * out = (inp - mean) * rstd * weight + bias; mean/rstd (N floats each) saved for backward.
+     * backward: dinp += (accumulates: the residual stream), dweight += , dbias += . */
+    void (*layernorm_forward)(tr_stream s, float *out, float *mean, float *rstd,
+                              const float *inp, const float *weight, const float *bias, int N,
+                              int C, float eps);
+    void (*layernorm_backward)(tr_stream s, float *dinp, float *dweight, float *dbias,
+                               const float *dout, const float *inp, const float *weight,
+                               const float *mean, const float *rstd, int N, int C);
+
+    /* --- GELU, tanh approximation --- dinp = gelu'(inp) * dout (overwrites) */
+    void (*gelu_forward)(tr_stream s, float *out, const float *inp, size_t n);
+    void (*gelu_backward)(tr_stream s, float *dinp, const float *inp, const float *dout,
+                          size_t n);
+
+    /* --- causal multi-head self-attention ---
+     * qkv: (B, T, NH, 3, HS) — for each head its query, key and value, contiguous;
+     * out: (B, T, NH, HS); att: (B, NH, T, T) softmax probabilities saved for backward
+     * (entries above the diagonal are 0). Scale 1/sqrt(HS).
+     * backward: dqkv overwritten; datt is scratch of att's size. */
+    void (*attention_forward)(tr_stream s, float *out, float *att, const float *qkv, int B,
+                              int T, int NH, int HS);
+    void (*attention_backward)(tr_stream s, float *dqkv, float *datt, const float *dout,
+                               const float *qkv, const float *att, int B, int T, int NH,
+                               int HS);
+
+    /* --- softmax cross-entropy in pieces, so the vocabulary may be split over ranks ---
+     * logits: (N, V) this rank's columns; columns >= n_valid are padding and ignored.
+     * targets are global ids; this rank holds ids [v_start, v_start + V).
+     *  row_max:    maxv[n] = max_{c < n_valid} logits[n, c] (-INF if n_valid == 0)
+     *  row_sumexp: sumexp[n] = sum_{c < n_valid} exp(logits[n, c] - maxv[n])
+     *  pick:       picked[n] = logits[n, targets[n] - v_start] if held here, else 0
+     *  backward:   dlogits[n, c] = scale * (exp(logits - maxv)/sumexp - [c is target]),
+     *              0 for padding columns (overwrites). maxv/sumexp are the global values. */
+    void (*xent_row_max)(tr_stream s, float *maxv, const float *logits, int N, int V,
+                         int n_valid);
+    void (*xent_row_sumexp)(tr_stream s, float *sumexp, const float *logits, const float *maxv,
+                            int N, int V, int n_valid);
+    void (*xent_pick)(tr_stream s, float *picked, const float *logits, const int32_t *targets,
+                      int N, int V, int v_start);
+    /* losses[n] = log(sumexp[n]) + maxv[n] - picked[n] */
+    void (*xent_loss)(tr_stream s, float *losses, const float *maxv, const float *sumexp,
+                      const float *picked, int N);
+    void (*xent_backward)(tr_stream s, float *dlogits, const float *logits, const float *maxv,
+                          const float *sumexp, const int32_t *targets, int N, int V,
+                          int n_valid, int v_start, float scale);
+
+    /* --- embeddings ---
+     * embedding_forward: out[n] = table[ids[n] - v_start] if held here (v_start <= id <
+     *   v_start + V), else 0 (overwrites). table: (V, C).
+     * embedding_backward: dtable[ids[n] - v_start] += dout[n] for held ids.
+     * position_forward: out[b, t] += wpe[t] (accumulates); wpe: (T, C).
+     * position_backward: dwpe[t] += sum_b dout[b, t]. */
+    void (*embedding_forward)(tr_stream s, float *out, const int32_t *ids, const float *table,
+                              int N, int C, int v_start, int V);
+    void (*embedding_backward)(tr_stream s, float *dtable, const float *dout,
+                               const int32_t *ids, int N, int C, int v_start, int V);
+    void (*position_forward)(tr_stream s, float *out, const float *wpe, int B, int T, int C);
+    void (*position_backward)(tr_stream s, float *dwpe, const float *dout, int B, int T, int C);
+
+    /* --- optimizer and norms ---
+     * AdamW on n elements: m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2;
+     * p -= lr * (m_hat / (sqrt(v_hat) + eps) + wd * p), m_hat = m/(1-b1^t), v_hat = v/(1-b2^t).
+     * grad_scale multiplies g first (1/dp or the clipping factor). */
+    void (*adamw)(tr_stream s, float *params, const float *grads, float *m, float *v, size_t n,
+                  float lr, float beta1, float beta2, float eps, float weight_decay,
+                  float grad_scale, int step);
+    /* sum of squares, accumulated in double, returned to the host (synchronises). */
+    double (*sumsq)(tr_stream s, const float *x, size_t n);
+} tr_kernels;
+
+/* The CPU backend's table. */
+const tr_kernels *tr_kernels_cpu(void);
+
+/* The table for a backend name ("cpu", "cuda"); NULL with the error set when the backend
+ * is unknown or not built in. */
+const tr_kernels *tr_kernels_get(const char *name);
+
+#endif

@@ -1,0 +1,2 @@
+#include "core/core.h"
+int main(void) { return 0; }

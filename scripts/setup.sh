@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# Installs everything trident needs on a fresh Debian 12 machine. Idempotent: a machine that
+# already has every package does no network work.
+set -euo pipefail
+packages=(meson ninja-build pkg-config gcc libyaml-dev libcmocka-dev libopenblas-dev
+          libucx-dev ucx-utils fortunes python3-torch python3-numpy iproute2
+          openmpi-bin libopenmpi-dev)
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "setup: installing ${missing[*]}"
+  SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi

@@ -1,0 +1,111 @@
+/* yaml/ — the run configuration: YAML file (libyaml) -> plain structs, validated.
+ *
+ * Contract:
+ *  - tr_config_load() reads a YAML file with sections model, parallel, training, data,
+ *    logging (later: checkpoint, cluster, grid), applies `--set section.key=value` overrides
+ *    (each value parsed as YAML, so lists work), fills defaults, and validates.
+ *  - Any bad input — unknown key, wrong type, out-of-range value, missing required key,
+ *    inconsistent values, malformed YAML, binary garbage — returns TR_ERR_CONFIG with a
+ *    message "FILE:LINE:COL: what was found; what is allowed". Never crashes.
+ *  - Keys carry Megatron-LM's names. The struct owns its strings; free with tr_config_free().
+ *  - tr_config_write() writes the resolved config back as YAML that loads to the same struct. */
+#ifndef TR_CONFIG_H
+#define TR_CONFIG_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#define TR_MAX_STAGES 256
+
+typedef struct {
+    int num_layers;                   /* required, >= 1 */
+    int hidden_size;                  /* required, >= 1, divisible by num_attention_heads */
+    int num_attention_heads;          /* required, >= 1 */
+    int seq_length;                   /* required, >= 1 */
+    int max_position_embeddings;      /* default seq_length; >= seq_length */
+    int vocab_size;                   /* default 256 (the byte tokenizer) */
+    int make_vocab_size_divisible_by; /* default 128 */
+    double init_method_std;           /* default 0.02 */
+    double layernorm_epsilon;         /* default 1e-5 */
+} tr_model_config;
+
+typedef struct {
+    int tensor_model_parallel_size;   /* default 1 */
+    int pipeline_model_parallel_size; /* default 1 */
+    int num_pipeline_layers;          /* entries in pipeline_layers; 0 = even split */
+    int pipeline_layers[TR_MAX_STAGES];
+    char *pipeline_schedule;          /* "1f1b" (default) | "gpipe" | "interleaved" */
+    int virtual_pipeline_model_parallel_size; /* default 1 */
+    int sequence_parallel;            /* bool, default 0 */
+    double ddp_bucket_size_mb;        /* default 25; 0 = one bucket */
+    int overlap_grad_reduce;          /* bool, default 1 */
+    int use_distributed_optimizer;    /* bool, default 0 */
+    double comm_timeout_s;            /* default 300 */
+    char *order;                      /* "tp-dp-pp" (default) | "tp-pp-dp" */
+} tr_parallel_config;
+
+typedef struct {
+    int micro_batch_size;  /* required, >= 1 */
+    int global_batch_size; /* default micro_batch_size; multiple of it */
+    int train_iters;       /* required, >= 1 */
+    double lr;             /* required, > 0 */
+    double min_lr;         /* default 0, <= lr */
+    int lr_warmup_iters;   /* default 0 */
+    int lr_decay_iters;    /* default train_iters */
+    char *lr_decay_style;  /* "cosine" (default) | "linear" | "constant" */
+    double clip_grad;      /* default 1.0; 0 disables */
+    double weight_decay;   /* default 0.01 */
+    double adam_beta1;     /* default 0.9 */
+    double adam_beta2;     /* default 0.999 */
+    double adam_eps;       /* default 1e-8 */
+    uint64_t seed;         /* default 1234 */
+    int eval_interval;     /* default 0 = never; else every N iterations */
+    int eval_iters;        /* default 10 */
+    char *recompute;       /* "none" (default) | "full" */
+    char *precision;       /* "fp32" (default) | "bf16" */
+} tr_training_config;
+
+typedef struct {
+    char *data_path; /* required: Megatron PREFIX (PREFIX.bin + PREFIX.idx) or an llm.c shard */
+    char *data_format; /* "auto" (default) | "megatron" | "llmc" */
+    char *split;       /* default "969,30,1": train,validation,test weights */
+} tr_data_config;
+
+typedef struct {
+    int log_interval; /* default 1 */
+    int trace;        /* bool, default 0: write trace.json */
+    char *level;      /* "info" (default) | "debug" | "warning" | "error" */
+    double peak_gflops; /* per rank, for MFU; default 0 = not reported */
+} tr_logging_config;
+
+/* Position of a key in its source, for error messages about values checked later. */
+typedef struct {
+    char *key; /* dotted: "parallel.tensor_model_parallel_size" */
+    int line, col;
+} tr_config_mark;
+
+typedef struct {
+    char *source; /* file path or "<string>" */
+    tr_model_config model;
+    tr_parallel_config parallel;
+    tr_training_config training;
+    tr_data_config data;
+    tr_logging_config logging;
+    tr_config_mark *marks;
+    int n_marks;
+} tr_config;
+
+/* Load from a file / from text. `overrides` are "section.key=value" strings. On error the
+ * struct is left freed and the message is in tr_errmsg(). */
+int tr_config_load(const char *path, const char *const *overrides, int n_overrides,
+                   tr_config *out);
+int tr_config_load_string(const char *text, size_t len, const char *name,
+                          const char *const *overrides, int n_overrides, tr_config *out);
+/* Write the resolved config as YAML. */
+int tr_config_write(const tr_config *c, FILE *f);
+/* "FILE:LINE:COL" of a key (or "FILE" if the key came from a default), in a static
+ * thread-local buffer. */
+const char *tr_config_where(const tr_config *c, const char *dotted_key);
+void tr_config_free(tr_config *c);
+
+#endif
