@@ -1,2 +1,53 @@
-#include "core/core.h"
-int main(void) { return 0; }
+/* trident — the command-line entry point: dispatches to a subcommand. */
+#include "launch/commands.h"
+
+#include <stdio.h>
+#include <string.h>
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+            "usage: trident COMMAND [ARGS]\n"
+            "\n"
+            "Trains GPT-style language models with data x tensor x pipeline parallelism.\n"
+            "\n"
+            "commands:\n"
+            "  train CONFIG.yaml [--set k=v]... [--run-dir DIR] [--nproc N]\n"
+            "                     train a model from one YAML config\n"
+            "  preprocess --input FILE... --output-prefix PREFIX\n"
+            "                     turn text files into a Megatron indexed dataset\n"
+            "  launch --nproc N [...] -- COMMAND...\n"
+            "                     start N local ranks (torchrun-style environment)\n"
+            "  topo --world-size W --tp T --pp P [--json]\n"
+            "                     print the process groups of a layout\n"
+            "  schedule --pp P --microbatches M [--schedule KIND] [--json]\n"
+            "                     print a pipeline schedule\n"
+            "\n"
+            "`trident COMMAND --help` describes each command's options.\n");
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2) {
+        usage(stderr);
+        return 2;
+    }
+    const char *cmd = argv[1];
+    if (!strcmp(cmd, "--help") || !strcmp(cmd, "-h") || !strcmp(cmd, "help")) {
+        usage(stdout);
+        return 0;
+    }
+    static const struct {
+        const char *name;
+        int (*fn)(int, char **);
+    } commands[] = {
+        {"train", tr_cmd_train},   {"preprocess", tr_cmd_preprocess}, {"launch", tr_cmd_launch},
+        {"topo", tr_cmd_topo},     {"schedule", tr_cmd_schedule},
+    };
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+        if (!strcmp(cmd, commands[i].name))
+            return commands[i].fn(argc - 1, argv + 1);
+    fprintf(stderr, "trident: unknown command '%s'\n\n", cmd);
+    usage(stderr);
+    return 2;
+}

@@ -1,0 +1,13 @@
+/* launch/ — the `trident` command line. Each subcommand is one function taking the
+ * arguments after its name (argv[0] is the subcommand) and returning the process exit code:
+ * 0 success, 1 runtime failure, 2 bad usage / bad config / bad input. */
+#ifndef TR_COMMANDS_H
+#define TR_COMMANDS_H
+
+int tr_cmd_train(int argc, char **argv);
+int tr_cmd_preprocess(int argc, char **argv);
+int tr_cmd_topo(int argc, char **argv);
+int tr_cmd_launch(int argc, char **argv);
+int tr_cmd_schedule(int argc, char **argv);
+
+#endif
