@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# The whole test suite: on a fresh Debian machine, installs what is missing, builds trident
+# twice (release, and address + undefined-behaviour sanitizers) and runs every test in both.
+# Ends with one line "N passed, N failed".
+set -uo pipefail
+cd "$(dirname "$0")/.."
+scripts/setup.sh || { echo "setup failed"; echo "0 passed, 1 failed"; exit 1; }
+export UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
+export ASAN_OPTIONS=detect_leaks=1
+passed=0; failed=0; status=0
+run_suite() { # NAME BUILDDIR MESON-SETUP-ARGS...
+  local name=$1 dir=$2; shift 2
+  if [ ! -f "$dir/build.ninja" ]; then
+    meson setup "$dir" "$@" >"$dir.setup.log" 2>&1 || { cat "$dir.setup.log"; failed=$((failed+1)); status=1; return; }
+  fi
+  if ! ninja -C "$dir" >"$dir.ninja.log" 2>&1; then
+    tail -40 "$dir.ninja.log"; echo "$name: build failed"; failed=$((failed+1)); status=1; return
+  fi
+  echo "== $name tests"
+  meson test -C "$dir" --print-errorlogs --num-processes 2 ${TEST_ARGS:-} || status=1
+  local log="$dir/meson-logs/testlog.txt"
+  local ok fail to xfail upass
+  ok=$(awk '/^Ok:/{print $2}' "$log" | tail -1); fail=$(awk '/^Fail:/{print $2}' "$log" | tail -1)
+  to=$(awk '/^Timeout:/{print $2}' "$log" | tail -1); xfail=$(awk '/^Expected Fail:/{print $3}' "$log" | tail -1)
+  upass=$(awk '/^Unexpected Pass:/{print $3}' "$log" | tail -1)
+  passed=$((passed + ${ok:-0} + ${xfail:-0})); failed=$((failed + ${fail:-0} + ${to:-0} + ${upass:-0}))
+}
+run_suite release build --buildtype=release
+run_suite sanitizers build-asan --buildtype=debug -Db_sanitize=address,undefined -Db_lundef=false
+echo "$passed passed, $failed failed"
+exit $status

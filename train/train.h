@@ -1,0 +1,63 @@
+/* train/ — the engine: builds one rank's world from a config and runs training.
+ *
+ * Contract:
+ *  - tr_engine_create() builds everything one rank needs from the config alone: data,
+ *    the model stage, the flat parameter/gradient/optimizer buffers, activation storage.
+ *  - One iteration = tr_engine_forward_backward() (gradient accumulation over the global
+ *    batch's micro-batches; gradients of the MEAN token loss of the global batch) followed by
+ *    tr_engine_optimizer_step() (global-norm clipping, LR schedule, AdamW).
+ *  - Global batch of iteration i (1-based) = train samples with global index
+ *    [(i-1)*GB, i*GB); micro-batch m takes [m*mb, (m+1)*mb) of it. Evaluation uses the
+ *    validation samples [0, eval_iters*GB), the same at every evaluation, so val_loss values
+ *    are comparable across a run.
+ *  - LR: linear warm-up lr*i/warmup for i <= lr_warmup_iters, then decay (cosine by default)
+ *    from lr to min_lr over iterations (warmup, lr_decay_iters], min_lr after.
+ *  - AdamW with decoupled weight decay, none on biases and LN weights (tensor flag).
+ *  - tr_train_run() is `trident train`: per iteration one line on stdout and one JSON object
+ *    in RUN_DIR/metrics.jsonl; the resolved config in RUN_DIR/config.yaml. */
+#ifndef TR_TRAIN_H
+#define TR_TRAIN_H
+
+#include "model/gpt.h"
+#include "yaml/config.h"
+
+typedef struct tr_engine tr_engine;
+
+typedef struct {
+    int iteration;
+    double loss;       /* mean token loss of the global batch */
+    double lr;
+    double grad_norm;  /* before clipping */
+    double ms_per_iter;
+    double tokens_per_s;
+    double gflops;     /* achieved model GFLOP/s of this process */
+    int evaluated;
+    double val_loss;
+} tr_step_stats;
+
+typedef struct {
+    const char *run_dir; /* NULL: no files written */
+    int quiet;           /* no per-iteration lines on stdout */
+} tr_train_options;
+
+int tr_engine_create(const tr_config *cfg, tr_engine **out);
+void tr_engine_free(tr_engine *e);
+tr_gpt *tr_engine_model(tr_engine *e);
+float *tr_engine_params(tr_engine *e);
+float *tr_engine_grads(tr_engine *e);
+
+/* The tokens (inputs then targets, each mb*T) of micro-batch m of iteration i. */
+int tr_engine_batch(tr_engine *e, int split, uint64_t first_sample, int32_t *inputs,
+                    int32_t *targets);
+/* Zero the gradients, then forward+backward every micro-batch of iteration i. */
+int tr_engine_forward_backward(tr_engine *e, int iteration, double *loss_out);
+/* Clip, schedule the LR and apply AdamW; fills lr and grad_norm of *stats. */
+int tr_engine_optimizer_step(tr_engine *e, int iteration, tr_step_stats *stats);
+/* Mean validation loss over eval_iters global batches (forward only). */
+int tr_engine_evaluate(tr_engine *e, double *val_loss);
+
+double tr_lr_at(const tr_training_config *t, int iteration);
+
+int tr_train_run(const tr_config *cfg, const tr_train_options *opts);
+
+#endif
