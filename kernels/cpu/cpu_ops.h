@@ -1,0 +1,119 @@
+/* kernels/cpu/ — internal: the CPU backend's ops (fp32, host memory), one file per concern.
+ *
+ * Threading: every parallel loop and every GEMM split runs on the one OpenMP team
+ * (OMP_NUM_THREADS); OpenBLAS is set to one thread (see table.c) and is called from inside
+ * that team, so the two never oversubscribe the cores.
+ * Determinism: no atomics and no reductions whose order depends on scheduling; reductions
+ * over rows are split by columns (or by a partition fixed by the size alone), so results do
+ * not depend on the thread count either. */
+#ifndef TR_KERNELS_CPU_OPS_H
+#define TR_KERNELS_CPU_OPS_H
+
+#include "kernels/kernels.h"
+
+#include <stdint.h>
+#include <string.h>
+
+/* Work (in elements or flops) below which a loop stays on the calling thread. */
+#define TR_CPU_PAR_MIN 32768
+
+/* exp(x) for fp32, written so GCC vectorises loops that call it: Cody-Waite range
+ * reduction x = k ln2 + r, |r| <= ln2/2, a degree-7 polynomial for e^r and 2^k from the
+ * exponent bits. Relative error about 2 ulp; inputs below -87.3 give 0, above 88 give e^88. */
+static inline float tr_cpu_expf(float x)
+{
+    float xc = x > 88.0f ? 88.0f : x;
+    xc = xc < -87.3f ? -87.3f : xc;
+    /* round(x / ln2) by the 1.5 * 2^23 trick (exact in round-to-nearest) */
+    float kf = xc * 1.44269504088896341f + 12582912.0f;
+    kf -= 12582912.0f;
+    float r = xc - kf * 0.693359375f;     /* ln2 high part (exact product) */
+    r = r - kf * (-2.12194440e-4f);       /* ln2 low part */
+    float p = 1.9875691500e-4f;
+    p = p * r + 1.3981999507e-3f;
+    p = p * r + 8.3334519073e-3f;
+    p = p * r + 4.1665795894e-2f;
+    p = p * r + 1.6666665459e-1f;
+    p = p * r + 5.0000001201e-1f;
+    p = p * r * r + r + 1.0f;
+    int32_t bits = ((int32_t)kf + 127) << 23;
+    float two_k;
+    memcpy(&two_k, &bits, sizeof two_k);
+    float e = p * two_k;
+    return x < -87.3f ? 0.0f : e;
+}
+
+int tr_cpu_threads(void);
+
+/* memory.c */
+void *tr_cpu_alloc(size_t bytes);
+void tr_cpu_free(void *p);
+void tr_cpu_to_device(tr_stream s, void *dst, const void *host_src, size_t bytes);
+void tr_cpu_to_host(tr_stream s, void *host_dst, const void *src, size_t bytes);
+void tr_cpu_copy(tr_stream s, void *dst, const void *src, size_t bytes);
+void tr_cpu_zero(tr_stream s, void *dst, size_t bytes);
+void tr_cpu_synchronize(tr_stream s);
+
+/* elementwise.c */
+void tr_cpu_add(tr_stream s, float *out, const float *a, const float *b, size_t n);
+void tr_cpu_axpy(tr_stream s, float *y, float alpha, const float *x, size_t n);
+void tr_cpu_scale(tr_stream s, float *x, float alpha, size_t n);
+void tr_cpu_bias_add(tr_stream s, float *out, const float *bias, int N, int C);
+void tr_cpu_bias_backward(tr_stream s, float *dbias, const float *dout, int N, int C);
+
+/* gemm.c: tr_cpu_gemm_serial runs on the calling thread (used inside parallel regions). */
+void tr_cpu_gemm_serial(int trans_a, int trans_b, int M, int N, int K, float alpha,
+                        const float *A, int lda, const float *B, int ldb, float beta, float *C,
+                        int ldc);
+void tr_cpu_gemm(tr_stream s, int trans_a, int trans_b, int M, int N, int K, float alpha,
+                 const float *A, int lda, const float *B, int ldb, float beta, float *C,
+                 int ldc);
+
+/* layernorm.c */
+void tr_cpu_layernorm_forward(tr_stream s, float *out, float *mean, float *rstd,
+                              const float *inp, const float *weight, const float *bias, int N,
+                              int C, float eps);
+void tr_cpu_layernorm_backward(tr_stream s, float *dinp, float *dweight, float *dbias,
+                               const float *dout, const float *inp, const float *weight,
+                               const float *mean, const float *rstd, int N, int C);
+
+/* gelu.c */
+void tr_cpu_gelu_forward(tr_stream s, float *out, const float *inp, size_t n);
+void tr_cpu_gelu_backward(tr_stream s, float *dinp, const float *inp, const float *dout,
+                          size_t n);
+
+/* attention.c */
+void tr_cpu_attention_forward(tr_stream s, float *out, float *att, const float *qkv, int B,
+                              int T, int NH, int HS);
+void tr_cpu_attention_backward(tr_stream s, float *dqkv, float *datt, const float *dout,
+                               const float *qkv, const float *att, int B, int T, int NH,
+                               int HS);
+
+/* crossentropy.c */
+void tr_cpu_xent_row_max(tr_stream s, float *maxv, const float *logits, int N, int V,
+                         int n_valid);
+void tr_cpu_xent_row_sumexp(tr_stream s, float *sumexp, const float *logits, const float *maxv,
+                            int N, int V, int n_valid);
+void tr_cpu_xent_pick(tr_stream s, float *picked, const float *logits, const int32_t *targets,
+                      int N, int V, int v_start);
+void tr_cpu_xent_loss(tr_stream s, float *losses, const float *maxv, const float *sumexp,
+                      const float *picked, int N);
+void tr_cpu_xent_backward(tr_stream s, float *dlogits, const float *logits, const float *maxv,
+                          const float *sumexp, const int32_t *targets, int N, int V,
+                          int n_valid, int v_start, float scale);
+
+/* embedding.c */
+void tr_cpu_embedding_forward(tr_stream s, float *out, const int32_t *ids, const float *table,
+                              int N, int C, int v_start, int V);
+void tr_cpu_embedding_backward(tr_stream s, float *dtable, const float *dout,
+                               const int32_t *ids, int N, int C, int v_start, int V);
+void tr_cpu_position_forward(tr_stream s, float *out, const float *wpe, int B, int T, int C);
+void tr_cpu_position_backward(tr_stream s, float *dwpe, const float *dout, int B, int T, int C);
+
+/* optimizer.c */
+void tr_cpu_adamw(tr_stream s, float *params, const float *grads, float *m, float *v, size_t n,
+                  float lr, float beta1, float beta2, float eps, float weight_decay,
+                  float grad_scale, int step);
+double tr_cpu_sumsq(tr_stream s, const float *x, size_t n);
+
+#endif

@@ -1,0 +1,127 @@
+/* Helpers shared by the kernels tests (see kt.h). */
+#include "kt.h"
+
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <cmocka.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+const tr_kernels *K;
+
+static uint64_t rng_state = 1;
+
+void kt_seed(uint64_t seed) { rng_state = seed * 0x9E3779B97F4A7C15ull + 1; }
+
+/* splitmix64 */
+static uint64_t next_u64(void)
+{
+    uint64_t z = (rng_state += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+float kt_uniform(float lo, float hi)
+{
+    double u = (double)(next_u64() >> 11) / 9007199254740992.0;
+    return (float)(lo + (hi - lo) * u);
+}
+
+void kt_fill(float *x, size_t n, float lo, float hi)
+{
+    for (size_t i = 0; i < n; i++)
+        x[i] = kt_uniform(lo, hi);
+}
+
+float *kt_floats(size_t n)
+{
+    float *p = calloc(n ? n : 1, sizeof(float));
+    assert_non_null(p);
+    return p;
+}
+
+double *kt_doubles(size_t n)
+{
+    double *p = calloc(n ? n : 1, sizeof(double));
+    assert_non_null(p);
+    return p;
+}
+
+/* KT_VERBOSE=1 prints the worst error / tolerance ratio of every check (for calibration). */
+static void report(const char *what, double worst)
+{
+    if (getenv("KT_VERBOSE"))
+        print_message("  %-45s worst error / tolerance = %.3g\n", what, worst);
+}
+
+void kt_check(const char *what, const float *got, const double *ref, const double *scale,
+              size_t n, double rtol, double atol)
+{
+    double worst = 0.0;
+    for (size_t i = 0; i < n; i++) {
+        double tol = rtol * (fabs(ref[i]) + (scale ? scale[i] : 0.0)) + atol;
+        double err = fabs((double)got[i] - ref[i]);
+        worst = fmax(worst, err / tol);
+        if (!(err <= tol))
+            fail_msg("%s[%zu]: got %.9g, reference %.9g (error %.3g > tolerance %.3g)", what, i,
+                     (double)got[i], ref[i], err, tol);
+    }
+    report(what, worst);
+}
+
+void kt_check_same(const char *what, const float *a, const float *b, size_t n)
+{
+    if (memcmp(a, b, n * sizeof(float)) != 0) {
+        size_t i = 0;
+        while (i < n && memcmp(a + i, b + i, sizeof(float)) == 0)
+            i++;
+        fail_msg("%s: not bit-identical at [%zu]: %.9g vs %.9g", what, i, (double)a[i],
+                 (double)b[i]);
+    }
+}
+
+void kt_fd_grad(float *x, size_t n, float eps, kt_loss_fn loss, void *ctx, double *grad)
+{
+    for (size_t i = 0; i < n; i++) {
+        float keep = x[i];
+        float up = keep + eps, down = keep - eps;
+        x[i] = up;
+        double lp = loss(ctx);
+        x[i] = down;
+        double lm = loss(ctx);
+        x[i] = keep;
+        grad[i] = (lp - lm) / ((double)up - (double)down);
+    }
+}
+
+void kt_check_fd(const char *what, const float *analytic, const double *fd, size_t n,
+                 double rtol, double atol_frac)
+{
+    double mx = 0.0;
+    for (size_t i = 0; i < n; i++)
+        mx = fmax(mx, fabs(fd[i]));
+    if (n > 0 && mx == 0.0)
+        fail_msg("%s: the finite-difference gradient is all zero (a useless check)", what);
+    double worst = 0.0;
+    for (size_t i = 0; i < n; i++) {
+        double err = fabs((double)analytic[i] - fd[i]);
+        double tol = rtol * fabs(fd[i]) + atol_frac * mx;
+        worst = fmax(worst, err / tol);
+        if (!(err <= tol))
+            fail_msg("%s[%zu]: analytic %.7g vs finite difference %.7g (error %.3g > %.3g)", what,
+                     i, (double)analytic[i], fd[i], err, tol);
+    }
+    report(what, worst);
+}
+
+double kt_dot(const float *out, const float *w, size_t n)
+{
+    double s = 0.0;
+    for (size_t i = 0; i < n; i++)
+        s += (double)out[i] * w[i];
+    return s;
+}

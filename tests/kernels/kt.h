@@ -1,0 +1,38 @@
+/* Helpers shared by the kernels tests: random inputs, closeness checks against double
+ * references, and central finite differences. */
+#ifndef TR_TESTS_KERNELS_KT_H
+#define TR_TESTS_KERNELS_KT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kernels/kernels.h"
+
+extern const tr_kernels *K;
+
+/* Deterministic uniform floats in [lo, hi) from a 64-bit state. */
+void kt_seed(uint64_t seed);
+float kt_uniform(float lo, float hi);
+void kt_fill(float *x, size_t n, float lo, float hi);
+float *kt_floats(size_t n);   /* calloc'd, test-owned (free with free()) */
+double *kt_doubles(size_t n); /* calloc'd */
+
+/* Fail (cmocka) unless |got - ref| <= rtol * (|ref| + scale[i]) + atol for every i.
+ * scale may be NULL; for sums it should be sum |terms| so cancellation is allowed for. */
+void kt_check(const char *what, const float *got, const double *ref, const double *scale,
+              size_t n, double rtol, double atol);
+/* Fail unless the two float arrays are bit-identical. */
+void kt_check_same(const char *what, const float *a, const float *b, size_t n);
+
+/* Central differences of loss() with respect to each of x[0..n): x[i] is moved by +-eps
+ * (the step actually taken in fp32 is used) and restored. */
+typedef double (*kt_loss_fn)(void *ctx);
+void kt_fd_grad(float *x, size_t n, float eps, kt_loss_fn loss, void *ctx, double *grad);
+/* Fail unless analytic and fd agree: |a - fd| <= rtol * |fd| + atol_frac * max_i |fd_i|. */
+void kt_check_fd(const char *what, const float *analytic, const double *fd, size_t n,
+                 double rtol, double atol_frac);
+
+/* L = sum_i out[i] * w[i] in double. */
+double kt_dot(const float *out, const float *w, size_t n);
+
+#endif

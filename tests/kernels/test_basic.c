@@ -1,0 +1,286 @@
+/* kernels/: backend lookup, memory, elementwise ops, bias, GEMM against double references
+ * and finite differences. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <cmocka.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/core.h"
+#include "kt.h"
+
+static void test_backend_lookup(void **state)
+{
+    (void)state;
+    const tr_kernels *cpu = tr_kernels_get("cpu");
+    assert_non_null(cpu);
+    assert_ptr_equal(cpu, tr_kernels_cpu());
+    assert_string_equal(cpu->name, "cpu");
+    /* every slot of the table is filled */
+    const void *const *slot = (const void *const *)&cpu->alloc;
+    size_t slots = (sizeof(tr_kernels) - offsetof(tr_kernels, alloc)) / sizeof(void *);
+    for (size_t i = 0; i < slots; i++)
+        assert_non_null(slot[i]);
+
+    tr_clear_error();
+    assert_null(tr_kernels_get("cuda"));
+    assert_string_equal(tr_errmsg(), "the CUDA backend is not built in");
+    assert_null(tr_kernels_get("tpu"));
+    assert_string_equal(tr_errmsg(), "unknown kernel backend \"tpu\" (expected \"cpu\" or \"cuda\")");
+    assert_null(tr_kernels_get(""));
+    assert_string_equal(tr_errmsg(), "unknown kernel backend \"\" (expected \"cpu\" or \"cuda\")");
+    assert_null(tr_kernels_get(NULL));
+    assert_string_equal(tr_errmsg(), "no kernel backend named (expected \"cpu\" or \"cuda\")");
+}
+
+static void test_memory(void **state)
+{
+    (void)state;
+    /* small and large (split over threads) transfers, zero-filled allocation */
+    size_t sizes[] = {0, 1, 37, (size_t)5 << 20};
+    for (size_t s = 0; s < sizeof sizes / sizeof *sizes; s++) {
+        size_t n = sizes[s];
+        unsigned char *host = malloc(n + 1), *back = malloc(n + 1);
+        assert_non_null(host);
+        assert_non_null(back);
+        for (size_t i = 0; i < n; i++)
+            host[i] = (unsigned char)(i * 131 + 7);
+        unsigned char *d = K->alloc(n), *d2 = K->alloc(n);
+        assert_non_null(d);
+        assert_non_null(d2);
+        for (size_t i = 0; i < n; i++)
+            assert_int_equal(d[i], 0);
+        K->to_device(NULL, d, host, n);
+        K->copy(NULL, d2, d, n);
+        K->synchronize(NULL);
+        K->to_host(NULL, back, d2, n);
+        if (n)
+            assert_memory_equal(host, back, n);
+        K->zero(NULL, d2, n);
+        for (size_t i = 0; i < n; i++)
+            assert_int_equal(d2[i], 0);
+        K->free(d);
+        K->free(d2);
+        free(host);
+        free(back);
+    }
+    K->free(NULL);
+}
+
+static void test_elementwise(void **state)
+{
+    (void)state;
+    size_t sizes[] = {0, 1, 19, 300001};
+    for (size_t s = 0; s < sizeof sizes / sizeof *sizes; s++) {
+        size_t n = sizes[s];
+        float *a = kt_floats(n), *b = kt_floats(n), *out = kt_floats(n);
+        double *ref = kt_doubles(n);
+        kt_fill(a, n, -2, 2);
+        kt_fill(b, n, -2, 2);
+        K->add(NULL, out, a, b, n);
+        for (size_t i = 0; i < n; i++)
+            ref[i] = (double)a[i] + b[i];
+        kt_check("add", out, ref, NULL, n, 1e-7, 0);
+        /* aliasing: out is a */
+        memcpy(out, a, n * sizeof(float));
+        K->add(NULL, out, out, b, n);
+        kt_check("add in place", out, ref, NULL, n, 1e-7, 0);
+        memcpy(out, b, n * sizeof(float));
+        K->axpy(NULL, out, -0.75f, a, n);
+        for (size_t i = 0; i < n; i++)
+            ref[i] = (double)b[i] - 0.75 * a[i];
+        kt_check("axpy", out, ref, NULL, n, 1e-6, 1e-7);
+        memcpy(out, a, n * sizeof(float));
+        K->scale(NULL, out, 3.5f, n);
+        for (size_t i = 0; i < n; i++)
+            ref[i] = 3.5 * a[i];
+        kt_check("scale", out, ref, NULL, n, 1e-7, 0);
+        free(a);
+        free(b);
+        free(out);
+        free(ref);
+    }
+}
+
+struct bias_ctx {
+    float *x, *bias, *w, *out;
+    int N, C;
+};
+
+static double bias_loss(void *p)
+{
+    struct bias_ctx *c = p;
+    size_t n = (size_t)c->N * c->C;
+    memcpy(c->out, c->x, n * sizeof(float));
+    K->bias_add(NULL, c->out, c->bias, c->N, c->C);
+    return kt_dot(c->out, c->w, n);
+}
+
+static void test_bias(void **state)
+{
+    (void)state;
+    int shapes[][2] = {{7, 13}, {1, 1}, {0, 5}, {513, 130}};
+    for (size_t s = 0; s < sizeof shapes / sizeof *shapes; s++) {
+        int N = shapes[s][0], C = shapes[s][1];
+        size_t n = (size_t)N * C;
+        struct bias_ctx c = {kt_floats(n), kt_floats(C), kt_floats(n), kt_floats(n), N, C};
+        kt_fill(c.x, n, -1, 1);
+        kt_fill(c.bias, C, -1, 1);
+        kt_fill(c.w, n, -1, 1);
+        double *ref = kt_doubles(n > (size_t)C ? n : (size_t)C), *abs_sum = kt_doubles(C);
+        memcpy(c.out, c.x, n * sizeof(float));
+        K->bias_add(NULL, c.out, c.bias, N, C);
+        for (size_t i = 0; i < n; i++)
+            ref[i] = (double)c.x[i] + c.bias[i % C];
+        kt_check("bias_add", c.out, ref, NULL, n, 1e-7, 0);
+        /* backward accumulates: dbias = prior + sum_n dout */
+        float *dbias = kt_floats(C);
+        kt_fill(dbias, C, -1, 1);
+        for (int j = 0; j < C; j++) {
+            ref[j] = dbias[j];
+            abs_sum[j] = fabs(dbias[j]);
+        }
+        for (size_t i = 0; i < n; i++) {
+            ref[i % C] += c.w[i];
+            abs_sum[i % C] += fabs(c.w[i]);
+        }
+        K->bias_backward(NULL, dbias, c.w, N, C);
+        kt_check("bias_backward", dbias, ref, abs_sum, C, 1e-6, 0);
+        if (N > 0 && N < 100) {
+            double *fd = kt_doubles(C);
+            float *g = kt_floats(C);
+            K->bias_backward(NULL, g, c.w, N, C);
+            kt_fd_grad(c.bias, C, 1e-3f, bias_loss, &c, fd);
+            kt_check_fd("bias_backward vs finite differences", g, fd, C, 1e-2, 1e-3);
+            free(fd);
+            free(g);
+        }
+        free(c.x);
+        free(c.bias);
+        free(c.w);
+        free(c.out);
+        free(ref);
+        free(abs_sum);
+        free(dbias);
+    }
+}
+
+/* op(X)[i, j] for a row-major stored X with row stride ld */
+static double at(const float *X, int ld, int trans, int i, int j)
+{
+    return trans ? X[(size_t)j * ld + i] : X[(size_t)i * ld + j];
+}
+
+static void check_gemm(int ta, int tb, int M, int N, int K_, float alpha, float beta, int pad)
+{
+    /* stored shapes: A is (M, K) or (K, M) when transposed, with padding in the row stride */
+    int arows = ta ? K_ : M, acols = ta ? M : K_, brows = tb ? N : K_, bcols = tb ? K_ : N;
+    int lda = acols + pad, ldb = bcols + pad, ldc = N + pad;
+    float *A = kt_floats((size_t)arows * lda), *B = kt_floats((size_t)brows * ldb);
+    float *C = kt_floats((size_t)M * ldc);
+    double *ref = kt_doubles((size_t)M * ldc), *scale = kt_doubles((size_t)M * ldc);
+    kt_fill(A, (size_t)arows * lda, -1, 1);
+    kt_fill(B, (size_t)brows * ldb, -1, 1);
+    kt_fill(C, (size_t)M * ldc, -1, 1);
+    if (beta == 0.0f)
+        for (size_t i = 0; i < (size_t)M * ldc; i += 3)
+            C[i] = NAN; /* beta == 0 must not read C */
+    float *C0 = kt_floats((size_t)M * ldc);
+    memcpy(C0, C, (size_t)M * ldc * sizeof(float));
+    for (int i = 0; i < M; i++)
+        for (int j = 0; j < N; j++) {
+            size_t o = (size_t)i * ldc + j;
+            double s = 0, sa = 0;
+            for (int k = 0; k < K_; k++) {
+                double t = at(A, lda, ta, i, k) * at(B, ldb, tb, k, j);
+                s += t;
+                sa += fabs(t);
+            }
+            ref[o] = alpha * s + (beta == 0.0f ? 0.0 : beta * (double)C[o]);
+            scale[o] = fabs(alpha) * sa + (beta == 0.0f ? 0.0 : fabs(beta * (double)C[o]));
+        }
+    K->gemm(NULL, ta, tb, M, N, K_, alpha, A, lda, B, ldb, beta, C, ldc);
+    for (int i = 0; i < M; i++) /* the padding of each row is untouched */
+        for (int j = N; j < ldc; j++)
+            assert_memory_equal(&C[(size_t)i * ldc + j], &C0[(size_t)i * ldc + j], sizeof(float));
+    for (int i = 0; i < M; i++)
+        kt_check("gemm", C + (size_t)i * ldc, ref + (size_t)i * ldc, scale + (size_t)i * ldc, N,
+                 1e-5, 1e-6);
+    free(A);
+    free(B);
+    free(C);
+    free(C0);
+    free(ref);
+    free(scale);
+}
+
+static void test_gemm(void **state)
+{
+    (void)state;
+    for (int ta = 0; ta < 2; ta++)
+        for (int tb = 0; tb < 2; tb++) {
+            check_gemm(ta, tb, 7, 13, 5, 1.0f, 0.0f, 0);
+            check_gemm(ta, tb, 7, 13, 5, -0.5f, 1.0f, 3);
+            check_gemm(ta, tb, 1, 1, 1, 2.0f, 0.5f, 0);
+            check_gemm(ta, tb, 5, 3, 0, 1.0f, 0.5f, 0); /* K == 0: C = beta C */
+            check_gemm(ta, tb, 5, 3, 0, 1.0f, 0.0f, 1);
+            /* large enough to be split over threads, by columns and by rows */
+            check_gemm(ta, tb, 67, 301, 97, 1.0f, 1.0f, 2);
+            check_gemm(ta, tb, 301, 67, 97, 0.25f, 0.0f, 0);
+        }
+}
+
+struct gemm_ctx {
+    float *A, *B, *C, *W;
+    int M, N, K;
+};
+
+/* L = sum(C * W), C = A (M, K) @ B^T, B stored (N, K) */
+static double gemm_loss(void *p)
+{
+    struct gemm_ctx *c = p;
+    K->gemm(NULL, 0, 1, c->M, c->N, c->K, 1.0f, c->A, c->K, c->B, c->K, 0.0f, c->C, c->N);
+    return kt_dot(c->C, c->W, (size_t)c->M * c->N);
+}
+
+/* The linear layer's backward through gemm: dA = W @ B, dB = W^T @ A. */
+static void test_gemm_gradients(void **state)
+{
+    (void)state;
+    int M = 7, N = 13, Kd = 5;
+    struct gemm_ctx c = {kt_floats(M * Kd), kt_floats(N * Kd), kt_floats(M * N),
+                         kt_floats(M * N), M, N, Kd};
+    kt_fill(c.A, M * Kd, -1, 1);
+    kt_fill(c.B, N * Kd, -1, 1);
+    kt_fill(c.W, M * N, -1, 1);
+    float *dA = kt_floats(M * Kd), *dB = kt_floats(N * Kd);
+    K->gemm(NULL, 0, 0, M, Kd, N, 1.0f, c.W, N, c.B, Kd, 0.0f, dA, Kd);
+    K->gemm(NULL, 1, 0, N, Kd, M, 1.0f, c.W, N, c.A, Kd, 0.0f, dB, Kd);
+    double *fdA = kt_doubles(M * Kd), *fdB = kt_doubles(N * Kd);
+    kt_fd_grad(c.A, M * Kd, 1e-3f, gemm_loss, &c, fdA);
+    kt_fd_grad(c.B, N * Kd, 1e-3f, gemm_loss, &c, fdB);
+    kt_check_fd("gemm dA vs finite differences", dA, fdA, M * Kd, 1e-2, 1e-3);
+    kt_check_fd("gemm dB vs finite differences", dB, fdB, N * Kd, 1e-2, 1e-3);
+    free(c.A);
+    free(c.B);
+    free(c.C);
+    free(c.W);
+    free(dA);
+    free(dB);
+    free(fdA);
+    free(fdB);
+}
+
+int main(void)
+{
+    K = tr_kernels_cpu();
+    kt_seed(11);
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_backend_lookup), cmocka_unit_test(test_memory),
+        cmocka_unit_test(test_elementwise),    cmocka_unit_test(test_bias),
+        cmocka_unit_test(test_gemm),           cmocka_unit_test(test_gemm_gradients),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
