@@ -1,18 +1,29 @@
 /* data/ — token datasets and global-index sampling.
  *
  * Contract:
- *  - Formats: Megatron's indexed dataset (PREFIX.bin + PREFIX.idx, "MMIDIDX" v1) read
- *    through mmap, and llm.c token shards (1024-byte header, magic 20240520, uint16 tokens).
- *    Every header field, size and pointer is checked against the file sizes before any
- *    token is read: a truncated, mislabelled or inconsistent file is TR_ERR_INVALID with a
- *    message naming the file and the field, never an out-of-bounds read.
+ *  - Formats: Megatron's indexed dataset (PREFIX.bin + PREFIX.idx, "MMIDIDX" v1, integer
+ *    token dtypes uint8/int8/int16/uint16/int32/int64; float dtypes are rejected) read
+ *    through mmap, and llm.c token shards (1024-byte header, magic 20240520, version 1,
+ *    uint16 tokens). Every header field, count, size and pointer is checked against the file
+ *    sizes before any token is read, and every token against vocab_size at open: a
+ *    truncated, mislabelled or inconsistent file is TR_ERR_INVALID with a message naming the
+ *    file, the field and the found vs expected value, never an out-of-bounds read.
+ *  - A Megatron document is doc_idx's range of sequences; its tokens are those sequences'
+ *    tokens (already ending with the EOD token when preprocess wrote them). An llm.c shard
+ *    has no document boundaries: it is ONE token stream (one document).
  *  - The documents are split into train/validation/test by the weights of `data.split`
- *    ("969,30,1"), in document order. A split's token stream is its documents concatenated;
- *    sample j of a split is tokens [j*S, j*S + S + 1) of that stream (S = seq_length).
+ *    ("969,30,1": exactly three non-negative numbers, not all zero; anything else is
+ *    TR_ERR_CONFIG), in document order, by document count: boundary k = round(n * cumulative
+ *    weight share), and a split with a non-zero weight gets at least one document when
+ *    there are at least as many documents as non-zero weights. An llm.c shard is cut the
+ *    same way by token count. A split's token stream is its documents concatenated; the
+ *    split has (tokens - 1) / S samples and sample j is tokens [j*S, j*S + S + 1) of that
+ *    stream (S = seq_length).
  *  - Samples are addressed by GLOBAL SAMPLE INDEX g (0, 1, 2, ... over the whole run): epoch
  *    e = g / n, position p = g % n, sample = perm_e[p], where perm_e is a Fisher–Yates
- *    shuffle of 0..n-1 seeded by (seed, split, e). Any layout that asks for the same g gets
- *    the same tokens.
+ *    shuffle of 0..n-1 driven by tr_rand_uniform(seed, 4*e + split, i). Any layout that asks
+ *    for the same g gets the same tokens. A tr_data caches one epoch's permutation per split,
+ *    so one handle must not be used by two threads at once.
  *  - The byte-level tokenizer: token = byte value (vocab 256), end of document = 0
  *    (TR_EOD_TOKEN); NUL bytes in input text are dropped. */
 #ifndef TR_DATA_H
@@ -30,7 +41,10 @@ typedef struct tr_data tr_data;
 
 /* Open `path` (a Megatron prefix, or an llm.c shard file) in `format` ("auto", "megatron",
  * "llmc"); `split` is "a,b,c"; samples are seq_length+1 tokens. Every token must be
- * < vocab_size, checked at open. */
+ * < vocab_size, checked at open. "auto" takes PATH as a Megatron prefix when PATH.idx exists
+ * (PATH may also end in .idx/.bin), else as an llm.c shard when the file PATH exists. A path
+ * naming no dataset, a bad split string or format is TR_ERR_CONFIG; bad file contents are
+ * TR_ERR_INVALID; OS failures TR_ERR_IO. */
 int tr_data_open(const char *path, const char *format, const char *split, int seq_length,
                  int vocab_size, uint64_t seed, tr_data **out);
 void tr_data_close(tr_data *d);
@@ -41,10 +55,24 @@ uint64_t tr_data_num_samples(const tr_data *d, int split);
 int tr_data_sample(tr_data *d, int split, uint64_t g, int32_t *tokens);
 uint64_t tr_data_num_documents(const tr_data *d);
 uint64_t tr_data_num_tokens(const tr_data *d);
+/* Where a split lies in the dataset: documents [first_doc, first_doc + n_docs) and tokens
+ * [first_token, first_token + n_tokens) (any pointer may be NULL). */
+void tr_data_split_info(const tr_data *d, int split, uint64_t *first_doc, uint64_t *n_docs,
+                        uint64_t *first_token, uint64_t *n_tokens);
+/* The sample j (0 <= j < num_samples) that global sample g of `split` reads: perm_e[g % n]. */
+int tr_data_sample_index(tr_data *d, int split, uint64_t g, uint64_t *j);
+/* The document holding token `offset` of a split's stream and the offset inside it
+ * (O(log documents)). */
+int tr_data_locate(const tr_data *d, int split, uint64_t offset, uint64_t *doc,
+                   uint64_t *offset_in_doc);
 
-/* `trident preprocess`: text files -> PREFIX.bin + PREFIX.idx (dtype uint16). Documents are
- * separated by blank lines (split_on_blank_lines) or are whole files; each gets an EOD
- * token. Writes atomically (temporary files renamed at the end). */
+/* `trident preprocess`: text files -> PREFIX.bin + PREFIX.idx (dtype uint16, one sequence per
+ * document). Documents are separated by blank lines (split_on_blank_lines) or are whole
+ * files; each gets an EOD token. A separator line is one whose content (line ending and NUL
+ * bytes aside) is empty, only spaces/tabs, or exactly "%" (fortune files); separators belong
+ * to no document and never make empty ones; a file's end ends its document; a document
+ * keeps its lines' bytes exactly, newlines included. Writes atomically (PREFIX.bin.tmp and
+ * PREFIX.idx.tmp renamed at the end). A missing or unreadable input is TR_ERR_IO. */
 int tr_preprocess_text(const char *const *inputs, int n_inputs, const char *output_prefix,
                        int split_on_blank_lines, uint64_t *n_documents, uint64_t *n_tokens);
 

@@ -1,0 +1,114 @@
+/* data/ internals shared by the format readers (indexed.c, llmc.c), the writers
+ * (writer.c, preprocess.c) and the sampler (dataset.c). Not part of the contract.
+ *
+ * A validated dataset is one contiguous token array (the mmap of the .bin, or of the llm.c
+ * shard past its header) plus a way to find where document d starts in it. */
+#ifndef TR_DATA_INTERNAL_H
+#define TR_DATA_INTERNAL_H
+
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "data/data.h"
+
+#if !defined(__BYTE_ORDER__) || __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+#error "data/ reads little-endian files with native loads: a big-endian host needs byte swaps"
+#endif
+
+/* Megatron dtype codes (megatron/core/datasets/indexed_dataset.py, class DType). */
+enum {
+    TR_DT_UINT8 = 1, TR_DT_INT8 = 2, TR_DT_INT16 = 3, TR_DT_INT32 = 4,
+    TR_DT_INT64 = 5, TR_DT_FLOAT64 = 6, TR_DT_FLOAT32 = 7, TR_DT_UINT16 = 8
+};
+
+#define TR_IDX_MAGIC "MMIDIDX\0\0"
+#define TR_IDX_MAGIC_LEN 9
+#define TR_IDX_HEADER_BYTES 34 /* magic 9 + version 8 + dtype 1 + counts 8 + 8 */
+#define TR_LLMC_MAGIC 20240520
+#define TR_LLMC_VERSION 1
+#define TR_LLMC_HEADER_BYTES 1024 /* 256 int32 */
+
+/* A read-only file mapping (map NULL when the file is empty). */
+typedef struct {
+    void *map;
+    size_t bytes;
+} tr_mapping;
+
+/* A validated token array. */
+typedef struct {
+    char *path;                /* what messages name: the prefix or the shard path */
+    tr_mapping bin;            /* token file (.bin, or the llm.c shard) */
+    tr_mapping idx;            /* Megatron .idx; unused for llm.c */
+    const unsigned char *base; /* token 0 */
+    int dtype;                 /* TR_DT_* */
+    int itemsize;              /* bytes per token */
+    uint64_t n_tokens;
+    uint64_t n_docs;           /* documents (1 for an llm.c shard) */
+    uint64_t n_seqs;           /* Megatron sequences (= n_docs unless sentence-split) */
+    const unsigned char *pointers; /* int64[n_seqs], unaligned, inside idx */
+    const unsigned char *doc_idx;  /* int64[n_docs + 1], unaligned, inside idx */
+} tr_token_store;
+
+/* Unaligned little-endian loads. */
+static inline int64_t tr_load_i64(const unsigned char *p)
+{
+    int64_t v;
+    memcpy(&v, p, sizeof v);
+    return v;
+}
+static inline int32_t tr_load_i32(const unsigned char *p)
+{
+    int32_t v;
+    memcpy(&v, p, sizeof v);
+    return v;
+}
+static inline uint64_t tr_load_u64(const unsigned char *p)
+{
+    uint64_t v;
+    memcpy(&v, p, sizeof v);
+    return v;
+}
+
+const char *tr_dtype_name(int code);
+int tr_dtype_size(int code); /* 0 for an unknown code */
+
+/* Map a regular file read-only; TR_ERR_IO naming the path and the OS error on failure. */
+int tr_map_file(const char *path, tr_mapping *m);
+void tr_unmap_file(tr_mapping *m);
+
+/* Open and validate (every check of data.h, tokens < vocab_size included). */
+int tr_indexed_open(const char *prefix, int vocab_size, tr_token_store *s);
+int tr_llmc_open(const char *path, int vocab_size, tr_token_store *s);
+void tr_store_close(tr_token_store *s);
+
+/* Token offset where document d (0 <= d <= n_docs) starts; d == n_docs gives n_tokens. */
+uint64_t tr_store_doc_start(const tr_token_store *s, uint64_t d);
+/* The document holding token `offset` (< n_tokens): binary search over document starts. */
+uint64_t tr_store_doc_of(const tr_token_store *s, uint64_t offset);
+/* Token i as int64 (i < n_tokens). */
+int64_t tr_store_token(const tr_token_store *s, uint64_t i);
+/* Check every token lies in [0, vocab_size); on failure name the token, its position and
+ * its document. */
+int tr_store_check_vocab(const tr_token_store *s, const char *file, int vocab_size);
+
+/* Streaming writer of a uint16 indexed dataset, one document at a time, into PREFIX.bin.tmp
+ * and PREFIX.idx.tmp; finish() renames them to PREFIX.bin / PREFIX.idx. */
+typedef struct {
+    char *bin_path, *idx_path, *bin_tmp, *idx_tmp;
+    FILE *bin;
+    int32_t *sizes; /* tokens per document */
+    uint64_t n_docs, cap_docs, n_tokens, cur_len;
+    int in_document;
+    uint16_t buf[4096];
+    size_t n_buf;
+} tr_indexed_writer;
+
+int tr_iw_begin(tr_indexed_writer *w, const char *prefix);
+int tr_iw_append(tr_indexed_writer *w, const uint16_t *tokens, size_t n);
+int tr_iw_end_document(tr_indexed_writer *w);
+int tr_iw_finish(tr_indexed_writer *w);
+/* Remove the temporary files and free everything (safe after a failure or a finish). */
+void tr_iw_abort(tr_indexed_writer *w);
+
+#endif

@@ -1,0 +1,129 @@
+/* `trident preprocess`'s library half: text files -> a uint16 Megatron indexed dataset with
+ * the byte-level tokenizer (token = byte value, NUL bytes dropped, TR_EOD_TOKEN closing
+ * every document).
+ *
+ * Document boundaries (split_on_blank_lines): a line whose content (without its "\n" or
+ * "\r\n", and NUL bytes ignored) is empty, only spaces/tabs, or exactly "%" (the separator
+ * of fortune(6) files) ends the current document and belongs to none; runs of them make no
+ * empty documents; the end of a file ends its last document. A document's tokens are its
+ * lines' bytes exactly, line endings included (a file's last line keeps no newline it did
+ * not have). Otherwise (whole files) each non-empty file is one document. */
+#include "data/data_internal.h"
+
+#include <errno.h>
+#include <stdlib.h>
+
+#include "core/core.h"
+
+/* Bytes -> tokens, NULs dropped; opens a document if there is anything to add. */
+static int append_bytes(tr_indexed_writer *w, const unsigned char *bytes, size_t n)
+{
+    uint16_t tok[1024];
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (bytes[i] == 0)
+            continue;
+        tok[k++] = bytes[i];
+        if (k == sizeof tok / sizeof tok[0]) {
+            int rc = tr_iw_append(w, tok, k);
+            if (rc)
+                return rc;
+            k = 0;
+        }
+    }
+    return k ? tr_iw_append(w, tok, k) : TR_OK;
+}
+
+static int close_document(tr_indexed_writer *w)
+{
+    if (!w->in_document)
+        return TR_OK;
+    uint16_t eod = TR_EOD_TOKEN;
+    int rc = tr_iw_append(w, &eod, 1);
+    return rc ? rc : tr_iw_end_document(w);
+}
+
+static int is_separator(const char *line, size_t len)
+{
+    /* strip the line ending, then test what is left */
+    if (len && line[len - 1] == '\n')
+        len--;
+    if (len && line[len - 1] == '\r')
+        len--;
+    if (len == 1 && line[0] == '%')
+        return 1;
+    for (size_t i = 0; i < len; i++)
+        if (line[i] != ' ' && line[i] != '\t' && line[i] != '\r' && line[i] != '\f' &&
+            line[i] != '\v')
+            return 0;
+    return 1;
+}
+
+static int documents_by_blank_lines(tr_indexed_writer *w, FILE *f, const char *path)
+{
+    char *line = NULL;
+    size_t cap = 0;
+    ssize_t got;
+    int rc = TR_OK;
+    errno = 0;
+    while (!rc && (got = getline(&line, &cap, f)) > 0) {
+        size_t len = 0; /* drop NULs in place before classifying the line */
+        for (ssize_t i = 0; i < got; i++)
+            if (line[i] != 0)
+                line[len++] = line[i];
+        if (is_separator(line, len))
+            rc = close_document(w);
+        else
+            rc = append_bytes(w, (const unsigned char *)line, len);
+    }
+    free(line);
+    if (!rc && ferror(f))
+        rc = tr_fail(TR_ERR_IO, "cannot read %s: %s", path, strerror(errno ? errno : EIO));
+    return rc ? rc : close_document(w);
+}
+
+static int document_per_file(tr_indexed_writer *w, FILE *f, const char *path)
+{
+    unsigned char buf[1 << 16];
+    size_t got;
+    int rc = TR_OK;
+    while (!rc && (got = fread(buf, 1, sizeof buf, f)) > 0)
+        rc = append_bytes(w, buf, got);
+    if (!rc && ferror(f))
+        rc = tr_fail(TR_ERR_IO, "cannot read %s: %s", path, strerror(errno ? errno : EIO));
+    return rc ? rc : close_document(w);
+}
+
+int tr_preprocess_text(const char *const *inputs, int n_inputs, const char *output_prefix,
+                       int split_on_blank_lines, uint64_t *n_documents, uint64_t *n_tokens)
+{
+    if (n_inputs <= 0)
+        return tr_fail(TR_ERR_INVALID, "preprocess: no input files");
+    if (!output_prefix || !output_prefix[0])
+        return tr_fail(TR_ERR_INVALID, "preprocess: empty output prefix");
+    tr_indexed_writer w;
+    int rc = tr_iw_begin(&w, output_prefix);
+    if (rc)
+        return rc;
+    for (int i = 0; i < n_inputs && !rc; i++) {
+        FILE *f = fopen(inputs[i], "rb");
+        if (!f) {
+            rc = tr_fail(TR_ERR_IO, "cannot open input %s: %s", inputs[i], strerror(errno));
+            break;
+        }
+        errno = 0;
+        rc = split_on_blank_lines ? documents_by_blank_lines(&w, f, inputs[i])
+                                  : document_per_file(&w, f, inputs[i]);
+        fclose(f);
+    }
+    if (!rc)
+        rc = tr_iw_finish(&w);
+    if (!rc) {
+        if (n_documents)
+            *n_documents = w.n_docs;
+        if (n_tokens)
+            *n_tokens = w.n_tokens;
+    }
+    tr_iw_abort(&w);
+    return rc;
+}

@@ -1,0 +1,195 @@
+/* Writing a uint16 Megatron indexed dataset, one document (= one sequence) at a time.
+ * Tokens stream into PREFIX.bin.tmp; sizes are kept in memory and PREFIX.idx.tmp is written
+ * at the end; both are fsync'ed and renamed, the .bin first, so a PREFIX.idx that exists
+ * always describes a complete PREFIX.bin. */
+#include "data/data_internal.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include "core/core.h"
+
+static char *with_suffix(const char *a, const char *b)
+{
+    size_t la = strlen(a), lb = strlen(b);
+    char *s = malloc(la + lb + 1);
+    if (s) {
+        memcpy(s, a, la);
+        memcpy(s + la, b, lb + 1);
+    }
+    return s;
+}
+
+int tr_iw_begin(tr_indexed_writer *w, const char *prefix)
+{
+    memset(w, 0, sizeof *w);
+    w->bin_path = with_suffix(prefix, ".bin");
+    w->idx_path = with_suffix(prefix, ".idx");
+    w->bin_tmp = with_suffix(prefix, ".bin.tmp");
+    w->idx_tmp = with_suffix(prefix, ".idx.tmp");
+    if (!w->bin_path || !w->idx_path || !w->bin_tmp || !w->idx_tmp) {
+        tr_iw_abort(w);
+        return tr_fail(TR_ERR_NOMEM, "out of memory writing %s", prefix);
+    }
+    w->bin = fopen(w->bin_tmp, "wb");
+    if (!w->bin) {
+        int rc = tr_fail(TR_ERR_IO, "cannot create %s: %s", w->bin_tmp, strerror(errno));
+        tr_iw_abort(w);
+        return rc;
+    }
+    return TR_OK;
+}
+
+static int flush_tokens(tr_indexed_writer *w)
+{
+    if (w->n_buf && fwrite(w->buf, sizeof w->buf[0], w->n_buf, w->bin) != w->n_buf)
+        return tr_fail(TR_ERR_IO, "cannot write %s: %s", w->bin_tmp, strerror(errno));
+    w->n_buf = 0;
+    return TR_OK;
+}
+
+int tr_iw_append(tr_indexed_writer *w, const uint16_t *tokens, size_t n)
+{
+    if (n > (uint64_t)INT32_MAX - w->cur_len)
+        return tr_fail(TR_ERR_INVALID,
+                       "document %llu of %s would hold more than 2^31-1 tokens (the index "
+                       "stores sizes as int32)",
+                       (unsigned long long)w->n_docs, w->bin_path);
+    w->in_document = 1;
+    w->cur_len += n;
+    while (n) {
+        size_t room = sizeof w->buf / sizeof w->buf[0] - w->n_buf;
+        size_t take = n < room ? n : room;
+        memcpy(w->buf + w->n_buf, tokens, take * sizeof *tokens);
+        w->n_buf += take;
+        tokens += take;
+        n -= take;
+        if (w->n_buf == sizeof w->buf / sizeof w->buf[0]) {
+            int rc = flush_tokens(w);
+            if (rc)
+                return rc;
+        }
+    }
+    return TR_OK;
+}
+
+int tr_iw_end_document(tr_indexed_writer *w)
+{
+    if (w->n_docs == w->cap_docs) {
+        uint64_t cap = w->cap_docs ? 2 * w->cap_docs : 1024;
+        int32_t *p = cap <= SIZE_MAX / sizeof *p ? realloc(w->sizes, cap * sizeof *p) : NULL;
+        if (!p)
+            return tr_fail(TR_ERR_NOMEM, "out of memory for %llu document sizes",
+                           (unsigned long long)cap);
+        w->sizes = p;
+        w->cap_docs = cap;
+    }
+    w->sizes[w->n_docs++] = (int32_t)w->cur_len;
+    w->n_tokens += w->cur_len;
+    w->cur_len = 0;
+    w->in_document = 0;
+    return TR_OK;
+}
+
+static int write_index(tr_indexed_writer *w, FILE *f)
+{
+    uint64_t version = 1, n_seqs = w->n_docs, n_entries = w->n_docs + 1;
+    uint8_t code = TR_DT_UINT16;
+    int ok = fwrite(TR_IDX_MAGIC, TR_IDX_MAGIC_LEN, 1, f) == 1 &&
+             fwrite(&version, 8, 1, f) == 1 && fwrite(&code, 1, 1, f) == 1 &&
+             fwrite(&n_seqs, 8, 1, f) == 1 && fwrite(&n_entries, 8, 1, f) == 1;
+    if (ok && n_seqs)
+        ok = fwrite(w->sizes, 4, (size_t)n_seqs, f) == (size_t)n_seqs;
+    int64_t ptr = 0;
+    for (uint64_t i = 0; ok && i < n_seqs; i++) {
+        ok = fwrite(&ptr, 8, 1, f) == 1;
+        ptr += 2 * (int64_t)w->sizes[i];
+    }
+    for (uint64_t d = 0; ok && d < n_entries; d++) {
+        int64_t v = (int64_t)d;
+        ok = fwrite(&v, 8, 1, f) == 1;
+    }
+    if (!ok)
+        return tr_fail(TR_ERR_IO, "cannot write %s: %s", w->idx_tmp, strerror(errno));
+    return TR_OK;
+}
+
+static int close_synced(FILE **f, const char *path)
+{
+    int err = 0;
+    if (fflush(*f) != 0 || fsync(fileno(*f)) != 0)
+        err = errno;
+    if (fclose(*f) != 0 && !err)
+        err = errno;
+    *f = NULL;
+    if (err)
+        return tr_fail(TR_ERR_IO, "cannot write %s: %s", path, strerror(err));
+    return TR_OK;
+}
+
+int tr_iw_finish(tr_indexed_writer *w)
+{
+    int rc;
+    if (w->in_document && (rc = tr_iw_end_document(w)))
+        return rc;
+    if ((rc = flush_tokens(w)) || (rc = close_synced(&w->bin, w->bin_tmp)))
+        return rc;
+    FILE *f = fopen(w->idx_tmp, "wb");
+    if (!f)
+        return tr_fail(TR_ERR_IO, "cannot create %s: %s", w->idx_tmp, strerror(errno));
+    rc = write_index(w, f);
+    if (rc) {
+        fclose(f);
+        return rc;
+    }
+    if ((rc = close_synced(&f, w->idx_tmp)))
+        return rc;
+    if (rename(w->bin_tmp, w->bin_path) != 0)
+        return tr_fail(TR_ERR_IO, "cannot rename %s to %s: %s", w->bin_tmp, w->bin_path,
+                       strerror(errno));
+    if (rename(w->idx_tmp, w->idx_path) != 0)
+        return tr_fail(TR_ERR_IO, "cannot rename %s to %s: %s", w->idx_tmp, w->idx_path,
+                       strerror(errno));
+    return TR_OK;
+}
+
+void tr_iw_abort(tr_indexed_writer *w)
+{
+    if (w->bin)
+        fclose(w->bin);
+    if (w->bin_tmp)
+        remove(w->bin_tmp); /* after a finish these are gone already */
+    if (w->idx_tmp)
+        remove(w->idx_tmp);
+    free(w->bin_path);
+    free(w->idx_path);
+    free(w->bin_tmp);
+    free(w->idx_tmp);
+    free(w->sizes);
+    memset(w, 0, sizeof *w);
+}
+
+int tr_indexed_write(const char *prefix, const uint16_t *tokens, const uint64_t *doc_lengths,
+                     uint64_t n_docs)
+{
+    tr_indexed_writer w;
+    int rc = tr_iw_begin(&w, prefix);
+    if (rc)
+        return rc;
+    for (uint64_t d = 0; d < n_docs && !rc; d++) {
+        if (doc_lengths[d] > INT32_MAX) {
+            rc = tr_fail(TR_ERR_INVALID, "%s: document %llu has %llu tokens, more than 2^31-1",
+                         prefix, (unsigned long long)d, (unsigned long long)doc_lengths[d]);
+            break;
+        }
+        rc = tr_iw_append(&w, tokens, (size_t)doc_lengths[d]);
+        if (!rc)
+            rc = tr_iw_end_document(&w);
+        tokens += doc_lengths[d];
+    }
+    if (!rc)
+        rc = tr_iw_finish(&w);
+    tr_iw_abort(&w);
+    return rc;
+}

@@ -1,0 +1,134 @@
+#!/usr/bin/python3
+"""`trident preprocess` command line: exit codes and messages for bad usage (2) and I/O
+errors (1), --help, and good runs (every spelling of --input, --document-per-file) whose
+PREFIX.bin / PREFIX.idx hold exactly the expected tokens.
+usage: test_preprocess_cli.py TRIDENT WORKDIR"""
+import os
+import shutil
+import struct
+import subprocess
+import sys
+
+trident, work = sys.argv[1], sys.argv[2]
+shutil.rmtree(work, ignore_errors=True)
+os.makedirs(work)
+failures = 0
+
+
+def check(name, ok, detail=""):
+    global failures
+    print(("ok   " if ok else "FAIL ") + name + ("" if ok else "\n     " + detail))
+    failures += 0 if ok else 1
+
+
+def run(*args):
+    return subprocess.run([trident, "preprocess", *args], capture_output=True, text=True,
+                          timeout=60)
+
+
+def path(name):
+    return os.path.join(work, name)
+
+
+def documents(prefix):
+    """The documents of a uint16 indexed dataset as byte strings, EOD stripped."""
+    with open(prefix + ".idx", "rb") as f:
+        idx = f.read()
+    with open(prefix + ".bin", "rb") as f:
+        raw = f.read()
+    tokens = struct.unpack("<%dH" % (len(raw) // 2), raw)
+    assert idx[:9] == b"MMIDIDX\x00\x00" and idx[17] == 8
+    n = struct.unpack_from("<Q", idx, 18)[0]
+    sizes = struct.unpack_from("<%di" % n, idx, 34)
+    docs, at = [], 0
+    for s in sizes:
+        doc = tokens[at:at + s]
+        assert doc[-1] == 0 and 0 not in doc[:-1], doc
+        docs.append(bytes(doc[:-1]))
+        at += s
+    assert at == len(tokens)
+    return docs
+
+
+with open(path("a.txt"), "wb") as f:
+    f.write(b"first\ndoc\n\nsecond\n")
+with open(path("b.txt"), "wb") as f:
+    f.write(b"fortune one\n%\nfortune\x00 two\n%\n")
+with open(path("c.txt"), "wb") as f:
+    f.write(b"no newline at the end")
+
+# ---- bad usage: exit 2 and a message naming the problem ----
+bad = [
+    ([], "no input files"),
+    (["--output-prefix", path("x")], "no input files"),
+    (["--input", path("a.txt")], "missing --output-prefix"),
+    (["--input", path("a.txt"), "--output-prefix"], "--output-prefix needs a value"),
+    (["--input", path("a.txt"), "--output-prefix="], "--output-prefix is empty"),
+    (["--input", "--output-prefix", path("x")], "--input needs at least one file"),
+    (["--input=", "--output-prefix", path("x")], "--input= needs a file name"),
+    (["--bogus", "--input", path("a.txt"), "--output-prefix", path("x")],
+     "unknown option '--bogus'"),
+    (["-x"], "unknown option '-x'"),
+    (["--input", path("a.txt"), "--output-prefix", path("x"), "--workers", "many"],
+     "--workers needs a positive integer, got 'many'"),
+    (["--input", path("a.txt"), "--output-prefix", path("x"), "--workers=0"],
+     "--workers needs a positive integer, got '0'"),
+    (["--output-prefix", path("x"), path("a.txt")], "unexpected argument"),
+    (["--input", path("a.txt"), "--output-prefix", path("x"), "--split-sentences"],
+     "--split-sentences is not supported"),
+]
+for args, needle in bad:
+    r = run(*args)
+    check(f"bad usage {args[:3]}...: exit 2 with '{needle}'",
+          r.returncode == 2 and needle in r.stderr and "trident preprocess" in r.stderr,
+          f"rc={r.returncode} stderr={r.stderr.strip()[-300:]}")
+check("bad usage writes nothing", not os.path.exists(path("x.bin")) and
+      not os.path.exists(path("x.idx")) and not os.path.exists(path("x.bin.tmp")))
+
+# ---- I/O errors: exit 1 naming the file ----
+r = run("--input", path("a.txt"), path("missing.txt"), "--output-prefix", path("x"))
+check("missing input: exit 1 naming it",
+      r.returncode == 1 and "missing.txt" in r.stderr and "No such file" in r.stderr,
+      f"rc={r.returncode} stderr={r.stderr.strip()}")
+check("missing input leaves no output", not any(os.path.exists(path(n)) for n in
+      ["x.bin", "x.idx", "x.bin.tmp", "x.idx.tmp"]))
+r = run("--input", path("a.txt"), "--output-prefix", path("nodir/x"))
+check("unwritable output: exit 1", r.returncode == 1 and "nodir/x" in r.stderr, r.stderr)
+
+# ---- help ----
+r = run("--help")
+check("--help: exit 0 describing the options", r.returncode == 0 and all(
+    o in r.stdout for o in ["--input", "--output-prefix", "--document-per-file", "--workers",
+                            "\"%\""]), r.stdout)
+r = run("--input", path("a.txt"), "-h")
+check("-h anywhere", r.returncode == 0 and "usage" in r.stdout)
+
+# ---- good runs ----
+r = run("--input", path("a.txt"), path("b.txt"), "--input=" + path("c.txt"),
+        "--output-prefix", path("out"), "--workers", "4", "--append-eod")
+want = [b"first\ndoc\n", b"second\n", b"fortune one\n", b"fortune two\n",
+        b"no newline at the end"]
+ntok = sum(len(d) + 1 for d in want)
+check("three inputs: exit 0", r.returncode == 0, r.stderr)
+check("prints documents and tokens", f"5 documents, {ntok} tokens" in r.stdout, r.stdout)
+check("documents are the expected bytes", documents(path("out")) == want,
+      repr(documents(path("out"))))
+check("no temporary files", not os.path.exists(path("out.bin.tmp")) and
+      not os.path.exists(path("out.idx.tmp")))
+
+r = run("--input", path("a.txt"), "--input", path("b.txt"), "--output-prefix=" + path("out"),
+        "--document-per-file", "--workers=2")
+check("--document-per-file: exit 0", r.returncode == 0, r.stderr)
+check("--document-per-file: one document per file",
+      documents(path("out")) == [b"first\ndoc\n\nsecond\n",
+                                 b"fortune one\n%\nfortune two\n%\n"],
+      repr(documents(path("out"))))
+
+with open(path("empty.txt"), "wb"):
+    pass
+r = run("--input", path("empty.txt"), "--output-prefix", path("empty"))
+check("empty input: exit 0 with a warning", r.returncode == 0 and "0 documents" in r.stdout
+      and "no document" in r.stderr, r.stdout + r.stderr)
+check("empty input: valid empty dataset", documents(path("empty")) == [])
+
+sys.exit(1 if failures else 0)
