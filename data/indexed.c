@@ -100,7 +100,8 @@ static int check_index(const char *idx_path, tr_token_store *s)
     if (total != bytes)
         return tr_fail(TR_ERR_INVALID,
                        "%s: file is %zu bytes, but sequence count %llu and document count %llu "
-                       "imply %llu bytes (truncated or not a plain-text MMIDIDX index)",
+                       "imply %llu bytes (truncated, or extra arrays such as multimodal "
+                       "sequence modes, which are not supported)",
                        idx_path, bytes, (unsigned long long)n_seqs,
                        (unsigned long long)n_entries, (unsigned long long)total);
     if (n_entries == 0)
