@@ -40,7 +40,7 @@ static void add_tensor(tr_gpt *g, const char *name, int rows, int cols, int deca
     t->rows = rows;
     t->cols = cols;
     t->numel = (size_t)rows * (size_t)cols;
-    t->param_offset = g->n_params;
+    t->forward_offset = g->n_params;
     t->weight_decay = decay;
     g->n_params += t->numel;
 }
@@ -100,7 +100,7 @@ int tr_gpt_create(const tr_gpt_shape *shape, const tr_kernels *k, tr_gpt **out)
     }
     for (int i = 0; i < g->n_tensors; i++) {
         tr_param_tensor *t = &g->tensors[i];
-        t->grad_offset = g->n_params - t->param_offset - t->numel;
+        t->offset = g->n_params - t->forward_offset - t->numel;
     }
     *out = g;
     return TR_OK;
@@ -125,8 +125,8 @@ void tr_gpt_bind(tr_gpt *g, float *params, float *grads)
 {
     for (int i = 0; i < g->n_tensors; i++) {
         tr_param_tensor *t = &g->tensors[i];
-        t->param = params + t->param_offset;
-        t->grad = grads ? grads + t->grad_offset : NULL;
+        t->param = params + t->offset;
+        t->grad = grads ? grads + t->offset : NULL;
     }
 }
 

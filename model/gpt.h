@@ -9,9 +9,10 @@
  *    head (its own copy of wte when it is not also the first stage) and produces the loss;
  *    other stages take and give hidden states (B, T, C).
  *  - Parameters live in ONE flat buffer, gradients in ONE flat buffer, both owned by the
- *    caller and bound with tr_gpt_bind(); each tensor is a view. Gradients are laid out in
- *    reverse parameter order (the order backward produces them), so a data-parallel bucket is
- *    a contiguous range that backward fills front to back.
+ *    caller and bound with tr_gpt_bind(); each tensor is a view at the same offset in both.
+ *    Tensors are laid out in reverse forward order (the order backward produces gradients),
+ *    so a data-parallel bucket is a contiguous range that backward fills front to back, and
+ *    a ZeRO-1 shard of the gradients is the same range of the parameters.
  *  - Layout-free initialisation: element i of the full (unsharded) tensor NAME gets
  *    tr_init_normal(seed, hash(NAME), i) * std (std 0.02; output projections
  *    0.02/sqrt(2*num_layers)); LN weights 1, biases 0. Names are global ("layers.7.qkv.weight"),
@@ -52,9 +53,9 @@ typedef struct {
     char name[48];
     int rows, cols;       /* shape (cols = 1 for vectors) */
     size_t numel;
-    size_t param_offset;  /* into the flat parameter buffer (forward order) */
-    size_t grad_offset;   /* into the flat gradient buffer (reverse order) */
+    size_t offset;        /* into both flat buffers (parameters and gradients) */
     int weight_decay;     /* 0 for biases and LN weights */
+    size_t forward_offset; /* running offset in forward order (offset counts from the end) */
     float *param, *grad;  /* views, valid after tr_gpt_bind() */
 } tr_param_tensor;
 

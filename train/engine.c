@@ -172,7 +172,7 @@ int tr_engine_optimizer_step(tr_engine *e, int iteration, tr_step_stats *stats)
     int n = tr_gpt_num_tensors(e->model);
     for (int i = 0; i < n; i++) {
         tr_param_tensor *p = tr_gpt_tensor(e->model, i);
-        size_t off = p->param_offset;
+        size_t off = p->offset;
         e->k->adamw(NULL, p->param, p->grad, e->adam_m + off, e->adam_v + off, p->numel, (float)lr,
                     (float)t->adam_beta1, (float)t->adam_beta2, (float)t->adam_eps,
                     p->weight_decay ? (float)t->weight_decay : 0.0f, grad_scale, iteration);

@@ -1,6 +1,6 @@
 /* Writes what the PyTorch oracle needs to check trident's numerics:
  *   DIR/manifest.json  config, tensor table (name, shape, offset), per-iteration lr/loss/norm
- *   DIR/params.bin     initial parameters (float32, flat, forward order)
+ *   DIR/params.bin     initial parameters (float32, the flat buffer)
  *   DIR/grads.bin      gradients after iteration 1's forward+backward (same offsets)
  *   DIR/tokens.bin     inputs and targets of every micro-batch of iterations 1..N (int32)
  * usage: oracle_dump CONFIG.yaml DIR ITERATIONS [--set k=v]... */
@@ -117,8 +117,7 @@ int main(int argc, char **argv)
         tr_json_string(&j, "name", p->name);
         tr_json_int(&j, "rows", p->rows);
         tr_json_int(&j, "cols", p->cols);
-        tr_json_int(&j, "param_offset", (long long)p->param_offset);
-        tr_json_int(&j, "grad_offset", (long long)p->grad_offset);
+        tr_json_int(&j, "offset", (long long)p->offset);
         tr_json_bool(&j, "weight_decay", p->weight_decay);
         tr_json_object_end(&j);
     }

@@ -78,7 +78,7 @@ P = {}
 for t in man["tensors"]:
     shape = (t["rows"], t["cols"]) if t["cols"] > 1 else (t["rows"],)
     n = t["rows"] * t["cols"]
-    P[t["name"]] = params_flat[t["param_offset"]:t["param_offset"] + n].reshape(shape).clone().requires_grad_(True)
+    P[t["name"]] = params_flat[t["offset"]:t["offset"] + n].reshape(shape).clone().requires_grad_(True)
 
 
 def gpt_loss(P, idx, targets):
@@ -140,7 +140,7 @@ check("iteration 1 loss", abs(loss1 - ref1) / abs(loss1) <= 1e-5,
 worst = 0.0
 for t in man["tensors"]:
     n = t["rows"] * t["cols"]
-    g_tr = grads_flat[t["grad_offset"]:t["grad_offset"] + n]
+    g_tr = grads_flat[t["offset"]:t["offset"] + n]
     g_pt = P[t["name"]].grad.reshape(-1)
     rel = (g_tr - g_pt).norm().item() / max(g_pt.norm().item(), 1e-30)
     worst = max(worst, rel)
