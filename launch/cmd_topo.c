@@ -1,12 +1,306 @@
-/* `trident topo` — placeholder until its issue lands. */
+/* `trident topo --world-size W --tp T --pp P [--order O] [--gpus-per-node G] [--config FILE]
+ * [--json]`: print every process group of a layout, and where the groups sit on nodes. */
 #include "launch/commands.h"
 
+#include <errno.h>
+#include <limits.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/core.h"
+#include "topo/topo.h"
+#include "yaml/config.h"
+
+#define RANK_TABLE_MAX 256 /* the per-rank table is printed for worlds up to this size */
+
+static void topo_usage(FILE *f)
+{
+    fprintf(f,
+            "usage: trident topo --world-size W [--tp T] [--pp P] [options]\n"
+            "\n"
+            "Print the process groups of a data x tensor x pipeline layout of W ranks\n"
+            "(DP = W / (TP * PP)): tensor, data, pipeline, model-parallel (TP x PP) and\n"
+            "embedding (first and last stage of each pipeline) groups.\n"
+            "\n"
+            "options:\n"
+            "  --world-size W       number of ranks (required)\n"
+            "  --tp T               tensor model parallel size (default 1)\n"
+            "  --pp P               pipeline model parallel size (default 1)\n"
+            "  --order ORDER        tp-dp-pp (default, Megatron: global = tp + dp*TP + pp*TP*DP)\n"
+            "                       or tp-pp-dp\n"
+            "  --config FILE        take TP, PP and the order from a YAML config's parallel\n"
+            "                       section (flags given explicitly win)\n"
+            "  --gpus-per-node G    place ranks on nodes of G consecutive ranks; report which\n"
+            "                       groups cross nodes and warn when a TP group does\n"
+            "  --json               one JSON object: tp_groups, dp_groups, pp_groups,\n"
+            "                       model_parallel_groups, embedding_groups (lists of rank\n"
+            "                       lists sorted by first rank) and the sizes\n"
+            "  -h, --help           this text\n"
+            "\n"
+            "Exit status: 0 success, 2 bad usage or impossible layout.\n");
+}
+
+static int parse_int_flag(const char *flag, const char *text, int min, int *out)
+{
+    char *end;
+    errno = 0;
+    long v = strtol(text, &end, 10);
+    if (!*text || *end || errno || v < min || v > INT_MAX) {
+        fprintf(stderr, "trident topo: %s needs an integer >= %d, got '%s'\n", flag, min, text);
+        return 2;
+    }
+    *out = (int)v;
+    return 0;
+}
+
+/* Nodes an ascending member list spans when nodes hold G consecutive ranks. */
+static int row_nodes(const int *row, int size, int gpus_per_node)
+{
+    int nodes = 0, last = -1;
+    for (int i = 0; i < size; i++)
+        if (row[i] / gpus_per_node != last)
+            nodes++, last = row[i] / gpus_per_node;
+    return nodes;
+}
+
+static void print_group_list(const tr_topo_table *tab, tr_group_kind kind, int gpus_per_node)
+{
+    int n = tab->num_groups[kind], size = tab->group_size[kind];
+    printf("%s groups (%d of %d rank%s", tr_group_kind_name(kind), n, size, size == 1 ? "" : "s");
+    if (gpus_per_node > 0) {
+        int crossing = 0;
+        for (int g = 0; g < n; g++)
+            crossing += row_nodes(tr_topo_table_group(tab, kind, g), size, gpus_per_node) > 1;
+        printf("; %d cross nodes", crossing);
+    }
+    printf("):\n ");
+    int col = 1;
+    for (int g = 0; g < n; g++) {
+        const int *row = tr_topo_table_group(tab, kind, g);
+        char item[64];
+        int len = 0;
+        /* Long groups are written out in full; lines wrap between groups near 96 columns. */
+        if (col > 1 && col + 2 + 8 * size > 96) {
+            printf("\n ");
+            col = 1;
+        }
+        col += printf(" [");
+        for (int i = 0; i < size; i++) {
+            len = snprintf(item, sizeof item, "%s%d", i ? "," : "", row[i]);
+            fputs(item, stdout);
+            col += len;
+        }
+        int crosses = gpus_per_node > 0 && row_nodes(row, size, gpus_per_node) > 1;
+        col += printf("]%s", crosses ? "*" : "");
+    }
+    printf("\n");
+}
+
+static void print_human(const tr_topo_table *tab, int gpus_per_node, const tr_node_report *rep)
+{
+    const tr_topo *t = &tab->topo;
+    printf("world %d = dp %d x tp %d x pp %d, order %s (global = tp", t->world, t->dp, t->tp,
+           t->pp, tr_topo_order_name(t->order));
+    if (t->order == TR_ORDER_TP_DP_PP)
+        printf(" + dp*%d + pp*%d)\n", t->stride_dp, t->stride_pp);
+    else
+        printf(" + pp*%d + dp*%d)\n", t->stride_pp, t->stride_dp);
+    if (gpus_per_node > 0)
+        printf("%d GPUs per node: %d node%s (ranks placed in blocks); * marks a group that "
+               "crosses nodes\n",
+               gpus_per_node, rep->num_nodes, rep->num_nodes == 1 ? "" : "s");
+    else
+        printf("node placement: not given (--gpus-per-node G)\n");
+    printf("\n");
+    if (t->world <= RANK_TABLE_MAX) {
+        printf("%6s %5s %5s %5s %5s  %s\n", "rank", "node", "dp", "tp", "pp", "stage");
+        for (int r = 0; r < t->world; r++) {
+            tr_coords c = tr_topo_coords(t, r);
+            char node[16] = "-";
+            if (gpus_per_node > 0)
+                snprintf(node, sizeof node, "%d", tr_topo_node_of(t, gpus_per_node, r));
+            const char *stage = t->pp == 1 ? "first+last"
+                                : c.pp == 0 ? "first"
+                                : c.pp == t->pp - 1 ? "last"
+                                                    : "";
+            printf("%6d %5s %5d %5d %5d%s%s\n", r, node, c.dp, c.tp, c.pp, *stage ? "  " : "",
+                   stage);
+        }
+    } else {
+        printf("(per-rank table left out for more than %d ranks; rank r has tp = r %% %d)\n",
+               RANK_TABLE_MAX, t->tp);
+    }
+    for (int k = 0; k < TR_GROUP_KINDS; k++) {
+        printf("\n");
+        print_group_list(tab, (tr_group_kind)k, gpus_per_node);
+    }
+    if (gpus_per_node > 0) {
+        printf("\nnodes spanned (most by one group): ");
+        for (int k = 0; k < TR_GROUP_KINDS; k++)
+            printf("%s%s %d", k ? ", " : "", tr_group_kind_name((tr_group_kind)k),
+                   rep->max_nodes[k]);
+        printf("\n");
+    }
+}
+
+static void print_json(const tr_topo_table *tab, int gpus_per_node, const tr_node_report *rep)
+{
+    const tr_topo *t = &tab->topo;
+    static const char *keys[TR_GROUP_KINDS] = {"tp_groups", "dp_groups", "pp_groups",
+                                               "model_parallel_groups", "embedding_groups"};
+    tr_json j;
+    tr_json_begin(&j, stdout);
+    tr_json_object_begin(&j, NULL);
+    tr_json_int(&j, "world_size", t->world);
+    tr_json_int(&j, "tensor_model_parallel_size", t->tp);
+    tr_json_int(&j, "pipeline_model_parallel_size", t->pp);
+    tr_json_int(&j, "data_parallel_size", t->dp);
+    tr_json_string(&j, "order", tr_topo_order_name(t->order));
+    for (int k = 0; k < TR_GROUP_KINDS; k++) {
+        tr_json_array_begin(&j, keys[k]);
+        for (int g = 0; g < tab->num_groups[k]; g++) {
+            const int *row = tr_topo_table_group(tab, (tr_group_kind)k, g);
+            tr_json_array_begin(&j, NULL);
+            for (int i = 0; i < tab->group_size[k]; i++)
+                tr_json_int(&j, NULL, row[i]);
+            tr_json_array_end(&j);
+        }
+        tr_json_array_end(&j);
+    }
+    if (gpus_per_node > 0) {
+        tr_json_int(&j, "gpus_per_node", gpus_per_node);
+        tr_json_int(&j, "num_nodes", rep->num_nodes);
+        tr_json_object_begin(&j, "groups_crossing_nodes");
+        for (int k = 0; k < TR_GROUP_KINDS; k++)
+            tr_json_int(&j, tr_group_kind_name((tr_group_kind)k), rep->crossing[k]);
+        tr_json_object_end(&j);
+    }
+    tr_json_object_end(&j);
+    fputc('\n', stdout);
+}
+
+/* Sizes from --config FILE; flags given on the command line take precedence. */
+static int sizes_from_config(const char *path, int *tp, int *pp, char **order)
+{
+    tr_config cfg;
+    if (tr_config_load(path, NULL, 0, &cfg)) {
+        fprintf(stderr, "trident topo: %s\n", tr_errmsg());
+        return 2;
+    }
+    if (*tp < 0)
+        *tp = cfg.parallel.tensor_model_parallel_size;
+    if (*pp < 0)
+        *pp = cfg.parallel.pipeline_model_parallel_size;
+    if (!*order && cfg.parallel.order)
+        *order = strdup(cfg.parallel.order);
+    tr_config_free(&cfg);
+    return 0;
+}
 
 int tr_cmd_topo(int argc, char **argv)
 {
-    (void)argc;
-    (void)argv;
-    fprintf(stderr, "trident topo: not built yet\n");
-    return 1;
+    int world = -1, tp = -1, pp = -1, gpus_per_node = 0, json = 0, rc = 0;
+    const char *config_path = NULL;
+    char *order = NULL;
+    for (int i = 1; i < argc && !rc; i++) {
+        const char *a = argv[i], *value = NULL;
+        char flag[32];
+        const char *eq = strchr(a, '=');
+        if (!strncmp(a, "--", 2) && eq && (size_t)(eq - a) < sizeof flag) {
+            memcpy(flag, a, (size_t)(eq - a));
+            flag[eq - a] = '\0';
+            value = eq + 1;
+        } else {
+            snprintf(flag, sizeof flag, "%s", a);
+        }
+        if (!strcmp(flag, "-h") || !strcmp(flag, "--help")) {
+            topo_usage(stdout);
+            free(order);
+            return 0;
+        }
+        if (!strcmp(flag, "--json")) {
+            if (value) {
+                fprintf(stderr, "trident topo: --json takes no value\n");
+                rc = 2;
+            }
+            json = 1;
+            continue;
+        }
+        static const char *with_value[] = {"--world-size", "--tp", "--pp", "--order",
+                                           "--gpus-per-node", "--config"};
+        int known = 0;
+        for (size_t k = 0; k < sizeof with_value / sizeof with_value[0]; k++)
+            known |= !strcmp(flag, with_value[k]);
+        if (!known) {
+            fprintf(stderr, "trident topo: unknown %s '%s' (see trident topo --help)\n",
+                    a[0] == '-' ? "option" : "argument", a);
+            rc = 2;
+            break;
+        }
+        if (!value) {
+            if (i + 1 >= argc) {
+                fprintf(stderr, "trident topo: %s needs a value\n", flag);
+                rc = 2;
+                break;
+            }
+            value = argv[++i];
+        }
+        if (!strcmp(flag, "--world-size"))
+            rc = parse_int_flag(flag, value, 1, &world);
+        else if (!strcmp(flag, "--tp"))
+            rc = parse_int_flag(flag, value, 1, &tp);
+        else if (!strcmp(flag, "--pp"))
+            rc = parse_int_flag(flag, value, 1, &pp);
+        else if (!strcmp(flag, "--gpus-per-node"))
+            rc = parse_int_flag(flag, value, 1, &gpus_per_node);
+        else if (!strcmp(flag, "--config"))
+            config_path = value;
+        else {
+            free(order);
+            order = strdup(value);
+        }
+    }
+    if (!rc && world < 0) {
+        fprintf(stderr, "trident topo: --world-size is required (see trident topo --help)\n");
+        rc = 2;
+    }
+    if (!rc && config_path)
+        rc = sizes_from_config(config_path, &tp, &pp, &order);
+    if (rc) {
+        free(order);
+        return rc;
+    }
+    tr_topo t;
+    if (tr_topo_init(&t, world, tp < 0 ? 1 : tp, pp < 0 ? 1 : pp, order)) {
+        fprintf(stderr, "trident topo: %s\n", tr_errmsg());
+        free(order);
+        return 2;
+    }
+    free(order);
+    tr_topo_table tab;
+    if (tr_topo_table_build(&t, &tab)) {
+        fprintf(stderr, "trident topo: %s\n", tr_errmsg());
+        return 1;
+    }
+    tr_node_report rep = {0};
+    if (gpus_per_node > 0) {
+        if (tr_topo_node_report(&t, gpus_per_node, &rep)) {
+            fprintf(stderr, "trident topo: %s\n", tr_errmsg());
+            tr_topo_table_free(&tab);
+            return 1;
+        }
+        if (rep.warning[0])
+            tr_warn("%s", rep.warning);
+    }
+    if (json)
+        print_json(&tab, gpus_per_node, &rep);
+    else
+        print_human(&tab, gpus_per_node, &rep);
+    tr_topo_table_free(&tab);
+    if (fflush(stdout)) {
+        fprintf(stderr, "trident topo: cannot write the output\n");
+        return 1;
+    }
+    return 0;
 }
