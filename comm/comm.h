@@ -1,0 +1,227 @@
+/* comm/ — the communicator contract, its UCX backend (host memory) and the TCP rendezvous store.
+ *
+ * Contract:
+ *  - A tr_comm is a group of `size` ranks; this process is `rank` in it. Operations:
+ *    allreduce, reduce_scatter, allgather, broadcast, send/recv, barrier, each blocking
+ *    (tr_comm_X) or asynchronous (tr_comm_X_async -> a tr_comm_request to test or wait on),
+ *    and split(color, key, name) to make subgroups. Collectives are called by every member in
+ *    the same order per group; operations on different groups may interleave and be in flight
+ *    at once (messages never mix: UCX tags carry group id, per-group sequence number, step).
+ *  - Buffers are host memory (UCX backend). Any group size (1 included), any count (0 included,
+ *    not divisible by the group size too). Buffers of an async operation must stay untouched
+ *    until it completes.
+ *  - Partition for reduce_scatter/allgather: block r of `count` elements is
+ *    tr_comm_block(count, size, r, ...) (the first count % size blocks get one extra element).
+ *    In-place: allreduce/broadcast with send == recv; reduce_scatter with
+ *    recv == send + block offset of this rank (the other blocks of send become scratch);
+ *    allgather with send == recv + block offset of this rank.
+ *  - Every blocking wait has a timeout (config timeout_s, the YAML's parallel.comm_timeout_s)
+ *    and fails with TR_ERR_TIMEOUT and a message naming the world rank, the group, the
+ *    operation and the peer it waits for. After a timeout or transport error the group is
+ *    broken: later operations on it fail with TR_ERR_COMM. Results are bit-identical on every
+ *    member and from run to run (fixed reduction order).
+ *  - Progress: the thread that waits drives UCX, yielding the CPU (sched_yield, then short
+ *    sleeps after 1 ms idle) whenever a pass made no progress; it never busy-spins. With
+ *    config progress_thread = 1 a background thread owns progress instead: every UCX call of
+ *    the family (a world and all its splits share one UCX worker) happens under one mutex,
+ *    async operations advance while the caller computes, and waiters sleep on a condition
+ *    variable. Without it, async operations advance only inside tr_comm_test/wait and
+ *    blocking calls. A family is used by one application thread at a time.
+ *  - Counters per communicator (operations and payload bytes by kind) count only the calls
+ *    made by the application, not traffic internal to split/destroy.
+ *  - Backends implement tr_comm_ops (a table of function pointers); the UCX backend is the
+ *    first, an NCCL backend (device memory) can implement the same table later.
+ *  - Rendezvous: rank 0 serves a TCP key/value store at MASTER_ADDR:MASTER_PORT; clients
+ *    present TRIDENT_JOB_TOKEN; keys <= 1 KiB, values <= 1 MiB; malformed frames close the
+ *    offending connection only. Ranks publish their UCX worker addresses there. */
+#ifndef TR_COMM_H
+#define TR_COMM_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/core.h"
+
+/* ---------------------------------------------------------------- types */
+
+typedef enum { TR_COMM_F32, TR_COMM_F64, TR_COMM_I32, TR_COMM_I64, TR_COMM_NDTYPES } tr_comm_dtype;
+typedef enum { TR_COMM_SUM, TR_COMM_MAX, TR_COMM_MIN, TR_COMM_NREDOPS } tr_comm_redop;
+
+/* Operation kinds, for counters and messages. */
+typedef enum {
+    TR_COMM_OP_ALLREDUCE,
+    TR_COMM_OP_REDUCE_SCATTER,
+    TR_COMM_OP_ALLGATHER,
+    TR_COMM_OP_BROADCAST,
+    TR_COMM_OP_SEND,
+    TR_COMM_OP_RECV,
+    TR_COMM_OP_BARRIER,
+    TR_COMM_OP_SPLIT,
+    TR_COMM_NOPKINDS
+} tr_comm_opkind;
+
+/* Counters of one communicator: calls and payload bytes (count * element size as passed by
+ * the caller; allgather counts the gathered total) per kind. */
+typedef struct {
+    uint64_t ops[TR_COMM_NOPKINDS];
+    uint64_t bytes[TR_COMM_NOPKINDS];
+} tr_comm_counters;
+
+#define TR_COMM_MAX_NAME 32
+#define TR_COMM_TAG_MAX ((1 << 23) - 1) /* user tags of send/recv: 0 .. TR_COMM_TAG_MAX */
+#define TR_COMM_COLOR_NONE (-1)         /* split color: this rank joins no subgroup */
+
+typedef struct {
+    double timeout_s;    /* every blocking wait; default 300 (parallel.comm_timeout_s) */
+    int progress_thread; /* 1: a background thread drives async operations; default 0 */
+    const char *name;    /* the world's name in messages; default "world" */
+} tr_comm_config;
+
+/* Algorithm choice (same on every member). Messages of at least ring_min_bytes use the
+ * chunked, pipelined ring (chain for broadcast) with chunks of about chunk_bytes; smaller
+ * ones use recursive doubling / binomial tree / direct exchange. 0 keeps the default. */
+typedef struct {
+    size_t ring_min_bytes; /* default 64 KiB */
+    size_t chunk_bytes;    /* default 256 KiB */
+} tr_comm_tuning;
+
+typedef struct tr_comm tr_comm;
+typedef struct tr_comm_request tr_comm_request;
+
+/* ---------------------------------------------------------------- creation */
+
+tr_comm_config tr_comm_config_default(void);
+
+/* The world communicator from the launcher's environment: RANK, WORLD_SIZE, MASTER_ADDR,
+ * MASTER_PORT, TRIDENT_JOB_TOKEN (LOCAL_RANK is not needed). Without WORLD_SIZE (or with
+ * WORLD_SIZE=1 and no MASTER_ADDR) a one-rank world needing no store. Collective over the
+ * job: rank 0 starts the store, everyone publishes its UCX address, then a barrier checks
+ * connectivity. cfg NULL = defaults. */
+int tr_comm_init_world(const tr_comm_config *cfg, tr_comm **out);
+
+/* Subgroups: members of `comm` with the same color form one new communicator, ranked by
+ * (key, rank in comm); color TR_COMM_COLOR_NONE gives *out = NULL. Collective over `comm`.
+ * `name` ("tp", "dp", ...) appears in messages. */
+int tr_comm_split(tr_comm *comm, int color, int key, const char *name, tr_comm **out);
+
+/* Local release of a subgroup; for the world (last), a barrier then teardown of UCX and the
+ * store. Outstanding requests must have been waited for. NULL is a no-op. */
+void tr_comm_destroy(tr_comm *comm);
+
+/* ---------------------------------------------------------------- queries */
+
+int tr_comm_rank(const tr_comm *comm);
+int tr_comm_size(const tr_comm *comm);
+int tr_comm_world_rank(const tr_comm *comm, int group_rank); /* -1 if out of range */
+const char *tr_comm_name(const tr_comm *comm);
+const char *tr_comm_backend(const tr_comm *comm); /* "ucx" */
+double tr_comm_timeout(const tr_comm *comm);
+void tr_comm_set_timeout(tr_comm *comm, double timeout_s);
+int tr_comm_set_tuning(tr_comm *comm, const tr_comm_tuning *tuning);
+void tr_comm_get_counters(const tr_comm *comm, tr_comm_counters *out);
+void tr_comm_reset_counters(tr_comm *comm);
+size_t tr_comm_dtype_size(tr_comm_dtype dt); /* 0 for an invalid dtype */
+const char *tr_comm_opkind_name(tr_comm_opkind kind);
+
+/* Block r of `count` elements split over `size` ranks: [*offset, *offset + *len). */
+void tr_comm_block(size_t count, int size, int r, size_t *offset, size_t *len);
+
+/* ---------------------------------------------------------------- operations
+ * count is in elements; recv of reduce_scatter holds this rank's block, send of allgather
+ * holds this rank's block, recv of allgather all `count` elements. */
+
+int tr_comm_allreduce(tr_comm *c, const void *send, void *recv, size_t count, tr_comm_dtype dt,
+                      tr_comm_redop op);
+int tr_comm_reduce_scatter(tr_comm *c, const void *send, void *recv, size_t count,
+                           tr_comm_dtype dt, tr_comm_redop op);
+int tr_comm_allgather(tr_comm *c, const void *send, void *recv, size_t count, tr_comm_dtype dt);
+int tr_comm_broadcast(tr_comm *c, void *buf, size_t count, tr_comm_dtype dt, int root);
+int tr_comm_send(tr_comm *c, const void *buf, size_t count, tr_comm_dtype dt, int peer, int tag);
+int tr_comm_recv(tr_comm *c, void *buf, size_t count, tr_comm_dtype dt, int peer, int tag);
+int tr_comm_barrier(tr_comm *c);
+
+int tr_comm_allreduce_async(tr_comm *c, const void *send, void *recv, size_t count,
+                            tr_comm_dtype dt, tr_comm_redop op, tr_comm_request **req);
+int tr_comm_reduce_scatter_async(tr_comm *c, const void *send, void *recv, size_t count,
+                                 tr_comm_dtype dt, tr_comm_redop op, tr_comm_request **req);
+int tr_comm_allgather_async(tr_comm *c, const void *send, void *recv, size_t count,
+                            tr_comm_dtype dt, tr_comm_request **req);
+int tr_comm_broadcast_async(tr_comm *c, void *buf, size_t count, tr_comm_dtype dt, int root,
+                            tr_comm_request **req);
+int tr_comm_send_async(tr_comm *c, const void *buf, size_t count, tr_comm_dtype dt, int peer,
+                       int tag, tr_comm_request **req);
+int tr_comm_recv_async(tr_comm *c, void *buf, size_t count, tr_comm_dtype dt, int peer, int tag,
+                       tr_comm_request **req);
+int tr_comm_barrier_async(tr_comm *c, tr_comm_request **req);
+
+/* Wait (with the communicator's timeout) and release; *req becomes NULL, also on error. */
+int tr_comm_wait(tr_comm_request **req);
+/* Wait for all; returns the first error; every request is released. */
+int tr_comm_wait_all(tr_comm_request **reqs, size_t n);
+/* Non-blocking: *done = 1 and the request released (*req = NULL) once complete. */
+int tr_comm_test(tr_comm_request **req, int *done);
+
+/* ---------------------------------------------------------------- backend table
+ * What a backend implements. The front end (comm.c) validates arguments, keeps counters and
+ * builds blocking calls from async + wait; `impl` is the backend's per-group state. */
+typedef struct tr_comm_ops {
+    const char *name;
+    int (*allreduce)(tr_comm *c, const void *send, void *recv, size_t count, tr_comm_dtype dt,
+                     tr_comm_redop op, void **handle);
+    int (*reduce_scatter)(tr_comm *c, const void *send, void *recv, size_t count,
+                          tr_comm_dtype dt, tr_comm_redop op, void **handle);
+    int (*allgather)(tr_comm *c, const void *send, void *recv, size_t count, tr_comm_dtype dt,
+                     void **handle);
+    int (*broadcast)(tr_comm *c, void *buf, size_t count, tr_comm_dtype dt, int root,
+                     void **handle);
+    int (*send)(tr_comm *c, const void *buf, size_t bytes, int peer, int tag, void **handle);
+    int (*recv)(tr_comm *c, void *buf, size_t bytes, int peer, int tag, void **handle);
+    int (*barrier)(tr_comm *c, void **handle);
+    /* *done = 1 when complete (handle freed; returns the operation's status). */
+    int (*test)(tr_comm *c, void *handle, int *done);
+    /* Waits up to timeout_s; always frees the handle. */
+    int (*wait)(tr_comm *c, void *handle, double timeout_s);
+    int (*world_rank)(const tr_comm *c, int group_rank);
+    /* Collective; creates *out (NULL for TR_COMM_COLOR_NONE) with its own impl. */
+    int (*split)(tr_comm *c, int color, int key, const char *name, tr_comm **out);
+    void (*destroy)(tr_comm *c);
+} tr_comm_ops;
+
+/* For backends: make a communicator object around `impl`. */
+int tr_comm_wrap(const tr_comm_ops *ops, void *impl, int rank, int size, const char *name,
+                 double timeout_s, tr_comm **out);
+void *tr_comm_impl(const tr_comm *comm);
+const tr_comm_tuning *tr_comm_get_tuning(const tr_comm *comm);
+
+/* ---------------------------------------------------------------- rendezvous store */
+
+#define TR_STORE_MAX_KEY 1024
+#define TR_STORE_MAX_VALUE (1u << 20)
+
+typedef struct tr_store_server tr_store_server;
+typedef struct tr_store tr_store;
+
+/* Serve on bind_host:port (port 0 = any free port; bind_host NULL = all interfaces) in a
+ * background thread. Clients must present `token` (NULL = "") and `session` (NULL = ""); a
+ * wrong token is rejected for good, a wrong session is told to retry (a store of an earlier
+ * communicator generation still shutting down). */
+int tr_store_server_start(const char *bind_host, int port, const char *token,
+                          const char *session, tr_store_server **out);
+int tr_store_server_port(const tr_store_server *s);
+void tr_store_server_stop(tr_store_server *s);
+
+/* Connect, retrying until timeout_s while the server is not up yet. timeout_s is also the
+ * default for every later call. Errors name host:port. */
+int tr_store_connect(const char *host, int port, const char *token, const char *session,
+                     double timeout_s, tr_store **out);
+int tr_store_set(tr_store *st, const char *key, const void *value, size_t len);
+/* Waits until the key exists; *value is malloc'ed (free with free()). */
+int tr_store_get(tr_store *st, const char *key, void **value, size_t *len);
+int tr_store_add(tr_store *st, const char *key, int64_t delta, int64_t *result);
+int tr_store_wait(tr_store *st, const char *const *keys, size_t nkeys);
+/* Non-blocking existence check. */
+int tr_store_check(tr_store *st, const char *key, int *exists);
+void tr_store_set_timeout(tr_store *st, double timeout_s);
+void tr_store_close(tr_store *st);
+
+#endif

@@ -1,0 +1,346 @@
+/* The rendezvous store's client: one blocking TCP connection, every call bounded by the
+ * store's timeout. Connecting retries (connection refused, unreachable, a server of an older
+ * session) until the deadline, so ranks may start before rank 0 serves. After a timeout the
+ * connection is dropped and the next call reconnects. */
+#include "comm/comm_internal.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+struct tr_store {
+    int fd;
+    char host[256];
+    int port;
+    char token[TR_STORE_MAX_KEY + 1], session[TR_STORE_MAX_KEY + 1];
+    double timeout_s;
+};
+
+static void sleep_s(double s)
+{
+    struct timespec ts = {.tv_sec = (time_t)s, .tv_nsec = (long)((s - (double)(time_t)s) * 1e9)};
+    nanosleep(&ts, NULL);
+}
+
+/* One connection attempt; 0 ok, else errno-ish in *err. */
+static int try_connect(tr_store *st, double deadline, int *err, int *fatal)
+{
+    struct addrinfo hints = {.ai_family = AF_INET, .ai_socktype = SOCK_STREAM}, *res = NULL;
+    char portstr[16];
+    snprintf(portstr, sizeof portstr, "%d", st->port);
+    int g = getaddrinfo(st->host, portstr, &hints, &res);
+    if (g) {
+        *err = g == EAI_SYSTEM ? errno : EHOSTUNREACH;
+        *fatal = g == EAI_NONAME;
+        return -1;
+    }
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0) {
+        *err = errno;
+        freeaddrinfo(res);
+        return -1;
+    }
+    int r = connect(fd, res->ai_addr, res->ai_addrlen);
+    freeaddrinfo(res);
+    if (r < 0 && errno != EINPROGRESS) {
+        *err = errno;
+        close(fd);
+        return -1;
+    }
+    if (r < 0) {
+        double left = deadline - tr_now();
+        double step = left < 1.0 ? left : 1.0;
+        struct pollfd p = {.fd = fd, .events = POLLOUT};
+        int pr = step > 0 ? poll(&p, 1, (int)(step * 1000) + 1) : 0;
+        int so = 0;
+        socklen_t sl = sizeof so;
+        if (pr <= 0) {
+            *err = ETIMEDOUT;
+            close(fd);
+            return -1;
+        }
+        getsockopt(fd, SOL_SOCKET, SO_ERROR, &so, &sl);
+        if (so) {
+            *err = so;
+            close(fd);
+            return -1;
+        }
+    }
+    int one = 1;
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    st->fd = fd;
+    return 0;
+}
+
+static int send_request(tr_store *st, uint8_t op, const char *key, size_t klen,
+                        const void *val, size_t vlen, double deadline)
+{
+    uint8_t hdr[TR_STORE_REQ_HDR];
+    memcpy(hdr, TR_STORE_MAGIC, 4);
+    hdr[4] = op;
+    tr_store_put_u32(hdr + 5, (uint32_t)klen);
+    tr_store_put_u32(hdr + 9, (uint32_t)vlen);
+    int rc = tr_store_write_all(st->fd, hdr, sizeof hdr, deadline);
+    if (!rc && klen)
+        rc = tr_store_write_all(st->fd, key, klen, deadline);
+    if (!rc && vlen)
+        rc = tr_store_write_all(st->fd, val, vlen, deadline);
+    return rc;
+}
+
+/* Reads a response; *payload malloc'ed (NUL-terminated for convenience). */
+static int read_response(tr_store *st, uint8_t *status, uint8_t **payload, size_t *len,
+                         double deadline)
+{
+    uint8_t hdr[TR_STORE_RESP_HDR];
+    int rc = tr_store_read_all(st->fd, hdr, sizeof hdr, deadline);
+    if (rc)
+        return rc;
+    *status = hdr[0];
+    *len = tr_store_get_u32(hdr + 1);
+    if (*len > TR_STORE_MAX_VALUE) {
+        errno = EPROTO;
+        return TR_ERR_COMM;
+    }
+    *payload = malloc(*len + 1);
+    if (!*payload)
+        return TR_ERR_NOMEM;
+    rc = tr_store_read_all(st->fd, *payload, *len, deadline);
+    if (rc) {
+        free(*payload);
+        *payload = NULL;
+        return rc;
+    }
+    (*payload)[*len] = 0;
+    return TR_OK;
+}
+
+static void drop(tr_store *st)
+{
+    if (st->fd >= 0)
+        close(st->fd);
+    st->fd = -1;
+}
+
+/* Connect + HELLO, retrying until the deadline. */
+static int establish(tr_store *st, double deadline)
+{
+    int err = ECONNREFUSED;
+    const char *last = NULL;
+    while (tr_now() < deadline) {
+        int fatal = 0;
+        if (try_connect(st, deadline, &err, &fatal) == 0) {
+            uint8_t status = 0, *msg = NULL;
+            size_t len = 0;
+            int rc = send_request(st, TR_STORE_OP_HELLO, st->token, strlen(st->token),
+                                  st->session, strlen(st->session), deadline);
+            if (!rc)
+                rc = read_response(st, &status, &msg, &len, deadline);
+            if (!rc && status == TR_STORE_OK) {
+                free(msg);
+                return TR_OK;
+            }
+            drop(st);
+            if (!rc && status == TR_STORE_ERROR) {
+                int r = tr_fail(TR_ERR_COMM, "store %s:%d rejected this rank: %s", st->host,
+                                st->port, msg ? (char *)msg : "?");
+                free(msg);
+                return r;
+            }
+            free(msg);
+            last = rc ? "connection closed during hello" : "server of another session";
+        } else {
+            last = NULL;
+            if (fatal)
+                return tr_fail(TR_ERR_CONFIG, "store: cannot resolve host '%s' (MASTER_ADDR)",
+                               st->host);
+        }
+        double left = deadline - tr_now();
+        sleep_s(left > 0.1 ? 0.1 : (left > 0 ? left : 0));
+    }
+    return tr_fail(TR_ERR_TIMEOUT,
+                   "could not reach the rendezvous store at %s:%d (MASTER_ADDR:MASTER_PORT) "
+                   "within %g s: %s",
+                   st->host, st->port, st->timeout_s, last ? last : strerror(err));
+}
+
+int tr_store_connect(const char *host, int port, const char *token, const char *session,
+                     double timeout_s, tr_store **out)
+{
+    *out = NULL;
+    if (!host || !*host || strlen(host) >= 256)
+        return tr_fail(TR_ERR_INVALID, "store: bad host name");
+    if (port <= 0 || port > 65535)
+        return tr_fail(TR_ERR_INVALID, "store: port %d out of range 1..65535", port);
+    token = token ? token : "";
+    session = session ? session : "";
+    if (strlen(token) > TR_STORE_MAX_KEY || strlen(session) > TR_STORE_MAX_KEY)
+        return tr_fail(TR_ERR_INVALID, "store: job token or session longer than 1 KiB");
+    if (!(timeout_s > 0))
+        return tr_fail(TR_ERR_INVALID, "store: timeout must be > 0 (got %g)", timeout_s);
+    tr_store *st = calloc(1, sizeof *st);
+    if (!st)
+        return tr_fail(TR_ERR_NOMEM, "store: out of memory");
+    st->fd = -1;
+    strcpy(st->host, host);
+    st->port = port;
+    strcpy(st->token, token);
+    strcpy(st->session, session);
+    st->timeout_s = timeout_s;
+    int rc = establish(st, tr_now() + timeout_s);
+    if (rc) {
+        free(st);
+        return rc;
+    }
+    *out = st;
+    return TR_OK;
+}
+
+void tr_store_set_timeout(tr_store *st, double timeout_s)
+{
+    if (st && timeout_s > 0)
+        st->timeout_s = timeout_s;
+}
+
+void tr_store_close(tr_store *st)
+{
+    if (!st)
+        return;
+    drop(st);
+    free(st);
+}
+
+static int check_key(const char *key)
+{
+    if (!key || !*key)
+        return tr_fail(TR_ERR_INVALID, "store: empty key");
+    if (strlen(key) > TR_STORE_MAX_KEY)
+        return tr_fail(TR_ERR_INVALID, "store: key of %zu bytes is longer than the limit of %d",
+                       strlen(key), TR_STORE_MAX_KEY);
+    return TR_OK;
+}
+
+/* One request/response round trip; on OK returns the payload (malloc'ed). */
+static int roundtrip(tr_store *st, uint8_t op, const char *key, const void *val, size_t vlen,
+                     uint8_t **payload, size_t *plen)
+{
+    double deadline = tr_now() + st->timeout_s;
+    if (st->fd < 0) {
+        int rc = establish(st, deadline);
+        if (rc)
+            return rc;
+    }
+    uint8_t status = 0, *msg = NULL;
+    size_t len = 0;
+    int rc = send_request(st, op, key, strlen(key), val, vlen, deadline);
+    if (!rc)
+        rc = read_response(st, &status, &msg, &len, deadline);
+    if (rc == TR_ERR_TIMEOUT) {
+        drop(st);
+        return tr_fail(TR_ERR_TIMEOUT, "store %s:%d: no answer for key '%s' within %g s", st->host,
+                       st->port, key, st->timeout_s);
+    }
+    if (rc) {
+        int e = errno;
+        drop(st);
+        return tr_fail(TR_ERR_COMM, "store %s:%d: connection lost (%s)", st->host, st->port,
+                       strerror(e));
+    }
+    if (status != TR_STORE_OK) {
+        int r = tr_fail(TR_ERR_COMM, "store %s:%d refused the request on key '%s': %s", st->host,
+                        st->port, key, msg ? (char *)msg : "?");
+        free(msg);
+        drop(st);
+        return r;
+    }
+    if (payload)
+        *payload = msg, *plen = len;
+    else
+        free(msg);
+    return TR_OK;
+}
+
+int tr_store_set(tr_store *st, const char *key, const void *value, size_t len)
+{
+    int rc = check_key(key);
+    if (rc)
+        return rc;
+    if (len > TR_STORE_MAX_VALUE)
+        return tr_fail(TR_ERR_INVALID, "store: value of %zu bytes for key '%s' exceeds the 1 MiB limit",
+                       len, key);
+    if (len && !value)
+        return tr_fail(TR_ERR_INVALID, "store: NULL value");
+    return roundtrip(st, TR_STORE_OP_SET, key, value, len, NULL, NULL);
+}
+
+int tr_store_get(tr_store *st, const char *key, void **value, size_t *len)
+{
+    *value = NULL;
+    *len = 0;
+    int rc = check_key(key);
+    if (rc)
+        return rc;
+    uint8_t *p = NULL;
+    rc = roundtrip(st, TR_STORE_OP_GET, key, NULL, 0, &p, len);
+    if (rc)
+        return rc;
+    *value = p;
+    return TR_OK;
+}
+
+int tr_store_add(tr_store *st, const char *key, int64_t delta, int64_t *result)
+{
+    int rc = check_key(key);
+    if (rc)
+        return rc;
+    uint8_t buf[8], *p = NULL;
+    size_t len = 0;
+    tr_store_put_i64(buf, delta);
+    rc = roundtrip(st, TR_STORE_OP_ADD, key, buf, 8, &p, &len);
+    if (rc)
+        return rc;
+    if (len != 8) {
+        free(p);
+        return tr_fail(TR_ERR_COMM, "store %s:%d: malformed answer to add", st->host, st->port);
+    }
+    if (result)
+        *result = tr_store_get_i64(p);
+    free(p);
+    return TR_OK;
+}
+
+int tr_store_wait(tr_store *st, const char *const *keys, size_t nkeys)
+{
+    for (size_t i = 0; i < nkeys; i++) {
+        int rc = check_key(keys[i]);
+        if (!rc)
+            rc = roundtrip(st, TR_STORE_OP_WAIT, keys[i], NULL, 0, NULL, NULL);
+        if (rc)
+            return rc;
+    }
+    return TR_OK;
+}
+
+int tr_store_check(tr_store *st, const char *key, int *exists)
+{
+    *exists = 0;
+    int rc = check_key(key);
+    if (rc)
+        return rc;
+    uint8_t *p = NULL;
+    size_t len = 0;
+    rc = roundtrip(st, TR_STORE_OP_CHECK, key, NULL, 0, &p, &len);
+    if (rc)
+        return rc;
+    *exists = len == 1 && p[0];
+    free(p);
+    return TR_OK;
+}

@@ -1,0 +1,509 @@
+/* The rendezvous store's server: one background thread, poll() over non-blocking sockets.
+ * Each connection carries one request at a time; GET/WAIT on a missing key park the
+ * connection until a SET (or ADD) creates the key. A malformed frame (bad magic, unknown op,
+ * oversized key/value, request before HELLO) gets an error reply and closes that connection
+ * only; a wrong job token likewise. Unauthenticated connections are dropped after 10 s. */
+#include "comm/comm_internal.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#define MAX_CONNS 1024
+#define NBUCKETS 1024
+#define MAX_TOTAL_BYTES ((size_t)512 << 20)
+#define HELLO_TIMEOUT_S 10.0
+
+typedef struct entry {
+    struct entry *next;
+    char *key;
+    uint8_t *value;
+    size_t len;
+} entry;
+
+typedef struct {
+    int fd;
+    int authed;
+    double opened;
+    uint8_t hdr[TR_STORE_REQ_HDR];
+    size_t hdr_got;
+    uint8_t *body; /* key then value */
+    size_t body_len, body_got;
+    uint8_t op;
+    uint32_t klen, vlen;
+    char *parked_key; /* GET/WAIT waiting for this key */
+    uint8_t parked_op;
+    uint8_t *out;
+    size_t out_len, out_sent;
+    int close_after_write;
+} conn;
+
+struct tr_store_server {
+    int listen_fd, wake_pipe[2], port;
+    char token[TR_STORE_MAX_KEY + 1], session[TR_STORE_MAX_KEY + 1];
+    pthread_t thread;
+    int running;
+    entry *buckets[NBUCKETS];
+    size_t total_bytes;
+    conn *conns[MAX_CONNS];
+    int nconns;
+};
+
+static size_t bucket_of(const char *key)
+{
+    return (size_t)(tr_hash_name(key) % NBUCKETS);
+}
+
+static entry *find(tr_store_server *s, const char *key)
+{
+    for (entry *e = s->buckets[bucket_of(key)]; e; e = e->next)
+        if (!strcmp(e->key, key))
+            return e;
+    return NULL;
+}
+
+static void conn_free(conn *c)
+{
+    if (c->fd >= 0)
+        close(c->fd);
+    free(c->body);
+    free(c->parked_key);
+    free(c->out);
+    free(c);
+}
+
+/* Queue a response; returns 0 or -1 (out of memory: caller closes). */
+static int respond(conn *c, uint8_t status, const void *payload, size_t len)
+{
+    size_t need = c->out_len + TR_STORE_RESP_HDR + len;
+    uint8_t *o = realloc(c->out, need);
+    if (!o)
+        return -1;
+    c->out = o;
+    o += c->out_len;
+    o[0] = status;
+    tr_store_put_u32(o + 1, (uint32_t)len);
+    if (len)
+        memcpy(o + TR_STORE_RESP_HDR, payload, len);
+    c->out_len = need;
+    return 0;
+}
+
+static void respond_error_and_close(conn *c, const char *msg)
+{
+    respond(c, TR_STORE_ERROR, msg, strlen(msg));
+    c->close_after_write = 1;
+}
+
+/* Answer a GET/WAIT on an existing entry. */
+static void answer_lookup(conn *c, uint8_t op, const entry *e)
+{
+    if (op == TR_STORE_OP_GET) {
+        if (respond(c, TR_STORE_OK, e->value, e->len))
+            c->close_after_write = 1;
+    } else {
+        respond(c, TR_STORE_OK, NULL, 0);
+    }
+}
+
+static void wake_parked(tr_store_server *s, const entry *e)
+{
+    for (int i = 0; i < s->nconns; i++) {
+        conn *c = s->conns[i];
+        if (c->parked_key && !strcmp(c->parked_key, e->key)) {
+            answer_lookup(c, c->parked_op, e);
+            free(c->parked_key);
+            c->parked_key = NULL;
+        }
+    }
+}
+
+/* Insert or replace; returns the entry or NULL (with *why) when over the memory cap. */
+static entry *put(tr_store_server *s, const char *key, const uint8_t *val, size_t len,
+                  const char **why)
+{
+    entry *e = find(s, key);
+    size_t old = e ? e->len : 0;
+    if (s->total_bytes - old + len > MAX_TOTAL_BYTES) {
+        *why = "store is full (512 MiB)";
+        return NULL;
+    }
+    uint8_t *copy = malloc(len ? len : 1);
+    if (!copy) {
+        *why = "out of memory";
+        return NULL;
+    }
+    if (len)
+        memcpy(copy, val, len);
+    if (!e) {
+        e = calloc(1, sizeof *e);
+        char *k = strdup(key);
+        if (!e || !k) {
+            free(e);
+            free(k);
+            free(copy);
+            *why = "out of memory";
+            return NULL;
+        }
+        e->key = k;
+        size_t b = bucket_of(key);
+        e->next = s->buckets[b];
+        s->buckets[b] = e;
+    }
+    free(e->value);
+    e->value = copy;
+    e->len = len;
+    s->total_bytes = s->total_bytes - old + len;
+    return e;
+}
+
+static int token_equal(const char *a, const char *b, size_t blen)
+{
+    size_t alen = strlen(a);
+    unsigned diff = (unsigned)(alen != blen);
+    for (size_t i = 0; i < blen; i++)
+        diff |= (unsigned)(uint8_t)b[i] ^ (unsigned)(uint8_t)(i < alen ? a[i] : 0);
+    return diff == 0;
+}
+
+/* Handle one complete request in c->body. */
+static void handle(tr_store_server *s, conn *c)
+{
+    const char *kbytes = (const char *)c->body;
+    const uint8_t *val = c->body + c->klen;
+    if (c->op == TR_STORE_OP_HELLO) {
+        if (c->authed) {
+            respond_error_and_close(c, "duplicate hello");
+        } else if (!token_equal(s->token, kbytes, c->klen)) {
+            respond_error_and_close(c, "job token mismatch: this store belongs to another job");
+        } else if (!token_equal(s->session, (const char *)val, c->vlen)) {
+            respond(c, TR_STORE_RETRY, "session mismatch", 16);
+            c->close_after_write = 1;
+        } else {
+            c->authed = 1;
+            respond(c, TR_STORE_OK, NULL, 0);
+        }
+        return;
+    }
+    if (!c->authed) {
+        respond_error_and_close(c, "hello expected first");
+        return;
+    }
+    if (memchr(kbytes, 0, c->klen)) {
+        respond_error_and_close(c, "key contains a NUL byte");
+        return;
+    }
+    char key[TR_STORE_MAX_KEY + 1];
+    memcpy(key, kbytes, c->klen);
+    key[c->klen] = '\0';
+    const char *why = NULL;
+    entry *e;
+    switch (c->op) {
+    case TR_STORE_OP_SET:
+        e = put(s, key, val, c->vlen, &why);
+        if (!e) {
+            respond(c, TR_STORE_ERROR, why, strlen(why));
+            return;
+        }
+        respond(c, TR_STORE_OK, NULL, 0);
+        wake_parked(s, e);
+        return;
+    case TR_STORE_OP_ADD: {
+        e = find(s, key);
+        int64_t cur = 0;
+        if (e && e->len == 8)
+            cur = tr_store_get_i64(e->value);
+        else if (e) {
+            respond(c, TR_STORE_ERROR, "add on a non-counter key", 24);
+            return;
+        }
+        uint8_t buf[8];
+        tr_store_put_i64(buf, (int64_t)((uint64_t)cur + (uint64_t)tr_store_get_i64(val)));
+        e = put(s, key, buf, 8, &why);
+        if (!e) {
+            respond(c, TR_STORE_ERROR, why, strlen(why));
+            return;
+        }
+        respond(c, TR_STORE_OK, buf, 8);
+        wake_parked(s, e);
+        return;
+    }
+    case TR_STORE_OP_CHECK: {
+        uint8_t present = find(s, key) != NULL;
+        respond(c, TR_STORE_OK, &present, 1);
+        return;
+    }
+    case TR_STORE_OP_GET:
+    case TR_STORE_OP_WAIT:
+        e = find(s, key);
+        if (e) {
+            answer_lookup(c, c->op, e);
+        } else {
+            c->parked_key = strdup(key);
+            c->parked_op = c->op;
+            if (!c->parked_key)
+                respond_error_and_close(c, "out of memory");
+        }
+        return;
+    default:
+        respond_error_and_close(c, "unknown operation");
+    }
+}
+
+/* Read what is available; returns -1 when the connection must close now. */
+static int on_readable(tr_store_server *s, conn *c)
+{
+    for (;;) {
+        if (c->parked_key || c->close_after_write || c->out_len > c->out_sent)
+            return 0; /* one request at a time */
+        uint8_t *dst;
+        size_t want;
+        if (c->hdr_got < TR_STORE_REQ_HDR) {
+            dst = c->hdr + c->hdr_got;
+            want = TR_STORE_REQ_HDR - c->hdr_got;
+        } else {
+            dst = c->body + c->body_got;
+            want = c->body_len - c->body_got;
+        }
+        ssize_t r = want ? recv(c->fd, dst, want, MSG_DONTWAIT) : 0;
+        if (want && r == 0)
+            return -1;
+        if (r < 0) {
+            if (errno == EINTR)
+                continue;
+            return (errno == EAGAIN || errno == EWOULDBLOCK) ? 0 : -1;
+        }
+        if (c->hdr_got < TR_STORE_REQ_HDR) {
+            c->hdr_got += (size_t)r;
+            if (c->hdr_got < TR_STORE_REQ_HDR)
+                continue;
+            const char *why = NULL;
+            c->op = c->hdr[4];
+            c->klen = tr_store_get_u32(c->hdr + 5);
+            c->vlen = tr_store_get_u32(c->hdr + 9);
+            if (memcmp(c->hdr, TR_STORE_MAGIC, 4)) {
+                respond_error_and_close(c, "bad magic: not a trident store client");
+                return 0;
+            }
+            if (!tr_store_valid_request(c->op, c->klen, c->vlen, &why)) {
+                respond_error_and_close(c, why);
+                return 0;
+            }
+            c->body_len = (size_t)c->klen + c->vlen;
+            c->body_got = 0;
+            free(c->body);
+            c->body = malloc(c->body_len ? c->body_len : 1);
+            if (!c->body)
+                return -1;
+        } else {
+            c->body_got += (size_t)r;
+        }
+        if (c->body_got == c->body_len) {
+            handle(s, c);
+            c->hdr_got = 0;
+            free(c->body);
+            c->body = NULL;
+        }
+    }
+}
+
+static int on_writable(conn *c)
+{
+    while (c->out_sent < c->out_len) {
+        ssize_t w = send(c->fd, c->out + c->out_sent, c->out_len - c->out_sent,
+                         MSG_NOSIGNAL | MSG_DONTWAIT);
+        if (w < 0) {
+            if (errno == EINTR)
+                continue;
+            return (errno == EAGAIN || errno == EWOULDBLOCK) ? 0 : -1;
+        }
+        c->out_sent += (size_t)w;
+    }
+    free(c->out);
+    c->out = NULL;
+    c->out_len = c->out_sent = 0;
+    return c->close_after_write ? -1 : 0;
+}
+
+static void accept_one(tr_store_server *s)
+{
+    int fd = accept4(s->listen_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    if (fd < 0)
+        return;
+    conn *c = s->nconns < MAX_CONNS ? calloc(1, sizeof *c) : NULL;
+    if (!c) {
+        close(fd);
+        return;
+    }
+    int one = 1;
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    c->fd = fd;
+    c->opened = tr_now();
+    s->conns[s->nconns++] = c;
+}
+
+static void *serve(void *arg)
+{
+    tr_store_server *s = arg;
+    struct pollfd *fds = calloc(MAX_CONNS + 2, sizeof *fds);
+    if (!fds)
+        return NULL;
+    for (;;) {
+        int n = 0;
+        fds[n++] = (struct pollfd){.fd = s->wake_pipe[0], .events = POLLIN};
+        fds[n++] = (struct pollfd){.fd = s->listen_fd, .events = POLLIN};
+        for (int i = 0; i < s->nconns; i++) {
+            conn *c = s->conns[i];
+            short ev = POLLRDHUP;
+            if (c->out_len > c->out_sent)
+                ev |= POLLOUT;
+            else if (!c->parked_key && !c->close_after_write)
+                ev |= POLLIN;
+            fds[n++] = (struct pollfd){.fd = c->fd, .events = ev};
+        }
+        int r = poll(fds, (nfds_t)n, 1000);
+        if (r < 0 && errno != EINTR)
+            break;
+        if (fds[0].revents)
+            break; /* stop requested */
+        int nbefore = s->nconns;
+        double now = tr_now();
+        for (int i = 0; i < nbefore; i++) {
+            conn *c = s->conns[i];
+            short re = fds[2 + i].revents;
+            int drop = 0;
+            if (re & POLLOUT)
+                drop = on_writable(c) < 0;
+            if (!drop && (re & POLLIN))
+                drop = on_readable(s, c) < 0;
+            if (!drop && c->out_len > c->out_sent)
+                drop = on_writable(c) < 0; /* reply right away when possible */
+            if (!drop && (re & (POLLERR | POLLHUP | POLLNVAL)))
+                drop = 1;
+            if (!drop && (re & POLLRDHUP) && !(re & POLLIN) && c->out_len == c->out_sent)
+                drop = 1;
+            if (!drop && !c->authed && now - c->opened > HELLO_TIMEOUT_S)
+                drop = 1;
+            if (drop) {
+                conn_free(c);
+                s->conns[i] = NULL;
+            }
+        }
+        int k = 0;
+        for (int i = 0; i < s->nconns; i++)
+            if (s->conns[i])
+                s->conns[k++] = s->conns[i];
+        s->nconns = k;
+        if (fds[1].revents & POLLIN)
+            for (int i = 0; i < 16; i++)
+                accept_one(s);
+    }
+    free(fds);
+    return NULL;
+}
+
+static int bind_listen(tr_store_server *s, const char *host, int port)
+{
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    a.sin_addr.s_addr = htonl(INADDR_ANY);
+    if (host && *host) {
+        struct addrinfo hints = {.ai_family = AF_INET, .ai_socktype = SOCK_STREAM}, *res = NULL;
+        int g = getaddrinfo(host, NULL, &hints, &res);
+        if (g)
+            return tr_fail(TR_ERR_CONFIG, "store: cannot resolve '%s': %s", host, gai_strerror(g));
+        a.sin_addr = ((struct sockaddr_in *)res->ai_addr)->sin_addr;
+        freeaddrinfo(res);
+    }
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return tr_fail(TR_ERR_COMM, "store: socket: %s", strerror(errno));
+    int one = 1;
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    int rc = bind(fd, (struct sockaddr *)&a, sizeof a);
+    if (rc < 0 && host && *host && errno == EADDRNOTAVAIL) {
+        a.sin_addr.s_addr = htonl(INADDR_ANY); /* the name is not a local address: serve all */
+        rc = bind(fd, (struct sockaddr *)&a, sizeof a);
+    }
+    if (rc < 0 || listen(fd, 512) < 0) {
+        int e = errno;
+        close(fd);
+        return tr_fail(TR_ERR_COMM, "store: cannot listen on %s:%d: %s", host && *host ? host : "*",
+                       port, strerror(e));
+    }
+    socklen_t len = sizeof a;
+    getsockname(fd, (struct sockaddr *)&a, &len);
+    s->listen_fd = fd;
+    s->port = ntohs(a.sin_port);
+    return TR_OK;
+}
+
+int tr_store_server_start(const char *bind_host, int port, const char *token,
+                          const char *session, tr_store_server **out)
+{
+    *out = NULL;
+    if (port < 0 || port > 65535)
+        return tr_fail(TR_ERR_INVALID, "store: port %d out of range 0..65535", port);
+    token = token ? token : "";
+    session = session ? session : "";
+    if (strlen(token) > TR_STORE_MAX_KEY || strlen(session) > TR_STORE_MAX_KEY)
+        return tr_fail(TR_ERR_INVALID, "store: job token or session longer than 1 KiB");
+    tr_store_server *s = calloc(1, sizeof *s);
+    if (!s)
+        return tr_fail(TR_ERR_NOMEM, "store: out of memory");
+    strcpy(s->token, token);
+    strcpy(s->session, session);
+    s->listen_fd = s->wake_pipe[0] = s->wake_pipe[1] = -1;
+    int rc = bind_listen(s, bind_host, port);
+    if (!rc && pipe2(s->wake_pipe, O_CLOEXEC) < 0)
+        rc = tr_fail(TR_ERR_COMM, "store: pipe: %s", strerror(errno));
+    if (!rc && pthread_create(&s->thread, NULL, serve, s) != 0)
+        rc = tr_fail(TR_ERR_COMM, "store: cannot start the server thread");
+    if (rc) {
+        if (s->listen_fd >= 0)
+            close(s->listen_fd);
+        if (s->wake_pipe[0] >= 0) {
+            close(s->wake_pipe[0]);
+            close(s->wake_pipe[1]);
+        }
+        free(s);
+        return rc;
+    }
+    s->running = 1;
+    *out = s;
+    return TR_OK;
+}
+
+int tr_store_server_port(const tr_store_server *s) { return s ? s->port : -1; }
+
+void tr_store_server_stop(tr_store_server *s)
+{
+    if (!s)
+        return;
+    if (s->running) {
+        ssize_t w = write(s->wake_pipe[1], "x", 1);
+        (void)w;
+        pthread_join(s->thread, NULL);
+    }
+    for (int i = 0; i < s->nconns; i++)
+        conn_free(s->conns[i]);
+    for (size_t b = 0; b < NBUCKETS; b++)
+        for (entry *e = s->buckets[b], *n; e; e = n) {
+            n = e->next;
+            free(e->key);
+            free(e->value);
+            free(e);
+        }
+    close(s->listen_fd);
+    close(s->wake_pipe[0]);
+    close(s->wake_pipe[1]);
+    free(s);
+}

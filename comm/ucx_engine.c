@@ -1,0 +1,636 @@
+/* The UCX engine: context, worker, endpoints, tagged transfers, progress (by the waiting
+ * thread or a background thread), timeouts, and the lifetime of operations. */
+#include "comm/ucx_internal.h"
+
+#include <errno.h>
+#include <sched.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define IDLE_YIELD_S 1e-3 /* after this long without progress, sleep instead of yielding */
+#define IDLE_SLEEP_NS 50000
+
+/* ---------------------------------------------------------------- operations */
+
+ucx_op *ucx_op_new(ucx_group *g, tr_comm_opkind kind, int nx)
+{
+    ucx_op *op = calloc(1, sizeof *op);
+    if (!op)
+        return NULL;
+    op->g = g;
+    op->kind = kind;
+    op->nx = nx;
+    if (nx) {
+        op->x = calloc((size_t)nx, sizeof *op->x);
+        if (!op->x) {
+            free(op);
+            return NULL;
+        }
+    }
+    return op;
+}
+
+void ucx_op_free(ucx_op *op)
+{
+    if (!op)
+        return;
+    free(op->scratch);
+    free(op->lanes);
+    free(op->x);
+    free(op);
+}
+
+typedef void (*xfer_fn)(ucx_op *op, ucx_xfer *x, void *arg);
+
+static void for_each_xfer(ucx_op *op, xfer_fn fn, void *arg)
+{
+    for (int i = 0; i < op->nx; i++)
+        fn(op, &op->x[i], arg);
+    for (int i = 0; op->lanes && i < op->nlanes; i++) {
+        fn(op, &op->lanes[i].snd, arg);
+        fn(op, &op->lanes[i].rcv, arg);
+    }
+}
+
+static void count_posted(ucx_op *op, ucx_xfer *x, void *arg)
+{
+    (void)op;
+    if (x->state == XF_POSTED)
+        ++*(int *)arg;
+}
+
+static void cancel_recv(ucx_op *op, ucx_xfer *x, void *arg)
+{
+    (void)arg;
+    if (x->state == XF_POSTED && !x->is_send && x->req)
+        ucp_request_cancel(op->g->eng->worker, x->req);
+}
+
+static void free_done_request(ucx_op *op, ucx_xfer *x, void *arg)
+{
+    (void)op;
+    (void)arg;
+    if (x->state == XF_DONE && x->req) {
+        ucp_request_free(x->req);
+        x->req = NULL;
+    }
+}
+
+/* The transfer a stuck operation waits for: a posted receive first, else a posted send. */
+typedef struct {
+    ucx_xfer *recv, *send;
+} waiting_for;
+
+static void find_waiting(ucx_op *op, ucx_xfer *x, void *arg)
+{
+    (void)op;
+    waiting_for *w = arg;
+    if (x->state != XF_POSTED)
+        return;
+    if (!x->is_send && !w->recv)
+        w->recv = x;
+    if (x->is_send && !w->send)
+        w->send = x;
+}
+
+static int prefix(const ucx_op *op, char *buf, size_t len)
+{
+    const ucx_group *g = op->g;
+    return snprintf(buf, len, "rank %d (group '%s', rank %d of %d): %s #%u (%zu bytes)",
+                    g->eng->rank, g->name, g->rank, g->size, tr_comm_opkind_name(op->kind),
+                    op->seq, op->count * op->es);
+}
+
+int ucx_op_fail(ucx_op *op, const char *fmt, ...)
+{
+    if (op->status) /* keep the first failure */
+        return -1;
+    char what[400];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(what, sizeof what, fmt, ap);
+    va_end(ap);
+    char pre[200];
+    prefix(op, pre, sizeof pre);
+    snprintf(op->err, sizeof op->err, "%s: %s", pre, what);
+    op->status = TR_ERR_COMM;
+    op->g->broken = 1;
+    op->g->eng->broken = 1;
+    return -1;
+}
+
+/* ---------------------------------------------------------------- transfers */
+
+uint64_t ucx_coll_tag(const ucx_op *op, uint32_t step)
+{
+    return (uint64_t)op->g->id << 44 | (uint64_t)(op->seq & 0x7ffffu) << 24 |
+           (uint64_t)(step & UCX_MAX_STEP);
+}
+
+uint64_t ucx_p2p_tag(uint32_t group_id, int src, int tag)
+{
+    return (uint64_t)group_id << 44 | (uint64_t)1 << 43 | (uint64_t)(src & 0xfffff) << 23 |
+           (uint64_t)(unsigned)tag;
+}
+
+static void send_cb(void *request, ucs_status_t status, void *user_data)
+{
+    (void)request;
+    ucx_xfer *x = user_data;
+    x->status = status;
+    x->state = XF_DONE;
+}
+
+static void recv_cb(void *request, ucs_status_t status, const ucp_tag_recv_info_t *info,
+                    void *user_data)
+{
+    (void)request;
+    ucx_xfer *x = user_data;
+    x->status = status;
+    if (status == UCS_OK && info)
+        x->got = info->length;
+    x->state = XF_DONE;
+}
+
+static void ep_error_cb(void *arg, ucp_ep_h ep, ucs_status_t status)
+{
+    ucx_engine *e = arg;
+    for (int r = 0; r < e->size; r++)
+        if (e->eps[r] == ep && e->ep_status[r] == UCS_OK)
+            e->ep_status[r] = status;
+}
+
+static int get_ep(ucx_op *op, int peer, ucp_ep_h *ep)
+{
+    ucx_engine *e = op->g->eng;
+    int wr = op->g->world[peer];
+    if (e->ep_status[wr] != UCS_OK)
+        return ucx_op_fail(op, "connection to rank %d (group rank %d) failed earlier: %s", wr,
+                           peer, ucs_status_string(e->ep_status[wr]));
+    if (!e->eps[wr]) {
+        ucp_ep_params_t p = {
+            .field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS |
+                          UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE | UCP_EP_PARAM_FIELD_ERR_HANDLER,
+            .address = e->addr[wr],
+            .err_mode = UCP_ERR_HANDLING_MODE_PEER,
+            .err_handler = {.cb = ep_error_cb, .arg = e},
+        };
+        ucs_status_t s = ucp_ep_create(e->worker, &p, &e->eps[wr]);
+        if (s != UCS_OK) {
+            e->eps[wr] = NULL;
+            return ucx_op_fail(op, "cannot create a UCX endpoint to rank %d: %s", wr,
+                               ucs_status_string(s));
+        }
+    }
+    *ep = e->eps[wr];
+    return 0;
+}
+
+int ucx_post_send(ucx_op *op, ucx_xfer *x, int peer, uint64_t tag, const void *buf, size_t len)
+{
+    *x = (ucx_xfer){.peer = peer, .is_send = 1, .op = op, .expected = len, .state = XF_DONE};
+    ucp_ep_h ep = NULL;
+    if (get_ep(op, peer, &ep))
+        return -1;
+    ucp_request_param_t p = {
+        .op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA,
+        .cb.send = send_cb,
+        .user_data = x,
+    };
+    x->state = XF_POSTED; /* before the call: a callback may run inside it */
+    ucs_status_ptr_t r = ucp_tag_send_nbx(ep, buf, len, tag, &p);
+    if (r == NULL) {
+        x->state = XF_DONE;
+        return 0;
+    }
+    if (UCS_PTR_IS_ERR(r)) {
+        x->state = XF_DONE;
+        x->status = UCS_PTR_STATUS(r);
+        return ucx_op_fail(op, "send of %zu bytes to rank %d failed: %s", len,
+                           op->g->world[peer], ucs_status_string(x->status));
+    }
+    x->req = r;
+    return 0;
+}
+
+int ucx_post_recv(ucx_op *op, ucx_xfer *x, int peer, uint64_t tag, void *buf, size_t len)
+{
+    *x = (ucx_xfer){.peer = peer, .is_send = 0, .op = op, .expected = len, .state = XF_DONE};
+    ucx_engine *e = op->g->eng;
+    int wr = op->g->world[peer];
+    if (e->ep_status[wr] != UCS_OK)
+        return ucx_op_fail(op, "connection to rank %d (group rank %d) failed earlier: %s", wr,
+                           peer, ucs_status_string(e->ep_status[wr]));
+    ucp_request_param_t p = {
+        /* always through the callback: UCX 1.13 leaves recv_info unset on immediate
+         * completion, and the length check needs it */
+        .op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA |
+                        UCP_OP_ATTR_FLAG_NO_IMM_CMPL,
+        .cb.recv = recv_cb,
+        .user_data = x,
+    };
+    x->state = XF_POSTED; /* before the call: the callback may run inside it */
+    ucs_status_ptr_t r = ucp_tag_recv_nbx(e->worker, buf, len, tag, (ucp_tag_t)-1, &p);
+    if (UCS_PTR_IS_ERR(r) || r == NULL) {
+        x->state = XF_DONE;
+        x->status = r ? UCS_PTR_STATUS(r) : UCS_ERR_NO_PROGRESS;
+        return ucx_op_fail(op, "receive of %zu bytes from rank %d failed: %s", len, wr,
+                           ucs_status_string(x->status));
+    }
+    x->req = r;
+    return 0;
+}
+
+int ucx_xfer_finish(ucx_op *op, ucx_xfer *x)
+{
+    if (x->req) {
+        ucp_request_free(x->req);
+        x->req = NULL;
+    }
+    x->state = XF_IDLE;
+    int wr = op->g->world[x->peer];
+    if (x->status == UCS_ERR_MESSAGE_TRUNCATED)
+        return ucx_op_fail(op,
+                           "rank %d (group rank %d) sent more than the %zu bytes expected; do "
+                           "all ranks pass the same count?",
+                           wr, x->peer, x->expected);
+    if (x->status != UCS_OK)
+        return ucx_op_fail(op, "%s rank %d (group rank %d) failed: %s",
+                           x->is_send ? "send to" : "receive from", wr, x->peer,
+                           ucs_status_string(x->status));
+    if (!x->is_send && x->got != x->expected)
+        return ucx_op_fail(op,
+                           "rank %d (group rank %d) sent %zu bytes where %zu were expected; do "
+                           "all ranks pass the same count?",
+                           wr, x->peer, x->got, x->expected);
+    return 0;
+}
+
+/* ---------------------------------------------------------------- progress */
+
+static void unlink_op(ucx_op **head, ucx_op *op)
+{
+    if (op->prev)
+        op->prev->next = op->next;
+    else
+        *head = op->next;
+    if (op->next)
+        op->next->prev = op->prev;
+    op->prev = op->next = NULL;
+}
+
+static void link_op(ucx_op **head, ucx_op *op)
+{
+    op->prev = NULL;
+    op->next = *head;
+    if (*head)
+        (*head)->prev = op;
+    *head = op;
+}
+
+static void complete(ucx_engine *e, ucx_op *op)
+{
+    if (op->listed) {
+        unlink_op(&e->active, op);
+        op->listed = 0;
+        e->nactive--;
+    }
+    op->done = 1;
+    if (e->use_thread)
+        pthread_cond_broadcast(&e->done_cv);
+}
+
+/* One pass: drive UCX, advance every active operation, reap zombies. Returns 1 if anything
+ * happened. Engine locked. */
+static int progress_locked(ucx_engine *e)
+{
+    int made = 0;
+    while (ucp_worker_progress(e->worker))
+        made = 1;
+    for (ucx_op *op = e->active, *next; op; op = next) {
+        next = op->next;
+        int r = op->advance(op);
+        if (r != 0) {
+            complete(e, op);
+            made = 1;
+        }
+    }
+    for (ucx_op *op = e->zombies, *next; op; op = next) {
+        next = op->next;
+        int posted = 0;
+        for_each_xfer(op, free_done_request, NULL);
+        for_each_xfer(op, count_posted, &posted);
+        if (!posted) {
+            unlink_op(&e->zombies, op);
+            ucx_op_free(op);
+        }
+    }
+    return made;
+}
+
+static void idle_pause(double idle_s)
+{
+    if (idle_s < IDLE_YIELD_S) {
+        sched_yield();
+    } else {
+        struct timespec ts = {0, IDLE_SLEEP_NS};
+        nanosleep(&ts, NULL);
+    }
+}
+
+static void *progress_thread(void *arg)
+{
+    ucx_engine *e = arg;
+    pthread_mutex_lock(&e->mu);
+    double last = tr_now();
+    while (!e->stop) {
+        if (!e->active && !e->zombies) {
+            pthread_cond_wait(&e->work_cv, &e->mu);
+            last = tr_now();
+            continue;
+        }
+        double now = tr_now();
+        if (progress_locked(e)) {
+            last = now;
+            continue;
+        }
+        pthread_mutex_unlock(&e->mu);
+        idle_pause(now - last);
+        pthread_mutex_lock(&e->mu);
+    }
+    pthread_mutex_unlock(&e->mu);
+    return NULL;
+}
+
+int ucx_submit(ucx_op *op)
+{
+    ucx_group *g = op->g;
+    ucx_engine *e = g->eng;
+    pthread_mutex_lock(&e->mu);
+    if (g->broken) {
+        pthread_mutex_unlock(&e->mu);
+        int rc = tr_fail(TR_ERR_COMM,
+                         "rank %d: group '%s' is unusable after an earlier failure (timeout or "
+                         "transport error); %s not started",
+                         e->rank, g->name, tr_comm_opkind_name(op->kind));
+        ucx_op_free(op);
+        return rc;
+    }
+    op->seq = g->next_seq++;
+    int r = op->advance(op);
+    if (r != 0) {
+        op->done = 1;
+    } else {
+        link_op(&e->active, op);
+        op->listed = 1;
+        e->nactive++;
+        if (e->use_thread)
+            pthread_cond_signal(&e->work_cv);
+    }
+    pthread_mutex_unlock(&e->mu);
+    return TR_OK;
+}
+
+static void fail_timeout(ucx_op *op, double timeout_s)
+{
+    waiting_for w = {0};
+    for_each_xfer(op, find_waiting, &w);
+    ucx_xfer *x = w.recv ? w.recv : w.send;
+    if (x)
+        ucx_op_fail(op, "timed out after %g s waiting for rank %d (group rank %d) to %s",
+                    timeout_s, op->g->world[x->peer], x->peer,
+                    x->is_send ? "receive our data" : "send its data");
+    else
+        ucx_op_fail(op, "timed out after %g s", timeout_s);
+    op->status = TR_ERR_TIMEOUT;
+    complete(op->g->eng, op);
+}
+
+/* Free the op now, or park it until its posted transfers have called back. */
+static void release_locked(ucx_engine *e, ucx_op *op)
+{
+    int posted = 0;
+    for_each_xfer(op, cancel_recv, NULL);
+    for_each_xfer(op, free_done_request, NULL);
+    for_each_xfer(op, count_posted, &posted);
+    if (posted) {
+        op->zombie = 1;
+        link_op(&e->zombies, op);
+    } else {
+        ucx_op_free(op);
+    }
+}
+
+static int finish_locked(ucx_engine *e, ucx_op *op)
+{
+    int st = op->status;
+    if (st)
+        tr_fail(st, "%s", op->err);
+    release_locked(e, op);
+    return st;
+}
+
+int ucx_wait(ucx_op *op, double timeout_s)
+{
+    ucx_engine *e = op->g->eng;
+    pthread_mutex_lock(&e->mu);
+    double start = tr_now(), deadline = start + timeout_s, last = start;
+    while (!op->done) {
+        double now;
+        if (!e->use_thread) {
+            int made = progress_locked(e);
+            if (op->done)
+                break;
+            now = tr_now();
+            if (made)
+                last = now;
+            if (now >= deadline) {
+                fail_timeout(op, timeout_s);
+                break;
+            }
+            pthread_mutex_unlock(&e->mu);
+            idle_pause(now - last);
+            pthread_mutex_lock(&e->mu);
+        } else {
+            now = tr_now();
+            if (now >= deadline) {
+                fail_timeout(op, timeout_s);
+                break;
+            }
+            double until = deadline < now + 0.5 ? deadline : now + 0.5;
+            struct timespec ts;
+            clock_gettime(CLOCK_MONOTONIC, &ts);
+            double add = until - now;
+            ts.tv_sec += (time_t)add;
+            ts.tv_nsec += (long)((add - (double)(time_t)add) * 1e9);
+            if (ts.tv_nsec >= 1000000000L) {
+                ts.tv_sec++;
+                ts.tv_nsec -= 1000000000L;
+            }
+            pthread_cond_timedwait(&e->done_cv, &e->mu, &ts);
+        }
+    }
+    int st = finish_locked(e, op);
+    pthread_mutex_unlock(&e->mu);
+    return st;
+}
+
+int ucx_test(ucx_op *op, int *status)
+{
+    ucx_engine *e = op->g->eng;
+    pthread_mutex_lock(&e->mu);
+    if (!op->done && !e->use_thread)
+        progress_locked(e);
+    int done = op->done;
+    if (done)
+        *status = finish_locked(e, op);
+    pthread_mutex_unlock(&e->mu);
+    return done;
+}
+
+/* ---------------------------------------------------------------- engine lifetime */
+
+int ucx_engine_create(ucx_engine **out, int rank, int size, int use_thread, double timeout_s)
+{
+    *out = NULL;
+    ucx_engine *e = calloc(1, sizeof *e);
+    if (!e)
+        return tr_fail(TR_ERR_NOMEM, "comm: out of memory");
+    e->rank = rank;
+    e->size = size;
+    e->timeout_s = timeout_s;
+    e->refs = 1;
+    e->eps = calloc((size_t)size, sizeof *e->eps);
+    e->ep_status = calloc((size_t)size, sizeof *e->ep_status);
+    e->addr = calloc((size_t)size, sizeof *e->addr);
+    e->addr_len = calloc((size_t)size, sizeof *e->addr_len);
+    if (!e->eps || !e->ep_status || !e->addr || !e->addr_len) {
+        ucx_engine_release(e);
+        return tr_fail(TR_ERR_NOMEM, "comm: out of memory");
+    }
+    pthread_mutex_init(&e->mu, NULL);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&e->done_cv, &ca);
+    pthread_cond_init(&e->work_cv, &ca);
+    pthread_condattr_destroy(&ca);
+
+    ucp_config_t *cfg = NULL;
+    ucs_status_t s = ucp_config_read(NULL, NULL, &cfg);
+    if (s != UCS_OK) {
+        ucx_engine_release(e);
+        return tr_fail(TR_ERR_COMM, "rank %d: UCX configuration: %s", rank, ucs_status_string(s));
+    }
+    ucp_params_t p = {
+        .field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_ESTIMATED_NUM_EPS |
+                      UCP_PARAM_FIELD_MT_WORKERS_SHARED,
+        .features = UCP_FEATURE_TAG,
+        .estimated_num_eps = (size_t)size,
+        .mt_workers_shared = 0,
+    };
+    s = ucp_init(&p, cfg, &e->ctx);
+    ucp_config_release(cfg);
+    if (s != UCS_OK) {
+        e->ctx = NULL;
+        ucx_engine_release(e);
+        return tr_fail(TR_ERR_COMM, "rank %d: UCX init failed: %s", rank, ucs_status_string(s));
+    }
+    ucp_worker_params_t wp = {.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE,
+                              .thread_mode = UCS_THREAD_MODE_SERIALIZED};
+    s = ucp_worker_create(e->ctx, &wp, &e->worker);
+    if (s != UCS_OK) {
+        e->worker = NULL;
+        ucx_engine_release(e);
+        return tr_fail(TR_ERR_COMM, "rank %d: UCX worker: %s", rank, ucs_status_string(s));
+    }
+    e->use_thread = use_thread;
+    if (use_thread) {
+        if (pthread_create(&e->thread, NULL, progress_thread, e) != 0) {
+            ucx_engine_release(e);
+            return tr_fail(TR_ERR_COMM, "rank %d: cannot start the progress thread", rank);
+        }
+        e->thread_started = 1;
+    }
+    *out = e;
+    return TR_OK;
+}
+
+int ucx_engine_worker_address(ucx_engine *e, void **addr, size_t *len)
+{
+    ucp_address_t *a = NULL;
+    ucs_status_t s = ucp_worker_get_address(e->worker, &a, len);
+    if (s != UCS_OK)
+        return tr_fail(TR_ERR_COMM, "rank %d: UCX worker address: %s", e->rank,
+                       ucs_status_string(s));
+    *addr = a;
+    return TR_OK;
+}
+
+static void close_endpoints(ucx_engine *e)
+{
+    void **reqs = calloc((size_t)e->size, sizeof *reqs);
+    double deadline = tr_now() + (e->timeout_s < 10 ? e->timeout_s : 10);
+    for (int r = 0; r < e->size; r++) {
+        if (!e->eps[r])
+            continue;
+        int force = e->broken || e->ep_status[r] != UCS_OK;
+        ucp_request_param_t p = {.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS,
+                                 .flags = force ? UCP_EP_CLOSE_FLAG_FORCE : 0};
+        ucs_status_ptr_t req = ucp_ep_close_nbx(e->eps[r], &p);
+        if (UCS_PTR_IS_PTR(req) && reqs)
+            reqs[r] = req;
+        e->eps[r] = NULL;
+    }
+    for (int r = 0; reqs && r < e->size; r++) {
+        while (reqs[r] && ucp_request_check_status(reqs[r]) == UCS_INPROGRESS &&
+               tr_now() < deadline) {
+            if (!ucp_worker_progress(e->worker))
+                sched_yield();
+        }
+        if (reqs[r] && ucp_request_check_status(reqs[r]) != UCS_INPROGRESS)
+            ucp_request_free(reqs[r]);
+    }
+    free(reqs);
+}
+
+void ucx_engine_release(ucx_engine *e)
+{
+    if (!e || --e->refs > 0)
+        return;
+    if (e->thread_started) {
+        pthread_mutex_lock(&e->mu);
+        e->stop = 1;
+        pthread_cond_signal(&e->work_cv);
+        pthread_mutex_unlock(&e->mu);
+        pthread_join(e->thread, NULL);
+    }
+    if (e->worker) {
+        pthread_mutex_lock(&e->mu);
+        close_endpoints(e);
+        for (int i = 0; i < 100 && e->zombies; i++)
+            progress_locked(e);
+        pthread_mutex_unlock(&e->mu);
+        ucp_worker_destroy(e->worker);
+    }
+    for (ucx_op *op = e->zombies, *next; op; op = next) {
+        next = op->next;
+        ucx_op_free(op);
+    }
+    if (e->ctx)
+        ucp_cleanup(e->ctx);
+    for (int r = 0; e->addr && r < e->size; r++)
+        free(e->addr[r]);
+    tr_store_close(e->store);
+    tr_store_server_stop(e->server);
+    free(e->eps);
+    free(e->ep_status);
+    free(e->addr);
+    free(e->addr_len);
+    pthread_mutex_destroy(&e->mu);
+    pthread_cond_destroy(&e->done_cv);
+    pthread_cond_destroy(&e->work_cv);
+    free(e);
+}

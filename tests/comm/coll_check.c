@@ -1,0 +1,381 @@
+/* Multi-process check of every collective against a serial reference (run as N ranks by
+ * `trident launch`). On the world and on split groups, for counts 0, 1, 7, 1000 (and
+ * 1<<20 + 3 with --big), in-place and out-of-place, with the default algorithm choice and
+ * with the ring forced onto small messages; then several async operations in flight on
+ * different groups at once, and the counters.
+ *   coll_check [--big] [--timeout S] [--progress-thread]
+ * Data are small integers so fp32 sums are exact and results compare bit for bit; one
+ * random-float allreduce compares with a tolerance. Exit 0 when everything matched. */
+#include "comm/comm.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int failures;
+static int world_rank;
+
+#define CHECK(cond, ...)                                                                       \
+    do {                                                                                       \
+        if (!(cond)) {                                                                         \
+            fprintf(stderr, "rank %d: FAIL %s:%d: ", world_rank, __FILE__, __LINE__);          \
+            fprintf(stderr, __VA_ARGS__);                                                      \
+            fprintf(stderr, "\n");                                                             \
+            failures++;                                                                        \
+        }                                                                                      \
+    } while (0)
+
+#define OK(call)                                                                               \
+    do {                                                                                       \
+        int rc_ = (call);                                                                      \
+        if (rc_) {                                                                             \
+            fprintf(stderr, "rank %d: FAIL %s:%d: %s -> %d: %s\n", world_rank, __FILE__,       \
+                    __LINE__, #call, rc_, tr_errmsg());                                        \
+            failures++;                                                                        \
+            exit(1);                                                                           \
+        }                                                                                      \
+    } while (0)
+
+/* Element i of rank r's input (salt separates operations): small integers in [-9, 9]. */
+static double val(int r, size_t i, int salt)
+{
+    return (double)((unsigned)(r * 7 + (int)(i % 100003) * 13 + salt * 5) % 19u) - 9.0;
+}
+
+static void fill(void *p, tr_comm_dtype dt, size_t n, int r, int salt)
+{
+    for (size_t i = 0; i < n; i++) {
+        double v = val(r, i, salt);
+        switch (dt) {
+        case TR_COMM_F32: ((float *)p)[i] = (float)v; break;
+        case TR_COMM_F64: ((double *)p)[i] = v; break;
+        case TR_COMM_I32: ((int32_t *)p)[i] = (int32_t)v; break;
+        default: ((int64_t *)p)[i] = (int64_t)v * 1000000007LL; break;
+        }
+    }
+}
+
+/* Reference element i of the reduction over the group's members (group ranks 0..n-1 hold
+ * data of salt computed from their group rank). */
+static double ref_reduce(int n, size_t i, int salt, tr_comm_redop op)
+{
+    double acc = val(0, i, salt);
+    for (int r = 1; r < n; r++) {
+        double v = val(r, i, salt);
+        acc = op == TR_COMM_SUM ? acc + v : op == TR_COMM_MAX ? fmax(acc, v) : fmin(acc, v);
+    }
+    return acc;
+}
+
+static double get(const void *p, tr_comm_dtype dt, size_t i)
+{
+    switch (dt) {
+    case TR_COMM_F32: return ((const float *)p)[i];
+    case TR_COMM_F64: return ((const double *)p)[i];
+    case TR_COMM_I32: return ((const int32_t *)p)[i];
+    default: return (double)(((const int64_t *)p)[i] / 1000000007LL);
+    }
+}
+
+static int expect_reduced(const char *what, tr_comm *c, const void *got, tr_comm_dtype dt,
+                          size_t first, size_t n, int salt, tr_comm_redop op)
+{
+    for (size_t k = 0; k < n; k++) {
+        double want = ref_reduce(tr_comm_size(c), first + k, salt, op), have = get(got, dt, k);
+        if (have != want) {
+            CHECK(0, "%s on '%s' (size %d): element %zu is %g, expected %g", what,
+                  tr_comm_name(c), tr_comm_size(c), first + k, have, want);
+            return 0;
+        }
+    }
+    return 1;
+}
+
+static int expect_inputs(const char *what, tr_comm *c, const void *got, tr_comm_dtype dt,
+                         size_t count, int salt)
+{
+    int n = tr_comm_size(c);
+    for (int r = 0; r < n; r++) {
+        size_t off, len;
+        tr_comm_block(count, n, r, &off, &len);
+        for (size_t k = 0; k < len; k++) {
+            double want = val(r, off + k, salt), have = get(got, dt, off + k);
+            if (have != want) {
+                CHECK(0, "%s on '%s' (size %d): element %zu (from rank %d) is %g, expected %g",
+                      what, tr_comm_name(c), n, off + k, r, have, want);
+                return 0;
+            }
+        }
+    }
+    return 1;
+}
+
+static size_t expected_ops[TR_COMM_NOPKINDS];
+
+static void check_allreduce(tr_comm *c, size_t count, tr_comm_dtype dt, tr_comm_redop op,
+                            int in_place, int salt)
+{
+    size_t es = tr_comm_dtype_size(dt);
+    void *a = malloc(count * es + 8), *b = malloc(count * es + 8);
+    fill(a, dt, count, tr_comm_rank(c), salt);
+    char what[96];
+    snprintf(what, sizeof what, "allreduce(count %zu, dtype %d, op %d, %s)", count, dt, op,
+             in_place ? "in-place" : "out-of-place");
+    OK(tr_comm_allreduce(c, a, in_place ? a : b, count, dt, op));
+    expected_ops[TR_COMM_OP_ALLREDUCE]++;
+    expect_reduced(what, c, in_place ? a : b, dt, 0, count, salt, op);
+    if (!in_place) { /* the input is untouched */
+        void *orig = malloc(count * es + 8);
+        fill(orig, dt, count, tr_comm_rank(c), salt);
+        CHECK(!memcmp(orig, a, count * es), "%s modified its send buffer", what);
+        free(orig);
+    }
+    free(a);
+    free(b);
+}
+
+static void check_reduce_scatter(tr_comm *c, size_t count, tr_comm_dtype dt, tr_comm_redop op,
+                                 int in_place, int salt)
+{
+    size_t es = tr_comm_dtype_size(dt), off, len;
+    tr_comm_block(count, tr_comm_size(c), tr_comm_rank(c), &off, &len);
+    uint8_t *a = malloc(count * es + 8), *b = malloc(len * es + 8);
+    fill(a, dt, count, tr_comm_rank(c), salt);
+    char what[96];
+    snprintf(what, sizeof what, "reduce_scatter(count %zu, dtype %d, op %d, %s)", count, dt, op,
+             in_place ? "in-place" : "out-of-place");
+    void *out = in_place ? a + off * es : b;
+    OK(tr_comm_reduce_scatter(c, a, out, count, dt, op));
+    expected_ops[TR_COMM_OP_REDUCE_SCATTER]++;
+    expect_reduced(what, c, out, dt, off, len, salt, op);
+    free(a);
+    free(b);
+}
+
+static void check_allgather(tr_comm *c, size_t count, tr_comm_dtype dt, int in_place, int salt)
+{
+    size_t es = tr_comm_dtype_size(dt), off, len;
+    int r = tr_comm_rank(c);
+    tr_comm_block(count, tr_comm_size(c), r, &off, &len);
+    uint8_t *all = malloc(count * es + 8), *mine = malloc(len * es + 8), *full = malloc(count * es + 8);
+    fill(full, dt, count, r, salt);
+    memcpy(mine, full + off * es, len * es);
+    memset(all, 0x7f, count * es);
+    if (in_place)
+        memcpy(all + off * es, mine, len * es);
+    char what[96];
+    snprintf(what, sizeof what, "allgather(count %zu, dtype %d, %s)", count, dt,
+             in_place ? "in-place" : "out-of-place");
+    OK(tr_comm_allgather(c, in_place ? all + off * es : mine, all, count, dt));
+    expected_ops[TR_COMM_OP_ALLGATHER]++;
+    expect_inputs(what, c, all, dt, count, salt);
+    free(all);
+    free(mine);
+    free(full);
+}
+
+static void check_broadcast(tr_comm *c, size_t count, tr_comm_dtype dt, int root, int salt)
+{
+    size_t es = tr_comm_dtype_size(dt);
+    uint8_t *a = malloc(count * es + 8), *want = malloc(count * es + 8);
+    fill(want, dt, count, root, salt);
+    if (tr_comm_rank(c) == root)
+        memcpy(a, want, count * es);
+    else
+        memset(a, 0x55, count * es);
+    OK(tr_comm_broadcast(c, a, count, dt, root));
+    expected_ops[TR_COMM_OP_BROADCAST]++;
+    CHECK(!memcmp(a, want, count * es), "broadcast(count %zu, root %d) on '%s' differs", count,
+          root, tr_comm_name(c));
+    free(a);
+    free(want);
+}
+
+/* Everyone sends to r+1 and receives from r-1, async, both directions in flight. */
+static void check_sendrecv(tr_comm *c, size_t count, int salt)
+{
+    int n = tr_comm_size(c), r = tr_comm_rank(c);
+    if (n < 2)
+        return;
+    float *out = malloc(count * 4 + 8), *in = malloc(count * 4 + 8), *want = malloc(count * 4 + 8);
+    fill(out, TR_COMM_F32, count, r, salt);
+    fill(want, TR_COMM_F32, count, (r + n - 1) % n, salt);
+    tr_comm_request *req[2];
+    OK(tr_comm_recv_async(c, in, count, TR_COMM_F32, (r + n - 1) % n, 77 + salt, &req[0]));
+    OK(tr_comm_send_async(c, out, count, TR_COMM_F32, (r + 1) % n, 77 + salt, &req[1]));
+    OK(tr_comm_wait_all(req, 2));
+    expected_ops[TR_COMM_OP_SEND]++;
+    expected_ops[TR_COMM_OP_RECV]++;
+    CHECK(!memcmp(in, want, count * 4), "send/recv(count %zu) on '%s' differs", count,
+          tr_comm_name(c));
+    free(out);
+    free(in);
+    free(want);
+}
+
+static void random_float_allreduce(tr_comm *c, int salt)
+{
+    size_t count = 5003;
+    int n = tr_comm_size(c), r = tr_comm_rank(c);
+    float *a = malloc(count * 4), *b = malloc(count * 4);
+    for (size_t i = 0; i < count; i++)
+        a[i] = (float)tr_rand_uniform(42, (uint64_t)(salt * 64 + r), i) * 2.0f - 1.0f;
+    OK(tr_comm_allreduce(c, a, b, count, TR_COMM_F32, TR_COMM_SUM));
+    expected_ops[TR_COMM_OP_ALLREDUCE]++;
+    for (size_t i = 0; i < count; i++) {
+        double want = 0;
+        for (int q = 0; q < n; q++)
+            want += (float)tr_rand_uniform(42, (uint64_t)(salt * 64 + q), i) * 2.0f - 1.0f;
+        if (fabs(b[i] - want) > 1e-5 * (1 + fabs(want))) {
+            CHECK(0, "random allreduce on '%s': element %zu is %.9g, expected %.9g",
+                  tr_comm_name(c), i, b[i], want);
+            break;
+        }
+    }
+    free(a);
+    free(b);
+}
+
+static void run_suite(tr_comm *c, int big)
+{
+    static const size_t counts[] = {0, 1, 7, 1000};
+    const tr_comm_tuning dflt = *tr_comm_get_tuning(c);
+    const tr_comm_tuning ring = {.ring_min_bytes = 1, .chunk_bytes = 64};
+    for (int t = 0; t < 2; t++) {
+        OK(tr_comm_set_tuning(c, t ? &ring : &dflt));
+        for (size_t k = 0; k < sizeof counts / sizeof counts[0]; k++) {
+            size_t n = counts[k];
+            int salt = (int)k + 10 * t;
+            for (int ip = 0; ip < 2; ip++) {
+                check_allreduce(c, n, TR_COMM_F32, TR_COMM_SUM, ip, salt);
+                check_reduce_scatter(c, n, TR_COMM_F32, TR_COMM_SUM, ip, salt + 1);
+                check_allgather(c, n, TR_COMM_F32, ip, salt + 2);
+            }
+            check_allreduce(c, n, TR_COMM_F64, TR_COMM_MAX, 0, salt + 3);
+            check_allreduce(c, n, TR_COMM_I64, TR_COMM_SUM, 1, salt + 4);
+            check_allreduce(c, n, TR_COMM_I32, TR_COMM_MIN, 0, salt + 5);
+            check_reduce_scatter(c, n, TR_COMM_F64, TR_COMM_MAX, 0, salt + 6);
+            check_allgather(c, n, TR_COMM_I64, 0, salt + 7);
+            check_broadcast(c, n, TR_COMM_F64, (int)(n % (size_t)tr_comm_size(c)), salt + 8);
+            check_broadcast(c, n, TR_COMM_F32, tr_comm_size(c) - 1, salt + 9);
+            check_sendrecv(c, n, salt);
+            OK(tr_comm_barrier(c));
+            expected_ops[TR_COMM_OP_BARRIER]++;
+        }
+        random_float_allreduce(c, 50 + t);
+    }
+    OK(tr_comm_set_tuning(c, &dflt));
+    if (big) {
+        size_t n = ((size_t)1 << 20) + 3;
+        check_allreduce(c, n, TR_COMM_F32, TR_COMM_SUM, 0, 60);
+        check_allreduce(c, n, TR_COMM_F32, TR_COMM_SUM, 1, 61);
+        check_reduce_scatter(c, n, TR_COMM_F32, TR_COMM_SUM, 0, 62);
+        check_reduce_scatter(c, n, TR_COMM_F32, TR_COMM_SUM, 1, 63);
+        check_allgather(c, n, TR_COMM_F32, 0, 64);
+        check_broadcast(c, n, TR_COMM_F32, 0, 65);
+    }
+}
+
+/* Async operations in flight at once on different groups (and two on one group). */
+static void concurrent(tr_comm *world, tr_comm *half, tr_comm *third)
+{
+    enum { N1 = 1000, N2 = 100003, N3 = 4099 };
+    int wr = tr_comm_rank(world);
+    float *a = malloc(N1 * 4), *b = malloc(N2 * 4), *c = malloc(N3 * 4 * 8), *d = malloc(N1 * 4);
+    float *e = malloc(N2 * 4);
+    size_t off, len;
+    tr_comm_block(N3, tr_comm_size(third), tr_comm_rank(third), &off, &len);
+    fill(a, TR_COMM_F32, N1, wr, 70);
+    fill(b, TR_COMM_F32, N2, tr_comm_rank(half), 71);
+    fill(c, TR_COMM_F32, N3, tr_comm_rank(third), 72);
+    fill(e, TR_COMM_F32, N2, tr_comm_rank(world), 74);
+    if (wr == 0)
+        fill(d, TR_COMM_F32, N1, 0, 73);
+    tr_comm_request *req[5];
+    /* issued in a different order than they will complete; the same order on every rank */
+    OK(tr_comm_allreduce_async(world, e, e, N2, TR_COMM_F32, TR_COMM_SUM, &req[0]));
+    OK(tr_comm_allreduce_async(half, b, b, N2, TR_COMM_F32, TR_COMM_SUM, &req[1]));
+    OK(tr_comm_reduce_scatter_async(third, c, c + off, N3, TR_COMM_F32, TR_COMM_MAX, &req[2]));
+    OK(tr_comm_allreduce_async(world, a, a, N1, TR_COMM_F32, TR_COMM_MIN, &req[3]));
+    OK(tr_comm_broadcast_async(world, d, N1, TR_COMM_F32, 0, &req[4]));
+    int done = 0;
+    OK(tr_comm_test(&req[4], &done)); /* polling works too */
+    if (done)
+        req[4] = NULL;
+    OK(tr_comm_wait_all(req, 5));
+    expect_reduced("concurrent world allreduce", world, e, TR_COMM_F32, 0, N2, 74, TR_COMM_SUM);
+    expect_reduced("concurrent half allreduce", half, b, TR_COMM_F32, 0, N2, 71, TR_COMM_SUM);
+    expect_reduced("concurrent third reduce_scatter", third, c + off, TR_COMM_F32, off, len, 72,
+                   TR_COMM_MAX);
+    expect_reduced("concurrent world min", world, a, TR_COMM_F32, 0, N1, 70, TR_COMM_MIN);
+    float *want = malloc(N1 * 4);
+    fill(want, TR_COMM_F32, N1, 0, 73);
+    CHECK(!memcmp(d, want, N1 * 4), "concurrent broadcast differs");
+    free(want);
+    free(a);
+    free(b);
+    free(c);
+    free(d);
+    free(e);
+}
+
+static void check_counters(tr_comm *c)
+{
+    tr_comm_counters k;
+    tr_comm_get_counters(c, &k);
+    for (int i = 0; i < TR_COMM_OP_SPLIT; i++)
+        CHECK(k.ops[i] == expected_ops[i], "counter of %s on '%s' is %llu, expected %zu",
+              tr_comm_opkind_name((tr_comm_opkind)i), tr_comm_name(c),
+              (unsigned long long)k.ops[i], expected_ops[i]);
+    tr_comm_reset_counters(c);
+    memset(expected_ops, 0, sizeof expected_ops);
+}
+
+int main(int argc, char **argv)
+{
+    int big = 0;
+    tr_comm_config cfg = tr_comm_config_default();
+    cfg.timeout_s = 60;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--big"))
+            big = 1;
+        else if (!strcmp(argv[i], "--progress-thread"))
+            cfg.progress_thread = 1;
+        else if (!strcmp(argv[i], "--timeout") && i + 1 < argc)
+            cfg.timeout_s = atof(argv[++i]);
+    }
+    double t0 = tr_now();
+    tr_comm *world = NULL, *half = NULL, *third = NULL, *odd = NULL;
+    OK(tr_comm_init_world(&cfg, &world));
+    world_rank = tr_comm_rank(world);
+    int n = tr_comm_size(world);
+    run_suite(world, big);
+    check_counters(world);
+
+    /* reversed order inside the halves: key = -rank */
+    OK(tr_comm_split(world, world_rank % 2, -world_rank, "half", &half));
+    CHECK(tr_comm_size(half) == (n + 1 - world_rank % 2) / 2, "half has size %d",
+          tr_comm_size(half));
+    CHECK(tr_comm_world_rank(half, tr_comm_rank(half)) == world_rank, "world rank mapping");
+    run_suite(half, 0);
+    check_counters(half);
+    OK(tr_comm_split(world, world_rank % 3, world_rank, "third", &third));
+    /* a split where some ranks join nothing */
+    OK(tr_comm_split(world, world_rank % 2 ? 0 : TR_COMM_COLOR_NONE, 0, "odd", &odd));
+    CHECK((odd != NULL) == (world_rank % 2), "odd split membership");
+    if (odd) {
+        run_suite(odd, 0);
+        check_counters(odd);
+    }
+    concurrent(world, half, third);
+
+    tr_comm_destroy(odd);
+    tr_comm_destroy(third);
+    tr_comm_destroy(half);
+    tr_comm_destroy(world);
+    if (world_rank == 0)
+        printf("coll_check: %d ranks, %s, %.2f s\n", n, failures ? "FAILED" : "all matched",
+               tr_now() - t0);
+    return failures ? 1 : 0;
+}
