@@ -181,13 +181,19 @@ static void print_json(const tr_topo_table *tab, int gpus_per_node, const tr_nod
 }
 
 /* Sizes from --config FILE; flags given on the command line take precedence. */
-static int sizes_from_config(const char *path, int *tp, int *pp, char **order)
+static int sizes_from_config(const char *path, int *tp, int *pp, char **order, char *where,
+                             size_t where_cap)
 {
     tr_config cfg;
     if (tr_config_load(path, NULL, 0, &cfg)) {
         fprintf(stderr, "trident topo: %s\n", tr_errmsg());
         return 2;
     }
+    /* Where the parallel sizes came from, for a layout error. */
+    if (*tp < 0 || *pp < 0)
+        snprintf(where, where_cap, "%s: ",
+                 tr_config_where(&cfg, *tp < 0 ? "parallel.tensor_model_parallel_size"
+                                               : "parallel.pipeline_model_parallel_size"));
     if (*tp < 0)
         *tp = cfg.parallel.tensor_model_parallel_size;
     if (*pp < 0)
@@ -265,15 +271,16 @@ int tr_cmd_topo(int argc, char **argv)
         fprintf(stderr, "trident topo: --world-size is required (see trident topo --help)\n");
         rc = 2;
     }
+    char where[512] = "";
     if (!rc && config_path)
-        rc = sizes_from_config(config_path, &tp, &pp, &order);
+        rc = sizes_from_config(config_path, &tp, &pp, &order, where, sizeof where);
     if (rc) {
         free(order);
         return rc;
     }
     tr_topo t;
     if (tr_topo_init(&t, world, tp < 0 ? 1 : tp, pp < 0 ? 1 : pp, order)) {
-        fprintf(stderr, "trident topo: %s\n", tr_errmsg());
+        fprintf(stderr, "trident topo: %s%s\n", where, tr_errmsg());
         free(order);
         return 2;
     }

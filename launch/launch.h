@@ -51,7 +51,9 @@ int tr_launch_plan_make(const tr_launch_options *opts, tr_launch_plan *out);
 void tr_launch_plan_free(tr_launch_plan *plan);
 
 /* Runs argv[0] (searched in PATH) with argv as its arguments, once per local rank, and waits
- * for all of them. Returns TR_OK once the ranks ran (the job's result is *exit_code), or an
+ * for all of them. Blocks SIGCHLD/SIGINT/SIGTERM/SIGHUP while it runs (restored after); call
+ * it from the thread that will outlive the ranks (PR_SET_PDEATHSIG follows that thread). The
+ * ranks' stdin is /dev/null. Returns TR_OK once the ranks ran (the job's result is *exit_code), or an
  * error (bad options, fork failure) with no rank left running. */
 int tr_launch_local(const tr_launch_options *opts, char *const argv[], int *exit_code);
 

@@ -151,7 +151,8 @@ static void child_fail(const char *what, const char *arg)
  * its pipe closes. Only async-signal-safe calls between fork and _exit. */
 static void run_guard(int read_fd, pid_t launcher)
 {
-    setpgid(0, 0);
+    if (setpgid(0, 0) && getpgrp() != getpid())
+        _exit(1); /* never kill(0, ...) a group that is not our own */
     signal(SIGINT, SIG_IGN);
     signal(SIGTERM, SIG_IGN);
     signal(SIGHUP, SIG_IGN);
@@ -201,8 +202,11 @@ static int start_guard(launch_state *s)
     close(fds[0]);
     setpgid(pid, pid); /* also done by the guard: whichever runs first */
     s->guard = pid;
-    s->pgid = pid;
     s->guard_fd = fds[1];
+    if (getpgid(pid) != pid)
+        return tr_fail(TR_ERR_INTERNAL, "cannot give the ranks their own process group: %s",
+                       strerror(errno));
+    s->pgid = pid;
     return TR_OK;
 }
 
@@ -228,11 +232,17 @@ static int start_rank(launch_state *s, int rank, int devnull, char *const argv[]
     close(out[1]), close(err[1]);
     rank_proc *r = &s->ranks[rank];
     r->pid = pid;
+    int joined = getpgid(pid) == s->pgid;
     int rd[2] = {out[0], err[0]};
     for (int k = 0; k < 2; k++) {
         fcntl(rd[k], F_SETFL, fcntl(rd[k], F_GETFL) | O_NONBLOCK);
         r->stream[k].fd = rd[k];
         r->stream[k].out_fd = k + 1;
+    }
+    if (!joined) {
+        kill(pid, SIGKILL);
+        return tr_fail(TR_ERR_INTERNAL, "rank %d could not join the ranks' process group",
+                       rank);
     }
     return TR_OK;
 }

@@ -296,6 +296,9 @@ def test_topo_config():
         p, _ = run(["topo", "--config", path, "--world-size", "8", "--tp", "4", "--json"])
         check(p.returncode == 0 and json.loads(p.stdout)["tensor_model_parallel_size"] == 4,
               "topo --config: --tp overrides the file")
+        p, _ = run(["topo", "--config", path, "--world-size", "6"])
+        check(p.returncode == 2 and f"{path}:7:3: world size 6 is not divisible" in p.stderr,
+              f"topo --config bad layout: {p.returncode} {p.stderr!r}")
         p, _ = run(["topo", "--config", os.path.join(tmp, "missing.yaml"), "--world-size", "8"])
         check(p.returncode == 2 and "missing.yaml" in p.stderr,
               f"topo --config missing: {p.returncode} {p.stderr!r}")
