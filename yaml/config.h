@@ -103,8 +103,10 @@ int tr_config_load_string(const char *text, size_t len, const char *name,
                           const char *const *overrides, int n_overrides, tr_config *out);
 /* Write the resolved config as YAML. */
 int tr_config_write(const tr_config *c, FILE *f);
-/* "FILE:LINE:COL" of a key (or "FILE" if the key came from a default), in a static
- * thread-local buffer. */
+/* 1 if every key of the two configs has the same value (source and marks are ignored). */
+int tr_config_equal(const tr_config *a, const tr_config *b);
+/* "FILE:LINE:COL" of a key (or "FILE" if the key came from a default, "--set KEY" if it came
+ * from an override), in a static thread-local buffer. A section name ("model") works too. */
 const char *tr_config_where(const tr_config *c, const char *dotted_key);
 void tr_config_free(tr_config *c);
 

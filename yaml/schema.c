@@ -1,0 +1,134 @@
+/* The config schema: one table entry per key (section, Megatron name, type, field, default,
+ * allowed range or values). Adding a key = one entry here (and its field in config.h);
+ * adding a section = its name in tr_config_sections and entries for its keys. Loading,
+ * defaults, writing, comparing and freeing all walk this table. */
+#include <float.h>
+#include <limits.h>
+#include <stddef.h>
+#include <string.h>
+
+#include "yaml/config_internal.h"
+
+#define F(field) offsetof(tr_config, field)
+#define INF DBL_MAX
+
+#define INT(sec, name, field, req, dflt, min, max)                                             \
+    {.section = sec, .key = name, .type = TR_KEY_INT, .offset = F(field), .required = req,    \
+     .def = dflt, .lo = min, .hi = max}
+#define DBL(sec, name, field, req, dflt, min, min_open, max, max_open)                         \
+    {.section = sec, .key = name, .type = TR_KEY_DOUBLE, .offset = F(field), .required = req, \
+     .def = dflt, .lo = min, .lo_open = min_open, .hi = max, .hi_open = max_open}
+#define BOOL(sec, name, field, dflt)                                                           \
+    {.section = sec, .key = name, .type = TR_KEY_BOOL, .offset = F(field), .def = dflt}
+#define ENUM(sec, name, field, dflt, values)                                                   \
+    {.section = sec, .key = name, .type = TR_KEY_STRING, .offset = F(field), .def = dflt,     \
+     .choices = values}
+#define STR(sec, name, field, req, dflt, check)                                                \
+    {.section = sec, .key = name, .type = TR_KEY_STRING, .offset = F(field), .required = req, \
+     .def = dflt, .check_string = check}
+
+const char *const tr_config_sections[] = {"model", "parallel", "training", "data", "logging",
+                                          NULL};
+
+static const char *const schedules[] = {"1f1b", "gpipe", "interleaved", NULL};
+static const char *const orders[] = {"tp-dp-pp", "tp-pp-dp", NULL};
+static const char *const decay_styles[] = {"cosine", "linear", "constant", NULL};
+static const char *const recompute_modes[] = {"none", "full", NULL};
+static const char *const precisions[] = {"fp32", "bf16", NULL};
+static const char *const data_formats[] = {"auto", "megatron", "llmc", NULL};
+static const char *const log_levels[] = {"debug", "info", "warning", "error", NULL};
+
+const tr_key_spec tr_config_keys[] = {
+    INT("model", "num_layers", model.num_layers, 1, NULL, 1, 65536),
+    INT("model", "hidden_size", model.hidden_size, 1, NULL, 1, 1 << 20),
+    INT("model", "num_attention_heads", model.num_attention_heads, 1, NULL, 1, 65536),
+    INT("model", "seq_length", model.seq_length, 1, NULL, 1, 1 << 24),
+    INT("model", "max_position_embeddings", model.max_position_embeddings, 0, "=model.seq_length",
+        1, 1 << 24),
+    INT("model", "vocab_size", model.vocab_size, 0, "256", 1, 1 << 30),
+    INT("model", "make_vocab_size_divisible_by", model.make_vocab_size_divisible_by, 0, "128", 1,
+        65536),
+    DBL("model", "init_method_std", model.init_method_std, 0, "0.02", 0, 1, INF, 0),
+    DBL("model", "layernorm_epsilon", model.layernorm_epsilon, 0, "1e-5", 0, 1, INF, 0),
+
+    INT("parallel", "tensor_model_parallel_size", parallel.tensor_model_parallel_size, 0, "1", 1,
+        65536),
+    INT("parallel", "pipeline_model_parallel_size", parallel.pipeline_model_parallel_size, 0, "1",
+        1, TR_MAX_STAGES),
+    {.section = "parallel", .key = "pipeline_layers", .type = TR_KEY_INT_LIST,
+     .offset = F(parallel.pipeline_layers), .count_offset = F(parallel.num_pipeline_layers),
+     .max_count = TR_MAX_STAGES, .lo = 1, .hi = 65536},
+    ENUM("parallel", "pipeline_schedule", parallel.pipeline_schedule, "1f1b", schedules),
+    INT("parallel", "virtual_pipeline_model_parallel_size",
+        parallel.virtual_pipeline_model_parallel_size, 0, "1", 1, 1024),
+    BOOL("parallel", "sequence_parallel", parallel.sequence_parallel, "false"),
+    DBL("parallel", "ddp_bucket_size_mb", parallel.ddp_bucket_size_mb, 0, "25", 0, 0, 1e6, 0),
+    BOOL("parallel", "overlap_grad_reduce", parallel.overlap_grad_reduce, "true"),
+    BOOL("parallel", "use_distributed_optimizer", parallel.use_distributed_optimizer, "false"),
+    DBL("parallel", "comm_timeout_s", parallel.comm_timeout_s, 0, "300", 0, 1, 1e9, 0),
+    ENUM("parallel", "order", parallel.order, "tp-dp-pp", orders),
+
+    INT("training", "micro_batch_size", training.micro_batch_size, 1, NULL, 1, 1 << 20),
+    INT("training", "global_batch_size", training.global_batch_size, 0,
+        "=training.micro_batch_size", 1, 1 << 30),
+    INT("training", "train_iters", training.train_iters, 1, NULL, 1, INT_MAX),
+    DBL("training", "lr", training.lr, 1, NULL, 0, 1, INF, 0),
+    DBL("training", "min_lr", training.min_lr, 0, "0", 0, 0, INF, 0),
+    INT("training", "lr_warmup_iters", training.lr_warmup_iters, 0, "0", 0, INT_MAX),
+    INT("training", "lr_decay_iters", training.lr_decay_iters, 0, "=training.train_iters", 1,
+        INT_MAX),
+    ENUM("training", "lr_decay_style", training.lr_decay_style, "cosine", decay_styles),
+    DBL("training", "clip_grad", training.clip_grad, 0, "1.0", 0, 0, INF, 0),
+    DBL("training", "weight_decay", training.weight_decay, 0, "0.01", 0, 0, INF, 0),
+    DBL("training", "adam_beta1", training.adam_beta1, 0, "0.9", 0, 0, 1, 1),
+    DBL("training", "adam_beta2", training.adam_beta2, 0, "0.999", 0, 0, 1, 1),
+    DBL("training", "adam_eps", training.adam_eps, 0, "1e-8", 0, 1, INF, 0),
+    {.section = "training", .key = "seed", .type = TR_KEY_UINT64, .offset = F(training.seed),
+     .def = "1234"},
+    INT("training", "eval_interval", training.eval_interval, 0, "0", 0, INT_MAX),
+    INT("training", "eval_iters", training.eval_iters, 0, "10", 0, INT_MAX),
+    ENUM("training", "recompute", training.recompute, "none", recompute_modes),
+    ENUM("training", "precision", training.precision, "fp32", precisions),
+
+    STR("data", "data_path", data.data_path, 1, NULL, NULL),
+    ENUM("data", "data_format", data.data_format, "auto", data_formats),
+    STR("data", "split", data.split, 0, "969,30,1", tr_check_split),
+
+    INT("logging", "log_interval", logging.log_interval, 0, "1", 1, INT_MAX),
+    BOOL("logging", "trace", logging.trace, "false"),
+    ENUM("logging", "level", logging.level, "info", log_levels),
+    DBL("logging", "peak_gflops", logging.peak_gflops, 0, "0", 0, 0, INF, 0),
+};
+
+const int tr_config_n_keys = (int)(sizeof tr_config_keys / sizeof tr_config_keys[0]);
+
+const tr_key_spec *tr_config_find_key(const char *section, const char *key)
+{
+    for (int i = 0; i < tr_config_n_keys; i++)
+        if (!strcmp(tr_config_keys[i].section, section) && !strcmp(tr_config_keys[i].key, key))
+            return &tr_config_keys[i];
+    return NULL;
+}
+
+int tr_config_key_index(const char *dotted)
+{
+    const char *dot = strchr(dotted, '.');
+    if (!dot)
+        return -1;
+    size_t slen = (size_t)(dot - dotted);
+    for (int i = 0; i < tr_config_n_keys; i++) {
+        const tr_key_spec *k = &tr_config_keys[i];
+        if (strlen(k->section) == slen && !strncmp(k->section, dotted, slen) &&
+            !strcmp(k->key, dot + 1))
+            return i;
+    }
+    return -1;
+}
+
+int tr_config_section_index(const char *name)
+{
+    for (int i = 0; tr_config_sections[i]; i++)
+        if (!strcmp(tr_config_sections[i], name))
+            return i;
+    return -1;
+}

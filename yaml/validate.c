@@ -1,0 +1,169 @@
+/* Checks that involve more than one key (single-key ranges and names are checked while
+ * converting). Each message points at the key the user most likely set. */
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "core/core.h"
+#include "yaml/config_internal.h"
+
+/* Fails at the first of k1, k2 that was written in the file or by --set (else k1). */
+static int bad(const tr_config *c, const char *k1, const char *k2, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static int bad(const tr_config *c, const char *k1, const char *k2, const char *fmt, ...)
+{
+    const char *key = !tr_config_find_mark(c, k1) && k2 && tr_config_find_mark(c, k2) ? k2 : k1;
+    char loc[1200], what[800];
+    snprintf(loc, sizeof loc, "%s", tr_config_where(c, key));
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(what, sizeof what, fmt, ap);
+    va_end(ap);
+    return tr_fail(TR_ERR_CONFIG, "%s: %s", loc, what);
+}
+
+/* " (set at FILE:L:C)" for a key that was written, "" (" (default)") for one that was not. */
+static const char *set_at(const tr_config *c, const char *key, char *buf, size_t cap)
+{
+    if (tr_config_find_mark(c, key))
+        snprintf(buf, cap, " (set at %s)", tr_config_where(c, key));
+    else
+        snprintf(buf, cap, " (default)");
+    return buf;
+}
+
+/* "a multiple of d: e.g. lo or hi" for a value v that is not one. */
+static const char *multiples(int v, int d, char *buf, size_t cap)
+{
+    long lo = (long)v / d * d, hi = lo + d;
+    if (lo > 0)
+        snprintf(buf, cap, "e.g. %ld or %ld", lo, hi);
+    else
+        snprintf(buf, cap, "e.g. %ld", hi);
+    return buf;
+}
+
+static int check_model_and_tp(const tr_config *c)
+{
+    const tr_model_config *m = &c->model;
+    int tp = c->parallel.tensor_model_parallel_size;
+    char at[1300], eg[64];
+    if (m->hidden_size % m->num_attention_heads)
+        return bad(c, "model.hidden_size", "model.num_attention_heads",
+                   "model.hidden_size = %d is not a multiple of model.num_attention_heads = %d%s; "
+                   "hidden_size must be divisible by num_attention_heads (%s)",
+                   m->hidden_size, m->num_attention_heads,
+                   set_at(c, "model.num_attention_heads", at, sizeof at),
+                   multiples(m->hidden_size, m->num_attention_heads, eg, sizeof eg));
+    if (m->hidden_size % tp)
+        return bad(c, "parallel.tensor_model_parallel_size", "model.hidden_size",
+                   "parallel.tensor_model_parallel_size = %d does not divide model.hidden_size = "
+                   "%d%s; tensor parallelism splits hidden_size evenly",
+                   tp, m->hidden_size, set_at(c, "model.hidden_size", at, sizeof at));
+    if (m->num_attention_heads % tp)
+        return bad(c, "parallel.tensor_model_parallel_size", "model.num_attention_heads",
+                   "parallel.tensor_model_parallel_size = %d does not divide "
+                   "model.num_attention_heads = %d%s; each tensor-parallel rank holds whole heads",
+                   tp, m->num_attention_heads,
+                   set_at(c, "model.num_attention_heads", at, sizeof at));
+    if (m->max_position_embeddings < m->seq_length)
+        return bad(c, "model.max_position_embeddings", "model.seq_length",
+                   "model.max_position_embeddings = %d is less than model.seq_length = %d%s; "
+                   "allowed: max_position_embeddings >= seq_length",
+                   m->max_position_embeddings, m->seq_length,
+                   set_at(c, "model.seq_length", at, sizeof at));
+    return TR_OK;
+}
+
+static int check_pipeline(const tr_config *c)
+{
+    const tr_parallel_config *p = &c->parallel;
+    int pp = p->pipeline_model_parallel_size, vpp = p->virtual_pipeline_model_parallel_size;
+    int layers = c->model.num_layers;
+    int interleaved = !strcmp(p->pipeline_schedule, "interleaved");
+    char at[1300];
+    if (layers < pp)
+        return bad(c, "parallel.pipeline_model_parallel_size", "model.num_layers",
+                   "parallel.pipeline_model_parallel_size = %d is more than model.num_layers = "
+                   "%d%s; each pipeline stage needs at least one layer",
+                   pp, layers, set_at(c, "model.num_layers", at, sizeof at));
+    if (p->num_pipeline_layers > 0) {
+        long sum = 0;
+        for (int i = 0; i < p->num_pipeline_layers; i++)
+            sum += p->pipeline_layers[i];
+        if (p->num_pipeline_layers != pp)
+            return bad(c, "parallel.pipeline_layers", NULL,
+                       "parallel.pipeline_layers has %d entries but "
+                       "parallel.pipeline_model_parallel_size = %d%s; allowed: one entry (a "
+                       "layer count) per pipeline stage, or [] for an even split",
+                       p->num_pipeline_layers, pp,
+                       set_at(c, "parallel.pipeline_model_parallel_size", at, sizeof at));
+        if (sum != layers)
+            return bad(c, "parallel.pipeline_layers", NULL,
+                       "parallel.pipeline_layers sums to %ld but model.num_layers = %d%s; the "
+                       "stages must hold every layer exactly once",
+                       sum, layers, set_at(c, "model.num_layers", at, sizeof at));
+    }
+    if (vpp > 1 && !interleaved)
+        return bad(c, "parallel.virtual_pipeline_model_parallel_size", "parallel.pipeline_schedule",
+                   "parallel.virtual_pipeline_model_parallel_size = %d with pipeline_schedule "
+                   "'%s'; virtual stages need pipeline_schedule: interleaved",
+                   vpp, p->pipeline_schedule);
+    if (interleaved) {
+        if (vpp < 2 || pp < 2)
+            return bad(c, "parallel.pipeline_schedule",
+                       "parallel.virtual_pipeline_model_parallel_size",
+                       "pipeline_schedule 'interleaved' with pipeline_model_parallel_size = %d "
+                       "and virtual_pipeline_model_parallel_size = %d; interleaving needs both "
+                       ">= 2",
+                       pp, vpp);
+        for (int i = 0; i < p->num_pipeline_layers; i++)
+            if (p->pipeline_layers[i] % vpp)
+                return bad(c, "parallel.pipeline_layers", NULL,
+                           "parallel.pipeline_layers[%d] = %d is not a multiple of "
+                           "virtual_pipeline_model_parallel_size = %d; each stage splits its "
+                           "layers into that many chunks",
+                           i, p->pipeline_layers[i], vpp);
+        if (p->num_pipeline_layers == 0 && layers % (pp * vpp))
+            return bad(c, "model.num_layers", "parallel.virtual_pipeline_model_parallel_size",
+                       "model.num_layers = %d is not divisible by pipeline_model_parallel_size x "
+                       "virtual_pipeline_model_parallel_size = %d x %d; the interleaved schedule "
+                       "gives every chunk the same number of layers",
+                       layers, pp, vpp);
+    }
+    return TR_OK;
+}
+
+static int check_training(const tr_config *c)
+{
+    const tr_training_config *t = &c->training;
+    char at[1300], eg[64];
+    if (t->global_batch_size % t->micro_batch_size)
+        return bad(c, "training.global_batch_size", "training.micro_batch_size",
+                   "training.global_batch_size = %d is not a multiple of "
+                   "training.micro_batch_size = %d%s; allowed: a multiple (%s)",
+                   t->global_batch_size, t->micro_batch_size,
+                   set_at(c, "training.micro_batch_size", at, sizeof at),
+                   multiples(t->global_batch_size, t->micro_batch_size, eg, sizeof eg));
+    if (t->min_lr > t->lr)
+        return bad(c, "training.min_lr", "training.lr",
+                   "training.min_lr = %g is greater than training.lr = %g%s; allowed: min_lr <= "
+                   "lr",
+                   t->min_lr, t->lr, set_at(c, "training.lr", at, sizeof at));
+    if (t->eval_interval > 0 && t->eval_iters < 1)
+        return bad(c, "training.eval_iters", "training.eval_interval",
+                   "training.eval_iters = 0 with training.eval_interval = %d; allowed: "
+                   "eval_iters >= 1 when evaluating (or eval_interval: 0)",
+                   t->eval_interval);
+    return TR_OK;
+}
+
+int tr_config_validate(const tr_config *c)
+{
+    int rc = check_model_and_tp(c);
+    if (!rc)
+        rc = check_pipeline(c);
+    if (!rc)
+        rc = check_training(c);
+    return rc;
+}

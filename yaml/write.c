@@ -1,0 +1,132 @@
+/* The resolved config as YAML (every table key, defaults filled) and a field-by-field
+ * comparison; both walk the key table. Numbers are written in the shortest form that reads
+ * back to the same value, so write -> load gives an equal struct. */
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/core.h"
+#include "yaml/config_internal.h"
+
+static void write_double(FILE *f, double v)
+{
+    char buf[64];
+    for (int digits = 15; digits <= 17; digits++) {
+        snprintf(buf, sizeof buf, "%.*g", digits, v);
+        if (strtod(buf, NULL) == v)
+            break;
+    }
+    fputs(buf, f);
+}
+
+static void write_string(FILE *f, const char *s)
+{
+    fputc('"', f);
+    for (const unsigned char *p = (const unsigned char *)(s ? s : ""); *p; p++) {
+        if (*p == '"' || *p == '\\')
+            fprintf(f, "\\%c", *p);
+        else if (*p < 0x20 || *p == 0x7f)
+            fprintf(f, "\\x%02X", *p);
+        else
+            fputc(*p, f);
+    }
+    fputc('"', f);
+}
+
+static void write_value(FILE *f, const tr_config *c, const tr_key_spec *s)
+{
+    const void *field = (const char *)c + s->offset;
+    switch (s->type) {
+    case TR_KEY_INT:
+        fprintf(f, "%d", *(const int *)field);
+        break;
+    case TR_KEY_UINT64:
+        fprintf(f, "%" PRIu64, *(const uint64_t *)field);
+        break;
+    case TR_KEY_DOUBLE:
+        write_double(f, *(const double *)field);
+        break;
+    case TR_KEY_BOOL:
+        fputs(*(const int *)field ? "true" : "false", f);
+        break;
+    case TR_KEY_STRING:
+        write_string(f, *(char *const *)field);
+        break;
+    case TR_KEY_INT_LIST: {
+        int n = *(const int *)((const char *)c + s->count_offset);
+        fputc('[', f);
+        for (int i = 0; i < n && i < s->max_count; i++)
+            fprintf(f, "%s%d", i ? ", " : "", ((const int *)field)[i]);
+        fputc(']', f);
+        break;
+    }
+    }
+}
+
+int tr_config_write(const tr_config *c, FILE *f)
+{
+    if (!c || !f)
+        return tr_fail(TR_ERR_INVALID, "tr_config_write: no config or no file");
+    fprintf(f, "# trident config, resolved: every key, defaults filled in");
+    if (c->source) {
+        fputs(" (from ", f);
+        for (const unsigned char *p = (const unsigned char *)c->source; *p; p++)
+            fputc(*p < 0x20 || *p >= 0x7f ? '?' : *p, f); /* one line of plain ASCII */
+        fputc(')', f);
+    }
+    fputc('\n', f);
+    for (int sec = 0; tr_config_sections[sec]; sec++) {
+        fprintf(f, "%s:\n", tr_config_sections[sec]);
+        for (int i = 0; i < tr_config_n_keys; i++) {
+            const tr_key_spec *s = &tr_config_keys[i];
+            if (strcmp(s->section, tr_config_sections[sec]))
+                continue;
+            fprintf(f, "  %s: ", s->key);
+            write_value(f, c, s);
+            char dotted[200];
+            snprintf(dotted, sizeof dotted, "%s.%s", s->section, s->key);
+            fputs(tr_config_find_mark(c, dotted) ? "\n" : "  # default\n", f);
+        }
+    }
+    if (fflush(f) || ferror(f))
+        return tr_fail(TR_ERR_IO, "writing the config failed");
+    return TR_OK;
+}
+
+int tr_config_equal(const tr_config *a, const tr_config *b)
+{
+    for (int i = 0; i < tr_config_n_keys; i++) {
+        const tr_key_spec *s = &tr_config_keys[i];
+        const void *fa = (const char *)a + s->offset, *fb = (const char *)b + s->offset;
+        switch (s->type) {
+        case TR_KEY_INT:
+        case TR_KEY_BOOL:
+            if (*(const int *)fa != *(const int *)fb)
+                return 0;
+            break;
+        case TR_KEY_UINT64:
+            if (*(const uint64_t *)fa != *(const uint64_t *)fb)
+                return 0;
+            break;
+        case TR_KEY_DOUBLE:
+            if (*(const double *)fa != *(const double *)fb)
+                return 0;
+            break;
+        case TR_KEY_STRING: {
+            const char *sa = *(char *const *)fa, *sb = *(char *const *)fb;
+            if ((!sa || !sb) ? sa != sb : strcmp(sa, sb) != 0)
+                return 0;
+            break;
+        }
+        case TR_KEY_INT_LIST: {
+            int na = *(const int *)((const char *)a + s->count_offset);
+            int nb = *(const int *)((const char *)b + s->count_offset);
+            if (na != nb || na < 0 || na > s->max_count ||
+                memcmp(fa, fb, (size_t)na * sizeof(int)))
+                return 0;
+            break;
+        }
+        }
+    }
+    return 1;
+}
