@@ -7,9 +7,10 @@
  *  - Partition. P stages, v model chunks per stage (v = 1 unless interleaved): the model's
  *    layers form B = P*v contiguous blocks, one per VIRTUAL stage vs = c*P + r (chunk c of
  *    stage r holds block c*P + r). Default split: each block gets num_layers / B layers and the
- *    remainder R goes one each to the R MIDDLE blocks (blocks (B-R)/2 .. (B-R)/2 + R - 1), so
- *    the first and last stages, which also hold the embedding and the loss head, stay light
- *    (22 layers on 4 stages -> [5, 6, 6, 5]). An explicit list (parallel.pipeline_layers)
+ *    remainder R goes one each to the R MIDDLE blocks (blocks (B-R)/2 .. (B-R)/2 + R - 1,
+ *    rounding down, so an odd leftover block is at the end), so the first and last stages,
+ *    which also hold the embedding and the loss head, stay light (22 layers on 4 stages ->
+ *    [5, 6, 6, 5]; 23 -> [6, 6, 6, 5]). An explicit list (parallel.pipeline_layers)
  *    has one entry per virtual stage, in virtual-stage order (for v = 1: per stage). A block
  *    with 0 layers, a list of the wrong length or one whose sum is not num_layers is
  *    TR_ERR_CONFIG with a message naming the values. The embedding lives on virtual stage 0
@@ -32,7 +33,8 @@
  *      interleaved: Megatron's forward_backward_pipelining_with_interleaving with v chunks:
  *                   virtual micro-batch k runs micro-batch (k / (P*v))*P + k % P on chunk
  *                   (k % (P*v)) / P (backward: chunk v-1-that); warm-up (P-r-1)*2 + (v-1)*P
- *                   capped at M*v, all warm-up when M == P (as Megatron). Needs P >= 2, v >= 2,
+ *                   capped at M*v, all warm-up when M == P (as Megatron; the checker passes
+ *                   without that special case too). Needs P >= 2, v >= 2,
  *                   M % P == 0. Megatron's recv flags are reproduced (stage 0 / stage P-1
  *                   receive what the other end of the ring sends in the same iteration).
  *  - Checker (tr_pp_simulate / tr_pp_check): runs all stages' lists together. Sends and
@@ -40,10 +42,11 @@
  *    carry the same (direction, micro-batch, virtual stage). Communication model:
  *      TR_PP_COMM_RENDEZVOUS: every comm op alone, blocking, a send completes only when the
  *                             receiver has posted the matching recv (the strictest);
- *      TR_PP_COMM_BATCHED:    rendezvous, but a batch is posted as a whole (what the runner
- *                             does; gpipe and 1f1b also pass RENDEZVOUS, interleaved needs
- *                             the batches);
+ *      TR_PP_COMM_BATCHED:    rendezvous, but a batch is posted as a whole (what a runner
+ *                             with batch_isend_irecv / NCCL groups does);
  *      TR_PP_COMM_BUFFERED:   sends never block (the weakest).
+ *    All three kinds pass all three models for every P <= 16, M <= 64 (v <= 4 interleaved):
+ *    a runner may post the ops one by one with blocking send/recv, in list order.
  *    Dependencies: F(mb, vs) needs the activation of (mb, vs-1) received (vs = 0: none);
  *    B(mb, vs) needs its own F and the gradient of (mb, vs+1) received (vs = B-1: only F);
  *    a send needs the F/B that produced its tensor done. Every (mb, vs) runs F and B exactly

@@ -21,6 +21,7 @@ typedef struct {
     tr_pp_comm_model model;
     long total;
     long *offset;       /* [P+1] */
+    int *stage_of;      /* [total]: stage of global op g */
     long *partner;      /* [total]: matched op (comm ops) */
     double *post;       /* [total]: time the op was posted */
     double *done_at;    /* [total]: completion time, < 0 = not done */
@@ -40,9 +41,7 @@ enum { F_ACT_IN = 1, F_FWD = 2, F_GRAD_IN = 4, F_BWD = 8 };
 
 static void describe(const engine *e, long g, char *buf, size_t n)
 {
-    int s = 0;
-    while (e->offset[s + 1] <= g)
-        s++;
+    int s = e->stage_of[g];
     const tr_pp_op *op = &e->st[s].ops[g - e->offset[s]];
     if (tr_pp_op_is_comm(op->kind))
         snprintf(buf, n, "stage %d op %ld: %s(mb %d, chunk %d) %s stage %d", s,
@@ -63,9 +62,7 @@ static int fail_at(const engine *e, long g, const char *why)
 
 static const tr_pp_op *op_of(const engine *e, long g, int *stage)
 {
-    int s = 0;
-    while (e->offset[s + 1] <= g)
-        s++;
+    int s = e->stage_of[g];
     if (stage)
         *stage = s;
     return &e->st[s].ops[g - e->offset[s]];
@@ -450,6 +447,7 @@ int tr_pp_simulate(const tr_pp_schedule *stages, int P, tr_pp_comm_model model,
     size_t n = (size_t)total + 1;
     e.offset = tr_alloc(sizeof(long) * (size_t)(P + 1), "simulation");
     e.partner = tr_alloc(sizeof(long) * n, "simulation");
+    e.stage_of = tr_alloc(sizeof(int) * n, "simulation");
     e.post = tr_alloc(sizeof(double) * n, "simulation");
     e.done_at = tr_alloc(sizeof(double) * n, "simulation");
     e.flags = tr_alloc((size_t)e.B * (size_t)e.M, "simulation");
@@ -458,14 +456,17 @@ int tr_pp_simulate(const tr_pp_schedule *stages, int P, tr_pp_comm_model model,
     e.work = tr_alloc(sizeof(int) * (size_t)P, "simulation");
     e.queued = tr_alloc((size_t)P, "simulation");
     int rc = TR_OK;
-    if (!e.offset || !e.partner || !e.post || !e.done_at || !e.flags || !e.pos || !e.clock ||
+    if (!e.offset || !e.partner || !e.stage_of || !e.post || !e.done_at || !e.flags || !e.pos || !e.clock ||
         !e.work || !e.queued) {
         rc = TR_ERR_NOMEM;
     } else {
         e.wend = e.pos + P;
         e.live = e.pos + 2 * P;
-        for (int s = 0; s < P; s++)
+        for (int s = 0; s < P; s++) {
             e.offset[s + 1] = e.offset[s] + stages[s].n_ops;
+            for (long g = e.offset[s]; g < e.offset[s + 1]; g++)
+                e.stage_of[g] = s;
+        }
         for (long g = 0; g < total; g++) {
             e.partner[g] = -1;
             e.done_at[g] = -1.0;
@@ -485,6 +486,7 @@ int tr_pp_simulate(const tr_pp_schedule *stages, int P, tr_pp_comm_model model,
     }
     tr_free(e.offset);
     tr_free(e.partner);
+    tr_free(e.stage_of);
     tr_free(e.post);
     tr_free(e.done_at);
     tr_free(e.flags);

@@ -201,7 +201,9 @@ static void test_exhaustive_check(void **state)
     printf("checked %ld (schedule, model) cases, %ld ops per model pass, in %.2f s\n", cases,
            ops, dt);
     assert_true(cases > 7000);
-    assert_true(dt < 10.0);
+#if !defined(__SANITIZE_ADDRESS__)
+    assert_true(dt < 10.0); /* sanitizer builds run several times slower */
+#endif
 }
 
 /* Communication cost and uneven stages: the simulation still runs; the bubble only grows;
