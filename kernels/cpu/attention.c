@@ -19,7 +19,7 @@ static void softmax_causal_row(float *restrict row, int t, int T)
     for (int j = 0; j <= t; j++)
         mx = row[j] > mx ? row[j] : mx;
     float sum = 0.0f;
-#pragma omp simd reduction(+ : sum)
+#pragma omp simd reduction(+ : sum) simdlen(TR_SIMDLEN)
     for (int j = 0; j <= t; j++) {
         float e = tr_cpu_expf(row[j] - mx);
         row[j] = e;

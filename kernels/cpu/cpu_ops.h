@@ -17,6 +17,16 @@
 /* Work (in elements or flops) below which a loop stays on the calling thread. */
 #define TR_CPU_PAR_MIN 32768
 
+/* a * b + c, fused where the CPU has FMA (C17 mode compiles with -ffp-contract=off) */
+#ifdef __FMA__
+#define TR_FMA(a, b, c) __builtin_fmaf((a), (b), (c))
+#else
+#define TR_FMA(a, b, c) ((a) * (b) + (c))
+#endif
+
+/* SIMD width for loops bound by arithmetic (exp): 16 floats = one AVX-512 register. */
+#define TR_SIMDLEN 16
+
 /* exp(x) for fp32, written so GCC vectorises loops that call it: Cody-Waite range
  * reduction x = k ln2 + r, |r| <= ln2/2, a degree-7 polynomial for e^r and 2^k from the
  * exponent bits. Relative error about 2 ulp; inputs below -87.3 give 0, above 88 give e^88. */
@@ -25,17 +35,17 @@ static inline float tr_cpu_expf(float x)
     float xc = x > 88.0f ? 88.0f : x;
     xc = xc < -87.3f ? -87.3f : xc;
     /* round(x / ln2) by the 1.5 * 2^23 trick (exact in round-to-nearest) */
-    float kf = xc * 1.44269504088896341f + 12582912.0f;
+    float kf = TR_FMA(xc, 1.44269504088896341f, 12582912.0f);
     kf -= 12582912.0f;
-    float r = xc - kf * 0.693359375f;     /* ln2 high part (exact product) */
-    r = r - kf * (-2.12194440e-4f);       /* ln2 low part */
+    float r = TR_FMA(kf, -0.693359375f, xc);  /* ln2 high part (exact product) */
+    r = TR_FMA(kf, 2.12194440e-4f, r);        /* ln2 low part */
     float p = 1.9875691500e-4f;
-    p = p * r + 1.3981999507e-3f;
-    p = p * r + 8.3334519073e-3f;
-    p = p * r + 4.1665795894e-2f;
-    p = p * r + 1.6666665459e-1f;
-    p = p * r + 5.0000001201e-1f;
-    p = p * r * r + r + 1.0f;
+    p = TR_FMA(p, r, 1.3981999507e-3f);
+    p = TR_FMA(p, r, 8.3334519073e-3f);
+    p = TR_FMA(p, r, 4.1665795894e-2f);
+    p = TR_FMA(p, r, 1.6666665459e-1f);
+    p = TR_FMA(p, r, 5.0000001201e-1f);
+    p = TR_FMA(p, r * r, r + 1.0f);
     int32_t bits = ((int32_t)kf + 127) << 23;
     float two_k;
     memcpy(&two_k, &bits, sizeof two_k);

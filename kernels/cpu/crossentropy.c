@@ -20,7 +20,11 @@ void tr_cpu_xent_row_max(tr_stream s, float *maxv, const float *logits, int N, i
     }
 }
 
-/* sumexp[n] = sum_{c < n_valid} exp(logits[n, c] - maxv[n]), accumulated in double */
+/* Columns per partial sum in row_sumexp: float SIMD partials, added in double. */
+#define SUM_BLOCK 1024
+
+/* sumexp[n] = sum_{c < n_valid} exp(logits[n, c] - maxv[n]): blocks of SUM_BLOCK columns
+ * summed in float SIMD lanes, the block sums added in double. */
 void tr_cpu_xent_row_sumexp(tr_stream s, float *sumexp, const float *logits, const float *maxv,
                             int N, int V, int n_valid)
 {
@@ -29,11 +33,16 @@ void tr_cpu_xent_row_sumexp(tr_stream s, float *sumexp, const float *logits, con
     for (int n = 0; n < N; n++) {
         const float *restrict x = logits + (size_t)n * V;
         float mx = maxv[n];
-        double sum = 0.0;
-#pragma omp simd reduction(+ : sum)
-        for (int c = 0; c < n_valid; c++)
-            sum += tr_cpu_expf(x[c] - mx);
-        sumexp[n] = (float)sum;
+        double total = 0.0;
+        for (int c0 = 0; c0 < n_valid; c0 += SUM_BLOCK) {
+            int w = n_valid - c0 < SUM_BLOCK ? n_valid - c0 : SUM_BLOCK;
+            float sum = 0.0f;
+#pragma omp simd reduction(+ : sum) simdlen(TR_SIMDLEN)
+            for (int c = 0; c < w; c++)
+                sum += tr_cpu_expf(x[c0 + c] - mx);
+            total += sum;
+        }
+        sumexp[n] = (float)total;
     }
 }
 
@@ -68,7 +77,7 @@ void tr_cpu_xent_backward(tr_stream s, float *dlogits, const float *logits, cons
         const float *x = logits + (size_t)n * V;
         float *dx = dlogits + (size_t)n * V;
         float mx = maxv[n], k = scale / sumexp[n];
-#pragma omp simd
+#pragma omp simd simdlen(TR_SIMDLEN)
         for (int c = 0; c < n_valid; c++)
             dx[c] = k * tr_cpu_expf(x[c] - mx);
         for (int c = n_valid; c < V; c++)

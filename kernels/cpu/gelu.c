@@ -12,7 +12,7 @@
 void tr_cpu_gelu_forward(tr_stream s, float *out, const float *inp, size_t n)
 {
     (void)s;
-#pragma omp parallel for simd schedule(static) if (n >= TR_CPU_PAR_MIN)
+#pragma omp parallel for simd simdlen(TR_SIMDLEN) schedule(static) if (n >= TR_CPU_PAR_MIN)
     for (size_t i = 0; i < n; i++) {
         float x = inp[i];
         float u = SQRT_2_OVER_PI * (x + GELU_K * x * x * x);
@@ -24,7 +24,7 @@ void tr_cpu_gelu_backward(tr_stream s, float *dinp, const float *inp, const floa
                           size_t n)
 {
     (void)s;
-#pragma omp parallel for simd schedule(static) if (n >= TR_CPU_PAR_MIN)
+#pragma omp parallel for simd simdlen(TR_SIMDLEN) schedule(static) if (n >= TR_CPU_PAR_MIN)
     for (size_t i = 0; i < n; i++) {
         float x = inp[i];
         float u = SQRT_2_OVER_PI * (x + GELU_K * x * x * x);
