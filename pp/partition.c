@@ -47,8 +47,8 @@ int tr_pp_partition_layers(int num_layers, int P, int v, const int *explicit_lay
     if (explicit_layers || n_explicit) {
         char list[256];
         if (!explicit_layers || n_explicit < 0)
-            return tr_fail(TR_ERR_INVALID, "tr_pp_partition_layers: %d explicit entries but no list",
-                           n_explicit);
+            return tr_fail(TR_ERR_INVALID,
+                           "tr_pp_partition_layers: %d explicit entries but no list", n_explicit);
         format_list(explicit_layers, n_explicit, list, sizeof list);
         if (n_explicit != B) {
             if (v == 1)

@@ -57,7 +57,8 @@
  *    a matched send/recv completes p2p after both sides are posted; stages run their lists in
  *    order. Bubble fraction = idle stage-time / (P * makespan). With equal stage times and
  *    p2p = 0 it equals (P-1)/(M+P-1) for gpipe and 1f1b and (P-1)/(v*M+P-1) for interleaved
- *    (tests assert this for tb = tf and tb = 2 tf). */
+ *    (tests assert this for tb/tf = 1/2, 1, 2, 3); communication cost or unequal stages
+ *    only add to it. */
 #ifndef TR_PP_H
 #define TR_PP_H
 

@@ -167,7 +167,8 @@ static int pair_ops(engine *e)
             }
             long gs = lists[first_send[c] + i], gr = lists[first_recv[c] + i];
             const tr_pp_op *os = op_of(e, gs, NULL), *orv = op_of(e, gr, NULL);
-            int same_dir = (os->kind == TR_PP_OP_SEND_FORWARD) == (orv->kind == TR_PP_OP_RECV_FORWARD);
+            int same_dir =
+                (os->kind == TR_PP_OP_SEND_FORWARD) == (orv->kind == TR_PP_OP_RECV_FORWARD);
             if (!same_dir || os->mb != orv->mb || sender_vs(e, os) != sender_vs(e, orv)) {
                 describe(e, gr, other, sizeof other);
                 snprintf(msg, sizeof msg, "send #%ld from stage %d to stage %d is matched "
@@ -456,8 +457,8 @@ int tr_pp_simulate(const tr_pp_schedule *stages, int P, tr_pp_comm_model model,
     e.work = tr_alloc(sizeof(int) * (size_t)P, "simulation");
     e.queued = tr_alloc((size_t)P, "simulation");
     int rc = TR_OK;
-    if (!e.offset || !e.partner || !e.stage_of || !e.post || !e.done_at || !e.flags || !e.pos || !e.clock ||
-        !e.work || !e.queued) {
+    if (!e.offset || !e.partner || !e.stage_of || !e.post || !e.done_at || !e.flags || !e.pos ||
+        !e.clock || !e.work || !e.queued) {
         rc = TR_ERR_NOMEM;
     } else {
         e.wend = e.pos + P;

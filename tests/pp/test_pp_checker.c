@@ -97,7 +97,8 @@ static void test_unmatched_and_mismatched(void **state)
 
     /* two receives swapped: each tensor exists, but a tagless FIFO transport would swap them */
     build(3, 4, TR_PP_GPIPE, 1);
-    int a = find(&st[1], TR_PP_OP_RECV_BACKWARD, 3, 0), b = find(&st[1], TR_PP_OP_RECV_BACKWARD, 2, 0);
+    int a = find(&st[1], TR_PP_OP_RECV_BACKWARD, 3, 0);
+    int b = find(&st[1], TR_PP_OP_RECV_BACKWARD, 2, 0);
     st[1].ops[a].mb = 2;
     st[1].ops[b].mb = 3;
     expect_error(tr_pp_check(st, 3, TR_PP_COMM_BUFFERED), TR_ERR_INVALID, "(FIFO)");

@@ -153,7 +153,7 @@ static void test_peak_activations(void **state)
 static int near(double a, double b) { return fabs(a - b) <= 1e-9 * (1 + fabs(b)); }
 
 /* Every schedule for P <= 16, M <= 64 (v <= 4 interleaved) under every communication
- * model, with the simulated bubble equal to the closed form for tb = 2 tf and tb = tf. */
+ * model, with the simulated bubble equal to the closed form for tb/tf = 2, 3, 1/2 and 1. */
 static void test_exhaustive_check(void **state)
 {
     (void)state;
@@ -179,11 +179,16 @@ static void test_exhaustive_check(void **state)
                                      theory);
                         cases++;
                     }
-                    tr_pp_costs eq = {.tf = 1, .tb = 1};
-                    assert_int_equal(tr_pp_simulate(st, P, TR_PP_COMM_BATCHED, &eq, &res, NULL, NULL),
-                                     TR_OK);
-                    assert_true(near(res.bubble_fraction, tr_pp_bubble_theory(P, M, kinds[k], v)));
-                    assert_true(near(res.makespan, (double)(v * M + P - 1) * 2));
+                    /* any tb/tf ratio: makespan (v*M + P - 1) * (tf + tb) */
+                    const double ratios[] = {3.0, 0.5, 1.0}; /* ends on tb = tf */
+                    for (int q = 0; q < 3; q++) {
+                        tr_pp_costs c = {.tf = 1, .tb = ratios[q]};
+                        assert_int_equal(
+                            tr_pp_simulate(st, P, TR_PP_COMM_BATCHED, &c, &res, NULL, NULL), TR_OK);
+                        assert_true(
+                            near(res.bubble_fraction, tr_pp_bubble_theory(P, M, kinds[k], v)));
+                        assert_true(near(res.makespan, (v * M + P - 1) * (1 + ratios[q])));
+                    }
                     for (int r = 0; r < P; r++) {
                         int peak = tr_pp_peak_activations(&st[r]);
                         assert_int_equal(peak, res.peak_activations[r]);

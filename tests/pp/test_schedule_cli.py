@@ -31,7 +31,8 @@ def schedule_json(*args):
 d = schedule_json("--pp", "4", "--microbatches", "8", "--schedule", "1f1b")
 stages = d["stages"]
 check(len(stages) == 4, "4 stages")
-check(stages[0][:5] == ["F0", "F1", "F2", "F3", "B0"], f"stage 0 starts F0 F1 F2 F3 B0: {stages[0]}")
+check(stages[0][:5] == ["F0", "F1", "F2", "F3", "B0"], 
+      f"stage 0 starts F0 F1 F2 F3 B0: {stages[0]}")
 check(stages[3][:2] == ["F0", "B0"], f"stage 3 starts F0 B0: {stages[3]}")
 for r, ops in enumerate(stages):
     check(sorted(o for o in ops if o[0] == "F") == sorted(f"F{i}" for i in range(8)),
@@ -60,7 +61,8 @@ i = schedule_json("--pp", "4", "--microbatches", "8", "--schedule", "interleaved
 check(i["stages"][0][:6] == ["F0.0", "F1.0", "F2.0", "F3.0", "F0.1", "F1.1"],
       f"interleaved stage 0 {i['stages'][0][:6]}")
 check(len(i["stages"][2]) == 32, "interleaved: 2 x 8 forwards and backwards per stage")
-check(abs(i["bubble_fraction"] - 3 / 19) < 1e-6 and abs(i["bubble_fraction_theory"] - 3 / 19) < 1e-6,
+check(abs(i["bubble_fraction"] - 3 / 19) < 1e-6
+      and abs(i["bubble_fraction_theory"] - 3 / 19) < 1e-6,
       "interleaved bubble 3/19")
 
 c = schedule_json("--pp", "2", "--microbatches", "2", "--comm")
