@@ -199,5 +199,9 @@ static inline int tr_pp_check(const tr_pp_schedule *stages, int P, tr_pp_comm_mo
 {
     return tr_pp_simulate(stages, P, model, NULL, NULL, NULL, NULL);
 }
+/* For the planner: build all stages of (P, M, kind, v), simulate them under batched
+ * rendezvous with `costs` (NULL = tf 1, tb 2, p2p 0), free them. */
+int tr_pp_simulate_kind(int P, int M, tr_pp_kind kind, int v, const tr_pp_costs *costs,
+                        tr_pp_sim_result *out);
 
 #endif

@@ -497,3 +497,21 @@ int tr_pp_simulate(const tr_pp_schedule *stages, int P, tr_pp_comm_model model,
     tr_free(e.queued);
     return rc;
 }
+
+int tr_pp_simulate_kind(int P, int M, tr_pp_kind kind, int v, const tr_pp_costs *costs,
+                        tr_pp_sim_result *out)
+{
+    int rc = tr_pp_validate(P, M, kind, v);
+    if (rc)
+        return rc;
+    tr_pp_schedule *stages = tr_alloc(sizeof *stages * (size_t)P, "pipeline schedules");
+    if (!stages)
+        return TR_ERR_NOMEM;
+    rc = tr_pp_schedule_build_all(P, M, kind, v, stages);
+    if (!rc) {
+        rc = tr_pp_simulate(stages, P, TR_PP_COMM_BATCHED, costs, out, NULL, NULL);
+        tr_pp_schedule_free_all(stages, P);
+    }
+    tr_free(stages);
+    return rc;
+}

@@ -273,6 +273,13 @@ static void test_simulation_costs(void **state)
     assert_true(near(res.makespan, 8 * 3 + 3 * 3 / 4.0));
     assert_true(near(res.bubble_fraction, 3.0 / (4 * 8 + 3)));
     tr_pp_schedule_free_all(st, 4);
+
+    /* the planner's one-call form */
+    assert_int_equal(tr_pp_simulate_kind(8, 16, TR_PP_INTERLEAVED, 2, NULL, &res), TR_OK);
+    assert_true(near(res.bubble_fraction, 7.0 / (2 * 16 + 7)));
+    assert_true(near(res.makespan, (2 * 16 + 7) * 3));
+    expect_error(tr_pp_simulate_kind(8, 12, TR_PP_INTERLEAVED, 2, NULL, &res), TR_ERR_CONFIG,
+                 "multiple of the pipeline size (8)");
 }
 
 static void test_validation_messages(void **state)
