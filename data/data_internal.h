@@ -80,17 +80,17 @@ void tr_unmap_file(tr_mapping *m);
 /* Open and validate (every check of data.h, tokens < vocab_size included). */
 int tr_indexed_open(const char *prefix, int vocab_size, tr_token_store *s);
 int tr_llmc_open(const char *path, int vocab_size, tr_token_store *s);
-void tr_store_close(tr_token_store *s);
+void tr_token_store_close(tr_token_store *s);
 
 /* Token offset where document d (0 <= d <= n_docs) starts; d == n_docs gives n_tokens. */
-uint64_t tr_store_doc_start(const tr_token_store *s, uint64_t d);
+uint64_t tr_token_store_doc_start(const tr_token_store *s, uint64_t d);
 /* The document holding token `offset` (< n_tokens): binary search over document starts. */
-uint64_t tr_store_doc_of(const tr_token_store *s, uint64_t offset);
+uint64_t tr_token_store_doc_of(const tr_token_store *s, uint64_t offset);
 /* Token i as int64 (i < n_tokens). */
-int64_t tr_store_token(const tr_token_store *s, uint64_t i);
+int64_t tr_token_store_token(const tr_token_store *s, uint64_t i);
 /* Check every token lies in [0, vocab_size); on failure name the token, its position and
  * its document. */
-int tr_store_check_vocab(const tr_token_store *s, const char *file, int vocab_size);
+int tr_token_store_check_vocab(const tr_token_store *s, const char *file, int vocab_size);
 
 /* Streaming writer of a uint16 indexed dataset, one document at a time, into PREFIX.bin.tmp
  * and PREFIX.idx.tmp; finish() renames them to PREFIX.bin / PREFIX.idx. */

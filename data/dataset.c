@@ -215,8 +215,8 @@ int tr_data_open(const char *path, const char *format, const char *split, int se
         } else {
             sp->first_doc = bound[k];
             sp->n_docs = bound[k + 1] - bound[k];
-            sp->first_token = tr_store_doc_start(s, bound[k]);
-            sp->n_tokens = tr_store_doc_start(s, bound[k + 1]) - sp->first_token;
+            sp->first_token = tr_token_store_doc_start(s, bound[k]);
+            sp->n_tokens = tr_token_store_doc_start(s, bound[k + 1]) - sp->first_token;
         }
         sp->n_samples = sp->n_tokens ? (sp->n_tokens - 1) / (uint64_t)seq_length : 0;
     }
@@ -232,7 +232,7 @@ void tr_data_close(tr_data *d)
         free(d->split[k].perm32);
         free(d->split[k].perm64);
     }
-    tr_store_close(&d->store);
+    tr_token_store_close(&d->store);
     tr_free(d);
 }
 
@@ -351,7 +351,7 @@ int tr_data_sample(tr_data *d, int split, uint64_t g, int32_t *tokens)
             tokens[i] = t[i];
     } else {
         for (size_t i = 0; i < count; i++)
-            tokens[i] = (int32_t)tr_store_token(s, first + i);
+            tokens[i] = (int32_t)tr_token_store_token(s, first + i);
     }
     return TR_OK;
 }
@@ -367,8 +367,8 @@ int tr_data_locate(const tr_data *d, int split, uint64_t offset, uint64_t *doc,
                                        "tokens)",
                        d->store.path, (unsigned long long)offset, split_names[split],
                        (unsigned long long)sp->n_tokens);
-    uint64_t global = sp->first_token + offset, dd = tr_store_doc_of(&d->store, global);
+    uint64_t global = sp->first_token + offset, dd = tr_token_store_doc_of(&d->store, global);
     *doc = dd;
-    *offset_in_doc = global - tr_store_doc_start(&d->store, dd);
+    *offset_in_doc = global - tr_token_store_doc_start(&d->store, dd);
     return TR_OK;
 }

@@ -211,11 +211,11 @@ int tr_indexed_open(const char *prefix, int vocab_size, tr_token_store *s)
         (rc = check_sequences(idx_path, bin_path, s)) || (rc = check_documents(idx_path, s)))
         goto done;
     s->base = s->bin.map;
-    rc = tr_store_check_vocab(s, bin_path, vocab_size);
+    rc = tr_token_store_check_vocab(s, bin_path, vocab_size);
 done:
     free(idx_path);
     free(bin_path);
     if (rc)
-        tr_store_close(s);
+        tr_token_store_close(s);
     return rc;
 }

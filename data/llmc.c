@@ -58,12 +58,12 @@ int tr_llmc_open(const char *path, int vocab_size, tr_token_store *s)
     s->n_docs = 1;
     s->n_seqs = 1;
     s->base = p + TR_LLMC_HEADER_BYTES;
-    rc = tr_store_check_vocab(s, path, vocab_size);
+    rc = tr_token_store_check_vocab(s, path, vocab_size);
     if (rc)
         goto fail;
     return TR_OK;
 fail:
-    tr_store_close(s);
+    tr_token_store_close(s);
     return rc;
 }
 

@@ -87,7 +87,7 @@ void tr_unmap_file(tr_mapping *m)
     m->bytes = 0;
 }
 
-void tr_store_close(tr_token_store *s)
+void tr_token_store_close(tr_token_store *s)
 {
     tr_unmap_file(&s->bin);
     tr_unmap_file(&s->idx);
@@ -95,7 +95,7 @@ void tr_store_close(tr_token_store *s)
     memset(s, 0, sizeof *s);
 }
 
-uint64_t tr_store_doc_start(const tr_token_store *s, uint64_t d)
+uint64_t tr_token_store_doc_start(const tr_token_store *s, uint64_t d)
 {
     if (!s->doc_idx) /* llm.c: one document */
         return d == 0 ? 0 : s->n_tokens;
@@ -105,14 +105,14 @@ uint64_t tr_store_doc_start(const tr_token_store *s, uint64_t d)
     return (uint64_t)tr_load_i64(s->pointers + 8 * seq) / (uint64_t)s->itemsize;
 }
 
-uint64_t tr_store_doc_of(const tr_token_store *s, uint64_t offset)
+uint64_t tr_token_store_doc_of(const tr_token_store *s, uint64_t offset)
 {
     /* largest d in [0, n_docs) with start(d) <= offset; empty documents share a start with
      * their successor, so this is the document that holds the token */
     uint64_t lo = 0, hi = s->n_docs; /* answer in [lo, hi) */
     while (hi - lo > 1) {
         uint64_t mid = lo + (hi - lo) / 2;
-        if (tr_store_doc_start(s, mid) <= offset)
+        if (tr_token_store_doc_start(s, mid) <= offset)
             lo = mid;
         else
             hi = mid;
@@ -120,7 +120,7 @@ uint64_t tr_store_doc_of(const tr_token_store *s, uint64_t offset)
     return lo;
 }
 
-int64_t tr_store_token(const tr_token_store *s, uint64_t i)
+int64_t tr_token_store_token(const tr_token_store *s, uint64_t i)
 {
     const unsigned char *p = s->base + i * (uint64_t)s->itemsize;
     switch (s->dtype) {
@@ -159,7 +159,7 @@ static void token_range(const tr_token_store *s, uint64_t i0, uint64_t i1, int64
     }
 }
 
-int tr_store_check_vocab(const tr_token_store *s, const char *file, int vocab_size)
+int tr_token_store_check_vocab(const tr_token_store *s, const char *file, int vocab_size)
 {
     if (vocab_size <= 0)
         return tr_fail(TR_ERR_INVALID, "%s: vocab_size must be positive, got %d", file,
@@ -174,15 +174,15 @@ int tr_store_check_vocab(const tr_token_store *s, const char *file, int vocab_si
         if (lo >= 0 && hi < vocab_size)
             continue;
         for (uint64_t i = i0; i < i1; i++) {
-            int64_t v = tr_store_token(s, i);
+            int64_t v = tr_token_store_token(s, i);
             if (v >= 0 && v < vocab_size)
                 continue;
-            uint64_t d = tr_store_doc_of(s, i);
+            uint64_t d = tr_token_store_doc_of(s, i);
             return tr_fail(TR_ERR_INVALID,
                            "%s: token %lld at position %llu (document %llu, offset %llu) is %s "
                            "(vocab_size is %d)",
                            file, (long long)v, (unsigned long long)i, (unsigned long long)d,
-                           (unsigned long long)(i - tr_store_doc_start(s, d)),
+                           (unsigned long long)(i - tr_token_store_doc_start(s, d)),
                            v < 0 ? "negative" : ">= vocab_size", vocab_size);
         }
     }
