@@ -1,4 +1,5 @@
-/* GPT stage: parameter layout, layout-free initialisation, binding, activation storage. */
+/* GPT stage: shape, parameter layout (with tensor-parallel shards), layout-free
+ * initialisation, binding, the grad-ready hook. */
 #include "model/gpt_internal.h"
 
 #include <math.h>
@@ -8,20 +9,33 @@
 #include "core/core.h"
 
 int tr_gpt_shape_from_config(const tr_config *cfg, int layer_first, int layer_count,
-                             tr_gpt_shape *out)
+                             int tp_rank, tr_gpt_shape *out)
 {
     const tr_model_config *m = &cfg->model;
+    const tr_parallel_config *p = &cfg->parallel;
+    int tp = p->tensor_model_parallel_size;
     memset(out, 0, sizeof *out);
     if (layer_first < 0 || layer_count < 1 || layer_first + layer_count > m->num_layers)
         return tr_fail(TR_ERR_CONFIG, "stage layers [%d, %d) are not inside the model's %d layers",
                        layer_first, layer_first + layer_count, m->num_layers);
+    if (tp < 1 || tp_rank < 0 || tp_rank >= tp)
+        return tr_fail(TR_ERR_CONFIG, "tensor-parallel rank %d is outside [0, %d) "
+                       "(parallel.tensor_model_parallel_size = %d)", tp_rank, tp, tp);
+    if (tp > 1 && p->sequence_parallel &&
+        ((long)cfg->training.micro_batch_size * m->seq_length) % tp)
+        return tr_fail(TR_ERR_CONFIG,
+                       "parallel.sequence_parallel splits the training.micro_batch_size x "
+                       "model.seq_length = %d x %d = %ld token rows of a micro-batch over "
+                       "parallel.tensor_model_parallel_size = %d ranks; they must be divisible",
+                       cfg->training.micro_batch_size, m->seq_length,
+                       (long)cfg->training.micro_batch_size * m->seq_length, tp);
     out->num_layers = m->num_layers;
     out->C = m->hidden_size;
     out->NH = m->num_attention_heads;
     out->T = m->seq_length;
     out->max_T = m->max_position_embeddings;
     out->V = m->vocab_size;
-    int div = m->make_vocab_size_divisible_by * cfg->parallel.tensor_model_parallel_size;
+    int div = m->make_vocab_size_divisible_by * tp;
     out->Vp = (m->vocab_size + div - 1) / div * div;
     out->eps = (float)m->layernorm_epsilon;
     out->init_std = (float)m->init_method_std;
@@ -30,78 +44,145 @@ int tr_gpt_shape_from_config(const tr_config *cfg, int layer_first, int layer_co
     out->layer_count = layer_count;
     out->is_first = layer_first == 0;
     out->is_last = layer_first + layer_count == m->num_layers;
+    out->tp_size = tp;
+    out->tp_rank = tp_rank;
+    out->sequence_parallel = tp > 1 && p->sequence_parallel;
     return TR_OK;
 }
 
-static void add_tensor(tr_gpt *g, const char *name, int rows, int cols, int decay)
+/* Add a tensor of full shape (rows, cols), split over TP along split_dim (-1: replicated). */
+static int add_tensor(tr_gpt *g, const char *name, int rows, int cols, int split_dim)
 {
-    tr_param_tensor *t = &g->tensors[g->n_tensors++];
+    tr_param_tensor *t = &g->tensors[g->n_tensors];
+    const tr_gpt_shape *s = &g->s;
     snprintf(t->name, sizeof t->name, "%s", name);
-    t->rows = rows;
-    t->cols = cols;
-    t->numel = (size_t)rows * (size_t)cols;
+    t->full_rows = rows;
+    t->full_cols = cols;
+    t->split_dim = s->tp_size > 1 ? split_dim : -1;
+    t->rows = t->split_dim == 0 ? rows / s->tp_size : rows;
+    t->cols = t->split_dim == 1 ? cols / s->tp_size : cols;
+    t->numel = (size_t)t->rows * (size_t)t->cols;
     t->forward_offset = g->n_params;
-    t->weight_decay = decay;
+    t->weight_decay = cols > 1;
+    t->count_in_norm = t->split_dim >= 0 || s->tp_rank == 0;
     g->n_params += t->numel;
+    return g->n_tensors++;
 }
 
-int tr_gpt_create(const tr_gpt_shape *shape, const tr_kernels *k, tr_gpt **out)
+/* Gradient range covering tensors [first, last] (forward order, contiguous). */
+static tr_grad_range tensors_range(const tr_gpt *g, int first, int last)
 {
-    const tr_gpt_shape *s = shape;
+    tr_grad_range r = {g->tensors[last].offset, 0};
+    for (int i = first; i <= last; i++)
+        r.count += g->tensors[i].numel;
+    return r;
+}
+
+static int check_shape(const tr_gpt_shape *s, const tr_comm *tp_comm)
+{
     if (s->C < 1 || s->NH < 1 || s->C % s->NH || s->T < 1 || s->max_T < s->T || s->V < 1 ||
         s->Vp < s->V || s->layer_count < 1)
         return tr_fail(TR_ERR_INVALID, "invalid GPT shape (C=%d NH=%d T=%d max_T=%d V=%d Vp=%d)",
                        s->C, s->NH, s->T, s->max_T, s->V, s->Vp);
+    if (s->tp_size < 1 || s->tp_rank < 0 || s->tp_rank >= s->tp_size)
+        return tr_fail(TR_ERR_INVALID, "invalid tensor-parallel rank %d of size %d", s->tp_rank,
+                       s->tp_size);
+    if (s->NH % s->tp_size || s->Vp % s->tp_size)
+        return tr_fail(TR_ERR_INVALID,
+                       "tensor-parallel size %d must divide the heads (%d) and the padded "
+                       "vocabulary (%d)", s->tp_size, s->NH, s->Vp);
+    if ((s->tp_size > 1) != (tp_comm != NULL))
+        return tr_fail(TR_ERR_INVALID, "a tensor-parallel communicator is needed iff "
+                       "tp_size > 1 (tp_size %d, communicator %s)", s->tp_size,
+                       tp_comm ? "given" : "NULL");
+    if (tp_comm && (tr_comm_size(tp_comm) != s->tp_size || tr_comm_rank(tp_comm) != s->tp_rank))
+        return tr_fail(TR_ERR_INVALID, "the tensor-parallel communicator is rank %d of %d but "
+                       "the shape says rank %d of %d", tr_comm_rank(tp_comm),
+                       tr_comm_size(tp_comm), s->tp_rank, s->tp_size);
+    return TR_OK;
+}
+
+static void add_layers(tr_gpt *g)
+{
+    static const char *names[L_COUNT] = {
+        "ln1.weight",   "ln1.bias",     "qkv.weight", "qkv.bias", "attn_proj.weight",
+        "attn_proj.bias", "ln2.weight", "ln2.bias",   "fc.weight", "fc.bias",
+        "fc_proj.weight", "fc_proj.bias"};
+    int C = g->s.C;
+    int rows[L_COUNT] = {C, C, 3 * C, 3 * C, C, C, C, C, 4 * C, 4 * C, C, C};
+    int cols[L_COUNT] = {1, 1, C, 1, C, 1, 1, 1, C, 1, 4 * C, 1};
+    /* column-parallel qkv, fc (weight and bias rows); row-parallel projections (columns) */
+    int split[L_COUNT] = {-1, -1, 0, 0, 1, -1, -1, -1, 0, 0, 1, -1};
+    for (int i = 0; i < g->s.layer_count; i++)
+        for (int j = 0; j < L_COUNT; j++) {
+            char name[48];
+            snprintf(name, sizeof name, "layers.%d.%s", g->s.layer_first + i, names[j]);
+            int t = add_tensor(g, name, rows[j], cols[j], split[j]);
+            /* under SP, LN and row-parallel bias gradients are sums over this rank's rows */
+            g->tensors[t].tp_grad_allreduce = g->s.sequence_parallel && split[j] < 0;
+        }
+}
+
+int tr_gpt_create(const tr_gpt_shape *shape, const tr_kernels *k, tr_comm *tp_comm,
+                  tr_gpt **out)
+{
+    const tr_gpt_shape *s = shape;
+    int rc = check_shape(s, tp_comm);
+    if (rc)
+        return rc;
     tr_gpt *g = tr_alloc(sizeof *g, "model");
     if (!g)
         return TR_ERR_NOMEM;
     g->s = *s;
+    g->s.sequence_parallel = s->tp_size > 1 && s->sequence_parallel;
     g->k = k;
+    tr_tp_init(&g->tp, k, tp_comm, g->s.sequence_parallel);
+    g->Cl = s->C / s->tp_size;
+    g->NHl = s->NH / s->tp_size;
+    g->Vl = s->Vp / s->tp_size;
     int max_tensors = 5 + s->layer_count * L_COUNT;
     g->tensors = tr_alloc(sizeof *g->tensors * (size_t)max_tensors, "model tensor table");
-    if (!g->tensors) {
-        tr_free(g);
+    g->layer_ranges = tr_alloc(sizeof *g->layer_ranges * (size_t)s->layer_count, "model ranges");
+    if (!g->tensors || !g->layer_ranges) {
+        tr_gpt_free(g);
         return TR_ERR_NOMEM;
     }
     g->wte = g->wpe = g->lnf_w = g->lnf_b = g->head_wte = -1;
     int C = s->C;
     if (s->is_first) {
-        g->wte = g->n_tensors;
-        add_tensor(g, "wte", s->Vp, C, 1);
-        g->wpe = g->n_tensors;
-        add_tensor(g, "wpe", s->max_T, C, 1);
+        g->wte = add_tensor(g, "wte", s->Vp, C, 0);
+        g->tensors[g->wte].word_embedding = 1;
+        /* wpe's gradient is made from all N rows on every rank (see gpt_backward.c) */
+        g->wpe = add_tensor(g, "wpe", s->max_T, C, -1);
     }
     g->layer0 = g->n_tensors;
-    static const char *names[L_COUNT] = {
-        "ln1.weight",   "ln1.bias",     "qkv.weight", "qkv.bias", "attn_proj.weight",
-        "attn_proj.bias", "ln2.weight", "ln2.bias",   "fc.weight", "fc.bias",
-        "fc_proj.weight", "fc_proj.bias"};
-    for (int i = 0; i < s->layer_count; i++) {
-        int rows[L_COUNT] = {C, C, 3 * C, 3 * C, C, C, C, C, 4 * C, 4 * C, C, C};
-        int cols[L_COUNT] = {1, 1, C, 1, C, 1, 1, 1, C, 1, 4 * C, 1};
-        for (int j = 0; j < L_COUNT; j++) {
-            char name[48];
-            snprintf(name, sizeof name, "layers.%d.%s", s->layer_first + i, names[j]);
-            add_tensor(g, name, rows[j], cols[j], cols[j] > 1);
-        }
-    }
+    add_layers(g);
     if (s->is_last) {
-        g->lnf_w = g->n_tensors;
-        add_tensor(g, "lnf.weight", C, 1, 0);
-        g->lnf_b = g->n_tensors;
-        add_tensor(g, "lnf.bias", C, 1, 0);
+        g->lnf_w = add_tensor(g, "lnf.weight", C, 1, -1);
+        g->lnf_b = add_tensor(g, "lnf.bias", C, 1, -1);
+        g->tensors[g->lnf_w].tp_grad_allreduce = g->s.sequence_parallel;
+        g->tensors[g->lnf_b].tp_grad_allreduce = g->s.sequence_parallel;
         if (s->is_first) {
             g->head_wte = g->wte;
         } else {
-            /* the tied head's own copy: same name, so identical initial values */
-            g->head_wte = g->n_tensors;
-            add_tensor(g, "wte", s->Vp, C, 1);
+            /* the tied head's own copy: same name, so identical initial values; the first
+             * stage's copy is the one counted in the gradient norm */
+            g->head_wte = add_tensor(g, "wte", s->Vp, C, 0);
+            g->tensors[g->head_wte].word_embedding = 1;
+            g->tensors[g->head_wte].count_in_norm = 0;
         }
     }
     for (int i = 0; i < g->n_tensors; i++) {
         tr_param_tensor *t = &g->tensors[i];
         t->offset = g->n_params - t->forward_offset - t->numel;
     }
+    for (int l = 0; l < s->layer_count; l++)
+        g->layer_ranges[l] = tensors_range(g, g->layer0 + l * L_COUNT,
+                                           g->layer0 + (l + 1) * L_COUNT - 1);
+    if (s->is_last)
+        g->head_range = tensors_range(g, g->lnf_w, s->is_first ? g->lnf_b : g->head_wte);
+    if (s->is_first)
+        g->embedding_range = tensors_range(g, g->wte, g->wpe);
     *out = g;
     return TR_OK;
 }
@@ -112,6 +193,7 @@ void tr_gpt_free(tr_gpt *g)
         return;
     g->k->free(g->scratch.memory);
     tr_free(g->losses_host);
+    tr_free(g->layer_ranges);
     tr_free(g->tensors);
     tr_free(g);
 }
@@ -120,6 +202,13 @@ const tr_gpt_shape *tr_gpt_get_shape(const tr_gpt *g) { return &g->s; }
 int tr_gpt_num_tensors(const tr_gpt *g) { return g->n_tensors; }
 tr_param_tensor *tr_gpt_tensor(tr_gpt *g, int i) { return &g->tensors[i]; }
 size_t tr_gpt_num_params(const tr_gpt *g) { return g->n_params; }
+
+void tr_gpt_set_grad_hook(tr_gpt *g, void (*fn)(void *ctx, size_t offset, size_t count),
+                          void *ctx)
+{
+    g->grad_hook = fn;
+    g->grad_hook_ctx = fn ? ctx : NULL;
+}
 
 void tr_gpt_bind(tr_gpt *g, float *params, float *grads)
 {
@@ -144,6 +233,17 @@ static int init_kind(const char *name, float *std, const tr_gpt_shape *s)
     return 2;
 }
 
+/* Index in the full tensor of element e of this rank's shard. */
+static uint64_t global_index(const tr_param_tensor *t, int tp_rank, size_t e)
+{
+    size_t r = e / (size_t)t->cols, c = e % (size_t)t->cols;
+    if (t->split_dim == 0)
+        r += (size_t)tp_rank * (size_t)t->rows;
+    else if (t->split_dim == 1)
+        c += (size_t)tp_rank * (size_t)t->cols;
+    return (uint64_t)(r * (size_t)t->full_cols + c);
+}
+
 int tr_gpt_init_params(tr_gpt *g)
 {
     float *host = NULL;
@@ -162,136 +262,13 @@ int tr_gpt_init_params(tr_gpt *g)
         for (size_t e = 0; e < t->numel; e++)
             host[e] = kind == 0 ? 0.0f
                       : kind == 1 ? 1.0f
-                                  : std * tr_init_normal(g->s.seed, h, (uint64_t)e);
+                                  : std * tr_init_normal(g->s.seed, h,
+                                                         global_index(t, g->s.tp_rank, e));
         g->k->to_device(NULL, t->param, host, t->numel * sizeof(float));
     }
     tr_free(host);
     return TR_OK;
 }
-
-/* Carve `count` floats from a bump pointer. */
-static float *take(float **cursor, size_t count)
-{
-    float *p = *cursor;
-    *cursor += (count + 15) & ~(size_t)15; /* keep 64-byte alignment */
-    return p;
-}
-
-int tr_gpt_scratch_ensure(tr_gpt *g, int B)
-{
-    tr_gpt_scratch *sc = &g->scratch;
-    if (sc->memory && sc->B >= B)
-        return TR_OK;
-    g->k->free(sc->memory);
-    tr_free(g->losses_host);
-    memset(sc, 0, sizeof *sc);
-    const tr_gpt_shape *s = &g->s;
-    size_t BT = (size_t)B * s->T, C = s->C, Vp = (size_t)s->Vp;
-    size_t att = (size_t)B * s->NH * s->T * s->T;
-    size_t total = 0;
-    size_t sizes[] = {BT, BT * C, BT, BT, BT * Vp, BT * Vp, BT, BT, BT, BT,
-                      BT * C, BT * C, BT * 3 * C, BT * C, att, BT * 4 * C, BT * 4 * C};
-    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++)
-        total += (sizes[i] + 15) & ~(size_t)15;
-    sc->memory = g->k->alloc(total * sizeof(float));
-    g->losses_host = tr_alloc(BT * sizeof(float), "loss staging");
-    if (!sc->memory || !g->losses_host)
-        return tr_fail(TR_ERR_NOMEM, "out of memory for model scratch (%zu MiB)",
-                       total * sizeof(float) >> 20);
-    float *c = sc->memory;
-    sc->targets = (int32_t *)take(&c, BT);
-    sc->lnf = take(&c, BT * C);
-    sc->lnf_mean = take(&c, BT);
-    sc->lnf_rstd = take(&c, BT);
-    sc->logits = take(&c, BT * Vp);
-    sc->dlogits = take(&c, BT * Vp);
-    sc->maxv = take(&c, BT);
-    sc->sumexp = take(&c, BT);
-    sc->picked = take(&c, BT);
-    sc->losses = take(&c, BT);
-    sc->dres = take(&c, BT * C);
-    sc->dln = take(&c, BT * C);
-    sc->dqkv = take(&c, BT * 3 * C);
-    sc->datty = take(&c, BT * C);
-    sc->datt = take(&c, att);
-    sc->dfch = take(&c, BT * 4 * C);
-    sc->dfch_gelu = take(&c, BT * 4 * C);
-    sc->B = B;
-    return TR_OK;
-}
-
-int tr_gpt_acts_create(tr_gpt *g, int B, tr_gpt_acts **out)
-{
-    const tr_gpt_shape *s = &g->s;
-    if (B < 1)
-        return tr_fail(TR_ERR_INVALID, "micro-batch size must be >= 1, got %d", B);
-    int rc = tr_gpt_scratch_ensure(g, B);
-    if (rc)
-        return rc;
-    tr_gpt_acts *a = tr_alloc(sizeof *a, "activations");
-    if (!a)
-        return TR_ERR_NOMEM;
-    a->g = g;
-    a->B = B;
-    a->layers = tr_alloc(sizeof *a->layers * (size_t)s->layer_count, "layer activations");
-    if (!a->layers) {
-        tr_free(a);
-        return TR_ERR_NOMEM;
-    }
-    size_t BT = (size_t)B * s->T, C = s->C, att = (size_t)B * s->NH * s->T * s->T;
-    size_t per_layer = 0;
-    size_t sizes[] = {BT * C, BT, BT, BT * 3 * C, BT * C, att, BT * C,
-                      BT * C, BT, BT, BT * 4 * C, BT * 4 * C, BT * C};
-    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++)
-        per_layer += (sizes[i] + 15) & ~(size_t)15;
-    size_t total = 4 * ((BT * C + 15) & ~(size_t)15) + per_layer * (size_t)s->layer_count;
-    a->memory = g->k->alloc(total * sizeof(float));
-    if (!a->memory) {
-        tr_free(a->layers);
-        tr_free(a);
-        return tr_fail(TR_ERR_NOMEM, "out of memory for activations (%zu MiB)",
-                       total * sizeof(float) >> 20);
-    }
-    float *c = a->memory;
-    a->tokens = (int32_t *)take(&c, BT);
-    a->stage_in = take(&c, BT * C);
-    a->dhead = take(&c, BT * C);
-    a->dinput = take(&c, BT * C);
-    for (int l = 0; l < s->layer_count; l++) {
-        tr_layer_acts *L = &a->layers[l];
-        L->ln1 = take(&c, BT * C);
-        L->ln1_mean = take(&c, BT);
-        L->ln1_rstd = take(&c, BT);
-        L->qkv = take(&c, BT * 3 * C);
-        L->atty = take(&c, BT * C);
-        L->att = take(&c, att);
-        L->residual2 = take(&c, BT * C);
-        L->ln2 = take(&c, BT * C);
-        L->ln2_mean = take(&c, BT);
-        L->ln2_rstd = take(&c, BT);
-        L->fch = take(&c, BT * 4 * C);
-        L->fch_gelu = take(&c, BT * 4 * C);
-        L->residual3 = take(&c, BT * C);
-    }
-    *out = a;
-    return TR_OK;
-}
-
-void tr_gpt_acts_free(tr_gpt_acts *a)
-{
-    if (!a)
-        return;
-    a->g->k->free(a->memory);
-    tr_free(a->layers);
-    tr_free(a);
-}
-
-const float *tr_gpt_acts_output(const tr_gpt_acts *a)
-{
-    return a->layers[a->g->s.layer_count - 1].residual3;
-}
-
-const float *tr_gpt_acts_input_grad(const tr_gpt_acts *a) { return a->dinput; }
 
 double tr_gpt_flops_per_token(const tr_gpt_shape *s, double n_params_total)
 {

@@ -25,13 +25,27 @@
  *    the caller zeroes the buffer once per optimizer step.
  *  - Activations of one micro-batch live in a tr_gpt_acts; a pipeline keeps one per in-flight
  *    micro-batch. The last stage runs the head's backward inside forward (the loss gradient is
- *    known there), so it never keeps B*T*V logits per micro-batch. */
+ *    known there), so it never keeps B*T*V logits per micro-batch.
+ *  - Tensor parallelism (tp/, tp_size T > 1, one tr_gpt per TP rank, same code for T = 1):
+ *    qkv and fc are column-parallel (rows split: whole heads per rank), attn_proj and fc_proj
+ *    row-parallel (columns split; their bias replicated), wte vocab-parallel (rows split,
+ *    Vp % T == 0), LayerNorms and wpe replicated. Two all-reduces forward and two backward
+ *    per layer; the embedding one all-reduce; the loss two (max; sumexp + target logit)
+ *    forward and one backward. Every TP rank gets the same loss. A shard's element (r, c) is
+ *    element (r + row0, c) or (r, c + col0) of the full tensor, initialised as such.
+ *  - Sequence parallelism (sequence_parallel, T > 1): the residual stream, LayerNorms and
+ *    positions run on the token rows [t*BT/T, (t+1)*BT/T) of the flattened (B*T) micro-batch
+ *    ((B*T) % T == 0); all-reduces become all-gather before the column-parallel layers and
+ *    reduce-scatter after the row-parallel ones. Stage input/output are those rows
+ *    (tr_gpt_hidden_numel). Gradients of LN weights/biases and row-parallel biases are then
+ *    partial per rank (tp_grad_allreduce = 1): the caller all-reduces them over TP. */
 #ifndef TR_GPT_H
 #define TR_GPT_H
 
 #include <stddef.h>
 #include <stdint.h>
 
+#include "comm/comm.h"
 #include "kernels/kernels.h"
 #include "yaml/config.h"
 
@@ -47,31 +61,50 @@ typedef struct {
     /* this stage */
     int layer_first, layer_count;
     int is_first, is_last; /* holds embeddings / holds the head */
+    /* tensor parallelism */
+    int tp_size, tp_rank;  /* T and this rank's t (1, 0 without TP) */
+    int sequence_parallel; /* 1 only when tp_size > 1 */
 } tr_gpt_shape;
 
 typedef struct {
     char name[48];
-    int rows, cols;       /* shape (cols = 1 for vectors) */
+    int rows, cols;       /* this rank's shape (cols = 1 for vectors) */
     size_t numel;
     size_t offset;        /* into both flat buffers (parameters and gradients) */
     int weight_decay;     /* 0 for biases and LN weights */
     size_t forward_offset; /* running offset in forward order (offset counts from the end) */
+    int split_dim;        /* -1 replicated over TP, 0 rows split, 1 columns split */
+    int full_rows, full_cols; /* the unsharded shape */
+    int tp_grad_allreduce; /* 1: under SP its gradient is partial per TP rank (all-reduce it) */
+    int word_embedding;   /* 1 for wte (either copy): all-reduced over the embedding group */
+    int count_in_norm;    /* 1 if this rank counts it in the global gradient norm */
     float *param, *grad;  /* views, valid after tr_gpt_bind() */
 } tr_param_tensor;
 
 typedef struct tr_gpt tr_gpt;
 typedef struct tr_gpt_acts tr_gpt_acts;
 
-/* Shape of the stage holding layers [layer_first, +layer_count) of the configured model. */
+/* Shape of the stage holding layers [layer_first, +layer_count) of the configured model, on
+ * TP rank tp_rank (tp size and sequence_parallel from cfg->parallel). */
 int tr_gpt_shape_from_config(const tr_config *cfg, int layer_first, int layer_count,
-                             tr_gpt_shape *out);
-int tr_gpt_create(const tr_gpt_shape *shape, const tr_kernels *k, tr_gpt **out);
+                             int tp_rank, tr_gpt_shape *out);
+/* tp_comm: the TP group (size tp_size, this rank tp_rank); NULL iff tp_size == 1. */
+int tr_gpt_create(const tr_gpt_shape *shape, const tr_kernels *k, tr_comm *tp_comm,
+                  tr_gpt **out);
 void tr_gpt_free(tr_gpt *g);
 const tr_gpt_shape *tr_gpt_get_shape(const tr_gpt *g);
 
 int tr_gpt_num_tensors(const tr_gpt *g);
 tr_param_tensor *tr_gpt_tensor(tr_gpt *g, int i);
 size_t tr_gpt_num_params(const tr_gpt *g); /* this stage's element count */
+
+/* Grad-ready hook: fn(ctx, offset, count) is called (inside backward, and inside the last
+ * stage's forward for the head) whenever [offset, offset + count) of the flat gradient
+ * buffer has received its last contribution of this micro-batch: after each layer (its
+ * tensors), after the head (lnf, and the head's own wte copy), after the embedding (wte,
+ * wpe). The ranges arrive front to back. fn NULL removes the hook. */
+void tr_gpt_set_grad_hook(tr_gpt *g, void (*fn)(void *ctx, size_t offset, size_t count),
+                          void *ctx);
 
 /* Point the tensor views into caller-owned flat buffers of tr_gpt_num_params() floats. */
 void tr_gpt_bind(tr_gpt *g, float *params, float *grads);
@@ -82,18 +115,27 @@ int tr_gpt_init_params(tr_gpt *g);
 int tr_gpt_acts_create(tr_gpt *g, int B, tr_gpt_acts **out);
 void tr_gpt_acts_free(tr_gpt_acts *a);
 
+/* Elements of this rank's stage input/output hidden state: B*T*C, or B*T*C/T under SP. */
+size_t tr_gpt_hidden_numel(const tr_gpt *g, int B);
+/* Where a pipeline may receive the stage input (pass it as hidden_in: no copy), and the
+ * output gradient (pass it as dhidden_out). */
+float *tr_gpt_acts_input_buffer(tr_gpt_acts *a);
+float *tr_gpt_acts_output_grad_buffer(tr_gpt_acts *a);
+
 /* Forward one micro-batch.
- *   first stage: `tokens` (B*T host ints < V); others: `hidden_in` (B,T,C device floats).
+ *   first stage: `tokens` (B*T host ints < V, all of them on every TP rank);
+ *   others: `hidden_in` (tr_gpt_hidden_numel device floats).
  *   last stage: `targets` (B*T host ints); *loss_out = mean token loss of the micro-batch;
  *     if loss_grad_scale != 0 the head's backward runs now with dloss/dlogit scaled so the
  *     loss being differentiated is loss_grad_scale * sum of token losses.
- *   not last: the output hidden state is tr_gpt_acts_output(a) (B,T,C). */
+ *   not last: the output hidden state is tr_gpt_acts_output(a) (hidden numel). */
 int tr_gpt_forward(tr_gpt *g, tr_gpt_acts *a, const int32_t *tokens, const float *hidden_in,
                    const int32_t *targets, float loss_grad_scale, float *loss_out);
 const float *tr_gpt_acts_output(const tr_gpt_acts *a);
 /* Backward one micro-batch whose forward ran with this `a`.
  *   last stage: dhidden_out is ignored (the head's gradient was made in forward);
- *   others: dhidden_out (B,T,C) is the gradient of the stage output.
+ *   others: dhidden_out (hidden numel) is the gradient of the stage output (it may be
+ *   tr_gpt_acts_output_grad_buffer(a), which backward then works in).
  *   not first: the gradient of the stage input goes to tr_gpt_acts_input_grad(a). */
 int tr_gpt_backward(tr_gpt *g, tr_gpt_acts *a, const float *dhidden_out);
 const float *tr_gpt_acts_input_grad(const tr_gpt_acts *a);

@@ -1,9 +1,13 @@
-/* model/ internals shared by gpt.c, gpt_forward.c and gpt_backward.c. Not part of the
- * contract. */
+/* model/ internals shared by gpt.c, gpt_acts.c, gpt_forward.c and gpt_backward.c. Not part
+ * of the contract.
+ * Sizes: B micro-batch, T sequence, N = B*T token rows, Nl the rows this rank holds (N, or
+ * N/tp under sequence parallelism), C hidden, suffix "l" = this TP rank's share (Cl = C/tp,
+ * NHl = NH/tp, Vl = Vp/tp). */
 #ifndef TR_GPT_INTERNAL_H
 #define TR_GPT_INTERNAL_H
 
 #include "model/gpt.h"
+#include "tp/tp.h"
 
 /* Tensors of one transformer layer, in forward (= parameter buffer) order. */
 enum {
@@ -11,56 +15,71 @@ enum {
     L_LN2_W, L_LN2_B, L_FC_W, L_FC_B, L_FCPROJ_W, L_FCPROJ_B, L_COUNT
 };
 
-/* Saved activations of one layer for one micro-batch. */
+/* Saved activations of one layer for one micro-batch. ln1/ln2 hold all N rows (under SP
+ * this rank writes its rows and the column-parallel layer gathers the rest in place). */
 typedef struct {
-    float *ln1, *ln1_mean, *ln1_rstd; /* (BT,C), (BT), (BT) */
-    float *qkv;                       /* (BT, 3C) */
-    float *atty;                      /* (BT, C) */
-    float *att;                       /* (B, NH, T, T) */
-    float *residual2;                 /* (BT, C) = input + attention */
-    float *ln2, *ln2_mean, *ln2_rstd; /* (BT,C), (BT), (BT) */
-    float *fch, *fch_gelu;            /* (BT, 4C) */
-    float *residual3;                 /* (BT, C) = layer output */
+    float *ln1, *ln1_mean, *ln1_rstd; /* (N, C), (Nl), (Nl) */
+    float *qkv;                       /* (N, 3Cl): (B, T, NHl, 3, HS) */
+    float *atty;                      /* (N, Cl) */
+    float *att;                       /* (B, NHl, T, T) */
+    float *residual2;                 /* (Nl, C) = input + attention */
+    float *ln2, *ln2_mean, *ln2_rstd; /* (N, C), (Nl), (Nl) */
+    float *fch, *fch_gelu;            /* (N, 4Cl) */
+    float *residual3;                 /* (Nl, C) = layer output */
 } tr_layer_acts;
 
 struct tr_gpt_acts {
     tr_gpt *g;
     int B;
     float *memory;      /* one allocation, everything below points into it */
-    int32_t *tokens;    /* (BT) first stage */
-    float *stage_in;    /* (BT, C): embeddings (first stage) or the received hidden state */
+    int32_t *tokens;    /* (N) first stage */
+    float *stage_in;    /* (Nl, C): embeddings (first stage) or the received hidden state */
+    float *dres;        /* (Nl, C): the output gradient (the head writes it on the last stage),
+                         * worked on in place by backward, leaving the input gradient */
     tr_layer_acts *layers;
-    float *dhead;       /* (BT, C) last stage: gradient of the last layer's output */
-    float *dinput;      /* (BT, C) not first: gradient of the stage input */
 };
 
 /* Scratch shared by all micro-batches (used only inside one forward or backward call). */
 typedef struct {
     int B;
     float *memory;
-    int32_t *targets;                       /* (BT) */
-    float *lnf, *lnf_mean, *lnf_rstd;       /* (BT, C), (BT), (BT) */
-    float *logits, *dlogits;                /* (BT, Vp) */
-    float *maxv, *sumexp, *picked, *losses; /* (BT) */
-    float *dres;                            /* (BT, C) */
-    float *dln;                             /* (BT, C) */
-    float *dqkv;                            /* (BT, 3C) */
-    float *datty;                           /* (BT, C) */
-    float *datt;                            /* (B, NH, T, T) */
-    float *dfch, *dfch_gelu;                /* (BT, 4C) */
+    int32_t *targets;             /* (N) */
+    float *lnf;                   /* (N, C) (gathered under SP) */
+    float *lnf_mean, *lnf_rstd;   /* (Nl) */
+    float *logits;                /* (N, Vl), overwritten by its own gradient */
+    float *xent_stats;            /* (3N): row max, sum of exponentials, target logit */
+    float *losses;                /* (N) */
+    float *dln;                   /* (N, C) input gradient of the column-parallel layers */
+    float *wide;                  /* (N, C) tp > 1: row-parallel partials, SP gathers */
+    float *dqkv;                  /* (N, 3Cl) */
+    float *datty;                 /* (N, Cl) */
+    float *datt;                  /* (B, NHl, T, T) */
+    float *dfch, *dfch_gelu;      /* (N, 4Cl) */
 } tr_gpt_scratch;
+
+/* A contiguous range of the flat gradient buffer. */
+typedef struct {
+    size_t offset, count;
+} tr_grad_range;
 
 struct tr_gpt {
     tr_gpt_shape s;
     const tr_kernels *k;
+    tr_tp tp;
+    int Cl, NHl, Vl; /* this TP rank's share of C, NH and Vp */
     tr_param_tensor *tensors;
     int n_tensors;
     size_t n_params;
     /* indices into tensors; -1 where this stage does not hold it */
     int wte, wpe, lnf_w, lnf_b, head_wte;
     int layer0; /* index of the first layer tensor; layer i tensor j = layer0 + i*L_COUNT + j */
+    tr_grad_range *layer_ranges;    /* per layer: its tensors */
+    tr_grad_range head_range;       /* lnf (+ the head's own wte copy) */
+    tr_grad_range embedding_range;  /* wte + wpe */
+    void (*grad_hook)(void *ctx, size_t offset, size_t count);
+    void *grad_hook_ctx;
     tr_gpt_scratch scratch;
-    float *losses_host; /* (BT) */
+    float *losses_host; /* (N) */
 };
 
 static inline float *layer_param(tr_gpt *g, int layer, int which)
@@ -73,12 +92,17 @@ static inline float *layer_grad(tr_gpt *g, int layer, int which)
     return g->tensors[g->layer0 + layer * L_COUNT + which].grad;
 }
 
-/* y (N, OC) = x (N, IC) @ W^T (W: OC x IC) + b, with beta = 1 to accumulate into y. */
-void tr_linear_forward(tr_gpt *g, float *y, const float *x, const float *W, const float *b,
-                       int N, int IC, int OC, float beta);
-/* dx (N, IC) = dy @ W (overwrites; skipped if dx NULL); dW += dy^T @ x; db += colsum(dy). */
-void tr_linear_backward(tr_gpt *g, float *dx, float *dW, float *db, const float *dy,
-                        const float *x, const float *W, int N, int IC, int OC);
+static inline void grad_ready(tr_gpt *g, tr_grad_range r)
+{
+    if (g->grad_hook && r.count)
+        g->grad_hook(g->grad_hook_ctx, r.offset, r.count);
+}
+
+/* Token rows of a micro-batch of B held by this rank: [*first, *first + *count). */
+static inline void gpt_rows(const tr_gpt *g, int B, int *first, int *count)
+{
+    tr_tp_rows(&g->tp, B * g->s.T, first, count);
+}
 
 int tr_gpt_scratch_ensure(tr_gpt *g, int B);
 

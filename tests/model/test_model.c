@@ -15,7 +15,7 @@ static tr_gpt_shape tiny_shape(int first, int count)
 {
     tr_gpt_shape s = {.num_layers = 3, .C = 8, .NH = 2, .T = 5, .max_T = 6, .V = 11, .Vp = 16,
                       .eps = 1e-5f, .init_std = 0.3f, .seed = 99, .layer_first = first,
-                      .layer_count = count};
+                      .layer_count = count, .tp_size = 1};
     s.is_first = first == 0;
     s.is_last = first + count == s.num_layers;
     return s;
@@ -30,7 +30,7 @@ typedef struct {
 static void stage_make(stage *st, int first, int count, int B)
 {
     tr_gpt_shape s = tiny_shape(first, count);
-    assert_int_equal(tr_gpt_create(&s, tr_kernels_cpu(), &st->g), TR_OK);
+    assert_int_equal(tr_gpt_create(&s, tr_kernels_cpu(), NULL, &st->g), TR_OK);
     size_t n = tr_gpt_num_params(st->g);
     st->params = calloc(n, sizeof(float));
     st->grads = calloc(n, sizeof(float));

@@ -1,0 +1,149 @@
+/* GPT stage: activation storage of one micro-batch and the scratch shared by all of them.
+ * Sizes as in gpt_internal.h (N token rows, Nl held rows, l = this TP rank's share). */
+#include "model/gpt_internal.h"
+
+#include <string.h>
+
+#include "core/core.h"
+
+/* Floats rounded up to keep 64-byte alignment. */
+static size_t padded(size_t count) { return (count + 15) & ~(size_t)15; }
+
+/* Carve `count` floats from a bump pointer. */
+static float *take(float **cursor, size_t count)
+{
+    float *p = *cursor;
+    *cursor += padded(count);
+    return p;
+}
+
+int tr_gpt_scratch_ensure(tr_gpt *g, int B)
+{
+    tr_gpt_scratch *sc = &g->scratch;
+    if (sc->memory && sc->B >= B)
+        return TR_OK;
+    g->k->free(sc->memory);
+    tr_free(g->losses_host);
+    memset(sc, 0, sizeof *sc);
+    const tr_gpt_shape *s = &g->s;
+    int first, Nl;
+    gpt_rows(g, B, &first, &Nl);
+    size_t N = (size_t)B * s->T, C = s->C, Cl = g->Cl, Vl = s->is_last ? g->Vl : 0;
+    size_t att = (size_t)B * g->NHl * s->T * s->T;
+    size_t wide = s->tp_size > 1 ? N * C : 0;
+    size_t sizes[] = {N,      N * C,      Nl,  Nl,     N * Vl,     3 * N,      N,
+                      N * C,  wide,       N * 3 * Cl, N * Cl, att, N * 4 * Cl, N * 4 * Cl};
+    size_t total = 0;
+    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++)
+        total += padded(sizes[i]);
+    sc->memory = g->k->alloc(total * sizeof(float));
+    g->losses_host = tr_alloc(N * sizeof(float), "loss staging");
+    if (!sc->memory || !g->losses_host)
+        return tr_fail(TR_ERR_NOMEM, "out of memory for model scratch (%zu MiB)",
+                       total * sizeof(float) >> 20);
+    float *c = sc->memory;
+    sc->targets = (int32_t *)take(&c, N);
+    sc->lnf = take(&c, N * C);
+    sc->lnf_mean = take(&c, Nl);
+    sc->lnf_rstd = take(&c, Nl);
+    sc->logits = take(&c, N * Vl);
+    sc->xent_stats = take(&c, 3 * N);
+    sc->losses = take(&c, N);
+    sc->dln = take(&c, N * C);
+    sc->wide = take(&c, wide);
+    sc->dqkv = take(&c, N * 3 * Cl);
+    sc->datty = take(&c, N * Cl);
+    sc->datt = take(&c, att);
+    sc->dfch = take(&c, N * 4 * Cl);
+    sc->dfch_gelu = take(&c, N * 4 * Cl);
+    sc->B = B;
+    return TR_OK;
+}
+
+int tr_gpt_acts_create(tr_gpt *g, int B, tr_gpt_acts **out)
+{
+    const tr_gpt_shape *s = &g->s;
+    if (B < 1)
+        return tr_fail(TR_ERR_INVALID, "micro-batch size must be >= 1, got %d", B);
+    int rc = tr_tp_check_rows(&g->tp, B * s->T);
+    if (rc)
+        return rc;
+    rc = tr_gpt_scratch_ensure(g, B);
+    if (rc)
+        return rc;
+    tr_gpt_acts *a = tr_alloc(sizeof *a, "activations");
+    if (!a)
+        return TR_ERR_NOMEM;
+    a->g = g;
+    a->B = B;
+    a->layers = tr_alloc(sizeof *a->layers * (size_t)s->layer_count, "layer activations");
+    if (!a->layers) {
+        tr_free(a);
+        return TR_ERR_NOMEM;
+    }
+    int first, Nl_;
+    gpt_rows(g, B, &first, &Nl_);
+    size_t N = (size_t)B * s->T, Nl = (size_t)Nl_, C = s->C, Cl = g->Cl;
+    size_t att = (size_t)B * g->NHl * s->T * s->T;
+    size_t sizes[] = {N * C,  Nl,     Nl, N * 3 * Cl, N * Cl,     att,        Nl * C,
+                      N * C,  Nl,     Nl, N * 4 * Cl, N * 4 * Cl, Nl * C};
+    size_t per_layer = 0;
+    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++)
+        per_layer += padded(sizes[i]);
+    size_t total = padded(N) + 2 * padded(Nl * C) + per_layer * (size_t)s->layer_count;
+    a->memory = g->k->alloc(total * sizeof(float));
+    if (!a->memory) {
+        tr_free(a->layers);
+        tr_free(a);
+        return tr_fail(TR_ERR_NOMEM, "out of memory for activations (%zu MiB)",
+                       total * sizeof(float) >> 20);
+    }
+    float *c = a->memory;
+    a->tokens = (int32_t *)take(&c, N);
+    a->stage_in = take(&c, Nl * C);
+    a->dres = take(&c, Nl * C);
+    for (int l = 0; l < s->layer_count; l++) {
+        tr_layer_acts *L = &a->layers[l];
+        L->ln1 = take(&c, N * C);
+        L->ln1_mean = take(&c, Nl);
+        L->ln1_rstd = take(&c, Nl);
+        L->qkv = take(&c, N * 3 * Cl);
+        L->atty = take(&c, N * Cl);
+        L->att = take(&c, att);
+        L->residual2 = take(&c, Nl * C);
+        L->ln2 = take(&c, N * C);
+        L->ln2_mean = take(&c, Nl);
+        L->ln2_rstd = take(&c, Nl);
+        L->fch = take(&c, N * 4 * Cl);
+        L->fch_gelu = take(&c, N * 4 * Cl);
+        L->residual3 = take(&c, Nl * C);
+    }
+    *out = a;
+    return TR_OK;
+}
+
+void tr_gpt_acts_free(tr_gpt_acts *a)
+{
+    if (!a)
+        return;
+    a->g->k->free(a->memory);
+    tr_free(a->layers);
+    tr_free(a);
+}
+
+size_t tr_gpt_hidden_numel(const tr_gpt *g, int B)
+{
+    int first, Nl;
+    gpt_rows(g, B, &first, &Nl);
+    return (size_t)Nl * (size_t)g->s.C;
+}
+
+float *tr_gpt_acts_input_buffer(tr_gpt_acts *a) { return a->stage_in; }
+float *tr_gpt_acts_output_grad_buffer(tr_gpt_acts *a) { return a->dres; }
+
+const float *tr_gpt_acts_output(const tr_gpt_acts *a)
+{
+    return a->layers[a->g->s.layer_count - 1].residual3;
+}
+
+const float *tr_gpt_acts_input_grad(const tr_gpt_acts *a) { return a->dres; }

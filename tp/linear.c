@@ -1,0 +1,116 @@
+/* Column- and row-parallel linear layers (weights (out, in), y = x W^T + b), built from the
+ * kernel table's GEMM and the mappings of mappings.c. With T == 1 they are plain linears. */
+#include "tp/tp.h"
+
+#include "core/core.h"
+
+/* y (N, OC) = x (N, IC) @ W^T + beta * y */
+static void gemm_xWt(const tr_kernels *k, float *y, const float *x, const float *W, int N,
+                     int IC, int OC, float beta)
+{
+    k->gemm(NULL, 0, 1, N, OC, IC, 1.0f, x, IC, W, IC, beta, y, OC);
+}
+
+/* dx (N, IC) = dy (N, OC) @ W (OC, IC) */
+static void gemm_dx(const tr_kernels *k, float *dx, const float *dy, const float *W, int N,
+                    int IC, int OC)
+{
+    k->gemm(NULL, 0, 0, N, IC, OC, 1.0f, dy, OC, W, IC, 0.0f, dx, IC);
+}
+
+/* dW (OC, IC) += dy^T (OC, N) @ x (N, IC) */
+static void gemm_dW(const tr_kernels *k, float *dW, const float *dy, const float *x, int N,
+                    int IC, int OC)
+{
+    k->gemm(NULL, 1, 0, OC, IC, N, 1.0f, dy, OC, x, IC, 1.0f, dW, IC);
+}
+
+int tr_tp_column_linear_forward(const tr_tp *tp, float *y, float *x, const float *W,
+                                const float *b, int N, int IC, int OCl, float *y_full,
+                                float *scratch)
+{
+    const tr_kernels *k = tp->k;
+    int first, count, rc;
+    tr_tp_rows(tp, N, &first, &count);
+    /* f forward is the identity; under SP the input is gathered from the sequence slices */
+    rc = tr_tp_gather_from_sequence_region_forward(tp, x + (size_t)first * IC, x, N, IC);
+    if (rc)
+        return rc;
+    gemm_xWt(k, y, x, W, N, IC, OCl, 0.0f);
+    if (b)
+        k->bias_add(NULL, y, b, N, OCl);
+    if (y_full)
+        return tr_tp_gather_from_region_forward(tp, y_full, y, N, OCl, scratch);
+    return TR_OK;
+}
+
+int tr_tp_column_linear_backward(const tr_tp *tp, float *dx, float *dW, float *db,
+                                 const float *dy, const float *x, const float *W, int N,
+                                 int IC, int OCl)
+{
+    const tr_kernels *k = tp->k;
+    if (dx)
+        gemm_dx(k, dx, dy, W, N, IC, OCl);
+    gemm_dW(k, dW, dy, x, N, IC, OCl);
+    if (db)
+        k->bias_backward(NULL, db, dy, N, OCl);
+    if (!dx)
+        return TR_OK;
+    if (tp->sequence_parallel) {
+        /* conjugate of the forward's gather: reduce-scatter, in place */
+        int first, count;
+        tr_tp_rows(tp, N, &first, &count);
+        return tr_tp_reduce_scatter_to_sequence_region_forward(tp, dx, dx + (size_t)first * IC,
+                                                               N, IC);
+    }
+    return tr_tp_copy_to_region_backward(tp, dx, (size_t)N * IC);
+}
+
+int tr_tp_row_linear_forward(const tr_tp *tp, float *y, const float *residual, const float *x,
+                             const float *W, const float *b, int N, int ICl, int OC,
+                             float *scratch)
+{
+    const tr_kernels *k = tp->k;
+    int first, count, rc;
+    tr_tp_rows(tp, N, &first, &count);
+    if (tp->size == 1) {
+        /* the unsplit layer: accumulate onto the residual inside the GEMM */
+        if (residual && residual != y)
+            k->copy(NULL, y, residual, (size_t)N * OC * sizeof(float));
+        gemm_xWt(k, y, x, W, N, ICl, OC, residual ? 1.0f : 0.0f);
+    } else {
+        /* partial (N, OC) on every rank; reduce (g forward, or reduce-scatter under SP) */
+        gemm_xWt(k, scratch, x, W, N, ICl, OC, 0.0f);
+        float *reduced = residual ? scratch + (size_t)first * OC : y;
+        rc = tr_tp_reduce_scatter_to_sequence_region_forward(tp, scratch, reduced, N, OC);
+        if (rc)
+            return rc;
+        if (residual)
+            k->add(NULL, y, residual, reduced, (size_t)count * OC);
+    }
+    if (b) /* once, after the reduction */
+        k->bias_add(NULL, y, b, count, OC);
+    return TR_OK;
+}
+
+int tr_tp_row_linear_backward(const tr_tp *tp, float *dx, float *dW, float *db,
+                              const float *dy, const float *x, const float *W, int N, int ICl,
+                              int OC, float *scratch)
+{
+    const tr_kernels *k = tp->k;
+    int first, count, rc;
+    tr_tp_rows(tp, N, &first, &count);
+    const float *dy_all = dy; /* g backward is the identity */
+    if (tp->sequence_parallel) {
+        /* conjugate of the forward's reduce-scatter: all-gather the rows */
+        rc = tr_tp_gather_from_sequence_region_forward(tp, dy, scratch, N, OC);
+        if (rc)
+            return rc;
+        dy_all = scratch;
+    }
+    gemm_dx(k, dx, dy_all, W, N, ICl, OC);
+    gemm_dW(k, dW, dy_all, x, N, ICl, OC);
+    if (db)
+        k->bias_backward(NULL, db, dy, count, OC);
+    return TR_OK;
+}

@@ -1,0 +1,147 @@
+/* tp/ — tensor-parallel layers (Megatron-style) on the kernel table and a communicator.
+ *
+ * Contract:
+ *  - A tr_tp is the tensor-parallel context of one rank: the TP group's communicator (NULL
+ *    iff size == 1), size T, rank t, sequence_parallel (only ever 1 when T > 1) and the
+ *    kernel table. With T == 1 no function communicates and the layers are exactly the
+ *    unsplit ones (same kernel calls as a plain linear).
+ *  - Token rows: activations are (N, ·) with N = B*S token rows in row-major (b, s) order.
+ *    Without sequence parallelism every TP rank holds all N rows of the replicated
+ *    activations (residual stream, LayerNorm in/out). With it, rank t holds the contiguous
+ *    rows [t*N/T, (t+1)*N/T) (N % T == 0 required): tr_tp_rows(). "Nl" below is the number
+ *    of rows this rank holds (N, or N/T under SP).
+ *  - Mappings (the only places that communicate; the layers are built from them):
+ *      f  copy_to_region:         forward identity,        backward all-reduce
+ *      g  reduce_from_region:     forward all-reduce,      backward identity
+ *      gather_from_region (last dim): forward all-gather,  backward split
+ *      scatter_to_region  (last dim): forward split,       backward all-gather
+ *      gather_from_sequence_region:   forward all-gather rows, backward reduce-scatter rows
+ *      reduce_scatter_to_sequence_region: forward reduce-scatter rows, backward all-gather
+ *    A mapping's backward is its conjugate's forward, so each is written once.
+ *  - Layers (weights in PyTorch Linear layout (out, in), y = x W^T + b):
+ *      column-parallel linear: W holds output rows [t*OC/T, (t+1)*OC/T) of the full (OC, IC)
+ *        weight; input replicated (f) or, under SP, gathered from the sequence slices;
+ *        output split by features, optionally gathered.
+ *      row-parallel linear: W holds input columns [t*IC/T, ...) of the full weight; input
+ *        already split by features; partial outputs all-reduced (g) or, under SP,
+ *        reduce-scattered to the sequence slices; bias added once, after the reduction.
+ *      vocab-parallel embedding: rank t holds vocabulary rows [t*Vp/T, (t+1)*Vp/T);
+ *        out-of-slice ids give 0; partial embeddings all-reduced (reduce-scattered under SP).
+ *      vocab-parallel cross-entropy: loss from this rank's logit columns without gathering
+ *        them: all-reduce MAX of the row maxima, then one SUM all-reduce of (sum of
+ *        exponentials, target logit); losses identical on every TP rank.
+ *  - Gradients of parameters ACCUMULATE (+=), activation gradients are overwritten (as in
+ *    kernels/). Every function returns a tr_status; a communication failure is returned
+ *    with the message naming the TP operation.
+ *  - Buffers are kernel-table ("device") memory; the communicator must be able to move it.
+ *  - Layering: tp/ uses kernels/ and comm/ only; model/ calls tp/. */
+#ifndef TR_TP_H
+#define TR_TP_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "comm/comm.h"
+#include "kernels/kernels.h"
+
+typedef struct {
+    tr_comm *comm;         /* the TP group; NULL iff size == 1 */
+    int size, rank;        /* T and t */
+    int sequence_parallel; /* 1 only when size > 1 */
+    const tr_kernels *k;
+} tr_tp;
+
+/* Fill *tp. comm NULL = one rank (sequence_parallel is then ignored). */
+int tr_tp_init(tr_tp *tp, const tr_kernels *k, tr_comm *comm, int sequence_parallel);
+
+/* Rows of N token rows this rank holds: all of them, or its sequence-parallel slice
+ * [*first, *first + *count). Requires N % T == 0 under SP (checked by tr_tp_check_rows). */
+void tr_tp_rows(const tr_tp *tp, int N, int *first, int *count);
+int tr_tp_check_rows(const tr_tp *tp, int N);
+
+/* ------------------------------------------------------------------ mappings */
+
+/* f backward: all-reduce (sum) of n floats in place. (f forward is the identity.) */
+int tr_tp_copy_to_region_backward(const tr_tp *tp, float *grad, size_t n);
+/* g forward: out = sum over ranks of partial (n floats; out may equal partial).
+ * (g backward is the identity.) */
+int tr_tp_reduce_from_region_forward(const tr_tp *tp, const float *partial, float *out,
+                                     size_t n);
+/* Last-dimension gather: out (N, T*cols) from every rank's in (N, cols); scratch holds
+ * T*N*cols floats (unused when T == 1). Backward of scatter_to_region. */
+int tr_tp_gather_from_region_forward(const tr_tp *tp, float *out, const float *in, int N,
+                                     int cols, float *scratch);
+/* Last-dimension split: out (N, cols) = columns [t*cols, (t+1)*cols) of in (N, T*cols).
+ * Backward of gather_from_region. */
+int tr_tp_scatter_to_region_forward(const tr_tp *tp, float *out, const float *in, int N,
+                                    int cols);
+/* SP row gather: full (N, C) = every rank's local (N/T, C) rows in rank order. In place
+ * when local == full + first*C (tr_tp_rows). Without SP: full = local (no copy when they
+ * are the same). Backward of reduce_scatter_to_sequence_region. */
+int tr_tp_gather_from_sequence_region_forward(const tr_tp *tp, const float *local, float *full,
+                                              int N, int C);
+/* SP row reduce-scatter: local (N/T, C) = this rank's rows of the sum over ranks of
+ * full (N, C) (full may be clobbered). Without SP: an all-reduce, local (N, C).
+ * Backward of gather_from_sequence_region. */
+int tr_tp_reduce_scatter_to_sequence_region_forward(const tr_tp *tp, float *full, float *local,
+                                                    int N, int C);
+
+/* ------------------------------------------------------------------ parallel linears
+ * N: token rows of the full micro-batch. IC/OC: this rank's in/out features as named. */
+
+/* Column-parallel: y (N, OCl) = x (N, IC) @ W^T (W: OCl x IC) + b (b may be NULL).
+ * x must hold N rows: under SP the caller writes its own rows at their place and this
+ * gathers the others into x in place (x is kept for the backward). With y_full non-NULL
+ * the output is also gathered to y_full (N, T*OCl) (scratch: T*N*OCl floats). */
+int tr_tp_column_linear_forward(const tr_tp *tp, float *y, float *x, const float *W,
+                                const float *b, int N, int IC, int OCl, float *y_full,
+                                float *scratch);
+/* dy (N, OCl) (with gathered output: split it first with tr_tp_scatter_to_region_forward);
+ * dW += dy^T x; db += colsum(dy) (db may be NULL); dx (N, IC) is overwritten with the
+ * input gradient: without SP all N rows, summed over ranks (f backward); under SP only this
+ * rank's rows are valid, at their place (dx + first*IC) (reduce-scatter; the rest is
+ * scratch). dx NULL skips the input gradient (no communication). */
+int tr_tp_column_linear_backward(const tr_tp *tp, float *dx, float *dW, float *db,
+                                 const float *dy, const float *x, const float *W, int N,
+                                 int IC, int OCl);
+
+/* Row-parallel: y (Nl, OC) = [residual (Nl, OC) +] reduce(x (N, ICl) @ W^T) + b.
+ * residual and b may be NULL; residual may equal y. scratch: N*OC floats when T > 1. */
+int tr_tp_row_linear_forward(const tr_tp *tp, float *y, const float *residual, const float *x,
+                             const float *W, const float *b, int N, int ICl, int OC,
+                             float *scratch);
+/* dy (Nl, OC); dx (N, ICl) overwritten; dW += dy_all^T x; db += colsum(dy) over this rank's
+ * rows (under SP a partial sum: all-reduce it over TP later). scratch: N*OC floats under SP
+ * (the gathered dy). */
+int tr_tp_row_linear_backward(const tr_tp *tp, float *dx, float *dW, float *db,
+                              const float *dy, const float *x, const float *W, int N, int ICl,
+                              int OC, float *scratch);
+
+/* ------------------------------------------------------------------ vocabulary parallel
+ * Vl = Vp/T rows of the embedding table (and logit columns) per rank; this rank's first
+ * global id is v_start = t*Vl. ids/targets: N device int32, global ids. */
+
+/* out (Nl, C) = table rows of ids (0 where not held here), summed over ranks.
+ * scratch: N*C floats when T > 1. */
+int tr_tp_vocab_embedding_forward(const tr_tp *tp, float *out, const int32_t *ids,
+                                  const float *table, int N, int C, int Vl, float *scratch);
+/* dout (Nl, C): dtable[id - v_start] += dout_all[n] for held ids. Under SP dout is first
+ * gathered into scratch (N*C floats). *dout_all (may be NULL) is set to the (N, C)
+ * gradient used (dout itself without SP), for replicated consumers such as positions. */
+int tr_tp_vocab_embedding_backward(const tr_tp *tp, float *dtable, const float *dout,
+                                   const int32_t *ids, int N, int C, int Vl, float *scratch,
+                                   const float **dout_all);
+
+/* losses (N) = logsumexp(row) - target logit over the V real ids (ids >= V are padding),
+ * the same on every rank. logits (N, Vl). stats: 3*N floats (max, sumexp, picked), kept for
+ * the backward. */
+int tr_tp_vocab_cross_entropy_forward(const tr_tp *tp, float *losses, float *stats,
+                                      const float *logits, const int32_t *targets, int N,
+                                      int Vl, int V);
+/* dlogits (N, Vl) = scale * (softmax - onehot(target)) on this rank's columns (0 on padding);
+ * no communication. dlogits may equal logits. */
+int tr_tp_vocab_cross_entropy_backward(const tr_tp *tp, float *dlogits, const float *logits,
+                                       const float *stats, const int32_t *targets, int N,
+                                       int Vl, int V, float scale);
+
+#endif
