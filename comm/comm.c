@@ -242,14 +242,14 @@ static int check_p2p(tr_comm *c, tr_comm_opkind kind, const void *buf, size_t co
                      tr_comm_dtype dt, int peer, int tag, size_t *bytes)
 {
     int rc = check_common(c, kind, count, dt, bytes);
+    if (!rc && (tag < 0 || tag > TR_COMM_TAG_MAX))
+        rc = tr_fail(TR_ERR_INVALID, "comm '%s': %s: tag %d out of range 0..%d", c->name,
+                     kind_names[kind], tag, TR_COMM_TAG_MAX);
     if (!rc)
         rc = check_rank(c, kind, peer, "peer");
     if (!rc && peer == c->rank)
         rc = tr_fail(TR_ERR_INVALID, "comm '%s': %s: peer %d is this rank itself", c->name,
                      kind_names[kind], peer);
-    if (!rc && (tag < 0 || tag > TR_COMM_TAG_MAX))
-        rc = tr_fail(TR_ERR_INVALID, "comm '%s': %s: tag %d out of range 0..%d", c->name,
-                     kind_names[kind], tag, TR_COMM_TAG_MAX);
     if (!rc)
         rc = check_buf(c, kind, buf, *bytes, "data");
     return rc;

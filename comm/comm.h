@@ -92,11 +92,24 @@ typedef struct tr_comm_request tr_comm_request;
 
 tr_comm_config tr_comm_config_default(void);
 
-/* The world communicator from the launcher's environment: RANK, WORLD_SIZE, MASTER_ADDR,
- * MASTER_PORT, TRIDENT_JOB_TOKEN (LOCAL_RANK is not needed). Without WORLD_SIZE (or with
- * WORLD_SIZE=1 and no MASTER_ADDR) a one-rank world needing no store. Collective over the
- * job: rank 0 starts the store, everyone publishes its UCX address, then a barrier checks
- * connectivity. cfg NULL = defaults. */
+/* Who this rank is and where the store is (launch/'s tr_env_detect() knows how to fill it
+ * from torchrun, Open MPI or Slurm variables). */
+typedef struct {
+    int rank, size;
+    const char *master_addr; /* host of rank 0's store; may be NULL only when size == 1 */
+    int master_port;
+    const char *job_token; /* NULL = "" */
+} tr_comm_rendezvous;
+
+/* The world communicator. Collective over the job: rank 0 starts the store on
+ * master_addr:master_port, everyone publishes its UCX worker address there, then a barrier
+ * checks connectivity. A one-rank world with no master_addr needs no store. cfg NULL =
+ * defaults. Errors name the rank and, for an unreachable store, MASTER_ADDR:MASTER_PORT. */
+int tr_comm_init(const tr_comm_rendezvous *rv, const tr_comm_config *cfg, tr_comm **out);
+
+/* tr_comm_init() from the launcher's environment: RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT,
+ * TRIDENT_JOB_TOKEN. Without WORLD_SIZE, a one-rank world (a store only if MASTER_ADDR is
+ * set). A malformed or missing variable is TR_ERR_CONFIG naming it. */
 int tr_comm_init_world(const tr_comm_config *cfg, tr_comm **out);
 
 /* Subgroups: members of `comm` with the same color form one new communicator, ranked by

@@ -352,10 +352,10 @@ static int exchange_addresses(ucx_engine *e)
 
 static int world_generation; /* worlds created by this process: keys and session differ */
 
-int tr_comm_init_world(const tr_comm_config *cfg_in, tr_comm **out)
+int tr_comm_init(const tr_comm_rendezvous *rv, const tr_comm_config *cfg_in, tr_comm **out)
 {
-    if (!out)
-        return tr_fail(TR_ERR_INVALID, "comm: init_world needs an output pointer");
+    if (!out || !rv)
+        return tr_fail(TR_ERR_INVALID, "comm: init needs a rendezvous and an output pointer");
     *out = NULL;
     tr_comm_config cfg = cfg_in ? *cfg_in : tr_comm_config_default();
     if (!(cfg.timeout_s > 0))
@@ -365,32 +365,27 @@ int tr_comm_init_world(const tr_comm_config *cfg_in, tr_comm **out)
     if (strlen(cfg.name) >= TR_COMM_MAX_NAME)
         return tr_fail(TR_ERR_CONFIG, "comm: name '%s' longer than %d characters", cfg.name,
                        TR_COMM_MAX_NAME - 1);
-    int size = 1, rank = 0, port = 0;
-    int rc = env_int("WORLD_SIZE", 1, 1 << 20, 1, 0, &size);
-    if (!rc)
-        rc = env_int("RANK", 0, size - 1, 0, size > 1, &rank);
-    const char *host = getenv("MASTER_ADDR");
+    int rank = rv->rank, size = rv->size, port = rv->master_port;
+    const char *host = rv->master_addr;
+    if (size < 1 || size > (1 << 20) || rank < 0 || rank >= size)
+        return tr_fail(TR_ERR_CONFIG, "comm: rank %d of world size %d is impossible", rank, size);
     int need_store = size > 1 || (host && *host);
-    if (!rc && need_store && (!host || !*host))
-        rc = tr_fail(TR_ERR_CONFIG, "comm: MASTER_ADDR is not set (start ranks with `trident "
-                                    "launch`)");
-    if (!rc && need_store)
-        rc = env_int("MASTER_PORT", 1, 65535, 0, 1, &port);
-    if (rc)
-        return rc;
-    const char *token = getenv("TRIDENT_JOB_TOKEN");
+    if (need_store && (!host || !*host))
+        return tr_fail(TR_ERR_CONFIG, "comm: a world of %d ranks needs MASTER_ADDR", size);
+    if (need_store && (port < 1 || port > 65535))
+        return tr_fail(TR_ERR_CONFIG, "comm: MASTER_PORT %d out of range 1..65535", port);
     tr_log_set_rank(rank);
 
     ucx_engine *e = NULL;
-    rc = ucx_engine_create(&e, rank, size, cfg.progress_thread, cfg.timeout_s);
+    int rc = ucx_engine_create(&e, rank, size, cfg.progress_thread, cfg.timeout_s);
     if (rc)
         return rc;
     snprintf(e->session, sizeof e->session, "w%d", world_generation++);
     if (need_store) {
         if (rank == 0)
-            rc = tr_store_server_start(host, port, token, e->session, &e->server);
+            rc = tr_store_server_start(host, port, rv->job_token, e->session, &e->server);
         if (!rc)
-            rc = tr_store_connect(host, port, token, e->session, cfg.timeout_s, &e->store);
+            rc = tr_store_connect(host, port, rv->job_token, e->session, cfg.timeout_s, &e->store);
         if (!rc)
             rc = exchange_addresses(e);
         if (rc) {
@@ -416,10 +411,30 @@ int tr_comm_init_world(const tr_comm_config *cfg_in, tr_comm **out)
     }
     g->comm = *out;
     if (size > 1 && (rc = internal_barrier(g, cfg.timeout_s)) != TR_OK) {
-        tr_fail_context(rc, "connectivity check after rendezvous");
+        char msg[1024];
+        snprintf(msg, sizeof msg, "%s", tr_errmsg());
         tr_comm_destroy(*out);
         *out = NULL;
-        return rc;
+        return tr_fail(rc, "connectivity check after rendezvous: %s", msg);
     }
     return TR_OK;
+}
+
+int tr_comm_init_world(const tr_comm_config *cfg, tr_comm **out)
+{
+    if (!out)
+        return tr_fail(TR_ERR_INVALID, "comm: init_world needs an output pointer");
+    *out = NULL;
+    tr_comm_rendezvous rv = {.master_addr = getenv("MASTER_ADDR"),
+                             .job_token = getenv("TRIDENT_JOB_TOKEN")};
+    int rc = env_int("WORLD_SIZE", 1, 1 << 20, 1, 0, &rv.size);
+    if (!rc)
+        rc = env_int("RANK", 0, rv.size - 1, 0, rv.size > 1, &rv.rank);
+    int need_store = rv.size > 1 || (rv.master_addr && *rv.master_addr);
+    if (!rc && need_store && (!rv.master_addr || !*rv.master_addr))
+        rc = tr_fail(TR_ERR_CONFIG, "comm: MASTER_ADDR is not set (start ranks with `trident "
+                                    "launch`)");
+    if (!rc && need_store)
+        rc = env_int("MASTER_PORT", 1, 65535, 0, 1, &rv.master_port);
+    return rc ? rc : tr_comm_init(&rv, cfg, out);
 }

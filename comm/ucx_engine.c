@@ -174,7 +174,7 @@ static int get_ep(ucx_op *op, int peer, ucp_ep_h *ep)
             .field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS |
                           UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE | UCP_EP_PARAM_FIELD_ERR_HANDLER,
             .address = e->addr[wr],
-            .err_mode = UCP_ERR_HANDLING_MODE_PEER,
+            .err_mode = UCP_ERR_HANDLING_MODE_NONE,
             .err_handler = {.cb = ep_error_cb, .arg = e},
         };
         ucs_status_t s = ucp_ep_create(e->worker, &p, &e->eps[wr]);

@@ -1,0 +1,236 @@
+/* comm/ units on a one-rank world (no launcher needed): the partition, the reductions, every
+ * operation's result and counters on one rank, and every bad argument with its code and
+ * message; the environment parsing and a store that never comes up. */
+#include "comm/comm.h"
+
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+static void expect_error(int rc, int code, const char *needle)
+{
+    assert_int_equal(rc, code);
+    if (!strstr(tr_errmsg(), needle))
+        fail_msg("message '%s' lacks '%s'", tr_errmsg(), needle);
+}
+
+static void clear_env(void)
+{
+    unsetenv("WORLD_SIZE");
+    unsetenv("RANK");
+    unsetenv("MASTER_ADDR");
+    unsetenv("MASTER_PORT");
+}
+
+static void test_block_partition(void **state)
+{
+    (void)state;
+    static const size_t counts[] = {0, 1, 7, 8, 1000, (1u << 20) + 3};
+    for (size_t k = 0; k < sizeof counts / sizeof counts[0]; k++)
+        for (int n = 1; n <= 9; n++) {
+            size_t next = 0;
+            for (int r = 0; r < n; r++) {
+                size_t off, len;
+                tr_comm_block(counts[k], n, r, &off, &len);
+                assert_int_equal(off, next);
+                assert_true(len == counts[k] / (size_t)n || len == counts[k] / (size_t)n + 1);
+                next = off + len;
+            }
+            assert_int_equal(next, counts[k]);
+        }
+}
+
+static void test_sizes_and_names(void **state)
+{
+    (void)state;
+    assert_int_equal(tr_comm_dtype_size(TR_COMM_F32), 4);
+    assert_int_equal(tr_comm_dtype_size(TR_COMM_F64), 8);
+    assert_int_equal(tr_comm_dtype_size(TR_COMM_I32), 4);
+    assert_int_equal(tr_comm_dtype_size(TR_COMM_I64), 8);
+    assert_int_equal(tr_comm_dtype_size((tr_comm_dtype)99), 0);
+    assert_string_equal(tr_comm_opkind_name(TR_COMM_OP_REDUCE_SCATTER), "reduce_scatter");
+    assert_string_equal(tr_comm_opkind_name((tr_comm_opkind)99), "?");
+    tr_comm_config c = tr_comm_config_default();
+    assert_true(c.timeout_s == 300.0);
+    assert_int_equal(c.progress_thread, 0);
+}
+
+static tr_comm *one_rank_world(void)
+{
+    clear_env();
+    tr_comm *w = NULL;
+    int rc = tr_comm_init_world(NULL, &w);
+    if (rc)
+        fail_msg("init_world: %s", tr_errmsg());
+    return w;
+}
+
+static void test_one_rank_operations(void **state)
+{
+    (void)state;
+    tr_comm *w = one_rank_world();
+    assert_int_equal(tr_comm_rank(w), 0);
+    assert_int_equal(tr_comm_size(w), 1);
+    assert_string_equal(tr_comm_name(w), "world");
+    assert_string_equal(tr_comm_backend(w), "ucx");
+    assert_int_equal(tr_comm_world_rank(w, 0), 0);
+    assert_int_equal(tr_comm_world_rank(w, 1), -1);
+    float a[5] = {1, 2, 3, 4, 5}, b[5] = {0};
+    assert_int_equal(tr_comm_allreduce(w, a, b, 5, TR_COMM_F32, TR_COMM_SUM), TR_OK);
+    assert_memory_equal(a, b, sizeof a);
+    assert_int_equal(tr_comm_allreduce(w, a, a, 5, TR_COMM_F32, TR_COMM_MAX), TR_OK);
+    memset(b, 0, sizeof b);
+    assert_int_equal(tr_comm_reduce_scatter(w, a, b, 5, TR_COMM_F32, TR_COMM_SUM), TR_OK);
+    assert_memory_equal(a, b, sizeof a);
+    memset(b, 0, sizeof b);
+    assert_int_equal(tr_comm_allgather(w, a, b, 5, TR_COMM_F32), TR_OK);
+    assert_memory_equal(a, b, sizeof a);
+    assert_int_equal(tr_comm_broadcast(w, a, 5, TR_COMM_F32, 0), TR_OK);
+    assert_int_equal(tr_comm_barrier(w), TR_OK);
+    assert_int_equal(tr_comm_allreduce(w, NULL, NULL, 0, TR_COMM_F64, TR_COMM_SUM), TR_OK);
+    tr_comm_request *req = NULL;
+    assert_int_equal(tr_comm_allreduce_async(w, a, b, 5, TR_COMM_F32, TR_COMM_MIN, &req), TR_OK);
+    int done = 0;
+    assert_int_equal(tr_comm_test(&req, &done), TR_OK);
+    assert_int_equal(done, 1);
+    assert_null(req);
+
+    tr_comm_counters k;
+    tr_comm_get_counters(w, &k);
+    assert_int_equal(k.ops[TR_COMM_OP_ALLREDUCE], 4);
+    assert_int_equal(k.bytes[TR_COMM_OP_ALLREDUCE], 60);
+    assert_int_equal(k.ops[TR_COMM_OP_REDUCE_SCATTER], 1);
+    assert_int_equal(k.ops[TR_COMM_OP_ALLGATHER], 1);
+    assert_int_equal(k.bytes[TR_COMM_OP_ALLGATHER], 20);
+    assert_int_equal(k.ops[TR_COMM_OP_BROADCAST], 1);
+    assert_int_equal(k.ops[TR_COMM_OP_BARRIER], 1);
+    tr_comm_reset_counters(w);
+    tr_comm_get_counters(w, &k);
+    assert_int_equal(k.ops[TR_COMM_OP_ALLREDUCE], 0);
+
+    tr_comm *sub = NULL, *none = (tr_comm *)1;
+    assert_int_equal(tr_comm_split(w, 5, 0, "tp", &sub), TR_OK);
+    assert_non_null(sub);
+    assert_string_equal(tr_comm_name(sub), "tp");
+    assert_int_equal(tr_comm_size(sub), 1);
+    assert_int_equal(tr_comm_allreduce(sub, a, b, 5, TR_COMM_F32, TR_COMM_SUM), TR_OK);
+    assert_int_equal(tr_comm_split(w, TR_COMM_COLOR_NONE, 0, "dp", &none), TR_OK);
+    assert_null(none);
+    tr_comm_get_counters(w, &k);
+    assert_int_equal(k.ops[TR_COMM_OP_SPLIT], 2);
+    assert_int_equal(k.ops[TR_COMM_OP_ALLGATHER], 0); /* split's own traffic is not counted */
+    tr_comm_destroy(sub);
+    tr_comm_destroy(w);
+}
+
+static void test_bad_arguments(void **state)
+{
+    (void)state;
+    tr_comm *w = one_rank_world();
+    float a[4] = {0}, b[4] = {0};
+    tr_comm_request *req = NULL;
+    expect_error(tr_comm_allreduce(w, NULL, b, 4, TR_COMM_F32, TR_COMM_SUM), TR_ERR_INVALID,
+                 "allreduce: send buffer is NULL");
+    expect_error(tr_comm_allreduce(w, a, NULL, 4, TR_COMM_F32, TR_COMM_SUM), TR_ERR_INVALID,
+                 "allreduce: recv buffer is NULL");
+    expect_error(tr_comm_allreduce(w, a, b, 4, (tr_comm_dtype)17, TR_COMM_SUM), TR_ERR_INVALID,
+                 "invalid dtype 17");
+    expect_error(tr_comm_allreduce(w, a, b, 4, TR_COMM_F32, (tr_comm_redop)9), TR_ERR_INVALID,
+                 "invalid reduction op 9");
+    expect_error(tr_comm_allreduce(w, a, b, SIZE_MAX / 2, TR_COMM_F32, TR_COMM_SUM),
+                 TR_ERR_INVALID, "overflows");
+    expect_error(tr_comm_allreduce(NULL, a, b, 4, TR_COMM_F32, TR_COMM_SUM), TR_ERR_INVALID,
+                 "NULL communicator");
+    expect_error(tr_comm_reduce_scatter(w, a, NULL, 4, TR_COMM_F32, TR_COMM_SUM), TR_ERR_INVALID,
+                 "reduce_scatter: recv buffer is NULL");
+    expect_error(tr_comm_allgather(w, NULL, b, 4, TR_COMM_F32), TR_ERR_INVALID,
+                 "allgather: send buffer is NULL");
+    expect_error(tr_comm_broadcast(w, a, 4, TR_COMM_F32, 1), TR_ERR_INVALID,
+                 "broadcast: root 1 out of range 0..0");
+    expect_error(tr_comm_broadcast(w, a, 4, TR_COMM_F32, -1), TR_ERR_INVALID,
+                 "root -1 out of range");
+    expect_error(tr_comm_send(w, a, 4, TR_COMM_F32, 0, 0), TR_ERR_INVALID,
+                 "send: peer 0 is this rank itself");
+    expect_error(tr_comm_recv(w, a, 4, TR_COMM_F32, 3, 0), TR_ERR_INVALID,
+                 "recv: peer 3 out of range 0..0");
+    expect_error(tr_comm_send_async(w, a, 4, TR_COMM_F32, 0, TR_COMM_TAG_MAX + 1, &req),
+                 TR_ERR_INVALID, "send: tag 8388608 out of range 0..8388607");
+    expect_error(tr_comm_barrier(NULL), TR_ERR_INVALID, "barrier on a NULL communicator");
+    expect_error(tr_comm_wait(&req), TR_ERR_INVALID, "wait on a NULL request");
+    int done = 0;
+    expect_error(tr_comm_test(NULL, &done), TR_ERR_INVALID, "test on a NULL request");
+    tr_comm *sub = NULL;
+    expect_error(tr_comm_split(w, -2, 0, "tp", &sub), TR_ERR_INVALID, "color -2 is negative");
+    expect_error(tr_comm_split(w, 0, 0, "", &sub), TR_ERR_INVALID, "needs a name");
+    expect_error(tr_comm_split(w, 0, 0, "a-name-that-is-much-too-long-for-a-group", &sub),
+                 TR_ERR_INVALID, "needs a name");
+    expect_error(tr_comm_split(NULL, 0, 0, "tp", &sub), TR_ERR_INVALID, "split of a NULL");
+    tr_comm_tuning t = {.chunk_bytes = 10};
+    expect_error(tr_comm_set_tuning(w, &t), TR_ERR_INVALID, "chunk_bytes 10 is below");
+    tr_comm_destroy(w);
+}
+
+static void test_bad_config_and_env(void **state)
+{
+    (void)state;
+    tr_comm *w = NULL;
+    clear_env();
+    tr_comm_config cfg = tr_comm_config_default();
+    cfg.timeout_s = 0;
+    expect_error(tr_comm_init_world(&cfg, &w), TR_ERR_CONFIG, "timeout must be > 0");
+    setenv("WORLD_SIZE", "abc", 1);
+    expect_error(tr_comm_init_world(NULL, &w), TR_ERR_CONFIG, "WORLD_SIZE='abc'");
+    setenv("WORLD_SIZE", "2", 1);
+    expect_error(tr_comm_init_world(NULL, &w), TR_ERR_CONFIG, "RANK is not set");
+    setenv("RANK", "2", 1);
+    expect_error(tr_comm_init_world(NULL, &w), TR_ERR_CONFIG, "RANK='2' is not an integer in 0..1");
+    setenv("RANK", "1", 1);
+    expect_error(tr_comm_init_world(NULL, &w), TR_ERR_CONFIG, "MASTER_ADDR is not set");
+    setenv("MASTER_ADDR", "127.0.0.1", 1);
+    expect_error(tr_comm_init_world(NULL, &w), TR_ERR_CONFIG, "MASTER_PORT is not set");
+    setenv("MASTER_PORT", "70000", 1);
+    expect_error(tr_comm_init_world(NULL, &w), TR_ERR_CONFIG, "MASTER_PORT='70000'");
+    tr_comm_rendezvous rv = {.rank = 3, .size = 2};
+    expect_error(tr_comm_init(&rv, NULL, &w), TR_ERR_CONFIG, "rank 3 of world size 2");
+    assert_null(w);
+    clear_env();
+}
+
+/* Rank 1 of 2 whose rank 0 never serves: fails after the timeout naming the address. */
+static void test_master_never_up(void **state)
+{
+    (void)state;
+    tr_store_server *s = NULL; /* find a free port, then free it again */
+    assert_int_equal(tr_store_server_start("127.0.0.1", 0, NULL, NULL, &s), TR_OK);
+    int port = tr_store_server_port(s);
+    tr_store_server_stop(s);
+    tr_comm_rendezvous rv = {.rank = 1, .size = 2, .master_addr = "127.0.0.1", .master_port = port};
+    tr_comm_config cfg = tr_comm_config_default();
+    cfg.timeout_s = 1.0;
+    tr_comm *w = NULL;
+    double t0 = tr_now();
+    char where[64];
+    snprintf(where, sizeof where, "127.0.0.1:%d", port);
+    expect_error(tr_comm_init(&rv, &cfg, &w), TR_ERR_TIMEOUT, where);
+    expect_error(TR_ERR_TIMEOUT, TR_ERR_TIMEOUT, "rank 1 of 2");
+    double dt = tr_now() - t0;
+    assert_true(dt >= 0.9 && dt < 5.0);
+    assert_null(w);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_block_partition),
+        cmocka_unit_test(test_sizes_and_names),
+        cmocka_unit_test(test_one_rank_operations),
+        cmocka_unit_test(test_bad_arguments),
+        cmocka_unit_test(test_bad_config_and_env),
+        cmocka_unit_test(test_master_never_up),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
