@@ -2,7 +2,7 @@
  *
  * Contract:
  *  - tr_config_load() reads a YAML file with sections model, parallel, training, data,
- *    logging (later: checkpoint, cluster, grid), applies `--set section.key=value` overrides
+ *    logging, cluster (later: checkpoint, grid), applies `--set section.key=value` overrides
  *    (each value parsed as YAML, so lists work), fills defaults, and validates.
  *  - Any bad input — unknown key, wrong type, out-of-range value, missing required key,
  *    inconsistent values, malformed YAML, binary garbage — returns TR_ERR_CONFIG with a
@@ -61,7 +61,7 @@ typedef struct {
     uint64_t seed;         /* default 1234 */
     int eval_interval;     /* default 0 = never; else every N iterations */
     int eval_iters;        /* default 10 */
-    char *recompute;       /* "none" (default) | "full" */
+    char *recompute;       /* "none" (default) | "selective" | "full" */
     char *precision;       /* "fp32" (default) | "bf16" */
 } tr_training_config;
 
@@ -78,6 +78,23 @@ typedef struct {
     double peak_gflops; /* per rank, for MFU; default 0 = not reported */
 } tr_logging_config;
 
+/* The machine a run is planned for (plan/, `trident plan`). Optional: a preset fills every
+ * field; a key set to a non-zero value replaces the preset's (0 = the preset's value). */
+typedef struct {
+    char *preset; /* "none" (default) | "a100-80gb" | "h100-80gb" | "h200" | "cpu-host" */
+    char *device;                   /* "auto" (default: the preset's, else gpu) | "gpu" | "cpu" */
+    int nodes;                      /* default 0 = the preset's (1) */
+    int gpus_per_node;              /* ranks per node; default 0 = the preset's */
+    double gpu_memory_gib;          /* per GPU (cpu: per node, shared by its ranks) */
+    double reserved_memory_gib;     /* per rank, not usable by the model */
+    double peak_tflops;             /* dense, at the training precision, per GPU (cpu: per node) */
+    double gemm_efficiency;         /* achievable fraction of peak_tflops, <= 4 */
+    double intra_node_gbytes_per_s; /* per GPU, each direction (NVLink / shared memory) */
+    double intra_node_latency_us;
+    double inter_node_gbytes_per_s; /* per node, each direction (all its NICs together) */
+    double inter_node_latency_us;
+} tr_cluster_config;
+
 /* Position of a key in its source, for error messages about values checked later. */
 typedef struct {
     char *key; /* dotted: "parallel.tensor_model_parallel_size" */
@@ -91,6 +108,7 @@ typedef struct {
     tr_training_config training;
     tr_data_config data;
     tr_logging_config logging;
+    tr_cluster_config cluster;
     tr_config_mark *marks;
     int n_marks;
 } tr_config;

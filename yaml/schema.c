@@ -28,15 +28,18 @@
      .def = dflt, .check_string = check}
 
 const char *const tr_config_sections[] = {"model", "parallel", "training", "data", "logging",
-                                          NULL};
+                                          "cluster", NULL};
 
 static const char *const schedules[] = {"1f1b", "gpipe", "interleaved", NULL};
 static const char *const orders[] = {"tp-dp-pp", "tp-pp-dp", NULL};
 static const char *const decay_styles[] = {"cosine", "linear", "constant", NULL};
-static const char *const recompute_modes[] = {"none", "full", NULL};
+static const char *const recompute_modes[] = {"none", "selective", "full", NULL};
 static const char *const precisions[] = {"fp32", "bf16", NULL};
 static const char *const data_formats[] = {"auto", "megatron", "llmc", NULL};
 static const char *const log_levels[] = {"debug", "info", "warning", "error", NULL};
+static const char *const cluster_presets[] = {"none", "a100-80gb", "h100-80gb", "h200", "cpu-host",
+                                              NULL};
+static const char *const cluster_devices[] = {"auto", "gpu", "cpu", NULL};
 
 const tr_key_spec tr_config_keys[] = {
     INT("model", "num_layers", model.num_layers, 1, NULL, 1, 65536),
@@ -98,6 +101,22 @@ const tr_key_spec tr_config_keys[] = {
     BOOL("logging", "trace", logging.trace, "false"),
     ENUM("logging", "level", logging.level, "info", log_levels),
     DBL("logging", "peak_gflops", logging.peak_gflops, 0, "0", 0, 0, INF, 0),
+
+    /* cluster: 0 = the preset's value (plan/cluster.c) */
+    ENUM("cluster", "preset", cluster.preset, "none", cluster_presets),
+    ENUM("cluster", "device", cluster.device, "auto", cluster_devices),
+    INT("cluster", "nodes", cluster.nodes, 0, "0", 0, 1 << 20),
+    INT("cluster", "gpus_per_node", cluster.gpus_per_node, 0, "0", 0, 4096),
+    DBL("cluster", "gpu_memory_gib", cluster.gpu_memory_gib, 0, "0", 0, 0, 1e9, 0),
+    DBL("cluster", "reserved_memory_gib", cluster.reserved_memory_gib, 0, "0", 0, 0, 1e9, 0),
+    DBL("cluster", "peak_tflops", cluster.peak_tflops, 0, "0", 0, 0, 1e9, 0),
+    DBL("cluster", "gemm_efficiency", cluster.gemm_efficiency, 0, "0", 0, 0, 4, 0),
+    DBL("cluster", "intra_node_gbytes_per_s", cluster.intra_node_gbytes_per_s, 0, "0", 0, 0, 1e9,
+        0),
+    DBL("cluster", "intra_node_latency_us", cluster.intra_node_latency_us, 0, "0", 0, 0, 1e9, 0),
+    DBL("cluster", "inter_node_gbytes_per_s", cluster.inter_node_gbytes_per_s, 0, "0", 0, 0, 1e9,
+        0),
+    DBL("cluster", "inter_node_latency_us", cluster.inter_node_latency_us, 0, "0", 0, 0, 1e9, 0),
 };
 
 const int tr_config_n_keys = (int)(sizeof tr_config_keys / sizeof tr_config_keys[0]);

@@ -19,16 +19,28 @@ static void write_double(FILE *f, double v)
     fputs(buf, f);
 }
 
+/* Double-quoted, escaping what YAML would otherwise change: quotes, backslashes, control
+ * characters and the Unicode line breaks (NEL, LS, PS) and BOM. */
 static void write_string(FILE *f, const char *s)
 {
     fputc('"', f);
     for (const unsigned char *p = (const unsigned char *)(s ? s : ""); *p; p++) {
-        if (*p == '"' || *p == '\\')
+        if (*p == '"' || *p == '\\') {
             fprintf(f, "\\%c", *p);
-        else if (*p < 0x20 || *p == 0x7f)
+        } else if (*p < 0x20 || *p == 0x7f) {
             fprintf(f, "\\x%02X", *p);
-        else
+        } else if (p[0] == 0xc2 && p[1] >= 0x80 && p[1] <= 0x9f) { /* C1 controls */
+            fprintf(f, "\\u00%02X", p[1]);
+            p += 1;
+        } else if (p[0] == 0xe2 && p[1] == 0x80 && (p[2] == 0xa8 || p[2] == 0xa9)) {
+            fprintf(f, "\\u%s", p[2] == 0xa8 ? "2028" : "2029");
+            p += 2;
+        } else if (p[0] == 0xef && p[1] == 0xbb && p[2] == 0xbf) {
+            fprintf(f, "\\uFEFF");
+            p += 2;
+        } else {
             fputc(*p, f);
+        }
     }
     fputc('"', f);
 }

@@ -218,6 +218,11 @@ static void test_write_round_trip(void **state)
     c.model.init_method_std = 123456789.123456789;
     c.parallel.comm_timeout_s = 5e-324 * 1e300;
     free(round_trip(&c));
+    /* strings with what YAML would fold or strip: tab, control bytes, NEL, LS, PS, BOM */
+    free(c.data.data_path);
+    c.data.data_path = strdup("a\tb\x01\x7f\xc2\x85" "c\xe2\x80\xa8" "d\xe2\x80\xa9" "e\xef\xbb\xbf"
+                              "f\"g\\h #i: j\n k ");
+    free(round_trip(&c));
     tr_config d;
     assert_int_equal(tr_t_load(full_config, NULL, 0, &d), TR_OK);
     assert_false(tr_config_equal(&c, &d));

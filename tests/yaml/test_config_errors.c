@@ -22,11 +22,11 @@ static void test_unknown_keys_and_sections(void **state)
     E("model:\n  zzzzzzzz: 1\n", "t.yaml:2:3: ", "init_method_std, layernorm_epsilon");
     assert_null(strstr(tr_errmsg(), "did you mean")); /* nothing close: no suggestion */
     E("modle:\n  num_layers: 4\n", "t.yaml:1:1: ",
-      "unknown section 'modle'; allowed sections: model, parallel, training, data, logging "
-      "(did you mean 'model'?)");
+      "unknown section 'modle'; allowed sections: model, parallel, training, data, logging, "
+      "cluster (did you mean 'model'?)");
     E(TR_T_REQUIRED "lr: 3\n", "t.yaml:12:1: ",
-      "unknown section 'lr'; allowed sections: model, parallel, training, data, logging ('lr' is "
-      "a key of section 'training')");
+      "unknown section 'lr'; allowed sections: model, parallel, training, data, logging, "
+      "cluster ('lr' is a key of section 'training')");
     E(TR_T_REQUIRED "[a, b]: 1\n", "t.yaml:12:1: ",
       "a section name is a list; allowed sections: model,");
     E(TR_T_REQUIRED "~: 1\n", "t.yaml:12:1: ", "a section name is an empty value");
@@ -278,8 +278,8 @@ static void test_override_errors(void **state)
     EO("model.nope=1", "--set model.nope: ",
        "unknown key 'nope' in section 'model'; allowed keys: num_layers,");
     EO("modle.num_layers=1", "--set modle.num_layers: ",
-       "unknown section 'modle'; allowed sections: model, parallel, training, data, logging (did "
-       "you mean 'model'?)");
+       "unknown section 'modle'; allowed sections: model, parallel, training, data, logging, "
+       "cluster (did you mean 'model'?)");
     EO("training.lrr=1", "--set training.lrr: ", "(did you mean 'lr'?)");
     EO("lr=3e-4", "--set 'lr=3e-4': ", "expected SECTION.KEY=VALUE; did you mean --set training.lr=...?");
     EO("training.lr", "--set 'training.lr': ", "expected SECTION.KEY=VALUE (e.g. training.lr=3e-4)");
