@@ -24,6 +24,8 @@ static void usage(FILE *f)
             "                     print the process groups of a layout\n"
             "  schedule --pp P --microbatches M [--schedule KIND] [--json]\n"
             "                     print a pipeline schedule\n"
+            "  plan CONFIG.yaml [--search] [--json]\n"
+            "                     predict memory and step time of a layout on a cluster\n"
             "\n"
             "`trident COMMAND --help` describes each command's options.\n");
 }
@@ -57,7 +59,7 @@ int main(int argc, char **argv)
         int (*fn)(int, char **);
     } commands[] = {
         {"train", tr_cmd_train},   {"preprocess", tr_cmd_preprocess}, {"launch", tr_cmd_launch},
-        {"topo", tr_cmd_topo},     {"schedule", tr_cmd_schedule},
+        {"topo", tr_cmd_topo},     {"schedule", tr_cmd_schedule}, {"plan", tr_cmd_plan},
     };
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
         if (!strcmp(cmd, commands[i].name))

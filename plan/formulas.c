@@ -1,0 +1,158 @@
+/* The planner's formulas, one function each (see plan/plan.h for the derivations). */
+#include <math.h>
+#include <string.h>
+
+#include "core/core.h"
+#include "plan/plan.h"
+
+int tr_plan_recompute_parse(const char *s, tr_plan_recompute *out)
+{
+    static const char *const names[] = {"none", "selective", "full"};
+    for (int i = 0; i < 3; i++)
+        if (s && !strcmp(s, names[i])) {
+            *out = (tr_plan_recompute)i;
+            return TR_OK;
+        }
+    return tr_fail(TR_ERR_CONFIG, "unknown recompute mode '%s'; allowed: none, selective, full",
+                   s ? s : "(null)");
+}
+
+const char *tr_plan_recompute_name(tr_plan_recompute r)
+{
+    switch (r) {
+    case TR_PLAN_RECOMPUTE_NONE: return "none";
+    case TR_PLAN_RECOMPUTE_SELECTIVE: return "selective";
+    case TR_PLAN_RECOMPUTE_FULL: return "full";
+    }
+    return "?";
+}
+
+const char *tr_plan_link_name(tr_plan_link l)
+{
+    return l == TR_PLAN_LINK_INTRA ? "intra-node" : l == TR_PLAN_LINK_INTER ? "inter-node" : "none";
+}
+
+int tr_plan_padded_vocab(const tr_model_config *m, int tp)
+{
+    long div = (long)(m->make_vocab_size_divisible_by > 0 ? m->make_vocab_size_divisible_by : 1) *
+               (tp > 0 ? tp : 1);
+    return (int)((m->vocab_size + div - 1) / div * div);
+}
+
+static double layer_params(double h, int tp)
+{
+    return 12.0 * h * h / tp + 7.0 * h / tp + 6.0 * h;
+}
+
+double tr_plan_stage_params(const tr_model_config *m, int vocab_padded, int tp, int pp, int stage,
+                            int layers)
+{
+    double h = m->hidden_size;
+    double n = layers * layer_params(h, tp);
+    if (stage == 0)
+        n += (double)vocab_padded * h / tp + (double)m->max_position_embeddings * h;
+    if (stage == pp - 1) {
+        n += 2.0 * h;
+        if (pp > 1)
+            n += (double)vocab_padded * h / tp;
+    }
+    return n;
+}
+
+double tr_plan_model_params(const tr_model_config *m, int vocab_padded)
+{
+    return tr_plan_stage_params(m, vocab_padded, 1, 1, 0, m->num_layers);
+}
+
+void tr_plan_state_bytes(int bf16, int distributed_optimizer, int dp, double *weights,
+                         double *grads, double *optimizer)
+{
+    double opt = bf16 ? 12.0 : 8.0; /* fp32 master + m + v, or m + v */
+    *weights = bf16 ? 2.0 : 4.0;
+    *grads = 4.0;
+    *optimizer = distributed_optimizer && dp > 1 ? opt / dp : opt;
+}
+
+double tr_plan_layer_activation_bytes(int s, int b, int h, int a, int tp, int sequence_parallel,
+                                      tr_plan_recompute rc, int bf16)
+{
+    double sbh = (double)s * b * h, t = tp;
+    double scores = 5.0 * a * s / h; /* the 5as/h term */
+    double coeff;
+    int sp = sequence_parallel && tp > 1;
+    switch (rc) {
+    case TR_PLAN_RECOMPUTE_FULL:
+        coeff = sp ? 2.0 / t : 2.0;
+        break;
+    case TR_PLAN_RECOMPUTE_SELECTIVE:
+        coeff = sp ? 34.0 / t : 10.0 + 24.0 / t;
+        break;
+    default:
+        coeff = (sp ? 34.0 / t : 10.0 + 24.0 / t) + scores / t;
+        break;
+    }
+    return sbh * coeff * (bf16 ? 1.0 : 2.0);
+}
+
+double tr_plan_layer_forward_flops(int s, int b, int h)
+{
+    double S = s, B = b, H = h;
+    return 24.0 * B * S * H * H + 4.0 * B * S * S * H;
+}
+
+double tr_plan_model_flops(const tr_model_config *m, int vocab_padded, int global_batch)
+{
+    double s = m->seq_length, h = m->hidden_size;
+    double fwd = m->num_layers * tr_plan_layer_forward_flops(m->seq_length, global_batch,
+                                                             m->hidden_size) +
+                 2.0 * global_batch * s * h * vocab_padded;
+    return 3.0 * fwd;
+}
+
+double tr_plan_hardware_flops(const tr_model_config *m, int vocab_padded, int global_batch,
+                              tr_plan_recompute rc)
+{
+    double extra = 0, s = m->seq_length, h = m->hidden_size;
+    if (rc == TR_PLAN_RECOMPUTE_FULL)
+        extra = m->num_layers * tr_plan_layer_forward_flops(m->seq_length, global_batch,
+                                                            m->hidden_size);
+    else if (rc == TR_PLAN_RECOMPUTE_SELECTIVE)
+        extra = m->num_layers * 4.0 * global_batch * s * s * h;
+    return tr_plan_model_flops(m, vocab_padded, global_batch) + extra;
+}
+
+double tr_plan_allreduce_s(double bytes, int n, double bw, double latency)
+{
+    if (n <= 1 || bytes <= 0)
+        return 0;
+    return 2.0 * (n - 1) / n * bytes / bw + 2.0 * (n - 1) * latency;
+}
+
+double tr_plan_reduce_scatter_s(double bytes, int n, double bw, double latency)
+{
+    if (n <= 1 || bytes <= 0)
+        return 0;
+    return (double)(n - 1) / n * bytes / bw + (n - 1) * latency;
+}
+
+double tr_plan_allgather_s(double bytes, int n, double bw, double latency)
+{
+    return tr_plan_reduce_scatter_s(bytes, n, bw, latency);
+}
+
+double tr_plan_dp_exposed_s(double per_bucket, int n_buckets, double backward, int overlap)
+{
+    if (n_buckets < 1 || per_bucket <= 0)
+        return 0;
+    if (!overlap)
+        return n_buckets * per_bucket;
+    /* Buckets go one at a time: bucket k starts at max(ready_k, end of bucket k-1), so the
+     * last ends at max_k (ready_k + (n - k + 1) c). */
+    double end = 0;
+    for (int k = 1; k <= n_buckets; k++) {
+        double e = backward * k / n_buckets + (n_buckets - k + 1) * per_bucket;
+        if (e > end)
+            end = e;
+    }
+    return end > backward ? end - backward : 0;
+}

@@ -1,0 +1,292 @@
+/* plan/ — the planner: memory per GPU and step time of a 3D-parallel layout on a described
+ * cluster, without starting any rank (`trident plan`, and the sweep's predictions).
+ *
+ * Contract:
+ *  - Cluster (tr_plan_cluster): the resolved `cluster` section of the config. A preset
+ *    (a100-80gb | h100-80gb | h200 | cpu-host) fills every field; each key the user sets
+ *    (a non-zero value, or device != auto) replaces the preset's. No preset and no values is
+ *    TR_ERR_CONFIG naming what is missing. World size = nodes x gpus_per_node unless given.
+ *    device cpu: the ranks placed on a node SHARE its peak_flops and memory (a CPU host where
+ *    every rank is a process on the same cores); device gpu: per-GPU figures.
+ *  - Layout (tr_plan_layout) from the config and the world size: TP, PP from `parallel`,
+ *    DP = W/(TP*PP), M = GB/(mb*DP) micro-batches per step. A layout whose M is not an integer
+ *    is still evaluated (with M rounded up) and reported invalid, so `trident plan` can say
+ *    everything that is wrong at once.
+ *  - tr_plan_predict() / tr_plan_evaluate() fill a tr_plan_result: memory per rank with a
+ *    breakdown (the largest stage decides), fits or why not, and the step time assembled
+ *    below. Pure functions of their inputs; the pipeline part runs the pp/ schedule op lists
+ *    through tr_pp_simulate() (event simulation), never the closed formula, and checks that
+ *    the two agree when every stage costs the same and P2P is free.
+ *  - tr_plan_search() enumerates every (TP, PP, DP, micro-batch, recompute, ZeRO-1) for the
+ *    world size and ranks the layouts that fit by tokens/s; every rejected layout carries its
+ *    reason. tr_plan_calibrate() solves for gemm_efficiency from a measured step time.
+ *
+ * Notation: l layers, h hidden, a heads, s sequence, V vocabulary padded to a multiple of
+ * make_vocab_size_divisible_by x t (Megatron's rule), b micro-batch, B global batch,
+ * t TP, p PP, d DP, v chunks per stage, M = B/(b d) micro-batches.
+ *
+ * Parameters (one rank):
+ *   per layer      12h^2/t + 7h/t + 6h   (QKV 3h^2+3h, proj h^2+h, MLP 8h^2+5h, 2 LN 4h;
+ *                                         row-parallel biases and LNs are replicated)
+ *   first stage    + V h/t (word embedding) + max_pos h (positions, replicated)
+ *   last stage     + 2h (final LN) + V h/t (tied copy of the embedding when p > 1)
+ * Model state, bytes per parameter (weights / gradients / optimizer):
+ *   bf16: 2 / 4 / 12 (fp32 grads; fp32 master + Adam m, v) = 18; distributed optimizer
+ *         (ZeRO-1): 2 / 4 / 12/d = 6 + 12/d
+ *   fp32: 4 / 4 / 8 = 16; ZeRO-1: 8 + 8/d
+ * Activations of one layer for one micro-batch, bytes (Korthikanti et al. 2022; 16-bit
+ * activations, doubled for fp32), with A = 5as/h:
+ *   none       t=1: sbh(34 + A); TP: sbh(10 + 24/t + A/t); TP + SP: sbh(34/t + A/t)
+ *   selective  the same without the A term (attention scores are recomputed)
+ *   full       2sbh (the layer input), 2sbh/t with SP
+ *   A stage keeps peak_r micro-batches (chunks) in flight: the peak of its pp/ schedule op
+ *   list (1f1b: min(p - r, M), gpipe: M); stored = peak_r x (layers_r / v) x per-layer bytes.
+ *   Plus, once per stage: full recompute re-materialises one layer of one micro-batch (the
+ *   "none" bytes); selective the scores of one layer (5as^2 b/t). First stage: the embedding
+ *   dropout mask, sbh (/t with SP) per micro-batch in flight. Last stage: the logits and their
+ *   gradient, 8 s b V/t (fp32; trident's head runs its backward inside the forward, so one
+ *   micro-batch's worth). Plus cluster.reserved (CUDA context, communicator buffers).
+ *   memory_per_gpu = max over stages; fits when it is <= the rank's capacity.
+ * FLOPs (Narayanan et al. 2021): one layer forward for one micro-batch 24bsh^2 + 4bs^2h,
+ *   backward twice that, the logits 2bshV forward. Model FLOPs = 3 x forward; hardware adds
+ *   the recompute: full = one more forward of every layer (96Bslh^2(1 + s/6h + V/16lh) per
+ *   step), selective = the attention core again (4bs^2h per layer). Each rank does 1/t.
+ * Time, per rank (R = peak x gemm_efficiency; device cpu: / ranks on the node):
+ *   tf_r  = layers_r x ((24bsh^2 + 4bs^2h)/t / R + 2 AR_tp) [+ first: AR_tp (vocab-parallel
+ *           embedding)] [+ last: 2bshV/t / R]                    (per chunk: / v)
+ *   tb_r  = layers_r x (2 x forward FLOPs/t / R + 2 AR_tp + recompute) [+ last: 4bshV/t / R
+ *           + AR_tp]; recompute full = forward FLOPs/t / R + 2 AR_tp, selective = 4bs^2h/t / R
+ *   AR_tp = ring all-reduce of the activation 2sbh bytes (4 for fp32) over the TP group
+ *           (sequence parallel moves the same bytes as all-gather + reduce-scatter)
+ *   ring collectives over n ranks, S bytes: all-reduce 2(n-1)/n S/bw + 2(n-1) lat;
+ *           reduce-scatter and all-gather (n-1)/n S/bw + (n-1) lat; P2P S/bw + lat.
+ *   link  = intra-node (bw per GPU) if the group lies in one node, else inter-node with the
+ *           node's bandwidth shared by its ranks (inter_bw / ranks per node); block placement
+ *           as in topo/ (rank r on node r / gpus_per_node).
+ *   pipeline: tr_pp_simulate(schedule op lists, tf_r, tb_r, P2P of the activation sbh x 2
+ *           bytes (/t with SP) over the adjacent-stage link) -> per-stage end times.
+ *   DP: gradients 4 bytes x params_r in buckets of ddp_bucket_size_mb, all-reduced (ZeRO-1:
+ *           reduce-scattered) over the DP group while the LAST backward of the stage runs
+ *           (bucket k is ready at k/n of it; buckets go one at a time); what outlasts that
+ *           backward is exposed. Without overlap_grad_reduce all of it is.
+ *   step  = max_r (end of stage r, DP done) + tied-embedding all-reduce (p > 1; 4Vh/t bytes
+ *           between the first and last stage) + ZeRO-1 parameter all-gather (w x params_r).
+ *   tokens/s = B s / step; TFLOP/s per GPU = FLOPs per step / step / W (hardware and model);
+ *   MFU = model FLOP/s per rank / peak.
+ * Not modelled: the optimizer step, kernel launch overheads, overlap of TP communication with
+ * compute, contention between collectives of different groups, memory fragmentation beyond
+ * `reserved`. gemm_efficiency stands for everything that makes a layer's compute slower than
+ * its FLOPs at peak (non-GEMM kernels included): --calibrate measures it. */
+#ifndef TR_PLAN_H
+#define TR_PLAN_H
+
+#include <stdio.h>
+
+#include "pp/pp.h"
+#include "topo/topo.h"
+#include "yaml/config.h"
+
+/* ---- cluster ---- */
+
+typedef enum { TR_PLAN_DEVICE_GPU = 0, TR_PLAN_DEVICE_CPU = 1 } tr_plan_device;
+
+typedef struct {
+    char preset[16];         /* "a100-80gb", "h100-80gb", "h200", "cpu-host" or "custom" */
+    int overridden;          /* some key of the config replaced a preset value */
+    tr_plan_device device;
+    int nodes, gpus_per_node; /* cpu: ranks per node */
+    double memory_bytes;     /* per GPU (gpu) / per node, shared by its ranks (cpu) */
+    double reserved_bytes;   /* per rank, never available to the model */
+    double peak_flops;       /* dense FLOP/s at training precision, per GPU / per node (cpu) */
+    double gemm_efficiency;  /* achievable fraction of peak_flops, (0, 4] */
+    double intra_bw;         /* bytes/s per GPU, each direction (NVLink; shared memory) */
+    double intra_latency;    /* s */
+    double inter_bw;         /* bytes/s per NODE, each direction (all its NICs together) */
+    double inter_latency;    /* s */
+} tr_plan_cluster;
+
+/* Names of the presets, NULL-terminated. */
+extern const char *const tr_plan_preset_names[];
+/* A preset by name; an unknown name is TR_ERR_CONFIG listing the names. */
+int tr_plan_cluster_preset(const char *name, tr_plan_cluster *out);
+/* The config's `cluster` section resolved (preset, then the keys set); TR_ERR_CONFIG when it
+ * describes no cluster or an impossible one (message names the key and file position). */
+int tr_plan_cluster_from_config(const tr_config *cfg, tr_plan_cluster *out);
+
+/* ---- layout ---- */
+
+typedef enum {
+    TR_PLAN_RECOMPUTE_NONE = 0,
+    TR_PLAN_RECOMPUTE_SELECTIVE = 1,
+    TR_PLAN_RECOMPUTE_FULL = 2
+} tr_plan_recompute;
+
+/* "none" | "selective" | "full" (else TR_ERR_CONFIG). */
+int tr_plan_recompute_parse(const char *s, tr_plan_recompute *out);
+const char *tr_plan_recompute_name(tr_plan_recompute r);
+
+typedef struct {
+    int tp, pp, dp;
+    int v;                   /* model chunks per stage (interleaved), else 1 */
+    int micro_batch, global_batch;
+    int num_micro_batches;   /* M = ceil(B / (b d)) */
+    int batch_ok;            /* B is a multiple of b d */
+    tr_pp_kind schedule;
+    tr_plan_recompute recompute;
+    int distributed_optimizer; /* ZeRO-1 */
+    int sequence_parallel;
+    int bf16;                /* else fp32 */
+    double bucket_bytes;     /* 0 = one bucket */
+    int overlap_grad_reduce;
+    tr_topo_order order;
+} tr_plan_layout;
+
+/* From the config's parallel/training sections and a world size (>= 1): TR_ERR_CONFIG when W
+ * is not a multiple of TP x PP (message names the values). */
+int tr_plan_layout_from_config(const tr_config *cfg, int world, tr_plan_layout *out);
+
+/* ---- the formulas, one function each (bytes, FLOPs, seconds) ---- */
+
+/* Parameters of one rank of `stage` (see above); `layers` = layers the stage holds. */
+double tr_plan_stage_params(const tr_model_config *m, int vocab_padded, int tp, int pp, int stage,
+                            int layers);
+/* Whole model (t = 1, embedding counted once). */
+double tr_plan_model_params(const tr_model_config *m, int vocab_padded);
+/* V padded to a multiple of make_vocab_size_divisible_by x tp. */
+int tr_plan_padded_vocab(const tr_model_config *m, int tp);
+/* Bytes per parameter of weights, gradients and optimizer state. */
+void tr_plan_state_bytes(int bf16, int distributed_optimizer, int dp, double *weights,
+                         double *grads, double *optimizer);
+/* Stored activation bytes of one layer, one micro-batch of b sequences. */
+double tr_plan_layer_activation_bytes(int s, int b, int h, int a, int tp, int sequence_parallel,
+                                      tr_plan_recompute rc, int bf16);
+/* FLOPs of one layer forward for b sequences (whole layer, all TP ranks together). */
+double tr_plan_layer_forward_flops(int s, int b, int h);
+/* Per step, all ranks: model FLOPs (3 x forward) and hardware FLOPs (with recompute). */
+double tr_plan_model_flops(const tr_model_config *m, int vocab_padded, int global_batch);
+double tr_plan_hardware_flops(const tr_model_config *m, int vocab_padded, int global_batch,
+                              tr_plan_recompute rc);
+/* Ring collectives over n ranks of S bytes on a link (bw bytes/s, latency s); n <= 1: 0. */
+double tr_plan_allreduce_s(double bytes, int n, double bw, double latency);
+double tr_plan_reduce_scatter_s(double bytes, int n, double bw, double latency);
+double tr_plan_allgather_s(double bytes, int n, double bw, double latency);
+/* Exposed time of n_buckets buckets of `per_bucket` seconds each when bucket k (1..n)
+ * becomes ready at k/n of a backward lasting `backward` seconds (overlap on); or all of it. */
+double tr_plan_dp_exposed_s(double per_bucket, int n_buckets, double backward, int overlap);
+
+/* ---- prediction ---- */
+
+typedef struct {
+    double weights, grads, optimizer; /* model state */
+    double activations;               /* stored for the micro-batches in flight */
+    double recompute;                 /* one layer re-materialised during backward */
+    double embedding, loss;           /* first-stage embedding output; last-stage logits */
+    double reserved;
+    double total;
+} tr_plan_memory;
+
+typedef enum { TR_PLAN_LINK_NONE = 0, TR_PLAN_LINK_INTRA = 1, TR_PLAN_LINK_INTER = 2 } tr_plan_link;
+const char *tr_plan_link_name(tr_plan_link l); /* "none", "intra-node", "inter-node" */
+
+typedef struct {
+    tr_plan_layout layout;
+    int world;
+    int vocab_padded;
+    double n_params;                 /* whole model */
+    /* memory */
+    int memory_stage;                /* the stage that decides */
+    int in_flight;                   /* its peak stored micro-batches (chunks) */
+    int stage_layers;                /* its layers */
+    tr_plan_memory memory;           /* its breakdown, bytes per rank */
+    double stage_memory[TR_PP_MAX_STAGES]; /* total per stage */
+    double capacity;                 /* bytes per rank */
+    int fits;                        /* memory.total <= capacity */
+    int valid;                       /* fits and the batch divides */
+    char problem[640];               /* why not valid (empty when valid) */
+    /* time of one step */
+    double step_time_s;
+    double pipeline_s;               /* simulated forward/backward makespan */
+    double bubble_fraction;          /* simulated: idle stage-time / (P x makespan) */
+    double bubble_fraction_theory;   /* (P-1)/(M+P-1), interleaved (P-1)/(vM+P-1) */
+    int slow_stage;                  /* the stage with the largest tf + tb */
+    double tf_s, tb_s;               /* its forward / backward of one micro-batch (all chunks) */
+    double compute_f_s, compute_b_s; /* their compute part */
+    double tp_comm_s;                /* its TP communication per micro-batch, fwd + bwd */
+    double p2p_s;                    /* one activation (or gradient) send */
+    double dp_comm_s, dp_exposed_s;  /* gradient reduction, total and not hidden */
+    double embed_sync_s, param_gather_s;
+    tr_plan_link tp_link, pp_link, dp_link;
+    double compute_rate;             /* FLOP/s per rank used for compute */
+    /* throughput */
+    double tokens_per_step;
+    double tokens_per_s;
+    double hardware_flops, model_flops; /* per step, all ranks */
+    double tflops_per_gpu;           /* hardware FLOPs (recompute counted) */
+    double model_tflops_per_gpu;
+    double mfu;
+    double train_tokens, time_to_train_s;
+} tr_plan_result;
+
+/* Memory and time of `layout` for cfg's model on `cluster` with `world` ranks. When
+ * time == 0 only the memory part (and the layout/fit fields) is filled (the search's
+ * prefilter). train_tokens <= 0: training.train_iters x B x s. */
+int tr_plan_evaluate(const tr_config *cfg, const tr_plan_layout *layout, int world,
+                     const tr_plan_cluster *cluster, int time, double train_tokens,
+                     tr_plan_result *out);
+/* The config's own layout; world_size <= 0 means nodes x gpus_per_node. This is the call
+ * the sweep makes beside each measured point. */
+int tr_plan_predict(const tr_config *cfg, int world_size, const tr_plan_cluster *cluster,
+                    tr_plan_result *out);
+
+/* ---- calibration ---- */
+
+/* Median ms_per_iter of a metrics.jsonl (the first iteration is skipped when there are
+ * more); TR_ERR_IO / TR_ERR_INVALID naming the file and line. */
+int tr_plan_read_measured_step(const char *metrics_path, double *step_s, int *n_points);
+/* The gemm_efficiency that makes the predicted step time of cfg on `cluster` equal
+ * measured_step_s (bisection; the rest of the model unchanged). TR_ERR_INVALID when no
+ * efficiency in (0, 4] explains the measurement (communication alone is slower). */
+int tr_plan_calibrate(const tr_config *cfg, int world_size, const tr_plan_cluster *cluster,
+                      double measured_step_s, double *efficiency);
+
+/* ---- search ---- */
+
+typedef struct {
+    tr_plan_layout layout;
+    char reason[240];
+} tr_plan_rejected;
+
+typedef struct {
+    int world;
+    int n_candidates;
+    int n_fit;
+    tr_plan_result *fit;         /* [n_fit], best tokens/s first */
+    int n_rejected;
+    tr_plan_rejected *rejected;  /* [n_rejected], in enumeration order */
+    int config_rank;             /* 1-based rank of the config's own layout in fit, 0 if absent */
+    tr_plan_result config_result; /* the config's own layout, evaluated */
+    double seconds;              /* wall time of the search */
+} tr_plan_search_result;
+
+/* All layouts of `world` ranks: TP | heads, hidden and W; PP | W/TP, PP <= layers;
+ * micro-batch a power of two (or the config's) with B % (b d) == 0; recompute none,
+ * selective, full; ZeRO-1 off/on (on only when d > 1). Schedule, v, SP, precision, buckets
+ * come from the config. */
+int tr_plan_search(const tr_config *cfg, int world, const tr_plan_cluster *cluster,
+                   tr_plan_search_result *out);
+void tr_plan_search_free(tr_plan_search_result *r);
+
+/* ---- reports (text for people, JSON for programs) ---- */
+
+/* "TP4 PP12 DP8 mb2 full zero1" */
+int tr_plan_layout_label(const tr_plan_layout *l, char *buf, size_t n);
+void tr_plan_print(FILE *f, const tr_config *cfg, const tr_plan_cluster *c,
+                   const tr_plan_result *r);
+void tr_plan_write_json(FILE *f, const tr_config *cfg, const tr_plan_cluster *c,
+                        const tr_plan_result *r);
+void tr_plan_print_search(FILE *f, const tr_config *cfg, const tr_plan_cluster *c,
+                          const tr_plan_search_result *s, int top);
+void tr_plan_write_search_json(FILE *f, const tr_config *cfg, const tr_plan_cluster *c,
+                               const tr_plan_search_result *s, int top);
+
+#endif
