@@ -8,7 +8,10 @@
  *    inconsistent values, malformed YAML, binary garbage — returns TR_ERR_CONFIG with a
  *    message "FILE:LINE:COL: what was found; what is allowed". Never crashes.
  *  - Keys carry Megatron-LM's names. The struct owns its strings; free with tr_config_free().
- *  - tr_config_write() writes the resolved config back as YAML that loads to the same struct. */
+ *  - tr_config_write() writes the resolved config back as YAML that loads to the same struct.
+ *  - Hostile input is bounded: at most 16 MiB, 32 nested collections, 100000 nodes; aliases
+ *    only for scalars; one document; duplicate keys are errors.
+ *  - The key schema is one table (yaml/schema.c): a new key or section is one entry there. */
 #ifndef TR_CONFIG_H
 #define TR_CONFIG_H
 
@@ -97,8 +100,8 @@ typedef struct {
 
 /* Position of a key in its source, for error messages about values checked later. */
 typedef struct {
-    char *key; /* dotted: "parallel.tensor_model_parallel_size" */
-    int line, col;
+    char *key; /* dotted: "parallel.tensor_model_parallel_size", or a section: "parallel" */
+    int line, col; /* 1-based; 0, 0 when the key came from --set */
 } tr_config_mark;
 
 typedef struct {

@@ -3,7 +3,36 @@
 #include <stdlib.h>
 #include <unistd.h>
 
+#include "yaml/config_internal.h"
 #include "yaml_test.h"
+
+/* The key table: no key twice, every key in a listed section, every section with keys,
+ * defaults only on optional keys, derived defaults naming a key. */
+static void test_schema_table(void **state)
+{
+    (void)state;
+    int n_sections = 0;
+    while (tr_config_sections[n_sections])
+        n_sections++;
+    int keys_per_section[16] = {0};
+    assert_true(n_sections <= 16);
+    for (int i = 0; i < tr_config_n_keys; i++) {
+        const tr_key_spec *k = &tr_config_keys[i];
+        int s = tr_config_section_index(k->section);
+        assert_true(s >= 0);
+        keys_per_section[s]++;
+        for (int j = 0; j < i; j++)
+            assert_false(!strcmp(k->section, tr_config_keys[j].section) &&
+                         !strcmp(k->key, tr_config_keys[j].key));
+        if (k->required)
+            assert_null(k->def);
+        if (k->def && k->def[0] == '=')
+            assert_true(tr_config_key_index(k->def + 1) >= 0);
+        assert_true(offsetof(tr_config, marks) > k->offset);
+    }
+    for (int s = 0; s < n_sections; s++)
+        assert_true(keys_per_section[s] > 0);
+}
 
 static void test_required_only_gets_every_default(void **state)
 {
@@ -60,6 +89,11 @@ static void test_required_only_gets_every_default(void **state)
     assert_int_equal(c.logging.trace, 0);
     assert_string_equal(c.logging.level, "info");
     assert_true(c.logging.peak_gflops == 0);
+
+    assert_string_equal(c.cluster.preset, "none");
+    assert_string_equal(c.cluster.device, "auto");
+    assert_int_equal(c.cluster.nodes, 0);
+    assert_true(c.cluster.peak_tflops == 0);
 
     /* positions of keys and sections; defaults name only the file */
     assert_string_equal(tr_config_where(&c, "model"), "t.yaml:1:1");
@@ -128,7 +162,20 @@ static const char full_config[] =
     "  log_interval: 5\n"
     "  trace: on\n"
     "  level: debug\n"
-    "  peak_gflops: 312e3\n";
+    "  peak_gflops: 312e3\n"
+    "cluster:\n"
+    "  preset: h100-80gb\n"
+    "  device: cpu\n"
+    "  nodes: 48\n"
+    "  gpus_per_node: 8\n"
+    "  gpu_memory_gib: 79.6\n"
+    "  reserved_memory_gib: 2\n"
+    "  peak_tflops: 989\n"
+    "  gemm_efficiency: 0.55\n"
+    "  intra_node_gbytes_per_s: 450\n"
+    "  intra_node_latency_us: 5\n"
+    "  inter_node_gbytes_per_s: 400\n"
+    "  inter_node_latency_us: 10\n";
 
 static void test_every_key_set(void **state)
 {
@@ -171,6 +218,13 @@ static void test_every_key_set(void **state)
     assert_string_equal(c.logging.level, "debug");
     assert_true(c.logging.peak_gflops == 312e3);
     assert_string_equal(tr_config_where(&c, "logging.peak_gflops"), "t.yaml:51:3");
+    assert_string_equal(c.cluster.preset, "h100-80gb");
+    assert_string_equal(c.cluster.device, "cpu");
+    assert_int_equal(c.cluster.nodes, 48);
+    assert_int_equal(c.cluster.gpus_per_node, 8);
+    assert_true(c.cluster.gpu_memory_gib == 79.6);
+    assert_true(c.cluster.gemm_efficiency == 0.55);
+    assert_true(c.cluster.inter_node_latency_us == 10);
     tr_config_free(&c);
 }
 
@@ -244,6 +298,8 @@ static void test_overrides(void **state)
         "data.split=\"1,0,0\"",
         "model.hidden_size= 128 # a comment",
         "parallel.pipeline_schedule=gpipe",
+        "training.recompute=selective",
+        "cluster.preset=a100-80gb",
     };
     tr_config c;
     int rc = tr_t_load(TR_T_REQUIRED, ov, (int)(sizeof ov / sizeof ov[0]), &c);
@@ -261,6 +317,8 @@ static void test_overrides(void **state)
     assert_string_equal(c.data.split, "1,0,0");
     assert_int_equal(c.model.hidden_size, 128);
     assert_string_equal(c.parallel.pipeline_schedule, "gpipe");
+    assert_string_equal(c.training.recompute, "selective");
+    assert_string_equal(c.cluster.preset, "a100-80gb");
     assert_string_equal(tr_config_where(&c, "training.lr"), "--set training.lr");
     assert_string_equal(tr_config_where(&c, "parallel.pipeline_layers"),
                         "--set parallel.pipeline_layers");
@@ -382,6 +440,7 @@ static void test_file_variant(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_schema_table),
         cmocka_unit_test(test_required_only_gets_every_default),
         cmocka_unit_test(test_every_key_set),
         cmocka_unit_test(test_write_round_trip),
