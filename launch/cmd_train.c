@@ -5,7 +5,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <unistd.h>
+
 #include "core/core.h"
+#include "launch/launch.h"
 #include "train/train.h"
 #include "yaml/config.h"
 
@@ -23,6 +26,8 @@ static void train_usage(FILE *f)
             "                           may be repeated\n"
             "  --run-dir DIR            where metrics.jsonl and config.yaml go\n"
             "                           (default: runs/<config name>)\n"
+            "  --nproc N                start N local ranks (short for\n"
+            "                           trident launch --nproc N -- trident train ...)\n"
             "  --quiet                  no per-iteration lines\n"
             "  -h, --help               this text\n"
             "\n"
@@ -31,13 +36,76 @@ static void train_usage(FILE *f)
             "Exit status: 0 success, 1 runtime failure, 2 bad usage, config or input.\n");
 }
 
+/* `trident train --nproc N ARGS`: run `trident train ARGS` as N local ranks. */
+static int train_local_ranks(int nproc, int argc, char **argv)
+{
+    char self[4096];
+    ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+    if (n <= 0) {
+        fprintf(stderr, "trident train: cannot find the trident executable\n");
+        return 1;
+    }
+    self[n] = '\0';
+    char **child = calloc((size_t)argc + 2, sizeof *child);
+    if (!child)
+        return 1;
+    int k = 0;
+    child[k++] = self;
+    child[k++] = "train";
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--nproc")) {
+            i++;
+            continue;
+        }
+        if (!strncmp(argv[i], "--nproc=", 8))
+            continue;
+        child[k++] = argv[i];
+    }
+    tr_launch_options opts = {.nproc = nproc, .name = "trident train"};
+    int exit_code = 1;
+    int rc = tr_launch_local(&opts, child, &exit_code);
+    free(child);
+    if (rc) {
+        fprintf(stderr, "trident train: %s\n", tr_errmsg());
+        return rc == TR_ERR_CONFIG ? 2 : 1;
+    }
+    return exit_code;
+}
+
+/* Under Slurm or Open MPI, publish the rank's identity in torchrun's names, which the
+ * communicator reads. */
+static int adopt_scheduler_identity(void)
+{
+    tr_rank_env env;
+    if (tr_env_detect(&env)) {
+        fprintf(stderr, "trident train: %s\n", tr_errmsg());
+        return 2;
+    }
+    if (strcmp(env.source, "slurm") && strcmp(env.source, "openmpi"))
+        return 0;
+    char buf[64];
+    snprintf(buf, sizeof buf, "%d", env.rank);
+    setenv("RANK", buf, 1);
+    snprintf(buf, sizeof buf, "%d", env.world_size);
+    setenv("WORLD_SIZE", buf, 1);
+    snprintf(buf, sizeof buf, "%d", env.local_rank);
+    setenv("LOCAL_RANK", buf, 1);
+    snprintf(buf, sizeof buf, "%d", env.local_world_size);
+    setenv("LOCAL_WORLD_SIZE", buf, 1);
+    snprintf(buf, sizeof buf, "%d", env.master_port);
+    setenv("MASTER_PORT", buf, 1);
+    setenv("MASTER_ADDR", env.master_addr, 1);
+    setenv("TRIDENT_JOB_TOKEN", env.job_token, 1);
+    return 0;
+}
+
 static int exit_code_for(int rc) { return rc == TR_ERR_CONFIG || rc == TR_ERR_INVALID ? 2 : 1; }
 
 int tr_cmd_train(int argc, char **argv)
 {
     const char *config_path = NULL, *run_dir = NULL;
     const char **overrides = calloc((size_t)argc + 1, sizeof *overrides);
-    int n_overrides = 0, quiet = 0;
+    int n_overrides = 0, quiet = 0, nproc = 0;
     if (!overrides)
         return 1;
     for (int i = 1; i < argc; i++) {
@@ -60,6 +128,16 @@ int tr_cmd_train(int argc, char **argv)
             overrides[n_overrides++] = a + 6;
         } else if (!strncmp(a, "--run-dir=", 10)) {
             run_dir = a + 10;
+        } else if (!strcmp(a, "--nproc") || !strncmp(a, "--nproc=", 8)) {
+            const char *v = a[7] == '=' ? a + 8 : (i + 1 < argc ? argv[++i] : NULL);
+            char *end = NULL;
+            long n = v ? strtol(v, &end, 10) : 0;
+            if (!v || *end || n < 1 || n > 4096) {
+                fprintf(stderr, "trident train: --nproc needs a number of ranks in 1..4096\n");
+                free(overrides);
+                return 2;
+            }
+            nproc = (int)n;
         } else if (!strcmp(a, "--quiet")) {
             quiet = 1;
         } else if (a[0] == '-') {
@@ -78,6 +156,14 @@ int tr_cmd_train(int argc, char **argv)
     if (!config_path) {
         fprintf(stderr, "trident train: no config given\n\n");
         train_usage(stderr);
+        free(overrides);
+        return 2;
+    }
+    if (nproc > 0) {
+        free(overrides);
+        return train_local_ranks(nproc, argc, argv);
+    }
+    if (adopt_scheduler_identity()) {
         free(overrides);
         return 2;
     }

@@ -8,6 +8,7 @@
 #include <sys/stat.h>
 
 #include "core/core.h"
+#include "train/engine_internal.h"
 
 /* mkdir -p */
 static int make_dirs(const char *path)
@@ -66,44 +67,149 @@ static void format_duration(char *buf, size_t n, double seconds)
         snprintf(buf, n, "%ld:%02ld", s / 60, s % 60);
 }
 
+/* Chrome trace (chrome://tracing, Perfetto): this rank's spans of the last iteration. */
+static int write_rank_trace(tr_engine *e, const char *dir)
+{
+    char name[64];
+    snprintf(name, sizeof name, "trace.rank%d.json", e->world.rank);
+    FILE *f = open_in(dir, name, "w");
+    if (!f)
+        return TR_ERR_IO;
+    for (int i = 0; i < e->trace.n; i++) {
+        const tr_pp_span *sp = &e->trace.spans[i];
+        const char *kind = sp->kind == TR_PP_OP_FORWARD    ? "forward"
+                           : sp->kind == TR_PP_OP_BACKWARD ? "backward"
+                           : sp->kind == TR_PP_OP_SEND_FORWARD || sp->kind == TR_PP_OP_SEND_BACKWARD
+                               ? "send"
+                               : sp->kind == (tr_pp_op_kind)-1 ? "optimizer" : "recv";
+        fprintf(f, "{\"name\":\"%s %d\",\"cat\":\"%s\",\"ph\":\"X\",\"pid\":0,\"tid\":%d,"
+                   "\"ts\":%.3f,\"dur\":%.3f},\n",
+                kind, sp->mb, kind, e->world.rank, sp->start * 1e6, (sp->end - sp->start) * 1e6);
+    }
+    fclose(f);
+    return TR_OK;
+}
+
+/* Rank 0 merges the per-rank files into trace.json once every rank has written its own. */
+static int merge_traces(const char *dir, int world)
+{
+    FILE *out = open_in(dir, "trace.json", "w");
+    if (!out)
+        return TR_ERR_IO;
+    fprintf(out, "{\"displayTimeUnit\":\"ms\",\"traceEvents\":[\n");
+    for (int r = 0; r < world; r++) {
+        fprintf(out, "{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":0,\"tid\":%d,\"args\":{\"name\":\"rank %d\"}},\n", r, r);
+        char name[64];
+        snprintf(name, sizeof name, "trace.rank%d.json", r);
+        FILE *in = open_in(dir, name, "r");
+        if (!in)
+            continue;
+        char buf[8192];
+        size_t n;
+        while ((n = fread(buf, 1, sizeof buf, in)) > 0)
+            fwrite(buf, 1, n, out);
+        fclose(in);
+        char path[4200];
+        snprintf(path, sizeof path, "%s/%s", dir, name);
+        remove(path);
+    }
+    fprintf(out, "{\"name\":\"end\",\"ph\":\"i\",\"pid\":0,\"tid\":0,\"ts\":0,\"s\":\"g\"}\n]}\n");
+    fclose(out);
+    return TR_OK;
+}
+
+/* Bubble of the traced iteration: idle share of the pipeline stages' time, from rank 0's view
+ * of every rank's compute spans (each rank reports busy seconds and its span). */
+static int measured_bubble(tr_engine *e, double *bubble)
+{
+    double busy = 0, first = 1e300, last = -1e300;
+    for (int i = 0; i < e->trace.n; i++) {
+        const tr_pp_span *sp = &e->trace.spans[i];
+        if (sp->kind == TR_PP_OP_FORWARD || sp->kind == TR_PP_OP_BACKWARD)
+            busy += sp->end - sp->start;
+        if (sp->start < first)
+            first = sp->start;
+        if (sp->end > last)
+            last = sp->end;
+    }
+    double v[3] = {busy, -first, last};
+    int rc = tr_comm_allreduce(e->world.pp, v, v, 1, TR_COMM_F64, TR_COMM_SUM);
+    if (!rc)
+        rc = tr_comm_allreduce(e->world.pp, v + 1, v + 1, 2, TR_COMM_F64, TR_COMM_MAX);
+    double span = v[2] + v[1];
+    *bubble = span > 0 ? 1.0 - v[0] / (e->P * span) : 0.0;
+    return rc;
+}
+
+static void print_layout(tr_engine *e)
+{
+    const tr_config *cfg = e->cfg;
+    printf("trident: world %d = data %d x tensor %d x pipeline %d (order %s); schedule %s, "
+           "%d micro-batches of %d per replica\n",
+           e->world.size, e->D, e->world.topo.tp, e->P, tr_topo_order_name(e->world.topo.order),
+           cfg->parallel.pipeline_schedule, e->M, e->mb);
+    if (e->P > 1) {
+        printf("trident: stages:");
+        for (int s = 0; s < e->P; s++)
+            printf(" [%d: layers %d-%d]", s, tr_pp_layer_first(&e->partition, s, 0),
+                   tr_pp_layer_first(&e->partition, s, 0) + tr_pp_layer_count(&e->partition, s, 0) - 1);
+        printf("\n");
+    }
+}
+
 int tr_train_run(const tr_config *cfg, const tr_train_options *opts)
 {
-    FILE *metrics = NULL;
-    if (opts->run_dir) {
-        int rc = make_dirs(opts->run_dir);
-        if (rc)
-            return rc;
-        FILE *cf = open_in(opts->run_dir, "config.yaml", "w");
-        if (!cf)
-            return TR_ERR_IO;
-        rc = tr_config_write(cfg, cf);
-        fclose(cf);
-        if (rc)
-            return rc;
-        metrics = open_in(opts->run_dir, "metrics.jsonl", "w");
-        if (!metrics)
-            return TR_ERR_IO;
-    }
     double t0 = tr_now();
     tr_engine *e = NULL;
     int rc = tr_engine_create(cfg, &e);
+    if (rc)
+        return rc;
+    int lead = e->world.rank == 0;
+    FILE *metrics = NULL;
+    if (opts->run_dir && lead) {
+        rc = make_dirs(opts->run_dir);
+        FILE *cf = rc ? NULL : open_in(opts->run_dir, "config.yaml", "w");
+        if (!cf)
+            rc = rc ? rc : TR_ERR_IO;
+        else {
+            rc = tr_config_write(cfg, cf);
+            fclose(cf);
+        }
+        if (!rc && !(metrics = open_in(opts->run_dir, "metrics.jsonl", "w")))
+            rc = TR_ERR_IO;
+    }
+    /* every rank learns whether rank 0 could set up the run directory */
+    double ok = rc ? 1.0 : 0.0;
+    if (tr_comm_allreduce(e->world.world, &ok, &ok, 1, TR_COMM_F64, TR_COMM_MAX) == TR_OK && ok && !rc)
+        rc = tr_fail(TR_ERR_IO, "rank 0 could not set up the run directory %s", opts->run_dir);
     if (rc) {
         if (metrics)
             fclose(metrics);
+        tr_engine_free(e);
         return rc;
     }
     const tr_training_config *t = &cfg->training;
     tr_gpt *model = tr_engine_model(e);
-    double n_params = (double)tr_gpt_num_params(model);
+    /* whole-model parameter count: every stage's, shards counted once */
+    double n_local = 0;
+    for (int i = 0; i < tr_gpt_num_tensors(model); i++) {
+        tr_param_tensor *p = tr_gpt_tensor(model, i);
+        if (p->count_in_norm)
+            n_local += (double)p->numel;
+    }
+    double n_params = n_local;
+    tr_comm_allreduce(e->world.mp, &n_params, &n_params, 1, TR_COMM_F64, TR_COMM_SUM);
     double tokens_per_iter = (double)t->global_batch_size * cfg->model.seq_length;
     double flops_per_iter = tr_gpt_flops_per_token(tr_gpt_get_shape(model), n_params) * tokens_per_iter;
-    if (!opts->quiet)
+    if (!opts->quiet && lead) {
         printf("trident: %d layers, hidden %d, %d heads, seq %d, vocab %d (padded %d): %.2fM "
-               "parameters; global batch %d = %d micro-batches of %d; set up in %.2f s\n",
+               "parameters; global batch %d; set up in %.2f s\n",
                cfg->model.num_layers, cfg->model.hidden_size, cfg->model.num_attention_heads,
                cfg->model.seq_length, cfg->model.vocab_size, tr_gpt_get_shape(model)->Vp,
-               n_params / 1e6, t->global_batch_size, t->global_batch_size / t->micro_batch_size,
-               t->micro_batch_size, tr_now() - t0);
+               n_params / 1e6, t->global_batch_size, tr_now() - t0);
+        print_layout(e);
+        fflush(stdout);
+    }
     double train_start = tr_now(), train_time = 0;
     for (int it = 1; it <= t->train_iters && !rc; it++) {
         tr_step_stats s = {0};
@@ -117,7 +223,7 @@ int tr_train_run(const tr_config *cfg, const tr_train_options *opts)
         train_time += secs;
         s.ms_per_iter = secs * 1e3;
         s.tokens_per_s = tokens_per_iter / secs;
-        s.gflops = flops_per_iter / secs / 1e9;
+        s.gflops = flops_per_iter / secs / 1e9 / e->world.size;
         if (t->eval_interval > 0 && (it % t->eval_interval == 0 || it == t->train_iters)) {
             rc = tr_engine_evaluate(e, &s.val_loss);
             if (rc)
@@ -127,11 +233,12 @@ int tr_train_run(const tr_config *cfg, const tr_train_options *opts)
         if (metrics)
             write_metrics(metrics, &s);
         int log_interval = cfg->logging.log_interval > 0 ? cfg->logging.log_interval : 1;
-        if (!opts->quiet && (it % log_interval == 0 || it == 1 || it == t->train_iters || s.evaluated)) {
+        if (!opts->quiet && lead &&
+            (it % log_interval == 0 || it == 1 || it == t->train_iters || s.evaluated)) {
             char eta[32];
             format_duration(eta, sizeof eta, train_time / it * (t->train_iters - it));
             printf("iter %5d/%d (%3d%%) | loss %.4f | lr %.3e | grad_norm %.3f | %.1f ms | %.0f tok/s | "
-                   "%.1f GFLOP/s | eta %s",
+                   "%.1f GFLOP/s/rank | eta %s",
                    it, t->train_iters, 100 * it / t->train_iters, s.loss, s.lr, s.grad_norm,
                    s.ms_per_iter, s.tokens_per_s, s.gflops, eta);
             if (s.evaluated)
@@ -140,7 +247,24 @@ int tr_train_run(const tr_config *cfg, const tr_train_options *opts)
             fflush(stdout);
         }
     }
-    if (!rc && !opts->quiet) {
+    if (!rc && e->tracing && opts->run_dir) {
+        double bubble = 0;
+        rc = measured_bubble(e, &bubble);
+        if (!rc)
+            rc = write_rank_trace(e, opts->run_dir);
+        int brc = tr_comm_barrier(e->world.world);
+        if (!rc)
+            rc = brc;
+        if (!rc && lead) {
+            rc = merge_traces(opts->run_dir, e->world.size);
+            if (!opts->quiet)
+                printf("trident: trace of the last iteration in %s/trace.json; measured pipeline "
+                       "bubble %.1f%% (theory %.1f%%)\n",
+                       opts->run_dir, 100 * bubble,
+                       100 * tr_pp_bubble_theory(e->P, e->M, TR_PP_1F1B, 1));
+        }
+    }
+    if (!rc && !opts->quiet && lead) {
         char total[32];
         format_duration(total, sizeof total, tr_now() - train_start);
         printf("trident: trained %d iterations in %s\n", t->train_iters, total);

@@ -1,0 +1,47 @@
+/* train/ internals: the engine's state, shared by engine.c (building it), step.c (the
+ * iteration) and run.c (the loop). Not part of the contract. */
+#ifndef TR_ENGINE_INTERNAL_H
+#define TR_ENGINE_INTERNAL_H
+
+#include "data/data.h"
+#include "pp/runner.h"
+#include "train/train.h"
+#include "train/world.h"
+
+typedef struct {
+    size_t offset, count;
+} tr_range;
+
+struct tr_engine {
+    const tr_config *cfg;
+    const tr_kernels *k;
+    tr_world world;
+    int stage, P, dp_rank, D;   /* this rank's pipeline stage and data-parallel coordinate */
+    tr_data *data;
+    tr_pp_partition partition;
+    tr_pp_schedule schedule;    /* this stage's op list for one iteration */
+    tr_gpt *model;
+    size_t n_params;
+    float *params, *grads, *adam_m, *adam_v;
+    int mb, T, M;               /* micro-batch size, sequence, micro-batches per iteration */
+    float loss_scale;           /* d(rank-local mean loss)/d(token loss) */
+    /* activation slots: at most the schedule's in-flight micro-batches (+1 for a receive) */
+    int n_slots;
+    tr_gpt_acts **slots;
+    int *slot_of_mb;            /* [M], -1 when none */
+    int *slot_busy;             /* [n_slots] */
+    int32_t *sample, *inputs, *targets; /* host staging, one micro-batch */
+    double loss_sum;            /* last stage: sum of micro-batch losses this iteration */
+    int split;                  /* the data split being run (train or validation) */
+    uint64_t first_sample;      /* this rank's first sample of the current global batch */
+    /* gradient bookkeeping (ranges of the flat buffers) */
+    tr_range *tp_ranges, *embed_ranges, *norm_ranges;
+    int n_tp_ranges, n_embed_ranges, n_norm_ranges;
+    tr_pp_trace trace;
+    int tracing;
+};
+
+/* Fill a slot's micro-batch tokens (inputs and targets of mb*T each). */
+int tr_engine_load_micro_batch(tr_engine *e, int micro_batch, int32_t *inputs, int32_t *targets);
+
+#endif

@@ -1,0 +1,246 @@
+/* One training iteration of one rank: the pipeline schedule over this stage's micro-batches,
+ * gradient reduction across data-parallel replicas, finalisation of replicated gradients,
+ * global-norm clipping and AdamW; and forward-only evaluation. */
+#include "train/engine_internal.h"
+
+#include <math.h>
+#include <string.h>
+
+#include "core/core.h"
+
+/* ---- activation slots: one per in-flight micro-batch ---- */
+
+static tr_gpt_acts *slot_acquire(tr_engine *e, int mb)
+{
+    if (e->slot_of_mb[mb] >= 0)
+        return e->slots[e->slot_of_mb[mb]];
+    for (int s = 0; s < e->n_slots; s++)
+        if (!e->slot_busy[s]) {
+            e->slot_busy[s] = 1;
+            e->slot_of_mb[mb] = s;
+            return e->slots[s];
+        }
+    tr_fail(TR_ERR_INTERNAL, "stage %d: more than %d micro-batches in flight", e->stage, e->n_slots);
+    return NULL;
+}
+
+static void slot_release(tr_engine *e, int mb)
+{
+    int s = e->slot_of_mb[mb];
+    if (s >= 0) {
+        e->slot_busy[s] = 0;
+        e->slot_of_mb[mb] = -1;
+    }
+}
+
+static void slots_reset(tr_engine *e)
+{
+    for (int s = 0; s < e->n_slots; s++)
+        e->slot_busy[s] = 0;
+    for (int m = 0; m < e->M; m++)
+        e->slot_of_mb[m] = -1;
+}
+
+/* ---- the stage as the pipeline runner sees it ---- */
+
+static float *stage_input_buffer(void *ctx, int mb, int chunk)
+{
+    (void)chunk;
+    tr_gpt_acts *a = slot_acquire(ctx, mb);
+    return a ? tr_gpt_acts_input_buffer(a) : NULL;
+}
+
+static float *stage_output_grad_buffer(void *ctx, int mb, int chunk)
+{
+    (void)chunk;
+    tr_engine *e = ctx;
+    int s = e->slot_of_mb[mb];
+    return s >= 0 ? tr_gpt_acts_output_grad_buffer(e->slots[s]) : NULL;
+}
+
+static int stage_forward(tr_engine *e, int mb, float grad_scale, const float **output)
+{
+    const tr_gpt_shape *s = tr_gpt_get_shape(e->model);
+    tr_gpt_acts *a = slot_acquire(e, mb);
+    if (!a)
+        return TR_ERR_INTERNAL;
+    if (s->is_first || s->is_last) {
+        int rc = tr_engine_load_micro_batch(e, mb, e->inputs, e->targets);
+        if (rc)
+            return rc;
+    }
+    float loss = 0;
+    int rc = tr_gpt_forward(e->model, a, s->is_first ? e->inputs : NULL,
+                            s->is_first ? NULL : tr_gpt_acts_input_buffer(a),
+                            s->is_last ? e->targets : NULL, grad_scale,
+                            s->is_last ? &loss : NULL);
+    if (rc)
+        return rc;
+    e->loss_sum += loss;
+    if (output)
+        *output = s->is_last ? NULL : tr_gpt_acts_output(a);
+    return TR_OK;
+}
+
+static int train_forward(void *ctx, int mb, int chunk, const float **output)
+{
+    (void)chunk;
+    tr_engine *e = ctx;
+    return stage_forward(e, mb, e->loss_scale, output);
+}
+
+static int train_backward(void *ctx, int mb, int chunk, int is_last_backward,
+                          const float **input_grad)
+{
+    (void)chunk;
+    (void)is_last_backward;
+    tr_engine *e = ctx;
+    int s = e->slot_of_mb[mb];
+    if (s < 0)
+        return tr_fail(TR_ERR_INTERNAL, "stage %d: backward of micro-batch %d before its forward",
+                       e->stage, mb);
+    tr_gpt_acts *a = e->slots[s];
+    const tr_gpt_shape *sh = tr_gpt_get_shape(e->model);
+    int rc = tr_gpt_backward(e->model, a, sh->is_last ? NULL : tr_gpt_acts_output_grad_buffer(a));
+    if (rc)
+        return rc;
+    *input_grad = sh->is_first ? NULL : tr_gpt_acts_input_grad(a);
+    slot_release(e, mb); /* its input gradient stays valid until the next backward */
+    return TR_OK;
+}
+
+/* ---- gradient reduction and finalisation ---- */
+
+static int allreduce_ranges(tr_engine *e, tr_comm *comm, const tr_range *r, int n)
+{
+    for (int i = 0; i < n; i++) {
+        int rc = tr_comm_allreduce(comm, e->grads + r[i].offset, e->grads + r[i].offset,
+                                   r[i].count, TR_COMM_F32, TR_COMM_SUM);
+        if (rc)
+            return rc;
+    }
+    return TR_OK;
+}
+
+static int reduce_gradients(tr_engine *e)
+{
+    int rc = TR_OK;
+    if (e->D > 1) {
+        rc = tr_comm_allreduce(e->world.dp, e->grads, e->grads, e->n_params, TR_COMM_F32, TR_COMM_SUM);
+        if (!rc) /* the average over data-parallel replicas: the one place grads are scaled */
+            e->k->scale(NULL, e->grads, 1.0f / (float)e->D, e->n_params);
+    }
+    if (!rc && e->n_tp_ranges)
+        rc = allreduce_ranges(e, e->world.tp, e->tp_ranges, e->n_tp_ranges);
+    if (!rc && e->n_embed_ranges)
+        rc = allreduce_ranges(e, e->world.embed, e->embed_ranges, e->n_embed_ranges);
+    return rc;
+}
+
+/* The mean loss of the global batch, known on every rank: the last stages' local means
+ * averaged over data-parallel replicas (one contribution per replica: tp rank 0). */
+static int global_loss(tr_engine *e, double local_mean, double *out)
+{
+    const tr_gpt_shape *s = tr_gpt_get_shape(e->model);
+    double v = s->is_last && e->world.groups.coords.tp == 0 ? local_mean / e->D : 0.0;
+    int rc = tr_comm_allreduce(e->world.world, &v, &v, 1, TR_COMM_F64, TR_COMM_SUM);
+    *out = v;
+    return rc;
+}
+
+int tr_engine_forward_backward(tr_engine *e, int iteration, double *loss_out)
+{
+    const tr_training_config *t = &e->cfg->training;
+    e->k->zero(NULL, e->grads, e->n_params * sizeof(float));
+    e->split = TR_SPLIT_TRAIN;
+    e->first_sample = (uint64_t)(iteration - 1) * (uint64_t)t->global_batch_size +
+                      (uint64_t)e->dp_rank * (uint64_t)(t->global_batch_size / e->D);
+    e->loss_sum = 0;
+    slots_reset(e);
+    tr_pp_stage_ops ops = {
+        .ctx = e,
+        .numel = tr_gpt_hidden_numel(e->model, e->mb),
+        .input_buffer = stage_input_buffer,
+        .output_grad_buffer = stage_output_grad_buffer,
+        .forward = train_forward,
+        .backward = train_backward,
+    };
+    if (e->tracing)
+        tr_pp_trace_clear(&e->trace);
+    int rc = tr_pp_run(&e->schedule, e->world.pp, &ops, e->tracing ? &e->trace : NULL);
+    if (!rc)
+        rc = reduce_gradients(e);
+    if (!rc)
+        rc = global_loss(e, e->loss_sum / e->M, loss_out);
+    return rc;
+}
+
+int tr_engine_optimizer_step(tr_engine *e, int iteration, tr_step_stats *stats)
+{
+    const tr_training_config *t = &e->cfg->training;
+    double sumsq = 0;
+    for (int i = 0; i < e->n_norm_ranges; i++)
+        sumsq += e->k->sumsq(NULL, e->grads + e->norm_ranges[i].offset, e->norm_ranges[i].count);
+    /* every parameter counted once over the model-parallel group; data-parallel replicas
+     * hold identical gradients after the reduction */
+    int rc = tr_comm_allreduce(e->world.mp, &sumsq, &sumsq, 1, TR_COMM_F64, TR_COMM_SUM);
+    if (rc)
+        return rc;
+    double norm = sqrt(sumsq);
+    if (!isfinite(norm))
+        return tr_fail(TR_ERR_INVALID, "iteration %d: the gradient norm is %g (training diverged)",
+                       iteration, norm);
+    float grad_scale = 1.0f;
+    if (t->clip_grad > 0 && norm > t->clip_grad)
+        grad_scale = (float)(t->clip_grad / (norm + 1e-6));
+    double lr = tr_lr_at(t, iteration);
+    int n = tr_gpt_num_tensors(e->model);
+    for (int i = 0; i < n; i++) {
+        tr_param_tensor *p = tr_gpt_tensor(e->model, i);
+        size_t off = p->offset;
+        e->k->adamw(NULL, p->param, p->grad, e->adam_m + off, e->adam_v + off, p->numel, (float)lr,
+                    (float)t->adam_beta1, (float)t->adam_beta2, (float)t->adam_eps,
+                    p->weight_decay ? (float)t->weight_decay : 0.0f, grad_scale, iteration);
+    }
+    stats->iteration = iteration;
+    stats->lr = lr;
+    stats->grad_norm = norm;
+    return TR_OK;
+}
+
+/* ---- evaluation: forward only, micro-batches passed down the pipeline in order ---- */
+
+int tr_engine_evaluate(tr_engine *e, double *val_loss)
+{
+    const tr_training_config *t = &e->cfg->training;
+    if (tr_data_num_samples(e->data, TR_SPLIT_VALID) == 0)
+        return tr_fail(TR_ERR_INVALID, "the validation split is empty");
+    const tr_gpt_shape *s = tr_gpt_get_shape(e->model);
+    size_t numel = tr_gpt_hidden_numel(e->model, e->mb);
+    double sum = 0;
+    int rc = TR_OK;
+    e->split = TR_SPLIT_VALID;
+    for (int it = 0; it < t->eval_iters && !rc; it++) {
+        e->first_sample = (uint64_t)it * t->global_batch_size +
+                          (uint64_t)e->dp_rank * (uint64_t)(t->global_batch_size / e->D);
+        e->loss_sum = 0;
+        slots_reset(e);
+        for (int mb = 0; mb < e->M && !rc; mb++) {
+            tr_gpt_acts *a = slot_acquire(e, 0);
+            if (!s->is_first)
+                rc = tr_comm_recv(e->world.pp, tr_gpt_acts_input_buffer(a), numel, TR_COMM_F32,
+                                  e->stage - 1, mb);
+            const float *out = NULL;
+            if (!rc)
+                rc = stage_forward(e, 0, 0.0f, &out);
+            /* stage_forward loaded micro-batch 0 of first_sample: advance by hand */
+            if (!rc && !s->is_last)
+                rc = tr_comm_send(e->world.pp, out, numel, TR_COMM_F32, e->stage + 1, mb);
+            e->first_sample += (uint64_t)e->mb;
+        }
+        sum += e->loss_sum / e->M;
+    }
+    if (rc)
+        return rc;
+    return global_loss(e, sum / t->eval_iters, val_loss);
+}
