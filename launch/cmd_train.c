@@ -29,6 +29,8 @@ static void train_usage(FILE *f)
             "  --nproc N                start N local ranks (short for\n"
             "                           trident launch --nproc N -- trident train ...)\n"
             "  --quiet                  no per-iteration lines\n"
+            "  --dump-grads DIR         write iteration 1's reduced gradients (per rank, with\n"
+            "                           shard layout) to DIR, for layout-equivalence checks\n"
             "  -h, --help               this text\n"
             "\n"
             "Each iteration prints one line (iteration, loss, lr, grad norm, ms/iter, tokens/s,\n"
@@ -103,7 +105,7 @@ static int exit_code_for(int rc) { return rc == TR_ERR_CONFIG || rc == TR_ERR_IN
 
 int tr_cmd_train(int argc, char **argv)
 {
-    const char *config_path = NULL, *run_dir = NULL;
+    const char *config_path = NULL, *run_dir = NULL, *dump_grads = NULL;
     const char **overrides = calloc((size_t)argc + 1, sizeof *overrides);
     int n_overrides = 0, quiet = 0, nproc = 0;
     if (!overrides)
@@ -114,6 +116,8 @@ int tr_cmd_train(int argc, char **argv)
             train_usage(stdout);
             free(overrides);
             return 0;
+        } else if (!strcmp(a, "--dump-grads") && i + 1 < argc) {
+            dump_grads = argv[++i];
         } else if (!strcmp(a, "--set") || !strcmp(a, "--run-dir")) {
             if (i + 1 >= argc) {
                 fprintf(stderr, "trident train: %s needs a value\n", a);
@@ -182,7 +186,7 @@ int tr_cmd_train(int argc, char **argv)
         snprintf(default_dir, sizeof default_dir, "runs/%.*s", (int)len, base);
         run_dir = default_dir;
     }
-    tr_train_options opts = {.run_dir = run_dir, .quiet = quiet};
+    tr_train_options opts = {.run_dir = run_dir, .quiet = quiet, .dump_grads_dir = dump_grads};
     rc = tr_train_run(&cfg, &opts);
     tr_config_free(&cfg);
     if (rc) {

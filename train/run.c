@@ -67,6 +67,51 @@ static void format_duration(char *buf, size_t n, double seconds)
         snprintf(buf, n, "%ld:%02ld", s / 60, s % 60);
 }
 
+/* This rank's gradients with what is needed to reassemble whole tensors from shards. */
+static int dump_gradients(tr_engine *e, const char *dir)
+{
+    int rc = make_dirs(dir);
+    if (rc)
+        return rc;
+    char name[64];
+    snprintf(name, sizeof name, "grads.rank%d.bin", e->world.rank);
+    FILE *f = open_in(dir, name, "wb");
+    if (!f)
+        return TR_ERR_IO;
+    size_t n = fwrite(e->grads, sizeof(float), e->n_params, f);
+    fclose(f);
+    if (n != e->n_params)
+        return tr_fail(TR_ERR_IO, "short write of %s/%s", dir, name);
+    snprintf(name, sizeof name, "grads.rank%d.json", e->world.rank);
+    if (!(f = open_in(dir, name, "w")))
+        return TR_ERR_IO;
+    const tr_gpt_shape *s = tr_gpt_get_shape(e->model);
+    tr_json j;
+    tr_json_begin(&j, f);
+    tr_json_object_begin(&j, NULL);
+    tr_json_int(&j, "tp_rank", s->tp_rank);
+    tr_json_int(&j, "tp_size", s->tp_size);
+    tr_json_int(&j, "stage", e->stage);
+    tr_json_array_begin(&j, "tensors");
+    for (int i = 0; i < tr_gpt_num_tensors(e->model); i++) {
+        tr_param_tensor *t = tr_gpt_tensor(e->model, i);
+        tr_json_object_begin(&j, NULL);
+        tr_json_string(&j, "name", t->name);
+        tr_json_int(&j, "offset", (long long)t->offset);
+        tr_json_int(&j, "rows", t->rows);
+        tr_json_int(&j, "cols", t->cols);
+        tr_json_int(&j, "full_rows", t->full_rows);
+        tr_json_int(&j, "full_cols", t->full_cols);
+        tr_json_int(&j, "split_dim", t->split_dim);
+        tr_json_object_end(&j);
+    }
+    tr_json_array_end(&j);
+    tr_json_object_end(&j);
+    fputc('\n', f);
+    fclose(f);
+    return TR_OK;
+}
+
 /* Chrome trace (chrome://tracing, Perfetto): this rank's spans of the last iteration. */
 static int write_rank_trace(tr_engine *e, const char *dir)
 {
@@ -215,6 +260,8 @@ int tr_train_run(const tr_config *cfg, const tr_train_options *opts)
         tr_step_stats s = {0};
         double start = tr_now();
         rc = tr_engine_forward_backward(e, it, &s.loss);
+        if (!rc && it == 1 && opts->dump_grads_dir && e->dp_rank == 0)
+            rc = dump_gradients(e, opts->dump_grads_dir);
         if (!rc)
             rc = tr_engine_optimizer_step(e, it, &s);
         if (rc)

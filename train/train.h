@@ -38,6 +38,9 @@ typedef struct {
 typedef struct {
     const char *run_dir; /* NULL: no files written */
     int quiet;           /* no per-iteration lines on stdout */
+    const char *dump_grads_dir; /* non-NULL: after iteration 1's reduction, every rank of
+                                 * data-parallel rank 0 writes its gradient shards there
+                                 * (grads.rankR.bin + .json) for layout-equivalence tests */
 } tr_train_options;
 
 int tr_engine_create(const tr_config *cfg, tr_engine **out);
