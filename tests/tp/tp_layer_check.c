@@ -1,0 +1,245 @@
+/* Per-layer tensor-parallel check, run as T ranks by `trident launch --nproc T`:
+ *   tp_layer_check [--sp] [--timeout S]
+ * For the column-parallel linear (plain and with gathered output), the row-parallel linear
+ * (with and without residual aliasing), the vocab-parallel embedding and the vocab-parallel
+ * cross-entropy (also with a rank holding only padding), the forward output and the input
+ * and weight gradients of the split layer on every rank equal the matching slices of the
+ * unsplit layer (a one-rank tr_tp, computed locally): relative difference <= 1e-5.
+ * With --sp (T > 1) the same under sequence parallelism. Exit 0 when everything matched. */
+#include "tp_check.h"
+#include "tp/tp.h"
+
+#define TOL 1e-5
+
+static tr_tp one; /* the unsplit reference */
+static tr_tp tp;  /* this rank's */
+static const int N = 12; /* token rows: 2 sequences of 6 */
+
+static void rows_of(int *r0, int *nl) { tr_tp_rows(&tp, N, r0, nl); }
+
+static void check_column(int gather_output)
+{
+    const int IC = 8, OC = 16, OCl = OC / tp.size;
+    int r0, Nl;
+    rows_of(&r0, &Nl);
+    float *x = fnew((size_t)N * IC), *W = fnew((size_t)OC * IC), *b = fnew(OC);
+    float *dy = fnew((size_t)N * OC);
+    fill(x, (size_t)N * IC, 1, 1.0f);
+    fill(W, (size_t)OC * IC, 2, 0.5f);
+    fill(b, OC, 3, 0.1f);
+    fill(dy, (size_t)N * OC, 4, 1.0f);
+    /* reference */
+    float *y_ref = fnew((size_t)N * OC), *dx_ref = fnew((size_t)N * IC);
+    float *dW_ref = fnew((size_t)OC * IC), *db_ref = fnew(OC), *x_ref = fdup(x, (size_t)N * IC);
+    OK(tr_tp_column_linear_forward(&one, y_ref, x_ref, W, b, N, IC, OC, NULL, NULL));
+    OK(tr_tp_column_linear_backward(&one, dx_ref, dW_ref, db_ref, dy, x_ref, W, N, IC, OC));
+    /* split: output rows [t*OCl, ..) of W and b; under SP only our input rows are given */
+    float *xs = fnew((size_t)N * IC), *Ws = fnew((size_t)OCl * IC), *bs = fnew(OCl);
+    for (size_t i = 0; i < (size_t)N * IC; i++)
+        xs[i] = NAN; /* rows of other ranks must come from the gather */
+    memcpy(xs + (size_t)r0 * IC, x + (size_t)r0 * IC, (size_t)Nl * IC * sizeof(float));
+    slice(Ws, W, IC, tp.rank * OCl, OCl, 0, IC);
+    slice(bs, b, 1, tp.rank * OCl, OCl, 0, 1);
+    float *y = fnew((size_t)N * OCl), *y_full = gather_output ? fnew((size_t)N * OC) : NULL;
+    float *scratch = fnew((size_t)N * OC);
+    OK(tr_tp_column_linear_forward(&tp, y, xs, Ws, bs, N, IC, OCl, y_full, scratch));
+    expect_close("column: gathered input", xs, x, (size_t)N * IC, 0.0);
+    expect_slice("column: output", y, y_ref, OC, 0, N, tp.rank * OCl, OCl, TOL);
+    float *dys = fnew((size_t)N * OCl);
+    if (gather_output) {
+        expect_close("column: gathered output", y_full, y_ref, (size_t)N * OC, TOL);
+        /* the gather's backward is the split */
+        OK(tr_tp_scatter_to_region_forward(&tp, dys, dy, N, OCl));
+    } else {
+        slice(dys, dy, OC, 0, N, tp.rank * OCl, OCl);
+    }
+    float *dx = fnew((size_t)N * IC), *dW = fnew((size_t)OCl * IC), *db = fnew(OCl);
+    OK(tr_tp_column_linear_backward(&tp, dx, dW, db, dys, xs, Ws, N, IC, OCl));
+    expect_slice("column: input gradient", dx + (size_t)r0 * IC, dx_ref, IC, r0, Nl, 0, IC, TOL);
+    expect_slice("column: weight gradient", dW, dW_ref, IC, tp.rank * OCl, OCl, 0, IC, TOL);
+    expect_slice("column: bias gradient", db, db_ref, 1, tp.rank * OCl, OCl, 0, 1, TOL);
+    free(x), free(W), free(b), free(dy), free(y_ref), free(dx_ref), free(dW_ref), free(db_ref);
+    free(x_ref), free(xs), free(Ws), free(bs), free(y), free(y_full), free(scratch), free(dys);
+    free(dx), free(dW), free(db);
+}
+
+static void check_row(int alias_residual)
+{
+    const int IC = 16, OC = 8, ICl = IC / tp.size;
+    int r0, Nl;
+    rows_of(&r0, &Nl);
+    float *x = fnew((size_t)N * IC), *W = fnew((size_t)OC * IC), *b = fnew(OC);
+    float *res = fnew((size_t)N * OC), *dy = fnew((size_t)N * OC);
+    fill(x, (size_t)N * IC, 11, 1.0f);
+    fill(W, (size_t)OC * IC, 12, 0.5f);
+    fill(b, OC, 13, 0.1f);
+    fill(res, (size_t)N * OC, 14, 1.0f);
+    fill(dy, (size_t)N * OC, 15, 1.0f);
+    float *y_ref = fnew((size_t)N * OC), *dx_ref = fnew((size_t)N * IC);
+    float *dW_ref = fnew((size_t)OC * IC), *db_ref = fnew(OC);
+    OK(tr_tp_row_linear_forward(&one, y_ref, res, x, W, b, N, IC, OC, NULL));
+    OK(tr_tp_row_linear_backward(&one, dx_ref, dW_ref, db_ref, dy, x, W, N, IC, OC, NULL));
+    /* split: input columns of x (the scatter mapping) and of W; our rows of the residual */
+    float *xs = fnew((size_t)N * ICl), *Ws = fnew((size_t)OC * ICl);
+    OK(tr_tp_scatter_to_region_forward(&tp, xs, x, N, ICl));
+    slice(Ws, W, IC, 0, OC, tp.rank * ICl, ICl);
+    float *y = fnew((size_t)Nl * OC), *ress = fnew((size_t)Nl * OC);
+    float *scratch = fnew((size_t)N * OC);
+    slice(ress, res, OC, r0, Nl, 0, OC);
+    if (alias_residual)
+        memcpy(y, ress, (size_t)Nl * OC * sizeof(float));
+    OK(tr_tp_row_linear_forward(&tp, y, alias_residual ? y : ress, xs, Ws, b, N, ICl, OC,
+                                scratch));
+    expect_slice("row: output", y, y_ref, OC, r0, Nl, 0, OC, TOL);
+    float *dys = fnew((size_t)Nl * OC), *dx = fnew((size_t)N * ICl);
+    float *dW = fnew((size_t)OC * ICl), *db = fnew(OC);
+    slice(dys, dy, OC, r0, Nl, 0, OC);
+    OK(tr_tp_row_linear_backward(&tp, dx, dW, db, dys, xs, Ws, N, ICl, OC, scratch));
+    expect_slice("row: input gradient", dx, dx_ref, IC, 0, N, tp.rank * ICl, ICl, TOL);
+    expect_slice("row: weight gradient", dW, dW_ref, IC, 0, OC, tp.rank * ICl, ICl, TOL);
+    if (tp.sequence_parallel) /* partial over our rows: what the engine all-reduces */
+        OK(tr_comm_allreduce(tp.comm, db, db, OC, TR_COMM_F32, TR_COMM_SUM));
+    expect_close("row: bias gradient", db, db_ref, OC, TOL);
+    expect_same_on_all(tp.comm, "row: bias gradient", db, OC);
+    free(x), free(W), free(b), free(res), free(dy), free(y_ref), free(dx_ref), free(dW_ref);
+    free(db_ref), free(xs), free(Ws), free(y), free(ress), free(scratch), free(dys), free(dx);
+    free(dW), free(db);
+}
+
+static void make_ids(int32_t *ids, int V, int salt)
+{
+    for (int i = 0; i < N; i++)
+        ids[i] = (int32_t)((unsigned)(i * 7 + salt * 13 + i * i) % (unsigned)V);
+    ids[0] = V - 1; /* the last real id, held by the last rank that holds real ids */
+}
+
+static void check_embedding(void)
+{
+    const int C = 8, V = 27, Vp = 32, Vl = Vp / tp.size;
+    int r0, Nl;
+    rows_of(&r0, &Nl);
+    int32_t ids[12];
+    make_ids(ids, V, 1);
+    float *table = fnew((size_t)Vp * C), *dout = fnew((size_t)N * C);
+    fill(table, (size_t)Vp * C, 21, 1.0f);
+    fill(dout, (size_t)N * C, 22, 1.0f);
+    float *out_ref = fnew((size_t)N * C), *dtable_ref = fnew((size_t)Vp * C);
+    OK(tr_tp_vocab_embedding_forward(&one, out_ref, ids, table, N, C, Vp, NULL));
+    OK(tr_tp_vocab_embedding_backward(&one, dtable_ref, dout, ids, N, C, Vp, NULL, NULL));
+    float *ts = fnew((size_t)Vl * C), *out = fnew((size_t)Nl * C), *scratch = fnew((size_t)N * C);
+    slice(ts, table, C, tp.rank * Vl, Vl, 0, C);
+    OK(tr_tp_vocab_embedding_forward(&tp, out, ids, ts, N, C, Vl, scratch));
+    expect_slice("embedding: output", out, out_ref, C, r0, Nl, 0, C, 0.0);
+    float *douts = fnew((size_t)Nl * C), *dts = fnew((size_t)Vl * C);
+    slice(douts, dout, C, r0, Nl, 0, C);
+    const float *dall = NULL;
+    OK(tr_tp_vocab_embedding_backward(&tp, dts, douts, ids, N, C, Vl, scratch, &dall));
+    expect_slice("embedding: table gradient", dts, dtable_ref, C, tp.rank * Vl, Vl, 0, C, TOL);
+    expect_close("embedding: gathered output gradient", dall, dout, (size_t)N * C, 0.0);
+    free(table), free(dout), free(out_ref), free(dtable_ref), free(ts), free(out), free(scratch);
+    free(douts), free(dts);
+}
+
+static void check_cross_entropy(int V)
+{
+    const int Vp = 32, Vl = Vp / tp.size;
+    int32_t targets[12];
+    make_ids(targets, V, 2);
+    float *logits = fnew((size_t)N * Vp);
+    fill(logits, (size_t)N * Vp, 31, 3.0f);
+    float *loss_ref = fnew(N), *stats_ref = fnew(3 * (size_t)N), *dl_ref = fnew((size_t)N * Vp);
+    OK(tr_tp_vocab_cross_entropy_forward(&one, loss_ref, stats_ref, logits, targets, N, Vp, V));
+    OK(tr_tp_vocab_cross_entropy_backward(&one, dl_ref, logits, stats_ref, targets, N, Vp, V,
+                                          1.0f / N));
+    /* the definition, in double, as an independent check of the reference */
+    for (int n = 0; n < N; n++) {
+        double mx = -INFINITY, se = 0;
+        for (int c = 0; c < V; c++)
+            mx = fmax(mx, logits[(size_t)n * Vp + c]);
+        for (int c = 0; c < V; c++)
+            se += exp(logits[(size_t)n * Vp + c] - mx);
+        double want = log(se) + mx - logits[(size_t)n * Vp + targets[n]];
+        CHECK(fabs(want - loss_ref[n]) <= 1e-5 * fabs(want) + 1e-6, "cross-entropy row %d: "
+              "%.7g vs %.7g", n, loss_ref[n], want);
+    }
+    float *ls = fnew((size_t)N * Vl), *loss = fnew(N), *stats = fnew(3 * (size_t)N);
+    slice(ls, logits, Vp, 0, N, tp.rank * Vl, Vl);
+    OK(tr_tp_vocab_cross_entropy_forward(&tp, loss, stats, ls, targets, N, Vl, V));
+    char what[64];
+    snprintf(what, sizeof what, "cross-entropy (V=%d): losses", V);
+    expect_close(what, loss, loss_ref, N, TOL);
+    expect_same_on_all(tp.comm, what, loss, N);
+    /* the gradient in place of the logits, as the model does */
+    OK(tr_tp_vocab_cross_entropy_backward(&tp, ls, ls, stats, targets, N, Vl, V, 1.0f / N));
+    snprintf(what, sizeof what, "cross-entropy (V=%d): logit gradient", V);
+    expect_slice(what, ls, dl_ref, Vp, 0, N, tp.rank * Vl, Vl, TOL);
+    free(logits), free(loss_ref), free(stats_ref), free(dl_ref), free(ls), free(loss), free(stats);
+}
+
+/* The mappings on their own: f backward / g forward sum over ranks; the last-dimension
+ * gather is the inverse of the split. */
+static void check_mappings(void)
+{
+    const int cols = 3, n = N * cols;
+    float *mine = fnew(n), *sum = fnew(n), *want = fnew(n);
+    for (int r = 0; r < tp.size; r++) {
+        fill(mine, n, 40 + r, 1.0f);
+        for (int i = 0; i < n; i++)
+            want[i] += mine[i];
+    }
+    fill(mine, n, 40 + tp.rank, 1.0f);
+    OK(tr_tp_reduce_from_region_forward(&tp, mine, sum, n));
+    expect_close("g forward (all-reduce)", sum, want, n, 1e-6);
+    OK(tr_tp_copy_to_region_backward(&tp, mine, n));
+    expect_close("f backward (all-reduce)", mine, sum, n, 0.0);
+    float *full = fnew((size_t)n * tp.size), *back = fnew((size_t)n * tp.size);
+    float *part = fnew(n), *scratch = fnew((size_t)n * tp.size);
+    fill(full, (size_t)n * tp.size, 49, 1.0f);
+    OK(tr_tp_scatter_to_region_forward(&tp, part, full, N, cols));
+    OK(tr_tp_gather_from_region_forward(&tp, back, part, N, cols, scratch));
+    expect_close("gather(scatter(x)) along the last dimension", back, full,
+                 (size_t)n * tp.size, 0.0);
+    free(mine), free(sum), free(want), free(full), free(back), free(part), free(scratch);
+}
+
+int main(int argc, char **argv)
+{
+    int sp = 0;
+    tr_comm_config cfg = tr_comm_config_default();
+    cfg.timeout_s = 60;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--sp"))
+            sp = 1;
+        else if (!strcmp(argv[i], "--timeout") && i + 1 < argc)
+            cfg.timeout_s = atof(argv[++i]);
+    }
+    double t0 = tr_now();
+    tr_comm *world = NULL;
+    OK(tr_comm_init_world(&cfg, &world));
+    world_rank = tr_comm_rank(world);
+    const tr_kernels *k = tr_kernels_cpu();
+    OK(tr_tp_init(&one, k, NULL, 0));
+    OK(tr_tp_init(&tp, k, world, sp));
+    CHECK(tp.size == tr_comm_size(world) && tp.rank == world_rank, "context size/rank");
+    CHECK(tp.sequence_parallel == (sp && tp.size > 1), "sequence_parallel only with T > 1");
+    CHECK((tp.comm != NULL) == (tp.size > 1), "no communicator for one rank");
+    OK(tr_tp_check_rows(&tp, N));
+    if (tp.sequence_parallel) {
+        CHECK(tr_tp_check_rows(&tp, N + 1) == TR_ERR_INVALID &&
+                  strstr(tr_errmsg(), "13 token rows") && strstr(tr_errmsg(), "divisible"),
+              "rows not divisible by T: %s", tr_errmsg());
+    }
+    check_mappings();
+    check_column(0);
+    check_column(1);
+    check_row(0);
+    check_row(1);
+    check_embedding();
+    check_cross_entropy(27);
+    check_cross_entropy(20); /* with T = 4 the last rank holds only padding */
+    char name[64];
+    snprintf(name, sizeof name, "tp_layer_check%s", sp ? " --sp" : "");
+    int rc = finish(world, name, t0);
+    tr_comm_destroy(world);
+    return rc;
+}

@@ -1,0 +1,307 @@
+/* The GPT stage split over T tensor-parallel ranks against the unsplit model (T = 1, built
+ * locally on every rank), run by `trident launch --nproc W`:
+ *   tp_model_check [--tp T] [--sp] [--timeout S]      (T divides W; default T = W)
+ * The world is cut into W/T TP groups (consecutive ranks), each checked on its own. Checks:
+ *  - initialisation: every shard is bit for bit the matching slice of the T = 1 tensor, with
+ *    the right split_dim / full shape / flags;
+ *  - two micro-batches with gradient accumulation: losses (relative <= 1e-5, the same on every
+ *    TP rank) and every gradient shard against the T = 1 slice (relative <= 1e-5); gradients
+ *    of replicated tensors identical on every TP rank (under SP after the all-reduce of the
+ *    tensors marked tp_grad_allreduce, as the engine does);
+ *  - the grad-ready hook: ranges arrive front to back and cover the buffer once per micro-batch;
+ *  - communication count per iteration: 4 all-reduces per layer per micro-batch + 1 for the
+ *    embedding + 3 for the loss (SP: all-gathers and reduce-scatters, see below); an
+ *    evaluation forward: 2 all-reduces;
+ *  - the model cut into two pipeline stages on the same TP group (stage input received in
+ *    tr_gpt_acts_input_buffer, output gradient in tr_gpt_acts_output_grad_buffer) gives the
+ *    whole TP model's loss and gradients. */
+#include "model/gpt.h"
+#include "tp_check.h"
+
+#define TOL 1e-5
+enum { LAYERS = 3, B = 2, SEQ = 6, N = B * SEQ, C = 16, V = 27, M = 2 };
+
+static tr_comm *tpc; /* this rank's TP group (NULL when T == 1) */
+static int T = 1, t = 0, sp = 0;
+
+typedef struct {
+    tr_gpt *g;
+    tr_gpt_acts *a;
+    float *params, *grads;
+} model;
+
+static void make(model *m, int first, int count, int tp_size)
+{
+    tr_gpt_shape s = {.num_layers = LAYERS, .C = C, .NH = 4, .T = SEQ, .max_T = 8, .V = V,
+                      .Vp = 32, .eps = 1e-5f, .init_std = 0.3f, .seed = 5,
+                      .layer_first = first, .layer_count = count, .tp_size = tp_size,
+                      .tp_rank = tp_size > 1 ? t : 0, .sequence_parallel = sp};
+    s.is_first = first == 0;
+    s.is_last = first + count == LAYERS;
+    OK(tr_gpt_create(&s, tr_kernels_cpu(), tp_size > 1 ? tpc : NULL, &m->g));
+    size_t n = tr_gpt_num_params(m->g);
+    m->params = fnew(n);
+    m->grads = fnew(n);
+    tr_gpt_bind(m->g, m->params, m->grads);
+    OK(tr_gpt_init_params(m->g));
+    OK(tr_gpt_acts_create(m->g, B, &m->a));
+}
+
+static void unmake(model *m)
+{
+    tr_gpt_acts_free(m->a);
+    tr_gpt_free(m->g);
+    free(m->params);
+    free(m->grads);
+}
+
+static tr_param_tensor *find(tr_gpt *g, const char *name, int skip)
+{
+    for (int i = 0; i < tr_gpt_num_tensors(g); i++)
+        if (!strcmp(tr_gpt_tensor(g, i)->name, name) && skip-- == 0)
+            return tr_gpt_tensor(g, i);
+    return NULL;
+}
+
+static void batch(int mb, int32_t *tokens, int32_t *targets)
+{
+    for (int i = 0; i < N; i++) {
+        tokens[i] = (int32_t)((i * 7 + 3 + mb * 5) % V);
+        targets[i] = (int32_t)((i * 5 + 1 + mb * 11) % V);
+    }
+}
+
+/* The T = 1 slice matching shard p: rows [t*rows, ..) or columns [t*cols, ..) of r. */
+static void expect_shard(const char *what, const tr_param_tensor *p, const float *shard,
+                         const float *whole, double tol)
+{
+    char msg[96];
+    snprintf(msg, sizeof msg, "%s %s", p->name, what);
+    int r0 = p->split_dim == 0 ? t * p->rows : 0, c0 = p->split_dim == 1 ? t * p->cols : 0;
+    expect_slice(msg, shard, whole, p->full_cols, r0, p->rows, c0, p->cols, tol);
+}
+
+static void check_layout(model *tpm, model *ref)
+{
+    for (int i = 0; i < tr_gpt_num_tensors(tpm->g); i++) {
+        tr_param_tensor *p = tr_gpt_tensor(tpm->g, i), *r = find(ref->g, p->name, 0);
+        CHECK(r && r->rows == p->full_rows && r->cols == p->full_cols, "%s full shape", p->name);
+        if (!r)
+            continue;
+        int want_split = T == 1 ? -1
+                         : strstr(p->name, "qkv.") || strstr(p->name, "fc.") ||
+                                 !strcmp(p->name, "wte")
+                             ? 0
+                         : strstr(p->name, "proj.weight") ? 1
+                                                          : -1;
+        CHECK(p->split_dim == want_split, "%s split_dim %d, expected %d", p->name, p->split_dim,
+              want_split);
+        CHECK(p->rows * (p->split_dim == 0 ? T : 1) == p->full_rows &&
+                  p->cols * (p->split_dim == 1 ? T : 1) == p->full_cols,
+              "%s shard shape", p->name);
+        CHECK(p->word_embedding == !strcmp(p->name, "wte"), "%s word_embedding", p->name);
+        CHECK(p->count_in_norm == (p->split_dim >= 0 || t == 0), "%s count_in_norm", p->name);
+        int partial = sp && T > 1 && p->split_dim < 0 && strcmp(p->name, "wpe");
+        CHECK(p->tp_grad_allreduce == partial, "%s tp_grad_allreduce %d", p->name,
+              p->tp_grad_allreduce);
+        expect_shard("initial value", p, p->param, r->param, 0.0);
+    }
+}
+
+/* Grad-ready hook: ranges must arrive front to back and tile the buffer. */
+static size_t hook_next;
+static int hook_calls;
+static void hook(void *ctx, size_t offset, size_t count)
+{
+    (void)ctx;
+    CHECK(offset == hook_next, "grad range at %zu, expected %zu", offset, hook_next);
+    hook_next = offset + count;
+    hook_calls++;
+}
+
+static void step(model *m, int mb, float scale, float *loss)
+{
+    int32_t tokens[N], targets[N];
+    batch(mb, tokens, targets);
+    OK(tr_gpt_forward(m->g, m->a, tokens, NULL, targets, scale, loss));
+    if (scale != 0.0f)
+        OK(tr_gpt_backward(m->g, m->a, NULL));
+}
+
+static void check_counts(const tr_comm_counters *c, int micro_batches)
+{
+    uint64_t per_mb_ar = sp ? 2 : 4 * LAYERS + 1 + 3;
+    /* SP: per layer 2 all-gathers + 2 reduce-scatters forward and again backward; the
+     * embedding a reduce-scatter forward, an all-gather backward; the head an all-gather
+     * forward, a reduce-scatter backward */
+    uint64_t per_mb_sp = sp ? 4 * LAYERS + 2 : 0;
+    uint64_t ar = c->ops[TR_COMM_OP_ALLREDUCE], ag = c->ops[TR_COMM_OP_ALLGATHER],
+             rs = c->ops[TR_COMM_OP_REDUCE_SCATTER];
+    CHECK(ar == per_mb_ar * micro_batches, "%llu all-reduces, expected %llu",
+          (unsigned long long)ar, (unsigned long long)(per_mb_ar * micro_batches));
+    CHECK(ag == per_mb_sp * micro_batches && rs == per_mb_sp * micro_batches,
+          "%llu all-gathers and %llu reduce-scatters, expected %llu each", (unsigned long long)ag,
+          (unsigned long long)rs, (unsigned long long)(per_mb_sp * micro_batches));
+    if (world_rank == 0)
+        printf("T=%d%s, %d layers, %d micro-batches: %llu all-reduces, %llu all-gathers, "
+               "%llu reduce-scatters per iteration\n", T, sp ? " SP" : "", LAYERS,
+               micro_batches, (unsigned long long)ar, (unsigned long long)ag,
+               (unsigned long long)rs);
+}
+
+/* Sum the partial gradients over TP, as the engine's finalize step does under SP. */
+static void finalize_grads(model *m)
+{
+    for (int i = 0; i < tr_gpt_num_tensors(m->g); i++) {
+        tr_param_tensor *p = tr_gpt_tensor(m->g, i);
+        if (p->tp_grad_allreduce)
+            OK(tr_comm_allreduce(tpc, p->grad, p->grad, p->numel, TR_COMM_F32, TR_COMM_SUM));
+    }
+}
+
+static void check_grads(model *tpm, model *ref)
+{
+    for (int i = 0; i < tr_gpt_num_tensors(tpm->g); i++) {
+        tr_param_tensor *p = tr_gpt_tensor(tpm->g, i), *r = find(ref->g, p->name, 0);
+        expect_shard("gradient", p, p->grad, r->grad, TOL);
+        if (p->split_dim < 0) {
+            char what[96];
+            snprintf(what, sizeof what, "%s gradient", p->name);
+            expect_same_on_all(tpc, what, p->grad, p->numel);
+        }
+    }
+}
+
+static void check_whole(model *tpm, model *ref)
+{
+    float loss_tp[M], loss_ref[M], scale = 1.0f / (M * N);
+    tr_gpt_set_grad_hook(tpm->g, hook, NULL);
+    if (tpc)
+        tr_comm_reset_counters(tpc);
+    for (int mb = 0; mb < M; mb++) {
+        hook_next = 0;
+        hook_calls = 0;
+        step(tpm, mb, scale, &loss_tp[mb]);
+        CHECK(hook_next == tr_gpt_num_params(tpm->g) && hook_calls == LAYERS + 2,
+              "grad ranges covered %zu of %zu in %d calls", hook_next,
+              tr_gpt_num_params(tpm->g), hook_calls);
+        step(ref, mb, scale, &loss_ref[mb]);
+    }
+    tr_comm_counters c = {0};
+    if (tpc)
+        tr_comm_get_counters(tpc, &c);
+    if (T > 1)
+        check_counts(&c, M);
+    tr_gpt_set_grad_hook(tpm->g, NULL, NULL);
+    expect_close("losses", loss_tp, loss_ref, M, TOL);
+    expect_same_on_all(tpc, "losses", loss_tp, M);
+    /* replicated gradients: identical on every TP rank straight out of backward when they
+     * are whole (no SP, or not marked), otherwise after the TP all-reduce */
+    for (int i = 0; i < tr_gpt_num_tensors(tpm->g); i++) {
+        tr_param_tensor *p = tr_gpt_tensor(tpm->g, i);
+        if (p->split_dim < 0 && !p->tp_grad_allreduce)
+            expect_same_on_all(tpc, p->name, p->grad, p->numel);
+    }
+    if (sp)
+        finalize_grads(tpm);
+    check_grads(tpm, ref);
+    /* an evaluation forward: per layer 2 all-reduces (SP: 2 all-gathers, 2 reduce-scatters),
+     * the embedding 1 (SP: a reduce-scatter), the loss 2 (SP: plus the final LN's gather) */
+    if (tpc) {
+        tr_comm_reset_counters(tpc);
+        float l;
+        step(tpm, 0, 0.0f, &l);
+        CHECK(l == loss_tp[0], "evaluation loss %.9g vs %.9g", l, loss_tp[0]);
+        tr_comm_get_counters(tpc, &c);
+        uint64_t ar = sp ? 2 : 2 * LAYERS + 1 + 2, gs = sp ? 2 * LAYERS + 1 : 0;
+        CHECK(c.ops[TR_COMM_OP_ALLREDUCE] == ar && c.ops[TR_COMM_OP_ALLGATHER] == gs &&
+                  c.ops[TR_COMM_OP_REDUCE_SCATTER] == gs,
+              "evaluation forward: %llu all-reduces (expected %llu), %llu all-gathers and %llu "
+              "reduce-scatters (expected %llu)", (unsigned long long)c.ops[TR_COMM_OP_ALLREDUCE],
+              (unsigned long long)ar, (unsigned long long)c.ops[TR_COMM_OP_ALLGATHER],
+              (unsigned long long)c.ops[TR_COMM_OP_REDUCE_SCATTER], (unsigned long long)gs);
+    }
+}
+
+/* Stages [0, 1) and [1, LAYERS) on the same TP group against the whole TP model (one
+ * micro-batch, fresh gradients). */
+static void check_pipeline(model *whole)
+{
+    model s0, s1;
+    make(&s0, 0, 1, T);
+    make(&s1, 1, LAYERS - 1, T);
+    size_t hn = tr_gpt_hidden_numel(s0.g, B);
+    CHECK(hn == (size_t)N * C / (sp && T > 1 ? T : 1), "hidden numel %zu", hn);
+    memset(whole->grads, 0, tr_gpt_num_params(whole->g) * sizeof(float));
+    float scale = 1.0f / N, lw, ls;
+    step(whole, 0, scale, &lw);
+    int32_t tokens[N], targets[N];
+    batch(0, tokens, targets);
+    OK(tr_gpt_forward(s0.g, s0.a, tokens, NULL, NULL, scale, NULL));
+    float *in = tr_gpt_acts_input_buffer(s1.a); /* "received" there: no copy in forward */
+    memcpy(in, tr_gpt_acts_output(s0.a), hn * sizeof(float));
+    OK(tr_gpt_forward(s1.g, s1.a, NULL, in, targets, scale, &ls));
+    OK(tr_gpt_backward(s1.g, s1.a, NULL));
+    float *dout = tr_gpt_acts_output_grad_buffer(s0.a);
+    memcpy(dout, tr_gpt_acts_input_grad(s1.a), hn * sizeof(float));
+    OK(tr_gpt_backward(s0.g, s0.a, dout));
+    CHECK(ls == lw, "two stages: loss %.9g vs whole %.9g", ls, lw);
+    for (int i = 0; i < tr_gpt_num_tensors(whole->g); i++) {
+        tr_param_tensor *w = tr_gpt_tensor(whole->g, i);
+        tr_param_tensor *a = find(s0.g, w->name, 0), *b = find(s1.g, w->name, 0);
+        float *sum = fnew(w->numel);
+        for (size_t e = 0; e < w->numel; e++)
+            sum[e] = (a ? a->grad[e] : 0.0f) + (b ? b->grad[e] : 0.0f);
+        char what[96];
+        snprintf(what, sizeof what, "two stages: %s gradient", w->name);
+        expect_close(what, sum, w->grad, w->numel, 1e-6);
+        free(sum);
+    }
+    tr_param_tensor *head = find(s1.g, "wte", 0);
+    CHECK(head && head->word_embedding && !head->count_in_norm, "the head's wte copy flags");
+    unmake(&s0);
+    unmake(&s1);
+}
+
+int main(int argc, char **argv)
+{
+    tr_comm_config cfg = tr_comm_config_default();
+    cfg.timeout_s = 60;
+    int want_tp = 0;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--sp"))
+            sp = 1;
+        else if (!strcmp(argv[i], "--tp") && i + 1 < argc)
+            want_tp = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--timeout") && i + 1 < argc)
+            cfg.timeout_s = atof(argv[++i]);
+    }
+    double t0 = tr_now();
+    tr_comm *world = NULL;
+    OK(tr_comm_init_world(&cfg, &world));
+    world_rank = tr_comm_rank(world);
+    T = want_tp ? want_tp : tr_comm_size(world);
+    if (T < 1 || tr_comm_size(world) % T) {
+        fprintf(stderr, "tp_model_check: --tp %d does not divide the world\n", T);
+        return 2;
+    }
+    if (T > 1) {
+        OK(tr_comm_split(world, world_rank / T, world_rank, "tp", &tpc));
+        t = tr_comm_rank(tpc);
+    }
+    sp = sp && T > 1;
+    model tpm, ref;
+    make(&tpm, 0, LAYERS, T);
+    make(&ref, 0, LAYERS, 1);
+    check_layout(&tpm, &ref);
+    check_whole(&tpm, &ref);
+    check_pipeline(&tpm);
+    unmake(&tpm);
+    unmake(&ref);
+    char name[64];
+    snprintf(name, sizeof name, "tp_model_check T=%d%s", T, sp ? " --sp" : "");
+    int rc = finish(world, name, t0);
+    tr_comm_destroy(tpc);
+    tr_comm_destroy(world);
+    return rc;
+}
