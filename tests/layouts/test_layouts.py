@@ -140,7 +140,7 @@ if group in ("pp", "all"):
     cases.append(("pp4-uneven", 4, 1, 4, "parallel.pipeline_layers=[1,3,3,1]"))
 if group in ("dp", "all"):
     for d in ([2] if quick else [2, 4]):
-        for m in ([1] if quick else [1, 4]):
+        for m in ([1] if quick else [1, 8 // (2 * d)]):  # micro-batches of at least 1 sample
             mb = 8 // (d * m)
             cases.append((f"dp{d}-m{m}", d, 1, 1, f"training.micro_batch_size={mb}"))
             cases.append((f"dp{d}-m{m}-zero1", d, 1, 1, f"training.micro_batch_size={mb}",
