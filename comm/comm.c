@@ -52,7 +52,8 @@ int tr_comm_wrap(const tr_comm_ops *ops, void *impl, int rank, int size, const c
     c->size = size;
     snprintf(c->name, sizeof c->name, "%s", name && *name ? name : "group");
     c->timeout_s = timeout_s;
-    c->tuning = (tr_comm_tuning){.ring_min_bytes = 64 << 10, .chunk_bytes = 256 << 10};
+    c->tuning = (tr_comm_tuning){.ring_min_bytes = 64 << 10, .chunk_bytes = 256 << 10,
+                                 .ring_window = 4};
     *out = c;
     return TR_OK;
 }
@@ -78,6 +79,10 @@ int tr_comm_set_tuning(tr_comm *comm, const tr_comm_tuning *t)
     if (t->chunk_bytes && t->chunk_bytes < 64)
         return tr_fail(TR_ERR_INVALID, "comm: chunk_bytes %zu is below the minimum of 64",
                        t->chunk_bytes);
+    if (t->ring_window < 0 || t->ring_window > 256)
+        return tr_fail(TR_ERR_INVALID, "comm: ring_window %d out of range 1..256", t->ring_window);
+    if (t->ring_window)
+        comm->tuning.ring_window = t->ring_window;
     if (t->ring_min_bytes)
         comm->tuning.ring_min_bytes = t->ring_min_bytes;
     if (t->chunk_bytes)

@@ -18,8 +18,10 @@
  *  - Every blocking wait has a timeout (config timeout_s, the YAML's parallel.comm_timeout_s)
  *    and fails with TR_ERR_TIMEOUT and a message naming the world rank, the group, the
  *    operation and the peer it waits for. After a timeout or transport error the group is
- *    broken: later operations on it fail with TR_ERR_COMM. Results are bit-identical on every
- *    member and from run to run (fixed reduction order).
+ *    broken: later operations on it fail with TR_ERR_COMM. A dead peer is found by that
+ *    timeout (UCX's peer-failure mode would rule out its shared-memory transports); the
+ *    launcher stops the job when a rank dies. Results are bit-identical on every member and
+ *    from run to run (each element has one fixed reduction order).
  *  - Progress: the thread that waits drives UCX, yielding the CPU (sched_yield, then short
  *    sleeps after 1 ms idle) whenever a pass made no progress; it never busy-spins. With
  *    config progress_thread = 1 a background thread owns progress instead: every UCX call of
@@ -78,11 +80,13 @@ typedef struct {
 } tr_comm_config;
 
 /* Algorithm choice (same on every member). Messages of at least ring_min_bytes use the
- * chunked, pipelined ring (chain for broadcast) with chunks of about chunk_bytes; smaller
- * ones use recursive doubling / binomial tree / direct exchange. 0 keeps the default. */
+ * chunked, pipelined ring (chain for broadcast) with chunks of about chunk_bytes, at most
+ * ring_window chunks in flight per rank; smaller ones use recursive doubling / binomial
+ * tree / direct exchange. 0 keeps the current value. */
 typedef struct {
     size_t ring_min_bytes; /* default 64 KiB */
     size_t chunk_bytes;    /* default 256 KiB */
+    int ring_window;       /* default 4 */
 } tr_comm_tuning;
 
 typedef struct tr_comm tr_comm;

@@ -43,7 +43,10 @@ int tr_store_valid_request(uint8_t op, uint32_t klen, uint32_t vlen, const char 
 int tr_store_write_all(int fd, const void *buf, size_t len, double deadline);
 int tr_store_read_all(int fd, void *buf, size_t len, double deadline);
 
-/* ---- reductions (reduce.c): dst[i] = dst[i] op src[i], n elements */
+/* ---- reductions (reduce.c): reduce: dst = dst op src; reduce3: dst = a op b (dst may be
+ * a or b); n elements, operand order kept exactly */
 void tr_comm_reduce(void *dst, const void *src, size_t n, tr_comm_dtype dt, tr_comm_redop op);
+void tr_comm_reduce3(void *dst, const void *a, const void *b, size_t n, tr_comm_dtype dt,
+                     tr_comm_redop op);
 
 #endif

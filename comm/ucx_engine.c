@@ -38,6 +38,7 @@ void ucx_op_free(ucx_op *op)
         return;
     free(op->scratch);
     free(op->lanes);
+    free(op->free_slots);
     free(op->x);
     free(op);
 }

@@ -42,9 +42,11 @@ typedef struct {
 typedef struct ucx_lane {
     int step;   /* next step to run; == nsteps when finished */
     int posted; /* step's transfers posted */
+    int slot;   /* receive slot in scratch while running, else -1 */
     ucx_xfer snd, rcv;
-    uint8_t *red_dst; /* after the step: red_dst op= red_src (red_n elements), if red_dst */
-    const uint8_t *red_src;
+    /* after the step, if red_dst: red_dst = red_a op red_b (red_n elements) */
+    uint8_t *red_dst;
+    const uint8_t *red_a, *red_b;
     size_t red_n;
 } ucx_lane;
 
@@ -66,6 +68,7 @@ struct ucx_op {
     int root, peer, tag;
     /* algorithm state */
     int round, mode, nlanes, nsteps, lanes_left, aux;
+    int window, lanes_started, *free_slots, nfree; /* ring: lanes in flight at once */
     /* round-based algorithms: post round k's transfers into x[]; after all completed */
     int (*post_round)(ucx_op *op, int k);
     void (*after_round)(ucx_op *op, int k);
@@ -142,7 +145,7 @@ int ucx_setup_barrier(ucx_op *op);
 int ucx_setup_p2p(ucx_op *op, int is_send);
 /* the pieces (ucx_small.c: latency-bound; ucx_ring.c: bandwidth-bound) */
 int ucx_setup_rd_allreduce(ucx_op *op, uint8_t *acc, int final_copy);
-int ucx_setup_ring(ucx_op *op, int mode, size_t chunk_bytes);
+int ucx_setup_ring(ucx_op *op, int mode, const tr_comm_tuning *t);
 int ucx_setup_chain_bcast(ucx_op *op, size_t chunk_bytes);
 enum { RING_AR_OOP, RING_AR_IP, RING_RS_OOP, RING_RS_IP, RING_AG };
 

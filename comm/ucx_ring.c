@@ -11,14 +11,15 @@
  *   allgather phase (n-1 steps): send block o-t, receive block o-t-1 (o: the block owned).
  * A lane moves to its next step only when both transfers of the current one completed, so a
  * buffer is never rewritten while a send still reads it. Tag step = s·K + c.
- * Out-of-place allreduce receives straight into recv and reduces there (no scratch); in-place
- * forms receive into a chunk of scratch per lane. */
+ * At most `ring_window` lanes run at once, each with a chunk-sized receive slot: a chunk of
+ * the reduce-scatter phase lands in the slot (still in cache) and one pass writes
+ * slot op own-data to its destination; allgather-phase chunks land in the result directly. */
 #include "comm/ucx_internal.h"
 
 #include <stdlib.h>
 #include <string.h>
 
-#define MAX_LANES 256
+#define MAX_LANES 4096
 
 static int mod(int a, int n) { return ((a % n) + n) % n; }
 
@@ -30,15 +31,16 @@ static void block_chunk(const ucx_op *op, int b, int c, size_t *off, size_t *len
     *off = boff + coff;
 }
 
-static uint8_t *lane_scratch(const ucx_op *op, int c, int parity)
+/* Receive slot `half` (0/1) of the lane's window slot; chunk-sized, so it stays in cache
+ * between the receive and the reduction that reads it. */
+static uint8_t *slot_buf(const ucx_op *op, const ucx_lane *L, int half)
 {
     int per = op->mode == RING_RS_OOP ? 2 : 1;
-    return op->scratch + ((size_t)c * (size_t)per + (size_t)parity) * op->chunk_max * op->es;
+    return op->scratch + ((size_t)L->slot * (size_t)per + (size_t)half) * op->chunk_max * op->es;
 }
 
-static int lane_post(ucx_op *op, int c)
+static int lane_post(ucx_op *op, ucx_lane *L, int c)
 {
-    ucx_lane *L = &op->lanes[c];
     int n = op->g->size, r = op->g->rank, s = L->step;
     int nrs = (op->mode == RING_AG) ? 0 : n - 1;
     int a = (op->mode == RING_RS_OOP || op->mode == RING_RS_IP) ? -1 : 0;
@@ -60,59 +62,84 @@ static int lane_post(ucx_op *op, int c)
     uint8_t *rp;
     L->red_dst = NULL;
     L->red_n = rlen;
-    if (s >= nrs) { /* allgather phase: in the result buffer */
+    if (s >= nrs) { /* allgather phase: straight into the result */
         sp = op->recv + soff * es;
         rp = op->recv + roff * es;
     } else if (op->mode == RING_AR_OOP) {
         sp = (s == 0 ? op->send : op->recv) + soff * es;
-        rp = op->recv + roff * es;
-        L->red_dst = rp;
-        L->red_src = op->send + roff * es;
+        rp = slot_buf(op, L, 0);
+        L->red_dst = op->recv + roff * es;
+        L->red_b = op->send + roff * es;
     } else if (op->mode == RING_AR_IP || op->mode == RING_RS_IP) {
         sp = work + soff * es;
-        rp = lane_scratch(op, c, 0);
+        rp = slot_buf(op, L, 0);
         L->red_dst = work + roff * es;
-        L->red_src = rp;
-    } else { /* RING_RS_OOP: partial sums travel through two scratch chunks per lane */
-        sp = s == 0 ? op->send + soff * es : lane_scratch(op, c, (s - 1) & 1);
+        L->red_b = work + roff * es;
+    } else { /* RING_RS_OOP: partial sums travel through the lane's two slots */
+        sp = s == 0 ? op->send + soff * es : slot_buf(op, L, (s - 1) & 1);
+        rp = slot_buf(op, L, s & 1);
+        L->red_dst = rp;
         if (s == nrs - 1) {
             size_t myoff, mylen;
             tr_comm_block(op->count, n, r, &myoff, &mylen);
-            rp = op->recv + (roff - myoff) * es;
-        } else {
-            rp = lane_scratch(op, c, s & 1);
+            L->red_dst = op->recv + (roff - myoff) * es;
         }
-        L->red_dst = rp;
-        L->red_src = op->send + roff * es;
+        L->red_b = op->send + roff * es;
     }
+    L->red_a = rp; /* the partial from the left neighbour, then our own data */
     uint64_t tag = ucx_coll_tag(op, (uint32_t)(s * op->nlanes + c));
     if (ucx_post_recv(op, &L->rcv, mod(r - 1, n), tag, rp, rlen * es))
         return -1;
     return ucx_post_send(op, &L->snd, mod(r + 1, n), tag, sp, slen * es);
 }
 
+/* Runs lane c as far as its transfers allow; 1 when it finished. */
+static int lane_run(ucx_op *op, int c)
+{
+    ucx_lane *L = &op->lanes[c];
+    while (L->step < op->nsteps) {
+        if (!L->posted) {
+            if (lane_post(op, L, c))
+                return -1;
+            L->posted = 1;
+        }
+        if (L->snd.state == XF_POSTED || L->rcv.state == XF_POSTED)
+            return 0;
+        if (ucx_xfer_finish(op, &L->rcv) || ucx_xfer_finish(op, &L->snd))
+            return -1;
+        if (L->red_dst)
+            tr_comm_reduce3(L->red_dst, L->red_a, L->red_b, L->red_n, op->dt, op->redop);
+        L->posted = 0;
+        L->step++;
+    }
+    return 1;
+}
+
 static int ring_advance(ucx_op *op)
 {
-    for (int c = 0; c < op->nlanes; c++) {
-        ucx_lane *L = &op->lanes[c];
-        while (L->step < op->nsteps) {
-            if (!L->posted) {
-                if (lane_post(op, c))
-                    return -1;
-                L->posted = 1;
-            }
-            if (L->snd.state == XF_POSTED || L->rcv.state == XF_POSTED)
-                break;
-            if (ucx_xfer_finish(op, &L->rcv) || ucx_xfer_finish(op, &L->snd))
+    for (;;) {
+        while (op->lanes_started < op->nlanes && op->nfree > 0)
+            op->lanes[op->lanes_started++].slot = op->free_slots[--op->nfree];
+        int finished = 0;
+        for (int c = op->aux; c < op->lanes_started; c++) {
+            ucx_lane *L = &op->lanes[c];
+            if (L->slot < 0)
+                continue;
+            int r = lane_run(op, c);
+            if (r < 0)
                 return -1;
-            if (L->red_dst)
-                tr_comm_reduce(L->red_dst, L->red_src, L->red_n, op->dt, op->redop);
-            L->posted = 0;
-            if (++L->step == op->nsteps)
+            if (r) {
+                op->free_slots[op->nfree++] = L->slot;
+                L->slot = -1;
                 op->lanes_left--;
+                finished = 1;
+            }
         }
+        while (op->aux < op->lanes_started && op->lanes[op->aux].slot < 0)
+            op->aux++; /* first lane still running */
+        if (!finished || op->lanes_left == 0)
+            return op->lanes_left == 0;
     }
-    return op->lanes_left == 0;
 }
 
 /* Lanes for chunks of about chunk_bytes; at least one element per chunk when possible. */
@@ -131,21 +158,27 @@ static int pick_lanes(size_t max_elems, size_t min_elems, size_t es, size_t chun
     return (int)k;
 }
 
-int ucx_setup_ring(ucx_op *op, int mode, size_t chunk_bytes)
+int ucx_setup_ring(ucx_op *op, int mode, const tr_comm_tuning *t)
 {
     int n = op->g->size;
     size_t maxblk = (op->count + (size_t)n - 1) / (size_t)n, minblk = op->count / (size_t)n;
     op->mode = mode;
     op->nsteps = (mode == RING_AR_OOP || mode == RING_AR_IP) ? 2 * (n - 1) : n - 1;
-    op->nlanes = pick_lanes(maxblk, minblk, op->es, chunk_bytes, op->nsteps);
+    op->nlanes = pick_lanes(maxblk, minblk, op->es, t->chunk_bytes, op->nsteps);
     op->lanes_left = op->nlanes;
     op->chunk_max = (maxblk + (size_t)op->nlanes - 1) / (size_t)op->nlanes;
+    op->window = t->ring_window < op->nlanes ? t->ring_window : op->nlanes;
     op->lanes = calloc((size_t)op->nlanes, sizeof *op->lanes);
-    if (!op->lanes)
+    op->free_slots = calloc((size_t)op->window, sizeof *op->free_slots);
+    if (!op->lanes || !op->free_slots)
         return tr_fail(TR_ERR_NOMEM, "comm: out of memory");
-    int per = mode == RING_RS_OOP ? 2 : (mode == RING_AR_IP || mode == RING_RS_IP) ? 1 : 0;
+    for (int c = 0; c < op->nlanes; c++)
+        op->lanes[c].slot = -1;
+    for (int i = 0; i < op->window; i++)
+        op->free_slots[op->nfree++] = op->window - 1 - i;
+    int per = mode == RING_RS_OOP ? 2 : mode == RING_AG ? 0 : 1;
     if (per) {
-        size_t bytes = (size_t)per * (size_t)op->nlanes * op->chunk_max * op->es;
+        size_t bytes = (size_t)per * (size_t)op->window * op->chunk_max * op->es;
         op->scratch = malloc(bytes ? bytes : 1);
         if (!op->scratch)
             return tr_fail(TR_ERR_NOMEM, "comm: out of memory for %zu bytes of scratch", bytes);

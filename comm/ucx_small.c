@@ -117,9 +117,16 @@ static void rd_after(ucx_op *op, int k)
 {
     int n = op->g->size, r = op->g->rank;
     rd_shape s = rd_shape_of(n, r);
-    int reduce = (k == 0 && r < 2 * s.rem && r % 2 == 1) || (k >= 1 && k <= s.levels && s.newrank >= 0);
-    if (reduce)
-        tr_comm_reduce(op->acc, op->tmp, op->count, op->dt, op->redop);
+    /* the lower rank's data on the left, so both partners compute the same bits */
+    if (k == 0 && r < 2 * s.rem && r % 2 == 1) {
+        tr_comm_reduce3(op->acc, op->tmp, op->acc, op->count, op->dt, op->redop);
+    } else if (k >= 1 && k <= s.levels && s.newrank >= 0) {
+        int peer = rd_real(&s, s.newrank ^ (1 << (k - 1)));
+        if (peer < r)
+            tr_comm_reduce3(op->acc, op->tmp, op->acc, op->count, op->dt, op->redop);
+        else
+            tr_comm_reduce3(op->acc, op->acc, op->tmp, op->count, op->dt, op->redop);
+    }
     if (k == op->nsteps - 1 && op->mode) { /* reduce_scatter: keep this rank's block */
         size_t off, len;
         tr_comm_block(op->count, n, r, &off, &len);
@@ -272,7 +279,7 @@ int ucx_setup_allreduce(ucx_op *op, const tr_comm_tuning *t)
         return TR_OK;
     }
     if (use_ring(op, t) && op->count >= (size_t)op->g->size)
-        return ucx_setup_ring(op, in_place ? RING_AR_IP : RING_AR_OOP, t->chunk_bytes);
+        return ucx_setup_ring(op, in_place ? RING_AR_IP : RING_AR_OOP, t);
     if (!in_place)
         memcpy(op->recv, op->send, bytes);
     return ucx_setup_rd_allreduce(op, op->recv, 0);
@@ -291,7 +298,7 @@ int ucx_setup_reduce_scatter(ucx_op *op, const tr_comm_tuning *t)
         return TR_OK;
     }
     if (use_ring(op, t))
-        return ucx_setup_ring(op, in_place ? RING_RS_IP : RING_RS_OOP, t->chunk_bytes);
+        return ucx_setup_ring(op, in_place ? RING_RS_IP : RING_RS_OOP, t);
     if (in_place) /* the whole send buffer is scratch: reduce there, the block lands in place */
         return ucx_setup_rd_allreduce(op, (uint8_t *)op->send, 0);
     return ucx_setup_rd_allreduce(op, NULL, 1);
@@ -310,7 +317,7 @@ int ucx_setup_allgather(ucx_op *op, const tr_comm_tuning *t)
         return TR_OK;
     }
     if (use_ring(op, t) || n > DIRECT_ALLGATHER_MAX_RANKS)
-        return ucx_setup_ring(op, RING_AG, t->chunk_bytes);
+        return ucx_setup_ring(op, RING_AG, t);
     if (ensure_x(op, 2 * (n - 1)))
         return TR_ERR_NOMEM;
     setup_rounds(op, 1, direct_ag_post, NULL);
