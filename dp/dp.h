@@ -1,0 +1,164 @@
+/* dp/ — data parallelism on flat buffers: gradient buckets reduced asynchronously while
+ * backward runs, skip-sync accumulation, the TP / embedding gradient all-reduces ("finalize"),
+ * the global gradient norm, and ZeRO-1 (distributed optimizer) shards.
+ *
+ * Contract:
+ *  - Buffers: the engine owns ONE contiguous fp32 gradient buffer and ONE fp32 parameter
+ *    buffer of n elements each (host memory: the UCX communicator), same offsets, tensors in
+ *    reverse forward order (model/'s layout: backward fills it front to back). dp/ never
+ *    allocates or zeroes them and knows no tensors: it sees (offset, count) element ranges.
+ *  - Buckets: [0, n) is cut at both ends of every `aligned` range given at creation, and
+ *    each piece between cuts into buckets of bucket_size_mb MiB (mb * 2^20 / 4 elements),
+ *    counted from the piece's start (its last bucket may be shorter). bucket_size_mb 0 or
+ *    overlap_grad_reduce 0: one bucket per piece. A negative, NaN or infinite size, one
+ *    below one element, or one giving more than TR_DP_MAX_BUCKETS buckets is TR_ERR_CONFIG;
+ *    a size above n is one bucket.
+ *  - Iteration: tr_dp_start(dp, M) opens an accumulation window of M micro-batches; the
+ *    model's grad hook reports every final range of every micro-batch (tr_dp_grad_ready).
+ *    A bucket is ready once M * count elements were reported into it (per-bucket counters;
+ *    a report may straddle buckets), i.e. on the last micro-batch: skip-sync needs no flag
+ *    and works with any schedule. With overlap_grad_reduce, ready buckets start their
+ *    reduction at once (asynchronously, in bucket order: bucket b waits for b-1), so it runs
+ *    while backward continues; without, tr_dp_finish() starts them. Earlier micro-batches
+ *    only accumulate locally (the model's backward adds): no communication at all.
+ *    tr_dp_finish() starts what is left, waits for every bucket and scales by 1/D (the one
+ *    place gradients are averaged: after each bucket's wait, on what that rank keeps).
+ *    Reductions advance in the background when the communicator was made with
+ *    progress_thread = 1; otherwise dp polls them (tr_comm_test) at every report.
+ *  - Without ZeRO-1 a bucket is all-reduced: afterwards every rank holds the whole averaged
+ *    gradient. With ZeRO-1 (use_distributed_optimizer, D > 1) it is reduce-scattered in
+ *    place: bucket [o, o + c) is split into D blocks with tr_comm_block(c, D, d) and rank d
+ *    keeps block d; its SHARD is the union of its block of every bucket, enumerated by
+ *    tr_dp_shard_ranges() with each piece's place in a compact shard-sized buffer (Adam
+ *    moments). Outside its shard the gradient buffer is scratch after tr_dp_finish(). After
+ *    the optimizer step on the shard, tr_dp_gather_params_start() all-gathers every bucket of
+ *    the parameters (async, last bucket first: forward needs the buffer's end first).
+ *    ZeRO-1 with D = 1 is a logged no-op (shard = whole buffer).
+ *  - Aligned ranges make ZeRO-1 shards of a range independent of where the range sits in
+ *    the buffer: pass the tied-embedding range(s) there, so the first and the last pipeline
+ *    stage own the same elements of wte and the embedding all-reduce of finalize adds
+ *    matching shards. TP peers must have identical n and aligned ranges (equal shards).
+ *  - Every collective of dp/ on the DP group is issued in the same order on every member;
+ *    D = 1 (dp_comm NULL or of size 1) issues none.
+ *  - Errors inside the hook (which returns void) are kept and returned by tr_dp_finish().
+ *  - Timestamps (tr_now() seconds) of each bucket's start and observed end are kept for the
+ *    trace; the end is when dp saw completion (polled at each report and in finish). */
+#ifndef TR_DP_H
+#define TR_DP_H
+
+#include <stddef.h>
+
+#include "comm/comm.h"
+#include "kernels/kernels.h"
+#include "yaml/config.h"
+
+#define TR_DP_MAX_BUCKETS 65536
+
+typedef struct {
+    size_t offset, count; /* elements of the flat buffer */
+} tr_dp_range;
+
+typedef struct {
+    size_t offset, count;  /* elements of the flat buffer this rank owns */
+    size_t shard_offset;   /* where they sit in a compact shard-sized buffer */
+} tr_dp_shard_range;
+
+typedef struct {
+    double bucket_size_mb;   /* parallel.ddp_bucket_size_mb (MiB of fp32); 0 = one bucket */
+    int overlap_grad_reduce; /* parallel.overlap_grad_reduce: start buckets during backward */
+    int distributed_optimizer; /* parallel.use_distributed_optimizer: ZeRO-1 */
+    const tr_dp_range *aligned; /* ranges cut out of bucketing (tied embeddings); may be NULL */
+    size_t n_aligned;
+    const tr_kernels *kernels; /* scale / sumsq / copy; NULL = the CPU table */
+} tr_dp_config;
+
+typedef struct {
+    size_t offset, count;  /* the bucket */
+    size_t own_offset, own_count; /* what this rank keeps (ZeRO-1 block; else the bucket) */
+    double t_start, t_end; /* tr_now() of the last start / observed end; 0 = not yet */
+    int started_by_report; /* 1: started by a report during backward, 0: by tr_dp_finish */
+} tr_dp_bucket_info;
+
+typedef struct {
+    double t_finish_begin, t_finish_end; /* the last tr_dp_finish() */
+    double exposed_s;    /* t_finish_end - t_finish_begin: reduction not hidden by backward */
+    int buckets_started_by_report;       /* in the last window */
+} tr_dp_timing;
+
+typedef struct tr_dp tr_dp;
+
+/* Defaults from the config's parallel section (aligned ranges and kernels left empty). */
+tr_dp_config tr_dp_config_from_parallel(const tr_parallel_config *p);
+
+/* grads/params: the engine's flat buffers of n >= 1 floats. dp_comm: the data-parallel
+ * group (NULL = D 1). Bad sizes or ranges: TR_ERR_INVALID / TR_ERR_CONFIG with the reason. */
+int tr_dp_create(const tr_dp_config *cfg, tr_comm *dp_comm, float *grads, float *params,
+                 size_t n, tr_dp **out);
+/* Waits for anything still in flight (errors ignored), then frees. NULL is a no-op. */
+void tr_dp_free(tr_dp *dp);
+
+/* Pure layout: the number of buckets and rank d's shard size (elements) for these settings;
+ * no buffers or communicator needed (planning, benchmarks). */
+int tr_dp_layout(const tr_dp_config *cfg, size_t n, int dp_size, int dp_rank,
+                 int *n_buckets, size_t *shard_numel);
+
+int tr_dp_size(const tr_dp *dp);
+int tr_dp_rank(const tr_dp *dp);
+int tr_dp_sharded(const tr_dp *dp); /* 1 when ZeRO-1 is in effect (requested and D > 1) */
+int tr_dp_num_buckets(const tr_dp *dp);
+int tr_dp_bucket(const tr_dp *dp, int b, tr_dp_bucket_info *out);
+void tr_dp_get_timing(const tr_dp *dp, tr_dp_timing *out);
+
+/* ---------------------------------------------------------------- one iteration */
+
+/* Open an accumulation window of num_microbatches >= 1. Fails if the previous window's
+ * reductions were not finished. Does not touch the buffers. */
+int tr_dp_start(tr_dp *dp, int num_microbatches);
+/* [offset, offset + count) got its last contribution of one micro-batch. Checked form. */
+int tr_dp_report(tr_dp *dp, size_t offset, size_t count);
+/* The same with the model's hook signature (ctx = the tr_dp); an error is kept for finish. */
+void tr_dp_grad_ready(void *dp, size_t offset, size_t count);
+/* Start the buckets not started yet, wait for all, average over D. Afterwards the gradient
+ * is final on this rank's shard (the whole buffer without ZeRO-1). */
+int tr_dp_finish(tr_dp *dp);
+
+/* After tr_dp_finish(): gradients of parameters replicated over TP (under sequence
+ * parallelism partial per TP rank) are all-reduced over tp_comm, tied embeddings over
+ * emb_comm; each list packed into one scratch so each group costs ONE all-reduce (a lone
+ * contiguous range goes in place). Either comm may be NULL (nothing to do). With ZeRO-1
+ * only this rank's shard of each range is reduced, and every embedding range must be one
+ * of the aligned ranges. Peers must pass matching lists. */
+int tr_dp_finalize_grads(tr_dp *dp, tr_comm *tp_comm, const tr_dp_range *tp_ranges,
+                         size_t n_tp, tr_comm *emb_comm, const tr_dp_range *emb_ranges,
+                         size_t n_emb);
+
+/* Global L2 norm of the gradient: sum of squares (double) of the ranges this rank counts
+ * (disjoint; each parameter counted by exactly one rank of norm_comm per element), with
+ * ZeRO-1 only their part in this rank's shard; one all-reduce of one double over norm_comm
+ * (the model-parallel group without ZeRO-1, the world with it; NULL = this rank alone);
+ * sqrt. Bit-identical on every member of norm_comm. */
+int tr_dp_grad_norm(tr_dp *dp, const tr_dp_range *ranges, size_t n_ranges,
+                    tr_comm *norm_comm, double *norm_out);
+/* Megatron's clipping factor: min(1, max_norm / (norm + 1e-6)); 1 when max_norm <= 0. */
+float tr_dp_clip_factor(double norm, double max_norm);
+
+/* ---------------------------------------------------------------- ZeRO-1 shard */
+
+/* This rank's shard in increasing offset order (one range [0, n) without ZeRO-1). */
+size_t tr_dp_shard_numel(const tr_dp *dp);
+const tr_dp_shard_range *tr_dp_shard_ranges(const tr_dp *dp, size_t *n_ranges);
+/* fn(ctx, offset, count, shard_offset) for each piece of [offset, offset + count) this rank
+ * owns, in order (e.g. per tensor: AdamW with that tensor's weight decay). */
+int tr_dp_shard_foreach(const tr_dp *dp, size_t offset, size_t count,
+                        void (*fn)(void *ctx, size_t offset, size_t count,
+                                   size_t shard_offset),
+                        void *ctx);
+
+/* After the step on the shard: all-gather the parameters, one async all-gather per bucket
+ * (no-op without ZeRO-1). Wait before the parameters are read: all of them, or only the
+ * buckets covering a range (forward may start on the buffer's end first). */
+int tr_dp_gather_params_start(tr_dp *dp);
+int tr_dp_gather_params_wait(tr_dp *dp);
+int tr_dp_gather_params_wait_range(tr_dp *dp, size_t offset, size_t count);
+
+#endif
