@@ -75,7 +75,11 @@ static int parse_tokens(const char *text, double *out)
     return 0;
 }
 
-static int exit_code(int rc) { return rc == TR_ERR_CONFIG || rc == TR_ERR_INVALID ? 2 : 1; }
+/* Bad config, bad input file or unreadable file: 2; anything else: 1. */
+static int exit_code(int rc)
+{
+    return rc == TR_ERR_CONFIG || rc == TR_ERR_INVALID || rc == TR_ERR_IO ? 2 : 1;
+}
 
 int tr_cmd_plan(int argc, char **argv)
 {

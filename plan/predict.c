@@ -342,6 +342,8 @@ static int time_model(const tr_config *cfg, const tr_plan_cluster *c, const tr_p
     r->compute_f_s = sc->cf[w];
     r->compute_b_s = sc->cb[w];
     r->tp_comm_s = sc->tf[w] + sc->tb[w] - sc->cf[w] - sc->cb[w];
+    if (r->tp_comm_s < 0) /* rounding when there is none */
+        r->tp_comm_s = 0;
 
     r->p2p_s = 0;
     if (P > 1) {

@@ -32,8 +32,10 @@ static const char *dur(double s, char *buf, size_t n)
         snprintf(buf, n, "%.2f ms", s * 1e3);
     else if (s < 600)
         snprintf(buf, n, "%.2f s", s);
-    else
+    else if (s < 3 * 3600)
         snprintf(buf, n, "%.1f min", s / 60);
+    else
+        snprintf(buf, n, "%.1f h", s / 3600);
     return buf;
 }
 
@@ -52,11 +54,11 @@ static const char *count(double x, char *buf, size_t n)
 
 static void describe_cluster(FILE *f, const tr_plan_cluster *c, int world)
 {
-    fprintf(f, "cluster: %s%s, %d node%s x %d %s%s = %d ranks planned (%s); %.4g TFLOP/s peak "
+    fprintf(f, "cluster: %s%s, %d node%s x %d %s%s = %d rank%s planned (%s); %.4g TFLOP/s peak "
                "per %s x efficiency %.3g; intra-node %.4g GB/s, inter-node %.4g GB/s per node\n",
             c->preset, c->overridden ? " (modified)" : "", c->nodes, c->nodes == 1 ? "" : "s",
             c->gpus_per_node, c->device == TR_PLAN_DEVICE_CPU ? "rank" : "GPU",
-            c->gpus_per_node == 1 ? "" : "s", world,
+            c->gpus_per_node == 1 ? "" : "s", world, world == 1 ? "" : "s",
             c->device == TR_PLAN_DEVICE_CPU ? "ranks share each node's cores and memory"
                                             : "one rank per GPU",
             c->peak_flops / 1e12, c->device == TR_PLAN_DEVICE_CPU ? "node" : "GPU",
@@ -111,13 +113,17 @@ void tr_plan_print(FILE *f, const tr_config *cfg, const tr_plan_cluster *c, cons
     fprintf(f, "; embedding sync %s", dur(r->embed_sync_s, a, sizeof a));
     if (r->param_gather_s > 0)
         fprintf(f, "; ZeRO-1 parameter all-gather %s", dur(r->param_gather_s, a, sizeof a));
-    fprintf(f, "\n\nthroughput: %.0f tokens/s; %.1f TFLOP/s per %s (hardware, recompute "
-               "counted), %.1f model TFLOP/s, MFU %.1f%%\n",
+    fprintf(f, "\n\nthroughput: %.0f tokens/s; %.4g TFLOP/s per %s (hardware, recompute "
+               "counted), %.4g model TFLOP/s, MFU %.1f%%\n",
             r->tokens_per_s, r->tflops_per_gpu, unit_of(c), r->model_tflops_per_gpu,
             100 * r->mfu);
     double days = r->time_to_train_s / 86400;
-    fprintf(f, "time to train %s tokens: %.1f days (%.2f months)\n",
-            count(r->train_tokens, a, sizeof a), days, days / 30.44);
+    if (days >= 1)
+        fprintf(f, "time to train %s tokens: %.1f days (%.2f months)\n",
+                count(r->train_tokens, a, sizeof a), days, days / 30.44);
+    else
+        fprintf(f, "time to train %s tokens: %s\n", count(r->train_tokens, a, sizeof a),
+                dur(r->time_to_train_s, b, sizeof b));
 }
 
 static void json_cluster(tr_json *j, const tr_plan_cluster *c)

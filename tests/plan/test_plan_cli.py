@@ -1,0 +1,150 @@
+#!/usr/bin/python3
+"""`trident plan`: Bloom-176B in JSON and text (published numbers within 20%), its TP=1 PP=1
+variant (does not fit, and why), --search (under 10 s, published layout ranked), --tokens,
+--calibrate from a metrics.jsonl, and exit code 2 with a message for every bad argument.
+usage: test_plan_cli.py TRIDENT SOURCE_ROOT"""
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+trident, root = sys.argv[1], sys.argv[2]
+bloom = os.path.join(root, "configs", "bloom-176b.yaml")
+failures = []
+
+
+def run(*args):
+    p = subprocess.run([trident, "plan", *args], capture_output=True, text=True, timeout=60)
+    return p.returncode, p.stdout, p.stderr
+
+
+def check(cond, what):
+    if not cond:
+        failures.append(what)
+        print("FAIL:", what)
+
+
+def plan_json(*args):
+    rc, out, err = run(*args, "--json")
+    check(rc == 0, f"{args}: exit {rc}, stderr {err!r}")
+    return json.loads(out)
+
+
+# Bloom as published.
+d = plan_json(bloom)
+for key in ["step_time_s", "tokens_per_s", "tflops_per_gpu", "model_tflops_per_gpu", "mfu",
+            "memory_per_gpu_bytes", "memory_breakdown", "fits", "time_to_train_s"]:
+    check(key in d, f"JSON key {key}")
+check(d["fits"] is True, "Bloom fits")
+check(d["memory_per_gpu_bytes"] < 80 * 2**30, "Bloom under 80 GiB")
+check(abs(d["tflops_per_gpu"] / 150 - 1) <= 0.2, f"TFLOP/s {d['tflops_per_gpu']} vs 150")
+check(abs(d["time_to_train_days"] / 30.44 / 3.5 - 1) <= 0.2,
+      f"{d['time_to_train_days']} days vs 3.5 months")
+b = d["memory_breakdown"]
+parts = sum(b[k] for k in ["weights_bytes", "gradients_bytes", "optimizer_bytes",
+                           "activations_bytes", "recompute_bytes", "embedding_bytes",
+                           "loss_bytes", "reserved_bytes"])
+check(abs(parts / d["memory_per_gpu_bytes"] - 1) < 1e-9, "breakdown adds up")
+check(d["layout"]["tp"] == 4 and d["layout"]["pp"] == 12 and d["layout"]["dp"] == 8, "layout")
+check(len(d["memory_per_stage_bytes"]) == 12, "12 stages")
+check(d["problem"] is None, "no problem")
+
+rc, out, err = run(bloom)
+check(rc == 0 and "-> fits" in out and "TFLOP/s per GPU" in out and "time to train 366B" in out,
+      f"text report: {out!r}")
+
+# TP=1, PP=1: does not fit, and says why.
+args = [bloom, "--set", "parallel.tensor_model_parallel_size=1",
+        "--set", "parallel.pipeline_model_parallel_size=1"]
+d = plan_json(*args)
+check(d["fits"] is False, "TP1 PP1 does not fit")
+check("model state alone" in (d["problem"] or ""), f"why: {d['problem']}")
+rc, out, err = run(*args)
+check(rc == 0 and "DOES NOT FIT" in out and "problem: needs" in out, f"text: {out!r}")
+
+# --search
+t0 = time.time()
+d = plan_json(bloom, "--search", "--top", "5")
+dt = time.time() - t0
+with open(trident, "rb") as f:
+    sanitized = b"__asan_init" in f.read()  # sanitizer builds run several times slower
+check(dt < 10 or sanitized, f"search took {dt:.1f} s")
+check(len(d["top"]) == 5, "5 layouts listed")
+check(d["config_rank"] >= 1, "published layout ranked")
+check(all(r["fits"] for r in d["top"]), "top layouts fit")
+check(all(d["top"][i]["tokens_per_s"] >= d["top"][i + 1]["tokens_per_s"] for i in range(4)),
+      "sorted by tokens/s")
+check(any("global batch 2048 is not a multiple of DP 384" in r["reason"] for r in d["rejected"]),
+      "rejections have reasons")
+rc, out, err = run(bloom, "--search")
+check(rc == 0 and "the config's layout (TP4 PP12 DP8 mb2 full zero1) ranks #" in out, "rank line")
+check("why #1" in out or "ranks #1\n" in out, "explains the ranking")
+
+# --tokens, --world-size
+d = plan_json(bloom, "--tokens", "1T")
+check(d["train_tokens"] == 1e12, "--tokens 1T")
+d = plan_json(bloom, "--world-size", "192")
+check(d["layout"]["dp"] == 4 and d["world_size"] == 192, "--world-size 192 -> DP 4")
+
+# --calibrate: a measured run on this machine's preset.
+tiny = """model: {num_layers: 4, hidden_size: 128, num_attention_heads: 4, seq_length: 128}
+parallel: {tensor_model_parallel_size: 2, pipeline_model_parallel_size: 2}
+training: {micro_batch_size: 8, global_batch_size: 16, train_iters: 20, lr: 1.0e-3}
+data: {data_path: x}
+cluster: {preset: cpu-host}
+"""
+with tempfile.TemporaryDirectory() as tmp:
+    cfg = os.path.join(tmp, "tiny.yaml")
+    with open(cfg, "w") as f:
+        f.write(tiny)
+    metrics = os.path.join(tmp, "metrics.jsonl")
+    with open(metrics, "w") as f:
+        for i, ms in enumerate([900, 210, 200, 190]):
+            f.write(json.dumps({"iteration": i + 1, "loss": 5.0, "ms_per_iter": ms}) + "\n")
+    rc, out, err = run(cfg, "--world-size", "8", "--calibrate", metrics, "--json")
+    check(rc == 0, f"calibrate: {rc} {err!r}")
+    if rc == 0:
+        d = json.loads(out)
+        check(abs(d["step_time_s"] - 0.2) < 1e-6, f"calibrated step {d['step_time_s']}")
+        check("gemm_efficiency" in err, "calibration line on stderr with --json")
+    rc, out, err = run(cfg, "--world-size", "8", "--calibrate", metrics)
+    check(rc == 0 and out.startswith("calibrated: measured 200 ms per iteration (median of 3)"),
+          f"calibrate text: {out[:120]!r}")
+    with open(metrics, "w") as f:
+        f.write("{\"loss\": 1}\n")
+    rc, out, err = run(cfg, "--calibrate", metrics)
+    check(rc == 2 and "metrics.jsonl:1: no \"ms_per_iter\"" in err, f"bad metrics: {err!r}")
+    nocluster = os.path.join(tmp, "nocluster.yaml")
+    with open(nocluster, "w") as f:
+        f.write(tiny.replace("cluster: {preset: cpu-host}\n", ""))
+    rc, out, err = run(nocluster)
+    check(rc == 2 and "cluster.gpus_per_node is not set and no preset gives it" in err,
+          f"no cluster: {err!r}")
+
+# Bad usage: exit 2 with a message.
+for args, msg in [
+    ([], "usage: trident plan"),
+    ([bloom, "--frobnicate"], "unknown option or missing value: '--frobnicate'"),
+    ([bloom, "--tokens", "lots"], "--tokens needs a positive number"),
+    ([bloom, "--tokens", "-5"], "--tokens needs a positive number"),
+    ([bloom, "--world-size", "0"], "--world-size needs an integer >= 1, got '0'"),
+    ([bloom, "--top", "x"], "--top needs an integer >= 1, got 'x'"),
+    ([bloom, "--world-size", "100"], "world size 100 is not a multiple of"),
+    ([bloom, bloom], "one config file only"),
+    ([bloom, "--set", "cluster.preset=tpu"], "cluster.preset"),
+    ([bloom, "--set", "training.recompute=sometimes"], "none, selective, full"),
+    ([os.path.join(root, "no-such.yaml")], "no-such.yaml"),
+    ([bloom, "--calibrate", "/nonexistent/metrics.jsonl"], "cannot open /nonexistent"),
+]:
+    rc, out, err = run(*args)
+    check(rc == 2 and msg in err, f"{args}: exit {rc}, stderr {err!r}")
+
+rc, out, err = run("--help")
+check(rc == 0 and "--search" in out and "--calibrate" in out, "--help")
+
+if failures:
+    print(f"{len(failures)} failure(s)")
+    sys.exit(1)
+print("all plan CLI checks passed")

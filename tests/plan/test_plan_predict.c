@@ -1,0 +1,393 @@
+/* plan/ predictions: Bloom-176B and Megatron's GPT-3 175B against their published numbers,
+ * the memory breakdown by hand, schedules, recompute, links, invalid layouts, calibration. */
+#include <unistd.h>
+
+#include "plan_test.h"
+
+static void predict(const tr_config *cfg, int world, tr_plan_result *r)
+{
+    tr_plan_cluster c;
+    assert_int_equal(tr_plan_cluster_from_config(cfg, &c), TR_OK);
+    int rc = tr_plan_predict(cfg, world, &c, r);
+    if (rc)
+        print_error("predict: %s\n", tr_errmsg());
+    assert_int_equal(rc, TR_OK);
+}
+
+static void test_bloom_published(void **state)
+{
+    (void)state;
+    tr_config cfg;
+    tr_t_load_file(TR_BLOOM_YAML, NULL, 0, &cfg);
+    tr_plan_result *r = calloc(1, sizeof *r);
+    predict(&cfg, 0, r);
+    assert_int_equal(r->world, 384);
+    assert_int_equal(r->layout.tp, 4);
+    assert_int_equal(r->layout.pp, 12);
+    assert_int_equal(r->layout.dp, 8);
+    assert_int_equal(r->layout.num_micro_batches, 128);
+    assert_true(r->fits && r->valid);
+    assert_true(r->memory.total < 80 * GIB);
+    /* Published: ~150 TFLOP/s per GPU (hardware FLOPs) and ~3.5 months for 366B tokens. */
+    assert_close(r->tflops_per_gpu, 150.0, 0.20);
+    assert_close(r->train_tokens, 366e9, 1e-3);
+    assert_close(r->time_to_train_s / 86400 / 30.44, 3.5, 0.20);
+    assert_close(r->tokens_per_s, 2048.0 * 2048 / r->step_time_s, 1e-12);
+    assert_close(r->hardware_flops / r->model_flops, 4.0 / 3, 0.02);
+    assert_true(r->mfu > 0.3 && r->mfu < 0.5);
+    /* Links: TP 4 inside a node, PP and DP across nodes. */
+    assert_int_equal(r->tp_link, TR_PLAN_LINK_INTRA);
+    assert_int_equal(r->pp_link, TR_PLAN_LINK_INTER);
+    assert_int_equal(r->dp_link, TR_PLAN_LINK_INTER);
+    /* Memory of stage 0 by hand: 5 layers + embedding shard + positions, ZeRO-1 over 8. */
+    double h = 14336, layer = 12 * h * h / 4 + 7 * h / 4 + 6 * h;
+    double params = 5 * layer + 250880 * h / 4 + 2048 * h;
+    assert_int_equal(r->memory_stage, 0);
+    assert_int_equal(r->stage_layers, 5);
+    assert_int_equal(r->in_flight, 12); /* 1F1B: min(P - 0, M) */
+    assert_close(r->memory.weights, 2 * params, 1e-12);
+    assert_close(r->memory.grads, 4 * params, 1e-12);
+    assert_close(r->memory.optimizer, 12.0 / 8 * params, 1e-12);
+    assert_close(r->memory.activations, 12 * 5 * 2 * 2048.0 * 2 * h, 1e-12); /* full: 2sbh */
+    assert_close(r->memory.reserved, 2 * GIB, 0);
+    assert_close(r->memory.total,
+                 r->memory.weights + r->memory.grads + r->memory.optimizer +
+                     r->memory.activations + r->memory.recompute + r->memory.embedding +
+                     r->memory.loss + r->memory.reserved,
+                 1e-12);
+    for (int s = 0; s < 12; s++)
+        assert_true(r->stage_memory[s] <= r->memory.total);
+    free(r);
+    tr_config_free(&cfg);
+}
+
+static void test_bloom_tp1_pp1_does_not_fit(void **state)
+{
+    (void)state;
+    const char *ov[] = {"parallel.tensor_model_parallel_size=1",
+                        "parallel.pipeline_model_parallel_size=1"};
+    tr_config cfg;
+    tr_t_load_file(TR_BLOOM_YAML, ov, 2, &cfg);
+    tr_plan_result *r = calloc(1, sizeof *r);
+    predict(&cfg, 0, r);
+    assert_false(r->fits);
+    assert_false(r->valid);
+    assert_int_equal(r->layout.dp, 384);
+    assert_true(r->memory.total > 900 * GIB);
+    if (!strstr(r->problem, "the model state alone") ||
+        !strstr(r->problem, "split the model over more ranks (TP x PP >= 13)") ||
+        !strstr(r->problem, "global batch 2048 is not a multiple of micro_batch x DP = 2 x 384 "
+                            "= 768")) {
+        print_error("problem: %s\n", r->problem);
+        fail();
+    }
+    free(r);
+    tr_config_free(&cfg);
+}
+
+static void test_gpt3_megatron_published(void **state)
+{
+    (void)state;
+    tr_config cfg;
+    tr_t_load_text(TR_GPT3_YAML, NULL, 0, &cfg);
+    tr_plan_result *r = calloc(1, sizeof *r);
+    predict(&cfg, 0, r);
+    assert_int_equal(r->world, 1024);
+    assert_true(r->fits);
+    /* Narayanan et al. 2021: 140 TFLOP/s per GPU; 34 days for 300B tokens. */
+    assert_close(r->tflops_per_gpu, 140.0, 0.20);
+    assert_close(r->time_to_train_s / 86400, 34.0, 0.20);
+    free(r);
+    tr_config_free(&cfg);
+}
+
+static void test_schedules_in_flight(void **state)
+{
+    (void)state;
+    /* Small model: 16 ranks, TP 2 x PP 4 x DP 2, mb 4, GB 64 -> M = 8. */
+    const char *gp[] = {"parallel.pipeline_schedule=gpipe"};
+    tr_config a, b;
+    tr_t_load_text(TR_SMALL_YAML, NULL, 0, &a);
+    tr_t_load_text(TR_SMALL_YAML, gp, 1, &b);
+    tr_plan_result *ra = calloc(1, sizeof *ra), *rb = calloc(1, sizeof *rb);
+    predict(&a, 0, ra);
+    predict(&b, 0, rb);
+    assert_int_equal(ra->layout.num_micro_batches, 8);
+    assert_int_equal(ra->in_flight, 4); /* 1F1B stage 0: min(P, M) */
+    assert_int_equal(rb->in_flight, 8); /* GPipe: all M */
+    assert_close(rb->memory.activations, 2 * ra->memory.activations, 1e-12);
+    assert_close(ra->bubble_fraction_theory, 3.0 / 11, 1e-12);
+    assert_true(ra->bubble_fraction >= ra->bubble_fraction_theory - 1e-9);
+    free(ra);
+    free(rb);
+    tr_config_free(&a);
+    tr_config_free(&b);
+}
+
+/* Nearly equal stages and nearly free P2P: the simulated pipeline is the closed formula. */
+static void test_pipeline_matches_formula(void **state)
+{
+    (void)state;
+    static const char *yaml =
+        "model: {num_layers: 16, hidden_size: 8192, num_attention_heads: 64, seq_length: 1024,\n"
+        "        vocab_size: 128, make_vocab_size_divisible_by: 1}\n"
+        "parallel: {pipeline_model_parallel_size: 4}\n"
+        "training: {micro_batch_size: 1, global_batch_size: 8, train_iters: 1, lr: 1}\n"
+        "data: {data_path: x}\n"
+        "cluster: {preset: h100-80gb, gpu_memory_gib: 1000, intra_node_gbytes_per_s: 1e9,\n"
+        "          inter_node_gbytes_per_s: 1e9, intra_node_latency_us: 1e-9,\n"
+        "          inter_node_latency_us: 1e-9}\n";
+    const char *kinds[][2] = {{"parallel.pipeline_schedule=1f1b", "parallel.order=tp-dp-pp"},
+                              {"parallel.pipeline_schedule=gpipe", "parallel.order=tp-dp-pp"},
+                              {"parallel.pipeline_schedule=interleaved",
+                               "parallel.virtual_pipeline_model_parallel_size=2"}};
+    for (int k = 0; k < 3; k++) {
+        tr_config cfg;
+        tr_t_load_text(yaml, kinds[k], 2, &cfg);
+        tr_plan_result *r = calloc(1, sizeof *r);
+        predict(&cfg, 4, r);
+        double theory = k == 2 ? 3.0 / 19 : 3.0 / 11;
+        assert_close(r->bubble_fraction_theory, theory, 1e-12);
+        assert_close(r->bubble_fraction, theory, 2e-3);
+        /* makespan = (M + P - 1)(tf + tb) for gpipe / 1f1b */
+        if (k < 2)
+            assert_close(r->pipeline_s, 11 * (r->tf_s + r->tb_s), 2e-3);
+        free(r);
+        tr_config_free(&cfg);
+    }
+}
+
+static void test_recompute_and_sp(void **state)
+{
+    (void)state;
+    const char *none[] = {"training.recompute=none"}, *sel[] = {"training.recompute=selective"},
+               *full[] = {"training.recompute=full"},
+               *sel_sp[] = {"training.recompute=selective", "parallel.sequence_parallel=true"};
+    tr_config c[4];
+    tr_plan_result *r[4];
+    tr_t_load_text(TR_SMALL_YAML, none, 1, &c[0]);
+    tr_t_load_text(TR_SMALL_YAML, sel, 1, &c[1]);
+    tr_t_load_text(TR_SMALL_YAML, full, 1, &c[2]);
+    tr_t_load_text(TR_SMALL_YAML, sel_sp, 2, &c[3]);
+    for (int i = 0; i < 4; i++) {
+        r[i] = calloc(1, sizeof *r[i]);
+        predict(&c[i], 0, r[i]);
+    }
+    assert_true(r[0]->memory.activations > r[1]->memory.activations);
+    assert_true(r[1]->memory.activations > r[2]->memory.activations);
+    /* SP with TP 2: selective 10 + 24/2 = 22 -> 34/2 = 17 sbh per layer and micro-batch (the
+     * deciding stage may change, so compare per layer and micro-batch in flight) */
+    double per_sp = r[3]->memory.activations / (r[3]->in_flight * r[3]->stage_layers);
+    double per = r[1]->memory.activations / (r[1]->in_flight * r[1]->stage_layers);
+    assert_close(per_sp / per, 17.0 / 22, 1e-12);
+    assert_true(r[0]->memory.recompute == 0 && r[2]->memory.recompute > 0);
+    /* Full recompute: one more forward of every layer; step slower. */
+    assert_true(r[2]->hardware_flops > r[1]->hardware_flops);
+    assert_true(r[1]->hardware_flops > r[0]->hardware_flops);
+    assert_close(r[0]->hardware_flops, r[0]->model_flops, 1e-15);
+    assert_true(r[2]->step_time_s > r[0]->step_time_s);
+    assert_true(r[2]->tflops_per_gpu > r[2]->model_tflops_per_gpu);
+    for (int i = 0; i < 4; i++) {
+        free(r[i]);
+        tr_config_free(&c[i]);
+    }
+}
+
+static void test_links_and_overlap(void **state)
+{
+    (void)state;
+    /* TP 16 on nodes of 8 GPUs crosses nodes. */
+    const char *tp16[] = {"parallel.tensor_model_parallel_size=16",
+                          "parallel.pipeline_model_parallel_size=2", "cluster.nodes=4"};
+    tr_config cfg;
+    tr_t_load_text(TR_SMALL_YAML, tp16, 3, &cfg);
+    tr_plan_result *r = calloc(1, sizeof *r), *r2 = calloc(1, sizeof *r2);
+    predict(&cfg, 0, r);
+    assert_int_equal(r->layout.tp, 16);
+    assert_int_equal(r->tp_link, TR_PLAN_LINK_INTER);
+    assert_int_equal(r->dp_link, TR_PLAN_LINK_NONE);
+    tr_config_free(&cfg);
+    /* Turning the overlap of gradient reduction off exposes all of it. */
+    const char *no_overlap[] = {"parallel.overlap_grad_reduce=false"};
+    tr_t_load_text(TR_SMALL_YAML, NULL, 0, &cfg);
+    predict(&cfg, 0, r);
+    tr_config_free(&cfg);
+    tr_t_load_text(TR_SMALL_YAML, no_overlap, 1, &cfg);
+    predict(&cfg, 0, r2);
+    assert_true(r->dp_comm_s > 0);
+    assert_true(r2->dp_exposed_s >= r2->dp_comm_s * 0.99);
+    assert_true(r2->step_time_s > r->step_time_s);
+    assert_true(r->dp_exposed_s < r2->dp_exposed_s);
+    free(r);
+    free(r2);
+    tr_config_free(&cfg);
+}
+
+static void test_cpu_host(void **state)
+{
+    (void)state;
+    static const char *yaml =
+        "model: {num_layers: 4, hidden_size: 128, num_attention_heads: 4, seq_length: 128}\n"
+        "parallel: {tensor_model_parallel_size: 2, pipeline_model_parallel_size: 2}\n"
+        "training: {micro_batch_size: 8, global_batch_size: 16, train_iters: 200, lr: 1e-3}\n"
+        "data: {data_path: x}\n"
+        "cluster: {preset: cpu-host}\n";
+    tr_config cfg;
+    tr_t_load_text(yaml, NULL, 0, &cfg);
+    tr_plan_result *r = calloc(1, sizeof *r);
+    predict(&cfg, 8, r); /* the sweep's 8-rank layouts */
+    assert_int_equal(r->layout.dp, 2);
+    assert_false(r->layout.bf16);
+    assert_close(r->compute_rate, 240e9 * 0.5 / 8, 1e-12); /* 2 cores shared by 8 ranks */
+    assert_close(r->capacity, 24 * GIB / 8, 1e-12);
+    assert_true(r->fits);
+    assert_int_equal(r->tp_link, TR_PLAN_LINK_INTRA);
+    assert_true(r->step_time_s > 0 && r->step_time_s < 10);
+    assert_close(r->mfu, r->model_flops / r->step_time_s / 8 / (240e9 / 8), 1e-12);
+    /* fp32: 16 bytes per parameter, no master copy. */
+    assert_close((r->memory.weights + r->memory.grads + r->memory.optimizer) / r->memory.weights,
+                 4.0, 1e-12);
+    free(r);
+    tr_config_free(&cfg);
+}
+
+static void test_invalid_layouts(void **state)
+{
+    (void)state;
+    tr_config cfg;
+    tr_plan_cluster c;
+    tr_plan_layout L;
+    tr_plan_result *r = calloc(1, sizeof *r);
+    tr_t_load_text(TR_SMALL_YAML, NULL, 0, &cfg);
+    assert_int_equal(tr_plan_cluster_from_config(&cfg, &c), TR_OK);
+    assert_int_equal(tr_plan_predict(&cfg, 10, &c, r), TR_ERR_CONFIG);
+    assert_msg("world size 10 is not a multiple of tensor_model_parallel_size x "
+               "pipeline_model_parallel_size = 2 x 4; allowed: a multiple of 8");
+    assert_int_equal(tr_plan_layout_from_config(&cfg, 16, &L), TR_OK);
+    L.tp = 3;
+    L.dp = 16 / 12;
+    assert_int_equal(tr_plan_evaluate(&cfg, &L, 12, &c, 1, 0, r), TR_ERR_CONFIG);
+    assert_msg("TP 3 does not divide num_attention_heads 16 and hidden_size 1024");
+    assert_int_equal(tr_plan_layout_from_config(&cfg, 16, &L), TR_OK);
+    assert_int_equal(tr_plan_evaluate(&cfg, &L, 32, &c, 1, 0, r), TR_ERR_CONFIG);
+    assert_msg("layout TP 2 x PP 4 x DP 2 does not make 32 ranks");
+    L.pp = 16;
+    L.dp = 1;
+    L.tp = 2;
+    assert_int_equal(tr_plan_evaluate(&cfg, &L, 32, &c, 1, 0, r), TR_ERR_CONFIG);
+    assert_msg("PP 16 x 1 chunks is more than num_layers 8");
+    tr_config_free(&cfg);
+
+    /* Interleaved needs M % P == 0: M = 64 / (4 x 2) = 8 with P 4 is fine, P 4 with M 6 not. */
+    const char *inter[] = {"parallel.pipeline_schedule=interleaved",
+                           "parallel.virtual_pipeline_model_parallel_size=2",
+                           "training.global_batch_size=48"};
+    tr_t_load_text(TR_SMALL_YAML, inter, 3, &cfg);
+    assert_int_equal(tr_plan_predict(&cfg, 0, &c, r), TR_ERR_CONFIG);
+    assert_msg("interleaved");
+    tr_config_free(&cfg);
+
+    /* A global batch that does not divide: evaluated with M rounded up, reported invalid. */
+    const char *gb[] = {"training.global_batch_size=60"};
+    tr_t_load_text(TR_SMALL_YAML, gb, 1, &cfg);
+    assert_int_equal(tr_plan_predict(&cfg, 0, &c, r), TR_OK);
+    assert_true(r->fits);
+    assert_false(r->valid);
+    assert_int_equal(r->layout.num_micro_batches, 8);
+    assert_non_null(strstr(r->problem, "global batch 60 is not a multiple of micro_batch x DP = "
+                                       "4 x 2 = 8 (timed as 8 micro-batches)"));
+    tr_config_free(&cfg);
+    free(r);
+}
+
+static void test_calibrate(void **state)
+{
+    (void)state;
+    tr_config cfg;
+    tr_plan_cluster c, c3;
+    tr_t_load_text(TR_SMALL_YAML, NULL, 0, &cfg);
+    assert_int_equal(tr_plan_cluster_from_config(&cfg, &c), TR_OK);
+    c3 = c;
+    c3.gemm_efficiency = 0.3;
+    tr_plan_result *r = calloc(1, sizeof *r);
+    assert_int_equal(tr_plan_predict(&cfg, 0, &c3, r), TR_OK);
+    double eff = 0;
+    assert_int_equal(tr_plan_calibrate(&cfg, 0, &c, r->step_time_s, &eff), TR_OK);
+    assert_close(eff, 0.3, 1e-6);
+    assert_int_equal(tr_plan_calibrate(&cfg, 0, &c, 1e-9, &eff), TR_ERR_INVALID);
+    assert_msg("is faster than the model predicts even at gemm_efficiency 4");
+    assert_int_equal(tr_plan_calibrate(&cfg, 0, &c, -1, &eff), TR_ERR_INVALID);
+    assert_msg("measured step time -1 s: must be a positive number");
+    assert_int_equal(tr_plan_calibrate(&cfg, 0, &c, 1e9, &eff), TR_ERR_INVALID);
+    assert_msg("something other than compute dominates");
+    free(r);
+    tr_config_free(&cfg);
+}
+
+static void write_file(const char *path, const char *text)
+{
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fputs(text, f);
+    fclose(f);
+}
+
+static void test_read_measured(void **state)
+{
+    (void)state;
+    char dir[] = "/tmp/tr_plan_XXXXXX", path[64];
+    assert_non_null(mkdtemp(dir));
+    snprintf(path, sizeof path, "%s/metrics.jsonl", dir);
+    double step;
+    int n;
+    /* First iteration skipped; median of 100, 120, 110, 130 = 115 ms. */
+    write_file(path, "{\"iteration\": 1, \"loss\": 5.0, \"ms_per_iter\": 900.0}\n"
+                     "{\"iteration\": 2, \"ms_per_iter\": 100.0, \"gflops\": 1}\n"
+                     "\n"
+                     "{\"iteration\": 3, \"ms_per_iter\": 120}\n"
+                     "{\"iteration\": 4, \"ms_per_iter\":110.0}\n"
+                     "{\"iteration\": 5, \"ms_per_iter\": 130.0}\n");
+    assert_int_equal(tr_plan_read_measured_step(path, &step, &n), TR_OK);
+    assert_int_equal(n, 4);
+    assert_close(step, 0.115, 1e-12);
+    write_file(path, "{\"ms_per_iter\": 50}\n");
+    assert_int_equal(tr_plan_read_measured_step(path, &step, &n), TR_OK);
+    assert_close(step, 0.05, 1e-12);
+    write_file(path, "{\"ms_per_iter\": 50}\n{\"loss\": 3}\n");
+    assert_int_equal(tr_plan_read_measured_step(path, &step, &n), TR_ERR_INVALID);
+    assert_msg("metrics.jsonl:2: no \"ms_per_iter\" in this line");
+    write_file(path, "{\"ms_per_iter\": -5}\n");
+    assert_int_equal(tr_plan_read_measured_step(path, &step, &n), TR_ERR_INVALID);
+    assert_msg("metrics.jsonl:1: ms_per_iter is not a positive number");
+    write_file(path, "{\"ms_per_iter\": \"fast\"}\n");
+    assert_int_equal(tr_plan_read_measured_step(path, &step, &n), TR_ERR_INVALID);
+    assert_msg("ms_per_iter is not a positive number");
+    write_file(path, "garbage ms_per_iter\n");
+    assert_int_equal(tr_plan_read_measured_step(path, &step, &n), TR_ERR_INVALID);
+    assert_msg("metrics.jsonl:1: no \"ms_per_iter\"");
+    write_file(path, "\n\n");
+    assert_int_equal(tr_plan_read_measured_step(path, &step, &n), TR_ERR_INVALID);
+    assert_msg("holds no measurement");
+    unlink(path);
+    assert_int_equal(tr_plan_read_measured_step(path, &step, &n), TR_ERR_IO);
+    assert_msg("cannot open");
+    rmdir(dir);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_bloom_published),
+        cmocka_unit_test(test_bloom_tp1_pp1_does_not_fit),
+        cmocka_unit_test(test_gpt3_megatron_published),
+        cmocka_unit_test(test_schedules_in_flight),
+        cmocka_unit_test(test_pipeline_matches_formula),
+        cmocka_unit_test(test_recompute_and_sp),
+        cmocka_unit_test(test_links_and_overlap),
+        cmocka_unit_test(test_cpu_host),
+        cmocka_unit_test(test_invalid_layouts),
+        cmocka_unit_test(test_calibrate),
+        cmocka_unit_test(test_read_measured),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
