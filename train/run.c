@@ -5,6 +5,8 @@
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
+#include <stdlib.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 
 #include "core/core.h"
@@ -51,6 +53,9 @@ static void write_metrics(FILE *f, const tr_step_stats *s)
     tr_json_double(&j, "ms_per_iter", s->ms_per_iter);
     tr_json_double(&j, "tokens_per_s", s->tokens_per_s);
     tr_json_double(&j, "gflops", s->gflops);
+    tr_json_double(&j, "peak_rss_mb", s->peak_rss_mb);
+    if (s->mfu > 0)
+        tr_json_double(&j, "mfu", s->mfu);
     if (s->evaluated)
         tr_json_double(&j, "val_loss", s->val_loss);
     tr_json_object_end(&j);
@@ -65,6 +70,63 @@ static void format_duration(char *buf, size_t n, double seconds)
         snprintf(buf, n, "%ld:%02ld:%02ld", s / 3600, s / 60 % 60, s % 60);
     else
         snprintf(buf, n, "%ld:%02ld", s / 60, s % 60);
+}
+
+/* Peak resident memory of this process, MiB. */
+static double peak_rss_mb(void)
+{
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    return (double)ru.ru_maxrss / 1024.0;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* RUN_DIR/summary.json, written by rank 0: what a sweep records of a run. */
+static int write_summary(tr_engine *e, const char *dir, const double *ms, int n, double tokens_per_iter,
+                         double final_loss, double bubble, const double *rss)
+{
+    FILE *f = open_in(dir, "summary.json", "w");
+    if (!f)
+        return TR_ERR_IO;
+    double *sorted = malloc((size_t)(n > 0 ? n : 1) * sizeof *sorted);
+    if (!sorted) {
+        fclose(f);
+        return tr_fail(TR_ERR_NOMEM, "out of memory");
+    }
+    for (int i = 0; i < n; i++)
+        sorted[i] = ms[i];
+    qsort(sorted, (size_t)n, sizeof *sorted, cmp_double);
+    double median = n ? (n % 2 ? sorted[n / 2] : 0.5 * (sorted[n / 2 - 1] + sorted[n / 2])) : 0;
+    free(sorted);
+    tr_json j;
+    tr_json_begin(&j, f);
+    tr_json_object_begin(&j, NULL);
+    tr_json_int(&j, "world_size", e->world.size);
+    tr_json_int(&j, "data_parallel_size", e->D);
+    tr_json_int(&j, "tensor_model_parallel_size", e->world.topo.tp);
+    tr_json_int(&j, "pipeline_model_parallel_size", e->P);
+    tr_json_int(&j, "micro_batches_per_replica", e->M);
+    tr_json_int(&j, "iterations", n);
+    tr_json_double(&j, "median_ms_per_iter", median);
+    tr_json_double(&j, "tokens_per_s", median > 0 ? tokens_per_iter / (median / 1e3) : 0);
+    tr_json_double(&j, "final_loss", final_loss);
+    if (bubble >= 0)
+        tr_json_double(&j, "measured_bubble", bubble);
+    else
+        tr_json_null(&j, "measured_bubble");
+    tr_json_array_begin(&j, "peak_rss_mb_per_rank");
+    for (int r = 0; r < e->world.size; r++)
+        tr_json_double(&j, NULL, rss[r]);
+    tr_json_array_end(&j);
+    tr_json_object_end(&j);
+    fputc('\n', f);
+    fclose(f);
+    return TR_OK;
 }
 
 /* This rank's gradients with what is needed to reassemble whole tensors from shards. */
@@ -255,7 +317,10 @@ int tr_train_run(const tr_config *cfg, const tr_train_options *opts)
         print_layout(e);
         fflush(stdout);
     }
-    double train_start = tr_now(), train_time = 0;
+    double train_start = tr_now(), train_time = 0, final_loss = 0;
+    double *iter_ms = calloc((size_t)t->train_iters, sizeof *iter_ms);
+    if (!iter_ms)
+        rc = tr_fail(TR_ERR_NOMEM, "out of memory");
     for (int it = 1; it <= t->train_iters && !rc; it++) {
         tr_step_stats s = {0};
         double start = tr_now();
@@ -271,6 +336,14 @@ int tr_train_run(const tr_config *cfg, const tr_train_options *opts)
         s.ms_per_iter = secs * 1e3;
         s.tokens_per_s = tokens_per_iter / secs;
         s.gflops = flops_per_iter / secs / 1e9 / e->world.size;
+        iter_ms[it - 1] = s.ms_per_iter;
+        final_loss = s.loss;
+        if (cfg->logging.peak_gflops > 0)
+            s.mfu = s.gflops / cfg->logging.peak_gflops;
+        s.peak_rss_mb = peak_rss_mb();
+        rc = tr_comm_allreduce(e->world.world, &s.peak_rss_mb, &s.peak_rss_mb, 1, TR_COMM_F64, TR_COMM_MAX);
+        if (rc)
+            break;
         if (t->eval_interval > 0 && (it % t->eval_interval == 0 || it == t->train_iters)) {
             rc = tr_engine_evaluate(e, &s.val_loss);
             if (rc)
@@ -288,14 +361,18 @@ int tr_train_run(const tr_config *cfg, const tr_train_options *opts)
                    "%.1f GFLOP/s/rank | eta %s",
                    it, t->train_iters, 100 * it / t->train_iters, s.loss, s.lr, s.grad_norm,
                    s.ms_per_iter, s.tokens_per_s, s.gflops, eta);
+            if (s.mfu > 0)
+                printf(" | MFU %.1f%%", 100 * s.mfu);
+            if (e->world.size > 1)
+                printf(" | peak %.0f MiB/rank", s.peak_rss_mb);
             if (s.evaluated)
                 printf(" | val_loss %.4f", s.val_loss);
             printf("\n");
             fflush(stdout);
         }
     }
+    double bubble = -1;
     if (!rc && e->tracing && opts->run_dir) {
-        double bubble = 0;
         rc = measured_bubble(e, &bubble);
         if (!rc)
             rc = write_rank_trace(e, opts->run_dir);
@@ -311,6 +388,17 @@ int tr_train_run(const tr_config *cfg, const tr_train_options *opts)
                        100 * tr_pp_bubble_theory(e->P, e->M, TR_PP_1F1B, 1));
         }
     }
+    if (!rc && opts->run_dir) {
+        double mine = peak_rss_mb();
+        double *rss = calloc((size_t)e->world.size, sizeof *rss);
+        rc = rss ? tr_comm_allgather(e->world.world, &mine, rss, (size_t)e->world.size, TR_COMM_F64)
+                 : tr_fail(TR_ERR_NOMEM, "out of memory");
+        if (!rc && lead)
+            rc = write_summary(e, opts->run_dir, iter_ms, t->train_iters, tokens_per_iter, final_loss,
+                               bubble, rss);
+        free(rss);
+    }
+    free(iter_ms);
     if (!rc && !opts->quiet && lead) {
         char total[32];
         format_duration(total, sizeof total, tr_now() - train_start);

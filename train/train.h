@@ -14,7 +14,9 @@
  *    from lr to min_lr over iterations (warmup, lr_decay_iters], min_lr after.
  *  - AdamW with decoupled weight decay, none on biases and LN weights (tensor flag).
  *  - tr_train_run() is `trident train`: per iteration one line on stdout and one JSON object
- *    in RUN_DIR/metrics.jsonl; the resolved config in RUN_DIR/config.yaml. */
+ *    in RUN_DIR/metrics.jsonl (from rank 0, for the whole job); the resolved config in
+ *    RUN_DIR/config.yaml; at the end RUN_DIR/summary.json (layout, median ms/iter, tokens/s,
+ *    final loss, peak memory of every rank, measured pipeline bubble when traced). */
 #ifndef TR_TRAIN_H
 #define TR_TRAIN_H
 
@@ -33,6 +35,8 @@ typedef struct {
     double gflops;     /* achieved model GFLOP/s of this process */
     int evaluated;
     double val_loss;
+    double peak_rss_mb; /* the largest peak resident memory of any rank, MiB */
+    double mfu;         /* gflops / logging.peak_gflops, 0 when no peak is configured */
 } tr_step_stats;
 
 typedef struct {
