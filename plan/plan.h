@@ -253,7 +253,7 @@ int tr_plan_calibrate(const tr_config *cfg, int world_size, const tr_plan_cluste
 
 typedef struct {
     tr_plan_layout layout;
-    char reason[240];
+    char reason[640];
 } tr_plan_rejected;
 
 typedef struct {

@@ -98,10 +98,11 @@ static void explain_memory(const tr_plan_result *r, const tr_plan_cluster *c, ch
     const char *unit = c->device == TR_PLAN_DEVICE_CPU ? "rank" : "GPU";
     int o = snprintf(buf, n,
                      "needs %.1f GiB per %s on stage %d (weights %.1f + gradients %.1f + "
-                     "optimizer %.1f + activations %.1f [in flight: %d micro-batches x %d layers] "
+                     "optimizer %.1f + activations %.1f [in flight: %d micro-batch%s x %d layers] "
                      "+ other %.1f) but a %s has %.1f GiB; ",
                      gib(mm->total), unit, r->memory_stage, gib(mm->weights), gib(mm->grads),
-                     gib(mm->optimizer), gib(mm->activations), r->in_flight, r->stage_layers,
+                     gib(mm->optimizer), gib(mm->activations), r->in_flight,
+                     r->in_flight == 1 ? "" : "es", r->stage_layers,
                      gib(mm->recompute + mm->embedding + mm->loss + mm->reserved), unit,
                      gib(r->capacity));
     if (o < 0 || (size_t)o >= n)

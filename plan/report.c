@@ -299,7 +299,7 @@ void tr_plan_print_search(FILE *f, const tr_config *cfg, const tr_plan_cluster *
     fprintf(f, "searched %d layouts in %.2f s: %d fit in memory, %d rejected\n\n",
             s->n_candidates, s->seconds, s->n_fit, s->n_rejected);
     fprintf(f, "rank  %-34s %10s %9s %7s %7s %8s %8s\n", "layout", "tokens/s", "TFLOP/s",
-            "model", "MFU", "mem GiB", "bubble");
+            "model", "MFU", "mem GiB", "idle");
     int n = top < s->n_fit ? top : s->n_fit;
     for (int i = 0; i < n; i++)
         print_row(f, i + 1, &s->fit[i]);

@@ -119,7 +119,7 @@ int tr_plan_search(const tr_config *cfg, int world, const tr_plan_cluster *c,
     tr_plan_result *res = tr_alloc(sizeof *res, "plan result");
     if (!res)
         return TR_ERR_NOMEM;
-    char why[240];
+    char why[640];
     int GB = base.global_batch;
     for (int tp = 1; tp <= world && !rc; tp++) {
         if (world % tp)
