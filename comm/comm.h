@@ -235,6 +235,7 @@ int tr_store_set(tr_store *st, const char *key, const void *value, size_t len);
 /* Waits until the key exists; *value is malloc'ed (free with free()). */
 int tr_store_get(tr_store *st, const char *key, void **value, size_t *len);
 int tr_store_add(tr_store *st, const char *key, int64_t delta, int64_t *result);
+/* Waits until every key exists (each key up to the store's timeout). */
 int tr_store_wait(tr_store *st, const char *const *keys, size_t nkeys);
 /* Non-blocking existence check. */
 int tr_store_check(tr_store *st, const char *key, int *exists);

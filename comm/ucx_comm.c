@@ -285,6 +285,15 @@ static void u_destroy(tr_comm *c)
 {
     ucx_group *g = G(c);
     ucx_engine *e = g->eng;
+    int busy = 0;
+    pthread_mutex_lock(&e->mu);
+    for (ucx_op *op = e->active; op; op = op->next)
+        busy += op->g == g;
+    pthread_mutex_unlock(&e->mu);
+    if (busy)
+        tr_warn("rank %d: group '%s' destroyed with %d operations not waited for (their "
+                "requests must not be used any more)",
+                e->rank, g->name, busy);
     if (g->is_world && !e->broken && g->size > 1 &&
         internal_barrier(g, tr_comm_timeout(c)) != TR_OK)
         tr_warn("rank %d: barrier at communicator teardown failed: %s", e->rank, tr_errmsg());
