@@ -10,5 +10,6 @@ int tr_cmd_topo(int argc, char **argv);
 int tr_cmd_launch(int argc, char **argv);
 int tr_cmd_schedule(int argc, char **argv);
 int tr_cmd_plan(int argc, char **argv);
+int tr_cmd_sweep(int argc, char **argv);
 
 #endif

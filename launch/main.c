@@ -26,6 +26,8 @@ static void usage(FILE *f)
             "                     print a pipeline schedule\n"
             "  plan CONFIG.yaml [--search] [--json]\n"
             "                     predict memory and step time of a layout on a cluster\n"
+            "  sweep GRID.yaml [--dry-run]\n"
+            "                     run every layout of a grid spec, write CSV/JSONL/SVG\n"
             "\n"
             "`trident COMMAND --help` describes each command's options.\n");
 }
@@ -60,6 +62,7 @@ int main(int argc, char **argv)
     } commands[] = {
         {"train", tr_cmd_train},   {"preprocess", tr_cmd_preprocess}, {"launch", tr_cmd_launch},
         {"topo", tr_cmd_topo},     {"schedule", tr_cmd_schedule}, {"plan", tr_cmd_plan},
+        {"sweep", tr_cmd_sweep},
     };
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
         if (!strcmp(cmd, commands[i].name))

@@ -131,4 +131,42 @@ int tr_config_equal(const tr_config *a, const tr_config *b);
 const char *tr_config_where(const tr_config *c, const char *dotted_key);
 void tr_config_free(tr_config *c);
 
+/* ---- grid specs (`trident sweep`) ----
+ * A YAML file:
+ *   base: PATH                  # a config file (relative to the grid file), or inline
+ *                               # sections: {model: {...}, training: {...}, ...}
+ *   grid:                       # dotted key -> list of values (cross product)
+ *     parallel.tensor_model_parallel_size: [1, 2, 4]
+ *     training.micro_batch_size: [1, 2]
+ *   run: {world_size: 8, iterations: 10, warmup_iterations: 2}
+ * Point i of the cross product (the last axis varies fastest) is a list of "key=value"
+ * overrides applied to the base. Errors are TR_ERR_CONFIG with FILE:LINE:COL. */
+typedef struct {
+    char *key;     /* "parallel.tensor_model_parallel_size" */
+    int n_values;
+    char **values; /* each as YAML text ("2", "[1,3]") */
+} tr_grid_axis;
+
+typedef struct {
+    char *source;      /* the grid file */
+    char *base_path;   /* base config file, or NULL when inline */
+    char **base_sets;  /* inline base as "section.key=value" overrides */
+    int n_base_sets;
+    tr_grid_axis *axes;
+    int n_axes;
+    int world_size;        /* run.world_size, default 1 */
+    int iterations;        /* run.iterations, default 10 */
+    int warmup_iterations; /* run.warmup_iterations, default 2 (excluded from timings) */
+} tr_grid_spec;
+
+int tr_grid_load(const char *path, tr_grid_spec *out);
+size_t tr_grid_num_points(const tr_grid_spec *g);
+/* The overrides of point `index`: out[0 .. n_axes-1] point into the spec (not owned). */
+void tr_grid_point(const tr_grid_spec *g, size_t index, const char **out);
+/* Load the config of a point: the base (file or inline) with the point's overrides and
+ * `extra` overrides after them. */
+int tr_grid_point_config(const tr_grid_spec *g, size_t index, const char *const *extra,
+                         int n_extra, tr_config *out);
+void tr_grid_free(tr_grid_spec *g);
+
 #endif

@@ -50,6 +50,8 @@ typedef struct {
  * every case. */
 int tr_ydoc_parse(const char *text, size_t len, const tr_ysource *src, tr_ydoc *doc);
 void tr_ydoc_free(tr_ydoc *doc);
+/* Read a whole file (at most TR_YAML_MAX_BYTES); *text is malloc'ed. */
+int tr_yaml_read_file(const char *path, char **text, size_t *len);
 /* "NAME:LINE:COL" or the --set label, into buf. */
 const char *tr_yloc(const tr_ysource *src, int line, int col, char *buf, size_t cap);
 

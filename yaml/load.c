@@ -392,12 +392,10 @@ int tr_config_load_string(const char *text, size_t len, const char *name,
     return rc;
 }
 
-int tr_config_load(const char *path, const char *const *overrides, int n_overrides,
-                   tr_config *out)
+int tr_yaml_read_file(const char *path, char **text_out, size_t *len_out)
 {
-    memset(out, 0, sizeof *out);
-    if (!path)
-        return tr_fail(TR_ERR_INVALID, "tr_config_load: no path");
+    *text_out = NULL;
+    *len_out = 0;
     FILE *f = fopen(path, "rb");
     if (!f)
         return tr_fail(TR_ERR_CONFIG, "%s: cannot open (%s); expected a readable YAML file", path,
@@ -430,6 +428,24 @@ int tr_config_load(const char *path, const char *const *overrides, int n_overrid
         }
     }
     fclose(f);
+    if (rc) {
+        free(text);
+        return rc;
+    }
+    *text_out = text;
+    *len_out = len;
+    return TR_OK;
+}
+
+int tr_config_load(const char *path, const char *const *overrides, int n_overrides,
+                   tr_config *out)
+{
+    memset(out, 0, sizeof *out);
+    if (!path)
+        return tr_fail(TR_ERR_INVALID, "tr_config_load: no path");
+    char *text;
+    size_t len;
+    int rc = tr_yaml_read_file(path, &text, &len);
     if (!rc)
         rc = tr_config_load_string(text, len, path, overrides, n_overrides, out);
     free(text);
