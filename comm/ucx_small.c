@@ -274,14 +274,14 @@ int ucx_setup_allreduce(ucx_op *op, const tr_comm_tuning *t)
     int in_place = op->send == op->recv;
     if (op->g->size == 1 || bytes == 0) {
         if (!in_place && bytes)
-            memcpy(op->recv, op->send, bytes);
+            memmove(op->recv, op->send, bytes);
         op->advance = done_now;
         return TR_OK;
     }
     if (use_ring(op, t) && op->count >= (size_t)op->g->size)
         return ucx_setup_ring(op, in_place ? RING_AR_IP : RING_AR_OOP, t);
     if (!in_place)
-        memcpy(op->recv, op->send, bytes);
+        memmove(op->recv, op->send, bytes);
     return ucx_setup_rd_allreduce(op, op->recv, 0);
 }
 
@@ -293,7 +293,7 @@ int ucx_setup_reduce_scatter(ucx_op *op, const tr_comm_tuning *t)
     int in_place = op->recv == op->send + off * op->es;
     if (n == 1 || bytes == 0) {
         if (!in_place && bytes)
-            memcpy(op->recv, op->send, bytes);
+            memmove(op->recv, op->send, bytes);
         op->advance = done_now;
         return TR_OK;
     }
@@ -311,7 +311,7 @@ int ucx_setup_allgather(ucx_op *op, const tr_comm_tuning *t)
     tr_comm_block(op->count, n, r, &off, &len);
     uint8_t *mine = op->recv + off * op->es;
     if (op->send != mine && len)
-        memcpy(mine, op->send, len * op->es);
+        memmove(mine, op->send, len * op->es);
     if (n == 1 || op->count == 0) {
         op->advance = done_now;
         return TR_OK;
