@@ -7,6 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <cblas.h>
+
 #include "core/core.h"
 #include "kernels/kernels.h"
 
@@ -55,6 +57,32 @@ static void bench_gemm(int ta, int tb, int M, int N, int Kd, const char *what)
     K->free(A), K->free(B), K->free(C);
 }
 
+/* Peer for the GEMM design: the same product with OpenBLAS's own threads (what the backend
+ * would do without splitting over its OpenMP team), then a GELU right after it, which shows
+ * whether OpenBLAS's spinning workers slow the OpenMP loops that follow. */
+static void bench_openblas_threads(void)
+{
+    int M = 1024, N = 2304, Kd = 768, threads = omp_get_max_threads();
+    size_t nh = (size_t)1024 * 3072;
+    float *A = buf((size_t)M * Kd), *B = buf((size_t)N * Kd), *C = buf((size_t)M * N);
+    float *h = buf(nh), *hg = buf(nh);
+    BEST("gemm (1024,2304,768) via table", 2.0 * M * N * Kd,
+         K->gemm(NULL, 0, 1, M, N, Kd, 1.0f, A, Kd, B, Kd, 0.0f, C, N));
+    BEST("  then gelu (1024x3072)", 0,
+         (K->gemm(NULL, 0, 1, M, N, Kd, 1.0f, A, Kd, B, Kd, 0.0f, C, N),
+          K->gelu_forward(NULL, hg, h, nh)));
+    openblas_set_num_threads(threads);
+    BEST("gemm (1024,2304,768) OpenBLAS-threaded", 2.0 * M * N * Kd,
+         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, M, N, Kd, 1.0f, A, Kd, B, Kd,
+                     0.0f, C, N));
+    BEST("  then gelu (1024x3072)", 0,
+         (cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, M, N, Kd, 1.0f, A, Kd, B, Kd,
+                      0.0f, C, N),
+          K->gelu_forward(NULL, hg, h, nh)));
+    openblas_set_num_threads(1);
+    K->free(A), K->free(B), K->free(C), K->free(h), K->free(hg);
+}
+
 int main(int argc, char **argv)
 {
     if (argc > 1)
@@ -66,6 +94,8 @@ int main(int argc, char **argv)
     const char *core = getenv("OPENBLAS_CORETYPE");
     printf("threads %d, OPENBLAS_CORETYPE=%s, best of %d\n", omp_get_max_threads(),
            core ? core : "(unset)", repeats);
+
+    bench_openblas_threads();
 
     /* every GEMM of one transformer layer and the head, forward and backward forms */
     bench_gemm(0, 1, N, 3 * C, C, "qkv fwd");

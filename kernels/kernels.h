@@ -121,7 +121,9 @@ typedef struct tr_kernels {
     double (*sumsq)(tr_stream s, const float *x, size_t n);
 } tr_kernels;
 
-/* The CPU backend's table. */
+/* The CPU backend's table. Its parallel loops and GEMM splits run on one OpenMP team
+ * (OMP_NUM_THREADS threads); the first call sets OpenBLAS to one thread so the two never
+ * oversubscribe the cores. Results are bit-identical run to run and for any thread count. */
 const tr_kernels *tr_kernels_cpu(void);
 
 /* The table for a backend name ("cpu", "cuda"); NULL with the error set when the backend

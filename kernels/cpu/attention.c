@@ -1,6 +1,8 @@
-/* Causal multi-head self-attention with per-(batch, head) GEMMs, (batch, head) pairs over
- * the team. Rows are taken in blocks of BLK: block [r0, r1) only needs key columns [0, r1),
- * which skips most of the work above the diagonal.
+/* Causal multi-head self-attention with per-(batch, head) GEMMs. Rows are taken in blocks of
+ * BLK: query block [r0, r1) only needs key columns [0, r1), which skips most of the work
+ * above the diagonal. The units of work, (batch, head, block), are shared over the team
+ * largest first; each writes its own part of the outputs with a fixed sequence of
+ * operations, so the schedule never changes a result.
  * Layouts: qkv (B, T, NH, 3, HS), out (B, T, NH, HS), att/datt (B, NH, T, T). */
 #include "kernels/cpu/cpu_ops.h"
 
@@ -39,26 +41,26 @@ void tr_cpu_attention_forward(tr_stream s, float *out, float *att, const float *
     (void)s;
     int C = NH * HS, C3 = 3 * C;
     float scale = 1.0f / sqrtf((float)HS);
-    int pairs = B * NH;
+    int pairs = B * NH, blocks = (T + BLK - 1) / BLK, units = pairs * blocks;
     int par = (double)pairs * T * T * HS >= (double)TR_CPU_PAR_MIN * 8;
-#pragma omp parallel for schedule(static) if (par)
-    for (int bh = 0; bh < pairs; bh++) {
+#pragma omp parallel for schedule(dynamic, 1) if (par)
+    for (int u = 0; u < units; u++) {
+        /* the last (largest) query blocks of every pair first */
+        int bh = u % pairs, r0 = (blocks - 1 - u / pairs) * BLK;
         int b = bh / NH, h = bh % NH;
         const float *q = qkv + (size_t)b * T * C3 + (size_t)h * 3 * HS;
         const float *k = q + HS, *v = q + 2 * HS;
         float *P = att + (size_t)bh * T * T;
         float *o = out + (size_t)b * T * C + (size_t)h * HS;
-        for (int r0 = 0; r0 < T; r0 += BLK) {
-            int r1 = min_int(T, r0 + BLK), rows = r1 - r0;
-            /* S[r0:r1, 0:r1] = scale Q[r0:r1] K[0:r1]^T */
-            tr_cpu_gemm_serial(0, 1, rows, r1, HS, scale, q + (size_t)r0 * C3, C3, k, C3, 0.0f,
-                               P + (size_t)r0 * T, T);
-            for (int t = r0; t < r1; t++)
-                softmax_causal_row(P + (size_t)t * T, t, T);
-            /* O[r0:r1] = P[r0:r1, 0:r1] V[0:r1] */
-            tr_cpu_gemm_serial(0, 0, rows, HS, r1, 1.0f, P + (size_t)r0 * T, T, v, C3, 0.0f,
-                               o + (size_t)r0 * C, C);
-        }
+        int r1 = min_int(T, r0 + BLK), rows = r1 - r0;
+        /* S[r0:r1, 0:r1] = scale Q[r0:r1] K[0:r1]^T */
+        tr_cpu_gemm_serial(0, 1, rows, r1, HS, scale, q + (size_t)r0 * C3, C3, k, C3, 0.0f,
+                           P + (size_t)r0 * T, T);
+        for (int t = r0; t < r1; t++)
+            softmax_causal_row(P + (size_t)t * T, t, T);
+        /* O[r0:r1] = P[r0:r1, 0:r1] V[0:r1] */
+        tr_cpu_gemm_serial(0, 0, rows, HS, r1, 1.0f, P + (size_t)r0 * T, T, v, C3, 0.0f,
+                           o + (size_t)r0 * C, C);
     }
 }
 
@@ -69,18 +71,21 @@ void tr_cpu_attention_backward(tr_stream s, float *dqkv, float *datt, const floa
     (void)s;
     int C = NH * HS, C3 = 3 * C;
     float scale = 1.0f / sqrtf((float)HS);
-    int pairs = B * NH;
+    int pairs = B * NH, blocks = (T + BLK - 1) / BLK, units = pairs * blocks;
     int par = (double)pairs * T * T * HS >= (double)TR_CPU_PAR_MIN * 8;
-#pragma omp parallel for schedule(static) if (par)
-    for (int bh = 0; bh < pairs; bh++) {
-        int b = bh / NH, h = bh % NH;
-        size_t head = (size_t)b * T * C3 + (size_t)h * 3 * HS;
-        const float *q = qkv + head, *k = q + HS, *v = q + 2 * HS;
-        float *dq = dqkv + head, *dk = dq + HS, *dv = dq + 2 * HS;
-        const float *P = att + (size_t)bh * T * T;
-        float *D = datt + (size_t)bh * T * T;
-        const float *dO = dout + (size_t)b * T * C + (size_t)h * HS;
-        for (int r0 = 0; r0 < T; r0 += BLK) {
+#pragma omp parallel if (par)
+    {
+        /* phase 1, per query block [r0, r1), largest first: dP, dS (into datt) and dQ */
+#pragma omp for schedule(dynamic, 1)
+        for (int u = 0; u < units; u++) {
+            int bh = u % pairs, r0 = (blocks - 1 - u / pairs) * BLK;
+            int b = bh / NH, h = bh % NH;
+            size_t head = (size_t)b * T * C3 + (size_t)h * 3 * HS;
+            const float *k = qkv + head + HS, *v = qkv + head + 2 * HS;
+            float *dq = dqkv + head;
+            const float *P = att + (size_t)bh * T * T;
+            float *D = datt + (size_t)bh * T * T;
+            const float *dO = dout + (size_t)b * T * C + (size_t)h * HS;
             int r1 = min_int(T, r0 + BLK), rows = r1 - r0;
             /* dP[r0:r1, 0:r1] = dO[r0:r1] V[0:r1]^T */
             tr_cpu_gemm_serial(0, 1, rows, r1, HS, 1.0f, dO + (size_t)r0 * C, C, v, C3, 0.0f,
@@ -103,9 +108,19 @@ void tr_cpu_attention_backward(tr_stream s, float *dqkv, float *datt, const floa
             tr_cpu_gemm_serial(0, 0, rows, HS, r1, scale, D + (size_t)r0 * T, T, k, C3, 0.0f,
                                dq + (size_t)r0 * C3, C3);
         }
-        /* key/value rows [j0, j1) receive from query rows [j0, T) only (same blocks as above,
-         * so every entry read below was written above) */
-        for (int j0 = 0; j0 < T; j0 += BLK) {
+        /* phase 2, per key block [j0, j1), largest (first) first: key/value rows [j0, j1)
+         * receive from query rows [j0, T) only; every dS entry read was written in phase 1
+         * (same blocks), and the barrier above orders the phases */
+#pragma omp for schedule(dynamic, 1)
+        for (int u = 0; u < units; u++) {
+            int bh = u % pairs, j0 = (u / pairs) * BLK;
+            int b = bh / NH, h = bh % NH;
+            size_t head = (size_t)b * T * C3 + (size_t)h * 3 * HS;
+            const float *q = qkv + head;
+            float *dk = dqkv + head + HS, *dv = dqkv + head + 2 * HS;
+            const float *P = att + (size_t)bh * T * T;
+            const float *D = datt + (size_t)bh * T * T;
+            const float *dO = dout + (size_t)b * T * C + (size_t)h * HS;
             int j1 = min_int(T, j0 + BLK), rows = j1 - j0, span = T - j0;
             /* dK[j0:j1] = scale dS[j0:T, j0:j1]^T Q[j0:T] */
             tr_cpu_gemm_serial(1, 0, rows, HS, span, scale, D + (size_t)j0 * T + j0, T,

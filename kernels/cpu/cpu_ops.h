@@ -34,11 +34,12 @@ static inline float tr_cpu_expf(float x)
 {
     float xc = x > 88.0f ? 88.0f : x;
     xc = xc < -87.3f ? -87.3f : xc;
-    /* round(x / ln2) by the 1.5 * 2^23 trick (exact in round-to-nearest) */
-    float kf = TR_FMA(xc, 1.44269504088896341f, 12582912.0f);
-    kf -= 12582912.0f;
-    float r = TR_FMA(kf, -0.693359375f, xc);  /* ln2 high part (exact product) */
-    r = TR_FMA(kf, 2.12194440e-4f, r);        /* ln2 low part */
+    /* k = round(x / ln2) by the 1.5 * 2^23 trick (exact in round-to-nearest): the low bits of
+     * t hold k, so 2^k is built with unsigned integer arithmetic only (defined even for NaN) */
+    float t = TR_FMA(xc, 1.44269504088896341f, 12582912.0f);
+    float kf = t - 12582912.0f;
+    float r = TR_FMA(kf, -0.693359375f, xc); /* ln2 high part (exact product) */
+    r = TR_FMA(kf, 2.12194440e-4f, r);       /* ln2 low part */
     float p = 1.9875691500e-4f;
     p = TR_FMA(p, r, 1.3981999507e-3f);
     p = TR_FMA(p, r, 8.3334519073e-3f);
@@ -46,7 +47,9 @@ static inline float tr_cpu_expf(float x)
     p = TR_FMA(p, r, 1.6666665459e-1f);
     p = TR_FMA(p, r, 5.0000001201e-1f);
     p = TR_FMA(p, r * r, r + 1.0f);
-    int32_t bits = ((int32_t)kf + 127) << 23;
+    uint32_t tbits;
+    memcpy(&tbits, &t, sizeof tbits);
+    uint32_t bits = (tbits - 0x4B400000u + 127u) << 23;
     float two_k;
     memcpy(&two_k, &bits, sizeof two_k);
     float e = p * two_k;
