@@ -8,12 +8,12 @@
 
 #include "core/core.h"
 
-static int add_range(tr_range **list, int *n, size_t offset, size_t count)
+static int add_range(tr_dp_range **list, int *n, size_t offset, size_t count)
 {
-    tr_range *r = realloc(*list, (size_t)(*n + 1) * sizeof **list);
+    tr_dp_range *r = realloc(*list, (size_t)(*n + 1) * sizeof **list);
     if (!r)
         return tr_fail(TR_ERR_NOMEM, "out of memory for gradient ranges");
-    r[*n] = (tr_range){offset, count};
+    r[*n] = (tr_dp_range){offset, count};
     *list = r;
     (*n)++;
     return TR_OK;
@@ -98,16 +98,33 @@ int tr_engine_create(const tr_config *cfg, tr_engine **out)
     size_t bytes = e->n_params * sizeof(float);
     e->params = e->k->alloc(bytes);
     e->grads = e->k->alloc(bytes);
-    e->adam_m = e->k->alloc(bytes);
-    e->adam_v = e->k->alloc(bytes);
-    if (!e->params || !e->grads || !e->adam_m || !e->adam_v) {
-        rc = tr_fail(TR_ERR_NOMEM, "out of memory for %zu parameters (%zu MiB x 4)",
+    if (!e->params || !e->grads) {
+        rc = tr_fail(TR_ERR_NOMEM, "out of memory for %zu parameters (%zu MiB x 2)",
                      e->n_params, bytes >> 20);
         goto fail;
     }
     tr_gpt_bind(e->model, e->params, e->grads);
     if ((rc = tr_gpt_init_params(e->model)) || (rc = collect_ranges(e)))
         goto fail;
+    /* data parallelism: buckets filled by the model's grad hook; the tied embedding ranges
+     * are aligned so ZeRO-1 shards of both copies hold the same elements */
+    tr_dp_config dc = tr_dp_config_from_parallel(&cfg->parallel);
+    dc.aligned = e->embed_ranges;
+    dc.n_aligned = (size_t)e->n_embed_ranges;
+    dc.kernels = e->k;
+    rc = tr_dp_create(&dc, e->D > 1 ? e->world.dp : NULL, e->grads, e->params, e->n_params, &e->dp);
+    if (rc) {
+        tr_fail_context(rc, "%s", tr_config_where(cfg, "parallel.ddp_bucket_size_mb"));
+        goto fail;
+    }
+    tr_gpt_set_grad_hook(e->model, tr_dp_grad_ready, e->dp);
+    size_t shard = tr_dp_shard_numel(e->dp);
+    e->adam_m = e->k->alloc(shard * sizeof(float));
+    e->adam_v = e->k->alloc(shard * sizeof(float));
+    if (!e->adam_m || !e->adam_v) {
+        rc = tr_fail(TR_ERR_NOMEM, "out of memory for Adam moments of %zu parameters", shard);
+        goto fail;
+    }
     e->n_slots = tr_pp_peak_activations(&e->schedule) + 1;
     if (e->n_slots > e->M)
         e->n_slots = e->M;
@@ -142,6 +159,7 @@ void tr_engine_free(tr_engine *e)
     tr_free(e->slots);
     tr_free(e->slot_busy);
     tr_free(e->slot_of_mb);
+    tr_dp_free(e->dp);
     tr_gpt_free(e->model);
     if (e->k) {
         e->k->free(e->params);

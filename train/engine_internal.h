@@ -4,13 +4,10 @@
 #define TR_ENGINE_INTERNAL_H
 
 #include "data/data.h"
+#include "dp/dp.h"
 #include "pp/runner.h"
 #include "train/train.h"
 #include "train/world.h"
-
-typedef struct {
-    size_t offset, count;
-} tr_range;
 
 struct tr_engine {
     const tr_config *cfg;
@@ -22,7 +19,9 @@ struct tr_engine {
     tr_pp_schedule schedule;    /* this stage's op list for one iteration */
     tr_gpt *model;
     size_t n_params;
-    float *params, *grads, *adam_m, *adam_v;
+    float *params, *grads;      /* flat, n_params each */
+    float *adam_m, *adam_v;     /* this rank's optimizer shard (ZeRO-1) or all of it */
+    tr_dp *dp;                  /* gradient buckets, reduction, norm, shards */
     int mb, T, M;               /* micro-batch size, sequence, micro-batches per iteration */
     float loss_scale;           /* d(rank-local mean loss)/d(token loss) */
     /* activation slots: at most the schedule's in-flight micro-batches (+1 for a receive) */
@@ -35,7 +34,7 @@ struct tr_engine {
     int split;                  /* the data split being run (train or validation) */
     uint64_t first_sample;      /* this rank's first sample of the current global batch */
     /* gradient bookkeeping (ranges of the flat buffers) */
-    tr_range *tp_ranges, *embed_ranges, *norm_ranges;
+    tr_dp_range *tp_ranges, *embed_ranges, *norm_ranges;
     int n_tp_ranges, n_embed_ranges, n_norm_ranges;
     tr_pp_trace trace;
     int tracing;

@@ -154,6 +154,18 @@ static int dump_gradients(tr_engine *e, const char *dir)
     tr_json_int(&j, "tp_rank", s->tp_rank);
     tr_json_int(&j, "tp_size", s->tp_size);
     tr_json_int(&j, "stage", e->stage);
+    tr_json_int(&j, "dp_rank", e->dp_rank);
+    /* with ZeRO-1 only this rank's shard of the gradient is reduced */
+    size_t n_owned = 0;
+    const tr_dp_shard_range *owned = tr_dp_shard_ranges(e->dp, &n_owned);
+    tr_json_array_begin(&j, "owned");
+    for (size_t i = 0; i < n_owned; i++) {
+        tr_json_array_begin(&j, NULL);
+        tr_json_int(&j, NULL, (long long)owned[i].offset);
+        tr_json_int(&j, NULL, (long long)owned[i].count);
+        tr_json_array_end(&j);
+    }
+    tr_json_array_end(&j);
     tr_json_array_begin(&j, "tensors");
     for (int i = 0; i < tr_gpt_num_tensors(e->model); i++) {
         tr_param_tensor *t = tr_gpt_tensor(e->model, i);
@@ -325,7 +337,7 @@ int tr_train_run(const tr_config *cfg, const tr_train_options *opts)
         tr_step_stats s = {0};
         double start = tr_now();
         rc = tr_engine_forward_backward(e, it, &s.loss);
-        if (!rc && it == 1 && opts->dump_grads_dir && e->dp_rank == 0)
+        if (!rc && it == 1 && opts->dump_grads_dir)
             rc = dump_gradients(e, opts->dump_grads_dir);
         if (!rc)
             rc = tr_engine_optimizer_step(e, it, &s);

@@ -111,29 +111,15 @@ static int train_backward(void *ctx, int mb, int chunk, int is_last_backward,
 
 /* ---- gradient reduction and finalisation ---- */
 
-static int allreduce_ranges(tr_engine *e, tr_comm *comm, const tr_range *r, int n)
-{
-    for (int i = 0; i < n; i++) {
-        int rc = tr_comm_allreduce(comm, e->grads + r[i].offset, e->grads + r[i].offset,
-                                   r[i].count, TR_COMM_F32, TR_COMM_SUM);
-        if (rc)
-            return rc;
-    }
-    return TR_OK;
-}
-
+/* After the schedule: the data-parallel buckets (most already reduced during backward),
+ * then the TP (sequence parallel) and tied-embedding all-reduces, in dp/'s one place. */
 static int reduce_gradients(tr_engine *e)
 {
-    int rc = TR_OK;
-    if (e->D > 1) {
-        rc = tr_comm_allreduce(e->world.dp, e->grads, e->grads, e->n_params, TR_COMM_F32, TR_COMM_SUM);
-        if (!rc) /* the average over data-parallel replicas: the one place grads are scaled */
-            e->k->scale(NULL, e->grads, 1.0f / (float)e->D, e->n_params);
-    }
-    if (!rc && e->n_tp_ranges)
-        rc = allreduce_ranges(e, e->world.tp, e->tp_ranges, e->n_tp_ranges);
-    if (!rc && e->n_embed_ranges)
-        rc = allreduce_ranges(e, e->world.embed, e->embed_ranges, e->n_embed_ranges);
+    int rc = tr_dp_finish(e->dp);
+    if (!rc)
+        rc = tr_dp_finalize_grads(e->dp, e->n_tp_ranges ? e->world.tp : NULL, e->tp_ranges,
+                                  (size_t)e->n_tp_ranges, e->n_embed_ranges ? e->world.embed : NULL,
+                                  e->embed_ranges, (size_t)e->n_embed_ranges);
     return rc;
 }
 
@@ -167,7 +153,9 @@ int tr_engine_forward_backward(tr_engine *e, int iteration, double *loss_out)
     };
     if (e->tracing)
         tr_pp_trace_clear(&e->trace);
-    int rc = tr_pp_run(&e->schedule, e->world.pp, &ops, e->tracing ? &e->trace : NULL);
+    int rc = tr_dp_start(e->dp, e->M);
+    if (!rc)
+        rc = tr_pp_run(&e->schedule, e->world.pp, &ops, e->tracing ? &e->trace : NULL);
     if (!rc)
         rc = reduce_gradients(e);
     if (!rc)
@@ -175,37 +163,52 @@ int tr_engine_forward_backward(tr_engine *e, int iteration, double *loss_out)
     return rc;
 }
 
+typedef struct {
+    tr_engine *e;
+    const tr_param_tensor *t;
+    float lr, grad_scale;
+    int step;
+} adamw_ctx;
+
+/* AdamW on one piece of a tensor that this rank owns (its ZeRO-1 shard, or all of it). */
+static void adamw_piece(void *ctx, size_t offset, size_t count, size_t shard_offset)
+{
+    adamw_ctx *c = ctx;
+    const tr_training_config *t = &c->e->cfg->training;
+    c->e->k->adamw(NULL, c->e->params + offset, c->e->grads + offset, c->e->adam_m + shard_offset,
+                   c->e->adam_v + shard_offset, count, c->lr, (float)t->adam_beta1,
+                   (float)t->adam_beta2, (float)t->adam_eps,
+                   c->t->weight_decay ? (float)t->weight_decay : 0.0f, c->grad_scale, c->step);
+}
+
 int tr_engine_optimizer_step(tr_engine *e, int iteration, tr_step_stats *stats)
 {
     const tr_training_config *t = &e->cfg->training;
-    double sumsq = 0;
-    for (int i = 0; i < e->n_norm_ranges; i++)
-        sumsq += e->k->sumsq(NULL, e->grads + e->norm_ranges[i].offset, e->norm_ranges[i].count);
-    /* every parameter counted once over the model-parallel group; data-parallel replicas
-     * hold identical gradients after the reduction */
-    int rc = tr_comm_allreduce(e->world.mp, &sumsq, &sumsq, 1, TR_COMM_F64, TR_COMM_SUM);
+    /* each parameter counted once: over the model-parallel group, or over the world when
+     * ZeRO-1 spreads the gradient over data-parallel ranks */
+    double norm = 0;
+    int rc = tr_dp_grad_norm(e->dp, e->norm_ranges, (size_t)e->n_norm_ranges,
+                             tr_dp_sharded(e->dp) ? e->world.world : e->world.mp, &norm);
     if (rc)
         return rc;
-    double norm = sqrt(sumsq);
     if (!isfinite(norm))
         return tr_fail(TR_ERR_INVALID, "iteration %d: the gradient norm is %g (training diverged)",
                        iteration, norm);
-    float grad_scale = 1.0f;
-    if (t->clip_grad > 0 && norm > t->clip_grad)
-        grad_scale = (float)(t->clip_grad / (norm + 1e-6));
-    double lr = tr_lr_at(t, iteration);
+    adamw_ctx c = {.e = e, .lr = (float)tr_lr_at(t, iteration),
+                   .grad_scale = tr_dp_clip_factor(norm, t->clip_grad), .step = iteration};
     int n = tr_gpt_num_tensors(e->model);
-    for (int i = 0; i < n; i++) {
-        tr_param_tensor *p = tr_gpt_tensor(e->model, i);
-        size_t off = p->offset;
-        e->k->adamw(NULL, p->param, p->grad, e->adam_m + off, e->adam_v + off, p->numel, (float)lr,
-                    (float)t->adam_beta1, (float)t->adam_beta2, (float)t->adam_eps,
-                    p->weight_decay ? (float)t->weight_decay : 0.0f, grad_scale, iteration);
+    for (int i = 0; i < n && !rc; i++) {
+        c.t = tr_gpt_tensor(e->model, i);
+        rc = tr_dp_shard_foreach(e->dp, c.t->offset, c.t->numel, adamw_piece, &c);
     }
+    if (!rc)
+        rc = tr_dp_gather_params_start(e->dp);
+    if (!rc)
+        rc = tr_dp_gather_params_wait(e->dp);
     stats->iteration = iteration;
-    stats->lr = lr;
+    stats->lr = tr_lr_at(t, iteration);
     stats->grad_norm = norm;
-    return TR_OK;
+    return rc;
 }
 
 /* ---- evaluation: forward only, micro-batches passed down the pipeline in order ---- */
@@ -220,6 +223,7 @@ int tr_engine_evaluate(tr_engine *e, double *val_loss)
     double sum = 0;
     int rc = TR_OK;
     e->split = TR_SPLIT_VALID;
+    tr_gpt_set_grad_hook(e->model, NULL, NULL); /* forward only: nothing reaches dp/ */
     for (int it = 0; it < t->eval_iters && !rc; it++) {
         e->first_sample = (uint64_t)it * t->global_batch_size +
                           (uint64_t)e->dp_rank * (uint64_t)(t->global_batch_size / e->D);
@@ -240,6 +244,7 @@ int tr_engine_evaluate(tr_engine *e, double *val_loss)
         }
         sum += e->loss_sum / e->M;
     }
+    tr_gpt_set_grad_hook(e->model, tr_dp_grad_ready, e->dp);
     if (rc)
         return rc;
     return global_loss(e, sum / t->eval_iters, val_loss);

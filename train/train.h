@@ -42,9 +42,9 @@ typedef struct {
 typedef struct {
     const char *run_dir; /* NULL: no files written */
     int quiet;           /* no per-iteration lines on stdout */
-    const char *dump_grads_dir; /* non-NULL: after iteration 1's reduction, every rank of
-                                 * data-parallel rank 0 writes its gradient shards there
-                                 * (grads.rankR.bin + .json) for layout-equivalence tests */
+    const char *dump_grads_dir; /* non-NULL: after iteration 1's reduction every rank writes
+                                 * its gradient there (grads.rankR.bin + .json: tensor shard
+                                 * layout and the ZeRO-1 range it owns), for layout tests */
 } tr_train_options;
 
 int tr_engine_create(const tr_config *cfg, tr_engine **out);
