@@ -3,7 +3,7 @@
  * Contract:
  *  - Architecture: learned positions, pre-LN blocks (LN -> causal self-attention -> residual,
  *    LN -> MLP 4h with tanh-GELU -> residual), final LN, LM head tied to the token embedding,
- *    vocabulary padded up to a multiple of make_vocab_size_divisible_by.
+ *    vocabulary padded up to a multiple of make_vocab_size_divisible_by x tp_size.
  *  - A stage holds layers [layer_first, layer_first + layer_count); the first stage also holds
  *    the embeddings (wte, wpe) and takes token ids; the last stage holds the final LN and the
  *    head (its own copy of wte when it is not also the first stage) and produces the loss;
@@ -38,7 +38,9 @@
  *    ((B*T) % T == 0); all-reduces become all-gather before the column-parallel layers and
  *    reduce-scatter after the row-parallel ones. Stage input/output are those rows
  *    (tr_gpt_hidden_numel). Gradients of LN weights/biases and row-parallel biases are then
- *    partial per rank (tp_grad_allreduce = 1): the caller all-reduces them over TP. */
+ *    partial per rank (tp_grad_allreduce = 1): the caller all-reduces them over TP. wpe's
+ *    gradient is reduced from the all-gathered rows the word embedding needs anyway, so it
+ *    is whole on every rank and not marked. */
 #ifndef TR_GPT_H
 #define TR_GPT_H
 

@@ -167,6 +167,69 @@ static void test_finite_difference(void **state)
     stage_free(&st);
 }
 
+/* The grad-ready hook tiles the gradient buffer front to back, once per micro-batch; the
+ * last stage reports its head inside forward. */
+static size_t hook_next;
+static int hook_calls;
+static void hook(void *ctx, size_t offset, size_t count)
+{
+    (void)ctx;
+    assert_int_equal(offset, hook_next);
+    hook_next = offset + count;
+    hook_calls++;
+}
+
+static void test_grad_hook(void **state)
+{
+    (void)state;
+    int32_t tokens[10], targets[10];
+    make_batch(2, 5, 11, tokens, targets);
+    stage whole, s0, s1;
+    stage_make(&whole, 0, 3, 2);
+    stage_make(&s0, 0, 1, 2);
+    stage_make(&s1, 1, 2, 2);
+    float loss;
+    for (int mb = 0; mb < 2; mb++) {
+        hook_next = 0;
+        hook_calls = 0;
+        tr_gpt_set_grad_hook(whole.g, hook, NULL);
+        assert_int_equal(tr_gpt_forward(whole.g, whole.a, tokens, NULL, targets, 0.1f, &loss), 0);
+        assert_int_equal(hook_calls, 1); /* the final LN, inside forward */
+        assert_int_equal(tr_gpt_backward(whole.g, whole.a, NULL), 0);
+        assert_int_equal(hook_calls, 1 + 3 + 1);
+        assert_int_equal(hook_next, tr_gpt_num_params(whole.g));
+    }
+    /* an evaluation forward reports nothing; a removed hook is not called */
+    hook_calls = 0;
+    assert_int_equal(tr_gpt_forward(whole.g, whole.a, tokens, NULL, targets, 0.0f, &loss), 0);
+    assert_int_equal(hook_calls, 0);
+    tr_gpt_set_grad_hook(whole.g, NULL, NULL);
+    assert_int_equal(tr_gpt_forward(whole.g, whole.a, tokens, NULL, targets, 0.1f, &loss), 0);
+    assert_int_equal(tr_gpt_backward(whole.g, whole.a, NULL), 0);
+    assert_int_equal(hook_calls, 0);
+    /* two stages, the pipeline's buffers: the head's own wte copy comes with the final LN */
+    hook_next = 0;
+    tr_gpt_set_grad_hook(s1.g, hook, NULL);
+    assert_int_equal(tr_gpt_forward(s0.g, s0.a, tokens, NULL, NULL, 0.1f, NULL), 0);
+    assert_int_equal(tr_gpt_hidden_numel(s0.g, 2), (size_t)2 * 5 * 8);
+    float *in = tr_gpt_acts_input_buffer(s1.a);
+    memcpy(in, tr_gpt_acts_output(s0.a), tr_gpt_hidden_numel(s0.g, 2) * sizeof(float));
+    assert_int_equal(tr_gpt_forward(s1.g, s1.a, NULL, in, targets, 0.1f, &loss), 0);
+    assert_int_equal(hook_next, tr_gpt_tensor(s1.g, tr_gpt_num_tensors(s1.g) - 3)->offset +
+                                    tr_gpt_tensor(s1.g, tr_gpt_num_tensors(s1.g) - 3)->numel);
+    assert_int_equal(tr_gpt_backward(s1.g, s1.a, NULL), 0);
+    assert_int_equal(hook_next, tr_gpt_num_params(s1.g));
+    float *dout = tr_gpt_acts_output_grad_buffer(s0.a);
+    memcpy(dout, tr_gpt_acts_input_grad(s1.a), tr_gpt_hidden_numel(s0.g, 2) * sizeof(float));
+    hook_next = 0;
+    tr_gpt_set_grad_hook(s0.g, hook, NULL);
+    assert_int_equal(tr_gpt_backward(s0.g, s0.a, dout), 0);
+    assert_int_equal(hook_next, tr_gpt_num_params(s0.g));
+    stage_free(&whole);
+    stage_free(&s0);
+    stage_free(&s1);
+}
+
 static void test_bad_tokens_rejected(void **state)
 {
     (void)state;
@@ -190,6 +253,7 @@ int main(void)
         cmocka_unit_test(test_layout_reverse_grads),
         cmocka_unit_test(test_stages_compose),
         cmocka_unit_test(test_finite_difference),
+        cmocka_unit_test(test_grad_hook),
         cmocka_unit_test(test_bad_tokens_rejected),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
