@@ -379,7 +379,11 @@ int ucx_submit(ucx_op *op)
         ucx_op_free(op);
         return rc;
     }
-    op->seq = g->next_seq++;
+    /* Only collectives take a sequence number: every member issues the same collectives in
+     * the same order, but not the same point-to-point operations (a middle pipeline stage
+     * sends and receives twice as often as the ends), whose tags carry the user tag. */
+    if (op->kind != TR_COMM_OP_SEND && op->kind != TR_COMM_OP_RECV)
+        op->seq = g->next_seq++;
     int r = op->advance(op);
     if (r != 0) {
         op->done = 1;

@@ -144,6 +144,9 @@ if group in ("pp", "all"):
                 cases.append((f"pp{p}-m{m}-{kind}", p, 1, p, f"training.micro_batch_size={8 // m}",
                               f"parallel.pipeline_schedule={kind}"))
     cases.append(("pp4-uneven", 4, 1, 4, "parallel.pipeline_layers=[1,3,3,1]"))
+    # traced: the bubble is measured with a collective on the pipeline group after its
+    # uneven point-to-point traffic (middle stages send twice as much as the ends)
+    cases.append(("pp4-traced", 4, 1, 4, "training.micro_batch_size=2", "logging.trace=true"))
 if group in ("dp", "all"):
     for d in ([2] if quick else [2, 4]):
         for m in ([1] if quick else sorted({1, 8 // (2 * d)})):  # micro-batches of >= 1 sample
