@@ -66,6 +66,8 @@ typedef struct {
     /* tensor parallelism */
     int tp_size, tp_rank;  /* T and this rank's t (1, 0 without TP) */
     int sequence_parallel; /* 1 only when tp_size > 1 */
+    int recompute;         /* training.recompute full: a micro-batch keeps only each layer's
+                            * input; backward recomputes the layer's forward first */
 } tr_gpt_shape;
 
 typedef struct {

@@ -17,12 +17,53 @@ static float *take(float **cursor, size_t count)
     return p;
 }
 
+/* Floats of one layer's activations (everything of tr_layer_acts). */
+static size_t layer_acts_floats(const tr_gpt *g, int B)
+{
+    int first, Nl_;
+    gpt_rows(g, B, &first, &Nl_);
+    size_t N = (size_t)B * g->s.T, Nl = (size_t)Nl_, C = g->s.C, Cl = g->Cl;
+    size_t att = (size_t)B * g->NHl * g->s.T * g->s.T;
+    size_t sizes[] = {N * C,  Nl,     Nl, N * 3 * Cl, N * Cl,     att,        Nl * C,
+                      N * C,  Nl,     Nl, N * 4 * Cl, N * 4 * Cl, Nl * C};
+    size_t total = 0;
+    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++)
+        total += padded(sizes[i]);
+    return total;
+}
+
+/* Carve one layer's activations (all of them, or with only_output just residual3). */
+static void layer_acts_carve(const tr_gpt *g, int B, tr_layer_acts *L, float **c, int only_output)
+{
+    int first, Nl_;
+    gpt_rows(g, B, &first, &Nl_);
+    size_t N = (size_t)B * g->s.T, Nl = (size_t)Nl_, C = g->s.C, Cl = g->Cl;
+    size_t att = (size_t)B * g->NHl * g->s.T * g->s.T;
+    memset(L, 0, sizeof *L);
+    if (!only_output) {
+        L->ln1 = take(c, N * C);
+        L->ln1_mean = take(c, Nl);
+        L->ln1_rstd = take(c, Nl);
+        L->qkv = take(c, N * 3 * Cl);
+        L->atty = take(c, N * Cl);
+        L->att = take(c, att);
+        L->residual2 = take(c, Nl * C);
+        L->ln2 = take(c, N * C);
+        L->ln2_mean = take(c, Nl);
+        L->ln2_rstd = take(c, Nl);
+        L->fch = take(c, N * 4 * Cl);
+        L->fch_gelu = take(c, N * 4 * Cl);
+    }
+    L->residual3 = take(c, Nl * C);
+}
+
 int tr_gpt_scratch_ensure(tr_gpt *g, int B)
 {
     tr_gpt_scratch *sc = &g->scratch;
     if (sc->memory && sc->B >= B)
         return TR_OK;
     g->k->free(sc->memory);
+    g->k->free(sc->layer_memory);
     tr_free(g->losses_host);
     memset(sc, 0, sizeof *sc);
     const tr_gpt_shape *s = &g->s;
@@ -56,6 +97,13 @@ int tr_gpt_scratch_ensure(tr_gpt *g, int B)
     sc->datt = take(&c, att);
     sc->dfch = take(&c, N * 4 * Cl);
     sc->dfch_gelu = take(&c, N * 4 * Cl);
+    if (s->recompute) {
+        sc->layer_memory = g->k->alloc(layer_acts_floats(g, B) * sizeof(float));
+        if (!sc->layer_memory)
+            return tr_fail(TR_ERR_NOMEM, "out of memory for the recompute buffer");
+        float *lc = sc->layer_memory;
+        layer_acts_carve(g, B, &sc->layer, &lc, 0);
+    }
     sc->B = B;
     return TR_OK;
 }
@@ -83,13 +131,9 @@ int tr_gpt_acts_create(tr_gpt *g, int B, tr_gpt_acts **out)
     }
     int first, Nl_;
     gpt_rows(g, B, &first, &Nl_);
-    size_t N = (size_t)B * s->T, Nl = (size_t)Nl_, C = s->C, Cl = g->Cl;
-    size_t att = (size_t)B * g->NHl * s->T * s->T;
-    size_t sizes[] = {N * C,  Nl,     Nl, N * 3 * Cl, N * Cl,     att,        Nl * C,
-                      N * C,  Nl,     Nl, N * 4 * Cl, N * 4 * Cl, Nl * C};
-    size_t per_layer = 0;
-    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++)
-        per_layer += padded(sizes[i]);
+    size_t N = (size_t)B * s->T, Nl = (size_t)Nl_, C = s->C;
+    /* with recompute a micro-batch keeps only each layer's output (the next one's input) */
+    size_t per_layer = s->recompute ? padded(Nl * C) : layer_acts_floats(g, B);
     size_t total = padded(N) + 2 * padded(Nl * C) + per_layer * (size_t)s->layer_count;
     a->memory = g->k->alloc(total * sizeof(float));
     if (!a->memory) {
@@ -102,22 +146,8 @@ int tr_gpt_acts_create(tr_gpt *g, int B, tr_gpt_acts **out)
     a->tokens = (int32_t *)take(&c, N);
     a->stage_in = take(&c, Nl * C);
     a->dres = take(&c, Nl * C);
-    for (int l = 0; l < s->layer_count; l++) {
-        tr_layer_acts *L = &a->layers[l];
-        L->ln1 = take(&c, N * C);
-        L->ln1_mean = take(&c, Nl);
-        L->ln1_rstd = take(&c, Nl);
-        L->qkv = take(&c, N * 3 * Cl);
-        L->atty = take(&c, N * Cl);
-        L->att = take(&c, att);
-        L->residual2 = take(&c, Nl * C);
-        L->ln2 = take(&c, N * C);
-        L->ln2_mean = take(&c, Nl);
-        L->ln2_rstd = take(&c, Nl);
-        L->fch = take(&c, N * 4 * Cl);
-        L->fch_gelu = take(&c, N * 4 * Cl);
-        L->residual3 = take(&c, Nl * C);
-    }
+    for (int l = 0; l < s->layer_count; l++)
+        layer_acts_carve(g, B, &a->layers[l], &c, s->recompute);
     *out = a;
     return TR_OK;
 }

@@ -62,7 +62,10 @@ int tr_gpt_backward(tr_gpt *g, tr_gpt_acts *a, const float *dhidden_out)
         k->copy(NULL, dres, dhidden_out, (size_t)Nl * C * sizeof(float));
     for (int l = s->layer_count - 1; l >= 0; l--) {
         const float *x = l == 0 ? a->stage_in : a->layers[l - 1].residual3;
-        rc = layer_backward(g, l, &a->layers[l], x, dres, B);
+        tr_layer_acts L = layer_acts_for(g, a, l);
+        if (s->recompute && (rc = tr_gpt_layer_forward(g, l, &L, x, B)))
+            return rc; /* rebuild the layer's activations from its stored input */
+        rc = layer_backward(g, l, &L, x, dres, B);
         if (rc)
             return rc;
         grad_ready(g, g->layer_ranges[l]);

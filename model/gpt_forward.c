@@ -6,7 +6,7 @@
 #include "core/core.h"
 
 /* One transformer layer: x (Nl, C) -> L->residual3 (Nl, C). */
-static int layer_forward(tr_gpt *g, int l, tr_layer_acts *L, const float *x, int B)
+int tr_gpt_layer_forward(tr_gpt *g, int l, tr_layer_acts *L, const float *x, int B)
 {
     const tr_kernels *k = g->k;
     const tr_tp *tp = &g->tp;
@@ -141,7 +141,8 @@ int tr_gpt_forward(tr_gpt *g, tr_gpt_acts *a, const int32_t *tokens, const float
     }
     const float *x = a->stage_in;
     for (int l = 0; l < s->layer_count; l++) {
-        rc = layer_forward(g, l, &a->layers[l], x, B);
+        tr_layer_acts L = layer_acts_for(g, a, l);
+        rc = tr_gpt_layer_forward(g, l, &L, x, B);
         if (rc)
             return rc;
         x = a->layers[l].residual3;

@@ -55,6 +55,8 @@ typedef struct {
     float *datty;                 /* (N, Cl) */
     float *datt;                  /* (B, NHl, T, T) */
     float *dfch, *dfch_gelu;      /* (N, 4Cl) */
+    float *layer_memory;          /* recompute: one layer's full activations, rebuilt in */
+    tr_layer_acts layer;          /* backward from the layer's stored input */
 } tr_gpt_scratch;
 
 /* A contiguous range of the flat gradient buffer. */
@@ -105,5 +107,18 @@ static inline void gpt_rows(const tr_gpt *g, int B, int *first, int *count)
 }
 
 int tr_gpt_scratch_ensure(tr_gpt *g, int B);
+/* One transformer layer: x (Nl, C) -> L->residual3 (Nl, C), keeping L's activations. */
+int tr_gpt_layer_forward(tr_gpt *g, int l, tr_layer_acts *L, const float *x, int B);
+
+/* The activations layer_forward writes for layer l: the micro-batch's own, or with
+ * recompute the shared scratch set with the micro-batch's stored output (its next input). */
+static inline tr_layer_acts layer_acts_for(const tr_gpt *g, const tr_gpt_acts *a, int l)
+{
+    if (!g->s.recompute)
+        return a->layers[l];
+    tr_layer_acts L = g->scratch.layer;
+    L.residual3 = a->layers[l].residual3;
+    return L;
+}
 
 #endif

@@ -137,6 +137,7 @@ if group in ("tp", "all"):
     for t in ([2] if quick else [2, 4]):
         cases.append((f"tp{t}", t, t, 1))
         cases.append((f"tp{t}-sp", t, t, 1, "parallel.sequence_parallel=true"))
+    cases.append(("tp2-sp-recompute", 2, 2, 1, "parallel.sequence_parallel=true", "training.recompute=full"))
 if group in ("pp", "all"):
     for p in ([2] if quick else [2, 4]):
         for m in ([4] if quick else [1, 4, 8]):
@@ -144,6 +145,10 @@ if group in ("pp", "all"):
                 cases.append((f"pp{p}-m{m}-{kind}", p, 1, p, f"training.micro_batch_size={8 // m}",
                               f"parallel.pipeline_schedule={kind}"))
     cases.append(("pp4-uneven", 4, 1, 4, "parallel.pipeline_layers=[1,3,3,1]"))
+    cases.append(("recompute", 1, 1, 1, "training.recompute=full"))
+    cases.append(("pp4-m8-recompute", 4, 1, 4, "training.micro_batch_size=1", "training.recompute=full"))
+    cases.append(("pp2-uneven-recompute", 2, 1, 2, "parallel.pipeline_layers=[3,5]",
+                  "parallel.pipeline_schedule=gpipe", "training.recompute=full"))
     # traced: the bubble is measured with a collective on the pipeline group after its
     # uneven point-to-point traffic (middle stages send twice as much as the ends)
     cases.append(("pp4-traced", 4, 1, 4, "training.micro_batch_size=2", "logging.trace=true"))
