@@ -80,15 +80,17 @@ static int node_text(const tr_ydoc *d, const tr_ysource *src, int idx, char **ou
     return fail_node(src, n, "found a mapping;", "allowed: a scalar or a flat list");
 }
 
-static int parse_int(const tr_ydoc *d, const tr_ysource *src, int idx, int lo, int hi, int *out)
+static int parse_int(const tr_ydoc *d, const tr_ysource *src, int idx, const char *what, int lo,
+                     int hi, int *out)
 {
     const tr_ynode *n = &d->nodes[idx];
     char *end = NULL;
     long v = n->kind == TR_YSCALAR ? strtol(n->text, &end, 10) : 0;
     if (n->kind != TR_YSCALAR || !end || *end || end == n->text || v < lo || v > hi) {
-        char allowed[64];
+        char found[96], allowed[64];
+        snprintf(found, sizeof found, "found a bad value for %s;", what);
         snprintf(allowed, sizeof allowed, "allowed: an integer from %d to %d", lo, hi);
-        return fail_node(src, n, "found a bad value;", allowed);
+        return fail_node(src, n, found, allowed);
     }
     *out = (int)v;
     return TR_OK;
@@ -208,11 +210,11 @@ static int parse_spec(tr_grid_spec *g, const tr_ydoc *d, const tr_ysource *src, 
             for (int r = val->first; r >= 0 && !rc; r = d->nodes[d->nodes[r].next].next) {
                 const tr_ynode *rk = &d->nodes[r];
                 if (!strcmp(rk->text, "world_size"))
-                    rc = parse_int(d, src, rk->next, 1, 4096, &g->world_size);
+                    rc = parse_int(d, src, rk->next, "run.world_size", 1, 4096, &g->world_size);
                 else if (!strcmp(rk->text, "iterations"))
-                    rc = parse_int(d, src, rk->next, 1, 1000000, &g->iterations);
+                    rc = parse_int(d, src, rk->next, "run.iterations", 1, 1000000, &g->iterations);
                 else if (!strcmp(rk->text, "warmup_iterations"))
-                    rc = parse_int(d, src, rk->next, 0, 1000000, &g->warmup_iterations);
+                    rc = parse_int(d, src, rk->next, "run.warmup_iterations", 0, 1000000, &g->warmup_iterations);
                 else
                     rc = fail_node(src, rk, "found an unknown run setting;",
                                    "allowed: world_size, iterations, warmup_iterations");
