@@ -114,12 +114,46 @@ static void xml_text(FILE *f, const char *s)
     }
 }
 
+/* A short name for an axis in chart labels: Megatron's long keys get their usual
+ * abbreviations, others their last component. */
+static const char *short_key(const char *key)
+{
+    static const struct {
+        const char *key, *name;
+    } names[] = {{"parallel.tensor_model_parallel_size", "tp"},
+                 {"parallel.pipeline_model_parallel_size", "pp"},
+                 {"training.micro_batch_size", "mb"},
+                 {"training.global_batch_size", "gb"},
+                 {"parallel.sequence_parallel", "sp"},
+                 {"parallel.use_distributed_optimizer", "zero1"},
+                 {"parallel.pipeline_schedule", "schedule"},
+                 {"training.recompute", "recompute"}};
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+        if (!strcmp(key, names[i].key))
+            return names[i].name;
+    const char *dot = strrchr(key, '.');
+    return dot ? dot + 1 : key;
+}
+
+/* Length of point i's chart label ("tp=2 pp=1 mb=4"). */
+static size_t label_length(const tr_grid_spec *g, size_t i)
+{
+    size_t len = 0;
+    for (int a = 0; a < g->n_axes; a++)
+        len += strlen(short_key(g->axes[a].key)) + 1 + strlen(axis_value(g, i, a)) + 1;
+    return len;
+}
+
 /* Horizontal bars: one row per point (label = its swept values), length = tokens/s; skipped
  * and failed points are listed with their status instead of a bar. */
 int tr_sweep_write_svg(FILE *f, const tr_grid_spec *g, const tr_sweep_point *p, size_t n,
                        const char *title)
 {
-    const int label_w = 330, plot_w = 520, row_h = 18, top = 60, left = label_w + 20;
+    size_t longest = 10;
+    for (size_t i = 0; i < n; i++)
+        if (label_length(g, i) > longest)
+            longest = label_length(g, i);
+    const int label_w = (int)(7 * longest), plot_w = 520, row_h = 18, top = 60, left = label_w + 20;
     double max_tps = 0;
     for (size_t i = 0; i < n; i++)
         if (p[i].status == TR_POINT_OK && p[i].tokens_per_s > max_tps)
@@ -129,7 +163,12 @@ int tr_sweep_write_svg(FILE *f, const tr_grid_spec *g, const tr_sweep_point *p, 
     double axis_max = step;
     while (axis_max < max_tps)
         axis_max += step;
+    size_t ylabel = 16;
+    for (int a = 0; a < g->n_axes; a++)
+        ylabel += strlen(short_key(g->axes[a].key)) + strlen(g->axes[a].key) + 5;
     int height = top + (int)n * row_h + 70, width = left + plot_w + 40;
+    if ((int)(7 * ylabel) + 24 > width)
+        width = (int)(7 * ylabel) + 24;
     fprintf(f, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" "
                "font-family=\"sans-serif\" font-size=\"12\">\n", width, height);
     fprintf(f, "<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n");
@@ -139,6 +178,8 @@ int tr_sweep_write_svg(FILE *f, const tr_grid_spec *g, const tr_sweep_point *p, 
     /* y axis label and x axis with ticks */
     fprintf(f, "<text x=\"12\" y=\"%d\" font-weight=\"bold\">layout point (", top - 10);
     for (int a = 0; a < g->n_axes; a++) {
+        xml_text(f, short_key(g->axes[a].key));
+        fputs(" = ", f);
         xml_text(f, g->axes[a].key);
         if (a + 1 < g->n_axes)
             fputs(", ", f);
@@ -161,8 +202,7 @@ int tr_sweep_write_svg(FILE *f, const tr_grid_spec *g, const tr_sweep_point *p, 
         int y = top + (int)i * row_h;
         fprintf(f, "<text x=\"%d\" y=\"%d\" text-anchor=\"end\">", left - 6, y + 13);
         for (int a = 0; a < g->n_axes; a++) {
-            const char *key = strrchr(g->axes[a].key, '.');
-            xml_text(f, key ? key + 1 : g->axes[a].key);
+            xml_text(f, short_key(g->axes[a].key));
             fputc('=', f);
             xml_text(f, axis_value(g, i, a));
             if (a + 1 < g->n_axes)
