@@ -5,6 +5,10 @@
 
 #include <string.h>
 
+#ifdef TR_HAVE_CUDA
+#include "kernels/cuda/cuda.h"
+#endif
+
 const tr_kernels *tr_kernels_get(const char *name)
 {
     if (!name) {
@@ -13,9 +17,13 @@ const tr_kernels *tr_kernels_get(const char *name)
     }
     if (strcmp(name, "cpu") == 0)
         return tr_kernels_cpu();
-    if (strcmp(name, "cuda") == 0) {
+    if (strcmp(name, "cuda") == 0 || strcmp(name, "cuda-fp32") == 0) {
+#ifdef TR_HAVE_CUDA /* NULL with "no CUDA device: ..." where no GPU is usable */
+        return tr_kernels_cuda(strcmp(name, "cuda") == 0 ? TR_CUDA_BF16 : TR_CUDA_FP32);
+#else
         tr_fail(TR_ERR_CONFIG, "the CUDA backend is not built in");
         return NULL;
+#endif
     }
     tr_fail(TR_ERR_CONFIG, "unknown kernel backend \"%s\" (expected \"cpu\" or \"cuda\")", name);
     return NULL;

@@ -1,0 +1,1 @@
+/* placeholder */ typedef int tr_placeholder_nccl_select;

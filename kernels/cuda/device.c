@@ -1,0 +1,221 @@
+/* The CUDA backend's device: lazy init (device from the local rank, compute stream, scratch,
+ * cuBLASLt), the calling thread's device, error capture, memory info and the up-front
+ * reservation of the activation arena. */
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/core.h"
+#include "kernels/cuda/cuda_internal.h"
+
+static struct {
+    pthread_once_t once;
+    int rc;           /* init result */
+    char msg[512];    /* init failure */
+    int device;
+    char name[256];
+    cudaStream_t stream;
+    void *scratch;
+    double *host_scalar;
+    /* the first error inside an op */
+    pthread_mutex_t err_mu;
+    int failed;
+    char err[512];
+} dev = {.once = PTHREAD_ONCE_INIT, .err_mu = PTHREAD_MUTEX_INITIALIZER, .device = -1};
+
+static _Thread_local int thread_device = -1;
+
+/* The local rank's variable, as the launchers set it: torchrun/trident, Open MPI, Slurm. */
+static const char *local_rank_var(const char **value)
+{
+    static const char *const vars[] = {"LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK",
+                                       "SLURM_LOCALID"};
+    for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) {
+        const char *v = getenv(vars[i]);
+        if (v && *v) {
+            *value = v;
+            return vars[i];
+        }
+    }
+    *value = NULL;
+    return "LOCAL_RANK";
+}
+
+static void init_fail(int rc, const char *fmt, const char *what, cudaError_t e)
+{
+    dev.rc = rc;
+    snprintf(dev.msg, sizeof dev.msg, fmt, what, cudaGetErrorString(e), (int)e);
+}
+
+static void init_once(void)
+{
+    int count = 0;
+    cudaError_t e = cudaGetDeviceCount(&count);
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError();
+        init_fail(TR_ERR_CONFIG, "no CUDA device: %s: %s (error %d)", "cudaGetDeviceCount", e);
+        return;
+    }
+    const char *value = NULL, *var = local_rank_var(&value);
+    int device = 0, shared = 0;
+    if (tr_cuda_pick_device(value, var, count, &device, &shared)) {
+        dev.rc = TR_ERR_CONFIG;
+        snprintf(dev.msg, sizeof dev.msg, "%s", tr_errmsg());
+        return;
+    }
+    if ((e = cudaSetDevice(device)) != cudaSuccess) {
+        init_fail(TR_ERR_CONFIG, "no CUDA device: %s: %s (error %d)", "cudaSetDevice", e);
+        return;
+    }
+    struct cudaDeviceProp prop;
+    if ((e = cudaGetDeviceProperties(&prop, device)) != cudaSuccess) {
+        init_fail(TR_ERR_CONFIG, "no CUDA device: %s: %s (error %d)", "cudaGetDeviceProperties", e);
+        return;
+    }
+    dev.device = device;
+    thread_device = device;
+    snprintf(dev.name, sizeof dev.name, "%s", prop.name);
+    if (shared)
+        tr_info("cuda: %s=%s on %d devices: sharing GPU %d (%s) with another rank", var, value,
+                count, device, dev.name);
+    if ((e = cudaStreamCreateWithFlags(&dev.stream, cudaStreamNonBlocking)) != cudaSuccess ||
+        (e = cudaMalloc(&dev.scratch, TR_CU_SCRATCH_BYTES)) != cudaSuccess ||
+        (e = cudaMallocHost((void **)&dev.host_scalar, sizeof(double))) != cudaSuccess) {
+        init_fail(TR_ERR_NOMEM, "cuda: %s failed: %s (error %d)", "creating the stream and scratch",
+                  e);
+        return;
+    }
+    if (tr_cu_gemm_init()) {
+        dev.rc = TR_ERR_INTERNAL;
+        snprintf(dev.msg, sizeof dev.msg, "%s", tr_errmsg());
+        return;
+    }
+    tr_debug("cuda: GPU %d (%s), %d SMs, %.1f GiB", device, dev.name, prop.multiProcessorCount,
+             (double)prop.totalGlobalMem / (double)(1ull << 30));
+    dev.rc = TR_OK;
+}
+
+int tr_cuda_init(void)
+{
+    pthread_once(&dev.once, init_once);
+    if (dev.rc)
+        return tr_fail(dev.rc, "%s", dev.msg);
+    return TR_OK;
+}
+
+int tr_cuda_device(void) { return dev.device; }
+const char *tr_cuda_device_name(void) { return dev.name; }
+void *tr_cuda_stream(void) { return (void *)dev.stream; }
+void *tr_cu_scratch(void) { return dev.scratch; }
+double *tr_cu_host_scalar(void) { return dev.host_scalar; }
+
+size_t tr_cuda_workspace_bytes(void)
+{
+    return dev.rc || dev.device < 0 ? 0 : TR_CU_SCRATCH_BYTES + tr_cu_gemm_workspace_bytes();
+}
+
+cudaStream_t tr_cu_stream(tr_stream s)
+{
+    if (thread_device != dev.device && dev.device >= 0) {
+        tr_cu_note(cudaSetDevice(dev.device), "cudaSetDevice");
+        thread_device = dev.device;
+    }
+    return s ? (cudaStream_t)s : dev.stream;
+}
+
+int tr_cu_note(cudaError_t e, const char *what)
+{
+    if (e == cudaSuccess)
+        return 0;
+    pthread_mutex_lock(&dev.err_mu);
+    int first = !dev.failed;
+    if (first) {
+        dev.failed = 1;
+        snprintf(dev.err, sizeof dev.err, "CUDA error in %s on GPU %d: %s (error %d)", what,
+                 dev.device, cudaGetErrorString(e), (int)e);
+    }
+    pthread_mutex_unlock(&dev.err_mu);
+    if (first)
+        tr_log(TR_LOG_ERROR, "%s", dev.err);
+    return 1;
+}
+
+void tr_cu_launched(const char *what) { tr_cu_note(cudaGetLastError(), what); }
+
+int tr_cu_failed(void)
+{
+    pthread_mutex_lock(&dev.err_mu);
+    int f = dev.failed;
+    pthread_mutex_unlock(&dev.err_mu);
+    return f;
+}
+
+int tr_cuda_status(void)
+{
+    pthread_mutex_lock(&dev.err_mu);
+    int f = dev.failed;
+    char msg[sizeof dev.err];
+    memcpy(msg, dev.err, sizeof msg);
+    pthread_mutex_unlock(&dev.err_mu);
+    return f ? tr_fail(TR_ERR_INTERNAL, "%s", msg) : TR_OK;
+}
+
+int tr_cu_chunks(int N, int cols, int arrays)
+{
+    size_t per_chunk = (size_t)(cols > 0 ? cols : 1) * (size_t)(arrays > 0 ? arrays : 1) *
+                       sizeof(float);
+    size_t fit = TR_CU_SCRATCH_BYTES / per_chunk;
+    int r = (N + 255) / 256; /* at least 256 rows per chunk */
+    if (r > TR_CU_MAX_CHUNKS)
+        r = TR_CU_MAX_CHUNKS;
+    if ((size_t)r > fit)
+        r = (int)fit;
+    return r < 1 ? 1 : r;
+}
+
+int tr_cuda_mem_info(size_t *free_bytes, size_t *total_bytes)
+{
+    *free_bytes = *total_bytes = 0;
+    int rc = tr_cuda_init();
+    if (rc)
+        return rc;
+    tr_cu_stream(NULL);
+    cudaError_t e = cudaMemGetInfo(free_bytes, total_bytes);
+    if (e != cudaSuccess)
+        return tr_fail(TR_ERR_INTERNAL, "cudaMemGetInfo on GPU %d: %s", dev.device,
+                       cudaGetErrorString(e));
+    return TR_OK;
+}
+
+int tr_cuda_reserve(const tr_cuda_budget *b)
+{
+    size_t free_b = 0, total_b = 0;
+    int rc = tr_cuda_mem_info(&free_b, &total_b);
+    if (rc)
+        return rc;
+    /* the workspace is allocated already: it is part of the budget but not of free memory */
+    tr_cuda_budget need = *b;
+    size_t held = tr_cuda_workspace_bytes();
+    need.workspace = need.workspace > held ? need.workspace - held : 0;
+    rc = tr_cuda_budget_check(&need, free_b, total_b, dev.device, dev.name);
+    if (rc)
+        return rc;
+    if ((rc = tr_cu_arena_release()))
+        return rc;
+    if (!b->activations)
+        return TR_OK;
+    void *base = NULL;
+    cudaError_t e = cudaMalloc(&base, b->activations);
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError();
+        return tr_fail(TR_ERR_NOMEM,
+                       "GPU %d (%s): cannot allocate the %.2f GiB activation arena: %s (%.2f GiB "
+                       "were free)",
+                       dev.device, dev.name, (double)b->activations / (double)(1ull << 30),
+                       cudaGetErrorString(e), (double)free_b / (double)(1ull << 30));
+    }
+    rc = tr_cu_arena_adopt(base, b->activations);
+    if (rc)
+        cudaFree(base);
+    return rc;
+}

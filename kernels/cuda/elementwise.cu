@@ -1,0 +1,225 @@
+// Elementwise ops, bias, GELU and the bf16 conversions of the CUDA table (grid-stride loops).
+// Column reductions (bias gradient) run in two stages with a fixed order: partial sums of
+// row chunks into the scratch, then the chunks added in order, so results repeat run to run.
+#include "kernels/cuda/bf16.h"
+#include "kernels/cuda/grid.cuh"
+
+namespace {
+
+__global__ void add_kernel(float *out, const float *a, const float *b, size_t n)
+{
+    TR_CU_GRID_STRIDE(i, n) out[i] = a[i] + b[i];
+}
+
+__global__ void axpy_kernel(float *y, float alpha, const float *x, size_t n)
+{
+    TR_CU_GRID_STRIDE(i, n) y[i] += alpha * x[i];
+}
+
+__global__ void scale_kernel(float *x, float alpha, size_t n)
+{
+    TR_CU_GRID_STRIDE(i, n) x[i] *= alpha;
+}
+
+__global__ void bias_add_kernel(float *out, const float *bias, size_t n, int C)
+{
+    TR_CU_GRID_STRIDE(i, n) out[i] += bias[i % (size_t)C];
+}
+
+// partial[r * C + c] = sum of dout[n, c] over rows n of chunk r; block (32, 8), grid (C/32, R)
+__global__ void colsum_partial_kernel(float *partial, const float *dout, int N, int C,
+                                      int rows_per_chunk)
+{
+    __shared__ float acc[8][33];
+    int c = blockIdx.x * 32 + threadIdx.x;
+    int r0 = blockIdx.y * rows_per_chunk;
+    int r1 = min(N, r0 + rows_per_chunk);
+    float s = 0.0f;
+    if (c < C)
+        for (int n = r0 + threadIdx.y; n < r1; n += 8)
+            s += dout[(size_t)n * C + c];
+    acc[threadIdx.y][threadIdx.x] = s;
+    __syncthreads();
+    if (threadIdx.y == 0 && c < C) {
+        float t = 0.0f;
+        for (int k = 0; k < 8; k++)
+            t += acc[k][threadIdx.x];
+        partial[(size_t)blockIdx.y * C + c] = t;
+    }
+}
+
+// dst[c] += sum_r partial[r * C + c], chunks in order
+__global__ void colsum_finish_kernel(float *dst, const float *partial, int R, int C)
+{
+    int c = blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= C)
+        return;
+    float t = 0.0f;
+    for (int r = 0; r < R; r++)
+        t += partial[(size_t)r * C + c];
+    dst[c] += t;
+}
+
+#define SQRT_2_OVER_PI 0.7978845608028654f
+#define GELU_K 0.044715f
+
+// gelu(x) = x sig(2u), u = sqrt(2/pi)(x + 0.044715 x^3): the CPU backend's sigmoid form
+__global__ void gelu_forward_kernel(float *out, const float *inp, size_t n)
+{
+    TR_CU_GRID_STRIDE(i, n)
+    {
+        float x = inp[i];
+        float u = SQRT_2_OVER_PI * (x + GELU_K * x * x * x);
+        out[i] = x / (1.0f + expf(-2.0f * u));
+    }
+}
+
+__global__ void gelu_backward_kernel(float *dinp, const float *inp, const float *dout, size_t n)
+{
+    TR_CU_GRID_STRIDE(i, n)
+    {
+        float x = inp[i];
+        float u = SQRT_2_OVER_PI * (x + GELU_K * x * x * x);
+        float du = SQRT_2_OVER_PI * (1.0f + 3.0f * GELU_K * x * x);
+        float sg = 1.0f / (1.0f + expf(-2.0f * u));
+        dinp[i] = (sg + 2.0f * x * sg * (1.0f - sg) * du) * dout[i];
+    }
+}
+
+__global__ void scale_2d_kernel(float *C, int rows, int cols, int ldc, float beta)
+{
+    size_t n = (size_t)rows * cols;
+    TR_CU_GRID_STRIDE(i, n)
+    {
+        size_t r = i / (size_t)cols, c = i % (size_t)cols;
+        float *p = C + r * (size_t)ldc + c;
+        *p = beta == 0.0f ? 0.0f : beta * *p;
+    }
+}
+
+__global__ void pack_bf16_kernel(uint16_t *dst, const float *src, int rows, int cols,
+                                 long long ld)
+{
+    size_t n = (size_t)rows * cols;
+    TR_CU_GRID_STRIDE(i, n)
+    {
+        size_t r = i / (size_t)cols, c = i % (size_t)cols;
+        dst[i] = tr_bf16_from_f32(src[r * (size_t)ld + c]);
+    }
+}
+
+__global__ void to_bf16_kernel(uint16_t *dst, const float *src, size_t n)
+{
+    TR_CU_GRID_STRIDE(i, n) dst[i] = tr_bf16_from_f32(src[i]);
+}
+
+__global__ void from_bf16_kernel(float *dst, const uint16_t *src, size_t n)
+{
+    TR_CU_GRID_STRIDE(i, n) dst[i] = tr_bf16_to_f32(src[i]);
+}
+
+} // namespace
+
+extern "C" {
+
+void tr_cu_add(tr_stream s, float *out, const float *a, const float *b, size_t n)
+{
+    if (!n)
+        return;
+    add_kernel<<<tr_cu_blocks(n), TR_CU_THREADS, 0, tr_cu_stream(s)>>>(out, a, b, n);
+    tr_cu_launched("add");
+}
+
+void tr_cu_axpy(tr_stream s, float *y, float alpha, const float *x, size_t n)
+{
+    if (!n)
+        return;
+    axpy_kernel<<<tr_cu_blocks(n), TR_CU_THREADS, 0, tr_cu_stream(s)>>>(y, alpha, x, n);
+    tr_cu_launched("axpy");
+}
+
+void tr_cu_scale(tr_stream s, float *x, float alpha, size_t n)
+{
+    if (!n)
+        return;
+    scale_kernel<<<tr_cu_blocks(n), TR_CU_THREADS, 0, tr_cu_stream(s)>>>(x, alpha, n);
+    tr_cu_launched("scale");
+}
+
+void tr_cu_bias_add(tr_stream s, float *out, const float *bias, int N, int C)
+{
+    size_t n = (size_t)N * (size_t)C;
+    if (!n)
+        return;
+    bias_add_kernel<<<tr_cu_blocks(n), TR_CU_THREADS, 0, tr_cu_stream(s)>>>(out, bias, n, C);
+    tr_cu_launched("bias_add");
+}
+
+void tr_cu_bias_backward(tr_stream s, float *dbias, const float *dout, int N, int C)
+{
+    if (N <= 0 || C <= 0)
+        return;
+    cudaStream_t st = tr_cu_stream(s);
+    int R = tr_cu_chunks(N, C, 1);
+    int rows = (N + R - 1) / R;
+    float *partial = (float *)tr_cu_scratch();
+    colsum_partial_kernel<<<dim3((C + 31) / 32, R), dim3(32, 8), 0, st>>>(partial, dout, N, C,
+                                                                           rows);
+    colsum_finish_kernel<<<(C + 255) / 256, 256, 0, st>>>(dbias, partial, R, C);
+    tr_cu_launched("bias_backward");
+}
+
+void tr_cu_gelu_forward(tr_stream s, float *out, const float *inp, size_t n)
+{
+    if (!n)
+        return;
+    gelu_forward_kernel<<<tr_cu_blocks(n), TR_CU_THREADS, 0, tr_cu_stream(s)>>>(out, inp, n);
+    tr_cu_launched("gelu_forward");
+}
+
+void tr_cu_gelu_backward(tr_stream s, float *dinp, const float *inp, const float *dout,
+                         size_t n)
+{
+    if (!n)
+        return;
+    gelu_backward_kernel<<<tr_cu_blocks(n), TR_CU_THREADS, 0, tr_cu_stream(s)>>>(dinp, inp, dout,
+                                                                                n);
+    tr_cu_launched("gelu_backward");
+}
+
+void tr_cu_scale_2d(cudaStream_t st, float *C, int rows, int cols, int ldc, float beta)
+{
+    size_t n = (size_t)rows * (size_t)cols;
+    if (!n || beta == 1.0f)
+        return;
+    scale_2d_kernel<<<tr_cu_blocks(n), TR_CU_THREADS, 0, st>>>(C, rows, cols, ldc, beta);
+    tr_cu_launched("gemm (C = beta C)");
+}
+
+void tr_cu_pack_bf16(cudaStream_t st, uint16_t *dst, const float *src, int rows, int cols,
+                     long long ld)
+{
+    size_t n = (size_t)rows * (size_t)cols;
+    if (!n)
+        return;
+    pack_bf16_kernel<<<tr_cu_blocks(n), TR_CU_THREADS, 0, st>>>(dst, src, rows, cols, ld);
+    tr_cu_launched("gemm (bf16 staging)");
+}
+
+void tr_cu_to_bf16(tr_stream s, uint16_t *dst, const float *src, size_t n)
+{
+    if (!n)
+        return;
+    to_bf16_kernel<<<tr_cu_blocks(n), TR_CU_THREADS, 0, tr_cu_stream(s)>>>(dst, src, n);
+    tr_cu_launched("to_bf16");
+}
+
+void tr_cu_from_bf16(tr_stream s, float *dst, const uint16_t *src, size_t n)
+{
+    if (!n)
+        return;
+    from_bf16_kernel<<<tr_cu_blocks(n), TR_CU_THREADS, 0, tr_cu_stream(s)>>>(dst, src, n);
+    tr_cu_launched("from_bf16");
+}
+
+} // extern "C"

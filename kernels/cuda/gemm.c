@@ -1,0 +1,310 @@
+/* GEMMs through cuBLASLt. Row-major C = alpha op(A) op(B) + beta C is computed as the
+ * column-major product C^T = op(B)^T op(A)^T: cuBLASLt's "A" is our B and its "B" our A,
+ * each stored matrix read in place (a row-major r x c matrix with row stride ld is a
+ * column-major c x r matrix with leading dimension ld).
+ *
+ * Plans (descriptors, layouts and the heuristic's algorithm) are cached by shape, strides,
+ * mode and operand alignment (the views into the flat parameter buffer are often only
+ * 4-byte aligned, and an algorithm chosen for 256-byte alignment must not see them).
+ *
+ * BF16 mode converts the operands to bf16 (bf16.h's rounding) in a staging workspace,
+ * in slabs along K when they do not fit: C = alpha sum_k op(A)[:, k] op(B)[k, :] + beta C,
+ * the first slab with the caller's beta, the others with 1. */
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cublasLt.h>
+
+#include "core/core.h"
+#include "kernels/cuda/cuda_internal.h"
+
+#define LT_WORKSPACE ((size_t)32 << 20)  /* cuBLASLt's own (32 MiB suits Hopper) */
+#define BF16_STAGING ((size_t)64 << 20)  /* bytes for the bf16 copies of both operands */
+#define PLAN_SLOTS 1024                   /* cached plans (open addressing) */
+
+typedef struct {
+    int mode, ta, tb, M, N, K, lda, ldb, ldc, batch;
+    long long sA, sB, sC;
+    int alA, alB, alC; /* operand alignment in bytes (capped at 256) */
+} plan_key;
+
+typedef struct {
+    int used;
+    plan_key key;
+    cublasLtMatmulDesc_t desc;
+    cublasLtMatrixLayout_t a, b, c;
+    cublasLtMatmulAlgo_t algo;
+} plan;
+
+static struct {
+    pthread_mutex_t mu;
+    cublasLtHandle_t lt;
+    void *workspace;
+    uint16_t *staging;
+    plan *plans;
+    int n_plans;
+    int fast; /* TRIDENT_CUDA_GEMM=fast: BF16 mode uses 32F_FAST_16BF instead of staging */
+} G = {.mu = PTHREAD_MUTEX_INITIALIZER};
+
+int tr_cu_gemm_init(void)
+{
+    if (cublasLtCreate(&G.lt) != CUBLAS_STATUS_SUCCESS)
+        return tr_fail(TR_ERR_INTERNAL, "cuda: cublasLtCreate failed");
+    if (cudaMalloc(&G.workspace, LT_WORKSPACE) != cudaSuccess ||
+        cudaMalloc((void **)&G.staging, BF16_STAGING) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return tr_fail(TR_ERR_NOMEM, "cuda: cannot allocate the GEMM workspaces (%zu MiB)",
+                       (LT_WORKSPACE + BF16_STAGING) >> 20);
+    }
+    G.plans = calloc(PLAN_SLOTS, sizeof *G.plans);
+    if (!G.plans)
+        return tr_fail(TR_ERR_NOMEM, "cuda: out of memory for GEMM plans");
+    const char *m = getenv("TRIDENT_CUDA_GEMM");
+    G.fast = m && !strcmp(m, "fast");
+    return TR_OK;
+}
+
+size_t tr_cu_gemm_workspace_bytes(void) { return LT_WORKSPACE + BF16_STAGING; }
+
+/* Largest power of two (<= 256) dividing the address and every batch offset. */
+static int alignment(const void *p, long long stride_elems, int elem_bytes)
+{
+    uintptr_t x = (uintptr_t)p | (uintptr_t)(stride_elems * elem_bytes) | 256u;
+    return (int)(x & (~x + 1));
+}
+
+static uint64_t hash_key(const plan_key *k)
+{
+    const unsigned char *p = (const unsigned char *)k;
+    uint64_t h = 1469598103934665603ull;
+    for (size_t i = 0; i < sizeof *k; i++)
+        h = (h ^ p[i]) * 1099511628211ull;
+    return h;
+}
+
+static void plan_destroy(plan *p)
+{
+    if (p->a)
+        cublasLtMatrixLayoutDestroy(p->a);
+    if (p->b)
+        cublasLtMatrixLayoutDestroy(p->b);
+    if (p->c)
+        cublasLtMatrixLayoutDestroy(p->c);
+    if (p->desc)
+        cublasLtMatmulDescDestroy(p->desc);
+    memset(p, 0, sizeof *p);
+}
+
+static int layout(cublasLtMatrixLayout_t *l, cudaDataType_t t, int rows, int cols, int ld,
+                  int batch, long long stride)
+{
+    if (cublasLtMatrixLayoutCreate(l, t, (uint64_t)rows, (uint64_t)cols, ld) !=
+        CUBLAS_STATUS_SUCCESS)
+        return -1;
+    if (batch > 1) {
+        int32_t bc = batch;
+        int64_t so = stride;
+        if (cublasLtMatrixLayoutSetAttribute(*l, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &bc,
+                                             sizeof bc) != CUBLAS_STATUS_SUCCESS ||
+            cublasLtMatrixLayoutSetAttribute(*l, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET,
+                                             &so, sizeof so) != CUBLAS_STATUS_SUCCESS)
+            return -1;
+    }
+    return 0;
+}
+
+/* Build descriptors and pick the algorithm; 0 on success. */
+static int plan_make(plan *p, const plan_key *k)
+{
+    memset(p, 0, sizeof *p);
+    p->key = *k;
+    cublasComputeType_t compute = k->mode == TR_CU_GEMM_FAST_BF16 ? CUBLAS_COMPUTE_32F_FAST_16BF
+                                                                   : CUBLAS_COMPUTE_32F;
+    cudaDataType_t in = k->mode == TR_CU_GEMM_BF16 ? CUDA_R_16BF : CUDA_R_32F;
+    cublasOperation_t op_a = k->tb ? CUBLAS_OP_T : CUBLAS_OP_N; /* cuBLASLt's A = our B */
+    cublasOperation_t op_b = k->ta ? CUBLAS_OP_T : CUBLAS_OP_N; /* cuBLASLt's B = our A */
+    if (cublasLtMatmulDescCreate(&p->desc, compute, CUDA_R_32F) != CUBLAS_STATUS_SUCCESS ||
+        cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSA, &op_a,
+                                       sizeof op_a) != CUBLAS_STATUS_SUCCESS ||
+        cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_b,
+                                       sizeof op_b) != CUBLAS_STATUS_SUCCESS)
+        goto fail;
+    /* our B: stored (tb ? N x K : K x N) row-major = column-major (tb ? K x N : N x K) */
+    if (layout(&p->a, in, k->tb ? k->K : k->N, k->tb ? k->N : k->K, k->ldb, k->batch, k->sB) ||
+        /* our A: stored (ta ? K x M : M x K) row-major = column-major (ta ? M x K : K x M) */
+        layout(&p->b, in, k->ta ? k->M : k->K, k->ta ? k->K : k->M, k->lda, k->batch, k->sA) ||
+        layout(&p->c, CUDA_R_32F, k->N, k->M, k->ldc, k->batch, k->sC))
+        goto fail;
+    cublasLtMatmulPreference_t pref = NULL;
+    if (cublasLtMatmulPreferenceCreate(&pref) != CUBLAS_STATUS_SUCCESS)
+        goto fail;
+    uint64_t ws = LT_WORKSPACE;
+    uint32_t al_a = (uint32_t)k->alB, al_b = (uint32_t)k->alA, al_c = (uint32_t)k->alC;
+    cublasLtMatmulHeuristicResult_t res;
+    int got = 0;
+    int ok =
+        cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws,
+                                             sizeof ws) == CUBLAS_STATUS_SUCCESS &&
+        cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES,
+                                             &al_a, sizeof al_a) == CUBLAS_STATUS_SUCCESS &&
+        cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+                                             &al_b, sizeof al_b) == CUBLAS_STATUS_SUCCESS &&
+        cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES,
+                                             &al_c, sizeof al_c) == CUBLAS_STATUS_SUCCESS &&
+        cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES,
+                                             &al_c, sizeof al_c) == CUBLAS_STATUS_SUCCESS &&
+        cublasLtMatmulAlgoGetHeuristic(G.lt, p->desc, p->a, p->b, p->c, p->c, pref, 1, &res,
+                                       &got) == CUBLAS_STATUS_SUCCESS &&
+        got > 0;
+    cublasLtMatmulPreferenceDestroy(pref);
+    if (!ok)
+        goto fail;
+    p->algo = res.algo;
+    p->used = 1;
+    return 0;
+fail:
+    plan_destroy(p);
+    return -1;
+}
+
+/* The cached plan for k (made on first use); NULL when cuBLASLt has none. Locked. */
+static plan *plan_get(const plan_key *k)
+{
+    uint64_t h = hash_key(k);
+    for (int probe = 0; probe < PLAN_SLOTS; probe++) {
+        plan *p = &G.plans[(h + (uint64_t)probe) % PLAN_SLOTS];
+        if (p->used && !memcmp(&p->key, k, sizeof *k))
+            return p;
+        if (!p->used) {
+            if (G.n_plans >= PLAN_SLOTS * 3 / 4) /* keep probes short: start over when full */
+                break;
+            if (plan_make(p, k))
+                return NULL;
+            G.n_plans++;
+            return p;
+        }
+    }
+    for (int i = 0; i < PLAN_SLOTS; i++)
+        if (G.plans[i].used)
+            plan_destroy(&G.plans[i]);
+    G.n_plans = 0;
+    plan *p = &G.plans[h % PLAN_SLOTS];
+    if (plan_make(p, k))
+        return NULL;
+    G.n_plans = 1;
+    return p;
+}
+
+static void describe(char *buf, size_t n, const plan_key *k)
+{
+    snprintf(buf, n, "gemm (mode %d, ta %d, tb %d, M %d, N %d, K %d, lda %d, ldb %d, ldc %d, "
+                     "batch %d, alignment %d/%d/%d)",
+             k->mode, k->ta, k->tb, k->M, k->N, k->K, k->lda, k->ldb, k->ldc, k->batch, k->alA,
+             k->alB, k->alC);
+}
+
+/* One cuBLASLt call on operands already in the mode's element type. */
+static void matmul(cudaStream_t st, tr_cu_gemm_mode mode, int ta, int tb, int M, int N, int K,
+                   float alpha, const void *A, int lda, long long sA, const void *B, int ldb,
+                   long long sB, float beta, float *C, int ldc, long long sC, int batch)
+{
+    int es = mode == TR_CU_GEMM_BF16 ? 2 : 4;
+    plan_key k;
+    memset(&k, 0, sizeof k); /* the key is hashed and compared as bytes */
+    k.mode = mode, k.ta = ta, k.tb = tb, k.M = M, k.N = N, k.K = K;
+    k.lda = lda, k.ldb = ldb, k.ldc = ldc, k.batch = batch;
+    k.sA = batch > 1 ? sA : 0, k.sB = batch > 1 ? sB : 0, k.sC = batch > 1 ? sC : 0;
+    k.alA = alignment(A, k.sA, es), k.alB = alignment(B, k.sB, es);
+    k.alC = alignment(C, k.sC, 4);
+    pthread_mutex_lock(&G.mu);
+    plan *p = plan_get(&k);
+    cublasStatus_t s = CUBLAS_STATUS_NOT_SUPPORTED;
+    if (p)
+        s = cublasLtMatmul(G.lt, p->desc, &alpha, B, p->a, A, p->b, &beta, C, p->c, C, p->c,
+                           &p->algo, G.workspace, LT_WORKSPACE, st);
+    pthread_mutex_unlock(&G.mu);
+    if (s != CUBLAS_STATUS_SUCCESS) {
+        char what[256];
+        describe(what, sizeof what, &k);
+        tr_cu_note(p ? cudaErrorUnknown : cudaErrorNotSupported, what);
+    }
+}
+
+/* BF16 mode: operands converted into the staging buffer, in slabs of K. */
+static void gemm_staged(cudaStream_t st, int ta, int tb, int M, int N, int K, float alpha,
+                        const float *A, int lda, const float *B, int ldb, float beta, float *C,
+                        int ldc)
+{
+    size_t cap = BF16_STAGING / sizeof(uint16_t);
+    size_t per_k = (size_t)M + (size_t)N;
+    size_t kc = cap / per_k;
+    if (kc >= 64)
+        kc &= ~(size_t)63;
+    if (kc < 16) { /* operands too wide to stage even 16 columns: let cuBLASLt round */
+        matmul(st, TR_CU_GEMM_FAST_BF16, ta, tb, M, N, K, alpha, A, lda, 0, B, ldb, 0, beta, C,
+               ldc, 0, 1);
+        return;
+    }
+    if (kc > (size_t)K)
+        kc = (size_t)K;
+    uint16_t *sa = G.staging;
+    /* the B slab starts on a 256-byte boundary after A's */
+    size_t a_elems = ((size_t)M * kc + 127) & ~(size_t)127;
+    for (int k0 = 0; k0 < K; k0 += (int)kc) {
+        int w = K - k0 < (int)kc ? K - k0 : (int)kc;
+        uint16_t *sb = sa + a_elems;
+        /* op(A)[:, k0:k0+w]: ta ? rows k0.. of the stored K x M : columns k0.. of M x K */
+        if (ta)
+            tr_cu_pack_bf16(st, sa, A + (size_t)k0 * lda, w, M, lda);
+        else
+            tr_cu_pack_bf16(st, sa, A + k0, M, w, lda);
+        /* op(B)[k0:k0+w, :]: tb ? columns k0.. of the stored N x K : rows k0.. of K x N */
+        if (tb)
+            tr_cu_pack_bf16(st, sb, B + k0, N, w, ldb);
+        else
+            tr_cu_pack_bf16(st, sb, B + (size_t)k0 * ldb, w, N, ldb);
+        matmul(st, TR_CU_GEMM_BF16, ta, tb, M, N, w, alpha, sa, ta ? M : w, 0, sb, tb ? w : N,
+               0, k0 == 0 ? beta : 1.0f, C, ldc, 0, 1);
+    }
+}
+
+void tr_cu_gemm_ex(cudaStream_t st, tr_cu_gemm_mode mode, int trans_a, int trans_b, int M,
+                   int N, int K, float alpha, const float *A, int lda, long long sA,
+                   const float *B, int ldb, long long sB, float beta, float *C, int ldc,
+                   long long sC, int batch)
+{
+    if (M <= 0 || N <= 0 || batch <= 0)
+        return;
+    if (K <= 0 || alpha == 0.0f) { /* BLAS semantics: C = beta C (beta 0 writes zeros) */
+        for (int i = 0; i < batch; i++)
+            tr_cu_scale_2d(st, C + (size_t)i * (size_t)sC, M, N, ldc, beta);
+        return;
+    }
+    if (mode == TR_CU_GEMM_BF16 && G.fast)
+        mode = TR_CU_GEMM_FAST_BF16;
+    if (mode == TR_CU_GEMM_BF16) {
+        for (int i = 0; i < batch; i++)
+            gemm_staged(st, trans_a, trans_b, M, N, K, alpha, A + (size_t)i * (size_t)sA, lda,
+                        B + (size_t)i * (size_t)sB, ldb, beta, C + (size_t)i * (size_t)sC, ldc);
+        return;
+    }
+    matmul(st, mode, trans_a, trans_b, M, N, K, alpha, A, lda, sA, B, ldb, sB, beta, C, ldc, sC,
+           batch);
+}
+
+void tr_cu_gemm_fp32(tr_stream s, int trans_a, int trans_b, int M, int N, int K, float alpha,
+                     const float *A, int lda, const float *B, int ldb, float beta, float *C,
+                     int ldc)
+{
+    tr_cu_gemm_ex(tr_cu_stream(s), TR_CU_GEMM_FP32, trans_a, trans_b, M, N, K, alpha, A, lda, 0,
+                  B, ldb, 0, beta, C, ldc, 0, 1);
+}
+
+void tr_cu_gemm_bf16(tr_stream s, int trans_a, int trans_b, int M, int N, int K, float alpha,
+                     const float *A, int lda, const float *B, int ldb, float beta, float *C,
+                     int ldc)
+{
+    tr_cu_gemm_ex(tr_cu_stream(s), TR_CU_GEMM_BF16, trans_a, trans_b, M, N, K, alpha, A, lda, 0,
+                  B, ldb, 0, beta, C, ldc, 0, 1);
+}

@@ -1,0 +1,41 @@
+// kernels/cuda/ — internal to the .cu files: grid sizing and warp reductions.
+#ifndef TR_KERNELS_CUDA_GRID_CUH
+#define TR_KERNELS_CUDA_GRID_CUH
+
+#include "kernels/cuda/cuda_internal.h"
+
+// Blocks of TR_CU_THREADS for a grid-stride loop over n elements (at least 1).
+static inline unsigned tr_cu_blocks(size_t n)
+{
+    size_t b = (n + TR_CU_THREADS - 1) / TR_CU_THREADS;
+    if (b > TR_CU_MAX_BLOCKS)
+        b = TR_CU_MAX_BLOCKS;
+    return (unsigned)(b ? b : 1);
+}
+
+#define TR_CU_GRID_STRIDE(i, n)                                                             \
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n);                  \
+         i += (size_t)gridDim.x * blockDim.x)
+
+static __device__ __forceinline__ float tr_cu_warp_sum(float v)
+{
+    for (int o = 16; o > 0; o >>= 1)
+        v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+static __device__ __forceinline__ double tr_cu_warp_sum_d(double v)
+{
+    for (int o = 16; o > 0; o >>= 1)
+        v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+static __device__ __forceinline__ float tr_cu_warp_max(float v)
+{
+    for (int o = 16; o > 0; o >>= 1)
+        v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+
+#endif

@@ -1,0 +1,131 @@
+/* Device memory of the CUDA table: allocation (from the activation arena once one is
+ * reserved, else cudaMalloc), copies and fills on the op's stream. */
+#include <pthread.h>
+#include <string.h>
+
+#include "core/core.h"
+#include "kernels/cuda/cuda_internal.h"
+
+/* Every block of the arena starts on this boundary (cuBLASLt's preferred alignment). */
+#define ARENA_ALIGN 256
+
+static struct {
+    pthread_mutex_t mu;
+    char *base;
+    tr_arena arena;
+} A = {.mu = PTHREAD_MUTEX_INITIALIZER};
+
+int tr_cu_arena_adopt(void *base, size_t bytes)
+{
+    pthread_mutex_lock(&A.mu);
+    int rc = A.base ? tr_fail(TR_ERR_INVALID, "cuda: an activation arena exists already")
+                    : tr_arena_init(&A.arena, bytes, ARENA_ALIGN);
+    if (!rc)
+        A.base = base;
+    pthread_mutex_unlock(&A.mu);
+    return rc;
+}
+
+int tr_cu_arena_release(void)
+{
+    pthread_mutex_lock(&A.mu);
+    int rc = TR_OK;
+    if (A.base && A.arena.n_blocks) {
+        rc = tr_fail(TR_ERR_INVALID,
+                     "cuda: the activation arena still has %d blocks (%zu bytes) in use",
+                     A.arena.n_blocks, A.arena.used);
+    } else if (A.base) {
+        tr_cu_note(cudaFree(A.base), "freeing the activation arena");
+        tr_arena_destroy(&A.arena);
+        A.base = NULL;
+    }
+    pthread_mutex_unlock(&A.mu);
+    return rc;
+}
+
+void *tr_cu_alloc(size_t bytes)
+{
+    cudaStream_t st = tr_cu_stream(NULL);
+    void *p = NULL;
+    pthread_mutex_lock(&A.mu);
+    size_t off = 0;
+    if (A.base && tr_arena_alloc(&A.arena, bytes, &off) == TR_OK)
+        p = A.base + off;
+    pthread_mutex_unlock(&A.mu);
+    if (!p) {
+        cudaError_t e = cudaMalloc(&p, bytes ? bytes : 1);
+        if (e != cudaSuccess) {
+            (void)cudaGetLastError();
+            size_t free_b = 0, total_b = 0;
+            cudaMemGetInfo(&free_b, &total_b);
+            tr_fail(TR_ERR_NOMEM,
+                    "GPU %d (%s): cannot allocate %.1f MiB: %s (%.1f MiB free of %.1f MiB)",
+                    tr_cuda_device(), tr_cuda_device_name(), (double)bytes / 1048576.0,
+                    cudaGetErrorString(e), (double)free_b / 1048576.0,
+                    (double)total_b / 1048576.0);
+            return NULL;
+        }
+    }
+    if (bytes)
+        tr_cu_note(cudaMemsetAsync(p, 0, bytes, st), "alloc (zero fill)");
+    return p;
+}
+
+void tr_cu_free(void *p)
+{
+    if (!p)
+        return;
+    tr_cu_stream(NULL);
+    pthread_mutex_lock(&A.mu);
+    int in_arena = A.base && (char *)p >= A.base && (char *)p < A.base + A.arena.capacity;
+    if (in_arena && tr_arena_free(&A.arena, (size_t)((char *)p - A.base)))
+        tr_log(TR_LOG_ERROR, "cuda: free: %s", tr_errmsg());
+    pthread_mutex_unlock(&A.mu);
+    if (!in_arena)
+        tr_cu_note(cudaFree(p), "free");
+}
+
+void tr_cu_to_device(tr_stream s, void *dst, const void *host_src, size_t bytes)
+{
+    if (!bytes)
+        return;
+    cudaStream_t st = tr_cu_stream(s);
+    /* From pageable memory the call returns once the data is staged, so the caller may reuse
+     * its buffer at once; from pinned memory the copy is truly asynchronous: wait for it. */
+    struct cudaPointerAttributes attr;
+    int pinned = cudaPointerGetAttributes(&attr, host_src) == cudaSuccess &&
+                 attr.type == cudaMemoryTypeHost;
+    (void)cudaGetLastError();
+    tr_cu_note(cudaMemcpyAsync(dst, host_src, bytes, cudaMemcpyHostToDevice, st), "to_device");
+    if (pinned)
+        tr_cu_note(cudaStreamSynchronize(st), "to_device (synchronize)");
+}
+
+void tr_cu_to_host(tr_stream s, void *host_dst, const void *src, size_t bytes)
+{
+    if (!bytes)
+        return;
+    cudaStream_t st = tr_cu_stream(s);
+    tr_cu_note(cudaMemcpyAsync(host_dst, src, bytes, cudaMemcpyDeviceToHost, st), "to_host");
+    tr_cu_note(cudaStreamSynchronize(st), "to_host (synchronize)");
+}
+
+void tr_cu_copy(tr_stream s, void *dst, const void *src, size_t bytes)
+{
+    if (!bytes || dst == src)
+        return;
+    tr_cu_note(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, tr_cu_stream(s)),
+               "copy");
+}
+
+void tr_cu_zero(tr_stream s, void *dst, size_t bytes)
+{
+    if (!bytes)
+        return;
+    tr_cu_note(cudaMemsetAsync(dst, 0, bytes, tr_cu_stream(s)), "zero");
+}
+
+void tr_cu_synchronize(tr_stream s)
+{
+    tr_cu_note(cudaStreamSynchronize(tr_cu_stream(s)), "synchronize");
+}

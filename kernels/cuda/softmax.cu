@@ -1,0 +1,205 @@
+// Row softmaxes: attention's causal softmax (forward and backward, one warp per row of T)
+// and the cross-entropy pieces over the vocabulary (one block per row).
+#include <math.h>
+
+#include "kernels/cuda/grid.cuh"
+
+namespace {
+
+constexpr int WARPS = 8;      // rows per block in the attention softmax
+constexpr int XENT_THREADS = 256;
+
+// Reduce over the block (XENT_THREADS threads); every thread gets the result.
+template <bool IS_MAX> __device__ float block_reduce(float v)
+{
+    __shared__ float part[XENT_THREADS / 32];
+    __shared__ float total;
+    int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+    v = IS_MAX ? tr_cu_warp_max(v) : tr_cu_warp_sum(v);
+    if (lane == 0)
+        part[warp] = v;
+    __syncthreads();
+    if (warp == 0) {
+        float w = lane < XENT_THREADS / 32 ? part[lane] : (IS_MAX ? -INFINITY : 0.0f);
+        w = IS_MAX ? tr_cu_warp_max(w) : tr_cu_warp_sum(w);
+        if (lane == 0)
+            total = w;
+    }
+    __syncthreads();
+    return total;
+}
+
+// Row r = (b*NH + h)*T + t of att: scores in [0, t] -> probabilities; 0 above t.
+__global__ void softmax_causal_kernel(float *att, int rows, int T)
+{
+    int r = blockIdx.x * WARPS + threadIdx.y;
+    if (r >= rows)
+        return;
+    int t = r % T, lane = threadIdx.x;
+    float *row = att + (size_t)r * T;
+    float mx = -INFINITY;
+    for (int j = lane; j <= t; j += 32)
+        mx = fmaxf(mx, row[j]);
+    mx = tr_cu_warp_max(mx);
+    float sum = 0.0f;
+    for (int j = lane; j <= t; j += 32) {
+        float e = expf(row[j] - mx);
+        row[j] = e;
+        sum += e;
+    }
+    float inv = 1.0f / tr_cu_warp_sum(sum);
+    for (int j = lane; j < T; j += 32)
+        row[j] = j <= t ? row[j] * inv : 0.0f;
+}
+
+// dS = P (dP - sum_j P dP) for j <= t, 0 above (datt holds dP and becomes dS).
+__global__ void softmax_causal_backward_kernel(float *datt, const float *att, int rows, int T)
+{
+    int r = blockIdx.x * WARPS + threadIdx.y;
+    if (r >= rows)
+        return;
+    int t = r % T, lane = threadIdx.x;
+    const float *p = att + (size_t)r * T;
+    float *d = datt + (size_t)r * T;
+    float dot = 0.0f;
+    for (int j = lane; j <= t; j += 32)
+        dot += p[j] * d[j];
+    dot = tr_cu_warp_sum(dot);
+    for (int j = lane; j < T; j += 32)
+        d[j] = j <= t ? p[j] * (d[j] - dot) : 0.0f;
+}
+
+__global__ void row_max_kernel(float *maxv, const float *logits, int V, int n_valid)
+{
+    const float *x = logits + (size_t)blockIdx.x * V;
+    float m = -INFINITY;
+    for (int c = threadIdx.x; c < n_valid; c += XENT_THREADS)
+        m = fmaxf(m, x[c]);
+    m = block_reduce<true>(m);
+    if (threadIdx.x == 0)
+        maxv[blockIdx.x] = m;
+}
+
+__global__ void row_sumexp_kernel(float *sumexp, const float *logits, const float *maxv, int V,
+                                  int n_valid)
+{
+    const float *x = logits + (size_t)blockIdx.x * V;
+    float mx = maxv[blockIdx.x], s = 0.0f;
+    for (int c = threadIdx.x; c < n_valid; c += XENT_THREADS)
+        s += expf(x[c] - mx);
+    s = block_reduce<false>(s);
+    if (threadIdx.x == 0)
+        sumexp[blockIdx.x] = s;
+}
+
+__global__ void pick_kernel(float *picked, const float *logits, const int32_t *targets, int N,
+                            int V, int v_start)
+{
+    int n = blockIdx.x * blockDim.x + threadIdx.x;
+    if (n >= N)
+        return;
+    long long col = (long long)targets[n] - v_start;
+    picked[n] = col >= 0 && col < V ? logits[(size_t)n * V + col] : 0.0f;
+}
+
+__global__ void loss_kernel(float *losses, const float *maxv, const float *sumexp,
+                            const float *picked, int N)
+{
+    int n = blockIdx.x * blockDim.x + threadIdx.x;
+    if (n < N)
+        losses[n] = (float)(log((double)sumexp[n]) + (double)maxv[n] - (double)picked[n]);
+}
+
+// grid (N, column blocks): dlogits = scale (softmax - onehot), 0 for padding; may alias logits
+__global__ void xent_backward_kernel(float *dlogits, const float *logits, const float *maxv,
+                                     const float *sumexp, const int32_t *targets, int V,
+                                     int n_valid, int v_start, float scale)
+{
+    int n = blockIdx.x;
+    int c = blockIdx.y * blockDim.x + threadIdx.x;
+    if (c >= V)
+        return;
+    size_t i = (size_t)n * V + c;
+    if (c >= n_valid) {
+        dlogits[i] = 0.0f;
+        return;
+    }
+    float k = scale / sumexp[n];
+    float g = k * expf(logits[i] - maxv[n]);
+    long long col = (long long)targets[n] - v_start;
+    if (col == c)
+        g -= scale;
+    dlogits[i] = g;
+}
+
+} // namespace
+
+extern "C" {
+
+void tr_cu_softmax_causal(cudaStream_t st, float *att, int rows, int T)
+{
+    if (rows <= 0 || T <= 0)
+        return;
+    softmax_causal_kernel<<<(rows + WARPS - 1) / WARPS, dim3(32, WARPS), 0, st>>>(att, rows, T);
+    tr_cu_launched("attention_forward (softmax)");
+}
+
+void tr_cu_softmax_causal_backward(cudaStream_t st, float *datt, const float *att, int rows,
+                                   int T)
+{
+    if (rows <= 0 || T <= 0)
+        return;
+    softmax_causal_backward_kernel<<<(rows + WARPS - 1) / WARPS, dim3(32, WARPS), 0, st>>>(
+        datt, att, rows, T);
+    tr_cu_launched("attention_backward (softmax)");
+}
+
+void tr_cu_xent_row_max(tr_stream s, float *maxv, const float *logits, int N, int V,
+                        int n_valid)
+{
+    if (N <= 0)
+        return;
+    row_max_kernel<<<N, XENT_THREADS, 0, tr_cu_stream(s)>>>(maxv, logits, V, n_valid);
+    tr_cu_launched("xent_row_max");
+}
+
+void tr_cu_xent_row_sumexp(tr_stream s, float *sumexp, const float *logits, const float *maxv,
+                           int N, int V, int n_valid)
+{
+    if (N <= 0)
+        return;
+    row_sumexp_kernel<<<N, XENT_THREADS, 0, tr_cu_stream(s)>>>(sumexp, logits, maxv, V, n_valid);
+    tr_cu_launched("xent_row_sumexp");
+}
+
+void tr_cu_xent_pick(tr_stream s, float *picked, const float *logits, const int32_t *targets,
+                     int N, int V, int v_start)
+{
+    if (N <= 0)
+        return;
+    pick_kernel<<<(N + 255) / 256, 256, 0, tr_cu_stream(s)>>>(picked, logits, targets, N, V,
+                                                              v_start);
+    tr_cu_launched("xent_pick");
+}
+
+void tr_cu_xent_loss(tr_stream s, float *losses, const float *maxv, const float *sumexp,
+                     const float *picked, int N)
+{
+    if (N <= 0)
+        return;
+    loss_kernel<<<(N + 255) / 256, 256, 0, tr_cu_stream(s)>>>(losses, maxv, sumexp, picked, N);
+    tr_cu_launched("xent_loss");
+}
+
+void tr_cu_xent_backward(tr_stream s, float *dlogits, const float *logits, const float *maxv,
+                         const float *sumexp, const int32_t *targets, int N, int V,
+                         int n_valid, int v_start, float scale)
+{
+    if (N <= 0 || V <= 0)
+        return;
+    xent_backward_kernel<<<dim3(N, (V + 255) / 256), 256, 0, tr_cu_stream(s)>>>(
+        dlogits, logits, maxv, sumexp, targets, V, n_valid, v_start, scale);
+    tr_cu_launched("xent_backward");
+}
+
+} // extern "C"
