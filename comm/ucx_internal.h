@@ -115,7 +115,7 @@ struct ucx_engine {
     uint32_t local_group_ids; /* group ids when there is no store (one-rank world) */
 };
 
-/* ---- engine (ucx_engine.c) */
+/* ---- engine (ucx_engine.c: transfers, progress, waiting; ucx_lifetime.c: create/release) */
 int ucx_engine_create(ucx_engine **out, int rank, int size, int use_thread, double timeout_s);
 void ucx_engine_release(ucx_engine *e);
 int ucx_engine_worker_address(ucx_engine *e, void **addr, size_t *len); /* free with ucp_worker_release_address */
@@ -125,6 +125,9 @@ int ucx_submit(ucx_op *op);
 int ucx_wait(ucx_op *op, double timeout_s);
 /* 1 if done (then op freed and *status set), else 0. */
 int ucx_test(ucx_op *op, int *status);
+/* One progress pass (engine locked): 1 if anything happened. */
+int ucx_progress_locked(ucx_engine *e);
+void *ucx_progress_thread(void *engine);
 /* Called under the lock by algorithms. */
 int ucx_post_send(ucx_op *op, ucx_xfer *x, int peer, uint64_t tag, const void *buf, size_t len);
 int ucx_post_recv(ucx_op *op, ucx_xfer *x, int peer, uint64_t tag, void *buf, size_t len);
