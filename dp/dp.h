@@ -118,6 +118,10 @@ int tr_dp_start(tr_dp *dp, int num_microbatches);
 int tr_dp_report(tr_dp *dp, size_t offset, size_t count);
 /* The same with the model's hook signature (ctx = the tr_dp); an error is kept for finish. */
 void tr_dp_grad_ready(void *dp, size_t offset, size_t count);
+/* Advance the reductions in flight without blocking (one tr_comm_test each; records their
+ * end times). Reports already do this; an engine whose communicator has no progress thread
+ * may call it between kernels too, so reductions move on more often than once per layer. */
+int tr_dp_progress(tr_dp *dp);
 /* Start the buckets not started yet, wait for all, average over D. Afterwards the gradient
  * is final on this rank's shard (the whole buffer without ZeRO-1). */
 int tr_dp_finish(tr_dp *dp);
@@ -139,7 +143,8 @@ int tr_dp_finalize_grads(tr_dp *dp, tr_comm *tp_comm, const tr_dp_range *tp_rang
  * sqrt. Bit-identical on every member of norm_comm. */
 int tr_dp_grad_norm(tr_dp *dp, const tr_dp_range *ranges, size_t n_ranges,
                     tr_comm *norm_comm, double *norm_out);
-/* Megatron's clipping factor: min(1, max_norm / (norm + 1e-6)); 1 when max_norm <= 0. */
+/* Megatron's clipping factor: min(1, max_norm / (norm + 1e-6)); 1 when max_norm <= 0 or
+ * the norm is not finite (the caller decides what a NaN / Inf norm means). */
 float tr_dp_clip_factor(double norm, double max_norm);
 
 /* ---------------------------------------------------------------- ZeRO-1 shard */

@@ -170,6 +170,14 @@ int tr_dp_report(tr_dp *dp, size_t offset, size_t count)
     return TR_OK;
 }
 
+int tr_dp_progress(tr_dp *dp)
+{
+    if (dp->err)
+        return tr_fail(dp->err, "%s", dp->errmsg);
+    int rc = dp->open ? poll_started(dp) : TR_OK;
+    return rc ? dp_keep_error(dp, rc) : TR_OK;
+}
+
 void tr_dp_grad_ready(void *dp, size_t offset, size_t count)
 {
     (void)tr_dp_report(dp, offset, count);

@@ -182,7 +182,9 @@ static void test_window(void **state)
     tr_dp *dp = make(mb_of(100), 1, 0, NULL, 0, 1000);
     for (int i = 0; i < 1000; i++)
         G[i] = (float)i;
+    assert_int_equal(tr_dp_progress(dp), TR_OK); /* no window: nothing to do */
     assert_int_equal(tr_dp_start(dp, 2), TR_OK);
+    assert_int_equal(tr_dp_progress(dp), TR_OK);
     /* micro-batch 0 then 1, each in two straddling reports */
     for (int m = 0; m < 2; m++) {
         assert_int_equal(tr_dp_report(dp, 0, 150), TR_OK);
@@ -237,6 +239,7 @@ static void test_window_errors(void **state)
     tr_dp_grad_ready(dp, 0, 100);
     tr_dp_grad_ready(dp, 50, 20);
     expect_error(tr_dp_report(dp, 500, 10), TR_ERR_INVALID, "got more than 1 micro-batch");
+    expect_error(tr_dp_progress(dp), TR_ERR_INVALID, "got more than 1 micro-batch");
     expect_error(tr_dp_finish(dp), TR_ERR_INVALID,
                  "bucket 0 [0, +100) got more than 1 micro-batch(es) worth of reports");
     /* the next window is clean */
