@@ -125,7 +125,8 @@ int tr_engine_create(const tr_config *cfg, tr_engine **out)
         rc = tr_fail(TR_ERR_NOMEM, "out of memory for Adam moments of %zu parameters", shard);
         goto fail;
     }
-    e->n_slots = tr_pp_peak_activations(&e->schedule) + 1;
+    /* in flight + one being received + one whose input gradient is still being sent */
+    e->n_slots = tr_pp_peak_activations(&e->schedule) + 2;
     if (e->n_slots > e->M)
         e->n_slots = e->M;
     e->slots = tr_alloc((size_t)e->n_slots * sizeof *e->slots, "activation slots");

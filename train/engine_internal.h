@@ -29,6 +29,8 @@ struct tr_engine {
     tr_gpt_acts **slots;
     int *slot_of_mb;            /* [M], -1 when none */
     int *slot_busy;             /* [n_slots] */
+    int released_mb;            /* micro-batch whose slot frees at the next backward, or -1:
+                                 * its input gradient may still be under send until then */
     int32_t *sample, *inputs, *targets; /* host staging, one micro-batch */
     double loss_sum;            /* last stage: sum of micro-batch losses this iteration */
     int split;                  /* the data split being run (train or validation) */

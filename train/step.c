@@ -35,6 +35,7 @@ static void slot_release(tr_engine *e, int mb)
 
 static void slots_reset(tr_engine *e)
 {
+    e->released_mb = -1;
     for (int s = 0; s < e->n_slots; s++)
         e->slot_busy[s] = 0;
     for (int m = 0; m < e->M; m++)
@@ -95,6 +96,11 @@ static int train_backward(void *ctx, int mb, int chunk, int is_last_backward,
     (void)chunk;
     (void)is_last_backward;
     tr_engine *e = ctx;
+    /* the runner has completed every send before this backward: the slot whose input
+     * gradient was being sent is free now */
+    if (e->released_mb >= 0)
+        slot_release(e, e->released_mb);
+    e->released_mb = -1;
     int s = e->slot_of_mb[mb];
     if (s < 0)
         return tr_fail(TR_ERR_INTERNAL, "stage %d: backward of micro-batch %d before its forward",
@@ -105,7 +111,10 @@ static int train_backward(void *ctx, int mb, int chunk, int is_last_backward,
     if (rc)
         return rc;
     *input_grad = sh->is_first ? NULL : tr_gpt_acts_input_grad(a);
-    slot_release(e, mb); /* its input gradient stays valid until the next backward */
+    /* its input gradient goes out now and must stay untouched until the next backward
+     * (the runner's guarantee): neither a receive nor the last stage's head may reuse the
+     * slot before then */
+    e->released_mb = mb;
     return TR_OK;
 }
 

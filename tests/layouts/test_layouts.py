@@ -170,5 +170,17 @@ if group in ("matrix", "all"):
                   "parallel.sequence_parallel=true"))
 for name, world, tp, pp, *extra in cases:
     compare(name, run(name, world, tp, pp, *extra), base)
+if group in ("pp", "all"):
+    # Boundary tensors large enough (64 KiB) that sends complete after the next compute op,
+    # and many micro-batches: a stage must not reuse a buffer that is still being sent.
+    LONG = ["model.seq_length=128", "model.hidden_size=128", "model.num_attention_heads=4",
+            "training.global_batch_size=16", "training.micro_batch_size=1", "training.train_iters=4"]
+    base_long = run("single-long", 1, 1, 1, *LONG)
+    long_cases = [("pp2-m16-long", 2, 1, 2), ("pp4-m16-long-gpipe", 4, 1, 4, "parallel.pipeline_schedule=gpipe")]
+    if quick:
+        long_cases = long_cases[:1]
+    for name, world, tp, pp, *extra in long_cases:
+        cases.append((name,))
+        compare(name, run(name, world, tp, pp, *LONG, *extra), base_long)
 print(f"{len(cases) - len(failures)} of {len(cases)} layouts match the single-process run")
 sys.exit(1 if failures else 0)
