@@ -197,6 +197,7 @@ void tr_gpt_free(tr_gpt *g)
     if (!g)
         return;
     g->k->free(g->scratch.memory);
+    g->k->free(g->scratch.layer_memory);
     tr_free(g->losses_host);
     tr_free(g->layer_ranges);
     tr_free(g->tensors);
