@@ -22,8 +22,9 @@
  *    timeout (UCX's peer-failure mode would rule out its shared-memory transports); the
  *    launcher stops the job when a rank dies. Results are bit-identical on every member and
  *    from run to run (each element has one fixed reduction order).
- *  - Progress: the thread that waits drives UCX, yielding the CPU (sched_yield, then short
- *    sleeps after 1 ms idle) whenever a pass made no progress; it never busy-spins. With
+ *  - Progress: the thread that waits drives UCX and never busy-spins: after a pass without
+ *    progress it yields the CPU (sched_yield) for the first 100 us, then sleeps on UCX's
+ *    event descriptor (ucp_worker_arm + poll, 1 ms at most per sleep) until data arrives. With
  *    config progress_thread = 1 a background thread owns progress instead: every UCX call of
  *    the family (a world and all its splits share one UCX worker) happens under one mutex,
  *    async operations advance while the caller computes, and waiters sleep on a condition

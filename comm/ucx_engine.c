@@ -3,13 +3,18 @@
 #include "comm/ucx_internal.h"
 
 #include <errno.h>
+#include <poll.h>
 #include <sched.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
-#define IDLE_YIELD_S 1e-3 /* after this long without progress, sleep instead of yielding */
+/* Waiting without progress: yield the CPU for the first IDLE_YIELD_S, then sleep until UCX
+ * signals an event on its file descriptor (at most IDLE_POLL_MS per sleep), or for
+ * IDLE_SLEEP_NS where the transports offer no event descriptor. */
+#define IDLE_YIELD_S 1e-4
+#define IDLE_POLL_MS 1
 #define IDLE_SLEEP_NS 50000
 
 /* ---------------------------------------------------------------- operations */
@@ -331,14 +336,31 @@ int ucx_progress_locked(ucx_engine *e)
     return made;
 }
 
-static void idle_pause(double idle_s)
+/* Called with the engine locked after a pass without progress; returns locked. */
+static void idle_pause_locked(ucx_engine *e, double idle_s)
 {
     if (idle_s < IDLE_YIELD_S) {
+        pthread_mutex_unlock(&e->mu);
         sched_yield();
-    } else {
-        struct timespec ts = {0, IDLE_SLEEP_NS};
-        nanosleep(&ts, NULL);
+        pthread_mutex_lock(&e->mu);
+        return;
     }
+    if (e->efd >= 0) {
+        ucs_status_t s = ucp_worker_arm(e->worker);
+        if (s == UCS_ERR_BUSY)
+            return; /* events arrived meanwhile: progress again */
+        if (s == UCS_OK) {
+            struct pollfd p = {.fd = e->efd, .events = POLLIN};
+            pthread_mutex_unlock(&e->mu);
+            poll(&p, 1, IDLE_POLL_MS);
+            pthread_mutex_lock(&e->mu);
+            return;
+        }
+    }
+    pthread_mutex_unlock(&e->mu);
+    struct timespec ts = {0, IDLE_SLEEP_NS};
+    nanosleep(&ts, NULL);
+    pthread_mutex_lock(&e->mu);
 }
 
 void *ucx_progress_thread(void *arg)
@@ -357,9 +379,7 @@ void *ucx_progress_thread(void *arg)
             last = now;
             continue;
         }
-        pthread_mutex_unlock(&e->mu);
-        idle_pause(now - last);
-        pthread_mutex_lock(&e->mu);
+        idle_pause_locked(e, now - last);
     }
     pthread_mutex_unlock(&e->mu);
     return NULL;
@@ -391,8 +411,11 @@ int ucx_submit(ucx_op *op)
         link_op(&e->active, op);
         op->listed = 1;
         e->nactive++;
-        if (e->use_thread)
+        if (e->use_thread) {
             pthread_cond_signal(&e->work_cv);
+            if (e->efd >= 0)
+                ucp_worker_signal(e->worker); /* the thread may sleep on the descriptor */
+        }
     }
     pthread_mutex_unlock(&e->mu);
     return TR_OK;
@@ -455,9 +478,7 @@ int ucx_wait(ucx_op *op, double timeout_s)
                 fail_timeout(op, timeout_s);
                 break;
             }
-            pthread_mutex_unlock(&e->mu);
-            idle_pause(now - last);
-            pthread_mutex_lock(&e->mu);
+            idle_pause_locked(e, now - last);
         } else {
             now = tr_now();
             if (now >= deadline) {

@@ -97,6 +97,7 @@ struct ucx_engine {
     pthread_cond_t done_cv, work_cv;
     ucp_context_h ctx;
     ucp_worker_h worker;
+    int efd; /* the worker's event descriptor, -1 if none */
     int rank, size;
     ucp_ep_h *eps;
     ucs_status_t *ep_status; /* a peer's failure from the error callback */

@@ -42,7 +42,7 @@ int ucx_engine_create(ucx_engine **out, int rank, int size, int use_thread, doub
     ucp_params_t p = {
         .field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_ESTIMATED_NUM_EPS |
                       UCP_PARAM_FIELD_MT_WORKERS_SHARED,
-        .features = UCP_FEATURE_TAG,
+        .features = UCP_FEATURE_TAG | UCP_FEATURE_WAKEUP,
         .estimated_num_eps = (size_t)size,
         .mt_workers_shared = 0,
     };
@@ -61,6 +61,8 @@ int ucx_engine_create(ucx_engine **out, int rank, int size, int use_thread, doub
         ucx_engine_release(e);
         return tr_fail(TR_ERR_COMM, "rank %d: UCX worker: %s", rank, ucs_status_string(s));
     }
+    if (ucp_worker_get_efd(e->worker, &e->efd) != UCS_OK)
+        e->efd = -1; /* no event descriptor: waiters sleep briefly instead */
     e->use_thread = use_thread;
     if (use_thread) {
         if (pthread_create(&e->thread, NULL, ucx_progress_thread, e) != 0) {

@@ -1,0 +1,129 @@
+/* Private to comm/'s NCCL backend (not a contract): its engine, groups and operations.
+ *
+ * engine  one per world, shared (refcounted) by the world and its splits: every rank's GPU
+ *         identity, the store, the compute stream, a pool of pinned host buffers, the NCCL
+ *         P2P operations queued for the next ncclGroup, the live groups.
+ * group   one per communicator: the UCX communicator of the same members (host buffers,
+ *         staging, barrier, split), the NCCL communicator (mode NCCL), its own stream, and
+ *         a FIFO of collectives waiting to be posted to the UCX communicator in call order
+ *         (a staged one waits for its device-to-host copy; later host collectives queue
+ *         behind it, so every member posts them in the same order).
+ * op      one request: posted, advanced by test/wait through these states
+ *           P2P_QUEUED  NCCL send/recv waiting for the next flush (engine list)
+ *           FIFO        waiting in the group FIFO (staged: for the copy event `ev`)
+ *           D2H         staged send: waiting for its copy to pinned memory (`ev`)
+ *           HOST        UCX request in flight
+ *           EVENT       device work in flight on the group stream; done when `ev` fires
+ *           DONE        finished (status set) */
+#ifndef TR_COMM_NCCL_INTERNAL_H
+#define TR_COMM_NCCL_INTERNAL_H
+
+#include <cuda_runtime_api.h>
+#include <nccl.h>
+
+#include "comm/comm_internal.h"
+#include "comm/nccl.h"
+
+typedef struct nccl_engine nccl_engine;
+typedef struct nccl_group nccl_group;
+typedef struct nccl_op nccl_op;
+
+enum { OP_P2P_QUEUED, OP_FIFO, OP_D2H, OP_HOST, OP_EVENT, OP_DONE };
+
+typedef struct {
+    void *p;
+    size_t bytes;
+    int busy;
+} nccl_pin;
+
+struct nccl_engine {
+    int refs;
+    int rank, size;          /* world */
+    tr_nccl_device_id *ids;  /* by world rank */
+    int force_staged;
+    tr_store *store;         /* the UCX world's; NULL in a one-rank world without one */
+    char session[64];
+    cudaStream_t compute;
+    nccl_pin *pins;
+    int n_pins;
+    nccl_op *p2p_head, *p2p_tail;
+    nccl_group **groups;
+    int n_groups;
+};
+
+struct nccl_group {
+    nccl_engine *e;
+    tr_comm *comm; /* the front-end object */
+    tr_comm *host; /* UCX communicator of the same members, same ranks */
+    ncclComm_t nccl;
+    tr_nccl_mode mode;
+    cudaStream_t stream;
+    int rank, size;
+    char name[TR_COMM_MAX_NAME];
+    char key[160]; /* names this group's store keys: "world", "world.3.1", ... */
+    uint32_t next_seq, split_seq;
+    int broken;
+    nccl_op *fifo_head, *fifo_tail;
+};
+
+struct nccl_op {
+    nccl_group *g;
+    nccl_op *next; /* FIFO or P2P queue */
+    tr_comm_opkind kind;
+    tr_nccl_route route;
+    int state, status, ev_wait; /* ev_wait: the FIFO entry waits for ev */
+    uint32_t seq;
+    /* arguments (count in elements; P2P: bytes, as int32 words for UCX) */
+    const void *send;
+    void *recv;
+    size_t count, bytes;
+    tr_comm_dtype dt;
+    tr_comm_redop redop;
+    int root, peer, tag;
+    /* device side */
+    cudaEvent_t ready, ev;
+    int ev_recorded;
+    /* staging: pinned buffers (b = NULL when in place), the copy back after the transfer */
+    void *pin_a, *pin_b;
+    void *back_dst;
+    const void *back_src;
+    size_t back_bytes;
+    int leak_pins; /* a failed transfer may still write them */
+    tr_comm_request *host_req;
+    char err[640];
+};
+
+/* ---- nccl_comm.c: groups, the world, split, destroy */
+extern const tr_comm_ops tr_nccl_ops;
+/* Poll the NCCL communicator until it leaves ncclInProgress; on error or past deadline it is
+ * aborted, the group broken and op (may be NULL) failed. */
+int nccl_settle(nccl_group *g, ncclComm_t comm, double deadline, nccl_op *op, const char *what);
+void *nccl_pin_get(nccl_engine *e, size_t bytes);
+void nccl_pin_put(nccl_engine *e, void *p);
+/* "rank R (group 'G', rank r of n): OP #seq (B bytes) [route]" */
+int nccl_op_prefix(const nccl_op *op, char *buf, size_t len);
+/* Mark op failed (first failure kept), the group broken; returns -1. */
+int nccl_op_fail(nccl_op *op, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+/* Sleep a little while waiting (yield during the first millisecond, then 50 us naps). */
+void nccl_pause(double idle_s);
+
+/* ---- nccl_ops.c: the tr_comm_ops entries for operations */
+int nccl_allreduce(tr_comm *c, const void *send, void *recv, size_t count, tr_comm_dtype dt,
+                   tr_comm_redop op, void **handle);
+int nccl_reduce_scatter(tr_comm *c, const void *send, void *recv, size_t count,
+                        tr_comm_dtype dt, tr_comm_redop op, void **handle);
+int nccl_allgather(tr_comm *c, const void *send, void *recv, size_t count, tr_comm_dtype dt,
+                   void **handle);
+int nccl_broadcast(tr_comm *c, void *buf, size_t count, tr_comm_dtype dt, int root,
+                   void **handle);
+int nccl_send(tr_comm *c, const void *buf, size_t bytes, int peer, int tag, void **handle);
+int nccl_recv(tr_comm *c, void *buf, size_t bytes, int peer, int tag, void **handle);
+int nccl_barrier(tr_comm *c, void **handle);
+int nccl_test(tr_comm *c, void *handle, int *done);
+int nccl_wait(tr_comm *c, void *handle, double timeout_s);
+/* Start queued NCCL P2P and post ready FIFO entries of every group (never blocks). */
+void nccl_engine_progress(nccl_engine *e);
+/* Wait until the group's FIFO is empty (before a split uses the UCX communicator). */
+int nccl_drain_fifo(nccl_group *g, double timeout_s);
+
+#endif
