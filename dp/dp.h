@@ -24,7 +24,8 @@
  *    tr_dp_finish() starts what is left, waits for every bucket and scales by 1/D (the one
  *    place gradients are averaged: after each bucket's wait, on what that rank keeps).
  *    Reductions advance in the background when the communicator was made with
- *    progress_thread = 1; otherwise dp polls them (tr_comm_test) at every report.
+ *    progress_thread = 1; otherwise dp polls them (tr_comm_test) at every report and in
+ *    tr_dp_progress().
  *  - Without ZeRO-1 a bucket is all-reduced: afterwards every rank holds the whole averaged
  *    gradient. With ZeRO-1 (use_distributed_optimizer, D > 1) it is reduce-scattered in
  *    place: bucket [o, o + c) is split into D blocks with tr_comm_block(c, D, d) and rank d
@@ -41,6 +42,12 @@
  *  - Every collective of dp/ on the DP group is issued in the same order on every member;
  *    D = 1 (dp_comm NULL or of size 1) issues none.
  *  - Errors inside the hook (which returns void) are kept and returned by tr_dp_finish().
+ *  - Engine sequence per iteration: zero the gradients; tr_dp_start(dp, M); M x forward +
+ *    backward (tr_gpt_set_grad_hook(g, tr_dp_grad_ready, dp)); tr_dp_finish;
+ *    tr_dp_finalize_grads; tr_dp_grad_norm; tr_dp_clip_factor; AdamW per tensor over
+ *    tr_dp_shard_foreach (moments compact, tr_dp_shard_numel long; grad_scale = the clip
+ *    factor only: the 1/D is done); tr_dp_gather_params_start; tr_dp_gather_params_wait
+ *    (or _wait_range) before the next forward reads the parameters.
  *  - Timestamps (tr_now() seconds) of each bucket's start and observed end are kept for the
  *    trace; the end is when dp saw completion (polled at each report and in finish). */
 #ifndef TR_DP_H
@@ -94,7 +101,8 @@ tr_dp_config tr_dp_config_from_parallel(const tr_parallel_config *p);
  * group (NULL = D 1). Bad sizes or ranges: TR_ERR_INVALID / TR_ERR_CONFIG with the reason. */
 int tr_dp_create(const tr_dp_config *cfg, tr_comm *dp_comm, float *grads, float *params,
                  size_t n, tr_dp **out);
-/* Waits for anything still in flight (errors ignored), then frees. NULL is a no-op. */
+/* Waits for anything still in flight (errors ignored), then frees; call it before the
+ * communicator is destroyed. NULL is a no-op. */
 void tr_dp_free(tr_dp *dp);
 
 /* Pure layout: the number of buckets and rank d's shard size (elements) for these settings;
