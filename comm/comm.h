@@ -92,6 +92,7 @@ typedef struct {
 
 typedef struct tr_comm tr_comm;
 typedef struct tr_comm_request tr_comm_request;
+typedef struct tr_store tr_store;
 
 /* ---------------------------------------------------------------- creation */
 
@@ -205,6 +206,11 @@ typedef struct tr_comm_ops {
     void (*destroy)(tr_comm *c);
 } tr_comm_ops;
 
+/* For backends built on a UCX world (the NCCL backend exchanges its unique ids there): the
+ * world's rendezvous store (owned by the world; NULL for a one-rank world without a store or a
+ * communicator of another backend) and the session prefix its keys use ("tr/<session>/..."). */
+tr_store *tr_comm_ucx_store(const tr_comm *comm, const char **session);
+
 /* For backends: make a communicator object around `impl`. */
 int tr_comm_wrap(const tr_comm_ops *ops, void *impl, int rank, int size, const char *name,
                  double timeout_s, tr_comm **out);
@@ -217,7 +223,6 @@ const tr_comm_tuning *tr_comm_get_tuning(const tr_comm *comm);
 #define TR_STORE_MAX_VALUE (1u << 20)
 
 typedef struct tr_store_server tr_store_server;
-typedef struct tr_store tr_store;
 
 /* Serve on bind_host:port (port 0 = any free port; bind_host NULL = all interfaces) in a
  * background thread. Clients must present `token` (NULL = "") and `session` (NULL = ""); a

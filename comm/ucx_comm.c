@@ -318,6 +318,18 @@ static const tr_comm_ops ucx_ops = {
     .destroy = u_destroy,
 };
 
+tr_store *tr_comm_ucx_store(const tr_comm *comm, const char **session)
+{
+    if (session)
+        *session = NULL;
+    if (!comm || strcmp(tr_comm_backend(comm), ucx_ops.name))
+        return NULL;
+    ucx_engine *e = G(comm)->eng;
+    if (session)
+        *session = e->session;
+    return e->store;
+}
+
 /* ---------------------------------------------------------------- the world */
 
 static int env_int(const char *name, int lo, int hi, int dflt, int required, int *out)
