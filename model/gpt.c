@@ -148,7 +148,8 @@ int tr_gpt_create(const tr_gpt_shape *shape, const tr_kernels *k, tr_comm *tp_co
     int max_tensors = 5 + s->layer_count * L_COUNT;
     g->tensors = tr_alloc(sizeof *g->tensors * (size_t)max_tensors, "model tensor table");
     g->layer_ranges = tr_alloc(sizeof *g->layer_ranges * (size_t)s->layer_count, "model ranges");
-    if (!g->tensors || !g->layer_ranges) {
+    g->tp.comm_time = tr_alloc(sizeof *g->tp.comm_time, "tensor-parallel communication timer");
+    if (!g->tensors || !g->layer_ranges || !g->tp.comm_time) {
         tr_gpt_free(g);
         return TR_ERR_NOMEM;
     }
@@ -201,8 +202,18 @@ void tr_gpt_free(tr_gpt *g)
     tr_free(g->losses_host);
     tr_free(g->layer_ranges);
     tr_free(g->tensors);
+    tr_free(g->tp.comm_time);
     tr_free(g);
 }
+
+double tr_gpt_tp_comm_seconds(const tr_gpt *g, long *calls)
+{
+    if (calls)
+        *calls = g->tp.comm_time->calls;
+    return g->tp.comm_time->seconds;
+}
+
+void tr_gpt_tp_comm_reset(tr_gpt *g) { tr_tp_comm_time_reset(g->tp.comm_time); }
 
 const tr_gpt_shape *tr_gpt_get_shape(const tr_gpt *g) { return &g->s; }
 int tr_gpt_num_tensors(const tr_gpt *g) { return g->n_tensors; }

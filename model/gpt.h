@@ -144,6 +144,12 @@ const float *tr_gpt_acts_output(const tr_gpt_acts *a);
 int tr_gpt_backward(tr_gpt *g, tr_gpt_acts *a, const float *dhidden_out);
 const float *tr_gpt_acts_input_grad(const tr_gpt_acts *a);
 
+/* Wall seconds this stage spent inside tensor-parallel collectives (tp/'s mappings and the
+ * vocab-parallel loss) since creation or the last reset; *calls (may be NULL) gets their
+ * number. Always 0 when tp_size == 1. For measurements (benchmarks/tp_speedup). */
+double tr_gpt_tp_comm_seconds(const tr_gpt *g, long *calls);
+void tr_gpt_tp_comm_reset(tr_gpt *g);
+
 /* Model FLOPs per token for the whole model, PaLM's definition: 6N + 12*l*h*s. */
 double tr_gpt_flops_per_token(const tr_gpt_shape *s, double n_params_total);
 

@@ -15,7 +15,14 @@ int tr_tp_init(tr_tp *tp, const tr_kernels *k, tr_comm *comm, int sequence_paral
     if (tp->size == 1) /* a one-rank group never communicates */
         tp->comm = NULL;
     tp->sequence_parallel = tp->size > 1 && sequence_parallel;
+    tp->comm_time = NULL;
     return TR_OK;
+}
+
+void tr_tp_comm_time_reset(tr_tp_comm_time *t)
+{
+    t->seconds = 0;
+    t->calls = 0;
 }
 
 void tr_tp_rows(const tr_tp *tp, int N, int *first, int *count)
@@ -45,12 +52,33 @@ static int comm_failed(int rc, const char *what)
     return tr_fail_context(rc, "tensor-parallel %s", what);
 }
 
+/* Timing of one collective: t0 = start(tp) before it, finish(tp, t0, rc) after it. */
+static double start(const tr_tp *tp) { return tp->comm_time ? tr_now() : 0.0; }
+
+static int finish(const tr_tp *tp, double t0, int rc)
+{
+    if (tp->comm_time) {
+        tp->comm_time->seconds += tr_now() - t0;
+        tp->comm_time->calls++;
+    }
+    return rc;
+}
+
+int tr_tp_allreduce(const tr_tp *tp, float *buf, size_t n, tr_comm_redop op, const char *what)
+{
+    if (tp->size == 1)
+        return TR_OK;
+    double t0 = start(tp);
+    int rc = finish(tp, t0, tr_comm_allreduce(tp->comm, buf, buf, n, TR_COMM_F32, op));
+    return rc ? comm_failed(rc, what) : TR_OK;
+}
+
 int tr_tp_copy_to_region_backward(const tr_tp *tp, float *grad, size_t n)
 {
     if (tp->size == 1)
         return TR_OK;
-    int rc = tr_comm_allreduce(tp->comm, grad, grad, n, TR_COMM_F32, TR_COMM_SUM);
-    return rc ? comm_failed(rc, "all-reduce of an input gradient (f backward)") : TR_OK;
+    return tr_tp_allreduce(tp, grad, n, TR_COMM_SUM,
+                           "all-reduce of an input gradient (f backward)");
 }
 
 int tr_tp_reduce_from_region_forward(const tr_tp *tp, const float *partial, float *out,
@@ -61,7 +89,9 @@ int tr_tp_reduce_from_region_forward(const tr_tp *tp, const float *partial, floa
             tp->k->copy(NULL, out, partial, n * sizeof(float));
         return TR_OK;
     }
-    int rc = tr_comm_allreduce(tp->comm, partial, out, n, TR_COMM_F32, TR_COMM_SUM);
+    double t0 = start(tp);
+    int rc = finish(tp, t0, tr_comm_allreduce(tp->comm, partial, out, n, TR_COMM_F32,
+                                              TR_COMM_SUM));
     return rc ? comm_failed(rc, "all-reduce of partial outputs (g forward)") : TR_OK;
 }
 
@@ -84,7 +114,9 @@ int tr_tp_gather_from_region_forward(const tr_tp *tp, float *out, const float *i
         return TR_OK;
     }
     /* scratch (T, N, cols): rank r's block at r*N*cols */
-    int rc = tr_comm_allgather(tp->comm, in, scratch, local * (size_t)tp->size, TR_COMM_F32);
+    double t0 = start(tp);
+    int rc = finish(tp, t0, tr_comm_allgather(tp->comm, in, scratch, local * (size_t)tp->size,
+                                              TR_COMM_F32));
     if (rc)
         return comm_failed(rc, "all-gather along the last dimension");
     for (int r = 0; r < tp->size; r++)
@@ -109,7 +141,9 @@ int tr_tp_gather_from_sequence_region_forward(const tr_tp *tp, const float *loca
             tp->k->copy(NULL, full, local, (size_t)N * C * sizeof(float));
         return TR_OK;
     }
-    int rc = tr_comm_allgather(tp->comm, local, full, (size_t)N * C, TR_COMM_F32);
+    double t0 = start(tp);
+    int rc = finish(tp, t0, tr_comm_allgather(tp->comm, local, full, (size_t)N * C,
+                                              TR_COMM_F32));
     return rc ? comm_failed(rc, "all-gather of sequence slices") : TR_OK;
 }
 
@@ -118,7 +152,8 @@ int tr_tp_reduce_scatter_to_sequence_region_forward(const tr_tp *tp, float *full
 {
     if (!tp->sequence_parallel)
         return tr_tp_reduce_from_region_forward(tp, full, local, (size_t)N * C);
-    int rc = tr_comm_reduce_scatter(tp->comm, full, local, (size_t)N * C, TR_COMM_F32,
-                                    TR_COMM_SUM);
+    double t0 = start(tp);
+    int rc = finish(tp, t0, tr_comm_reduce_scatter(tp->comm, full, local, (size_t)N * C,
+                                                   TR_COMM_F32, TR_COMM_SUM));
     return rc ? comm_failed(rc, "reduce-scatter to sequence slices") : TR_OK;
 }

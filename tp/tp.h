@@ -34,6 +34,9 @@
  *    kernels/). Every function returns a tr_status; a communication failure is returned
  *    with the message naming the TP operation.
  *  - Buffers are kernel-table ("device") memory; the communicator must be able to move it.
+ *  - Measurement: with comm_time set (tr_tp_init leaves it NULL), every collective of the
+ *    mappings and of the vocab-parallel loss adds its wall time (two tr_now() calls) and one
+ *    call to *comm_time; nothing else changes. T == 1 never communicates, so never counts.
  *  - Layering: tp/ uses kernels/ and comm/ only; model/ calls tp/. */
 #ifndef TR_TP_H
 #define TR_TP_H
@@ -44,15 +47,27 @@
 #include "comm/comm.h"
 #include "kernels/kernels.h"
 
+/* Wall time spent inside TP collectives (caller-owned; see "Measurement"). */
+typedef struct {
+    double seconds;
+    long calls;
+} tr_tp_comm_time;
+
 typedef struct {
     tr_comm *comm;         /* the TP group; NULL iff size == 1 */
     int size, rank;        /* T and t */
     int sequence_parallel; /* 1 only when size > 1 */
     const tr_kernels *k;
+    tr_tp_comm_time *comm_time; /* NULL: collectives are not timed */
 } tr_tp;
 
-/* Fill *tp. comm NULL = one rank (sequence_parallel is then ignored). */
+/* Fill *tp (comm_time NULL). comm NULL = one rank (sequence_parallel is then ignored). */
 int tr_tp_init(tr_tp *tp, const tr_kernels *k, tr_comm *comm, int sequence_parallel);
+/* Zero a communication timer. */
+void tr_tp_comm_time_reset(tr_tp_comm_time *t);
+/* Sum (op SUM) or max (op MAX) all-reduce of n floats in place over the TP group, timed;
+ * `what` names it in an error. The vocab-parallel loss uses it. */
+int tr_tp_allreduce(const tr_tp *tp, float *buf, size_t n, tr_comm_redop op, const char *what);
 
 /* Rows of N token rows this rank holds: all of them, or its sequence-parallel slice
  * [*first, *first + *count). Requires N % T == 0 under SP (checked by tr_tp_check_rows). */

@@ -48,21 +48,16 @@ int tr_tp_vocab_cross_entropy_forward(const tr_tp *tp, float *losses, float *sta
     float *maxv = stats, *sumexp = stats + N, *picked = stats + 2 * (size_t)N;
     int n_valid = valid_columns(tp, Vl, V), v_start = tp->rank * Vl, rc;
     k->xent_row_max(NULL, maxv, logits, N, Vl, n_valid);
-    if (tp->size > 1) {
-        rc = tr_comm_allreduce(tp->comm, maxv, maxv, (size_t)N, TR_COMM_F32, TR_COMM_MAX);
-        if (rc)
-            return tr_fail_context(rc, "tensor-parallel all-reduce of the logit maxima");
-    }
+    rc = tr_tp_allreduce(tp, maxv, (size_t)N, TR_COMM_MAX, "all-reduce of the logit maxima");
+    if (rc)
+        return rc;
     k->xent_row_sumexp(NULL, sumexp, logits, maxv, N, Vl, n_valid);
     k->xent_pick(NULL, picked, logits, targets, N, Vl, v_start);
-    if (tp->size > 1) {
-        /* sumexp and picked are adjacent: one all-reduce of 2N */
-        rc = tr_comm_allreduce(tp->comm, sumexp, sumexp, 2 * (size_t)N, TR_COMM_F32,
-                               TR_COMM_SUM);
-        if (rc)
-            return tr_fail_context(rc, "tensor-parallel all-reduce of the sums of exponentials "
-                                       "and target logits");
-    }
+    /* sumexp and picked are adjacent: one all-reduce of 2N */
+    rc = tr_tp_allreduce(tp, sumexp, 2 * (size_t)N, TR_COMM_SUM,
+                         "all-reduce of the sums of exponentials and target logits");
+    if (rc)
+        return rc;
     k->xent_loss(NULL, losses, maxv, sumexp, picked, N);
     return TR_OK;
 }

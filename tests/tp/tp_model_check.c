@@ -11,7 +11,8 @@
  *  - the grad-ready hook: ranges arrive front to back and cover the buffer once per micro-batch;
  *  - communication count per iteration: 4 all-reduces per layer per micro-batch + 1 for the
  *    embedding + 3 for the loss (SP: all-gathers and reduce-scatters, see below); an
- *    evaluation forward: 2 all-reduces;
+ *    evaluation forward: 2 all-reduces; the model's TP communication timer
+ *    (tr_gpt_tp_comm_seconds) counts the same collectives;
  *  - the model cut into two pipeline stages on the same TP group (stage input received in
  *    tr_gpt_acts_input_buffer, output gradient in tr_gpt_acts_output_grad_buffer) gives the
  *    whole TP model's loss and gradients. */
@@ -178,6 +179,7 @@ static void check_whole(model *tpm, model *ref)
     tr_gpt_set_grad_hook(tpm->g, hook, NULL);
     if (tpc)
         tr_comm_reset_counters(tpc);
+    tr_gpt_tp_comm_reset(tpm->g);
     for (int mb = 0; mb < M; mb++) {
         hook_next = 0;
         hook_calls = 0;
@@ -192,6 +194,14 @@ static void check_whole(model *tpm, model *ref)
         tr_comm_get_counters(tpc, &c);
     if (T > 1)
         check_counts(&c, M);
+    /* the model's TP communication timer counts exactly the collectives the group saw */
+    long timed_calls = -1;
+    double timed_s = tr_gpt_tp_comm_seconds(tpm->g, &timed_calls);
+    uint64_t collectives = c.ops[TR_COMM_OP_ALLREDUCE] + c.ops[TR_COMM_OP_ALLGATHER] +
+                           c.ops[TR_COMM_OP_REDUCE_SCATTER];
+    CHECK((uint64_t)timed_calls == collectives && timed_s >= 0 && (T > 1 || timed_s == 0),
+          "TP comm timer: %ld calls, %.6f s; the group counted %llu collectives", timed_calls,
+          timed_s, (unsigned long long)collectives);
     tr_gpt_set_grad_hook(tpm->g, NULL, NULL);
     expect_close("losses", loss_tp, loss_ref, M, TOL);
     expect_same_on_all(tpc, "losses", loss_tp, M);

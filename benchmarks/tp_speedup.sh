@@ -1,0 +1,135 @@
+#!/usr/bin/env bash
+# Tensor-parallel speed-up (issue 4): benchmarks/tp_speedup.c at T = 1 (one process,
+# OPENBLAS_NUM_THREADS=OMP_NUM_THREADS=1) and T = 2 (`trident launch --nproc 2`, one thread
+# per rank), back to back, REPEAT times. Model: GPT, hidden 768, 12 heads, seq 256,
+# micro-batch 4, vocabulary 256 (layer GEMMs dominate), LAYERS layers; forward + backward per
+# iteration, median of ITERS iterations after one warm-up (an iteration = the slowest rank).
+# Per pair: the 1-minute load average before it, ms/iter at T = 1 and T = 2, the speed-up,
+# the CPU-time speed-up (T = 1 process CPU time / busiest T = 2 rank's; what the split saves
+# whatever else runs on the machine), the TP communication share at T = 2 (time inside the
+# TP collectives / iteration time, each rank, tr_gpt_tp_comm_seconds), and the T = 2 rank 0
+# split of an iteration into GEMM / attention / communication / other.
+#
+#   benchmarks/tp_speedup.sh [--repeat 3] [--iters 6] [--layers 4] [--sp] [--write-results]
+# --sp: sequence parallelism at T = 2. --write-results replaces the "Tensor parallelism
+# (issue 4)" section of benchmarks/RESULTS.md (a table per variant written so far is kept
+# only for the variant being run). BUILD=dir picks the meson build directory (default
+# build-bench).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+repeat=3
+iters=6
+layers=4
+sp=
+write=0
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --repeat) repeat=$2; shift 2;;
+    --iters) iters=$2; shift 2;;
+    --layers) layers=$2; shift 2;;
+    --sp) sp=--sp; shift;;
+    --write-results) write=1; shift;;
+    *) echo "usage: $0 [--repeat N] [--iters N] [--layers L] [--sp] [--write-results]" >&2; exit 2;;
+  esac
+done
+build=${BUILD:-build-bench}
+[ -f "$build/build.ninja" ] || meson setup "$build" --buildtype=release >/dev/null
+ninja -C "$build" trident benchmarks/tp_speedup >/dev/null
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+export UCX_WARN_UNUSED_ENV_VARS=n
+bench="$build/benchmarks/tp_speedup"
+args=(--layers "$layers" --iters "$iters" --hidden 768 --heads 12 --seq 256 --batch 4 --vocab 256)
+
+for rep in $(seq 1 "$repeat"); do
+  echo "tp_speedup.sh: pair $rep of $repeat (load $(cut -d' ' -f1-3 /proc/loadavg))" >&2
+  cut -d' ' -f1 /proc/loadavg >"$work/load.$rep"
+  OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 OPENBLAS_CORETYPE=SkylakeX \
+    timeout 900 "$bench" "${args[@]}" >"$work/t1.$rep"
+  timeout 900 "$build/trident" launch --nproc 2 --no-prefix -- "$bench" "${args[@]}" $sp \
+    >"$work/t2.$rep"
+  cut -d' ' -f1 /proc/loadavg >>"$work/load.$rep"
+done
+
+model=$(lscpu | sed -n 's/^Model name: *//p' | head -1)
+python3 - "$work" "$repeat" "$write" "$model" "$layers" "$iters" "${sp:-none}" <<'EOF'
+import datetime, os, re, statistics, sys
+work, repeat, write, model, layers, iters, sp = sys.argv[1:8]
+repeat, write, sp = int(repeat), write == "1", sp == "--sp"
+
+def parse(path):
+    out = {"ranks": []}
+    for line in open(path):
+        w = line.split()
+        if not w:
+            continue
+        if w[0] == "iter_ms":
+            out["iter"] = float(w[2])
+        elif w[0] == "rank":
+            d = dict(zip(w[2::2], map(float, w[3::2])))
+            out["ranks"].append(d)
+        elif w[0] == "config":
+            out["config"] = dict(zip(w[1::2], w[2::2]))
+    return out
+
+rows, speedups, cpu_speedups, shares = [], [], [], []
+for rep in range(1, repeat + 1):
+    t1, t2 = parse(f"{work}/t1.{rep}"), parse(f"{work}/t2.{rep}")
+    load = [float(x) for x in open(f"{work}/load.{rep}").read().split()]
+    r1, r2 = t1["ranks"][0], t2["ranks"]
+    s = t1["iter"] / t2["iter"]
+    cs = r1["cpu_ms"] / max(r["cpu_ms"] for r in r2)
+    share = [r["comm_share"] for r in r2]
+    speedups.append(s); cpu_speedups.append(cs); shares += share
+    a = r2[0]
+    split = (f"{a['gemm_ms']:.0f} / {a['attn_ms']:.0f} / {a['comm_ms']:.0f} / "
+             f"{a['other_ms']:.0f}")
+    split1 = f"{r1['gemm_ms']:.0f} / {r1['attn_ms']:.0f} / {r1['other_ms']:.0f}"
+    rows.append(f"| {rep} | {load[0]:.2f} → {load[1]:.2f} | {t1['iter']:.0f} | {r1['cpu_ms']:.0f} "
+                f"| {split1} | {t2['iter']:.0f} | {max(r['cpu_ms'] for r in r2):.0f} | {split} "
+                f"| **{s:.2f}×** | {cs:.2f}× | {' / '.join(f'{x * 100:.1f}%' for x in share)} "
+                f"| {a['comm_calls']:.0f} |")
+
+cfg = parse(f"{work}/t2.1")["config"]
+head = ("| pair | load avg (1 min) before → after | T=1 ms/iter | T=1 CPU ms | T=1 GEMM / attn / other ms "
+        "| T=2 ms/iter | T=2 CPU ms (max rank) | T=2 rank 0 GEMM / attn / comm / other ms "
+        "| speed-up | CPU-time speed-up | TP comm share (rank 0 / 1) | TP collectives / iter |")
+lines = [head, "|" + "|".join(["---:"] * (head.count("|") - 1)) + "|"] + rows
+lines.append("")
+lines.append(f"Median over the {repeat} pairs: speed-up **{statistics.median(speedups):.2f}×** "
+             f"(range {min(speedups):.2f}–{max(speedups):.2f}), CPU-time speed-up "
+             f"{statistics.median(cpu_speedups):.2f}× (range {min(cpu_speedups):.2f}–"
+             f"{max(cpu_speedups):.2f}), TP communication share {statistics.median(shares) * 100:.1f}% "
+             f"(range {min(shares) * 100:.1f}–{max(shares) * 100:.1f}%).")
+table = "\n".join(lines)
+variant = f"T=2{' with sequence parallelism' if sp else ''}, {layers} layers"
+print(f"### {variant}\n\n{table}")
+if write:
+    cmd = f"benchmarks/tp_speedup.sh --repeat {repeat} --iters {iters} --layers {layers}" + (" --sp" if sp else "")
+    intro = (f"## Tensor parallelism (issue 4)\n\n"
+             f"Machine: 2-core x86_64 VM ({model}), shared with other jobs while measured (load "
+             f"averages in the tables). `benchmarks/tp_speedup.c`: one GPT stage holding the whole "
+             f"model (hidden 768, 12 heads, seq 256, micro-batch 4, vocabulary 256 padded to "
+             f"{cfg['vocab_padded']}, so the layer GEMMs dominate), forward + backward of one "
+             f"micro-batch per iteration, no optimizer; T=1 is one process with "
+             f"OPENBLAS_NUM_THREADS=OMP_NUM_THREADS=1, T=2 two ranks of `trident launch --nproc 2` "
+             f"with one thread each (OPENBLAS_CORETYPE=SkylakeX in both). ms/iter: median of the "
+             f"iterations after one warm-up, each iteration timed as its slowest rank after a "
+             f"barrier. CPU ms: process CPU time per iteration (median), the busiest T=2 rank; the "
+             f"CPU-time speed-up is T=1 CPU / T=2 CPU, what the split saves independent of the "
+             f"other load. TP comm share: wall time inside the TP collectives "
+             f"(`tr_gpt_tp_comm_seconds`) / iteration time, per rank. GEMM / attention: the "
+             f"kernel table's gemm and attention kernels timed by the benchmark; other = the rest "
+             f"(LayerNorm, GELU, residual adds, bias, embedding, loss).\n")
+    sub = (f"### {variant}\n\nDate: {datetime.date.today().isoformat()}. Reproduce: `{cmd}`.\n\n{table}\n")
+    path = "benchmarks/RESULTS.md"
+    text = open(path).read() if os.path.exists(path) else "# Benchmark results\n\n"
+    sec = re.compile(r"## Tensor parallelism \(issue 4\)\n.*?(?=\n## |\Z)", re.S)
+    m = sec.search(text)
+    body = m.group(0) if m else intro
+    subpat = re.compile(r"### " + re.escape(variant) + r"\n.*?(?=\n### |\Z)", re.S)
+    body = subpat.sub(lambda _: sub.rstrip("\n") + "\n", body) if subpat.search(body) else body.rstrip("\n") + "\n\n" + sub
+    text = sec.sub(lambda _: body.rstrip("\n") + "\n", text) if m else text.rstrip("\n") + "\n\n" + body
+    open(path, "w").write(text)
+    print(f"wrote {path}")
+EOF
