@@ -42,7 +42,11 @@
 
 #include "comm/comm.h"
 
-typedef enum { TR_NCCL_MODE_LOCAL = 0, TR_NCCL_MODE_NCCL = 1, TR_NCCL_MODE_STAGED = 2 } tr_nccl_mode;
+typedef enum {
+    TR_NCCL_MODE_LOCAL = 0,
+    TR_NCCL_MODE_NCCL = 1,
+    TR_NCCL_MODE_STAGED = 2,
+} tr_nccl_mode;
 
 typedef enum {
     TR_NCCL_ROUTE_HOST = 0,   /* host buffers: the group's UCX communicator */

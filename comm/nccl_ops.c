@@ -1,1 +1,762 @@
-/* placeholder */ typedef int tr_placeholder_nccl_ops;
+/* The NCCL backend's operations: each request is routed by where its buffers live (host ->
+ * the group's UCX communicator; device -> NCCL, staging through pinned memory, or local
+ * copies) and advanced by test/wait through the states of nccl_internal.h. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "comm/nccl_internal.h"
+#include "core/core.h"
+
+static nccl_group *G(const tr_comm *c) { return tr_comm_impl(c); }
+
+/* ---------------------------------------------------------------- small pieces */
+
+static tr_nccl_memkind memkind(const void *p)
+{
+    if (!p)
+        return TR_NCCL_MEM_NONE;
+    struct cudaPointerAttributes a;
+    if (cudaPointerGetAttributes(&a, p) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return TR_NCCL_MEM_HOST;
+    }
+    return a.type == cudaMemoryTypeDevice || a.type == cudaMemoryTypeManaged ? TR_NCCL_MEM_DEVICE
+                                                                             : TR_NCCL_MEM_HOST;
+}
+
+static ncclDataType_t nccl_dtype(tr_comm_dtype dt)
+{
+    switch (dt) {
+    case TR_COMM_F64: return ncclFloat64;
+    case TR_COMM_I32: return ncclInt32;
+    case TR_COMM_I64: return ncclInt64;
+    default: return ncclFloat32;
+    }
+}
+
+static ncclRedOp_t nccl_redop(tr_comm_redop op)
+{
+    return op == TR_COMM_MAX ? ncclMax : op == TR_COMM_MIN ? ncclMin : ncclSum;
+}
+
+static nccl_op *op_new(nccl_group *g, tr_comm_opkind kind)
+{
+    nccl_op *op = calloc(1, sizeof *op);
+    if (!op) {
+        tr_fail(TR_ERR_NOMEM, "comm: out of memory");
+        return NULL;
+    }
+    op->g = g;
+    op->kind = kind;
+    op->seq = g->next_seq++;
+    op->dt = TR_COMM_I32;
+    return op;
+}
+
+static void op_free(nccl_op *op)
+{
+    if (op->ready)
+        cudaEventDestroy(op->ready);
+    if (op->ev)
+        cudaEventDestroy(op->ev);
+    if (!op->leak_pins) {
+        nccl_pin_put(op->g->e, op->pin_a);
+        nccl_pin_put(op->g->e, op->pin_b);
+    }
+    free(op);
+}
+
+/* The op's status as the thread's error; frees it. */
+static int finish(nccl_op *op)
+{
+    int rc = op->status;
+    if (rc)
+        tr_fail(rc, "%s", op->err);
+    op_free(op);
+    return rc;
+}
+
+static int cuda_check(nccl_op *op, cudaError_t e, const char *what)
+{
+    if (e == cudaSuccess)
+        return 0;
+    (void)cudaGetLastError();
+    return nccl_op_fail(op, TR_ERR_INTERNAL, "%s: %s", what, cudaGetErrorString(e));
+}
+
+static int make_events(nccl_op *op)
+{
+    if (cuda_check(op, cudaEventCreateWithFlags(&op->ready, cudaEventDisableTiming),
+                   "cudaEventCreate") ||
+        cuda_check(op, cudaEventCreateWithFlags(&op->ev, cudaEventDisableTiming),
+                   "cudaEventCreate"))
+        return -1;
+    return 0;
+}
+
+/* The group stream waits for what the compute stream has queued so far. */
+static int after_compute(nccl_op *op)
+{
+    nccl_group *g = op->g;
+    if (cuda_check(op, cudaEventRecord(op->ready, g->e->compute), "cudaEventRecord") ||
+        cuda_check(op, cudaStreamWaitEvent(g->stream, op->ready, 0), "cudaStreamWaitEvent"))
+        return -1;
+    return 0;
+}
+
+static int record_done(nccl_op *op)
+{
+    if (cuda_check(op, cudaEventRecord(op->ev, op->g->stream), "cudaEventRecord"))
+        return -1;
+    op->ev_recorded = 1;
+    op->state = OP_EVENT;
+    return 0;
+}
+
+/* ---------------------------------------------------------------- the host communicator */
+
+/* Post op to the group's UCX communicator (user buffers, or the pinned copies). */
+static int post_host(nccl_op *op)
+{
+    nccl_group *g = op->g;
+    int staged = op->route == TR_NCCL_ROUTE_STAGED;
+    const void *hs = staged ? op->pin_a : op->send;
+    void *hr = staged ? (op->kind == TR_COMM_OP_REDUCE_SCATTER ||
+                                 op->kind == TR_COMM_OP_ALLGATHER
+                             ? op->pin_b
+                             : op->pin_a)
+                      : op->recv;
+    tr_comm *h = g->host;
+    tr_comm_request **req = &op->host_req;
+    int rc;
+    switch (op->kind) {
+    case TR_COMM_OP_ALLREDUCE:
+        rc = tr_comm_allreduce_async(h, hs, hr, op->count, op->dt, op->redop, req);
+        break;
+    case TR_COMM_OP_REDUCE_SCATTER:
+        rc = tr_comm_reduce_scatter_async(h, hs, hr, op->count, op->dt, op->redop, req);
+        break;
+    case TR_COMM_OP_ALLGATHER:
+        rc = tr_comm_allgather_async(h, hs, hr, op->count, op->dt, req);
+        break;
+    case TR_COMM_OP_BROADCAST:
+        rc = tr_comm_broadcast_async(h, hr, op->count, op->dt, op->root, req);
+        break;
+    case TR_COMM_OP_SEND:
+        rc = tr_comm_send_async(h, hs, op->bytes / 4, TR_COMM_I32, op->peer, op->tag, req);
+        break;
+    case TR_COMM_OP_RECV:
+        rc = tr_comm_recv_async(h, hr, op->bytes / 4, TR_COMM_I32, op->peer, op->tag, req);
+        break;
+    default:
+        rc = tr_comm_barrier_async(h, req);
+        break;
+    }
+    if (rc) {
+        g->broken = 1;
+        op->status = rc;
+        op->state = OP_DONE;
+        snprintf(op->err, sizeof op->err, "%s", tr_errmsg());
+        return -1;
+    }
+    op->state = OP_HOST;
+    return 0;
+}
+
+static void fifo_push(nccl_group *g, nccl_op *op)
+{
+    op->next = NULL;
+    op->state = OP_FIFO;
+    if (g->fifo_tail)
+        g->fifo_tail->next = op;
+    else
+        g->fifo_head = op;
+    g->fifo_tail = op;
+}
+
+static void fifo_unlink(nccl_group *g, nccl_op *op)
+{
+    nccl_op **pp = &g->fifo_head, *prev = NULL;
+    while (*pp && *pp != op) {
+        prev = *pp;
+        pp = &(*pp)->next;
+    }
+    if (!*pp)
+        return;
+    *pp = op->next;
+    if (g->fifo_tail == op)
+        g->fifo_tail = prev;
+    op->next = NULL;
+}
+
+/* Post the FIFO's ready head entries, in order. */
+static void pump(nccl_group *g)
+{
+    while (g->fifo_head) {
+        nccl_op *op = g->fifo_head;
+        if (g->broken) {
+            fifo_unlink(g, op);
+            op->leak_pins = 1; /* its copy may still be running */
+            nccl_op_fail(op, TR_ERR_COMM, "not started: the group broke earlier");
+            continue;
+        }
+        if (op->ev_wait) {
+            cudaError_t q = cudaEventQuery(op->ev);
+            if (q == cudaErrorNotReady)
+                return;
+            fifo_unlink(g, op);
+            if (cuda_check(op, q, "device-to-host copy"))
+                continue;
+        } else {
+            fifo_unlink(g, op);
+        }
+        post_host(op);
+    }
+}
+
+/* ---------------------------------------------------------------- NCCL P2P queue */
+
+static void p2p_flush(nccl_engine *e)
+{
+    nccl_op *list = e->p2p_head;
+    if (!list)
+        return;
+    e->p2p_head = e->p2p_tail = NULL;
+    ncclGroupStart();
+    for (nccl_op *op = list; op; op = op->next) {
+        nccl_group *g = op->g;
+        if (!g->nccl) {
+            nccl_op_fail(op, TR_ERR_COMM, "not started: the NCCL communicator was aborted");
+            continue;
+        }
+        if (cuda_check(op, cudaStreamWaitEvent(g->stream, op->ready, 0), "cudaStreamWaitEvent"))
+            continue;
+        ncclResult_t r = op->kind == TR_COMM_OP_SEND
+                             ? ncclSend(op->send, op->bytes, ncclUint8, op->peer, g->nccl,
+                                        g->stream)
+                             : ncclRecv(op->recv, op->bytes, ncclUint8, op->peer, g->nccl,
+                                        g->stream);
+        if (r != ncclSuccess && r != ncclInProgress)
+            nccl_op_fail(op, TR_ERR_COMM, "%s: %s (%s)",
+                         op->kind == TR_COMM_OP_SEND ? "ncclSend" : "ncclRecv",
+                         ncclGetErrorString(r), ncclGetLastError(g->nccl));
+    }
+    ncclResult_t end = ncclGroupEnd();
+    for (nccl_op *op = list, *next; op; op = next) {
+        next = op->next;
+        op->next = NULL;
+        if (op->state == OP_DONE)
+            continue;
+        nccl_group *g = op->g;
+        if (end != ncclSuccess && end != ncclInProgress) {
+            nccl_op_fail(op, TR_ERR_COMM, "ncclGroupEnd: %s", ncclGetErrorString(end));
+            continue;
+        }
+        if (nccl_settle(g, g->nccl, tr_now() + tr_comm_timeout(g->host), op, "ncclGroupEnd"))
+            continue;
+        record_done(op);
+    }
+}
+
+static void p2p_unlink(nccl_engine *e, nccl_op *op)
+{
+    nccl_op **pp = &e->p2p_head, *prev = NULL;
+    while (*pp && *pp != op) {
+        prev = *pp;
+        pp = &(*pp)->next;
+    }
+    if (!*pp)
+        return;
+    *pp = op->next;
+    if (e->p2p_tail == op)
+        e->p2p_tail = prev;
+    op->next = NULL;
+}
+
+void nccl_engine_progress(nccl_engine *e)
+{
+    p2p_flush(e);
+    for (int i = 0; i < e->n_groups; i++)
+        pump(e->groups[i]);
+}
+
+int nccl_drain_fifo(nccl_group *g, double timeout_s)
+{
+    double start = tr_now(), last = start;
+    for (;;) {
+        nccl_engine_progress(g->e);
+        if (!g->fifo_head)
+            return TR_OK;
+        double now = tr_now();
+        if (now - start > timeout_s)
+            return tr_fail(TR_ERR_TIMEOUT,
+                           "rank %d (group '%s', rank %d of %d): split: timed out after %g s "
+                           "waiting for earlier operations of the group to start",
+                           g->e->rank, g->name, g->rank, g->size, timeout_s);
+        nccl_pause(now - last);
+    }
+}
+
+/* ---------------------------------------------------------------- starting an op */
+
+static int start_nccl(nccl_op *op)
+{
+    nccl_group *g = op->g;
+    if (make_events(op) || cuda_check(op, cudaEventRecord(op->ready, g->e->compute),
+                                      "cudaEventRecord"))
+        return -1;
+    if (op->kind == TR_COMM_OP_SEND || op->kind == TR_COMM_OP_RECV) {
+        nccl_engine *e = g->e;
+        op->state = OP_P2P_QUEUED;
+        op->next = NULL;
+        if (e->p2p_tail)
+            e->p2p_tail->next = op;
+        else
+            e->p2p_head = op;
+        e->p2p_tail = op;
+        return 0;
+    }
+    if (cuda_check(op, cudaStreamWaitEvent(g->stream, op->ready, 0), "cudaStreamWaitEvent"))
+        return -1;
+    ncclDataType_t dt = nccl_dtype(op->dt);
+    size_t es = tr_comm_dtype_size(op->dt), n = (size_t)g->size;
+    ncclResult_t r = ncclSuccess;
+    const char *call = "";
+    switch (op->kind) {
+    case TR_COMM_OP_ALLREDUCE:
+        call = "ncclAllReduce";
+        r = ncclAllReduce(op->send, op->recv, op->count, dt, nccl_redop(op->redop), g->nccl,
+                          g->stream);
+        break;
+    case TR_COMM_OP_BROADCAST:
+        call = "ncclBroadcast";
+        r = ncclBroadcast(op->recv, op->recv, op->count, dt, op->root, g->nccl, g->stream);
+        break;
+    case TR_COMM_OP_REDUCE_SCATTER:
+        call = "ncclReduceScatter";
+        if (op->count % n == 0) {
+            r = ncclReduceScatter(op->send, op->recv, op->count / n, dt, nccl_redop(op->redop),
+                                  g->nccl, g->stream);
+            break;
+        }
+        /* uneven blocks (comm.h's partition): one reduce per block, rooted at its owner */
+        ncclGroupStart();
+        for (int b = 0; b < g->size && (r == ncclSuccess || r == ncclInProgress); b++) {
+            size_t off, len;
+            tr_comm_block(op->count, g->size, b, &off, &len);
+            if (!len)
+                continue;
+            const char *src = (const char *)op->send + off * es;
+            r = ncclReduce(src, b == g->rank ? op->recv : (void *)src, len, dt,
+                           nccl_redop(op->redop), b, g->nccl, g->stream);
+        }
+        {
+            ncclResult_t end = ncclGroupEnd();
+            if (r == ncclSuccess || r == ncclInProgress)
+                r = end;
+        }
+        break;
+    case TR_COMM_OP_ALLGATHER:
+        call = "ncclAllGather";
+        if (op->count % n == 0) {
+            r = ncclAllGather(op->send, op->recv, op->count / n, dt, g->nccl, g->stream);
+            break;
+        }
+        /* uneven blocks: one broadcast per block from its owner */
+        ncclGroupStart();
+        for (int b = 0; b < g->size && (r == ncclSuccess || r == ncclInProgress); b++) {
+            size_t off, len;
+            tr_comm_block(op->count, g->size, b, &off, &len);
+            if (!len)
+                continue;
+            char *dst = (char *)op->recv + off * es;
+            r = ncclBroadcast(b == g->rank ? op->send : dst, dst, len, dt, b, g->nccl, g->stream);
+        }
+        {
+            ncclResult_t end = ncclGroupEnd();
+            if (r == ncclSuccess || r == ncclInProgress)
+                r = end;
+        }
+        break;
+    default:
+        return nccl_op_fail(op, TR_ERR_INTERNAL, "no NCCL route for this operation");
+    }
+    if (r != ncclSuccess && r != ncclInProgress) {
+        nccl_op_fail(op, TR_ERR_COMM, "%s: %s (%s)", call, ncclGetErrorString(r),
+                     ncclGetLastError(g->nccl));
+        return -1;
+    }
+    if (nccl_settle(g, g->nccl, tr_now() + tr_comm_timeout(g->host), op, call))
+        return -1;
+    return record_done(op);
+}
+
+/* A group of one: results are copies (or nothing). */
+static int start_local(nccl_op *op)
+{
+    if (make_events(op) || after_compute(op))
+        return -1;
+    size_t bytes = op->count * tr_comm_dtype_size(op->dt);
+    if (op->kind != TR_COMM_OP_BROADCAST && op->send != op->recv && bytes &&
+        cuda_check(op, cudaMemcpyAsync(op->recv, op->send, bytes, cudaMemcpyDeviceToDevice,
+                                       op->g->stream),
+                   "cudaMemcpyAsync"))
+        return -1;
+    return record_done(op);
+}
+
+static int start_staged(nccl_op *op)
+{
+    nccl_group *g = op->g;
+    size_t es = tr_comm_dtype_size(op->dt), off = 0, len = 0;
+    tr_comm_block(op->count, g->size, g->rank, &off, &len);
+    size_t na = 0, nb = 0;
+    int d2h = 1;
+    switch (op->kind) {
+    case TR_COMM_OP_ALLREDUCE: na = op->count * es; break;
+    case TR_COMM_OP_BROADCAST: na = op->count * es, d2h = g->rank == op->root; break;
+    case TR_COMM_OP_REDUCE_SCATTER: na = op->count * es, nb = len * es; break;
+    case TR_COMM_OP_ALLGATHER: na = len * es, nb = op->count * es; break;
+    case TR_COMM_OP_SEND: na = op->bytes; break;
+    default: na = op->bytes, d2h = 0; break; /* recv */
+    }
+    if ((na && !(op->pin_a = nccl_pin_get(g->e, na))) ||
+        (nb && !(op->pin_b = nccl_pin_get(g->e, nb)))) {
+        op->status = TR_ERR_NOMEM;
+        snprintf(op->err, sizeof op->err, "%s", tr_errmsg());
+        return -1;
+    }
+    if (make_events(op))
+        return -1;
+    /* the copy back to the device after the host transfer */
+    switch (op->kind) {
+    case TR_COMM_OP_ALLREDUCE:
+    case TR_COMM_OP_RECV: op->back_src = op->pin_a, op->back_bytes = na; break;
+    case TR_COMM_OP_BROADCAST:
+        if (!d2h)
+            op->back_src = op->pin_a, op->back_bytes = na;
+        break;
+    case TR_COMM_OP_REDUCE_SCATTER:
+    case TR_COMM_OP_ALLGATHER: op->back_src = op->pin_b, op->back_bytes = nb; break;
+    default: break;
+    }
+    op->back_dst = op->recv;
+    if (d2h && na) {
+        if (after_compute(op) ||
+            cuda_check(op, cudaMemcpyAsync(op->pin_a, op->send, na, cudaMemcpyDeviceToHost,
+                                           g->stream),
+                       "cudaMemcpyAsync (device to host)") ||
+            cuda_check(op, cudaEventRecord(op->ev, g->stream), "cudaEventRecord"))
+            return -1;
+        op->ev_wait = 1;
+    }
+    if (op->kind == TR_COMM_OP_RECV)
+        return post_host(op);
+    if (op->kind == TR_COMM_OP_SEND) {
+        if (!op->ev_wait)
+            return post_host(op);
+        op->state = OP_D2H;
+        return 0;
+    }
+    fifo_push(g, op);
+    pump(g);
+    return 0;
+}
+
+/* Route and start op; on failure it is freed and the error set. */
+static int post(nccl_op *op, tr_nccl_memkind ks, tr_nccl_memkind kr, size_t bytes, void **handle)
+{
+    nccl_group *g = op->g;
+    *handle = NULL;
+    if (g->broken) {
+        int rc = tr_fail(TR_ERR_COMM,
+                         "rank %d: group '%s' is unusable after an earlier failure (timeout or "
+                         "transport error); %s not started",
+                         g->e->rank, g->name, tr_comm_opkind_name(op->kind));
+        op_free(op);
+        return rc;
+    }
+    int rc = tr_nccl_choose_route(g->mode, ks, kr, bytes, g->name, tr_comm_opkind_name(op->kind),
+                                  &op->route);
+    if (rc) {
+        op_free(op);
+        return rc;
+    }
+    nccl_engine_progress(g->e); /* queued P2P start before anything posted after them */
+    int failed = 0;
+    switch (op->route) {
+    case TR_NCCL_ROUTE_NCCL: failed = start_nccl(op); break;
+    case TR_NCCL_ROUTE_LOCAL: failed = start_local(op); break;
+    case TR_NCCL_ROUTE_STAGED: failed = start_staged(op); break;
+    default:
+        if (op->kind == TR_COMM_OP_SEND || op->kind == TR_COMM_OP_RECV) {
+            failed = post_host(op);
+        } else {
+            fifo_push(g, op);
+            pump(g);
+        }
+        break;
+    }
+    if (failed || (op->state == OP_DONE && op->status)) {
+        if (!op->status) {
+            op->status = TR_ERR_INTERNAL;
+            snprintf(op->err, sizeof op->err, "comm '%s': %s could not be started", g->name,
+                     tr_comm_opkind_name(op->kind));
+        }
+        if (op->state == OP_FIFO)
+            fifo_unlink(g, op);
+        op->leak_pins = 1;
+        return finish(op);
+    }
+    *handle = op;
+    return TR_OK;
+}
+
+/* ---------------------------------------------------------------- tr_comm_ops entries */
+
+static nccl_op *coll(tr_comm *c, tr_comm_opkind kind, const void *send, void *recv, size_t count,
+                     tr_comm_dtype dt)
+{
+    nccl_op *op = op_new(G(c), kind);
+    if (op) {
+        op->send = send;
+        op->recv = recv;
+        op->count = count;
+        op->dt = dt;
+    }
+    return op;
+}
+
+int nccl_allreduce(tr_comm *c, const void *send, void *recv, size_t count, tr_comm_dtype dt,
+                   tr_comm_redop redop, void **handle)
+{
+    nccl_op *op = coll(c, TR_COMM_OP_ALLREDUCE, send, recv, count, dt);
+    if (!op)
+        return TR_ERR_NOMEM;
+    op->redop = redop;
+    return post(op, memkind(send), memkind(recv), count * tr_comm_dtype_size(dt), handle);
+}
+
+int nccl_reduce_scatter(tr_comm *c, const void *send, void *recv, size_t count,
+                        tr_comm_dtype dt, tr_comm_redop redop, void **handle)
+{
+    nccl_op *op = coll(c, TR_COMM_OP_REDUCE_SCATTER, send, recv, count, dt);
+    if (!op)
+        return TR_ERR_NOMEM;
+    op->redop = redop;
+    size_t off, len;
+    tr_comm_block(count, tr_comm_size(c), tr_comm_rank(c), &off, &len);
+    return post(op, memkind(send), len ? memkind(recv) : TR_NCCL_MEM_NONE,
+                count * tr_comm_dtype_size(dt), handle);
+}
+
+int nccl_allgather(tr_comm *c, const void *send, void *recv, size_t count, tr_comm_dtype dt,
+                   void **handle)
+{
+    nccl_op *op = coll(c, TR_COMM_OP_ALLGATHER, send, recv, count, dt);
+    if (!op)
+        return TR_ERR_NOMEM;
+    size_t off, len;
+    tr_comm_block(count, tr_comm_size(c), tr_comm_rank(c), &off, &len);
+    return post(op, len ? memkind(send) : TR_NCCL_MEM_NONE, memkind(recv),
+                count * tr_comm_dtype_size(dt), handle);
+}
+
+int nccl_broadcast(tr_comm *c, void *buf, size_t count, tr_comm_dtype dt, int root,
+                   void **handle)
+{
+    nccl_op *op = coll(c, TR_COMM_OP_BROADCAST, buf, buf, count, dt);
+    if (!op)
+        return TR_ERR_NOMEM;
+    op->root = root;
+    tr_nccl_memkind k = memkind(buf);
+    return post(op, k, k, count * tr_comm_dtype_size(dt), handle);
+}
+
+int nccl_send(tr_comm *c, const void *buf, size_t bytes, int peer, int tag, void **handle)
+{
+    nccl_op *op = op_new(G(c), TR_COMM_OP_SEND);
+    if (!op)
+        return TR_ERR_NOMEM;
+    op->send = buf;
+    op->bytes = bytes;
+    op->peer = peer;
+    op->tag = tag;
+    return post(op, memkind(buf), TR_NCCL_MEM_NONE, bytes, handle);
+}
+
+int nccl_recv(tr_comm *c, void *buf, size_t bytes, int peer, int tag, void **handle)
+{
+    nccl_op *op = op_new(G(c), TR_COMM_OP_RECV);
+    if (!op)
+        return TR_ERR_NOMEM;
+    op->recv = buf;
+    op->bytes = bytes;
+    op->peer = peer;
+    op->tag = tag;
+    return post(op, TR_NCCL_MEM_NONE, memkind(buf), bytes, handle);
+}
+
+int nccl_barrier(tr_comm *c, void **handle)
+{
+    nccl_op *op = op_new(G(c), TR_COMM_OP_BARRIER);
+    if (!op)
+        return TR_ERR_NOMEM;
+    return post(op, TR_NCCL_MEM_NONE, TR_NCCL_MEM_NONE, 0, handle);
+}
+
+/* ---------------------------------------------------------------- advancing */
+
+/* 1 when op is done (status set), else 0. */
+static int advance(nccl_op *op)
+{
+    nccl_group *g = op->g;
+    nccl_engine_progress(g->e);
+    for (;;) {
+        switch (op->state) {
+        case OP_DONE:
+            return 1;
+        case OP_P2P_QUEUED:
+        case OP_FIFO:
+            return 0;
+        case OP_D2H: {
+            cudaError_t q = cudaEventQuery(op->ev);
+            if (q == cudaErrorNotReady)
+                return 0;
+            if (cuda_check(op, q, "device-to-host copy") || post_host(op))
+                return 1;
+            continue;
+        }
+        case OP_HOST: {
+            int done = 0;
+            int rc = tr_comm_test(&op->host_req, &done);
+            if (!done)
+                return 0;
+            if (rc) {
+                g->broken = 1;
+                op->leak_pins = 1;
+                op->status = rc;
+                op->state = OP_DONE;
+                snprintf(op->err, sizeof op->err, "%s", tr_errmsg());
+                return 1;
+            }
+            if (op->back_bytes) {
+                if (cuda_check(op, cudaMemcpyAsync(op->back_dst, op->back_src, op->back_bytes,
+                                                   cudaMemcpyHostToDevice, g->stream),
+                               "cudaMemcpyAsync (host to device)") ||
+                    record_done(op))
+                    return 1;
+                continue;
+            }
+            op->state = OP_DONE;
+            return 1;
+        }
+        default: { /* OP_EVENT */
+            cudaError_t q = cudaEventQuery(op->ev);
+            if (q == cudaErrorNotReady)
+                return 0;
+            if (cuda_check(op, q, "device transfer"))
+                return 1;
+            /* kernels queued on the compute stream from now on see the result */
+            cuda_check(op, cudaStreamWaitEvent(g->e->compute, op->ev, 0), "cudaStreamWaitEvent");
+            op->state = OP_DONE;
+            return 1;
+        }
+        }
+    }
+}
+
+int nccl_test(tr_comm *c, void *handle, int *done)
+{
+    (void)c;
+    nccl_op *op = handle;
+    *done = advance(op);
+    return *done ? finish(op) : TR_OK;
+}
+
+static void fail_timeout(nccl_op *op, double timeout_s)
+{
+    nccl_group *g = op->g;
+    int p2p = op->kind == TR_COMM_OP_SEND || op->kind == TR_COMM_OP_RECV;
+    int peer_world = p2p ? tr_comm_world_rank(g->host, op->peer) : -1;
+    const char *peer_does = op->kind == TR_COMM_OP_SEND ? "receive our data" : "send its data";
+    op->leak_pins = 1;
+    switch (op->state) {
+    case OP_HOST: {
+        /* let the UCX request time out at once: its message names the peer it waits for */
+        double t = tr_comm_timeout(g->host);
+        tr_comm_set_timeout(g->host, 1e-3);
+        int rc = tr_comm_wait(&op->host_req);
+        tr_comm_set_timeout(g->host, t);
+        nccl_op_fail(op, TR_ERR_TIMEOUT, "timed out after %g s in the host transfer: %s",
+                     timeout_s, rc ? tr_errmsg() : "(it completed just now)");
+        break;
+    }
+    case OP_P2P_QUEUED:
+        p2p_unlink(g->e, op);
+        nccl_op_fail(op, TR_ERR_TIMEOUT, "timed out after %g s before NCCL started it",
+                     timeout_s);
+        break;
+    case OP_FIFO:
+        fifo_unlink(g, op);
+        nccl_op_fail(op, TR_ERR_TIMEOUT, "timed out after %g s waiting for %s", timeout_s,
+                     op->ev_wait ? "its device-to-host copy"
+                                 : "earlier operations of the group to start");
+        break;
+    case OP_D2H:
+        nccl_op_fail(op, TR_ERR_TIMEOUT, "timed out after %g s waiting for its device-to-host "
+                                         "copy",
+                     timeout_s);
+        break;
+    default: /* OP_EVENT */
+        if (op->route == TR_NCCL_ROUTE_NCCL && g->nccl) {
+            ncclCommAbort(g->nccl);
+            g->nccl = NULL;
+            if (p2p)
+                nccl_op_fail(op, TR_ERR_TIMEOUT,
+                             "timed out after %g s waiting for rank %d (group rank %d) to %s; "
+                             "the NCCL communicator is aborted",
+                             timeout_s, peer_world, op->peer, peer_does);
+            else
+                nccl_op_fail(op, TR_ERR_TIMEOUT,
+                             "timed out after %g s waiting for the other %d ranks of the group; "
+                             "the NCCL communicator is aborted",
+                             timeout_s, g->size - 1);
+        } else {
+            nccl_op_fail(op, TR_ERR_TIMEOUT, "timed out after %g s waiting for the GPU copy",
+                         timeout_s);
+        }
+        break;
+    }
+    op->status = TR_ERR_TIMEOUT;
+    g->broken = 1;
+}
+
+int nccl_wait(tr_comm *c, void *handle, double timeout_s)
+{
+    (void)c;
+    nccl_op *op = handle;
+    nccl_group *g = op->g;
+    double start = tr_now(), last = start;
+    while (!advance(op)) {
+        double now = tr_now();
+        if (op->route == TR_NCCL_ROUTE_NCCL && g->nccl && op->state == OP_EVENT) {
+            ncclResult_t st = ncclSuccess;
+            if (ncclCommGetAsyncError(g->nccl, &st) == ncclSuccess && st != ncclSuccess &&
+                st != ncclInProgress) {
+                nccl_op_fail(op, TR_ERR_COMM, "NCCL error: %s (%s); the communicator is aborted",
+                             ncclGetErrorString(st), ncclGetLastError(g->nccl));
+                ncclCommAbort(g->nccl);
+                g->nccl = NULL;
+                op->leak_pins = 1;
+                break;
+            }
+        }
+        if (now - start > timeout_s) {
+            fail_timeout(op, timeout_s);
+            break;
+        }
+        nccl_pause(now - last);
+    }
+    return finish(op);
+}

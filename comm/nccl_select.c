@@ -62,7 +62,8 @@ tr_nccl_mode tr_nccl_group_mode(const tr_nccl_device_id *ids, int n, int force_s
                 say(why, why_len,
                     "ranks %d and %d share GPU %.32s on %.80s: staging through host memory "
                     "(NCCL needs one GPU per rank)",
-                    i, j, ids[i].bus_id[0] ? ids[i].bus_id : "?", ids[i].host[0] ? ids[i].host : "?");
+                    i, j, ids[i].bus_id[0] ? ids[i].bus_id : "?",
+                    ids[i].host[0] ? ids[i].host : "?");
                 return TR_NCCL_MODE_STAGED;
             }
     say(why, why_len, "%d ranks on %d distinct GPUs", n, n);

@@ -1,6 +1,9 @@
 /* The UCX backend's tr_comm_ops: operations, split, destroy, and the world from the
  * launcher's environment (store rendezvous of UCX worker addresses). */
 #include "comm/ucx_internal.h"
+#ifdef TR_HAVE_CUDA
+#include "comm/nccl.h"
+#endif
 
 #include <errno.h>
 #include <stdlib.h>
@@ -457,5 +460,18 @@ int tr_comm_init_world(const tr_comm_config *cfg, tr_comm **out)
                                     "launch`)");
     if (!rc && need_store)
         rc = env_int("MASTER_PORT", 1, 65535, 0, 1, &rv.master_port);
+    /* backend hook: TRIDENT_COMM_BACKEND = ucx (default) | nccl (CUDA builds, comm/nccl.h) */
+    const char *backend = getenv("TRIDENT_COMM_BACKEND");
+    if (!rc && backend && *backend && strcmp(backend, "ucx")) {
+#ifdef TR_HAVE_CUDA
+        if (!strcmp(backend, "nccl"))
+            return tr_comm_nccl_init(&rv, cfg, out);
+        rc = tr_fail(TR_ERR_CONFIG, "comm: TRIDENT_COMM_BACKEND='%s': expected ucx or nccl",
+                     backend);
+#else
+        rc = tr_fail(TR_ERR_CONFIG, "comm: TRIDENT_COMM_BACKEND='%s': this build has only ucx "
+                                    "(nccl needs -Dcuda=enabled)", backend);
+#endif
+    }
     return rc ? rc : tr_comm_init(&rv, cfg, out);
 }

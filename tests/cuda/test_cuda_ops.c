@@ -1,0 +1,490 @@
+/* tests/cuda: every op of the CUDA tables against the CPU table on the same random inputs.
+ * Error of an output = max_i |gpu_i - cpu_i| / max_i |cpu_i| (relative to the array's
+ * largest magnitude, so sums whose terms cancel are judged against their scale).
+ * "cuda-fp32" must agree within 1e-5, "cuda" (bf16 products) within 1e-2. Shapes include
+ * odd sizes, strided sub-matrices and operands that are only 4-byte aligned (views into a
+ * flat parameter buffer are).
+ * Exit 77 (SKIP) with the reason when no GPU is usable; 0 when all agree; 1 otherwise. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/core.h"
+#include "kernels/cuda/bf16.h"
+#include "kernels/cuda/cuda.h"
+#include "kernels/kernels.h"
+
+#define TOL_FP32 1e-5
+#define TOL_BF16 1e-2
+
+static const tr_kernels *CPU, *F32, *BF16;
+static int failures, checks;
+
+/* ---------------------------------------------------------------- helpers */
+
+static uint64_t rng = 0x243F6A8885A308D3ull;
+
+static float uniform(float lo, float hi)
+{
+    rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
+    return lo + (hi - lo) * (float)((rng >> 40) * (1.0 / 16777216.0));
+}
+
+static float *host(size_t n, float lo, float hi)
+{
+    float *p = malloc((n ? n : 1) * sizeof *p);
+    for (size_t i = 0; i < n; i++)
+        p[i] = uniform(lo, hi);
+    return p;
+}
+
+static float *dup(const float *src, size_t n)
+{
+    float *p = malloc((n ? n : 1) * sizeof *p);
+    memcpy(p, src, n * sizeof *p);
+    return p;
+}
+
+static void *dev(const tr_kernels *k, const void *src, size_t bytes)
+{
+    void *p = k->alloc(bytes ? bytes : 4);
+    if (!p) {
+        fprintf(stderr, "FAIL: %s alloc of %zu bytes: %s\n", k->name, bytes, tr_errmsg());
+        exit(1);
+    }
+    if (src && bytes)
+        k->to_device(NULL, p, src, bytes);
+    return p;
+}
+
+static float *back(const tr_kernels *k, const void *d, size_t n)
+{
+    float *h = malloc((n ? n : 1) * sizeof *h);
+    k->to_host(NULL, h, d, n * sizeof *h);
+    return h;
+}
+
+static void compare(const char *what, const tr_kernels *k, const float *got, const float *ref,
+                    size_t n, double tol)
+{
+    double scale = 0, err = 0;
+    size_t worst = 0;
+    int bad = 0;
+    for (size_t i = 0; i < n; i++)
+        scale = fmax(scale, fabs((double)ref[i]));
+    for (size_t i = 0; i < n; i++) {
+        if (isnan(got[i]) != isnan(ref[i])) {
+            bad = 1;
+            worst = i;
+            break;
+        }
+        double e = fabs((double)got[i] - (double)ref[i]);
+        if (e > err)
+            err = e, worst = i;
+    }
+    double rel = scale > 0 ? err / scale : err;
+    checks++;
+    if (bad || rel > tol) {
+        failures++;
+        fprintf(stderr, "FAIL %-36s [%s] error %.3g > %.0e (element %zu: gpu %.9g, cpu %.9g)\n",
+                what, k->name, rel, tol, worst, n ? got[worst] : 0.0, n ? ref[worst] : 0.0);
+    } else {
+        printf("ok   %-36s [%s] error %.3g\n", what, k->name, rel);
+    }
+}
+
+static double tol_of(const tr_kernels *k) { return k == BF16 ? TOL_BF16 : TOL_FP32; }
+
+/* ---------------------------------------------------------------- GEMM */
+
+static void check_gemm(const tr_kernels *k, int ta, int tb, int M, int N, int K, float alpha,
+                       float beta, int pad, int misalign)
+{
+    int lda = (ta ? M : K) + pad, ldb = (tb ? K : N) + pad, ldc = N + pad;
+    size_t na = (size_t)(ta ? K : M) * lda + 1, nb = (size_t)(tb ? N : K) * ldb + 1,
+           nc = (size_t)M * ldc + 1;
+    float *A = host(na, -1, 1), *B = host(nb, -1, 1), *C = host(nc, -1, 1);
+    float *Cref = dup(C, nc);
+    CPU->gemm(NULL, ta, tb, M, N, K, alpha, A + misalign, lda, B + misalign, ldb, beta,
+              Cref + misalign, ldc);
+    float *dA = dev(k, A, na * 4), *dB = dev(k, B, nb * 4), *dC = dev(k, C, nc * 4);
+    k->gemm(NULL, ta, tb, M, N, K, alpha, dA + misalign, lda, dB + misalign, ldb, beta,
+            dC + misalign, ldc);
+    float *got = back(k, dC, nc);
+    char what[96];
+    snprintf(what, sizeof what, "gemm %c%c %dx%dx%d a%.1f b%.1f%s%s", ta ? 'T' : 'N',
+             tb ? 'T' : 'N', M, N, K, alpha, beta, pad ? " strided" : "",
+             misalign ? " 4B-aligned" : "");
+    compare(what, k, got, Cref, nc, tol_of(k));
+    k->free(dA), k->free(dB), k->free(dC);
+    free(A), free(B), free(C), free(Cref), free(got);
+}
+
+static void test_gemm(const tr_kernels *k)
+{
+    for (int ta = 0; ta < 2; ta++)
+        for (int tb = 0; tb < 2; tb++) {
+            check_gemm(k, ta, tb, 65, 47, 33, 1.0f, 0.0f, 0, 0);
+            check_gemm(k, ta, tb, 256, 384, 128, 0.7f, 0.3f, 0, 0);
+            check_gemm(k, ta, tb, 100, 72, 96, 1.0f, 1.0f, 5, 1);
+        }
+    check_gemm(k, 0, 1, 1024, 2304, 768, 1.0f, 0.0f, 0, 0); /* a GPT-2 qkv projection */
+    check_gemm(k, 1, 0, 768, 2304, 1024, 1.0f, 1.0f, 0, 0); /* its weight gradient */
+    check_gemm(k, 0, 0, 33, 17, 0, 1.0f, 0.5f, 0, 0);       /* K = 0: C = beta C */
+    check_gemm(k, 0, 0, 33, 17, 9, 0.0f, 0.0f, 0, 0);       /* alpha 0, beta 0: zeros */
+}
+
+/* ---------------------------------------------------------------- elementwise, bias, GELU */
+
+static void test_elementwise(const tr_kernels *k)
+{
+    size_t n = 1000003;
+    float *a = host(n, -2, 2), *b = host(n, -2, 2);
+    float *ref = malloc(n * 4);
+    float *da = dev(k, a, n * 4), *db = dev(k, b, n * 4), *dout = dev(k, NULL, n * 4);
+    CPU->add(NULL, ref, a, b, n);
+    k->add(NULL, dout, da, db, n);
+    float *got = back(k, dout, n);
+    compare("add", k, got, ref, n, TOL_FP32);
+    free(got);
+    float *y = dup(a, n);
+    CPU->axpy(NULL, y, 0.3f, b, n);
+    k->axpy(NULL, da, 0.3f, db, n);
+    got = back(k, da, n);
+    compare("axpy", k, got, y, n, TOL_FP32);
+    free(got);
+    CPU->scale(NULL, y, -1.7f, n);
+    k->scale(NULL, da, -1.7f, n);
+    got = back(k, da, n);
+    compare("scale", k, got, y, n, TOL_FP32);
+    free(got);
+    CPU->gelu_forward(NULL, ref, b, n);
+    k->gelu_forward(NULL, dout, db, n);
+    got = back(k, dout, n);
+    compare("gelu_forward", k, got, ref, n, TOL_FP32);
+    free(got);
+    CPU->gelu_backward(NULL, ref, b, a, n);
+    k->to_device(NULL, da, a, n * 4);
+    k->gelu_backward(NULL, dout, db, da, n);
+    got = back(k, dout, n);
+    compare("gelu_backward", k, got, ref, n, TOL_FP32);
+    free(got);
+    /* bias over (N, C) */
+    int N = 1000, C = 333;
+    float *x = host((size_t)N * C, -1, 1), *bias = host((size_t)C, -1, 1);
+    float *dbias = host((size_t)C, -1, 1);
+    float *xr = dup(x, (size_t)N * C), *dbr = dup(dbias, (size_t)C);
+    float *dx = dev(k, x, (size_t)N * C * 4), *dbi = dev(k, bias, (size_t)C * 4),
+          *ddb = dev(k, dbias, (size_t)C * 4);
+    CPU->bias_add(NULL, xr, bias, N, C);
+    k->bias_add(NULL, dx, dbi, N, C);
+    got = back(k, dx, (size_t)N * C);
+    compare("bias_add", k, got, xr, (size_t)N * C, TOL_FP32);
+    free(got);
+    CPU->bias_backward(NULL, dbr, x, N, C);
+    k->to_device(NULL, dx, x, (size_t)N * C * 4);
+    k->bias_backward(NULL, ddb, dx, N, C);
+    got = back(k, ddb, (size_t)C);
+    compare("bias_backward (accumulates)", k, got, dbr, (size_t)C, TOL_FP32);
+    free(got);
+    k->free(da), k->free(db), k->free(dout), k->free(dx), k->free(dbi), k->free(ddb);
+    free(a), free(b), free(ref), free(y), free(x), free(bias), free(dbias), free(xr), free(dbr);
+}
+
+/* ---------------------------------------------------------------- layernorm */
+
+static void test_layernorm(const tr_kernels *k, int N, int C)
+{
+    size_t nc = (size_t)N * C;
+    float *x = host(nc, -3, 3), *w = host((size_t)C, 0.5f, 1.5f), *b = host((size_t)C, -1, 1);
+    float *dy = host(nc, -1, 1), *dx0 = host(nc, -1, 1), *dw0 = host((size_t)C, -1, 1),
+          *db0 = host((size_t)C, -1, 1);
+    float *out = malloc(nc * 4), *mean = malloc((size_t)N * 4), *rstd = malloc((size_t)N * 4);
+    float *dx = dup(dx0, nc), *dw = dup(dw0, (size_t)C), *db = dup(db0, (size_t)C);
+    CPU->layernorm_forward(NULL, out, mean, rstd, x, w, b, N, C, 1e-5f);
+    CPU->layernorm_backward(NULL, dx, dw, db, dy, x, w, mean, rstd, N, C);
+    float *gx = dev(k, x, nc * 4), *gw = dev(k, w, (size_t)C * 4), *gb = dev(k, b, (size_t)C * 4),
+          *gdy = dev(k, dy, nc * 4), *gout = dev(k, NULL, nc * 4),
+          *gmean = dev(k, NULL, (size_t)N * 4), *grstd = dev(k, NULL, (size_t)N * 4),
+          *gdx = dev(k, dx0, nc * 4), *gdw = dev(k, dw0, (size_t)C * 4),
+          *gdb = dev(k, db0, (size_t)C * 4);
+    k->layernorm_forward(NULL, gout, gmean, grstd, gx, gw, gb, N, C, 1e-5f);
+    k->layernorm_backward(NULL, gdx, gdw, gdb, gdy, gx, gw, gmean, grstd, N, C);
+    char what[64];
+    float *got;
+#define CMP(name, d, ref, n)                                                                   \
+    snprintf(what, sizeof what, "layernorm %s %dx%d", name, N, C);                             \
+    got = back(k, d, n);                                                                       \
+    compare(what, k, got, ref, n, TOL_FP32);                                                   \
+    free(got);
+    CMP("out", gout, out, nc);
+    CMP("mean", gmean, mean, (size_t)N);
+    CMP("rstd", grstd, rstd, (size_t)N);
+    CMP("dinp (accumulates)", gdx, dx, nc);
+    CMP("dweight", gdw, dw, (size_t)C);
+    CMP("dbias", gdb, db, (size_t)C);
+#undef CMP
+    k->free(gx), k->free(gw), k->free(gb), k->free(gdy), k->free(gout), k->free(gmean);
+    k->free(grstd), k->free(gdx), k->free(gdw), k->free(gdb);
+    free(x), free(w), free(b), free(dy), free(dx0), free(dw0), free(db0), free(out), free(mean);
+    free(rstd), free(dx), free(dw), free(db);
+}
+
+/* ---------------------------------------------------------------- attention */
+
+static void test_attention(const tr_kernels *k, int B, int T, int NH, int HS)
+{
+    int C = NH * HS;
+    size_t nqkv = (size_t)B * T * 3 * C, nout = (size_t)B * T * C,
+           natt = (size_t)B * NH * T * T;
+    float *qkv = host(nqkv, -1, 1), *dout = host(nout, -1, 1);
+    float *out = malloc(nout * 4), *att = malloc(natt * 4), *datt = malloc(natt * 4),
+          *dqkv = malloc(nqkv * 4);
+    CPU->attention_forward(NULL, out, att, qkv, B, T, NH, HS);
+    CPU->attention_backward(NULL, dqkv, datt, dout, qkv, att, B, T, NH, HS);
+    float *gqkv = dev(k, qkv, nqkv * 4), *gdout = dev(k, dout, nout * 4),
+          *gout = dev(k, NULL, nout * 4), *gatt = dev(k, NULL, natt * 4),
+          *gdatt = dev(k, NULL, natt * 4), *gdqkv = dev(k, NULL, nqkv * 4);
+    k->attention_forward(NULL, gout, gatt, gqkv, B, T, NH, HS);
+    k->attention_backward(NULL, gdqkv, gdatt, gdout, gqkv, gatt, B, T, NH, HS);
+    char what[80];
+    float *got;
+    snprintf(what, sizeof what, "attention out B%d T%d NH%d HS%d", B, T, NH, HS);
+    got = back(k, gout, nout);
+    compare(what, k, got, out, nout, tol_of(k));
+    free(got);
+    snprintf(what, sizeof what, "attention att B%d T%d NH%d HS%d", B, T, NH, HS);
+    got = back(k, gatt, natt);
+    compare(what, k, got, att, natt, tol_of(k));
+    free(got);
+    snprintf(what, sizeof what, "attention dqkv B%d T%d NH%d HS%d", B, T, NH, HS);
+    got = back(k, gdqkv, nqkv);
+    compare(what, k, got, dqkv, nqkv, tol_of(k));
+    free(got);
+    k->free(gqkv), k->free(gdout), k->free(gout), k->free(gatt), k->free(gdatt), k->free(gdqkv);
+    free(qkv), free(dout), free(out), free(att), free(datt), free(dqkv);
+}
+
+/* ---------------------------------------------------------------- cross-entropy */
+
+static void test_xent(const tr_kernels *k)
+{
+    int N = 37, V = 1000, n_valid = 990, v_start = 500;
+    size_t nl = (size_t)N * V;
+    float *logits = host(nl, -8, 8);
+    int32_t *targets = malloc((size_t)N * sizeof *targets);
+    for (int n = 0; n < N; n++) /* some held here, some on other ranks */
+        targets[n] = n % 5 == 0 ? 17 : 500 + (n * 97) % n_valid;
+    float *maxv = malloc((size_t)N * 4), *sumexp = malloc((size_t)N * 4),
+          *picked = malloc((size_t)N * 4), *losses = malloc((size_t)N * 4),
+          *dlogits = malloc(nl * 4);
+    CPU->xent_row_max(NULL, maxv, logits, N, V, n_valid);
+    CPU->xent_row_sumexp(NULL, sumexp, logits, maxv, N, V, n_valid);
+    CPU->xent_pick(NULL, picked, logits, targets, N, V, v_start);
+    CPU->xent_loss(NULL, losses, maxv, sumexp, picked, N);
+    CPU->xent_backward(NULL, dlogits, logits, maxv, sumexp, targets, N, V, n_valid, v_start,
+                       0.25f);
+    float *gl = dev(k, logits, nl * 4);
+    int32_t *gt = dev(k, targets, (size_t)N * 4);
+    float *gmax = dev(k, NULL, (size_t)N * 4), *gsum = dev(k, NULL, (size_t)N * 4),
+          *gpick = dev(k, NULL, (size_t)N * 4), *gloss = dev(k, NULL, (size_t)N * 4);
+    k->xent_row_max(NULL, gmax, gl, N, V, n_valid);
+    k->xent_row_sumexp(NULL, gsum, gl, gmax, N, V, n_valid);
+    k->xent_pick(NULL, gpick, gl, gt, N, V, v_start);
+    k->xent_loss(NULL, gloss, gmax, gsum, gpick, N);
+    k->xent_backward(NULL, gl, gl, gmax, gsum, gt, N, V, n_valid, v_start, 0.25f); /* in place */
+    float *got;
+    got = back(k, gmax, (size_t)N);
+    compare("xent_row_max", k, got, maxv, (size_t)N, TOL_FP32);
+    free(got);
+    got = back(k, gsum, (size_t)N);
+    compare("xent_row_sumexp", k, got, sumexp, (size_t)N, TOL_FP32);
+    free(got);
+    got = back(k, gpick, (size_t)N);
+    compare("xent_pick", k, got, picked, (size_t)N, TOL_FP32);
+    free(got);
+    got = back(k, gloss, (size_t)N);
+    compare("xent_loss", k, got, losses, (size_t)N, TOL_FP32);
+    free(got);
+    got = back(k, gl, nl);
+    compare("xent_backward (in place)", k, got, dlogits, nl, TOL_FP32);
+    free(got);
+    /* a row with no valid column: max is -inf on both */
+    k->xent_row_max(NULL, gmax, gl, 1, V, 0);
+    got = back(k, gmax, 1);
+    checks++;
+    if (!(isinf(got[0]) && got[0] < 0)) {
+        failures++;
+        fprintf(stderr, "FAIL xent_row_max with n_valid 0 [%s]: %g, want -inf\n", k->name,
+                got[0]);
+    }
+    free(got);
+    k->free(gl), k->free(gt), k->free(gmax), k->free(gsum), k->free(gpick), k->free(gloss);
+    free(logits), free(targets), free(maxv), free(sumexp), free(picked), free(losses);
+    free(dlogits);
+}
+
+/* ---------------------------------------------------------------- embeddings */
+
+static void test_embedding(const tr_kernels *k)
+{
+    int B = 4, T = 64, C = 96, V = 300, v_start = 100;
+    int N = B * T;
+    int32_t *ids = malloc((size_t)N * sizeof *ids);
+    for (int n = 0; n < N; n++) /* repeats, and ids held by other ranks */
+        ids[n] = (n * 37) % 450;
+    float *table = host((size_t)V * C, -1, 1), *wpe = host((size_t)T * C, -1, 1);
+    float *dout = host((size_t)N * C, -1, 1), *dtab0 = host((size_t)V * C, -1, 1),
+          *dwpe0 = host((size_t)T * C, -1, 1);
+    float *out = malloc((size_t)N * C * 4), *dtab = dup(dtab0, (size_t)V * C),
+          *dwpe = dup(dwpe0, (size_t)T * C);
+    CPU->embedding_forward(NULL, out, ids, table, N, C, v_start, V);
+    CPU->position_forward(NULL, out, wpe, B, T, C);
+    CPU->embedding_backward(NULL, dtab, dout, ids, N, C, v_start, V);
+    CPU->position_backward(NULL, dwpe, dout, B, T, C);
+    int32_t *gids = dev(k, ids, (size_t)N * 4);
+    float *gtab = dev(k, table, (size_t)V * C * 4), *gwpe = dev(k, wpe, (size_t)T * C * 4),
+          *gdout = dev(k, dout, (size_t)N * C * 4), *gout = dev(k, NULL, (size_t)N * C * 4),
+          *gdtab = dev(k, dtab0, (size_t)V * C * 4), *gdwpe = dev(k, dwpe0, (size_t)T * C * 4);
+    k->embedding_forward(NULL, gout, gids, gtab, N, C, v_start, V);
+    k->position_forward(NULL, gout, gwpe, B, T, C);
+    k->embedding_backward(NULL, gdtab, gdout, gids, N, C, v_start, V);
+    k->position_backward(NULL, gdwpe, gdout, B, T, C);
+    float *got;
+    got = back(k, gout, (size_t)N * C);
+    compare("embedding + position forward", k, got, out, (size_t)N * C, TOL_FP32);
+    free(got);
+    got = back(k, gdtab, (size_t)V * C);
+    compare("embedding_backward (accumulates)", k, got, dtab, (size_t)V * C, TOL_FP32);
+    free(got);
+    got = back(k, gdwpe, (size_t)T * C);
+    compare("position_backward (accumulates)", k, got, dwpe, (size_t)T * C, TOL_FP32);
+    free(got);
+    k->free(gids), k->free(gtab), k->free(gwpe), k->free(gdout), k->free(gout), k->free(gdtab);
+    k->free(gdwpe);
+    free(ids), free(table), free(wpe), free(dout), free(dtab0), free(dwpe0), free(out);
+    free(dtab), free(dwpe);
+}
+
+/* ---------------------------------------------------------------- optimizer, norms */
+
+static void test_optimizer(const tr_kernels *k)
+{
+    size_t n = 100003;
+    float *p = host(n, -1, 1), *g = host(n, -1, 1), *m = host(n, -0.1f, 0.1f),
+          *v = host(n, 0, 0.01f);
+    float *pr = dup(p, n), *mr = dup(m, n), *vr = dup(v, n);
+    CPU->adamw(NULL, pr, g, mr, vr, n, 3e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.5f, 3);
+    float *gp = dev(k, p, n * 4), *gg = dev(k, g, n * 4), *gm = dev(k, m, n * 4),
+          *gv = dev(k, v, n * 4);
+    k->adamw(NULL, gp, gg, gm, gv, n, 3e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.5f, 3);
+    float *got;
+    got = back(k, gp, n);
+    compare("adamw params", k, got, pr, n, TOL_FP32);
+    free(got);
+    got = back(k, gm, n);
+    compare("adamw m", k, got, mr, n, TOL_FP32);
+    free(got);
+    got = back(k, gv, n);
+    compare("adamw v", k, got, vr, n, TOL_FP32);
+    free(got);
+    double s_cpu = CPU->sumsq(NULL, g, n), s_gpu = k->sumsq(NULL, gg, n);
+    float a = (float)s_gpu, b = (float)s_cpu;
+    compare("sumsq", k, &a, &b, 1, TOL_FP32);
+    k->free(gp), k->free(gg), k->free(gm), k->free(gv);
+    free(p), free(g), free(m), free(v), free(pr), free(mr), free(vr);
+}
+
+/* ---------------------------------------------------------------- memory, bf16 */
+
+static void test_memory(const tr_kernels *k)
+{
+    size_t n = 12345;
+    float *z = dev(k, NULL, n * 4);
+    float *got = back(k, z, n), *zeros = calloc(n, 4);
+    compare("alloc is zero-filled", k, got, zeros, n, 0);
+    free(got);
+    float *h = host(n, -5, 5);
+    float *a = dev(k, h, n * 4), *b = dev(k, NULL, n * 4);
+    k->copy(NULL, b, a, n * 4);
+    got = back(k, b, n);
+    compare("to_device + copy + to_host", k, got, h, n, 0);
+    free(got);
+    k->zero(NULL, b + 100, 50 * 4);
+    memset(h + 100, 0, 50 * 4);
+    got = back(k, b, n);
+    compare("zero (a range)", k, got, h, n, 0);
+    free(got);
+    k->synchronize(NULL);
+    k->free(z), k->free(a), k->free(b);
+    free(h), free(zeros);
+}
+
+static void test_bf16_device(void)
+{
+    size_t n = (size_t)1 << 20;
+    float *x = malloc(n * 4);
+    uint16_t *want = malloc(n * 2), *got = malloc(n * 2);
+    for (size_t i = 0; i < n; i++) {
+        uint32_t u = (uint32_t)(i & 0xFFFF) << 16 | (uint32_t)(i >> 16) * 0x1111u;
+        memcpy(&x[i], &u, 4);
+        want[i] = tr_bf16_from_f32(x[i]);
+    }
+    float *dx = dev(F32, x, n * 4), *dy = dev(F32, NULL, n * 4);
+    uint16_t *dh = dev(F32, NULL, n * 2);
+    tr_cuda_to_bf16(NULL, dh, dx, n);
+    F32->to_host(NULL, got, dh, n * 2);
+    checks++;
+    size_t bad = 0;
+    for (size_t i = 0; i < n; i++)
+        bad += got[i] != want[i];
+    tr_cuda_from_bf16(NULL, dy, dh, n);
+    float *wide = back(F32, dy, n);
+    for (size_t i = 0; i < n; i++) {
+        uint32_t u;
+        memcpy(&u, &wide[i], 4);
+        bad += u != (uint32_t)want[i] << 16;
+    }
+    if (bad) {
+        failures++;
+        fprintf(stderr, "FAIL bf16 conversion on the device: %zu of %zu differ from bf16.h\n",
+                bad, 2 * n);
+    } else {
+        printf("ok   bf16 conversion on the device (%zu patterns, both ways)\n", n);
+    }
+    F32->free(dx), F32->free(dy), F32->free(dh);
+    free(x), free(want), free(got), free(wide);
+}
+
+int main(void)
+{
+    CPU = tr_kernels_cpu();
+    F32 = tr_kernels_get("cuda-fp32");
+    if (!F32) {
+        printf("SKIP: %s\n", tr_errmsg());
+        return 77;
+    }
+    BF16 = tr_kernels_get("cuda");
+    printf("GPU %d: %s\n", tr_cuda_device(), tr_cuda_device_name());
+    test_memory(F32);
+    test_bf16_device();
+    test_gemm(F32);
+    test_gemm(BF16);
+    test_elementwise(F32);
+    test_layernorm(F32, 513, 768);
+    test_layernorm(F32, 7, 33);
+    test_attention(F32, 2, 64, 4, 16);
+    test_attention(F32, 1, 257, 2, 64);
+    test_attention(BF16, 2, 64, 4, 16);
+    test_attention(BF16, 1, 257, 2, 64);
+    test_xent(F32);
+    test_embedding(F32);
+    test_optimizer(F32);
+    if (tr_cuda_status()) {
+        failures++;
+        fprintf(stderr, "FAIL %s\n", tr_errmsg());
+    }
+    printf("%d of %d checks agree\n", checks - failures, checks);
+    return failures ? 1 : 0;
+}
