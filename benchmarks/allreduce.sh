@@ -26,12 +26,10 @@ command -v mpicc >/dev/null && command -v mpirun >/dev/null ||
 
 build=${BUILD:-build-bench}
 [ -f "$build/build.ninja" ] || meson setup "$build" --buildtype=release >/dev/null
-ninja -C "$build" trident libtrident.a >/dev/null
+ninja -C "$build" trident benchmarks/allreduce_bench >/dev/null
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-# shellcheck disable=SC2046
-cc -std=c17 -O3 -march=native -D_GNU_SOURCE -I. benchmarks/allreduce_bench.c "$build/libtrident.a" \
-  $(pkg-config --cflags --libs ucx yaml-0.1 openblas) -fopenmp -lm -lpthread -o "$work/allreduce_bench"
+cp "$build/benchmarks/allreduce_bench" "$work/allreduce_bench"
 mpicc -O3 -march=native benchmarks/allreduce_mpi.c -o "$work/allreduce_mpi"
 
 for n in $ranks; do

@@ -1,6 +1,7 @@
 /* Allreduce benchmark, trident's UCX communicator (run as N ranks by `trident launch`).
  *   allreduce_bench [--min BYTES] [--max BYTES] [--progress-thread] [--in-place]
- *                   [--chunk BYTES] [--window N] [--ring-min BYTES]   (tr_comm_tuning)
+ *                   [--chunk BYTES] [--window N] [--ring-min BYTES] [--halving-max BYTES]
+ *                   (tr_comm_tuning)
  * Out-of-place fp32 sum by default, sizes min..max by factors of 4, like nccl-tests: per size
  * a warm-up, then enough iterations for about 0.25 s (at least 5); the time of a size is the
  * slowest rank's mean. Prints on rank 0, one line per size:
@@ -32,6 +33,8 @@ int main(int argc, char **argv)
             tuning.chunk_bytes = strtoull(argv[++i], NULL, 10);
         else if (!strcmp(argv[i], "--window") && i + 1 < argc)
             tuning.ring_window = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--halving-max") && i + 1 < argc)
+            tuning.halving_max_bytes = strtoull(argv[++i], NULL, 10);
         else if (!strcmp(argv[i], "--ring-min") && i + 1 < argc)
             tuning.ring_min_bytes = strtoull(argv[++i], NULL, 10);
     }

@@ -53,7 +53,7 @@ int tr_comm_wrap(const tr_comm_ops *ops, void *impl, int rank, int size, const c
     snprintf(c->name, sizeof c->name, "%s", name && *name ? name : "group");
     c->timeout_s = timeout_s;
     c->tuning = (tr_comm_tuning){.ring_min_bytes = 64 << 10, .chunk_bytes = 256 << 10,
-                                 .ring_window = 4};
+                                 .ring_window = 4, .halving_max_bytes = 16 << 20};
     *out = c;
     return TR_OK;
 }
@@ -85,6 +85,8 @@ int tr_comm_set_tuning(tr_comm *comm, const tr_comm_tuning *t)
         comm->tuning.ring_window = t->ring_window;
     if (t->ring_min_bytes)
         comm->tuning.ring_min_bytes = t->ring_min_bytes;
+    if (t->halving_max_bytes)
+        comm->tuning.halving_max_bytes = t->halving_max_bytes;
     if (t->chunk_bytes)
         comm->tuning.chunk_bytes = t->chunk_bytes;
     return TR_OK;

@@ -82,12 +82,14 @@ typedef struct {
 
 /* Algorithm choice (same on every member). Messages of at least ring_min_bytes use the
  * chunked, pipelined ring (chain for broadcast) with chunks of about chunk_bytes, at most
- * ring_window chunks in flight per rank; smaller ones use recursive doubling / binomial
- * tree / direct exchange. 0 keeps the current value. */
+ * ring_window chunks in flight per rank, except allreduces below halving_max_bytes on more
+ * than two ranks (recursive halving + doubling); smaller ones use recursive doubling /
+ * binomial tree / direct exchange. 0 keeps the current value. */
 typedef struct {
-    size_t ring_min_bytes; /* default 64 KiB */
-    size_t chunk_bytes;    /* default 256 KiB */
-    int ring_window;       /* default 4 */
+    size_t ring_min_bytes;    /* default 64 KiB */
+    size_t chunk_bytes;       /* default 256 KiB */
+    int ring_window;          /* default 4 */
+    size_t halving_max_bytes; /* default 16 MiB */
 } tr_comm_tuning;
 
 typedef struct tr_comm tr_comm;

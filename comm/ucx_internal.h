@@ -140,7 +140,7 @@ int ucx_op_fail(ucx_op *op, const char *fmt, ...) __attribute__((format(printf, 
 ucx_op *ucx_op_new(ucx_group *g, tr_comm_opkind kind, int nx);
 void ucx_op_free(ucx_op *op);
 
-/* ---- algorithms (ucx_small.c, ucx_ring.c): fill op->advance and state */
+/* ---- algorithms (ucx_small.c, ucx_halving.c, ucx_ring.c): fill op->advance and state */
 int ucx_setup_allreduce(ucx_op *op, const tr_comm_tuning *t);
 int ucx_setup_reduce_scatter(ucx_op *op, const tr_comm_tuning *t);
 int ucx_setup_allgather(ucx_op *op, const tr_comm_tuning *t);
@@ -149,6 +149,11 @@ int ucx_setup_barrier(ucx_op *op);
 int ucx_setup_p2p(ucx_op *op, int is_send);
 /* the pieces (ucx_small.c: latency-bound; ucx_ring.c: bandwidth-bound) */
 int ucx_setup_rd_allreduce(ucx_op *op, uint8_t *acc, int final_copy);
+int ucx_setup_halving_allreduce(ucx_op *op);
+/* round-based algorithms: nrounds rounds; post(op, k) posts round k's transfers into x[];
+ * after(op, k) runs once they all completed */
+void ucx_setup_round_driver(ucx_op *op, int nrounds, int (*post)(ucx_op *, int),
+                            void (*after)(ucx_op *, int));
 int ucx_setup_ring(ucx_op *op, int mode, const tr_comm_tuning *t);
 int ucx_setup_chain_bcast(ucx_op *op, size_t chunk_bytes);
 enum { RING_AR_OOP, RING_AR_IP, RING_RS_OOP, RING_RS_IP, RING_AG };

@@ -9,7 +9,8 @@
  *  broadcast       binomial tree rooted at `root`
  *  barrier         dissemination: round k sends to r + 2^k, receives from r - 2^k
  *  send / recv     one tagged message (tag: group, source rank, user tag)
- * Large messages go to ucx_ring.c (ring / chain, chunked and pipelined). */
+ * Large messages go to ucx_ring.c (ring / chain, chunked and pipelined); mid-sized
+ * allreduces on more than two ranks to ucx_halving.c (recursive halving + doubling). */
 #include "comm/ucx_internal.h"
 
 #include <stdlib.h>
@@ -50,8 +51,8 @@ static int run_rounds(ucx_op *op)
     }
 }
 
-static void setup_rounds(ucx_op *op, int nrounds, int (*post)(ucx_op *, int),
-                         void (*after)(ucx_op *, int))
+void ucx_setup_round_driver(ucx_op *op, int nrounds, int (*post)(ucx_op *, int),
+                            void (*after)(ucx_op *, int))
 {
     op->nsteps = nrounds;
     op->post_round = post;
@@ -167,7 +168,7 @@ int ucx_setup_rd_allreduce(ucx_op *op, uint8_t *acc, int final_copy)
         memcpy(op->acc, op->send, bytes);
     }
     op->mode = final_copy;
-    setup_rounds(op, s.levels + 2, rd_post, rd_after);
+    ucx_setup_round_driver(op, s.levels + 2, rd_post, rd_after);
     return TR_OK;
 }
 
@@ -212,7 +213,7 @@ int ucx_setup_barrier(ucx_op *op)
     int rounds = 0;
     while ((1 << rounds) < op->g->size)
         rounds++;
-    setup_rounds(op, rounds, barrier_post, NULL);
+    ucx_setup_round_driver(op, rounds, barrier_post, NULL);
     return TR_OK;
 }
 
@@ -257,7 +258,7 @@ int ucx_setup_p2p(ucx_op *op, int is_send)
     if (ensure_x(op, 1))
         return TR_ERR_NOMEM;
     op->mode = is_send;
-    setup_rounds(op, 1, p2p_post, NULL);
+    ucx_setup_round_driver(op, 1, p2p_post, NULL);
     return TR_OK;
 }
 
@@ -278,7 +279,10 @@ int ucx_setup_allreduce(ucx_op *op, const tr_comm_tuning *t)
         op->advance = done_now;
         return TR_OK;
     }
-    if (use_ring(op, t) && op->count >= (size_t)op->g->size)
+    int n = op->g->size;
+    if (use_ring(op, t) && op->count >= (size_t)n && n > 2 && bytes < t->halving_max_bytes)
+        return ucx_setup_halving_allreduce(op);
+    if (use_ring(op, t) && op->count >= (size_t)n)
         return ucx_setup_ring(op, in_place ? RING_AR_IP : RING_AR_OOP, t);
     if (!in_place)
         memmove(op->recv, op->send, bytes);
@@ -320,7 +324,7 @@ int ucx_setup_allgather(ucx_op *op, const tr_comm_tuning *t)
         return ucx_setup_ring(op, RING_AG, t);
     if (ensure_x(op, 2 * (n - 1)))
         return TR_ERR_NOMEM;
-    setup_rounds(op, 1, direct_ag_post, NULL);
+    ucx_setup_round_driver(op, 1, direct_ag_post, NULL);
     return TR_OK;
 }
 
@@ -338,6 +342,6 @@ int ucx_setup_broadcast(ucx_op *op, const tr_comm_tuning *t)
         fan++;
     if (ensure_x(op, fan))
         return TR_ERR_NOMEM;
-    setup_rounds(op, 2, tree_post, NULL);
+    ucx_setup_round_driver(op, 2, tree_post, NULL);
     return TR_OK;
 }

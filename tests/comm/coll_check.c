@@ -241,9 +241,14 @@ static void run_suite(tr_comm *c, int big)
 {
     static const size_t counts[] = {0, 1, 7, 1000};
     const tr_comm_tuning dflt = *tr_comm_get_tuning(c);
-    const tr_comm_tuning ring = {.ring_min_bytes = 1, .chunk_bytes = 64};
-    for (int t = 0; t < 2; t++) {
-        OK(tr_comm_set_tuning(c, t ? &ring : &dflt));
+    /* default choice; the ring forced onto small messages (small chunks, a window smaller
+     * than the lanes); recursive halving forced */
+    const tr_comm_tuning ring = {.ring_min_bytes = 1, .chunk_bytes = 64, .ring_window = 3,
+                                 .halving_max_bytes = 1};
+    const tr_comm_tuning halving = {.ring_min_bytes = 1, .halving_max_bytes = (size_t)1 << 40};
+    const tr_comm_tuning *tunings[] = {&dflt, &ring, &halving};
+    for (int t = 0; t < 3; t++) {
+        OK(tr_comm_set_tuning(c, tunings[t]));
         for (size_t k = 0; k < sizeof counts / sizeof counts[0]; k++) {
             size_t n = counts[k];
             int salt = (int)k + 10 * t;
@@ -274,6 +279,11 @@ static void run_suite(tr_comm *c, int big)
         check_reduce_scatter(c, n, TR_COMM_F32, TR_COMM_SUM, 1, 63);
         check_allgather(c, n, TR_COMM_F32, 0, 64);
         check_broadcast(c, n, TR_COMM_F32, 0, 65);
+        const tr_comm_tuning big_ring = {.halving_max_bytes = 1}; /* ring, default chunks */
+        OK(tr_comm_set_tuning(c, &big_ring));
+        check_allreduce(c, n, TR_COMM_F32, TR_COMM_SUM, 0, 66);
+        check_allreduce(c, n, TR_COMM_F64, TR_COMM_MAX, 1, 67);
+        OK(tr_comm_set_tuning(c, &dflt));
     }
 }
 
