@@ -88,7 +88,7 @@ static int cmp_double(const void *a, const void *b)
 
 /* RUN_DIR/summary.json, written by rank 0: what a sweep records of a run. */
 static int write_summary(tr_engine *e, const char *dir, const double *ms, int n, double tokens_per_iter,
-                         double final_loss, double bubble, const double *rss)
+                         double final_loss, double bubble, const double *rss, double dp_exposed_s)
 {
     FILE *f = open_in(dir, "summary.json", "w");
     if (!f)
@@ -115,6 +115,9 @@ static int write_summary(tr_engine *e, const char *dir, const double *ms, int n,
     tr_json_double(&j, "median_ms_per_iter", median);
     tr_json_double(&j, "tokens_per_s", median > 0 ? tokens_per_iter / (median / 1e3) : 0);
     tr_json_double(&j, "final_loss", final_loss);
+    /* data-parallel reduction left waiting after backward (not hidden), per iteration */
+    tr_json_double(&j, "dp_exposed_ms_per_iter", n > 1 ? 1e3 * dp_exposed_s / (n - 1) : 0);
+    tr_json_int(&j, "dp_buckets", tr_dp_num_buckets(e->dp));
     if (bubble >= 0)
         tr_json_double(&j, "measured_bubble", bubble);
     else
@@ -329,7 +332,7 @@ int tr_train_run(const tr_config *cfg, const tr_train_options *opts)
         print_layout(e);
         fflush(stdout);
     }
-    double train_start = tr_now(), train_time = 0, final_loss = 0;
+    double train_start = tr_now(), train_time = 0, final_loss = 0, dp_exposed = 0;
     double *iter_ms = calloc((size_t)t->train_iters, sizeof *iter_ms);
     if (!iter_ms)
         rc = tr_fail(TR_ERR_NOMEM, "out of memory");
@@ -345,6 +348,11 @@ int tr_train_run(const tr_config *cfg, const tr_train_options *opts)
             break;
         double secs = tr_now() - start;
         train_time += secs;
+        if (it > 1) { /* the first iteration warms up */
+            tr_dp_timing tm;
+            tr_dp_get_timing(e->dp, &tm);
+            dp_exposed += tm.exposed_s;
+        }
         s.ms_per_iter = secs * 1e3;
         s.tokens_per_s = tokens_per_iter / secs;
         s.gflops = flops_per_iter / secs / 1e9 / e->world.size;
@@ -407,7 +415,7 @@ int tr_train_run(const tr_config *cfg, const tr_train_options *opts)
                  : tr_fail(TR_ERR_NOMEM, "out of memory");
         if (!rc && lead)
             rc = write_summary(e, opts->run_dir, iter_ms, t->train_iters, tokens_per_iter, final_loss,
-                               bubble, rss);
+                               bubble, rss, dp_exposed);
         free(rss);
     }
     free(iter_ms);
