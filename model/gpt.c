@@ -276,6 +276,9 @@ int tr_gpt_init_params(tr_gpt *g)
         float std = 0;
         int kind = init_kind(t->name, &std, &g->s);
         uint64_t h = tr_hash_name(t->name);
+        /* each element is a pure function of its index: any split over threads gives the
+         * same values */
+#pragma omp parallel for schedule(static)
         for (size_t e = 0; e < t->numel; e++)
             host[e] = kind == 0 ? 0.0f
                       : kind == 1 ? 1.0f
