@@ -482,14 +482,18 @@ static int post(nccl_op *op, tr_nccl_memkind ks, tr_nccl_memkind kr, size_t byte
         op_free(op);
         return rc;
     }
-    nccl_engine_progress(g->e); /* queued P2P start before anything posted after them */
+    /* queued NCCL P2P start before anything posted after them, except more P2P: those
+     * join the same ncclGroup (a batch of sends and receives must start together) */
+    int p2p = op->kind == TR_COMM_OP_SEND || op->kind == TR_COMM_OP_RECV;
+    if (!(p2p && op->route == TR_NCCL_ROUTE_NCCL))
+        nccl_engine_progress(g->e);
     int failed = 0;
     switch (op->route) {
     case TR_NCCL_ROUTE_NCCL: failed = start_nccl(op); break;
     case TR_NCCL_ROUTE_LOCAL: failed = start_local(op); break;
     case TR_NCCL_ROUTE_STAGED: failed = start_staged(op); break;
     default:
-        if (op->kind == TR_COMM_OP_SEND || op->kind == TR_COMM_OP_RECV) {
+        if (p2p) {
             failed = post_host(op);
         } else {
             fifo_push(g, op);

@@ -26,8 +26,10 @@
  *    tr_cuda_status() returns it as TR_ERR_INTERNAL with its message, and sumsq returns NaN
  *    from then on so a training loop stops at its gradient norm.
  *  - Memory: alloc() is zero-filled (on the compute stream). After tr_cuda_reserve() it
- *    serves requests from one activation arena allocated up front, falling back to
- *    cudaMalloc when the arena is full; free() returns either kind.
+ *    serves requests from one arena allocated up front for everything a training run asks
+ *    alloc() for (the parameter, gradient and Adam buffers, each one block, and the
+ *    activation slots and scratch), falling back to cudaMalloc when the arena is full;
+ *    free() returns either kind.
  *  - Pure host logic with no CUDA call (tested on any machine): tr_cuda_pick_device, the
  *    arena bookkeeping (tr_arena_*), the memory budget (tr_cuda_budget_*), and the fp32 <->
  *    bf16 conversion in bf16.h. */
@@ -96,9 +98,11 @@ size_t tr_cuda_budget_total(const tr_cuda_budget *b);
 int tr_cuda_budget_check(const tr_cuda_budget *b, size_t free_bytes, size_t total_bytes,
                          int device, const char *device_name);
 /* Device: check b against the free memory (counting the workspace the backend already
- * holds as allocated), then allocate the activation arena of b->activations bytes. Call
- * before allocating parameters. A second call replaces an empty arena; TR_ERR_INVALID while
- * the current one still has blocks in use. */
+ * holds as allocated), then allocate the arena: params + grads + optimizer + activations
+ * bytes, plus the alignment of up to 8 blocks of parameter state (m and v are two). Call
+ * before the first alloc() of a run; activations should come from tr_arena_bytes_for() over
+ * the requests (256-byte alignment). A second call replaces an empty arena; TR_ERR_INVALID
+ * while the current one still has blocks in use. */
 int tr_cuda_reserve(const tr_cuda_budget *b);
 
 /* ---------------------------------------------------------------- arena (pure bookkeeping)

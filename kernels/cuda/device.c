@@ -1,6 +1,6 @@
 /* The CUDA backend's device: lazy init (device from the local rank, compute stream, scratch,
  * cuBLASLt), the calling thread's device, error capture, memory info and the up-front
- * reservation of the activation arena. */
+ * reservation of the arena. */
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -202,19 +202,22 @@ int tr_cuda_reserve(const tr_cuda_budget *b)
         return rc;
     if ((rc = tr_cu_arena_release()))
         return rc;
-    if (!b->activations)
+    tr_cuda_budget arena_part = {.params = b->params, .grads = b->grads,
+                                 .optimizer = b->optimizer, .activations = b->activations};
+    size_t bytes = tr_cuda_budget_total(&arena_part);
+    if (!bytes)
         return TR_OK;
+    bytes += 8 * 256; /* the parameter-state blocks' alignment */
     void *base = NULL;
-    cudaError_t e = cudaMalloc(&base, b->activations);
+    cudaError_t e = cudaMalloc(&base, bytes);
     if (e != cudaSuccess) {
         (void)cudaGetLastError();
         return tr_fail(TR_ERR_NOMEM,
-                       "GPU %d (%s): cannot allocate the %.2f GiB activation arena: %s (%.2f GiB "
-                       "were free)",
-                       dev.device, dev.name, (double)b->activations / (double)(1ull << 30),
+                       "GPU %d (%s): cannot allocate the %.2f GiB arena: %s (%.2f GiB were free)",
+                       dev.device, dev.name, (double)bytes / (double)(1ull << 30),
                        cudaGetErrorString(e), (double)free_b / (double)(1ull << 30));
     }
-    rc = tr_cu_arena_adopt(base, b->activations);
+    rc = tr_cu_arena_adopt(base, bytes);
     if (rc)
         cudaFree(base);
     return rc;

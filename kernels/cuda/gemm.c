@@ -30,7 +30,7 @@ typedef struct {
 } plan_key;
 
 typedef struct {
-    int used;
+    int used, none; /* none: cuBLASLt has no algorithm for this key (remembered) */
     plan_key key;
     cublasLtMatmulDesc_t desc;
     cublasLtMatrixLayout_t a, b, c;
@@ -168,6 +168,17 @@ fail:
     return -1;
 }
 
+/* Fill slot p for k: a plan, or a remembered "none". */
+static plan *plan_fill(plan *p, const plan_key *k)
+{
+    if (plan_make(p, k)) {
+        p->used = p->none = 1;
+        p->key = *k;
+    }
+    G.n_plans++;
+    return p->none ? NULL : p;
+}
+
 /* The cached plan for k (made on first use); NULL when cuBLASLt has none. Locked. */
 static plan *plan_get(const plan_key *k)
 {
@@ -175,25 +186,18 @@ static plan *plan_get(const plan_key *k)
     for (int probe = 0; probe < PLAN_SLOTS; probe++) {
         plan *p = &G.plans[(h + (uint64_t)probe) % PLAN_SLOTS];
         if (p->used && !memcmp(&p->key, k, sizeof *k))
-            return p;
+            return p->none ? NULL : p;
         if (!p->used) {
             if (G.n_plans >= PLAN_SLOTS * 3 / 4) /* keep probes short: start over when full */
                 break;
-            if (plan_make(p, k))
-                return NULL;
-            G.n_plans++;
-            return p;
+            return plan_fill(p, k);
         }
     }
     for (int i = 0; i < PLAN_SLOTS; i++)
         if (G.plans[i].used)
             plan_destroy(&G.plans[i]);
     G.n_plans = 0;
-    plan *p = &G.plans[h % PLAN_SLOTS];
-    if (plan_make(p, k))
-        return NULL;
-    G.n_plans = 1;
-    return p;
+    return plan_fill(&G.plans[h % PLAN_SLOTS], k);
 }
 
 static void describe(char *buf, size_t n, const plan_key *k)
@@ -204,10 +208,12 @@ static void describe(char *buf, size_t n, const plan_key *k)
              k->alB, k->alC);
 }
 
-/* One cuBLASLt call on operands already in the mode's element type. */
-static void matmul(cudaStream_t st, tr_cu_gemm_mode mode, int ta, int tb, int M, int N, int K,
-                   float alpha, const void *A, int lda, long long sA, const void *B, int ldb,
-                   long long sB, float beta, float *C, int ldc, long long sC, int batch)
+/* One cuBLASLt call on operands already in the mode's element type. Returns 0, or -1 when
+ * cuBLASLt has no algorithm for it (nothing noted: the caller may fall back); a failure of
+ * the call itself is noted. */
+static int matmul(cudaStream_t st, tr_cu_gemm_mode mode, int ta, int tb, int M, int N, int K,
+                  float alpha, const void *A, int lda, long long sA, const void *B, int ldb,
+                  long long sB, float beta, float *C, int ldc, long long sC, int batch)
 {
     int es = mode == TR_CU_GEMM_BF16 ? 2 : 4;
     plan_key k;
@@ -224,11 +230,34 @@ static void matmul(cudaStream_t st, tr_cu_gemm_mode mode, int ta, int tb, int M,
         s = cublasLtMatmul(G.lt, p->desc, &alpha, B, p->a, A, p->b, &beta, C, p->c, C, p->c,
                            &p->algo, G.workspace, LT_WORKSPACE, st);
     pthread_mutex_unlock(&G.mu);
+    if (!p)
+        return -1;
     if (s != CUBLAS_STATUS_SUCCESS) {
         char what[256];
         describe(what, sizeof what, &k);
-        tr_cu_note(p ? cudaErrorUnknown : cudaErrorNotSupported, what);
+        tr_cu_note(cudaErrorUnknown, what);
     }
+    return 0;
+}
+
+/* fp32 operands: mode FAST_BF16 (falling back to FP32 when cuBLASLt has no algorithm for
+ * these strides and alignments) or FP32; noted as an error when neither has one. */
+static void matmul_f32(cudaStream_t st, tr_cu_gemm_mode mode, int ta, int tb, int M, int N,
+                       int K, float alpha, const float *A, int lda, long long sA, const float *B,
+                       int ldb, long long sB, float beta, float *C, int ldc, long long sC,
+                       int batch)
+{
+    if (mode == TR_CU_GEMM_FAST_BF16 && !matmul(st, mode, ta, tb, M, N, K, alpha, A, lda, sA, B,
+                                                ldb, sB, beta, C, ldc, sC, batch))
+        return;
+    if (!matmul(st, TR_CU_GEMM_FP32, ta, tb, M, N, K, alpha, A, lda, sA, B, ldb, sB, beta, C,
+                ldc, sC, batch))
+        return;
+    plan_key k = {.mode = mode, .ta = ta, .tb = tb, .M = M, .N = N, .K = K, .lda = lda,
+                  .ldb = ldb, .ldc = ldc, .batch = batch};
+    char what[256];
+    describe(what, sizeof what, &k);
+    tr_cu_note(cudaErrorNotSupported, what);
 }
 
 /* BF16 mode: operands converted into the staging buffer, in slabs of K. */
@@ -242,8 +271,8 @@ static void gemm_staged(cudaStream_t st, int ta, int tb, int M, int N, int K, fl
     if (kc >= 64)
         kc &= ~(size_t)63;
     if (kc < 16) { /* operands too wide to stage even 16 columns: let cuBLASLt round */
-        matmul(st, TR_CU_GEMM_FAST_BF16, ta, tb, M, N, K, alpha, A, lda, 0, B, ldb, 0, beta, C,
-               ldc, 0, 1);
+        matmul_f32(st, TR_CU_GEMM_FAST_BF16, ta, tb, M, N, K, alpha, A, lda, 0, B, ldb, 0, beta,
+                   C, ldc, 0, 1);
         return;
     }
     if (kc > (size_t)K)
@@ -264,8 +293,13 @@ static void gemm_staged(cudaStream_t st, int ta, int tb, int M, int N, int K, fl
             tr_cu_pack_bf16(st, sb, B + k0, N, w, ldb);
         else
             tr_cu_pack_bf16(st, sb, B + (size_t)k0 * ldb, w, N, ldb);
-        matmul(st, TR_CU_GEMM_BF16, ta, tb, M, N, w, alpha, sa, ta ? M : w, 0, sb, tb ? w : N,
-               0, k0 == 0 ? beta : 1.0f, C, ldc, 0, 1);
+        float b = k0 == 0 ? beta : 1.0f;
+        if (matmul(st, TR_CU_GEMM_BF16, ta, tb, M, N, w, alpha, sa, ta ? M : w, 0, sb,
+                   tb ? w : N, 0, b, C, ldc, 0, 1))
+            /* no bf16 algorithm for these shapes: this slab on the fp32 operands */
+            matmul_f32(st, TR_CU_GEMM_FAST_BF16, ta, tb, M, N, w, alpha,
+                       ta ? A + (size_t)k0 * lda : A + k0, lda, 0,
+                       tb ? B + k0 : B + (size_t)k0 * ldb, ldb, 0, b, C, ldc, 0, 1);
     }
 }
 
@@ -289,8 +323,8 @@ void tr_cu_gemm_ex(cudaStream_t st, tr_cu_gemm_mode mode, int trans_a, int trans
                         B + (size_t)i * (size_t)sB, ldb, beta, C + (size_t)i * (size_t)sC, ldc);
         return;
     }
-    matmul(st, mode, trans_a, trans_b, M, N, K, alpha, A, lda, sA, B, ldb, sB, beta, C, ldc, sC,
-           batch);
+    matmul_f32(st, mode, trans_a, trans_b, M, N, K, alpha, A, lda, sA, B, ldb, sB, beta, C, ldc,
+               sC, batch);
 }
 
 void tr_cu_gemm_fp32(tr_stream s, int trans_a, int trans_b, int M, int N, int K, float alpha,

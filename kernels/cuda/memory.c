@@ -1,4 +1,4 @@
-/* Device memory of the CUDA table: allocation (from the activation arena once one is
+/* Device memory of the CUDA table: allocation (from the arena once one is
  * reserved, else cudaMalloc), copies and fills on the op's stream. */
 #include <pthread.h>
 #include <string.h>
@@ -18,7 +18,7 @@ static struct {
 int tr_cu_arena_adopt(void *base, size_t bytes)
 {
     pthread_mutex_lock(&A.mu);
-    int rc = A.base ? tr_fail(TR_ERR_INVALID, "cuda: an activation arena exists already")
+    int rc = A.base ? tr_fail(TR_ERR_INVALID, "cuda: an arena exists already")
                     : tr_arena_init(&A.arena, bytes, ARENA_ALIGN);
     if (!rc)
         A.base = base;
@@ -32,10 +32,10 @@ int tr_cu_arena_release(void)
     int rc = TR_OK;
     if (A.base && A.arena.n_blocks) {
         rc = tr_fail(TR_ERR_INVALID,
-                     "cuda: the activation arena still has %d blocks (%zu bytes) in use",
+                     "cuda: the arena still has %d blocks (%zu bytes) in use",
                      A.arena.n_blocks, A.arena.used);
     } else if (A.base) {
-        tr_cu_note(cudaFree(A.base), "freeing the activation arena");
+        tr_cu_note(cudaFree(A.base), "freeing the arena");
         tr_arena_destroy(&A.arena);
         A.base = NULL;
     }

@@ -510,6 +510,39 @@ static void test_dispatch(void **state)
 #endif
 }
 
+/* The communicator backend from TRIDENT_COMM_BACKEND (comm's hook), in a one-rank world. */
+static void test_comm_backend_choice(void **state)
+{
+    (void)state;
+    unsetenv("WORLD_SIZE"), unsetenv("RANK"), unsetenv("MASTER_ADDR"), unsetenv("MASTER_PORT");
+    tr_comm *w = NULL;
+    setenv("TRIDENT_COMM_BACKEND", "bogus", 1);
+    assert_int_equal(tr_comm_init_world(NULL, &w), TR_ERR_CONFIG);
+    assert_null(w);
+#ifdef TR_HAVE_CUDA
+    assert_string_equal(tr_errmsg(), "comm: TRIDENT_COMM_BACKEND='bogus': expected ucx or nccl");
+    setenv("TRIDENT_COMM_BACKEND", "nccl", 1);
+    int rc = tr_comm_init_world(NULL, &w);
+    if (rc) { /* no GPU here */
+        assert_int_equal(rc, TR_ERR_CONFIG);
+        assert_non_null(strstr(tr_errmsg(), "comm: the NCCL backend needs a GPU: no CUDA device: "));
+        assert_null(w);
+    } else {
+        assert_string_equal(tr_comm_backend(w), "nccl");
+        assert_int_equal(tr_comm_nccl_mode(w), TR_NCCL_MODE_LOCAL);
+        tr_comm_destroy(w);
+    }
+#else
+    assert_string_equal(tr_errmsg(), "comm: TRIDENT_COMM_BACKEND='bogus': this build has only "
+                                     "ucx (nccl needs -Dcuda=enabled)");
+#endif
+    setenv("TRIDENT_COMM_BACKEND", "ucx", 1);
+    assert_int_equal(tr_comm_init_world(NULL, &w), TR_OK);
+    assert_string_equal(tr_comm_backend(w), "ucx");
+    tr_comm_destroy(w);
+    unsetenv("TRIDENT_COMM_BACKEND");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -525,6 +558,7 @@ int main(void)
         cmocka_unit_test(test_nccl_group_mode),
         cmocka_unit_test(test_nccl_route),
         cmocka_unit_test(test_dispatch),
+        cmocka_unit_test(test_comm_backend_choice),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
