@@ -287,6 +287,7 @@ int tr_comm_nccl_init(const tr_comm_rendezvous *rv, const tr_comm_config *cfg_in
     int rc = tr_cuda_init();
     if (rc)
         return tr_fail_context(rc, "comm: the NCCL backend needs a GPU");
+    tr_cuda_use_device();
     tr_comm_config cfg = cfg_in ? *cfg_in : tr_comm_config_default();
     cfg.progress_thread = 1;
     tr_comm *host = NULL;
@@ -365,6 +366,7 @@ static int n_split(tr_comm *c, int color, int key, const char *name, tr_comm **o
     nccl_group *g = G(c);
     nccl_engine *e = g->e;
     *out = NULL;
+    tr_cuda_use_device();
     if (g->broken)
         return tr_fail(TR_ERR_COMM, "rank %d: group '%s' is unusable after an earlier failure; "
                                     "split not started",
@@ -404,8 +406,9 @@ static int n_split(tr_comm *c, int color, int key, const char *name, tr_comm **o
                          g->name, ncclGetErrorString(r));
         if (!rc)
             rc = nccl_settle(g, g->nccl, deadline, NULL, "ncclCommSplit");
-        if (!rc && nc)
-            rc = nccl_settle(g, nc, deadline, NULL, "ncclCommSplit (new communicator)");
+        if (!rc && nc && (rc = nccl_settle(g, nc, deadline, NULL,
+                                           "ncclCommSplit (new communicator)")))
+            nc = NULL; /* aborted by nccl_settle */
     }
     nccl_group *cg = NULL;
     if (!rc && hchild) {
@@ -445,6 +448,7 @@ static int n_split(tr_comm *c, int color, int key, const char *name, tr_comm **o
 static void n_destroy(tr_comm *c)
 {
     nccl_group *g = G(c);
+    tr_cuda_use_device();
     nccl_engine_progress(g->e);
     tr_comm *host = g->host;
     group_free(g);

@@ -6,6 +6,7 @@
 
 #include "comm/nccl_internal.h"
 #include "core/core.h"
+#include "kernels/cuda/cuda.h"
 
 static nccl_group *G(const tr_comm *c) { return tr_comm_impl(c); }
 
@@ -468,6 +469,7 @@ static int post(nccl_op *op, tr_nccl_memkind ks, tr_nccl_memkind kr, size_t byte
 {
     nccl_group *g = op->g;
     *handle = NULL;
+    tr_cuda_use_device();
     if (g->broken) {
         int rc = tr_fail(TR_ERR_COMM,
                          "rank %d: group '%s' is unusable after an earlier failure (timeout or "
@@ -615,6 +617,7 @@ int nccl_barrier(tr_comm *c, void **handle)
 static int advance(nccl_op *op)
 {
     nccl_group *g = op->g;
+    tr_cuda_use_device();
     nccl_engine_progress(g->e);
     for (;;) {
         switch (op->state) {

@@ -54,6 +54,9 @@ const tr_kernels *tr_kernels_cuda(tr_cuda_precision precision);
 int tr_cuda_device(void);
 const char *tr_cuda_device_name(void);
 void *tr_cuda_stream(void);
+/* Make the calling thread use the backend's device (CUDA's current device is per thread);
+ * ops do this themselves, other CUDA users of the backend's memory (comm/nccl) call it. */
+void tr_cuda_use_device(void);
 /* The first CUDA error seen inside an op (TR_ERR_INTERNAL naming the op), else TR_OK. */
 int tr_cuda_status(void);
 /* Free and total device memory (cudaMemGetInfo). */

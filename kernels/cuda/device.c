@@ -123,6 +123,8 @@ cudaStream_t tr_cu_stream(tr_stream s)
     return s ? (cudaStream_t)s : dev.stream;
 }
 
+void tr_cuda_use_device(void) { tr_cu_stream(NULL); }
+
 int tr_cu_note(cudaError_t e, const char *what)
 {
     if (e == cudaSuccess)

@@ -265,7 +265,7 @@ static void gemm_staged(cudaStream_t st, int ta, int tb, int M, int N, int K, fl
                         const float *A, int lda, const float *B, int ldb, float beta, float *C,
                         int ldc)
 {
-    size_t cap = BF16_STAGING / sizeof(uint16_t);
+    size_t cap = BF16_STAGING / sizeof(uint16_t) - 128; /* room for B's 256-byte start */
     size_t per_k = (size_t)M + (size_t)N;
     size_t kc = cap / per_k;
     if (kc >= 64)

@@ -525,7 +525,8 @@ static void test_comm_backend_choice(void **state)
     int rc = tr_comm_init_world(NULL, &w);
     if (rc) { /* no GPU here */
         assert_int_equal(rc, TR_ERR_CONFIG);
-        assert_non_null(strstr(tr_errmsg(), "comm: the NCCL backend needs a GPU: no CUDA device: "));
+        assert_non_null(
+            strstr(tr_errmsg(), "comm: the NCCL backend needs a GPU: no CUDA device: "));
         assert_null(w);
     } else {
         assert_string_equal(tr_comm_backend(w), "nccl");
