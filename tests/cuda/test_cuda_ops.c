@@ -457,6 +457,56 @@ static void test_bf16_device(void)
     free(x), free(want), free(got), free(wide);
 }
 
+/* The arena: reserve, serve and return blocks, refuse an impossible budget by name. */
+static void test_arena_device(void)
+{
+    size_t free_b = 0, total_b = 0;
+    checks++;
+    if (tr_cuda_mem_info(&free_b, &total_b)) {
+        failures++;
+        fprintf(stderr, "FAIL mem_info: %s\n", tr_errmsg());
+        return;
+    }
+    tr_cuda_budget too_big = {.activations = total_b + ((size_t)1 << 30)};
+    int rc = tr_cuda_reserve(&too_big);
+    if (rc != TR_ERR_NOMEM || !strstr(tr_errmsg(), "short by")) {
+        failures++;
+        fprintf(stderr, "FAIL reserve beyond the GPU: %d %s\n", rc, tr_errmsg());
+    }
+    tr_cuda_budget b = {.params = 1 << 20, .activations = (size_t)64 << 20};
+    if (tr_cuda_reserve(&b)) {
+        failures++;
+        fprintf(stderr, "FAIL reserve: %s\n", tr_errmsg());
+        return;
+    }
+    size_t free_after = 0;
+    tr_cuda_mem_info(&free_after, &total_b);
+    float *p = F32->alloc((size_t)8 << 20), *q = F32->alloc(1000);
+    size_t free_after_alloc = 0;
+    tr_cuda_mem_info(&free_after_alloc, &total_b);
+    checks++;
+    if (!p || !q || free_after_alloc != free_after) { /* served by the arena: no new memory */
+        failures++;
+        fprintf(stderr, "FAIL arena allocations (%p %p, free %zu -> %zu)\n", (void *)p,
+                (void *)q, free_after, free_after_alloc);
+    }
+    rc = tr_cuda_reserve(&b);
+    checks++;
+    if (rc != TR_ERR_INVALID || !strstr(tr_errmsg(), "still has 2 blocks")) {
+        failures++;
+        fprintf(stderr, "FAIL reserve while blocks are in use: %d %s\n", rc, tr_errmsg());
+    }
+    F32->free(p), F32->free(q);
+    tr_cuda_budget none = {0};
+    checks++;
+    if (tr_cuda_reserve(&none)) { /* releases the arena */
+        failures++;
+        fprintf(stderr, "FAIL releasing the arena: %s\n", tr_errmsg());
+    } else {
+        printf("ok   arena reserve / serve / release\n");
+    }
+}
+
 int main(void)
 {
     CPU = tr_kernels_cpu();
@@ -468,6 +518,7 @@ int main(void)
     BF16 = tr_kernels_get("cuda");
     printf("GPU %d: %s\n", tr_cuda_device(), tr_cuda_device_name());
     test_memory(F32);
+    test_arena_device();
     test_bf16_device();
     test_gemm(F32);
     test_gemm(BF16);
