@@ -107,7 +107,24 @@ int nccl_op_fail(nccl_op *op, int code, const char *fmt, ...) __attribute__((for
 /* Sleep a little while waiting (yield during the first millisecond, then 50 us naps). */
 void nccl_pause(double idle_s);
 
-/* ---- nccl_ops.c: the tr_comm_ops entries for operations */
+/* ---- nccl_ops.c: helpers shared with nccl_progress.c */
+void nccl_op_free(nccl_op *op);
+/* The op's status as the thread's error; frees it. */
+int nccl_finish(nccl_op *op);
+/* 0 for cudaSuccess; else op failed naming `what`, -1. */
+int nccl_cuda_check(nccl_op *op, cudaError_t e, const char *what);
+/* Record op->ev on the group stream; state EVENT. */
+int nccl_record_done(nccl_op *op);
+
+/* ---- nccl_progress.c: the UCX side, the group FIFO, the P2P queue */
+/* Post op to the group's UCX communicator (user buffers, or the pinned copies). */
+int nccl_post_host(nccl_op *op);
+void nccl_fifo_push(nccl_group *g, nccl_op *op);
+void nccl_fifo_unlink(nccl_group *g, nccl_op *op);
+/* Post the FIFO's ready head entries, in order. */
+void nccl_pump(nccl_group *g);
+
+/* ---- nccl_ops.c / nccl_progress.c: the tr_comm_ops entries for operations */
 int nccl_allreduce(tr_comm *c, const void *send, void *recv, size_t count, tr_comm_dtype dt,
                    tr_comm_redop op, void **handle);
 int nccl_reduce_scatter(tr_comm *c, const void *send, void *recv, size_t count,

@@ -1,6 +1,6 @@
-/* The NCCL backend's operations: each request is routed by where its buffers live (host ->
- * the group's UCX communicator; device -> NCCL, staging through pinned memory, or local
- * copies) and advanced by test/wait through the states of nccl_internal.h. */
+/* The NCCL backend's operations, posted: each request is routed by where its buffers live
+ * (host -> the group's UCX communicator; device -> NCCL, staging through pinned memory, or
+ * local copies) and started; nccl_progress.c advances it (test/wait). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -54,7 +54,7 @@ static nccl_op *op_new(nccl_group *g, tr_comm_opkind kind)
     return op;
 }
 
-static void op_free(nccl_op *op)
+void nccl_op_free(nccl_op *op)
 {
     if (op->ready)
         cudaEventDestroy(op->ready);
@@ -68,16 +68,16 @@ static void op_free(nccl_op *op)
 }
 
 /* The op's status as the thread's error; frees it. */
-static int finish(nccl_op *op)
+int nccl_finish(nccl_op *op)
 {
     int rc = op->status;
     if (rc)
         tr_fail(rc, "%s", op->err);
-    op_free(op);
+    nccl_op_free(op);
     return rc;
 }
 
-static int cuda_check(nccl_op *op, cudaError_t e, const char *what)
+int nccl_cuda_check(nccl_op *op, cudaError_t e, const char *what)
 {
     if (e == cudaSuccess)
         return 0;
@@ -87,10 +87,10 @@ static int cuda_check(nccl_op *op, cudaError_t e, const char *what)
 
 static int make_events(nccl_op *op)
 {
-    if (cuda_check(op, cudaEventCreateWithFlags(&op->ready, cudaEventDisableTiming),
-                   "cudaEventCreate") ||
-        cuda_check(op, cudaEventCreateWithFlags(&op->ev, cudaEventDisableTiming),
-                   "cudaEventCreate"))
+    if (nccl_cuda_check(op, cudaEventCreateWithFlags(&op->ready, cudaEventDisableTiming),
+                        "cudaEventCreate") ||
+        nccl_cuda_check(op, cudaEventCreateWithFlags(&op->ev, cudaEventDisableTiming),
+                        "cudaEventCreate"))
         return -1;
     return 0;
 }
@@ -99,203 +99,19 @@ static int make_events(nccl_op *op)
 static int after_compute(nccl_op *op)
 {
     nccl_group *g = op->g;
-    if (cuda_check(op, cudaEventRecord(op->ready, g->e->compute), "cudaEventRecord") ||
-        cuda_check(op, cudaStreamWaitEvent(g->stream, op->ready, 0), "cudaStreamWaitEvent"))
+    if (nccl_cuda_check(op, cudaEventRecord(op->ready, g->e->compute), "cudaEventRecord") ||
+        nccl_cuda_check(op, cudaStreamWaitEvent(g->stream, op->ready, 0), "cudaStreamWaitEvent"))
         return -1;
     return 0;
 }
 
-static int record_done(nccl_op *op)
+int nccl_record_done(nccl_op *op)
 {
-    if (cuda_check(op, cudaEventRecord(op->ev, op->g->stream), "cudaEventRecord"))
+    if (nccl_cuda_check(op, cudaEventRecord(op->ev, op->g->stream), "cudaEventRecord"))
         return -1;
     op->ev_recorded = 1;
     op->state = OP_EVENT;
     return 0;
-}
-
-/* ---------------------------------------------------------------- the host communicator */
-
-/* Post op to the group's UCX communicator (user buffers, or the pinned copies). */
-static int post_host(nccl_op *op)
-{
-    nccl_group *g = op->g;
-    int staged = op->route == TR_NCCL_ROUTE_STAGED;
-    const void *hs = staged ? op->pin_a : op->send;
-    void *hr = staged ? (op->kind == TR_COMM_OP_REDUCE_SCATTER ||
-                                 op->kind == TR_COMM_OP_ALLGATHER
-                             ? op->pin_b
-                             : op->pin_a)
-                      : op->recv;
-    tr_comm *h = g->host;
-    tr_comm_request **req = &op->host_req;
-    int rc;
-    switch (op->kind) {
-    case TR_COMM_OP_ALLREDUCE:
-        rc = tr_comm_allreduce_async(h, hs, hr, op->count, op->dt, op->redop, req);
-        break;
-    case TR_COMM_OP_REDUCE_SCATTER:
-        rc = tr_comm_reduce_scatter_async(h, hs, hr, op->count, op->dt, op->redop, req);
-        break;
-    case TR_COMM_OP_ALLGATHER:
-        rc = tr_comm_allgather_async(h, hs, hr, op->count, op->dt, req);
-        break;
-    case TR_COMM_OP_BROADCAST:
-        rc = tr_comm_broadcast_async(h, hr, op->count, op->dt, op->root, req);
-        break;
-    case TR_COMM_OP_SEND:
-        rc = tr_comm_send_async(h, hs, op->bytes / 4, TR_COMM_I32, op->peer, op->tag, req);
-        break;
-    case TR_COMM_OP_RECV:
-        rc = tr_comm_recv_async(h, hr, op->bytes / 4, TR_COMM_I32, op->peer, op->tag, req);
-        break;
-    default:
-        rc = tr_comm_barrier_async(h, req);
-        break;
-    }
-    if (rc) {
-        g->broken = 1;
-        op->status = rc;
-        op->state = OP_DONE;
-        snprintf(op->err, sizeof op->err, "%s", tr_errmsg());
-        return -1;
-    }
-    op->state = OP_HOST;
-    return 0;
-}
-
-static void fifo_push(nccl_group *g, nccl_op *op)
-{
-    op->next = NULL;
-    op->state = OP_FIFO;
-    if (g->fifo_tail)
-        g->fifo_tail->next = op;
-    else
-        g->fifo_head = op;
-    g->fifo_tail = op;
-}
-
-static void fifo_unlink(nccl_group *g, nccl_op *op)
-{
-    nccl_op **pp = &g->fifo_head, *prev = NULL;
-    while (*pp && *pp != op) {
-        prev = *pp;
-        pp = &(*pp)->next;
-    }
-    if (!*pp)
-        return;
-    *pp = op->next;
-    if (g->fifo_tail == op)
-        g->fifo_tail = prev;
-    op->next = NULL;
-}
-
-/* Post the FIFO's ready head entries, in order. */
-static void pump(nccl_group *g)
-{
-    while (g->fifo_head) {
-        nccl_op *op = g->fifo_head;
-        if (g->broken) {
-            fifo_unlink(g, op);
-            op->leak_pins = 1; /* its copy may still be running */
-            nccl_op_fail(op, TR_ERR_COMM, "not started: the group broke earlier");
-            continue;
-        }
-        if (op->ev_wait) {
-            cudaError_t q = cudaEventQuery(op->ev);
-            if (q == cudaErrorNotReady)
-                return;
-            fifo_unlink(g, op);
-            if (cuda_check(op, q, "device-to-host copy"))
-                continue;
-        } else {
-            fifo_unlink(g, op);
-        }
-        post_host(op);
-    }
-}
-
-/* ---------------------------------------------------------------- NCCL P2P queue */
-
-static void p2p_flush(nccl_engine *e)
-{
-    nccl_op *list = e->p2p_head;
-    if (!list)
-        return;
-    e->p2p_head = e->p2p_tail = NULL;
-    ncclGroupStart();
-    for (nccl_op *op = list; op; op = op->next) {
-        nccl_group *g = op->g;
-        if (!g->nccl) {
-            nccl_op_fail(op, TR_ERR_COMM, "not started: the NCCL communicator was aborted");
-            continue;
-        }
-        if (cuda_check(op, cudaStreamWaitEvent(g->stream, op->ready, 0), "cudaStreamWaitEvent"))
-            continue;
-        ncclResult_t r = op->kind == TR_COMM_OP_SEND
-                             ? ncclSend(op->send, op->bytes, ncclUint8, op->peer, g->nccl,
-                                        g->stream)
-                             : ncclRecv(op->recv, op->bytes, ncclUint8, op->peer, g->nccl,
-                                        g->stream);
-        if (r != ncclSuccess && r != ncclInProgress)
-            nccl_op_fail(op, TR_ERR_COMM, "%s: %s (%s)",
-                         op->kind == TR_COMM_OP_SEND ? "ncclSend" : "ncclRecv",
-                         ncclGetErrorString(r), ncclGetLastError(g->nccl));
-    }
-    ncclResult_t end = ncclGroupEnd();
-    for (nccl_op *op = list, *next; op; op = next) {
-        next = op->next;
-        op->next = NULL;
-        if (op->state == OP_DONE)
-            continue;
-        nccl_group *g = op->g;
-        if (end != ncclSuccess && end != ncclInProgress) {
-            nccl_op_fail(op, TR_ERR_COMM, "ncclGroupEnd: %s", ncclGetErrorString(end));
-            continue;
-        }
-        if (nccl_settle(g, g->nccl, tr_now() + tr_comm_timeout(g->host), op, "ncclGroupEnd"))
-            continue;
-        record_done(op);
-    }
-}
-
-static void p2p_unlink(nccl_engine *e, nccl_op *op)
-{
-    nccl_op **pp = &e->p2p_head, *prev = NULL;
-    while (*pp && *pp != op) {
-        prev = *pp;
-        pp = &(*pp)->next;
-    }
-    if (!*pp)
-        return;
-    *pp = op->next;
-    if (e->p2p_tail == op)
-        e->p2p_tail = prev;
-    op->next = NULL;
-}
-
-void nccl_engine_progress(nccl_engine *e)
-{
-    p2p_flush(e);
-    for (int i = 0; i < e->n_groups; i++)
-        pump(e->groups[i]);
-}
-
-int nccl_drain_fifo(nccl_group *g, double timeout_s)
-{
-    double start = tr_now(), last = start;
-    for (;;) {
-        nccl_engine_progress(g->e);
-        if (!g->fifo_head)
-            return TR_OK;
-        double now = tr_now();
-        if (now - start > timeout_s)
-            return tr_fail(TR_ERR_TIMEOUT,
-                           "rank %d (group '%s', rank %d of %d): split: timed out after %g s "
-                           "waiting for earlier operations of the group to start",
-                           g->e->rank, g->name, g->rank, g->size, timeout_s);
-        nccl_pause(now - last);
-    }
 }
 
 /* ---------------------------------------------------------------- starting an op */
@@ -303,8 +119,8 @@ int nccl_drain_fifo(nccl_group *g, double timeout_s)
 static int start_nccl(nccl_op *op)
 {
     nccl_group *g = op->g;
-    if (make_events(op) || cuda_check(op, cudaEventRecord(op->ready, g->e->compute),
-                                      "cudaEventRecord"))
+    if (make_events(op) ||
+        nccl_cuda_check(op, cudaEventRecord(op->ready, g->e->compute), "cudaEventRecord"))
         return -1;
     if (op->kind == TR_COMM_OP_SEND || op->kind == TR_COMM_OP_RECV) {
         nccl_engine *e = g->e;
@@ -317,7 +133,7 @@ static int start_nccl(nccl_op *op)
         e->p2p_tail = op;
         return 0;
     }
-    if (cuda_check(op, cudaStreamWaitEvent(g->stream, op->ready, 0), "cudaStreamWaitEvent"))
+    if (nccl_cuda_check(op, cudaStreamWaitEvent(g->stream, op->ready, 0), "cudaStreamWaitEvent"))
         return -1;
     ncclDataType_t dt = nccl_dtype(op->dt);
     size_t es = tr_comm_dtype_size(op->dt), n = (size_t)g->size;
@@ -379,8 +195,7 @@ static int start_nccl(nccl_op *op)
                 r = end;
         }
         break;
-    default:
-        return nccl_op_fail(op, TR_ERR_INTERNAL, "no NCCL route for this operation");
+    default: return nccl_op_fail(op, TR_ERR_INTERNAL, "no NCCL route for this operation");
     }
     if (r != ncclSuccess && r != ncclInProgress) {
         nccl_op_fail(op, TR_ERR_COMM, "%s: %s (%s)", call, ncclGetErrorString(r),
@@ -389,7 +204,7 @@ static int start_nccl(nccl_op *op)
     }
     if (nccl_settle(g, g->nccl, tr_now() + tr_comm_timeout(g->host), op, call))
         return -1;
-    return record_done(op);
+    return nccl_record_done(op);
 }
 
 /* A group of one: results are copies (or nothing). */
@@ -399,11 +214,11 @@ static int start_local(nccl_op *op)
         return -1;
     size_t bytes = op->count * tr_comm_dtype_size(op->dt);
     if (op->kind != TR_COMM_OP_BROADCAST && op->send != op->recv && bytes &&
-        cuda_check(op, cudaMemcpyAsync(op->recv, op->send, bytes, cudaMemcpyDeviceToDevice,
-                                       op->g->stream),
-                   "cudaMemcpyAsync"))
+        nccl_cuda_check(
+            op, cudaMemcpyAsync(op->recv, op->send, bytes, cudaMemcpyDeviceToDevice, op->g->stream),
+            "cudaMemcpyAsync"))
         return -1;
-    return record_done(op);
+    return nccl_record_done(op);
 }
 
 static int start_staged(nccl_op *op)
@@ -444,23 +259,23 @@ static int start_staged(nccl_op *op)
     op->back_dst = op->recv;
     if (d2h && na) {
         if (after_compute(op) ||
-            cuda_check(op, cudaMemcpyAsync(op->pin_a, op->send, na, cudaMemcpyDeviceToHost,
-                                           g->stream),
-                       "cudaMemcpyAsync (device to host)") ||
-            cuda_check(op, cudaEventRecord(op->ev, g->stream), "cudaEventRecord"))
+            nccl_cuda_check(
+                op, cudaMemcpyAsync(op->pin_a, op->send, na, cudaMemcpyDeviceToHost, g->stream),
+                "cudaMemcpyAsync (device to host)") ||
+            nccl_cuda_check(op, cudaEventRecord(op->ev, g->stream), "cudaEventRecord"))
             return -1;
         op->ev_wait = 1;
     }
     if (op->kind == TR_COMM_OP_RECV)
-        return post_host(op);
+        return nccl_post_host(op);
     if (op->kind == TR_COMM_OP_SEND) {
         if (!op->ev_wait)
-            return post_host(op);
+            return nccl_post_host(op);
         op->state = OP_D2H;
         return 0;
     }
-    fifo_push(g, op);
-    pump(g);
+    nccl_fifo_push(g, op);
+    nccl_pump(g);
     return 0;
 }
 
@@ -475,13 +290,13 @@ static int post(nccl_op *op, tr_nccl_memkind ks, tr_nccl_memkind kr, size_t byte
                          "rank %d: group '%s' is unusable after an earlier failure (timeout or "
                          "transport error); %s not started",
                          g->e->rank, g->name, tr_comm_opkind_name(op->kind));
-        op_free(op);
+        nccl_op_free(op);
         return rc;
     }
     int rc = tr_nccl_choose_route(g->mode, ks, kr, bytes, g->name, tr_comm_opkind_name(op->kind),
                                   &op->route);
     if (rc) {
-        op_free(op);
+        nccl_op_free(op);
         return rc;
     }
     /* queued NCCL P2P start before anything posted after them, except more P2P: those
@@ -496,10 +311,10 @@ static int post(nccl_op *op, tr_nccl_memkind ks, tr_nccl_memkind kr, size_t byte
     case TR_NCCL_ROUTE_STAGED: failed = start_staged(op); break;
     default:
         if (p2p) {
-            failed = post_host(op);
+            failed = nccl_post_host(op);
         } else {
-            fifo_push(g, op);
-            pump(g);
+            nccl_fifo_push(g, op);
+            nccl_pump(g);
         }
         break;
     }
@@ -510,9 +325,9 @@ static int post(nccl_op *op, tr_nccl_memkind ks, tr_nccl_memkind kr, size_t byte
                      tr_comm_opkind_name(op->kind));
         }
         if (op->state == OP_FIFO)
-            fifo_unlink(g, op);
+            nccl_fifo_unlink(g, op);
         op->leak_pins = 1;
-        return finish(op);
+        return nccl_finish(op);
     }
     *handle = op;
     return TR_OK;
@@ -543,8 +358,8 @@ int nccl_allreduce(tr_comm *c, const void *send, void *recv, size_t count, tr_co
     return post(op, memkind(send), memkind(recv), count * tr_comm_dtype_size(dt), handle);
 }
 
-int nccl_reduce_scatter(tr_comm *c, const void *send, void *recv, size_t count,
-                        tr_comm_dtype dt, tr_comm_redop redop, void **handle)
+int nccl_reduce_scatter(tr_comm *c, const void *send, void *recv, size_t count, tr_comm_dtype dt,
+                        tr_comm_redop redop, void **handle)
 {
     nccl_op *op = coll(c, TR_COMM_OP_REDUCE_SCATTER, send, recv, count, dt);
     if (!op)
@@ -568,8 +383,7 @@ int nccl_allgather(tr_comm *c, const void *send, void *recv, size_t count, tr_co
                 count * tr_comm_dtype_size(dt), handle);
 }
 
-int nccl_broadcast(tr_comm *c, void *buf, size_t count, tr_comm_dtype dt, int root,
-                   void **handle)
+int nccl_broadcast(tr_comm *c, void *buf, size_t count, tr_comm_dtype dt, int root, void **handle)
 {
     nccl_op *op = coll(c, TR_COMM_OP_BROADCAST, buf, buf, count, dt);
     if (!op)
@@ -609,161 +423,4 @@ int nccl_barrier(tr_comm *c, void **handle)
     if (!op)
         return TR_ERR_NOMEM;
     return post(op, TR_NCCL_MEM_NONE, TR_NCCL_MEM_NONE, 0, handle);
-}
-
-/* ---------------------------------------------------------------- advancing */
-
-/* 1 when op is done (status set), else 0. */
-static int advance(nccl_op *op)
-{
-    nccl_group *g = op->g;
-    tr_cuda_use_device();
-    nccl_engine_progress(g->e);
-    for (;;) {
-        switch (op->state) {
-        case OP_DONE:
-            return 1;
-        case OP_P2P_QUEUED:
-        case OP_FIFO:
-            return 0;
-        case OP_D2H: {
-            cudaError_t q = cudaEventQuery(op->ev);
-            if (q == cudaErrorNotReady)
-                return 0;
-            if (cuda_check(op, q, "device-to-host copy") || post_host(op))
-                return 1;
-            continue;
-        }
-        case OP_HOST: {
-            int done = 0;
-            int rc = tr_comm_test(&op->host_req, &done);
-            if (!done)
-                return 0;
-            if (rc) {
-                g->broken = 1;
-                op->leak_pins = 1;
-                op->status = rc;
-                op->state = OP_DONE;
-                snprintf(op->err, sizeof op->err, "%s", tr_errmsg());
-                return 1;
-            }
-            if (op->back_bytes) {
-                if (cuda_check(op, cudaMemcpyAsync(op->back_dst, op->back_src, op->back_bytes,
-                                                   cudaMemcpyHostToDevice, g->stream),
-                               "cudaMemcpyAsync (host to device)") ||
-                    record_done(op))
-                    return 1;
-                continue;
-            }
-            op->state = OP_DONE;
-            return 1;
-        }
-        default: { /* OP_EVENT */
-            cudaError_t q = cudaEventQuery(op->ev);
-            if (q == cudaErrorNotReady)
-                return 0;
-            if (cuda_check(op, q, "device transfer"))
-                return 1;
-            /* kernels queued on the compute stream from now on see the result */
-            cuda_check(op, cudaStreamWaitEvent(g->e->compute, op->ev, 0), "cudaStreamWaitEvent");
-            op->state = OP_DONE;
-            return 1;
-        }
-        }
-    }
-}
-
-int nccl_test(tr_comm *c, void *handle, int *done)
-{
-    (void)c;
-    nccl_op *op = handle;
-    *done = advance(op);
-    return *done ? finish(op) : TR_OK;
-}
-
-static void fail_timeout(nccl_op *op, double timeout_s)
-{
-    nccl_group *g = op->g;
-    int p2p = op->kind == TR_COMM_OP_SEND || op->kind == TR_COMM_OP_RECV;
-    int peer_world = p2p ? tr_comm_world_rank(g->host, op->peer) : -1;
-    const char *peer_does = op->kind == TR_COMM_OP_SEND ? "receive our data" : "send its data";
-    op->leak_pins = 1;
-    switch (op->state) {
-    case OP_HOST: {
-        /* let the UCX request time out at once: its message names the peer it waits for */
-        double t = tr_comm_timeout(g->host);
-        tr_comm_set_timeout(g->host, 1e-3);
-        int rc = tr_comm_wait(&op->host_req);
-        tr_comm_set_timeout(g->host, t);
-        nccl_op_fail(op, TR_ERR_TIMEOUT, "timed out after %g s in the host transfer: %s",
-                     timeout_s, rc ? tr_errmsg() : "(it completed just now)");
-        break;
-    }
-    case OP_P2P_QUEUED:
-        p2p_unlink(g->e, op);
-        nccl_op_fail(op, TR_ERR_TIMEOUT, "timed out after %g s before NCCL started it",
-                     timeout_s);
-        break;
-    case OP_FIFO:
-        fifo_unlink(g, op);
-        nccl_op_fail(op, TR_ERR_TIMEOUT, "timed out after %g s waiting for %s", timeout_s,
-                     op->ev_wait ? "its device-to-host copy"
-                                 : "earlier operations of the group to start");
-        break;
-    case OP_D2H:
-        nccl_op_fail(op, TR_ERR_TIMEOUT, "timed out after %g s waiting for its device-to-host "
-                                         "copy",
-                     timeout_s);
-        break;
-    default: /* OP_EVENT */
-        if (op->route == TR_NCCL_ROUTE_NCCL && g->nccl) {
-            ncclCommAbort(g->nccl);
-            g->nccl = NULL;
-            if (p2p)
-                nccl_op_fail(op, TR_ERR_TIMEOUT,
-                             "timed out after %g s waiting for rank %d (group rank %d) to %s; "
-                             "the NCCL communicator is aborted",
-                             timeout_s, peer_world, op->peer, peer_does);
-            else
-                nccl_op_fail(op, TR_ERR_TIMEOUT,
-                             "timed out after %g s waiting for the other %d ranks of the group; "
-                             "the NCCL communicator is aborted",
-                             timeout_s, g->size - 1);
-        } else {
-            nccl_op_fail(op, TR_ERR_TIMEOUT, "timed out after %g s waiting for the GPU copy",
-                         timeout_s);
-        }
-        break;
-    }
-    op->status = TR_ERR_TIMEOUT;
-    g->broken = 1;
-}
-
-int nccl_wait(tr_comm *c, void *handle, double timeout_s)
-{
-    (void)c;
-    nccl_op *op = handle;
-    nccl_group *g = op->g;
-    double start = tr_now(), last = start;
-    while (!advance(op)) {
-        double now = tr_now();
-        if (op->route == TR_NCCL_ROUTE_NCCL && g->nccl && op->state == OP_EVENT) {
-            ncclResult_t st = ncclSuccess;
-            if (ncclCommGetAsyncError(g->nccl, &st) == ncclSuccess && st != ncclSuccess &&
-                st != ncclInProgress) {
-                nccl_op_fail(op, TR_ERR_COMM, "NCCL error: %s (%s); the communicator is aborted",
-                             ncclGetErrorString(st), ncclGetLastError(g->nccl));
-                ncclCommAbort(g->nccl);
-                g->nccl = NULL;
-                op->leak_pins = 1;
-                break;
-            }
-        }
-        if (now - start > timeout_s) {
-            fail_timeout(op, timeout_s);
-            break;
-        }
-        nccl_pause(now - last);
-    }
-    return finish(op);
 }
