@@ -32,6 +32,7 @@ trap 'rm -rf "$work"' EXIT
 cp "$build/benchmarks/allreduce_bench" "$work/allreduce_bench"
 mpicc -O3 -march=native benchmarks/allreduce_mpi.c -o "$work/allreduce_mpi"
 
+load0=$(cut -d' ' -f1 /proc/loadavg)
 for n in $ranks; do
   for rep in $(seq 1 "$repeat"); do
     echo "allreduce.sh: $n ranks, run $rep of $repeat" >&2
@@ -43,9 +44,11 @@ for n in $ranks; do
 done
 
 model=$(lscpu | sed -n 's/^Model name: *//p' | head -1)
-python3 - "$work" "$repeat" "$write" "$model" $ranks <<'EOF'
+load="$load0 / $(cut -d' ' -f1 /proc/loadavg)"
+python3 - "$work" "$repeat" "$write" "$model" "$load" $ranks <<'EOF'
 import datetime, glob, os, re, sys
-work, repeat, write, model, ranks = sys.argv[1], int(sys.argv[2]), sys.argv[3] == "1", sys.argv[4], sys.argv[5:]
+work, repeat, write, model, load = sys.argv[1], int(sys.argv[2]), sys.argv[3] == "1", sys.argv[4], sys.argv[5]
+ranks = sys.argv[6:]
 
 def best(prefix):
     b = {}
@@ -84,7 +87,9 @@ if write:
                f"`benchmarks/allreduce.sh`: trident's UCX communicator (`trident launch`, UCX "
                f"shared memory: sysv + cma) against Open MPI's `MPI_Allreduce` (`mpirun "
                f"--oversubscribe`), fp32 sum, out-of-place; time = slowest rank's mean; "
-               f"busbw = algbw·2(n−1)/n; ratio = trident busbw / Open MPI busbw.\n\n{table}\n")
+               f"busbw = algbw·2(n−1)/n; ratio = trident busbw / Open MPI busbw. Load average "
+               f"at start / end: {load} (other work on the machine adds noise to both columns; "
+               f"the runs alternate and each size keeps its best).\n\n{table}\n")
     path = "benchmarks/RESULTS.md"
     text = open(path).read() if os.path.exists(path) else "# Benchmark results\n\n"
     pat = re.compile(r"## Allreduce \(issue 3\)\n.*?(?=\n## |\Z)", re.S)

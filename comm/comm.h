@@ -6,7 +6,9 @@
  *    (tr_comm_X) or asynchronous (tr_comm_X_async -> a tr_comm_request to test or wait on),
  *    and split(color, key, name) to make subgroups. Collectives are called by every member in
  *    the same order per group; operations on different groups may interleave and be in flight
- *    at once (messages never mix: UCX tags carry group id, per-group sequence number, step).
+ *    at once (messages never mix: UCX tags carry group id, per-group sequence number, step;
+ *    a split takes its group ids from a job-wide counter in the store, so all members agree
+ *    and no two groups share one).
  *  - Buffers are host memory (UCX backend). Any group size (1 included), any count (0 included,
  *    not divisible by the group size too). Buffers of an async operation must stay untouched
  *    until it completes.
