@@ -20,20 +20,84 @@ static int add_range(tr_dp_range **list, int *n, size_t offset, size_t count)
 }
 
 /* Which gradient ranges are all-reduced over TP (sequence parallel), over the embedding
- * group (tied embedding copies) and counted in the global norm. */
+ * group (tied embedding copies) and counted in the global norm; offsets in the flat buffers. */
 static int collect_ranges(tr_engine *e)
 {
     int rc = TR_OK;
-    for (int i = 0; i < tr_gpt_num_tensors(e->model) && !rc; i++) {
-        tr_param_tensor *t = tr_gpt_tensor(e->model, i);
-        if (t->tp_grad_allreduce && e->world.tp && tr_comm_size(e->world.tp) > 1)
-            rc = add_range(&e->tp_ranges, &e->n_tp_ranges, t->offset, t->numel);
-        if (!rc && t->word_embedding && e->world.embed)
-            rc = add_range(&e->embed_ranges, &e->n_embed_ranges, t->offset, t->numel);
-        if (!rc && t->count_in_norm)
-            rc = add_range(&e->norm_ranges, &e->n_norm_ranges, t->offset, t->numel);
-    }
+    for (int c = 0; c < e->v; c++)
+        for (int i = 0; i < tr_gpt_num_tensors(e->chunks[c].model) && !rc; i++) {
+            tr_param_tensor *t = tr_gpt_tensor(e->chunks[c].model, i);
+            size_t off = e->chunks[c].offset + t->offset;
+            if (t->tp_grad_allreduce && e->world.tp && tr_comm_size(e->world.tp) > 1)
+                rc = add_range(&e->tp_ranges, &e->n_tp_ranges, off, t->numel);
+            if (!rc && t->word_embedding && e->world.embed)
+                rc = add_range(&e->embed_ranges, &e->n_embed_ranges, off, t->numel);
+            if (!rc && t->count_in_norm)
+                rc = add_range(&e->norm_ranges, &e->n_norm_ranges, off, t->numel);
+        }
     return rc;
+}
+
+/* The model's grad hook reports chunk-local offsets; dp/ sees the flat buffer. */
+static void chunk_grad_ready(void *ctx, size_t offset, size_t count)
+{
+    tr_chunk *ch = ctx;
+    tr_dp_grad_ready(ch->e->dp, ch->offset + offset, count);
+}
+
+void tr_engine_set_grad_hooks(tr_engine *e, int on)
+{
+    for (int c = 0; c < e->v; c++)
+        tr_gpt_set_grad_hook(e->chunks[c].model, on ? chunk_grad_ready : NULL, on ? &e->chunks[c] : NULL);
+}
+
+/* The v model chunks of this stage, their place in the flat buffers and their slots. */
+static int create_chunks(tr_engine *e)
+{
+    const tr_config *cfg = e->cfg;
+    e->chunks = tr_alloc((size_t)e->v * sizeof *e->chunks, "model chunks");
+    if (!e->chunks)
+        return TR_ERR_NOMEM;
+    for (int c = 0; c < e->v; c++) {
+        tr_gpt_shape shape;
+        int rc = tr_gpt_shape_from_config(cfg, tr_pp_layer_first(&e->partition, e->stage, c),
+                                          tr_pp_layer_count(&e->partition, e->stage, c),
+                                          e->world.groups.coords.tp, &shape);
+        if (!rc)
+            rc = tr_gpt_create(&shape, e->k, e->world.topo.tp > 1 ? e->world.tp : NULL,
+                               &e->chunks[c].model);
+        if (rc)
+            return rc;
+        e->chunks[c].e = e;
+    }
+    e->n_params = 0;
+    for (int c = e->v - 1; c >= 0; c--) { /* the last chunk's backward runs first */
+        e->chunks[c].offset = e->n_params;
+        e->n_params += tr_gpt_num_params(e->chunks[c].model);
+    }
+    return TR_OK;
+}
+
+static int create_slots(tr_engine *e)
+{
+    /* in flight + one being received + one whose input gradient is still being sent */
+    e->n_slots = tr_pp_peak_activations(&e->schedule) + 2;
+    if (e->n_slots > e->M)
+        e->n_slots = e->M;
+    for (int c = 0; c < e->v; c++) {
+        tr_chunk *ch = &e->chunks[c];
+        ch->slots = tr_alloc((size_t)e->n_slots * sizeof *ch->slots, "activation slots");
+        ch->slot_busy = tr_alloc((size_t)e->n_slots * sizeof(int), "activation slots");
+        ch->slot_of_mb = tr_alloc((size_t)e->M * sizeof(int), "activation slots");
+        if (!ch->slots || !ch->slot_busy || !ch->slot_of_mb)
+            return TR_ERR_NOMEM;
+        for (int s = 0; s < e->n_slots; s++) {
+            int rc = tr_gpt_acts_create(ch->model, e->mb, &ch->slots[s]);
+            if (rc)
+                return rc;
+        }
+    }
+    return TR_OK;
 }
 
 int tr_engine_create(const tr_config *cfg, tr_engine **out)
@@ -76,25 +140,14 @@ int tr_engine_create(const tr_config *cfg, tr_engine **out)
     if ((rc = tr_pp_partition_from_config(cfg, &e->partition)) ||
         (rc = tr_pp_kind_parse(cfg->parallel.pipeline_schedule, &kind)))
         goto fail;
-    if (e->partition.v != 1) {
-        rc = tr_fail(TR_ERR_CONFIG, "%s: the interleaved schedule is planned and simulated "
-                     "(trident schedule/plan) but the runtime runs gpipe and 1f1b only",
-                     tr_config_where(cfg, "parallel.pipeline_schedule"));
+    e->v = e->partition.v;
+    rc = tr_pp_schedule_build(e->P, e->stage, e->M, kind, e->v, &e->schedule);
+    if (rc) {
+        tr_fail_context(rc, "%s", tr_config_where(cfg, "parallel.pipeline_schedule"));
         goto fail;
     }
-    rc = tr_pp_schedule_build(e->P, e->stage, e->M, kind, 1, &e->schedule);
-    if (rc)
+    if ((rc = create_chunks(e)))
         goto fail;
-    tr_gpt_shape shape;
-    rc = tr_gpt_shape_from_config(cfg, tr_pp_layer_first(&e->partition, e->stage, 0),
-                                  tr_pp_layer_count(&e->partition, e->stage, 0),
-                                  e->world.groups.coords.tp, &shape);
-    if (rc)
-        goto fail;
-    rc = tr_gpt_create(&shape, e->k, e->world.topo.tp > 1 ? e->world.tp : NULL, &e->model);
-    if (rc)
-        goto fail;
-    e->n_params = tr_gpt_num_params(e->model);
     size_t bytes = e->n_params * sizeof(float);
     e->params = e->k->alloc(bytes);
     e->grads = e->k->alloc(bytes);
@@ -103,8 +156,13 @@ int tr_engine_create(const tr_config *cfg, tr_engine **out)
                      e->n_params, bytes >> 20);
         goto fail;
     }
-    tr_gpt_bind(e->model, e->params, e->grads);
-    if ((rc = tr_gpt_init_params(e->model)) || (rc = collect_ranges(e)))
+    for (int c = 0; c < e->v; c++) {
+        tr_gpt_bind(e->chunks[c].model, e->params + e->chunks[c].offset,
+                    e->grads + e->chunks[c].offset);
+        if ((rc = tr_gpt_init_params(e->chunks[c].model)))
+            goto fail;
+    }
+    if ((rc = collect_ranges(e)))
         goto fail;
     /* data parallelism: buckets filled by the model's grad hook; the tied embedding ranges
      * are aligned so ZeRO-1 shards of both copies hold the same elements */
@@ -117,7 +175,7 @@ int tr_engine_create(const tr_config *cfg, tr_engine **out)
         tr_fail_context(rc, "%s", tr_config_where(cfg, "parallel.ddp_bucket_size_mb"));
         goto fail;
     }
-    tr_gpt_set_grad_hook(e->model, tr_dp_grad_ready, e->dp);
+    tr_engine_set_grad_hooks(e, 1);
     size_t shard = tr_dp_shard_numel(e->dp);
     e->adam_m = e->k->alloc(shard * sizeof(float));
     e->adam_v = e->k->alloc(shard * sizeof(float));
@@ -125,24 +183,15 @@ int tr_engine_create(const tr_config *cfg, tr_engine **out)
         rc = tr_fail(TR_ERR_NOMEM, "out of memory for Adam moments of %zu parameters", shard);
         goto fail;
     }
-    /* in flight + one being received + one whose input gradient is still being sent */
-    e->n_slots = tr_pp_peak_activations(&e->schedule) + 2;
-    if (e->n_slots > e->M)
-        e->n_slots = e->M;
-    e->slots = tr_alloc((size_t)e->n_slots * sizeof *e->slots, "activation slots");
-    e->slot_busy = tr_alloc((size_t)e->n_slots * sizeof(int), "activation slots");
-    e->slot_of_mb = tr_alloc((size_t)e->M * sizeof(int), "activation slots");
+    if ((rc = create_slots(e)))
+        goto fail;
     e->sample = tr_alloc((size_t)(e->T + 1) * sizeof(int32_t), "sample");
     e->inputs = tr_alloc((size_t)e->mb * e->T * sizeof(int32_t), "inputs");
     e->targets = tr_alloc((size_t)e->mb * e->T * sizeof(int32_t), "targets");
-    if (!e->slots || !e->slot_busy || !e->slot_of_mb || !e->sample || !e->inputs || !e->targets) {
+    if (!e->sample || !e->inputs || !e->targets) {
         rc = TR_ERR_NOMEM;
         goto fail;
     }
-    for (int s = 0; s < e->n_slots && !rc; s++)
-        rc = tr_gpt_acts_create(e->model, e->mb, &e->slots[s]);
-    if (rc)
-        goto fail;
     e->tracing = cfg->logging.trace;
     *out = e;
     return TR_OK;
@@ -155,13 +204,17 @@ void tr_engine_free(tr_engine *e)
 {
     if (!e)
         return;
-    for (int s = 0; e->slots && s < e->n_slots; s++)
-        tr_gpt_acts_free(e->slots[s]);
-    tr_free(e->slots);
-    tr_free(e->slot_busy);
-    tr_free(e->slot_of_mb);
+    for (int c = 0; e->chunks && c < e->v; c++) {
+        tr_chunk *ch = &e->chunks[c];
+        for (int s = 0; ch->slots && s < e->n_slots; s++)
+            tr_gpt_acts_free(ch->slots[s]);
+        tr_free(ch->slots);
+        tr_free(ch->slot_busy);
+        tr_free(ch->slot_of_mb);
+        tr_gpt_free(ch->model);
+    }
+    tr_free(e->chunks);
     tr_dp_free(e->dp);
-    tr_gpt_free(e->model);
     if (e->k) {
         e->k->free(e->params);
         e->k->free(e->grads);
@@ -181,7 +234,7 @@ void tr_engine_free(tr_engine *e)
     tr_free(e);
 }
 
-tr_gpt *tr_engine_model(tr_engine *e) { return e->model; }
+tr_gpt *tr_engine_model(tr_engine *e) { return e->chunks[0].model; }
 float *tr_engine_params(tr_engine *e) { return e->params; }
 float *tr_engine_grads(tr_engine *e) { return e->grads; }
 

@@ -9,6 +9,17 @@
 #include "train/train.h"
 #include "train/world.h"
 
+/* One model chunk of this stage: the whole stage (v = 1), or one of the v chunks of the
+ * interleaved schedule (chunk c holds layer block c*P + stage). */
+typedef struct {
+    struct tr_engine *e;
+    tr_gpt *model;
+    size_t offset;              /* of its tensors in the flat buffers */
+    tr_gpt_acts **slots;        /* [n_slots] activation slots */
+    int *slot_busy;             /* [n_slots] */
+    int *slot_of_mb;            /* [M], -1 when none */
+} tr_chunk;
+
 struct tr_engine {
     const tr_config *cfg;
     const tr_kernels *k;
@@ -17,20 +28,17 @@ struct tr_engine {
     tr_data *data;
     tr_pp_partition partition;
     tr_pp_schedule schedule;    /* this stage's op list for one iteration */
-    tr_gpt *model;
+    int v;                      /* model chunks of this stage */
+    tr_chunk *chunks;           /* [v]; chunk v-1 first in the flat buffers (backward order) */
     size_t n_params;
     float *params, *grads;      /* flat, n_params each */
     float *adam_m, *adam_v;     /* this rank's optimizer shard (ZeRO-1) or all of it */
     tr_dp *dp;                  /* gradient buckets, reduction, norm, shards */
     int mb, T, M;               /* micro-batch size, sequence, micro-batches per iteration */
     float loss_scale;           /* d(rank-local mean loss)/d(token loss) */
-    /* activation slots: at most the schedule's in-flight micro-batches (+1 for a receive) */
-    int n_slots;
-    tr_gpt_acts **slots;
-    int *slot_of_mb;            /* [M], -1 when none */
-    int *slot_busy;             /* [n_slots] */
-    int released_mb;            /* micro-batch whose slot frees at the next backward, or -1:
-                                 * its input gradient may still be under send until then */
+    int n_slots;                /* per chunk: in flight + one being received + one being sent */
+    int released_mb, released_chunk; /* slot that frees at the next backward, or mb -1: its
+                                 * input gradient may still be under send until then */
     int32_t *sample, *inputs, *targets; /* host staging, one micro-batch */
     double loss_sum;            /* last stage: sum of micro-batch losses this iteration */
     int split;                  /* the data split being run (train or validation) */
@@ -41,6 +49,9 @@ struct tr_engine {
     tr_pp_trace trace;
     int tracing;
 };
+
+/* Point every chunk's grad hook at dp/ (on) or nowhere (off, for forward-only passes). */
+void tr_engine_set_grad_hooks(tr_engine *e, int on);
 
 /* Fill a slot's micro-batch tokens (inputs and targets of mb*T each). */
 int tr_engine_load_micro_batch(tr_engine *e, int micro_batch, int32_t *inputs, int32_t *targets);

@@ -150,7 +150,7 @@ static int dump_gradients(tr_engine *e, const char *dir)
     snprintf(name, sizeof name, "grads.rank%d.json", e->world.rank);
     if (!(f = open_in(dir, name, "w")))
         return TR_ERR_IO;
-    const tr_gpt_shape *s = tr_gpt_get_shape(e->model);
+    const tr_gpt_shape *s = tr_gpt_get_shape(e->chunks[0].model);
     tr_json j;
     tr_json_begin(&j, f);
     tr_json_object_begin(&j, NULL);
@@ -170,11 +170,12 @@ static int dump_gradients(tr_engine *e, const char *dir)
     }
     tr_json_array_end(&j);
     tr_json_array_begin(&j, "tensors");
-    for (int i = 0; i < tr_gpt_num_tensors(e->model); i++) {
-        tr_param_tensor *t = tr_gpt_tensor(e->model, i);
+    for (int c = 0; c < e->v; c++)
+    for (int i = 0; i < tr_gpt_num_tensors(e->chunks[c].model); i++) {
+        tr_param_tensor *t = tr_gpt_tensor(e->chunks[c].model, i);
         tr_json_object_begin(&j, NULL);
         tr_json_string(&j, "name", t->name);
-        tr_json_int(&j, "offset", (long long)t->offset);
+        tr_json_int(&j, "offset", (long long)(e->chunks[c].offset + t->offset));
         tr_json_int(&j, "rows", t->rows);
         tr_json_int(&j, "cols", t->cols);
         tr_json_int(&j, "full_rows", t->full_rows);
@@ -272,9 +273,13 @@ static void print_layout(tr_engine *e)
            cfg->parallel.pipeline_schedule, e->M, e->mb);
     if (e->P > 1) {
         printf("trident: stages:");
-        for (int s = 0; s < e->P; s++)
-            printf(" [%d: layers %d-%d]", s, tr_pp_layer_first(&e->partition, s, 0),
-                   tr_pp_layer_first(&e->partition, s, 0) + tr_pp_layer_count(&e->partition, s, 0) - 1);
+        for (int s = 0; s < e->P; s++) {
+            printf(" [%d: layers", s);
+            for (int c = 0; c < e->v; c++)
+                printf("%s %d-%d", c ? "," : "", tr_pp_layer_first(&e->partition, s, c),
+                       tr_pp_layer_first(&e->partition, s, c) + tr_pp_layer_count(&e->partition, s, c) - 1);
+            printf("]");
+        }
         printf("\n");
     }
 }
@@ -314,11 +319,12 @@ int tr_train_run(const tr_config *cfg, const tr_train_options *opts)
     tr_gpt *model = tr_engine_model(e);
     /* whole-model parameter count: every stage's, shards counted once */
     double n_local = 0;
-    for (int i = 0; i < tr_gpt_num_tensors(model); i++) {
-        tr_param_tensor *p = tr_gpt_tensor(model, i);
-        if (p->count_in_norm)
-            n_local += (double)p->numel;
-    }
+    for (int c = 0; c < e->v; c++)
+        for (int i = 0; i < tr_gpt_num_tensors(e->chunks[c].model); i++) {
+            tr_param_tensor *p = tr_gpt_tensor(e->chunks[c].model, i);
+            if (p->count_in_norm)
+                n_local += (double)p->numel;
+        }
     double n_params = n_local;
     tr_comm_allreduce(e->world.mp, &n_params, &n_params, 1, TR_COMM_F64, TR_COMM_SUM);
     double tokens_per_iter = (double)t->global_batch_size * cfg->model.seq_length;
@@ -405,7 +411,7 @@ int tr_train_run(const tr_config *cfg, const tr_train_options *opts)
                 printf("trident: trace of the last iteration in %s/trace.json; measured pipeline "
                        "bubble %.1f%% (theory %.1f%%)\n",
                        opts->run_dir, 100 * bubble,
-                       100 * tr_pp_bubble_theory(e->P, e->M, TR_PP_1F1B, 1));
+                       100 * tr_pp_bubble_theory(e->P, e->M, e->schedule.kind, e->v));
         }
     }
     if (!rc && opts->run_dir) {

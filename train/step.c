@@ -8,61 +8,66 @@
 
 #include "core/core.h"
 
-/* ---- activation slots: one per in-flight micro-batch ---- */
+/* ---- activation slots: one per in-flight micro-batch of each chunk ---- */
 
-static tr_gpt_acts *slot_acquire(tr_engine *e, int mb)
+static tr_gpt_acts *slot_acquire(tr_engine *e, int chunk, int mb)
 {
-    if (e->slot_of_mb[mb] >= 0)
-        return e->slots[e->slot_of_mb[mb]];
+    tr_chunk *ch = &e->chunks[chunk];
+    if (ch->slot_of_mb[mb] >= 0)
+        return ch->slots[ch->slot_of_mb[mb]];
     for (int s = 0; s < e->n_slots; s++)
-        if (!e->slot_busy[s]) {
-            e->slot_busy[s] = 1;
-            e->slot_of_mb[mb] = s;
-            return e->slots[s];
+        if (!ch->slot_busy[s]) {
+            ch->slot_busy[s] = 1;
+            ch->slot_of_mb[mb] = s;
+            return ch->slots[s];
         }
-    tr_fail(TR_ERR_INTERNAL, "stage %d: more than %d micro-batches in flight", e->stage, e->n_slots);
+    tr_fail(TR_ERR_INTERNAL, "stage %d chunk %d: more than %d micro-batches in flight", e->stage,
+            chunk, e->n_slots);
     return NULL;
 }
 
-static void slot_release(tr_engine *e, int mb)
+static void slot_release(tr_engine *e, int chunk, int mb)
 {
-    int s = e->slot_of_mb[mb];
+    tr_chunk *ch = &e->chunks[chunk];
+    int s = ch->slot_of_mb[mb];
     if (s >= 0) {
-        e->slot_busy[s] = 0;
-        e->slot_of_mb[mb] = -1;
+        ch->slot_busy[s] = 0;
+        ch->slot_of_mb[mb] = -1;
     }
 }
 
 static void slots_reset(tr_engine *e)
 {
     e->released_mb = -1;
-    for (int s = 0; s < e->n_slots; s++)
-        e->slot_busy[s] = 0;
-    for (int m = 0; m < e->M; m++)
-        e->slot_of_mb[m] = -1;
+    for (int c = 0; c < e->v; c++) {
+        for (int s = 0; s < e->n_slots; s++)
+            e->chunks[c].slot_busy[s] = 0;
+        for (int m = 0; m < e->M; m++)
+            e->chunks[c].slot_of_mb[m] = -1;
+    }
 }
 
 /* ---- the stage as the pipeline runner sees it ---- */
 
 static float *stage_input_buffer(void *ctx, int mb, int chunk)
 {
-    (void)chunk;
-    tr_gpt_acts *a = slot_acquire(ctx, mb);
+    tr_gpt_acts *a = slot_acquire(ctx, chunk, mb);
     return a ? tr_gpt_acts_input_buffer(a) : NULL;
 }
 
 static float *stage_output_grad_buffer(void *ctx, int mb, int chunk)
 {
-    (void)chunk;
     tr_engine *e = ctx;
-    int s = e->slot_of_mb[mb];
-    return s >= 0 ? tr_gpt_acts_output_grad_buffer(e->slots[s]) : NULL;
+    tr_chunk *ch = &e->chunks[chunk];
+    int s = ch->slot_of_mb[mb];
+    return s >= 0 ? tr_gpt_acts_output_grad_buffer(ch->slots[s]) : NULL;
 }
 
-static int stage_forward(tr_engine *e, int mb, float grad_scale, const float **output)
+static int stage_forward(tr_engine *e, int chunk, int mb, float grad_scale, const float **output)
 {
-    const tr_gpt_shape *s = tr_gpt_get_shape(e->model);
-    tr_gpt_acts *a = slot_acquire(e, mb);
+    tr_gpt *model = e->chunks[chunk].model;
+    const tr_gpt_shape *s = tr_gpt_get_shape(model);
+    tr_gpt_acts *a = slot_acquire(e, chunk, mb);
     if (!a)
         return TR_ERR_INTERNAL;
     if (s->is_first || s->is_last) {
@@ -71,7 +76,7 @@ static int stage_forward(tr_engine *e, int mb, float grad_scale, const float **o
             return rc;
     }
     float loss = 0;
-    int rc = tr_gpt_forward(e->model, a, s->is_first ? e->inputs : NULL,
+    int rc = tr_gpt_forward(model, a, s->is_first ? e->inputs : NULL,
                             s->is_first ? NULL : tr_gpt_acts_input_buffer(a),
                             s->is_last ? e->targets : NULL, grad_scale,
                             s->is_last ? &loss : NULL);
@@ -85,29 +90,28 @@ static int stage_forward(tr_engine *e, int mb, float grad_scale, const float **o
 
 static int train_forward(void *ctx, int mb, int chunk, const float **output)
 {
-    (void)chunk;
     tr_engine *e = ctx;
-    return stage_forward(e, mb, e->loss_scale, output);
+    return stage_forward(e, chunk, mb, e->loss_scale, output);
 }
 
 static int train_backward(void *ctx, int mb, int chunk, int is_last_backward,
                           const float **input_grad)
 {
-    (void)chunk;
     (void)is_last_backward;
     tr_engine *e = ctx;
     /* the runner has completed every send before this backward: the slot whose input
      * gradient was being sent is free now */
     if (e->released_mb >= 0)
-        slot_release(e, e->released_mb);
+        slot_release(e, e->released_chunk, e->released_mb);
     e->released_mb = -1;
-    int s = e->slot_of_mb[mb];
+    tr_chunk *ch = &e->chunks[chunk];
+    int s = ch->slot_of_mb[mb];
     if (s < 0)
         return tr_fail(TR_ERR_INTERNAL, "stage %d: backward of micro-batch %d before its forward",
                        e->stage, mb);
-    tr_gpt_acts *a = e->slots[s];
-    const tr_gpt_shape *sh = tr_gpt_get_shape(e->model);
-    int rc = tr_gpt_backward(e->model, a, sh->is_last ? NULL : tr_gpt_acts_output_grad_buffer(a));
+    tr_gpt_acts *a = ch->slots[s];
+    const tr_gpt_shape *sh = tr_gpt_get_shape(ch->model);
+    int rc = tr_gpt_backward(ch->model, a, sh->is_last ? NULL : tr_gpt_acts_output_grad_buffer(a));
     if (rc)
         return rc;
     *input_grad = sh->is_first ? NULL : tr_gpt_acts_input_grad(a);
@@ -115,6 +119,7 @@ static int train_backward(void *ctx, int mb, int chunk, int is_last_backward,
      * (the runner's guarantee): neither a receive nor the last stage's head may reuse the
      * slot before then */
     e->released_mb = mb;
+    e->released_chunk = chunk;
     return TR_OK;
 }
 
@@ -136,7 +141,7 @@ static int reduce_gradients(tr_engine *e)
  * averaged over data-parallel replicas (one contribution per replica: tp rank 0). */
 static int global_loss(tr_engine *e, double local_mean, double *out)
 {
-    const tr_gpt_shape *s = tr_gpt_get_shape(e->model);
+    const tr_gpt_shape *s = tr_gpt_get_shape(e->chunks[e->v - 1].model);
     double v = s->is_last && e->world.groups.coords.tp == 0 ? local_mean / e->D : 0.0;
     int rc = tr_comm_allreduce(e->world.world, &v, &v, 1, TR_COMM_F64, TR_COMM_SUM);
     *out = v;
@@ -154,7 +159,7 @@ int tr_engine_forward_backward(tr_engine *e, int iteration, double *loss_out)
     slots_reset(e);
     tr_pp_stage_ops ops = {
         .ctx = e,
-        .numel = tr_gpt_hidden_numel(e->model, e->mb),
+        .numel = tr_gpt_hidden_numel(e->chunks[0].model, e->mb),
         .input_buffer = stage_input_buffer,
         .output_grad_buffer = stage_output_grad_buffer,
         .forward = train_forward,
@@ -205,10 +210,12 @@ int tr_engine_optimizer_step(tr_engine *e, int iteration, tr_step_stats *stats)
                        iteration, norm);
     adamw_ctx c = {.e = e, .lr = (float)tr_lr_at(t, iteration),
                    .grad_scale = tr_dp_clip_factor(norm, t->clip_grad), .step = iteration};
-    int n = tr_gpt_num_tensors(e->model);
-    for (int i = 0; i < n && !rc; i++) {
-        c.t = tr_gpt_tensor(e->model, i);
-        rc = tr_dp_shard_foreach(e->dp, c.t->offset, c.t->numel, adamw_piece, &c);
+    for (int ci = 0; ci < e->v && !rc; ci++) {
+        tr_chunk *ch = &e->chunks[ci];
+        for (int i = 0; i < tr_gpt_num_tensors(ch->model) && !rc; i++) {
+            c.t = tr_gpt_tensor(ch->model, i);
+            rc = tr_dp_shard_foreach(e->dp, ch->offset + c.t->offset, c.t->numel, adamw_piece, &c);
+        }
     }
     if (!rc)
         rc = tr_dp_gather_params_start(e->dp);
@@ -220,40 +227,43 @@ int tr_engine_optimizer_step(tr_engine *e, int iteration, tr_step_stats *stats)
     return rc;
 }
 
-/* ---- evaluation: forward only, micro-batches passed down the pipeline in order ---- */
+/* ---- evaluation: forward only, each micro-batch passed down the virtual stages in order ---- */
 
 int tr_engine_evaluate(tr_engine *e, double *val_loss)
 {
     const tr_training_config *t = &e->cfg->training;
     if (tr_data_num_samples(e->data, TR_SPLIT_VALID) == 0)
         return tr_fail(TR_ERR_INVALID, "the validation split is empty");
-    const tr_gpt_shape *s = tr_gpt_get_shape(e->model);
-    size_t numel = tr_gpt_hidden_numel(e->model, e->mb);
+    size_t numel = tr_gpt_hidden_numel(e->chunks[0].model, e->mb);
+    int P = e->P, last_vs = P * e->v - 1;
     double sum = 0;
     int rc = TR_OK;
     e->split = TR_SPLIT_VALID;
-    tr_gpt_set_grad_hook(e->model, NULL, NULL); /* forward only: nothing reaches dp/ */
+    tr_engine_set_grad_hooks(e, 0); /* forward only: nothing reaches dp/ */
     for (int it = 0; it < t->eval_iters && !rc; it++) {
         e->first_sample = (uint64_t)it * t->global_batch_size +
                           (uint64_t)e->dp_rank * (uint64_t)(t->global_batch_size / e->D);
         e->loss_sum = 0;
         slots_reset(e);
         for (int mb = 0; mb < e->M && !rc; mb++) {
-            tr_gpt_acts *a = slot_acquire(e, 0);
-            if (!s->is_first)
-                rc = tr_comm_recv(e->world.pp, tr_gpt_acts_input_buffer(a), numel, TR_COMM_F32,
-                                  e->stage - 1, mb);
-            const float *out = NULL;
-            if (!rc)
-                rc = stage_forward(e, 0, 0.0f, &out);
-            /* stage_forward loaded micro-batch 0 of first_sample: advance by hand */
-            if (!rc && !s->is_last)
-                rc = tr_comm_send(e->world.pp, out, numel, TR_COMM_F32, e->stage + 1, mb);
+            for (int c = 0; c < e->v && !rc; c++) {
+                int vs = c * P + e->stage;
+                tr_gpt_acts *a = slot_acquire(e, c, 0);
+                if (vs > 0) /* from the previous virtual stage: stage-1, or the last stage's chunk c-1 */
+                    rc = tr_comm_recv(e->world.pp, tr_gpt_acts_input_buffer(a), numel, TR_COMM_F32,
+                                      (e->stage + P - 1) % P, mb * (last_vs + 1) + vs);
+                const float *out = NULL;
+                if (!rc) /* stage_forward reads micro-batch 0 of first_sample (advanced below) */
+                    rc = stage_forward(e, c, 0, 0.0f, &out);
+                if (!rc && vs < last_vs)
+                    rc = tr_comm_send(e->world.pp, out, numel, TR_COMM_F32, (e->stage + 1) % P,
+                                      mb * (last_vs + 1) + vs + 1);
+            }
             e->first_sample += (uint64_t)e->mb;
         }
         sum += e->loss_sum / e->M;
     }
-    tr_gpt_set_grad_hook(e->model, tr_dp_grad_ready, e->dp);
+    tr_engine_set_grad_hooks(e, 1);
     if (rc)
         return rc;
     return global_loss(e, sum / t->eval_iters, val_loss);

@@ -156,6 +156,13 @@ if group in ("pp", "all"):
                               f"parallel.pipeline_schedule={kind}"))
     cases.append(("pp4-uneven", 4, 1, 4, "parallel.pipeline_layers=[1,3,3,1]"))
     cases.append(("recompute", 1, 1, 1, "training.recompute=full"))
+    # interleaved 1F1B: v model chunks per stage (layer block c*P + stage), Megatron's order
+    inter = ["parallel.pipeline_schedule=interleaved", "parallel.virtual_pipeline_model_parallel_size=2"]
+    cases.append(("pp2-v2-m4-interleaved", 2, 1, 2, "training.micro_batch_size=2", *inter))
+    if not quick:
+        cases.append(("pp4-v2-m8-interleaved", 4, 1, 4, "training.micro_batch_size=1", *inter))
+        cases.append(("dp2-tp2-pp2-v2-interleaved-zero1", 8, 2, 2, "training.micro_batch_size=2",
+                      "parallel.use_distributed_optimizer=true", *inter))
     cases.append(("pp4-m8-recompute", 4, 1, 4, "training.micro_batch_size=1", "training.recompute=full"))
     cases.append(("pp2-uneven-recompute", 2, 1, 2, "parallel.pipeline_layers=[3,5]",
                   "parallel.pipeline_schedule=gpipe", "training.recompute=full"))
