@@ -7,7 +7,7 @@ cd "$(dirname "$0")/.."
 scripts/setup.sh || { echo "setup failed"; echo "0 passed, 1 failed"; exit 1; }
 export UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
 export ASAN_OPTIONS=detect_leaks=1
-passed=0; failed=0; status=0
+passed=0; failed=0; skipped=0; status=0
 run_suite() { # NAME BUILDDIR MESON-SETUP-ARGS...
   local name=$1 dir=$2; shift 2
   if [ ! -f "$dir/build.ninja" ]; then
@@ -19,13 +19,15 @@ run_suite() { # NAME BUILDDIR MESON-SETUP-ARGS...
   echo "== $name tests"
   meson test -C "$dir" --print-errorlogs --num-processes 2 ${TEST_ARGS:-} || status=1
   local log="$dir/meson-logs/testlog.txt"
-  local ok fail to xfail upass
+  local ok fail to xfail upass skip
   ok=$(awk '/^Ok:/{print $2}' "$log" | tail -1); fail=$(awk '/^Fail:/{print $2}' "$log" | tail -1)
   to=$(awk '/^Timeout:/{print $2}' "$log" | tail -1); xfail=$(awk '/^Expected Fail:/{print $3}' "$log" | tail -1)
   upass=$(awk '/^Unexpected Pass:/{print $3}' "$log" | tail -1)
+  skip=$(awk '/^Skipped:/{print $2}' "$log" | tail -1)
+  skipped=$((skipped + ${skip:-0}))
   passed=$((passed + ${ok:-0} + ${xfail:-0})); failed=$((failed + ${fail:-0} + ${to:-0} + ${upass:-0}))
 }
 run_suite release build --buildtype=release
 run_suite sanitizers build-asan --buildtype=debug -Db_sanitize=address,undefined -Db_lundef=false
-echo "$passed passed, $failed failed"
+echo "$passed passed, $failed failed, $skipped skipped"
 exit $status
