@@ -119,6 +119,10 @@ int tr_gpt_init_params(tr_gpt *g);
 int tr_gpt_acts_create(tr_gpt *g, int B, tr_gpt_acts **out);
 void tr_gpt_acts_free(tr_gpt_acts *a);
 
+/* Backend memory for n_slots activation slots of B sequences plus the shared scratch (what
+ * a device arena must hold for activations). */
+size_t tr_gpt_activation_bytes(const tr_gpt *g, int B, int n_slots);
+
 /* Elements of this rank's stage input/output hidden state: B*T*C, or B*T*C/T under SP. */
 size_t tr_gpt_hidden_numel(const tr_gpt *g, int B);
 /* Where a pipeline may receive the stage input (pass it as hidden_in: no copy), and the

@@ -57,6 +57,43 @@ static void layer_acts_carve(const tr_gpt *g, int B, tr_layer_acts *L, float **c
     L->residual3 = take(c, Nl * C);
 }
 
+/* Floats of the shared scratch (without the recompute layer set). */
+static size_t scratch_floats(const tr_gpt *g, int B)
+{
+    const tr_gpt_shape *s = &g->s;
+    int first, Nl;
+    gpt_rows(g, B, &first, &Nl);
+    size_t N = (size_t)B * s->T, C = s->C, Cl = g->Cl, Vl = s->is_last ? g->Vl : 0;
+    size_t att = (size_t)B * g->NHl * s->T * s->T;
+    size_t wide = s->tp_size > 1 ? N * C : 0;
+    size_t sizes[] = {N,      N * C,      Nl,  Nl,     N * Vl,     3 * N,      N,
+                      N * C,  wide,       N * 3 * Cl, N * Cl, att, N * 4 * Cl, N * 4 * Cl};
+    size_t total = 0;
+    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++)
+        total += padded(sizes[i]);
+    return total;
+}
+
+/* Floats of one micro-batch's activation storage. */
+static size_t acts_floats(const tr_gpt *g, int B)
+{
+    const tr_gpt_shape *s = &g->s;
+    int first, Nl;
+    gpt_rows(g, B, &first, &Nl);
+    size_t N = (size_t)B * s->T;
+    /* with recompute a micro-batch keeps only each layer's output (the next one's input) */
+    size_t per_layer = s->recompute ? padded((size_t)Nl * s->C) : layer_acts_floats(g, B);
+    return padded(N) + 2 * padded((size_t)Nl * s->C) + per_layer * (size_t)s->layer_count;
+}
+
+size_t tr_gpt_activation_bytes(const tr_gpt *g, int B, int n_slots)
+{
+    size_t floats = scratch_floats(g, B) + (size_t)n_slots * acts_floats(g, B);
+    if (g->s.recompute)
+        floats += layer_acts_floats(g, B);
+    return floats * sizeof(float);
+}
+
 int tr_gpt_scratch_ensure(tr_gpt *g, int B)
 {
     tr_gpt_scratch *sc = &g->scratch;
@@ -72,11 +109,7 @@ int tr_gpt_scratch_ensure(tr_gpt *g, int B)
     size_t N = (size_t)B * s->T, C = s->C, Cl = g->Cl, Vl = s->is_last ? g->Vl : 0;
     size_t att = (size_t)B * g->NHl * s->T * s->T;
     size_t wide = s->tp_size > 1 ? N * C : 0;
-    size_t sizes[] = {N,      N * C,      Nl,  Nl,     N * Vl,     3 * N,      N,
-                      N * C,  wide,       N * 3 * Cl, N * Cl, att, N * 4 * Cl, N * 4 * Cl};
-    size_t total = 0;
-    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++)
-        total += padded(sizes[i]);
+    size_t total = scratch_floats(g, B);
     sc->memory = g->k->alloc(total * sizeof(float));
     g->losses_host = tr_alloc(N * sizeof(float), "loss staging");
     if (!sc->memory || !g->losses_host)
@@ -132,9 +165,7 @@ int tr_gpt_acts_create(tr_gpt *g, int B, tr_gpt_acts **out)
     int first, Nl_;
     gpt_rows(g, B, &first, &Nl_);
     size_t N = (size_t)B * s->T, Nl = (size_t)Nl_, C = s->C;
-    /* with recompute a micro-batch keeps only each layer's output (the next one's input) */
-    size_t per_layer = s->recompute ? padded(Nl * C) : layer_acts_floats(g, B);
-    size_t total = padded(N) + 2 * padded(Nl * C) + per_layer * (size_t)s->layer_count;
+    size_t total = acts_floats(g, B);
     a->memory = g->k->alloc(total * sizeof(float));
     if (!a->memory) {
         tr_free(a->layers);

@@ -7,6 +7,9 @@
 #include <string.h>
 
 #include "core/core.h"
+#ifdef TR_HAVE_CUDA
+#include "kernels/cuda/cuda.h"
+#endif
 
 static int add_range(tr_dp_range **list, int *n, size_t offset, size_t count)
 {
@@ -80,10 +83,6 @@ static int create_chunks(tr_engine *e)
 
 static int create_slots(tr_engine *e)
 {
-    /* in flight + one being received + one whose input gradient is still being sent */
-    e->n_slots = tr_pp_peak_activations(&e->schedule) + 2;
-    if (e->n_slots > e->M)
-        e->n_slots = e->M;
     for (int c = 0; c < e->v; c++) {
         tr_chunk *ch = &e->chunks[c];
         ch->slots = tr_alloc((size_t)e->n_slots * sizeof *ch->slots, "activation slots");
@@ -100,13 +99,60 @@ static int create_slots(tr_engine *e)
     return TR_OK;
 }
 
+/* The kernel backend from training.device and training.precision. On CUDA the
+ * communicator is NCCL (it stages through host memory when ranks share a GPU) unless
+ * TRIDENT_COMM_BACKEND says otherwise; set before the world is made. */
+static int pick_backend(const tr_config *cfg, const tr_kernels **out)
+{
+    const tr_training_config *t = &cfg->training;
+    int cuda = !strcmp(t->device, "cuda"), bf16 = !strcmp(t->precision, "bf16");
+    if (bf16 && !cuda)
+        return tr_fail(TR_ERR_CONFIG, "%s: training.precision = bf16 runs on the CUDA backend; "
+                       "set training.device: cuda (the CPU backend is fp32)",
+                       tr_config_where(cfg, "training.precision"));
+    *out = tr_kernels_get(cuda ? (bf16 ? "cuda" : "cuda-fp32") : "cpu");
+    if (!*out)
+        return tr_fail_context(TR_ERR_CONFIG, "%s: training.device = %s",
+                               tr_config_where(cfg, "training.device"), t->device);
+    if (cuda && !getenv("TRIDENT_COMM_BACKEND"))
+        setenv("TRIDENT_COMM_BACKEND", "nccl", 1);
+    return TR_OK;
+}
+
+/* On a GPU, everything the run keeps comes from one arena sized up front; a GPU too small
+ * is an error naming the shortfall before anything is allocated. */
+static int reserve_device_memory(tr_engine *e)
+{
+#ifdef TR_HAVE_CUDA
+    if (strcmp(e->cfg->training.device, "cuda"))
+        return TR_OK;
+    size_t state = e->n_params * sizeof(float), activations = 1 << 20; /* + alignment slack */
+    for (int c = 0; c < e->v; c++)
+        activations += tr_gpt_activation_bytes(e->chunks[c].model, e->mb, e->n_slots);
+    int sharded = e->cfg->parallel.use_distributed_optimizer && e->D > 1;
+    tr_cuda_budget b = {.params = state, .grads = state,
+                        .optimizer = 2 * (sharded ? state / (size_t)e->D + 4096 : state),
+                        .activations = activations, .workspace = tr_cuda_workspace_bytes(),
+                        .reserved = (size_t)512 << 20};
+    return tr_cuda_reserve(&b);
+#else
+    (void)e;
+    return TR_OK;
+#endif
+}
+
 int tr_engine_create(const tr_config *cfg, tr_engine **out)
 {
     tr_engine *e = tr_alloc(sizeof *e, "engine");
     if (!e)
         return TR_ERR_NOMEM;
     e->cfg = cfg;
-    int rc = tr_world_create(cfg, &e->world);
+    int rc = pick_backend(cfg, &e->k);
+    if (rc) {
+        tr_free(e);
+        return rc;
+    }
+    rc = tr_world_create(cfg, &e->world);
     if (rc) {
         tr_free(e);
         return rc;
@@ -120,11 +166,6 @@ int tr_engine_create(const tr_config *cfg, tr_engine **out)
     e->T = cfg->model.seq_length;
     e->M = t->global_batch_size / (e->mb * e->D);
     e->loss_scale = 1.0f / ((float)e->M * (float)e->mb * (float)e->T);
-    e->k = tr_kernels_get(strcmp(cfg->training.precision, "fp32") ? "cuda" : "cpu");
-    if (!e->k) {
-        rc = tr_fail_context(TR_ERR_CONFIG, "%s", tr_config_where(cfg, "training.precision"));
-        goto fail;
-    }
     rc = tr_data_open(cfg->data.data_path, cfg->data.data_format, cfg->data.split, e->T,
                       cfg->model.vocab_size, t->seed, &e->data);
     if (rc) {
@@ -146,7 +187,11 @@ int tr_engine_create(const tr_config *cfg, tr_engine **out)
         tr_fail_context(rc, "%s", tr_config_where(cfg, "parallel.pipeline_schedule"));
         goto fail;
     }
-    if ((rc = create_chunks(e)))
+    /* in flight + one being received + one whose input gradient is still being sent */
+    e->n_slots = tr_pp_peak_activations(&e->schedule) + 2;
+    if (e->n_slots > e->M)
+        e->n_slots = e->M;
+    if ((rc = create_chunks(e)) || (rc = reserve_device_memory(e)))
         goto fail;
     size_t bytes = e->n_params * sizeof(float);
     e->params = e->k->alloc(bytes);

@@ -143,7 +143,14 @@ static int dump_gradients(tr_engine *e, const char *dir)
     FILE *f = open_in(dir, name, "wb");
     if (!f)
         return TR_ERR_IO;
-    size_t n = fwrite(e->grads, sizeof(float), e->n_params, f);
+    float *host = tr_alloc(e->n_params * sizeof(float), "gradient dump");
+    if (!host) {
+        fclose(f);
+        return TR_ERR_NOMEM;
+    }
+    e->k->to_host(NULL, host, e->grads, e->n_params * sizeof(float)); /* device memory on GPUs */
+    size_t n = fwrite(host, sizeof(float), e->n_params, f);
+    tr_free(host);
     fclose(f);
     if (n != e->n_params)
         return tr_fail(TR_ERR_IO, "short write of %s/%s", dir, name);

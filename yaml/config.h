@@ -65,7 +65,8 @@ typedef struct {
     int eval_interval;     /* default 0 = never; else every N iterations */
     int eval_iters;        /* default 10 */
     char *recompute;       /* "none" (default) | "selective" | "full" */
-    char *precision;       /* "fp32" (default) | "bf16" */
+    char *precision;       /* "fp32" (default) | "bf16" (needs device cuda) */
+    char *device;          /* "cpu" (default) | "cuda": the kernel backend */
 } tr_training_config;
 
 typedef struct {

@@ -35,6 +35,7 @@ static const char *const orders[] = {"tp-dp-pp", "tp-pp-dp", NULL};
 static const char *const decay_styles[] = {"cosine", "linear", "constant", NULL};
 static const char *const recompute_modes[] = {"none", "selective", "full", NULL};
 static const char *const precisions[] = {"fp32", "bf16", NULL};
+static const char *const devices[] = {"cpu", "cuda", NULL};
 static const char *const data_formats[] = {"auto", "megatron", "llmc", NULL};
 static const char *const log_levels[] = {"debug", "info", "warning", "error", NULL};
 static const char *const cluster_presets[] = {"none", "a100-80gb", "h100-80gb", "h200", "cpu-host",
@@ -92,6 +93,7 @@ const tr_key_spec tr_config_keys[] = {
     INT("training", "eval_iters", training.eval_iters, 0, "10", 0, INT_MAX),
     ENUM("training", "recompute", training.recompute, "none", recompute_modes),
     ENUM("training", "precision", training.precision, "fp32", precisions),
+    ENUM("training", "device", training.device, "cpu", devices),
 
     STR("data", "data_path", data.data_path, 1, NULL, NULL),
     ENUM("data", "data_format", data.data_format, "auto", data_formats),

@@ -85,6 +85,8 @@ bad = [
     (["--set", "model.nope=1"], "nope"),
     (["--set", "data.data_path=" + os.path.join(work, "missing")], "missing"),
     (["--bogus-flag"], "bogus"),
+    (["--set", "training.precision=bf16"], "training.device: cuda"),
+    (["--set", "training.device=gpu"], "device"),
 ]
 for args, needle in bad:
     r = train(os.path.join(work, "bad"), *args)
