@@ -90,13 +90,22 @@ void tr_cpu_adamw(tr_stream s, float *params, const float *grads, float *m, floa
 #define SUMSQ_BLOCKS 64
 #define SUMSQ_MIN 16384
 
+/* 16 independent double accumulators (vectorised, and not bound by the latency of one
+ * add chain), combined pairwise in a fixed order, then the tail. */
 static double sumsq_range(const float *restrict x, size_t lo, size_t hi)
 {
-    double acc = 0.0;
-#pragma omp simd reduction(+ : acc)
-    for (size_t i = lo; i < hi; i++)
-        acc += (double)x[i] * x[i];
-    return acc;
+    double acc[16] = {0};
+    size_t i = lo;
+    for (; i + 16 <= hi; i += 16)
+        for (int j = 0; j < 16; j++)
+            acc[j] += (double)x[i + j] * x[i + j];
+    for (int w = 8; w > 0; w /= 2)
+        for (int j = 0; j < w; j++)
+            acc[j] += acc[j + w];
+    double total = acc[0];
+    for (; i < hi; i++)
+        total += (double)x[i] * x[i];
+    return total;
 }
 
 double tr_cpu_sumsq(tr_stream s, const float *x, size_t n)
