@@ -39,6 +39,11 @@ int ucx_engine_create(ucx_engine **out, int rank, int size, int use_thread, doub
         ucx_engine_release(e);
         return tr_fail(TR_ERR_COMM, "rank %d: UCX configuration: %s", rank, ucs_status_string(s));
     }
+    /* Eager up to 64 KiB: UCX's default switches to rendezvous (a round trip that both
+     * sides must progress) from a few KiB on shared memory; measured here, 64 KiB made
+     * 16-64 KiB allreduces 1.5-2x faster on 2 and 8 ranks. A user's UCX_RNDV_THRESH wins. */
+    if (!getenv("UCX_RNDV_THRESH"))
+        ucp_config_modify(cfg, "RNDV_THRESH", "65536");
     ucp_params_t p = {
         .field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_ESTIMATED_NUM_EPS |
                       UCP_PARAM_FIELD_MT_WORKERS_SHARED,
