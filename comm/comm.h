@@ -36,6 +36,9 @@
  *    made by the application, not traffic internal to split/destroy.
  *  - Backends implement tr_comm_ops (a table of function pointers); the UCX backend is the
  *    first, an NCCL backend (device memory) can implement the same table later.
+ *  - UCX: shared memory on one node (sysv/posix + cma), TCP or InfiniBand across nodes, as
+ *    UCX picks (UCX_TLS etc. apply); messages below 64 KiB go eager (UCX_RNDV_THRESH unless
+ *    set).
  *  - Rendezvous: rank 0 serves a TCP key/value store at MASTER_ADDR:MASTER_PORT; clients
  *    present TRIDENT_JOB_TOKEN; keys <= 1 KiB, values <= 1 MiB; malformed frames close the
  *    offending connection only. Ranks publish their UCX worker addresses there. */
