@@ -5,7 +5,9 @@ For each shape, times forward + backward + AdamW of the same GPT-2 model (fp32, 
 shapes, 2 threads) in trident (`trident train`, median ms/iter from metrics.jsonl, first
 iteration dropped) and in plain PyTorch (median of timed steps after one warm-up), and prints
 the ratio trident / PyTorch (target <= 0.8).
-usage: benchmarks/gpt_step.py [--iters N] [--quick]
+The two are timed in alternation for --rounds R rounds, so a change in the machine's load
+hits both; the table gives the median of each side over all rounds and the per-round ratios.
+usage: benchmarks/gpt_step.py [--iters N] [--rounds R] [--quick]
 Needs a built ./build/trident and data/cache/fortunes (scripts/demo.sh makes both)."""
 import json
 import math
@@ -22,6 +24,7 @@ import torch.nn.functional as F  # noqa: E402
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TRIDENT = os.path.join(ROOT, "build", "trident")
 iters = int(sys.argv[sys.argv.index("--iters") + 1]) if "--iters" in sys.argv else 5
+rounds = int(sys.argv[sys.argv.index("--rounds") + 1]) if "--rounds" in sys.argv else 3
 shapes = [
     # name, layers, hidden, heads, seq, micro-batch, vocab
     ("gpt2-124m 4x256", 12, 768, 12, 256, 4, 50257),
@@ -97,9 +100,14 @@ def torch_ms(L, C, NH, T, B, V):
     return statistics.median(times)
 
 
-print(f"{'shape':<18} {'trident ms':>11} {'PyTorch ms':>11} {'ratio':>7}  (torch {torch.__version__}, "
-      f"{torch.get_num_threads()} threads, OPENBLAS_CORETYPE={os.environ['OPENBLAS_CORETYPE']})")
+print(f"{'shape':<18} {'trident ms':>11} {'PyTorch ms':>11} {'ratio':>7}  per-round ratios  (torch "
+      f"{torch.__version__}, {torch.get_num_threads()} threads, OPENBLAS_CORETYPE={os.environ['OPENBLAS_CORETYPE']}, "
+      f"{rounds} rounds x {iters} iterations, load {open('/proc/loadavg').read().split()[0]})")
 for name, *shape in shapes:
-    tr = trident_ms(name, *shape)
-    pt = torch_ms(*shape)
-    print(f"{name:<18} {tr:>11.1f} {pt:>11.1f} {tr / pt:>7.2f}", flush=True)
+    trs, pts = [], []
+    for _ in range(rounds):
+        trs.append(trident_ms(name, *shape))
+        pts.append(torch_ms(*shape))
+    tr, pt = statistics.median(trs), statistics.median(pts)
+    per_round = " ".join(f"{a / b:.2f}" for a, b in zip(trs, pts))
+    print(f"{name:<18} {tr:>11.1f} {pt:>11.1f} {tr / pt:>7.2f}  {per_round}", flush=True)
