@@ -6,24 +6,29 @@
  * gradients accumulate). Per iteration and rank it records the wall time, the process CPU
  * time, and inside it the time in TP collectives (tr_gpt_tp_comm_seconds), in GEMMs and in
  * the attention kernels (the kernel table's gemm / attention_* wrapped with two tr_now()
- * calls each); "other" is the rest (LayerNorm, GELU, residual adds, embedding, loss, bias).
+ * calls each; the GEMMs' thread CPU time too); "other" is the rest (LayerNorm, GELU,
+ * residual adds, bias, embedding, loss).
  * An iteration starts after a barrier and its time is the slowest rank's.
  *   tp_speedup [--layers L] [--hidden C] [--heads NH] [--seq S] [--batch B] [--vocab V]
- *              [--iters N] [--warmup W] [--sp]
+ *              [--iters N] [--warmup W] [--sp] [--pin]
  * Defaults: 4 layers, C 768, 12 heads, S 256, B 4, V 256, 8 iterations after 1 warm-up.
  * Output: "key value ..." lines on rank 0 (tp_speedup.sh turns them into a table):
  *   config ..., then "iter_ms" (median, min, max of the slowest rank per iteration), then per
  *   rank "rank r iter_ms .. cpu_ms .. comm_ms .. comm_calls .. gemm_ms .. attn_ms ..
- *   other_ms .. comm_share .." (medians over iterations; share = comm / iteration time). */
+ *   other_ms .. gemm_cpu_ms .. comm_share .." (medians over iterations; share = comm /
+ *   iteration time).
+ * --pin binds rank r to CPU r mod #CPUs (sched_setaffinity): one core per rank. */
 #include "model/gpt.h"
 
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
-enum { MAX_ITERS = 200, NSTAT = 7 };
-enum { S_ITER, S_CPU, S_COMM, S_CALLS, S_GEMM, S_ATTN, S_OTHER };
+enum { MAX_ITERS = 200, NSTAT = 8 };
+enum { S_ITER, S_CPU, S_COMM, S_CALLS, S_GEMM, S_ATTN, S_OTHER, S_GEMM_CPU };
 
 static void die(const char *what)
 {
@@ -40,15 +45,23 @@ static void die(const char *what)
 /* ------------------------------------------------------------ timed kernel table */
 
 static const tr_kernels *base;
-static double gemm_s, attn_s;
+static double gemm_s, attn_s, gemm_cpu_s; /* wall in GEMMs and attention, CPU in GEMMs */
+
+static double thread_cpu_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
 
 static void timed_gemm(tr_stream s, int ta, int tb, int M, int N, int K, float alpha,
                        const float *A, int lda, const float *B, int ldb, float beta, float *C,
                        int ldc)
 {
-    double t0 = tr_now();
+    double t0 = tr_now(), c0 = thread_cpu_now();
     base->gemm(s, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
     gemm_s += tr_now() - t0;
+    gemm_cpu_s += thread_cpu_now() - c0;
 }
 
 static void timed_attention_forward(tr_stream s, float *out, float *att, const float *qkv,
@@ -101,7 +114,8 @@ static int arg_int(int argc, char **argv, int *i, const char *name, int *out)
 
 int main(int argc, char **argv)
 {
-    int layers = 4, C = 768, NH = 12, S = 256, B = 4, V = 256, iters = 8, warmup = 1, sp = 0;
+    int layers = 4, C = 768, NH = 12, S = 256, B = 4, V = 256, iters = 8, warmup = 1, sp = 0,
+        pin = 0;
     for (int i = 1; i < argc; i++) {
         if (arg_int(argc, argv, &i, "--layers", &layers) ||
             arg_int(argc, argv, &i, "--hidden", &C) || arg_int(argc, argv, &i, "--heads", &NH) ||
@@ -113,8 +127,12 @@ int main(int argc, char **argv)
             sp = 1;
             continue;
         }
+        if (!strcmp(argv[i], "--pin")) {
+            pin = 1;
+            continue;
+        }
         fprintf(stderr, "usage: tp_speedup [--layers L] [--hidden C] [--heads NH] [--seq S] "
-                        "[--batch B] [--vocab V] [--iters N] [--warmup W] [--sp]\n");
+                        "[--batch B] [--vocab V] [--iters N] [--warmup W] [--sp] [--pin]\n");
         return 2;
     }
     if (layers < 1 || C < 1 || NH < 1 || S < 1 || B < 1 || V < 1 || iters < 1 ||
@@ -128,6 +146,16 @@ int main(int argc, char **argv)
     tr_comm *world = NULL;
     OK(tr_comm_init_world(&cc, &world));
     int T = tr_comm_size(world), rank = tr_comm_rank(world);
+    if (pin) {
+        cpu_set_t set;
+        CPU_ZERO(&set);
+        long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+        CPU_SET(rank % (int)(ncpu > 0 ? ncpu : 1), &set);
+        if (sched_setaffinity(0, sizeof set, &set)) {
+            perror("tp_speedup: sched_setaffinity");
+            return 1;
+        }
+    }
 
     base = tr_kernels_cpu();
     static tr_kernels timed;
@@ -168,7 +196,7 @@ int main(int argc, char **argv)
         if (T > 1)
             OK(tr_comm_barrier(world));
         tr_gpt_tp_comm_reset(g);
-        gemm_s = attn_s = 0;
+        gemm_s = attn_s = gemm_cpu_s = 0;
         double t0 = tr_now(), c0 = cpu_now();
         OK(tr_gpt_forward(g, a, tokens, NULL, targets, 1.0f / (float)N, &loss));
         OK(tr_gpt_backward(g, a, NULL));
@@ -178,7 +206,7 @@ int main(int argc, char **argv)
         if (it < 0)
             continue;
         double v[NSTAT] = {dt, dc, comm, (double)calls, gemm_s, attn_s,
-                           dt - comm - gemm_s - attn_s};
+                           dt - comm - gemm_s - attn_s, gemm_cpu_s};
         for (int k = 0; k < NSTAT; k++)
             st[k][it] = v[k];
     }
@@ -200,9 +228,9 @@ int main(int argc, char **argv)
     OK(tr_comm_allgather(world, mine, all, (size_t)(NSTAT + 1) * (size_t)T, TR_COMM_F64));
 
     if (rank == 0) {
-        printf("config T %d sp %d layers %d hidden %d heads %d seq %d batch %d vocab %d "
+        printf("config T %d sp %d pin %d layers %d hidden %d heads %d seq %d batch %d vocab %d "
                "vocab_padded %d params_per_rank %zu iters %d warmup %d loss %.4f\n",
-               T, sp, layers, C, NH, S, B, V, s.Vp, n, iters, warmup, loss);
+               T, sp, pin, layers, C, NH, S, B, V, s.Vp, n, iters, warmup, loss);
         double lo = slowest[0], hi = slowest[0];
         for (int it = 1; it < iters; it++) {
             lo = slowest[it] < lo ? slowest[it] : lo;
@@ -213,9 +241,10 @@ int main(int argc, char **argv)
         for (int r = 0; r < T; r++) {
             const double *x = all + (size_t)r * (NSTAT + 1);
             printf("rank %d iter_ms %.2f cpu_ms %.2f comm_ms %.2f comm_calls %.0f gemm_ms %.2f "
-                   "attn_ms %.2f other_ms %.2f comm_share %.4f\n",
+                   "attn_ms %.2f other_ms %.2f gemm_cpu_ms %.2f comm_share %.4f\n",
                    r, x[S_ITER] * 1e3, x[S_CPU] * 1e3, x[S_COMM] * 1e3, x[S_CALLS],
-                   x[S_GEMM] * 1e3, x[S_ATTN] * 1e3, x[S_OTHER] * 1e3, x[NSTAT]);
+                   x[S_GEMM] * 1e3, x[S_ATTN] * 1e3, x[S_OTHER] * 1e3, x[S_GEMM_CPU] * 1e3,
+                   x[NSTAT]);
         }
     }
     free(all);
