@@ -11,7 +11,7 @@
 # of an iteration into GEMM (wall and CPU) / attention / communication / other.
 #
 #   benchmarks/tp_speedup.sh [--repeat 3] [--iters 6] [--layers 4] [--sp] [--quiet-wait S]
-#                            [--nice N] [--write-results]
+#                            [--nice N] [--paired] [--write-results]
 # --sp: sequence parallelism at T = 2.
 # --quiet-wait S: before each pair wait (at most S seconds) until the CPUs were at least
 #   QUIET_IDLE% (default 90) idle over 5 s, for a machine other jobs share (the idle share
@@ -20,6 +20,9 @@
 #   processes get niceness N (N < 0 needs root; with sched_autogroup_enabled, plain `nice`
 #   only ranks processes inside one session): on a shared machine the T=2 ranks then get
 #   most of their cores (CFS weight ~9.5x at -10) instead of the share the other jobs leave.
+# --paired: one launch per pair; rank 0 also holds the unsplit model and each round runs it
+#   alone (the other rank asleep in a barrier) right before the T=2 iteration, so both
+#   sides see the same moment of a shared machine; adds the median of the per-round ratios.
 # --write-results replaces, in the "Tensor parallelism (issue 4)" section of
 #   benchmarks/RESULTS.md, the table of the variant run (SP or not, layers, niceness); the
 #   other variants' tables stay.
@@ -33,6 +36,7 @@ sp=
 write=0
 quiet_wait=0
 niceness=0
+paired=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --repeat) repeat=$2; shift 2;;
@@ -41,8 +45,9 @@ while [ $# -gt 0 ]; do
     --sp) sp=--sp; shift;;
     --quiet-wait) quiet_wait=$2; shift 2;;
     --nice) niceness=$2; shift 2;;
+    --paired) paired=1; shift;;
     --write-results) write=1; shift;;
-    *) echo "usage: $0 [--repeat N] [--iters N] [--layers L] [--sp] [--quiet-wait S] [--nice N] [--write-results]" >&2
+    *) echo "usage: $0 [--repeat N] [--iters N] [--layers L] [--sp] [--quiet-wait S] [--nice N] [--paired] [--write-results]" >&2
        exit 2;;
   esac
 done
@@ -86,18 +91,25 @@ for rep in $(seq 1 "$repeat"); do
   fi
   echo "tp_speedup.sh: pair $rep of $repeat (load $(cut -d' ' -f1-3 /proc/loadavg), idle $idle%)" >&2
   { cut -d' ' -f1 /proc/loadavg; echo "$idle"; } >"$work/load.$rep"
-  OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 OPENBLAS_CORETYPE=SkylakeX \
-    prio timeout 900 "$bench" "${args[@]}" >"$work/t1.$rep"
-  prio timeout 900 "$build/trident" launch --nproc 2 --no-prefix -- "$bench" "${args[@]}" $sp \
-    >"$work/t2.$rep"
+  if [ "$paired" = 1 ]; then
+    prio timeout 900 "$build/trident" launch --nproc 2 --no-prefix -- "$bench" "${args[@]}" $sp \
+      --paired >"$work/t2.$rep"
+    sed -n 's/^single //p' "$work/t2.$rep" >"$work/t1.$rep"
+  else
+    OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 OPENBLAS_CORETYPE=SkylakeX \
+      prio timeout 900 "$bench" "${args[@]}" >"$work/t1.$rep"
+    prio timeout 900 "$build/trident" launch --nproc 2 --no-prefix -- "$bench" "${args[@]}" $sp \
+      >"$work/t2.$rep"
+  fi
   cut -d' ' -f1 /proc/loadavg >>"$work/load.$rep"
 done
 
 model=$(lscpu | sed -n 's/^Model name: *//p' | head -1)
-python3 - "$work" "$repeat" "$write" "$model" "$layers" "$iters" "${sp:-none}" "$niceness" <<'EOF'
+python3 - "$work" "$repeat" "$write" "$model" "$layers" "$iters" "${sp:-none}" "$niceness" \
+  "$paired" <<'EOF'
 import datetime, os, re, statistics, sys
-work, repeat, write, model, layers, iters, sp, niceness = sys.argv[1:9]
-repeat, write, sp = int(repeat), write == "1", sp == "--sp"
+work, repeat, write, model, layers, iters, sp, niceness, paired = sys.argv[1:10]
+repeat, write, sp, paired = int(repeat), write == "1", sp == "--sp", paired == "1"
 
 def parse(path):
     out = {"ranks": []}
@@ -110,11 +122,13 @@ def parse(path):
         elif w[0] == "rank":
             d = dict(zip(w[2::2], map(float, w[3::2])))
             out["ranks"].append(d)
+        elif w[0] == "paired_speedup":
+            out["paired"] = float(w[2])
         elif w[0] == "config":
             out["config"] = dict(zip(w[1::2], w[2::2]))
     return out
 
-rows, speedups, cpu_speedups, shares, best_speedups = [], [], [], [], []
+rows, speedups, cpu_speedups, shares, best_speedups, paired_speedups = [], [], [], [], [], []
 for rep in range(1, repeat + 1):
     t1, t2 = parse(f"{work}/t1.{rep}"), parse(f"{work}/t2.{rep}")
     load = [float(x) for x in open(f"{work}/load.{rep}").read().split()]  # before, idle, after
@@ -124,6 +138,9 @@ for rep in range(1, repeat + 1):
     share = [r["comm_share"] for r in r2]
     bs = t1["best"] / t2["best"]
     speedups.append(s); cpu_speedups.append(cs); shares += share; best_speedups.append(bs)
+    ps = t2.get("paired")
+    if ps is not None:
+        paired_speedups.append(ps)
     both = lambda key, f=".0f": " / ".join(format(r[key], f) for r in r2)
     idle = f"{load[1]:.0f}%" if load[1] >= 0 else "–"
     rows.append(f"| {rep} | {load[0]:.2f} → {load[2]:.2f} | {idle} | {t1['iter']:.0f} "
@@ -131,31 +148,37 @@ for rep in range(1, repeat + 1):
                 f"| {r1['attn_ms']:.0f} / {r1['other_ms']:.0f} | {t2['iter']:.0f} | {both('cpu_ms')} "
                 f"| {both('gemm_ms')} ({both('gemm_cpu_ms')}) | {both('attn_ms')} | {both('other_ms')} "
                 f"| {both('comm_ms')} | {' / '.join(f'{x * 100:.1f}%' for x in share)} "
-                f"| **{s:.2f}×** | {bs:.2f}× | {cs:.2f}× |")
+                f"| **{s:.2f}×** | {bs:.2f}× | {cs:.2f}× |"
+                + (f" {ps:.2f}× |" if ps is not None else ""))
 
 cfg = parse(f"{work}/t2.1")["config"]
 calls = t2["ranks"][0]["comm_calls"]
 head = ("| pair | load avg before → after | idle before | T=1 ms/iter | T=1 CPU ms "
         "| T=1 GEMM ms (CPU) | T=1 attn / other ms | T=2 ms/iter | T=2 CPU ms r0 / r1 "
         "| T=2 GEMM ms r0 / r1 (CPU) | T=2 attn ms r0 / r1 | T=2 other ms r0 / r1 | T=2 TP comm ms r0 / r1 "
-        "| TP comm share r0 / r1 | speed-up | best-iteration speed-up | CPU-time speed-up |")
+        "| TP comm share r0 / r1 | speed-up | best-iteration speed-up | CPU-time speed-up |"
+        + (" per-round speed-up (median) |" if paired else ""))
 lines = [head, "|" + "|".join(["---:"] * (head.count("|") - 1)) + "|"] + rows
 lines.append("")
 lines.append(f"Median over the {repeat} pairs: speed-up **{statistics.median(speedups):.2f}×** "
              f"(range {min(speedups):.2f}–{max(speedups):.2f}), best-iteration speed-up "
              f"{statistics.median(best_speedups):.2f}× (range {min(best_speedups):.2f}–"
-             f"{max(best_speedups):.2f}), CPU-time speed-up "
+             f"{max(best_speedups):.2f}), "
+             + (f"per-round speed-up {statistics.median(paired_speedups):.2f}× (range "
+                f"{min(paired_speedups):.2f}–{max(paired_speedups):.2f}), " if paired_speedups else "")
+             + f"CPU-time speed-up "
              f"{statistics.median(cpu_speedups):.2f}× (range {min(cpu_speedups):.2f}–"
              f"{max(cpu_speedups):.2f}), TP communication share {statistics.median(shares) * 100:.1f}% "
              f"(range {min(shares) * 100:.1f}–{max(shares) * 100:.1f}%; {calls:.0f} TP collectives "
              f"per iteration).")
 table = "\n".join(lines)
 variant = (f"T=2{' with sequence parallelism' if sp else ''}, {layers} layers"
-           + (f", nice {niceness}" if niceness != "0" else ""))
+           + (f", nice {niceness}" if niceness != "0" else "") + (", paired" if paired else ""))
 print(f"### {variant}\n\n{table}")
 if write:
     cmd = (f"benchmarks/tp_speedup.sh --repeat {repeat} --iters {iters} --layers {layers}"
-           + (" --sp" if sp else "") + (f" --nice {niceness}" if niceness != "0" else ""))
+           + (" --sp" if sp else "") + (f" --nice {niceness}" if niceness != "0" else "")
+           + (" --paired" if paired else ""))
     intro = (f"## Tensor parallelism (issue 4)\n\n"
              f"Machine: 2-core x86_64 VM ({model}), shared with other jobs while measured (load "
              f"averages in the tables). `benchmarks/tp_speedup.c`: one GPT stage holding the whole "
@@ -164,7 +187,8 @@ if write:
              f"micro-batch per iteration, no optimizer; T=1 is one process with "
              f"OPENBLAS_NUM_THREADS=OMP_NUM_THREADS=1, T=2 two ranks of `trident launch --nproc 2` "
              f"with one thread each, rank r pinned to CPU r (T=1 on CPU 0; OPENBLAS_CORETYPE=SkylakeX in "
-             f"both). ms/iter: median of the "
+             f"both); with --paired T=1 runs on rank 0 of the T=2 launch, alone, alternating "
+             f"with the T=2 iterations. ms/iter: median of the "
              f"iterations after one warm-up, each iteration timed as its slowest rank after a "
              f"barrier; the best-iteration speed-up compares the fastest iterations instead (other "
              f"jobs only ever add time). CPU ms: process CPU time per iteration (median); the "
