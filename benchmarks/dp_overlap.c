@@ -19,7 +19,10 @@
  * Then the optimizer-state bytes of GPT-2 124M per rank with and without ZeRO-1
  * (tr_dp_layout: 25 MiB buckets, wte aligned).
  *   dp_overlap [--tokens N] [--layers L] [--bucket-mb MB] [--reps R]
- *              [--variant CHUNK_KB:POLL]... [--progress-thread]
+ *              [--variant CHUNK_KB:POLL]... [--progress-thread] [--sleep]
+ * DP_OVERLAP_TRACE=1 prints rank 0's bucket start/end times of every run.
+ * --sleep: each layer sleeps for its measured GEMM time instead of computing (compute that
+ * leaves the CPU free, as on a GPU): shows what overlap hides when the cores are not full.
  * Output: "key value..." lines (dp_overlap.sh turns them into a table). */
 #include "comm/comm.h"
 #include "dp/dp.h"
@@ -29,6 +32,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <time.h>
 
 enum { C = 768, NMODES = 6 };
 static const char *mode_name[NMODES] = {"bwd", "reduce", "off", "on", "reduce_zero", "on_zero"};
@@ -66,9 +70,17 @@ static void linear_backward(float *dw, int in, int out)
 }
 
 /* Layer l's gradient range (layers in reverse order: layer L-1 first in the buffer). */
+static double sleep_layer_s; /* --sleep: the layer's GEMM time spent off the CPU instead */
+
 static void layer_backward(float *grads, int l)
 {
     float *g = grads + (size_t)(layers - 1 - l) * layer_numel();
+    if (sleep_layer_s > 0) { /* like a GPU computing while the host thread waits */
+        struct timespec ts = {(time_t)sleep_layer_s,
+                              (long)((sleep_layer_s - (double)(time_t)sleep_layer_s) * 1e9)};
+        nanosleep(&ts, NULL);
+        return;
+    }
     linear_backward(g, 4 * C, C);                             /* fc_proj (C, 4C) */
     linear_backward(g + 4 * C * C, C, 4 * C);                 /* fc (4C, C) */
     linear_backward(g + 8 * C * C, C, C);                     /* attn_proj (C, C) */
@@ -155,6 +167,18 @@ static double run_mode(tr_comm *world, int m, tr_dp *dp_on, tr_dp *dp_off, tr_dp
         OK(tr_dp_finish(dp));
     double dc = cpu_s() - c0, dt = slowest(world, tr_now() - t0);
     *cpu = slowest(world, dc);
+    if (dp && getenv("DP_OVERLAP_TRACE") && tr_comm_rank(world) == 0) {
+        for (int b = 0; b < tr_dp_num_buckets(dp); b++) {
+            tr_dp_bucket_info in;
+            OK(tr_dp_bucket(dp, b, &in));
+            printf("trace mode %d bucket %d start_ms %.1f end_ms %.1f\n", m, b,
+                   (in.t_start - t0) * 1e3, (in.t_end - t0) * 1e3);
+        }
+        tr_dp_timing tm;
+        tr_dp_get_timing(dp, &tm);
+        printf("trace mode %d finish_begin_ms %.1f finish_end_ms %.1f\n", m,
+               (tm.t_finish_begin - t0) * 1e3, (tm.t_finish_end - t0) * 1e3);
+    }
     *exposed = 0;
     if (dp) {
         tr_dp_timing tm;
@@ -167,7 +191,7 @@ static double run_mode(tr_comm *world, int m, tr_dp *dp_on, tr_dp *dp_off, tr_dp
 int main(int argc, char **argv)
 {
     double bucket_mb = 25;
-    int reps = 3, progress_thread = 0, nvar = 0;
+    int reps = 3, progress_thread = 0, nvar = 0, sleep_mode = 0;
     int var_chunk_kb[8], var_poll[8];
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--tokens") && i + 1 < argc)
@@ -187,9 +211,11 @@ int main(int argc, char **argv)
             nvar++;
         } else if (!strcmp(argv[i], "--progress-thread"))
             progress_thread = 1;
+        else if (!strcmp(argv[i], "--sleep"))
+            sleep_mode = 1;
         else {
             fprintf(stderr, "usage: dp_overlap [--tokens N] [--layers L] [--bucket-mb MB] "
-                            "[--reps R] [--variant CHUNK_KB:POLL]... [--progress-thread]\n");
+                            "[--reps R] [--variant CHUNK_KB:POLL]... [--progress-thread] [--sleep]\n");
             return 2;
         }
     }
@@ -221,6 +247,17 @@ int main(int argc, char **argv)
     for (size_t i = 0; i < (size_t)4 * C * C; i++)
         W[i] = (float)(i % 7) * 1e-3f;
 
+    if (sleep_mode) { /* the best of 3 layers' GEMM time, the slowest rank's */
+        double best = 1e30;
+        for (int i = 0; i < 3; i++) {
+            double t0 = tr_now();
+            layer_backward(grads, 0);
+            double dt = tr_now() - t0;
+            best = dt < best ? dt : best;
+        }
+        sleep_layer_s = slowest(world, best);
+    }
+
     tr_dp_config on = {.bucket_size_mb = bucket_mb, .overlap_grad_reduce = 1};
     tr_dp_config off = on, zero = on;
     off.overlap_grad_reduce = 0;
@@ -246,10 +283,10 @@ int main(int argc, char **argv)
                 double exposed, cpu;
                 double dt = run_mode(world, m, dp_on, dp_off, dp_zero, grads, n, &exposed, &cpu);
                 if (rank == 0 && rep >= 0)
-                    printf("sample thread %d chunk_kb %zu poll %d mode %s ms %.2f exposed_ms "
-                           "%.2f cpu_ms %.2f\n",
-                           progress_thread, tu.chunk_bytes >> 10, poll_each_gemm, mode_name[m], dt * 1e3,
-                           exposed * 1e3, cpu * 1e3);
+                    printf("sample thread %d chunk_kb %zu poll %d sleep %d mode %s ms %.2f "
+                           "exposed_ms %.2f cpu_ms %.2f\n",
+                           progress_thread, tu.chunk_bytes >> 10, poll_each_gemm, sleep_mode,
+                           mode_name[m], dt * 1e3, exposed * 1e3, cpu * 1e3);
             }
             fflush(stdout);
         }

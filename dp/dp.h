@@ -21,8 +21,9 @@
  *    reduction at once (asynchronously, in bucket order: bucket b waits for b-1), so it runs
  *    while backward continues; without, tr_dp_finish() starts them. Earlier micro-batches
  *    only accumulate locally (the model's backward adds): no communication at all.
- *    tr_dp_finish() starts what is left, waits for every bucket and scales by 1/D (the one
- *    place gradients are averaged: after each bucket's wait, on what that rank keeps).
+ *    tr_dp_finish() starts what is left and waits for every bucket. Gradients are averaged
+ *    (x 1/D) in one place, on what the rank keeps of a bucket, as soon as its reduction is
+ *    seen complete (at a report, in tr_dp_progress or in finish's wait).
  *    Reductions advance in the background when the communicator was made with
  *    progress_thread = 1; otherwise dp polls them (tr_comm_test) at every report and in
  *    tr_dp_progress().

@@ -11,6 +11,7 @@ typedef struct {
     int ready;                    /* reported == window's micro-batches * count */
     int started;                  /* reduction started in this window */
     int by_report;                /* started from a report (during backward) */
+    int scaled;                   /* reduced and averaged (1/D) in this window */
     tr_comm_request *req;         /* gradient reduction in flight */
     tr_comm_request *gather_req;  /* parameter all-gather in flight (ZeRO-1) */
     double t_start, t_end;

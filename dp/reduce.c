@@ -39,7 +39,7 @@ int tr_dp_start(tr_dp *dp, int num_microbatches)
     for (int i = 0; i < dp->nb; i++) {
         dp_bucket *b = &dp->b[i];
         b->reported = 0;
-        b->ready = b->started = b->by_report = 0;
+        b->ready = b->started = b->by_report = b->scaled = 0;
         b->t_start = b->t_end = 0;
     }
     dp->mb = m;
@@ -88,7 +88,18 @@ static int start_ready(tr_dp *dp)
     return TR_OK;
 }
 
-/* Advance and notice completed reductions (records t_end); never blocks. */
+/* Average what this rank keeps of a reduced bucket: the ONE place gradients are scaled by
+ * 1/D (after the sum, so the sum itself is the plain sum of the ranks' local gradients).
+ * Done as soon as the reduction is seen complete, so only the last buckets' scaling is left
+ * for tr_dp_finish after backward. */
+static void scale_bucket(tr_dp *dp, dp_bucket *b)
+{
+    if (dp->D > 1 && b->own_count && !b->scaled)
+        dp->k->scale(NULL, dp->grads + b->own_offset, 1.0f / (float)dp->D, b->own_count);
+    b->scaled = 1;
+}
+
+/* Advance and notice completed reductions (records t_end, averages); never blocks. */
 static int poll_started(tr_dp *dp)
 {
     for (int i = dp->next_unfinished; i < dp->next_start; i++) {
@@ -101,6 +112,7 @@ static int poll_started(tr_dp *dp)
             if (!done)
                 continue;
             b->t_end = tr_now();
+            scale_bucket(dp, b);
         }
         if (i == dp->next_unfinished)
             dp->next_unfinished++;
@@ -183,8 +195,7 @@ void tr_dp_grad_ready(void *dp, size_t offset, size_t count)
     (void)tr_dp_report(dp, offset, count);
 }
 
-/* Wait for bucket i and average what this rank keeps: the ONE place gradients are scaled by
- * 1/D (after the sum, so the sum itself is the plain sum of the ranks' local gradients). */
+/* Wait for bucket i and average what this rank keeps (if not done yet). */
 static int finish_bucket(tr_dp *dp, int i)
 {
     dp_bucket *b = &dp->b[i];
@@ -197,8 +208,7 @@ static int finish_bucket(tr_dp *dp, int i)
     } else if (b->t_end == 0) {
         b->t_end = tr_now();
     }
-    if (dp->D > 1 && b->own_count)
-        dp->k->scale(NULL, dp->grads + b->own_offset, 1.0f / (float)dp->D, b->own_count);
+    scale_bucket(dp, b);
     return TR_OK;
 }
 
