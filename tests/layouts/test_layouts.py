@@ -199,5 +199,13 @@ if group in ("pp", "all"):
     for name, world, tp, pp, *extra in long_cases:
         cases.append((name,))
         compare(name, run(name, world, tp, pp, *LONG, *extra), base_long)
+if group in ("dp", "all") and not quick:
+    # D=4 with 4 micro-batches needs 16 samples per global batch: its own single-process base
+    GB16 = ["training.global_batch_size=16", "training.micro_batch_size=1"]
+    base16 = run("single-gb16", 1, 1, 1, *GB16)
+    for name, extra in (("dp4-m4", []), ("dp4-m4-zero1", ["parallel.use_distributed_optimizer=true"])):
+        cases.append((name,))
+        if base16 is not None:
+            compare(name, run(name, 4, 1, 1, *GB16, *extra), base16)
 print(f"{len(cases) - len(failures)} of {len(cases)} layouts match the single-process run")
 sys.exit(1 if failures else 0)
