@@ -6,8 +6,7 @@
 
 #include "core/core.h"
 
-static void trace_add(tr_pp_trace *t, tr_pp_op_kind kind, int mb, int chunk, double start,
-                      double end)
+static void trace_push(tr_pp_trace *t, tr_pp_span span)
 {
     if (!t)
         return;
@@ -19,7 +18,18 @@ static void trace_add(tr_pp_trace *t, tr_pp_op_kind kind, int mb, int chunk, dou
         t->spans = s;
         t->cap = cap;
     }
-    t->spans[t->n++] = (tr_pp_span){kind, mb, chunk, start, end};
+    t->spans[t->n++] = span;
+}
+
+static void trace_add(tr_pp_trace *t, tr_pp_op_kind kind, int mb, int chunk, double start,
+                      double end)
+{
+    trace_push(t, (tr_pp_span){TR_PP_SPAN_OP, kind, mb, chunk, start, end});
+}
+
+void tr_pp_trace_add(tr_pp_trace *t, tr_pp_span_what what, int index, double start, double end)
+{
+    trace_push(t, (tr_pp_span){what, TR_PP_OP_FORWARD, index, 0, start, end});
 }
 
 void tr_pp_trace_clear(tr_pp_trace *t) { t->n = 0; }

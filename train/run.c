@@ -197,7 +197,9 @@ static int dump_gradients(tr_engine *e, const char *dir)
     return TR_OK;
 }
 
-/* Chrome trace (chrome://tracing, Perfetto): this rank's spans of the last iteration. */
+/* Chrome trace (chrome://tracing, Perfetto): this rank's spans of the last iteration. The
+ * schedule's ops and the optimizer step go on the rank's row (tid = rank); data-parallel
+ * reductions overlap backward, so they get a row of their own (tid = world + rank). */
 static int write_rank_trace(tr_engine *e, const char *dir)
 {
     char name[64];
@@ -207,21 +209,29 @@ static int write_rank_trace(tr_engine *e, const char *dir)
         return TR_ERR_IO;
     for (int i = 0; i < e->trace.n; i++) {
         const tr_pp_span *sp = &e->trace.spans[i];
-        const char *kind = sp->kind == TR_PP_OP_FORWARD    ? "forward"
-                           : sp->kind == TR_PP_OP_BACKWARD ? "backward"
-                           : sp->kind == TR_PP_OP_SEND_FORWARD || sp->kind == TR_PP_OP_SEND_BACKWARD
-                               ? "send"
-                               : sp->kind == (tr_pp_op_kind)-1 ? "optimizer" : "recv";
+        const char *kind = "recv";
+        int tid = e->world.rank;
+        switch (sp->what) {
+        case TR_PP_SPAN_OPTIMIZER: kind = "optimizer"; break;
+        case TR_PP_SPAN_GRAD_REDUCE: kind = "grad-reduce"; tid += e->world.size; break;
+        case TR_PP_SPAN_GRAD_WAIT: kind = "grad-wait"; break;
+        case TR_PP_SPAN_OP:
+            kind = sp->kind == TR_PP_OP_FORWARD    ? "forward"
+                   : sp->kind == TR_PP_OP_BACKWARD ? "backward"
+                   : tr_pp_op_is_send(sp->kind)    ? "send"
+                                                   : "recv";
+            break;
+        }
         fprintf(f, "{\"name\":\"%s %d\",\"cat\":\"%s\",\"ph\":\"X\",\"pid\":0,\"tid\":%d,"
                    "\"ts\":%.3f,\"dur\":%.3f},\n",
-                kind, sp->mb, kind, e->world.rank, sp->start * 1e6, (sp->end - sp->start) * 1e6);
+                kind, sp->mb, kind, tid, sp->start * 1e6, (sp->end - sp->start) * 1e6);
     }
     fclose(f);
     return TR_OK;
 }
 
 /* Rank 0 merges the per-rank files into trace.json once every rank has written its own. */
-static int merge_traces(const char *dir, int world)
+static int merge_traces(const char *dir, int world, int dp_rows)
 {
     FILE *out = open_in(dir, "trace.json", "w");
     if (!out)
@@ -229,6 +239,9 @@ static int merge_traces(const char *dir, int world)
     fprintf(out, "{\"displayTimeUnit\":\"ms\",\"traceEvents\":[\n");
     for (int r = 0; r < world; r++) {
         fprintf(out, "{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":0,\"tid\":%d,\"args\":{\"name\":\"rank %d\"}},\n", r, r);
+        if (dp_rows)
+            fprintf(out, "{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":0,\"tid\":%d,"
+                         "\"args\":{\"name\":\"rank %d grad reduce\"}},\n", world + r, r);
         char name[64];
         snprintf(name, sizeof name, "trace.rank%d.json", r);
         FILE *in = open_in(dir, name, "r");
@@ -255,6 +268,8 @@ static int measured_bubble(tr_engine *e, double *bubble)
     double busy = 0, first = 1e300, last = -1e300;
     for (int i = 0; i < e->trace.n; i++) {
         const tr_pp_span *sp = &e->trace.spans[i];
+        if (sp->what != TR_PP_SPAN_OP)
+            continue; /* the pipeline's time: its ops, not the optimizer or the DP wait */
         if (sp->kind == TR_PP_OP_FORWARD || sp->kind == TR_PP_OP_BACKWARD)
             busy += sp->end - sp->start;
         if (sp->start < first)
@@ -413,7 +428,7 @@ int tr_train_run(const tr_config *cfg, const tr_train_options *opts)
         if (!rc)
             rc = brc;
         if (!rc && lead) {
-            rc = merge_traces(opts->run_dir, e->world.size);
+            rc = merge_traces(opts->run_dir, e->world.size, e->D > 1);
             if (!opts->quiet)
                 printf("trident: trace of the last iteration in %s/trace.json; measured pipeline "
                        "bubble %.1f%% (theory %.1f%%)\n",

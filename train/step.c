@@ -148,6 +148,24 @@ static int global_loss(tr_engine *e, double local_mean, double *out)
     return rc;
 }
 
+/* The trace's data-parallel spans: each bucket's reduction from its start to when dp saw it
+ * complete, and the wait after backward (what backward did not hide). */
+static void trace_grad_reductions(tr_engine *e)
+{
+    if (e->D < 2)
+        return;
+    for (int b = 0; b < tr_dp_num_buckets(e->dp); b++) {
+        tr_dp_bucket_info bi;
+        if (tr_dp_bucket(e->dp, b, &bi) == TR_OK && bi.t_start > 0)
+            tr_pp_trace_add(&e->trace, TR_PP_SPAN_GRAD_REDUCE, b, bi.t_start,
+                            bi.t_end > bi.t_start ? bi.t_end : bi.t_start);
+    }
+    tr_dp_timing t;
+    tr_dp_get_timing(e->dp, &t);
+    if (t.t_finish_begin > 0)
+        tr_pp_trace_add(&e->trace, TR_PP_SPAN_GRAD_WAIT, 0, t.t_finish_begin, t.t_finish_end);
+}
+
 int tr_engine_forward_backward(tr_engine *e, int iteration, double *loss_out)
 {
     const tr_training_config *t = &e->cfg->training;
@@ -172,6 +190,8 @@ int tr_engine_forward_backward(tr_engine *e, int iteration, double *loss_out)
         rc = tr_pp_run(&e->schedule, e->world.pp, &ops, e->tracing ? &e->trace : NULL);
     if (!rc)
         rc = reduce_gradients(e);
+    if (!rc && e->tracing)
+        trace_grad_reductions(e);
     if (!rc)
         rc = global_loss(e, e->loss_sum / e->M, loss_out);
     return rc;
@@ -198,6 +218,7 @@ static void adamw_piece(void *ctx, size_t offset, size_t count, size_t shard_off
 int tr_engine_optimizer_step(tr_engine *e, int iteration, tr_step_stats *stats)
 {
     const tr_training_config *t = &e->cfg->training;
+    double t_start = tr_now();
     /* each parameter counted once: over the model-parallel group, or over the world when
      * ZeRO-1 spreads the gradient over data-parallel ranks */
     double norm = 0;
@@ -221,6 +242,8 @@ int tr_engine_optimizer_step(tr_engine *e, int iteration, tr_step_stats *stats)
         rc = tr_dp_gather_params_start(e->dp);
     if (!rc)
         rc = tr_dp_gather_params_wait(e->dp);
+    if (e->tracing)
+        tr_pp_trace_add(&e->trace, TR_PP_SPAN_OPTIMIZER, iteration, t_start, tr_now());
     stats->iteration = iteration;
     stats->lr = tr_lr_at(t, iteration);
     stats->grad_norm = norm;

@@ -74,10 +74,22 @@ def run(name, world, tp=1, pp=1, *extra):
     trace = os.path.join(out, "trace.json")
     if os.path.exists(trace):  # what chrome://tracing / Perfetto load: valid JSON, a row per rank
         events = json.load(open(trace))["traceEvents"]
-        rows = {e["tid"] for e in events if e.get("ph") == "X" and e["cat"] in ("forward", "backward")}
+        spans = [e for e in events if e.get("ph") == "X"]
+        rows = {e["tid"] for e in spans if e["cat"] in ("forward", "backward")}
         if rows != set(range(world)):
             print(f"FAIL {name}: trace.json has compute spans for ranks {sorted(rows)}, expected 0..{world - 1}")
             failures.append(name)
+        if {e["tid"] for e in spans if e["cat"] == "optimizer"} != set(range(world)):
+            print(f"FAIL {name}: trace.json lacks an optimizer span on some rank")
+            failures.append(name)
+        if world // (tp * pp) > 1:  # data-parallel: each rank's bucket reductions on a row of their own
+            for r in range(world):
+                red = [e for e in spans if e["tid"] == world + r and e["cat"] == "grad-reduce"]
+                bwd_end = max(e["ts"] + e["dur"] for e in spans if e["tid"] == r and e["cat"] == "backward")
+                if not red or min(e["ts"] for e in red) >= bwd_end:
+                    print(f"FAIL {name}: rank {r}: no grad-reduce span started before backward ended")
+                    failures.append(name)
+                    break
     return [m["loss"] for m in metrics], gather_grads(os.path.join(out, "grads")), [m["grad_norm"] for m in metrics]
 
 
@@ -176,6 +188,10 @@ if group in ("dp", "all"):
             cases.append((f"dp{d}-m{m}", d, 1, 1, f"training.micro_batch_size={mb}"))
             cases.append((f"dp{d}-m{m}-zero1", d, 1, 1, f"training.micro_batch_size={mb}",
                           "parallel.use_distributed_optimizer=true"))
+    # traced: bucket reductions start during the last micro-batch's backward (small buckets
+    # so several exist), optimizer spans on every rank
+    cases.append(("dp2-m2-traced", 2, 1, 1, "training.micro_batch_size=2", "logging.trace=true",
+                  "parallel.ddp_bucket_size_mb=0.05"))
 if group in ("matrix", "all"):
     layouts = [(8, 1, 1), (4, 2, 1), (4, 1, 2), (2, 4, 1), (2, 2, 2), (2, 1, 4), (1, 8, 1), (1, 4, 2),
                (1, 2, 4), (1, 1, 8)]
