@@ -86,6 +86,21 @@ static int cmp_double(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
+/* Median of v[0..n) (0 when n is 0); v is not changed. -1 when out of memory. */
+static double median_of(const double *v, int n)
+{
+    if (n <= 0)
+        return 0;
+    double *sorted = malloc((size_t)n * sizeof *sorted);
+    if (!sorted)
+        return -1;
+    memcpy(sorted, v, (size_t)n * sizeof *sorted);
+    qsort(sorted, (size_t)n, sizeof *sorted, cmp_double);
+    double m = n % 2 ? sorted[n / 2] : 0.5 * (sorted[n / 2 - 1] + sorted[n / 2]);
+    free(sorted);
+    return m;
+}
+
 /* RUN_DIR/summary.json, written by rank 0: what a sweep records of a run. */
 static int write_summary(tr_engine *e, const char *dir, const double *ms, int n, double tokens_per_iter,
                          double final_loss, double bubble, const double *rss, double dp_exposed_s)
@@ -93,16 +108,11 @@ static int write_summary(tr_engine *e, const char *dir, const double *ms, int n,
     FILE *f = open_in(dir, "summary.json", "w");
     if (!f)
         return TR_ERR_IO;
-    double *sorted = malloc((size_t)(n > 0 ? n : 1) * sizeof *sorted);
-    if (!sorted) {
+    double median = median_of(ms, n);
+    if (median < 0) {
         fclose(f);
         return tr_fail(TR_ERR_NOMEM, "out of memory");
     }
-    for (int i = 0; i < n; i++)
-        sorted[i] = ms[i];
-    qsort(sorted, (size_t)n, sizeof *sorted, cmp_double);
-    double median = n ? (n % 2 ? sorted[n / 2] : 0.5 * (sorted[n / 2 - 1] + sorted[n / 2])) : 0;
-    free(sorted);
     tr_json j;
     tr_json_begin(&j, f);
     tr_json_object_begin(&j, NULL);
@@ -362,7 +372,8 @@ int tr_train_run(const tr_config *cfg, const tr_train_options *opts)
     }
     double train_start = tr_now(), train_time = 0, final_loss = 0, dp_exposed = 0;
     double *iter_ms = calloc((size_t)t->train_iters, sizeof *iter_ms);
-    if (!iter_ms)
+    double *bubbles = calloc((size_t)t->train_iters, sizeof *bubbles); /* when traced */
+    if (!iter_ms || !bubbles)
         rc = tr_fail(TR_ERR_NOMEM, "out of memory");
     for (int it = 1; it <= t->train_iters && !rc; it++) {
         tr_step_stats s = {0};
@@ -381,6 +392,9 @@ int tr_train_run(const tr_config *cfg, const tr_train_options *opts)
             tr_dp_get_timing(e->dp, &tm);
             dp_exposed += tm.exposed_s;
         }
+        /* the bubble of every iteration (the trace keeps the last one's spans only) */
+        if (e->tracing && (rc = measured_bubble(e, &bubbles[it - 1])) != TR_OK)
+            break;
         s.ms_per_iter = secs * 1e3;
         s.tokens_per_s = tokens_per_iter / secs;
         s.gflops = flops_per_iter / secs / 1e9 / e->world.size;
@@ -421,7 +435,11 @@ int tr_train_run(const tr_config *cfg, const tr_train_options *opts)
     }
     double bubble = -1;
     if (!rc && e->tracing && opts->run_dir) {
-        rc = measured_bubble(e, &bubble);
+        /* median over the iterations after the first (which warms up), like ms/iter */
+        int n = t->train_iters;
+        bubble = median_of(n > 1 ? bubbles + 1 : bubbles, n > 1 ? n - 1 : n);
+        if (bubble < 0)
+            rc = tr_fail(TR_ERR_NOMEM, "out of memory");
         if (!rc)
             rc = write_rank_trace(e, opts->run_dir);
         int brc = tr_comm_barrier(e->world.world);
@@ -431,7 +449,7 @@ int tr_train_run(const tr_config *cfg, const tr_train_options *opts)
             rc = merge_traces(opts->run_dir, e->world.size, e->D > 1);
             if (!opts->quiet)
                 printf("trident: trace of the last iteration in %s/trace.json; measured pipeline "
-                       "bubble %.1f%% (theory %.1f%%)\n",
+                       "bubble %.1f%% (median over iterations; theory %.1f%%)\n",
                        opts->run_dir, 100 * bubble,
                        100 * tr_pp_bubble_theory(e->P, e->M, e->schedule.kind, e->v));
         }
@@ -447,6 +465,7 @@ int tr_train_run(const tr_config *cfg, const tr_train_options *opts)
         free(rss);
     }
     free(iter_ms);
+    free(bubbles);
     if (!rc && !opts->quiet && lead) {
         char total[32];
         format_duration(total, sizeof total, tr_now() - train_start);
