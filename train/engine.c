@@ -188,7 +188,8 @@ int tr_engine_create(const tr_config *cfg, tr_engine **out)
         goto fail;
     }
     /* in flight + one being received + one whose input gradient is still being sent */
-    e->n_slots = tr_pp_peak_activations(&e->schedule) + 2;
+    e->stored_limit = tr_pp_peak_activations(&e->schedule);
+    e->n_slots = e->stored_limit + 2;
     if (e->n_slots > e->M)
         e->n_slots = e->M;
     if ((rc = create_chunks(e)) || (rc = reserve_device_memory(e)))

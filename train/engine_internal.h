@@ -39,6 +39,9 @@ struct tr_engine {
     int n_slots;                /* per chunk: in flight + one being received + one being sent */
     int released_mb, released_chunk; /* slot that frees at the next backward, or mb -1: its
                                  * input gradient may still be under send until then */
+    int stored, stored_limit;   /* micro-batches forwarded but not yet backwarded (all chunks),
+                                 * and the schedule's peak: more is an error (1F1B: P - stage) */
+    int stored_peak;            /* the most seen over the run */
     int32_t *sample, *inputs, *targets; /* host staging, one micro-batch */
     double loss_sum;            /* last stage: sum of micro-batch losses this iteration */
     int split;                  /* the data split being run (train or validation) */

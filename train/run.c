@@ -101,9 +101,45 @@ static double median_of(const double *v, int n)
     return m;
 }
 
+/* What each rank reports to summary.json: peak memory, peak stored activations, and the
+ * operations of the last iteration on each group (the communicators' counters). */
+enum { GROUP_TP, GROUP_DP, GROUP_PP, GROUP_EMBED, GROUP_MP, GROUP_WORLD, N_GROUPS };
+static const char *const group_names[N_GROUPS] = {"tp", "dp", "pp", "embedding", "model_parallel",
+                                                   "world"};
+enum { STAT_RSS, STAT_STORED, STAT_COLL, STAT_P2P = STAT_COLL + N_GROUPS, N_STATS = STAT_P2P + 1 };
+
+static void snapshot_counters(const tr_engine *e, tr_comm_counters out[N_GROUPS])
+{
+    const tr_world *w = &e->world;
+    tr_comm *const comms[N_GROUPS] = {w->tp, w->dp, w->pp, w->embed, w->mp, w->world};
+    for (int g = 0; g < N_GROUPS; g++) {
+        memset(&out[g], 0, sizeof out[g]);
+        if (comms[g])
+            tr_comm_get_counters(comms[g], &out[g]);
+    }
+}
+
+/* Collectives per group and point-to-point operations (pipeline sends + receives) between
+ * two snapshots, into stats[STAT_COLL ..]. */
+static void count_iteration(const tr_comm_counters before[N_GROUPS],
+                            const tr_comm_counters after[N_GROUPS], double *stats)
+{
+    static const tr_comm_opkind coll[] = {TR_COMM_OP_ALLREDUCE, TR_COMM_OP_REDUCE_SCATTER,
+                                          TR_COMM_OP_ALLGATHER, TR_COMM_OP_BROADCAST,
+                                          TR_COMM_OP_BARRIER};
+    for (int g = 0; g < N_GROUPS; g++) {
+        double n = 0;
+        for (size_t k = 0; k < sizeof coll / sizeof coll[0]; k++)
+            n += (double)(after[g].ops[coll[k]] - before[g].ops[coll[k]]);
+        stats[STAT_COLL + g] = n;
+    }
+    stats[STAT_P2P] = (double)(after[GROUP_PP].ops[TR_COMM_OP_SEND] - before[GROUP_PP].ops[TR_COMM_OP_SEND] +
+                               after[GROUP_PP].ops[TR_COMM_OP_RECV] - before[GROUP_PP].ops[TR_COMM_OP_RECV]);
+}
+
 /* RUN_DIR/summary.json, written by rank 0: what a sweep records of a run. */
 static int write_summary(tr_engine *e, const char *dir, const double *ms, int n, double tokens_per_iter,
-                         double final_loss, double bubble, const double *rss, double dp_exposed_s)
+                         double final_loss, double bubble, const double *stats, double dp_exposed_s)
 {
     FILE *f = open_in(dir, "summary.json", "w");
     if (!f)
@@ -134,7 +170,23 @@ static int write_summary(tr_engine *e, const char *dir, const double *ms, int n,
         tr_json_null(&j, "measured_bubble");
     tr_json_array_begin(&j, "peak_rss_mb_per_rank");
     for (int r = 0; r < e->world.size; r++)
-        tr_json_double(&j, NULL, rss[r]);
+        tr_json_double(&j, NULL, stats[r * N_STATS + STAT_RSS]);
+    tr_json_array_end(&j);
+    /* forwards whose backward had not run yet, at most at once (1F1B: P - stage) */
+    tr_json_array_begin(&j, "peak_stored_activations_per_rank");
+    for (int r = 0; r < e->world.size; r++)
+        tr_json_int(&j, NULL, (long long)stats[r * N_STATS + STAT_STORED]);
+    tr_json_array_end(&j);
+    /* the last iteration's collectives per group and pipeline sends + receives, per rank */
+    tr_json_array_begin(&j, "comm_ops_last_iter_per_rank");
+    for (int r = 0; r < e->world.size; r++) {
+        const double *st = stats + r * N_STATS;
+        tr_json_object_begin(&j, NULL);
+        for (int g = 0; g < N_GROUPS; g++)
+            tr_json_int(&j, group_names[g], (long long)st[STAT_COLL + g]);
+        tr_json_int(&j, "pp_send_recv", (long long)st[STAT_P2P]);
+        tr_json_object_end(&j);
+    }
     tr_json_array_end(&j);
     tr_json_object_end(&j);
     fputc('\n', f);
@@ -375,8 +427,12 @@ int tr_train_run(const tr_config *cfg, const tr_train_options *opts)
     double *bubbles = calloc((size_t)t->train_iters, sizeof *bubbles); /* when traced */
     if (!iter_ms || !bubbles)
         rc = tr_fail(TR_ERR_NOMEM, "out of memory");
+    tr_comm_counters before[N_GROUPS], after[N_GROUPS];
+    double mine[N_STATS] = {0};
     for (int it = 1; it <= t->train_iters && !rc; it++) {
         tr_step_stats s = {0};
+        if (it == t->train_iters)
+            snapshot_counters(e, before);
         double start = tr_now();
         rc = tr_engine_forward_backward(e, it, &s.loss);
         if (!rc && it == 1 && opts->dump_grads_dir)
@@ -387,6 +443,10 @@ int tr_train_run(const tr_config *cfg, const tr_train_options *opts)
             break;
         double secs = tr_now() - start;
         train_time += secs;
+        if (it == t->train_iters) {
+            snapshot_counters(e, after);
+            count_iteration(before, after, mine);
+        }
         if (it > 1) { /* the first iteration warms up */
             tr_dp_timing tm;
             tr_dp_get_timing(e->dp, &tm);
@@ -455,14 +515,16 @@ int tr_train_run(const tr_config *cfg, const tr_train_options *opts)
         }
     }
     if (!rc && opts->run_dir) {
-        double mine = peak_rss_mb();
-        double *rss = calloc((size_t)e->world.size, sizeof *rss);
-        rc = rss ? tr_comm_allgather(e->world.world, &mine, rss, (size_t)e->world.size, TR_COMM_F64)
-                 : tr_fail(TR_ERR_NOMEM, "out of memory");
+        mine[STAT_RSS] = peak_rss_mb();
+        mine[STAT_STORED] = e->stored_peak;
+        size_t n = (size_t)e->world.size * N_STATS;
+        double *stats = calloc(n, sizeof *stats);
+        rc = stats ? tr_comm_allgather(e->world.world, mine, stats, n, TR_COMM_F64)
+                   : tr_fail(TR_ERR_NOMEM, "out of memory");
         if (!rc && lead)
             rc = write_summary(e, opts->run_dir, iter_ms, t->train_iters, tokens_per_iter, final_loss,
-                               bubble, rss, dp_exposed);
-        free(rss);
+                               bubble, stats, dp_exposed);
+        free(stats);
     }
     free(iter_ms);
     free(bubbles);
@@ -470,6 +532,12 @@ int tr_train_run(const tr_config *cfg, const tr_train_options *opts)
         char total[32];
         format_duration(total, sizeof total, tr_now() - train_start);
         printf("trident: trained %d iterations in %s\n", t->train_iters, total);
+        if (e->world.size > 1)
+            printf("trident: the last iteration on rank 0: collectives tp %.0f, dp %.0f, pp %.0f, "
+                   "embedding %.0f, model-parallel %.0f, world %.0f; pipeline sends + receives "
+                   "%.0f\n", mine[STAT_COLL + GROUP_TP], mine[STAT_COLL + GROUP_DP],
+                   mine[STAT_COLL + GROUP_PP], mine[STAT_COLL + GROUP_EMBED],
+                   mine[STAT_COLL + GROUP_MP], mine[STAT_COLL + GROUP_WORLD], mine[STAT_P2P]);
     }
     if (metrics)
         fclose(metrics);

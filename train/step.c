@@ -91,6 +91,15 @@ static int stage_forward(tr_engine *e, int chunk, int mb, float grad_scale, cons
 static int train_forward(void *ctx, int mb, int chunk, const float **output)
 {
     tr_engine *e = ctx;
+    /* the activations of this micro-batch stay stored until its backward: never more of
+     * them than the schedule's peak (1F1B: P - stage, whatever M is; GPipe: M) */
+    if (++e->stored > e->stored_limit)
+        return tr_fail(TR_ERR_INTERNAL,
+                       "stage %d: %d micro-batches' activations stored at once; the %s schedule "
+                       "keeps at most %d", e->stage, e->stored,
+                       tr_pp_kind_name(e->schedule.kind), e->stored_limit);
+    if (e->stored > e->stored_peak)
+        e->stored_peak = e->stored;
     return stage_forward(e, chunk, mb, e->loss_scale, output);
 }
 
@@ -111,6 +120,7 @@ static int train_backward(void *ctx, int mb, int chunk, int is_last_backward,
                        e->stage, mb);
     tr_gpt_acts *a = ch->slots[s];
     const tr_gpt_shape *sh = tr_gpt_get_shape(ch->model);
+    e->stored--;
     int rc = tr_gpt_backward(ch->model, a, sh->is_last ? NULL : tr_gpt_acts_output_grad_buffer(a));
     if (rc)
         return rc;
@@ -174,6 +184,7 @@ int tr_engine_forward_backward(tr_engine *e, int iteration, double *loss_out)
     e->first_sample = (uint64_t)(iteration - 1) * (uint64_t)t->global_batch_size +
                       (uint64_t)e->dp_rank * (uint64_t)(t->global_batch_size / e->D);
     e->loss_sum = 0;
+    e->stored = 0;
     slots_reset(e);
     tr_pp_stage_ops ops = {
         .ctx = e,

@@ -223,5 +223,35 @@ if group in ("dp", "all") and not quick:
         cases.append((name,))
         if base16 is not None:
             compare(name, run(name, 4, 1, 1, *GB16, *extra), base16)
+if group in ("tp", "all"):
+    # A vocabulary that each T pads differently (multiple of make_vocab_size_divisible_by x T:
+    # 208 / 224 / 256 rows for T = 1 / 2 / 4): the same losses, and the same gradient on the
+    # real rows (padding rows never see a token)
+    V = ["model.vocab_size=200", "training.seed=6"]
+    base_v = run("single-v200", 1, 1, 1, *V)
+    for t in ([2] if quick else [2, 4]):
+        name = f"tp{t}-v200-padded"
+        cases.append((name,))
+        got = run(name, t, t, 1, *V)
+        if got is not None and base_v is not None:
+            crop = lambda g: {k: (a[:200] if a.shape[0] > 200 else a) for k, a in g.items()}
+            compare(name, (got[0], crop(got[1]), got[2]), (base_v[0], crop(base_v[1]), base_v[2]))
+if group in ("pp", "all"):
+    # Activations stored at once per stage, counted by the engine itself (summary.json):
+    # under 1F1B min(P - stage, M) whatever M is; under GPipe all M
+    for kind in ("1f1b", "gpipe"):
+        for m in (4, 32):
+            name = f"stored-{kind}-m{m}"
+            cases.append((name,))
+            got = run(name, 4, 1, 4, f"training.global_batch_size={m}", "training.micro_batch_size=1",
+                      "training.train_iters=2", f"parallel.pipeline_schedule={kind}")
+            if got is None:
+                continue
+            peaks = json.load(open(os.path.join(work, name, "summary.json")))["peak_stored_activations_per_rank"]
+            want = [min(4 - r, m) if kind == "1f1b" else m for r in range(4)]
+            print(f"{'ok  ' if peaks == want else 'FAIL'} {name}: peak stored activations per stage {peaks}"
+                  f" (expected {want})")
+            if peaks != want:
+                failures.append(name)
 print(f"{len(cases) - len(failures)} of {len(cases)} layouts match the single-process run")
 sys.exit(1 if failures else 0)
