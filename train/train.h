@@ -16,7 +16,9 @@
  *  - tr_train_run() is `trident train`: per iteration one line on stdout and one JSON object
  *    in RUN_DIR/metrics.jsonl (from rank 0, for the whole job); the resolved config in
  *    RUN_DIR/config.yaml; at the end RUN_DIR/summary.json (layout, median ms/iter, tokens/s,
- *    final loss, peak memory of every rank, measured pipeline bubble when traced). */
+ *    final loss, peak memory and peak stored activations of every rank, each rank's
+ *    collectives per group and pipeline sends in the last iteration, measured pipeline
+ *    bubble when traced: the median over iterations after the first). */
 #ifndef TR_TRAIN_H
 #define TR_TRAIN_H
 
