@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -71,9 +72,9 @@ static int cmp_double(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
-/* Median ms/iter after the warm-up, final loss, from metrics.jsonl; peak memory and bubble
- * from summary.json. */
-static int read_results(const char *dir, int warmup, tr_sweep_point *pt)
+/* Median ms/iter after the warm-up, final loss, from metrics.jsonl; bubble and peak memory
+ * (the largest, and up to max_ranks ranks' into pt->peak_rss_mb_per_rank) from summary.json. */
+static int read_results(const char *dir, int warmup, int max_ranks, tr_sweep_point *pt)
 {
     char path[4200], line[4096];
     snprintf(path, sizeof path, "%s/metrics.jsonl", dir);
@@ -102,6 +103,7 @@ static int read_results(const char *dir, int warmup, tr_sweep_point *pt)
         pt->bubble = json_number(buf, "measured_bubble");
         const char *r = strstr(buf, "\"peak_rss_mb_per_rank\":[");
         pt->peak_rss_mb = 0;
+        pt->n_ranks = 0;
         for (r = r ? strchr(r, '[') + 1 : NULL; r && *r && *r != ']';) {
             char *end;
             double v = strtod(r, &end);
@@ -109,53 +111,208 @@ static int read_results(const char *dir, int warmup, tr_sweep_point *pt)
                 break;
             if (v > pt->peak_rss_mb)
                 pt->peak_rss_mb = v;
+            if (pt->peak_rss_mb_per_rank && pt->n_ranks < max_ranks)
+                pt->peak_rss_mb_per_rank[pt->n_ranks++] = v;
             r = *end == ',' ? end + 1 : end;
         }
     }
     return TR_OK;
 }
 
-/* Run `trident train --nproc W CONFIG --run-dir DIR --quiet`, stderr to DIR/stderr.log. */
-static int run_point(const tr_sweep_options *o, const char *self, int world, const char *dir,
-                     char *reason, size_t n)
+/* A rank's line as the launcher relays it, "[rN] text": N, and *text after the prefix;
+ * -1 for the launcher's own lines. */
+static int rank_of_line(const char *line, const char **text)
 {
-    char cfg[4200], log[4200], nproc[16];
+    if (line[0] != '[' || line[1] != 'r' || line[2] < '0' || line[2] > '9')
+        return -1;
+    char *end;
+    long r = strtol(line + 2, &end, 10);
+    if (end[0] != ']' || end[1] != ' ' || r > 1 << 20)
+        return -1;
+    *text = end + 2;
+    return (int)r;
+}
+
+/* Does a line of stderr report an error? Trident's own messages ("trident train: ...",
+ * "trident error ...") do, its info/debug/warning log lines do not; other programs' lines
+ * (sanitizers, libraries, the C runtime) do when they say so. */
+static int is_error_text(const char *t)
+{
+    static const char *const quiet[] = {"trident info", "trident debug", "trident warning"};
+    for (size_t i = 0; i < sizeof quiet / sizeof quiet[0]; i++)
+        if (!strncmp(t, quiet[i], strlen(quiet[i])))
+            return 0;
+    if (!strncmp(t, "trident ", 8) || !strncmp(t, "trident:", 8))
+        return 1;
+    if (strcasestr(t, "warn"))
+        return 0;
+    static const char *const words[] = {"error", "fatal", "abort", "assert", "fault", "sanitizer",
+                                        "panic", "terminate", "cannot", "failed"};
+    for (size_t i = 0; i < sizeof words / sizeof words[0]; i++)
+        if (strcasestr(t, words[i]))
+            return 1;
+    return 0;
+}
+
+/* The rank the launcher names as the first to fail ("rank N exited with status S; ...",
+ * "... after rank N failed; ..."), or -1. */
+static int failed_rank_of(const char *launcher_line)
+{
+    for (const char *p = strstr(launcher_line, "rank "); p; p = strstr(p + 5, "rank ")) {
+        char *end;
+        long r = strtol(p + 5, &end, 10);
+        if (end != p + 5 && r >= 0 && r <= 1 << 20 && (*end == ' ' || *end == ';'))
+            return (int)r;
+    }
+    return -1;
+}
+
+/* Append at most `max` bytes of `s` to out (length *len < cap, NUL-terminated): control
+ * characters become spaces; a cut (by max or by cap) lands on a UTF-8 character boundary
+ * and is marked with "...". */
+static void append_bounded(char *out, size_t cap, size_t *len, const char *s, size_t max)
+{
+    if (max > cap - 1 - *len)
+        max = cap - 1 - *len;
+    size_t n = strlen(s);
+    int cut = 0;
+    if (n > max) {
+        cut = max >= 3;
+        n = cut ? max - 3 : 0;
+        while (n > 0 && ((unsigned char)s[n] & 0xC0) == 0x80)
+            n--;
+    }
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)s[i];
+        out[(*len)++] = c < 0x20 || c == 0x7f ? ' ' : (char)c;
+    }
+    for (int i = 0; cut && i < 3; i++)
+        out[(*len)++] = '.';
+    out[*len] = '\0';
+}
+
+static char *dup_line(const char *s)
+{
+    size_t n = strlen(s) + 1;
+    char *d = malloc(n);
+    return d ? memcpy(d, s, n) : NULL;
+}
+
+#define REASON_TEXT_MAX 600   /* bytes of the error message kept in a point's reason */
+#define REASON_SUFFIX_MAX 300 /* bytes of the launcher's closing line kept after it */
+
+void tr_sweep_failure_reason(const char *log, int exit_status, char *reason, size_t n)
+{
+    if (n == 0)
+        return;
+    char *rank_err = NULL, *any_rank_err = NULL, *first_launcher = NULL, *last_launcher = NULL;
+    int err_rank = -1, any_err_rank = -1, failed = -1;
+    FILE *f = fopen(log, "r");
+    char *line = NULL;
+    size_t line_cap = 0;
+    /* First pass: the failed rank, per the launcher. */
+    while (f && getline(&line, &line_cap, f) >= 0) {
+        line[strcspn(line, "\r\n")] = '\0';
+        const char *text;
+        if (rank_of_line(line, &text) < 0 && failed < 0 && !strncmp(line, "trident", 7))
+            failed = failed_rank_of(line);
+    }
+    if (f)
+        rewind(f);
+    while (f && getline(&line, &line_cap, f) >= 0) {
+        line[strcspn(line, "\r\n")] = '\0';
+        const char *text;
+        int r = rank_of_line(line, &text);
+        if (r >= 0) {
+            if (!is_error_text(text))
+                continue;
+            if (!any_rank_err) {
+                any_rank_err = dup_line(text);
+                any_err_rank = r;
+            }
+            if (!rank_err && r == failed) {
+                rank_err = dup_line(text);
+                err_rank = r;
+            }
+        } else if (line[0] && is_error_text(line)) {
+            if (!first_launcher)
+                first_launcher = dup_line(line);
+            free(last_launcher);
+            last_launcher = dup_line(line);
+        }
+    }
+    free(line);
+    if (f)
+        fclose(f);
+    if (!rank_err) {
+        rank_err = any_rank_err;
+        err_rank = any_err_rank;
+        any_rank_err = NULL;
+    }
+    size_t len = 0;
+    reason[0] = '\0';
+    const char *suffix = NULL;
+    if (rank_err) {
+        char head[32];
+        snprintf(head, sizeof head, "rank %d: ", err_rank);
+        append_bounded(reason, n, &len, head, sizeof head);
+        const char *text = rank_err;
+        if (!strncmp(text, "trident train: ", 15))
+            text += 15; /* the command is known; the message is what matters */
+        append_bounded(reason, n, &len, text, REASON_TEXT_MAX);
+        suffix = last_launcher;
+    } else if (first_launcher) {
+        append_bounded(reason, n, &len, first_launcher, REASON_TEXT_MAX);
+        if (last_launcher && strcmp(last_launcher, first_launcher))
+            suffix = last_launcher;
+    } else {
+        snprintf(reason, n, "exit status %d", exit_status);
+    }
+    if (suffix) {
+        append_bounded(reason, n, &len, " (", 2);
+        append_bounded(reason, n, &len, suffix, REASON_SUFFIX_MAX);
+        append_bounded(reason, n, &len, ")", 1);
+    }
+    free(rank_err);
+    free(any_rank_err);
+    free(first_launcher);
+    free(last_launcher);
+}
+
+/* Run `trident train --nproc W CONFIG --run-dir DIR --quiet`, its stdout to DIR/stdout.log
+ * and stderr to DIR/stderr.log; on failure *reason says why. */
+static int run_point(const char *self, int world, const char *dir, char *reason, size_t n)
+{
+    char cfg[4200], out_log[4200], err_log[4200], nproc[16];
     snprintf(cfg, sizeof cfg, "%s/point.yaml", dir);
-    snprintf(log, sizeof log, "%s/stderr.log", dir);
+    snprintf(out_log, sizeof out_log, "%s/stdout.log", dir);
+    snprintf(err_log, sizeof err_log, "%s/stderr.log", dir);
     snprintf(nproc, sizeof nproc, "%d", world);
+    fflush(NULL);
     pid_t pid = fork();
     if (pid < 0)
         return tr_fail(TR_ERR_IO, "fork: %s", strerror(errno));
     if (pid == 0) {
-        int fd = open(log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-        if (fd >= 0) {
-            dup2(fd, 1);
-            dup2(fd, 2);
-            close(fd);
+        int out = open(out_log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        int err = open(err_log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        if (out >= 0) {
+            dup2(out, 1);
+            close(out);
+        }
+        if (err >= 0) {
+            dup2(err, 2);
+            close(err);
         }
         execl(self, self, "train", "--nproc", nproc, cfg, "--run-dir", dir, "--quiet", (char *)NULL);
+        dprintf(2, "trident sweep: cannot run %s: %s\n", self, strerror(errno));
         _exit(127);
     }
     int status = 0;
     while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
     }
-    (void)o;
     if (WIFEXITED(status) && WEXITSTATUS(status) == 0)
         return TR_OK;
-    /* the last line of the error output says why */
-    reason[0] = '\0';
-    FILE *f = fopen(log, "r");
-    if (f) {
-        char line[1024];
-        while (fgets(line, sizeof line, f))
-            if (strstr(line, "trident") && strlen(line) > 1) {
-                line[strcspn(line, "\n")] = '\0';
-                snprintf(reason, n, "%s", line);
-            }
-        fclose(f);
-    }
-    if (!reason[0])
-        snprintf(reason, n, "exit status %d", WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status));
+    tr_sweep_failure_reason(err_log, WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status), reason, n);
     return TR_ERR_COMM;
 }
 
@@ -183,12 +340,19 @@ int tr_sweep_run(const tr_sweep_options *o, tr_sweep_point **points_out, size_t 
         }
         self[len] = '\0';
     }
-    size_t n = tr_grid_num_points(&g);
-    tr_sweep_point *pts = calloc(n, sizeof *pts);
+    /* One block: the points, then world_size doubles per point for the per-rank peaks, so
+     * free(*points_out) releases everything. sizeof *pts is a multiple of double's alignment. */
+    size_t n = tr_grid_num_points(&g), world = (size_t)g.world_size;
+    tr_sweep_point *pts = NULL;
+    if (n <= (SIZE_MAX / 2) / (sizeof *pts + world * sizeof(double)))
+        pts = calloc(1, n * (sizeof *pts + world * sizeof(double)));
     if (!pts) {
         tr_grid_free(&g);
-        return tr_fail(TR_ERR_NOMEM, "out of memory for %zu points", n);
+        return tr_fail(TR_ERR_NOMEM, "out of memory for %zu points of %zu ranks", n, world);
     }
+    double *rank_peaks = (double *)(pts + n);
+    for (size_t i = 0; i < n; i++)
+        pts[i].peak_rss_mb_per_rank = rank_peaks + i * world;
     if (!o->dry_run && (rc = make_dir(o->out_dir))) {
         free(pts);
         tr_grid_free(&g);
@@ -239,8 +403,8 @@ int tr_sweep_run(const tr_sweep_options *o, tr_sweep_point **points_out, size_t 
                                 i + 1, n, pt->dp, pt->tp, pt->pp, pt->mb);
                         fflush(o->log);
                     }
-                    if (run_point(o, self, g.world_size, dir, pt->reason, sizeof pt->reason) ||
-                        read_results(dir, g.warmup_iterations, pt)) {
+                    if (run_point(self, g.world_size, dir, pt->reason, sizeof pt->reason) ||
+                        read_results(dir, g.warmup_iterations, g.world_size, pt)) {
                         pt->status = TR_POINT_FAILED;
                         if (!pt->reason[0])
                             snprintf(pt->reason, sizeof pt->reason, "%s", tr_errmsg());

@@ -6,11 +6,14 @@
  *    or whose layout does not fit the world (world % (tp*pp), global batch % (micro batch *
  *    dp), sequence parallel token split) are SKIPPED with the reason; the rest run as
  *    `trident train --nproc W` in OUT/point-NNN/ with train_iters = run.iterations and the
- *    pipeline trace on. A point that fails is recorded as failed with the last line of its
- *    error output and the sweep goes on.
+ *    pipeline trace on, its output in OUT/point-NNN/stdout.log and stderr.log. A point that
+ *    fails is recorded as failed and the sweep goes on; its reason is the first error line
+ *    the failing rank wrote ("rank N: message", at most ~600 bytes, control characters
+ *    blanked) followed by the launcher's closing line in parentheses.
  *  - OUT/results.csv and OUT/results.jsonl: one row per point (the swept values, status,
  *    reason, median ms/iter after the warm-up iterations, tokens/s, peak memory of the
- *    largest rank, measured bubble, final loss, and the planner's predicted ms/iter on the
+ *    largest rank and of every rank — a JSON list, in the CSV one column of values joined
+ *    with ';' — measured bubble, final loss, and the planner's predicted ms/iter on the
  *    cluster preset with the ratio measured/predicted). OUT/chart.svg compares the points.
  *  - --dry-run lists the points and the reasons for skips without running anything. */
 #ifndef TR_SWEEP_H
@@ -25,9 +28,11 @@ typedef enum { TR_POINT_OK, TR_POINT_SKIPPED, TR_POINT_FAILED, TR_POINT_PENDING 
 typedef struct {
     int index;
     tr_point_status status;
-    char reason[512];   /* skipped / failed: why */
+    char reason[1024];  /* skipped / failed: why */
     int dp, tp, pp, mb; /* the layout (0 when the config did not load) */
-    double median_ms, tokens_per_s, peak_rss_mb, bubble, final_loss;
+    double median_ms, tokens_per_s, peak_rss_mb, bubble, final_loss; /* peak_rss_mb: max rank */
+    double *peak_rss_mb_per_rank; /* [n_ranks] MiB in rank order; NULL when not measured */
+    int n_ranks;
     double predicted_ms; /* 0 when the planner could not predict */
 } tr_sweep_point;
 
@@ -40,8 +45,19 @@ typedef struct {
     FILE *log;               /* progress lines; NULL = quiet */
 } tr_sweep_options;
 
-/* Runs the sweep; *points (malloc'ed, *n_points of them) holds every point's record. */
+/* Runs the sweep; *points (*n_points of them) holds every point's record, per-rank arrays
+ * included, in one allocation: free(*points) releases it. */
 int tr_sweep_run(const tr_sweep_options *opts, tr_sweep_point **points, size_t *n_points);
+
+/* Why a point failed, from its stderr log (the launcher's output: rank lines "[rN] text" and
+ * its own lines): "rank N: " + the first error line of the rank the launcher names as the
+ * first to fail (else the first of any rank; "trident train: " dropped; info/debug/warning
+ * log lines are not errors), then " (" + the launcher's last error line + ")". Without rank
+ * errors: the launcher's first error line (+ its last in parentheses when different); with
+ * nothing, or no readable log: "exit status S". Bounded (error text ~600 bytes, cut on a
+ * UTF-8 boundary and marked "...", closing line ~300), control characters become spaces;
+ * always NUL-terminated within n. */
+void tr_sweep_failure_reason(const char *log_path, int exit_status, char *reason, size_t n);
 
 /* Writers (also used by tests): CSV header + rows, one JSON object per line, an SVG bar
  * chart of tokens/s per point with labelled axes. */

@@ -44,7 +44,7 @@ int tr_sweep_write_csv(FILE *f, const tr_grid_spec *g, const tr_sweep_point *p, 
     for (int a = 0; a < g->n_axes; a++)
         fprintf(f, ",%s", g->axes[a].key);
     fprintf(f, ",dp,tp,pp,status,reason,median_ms_per_iter,tokens_per_s,peak_rss_mb_max_rank,"
-               "measured_bubble,final_loss,predicted_ms_per_iter,measured_over_predicted\n");
+               "peak_rss_mb_per_rank,measured_bubble,final_loss,predicted_ms_per_iter,measured_over_predicted\n");
     for (size_t i = 0; i < n; i++) {
         fprintf(f, "%zu", i);
         for (int a = 0; a < g->n_axes; a++) {
@@ -57,6 +57,9 @@ int tr_sweep_write_csv(FILE *f, const tr_grid_spec *g, const tr_sweep_point *p, 
         csv_number(f, p[i].median_ms, ok);
         csv_number(f, p[i].tokens_per_s, ok);
         csv_number(f, p[i].peak_rss_mb, ok);
+        fputc(',', f); /* every rank's peak, "r0;r1;..." */
+        for (int r = 0; ok && p[i].peak_rss_mb_per_rank && r < p[i].n_ranks; r++)
+            fprintf(f, "%s%.6g", r ? ";" : "", p[i].peak_rss_mb_per_rank[r]);
         csv_number(f, p[i].bubble, ok);
         csv_number(f, p[i].final_loss, ok);
         csv_number(f, p[i].predicted_ms, p[i].predicted_ms > 0);
@@ -87,6 +90,10 @@ int tr_sweep_write_jsonl(FILE *f, const tr_grid_spec *g, const tr_sweep_point *p
             tr_json_double(&j, "median_ms_per_iter", p[i].median_ms);
             tr_json_double(&j, "tokens_per_s", p[i].tokens_per_s);
             tr_json_double(&j, "peak_rss_mb_max_rank", p[i].peak_rss_mb);
+            tr_json_array_begin(&j, "peak_rss_mb_per_rank");
+            for (int r = 0; p[i].peak_rss_mb_per_rank && r < p[i].n_ranks; r++)
+                tr_json_double(&j, NULL, p[i].peak_rss_mb_per_rank[r]);
+            tr_json_array_end(&j);
             tr_json_double(&j, "measured_bubble", p[i].bubble);
             tr_json_double(&j, "final_loss", p[i].final_loss);
         }

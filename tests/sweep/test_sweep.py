@@ -1,18 +1,22 @@
 #!/usr/bin/python3
 """`trident sweep` end to end on a small grid (world 2): one CSV/JSONL row per point, skips
-explained, measured numbers and the planner's prediction on the points that ran, an SVG with
-labelled axes that a headless browser renders; bad grid specs exit 2 with a message.
-usage: test_sweep.py TRIDENT WORKDIR"""
+explained, measured numbers (peak memory of every rank too) and the planner's prediction on
+the points that ran, an SVG with labelled axes that headless chromium renders; a point that
+fails at run time (a truncated .idx) is recorded with the rank's own error and the sweep goes
+on; the shipped 8-rank grid's dry run lists its 48 points with the 25 skips explained; bad
+grid specs exit 2 with a message.
+usage: test_sweep.py TRIDENT WORKDIR SHIPPED_GRID (configs/sweeps/tiny-8ranks.yaml)"""
 import csv
 import json
 import os
 import random
+import re
 import shutil
 import subprocess
 import sys
 import xml.etree.ElementTree as ET
 
-trident, work = sys.argv[1], sys.argv[2]
+trident, work, shipped_grid = os.path.abspath(sys.argv[1]), sys.argv[2], os.path.abspath(sys.argv[3])
 shutil.rmtree(work, ignore_errors=True)
 os.makedirs(work)
 rng = random.Random(5)
@@ -61,17 +65,41 @@ for key in [("1", "1"), ("2", "1")]:
         and float(row["peak_rss_mb_max_rank"]) > 0 and float(row["predicted_ms_per_iter"]) > 0 \
         and row["final_loss"] != ""
     check(f"point tp={key[0]} ran and measured", ok, str(row))
+for key in [("1", "1"), ("2", "1")]:
+    row = status[key]
+    per_rank = [float(v) for v in row["peak_rss_mb_per_rank"].split(";")] if row["peak_rss_mb_per_rank"] else []
+    check(f"point tp={key[0]}: peak memory of both ranks, the max matches",
+          len(per_rank) == 2 and all(v > 0 for v in per_rank)
+          and abs(max(per_rank) - float(row["peak_rss_mb_max_rank"])) <= 1e-3 * max(per_rank),
+          row["peak_rss_mb_per_rank"] + " / " + row["peak_rss_mb_max_rank"])
+    point_dir = os.path.join(out, "point-%03d" % int(row["point"]))
+    check(f"point tp={key[0]}: stdout.log and stderr.log kept",
+          all(os.path.isfile(os.path.join(point_dir, n)) for n in ("stdout.log", "stderr.log")))
+for row in rows:
+    if row["status"] != "ok":
+        check(f"point {row['point']} ({row['status']}): no memory columns",
+              row["peak_rss_mb_max_rank"] == "" and row["peak_rss_mb_per_rank"] == "", str(row))
 check("same final loss for both layouts", status[("1", "1")]["final_loss"] == status[("2", "1")]["final_loss"],
       f'{status[("1", "1")]["final_loss"]} vs {status[("2", "1")]["final_loss"]}')
 lines = [json.loads(line) for line in open(os.path.join(out, "results.jsonl"))]
 check("one JSONL row per point", len(lines) == 6)
+for line in lines:
+    if line["status"] == "ok":
+        ranks = line.get("peak_rss_mb_per_rank")
+        check(f"JSONL point {line['point']}: peak memory per rank is a list of 2, max = the max column",
+              isinstance(ranks, list) and len(ranks) == 2 and max(ranks) == line["peak_rss_mb_max_rank"], str(line))
+    else:
+        check(f"JSONL point {line['point']}: no memory fields when it did not run",
+              "peak_rss_mb_per_rank" not in line and "peak_rss_mb_max_rank" not in line, str(line))
 svg_path = os.path.join(out, "chart.svg")
 root = ET.parse(svg_path).getroot()
 texts = " ".join(t.text or "" for t in root.iter("{http://www.w3.org/2000/svg}text"))
 check("SVG has labelled axes", "tokens/s" in texts and "layout point" in texts, texts[:200])
 bars = [e for e in root.iter("{http://www.w3.org/2000/svg}rect") if e.get("fill") == "#4878cf"]
 check("SVG has a bar per point that ran", len(bars) == 2, str(len(bars)))
+# scripts/setup.sh installs chromium: without it the chart is not checked, which is a failure
 browser = shutil.which("chromium") or shutil.which("chromium-browser")
+check("chromium is installed (scripts/setup.sh) to render the chart", browser is not None)
 if browser:
     png = os.path.join(work, "chart.png")
     r = subprocess.run([browser, "--headless", "--no-sandbox", "--disable-gpu", f"--screenshot={png}",
@@ -82,8 +110,87 @@ if browser:
         data = open(png, "rb").read()
         ok = data[:8] == b"\x89PNG\r\n\x1a\n"
     check("headless chromium renders the SVG to a PNG", ok, r.stderr[-300:])
-else:
-    print("note: chromium not installed; the browser rendering check did not run")
+
+# A point that passes the validity pre-check but fails at run time (its .idx is truncated):
+# failed, with the failing rank's own message, and the sweep runs the next point.
+shutil.copy(prefix + ".bin", os.path.join(work, "broken.bin"))
+with open(prefix + ".idx", "rb") as src, open(os.path.join(work, "broken.idx"), "wb") as dst:
+    dst.write(src.read()[:40])
+fail_grid = os.path.join(work, "fail-grid.yaml")
+with open(fail_grid, "w") as f:
+    f.write(f"""base:
+  model: {{num_layers: 2, hidden_size: 32, num_attention_heads: 2, seq_length: 16}}
+  training: {{micro_batch_size: 1, global_batch_size: 4, train_iters: 1, lr: 1.0e-3}}
+  data: {{data_path: {prefix}, split: "90,10,0"}}
+grid:
+  data.data_path: [{os.path.join(work, "broken")}, {prefix}]
+run: {{world_size: 2, iterations: 3, warmup_iterations: 1}}
+""")
+fail_out = os.path.join(work, "fail-out")
+r = subprocess.run([trident, "sweep", fail_grid, "--out", fail_out], capture_output=True, text=True, timeout=300)
+check("sweep with a failing point exits 0 and counts it", r.returncode == 0 and "1 ran, 0 skipped, 1 failed" in r.stdout,
+      r.stdout[-1500:] + r.stderr[-1500:])
+rows = list(csv.DictReader(open(os.path.join(fail_out, "results.csv"))))
+check("failing grid: one CSV row per point", len(rows) == 2, str(len(rows)))
+if len(rows) == 2:
+    bad_row, good_row = rows
+    reason = bad_row["reason"]
+    check("truncated .idx: status failed", bad_row["status"] == "failed", str(bad_row))
+    check("truncated .idx: the reason is the rank's own error, not the launcher's line",
+          re.match(r"rank \d+: ", reason) is not None and "broken.idx" in reason and "truncated" in reason
+          and "trident train: " not in reason.split(" (")[0], reason)
+    check("truncated .idx: the launcher's line follows in parentheses",
+          reason.endswith("failed; exit status 2)") and "all ranks stopped" in reason, reason)
+    check("truncated .idx: bounded, one line", len(reason) < 1024 and "\n" not in reason, str(len(reason)))
+    check("the sweep went on: the next point ran", good_row["status"] == "ok" and float(good_row["tokens_per_s"]) > 0,
+          str(good_row))
+    jl = [json.loads(line) for line in open(os.path.join(fail_out, "results.jsonl"))]
+    check("truncated .idx: the same reason in results.jsonl", len(jl) == 2 and jl[0].get("reason") == reason,
+          str(jl[:1]))
+    check("the failed point's stderr.log holds the rank lines",
+          "[r" in open(os.path.join(fail_out, "point-000", "stderr.log")).read())
+
+# The shipped 8-rank grid, dry run: 48 points, the 25 skips each with the reason its layout
+# implies (configs/tiny.yaml: 4 heads, 4 layers, global batch 16), the other 23 would run.
+r = subprocess.run([trident, "sweep", shipped_grid, "--dry-run"], capture_output=True, text=True, timeout=120,
+                   cwd=work)
+check("shipped grid dry run exits 0", r.returncode == 0, r.stderr[-500:])
+pat = re.compile(r"^sweep: point (\d+): parallel\.tensor_model_parallel_size=(\d+) "
+                 r"parallel\.pipeline_model_parallel_size=(\d+) training\.micro_batch_size=(\d+) -> "
+                 r"(?:skipped: (.+)|would run \(dp (\d+) tp \d+ pp \d+\))$")
+points = {}
+for line in r.stdout.splitlines():
+    m = pat.match(line)
+    if m:
+        idx = int(m.group(1))
+        check(f"shipped grid: point {idx} listed once", idx not in points)
+        points[idx] = m
+check("shipped grid: 48 points listed, one line each", sorted(points) == list(range(48)), str(sorted(points)))
+check("shipped grid: summary line", "sweep: 48 points, 25 would be skipped (dry run)" in r.stdout, r.stdout[-300:])
+n_skip = n_run = 0
+for idx, m in sorted(points.items()):
+    tp, pp, mb = int(m.group(2)), int(m.group(3)), int(m.group(4))
+    reason = m.group(5)
+    if tp == 8:
+        want = "num_attention_heads"
+    elif pp == 8:
+        want = "num_layers"
+    elif 8 % (tp * pp):
+        want = "not divisible by tp"
+    elif 16 % (mb * (8 // (tp * pp))):
+        want = "global batch 16 is not divisible"
+    else:
+        want = None
+    if want:
+        n_skip += 1
+        check(f"shipped grid: point {idx} (tp {tp} pp {pp} mb {mb}) skipped because {want}",
+              reason is not None and want in reason, str(reason))
+    else:
+        n_run += 1
+        check(f"shipped grid: point {idx} (tp {tp} pp {pp} mb {mb}) would run with dp {8 // (tp * pp)}",
+              reason is None and int(m.group(6)) == 8 // (tp * pp), m.group(0))
+check("shipped grid: 25 skipped, 23 would run", (n_skip, n_run) == (25, 23), f"{n_skip} / {n_run}")
+check("shipped grid dry run writes nothing (no results.csv)", not os.path.exists(os.path.join(work, "runs")))
 
 bad = {
     "no-grid.yaml": ("base: x.yaml\n", "no grid"),
