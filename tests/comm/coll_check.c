@@ -1,9 +1,11 @@
 /* Multi-process check of every collective against a serial reference (run as N ranks by
- * `trident launch`). On the world and on split groups, for counts 0, 1, 7, 1000 (and
- * 1<<20 + 3 with --big), in-place and out-of-place, with the default algorithm choice and
- * with the ring forced onto small messages; then several async operations in flight on
- * different groups at once, and the counters.
- *   coll_check [--big] [--timeout S] [--progress-thread]
+ * `trident launch`). On the world and on split groups (half, third, odd), for counts 0, 1, 7,
+ * 1000, in-place and out-of-place, with the default algorithm choice, with the ring forced
+ * onto small messages and with recursive halving forced; the count 1<<20 + 3 (every
+ * collective in-place and out-of-place; broadcast, which has one buffer, from two roots) on
+ * the world and every split group with --big, on the world only with --big-world; then
+ * several async operations in flight on different groups at once, and the counters.
+ *   coll_check [--big | --big-world] [--timeout S] [--progress-thread]
  * Data are small integers so fp32 sums are exact and results compare bit for bit; one
  * random-float allreduce compares with a tolerance. Exit 0 when everything matched. */
 #include "comm/comm.h"
@@ -237,6 +239,26 @@ static void random_float_allreduce(tr_comm *c, int salt)
     free(b);
 }
 
+/* The count 1<<20 + 3 (4 MiB of fp32: pipelined ring / chain, halving for allreduce on more
+ * than two ranks, then the ring forced for allreduce). */
+static void run_big(tr_comm *c)
+{
+    size_t n = ((size_t)1 << 20) + 3;
+    const tr_comm_tuning dflt = *tr_comm_get_tuning(c);
+    for (int ip = 0; ip < 2; ip++) {
+        check_allreduce(c, n, TR_COMM_F32, TR_COMM_SUM, ip, 60 + ip);
+        check_reduce_scatter(c, n, TR_COMM_F32, TR_COMM_SUM, ip, 62 + ip);
+        check_allgather(c, n, TR_COMM_F32, ip, 64 + ip);
+    }
+    check_broadcast(c, n, TR_COMM_F32, 0, 66);
+    check_broadcast(c, n, TR_COMM_F32, tr_comm_size(c) / 2, 67); /* the chain starts mid-group */
+    const tr_comm_tuning big_ring = {.halving_max_bytes = 1};     /* ring, default chunks */
+    OK(tr_comm_set_tuning(c, &big_ring));
+    check_allreduce(c, n, TR_COMM_F32, TR_COMM_SUM, 0, 68);
+    check_allreduce(c, n, TR_COMM_F64, TR_COMM_MAX, 1, 69);
+    OK(tr_comm_set_tuning(c, &dflt));
+}
+
 static void run_suite(tr_comm *c, int big)
 {
     static const size_t counts[] = {0, 1, 7, 1000};
@@ -271,20 +293,8 @@ static void run_suite(tr_comm *c, int big)
         random_float_allreduce(c, 50 + t);
     }
     OK(tr_comm_set_tuning(c, &dflt));
-    if (big) {
-        size_t n = ((size_t)1 << 20) + 3;
-        check_allreduce(c, n, TR_COMM_F32, TR_COMM_SUM, 0, 60);
-        check_allreduce(c, n, TR_COMM_F32, TR_COMM_SUM, 1, 61);
-        check_reduce_scatter(c, n, TR_COMM_F32, TR_COMM_SUM, 0, 62);
-        check_reduce_scatter(c, n, TR_COMM_F32, TR_COMM_SUM, 1, 63);
-        check_allgather(c, n, TR_COMM_F32, 0, 64);
-        check_broadcast(c, n, TR_COMM_F32, 0, 65);
-        const tr_comm_tuning big_ring = {.halving_max_bytes = 1}; /* ring, default chunks */
-        OK(tr_comm_set_tuning(c, &big_ring));
-        check_allreduce(c, n, TR_COMM_F32, TR_COMM_SUM, 0, 66);
-        check_allreduce(c, n, TR_COMM_F64, TR_COMM_MAX, 1, 67);
-        OK(tr_comm_set_tuning(c, &dflt));
-    }
+    if (big)
+        run_big(c);
 }
 
 /* Async operations in flight at once on different groups (and two on one group). */
@@ -344,16 +354,22 @@ static void check_counters(tr_comm *c)
 
 int main(int argc, char **argv)
 {
-    int big = 0;
+    int big = 0, big_splits = 0; /* the big count on the world / on the split groups */
     tr_comm_config cfg = tr_comm_config_default();
     cfg.timeout_s = 60;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--big"))
+            big = big_splits = 1;
+        else if (!strcmp(argv[i], "--big-world"))
             big = 1;
         else if (!strcmp(argv[i], "--progress-thread"))
             cfg.progress_thread = 1;
         else if (!strcmp(argv[i], "--timeout") && i + 1 < argc)
             cfg.timeout_s = atof(argv[++i]);
+        else {
+            fprintf(stderr, "coll_check: unknown argument '%s'\n", argv[i]);
+            return 2;
+        }
     }
     double t0 = tr_now();
     tr_comm *world = NULL, *half = NULL, *third = NULL, *odd = NULL;
@@ -368,16 +384,18 @@ int main(int argc, char **argv)
     CHECK(tr_comm_size(half) == (n + 1 - world_rank % 2) / 2, "half has size %d",
           tr_comm_size(half));
     CHECK(tr_comm_world_rank(half, tr_comm_rank(half)) == world_rank, "world rank mapping");
-    run_suite(half, 0);
+    run_suite(half, big_splits);
     check_counters(half);
     OK(tr_comm_split(world, world_rank % 3, world_rank, "third", &third));
     /* a split where some ranks join nothing */
     OK(tr_comm_split(world, world_rank % 2 ? 0 : TR_COMM_COLOR_NONE, 0, "odd", &odd));
     CHECK((odd != NULL) == (world_rank % 2), "odd split membership");
     if (odd) {
-        run_suite(odd, 0);
+        run_suite(odd, big_splits);
         check_counters(odd);
     }
+    run_suite(third, big_splits);
+    check_counters(third);
     concurrent(world, half, third);
 
     tr_comm_destroy(odd);
