@@ -63,6 +63,39 @@ static void write_metrics(FILE *f, const tr_step_stats *s)
     fflush(f);
 }
 
+/* Resuming at iteration `start`: keep the lines of iterations 1..start of an earlier
+ * metrics.jsonl and append after them. */
+static FILE *open_metrics(const char *dir, int start)
+{
+    if (start == 0)
+        return open_in(dir, "metrics.jsonl", "w");
+    char path[4200], tmp[4300], line[4096];
+    snprintf(path, sizeof path, "%s/metrics.jsonl", dir);
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    FILE *in = fopen(path, "r"), *out = fopen(tmp, "w");
+    if (!out) {
+        if (in)
+            fclose(in);
+        tr_fail(TR_ERR_IO, "cannot write %s: %s", tmp, strerror(errno));
+        return NULL;
+    }
+    int keep = 1;
+    while (in && fgets(line, sizeof line, in)) {
+        const char *p = strstr(line, "\"iteration\":");
+        if (p && strtol(p + 12, NULL, 10) > start)
+            keep = 0; /* lines past the checkpoint (a run that went on after it) */
+        if (keep)
+            fputs(line, out);
+    }
+    if (in)
+        fclose(in);
+    if (fclose(out) || rename(tmp, path)) {
+        tr_fail(TR_ERR_IO, "cannot write %s: %s", path, strerror(errno));
+        return NULL;
+    }
+    return open_in(dir, "metrics.jsonl", "a");
+}
+
 static void format_duration(char *buf, size_t n, double seconds)
 {
     long s = (long)(seconds + 0.5);
@@ -376,6 +409,28 @@ int tr_train_run(const tr_config *cfg, const tr_train_options *opts)
     if (rc)
         return rc;
     int lead = e->world.rank == 0;
+    const tr_training_config *t = &cfg->training;
+    const tr_checkpoint_config *ck = &cfg->checkpoint;
+    int start = 0; /* the iteration the run resumes after */
+    if (*ck->load) {
+        double t_load = tr_now();
+        if ((rc = tr_checkpoint_load(e, ck->load, &start))) {
+            tr_engine_free(e);
+            return rc;
+        }
+        if (lead && !opts->quiet) {
+            if (start)
+                printf("trident: resumed from %s/iter_%07d (iteration %d) in %.2f s\n", ck->load, start,
+                       start, tr_now() - t_load);
+            else
+                printf("trident: no checkpoint in %s (no latest_checkpointed_iteration.txt): "
+                       "starting from iteration 0\n", ck->load);
+        }
+    }
+    /* the last iteration this process runs: train_iters, or the next exit_interval */
+    int last = t->train_iters;
+    if (t->exit_interval > 0 && (start / t->exit_interval + 1) * (long long)t->exit_interval < last)
+        last = (start / t->exit_interval + 1) * t->exit_interval;
     FILE *metrics = NULL;
     if (opts->run_dir && lead) {
         rc = make_dirs(opts->run_dir);
@@ -386,7 +441,7 @@ int tr_train_run(const tr_config *cfg, const tr_train_options *opts)
             rc = tr_config_write(cfg, cf);
             fclose(cf);
         }
-        if (!rc && !(metrics = open_in(opts->run_dir, "metrics.jsonl", "w")))
+        if (!rc && !(metrics = open_metrics(opts->run_dir, start)))
             rc = TR_ERR_IO;
     }
     /* every rank learns whether rank 0 could set up the run directory */
@@ -399,7 +454,6 @@ int tr_train_run(const tr_config *cfg, const tr_train_options *opts)
         tr_engine_free(e);
         return rc;
     }
-    const tr_training_config *t = &cfg->training;
     tr_gpt *model = tr_engine_model(e);
     /* whole-model parameter count: every stage's, shards counted once */
     double n_local = 0;
@@ -429,9 +483,10 @@ int tr_train_run(const tr_config *cfg, const tr_train_options *opts)
         rc = tr_fail(TR_ERR_NOMEM, "out of memory");
     tr_comm_counters before[N_GROUPS], after[N_GROUPS];
     double mine[N_STATS] = {0};
-    for (int it = 1; it <= t->train_iters && !rc; it++) {
+    int ran = 0; /* iterations run by this process */
+    for (int it = start + 1; it <= last && !rc; it++) {
         tr_step_stats s = {0};
-        if (it == t->train_iters)
+        if (it == last)
             snapshot_counters(e, before);
         double start = tr_now();
         rc = tr_engine_forward_backward(e, it, &s.loss);
@@ -443,22 +498,22 @@ int tr_train_run(const tr_config *cfg, const tr_train_options *opts)
             break;
         double secs = tr_now() - start;
         train_time += secs;
-        if (it == t->train_iters) {
+        if (it == last) {
             snapshot_counters(e, after);
             count_iteration(before, after, mine);
         }
-        if (it > 1) { /* the first iteration warms up */
+        if (it > start + 1) { /* the first iteration warms up */
             tr_dp_timing tm;
             tr_dp_get_timing(e->dp, &tm);
             dp_exposed += tm.exposed_s;
         }
         /* the bubble of every iteration (the trace keeps the last one's spans only) */
-        if (e->tracing && (rc = measured_bubble(e, &bubbles[it - 1])) != TR_OK)
+        if (e->tracing && (rc = measured_bubble(e, &bubbles[ran])) != TR_OK)
             break;
         s.ms_per_iter = secs * 1e3;
         s.tokens_per_s = tokens_per_iter / secs;
         s.gflops = flops_per_iter / secs / 1e9 / e->world.size;
-        iter_ms[it - 1] = s.ms_per_iter;
+        iter_ms[ran++] = s.ms_per_iter;
         final_loss = s.loss;
         if (cfg->logging.peak_gflops > 0)
             s.mfu = s.gflops / cfg->logging.peak_gflops;
@@ -478,7 +533,7 @@ int tr_train_run(const tr_config *cfg, const tr_train_options *opts)
         if (!opts->quiet && lead &&
             (it % log_interval == 0 || it == 1 || it == t->train_iters || s.evaluated)) {
             char eta[32];
-            format_duration(eta, sizeof eta, train_time / it * (t->train_iters - it));
+            format_duration(eta, sizeof eta, train_time / (it - start) * (last - it));
             printf("iter %5d/%d (%3d%%) | loss %.4f | lr %.3e | grad_norm %.3f | %.1f ms | %.0f tok/s | "
                    "%.1f GFLOP/s/rank | eta %s",
                    it, t->train_iters, 100 * it / t->train_iters, s.loss, s.lr, s.grad_norm,
@@ -492,11 +547,23 @@ int tr_train_run(const tr_config *cfg, const tr_train_options *opts)
             printf("\n");
             fflush(stdout);
         }
+        int exiting = it == last && last < t->train_iters;
+        if (*ck->save && (it == last || (ck->save_interval > 0 && it % ck->save_interval == 0))) {
+            double t_save = tr_now();
+            if ((rc = tr_checkpoint_save(e, ck->save, it)))
+                break;
+            if (lead && !opts->quiet) {
+                printf("trident: saved checkpoint %s/iter_%07d in %.2f s\n", ck->save, it, tr_now() - t_save);
+                fflush(stdout);
+            }
+        }
+        if (exiting && lead && !opts->quiet)
+            printf("trident: exiting after iteration %d (training.exit_interval %d)\n", it, t->exit_interval);
     }
     double bubble = -1;
     if (!rc && e->tracing && opts->run_dir) {
         /* median over the iterations after the first (which warms up), like ms/iter */
-        int n = t->train_iters;
+        int n = ran;
         bubble = median_of(n > 1 ? bubbles + 1 : bubbles, n > 1 ? n - 1 : n);
         if (bubble < 0)
             rc = tr_fail(TR_ERR_NOMEM, "out of memory");
@@ -522,7 +589,7 @@ int tr_train_run(const tr_config *cfg, const tr_train_options *opts)
         rc = stats ? tr_comm_allgather(e->world.world, mine, stats, n, TR_COMM_F64)
                    : tr_fail(TR_ERR_NOMEM, "out of memory");
         if (!rc && lead)
-            rc = write_summary(e, opts->run_dir, iter_ms, t->train_iters, tokens_per_iter, final_loss,
+            rc = write_summary(e, opts->run_dir, iter_ms, ran, tokens_per_iter, final_loss,
                                bubble, stats, dp_exposed);
         free(stats);
     }
@@ -531,7 +598,7 @@ int tr_train_run(const tr_config *cfg, const tr_train_options *opts)
     if (!rc && !opts->quiet && lead) {
         char total[32];
         format_duration(total, sizeof total, tr_now() - train_start);
-        printf("trident: trained %d iterations in %s\n", t->train_iters, total);
+        printf("trident: trained %d iterations in %s\n", ran, total);
         if (e->world.size > 1)
             printf("trident: the last iteration on rank 0: collectives tp %.0f, dp %.0f, pp %.0f, "
                    "embedding %.0f, model-parallel %.0f, world %.0f; pipeline sends + receives "

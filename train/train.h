@@ -18,7 +18,14 @@
  *    RUN_DIR/config.yaml; at the end RUN_DIR/summary.json (layout, median ms/iter, tokens/s,
  *    final loss, peak memory and peak stored activations of every rank, each rank's
  *    collectives per group and pipeline sends in the last iteration, measured pipeline
- *    bubble when traced: the median over iterations after the first). */
+ *    bubble when traced: the median over iterations after the first).
+ *  - Checkpoints (checkpoint.c; section `checkpoint`: save, load, save_interval) do not depend
+ *    on the layout: one file per whole tensor (parameter, exp_avg, exp_avg_sq), a manifest
+ *    with a checksum of each array, written into DIR/iter_NNNNNNN.tmp and renamed into place
+ *    before DIR/latest_checkpointed_iteration.txt moves to it. Loading verifies every file
+ *    first. A run saved at iteration k and resumed, in any (DP, TP, PP) layout, continues as
+ *    the uninterrupted run (bit-identical losses in the same layout); the data position, LR
+ *    and Adam step follow from k. Both calls are collective over the world. */
 #ifndef TR_TRAIN_H
 #define TR_TRAIN_H
 
@@ -64,6 +71,12 @@ int tr_engine_forward_backward(tr_engine *e, int iteration, double *loss_out);
 int tr_engine_optimizer_step(tr_engine *e, int iteration, tr_step_stats *stats);
 /* Mean validation loss over eval_iters global batches (forward only). */
 int tr_engine_evaluate(tr_engine *e, double *val_loss);
+
+/* Save this rank's part of the model and optimizer state as the checkpoint of `iteration`. */
+int tr_checkpoint_save(tr_engine *e, const char *dir, int iteration);
+/* Load DIR's latest checkpoint; *iteration = its iteration, or 0 when DIR holds none. A
+ * corrupt, truncated or foreign checkpoint is TR_ERR_INVALID naming the file. */
+int tr_checkpoint_load(tr_engine *e, const char *dir, int *iteration);
 
 double tr_lr_at(const tr_training_config *t, int iteration);
 

@@ -2,7 +2,7 @@
  *
  * Contract:
  *  - tr_config_load() reads a YAML file with sections model, parallel, training, data,
- *    logging, cluster (later: checkpoint, grid), applies `--set section.key=value` overrides
+ *    logging, checkpoint, cluster (grid specs: tr_grid_load), applies `--set section.key=value` overrides
  *    (each value parsed as YAML, so lists work), fills defaults, and validates.
  *  - Any bad input — unknown key, wrong type, out-of-range value, missing required key,
  *    inconsistent values, malformed YAML, binary garbage — returns TR_ERR_CONFIG with a
@@ -67,6 +67,7 @@ typedef struct {
     char *recompute;       /* "none" (default) | "selective" | "full" */
     char *precision;       /* "fp32" (default) | "bf16" (needs device cuda) */
     char *device;          /* "cpu" (default) | "cuda": the kernel backend */
+    int exit_interval;     /* default 0 = never; else stop after iteration N (checkpoint first) */
 } tr_training_config;
 
 typedef struct {
@@ -81,6 +82,13 @@ typedef struct {
     char *level;      /* "info" (default) | "debug" | "warning" | "error" */
     double peak_gflops; /* per rank, for MFU; default 0 = not reported */
 } tr_logging_config;
+
+/* Checkpoints (train/checkpoint.c; Megatron's --save, --load, --save-interval). */
+typedef struct {
+    char *save;        /* directory to save into; "" (default) = no checkpoints */
+    char *load;        /* directory to resume from (its latest checkpoint); "" = none */
+    int save_interval; /* default 0 = only at the end (and at exit_interval); else every N */
+} tr_checkpoint_config;
 
 /* The machine a run is planned for (plan/, `trident plan`). Optional: a preset fills every
  * field; a key set to a non-zero value replaces the preset's (0 = the preset's value). */
@@ -112,6 +120,7 @@ typedef struct {
     tr_training_config training;
     tr_data_config data;
     tr_logging_config logging;
+    tr_checkpoint_config checkpoint;
     tr_cluster_config cluster;
     tr_config_mark *marks;
     int n_marks;

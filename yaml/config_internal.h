@@ -81,6 +81,7 @@ typedef struct {
     const char *const *choices; /* NULL-terminated, for enum strings */
     /* Extra check on a string value: returns NULL if fine, else what is allowed. */
     const char *(*check_string)(const char *value);
+    int allow_empty; /* strings: "" is a value (an unset path), not an error */
 } tr_key_spec;
 
 extern const tr_key_spec tr_config_keys[];

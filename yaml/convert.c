@@ -294,7 +294,7 @@ static int parse_string(const field_ctx *f, const tr_ynode *node, char **out)
         if (memchr(node->text, '\0', node->len))
             return fail_node(f, node, "found %s, which holds a NUL byte; allowed: text without NUL",
                              tr_ydescribe(node, q, sizeof q));
-        if (node->len == 0)
+        if (node->len == 0 && !s->allow_empty)
             return fail_node(f, node, "found an empty string; allowed: a non-empty string");
         if (node->len > TR_YAML_MAX_STRING)
             return fail_node(f, node, "found a string of %zu bytes; allowed: at most %d bytes",

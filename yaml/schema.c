@@ -28,7 +28,7 @@
      .def = dflt, .check_string = check}
 
 const char *const tr_config_sections[] = {"model", "parallel", "training", "data", "logging",
-                                          "cluster", NULL};
+                                          "checkpoint", "cluster", NULL};
 
 static const char *const schedules[] = {"1f1b", "gpipe", "interleaved", NULL};
 static const char *const orders[] = {"tp-dp-pp", "tp-pp-dp", NULL};
@@ -94,6 +94,7 @@ const tr_key_spec tr_config_keys[] = {
     ENUM("training", "recompute", training.recompute, "none", recompute_modes),
     ENUM("training", "precision", training.precision, "fp32", precisions),
     ENUM("training", "device", training.device, "cpu", devices),
+    INT("training", "exit_interval", training.exit_interval, 0, "0", 0, INT_MAX),
 
     STR("data", "data_path", data.data_path, 1, NULL, NULL),
     ENUM("data", "data_format", data.data_format, "auto", data_formats),
@@ -103,6 +104,13 @@ const tr_key_spec tr_config_keys[] = {
     BOOL("logging", "trace", logging.trace, "false"),
     ENUM("logging", "level", logging.level, "info", log_levels),
     DBL("logging", "peak_gflops", logging.peak_gflops, 0, "0", 0, 0, INF, 0),
+
+    /* directories; "" = none */
+    {.section = "checkpoint", .key = "save", .type = TR_KEY_STRING, .offset = F(checkpoint.save),
+     .def = "", .allow_empty = 1},
+    {.section = "checkpoint", .key = "load", .type = TR_KEY_STRING, .offset = F(checkpoint.load),
+     .def = "", .allow_empty = 1},
+    INT("checkpoint", "save_interval", checkpoint.save_interval, 0, "0", 0, INT_MAX),
 
     /* cluster: 0 = the preset's value (plan/cluster.c) */
     ENUM("cluster", "preset", cluster.preset, "none", cluster_presets),
