@@ -65,7 +65,9 @@ if quick:
     LAYOUTS = {"tp2": (2, 2, 1, ["parallel.sequence_parallel=true"])}
 else:
     LAYOUTS = {"d2t2p2": (8, 2, 2, ["parallel.use_distributed_optimizer=true", "parallel.sequence_parallel=true"]),
-               "d2t1p4": (8, 1, 4, ["parallel.use_distributed_optimizer=true"])}
+               "d2t1p4": (8, 1, 4, ["parallel.use_distributed_optimizer=true"]),
+               "p2-interleaved": (2, 1, 2, ["parallel.pipeline_schedule=interleaved",
+                                            "parallel.virtual_pipeline_model_parallel_size=2"])}
 
 
 def run(run_dir, world=1, tp=1, pp=1, sets=(), timeout=300):
