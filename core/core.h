@@ -7,6 +7,7 @@
  *  - tr_philox4x32_10() is the counter-based RNG behind layout-free initialisation: the value
  *    of parameter element i of tensor "name" is tr_init_normal(seed, name, i), independent of
  *    how the tensor is sharded.
+ *  - tr_make_dirs() is mkdir -p.
  *  - Usable from every other folder; depends on nothing of trident's. */
 #ifndef TR_CORE_H
 #define TR_CORE_H
@@ -46,6 +47,8 @@ void tr_log(tr_log_level level, const char *fmt, ...) __attribute__((format(prin
 /* Memory: 64-byte aligned, zero-filled; returns NULL and sets the error on failure. */
 void *tr_alloc(size_t bytes, const char *what);
 void tr_free(void *p);
+/* mkdir -p: create `path` and its missing parents (TR_ERR_IO naming the one that failed). */
+int tr_make_dirs(const char *path);
 /* Checked size arithmetic: return TR_ERR_INVALID on overflow. */
 int tr_mul_size(size_t a, size_t b, size_t *out);
 

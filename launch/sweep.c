@@ -15,22 +15,6 @@
 #include "core/core.h"
 #include "plan/plan.h"
 
-static int make_dir(const char *path)
-{
-    char buf[4096];
-    snprintf(buf, sizeof buf, "%s", path);
-    for (char *p = buf + 1; *p; p++)
-        if (*p == '/') {
-            *p = '\0';
-            if (mkdir(buf, 0755) && errno != EEXIST)
-                return tr_fail(TR_ERR_IO, "cannot create %s: %s", buf, strerror(errno));
-            *p = '/';
-        }
-    if (mkdir(buf, 0755) && errno != EEXIST)
-        return tr_fail(TR_ERR_IO, "cannot create %s: %s", buf, strerror(errno));
-    return TR_OK;
-}
-
 /* Why a loaded config cannot run on `world` ranks, or NULL. */
 static const char *layout_problem(const tr_config *c, int world, char *buf, size_t n)
 {
@@ -353,7 +337,7 @@ int tr_sweep_run(const tr_sweep_options *o, tr_sweep_point **points_out, size_t 
     double *rank_peaks = (double *)(pts + n);
     for (size_t i = 0; i < n; i++)
         pts[i].peak_rss_mb_per_rank = rank_peaks + i * world;
-    if (!o->dry_run && (rc = make_dir(o->out_dir))) {
+    if (!o->dry_run && (rc = tr_make_dirs(o->out_dir))) {
         free(pts);
         tr_grid_free(&g);
         return rc;
@@ -391,7 +375,7 @@ int tr_sweep_run(const tr_sweep_options *o, tr_sweep_point **points_out, size_t 
                 snprintf(dir, sizeof dir, "%s/point-%03zu", o->out_dir, i);
                 snprintf(path, sizeof path, "%s/point.yaml", dir);
                 FILE *f = NULL;
-                if (make_dir(dir) || !(f = fopen(path, "w")) || tr_config_write(&cfg, f)) {
+                if (tr_make_dirs(dir) || !(f = fopen(path, "w")) || tr_config_write(&cfg, f)) {
                     pt->status = TR_POINT_FAILED;
                     snprintf(pt->reason, sizeof pt->reason, "cannot write %.400s", path);
                 }

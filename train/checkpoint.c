@@ -103,24 +103,6 @@ static int join(char *buf, size_t cap, const char *dir, const char *name)
     return TR_OK;
 }
 
-static int make_dir(const char *path)
-{
-    char buf[4096];
-    if (snprintf(buf, sizeof buf, "%s", path) >= (int)sizeof buf)
-        return tr_fail(TR_ERR_IO, "checkpoint path too long: %s", path);
-    for (char *p = buf + 1;; p++) {
-        if (*p && *p != '/')
-            continue;
-        char saved = *p;
-        *p = '\0';
-        if (mkdir(buf, 0755) && errno != EEXIST)
-            return tr_fail(TR_ERR_IO, "cannot create %s: %s", buf, strerror(errno));
-        if (!saved)
-            return TR_OK;
-        *p = saved;
-    }
-}
-
 static int unlink_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
 {
     (void)sb, (void)flag, (void)ftw;
@@ -487,7 +469,7 @@ int tr_checkpoint_save(tr_engine *e, const char *dir, int iteration)
     snprintf(old_dir, sizeof old_dir, "%s.old", final_dir);
     int lead = e->world.rank == 0;
     if (!rc && lead) { /* a fresh temporary directory (a crashed save may have left one) */
-        rc = make_dir(dir);
+        rc = tr_make_dirs(dir);
         if (!rc)
             rc = remove_tree(tmp_dir);
         if (!rc && mkdir(tmp_dir, 0755))

@@ -12,25 +12,6 @@
 #include "core/core.h"
 #include "train/engine_internal.h"
 
-/* mkdir -p */
-static int make_dirs(const char *path)
-{
-    char buf[4096];
-    if (snprintf(buf, sizeof buf, "%s", path) >= (int)sizeof buf)
-        return tr_fail(TR_ERR_IO, "run directory path too long");
-    for (char *p = buf + 1; *p; p++) {
-        if (*p != '/')
-            continue;
-        *p = '\0';
-        if (mkdir(buf, 0755) && errno != EEXIST)
-            return tr_fail(TR_ERR_IO, "cannot create %s: %s", buf, strerror(errno));
-        *p = '/';
-    }
-    if (mkdir(buf, 0755) && errno != EEXIST)
-        return tr_fail(TR_ERR_IO, "cannot create %s: %s", buf, strerror(errno));
-    return TR_OK;
-}
-
 static FILE *open_in(const char *dir, const char *name, const char *mode)
 {
     char path[4200];
@@ -230,7 +211,7 @@ static int write_summary(tr_engine *e, const char *dir, const double *ms, int n,
 /* This rank's gradients with what is needed to reassemble whole tensors from shards. */
 static int dump_gradients(tr_engine *e, const char *dir)
 {
-    int rc = make_dirs(dir);
+    int rc = tr_make_dirs(dir);
     if (rc)
         return rc;
     char name[64];
@@ -433,7 +414,7 @@ int tr_train_run(const tr_config *cfg, const tr_train_options *opts)
         last = (start / t->exit_interval + 1) * t->exit_interval;
     FILE *metrics = NULL;
     if (opts->run_dir && lead) {
-        rc = make_dirs(opts->run_dir);
+        rc = tr_make_dirs(opts->run_dir);
         FILE *cf = rc ? NULL : open_in(opts->run_dir, "config.yaml", "w");
         if (!cf)
             rc = rc ? rc : TR_ERR_IO;
