@@ -15,7 +15,7 @@
  * hash of (position, bits); rank 0 adds the partial sums into the manifest, renames the
  * directory into place and then replaces the tracker. Loading: the tensors of the manifest
  * are verified (size and checksums, each by one rank), then each rank reads its pieces. */
-#include "train/engine_internal.h"
+#include "train/checkpoint_internal.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -29,11 +29,7 @@
 
 #include "core/core.h"
 
-#define CKPT_FORMAT "trident-checkpoint 1"
-#define TRACKER "latest_checkpointed_iteration.txt"
-#define N_ARRAYS 3 /* parameter, exp_avg, exp_avg_sq */
-
-static const char *const array_names[N_ARRAYS] = {"parameter", "exp_avg", "exp_avg_sq"};
+const char *const tr_ckpt_array_names[N_ARRAYS] = {"parameter", "exp_avg", "exp_avg_sq"};
 
 /* ------------------------------------------------------------------ checksums */
 
@@ -48,7 +44,7 @@ static uint64_t mix64(uint64_t x)
 
 /* Sum (mod 2^64) over elements of hash(position, bits): order-free, so the ranks that write
  * pieces of one array can each sum theirs and the sums add up to the whole array's. */
-static uint64_t checksum(const float *v, uint64_t first, size_t n)
+uint64_t tr_ckpt_checksum(const float *v, uint64_t first, size_t n)
 {
     uint64_t s = 0;
     for (size_t i = 0; i < n; i++) {
@@ -62,19 +58,18 @@ static uint64_t checksum(const float *v, uint64_t first, size_t n)
 /* ------------------------------------------------------------------ tensor geometry */
 
 /* Rows of the tensor kept in a checkpoint: the real vocabulary for the word embedding. */
-static size_t saved_rows(const tr_engine *e, const tr_param_tensor *t)
+size_t tr_ckpt_saved_rows(const tr_engine *e, const tr_param_tensor *t)
 {
     int V = tr_gpt_get_shape(e->chunks[0].model)->V;
     return t->word_embedding && t->full_rows > V ? (size_t)V : (size_t)t->full_rows;
 }
 
-typedef int (*segment_fn)(void *ctx, size_t local, uint64_t file_elem, size_t count);
 
 /* Splits the local elements [a, b) of tensor t (this TP rank's shard) into runs that are
  * contiguous in the saved whole tensor, and calls fn with each run's local index, position in
  * the saved array and length. Rows past the saved ones (vocabulary padding) are skipped. */
-static int for_each_segment(const tr_param_tensor *t, int tp_rank, size_t rows_saved, size_t a,
-                            size_t b, segment_fn fn, void *ctx)
+int tr_ckpt_for_each_segment(const tr_param_tensor *t, int tp_rank, size_t rows_saved, size_t a,
+                            size_t b, tr_ckpt_segment_fn fn, void *ctx)
 {
     size_t cols = (size_t)t->cols, full_cols = (size_t)t->full_cols;
     while (a < b) {
@@ -96,7 +91,7 @@ static int for_each_segment(const tr_param_tensor *t, int tp_rank, size_t rows_s
 
 /* ------------------------------------------------------------------ files */
 
-static int join(char *buf, size_t cap, const char *dir, const char *name)
+int tr_ckpt_join(char *buf, size_t cap, const char *dir, const char *name)
 {
     if (snprintf(buf, cap, "%s/%s", dir, name) >= (int)cap)
         return tr_fail(TR_ERR_IO, "checkpoint path too long: %s/%s", dir, name);
@@ -135,7 +130,7 @@ static int sync_path(const char *path)
 static int write_file_atomic(const char *dir, const char *name, const char *text)
 {
     char path[4200], tmp[4300];
-    int rc = join(path, sizeof path, dir, name);
+    int rc = tr_ckpt_join(path, sizeof path, dir, name);
     if (rc)
         return rc;
     snprintf(tmp, sizeof tmp, "%s.tmp", path);
@@ -165,7 +160,7 @@ static int full_pwrite(int fd, const void *buf, size_t bytes, uint64_t off)
 }
 
 /* 0, or -1 with errno (0 at end of file: a short file) */
-static int full_pread(int fd, void *buf, size_t bytes, uint64_t off)
+int tr_ckpt_pread(int fd, void *buf, size_t bytes, uint64_t off)
 {
     char *p = buf;
     while (bytes) {
@@ -183,7 +178,7 @@ static int full_pread(int fd, void *buf, size_t bytes, uint64_t off)
 }
 
 /* Every rank learns whether any rank failed; the ranks that did not fail say so. */
-static int agree(tr_engine *e, int rc, const char *what)
+int tr_ckpt_agree(tr_engine *e, int rc, const char *what)
 {
     double bad = rc ? 1.0 : 0.0;
     int crc = tr_comm_allreduce(e->world.world, &bad, &bad, 1, TR_COMM_F64, TR_COMM_MAX);
@@ -213,16 +208,12 @@ static int write_segment(void *ctx, size_t local, uint64_t elem, size_t count)
     const float *v = w->src + local;
     if (full_pwrite(w->fd, v, count * sizeof(float), ((uint64_t)w->array * w->numel + elem) * sizeof(float)))
         return tr_fail(TR_ERR_IO, "cannot write %s: %s", w->path, strerror(errno));
-    w->sum += checksum(v, elem, count);
+    w->sum += tr_ckpt_checksum(v, elem, count);
     return TR_OK;
 }
 
-/* fn(ctx, local, count, shard_at) for each piece of tensor [offset, offset + numel) of the
- * flat buffers in this rank's optimizer shard (all of it without ZeRO-1): its first local
- * element, its length, and where it sits in the compact Adam moments. */
-typedef int (*piece_fn)(void *ctx, size_t local, size_t count, size_t shard_at);
 
-static int for_each_moment_piece(const tr_engine *e, size_t offset, size_t numel, piece_fn fn,
+int tr_ckpt_for_each_moment_piece(const tr_engine *e, size_t offset, size_t numel, tr_ckpt_piece_fn fn,
                                  void *ctx)
 {
     size_t n_ranges = 0;
@@ -251,7 +242,7 @@ static int write_moment_piece(void *ctx, size_t local, size_t count, size_t shar
 {
     moment_write_ctx *m = ctx;
     m->w->src = m->moment + shard_at - local; /* so that src + local is the piece */
-    return for_each_segment(m->t, m->tp_rank, m->rows_saved, local, local + count, write_segment,
+    return tr_ckpt_for_each_segment(m->t, m->tp_rank, m->rows_saved, local, local + count, write_segment,
                             m->w);
 }
 
@@ -270,10 +261,10 @@ static int write_tensor(tr_engine *e, const char *tmp_dir, const tr_param_tensor
                         FILE *sums)
 {
     char path[4200];
-    int rc = join(path, sizeof path, tmp_dir, t->name);
+    int rc = tr_ckpt_join(path, sizeof path, tmp_dir, t->name);
     if (rc)
         return rc;
-    size_t rows_saved = saved_rows(e, t);
+    size_t rows_saved = tr_ckpt_saved_rows(e, t);
     write_ctx w = {.path = path, .numel = (uint64_t)rows_saved * (uint64_t)t->full_cols};
     w.fd = open(path, O_WRONLY | O_CREAT, 0644);
     if (w.fd < 0)
@@ -287,7 +278,7 @@ static int write_tensor(tr_engine *e, const char *tmp_dir, const tr_param_tensor
     if (!rc && e->dp_rank == 0) { /* the parameters are the same on every DP rank */
         w.array = 0;
         w.src = params + tensor_offset;
-        rc = for_each_segment(t, tp_rank, rows_saved, 0, t->numel, write_segment, &w);
+        rc = tr_ckpt_for_each_segment(t, tp_rank, rows_saved, 0, t->numel, write_segment, &w);
         sums_of[0] = w.sum;
         wrote[0] = 1;
     }
@@ -297,7 +288,7 @@ static int write_tensor(tr_engine *e, const char *tmp_dir, const tr_param_tensor
                                .moment = moments[m], .w = &w};
         w.array = 1 + m;
         w.sum = 0;
-        rc = for_each_moment_piece(e, tensor_offset, t->numel, write_moment_piece, &mc);
+        rc = tr_ckpt_for_each_moment_piece(e, tensor_offset, t->numel, write_moment_piece, &mc);
         sums_of[1 + m] = w.sum;
         wrote[1 + m] = 1;
     }
@@ -312,48 +303,29 @@ static int write_tensor(tr_engine *e, const char *tmp_dir, const tr_param_tensor
     return rc;
 }
 
-/* One line of a rank's checksum file, and then of the manifest. */
-typedef struct {
-    char name[48];
-    size_t rows;
-    int cols;
-    uint64_t sum[N_ARRAYS];
-    int have[N_ARRAYS];
-} tensor_record;
 
-static int cmp_record(const void *a, const void *b)
+int tr_ckpt_cmp_record(const void *a, const void *b)
 {
-    return strcmp(((const tensor_record *)a)->name, ((const tensor_record *)b)->name);
-}
-
-static int valid_name(const char *s)
-{
-    if (!*s || !strcmp(s, ".") || !strcmp(s, ".."))
-        return 0;
-    for (; *s; s++)
-        if (!((*s >= 'a' && *s <= 'z') || (*s >= 'A' && *s <= 'Z') || (*s >= '0' && *s <= '9') ||
-              *s == '.' || *s == '_' || *s == '-'))
-            return 0;
-    return 1;
+    return strcmp(((const tr_ckpt_record *)a)->name, ((const tr_ckpt_record *)b)->name);
 }
 
 /* Rank 0: add up the ranks' partial checksums (sums.rankR.txt) into the manifest. */
 static int write_manifest(tr_engine *e, const char *tmp_dir, int iteration)
 {
-    tensor_record *recs = NULL;
+    tr_ckpt_record *recs = NULL;
     size_t n = 0, cap = 0;
     int rc = TR_OK;
     for (int r = 0; r < e->world.size && !rc; r++) {
         char name[64], path[4200];
         snprintf(name, sizeof name, "sums.rank%d.txt", r);
-        if ((rc = join(path, sizeof path, tmp_dir, name)))
+        if ((rc = tr_ckpt_join(path, sizeof path, tmp_dir, name)))
             break;
         FILE *f = fopen(path, "r");
         if (!f) {
             rc = tr_fail(TR_ERR_IO, "cannot read %s: %s", path, strerror(errno));
             break;
         }
-        tensor_record t = {0};
+        tr_ckpt_record t = {0};
         int array;
         uint64_t sum;
         while (!rc && fscanf(f, "%47s %zu %d %d %" SCNx64, t.name, &t.rows, &t.cols, &array, &sum) == 5) {
@@ -363,7 +335,7 @@ static int write_manifest(tr_engine *e, const char *tmp_dir, int iteration)
             }
             if (n == cap) {
                 cap = cap ? 2 * cap : 256;
-                tensor_record *grown = realloc(recs, cap * sizeof *recs);
+                tr_ckpt_record *grown = realloc(recs, cap * sizeof *recs);
                 if (!grown) {
                     rc = tr_fail(TR_ERR_NOMEM, "out of memory merging checkpoint checksums");
                     break;
@@ -379,12 +351,12 @@ static int write_manifest(tr_engine *e, const char *tmp_dir, int iteration)
         remove(path);
     }
     if (!rc)
-        qsort(recs, n, sizeof *recs, cmp_record);
+        qsort(recs, n, sizeof *recs, tr_ckpt_cmp_record);
     /* merge the records of one tensor: its arrays' partial sums add up */
     size_t m = 0;
     for (size_t i = 0; i < n && !rc; i++) {
         if (m > 0 && !strcmp(recs[m - 1].name, recs[i].name)) {
-            tensor_record *d = &recs[m - 1];
+            tr_ckpt_record *d = &recs[m - 1];
             if (d->rows != recs[i].rows || d->cols != recs[i].cols)
                 rc = tr_fail(TR_ERR_INTERNAL, "checkpoint: ranks disagree on the shape of %s", d->name);
             for (int a = 0; a < N_ARRAYS; a++) {
@@ -398,11 +370,11 @@ static int write_manifest(tr_engine *e, const char *tmp_dir, int iteration)
     for (size_t i = 0; i < m && !rc; i++)
         for (int a = 0; a < N_ARRAYS; a++)
             if (!recs[i].have[a])
-                rc = tr_fail(TR_ERR_INTERNAL, "checkpoint: no rank wrote the %s of %s", array_names[a],
+                rc = tr_fail(TR_ERR_INTERNAL, "checkpoint: no rank wrote the %s of %s", tr_ckpt_array_names[a],
                              recs[i].name);
     char path[4200];
     FILE *f = NULL;
-    if (!rc && !(rc = join(path, sizeof path, tmp_dir, "manifest.txt")) && !(f = fopen(path, "w")))
+    if (!rc && !(rc = tr_ckpt_join(path, sizeof path, tmp_dir, "manifest.txt")) && !(f = fopen(path, "w")))
         rc = tr_fail(TR_ERR_IO, "cannot write %s: %s", path, strerror(errno));
     if (!rc) {
         const tr_model_config *mc = &e->cfg->model;
@@ -434,7 +406,7 @@ static int write_rank_pieces(tr_engine *e, const char *tmp_dir)
     float *v = tr_alloc(shard * sizeof(float) + 1, "checkpoint staging");
     char name[64], path[4200];
     snprintf(name, sizeof name, "sums.rank%d.txt", e->world.rank);
-    int rc = join(path, sizeof path, tmp_dir, name);
+    int rc = tr_ckpt_join(path, sizeof path, tmp_dir, name);
     FILE *sums = NULL;
     if (!params || !m || !v)
         rc = rc ? rc : TR_ERR_NOMEM;
@@ -464,7 +436,7 @@ int tr_checkpoint_save(tr_engine *e, const char *dir, int iteration)
 {
     char final_dir[4200], tmp_dir[4300], old_dir[4300], leaf[32];
     snprintf(leaf, sizeof leaf, "iter_%07d", iteration);
-    int rc = join(final_dir, sizeof final_dir, dir, leaf);
+    int rc = tr_ckpt_join(final_dir, sizeof final_dir, dir, leaf);
     snprintf(tmp_dir, sizeof tmp_dir, "%s.tmp", final_dir);
     snprintf(old_dir, sizeof old_dir, "%s.old", final_dir);
     int lead = e->world.rank == 0;
@@ -475,10 +447,10 @@ int tr_checkpoint_save(tr_engine *e, const char *dir, int iteration)
         if (!rc && mkdir(tmp_dir, 0755))
             rc = tr_fail(TR_ERR_IO, "cannot create %s: %s", tmp_dir, strerror(errno));
     }
-    if ((rc = agree(e, rc, "saving the checkpoint")))
+    if ((rc = tr_ckpt_agree(e, rc, "saving the checkpoint")))
         return rc;
     rc = write_rank_pieces(e, tmp_dir);
-    if ((rc = agree(e, rc, "saving the checkpoint")))
+    if ((rc = tr_ckpt_agree(e, rc, "saving the checkpoint")))
         return rc;
     if (lead) {
         rc = write_manifest(e, tmp_dir, iteration);
@@ -500,292 +472,5 @@ int tr_checkpoint_save(tr_engine *e, const char *dir, int iteration)
         if (!rc)
             rc = remove_tree(old_dir);
     }
-    return agree(e, rc, "saving the checkpoint");
-}
-
-/* ------------------------------------------------------------------ loading */
-
-typedef struct {
-    int iteration;
-    tensor_record *tensors; /* sorted by name */
-    size_t n;
-} manifest;
-
-static int manifest_error(const char *path, int line, const char *what)
-{
-    return tr_fail(TR_ERR_INVALID, "%s:%d: %s (a corrupt or foreign checkpoint manifest)", path, line, what);
-}
-
-/* The tracker's iteration: 0 when DIR has no checkpoint. */
-static int read_tracker(const char *dir, int *iteration)
-{
-    char path[4200], buf[64];
-    int rc = join(path, sizeof path, dir, TRACKER);
-    if (rc)
-        return rc;
-    *iteration = 0;
-    FILE *f = fopen(path, "r");
-    if (!f)
-        return errno == ENOENT ? TR_OK : tr_fail(TR_ERR_IO, "cannot read %s: %s", path, strerror(errno));
-    size_t n = fread(buf, 1, sizeof buf - 1, f);
-    fclose(f);
-    buf[n] = '\0';
-    char *end;
-    long it = strtol(buf, &end, 10);
-    while (*end == '\n' || *end == '\r' || *end == ' ')
-        end++;
-    if (end == buf || *end || it < 1 || it > 1000000000)
-        return tr_fail(TR_ERR_INVALID, "%s: expected an iteration number >= 1, found '%.20s'", path, buf);
-    *iteration = (int)it;
-    return TR_OK;
-}
-
-static int read_manifest(const tr_config *cfg, const char *path, int iteration, manifest *out)
-{
-    memset(out, 0, sizeof *out);
-    FILE *f = fopen(path, "r");
-    if (!f)
-        return tr_fail(TR_ERR_INVALID, "cannot read %s: %s (the tracker names a checkpoint that is "
-                       "not there)", path, strerror(errno));
-    struct stat st;
-    if (fstat(fileno(f), &st) || st.st_size > (off_t)128 << 20) {
-        fclose(f);
-        return manifest_error(path, 1, "larger than 128 MiB");
-    }
-    char *line = NULL;
-    size_t cap = 0;
-    ssize_t len;
-    int ln = 0, rc = TR_OK, ended = 0;
-    size_t declared = 0;
-    const tr_model_config *mc = &cfg->model;
-    while (!rc && (len = getline(&line, &cap, f)) >= 0) {
-        ln++;
-        if (len > 512) {
-            rc = manifest_error(path, ln, "line too long");
-            break;
-        }
-        if (memchr(line, '\0', (size_t)len)) {
-            rc = manifest_error(path, ln, "a NUL byte");
-            break;
-        }
-        line[strcspn(line, "\r\n")] = '\0';
-        if (ended) {
-            rc = manifest_error(path, ln, "text after 'end'");
-        } else if (ln == 1) {
-            if (strcmp(line, CKPT_FORMAT))
-                rc = manifest_error(path, ln, "expected '" CKPT_FORMAT "'");
-        } else if (ln == 2) {
-            int it, used = 0;
-            if (sscanf(line, "iteration %d%n", &it, &used) != 1 || line[used])
-                rc = manifest_error(path, ln, "expected 'iteration N'");
-            else if (it != iteration)
-                rc = manifest_error(path, ln, "the iteration differs from the tracker's");
-            out->iteration = it;
-        } else if (ln == 3) {
-            int L, C, NH, V, maxT, used = 0;
-            if (sscanf(line, "model num_layers %d hidden_size %d num_attention_heads %d vocab_size %d "
-                             "max_position_embeddings %d%n", &L, &C, &NH, &V, &maxT, &used) != 5 || line[used])
-                rc = manifest_error(path, ln, "expected the model line");
-            else if (L != mc->num_layers || C != mc->hidden_size || NH != mc->num_attention_heads ||
-                     V != mc->vocab_size || maxT != mc->max_position_embeddings)
-                rc = tr_fail(TR_ERR_INVALID, "%s: the checkpoint is of a different model (num_layers %d, "
-                             "hidden_size %d, num_attention_heads %d, vocab_size %d, "
-                             "max_position_embeddings %d); the config has %d, %d, %d, %d, %d", path, L, C,
-                             NH, V, maxT, mc->num_layers, mc->hidden_size, mc->num_attention_heads,
-                             mc->vocab_size, mc->max_position_embeddings);
-        } else if (ln == 4) {
-            int used = 0;
-            if (sscanf(line, "tensors %zu%n", &declared, &used) != 1 || line[used] || declared > 1000000)
-                rc = manifest_error(path, ln, "expected 'tensors N' (N <= 1000000)");
-            else if (!(out->tensors = calloc(declared ? declared : 1, sizeof *out->tensors)))
-                rc = tr_fail(TR_ERR_NOMEM, "out of memory reading %s", path);
-        } else if (!strcmp(line, "end")) {
-            ended = 1;
-        } else {
-            tensor_record t = {0};
-            int used = 0;
-            if (out->n == declared)
-                rc = manifest_error(path, ln, "more tensors than declared");
-            else if (sscanf(line, "tensor %47s %zu %d %" SCNx64 " %" SCNx64 " %" SCNx64 "%n", t.name, &t.rows,
-                            &t.cols, &t.sum[0], &t.sum[1], &t.sum[2], &used) != 6 || line[used] ||
-                     !valid_name(t.name) || t.rows < 1 || t.cols < 1 || t.rows > (1u << 30))
-                rc = manifest_error(path, ln, "expected 'tensor NAME ROWS COLS SUM SUM SUM'");
-            else if (out->n > 0 && strcmp(out->tensors[out->n - 1].name, t.name) >= 0)
-                rc = manifest_error(path, ln, "tensor names out of order or repeated");
-            else
-                out->tensors[out->n++] = t;
-        }
-    }
-    free(line);
-    fclose(f);
-    if (!rc && ln == 0)
-        rc = manifest_error(path, 1, "an empty file");
-    else if (!rc && (!ended || out->n != declared))
-        rc = manifest_error(path, ln, ended ? "fewer tensors than declared" : "no 'end' line (truncated?)");
-    if (rc) {
-        free(out->tensors);
-        out->tensors = NULL;
-    }
-    return rc;
-}
-
-/* Size and the three checksums of one tensor file against the manifest. */
-static int verify_tensor(const char *ckpt_dir, const tensor_record *t)
-{
-    char path[4200];
-    int rc = join(path, sizeof path, ckpt_dir, t->name);
-    if (rc)
-        return rc;
-    uint64_t numel = (uint64_t)t->rows * (uint64_t)t->cols, want = N_ARRAYS * numel * sizeof(float);
-    int fd = open(path, O_RDONLY);
-    if (fd < 0)
-        return tr_fail(TR_ERR_INVALID, "checkpoint file %s: %s", path, strerror(errno));
-    struct stat st;
-    if (fstat(fd, &st) || (uint64_t)st.st_size != want) {
-        close(fd);
-        return tr_fail(TR_ERR_INVALID, "checkpoint file %s is %lld bytes; the manifest says %" PRIu64
-                       " (%zu x %d x 3 fp32): truncated or replaced", path, (long long)st.st_size, want,
-                       t->rows, t->cols);
-    }
-    enum { CHUNK = 1 << 18 };
-    float *buf = tr_alloc(CHUNK * sizeof(float), "checkpoint verification");
-    if (!buf) {
-        close(fd);
-        return TR_ERR_NOMEM;
-    }
-    for (int a = 0; a < N_ARRAYS && !rc; a++) {
-        uint64_t sum = 0;
-        for (uint64_t i = 0; i < numel && !rc; i += CHUNK) {
-            size_t n = numel - i < CHUNK ? (size_t)(numel - i) : CHUNK;
-            if (full_pread(fd, buf, n * sizeof(float), (a * numel + i) * sizeof(float)))
-                rc = tr_fail(TR_ERR_IO, "cannot read %s: %s", path, errno ? strerror(errno) : "short file");
-            else
-                sum += checksum(buf, i, n);
-        }
-        if (!rc && sum != t->sum[a])
-            rc = tr_fail(TR_ERR_INVALID, "checkpoint file %s: the checksum of its %s is %016" PRIx64
-                         ", the manifest says %016" PRIx64 " (corrupt data)", path, array_names[a], sum,
-                         t->sum[a]);
-    }
-    tr_free(buf);
-    close(fd);
-    return rc;
-}
-
-typedef struct {
-    int fd;
-    const char *path;
-    int array;
-    uint64_t numel;
-    float *dst; /* host: dst + local is where the local element goes */
-} read_ctx;
-
-static int read_segment(void *ctx, size_t local, uint64_t elem, size_t count)
-{
-    read_ctx *r = ctx;
-    if (full_pread(r->fd, r->dst + local, count * sizeof(float),
-                   ((uint64_t)r->array * r->numel + elem) * sizeof(float)))
-        return tr_fail(TR_ERR_IO, "cannot read %s: %s", r->path, errno ? strerror(errno) : "short file");
-    return TR_OK;
-}
-
-typedef struct {
-    const tr_param_tensor *t;
-    int tp_rank;
-    size_t rows_saved;
-    float *moment; /* host, compact shard */
-    read_ctx *r;
-} moment_read_ctx;
-
-static int read_moment_piece(void *ctx, size_t local, size_t count, size_t shard_at)
-{
-    moment_read_ctx *m = ctx;
-    m->r->dst = m->moment + shard_at - local;
-    return for_each_segment(m->t, m->tp_rank, m->rows_saved, local, local + count, read_segment, m->r);
-}
-
-/* This rank's pieces of every tensor it holds (every copy, every replica). */
-static int read_rank_pieces(tr_engine *e, const char *ckpt_dir, const manifest *mf)
-{
-    size_t shard = tr_dp_shard_numel(e->dp);
-    float *params = tr_alloc(e->n_params * sizeof(float), "checkpoint staging");
-    float *m = tr_alloc(shard * sizeof(float) + 1, "checkpoint staging");
-    float *v = tr_alloc(shard * sizeof(float) + 1, "checkpoint staging");
-    int rc = params && m && v ? TR_OK : TR_ERR_NOMEM;
-    if (!rc) /* rows the checkpoint does not hold (vocabulary padding) keep their initial values */
-        e->k->to_host(NULL, params, e->params, e->n_params * sizeof(float));
-    int tp_rank = tr_gpt_get_shape(e->chunks[0].model)->tp_rank;
-    float *const moments[2] = {m, v};
-    for (int c = 0; c < e->v && !rc; c++)
-        for (int i = 0; i < tr_gpt_num_tensors(e->chunks[c].model) && !rc; i++) {
-            const tr_param_tensor *t = tr_gpt_tensor(e->chunks[c].model, i);
-            tensor_record key = {0};
-            snprintf(key.name, sizeof key.name, "%s", t->name);
-            const tensor_record *rec = bsearch(&key, mf->tensors, mf->n, sizeof key, cmp_record);
-            size_t rows_saved = saved_rows(e, t);
-            if (!rec) {
-                rc = tr_fail(TR_ERR_INVALID, "checkpoint %s has no tensor %s", ckpt_dir, t->name);
-                break;
-            }
-            if (rec->rows != rows_saved || rec->cols != t->full_cols) {
-                rc = tr_fail(TR_ERR_INVALID, "checkpoint %s: tensor %s is %zu x %d; this model's is %zu x %d",
-                             ckpt_dir, t->name, rec->rows, rec->cols, rows_saved, t->full_cols);
-                break;
-            }
-            char path[4200];
-            if ((rc = join(path, sizeof path, ckpt_dir, t->name)))
-                break;
-            size_t offset = e->chunks[c].offset + t->offset;
-            read_ctx r = {.path = path, .numel = (uint64_t)rec->rows * (uint64_t)rec->cols,
-                          .dst = params + offset};
-            if ((r.fd = open(path, O_RDONLY)) < 0) {
-                rc = tr_fail(TR_ERR_INVALID, "checkpoint file %s: %s", path, strerror(errno));
-                break;
-            }
-            rc = for_each_segment(t, tp_rank, rows_saved, 0, t->numel, read_segment, &r);
-            for (int k = 0; k < 2 && !rc; k++) {
-                moment_read_ctx mc = {.t = t, .tp_rank = tp_rank, .rows_saved = rows_saved,
-                                      .moment = moments[k], .r = &r};
-                r.array = 1 + k;
-                rc = for_each_moment_piece(e, offset, t->numel, read_moment_piece, &mc);
-            }
-            close(r.fd);
-        }
-    if (!rc) {
-        e->k->to_device(NULL, e->params, params, e->n_params * sizeof(float));
-        e->k->to_device(NULL, e->adam_m, m, shard * sizeof(float));
-        e->k->to_device(NULL, e->adam_v, v, shard * sizeof(float));
-    }
-    tr_free(params);
-    tr_free(m);
-    tr_free(v);
-    return rc;
-}
-
-int tr_checkpoint_load(tr_engine *e, const char *dir, int *iteration)
-{
-    *iteration = 0;
-    int it = 0;
-    int rc = read_tracker(dir, &it);
-    if ((rc = agree(e, rc, "loading the checkpoint")) || it == 0)
-        return rc;
-    char ckpt_dir[4200], leaf[32], path[4300];
-    snprintf(leaf, sizeof leaf, "iter_%07d", it);
-    manifest mf = {0};
-    rc = join(ckpt_dir, sizeof ckpt_dir, dir, leaf);
-    if (!rc)
-        rc = join(path, sizeof path, ckpt_dir, "manifest.txt");
-    if (!rc)
-        rc = read_manifest(e->cfg, path, it, &mf);
-    if ((rc = agree(e, rc, "loading the checkpoint")))
-        return rc;
-    /* every tensor file is checked whole by one rank */
-    for (size_t j = (size_t)e->world.rank; j < mf.n && !rc; j += (size_t)e->world.size)
-        rc = verify_tensor(ckpt_dir, &mf.tensors[j]);
-    if (!(rc = agree(e, rc, "verifying the checkpoint")))
-        rc = agree(e, read_rank_pieces(e, ckpt_dir, &mf), "loading the checkpoint");
-    free(mf.tensors);
-    if (!rc)
-        *iteration = it;
-    return rc;
+    return tr_ckpt_agree(e, rc, "saving the checkpoint");
 }

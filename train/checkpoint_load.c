@@ -1,0 +1,311 @@
+/* Loading a checkpoint (format: checkpoint.c): the tracker, the manifest, every tensor file
+ * verified against its checksums, then this rank's pieces of every tensor it holds. */
+#include "train/checkpoint_internal.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "core/core.h"
+
+static int valid_name(const char *s)
+{
+    if (!*s || !strcmp(s, ".") || !strcmp(s, ".."))
+        return 0;
+    for (; *s; s++)
+        if (!((*s >= 'a' && *s <= 'z') || (*s >= 'A' && *s <= 'Z') || (*s >= '0' && *s <= '9') ||
+              *s == '.' || *s == '_' || *s == '-'))
+            return 0;
+    return 1;
+}
+
+
+typedef struct {
+    int iteration;
+    tr_ckpt_record *tensors; /* sorted by name */
+    size_t n;
+} manifest;
+
+static int manifest_error(const char *path, int line, const char *what)
+{
+    return tr_fail(TR_ERR_INVALID, "%s:%d: %s (a corrupt or foreign checkpoint manifest)", path, line, what);
+}
+
+/* The tracker's iteration: 0 when DIR has no checkpoint. */
+static int read_tracker(const char *dir, int *iteration)
+{
+    char path[4200], buf[64];
+    int rc = tr_ckpt_join(path, sizeof path, dir, TRACKER);
+    if (rc)
+        return rc;
+    *iteration = 0;
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return errno == ENOENT ? TR_OK : tr_fail(TR_ERR_IO, "cannot read %s: %s", path, strerror(errno));
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    char *end;
+    long it = strtol(buf, &end, 10);
+    while (*end == '\n' || *end == '\r' || *end == ' ')
+        end++;
+    if (end == buf || *end || it < 1 || it > 1000000000)
+        return tr_fail(TR_ERR_INVALID, "%s: expected an iteration number >= 1, found '%.20s'", path, buf);
+    *iteration = (int)it;
+    return TR_OK;
+}
+
+static int read_manifest(const tr_config *cfg, const char *path, int iteration, manifest *out)
+{
+    memset(out, 0, sizeof *out);
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return tr_fail(TR_ERR_INVALID, "cannot read %s: %s (the tracker names a checkpoint that is "
+                       "not there)", path, strerror(errno));
+    struct stat st;
+    if (fstat(fileno(f), &st) || st.st_size > (off_t)128 << 20) {
+        fclose(f);
+        return manifest_error(path, 1, "larger than 128 MiB");
+    }
+    char *line = NULL;
+    size_t cap = 0;
+    ssize_t len;
+    int ln = 0, rc = TR_OK, ended = 0;
+    size_t declared = 0;
+    const tr_model_config *mc = &cfg->model;
+    while (!rc && (len = getline(&line, &cap, f)) >= 0) {
+        ln++;
+        if (len > 512) {
+            rc = manifest_error(path, ln, "line too long");
+            break;
+        }
+        if (memchr(line, '\0', (size_t)len)) {
+            rc = manifest_error(path, ln, "a NUL byte");
+            break;
+        }
+        line[strcspn(line, "\r\n")] = '\0';
+        if (ended) {
+            rc = manifest_error(path, ln, "text after 'end'");
+        } else if (ln == 1) {
+            if (strcmp(line, CKPT_FORMAT))
+                rc = manifest_error(path, ln, "expected '" CKPT_FORMAT "'");
+        } else if (ln == 2) {
+            int it, used = 0;
+            if (sscanf(line, "iteration %d%n", &it, &used) != 1 || line[used])
+                rc = manifest_error(path, ln, "expected 'iteration N'");
+            else if (it != iteration)
+                rc = manifest_error(path, ln, "the iteration differs from the tracker's");
+            out->iteration = it;
+        } else if (ln == 3) {
+            int L, C, NH, V, maxT, used = 0;
+            if (sscanf(line, "model num_layers %d hidden_size %d num_attention_heads %d vocab_size %d "
+                             "max_position_embeddings %d%n", &L, &C, &NH, &V, &maxT, &used) != 5 || line[used])
+                rc = manifest_error(path, ln, "expected the model line");
+            else if (L != mc->num_layers || C != mc->hidden_size || NH != mc->num_attention_heads ||
+                     V != mc->vocab_size || maxT != mc->max_position_embeddings)
+                rc = tr_fail(TR_ERR_INVALID, "%s: the checkpoint is of a different model (num_layers %d, "
+                             "hidden_size %d, num_attention_heads %d, vocab_size %d, "
+                             "max_position_embeddings %d); the config has %d, %d, %d, %d, %d", path, L, C,
+                             NH, V, maxT, mc->num_layers, mc->hidden_size, mc->num_attention_heads,
+                             mc->vocab_size, mc->max_position_embeddings);
+        } else if (ln == 4) {
+            int used = 0;
+            if (sscanf(line, "tensors %zu%n", &declared, &used) != 1 || line[used] || declared > 1000000)
+                rc = manifest_error(path, ln, "expected 'tensors N' (N <= 1000000)");
+            else if (!(out->tensors = calloc(declared ? declared : 1, sizeof *out->tensors)))
+                rc = tr_fail(TR_ERR_NOMEM, "out of memory reading %s", path);
+        } else if (!strcmp(line, "end")) {
+            ended = 1;
+        } else {
+            tr_ckpt_record t = {0};
+            int used = 0;
+            if (out->n == declared)
+                rc = manifest_error(path, ln, "more tensors than declared");
+            else if (sscanf(line, "tensor %47s %zu %d %" SCNx64 " %" SCNx64 " %" SCNx64 "%n", t.name, &t.rows,
+                            &t.cols, &t.sum[0], &t.sum[1], &t.sum[2], &used) != 6 || line[used] ||
+                     !valid_name(t.name) || t.rows < 1 || t.cols < 1 || t.rows > (1u << 30))
+                rc = manifest_error(path, ln, "expected 'tensor NAME ROWS COLS SUM SUM SUM'");
+            else if (out->n > 0 && strcmp(out->tensors[out->n - 1].name, t.name) >= 0)
+                rc = manifest_error(path, ln, "tensor names out of order or repeated");
+            else
+                out->tensors[out->n++] = t;
+        }
+    }
+    free(line);
+    fclose(f);
+    if (!rc && ln == 0)
+        rc = manifest_error(path, 1, "an empty file");
+    else if (!rc && (!ended || out->n != declared))
+        rc = manifest_error(path, ln, ended ? "fewer tensors than declared" : "no 'end' line (truncated?)");
+    if (rc) {
+        free(out->tensors);
+        out->tensors = NULL;
+    }
+    return rc;
+}
+
+/* Size and the three checksums of one tensor file against the manifest. */
+static int verify_tensor(const char *ckpt_dir, const tr_ckpt_record *t)
+{
+    char path[4200];
+    int rc = tr_ckpt_join(path, sizeof path, ckpt_dir, t->name);
+    if (rc)
+        return rc;
+    uint64_t numel = (uint64_t)t->rows * (uint64_t)t->cols, want = N_ARRAYS * numel * sizeof(float);
+    int fd = open(path, O_RDONLY);
+    if (fd < 0)
+        return tr_fail(TR_ERR_INVALID, "checkpoint file %s: %s", path, strerror(errno));
+    struct stat st;
+    if (fstat(fd, &st) || (uint64_t)st.st_size != want) {
+        close(fd);
+        return tr_fail(TR_ERR_INVALID, "checkpoint file %s is %lld bytes; the manifest says %" PRIu64
+                       " (%zu x %d x 3 fp32): truncated or replaced", path, (long long)st.st_size, want,
+                       t->rows, t->cols);
+    }
+    enum { CHUNK = 1 << 18 };
+    float *buf = tr_alloc(CHUNK * sizeof(float), "checkpoint verification");
+    if (!buf) {
+        close(fd);
+        return TR_ERR_NOMEM;
+    }
+    for (int a = 0; a < N_ARRAYS && !rc; a++) {
+        uint64_t sum = 0;
+        for (uint64_t i = 0; i < numel && !rc; i += CHUNK) {
+            size_t n = numel - i < CHUNK ? (size_t)(numel - i) : CHUNK;
+            if (tr_ckpt_pread(fd, buf, n * sizeof(float), (a * numel + i) * sizeof(float)))
+                rc = tr_fail(TR_ERR_IO, "cannot read %s: %s", path, errno ? strerror(errno) : "short file");
+            else
+                sum += tr_ckpt_checksum(buf, i, n);
+        }
+        if (!rc && sum != t->sum[a])
+            rc = tr_fail(TR_ERR_INVALID, "checkpoint file %s: the checksum of its %s is %016" PRIx64
+                         ", the manifest says %016" PRIx64 " (corrupt data)", path, tr_ckpt_array_names[a], sum,
+                         t->sum[a]);
+    }
+    tr_free(buf);
+    close(fd);
+    return rc;
+}
+
+typedef struct {
+    int fd;
+    const char *path;
+    int array;
+    uint64_t numel;
+    float *dst; /* host: dst + local is where the local element goes */
+} read_ctx;
+
+static int read_segment(void *ctx, size_t local, uint64_t elem, size_t count)
+{
+    read_ctx *r = ctx;
+    if (tr_ckpt_pread(r->fd, r->dst + local, count * sizeof(float),
+                   ((uint64_t)r->array * r->numel + elem) * sizeof(float)))
+        return tr_fail(TR_ERR_IO, "cannot read %s: %s", r->path, errno ? strerror(errno) : "short file");
+    return TR_OK;
+}
+
+typedef struct {
+    const tr_param_tensor *t;
+    int tp_rank;
+    size_t rows_saved;
+    float *moment; /* host, compact shard */
+    read_ctx *r;
+} moment_read_ctx;
+
+static int read_moment_piece(void *ctx, size_t local, size_t count, size_t shard_at)
+{
+    moment_read_ctx *m = ctx;
+    m->r->dst = m->moment + shard_at - local;
+    return tr_ckpt_for_each_segment(m->t, m->tp_rank, m->rows_saved, local, local + count, read_segment, m->r);
+}
+
+/* This rank's pieces of every tensor it holds (every copy, every replica). */
+static int read_rank_pieces(tr_engine *e, const char *ckpt_dir, const manifest *mf)
+{
+    size_t shard = tr_dp_shard_numel(e->dp);
+    float *params = tr_alloc(e->n_params * sizeof(float), "checkpoint staging");
+    float *m = tr_alloc(shard * sizeof(float) + 1, "checkpoint staging");
+    float *v = tr_alloc(shard * sizeof(float) + 1, "checkpoint staging");
+    int rc = params && m && v ? TR_OK : TR_ERR_NOMEM;
+    if (!rc) /* rows the checkpoint does not hold (vocabulary padding) keep their initial values */
+        e->k->to_host(NULL, params, e->params, e->n_params * sizeof(float));
+    int tp_rank = tr_gpt_get_shape(e->chunks[0].model)->tp_rank;
+    float *const moments[2] = {m, v};
+    for (int c = 0; c < e->v && !rc; c++)
+        for (int i = 0; i < tr_gpt_num_tensors(e->chunks[c].model) && !rc; i++) {
+            const tr_param_tensor *t = tr_gpt_tensor(e->chunks[c].model, i);
+            tr_ckpt_record key = {0};
+            snprintf(key.name, sizeof key.name, "%s", t->name);
+            const tr_ckpt_record *rec = bsearch(&key, mf->tensors, mf->n, sizeof key, tr_ckpt_cmp_record);
+            size_t rows_saved = tr_ckpt_saved_rows(e, t);
+            if (!rec) {
+                rc = tr_fail(TR_ERR_INVALID, "checkpoint %s has no tensor %s", ckpt_dir, t->name);
+                break;
+            }
+            if (rec->rows != rows_saved || rec->cols != t->full_cols) {
+                rc = tr_fail(TR_ERR_INVALID, "checkpoint %s: tensor %s is %zu x %d; this model's is %zu x %d",
+                             ckpt_dir, t->name, rec->rows, rec->cols, rows_saved, t->full_cols);
+                break;
+            }
+            char path[4200];
+            if ((rc = tr_ckpt_join(path, sizeof path, ckpt_dir, t->name)))
+                break;
+            size_t offset = e->chunks[c].offset + t->offset;
+            read_ctx r = {.path = path, .numel = (uint64_t)rec->rows * (uint64_t)rec->cols,
+                          .dst = params + offset};
+            if ((r.fd = open(path, O_RDONLY)) < 0) {
+                rc = tr_fail(TR_ERR_INVALID, "checkpoint file %s: %s", path, strerror(errno));
+                break;
+            }
+            rc = tr_ckpt_for_each_segment(t, tp_rank, rows_saved, 0, t->numel, read_segment, &r);
+            for (int k = 0; k < 2 && !rc; k++) {
+                moment_read_ctx mc = {.t = t, .tp_rank = tp_rank, .rows_saved = rows_saved,
+                                      .moment = moments[k], .r = &r};
+                r.array = 1 + k;
+                rc = tr_ckpt_for_each_moment_piece(e, offset, t->numel, read_moment_piece, &mc);
+            }
+            close(r.fd);
+        }
+    if (!rc) {
+        e->k->to_device(NULL, e->params, params, e->n_params * sizeof(float));
+        e->k->to_device(NULL, e->adam_m, m, shard * sizeof(float));
+        e->k->to_device(NULL, e->adam_v, v, shard * sizeof(float));
+    }
+    tr_free(params);
+    tr_free(m);
+    tr_free(v);
+    return rc;
+}
+
+int tr_checkpoint_load(tr_engine *e, const char *dir, int *iteration)
+{
+    *iteration = 0;
+    int it = 0;
+    int rc = read_tracker(dir, &it);
+    if ((rc = tr_ckpt_agree(e, rc, "loading the checkpoint")) || it == 0)
+        return rc;
+    char ckpt_dir[4200], leaf[32], path[4300];
+    snprintf(leaf, sizeof leaf, "iter_%07d", it);
+    manifest mf = {0};
+    rc = tr_ckpt_join(ckpt_dir, sizeof ckpt_dir, dir, leaf);
+    if (!rc)
+        rc = tr_ckpt_join(path, sizeof path, ckpt_dir, "manifest.txt");
+    if (!rc)
+        rc = read_manifest(e->cfg, path, it, &mf);
+    if ((rc = tr_ckpt_agree(e, rc, "loading the checkpoint")))
+        return rc;
+    /* every tensor file is checked whole by one rank */
+    for (size_t j = (size_t)e->world.rank; j < mf.n && !rc; j += (size_t)e->world.size)
+        rc = verify_tensor(ckpt_dir, &mf.tensors[j]);
+    if (!(rc = tr_ckpt_agree(e, rc, "verifying the checkpoint")))
+        rc = tr_ckpt_agree(e, read_rank_pieces(e, ckpt_dir, &mf), "loading the checkpoint");
+    free(mf.tensors);
+    if (!rc)
+        *iteration = it;
+    return rc;
+}
