@@ -64,12 +64,11 @@ size_t tr_ckpt_saved_rows(const tr_engine *e, const tr_param_tensor *t)
     return t->word_embedding && t->full_rows > V ? (size_t)V : (size_t)t->full_rows;
 }
 
-
 /* Splits the local elements [a, b) of tensor t (this TP rank's shard) into runs that are
  * contiguous in the saved whole tensor, and calls fn with each run's local index, position in
  * the saved array and length. Rows past the saved ones (vocabulary padding) are skipped. */
 int tr_ckpt_for_each_segment(const tr_param_tensor *t, int tp_rank, size_t rows_saved, size_t a,
-                            size_t b, tr_ckpt_segment_fn fn, void *ctx)
+                             size_t b, tr_ckpt_segment_fn fn, void *ctx)
 {
     size_t cols = (size_t)t->cols, full_cols = (size_t)t->full_cols;
     while (a < b) {
@@ -212,9 +211,8 @@ static int write_segment(void *ctx, size_t local, uint64_t elem, size_t count)
     return TR_OK;
 }
 
-
-int tr_ckpt_for_each_moment_piece(const tr_engine *e, size_t offset, size_t numel, tr_ckpt_piece_fn fn,
-                                 void *ctx)
+int tr_ckpt_for_each_moment_piece(const tr_engine *e, size_t offset, size_t numel,
+                                  tr_ckpt_piece_fn fn, void *ctx)
 {
     size_t n_ranges = 0;
     const tr_dp_shard_range *ranges = tr_dp_shard_ranges(e->dp, &n_ranges);
@@ -242,8 +240,8 @@ static int write_moment_piece(void *ctx, size_t local, size_t count, size_t shar
 {
     moment_write_ctx *m = ctx;
     m->w->src = m->moment + shard_at - local; /* so that src + local is the piece */
-    return tr_ckpt_for_each_segment(m->t, m->tp_rank, m->rows_saved, local, local + count, write_segment,
-                            m->w);
+    return tr_ckpt_for_each_segment(m->t, m->tp_rank, m->rows_saved, local, local + count,
+                                    write_segment, m->w);
 }
 
 /* Whether this rank writes the parameter of t (its moments: see write_tensor). */
@@ -302,7 +300,6 @@ static int write_tensor(tr_engine *e, const char *tmp_dir, const tr_param_tensor
             rc = tr_fail(TR_ERR_IO, "cannot write the checksums of %s", path);
     return rc;
 }
-
 
 int tr_ckpt_cmp_record(const void *a, const void *b)
 {

@@ -24,7 +24,6 @@ static int valid_name(const char *s)
     return 1;
 }
 
-
 typedef struct {
     int iteration;
     tr_ckpt_record *tensors; /* sorted by name */
@@ -221,7 +220,8 @@ static int read_moment_piece(void *ctx, size_t local, size_t count, size_t shard
 {
     moment_read_ctx *m = ctx;
     m->r->dst = m->moment + shard_at - local;
-    return tr_ckpt_for_each_segment(m->t, m->tp_rank, m->rows_saved, local, local + count, read_segment, m->r);
+    return tr_ckpt_for_each_segment(m->t, m->tp_rank, m->rows_saved, local, local + count,
+                                    read_segment, m->r);
 }
 
 /* This rank's pieces of every tensor it holds (every copy, every replica). */

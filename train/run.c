@@ -410,8 +410,11 @@ int tr_train_run(const tr_config *cfg, const tr_train_options *opts)
     }
     /* the last iteration this process runs: train_iters, or the next exit_interval */
     int last = t->train_iters;
-    if (t->exit_interval > 0 && (start / t->exit_interval + 1) * (long long)t->exit_interval < last)
-        last = (start / t->exit_interval + 1) * t->exit_interval;
+    if (t->exit_interval > 0) {
+        long long next_exit = (start / t->exit_interval + 1) * (long long)t->exit_interval;
+        if (next_exit < last)
+            last = (int)next_exit;
+    }
     FILE *metrics = NULL;
     if (opts->run_dir && lead) {
         rc = tr_make_dirs(opts->run_dir);
