@@ -238,7 +238,8 @@ int main(int argc, char **argv)
     double tflops = tr_gpt_flops_per_token(&s, (double)n_params) * tok_s / 1e12;
     double mfu = peak > 0 ? tflops * 1e12 / peak : NAN;
     size_t free_after = 0, total_after = 0;
-    tr_cuda_mem_info(&free_after, &total_after);
+    if (tr_cuda_mem_info(&free_after, &total_after))
+        fprintf(stderr, "gpu_step: %s\n", tr_errmsg());
     if (json) {
         char mfu_s[32] = "null";
         if (peak > 0)

@@ -118,17 +118,17 @@ typedef struct {
  * master_addr:master_port, everyone publishes its UCX worker address there, then a barrier
  * checks connectivity. A one-rank world with no master_addr needs no store. cfg NULL =
  * defaults. Errors name the rank and, for an unreachable store, MASTER_ADDR:MASTER_PORT. */
-int tr_comm_init(const tr_comm_rendezvous *rv, const tr_comm_config *cfg, tr_comm **out);
+TR_MUST_CHECK int tr_comm_init(const tr_comm_rendezvous *rv, const tr_comm_config *cfg, tr_comm **out);
 
 /* tr_comm_init() from the launcher's environment: RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT,
  * TRIDENT_JOB_TOKEN. Without WORLD_SIZE, a one-rank world (a store only if MASTER_ADDR is
  * set). A malformed or missing variable is TR_ERR_CONFIG naming it. */
-int tr_comm_init_world(const tr_comm_config *cfg, tr_comm **out);
+TR_MUST_CHECK int tr_comm_init_world(const tr_comm_config *cfg, tr_comm **out);
 
 /* Subgroups: members of `comm` with the same color form one new communicator, ranked by
  * (key, rank in comm); color TR_COMM_COLOR_NONE gives *out = NULL. Collective over `comm`.
  * `name` ("tp", "dp", ...) appears in messages. */
-int tr_comm_split(tr_comm *comm, int color, int key, const char *name, tr_comm **out);
+TR_MUST_CHECK int tr_comm_split(tr_comm *comm, int color, int key, const char *name, tr_comm **out);
 
 /* Local release of a subgroup; for the world (last), a barrier then teardown of UCX and the
  * store. Outstanding requests must have been waited for. NULL is a no-op. */
@@ -143,7 +143,7 @@ const char *tr_comm_name(const tr_comm *comm);
 const char *tr_comm_backend(const tr_comm *comm); /* "ucx" */
 double tr_comm_timeout(const tr_comm *comm);
 void tr_comm_set_timeout(tr_comm *comm, double timeout_s);
-int tr_comm_set_tuning(tr_comm *comm, const tr_comm_tuning *tuning);
+TR_MUST_CHECK int tr_comm_set_tuning(tr_comm *comm, const tr_comm_tuning *tuning);
 void tr_comm_get_counters(const tr_comm *comm, tr_comm_counters *out);
 void tr_comm_reset_counters(tr_comm *comm);
 size_t tr_comm_dtype_size(tr_comm_dtype dt); /* 0 for an invalid dtype */
@@ -156,36 +156,36 @@ void tr_comm_block(size_t count, int size, int r, size_t *offset, size_t *len);
  * count is in elements; recv of reduce_scatter holds this rank's block, send of allgather
  * holds this rank's block, recv of allgather all `count` elements. */
 
-int tr_comm_allreduce(tr_comm *c, const void *send, void *recv, size_t count, tr_comm_dtype dt,
+TR_MUST_CHECK int tr_comm_allreduce(tr_comm *c, const void *send, void *recv, size_t count, tr_comm_dtype dt,
                       tr_comm_redop op);
-int tr_comm_reduce_scatter(tr_comm *c, const void *send, void *recv, size_t count,
+TR_MUST_CHECK int tr_comm_reduce_scatter(tr_comm *c, const void *send, void *recv, size_t count,
                            tr_comm_dtype dt, tr_comm_redop op);
-int tr_comm_allgather(tr_comm *c, const void *send, void *recv, size_t count, tr_comm_dtype dt);
-int tr_comm_broadcast(tr_comm *c, void *buf, size_t count, tr_comm_dtype dt, int root);
-int tr_comm_send(tr_comm *c, const void *buf, size_t count, tr_comm_dtype dt, int peer, int tag);
-int tr_comm_recv(tr_comm *c, void *buf, size_t count, tr_comm_dtype dt, int peer, int tag);
-int tr_comm_barrier(tr_comm *c);
+TR_MUST_CHECK int tr_comm_allgather(tr_comm *c, const void *send, void *recv, size_t count, tr_comm_dtype dt);
+TR_MUST_CHECK int tr_comm_broadcast(tr_comm *c, void *buf, size_t count, tr_comm_dtype dt, int root);
+TR_MUST_CHECK int tr_comm_send(tr_comm *c, const void *buf, size_t count, tr_comm_dtype dt, int peer, int tag);
+TR_MUST_CHECK int tr_comm_recv(tr_comm *c, void *buf, size_t count, tr_comm_dtype dt, int peer, int tag);
+TR_MUST_CHECK int tr_comm_barrier(tr_comm *c);
 
-int tr_comm_allreduce_async(tr_comm *c, const void *send, void *recv, size_t count,
+TR_MUST_CHECK int tr_comm_allreduce_async(tr_comm *c, const void *send, void *recv, size_t count,
                             tr_comm_dtype dt, tr_comm_redop op, tr_comm_request **req);
-int tr_comm_reduce_scatter_async(tr_comm *c, const void *send, void *recv, size_t count,
+TR_MUST_CHECK int tr_comm_reduce_scatter_async(tr_comm *c, const void *send, void *recv, size_t count,
                                  tr_comm_dtype dt, tr_comm_redop op, tr_comm_request **req);
-int tr_comm_allgather_async(tr_comm *c, const void *send, void *recv, size_t count,
+TR_MUST_CHECK int tr_comm_allgather_async(tr_comm *c, const void *send, void *recv, size_t count,
                             tr_comm_dtype dt, tr_comm_request **req);
-int tr_comm_broadcast_async(tr_comm *c, void *buf, size_t count, tr_comm_dtype dt, int root,
+TR_MUST_CHECK int tr_comm_broadcast_async(tr_comm *c, void *buf, size_t count, tr_comm_dtype dt, int root,
                             tr_comm_request **req);
-int tr_comm_send_async(tr_comm *c, const void *buf, size_t count, tr_comm_dtype dt, int peer,
+TR_MUST_CHECK int tr_comm_send_async(tr_comm *c, const void *buf, size_t count, tr_comm_dtype dt, int peer,
                        int tag, tr_comm_request **req);
-int tr_comm_recv_async(tr_comm *c, void *buf, size_t count, tr_comm_dtype dt, int peer, int tag,
+TR_MUST_CHECK int tr_comm_recv_async(tr_comm *c, void *buf, size_t count, tr_comm_dtype dt, int peer, int tag,
                        tr_comm_request **req);
-int tr_comm_barrier_async(tr_comm *c, tr_comm_request **req);
+TR_MUST_CHECK int tr_comm_barrier_async(tr_comm *c, tr_comm_request **req);
 
 /* Wait (with the communicator's timeout) and release; *req becomes NULL, also on error. */
-int tr_comm_wait(tr_comm_request **req);
+TR_MUST_CHECK int tr_comm_wait(tr_comm_request **req);
 /* Wait for all; returns the first error; every request is released. */
-int tr_comm_wait_all(tr_comm_request **reqs, size_t n);
+TR_MUST_CHECK int tr_comm_wait_all(tr_comm_request **reqs, size_t n);
 /* Non-blocking: *done = 1 and the request released (*req = NULL) once complete. */
-int tr_comm_test(tr_comm_request **req, int *done);
+TR_MUST_CHECK int tr_comm_test(tr_comm_request **req, int *done);
 
 /* ---------------------------------------------------------------- backend table
  * What a backend implements. The front end (comm.c) validates arguments, keeps counters and
@@ -219,7 +219,7 @@ typedef struct tr_comm_ops {
 tr_store *tr_comm_ucx_store(const tr_comm *comm, const char **session);
 
 /* For backends: make a communicator object around `impl`. */
-int tr_comm_wrap(const tr_comm_ops *ops, void *impl, int rank, int size, const char *name,
+TR_MUST_CHECK int tr_comm_wrap(const tr_comm_ops *ops, void *impl, int rank, int size, const char *name,
                  double timeout_s, tr_comm **out);
 void *tr_comm_impl(const tr_comm *comm);
 const tr_comm_tuning *tr_comm_get_tuning(const tr_comm *comm);
@@ -235,23 +235,23 @@ typedef struct tr_store_server tr_store_server;
  * background thread. Clients must present `token` (NULL = "") and `session` (NULL = ""); a
  * wrong token is rejected for good, a wrong session is told to retry (a store of an earlier
  * communicator generation still shutting down). */
-int tr_store_server_start(const char *bind_host, int port, const char *token,
+TR_MUST_CHECK int tr_store_server_start(const char *bind_host, int port, const char *token,
                           const char *session, tr_store_server **out);
 int tr_store_server_port(const tr_store_server *s);
 void tr_store_server_stop(tr_store_server *s);
 
 /* Connect, retrying until timeout_s while the server is not up yet. timeout_s is also the
  * default for every later call. Errors name host:port. */
-int tr_store_connect(const char *host, int port, const char *token, const char *session,
+TR_MUST_CHECK int tr_store_connect(const char *host, int port, const char *token, const char *session,
                      double timeout_s, tr_store **out);
-int tr_store_set(tr_store *st, const char *key, const void *value, size_t len);
+TR_MUST_CHECK int tr_store_set(tr_store *st, const char *key, const void *value, size_t len);
 /* Waits until the key exists; *value is malloc'ed (free with free()). */
-int tr_store_get(tr_store *st, const char *key, void **value, size_t *len);
-int tr_store_add(tr_store *st, const char *key, int64_t delta, int64_t *result);
+TR_MUST_CHECK int tr_store_get(tr_store *st, const char *key, void **value, size_t *len);
+TR_MUST_CHECK int tr_store_add(tr_store *st, const char *key, int64_t delta, int64_t *result);
 /* Waits until every key exists (each key up to the store's timeout). */
-int tr_store_wait(tr_store *st, const char *const *keys, size_t nkeys);
+TR_MUST_CHECK int tr_store_wait(tr_store *st, const char *const *keys, size_t nkeys);
 /* Non-blocking existence check. */
-int tr_store_check(tr_store *st, const char *key, int *exists);
+TR_MUST_CHECK int tr_store_check(tr_store *st, const char *key, int *exists);
 void tr_store_set_timeout(tr_store *st, double timeout_s);
 void tr_store_close(tr_store *st);
 

@@ -40,8 +40,8 @@ void tr_store_put_i64(uint8_t *p, int64_t v);
 int64_t tr_store_get_i64(const uint8_t *p);
 /* 1 if (op, key length, value length) is a well-formed request; else 0 and *why. */
 int tr_store_valid_request(uint8_t op, uint32_t klen, uint32_t vlen, const char **why);
-int tr_store_write_all(int fd, const void *buf, size_t len, double deadline);
-int tr_store_read_all(int fd, void *buf, size_t len, double deadline);
+TR_MUST_CHECK int tr_store_write_all(int fd, const void *buf, size_t len, double deadline);
+TR_MUST_CHECK int tr_store_read_all(int fd, void *buf, size_t len, double deadline);
 
 /* ---- reductions (reduce.c): reduce: dst = dst op src; reduce3: dst = a op b (dst may be
  * a or b); n elements, operand order kept exactly */

@@ -79,7 +79,7 @@ const char *tr_nccl_mode_name(tr_nccl_mode m); /* "local", "nccl", "staged" */
  * 0 bytes or no buffer: HOST (every member agrees, as counts are the same). Mixed host and
  * device buffers: TR_ERR_INVALID "comm 'G': OP: the send buffer is in device memory but the
  * receive buffer in host memory; both must be in the same place". */
-int tr_nccl_choose_route(tr_nccl_mode mode, tr_nccl_memkind send, tr_nccl_memkind recv,
+TR_MUST_CHECK int tr_nccl_choose_route(tr_nccl_mode mode, tr_nccl_memkind send, tr_nccl_memkind recv,
                          size_t bytes, const char *group, const char *op, tr_nccl_route *route);
 
 /* ---- the backend */
@@ -87,7 +87,7 @@ int tr_nccl_choose_route(tr_nccl_mode mode, tr_nccl_memkind send, tr_nccl_memkin
 /* The world (see above); cfg as for tr_comm_init (progress_thread is forced on for the UCX
  * communicator underneath, which must progress while a rank waits on a device stream).
  * Initialises the CUDA backend (tr_cuda_init) first: "no CUDA device: ..." without one. */
-int tr_comm_nccl_init(const tr_comm_rendezvous *rv, const tr_comm_config *cfg, tr_comm **out);
+TR_MUST_CHECK int tr_comm_nccl_init(const tr_comm_rendezvous *rv, const tr_comm_config *cfg, tr_comm **out);
 /* The mode of an NCCL-backend communicator; -1 for any other. */
 int tr_comm_nccl_mode(const tr_comm *c);
 

@@ -17,6 +17,9 @@
 #include <stdint.h>
 #include <stdio.h>
 
+/* Marks a function whose int result is a tr_status: ignoring it is a compile error. */
+#define TR_MUST_CHECK __attribute__((warn_unused_result))
+
 typedef enum {
     TR_OK = 0,
     TR_ERR_INVALID = 1,  /* bad argument or bad input data */
@@ -48,9 +51,9 @@ void tr_log(tr_log_level level, const char *fmt, ...) __attribute__((format(prin
 void *tr_alloc(size_t bytes, const char *what);
 void tr_free(void *p);
 /* mkdir -p: create `path` and its missing parents (TR_ERR_IO naming the one that failed). */
-int tr_make_dirs(const char *path);
+TR_MUST_CHECK int tr_make_dirs(const char *path);
 /* Checked size arithmetic: return TR_ERR_INVALID on overflow. */
-int tr_mul_size(size_t a, size_t b, size_t *out);
+TR_MUST_CHECK int tr_mul_size(size_t a, size_t b, size_t *out);
 
 /* Philox 4x32-10 (Salmon et al. 2011): one block of 4 random words from a 128-bit counter
  * and a 64-bit key. */

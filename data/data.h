@@ -32,6 +32,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "core/core.h"
+
 #define TR_EOD_TOKEN 0
 #define TR_BYTE_VOCAB 256
 
@@ -45,14 +47,14 @@ typedef struct tr_data tr_data;
  * (PATH may also end in .idx/.bin), else as an llm.c shard when the file PATH exists. A path
  * naming no dataset, a bad split string or format is TR_ERR_CONFIG; bad file contents are
  * TR_ERR_INVALID; OS failures TR_ERR_IO. */
-int tr_data_open(const char *path, const char *format, const char *split, int seq_length,
+TR_MUST_CHECK int tr_data_open(const char *path, const char *format, const char *split, int seq_length,
                  int vocab_size, uint64_t seed, tr_data **out);
 void tr_data_close(tr_data *d);
 /* Number of distinct samples in a split (0 if the split is empty). */
 uint64_t tr_data_num_samples(const tr_data *d, int split);
 /* Tokens of global sample g of `split` into tokens[0 .. seq_length] (seq_length + 1 values).
  * TR_ERR_INVALID if the split has no samples. */
-int tr_data_sample(tr_data *d, int split, uint64_t g, int32_t *tokens);
+TR_MUST_CHECK int tr_data_sample(tr_data *d, int split, uint64_t g, int32_t *tokens);
 uint64_t tr_data_num_documents(const tr_data *d);
 uint64_t tr_data_num_tokens(const tr_data *d);
 /* Where a split lies in the dataset: documents [first_doc, first_doc + n_docs) and tokens
@@ -60,10 +62,10 @@ uint64_t tr_data_num_tokens(const tr_data *d);
 void tr_data_split_info(const tr_data *d, int split, uint64_t *first_doc, uint64_t *n_docs,
                         uint64_t *first_token, uint64_t *n_tokens);
 /* The sample j (0 <= j < num_samples) that global sample g of `split` reads: perm_e[g % n]. */
-int tr_data_sample_index(tr_data *d, int split, uint64_t g, uint64_t *j);
+TR_MUST_CHECK int tr_data_sample_index(tr_data *d, int split, uint64_t g, uint64_t *j);
 /* The document holding token `offset` of a split's stream and the offset inside it
  * (O(log documents)). */
-int tr_data_locate(const tr_data *d, int split, uint64_t offset, uint64_t *doc,
+TR_MUST_CHECK int tr_data_locate(const tr_data *d, int split, uint64_t offset, uint64_t *doc,
                    uint64_t *offset_in_doc);
 
 /* `trident preprocess`: text files -> PREFIX.bin + PREFIX.idx (dtype uint16, one sequence per
@@ -73,13 +75,13 @@ int tr_data_locate(const tr_data *d, int split, uint64_t offset, uint64_t *doc,
  * to no document and never make empty ones; a file's end ends its document; a document
  * keeps its lines' bytes exactly, newlines included. Writes atomically (PREFIX.bin.tmp and
  * PREFIX.idx.tmp renamed at the end). A missing or unreadable input is TR_ERR_IO. */
-int tr_preprocess_text(const char *const *inputs, int n_inputs, const char *output_prefix,
+TR_MUST_CHECK int tr_preprocess_text(const char *const *inputs, int n_inputs, const char *output_prefix,
                        int split_on_blank_lines, uint64_t *n_documents, uint64_t *n_tokens);
 
 /* Writers, for tests and tools: an indexed dataset of the given documents, and an llm.c
  * shard of the given tokens. */
-int tr_indexed_write(const char *prefix, const uint16_t *tokens, const uint64_t *doc_lengths,
+TR_MUST_CHECK int tr_indexed_write(const char *prefix, const uint16_t *tokens, const uint64_t *doc_lengths,
                      uint64_t n_docs);
-int tr_llmc_shard_write(const char *path, const uint16_t *tokens, uint64_t n_tokens);
+TR_MUST_CHECK int tr_llmc_shard_write(const char *path, const uint16_t *tokens, uint64_t n_tokens);
 
 #endif

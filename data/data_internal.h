@@ -74,12 +74,12 @@ const char *tr_dtype_name(int code);
 int tr_dtype_size(int code); /* 0 for an unknown code */
 
 /* Map a regular file read-only; TR_ERR_IO naming the path and the OS error on failure. */
-int tr_map_file(const char *path, tr_mapping *m);
+TR_MUST_CHECK int tr_map_file(const char *path, tr_mapping *m);
 void tr_unmap_file(tr_mapping *m);
 
 /* Open and validate (every check of data.h, tokens < vocab_size included). */
-int tr_indexed_open(const char *prefix, int vocab_size, tr_token_store *s);
-int tr_llmc_open(const char *path, int vocab_size, tr_token_store *s);
+TR_MUST_CHECK int tr_indexed_open(const char *prefix, int vocab_size, tr_token_store *s);
+TR_MUST_CHECK int tr_llmc_open(const char *path, int vocab_size, tr_token_store *s);
 void tr_token_store_close(tr_token_store *s);
 
 /* Token offset where document d (0 <= d <= n_docs) starts; d == n_docs gives n_tokens. */
@@ -90,7 +90,7 @@ uint64_t tr_token_store_doc_of(const tr_token_store *s, uint64_t offset);
 int64_t tr_token_store_token(const tr_token_store *s, uint64_t i);
 /* Check every token lies in [0, vocab_size); on failure name the token, its position and
  * its document. */
-int tr_token_store_check_vocab(const tr_token_store *s, const char *file, int vocab_size);
+TR_MUST_CHECK int tr_token_store_check_vocab(const tr_token_store *s, const char *file, int vocab_size);
 
 /* Streaming writer of a uint16 indexed dataset, one document at a time, into PREFIX.bin.tmp
  * and PREFIX.idx.tmp; finish() renames them to PREFIX.bin / PREFIX.idx. */
@@ -104,10 +104,10 @@ typedef struct {
     size_t n_buf;
 } tr_indexed_writer;
 
-int tr_iw_begin(tr_indexed_writer *w, const char *prefix);
-int tr_iw_append(tr_indexed_writer *w, const uint16_t *tokens, size_t n);
-int tr_iw_end_document(tr_indexed_writer *w);
-int tr_iw_finish(tr_indexed_writer *w);
+TR_MUST_CHECK int tr_iw_begin(tr_indexed_writer *w, const char *prefix);
+TR_MUST_CHECK int tr_iw_append(tr_indexed_writer *w, const uint16_t *tokens, size_t n);
+TR_MUST_CHECK int tr_iw_end_document(tr_indexed_writer *w);
+TR_MUST_CHECK int tr_iw_finish(tr_indexed_writer *w);
 /* Remove the temporary files and free everything (safe after a failure or a finish). */
 void tr_iw_abort(tr_indexed_writer *w);
 

@@ -100,7 +100,7 @@ tr_dp_config tr_dp_config_from_parallel(const tr_parallel_config *p);
 
 /* grads/params: the engine's flat buffers of n >= 1 floats. dp_comm: the data-parallel
  * group (NULL = D 1). Bad sizes or ranges: TR_ERR_INVALID / TR_ERR_CONFIG with the reason. */
-int tr_dp_create(const tr_dp_config *cfg, tr_comm *dp_comm, float *grads, float *params,
+TR_MUST_CHECK int tr_dp_create(const tr_dp_config *cfg, tr_comm *dp_comm, float *grads, float *params,
                  size_t n, tr_dp **out);
 /* Waits for anything still in flight (errors ignored), then frees; call it before the
  * communicator is destroyed. NULL is a no-op. */
@@ -108,32 +108,32 @@ void tr_dp_free(tr_dp *dp);
 
 /* Pure layout: the number of buckets and rank d's shard size (elements) for these settings;
  * no buffers or communicator needed (planning, benchmarks). */
-int tr_dp_layout(const tr_dp_config *cfg, size_t n, int dp_size, int dp_rank,
+TR_MUST_CHECK int tr_dp_layout(const tr_dp_config *cfg, size_t n, int dp_size, int dp_rank,
                  int *n_buckets, size_t *shard_numel);
 
 int tr_dp_size(const tr_dp *dp);
 int tr_dp_rank(const tr_dp *dp);
 int tr_dp_sharded(const tr_dp *dp); /* 1 when ZeRO-1 is in effect (requested and D > 1) */
 int tr_dp_num_buckets(const tr_dp *dp);
-int tr_dp_bucket(const tr_dp *dp, int b, tr_dp_bucket_info *out);
+TR_MUST_CHECK int tr_dp_bucket(const tr_dp *dp, int b, tr_dp_bucket_info *out);
 void tr_dp_get_timing(const tr_dp *dp, tr_dp_timing *out);
 
 /* ---------------------------------------------------------------- one iteration */
 
 /* Open an accumulation window of num_microbatches >= 1. Fails if the previous window's
  * reductions were not finished. Does not touch the buffers. */
-int tr_dp_start(tr_dp *dp, int num_microbatches);
+TR_MUST_CHECK int tr_dp_start(tr_dp *dp, int num_microbatches);
 /* [offset, offset + count) got its last contribution of one micro-batch. Checked form. */
-int tr_dp_report(tr_dp *dp, size_t offset, size_t count);
+TR_MUST_CHECK int tr_dp_report(tr_dp *dp, size_t offset, size_t count);
 /* The same with the model's hook signature (ctx = the tr_dp); an error is kept for finish. */
 void tr_dp_grad_ready(void *dp, size_t offset, size_t count);
 /* Advance the reductions in flight without blocking (one tr_comm_test each; records their
  * end times). Reports already do this; an engine whose communicator has no progress thread
  * may call it between kernels too, so reductions move on more often than once per layer. */
-int tr_dp_progress(tr_dp *dp);
+TR_MUST_CHECK int tr_dp_progress(tr_dp *dp);
 /* Start the buckets not started yet, wait for all, average over D. Afterwards the gradient
  * is final on this rank's shard (the whole buffer without ZeRO-1). */
-int tr_dp_finish(tr_dp *dp);
+TR_MUST_CHECK int tr_dp_finish(tr_dp *dp);
 
 /* After tr_dp_finish(): gradients of parameters replicated over TP (under sequence
  * parallelism partial per TP rank) are all-reduced over tp_comm, tied embeddings over
@@ -141,7 +141,7 @@ int tr_dp_finish(tr_dp *dp);
  * contiguous range goes in place). Either comm may be NULL (nothing to do). With ZeRO-1
  * only this rank's shard of each range is reduced, and every embedding range must be one
  * of the aligned ranges. Peers must pass matching lists. */
-int tr_dp_finalize_grads(tr_dp *dp, tr_comm *tp_comm, const tr_dp_range *tp_ranges,
+TR_MUST_CHECK int tr_dp_finalize_grads(tr_dp *dp, tr_comm *tp_comm, const tr_dp_range *tp_ranges,
                          size_t n_tp, tr_comm *emb_comm, const tr_dp_range *emb_ranges,
                          size_t n_emb);
 
@@ -150,7 +150,7 @@ int tr_dp_finalize_grads(tr_dp *dp, tr_comm *tp_comm, const tr_dp_range *tp_rang
  * ZeRO-1 only their part in this rank's shard; one all-reduce of one double over norm_comm
  * (the model-parallel group without ZeRO-1, the world with it; NULL = this rank alone);
  * sqrt. Bit-identical on every member of norm_comm. */
-int tr_dp_grad_norm(tr_dp *dp, const tr_dp_range *ranges, size_t n_ranges,
+TR_MUST_CHECK int tr_dp_grad_norm(tr_dp *dp, const tr_dp_range *ranges, size_t n_ranges,
                     tr_comm *norm_comm, double *norm_out);
 /* Megatron's clipping factor: min(1, max_norm / (norm + 1e-6)); 1 when max_norm <= 0 or
  * the norm is not finite (the caller decides what a NaN / Inf norm means). */
@@ -163,7 +163,7 @@ size_t tr_dp_shard_numel(const tr_dp *dp);
 const tr_dp_shard_range *tr_dp_shard_ranges(const tr_dp *dp, size_t *n_ranges);
 /* fn(ctx, offset, count, shard_offset) for each piece of [offset, offset + count) this rank
  * owns, in order (e.g. per tensor: AdamW with that tensor's weight decay). */
-int tr_dp_shard_foreach(const tr_dp *dp, size_t offset, size_t count,
+TR_MUST_CHECK int tr_dp_shard_foreach(const tr_dp *dp, size_t offset, size_t count,
                         void (*fn)(void *ctx, size_t offset, size_t count,
                                    size_t shard_offset),
                         void *ctx);
@@ -171,8 +171,8 @@ int tr_dp_shard_foreach(const tr_dp *dp, size_t offset, size_t count,
 /* After the step on the shard: all-gather the parameters, one async all-gather per bucket
  * (no-op without ZeRO-1). Wait before the parameters are read: all of them, or only the
  * buckets covering a range (forward may start on the buffer's end first). */
-int tr_dp_gather_params_start(tr_dp *dp);
-int tr_dp_gather_params_wait(tr_dp *dp);
-int tr_dp_gather_params_wait_range(tr_dp *dp, size_t offset, size_t count);
+TR_MUST_CHECK int tr_dp_gather_params_start(tr_dp *dp);
+TR_MUST_CHECK int tr_dp_gather_params_wait(tr_dp *dp);
+TR_MUST_CHECK int tr_dp_gather_params_wait_range(tr_dp *dp, size_t offset, size_t count);
 
 #endif

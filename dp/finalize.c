@@ -59,15 +59,19 @@ static void copy_piece(void *ctx, size_t off, size_t cnt, size_t shard_off)
     s->pos += cnt;
 }
 
-static void each_piece(const tr_dp *dp, const tr_dp_range *r, size_t n,
-                       void (*fn)(void *, size_t, size_t, size_t), void *ctx)
+static int each_piece(const tr_dp *dp, const tr_dp_range *r, size_t n,
+                      void (*fn)(void *, size_t, size_t, size_t), void *ctx)
 {
     for (size_t i = 0; i < n; i++) {
-        if (dp->sharded)
-            tr_dp_shard_foreach(dp, r[i].offset, r[i].count, fn, ctx);
-        else if (r[i].count)
+        if (dp->sharded) {
+            int rc = tr_dp_shard_foreach(dp, r[i].offset, r[i].count, fn, ctx);
+            if (rc)
+                return rc;
+        } else if (r[i].count) {
             fn(ctx, r[i].offset, r[i].count, 0);
+        }
     }
+    return TR_OK;
 }
 
 /* One all-reduce over `comm` of every piece of the list. */
@@ -75,10 +79,9 @@ static int allreduce_pieces(tr_dp *dp, tr_comm *comm, const tr_dp_range *r, size
                             const char *what)
 {
     pack_state s = {.grads = dp->grads, .k = dp->k};
-    each_piece(dp, r, n, count_piece, &s);
-    if (s.total == 0 || tr_comm_size(comm) == 1)
-        return TR_OK;
-    int rc;
+    int rc = each_piece(dp, r, n, count_piece, &s);
+    if (rc || s.total == 0 || tr_comm_size(comm) == 1)
+        return rc;
     if (s.pieces == 1) {
         rc = tr_comm_allreduce(comm, dp->grads + s.first_offset, dp->grads + s.first_offset,
                                s.total, TR_COMM_F32, TR_COMM_SUM);
@@ -93,12 +96,14 @@ static int allreduce_pieces(tr_dp *dp, tr_comm *comm, const tr_dp_range *r, size
             dp->scratch_cap = s.total;
         }
         s.scratch = dp->scratch;
-        each_piece(dp, r, n, copy_piece, &s);
-        rc = tr_comm_allreduce(comm, s.scratch, s.scratch, s.total, TR_COMM_F32, TR_COMM_SUM);
+        rc = each_piece(dp, r, n, copy_piece, &s);
+        if (!rc)
+            rc = tr_comm_allreduce(comm, s.scratch, s.scratch, s.total, TR_COMM_F32,
+                                   TR_COMM_SUM);
         if (!rc) {
             s.pos = 0;
             s.unpack = 1;
-            each_piece(dp, r, n, copy_piece, &s);
+            rc = each_piece(dp, r, n, copy_piece, &s);
         }
     }
     if (rc)
@@ -168,7 +173,8 @@ int tr_dp_grad_norm(tr_dp *dp, const tr_dp_range *ranges, size_t n_ranges, tr_co
     if (rc || (rc = check_ranges(dp, ranges, n_ranges, "norm range")))
         return rc;
     norm_state s = {dp->k, dp->grads, 0.0};
-    each_piece(dp, ranges, n_ranges, add_sumsq, &s);
+    if ((rc = each_piece(dp, ranges, n_ranges, add_sumsq, &s)))
+        return rc;
     if (norm_comm && tr_comm_size(norm_comm) > 1 &&
         (rc = tr_comm_allreduce(norm_comm, &s.sum, &s.sum, 1, TR_COMM_F64, TR_COMM_SUM)))
         return tr_fail_context(rc, "dp: all-reduce of the gradient norm");

@@ -13,13 +13,15 @@ int dp_keep_error(tr_dp *dp, int code)
     return code;
 }
 
+/* Called after a failure or when freeing: the error that matters was already returned, so a
+ * request that fails while draining is only logged. */
 void dp_drain(tr_dp *dp)
 {
     for (int i = 0; i < dp->nb; i++) {
-        if (dp->b[i].req)
-            tr_comm_wait(&dp->b[i].req);
-        if (dp->b[i].gather_req)
-            tr_comm_wait(&dp->b[i].gather_req);
+        if (dp->b[i].req && tr_comm_wait(&dp->b[i].req))
+            tr_debug("dp: draining bucket %d's reduction: %s", i, tr_errmsg());
+        if (dp->b[i].gather_req && tr_comm_wait(&dp->b[i].gather_req))
+            tr_debug("dp: draining bucket %d's parameter gather: %s", i, tr_errmsg());
     }
 }
 
@@ -192,7 +194,9 @@ int tr_dp_progress(tr_dp *dp)
 
 void tr_dp_grad_ready(void *dp, size_t offset, size_t count)
 {
-    (void)tr_dp_report(dp, offset, count);
+    /* tr_dp_report keeps a failure in dp->err; tr_dp_finish returns it */
+    if (tr_dp_report(dp, offset, count))
+        tr_debug("dp: gradient range [%zu, +%zu): %s", offset, count, tr_errmsg());
 }
 
 /* Wait for bucket i and average what this rank keeps (if not done yet). */

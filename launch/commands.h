@@ -4,12 +4,14 @@
 #ifndef TR_COMMANDS_H
 #define TR_COMMANDS_H
 
-int tr_cmd_train(int argc, char **argv);
-int tr_cmd_preprocess(int argc, char **argv);
-int tr_cmd_topo(int argc, char **argv);
-int tr_cmd_launch(int argc, char **argv);
-int tr_cmd_schedule(int argc, char **argv);
-int tr_cmd_plan(int argc, char **argv);
-int tr_cmd_sweep(int argc, char **argv);
+#include "core/core.h"
+
+TR_MUST_CHECK int tr_cmd_train(int argc, char **argv);
+TR_MUST_CHECK int tr_cmd_preprocess(int argc, char **argv);
+TR_MUST_CHECK int tr_cmd_topo(int argc, char **argv);
+TR_MUST_CHECK int tr_cmd_launch(int argc, char **argv);
+TR_MUST_CHECK int tr_cmd_schedule(int argc, char **argv);
+TR_MUST_CHECK int tr_cmd_plan(int argc, char **argv);
+TR_MUST_CHECK int tr_cmd_sweep(int argc, char **argv);
 
 #endif

@@ -22,6 +22,8 @@
 
 #include <stddef.h>
 
+#include "core/core.h"
+
 typedef struct {
     int nproc;               /* ranks on this node, >= 1 */
     int nnodes;              /* 0 or 1: single node */
@@ -47,7 +49,7 @@ typedef struct {
     int n_owned;
 } tr_launch_plan;
 
-int tr_launch_plan_make(const tr_launch_options *opts, tr_launch_plan *out);
+TR_MUST_CHECK int tr_launch_plan_make(const tr_launch_options *opts, tr_launch_plan *out);
 void tr_launch_plan_free(tr_launch_plan *plan);
 
 /* Runs argv[0] (searched in PATH) with argv as its arguments, once per local rank, and waits
@@ -55,7 +57,7 @@ void tr_launch_plan_free(tr_launch_plan *plan);
  * it from the thread that will outlive the ranks (PR_SET_PDEATHSIG follows that thread). The
  * ranks' stdin is /dev/null. Returns TR_OK once the ranks ran (the job's result is *exit_code), or an
  * error (bad options, fork failure) with no rank left running. */
-int tr_launch_local(const tr_launch_options *opts, char *const argv[], int *exit_code);
+TR_MUST_CHECK int tr_launch_local(const tr_launch_options *opts, char *const argv[], int *exit_code);
 
 typedef struct {
     int rank, world_size;
@@ -68,10 +70,10 @@ typedef struct {
 
 /* Fills *out from the environment; TR_ERR_CONFIG naming the variable and value when one is
  * malformed or inconsistent. */
-int tr_env_detect(tr_rank_env *out);
+TR_MUST_CHECK int tr_env_detect(tr_rank_env *out);
 
 /* Number of hosts in a Slurm host list, and the host at `index` (0-based). */
-int tr_hostlist_count(const char *list, int *count);
-int tr_hostlist_host(const char *list, int index, char *out, size_t cap);
+TR_MUST_CHECK int tr_hostlist_count(const char *list, int *count);
+TR_MUST_CHECK int tr_hostlist_host(const char *list, int index, char *out, size_t cap);
 
 #endif

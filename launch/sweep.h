@@ -47,7 +47,7 @@ typedef struct {
 
 /* Runs the sweep; *points (*n_points of them) holds every point's record, per-rank arrays
  * included, in one allocation: free(*points) releases it. */
-int tr_sweep_run(const tr_sweep_options *opts, tr_sweep_point **points, size_t *n_points);
+TR_MUST_CHECK int tr_sweep_run(const tr_sweep_options *opts, tr_sweep_point **points, size_t *n_points);
 
 /* Why a point failed, from its stderr log (the launcher's output: rank lines "[rN] text" and
  * its own lines): "rank N: " + the first error line of the rank the launcher names as the
@@ -61,9 +61,9 @@ void tr_sweep_failure_reason(const char *log_path, int exit_status, char *reason
 
 /* Writers (also used by tests): CSV header + rows, one JSON object per line, an SVG bar
  * chart of tokens/s per point with labelled axes. */
-int tr_sweep_write_csv(FILE *f, const tr_grid_spec *g, const tr_sweep_point *p, size_t n);
-int tr_sweep_write_jsonl(FILE *f, const tr_grid_spec *g, const tr_sweep_point *p, size_t n);
-int tr_sweep_write_svg(FILE *f, const tr_grid_spec *g, const tr_sweep_point *p, size_t n,
+TR_MUST_CHECK int tr_sweep_write_csv(FILE *f, const tr_grid_spec *g, const tr_sweep_point *p, size_t n);
+TR_MUST_CHECK int tr_sweep_write_jsonl(FILE *f, const tr_grid_spec *g, const tr_sweep_point *p, size_t n);
+TR_MUST_CHECK int tr_sweep_write_svg(FILE *f, const tr_grid_spec *g, const tr_sweep_point *p, size_t n,
                        const char *title);
 
 #endif

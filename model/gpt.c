@@ -141,7 +141,10 @@ int tr_gpt_create(const tr_gpt_shape *shape, const tr_kernels *k, tr_comm *tp_co
     g->s = *s;
     g->s.sequence_parallel = s->tp_size > 1 && s->sequence_parallel;
     g->k = k;
-    tr_tp_init(&g->tp, k, tp_comm, g->s.sequence_parallel);
+    if ((rc = tr_tp_init(&g->tp, k, tp_comm, g->s.sequence_parallel))) {
+        tr_free(g);
+        return rc;
+    }
     g->Cl = s->C / s->tp_size;
     g->NHl = s->NH / s->tp_size;
     g->Vl = s->Vp / s->tp_size;

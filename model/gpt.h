@@ -90,10 +90,10 @@ typedef struct tr_gpt_acts tr_gpt_acts;
 
 /* Shape of the stage holding layers [layer_first, +layer_count) of the configured model, on
  * TP rank tp_rank (tp size and sequence_parallel from cfg->parallel). */
-int tr_gpt_shape_from_config(const tr_config *cfg, int layer_first, int layer_count,
+TR_MUST_CHECK int tr_gpt_shape_from_config(const tr_config *cfg, int layer_first, int layer_count,
                              int tp_rank, tr_gpt_shape *out);
 /* tp_comm: the TP group (size tp_size, this rank tp_rank); NULL iff tp_size == 1. */
-int tr_gpt_create(const tr_gpt_shape *shape, const tr_kernels *k, tr_comm *tp_comm,
+TR_MUST_CHECK int tr_gpt_create(const tr_gpt_shape *shape, const tr_kernels *k, tr_comm *tp_comm,
                   tr_gpt **out);
 void tr_gpt_free(tr_gpt *g);
 const tr_gpt_shape *tr_gpt_get_shape(const tr_gpt *g);
@@ -113,10 +113,10 @@ void tr_gpt_set_grad_hook(tr_gpt *g, void (*fn)(void *ctx, size_t offset, size_t
 /* Point the tensor views into caller-owned flat buffers of tr_gpt_num_params() floats. */
 void tr_gpt_bind(tr_gpt *g, float *params, float *grads);
 /* Fill the bound parameters with the layout-free initialisation. */
-int tr_gpt_init_params(tr_gpt *g);
+TR_MUST_CHECK int tr_gpt_init_params(tr_gpt *g);
 
 /* Activation storage for one micro-batch of B sequences. */
-int tr_gpt_acts_create(tr_gpt *g, int B, tr_gpt_acts **out);
+TR_MUST_CHECK int tr_gpt_acts_create(tr_gpt *g, int B, tr_gpt_acts **out);
 void tr_gpt_acts_free(tr_gpt_acts *a);
 
 /* Backend memory for n_slots activation slots of B sequences plus the shared scratch (what
@@ -137,7 +137,7 @@ float *tr_gpt_acts_output_grad_buffer(tr_gpt_acts *a);
  *     if loss_grad_scale != 0 the head's backward runs now with dloss/dlogit scaled so the
  *     loss being differentiated is loss_grad_scale * sum of token losses.
  *   not last: the output hidden state is tr_gpt_acts_output(a) (hidden numel). */
-int tr_gpt_forward(tr_gpt *g, tr_gpt_acts *a, const int32_t *tokens, const float *hidden_in,
+TR_MUST_CHECK int tr_gpt_forward(tr_gpt *g, tr_gpt_acts *a, const int32_t *tokens, const float *hidden_in,
                    const int32_t *targets, float loss_grad_scale, float *loss_out);
 const float *tr_gpt_acts_output(const tr_gpt_acts *a);
 /* Backward one micro-batch whose forward ran with this `a`.
@@ -145,7 +145,7 @@ const float *tr_gpt_acts_output(const tr_gpt_acts *a);
  *   others: dhidden_out (hidden numel) is the gradient of the stage output (it may be
  *   tr_gpt_acts_output_grad_buffer(a), which backward then works in).
  *   not first: the gradient of the stage input goes to tr_gpt_acts_input_grad(a). */
-int tr_gpt_backward(tr_gpt *g, tr_gpt_acts *a, const float *dhidden_out);
+TR_MUST_CHECK int tr_gpt_backward(tr_gpt *g, tr_gpt_acts *a, const float *dhidden_out);
 const float *tr_gpt_acts_input_grad(const tr_gpt_acts *a);
 
 /* Wall seconds this stage spent inside tensor-parallel collectives (tp/'s mappings and the

@@ -97,8 +97,10 @@ static int head_forward(tr_gpt *g, tr_gpt_acts *a, const float *h, const int32_t
     if (loss_grad_scale == 0.0f)
         return TR_OK;
     /* dlogits in place of the logits */
-    tr_tp_vocab_cross_entropy_backward(tp, sc->logits, sc->logits, sc->xent_stats, sc->targets,
-                                       N, Vl, V, loss_grad_scale);
+    rc = tr_tp_vocab_cross_entropy_backward(tp, sc->logits, sc->logits, sc->xent_stats,
+                                            sc->targets, N, Vl, V, loss_grad_scale);
+    if (rc)
+        return rc;
     /* dlnf = dlogits @ wte (summed over ranks); dwte += dlogits^T @ lnf */
     rc = tr_tp_column_linear_backward(tp, sc->dln, wte->grad, NULL, sc->logits, sc->lnf,
                                       wte->param, N, C, Vl);

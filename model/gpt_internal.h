@@ -106,9 +106,9 @@ static inline void gpt_rows(const tr_gpt *g, int B, int *first, int *count)
     tr_tp_rows(&g->tp, B * g->s.T, first, count);
 }
 
-int tr_gpt_scratch_ensure(tr_gpt *g, int B);
+TR_MUST_CHECK int tr_gpt_scratch_ensure(tr_gpt *g, int B);
 /* One transformer layer: x (Nl, C) -> L->residual3 (Nl, C), keeping L's activations. */
-int tr_gpt_layer_forward(tr_gpt *g, int l, tr_layer_acts *L, const float *x, int B);
+TR_MUST_CHECK int tr_gpt_layer_forward(tr_gpt *g, int l, tr_layer_acts *L, const float *x, int B);
 
 /* The activations layer_forward writes for layer l: the micro-batch's own, or with
  * recompute the shared scratch set with the micro-batch's stored output (its next input). */

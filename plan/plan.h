@@ -108,10 +108,10 @@ typedef struct {
 /* Names of the presets, NULL-terminated. */
 extern const char *const tr_plan_preset_names[];
 /* A preset by name; an unknown name is TR_ERR_CONFIG listing the names. */
-int tr_plan_cluster_preset(const char *name, tr_plan_cluster *out);
+TR_MUST_CHECK int tr_plan_cluster_preset(const char *name, tr_plan_cluster *out);
 /* The config's `cluster` section resolved (preset, then the keys set); TR_ERR_CONFIG when it
  * describes no cluster or an impossible one (message names the key and file position). */
-int tr_plan_cluster_from_config(const tr_config *cfg, tr_plan_cluster *out);
+TR_MUST_CHECK int tr_plan_cluster_from_config(const tr_config *cfg, tr_plan_cluster *out);
 
 /* ---- layout ---- */
 
@@ -122,7 +122,7 @@ typedef enum {
 } tr_plan_recompute;
 
 /* "none" | "selective" | "full" (else TR_ERR_CONFIG). */
-int tr_plan_recompute_parse(const char *s, tr_plan_recompute *out);
+TR_MUST_CHECK int tr_plan_recompute_parse(const char *s, tr_plan_recompute *out);
 const char *tr_plan_recompute_name(tr_plan_recompute r);
 
 typedef struct {
@@ -143,7 +143,7 @@ typedef struct {
 
 /* From the config's parallel/training sections and a world size (>= 1): TR_ERR_CONFIG when W
  * is not a multiple of TP x PP (message names the values). */
-int tr_plan_layout_from_config(const tr_config *cfg, int world, tr_plan_layout *out);
+TR_MUST_CHECK int tr_plan_layout_from_config(const tr_config *cfg, int world, tr_plan_layout *out);
 
 /* ---- the formulas, one function each (bytes, FLOPs, seconds) ---- */
 
@@ -230,23 +230,23 @@ typedef struct {
 /* Memory and time of `layout` for cfg's model on `cluster` with `world` ranks. When
  * time == 0 only the memory part (and the layout/fit fields) is filled (the search's
  * prefilter). train_tokens <= 0: training.train_iters x B x s. */
-int tr_plan_evaluate(const tr_config *cfg, const tr_plan_layout *layout, int world,
+TR_MUST_CHECK int tr_plan_evaluate(const tr_config *cfg, const tr_plan_layout *layout, int world,
                      const tr_plan_cluster *cluster, int time, double train_tokens,
                      tr_plan_result *out);
 /* The config's own layout; world_size <= 0 means nodes x gpus_per_node. This is the call
  * the sweep makes beside each measured point. */
-int tr_plan_predict(const tr_config *cfg, int world_size, const tr_plan_cluster *cluster,
+TR_MUST_CHECK int tr_plan_predict(const tr_config *cfg, int world_size, const tr_plan_cluster *cluster,
                     tr_plan_result *out);
 
 /* ---- calibration ---- */
 
 /* Median ms_per_iter of a metrics.jsonl (the first iteration is skipped when there are
  * more); TR_ERR_IO / TR_ERR_INVALID naming the file and line. */
-int tr_plan_read_measured_step(const char *metrics_path, double *step_s, int *n_points);
+TR_MUST_CHECK int tr_plan_read_measured_step(const char *metrics_path, double *step_s, int *n_points);
 /* The gemm_efficiency that makes the predicted step time of cfg on `cluster` equal
  * measured_step_s (bisection; the rest of the model unchanged). TR_ERR_INVALID when no
  * efficiency in (0, 4] explains the measurement (communication alone is slower). */
-int tr_plan_calibrate(const tr_config *cfg, int world_size, const tr_plan_cluster *cluster,
+TR_MUST_CHECK int tr_plan_calibrate(const tr_config *cfg, int world_size, const tr_plan_cluster *cluster,
                       double measured_step_s, double *efficiency);
 
 /* ---- search ---- */
@@ -272,7 +272,7 @@ typedef struct {
  * micro-batch a power of two (or the config's) with B % (b d) == 0; recompute none,
  * selective, full; ZeRO-1 off/on (on only when d > 1). Schedule, v, SP, precision, buckets
  * come from the config. */
-int tr_plan_search(const tr_config *cfg, int world, const tr_plan_cluster *cluster,
+TR_MUST_CHECK int tr_plan_search(const tr_config *cfg, int world, const tr_plan_cluster *cluster,
                    tr_plan_search_result *out);
 void tr_plan_search_free(tr_plan_search_result *r);
 

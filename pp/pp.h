@@ -80,11 +80,11 @@ typedef struct {
 
 /* Split num_layers over P stages x v chunks. explicit_layers: NULL (n_explicit 0) for the
  * default split, else n_explicit = P*v entries in virtual-stage order. */
-int tr_pp_partition_layers(int num_layers, int P, int v, const int *explicit_layers,
+TR_MUST_CHECK int tr_pp_partition_layers(int num_layers, int P, int v, const int *explicit_layers,
                            int n_explicit, tr_pp_partition *out);
 /* From a config: model.num_layers, parallel.pipeline_model_parallel_size, pipeline_layers,
  * and v = virtual_pipeline_model_parallel_size when pipeline_schedule is "interleaved". */
-int tr_pp_partition_from_config(const tr_config *cfg, tr_pp_partition *out);
+TR_MUST_CHECK int tr_pp_partition_from_config(const tr_config *cfg, tr_pp_partition *out);
 
 static inline int tr_pp_layer_first(const tr_pp_partition *p, int stage, int chunk)
 {
@@ -109,11 +109,11 @@ static inline int tr_pp_has_loss(const tr_pp_partition *p, int stage, int chunk)
 typedef enum { TR_PP_1F1B = 0, TR_PP_GPIPE = 1, TR_PP_INTERLEAVED = 2 } tr_pp_kind;
 
 /* "1f1b" | "gpipe" | "interleaved"; anything else is TR_ERR_CONFIG naming the value. */
-int tr_pp_kind_parse(const char *name, tr_pp_kind *out);
+TR_MUST_CHECK int tr_pp_kind_parse(const char *name, tr_pp_kind *out);
 const char *tr_pp_kind_name(tr_pp_kind kind);
 /* TR_ERR_CONFIG unless 1 <= P <= TR_PP_MAX_STAGES, M >= 1, v == 1 for gpipe/1f1b, and for
  * interleaved P >= 2, v >= 2, M % P == 0; P*v <= TR_PP_MAX_VIRTUAL, M*v <= TR_PP_MAX_VIRTUAL_MB. */
-int tr_pp_validate(int P, int M, tr_pp_kind kind, int v);
+TR_MUST_CHECK int tr_pp_validate(int P, int M, tr_pp_kind kind, int v);
 
 typedef enum {
     TR_PP_OP_FORWARD,
@@ -150,9 +150,9 @@ typedef struct {
 } tr_pp_schedule;
 
 /* The op list of one stage. Validates like tr_pp_validate; 0 <= stage < P. */
-int tr_pp_schedule_build(int P, int stage, int M, tr_pp_kind kind, int v, tr_pp_schedule *out);
+TR_MUST_CHECK int tr_pp_schedule_build(int P, int stage, int M, tr_pp_kind kind, int v, tr_pp_schedule *out);
 /* All P stages into stages[0..P-1]; on failure nothing is left allocated. */
-int tr_pp_schedule_build_all(int P, int M, tr_pp_kind kind, int v, tr_pp_schedule *stages);
+TR_MUST_CHECK int tr_pp_schedule_build_all(int P, int M, tr_pp_kind kind, int v, tr_pp_schedule *stages);
 void tr_pp_schedule_free(tr_pp_schedule *s);
 void tr_pp_schedule_free_all(tr_pp_schedule *stages, int P);
 
@@ -192,7 +192,7 @@ typedef struct {
 /* Run stages[0..P-1] together under `model`, checking everything in the contract.
  * costs NULL = tf 1, tb 2, p2p 0. op_start/op_end: NULL, or P arrays of stages[s].n_ops
  * doubles that receive each op's start and end time. out may be NULL. */
-int tr_pp_simulate(const tr_pp_schedule *stages, int P, tr_pp_comm_model model,
+TR_MUST_CHECK int tr_pp_simulate(const tr_pp_schedule *stages, int P, tr_pp_comm_model model,
                    const tr_pp_costs *costs, tr_pp_sim_result *out, double *const *op_start,
                    double *const *op_end);
 static inline int tr_pp_check(const tr_pp_schedule *stages, int P, tr_pp_comm_model model)
@@ -201,7 +201,7 @@ static inline int tr_pp_check(const tr_pp_schedule *stages, int P, tr_pp_comm_mo
 }
 /* For the planner: build all stages of (P, M, kind, v), simulate them under batched
  * rendezvous with `costs` (NULL = tf 1, tb 2, p2p 0), free them. */
-int tr_pp_simulate_kind(int P, int M, tr_pp_kind kind, int v, const tr_pp_costs *costs,
+TR_MUST_CHECK int tr_pp_simulate_kind(int P, int M, tr_pp_kind kind, int v, const tr_pp_costs *costs,
                         tr_pp_sim_result *out);
 
 #endif

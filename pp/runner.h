@@ -54,7 +54,7 @@ typedef struct {
 } tr_pp_trace;
 
 /* Run the schedule of this stage. pp_comm may be NULL only when P == 1. */
-int tr_pp_run(const tr_pp_schedule *s, tr_comm *pp_comm, const tr_pp_stage_ops *ops,
+TR_MUST_CHECK int tr_pp_run(const tr_pp_schedule *s, tr_comm *pp_comm, const tr_pp_stage_ops *ops,
               tr_pp_trace *trace);
 /* Record a caller's span (what != TR_PP_SPAN_OP; index goes to mb). NULL trace: no-op;
  * tracing is best effort (a span that cannot be stored is dropped). */

@@ -243,8 +243,7 @@ int tr_topo_dp_group_index(const tr_topo *t, int tp, int pp)
 {
     tr_coords c = {.dp = 0, .tp = tp, .pp = pp};
     int idx = -1;
-    tr_topo_group_of(t, TR_GROUP_DP, tr_topo_rank(t, c), &idx, NULL);
-    return idx;
+    return tr_topo_group_of(t, TR_GROUP_DP, tr_topo_rank(t, c), &idx, NULL) ? -1 : idx;
 }
 
 int tr_topo_rank_groups(const tr_topo *t, int rank, tr_rank_groups *out)
@@ -264,7 +263,12 @@ int tr_topo_rank_groups(const tr_topo *t, int rank, tr_rank_groups *out)
     size_t used = 0;
     for (int k = 0; k < TR_GROUP_KINDS; k++) {
         tr_group_kind kind = (tr_group_kind)k;
-        tr_topo_group_of(t, kind, rank, &out->index[k], &out->pos[k]);
+        int rc = tr_topo_group_of(t, kind, rank, &out->index[k], &out->pos[k]);
+        if (rc) {
+            tr_free(buf);
+            memset(out, 0, sizeof *out);
+            return rc;
+        }
         if (out->index[k] < 0) {
             out->members[k] = NULL;
             out->size[k] = 0;
@@ -272,7 +276,11 @@ int tr_topo_rank_groups(const tr_topo *t, int rank, tr_rank_groups *out)
         }
         out->members[k] = buf + used;
         out->size[k] = tr_topo_group_size(t, kind);
-        tr_topo_group_members(t, kind, out->index[k], out->members[k]);
+        if ((rc = tr_topo_group_members(t, kind, out->index[k], out->members[k]))) {
+            tr_free(buf);
+            memset(out, 0, sizeof *out);
+            return rc;
+        }
         used += (size_t)out->size[k];
     }
     out->is_first_stage = out->coords.pp == 0;

@@ -24,8 +24,13 @@ int tr_topo_table_build(const tr_topo *t, tr_topo_table *out)
         out->num_groups[k] = n;
         out->group_size[k] = size;
         out->ranks[k] = rows;
-        for (int g = 0; g < n; g++)
-            tr_topo_group_members(t, kind, g, rows + (size_t)g * (size_t)size);
+        for (int g = 0; g < n; g++) {
+            int rc = tr_topo_group_members(t, kind, g, rows + (size_t)g * (size_t)size);
+            if (rc) {
+                tr_topo_table_free(out);
+                return rc;
+            }
+        }
     }
     return TR_OK;
 }
@@ -90,11 +95,13 @@ int tr_topo_node_report(const tr_topo *t, int gpus_per_node, tr_node_report *out
     int *buf = tr_alloc((size_t)max_size * sizeof *buf, "group members");
     if (!buf)
         return TR_ERR_NOMEM;
-    for (int k = 0; k < TR_GROUP_KINDS; k++) {
+    int rc = TR_OK;
+    for (int k = 0; k < TR_GROUP_KINDS && !rc; k++) {
         tr_group_kind kind = (tr_group_kind)k;
         int n = tr_topo_num_groups(t, kind), size = tr_topo_group_size(t, kind);
-        for (int g = 0; g < n; g++) {
-            tr_topo_group_members(t, kind, g, buf);
+        for (int g = 0; g < n && !rc; g++) {
+            if ((rc = tr_topo_group_members(t, kind, g, buf)))
+                break;
             int nodes = nodes_spanned(buf, size, gpus_per_node);
             if (nodes > out->max_nodes[k])
                 out->max_nodes[k] = nodes;
@@ -105,15 +112,14 @@ int tr_topo_node_report(const tr_topo *t, int gpus_per_node, tr_node_report *out
             }
         }
     }
-    if (out->first_crossing_tp >= 0) {
-        tr_topo_group_members(t, TR_GROUP_TP, out->first_crossing_tp, buf);
+    if (!rc && out->first_crossing_tp >= 0 &&
+        !(rc = tr_topo_group_members(t, TR_GROUP_TP, out->first_crossing_tp, buf)))
         snprintf(out->warning, sizeof out->warning,
                  "%d of %d tensor-parallel groups span more than one node (e.g. ranks %d..%d "
                  "with %d GPUs per node): TP all-reduces will cross the inter-node network; "
                  "choose a TP size that divides %d",
                  out->crossing[TR_GROUP_TP], tr_topo_num_groups(t, TR_GROUP_TP), buf[0],
                  buf[t->tp - 1], gpus_per_node, gpus_per_node);
-    }
     tr_free(buf);
-    return TR_OK;
+    return rc;
 }

@@ -20,6 +20,8 @@
 #ifndef TR_TOPO_H
 #define TR_TOPO_H
 
+#include "core/core.h"
+
 typedef enum { TR_ORDER_TP_DP_PP = 0, TR_ORDER_TP_PP_DP = 1 } tr_topo_order;
 
 typedef enum {
@@ -42,8 +44,8 @@ typedef struct {
 } tr_topo;
 
 /* Build a layout. `order` NULL or "" means "tp-dp-pp". */
-int tr_topo_init(tr_topo *t, int world, int tp, int pp, const char *order);
-int tr_topo_parse_order(const char *s, tr_topo_order *out);
+TR_MUST_CHECK int tr_topo_init(tr_topo *t, int world, int tp, int pp, const char *order);
+TR_MUST_CHECK int tr_topo_parse_order(const char *s, tr_topo_order *out);
 const char *tr_topo_order_name(tr_topo_order order);
 /* "tp", "dp", "pp", "model_parallel", "embedding". */
 const char *tr_group_kind_name(tr_group_kind kind);
@@ -56,10 +58,10 @@ int tr_topo_rank(const tr_topo *t, tr_coords c);
 int tr_topo_num_groups(const tr_topo *t, tr_group_kind kind);
 int tr_topo_group_size(const tr_topo *t, tr_group_kind kind);
 /* Members of group `index` of `kind`, ascending, into out[tr_topo_group_size()]. */
-int tr_topo_group_members(const tr_topo *t, tr_group_kind kind, int index, int *out);
+TR_MUST_CHECK int tr_topo_group_members(const tr_topo *t, tr_group_kind kind, int index, int *out);
 /* The group of `kind` that holds `rank` (its index) and the rank's position in it;
  * *index = -1 (and TR_OK) for an EMBED query on a middle-stage rank. */
-int tr_topo_group_of(const tr_topo *t, tr_group_kind kind, int rank, int *index, int *pos);
+TR_MUST_CHECK int tr_topo_group_of(const tr_topo *t, tr_group_kind kind, int rank, int *index, int *pos);
 /* The DP group of coordinate (tp, pp): its index among the DP groups. */
 int tr_topo_dp_group_index(const tr_topo *t, int tp, int pp);
 
@@ -78,7 +80,7 @@ typedef struct {
     int next_pp_rank, prev_pp_rank;
 } tr_rank_groups;
 
-int tr_topo_rank_groups(const tr_topo *t, int rank, tr_rank_groups *out);
+TR_MUST_CHECK int tr_topo_rank_groups(const tr_topo *t, int rank, tr_rank_groups *out);
 void tr_rank_groups_free(tr_rank_groups *g);
 
 /* Every group of every kind: kinds[k] is num_groups[k] x group_size[k] ranks, row g the
@@ -90,7 +92,7 @@ typedef struct {
     int *ranks[TR_GROUP_KINDS];
 } tr_topo_table;
 
-int tr_topo_table_build(const tr_topo *t, tr_topo_table *out);
+TR_MUST_CHECK int tr_topo_table_build(const tr_topo *t, tr_topo_table *out);
 void tr_topo_table_free(tr_topo_table *tab);
 static inline const int *tr_topo_table_group(const tr_topo_table *tab, tr_group_kind kind,
                                              int index)
@@ -112,6 +114,6 @@ typedef struct {
 int tr_topo_node_of(const tr_topo *t, int gpus_per_node, int rank);
 /* Nodes spanned by group `index` of `kind`; -1 (message set) on bad input. */
 int tr_topo_group_nodes(const tr_topo *t, int gpus_per_node, tr_group_kind kind, int index);
-int tr_topo_node_report(const tr_topo *t, int gpus_per_node, tr_node_report *out);
+TR_MUST_CHECK int tr_topo_node_report(const tr_topo *t, int gpus_per_node, tr_node_report *out);
 
 #endif

@@ -62,43 +62,43 @@ typedef struct {
 } tr_tp;
 
 /* Fill *tp (comm_time NULL). comm NULL = one rank (sequence_parallel is then ignored). */
-int tr_tp_init(tr_tp *tp, const tr_kernels *k, tr_comm *comm, int sequence_parallel);
+TR_MUST_CHECK int tr_tp_init(tr_tp *tp, const tr_kernels *k, tr_comm *comm, int sequence_parallel);
 /* Zero a communication timer. */
 void tr_tp_comm_time_reset(tr_tp_comm_time *t);
 /* Sum (op SUM) or max (op MAX) all-reduce of n floats in place over the TP group, timed;
  * `what` names it in an error. The vocab-parallel loss uses it. */
-int tr_tp_allreduce(const tr_tp *tp, float *buf, size_t n, tr_comm_redop op, const char *what);
+TR_MUST_CHECK int tr_tp_allreduce(const tr_tp *tp, float *buf, size_t n, tr_comm_redop op, const char *what);
 
 /* Rows of N token rows this rank holds: all of them, or its sequence-parallel slice
  * [*first, *first + *count). Requires N % T == 0 under SP (checked by tr_tp_check_rows). */
 void tr_tp_rows(const tr_tp *tp, int N, int *first, int *count);
-int tr_tp_check_rows(const tr_tp *tp, int N);
+TR_MUST_CHECK int tr_tp_check_rows(const tr_tp *tp, int N);
 
 /* ------------------------------------------------------------------ mappings */
 
 /* f backward: all-reduce (sum) of n floats in place. (f forward is the identity.) */
-int tr_tp_copy_to_region_backward(const tr_tp *tp, float *grad, size_t n);
+TR_MUST_CHECK int tr_tp_copy_to_region_backward(const tr_tp *tp, float *grad, size_t n);
 /* g forward: out = sum over ranks of partial (n floats; out may equal partial).
  * (g backward is the identity.) */
-int tr_tp_reduce_from_region_forward(const tr_tp *tp, const float *partial, float *out,
+TR_MUST_CHECK int tr_tp_reduce_from_region_forward(const tr_tp *tp, const float *partial, float *out,
                                      size_t n);
 /* Last-dimension gather: out (N, T*cols) from every rank's in (N, cols); scratch holds
  * T*N*cols floats (unused when T == 1). Backward of scatter_to_region. */
-int tr_tp_gather_from_region_forward(const tr_tp *tp, float *out, const float *in, int N,
+TR_MUST_CHECK int tr_tp_gather_from_region_forward(const tr_tp *tp, float *out, const float *in, int N,
                                      int cols, float *scratch);
 /* Last-dimension split: out (N, cols) = columns [t*cols, (t+1)*cols) of in (N, T*cols).
  * Backward of gather_from_region. */
-int tr_tp_scatter_to_region_forward(const tr_tp *tp, float *out, const float *in, int N,
+TR_MUST_CHECK int tr_tp_scatter_to_region_forward(const tr_tp *tp, float *out, const float *in, int N,
                                     int cols);
 /* SP row gather: full (N, C) = every rank's local (N/T, C) rows in rank order. In place
  * when local == full + first*C (tr_tp_rows). Without SP: full = local (no copy when they
  * are the same). Backward of reduce_scatter_to_sequence_region. */
-int tr_tp_gather_from_sequence_region_forward(const tr_tp *tp, const float *local, float *full,
+TR_MUST_CHECK int tr_tp_gather_from_sequence_region_forward(const tr_tp *tp, const float *local, float *full,
                                               int N, int C);
 /* SP row reduce-scatter: local (N/T, C) = this rank's rows of the sum over ranks of
  * full (N, C) (full may be clobbered). Without SP: an all-reduce, local (N, C).
  * Backward of gather_from_sequence_region. */
-int tr_tp_reduce_scatter_to_sequence_region_forward(const tr_tp *tp, float *full, float *local,
+TR_MUST_CHECK int tr_tp_reduce_scatter_to_sequence_region_forward(const tr_tp *tp, float *full, float *local,
                                                     int N, int C);
 
 /* ------------------------------------------------------------------ parallel linears
@@ -108,7 +108,7 @@ int tr_tp_reduce_scatter_to_sequence_region_forward(const tr_tp *tp, float *full
  * x must hold N rows: under SP the caller writes its own rows at their place and this
  * gathers the others into x in place (x is kept for the backward). With y_full non-NULL
  * the output is also gathered to y_full (N, T*OCl) (scratch: T*N*OCl floats). */
-int tr_tp_column_linear_forward(const tr_tp *tp, float *y, float *x, const float *W,
+TR_MUST_CHECK int tr_tp_column_linear_forward(const tr_tp *tp, float *y, float *x, const float *W,
                                 const float *b, int N, int IC, int OCl, float *y_full,
                                 float *scratch);
 /* dy (N, OCl) (with gathered output: split it first with tr_tp_scatter_to_region_forward);
@@ -116,19 +116,19 @@ int tr_tp_column_linear_forward(const tr_tp *tp, float *y, float *x, const float
  * input gradient: without SP all N rows, summed over ranks (f backward); under SP only this
  * rank's rows are valid, at their place (dx + first*IC) (reduce-scatter; the rest is
  * scratch). dx NULL skips the input gradient (no communication). */
-int tr_tp_column_linear_backward(const tr_tp *tp, float *dx, float *dW, float *db,
+TR_MUST_CHECK int tr_tp_column_linear_backward(const tr_tp *tp, float *dx, float *dW, float *db,
                                  const float *dy, const float *x, const float *W, int N,
                                  int IC, int OCl);
 
 /* Row-parallel: y (Nl, OC) = [residual (Nl, OC) +] reduce(x (N, ICl) @ W^T) + b.
  * residual and b may be NULL; residual may equal y. scratch: N*OC floats when T > 1. */
-int tr_tp_row_linear_forward(const tr_tp *tp, float *y, const float *residual, const float *x,
+TR_MUST_CHECK int tr_tp_row_linear_forward(const tr_tp *tp, float *y, const float *residual, const float *x,
                              const float *W, const float *b, int N, int ICl, int OC,
                              float *scratch);
 /* dy (Nl, OC); dx (N, ICl) overwritten; dW += dy_all^T x; db += colsum(dy) over this rank's
  * rows (under SP a partial sum: all-reduce it over TP later). scratch: N*OC floats under SP
  * (the gathered dy). */
-int tr_tp_row_linear_backward(const tr_tp *tp, float *dx, float *dW, float *db,
+TR_MUST_CHECK int tr_tp_row_linear_backward(const tr_tp *tp, float *dx, float *dW, float *db,
                               const float *dy, const float *x, const float *W, int N, int ICl,
                               int OC, float *scratch);
 
@@ -138,24 +138,24 @@ int tr_tp_row_linear_backward(const tr_tp *tp, float *dx, float *dW, float *db,
 
 /* out (Nl, C) = table rows of ids (0 where not held here), summed over ranks.
  * scratch: N*C floats when T > 1. */
-int tr_tp_vocab_embedding_forward(const tr_tp *tp, float *out, const int32_t *ids,
+TR_MUST_CHECK int tr_tp_vocab_embedding_forward(const tr_tp *tp, float *out, const int32_t *ids,
                                   const float *table, int N, int C, int Vl, float *scratch);
 /* dout (Nl, C): dtable[id - v_start] += dout_all[n] for held ids. Under SP dout is first
  * gathered into scratch (N*C floats). *dout_all (may be NULL) is set to the (N, C)
  * gradient used (dout itself without SP), for replicated consumers such as positions. */
-int tr_tp_vocab_embedding_backward(const tr_tp *tp, float *dtable, const float *dout,
+TR_MUST_CHECK int tr_tp_vocab_embedding_backward(const tr_tp *tp, float *dtable, const float *dout,
                                    const int32_t *ids, int N, int C, int Vl, float *scratch,
                                    const float **dout_all);
 
 /* losses (N) = logsumexp(row) - target logit over the V real ids (ids >= V are padding),
  * the same on every rank. logits (N, Vl). stats: 3*N floats (max, sumexp, picked), kept for
  * the backward. */
-int tr_tp_vocab_cross_entropy_forward(const tr_tp *tp, float *losses, float *stats,
+TR_MUST_CHECK int tr_tp_vocab_cross_entropy_forward(const tr_tp *tp, float *losses, float *stats,
                                       const float *logits, const int32_t *targets, int N,
                                       int Vl, int V);
 /* dlogits (N, Vl) = scale * (softmax - onehot(target)) on this rank's columns (0 on padding);
  * no communication. dlogits may equal logits. */
-int tr_tp_vocab_cross_entropy_backward(const tr_tp *tp, float *dlogits, const float *logits,
+TR_MUST_CHECK int tr_tp_vocab_cross_entropy_backward(const tr_tp *tp, float *dlogits, const float *logits,
                                        const float *stats, const int32_t *targets, int N,
                                        int Vl, int V, float scale);
 

@@ -57,6 +57,6 @@ struct tr_engine {
 void tr_engine_set_grad_hooks(tr_engine *e, int on);
 
 /* Fill a slot's micro-batch tokens (inputs and targets of mb*T each). */
-int tr_engine_load_micro_batch(tr_engine *e, int micro_batch, int32_t *inputs, int32_t *targets);
+TR_MUST_CHECK int tr_engine_load_micro_batch(tr_engine *e, int micro_batch, int32_t *inputs, int32_t *targets);
 
 #endif

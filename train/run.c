@@ -448,10 +448,10 @@ int tr_train_run(const tr_config *cfg, const tr_train_options *opts)
                 n_local += (double)p->numel;
         }
     double n_params = n_local;
-    tr_comm_allreduce(e->world.mp, &n_params, &n_params, 1, TR_COMM_F64, TR_COMM_SUM);
+    rc = tr_comm_allreduce(e->world.mp, &n_params, &n_params, 1, TR_COMM_F64, TR_COMM_SUM);
     double tokens_per_iter = (double)t->global_batch_size * cfg->model.seq_length;
     double flops_per_iter = tr_gpt_flops_per_token(tr_gpt_get_shape(model), n_params) * tokens_per_iter;
-    if (!opts->quiet && lead) {
+    if (!rc && !opts->quiet && lead) {
         printf("trident: %d layers, hidden %d, %d heads, seq %d, vocab %d (padded %d): %.2fM "
                "parameters; global batch %d; set up in %.2f s\n",
                cfg->model.num_layers, cfg->model.hidden_size, cfg->model.num_attention_heads,
@@ -463,7 +463,7 @@ int tr_train_run(const tr_config *cfg, const tr_train_options *opts)
     double train_start = tr_now(), train_time = 0, final_loss = 0, dp_exposed = 0;
     double *iter_ms = calloc((size_t)t->train_iters, sizeof *iter_ms);
     double *bubbles = calloc((size_t)t->train_iters, sizeof *bubbles); /* when traced */
-    if (!iter_ms || !bubbles)
+    if (!rc && (!iter_ms || !bubbles))
         rc = tr_fail(TR_ERR_NOMEM, "out of memory");
     tr_comm_counters before[N_GROUPS], after[N_GROUPS];
     double mine[N_STATS] = {0};
@@ -472,7 +472,7 @@ int tr_train_run(const tr_config *cfg, const tr_train_options *opts)
         tr_step_stats s = {0};
         if (it == last)
             snapshot_counters(e, before);
-        double start = tr_now();
+        double t_iter = tr_now();
         rc = tr_engine_forward_backward(e, it, &s.loss);
         if (!rc && it == 1 && opts->dump_grads_dir)
             rc = dump_gradients(e, opts->dump_grads_dir);
@@ -480,7 +480,7 @@ int tr_train_run(const tr_config *cfg, const tr_train_options *opts)
             rc = tr_engine_optimizer_step(e, it, &s);
         if (rc)
             break;
-        double secs = tr_now() - start;
+        double secs = tr_now() - t_iter;
         train_time += secs;
         if (it == last) {
             snapshot_counters(e, after);

@@ -56,30 +56,30 @@ typedef struct {
                                  * layout and the ZeRO-1 range it owns), for layout tests */
 } tr_train_options;
 
-int tr_engine_create(const tr_config *cfg, tr_engine **out);
+TR_MUST_CHECK int tr_engine_create(const tr_config *cfg, tr_engine **out);
 void tr_engine_free(tr_engine *e);
 tr_gpt *tr_engine_model(tr_engine *e);
 float *tr_engine_params(tr_engine *e);
 float *tr_engine_grads(tr_engine *e);
 
 /* The tokens (inputs then targets, each mb*T) of micro-batch m of iteration i. */
-int tr_engine_batch(tr_engine *e, int split, uint64_t first_sample, int32_t *inputs,
+TR_MUST_CHECK int tr_engine_batch(tr_engine *e, int split, uint64_t first_sample, int32_t *inputs,
                     int32_t *targets);
 /* Zero the gradients, then forward+backward every micro-batch of iteration i. */
-int tr_engine_forward_backward(tr_engine *e, int iteration, double *loss_out);
+TR_MUST_CHECK int tr_engine_forward_backward(tr_engine *e, int iteration, double *loss_out);
 /* Clip, schedule the LR and apply AdamW; fills lr and grad_norm of *stats. */
-int tr_engine_optimizer_step(tr_engine *e, int iteration, tr_step_stats *stats);
+TR_MUST_CHECK int tr_engine_optimizer_step(tr_engine *e, int iteration, tr_step_stats *stats);
 /* Mean validation loss over eval_iters global batches (forward only). */
-int tr_engine_evaluate(tr_engine *e, double *val_loss);
+TR_MUST_CHECK int tr_engine_evaluate(tr_engine *e, double *val_loss);
 
 /* Save this rank's part of the model and optimizer state as the checkpoint of `iteration`. */
-int tr_checkpoint_save(tr_engine *e, const char *dir, int iteration);
+TR_MUST_CHECK int tr_checkpoint_save(tr_engine *e, const char *dir, int iteration);
 /* Load DIR's latest checkpoint; *iteration = its iteration, or 0 when DIR holds none. A
  * corrupt, truncated or foreign checkpoint is TR_ERR_INVALID naming the file. */
-int tr_checkpoint_load(tr_engine *e, const char *dir, int *iteration);
+TR_MUST_CHECK int tr_checkpoint_load(tr_engine *e, const char *dir, int *iteration);
 
 double tr_lr_at(const tr_training_config *t, int iteration);
 
-int tr_train_run(const tr_config *cfg, const tr_train_options *opts);
+TR_MUST_CHECK int tr_train_run(const tr_config *cfg, const tr_train_options *opts);
 
 #endif

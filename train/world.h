@@ -21,7 +21,7 @@ typedef struct {
 
 /* Collective over the job: reads RANK/WORLD_SIZE/MASTER_* (one process without them),
  * checks the layout fits the world size, and splits every group. */
-int tr_world_create(const tr_config *cfg, tr_world *out);
+TR_MUST_CHECK int tr_world_create(const tr_config *cfg, tr_world *out);
 void tr_world_destroy(tr_world *w);
 
 #endif

@@ -18,6 +18,8 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "core/core.h"
+
 #define TR_MAX_STAGES 256
 
 typedef struct {
@@ -128,12 +130,12 @@ typedef struct {
 
 /* Load from a file / from text. `overrides` are "section.key=value" strings. On error the
  * struct is left freed and the message is in tr_errmsg(). */
-int tr_config_load(const char *path, const char *const *overrides, int n_overrides,
+TR_MUST_CHECK int tr_config_load(const char *path, const char *const *overrides, int n_overrides,
                    tr_config *out);
-int tr_config_load_string(const char *text, size_t len, const char *name,
+TR_MUST_CHECK int tr_config_load_string(const char *text, size_t len, const char *name,
                           const char *const *overrides, int n_overrides, tr_config *out);
 /* Write the resolved config as YAML. */
-int tr_config_write(const tr_config *c, FILE *f);
+TR_MUST_CHECK int tr_config_write(const tr_config *c, FILE *f);
 /* 1 if every key of the two configs has the same value (source and marks are ignored). */
 int tr_config_equal(const tr_config *a, const tr_config *b);
 /* "FILE:LINE:COL" of a key (or "FILE" if the key came from a default, "--set KEY" if it came
@@ -169,13 +171,13 @@ typedef struct {
     int warmup_iterations; /* run.warmup_iterations, default 2 (excluded from timings) */
 } tr_grid_spec;
 
-int tr_grid_load(const char *path, tr_grid_spec *out);
+TR_MUST_CHECK int tr_grid_load(const char *path, tr_grid_spec *out);
 size_t tr_grid_num_points(const tr_grid_spec *g);
 /* The overrides of point `index`: out[0 .. n_axes-1] point into the spec (not owned). */
 void tr_grid_point(const tr_grid_spec *g, size_t index, const char **out);
 /* Load the config of a point: the base (file or inline) with the point's overrides and
  * `extra` overrides after them. */
-int tr_grid_point_config(const tr_grid_spec *g, size_t index, const char *const *extra,
+TR_MUST_CHECK int tr_grid_point_config(const tr_grid_spec *g, size_t index, const char *const *extra,
                          int n_extra, tr_config *out);
 void tr_grid_free(tr_grid_spec *g);
 

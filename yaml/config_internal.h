@@ -48,10 +48,10 @@ typedef struct {
 
 /* Parse one YAML document. Errors (TR_ERR_CONFIG) name src. Free with tr_ydoc_free() in
  * every case. */
-int tr_ydoc_parse(const char *text, size_t len, const tr_ysource *src, tr_ydoc *doc);
+TR_MUST_CHECK int tr_ydoc_parse(const char *text, size_t len, const tr_ysource *src, tr_ydoc *doc);
 void tr_ydoc_free(tr_ydoc *doc);
 /* Read a whole file (at most TR_YAML_MAX_BYTES); *text is malloc'ed. */
-int tr_yaml_read_file(const char *path, char **text, size_t *len);
+TR_MUST_CHECK int tr_yaml_read_file(const char *path, char **text, size_t *len);
 /* "NAME:LINE:COL" or the --set label, into buf. */
 const char *tr_yloc(const tr_ysource *src, int line, int col, char *buf, size_t cap);
 
@@ -95,7 +95,7 @@ int tr_config_section_index(const char *name);
 
 /* ---- convert.c: node -> field, and message helpers ---- */
 /* Convert `node` (of `doc`, from `src`) into the field of `spec` in `cfg`. */
-int tr_config_set_field(tr_config *cfg, const tr_key_spec *spec, const tr_ydoc *doc,
+TR_MUST_CHECK int tr_config_set_field(tr_config *cfg, const tr_key_spec *spec, const tr_ydoc *doc,
                         const tr_ynode *node, const tr_ysource *src);
 /* How a node reads in a message: 'abc' (escaped, shortened), "an empty value", "a list". */
 const char *tr_ydescribe(const tr_ynode *node, char *buf, size_t cap);
@@ -113,6 +113,6 @@ const char *tr_check_split(const char *value);
 const tr_config_mark *tr_config_find_mark(const tr_config *c, const char *dotted_key);
 
 /* ---- validate.c: checks that involve several keys ---- */
-int tr_config_validate(const tr_config *cfg);
+TR_MUST_CHECK int tr_config_validate(const tr_config *cfg);
 
 #endif

@@ -39,6 +39,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "core/core.h"
 #include "kernels/kernels.h"
 
 typedef enum { TR_CUDA_FP32 = 0, TR_CUDA_BF16 = 1 } tr_cuda_precision;
@@ -46,7 +47,7 @@ typedef enum { TR_CUDA_FP32 = 0, TR_CUDA_BF16 = 1 } tr_cuda_precision;
 /* ---------------------------------------------------------------- device and tables */
 
 /* Idempotent: the device, stream, cuBLASLt handle and workspaces (see above). */
-int tr_cuda_init(void);
+TR_MUST_CHECK int tr_cuda_init(void);
 /* The table ("cuda" for BF16, "cuda-fp32" for FP32); NULL with the error set when
  * tr_cuda_init() fails. */
 const tr_kernels *tr_kernels_cuda(tr_cuda_precision precision);
@@ -58,9 +59,9 @@ void *tr_cuda_stream(void);
  * ops do this themselves, other CUDA users of the backend's memory (comm/nccl) call it. */
 void tr_cuda_use_device(void);
 /* The first CUDA error seen inside an op (TR_ERR_INTERNAL naming the op), else TR_OK. */
-int tr_cuda_status(void);
+TR_MUST_CHECK int tr_cuda_status(void);
 /* Free and total device memory (cudaMemGetInfo). */
-int tr_cuda_mem_info(size_t *free_bytes, size_t *total_bytes);
+TR_MUST_CHECK int tr_cuda_mem_info(size_t *free_bytes, size_t *total_bytes);
 /* Device memory the backend holds for itself after init (cuBLASLt, bf16 staging, reduction
  * scratch). */
 size_t tr_cuda_workspace_bytes(void);
@@ -71,7 +72,7 @@ size_t tr_cuda_workspace_bytes(void);
  * device_count (another rank of the node uses the same GPU). Errors: TR_ERR_CONFIG for no
  * device ("no CUDA device: ...") or text that is not an integer in 0..2^31-1 (names the
  * variable and its value). */
-int tr_cuda_pick_device(const char *local_rank, const char *var_name, int device_count,
+TR_MUST_CHECK int tr_cuda_pick_device(const char *local_rank, const char *var_name, int device_count,
                         int *device, int *shared);
 
 /* fp32 <-> bf16 on the device (round to nearest even, NaN kept quiet with its sign): the
@@ -98,7 +99,7 @@ size_t tr_cuda_budget_total(const tr_cuda_budget *b);
  *  activations .., workspace .., reserved ..) but only Y GiB of Z GiB are free: short by
  *  W GiB; lower training.micro_batch_size, turn on recompute, or use more tensor/pipeline
  *  parallelism". */
-int tr_cuda_budget_check(const tr_cuda_budget *b, size_t free_bytes, size_t total_bytes,
+TR_MUST_CHECK int tr_cuda_budget_check(const tr_cuda_budget *b, size_t free_bytes, size_t total_bytes,
                          int device, const char *device_name);
 /* Device: check b against the free memory (counting the workspace the backend already
  * holds as allocated), then allocate the arena: params + grads + optimizer + activations
@@ -106,7 +107,7 @@ int tr_cuda_budget_check(const tr_cuda_budget *b, size_t free_bytes, size_t tota
  * before the first alloc() of a run; activations should come from tr_arena_bytes_for() over
  * the requests (256-byte alignment). A second call replaces an empty arena; TR_ERR_INVALID
  * while the current one still has blocks in use. */
-int tr_cuda_reserve(const tr_cuda_budget *b);
+TR_MUST_CHECK int tr_cuda_reserve(const tr_cuda_budget *b);
 
 /* ---------------------------------------------------------------- arena (pure bookkeeping)
  * First-fit allocation of offsets in [0, capacity), every block aligned to `align` (a power
@@ -126,13 +127,13 @@ typedef struct {
 } tr_arena;
 
 /* align must be a power of two >= 1; capacity is rounded down to it. */
-int tr_arena_init(tr_arena *a, size_t capacity, size_t align);
+TR_MUST_CHECK int tr_arena_init(tr_arena *a, size_t capacity, size_t align);
 void tr_arena_destroy(tr_arena *a);
 /* A zero-byte request takes one alignment unit. TR_ERR_NOMEM when no hole is large enough:
  * "arena: no room for X bytes (Y free in total, the largest hole Z, capacity C)". */
-int tr_arena_alloc(tr_arena *a, size_t bytes, size_t *offset);
+TR_MUST_CHECK int tr_arena_alloc(tr_arena *a, size_t bytes, size_t *offset);
 /* TR_ERR_INVALID for an offset that is not the start of a block in use. */
-int tr_arena_free(tr_arena *a, size_t offset);
+TR_MUST_CHECK int tr_arena_free(tr_arena *a, size_t offset);
 size_t tr_arena_largest_hole(const tr_arena *a);
 /* The capacity that serves these requests, made in order without frees: the sum of the
  * sizes each rounded up to align (0 counts as one unit). Saturates at SIZE_MAX. */

@@ -114,8 +114,8 @@ void tr_cu_copy(tr_stream s, void *dst, const void *src, size_t bytes);
 void tr_cu_zero(tr_stream s, void *dst, size_t bytes);
 void tr_cu_synchronize(tr_stream s);
 /* The arena (device.c's reserve makes it): adopt [base, base + bytes); release it. */
-int tr_cu_arena_adopt(void *base, size_t bytes);
-int tr_cu_arena_release(void);
+TR_MUST_CHECK int tr_cu_arena_adopt(void *base, size_t bytes);
+TR_MUST_CHECK int tr_cu_arena_release(void);
 
 /* ---- gemm.c
  * Row-major C = alpha op(A) op(B) + beta C over `batch` matrices at element strides
@@ -136,7 +136,7 @@ void tr_cu_gemm_fp32(tr_stream s, int trans_a, int trans_b, int M, int N, int K,
 void tr_cu_gemm_bf16(tr_stream s, int trans_a, int trans_b, int M, int N, int K, float alpha,
                      const float *A, int lda, const float *B, int ldb, float beta, float *C,
                      int ldc);
-int tr_cu_gemm_init(void);
+TR_MUST_CHECK int tr_cu_gemm_init(void);
 size_t tr_cu_gemm_workspace_bytes(void);
 
 /* ---- attention.c (fp32 products for FP32, bf16 tensor-core products for BF16) */

@@ -46,7 +46,8 @@ static int run(int progress_thread, int *done_out, double *alone_s)
     *alone_s = tr_now() - t0;
     for (size_t i = 0; i < N; i++)
         x[i] = (float)((r + (int)i) % 5);
-    tr_comm_barrier(w);
+    if (tr_comm_barrier(w))
+        return 1;
     tr_comm_request *req = NULL;
     if (tr_comm_allreduce_async(w, x, x, N, TR_COMM_F32, TR_COMM_SUM, &req))
         return 1;

@@ -124,7 +124,8 @@ static void *late_setter(void *p)
     usleep((useconds_t)(a->delay * 1e6));
     tr_store *st = NULL;
     if (tr_store_connect("127.0.0.1", a->port, "tok", "s1", 5, &st) == TR_OK) {
-        tr_store_set(st, "late", "v42", 3);
+        if (tr_store_set(st, "late", "v42", 3))
+            fprintf(stderr, "late_setter: %s\n", tr_errmsg()); /* the waiter then times out */
         tr_store_close(st);
     }
     return NULL;

@@ -23,7 +23,10 @@ int main(int argc, char **argv)
         return 77;
     }
     size_t free_b = 0, total_b = 0;
-    tr_cuda_mem_info(&free_b, &total_b);
+    if (tr_cuda_mem_info(&free_b, &total_b)) {
+        printf("FAIL: %s\n", tr_errmsg());
+        return 1;
+    }
     printf("GPU %d of %d: %s, %.1f GiB free of %.1f GiB\n", tr_cuda_device(), count,
            tr_cuda_device_name(), (double)free_b / (1 << 30), (double)total_b / (1 << 30));
     return 0;

@@ -480,12 +480,12 @@ static void test_arena_device(void)
         return;
     }
     size_t free_after = 0;
-    tr_cuda_mem_info(&free_after, &total_b);
+    int info_rc = tr_cuda_mem_info(&free_after, &total_b);
     float *p = F32->alloc((size_t)8 << 20), *q = F32->alloc(1000);
     size_t free_after_alloc = 0;
-    tr_cuda_mem_info(&free_after_alloc, &total_b);
+    info_rc = info_rc ? info_rc : tr_cuda_mem_info(&free_after_alloc, &total_b);
     checks++;
-    if (!p || !q || free_after_alloc != free_after) { /* served by the arena: no new memory */
+    if (info_rc || !p || !q || free_after_alloc != free_after) { /* served by the arena: no new memory */
         failures++;
         fprintf(stderr, "FAIL arena allocations (%p %p, free %zu -> %zu)\n", (void *)p,
                 (void *)q, free_after, free_after_alloc);
