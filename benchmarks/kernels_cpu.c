@@ -2,7 +2,6 @@
  * V=50304): GEMM throughput for each linear layer's shapes, attention, and the C loops.
  * Usage: kernels_cpu [repeats [filter]]   (set OMP_NUM_THREADS / OPENBLAS_CORETYPE outside).
  * Prints the best time of `repeats` runs of each op whose label contains `filter`. */
-#include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -62,7 +61,7 @@ static void bench_gemm(int ta, int tb, int M, int N, int Kd, const char *what)
  * whether OpenBLAS's spinning workers slow the OpenMP loops that follow. */
 static void bench_openblas_threads(void)
 {
-    int M = 1024, N = 2304, Kd = 768, threads = omp_get_max_threads();
+    int M = 1024, N = 2304, Kd = 768, threads = tr_kernels_cpu_threads();
     size_t nh = (size_t)1024 * 3072;
     float *A = buf((size_t)M * Kd), *B = buf((size_t)N * Kd), *C = buf((size_t)M * N);
     float *h = buf(nh), *hg = buf(nh);
@@ -92,7 +91,7 @@ int main(int argc, char **argv)
     K = tr_kernels_cpu();
     const int B = 4, T = 256, C = 768, NH = 12, HS = 64, V = 50304, N = B * T;
     const char *core = getenv("OPENBLAS_CORETYPE");
-    printf("threads %d, OPENBLAS_CORETYPE=%s, best of %d\n", omp_get_max_threads(),
+    printf("threads %d, OPENBLAS_CORETYPE=%s, best of %d\n", tr_kernels_cpu_threads(),
            core ? core : "(unset)", repeats);
 
     bench_openblas_threads();

@@ -121,10 +121,20 @@ typedef struct tr_kernels {
     double (*sumsq)(tr_stream s, const float *x, size_t n);
 } tr_kernels;
 
-/* The CPU backend's table. Its parallel loops and GEMM splits run on one OpenMP team
- * (OMP_NUM_THREADS threads); the first call sets OpenBLAS to one thread so the two never
- * oversubscribe the cores. Results are bit-identical run to run and for any thread count. */
+/* The CPU backend's table. Its parallel loops and GEMM splits run on one team of threads
+ * (the caller and threads - 1 workers that sleep between jobs; pieces of work are handed
+ * out dynamically); the first call sets OpenBLAS to one thread so the two never
+ * oversubscribe the cores. Work is cut by the sizes alone, so results are bit-identical run
+ * to run, for any thread count and on any schedule. */
 const tr_kernels *tr_kernels_cpu(void);
+/* The team's size: OMP_NUM_THREADS if set (the launcher sets it per rank), else the CPUs
+ * this process may run on; set_threads changes it (>= 1) for the calls that follow. */
+int tr_kernels_cpu_threads(void);
+void tr_kernels_cpu_set_threads(int threads);
+/* Host work on the team: fn(ctx, i) for every i in [0, n), returning when all are done.
+ * Called from inside a piece (or while another thread's job runs) it runs in order on the
+ * caller. */
+void tr_kernels_cpu_parallel_for(size_t n, void (*fn)(void *ctx, size_t i), void *ctx);
 
 /* The table for a backend name ("cpu", "cuda"); NULL with the error set when the backend
  * is unknown or not built in. */

@@ -264,6 +264,31 @@ static uint64_t global_index(const tr_param_tensor *t, int tp_rank, size_t e)
     return (uint64_t)(r * (size_t)t->full_cols + c);
 }
 
+/* Elements per piece of the initialisation on the CPU backend's team. */
+#define INIT_PIECE 65536
+
+typedef struct {
+    float *host;
+    const tr_param_tensor *t;
+    const tr_gpt_shape *s;
+    uint64_t name_hash;
+    float std;
+    int kind;
+} init_job;
+
+/* Elements [i * INIT_PIECE, ...) of one tensor: each a pure function of its global index,
+ * so any split over threads gives the same values. */
+static void init_piece(void *ctx, size_t i)
+{
+    const init_job *j = ctx;
+    size_t lo = i * INIT_PIECE, hi = j->t->numel - lo < INIT_PIECE ? j->t->numel : lo + INIT_PIECE;
+    for (size_t e = lo; e < hi; e++)
+        j->host[e] = j->kind == 0   ? 0.0f
+                     : j->kind == 1 ? 1.0f
+                                    : j->std * tr_init_normal(j->s->seed, j->name_hash,
+                                                              global_index(j->t, j->s->tp_rank, e));
+}
+
 int tr_gpt_init_params(tr_gpt *g)
 {
     float *host = NULL;
@@ -276,17 +301,9 @@ int tr_gpt_init_params(tr_gpt *g)
         return TR_ERR_NOMEM;
     for (int i = 0; i < g->n_tensors; i++) {
         tr_param_tensor *t = &g->tensors[i];
-        float std = 0;
-        int kind = init_kind(t->name, &std, &g->s);
-        uint64_t h = tr_hash_name(t->name);
-        /* each element is a pure function of its index: any split over threads gives the
-         * same values */
-#pragma omp parallel for schedule(static)
-        for (size_t e = 0; e < t->numel; e++)
-            host[e] = kind == 0 ? 0.0f
-                      : kind == 1 ? 1.0f
-                                  : std * tr_init_normal(g->s.seed, h,
-                                                         global_index(t, g->s.tp_rank, e));
+        init_job j = {.host = host, .t = t, .s = &g->s, .name_hash = tr_hash_name(t->name)};
+        j.kind = init_kind(t->name, &j.std, &g->s);
+        tr_kernels_cpu_parallel_for((t->numel + INIT_PIECE - 1) / INIT_PIECE, init_piece, &j);
         g->k->to_device(NULL, t->param, host, t->numel * sizeof(float));
     }
     tr_free(host);

@@ -3,12 +3,12 @@
  * above the diagonal. With many (batch, head) pairs each thread takes whole pairs (their
  * att/datt stay in its cache between the phases); with few pairs the (pair, block) units
  * are shared instead, largest first. Each unit writes its own part of the outputs with a
- * fixed sequence of operations, so the schedule never changes a result.
+ * fixed sequence of operations (the same blocks in both cases), so neither the schedule nor
+ * the choice between the two changes a result.
  * Layouts: qkv (B, T, NH, 3, HS), out (B, T, NH, HS), att/datt (B, NH, T, T). */
 #include "kernels/cpu/cpu_ops.h"
 
 #include <math.h>
-#include <omp.h>
 
 #define BLK 64
 
@@ -122,26 +122,75 @@ static void backward_key_block(const dims *d, float *dqkv, const float *datt, co
                        dO + (size_t)j0 * C, C, 0.0f, dv + (size_t)j0 * C3, C3);
 }
 
-/* Whole pairs per thread when there are at least this many per thread. */
+/* Whole pairs per piece when there are at least this many pairs per thread. */
 #define PAIRS_PER_THREAD 4
+
+typedef struct {
+    dims d;
+    float *out, *att, *dqkv, *datt;
+    const float *qkv, *dout, *catt;
+    int pairs, blocks;
+} att_args;
+
+static void forward_pair(void *ctx, size_t bh)
+{
+    const att_args *a = ctx;
+    for (int r0 = 0; r0 < a->d.T; r0 += BLK)
+        forward_block(&a->d, a->out, a->att, a->qkv, (int)bh, r0);
+}
+
+static void forward_unit(void *ctx, size_t u) /* the last (largest) query blocks first */
+{
+    const att_args *a = ctx;
+    forward_block(&a->d, a->out, a->att, a->qkv, (int)(u % a->pairs),
+                  (a->blocks - 1 - (int)(u / a->pairs)) * BLK);
+}
+
+static void backward_pair(void *ctx, size_t bh)
+{
+    const att_args *a = ctx;
+    for (int r0 = 0; r0 < a->d.T; r0 += BLK)
+        backward_query_block(&a->d, a->dqkv, a->datt, a->dout, a->qkv, a->catt, (int)bh, r0);
+    for (int j0 = 0; j0 < a->d.T; j0 += BLK)
+        backward_key_block(&a->d, a->dqkv, a->datt, a->dout, a->qkv, a->catt, (int)bh, j0);
+}
+
+static void backward_query_unit(void *ctx, size_t u) /* largest query blocks first */
+{
+    const att_args *a = ctx;
+    backward_query_block(&a->d, a->dqkv, a->datt, a->dout, a->qkv, a->catt, (int)(u % a->pairs),
+                         (a->blocks - 1 - (int)(u / a->pairs)) * BLK);
+}
+
+static void backward_key_unit(void *ctx, size_t u) /* largest (first) key blocks first */
+{
+    const att_args *a = ctx;
+    backward_key_block(&a->d, a->dqkv, a->datt, a->dout, a->qkv, a->catt, (int)(u % a->pairs),
+                       (int)(u / a->pairs) * BLK);
+}
+
+/* Run fn over [0, n) on the team, or in order on the caller when the work is small. */
+static void run(int par, size_t n, void (*fn)(void *, size_t), void *ctx)
+{
+    if (par) {
+        tr_kernels_cpu_parallel_for(n, fn, ctx);
+        return;
+    }
+    for (size_t i = 0; i < n; i++)
+        fn(ctx, i);
+}
 
 void tr_cpu_attention_forward(tr_stream s, float *out, float *att, const float *qkv, int B,
                               int T, int NH, int HS)
 {
     (void)s;
-    dims d = make_dims(T, NH, HS);
-    int pairs = B * NH, blocks = (T + BLK - 1) / BLK, units = pairs * blocks;
-    int par = (double)pairs * T * T * HS >= (double)TR_CPU_PAR_MIN * 8;
-    if (!par || pairs >= PAIRS_PER_THREAD * tr_cpu_threads()) {
-#pragma omp parallel for schedule(static) if (par)
-        for (int bh = 0; bh < pairs; bh++)
-            for (int r0 = 0; r0 < T; r0 += BLK)
-                forward_block(&d, out, att, qkv, bh, r0);
-        return;
-    }
-#pragma omp parallel for schedule(dynamic, 1)
-    for (int u = 0; u < units; u++) /* the last (largest) query blocks first */
-        forward_block(&d, out, att, qkv, u % pairs, (blocks - 1 - u / pairs) * BLK);
+    att_args a = {.d = make_dims(T, NH, HS), .out = out, .att = att, .qkv = qkv,
+                  .pairs = B * NH, .blocks = (T + BLK - 1) / BLK};
+    int par = (double)a.pairs * T * T * HS >= (double)TR_CPU_PAR_MIN * 8;
+    if (!par || a.pairs >= PAIRS_PER_THREAD * tr_kernels_cpu_threads())
+        run(par, (size_t)a.pairs, forward_pair, &a);
+    else
+        run(par, (size_t)a.pairs * a.blocks, forward_unit, &a);
 }
 
 void tr_cpu_attention_backward(tr_stream s, float *dqkv, float *datt, const float *dout,
@@ -149,28 +198,14 @@ void tr_cpu_attention_backward(tr_stream s, float *dqkv, float *datt, const floa
                                int HS)
 {
     (void)s;
-    dims d = make_dims(T, NH, HS);
-    int pairs = B * NH, blocks = (T + BLK - 1) / BLK, units = pairs * blocks;
-    int par = (double)pairs * T * T * HS >= (double)TR_CPU_PAR_MIN * 8;
-    if (!par || pairs >= PAIRS_PER_THREAD * tr_cpu_threads()) {
-#pragma omp parallel for schedule(static) if (par)
-        for (int bh = 0; bh < pairs; bh++) {
-            for (int r0 = 0; r0 < T; r0 += BLK)
-                backward_query_block(&d, dqkv, datt, dout, qkv, att, bh, r0);
-            for (int j0 = 0; j0 < T; j0 += BLK)
-                backward_key_block(&d, dqkv, datt, dout, qkv, att, bh, j0);
-        }
+    att_args a = {.d = make_dims(T, NH, HS), .dqkv = dqkv, .datt = datt, .qkv = qkv,
+                  .dout = dout, .catt = att, .pairs = B * NH, .blocks = (T + BLK - 1) / BLK};
+    int par = (double)a.pairs * T * T * HS >= (double)TR_CPU_PAR_MIN * 8;
+    if (!par || a.pairs >= PAIRS_PER_THREAD * tr_kernels_cpu_threads()) {
+        run(par, (size_t)a.pairs, backward_pair, &a);
         return;
     }
-#pragma omp parallel
-    {
-#pragma omp for schedule(dynamic, 1)
-        for (int u = 0; u < units; u++) /* largest query blocks first */
-            backward_query_block(&d, dqkv, datt, dout, qkv, att, u % pairs,
-                                 (blocks - 1 - u / pairs) * BLK);
-        /* (implicit barrier: phase 2 reads what phase 1 wrote) */
-#pragma omp for schedule(dynamic, 1)
-        for (int u = 0; u < units; u++) /* largest (first) key blocks first */
-            backward_key_block(&d, dqkv, datt, dout, qkv, att, u % pairs, (u / pairs) * BLK);
-    }
+    size_t units = (size_t)a.pairs * a.blocks;
+    run(par, units, backward_query_unit, &a);
+    run(par, units, backward_key_unit, &a); /* reads the dS that the query units wrote */
 }

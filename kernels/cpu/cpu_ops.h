@@ -1,11 +1,13 @@
 /* kernels/cpu/ — internal: the CPU backend's ops (fp32, host memory), one file per concern.
  *
- * Threading: every parallel loop and every GEMM split runs on the one OpenMP team
- * (OMP_NUM_THREADS); OpenBLAS is set to one thread (see table.c) and is called from inside
- * that team, so the two never oversubscribe the cores.
- * Determinism: no atomics and no reductions whose order depends on scheduling; reductions
- * over rows are split by columns (or by a partition fixed by the size alone), so results do
- * not depend on the thread count either. */
+ * Threading: every parallel loop and every GEMM split runs on the backend's team (pool.c:
+ * the caller and OMP_NUM_THREADS - 1 workers, pieces handed out dynamically, no spinning on
+ * a shared core); OpenBLAS is set to one thread (see table.c) and is called from inside
+ * the pieces, so the two never oversubscribe the cores.
+ * Determinism: work is cut into pieces by the sizes alone (never by the thread count), each
+ * piece computes its outputs with a fixed sequence of operations, and there are no atomics
+ * and no reductions whose order depends on scheduling (reductions over rows are split by
+ * columns). So results do not depend on the thread count or on which thread ran what. */
 #ifndef TR_KERNELS_CPU_OPS_H
 #define TR_KERNELS_CPU_OPS_H
 
@@ -56,7 +58,16 @@ static inline float tr_cpu_expf(float x)
     return x < -87.3f ? 0.0f : e;
 }
 
-int tr_cpu_threads(void);
+/* pool.c: fn(ctx, lo, hi) over [0, count) in pieces of `per` items (the last shorter), on
+ * the team when `parallel`, else in order on the caller: the same cut either way. */
+void tr_cpu_for_ranges(int parallel, size_t count, size_t per,
+                       void (*fn)(void *ctx, size_t lo, size_t hi), void *ctx);
+/* Items per piece for loops over elements, and rows per piece for rows of C columns. */
+#define TR_CPU_PIECE 16384
+static inline size_t tr_cpu_rows_per_piece(size_t C)
+{
+    return C >= TR_CPU_PIECE ? 1 : C == 0 ? TR_CPU_PIECE : TR_CPU_PIECE / C;
+}
 
 /* memory.c */
 void *tr_cpu_alloc(size_t bytes);

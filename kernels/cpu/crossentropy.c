@@ -1,23 +1,37 @@
 /* Softmax cross-entropy in pieces over this rank's vocabulary columns (see kernels.h).
- * logits: (N, V), columns >= n_valid are padding. One row per iteration, rows over the team. */
+ * logits: (N, V), columns >= n_valid are padding. Pieces of rows over the team. */
 #include "kernels/cpu/cpu_ops.h"
 
 #include <math.h>
-#include <omp.h>
+
+typedef struct {
+    float *out;
+    const float *logits, *maxv, *sumexp;
+    const int32_t *targets;
+    int V, n_valid, v_start;
+    float scale;
+} xent_args;
+
+static void row_max_rows(void *ctx, size_t lo, size_t hi)
+{
+    const xent_args *a = ctx;
+    for (size_t n = lo; n < hi; n++) {
+        const float *restrict x = a->logits + n * a->V;
+        float mx = -INFINITY;
+#pragma omp simd reduction(max : mx)
+        for (int c = 0; c < a->n_valid; c++)
+            mx = x[c] > mx ? x[c] : mx;
+        a->out[n] = mx;
+    }
+}
 
 void tr_cpu_xent_row_max(tr_stream s, float *maxv, const float *logits, int N, int V,
                          int n_valid)
 {
     (void)s;
-#pragma omp parallel for schedule(static) if ((size_t)N * n_valid >= TR_CPU_PAR_MIN)
-    for (int n = 0; n < N; n++) {
-        const float *restrict x = logits + (size_t)n * V;
-        float mx = -INFINITY;
-#pragma omp simd reduction(max : mx)
-        for (int c = 0; c < n_valid; c++)
-            mx = x[c] > mx ? x[c] : mx;
-        maxv[n] = mx;
-    }
+    xent_args a = {.out = maxv, .logits = logits, .V = V, .n_valid = n_valid};
+    tr_cpu_for_ranges((size_t)N * n_valid >= TR_CPU_PAR_MIN, (size_t)N,
+                      tr_cpu_rows_per_piece((size_t)V), row_max_rows, &a);
 }
 
 /* Columns per partial sum in row_sumexp: float SIMD partials, added in double. */
@@ -25,25 +39,32 @@ void tr_cpu_xent_row_max(tr_stream s, float *maxv, const float *logits, int N, i
 
 /* sumexp[n] = sum_{c < n_valid} exp(logits[n, c] - maxv[n]): blocks of SUM_BLOCK columns
  * summed in float SIMD lanes, the block sums added in double. */
-void tr_cpu_xent_row_sumexp(tr_stream s, float *sumexp, const float *logits, const float *maxv,
-                            int N, int V, int n_valid)
+static void row_sumexp_rows(void *ctx, size_t lo, size_t hi)
 {
-    (void)s;
-#pragma omp parallel for schedule(static) if ((size_t)N * n_valid >= TR_CPU_PAR_MIN / 4)
-    for (int n = 0; n < N; n++) {
-        const float *restrict x = logits + (size_t)n * V;
-        float mx = maxv[n];
+    const xent_args *a = ctx;
+    for (size_t n = lo; n < hi; n++) {
+        const float *restrict x = a->logits + n * a->V;
+        float mx = a->maxv[n];
         double total = 0.0;
-        for (int c0 = 0; c0 < n_valid; c0 += SUM_BLOCK) {
-            int w = n_valid - c0 < SUM_BLOCK ? n_valid - c0 : SUM_BLOCK;
+        for (int c0 = 0; c0 < a->n_valid; c0 += SUM_BLOCK) {
+            int w = a->n_valid - c0 < SUM_BLOCK ? a->n_valid - c0 : SUM_BLOCK;
             float sum = 0.0f;
 #pragma omp simd reduction(+ : sum) simdlen(TR_SIMDLEN)
             for (int c = 0; c < w; c++)
                 sum += tr_cpu_expf(x[c0 + c] - mx);
             total += sum;
         }
-        sumexp[n] = (float)total;
+        a->out[n] = (float)total;
     }
+}
+
+void tr_cpu_xent_row_sumexp(tr_stream s, float *sumexp, const float *logits, const float *maxv,
+                            int N, int V, int n_valid)
+{
+    (void)s;
+    xent_args a = {.out = sumexp, .logits = logits, .maxv = maxv, .V = V, .n_valid = n_valid};
+    tr_cpu_for_ranges((size_t)N * n_valid >= TR_CPU_PAR_MIN / 4, (size_t)N,
+                      tr_cpu_rows_per_piece((size_t)V), row_sumexp_rows, &a);
 }
 
 void tr_cpu_xent_pick(tr_stream s, float *picked, const float *logits, const int32_t *targets,
@@ -67,23 +88,33 @@ void tr_cpu_xent_loss(tr_stream s, float *losses, const float *maxv, const float
 
 /* dlogits[n, c] = scale (exp(logits - maxv) / sumexp - [c is the target]) for c < n_valid,
  * 0 for padding. dlogits may be logits itself. */
-void tr_cpu_xent_backward(tr_stream s, float *dlogits, const float *logits, const float *maxv,
-                          const float *sumexp, const int32_t *targets, int N, int V,
-                          int n_valid, int v_start, float scale)
+static void backward_rows(void *ctx, size_t lo, size_t hi)
 {
-    (void)s;
-#pragma omp parallel for schedule(static) if ((size_t)N * V >= TR_CPU_PAR_MIN / 4)
-    for (int n = 0; n < N; n++) {
-        const float *x = logits + (size_t)n * V;
-        float *dx = dlogits + (size_t)n * V;
-        float mx = maxv[n], k = scale / sumexp[n];
+    const xent_args *a = ctx;
+    int V = a->V, n_valid = a->n_valid;
+    for (size_t n = lo; n < hi; n++) {
+        const float *x = a->logits + n * V;
+        float *dx = a->out + n * V;
+        float mx = a->maxv[n], k = a->scale / a->sumexp[n];
 #pragma omp simd simdlen(TR_SIMDLEN)
         for (int c = 0; c < n_valid; c++)
             dx[c] = k * tr_cpu_expf(x[c] - mx);
         for (int c = n_valid; c < V; c++)
             dx[c] = 0.0f;
-        int64_t col = (int64_t)targets[n] - v_start;
+        int64_t col = (int64_t)a->targets[n] - a->v_start;
         if (col >= 0 && col < n_valid)
-            dx[col] -= scale;
+            dx[col] -= a->scale;
     }
+}
+
+void tr_cpu_xent_backward(tr_stream s, float *dlogits, const float *logits, const float *maxv,
+                          const float *sumexp, const int32_t *targets, int N, int V,
+                          int n_valid, int v_start, float scale)
+{
+    (void)s;
+    xent_args a = {.out = dlogits, .logits = logits, .maxv = maxv, .sumexp = sumexp,
+                   .targets = targets, .V = V, .n_valid = n_valid, .v_start = v_start,
+                   .scale = scale};
+    tr_cpu_for_ranges((size_t)N * V >= TR_CPU_PAR_MIN / 4, (size_t)N,
+                      tr_cpu_rows_per_piece((size_t)V), backward_rows, &a);
 }

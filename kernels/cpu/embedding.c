@@ -1,42 +1,52 @@
 /* Token and position embeddings. The token backward is split by blocks of columns (each
- * thread walks all rows in order), so repeated ids never race and the sum order is fixed. */
+ * piece walks all rows in order), so repeated ids never race and the sum order is fixed. */
 #include "kernels/cpu/cpu_ops.h"
 
-#include <omp.h>
+typedef struct {
+    float *out;
+    const float *in; /* table / wpe / dout */
+    const int32_t *ids;
+    int N, B, T, C, v_start, V;
+} emb_args;
 
-/* out (N, C) = table[ids[n] - v_start] for held ids, else 0; table: (V, C) */
+/* rows [lo, hi) of out (N, C) = table[ids[n] - v_start] for held ids, else 0 */
+static void embedding_forward_rows(void *ctx, size_t lo, size_t hi)
+{
+    const emb_args *a = ctx;
+    size_t row_bytes = (size_t)a->C * sizeof(float);
+    for (size_t n = lo; n < hi; n++) {
+        int64_t row = (int64_t)a->ids[n] - a->v_start;
+        float *dst = a->out + n * a->C;
+        if (row >= 0 && row < a->V)
+            memcpy(dst, a->in + (size_t)row * a->C, row_bytes);
+        else
+            memset(dst, 0, row_bytes);
+    }
+}
+
 void tr_cpu_embedding_forward(tr_stream s, float *out, const int32_t *ids, const float *table,
                               int N, int C, int v_start, int V)
 {
     (void)s;
-#pragma omp parallel for schedule(static) if ((size_t)N * C >= TR_CPU_PAR_MIN * 4)
-    for (int n = 0; n < N; n++) {
-        int64_t row = (int64_t)ids[n] - v_start;
-        float *dst = out + (size_t)n * C;
-        if (row >= 0 && row < V)
-            memcpy(dst, table + (size_t)row * C, (size_t)C * sizeof(float));
-        else
-            memset(dst, 0, (size_t)C * sizeof(float));
-    }
+    emb_args a = {.out = out, .in = table, .ids = ids, .N = N, .C = C, .v_start = v_start, .V = V};
+    tr_cpu_for_ranges((size_t)N * C >= TR_CPU_PAR_MIN * 4, (size_t)N,
+                      tr_cpu_rows_per_piece((size_t)C), embedding_forward_rows, &a);
 }
 
 #define COLS 256
 
-/* dtable[ids[n] - v_start] += dout[n] for held ids; dout: (N, C) */
-void tr_cpu_embedding_backward(tr_stream s, float *dtable, const float *dout,
-                               const int32_t *ids, int N, int C, int v_start, int V)
+/* column blocks [lo, hi): dtable[ids[n] - v_start] += dout[n] for held ids, rows in order */
+static void embedding_backward_blocks(void *ctx, size_t lo, size_t hi)
 {
-    (void)s;
-    int blocks = (C + COLS - 1) / COLS;
-#pragma omp parallel for schedule(static) if ((size_t)N * C >= TR_CPU_PAR_MIN)
-    for (int blk = 0; blk < blocks; blk++) {
-        int c0 = blk * COLS, w = C - c0 < COLS ? C - c0 : COLS;
-        for (int n = 0; n < N; n++) {
-            int64_t row = (int64_t)ids[n] - v_start;
-            if (row < 0 || row >= V)
+    const emb_args *a = ctx;
+    for (size_t blk = lo; blk < hi; blk++) {
+        int c0 = (int)blk * COLS, w = a->C - c0 < COLS ? a->C - c0 : COLS;
+        for (int n = 0; n < a->N; n++) {
+            int64_t row = (int64_t)a->ids[n] - a->v_start;
+            if (row < 0 || row >= a->V)
                 continue;
-            float *restrict dst = dtable + (size_t)row * C + c0;
-            const float *restrict src = dout + (size_t)n * C + c0;
+            float *restrict dst = a->out + (size_t)row * a->C + c0;
+            const float *restrict src = a->in + (size_t)n * a->C + c0;
 #pragma omp simd
             for (int c = 0; c < w; c++)
                 dst[c] += src[c];
@@ -44,33 +54,59 @@ void tr_cpu_embedding_backward(tr_stream s, float *dtable, const float *dout,
     }
 }
 
-/* out (B, T, C) += wpe (T, C) */
-void tr_cpu_position_forward(tr_stream s, float *out, const float *wpe, int B, int T, int C)
+/* dtable[ids[n] - v_start] += dout[n] for held ids; dout: (N, C) */
+void tr_cpu_embedding_backward(tr_stream s, float *dtable, const float *dout,
+                               const int32_t *ids, int N, int C, int v_start, int V)
 {
     (void)s;
-    int rows = B * T;
-#pragma omp parallel for schedule(static) if ((size_t)rows * C >= TR_CPU_PAR_MIN * 4)
-    for (int bt = 0; bt < rows; bt++) {
-        float *restrict dst = out + (size_t)bt * C;
-        const float *restrict src = wpe + (size_t)(bt % T) * C;
+    emb_args a = {.out = dtable, .in = dout, .ids = ids, .N = N, .C = C, .v_start = v_start, .V = V};
+    tr_cpu_for_ranges((size_t)N * C >= TR_CPU_PAR_MIN, (size_t)((C + COLS - 1) / COLS), 1,
+                      embedding_backward_blocks, &a);
+}
+
+/* rows [lo, hi) of out (B*T, C) += wpe[row % T] */
+static void position_forward_rows(void *ctx, size_t lo, size_t hi)
+{
+    const emb_args *a = ctx;
+    for (size_t bt = lo; bt < hi; bt++) {
+        float *restrict dst = a->out + bt * a->C;
+        const float *restrict src = a->in + (bt % (size_t)a->T) * a->C;
 #pragma omp simd
-        for (int c = 0; c < C; c++)
+        for (int c = 0; c < a->C; c++)
             dst[c] += src[c];
     }
 }
 
-/* dwpe (T, C) += sum_b dout (B, T, C), batches added in order */
-void tr_cpu_position_backward(tr_stream s, float *dwpe, const float *dout, int B, int T, int C)
+/* out (B, T, C) += wpe (T, C) */
+void tr_cpu_position_forward(tr_stream s, float *out, const float *wpe, int B, int T, int C)
 {
     (void)s;
-#pragma omp parallel for schedule(static) if ((size_t)B * T * C >= TR_CPU_PAR_MIN)
-    for (int t = 0; t < T; t++) {
-        float *restrict dst = dwpe + (size_t)t * C;
-        for (int b = 0; b < B; b++) {
-            const float *restrict src = dout + ((size_t)b * T + t) * C;
+    emb_args a = {.out = out, .in = wpe, .B = B, .T = T, .C = C};
+    size_t rows = (size_t)B * T;
+    tr_cpu_for_ranges(rows * C >= TR_CPU_PAR_MIN * 4, rows, tr_cpu_rows_per_piece((size_t)C),
+                      position_forward_rows, &a);
+}
+
+/* positions [lo, hi): dwpe[t] += sum_b dout[b, t], batches added in order */
+static void position_backward_rows(void *ctx, size_t lo, size_t hi)
+{
+    const emb_args *a = ctx;
+    for (size_t t = lo; t < hi; t++) {
+        float *restrict dst = a->out + t * a->C;
+        for (int b = 0; b < a->B; b++) {
+            const float *restrict src = a->in + ((size_t)b * a->T + t) * a->C;
 #pragma omp simd
-            for (int c = 0; c < C; c++)
+            for (int c = 0; c < a->C; c++)
                 dst[c] += src[c];
         }
     }
+}
+
+/* dwpe (T, C) += sum_b dout (B, T, C) */
+void tr_cpu_position_backward(tr_stream s, float *dwpe, const float *dout, int B, int T, int C)
+{
+    (void)s;
+    emb_args a = {.out = dwpe, .in = dout, .B = B, .T = T, .C = C};
+    tr_cpu_for_ranges((size_t)B * T * C >= TR_CPU_PAR_MIN, (size_t)T,
+                      tr_cpu_rows_per_piece((size_t)C * B), position_backward_rows, &a);
 }

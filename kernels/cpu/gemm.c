@@ -1,10 +1,8 @@
 /* GEMM through OpenBLAS (single-threaded, see table.c), split over the team by blocks of
- * rows or columns of C. Each element of C is computed by the same kernel sequence over K
- * whatever the split, so the split does not change the result. */
+ * rows or columns of C fixed by the shape (see tr_cpu_gemm). */
 #include "kernels/cpu/cpu_ops.h"
 
 #include <cblas.h>
-#include <omp.h>
 
 /* C[M,N] = alpha op(A) op(B) + beta C on the calling thread. */
 void tr_cpu_gemm_serial(int trans_a, int trans_b, int M, int N, int K, float alpha,
@@ -30,39 +28,56 @@ void tr_cpu_gemm_serial(int trans_a, int trans_b, int M, int N, int K, float alp
                 ldc);
 }
 
-/* Rows or columns per piece are rounded to this (a multiple of OpenBLAS's unrolls). */
+/* The larger of M and N is cut into at most MAX_PIECES pieces of a multiple of ALIGN rows or
+ * columns (OpenBLAS's unrolls), the last one shorter. The cut depends on the shape alone:
+ * OpenBLAS's kernels compute an element of C differently depending on where it falls in the
+ * piece it was given (tail handling), so a cut that followed the thread count would change
+ * results with it. Threads take pieces dynamically (pool.c); one thread runs them in order. */
 #define ALIGN 32
+#define MAX_PIECES 8
+
+typedef struct {
+    int trans_a, trans_b, M, N, K, lda, ldb, ldc, split_n, piece;
+    float alpha, beta;
+    const float *A, *B;
+    float *C;
+} gemm_job;
+
+static void gemm_piece(void *ctx, size_t p)
+{
+    const gemm_job *g = ctx;
+    int dim = g->split_n ? g->N : g->M;
+    int lo = (int)p * g->piece, len = dim - lo < g->piece ? dim - lo : g->piece;
+    if (g->split_n) {
+        /* columns [lo, lo+len) of C and of op(B) */
+        const float *Bp = g->trans_b ? g->B + (size_t)lo * g->ldb : g->B + lo;
+        tr_cpu_gemm_serial(g->trans_a, g->trans_b, g->M, len, g->K, g->alpha, g->A, g->lda, Bp,
+                           g->ldb, g->beta, g->C + lo, g->ldc);
+    } else {
+        /* rows [lo, lo+len) of C and of op(A) */
+        const float *Ap = g->trans_a ? g->A + lo : g->A + (size_t)lo * g->lda;
+        tr_cpu_gemm_serial(g->trans_a, g->trans_b, len, g->N, g->K, g->alpha, Ap, g->lda, g->B,
+                           g->ldb, g->beta, g->C + (size_t)lo * g->ldc, g->ldc);
+    }
+}
 
 void tr_cpu_gemm(tr_stream s, int trans_a, int trans_b, int M, int N, int K, float alpha,
                  const float *A, int lda, const float *B, int ldb, float beta, float *C,
                  int ldc)
 {
     (void)s;
-    int threads = tr_cpu_threads();
     double flops = (double)M * N * (K > 0 ? K : 1);
-    if (threads <= 1 || flops < (double)(1 << 20) || (M < 2 * ALIGN && N < 2 * ALIGN)) {
+    if (flops < (double)(1 << 20) || (M < 2 * ALIGN && N < 2 * ALIGN)) {
         tr_cpu_gemm_serial(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
         return;
     }
-    /* Split the larger of M and N: each thread then re-packs only the smaller operand. */
+    /* Split the larger of M and N: each piece then re-packs only the smaller operand. */
     int split_n = N >= M;
     int dim = split_n ? N : M;
-    int piece = (dim + threads - 1) / threads;
+    int piece = (dim + MAX_PIECES - 1) / MAX_PIECES;
     piece = (piece + ALIGN - 1) / ALIGN * ALIGN;
-    int pieces = (dim + piece - 1) / piece;
-#pragma omp parallel for schedule(static) num_threads(pieces)
-    for (int p = 0; p < pieces; p++) {
-        int lo = p * piece, len = dim - lo < piece ? dim - lo : piece;
-        if (split_n) {
-            /* columns [lo, lo+len) of C and of op(B) */
-            const float *Bp = trans_b ? B + (size_t)lo * ldb : B + lo;
-            tr_cpu_gemm_serial(trans_a, trans_b, M, len, K, alpha, A, lda, Bp, ldb, beta,
-                               C + lo, ldc);
-        } else {
-            /* rows [lo, lo+len) of C and of op(A) */
-            const float *Ap = trans_a ? A + lo : A + (size_t)lo * lda;
-            tr_cpu_gemm_serial(trans_a, trans_b, len, N, K, alpha, Ap, lda, B, ldb, beta,
-                               C + (size_t)lo * ldc, ldc);
-        }
-    }
+    if (piece < 2 * ALIGN)
+        piece = 2 * ALIGN;
+    gemm_job g = {trans_a, trans_b, M, N, K, lda, ldb, ldc, split_n, piece, alpha, beta, A, B, C};
+    tr_kernels_cpu_parallel_for((size_t)((dim + piece - 1) / piece), gemm_piece, &g);
 }

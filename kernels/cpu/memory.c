@@ -3,8 +3,6 @@
 
 #include "core/core.h"
 
-#include <omp.h>
-
 void *tr_cpu_alloc(size_t bytes) { return tr_alloc(bytes, "a kernel buffer"); }
 
 void tr_cpu_free(void *p) { tr_free(p); }
@@ -12,21 +10,27 @@ void tr_cpu_free(void *p) { tr_free(p); }
 /* Bytes per piece when a copy or fill is split over threads. */
 #define PIECE ((size_t)1 << 20)
 
-/* memcpy in PIECE-sized pieces over the team (dst and src must not overlap). */
+typedef struct {
+    char *dst;
+    const char *src; /* NULL: fill with zeros */
+} bytes_args;
+
+static void copy_range(void *ctx, size_t lo, size_t hi)
+{
+    const bytes_args *a = ctx;
+    if (a->src)
+        memcpy(a->dst + lo, a->src + lo, hi - lo);
+    else
+        memset(a->dst + lo, 0, hi - lo);
+}
+
+/* memcpy (src != NULL) or memset 0 in PIECE-sized pieces over the team (no overlap). */
 static void copy_bytes(void *dst, const void *src, size_t bytes)
 {
     if (bytes == 0 || dst == src)
         return;
-    if (bytes < 2 * PIECE) {
-        memcpy(dst, src, bytes);
-        return;
-    }
-    size_t pieces = (bytes + PIECE - 1) / PIECE;
-#pragma omp parallel for schedule(static)
-    for (size_t i = 0; i < pieces; i++) {
-        size_t off = i * PIECE, len = bytes - off < PIECE ? bytes - off : PIECE;
-        memcpy((char *)dst + off, (const char *)src + off, len);
-    }
+    bytes_args a = {dst, src};
+    tr_cpu_for_ranges(bytes >= 2 * PIECE, bytes, PIECE, copy_range, &a);
 }
 
 void tr_cpu_to_device(tr_stream s, void *dst, const void *host_src, size_t bytes)
@@ -50,17 +54,7 @@ void tr_cpu_copy(tr_stream s, void *dst, const void *src, size_t bytes)
 void tr_cpu_zero(tr_stream s, void *dst, size_t bytes)
 {
     (void)s;
-    if (bytes < 2 * PIECE) {
-        if (bytes)
-            memset(dst, 0, bytes);
-        return;
-    }
-    size_t pieces = (bytes + PIECE - 1) / PIECE;
-#pragma omp parallel for schedule(static)
-    for (size_t i = 0; i < pieces; i++) {
-        size_t off = i * PIECE, len = bytes - off < PIECE ? bytes - off : PIECE;
-        memset((char *)dst + off, 0, len);
-    }
+    copy_bytes(dst, NULL, bytes);
 }
 
 void tr_cpu_synchronize(tr_stream s) { (void)s; }

@@ -3,7 +3,6 @@
 
 #include <immintrin.h>
 #include <math.h>
-#include <omp.h>
 
 /* Elements per piece of work handed to a thread. */
 #define PIECE 65536
@@ -69,20 +68,28 @@ static void adamw_range(float *restrict p, const float *restrict g, float *restr
     }
 }
 
+typedef struct {
+    float *p, *m, *v;
+    const float *g;
+    float lr, b1, b2, eps, wd, gs, ib1, ib2;
+} adamw_args;
+
+static void adamw_piece(void *ctx, size_t lo, size_t hi)
+{
+    const adamw_args *a = ctx;
+    adamw_range(a->p, a->g, a->m, a->v, lo, hi, a->lr, a->b1, a->b2, a->eps, a->wd, a->gs,
+                a->ib1, a->ib2);
+}
+
 void tr_cpu_adamw(tr_stream s, float *params, const float *grads, float *m, float *v, size_t n,
                   float lr, float beta1, float beta2, float eps, float weight_decay,
                   float grad_scale, int step)
 {
     (void)s;
-    float ib1 = (float)(1.0 / (1.0 - pow((double)beta1, step)));
-    float ib2 = (float)(1.0 / (1.0 - pow((double)beta2, step)));
-    size_t pieces = (n + PIECE - 1) / PIECE;
-#pragma omp parallel for schedule(static) if (pieces > 1)
-    for (size_t k = 0; k < pieces; k++) {
-        size_t lo = k * PIECE, hi = n - lo < PIECE ? n : lo + PIECE;
-        adamw_range(params, grads, m, v, lo, hi, lr, beta1, beta2, eps, weight_decay,
-                    grad_scale, ib1, ib2);
-    }
+    adamw_args a = {params, m, v, grads, lr, beta1, beta2, eps, weight_decay, grad_scale,
+                    (float)(1.0 / (1.0 - pow((double)beta1, step))),
+                    (float)(1.0 / (1.0 - pow((double)beta2, step)))};
+    tr_cpu_for_ranges(n > PIECE, n, PIECE, adamw_piece, &a);
 }
 
 /* The partition into blocks depends on n only, so the sum does not depend on the thread
@@ -108,6 +115,20 @@ static double sumsq_range(const float *restrict x, size_t lo, size_t hi)
     return total;
 }
 
+typedef struct {
+    const float *x;
+    size_t n, blocks;
+    double part[SUMSQ_BLOCKS];
+} sumsq_args;
+
+static void sumsq_blocks(void *ctx, size_t lo, size_t hi)
+{
+    sumsq_args *a = ctx;
+    size_t n = a->n, nb = a->blocks;
+    for (size_t b = lo; b < hi; b++)
+        a->part[b] = sumsq_range(a->x, n / nb * b, b + 1 == nb ? n : n / nb * (b + 1));
+}
+
 double tr_cpu_sumsq(tr_stream s, const float *x, size_t n)
 {
     (void)s;
@@ -116,12 +137,10 @@ double tr_cpu_sumsq(tr_stream s, const float *x, size_t n)
         return sumsq_range(x, 0, n);
     if (blocks > SUMSQ_BLOCKS)
         blocks = SUMSQ_BLOCKS;
-    double part[SUMSQ_BLOCKS];
-#pragma omp parallel for schedule(static)
-    for (size_t b = 0; b < blocks; b++)
-        part[b] = sumsq_range(x, n / blocks * b, b + 1 == blocks ? n : n / blocks * (b + 1));
+    sumsq_args a = {x, n, blocks, {0}};
+    tr_cpu_for_ranges(1, blocks, 1, sumsq_blocks, &a);
     double total = 0.0;
     for (size_t b = 0; b < blocks; b++)
-        total += part[b];
+        total += a.part[b];
     return total;
 }

@@ -1,14 +1,11 @@
 /* The CPU backend's op table. On first use OpenBLAS is set to one thread: the backend splits
- * GEMMs over its own OpenMP team instead. The GEMM itself runs as fast as with OpenBLAS's
+ * GEMMs over its own team (pool.c) instead. The GEMM itself runs as fast as with OpenBLAS's
  * own threads, but OpenBLAS's workers keep spinning after each call and would take a core
- * from the OpenMP loops that follow (measured: a GELU after a GEMM ran ~5x slower). */
+ * from the loops that follow (measured: a GELU after a GEMM ran ~5x slower). */
 #include "kernels/cpu/cpu_ops.h"
 
 #include <cblas.h>
-#include <omp.h>
 #include <pthread.h>
-
-int tr_cpu_threads(void) { return omp_get_max_threads(); }
 
 static void cpu_setup(void) { openblas_set_num_threads(1); }
 

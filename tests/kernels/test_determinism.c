@@ -1,13 +1,19 @@
 /* kernels/: every op gives bit-identical results run to run and for any thread count
- * (sizes large enough that the parallel paths are taken). */
+ * (sizes large enough that the parallel paths are taken), under every OpenBLAS core type
+ * this CPU can execute: OpenBLAS reads OPENBLAS_CORETYPE when it loads, so the test runs
+ * itself once per core type (Haswell, Zen, SkylakeX, Cooperlake, SapphireRapids where the
+ * CPU has the instructions and this OpenBLAS has the kernels) and lists each, whatever
+ * OPENBLAS_CORETYPE the environment had. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <cmocka.h>
 #include <math.h>
-#include <omp.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "kt.h"
 
@@ -108,7 +114,7 @@ static void release(run_out *o)
 static void test_run_to_run_and_thread_counts(void **state)
 {
     (void)state;
-    int max_threads = omp_get_max_threads();
+    int max_threads = tr_kernels_cpu_threads();
     run_out ref, again;
     run_all(&ref);
     run_all(&again);
@@ -116,17 +122,85 @@ static void test_run_to_run_and_thread_counts(void **state)
     release(&again);
     int counts[] = {1, 2, 3};
     for (size_t i = 0; i < sizeof counts / sizeof *counts; i++) {
-        omp_set_num_threads(counts[i]);
+        tr_kernels_cpu_set_threads(counts[i]);
         run_out o;
         run_all(&o);
         compare(&ref, &o);
         release(&o);
     }
-    omp_set_num_threads(max_threads);
+    tr_kernels_cpu_set_threads(max_threads);
     release(&ref);
 }
 
-int main(void)
+char *openblas_get_corename(void);
+
+/* The core types this CPU can execute, from the instructions each one's kernels use. */
+static const char *const core_types[] = {"Haswell", "Zen", "SkylakeX", "Cooperlake",
+                                         "SapphireRapids"};
+
+static int cpu_can_run(const char *core)
+{
+    __builtin_cpu_init();
+    int avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    int avx512 = avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                 __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl") &&
+                 __builtin_cpu_supports("avx512cd");
+    int bf16 = avx512 && __builtin_cpu_supports("avx512bf16");
+    if (!strcmp(core, "Haswell") || !strcmp(core, "Zen"))
+        return avx2;
+    if (!strcmp(core, "SkylakeX"))
+        return avx512;
+    if (!strcmp(core, "Cooperlake"))
+        return bf16;
+    if (!strcmp(core, "SapphireRapids")) /* AMX tiles are not in GCC 12's cpu_supports list */
+        return bf16 && __builtin_cpu_supports("avx512fp16");
+    return 0;
+}
+
+/* Run this program again with OPENBLAS_CORETYPE=core; its exit status. */
+static int run_with_core(const char *self, const char *core)
+{
+    fflush(stdout);
+    pid_t pid = fork();
+    if (pid == 0) {
+        setenv("OPENBLAS_CORETYPE", core, 1);
+        setenv("TR_DETERMINISM_CHILD", "1", 1);
+        execl(self, self, (char *)NULL);
+        _exit(127);
+    }
+    int status = 0;
+    if (pid < 0 || waitpid(pid, &status, 0) < 0)
+        return 1;
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+static int check_this_core(void);
+
+int main(int argc, char **argv)
+{
+    (void)argc;
+    if (getenv("TR_DETERMINISM_CHILD")) {
+        printf("OpenBLAS core type %s (asked %s), threads 1, 2, 3 against %d\n",
+               openblas_get_corename(), getenv("OPENBLAS_CORETYPE"), tr_kernels_cpu_threads());
+        return check_this_core();
+    }
+    int failed = 0, ran = 0;
+    for (size_t i = 0; i < sizeof core_types / sizeof *core_types; i++) {
+        const char *core = core_types[i];
+        if (!cpu_can_run(core)) {
+            printf("core type %s: not supported by this CPU\n", core);
+            continue;
+        }
+        int rc = run_with_core(argv[0], core);
+        printf("core type %s: %s\n", core, rc ? "FAILED" : "bit-identical");
+        failed += rc != 0;
+        ran++;
+    }
+    printf("%d core types tested, %d failed\n", ran, failed);
+    return ran == 0 || failed ? 1 : 0;
+}
+
+static int check_this_core(void)
 {
     K = tr_kernels_cpu();
     kt_seed(67);
