@@ -28,16 +28,20 @@ void tr_cpu_gemm_serial(int trans_a, int trans_b, int M, int N, int K, float alp
                 ldc);
 }
 
-/* The larger of M and N is cut into at most MAX_PIECES pieces of a multiple of ALIGN rows or
- * columns (OpenBLAS's unrolls), the last one shorter. The cut depends on the shape alone:
- * OpenBLAS's kernels compute an element of C differently depending on where it falls in the
- * piece it was given (tail handling), so a cut that followed the thread count would change
- * results with it. Threads take pieces dynamically (pool.c); one thread runs them in order. */
+/* The larger of M and N is cut into blocks of ALIGN rows or columns (OpenBLAS's unrolls; the
+ * last block shorter), and the blocks into `pieces` runs of consecutive blocks as even as
+ * whole blocks allow: one piece per MIN_PIECE_MACS multiply-adds (a small piece costs more
+ * in call overhead and re-packing the other operand than it gains in balance), at most
+ * MAX_PIECES. The cut depends on the shape alone: OpenBLAS's kernels compute an element of C
+ * differently depending on where it falls in the piece it was given (tail handling), so a
+ * cut that followed the thread count would change results with it. Threads take pieces
+ * dynamically (pool.c); one thread runs them in order. */
 #define ALIGN 32
 #define MAX_PIECES 8
+#define MIN_PIECE_MACS (4.0 * 1024 * 1024)
 
 typedef struct {
-    int trans_a, trans_b, M, N, K, lda, ldb, ldc, split_n, piece;
+    int trans_a, trans_b, M, N, K, lda, ldb, ldc, split_n, blocks, pieces;
     float alpha, beta;
     const float *A, *B;
     float *C;
@@ -47,7 +51,10 @@ static void gemm_piece(void *ctx, size_t p)
 {
     const gemm_job *g = ctx;
     int dim = g->split_n ? g->N : g->M;
-    int lo = (int)p * g->piece, len = dim - lo < g->piece ? dim - lo : g->piece;
+    /* blocks [p blocks / pieces, (p + 1) blocks / pieces) */
+    int b0 = (int)((long long)p * g->blocks / g->pieces);
+    int b1 = (int)((long long)(p + 1) * g->blocks / g->pieces);
+    int lo = b0 * ALIGN, hi = b1 * ALIGN < dim ? b1 * ALIGN : dim, len = hi - lo;
     if (g->split_n) {
         /* columns [lo, lo+len) of C and of op(B) */
         const float *Bp = g->trans_b ? g->B + (size_t)lo * g->ldb : g->B + lo;
@@ -66,18 +73,21 @@ void tr_cpu_gemm(tr_stream s, int trans_a, int trans_b, int M, int N, int K, flo
                  int ldc)
 {
     (void)s;
-    double flops = (double)M * N * (K > 0 ? K : 1);
-    if (flops < (double)(1 << 20) || (M < 2 * ALIGN && N < 2 * ALIGN)) {
+    double macs = (double)M * N * (K > 0 ? K : 1);
+    if (macs < (double)(1 << 20) || (M < 2 * ALIGN && N < 2 * ALIGN)) {
         tr_cpu_gemm_serial(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
         return;
     }
     /* Split the larger of M and N: each piece then re-packs only the smaller operand. */
     int split_n = N >= M;
     int dim = split_n ? N : M;
-    int piece = (dim + MAX_PIECES - 1) / MAX_PIECES;
-    piece = (piece + ALIGN - 1) / ALIGN * ALIGN;
-    if (piece < 2 * ALIGN)
-        piece = 2 * ALIGN;
-    gemm_job g = {trans_a, trans_b, M, N, K, lda, ldb, ldc, split_n, piece, alpha, beta, A, B, C};
-    tr_kernels_cpu_parallel_for((size_t)((dim + piece - 1) / piece), gemm_piece, &g);
+    int blocks = (dim + ALIGN - 1) / ALIGN;
+    int pieces = macs / MIN_PIECE_MACS < MAX_PIECES ? (int)(macs / MIN_PIECE_MACS) : MAX_PIECES;
+    if (pieces > blocks / 2)
+        pieces = blocks / 2;
+    if (pieces < 1)
+        pieces = 1;
+    gemm_job g = {trans_a, trans_b, M, N, K, lda, ldb, ldc, split_n, blocks, pieces,
+                  alpha, beta, A, B, C};
+    tr_kernels_cpu_parallel_for((size_t)pieces, gemm_piece, &g);
 }
