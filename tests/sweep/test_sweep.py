@@ -9,26 +9,18 @@ usage: test_sweep.py TRIDENT WORKDIR SHIPPED_GRID (configs/sweeps/tiny-8ranks.ya
 import csv
 import json
 import os
-import random
 import re
 import shutil
-import subprocess
 import sys
 import xml.etree.ElementTree as ET
 
-trident, work, shipped_grid = os.path.abspath(sys.argv[1]), sys.argv[2], os.path.abspath(sys.argv[3])
-shutil.rmtree(work, ignore_errors=True)
-os.makedirs(work)
-rng = random.Random(5)
-with open(os.path.join(work, "corpus.txt"), "w") as f:
-    for _ in range(300):
-        f.write(" ".join(rng.choice(["sweep", "grid", "point", "layout"]) for _ in range(rng.randint(3, 30))) + "\n\n")
-prefix = os.path.join(work, "corpus")
-subprocess.run([trident, "preprocess", "--input", os.path.join(work, "corpus.txt"), "--output-prefix", prefix],
-               check=True, stdout=subprocess.DEVNULL)
-grid = os.path.join(work, "grid.yaml")
-with open(grid, "w") as f:
-    f.write(f"""base:
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "common"))
+import trident_test as tt  # noqa: E402
+from trident_test import check  # noqa: E402
+
+trident, work, shipped_grid = os.path.abspath(sys.argv[1]), tt.fresh_dir(sys.argv[2]), os.path.abspath(sys.argv[3])
+prefix = tt.make_corpus(trident, work, 5, ["sweep", "grid", "point", "layout"], 300, 3, 30)
+grid = tt.write(os.path.join(work, "grid.yaml"), f"""base:
   model: {{num_layers: 2, hidden_size: 32, num_attention_heads: 2, seq_length: 16}}
   training: {{micro_batch_size: 1, global_batch_size: 4, train_iters: 1, lr: 1.0e-3}}
   data: {{data_path: {prefix}, split: "90,10,0"}}
@@ -37,21 +29,12 @@ grid:
   training.micro_batch_size: [1, 3]
 run: {{world_size: 2, iterations: 4, warmup_iterations: 1}}
 """)
-failures = []
-
-
-def check(what, ok, detail=""):
-    print(f"{'ok  ' if ok else 'FAIL'} {what} {detail}")
-    if not ok:
-        failures.append(what)
-
-
 out = os.path.join(work, "out")
-r = subprocess.run([trident, "sweep", grid, "--dry-run"], capture_output=True, text=True, timeout=60)
+r = tt.run([trident, "sweep", grid, "--dry-run"], timeout=60)
 check("dry run exits 0 and explains skips", r.returncode == 0 and "skipped" in r.stdout and "would run" in r.stdout,
       r.stdout[-800:] + r.stderr[-500:])
 check("dry run runs nothing", not os.path.exists(out))
-r = subprocess.run([trident, "sweep", grid, "--out", out], capture_output=True, text=True, timeout=600)
+r = tt.run([trident, "sweep", grid, "--out", out], timeout=600)
 check("sweep exits 0", r.returncode == 0, r.stdout[-1500:] + r.stderr[-1500:])
 rows = list(csv.DictReader(open(os.path.join(out, "results.csv"))))
 check("one CSV row per point", len(rows) == 6, str(len(rows)))
@@ -79,8 +62,11 @@ for row in rows:
     if row["status"] != "ok":
         check(f"point {row['point']} ({row['status']}): no memory columns",
               row["peak_rss_mb_max_rank"] == "" and row["peak_rss_mb_per_rank"] == "", str(row))
-check("same final loss for both layouts", status[("1", "1")]["final_loss"] == status[("2", "1")]["final_loss"],
-      f'{status[("1", "1")]["final_loss"]} vs {status[("2", "1")]["final_loss"]}')
+# every layout trains the same model: within 1e-5 relative (DESIGN invariant 1), not bit for
+# bit (T=2 sums the row-parallel products in another order)
+fl1, fl2 = float(status[("1", "1")]["final_loss"]), float(status[("2", "1")]["final_loss"])
+check("the same final loss for both layouts (relative difference <= 1e-5)",
+      abs(fl1 - fl2) <= 1e-5 * abs(fl1), f"{fl1!r} vs {fl2!r}")
 lines = [json.loads(line) for line in open(os.path.join(out, "results.jsonl"))]
 check("one JSONL row per point", len(lines) == 6)
 for line in lines:
@@ -102,9 +88,8 @@ browser = shutil.which("chromium") or shutil.which("chromium-browser")
 check("chromium is installed (scripts/setup.sh) to render the chart", browser is not None)
 if browser:
     png = os.path.join(work, "chart.png")
-    r = subprocess.run([browser, "--headless", "--no-sandbox", "--disable-gpu", f"--screenshot={png}",
-                        "--window-size=900,400", "file://" + os.path.abspath(svg_path)],
-                       capture_output=True, text=True, timeout=120)
+    r = tt.run([browser, "--headless", "--no-sandbox", "--disable-gpu", f"--screenshot={png}",
+                "--window-size=900,400", "file://" + os.path.abspath(svg_path)], timeout=120)
     ok = os.path.exists(png) and os.path.getsize(png) > 2000
     if ok:
         data = open(png, "rb").read()
@@ -116,9 +101,7 @@ if browser:
 shutil.copy(prefix + ".bin", os.path.join(work, "broken.bin"))
 with open(prefix + ".idx", "rb") as src, open(os.path.join(work, "broken.idx"), "wb") as dst:
     dst.write(src.read()[:40])
-fail_grid = os.path.join(work, "fail-grid.yaml")
-with open(fail_grid, "w") as f:
-    f.write(f"""base:
+fail_grid = tt.write(os.path.join(work, "fail-grid.yaml"), f"""base:
   model: {{num_layers: 2, hidden_size: 32, num_attention_heads: 2, seq_length: 16}}
   training: {{micro_batch_size: 1, global_batch_size: 4, train_iters: 1, lr: 1.0e-3}}
   data: {{data_path: {prefix}, split: "90,10,0"}}
@@ -127,7 +110,7 @@ grid:
 run: {{world_size: 2, iterations: 3, warmup_iterations: 1}}
 """)
 fail_out = os.path.join(work, "fail-out")
-r = subprocess.run([trident, "sweep", fail_grid, "--out", fail_out], capture_output=True, text=True, timeout=300)
+r = tt.run([trident, "sweep", fail_grid, "--out", fail_out], timeout=300)
 check("sweep with a failing point exits 0 and counts it", r.returncode == 0 and "1 ran, 0 skipped, 1 failed" in r.stdout,
       r.stdout[-1500:] + r.stderr[-1500:])
 rows = list(csv.DictReader(open(os.path.join(fail_out, "results.csv"))))
@@ -152,8 +135,7 @@ if len(rows) == 2:
 
 # The shipped 8-rank grid, dry run: 48 points, the 25 skips each with the reason its layout
 # implies (configs/tiny.yaml: 4 heads, 4 layers, global batch 16), the other 23 would run.
-r = subprocess.run([trident, "sweep", shipped_grid, "--dry-run"], capture_output=True, text=True, timeout=120,
-                   cwd=work)
+r = tt.run([trident, "sweep", shipped_grid, "--dry-run"], timeout=120, cwd=work)
 check("shipped grid dry run exits 0", r.returncode == 0, r.stderr[-500:])
 pat = re.compile(r"^sweep: point (\d+): parallel\.tensor_model_parallel_size=(\d+) "
                  r"parallel\.pipeline_model_parallel_size=(\d+) training\.micro_batch_size=(\d+) -> "
@@ -201,11 +183,10 @@ bad = {
     "garbage.yaml": ("\x00\x01[[[{", ""),
 }
 for name, (text, needle) in bad.items():
-    path = os.path.join(work, name)
-    open(path, "w").write(text)
-    r = subprocess.run([trident, "sweep", path, "--dry-run"], capture_output=True, text=True, timeout=30)
+    path = tt.write(os.path.join(work, name), text)
+    r = tt.run([trident, "sweep", path, "--dry-run"], timeout=30)
     check(f"bad grid spec {name}: exit 2", r.returncode == 2 and needle in r.stderr and name in r.stderr,
           r.stderr.strip()[-300:])
-r = subprocess.run([trident, "sweep"], capture_output=True, text=True)
+r = tt.run([trident, "sweep"])
 check("no grid spec: exit 2", r.returncode == 2)
-sys.exit(1 if failures else 0)
+tt.finish()
