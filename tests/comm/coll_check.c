@@ -9,82 +9,21 @@
  * Data are small integers so fp32 sums are exact and results compare bit for bit; one
  * random-float allreduce compares with a tolerance. Exit 0 when everything matched. */
 #include "comm/comm.h"
+#include "tests/common/check.h"
 
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-static int failures;
 static int world_rank;
-
-#define CHECK(cond, ...)                                                                       \
-    do {                                                                                       \
-        if (!(cond)) {                                                                         \
-            fprintf(stderr, "rank %d: FAIL %s:%d: ", world_rank, __FILE__, __LINE__);          \
-            fprintf(stderr, __VA_ARGS__);                                                      \
-            fprintf(stderr, "\n");                                                             \
-            failures++;                                                                        \
-        }                                                                                      \
-    } while (0)
-
-#define OK(call)                                                                               \
-    do {                                                                                       \
-        int rc_ = (call);                                                                      \
-        if (rc_) {                                                                             \
-            fprintf(stderr, "rank %d: FAIL %s:%d: %s -> %d: %s\n", world_rank, __FILE__,       \
-                    __LINE__, #call, rc_, tr_errmsg());                                        \
-            failures++;                                                                        \
-            exit(1);                                                                           \
-        }                                                                                      \
-    } while (0)
-
-/* Element i of rank r's input (salt separates operations): small integers in [-9, 9]. */
-static double val(int r, size_t i, int salt)
-{
-    return (double)((unsigned)(r * 7 + (int)(i % 100003) * 13 + salt * 5) % 19u) - 9.0;
-}
-
-static void fill(void *p, tr_comm_dtype dt, size_t n, int r, int salt)
-{
-    for (size_t i = 0; i < n; i++) {
-        double v = val(r, i, salt);
-        switch (dt) {
-        case TR_COMM_F32: ((float *)p)[i] = (float)v; break;
-        case TR_COMM_F64: ((double *)p)[i] = v; break;
-        case TR_COMM_I32: ((int32_t *)p)[i] = (int32_t)v; break;
-        default: ((int64_t *)p)[i] = (int64_t)v * 1000000007LL; break;
-        }
-    }
-}
-
-/* Reference element i of the reduction over the group's members (group ranks 0..n-1 hold
- * data of salt computed from their group rank). */
-static double ref_reduce(int n, size_t i, int salt, tr_comm_redop op)
-{
-    double acc = val(0, i, salt);
-    for (int r = 1; r < n; r++) {
-        double v = val(r, i, salt);
-        acc = op == TR_COMM_SUM ? acc + v : op == TR_COMM_MAX ? fmax(acc, v) : fmin(acc, v);
-    }
-    return acc;
-}
-
-static double get(const void *p, tr_comm_dtype dt, size_t i)
-{
-    switch (dt) {
-    case TR_COMM_F32: return ((const float *)p)[i];
-    case TR_COMM_F64: return ((const double *)p)[i];
-    case TR_COMM_I32: return ((const int32_t *)p)[i];
-    default: return (double)(((const int64_t *)p)[i] / 1000000007LL);
-    }
-}
 
 static int expect_reduced(const char *what, tr_comm *c, const void *got, tr_comm_dtype dt,
                           size_t first, size_t n, int salt, tr_comm_redop op)
 {
     for (size_t k = 0; k < n; k++) {
-        double want = ref_reduce(tr_comm_size(c), first + k, salt, op), have = get(got, dt, k);
+        double want = tc_data_reduce(tr_comm_size(c), first + k, salt, op);
+        double have = tc_data_get(got, dt, k);
         if (have != want) {
             CHECK(0, "%s on '%s' (size %d): element %zu is %g, expected %g", what,
                   tr_comm_name(c), tr_comm_size(c), first + k, have, want);
@@ -102,7 +41,7 @@ static int expect_inputs(const char *what, tr_comm *c, const void *got, tr_comm_
         size_t off, len;
         tr_comm_block(count, n, r, &off, &len);
         for (size_t k = 0; k < len; k++) {
-            double want = val(r, off + k, salt), have = get(got, dt, off + k);
+            double want = tc_data_val(r, off + k, salt), have = tc_data_get(got, dt, off + k);
             if (have != want) {
                 CHECK(0, "%s on '%s' (size %d): element %zu (from rank %d) is %g, expected %g",
                       what, tr_comm_name(c), n, off + k, r, have, want);
@@ -120,7 +59,7 @@ static void check_allreduce(tr_comm *c, size_t count, tr_comm_dtype dt, tr_comm_
 {
     size_t es = tr_comm_dtype_size(dt);
     void *a = malloc(count * es + 8), *b = malloc(count * es + 8);
-    fill(a, dt, count, tr_comm_rank(c), salt);
+    tc_data_fill(a, dt, count, tr_comm_rank(c), salt);
     char what[96];
     snprintf(what, sizeof what, "allreduce(count %zu, dtype %d, op %d, %s)", count, dt, op,
              in_place ? "in-place" : "out-of-place");
@@ -129,7 +68,7 @@ static void check_allreduce(tr_comm *c, size_t count, tr_comm_dtype dt, tr_comm_
     expect_reduced(what, c, in_place ? a : b, dt, 0, count, salt, op);
     if (!in_place) { /* the input is untouched */
         void *orig = malloc(count * es + 8);
-        fill(orig, dt, count, tr_comm_rank(c), salt);
+        tc_data_fill(orig, dt, count, tr_comm_rank(c), salt);
         CHECK(!memcmp(orig, a, count * es), "%s modified its send buffer", what);
         free(orig);
     }
@@ -143,7 +82,7 @@ static void check_reduce_scatter(tr_comm *c, size_t count, tr_comm_dtype dt, tr_
     size_t es = tr_comm_dtype_size(dt), off, len;
     tr_comm_block(count, tr_comm_size(c), tr_comm_rank(c), &off, &len);
     uint8_t *a = malloc(count * es + 8), *b = malloc(len * es + 8);
-    fill(a, dt, count, tr_comm_rank(c), salt);
+    tc_data_fill(a, dt, count, tr_comm_rank(c), salt);
     char what[96];
     snprintf(what, sizeof what, "reduce_scatter(count %zu, dtype %d, op %d, %s)", count, dt, op,
              in_place ? "in-place" : "out-of-place");
@@ -161,7 +100,7 @@ static void check_allgather(tr_comm *c, size_t count, tr_comm_dtype dt, int in_p
     int r = tr_comm_rank(c);
     tr_comm_block(count, tr_comm_size(c), r, &off, &len);
     uint8_t *all = malloc(count * es + 8), *mine = malloc(len * es + 8), *full = malloc(count * es + 8);
-    fill(full, dt, count, r, salt);
+    tc_data_fill(full, dt, count, r, salt);
     memcpy(mine, full + off * es, len * es);
     memset(all, 0x7f, count * es);
     if (in_place)
@@ -181,7 +120,7 @@ static void check_broadcast(tr_comm *c, size_t count, tr_comm_dtype dt, int root
 {
     size_t es = tr_comm_dtype_size(dt);
     uint8_t *a = malloc(count * es + 8), *want = malloc(count * es + 8);
-    fill(want, dt, count, root, salt);
+    tc_data_fill(want, dt, count, root, salt);
     if (tr_comm_rank(c) == root)
         memcpy(a, want, count * es);
     else
@@ -201,8 +140,8 @@ static void check_sendrecv(tr_comm *c, size_t count, int salt)
     if (n < 2)
         return;
     float *out = malloc(count * 4 + 8), *in = malloc(count * 4 + 8), *want = malloc(count * 4 + 8);
-    fill(out, TR_COMM_F32, count, r, salt);
-    fill(want, TR_COMM_F32, count, (r + n - 1) % n, salt);
+    tc_data_fill(out, TR_COMM_F32, count, r, salt);
+    tc_data_fill(want, TR_COMM_F32, count, (r + n - 1) % n, salt);
     tr_comm_request *req[2];
     OK(tr_comm_recv_async(c, in, count, TR_COMM_F32, (r + n - 1) % n, 77 + salt, &req[0]));
     OK(tr_comm_send_async(c, out, count, TR_COMM_F32, (r + 1) % n, 77 + salt, &req[1]));
@@ -306,12 +245,12 @@ static void concurrent(tr_comm *world, tr_comm *half, tr_comm *third)
     float *e = malloc(N2 * 4);
     size_t off, len;
     tr_comm_block(N3, tr_comm_size(third), tr_comm_rank(third), &off, &len);
-    fill(a, TR_COMM_F32, N1, wr, 70);
-    fill(b, TR_COMM_F32, N2, tr_comm_rank(half), 71);
-    fill(c, TR_COMM_F32, N3, tr_comm_rank(third), 72);
-    fill(e, TR_COMM_F32, N2, tr_comm_rank(world), 74);
+    tc_data_fill(a, TR_COMM_F32, N1, wr, 70);
+    tc_data_fill(b, TR_COMM_F32, N2, tr_comm_rank(half), 71);
+    tc_data_fill(c, TR_COMM_F32, N3, tr_comm_rank(third), 72);
+    tc_data_fill(e, TR_COMM_F32, N2, tr_comm_rank(world), 74);
     if (wr == 0)
-        fill(d, TR_COMM_F32, N1, 0, 73);
+        tc_data_fill(d, TR_COMM_F32, N1, 0, 73);
     tr_comm_request *req[5];
     /* issued in a different order than they will complete; the same order on every rank */
     OK(tr_comm_allreduce_async(world, e, e, N2, TR_COMM_F32, TR_COMM_SUM, &req[0]));
@@ -330,7 +269,7 @@ static void concurrent(tr_comm *world, tr_comm *half, tr_comm *third)
                    TR_COMM_MAX);
     expect_reduced("concurrent world min", world, a, TR_COMM_F32, 0, N1, 70, TR_COMM_MIN);
     float *want = malloc(N1 * 4);
-    fill(want, TR_COMM_F32, N1, 0, 73);
+    tc_data_fill(want, TR_COMM_F32, N1, 0, 73);
     CHECK(!memcmp(d, want, N1 * 4), "concurrent broadcast differs");
     free(want);
     free(a);
@@ -355,26 +294,25 @@ static void check_counters(tr_comm *c)
 int main(int argc, char **argv)
 {
     int big = 0, big_splits = 0; /* the big count on the world / on the split groups */
-    tr_comm_config cfg = tr_comm_config_default();
-    cfg.timeout_s = 60;
+    int progress_thread = 0;
+    double timeout_s = 60;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--big"))
             big = big_splits = 1;
         else if (!strcmp(argv[i], "--big-world"))
             big = 1;
         else if (!strcmp(argv[i], "--progress-thread"))
-            cfg.progress_thread = 1;
+            progress_thread = 1;
         else if (!strcmp(argv[i], "--timeout") && i + 1 < argc)
-            cfg.timeout_s = atof(argv[++i]);
+            timeout_s = atof(argv[++i]);
         else {
             fprintf(stderr, "coll_check: unknown argument '%s'\n", argv[i]);
             return 2;
         }
     }
     double t0 = tr_now();
-    tr_comm *world = NULL, *half = NULL, *third = NULL, *odd = NULL;
-    OK(tr_comm_init_world(&cfg, &world));
-    world_rank = tr_comm_rank(world);
+    tr_comm *world = tc_world(timeout_s, progress_thread), *half = NULL, *third = NULL, *odd = NULL;
+    world_rank = tc_rank;
     int n = tr_comm_size(world);
     run_suite(world, big);
     check_counters(world);
@@ -403,7 +341,7 @@ int main(int argc, char **argv)
     tr_comm_destroy(half);
     tr_comm_destroy(world);
     if (world_rank == 0)
-        printf("coll_check: %d ranks, %s, %.2f s\n", n, failures ? "FAILED" : "all matched",
+        printf("coll_check: %d ranks, %s, %.2f s\n", n, tc_failures ? "FAILED" : "all matched",
                tr_now() - t0);
-    return failures ? 1 : 0;
+    return tc_failures ? 1 : 0;
 }

@@ -16,9 +16,6 @@
 
 #include <string.h>
 
-int failures;
-int world_rank;
-
 float gval(int who, int m, size_t i, int salt)
 {
     unsigned v = (unsigned)(who * 31 + m * 17 + salt * 5) + (unsigned)(i % 100003) * 7u;
@@ -283,20 +280,14 @@ int main(int argc, char **argv)
             return 2;
         }
     }
-    tr_comm_config cfg = tr_comm_config_default();
-    cfg.timeout_s = 60;
-    cfg.progress_thread = progress_thread;
-    tr_comm *world = NULL;
-    OK(tr_comm_init_world(&cfg, &world));
-    world_rank = tr_comm_rank(world);
+    tr_comm *world = tc_world(60, progress_thread);
     check_dp(world);
     check_groups(world);
     if (overlap)
         check_overlap(world, progress_thread);
-    int total = failures, size = tr_comm_size(world);
-    OK(tr_comm_allreduce(world, &total, &total, 1, TR_COMM_I32, TR_COMM_SUM));
+    int total = tc_job_failures(world), size = tr_comm_size(world);
     tr_comm_destroy(world);
-    if (world_rank == 0)
+    if (tc_rank == 0)
         printf("dp_check: %d ranks, progress thread %s: %s\n", size,
                progress_thread ? "on" : "off", total ? "FAILED" : "all checks passed");
     return total ? 1 : 0;

@@ -4,33 +4,10 @@
 
 #include "comm/comm.h"
 #include "dp/dp.h"
+#include "tests/common/check.h"
 
 #include <stdio.h>
 #include <stdlib.h>
-
-extern int failures;
-extern int world_rank;
-
-#define CHECK(cond, ...)                                                                       \
-    do {                                                                                       \
-        if (!(cond)) {                                                                         \
-            fprintf(stderr, "rank %d: FAIL %s:%d: ", world_rank, __FILE__, __LINE__);          \
-            fprintf(stderr, __VA_ARGS__);                                                      \
-            fprintf(stderr, "\n");                                                             \
-            failures++;                                                                        \
-        }                                                                                      \
-    } while (0)
-
-/* A failed call ends this rank (the launcher then stops the others). */
-#define OK(call)                                                                               \
-    do {                                                                                       \
-        int rc_ = (call);                                                                      \
-        if (rc_) {                                                                             \
-            fprintf(stderr, "rank %d: FAIL %s:%d: %s -> %d: %s\n", world_rank, __FILE__,       \
-                    __LINE__, #call, rc_, tr_errmsg());                                        \
-            exit(1);                                                                           \
-        }                                                                                      \
-    } while (0)
 
 /* Gradient contribution of "rank" who, micro-batch m, element i: multiples of 1/8 in
  * [-11/8, 11/8], so every sum and every average over 1, 2 or 4 ranks is exact in fp32. */

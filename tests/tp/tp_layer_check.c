@@ -22,38 +22,40 @@ static void check_column(int gather_output)
     const int IC = 8, OC = 16, OCl = OC / tp.size;
     int r0, Nl;
     rows_of(&r0, &Nl);
-    float *x = fnew((size_t)N * IC), *W = fnew((size_t)OC * IC), *b = fnew(OC);
-    float *dy = fnew((size_t)N * OC);
+    float *x = tc_floats((size_t)N * IC), *W = tc_floats((size_t)OC * IC), *b = tc_floats(OC);
+    float *dy = tc_floats((size_t)N * OC);
     fill(x, (size_t)N * IC, 1, 1.0f);
     fill(W, (size_t)OC * IC, 2, 0.5f);
     fill(b, OC, 3, 0.1f);
     fill(dy, (size_t)N * OC, 4, 1.0f);
     /* reference */
-    float *y_ref = fnew((size_t)N * OC), *dx_ref = fnew((size_t)N * IC);
-    float *dW_ref = fnew((size_t)OC * IC), *db_ref = fnew(OC), *x_ref = fdup(x, (size_t)N * IC);
+    float *y_ref = tc_floats((size_t)N * OC), *dx_ref = tc_floats((size_t)N * IC);
+    float *dW_ref = tc_floats((size_t)OC * IC), *db_ref = tc_floats(OC);
+    float *x_ref = tc_fdup(x, (size_t)N * IC);
     OK(tr_tp_column_linear_forward(&one, y_ref, x_ref, W, b, N, IC, OC, NULL, NULL));
     OK(tr_tp_column_linear_backward(&one, dx_ref, dW_ref, db_ref, dy, x_ref, W, N, IC, OC));
     /* split: output rows [t*OCl, ..) of W and b; under SP only our input rows are given */
-    float *xs = fnew((size_t)N * IC), *Ws = fnew((size_t)OCl * IC), *bs = fnew(OCl);
+    float *xs = tc_floats((size_t)N * IC), *Ws = tc_floats((size_t)OCl * IC), *bs = tc_floats(OCl);
     for (size_t i = 0; i < (size_t)N * IC; i++)
         xs[i] = NAN; /* rows of other ranks must come from the gather */
     memcpy(xs + (size_t)r0 * IC, x + (size_t)r0 * IC, (size_t)Nl * IC * sizeof(float));
     slice(Ws, W, IC, tp.rank * OCl, OCl, 0, IC);
     slice(bs, b, 1, tp.rank * OCl, OCl, 0, 1);
-    float *y = fnew((size_t)N * OCl), *y_full = gather_output ? fnew((size_t)N * OC) : NULL;
-    float *scratch = fnew((size_t)N * OC);
+    float *y = tc_floats((size_t)N * OCl);
+    float *y_full = gather_output ? tc_floats((size_t)N * OC) : NULL;
+    float *scratch = tc_floats((size_t)N * OC);
     OK(tr_tp_column_linear_forward(&tp, y, xs, Ws, bs, N, IC, OCl, y_full, scratch));
-    expect_close("column: gathered input", xs, x, (size_t)N * IC, 0.0);
+    tc_expect_close("column: gathered input", xs, x, (size_t)N * IC, 0.0);
     expect_slice("column: output", y, y_ref, OC, 0, N, tp.rank * OCl, OCl, TOL);
-    float *dys = fnew((size_t)N * OCl);
+    float *dys = tc_floats((size_t)N * OCl);
     if (gather_output) {
-        expect_close("column: gathered output", y_full, y_ref, (size_t)N * OC, TOL);
+        tc_expect_close("column: gathered output", y_full, y_ref, (size_t)N * OC, TOL);
         /* the gather's backward is the split */
         OK(tr_tp_scatter_to_region_forward(&tp, dys, dy, N, OCl));
     } else {
         slice(dys, dy, OC, 0, N, tp.rank * OCl, OCl);
     }
-    float *dx = fnew((size_t)N * IC), *dW = fnew((size_t)OCl * IC), *db = fnew(OCl);
+    float *dx = tc_floats((size_t)N * IC), *dW = tc_floats((size_t)OCl * IC), *db = tc_floats(OCl);
     OK(tr_tp_column_linear_backward(&tp, dx, dW, db, dys, xs, Ws, N, IC, OCl));
     expect_slice("column: input gradient", dx + (size_t)r0 * IC, dx_ref, IC, r0, Nl, 0, IC, TOL);
     expect_slice("column: weight gradient", dW, dW_ref, IC, tp.rank * OCl, OCl, 0, IC, TOL);
@@ -68,38 +70,38 @@ static void check_row(int alias_residual)
     const int IC = 16, OC = 8, ICl = IC / tp.size;
     int r0, Nl;
     rows_of(&r0, &Nl);
-    float *x = fnew((size_t)N * IC), *W = fnew((size_t)OC * IC), *b = fnew(OC);
-    float *res = fnew((size_t)N * OC), *dy = fnew((size_t)N * OC);
+    float *x = tc_floats((size_t)N * IC), *W = tc_floats((size_t)OC * IC), *b = tc_floats(OC);
+    float *res = tc_floats((size_t)N * OC), *dy = tc_floats((size_t)N * OC);
     fill(x, (size_t)N * IC, 11, 1.0f);
     fill(W, (size_t)OC * IC, 12, 0.5f);
     fill(b, OC, 13, 0.1f);
     fill(res, (size_t)N * OC, 14, 1.0f);
     fill(dy, (size_t)N * OC, 15, 1.0f);
-    float *y_ref = fnew((size_t)N * OC), *dx_ref = fnew((size_t)N * IC);
-    float *dW_ref = fnew((size_t)OC * IC), *db_ref = fnew(OC);
+    float *y_ref = tc_floats((size_t)N * OC), *dx_ref = tc_floats((size_t)N * IC);
+    float *dW_ref = tc_floats((size_t)OC * IC), *db_ref = tc_floats(OC);
     OK(tr_tp_row_linear_forward(&one, y_ref, res, x, W, b, N, IC, OC, NULL));
     OK(tr_tp_row_linear_backward(&one, dx_ref, dW_ref, db_ref, dy, x, W, N, IC, OC, NULL));
     /* split: input columns of x (the scatter mapping) and of W; our rows of the residual */
-    float *xs = fnew((size_t)N * ICl), *Ws = fnew((size_t)OC * ICl);
+    float *xs = tc_floats((size_t)N * ICl), *Ws = tc_floats((size_t)OC * ICl);
     OK(tr_tp_scatter_to_region_forward(&tp, xs, x, N, ICl));
     slice(Ws, W, IC, 0, OC, tp.rank * ICl, ICl);
-    float *y = fnew((size_t)Nl * OC), *ress = fnew((size_t)Nl * OC);
-    float *scratch = fnew((size_t)N * OC);
+    float *y = tc_floats((size_t)Nl * OC), *ress = tc_floats((size_t)Nl * OC);
+    float *scratch = tc_floats((size_t)N * OC);
     slice(ress, res, OC, r0, Nl, 0, OC);
     if (alias_residual)
         memcpy(y, ress, (size_t)Nl * OC * sizeof(float));
     OK(tr_tp_row_linear_forward(&tp, y, alias_residual ? y : ress, xs, Ws, b, N, ICl, OC,
                                 scratch));
     expect_slice("row: output", y, y_ref, OC, r0, Nl, 0, OC, TOL);
-    float *dys = fnew((size_t)Nl * OC), *dx = fnew((size_t)N * ICl);
-    float *dW = fnew((size_t)OC * ICl), *db = fnew(OC);
+    float *dys = tc_floats((size_t)Nl * OC), *dx = tc_floats((size_t)N * ICl);
+    float *dW = tc_floats((size_t)OC * ICl), *db = tc_floats(OC);
     slice(dys, dy, OC, r0, Nl, 0, OC);
     OK(tr_tp_row_linear_backward(&tp, dx, dW, db, dys, xs, Ws, N, ICl, OC, scratch));
     expect_slice("row: input gradient", dx, dx_ref, IC, 0, N, tp.rank * ICl, ICl, TOL);
     expect_slice("row: weight gradient", dW, dW_ref, IC, 0, OC, tp.rank * ICl, ICl, TOL);
     if (tp.sequence_parallel) /* partial over our rows: what the engine all-reduces */
         OK(tr_comm_allreduce(tp.comm, db, db, OC, TR_COMM_F32, TR_COMM_SUM));
-    expect_close("row: bias gradient", db, db_ref, OC, TOL);
+    tc_expect_close("row: bias gradient", db, db_ref, OC, TOL);
     expect_same_on_all(tp.comm, "row: bias gradient", db, OC);
     free(x), free(W), free(b), free(res), free(dy), free(y_ref), free(dx_ref), free(dW_ref);
     free(db_ref), free(xs), free(Ws), free(y), free(ress), free(scratch), free(dys), free(dx);
@@ -120,22 +122,23 @@ static void check_embedding(void)
     rows_of(&r0, &Nl);
     int32_t ids[12];
     make_ids(ids, V, 1);
-    float *table = fnew((size_t)Vp * C), *dout = fnew((size_t)N * C);
+    float *table = tc_floats((size_t)Vp * C), *dout = tc_floats((size_t)N * C);
     fill(table, (size_t)Vp * C, 21, 1.0f);
     fill(dout, (size_t)N * C, 22, 1.0f);
-    float *out_ref = fnew((size_t)N * C), *dtable_ref = fnew((size_t)Vp * C);
+    float *out_ref = tc_floats((size_t)N * C), *dtable_ref = tc_floats((size_t)Vp * C);
     OK(tr_tp_vocab_embedding_forward(&one, out_ref, ids, table, N, C, Vp, NULL));
     OK(tr_tp_vocab_embedding_backward(&one, dtable_ref, dout, ids, N, C, Vp, NULL, NULL));
-    float *ts = fnew((size_t)Vl * C), *out = fnew((size_t)Nl * C), *scratch = fnew((size_t)N * C);
+    float *ts = tc_floats((size_t)Vl * C), *out = tc_floats((size_t)Nl * C);
+    float *scratch = tc_floats((size_t)N * C);
     slice(ts, table, C, tp.rank * Vl, Vl, 0, C);
     OK(tr_tp_vocab_embedding_forward(&tp, out, ids, ts, N, C, Vl, scratch));
     expect_slice("embedding: output", out, out_ref, C, r0, Nl, 0, C, 0.0);
-    float *douts = fnew((size_t)Nl * C), *dts = fnew((size_t)Vl * C);
+    float *douts = tc_floats((size_t)Nl * C), *dts = tc_floats((size_t)Vl * C);
     slice(douts, dout, C, r0, Nl, 0, C);
     const float *dall = NULL;
     OK(tr_tp_vocab_embedding_backward(&tp, dts, douts, ids, N, C, Vl, scratch, &dall));
     expect_slice("embedding: table gradient", dts, dtable_ref, C, tp.rank * Vl, Vl, 0, C, TOL);
-    expect_close("embedding: gathered output gradient", dall, dout, (size_t)N * C, 0.0);
+    tc_expect_close("embedding: gathered output gradient", dall, dout, (size_t)N * C, 0.0);
     free(table), free(dout), free(out_ref), free(dtable_ref), free(ts), free(out), free(scratch);
     free(douts), free(dts);
 }
@@ -145,9 +148,10 @@ static void check_cross_entropy(int V)
     const int Vp = 32, Vl = Vp / tp.size;
     int32_t targets[12];
     make_ids(targets, V, 2);
-    float *logits = fnew((size_t)N * Vp);
+    float *logits = tc_floats((size_t)N * Vp);
     fill(logits, (size_t)N * Vp, 31, 3.0f);
-    float *loss_ref = fnew(N), *stats_ref = fnew(3 * (size_t)N), *dl_ref = fnew((size_t)N * Vp);
+    float *loss_ref = tc_floats(N), *stats_ref = tc_floats(3 * (size_t)N);
+    float *dl_ref = tc_floats((size_t)N * Vp);
     OK(tr_tp_vocab_cross_entropy_forward(&one, loss_ref, stats_ref, logits, targets, N, Vp, V));
     OK(tr_tp_vocab_cross_entropy_backward(&one, dl_ref, logits, stats_ref, targets, N, Vp, V,
                                           1.0f / N));
@@ -162,12 +166,12 @@ static void check_cross_entropy(int V)
         CHECK(fabs(want - loss_ref[n]) <= 1e-5 * fabs(want) + 1e-6, "cross-entropy row %d: "
               "%.7g vs %.7g", n, loss_ref[n], want);
     }
-    float *ls = fnew((size_t)N * Vl), *loss = fnew(N), *stats = fnew(3 * (size_t)N);
+    float *ls = tc_floats((size_t)N * Vl), *loss = tc_floats(N), *stats = tc_floats(3 * (size_t)N);
     slice(ls, logits, Vp, 0, N, tp.rank * Vl, Vl);
     OK(tr_tp_vocab_cross_entropy_forward(&tp, loss, stats, ls, targets, N, Vl, V));
     char what[64];
     snprintf(what, sizeof what, "cross-entropy (V=%d): losses", V);
-    expect_close(what, loss, loss_ref, N, TOL);
+    tc_expect_close(what, loss, loss_ref, N, TOL);
     expect_same_on_all(tp.comm, what, loss, N);
     /* the gradient in place of the logits, as the model does */
     OK(tr_tp_vocab_cross_entropy_backward(&tp, ls, ls, stats, targets, N, Vl, V, 1.0f / N));
@@ -181,7 +185,7 @@ static void check_cross_entropy(int V)
 static void check_mappings(void)
 {
     const int cols = 3, n = N * cols;
-    float *mine = fnew(n), *sum = fnew(n), *want = fnew(n);
+    float *mine = tc_floats(n), *sum = tc_floats(n), *want = tc_floats(n);
     for (int r = 0; r < tp.size; r++) {
         fill(mine, n, 40 + r, 1.0f);
         for (int i = 0; i < n; i++)
@@ -189,38 +193,35 @@ static void check_mappings(void)
     }
     fill(mine, n, 40 + tp.rank, 1.0f);
     OK(tr_tp_reduce_from_region_forward(&tp, mine, sum, n));
-    expect_close("g forward (all-reduce)", sum, want, n, 1e-6);
+    tc_expect_close("g forward (all-reduce)", sum, want, n, 1e-6);
     OK(tr_tp_copy_to_region_backward(&tp, mine, n));
-    expect_close("f backward (all-reduce)", mine, sum, n, 0.0);
-    float *full = fnew((size_t)n * tp.size), *back = fnew((size_t)n * tp.size);
-    float *part = fnew(n), *scratch = fnew((size_t)n * tp.size);
+    tc_expect_close("f backward (all-reduce)", mine, sum, n, 0.0);
+    float *full = tc_floats((size_t)n * tp.size), *back = tc_floats((size_t)n * tp.size);
+    float *part = tc_floats(n), *scratch = tc_floats((size_t)n * tp.size);
     fill(full, (size_t)n * tp.size, 49, 1.0f);
     OK(tr_tp_scatter_to_region_forward(&tp, part, full, N, cols));
     OK(tr_tp_gather_from_region_forward(&tp, back, part, N, cols, scratch));
-    expect_close("gather(scatter(x)) along the last dimension", back, full,
-                 (size_t)n * tp.size, 0.0);
+    tc_expect_close("gather(scatter(x)) along the last dimension", back, full,
+                    (size_t)n * tp.size, 0.0);
     free(mine), free(sum), free(want), free(full), free(back), free(part), free(scratch);
 }
 
 int main(int argc, char **argv)
 {
     int sp = 0;
-    tr_comm_config cfg = tr_comm_config_default();
-    cfg.timeout_s = 60;
+    double timeout_s = 60;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--sp"))
             sp = 1;
         else if (!strcmp(argv[i], "--timeout") && i + 1 < argc)
-            cfg.timeout_s = atof(argv[++i]);
+            timeout_s = atof(argv[++i]);
     }
     double t0 = tr_now();
-    tr_comm *world = NULL;
-    OK(tr_comm_init_world(&cfg, &world));
-    world_rank = tr_comm_rank(world);
+    tr_comm *world = tc_world(timeout_s, 0);
     const tr_kernels *k = tr_kernels_cpu();
     OK(tr_tp_init(&one, k, NULL, 0));
     OK(tr_tp_init(&tp, k, world, sp));
-    CHECK(tp.size == tr_comm_size(world) && tp.rank == world_rank, "context size/rank");
+    CHECK(tp.size == tr_comm_size(world) && tp.rank == tc_rank, "context size/rank");
     CHECK(tp.sequence_parallel == (sp && tp.size > 1), "sequence_parallel only with T > 1");
     CHECK((tp.comm != NULL) == (tp.size > 1), "no communicator for one rank");
     OK(tr_tp_check_rows(&tp, N));

@@ -41,8 +41,8 @@ static void make(model *m, int first, int count, int tp_size)
     s.is_last = first + count == LAYERS;
     OK(tr_gpt_create(&s, tr_kernels_cpu(), tp_size > 1 ? tpc : NULL, &m->g));
     size_t n = tr_gpt_num_params(m->g);
-    m->params = fnew(n);
-    m->grads = fnew(n);
+    m->params = tc_floats(n);
+    m->grads = tc_floats(n);
     tr_gpt_bind(m->g, m->params, m->grads);
     OK(tr_gpt_init_params(m->g));
     OK(tr_gpt_acts_create(m->g, B, &m->a));
@@ -143,7 +143,7 @@ static void check_counts(const tr_comm_counters *c, int micro_batches)
     CHECK(ag == per_mb_sp * micro_batches && rs == per_mb_sp * micro_batches,
           "%llu all-gathers and %llu reduce-scatters, expected %llu each", (unsigned long long)ag,
           (unsigned long long)rs, (unsigned long long)(per_mb_sp * micro_batches));
-    if (world_rank == 0)
+    if (tc_rank == 0)
         printf("T=%d%s, %d layers, %d micro-batches: %llu all-reduces, %llu all-gathers, "
                "%llu reduce-scatters per iteration\n", T, sp ? " SP" : "", LAYERS,
                micro_batches, (unsigned long long)ar, (unsigned long long)ag,
@@ -203,7 +203,7 @@ static void check_whole(model *tpm, model *ref)
           "TP comm timer: %ld calls, %.6f s; the group counted %llu collectives", timed_calls,
           timed_s, (unsigned long long)collectives);
     tr_gpt_set_grad_hook(tpm->g, NULL, NULL);
-    expect_close("losses", loss_tp, loss_ref, M, TOL);
+    tc_expect_close("losses", loss_tp, loss_ref, M, TOL);
     expect_same_on_all(tpc, "losses", loss_tp, M);
     /* replicated gradients: identical on every TP rank straight out of backward when they
      * are whole (no SP, or not marked), otherwise after the TP all-reduce */
@@ -259,12 +259,12 @@ static void check_pipeline(model *whole)
     for (int i = 0; i < tr_gpt_num_tensors(whole->g); i++) {
         tr_param_tensor *w = tr_gpt_tensor(whole->g, i);
         tr_param_tensor *a = find(s0.g, w->name, 0), *b = find(s1.g, w->name, 0);
-        float *sum = fnew(w->numel);
+        float *sum = tc_floats(w->numel);
         for (size_t e = 0; e < w->numel; e++)
             sum[e] = (a ? a->grad[e] : 0.0f) + (b ? b->grad[e] : 0.0f);
         char what[96];
         snprintf(what, sizeof what, "two stages: %s gradient", w->name);
-        expect_close(what, sum, w->grad, w->numel, 1e-6);
+        tc_expect_close(what, sum, w->grad, w->numel, 1e-6);
         free(sum);
     }
     tr_param_tensor *head = find(s1.g, "wte", 0);
@@ -275,8 +275,7 @@ static void check_pipeline(model *whole)
 
 int main(int argc, char **argv)
 {
-    tr_comm_config cfg = tr_comm_config_default();
-    cfg.timeout_s = 60;
+    double timeout_s = 60;
     int want_tp = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--sp"))
@@ -284,19 +283,17 @@ int main(int argc, char **argv)
         else if (!strcmp(argv[i], "--tp") && i + 1 < argc)
             want_tp = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--timeout") && i + 1 < argc)
-            cfg.timeout_s = atof(argv[++i]);
+            timeout_s = atof(argv[++i]);
     }
     double t0 = tr_now();
-    tr_comm *world = NULL;
-    OK(tr_comm_init_world(&cfg, &world));
-    world_rank = tr_comm_rank(world);
+    tr_comm *world = tc_world(timeout_s, 0);
     T = want_tp ? want_tp : tr_comm_size(world);
     if (T < 1 || tr_comm_size(world) % T) {
         fprintf(stderr, "tp_model_check: --tp %d does not divide the world\n", T);
         return 2;
     }
     if (T > 1) {
-        OK(tr_comm_split(world, world_rank / T, world_rank, "tp", &tpc));
+        OK(tr_comm_split(world, tc_rank / T, tc_rank, "tp", &tpc));
         t = tr_comm_rank(tpc);
     }
     sp = sp && T > 1;
