@@ -1,9 +1,26 @@
-/* The communicator front end: argument checks, counters, blocking = async + wait, and the
- * dispatch through the backend's tr_comm_ops table. */
+/* The communicator front end: the world's backend chosen from the config, the rendezvous
+ * from the launcher's environment, argument checks, counters, blocking = async + wait, and
+ * the dispatch through the backend's tr_comm_ops table. */
 #include "comm/comm_internal.h"
 
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+
+struct tr_comm {
+    const tr_comm_ops *ops;
+    void *impl;
+    int rank, size;
+    char name[TR_COMM_MAX_NAME];
+    double timeout_s;
+    tr_comm_tuning tuning;
+    tr_comm_counters counters;
+};
+
+struct tr_comm_request {
+    tr_comm *comm;
+    void *handle;
+};
 
 static const char *const kind_names[TR_COMM_NOPKINDS] = {
     "allreduce", "reduce_scatter", "allgather", "broadcast", "send", "recv", "barrier", "split",
@@ -16,7 +33,8 @@ const char *tr_comm_opkind_name(tr_comm_opkind kind)
 
 tr_comm_config tr_comm_config_default(void)
 {
-    return (tr_comm_config){.timeout_s = 300.0, .progress_thread = 0, .name = "world"};
+    return (tr_comm_config){.timeout_s = 300.0, .progress_thread = 0, .name = "world",
+                            .backend = TR_COMM_BACKEND_UCX};
 }
 
 size_t tr_comm_dtype_size(tr_comm_dtype dt)
@@ -64,6 +82,15 @@ int tr_comm_size(const tr_comm *comm) { return comm->size; }
 const char *tr_comm_name(const tr_comm *comm) { return comm->name; }
 const char *tr_comm_backend(const tr_comm *comm) { return comm->ops->name; }
 double tr_comm_timeout(const tr_comm *comm) { return comm->timeout_s; }
+
+tr_store *tr_comm_store(const tr_comm *comm, const char **session)
+{
+    const char *s = NULL;
+    tr_store *st = comm && comm->ops->store ? comm->ops->store(comm, &s) : NULL;
+    if (session)
+        *session = st ? s : NULL;
+    return st;
+}
 const tr_comm_tuning *tr_comm_get_tuning(const tr_comm *comm) { return &comm->tuning; }
 
 void tr_comm_set_timeout(tr_comm *comm, double timeout_s)
@@ -100,6 +127,87 @@ int tr_comm_world_rank(const tr_comm *comm, int group_rank)
     if (!comm || group_rank < 0 || group_rank >= comm->size)
         return -1;
     return comm->ops->world_rank(comm, group_rank);
+}
+
+/* ---------------------------------------------------------------- the world */
+
+int tr_comm_init(const tr_comm_rendezvous *rv, const tr_comm_config *cfg_in, tr_comm **out)
+{
+    if (!out || !rv)
+        return tr_fail(TR_ERR_INVALID, "comm: init needs a rendezvous and an output pointer");
+    *out = NULL;
+    tr_comm_config cfg = cfg_in ? *cfg_in : tr_comm_config_default();
+    if (!(cfg.timeout_s > 0))
+        return tr_fail(TR_ERR_CONFIG, "comm: timeout must be > 0 seconds (got %g)", cfg.timeout_s);
+    if (!cfg.name || !*cfg.name)
+        cfg.name = "world";
+    if (strlen(cfg.name) >= TR_COMM_MAX_NAME)
+        return tr_fail(TR_ERR_CONFIG, "comm: name '%s' longer than %d characters", cfg.name,
+                       TR_COMM_MAX_NAME - 1);
+    int rank = rv->rank, size = rv->size, port = rv->master_port;
+    const char *host = rv->master_addr;
+    if (size < 1 || size > (1 << 20) || rank < 0 || rank >= size)
+        return tr_fail(TR_ERR_CONFIG, "comm: rank %d of world size %d is impossible", rank, size);
+    int need_store = size > 1 || (host && *host);
+    if (need_store && (!host || !*host))
+        return tr_fail(TR_ERR_CONFIG, "comm: a world of %d ranks needs MASTER_ADDR", size);
+    if (need_store && (port < 1 || port > 65535))
+        return tr_fail(TR_ERR_CONFIG, "comm: MASTER_PORT %d out of range 1..65535", port);
+    tr_log_set_rank(rank);
+    switch (cfg.backend) {
+    case TR_COMM_BACKEND_UCX:
+        return tr_comm_ucx_init(rv, &cfg, out);
+    case TR_COMM_BACKEND_NCCL:
+#ifdef TR_HAVE_CUDA
+        return tr_comm_nccl_init(rv, &cfg, out);
+#else
+        return tr_fail(TR_ERR_CONFIG, "comm: the nccl backend is not in this build (it needs "
+                                      "CUDA: -Dcuda=enabled)");
+#endif
+    default:
+        return tr_fail(TR_ERR_CONFIG, "comm: unknown backend %d (expected TR_COMM_BACKEND_UCX "
+                                      "or TR_COMM_BACKEND_NCCL)",
+                       (int)cfg.backend);
+    }
+}
+
+static int env_int(const char *name, int lo, int hi, int dflt, int required, int *out)
+{
+    const char *v = getenv(name);
+    if (!v || !*v) {
+        if (required)
+            return tr_fail(TR_ERR_CONFIG, "comm: environment variable %s is not set (start ranks "
+                                          "with `trident launch`)",
+                           name);
+        *out = dflt;
+        return TR_OK;
+    }
+    char *end = NULL;
+    errno = 0;
+    long x = strtol(v, &end, 10);
+    if (errno || end == v || *end || x < lo || x > hi)
+        return tr_fail(TR_ERR_CONFIG, "comm: %s='%s' is not an integer in %d..%d", name, v, lo, hi);
+    *out = (int)x;
+    return TR_OK;
+}
+
+int tr_comm_init_world(const tr_comm_config *cfg, tr_comm **out)
+{
+    if (!out)
+        return tr_fail(TR_ERR_INVALID, "comm: init_world needs an output pointer");
+    *out = NULL;
+    tr_comm_rendezvous rv = {.master_addr = getenv("MASTER_ADDR"),
+                             .job_token = getenv("TRIDENT_JOB_TOKEN")};
+    int rc = env_int("WORLD_SIZE", 1, 1 << 20, 1, 0, &rv.size);
+    if (!rc)
+        rc = env_int("RANK", 0, rv.size - 1, 0, rv.size > 1, &rv.rank);
+    int need_store = rv.size > 1 || (rv.master_addr && *rv.master_addr);
+    if (!rc && need_store && (!rv.master_addr || !*rv.master_addr))
+        rc = tr_fail(TR_ERR_CONFIG, "comm: MASTER_ADDR is not set (start ranks with `trident "
+                                    "launch`)");
+    if (!rc && need_store)
+        rc = env_int("MASTER_PORT", 1, 65535, 0, 1, &rv.master_port);
+    return rc ? rc : tr_comm_init(&rv, cfg, out);
 }
 
 /* ---------------------------------------------------------------- argument checks */

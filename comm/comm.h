@@ -1,4 +1,8 @@
-/* comm/ — the communicator contract, its UCX backend (host memory) and the TCP rendezvous store.
+/* comm/ — the communicator contract and its front end (comm.c); the backends behind it:
+ * ucx/ (host memory, the default), nccl/ (device memory, CUDA builds; comm/nccl/nccl.h); and
+ * store/, the TCP rendezvous store both use. The front end checks arguments, keeps counters
+ * and chooses the backend of a world from tr_comm_config.backend (data, no environment
+ * variable); splits keep their parent's backend.
  *
  * Contract:
  *  - A tr_comm is a group of `size` ranks; this process is `rank` in it. Operations:
@@ -9,7 +13,8 @@
  *    at once (messages never mix: UCX tags carry group id, per-group sequence number, step;
  *    a split takes its group ids from a job-wide counter in the store, so all members agree
  *    and no two groups share one).
- *  - Buffers are host memory (UCX backend). Any group size (1 included), any count (0 included,
+ *  - Buffers are host memory with the UCX backend; the NCCL backend takes device or host
+ *    memory (comm/nccl/nccl.h). Any group size (1 included), any count (0 included,
  *    not divisible by the group size too). Buffers of an async operation must stay untouched
  *    until it completes.
  *  - Partition for reduce_scatter/allgather: block r of `count` elements is
@@ -31,17 +36,20 @@
  *    the family (a world and all its splits share one UCX worker) happens under one mutex,
  *    async operations advance while the caller computes, and waiters sleep on a condition
  *    variable. Without it, async operations advance only inside tr_comm_test/wait and
- *    blocking calls. A family is used by one application thread at a time.
+ *    blocking calls. A family is used by one application thread at a time. (NCCL backend:
+ *    see comm/nccl/nccl.h.)
  *  - Counters per communicator (operations and payload bytes by kind) count only the calls
  *    made by the application, not traffic internal to split/destroy.
- *  - Backends implement tr_comm_ops (a table of function pointers); the UCX backend is the
- *    first, an NCCL backend (device memory) can implement the same table later.
+ *  - Backends implement tr_comm_ops (a table of function pointers): ucx/ and nccl/ (which
+ *    runs a UCX communicator of the same members underneath for host buffers, staging and
+ *    splits, through this front end). A backend never calls into another's files.
  *  - UCX: shared memory on one node (sysv/posix + cma), TCP or InfiniBand across nodes, as
  *    UCX picks (UCX_TLS etc. apply); messages below 64 KiB go eager (UCX_RNDV_THRESH unless
  *    set).
  *  - Rendezvous: rank 0 serves a TCP key/value store at MASTER_ADDR:MASTER_PORT; clients
  *    present TRIDENT_JOB_TOKEN; keys <= 1 KiB, values <= 1 MiB; malformed frames close the
- *    offending connection only. Ranks publish their UCX worker addresses there. */
+ *    offending connection only. Ranks publish their UCX worker addresses there (and NCCL
+ *    communicators their unique ids). */
 #ifndef TR_COMM_H
 #define TR_COMM_H
 
@@ -79,10 +87,18 @@ typedef struct {
 #define TR_COMM_TAG_MAX ((1 << 23) - 1) /* user tags of send/recv: 0 .. TR_COMM_TAG_MAX */
 #define TR_COMM_COLOR_NONE (-1)         /* split color: this rank joins no subgroup */
 
+/* The backend of a world (its splits keep it). */
+typedef enum {
+    TR_COMM_BACKEND_UCX = 0, /* host memory (the default) */
+    TR_COMM_BACKEND_NCCL,    /* device memory; CUDA builds only (comm/nccl/nccl.h) */
+    TR_COMM_NBACKENDS
+} tr_comm_backend_kind;
+
 typedef struct {
     double timeout_s;    /* every blocking wait; default 300 (parallel.comm_timeout_s) */
     int progress_thread; /* 1: a background thread drives async operations; default 0 */
     const char *name;    /* the world's name in messages; default "world" */
+    tr_comm_backend_kind backend; /* default TR_COMM_BACKEND_UCX; train/ picks NCCL on CUDA */
 } tr_comm_config;
 
 /* Algorithm choice (same on every member). Messages of at least ring_min_bytes use the
@@ -114,10 +130,12 @@ typedef struct {
     const char *job_token; /* NULL = "" */
 } tr_comm_rendezvous;
 
-/* The world communicator. Collective over the job: rank 0 starts the store on
- * master_addr:master_port, everyone publishes its UCX worker address there, then a barrier
- * checks connectivity. A one-rank world with no master_addr needs no store. cfg NULL =
- * defaults. Errors name the rank and, for an unreachable store, MASTER_ADDR:MASTER_PORT. */
+/* The world communicator, of backend cfg->backend. Collective over the job: rank 0 starts
+ * the store on master_addr:master_port, everyone publishes its UCX worker address there, then
+ * a barrier checks connectivity (the NCCL backend then makes its NCCL communicator). A
+ * one-rank world with no master_addr needs no store. cfg NULL = defaults. Errors name the
+ * rank and, for an unreachable store, MASTER_ADDR:MASTER_PORT; a backend not in this build
+ * (NCCL without CUDA) is TR_ERR_CONFIG. */
 TR_MUST_CHECK int tr_comm_init(const tr_comm_rendezvous *rv, const tr_comm_config *cfg, tr_comm **out);
 
 /* tr_comm_init() from the launcher's environment: RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT,
@@ -130,8 +148,8 @@ TR_MUST_CHECK int tr_comm_init_world(const tr_comm_config *cfg, tr_comm **out);
  * `name` ("tp", "dp", ...) appears in messages. */
 TR_MUST_CHECK int tr_comm_split(tr_comm *comm, int color, int key, const char *name, tr_comm **out);
 
-/* Local release of a subgroup; for the world (last), a barrier then teardown of UCX and the
- * store. Outstanding requests must have been waited for. NULL is a no-op. */
+/* Local release of a subgroup; for the world (last), a barrier then teardown of the backend
+ * and the store. Outstanding requests must have been waited for. NULL is a no-op. */
 void tr_comm_destroy(tr_comm *comm);
 
 /* ---------------------------------------------------------------- queries */
@@ -140,7 +158,7 @@ int tr_comm_rank(const tr_comm *comm);
 int tr_comm_size(const tr_comm *comm);
 int tr_comm_world_rank(const tr_comm *comm, int group_rank); /* -1 if out of range */
 const char *tr_comm_name(const tr_comm *comm);
-const char *tr_comm_backend(const tr_comm *comm); /* "ucx" */
+const char *tr_comm_backend(const tr_comm *comm); /* "ucx" or "nccl" */
 double tr_comm_timeout(const tr_comm *comm);
 void tr_comm_set_timeout(tr_comm *comm, double timeout_s);
 TR_MUST_CHECK int tr_comm_set_tuning(tr_comm *comm, const tr_comm_tuning *tuning);
@@ -211,12 +229,15 @@ typedef struct tr_comm_ops {
     /* Collective; creates *out (NULL for TR_COMM_COLOR_NONE) with its own impl. */
     int (*split)(tr_comm *c, int color, int key, const char *name, tr_comm **out);
     void (*destroy)(tr_comm *c);
+    /* The world's rendezvous store and its session (may be NULL: the backend lends none). */
+    tr_store *(*store)(const tr_comm *c, const char **session);
 } tr_comm_ops;
 
-/* For backends built on a UCX world (the NCCL backend exchanges its unique ids there): the
- * world's rendezvous store (owned by the world; NULL for a one-rank world without a store or a
- * communicator of another backend) and the session prefix its keys use ("tr/<session>/..."). */
-tr_store *tr_comm_ucx_store(const tr_comm *comm, const char **session);
+/* For a backend built on another's communicator (the NCCL backend exchanges its unique ids in
+ * its UCX world's store): the world's rendezvous store (owned by the world; NULL for a
+ * one-rank world without a store, or a backend that lends none: only ucx/ does) and the
+ * session prefix its keys use ("tr/<session>/..."; *session NULL with a NULL store). */
+tr_store *tr_comm_store(const tr_comm *comm, const char **session);
 
 /* For backends: make a communicator object around `impl`. */
 TR_MUST_CHECK int tr_comm_wrap(const tr_comm_ops *ops, void *impl, int rank, int size, const char *name,
@@ -240,8 +261,8 @@ TR_MUST_CHECK int tr_store_server_start(const char *bind_host, int port, const c
 int tr_store_server_port(const tr_store_server *s);
 void tr_store_server_stop(tr_store_server *s);
 
-/* Connect, retrying until timeout_s while the server is not up yet. timeout_s is also the
- * default for every later call. Errors name host:port. */
+/* Connect, retrying until timeout_s while the server is not up yet. timeout_s also bounds
+ * every later call. Errors name host:port. */
 TR_MUST_CHECK int tr_store_connect(const char *host, int port, const char *token, const char *session,
                      double timeout_s, tr_store **out);
 TR_MUST_CHECK int tr_store_set(tr_store *st, const char *key, const void *value, size_t len);
@@ -252,7 +273,6 @@ TR_MUST_CHECK int tr_store_add(tr_store *st, const char *key, int64_t delta, int
 TR_MUST_CHECK int tr_store_wait(tr_store *st, const char *const *keys, size_t nkeys);
 /* Non-blocking existence check. */
 TR_MUST_CHECK int tr_store_check(tr_store *st, const char *key, int *exists);
-void tr_store_set_timeout(tr_store *st, double timeout_s);
 void tr_store_close(tr_store *st);
 
 #endif

@@ -1,52 +1,18 @@
-/* Private to comm/ (not a contract): the communicator object, the store's wire helpers,
- * the reduction kernels. The UCX backend's own structures are in ucx_internal.h. */
+/* Private to comm/ (not a contract): what the front end (comm.c) calls in the backends. Each
+ * backend keeps its own structures in its folder's internal header (ucx/ucx_internal.h,
+ * nccl/nccl_internal.h); none includes another's. */
 #ifndef TR_COMM_INTERNAL_H
 #define TR_COMM_INTERNAL_H
 
 #include "comm/comm.h"
 
-struct tr_comm {
-    const tr_comm_ops *ops;
-    void *impl;
-    int rank, size;
-    char name[TR_COMM_MAX_NAME];
-    double timeout_s;
-    tr_comm_tuning tuning;
-    tr_comm_counters counters;
-};
-
-struct tr_comm_request {
-    tr_comm *comm;
-    void *handle;
-};
-
-/* ---- store wire format (store_wire.c) */
-enum {
-    TR_STORE_OP_HELLO = 1,
-    TR_STORE_OP_SET = 2,
-    TR_STORE_OP_GET = 3,
-    TR_STORE_OP_ADD = 4,
-    TR_STORE_OP_WAIT = 5,
-    TR_STORE_OP_CHECK = 6,
-};
-enum { TR_STORE_OK = 0, TR_STORE_ERROR = 1, TR_STORE_RETRY = 2 };
-#define TR_STORE_MAGIC "TRS1"
-#define TR_STORE_REQ_HDR 13
-#define TR_STORE_RESP_HDR 5
-
-void tr_store_put_u32(uint8_t *p, uint32_t v);
-uint32_t tr_store_get_u32(const uint8_t *p);
-void tr_store_put_i64(uint8_t *p, int64_t v);
-int64_t tr_store_get_i64(const uint8_t *p);
-/* 1 if (op, key length, value length) is a well-formed request; else 0 and *why. */
-int tr_store_valid_request(uint8_t op, uint32_t klen, uint32_t vlen, const char **why);
-TR_MUST_CHECK int tr_store_write_all(int fd, const void *buf, size_t len, double deadline);
-TR_MUST_CHECK int tr_store_read_all(int fd, void *buf, size_t len, double deadline);
-
-/* ---- reductions (reduce.c): reduce: dst = dst op src; reduce3: dst = a op b (dst may be
- * a or b); n elements, operand order kept exactly */
-void tr_comm_reduce(void *dst, const void *src, size_t n, tr_comm_dtype dt, tr_comm_redop op);
-void tr_comm_reduce3(void *dst, const void *a, const void *b, size_t n, tr_comm_dtype dt,
-                     tr_comm_redop op);
+/* The world of each backend, called by tr_comm_init once it has checked rv and cfg (defaults
+ * filled in, cfg->backend naming this backend). */
+TR_MUST_CHECK int tr_comm_ucx_init(const tr_comm_rendezvous *rv, const tr_comm_config *cfg,
+                                   tr_comm **out);
+#ifdef TR_HAVE_CUDA
+TR_MUST_CHECK int tr_comm_nccl_init(const tr_comm_rendezvous *rv, const tr_comm_config *cfg,
+                                    tr_comm **out);
+#endif
 
 #endif

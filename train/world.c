@@ -22,6 +22,9 @@ int tr_world_create(const tr_config *cfg, tr_world *out)
     tr_comm_config cc = tr_comm_config_default();
     cc.timeout_s = cfg->parallel.comm_timeout_s;
     cc.progress_thread = 1; /* data-parallel reductions advance while backward computes */
+    /* device buffers on CUDA: NCCL (it stages through host memory when ranks share a GPU) */
+    cc.backend = strcmp(cfg->training.device, "cuda") ? TR_COMM_BACKEND_UCX
+                                                       : TR_COMM_BACKEND_NCCL;
     int rc = tr_comm_init_world(&cc, &out->world);
     if (rc)
         return rc;

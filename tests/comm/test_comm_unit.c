@@ -222,6 +222,40 @@ static void test_master_never_up(void **state)
     assert_null(w);
 }
 
+/* The world's store, as another backend borrows it (tr_comm_store): present on a world that
+ * has one, the same on its splits, absent on a one-rank world without MASTER_ADDR. */
+static void test_world_store(void **state)
+{
+    (void)state;
+    clear_env();
+    tr_store_server *s = NULL; /* find a free port, then free it again */
+    assert_int_equal(tr_store_server_start("127.0.0.1", 0, NULL, NULL, &s), TR_OK);
+    int port = tr_store_server_port(s);
+    tr_store_server_stop(s);
+    tr_comm_rendezvous rv = {.rank = 0, .size = 1, .master_addr = "127.0.0.1", .master_port = port};
+    tr_comm *w = NULL, *sub = NULL, *bare = NULL;
+    assert_int_equal(tr_comm_init(&rv, NULL, &w), TR_OK);
+    assert_string_equal(tr_comm_backend(w), "ucx");
+    const char *session = NULL;
+    tr_store *st = tr_comm_store(w, &session);
+    assert_non_null(st);
+    assert_non_null(session);
+    assert_true(session[0] == 'w'); /* "w<generation>" */
+    assert_int_equal(tr_comm_split(w, 0, 0, "sub", &sub), TR_OK);
+    assert_ptr_equal(tr_comm_store(sub, NULL), st);
+    int64_t v = 0;
+    assert_int_equal(tr_store_add(st, "borrowed", 2, &v), TR_OK);
+    assert_int_equal(v, 2);
+    tr_comm_destroy(sub);
+    tr_comm_destroy(w);
+    assert_int_equal(tr_comm_init_world(NULL, &bare), TR_OK);
+    session = "x";
+    assert_null(tr_comm_store(bare, &session));
+    assert_null(session);
+    assert_null(tr_comm_store(NULL, NULL));
+    tr_comm_destroy(bare);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -231,6 +265,7 @@ int main(void)
         cmocka_unit_test(test_bad_arguments),
         cmocka_unit_test(test_bad_config_and_env),
         cmocka_unit_test(test_master_never_up),
+        cmocka_unit_test(test_world_store),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -6,25 +6,12 @@ the group, the operation and the peer, and leave no process behind.
 usage: test_hang.py TRIDENT HANG_CHECK"""
 import os
 import re
-import subprocess
 import sys
 import time
 import uuid
 
-
-def leftovers(marker):
-    found = []
-    for pid in os.listdir("/proc"):
-        if not pid.isdigit():
-            continue
-        try:
-            with open(f"/proc/{pid}/cmdline", "rb") as f:
-                cmd = f.read().decode(errors="replace")
-        except OSError:
-            continue
-        if marker in cmd:
-            found.append((pid, cmd.replace("\0", " ")))
-    return found
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "common"))
+import trident_test as tt  # noqa: E402
 
 
 def main():
@@ -34,7 +21,7 @@ def main():
     cmd = [trident, "launch", "--nproc", "4", "--grace-period", "2", "--", hang_check,
            "--hang-rank", "2", "--timeout", str(timeout_s), "--marker", marker]
     t0 = time.monotonic()
-    p = subprocess.run(cmd, capture_output=True, text=True, timeout=90)
+    p = tt.run(cmd, timeout=90)
     elapsed = time.monotonic() - t0
     out = p.stdout + p.stderr
     print(out)
@@ -53,7 +40,7 @@ def main():
     if elapsed > timeout_s + 2 + 15:
         errors.append(f"the job took {elapsed:.1f} s")
     time.sleep(0.2)
-    left = leftovers(marker)
+    left = [(pid, line) for pid, line, _ in tt.processes_with(marker)]
     if left:
         errors.append(f"processes left behind: {left}")
         for pid, _ in left:

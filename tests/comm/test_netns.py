@@ -16,6 +16,9 @@ import subprocess
 import sys
 import time
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "common"))
+import trident_test as tt  # noqa: E402
+
 SKIP = 77
 
 
@@ -71,11 +74,7 @@ def main():
                                           stderr=subprocess.STDOUT, text=True))
         outs, codes = [], []
         for p in procs:
-            try:
-                out, _ = p.communicate(timeout=240)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                out, _ = p.communicate()
+            out, _ = tt.wait_output(p, 240)
             outs.append(out)
             codes.append(p.returncode)
         elapsed = time.monotonic() - t0

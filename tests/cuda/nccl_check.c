@@ -1,5 +1,5 @@
-/* tests/cuda: the NCCL communicator across ranks (run as N ranks by `trident launch` with
- * TRIDENT_COMM_BACKEND=nccl; TRIDENT_NCCL_STAGE=1 forces the host-staged path). On the
+/* tests/cuda: the NCCL communicator across ranks (run as N ranks by `trident launch`; the
+ * world asks for TR_COMM_BACKEND_NCCL; TRIDENT_NCCL_STAGE=1 forces the host-staged path). On the
  * world and on split groups (halves by rank parity; a group of one; a rank in no group):
  * allreduce (sum/max/min, f32/f64/i32/i64), reduce_scatter and allgather (even and uneven
  * counts, in place and not), broadcast, a ring of tagged sends and receives, barrier,
@@ -14,71 +14,12 @@
 #include <unistd.h>
 
 #include "comm/comm.h"
-#include "comm/nccl.h"
+#include "comm/nccl/nccl.h"
 #include "core/core.h"
 #include "kernels/cuda/cuda.h"
+#include "tests/common/check.h"
 
-static int failures, me = -1;
 static const tr_kernels *K;
-
-#define CHECK(cond, ...)                                                                       \
-    do {                                                                                       \
-        if (!(cond)) {                                                                         \
-            fprintf(stderr, "rank %d: FAIL %s:%d: ", me, __FILE__, __LINE__);                  \
-            fprintf(stderr, __VA_ARGS__);                                                      \
-            fprintf(stderr, "\n");                                                             \
-            failures++;                                                                        \
-        }                                                                                      \
-    } while (0)
-
-#define OK(call)                                                                               \
-    do {                                                                                       \
-        int rc_ = (call);                                                                      \
-        if (rc_) {                                                                             \
-            fprintf(stderr, "rank %d: FAIL %s:%d: %s -> %d: %s\n", me, __FILE__, __LINE__,     \
-                    #call, rc_, tr_errmsg());                                                  \
-            exit(1);                                                                           \
-        }                                                                                      \
-    } while (0)
-
-static double val(int r, size_t i, int salt)
-{
-    return (double)((unsigned)(r * 7 + (int)(i % 1009) * 13 + salt * 5) % 19u) - 9.0;
-}
-
-static void fill(void *p, tr_comm_dtype dt, size_t n, int r, int salt)
-{
-    for (size_t i = 0; i < n; i++) {
-        double v = val(r, i, salt);
-        switch (dt) {
-        case TR_COMM_F32: ((float *)p)[i] = (float)v; break;
-        case TR_COMM_F64: ((double *)p)[i] = v; break;
-        case TR_COMM_I32: ((int32_t *)p)[i] = (int32_t)v; break;
-        default: ((int64_t *)p)[i] = (int64_t)v; break;
-        }
-    }
-}
-
-static double get(const void *p, tr_comm_dtype dt, size_t i)
-{
-    switch (dt) {
-    case TR_COMM_F32: return ((const float *)p)[i];
-    case TR_COMM_F64: return ((const double *)p)[i];
-    case TR_COMM_I32: return ((const int32_t *)p)[i];
-    default: return (double)((const int64_t *)p)[i];
-    }
-}
-
-static double reduce_ref(int n, size_t i, int salt, tr_comm_redop op)
-{
-    double acc = val(0, i, salt);
-    for (int r = 1; r < n; r++) {
-        double v = val(r, i, salt);
-        acc = op == TR_COMM_SUM ? acc + v : op == TR_COMM_MAX ? (v > acc ? v : acc)
-                                                              : (v < acc ? v : acc);
-    }
-    return acc;
-}
 
 /* A buffer in device memory (device = 1) or host memory, and its host image. */
 static void *buf_new(int device, size_t bytes)
@@ -101,16 +42,16 @@ static void check_allreduce(tr_comm *c, int device, tr_comm_dtype dt, tr_comm_re
     int r = tr_comm_rank(c), n = tr_comm_size(c);
     size_t es = tr_comm_dtype_size(dt), bytes = count * es;
     void *h = malloc(bytes ? bytes : 4);
-    fill(h, dt, count, r, salt);
+    tc_data_fill(h, dt, count, r, salt);
     void *s = buf_new(device, bytes), *d = in_place ? s : buf_new(device, bytes);
     put(device, s, h, bytes);
     OK(tr_comm_allreduce(c, s, d, count, dt, op));
     take(device, h, d, bytes);
     for (size_t i = 0; i < count; i++)
-        if (get(h, dt, i) != reduce_ref(n, i, salt, op)) {
+        if (tc_data_get(h, dt, i) != tc_data_reduce(n, i, salt, op)) {
             CHECK(0, "%s allreduce (%s, dt %d, op %d, %zu, in place %d) element %zu: %g != %g",
                   tr_comm_name(c), device ? "device" : "host", dt, op, count, in_place, i,
-                  get(h, dt, i), reduce_ref(n, i, salt, op));
+                  tc_data_get(h, dt, i), tc_data_reduce(n, i, salt, op));
             break;
         }
     buf_free(device, s);
@@ -125,14 +66,14 @@ static void check_reduce_scatter(tr_comm *c, int device, size_t count, int in_pl
     size_t off, len;
     tr_comm_block(count, n, r, &off, &len);
     float *h = malloc((count ? count : 1) * 4);
-    fill(h, TR_COMM_F32, count, r, salt);
+    tc_data_fill(h, TR_COMM_F32, count, r, salt);
     float *s = buf_new(device, count * 4);
     put(device, s, h, count * 4);
     float *d = in_place ? s + off : buf_new(device, len * 4);
     OK(tr_comm_reduce_scatter(c, s, d, count, TR_COMM_F32, TR_COMM_SUM));
     take(device, h, d, len * 4);
     for (size_t i = 0; i < len; i++)
-        if (h[i] != reduce_ref(n, off + i, salt, TR_COMM_SUM)) {
+        if (h[i] != tc_data_reduce(n, off + i, salt, TR_COMM_SUM)) {
             CHECK(0, "%s reduce_scatter (%s, %zu, in place %d) element %zu", tr_comm_name(c),
                   device ? "device" : "host", count, in_place, i);
             break;
@@ -149,7 +90,7 @@ static void check_allgather(tr_comm *c, int device, size_t count, int in_place, 
     size_t off, len;
     tr_comm_block(count, n, r, &off, &len);
     float *h = malloc((count ? count : 1) * 4);
-    fill(h, TR_COMM_F32, count, 0, salt); /* everyone's view of the whole */
+    tc_data_fill(h, TR_COMM_F32, count, 0, salt); /* everyone's view of the whole */
     float *d = buf_new(device, count * 4);
     float *s = in_place ? d + off : buf_new(device, len * 4);
     put(device, s, h + off, len * 4);
@@ -168,8 +109,8 @@ static void check_broadcast(tr_comm *c, int device, size_t count, int root, int 
 {
     int r = tr_comm_rank(c);
     float *want = malloc((count ? count : 1) * 4), *h = malloc((count ? count : 1) * 4);
-    fill(want, TR_COMM_F32, count, root, salt);
-    fill(h, TR_COMM_F32, count, r, salt);
+    tc_data_fill(want, TR_COMM_F32, count, root, salt);
+    tc_data_fill(h, TR_COMM_F32, count, r, salt);
     float *b = buf_new(device, count * 4);
     put(device, b, h, count * 4);
     OK(tr_comm_broadcast(c, b, count, TR_COMM_F32, root));
@@ -190,9 +131,9 @@ static void check_ring(tr_comm *c, int device, size_t count)
     float *h = malloc(count * 4);
     float *s1 = buf_new(device, count * 4), *s2 = buf_new(device, count * 4),
           *d1 = buf_new(device, count * 4), *d2 = buf_new(device, count * 4);
-    fill(h, TR_COMM_F32, count, r, 1);
+    tc_data_fill(h, TR_COMM_F32, count, r, 1);
     put(device, s1, h, count * 4);
-    fill(h, TR_COMM_F32, count, r, 2);
+    tc_data_fill(h, TR_COMM_F32, count, r, 2);
     put(device, s2, h, count * 4);
     tr_comm_request *req[4];
     OK(tr_comm_recv_async(c, d1, count, TR_COMM_F32, prev, 11, &req[0]));
@@ -202,7 +143,7 @@ static void check_ring(tr_comm *c, int device, size_t count)
     OK(tr_comm_wait_all(req, 4));
     float *want = malloc(count * 4);
     for (int t = 1; t <= 2; t++) {
-        fill(want, TR_COMM_F32, count, prev, t);
+        tc_data_fill(want, TR_COMM_F32, count, prev, t);
         take(device, h, t == 1 ? d1 : d2, count * 4);
         CHECK(!memcmp(h, want, count * 4), "%s ring (%s, %zu) tag %d", tr_comm_name(c),
               device ? "device" : "host", count, 10 + t);
@@ -241,13 +182,13 @@ static void check_overlap(tr_comm *a, tr_comm *b)
     float *h = malloc(n * 4);
     float *d1 = K->alloc(n * 4), *d2 = b ? K->alloc(n * 4) : NULL;
     double *x = calloc(4, sizeof *x);
-    fill(h, TR_COMM_F32, n, tr_comm_rank(a), 3);
+    tc_data_fill(h, TR_COMM_F32, n, tr_comm_rank(a), 3);
     K->to_device(NULL, d1, h, n * 4);
     if (b) {
-        fill(h, TR_COMM_F32, n, tr_comm_rank(b), 4);
+        tc_data_fill(h, TR_COMM_F32, n, tr_comm_rank(b), 4);
         K->to_device(NULL, d2, h, n * 4);
     }
-    fill(x, TR_COMM_F64, 4, tr_comm_rank(a), 5);
+    tc_data_fill(x, TR_COMM_F64, 4, tr_comm_rank(a), 5);
     tr_comm_request *req[3] = {0};
     OK(tr_comm_allreduce_async(a, d1, d1, n, TR_COMM_F32, TR_COMM_SUM, &req[0]));
     OK(tr_comm_allreduce_async(a, x, x, 4, TR_COMM_F64, TR_COMM_SUM, &req[1]));
@@ -256,14 +197,14 @@ static void check_overlap(tr_comm *a, tr_comm *b)
     OK(tr_comm_wait_all(req, 3));
     K->to_host(NULL, h, d1, n * 4);
     for (size_t i = 0; i < n; i += 997)
-        CHECK(h[i] == reduce_ref(tr_comm_size(a), i, 3, TR_COMM_SUM), "overlap %s element %zu",
+        CHECK(h[i] == tc_data_reduce(tr_comm_size(a), i, 3, TR_COMM_SUM), "overlap %s element %zu",
               tr_comm_name(a), i);
     for (size_t i = 0; i < 4; i++)
-        CHECK(x[i] == reduce_ref(tr_comm_size(a), i, 5, TR_COMM_SUM), "overlap host %zu", i);
+        CHECK(x[i] == tc_data_reduce(tr_comm_size(a), i, 5, TR_COMM_SUM), "overlap host %zu", i);
     if (b) {
         K->to_host(NULL, h, d2, n * 4);
         for (size_t i = 0; i < n; i += 997)
-            CHECK(h[i] == reduce_ref(tr_comm_size(b), i, 4, TR_COMM_SUM), "overlap %s %zu",
+            CHECK(h[i] == tc_data_reduce(tr_comm_size(b), i, 4, TR_COMM_SUM), "overlap %s %zu",
                   tr_comm_name(b), i);
         K->free(d2);
     }
@@ -303,6 +244,8 @@ int main(int argc, char **argv)
         else if (!strcmp(argv[i], "--timeout") && i + 1 < argc)
             timeout = atof(argv[++i]);
     }
+    tc_data_period = 1009; /* the test data of this check: small integers, int64 unscaled */
+    tc_data_i64_scale = 1;
     K = tr_kernels_get("cuda-fp32");
     if (!K) {
         printf("SKIP: %s\n", tr_errmsg());
@@ -310,23 +253,24 @@ int main(int argc, char **argv)
     }
     tr_comm_config cfg = tr_comm_config_default();
     cfg.timeout_s = do_hang ? 5 : timeout;
+    cfg.backend = TR_COMM_BACKEND_NCCL;
     tr_comm *w = NULL;
     OK(tr_comm_init_world(&cfg, &w));
-    me = tr_comm_rank(w);
-    CHECK(!strcmp(tr_comm_backend(w), "nccl"), "backend %s (set TRIDENT_COMM_BACKEND=nccl)",
+    tc_rank = tr_comm_rank(w);
+    CHECK(!strcmp(tr_comm_backend(w), "nccl"), "backend %s, not nccl",
           tr_comm_backend(w));
     int n = tr_comm_size(w);
     if (do_hang) {
         hang(w);
         tr_comm_destroy(w);
-        return failures ? 1 : 0;
+        return tc_failures ? 1 : 0;
     }
     tr_comm *half = NULL, *solo = NULL, *some = NULL;
-    OK(tr_comm_split(w, me % 2, me, "half", &half));
-    OK(tr_comm_split(w, me, 0, "solo", &solo));
-    OK(tr_comm_split(w, me == 0 ? TR_COMM_COLOR_NONE : 0, n - me, "some", &some));
-    CHECK(me == 0 ? some == NULL : some != NULL, "color none");
-    if (me == 0)
+    OK(tr_comm_split(w, tc_rank % 2, tc_rank, "half", &half));
+    OK(tr_comm_split(w, tc_rank, 0, "solo", &solo));
+    OK(tr_comm_split(w, tc_rank == 0 ? TR_COMM_COLOR_NONE : 0, n - tc_rank, "some", &some));
+    CHECK(tc_rank == 0 ? some == NULL : some != NULL, "color none");
+    if (tc_rank == 0)
         printf("world of %d: mode %s; half %s; solo %s\n", n,
                tr_nccl_mode_name((tr_nccl_mode)tr_comm_nccl_mode(w)),
                tr_nccl_mode_name((tr_nccl_mode)tr_comm_nccl_mode(half)),
@@ -338,14 +282,14 @@ int main(int argc, char **argv)
         check_group(some, 60);
     check_overlap(w, half);
     if (tr_cuda_status()) {
-        failures++;
-        fprintf(stderr, "rank %d: FAIL %s\n", me, tr_errmsg());
+        tc_failures++;
+        fprintf(stderr, "rank %d: FAIL %s\n", tc_rank, tr_errmsg());
     }
     tr_comm_destroy(some);
     tr_comm_destroy(solo);
     tr_comm_destroy(half);
     tr_comm_destroy(w);
-    if (me == 0)
-        printf("nccl_check: %s\n", failures ? "FAILED" : "all results exact");
-    return failures ? 1 : 0;
+    if (tc_rank == 0)
+        printf("nccl_check: %s\n", tc_failures ? "FAILED" : "all results exact");
+    return tc_failures ? 1 : 0;
 }

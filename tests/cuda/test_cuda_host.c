@@ -14,7 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "comm/nccl.h"
+#include "comm/nccl/nccl.h"
 #include "core/core.h"
 #include "kernels/cuda/bf16.h"
 #include "kernels/cuda/cuda.h"
@@ -510,19 +510,23 @@ static void test_dispatch(void **state)
 #endif
 }
 
-/* The communicator backend from TRIDENT_COMM_BACKEND (comm's hook), in a one-rank world. */
+/* The communicator backend from tr_comm_config.backend (chosen by comm's front end), in a
+ * one-rank world. */
 static void test_comm_backend_choice(void **state)
 {
     (void)state;
     unsetenv("WORLD_SIZE"), unsetenv("RANK"), unsetenv("MASTER_ADDR"), unsetenv("MASTER_PORT");
     tr_comm *w = NULL;
-    setenv("TRIDENT_COMM_BACKEND", "bogus", 1);
-    assert_int_equal(tr_comm_init_world(NULL, &w), TR_ERR_CONFIG);
+    tr_comm_config cfg = tr_comm_config_default();
+    assert_int_equal(cfg.backend, TR_COMM_BACKEND_UCX);
+    cfg.backend = TR_COMM_NBACKENDS;
+    assert_int_equal(tr_comm_init_world(&cfg, &w), TR_ERR_CONFIG);
     assert_null(w);
+    assert_string_equal(tr_errmsg(), "comm: unknown backend 2 (expected TR_COMM_BACKEND_UCX or "
+                                     "TR_COMM_BACKEND_NCCL)");
+    cfg.backend = TR_COMM_BACKEND_NCCL;
+    int rc = tr_comm_init_world(&cfg, &w);
 #ifdef TR_HAVE_CUDA
-    assert_string_equal(tr_errmsg(), "comm: TRIDENT_COMM_BACKEND='bogus': expected ucx or nccl");
-    setenv("TRIDENT_COMM_BACKEND", "nccl", 1);
-    int rc = tr_comm_init_world(NULL, &w);
     if (rc) { /* no GPU here */
         assert_int_equal(rc, TR_ERR_CONFIG);
         assert_non_null(
@@ -531,17 +535,22 @@ static void test_comm_backend_choice(void **state)
     } else {
         assert_string_equal(tr_comm_backend(w), "nccl");
         assert_int_equal(tr_comm_nccl_mode(w), TR_NCCL_MODE_LOCAL);
+        assert_null(tr_comm_store(w, NULL)); /* the NCCL backend lends no store */
         tr_comm_destroy(w);
     }
 #else
-    assert_string_equal(tr_errmsg(), "comm: TRIDENT_COMM_BACKEND='bogus': this build has only "
-                                     "ucx (nccl needs -Dcuda=enabled)");
+    assert_int_equal(rc, TR_ERR_CONFIG);
+    assert_null(w);
+    assert_string_equal(tr_errmsg(), "comm: the nccl backend is not in this build (it needs "
+                                     "CUDA: -Dcuda=enabled)");
 #endif
-    setenv("TRIDENT_COMM_BACKEND", "ucx", 1);
-    assert_int_equal(tr_comm_init_world(NULL, &w), TR_OK);
+    cfg.backend = TR_COMM_BACKEND_UCX;
+    assert_int_equal(tr_comm_init_world(&cfg, &w), TR_OK);
     assert_string_equal(tr_comm_backend(w), "ucx");
+    const char *session = "x";
+    assert_null(tr_comm_store(w, &session)); /* one rank, no MASTER_ADDR: no store */
+    assert_null(session);
     tr_comm_destroy(w);
-    unsetenv("TRIDENT_COMM_BACKEND");
 }
 
 int main(void)

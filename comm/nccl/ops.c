@@ -1,10 +1,10 @@
 /* The NCCL backend's operations, posted: each request is routed by where its buffers live
  * (host -> the group's UCX communicator; device -> NCCL, staging through pinned memory, or
- * local copies) and started; nccl_progress.c advances it (test/wait). */
+ * local copies) and started; progress.c advances it (test/wait). */
 #include <stdlib.h>
 #include <string.h>
 
-#include "comm/nccl_internal.h"
+#include "comm/nccl/nccl_internal.h"
 #include "core/core.h"
 #include "kernels/cuda/cuda.h"
 

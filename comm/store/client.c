@@ -2,7 +2,7 @@
  * store's timeout. Connecting retries (connection refused, unreachable, a server of an older
  * session) until the deadline, so ranks may start before rank 0 serves. After a timeout the
  * connection is dropped and the next call reconnects. */
-#include "comm/comm_internal.h"
+#include "comm/store/store_internal.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -202,12 +202,6 @@ int tr_store_connect(const char *host, int port, const char *token, const char *
     }
     *out = st;
     return TR_OK;
-}
-
-void tr_store_set_timeout(tr_store *st, double timeout_s)
-{
-    if (st && timeout_s > 0)
-        st->timeout_s = timeout_s;
 }
 
 void tr_store_close(tr_store *st)

@@ -1,6 +1,6 @@
 /* The UCX engine's lifetime: context, worker, optional progress thread; teardown closes the
  * endpoints (flushing, or forced after a failure), reaps parked operations, stops the store. */
-#include "comm/ucx_internal.h"
+#include "comm/ucx/ucx_internal.h"
 
 #include <sched.h>
 #include <stdlib.h>

@@ -1,4 +1,6 @@
-/* Private to comm/ (not a contract): the UCX backend's structures.
+/* Private to comm/ucx/ (not a contract): the UCX backend's structures. Files: comm.c (the
+ * tr_comm_ops table, split, the world), engine.c and lifetime.c (the engine), small.c,
+ * halving.c, ring.c (the algorithms), reduce.c (elementwise reductions).
  *
  * engine  one per world: UCX context + worker, endpoints by world rank, the list of active
  *         operations, the mutex every UCX call happens under, the optional progress thread,
@@ -10,8 +12,8 @@
  *
  * Tag (64 bits): group id (20) | p2p flag (1) | collective: seq (19) step (24)
  *                                             | p2p: source group rank (20) user tag (23). */
-#ifndef TR_UCX_INTERNAL_H
-#define TR_UCX_INTERNAL_H
+#ifndef TR_COMM_UCX_INTERNAL_H
+#define TR_COMM_UCX_INTERNAL_H
 
 #include "comm/comm_internal.h"
 
@@ -116,7 +118,7 @@ struct ucx_engine {
     uint32_t local_group_ids; /* group ids when there is no store (one-rank world) */
 };
 
-/* ---- engine (ucx_engine.c: transfers, progress, waiting; ucx_lifetime.c: create/release) */
+/* ---- engine (engine.c: transfers, progress, waiting; lifetime.c: create/release) */
 int ucx_engine_create(ucx_engine **out, int rank, int size, int use_thread, double timeout_s);
 void ucx_engine_release(ucx_engine *e);
 int ucx_engine_worker_address(ucx_engine *e, void **addr, size_t *len); /* free with ucp_worker_release_address */
@@ -140,14 +142,14 @@ int ucx_op_fail(ucx_op *op, const char *fmt, ...) __attribute__((format(printf, 
 ucx_op *ucx_op_new(ucx_group *g, tr_comm_opkind kind, int nx);
 void ucx_op_free(ucx_op *op);
 
-/* ---- algorithms (ucx_small.c, ucx_halving.c, ucx_ring.c): fill op->advance and state */
+/* ---- algorithms (small.c, halving.c, ring.c): fill op->advance and state */
 int ucx_setup_allreduce(ucx_op *op, const tr_comm_tuning *t);
 int ucx_setup_reduce_scatter(ucx_op *op, const tr_comm_tuning *t);
 int ucx_setup_allgather(ucx_op *op, const tr_comm_tuning *t);
 int ucx_setup_broadcast(ucx_op *op, const tr_comm_tuning *t);
 int ucx_setup_barrier(ucx_op *op);
 int ucx_setup_p2p(ucx_op *op, int is_send);
-/* the pieces (ucx_small.c: latency-bound; ucx_ring.c: bandwidth-bound) */
+/* the pieces (small.c: latency-bound; ring.c: bandwidth-bound) */
 int ucx_setup_rd_allreduce(ucx_op *op, uint8_t *acc, int final_copy);
 int ucx_setup_halving_allreduce(ucx_op *op);
 /* round-based algorithms: nrounds rounds; post(op, k) posts round k's transfers into x[];
@@ -157,5 +159,10 @@ void ucx_setup_round_driver(ucx_op *op, int nrounds, int (*post)(ucx_op *, int),
 int ucx_setup_ring(ucx_op *op, int mode, const tr_comm_tuning *t);
 int ucx_setup_chain_bcast(ucx_op *op, size_t chunk_bytes);
 enum { RING_AR_OOP, RING_AR_IP, RING_RS_OOP, RING_RS_IP, RING_AG };
+
+/* ---- reductions (reduce.c): dst = a op b (dst may be a or b), n elements, operand order
+ * kept exactly */
+void ucx_reduce3(void *dst, const void *a, const void *b, size_t n, tr_comm_dtype dt,
+                 tr_comm_redop op);
 
 #endif

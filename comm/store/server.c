@@ -3,7 +3,7 @@
  * connection until a SET (or ADD) creates the key. A malformed frame (bad magic, unknown op,
  * oversized key/value, request before HELLO) gets an error reply and closes that connection
  * only; a wrong job token likewise. Unauthenticated connections are dropped after 10 s. */
-#include "comm/comm_internal.h"
+#include "comm/store/store_internal.h"
 
 #include <arpa/inet.h>
 #include <errno.h>

@@ -9,9 +9,9 @@
  *  broadcast       binomial tree rooted at `root`
  *  barrier         dissemination: round k sends to r + 2^k, receives from r - 2^k
  *  send / recv     one tagged message (tag: group, source rank, user tag)
- * Large messages go to ucx_ring.c (ring / chain, chunked and pipelined); mid-sized
- * allreduces on more than two ranks to ucx_halving.c (recursive halving + doubling). */
-#include "comm/ucx_internal.h"
+ * Large messages go to ring.c (ring / chain, chunked and pipelined); mid-sized
+ * allreduces on more than two ranks to halving.c (recursive halving + doubling). */
+#include "comm/ucx/ucx_internal.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -120,13 +120,13 @@ static void rd_after(ucx_op *op, int k)
     rd_shape s = rd_shape_of(n, r);
     /* the lower rank's data on the left, so both partners compute the same bits */
     if (k == 0 && r < 2 * s.rem && r % 2 == 1) {
-        tr_comm_reduce3(op->acc, op->tmp, op->acc, op->count, op->dt, op->redop);
+        ucx_reduce3(op->acc, op->tmp, op->acc, op->count, op->dt, op->redop);
     } else if (k >= 1 && k <= s.levels && s.newrank >= 0) {
         int peer = rd_real(&s, s.newrank ^ (1 << (k - 1)));
         if (peer < r)
-            tr_comm_reduce3(op->acc, op->tmp, op->acc, op->count, op->dt, op->redop);
+            ucx_reduce3(op->acc, op->tmp, op->acc, op->count, op->dt, op->redop);
         else
-            tr_comm_reduce3(op->acc, op->acc, op->tmp, op->count, op->dt, op->redop);
+            ucx_reduce3(op->acc, op->acc, op->tmp, op->count, op->dt, op->redop);
     }
     if (k == op->nsteps - 1 && op->mode) { /* reduce_scatter: keep this rank's block */
         size_t off, len;

@@ -1,4 +1,6 @@
-/* Private to comm/'s NCCL backend (not a contract): its engine, groups and operations.
+/* Private to comm/nccl/ (not a contract): its engine, groups and operations. Files: comm.c
+ * (the world, split, destroy, shared helpers), ops.c (posting), progress.c (test/wait, the
+ * FIFO, the P2P queue), select.c (mode and route decisions, no CUDA call).
  *
  * engine  one per world, shared (refcounted) by the world and its splits: every rank's GPU
  *         identity, the store, the compute stream, a pool of pinned host buffers, the NCCL
@@ -22,7 +24,7 @@
 #include <nccl.h>
 
 #include "comm/comm_internal.h"
-#include "comm/nccl.h"
+#include "comm/nccl/nccl.h"
 
 typedef struct nccl_engine nccl_engine;
 typedef struct nccl_group nccl_group;
@@ -93,7 +95,7 @@ struct nccl_op {
     char err[640];
 };
 
-/* ---- nccl_comm.c: groups, the world, split, destroy */
+/* ---- comm.c: groups, the world, split, destroy */
 extern const tr_comm_ops tr_nccl_ops;
 /* Poll the NCCL communicator until it leaves ncclInProgress; on error or past deadline it is
  * aborted, the group broken and op (may be NULL) failed. */
@@ -107,7 +109,7 @@ int nccl_op_fail(nccl_op *op, int code, const char *fmt, ...) __attribute__((for
 /* Sleep a little while waiting (yield during the first millisecond, then 50 us naps). */
 void nccl_pause(double idle_s);
 
-/* ---- nccl_ops.c: helpers shared with nccl_progress.c */
+/* ---- ops.c: helpers shared with progress.c */
 void nccl_op_free(nccl_op *op);
 /* The op's status as the thread's error; frees it. */
 int nccl_finish(nccl_op *op);
@@ -116,7 +118,7 @@ int nccl_cuda_check(nccl_op *op, cudaError_t e, const char *what);
 /* Record op->ev on the group stream; state EVENT. */
 int nccl_record_done(nccl_op *op);
 
-/* ---- nccl_progress.c: the UCX side, the group FIFO, the P2P queue */
+/* ---- progress.c: the UCX side, the group FIFO, the P2P queue */
 /* Post op to the group's UCX communicator (user buffers, or the pinned copies). */
 int nccl_post_host(nccl_op *op);
 void nccl_fifo_push(nccl_group *g, nccl_op *op);
@@ -124,7 +126,7 @@ void nccl_fifo_unlink(nccl_group *g, nccl_op *op);
 /* Post the FIFO's ready head entries, in order. */
 void nccl_pump(nccl_group *g);
 
-/* ---- nccl_ops.c / nccl_progress.c: the tr_comm_ops entries for operations */
+/* ---- ops.c / progress.c: the tr_comm_ops entries for operations */
 int nccl_allreduce(tr_comm *c, const void *send, void *recv, size_t count, tr_comm_dtype dt,
                    tr_comm_redop op, void **handle);
 int nccl_reduce_scatter(tr_comm *c, const void *send, void *recv, size_t count,

@@ -12,7 +12,7 @@
  * Reductions put the lower rank's data on the left; each element's final value is computed by
  * one rank, so every rank gets the same bits. Out-of-place, the first halving step reads the
  * send buffer directly (no initial copy). */
-#include "comm/ucx_internal.h"
+#include "comm/ucx/ucx_internal.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -110,7 +110,7 @@ static void hv_after(ucx_op *op, int k)
     size_t es = op->es;
     if (k == 0) {
         if (r < 2 * s.rem && r % 2 == 1) { /* the even partner (lower) on the left */
-            tr_comm_reduce3(op->recv, op->tmp, data(op), op->count, op->dt, op->redop);
+            ucx_reduce3(op->recv, op->tmp, data(op), op->count, op->dt, op->redop);
             op->mode = 1;
         }
         return;
@@ -124,9 +124,9 @@ static void hv_after(ucx_op *op, int k)
     range(op->count, s.p2, keep, keep + m, &off, &len);
     const uint8_t *mine = data(op) + off * es;
     if (peer < r)
-        tr_comm_reduce3(op->recv + off * es, op->tmp, mine, len, op->dt, op->redop);
+        ucx_reduce3(op->recv + off * es, op->tmp, mine, len, op->dt, op->redop);
     else
-        tr_comm_reduce3(op->recv + off * es, mine, op->tmp, len, op->dt, op->redop);
+        ucx_reduce3(op->recv + off * es, mine, op->tmp, len, op->dt, op->redop);
     op->mode = 1;
 }
 

@@ -1,9 +1,10 @@
-/* comm/nccl.h — the NCCL backend of the communicator contract (comm.h), built with CUDA.
+/* comm/nccl/ — the NCCL backend of the communicator contract (comm.h), built with CUDA.
  *
  * Contract (what differs from or adds to comm.h):
- *  - tr_comm_nccl_init() makes the world: a UCX world first (tr_comm_init: the store, the
- *    host transport), then each rank's GPU identity (UUID, PCI bus id, host) is all-gathered
- *    over it and the world's mode decided (tr_nccl_group_mode):
+ *  - tr_comm_init with cfg->backend = TR_COMM_BACKEND_NCCL makes the world: a UCX world first
+ *    (tr_comm_init with TR_COMM_BACKEND_UCX: the store, the host transport), then each rank's
+ *    GPU identity (UUID, PCI bus id, host) is all-gathered over it and the world's mode
+ *    decided (tr_nccl_group_mode):
  *      NCCL    every member on its own GPU: one NCCL communicator, its unique id shared
  *              through the rendezvous store ("tr/<session>/nccl/<group>/uid"); subgroups
  *              come from ncclCommSplit.
@@ -82,12 +83,12 @@ const char *tr_nccl_mode_name(tr_nccl_mode m); /* "local", "nccl", "staged" */
 TR_MUST_CHECK int tr_nccl_choose_route(tr_nccl_mode mode, tr_nccl_memkind send, tr_nccl_memkind recv,
                          size_t bytes, const char *group, const char *op, tr_nccl_route *route);
 
-/* ---- the backend */
+/* ---- the backend
+ * Its world comes from tr_comm_init with TR_COMM_BACKEND_NCCL (see above): progress_thread
+ * is forced on for the UCX communicator underneath, which must progress while a rank waits
+ * on a device stream. It initialises the CUDA backend (tr_cuda_init) first: "comm: the NCCL
+ * backend needs a GPU: no CUDA device: ..." without one. */
 
-/* The world (see above); cfg as for tr_comm_init (progress_thread is forced on for the UCX
- * communicator underneath, which must progress while a rank waits on a device stream).
- * Initialises the CUDA backend (tr_cuda_init) first: "no CUDA device: ..." without one. */
-TR_MUST_CHECK int tr_comm_nccl_init(const tr_comm_rendezvous *rv, const tr_comm_config *cfg, tr_comm **out);
 /* The mode of an NCCL-backend communicator; -1 for any other. */
 int tr_comm_nccl_mode(const tr_comm *c);
 

@@ -9,7 +9,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "comm/nccl_internal.h"
+#include "comm/nccl/nccl_internal.h"
 #include "core/core.h"
 #include "kernels/cuda/cuda.h"
 
@@ -290,6 +290,7 @@ int tr_comm_nccl_init(const tr_comm_rendezvous *rv, const tr_comm_config *cfg_in
     tr_cuda_use_device();
     tr_comm_config cfg = cfg_in ? *cfg_in : tr_comm_config_default();
     cfg.progress_thread = 1;
+    cfg.backend = TR_COMM_BACKEND_UCX; /* the host communicator underneath */
     tr_comm *host = NULL;
     if ((rc = tr_comm_init(rv, &cfg, &host)))
         return rc;
@@ -306,7 +307,7 @@ int tr_comm_nccl_init(const tr_comm_rendezvous *rv, const tr_comm_config *cfg_in
     e->force_staged = stage && !strcmp(stage, "1");
     {
         const char *session = NULL;
-        e->store = tr_comm_ucx_store(host, &session);
+        e->store = tr_comm_store(host, &session);
         snprintf(e->session, sizeof e->session, "%s", session ? session : "");
     }
     e->ids = calloc((size_t)e->size, sizeof *e->ids);

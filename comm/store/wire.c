@@ -1,9 +1,9 @@
-/* The rendezvous store's wire format, shared by server and client (private to comm/).
+/* The rendezvous store's wire format, shared by server and client (private to comm/store/).
  *
  * Request:  "TRS1" | op u8 | key_len u32le | value_len u32le | key | value      (13-byte header)
  * Response: status u8 | len u32le | payload                                       (5-byte header)
  * The first request on a connection must be HELLO (key = job token, value = session). */
-#include "comm/comm_internal.h"
+#include "comm/store/store_internal.h"
 
 #include <errno.h>
 #include <poll.h>

@@ -1,8 +1,8 @@
-/* Elementwise reductions used by the host-memory collectives.
- * tr_comm_reduce3(dst, a, b): dst = a op b, where dst may be a or b (then in place). The
+/* The UCX backend's elementwise reductions (host memory).
+ * ucx_reduce3(dst, a, b): dst = a op b, where dst may be a or b (then in place). The
  * operand order is kept exactly (a on the left), so callers that fix the order get the same
  * bits everywhere, also for max/min of signed zeros. Integer sums wrap (no UB). */
-#include "comm/comm_internal.h"
+#include "comm/ucx/ucx_internal.h"
 
 #include <string.h>
 
@@ -61,14 +61,9 @@ static const reduce_fn table[TR_COMM_NDTYPES][TR_COMM_NREDOPS] = {
     [TR_COMM_I64] = {i64_sum, i64_max, i64_min},
 };
 
-void tr_comm_reduce3(void *dst, const void *a, const void *b, size_t n, tr_comm_dtype dt,
-                     tr_comm_redop op)
+void ucx_reduce3(void *dst, const void *a, const void *b, size_t n, tr_comm_dtype dt,
+                 tr_comm_redop op)
 {
     if ((unsigned)dt < TR_COMM_NDTYPES && (unsigned)op < TR_COMM_NREDOPS && n)
         table[dt][op](dst, a, b, n);
-}
-
-void tr_comm_reduce(void *dst, const void *src, size_t n, tr_comm_dtype dt, tr_comm_redop op)
-{
-    tr_comm_reduce3(dst, dst, src, n, dt, op);
 }

@@ -1,6 +1,6 @@
 /* The UCX engine's moving parts: endpoints, tagged transfers, progress (by the waiting thread
  * or the background thread), timeouts, and the lifetime of operations. */
-#include "comm/ucx_internal.h"
+#include "comm/ucx/ucx_internal.h"
 
 #include <errno.h>
 #include <poll.h>

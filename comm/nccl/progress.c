@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "comm/nccl_internal.h"
+#include "comm/nccl/nccl_internal.h"
 #include "core/core.h"
 #include "kernels/cuda/cuda.h"
 

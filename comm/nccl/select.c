@@ -4,7 +4,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "comm/nccl.h"
+#include "comm/nccl/nccl.h"
 #include "core/core.h"
 
 const char *tr_nccl_mode_name(tr_nccl_mode m)

@@ -1,11 +1,7 @@
-/* The UCX backend's tr_comm_ops: operations, split, destroy, and the world from the
- * launcher's environment (store rendezvous of UCX worker addresses). */
-#include "comm/ucx_internal.h"
-#ifdef TR_HAVE_CUDA
-#include "comm/nccl.h"
-#endif
+/* The UCX backend's tr_comm_ops: operations, split, destroy, and the world (store
+ * rendezvous of UCX worker addresses). */
+#include "comm/ucx/ucx_internal.h"
 
-#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -305,6 +301,13 @@ static void u_destroy(tr_comm *c)
     ucx_engine_release(e);
 }
 
+static tr_store *u_store(const tr_comm *c, const char **session)
+{
+    ucx_engine *e = G(c)->eng;
+    *session = e->session;
+    return e->store;
+}
+
 static const tr_comm_ops ucx_ops = {
     .name = "ucx",
     .allreduce = u_allreduce,
@@ -319,41 +322,10 @@ static const tr_comm_ops ucx_ops = {
     .world_rank = u_world_rank,
     .split = u_split,
     .destroy = u_destroy,
+    .store = u_store,
 };
 
-tr_store *tr_comm_ucx_store(const tr_comm *comm, const char **session)
-{
-    if (session)
-        *session = NULL;
-    if (!comm || strcmp(tr_comm_backend(comm), ucx_ops.name))
-        return NULL;
-    ucx_engine *e = G(comm)->eng;
-    if (session)
-        *session = e->session;
-    return e->store;
-}
-
 /* ---------------------------------------------------------------- the world */
-
-static int env_int(const char *name, int lo, int hi, int dflt, int required, int *out)
-{
-    const char *v = getenv(name);
-    if (!v || !*v) {
-        if (required)
-            return tr_fail(TR_ERR_CONFIG, "comm: environment variable %s is not set (start ranks "
-                                          "with `trident launch`)",
-                           name);
-        *out = dflt;
-        return TR_OK;
-    }
-    char *end = NULL;
-    errno = 0;
-    long x = strtol(v, &end, 10);
-    if (errno || end == v || *end || x < lo || x > hi)
-        return tr_fail(TR_ERR_CONFIG, "comm: %s='%s' is not an integer in %d..%d", name, v, lo, hi);
-    *out = (int)x;
-    return TR_OK;
-}
 
 /* Publish this rank's worker address, fetch everyone's. */
 static int exchange_addresses(ucx_engine *e)
@@ -376,32 +348,14 @@ static int exchange_addresses(ucx_engine *e)
 
 static int world_generation; /* worlds created by this process: keys and session differ */
 
-int tr_comm_init(const tr_comm_rendezvous *rv, const tr_comm_config *cfg_in, tr_comm **out)
+int tr_comm_ucx_init(const tr_comm_rendezvous *rv, const tr_comm_config *cfg, tr_comm **out)
 {
-    if (!out || !rv)
-        return tr_fail(TR_ERR_INVALID, "comm: init needs a rendezvous and an output pointer");
     *out = NULL;
-    tr_comm_config cfg = cfg_in ? *cfg_in : tr_comm_config_default();
-    if (!(cfg.timeout_s > 0))
-        return tr_fail(TR_ERR_CONFIG, "comm: timeout must be > 0 seconds (got %g)", cfg.timeout_s);
-    if (!cfg.name || !*cfg.name)
-        cfg.name = "world";
-    if (strlen(cfg.name) >= TR_COMM_MAX_NAME)
-        return tr_fail(TR_ERR_CONFIG, "comm: name '%s' longer than %d characters", cfg.name,
-                       TR_COMM_MAX_NAME - 1);
     int rank = rv->rank, size = rv->size, port = rv->master_port;
     const char *host = rv->master_addr;
-    if (size < 1 || size > (1 << 20) || rank < 0 || rank >= size)
-        return tr_fail(TR_ERR_CONFIG, "comm: rank %d of world size %d is impossible", rank, size);
     int need_store = size > 1 || (host && *host);
-    if (need_store && (!host || !*host))
-        return tr_fail(TR_ERR_CONFIG, "comm: a world of %d ranks needs MASTER_ADDR", size);
-    if (need_store && (port < 1 || port > 65535))
-        return tr_fail(TR_ERR_CONFIG, "comm: MASTER_PORT %d out of range 1..65535", port);
-    tr_log_set_rank(rank);
-
     ucx_engine *e = NULL;
-    int rc = ucx_engine_create(&e, rank, size, cfg.progress_thread, cfg.timeout_s);
+    int rc = ucx_engine_create(&e, rank, size, cfg->progress_thread, cfg->timeout_s);
     if (rc)
         return rc;
     snprintf(e->session, sizeof e->session, "w%d", world_generation++);
@@ -409,7 +363,7 @@ int tr_comm_init(const tr_comm_rendezvous *rv, const tr_comm_config *cfg_in, tr_
         if (rank == 0)
             rc = tr_store_server_start(host, port, rv->job_token, e->session, &e->server);
         if (!rc)
-            rc = tr_store_connect(host, port, rv->job_token, e->session, cfg.timeout_s, &e->store);
+            rc = tr_store_connect(host, port, rv->job_token, e->session, cfg->timeout_s, &e->store);
         if (!rc)
             rc = exchange_addresses(e);
         if (rc) {
@@ -418,7 +372,7 @@ int tr_comm_init(const tr_comm_rendezvous *rv, const tr_comm_config *cfg_in, tr_
             return rc;
         }
     }
-    ucx_group *g = group_new(e, 0, rank, size, cfg.name);
+    ucx_group *g = group_new(e, 0, rank, size, cfg->name);
     if (!g) {
         ucx_engine_release(e);
         return TR_ERR_NOMEM;
@@ -426,7 +380,7 @@ int tr_comm_init(const tr_comm_rendezvous *rv, const tr_comm_config *cfg_in, tr_
     for (int r = 0; r < size; r++)
         g->world[r] = r;
     g->is_world = 1;
-    rc = tr_comm_wrap(&ucx_ops, g, rank, size, cfg.name, cfg.timeout_s, out);
+    rc = tr_comm_wrap(&ucx_ops, g, rank, size, cfg->name, cfg->timeout_s, out);
     if (rc) {
         free(g->world);
         free(g);
@@ -434,7 +388,7 @@ int tr_comm_init(const tr_comm_rendezvous *rv, const tr_comm_config *cfg_in, tr_
         return rc;
     }
     g->comm = *out;
-    if (size > 1 && (rc = internal_barrier(g, cfg.timeout_s)) != TR_OK) {
+    if (size > 1 && (rc = internal_barrier(g, cfg->timeout_s)) != TR_OK) {
         char msg[1024];
         snprintf(msg, sizeof msg, "%s", tr_errmsg());
         tr_comm_destroy(*out);
@@ -442,36 +396,4 @@ int tr_comm_init(const tr_comm_rendezvous *rv, const tr_comm_config *cfg_in, tr_
         return tr_fail(rc, "connectivity check after rendezvous: %s", msg);
     }
     return TR_OK;
-}
-
-int tr_comm_init_world(const tr_comm_config *cfg, tr_comm **out)
-{
-    if (!out)
-        return tr_fail(TR_ERR_INVALID, "comm: init_world needs an output pointer");
-    *out = NULL;
-    tr_comm_rendezvous rv = {.master_addr = getenv("MASTER_ADDR"),
-                             .job_token = getenv("TRIDENT_JOB_TOKEN")};
-    int rc = env_int("WORLD_SIZE", 1, 1 << 20, 1, 0, &rv.size);
-    if (!rc)
-        rc = env_int("RANK", 0, rv.size - 1, 0, rv.size > 1, &rv.rank);
-    int need_store = rv.size > 1 || (rv.master_addr && *rv.master_addr);
-    if (!rc && need_store && (!rv.master_addr || !*rv.master_addr))
-        rc = tr_fail(TR_ERR_CONFIG, "comm: MASTER_ADDR is not set (start ranks with `trident "
-                                    "launch`)");
-    if (!rc && need_store)
-        rc = env_int("MASTER_PORT", 1, 65535, 0, 1, &rv.master_port);
-    /* backend hook: TRIDENT_COMM_BACKEND = ucx (default) | nccl (CUDA builds, comm/nccl.h) */
-    const char *backend = getenv("TRIDENT_COMM_BACKEND");
-    if (!rc && backend && *backend && strcmp(backend, "ucx")) {
-#ifdef TR_HAVE_CUDA
-        if (!strcmp(backend, "nccl"))
-            return tr_comm_nccl_init(&rv, cfg, out);
-        rc = tr_fail(TR_ERR_CONFIG, "comm: TRIDENT_COMM_BACKEND='%s': expected ucx or nccl",
-                     backend);
-#else
-        rc = tr_fail(TR_ERR_CONFIG, "comm: TRIDENT_COMM_BACKEND='%s': this build has only ucx "
-                                    "(nccl needs -Dcuda=enabled)", backend);
-#endif
-    }
-    return rc ? rc : tr_comm_init(&rv, cfg, out);
 }

@@ -14,7 +14,7 @@
  * At most `ring_window` lanes run at once, each with a chunk-sized receive slot: a chunk of
  * the reduce-scatter phase lands in the slot (still in cache) and one pass writes
  * slot op own-data to its destination; allgather-phase chunks land in the result directly. */
-#include "comm/ucx_internal.h"
+#include "comm/ucx/ucx_internal.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -108,7 +108,7 @@ static int lane_run(ucx_op *op, int c)
         if (ucx_xfer_finish(op, &L->rcv) || ucx_xfer_finish(op, &L->snd))
             return -1;
         if (L->red_dst)
-            tr_comm_reduce3(L->red_dst, L->red_a, L->red_b, L->red_n, op->dt, op->redop);
+            ucx_reduce3(L->red_dst, L->red_a, L->red_b, L->red_n, op->dt, op->redop);
         L->posted = 0;
         L->step++;
     }
