@@ -95,7 +95,8 @@ typedef struct {
 
 typedef struct tr_dp tr_dp;
 
-/* Defaults from the config's parallel section (aligned ranges and kernels left empty). */
+/* The config's parallel section (its defaults are the schema's, yaml/schema.c) as a dp
+ * config; aligned ranges and kernels left empty. */
 tr_dp_config tr_dp_config_from_parallel(const tr_parallel_config *p);
 
 /* grads/params: the engine's flat buffers of n >= 1 floats. dp_comm: the data-parallel

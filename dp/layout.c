@@ -10,11 +10,9 @@
 
 tr_dp_config tr_dp_config_from_parallel(const tr_parallel_config *p)
 {
-    tr_dp_config c = {0};
-    c.bucket_size_mb = p ? p->ddp_bucket_size_mb : 25.0;
-    c.overlap_grad_reduce = p ? p->overlap_grad_reduce : 1;
-    c.distributed_optimizer = p ? p->use_distributed_optimizer : 0;
-    return c;
+    return (tr_dp_config){.bucket_size_mb = p->ddp_bucket_size_mb,
+                          .overlap_grad_reduce = p->overlap_grad_reduce,
+                          .distributed_optimizer = p->use_distributed_optimizer};
 }
 
 /* Largest bucket in elements; 0 = no limit (one bucket per piece). */

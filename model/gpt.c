@@ -2,11 +2,20 @@
  * initialisation, binding, the grad-ready hook. */
 #include "model/gpt_internal.h"
 
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "core/core.h"
+
+int tr_gpt_padded_vocab(const tr_model_config *m, int tp)
+{
+    long long div = m->make_vocab_size_divisible_by > 0 ? m->make_vocab_size_divisible_by : 1;
+    div *= tp > 0 ? tp : 1;
+    long long vp = ((long long)m->vocab_size + div - 1) / div * div;
+    return vp <= INT_MAX ? (int)vp : 0;
+}
 
 int tr_gpt_shape_from_config(const tr_config *cfg, int layer_first, int layer_count,
                              int tp_rank, tr_gpt_shape *out)
@@ -35,8 +44,13 @@ int tr_gpt_shape_from_config(const tr_config *cfg, int layer_first, int layer_co
     out->T = m->seq_length;
     out->max_T = m->max_position_embeddings;
     out->V = m->vocab_size;
-    int div = m->make_vocab_size_divisible_by * tp;
-    out->Vp = (m->vocab_size + div - 1) / div * div;
+    out->Vp = tr_gpt_padded_vocab(m, tp);
+    if (out->Vp == 0)
+        return tr_fail(TR_ERR_CONFIG,
+                       "model.vocab_size %d padded to a multiple of "
+                       "model.make_vocab_size_divisible_by x parallel.tensor_model_parallel_size "
+                       "= %d x %d does not fit in an int",
+                       m->vocab_size, m->make_vocab_size_divisible_by, tp);
     out->eps = (float)m->layernorm_epsilon;
     out->init_std = (float)m->init_method_std;
     out->seed = cfg->training.seed;
@@ -83,7 +97,7 @@ static tr_grad_range tensors_range(const tr_gpt *g, int first, int last)
     return r;
 }
 
-static int check_shape(const tr_gpt_shape *s, const tr_comm *tp_comm)
+static int check_shape(const tr_gpt_shape *s)
 {
     if (s->C < 1 || s->NH < 1 || s->C % s->NH || s->T < 1 || s->max_T < s->T || s->V < 1 ||
         s->Vp < s->V || s->layer_count < 1)
@@ -96,6 +110,11 @@ static int check_shape(const tr_gpt_shape *s, const tr_comm *tp_comm)
         return tr_fail(TR_ERR_INVALID,
                        "tensor-parallel size %d must divide the heads (%d) and the padded "
                        "vocabulary (%d)", s->tp_size, s->NH, s->Vp);
+    return TR_OK;
+}
+
+static int check_comm(const tr_gpt_shape *s, const tr_comm *tp_comm)
+{
     if ((s->tp_size > 1) != (tp_comm != NULL))
         return tr_fail(TR_ERR_INVALID, "a tensor-parallel communicator is needed iff "
                        "tp_size > 1 (tp_size %d, communicator %s)", s->tp_size,
@@ -128,36 +147,15 @@ static void add_layers(tr_gpt *g)
         }
 }
 
-int tr_gpt_create(const tr_gpt_shape *shape, const tr_kernels *k, tr_comm *tp_comm,
-                  tr_gpt **out)
+static int max_tensors(const tr_gpt_shape *s) { return 5 + s->layer_count * L_COUNT; }
+
+/* The tensor table of g->s (the embeddings, the layers, the final LN and the head's copy of
+ * wte) and each tensor's offset in the flat buffers; g->tensors holds max_tensors(&g->s). */
+static void add_tensors(tr_gpt *g)
 {
-    const tr_gpt_shape *s = shape;
-    int rc = check_shape(s, tp_comm);
-    if (rc)
-        return rc;
-    tr_gpt *g = tr_alloc(sizeof *g, "model");
-    if (!g)
-        return TR_ERR_NOMEM;
-    g->s = *s;
-    g->s.sequence_parallel = s->tp_size > 1 && s->sequence_parallel;
-    g->k = k;
-    if ((rc = tr_tp_init(&g->tp, k, tp_comm, g->s.sequence_parallel))) {
-        tr_free(g);
-        return rc;
-    }
-    g->Cl = s->C / s->tp_size;
-    g->NHl = s->NH / s->tp_size;
-    g->Vl = s->Vp / s->tp_size;
-    int max_tensors = 5 + s->layer_count * L_COUNT;
-    g->tensors = tr_alloc(sizeof *g->tensors * (size_t)max_tensors, "model tensor table");
-    g->layer_ranges = tr_alloc(sizeof *g->layer_ranges * (size_t)s->layer_count, "model ranges");
-    g->tp.comm_time = tr_alloc(sizeof *g->tp.comm_time, "tensor-parallel communication timer");
-    if (!g->tensors || !g->layer_ranges || !g->tp.comm_time) {
-        tr_gpt_free(g);
-        return TR_ERR_NOMEM;
-    }
-    g->wte = g->wpe = g->lnf_w = g->lnf_b = g->head_wte = -1;
+    const tr_gpt_shape *s = &g->s;
     int C = s->C;
+    g->wte = g->wpe = g->lnf_w = g->lnf_b = g->head_wte = -1;
     if (s->is_first) {
         g->wte = add_tensor(g, "wte", s->Vp, C, 0);
         g->tensors[g->wte].word_embedding = 1;
@@ -185,6 +183,55 @@ int tr_gpt_create(const tr_gpt_shape *shape, const tr_kernels *k, tr_comm *tp_co
         tr_param_tensor *t = &g->tensors[i];
         t->offset = g->n_params - t->forward_offset - t->numel;
     }
+}
+
+int tr_gpt_count_params(const tr_gpt_shape *shape, size_t *n_params)
+{
+    int rc = check_shape(shape);
+    if (rc)
+        return rc;
+    tr_gpt g = {0};
+    g.s = *shape;
+    g.s.sequence_parallel = shape->tp_size > 1 && shape->sequence_parallel;
+    g.tensors = tr_alloc(sizeof *g.tensors * (size_t)max_tensors(shape), "model tensor table");
+    if (!g.tensors)
+        return TR_ERR_NOMEM;
+    add_tensors(&g);
+    *n_params = g.n_params;
+    tr_free(g.tensors);
+    return TR_OK;
+}
+
+int tr_gpt_create(const tr_gpt_shape *shape, const tr_kernels *k, tr_comm *tp_comm,
+                  tr_gpt **out)
+{
+    const tr_gpt_shape *s = shape;
+    int rc = check_shape(s);
+    if (!rc)
+        rc = check_comm(s, tp_comm);
+    if (rc)
+        return rc;
+    tr_gpt *g = tr_alloc(sizeof *g, "model");
+    if (!g)
+        return TR_ERR_NOMEM;
+    g->s = *s;
+    g->s.sequence_parallel = s->tp_size > 1 && s->sequence_parallel;
+    g->k = k;
+    if ((rc = tr_tp_init(&g->tp, k, tp_comm, g->s.sequence_parallel))) {
+        tr_free(g);
+        return rc;
+    }
+    g->Cl = s->C / s->tp_size;
+    g->NHl = s->NH / s->tp_size;
+    g->Vl = s->Vp / s->tp_size;
+    g->tensors = tr_alloc(sizeof *g->tensors * (size_t)max_tensors(s), "model tensor table");
+    g->layer_ranges = tr_alloc(sizeof *g->layer_ranges * (size_t)s->layer_count, "model ranges");
+    g->tp.comm_time = tr_alloc(sizeof *g->tp.comm_time, "tensor-parallel communication timer");
+    if (!g->tensors || !g->layer_ranges || !g->tp.comm_time) {
+        tr_gpt_free(g);
+        return TR_ERR_NOMEM;
+    }
+    add_tensors(g);
     for (int l = 0; l < s->layer_count; l++)
         g->layer_ranges[l] = tensors_range(g, g->layer0 + l * L_COUNT,
                                            g->layer0 + (l + 1) * L_COUNT - 1);

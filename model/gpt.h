@@ -14,9 +14,10 @@
  *    so a data-parallel bucket is a contiguous range that backward fills front to back, and
  *    a ZeRO-1 shard of the gradients is the same range of the parameters.
  *  - Layout-free initialisation: element i of the full (unsharded) tensor NAME gets
- *    tr_init_normal(seed, hash(NAME), i) * std (std 0.02; output projections
- *    0.02/sqrt(2*num_layers)); LN weights 1, biases 0. Names are global ("layers.7.qkv.weight"),
- *    so every stage/shard computes exactly its slice of the single-process model.
+ *    tr_init_normal(seed, hash(NAME), i) * std (std = model.init_method_std; output
+ *    projections std/sqrt(2*num_layers)); LN weights 1, biases 0. Names are global
+ *    ("layers.7.qkv.weight"), so every stage/shard computes exactly its slice of the
+ *    single-process model.
  *  - Tensor layouts (row-major, PyTorch Linear convention: weight (out, in), y = x W^T + b):
  *    qkv.weight (NH*3*HS, C) with rows ordered (head, {q,k,v}, d) so a head's q, k and v are
  *    contiguous; attn_proj.weight (C, C); fc.weight (4C, C); fc_proj.weight (C, 4C);
@@ -88,6 +89,11 @@ typedef struct {
 typedef struct tr_gpt tr_gpt;
 typedef struct tr_gpt_acts tr_gpt_acts;
 
+/* The padded vocabulary, Megatron's rule: m->vocab_size rounded up to a multiple of
+ * make_vocab_size_divisible_by x tp. The one definition: the stage shape, plan/ and the
+ * reports all call it. 0 when it does not fit in an int. */
+int tr_gpt_padded_vocab(const tr_model_config *m, int tp);
+
 /* Shape of the stage holding layers [layer_first, +layer_count) of the configured model, on
  * TP rank tp_rank (tp size and sequence_parallel from cfg->parallel). */
 TR_MUST_CHECK int tr_gpt_shape_from_config(const tr_config *cfg, int layer_first, int layer_count,
@@ -101,6 +107,10 @@ const tr_gpt_shape *tr_gpt_get_shape(const tr_gpt *g);
 int tr_gpt_num_tensors(const tr_gpt *g);
 tr_param_tensor *tr_gpt_tensor(tr_gpt *g, int i);
 size_t tr_gpt_num_params(const tr_gpt *g); /* this stage's element count */
+/* The element count tr_gpt_num_params() would give for `shape` (this TP rank's shards), from
+ * the same tensor table, without a communicator, kernels or parameter memory (the planner's
+ * tests count Bloom-176B this way). Invalid shape: TR_ERR_INVALID as tr_gpt_create. */
+TR_MUST_CHECK int tr_gpt_count_params(const tr_gpt_shape *shape, size_t *n_params);
 
 /* Grad-ready hook: fn(ctx, offset, count) is called (inside backward, and inside the last
  * stage's forward for the head) whenever [offset, offset + count) of the flat gradient

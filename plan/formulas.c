@@ -32,13 +32,6 @@ const char *tr_plan_link_name(tr_plan_link l)
     return l == TR_PLAN_LINK_INTRA ? "intra-node" : l == TR_PLAN_LINK_INTER ? "inter-node" : "none";
 }
 
-int tr_plan_padded_vocab(const tr_model_config *m, int tp)
-{
-    long div = (long)(m->make_vocab_size_divisible_by > 0 ? m->make_vocab_size_divisible_by : 1) *
-               (tp > 0 ? tp : 1);
-    return (int)((m->vocab_size + div - 1) / div * div);
-}
-
 static double layer_params(double h, int tp)
 {
     return 12.0 * h * h / tp + 7.0 * h / tp + 6.0 * h;

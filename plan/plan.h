@@ -22,7 +22,8 @@
  *    reason. tr_plan_calibrate() solves for gemm_efficiency from a measured step time.
  *
  * Notation: l layers, h hidden, a heads, s sequence, V vocabulary padded to a multiple of
- * make_vocab_size_divisible_by x t (Megatron's rule), b micro-batch, B global batch,
+ * make_vocab_size_divisible_by x t (Megatron's rule: tr_gpt_padded_vocab() of model/, the
+ * one definition), b micro-batch, B global batch,
  * t TP, p PP, d DP, v chunks per stage, M = B/(b d) micro-batches.
  *
  * Parameters (one rank):
@@ -34,6 +35,8 @@
  *   bf16: 2 / 4 / 12 (fp32 grads; fp32 master + Adam m, v) = 18; distributed optimizer
  *         (ZeRO-1): 2 / 4 / 12/d = 6 + 12/d
  *   fp32: 4 / 4 / 8 = 16; ZeRO-1: 8 + 8/d
+ *   The optimizer part of a stage's memory is 12 (8) bytes x the shard dp/ gives DP rank 0
+ *   (tr_dp_layout: its block of every bucket, the largest), ~ params_r / d with ZeRO-1.
  * Activations of one layer for one micro-batch, bytes (Korthikanti et al. 2022; 16-bit
  * activations, doubled for fp32), with A = 5as/h:
  *   none       t=1: sbh(34 + A); TP: sbh(10 + 24/t + A/t); TP + SP: sbh(34/t + A/t)
@@ -65,10 +68,14 @@
  *           as in topo/ (rank r on node r / gpus_per_node).
  *   pipeline: tr_pp_simulate(schedule op lists, tf_r, tb_r, P2P of the activation sbh x 2
  *           bytes (/t with SP) over the adjacent-stage link) -> per-stage end times.
- *   DP: gradients 4 bytes x params_r in buckets of ddp_bucket_size_mb, all-reduced (ZeRO-1:
- *           reduce-scattered) over the DP group while the LAST backward of the stage runs
- *           (bucket k is ready at k/n of it; buckets go one at a time); what outlasts that
- *           backward is exposed. Without overlap_grad_reduce all of it is.
+ *   DP: gradients 4 bytes x params_r in the n buckets dp/ makes of the stage's buffer
+ *           (tr_dp_layout with ddp_bucket_size_mb in MiB, 2^20 bytes, and the tied
+ *           embedding copies aligned as the engine passes them; each timed as 4 params_r / n
+ *           bytes), all-reduced (ZeRO-1: reduce-scattered) over the DP group while the LAST
+ *           backward of the stage runs (bucket k is ready at k/n of it; buckets go one at a
+ *           time); what outlasts that backward is exposed. Without overlap_grad_reduce all of
+ *           it is. A bucket size dp/ refuses (more than TR_DP_MAX_BUCKETS buckets) is
+ *           TR_ERR_CONFIG, as training would be.
  *   step  = max_r (end of stage r, DP done) + tied-embedding all-reduce (p > 1; 4Vh/t bytes
  *           between the first and last stage) + ZeRO-1 parameter all-gather (w x params_r).
  *   tokens/s = B s / step; TFLOP/s per GPU = FLOPs per step / step / W (hardware and model);
@@ -136,7 +143,8 @@ typedef struct {
     int distributed_optimizer; /* ZeRO-1 */
     int sequence_parallel;
     int bf16;                /* else fp32 */
-    double bucket_bytes;     /* 0 = one bucket */
+    double bucket_size_mb;   /* parallel.ddp_bucket_size_mb: MiB (2^20 bytes) of fp32
+                              * gradients per bucket, dp/'s meaning; 0 = one bucket */
     int overlap_grad_reduce;
     tr_topo_order order;
 } tr_plan_layout;
@@ -150,10 +158,9 @@ TR_MUST_CHECK int tr_plan_layout_from_config(const tr_config *cfg, int world, tr
 /* Parameters of one rank of `stage` (see above); `layers` = layers the stage holds. */
 double tr_plan_stage_params(const tr_model_config *m, int vocab_padded, int tp, int pp, int stage,
                             int layers);
-/* Whole model (t = 1, embedding counted once). */
+/* Whole model (embedding counted once) with this padded vocabulary. Both counts equal
+ * model/'s tensor table exactly for every shipped config (tests/plan/test_plan_params.c). */
 double tr_plan_model_params(const tr_model_config *m, int vocab_padded);
-/* V padded to a multiple of make_vocab_size_divisible_by x tp. */
-int tr_plan_padded_vocab(const tr_model_config *m, int tp);
 /* Bytes per parameter of weights, gradients and optimizer state. */
 void tr_plan_state_bytes(int bf16, int distributed_optimizer, int dp, double *weights,
                          double *grads, double *optimizer);
@@ -214,6 +221,7 @@ typedef struct {
     double tp_comm_s;                /* its TP communication per micro-batch, fwd + bwd */
     double p2p_s;                    /* one activation (or gradient) send */
     double dp_comm_s, dp_exposed_s;  /* gradient reduction, total and not hidden */
+    int dp_buckets;                  /* buckets of the stage with the most (dp/'s layout) */
     double embed_sync_s, param_gather_s;
     tr_plan_link tp_link, pp_link, dp_link;
     double compute_rate;             /* FLOP/s per rank used for compute */

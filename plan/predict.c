@@ -5,6 +5,8 @@
 #include <string.h>
 
 #include "core/core.h"
+#include "dp/dp.h"
+#include "model/gpt.h"
 #include "plan/plan.h"
 
 #define GIB (1024.0 * 1024.0 * 1024.0)
@@ -35,7 +37,7 @@ int tr_plan_layout_from_config(const tr_config *cfg, int world, tr_plan_layout *
     out->distributed_optimizer = p->use_distributed_optimizer;
     out->sequence_parallel = p->sequence_parallel;
     out->bf16 = t->precision && !strcmp(t->precision, "bf16");
-    out->bucket_bytes = p->ddp_bucket_size_mb * 1e6;
+    out->bucket_size_mb = p->ddp_bucket_size_mb;
     out->overlap_grad_reduce = p->overlap_grad_reduce;
     rc = tr_topo_parse_order(p->order, &out->order);
     if (rc)
@@ -63,6 +65,38 @@ static int check_layout(const tr_config *cfg, const tr_plan_layout *L, int world
         return tr_fail(TR_ERR_CONFIG, "micro-batch %d / global batch %d: both must be >= 1",
                        L->micro_batch, L->global_batch);
     return tr_pp_validate(L->pp, L->num_micro_batches, L->schedule, L->v);
+}
+
+/* What dp/ makes of one stage's gradient buffer (per rank). */
+typedef struct {
+    double params;    /* elements of the stage's flat buffers */
+    int n_buckets;    /* gradient buckets */
+    double shard;     /* DP rank 0's optimizer shard (the largest; params without ZeRO-1) */
+} stage_dp;
+
+/* Stage st's buckets and shard from dp/'s own layout (tr_dp_layout), with the tied embedding
+ * copies aligned as the engine passes them when P > 1: tensors lie in reverse forward order,
+ * so the first stage's wte ends its buffer and the last stage's copy starts it. */
+static int stage_dp_layout(const tr_config *cfg, const tr_plan_layout *L, int vocab_padded,
+                           int st, stage_dp *out)
+{
+    size_t n = (size_t)out->params;
+    size_t wte = (size_t)vocab_padded * (size_t)cfg->model.hidden_size / (size_t)L->tp;
+    tr_dp_config dc = {.bucket_size_mb = L->bucket_size_mb,
+                       .overlap_grad_reduce = L->overlap_grad_reduce,
+                       .distributed_optimizer = L->distributed_optimizer};
+    tr_dp_range al = {st == 0 ? n - wte : 0, wte};
+    if (L->pp > 1 && (st == 0 || st == L->pp - 1)) {
+        dc.aligned = &al;
+        dc.n_aligned = 1;
+    }
+    size_t shard = 0;
+    int rc = tr_dp_layout(&dc, n, L->dp, 0, &out->n_buckets, &shard);
+    if (rc)
+        return tr_fail_context(rc, "%s: pipeline stage %d (%zu gradient elements per rank)",
+                               tr_config_where(cfg, "parallel.ddp_bucket_size_mb"), st, n);
+    out->shard = (double)shard;
+    return TR_OK;
 }
 
 /* Bandwidth and latency a rank sees on a link. */
@@ -128,16 +162,17 @@ static void explain_memory(const tr_plan_result *r, const tr_plan_cluster *c, ch
     }
 }
 
-/* Memory of every stage; fills the memory fields of r. peaks[P]: stored chunks per stage. */
+/* Memory of every stage; fills the memory fields of r. peaks[P]: stored chunks per stage;
+ * sd[P]: their parameters and optimizer shards. */
 static void memory_model(const tr_config *cfg, const tr_plan_cluster *c,
-                         const tr_pp_partition *part, const int *peaks, int ranks_per_node,
-                         tr_plan_result *r)
+                         const tr_pp_partition *part, const int *peaks, const stage_dp *sd,
+                         int ranks_per_node, tr_plan_result *r)
 {
     const tr_model_config *m = &cfg->model;
     const tr_plan_layout *L = &r->layout;
     int t = L->tp, P = L->pp, s = m->seq_length, b = L->micro_batch, h = m->hidden_size;
-    double wb, gb, ob;
-    tr_plan_state_bytes(L->bf16, L->distributed_optimizer, L->dp, &wb, &gb, &ob);
+    double wb, gb, ob; /* ob: optimizer bytes per element of the shard (nothing sharded) */
+    tr_plan_state_bytes(L->bf16, 0, 1, &wb, &gb, &ob);
     double act = tr_plan_layer_activation_bytes(s, b, h, m->num_attention_heads, t,
                                                 L->sequence_parallel, L->recompute, L->bf16);
     double act_none = tr_plan_layer_activation_bytes(s, b, h, m->num_attention_heads, t,
@@ -152,11 +187,11 @@ static void memory_model(const tr_config *cfg, const tr_plan_cluster *c,
         int layers = 0;
         for (int ch = 0; ch < L->v; ch++)
             layers += tr_pp_layer_count(part, st, ch);
-        double params = tr_plan_stage_params(m, r->vocab_padded, t, P, st, layers);
+        double params = sd[st].params;
         tr_plan_memory mm = {0};
         mm.weights = params * wb;
         mm.grads = params * gb;
-        mm.optimizer = params * ob;
+        mm.optimizer = sd[st].shard * ob;
         mm.activations = (double)peaks[st] * layers / L->v * act;
         if (L->recompute == TR_PLAN_RECOMPUTE_FULL)
             mm.recompute = act_none;
@@ -184,7 +219,6 @@ static void memory_model(const tr_config *cfg, const tr_plan_cluster *c,
 typedef struct {
     double tf[TR_PP_MAX_STAGES], tb[TR_PP_MAX_STAGES]; /* per micro-batch, whole stage */
     double cf[TR_PP_MAX_STAGES], cb[TR_PP_MAX_STAGES]; /* compute parts */
-    double params[TR_PP_MAX_STAGES];
 } stage_costs;
 
 /* Per-stage forward/backward costs of one micro-batch. */
@@ -206,7 +240,6 @@ static void stage_time_model(const tr_config *cfg, const tr_pp_partition *part, 
         int layers = 0;
         for (int ch = 0; ch < L->v; ch++)
             layers += tr_pp_layer_count(part, st, ch);
-        sc->params[st] = tr_plan_stage_params(m, r->vocab_padded, t, P, st, layers);
         double cf = layers * f1 / rate, cb = layers * (2 * f1 + rc_flops) / rate;
         double tf = cf + layers * 2 * ar_tp, tb = cb + layers * (2 * ar_tp + rc_comm);
         if (st == 0)
@@ -282,7 +315,8 @@ static int run_pipeline(const tr_plan_layout *L, const stage_costs *sc, double p
 }
 
 static int time_model(const tr_config *cfg, const tr_plan_cluster *c, const tr_pp_partition *part,
-                      const tr_pp_schedule *stages, int ranks_per_node, tr_plan_result *r)
+                      const tr_pp_schedule *stages, const stage_dp *sd, int ranks_per_node,
+                      tr_plan_result *r)
 {
     const tr_model_config *m = &cfg->model;
     const tr_plan_layout *L = &r->layout;
@@ -366,10 +400,8 @@ static int time_model(const tr_config *cfg, const tr_plan_cluster *c, const tr_p
     for (int st = 0; st < P; st++) {
         double finish = end_last[st];
         if (d > 1) {
-            double grads = sc->params[st] * gb;
-            int nb = L->bucket_bytes > 0 ? (int)ceil(grads / L->bucket_bytes) : 1;
-            if (nb < 1)
-                nb = 1;
+            double grads = sd[st].params * gb;
+            int nb = sd[st].n_buckets;
             double per = L->distributed_optimizer
                              ? tr_plan_reduce_scatter_s(grads / nb, d, bw, lat)
                              : tr_plan_allreduce_s(grads / nb, d, bw, lat);
@@ -380,7 +412,7 @@ static int time_model(const tr_config *cfg, const tr_plan_cluster *c, const tr_p
             if (per * nb > dp_comm)
                 dp_comm = per * nb;
             if (L->distributed_optimizer) {
-                double g = tr_plan_allgather_s(sc->params[st] * wb, d, bw, lat);
+                double g = tr_plan_allgather_s(sd[st].params * wb, d, bw, lat);
                 if (g > gather)
                     gather = g;
             }
@@ -413,14 +445,20 @@ int tr_plan_evaluate(const tr_config *cfg, const tr_plan_layout *layout, int wor
     tr_plan_layout L = *layout;
     out->layout = L;
     out->world = world;
-    out->vocab_padded = tr_plan_padded_vocab(m, L.tp);
+    out->vocab_padded = tr_gpt_padded_vocab(m, L.tp);
+    if (!out->vocab_padded)
+        return tr_fail(TR_ERR_CONFIG,
+                       "model.vocab_size %d padded to a multiple of "
+                       "make_vocab_size_divisible_by x TP = %d x %d does not fit in an int",
+                       m->vocab_size, m->make_vocab_size_divisible_by, L.tp);
     out->n_params = tr_plan_model_params(m, out->vocab_padded);
     int ranks_per_node = c->gpus_per_node < world ? c->gpus_per_node : world;
 
     tr_pp_partition *part = tr_alloc(sizeof *part, "partition");
     tr_pp_schedule *stages = tr_alloc(sizeof *stages * (size_t)L.pp, "schedules");
     int *peaks = tr_alloc(sizeof(int) * (size_t)L.pp, "peaks");
-    if (!part || !stages || !peaks) {
+    stage_dp *sd = tr_alloc(sizeof *sd * (size_t)L.pp, "stage gradient buckets");
+    if (!part || !stages || !peaks || !sd) {
         rc = TR_ERR_NOMEM;
         goto done;
     }
@@ -434,9 +472,20 @@ int tr_plan_evaluate(const tr_config *cfg, const tr_plan_layout *layout, int wor
     rc = tr_pp_schedule_build_all(L.pp, L.num_micro_batches, L.schedule, L.v, stages);
     if (rc)
         goto done;
-    for (int st = 0; st < L.pp; st++)
+    for (int st = 0; st < L.pp; st++) {
         peaks[st] = tr_pp_peak_activations(&stages[st]);
-    memory_model(cfg, c, part, peaks, ranks_per_node, out);
+        int layers = 0;
+        for (int ch = 0; ch < L.v; ch++)
+            layers += tr_pp_layer_count(part, st, ch);
+        sd[st].params = tr_plan_stage_params(m, out->vocab_padded, L.tp, L.pp, st, layers);
+        if ((rc = stage_dp_layout(cfg, &L, out->vocab_padded, st, &sd[st]))) {
+            tr_pp_schedule_free_all(stages, L.pp);
+            goto done;
+        }
+        if (sd[st].n_buckets > out->dp_buckets)
+            out->dp_buckets = sd[st].n_buckets;
+    }
+    memory_model(cfg, c, part, peaks, sd, ranks_per_node, out);
     out->valid = out->fits && L.batch_ok;
     out->problem[0] = '\0';
     if (!out->fits)
@@ -450,7 +499,7 @@ int tr_plan_evaluate(const tr_config *cfg, const tr_plan_layout *layout, int wor
                  L.num_micro_batches);
     }
     if (time)
-        rc = time_model(cfg, c, part, stages, ranks_per_node, out);
+        rc = time_model(cfg, c, part, stages, sd, ranks_per_node, out);
     tr_pp_schedule_free_all(stages, L.pp);
     if (rc || !time)
         goto done;
@@ -472,6 +521,7 @@ done:
     tr_free(part);
     tr_free(stages);
     tr_free(peaks);
+    tr_free(sd);
     return rc;
 }
 

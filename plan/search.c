@@ -180,8 +180,12 @@ int tr_plan_search(const tr_config *cfg, int world, const tr_plan_cluster *c,
     /* The config's own layout, evaluated whatever it is. */
     tr_plan_layout own;
     if (!tr_plan_layout_from_config(cfg, world, &own)) {
-        if (tr_plan_evaluate(cfg, &own, world, c, 1, 0, &out->config_result))
+        if (tr_plan_evaluate(cfg, &own, world, c, 1, 0, &out->config_result)) {
+            /* why it is not among them (heads over TP, a bucket size dp/ refuses, ...) */
+            snprintf(out->config_result.problem, sizeof out->config_result.problem, "%s",
+                     tr_errmsg());
             tr_clear_error();
+        }
         for (int i = 0; i < out->n_fit; i++)
             if (same_layout(&out->fit[i].layout, &own)) {
                 out->config_rank = i + 1;

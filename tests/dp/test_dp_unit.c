@@ -343,8 +343,6 @@ static void test_clip_and_config(void **state)
     tr_dp_config c = tr_dp_config_from_parallel(&p);
     assert_true(c.bucket_size_mb == 7 && !c.overlap_grad_reduce && c.distributed_optimizer);
     assert_null(c.aligned);
-    c = tr_dp_config_from_parallel(NULL);
-    assert_true(c.bucket_size_mb == 25 && c.overlap_grad_reduce && !c.distributed_optimizer);
     tr_dp_free(NULL);
 }
 

@@ -5,64 +5,57 @@ variant (does not fit, and why), --search (under 10 s, published layout ranked),
 usage: test_plan_cli.py TRIDENT SOURCE_ROOT"""
 import json
 import os
-import subprocess
 import sys
 import tempfile
 import time
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "common"))
+import trident_test as tt  # noqa: E402
+from trident_test import expect  # noqa: E402
+
 trident, root = sys.argv[1], sys.argv[2]
 bloom = os.path.join(root, "configs", "bloom-176b.yaml")
-failures = []
 
 
 def run(*args):
-    p = subprocess.run([trident, "plan", *args], capture_output=True, text=True, timeout=60)
-    return p.returncode, p.stdout, p.stderr
-
-
-def check(cond, what):
-    if not cond:
-        failures.append(what)
-        print("FAIL:", what)
+    return tt.outputs([trident, "plan", *args])
 
 
 def plan_json(*args):
-    rc, out, err = run(*args, "--json")
-    check(rc == 0, f"{args}: exit {rc}, stderr {err!r}")
-    return json.loads(out)
+    return tt.json_output([trident, "plan", *args, "--json"])
 
 
 # Bloom as published.
 d = plan_json(bloom)
 for key in ["step_time_s", "tokens_per_s", "tflops_per_gpu", "model_tflops_per_gpu", "mfu",
             "memory_per_gpu_bytes", "memory_breakdown", "fits", "time_to_train_s"]:
-    check(key in d, f"JSON key {key}")
-check(d["fits"] is True, "Bloom fits")
-check(d["memory_per_gpu_bytes"] < 80 * 2**30, "Bloom under 80 GiB")
-check(abs(d["tflops_per_gpu"] / 150 - 1) <= 0.2, f"TFLOP/s {d['tflops_per_gpu']} vs 150")
-check(abs(d["time_to_train_days"] / 30.44 / 3.5 - 1) <= 0.2,
-      f"{d['time_to_train_days']} days vs 3.5 months")
+    expect(key in d, f"JSON key {key}")
+expect(d["fits"] is True, "Bloom fits")
+expect(d["memory_per_gpu_bytes"] < 80 * 2**30, "Bloom under 80 GiB")
+expect(abs(d["tflops_per_gpu"] / 150 - 1) <= 0.2, f"TFLOP/s {d['tflops_per_gpu']} vs 150")
+expect(abs(d["time_to_train_days"] / 30.44 / 3.5 - 1) <= 0.2,
+       f"{d['time_to_train_days']} days vs 3.5 months")
 b = d["memory_breakdown"]
 parts = sum(b[k] for k in ["weights_bytes", "gradients_bytes", "optimizer_bytes",
                            "activations_bytes", "recompute_bytes", "embedding_bytes",
                            "loss_bytes", "reserved_bytes"])
-check(abs(parts / d["memory_per_gpu_bytes"] - 1) < 1e-9, "breakdown adds up")
-check(d["layout"]["tp"] == 4 and d["layout"]["pp"] == 12 and d["layout"]["dp"] == 8, "layout")
-check(len(d["memory_per_stage_bytes"]) == 12, "12 stages")
-check(d["problem"] is None, "no problem")
+expect(abs(parts / d["memory_per_gpu_bytes"] - 1) < 1e-9, "breakdown adds up")
+expect(d["layout"]["tp"] == 4 and d["layout"]["pp"] == 12 and d["layout"]["dp"] == 8, "layout")
+expect(len(d["memory_per_stage_bytes"]) == 12, "12 stages")
+expect(d["problem"] is None, "no problem")
 
 rc, out, err = run(bloom)
-check(rc == 0 and "-> fits" in out and "TFLOP/s per GPU" in out and "time to train 366B" in out,
-      f"text report: {out!r}")
+expect(rc == 0 and "-> fits" in out and "TFLOP/s per GPU" in out and "time to train 366B" in out,
+       f"text report: {out!r}")
 
 # TP=1, PP=1: does not fit, and says why.
 args = [bloom, "--set", "parallel.tensor_model_parallel_size=1",
         "--set", "parallel.pipeline_model_parallel_size=1"]
 d = plan_json(*args)
-check(d["fits"] is False, "TP1 PP1 does not fit")
-check("model state alone" in (d["problem"] or ""), f"why: {d['problem']}")
+expect(d["fits"] is False, "TP1 PP1 does not fit")
+expect("model state alone" in (d["problem"] or ""), f"why: {d['problem']}")
 rc, out, err = run(*args)
-check(rc == 0 and "DOES NOT FIT" in out and "problem: needs" in out, f"text: {out!r}")
+expect(rc == 0 and "DOES NOT FIT" in out and "problem: needs" in out, f"text: {out!r}")
 
 # --search
 t0 = time.time()
@@ -70,23 +63,23 @@ d = plan_json(bloom, "--search", "--top", "5")
 dt = time.time() - t0
 with open(trident, "rb") as f:
     sanitized = b"__asan_init" in f.read()  # sanitizer builds run several times slower
-check(dt < 10 or sanitized, f"search took {dt:.1f} s")
-check(len(d["top"]) == 5, "5 layouts listed")
-check(d["config_rank"] >= 1, "published layout ranked")
-check(all(r["fits"] for r in d["top"]), "top layouts fit")
-check(all(d["top"][i]["tokens_per_s"] >= d["top"][i + 1]["tokens_per_s"] for i in range(4)),
-      "sorted by tokens/s")
-check(any("global batch 2048 is not a multiple of DP 384" in r["reason"] for r in d["rejected"]),
-      "rejections have reasons")
+expect(dt < 10 or sanitized, f"search took {dt:.1f} s")
+expect(len(d["top"]) == 5, "5 layouts listed")
+expect(d["config_rank"] >= 1, "published layout ranked")
+expect(all(r["fits"] for r in d["top"]), "top layouts fit")
+expect(all(d["top"][i]["tokens_per_s"] >= d["top"][i + 1]["tokens_per_s"] for i in range(4)),
+       "sorted by tokens/s")
+expect(any("global batch 2048 is not a multiple of DP 384" in r["reason"] for r in d["rejected"]),
+       "rejections have reasons")
 rc, out, err = run(bloom, "--search")
-check(rc == 0 and "the config's layout (TP4 PP12 DP8 mb2 full zero1) ranks #" in out, "rank line")
-check("why #1" in out or "ranks #1\n" in out, "explains the ranking")
+expect(rc == 0 and "the config's layout (TP4 PP12 DP8 mb2 full zero1) ranks #" in out, "rank line")
+expect("why #1" in out or "ranks #1\n" in out, "explains the ranking")
 
 # --tokens, --world-size
 d = plan_json(bloom, "--tokens", "1T")
-check(d["train_tokens"] == 1e12, "--tokens 1T")
+expect(d["train_tokens"] == 1e12, "--tokens 1T")
 d = plan_json(bloom, "--world-size", "192")
-check(d["layout"]["dp"] == 4 and d["world_size"] == 192, "--world-size 192 -> DP 4")
+expect(d["layout"]["dp"] == 4 and d["world_size"] == 192, "--world-size 192 -> DP 4")
 
 # --calibrate: a measured run on this machine's preset.
 tiny = """model: {num_layers: 4, hidden_size: 128, num_attention_heads: 4, seq_length: 128}
@@ -104,24 +97,24 @@ with tempfile.TemporaryDirectory() as tmp:
         for i, ms in enumerate([900, 210, 200, 190]):
             f.write(json.dumps({"iteration": i + 1, "loss": 5.0, "ms_per_iter": ms}) + "\n")
     rc, out, err = run(cfg, "--world-size", "8", "--calibrate", metrics, "--json")
-    check(rc == 0, f"calibrate: {rc} {err!r}")
+    expect(rc == 0, f"calibrate: {rc} {err!r}")
     if rc == 0:
         d = json.loads(out)
-        check(abs(d["step_time_s"] - 0.2) < 1e-6, f"calibrated step {d['step_time_s']}")
-        check("gemm_efficiency" in err, "calibration line on stderr with --json")
+        expect(abs(d["step_time_s"] - 0.2) < 1e-6, f"calibrated step {d['step_time_s']}")
+        expect("gemm_efficiency" in err, "calibration line on stderr with --json")
     rc, out, err = run(cfg, "--world-size", "8", "--calibrate", metrics)
-    check(rc == 0 and out.startswith("calibrated: measured 200 ms per iteration (median of 3)"),
-          f"calibrate text: {out[:120]!r}")
+    expect(rc == 0 and out.startswith("calibrated: measured 200 ms per iteration (median of 3)"),
+           f"calibrate text: {out[:120]!r}")
     with open(metrics, "w") as f:
         f.write("{\"loss\": 1}\n")
     rc, out, err = run(cfg, "--calibrate", metrics)
-    check(rc == 2 and "metrics.jsonl:1: no \"ms_per_iter\"" in err, f"bad metrics: {err!r}")
+    expect(rc == 2 and "metrics.jsonl:1: no \"ms_per_iter\"" in err, f"bad metrics: {err!r}")
     nocluster = os.path.join(tmp, "nocluster.yaml")
     with open(nocluster, "w") as f:
         f.write(tiny.replace("cluster: {preset: cpu-host}\n", ""))
     rc, out, err = run(nocluster)
-    check(rc == 2 and "cluster.gpus_per_node is not set and no preset gives it" in err,
-          f"no cluster: {err!r}")
+    expect(rc == 2 and "cluster.gpus_per_node is not set and no preset gives it" in err,
+           f"no cluster: {err!r}")
 
 # Bad usage: exit 2 with a message.
 for args, msg in [
@@ -139,12 +132,9 @@ for args, msg in [
     ([bloom, "--calibrate", "/nonexistent/metrics.jsonl"], "cannot open /nonexistent"),
 ]:
     rc, out, err = run(*args)
-    check(rc == 2 and msg in err, f"{args}: exit {rc}, stderr {err!r}")
+    expect(rc == 2 and msg in err, f"{args}: exit {rc}, stderr {err!r}")
 
 rc, out, err = run("--help")
-check(rc == 0 and "--search" in out and "--calibrate" in out, "--help")
+expect(rc == 0 and "--search" in out and "--calibrate" in out, "--help")
 
-if failures:
-    print(f"{len(failures)} failure(s)")
-    sys.exit(1)
-print("all plan CLI checks passed")
+tt.finish("all plan CLI checks passed")

@@ -3,6 +3,8 @@
  * collectives, bucketed DP overlap. */
 #include "plan_test.h"
 
+#include "model/gpt.h"
+
 static void test_state_bytes(void **state)
 {
     (void)state;
@@ -90,11 +92,14 @@ static void test_params(void **state)
                  5 * layer4 + 250880 * h / 4 + 2048 * h, 1e-15);
     assert_close(tr_plan_stage_params(&m, 250880, 4, 12, 11, 5),
                  5 * layer4 + 250880 * h / 4 + 2 * h, 1e-15);
-    /* Padding: to a multiple of 128 x TP. */
+    /* Padding (model/'s rule, which the planner calls): to a multiple of 128 x TP; a
+     * padded size beyond an int is 0. */
     tr_model_config g = {.vocab_size = 50257, .make_vocab_size_divisible_by = 128};
-    assert_int_equal(tr_plan_padded_vocab(&g, 1), 50304);
-    assert_int_equal(tr_plan_padded_vocab(&g, 8), 51200);
-    assert_int_equal(tr_plan_padded_vocab(&m, 4), 250880);
+    assert_int_equal(tr_gpt_padded_vocab(&g, 1), 50304);
+    assert_int_equal(tr_gpt_padded_vocab(&g, 8), 51200);
+    assert_int_equal(tr_gpt_padded_vocab(&m, 4), 250880);
+    tr_model_config huge = {.vocab_size = 1 << 30, .make_vocab_size_divisible_by = 65536};
+    assert_int_equal(tr_gpt_padded_vocab(&huge, 65536), 0);
 }
 
 static void test_collectives(void **state)

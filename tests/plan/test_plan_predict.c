@@ -1,5 +1,6 @@
 /* plan/ predictions: Bloom-176B and Megatron's GPT-3 175B against their published numbers,
- * the memory breakdown by hand, schedules, recompute, links, invalid layouts, calibration. */
+ * the memory breakdown by hand, schedules, recompute, links, dp/'s buckets, invalid layouts,
+ * calibration. */
 #include <unistd.h>
 
 #include "plan_test.h"
@@ -223,6 +224,50 @@ static void test_links_and_overlap(void **state)
     tr_config_free(&cfg);
 }
 
+/* Buckets are dp/'s: ddp_bucket_size_mb in MiB (2^20 bytes), counted by tr_dp_layout. */
+static void test_buckets_are_dps(void **state)
+{
+    (void)state;
+    /* Small model, TP 2 x PP 1 x DP 8: a rank holds 8 (6h^2 + 3.5h + 6h) + 16000h + 512h + 2h
+     * = 67,319,808 elements (h = 1024). 1 MiB buckets hold 262,144 fp32: 257 buckets
+     * (10^6-byte buckets would make 270). */
+    const char *one_mib[] = {"parallel.pipeline_model_parallel_size=1",
+                             "parallel.ddp_bucket_size_mb=1"};
+    tr_config cfg;
+    tr_t_load_text(TR_SMALL_YAML, one_mib, 2, &cfg);
+    tr_plan_result *r = calloc(1, sizeof *r);
+    predict(&cfg, 0, r);
+    assert_int_equal(r->layout.dp, 8);
+    assert_close(r->memory.weights / 2, 67319808.0, 0);
+    assert_int_equal(r->dp_buckets, 257);
+    tr_config_free(&cfg);
+    /* Without overlap dp/ makes one bucket; at PP 2 the tied embedding is cut out of the
+     * first and last stages' buffers, as the engine asks dp/ to. */
+    const char *off[] = {"parallel.pipeline_model_parallel_size=1",
+                         "parallel.overlap_grad_reduce=false"};
+    tr_t_load_text(TR_SMALL_YAML, off, 2, &cfg);
+    predict(&cfg, 0, r);
+    assert_int_equal(r->dp_buckets, 1);
+    tr_config_free(&cfg);
+    const char *pp2[] = {"parallel.pipeline_model_parallel_size=2",
+                         "parallel.overlap_grad_reduce=false"};
+    tr_t_load_text(TR_SMALL_YAML, pp2, 2, &cfg);
+    predict(&cfg, 0, r);
+    assert_int_equal(r->dp_buckets, 2);
+    tr_config_free(&cfg);
+    /* A size dp/ would refuse (over 65536 buckets) is refused here too, naming the key. */
+    const char *tiny[] = {"parallel.ddp_bucket_size_mb=0.001"};
+    tr_t_load_text(TR_SMALL_YAML, tiny, 1, &cfg);
+    tr_plan_cluster c;
+    assert_int_equal(tr_plan_cluster_from_config(&cfg, &c), TR_OK);
+    assert_int_equal(tr_plan_predict(&cfg, 0, &c, r), TR_ERR_CONFIG);
+    assert_msg("ddp_bucket_size_mb");
+    assert_msg("at most 65536 are allowed");
+    tr_clear_error();
+    free(r);
+    tr_config_free(&cfg);
+}
+
 static void test_cpu_host(void **state)
 {
     (void)state;
@@ -384,6 +429,7 @@ int main(void)
         cmocka_unit_test(test_pipeline_matches_formula),
         cmocka_unit_test(test_recompute_and_sp),
         cmocka_unit_test(test_links_and_overlap),
+        cmocka_unit_test(test_buckets_are_dps),
         cmocka_unit_test(test_cpu_host),
         cmocka_unit_test(test_invalid_layouts),
         cmocka_unit_test(test_calibrate),
