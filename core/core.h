@@ -38,9 +38,11 @@ int tr_fail_context(int code, const char *fmt, ...) __attribute__((format(printf
 const char *tr_errmsg(void);
 void tr_clear_error(void);
 
-/* Logging to stderr, prefixed with the level; tr_log_set_rank() adds "[rank N]". */
+/* Logging to stderr, prefixed with the level; tr_log_set_rank() adds "[rank N]". Messages
+ * below the level (default info) are dropped; `trident` takes it from TRIDENT_LOG_LEVEL. */
 typedef enum { TR_LOG_DEBUG, TR_LOG_INFO, TR_LOG_WARN, TR_LOG_ERROR } tr_log_level;
-void tr_log_set_level(tr_log_level level);
+/* The level named "debug", "info", "warning" or "error"; TR_ERR_INVALID for another name. */
+TR_MUST_CHECK int tr_log_set_level_name(const char *name);
 void tr_log_set_rank(int rank);
 void tr_log(tr_log_level level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 #define tr_info(...) tr_log(TR_LOG_INFO, __VA_ARGS__)

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "core/core.h"
+#include "launch/args.h"
 #include "launch/launch.h"
 
 static void launch_usage(FILE *f)
@@ -37,102 +38,56 @@ static void launch_usage(FILE *f)
             "(128 + signal if it was killed); 2 for bad usage.\n");
 }
 
-static int parse_int(const char *flag, const char *text, int min, int max, int *out)
-{
-    char *end;
-    errno = 0;
-    long v = strtol(text, &end, 10);
-    if (!*text || *end || errno || v < min || v > max) {
-        fprintf(stderr, "trident launch: %s needs an integer in [%d, %d], got '%s'\n", flag, min,
-                max, text);
-        return 2;
-    }
-    *out = (int)v;
-    return 0;
-}
-
 int tr_cmd_launch(int argc, char **argv)
 {
+    enum { NPROC, NNODES, NODE_RANK, MASTER_ADDR, MASTER_PORT, GRACE, NO_PREFIX };
+    static const tr_arg_opt options[] = {
+        [NPROC] = {"--nproc", TR_ARG_VALUE},
+        [NNODES] = {"--nnodes", TR_ARG_VALUE},
+        [NODE_RANK] = {"--node-rank", TR_ARG_VALUE},
+        [MASTER_ADDR] = {"--master-addr", TR_ARG_VALUE},
+        [MASTER_PORT] = {"--master-port", TR_ARG_VALUE},
+        [GRACE] = {"--grace-period", TR_ARG_VALUE},
+        [NO_PREFIX] = {"--no-prefix", TR_ARG_FLAG},
+        {NULL},
+    };
+    tr_args a = {.cmd = "trident launch", .opts = options, .usage = launch_usage,
+                 .stop_at_command = 1, .argc = argc, .argv = argv};
     tr_launch_options opts = {.nproc = 0, .nnodes = 1};
-    int i = 1, rc = 0, have_nproc = 0;
-    for (; i < argc && !rc; i++) {
-        const char *a = argv[i], *value = NULL;
-        if (!strcmp(a, "--")) {
-            i++;
-            break;
-        }
-        if (a[0] != '-')
-            break; /* the command starts here */
-        char flag[32];
-        const char *eq = strchr(a, '=');
-        if (!strncmp(a, "--", 2) && eq && (size_t)(eq - a) < sizeof flag) {
-            memcpy(flag, a, (size_t)(eq - a));
-            flag[eq - a] = '\0';
-            value = eq + 1;
-        } else {
-            snprintf(flag, sizeof flag, "%s", a);
-        }
-        if (!strcmp(flag, "-h") || !strcmp(flag, "--help")) {
-            launch_usage(stdout);
-            return 0;
-        }
-        if (!strcmp(flag, "--no-prefix")) {
-            opts.no_prefix = 1;
-            continue;
-        }
-        static const char *with_value[] = {"--nproc",       "--nnodes",      "--node-rank",
-                                           "--master-addr", "--master-port", "--grace-period"};
-        int known = 0;
-        for (size_t k = 0; k < sizeof with_value / sizeof with_value[0]; k++)
-            known |= !strcmp(flag, with_value[k]);
-        if (!known) {
-            fprintf(stderr, "trident launch: unknown option '%s' (see trident launch --help)\n",
-                    a);
-            return 2;
-        }
-        if (!value) {
-            if (i + 1 >= argc) {
-                fprintf(stderr, "trident launch: %s needs a value\n", flag);
-                return 2;
-            }
-            value = argv[++i];
-        }
-        if (!strcmp(flag, "--nproc")) {
-            rc = parse_int(flag, value, 1, 4096, &opts.nproc);
+    int rc = 0, have_nproc = 0, o;
+    const char *v;
+    while (!rc && (o = tr_args_next(&a, &v)) != TR_ARGS_END) {
+        if (o == TR_ARGS_HELP || o == TR_ARGS_ERROR)
+            return o == TR_ARGS_HELP ? 0 : 2;
+        if (o == NPROC) {
+            rc = tr_args_int(&a, "--nproc", v, 1, 4096, &opts.nproc);
             have_nproc = 1;
-        } else if (!strcmp(flag, "--nnodes")) {
-            rc = parse_int(flag, value, 1, INT_MAX, &opts.nnodes);
-        } else if (!strcmp(flag, "--node-rank")) {
-            rc = parse_int(flag, value, 0, INT_MAX, &opts.node_rank);
-        } else if (!strcmp(flag, "--master-port")) {
-            rc = parse_int(flag, value, 1, 65535, &opts.master_port);
-        } else if (!strcmp(flag, "--master-addr")) {
-            opts.master_addr = value;
+        } else if (o == NNODES) {
+            rc = tr_args_int(&a, "--nnodes", v, 1, INT_MAX, &opts.nnodes);
+        } else if (o == NODE_RANK) {
+            rc = tr_args_int(&a, "--node-rank", v, 0, INT_MAX, &opts.node_rank);
+        } else if (o == MASTER_PORT) {
+            rc = tr_args_int(&a, "--master-port", v, 1, 65535, &opts.master_port);
+        } else if (o == MASTER_ADDR) {
+            opts.master_addr = v;
+        } else if (o == NO_PREFIX) {
+            opts.no_prefix = 1;
         } else {
             char *end;
             errno = 0;
-            opts.grace_s = strtod(value, &end);
-            if (!*value || *end || errno || !(opts.grace_s > 0 && opts.grace_s <= 3600)) {
-                fprintf(stderr,
-                        "trident launch: --grace-period needs seconds in (0, 3600], got '%s'\n",
-                        value);
-                rc = 2;
-            }
+            opts.grace_s = strtod(v, &end);
+            if (!*v || *end || errno || !(opts.grace_s > 0 && opts.grace_s <= 3600))
+                rc = tr_args_error(&a, "--grace-period needs seconds in (0, 3600], got '%s'", v);
         }
     }
     if (rc)
         return rc;
-    if (!have_nproc) {
-        fprintf(stderr, "trident launch: --nproc is required (see trident launch --help)\n");
-        return 2;
-    }
-    if (i >= argc) {
-        fprintf(stderr, "trident launch: no command given (trident launch --nproc N -- "
-                        "COMMAND...)\n");
-        return 2;
-    }
+    if (!have_nproc)
+        return tr_args_error(&a, "--nproc is required (see trident launch --help)");
+    if (a.next >= argc)
+        return tr_args_error(&a, "no command given (trident launch --nproc N -- COMMAND...)");
     int exit_code = 1;
-    rc = tr_launch_local(&opts, argv + i, &exit_code);
+    rc = tr_launch_local(&opts, argv + a.next, &exit_code);
     if (rc) {
         fprintf(stderr, "trident launch: %s\n", tr_errmsg());
         return rc == TR_ERR_CONFIG ? 2 : 1;

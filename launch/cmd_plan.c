@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "core/core.h"
+#include "launch/args.h"
 #include "plan/plan.h"
 #include "yaml/config.h"
 
@@ -83,56 +84,53 @@ static int exit_code(int rc)
 
 int tr_cmd_plan(int argc, char **argv)
 {
-    const char *path = NULL, *calibrate = NULL, *sets[MAX_SETS];
-    int n_sets = 0, json = 0, search = 0, top = 10, world = 0;
+    enum { JSON, SEARCH, TOP, WORLD, SET, TOKENS, CALIBRATE };
+    static const tr_arg_opt options[] = {
+        [JSON] = {"--json", TR_ARG_FLAG},
+        [SEARCH] = {"--search", TR_ARG_FLAG},
+        [TOP] = {"--top", TR_ARG_VALUE},
+        [WORLD] = {"--world-size", TR_ARG_VALUE},
+        [SET] = {"--set", TR_ARG_VALUE},
+        [TOKENS] = {"--tokens", TR_ARG_VALUE},
+        [CALIBRATE] = {"--calibrate", TR_ARG_VALUE},
+        {NULL},
+    };
+    tr_args a = {.cmd = "trident plan", .opts = options, .usage = plan_usage,
+                 .unknown = "unknown option or missing value: '%s' (see trident plan --help)",
+                 .argc = argc, .argv = argv};
+    const char *path = NULL, *calibrate = NULL, *sets[MAX_SETS], *v;
+    int n_sets = 0, json = 0, search = 0, top = 10, world = 0, rc = 0, o;
     double tokens = 0;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        int has_next = i + 1 < argc;
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            plan_usage(stdout);
-            return 0;
-        } else if (!strcmp(a, "--json")) {
+    while (!rc && (o = tr_args_next(&a, &v)) != TR_ARGS_END) {
+        if (o == TR_ARGS_HELP || o == TR_ARGS_ERROR)
+            return o == TR_ARGS_HELP ? 0 : 2;
+        if (o == JSON)
             json = 1;
-        } else if (!strcmp(a, "--search")) {
+        else if (o == SEARCH)
             search = 1;
-        } else if ((!strcmp(a, "--top") || !strcmp(a, "--world-size")) && has_next) {
-            char *end;
-            errno = 0;
-            long v = strtol(argv[++i], &end, 10);
-            if (!*argv[i] || *end || errno || v < 1 || v > INT_MAX) {
-                fprintf(stderr, "trident plan: %s needs an integer >= 1, got '%s'\n", a, argv[i]);
-                return 2;
-            }
-            *(a[2] == 't' ? &top : &world) = (int)v;
-        } else if (!strcmp(a, "--set") && has_next) {
-            if (n_sets == MAX_SETS) {
-                fprintf(stderr, "trident plan: at most %d --set options\n", MAX_SETS);
-                return 2;
-            }
-            sets[n_sets++] = argv[++i];
-        } else if (!strcmp(a, "--tokens") && has_next) {
-            if (parse_tokens(argv[++i], &tokens))
-                return 2;
-        } else if (!strcmp(a, "--calibrate") && has_next) {
-            calibrate = argv[++i];
-        } else if (a[0] == '-' && a[1]) {
-            fprintf(stderr, "trident plan: unknown option or missing value: '%s'\n\n", a);
-            plan_usage(stderr);
-            return 2;
-        } else if (!path) {
-            path = a;
-        } else {
-            fprintf(stderr, "trident plan: one config file only (got '%s' and '%s')\n", path, a);
-            return 2;
-        }
+        else if (o == TOP || o == WORLD)
+            rc = tr_args_int(&a, options[o].name, v, 1, INT_MAX, o == TOP ? &top : &world);
+        else if (o == SET && n_sets == MAX_SETS)
+            rc = tr_args_error(&a, "at most %d --set options", MAX_SETS);
+        else if (o == SET)
+            sets[n_sets++] = v;
+        else if (o == TOKENS)
+            rc = parse_tokens(v, &tokens);
+        else if (o == CALIBRATE)
+            calibrate = v;
+        else if (path)
+            rc = tr_args_error(&a, "one config file only (got '%s' and '%s')", path, v);
+        else
+            path = v;
     }
+    if (rc)
+        return rc;
     if (!path) {
         plan_usage(stderr);
         return 2;
     }
     tr_config cfg;
-    int rc = tr_config_load(path, sets, n_sets, &cfg);
+    rc = tr_config_load(path, sets, n_sets, &cfg);
     if (rc) {
         fprintf(stderr, "trident plan: %s\n", tr_errmsg());
         return exit_code(rc);

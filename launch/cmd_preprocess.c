@@ -3,13 +3,13 @@
  * tokenizer. Flag names follow Megatron's tools/preprocess_data.py. */
 #include "launch/commands.h"
 
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "core/core.h"
 #include "data/data.h"
+#include "launch/args.h"
 
 static void preprocess_usage(FILE *f)
 {
@@ -36,95 +36,56 @@ static void preprocess_usage(FILE *f)
             "Exit status: 0 success, 1 I/O error (e.g. a missing input), 2 bad usage or input.\n");
 }
 
-static void usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static void usage_error(const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    fprintf(stderr, "trident preprocess: ");
-    vfprintf(stderr, fmt, ap);
-    fprintf(stderr, " (see trident preprocess --help)\n");
-    va_end(ap);
-}
-
-static int positive_int(const char *s)
-{
-    char *end;
-    long v = strtol(s, &end, 10);
-    return *s && !*end && v > 0 && v < 1000000;
-}
-
 int tr_cmd_preprocess(int argc, char **argv)
 {
+    enum { INPUT, OUTPUT_PREFIX, WORKERS, PER_FILE, APPEND_EOD, SPLIT_SENTENCES };
+    static const tr_arg_opt options[] = {
+        [INPUT] = {"--input", TR_ARG_VALUES, "file"},
+        [OUTPUT_PREFIX] = {"--output-prefix", TR_ARG_VALUE},
+        [WORKERS] = {"--workers", TR_ARG_VALUE},
+        [PER_FILE] = {"--document-per-file", TR_ARG_FLAG},
+        [APPEND_EOD] = {"--append-eod", TR_ARG_FLAG},
+        [SPLIT_SENTENCES] = {"--split-sentences", TR_ARG_FLAG},
+        {NULL},
+    };
+    tr_args a = {.cmd = "trident preprocess", .opts = options, .usage = preprocess_usage,
+                 .argc = argc, .argv = argv};
     const char **inputs = calloc((size_t)argc + 1, sizeof *inputs);
-    const char *prefix = NULL;
-    int n_inputs = 0, per_file = 0, rc = 2;
+    const char *prefix = NULL, *v;
+    int n_inputs = 0, per_file = 0, rc = 0, workers, o;
     if (!inputs) {
         fprintf(stderr, "trident preprocess: out of memory\n");
         return 1;
     }
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            preprocess_usage(stdout);
-            rc = 0;
-            goto done;
-        } else if (!strcmp(a, "--input")) {
-            int before = n_inputs;
-            while (i + 1 < argc && !(argv[i + 1][0] == '-' && argv[i + 1][1] != '\0'))
-                inputs[n_inputs++] = argv[++i];
-            if (n_inputs == before) {
-                usage_error("%s needs at least one file", a);
-                goto done;
-            }
-        } else if (!strncmp(a, "--input=", 8)) {
-            if (!a[8]) {
-                usage_error("%s needs a file name", "--input=");
-                goto done;
-            }
-            inputs[n_inputs++] = a + 8;
-        } else if (!strcmp(a, "--output-prefix") || !strcmp(a, "--workers")) {
-            if (i + 1 >= argc) {
-                usage_error("%s needs a value", a);
-                goto done;
-            }
-            if (!strcmp(a, "--output-prefix"))
-                prefix = argv[++i];
-            else if (!positive_int(argv[++i])) {
-                usage_error("--workers needs a positive integer, got '%s'", argv[i]);
-                goto done;
-            }
-        } else if (!strncmp(a, "--output-prefix=", 16)) {
-            prefix = a + 16;
-        } else if (!strncmp(a, "--workers=", 10)) {
-            if (!positive_int(a + 10)) {
-                usage_error("--workers needs a positive integer, got '%s'", a + 10);
-                goto done;
-            }
-        } else if (!strcmp(a, "--document-per-file")) {
-            per_file = 1;
-        } else if (!strcmp(a, "--append-eod")) {
-            /* always on */
-        } else if (!strcmp(a, "--split-sentences")) {
-            usage_error("%s is not supported (the byte-level tokenizer has no sentence "
-                        "splitter)", a);
-            goto done;
-        } else if (a[0] == '-' && a[1] != '\0') {
-            usage_error("unknown option '%s'", a);
-            goto done;
-        } else {
-            usage_error("unexpected argument '%s' (input files go after --input)", a);
-            goto done;
+    while (!rc && (o = tr_args_next(&a, &v)) != TR_ARGS_END) {
+        if (o == TR_ARGS_HELP || o == TR_ARGS_ERROR) {
+            free(inputs);
+            return o == TR_ARGS_HELP ? 0 : 2;
         }
+        if (o == INPUT && !*v)
+            rc = tr_args_error(&a, "--input= needs a file name");
+        else if (o == INPUT)
+            inputs[n_inputs++] = v;
+        else if (o == OUTPUT_PREFIX)
+            prefix = v;
+        else if (o == WORKERS && !tr_args_parse_int(v, 1, 999999, &workers))
+            rc = tr_args_error(&a, "--workers needs a positive integer, got '%s'", v);
+        else if (o == PER_FILE)
+            per_file = 1;
+        else if (o == SPLIT_SENTENCES)
+            rc = tr_args_error(&a, "--split-sentences is not supported (the byte-level tokenizer "
+                                   "has no sentence splitter)");
+        else if (o == TR_ARGS_POSITIONAL)
+            rc = tr_args_error(&a, "unexpected argument '%s' (input files go after --input)", v);
+        /* --append-eod: always on; --workers: ignored */
     }
-    if (n_inputs == 0) {
-        usage_error("%s", "no input files (give --input FILE...)");
+    if (!rc && n_inputs == 0)
+        rc = tr_args_error(&a, "no input files (give --input FILE...)");
+    if (!rc && (!prefix || !prefix[0]))
+        rc = tr_args_error(&a, "%s", prefix ? "--output-prefix is empty"
+                                            : "missing --output-prefix PREFIX");
+    if (rc)
         goto done;
-    }
-    if (!prefix || !prefix[0]) {
-        usage_error("%s", prefix ? "--output-prefix is empty" : "missing --output-prefix PREFIX");
-        goto done;
-    }
     uint64_t n_docs = 0, n_tokens = 0;
     double t0 = tr_now();
     int st = tr_preprocess_text(inputs, n_inputs, prefix, !per_file, &n_docs, &n_tokens);

@@ -3,13 +3,13 @@
  * free communication) and the bubble fraction next to the closed formula. */
 #include "launch/commands.h"
 
-#include <errno.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "core/core.h"
+#include "launch/args.h"
 #include "pp/pp.h"
 
 #define TIMELINE_MAX_WIDTH 20000 /* characters per row; wider timelines are left out */
@@ -44,19 +44,6 @@ static void schedule_usage(FILE *f)
             "Exit status: 0 success, 2 bad usage.\n");
 }
 
-static int parse_int(const char *opt, const char *s, int *out)
-{
-    char *end;
-    errno = 0;
-    long v = strtol(s, &end, 10);
-    if (errno || end == s || *end || v < INT_MIN || v > INT_MAX) {
-        fprintf(stderr, "trident schedule: %s needs an integer (got '%s')\n", opt, s);
-        return 2;
-    }
-    *out = (int)v;
-    return 0;
-}
-
 typedef struct {
     int P, M, v, json, comm, have_vpp;
     tr_pp_kind kind;
@@ -65,76 +52,48 @@ typedef struct {
 /* Returns -1 to go on, else the exit code. */
 static int parse_args(int argc, char **argv, sched_args *a)
 {
-    int have_pp = 0, have_m = 0;
-    for (int i = 1; i < argc; i++) {
-        const char *arg = argv[i], *val = NULL;
-        char name[32];
-        const char *eq = strchr(arg, '=');
-        if (!strncmp(arg, "--", 2) && eq && (size_t)(eq - arg) < sizeof name) {
-            memcpy(name, arg, (size_t)(eq - arg));
-            name[eq - arg] = '\0';
-            val = eq + 1;
-            arg = name;
+    enum { PP, MICROBATCHES, SCHEDULE, VPP, JSON, COMM };
+    static const tr_arg_opt options[] = {
+        [PP] = {"--pp", TR_ARG_VALUE},
+        [MICROBATCHES] = {"--microbatches", TR_ARG_VALUE},
+        [SCHEDULE] = {"--schedule", TR_ARG_VALUE},
+        [VPP] = {"--vpp", TR_ARG_VALUE},
+        [JSON] = {"--json", TR_ARG_FLAG},
+        [COMM] = {"--comm", TR_ARG_FLAG},
+        {NULL},
+    };
+    tr_args p = {.cmd = "trident schedule", .opts = options, .usage = schedule_usage,
+                 .unknown = "unknown argument '%s' (see --help)", .argc = argc, .argv = argv};
+    int have_pp = 0, have_m = 0, rc = 0, o;
+    const char *v;
+    while (!rc && (o = tr_args_next(&p, &v)) != TR_ARGS_END) {
+        if (o == TR_ARGS_HELP || o == TR_ARGS_ERROR)
+            return o == TR_ARGS_HELP ? 0 : 2;
+        if (o == TR_ARGS_POSITIONAL) {
+            rc = tr_args_error(&p, "unknown argument '%s' (see --help)", v);
+        } else if (o == JSON || o == COMM) {
+            *(o == JSON ? &a->json : &a->comm) = 1;
+        } else if (o == SCHEDULE) {
+            if (tr_pp_kind_parse(v, &a->kind))
+                rc = tr_args_error(&p, "--schedule: %s", tr_errmsg());
+        } else {
+            rc = tr_args_int(&p, options[o].name, v, INT_MIN, INT_MAX,
+                             o == PP ? &a->P : o == MICROBATCHES ? &a->M : &a->v);
+            *(o == PP ? &have_pp : o == MICROBATCHES ? &have_m : &a->have_vpp) = 1;
         }
-        if (!strcmp(arg, "-h") || !strcmp(arg, "--help")) {
-            schedule_usage(stdout);
-            return 0;
-        }
-        if (!strcmp(arg, "--json") || !strcmp(arg, "--comm")) {
-            if (val) {
-                fprintf(stderr, "trident schedule: %s takes no value\n", arg);
-                return 2;
-            }
-            *(!strcmp(arg, "--json") ? &a->json : &a->comm) = 1;
-            continue;
-        }
-        if (strcmp(arg, "--pp") && strcmp(arg, "--microbatches") && strcmp(arg, "--schedule") &&
-            strcmp(arg, "--vpp")) {
-            fprintf(stderr, "trident schedule: unknown argument '%s' (see --help)\n", argv[i]);
-            return 2;
-        }
-        if (!val) {
-            if (i + 1 >= argc) {
-                fprintf(stderr, "trident schedule: %s needs a value\n", arg);
-                return 2;
-            }
-            val = argv[++i];
-        }
-        int rc = 0;
-        if (!strcmp(arg, "--pp")) {
-            rc = parse_int(arg, val, &a->P);
-            have_pp = 1;
-        } else if (!strcmp(arg, "--microbatches")) {
-            rc = parse_int(arg, val, &a->M);
-            have_m = 1;
-        } else if (!strcmp(arg, "--vpp")) {
-            rc = parse_int(arg, val, &a->v);
-            a->have_vpp = 1;
-        } else if (tr_pp_kind_parse(val, &a->kind)) {
-            fprintf(stderr, "trident schedule: --schedule: %s\n", tr_errmsg());
-            return 2;
-        }
-        if (rc)
-            return rc;
     }
-    if (!have_pp || !have_m) {
-        fprintf(stderr, "trident schedule: %s is required (see --help)\n",
-                have_pp ? "--microbatches M" : "--pp P");
-        return 2;
-    }
-    if (a->kind == TR_PP_INTERLEAVED && !a->have_vpp) {
-        fprintf(stderr, "trident schedule: --schedule interleaved needs --vpp V (V >= 2 model "
-                        "chunks per stage)\n");
-        return 2;
-    }
-    if (a->kind != TR_PP_INTERLEAVED && a->have_vpp && a->v != 1) {
-        fprintf(stderr, "trident schedule: --vpp %d needs --schedule interleaved\n", a->v);
-        return 2;
-    }
-    if (tr_pp_validate(a->P, a->M, a->kind, a->v)) {
-        fprintf(stderr, "trident schedule: %s\n", tr_errmsg());
-        return 2;
-    }
+    if (rc)
+        return rc;
+    if (!have_pp || !have_m)
+        return tr_args_error(&p, "%s is required (see --help)",
+                             have_pp ? "--microbatches M" : "--pp P");
+    if (a->kind == TR_PP_INTERLEAVED && !a->have_vpp)
+        return tr_args_error(&p, "--schedule interleaved needs --vpp V (V >= 2 model chunks per "
+                                 "stage)");
+    if (a->kind != TR_PP_INTERLEAVED && a->have_vpp && a->v != 1)
+        return tr_args_error(&p, "--vpp %d needs --schedule interleaved", a->v);
+    if (tr_pp_validate(a->P, a->M, a->kind, a->v))
+        return tr_args_error(&p, "%s", tr_errmsg());
     return -1;
 }
 

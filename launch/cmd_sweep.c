@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "core/core.h"
+#include "launch/args.h"
 #include "launch/commands.h"
 #include "launch/sweep.h"
 
@@ -33,28 +34,30 @@ static void sweep_usage(FILE *f)
 
 int tr_cmd_sweep(int argc, char **argv)
 {
+    enum { OUT, CLUSTER, DRY_RUN };
+    static const tr_arg_opt options[] = {
+        [OUT] = {"--out", TR_ARG_VALUE},
+        [CLUSTER] = {"--cluster", TR_ARG_VALUE},
+        [DRY_RUN] = {"--dry-run", TR_ARG_FLAG},
+        {NULL},
+    };
+    tr_args a = {.cmd = "trident sweep", .opts = options, .usage = sweep_usage, .argc = argc,
+                 .argv = argv};
     tr_sweep_options o = {.log = stdout};
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            sweep_usage(stdout);
-            return 0;
-        } else if (!strcmp(a, "--dry-run")) {
+    const char *v;
+    for (int k; (k = tr_args_next(&a, &v)) != TR_ARGS_END;) {
+        if (k == TR_ARGS_HELP || k == TR_ARGS_ERROR)
+            return k == TR_ARGS_HELP ? 0 : 2;
+        if (k == OUT)
+            o.out_dir = v;
+        else if (k == CLUSTER)
+            o.cluster = v;
+        else if (k == DRY_RUN)
             o.dry_run = 1;
-        } else if ((!strcmp(a, "--out") || !strcmp(a, "--cluster")) && i + 1 < argc) {
-            if (!strcmp(a, "--out"))
-                o.out_dir = argv[++i];
-            else
-                o.cluster = argv[++i];
-        } else if (a[0] == '-') {
-            fprintf(stderr, "trident sweep: unknown option or missing value '%s' (see --help)\n", a);
-            return 2;
-        } else if (!o.grid_path) {
-            o.grid_path = a;
-        } else {
-            fprintf(stderr, "trident sweep: more than one grid spec given\n");
-            return 2;
-        }
+        else if (o.grid_path)
+            return tr_args_error(&a, "more than one grid spec given");
+        else
+            o.grid_path = v;
     }
     if (!o.grid_path) {
         fprintf(stderr, "trident sweep: no grid spec given\n\n");

@@ -2,13 +2,13 @@
  * [--json]`: print every process group of a layout, and where the groups sit on nodes. */
 #include "launch/commands.h"
 
-#include <errno.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "core/core.h"
+#include "launch/args.h"
 #include "topo/topo.h"
 #include "yaml/config.h"
 
@@ -39,19 +39,6 @@ static void topo_usage(FILE *f)
             "  -h, --help           this text\n"
             "\n"
             "Exit status: 0 success, 2 bad usage or impossible layout.\n");
-}
-
-static int parse_int_flag(const char *flag, const char *text, int min, int *out)
-{
-    char *end;
-    errno = 0;
-    long v = strtol(text, &end, 10);
-    if (!*text || *end || errno || v < min || v > INT_MAX) {
-        fprintf(stderr, "trident topo: %s needs an integer >= %d, got '%s'\n", flag, min, text);
-        return 2;
-    }
-    *out = (int)v;
-    return 0;
 }
 
 /* Nodes an ascending member list spans when nodes hold G consecutive ranks. */
@@ -206,73 +193,43 @@ static int sizes_from_config(const char *path, int *tp, int *pp, char **order, c
 
 int tr_cmd_topo(int argc, char **argv)
 {
-    int world = -1, tp = -1, pp = -1, gpus_per_node = 0, json = 0, rc = 0;
-    const char *config_path = NULL;
-    char *order = NULL;
-    for (int i = 1; i < argc && !rc; i++) {
-        const char *a = argv[i], *value = NULL;
-        char flag[32];
-        const char *eq = strchr(a, '=');
-        if (!strncmp(a, "--", 2) && eq && (size_t)(eq - a) < sizeof flag) {
-            memcpy(flag, a, (size_t)(eq - a));
-            flag[eq - a] = '\0';
-            value = eq + 1;
-        } else {
-            snprintf(flag, sizeof flag, "%s", a);
-        }
-        if (!strcmp(flag, "-h") || !strcmp(flag, "--help")) {
-            topo_usage(stdout);
-            free(order);
-            return 0;
-        }
-        if (!strcmp(flag, "--json")) {
-            if (value) {
-                fprintf(stderr, "trident topo: --json takes no value\n");
-                rc = 2;
-            }
+    enum { WORLD, TP, PP, GPUS_PER_NODE, CONFIG, ORDER, JSON };
+    static const tr_arg_opt options[] = {
+        [WORLD] = {"--world-size", TR_ARG_VALUE},
+        [TP] = {"--tp", TR_ARG_VALUE},
+        [PP] = {"--pp", TR_ARG_VALUE},
+        [GPUS_PER_NODE] = {"--gpus-per-node", TR_ARG_VALUE},
+        [CONFIG] = {"--config", TR_ARG_VALUE},
+        [ORDER] = {"--order", TR_ARG_VALUE},
+        [JSON] = {"--json", TR_ARG_FLAG},
+        {NULL},
+    };
+    tr_args a = {.cmd = "trident topo", .opts = options, .usage = topo_usage, .argc = argc,
+                 .argv = argv};
+    int world = -1, tp = -1, pp = -1, gpus_per_node = 0, json = 0, rc = 0, o;
+    const char *config_path = NULL, *order_arg = NULL, *v;
+    while (!rc && (o = tr_args_next(&a, &v)) != TR_ARGS_END) {
+        if (o == TR_ARGS_HELP || o == TR_ARGS_ERROR)
+            return o == TR_ARGS_HELP ? 0 : 2;
+        if (o == TR_ARGS_POSITIONAL)
+            rc = tr_args_error(&a, "unknown argument '%s' (see trident topo --help)", v);
+        else if (o == JSON)
             json = 1;
-            continue;
-        }
-        static const char *with_value[] = {"--world-size", "--tp", "--pp", "--order",
-                                           "--gpus-per-node", "--config"};
-        int known = 0;
-        for (size_t k = 0; k < sizeof with_value / sizeof with_value[0]; k++)
-            known |= !strcmp(flag, with_value[k]);
-        if (!known) {
-            fprintf(stderr, "trident topo: unknown %s '%s' (see trident topo --help)\n",
-                    a[0] == '-' ? "option" : "argument", a);
-            rc = 2;
-            break;
-        }
-        if (!value) {
-            if (i + 1 >= argc) {
-                fprintf(stderr, "trident topo: %s needs a value\n", flag);
-                rc = 2;
-                break;
-            }
-            value = argv[++i];
-        }
-        if (!strcmp(flag, "--world-size"))
-            rc = parse_int_flag(flag, value, 1, &world);
-        else if (!strcmp(flag, "--tp"))
-            rc = parse_int_flag(flag, value, 1, &tp);
-        else if (!strcmp(flag, "--pp"))
-            rc = parse_int_flag(flag, value, 1, &pp);
-        else if (!strcmp(flag, "--gpus-per-node"))
-            rc = parse_int_flag(flag, value, 1, &gpus_per_node);
-        else if (!strcmp(flag, "--config"))
-            config_path = value;
-        else {
-            free(order);
-            order = strdup(value);
-        }
+        else if (o == CONFIG)
+            config_path = v;
+        else if (o == ORDER)
+            order_arg = v;
+        else
+            rc = tr_args_int(&a, options[o].name, v, 1, INT_MAX,
+                             o == WORLD ? &world : o == TP ? &tp : o == PP ? &pp : &gpus_per_node);
     }
-    if (!rc && world < 0) {
-        fprintf(stderr, "trident topo: --world-size is required (see trident topo --help)\n");
-        rc = 2;
-    }
+    if (!rc && world < 0)
+        rc = tr_args_error(&a, "--world-size is required (see trident topo --help)");
+    if (rc)
+        return rc;
+    char *order = order_arg ? strdup(order_arg) : NULL;
     char where[512] = "";
-    if (!rc && config_path)
+    if (config_path)
         rc = sizes_from_config(config_path, &tp, &pp, &order, where, sizeof where);
     if (rc) {
         free(order);

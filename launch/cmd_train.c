@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "core/core.h"
+#include "launch/args.h"
 #include "launch/launch.h"
 #include "train/train.h"
 #include "yaml/config.h"
@@ -105,63 +106,50 @@ static int exit_code_for(int rc) { return rc == TR_ERR_CONFIG || rc == TR_ERR_IN
 
 int tr_cmd_train(int argc, char **argv)
 {
-    const char *config_path = NULL, *run_dir = NULL, *dump_grads = NULL;
+    enum { SET, RUN_DIR, NPROC, DUMP_GRADS, QUIET };
+    static const tr_arg_opt options[] = {
+        [SET] = {"--set", TR_ARG_VALUE},
+        [RUN_DIR] = {"--run-dir", TR_ARG_VALUE},
+        [NPROC] = {"--nproc", TR_ARG_VALUE},
+        [DUMP_GRADS] = {"--dump-grads", TR_ARG_VALUE},
+        [QUIET] = {"--quiet", TR_ARG_FLAG},
+        {NULL},
+    };
+    tr_args a = {.cmd = "trident train", .opts = options, .usage = train_usage, .argc = argc,
+                 .argv = argv};
+    const char *config_path = NULL, *run_dir = NULL, *dump_grads = NULL, *v;
     const char **overrides = calloc((size_t)argc + 1, sizeof *overrides);
-    int n_overrides = 0, quiet = 0, nproc = 0;
+    int n_overrides = 0, quiet = 0, nproc = 0, rc = 0, o;
     if (!overrides)
         return 1;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            train_usage(stdout);
+    while (!rc && (o = tr_args_next(&a, &v)) != TR_ARGS_END) {
+        if (o == TR_ARGS_HELP || o == TR_ARGS_ERROR) {
             free(overrides);
-            return 0;
-        } else if (!strcmp(a, "--dump-grads") && i + 1 < argc) {
-            dump_grads = argv[++i];
-        } else if (!strcmp(a, "--set") || !strcmp(a, "--run-dir")) {
-            if (i + 1 >= argc) {
-                fprintf(stderr, "trident train: %s needs a value\n", a);
-                free(overrides);
-                return 2;
-            }
-            if (!strcmp(a, "--set"))
-                overrides[n_overrides++] = argv[++i];
-            else
-                run_dir = argv[++i];
-        } else if (!strncmp(a, "--set=", 6)) {
-            overrides[n_overrides++] = a + 6;
-        } else if (!strncmp(a, "--run-dir=", 10)) {
-            run_dir = a + 10;
-        } else if (!strcmp(a, "--nproc") || !strncmp(a, "--nproc=", 8)) {
-            const char *v = a[7] == '=' ? a + 8 : (i + 1 < argc ? argv[++i] : NULL);
-            char *end = NULL;
-            long n = v ? strtol(v, &end, 10) : 0;
-            if (!v || *end || n < 1 || n > 4096) {
-                fprintf(stderr, "trident train: --nproc needs a number of ranks in 1..4096\n");
-                free(overrides);
-                return 2;
-            }
-            nproc = (int)n;
-        } else if (!strcmp(a, "--quiet")) {
-            quiet = 1;
-        } else if (a[0] == '-') {
-            fprintf(stderr, "trident train: unknown option '%s' (see trident train --help)\n", a);
-            free(overrides);
-            return 2;
-        } else if (!config_path) {
-            config_path = a;
-        } else {
-            fprintf(stderr, "trident train: more than one config given ('%s' and '%s')\n",
-                    config_path, a);
-            free(overrides);
-            return 2;
+            return o == TR_ARGS_HELP ? 0 : 2;
         }
+        if (o == SET)
+            overrides[n_overrides++] = v;
+        else if (o == RUN_DIR)
+            run_dir = v;
+        else if (o == NPROC)
+            rc = tr_args_int(&a, "--nproc", v, 1, 4096, &nproc);
+        else if (o == DUMP_GRADS)
+            dump_grads = v;
+        else if (o == QUIET)
+            quiet = 1;
+        else if (config_path)
+            rc = tr_args_error(&a, "more than one config given ('%s' and '%s')", config_path, v);
+        else
+            config_path = v;
     }
-    if (!config_path) {
+    if (!rc && !config_path) {
         fprintf(stderr, "trident train: no config given\n\n");
         train_usage(stderr);
+        rc = 2;
+    }
+    if (rc) {
         free(overrides);
-        return 2;
+        return rc;
     }
     if (nproc > 0) {
         free(overrides);
@@ -172,10 +160,17 @@ int tr_cmd_train(int argc, char **argv)
         return 2;
     }
     tr_config cfg;
-    int rc = tr_config_load(config_path, overrides, n_overrides, &cfg);
+    rc = tr_config_load(config_path, overrides, n_overrides, &cfg);
     free(overrides);
     if (rc) {
         fprintf(stderr, "trident train: %s\n", tr_errmsg());
+        return 2;
+    }
+    /* logging.level, unless TRIDENT_LOG_LEVEL (applied in main) chose for this invocation */
+    const char *env_level = getenv("TRIDENT_LOG_LEVEL");
+    if ((!env_level || !*env_level) && tr_log_set_level_name(cfg.logging.level)) {
+        fprintf(stderr, "trident train: %s\n", tr_errmsg());
+        tr_config_free(&cfg);
         return 2;
     }
     char default_dir[512];

@@ -29,7 +29,9 @@ static void usage(FILE *f)
             "  sweep GRID.yaml [--dry-run]\n"
             "                     run every layout of a grid spec, write CSV/JSONL/SVG\n"
             "\n"
-            "`trident COMMAND --help` describes each command's options.\n");
+            "`trident COMMAND --help` describes each command's options.\n"
+            "TRIDENT_LOG_LEVEL=debug|info|warning|error sets which log messages are printed\n"
+            "(default info; the ranks a command starts inherit it).\n");
 }
 
 /* OpenBLAS 0.3.21 picks its Haswell kernels on AVX-512 CPUs unless told otherwise (about
@@ -49,7 +51,11 @@ int main(int argc, char **argv)
         usage(stderr);
         return 2;
     }
-    const char *cmd = argv[1];
+    const char *cmd = argv[1], *level = getenv("TRIDENT_LOG_LEVEL");
+    if (level && *level && tr_log_set_level_name(level)) {
+        fprintf(stderr, "trident: TRIDENT_LOG_LEVEL: %s\n", tr_errmsg());
+        return 2;
+    }
     if (!strcmp(cmd, "train"))
         prefer_avx512_blas_kernels(argv);
     if (!strcmp(cmd, "--help") || !strcmp(cmd, "-h") || !strcmp(cmd, "help")) {

@@ -4,26 +4,18 @@ errors (1), --help, and good runs (every spelling of --input, --document-per-fil
 PREFIX.bin / PREFIX.idx hold exactly the expected tokens.
 usage: test_preprocess_cli.py TRIDENT WORKDIR"""
 import os
-import shutil
 import struct
-import subprocess
 import sys
 
-trident, work = sys.argv[1], sys.argv[2]
-shutil.rmtree(work, ignore_errors=True)
-os.makedirs(work)
-failures = 0
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "common"))
+import trident_test as tt  # noqa: E402
+from trident_test import check  # noqa: E402
 
-
-def check(name, ok, detail=""):
-    global failures
-    print(("ok   " if ok else "FAIL ") + name + ("" if ok else "\n     " + detail))
-    failures += 0 if ok else 1
+trident, work = sys.argv[1], tt.fresh_dir(sys.argv[2])
 
 
 def run(*args):
-    return subprocess.run([trident, "preprocess", *args], capture_output=True, text=True,
-                          timeout=60)
+    return tt.run([trident, "preprocess", *args], timeout=60)
 
 
 def path(name):
@@ -50,12 +42,9 @@ def documents(prefix):
     return docs
 
 
-with open(path("a.txt"), "wb") as f:
-    f.write(b"first\ndoc\n\nsecond\n")
-with open(path("b.txt"), "wb") as f:
-    f.write(b"fortune one\n%\nfortune\x00 two\n%\n")
-with open(path("c.txt"), "wb") as f:
-    f.write(b"no newline at the end")
+tt.write(path("a.txt"), b"first\ndoc\n\nsecond\n")
+tt.write(path("b.txt"), b"fortune one\n%\nfortune\x00 two\n%\n")
+tt.write(path("c.txt"), b"no newline at the end")
 
 # ---- bad usage: exit 2 and a message naming the problem ----
 bad = [
@@ -124,11 +113,10 @@ check("--document-per-file: one document per file",
                                  b"fortune one\n%\nfortune two\n%\n"],
       repr(documents(path("out"))))
 
-with open(path("empty.txt"), "wb"):
-    pass
+tt.write(path("empty.txt"), b"")
 r = run("--input", path("empty.txt"), "--output-prefix", path("empty"))
 check("empty input: exit 0 with a warning", r.returncode == 0 and "0 documents" in r.stdout
       and "no document" in r.stderr, r.stdout + r.stderr)
 check("empty input: valid empty dataset", documents(path("empty")) == [])
 
-sys.exit(1 if failures else 0)
+tt.finish()

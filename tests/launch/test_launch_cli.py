@@ -13,6 +13,10 @@ import subprocess
 import sys
 import time
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "common"))
+import trident_test as tt  # noqa: E402
+from trident_test import expect, failures  # noqa: E402
+
 TRIDENT = os.path.abspath(sys.argv[1])
 BOUND_S = 10.0  # every failure must stop the whole job within this
 MARK = f"7{os.getpid() % 100000:05d}3"  # "sleep <MARK>" appears in no other process
@@ -20,21 +24,12 @@ CLEAN_ENV = {k: v for k, v in os.environ.items()
              if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR",
                           "MASTER_PORT", "TRIDENT_JOB_TOKEN", "OMP_NUM_THREADS",
                           "OPENBLAS_NUM_THREADS", "OPENBLAS_CORETYPE")}
-failures = []
 timings = {}
-
-
-def check(cond, what):
-    if not cond:
-        failures.append(what)
-        print(f"FAIL: {what}", flush=True)
-    return cond
 
 
 def run(args, env=None, timeout=30):
     t0 = time.monotonic()
-    p = subprocess.run([TRIDENT] + args, capture_output=True, text=True, timeout=timeout,
-                       env=env if env is not None else CLEAN_ENV)
+    p = tt.run([TRIDENT] + args, timeout=timeout, env=env if env is not None else CLEAN_ENV)
     return p, time.monotonic() - t0
 
 
@@ -59,75 +54,75 @@ def test_environment():
               '$MASTER_PORT $TRIDENT_JOB_TOKEN $OPENBLAS_NUM_THREADS $OMP_NUM_THREADS '
               '${OPENBLAS_CORETYPE:-unset}"')
     p, _ = launch(script)
-    check(p.returncode == 0, f"env: exit {p.returncode}, stderr {p.stderr!r}")
+    expect(p.returncode == 0, f"env: exit {p.returncode}, stderr {p.stderr!r}")
     rows = {}
     for line in p.stdout.splitlines():
         head, _, rest = line.partition(" ")
         f = rest.split()
-        if check(head.startswith("[r") and f and f[0] == "ENV", f"env: odd line {line!r}"):
+        if expect(head.startswith("[r") and f and f[0] == "ENV", f"env: odd line {line!r}"):
             rows[int(head[2:-1])] = f[1:]
-    check(sorted(rows) == [0, 1, 2, 3], f"env: ranks seen {sorted(rows)}")
+    expect(sorted(rows) == [0, 1, 2, 3], f"env: ranks seen {sorted(rows)}")
     threads = max(1, len(os.sched_getaffinity(0)) // 4)
     avx512 = "avx512f" in open("/proc/cpuinfo").read()
     for r, f in rows.items():
-        check(f[0] == str(r) and f[2] == str(r), f"env: rank {r} has RANK/LOCAL_RANK {f[0]}/{f[2]}")
-        check(f[1] == "4" and f[3] == "4", f"env: rank {r} sizes {f[1]}/{f[3]}")
-        check(f[4] == "127.0.0.1", f"env: rank {r} MASTER_ADDR {f[4]}")
-        check(f[5].isdigit() and 0 < int(f[5]) < 65536, f"env: rank {r} MASTER_PORT {f[5]}")
-        check(len(f[6]) >= 16, f"env: rank {r} token {f[6]!r}")
-        check(f[7] == str(threads) and f[8] == str(threads),
-              f"env: rank {r} threads {f[7]}/{f[8]}, want {threads}")
-        check(f[9] == ("SkylakeX" if avx512 else "unset"), f"env: rank {r} coretype {f[9]}")
-    check(len({tuple(f[4:7]) for f in rows.values()}) == 1, "env: ranks disagree on master/token")
+        expect(f[0] == str(r) and f[2] == str(r), f"env: rank {r} has RANK/LOCAL_RANK {f[0]}/{f[2]}")
+        expect(f[1] == "4" and f[3] == "4", f"env: rank {r} sizes {f[1]}/{f[3]}")
+        expect(f[4] == "127.0.0.1", f"env: rank {r} MASTER_ADDR {f[4]}")
+        expect(f[5].isdigit() and 0 < int(f[5]) < 65536, f"env: rank {r} MASTER_PORT {f[5]}")
+        expect(len(f[6]) >= 16, f"env: rank {r} token {f[6]!r}")
+        expect(f[7] == str(threads) and f[8] == str(threads),
+               f"env: rank {r} threads {f[7]}/{f[8]}, want {threads}")
+        expect(f[9] == ("SkylakeX" if avx512 else "unset"), f"env: rank {r} coretype {f[9]}")
+    expect(len({tuple(f[4:7]) for f in rows.values()}) == 1, "env: ranks disagree on master/token")
     # What the user set is kept; the launcher's identity variables replace stale ones.
     env = dict(CLEAN_ENV, OMP_NUM_THREADS="5", OPENBLAS_NUM_THREADS="6", TRIDENT_JOB_TOKEN="tk",
                OPENBLAS_CORETYPE="Haswell", RANK="17", WORLD_SIZE="99")
     p, _ = launch(script, nproc=2, extra=["--master-port", "29777"], env=env)
     lines = sorted(p.stdout.splitlines())
-    check(p.returncode == 0 and len(lines) == 2, f"env kept: {p.returncode} {lines}")
+    expect(p.returncode == 0 and len(lines) == 2, f"env kept: {p.returncode} {lines}")
     for r, line in enumerate(lines):
         f = line.split()[2:]
-        check(f[0] == str(r) and f[1] == "2" and f[5] == "29777" and f[6] == "tk" and
-              f[7] == "6" and f[8] == "5" and f[9] == "Haswell", f"env kept: {line!r}")
+        expect(f[0] == str(r) and f[1] == "2" and f[5] == "29777" and f[6] == "tk" and
+               f[7] == "6" and f[8] == "5" and f[9] == "Haswell", f"env kept: {line!r}")
 
 
 def test_prefix():
     p, _ = launch('echo "out $RANK"; echo "err $RANK" >&2; printf "two\\nlines\\n"; '
                   'printf "no newline $RANK"')
-    check(p.returncode == 0, f"prefix: exit {p.returncode}")
+    expect(p.returncode == 0, f"prefix: exit {p.returncode}")
     out, err = p.stdout.splitlines(), p.stderr.splitlines()
     for r in range(4):
         for want in (f"[r{r}] out {r}", f"[r{r}] two", f"[r{r}] lines", f"[r{r}] no newline {r}"):
-            check(want in out, f"prefix: {want!r} missing from stdout {out}")
-        check(f"[r{r}] err {r}" in err, f"prefix: '[r{r}] err {r}' missing from stderr {err}")
-    check(all(l.startswith("[r") for l in out + err), "prefix: an unprefixed line")
-    check(len(out) == 16 and len(err) == 4, f"prefix: {len(out)} stdout / {len(err)} stderr lines")
+            expect(want in out, f"prefix: {want!r} missing from stdout {out}")
+        expect(f"[r{r}] err {r}" in err, f"prefix: '[r{r}] err {r}' missing from stderr {err}")
+    expect(all(l.startswith("[r") for l in out + err), "prefix: an unprefixed line")
+    expect(len(out) == 16 and len(err) == 4, f"prefix: {len(out)} stdout / {len(err)} stderr lines")
     # Lines of different ranks never mix: many lines from every rank at once.
     p, _ = launch('i=0; while [ $i -lt 2000 ]; do echo "rank $RANK line $i end"; i=$((i+1)); done')
     out = p.stdout.splitlines()
     good = [l for l in out if l.startswith("[r") and l.endswith(" end")
             and l.split()[0] == f"[r{l.split()[2]}]"]
-    check(len(out) == 8000 and len(good) == 8000, f"prefix: {len(good)}/{len(out)} whole lines")
+    expect(len(out) == 8000 and len(good) == 8000, f"prefix: {len(good)}/{len(out)} whole lines")
 
 
 def test_rank_exits_3():
     p, dt = launch(f'if [ $RANK = 2 ]; then sleep 0.3; exit 3; fi; sleep {MARK}')
     timings["exit 3 -> all stopped"] = dt
-    check(p.returncode == 3, f"exit 3: launcher exit {p.returncode}")
-    check("rank 2 exited with status 3; stopping the other ranks" in p.stderr,
-          f"exit 3: message missing: {p.stderr!r}")
-    check(dt < BOUND_S, f"exit 3: took {dt:.1f} s")
-    check(not wait_no_survivors(), "exit 3: processes left")
+    expect(p.returncode == 3, f"exit 3: launcher exit {p.returncode}")
+    expect("rank 2 exited with status 3; stopping the other ranks" in p.stderr,
+           f"exit 3: message missing: {p.stderr!r}")
+    expect(dt < BOUND_S, f"exit 3: took {dt:.1f} s")
+    expect(not wait_no_survivors(), "exit 3: processes left")
 
 
 def test_rank_killed():
     p, dt = launch(f'if [ $RANK = 1 ]; then sleep 0.3; kill -9 $$; fi; sleep {MARK}')
     timings["SIGKILL -> all stopped"] = dt
-    check(p.returncode == 128 + 9, f"sigkill: launcher exit {p.returncode}")
-    check("rank 1 was killed by signal 9 (SIGKILL)" in p.stderr,
-          f"sigkill: message missing: {p.stderr!r}")
-    check(dt < BOUND_S, f"sigkill: took {dt:.1f} s")
-    check(not wait_no_survivors(), "sigkill: processes left")
+    expect(p.returncode == 128 + 9, f"sigkill: launcher exit {p.returncode}")
+    expect("rank 1 was killed by signal 9 (SIGKILL)" in p.stderr,
+           f"sigkill: message missing: {p.stderr!r}")
+    expect(dt < BOUND_S, f"sigkill: took {dt:.1f} s")
+    expect(not wait_no_survivors(), "sigkill: processes left")
 
 
 def test_hanging_rank():
@@ -135,11 +130,11 @@ def test_hanging_rank():
     p, dt = launch(f'if [ $RANK = 3 ]; then sleep 0.3; exit 1; fi; '
                    f'if [ $RANK = 0 ]; then trap "" TERM; fi; sleep {MARK}')
     timings["hang + failure -> all stopped (grace 3 s)"] = dt
-    check(p.returncode == 1, f"hang: launcher exit {p.returncode}")
-    check("rank 3 exited with status 1" in p.stderr, f"hang: message missing: {p.stderr!r}")
-    check("sending SIGKILL" in p.stderr, f"hang: no SIGKILL escalation: {p.stderr!r}")
-    check(dt < BOUND_S, f"hang: took {dt:.1f} s")
-    check(not wait_no_survivors(), "hang: processes left")
+    expect(p.returncode == 1, f"hang: launcher exit {p.returncode}")
+    expect("rank 3 exited with status 1" in p.stderr, f"hang: message missing: {p.stderr!r}")
+    expect("sending SIGKILL" in p.stderr, f"hang: no SIGKILL escalation: {p.stderr!r}")
+    expect(dt < BOUND_S, f"hang: took {dt:.1f} s")
+    expect(not wait_no_survivors(), "hang: processes left")
 
 
 def start_and_wait(nproc):
@@ -149,7 +144,7 @@ def start_and_wait(nproc):
     t0 = time.monotonic()
     while len(survivors()) < nproc and time.monotonic() - t0 < 10:
         time.sleep(0.05)
-    check(len(survivors()) >= nproc, f"start: only {len(survivors())} ranks came up")
+    expect(len(survivors()) >= nproc, f"start: only {len(survivors())} ranks came up")
     return proc
 
 
@@ -157,17 +152,13 @@ def test_sigint():
     proc = start_and_wait(4)
     t0 = time.monotonic()
     proc.send_signal(signal.SIGINT)
-    try:
-        out, err = proc.communicate(timeout=30)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        out, err = proc.communicate()
+    out, err = tt.wait_output(proc, 30)
     dt = time.monotonic() - t0
     timings["SIGINT -> all stopped"] = dt
-    check(proc.returncode == 130, f"sigint: launcher exit {proc.returncode}")
-    check("received SIGINT; stopping the ranks" in err, f"sigint: message missing: {err!r}")
-    check(dt < BOUND_S, f"sigint: took {dt:.1f} s")
-    check(not wait_no_survivors(), "sigint: processes left")
+    expect(proc.returncode == 130, f"sigint: launcher exit {proc.returncode}")
+    expect("received SIGINT; stopping the ranks" in err, f"sigint: message missing: {err!r}")
+    expect(dt < BOUND_S, f"sigint: took {dt:.1f} s")
+    expect(not wait_no_survivors(), "sigint: processes left")
 
 
 def test_launcher_sigkilled():
@@ -177,19 +168,19 @@ def test_launcher_sigkilled():
     proc.communicate(timeout=30)
     left = wait_no_survivors(5.0)
     timings["launcher SIGKILLed -> ranks gone"] = time.monotonic() - t0
-    check(not left, f"launcher killed: processes left {left}")
+    expect(not left, f"launcher killed: processes left {left}")
 
 
 def test_success_and_not_found():
     p, _ = launch("exit 0")
-    check(p.returncode == 0 and p.stderr == "", f"success: {p.returncode} {p.stderr!r}")
+    expect(p.returncode == 0 and p.stderr == "", f"success: {p.returncode} {p.stderr!r}")
     p, _ = run(["launch", "--nproc", "2", "--", "/nonexistent/trident-test-cmd"])
-    check(p.returncode == 127, f"not found: exit {p.returncode}")
-    check("cannot run '/nonexistent/trident-test-cmd'" in p.stderr,
-          f"not found: message {p.stderr!r}")
+    expect(p.returncode == 127, f"not found: exit {p.returncode}")
+    expect("cannot run '/nonexistent/trident-test-cmd'" in p.stderr,
+           f"not found: message {p.stderr!r}")
     # The command may follow the options without "--".
     p, _ = run(["launch", "--nproc=2", "true"])
-    check(p.returncode == 0, f"no --: exit {p.returncode} {p.stderr!r}")
+    expect(p.returncode == 0, f"no --: exit {p.returncode} {p.stderr!r}")
 
 
 def test_bad_flags():
@@ -222,54 +213,54 @@ def test_bad_flags():
     ]
     for args, msg in cases:
         p, _ = run(args)
-        check(p.returncode == 2, f"bad flags {args}: exit {p.returncode}")
-        check(msg in p.stderr, f"bad flags {args}: {msg!r} not in {p.stderr!r}")
+        expect(p.returncode == 2, f"bad flags {args}: exit {p.returncode}")
+        expect(msg in p.stderr, f"bad flags {args}: {msg!r} not in {p.stderr!r}")
     for cmd in ("launch", "topo"):
         p, _ = run([cmd, "--help"])
-        check(p.returncode == 0 and "usage: trident " + cmd in p.stdout, f"{cmd} --help")
+        expect(p.returncode == 0 and "usage: trident " + cmd in p.stdout, f"{cmd} --help")
 
 
 def test_topo():
     p, _ = run(["topo", "--world-size", "16", "--tp", "2", "--pp", "4", "--json"])
-    check(p.returncode == 0, f"topo json: exit {p.returncode} {p.stderr!r}")
+    expect(p.returncode == 0, f"topo json: exit {p.returncode} {p.stderr!r}")
     d = json.loads(p.stdout)
-    check(d["tp_groups"] == [[2 * i, 2 * i + 1] for i in range(8)], f"tp groups {d['tp_groups']}")
-    check(d["dp_groups"] == [[0, 2], [1, 3], [4, 6], [5, 7], [8, 10], [9, 11], [12, 14], [13, 15]],
-          f"dp groups {d['dp_groups']}")
-    check(d["pp_groups"] == [[0, 4, 8, 12], [1, 5, 9, 13], [2, 6, 10, 14], [3, 7, 11, 15]],
-          f"pp groups {d['pp_groups']}")
-    check(d["model_parallel_groups"] == [[0, 1, 4, 5, 8, 9, 12, 13], [2, 3, 6, 7, 10, 11, 14, 15]],
-          f"mp groups {d['model_parallel_groups']}")
-    check(d["embedding_groups"] == [[0, 12], [1, 13], [2, 14], [3, 15]],
-          f"embedding groups {d['embedding_groups']}")
+    expect(d["tp_groups"] == [[2 * i, 2 * i + 1] for i in range(8)], f"tp groups {d['tp_groups']}")
+    expect(d["dp_groups"] == [[0, 2], [1, 3], [4, 6], [5, 7], [8, 10], [9, 11], [12, 14], [13, 15]],
+           f"dp groups {d['dp_groups']}")
+    expect(d["pp_groups"] == [[0, 4, 8, 12], [1, 5, 9, 13], [2, 6, 10, 14], [3, 7, 11, 15]],
+           f"pp groups {d['pp_groups']}")
+    expect(d["model_parallel_groups"] == [[0, 1, 4, 5, 8, 9, 12, 13], [2, 3, 6, 7, 10, 11, 14, 15]],
+           f"mp groups {d['model_parallel_groups']}")
+    expect(d["embedding_groups"] == [[0, 12], [1, 13], [2, 14], [3, 15]],
+           f"embedding groups {d['embedding_groups']}")
     for key in ("tp_groups", "dp_groups", "pp_groups", "model_parallel_groups",
                 "embedding_groups"):
-        check(d[key] == sorted(d[key]), f"{key} not sorted by first rank")
+        expect(d[key] == sorted(d[key]), f"{key} not sorted by first rank")
     # Other order, node placement, the equals form.
     p, _ = run(["topo", "--world-size=16", "--tp=2", "--pp=4", "--order=tp-pp-dp",
                 "--gpus-per-node=4", "--json"])
     d = json.loads(p.stdout)
-    check(d["pp_groups"][0] == [0, 2, 4, 6] and d["dp_groups"][0] == [0, 8],
-          f"tp-pp-dp: {d['pp_groups'][0]} {d['dp_groups'][0]}")
-    check(d["num_nodes"] == 4 and d["groups_crossing_nodes"]["tp"] == 0 and
-          d["groups_crossing_nodes"]["dp"] == 8, f"nodes: {d.get('groups_crossing_nodes')}")
+    expect(d["pp_groups"][0] == [0, 2, 4, 6] and d["dp_groups"][0] == [0, 8],
+           f"tp-pp-dp: {d['pp_groups'][0]} {d['dp_groups'][0]}")
+    expect(d["num_nodes"] == 4 and d["groups_crossing_nodes"]["tp"] == 0 and
+           d["groups_crossing_nodes"]["dp"] == 8, f"nodes: {d.get('groups_crossing_nodes')}")
     # A TP group across nodes is warned about; the human table shows nodes.
     p, _ = run(["topo", "--world-size", "16", "--tp", "4", "--gpus-per-node", "2"])
-    check(p.returncode == 0 and "tensor-parallel groups span more than one node" in p.stderr,
-          f"tp warning: {p.stderr!r}")
-    check("rank  node" in p.stdout and "[0,1,2,3]*" in p.stdout, f"human table: {p.stdout[:400]}")
+    expect(p.returncode == 0 and "tensor-parallel groups span more than one node" in p.stderr,
+           f"tp warning: {p.stderr!r}")
+    expect("rank  node" in p.stdout and "[0,1,2,3]*" in p.stdout, f"human table: {p.stdout[:400]}")
     # Bloom-176B, and a world of 100,000 ranks.
     p, dt = run(["topo", "--world-size", "384", "--tp", "4", "--pp", "12", "--json"])
     d = json.loads(p.stdout)
-    check(len(d["tp_groups"]) == 96 and len(d["dp_groups"]) == 48 and len(d["pp_groups"]) == 32,
-          "bloom group counts")
-    check(all(e == [g[0], g[-1]] for e, g in zip(d["embedding_groups"], d["pp_groups"])),
-          "bloom embedding groups")
+    expect(len(d["tp_groups"]) == 96 and len(d["dp_groups"]) == 48 and len(d["pp_groups"]) == 32,
+           "bloom group counts")
+    expect(all(e == [g[0], g[-1]] for e, g in zip(d["embedding_groups"], d["pp_groups"])),
+           "bloom embedding groups")
     p, dt = run(["topo", "--world-size", "100000", "--tp", "8", "--pp", "25", "--json"])
     timings["topo --json W=100000 (process)"] = dt
     d = json.loads(p.stdout)
-    check(sum(len(g) for g in d["tp_groups"]) == 100000 and len(d["dp_groups"]) == 200,
-          "W=100000 groups")
+    expect(sum(len(g) for g in d["tp_groups"]) == 100000 and len(d["dp_groups"]) == 200,
+           "W=100000 groups")
 
 
 def test_topo_config():
@@ -284,21 +275,21 @@ def test_topo_config():
                     "  micro_batch_size: 1\n  train_iters: 1\n  lr: 0.001\n"
                     "data:\n  data_path: /nonexistent\n")
         p, _ = run(["topo", "--config", path, "--world-size", "8", "--json"])
-        check(p.returncode == 0, f"topo --config: exit {p.returncode} {p.stderr!r}")
+        expect(p.returncode == 0, f"topo --config: exit {p.returncode} {p.stderr!r}")
         if p.returncode == 0:
             d = json.loads(p.stdout)
-            check(d["tensor_model_parallel_size"] == 2 and d["pipeline_model_parallel_size"] == 2
-                  and d["order"] == "tp-pp-dp" and d["pp_groups"][0] == [0, 2],
-                  f"topo --config: {d['order']} {d['pp_groups'][0]}")
+            expect(d["tensor_model_parallel_size"] == 2 and d["pipeline_model_parallel_size"] == 2
+                   and d["order"] == "tp-pp-dp" and d["pp_groups"][0] == [0, 2],
+                   f"topo --config: {d['order']} {d['pp_groups'][0]}")
         p, _ = run(["topo", "--config", path, "--world-size", "8", "--tp", "4", "--json"])
-        check(p.returncode == 0 and json.loads(p.stdout)["tensor_model_parallel_size"] == 4,
-              "topo --config: --tp overrides the file")
+        expect(p.returncode == 0 and json.loads(p.stdout)["tensor_model_parallel_size"] == 4,
+               "topo --config: --tp overrides the file")
         p, _ = run(["topo", "--config", path, "--world-size", "6"])
-        check(p.returncode == 2 and f"{path}:7:3: world size 6 is not divisible" in p.stderr,
-              f"topo --config bad layout: {p.returncode} {p.stderr!r}")
+        expect(p.returncode == 2 and f"{path}:7:3: world size 6 is not divisible" in p.stderr,
+               f"topo --config bad layout: {p.returncode} {p.stderr!r}")
         p, _ = run(["topo", "--config", os.path.join(tmp, "missing.yaml"), "--world-size", "8"])
-        check(p.returncode == 2 and "missing.yaml" in p.stderr,
-              f"topo --config missing: {p.returncode} {p.stderr!r}")
+        expect(p.returncode == 2 and "missing.yaml" in p.stderr,
+               f"topo --config missing: {p.returncode} {p.stderr!r}")
 
 
 def main():
@@ -318,9 +309,7 @@ def main():
             os.kill(int(pid), signal.SIGKILL)
         except OSError:
             pass
-    if failures:
-        print(f"{len(failures)} check(s) failed")
-        sys.exit(1)
+    tt.finish()
 
 
 if __name__ == "__main__":

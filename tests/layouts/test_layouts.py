@@ -7,88 +7,52 @@ usage: test_layouts.py TRIDENT WORKDIR GROUP [--quick]
 GROUP: tp | pp | dp | matrix (world size 8, every factorisation) | all"""
 import json
 import os
-import random
-import shutil
-import subprocess
 import sys
 
 import numpy as np
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "common"))
+import trident_test as tt  # noqa: E402
+from trident_test import failures  # noqa: E402
+
 trident, work, group = sys.argv[1], sys.argv[2], sys.argv[3]
 quick = "--quick" in sys.argv
-work = os.path.join(work, group)
-shutil.rmtree(work, ignore_errors=True)
-os.makedirs(work)
-rng = random.Random(11)
-with open(os.path.join(work, "corpus.txt"), "w") as f:
-    for _ in range(400):
-        f.write(" ".join(rng.choice(["tensor", "pipe", "data", "rank", "loss", "layer", "grad", "norm"])
-                         for _ in range(rng.randint(3, 50))) + "\n\n")
-prefix = os.path.join(work, "corpus")
-subprocess.run([trident, "preprocess", "--input", os.path.join(work, "corpus.txt"),
-                "--output-prefix", prefix], check=True, stdout=subprocess.DEVNULL)
-config = os.path.join(work, "layouts.yaml")
-with open(config, "w") as f:
-    f.write(f"""model:
-  num_layers: 8
-  hidden_size: 64
-  num_attention_heads: 8
-  seq_length: 16
-  vocab_size: 256
-  make_vocab_size_divisible_by: 16
-training:
-  micro_batch_size: 1
-  global_batch_size: 8
-  train_iters: 10
-  lr: 2.0e-3
-  lr_warmup_iters: 2
-  weight_decay: 0.1
-  clip_grad: 0.3
-  seed: 5
-data:
-  data_path: {prefix}
-  split: "95,5,0"
-parallel:
-  comm_timeout_s: 120
-""")
-
-failures = []
+work = tt.fresh_dir(os.path.join(work, group))
+prefix = tt.make_corpus(trident, work, 11, ["tensor", "pipe", "data", "rank", "loss", "layer", "grad", "norm"],
+                        400, 3, 50)
+config = tt.write_config(os.path.join(work, "layouts.yaml"),
+    model=dict(num_layers=8, hidden_size=64, num_attention_heads=8, seq_length=16, vocab_size=256,
+               make_vocab_size_divisible_by=16),
+    training=dict(micro_batch_size=1, global_batch_size=8, train_iters=10, lr=2.0e-3,
+                  lr_warmup_iters=2, weight_decay=0.1, clip_grad=0.3, seed=5),
+    data=dict(data_path=prefix, split="95,5,0"),
+    parallel=dict(comm_timeout_s=120))
 
 
 def run(name, world, tp=1, pp=1, *extra):
     out = os.path.join(work, name)
-    args = [trident, "train", config, "--run-dir", out, "--quiet", "--dump-grads", os.path.join(out, "grads"),
-            "--set", f"parallel.tensor_model_parallel_size={tp}",
-            "--set", f"parallel.pipeline_model_parallel_size={pp}"]
-    for e in extra:
-        args += ["--set", e]
-    if world > 1:
-        args[2:2] = ["--nproc", str(world)]
-    r = subprocess.run(args, capture_output=True, text=True, timeout=600)
+    r = tt.run(tt.train_cmd(trident, config, out, world, tp, pp, extra,
+                            flags=["--quiet", "--dump-grads", os.path.join(out, "grads")]), timeout=600)
     if r.returncode != 0:
         print(f"FAIL {name}: exit {r.returncode}\n{r.stdout[-2000:]}\n{r.stderr[-3000:]}")
         failures.append(name)
         return None
-    with open(os.path.join(out, "metrics.jsonl")) as f:
-        metrics = [json.loads(line) for line in f]
+    metrics = tt.metrics(out)
     trace = os.path.join(out, "trace.json")
     if os.path.exists(trace):  # what chrome://tracing / Perfetto load: valid JSON, a row per rank
         events = json.load(open(trace))["traceEvents"]
         spans = [e for e in events if e.get("ph") == "X"]
         rows = {e["tid"] for e in spans if e["cat"] in ("forward", "backward")}
-        if rows != set(range(world)):
-            print(f"FAIL {name}: trace.json has compute spans for ranks {sorted(rows)}, expected 0..{world - 1}")
-            failures.append(name)
-        if {e["tid"] for e in spans if e["cat"] == "optimizer"} != set(range(world)):
-            print(f"FAIL {name}: trace.json lacks an optimizer span on some rank")
-            failures.append(name)
+        tt.expect(rows == set(range(world)),
+                  f"{name}: trace.json has compute spans for ranks {sorted(rows)}, expected 0..{world - 1}")
+        tt.expect({e["tid"] for e in spans if e["cat"] == "optimizer"} == set(range(world)),
+                  f"{name}: trace.json lacks an optimizer span on some rank")
         if world // (tp * pp) > 1:  # data-parallel: each rank's bucket reductions on a row of their own
             for r in range(world):
                 red = [e for e in spans if e["tid"] == world + r and e["cat"] == "grad-reduce"]
                 bwd_end = max(e["ts"] + e["dur"] for e in spans if e["tid"] == r and e["cat"] == "backward")
-                if not red or min(e["ts"] for e in red) >= bwd_end:
-                    print(f"FAIL {name}: rank {r}: no grad-reduce span started before backward ended")
-                    failures.append(name)
+                if not tt.expect(red and min(e["ts"] for e in red) < bwd_end,
+                                 f"{name}: rank {r}: no grad-reduce span started before backward ended"):
                     break
     return [m["loss"] for m in metrics], gather_grads(os.path.join(out, "grads")), [m["grad_norm"] for m in metrics]
 
@@ -145,10 +109,8 @@ def compare(name, got, base):
         if rel > worst_grad:
             worst_grad, worst_name = rel, k
     ok = ok and worst_grad <= 1e-5
-    print(f"{'ok  ' if ok else 'FAIL'} {name}: worst loss rel diff {worst_loss:.1e} over {len(losses)} "
-          f"iterations; grad norm {worst_norm:.1e}; worst gradient rel L2 {worst_grad:.1e} ({worst_name})")
-    if not ok:
-        failures.append(name)
+    tt.check(f"{name}: worst loss rel diff {worst_loss:.1e} over {len(losses)} iterations; grad norm "
+             f"{worst_norm:.1e}; worst gradient rel L2 {worst_grad:.1e} ({worst_name})", ok)
 
 
 base = run("single", 1)
@@ -249,9 +211,6 @@ if group in ("pp", "all"):
                 continue
             peaks = json.load(open(os.path.join(work, name, "summary.json")))["peak_stored_activations_per_rank"]
             want = [min(4 - r, m) if kind == "1f1b" else m for r in range(4)]
-            print(f"{'ok  ' if peaks == want else 'FAIL'} {name}: peak stored activations per stage {peaks}"
-                  f" (expected {want})")
-            if peaks != want:
-                failures.append(name)
+            tt.check(f"{name}: peak stored activations per stage {peaks} (expected {want})", peaks == want)
 print(f"{len(cases) - len(failures)} of {len(cases)} layouts match the single-process run")
-sys.exit(1 if failures else 0)
+tt.finish()

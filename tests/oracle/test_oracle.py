@@ -11,9 +11,11 @@ Exit 77 (meson's SKIP) when torch cannot be imported."""
 import json
 import math
 import os
-import random
 import subprocess
 import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "common"))
+import trident_test as tt  # noqa: E402
 
 try:
     import torch
@@ -27,40 +29,15 @@ trident, oracle_dump, work = sys.argv[1], sys.argv[2], sys.argv[3]
 os.makedirs(work, exist_ok=True)
 
 # --- a small corpus and config ---------------------------------------------------------
-rng = random.Random(7)
 words = ["the", "pipeline", "tensor", "data", "model", "loss", "gradient", "layer", "rank",
          "stage", "batch", "token", "head", "norm", "adam", "trains", "falls", "quickly"]
-with open(os.path.join(work, "corpus.txt"), "w") as f:
-    for d in range(300):
-        f.write(" ".join(rng.choice(words) for _ in range(rng.randint(5, 60))) + ".\n\n")
-subprocess.run([trident, "preprocess", "--input", os.path.join(work, "corpus.txt"),
-                "--output-prefix", os.path.join(work, "corpus")], check=True,
-               stdout=subprocess.DEVNULL)
-config = os.path.join(work, "oracle.yaml")
-with open(config, "w") as f:
-    f.write(f"""
-model:
-  num_layers: 2
-  hidden_size: 64
-  num_attention_heads: 4
-  seq_length: 32
-  max_position_embeddings: 40
-  vocab_size: 250
-  make_vocab_size_divisible_by: 64
-training:
-  micro_batch_size: 2
-  global_batch_size: 6
-  train_iters: 10
-  lr: 3.0e-3
-  min_lr: 3.0e-4
-  lr_warmup_iters: 3
-  weight_decay: 0.1
-  clip_grad: 0.5
-  seed: 42
-data:
-  data_path: {os.path.join(work, "corpus")}
-  split: "90,10,0"
-""")
+corpus = tt.make_corpus(trident, work, 7, words, 300, 5, 60, end=".\n\n")
+config = tt.write_config(os.path.join(work, "oracle.yaml"),
+    model=dict(num_layers=2, hidden_size=64, num_attention_heads=4, seq_length=32,
+               max_position_embeddings=40, vocab_size=250, make_vocab_size_divisible_by=64),
+    training=dict(micro_batch_size=2, global_batch_size=6, train_iters=10, lr=3.0e-3,
+                  min_lr=3.0e-4, lr_warmup_iters=3, weight_decay=0.1, clip_grad=0.5, seed=42),
+    data=dict(data_path=corpus, split="90,10,0"))
 ITERS = 10
 subprocess.run([oracle_dump, config, work, str(ITERS)], check=True)
 
@@ -124,19 +101,10 @@ def forward_backward(it):
     return total / M
 
 
-failures = []
-
-
-def check(what, ok, detail):
-    print(f"{'ok  ' if ok else 'FAIL'} {what}: {detail}")
-    if not ok:
-        failures.append(what)
-
-
 loss1 = forward_backward(1)
 ref1 = man["steps"][0]["loss"]
-check("iteration 1 loss", abs(loss1 - ref1) / abs(loss1) <= 1e-5,
-      f"torch {loss1:.8f} trident {ref1:.8f} rel {abs(loss1 - ref1) / abs(loss1):.2e}")
+tt.check("iteration 1 loss", abs(loss1 - ref1) / abs(loss1) <= 1e-5,
+         f"torch {loss1:.8f} trident {ref1:.8f} rel {abs(loss1 - ref1) / abs(loss1):.2e}", show=True)
 worst = 0.0
 for t in man["tensors"]:
     n = t["rows"] * t["cols"]
@@ -145,8 +113,9 @@ for t in man["tensors"]:
     rel = (g_tr - g_pt).norm().item() / max(g_pt.norm().item(), 1e-30)
     worst = max(worst, rel)
     if rel > 1e-4:
-        check(f"gradient of {t['name']}", False, f"relative L2 {rel:.2e}")
-check("gradients of all tensors", worst <= 1e-4, f"{len(man['tensors'])} tensors, worst relative L2 {worst:.2e}")
+        tt.check(f"gradient of {t['name']}", False, f"relative L2 {rel:.2e}")
+tt.check("gradients of all tensors", worst <= 1e-4,
+         f"{len(man['tensors'])} tensors, worst relative L2 {worst:.2e}", show=True)
 
 # --- 10 AdamW iterations, same schedule and clipping ---------------------------------------
 decay = [P[t["name"]] for t in man["tensors"] if t["weight_decay"]]
@@ -166,5 +135,6 @@ for it in range(1, ITERS + 1):
     worst = max(worst, rel)
     print(f"     iteration {it:2d}: torch loss {loss:.7f} trident {step['loss']:.7f} rel {rel:.1e}"
           f" | grad norm torch {norm:.6f} trident {step['grad_norm']:.6f}")
-check(f"losses over {ITERS} AdamW iterations", worst <= 1e-4, f"worst relative difference {worst:.2e}")
-sys.exit(1 if failures else 0)
+tt.check(f"losses over {ITERS} AdamW iterations", worst <= 1e-4,
+         f"worst relative difference {worst:.2e}", show=True)
+tt.finish()

@@ -10,37 +10,25 @@ usage: test_sweep_shipped.py TRIDENT SOURCE_ROOT WORKDIR"""
 import csv
 import json
 import os
-import random
 import re
 import shutil
-import subprocess
 import sys
 import time
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "common"))
+import trident_test as tt  # noqa: E402
+from trident_test import check  # noqa: E402
+
 trident, src, work = os.path.abspath(sys.argv[1]), os.path.abspath(sys.argv[2]), os.path.abspath(sys.argv[3])
-shutil.rmtree(work, ignore_errors=True)
+tt.fresh_dir(work)
 os.makedirs(os.path.join(work, "configs", "sweeps"))
-failures = []
-
-
-def check(what, ok, detail=""):
-    print(f"{'ok  ' if ok else 'FAIL'} {what} {detail}")
-    if not ok:
-        failures.append(what)
-
+os.makedirs(os.path.join(work, "data"))
 
 # ~300 KB of text in paragraphs (documents): plenty for 6 iterations x 16 sequences x 128 bytes
-rng = random.Random(8)
 words = ["rank", "tensor", "pipeline", "stage", "micro", "batch", "gradient", "loss", "layer",
          "head", "token", "sweep", "the", "a", "of", "and", "to", "in"]
-corpus = os.path.join(work, "corpus.txt")
-with open(corpus, "w") as f:
-    for _ in range(2000):
-        f.write(" ".join(rng.choice(words) for _ in range(rng.randint(10, 40))).capitalize() + ".\n\n")
-prefix = os.path.join(work, "data", "corpus")
-os.makedirs(os.path.dirname(prefix))
-subprocess.run([trident, "preprocess", "--input", corpus, "--output-prefix", prefix], check=True,
-               stdout=subprocess.DEVNULL, timeout=120)
+prefix = tt.make_corpus(trident, work, 8, words, 2000, 10, 40, prefix=os.path.join(work, "data", "corpus"),
+                        end=".\n\n", capitalize=True, timeout=120)
 
 # configs/tiny.yaml with its data path pointed at the corpus; the grid copied unchanged, so
 # its "base: ../tiny.yaml" finds the copy.
@@ -53,8 +41,7 @@ shutil.copyfile(os.path.join(src, "configs", "sweeps", "tiny-8ranks.yaml"), grid
 
 out = os.path.join(work, "out")
 t0 = time.time()
-r = subprocess.run([trident, "sweep", grid, "--out", out], capture_output=True, text=True, timeout=870,
-                   cwd=work)
+r = tt.run([trident, "sweep", grid, "--out", out], timeout=870, cwd=work)
 elapsed = time.time() - t0
 print(f"note: the sweep took {elapsed:.1f} s")
 check("sweep exits 0", r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:])
@@ -92,6 +79,6 @@ jl = [json.loads(line) for line in open(jl_path)] if os.path.exists(jl_path) els
 check("48 JSONL rows, 8 ranks' peaks on each that ran",
       len(jl) == 48 and all(len(p.get("peak_rss_mb_per_rank", [])) == 8 for p in jl if p["status"] == "ok"))
 check("chart.svg written", os.path.exists(os.path.join(out, "chart.svg")))
-if not failures:
+if not tt.failures:
     shutil.rmtree(work, ignore_errors=True)  # 23 runs' traces: keep them only to debug a failure
-sys.exit(1 if failures else 0)
+tt.finish()

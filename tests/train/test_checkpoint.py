@@ -7,57 +7,25 @@ temporary directory from a crashed save changes nothing) and every bad checkpoin
 byte, a truncated or missing tensor file, a garbled manifest or tracker, another model) stops
 the job with a non-zero exit naming the file and the cause, on every rank.
 usage: test_checkpoint.py TRIDENT WORKDIR [--quick]   (--quick: 2 ranks instead of 8)"""
-import json
 import os
-import random
 import shutil
-import subprocess
 import sys
 
-trident, work = os.path.abspath(sys.argv[1]), os.path.abspath(sys.argv[2])
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "common"))
+import trident_test as tt  # noqa: E402
+from trident_test import check  # noqa: E402
+
+trident, work = os.path.abspath(sys.argv[1]), tt.fresh_dir(os.path.abspath(sys.argv[2]))
 quick = "--quick" in sys.argv
-shutil.rmtree(work, ignore_errors=True)
-os.makedirs(work)
-failures = []
-
-
-def check(what, ok, detail=""):
-    print(f"{'ok  ' if ok else 'FAIL'} {what}" + ("" if ok else f"\n     {detail}"))
-    if not ok:
-        failures.append(what)
-
-
-rng = random.Random(3)
-with open(os.path.join(work, "corpus.txt"), "w") as f:
-    for _ in range(300):
-        f.write(" ".join(rng.choice(["save", "load", "tensor", "shard", "rank", "step"])
-                         for _ in range(rng.randint(3, 40))) + "\n\n")
-corpus = os.path.join(work, "corpus")
-subprocess.run([trident, "preprocess", "--input", os.path.join(work, "corpus.txt"), "--output-prefix", corpus],
-               check=True, stdout=subprocess.DEVNULL)
-config = os.path.join(work, "ckpt.yaml")
-with open(config, "w") as f:
-    f.write(f"""model:
-  num_layers: 4
-  hidden_size: 64
-  num_attention_heads: 4
-  seq_length: 16
-  vocab_size: 200
-  make_vocab_size_divisible_by: 16
-training:
-  micro_batch_size: 2
-  global_batch_size: 8
-  train_iters: 10
-  lr: 2.0e-3
-  lr_warmup_iters: 2
-  weight_decay: 0.1
-  clip_grad: 0.5
-data:
-  data_path: {corpus}
-  split: "95,5,0"
-parallel:
-  comm_timeout_s: 60
-""")
+corpus = tt.make_corpus(trident, work, 3, ["save", "load", "tensor", "shard", "rank", "step"],
+                        300, 3, 40)
+config = tt.write_config(os.path.join(work, "ckpt.yaml"),
+    model=dict(num_layers=4, hidden_size=64, num_attention_heads=4, seq_length=16, vocab_size=200,
+               make_vocab_size_divisible_by=16),
+    training=dict(micro_batch_size=2, global_batch_size=8, train_iters=10, lr=2.0e-3,
+                  lr_warmup_iters=2, weight_decay=0.1, clip_grad=0.5),
+    data=dict(data_path=corpus, split="95,5,0"),
+    parallel=dict(comm_timeout_s=60))
 
 # layouts: (name, world, tp, pp, extra --set); the vocabulary (200) pads to 208 at T=1 and
 # 224 at T=2, so the checkpoint's word embedding must hold the real rows only
@@ -71,19 +39,12 @@ else:
 
 
 def run(run_dir, world=1, tp=1, pp=1, sets=(), timeout=300):
-    args = [trident, "train", config, "--run-dir", os.path.join(work, run_dir),
-            "--set", f"parallel.tensor_model_parallel_size={tp}", "--set", f"parallel.pipeline_model_parallel_size={pp}"]
-    for s in sets:
-        args += ["--set", s]
-    if world > 1:
-        args[2:2] = ["--nproc", str(world)]
-    r = subprocess.run(args, capture_output=True, text=True, timeout=timeout)
-    return r.returncode, r.stdout, r.stderr
+    return tt.outputs(tt.train_cmd(trident, config, os.path.join(work, run_dir), world, tp, pp, sets),
+                      timeout)
 
 
 def losses(run_dir):
-    with open(os.path.join(work, run_dir, "metrics.jsonl")) as f:
-        return [(m["iteration"], m["loss"]) for m in map(json.loads, f)]
+    return [(m["iteration"], m["loss"]) for m in tt.metrics(os.path.join(work, run_dir))]
 
 
 def worst_rel(a, b):
@@ -221,5 +182,4 @@ for key in ("checkpoint.save_interval=-1", "training.exit_interval=-2", "checkpo
     rc, out, err = run("bad-key", sets=[key, "training.train_iters=1"], timeout=60)
     check(f"--set {key}: exit 2 naming the key", rc == 2 and key.split("=")[0].split(".")[1] in err, f"rc={rc} {err[-500:]}")
 
-print(f"{'FAIL' if failures else 'ok'}: {len(failures)} failed")
-sys.exit(1 if failures else 0)
+tt.finish()

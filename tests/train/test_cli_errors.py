@@ -7,39 +7,26 @@ locating the offending text, independently of trident). Each case asserts the ex
 Also: --set parallel.ddp_bucket_size_mb out of range, and use_distributed_optimizer with a
 data-parallel size of 1 (trains, exit 0, logs that it has nothing to shard, same losses).
 usage: test_cli_errors.py TRIDENT WORKDIR"""
-import json
 import os
-import random
-import shutil
 import struct
-import subprocess
 import sys
 
-trident, work = os.path.abspath(sys.argv[1]), os.path.abspath(sys.argv[2])
-shutil.rmtree(work, ignore_errors=True)
-os.makedirs(work)
-failures = []
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "common"))
+import trident_test as tt  # noqa: E402
+from trident_test import check  # noqa: E402
 
-
-def check(what, ok, detail=""):
-    print(f"{'ok  ' if ok else 'FAIL'} {what}" + ("" if ok else f"\n     {detail}"))
-    if not ok:
-        failures.append(what)
+trident, work = os.path.abspath(sys.argv[1]), tt.fresh_dir(os.path.abspath(sys.argv[2]))
 
 
 def run(*args, timeout=120):
-    r = subprocess.run([trident, *args], capture_output=True, timeout=timeout)
-    return r.returncode, r.stdout.decode(errors="replace"), r.stderr.decode(errors="replace")
+    return tt.outputs([trident, *args], timeout)
 
 
 # ---- a small corpus ----
-rng = random.Random(5)
-with open(os.path.join(work, "corpus.txt"), "w") as f:
-    for _ in range(120):
-        f.write(" ".join(rng.choice(["alpha", "beta", "gamma", "delta", "pipe", "rank"])
-                         for _ in range(rng.randint(3, 40))) + "\n\n")
+text = tt.write_corpus(os.path.join(work, "corpus.txt"), 5,
+                      ["alpha", "beta", "gamma", "delta", "pipe", "rank"], 120, 3, 40)
 corpus = os.path.join(work, "corpus")
-rc, _, err = run("preprocess", "--input", os.path.join(work, "corpus.txt"), "--output-prefix", corpus)
+rc, _, err = run("preprocess", "--input", text, "--output-prefix", corpus)
 if rc:
     print(f"FAIL preprocess of the test corpus: rc={rc} {err}")
     sys.exit(1)
@@ -95,10 +82,7 @@ def replace(old, new, text=BASE):
 
 
 def write(name, text):
-    path = os.path.join(work, name + ".yaml")
-    with open(path, "wb") as f:
-        f.write(text if isinstance(text, bytes) else text.encode())
-    return path
+    return tt.write(os.path.join(work, name + ".yaml"), text)
 
 
 def expect_error(name, text, where, needles, extra=(), code=2):
@@ -359,11 +343,7 @@ NO_SHARD = ("dp: use_distributed_optimizer with a data-parallel size of 1 has no
 def train_losses(name, text):
     run_dir = os.path.join(work, "run-" + name)
     rc, _, err = run("train", write(name, text), "--run-dir", run_dir, timeout=300)
-    losses = []
-    if rc == 0:
-        with open(os.path.join(run_dir, "metrics.jsonl")) as f:
-            losses = [json.loads(line)["loss"] for line in f]
-    return rc, err, losses
+    return rc, err, tt.losses(run_dir) if rc == 0 else []
 
 
 rc0, err0, plain = train_losses("zero1-off", BASE)
@@ -373,5 +353,4 @@ check("use_distributed_optimizer with D = 1: exit 0 and logs the no-op",
 check("use_distributed_optimizer with D = 1: same losses as without it",
       rc0 == 0 and zero1 == plain and NO_SHARD not in err0, f"{plain} vs {zero1}")
 
-print(f"{len(failures)} failed" if failures else "all passed")
-sys.exit(1 if failures else 0)
+tt.finish("all passed")
