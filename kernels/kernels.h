@@ -1,7 +1,8 @@
 /* kernels/ — the backend-neutral table of operations the model is written against.
  *
  * Contract:
- *  - One table (tr_kernels) per backend: cpu/ (OpenBLAS + C loops, fp32) now, cuda/ later.
+ *  - One table (tr_kernels) per backend: cpu/ (OpenBLAS + C loops, fp32; its constructor
+ *    below) and cuda/ (cuBLASLt + CUDA kernels, fp32/bf16; cuda/cuda.h, CUDA builds).
  *    Every pointer argument is backend memory ("device pointer"); on the CPU that is host
  *    memory. Every op takes a stream (NULL on the CPU) and is ordered on it.
  *  - All matrices are row-major. Sizes: B batch, T sequence, C channels, NH heads,

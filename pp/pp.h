@@ -1,7 +1,8 @@
 /* pp/ — pipeline parallelism, the pure parts: how layers are split over stages, the schedule
  * of each stage as a list of operations, a checker that runs all stages' lists together, and
- * an event simulation that times them. No communication happens here; the runner (later)
- * executes these lists, and the planner reuses the simulation.
+ * an event simulation that times them. No communication happens here: the runner
+ * (pp/runner.h) executes these lists over point-to-point sends, and the planner reuses the
+ * simulation.
  *
  * Contract:
  *  - Partition. P stages, v model chunks per stage (v = 1 unless interleaved): the model's

@@ -99,9 +99,8 @@ static int create_slots(tr_engine *e)
     return TR_OK;
 }
 
-/* The kernel backend from training.device and training.precision. On CUDA the
- * communicator is NCCL (it stages through host memory when ranks share a GPU) unless
- * TRIDENT_COMM_BACKEND says otherwise; set before the world is made. */
+/* The kernel backend from training.device and training.precision (the communicator's
+ * backend follows training.device too: see tr_world_create). */
 static int pick_backend(const tr_config *cfg, const tr_kernels **out)
 {
     const tr_training_config *t = &cfg->training;
@@ -114,8 +113,6 @@ static int pick_backend(const tr_config *cfg, const tr_kernels **out)
     if (!*out)
         return tr_fail_context(TR_ERR_CONFIG, "%s: training.device = %s",
                                tr_config_where(cfg, "training.device"), t->device);
-    if (cuda && !getenv("TRIDENT_COMM_BACKEND"))
-        setenv("TRIDENT_COMM_BACKEND", "nccl", 1);
     return TR_OK;
 }
 
@@ -281,6 +278,7 @@ void tr_engine_free(tr_engine *e)
 }
 
 tr_gpt *tr_engine_model(tr_engine *e) { return e->chunks[0].model; }
+int tr_engine_rank(const tr_engine *e) { return e->world.rank; }
 float *tr_engine_params(tr_engine *e) { return e->params; }
 float *tr_engine_grads(tr_engine *e) { return e->grads; }
 

@@ -46,6 +46,8 @@ typedef struct {
     double val_loss;
     double peak_rss_mb; /* the largest peak resident memory of any rank, MiB */
     double mfu;         /* gflops / logging.peak_gflops, 0 when no peak is configured */
+    double eta_s;       /* the mean time of this process's iterations so far times those
+                         * still to run (0 after the last) */
 } tr_step_stats;
 
 typedef struct {
@@ -59,6 +61,8 @@ typedef struct {
 TR_MUST_CHECK int tr_engine_create(const tr_config *cfg, tr_engine **out);
 void tr_engine_free(tr_engine *e);
 tr_gpt *tr_engine_model(tr_engine *e);
+/* This rank in the world (rank 0 writes the run's files). */
+int tr_engine_rank(const tr_engine *e);
 float *tr_engine_params(tr_engine *e);
 float *tr_engine_grads(tr_engine *e);
 

@@ -83,6 +83,7 @@ typedef struct {
     int trace;        /* bool, default 0: write trace.json */
     char *level;      /* "info" (default) | "debug" | "warning" | "error" */
     double peak_gflops; /* per rank, for MFU; default 0 = not reported */
+    char *tensorboard_dir; /* "" (default) = none; else TensorBoard event files go there */
 } tr_logging_config;
 
 /* Checkpoints (train/checkpoint.c; Megatron's --save, --load, --save-interval). */

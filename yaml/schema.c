@@ -104,6 +104,9 @@ const tr_key_spec tr_config_keys[] = {
     BOOL("logging", "trace", logging.trace, "false"),
     ENUM("logging", "level", logging.level, "info", log_levels),
     DBL("logging", "peak_gflops", logging.peak_gflops, 0, "0", 0, 0, INF, 0),
+    /* "" = no TensorBoard event file */
+    {.section = "logging", .key = "tensorboard_dir", .type = TR_KEY_STRING,
+     .offset = F(logging.tensorboard_dir), .def = "", .allow_empty = 1},
 
     /* directories; "" = none */
     {.section = "checkpoint", .key = "save", .type = TR_KEY_STRING, .offset = F(checkpoint.save),

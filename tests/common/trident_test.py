@@ -173,3 +173,23 @@ def processes_with(marker):
             continue
         found.append((int(pid), cmd, env))
     return found
+
+
+def venv_python(path, packages, import_name):
+    """The Python of a virtual environment at path (made with Debian's /usr/bin/python3 and
+    its site packages, so python3-torch stays importable) where `import_name` imports,
+    pip-installing `packages` from PyPI the first time. Exits 1 with pip's message when they
+    cannot be installed."""
+    py = os.path.join(path, "bin", "python")
+    probe = [py, "-c", f"import {import_name}"]
+    if os.path.exists(py) and subprocess.run(probe, capture_output=True).returncode == 0:
+        return py
+    shutil.rmtree(path, ignore_errors=True)
+    steps = [["/usr/bin/python3", "-m", "venv", "--system-site-packages", path],
+             [py, "-m", "pip", "install", "--quiet", "--disable-pip-version-check", *packages]]
+    for step in steps:
+        p = subprocess.run(step, capture_output=True, text=True, timeout=900)
+        if p.returncode:
+            print(f"FAIL: {' '.join(step)}: exit {p.returncode}\n{p.stdout[-1500:]}{p.stderr[-1500:]}")
+            sys.exit(1)
+    return py

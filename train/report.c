@@ -1,0 +1,496 @@
+/* What `trident train` reports (see report.h): the console, metrics.jsonl, TensorBoard
+ * events and summary.json, and the measurements behind them. */
+#include "train/report.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <time.h>
+
+#include "core/core.h"
+#include "train/engine_internal.h"
+
+/* What each rank reports to summary.json: peak memory, peak stored activations, and the
+ * operations of the last iteration on each group (the communicators' counters). */
+enum { GROUP_TP, GROUP_DP, GROUP_PP, GROUP_EMBED, GROUP_MP, GROUP_WORLD, N_GROUPS };
+static const char *const group_names[N_GROUPS] = {"tp", "dp", "pp", "embedding", "model_parallel",
+                                                   "world"};
+enum { STAT_RSS, STAT_STORED, STAT_COLL, STAT_P2P = STAT_COLL + N_GROUPS, N_STATS = STAT_P2P + 1 };
+
+struct train_report {
+    tr_engine *e;
+    const tr_train_options *opts;
+    int lead;                   /* rank 0 writes the files and the console */
+    int start, last;            /* iterations start+1..last run in this process */
+    FILE *metrics;              /* RUN_DIR/metrics.jsonl (rank 0) */
+    train_tb *tb;           /* logging.tensorboard_dir (rank 0) */
+    double tokens_per_iter, flops_per_iter;
+    double t_train;             /* when the first iteration began */
+    double train_time;          /* seconds in iterations so far */
+    double dp_exposed;          /* data-parallel wait after backward, iterations after the first */
+    double final_loss;
+    double *iter_ms, *bubbles;  /* [iterations run]; bubbles when tracing */
+    int ran;                    /* iterations run by this process */
+    tr_comm_counters before[N_GROUPS];
+    double mine[N_STATS];       /* this rank's summary figures */
+};
+
+FILE *train_open_file(const char *dir, const char *name, const char *mode)
+{
+    char path[4200];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    FILE *f = fopen(path, mode);
+    if (!f)
+        tr_fail(TR_ERR_IO, "cannot open %s: %s", path, strerror(errno));
+    return f;
+}
+
+static void write_metrics(FILE *f, const tr_step_stats *s)
+{
+    tr_json j;
+    tr_json_begin(&j, f);
+    tr_json_object_begin(&j, NULL);
+    tr_json_int(&j, "iteration", s->iteration);
+    tr_json_double(&j, "loss", s->loss);
+    tr_json_double(&j, "lr", s->lr);
+    tr_json_double(&j, "grad_norm", s->grad_norm);
+    tr_json_double(&j, "ms_per_iter", s->ms_per_iter);
+    tr_json_double(&j, "tokens_per_s", s->tokens_per_s);
+    tr_json_double(&j, "gflops", s->gflops);
+    tr_json_double(&j, "peak_rss_mb", s->peak_rss_mb);
+    if (s->mfu > 0)
+        tr_json_double(&j, "mfu", s->mfu);
+    if (s->evaluated)
+        tr_json_double(&j, "val_loss", s->val_loss);
+    tr_json_double(&j, "eta_s", s->eta_s);
+    tr_json_object_end(&j);
+    fputc('\n', f);
+    fflush(f);
+}
+
+/* Resuming at iteration `start`: keep the lines of iterations 1..start of an earlier
+ * metrics.jsonl and append after them. */
+static FILE *open_metrics(const char *dir, int start)
+{
+    if (start == 0)
+        return train_open_file(dir, "metrics.jsonl", "w");
+    char path[4200], tmp[4300], line[4096];
+    snprintf(path, sizeof path, "%s/metrics.jsonl", dir);
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    FILE *in = fopen(path, "r"), *out = fopen(tmp, "w");
+    if (!out) {
+        if (in)
+            fclose(in);
+        tr_fail(TR_ERR_IO, "cannot write %s: %s", tmp, strerror(errno));
+        return NULL;
+    }
+    int keep = 1;
+    while (in && fgets(line, sizeof line, in)) {
+        const char *p = strstr(line, "\"iteration\":");
+        if (p && strtol(p + 12, NULL, 10) > start)
+            keep = 0; /* lines past the checkpoint (a run that went on after it) */
+        if (keep)
+            fputs(line, out);
+    }
+    if (in)
+        fclose(in);
+    if (fclose(out) || rename(tmp, path)) {
+        tr_fail(TR_ERR_IO, "cannot write %s: %s", path, strerror(errno));
+        return NULL;
+    }
+    return train_open_file(dir, "metrics.jsonl", "a");
+}
+
+static void format_duration(char *buf, size_t n, double seconds)
+{
+    long s = (long)(seconds + 0.5);
+    if (s >= 3600)
+        snprintf(buf, n, "%ld:%02ld:%02ld", s / 3600, s / 60 % 60, s % 60);
+    else
+        snprintf(buf, n, "%ld:%02ld", s / 60, s % 60);
+}
+
+/* Peak resident memory of this process, MiB. */
+static double peak_rss_mb(void)
+{
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    return (double)ru.ru_maxrss / 1024.0;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* Median of v[0..n) (0 when n is 0); v is not changed. -1 when out of memory. */
+static double median_of(const double *v, int n)
+{
+    if (n <= 0)
+        return 0;
+    double *sorted = malloc((size_t)n * sizeof *sorted);
+    if (!sorted)
+        return -1;
+    memcpy(sorted, v, (size_t)n * sizeof *sorted);
+    qsort(sorted, (size_t)n, sizeof *sorted, cmp_double);
+    double m = n % 2 ? sorted[n / 2] : 0.5 * (sorted[n / 2 - 1] + sorted[n / 2]);
+    free(sorted);
+    return m;
+}
+
+static void snapshot_counters(const tr_engine *e, tr_comm_counters out[N_GROUPS])
+{
+    const tr_world *w = &e->world;
+    tr_comm *const comms[N_GROUPS] = {w->tp, w->dp, w->pp, w->embed, w->mp, w->world};
+    for (int g = 0; g < N_GROUPS; g++) {
+        memset(&out[g], 0, sizeof out[g]);
+        if (comms[g])
+            tr_comm_get_counters(comms[g], &out[g]);
+    }
+}
+
+/* Collectives per group and point-to-point operations (pipeline sends + receives) between
+ * two snapshots, into stats[STAT_COLL ..]. */
+static void count_iteration(const tr_comm_counters before[N_GROUPS],
+                            const tr_comm_counters after[N_GROUPS], double *stats)
+{
+    static const tr_comm_opkind coll[] = {TR_COMM_OP_ALLREDUCE, TR_COMM_OP_REDUCE_SCATTER,
+                                          TR_COMM_OP_ALLGATHER, TR_COMM_OP_BROADCAST,
+                                          TR_COMM_OP_BARRIER};
+    for (int g = 0; g < N_GROUPS; g++) {
+        double n = 0;
+        for (size_t k = 0; k < sizeof coll / sizeof coll[0]; k++)
+            n += (double)(after[g].ops[coll[k]] - before[g].ops[coll[k]]);
+        stats[STAT_COLL + g] = n;
+    }
+    stats[STAT_P2P] = (double)(after[GROUP_PP].ops[TR_COMM_OP_SEND] - before[GROUP_PP].ops[TR_COMM_OP_SEND] +
+                               after[GROUP_PP].ops[TR_COMM_OP_RECV] - before[GROUP_PP].ops[TR_COMM_OP_RECV]);
+}
+
+/* RUN_DIR/summary.json, written by rank 0: what a sweep records of a run. */
+static int write_summary(const train_report *rep, double bubble, const double *stats)
+{
+    tr_engine *e = rep->e;
+    int n = rep->ran;
+    FILE *f = train_open_file(rep->opts->run_dir, "summary.json", "w");
+    if (!f)
+        return TR_ERR_IO;
+    double median = median_of(rep->iter_ms, n);
+    if (median < 0) {
+        fclose(f);
+        return tr_fail(TR_ERR_NOMEM, "out of memory");
+    }
+    tr_json j;
+    tr_json_begin(&j, f);
+    tr_json_object_begin(&j, NULL);
+    tr_json_int(&j, "world_size", e->world.size);
+    tr_json_int(&j, "data_parallel_size", e->D);
+    tr_json_int(&j, "tensor_model_parallel_size", e->world.topo.tp);
+    tr_json_int(&j, "pipeline_model_parallel_size", e->P);
+    tr_json_int(&j, "micro_batches_per_replica", e->M);
+    tr_json_int(&j, "iterations", n);
+    tr_json_double(&j, "median_ms_per_iter", median);
+    tr_json_double(&j, "tokens_per_s", median > 0 ? rep->tokens_per_iter / (median / 1e3) : 0);
+    tr_json_double(&j, "final_loss", rep->final_loss);
+    /* data-parallel reduction left waiting after backward (not hidden), per iteration */
+    tr_json_double(&j, "dp_exposed_ms_per_iter", n > 1 ? 1e3 * rep->dp_exposed / (n - 1) : 0);
+    tr_json_int(&j, "dp_buckets", tr_dp_num_buckets(e->dp));
+    if (bubble >= 0)
+        tr_json_double(&j, "measured_bubble", bubble);
+    else
+        tr_json_null(&j, "measured_bubble");
+    tr_json_array_begin(&j, "peak_rss_mb_per_rank");
+    for (int r = 0; r < e->world.size; r++)
+        tr_json_double(&j, NULL, stats[r * N_STATS + STAT_RSS]);
+    tr_json_array_end(&j);
+    /* forwards whose backward had not run yet, at most at once (1F1B: P - stage) */
+    tr_json_array_begin(&j, "peak_stored_activations_per_rank");
+    for (int r = 0; r < e->world.size; r++)
+        tr_json_int(&j, NULL, (long long)stats[r * N_STATS + STAT_STORED]);
+    tr_json_array_end(&j);
+    /* the last iteration's collectives per group and pipeline sends + receives, per rank */
+    tr_json_array_begin(&j, "comm_ops_last_iter_per_rank");
+    for (int r = 0; r < e->world.size; r++) {
+        const double *st = stats + r * N_STATS;
+        tr_json_object_begin(&j, NULL);
+        for (int g = 0; g < N_GROUPS; g++)
+            tr_json_int(&j, group_names[g], (long long)st[STAT_COLL + g]);
+        tr_json_int(&j, "pp_send_recv", (long long)st[STAT_P2P]);
+        tr_json_object_end(&j);
+    }
+    tr_json_array_end(&j);
+    tr_json_object_end(&j);
+    fputc('\n', f);
+    fclose(f);
+    return TR_OK;
+}
+
+static void print_layout(tr_engine *e)
+{
+    const tr_config *cfg = e->cfg;
+    printf("trident: world %d = data %d x tensor %d x pipeline %d (order %s); schedule %s, "
+           "%d micro-batches of %d per replica\n",
+           e->world.size, e->D, e->world.topo.tp, e->P, tr_topo_order_name(e->world.topo.order),
+           cfg->parallel.pipeline_schedule, e->M, e->mb);
+    if (e->P > 1) {
+        printf("trident: stages:");
+        for (int s = 0; s < e->P; s++) {
+            printf(" [%d: layers", s);
+            for (int c = 0; c < e->v; c++)
+                printf("%s %d-%d", c ? "," : "", tr_pp_layer_first(&e->partition, s, c),
+                       tr_pp_layer_first(&e->partition, s, c) + tr_pp_layer_count(&e->partition, s, c) - 1);
+            printf("]");
+        }
+        printf("\n");
+    }
+}
+
+/* ---------------------------------------------------------------- the run */
+
+/* Seconds since the Unix epoch (TensorBoard's wall time). */
+static double wall_time(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* Rank 0: RUN_DIR, config.yaml, metrics.jsonl and the TensorBoard writer. */
+static int open_files(train_report *r)
+{
+    const char *dir = r->opts->run_dir;
+    const tr_config *cfg = r->e->cfg;
+    int rc = TR_OK;
+    if (dir) {
+        rc = tr_make_dirs(dir);
+        FILE *cf = rc ? NULL : train_open_file(dir, "config.yaml", "w");
+        if (!cf)
+            rc = rc ? rc : TR_ERR_IO;
+        else {
+            rc = tr_config_write(cfg, cf);
+            fclose(cf);
+        }
+        if (!rc && !(r->metrics = open_metrics(dir, r->start)))
+            rc = TR_ERR_IO;
+    }
+    if (!rc && *cfg->logging.tensorboard_dir)
+        rc = train_tb_open(cfg->logging.tensorboard_dir, wall_time(), &r->tb);
+    return rc;
+}
+
+int train_report_open(tr_engine *e, const tr_train_options *opts, int start, int last,
+                      double t0, train_report **out)
+{
+    *out = NULL;
+    const tr_config *cfg = e->cfg;
+    train_report *r = calloc(1, sizeof *r);
+    size_t runs = (size_t)(last > start ? last - start : 0) + 1;
+    if (r) {
+        r->iter_ms = calloc(runs, sizeof *r->iter_ms);
+        r->bubbles = calloc(runs, sizeof *r->bubbles);
+    }
+    if (!r || !r->iter_ms || !r->bubbles) {
+        train_report_close(r);
+        return tr_fail(TR_ERR_NOMEM, "out of memory for the run's measurements");
+    }
+    r->e = e;
+    r->opts = opts;
+    r->lead = e->world.rank == 0;
+    r->start = start;
+    r->last = last;
+    int rc = r->lead ? open_files(r) : TR_OK;
+    /* every rank learns whether rank 0 could set up its files */
+    double failed = rc ? 1.0 : 0.0;
+    if (tr_comm_allreduce(e->world.world, &failed, &failed, 1, TR_COMM_F64, TR_COMM_MAX) == TR_OK &&
+        failed && !rc)
+        rc = tr_fail(TR_ERR_IO, "rank 0 could not set up the run's files (run directory %s, "
+                                "tensorboard_dir '%s')",
+                     opts->run_dir ? opts->run_dir : "(none)", cfg->logging.tensorboard_dir);
+    /* whole-model parameter count: every stage's, shards counted once */
+    double n_params = 0;
+    for (int c = 0; c < e->v; c++)
+        for (int i = 0; i < tr_gpt_num_tensors(e->chunks[c].model); i++) {
+            tr_param_tensor *p = tr_gpt_tensor(e->chunks[c].model, i);
+            if (p->count_in_norm)
+                n_params += (double)p->numel;
+        }
+    if (!rc)
+        rc = tr_comm_allreduce(e->world.mp, &n_params, &n_params, 1, TR_COMM_F64, TR_COMM_SUM);
+    if (rc) {
+        train_report_close(r);
+        return rc;
+    }
+    const tr_gpt_shape *shape = tr_gpt_get_shape(e->chunks[0].model);
+    r->tokens_per_iter = (double)cfg->training.global_batch_size * cfg->model.seq_length;
+    r->flops_per_iter = tr_gpt_flops_per_token(shape, n_params) * r->tokens_per_iter;
+    if (!opts->quiet && r->lead) {
+        printf("trident: %d layers, hidden %d, %d heads, seq %d, vocab %d (padded %d): %.2fM "
+               "parameters; global batch %d; set up in %.2f s\n",
+               cfg->model.num_layers, cfg->model.hidden_size, cfg->model.num_attention_heads,
+               cfg->model.seq_length, cfg->model.vocab_size, shape->Vp, n_params / 1e6,
+               cfg->training.global_batch_size, tr_now() - t0);
+        print_layout(e);
+        fflush(stdout);
+    }
+    r->t_train = tr_now();
+    *out = r;
+    return TR_OK;
+}
+
+void train_report_iteration_begin(train_report *r, int it)
+{
+    if (it == r->last)
+        snapshot_counters(r->e, r->before);
+}
+
+int train_report_measure(train_report *r, tr_step_stats *s, double secs)
+{
+    tr_engine *e = r->e;
+    int it = s->iteration;
+    if (it == r->last) {
+        tr_comm_counters after[N_GROUPS];
+        snapshot_counters(e, after);
+        count_iteration(r->before, after, r->mine);
+    }
+    if (it > r->start + 1) { /* the first iteration of a process warms up */
+        tr_dp_timing tm;
+        tr_dp_get_timing(e->dp, &tm);
+        r->dp_exposed += tm.exposed_s;
+    }
+    /* the bubble of every iteration (the trace keeps the last one's spans only) */
+    int rc = e->tracing ? train_trace_bubble(e, &r->bubbles[r->ran]) : TR_OK;
+    if (rc)
+        return rc;
+    r->train_time += secs;
+    r->final_loss = s->loss;
+    s->ms_per_iter = secs * 1e3;
+    s->tokens_per_s = r->tokens_per_iter / secs;
+    s->gflops = r->flops_per_iter / secs / 1e9 / e->world.size;
+    if (e->cfg->logging.peak_gflops > 0)
+        s->mfu = s->gflops / e->cfg->logging.peak_gflops;
+    /* the mean time of this process's iterations so far, times those still to run */
+    s->eta_s = r->train_time / (it - r->start) * (r->last - it);
+    r->iter_ms[r->ran++] = s->ms_per_iter;
+    s->peak_rss_mb = peak_rss_mb();
+    return tr_comm_allreduce(e->world.world, &s->peak_rss_mb, &s->peak_rss_mb, 1, TR_COMM_F64,
+                             TR_COMM_MAX);
+}
+
+/* TensorBoard tags (Megatron's where it has one). */
+static int record_tensorboard(train_report *r, const tr_step_stats *s)
+{
+    const struct {
+        const char *tag;
+        double value;
+        int present;
+    } scalars[] = {
+        {"lm loss", s->loss, 1},
+        {"learning-rate", s->lr, 1},
+        {"grad-norm", s->grad_norm, 1},
+        {"iteration-time-ms", s->ms_per_iter, 1},
+        {"tokens-per-second", s->tokens_per_s, 1},
+        {"gflops-per-rank", s->gflops, 1},
+        {"peak-memory-mb", s->peak_rss_mb, 1},
+        {"mfu", s->mfu, s->mfu > 0},
+        {"lm loss validation", s->val_loss, s->evaluated},
+    };
+    double wall = wall_time();
+    for (size_t i = 0; i < sizeof scalars / sizeof scalars[0]; i++) {
+        if (!scalars[i].present)
+            continue;
+        int rc = train_tb_scalar(r->tb, scalars[i].tag, s->iteration, wall, (float)scalars[i].value);
+        if (rc)
+            return rc;
+    }
+    return TR_OK;
+}
+
+/* The event file first: an iteration in metrics.jsonl is in the event file too, whenever the
+ * run is killed. */
+int train_report_record(train_report *r, const tr_step_stats *s)
+{
+    int rc = r->tb ? record_tensorboard(r, s) : TR_OK;
+    if (!rc && r->metrics)
+        write_metrics(r->metrics, s);
+    return rc;
+}
+
+void train_report_print(train_report *r, const tr_step_stats *s)
+{
+    if (r->opts->quiet || !r->lead)
+        return;
+    const tr_training_config *t = &r->e->cfg->training;
+    char eta[32];
+    format_duration(eta, sizeof eta, s->eta_s);
+    printf("iter %5d/%d (%3d%%) | loss %.4f | lr %.3e | grad_norm %.3f | %.1f ms | %.0f tok/s | "
+           "%.1f GFLOP/s/rank | eta %s",
+           s->iteration, t->train_iters, 100 * s->iteration / t->train_iters, s->loss, s->lr,
+           s->grad_norm, s->ms_per_iter, s->tokens_per_s, s->gflops, eta);
+    if (s->mfu > 0)
+        printf(" | MFU %.1f%%", 100 * s->mfu);
+    if (r->e->world.size > 1)
+        printf(" | peak %.0f MiB/rank", s->peak_rss_mb);
+    if (s->evaluated)
+        printf(" | val_loss %.4f", s->val_loss);
+    printf("\n");
+    fflush(stdout);
+}
+
+int train_report_finish(train_report *r)
+{
+    tr_engine *e = r->e;
+    const tr_train_options *opts = r->opts;
+    int rc = TR_OK;
+    double bubble = -1;
+    if (e->tracing && opts->run_dir) {
+        /* median over the iterations after the first (which warms up), like ms/iter */
+        int n = r->ran;
+        bubble = median_of(n > 1 ? r->bubbles + 1 : r->bubbles, n > 1 ? n - 1 : n);
+        rc = bubble < 0 ? tr_fail(TR_ERR_NOMEM, "out of memory") : train_trace_write(e, opts->run_dir);
+        if (!rc && r->lead && !opts->quiet)
+            printf("trident: trace of the last iteration in %s/trace.json; measured pipeline "
+                   "bubble %.1f%% (median over iterations; theory %.1f%%)\n",
+                   opts->run_dir, 100 * bubble,
+                   100 * tr_pp_bubble_theory(e->P, e->M, e->schedule.kind, e->v));
+    }
+    if (!rc && opts->run_dir) {
+        r->mine[STAT_RSS] = peak_rss_mb();
+        r->mine[STAT_STORED] = e->stored_peak;
+        size_t n = (size_t)e->world.size * N_STATS;
+        double *stats = calloc(n, sizeof *stats);
+        rc = stats ? tr_comm_allgather(e->world.world, r->mine, stats, n, TR_COMM_F64)
+                   : tr_fail(TR_ERR_NOMEM, "out of memory");
+        if (!rc && r->lead)
+            rc = write_summary(r, bubble, stats);
+        free(stats);
+    }
+    if (!rc && !opts->quiet && r->lead) {
+        const double *m = r->mine;
+        char total[32];
+        format_duration(total, sizeof total, tr_now() - r->t_train);
+        printf("trident: trained %d iterations in %s\n", r->ran, total);
+        if (e->world.size > 1)
+            printf("trident: the last iteration on rank 0: collectives tp %.0f, dp %.0f, pp %.0f, "
+                   "embedding %.0f, model-parallel %.0f, world %.0f; pipeline sends + receives "
+                   "%.0f\n", m[STAT_COLL + GROUP_TP], m[STAT_COLL + GROUP_DP],
+                   m[STAT_COLL + GROUP_PP], m[STAT_COLL + GROUP_EMBED], m[STAT_COLL + GROUP_MP],
+                   m[STAT_COLL + GROUP_WORLD], m[STAT_P2P]);
+    }
+    return rc;
+}
+
+void train_report_close(train_report *r)
+{
+    if (!r)
+        return;
+    if (r->metrics)
+        fclose(r->metrics);
+    train_tb_close(r->tb);
+    free(r->iter_ms);
+    free(r->bubbles);
+    free(r);
+}
