@@ -156,10 +156,10 @@ int tr_comm_init(const tr_comm_rendezvous *rv, const tr_comm_config *cfg_in, tr_
     tr_log_set_rank(rank);
     switch (cfg.backend) {
     case TR_COMM_BACKEND_UCX:
-        return tr_comm_ucx_init(rv, &cfg, out);
+        return comm_ucx_init(rv, &cfg, out);
     case TR_COMM_BACKEND_NCCL:
 #ifdef TR_HAVE_CUDA
-        return tr_comm_nccl_init(rv, &cfg, out);
+        return comm_nccl_init(rv, &cfg, out);
 #else
         return tr_fail(TR_ERR_CONFIG, "comm: the nccl backend is not in this build (it needs "
                                       "CUDA: -Dcuda=enabled)");

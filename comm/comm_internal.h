@@ -8,10 +8,10 @@
 
 /* The world of each backend, called by tr_comm_init once it has checked rv and cfg (defaults
  * filled in, cfg->backend naming this backend). */
-TR_MUST_CHECK int tr_comm_ucx_init(const tr_comm_rendezvous *rv, const tr_comm_config *cfg,
+TR_MUST_CHECK int comm_ucx_init(const tr_comm_rendezvous *rv, const tr_comm_config *cfg,
                                    tr_comm **out);
 #ifdef TR_HAVE_CUDA
-TR_MUST_CHECK int tr_comm_nccl_init(const tr_comm_rendezvous *rv, const tr_comm_config *cfg,
+TR_MUST_CHECK int comm_nccl_init(const tr_comm_rendezvous *rv, const tr_comm_config *cfg,
                                     tr_comm **out);
 #endif
 

@@ -33,13 +33,13 @@ enum {
 typedef struct {
     void *map;
     size_t bytes;
-} tr_mapping;
+} data_mapping;
 
 /* A validated token array. */
 typedef struct {
     char *path;                /* what messages name: the prefix or the shard path */
-    tr_mapping bin;            /* token file (.bin, or the llm.c shard) */
-    tr_mapping idx;            /* Megatron .idx; unused for llm.c */
+    data_mapping bin;            /* token file (.bin, or the llm.c shard) */
+    data_mapping idx;            /* Megatron .idx; unused for llm.c */
     const unsigned char *base; /* token 0 */
     int dtype;                 /* TR_DT_* */
     int itemsize;              /* bytes per token */
@@ -48,49 +48,49 @@ typedef struct {
     uint64_t n_seqs;           /* Megatron sequences (= n_docs unless sentence-split) */
     const unsigned char *pointers; /* int64[n_seqs], unaligned, inside idx */
     const unsigned char *doc_idx;  /* int64[n_docs + 1], unaligned, inside idx */
-} tr_token_store;
+} token_store;
 
 /* Unaligned little-endian loads. */
-static inline int64_t tr_load_i64(const unsigned char *p)
+static inline int64_t load_i64(const unsigned char *p)
 {
     int64_t v;
     memcpy(&v, p, sizeof v);
     return v;
 }
-static inline int32_t tr_load_i32(const unsigned char *p)
+static inline int32_t load_i32(const unsigned char *p)
 {
     int32_t v;
     memcpy(&v, p, sizeof v);
     return v;
 }
-static inline uint64_t tr_load_u64(const unsigned char *p)
+static inline uint64_t load_u64(const unsigned char *p)
 {
     uint64_t v;
     memcpy(&v, p, sizeof v);
     return v;
 }
 
-const char *tr_dtype_name(int code);
-int tr_dtype_size(int code); /* 0 for an unknown code */
+const char *dtype_name(int code);
+int dtype_size(int code); /* 0 for an unknown code */
 
 /* Map a regular file read-only; TR_ERR_IO naming the path and the OS error on failure. */
-TR_MUST_CHECK int tr_map_file(const char *path, tr_mapping *m);
-void tr_unmap_file(tr_mapping *m);
+TR_MUST_CHECK int map_file(const char *path, data_mapping *m);
+void unmap_file(data_mapping *m);
 
 /* Open and validate (every check of data.h, tokens < vocab_size included). */
-TR_MUST_CHECK int tr_indexed_open(const char *prefix, int vocab_size, tr_token_store *s);
-TR_MUST_CHECK int tr_llmc_open(const char *path, int vocab_size, tr_token_store *s);
-void tr_token_store_close(tr_token_store *s);
+TR_MUST_CHECK int indexed_open(const char *prefix, int vocab_size, token_store *s);
+TR_MUST_CHECK int llmc_open(const char *path, int vocab_size, token_store *s);
+void token_store_close(token_store *s);
 
 /* Token offset where document d (0 <= d <= n_docs) starts; d == n_docs gives n_tokens. */
-uint64_t tr_token_store_doc_start(const tr_token_store *s, uint64_t d);
+uint64_t token_store_doc_start(const token_store *s, uint64_t d);
 /* The document holding token `offset` (< n_tokens): binary search over document starts. */
-uint64_t tr_token_store_doc_of(const tr_token_store *s, uint64_t offset);
+uint64_t token_store_doc_of(const token_store *s, uint64_t offset);
 /* Token i as int64 (i < n_tokens). */
-int64_t tr_token_store_token(const tr_token_store *s, uint64_t i);
+int64_t token_store_token(const token_store *s, uint64_t i);
 /* Check every token lies in [0, vocab_size); on failure name the token, its position and
  * its document. */
-TR_MUST_CHECK int tr_token_store_check_vocab(const tr_token_store *s, const char *file, int vocab_size);
+TR_MUST_CHECK int token_store_check_vocab(const token_store *s, const char *file, int vocab_size);
 
 /* Streaming writer of a uint16 indexed dataset, one document at a time, into PREFIX.bin.tmp
  * and PREFIX.idx.tmp; finish() renames them to PREFIX.bin / PREFIX.idx. */
@@ -102,13 +102,13 @@ typedef struct {
     int in_document;
     uint16_t buf[4096];
     size_t n_buf;
-} tr_indexed_writer;
+} indexed_writer;
 
-TR_MUST_CHECK int tr_iw_begin(tr_indexed_writer *w, const char *prefix);
-TR_MUST_CHECK int tr_iw_append(tr_indexed_writer *w, const uint16_t *tokens, size_t n);
-TR_MUST_CHECK int tr_iw_end_document(tr_indexed_writer *w);
-TR_MUST_CHECK int tr_iw_finish(tr_indexed_writer *w);
+TR_MUST_CHECK int iw_begin(indexed_writer *w, const char *prefix);
+TR_MUST_CHECK int iw_append(indexed_writer *w, const uint16_t *tokens, size_t n);
+TR_MUST_CHECK int iw_end_document(indexed_writer *w);
+TR_MUST_CHECK int iw_finish(indexed_writer *w);
 /* Remove the temporary files and free everything (safe after a failure or a finish). */
-void tr_iw_abort(tr_indexed_writer *w);
+void iw_abort(indexed_writer *w);
 
 #endif

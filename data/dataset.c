@@ -21,7 +21,7 @@ typedef struct {
 } split_state;
 
 struct tr_data {
-    tr_token_store store;
+    token_store store;
     int is_llmc;
     int seq_length;
     uint64_t seed;
@@ -158,7 +158,7 @@ static int open_store(tr_data *d, const char *path, const char *format, int voca
     if (!want_llmc) {
         char *prefix = megatron_prefix(path);
         if (prefix) {
-            int rc = tr_indexed_open(prefix, vocab_size, &d->store);
+            int rc = indexed_open(prefix, vocab_size, &d->store);
             free(prefix);
             return rc;
         }
@@ -168,7 +168,7 @@ static int open_store(tr_data *d, const char *path, const char *format, int voca
     }
     if (is_file(path)) {
         d->is_llmc = 1;
-        return tr_llmc_open(path, vocab_size, &d->store);
+        return llmc_open(path, vocab_size, &d->store);
     }
     if (want_llmc)
         return tr_fail(TR_ERR_CONFIG, "no llm.c shard at %s: no such file", path);
@@ -202,7 +202,7 @@ int tr_data_open(const char *path, const char *format, const char *split, int se
         tr_free(d);
         return rc;
     }
-    const tr_token_store *s = &d->store;
+    const token_store *s = &d->store;
     uint64_t bound[4];
     split_bounds(d->is_llmc ? s->n_tokens : s->n_docs, w, bound);
     for (int k = 0; k < 3; k++) {
@@ -215,8 +215,8 @@ int tr_data_open(const char *path, const char *format, const char *split, int se
         } else {
             sp->first_doc = bound[k];
             sp->n_docs = bound[k + 1] - bound[k];
-            sp->first_token = tr_token_store_doc_start(s, bound[k]);
-            sp->n_tokens = tr_token_store_doc_start(s, bound[k + 1]) - sp->first_token;
+            sp->first_token = token_store_doc_start(s, bound[k]);
+            sp->n_tokens = token_store_doc_start(s, bound[k + 1]) - sp->first_token;
         }
         sp->n_samples = sp->n_tokens ? (sp->n_tokens - 1) / (uint64_t)seq_length : 0;
     }
@@ -232,7 +232,7 @@ void tr_data_close(tr_data *d)
         free(d->split[k].perm32);
         free(d->split[k].perm64);
     }
-    tr_token_store_close(&d->store);
+    token_store_close(&d->store);
     tr_free(d);
 }
 
@@ -342,7 +342,7 @@ int tr_data_sample(tr_data *d, int split, uint64_t g, int32_t *tokens)
     int rc = tr_data_sample_index(d, split, g, &j);
     if (rc)
         return rc;
-    const tr_token_store *s = &d->store;
+    const token_store *s = &d->store;
     uint64_t first = d->split[split].first_token + j * (uint64_t)d->seq_length;
     size_t count = (size_t)d->seq_length + 1;
     if (s->dtype == TR_DT_UINT16) {
@@ -351,7 +351,7 @@ int tr_data_sample(tr_data *d, int split, uint64_t g, int32_t *tokens)
             tokens[i] = t[i];
     } else {
         for (size_t i = 0; i < count; i++)
-            tokens[i] = (int32_t)tr_token_store_token(s, first + i);
+            tokens[i] = (int32_t)token_store_token(s, first + i);
     }
     return TR_OK;
 }
@@ -367,8 +367,8 @@ int tr_data_locate(const tr_data *d, int split, uint64_t offset, uint64_t *doc,
                                        "tokens)",
                        d->store.path, (unsigned long long)offset, split_names[split],
                        (unsigned long long)sp->n_tokens);
-    uint64_t global = sp->first_token + offset, dd = tr_token_store_doc_of(&d->store, global);
+    uint64_t global = sp->first_token + offset, dd = token_store_doc_of(&d->store, global);
     *doc = dd;
-    *offset_in_doc = global - tr_token_store_doc_start(&d->store, dd);
+    *offset_in_doc = global - token_store_doc_start(&d->store, dd);
     return TR_OK;
 }

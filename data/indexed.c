@@ -51,7 +51,7 @@ static void describe_magic(const unsigned char *m, char *out, size_t cap)
 }
 
 /* Header and size checks of the .idx; fills the counts and the array pointers. */
-static int check_index(const char *idx_path, tr_token_store *s)
+static int check_index(const char *idx_path, token_store *s)
 {
     const unsigned char *p = s->idx.map;
     size_t bytes = s->idx.bytes;
@@ -68,7 +68,7 @@ static int check_index(const char *idx_path, tr_token_store *s)
                        "mmap index)",
                        idx_path, found);
     }
-    uint64_t version = tr_load_u64(p + 9);
+    uint64_t version = load_u64(p + 9);
     if (version != 1)
         return tr_fail(TR_ERR_INVALID, "%s: version is %llu, expected 1", idx_path,
                        (unsigned long long)version);
@@ -77,15 +77,15 @@ static int check_index(const char *idx_path, tr_token_store *s)
         return tr_fail(TR_ERR_INVALID,
                        "%s: dtype code %d (%s) is a floating-point type; token ids must be "
                        "integers (uint8, int8, int16, uint16, int32, int64)",
-                       idx_path, code, tr_dtype_name(code));
-    if (tr_dtype_size(code) == 0)
+                       idx_path, code, dtype_name(code));
+    if (dtype_size(code) == 0)
         return tr_fail(TR_ERR_INVALID,
                        "%s: dtype code is %d, expected 1..8 (1 uint8, 2 int8, 3 int16, "
                        "4 int32, 5 int64, 8 uint16)",
                        idx_path, code);
     s->dtype = code;
-    s->itemsize = tr_dtype_size(code);
-    uint64_t n_seqs = tr_load_u64(p + 18), n_entries = tr_load_u64(p + 26);
+    s->itemsize = dtype_size(code);
+    uint64_t n_seqs = load_u64(p + 18), n_entries = load_u64(p + 26);
     /* expected length: 34 + 4*n_seqs + 8*n_seqs + 8*n_entries, each step checked */
     uint64_t seq_bytes, doc_bytes, total;
     if (__builtin_mul_overflow(n_seqs, (uint64_t)12, &seq_bytes) ||
@@ -116,13 +116,13 @@ static int check_index(const char *idx_path, tr_token_store *s)
 }
 
 /* sizes and pointers against each other and against the .bin length. */
-static int check_sequences(const char *idx_path, const char *bin_path, tr_token_store *s)
+static int check_sequences(const char *idx_path, const char *bin_path, token_store *s)
 {
     const unsigned char *sizes = (const unsigned char *)s->idx.map + TR_IDX_HEADER_BYTES;
     uint64_t bin_bytes = s->bin.bytes, expect = 0, item = (uint64_t)s->itemsize;
     for (uint64_t i = 0; i < s->n_seqs; i++) {
-        int32_t size = tr_load_i32(sizes + 4 * i);
-        int64_t ptr = tr_load_i64(s->pointers + 8 * i);
+        int32_t size = load_i32(sizes + 4 * i);
+        int64_t ptr = load_i64(s->pointers + 8 * i);
         if (size < 0)
             return tr_fail(TR_ERR_INVALID, "%s: sizes[%llu] is %d, expected >= 0", idx_path,
                            (unsigned long long)i, size);
@@ -154,21 +154,21 @@ static int check_sequences(const char *idx_path, const char *bin_path, tr_token_
                        "%s)",
                        bin_path, (unsigned long long)bin_bytes, idx_path,
                        (unsigned long long)expect, (unsigned long long)(expect / item),
-                       tr_dtype_name(s->dtype));
+                       dtype_name(s->dtype));
     s->n_tokens = expect / item;
     return TR_OK;
 }
 
-static int check_documents(const char *idx_path, const tr_token_store *s)
+static int check_documents(const char *idx_path, const token_store *s)
 {
     uint64_t n = s->n_docs + 1;
-    int64_t first = tr_load_i64(s->doc_idx);
+    int64_t first = load_i64(s->doc_idx);
     if (first != 0)
         return tr_fail(TR_ERR_INVALID, "%s: doc_idx[0] is %lld, expected 0", idx_path,
                        (long long)first);
     int64_t prev = 0;
     for (uint64_t d = 1; d < n; d++) {
-        int64_t v = tr_load_i64(s->doc_idx + 8 * d);
+        int64_t v = load_i64(s->doc_idx + 8 * d);
         if (v < prev)
             return tr_fail(TR_ERR_INVALID,
                            "%s: doc_idx[%llu] is %lld, less than doc_idx[%llu] = %lld "
@@ -190,7 +190,7 @@ static int check_documents(const char *idx_path, const tr_token_store *s)
     return TR_OK;
 }
 
-int tr_indexed_open(const char *prefix, int vocab_size, tr_token_store *s)
+int indexed_open(const char *prefix, int vocab_size, token_store *s)
 {
     memset(s, 0, sizeof *s);
     char *idx_path = concat(prefix, ".idx"), *bin_path = concat(prefix, ".bin");
@@ -206,16 +206,16 @@ int tr_indexed_open(const char *prefix, int vocab_size, tr_token_store *s)
                      bin_path, idx_path);
         goto done;
     }
-    if ((rc = tr_map_file(idx_path, &s->idx)) || (rc = check_index(idx_path, s)) ||
-        (rc = tr_map_file(bin_path, &s->bin)) ||
+    if ((rc = map_file(idx_path, &s->idx)) || (rc = check_index(idx_path, s)) ||
+        (rc = map_file(bin_path, &s->bin)) ||
         (rc = check_sequences(idx_path, bin_path, s)) || (rc = check_documents(idx_path, s)))
         goto done;
     s->base = s->bin.map;
-    rc = tr_token_store_check_vocab(s, bin_path, vocab_size);
+    rc = token_store_check_vocab(s, bin_path, vocab_size);
 done:
     free(idx_path);
     free(bin_path);
     if (rc)
-        tr_token_store_close(s);
+        token_store_close(s);
     return rc;
 }

@@ -9,14 +9,14 @@
 
 #include "core/core.h"
 
-int tr_llmc_open(const char *path, int vocab_size, tr_token_store *s)
+int llmc_open(const char *path, int vocab_size, token_store *s)
 {
     memset(s, 0, sizeof *s);
     s->path = malloc(strlen(path) + 1);
     if (!s->path)
         return tr_fail(TR_ERR_NOMEM, "out of memory opening %s", path);
     strcpy(s->path, path);
-    int rc = tr_map_file(path, &s->bin);
+    int rc = map_file(path, &s->bin);
     if (rc)
         goto fail;
     const unsigned char *p = s->bin.map;
@@ -27,7 +27,7 @@ int tr_llmc_open(const char *path, int vocab_size, tr_token_store *s)
                      bytes, TR_LLMC_HEADER_BYTES);
         goto fail;
     }
-    int32_t magic = tr_load_i32(p), version = tr_load_i32(p + 4), count = tr_load_i32(p + 8);
+    int32_t magic = load_i32(p), version = load_i32(p + 4), count = load_i32(p + 8);
     if (magic != TR_LLMC_MAGIC) {
         rc = tr_fail(TR_ERR_INVALID, "%s: header magic is %d, expected %d (llm.c token shard)",
                      path, magic, TR_LLMC_MAGIC);
@@ -58,12 +58,12 @@ int tr_llmc_open(const char *path, int vocab_size, tr_token_store *s)
     s->n_docs = 1;
     s->n_seqs = 1;
     s->base = p + TR_LLMC_HEADER_BYTES;
-    rc = tr_token_store_check_vocab(s, path, vocab_size);
+    rc = token_store_check_vocab(s, path, vocab_size);
     if (rc)
         goto fail;
     return TR_OK;
 fail:
-    tr_token_store_close(s);
+    token_store_close(s);
     return rc;
 }
 

@@ -16,7 +16,7 @@
 #include "core/core.h"
 
 /* Bytes -> tokens, NULs dropped; opens a document if there is anything to add. */
-static int append_bytes(tr_indexed_writer *w, const unsigned char *bytes, size_t n)
+static int append_bytes(indexed_writer *w, const unsigned char *bytes, size_t n)
 {
     uint16_t tok[1024];
     size_t k = 0;
@@ -25,22 +25,22 @@ static int append_bytes(tr_indexed_writer *w, const unsigned char *bytes, size_t
             continue;
         tok[k++] = bytes[i];
         if (k == sizeof tok / sizeof tok[0]) {
-            int rc = tr_iw_append(w, tok, k);
+            int rc = iw_append(w, tok, k);
             if (rc)
                 return rc;
             k = 0;
         }
     }
-    return k ? tr_iw_append(w, tok, k) : TR_OK;
+    return k ? iw_append(w, tok, k) : TR_OK;
 }
 
-static int close_document(tr_indexed_writer *w)
+static int close_document(indexed_writer *w)
 {
     if (!w->in_document)
         return TR_OK;
     uint16_t eod = TR_EOD_TOKEN;
-    int rc = tr_iw_append(w, &eod, 1);
-    return rc ? rc : tr_iw_end_document(w);
+    int rc = iw_append(w, &eod, 1);
+    return rc ? rc : iw_end_document(w);
 }
 
 static int is_separator(const char *line, size_t len)
@@ -59,7 +59,7 @@ static int is_separator(const char *line, size_t len)
     return 1;
 }
 
-static int documents_by_blank_lines(tr_indexed_writer *w, FILE *f, const char *path)
+static int documents_by_blank_lines(indexed_writer *w, FILE *f, const char *path)
 {
     char *line = NULL;
     size_t cap = 0;
@@ -82,7 +82,7 @@ static int documents_by_blank_lines(tr_indexed_writer *w, FILE *f, const char *p
     return rc ? rc : close_document(w);
 }
 
-static int document_per_file(tr_indexed_writer *w, FILE *f, const char *path)
+static int document_per_file(indexed_writer *w, FILE *f, const char *path)
 {
     unsigned char buf[1 << 16];
     size_t got;
@@ -101,8 +101,8 @@ int tr_preprocess_text(const char *const *inputs, int n_inputs, const char *outp
         return tr_fail(TR_ERR_INVALID, "preprocess: no input files");
     if (!output_prefix || !output_prefix[0])
         return tr_fail(TR_ERR_INVALID, "preprocess: empty output prefix");
-    tr_indexed_writer w;
-    int rc = tr_iw_begin(&w, output_prefix);
+    indexed_writer w;
+    int rc = iw_begin(&w, output_prefix);
     if (rc)
         return rc;
     for (int i = 0; i < n_inputs && !rc; i++) {
@@ -117,13 +117,13 @@ int tr_preprocess_text(const char *const *inputs, int n_inputs, const char *outp
         fclose(f);
     }
     if (!rc)
-        rc = tr_iw_finish(&w);
+        rc = iw_finish(&w);
     if (!rc) {
         if (n_documents)
             *n_documents = w.n_docs;
         if (n_tokens)
             *n_tokens = w.n_tokens;
     }
-    tr_iw_abort(&w);
+    iw_abort(&w);
     return rc;
 }

@@ -11,7 +11,7 @@
 
 #include "core/core.h"
 
-const char *tr_dtype_name(int code)
+const char *dtype_name(int code)
 {
     switch (code) {
     case TR_DT_UINT8: return "uint8";
@@ -26,7 +26,7 @@ const char *tr_dtype_name(int code)
     }
 }
 
-int tr_dtype_size(int code)
+int dtype_size(int code)
 {
     switch (code) {
     case TR_DT_UINT8:
@@ -41,7 +41,7 @@ int tr_dtype_size(int code)
     }
 }
 
-int tr_map_file(const char *path, tr_mapping *m)
+int map_file(const char *path, data_mapping *m)
 {
     m->map = NULL;
     m->bytes = 0;
@@ -79,7 +79,7 @@ int tr_map_file(const char *path, tr_mapping *m)
     return TR_OK;
 }
 
-void tr_unmap_file(tr_mapping *m)
+void unmap_file(data_mapping *m)
 {
     if (m->map)
         munmap(m->map, m->bytes);
@@ -87,32 +87,32 @@ void tr_unmap_file(tr_mapping *m)
     m->bytes = 0;
 }
 
-void tr_token_store_close(tr_token_store *s)
+void token_store_close(token_store *s)
 {
-    tr_unmap_file(&s->bin);
-    tr_unmap_file(&s->idx);
+    unmap_file(&s->bin);
+    unmap_file(&s->idx);
     free(s->path);
     memset(s, 0, sizeof *s);
 }
 
-uint64_t tr_token_store_doc_start(const tr_token_store *s, uint64_t d)
+uint64_t token_store_doc_start(const token_store *s, uint64_t d)
 {
     if (!s->doc_idx) /* llm.c: one document */
         return d == 0 ? 0 : s->n_tokens;
-    uint64_t seq = (uint64_t)tr_load_i64(s->doc_idx + 8 * d);
+    uint64_t seq = (uint64_t)load_i64(s->doc_idx + 8 * d);
     if (seq >= s->n_seqs)
         return s->n_tokens;
-    return (uint64_t)tr_load_i64(s->pointers + 8 * seq) / (uint64_t)s->itemsize;
+    return (uint64_t)load_i64(s->pointers + 8 * seq) / (uint64_t)s->itemsize;
 }
 
-uint64_t tr_token_store_doc_of(const tr_token_store *s, uint64_t offset)
+uint64_t token_store_doc_of(const token_store *s, uint64_t offset)
 {
     /* largest d in [0, n_docs) with start(d) <= offset; empty documents share a start with
      * their successor, so this is the document that holds the token */
     uint64_t lo = 0, hi = s->n_docs; /* answer in [lo, hi) */
     while (hi - lo > 1) {
         uint64_t mid = lo + (hi - lo) / 2;
-        if (tr_token_store_doc_start(s, mid) <= offset)
+        if (token_store_doc_start(s, mid) <= offset)
             lo = mid;
         else
             hi = mid;
@@ -120,7 +120,7 @@ uint64_t tr_token_store_doc_of(const tr_token_store *s, uint64_t offset)
     return lo;
 }
 
-int64_t tr_token_store_token(const tr_token_store *s, uint64_t i)
+int64_t token_store_token(const token_store *s, uint64_t i)
 {
     const unsigned char *p = s->base + i * (uint64_t)s->itemsize;
     switch (s->dtype) {
@@ -128,8 +128,8 @@ int64_t tr_token_store_token(const tr_token_store *s, uint64_t i)
     case TR_DT_INT8: return (int8_t)*p;
     case TR_DT_INT16: { int16_t v; memcpy(&v, p, 2); return v; }
     case TR_DT_UINT16: { uint16_t v; memcpy(&v, p, 2); return v; }
-    case TR_DT_INT32: return tr_load_i32(p);
-    default: return tr_load_i64(p);
+    case TR_DT_INT32: return load_i32(p);
+    default: return load_i64(p);
     }
 }
 
@@ -146,7 +146,7 @@ int64_t tr_token_store_token(const tr_token_store *s, uint64_t i)
         *max = hi;                                                                             \
     } while (0)
 
-static void token_range(const tr_token_store *s, uint64_t i0, uint64_t i1, int64_t *min,
+static void token_range(const token_store *s, uint64_t i0, uint64_t i1, int64_t *min,
                         int64_t *max)
 {
     switch (s->dtype) {
@@ -159,7 +159,7 @@ static void token_range(const tr_token_store *s, uint64_t i0, uint64_t i1, int64
     }
 }
 
-int tr_token_store_check_vocab(const tr_token_store *s, const char *file, int vocab_size)
+int token_store_check_vocab(const token_store *s, const char *file, int vocab_size)
 {
     if (vocab_size <= 0)
         return tr_fail(TR_ERR_INVALID, "%s: vocab_size must be positive, got %d", file,
@@ -174,15 +174,15 @@ int tr_token_store_check_vocab(const tr_token_store *s, const char *file, int vo
         if (lo >= 0 && hi < vocab_size)
             continue;
         for (uint64_t i = i0; i < i1; i++) {
-            int64_t v = tr_token_store_token(s, i);
+            int64_t v = token_store_token(s, i);
             if (v >= 0 && v < vocab_size)
                 continue;
-            uint64_t d = tr_token_store_doc_of(s, i);
+            uint64_t d = token_store_doc_of(s, i);
             return tr_fail(TR_ERR_INVALID,
                            "%s: token %lld at position %llu (document %llu, offset %llu) is %s "
                            "(vocab_size is %d)",
                            file, (long long)v, (unsigned long long)i, (unsigned long long)d,
-                           (unsigned long long)(i - tr_token_store_doc_start(s, d)),
+                           (unsigned long long)(i - token_store_doc_start(s, d)),
                            v < 0 ? "negative" : ">= vocab_size", vocab_size);
         }
     }

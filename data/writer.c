@@ -21,7 +21,7 @@ static char *with_suffix(const char *a, const char *b)
     return s;
 }
 
-int tr_iw_begin(tr_indexed_writer *w, const char *prefix)
+int iw_begin(indexed_writer *w, const char *prefix)
 {
     memset(w, 0, sizeof *w);
     w->bin_path = with_suffix(prefix, ".bin");
@@ -29,19 +29,19 @@ int tr_iw_begin(tr_indexed_writer *w, const char *prefix)
     w->bin_tmp = with_suffix(prefix, ".bin.tmp");
     w->idx_tmp = with_suffix(prefix, ".idx.tmp");
     if (!w->bin_path || !w->idx_path || !w->bin_tmp || !w->idx_tmp) {
-        tr_iw_abort(w);
+        iw_abort(w);
         return tr_fail(TR_ERR_NOMEM, "out of memory writing %s", prefix);
     }
     w->bin = fopen(w->bin_tmp, "wb");
     if (!w->bin) {
         int rc = tr_fail(TR_ERR_IO, "cannot create %s: %s", w->bin_tmp, strerror(errno));
-        tr_iw_abort(w);
+        iw_abort(w);
         return rc;
     }
     return TR_OK;
 }
 
-static int flush_tokens(tr_indexed_writer *w)
+static int flush_tokens(indexed_writer *w)
 {
     if (w->n_buf && fwrite(w->buf, sizeof w->buf[0], w->n_buf, w->bin) != w->n_buf)
         return tr_fail(TR_ERR_IO, "cannot write %s: %s", w->bin_tmp, strerror(errno));
@@ -49,7 +49,7 @@ static int flush_tokens(tr_indexed_writer *w)
     return TR_OK;
 }
 
-int tr_iw_append(tr_indexed_writer *w, const uint16_t *tokens, size_t n)
+int iw_append(indexed_writer *w, const uint16_t *tokens, size_t n)
 {
     if (n > (uint64_t)INT32_MAX - w->cur_len)
         return tr_fail(TR_ERR_INVALID,
@@ -74,7 +74,7 @@ int tr_iw_append(tr_indexed_writer *w, const uint16_t *tokens, size_t n)
     return TR_OK;
 }
 
-int tr_iw_end_document(tr_indexed_writer *w)
+int iw_end_document(indexed_writer *w)
 {
     if (w->n_docs == w->cap_docs) {
         uint64_t cap = w->cap_docs ? 2 * w->cap_docs : 1024;
@@ -92,7 +92,7 @@ int tr_iw_end_document(tr_indexed_writer *w)
     return TR_OK;
 }
 
-static int write_index(tr_indexed_writer *w, FILE *f)
+static int write_index(indexed_writer *w, FILE *f)
 {
     uint64_t version = 1, n_seqs = w->n_docs, n_entries = w->n_docs + 1;
     uint8_t code = TR_DT_UINT16;
@@ -128,10 +128,10 @@ static int close_synced(FILE **f, const char *path)
     return TR_OK;
 }
 
-int tr_iw_finish(tr_indexed_writer *w)
+int iw_finish(indexed_writer *w)
 {
     int rc;
-    if (w->in_document && (rc = tr_iw_end_document(w)))
+    if (w->in_document && (rc = iw_end_document(w)))
         return rc;
     if ((rc = flush_tokens(w)) || (rc = close_synced(&w->bin, w->bin_tmp)))
         return rc;
@@ -154,7 +154,7 @@ int tr_iw_finish(tr_indexed_writer *w)
     return TR_OK;
 }
 
-void tr_iw_abort(tr_indexed_writer *w)
+void iw_abort(indexed_writer *w)
 {
     if (w->bin)
         fclose(w->bin);
@@ -173,8 +173,8 @@ void tr_iw_abort(tr_indexed_writer *w)
 int tr_indexed_write(const char *prefix, const uint16_t *tokens, const uint64_t *doc_lengths,
                      uint64_t n_docs)
 {
-    tr_indexed_writer w;
-    int rc = tr_iw_begin(&w, prefix);
+    indexed_writer w;
+    int rc = iw_begin(&w, prefix);
     if (rc)
         return rc;
     for (uint64_t d = 0; d < n_docs && !rc; d++) {
@@ -183,13 +183,13 @@ int tr_indexed_write(const char *prefix, const uint16_t *tokens, const uint64_t 
                          prefix, (unsigned long long)d, (unsigned long long)doc_lengths[d]);
             break;
         }
-        rc = tr_iw_append(&w, tokens, (size_t)doc_lengths[d]);
+        rc = iw_append(&w, tokens, (size_t)doc_lengths[d]);
         if (!rc)
-            rc = tr_iw_end_document(&w);
+            rc = iw_end_document(&w);
         tokens += doc_lengths[d];
     }
     if (!rc)
-        rc = tr_iw_finish(&w);
-    tr_iw_abort(&w);
+        rc = iw_finish(&w);
+    iw_abort(&w);
     return rc;
 }

@@ -9,7 +9,7 @@
 
 static int is_option(const char *arg) { return arg[0] == '-' && arg[1] != '\0'; }
 
-int tr_args_error(const tr_args *a, const char *fmt, ...)
+int args_error(const arg_parser *a, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
@@ -20,7 +20,7 @@ int tr_args_error(const tr_args *a, const char *fmt, ...)
     return 2;
 }
 
-int tr_args_next(tr_args *a, const char **value)
+int args_next(arg_parser *a, const char **value)
 {
     *value = NULL;
     if (a->next < 1)
@@ -57,7 +57,7 @@ int tr_args_next(tr_args *a, const char **value)
         a->usage(stdout);
         return TR_ARGS_HELP;
     }
-    const tr_arg_opt *o = a->opts;
+    const arg_opt *o = a->opts;
     while (o->name && strcmp(o->name, name))
         o++;
     if (!o->name) {
@@ -66,7 +66,7 @@ int tr_args_next(tr_args *a, const char **value)
             fprintf(stderr, a->unknown, arg);
             fputc('\n', stderr);
         } else {
-            tr_args_error(a, "unknown option '%s' (see %s --help)", arg, a->cmd);
+            args_error(a, "unknown option '%s' (see %s --help)", arg, a->cmd);
         }
         return TR_ARGS_ERROR;
     }
@@ -74,14 +74,14 @@ int tr_args_next(tr_args *a, const char **value)
     switch (o->kind) {
     case TR_ARG_FLAG:
         if (inline_value) {
-            tr_args_error(a, "%s takes no value", name);
+            args_error(a, "%s takes no value", name);
             return TR_ARGS_ERROR;
         }
         return index;
     case TR_ARG_VALUE:
         if (!inline_value) {
             if (a->next >= a->argc) {
-                tr_args_error(a, "%s needs a value", name);
+                args_error(a, "%s needs a value", name);
                 return TR_ARGS_ERROR;
             }
             inline_value = a->argv[a->next++];
@@ -92,7 +92,7 @@ int tr_args_next(tr_args *a, const char **value)
     default:
         if (!inline_value) {
             if (a->next >= a->argc || is_option(a->argv[a->next])) {
-                tr_args_error(a, "%s needs at least one %s", name, o->what ? o->what : "value");
+                args_error(a, "%s needs at least one %s", name, o->what ? o->what : "value");
                 return TR_ARGS_ERROR;
             }
             inline_value = a->argv[a->next++];
@@ -103,7 +103,7 @@ int tr_args_next(tr_args *a, const char **value)
     }
 }
 
-int tr_args_parse_int(const char *text, int min, int max, int *out)
+int args_parse_int(const char *text, int min, int max, int *out)
 {
     char *end;
     errno = 0;
@@ -114,13 +114,13 @@ int tr_args_parse_int(const char *text, int min, int max, int *out)
     return 1;
 }
 
-int tr_args_int(const tr_args *a, const char *flag, const char *text, int min, int max, int *out)
+int args_int(const arg_parser *a, const char *flag, const char *text, int min, int max, int *out)
 {
-    if (tr_args_parse_int(text, min, max, out))
+    if (args_parse_int(text, min, max, out))
         return 0;
     if (min == INT_MIN && max == INT_MAX)
-        return tr_args_error(a, "%s needs an integer (got '%s')", flag, text);
+        return args_error(a, "%s needs an integer (got '%s')", flag, text);
     if (max == INT_MAX)
-        return tr_args_error(a, "%s needs an integer >= %d, got '%s'", flag, min, text);
-    return tr_args_error(a, "%s needs an integer in [%d, %d], got '%s'", flag, min, max, text);
+        return args_error(a, "%s needs an integer >= %d, got '%s'", flag, min, text);
+    return args_error(a, "%s needs an integer in [%d, %d], got '%s'", flag, min, max, text);
 }

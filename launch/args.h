@@ -1,5 +1,5 @@
 /* launch/args.h — the one option parser of the `trident` subcommands. Each cmd_*.c lists its
- * options in a table and walks its command line with tr_args_next(), which knows
+ * options in a table and walks its command line with args_next(), which knows
  *   --flag VALUE and --flag=VALUE; flags that take no value (--json=1 is an error); options
  *   that take the words after them up to the next option (--input a b c);
  *   -h / --help (the command's usage on stdout);
@@ -17,18 +17,18 @@ typedef enum {
     TR_ARG_FLAG,   /* no value */
     TR_ARG_VALUE,  /* one value: the next word, whatever it is, or the text after '=' */
     TR_ARG_VALUES, /* the next words up to the next option (at least one), or one after '=' */
-} tr_arg_kind;
+} arg_kind;
 
 typedef struct {
     const char *name; /* "--tp" */
-    tr_arg_kind kind;
+    arg_kind kind;
     const char *what; /* TR_ARG_VALUES: one value, for "--input needs at least one file" */
-} tr_arg_opt;
+} arg_opt;
 
 typedef struct {
     /* set by the command */
     const char *cmd;         /* "trident topo": the start of every message */
-    const tr_arg_opt *opts;  /* ended by {NULL} */
+    const arg_opt *opts;  /* ended by {NULL} */
     void (*usage)(FILE *f);  /* printed to stdout for -h / --help */
     const char *unknown;     /* message for an unknown option, a printf format given the
                                 argument; NULL: "unknown option '%s' (see CMD --help)" */
@@ -38,8 +38,8 @@ typedef struct {
     char **argv;
     /* the parser's */
     int next;                     /* index of the next argument to read */
-    const tr_arg_opt *values_of; /* the TR_ARG_VALUES option still taking words */
-} tr_args;
+    const arg_opt *values_of; /* the TR_ARG_VALUES option still taking words */
+} arg_parser;
 
 enum {
     TR_ARGS_END = -1,        /* no more options; with stop_at_command, argv[next] is the command */
@@ -50,18 +50,18 @@ enum {
 
 /* The next item of the command line: the index in opts of an option, with *value its value
  * (NULL for a flag; a TR_ARG_VALUES option comes back once per value), or a TR_ARGS_* code. */
-TR_MUST_CHECK int tr_args_next(tr_args *a, const char **value);
+TR_MUST_CHECK int args_next(arg_parser *a, const char **value);
 
 /* "CMD: MESSAGE" on stderr; returns 2, the exit status of bad usage. */
-int tr_args_error(const tr_args *a, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+int args_error(const arg_parser *a, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 /* 1 when text is a whole decimal integer in [min, max] (stored in *out), else 0. */
-TR_MUST_CHECK int tr_args_parse_int(const char *text, int min, int max, int *out);
+TR_MUST_CHECK int args_parse_int(const char *text, int min, int max, int *out);
 
-/* tr_args_parse_int, or the message "FLAG needs an integer in [MIN, MAX], got 'TEXT'"
+/* args_parse_int, or the message "FLAG needs an integer in [MIN, MAX], got 'TEXT'"
  * (">= MIN" when max is INT_MAX; "FLAG needs an integer (got 'TEXT')" when any int will do)
  * and 2. Returns 0 on success. */
-TR_MUST_CHECK int tr_args_int(const tr_args *a, const char *flag, const char *text, int min,
+TR_MUST_CHECK int args_int(const arg_parser *a, const char *flag, const char *text, int min,
                               int max, int *out);
 
 #endif

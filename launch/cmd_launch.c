@@ -41,7 +41,7 @@ static void launch_usage(FILE *f)
 int tr_cmd_launch(int argc, char **argv)
 {
     enum { NPROC, NNODES, NODE_RANK, MASTER_ADDR, MASTER_PORT, GRACE, NO_PREFIX };
-    static const tr_arg_opt options[] = {
+    static const arg_opt options[] = {
         [NPROC] = {"--nproc", TR_ARG_VALUE},
         [NNODES] = {"--nnodes", TR_ARG_VALUE},
         [NODE_RANK] = {"--node-rank", TR_ARG_VALUE},
@@ -51,23 +51,23 @@ int tr_cmd_launch(int argc, char **argv)
         [NO_PREFIX] = {"--no-prefix", TR_ARG_FLAG},
         {NULL},
     };
-    tr_args a = {.cmd = "trident launch", .opts = options, .usage = launch_usage,
+    arg_parser a = {.cmd = "trident launch", .opts = options, .usage = launch_usage,
                  .stop_at_command = 1, .argc = argc, .argv = argv};
     tr_launch_options opts = {.nproc = 0, .nnodes = 1};
     int rc = 0, have_nproc = 0, o;
     const char *v;
-    while (!rc && (o = tr_args_next(&a, &v)) != TR_ARGS_END) {
+    while (!rc && (o = args_next(&a, &v)) != TR_ARGS_END) {
         if (o == TR_ARGS_HELP || o == TR_ARGS_ERROR)
             return o == TR_ARGS_HELP ? 0 : 2;
         if (o == NPROC) {
-            rc = tr_args_int(&a, "--nproc", v, 1, 4096, &opts.nproc);
+            rc = args_int(&a, "--nproc", v, 1, 4096, &opts.nproc);
             have_nproc = 1;
         } else if (o == NNODES) {
-            rc = tr_args_int(&a, "--nnodes", v, 1, INT_MAX, &opts.nnodes);
+            rc = args_int(&a, "--nnodes", v, 1, INT_MAX, &opts.nnodes);
         } else if (o == NODE_RANK) {
-            rc = tr_args_int(&a, "--node-rank", v, 0, INT_MAX, &opts.node_rank);
+            rc = args_int(&a, "--node-rank", v, 0, INT_MAX, &opts.node_rank);
         } else if (o == MASTER_PORT) {
-            rc = tr_args_int(&a, "--master-port", v, 1, 65535, &opts.master_port);
+            rc = args_int(&a, "--master-port", v, 1, 65535, &opts.master_port);
         } else if (o == MASTER_ADDR) {
             opts.master_addr = v;
         } else if (o == NO_PREFIX) {
@@ -77,15 +77,15 @@ int tr_cmd_launch(int argc, char **argv)
             errno = 0;
             opts.grace_s = strtod(v, &end);
             if (!*v || *end || errno || !(opts.grace_s > 0 && opts.grace_s <= 3600))
-                rc = tr_args_error(&a, "--grace-period needs seconds in (0, 3600], got '%s'", v);
+                rc = args_error(&a, "--grace-period needs seconds in (0, 3600], got '%s'", v);
         }
     }
     if (rc)
         return rc;
     if (!have_nproc)
-        return tr_args_error(&a, "--nproc is required (see trident launch --help)");
+        return args_error(&a, "--nproc is required (see trident launch --help)");
     if (a.next >= argc)
-        return tr_args_error(&a, "no command given (trident launch --nproc N -- COMMAND...)");
+        return args_error(&a, "no command given (trident launch --nproc N -- COMMAND...)");
     int exit_code = 1;
     rc = tr_launch_local(&opts, argv + a.next, &exit_code);
     if (rc) {

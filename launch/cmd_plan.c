@@ -85,7 +85,7 @@ static int exit_code(int rc)
 int tr_cmd_plan(int argc, char **argv)
 {
     enum { JSON, SEARCH, TOP, WORLD, SET, TOKENS, CALIBRATE };
-    static const tr_arg_opt options[] = {
+    static const arg_opt options[] = {
         [JSON] = {"--json", TR_ARG_FLAG},
         [SEARCH] = {"--search", TR_ARG_FLAG},
         [TOP] = {"--top", TR_ARG_VALUE},
@@ -95,13 +95,13 @@ int tr_cmd_plan(int argc, char **argv)
         [CALIBRATE] = {"--calibrate", TR_ARG_VALUE},
         {NULL},
     };
-    tr_args a = {.cmd = "trident plan", .opts = options, .usage = plan_usage,
+    arg_parser a = {.cmd = "trident plan", .opts = options, .usage = plan_usage,
                  .unknown = "unknown option or missing value: '%s' (see trident plan --help)",
                  .argc = argc, .argv = argv};
     const char *path = NULL, *calibrate = NULL, *sets[MAX_SETS], *v;
     int n_sets = 0, json = 0, search = 0, top = 10, world = 0, rc = 0, o;
     double tokens = 0;
-    while (!rc && (o = tr_args_next(&a, &v)) != TR_ARGS_END) {
+    while (!rc && (o = args_next(&a, &v)) != TR_ARGS_END) {
         if (o == TR_ARGS_HELP || o == TR_ARGS_ERROR)
             return o == TR_ARGS_HELP ? 0 : 2;
         if (o == JSON)
@@ -109,9 +109,9 @@ int tr_cmd_plan(int argc, char **argv)
         else if (o == SEARCH)
             search = 1;
         else if (o == TOP || o == WORLD)
-            rc = tr_args_int(&a, options[o].name, v, 1, INT_MAX, o == TOP ? &top : &world);
+            rc = args_int(&a, options[o].name, v, 1, INT_MAX, o == TOP ? &top : &world);
         else if (o == SET && n_sets == MAX_SETS)
-            rc = tr_args_error(&a, "at most %d --set options", MAX_SETS);
+            rc = args_error(&a, "at most %d --set options", MAX_SETS);
         else if (o == SET)
             sets[n_sets++] = v;
         else if (o == TOKENS)
@@ -119,7 +119,7 @@ int tr_cmd_plan(int argc, char **argv)
         else if (o == CALIBRATE)
             calibrate = v;
         else if (path)
-            rc = tr_args_error(&a, "one config file only (got '%s' and '%s')", path, v);
+            rc = args_error(&a, "one config file only (got '%s' and '%s')", path, v);
         else
             path = v;
     }

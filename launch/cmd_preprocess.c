@@ -39,7 +39,7 @@ static void preprocess_usage(FILE *f)
 int tr_cmd_preprocess(int argc, char **argv)
 {
     enum { INPUT, OUTPUT_PREFIX, WORKERS, PER_FILE, APPEND_EOD, SPLIT_SENTENCES };
-    static const tr_arg_opt options[] = {
+    static const arg_opt options[] = {
         [INPUT] = {"--input", TR_ARG_VALUES, "file"},
         [OUTPUT_PREFIX] = {"--output-prefix", TR_ARG_VALUE},
         [WORKERS] = {"--workers", TR_ARG_VALUE},
@@ -48,7 +48,7 @@ int tr_cmd_preprocess(int argc, char **argv)
         [SPLIT_SENTENCES] = {"--split-sentences", TR_ARG_FLAG},
         {NULL},
     };
-    tr_args a = {.cmd = "trident preprocess", .opts = options, .usage = preprocess_usage,
+    arg_parser a = {.cmd = "trident preprocess", .opts = options, .usage = preprocess_usage,
                  .argc = argc, .argv = argv};
     const char **inputs = calloc((size_t)argc + 1, sizeof *inputs);
     const char *prefix = NULL, *v;
@@ -57,32 +57,32 @@ int tr_cmd_preprocess(int argc, char **argv)
         fprintf(stderr, "trident preprocess: out of memory\n");
         return 1;
     }
-    while (!rc && (o = tr_args_next(&a, &v)) != TR_ARGS_END) {
+    while (!rc && (o = args_next(&a, &v)) != TR_ARGS_END) {
         if (o == TR_ARGS_HELP || o == TR_ARGS_ERROR) {
             free(inputs);
             return o == TR_ARGS_HELP ? 0 : 2;
         }
         if (o == INPUT && !*v)
-            rc = tr_args_error(&a, "--input= needs a file name");
+            rc = args_error(&a, "--input= needs a file name");
         else if (o == INPUT)
             inputs[n_inputs++] = v;
         else if (o == OUTPUT_PREFIX)
             prefix = v;
-        else if (o == WORKERS && !tr_args_parse_int(v, 1, 999999, &workers))
-            rc = tr_args_error(&a, "--workers needs a positive integer, got '%s'", v);
+        else if (o == WORKERS && !args_parse_int(v, 1, 999999, &workers))
+            rc = args_error(&a, "--workers needs a positive integer, got '%s'", v);
         else if (o == PER_FILE)
             per_file = 1;
         else if (o == SPLIT_SENTENCES)
-            rc = tr_args_error(&a, "--split-sentences is not supported (the byte-level tokenizer "
+            rc = args_error(&a, "--split-sentences is not supported (the byte-level tokenizer "
                                    "has no sentence splitter)");
         else if (o == TR_ARGS_POSITIONAL)
-            rc = tr_args_error(&a, "unexpected argument '%s' (input files go after --input)", v);
+            rc = args_error(&a, "unexpected argument '%s' (input files go after --input)", v);
         /* --append-eod: always on; --workers: ignored */
     }
     if (!rc && n_inputs == 0)
-        rc = tr_args_error(&a, "no input files (give --input FILE...)");
+        rc = args_error(&a, "no input files (give --input FILE...)");
     if (!rc && (!prefix || !prefix[0]))
-        rc = tr_args_error(&a, "%s", prefix ? "--output-prefix is empty"
+        rc = args_error(&a, "%s", prefix ? "--output-prefix is empty"
                                             : "missing --output-prefix PREFIX");
     if (rc)
         goto done;

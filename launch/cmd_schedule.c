@@ -53,7 +53,7 @@ typedef struct {
 static int parse_args(int argc, char **argv, sched_args *a)
 {
     enum { PP, MICROBATCHES, SCHEDULE, VPP, JSON, COMM };
-    static const tr_arg_opt options[] = {
+    static const arg_opt options[] = {
         [PP] = {"--pp", TR_ARG_VALUE},
         [MICROBATCHES] = {"--microbatches", TR_ARG_VALUE},
         [SCHEDULE] = {"--schedule", TR_ARG_VALUE},
@@ -62,22 +62,22 @@ static int parse_args(int argc, char **argv, sched_args *a)
         [COMM] = {"--comm", TR_ARG_FLAG},
         {NULL},
     };
-    tr_args p = {.cmd = "trident schedule", .opts = options, .usage = schedule_usage,
+    arg_parser p = {.cmd = "trident schedule", .opts = options, .usage = schedule_usage,
                  .unknown = "unknown argument '%s' (see --help)", .argc = argc, .argv = argv};
     int have_pp = 0, have_m = 0, rc = 0, o;
     const char *v;
-    while (!rc && (o = tr_args_next(&p, &v)) != TR_ARGS_END) {
+    while (!rc && (o = args_next(&p, &v)) != TR_ARGS_END) {
         if (o == TR_ARGS_HELP || o == TR_ARGS_ERROR)
             return o == TR_ARGS_HELP ? 0 : 2;
         if (o == TR_ARGS_POSITIONAL) {
-            rc = tr_args_error(&p, "unknown argument '%s' (see --help)", v);
+            rc = args_error(&p, "unknown argument '%s' (see --help)", v);
         } else if (o == JSON || o == COMM) {
             *(o == JSON ? &a->json : &a->comm) = 1;
         } else if (o == SCHEDULE) {
             if (tr_pp_kind_parse(v, &a->kind))
-                rc = tr_args_error(&p, "--schedule: %s", tr_errmsg());
+                rc = args_error(&p, "--schedule: %s", tr_errmsg());
         } else {
-            rc = tr_args_int(&p, options[o].name, v, INT_MIN, INT_MAX,
+            rc = args_int(&p, options[o].name, v, INT_MIN, INT_MAX,
                              o == PP ? &a->P : o == MICROBATCHES ? &a->M : &a->v);
             *(o == PP ? &have_pp : o == MICROBATCHES ? &have_m : &a->have_vpp) = 1;
         }
@@ -85,15 +85,15 @@ static int parse_args(int argc, char **argv, sched_args *a)
     if (rc)
         return rc;
     if (!have_pp || !have_m)
-        return tr_args_error(&p, "%s is required (see --help)",
+        return args_error(&p, "%s is required (see --help)",
                              have_pp ? "--microbatches M" : "--pp P");
     if (a->kind == TR_PP_INTERLEAVED && !a->have_vpp)
-        return tr_args_error(&p, "--schedule interleaved needs --vpp V (V >= 2 model chunks per "
+        return args_error(&p, "--schedule interleaved needs --vpp V (V >= 2 model chunks per "
                                  "stage)");
     if (a->kind != TR_PP_INTERLEAVED && a->have_vpp && a->v != 1)
-        return tr_args_error(&p, "--vpp %d needs --schedule interleaved", a->v);
+        return args_error(&p, "--vpp %d needs --schedule interleaved", a->v);
     if (tr_pp_validate(a->P, a->M, a->kind, a->v))
-        return tr_args_error(&p, "%s", tr_errmsg());
+        return args_error(&p, "%s", tr_errmsg());
     return -1;
 }
 

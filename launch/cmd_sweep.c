@@ -35,17 +35,17 @@ static void sweep_usage(FILE *f)
 int tr_cmd_sweep(int argc, char **argv)
 {
     enum { OUT, CLUSTER, DRY_RUN };
-    static const tr_arg_opt options[] = {
+    static const arg_opt options[] = {
         [OUT] = {"--out", TR_ARG_VALUE},
         [CLUSTER] = {"--cluster", TR_ARG_VALUE},
         [DRY_RUN] = {"--dry-run", TR_ARG_FLAG},
         {NULL},
     };
-    tr_args a = {.cmd = "trident sweep", .opts = options, .usage = sweep_usage, .argc = argc,
+    arg_parser a = {.cmd = "trident sweep", .opts = options, .usage = sweep_usage, .argc = argc,
                  .argv = argv};
     tr_sweep_options o = {.log = stdout};
     const char *v;
-    for (int k; (k = tr_args_next(&a, &v)) != TR_ARGS_END;) {
+    for (int k; (k = args_next(&a, &v)) != TR_ARGS_END;) {
         if (k == TR_ARGS_HELP || k == TR_ARGS_ERROR)
             return k == TR_ARGS_HELP ? 0 : 2;
         if (k == OUT)
@@ -55,7 +55,7 @@ int tr_cmd_sweep(int argc, char **argv)
         else if (k == DRY_RUN)
             o.dry_run = 1;
         else if (o.grid_path)
-            return tr_args_error(&a, "more than one grid spec given");
+            return args_error(&a, "more than one grid spec given");
         else
             o.grid_path = v;
     }

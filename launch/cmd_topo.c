@@ -194,7 +194,7 @@ static int sizes_from_config(const char *path, int *tp, int *pp, char **order, c
 int tr_cmd_topo(int argc, char **argv)
 {
     enum { WORLD, TP, PP, GPUS_PER_NODE, CONFIG, ORDER, JSON };
-    static const tr_arg_opt options[] = {
+    static const arg_opt options[] = {
         [WORLD] = {"--world-size", TR_ARG_VALUE},
         [TP] = {"--tp", TR_ARG_VALUE},
         [PP] = {"--pp", TR_ARG_VALUE},
@@ -204,15 +204,15 @@ int tr_cmd_topo(int argc, char **argv)
         [JSON] = {"--json", TR_ARG_FLAG},
         {NULL},
     };
-    tr_args a = {.cmd = "trident topo", .opts = options, .usage = topo_usage, .argc = argc,
+    arg_parser a = {.cmd = "trident topo", .opts = options, .usage = topo_usage, .argc = argc,
                  .argv = argv};
     int world = -1, tp = -1, pp = -1, gpus_per_node = 0, json = 0, rc = 0, o;
     const char *config_path = NULL, *order_arg = NULL, *v;
-    while (!rc && (o = tr_args_next(&a, &v)) != TR_ARGS_END) {
+    while (!rc && (o = args_next(&a, &v)) != TR_ARGS_END) {
         if (o == TR_ARGS_HELP || o == TR_ARGS_ERROR)
             return o == TR_ARGS_HELP ? 0 : 2;
         if (o == TR_ARGS_POSITIONAL)
-            rc = tr_args_error(&a, "unknown argument '%s' (see trident topo --help)", v);
+            rc = args_error(&a, "unknown argument '%s' (see trident topo --help)", v);
         else if (o == JSON)
             json = 1;
         else if (o == CONFIG)
@@ -220,11 +220,11 @@ int tr_cmd_topo(int argc, char **argv)
         else if (o == ORDER)
             order_arg = v;
         else
-            rc = tr_args_int(&a, options[o].name, v, 1, INT_MAX,
+            rc = args_int(&a, options[o].name, v, 1, INT_MAX,
                              o == WORLD ? &world : o == TP ? &tp : o == PP ? &pp : &gpus_per_node);
     }
     if (!rc && world < 0)
-        rc = tr_args_error(&a, "--world-size is required (see trident topo --help)");
+        rc = args_error(&a, "--world-size is required (see trident topo --help)");
     if (rc)
         return rc;
     char *order = order_arg ? strdup(order_arg) : NULL;

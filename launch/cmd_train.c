@@ -107,7 +107,7 @@ static int exit_code_for(int rc) { return rc == TR_ERR_CONFIG || rc == TR_ERR_IN
 int tr_cmd_train(int argc, char **argv)
 {
     enum { SET, RUN_DIR, NPROC, DUMP_GRADS, QUIET };
-    static const tr_arg_opt options[] = {
+    static const arg_opt options[] = {
         [SET] = {"--set", TR_ARG_VALUE},
         [RUN_DIR] = {"--run-dir", TR_ARG_VALUE},
         [NPROC] = {"--nproc", TR_ARG_VALUE},
@@ -115,14 +115,14 @@ int tr_cmd_train(int argc, char **argv)
         [QUIET] = {"--quiet", TR_ARG_FLAG},
         {NULL},
     };
-    tr_args a = {.cmd = "trident train", .opts = options, .usage = train_usage, .argc = argc,
+    arg_parser a = {.cmd = "trident train", .opts = options, .usage = train_usage, .argc = argc,
                  .argv = argv};
     const char *config_path = NULL, *run_dir = NULL, *dump_grads = NULL, *v;
     const char **overrides = calloc((size_t)argc + 1, sizeof *overrides);
     int n_overrides = 0, quiet = 0, nproc = 0, rc = 0, o;
     if (!overrides)
         return 1;
-    while (!rc && (o = tr_args_next(&a, &v)) != TR_ARGS_END) {
+    while (!rc && (o = args_next(&a, &v)) != TR_ARGS_END) {
         if (o == TR_ARGS_HELP || o == TR_ARGS_ERROR) {
             free(overrides);
             return o == TR_ARGS_HELP ? 0 : 2;
@@ -132,13 +132,13 @@ int tr_cmd_train(int argc, char **argv)
         else if (o == RUN_DIR)
             run_dir = v;
         else if (o == NPROC)
-            rc = tr_args_int(&a, "--nproc", v, 1, 4096, &nproc);
+            rc = args_int(&a, "--nproc", v, 1, 4096, &nproc);
         else if (o == DUMP_GRADS)
             dump_grads = v;
         else if (o == QUIET)
             quiet = 1;
         else if (config_path)
-            rc = tr_args_error(&a, "more than one config given ('%s' and '%s')", config_path, v);
+            rc = args_error(&a, "more than one config given ('%s' and '%s')", config_path, v);
         else
             config_path = v;
     }

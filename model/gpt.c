@@ -89,9 +89,9 @@ static int add_tensor(tr_gpt *g, const char *name, int rows, int cols, int split
 }
 
 /* Gradient range covering tensors [first, last] (forward order, contiguous). */
-static tr_grad_range tensors_range(const tr_gpt *g, int first, int last)
+static grad_range tensors_range(const tr_gpt *g, int first, int last)
 {
-    tr_grad_range r = {g->tensors[last].offset, 0};
+    grad_range r = {g->tensors[last].offset, 0};
     for (int i = first; i <= last; i++)
         r.count += g->tensors[i].numel;
     return r;

@@ -17,7 +17,7 @@ static float *take(float **cursor, size_t count)
     return p;
 }
 
-/* Floats of one layer's activations (everything of tr_layer_acts). */
+/* Floats of one layer's activations (everything of layer_acts). */
 static size_t layer_acts_floats(const tr_gpt *g, int B)
 {
     int first, Nl_;
@@ -33,7 +33,7 @@ static size_t layer_acts_floats(const tr_gpt *g, int B)
 }
 
 /* Carve one layer's activations (all of them, or with only_output just residual3). */
-static void layer_acts_carve(const tr_gpt *g, int B, tr_layer_acts *L, float **c, int only_output)
+static void layer_acts_carve(const tr_gpt *g, int B, layer_acts *L, float **c, int only_output)
 {
     int first, Nl_;
     gpt_rows(g, B, &first, &Nl_);
@@ -94,9 +94,9 @@ size_t tr_gpt_activation_bytes(const tr_gpt *g, int B, int n_slots)
     return floats * sizeof(float);
 }
 
-int tr_gpt_scratch_ensure(tr_gpt *g, int B)
+int gpt_scratch_ensure(tr_gpt *g, int B)
 {
-    tr_gpt_scratch *sc = &g->scratch;
+    gpt_scratch *sc = &g->scratch;
     if (sc->memory && sc->B >= B)
         return TR_OK;
     g->k->free(sc->memory);
@@ -149,7 +149,7 @@ int tr_gpt_acts_create(tr_gpt *g, int B, tr_gpt_acts **out)
     int rc = tr_tp_check_rows(&g->tp, B * s->T);
     if (rc)
         return rc;
-    rc = tr_gpt_scratch_ensure(g, B);
+    rc = gpt_scratch_ensure(g, B);
     if (rc)
         return rc;
     tr_gpt_acts *a = tr_alloc(sizeof *a, "activations");

@@ -5,12 +5,12 @@
 #include "core/core.h"
 
 /* dres (Nl, C): on entry the gradient of the layer output, on exit of the layer input x. */
-static int layer_backward(tr_gpt *g, int l, const tr_layer_acts *L, const float *x, float *dres,
+static int layer_backward(tr_gpt *g, int l, const layer_acts *L, const float *x, float *dres,
                           int B)
 {
     const tr_kernels *k = g->k;
     const tr_tp *tp = &g->tp;
-    tr_gpt_scratch *sc = &g->scratch;
+    gpt_scratch *sc = &g->scratch;
     int T = g->s.T, C = g->s.C, Cl = g->Cl, N = B * T, r0, Nl, rc;
     gpt_rows(g, B, &r0, &Nl);
     const float *dln_own = sc->dln + (size_t)r0 * C; /* this rank's rows of dln */
@@ -62,8 +62,8 @@ int tr_gpt_backward(tr_gpt *g, tr_gpt_acts *a, const float *dhidden_out)
         k->copy(NULL, dres, dhidden_out, (size_t)Nl * C * sizeof(float));
     for (int l = s->layer_count - 1; l >= 0; l--) {
         const float *x = l == 0 ? a->stage_in : a->layers[l - 1].residual3;
-        tr_layer_acts L = layer_acts_for(g, a, l);
-        if (s->recompute && (rc = tr_gpt_layer_forward(g, l, &L, x, B)))
+        layer_acts L = layer_acts_for(g, a, l);
+        if (s->recompute && (rc = gpt_layer_forward(g, l, &L, x, B)))
             return rc; /* rebuild the layer's activations from its stored input */
         rc = layer_backward(g, l, &L, x, dres, B);
         if (rc)

@@ -6,7 +6,7 @@
 #include "core/core.h"
 
 /* One transformer layer: x (Nl, C) -> L->residual3 (Nl, C). */
-int tr_gpt_layer_forward(tr_gpt *g, int l, tr_layer_acts *L, const float *x, int B)
+int gpt_layer_forward(tr_gpt *g, int l, layer_acts *L, const float *x, int B)
 {
     const tr_kernels *k = g->k;
     const tr_tp *tp = &g->tp;
@@ -70,7 +70,7 @@ static int head_forward(tr_gpt *g, tr_gpt_acts *a, const float *h, const int32_t
 {
     const tr_kernels *k = g->k;
     const tr_tp *tp = &g->tp;
-    tr_gpt_scratch *sc = &g->scratch;
+    gpt_scratch *sc = &g->scratch;
     int B = a->B, N = B * g->s.T, C = g->s.C, Vl = g->Vl, V = g->s.V, r0, Nl, rc;
     gpt_rows(g, B, &r0, &Nl);
     rc = check_ids(targets, N, V, "target token");
@@ -143,8 +143,8 @@ int tr_gpt_forward(tr_gpt *g, tr_gpt_acts *a, const int32_t *tokens, const float
     }
     const float *x = a->stage_in;
     for (int l = 0; l < s->layer_count; l++) {
-        tr_layer_acts L = layer_acts_for(g, a, l);
-        rc = tr_gpt_layer_forward(g, l, &L, x, B);
+        layer_acts L = layer_acts_for(g, a, l);
+        rc = gpt_layer_forward(g, l, &L, x, B);
         if (rc)
             return rc;
         x = a->layers[l].residual3;

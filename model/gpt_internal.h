@@ -26,7 +26,7 @@ typedef struct {
     float *ln2, *ln2_mean, *ln2_rstd; /* (N, C), (Nl), (Nl) */
     float *fch, *fch_gelu;            /* (N, 4Cl) */
     float *residual3;                 /* (Nl, C) = layer output */
-} tr_layer_acts;
+} layer_acts;
 
 struct tr_gpt_acts {
     tr_gpt *g;
@@ -36,7 +36,7 @@ struct tr_gpt_acts {
     float *stage_in;    /* (Nl, C): embeddings (first stage) or the received hidden state */
     float *dres;        /* (Nl, C): the output gradient (the head writes it on the last stage),
                          * worked on in place by backward, leaving the input gradient */
-    tr_layer_acts *layers;
+    layer_acts *layers;
 };
 
 /* Scratch shared by all micro-batches (used only inside one forward or backward call). */
@@ -56,13 +56,13 @@ typedef struct {
     float *datt;                  /* (B, NHl, T, T) */
     float *dfch, *dfch_gelu;      /* (N, 4Cl) */
     float *layer_memory;          /* recompute: one layer's full activations, rebuilt in */
-    tr_layer_acts layer;          /* backward from the layer's stored input */
-} tr_gpt_scratch;
+    layer_acts layer;          /* backward from the layer's stored input */
+} gpt_scratch;
 
 /* A contiguous range of the flat gradient buffer. */
 typedef struct {
     size_t offset, count;
-} tr_grad_range;
+} grad_range;
 
 struct tr_gpt {
     tr_gpt_shape s;
@@ -75,12 +75,12 @@ struct tr_gpt {
     /* indices into tensors; -1 where this stage does not hold it */
     int wte, wpe, lnf_w, lnf_b, head_wte;
     int layer0; /* index of the first layer tensor; layer i tensor j = layer0 + i*L_COUNT + j */
-    tr_grad_range *layer_ranges;    /* per layer: its tensors */
-    tr_grad_range head_range;       /* lnf (+ the head's own wte copy) */
-    tr_grad_range embedding_range;  /* wte + wpe */
+    grad_range *layer_ranges;    /* per layer: its tensors */
+    grad_range head_range;       /* lnf (+ the head's own wte copy) */
+    grad_range embedding_range;  /* wte + wpe */
     void (*grad_hook)(void *ctx, size_t offset, size_t count);
     void *grad_hook_ctx;
-    tr_gpt_scratch scratch;
+    gpt_scratch scratch;
     float *losses_host; /* (N) */
 };
 
@@ -94,7 +94,7 @@ static inline float *layer_grad(tr_gpt *g, int layer, int which)
     return g->tensors[g->layer0 + layer * L_COUNT + which].grad;
 }
 
-static inline void grad_ready(tr_gpt *g, tr_grad_range r)
+static inline void grad_ready(tr_gpt *g, grad_range r)
 {
     if (g->grad_hook && r.count)
         g->grad_hook(g->grad_hook_ctx, r.offset, r.count);
@@ -106,17 +106,17 @@ static inline void gpt_rows(const tr_gpt *g, int B, int *first, int *count)
     tr_tp_rows(&g->tp, B * g->s.T, first, count);
 }
 
-TR_MUST_CHECK int tr_gpt_scratch_ensure(tr_gpt *g, int B);
+TR_MUST_CHECK int gpt_scratch_ensure(tr_gpt *g, int B);
 /* One transformer layer: x (Nl, C) -> L->residual3 (Nl, C), keeping L's activations. */
-TR_MUST_CHECK int tr_gpt_layer_forward(tr_gpt *g, int l, tr_layer_acts *L, const float *x, int B);
+TR_MUST_CHECK int gpt_layer_forward(tr_gpt *g, int l, layer_acts *L, const float *x, int B);
 
 /* The activations layer_forward writes for layer l: the micro-batch's own, or with
  * recompute the shared scratch set with the micro-batch's stored output (its next input). */
-static inline tr_layer_acts layer_acts_for(const tr_gpt *g, const tr_gpt_acts *a, int l)
+static inline layer_acts layer_acts_for(const tr_gpt *g, const tr_gpt_acts *a, int l)
 {
     if (!g->s.recompute)
         return a->layers[l];
-    tr_layer_acts L = g->scratch.layer;
+    layer_acts L = g->scratch.layer;
     L.residual3 = a->layers[l].residual3;
     return L;
 }

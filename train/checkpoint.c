@@ -44,7 +44,7 @@ static uint64_t mix64(uint64_t x)
 
 /* Sum (mod 2^64) over elements of hash(position, bits): order-free, so the ranks that write
  * pieces of one array can each sum theirs and the sums add up to the whole array's. */
-uint64_t tr_ckpt_checksum(const float *v, uint64_t first, size_t n)
+uint64_t ckpt_checksum(const float *v, uint64_t first, size_t n)
 {
     uint64_t s = 0;
     for (size_t i = 0; i < n; i++) {
@@ -58,7 +58,7 @@ uint64_t tr_ckpt_checksum(const float *v, uint64_t first, size_t n)
 /* ------------------------------------------------------------------ tensor geometry */
 
 /* Rows of the tensor kept in a checkpoint: the real vocabulary for the word embedding. */
-size_t tr_ckpt_saved_rows(const tr_engine *e, const tr_param_tensor *t)
+size_t ckpt_saved_rows(const tr_engine *e, const tr_param_tensor *t)
 {
     int V = tr_gpt_get_shape(e->chunks[0].model)->V;
     return t->word_embedding && t->full_rows > V ? (size_t)V : (size_t)t->full_rows;
@@ -67,7 +67,7 @@ size_t tr_ckpt_saved_rows(const tr_engine *e, const tr_param_tensor *t)
 /* Splits the local elements [a, b) of tensor t (this TP rank's shard) into runs that are
  * contiguous in the saved whole tensor, and calls fn with each run's local index, position in
  * the saved array and length. Rows past the saved ones (vocabulary padding) are skipped. */
-int tr_ckpt_for_each_segment(const tr_param_tensor *t, int tp_rank, size_t rows_saved, size_t a,
+int ckpt_for_each_segment(const tr_param_tensor *t, int tp_rank, size_t rows_saved, size_t a,
                              size_t b, tr_ckpt_segment_fn fn, void *ctx)
 {
     size_t cols = (size_t)t->cols, full_cols = (size_t)t->full_cols;
@@ -90,7 +90,7 @@ int tr_ckpt_for_each_segment(const tr_param_tensor *t, int tp_rank, size_t rows_
 
 /* ------------------------------------------------------------------ files */
 
-int tr_ckpt_join(char *buf, size_t cap, const char *dir, const char *name)
+int ckpt_join(char *buf, size_t cap, const char *dir, const char *name)
 {
     if (snprintf(buf, cap, "%s/%s", dir, name) >= (int)cap)
         return tr_fail(TR_ERR_IO, "checkpoint path too long: %s/%s", dir, name);
@@ -129,7 +129,7 @@ static int sync_path(const char *path)
 static int write_file_atomic(const char *dir, const char *name, const char *text)
 {
     char path[4200], tmp[4300];
-    int rc = tr_ckpt_join(path, sizeof path, dir, name);
+    int rc = ckpt_join(path, sizeof path, dir, name);
     if (rc)
         return rc;
     snprintf(tmp, sizeof tmp, "%s.tmp", path);
@@ -159,7 +159,7 @@ static int full_pwrite(int fd, const void *buf, size_t bytes, uint64_t off)
 }
 
 /* 0, or -1 with errno (0 at end of file: a short file) */
-int tr_ckpt_pread(int fd, void *buf, size_t bytes, uint64_t off)
+int ckpt_pread(int fd, void *buf, size_t bytes, uint64_t off)
 {
     char *p = buf;
     while (bytes) {
@@ -177,7 +177,7 @@ int tr_ckpt_pread(int fd, void *buf, size_t bytes, uint64_t off)
 }
 
 /* Every rank learns whether any rank failed; the ranks that did not fail say so. */
-int tr_ckpt_agree(tr_engine *e, int rc, const char *what)
+int ckpt_agree(tr_engine *e, int rc, const char *what)
 {
     double bad = rc ? 1.0 : 0.0;
     int crc = tr_comm_allreduce(e->world.world, &bad, &bad, 1, TR_COMM_F64, TR_COMM_MAX);
@@ -207,11 +207,11 @@ static int write_segment(void *ctx, size_t local, uint64_t elem, size_t count)
     const float *v = w->src + local;
     if (full_pwrite(w->fd, v, count * sizeof(float), ((uint64_t)w->array * w->numel + elem) * sizeof(float)))
         return tr_fail(TR_ERR_IO, "cannot write %s: %s", w->path, strerror(errno));
-    w->sum += tr_ckpt_checksum(v, elem, count);
+    w->sum += ckpt_checksum(v, elem, count);
     return TR_OK;
 }
 
-int tr_ckpt_for_each_moment_piece(const tr_engine *e, size_t offset, size_t numel,
+int ckpt_for_each_moment_piece(const tr_engine *e, size_t offset, size_t numel,
                                   tr_ckpt_piece_fn fn, void *ctx)
 {
     size_t n_ranges = 0;
@@ -240,7 +240,7 @@ static int write_moment_piece(void *ctx, size_t local, size_t count, size_t shar
 {
     moment_write_ctx *m = ctx;
     m->w->src = m->moment + shard_at - local; /* so that src + local is the piece */
-    return tr_ckpt_for_each_segment(m->t, m->tp_rank, m->rows_saved, local, local + count,
+    return ckpt_for_each_segment(m->t, m->tp_rank, m->rows_saved, local, local + count,
                                     write_segment, m->w);
 }
 
@@ -259,10 +259,10 @@ static int write_tensor(tr_engine *e, const char *tmp_dir, const tr_param_tensor
                         FILE *sums)
 {
     char path[4200];
-    int rc = tr_ckpt_join(path, sizeof path, tmp_dir, t->name);
+    int rc = ckpt_join(path, sizeof path, tmp_dir, t->name);
     if (rc)
         return rc;
-    size_t rows_saved = tr_ckpt_saved_rows(e, t);
+    size_t rows_saved = ckpt_saved_rows(e, t);
     write_ctx w = {.path = path, .numel = (uint64_t)rows_saved * (uint64_t)t->full_cols};
     w.fd = open(path, O_WRONLY | O_CREAT, 0644);
     if (w.fd < 0)
@@ -276,7 +276,7 @@ static int write_tensor(tr_engine *e, const char *tmp_dir, const tr_param_tensor
     if (!rc && e->dp_rank == 0) { /* the parameters are the same on every DP rank */
         w.array = 0;
         w.src = params + tensor_offset;
-        rc = tr_ckpt_for_each_segment(t, tp_rank, rows_saved, 0, t->numel, write_segment, &w);
+        rc = ckpt_for_each_segment(t, tp_rank, rows_saved, 0, t->numel, write_segment, &w);
         sums_of[0] = w.sum;
         wrote[0] = 1;
     }
@@ -286,7 +286,7 @@ static int write_tensor(tr_engine *e, const char *tmp_dir, const tr_param_tensor
                                .moment = moments[m], .w = &w};
         w.array = 1 + m;
         w.sum = 0;
-        rc = tr_ckpt_for_each_moment_piece(e, tensor_offset, t->numel, write_moment_piece, &mc);
+        rc = ckpt_for_each_moment_piece(e, tensor_offset, t->numel, write_moment_piece, &mc);
         sums_of[1 + m] = w.sum;
         wrote[1 + m] = 1;
     }
@@ -301,28 +301,28 @@ static int write_tensor(tr_engine *e, const char *tmp_dir, const tr_param_tensor
     return rc;
 }
 
-int tr_ckpt_cmp_record(const void *a, const void *b)
+int ckpt_cmp_record(const void *a, const void *b)
 {
-    return strcmp(((const tr_ckpt_record *)a)->name, ((const tr_ckpt_record *)b)->name);
+    return strcmp(((const ckpt_record *)a)->name, ((const ckpt_record *)b)->name);
 }
 
 /* Rank 0: add up the ranks' partial checksums (sums.rankR.txt) into the manifest. */
 static int write_manifest(tr_engine *e, const char *tmp_dir, int iteration)
 {
-    tr_ckpt_record *recs = NULL;
+    ckpt_record *recs = NULL;
     size_t n = 0, cap = 0;
     int rc = TR_OK;
     for (int r = 0; r < e->world.size && !rc; r++) {
         char name[64], path[4200];
         snprintf(name, sizeof name, "sums.rank%d.txt", r);
-        if ((rc = tr_ckpt_join(path, sizeof path, tmp_dir, name)))
+        if ((rc = ckpt_join(path, sizeof path, tmp_dir, name)))
             break;
         FILE *f = fopen(path, "r");
         if (!f) {
             rc = tr_fail(TR_ERR_IO, "cannot read %s: %s", path, strerror(errno));
             break;
         }
-        tr_ckpt_record t = {0};
+        ckpt_record t = {0};
         int array;
         uint64_t sum;
         while (!rc && fscanf(f, "%47s %zu %d %d %" SCNx64, t.name, &t.rows, &t.cols, &array, &sum) == 5) {
@@ -332,7 +332,7 @@ static int write_manifest(tr_engine *e, const char *tmp_dir, int iteration)
             }
             if (n == cap) {
                 cap = cap ? 2 * cap : 256;
-                tr_ckpt_record *grown = realloc(recs, cap * sizeof *recs);
+                ckpt_record *grown = realloc(recs, cap * sizeof *recs);
                 if (!grown) {
                     rc = tr_fail(TR_ERR_NOMEM, "out of memory merging checkpoint checksums");
                     break;
@@ -348,12 +348,12 @@ static int write_manifest(tr_engine *e, const char *tmp_dir, int iteration)
         remove(path);
     }
     if (!rc)
-        qsort(recs, n, sizeof *recs, tr_ckpt_cmp_record);
+        qsort(recs, n, sizeof *recs, ckpt_cmp_record);
     /* merge the records of one tensor: its arrays' partial sums add up */
     size_t m = 0;
     for (size_t i = 0; i < n && !rc; i++) {
         if (m > 0 && !strcmp(recs[m - 1].name, recs[i].name)) {
-            tr_ckpt_record *d = &recs[m - 1];
+            ckpt_record *d = &recs[m - 1];
             if (d->rows != recs[i].rows || d->cols != recs[i].cols)
                 rc = tr_fail(TR_ERR_INTERNAL, "checkpoint: ranks disagree on the shape of %s", d->name);
             for (int a = 0; a < N_ARRAYS; a++) {
@@ -371,7 +371,7 @@ static int write_manifest(tr_engine *e, const char *tmp_dir, int iteration)
                              recs[i].name);
     char path[4200];
     FILE *f = NULL;
-    if (!rc && !(rc = tr_ckpt_join(path, sizeof path, tmp_dir, "manifest.txt")) && !(f = fopen(path, "w")))
+    if (!rc && !(rc = ckpt_join(path, sizeof path, tmp_dir, "manifest.txt")) && !(f = fopen(path, "w")))
         rc = tr_fail(TR_ERR_IO, "cannot write %s: %s", path, strerror(errno));
     if (!rc) {
         const tr_model_config *mc = &e->cfg->model;
@@ -403,7 +403,7 @@ static int write_rank_pieces(tr_engine *e, const char *tmp_dir)
     float *v = tr_alloc(shard * sizeof(float) + 1, "checkpoint staging");
     char name[64], path[4200];
     snprintf(name, sizeof name, "sums.rank%d.txt", e->world.rank);
-    int rc = tr_ckpt_join(path, sizeof path, tmp_dir, name);
+    int rc = ckpt_join(path, sizeof path, tmp_dir, name);
     FILE *sums = NULL;
     if (!params || !m || !v)
         rc = rc ? rc : TR_ERR_NOMEM;
@@ -433,7 +433,7 @@ int tr_checkpoint_save(tr_engine *e, const char *dir, int iteration)
 {
     char final_dir[4200], tmp_dir[4300], old_dir[4300], leaf[32];
     snprintf(leaf, sizeof leaf, "iter_%07d", iteration);
-    int rc = tr_ckpt_join(final_dir, sizeof final_dir, dir, leaf);
+    int rc = ckpt_join(final_dir, sizeof final_dir, dir, leaf);
     snprintf(tmp_dir, sizeof tmp_dir, "%s.tmp", final_dir);
     snprintf(old_dir, sizeof old_dir, "%s.old", final_dir);
     int lead = e->world.rank == 0;
@@ -444,10 +444,10 @@ int tr_checkpoint_save(tr_engine *e, const char *dir, int iteration)
         if (!rc && mkdir(tmp_dir, 0755))
             rc = tr_fail(TR_ERR_IO, "cannot create %s: %s", tmp_dir, strerror(errno));
     }
-    if ((rc = tr_ckpt_agree(e, rc, "saving the checkpoint")))
+    if ((rc = ckpt_agree(e, rc, "saving the checkpoint")))
         return rc;
     rc = write_rank_pieces(e, tmp_dir);
-    if ((rc = tr_ckpt_agree(e, rc, "saving the checkpoint")))
+    if ((rc = ckpt_agree(e, rc, "saving the checkpoint")))
         return rc;
     if (lead) {
         rc = write_manifest(e, tmp_dir, iteration);
@@ -469,5 +469,5 @@ int tr_checkpoint_save(tr_engine *e, const char *dir, int iteration)
         if (!rc)
             rc = remove_tree(old_dir);
     }
-    return tr_ckpt_agree(e, rc, "saving the checkpoint");
+    return ckpt_agree(e, rc, "saving the checkpoint");
 }

@@ -20,32 +20,32 @@ typedef struct {
     int cols;
     uint64_t sum[N_ARRAYS];
     int have[N_ARRAYS];
-} tr_ckpt_record;
+} ckpt_record;
 
-int tr_ckpt_cmp_record(const void *a, const void *b); /* by name, for qsort / bsearch */
+int ckpt_cmp_record(const void *a, const void *b); /* by name, for qsort / bsearch */
 
 /* Sum (mod 2^64) over the n elements of hash(position first + i, bits of v[i]). */
-uint64_t tr_ckpt_checksum(const float *v, uint64_t first, size_t n);
+uint64_t ckpt_checksum(const float *v, uint64_t first, size_t n);
 /* Rows of t kept in a checkpoint (the word embedding's real vocabulary). */
-size_t tr_ckpt_saved_rows(const tr_engine *e, const tr_param_tensor *t);
+size_t ckpt_saved_rows(const tr_engine *e, const tr_param_tensor *t);
 
 typedef int (*tr_ckpt_segment_fn)(void *ctx, size_t local, uint64_t file_elem, size_t count);
 /* The local elements [a, b) of t as runs contiguous in the saved whole tensor (see
  * checkpoint.c); rows past rows_saved are skipped. */
-TR_MUST_CHECK int tr_ckpt_for_each_segment(const tr_param_tensor *t, int tp_rank, size_t rows_saved, size_t a,
+TR_MUST_CHECK int ckpt_for_each_segment(const tr_param_tensor *t, int tp_rank, size_t rows_saved, size_t a,
                              size_t b, tr_ckpt_segment_fn fn, void *ctx);
 /* fn(ctx, local, count, shard_at) for each piece of tensor [offset, offset + numel) of the
  * flat buffers in this rank's optimizer shard (all of it without ZeRO-1): its first local
  * element, its length, and where it sits in the compact Adam moments. */
 typedef int (*tr_ckpt_piece_fn)(void *ctx, size_t local, size_t count, size_t shard_at);
-TR_MUST_CHECK int tr_ckpt_for_each_moment_piece(const tr_engine *e, size_t offset, size_t numel,
+TR_MUST_CHECK int ckpt_for_each_moment_piece(const tr_engine *e, size_t offset, size_t numel,
                                   tr_ckpt_piece_fn fn, void *ctx);
 
-TR_MUST_CHECK int tr_ckpt_join(char *buf, size_t cap, const char *dir, const char *name); /* DIR/NAME */
+TR_MUST_CHECK int ckpt_join(char *buf, size_t cap, const char *dir, const char *name); /* DIR/NAME */
 /* pread of exactly `bytes`: 0, or -1 with errno (0 for a short file) */
-TR_MUST_CHECK int tr_ckpt_pread(int fd, void *buf, size_t bytes, uint64_t off);
+TR_MUST_CHECK int ckpt_pread(int fd, void *buf, size_t bytes, uint64_t off);
 /* Every rank learns whether any failed (collective over the world); returns rc, or an error
  * saying another rank failed. */
-TR_MUST_CHECK int tr_ckpt_agree(tr_engine *e, int rc, const char *what);
+TR_MUST_CHECK int ckpt_agree(tr_engine *e, int rc, const char *what);
 
 #endif

@@ -26,7 +26,7 @@ static int valid_name(const char *s)
 
 typedef struct {
     int iteration;
-    tr_ckpt_record *tensors; /* sorted by name */
+    ckpt_record *tensors; /* sorted by name */
     size_t n;
 } manifest;
 
@@ -39,7 +39,7 @@ static int manifest_error(const char *path, int line, const char *what)
 static int read_tracker(const char *dir, int *iteration)
 {
     char path[4200], buf[64];
-    int rc = tr_ckpt_join(path, sizeof path, dir, TRACKER);
+    int rc = ckpt_join(path, sizeof path, dir, TRACKER);
     if (rc)
         return rc;
     *iteration = 0;
@@ -121,7 +121,7 @@ static int read_manifest(const tr_config *cfg, const char *path, int iteration, 
         } else if (!strcmp(line, "end")) {
             ended = 1;
         } else {
-            tr_ckpt_record t = {0};
+            ckpt_record t = {0};
             int used = 0;
             if (out->n == declared)
                 rc = manifest_error(path, ln, "more tensors than declared");
@@ -149,10 +149,10 @@ static int read_manifest(const tr_config *cfg, const char *path, int iteration, 
 }
 
 /* Size and the three checksums of one tensor file against the manifest. */
-static int verify_tensor(const char *ckpt_dir, const tr_ckpt_record *t)
+static int verify_tensor(const char *ckpt_dir, const ckpt_record *t)
 {
     char path[4200];
-    int rc = tr_ckpt_join(path, sizeof path, ckpt_dir, t->name);
+    int rc = ckpt_join(path, sizeof path, ckpt_dir, t->name);
     if (rc)
         return rc;
     uint64_t numel = (uint64_t)t->rows * (uint64_t)t->cols, want = N_ARRAYS * numel * sizeof(float);
@@ -176,10 +176,10 @@ static int verify_tensor(const char *ckpt_dir, const tr_ckpt_record *t)
         uint64_t sum = 0;
         for (uint64_t i = 0; i < numel && !rc; i += CHUNK) {
             size_t n = numel - i < CHUNK ? (size_t)(numel - i) : CHUNK;
-            if (tr_ckpt_pread(fd, buf, n * sizeof(float), (a * numel + i) * sizeof(float)))
+            if (ckpt_pread(fd, buf, n * sizeof(float), (a * numel + i) * sizeof(float)))
                 rc = tr_fail(TR_ERR_IO, "cannot read %s: %s", path, errno ? strerror(errno) : "short file");
             else
-                sum += tr_ckpt_checksum(buf, i, n);
+                sum += ckpt_checksum(buf, i, n);
         }
         if (!rc && sum != t->sum[a])
             rc = tr_fail(TR_ERR_INVALID, "checkpoint file %s: the checksum of its %s is %016" PRIx64
@@ -202,7 +202,7 @@ typedef struct {
 static int read_segment(void *ctx, size_t local, uint64_t elem, size_t count)
 {
     read_ctx *r = ctx;
-    if (tr_ckpt_pread(r->fd, r->dst + local, count * sizeof(float),
+    if (ckpt_pread(r->fd, r->dst + local, count * sizeof(float),
                    ((uint64_t)r->array * r->numel + elem) * sizeof(float)))
         return tr_fail(TR_ERR_IO, "cannot read %s: %s", r->path, errno ? strerror(errno) : "short file");
     return TR_OK;
@@ -220,7 +220,7 @@ static int read_moment_piece(void *ctx, size_t local, size_t count, size_t shard
 {
     moment_read_ctx *m = ctx;
     m->r->dst = m->moment + shard_at - local;
-    return tr_ckpt_for_each_segment(m->t, m->tp_rank, m->rows_saved, local, local + count,
+    return ckpt_for_each_segment(m->t, m->tp_rank, m->rows_saved, local, local + count,
                                     read_segment, m->r);
 }
 
@@ -239,10 +239,10 @@ static int read_rank_pieces(tr_engine *e, const char *ckpt_dir, const manifest *
     for (int c = 0; c < e->v && !rc; c++)
         for (int i = 0; i < tr_gpt_num_tensors(e->chunks[c].model) && !rc; i++) {
             const tr_param_tensor *t = tr_gpt_tensor(e->chunks[c].model, i);
-            tr_ckpt_record key = {0};
+            ckpt_record key = {0};
             snprintf(key.name, sizeof key.name, "%s", t->name);
-            const tr_ckpt_record *rec = bsearch(&key, mf->tensors, mf->n, sizeof key, tr_ckpt_cmp_record);
-            size_t rows_saved = tr_ckpt_saved_rows(e, t);
+            const ckpt_record *rec = bsearch(&key, mf->tensors, mf->n, sizeof key, ckpt_cmp_record);
+            size_t rows_saved = ckpt_saved_rows(e, t);
             if (!rec) {
                 rc = tr_fail(TR_ERR_INVALID, "checkpoint %s has no tensor %s", ckpt_dir, t->name);
                 break;
@@ -253,7 +253,7 @@ static int read_rank_pieces(tr_engine *e, const char *ckpt_dir, const manifest *
                 break;
             }
             char path[4200];
-            if ((rc = tr_ckpt_join(path, sizeof path, ckpt_dir, t->name)))
+            if ((rc = ckpt_join(path, sizeof path, ckpt_dir, t->name)))
                 break;
             size_t offset = e->chunks[c].offset + t->offset;
             read_ctx r = {.path = path, .numel = (uint64_t)rec->rows * (uint64_t)rec->cols,
@@ -262,12 +262,12 @@ static int read_rank_pieces(tr_engine *e, const char *ckpt_dir, const manifest *
                 rc = tr_fail(TR_ERR_INVALID, "checkpoint file %s: %s", path, strerror(errno));
                 break;
             }
-            rc = tr_ckpt_for_each_segment(t, tp_rank, rows_saved, 0, t->numel, read_segment, &r);
+            rc = ckpt_for_each_segment(t, tp_rank, rows_saved, 0, t->numel, read_segment, &r);
             for (int k = 0; k < 2 && !rc; k++) {
                 moment_read_ctx mc = {.t = t, .tp_rank = tp_rank, .rows_saved = rows_saved,
                                       .moment = moments[k], .r = &r};
                 r.array = 1 + k;
-                rc = tr_ckpt_for_each_moment_piece(e, offset, t->numel, read_moment_piece, &mc);
+                rc = ckpt_for_each_moment_piece(e, offset, t->numel, read_moment_piece, &mc);
             }
             close(r.fd);
         }
@@ -287,23 +287,23 @@ int tr_checkpoint_load(tr_engine *e, const char *dir, int *iteration)
     *iteration = 0;
     int it = 0;
     int rc = read_tracker(dir, &it);
-    if ((rc = tr_ckpt_agree(e, rc, "loading the checkpoint")) || it == 0)
+    if ((rc = ckpt_agree(e, rc, "loading the checkpoint")) || it == 0)
         return rc;
     char ckpt_dir[4200], leaf[32], path[4300];
     snprintf(leaf, sizeof leaf, "iter_%07d", it);
     manifest mf = {0};
-    rc = tr_ckpt_join(ckpt_dir, sizeof ckpt_dir, dir, leaf);
+    rc = ckpt_join(ckpt_dir, sizeof ckpt_dir, dir, leaf);
     if (!rc)
-        rc = tr_ckpt_join(path, sizeof path, ckpt_dir, "manifest.txt");
+        rc = ckpt_join(path, sizeof path, ckpt_dir, "manifest.txt");
     if (!rc)
         rc = read_manifest(e->cfg, path, it, &mf);
-    if ((rc = tr_ckpt_agree(e, rc, "loading the checkpoint")))
+    if ((rc = ckpt_agree(e, rc, "loading the checkpoint")))
         return rc;
     /* every tensor file is checked whole by one rank */
     for (size_t j = (size_t)e->world.rank; j < mf.n && !rc; j += (size_t)e->world.size)
         rc = verify_tensor(ckpt_dir, &mf.tensors[j]);
-    if (!(rc = tr_ckpt_agree(e, rc, "verifying the checkpoint")))
-        rc = tr_ckpt_agree(e, read_rank_pieces(e, ckpt_dir, &mf), "loading the checkpoint");
+    if (!(rc = ckpt_agree(e, rc, "verifying the checkpoint")))
+        rc = ckpt_agree(e, read_rank_pieces(e, ckpt_dir, &mf), "loading the checkpoint");
     free(mf.tensors);
     if (!rc)
         *iteration = it;

@@ -44,11 +44,11 @@ static int collect_ranges(tr_engine *e)
 /* The model's grad hook reports chunk-local offsets; dp/ sees the flat buffer. */
 static void chunk_grad_ready(void *ctx, size_t offset, size_t count)
 {
-    tr_chunk *ch = ctx;
+    engine_chunk *ch = ctx;
     tr_dp_grad_ready(ch->e->dp, ch->offset + offset, count);
 }
 
-void tr_engine_set_grad_hooks(tr_engine *e, int on)
+void engine_set_grad_hooks(tr_engine *e, int on)
 {
     for (int c = 0; c < e->v; c++)
         tr_gpt_set_grad_hook(e->chunks[c].model, on ? chunk_grad_ready : NULL, on ? &e->chunks[c] : NULL);
@@ -84,7 +84,7 @@ static int create_chunks(tr_engine *e)
 static int create_slots(tr_engine *e)
 {
     for (int c = 0; c < e->v; c++) {
-        tr_chunk *ch = &e->chunks[c];
+        engine_chunk *ch = &e->chunks[c];
         ch->slots = tr_alloc((size_t)e->n_slots * sizeof *ch->slots, "activation slots");
         ch->slot_busy = tr_alloc((size_t)e->n_slots * sizeof(int), "activation slots");
         ch->slot_of_mb = tr_alloc((size_t)e->M * sizeof(int), "activation slots");
@@ -100,7 +100,7 @@ static int create_slots(tr_engine *e)
 }
 
 /* The kernel backend from training.device and training.precision (the communicator's
- * backend follows training.device too: see tr_world_create). */
+ * backend follows training.device too: see world_create). */
 static int pick_backend(const tr_config *cfg, const tr_kernels **out)
 {
     const tr_training_config *t = &cfg->training;
@@ -149,7 +149,7 @@ int tr_engine_create(const tr_config *cfg, tr_engine **out)
         tr_free(e);
         return rc;
     }
-    rc = tr_world_create(cfg, &e->world);
+    rc = world_create(cfg, &e->world);
     if (rc) {
         tr_free(e);
         return rc;
@@ -218,7 +218,7 @@ int tr_engine_create(const tr_config *cfg, tr_engine **out)
         tr_fail_context(rc, "%s", tr_config_where(cfg, "parallel.ddp_bucket_size_mb"));
         goto fail;
     }
-    tr_engine_set_grad_hooks(e, 1);
+    engine_set_grad_hooks(e, 1);
     size_t shard = tr_dp_shard_numel(e->dp);
     e->adam_m = e->k->alloc(shard * sizeof(float));
     e->adam_v = e->k->alloc(shard * sizeof(float));
@@ -248,7 +248,7 @@ void tr_engine_free(tr_engine *e)
     if (!e)
         return;
     for (int c = 0; e->chunks && c < e->v; c++) {
-        tr_chunk *ch = &e->chunks[c];
+        engine_chunk *ch = &e->chunks[c];
         for (int s = 0; ch->slots && s < e->n_slots; s++)
             tr_gpt_acts_free(ch->slots[s]);
         tr_free(ch->slots);
@@ -273,7 +273,7 @@ void tr_engine_free(tr_engine *e)
     free(e->tp_ranges);
     free(e->embed_ranges);
     free(e->norm_ranges);
-    tr_world_destroy(&e->world);
+    world_destroy(&e->world);
     tr_free(e);
 }
 
@@ -296,7 +296,7 @@ int tr_engine_batch(tr_engine *e, int split, uint64_t first_sample, int32_t *inp
     return TR_OK;
 }
 
-int tr_engine_load_micro_batch(tr_engine *e, int micro_batch, int32_t *inputs, int32_t *targets)
+int engine_load_micro_batch(tr_engine *e, int micro_batch, int32_t *inputs, int32_t *targets)
 {
     return tr_engine_batch(e, e->split, e->first_sample + (uint64_t)micro_batch * e->mb, inputs,
                            targets);

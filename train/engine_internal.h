@@ -18,18 +18,18 @@ typedef struct {
     tr_gpt_acts **slots;        /* [n_slots] activation slots */
     int *slot_busy;             /* [n_slots] */
     int *slot_of_mb;            /* [M], -1 when none */
-} tr_chunk;
+} engine_chunk;
 
 struct tr_engine {
     const tr_config *cfg;
     const tr_kernels *k;
-    tr_world world;
+    train_world world;
     int stage, P, dp_rank, D;   /* this rank's pipeline stage and data-parallel coordinate */
     tr_data *data;
     tr_pp_partition partition;
     tr_pp_schedule schedule;    /* this stage's op list for one iteration */
     int v;                      /* model chunks of this stage */
-    tr_chunk *chunks;           /* [v]; chunk v-1 first in the flat buffers (backward order) */
+    engine_chunk *chunks;           /* [v]; chunk v-1 first in the flat buffers (backward order) */
     size_t n_params;
     float *params, *grads;      /* flat, n_params each */
     float *adam_m, *adam_v;     /* this rank's optimizer shard (ZeRO-1) or all of it */
@@ -54,9 +54,9 @@ struct tr_engine {
 };
 
 /* Point every chunk's grad hook at dp/ (on) or nowhere (off, for forward-only passes). */
-void tr_engine_set_grad_hooks(tr_engine *e, int on);
+void engine_set_grad_hooks(tr_engine *e, int on);
 
 /* Fill a slot's micro-batch tokens (inputs and targets of mb*T each). */
-TR_MUST_CHECK int tr_engine_load_micro_batch(tr_engine *e, int micro_batch, int32_t *inputs, int32_t *targets);
+TR_MUST_CHECK int engine_load_micro_batch(tr_engine *e, int micro_batch, int32_t *inputs, int32_t *targets);
 
 #endif

@@ -144,7 +144,7 @@ static double median_of(const double *v, int n)
 
 static void snapshot_counters(const tr_engine *e, tr_comm_counters out[N_GROUPS])
 {
-    const tr_world *w = &e->world;
+    const train_world *w = &e->world;
     tr_comm *const comms[N_GROUPS] = {w->tp, w->dp, w->pp, w->embed, w->mp, w->world};
     for (int g = 0; g < N_GROUPS; g++) {
         memset(&out[g], 0, sizeof out[g]);

@@ -12,7 +12,7 @@
 
 static tr_gpt_acts *slot_acquire(tr_engine *e, int chunk, int mb)
 {
-    tr_chunk *ch = &e->chunks[chunk];
+    engine_chunk *ch = &e->chunks[chunk];
     if (ch->slot_of_mb[mb] >= 0)
         return ch->slots[ch->slot_of_mb[mb]];
     for (int s = 0; s < e->n_slots; s++)
@@ -28,7 +28,7 @@ static tr_gpt_acts *slot_acquire(tr_engine *e, int chunk, int mb)
 
 static void slot_release(tr_engine *e, int chunk, int mb)
 {
-    tr_chunk *ch = &e->chunks[chunk];
+    engine_chunk *ch = &e->chunks[chunk];
     int s = ch->slot_of_mb[mb];
     if (s >= 0) {
         ch->slot_busy[s] = 0;
@@ -58,7 +58,7 @@ static float *stage_input_buffer(void *ctx, int mb, int chunk)
 static float *stage_output_grad_buffer(void *ctx, int mb, int chunk)
 {
     tr_engine *e = ctx;
-    tr_chunk *ch = &e->chunks[chunk];
+    engine_chunk *ch = &e->chunks[chunk];
     int s = ch->slot_of_mb[mb];
     return s >= 0 ? tr_gpt_acts_output_grad_buffer(ch->slots[s]) : NULL;
 }
@@ -71,7 +71,7 @@ static int stage_forward(tr_engine *e, int chunk, int mb, float grad_scale, cons
     if (!a)
         return TR_ERR_INTERNAL;
     if (s->is_first || s->is_last) {
-        int rc = tr_engine_load_micro_batch(e, mb, e->inputs, e->targets);
+        int rc = engine_load_micro_batch(e, mb, e->inputs, e->targets);
         if (rc)
             return rc;
     }
@@ -113,7 +113,7 @@ static int train_backward(void *ctx, int mb, int chunk, int is_last_backward,
     if (e->released_mb >= 0)
         slot_release(e, e->released_chunk, e->released_mb);
     e->released_mb = -1;
-    tr_chunk *ch = &e->chunks[chunk];
+    engine_chunk *ch = &e->chunks[chunk];
     int s = ch->slot_of_mb[mb];
     if (s < 0)
         return tr_fail(TR_ERR_INTERNAL, "stage %d: backward of micro-batch %d before its forward",
@@ -243,7 +243,7 @@ int tr_engine_optimizer_step(tr_engine *e, int iteration, tr_step_stats *stats)
     adamw_ctx c = {.e = e, .lr = (float)tr_lr_at(t, iteration),
                    .grad_scale = tr_dp_clip_factor(norm, t->clip_grad), .step = iteration};
     for (int ci = 0; ci < e->v && !rc; ci++) {
-        tr_chunk *ch = &e->chunks[ci];
+        engine_chunk *ch = &e->chunks[ci];
         for (int i = 0; i < tr_gpt_num_tensors(ch->model) && !rc; i++) {
             c.t = tr_gpt_tensor(ch->model, i);
             rc = tr_dp_shard_foreach(e->dp, ch->offset + c.t->offset, c.t->numel, adamw_piece, &c);
@@ -273,7 +273,7 @@ int tr_engine_evaluate(tr_engine *e, double *val_loss)
     double sum = 0;
     int rc = TR_OK;
     e->split = TR_SPLIT_VALID;
-    tr_engine_set_grad_hooks(e, 0); /* forward only: nothing reaches dp/ */
+    engine_set_grad_hooks(e, 0); /* forward only: nothing reaches dp/ */
     for (int it = 0; it < t->eval_iters && !rc; it++) {
         e->first_sample = (uint64_t)it * t->global_batch_size +
                           (uint64_t)e->dp_rank * (uint64_t)(t->global_batch_size / e->D);
@@ -297,7 +297,7 @@ int tr_engine_evaluate(tr_engine *e, double *val_loss)
         }
         sum += e->loss_sum / e->M;
     }
-    tr_engine_set_grad_hooks(e, 1);
+    engine_set_grad_hooks(e, 1);
     if (rc)
         return rc;
     return global_loss(e, sum / t->eval_iters, val_loss);

@@ -5,7 +5,7 @@
 
 #include "core/core.h"
 
-static int split_group(tr_world *w, tr_group_kind kind, const char *name, tr_comm **out)
+static int split_group(train_world *w, tr_group_kind kind, const char *name, tr_comm **out)
 {
     int index = w->groups.index[kind];
     int color = index < 0 ? TR_COMM_COLOR_NONE : index;
@@ -16,7 +16,7 @@ static int split_group(tr_world *w, tr_group_kind kind, const char *name, tr_com
     return TR_OK;
 }
 
-int tr_world_create(const tr_config *cfg, tr_world *out)
+int world_create(const tr_config *cfg, train_world *out)
 {
     memset(out, 0, sizeof *out);
     tr_comm_config cc = tr_comm_config_default();
@@ -66,11 +66,11 @@ int tr_world_create(const tr_config *cfg, tr_world *out)
     }
     return TR_OK;
 fail:
-    tr_world_destroy(out);
+    world_destroy(out);
     return rc;
 }
 
-void tr_world_destroy(tr_world *w)
+void world_destroy(train_world *w)
 {
     tr_comm_destroy(w->embed);
     tr_comm_destroy(w->mp);

@@ -17,11 +17,11 @@ typedef struct {
     tr_comm *pp;    /* pipeline group (size PP) */
     tr_comm *mp;    /* model-parallel group: TP x PP ranks of this dp coordinate */
     tr_comm *embed; /* first and last stage of this PP group; NULL on middle stages or PP = 1 */
-} tr_world;
+} train_world;
 
 /* Collective over the job: reads RANK/WORLD_SIZE/MASTER_* (one process without them),
  * checks the layout fits the world size, and splits every group. */
-TR_MUST_CHECK int tr_world_create(const tr_config *cfg, tr_world *out);
-void tr_world_destroy(tr_world *w);
+TR_MUST_CHECK int world_create(const tr_config *cfg, train_world *out);
+void world_destroy(train_world *w);
 
 #endif

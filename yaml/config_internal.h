@@ -1,9 +1,9 @@
 /* yaml/ internals: the parsed YAML tree (tree.c), the key schema (schema.c), scalar
  * conversion and message helpers (convert.c), cross-key checks (validate.c).
  *
- * Flow of tr_config_load(): text -> tr_ydoc (bounded tree of nodes with 1-based marks) ->
+ * Flow of tr_config_load(): text -> ydoc (bounded tree of nodes with 1-based marks) ->
  * each table key gets the node holding its value (file or --set) -> converted into the
- * struct -> defaults -> tr_config_validate(). */
+ * struct -> defaults -> config_validate(). */
 #ifndef TR_CONFIG_INTERNAL_H
 #define TR_CONFIG_INTERNAL_H
 
@@ -19,10 +19,10 @@
 #define TR_YAML_MAX_STRING 4096 /* a string value (paths included) */
 
 /* ---- tree.c: YAML text -> tree ---- */
-typedef enum { TR_YSCALAR, TR_YSEQUENCE, TR_YMAPPING } tr_ykind;
+typedef enum { TR_YSCALAR, TR_YSEQUENCE, TR_YMAPPING } ykind;
 
 typedef struct {
-    tr_ykind kind;
+    ykind kind;
     int line, col;  /* 1-based start of the node */
     int is_null;    /* plain scalar "", "~", "null", "Null", "NULL" */
     char *text;     /* scalar text, NUL-terminated (shared by aliases of it) */
@@ -31,29 +31,29 @@ typedef struct {
     int first;      /* first child (index), -1 if none; a mapping alternates key, value */
     int next;       /* next sibling, -1 if none */
     int n_children;
-} tr_ynode;
+} ynode;
 
 typedef struct {
-    tr_ynode *nodes;
+    ynode *nodes;
     int n, cap;
     int root; /* -1: the stream held no document */
-} tr_ydoc;
+} ydoc;
 
 /* Where messages about a document point: "NAME:LINE:COL" for a file, or the fixed
  * `set_label` ("--set section.key") for an override value. */
 typedef struct {
     const char *name;
     const char *set_label; /* non-NULL for a --set value */
-} tr_ysource;
+} ysource;
 
-/* Parse one YAML document. Errors (TR_ERR_CONFIG) name src. Free with tr_ydoc_free() in
+/* Parse one YAML document. Errors (TR_ERR_CONFIG) name src. Free with ydoc_free() in
  * every case. */
-TR_MUST_CHECK int tr_ydoc_parse(const char *text, size_t len, const tr_ysource *src, tr_ydoc *doc);
-void tr_ydoc_free(tr_ydoc *doc);
+TR_MUST_CHECK int ydoc_parse(const char *text, size_t len, const ysource *src, ydoc *doc);
+void ydoc_free(ydoc *doc);
 /* Read a whole file (at most TR_YAML_MAX_BYTES); *text is malloc'ed. */
-TR_MUST_CHECK int tr_yaml_read_file(const char *path, char **text, size_t *len);
+TR_MUST_CHECK int yaml_read_file(const char *path, char **text, size_t *len);
 /* "NAME:LINE:COL" or the --set label, into buf. */
-const char *tr_yloc(const tr_ysource *src, int line, int col, char *buf, size_t cap);
+const char *yloc(const ysource *src, int line, int col, char *buf, size_t cap);
 
 /* ---- schema.c: the key table ---- */
 typedef enum {
@@ -63,11 +63,11 @@ typedef enum {
     TR_KEY_BOOL,     /* int 0/1; true/false/yes/no/on/off */
     TR_KEY_STRING,   /* char *, owned; `choices` makes it an enum */
     TR_KEY_INT_LIST, /* int array at `offset`, its length (int) at `count_offset` */
-} tr_key_type;
+} config_key_type;
 
 typedef struct {
     const char *section, *key;
-    tr_key_type type;
+    config_key_type type;
     size_t offset;       /* of the field in tr_config */
     size_t count_offset; /* TR_KEY_INT_LIST: the length field */
     int max_count;       /* TR_KEY_INT_LIST: capacity of the array */
@@ -82,37 +82,37 @@ typedef struct {
     /* Extra check on a string value: returns NULL if fine, else what is allowed. */
     const char *(*check_string)(const char *value);
     int allow_empty; /* strings: "" is a value (an unset path), not an error */
-} tr_key_spec;
+} config_key_spec;
 
-extern const tr_key_spec tr_config_keys[];
+extern const config_key_spec tr_config_keys[];
 extern const int tr_config_n_keys;
 /* Section names in order, NULL-terminated. */
 extern const char *const tr_config_sections[];
 
-const tr_key_spec *tr_config_find_key(const char *section, const char *key);
-int tr_config_key_index(const char *dotted); /* "model.hidden_size" -> index, or -1 */
-int tr_config_section_index(const char *name);
+const config_key_spec *config_find_key(const char *section, const char *key);
+int config_key_index(const char *dotted); /* "model.hidden_size" -> index, or -1 */
+int config_section_index(const char *name);
 
 /* ---- convert.c: node -> field, and message helpers ---- */
 /* Convert `node` (of `doc`, from `src`) into the field of `spec` in `cfg`. */
-TR_MUST_CHECK int tr_config_set_field(tr_config *cfg, const tr_key_spec *spec, const tr_ydoc *doc,
-                        const tr_ynode *node, const tr_ysource *src);
+TR_MUST_CHECK int config_set_field(tr_config *cfg, const config_key_spec *spec, const ydoc *doc,
+                        const ynode *node, const ysource *src);
 /* How a node reads in a message: 'abc' (escaped, shortened), "an empty value", "a list". */
-const char *tr_ydescribe(const tr_ynode *node, char *buf, size_t cap);
+const char *ydescribe(const ynode *node, char *buf, size_t cap);
 /* Escaped, shortened, single-quoted text for messages. */
-const char *tr_yquote(const char *s, size_t len, char *buf, size_t cap);
+const char *yquote(const char *s, size_t len, char *buf, size_t cap);
 /* The allowed range of a numeric key in words (">= 1", "> 0 and < 1"). */
-const char *tr_yrange_text(const tr_key_spec *spec, char *buf, size_t cap);
+const char *yrange_text(const config_key_spec *spec, char *buf, size_t cap);
 /* The closest of `n` candidates to `word` if it is close enough, else NULL. */
-const char *tr_closest(const char *word, const char *const *candidates, int n);
+const char *config_closest(const char *word, const char *const *candidates, int n);
 /* split: "a,b,c" with 1 to 3 non-negative weights, sum > 0 (also '/' as separator). */
-const char *tr_check_split(const char *value);
+const char *config_check_split(const char *value);
 
 /* ---- load.c ---- */
 /* The mark of a key (or section) if it was set in the file or by --set, else NULL. */
-const tr_config_mark *tr_config_find_mark(const tr_config *c, const char *dotted_key);
+const tr_config_mark *config_find_mark(const tr_config *c, const char *dotted_key);
 
 /* ---- validate.c: checks that involve several keys ---- */
-TR_MUST_CHECK int tr_config_validate(const tr_config *cfg);
+TR_MUST_CHECK int config_validate(const tr_config *cfg);
 
 #endif

@@ -13,7 +13,7 @@
 #include "core/core.h"
 #include "yaml/config_internal.h"
 
-const char *tr_yquote(const char *s, size_t len, char *buf, size_t cap)
+const char *yquote(const char *s, size_t len, char *buf, size_t cap)
 {
     const size_t shown = 48;
     size_t o = 0;
@@ -40,7 +40,7 @@ const char *tr_yquote(const char *s, size_t len, char *buf, size_t cap)
     return buf;
 }
 
-const char *tr_ydescribe(const tr_ynode *node, char *buf, size_t cap)
+const char *ydescribe(const ynode *node, char *buf, size_t cap)
 {
     if (node->kind == TR_YMAPPING)
         return "a mapping";
@@ -48,7 +48,7 @@ const char *tr_ydescribe(const tr_ynode *node, char *buf, size_t cap)
         return "a list";
     if (node->is_null)
         return "an empty value";
-    return tr_yquote(node->text, node->len, buf, cap);
+    return yquote(node->text, node->len, buf, cap);
 }
 
 static void append(char *buf, size_t cap, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
@@ -63,7 +63,7 @@ static void append(char *buf, size_t cap, const char *fmt, ...)
     va_end(ap);
 }
 
-const char *tr_yrange_text(const tr_key_spec *spec, char *buf, size_t cap)
+const char *yrange_text(const config_key_spec *spec, char *buf, size_t cap)
 {
     int integer = spec->type == TR_KEY_INT || spec->type == TR_KEY_INT_LIST;
     buf[0] = '\0';
@@ -99,7 +99,7 @@ static int edit_distance(const char *a, const char *b)
     return row[lb];
 }
 
-const char *tr_closest(const char *word, const char *const *candidates, int n)
+const char *config_closest(const char *word, const char *const *candidates, int n)
 {
     size_t lw = strlen(word);
     if (lw == 0 || lw >= 64)
@@ -118,7 +118,7 @@ const char *tr_closest(const char *word, const char *const *candidates, int n)
     return best_d <= limit ? best : NULL;
 }
 
-const char *tr_check_split(const char *value)
+const char *config_check_split(const char *value)
 {
     const char *allowed = "1 to 3 non-negative weights separated by commas (train,validation,"
                           "test), not all zero, e.g. \"969,30,1\"";
@@ -151,48 +151,48 @@ const char *tr_check_split(const char *value)
 /* ---- conversion ---- */
 
 typedef struct {
-    const tr_key_spec *spec;
-    const tr_ysource *src;
+    const config_key_spec *spec;
+    const ysource *src;
     char label[160]; /* "section.key" or "section.key[i]" */
 } field_ctx;
 
-static int fail_node(const field_ctx *f, const tr_ynode *node, const char *fmt, ...)
+static int fail_node(const field_ctx *f, const ynode *node, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
-static int fail_node(const field_ctx *f, const tr_ynode *node, const char *fmt, ...)
+static int fail_node(const field_ctx *f, const ynode *node, const char *fmt, ...)
 {
     char loc[1200], what[700];
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(what, sizeof what, fmt, ap);
     va_end(ap);
-    tr_yloc(f->src, node->line, node->col, loc, sizeof loc);
+    yloc(f->src, node->line, node->col, loc, sizeof loc);
     /* "--set training.lr: expected ..." rather than "--set training.lr: training.lr: ..." */
     if (f->src->set_label && !strcmp(f->src->set_label + strlen("--set "), f->label))
         return tr_fail(TR_ERR_CONFIG, "%s: %s", loc, what);
     return tr_fail(TR_ERR_CONFIG, "%s: %s: %s", loc, f->label, what);
 }
 
-static int expected(const field_ctx *f, const tr_ynode *node, const char *what)
+static int expected(const field_ctx *f, const ynode *node, const char *what)
 {
     char q[160];
-    return fail_node(f, node, "expected %s, found %s", what, tr_ydescribe(node, q, sizeof q));
+    return fail_node(f, node, "expected %s, found %s", what, ydescribe(node, q, sizeof q));
 }
 
-static int out_of_range(const field_ctx *f, const tr_ynode *node)
+static int out_of_range(const field_ctx *f, const ynode *node)
 {
     char q[160], r[160];
-    return fail_node(f, node, "found %s; allowed: %s", tr_ydescribe(node, q, sizeof q),
-                     tr_yrange_text(f->spec, r, sizeof r));
+    return fail_node(f, node, "found %s; allowed: %s", ydescribe(node, q, sizeof q),
+                     yrange_text(f->spec, r, sizeof r));
 }
 
-static int in_range(const tr_key_spec *s, double v)
+static int in_range(const config_key_spec *s, double v)
 {
     if (s->lo_open ? !(v > s->lo) : !(v >= s->lo))
         return 0;
     return s->hi_open ? v < s->hi : v <= s->hi;
 }
 
-static int parse_int(const field_ctx *f, const tr_ynode *node, int *out)
+static int parse_int(const field_ctx *f, const ynode *node, int *out)
 {
     if (node->kind != TR_YSCALAR || node->is_null)
         return expected(f, node, "an integer");
@@ -210,7 +210,7 @@ static int parse_int(const field_ctx *f, const tr_ynode *node, int *out)
     return TR_OK;
 }
 
-static int parse_uint64(const field_ctx *f, const tr_ynode *node, uint64_t *out)
+static int parse_uint64(const field_ctx *f, const ynode *node, uint64_t *out)
 {
     if (node->kind != TR_YSCALAR || node->is_null)
         return expected(f, node, "a non-negative integer");
@@ -225,13 +225,13 @@ static int parse_uint64(const field_ctx *f, const tr_ynode *node, uint64_t *out)
     if (errno == ERANGE) {
         char q[160];
         return fail_node(f, node, "found %s; allowed: an integer from 0 to %" PRIu64,
-                         tr_ydescribe(node, q, sizeof q), UINT64_MAX);
+                         ydescribe(node, q, sizeof q), UINT64_MAX);
     }
     *out = (uint64_t)v;
     return TR_OK;
 }
 
-static int parse_double(const field_ctx *f, const tr_ynode *node, double *out)
+static int parse_double(const field_ctx *f, const ynode *node, double *out)
 {
     if (node->kind != TR_YSCALAR || node->is_null)
         return expected(f, node, "a number");
@@ -252,7 +252,7 @@ static int parse_double(const field_ctx *f, const tr_ynode *node, double *out)
     return TR_OK;
 }
 
-static int parse_bool(const field_ctx *f, const tr_ynode *node, int *out)
+static int parse_bool(const field_ctx *f, const ynode *node, int *out)
 {
     static const char *const yes[] = {"true", "True", "TRUE", "yes", "Yes", "YES", "on", "On", "ON"};
     static const char *const no[] = {"false", "False", "FALSE", "no", "No", "NO", "off", "Off", "OFF"};
@@ -271,9 +271,9 @@ static int parse_bool(const field_ctx *f, const tr_ynode *node, int *out)
     return expected(f, node, "a boolean (true/false/yes/no)");
 }
 
-static int parse_string(const field_ctx *f, const tr_ynode *node, char **out)
+static int parse_string(const field_ctx *f, const ynode *node, char **out)
 {
-    const tr_key_spec *s = f->spec;
+    const config_key_spec *s = f->spec;
     if (node->kind != TR_YSCALAR || node->is_null)
         return expected(f, node, s->choices ? "one of the allowed names" : "a string");
     char q[160], allowed[600];
@@ -285,15 +285,15 @@ static int parse_string(const field_ctx *f, const tr_ynode *node, char **out)
             found |= strlen(s->choices[n]) == node->len && !strcmp(s->choices[n], node->text);
         }
         if (!found) {
-            const char *near = tr_closest(node->text, s->choices, n);
-            return fail_node(f, node, "found %s; allowed: %s%s%s%s", tr_ydescribe(node, q, sizeof q),
+            const char *near = config_closest(node->text, s->choices, n);
+            return fail_node(f, node, "found %s; allowed: %s%s%s%s", ydescribe(node, q, sizeof q),
                              allowed, near ? " (did you mean '" : "", near ? near : "",
                              near ? "'?)" : "");
         }
     } else {
         if (memchr(node->text, '\0', node->len))
             return fail_node(f, node, "found %s, which holds a NUL byte; allowed: text without NUL",
-                             tr_ydescribe(node, q, sizeof q));
+                             ydescribe(node, q, sizeof q));
         if (node->len == 0 && !s->allow_empty)
             return fail_node(f, node, "found an empty string; allowed: a non-empty string");
         if (node->len > TR_YAML_MAX_STRING)
@@ -301,7 +301,7 @@ static int parse_string(const field_ctx *f, const tr_ynode *node, char **out)
                              node->len, TR_YAML_MAX_STRING);
         const char *problem = s->check_string ? s->check_string(node->text) : NULL;
         if (problem)
-            return fail_node(f, node, "found %s; allowed: %s", tr_ydescribe(node, q, sizeof q),
+            return fail_node(f, node, "found %s; allowed: %s", ydescribe(node, q, sizeof q),
                              problem);
     }
     char *copy = strdup(node->text);
@@ -312,7 +312,7 @@ static int parse_string(const field_ctx *f, const tr_ynode *node, char **out)
     return TR_OK;
 }
 
-static int parse_int_list(field_ctx *f, const tr_ydoc *doc, const tr_ynode *node, int *values,
+static int parse_int_list(field_ctx *f, const ydoc *doc, const ynode *node, int *values,
                           int *count)
 {
     if (node->kind != TR_YSEQUENCE)
@@ -334,8 +334,8 @@ static int parse_int_list(field_ctx *f, const tr_ydoc *doc, const tr_ynode *node
     return rc;
 }
 
-int tr_config_set_field(tr_config *cfg, const tr_key_spec *spec, const tr_ydoc *doc,
-                        const tr_ynode *node, const tr_ysource *src)
+int config_set_field(tr_config *cfg, const config_key_spec *spec, const ydoc *doc,
+                        const ynode *node, const ysource *src)
 {
     field_ctx f = {.spec = spec, .src = src};
     snprintf(f.label, sizeof f.label, "%s.%s", spec->section, spec->key);

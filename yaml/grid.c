@@ -8,18 +8,18 @@
 
 #define MAX_POINTS 100000
 
-static int fail_node(const tr_ysource *src, const tr_ynode *n, const char *fmt, const char *what)
+static int fail_node(const ysource *src, const ynode *n, const char *fmt, const char *what)
 {
     char where[512];
-    return tr_fail(TR_ERR_CONFIG, "%s: %s %s", tr_yloc(src, n->line, n->col, where, sizeof where),
+    return tr_fail(TR_ERR_CONFIG, "%s: %s %s", yloc(src, n->line, n->col, where, sizeof where),
                    fmt, what ? what : "");
 }
 
 /* A node's value back as YAML text: scalars as they are (quoted when they need it), flat
  * sequences as [a,b]. Nested collections are not values of a config key. */
-static int node_text(const tr_ydoc *d, const tr_ysource *src, int idx, char **out)
+static int node_text(const ydoc *d, const ysource *src, int idx, char **out)
 {
-    const tr_ynode *n = &d->nodes[idx];
+    const ynode *n = &d->nodes[idx];
     if (n->kind == TR_YSCALAR) {
         size_t len = strlen(n->text);
         char *t = malloc(len + 3);
@@ -80,10 +80,10 @@ static int node_text(const tr_ydoc *d, const tr_ysource *src, int idx, char **ou
     return fail_node(src, n, "found a mapping;", "allowed: a scalar or a flat list");
 }
 
-static int parse_int(const tr_ydoc *d, const tr_ysource *src, int idx, const char *what, int lo,
+static int parse_int(const ydoc *d, const ysource *src, int idx, const char *what, int lo,
                      int hi, int *out)
 {
-    const tr_ynode *n = &d->nodes[idx];
+    const ynode *n = &d->nodes[idx];
     char *end = NULL;
     long v = n->kind == TR_YSCALAR ? strtol(n->text, &end, 10) : 0;
     if (n->kind != TR_YSCALAR || !end || *end || end == n->text || v < lo || v > hi) {
@@ -109,7 +109,7 @@ static int add_string(char ***list, int *n, char *s)
 }
 
 /* Inline base: {section: {key: value}} -> "section.key=value" overrides. */
-static int inline_base(tr_grid_spec *g, const tr_ydoc *d, const tr_ysource *src, int idx)
+static int inline_base(tr_grid_spec *g, const ydoc *d, const ysource *src, int idx)
 {
     for (int s = d->nodes[idx].first; s >= 0; s = d->nodes[d->nodes[s].next].next) {
         int body = d->nodes[s].next;
@@ -136,17 +136,17 @@ static int inline_base(tr_grid_spec *g, const tr_ydoc *d, const tr_ysource *src,
     return TR_OK;
 }
 
-static int parse_spec(tr_grid_spec *g, const tr_ydoc *d, const tr_ysource *src, const char *path)
+static int parse_spec(tr_grid_spec *g, const ydoc *d, const ysource *src, const char *path)
 {
-    const tr_ynode *root = &d->nodes[d->root];
+    const ynode *root = &d->nodes[d->root];
     if (root->kind != TR_YMAPPING)
         return fail_node(src, root, "found a grid spec that is not a mapping;",
                          "allowed: sections base, grid, run");
     int have_base = 0, have_grid = 0;
     for (int k = root->first; k >= 0; k = d->nodes[d->nodes[k].next].next) {
-        const tr_ynode *key = &d->nodes[k];
+        const ynode *key = &d->nodes[k];
         int v = key->next;
-        const tr_ynode *val = &d->nodes[v];
+        const ynode *val = &d->nodes[v];
         int rc = TR_OK;
         if (!strcmp(key->text, "base")) {
             have_base = 1;
@@ -171,7 +171,7 @@ static int parse_spec(tr_grid_spec *g, const tr_ydoc *d, const tr_ysource *src, 
                 return fail_node(src, val, "found a grid that is not a mapping;",
                                  "allowed: section.key: [values]");
             for (int a = val->first; a >= 0 && !rc; a = d->nodes[d->nodes[a].next].next) {
-                const tr_ynode *ak = &d->nodes[a], *av = &d->nodes[ak->next];
+                const ynode *ak = &d->nodes[a], *av = &d->nodes[ak->next];
                 if (!strchr(ak->text, '.'))
                     return fail_node(src, ak, "found a grid key without a section;",
                                      "allowed: dotted keys like training.micro_batch_size");
@@ -208,7 +208,7 @@ static int parse_spec(tr_grid_spec *g, const tr_ydoc *d, const tr_ysource *src, 
                 return fail_node(src, val, "found run settings that are not a mapping;",
                                  "allowed: world_size, iterations, warmup_iterations");
             for (int r = val->first; r >= 0 && !rc; r = d->nodes[d->nodes[r].next].next) {
-                const tr_ynode *rk = &d->nodes[r];
+                const ynode *rk = &d->nodes[r];
                 if (!strcmp(rk->text, "world_size"))
                     rc = parse_int(d, src, rk->next, "run.world_size", 1, 4096, &g->world_size);
                 else if (!strcmp(rk->text, "iterations"))
@@ -246,16 +246,16 @@ int tr_grid_load(const char *path, tr_grid_spec *out)
     out->source = strdup(path);
     char *text = NULL;
     size_t len = 0;
-    int rc = out->source ? tr_yaml_read_file(path, &text, &len) : tr_fail(TR_ERR_NOMEM, "out of memory");
-    tr_ysource src = {.name = path, .set_label = NULL};
-    tr_ydoc doc = {0};
+    int rc = out->source ? yaml_read_file(path, &text, &len) : tr_fail(TR_ERR_NOMEM, "out of memory");
+    ysource src = {.name = path, .set_label = NULL};
+    ydoc doc = {0};
     if (!rc)
-        rc = tr_ydoc_parse(text, len, &src, &doc);
+        rc = ydoc_parse(text, len, &src, &doc);
     if (!rc && doc.root < 0)
         rc = tr_fail(TR_ERR_CONFIG, "%s: empty grid spec; allowed: sections base, grid, run", path);
     if (!rc)
         rc = parse_spec(out, &doc, &src, path);
-    tr_ydoc_free(&doc);
+    ydoc_free(&doc);
     free(text);
     if (rc)
         tr_grid_free(out);

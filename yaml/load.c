@@ -10,9 +10,9 @@
 
 /* The node that sets one table key, and where its key was written. */
 typedef struct {
-    const tr_ydoc *doc;
-    const tr_ynode *node;
-    const tr_ysource *src;
+    const ydoc *doc;
+    const ynode *node;
+    const ysource *src;
     int key_line, key_col; /* 0, 0 for --set */
 } value_ref;
 
@@ -22,13 +22,13 @@ typedef struct {
 
 typedef struct {
     const char *name; /* file path or "<string>" */
-    tr_ysource src;
-    tr_ydoc doc;
+    ysource src;
+    ydoc doc;
     value_ref *values;      /* [tr_config_n_keys] */
     section_ref *sections;  /* [number of sections] */
     int n_sections;
-    tr_ydoc *set_docs;      /* [n_overrides] */
-    tr_ysource *set_srcs;   /* [n_overrides] */
+    ydoc *set_docs;      /* [n_overrides] */
+    ysource *set_srcs;   /* [n_overrides] */
     char **set_labels;      /* [n_overrides] "--set section.key" */
     int n_set;
 } loader;
@@ -60,7 +60,7 @@ static int unknown_section(const char *loc, const char *name, size_t len)
     int n = 0;
     while (tr_config_sections[n])
         n++;
-    const char *near = tr_closest(name, tr_config_sections, n);
+    const char *near = config_closest(name, tr_config_sections, n);
     if (near) {
         snprintf(hint, sizeof hint, " (did you mean '%s'?)", near);
     } else {
@@ -71,7 +71,7 @@ static int unknown_section(const char *loc, const char *name, size_t len)
                 break;
             }
     }
-    return fail_loc(loc, "unknown section %s; allowed sections: %s%s", tr_yquote(name, len, q, sizeof q),
+    return fail_loc(loc, "unknown section %s; allowed sections: %s%s", yquote(name, len, q, sizeof q),
                     allowed, hint);
 }
 
@@ -91,7 +91,7 @@ static int unknown_key(const char *loc, const char *section, const char *name, s
             o += (size_t)snprintf(allowed + o, sizeof allowed - o, "%s%s", n > 1 ? ", " : "",
                                   tr_config_keys[i].key);
     }
-    const char *near = tr_closest(name, names, n);
+    const char *near = config_closest(name, names, n);
     if (near) {
         snprintf(hint, sizeof hint, " (did you mean '%s'?)", near);
     } else {
@@ -103,20 +103,20 @@ static int unknown_key(const char *loc, const char *section, const char *name, s
             }
     }
     return fail_loc(loc, "unknown key %s in section '%s'; allowed keys: %s%s",
-                    tr_yquote(name, len, q, sizeof q), section, allowed, hint);
+                    yquote(name, len, q, sizeof q), section, allowed, hint);
 }
 
-static const char *node_loc(const loader *L, const tr_ynode *n, char *buf, size_t cap)
+static const char *node_loc(const loader *L, const ynode *n, char *buf, size_t cap)
 {
-    return tr_yloc(&L->src, n->line, n->col, buf, cap);
+    return yloc(&L->src, n->line, n->col, buf, cap);
 }
 
-static int collect_section(loader *L, const char *section, const tr_ynode *map)
+static int collect_section(loader *L, const char *section, const ynode *map)
 {
-    const tr_ydoc *d = &L->doc;
+    const ydoc *d = &L->doc;
     char loc[1200], q[160];
     for (int k = map->first; k >= 0; k = d->nodes[k].next) {
-        const tr_ynode *key = &d->nodes[k];
+        const ynode *key = &d->nodes[k];
         int v = key->next;
         k = v; /* pairs: key, value */
         if (v < 0)
@@ -124,9 +124,9 @@ static int collect_section(loader *L, const char *section, const tr_ynode *map)
         if (key->kind != TR_YSCALAR || key->is_null)
             return fail_loc(node_loc(L, key, loc, sizeof loc),
                             "a key of section '%s' is %s; allowed: a plain key name", section,
-                            tr_ydescribe(key, q, sizeof q));
-        const tr_key_spec *spec =
-            memchr(key->text, '\0', key->len) ? NULL : tr_config_find_key(section, key->text);
+                            ydescribe(key, q, sizeof q));
+        const config_key_spec *spec =
+            memchr(key->text, '\0', key->len) ? NULL : config_find_key(section, key->text);
         if (!spec)
             return unknown_key(node_loc(L, key, loc, sizeof loc), section, key->text, key->len);
         value_ref *r = &L->values[spec - tr_config_keys];
@@ -143,19 +143,19 @@ static int collect_section(loader *L, const char *section, const tr_ynode *map)
 
 static int collect_file(loader *L)
 {
-    const tr_ydoc *d = &L->doc;
+    const ydoc *d = &L->doc;
     char loc[1200], q[160], allowed[300];
     list_sections(allowed, sizeof allowed);
     if (d->root < 0 || (d->nodes[d->root].kind == TR_YSCALAR && d->nodes[d->root].is_null))
-        return fail_loc(tr_yloc(&L->src, 1, 1, loc, sizeof loc),
+        return fail_loc(yloc(&L->src, 1, 1, loc, sizeof loc),
                         "empty document; expected a mapping with sections %s", allowed);
-    const tr_ynode *root = &d->nodes[d->root];
+    const ynode *root = &d->nodes[d->root];
     if (root->kind != TR_YMAPPING)
         return fail_loc(node_loc(L, root, loc, sizeof loc),
                         "the document is %s; expected a mapping with sections %s",
-                        tr_ydescribe(root, q, sizeof q), allowed);
+                        ydescribe(root, q, sizeof q), allowed);
     for (int k = root->first; k >= 0; k = d->nodes[k].next) {
-        const tr_ynode *key = &d->nodes[k];
+        const ynode *key = &d->nodes[k];
         int v = key->next;
         k = v;
         if (v < 0)
@@ -163,8 +163,8 @@ static int collect_file(loader *L)
         if (key->kind != TR_YSCALAR || key->is_null)
             return fail_loc(node_loc(L, key, loc, sizeof loc),
                             "a section name is %s; allowed sections: %s",
-                            tr_ydescribe(key, q, sizeof q), allowed);
-        int s = memchr(key->text, '\0', key->len) ? -1 : tr_config_section_index(key->text);
+                            ydescribe(key, q, sizeof q), allowed);
+        int s = memchr(key->text, '\0', key->len) ? -1 : config_section_index(key->text);
         if (s < 0)
             return unknown_section(node_loc(L, key, loc, sizeof loc), key->text, key->len);
         section_ref *sr = &L->sections[s];
@@ -174,13 +174,13 @@ static int collect_file(loader *L)
                             "once",
                             tr_config_sections[s], sr->line);
         *sr = (section_ref){1, key->line, key->col};
-        const tr_ynode *val = &d->nodes[v];
+        const ynode *val = &d->nodes[v];
         if (val->kind == TR_YSCALAR && val->is_null)
             continue; /* an empty section: all defaults */
         if (val->kind != TR_YMAPPING)
             return fail_loc(node_loc(L, val, loc, sizeof loc),
                             "section '%s' is %s; expected a mapping of keys (`key: value` lines)",
-                            tr_config_sections[s], tr_ydescribe(val, q, sizeof q));
+                            tr_config_sections[s], ydescribe(val, q, sizeof q));
         int rc = collect_section(L, tr_config_sections[s], val);
         if (rc)
             return rc;
@@ -202,10 +202,10 @@ static int collect_override(loader *L, int i, const char *arg)
             if (!strcmp(tr_config_keys[k].key, key))
                 return tr_fail(TR_ERR_CONFIG,
                                "--set %s: expected SECTION.KEY=VALUE; did you mean --set %s.%s=...?",
-                               tr_yquote(arg, strlen(arg), q, sizeof q), tr_config_keys[k].section,
+                               yquote(arg, strlen(arg), q, sizeof q), tr_config_keys[k].section,
                                key);
         return tr_fail(TR_ERR_CONFIG, "--set %s: expected SECTION.KEY=VALUE (e.g. training.lr=3e-4)",
-                       tr_yquote(arg, strlen(arg), q, sizeof q));
+                       yquote(arg, strlen(arg), q, sizeof q));
     }
     size_t slen = (size_t)(dot - arg), klen = (size_t)(eq - dot - 1);
     snprintf(label, sizeof label, "--set %.*s", (int)((size_t)(eq - arg) < 120 ? eq - arg : 120),
@@ -218,18 +218,18 @@ static int collect_override(loader *L, int i, const char *arg)
     section[slen] = '\0';
     memcpy(key, dot + 1, klen);
     key[klen] = '\0';
-    if (tr_config_section_index(section) < 0)
+    if (config_section_index(section) < 0)
         return unknown_section(label, section, slen);
-    const tr_key_spec *spec = tr_config_find_key(section, key);
+    const config_key_spec *spec = config_find_key(section, key);
     if (!spec)
         return unknown_key(label, section, key, klen);
     L->set_labels[i] = strdup(label);
     if (!L->set_labels[i])
         return tr_fail(TR_ERR_NOMEM, "out of memory");
-    L->set_srcs[i] = (tr_ysource){.name = L->name, .set_label = L->set_labels[i]};
-    tr_ydoc *d = &L->set_docs[i];
+    L->set_srcs[i] = (ysource){.name = L->name, .set_label = L->set_labels[i]};
+    ydoc *d = &L->set_docs[i];
     L->n_set = i + 1;
-    int rc = tr_ydoc_parse(eq + 1, strlen(eq + 1), &L->set_srcs[i], d);
+    int rc = ydoc_parse(eq + 1, strlen(eq + 1), &L->set_srcs[i], d);
     if (rc)
         return rc;
     if (d->root < 0)
@@ -240,12 +240,12 @@ static int collect_override(loader *L, int i, const char *arg)
     return TR_OK;
 }
 
-static const char *type_words(const tr_key_spec *s, char *buf, size_t cap)
+static const char *type_words(const config_key_spec *s, char *buf, size_t cap)
 {
     switch (s->type) {
     case TR_KEY_INT:
     case TR_KEY_DOUBLE:
-        return tr_yrange_text(s, buf, cap);
+        return yrange_text(s, buf, cap);
     case TR_KEY_UINT64:
         return "a non-negative integer";
     case TR_KEY_BOOL:
@@ -265,20 +265,20 @@ static int resolve(loader *L, tr_config *cfg)
         const value_ref *r = &L->values[i];
         if (!r->node)
             continue;
-        int rc = tr_config_set_field(cfg, &tr_config_keys[i], r->doc, r->node, r->src);
+        int rc = config_set_field(cfg, &tr_config_keys[i], r->doc, r->node, r->src);
         if (rc)
             return rc;
     }
     for (int pass = 0; pass < 2; pass++) { /* plain defaults first, then "=other.key" */
         for (int i = 0; i < tr_config_n_keys; i++) {
-            const tr_key_spec *s = &tr_config_keys[i];
+            const config_key_spec *s = &tr_config_keys[i];
             if (L->values[i].node)
                 continue;
             char loc[1200], words[160];
             if (s->required) {
-                int si = tr_config_section_index(s->section);
+                int si = config_section_index(s->section);
                 const section_ref *sr = &L->sections[si];
-                tr_yloc(&L->src, sr->present ? sr->line : 1, sr->present ? sr->col : 1, loc,
+                yloc(&L->src, sr->present ? sr->line : 1, sr->present ? sr->col : 1, loc,
                         sizeof loc);
                 return fail_loc(loc, "missing required key %s.%s; add it to section '%s' (%s)",
                                 s->section, s->key, s->section, type_words(s, words, sizeof words));
@@ -286,7 +286,7 @@ static int resolve(loader *L, tr_config *cfg)
             if (!s->def || (s->def[0] == '=') != pass)
                 continue;
             if (pass == 1) {
-                int from = tr_config_key_index(s->def + 1);
+                int from = config_key_index(s->def + 1);
                 if (from < 0 || tr_config_keys[from].type != s->type || s->type != TR_KEY_INT)
                     return tr_fail(TR_ERR_INTERNAL, "config key %s.%s: bad default '%s'",
                                    s->section, s->key, s->def);
@@ -294,11 +294,11 @@ static int resolve(loader *L, tr_config *cfg)
                     *(const int *)((const char *)cfg + tr_config_keys[from].offset);
                 continue;
             }
-            tr_ynode node = {.kind = TR_YSCALAR, .line = 0, .col = 0, .text = (char *)s->def,
+            ynode node = {.kind = TR_YSCALAR, .line = 0, .col = 0, .text = (char *)s->def,
                              .len = strlen(s->def), .first = -1, .next = -1};
-            tr_ysource src = {.name = "<default>"};
-            tr_ydoc none = {.root = -1};
-            int rc = tr_config_set_field(cfg, s, &none, &node, &src);
+            ysource src = {.name = "<default>"};
+            ydoc none = {.root = -1};
+            int rc = config_set_field(cfg, s, &none, &node, &src);
             if (rc)
                 return tr_fail_context(TR_ERR_INTERNAL, "default of %s.%s", s->section, s->key);
         }
@@ -337,9 +337,9 @@ static int record_marks(loader *L, tr_config *cfg)
 
 static void loader_free(loader *L)
 {
-    tr_ydoc_free(&L->doc);
+    ydoc_free(&L->doc);
     for (int i = 0; i < L->n_set; i++) {
-        tr_ydoc_free(&L->set_docs[i]);
+        ydoc_free(&L->set_docs[i]);
         free(L->set_labels[i]);
     }
     free(L->set_docs);
@@ -372,7 +372,7 @@ int tr_config_load_string(const char *text, size_t len, const char *name,
     if (!rc && !text)
         rc = tr_fail(TR_ERR_INVALID, "tr_config_load_string: no text");
     if (!rc)
-        rc = tr_ydoc_parse(text, len, &L.src, &L.doc);
+        rc = ydoc_parse(text, len, &L.src, &L.doc);
     if (!rc)
         rc = collect_file(&L);
     for (int i = 0; i < n_overrides && !rc; i++)
@@ -385,14 +385,14 @@ int tr_config_load_string(const char *text, size_t len, const char *name,
         rc = out->source ? record_marks(&L, out) : tr_fail(TR_ERR_NOMEM, "out of memory");
     }
     if (!rc)
-        rc = tr_config_validate(out);
+        rc = config_validate(out);
     loader_free(&L);
     if (rc)
         tr_config_free(out);
     return rc;
 }
 
-int tr_yaml_read_file(const char *path, char **text_out, size_t *len_out)
+int yaml_read_file(const char *path, char **text_out, size_t *len_out)
 {
     *text_out = NULL;
     *len_out = 0;
@@ -445,14 +445,14 @@ int tr_config_load(const char *path, const char *const *overrides, int n_overrid
         return tr_fail(TR_ERR_INVALID, "tr_config_load: no path");
     char *text;
     size_t len;
-    int rc = tr_yaml_read_file(path, &text, &len);
+    int rc = yaml_read_file(path, &text, &len);
     if (!rc)
         rc = tr_config_load_string(text, len, path, overrides, n_overrides, out);
     free(text);
     return rc;
 }
 
-const tr_config_mark *tr_config_find_mark(const tr_config *c, const char *dotted_key)
+const tr_config_mark *config_find_mark(const tr_config *c, const char *dotted_key)
 {
     if (!c || !dotted_key)
         return NULL;
@@ -466,7 +466,7 @@ const char *tr_config_where(const tr_config *c, const char *dotted_key)
 {
     static _Thread_local char buf[1200];
     const char *source = c && c->source ? c->source : "<config>";
-    const tr_config_mark *m = tr_config_find_mark(c, dotted_key);
+    const tr_config_mark *m = config_find_mark(c, dotted_key);
     if (!m)
         snprintf(buf, sizeof buf, "%s", source);
     else if (m->line == 0)

@@ -42,7 +42,7 @@ static const char *const cluster_presets[] = {"none", "a100-80gb", "h100-80gb", 
                                               NULL};
 static const char *const cluster_devices[] = {"auto", "gpu", "cpu", NULL};
 
-const tr_key_spec tr_config_keys[] = {
+const config_key_spec tr_config_keys[] = {
     INT("model", "num_layers", model.num_layers, 1, NULL, 1, 65536),
     INT("model", "hidden_size", model.hidden_size, 1, NULL, 1, 1 << 20),
     INT("model", "num_attention_heads", model.num_attention_heads, 1, NULL, 1, 65536),
@@ -98,7 +98,7 @@ const tr_key_spec tr_config_keys[] = {
 
     STR("data", "data_path", data.data_path, 1, NULL, NULL),
     ENUM("data", "data_format", data.data_format, "auto", data_formats),
-    STR("data", "split", data.split, 0, "969,30,1", tr_check_split),
+    STR("data", "split", data.split, 0, "969,30,1", config_check_split),
 
     INT("logging", "log_interval", logging.log_interval, 0, "1", 1, INT_MAX),
     BOOL("logging", "trace", logging.trace, "false"),
@@ -134,7 +134,7 @@ const tr_key_spec tr_config_keys[] = {
 
 const int tr_config_n_keys = (int)(sizeof tr_config_keys / sizeof tr_config_keys[0]);
 
-const tr_key_spec *tr_config_find_key(const char *section, const char *key)
+const config_key_spec *config_find_key(const char *section, const char *key)
 {
     for (int i = 0; i < tr_config_n_keys; i++)
         if (!strcmp(tr_config_keys[i].section, section) && !strcmp(tr_config_keys[i].key, key))
@@ -142,14 +142,14 @@ const tr_key_spec *tr_config_find_key(const char *section, const char *key)
     return NULL;
 }
 
-int tr_config_key_index(const char *dotted)
+int config_key_index(const char *dotted)
 {
     const char *dot = strchr(dotted, '.');
     if (!dot)
         return -1;
     size_t slen = (size_t)(dot - dotted);
     for (int i = 0; i < tr_config_n_keys; i++) {
-        const tr_key_spec *k = &tr_config_keys[i];
+        const config_key_spec *k = &tr_config_keys[i];
         if (strlen(k->section) == slen && !strncmp(k->section, dotted, slen) &&
             !strcmp(k->key, dot + 1))
             return i;
@@ -157,7 +157,7 @@ int tr_config_key_index(const char *dotted)
     return -1;
 }
 
-int tr_config_section_index(const char *name)
+int config_section_index(const char *name)
 {
     for (int i = 0; tr_config_sections[i]; i++)
         if (!strcmp(tr_config_sections[i], name))

@@ -10,7 +10,7 @@
 #include "core/core.h"
 #include "yaml/config_internal.h"
 
-const char *tr_yloc(const tr_ysource *src, int line, int col, char *buf, size_t cap)
+const char *yloc(const ysource *src, int line, int col, char *buf, size_t cap)
 {
     if (src->set_label)
         snprintf(buf, cap, "%s", src->set_label);
@@ -19,7 +19,7 @@ const char *tr_yloc(const tr_ysource *src, int line, int col, char *buf, size_t 
     return buf;
 }
 
-void tr_ydoc_free(tr_ydoc *doc)
+void ydoc_free(ydoc *doc)
 {
     for (int i = 0; i < doc->n; i++)
         if (doc->nodes[i].owns_text)
@@ -35,8 +35,8 @@ typedef struct {
 } anchor;
 
 typedef struct {
-    const tr_ysource *src;
-    tr_ydoc *doc;
+    const ysource *src;
+    ydoc *doc;
     int stack[TR_YAML_MAX_DEPTH + 1]; /* open collections */
     int last[TR_YAML_MAX_DEPTH + 1];  /* their last child, -1 if none */
     int depth;
@@ -54,13 +54,13 @@ static int fail_at(const builder *b, int line, int col, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(what, sizeof what, fmt, ap);
     va_end(ap);
-    return tr_fail(TR_ERR_CONFIG, "%s: %s", tr_yloc(b->src, line, col, loc, sizeof loc), what);
+    return tr_fail(TR_ERR_CONFIG, "%s: %s", yloc(b->src, line, col, loc, sizeof loc), what);
 }
 
 /* Appends a node under the open collection (or as the root); returns its index or -1. */
-static int add_node(builder *b, tr_ykind kind, const yaml_mark_t *mark)
+static int add_node(builder *b, ykind kind, const yaml_mark_t *mark)
 {
-    tr_ydoc *d = b->doc;
+    ydoc *d = b->doc;
     int line = (int)mark->line + 1, col = (int)mark->column + 1;
     if (d->n >= TR_YAML_MAX_NODES) {
         fail_at(b, line, col, "more than %d YAML nodes; a config has a few hundred",
@@ -69,7 +69,7 @@ static int add_node(builder *b, tr_ykind kind, const yaml_mark_t *mark)
     }
     if (d->n == d->cap) {
         int cap = d->cap ? 2 * d->cap : 64;
-        tr_ynode *p = realloc(d->nodes, (size_t)cap * sizeof *p);
+        ynode *p = realloc(d->nodes, (size_t)cap * sizeof *p);
         if (!p) {
             tr_fail(TR_ERR_NOMEM, "out of memory reading YAML");
             return -1;
@@ -78,7 +78,7 @@ static int add_node(builder *b, tr_ykind kind, const yaml_mark_t *mark)
         d->cap = cap;
     }
     int i = d->n++;
-    tr_ynode *nd = &d->nodes[i];
+    ynode *nd = &d->nodes[i];
     memset(nd, 0, sizeof *nd);
     nd->kind = kind;
     nd->line = line;
@@ -98,7 +98,7 @@ static int add_node(builder *b, tr_ykind kind, const yaml_mark_t *mark)
     return i;
 }
 
-static int open_collection(builder *b, tr_ykind kind, const yaml_mark_t *mark)
+static int open_collection(builder *b, ykind kind, const yaml_mark_t *mark)
 {
     if (b->depth >= TR_YAML_MAX_DEPTH) {
         return fail_at(b, (int)mark->line + 1, (int)mark->column + 1,
@@ -142,7 +142,7 @@ static int on_scalar(builder *b, const yaml_event_t *ev)
     int i = add_node(b, TR_YSCALAR, &ev->start_mark);
     if (i < 0)
         return TR_ERR_CONFIG;
-    tr_ynode *nd = &b->doc->nodes[i];
+    ynode *nd = &b->doc->nodes[i];
     size_t len = ev->data.scalar.length;
     nd->text = malloc(len + 1);
     if (!nd->text)
@@ -174,8 +174,8 @@ static int on_alias(builder *b, const yaml_event_t *ev)
     int i = add_node(b, TR_YSCALAR, &ev->start_mark);
     if (i < 0)
         return TR_ERR_CONFIG;
-    const tr_ynode *t = &b->doc->nodes[target];
-    tr_ynode *nd = &b->doc->nodes[i];
+    const ynode *t = &b->doc->nodes[target];
+    ynode *nd = &b->doc->nodes[i];
     nd->text = t->text;
     nd->len = t->len;
     nd->is_null = t->is_null;
@@ -202,7 +202,7 @@ static int parser_error(builder *b, const yaml_parser_t *p, const char *text, si
         return tr_fail(TR_ERR_CONFIG,
                        "%s: %s (value 0x%X); a config must be UTF-8 text without control "
                        "characters",
-                       tr_yloc(b->src, line, col, loc, sizeof loc),
+                       yloc(b->src, line, col, loc, sizeof loc),
                        p->problem ? p->problem : "unreadable input", (unsigned)p->problem_value);
     }
     int line = (int)p->problem_mark.line + 1, col = (int)p->problem_mark.column + 1;
@@ -212,7 +212,7 @@ static int parser_error(builder *b, const yaml_parser_t *p, const char *text, si
         hint = "tabs cannot indent YAML; use spaces";
     char loc[1200];
     return tr_fail(TR_ERR_CONFIG, "%s: YAML syntax error: %s%s%s%s; %s",
-                   tr_yloc(b->src, line, col, loc, sizeof loc),
+                   yloc(b->src, line, col, loc, sizeof loc),
                    p->problem ? p->problem : "unreadable YAML", p->context ? " (" : "",
                    p->context ? p->context : "", p->context ? ")" : "", hint);
 }
@@ -253,14 +253,14 @@ static int on_event(builder *b, const yaml_event_t *ev, int *done)
     }
 }
 
-int tr_ydoc_parse(const char *text, size_t len, const tr_ysource *src, tr_ydoc *doc)
+int ydoc_parse(const char *text, size_t len, const ysource *src, ydoc *doc)
 {
     memset(doc, 0, sizeof *doc);
     doc->root = -1;
     char loc[1200];
     if (len > TR_YAML_MAX_BYTES)
         return tr_fail(TR_ERR_CONFIG, "%s: %zu bytes of YAML; a config may be at most %u bytes",
-                       tr_yloc(src, 1, 1, loc, sizeof loc), len, TR_YAML_MAX_BYTES);
+                       yloc(src, 1, 1, loc, sizeof loc), len, TR_YAML_MAX_BYTES);
     builder *b = calloc(1, sizeof *b);
     if (!b)
         return tr_fail(TR_ERR_NOMEM, "out of memory reading YAML");

@@ -12,7 +12,7 @@ static int bad(const tr_config *c, const char *k1, const char *k2, const char *f
     __attribute__((format(printf, 4, 5)));
 static int bad(const tr_config *c, const char *k1, const char *k2, const char *fmt, ...)
 {
-    const char *key = !tr_config_find_mark(c, k1) && k2 && tr_config_find_mark(c, k2) ? k2 : k1;
+    const char *key = !config_find_mark(c, k1) && k2 && config_find_mark(c, k2) ? k2 : k1;
     char loc[1200], what[800];
     snprintf(loc, sizeof loc, "%s", tr_config_where(c, key));
     va_list ap;
@@ -25,7 +25,7 @@ static int bad(const tr_config *c, const char *k1, const char *k2, const char *f
 /* " (set at FILE:L:C)" for a key that was written, "" (" (default)") for one that was not. */
 static const char *set_at(const tr_config *c, const char *key, char *buf, size_t cap)
 {
-    if (tr_config_find_mark(c, key))
+    if (config_find_mark(c, key))
         snprintf(buf, cap, " (set at %s)", tr_config_where(c, key));
     else
         snprintf(buf, cap, " (default)");
@@ -158,7 +158,7 @@ static int check_training(const tr_config *c)
     return TR_OK;
 }
 
-int tr_config_validate(const tr_config *c)
+int config_validate(const tr_config *c)
 {
     int rc = check_model_and_tp(c);
     if (!rc)

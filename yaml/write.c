@@ -45,7 +45,7 @@ static void write_string(FILE *f, const char *s)
     fputc('"', f);
 }
 
-static void write_value(FILE *f, const tr_config *c, const tr_key_spec *s)
+static void write_value(FILE *f, const tr_config *c, const config_key_spec *s)
 {
     const void *field = (const char *)c + s->offset;
     switch (s->type) {
@@ -90,14 +90,14 @@ int tr_config_write(const tr_config *c, FILE *f)
     for (int sec = 0; tr_config_sections[sec]; sec++) {
         fprintf(f, "%s:\n", tr_config_sections[sec]);
         for (int i = 0; i < tr_config_n_keys; i++) {
-            const tr_key_spec *s = &tr_config_keys[i];
+            const config_key_spec *s = &tr_config_keys[i];
             if (strcmp(s->section, tr_config_sections[sec]))
                 continue;
             fprintf(f, "  %s: ", s->key);
             write_value(f, c, s);
             char dotted[200];
             snprintf(dotted, sizeof dotted, "%s.%s", s->section, s->key);
-            fputs(tr_config_find_mark(c, dotted) ? "\n" : "  # default\n", f);
+            fputs(config_find_mark(c, dotted) ? "\n" : "  # default\n", f);
         }
     }
     if (fflush(f) || ferror(f))
@@ -108,7 +108,7 @@ int tr_config_write(const tr_config *c, FILE *f)
 int tr_config_equal(const tr_config *a, const tr_config *b)
 {
     for (int i = 0; i < tr_config_n_keys; i++) {
-        const tr_key_spec *s = &tr_config_keys[i];
+        const config_key_spec *s = &tr_config_keys[i];
         const void *fa = (const char *)a + s->offset, *fb = (const char *)b + s->offset;
         switch (s->type) {
         case TR_KEY_INT:

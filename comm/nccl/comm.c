@@ -279,7 +279,7 @@ static int device_identity(tr_nccl_device_id *id)
 
 /* ---------------------------------------------------------------- the world */
 
-int tr_comm_nccl_init(const tr_comm_rendezvous *rv, const tr_comm_config *cfg_in, tr_comm **out)
+int comm_nccl_init(const tr_comm_rendezvous *rv, const tr_comm_config *cfg_in, tr_comm **out)
 {
     if (!out || !rv)
         return tr_fail(TR_ERR_INVALID, "comm: init needs a rendezvous and an output pointer");

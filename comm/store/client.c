@@ -86,13 +86,13 @@ static int send_request(tr_store *st, uint8_t op, const char *key, size_t klen,
     uint8_t hdr[TR_STORE_REQ_HDR];
     memcpy(hdr, TR_STORE_MAGIC, 4);
     hdr[4] = op;
-    tr_store_put_u32(hdr + 5, (uint32_t)klen);
-    tr_store_put_u32(hdr + 9, (uint32_t)vlen);
-    int rc = tr_store_write_all(st->fd, hdr, sizeof hdr, deadline);
+    store_put_u32(hdr + 5, (uint32_t)klen);
+    store_put_u32(hdr + 9, (uint32_t)vlen);
+    int rc = store_write_all(st->fd, hdr, sizeof hdr, deadline);
     if (!rc && klen)
-        rc = tr_store_write_all(st->fd, key, klen, deadline);
+        rc = store_write_all(st->fd, key, klen, deadline);
     if (!rc && vlen)
-        rc = tr_store_write_all(st->fd, val, vlen, deadline);
+        rc = store_write_all(st->fd, val, vlen, deadline);
     return rc;
 }
 
@@ -101,11 +101,11 @@ static int read_response(tr_store *st, uint8_t *status, uint8_t **payload, size_
                          double deadline)
 {
     uint8_t hdr[TR_STORE_RESP_HDR];
-    int rc = tr_store_read_all(st->fd, hdr, sizeof hdr, deadline);
+    int rc = store_read_all(st->fd, hdr, sizeof hdr, deadline);
     if (rc)
         return rc;
     *status = hdr[0];
-    *len = tr_store_get_u32(hdr + 1);
+    *len = store_get_u32(hdr + 1);
     if (*len > TR_STORE_MAX_VALUE) {
         errno = EPROTO;
         return TR_ERR_COMM;
@@ -113,7 +113,7 @@ static int read_response(tr_store *st, uint8_t *status, uint8_t **payload, size_
     *payload = malloc(*len + 1);
     if (!*payload)
         return TR_ERR_NOMEM;
-    rc = tr_store_read_all(st->fd, *payload, *len, deadline);
+    rc = store_read_all(st->fd, *payload, *len, deadline);
     if (rc) {
         free(*payload);
         *payload = NULL;
@@ -297,7 +297,7 @@ int tr_store_add(tr_store *st, const char *key, int64_t delta, int64_t *result)
         return rc;
     uint8_t buf[8], *p = NULL;
     size_t len = 0;
-    tr_store_put_i64(buf, delta);
+    store_put_i64(buf, delta);
     rc = roundtrip(st, TR_STORE_OP_ADD, key, buf, 8, &p, &len);
     if (rc)
         return rc;
@@ -306,7 +306,7 @@ int tr_store_add(tr_store *st, const char *key, int64_t delta, int64_t *result)
         return tr_fail(TR_ERR_COMM, "store %s:%d: malformed answer to add", st->host, st->port);
     }
     if (result)
-        *result = tr_store_get_i64(p);
+        *result = store_get_i64(p);
     free(p);
     return TR_OK;
 }

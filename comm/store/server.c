@@ -91,7 +91,7 @@ static int respond(conn *c, uint8_t status, const void *payload, size_t len)
     c->out = o;
     o += c->out_len;
     o[0] = status;
-    tr_store_put_u32(o + 1, (uint32_t)len);
+    store_put_u32(o + 1, (uint32_t)len);
     if (len)
         memcpy(o + TR_STORE_RESP_HDR, payload, len);
     c->out_len = need;
@@ -221,13 +221,13 @@ static void handle(tr_store_server *s, conn *c)
         e = find(s, key);
         int64_t cur = 0;
         if (e && e->len == 8)
-            cur = tr_store_get_i64(e->value);
+            cur = store_get_i64(e->value);
         else if (e) {
             respond(c, TR_STORE_ERROR, "add on a non-counter key", 24);
             return;
         }
         uint8_t buf[8];
-        tr_store_put_i64(buf, (int64_t)((uint64_t)cur + (uint64_t)tr_store_get_i64(val)));
+        store_put_i64(buf, (int64_t)((uint64_t)cur + (uint64_t)store_get_i64(val)));
         e = put(s, key, buf, 8, &why);
         if (!e) {
             respond(c, TR_STORE_ERROR, why, strlen(why));
@@ -288,13 +288,13 @@ static int on_readable(tr_store_server *s, conn *c)
                 continue;
             const char *why = NULL;
             c->op = c->hdr[4];
-            c->klen = tr_store_get_u32(c->hdr + 5);
-            c->vlen = tr_store_get_u32(c->hdr + 9);
+            c->klen = store_get_u32(c->hdr + 5);
+            c->vlen = store_get_u32(c->hdr + 9);
             if (memcmp(c->hdr, TR_STORE_MAGIC, 4)) {
                 respond_error_and_close(c, "bad magic: not a trident store client");
                 return 0;
             }
-            if (!tr_store_valid_request(c->op, c->klen, c->vlen, &why)) {
+            if (!store_valid_request(c->op, c->klen, c->vlen, &why)) {
                 respond_error_and_close(c, why);
                 return 0;
             }

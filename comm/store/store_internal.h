@@ -19,13 +19,13 @@ enum { TR_STORE_OK = 0, TR_STORE_ERROR = 1, TR_STORE_RETRY = 2 };
 #define TR_STORE_REQ_HDR 13
 #define TR_STORE_RESP_HDR 5
 
-void tr_store_put_u32(uint8_t *p, uint32_t v);
-uint32_t tr_store_get_u32(const uint8_t *p);
-void tr_store_put_i64(uint8_t *p, int64_t v);
-int64_t tr_store_get_i64(const uint8_t *p);
+void store_put_u32(uint8_t *p, uint32_t v);
+uint32_t store_get_u32(const uint8_t *p);
+void store_put_i64(uint8_t *p, int64_t v);
+int64_t store_get_i64(const uint8_t *p);
 /* 1 if (op, key length, value length) is a well-formed request; else 0 and *why. */
-int tr_store_valid_request(uint8_t op, uint32_t klen, uint32_t vlen, const char **why);
-TR_MUST_CHECK int tr_store_write_all(int fd, const void *buf, size_t len, double deadline);
-TR_MUST_CHECK int tr_store_read_all(int fd, void *buf, size_t len, double deadline);
+int store_valid_request(uint8_t op, uint32_t klen, uint32_t vlen, const char **why);
+TR_MUST_CHECK int store_write_all(int fd, const void *buf, size_t len, double deadline);
+TR_MUST_CHECK int store_read_all(int fd, void *buf, size_t len, double deadline);
 
 #endif

@@ -10,25 +10,25 @@
 #include <string.h>
 #include <sys/socket.h>
 
-void tr_store_put_u32(uint8_t *p, uint32_t v)
+void store_put_u32(uint8_t *p, uint32_t v)
 {
     for (int i = 0; i < 4; i++)
         p[i] = (uint8_t)(v >> (8 * i));
 }
 
-uint32_t tr_store_get_u32(const uint8_t *p)
+uint32_t store_get_u32(const uint8_t *p)
 {
     return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
 }
 
-void tr_store_put_i64(uint8_t *p, int64_t v)
+void store_put_i64(uint8_t *p, int64_t v)
 {
     uint64_t u = (uint64_t)v;
     for (int i = 0; i < 8; i++)
         p[i] = (uint8_t)(u >> (8 * i));
 }
 
-int64_t tr_store_get_i64(const uint8_t *p)
+int64_t store_get_i64(const uint8_t *p)
 {
     uint64_t u = 0;
     for (int i = 0; i < 8; i++)
@@ -36,7 +36,7 @@ int64_t tr_store_get_i64(const uint8_t *p)
     return (int64_t)u;
 }
 
-int tr_store_valid_request(uint8_t op, uint32_t klen, uint32_t vlen, const char **why)
+int store_valid_request(uint8_t op, uint32_t klen, uint32_t vlen, const char **why)
 {
     switch (op) {
     case TR_STORE_OP_HELLO:
@@ -94,7 +94,7 @@ static int wait_fd(int fd, short events, double deadline)
     }
 }
 
-int tr_store_write_all(int fd, const void *buf, size_t len, double deadline)
+int store_write_all(int fd, const void *buf, size_t len, double deadline)
 {
     const uint8_t *p = buf;
     while (len > 0) {
@@ -117,7 +117,7 @@ int tr_store_write_all(int fd, const void *buf, size_t len, double deadline)
     return TR_OK;
 }
 
-int tr_store_read_all(int fd, void *buf, size_t len, double deadline)
+int store_read_all(int fd, void *buf, size_t len, double deadline)
 {
     uint8_t *p = buf;
     while (len > 0) {

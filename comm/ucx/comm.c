@@ -348,7 +348,7 @@ static int exchange_addresses(ucx_engine *e)
 
 static int world_generation; /* worlds created by this process: keys and session differ */
 
-int tr_comm_ucx_init(const tr_comm_rendezvous *rv, const tr_comm_config *cfg, tr_comm **out)
+int comm_ucx_init(const tr_comm_rendezvous *rv, const tr_comm_config *cfg, tr_comm **out)
 {
     *out = NULL;
     int rank = rv->rank, size = rv->size, port = rv->master_port;

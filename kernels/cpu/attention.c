@@ -24,7 +24,7 @@ static void softmax_causal_row(float *restrict row, int t, int T)
     float sum = 0.0f;
 #pragma omp simd reduction(+ : sum) simdlen(TR_SIMDLEN)
     for (int j = 0; j <= t; j++) {
-        float e = tr_cpu_expf(row[j] - mx);
+        float e = cpu_expf(row[j] - mx);
         row[j] = e;
         sum += e;
     }
@@ -58,12 +58,12 @@ static void forward_block(const dims *d, float *out, float *att, const float *qk
     float *o = out + (size_t)b * T * C + (size_t)h * HS;
     int r1 = min_int(T, r0 + BLK), rows = r1 - r0;
     /* S[r0:r1, 0:r1] = scale Q[r0:r1] K[0:r1]^T */
-    tr_cpu_gemm_serial(0, 1, rows, r1, HS, d->scale, q + (size_t)r0 * C3, C3, k, C3, 0.0f,
+    cpu_gemm_serial(0, 1, rows, r1, HS, d->scale, q + (size_t)r0 * C3, C3, k, C3, 0.0f,
                        P + (size_t)r0 * T, T);
     for (int t = r0; t < r1; t++)
         softmax_causal_row(P + (size_t)t * T, t, T);
     /* O[r0:r1] = P[r0:r1, 0:r1] V[0:r1] */
-    tr_cpu_gemm_serial(0, 0, rows, HS, r1, 1.0f, P + (size_t)r0 * T, T, v, C3, 0.0f,
+    cpu_gemm_serial(0, 0, rows, HS, r1, 1.0f, P + (size_t)r0 * T, T, v, C3, 0.0f,
                        o + (size_t)r0 * C, C);
 }
 
@@ -80,7 +80,7 @@ static void backward_query_block(const dims *d, float *dqkv, float *datt, const 
     const float *dO = dout + (size_t)b * T * C + (size_t)h * HS;
     int r1 = min_int(T, r0 + BLK), rows = r1 - r0;
     /* dP[r0:r1, 0:r1] = dO[r0:r1] V[0:r1]^T */
-    tr_cpu_gemm_serial(0, 1, rows, r1, HS, 1.0f, dO + (size_t)r0 * C, C, v, C3, 0.0f,
+    cpu_gemm_serial(0, 1, rows, r1, HS, 1.0f, dO + (size_t)r0 * C, C, v, C3, 0.0f,
                        D + (size_t)r0 * T, T);
     /* softmax backward in place: dS = P (dP - sum_j P dP); 0 above the diagonal */
     for (int t = r0; t < r1; t++) {
@@ -97,7 +97,7 @@ static void backward_query_block(const dims *d, float *dqkv, float *datt, const 
             dd[j] = 0.0f;
     }
     /* dQ[r0:r1] = scale dS[r0:r1, 0:r1] K[0:r1] */
-    tr_cpu_gemm_serial(0, 0, rows, HS, r1, d->scale, D + (size_t)r0 * T, T, k, C3, 0.0f,
+    cpu_gemm_serial(0, 0, rows, HS, r1, d->scale, D + (size_t)r0 * T, T, k, C3, 0.0f,
                        dq + (size_t)r0 * C3, C3);
 }
 
@@ -115,10 +115,10 @@ static void backward_key_block(const dims *d, float *dqkv, const float *datt, co
     const float *dO = dout + (size_t)b * T * C + (size_t)h * HS;
     int j1 = min_int(T, j0 + BLK), rows = j1 - j0, span = T - j0;
     /* dK[j0:j1] = scale dS[j0:T, j0:j1]^T Q[j0:T] */
-    tr_cpu_gemm_serial(1, 0, rows, HS, span, d->scale, D + (size_t)j0 * T + j0, T,
+    cpu_gemm_serial(1, 0, rows, HS, span, d->scale, D + (size_t)j0 * T + j0, T,
                        q + (size_t)j0 * C3, C3, 0.0f, dk + (size_t)j0 * C3, C3);
     /* dV[j0:j1] = P[j0:T, j0:j1]^T dO[j0:T] */
-    tr_cpu_gemm_serial(1, 0, rows, HS, span, 1.0f, P + (size_t)j0 * T + j0, T,
+    cpu_gemm_serial(1, 0, rows, HS, span, 1.0f, P + (size_t)j0 * T + j0, T,
                        dO + (size_t)j0 * C, C, 0.0f, dv + (size_t)j0 * C3, C3);
 }
 
@@ -180,7 +180,7 @@ static void run(int par, size_t n, void (*fn)(void *, size_t), void *ctx)
         fn(ctx, i);
 }
 
-void tr_cpu_attention_forward(tr_stream s, float *out, float *att, const float *qkv, int B,
+void cpu_attention_forward(tr_stream s, float *out, float *att, const float *qkv, int B,
                               int T, int NH, int HS)
 {
     (void)s;
@@ -193,7 +193,7 @@ void tr_cpu_attention_forward(tr_stream s, float *out, float *att, const float *
         run(par, (size_t)a.pairs * a.blocks, forward_unit, &a);
 }
 
-void tr_cpu_attention_backward(tr_stream s, float *dqkv, float *datt, const float *dout,
+void cpu_attention_backward(tr_stream s, float *dqkv, float *datt, const float *dout,
                                const float *qkv, const float *att, int B, int T, int NH,
                                int HS)
 {

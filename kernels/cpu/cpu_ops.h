@@ -32,7 +32,7 @@
 /* exp(x) for fp32, written so GCC vectorises loops that call it: Cody-Waite range
  * reduction x = k ln2 + r, |r| <= ln2/2, a degree-7 polynomial for e^r and 2^k from the
  * exponent bits. Relative error about 2 ulp; inputs below -87.3 give 0, above 88 give e^88. */
-static inline float tr_cpu_expf(float x)
+static inline float cpu_expf(float x)
 {
     float xc = x > 88.0f ? 88.0f : x;
     xc = xc < -87.3f ? -87.3f : xc;
@@ -60,84 +60,84 @@ static inline float tr_cpu_expf(float x)
 
 /* pool.c: fn(ctx, lo, hi) over [0, count) in pieces of `per` items (the last shorter), on
  * the team when `parallel`, else in order on the caller: the same cut either way. */
-void tr_cpu_for_ranges(int parallel, size_t count, size_t per,
+void cpu_for_ranges(int parallel, size_t count, size_t per,
                        void (*fn)(void *ctx, size_t lo, size_t hi), void *ctx);
 /* Items per piece for loops over elements, and rows per piece for rows of C columns. */
 #define TR_CPU_PIECE 16384
-static inline size_t tr_cpu_rows_per_piece(size_t C)
+static inline size_t cpu_rows_per_piece(size_t C)
 {
     return C >= TR_CPU_PIECE ? 1 : C == 0 ? TR_CPU_PIECE : TR_CPU_PIECE / C;
 }
 
 /* memory.c */
-void *tr_cpu_alloc(size_t bytes);
-void tr_cpu_free(void *p);
-void tr_cpu_to_device(tr_stream s, void *dst, const void *host_src, size_t bytes);
-void tr_cpu_to_host(tr_stream s, void *host_dst, const void *src, size_t bytes);
-void tr_cpu_copy(tr_stream s, void *dst, const void *src, size_t bytes);
-void tr_cpu_zero(tr_stream s, void *dst, size_t bytes);
-void tr_cpu_synchronize(tr_stream s);
+void *cpu_alloc(size_t bytes);
+void cpu_free(void *p);
+void cpu_to_device(tr_stream s, void *dst, const void *host_src, size_t bytes);
+void cpu_to_host(tr_stream s, void *host_dst, const void *src, size_t bytes);
+void cpu_copy(tr_stream s, void *dst, const void *src, size_t bytes);
+void cpu_zero(tr_stream s, void *dst, size_t bytes);
+void cpu_synchronize(tr_stream s);
 
 /* elementwise.c */
-void tr_cpu_add(tr_stream s, float *out, const float *a, const float *b, size_t n);
-void tr_cpu_axpy(tr_stream s, float *y, float alpha, const float *x, size_t n);
-void tr_cpu_scale(tr_stream s, float *x, float alpha, size_t n);
-void tr_cpu_bias_add(tr_stream s, float *out, const float *bias, int N, int C);
-void tr_cpu_bias_backward(tr_stream s, float *dbias, const float *dout, int N, int C);
+void cpu_add(tr_stream s, float *out, const float *a, const float *b, size_t n);
+void cpu_axpy(tr_stream s, float *y, float alpha, const float *x, size_t n);
+void cpu_scale(tr_stream s, float *x, float alpha, size_t n);
+void cpu_bias_add(tr_stream s, float *out, const float *bias, int N, int C);
+void cpu_bias_backward(tr_stream s, float *dbias, const float *dout, int N, int C);
 
-/* gemm.c: tr_cpu_gemm_serial runs on the calling thread (used inside parallel regions). */
-void tr_cpu_gemm_serial(int trans_a, int trans_b, int M, int N, int K, float alpha,
+/* gemm.c: cpu_gemm_serial runs on the calling thread (used inside parallel regions). */
+void cpu_gemm_serial(int trans_a, int trans_b, int M, int N, int K, float alpha,
                         const float *A, int lda, const float *B, int ldb, float beta, float *C,
                         int ldc);
-void tr_cpu_gemm(tr_stream s, int trans_a, int trans_b, int M, int N, int K, float alpha,
+void cpu_gemm(tr_stream s, int trans_a, int trans_b, int M, int N, int K, float alpha,
                  const float *A, int lda, const float *B, int ldb, float beta, float *C,
                  int ldc);
 
 /* layernorm.c */
-void tr_cpu_layernorm_forward(tr_stream s, float *out, float *mean, float *rstd,
+void cpu_layernorm_forward(tr_stream s, float *out, float *mean, float *rstd,
                               const float *inp, const float *weight, const float *bias, int N,
                               int C, float eps);
-void tr_cpu_layernorm_backward(tr_stream s, float *dinp, float *dweight, float *dbias,
+void cpu_layernorm_backward(tr_stream s, float *dinp, float *dweight, float *dbias,
                                const float *dout, const float *inp, const float *weight,
                                const float *mean, const float *rstd, int N, int C);
 
 /* gelu.c */
-void tr_cpu_gelu_forward(tr_stream s, float *out, const float *inp, size_t n);
-void tr_cpu_gelu_backward(tr_stream s, float *dinp, const float *inp, const float *dout,
+void cpu_gelu_forward(tr_stream s, float *out, const float *inp, size_t n);
+void cpu_gelu_backward(tr_stream s, float *dinp, const float *inp, const float *dout,
                           size_t n);
 
 /* attention.c */
-void tr_cpu_attention_forward(tr_stream s, float *out, float *att, const float *qkv, int B,
+void cpu_attention_forward(tr_stream s, float *out, float *att, const float *qkv, int B,
                               int T, int NH, int HS);
-void tr_cpu_attention_backward(tr_stream s, float *dqkv, float *datt, const float *dout,
+void cpu_attention_backward(tr_stream s, float *dqkv, float *datt, const float *dout,
                                const float *qkv, const float *att, int B, int T, int NH,
                                int HS);
 
 /* crossentropy.c */
-void tr_cpu_xent_row_max(tr_stream s, float *maxv, const float *logits, int N, int V,
+void cpu_xent_row_max(tr_stream s, float *maxv, const float *logits, int N, int V,
                          int n_valid);
-void tr_cpu_xent_row_sumexp(tr_stream s, float *sumexp, const float *logits, const float *maxv,
+void cpu_xent_row_sumexp(tr_stream s, float *sumexp, const float *logits, const float *maxv,
                             int N, int V, int n_valid);
-void tr_cpu_xent_pick(tr_stream s, float *picked, const float *logits, const int32_t *targets,
+void cpu_xent_pick(tr_stream s, float *picked, const float *logits, const int32_t *targets,
                       int N, int V, int v_start);
-void tr_cpu_xent_loss(tr_stream s, float *losses, const float *maxv, const float *sumexp,
+void cpu_xent_loss(tr_stream s, float *losses, const float *maxv, const float *sumexp,
                       const float *picked, int N);
-void tr_cpu_xent_backward(tr_stream s, float *dlogits, const float *logits, const float *maxv,
+void cpu_xent_backward(tr_stream s, float *dlogits, const float *logits, const float *maxv,
                           const float *sumexp, const int32_t *targets, int N, int V,
                           int n_valid, int v_start, float scale);
 
 /* embedding.c */
-void tr_cpu_embedding_forward(tr_stream s, float *out, const int32_t *ids, const float *table,
+void cpu_embedding_forward(tr_stream s, float *out, const int32_t *ids, const float *table,
                               int N, int C, int v_start, int V);
-void tr_cpu_embedding_backward(tr_stream s, float *dtable, const float *dout,
+void cpu_embedding_backward(tr_stream s, float *dtable, const float *dout,
                                const int32_t *ids, int N, int C, int v_start, int V);
-void tr_cpu_position_forward(tr_stream s, float *out, const float *wpe, int B, int T, int C);
-void tr_cpu_position_backward(tr_stream s, float *dwpe, const float *dout, int B, int T, int C);
+void cpu_position_forward(tr_stream s, float *out, const float *wpe, int B, int T, int C);
+void cpu_position_backward(tr_stream s, float *dwpe, const float *dout, int B, int T, int C);
 
 /* optimizer.c */
-void tr_cpu_adamw(tr_stream s, float *params, const float *grads, float *m, float *v, size_t n,
+void cpu_adamw(tr_stream s, float *params, const float *grads, float *m, float *v, size_t n,
                   float lr, float beta1, float beta2, float eps, float weight_decay,
                   float grad_scale, int step);
-double tr_cpu_sumsq(tr_stream s, const float *x, size_t n);
+double cpu_sumsq(tr_stream s, const float *x, size_t n);
 
 #endif

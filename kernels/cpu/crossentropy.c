@@ -25,13 +25,13 @@ static void row_max_rows(void *ctx, size_t lo, size_t hi)
     }
 }
 
-void tr_cpu_xent_row_max(tr_stream s, float *maxv, const float *logits, int N, int V,
+void cpu_xent_row_max(tr_stream s, float *maxv, const float *logits, int N, int V,
                          int n_valid)
 {
     (void)s;
     xent_args a = {.out = maxv, .logits = logits, .V = V, .n_valid = n_valid};
-    tr_cpu_for_ranges((size_t)N * n_valid >= TR_CPU_PAR_MIN, (size_t)N,
-                      tr_cpu_rows_per_piece((size_t)V), row_max_rows, &a);
+    cpu_for_ranges((size_t)N * n_valid >= TR_CPU_PAR_MIN, (size_t)N,
+                      cpu_rows_per_piece((size_t)V), row_max_rows, &a);
 }
 
 /* Columns per partial sum in row_sumexp: float SIMD partials, added in double. */
@@ -51,23 +51,23 @@ static void row_sumexp_rows(void *ctx, size_t lo, size_t hi)
             float sum = 0.0f;
 #pragma omp simd reduction(+ : sum) simdlen(TR_SIMDLEN)
             for (int c = 0; c < w; c++)
-                sum += tr_cpu_expf(x[c0 + c] - mx);
+                sum += cpu_expf(x[c0 + c] - mx);
             total += sum;
         }
         a->out[n] = (float)total;
     }
 }
 
-void tr_cpu_xent_row_sumexp(tr_stream s, float *sumexp, const float *logits, const float *maxv,
+void cpu_xent_row_sumexp(tr_stream s, float *sumexp, const float *logits, const float *maxv,
                             int N, int V, int n_valid)
 {
     (void)s;
     xent_args a = {.out = sumexp, .logits = logits, .maxv = maxv, .V = V, .n_valid = n_valid};
-    tr_cpu_for_ranges((size_t)N * n_valid >= TR_CPU_PAR_MIN / 4, (size_t)N,
-                      tr_cpu_rows_per_piece((size_t)V), row_sumexp_rows, &a);
+    cpu_for_ranges((size_t)N * n_valid >= TR_CPU_PAR_MIN / 4, (size_t)N,
+                      cpu_rows_per_piece((size_t)V), row_sumexp_rows, &a);
 }
 
-void tr_cpu_xent_pick(tr_stream s, float *picked, const float *logits, const int32_t *targets,
+void cpu_xent_pick(tr_stream s, float *picked, const float *logits, const int32_t *targets,
                       int N, int V, int v_start)
 {
     (void)s;
@@ -78,7 +78,7 @@ void tr_cpu_xent_pick(tr_stream s, float *picked, const float *logits, const int
 }
 
 /* losses[n] = log(sumexp[n]) + maxv[n] - picked[n] */
-void tr_cpu_xent_loss(tr_stream s, float *losses, const float *maxv, const float *sumexp,
+void cpu_xent_loss(tr_stream s, float *losses, const float *maxv, const float *sumexp,
                       const float *picked, int N)
 {
     (void)s;
@@ -98,7 +98,7 @@ static void backward_rows(void *ctx, size_t lo, size_t hi)
         float mx = a->maxv[n], k = a->scale / a->sumexp[n];
 #pragma omp simd simdlen(TR_SIMDLEN)
         for (int c = 0; c < n_valid; c++)
-            dx[c] = k * tr_cpu_expf(x[c] - mx);
+            dx[c] = k * cpu_expf(x[c] - mx);
         for (int c = n_valid; c < V; c++)
             dx[c] = 0.0f;
         int64_t col = (int64_t)a->targets[n] - a->v_start;
@@ -107,7 +107,7 @@ static void backward_rows(void *ctx, size_t lo, size_t hi)
     }
 }
 
-void tr_cpu_xent_backward(tr_stream s, float *dlogits, const float *logits, const float *maxv,
+void cpu_xent_backward(tr_stream s, float *dlogits, const float *logits, const float *maxv,
                           const float *sumexp, const int32_t *targets, int N, int V,
                           int n_valid, int v_start, float scale)
 {
@@ -115,6 +115,6 @@ void tr_cpu_xent_backward(tr_stream s, float *dlogits, const float *logits, cons
     xent_args a = {.out = dlogits, .logits = logits, .maxv = maxv, .sumexp = sumexp,
                    .targets = targets, .V = V, .n_valid = n_valid, .v_start = v_start,
                    .scale = scale};
-    tr_cpu_for_ranges((size_t)N * V >= TR_CPU_PAR_MIN / 4, (size_t)N,
-                      tr_cpu_rows_per_piece((size_t)V), backward_rows, &a);
+    cpu_for_ranges((size_t)N * V >= TR_CPU_PAR_MIN / 4, (size_t)N,
+                      cpu_rows_per_piece((size_t)V), backward_rows, &a);
 }

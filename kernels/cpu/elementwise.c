@@ -17,11 +17,11 @@ static void add_range(void *ctx, size_t lo, size_t hi)
         e->out[i] = e->a[i] + e->b[i];
 }
 
-void tr_cpu_add(tr_stream s, float *out, const float *a, const float *b, size_t n)
+void cpu_add(tr_stream s, float *out, const float *a, const float *b, size_t n)
 {
     (void)s;
     ew_args e = {.out = out, .a = a, .b = b};
-    tr_cpu_for_ranges(n >= TR_CPU_PAR_MIN * 4, n, TR_CPU_PIECE, add_range, &e);
+    cpu_for_ranges(n >= TR_CPU_PAR_MIN * 4, n, TR_CPU_PIECE, add_range, &e);
 }
 
 static void axpy_range(void *ctx, size_t lo, size_t hi)
@@ -34,11 +34,11 @@ static void axpy_range(void *ctx, size_t lo, size_t hi)
         y[i] += e->alpha * x[i];
 }
 
-void tr_cpu_axpy(tr_stream s, float *y, float alpha, const float *x, size_t n)
+void cpu_axpy(tr_stream s, float *y, float alpha, const float *x, size_t n)
 {
     (void)s;
     ew_args e = {.out = y, .a = x, .alpha = alpha};
-    tr_cpu_for_ranges(n >= TR_CPU_PAR_MIN * 4, n, TR_CPU_PIECE, axpy_range, &e);
+    cpu_for_ranges(n >= TR_CPU_PAR_MIN * 4, n, TR_CPU_PIECE, axpy_range, &e);
 }
 
 static void scale_range(void *ctx, size_t lo, size_t hi)
@@ -50,11 +50,11 @@ static void scale_range(void *ctx, size_t lo, size_t hi)
         x[i] *= e->alpha;
 }
 
-void tr_cpu_scale(tr_stream s, float *x, float alpha, size_t n)
+void cpu_scale(tr_stream s, float *x, float alpha, size_t n)
 {
     (void)s;
     ew_args e = {.out = x, .alpha = alpha};
-    tr_cpu_for_ranges(n >= TR_CPU_PAR_MIN * 4, n, TR_CPU_PIECE, scale_range, &e);
+    cpu_for_ranges(n >= TR_CPU_PAR_MIN * 4, n, TR_CPU_PIECE, scale_range, &e);
 }
 
 /* rows [lo, hi) of out (N, C) += bias (C) */
@@ -71,12 +71,12 @@ static void bias_add_rows(void *ctx, size_t lo, size_t hi)
     }
 }
 
-void tr_cpu_bias_add(tr_stream s, float *out, const float *bias, int N, int C)
+void cpu_bias_add(tr_stream s, float *out, const float *bias, int N, int C)
 {
     (void)s;
     ew_args e = {.out = out, .a = bias, .C = C};
-    tr_cpu_for_ranges((size_t)N * C >= TR_CPU_PAR_MIN * 4, (size_t)N,
-                      tr_cpu_rows_per_piece((size_t)C), bias_add_rows, &e);
+    cpu_for_ranges((size_t)N * C >= TR_CPU_PAR_MIN * 4, (size_t)N,
+                      cpu_rows_per_piece((size_t)C), bias_add_rows, &e);
 }
 
 /* Columns per block in column-split reductions over rows. */
@@ -108,10 +108,10 @@ static void bias_backward_blocks(void *ctx, size_t lo, size_t hi)
 
 /* dbias (C) += sum over rows of dout (N, C): blocks of columns over the team, rows summed in
  * order in double, so the result does not depend on the thread count. */
-void tr_cpu_bias_backward(tr_stream s, float *dbias, const float *dout, int N, int C)
+void cpu_bias_backward(tr_stream s, float *dbias, const float *dout, int N, int C)
 {
     (void)s;
     bias_bwd_args a = {dbias, dout, N, C};
-    tr_cpu_for_ranges((size_t)N * C >= TR_CPU_PAR_MIN, (size_t)((C + COLS - 1) / COLS), 1,
+    cpu_for_ranges((size_t)N * C >= TR_CPU_PAR_MIN, (size_t)((C + COLS - 1) / COLS), 1,
                       bias_backward_blocks, &a);
 }

@@ -24,13 +24,13 @@ static void embedding_forward_rows(void *ctx, size_t lo, size_t hi)
     }
 }
 
-void tr_cpu_embedding_forward(tr_stream s, float *out, const int32_t *ids, const float *table,
+void cpu_embedding_forward(tr_stream s, float *out, const int32_t *ids, const float *table,
                               int N, int C, int v_start, int V)
 {
     (void)s;
     emb_args a = {.out = out, .in = table, .ids = ids, .N = N, .C = C, .v_start = v_start, .V = V};
-    tr_cpu_for_ranges((size_t)N * C >= TR_CPU_PAR_MIN * 4, (size_t)N,
-                      tr_cpu_rows_per_piece((size_t)C), embedding_forward_rows, &a);
+    cpu_for_ranges((size_t)N * C >= TR_CPU_PAR_MIN * 4, (size_t)N,
+                      cpu_rows_per_piece((size_t)C), embedding_forward_rows, &a);
 }
 
 #define COLS 256
@@ -55,12 +55,12 @@ static void embedding_backward_blocks(void *ctx, size_t lo, size_t hi)
 }
 
 /* dtable[ids[n] - v_start] += dout[n] for held ids; dout: (N, C) */
-void tr_cpu_embedding_backward(tr_stream s, float *dtable, const float *dout,
+void cpu_embedding_backward(tr_stream s, float *dtable, const float *dout,
                                const int32_t *ids, int N, int C, int v_start, int V)
 {
     (void)s;
     emb_args a = {.out = dtable, .in = dout, .ids = ids, .N = N, .C = C, .v_start = v_start, .V = V};
-    tr_cpu_for_ranges((size_t)N * C >= TR_CPU_PAR_MIN, (size_t)((C + COLS - 1) / COLS), 1,
+    cpu_for_ranges((size_t)N * C >= TR_CPU_PAR_MIN, (size_t)((C + COLS - 1) / COLS), 1,
                       embedding_backward_blocks, &a);
 }
 
@@ -78,12 +78,12 @@ static void position_forward_rows(void *ctx, size_t lo, size_t hi)
 }
 
 /* out (B, T, C) += wpe (T, C) */
-void tr_cpu_position_forward(tr_stream s, float *out, const float *wpe, int B, int T, int C)
+void cpu_position_forward(tr_stream s, float *out, const float *wpe, int B, int T, int C)
 {
     (void)s;
     emb_args a = {.out = out, .in = wpe, .B = B, .T = T, .C = C};
     size_t rows = (size_t)B * T;
-    tr_cpu_for_ranges(rows * C >= TR_CPU_PAR_MIN * 4, rows, tr_cpu_rows_per_piece((size_t)C),
+    cpu_for_ranges(rows * C >= TR_CPU_PAR_MIN * 4, rows, cpu_rows_per_piece((size_t)C),
                       position_forward_rows, &a);
 }
 
@@ -103,10 +103,10 @@ static void position_backward_rows(void *ctx, size_t lo, size_t hi)
 }
 
 /* dwpe (T, C) += sum_b dout (B, T, C) */
-void tr_cpu_position_backward(tr_stream s, float *dwpe, const float *dout, int B, int T, int C)
+void cpu_position_backward(tr_stream s, float *dwpe, const float *dout, int B, int T, int C)
 {
     (void)s;
     emb_args a = {.out = dwpe, .in = dout, .B = B, .T = T, .C = C};
-    tr_cpu_for_ranges((size_t)B * T * C >= TR_CPU_PAR_MIN, (size_t)T,
-                      tr_cpu_rows_per_piece((size_t)C * B), position_backward_rows, &a);
+    cpu_for_ranges((size_t)B * T * C >= TR_CPU_PAR_MIN, (size_t)T,
+                      cpu_rows_per_piece((size_t)C * B), position_backward_rows, &a);
 }

@@ -21,15 +21,15 @@ static void gelu_forward_range(void *ctx, size_t lo, size_t hi)
     for (size_t i = lo; i < hi; i++) {
         float x = inp[i];
         float u = SQRT_2_OVER_PI * (x + GELU_K * x * x * x);
-        out[i] = x / (1.0f + tr_cpu_expf(-2.0f * u));
+        out[i] = x / (1.0f + cpu_expf(-2.0f * u));
     }
 }
 
-void tr_cpu_gelu_forward(tr_stream s, float *out, const float *inp, size_t n)
+void cpu_gelu_forward(tr_stream s, float *out, const float *inp, size_t n)
 {
     (void)s;
     gelu_args g = {out, inp, NULL};
-    tr_cpu_for_ranges(n >= TR_CPU_PAR_MIN, n, TR_CPU_PIECE, gelu_forward_range, &g);
+    cpu_for_ranges(n >= TR_CPU_PAR_MIN, n, TR_CPU_PIECE, gelu_forward_range, &g);
 }
 
 static void gelu_backward_range(void *ctx, size_t lo, size_t hi)
@@ -42,15 +42,15 @@ static void gelu_backward_range(void *ctx, size_t lo, size_t hi)
         float x = inp[i];
         float u = SQRT_2_OVER_PI * (x + GELU_K * x * x * x);
         float du = SQRT_2_OVER_PI * (1.0f + 3.0f * GELU_K * x * x);
-        float sg = 1.0f / (1.0f + tr_cpu_expf(-2.0f * u));
+        float sg = 1.0f / (1.0f + cpu_expf(-2.0f * u));
         dinp[i] = (sg + 2.0f * x * sg * (1.0f - sg) * du) * dout[i];
     }
 }
 
-void tr_cpu_gelu_backward(tr_stream s, float *dinp, const float *inp, const float *dout,
+void cpu_gelu_backward(tr_stream s, float *dinp, const float *inp, const float *dout,
                           size_t n)
 {
     (void)s;
     gelu_args g = {dinp, inp, dout};
-    tr_cpu_for_ranges(n >= TR_CPU_PAR_MIN, n, TR_CPU_PIECE, gelu_backward_range, &g);
+    cpu_for_ranges(n >= TR_CPU_PAR_MIN, n, TR_CPU_PIECE, gelu_backward_range, &g);
 }

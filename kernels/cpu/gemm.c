@@ -1,11 +1,11 @@
 /* GEMM through OpenBLAS (single-threaded, see table.c), split over the team by blocks of
- * rows or columns of C fixed by the shape (see tr_cpu_gemm). */
+ * rows or columns of C fixed by the shape (see cpu_gemm). */
 #include "kernels/cpu/cpu_ops.h"
 
 #include <cblas.h>
 
 /* C[M,N] = alpha op(A) op(B) + beta C on the calling thread. */
-void tr_cpu_gemm_serial(int trans_a, int trans_b, int M, int N, int K, float alpha,
+void cpu_gemm_serial(int trans_a, int trans_b, int M, int N, int K, float alpha,
                         const float *A, int lda, const float *B, int ldb, float beta, float *C,
                         int ldc)
 {
@@ -58,24 +58,24 @@ static void gemm_piece(void *ctx, size_t p)
     if (g->split_n) {
         /* columns [lo, lo+len) of C and of op(B) */
         const float *Bp = g->trans_b ? g->B + (size_t)lo * g->ldb : g->B + lo;
-        tr_cpu_gemm_serial(g->trans_a, g->trans_b, g->M, len, g->K, g->alpha, g->A, g->lda, Bp,
+        cpu_gemm_serial(g->trans_a, g->trans_b, g->M, len, g->K, g->alpha, g->A, g->lda, Bp,
                            g->ldb, g->beta, g->C + lo, g->ldc);
     } else {
         /* rows [lo, lo+len) of C and of op(A) */
         const float *Ap = g->trans_a ? g->A + lo : g->A + (size_t)lo * g->lda;
-        tr_cpu_gemm_serial(g->trans_a, g->trans_b, len, g->N, g->K, g->alpha, Ap, g->lda, g->B,
+        cpu_gemm_serial(g->trans_a, g->trans_b, len, g->N, g->K, g->alpha, Ap, g->lda, g->B,
                            g->ldb, g->beta, g->C + (size_t)lo * g->ldc, g->ldc);
     }
 }
 
-void tr_cpu_gemm(tr_stream s, int trans_a, int trans_b, int M, int N, int K, float alpha,
+void cpu_gemm(tr_stream s, int trans_a, int trans_b, int M, int N, int K, float alpha,
                  const float *A, int lda, const float *B, int ldb, float beta, float *C,
                  int ldc)
 {
     (void)s;
     double macs = (double)M * N * (K > 0 ? K : 1);
     if (macs < (double)(1 << 20) || (M < 2 * ALIGN && N < 2 * ALIGN)) {
-        tr_cpu_gemm_serial(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+        cpu_gemm_serial(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
         return;
     }
     /* Split the larger of M and N: each piece then re-packs only the smaller operand. */

@@ -43,15 +43,15 @@ static void layernorm_forward_rows(void *ctx, size_t lo, size_t hi)
 }
 
 /* out (N, C) = (inp - mean) * rstd * weight + bias; mean, rstd: (N) */
-void tr_cpu_layernorm_forward(tr_stream s, float *out, float *mean, float *rstd,
+void cpu_layernorm_forward(tr_stream s, float *out, float *mean, float *rstd,
                               const float *inp, const float *weight, const float *bias, int N,
                               int C, float eps)
 {
     (void)s;
     ln_args a = {.out = out, .mean = mean, .rstd = rstd, .inp = inp, .weight = weight,
                  .bias = bias, .N = N, .C = C, .eps = eps};
-    tr_cpu_for_ranges((size_t)N * C >= TR_CPU_PAR_MIN, (size_t)N,
-                      tr_cpu_rows_per_piece((size_t)C), layernorm_forward_rows, &a);
+    cpu_for_ranges((size_t)N * C >= TR_CPU_PAR_MIN, (size_t)N,
+                      cpu_rows_per_piece((size_t)C), layernorm_forward_rows, &a);
 }
 
 #define COLS 64
@@ -110,7 +110,7 @@ static void layernorm_backward_blocks(void *ctx, size_t lo, size_t hi)
 
 /* dinp (N, C) += rstd (dnorm - mean(dnorm) - xhat mean(dnorm xhat)), dnorm = dout * weight;
  * dweight (C) += sum_n dout xhat; dbias (C) += sum_n dout. */
-void tr_cpu_layernorm_backward(tr_stream s, float *dinp, float *dweight, float *dbias,
+void cpu_layernorm_backward(tr_stream s, float *dinp, float *dweight, float *dbias,
                                const float *dout, const float *inp, const float *weight,
                                const float *mean, const float *rstd, int N, int C)
 {
@@ -118,7 +118,7 @@ void tr_cpu_layernorm_backward(tr_stream s, float *dinp, float *dweight, float *
     int par = (size_t)N * C >= TR_CPU_PAR_MIN;
     ln_args a = {.out = dinp, .dweight = dweight, .dbias = dbias, .inp = inp, .weight = weight,
                  .dout = dout, .cmean = mean, .crstd = rstd, .N = N, .C = C};
-    tr_cpu_for_ranges(par, (size_t)N, tr_cpu_rows_per_piece((size_t)C), layernorm_backward_rows,
+    cpu_for_ranges(par, (size_t)N, cpu_rows_per_piece((size_t)C), layernorm_backward_rows,
                       &a);
-    tr_cpu_for_ranges(par, (size_t)((C + COLS - 1) / COLS), 1, layernorm_backward_blocks, &a);
+    cpu_for_ranges(par, (size_t)((C + COLS - 1) / COLS), 1, layernorm_backward_blocks, &a);
 }

@@ -3,9 +3,9 @@
 
 #include "core/core.h"
 
-void *tr_cpu_alloc(size_t bytes) { return tr_alloc(bytes, "a kernel buffer"); }
+void *cpu_alloc(size_t bytes) { return tr_alloc(bytes, "a kernel buffer"); }
 
-void tr_cpu_free(void *p) { tr_free(p); }
+void cpu_free(void *p) { tr_free(p); }
 
 /* Bytes per piece when a copy or fill is split over threads. */
 #define PIECE ((size_t)1 << 20)
@@ -30,31 +30,31 @@ static void copy_bytes(void *dst, const void *src, size_t bytes)
     if (bytes == 0 || dst == src)
         return;
     bytes_args a = {dst, src};
-    tr_cpu_for_ranges(bytes >= 2 * PIECE, bytes, PIECE, copy_range, &a);
+    cpu_for_ranges(bytes >= 2 * PIECE, bytes, PIECE, copy_range, &a);
 }
 
-void tr_cpu_to_device(tr_stream s, void *dst, const void *host_src, size_t bytes)
+void cpu_to_device(tr_stream s, void *dst, const void *host_src, size_t bytes)
 {
     (void)s;
     copy_bytes(dst, host_src, bytes);
 }
 
-void tr_cpu_to_host(tr_stream s, void *host_dst, const void *src, size_t bytes)
+void cpu_to_host(tr_stream s, void *host_dst, const void *src, size_t bytes)
 {
     (void)s;
     copy_bytes(host_dst, src, bytes);
 }
 
-void tr_cpu_copy(tr_stream s, void *dst, const void *src, size_t bytes)
+void cpu_copy(tr_stream s, void *dst, const void *src, size_t bytes)
 {
     (void)s;
     copy_bytes(dst, src, bytes);
 }
 
-void tr_cpu_zero(tr_stream s, void *dst, size_t bytes)
+void cpu_zero(tr_stream s, void *dst, size_t bytes)
 {
     (void)s;
     copy_bytes(dst, NULL, bytes);
 }
 
-void tr_cpu_synchronize(tr_stream s) { (void)s; }
+void cpu_synchronize(tr_stream s) { (void)s; }

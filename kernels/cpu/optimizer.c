@@ -81,7 +81,7 @@ static void adamw_piece(void *ctx, size_t lo, size_t hi)
                 a->ib1, a->ib2);
 }
 
-void tr_cpu_adamw(tr_stream s, float *params, const float *grads, float *m, float *v, size_t n,
+void cpu_adamw(tr_stream s, float *params, const float *grads, float *m, float *v, size_t n,
                   float lr, float beta1, float beta2, float eps, float weight_decay,
                   float grad_scale, int step)
 {
@@ -89,7 +89,7 @@ void tr_cpu_adamw(tr_stream s, float *params, const float *grads, float *m, floa
     adamw_args a = {params, m, v, grads, lr, beta1, beta2, eps, weight_decay, grad_scale,
                     (float)(1.0 / (1.0 - pow((double)beta1, step))),
                     (float)(1.0 / (1.0 - pow((double)beta2, step)))};
-    tr_cpu_for_ranges(n > PIECE, n, PIECE, adamw_piece, &a);
+    cpu_for_ranges(n > PIECE, n, PIECE, adamw_piece, &a);
 }
 
 /* The partition into blocks depends on n only, so the sum does not depend on the thread
@@ -129,7 +129,7 @@ static void sumsq_blocks(void *ctx, size_t lo, size_t hi)
         a->part[b] = sumsq_range(a->x, n / nb * b, b + 1 == nb ? n : n / nb * (b + 1));
 }
 
-double tr_cpu_sumsq(tr_stream s, const float *x, size_t n)
+double cpu_sumsq(tr_stream s, const float *x, size_t n)
 {
     (void)s;
     size_t blocks = n / SUMSQ_MIN;
@@ -138,7 +138,7 @@ double tr_cpu_sumsq(tr_stream s, const float *x, size_t n)
     if (blocks > SUMSQ_BLOCKS)
         blocks = SUMSQ_BLOCKS;
     sumsq_args a = {x, n, blocks, {0}};
-    tr_cpu_for_ranges(1, blocks, 1, sumsq_blocks, &a);
+    cpu_for_ranges(1, blocks, 1, sumsq_blocks, &a);
     double total = 0.0;
     for (size_t b = 0; b < blocks; b++)
         total += a.part[b];

@@ -209,7 +209,7 @@ static void range_piece(void *ctx, size_t i)
     r->fn(r->ctx, lo, hi);
 }
 
-void tr_cpu_for_ranges(int parallel, size_t count, size_t per,
+void cpu_for_ranges(int parallel, size_t count, size_t per,
                        void (*fn)(void *ctx, size_t lo, size_t hi), void *ctx)
 {
     range_job r = {fn, ctx, count, per < 1 ? 1 : per};

@@ -10,10 +10,10 @@
 
 #include "kernels/cuda/cuda_internal.h"
 
-static void forward(tr_stream s, tr_cu_gemm_mode mode, float *out, float *att, const float *qkv,
+static void forward(tr_stream s, cu_gemm_mode mode, float *out, float *att, const float *qkv,
                     int B, int T, int NH, int HS)
 {
-    cudaStream_t st = tr_cu_stream(s);
+    cudaStream_t st = cu_stream(s);
     int C = NH * HS, C3 = 3 * C;
     long long TT = (long long)T * T;
     float scale = 1.0f / sqrtf((float)HS);
@@ -21,24 +21,24 @@ static void forward(tr_stream s, tr_cu_gemm_mode mode, float *out, float *att, c
         const float *q = qkv + (size_t)b * T * C3, *k = q + HS;
         float *P = att + (size_t)b * NH * TT;
         /* S_h = scale Q_h K_h^T (T x T) */
-        tr_cu_gemm_ex(st, mode, 0, 1, T, T, HS, scale, q, C3, 3 * HS, k, C3, 3 * HS, 0.0f, P, T,
+        cu_gemm_ex(st, mode, 0, 1, T, T, HS, scale, q, C3, 3 * HS, k, C3, 3 * HS, 0.0f, P, T,
                       TT, NH);
     }
-    tr_cu_softmax_causal(st, att, B * NH * T, T);
+    cu_softmax_causal(st, att, B * NH * T, T);
     for (int b = 0; b < B; b++) {
         const float *v = qkv + (size_t)b * T * C3 + 2 * HS;
         const float *P = att + (size_t)b * NH * TT;
         /* O_h = P_h V_h (T x HS) */
-        tr_cu_gemm_ex(st, mode, 0, 0, T, HS, T, 1.0f, P, T, TT, v, C3, 3 * HS, 0.0f,
+        cu_gemm_ex(st, mode, 0, 0, T, HS, T, 1.0f, P, T, TT, v, C3, 3 * HS, 0.0f,
                       out + (size_t)b * T * C, C, HS, NH);
     }
 }
 
-static void backward(tr_stream s, tr_cu_gemm_mode mode, float *dqkv, float *datt,
+static void backward(tr_stream s, cu_gemm_mode mode, float *dqkv, float *datt,
                      const float *dout, const float *qkv, const float *att, int B, int T, int NH,
                      int HS)
 {
-    cudaStream_t st = tr_cu_stream(s);
+    cudaStream_t st = cu_stream(s);
     int C = NH * HS, C3 = 3 * C;
     long long TT = (long long)T * T;
     float scale = 1.0f / sqrtf((float)HS);
@@ -46,11 +46,11 @@ static void backward(tr_stream s, tr_cu_gemm_mode mode, float *dqkv, float *datt
         const float *v = qkv + (size_t)b * T * C3 + 2 * HS;
         const float *dO = dout + (size_t)b * T * C;
         /* dP_h = dO_h V_h^T */
-        tr_cu_gemm_ex(st, mode, 0, 1, T, T, HS, 1.0f, dO, C, HS, v, C3, 3 * HS, 0.0f,
+        cu_gemm_ex(st, mode, 0, 1, T, T, HS, 1.0f, dO, C, HS, v, C3, 3 * HS, 0.0f,
                       datt + (size_t)b * NH * TT, T, TT, NH);
     }
     /* dS = P (dP - rowsum(P dP)), 0 above the diagonal */
-    tr_cu_softmax_causal_backward(st, datt, att, B * NH * T, T);
+    cu_softmax_causal_backward(st, datt, att, B * NH * T, T);
     for (int b = 0; b < B; b++) {
         size_t base = (size_t)b * T * C3;
         const float *q = qkv + base, *k = q + HS;
@@ -58,24 +58,24 @@ static void backward(tr_stream s, tr_cu_gemm_mode mode, float *dqkv, float *datt
         const float *dS = datt + (size_t)b * NH * TT, *P = att + (size_t)b * NH * TT;
         const float *dO = dout + (size_t)b * T * C;
         /* dQ_h = scale dS_h K_h */
-        tr_cu_gemm_ex(st, mode, 0, 0, T, HS, T, scale, dS, T, TT, k, C3, 3 * HS, 0.0f, dq, C3,
+        cu_gemm_ex(st, mode, 0, 0, T, HS, T, scale, dS, T, TT, k, C3, 3 * HS, 0.0f, dq, C3,
                       3 * HS, NH);
         /* dK_h = scale dS_h^T Q_h */
-        tr_cu_gemm_ex(st, mode, 1, 0, T, HS, T, scale, dS, T, TT, q, C3, 3 * HS, 0.0f, dk, C3,
+        cu_gemm_ex(st, mode, 1, 0, T, HS, T, scale, dS, T, TT, q, C3, 3 * HS, 0.0f, dk, C3,
                       3 * HS, NH);
         /* dV_h = P_h^T dO_h */
-        tr_cu_gemm_ex(st, mode, 1, 0, T, HS, T, 1.0f, P, T, TT, dO, C, HS, 0.0f, dv, C3, 3 * HS,
+        cu_gemm_ex(st, mode, 1, 0, T, HS, T, 1.0f, P, T, TT, dO, C, HS, 0.0f, dv, C3, 3 * HS,
                       NH);
     }
 }
 
-void tr_cu_attention_forward_fp32(tr_stream s, float *out, float *att, const float *qkv, int B,
+void cu_attention_forward_fp32(tr_stream s, float *out, float *att, const float *qkv, int B,
                                   int T, int NH, int HS)
 {
     forward(s, TR_CU_GEMM_FP32, out, att, qkv, B, T, NH, HS);
 }
 
-void tr_cu_attention_backward_fp32(tr_stream s, float *dqkv, float *datt, const float *dout,
+void cu_attention_backward_fp32(tr_stream s, float *dqkv, float *datt, const float *dout,
                                    const float *qkv, const float *att, int B, int T, int NH,
                                    int HS)
 {
@@ -83,13 +83,13 @@ void tr_cu_attention_backward_fp32(tr_stream s, float *dqkv, float *datt, const 
 }
 
 /* bf16 tensor-core products on the fp32 buffers (cuBLASLt rounds inside the kernel). */
-void tr_cu_attention_forward_bf16(tr_stream s, float *out, float *att, const float *qkv, int B,
+void cu_attention_forward_bf16(tr_stream s, float *out, float *att, const float *qkv, int B,
                                   int T, int NH, int HS)
 {
     forward(s, TR_CU_GEMM_FAST_BF16, out, att, qkv, B, T, NH, HS);
 }
 
-void tr_cu_attention_backward_bf16(tr_stream s, float *dqkv, float *datt, const float *dout,
+void cu_attention_backward_bf16(tr_stream s, float *dqkv, float *datt, const float *dout,
                                    const float *qkv, const float *att, int B, int T, int NH,
                                    int HS)
 {

@@ -1,12 +1,12 @@
 /* fp32 <-> bf16 (the upper 16 bits of an IEEE binary32), for host C and CUDA device code.
  *
- *  tr_bf16_from_f32: round to nearest, ties to even, on the 16 dropped bits. Finite values
+ *  bf16_from_f32: round to nearest, ties to even, on the 16 dropped bits. Finite values
  *    at or past the halfway point above the largest bf16 (0x7F7F) become infinity, as
  *    IEEE rounding says; infinities and zeros keep their sign; subnormals round like any
  *    other value (no flush). A NaN stays a NaN: sign and the top 7 payload bits are kept and
  *    the quiet bit is set (so a signalling NaN whose payload lies only in the dropped bits
  *    does not turn into infinity).
- *  tr_bf16_to_f32: exact (appends 16 zero bits). */
+ *  bf16_to_f32: exact (appends 16 zero bits). */
 #ifndef TR_KERNELS_CUDA_BF16_H
 #define TR_KERNELS_CUDA_BF16_H
 
@@ -19,7 +19,7 @@
 #define TR_BF16_FN static inline
 #endif
 
-TR_BF16_FN uint32_t tr_f32_bits(float f)
+TR_BF16_FN uint32_t f32_bits(float f)
 {
 #ifdef __CUDA_ARCH__
     return __float_as_uint(f);
@@ -30,7 +30,7 @@ TR_BF16_FN uint32_t tr_f32_bits(float f)
 #endif
 }
 
-TR_BF16_FN float tr_f32_from_bits(uint32_t u)
+TR_BF16_FN float f32_from_bits(uint32_t u)
 {
 #ifdef __CUDA_ARCH__
     return __uint_as_float(u);
@@ -41,9 +41,9 @@ TR_BF16_FN float tr_f32_from_bits(uint32_t u)
 #endif
 }
 
-TR_BF16_FN uint16_t tr_bf16_from_f32(float f)
+TR_BF16_FN uint16_t bf16_from_f32(float f)
 {
-    uint32_t u = tr_f32_bits(f);
+    uint32_t u = f32_bits(f);
     if ((u & 0x7FFFFFFFu) > 0x7F800000u) /* NaN: keep sign and top payload, make it quiet */
         return (uint16_t)((u >> 16) | 0x0040u);
     /* add just under half an ulp of bf16, plus the lowest kept bit (ties go to even); a carry
@@ -52,6 +52,6 @@ TR_BF16_FN uint16_t tr_bf16_from_f32(float f)
     return (uint16_t)(u >> 16);
 }
 
-TR_BF16_FN float tr_bf16_to_f32(uint16_t h) { return tr_f32_from_bits((uint32_t)h << 16); }
+TR_BF16_FN float bf16_to_f32(uint16_t h) { return f32_from_bits((uint32_t)h << 16); }
 
 #endif

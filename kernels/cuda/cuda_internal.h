@@ -30,92 +30,92 @@ extern "C" {
 
 /* The compute stream for tr_stream s (NULL = the backend's own); switches the calling thread
  * to the backend's device the first time it calls. */
-cudaStream_t tr_cu_stream(tr_stream s);
+cudaStream_t cu_stream(tr_stream s);
 /* Keep the first error (logged once); what names the op. Returns 1 if e is an error. */
-int tr_cu_note(cudaError_t e, const char *what);
-/* After a launch: tr_cu_note(cudaGetLastError(), what). */
-void tr_cu_launched(const char *what);
+int cu_note(cudaError_t e, const char *what);
+/* After a launch: cu_note(cudaGetLastError(), what). */
+void cu_launched(const char *what);
 /* 1 once an error has been kept. */
-int tr_cu_failed(void);
+int cu_failed(void);
 
 /* Reduction scratch (device): TR_CU_SCRATCH_BYTES, used by one op at a time on the compute
  * stream (ops on other streams must not use the column reductions or sumsq concurrently). */
 #define TR_CU_SCRATCH_BYTES ((size_t)16 << 20)
-void *tr_cu_scratch(void);
+void *cu_scratch(void);
 /* A pinned host double for sumsq's result. */
-double *tr_cu_host_scalar(void);
+double *cu_host_scalar(void);
 /* Chunks for a column reduction of N rows and `cols` columns with `arrays` partial arrays. */
-int tr_cu_chunks(int N, int cols, int arrays);
+int cu_chunks(int N, int cols, int arrays);
 
 /* ---- elementwise.cu */
-void tr_cu_add(tr_stream s, float *out, const float *a, const float *b, size_t n);
-void tr_cu_axpy(tr_stream s, float *y, float alpha, const float *x, size_t n);
-void tr_cu_scale(tr_stream s, float *x, float alpha, size_t n);
-void tr_cu_bias_add(tr_stream s, float *out, const float *bias, int N, int C);
-void tr_cu_bias_backward(tr_stream s, float *dbias, const float *dout, int N, int C);
-void tr_cu_gelu_forward(tr_stream s, float *out, const float *inp, size_t n);
-void tr_cu_gelu_backward(tr_stream s, float *dinp, const float *inp, const float *dout,
+void cu_add(tr_stream s, float *out, const float *a, const float *b, size_t n);
+void cu_axpy(tr_stream s, float *y, float alpha, const float *x, size_t n);
+void cu_scale(tr_stream s, float *x, float alpha, size_t n);
+void cu_bias_add(tr_stream s, float *out, const float *bias, int N, int C);
+void cu_bias_backward(tr_stream s, float *dbias, const float *dout, int N, int C);
+void cu_gelu_forward(tr_stream s, float *out, const float *inp, size_t n);
+void cu_gelu_backward(tr_stream s, float *dinp, const float *inp, const float *dout,
                          size_t n);
 /* C[r, c] = beta * C[r, c] for a rows x cols block with row stride ldc (beta 0 writes 0). */
-void tr_cu_scale_2d(cudaStream_t st, float *C, int rows, int cols, int ldc, float beta);
+void cu_scale_2d(cudaStream_t st, float *C, int rows, int cols, int ldc, float beta);
 /* Pack a rows x cols block (row stride ld) into contiguous bf16 (row stride cols). */
-void tr_cu_pack_bf16(cudaStream_t st, uint16_t *dst, const float *src, int rows, int cols,
+void cu_pack_bf16(cudaStream_t st, uint16_t *dst, const float *src, int rows, int cols,
                      long long ld);
-void tr_cu_to_bf16(tr_stream s, uint16_t *dst, const float *src, size_t n);
-void tr_cu_from_bf16(tr_stream s, float *dst, const uint16_t *src, size_t n);
+void cu_to_bf16(tr_stream s, uint16_t *dst, const float *src, size_t n);
+void cu_from_bf16(tr_stream s, float *dst, const uint16_t *src, size_t n);
 
 /* ---- layernorm.cu */
-void tr_cu_layernorm_forward(tr_stream s, float *out, float *mean, float *rstd,
+void cu_layernorm_forward(tr_stream s, float *out, float *mean, float *rstd,
                              const float *inp, const float *weight, const float *bias, int N,
                              int C, float eps);
-void tr_cu_layernorm_backward(tr_stream s, float *dinp, float *dweight, float *dbias,
+void cu_layernorm_backward(tr_stream s, float *dinp, float *dweight, float *dbias,
                               const float *dout, const float *inp, const float *weight,
                               const float *mean, const float *rstd, int N, int C);
 
 /* ---- softmax.cu: attention's causal softmax (rows of att, (B*NH*T) rows of T) and the
  * cross-entropy pieces */
 /* att row (bh, t) holds scaled scores in [0, t]; becomes probabilities, 0 above t. */
-void tr_cu_softmax_causal(cudaStream_t st, float *att, int rows, int T);
+void cu_softmax_causal(cudaStream_t st, float *att, int rows, int T);
 /* datt = att * (datt - sum_j att * datt) for j <= t, 0 above t (in place). */
-void tr_cu_softmax_causal_backward(cudaStream_t st, float *datt, const float *att, int rows,
+void cu_softmax_causal_backward(cudaStream_t st, float *datt, const float *att, int rows,
                                    int T);
-void tr_cu_xent_row_max(tr_stream s, float *maxv, const float *logits, int N, int V,
+void cu_xent_row_max(tr_stream s, float *maxv, const float *logits, int N, int V,
                         int n_valid);
-void tr_cu_xent_row_sumexp(tr_stream s, float *sumexp, const float *logits, const float *maxv,
+void cu_xent_row_sumexp(tr_stream s, float *sumexp, const float *logits, const float *maxv,
                            int N, int V, int n_valid);
-void tr_cu_xent_pick(tr_stream s, float *picked, const float *logits, const int32_t *targets,
+void cu_xent_pick(tr_stream s, float *picked, const float *logits, const int32_t *targets,
                      int N, int V, int v_start);
-void tr_cu_xent_loss(tr_stream s, float *losses, const float *maxv, const float *sumexp,
+void cu_xent_loss(tr_stream s, float *losses, const float *maxv, const float *sumexp,
                      const float *picked, int N);
-void tr_cu_xent_backward(tr_stream s, float *dlogits, const float *logits, const float *maxv,
+void cu_xent_backward(tr_stream s, float *dlogits, const float *logits, const float *maxv,
                          const float *sumexp, const int32_t *targets, int N, int V,
                          int n_valid, int v_start, float scale);
 
 /* ---- embedding.cu */
-void tr_cu_embedding_forward(tr_stream s, float *out, const int32_t *ids, const float *table,
+void cu_embedding_forward(tr_stream s, float *out, const int32_t *ids, const float *table,
                              int N, int C, int v_start, int V);
-void tr_cu_embedding_backward(tr_stream s, float *dtable, const float *dout,
+void cu_embedding_backward(tr_stream s, float *dtable, const float *dout,
                               const int32_t *ids, int N, int C, int v_start, int V);
-void tr_cu_position_forward(tr_stream s, float *out, const float *wpe, int B, int T, int C);
-void tr_cu_position_backward(tr_stream s, float *dwpe, const float *dout, int B, int T, int C);
+void cu_position_forward(tr_stream s, float *out, const float *wpe, int B, int T, int C);
+void cu_position_backward(tr_stream s, float *dwpe, const float *dout, int B, int T, int C);
 
 /* ---- optimizer.cu */
-void tr_cu_adamw(tr_stream s, float *params, const float *grads, float *m, float *v, size_t n,
+void cu_adamw(tr_stream s, float *params, const float *grads, float *m, float *v, size_t n,
                  float lr, float beta1, float beta2, float eps, float weight_decay,
                  float grad_scale, int step);
-double tr_cu_sumsq(tr_stream s, const float *x, size_t n);
+double cu_sumsq(tr_stream s, const float *x, size_t n);
 
 /* ---- memory.c */
-void *tr_cu_alloc(size_t bytes);
-void tr_cu_free(void *p);
-void tr_cu_to_device(tr_stream s, void *dst, const void *host_src, size_t bytes);
-void tr_cu_to_host(tr_stream s, void *host_dst, const void *src, size_t bytes);
-void tr_cu_copy(tr_stream s, void *dst, const void *src, size_t bytes);
-void tr_cu_zero(tr_stream s, void *dst, size_t bytes);
-void tr_cu_synchronize(tr_stream s);
+void *cu_alloc(size_t bytes);
+void cu_free(void *p);
+void cu_to_device(tr_stream s, void *dst, const void *host_src, size_t bytes);
+void cu_to_host(tr_stream s, void *host_dst, const void *src, size_t bytes);
+void cu_copy(tr_stream s, void *dst, const void *src, size_t bytes);
+void cu_zero(tr_stream s, void *dst, size_t bytes);
+void cu_synchronize(tr_stream s);
 /* The arena (device.c's reserve makes it): adopt [base, base + bytes); release it. */
-TR_MUST_CHECK int tr_cu_arena_adopt(void *base, size_t bytes);
-TR_MUST_CHECK int tr_cu_arena_release(void);
+TR_MUST_CHECK int cu_arena_adopt(void *base, size_t bytes);
+TR_MUST_CHECK int cu_arena_release(void);
 
 /* ---- gemm.c
  * Row-major C = alpha op(A) op(B) + beta C over `batch` matrices at element strides
@@ -124,30 +124,30 @@ typedef enum {
     TR_CU_GEMM_FP32 = 0,      /* fp32 inputs, fp32 compute (no TF32) */
     TR_CU_GEMM_BF16 = 1,      /* operands converted to bf16 (RNE) in the workspace */
     TR_CU_GEMM_FAST_BF16 = 2, /* fp32 buffers, cuBLASLt's 32F_FAST_16BF compute */
-} tr_cu_gemm_mode;
-void tr_cu_gemm_ex(cudaStream_t st, tr_cu_gemm_mode mode, int trans_a, int trans_b, int M,
+} cu_gemm_mode;
+void cu_gemm_ex(cudaStream_t st, cu_gemm_mode mode, int trans_a, int trans_b, int M,
                    int N, int K, float alpha, const float *A, int lda, long long sA,
                    const float *B, int ldb, long long sB, float beta, float *C, int ldc,
                    long long sC, int batch);
 /* The table's gemm for each precision. */
-void tr_cu_gemm_fp32(tr_stream s, int trans_a, int trans_b, int M, int N, int K, float alpha,
+void cu_gemm_fp32(tr_stream s, int trans_a, int trans_b, int M, int N, int K, float alpha,
                      const float *A, int lda, const float *B, int ldb, float beta, float *C,
                      int ldc);
-void tr_cu_gemm_bf16(tr_stream s, int trans_a, int trans_b, int M, int N, int K, float alpha,
+void cu_gemm_bf16(tr_stream s, int trans_a, int trans_b, int M, int N, int K, float alpha,
                      const float *A, int lda, const float *B, int ldb, float beta, float *C,
                      int ldc);
-TR_MUST_CHECK int tr_cu_gemm_init(void);
-size_t tr_cu_gemm_workspace_bytes(void);
+TR_MUST_CHECK int cu_gemm_init(void);
+size_t cu_gemm_workspace_bytes(void);
 
 /* ---- attention.c (fp32 products for FP32, bf16 tensor-core products for BF16) */
-void tr_cu_attention_forward_fp32(tr_stream s, float *out, float *att, const float *qkv, int B,
+void cu_attention_forward_fp32(tr_stream s, float *out, float *att, const float *qkv, int B,
                                   int T, int NH, int HS);
-void tr_cu_attention_backward_fp32(tr_stream s, float *dqkv, float *datt, const float *dout,
+void cu_attention_backward_fp32(tr_stream s, float *dqkv, float *datt, const float *dout,
                                    const float *qkv, const float *att, int B, int T, int NH,
                                    int HS);
-void tr_cu_attention_forward_bf16(tr_stream s, float *out, float *att, const float *qkv, int B,
+void cu_attention_forward_bf16(tr_stream s, float *out, float *att, const float *qkv, int B,
                                   int T, int NH, int HS);
-void tr_cu_attention_backward_bf16(tr_stream s, float *dqkv, float *datt, const float *dout,
+void cu_attention_backward_bf16(tr_stream s, float *dqkv, float *datt, const float *dout,
                                    const float *qkv, const float *att, int B, int T, int NH,
                                    int HS);
 

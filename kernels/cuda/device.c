@@ -85,7 +85,7 @@ static void init_once(void)
                   e);
         return;
     }
-    if (tr_cu_gemm_init()) {
+    if (cu_gemm_init()) {
         dev.rc = TR_ERR_INTERNAL;
         snprintf(dev.msg, sizeof dev.msg, "%s", tr_errmsg());
         return;
@@ -106,26 +106,26 @@ int tr_cuda_init(void)
 int tr_cuda_device(void) { return dev.device; }
 const char *tr_cuda_device_name(void) { return dev.name; }
 void *tr_cuda_stream(void) { return (void *)dev.stream; }
-void *tr_cu_scratch(void) { return dev.scratch; }
-double *tr_cu_host_scalar(void) { return dev.host_scalar; }
+void *cu_scratch(void) { return dev.scratch; }
+double *cu_host_scalar(void) { return dev.host_scalar; }
 
 size_t tr_cuda_workspace_bytes(void)
 {
-    return dev.rc || dev.device < 0 ? 0 : TR_CU_SCRATCH_BYTES + tr_cu_gemm_workspace_bytes();
+    return dev.rc || dev.device < 0 ? 0 : TR_CU_SCRATCH_BYTES + cu_gemm_workspace_bytes();
 }
 
-cudaStream_t tr_cu_stream(tr_stream s)
+cudaStream_t cu_stream(tr_stream s)
 {
     if (thread_device != dev.device && dev.device >= 0) {
-        tr_cu_note(cudaSetDevice(dev.device), "cudaSetDevice");
+        cu_note(cudaSetDevice(dev.device), "cudaSetDevice");
         thread_device = dev.device;
     }
     return s ? (cudaStream_t)s : dev.stream;
 }
 
-void tr_cuda_use_device(void) { tr_cu_stream(NULL); }
+void tr_cuda_use_device(void) { cu_stream(NULL); }
 
-int tr_cu_note(cudaError_t e, const char *what)
+int cu_note(cudaError_t e, const char *what)
 {
     if (e == cudaSuccess)
         return 0;
@@ -142,9 +142,9 @@ int tr_cu_note(cudaError_t e, const char *what)
     return 1;
 }
 
-void tr_cu_launched(const char *what) { tr_cu_note(cudaGetLastError(), what); }
+void cu_launched(const char *what) { cu_note(cudaGetLastError(), what); }
 
-int tr_cu_failed(void)
+int cu_failed(void)
 {
     pthread_mutex_lock(&dev.err_mu);
     int f = dev.failed;
@@ -162,7 +162,7 @@ int tr_cuda_status(void)
     return f ? tr_fail(TR_ERR_INTERNAL, "%s", msg) : TR_OK;
 }
 
-int tr_cu_chunks(int N, int cols, int arrays)
+int cu_chunks(int N, int cols, int arrays)
 {
     size_t per_chunk = (size_t)(cols > 0 ? cols : 1) * (size_t)(arrays > 0 ? arrays : 1) *
                        sizeof(float);
@@ -181,7 +181,7 @@ int tr_cuda_mem_info(size_t *free_bytes, size_t *total_bytes)
     int rc = tr_cuda_init();
     if (rc)
         return rc;
-    tr_cu_stream(NULL);
+    cu_stream(NULL);
     cudaError_t e = cudaMemGetInfo(free_bytes, total_bytes);
     if (e != cudaSuccess)
         return tr_fail(TR_ERR_INTERNAL, "cudaMemGetInfo on GPU %d: %s", dev.device,
@@ -202,7 +202,7 @@ int tr_cuda_reserve(const tr_cuda_budget *b)
     rc = tr_cuda_budget_check(&need, free_b, total_b, dev.device, dev.name);
     if (rc)
         return rc;
-    if ((rc = tr_cu_arena_release()))
+    if ((rc = cu_arena_release()))
         return rc;
     tr_cuda_budget arena_part = {.params = b->params, .grads = b->grads,
                                  .optimizer = b->optimizer, .activations = b->activations};
@@ -219,7 +219,7 @@ int tr_cuda_reserve(const tr_cuda_budget *b)
                        dev.device, dev.name, (double)bytes / (double)(1ull << 30),
                        cudaGetErrorString(e), (double)free_b / (double)(1ull << 30));
     }
-    rc = tr_cu_arena_adopt(base, bytes);
+    rc = cu_arena_adopt(base, bytes);
     if (rc)
         cudaFree(base);
     return rc;

@@ -104,122 +104,122 @@ __global__ void pack_bf16_kernel(uint16_t *dst, const float *src, int rows, int 
     TR_CU_GRID_STRIDE(i, n)
     {
         size_t r = i / (size_t)cols, c = i % (size_t)cols;
-        dst[i] = tr_bf16_from_f32(src[r * (size_t)ld + c]);
+        dst[i] = bf16_from_f32(src[r * (size_t)ld + c]);
     }
 }
 
 __global__ void to_bf16_kernel(uint16_t *dst, const float *src, size_t n)
 {
-    TR_CU_GRID_STRIDE(i, n) dst[i] = tr_bf16_from_f32(src[i]);
+    TR_CU_GRID_STRIDE(i, n) dst[i] = bf16_from_f32(src[i]);
 }
 
 __global__ void from_bf16_kernel(float *dst, const uint16_t *src, size_t n)
 {
-    TR_CU_GRID_STRIDE(i, n) dst[i] = tr_bf16_to_f32(src[i]);
+    TR_CU_GRID_STRIDE(i, n) dst[i] = bf16_to_f32(src[i]);
 }
 
 } // namespace
 
 extern "C" {
 
-void tr_cu_add(tr_stream s, float *out, const float *a, const float *b, size_t n)
+void cu_add(tr_stream s, float *out, const float *a, const float *b, size_t n)
 {
     if (!n)
         return;
-    add_kernel<<<tr_cu_blocks(n), TR_CU_THREADS, 0, tr_cu_stream(s)>>>(out, a, b, n);
-    tr_cu_launched("add");
+    add_kernel<<<tr_cu_blocks(n), TR_CU_THREADS, 0, cu_stream(s)>>>(out, a, b, n);
+    cu_launched("add");
 }
 
-void tr_cu_axpy(tr_stream s, float *y, float alpha, const float *x, size_t n)
+void cu_axpy(tr_stream s, float *y, float alpha, const float *x, size_t n)
 {
     if (!n)
         return;
-    axpy_kernel<<<tr_cu_blocks(n), TR_CU_THREADS, 0, tr_cu_stream(s)>>>(y, alpha, x, n);
-    tr_cu_launched("axpy");
+    axpy_kernel<<<tr_cu_blocks(n), TR_CU_THREADS, 0, cu_stream(s)>>>(y, alpha, x, n);
+    cu_launched("axpy");
 }
 
-void tr_cu_scale(tr_stream s, float *x, float alpha, size_t n)
+void cu_scale(tr_stream s, float *x, float alpha, size_t n)
 {
     if (!n)
         return;
-    scale_kernel<<<tr_cu_blocks(n), TR_CU_THREADS, 0, tr_cu_stream(s)>>>(x, alpha, n);
-    tr_cu_launched("scale");
+    scale_kernel<<<tr_cu_blocks(n), TR_CU_THREADS, 0, cu_stream(s)>>>(x, alpha, n);
+    cu_launched("scale");
 }
 
-void tr_cu_bias_add(tr_stream s, float *out, const float *bias, int N, int C)
+void cu_bias_add(tr_stream s, float *out, const float *bias, int N, int C)
 {
     size_t n = (size_t)N * (size_t)C;
     if (!n)
         return;
-    bias_add_kernel<<<tr_cu_blocks(n), TR_CU_THREADS, 0, tr_cu_stream(s)>>>(out, bias, n, C);
-    tr_cu_launched("bias_add");
+    bias_add_kernel<<<tr_cu_blocks(n), TR_CU_THREADS, 0, cu_stream(s)>>>(out, bias, n, C);
+    cu_launched("bias_add");
 }
 
-void tr_cu_bias_backward(tr_stream s, float *dbias, const float *dout, int N, int C)
+void cu_bias_backward(tr_stream s, float *dbias, const float *dout, int N, int C)
 {
     if (N <= 0 || C <= 0)
         return;
-    cudaStream_t st = tr_cu_stream(s);
-    int R = tr_cu_chunks(N, C, 1);
+    cudaStream_t st = cu_stream(s);
+    int R = cu_chunks(N, C, 1);
     int rows = (N + R - 1) / R;
-    float *partial = (float *)tr_cu_scratch();
+    float *partial = (float *)cu_scratch();
     colsum_partial_kernel<<<dim3((C + 31) / 32, R), dim3(32, 8), 0, st>>>(partial, dout, N, C,
                                                                            rows);
     colsum_finish_kernel<<<(C + 255) / 256, 256, 0, st>>>(dbias, partial, R, C);
-    tr_cu_launched("bias_backward");
+    cu_launched("bias_backward");
 }
 
-void tr_cu_gelu_forward(tr_stream s, float *out, const float *inp, size_t n)
+void cu_gelu_forward(tr_stream s, float *out, const float *inp, size_t n)
 {
     if (!n)
         return;
-    gelu_forward_kernel<<<tr_cu_blocks(n), TR_CU_THREADS, 0, tr_cu_stream(s)>>>(out, inp, n);
-    tr_cu_launched("gelu_forward");
+    gelu_forward_kernel<<<tr_cu_blocks(n), TR_CU_THREADS, 0, cu_stream(s)>>>(out, inp, n);
+    cu_launched("gelu_forward");
 }
 
-void tr_cu_gelu_backward(tr_stream s, float *dinp, const float *inp, const float *dout,
+void cu_gelu_backward(tr_stream s, float *dinp, const float *inp, const float *dout,
                          size_t n)
 {
     if (!n)
         return;
-    gelu_backward_kernel<<<tr_cu_blocks(n), TR_CU_THREADS, 0, tr_cu_stream(s)>>>(dinp, inp, dout,
+    gelu_backward_kernel<<<tr_cu_blocks(n), TR_CU_THREADS, 0, cu_stream(s)>>>(dinp, inp, dout,
                                                                                 n);
-    tr_cu_launched("gelu_backward");
+    cu_launched("gelu_backward");
 }
 
-void tr_cu_scale_2d(cudaStream_t st, float *C, int rows, int cols, int ldc, float beta)
+void cu_scale_2d(cudaStream_t st, float *C, int rows, int cols, int ldc, float beta)
 {
     size_t n = (size_t)rows * (size_t)cols;
     if (!n || beta == 1.0f)
         return;
     scale_2d_kernel<<<tr_cu_blocks(n), TR_CU_THREADS, 0, st>>>(C, rows, cols, ldc, beta);
-    tr_cu_launched("gemm (C = beta C)");
+    cu_launched("gemm (C = beta C)");
 }
 
-void tr_cu_pack_bf16(cudaStream_t st, uint16_t *dst, const float *src, int rows, int cols,
+void cu_pack_bf16(cudaStream_t st, uint16_t *dst, const float *src, int rows, int cols,
                      long long ld)
 {
     size_t n = (size_t)rows * (size_t)cols;
     if (!n)
         return;
     pack_bf16_kernel<<<tr_cu_blocks(n), TR_CU_THREADS, 0, st>>>(dst, src, rows, cols, ld);
-    tr_cu_launched("gemm (bf16 staging)");
+    cu_launched("gemm (bf16 staging)");
 }
 
-void tr_cu_to_bf16(tr_stream s, uint16_t *dst, const float *src, size_t n)
+void cu_to_bf16(tr_stream s, uint16_t *dst, const float *src, size_t n)
 {
     if (!n)
         return;
-    to_bf16_kernel<<<tr_cu_blocks(n), TR_CU_THREADS, 0, tr_cu_stream(s)>>>(dst, src, n);
-    tr_cu_launched("to_bf16");
+    to_bf16_kernel<<<tr_cu_blocks(n), TR_CU_THREADS, 0, cu_stream(s)>>>(dst, src, n);
+    cu_launched("to_bf16");
 }
 
-void tr_cu_from_bf16(tr_stream s, float *dst, const uint16_t *src, size_t n)
+void cu_from_bf16(tr_stream s, float *dst, const uint16_t *src, size_t n)
 {
     if (!n)
         return;
-    from_bf16_kernel<<<tr_cu_blocks(n), TR_CU_THREADS, 0, tr_cu_stream(s)>>>(dst, src, n);
-    tr_cu_launched("from_bf16");
+    from_bf16_kernel<<<tr_cu_blocks(n), TR_CU_THREADS, 0, cu_stream(s)>>>(dst, src, n);
+    cu_launched("from_bf16");
 }
 
 } // extern "C"

@@ -55,46 +55,46 @@ __global__ void position_backward_kernel(float *dwpe, const float *dout, int B, 
 
 extern "C" {
 
-void tr_cu_embedding_forward(tr_stream s, float *out, const int32_t *ids, const float *table,
+void cu_embedding_forward(tr_stream s, float *out, const int32_t *ids, const float *table,
                              int N, int C, int v_start, int V)
 {
     size_t n = (size_t)N * (size_t)C;
     if (!n)
         return;
-    embedding_forward_kernel<<<tr_cu_blocks(n), TR_CU_THREADS, 0, tr_cu_stream(s)>>>(
+    embedding_forward_kernel<<<tr_cu_blocks(n), TR_CU_THREADS, 0, cu_stream(s)>>>(
         out, ids, table, N, C, v_start, V);
-    tr_cu_launched("embedding_forward");
+    cu_launched("embedding_forward");
 }
 
-void tr_cu_embedding_backward(tr_stream s, float *dtable, const float *dout,
+void cu_embedding_backward(tr_stream s, float *dtable, const float *dout,
                               const int32_t *ids, int N, int C, int v_start, int V)
 {
     size_t n = (size_t)N * (size_t)C;
     if (!n)
         return;
-    embedding_backward_kernel<<<tr_cu_blocks(n), TR_CU_THREADS, 0, tr_cu_stream(s)>>>(
+    embedding_backward_kernel<<<tr_cu_blocks(n), TR_CU_THREADS, 0, cu_stream(s)>>>(
         dtable, dout, ids, N, C, v_start, V);
-    tr_cu_launched("embedding_backward");
+    cu_launched("embedding_backward");
 }
 
-void tr_cu_position_forward(tr_stream s, float *out, const float *wpe, int B, int T, int C)
+void cu_position_forward(tr_stream s, float *out, const float *wpe, int B, int T, int C)
 {
     size_t n = (size_t)B * (size_t)T * (size_t)C;
     if (!n)
         return;
-    position_forward_kernel<<<tr_cu_blocks(n), TR_CU_THREADS, 0, tr_cu_stream(s)>>>(out, wpe, B,
+    position_forward_kernel<<<tr_cu_blocks(n), TR_CU_THREADS, 0, cu_stream(s)>>>(out, wpe, B,
                                                                                    T, C);
-    tr_cu_launched("position_forward");
+    cu_launched("position_forward");
 }
 
-void tr_cu_position_backward(tr_stream s, float *dwpe, const float *dout, int B, int T, int C)
+void cu_position_backward(tr_stream s, float *dwpe, const float *dout, int B, int T, int C)
 {
     size_t n = (size_t)T * (size_t)C;
     if (!n || B <= 0)
         return;
-    position_backward_kernel<<<tr_cu_blocks(n), TR_CU_THREADS, 0, tr_cu_stream(s)>>>(dwpe, dout,
+    position_backward_kernel<<<tr_cu_blocks(n), TR_CU_THREADS, 0, cu_stream(s)>>>(dwpe, dout,
                                                                                     B, T, C);
-    tr_cu_launched("position_backward");
+    cu_launched("position_backward");
 }
 
 } // extern "C"

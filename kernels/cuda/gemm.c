@@ -47,7 +47,7 @@ static struct {
     int fast; /* TRIDENT_CUDA_GEMM=fast: BF16 mode uses 32F_FAST_16BF instead of staging */
 } G = {.mu = PTHREAD_MUTEX_INITIALIZER};
 
-int tr_cu_gemm_init(void)
+int cu_gemm_init(void)
 {
     if (cublasLtCreate(&G.lt) != CUBLAS_STATUS_SUCCESS)
         return tr_fail(TR_ERR_INTERNAL, "cuda: cublasLtCreate failed");
@@ -65,7 +65,7 @@ int tr_cu_gemm_init(void)
     return TR_OK;
 }
 
-size_t tr_cu_gemm_workspace_bytes(void) { return LT_WORKSPACE + BF16_STAGING; }
+size_t cu_gemm_workspace_bytes(void) { return LT_WORKSPACE + BF16_STAGING; }
 
 /* Largest power of two (<= 256) dividing the address and every batch offset. */
 static int alignment(const void *p, long long stride_elems, int elem_bytes)
@@ -211,7 +211,7 @@ static void describe(char *buf, size_t n, const plan_key *k)
 /* One cuBLASLt call on operands already in the mode's element type. Returns 0, or -1 when
  * cuBLASLt has no algorithm for it (nothing noted: the caller may fall back); a failure of
  * the call itself is noted. */
-static int matmul(cudaStream_t st, tr_cu_gemm_mode mode, int ta, int tb, int M, int N, int K,
+static int matmul(cudaStream_t st, cu_gemm_mode mode, int ta, int tb, int M, int N, int K,
                   float alpha, const void *A, int lda, long long sA, const void *B, int ldb,
                   long long sB, float beta, float *C, int ldc, long long sC, int batch)
 {
@@ -235,14 +235,14 @@ static int matmul(cudaStream_t st, tr_cu_gemm_mode mode, int ta, int tb, int M, 
     if (s != CUBLAS_STATUS_SUCCESS) {
         char what[256];
         describe(what, sizeof what, &k);
-        tr_cu_note(cudaErrorUnknown, what);
+        cu_note(cudaErrorUnknown, what);
     }
     return 0;
 }
 
 /* fp32 operands: mode FAST_BF16 (falling back to FP32 when cuBLASLt has no algorithm for
  * these strides and alignments) or FP32; noted as an error when neither has one. */
-static void matmul_f32(cudaStream_t st, tr_cu_gemm_mode mode, int ta, int tb, int M, int N,
+static void matmul_f32(cudaStream_t st, cu_gemm_mode mode, int ta, int tb, int M, int N,
                        int K, float alpha, const float *A, int lda, long long sA, const float *B,
                        int ldb, long long sB, float beta, float *C, int ldc, long long sC,
                        int batch)
@@ -257,7 +257,7 @@ static void matmul_f32(cudaStream_t st, tr_cu_gemm_mode mode, int ta, int tb, in
                   .ldb = ldb, .ldc = ldc, .batch = batch};
     char what[256];
     describe(what, sizeof what, &k);
-    tr_cu_note(cudaErrorNotSupported, what);
+    cu_note(cudaErrorNotSupported, what);
 }
 
 /* BF16 mode: operands converted into the staging buffer, in slabs of K. */
@@ -285,14 +285,14 @@ static void gemm_staged(cudaStream_t st, int ta, int tb, int M, int N, int K, fl
         uint16_t *sb = sa + a_elems;
         /* op(A)[:, k0:k0+w]: ta ? rows k0.. of the stored K x M : columns k0.. of M x K */
         if (ta)
-            tr_cu_pack_bf16(st, sa, A + (size_t)k0 * lda, w, M, lda);
+            cu_pack_bf16(st, sa, A + (size_t)k0 * lda, w, M, lda);
         else
-            tr_cu_pack_bf16(st, sa, A + k0, M, w, lda);
+            cu_pack_bf16(st, sa, A + k0, M, w, lda);
         /* op(B)[k0:k0+w, :]: tb ? columns k0.. of the stored N x K : rows k0.. of K x N */
         if (tb)
-            tr_cu_pack_bf16(st, sb, B + k0, N, w, ldb);
+            cu_pack_bf16(st, sb, B + k0, N, w, ldb);
         else
-            tr_cu_pack_bf16(st, sb, B + (size_t)k0 * ldb, w, N, ldb);
+            cu_pack_bf16(st, sb, B + (size_t)k0 * ldb, w, N, ldb);
         float b = k0 == 0 ? beta : 1.0f;
         if (matmul(st, TR_CU_GEMM_BF16, ta, tb, M, N, w, alpha, sa, ta ? M : w, 0, sb,
                    tb ? w : N, 0, b, C, ldc, 0, 1))
@@ -303,7 +303,7 @@ static void gemm_staged(cudaStream_t st, int ta, int tb, int M, int N, int K, fl
     }
 }
 
-void tr_cu_gemm_ex(cudaStream_t st, tr_cu_gemm_mode mode, int trans_a, int trans_b, int M,
+void cu_gemm_ex(cudaStream_t st, cu_gemm_mode mode, int trans_a, int trans_b, int M,
                    int N, int K, float alpha, const float *A, int lda, long long sA,
                    const float *B, int ldb, long long sB, float beta, float *C, int ldc,
                    long long sC, int batch)
@@ -312,7 +312,7 @@ void tr_cu_gemm_ex(cudaStream_t st, tr_cu_gemm_mode mode, int trans_a, int trans
         return;
     if (K <= 0 || alpha == 0.0f) { /* BLAS semantics: C = beta C (beta 0 writes zeros) */
         for (int i = 0; i < batch; i++)
-            tr_cu_scale_2d(st, C + (size_t)i * (size_t)sC, M, N, ldc, beta);
+            cu_scale_2d(st, C + (size_t)i * (size_t)sC, M, N, ldc, beta);
         return;
     }
     if (mode == TR_CU_GEMM_BF16 && G.fast)
@@ -327,18 +327,18 @@ void tr_cu_gemm_ex(cudaStream_t st, tr_cu_gemm_mode mode, int trans_a, int trans
                sC, batch);
 }
 
-void tr_cu_gemm_fp32(tr_stream s, int trans_a, int trans_b, int M, int N, int K, float alpha,
+void cu_gemm_fp32(tr_stream s, int trans_a, int trans_b, int M, int N, int K, float alpha,
                      const float *A, int lda, const float *B, int ldb, float beta, float *C,
                      int ldc)
 {
-    tr_cu_gemm_ex(tr_cu_stream(s), TR_CU_GEMM_FP32, trans_a, trans_b, M, N, K, alpha, A, lda, 0,
+    cu_gemm_ex(cu_stream(s), TR_CU_GEMM_FP32, trans_a, trans_b, M, N, K, alpha, A, lda, 0,
                   B, ldb, 0, beta, C, ldc, 0, 1);
 }
 
-void tr_cu_gemm_bf16(tr_stream s, int trans_a, int trans_b, int M, int N, int K, float alpha,
+void cu_gemm_bf16(tr_stream s, int trans_a, int trans_b, int M, int N, int K, float alpha,
                      const float *A, int lda, const float *B, int ldb, float beta, float *C,
                      int ldc)
 {
-    tr_cu_gemm_ex(tr_cu_stream(s), TR_CU_GEMM_BF16, trans_a, trans_b, M, N, K, alpha, A, lda, 0,
+    cu_gemm_ex(cu_stream(s), TR_CU_GEMM_BF16, trans_a, trans_b, M, N, K, alpha, A, lda, 0,
                   B, ldb, 0, beta, C, ldc, 0, 1);
 }

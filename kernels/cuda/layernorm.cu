@@ -110,35 +110,35 @@ __global__ void ln_params_finish_kernel(float *dweight, float *dbias, const floa
 
 extern "C" {
 
-void tr_cu_layernorm_forward(tr_stream s, float *out, float *mean, float *rstd,
+void cu_layernorm_forward(tr_stream s, float *out, float *mean, float *rstd,
                              const float *inp, const float *weight, const float *bias, int N,
                              int C, float eps)
 {
     if (N <= 0 || C <= 0)
         return;
     ln_forward_kernel<<<(N + ROWS_PER_BLOCK - 1) / ROWS_PER_BLOCK, dim3(32, ROWS_PER_BLOCK), 0,
-                        tr_cu_stream(s)>>>(out, mean, rstd, inp, weight, bias, N, C, eps);
-    tr_cu_launched("layernorm_forward");
+                        cu_stream(s)>>>(out, mean, rstd, inp, weight, bias, N, C, eps);
+    cu_launched("layernorm_forward");
 }
 
-void tr_cu_layernorm_backward(tr_stream s, float *dinp, float *dweight, float *dbias,
+void cu_layernorm_backward(tr_stream s, float *dinp, float *dweight, float *dbias,
                               const float *dout, const float *inp, const float *weight,
                               const float *mean, const float *rstd, int N, int C)
 {
     if (N <= 0 || C <= 0)
         return;
-    cudaStream_t st = tr_cu_stream(s);
+    cudaStream_t st = cu_stream(s);
     ln_backward_input_kernel<<<(N + ROWS_PER_BLOCK - 1) / ROWS_PER_BLOCK,
                                dim3(32, ROWS_PER_BLOCK), 0, st>>>(dinp, dout, inp, weight, mean,
                                                                   rstd, N, C);
-    int R = tr_cu_chunks(N, C, 2);
+    int R = cu_chunks(N, C, 2);
     int rows = (N + R - 1) / R;
-    float *pw = (float *)tr_cu_scratch(), *pb = pw + (size_t)R * C;
+    float *pw = (float *)cu_scratch(), *pb = pw + (size_t)R * C;
     ln_params_partial_kernel<<<dim3((C + 31) / 32, R), dim3(32, 8), 0, st>>>(pw, pb, dout, inp,
                                                                               mean, rstd, N, C,
                                                                               rows);
     ln_params_finish_kernel<<<(C + 255) / 256, 256, 0, st>>>(dweight, dbias, pw, pb, R, C);
-    tr_cu_launched("layernorm_backward");
+    cu_launched("layernorm_backward");
 }
 
 } // extern "C"

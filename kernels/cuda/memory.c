@@ -15,7 +15,7 @@ static struct {
     tr_arena arena;
 } A = {.mu = PTHREAD_MUTEX_INITIALIZER};
 
-int tr_cu_arena_adopt(void *base, size_t bytes)
+int cu_arena_adopt(void *base, size_t bytes)
 {
     pthread_mutex_lock(&A.mu);
     int rc = A.base ? tr_fail(TR_ERR_INVALID, "cuda: an arena exists already")
@@ -26,7 +26,7 @@ int tr_cu_arena_adopt(void *base, size_t bytes)
     return rc;
 }
 
-int tr_cu_arena_release(void)
+int cu_arena_release(void)
 {
     pthread_mutex_lock(&A.mu);
     int rc = TR_OK;
@@ -35,7 +35,7 @@ int tr_cu_arena_release(void)
                      "cuda: the arena still has %d blocks (%zu bytes) in use",
                      A.arena.n_blocks, A.arena.used);
     } else if (A.base) {
-        tr_cu_note(cudaFree(A.base), "freeing the arena");
+        cu_note(cudaFree(A.base), "freeing the arena");
         tr_arena_destroy(&A.arena);
         A.base = NULL;
     }
@@ -43,9 +43,9 @@ int tr_cu_arena_release(void)
     return rc;
 }
 
-void *tr_cu_alloc(size_t bytes)
+void *cu_alloc(size_t bytes)
 {
-    cudaStream_t st = tr_cu_stream(NULL);
+    cudaStream_t st = cu_stream(NULL);
     void *p = NULL;
     pthread_mutex_lock(&A.mu);
     size_t off = 0;
@@ -67,65 +67,65 @@ void *tr_cu_alloc(size_t bytes)
         }
     }
     if (bytes)
-        tr_cu_note(cudaMemsetAsync(p, 0, bytes, st), "alloc (zero fill)");
+        cu_note(cudaMemsetAsync(p, 0, bytes, st), "alloc (zero fill)");
     return p;
 }
 
-void tr_cu_free(void *p)
+void cu_free(void *p)
 {
     if (!p)
         return;
-    tr_cu_stream(NULL);
+    cu_stream(NULL);
     pthread_mutex_lock(&A.mu);
     int in_arena = A.base && (char *)p >= A.base && (char *)p < A.base + A.arena.capacity;
     if (in_arena && tr_arena_free(&A.arena, (size_t)((char *)p - A.base)))
         tr_log(TR_LOG_ERROR, "cuda: free: %s", tr_errmsg());
     pthread_mutex_unlock(&A.mu);
     if (!in_arena)
-        tr_cu_note(cudaFree(p), "free");
+        cu_note(cudaFree(p), "free");
 }
 
-void tr_cu_to_device(tr_stream s, void *dst, const void *host_src, size_t bytes)
+void cu_to_device(tr_stream s, void *dst, const void *host_src, size_t bytes)
 {
     if (!bytes)
         return;
-    cudaStream_t st = tr_cu_stream(s);
+    cudaStream_t st = cu_stream(s);
     /* From pageable memory the call returns once the data is staged, so the caller may reuse
      * its buffer at once; from pinned memory the copy is truly asynchronous: wait for it. */
     struct cudaPointerAttributes attr;
     int pinned = cudaPointerGetAttributes(&attr, host_src) == cudaSuccess &&
                  attr.type == cudaMemoryTypeHost;
     (void)cudaGetLastError();
-    tr_cu_note(cudaMemcpyAsync(dst, host_src, bytes, cudaMemcpyHostToDevice, st), "to_device");
+    cu_note(cudaMemcpyAsync(dst, host_src, bytes, cudaMemcpyHostToDevice, st), "to_device");
     if (pinned)
-        tr_cu_note(cudaStreamSynchronize(st), "to_device (synchronize)");
+        cu_note(cudaStreamSynchronize(st), "to_device (synchronize)");
 }
 
-void tr_cu_to_host(tr_stream s, void *host_dst, const void *src, size_t bytes)
+void cu_to_host(tr_stream s, void *host_dst, const void *src, size_t bytes)
 {
     if (!bytes)
         return;
-    cudaStream_t st = tr_cu_stream(s);
-    tr_cu_note(cudaMemcpyAsync(host_dst, src, bytes, cudaMemcpyDeviceToHost, st), "to_host");
-    tr_cu_note(cudaStreamSynchronize(st), "to_host (synchronize)");
+    cudaStream_t st = cu_stream(s);
+    cu_note(cudaMemcpyAsync(host_dst, src, bytes, cudaMemcpyDeviceToHost, st), "to_host");
+    cu_note(cudaStreamSynchronize(st), "to_host (synchronize)");
 }
 
-void tr_cu_copy(tr_stream s, void *dst, const void *src, size_t bytes)
+void cu_copy(tr_stream s, void *dst, const void *src, size_t bytes)
 {
     if (!bytes || dst == src)
         return;
-    tr_cu_note(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, tr_cu_stream(s)),
+    cu_note(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, cu_stream(s)),
                "copy");
 }
 
-void tr_cu_zero(tr_stream s, void *dst, size_t bytes)
+void cu_zero(tr_stream s, void *dst, size_t bytes)
 {
     if (!bytes)
         return;
-    tr_cu_note(cudaMemsetAsync(dst, 0, bytes, tr_cu_stream(s)), "zero");
+    cu_note(cudaMemsetAsync(dst, 0, bytes, cu_stream(s)), "zero");
 }
 
-void tr_cu_synchronize(tr_stream s)
+void cu_synchronize(tr_stream s)
 {
-    tr_cu_note(cudaStreamSynchronize(tr_cu_stream(s)), "synchronize");
+    cu_note(cudaStreamSynchronize(cu_stream(s)), "synchronize");
 }

@@ -63,7 +63,7 @@ __global__ void sumsq_finish_kernel(double *out, const double *partial, int bloc
 
 extern "C" {
 
-void tr_cu_adamw(tr_stream s, float *params, const float *grads, float *m, float *v, size_t n,
+void cu_adamw(tr_stream s, float *params, const float *grads, float *m, float *v, size_t n,
                  float lr, float beta1, float beta2, float eps, float weight_decay,
                  float grad_scale, int step)
 {
@@ -71,29 +71,29 @@ void tr_cu_adamw(tr_stream s, float *params, const float *grads, float *m, float
         return;
     float ib1 = (float)(1.0 / (1.0 - pow((double)beta1, step)));
     float ib2 = (float)(1.0 / (1.0 - pow((double)beta2, step)));
-    adamw_kernel<<<tr_cu_blocks(n), TR_CU_THREADS, 0, tr_cu_stream(s)>>>(
+    adamw_kernel<<<tr_cu_blocks(n), TR_CU_THREADS, 0, cu_stream(s)>>>(
         params, grads, m, v, n, lr, beta1, beta2, eps, weight_decay, grad_scale, ib1, ib2);
-    tr_cu_launched("adamw");
+    cu_launched("adamw");
 }
 
-double tr_cu_sumsq(tr_stream s, const float *x, size_t n)
+double cu_sumsq(tr_stream s, const float *x, size_t n)
 {
-    cudaStream_t st = tr_cu_stream(s);
+    cudaStream_t st = cu_stream(s);
     if (!n)
-        return tr_cu_failed() ? NAN : 0.0;
+        return cu_failed() ? NAN : 0.0;
     size_t want = (n + SUMSQ_THREADS * 8 - 1) / (SUMSQ_THREADS * 8);
     int blocks = (int)(want < SUMSQ_BLOCKS ? (want ? want : 1) : SUMSQ_BLOCKS);
-    double *partial = (double *)tr_cu_scratch();
+    double *partial = (double *)cu_scratch();
     double *result = partial + SUMSQ_BLOCKS;
     sumsq_partial_kernel<<<blocks, SUMSQ_THREADS, 0, st>>>(partial, x, n);
     sumsq_finish_kernel<<<1, 1, 0, st>>>(result, partial, blocks);
-    tr_cu_launched("sumsq");
-    double *host = tr_cu_host_scalar();
+    cu_launched("sumsq");
+    double *host = cu_host_scalar();
     *host = NAN;
-    tr_cu_note(cudaMemcpyAsync(host, result, sizeof *host, cudaMemcpyDeviceToHost, st),
+    cu_note(cudaMemcpyAsync(host, result, sizeof *host, cudaMemcpyDeviceToHost, st),
                "sumsq (copy)");
-    tr_cu_note(cudaStreamSynchronize(st), "sumsq (synchronize)");
-    return tr_cu_failed() ? NAN : *host;
+    cu_note(cudaStreamSynchronize(st), "sumsq (synchronize)");
+    return cu_failed() ? NAN : *host;
 }
 
 } // extern "C"

@@ -136,70 +136,70 @@ __global__ void xent_backward_kernel(float *dlogits, const float *logits, const 
 
 extern "C" {
 
-void tr_cu_softmax_causal(cudaStream_t st, float *att, int rows, int T)
+void cu_softmax_causal(cudaStream_t st, float *att, int rows, int T)
 {
     if (rows <= 0 || T <= 0)
         return;
     softmax_causal_kernel<<<(rows + WARPS - 1) / WARPS, dim3(32, WARPS), 0, st>>>(att, rows, T);
-    tr_cu_launched("attention_forward (softmax)");
+    cu_launched("attention_forward (softmax)");
 }
 
-void tr_cu_softmax_causal_backward(cudaStream_t st, float *datt, const float *att, int rows,
+void cu_softmax_causal_backward(cudaStream_t st, float *datt, const float *att, int rows,
                                    int T)
 {
     if (rows <= 0 || T <= 0)
         return;
     softmax_causal_backward_kernel<<<(rows + WARPS - 1) / WARPS, dim3(32, WARPS), 0, st>>>(
         datt, att, rows, T);
-    tr_cu_launched("attention_backward (softmax)");
+    cu_launched("attention_backward (softmax)");
 }
 
-void tr_cu_xent_row_max(tr_stream s, float *maxv, const float *logits, int N, int V,
+void cu_xent_row_max(tr_stream s, float *maxv, const float *logits, int N, int V,
                         int n_valid)
 {
     if (N <= 0)
         return;
-    row_max_kernel<<<N, XENT_THREADS, 0, tr_cu_stream(s)>>>(maxv, logits, V, n_valid);
-    tr_cu_launched("xent_row_max");
+    row_max_kernel<<<N, XENT_THREADS, 0, cu_stream(s)>>>(maxv, logits, V, n_valid);
+    cu_launched("xent_row_max");
 }
 
-void tr_cu_xent_row_sumexp(tr_stream s, float *sumexp, const float *logits, const float *maxv,
+void cu_xent_row_sumexp(tr_stream s, float *sumexp, const float *logits, const float *maxv,
                            int N, int V, int n_valid)
 {
     if (N <= 0)
         return;
-    row_sumexp_kernel<<<N, XENT_THREADS, 0, tr_cu_stream(s)>>>(sumexp, logits, maxv, V, n_valid);
-    tr_cu_launched("xent_row_sumexp");
+    row_sumexp_kernel<<<N, XENT_THREADS, 0, cu_stream(s)>>>(sumexp, logits, maxv, V, n_valid);
+    cu_launched("xent_row_sumexp");
 }
 
-void tr_cu_xent_pick(tr_stream s, float *picked, const float *logits, const int32_t *targets,
+void cu_xent_pick(tr_stream s, float *picked, const float *logits, const int32_t *targets,
                      int N, int V, int v_start)
 {
     if (N <= 0)
         return;
-    pick_kernel<<<(N + 255) / 256, 256, 0, tr_cu_stream(s)>>>(picked, logits, targets, N, V,
+    pick_kernel<<<(N + 255) / 256, 256, 0, cu_stream(s)>>>(picked, logits, targets, N, V,
                                                               v_start);
-    tr_cu_launched("xent_pick");
+    cu_launched("xent_pick");
 }
 
-void tr_cu_xent_loss(tr_stream s, float *losses, const float *maxv, const float *sumexp,
+void cu_xent_loss(tr_stream s, float *losses, const float *maxv, const float *sumexp,
                      const float *picked, int N)
 {
     if (N <= 0)
         return;
-    loss_kernel<<<(N + 255) / 256, 256, 0, tr_cu_stream(s)>>>(losses, maxv, sumexp, picked, N);
-    tr_cu_launched("xent_loss");
+    loss_kernel<<<(N + 255) / 256, 256, 0, cu_stream(s)>>>(losses, maxv, sumexp, picked, N);
+    cu_launched("xent_loss");
 }
 
-void tr_cu_xent_backward(tr_stream s, float *dlogits, const float *logits, const float *maxv,
+void cu_xent_backward(tr_stream s, float *dlogits, const float *logits, const float *maxv,
                          const float *sumexp, const int32_t *targets, int N, int V,
                          int n_valid, int v_start, float scale)
 {
     if (N <= 0 || V <= 0)
         return;
-    xent_backward_kernel<<<dim3(N, (V + 255) / 256), 256, 0, tr_cu_stream(s)>>>(
+    xent_backward_kernel<<<dim3(N, (V + 255) / 256), 256, 0, cu_stream(s)>>>(
         dlogits, logits, maxv, sumexp, targets, V, n_valid, v_start, scale);
-    tr_cu_launched("xent_backward");
+    cu_launched("xent_backward");
 }
 
 } // extern "C"

@@ -60,7 +60,7 @@ static uint16_t conv(uint32_t u)
 {
     float f;
     memcpy(&f, &u, sizeof f);
-    return tr_bf16_from_f32(f);
+    return bf16_from_f32(f);
 }
 
 static void check_pattern(uint32_t u)
@@ -108,8 +108,8 @@ static void test_bf16_known_values(void **state)
                      cases[i].out);
         check_pattern(cases[i].in);
     }
-    assert_true(isnan(tr_bf16_to_f32(conv(0x7F800001u))));
-    assert_true(signbit(tr_bf16_to_f32(conv(0xFF800001u))));
+    assert_true(isnan(bf16_to_f32(conv(0x7F800001u))));
+    assert_true(signbit(bf16_to_f32(conv(0xFF800001u))));
 }
 
 static void test_bf16_interesting_patterns(void **state)
@@ -137,11 +137,11 @@ static void test_bf16_round_trip(void **state)
 {
     (void)state;
     for (uint32_t h = 0; h < 0x10000u; h++) {
-        float f = tr_bf16_to_f32((uint16_t)h);
+        float f = bf16_to_f32((uint16_t)h);
         uint32_t bits;
         memcpy(&bits, &f, sizeof bits);
         assert_int_equal(bits, h << 16); /* exact widening */
-        uint16_t back = tr_bf16_from_f32(f);
+        uint16_t back = bf16_from_f32(f);
         if (isnan(f))
             assert_int_equal(back, h | 0x40u); /* quiet, sign and payload kept */
         else

@@ -429,7 +429,7 @@ static void test_bf16_device(void)
     for (size_t i = 0; i < n; i++) {
         uint32_t u = (uint32_t)(i & 0xFFFF) << 16 | (uint32_t)(i >> 16) * 0x1111u;
         memcpy(&x[i], &u, 4);
-        want[i] = tr_bf16_from_f32(x[i]);
+        want[i] = bf16_from_f32(x[i]);
     }
     float *dx = dev(F32, x, n * 4), *dy = dev(F32, NULL, n * 4);
     uint16_t *dh = dev(F32, NULL, n * 2);

@@ -16,7 +16,7 @@
 #include "launch/args.h"
 
 enum { TP, JSON, INPUT, NAME };
-static const tr_arg_opt opts[] = {
+static const arg_opt opts[] = {
     [TP] = {"--tp", TR_ARG_VALUE},
     [JSON] = {"--json", TR_ARG_FLAG},
     [INPUT] = {"--input", TR_ARG_VALUES, "file"},
@@ -61,7 +61,7 @@ static const char *capture_end(void)
 /* Parse argv (argv[0] is the subcommand) and record what came back, one item a line:
  * "TP=4", "JSON", "INPUT=a", "POS=x", "HELP", "ERROR", then "END next=N". */
 static char trace[1024];
-static const char *parse(tr_args *a, char **argv, int argc)
+static const char *parse(arg_parser *a, char **argv, int argc)
 {
     static const char *names[] = {"TP", "JSON", "INPUT", "NAME"};
     a->argv = argv;
@@ -70,7 +70,7 @@ static const char *parse(tr_args *a, char **argv, int argc)
     size_t len = 0;
     for (;;) {
         const char *v;
-        int o = tr_args_next(a, &v);
+        int o = args_next(a, &v);
         if (o == TR_ARGS_END) {
             snprintf(trace + len, sizeof trace - len, "END next=%d", a->next);
             return trace;
@@ -85,9 +85,9 @@ static const char *parse(tr_args *a, char **argv, int argc)
     }
 }
 
-static tr_args make(void)
+static arg_parser make(void)
 {
-    return (tr_args){.cmd = "trident test", .opts = opts, .usage = usage};
+    return (arg_parser){.cmd = "trident test", .opts = opts, .usage = usage};
 }
 
 static void test_values_and_flags(void **state)
@@ -95,7 +95,7 @@ static void test_values_and_flags(void **state)
     (void)state;
     char *argv[] = {"test", "--tp", "4", "--tp=8", "--json", "config.yaml", "-", "-n", "-x",
                     "--input", "a", "b", "-", "--input=c", "d"};
-    tr_args a = make();
+    arg_parser a = make();
     assert_string_equal(parse(&a, argv, 15), "TP=4\nTP=8\nJSON\nPOS=config.yaml\nPOS=-\n"
                                               "NAME=-x\nINPUT=a\nINPUT=b\nINPUT=-\nINPUT=c\n"
                                               "POS=d\nEND next=15");
@@ -109,7 +109,7 @@ static void test_help(void **state)
 {
     (void)state;
     char *argv[] = {"test", "--tp", "2", "-h", "--bogus"};
-    tr_args a = make();
+    arg_parser a = make();
     usage_calls = 0;
     assert_string_equal(parse(&a, argv, 5), "TP=2\nHELP");
     assert_int_equal(usage_calls, 1);
@@ -119,7 +119,7 @@ static void test_help(void **state)
     assert_int_equal(usage_calls, 2);
 }
 
-static void expect_error(tr_args a, char **argv, int argc, const char *want_trace,
+static void expect_error(arg_parser a, char **argv, int argc, const char *want_trace,
                          const char *want_message)
 {
     capture_begin();
@@ -135,7 +135,7 @@ static void test_errors(void **state)
     char *unknown[] = {"test", "--tp", "1", "--bogus=3"};
     expect_error(make(), unknown, 4, "TP=1\nERROR",
                  "trident test: unknown option '--bogus=3' (see trident test --help)\n");
-    tr_args custom = make();
+    arg_parser custom = make();
     custom.unknown = "unknown argument '%s' (see --help)";
     char *unknown2[] = {"test", "-q"};
     expect_error(custom, unknown2, 2, "ERROR", "trident test: unknown argument '-q' (see --help)\n");
@@ -157,7 +157,7 @@ static void test_errors(void **state)
 static void test_stop_at_command(void **state)
 {
     (void)state;
-    tr_args a = make();
+    arg_parser a = make();
     a.stop_at_command = 1;
     char *argv[] = {"launch", "--tp", "2", "--", "--json", "x"};
     assert_string_equal(parse(&a, argv, 6), "TP=2\nEND next=4");
@@ -174,16 +174,16 @@ static void test_stop_at_command(void **state)
 static void test_ints(void **state)
 {
     (void)state;
-    tr_args a = make();
+    arg_parser a = make();
     int v = -1;
-    assert_int_equal(tr_args_int(&a, "--tp", "12", 1, 4096, &v), 0);
+    assert_int_equal(args_int(&a, "--tp", "12", 1, 4096, &v), 0);
     assert_int_equal(v, 12);
-    assert_int_equal(tr_args_int(&a, "--tp", "-7", INT_MIN, INT_MAX, &v), 0);
+    assert_int_equal(args_int(&a, "--tp", "-7", INT_MIN, INT_MAX, &v), 0);
     assert_int_equal(v, -7);
-    assert_true(tr_args_parse_int("2147483647", 1, INT_MAX, &v));
-    assert_false(tr_args_parse_int("2147483648", 1, INT_MAX, &v));
-    assert_false(tr_args_parse_int("", 0, 10, &v));
-    assert_false(tr_args_parse_int("4x", 0, 10, &v));
+    assert_true(args_parse_int("2147483647", 1, INT_MAX, &v));
+    assert_false(args_parse_int("2147483648", 1, INT_MAX, &v));
+    assert_false(args_parse_int("", 0, 10, &v));
+    assert_false(args_parse_int("4x", 0, 10, &v));
     assert_int_equal(v, INT_MAX);
     const struct {
         const char *text;
@@ -196,12 +196,12 @@ static void test_ints(void **state)
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         capture_begin();
-        int rc = tr_args_int(&a, "--tp", bad[i].text, bad[i].min, bad[i].max, &v);
+        int rc = args_int(&a, "--tp", bad[i].text, bad[i].min, bad[i].max, &v);
         assert_int_equal(rc, 2);
         assert_string_equal(capture_end(), bad[i].message);
     }
     capture_begin();
-    assert_int_equal(tr_args_error(&a, "%d things", 3), 2);
+    assert_int_equal(args_error(&a, "%d things", 3), 2);
     assert_string_equal(capture_end(), "trident test: 3 things\n");
 }
 

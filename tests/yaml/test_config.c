@@ -17,8 +17,8 @@ static void test_schema_table(void **state)
     int keys_per_section[16] = {0};
     assert_true(n_sections <= 16);
     for (int i = 0; i < tr_config_n_keys; i++) {
-        const tr_key_spec *k = &tr_config_keys[i];
-        int s = tr_config_section_index(k->section);
+        const config_key_spec *k = &tr_config_keys[i];
+        int s = config_section_index(k->section);
         assert_true(s >= 0);
         keys_per_section[s]++;
         for (int j = 0; j < i; j++)
@@ -27,7 +27,7 @@ static void test_schema_table(void **state)
         if (k->required)
             assert_null(k->def);
         if (k->def && k->def[0] == '=')
-            assert_true(tr_config_key_index(k->def + 1) >= 0);
+            assert_true(config_key_index(k->def + 1) >= 0);
         assert_true(offsetof(tr_config, marks) > k->offset);
     }
     for (int s = 0; s < n_sections; s++)
