@@ -18,16 +18,16 @@
 
 /* Megatron dtype codes (megatron/core/datasets/indexed_dataset.py, class DType). */
 enum {
-    TR_DT_UINT8 = 1, TR_DT_INT8 = 2, TR_DT_INT16 = 3, TR_DT_INT32 = 4,
-    TR_DT_INT64 = 5, TR_DT_FLOAT64 = 6, TR_DT_FLOAT32 = 7, TR_DT_UINT16 = 8
+    DT_UINT8 = 1, DT_INT8 = 2, DT_INT16 = 3, DT_INT32 = 4,
+    DT_INT64 = 5, DT_FLOAT64 = 6, DT_FLOAT32 = 7, DT_UINT16 = 8
 };
 
-#define TR_IDX_MAGIC "MMIDIDX\0\0"
-#define TR_IDX_MAGIC_LEN 9
-#define TR_IDX_HEADER_BYTES 34 /* magic 9 + version 8 + dtype 1 + counts 8 + 8 */
-#define TR_LLMC_MAGIC 20240520
-#define TR_LLMC_VERSION 1
-#define TR_LLMC_HEADER_BYTES 1024 /* 256 int32 */
+#define IDX_MAGIC "MMIDIDX\0\0"
+#define IDX_MAGIC_LEN 9
+#define IDX_HEADER_BYTES 34 /* magic 9 + version 8 + dtype 1 + counts 8 + 8 */
+#define LLMC_MAGIC 20240520
+#define LLMC_VERSION 1
+#define LLMC_HEADER_BYTES 1024 /* 256 int32 */
 
 /* A read-only file mapping (map NULL when the file is empty). */
 typedef struct {

@@ -345,7 +345,7 @@ int tr_data_sample(tr_data *d, int split, uint64_t g, int32_t *tokens)
     const token_store *s = &d->store;
     uint64_t first = d->split[split].first_token + j * (uint64_t)d->seq_length;
     size_t count = (size_t)d->seq_length + 1;
-    if (s->dtype == TR_DT_UINT16) {
+    if (s->dtype == DT_UINT16) {
         const uint16_t *t = (const uint16_t *)(const void *)s->base + first;
         for (size_t i = 0; i < count; i++)
             tokens[i] = t[i];

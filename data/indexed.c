@@ -40,7 +40,7 @@ static void describe_magic(const unsigned char *m, char *out, size_t cap)
 {
     size_t pos = 0;
     out[0] = '\0';
-    for (int i = 0; i < TR_IDX_MAGIC_LEN && pos + 5 < cap; i++) {
+    for (int i = 0; i < IDX_MAGIC_LEN && pos + 5 < cap; i++) {
         unsigned c = m[i];
         if (c >= 0x20 && c < 0x7f && c != '\\' && c != '"')
             out[pos++] = (char)c;
@@ -55,12 +55,12 @@ static int check_index(const char *idx_path, token_store *s)
 {
     const unsigned char *p = s->idx.map;
     size_t bytes = s->idx.bytes;
-    if (bytes < TR_IDX_HEADER_BYTES)
+    if (bytes < IDX_HEADER_BYTES)
         return tr_fail(TR_ERR_INVALID,
                        "%s: file is %zu bytes, shorter than the %d-byte MMIDIDX header "
                        "(truncated index?)",
-                       idx_path, bytes, TR_IDX_HEADER_BYTES);
-    if (memcmp(p, TR_IDX_MAGIC, TR_IDX_MAGIC_LEN) != 0) {
+                       idx_path, bytes, IDX_HEADER_BYTES);
+    if (memcmp(p, IDX_MAGIC, IDX_MAGIC_LEN) != 0) {
         char found[64];
         describe_magic(p, found, sizeof found);
         return tr_fail(TR_ERR_INVALID,
@@ -73,7 +73,7 @@ static int check_index(const char *idx_path, token_store *s)
         return tr_fail(TR_ERR_INVALID, "%s: version is %llu, expected 1", idx_path,
                        (unsigned long long)version);
     int code = p[17];
-    if (code == TR_DT_FLOAT32 || code == TR_DT_FLOAT64)
+    if (code == DT_FLOAT32 || code == DT_FLOAT64)
         return tr_fail(TR_ERR_INVALID,
                        "%s: dtype code %d (%s) is a floating-point type; token ids must be "
                        "integers (uint8, int8, int16, uint16, int32, int64)",
@@ -91,7 +91,7 @@ static int check_index(const char *idx_path, token_store *s)
     if (__builtin_mul_overflow(n_seqs, (uint64_t)12, &seq_bytes) ||
         __builtin_mul_overflow(n_entries, (uint64_t)8, &doc_bytes) ||
         __builtin_add_overflow(seq_bytes, doc_bytes, &total) ||
-        __builtin_add_overflow(total, (uint64_t)TR_IDX_HEADER_BYTES, &total))
+        __builtin_add_overflow(total, (uint64_t)IDX_HEADER_BYTES, &total))
         return tr_fail(TR_ERR_INVALID,
                        "%s: sequence count %llu and document count %llu overflow the index "
                        "size (file is %zu bytes)",
@@ -110,7 +110,7 @@ static int check_index(const char *idx_path, token_store *s)
                        idx_path);
     s->n_seqs = n_seqs;
     s->n_docs = n_entries - 1;
-    s->pointers = p + TR_IDX_HEADER_BYTES + 4 * n_seqs;
+    s->pointers = p + IDX_HEADER_BYTES + 4 * n_seqs;
     s->doc_idx = s->pointers + 8 * n_seqs;
     return TR_OK;
 }
@@ -118,7 +118,7 @@ static int check_index(const char *idx_path, token_store *s)
 /* sizes and pointers against each other and against the .bin length. */
 static int check_sequences(const char *idx_path, const char *bin_path, token_store *s)
 {
-    const unsigned char *sizes = (const unsigned char *)s->idx.map + TR_IDX_HEADER_BYTES;
+    const unsigned char *sizes = (const unsigned char *)s->idx.map + IDX_HEADER_BYTES;
     uint64_t bin_bytes = s->bin.bytes, expect = 0, item = (uint64_t)s->itemsize;
     for (uint64_t i = 0; i < s->n_seqs; i++) {
         int32_t size = load_i32(sizes + 4 * i);

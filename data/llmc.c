@@ -21,22 +21,22 @@ int llmc_open(const char *path, int vocab_size, token_store *s)
         goto fail;
     const unsigned char *p = s->bin.map;
     size_t bytes = s->bin.bytes;
-    if (bytes < TR_LLMC_HEADER_BYTES) {
+    if (bytes < LLMC_HEADER_BYTES) {
         rc = tr_fail(TR_ERR_INVALID,
                      "%s: file is %zu bytes, shorter than the %d-byte llm.c shard header", path,
-                     bytes, TR_LLMC_HEADER_BYTES);
+                     bytes, LLMC_HEADER_BYTES);
         goto fail;
     }
     int32_t magic = load_i32(p), version = load_i32(p + 4), count = load_i32(p + 8);
-    if (magic != TR_LLMC_MAGIC) {
+    if (magic != LLMC_MAGIC) {
         rc = tr_fail(TR_ERR_INVALID, "%s: header magic is %d, expected %d (llm.c token shard)",
-                     path, magic, TR_LLMC_MAGIC);
+                     path, magic, LLMC_MAGIC);
         goto fail;
     }
-    if (version != TR_LLMC_VERSION) {
+    if (version != LLMC_VERSION) {
         rc = tr_fail(TR_ERR_INVALID,
                      "%s: header version is %d, expected %d (uint16 tokens)", path, version,
-                     TR_LLMC_VERSION);
+                     LLMC_VERSION);
         goto fail;
     }
     if (count < 0) {
@@ -44,7 +44,7 @@ int llmc_open(const char *path, int vocab_size, token_store *s)
                      count);
         goto fail;
     }
-    uint64_t expect = TR_LLMC_HEADER_BYTES + 2 * (uint64_t)count;
+    uint64_t expect = LLMC_HEADER_BYTES + 2 * (uint64_t)count;
     if (expect != bytes) {
         rc = tr_fail(TR_ERR_INVALID,
                      "%s: file is %zu bytes, but the header token count %d implies %llu bytes "
@@ -52,12 +52,12 @@ int llmc_open(const char *path, int vocab_size, token_store *s)
                      path, bytes, count, (unsigned long long)expect, count);
         goto fail;
     }
-    s->dtype = TR_DT_UINT16;
+    s->dtype = DT_UINT16;
     s->itemsize = 2;
     s->n_tokens = (uint64_t)count;
     s->n_docs = 1;
     s->n_seqs = 1;
-    s->base = p + TR_LLMC_HEADER_BYTES;
+    s->base = p + LLMC_HEADER_BYTES;
     rc = token_store_check_vocab(s, path, vocab_size);
     if (rc)
         goto fail;
@@ -80,8 +80,8 @@ int tr_llmc_shard_write(const char *path, const uint16_t *tokens, uint64_t n_tok
     memcpy(tmp, path, len);
     memcpy(tmp + len, ".tmp", 5);
     int32_t header[256] = {0};
-    header[0] = TR_LLMC_MAGIC;
-    header[1] = TR_LLMC_VERSION;
+    header[0] = LLMC_MAGIC;
+    header[1] = LLMC_VERSION;
     header[2] = (int32_t)n_tokens;
     int rc = TR_OK;
     FILE *f = fopen(tmp, "wb");

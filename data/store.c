@@ -14,14 +14,14 @@
 const char *dtype_name(int code)
 {
     switch (code) {
-    case TR_DT_UINT8: return "uint8";
-    case TR_DT_INT8: return "int8";
-    case TR_DT_INT16: return "int16";
-    case TR_DT_INT32: return "int32";
-    case TR_DT_INT64: return "int64";
-    case TR_DT_FLOAT64: return "float64";
-    case TR_DT_FLOAT32: return "float32";
-    case TR_DT_UINT16: return "uint16";
+    case DT_UINT8: return "uint8";
+    case DT_INT8: return "int8";
+    case DT_INT16: return "int16";
+    case DT_INT32: return "int32";
+    case DT_INT64: return "int64";
+    case DT_FLOAT64: return "float64";
+    case DT_FLOAT32: return "float32";
+    case DT_UINT16: return "uint16";
     default: return "unknown";
     }
 }
@@ -29,14 +29,14 @@ const char *dtype_name(int code)
 int dtype_size(int code)
 {
     switch (code) {
-    case TR_DT_UINT8:
-    case TR_DT_INT8: return 1;
-    case TR_DT_INT16:
-    case TR_DT_UINT16: return 2;
-    case TR_DT_INT32:
-    case TR_DT_FLOAT32: return 4;
-    case TR_DT_INT64:
-    case TR_DT_FLOAT64: return 8;
+    case DT_UINT8:
+    case DT_INT8: return 1;
+    case DT_INT16:
+    case DT_UINT16: return 2;
+    case DT_INT32:
+    case DT_FLOAT32: return 4;
+    case DT_INT64:
+    case DT_FLOAT64: return 8;
     default: return 0;
     }
 }
@@ -124,11 +124,11 @@ int64_t token_store_token(const token_store *s, uint64_t i)
 {
     const unsigned char *p = s->base + i * (uint64_t)s->itemsize;
     switch (s->dtype) {
-    case TR_DT_UINT8: return *p;
-    case TR_DT_INT8: return (int8_t)*p;
-    case TR_DT_INT16: { int16_t v; memcpy(&v, p, 2); return v; }
-    case TR_DT_UINT16: { uint16_t v; memcpy(&v, p, 2); return v; }
-    case TR_DT_INT32: return load_i32(p);
+    case DT_UINT8: return *p;
+    case DT_INT8: return (int8_t)*p;
+    case DT_INT16: { int16_t v; memcpy(&v, p, 2); return v; }
+    case DT_UINT16: { uint16_t v; memcpy(&v, p, 2); return v; }
+    case DT_INT32: return load_i32(p);
     default: return load_i64(p);
     }
 }
@@ -150,11 +150,11 @@ static void token_range(const token_store *s, uint64_t i0, uint64_t i1, int64_t 
                         int64_t *max)
 {
     switch (s->dtype) {
-    case TR_DT_UINT8: RANGE_OF(uint8_t); break;
-    case TR_DT_INT8: RANGE_OF(int8_t); break;
-    case TR_DT_INT16: RANGE_OF(int16_t); break;
-    case TR_DT_UINT16: RANGE_OF(uint16_t); break;
-    case TR_DT_INT32: RANGE_OF(int32_t); break;
+    case DT_UINT8: RANGE_OF(uint8_t); break;
+    case DT_INT8: RANGE_OF(int8_t); break;
+    case DT_INT16: RANGE_OF(int16_t); break;
+    case DT_UINT16: RANGE_OF(uint16_t); break;
+    case DT_INT32: RANGE_OF(int32_t); break;
     default: RANGE_OF(int64_t); break;
     }
 }

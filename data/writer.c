@@ -95,8 +95,8 @@ int iw_end_document(indexed_writer *w)
 static int write_index(indexed_writer *w, FILE *f)
 {
     uint64_t version = 1, n_seqs = w->n_docs, n_entries = w->n_docs + 1;
-    uint8_t code = TR_DT_UINT16;
-    int ok = fwrite(TR_IDX_MAGIC, TR_IDX_MAGIC_LEN, 1, f) == 1 &&
+    uint8_t code = DT_UINT16;
+    int ok = fwrite(IDX_MAGIC, IDX_MAGIC_LEN, 1, f) == 1 &&
              fwrite(&version, 8, 1, f) == 1 && fwrite(&code, 1, 1, f) == 1 &&
              fwrite(&n_seqs, 8, 1, f) == 1 && fwrite(&n_entries, 8, 1, f) == 1;
     if (ok && n_seqs)

@@ -26,7 +26,7 @@ int args_next(arg_parser *a, const char **value)
     if (a->next < 1)
         a->next = 1;
     if (a->next >= a->argc)
-        return TR_ARGS_END;
+        return ARGS_END;
     const char *arg = a->argv[a->next];
     if (a->values_of && !is_option(arg)) { /* one more word of --input a b c */
         a->next++;
@@ -36,12 +36,12 @@ int args_next(arg_parser *a, const char **value)
     a->values_of = NULL;
     if (a->stop_at_command && (!strcmp(arg, "--") || !is_option(arg))) {
         a->next += !strcmp(arg, "--");
-        return TR_ARGS_END;
+        return ARGS_END;
     }
     a->next++;
     if (!is_option(arg)) {
         *value = arg;
-        return TR_ARGS_POSITIONAL;
+        return ARGS_POSITIONAL;
     }
     /* --name=value */
     char name[64];
@@ -55,7 +55,7 @@ int args_next(arg_parser *a, const char **value)
     }
     if (!strcmp(name, "-h") || !strcmp(name, "--help")) {
         a->usage(stdout);
-        return TR_ARGS_HELP;
+        return ARGS_HELP;
     }
     const arg_opt *o = a->opts;
     while (o->name && strcmp(o->name, name))
@@ -68,32 +68,32 @@ int args_next(arg_parser *a, const char **value)
         } else {
             args_error(a, "unknown option '%s' (see %s --help)", arg, a->cmd);
         }
-        return TR_ARGS_ERROR;
+        return ARGS_ERROR;
     }
     int index = (int)(o - a->opts);
     switch (o->kind) {
-    case TR_ARG_FLAG:
+    case ARG_FLAG:
         if (inline_value) {
             args_error(a, "%s takes no value", name);
-            return TR_ARGS_ERROR;
+            return ARGS_ERROR;
         }
         return index;
-    case TR_ARG_VALUE:
+    case ARG_VALUE:
         if (!inline_value) {
             if (a->next >= a->argc) {
                 args_error(a, "%s needs a value", name);
-                return TR_ARGS_ERROR;
+                return ARGS_ERROR;
             }
             inline_value = a->argv[a->next++];
         }
         *value = inline_value;
         return index;
-    case TR_ARG_VALUES:
+    case ARG_VALUES:
     default:
         if (!inline_value) {
             if (a->next >= a->argc || is_option(a->argv[a->next])) {
                 args_error(a, "%s needs at least one %s", name, o->what ? o->what : "value");
-                return TR_ARGS_ERROR;
+                return ARGS_ERROR;
             }
             inline_value = a->argv[a->next++];
             a->values_of = o;

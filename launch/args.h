@@ -14,15 +14,15 @@
 #include "core/core.h"
 
 typedef enum {
-    TR_ARG_FLAG,   /* no value */
-    TR_ARG_VALUE,  /* one value: the next word, whatever it is, or the text after '=' */
-    TR_ARG_VALUES, /* the next words up to the next option (at least one), or one after '=' */
+    ARG_FLAG,   /* no value */
+    ARG_VALUE,  /* one value: the next word, whatever it is, or the text after '=' */
+    ARG_VALUES, /* the next words up to the next option (at least one), or one after '=' */
 } arg_kind;
 
 typedef struct {
     const char *name; /* "--tp" */
     arg_kind kind;
-    const char *what; /* TR_ARG_VALUES: one value, for "--input needs at least one file" */
+    const char *what; /* ARG_VALUES: one value, for "--input needs at least one file" */
 } arg_opt;
 
 typedef struct {
@@ -38,18 +38,18 @@ typedef struct {
     char **argv;
     /* the parser's */
     int next;                     /* index of the next argument to read */
-    const arg_opt *values_of; /* the TR_ARG_VALUES option still taking words */
+    const arg_opt *values_of; /* the ARG_VALUES option still taking words */
 } arg_parser;
 
 enum {
-    TR_ARGS_END = -1,        /* no more options; with stop_at_command, argv[next] is the command */
-    TR_ARGS_POSITIONAL = -2, /* *value is an argument that is not an option */
-    TR_ARGS_HELP = -3,       /* -h or --help: the usage is printed; exit 0 */
-    TR_ARGS_ERROR = -4,      /* the message is printed; exit 2 */
+    ARGS_END = -1,        /* no more options; with stop_at_command, argv[next] is the command */
+    ARGS_POSITIONAL = -2, /* *value is an argument that is not an option */
+    ARGS_HELP = -3,       /* -h or --help: the usage is printed; exit 0 */
+    ARGS_ERROR = -4,      /* the message is printed; exit 2 */
 };
 
 /* The next item of the command line: the index in opts of an option, with *value its value
- * (NULL for a flag; a TR_ARG_VALUES option comes back once per value), or a TR_ARGS_* code. */
+ * (NULL for a flag; a ARG_VALUES option comes back once per value), or a TR_ARGS_* code. */
 TR_MUST_CHECK int args_next(arg_parser *a, const char **value);
 
 /* "CMD: MESSAGE" on stderr; returns 2, the exit status of bad usage. */

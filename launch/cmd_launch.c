@@ -42,13 +42,13 @@ int tr_cmd_launch(int argc, char **argv)
 {
     enum { NPROC, NNODES, NODE_RANK, MASTER_ADDR, MASTER_PORT, GRACE, NO_PREFIX };
     static const arg_opt options[] = {
-        [NPROC] = {"--nproc", TR_ARG_VALUE},
-        [NNODES] = {"--nnodes", TR_ARG_VALUE},
-        [NODE_RANK] = {"--node-rank", TR_ARG_VALUE},
-        [MASTER_ADDR] = {"--master-addr", TR_ARG_VALUE},
-        [MASTER_PORT] = {"--master-port", TR_ARG_VALUE},
-        [GRACE] = {"--grace-period", TR_ARG_VALUE},
-        [NO_PREFIX] = {"--no-prefix", TR_ARG_FLAG},
+        [NPROC] = {"--nproc", ARG_VALUE},
+        [NNODES] = {"--nnodes", ARG_VALUE},
+        [NODE_RANK] = {"--node-rank", ARG_VALUE},
+        [MASTER_ADDR] = {"--master-addr", ARG_VALUE},
+        [MASTER_PORT] = {"--master-port", ARG_VALUE},
+        [GRACE] = {"--grace-period", ARG_VALUE},
+        [NO_PREFIX] = {"--no-prefix", ARG_FLAG},
         {NULL},
     };
     arg_parser a = {.cmd = "trident launch", .opts = options, .usage = launch_usage,
@@ -56,9 +56,9 @@ int tr_cmd_launch(int argc, char **argv)
     tr_launch_options opts = {.nproc = 0, .nnodes = 1};
     int rc = 0, have_nproc = 0, o;
     const char *v;
-    while (!rc && (o = args_next(&a, &v)) != TR_ARGS_END) {
-        if (o == TR_ARGS_HELP || o == TR_ARGS_ERROR)
-            return o == TR_ARGS_HELP ? 0 : 2;
+    while (!rc && (o = args_next(&a, &v)) != ARGS_END) {
+        if (o == ARGS_HELP || o == ARGS_ERROR)
+            return o == ARGS_HELP ? 0 : 2;
         if (o == NPROC) {
             rc = args_int(&a, "--nproc", v, 1, 4096, &opts.nproc);
             have_nproc = 1;

@@ -86,13 +86,13 @@ int tr_cmd_plan(int argc, char **argv)
 {
     enum { JSON, SEARCH, TOP, WORLD, SET, TOKENS, CALIBRATE };
     static const arg_opt options[] = {
-        [JSON] = {"--json", TR_ARG_FLAG},
-        [SEARCH] = {"--search", TR_ARG_FLAG},
-        [TOP] = {"--top", TR_ARG_VALUE},
-        [WORLD] = {"--world-size", TR_ARG_VALUE},
-        [SET] = {"--set", TR_ARG_VALUE},
-        [TOKENS] = {"--tokens", TR_ARG_VALUE},
-        [CALIBRATE] = {"--calibrate", TR_ARG_VALUE},
+        [JSON] = {"--json", ARG_FLAG},
+        [SEARCH] = {"--search", ARG_FLAG},
+        [TOP] = {"--top", ARG_VALUE},
+        [WORLD] = {"--world-size", ARG_VALUE},
+        [SET] = {"--set", ARG_VALUE},
+        [TOKENS] = {"--tokens", ARG_VALUE},
+        [CALIBRATE] = {"--calibrate", ARG_VALUE},
         {NULL},
     };
     arg_parser a = {.cmd = "trident plan", .opts = options, .usage = plan_usage,
@@ -101,9 +101,9 @@ int tr_cmd_plan(int argc, char **argv)
     const char *path = NULL, *calibrate = NULL, *sets[MAX_SETS], *v;
     int n_sets = 0, json = 0, search = 0, top = 10, world = 0, rc = 0, o;
     double tokens = 0;
-    while (!rc && (o = args_next(&a, &v)) != TR_ARGS_END) {
-        if (o == TR_ARGS_HELP || o == TR_ARGS_ERROR)
-            return o == TR_ARGS_HELP ? 0 : 2;
+    while (!rc && (o = args_next(&a, &v)) != ARGS_END) {
+        if (o == ARGS_HELP || o == ARGS_ERROR)
+            return o == ARGS_HELP ? 0 : 2;
         if (o == JSON)
             json = 1;
         else if (o == SEARCH)

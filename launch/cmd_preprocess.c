@@ -40,12 +40,12 @@ int tr_cmd_preprocess(int argc, char **argv)
 {
     enum { INPUT, OUTPUT_PREFIX, WORKERS, PER_FILE, APPEND_EOD, SPLIT_SENTENCES };
     static const arg_opt options[] = {
-        [INPUT] = {"--input", TR_ARG_VALUES, "file"},
-        [OUTPUT_PREFIX] = {"--output-prefix", TR_ARG_VALUE},
-        [WORKERS] = {"--workers", TR_ARG_VALUE},
-        [PER_FILE] = {"--document-per-file", TR_ARG_FLAG},
-        [APPEND_EOD] = {"--append-eod", TR_ARG_FLAG},
-        [SPLIT_SENTENCES] = {"--split-sentences", TR_ARG_FLAG},
+        [INPUT] = {"--input", ARG_VALUES, "file"},
+        [OUTPUT_PREFIX] = {"--output-prefix", ARG_VALUE},
+        [WORKERS] = {"--workers", ARG_VALUE},
+        [PER_FILE] = {"--document-per-file", ARG_FLAG},
+        [APPEND_EOD] = {"--append-eod", ARG_FLAG},
+        [SPLIT_SENTENCES] = {"--split-sentences", ARG_FLAG},
         {NULL},
     };
     arg_parser a = {.cmd = "trident preprocess", .opts = options, .usage = preprocess_usage,
@@ -57,10 +57,10 @@ int tr_cmd_preprocess(int argc, char **argv)
         fprintf(stderr, "trident preprocess: out of memory\n");
         return 1;
     }
-    while (!rc && (o = args_next(&a, &v)) != TR_ARGS_END) {
-        if (o == TR_ARGS_HELP || o == TR_ARGS_ERROR) {
+    while (!rc && (o = args_next(&a, &v)) != ARGS_END) {
+        if (o == ARGS_HELP || o == ARGS_ERROR) {
             free(inputs);
-            return o == TR_ARGS_HELP ? 0 : 2;
+            return o == ARGS_HELP ? 0 : 2;
         }
         if (o == INPUT && !*v)
             rc = args_error(&a, "--input= needs a file name");
@@ -75,7 +75,7 @@ int tr_cmd_preprocess(int argc, char **argv)
         else if (o == SPLIT_SENTENCES)
             rc = args_error(&a, "--split-sentences is not supported (the byte-level tokenizer "
                                    "has no sentence splitter)");
-        else if (o == TR_ARGS_POSITIONAL)
+        else if (o == ARGS_POSITIONAL)
             rc = args_error(&a, "unexpected argument '%s' (input files go after --input)", v);
         /* --append-eod: always on; --workers: ignored */
     }

@@ -54,22 +54,22 @@ static int parse_args(int argc, char **argv, sched_args *a)
 {
     enum { PP, MICROBATCHES, SCHEDULE, VPP, JSON, COMM };
     static const arg_opt options[] = {
-        [PP] = {"--pp", TR_ARG_VALUE},
-        [MICROBATCHES] = {"--microbatches", TR_ARG_VALUE},
-        [SCHEDULE] = {"--schedule", TR_ARG_VALUE},
-        [VPP] = {"--vpp", TR_ARG_VALUE},
-        [JSON] = {"--json", TR_ARG_FLAG},
-        [COMM] = {"--comm", TR_ARG_FLAG},
+        [PP] = {"--pp", ARG_VALUE},
+        [MICROBATCHES] = {"--microbatches", ARG_VALUE},
+        [SCHEDULE] = {"--schedule", ARG_VALUE},
+        [VPP] = {"--vpp", ARG_VALUE},
+        [JSON] = {"--json", ARG_FLAG},
+        [COMM] = {"--comm", ARG_FLAG},
         {NULL},
     };
     arg_parser p = {.cmd = "trident schedule", .opts = options, .usage = schedule_usage,
                  .unknown = "unknown argument '%s' (see --help)", .argc = argc, .argv = argv};
     int have_pp = 0, have_m = 0, rc = 0, o;
     const char *v;
-    while (!rc && (o = args_next(&p, &v)) != TR_ARGS_END) {
-        if (o == TR_ARGS_HELP || o == TR_ARGS_ERROR)
-            return o == TR_ARGS_HELP ? 0 : 2;
-        if (o == TR_ARGS_POSITIONAL) {
+    while (!rc && (o = args_next(&p, &v)) != ARGS_END) {
+        if (o == ARGS_HELP || o == ARGS_ERROR)
+            return o == ARGS_HELP ? 0 : 2;
+        if (o == ARGS_POSITIONAL) {
             rc = args_error(&p, "unknown argument '%s' (see --help)", v);
         } else if (o == JSON || o == COMM) {
             *(o == JSON ? &a->json : &a->comm) = 1;

@@ -36,18 +36,18 @@ int tr_cmd_sweep(int argc, char **argv)
 {
     enum { OUT, CLUSTER, DRY_RUN };
     static const arg_opt options[] = {
-        [OUT] = {"--out", TR_ARG_VALUE},
-        [CLUSTER] = {"--cluster", TR_ARG_VALUE},
-        [DRY_RUN] = {"--dry-run", TR_ARG_FLAG},
+        [OUT] = {"--out", ARG_VALUE},
+        [CLUSTER] = {"--cluster", ARG_VALUE},
+        [DRY_RUN] = {"--dry-run", ARG_FLAG},
         {NULL},
     };
     arg_parser a = {.cmd = "trident sweep", .opts = options, .usage = sweep_usage, .argc = argc,
                  .argv = argv};
     tr_sweep_options o = {.log = stdout};
     const char *v;
-    for (int k; (k = args_next(&a, &v)) != TR_ARGS_END;) {
-        if (k == TR_ARGS_HELP || k == TR_ARGS_ERROR)
-            return k == TR_ARGS_HELP ? 0 : 2;
+    for (int k; (k = args_next(&a, &v)) != ARGS_END;) {
+        if (k == ARGS_HELP || k == ARGS_ERROR)
+            return k == ARGS_HELP ? 0 : 2;
         if (k == OUT)
             o.out_dir = v;
         else if (k == CLUSTER)

@@ -195,23 +195,23 @@ int tr_cmd_topo(int argc, char **argv)
 {
     enum { WORLD, TP, PP, GPUS_PER_NODE, CONFIG, ORDER, JSON };
     static const arg_opt options[] = {
-        [WORLD] = {"--world-size", TR_ARG_VALUE},
-        [TP] = {"--tp", TR_ARG_VALUE},
-        [PP] = {"--pp", TR_ARG_VALUE},
-        [GPUS_PER_NODE] = {"--gpus-per-node", TR_ARG_VALUE},
-        [CONFIG] = {"--config", TR_ARG_VALUE},
-        [ORDER] = {"--order", TR_ARG_VALUE},
-        [JSON] = {"--json", TR_ARG_FLAG},
+        [WORLD] = {"--world-size", ARG_VALUE},
+        [TP] = {"--tp", ARG_VALUE},
+        [PP] = {"--pp", ARG_VALUE},
+        [GPUS_PER_NODE] = {"--gpus-per-node", ARG_VALUE},
+        [CONFIG] = {"--config", ARG_VALUE},
+        [ORDER] = {"--order", ARG_VALUE},
+        [JSON] = {"--json", ARG_FLAG},
         {NULL},
     };
     arg_parser a = {.cmd = "trident topo", .opts = options, .usage = topo_usage, .argc = argc,
                  .argv = argv};
     int world = -1, tp = -1, pp = -1, gpus_per_node = 0, json = 0, rc = 0, o;
     const char *config_path = NULL, *order_arg = NULL, *v;
-    while (!rc && (o = args_next(&a, &v)) != TR_ARGS_END) {
-        if (o == TR_ARGS_HELP || o == TR_ARGS_ERROR)
-            return o == TR_ARGS_HELP ? 0 : 2;
-        if (o == TR_ARGS_POSITIONAL)
+    while (!rc && (o = args_next(&a, &v)) != ARGS_END) {
+        if (o == ARGS_HELP || o == ARGS_ERROR)
+            return o == ARGS_HELP ? 0 : 2;
+        if (o == ARGS_POSITIONAL)
             rc = args_error(&a, "unknown argument '%s' (see trident topo --help)", v);
         else if (o == JSON)
             json = 1;

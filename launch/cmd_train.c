@@ -108,11 +108,11 @@ int tr_cmd_train(int argc, char **argv)
 {
     enum { SET, RUN_DIR, NPROC, DUMP_GRADS, QUIET };
     static const arg_opt options[] = {
-        [SET] = {"--set", TR_ARG_VALUE},
-        [RUN_DIR] = {"--run-dir", TR_ARG_VALUE},
-        [NPROC] = {"--nproc", TR_ARG_VALUE},
-        [DUMP_GRADS] = {"--dump-grads", TR_ARG_VALUE},
-        [QUIET] = {"--quiet", TR_ARG_FLAG},
+        [SET] = {"--set", ARG_VALUE},
+        [RUN_DIR] = {"--run-dir", ARG_VALUE},
+        [NPROC] = {"--nproc", ARG_VALUE},
+        [DUMP_GRADS] = {"--dump-grads", ARG_VALUE},
+        [QUIET] = {"--quiet", ARG_FLAG},
         {NULL},
     };
     arg_parser a = {.cmd = "trident train", .opts = options, .usage = train_usage, .argc = argc,
@@ -122,10 +122,10 @@ int tr_cmd_train(int argc, char **argv)
     int n_overrides = 0, quiet = 0, nproc = 0, rc = 0, o;
     if (!overrides)
         return 1;
-    while (!rc && (o = args_next(&a, &v)) != TR_ARGS_END) {
-        if (o == TR_ARGS_HELP || o == TR_ARGS_ERROR) {
+    while (!rc && (o = args_next(&a, &v)) != ARGS_END) {
+        if (o == ARGS_HELP || o == ARGS_ERROR) {
             free(overrides);
-            return o == TR_ARGS_HELP ? 0 : 2;
+            return o == ARGS_HELP ? 0 : 2;
         }
         if (o == SET)
             overrides[n_overrides++] = v;

@@ -29,7 +29,7 @@
 
 #include "core/core.h"
 
-const char *const tr_ckpt_array_names[N_ARRAYS] = {"parameter", "exp_avg", "exp_avg_sq"};
+const char *const ckpt_array_names[N_ARRAYS] = {"parameter", "exp_avg", "exp_avg_sq"};
 
 /* ------------------------------------------------------------------ checksums */
 
@@ -68,7 +68,7 @@ size_t ckpt_saved_rows(const tr_engine *e, const tr_param_tensor *t)
  * contiguous in the saved whole tensor, and calls fn with each run's local index, position in
  * the saved array and length. Rows past the saved ones (vocabulary padding) are skipped. */
 int ckpt_for_each_segment(const tr_param_tensor *t, int tp_rank, size_t rows_saved, size_t a,
-                             size_t b, tr_ckpt_segment_fn fn, void *ctx)
+                             size_t b, ckpt_segment_fn fn, void *ctx)
 {
     size_t cols = (size_t)t->cols, full_cols = (size_t)t->full_cols;
     while (a < b) {
@@ -212,7 +212,7 @@ static int write_segment(void *ctx, size_t local, uint64_t elem, size_t count)
 }
 
 int ckpt_for_each_moment_piece(const tr_engine *e, size_t offset, size_t numel,
-                                  tr_ckpt_piece_fn fn, void *ctx)
+                                  ckpt_piece_fn fn, void *ctx)
 {
     size_t n_ranges = 0;
     const tr_dp_shard_range *ranges = tr_dp_shard_ranges(e->dp, &n_ranges);
@@ -367,7 +367,7 @@ static int write_manifest(tr_engine *e, const char *tmp_dir, int iteration)
     for (size_t i = 0; i < m && !rc; i++)
         for (int a = 0; a < N_ARRAYS; a++)
             if (!recs[i].have[a])
-                rc = tr_fail(TR_ERR_INTERNAL, "checkpoint: no rank wrote the %s of %s", tr_ckpt_array_names[a],
+                rc = tr_fail(TR_ERR_INTERNAL, "checkpoint: no rank wrote the %s of %s", ckpt_array_names[a],
                              recs[i].name);
     char path[4200];
     FILE *f = NULL;

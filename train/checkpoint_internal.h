@@ -11,7 +11,7 @@
 #define TRACKER "latest_checkpointed_iteration.txt"
 #define N_ARRAYS 3 /* parameter, exp_avg, exp_avg_sq */
 
-extern const char *const tr_ckpt_array_names[N_ARRAYS];
+extern const char *const ckpt_array_names[N_ARRAYS];
 
 /* One line of a rank's checksum file, and then of the manifest. */
 typedef struct {
@@ -29,17 +29,17 @@ uint64_t ckpt_checksum(const float *v, uint64_t first, size_t n);
 /* Rows of t kept in a checkpoint (the word embedding's real vocabulary). */
 size_t ckpt_saved_rows(const tr_engine *e, const tr_param_tensor *t);
 
-typedef int (*tr_ckpt_segment_fn)(void *ctx, size_t local, uint64_t file_elem, size_t count);
+typedef int (*ckpt_segment_fn)(void *ctx, size_t local, uint64_t file_elem, size_t count);
 /* The local elements [a, b) of t as runs contiguous in the saved whole tensor (see
  * checkpoint.c); rows past rows_saved are skipped. */
 TR_MUST_CHECK int ckpt_for_each_segment(const tr_param_tensor *t, int tp_rank, size_t rows_saved, size_t a,
-                             size_t b, tr_ckpt_segment_fn fn, void *ctx);
+                             size_t b, ckpt_segment_fn fn, void *ctx);
 /* fn(ctx, local, count, shard_at) for each piece of tensor [offset, offset + numel) of the
  * flat buffers in this rank's optimizer shard (all of it without ZeRO-1): its first local
  * element, its length, and where it sits in the compact Adam moments. */
-typedef int (*tr_ckpt_piece_fn)(void *ctx, size_t local, size_t count, size_t shard_at);
+typedef int (*ckpt_piece_fn)(void *ctx, size_t local, size_t count, size_t shard_at);
 TR_MUST_CHECK int ckpt_for_each_moment_piece(const tr_engine *e, size_t offset, size_t numel,
-                                  tr_ckpt_piece_fn fn, void *ctx);
+                                  ckpt_piece_fn fn, void *ctx);
 
 TR_MUST_CHECK int ckpt_join(char *buf, size_t cap, const char *dir, const char *name); /* DIR/NAME */
 /* pread of exactly `bytes`: 0, or -1 with errno (0 for a short file) */

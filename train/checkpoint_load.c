@@ -183,7 +183,7 @@ static int verify_tensor(const char *ckpt_dir, const ckpt_record *t)
         }
         if (!rc && sum != t->sum[a])
             rc = tr_fail(TR_ERR_INVALID, "checkpoint file %s: the checksum of its %s is %016" PRIx64
-                         ", the manifest says %016" PRIx64 " (corrupt data)", path, tr_ckpt_array_names[a], sum,
+                         ", the manifest says %016" PRIx64 " (corrupt data)", path, ckpt_array_names[a], sum,
                          t->sum[a]);
     }
     tr_free(buf);

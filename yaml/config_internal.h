@@ -12,14 +12,14 @@
 #include "yaml/config.h"
 
 /* Limits that make any input cheap: a config nests 3 deep and has a few hundred nodes. */
-#define TR_YAML_MAX_BYTES (16u << 20) /* whole document */
-#define TR_YAML_MAX_DEPTH 32          /* nested collections */
-#define TR_YAML_MAX_NODES 100000      /* scalars + collections, aliases included */
-#define TR_YAML_MAX_ANCHORS 1000
-#define TR_YAML_MAX_STRING 4096 /* a string value (paths included) */
+#define YAML_MAX_BYTES (16u << 20) /* whole document */
+#define YAML_MAX_DEPTH 32          /* nested collections */
+#define YAML_MAX_NODES 100000      /* scalars + collections, aliases included */
+#define YAML_MAX_ANCHORS 1000
+#define YAML_MAX_STRING 4096 /* a string value (paths included) */
 
 /* ---- tree.c: YAML text -> tree ---- */
-typedef enum { TR_YSCALAR, TR_YSEQUENCE, TR_YMAPPING } ykind;
+typedef enum { YSCALAR, YSEQUENCE, YMAPPING } ykind;
 
 typedef struct {
     ykind kind;
@@ -50,27 +50,27 @@ typedef struct {
  * every case. */
 TR_MUST_CHECK int ydoc_parse(const char *text, size_t len, const ysource *src, ydoc *doc);
 void ydoc_free(ydoc *doc);
-/* Read a whole file (at most TR_YAML_MAX_BYTES); *text is malloc'ed. */
+/* Read a whole file (at most YAML_MAX_BYTES); *text is malloc'ed. */
 TR_MUST_CHECK int yaml_read_file(const char *path, char **text, size_t *len);
 /* "NAME:LINE:COL" or the --set label, into buf. */
 const char *yloc(const ysource *src, int line, int col, char *buf, size_t cap);
 
 /* ---- schema.c: the key table ---- */
 typedef enum {
-    TR_KEY_INT,      /* int */
-    TR_KEY_UINT64,   /* uint64_t */
-    TR_KEY_DOUBLE,   /* double, finite */
-    TR_KEY_BOOL,     /* int 0/1; true/false/yes/no/on/off */
-    TR_KEY_STRING,   /* char *, owned; `choices` makes it an enum */
-    TR_KEY_INT_LIST, /* int array at `offset`, its length (int) at `count_offset` */
+    KEY_INT,      /* int */
+    KEY_UINT64,   /* uint64_t */
+    KEY_DOUBLE,   /* double, finite */
+    KEY_BOOL,     /* int 0/1; true/false/yes/no/on/off */
+    KEY_STRING,   /* char *, owned; `choices` makes it an enum */
+    KEY_INT_LIST, /* int array at `offset`, its length (int) at `count_offset` */
 } config_key_type;
 
 typedef struct {
     const char *section, *key;
     config_key_type type;
     size_t offset;       /* of the field in tr_config */
-    size_t count_offset; /* TR_KEY_INT_LIST: the length field */
-    int max_count;       /* TR_KEY_INT_LIST: capacity of the array */
+    size_t count_offset; /* KEY_INT_LIST: the length field */
+    int max_count;       /* KEY_INT_LIST: capacity of the array */
     int required;
     /* Default as YAML text ("0.02", "1f1b"), "=section.key" to copy another key's value,
      * or NULL for a zero value (required keys have none). */
@@ -84,10 +84,10 @@ typedef struct {
     int allow_empty; /* strings: "" is a value (an unset path), not an error */
 } config_key_spec;
 
-extern const config_key_spec tr_config_keys[];
-extern const int tr_config_n_keys;
+extern const config_key_spec config_keys[];
+extern const int config_n_keys;
 /* Section names in order, NULL-terminated. */
-extern const char *const tr_config_sections[];
+extern const char *const config_sections[];
 
 const config_key_spec *config_find_key(const char *section, const char *key);
 int config_key_index(const char *dotted); /* "model.hidden_size" -> index, or -1 */

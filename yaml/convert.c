@@ -42,9 +42,9 @@ const char *yquote(const char *s, size_t len, char *buf, size_t cap)
 
 const char *ydescribe(const ynode *node, char *buf, size_t cap)
 {
-    if (node->kind == TR_YMAPPING)
+    if (node->kind == YMAPPING)
         return "a mapping";
-    if (node->kind == TR_YSEQUENCE)
+    if (node->kind == YSEQUENCE)
         return "a list";
     if (node->is_null)
         return "an empty value";
@@ -65,7 +65,7 @@ static void append(char *buf, size_t cap, const char *fmt, ...)
 
 const char *yrange_text(const config_key_spec *spec, char *buf, size_t cap)
 {
-    int integer = spec->type == TR_KEY_INT || spec->type == TR_KEY_INT_LIST;
+    int integer = spec->type == KEY_INT || spec->type == KEY_INT_LIST;
     buf[0] = '\0';
     append(buf, cap, "%s", integer ? "an integer" : "a number");
     int has_hi = integer ? spec->hi < INT_MAX : spec->hi < DBL_MAX;
@@ -194,7 +194,7 @@ static int in_range(const config_key_spec *s, double v)
 
 static int parse_int(const field_ctx *f, const ynode *node, int *out)
 {
-    if (node->kind != TR_YSCALAR || node->is_null)
+    if (node->kind != YSCALAR || node->is_null)
         return expected(f, node, "an integer");
     const char *s = node->text;
     if (!(isdigit((unsigned char)s[0]) || ((s[0] == '-' || s[0] == '+') && isdigit((unsigned char)s[1]))))
@@ -212,7 +212,7 @@ static int parse_int(const field_ctx *f, const ynode *node, int *out)
 
 static int parse_uint64(const field_ctx *f, const ynode *node, uint64_t *out)
 {
-    if (node->kind != TR_YSCALAR || node->is_null)
+    if (node->kind != YSCALAR || node->is_null)
         return expected(f, node, "a non-negative integer");
     const char *s = node->text;
     if (!(isdigit((unsigned char)s[0]) || (s[0] == '+' && isdigit((unsigned char)s[1]))))
@@ -233,7 +233,7 @@ static int parse_uint64(const field_ctx *f, const ynode *node, uint64_t *out)
 
 static int parse_double(const field_ctx *f, const ynode *node, double *out)
 {
-    if (node->kind != TR_YSCALAR || node->is_null)
+    if (node->kind != YSCALAR || node->is_null)
         return expected(f, node, "a number");
     const char *s = node->text;
     const char *digits = s[0] == '-' || s[0] == '+' ? s + 1 : s;
@@ -256,7 +256,7 @@ static int parse_bool(const field_ctx *f, const ynode *node, int *out)
 {
     static const char *const yes[] = {"true", "True", "TRUE", "yes", "Yes", "YES", "on", "On", "ON"};
     static const char *const no[] = {"false", "False", "FALSE", "no", "No", "NO", "off", "Off", "OFF"};
-    if (node->kind == TR_YSCALAR && !node->is_null) {
+    if (node->kind == YSCALAR && !node->is_null) {
         for (size_t i = 0; i < sizeof yes / sizeof yes[0]; i++) {
             if (!strcmp(node->text, yes[i]) && strlen(yes[i]) == node->len) {
                 *out = 1;
@@ -274,7 +274,7 @@ static int parse_bool(const field_ctx *f, const ynode *node, int *out)
 static int parse_string(const field_ctx *f, const ynode *node, char **out)
 {
     const config_key_spec *s = f->spec;
-    if (node->kind != TR_YSCALAR || node->is_null)
+    if (node->kind != YSCALAR || node->is_null)
         return expected(f, node, s->choices ? "one of the allowed names" : "a string");
     char q[160], allowed[600];
     if (s->choices) {
@@ -296,9 +296,9 @@ static int parse_string(const field_ctx *f, const ynode *node, char **out)
                              ydescribe(node, q, sizeof q));
         if (node->len == 0 && !s->allow_empty)
             return fail_node(f, node, "found an empty string; allowed: a non-empty string");
-        if (node->len > TR_YAML_MAX_STRING)
+        if (node->len > YAML_MAX_STRING)
             return fail_node(f, node, "found a string of %zu bytes; allowed: at most %d bytes",
-                             node->len, TR_YAML_MAX_STRING);
+                             node->len, YAML_MAX_STRING);
         const char *problem = s->check_string ? s->check_string(node->text) : NULL;
         if (problem)
             return fail_node(f, node, "found %s; allowed: %s", ydescribe(node, q, sizeof q),
@@ -315,7 +315,7 @@ static int parse_string(const field_ctx *f, const ynode *node, char **out)
 static int parse_int_list(field_ctx *f, const ydoc *doc, const ynode *node, int *values,
                           int *count)
 {
-    if (node->kind != TR_YSEQUENCE)
+    if (node->kind != YSEQUENCE)
         return expected(f, node, "a list of integers like [1, 3]");
     if (node->n_children > f->spec->max_count) {
         return fail_node(f, node, "found a list of %d entries; allowed: at most %d",
@@ -341,17 +341,17 @@ int config_set_field(tr_config *cfg, const config_key_spec *spec, const ydoc *do
     snprintf(f.label, sizeof f.label, "%s.%s", spec->section, spec->key);
     void *field = (char *)cfg + spec->offset;
     switch (spec->type) {
-    case TR_KEY_INT:
+    case KEY_INT:
         return parse_int(&f, node, field);
-    case TR_KEY_UINT64:
+    case KEY_UINT64:
         return parse_uint64(&f, node, field);
-    case TR_KEY_DOUBLE:
+    case KEY_DOUBLE:
         return parse_double(&f, node, field);
-    case TR_KEY_BOOL:
+    case KEY_BOOL:
         return parse_bool(&f, node, field);
-    case TR_KEY_STRING:
+    case KEY_STRING:
         return parse_string(&f, node, field);
-    case TR_KEY_INT_LIST: {
+    case KEY_INT_LIST: {
         int values[TR_MAX_STAGES], count = 0;
         int rc = parse_int_list(&f, doc, node, values, &count);
         if (!rc) {

@@ -20,7 +20,7 @@ static int fail_node(const ysource *src, const ynode *n, const char *fmt, const 
 static int node_text(const ydoc *d, const ysource *src, int idx, char **out)
 {
     const ynode *n = &d->nodes[idx];
-    if (n->kind == TR_YSCALAR) {
+    if (n->kind == YSCALAR) {
         size_t len = strlen(n->text);
         char *t = malloc(len + 3);
         if (!t)
@@ -37,7 +37,7 @@ static int node_text(const ydoc *d, const ysource *src, int idx, char **out)
         *out = t;
         return TR_OK;
     }
-    if (n->kind == TR_YSEQUENCE) {
+    if (n->kind == YSEQUENCE) {
         size_t cap = 64, len = 1;
         char *t = malloc(cap);
         if (!t)
@@ -45,7 +45,7 @@ static int node_text(const ydoc *d, const ysource *src, int idx, char **out)
         t[0] = '[';
         for (int c = n->first; c >= 0; c = d->nodes[c].next) {
             char *item = NULL;
-            if (d->nodes[c].kind != TR_YSCALAR) {
+            if (d->nodes[c].kind != YSCALAR) {
                 free(t);
                 return fail_node(src, &d->nodes[c], "found a nested collection;",
                                  "allowed: scalars or flat lists");
@@ -85,8 +85,8 @@ static int parse_int(const ydoc *d, const ysource *src, int idx, const char *wha
 {
     const ynode *n = &d->nodes[idx];
     char *end = NULL;
-    long v = n->kind == TR_YSCALAR ? strtol(n->text, &end, 10) : 0;
-    if (n->kind != TR_YSCALAR || !end || *end || end == n->text || v < lo || v > hi) {
+    long v = n->kind == YSCALAR ? strtol(n->text, &end, 10) : 0;
+    if (n->kind != YSCALAR || !end || *end || end == n->text || v < lo || v > hi) {
         char found[96], allowed[64];
         snprintf(found, sizeof found, "found a bad value for %s;", what);
         snprintf(allowed, sizeof allowed, "allowed: an integer from %d to %d", lo, hi);
@@ -113,7 +113,7 @@ static int inline_base(tr_grid_spec *g, const ydoc *d, const ysource *src, int i
 {
     for (int s = d->nodes[idx].first; s >= 0; s = d->nodes[d->nodes[s].next].next) {
         int body = d->nodes[s].next;
-        if (d->nodes[body].kind != TR_YMAPPING)
+        if (d->nodes[body].kind != YMAPPING)
             return fail_node(src, &d->nodes[body], "found a section that is not a mapping;",
                              "allowed: key: value pairs");
         for (int k = d->nodes[body].first; k >= 0; k = d->nodes[d->nodes[k].next].next) {
@@ -139,7 +139,7 @@ static int inline_base(tr_grid_spec *g, const ydoc *d, const ysource *src, int i
 static int parse_spec(tr_grid_spec *g, const ydoc *d, const ysource *src, const char *path)
 {
     const ynode *root = &d->nodes[d->root];
-    if (root->kind != TR_YMAPPING)
+    if (root->kind != YMAPPING)
         return fail_node(src, root, "found a grid spec that is not a mapping;",
                          "allowed: sections base, grid, run");
     int have_base = 0, have_grid = 0;
@@ -150,7 +150,7 @@ static int parse_spec(tr_grid_spec *g, const ydoc *d, const ysource *src, const 
         int rc = TR_OK;
         if (!strcmp(key->text, "base")) {
             have_base = 1;
-            if (val->kind == TR_YSCALAR) {
+            if (val->kind == YSCALAR) {
                 /* relative to the grid file's folder */
                 const char *slash = strrchr(path, '/');
                 size_t dir = slash && val->text[0] != '/' ? (size_t)(slash - path + 1) : 0;
@@ -159,7 +159,7 @@ static int parse_spec(tr_grid_spec *g, const ydoc *d, const ysource *src, const 
                     return tr_fail(TR_ERR_NOMEM, "out of memory");
                 memcpy(g->base_path, path, dir);
                 strcpy(g->base_path + dir, val->text);
-            } else if (val->kind == TR_YMAPPING) {
+            } else if (val->kind == YMAPPING) {
                 rc = inline_base(g, d, src, v);
             } else {
                 rc = fail_node(src, val, "found a list for base;",
@@ -167,7 +167,7 @@ static int parse_spec(tr_grid_spec *g, const ydoc *d, const ysource *src, const 
             }
         } else if (!strcmp(key->text, "grid")) {
             have_grid = 1;
-            if (val->kind != TR_YMAPPING)
+            if (val->kind != YMAPPING)
                 return fail_node(src, val, "found a grid that is not a mapping;",
                                  "allowed: section.key: [values]");
             for (int a = val->first; a >= 0 && !rc; a = d->nodes[d->nodes[a].next].next) {
@@ -175,7 +175,7 @@ static int parse_spec(tr_grid_spec *g, const ydoc *d, const ysource *src, const 
                 if (!strchr(ak->text, '.'))
                     return fail_node(src, ak, "found a grid key without a section;",
                                      "allowed: dotted keys like training.micro_batch_size");
-                if (av->kind != TR_YSEQUENCE || av->n_children < 1)
+                if (av->kind != YSEQUENCE || av->n_children < 1)
                     return fail_node(src, av, "found a grid axis that is not a non-empty list;",
                                      "allowed: [value, ...]");
                 tr_grid_axis *axes = realloc(g->axes, (size_t)(g->n_axes + 1) * sizeof *axes);
@@ -204,7 +204,7 @@ static int parse_spec(tr_grid_spec *g, const ydoc *d, const ysource *src, const 
                 }
             }
         } else if (!strcmp(key->text, "run")) {
-            if (val->kind != TR_YMAPPING)
+            if (val->kind != YMAPPING)
                 return fail_node(src, val, "found run settings that are not a mapping;",
                                  "allowed: world_size, iterations, warmup_iterations");
             for (int r = val->first; r >= 0 && !rc; r = d->nodes[d->nodes[r].next].next) {

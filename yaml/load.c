@@ -24,7 +24,7 @@ typedef struct {
     const char *name; /* file path or "<string>" */
     ysource src;
     ydoc doc;
-    value_ref *values;      /* [tr_config_n_keys] */
+    value_ref *values;      /* [config_n_keys] */
     section_ref *sections;  /* [number of sections] */
     int n_sections;
     ydoc *set_docs;      /* [n_overrides] */
@@ -48,8 +48,8 @@ static void list_sections(char *buf, size_t cap)
 {
     size_t o = 0;
     buf[0] = '\0';
-    for (int i = 0; tr_config_sections[i] && o < cap; i++)
-        o += (size_t)snprintf(buf + o, cap - o, "%s%s", i ? ", " : "", tr_config_sections[i]);
+    for (int i = 0; config_sections[i] && o < cap; i++)
+        o += (size_t)snprintf(buf + o, cap - o, "%s%s", i ? ", " : "", config_sections[i]);
 }
 
 /* "unknown section 'x'; allowed sections: ... (did you mean 'y'?)" */
@@ -58,16 +58,16 @@ static int unknown_section(const char *loc, const char *name, size_t len)
     char q[160], allowed[300], hint[200] = "";
     list_sections(allowed, sizeof allowed);
     int n = 0;
-    while (tr_config_sections[n])
+    while (config_sections[n])
         n++;
-    const char *near = config_closest(name, tr_config_sections, n);
+    const char *near = config_closest(name, config_sections, n);
     if (near) {
         snprintf(hint, sizeof hint, " (did you mean '%s'?)", near);
     } else {
-        for (int i = 0; i < tr_config_n_keys; i++)
-            if (!strcmp(tr_config_keys[i].key, name)) {
+        for (int i = 0; i < config_n_keys; i++)
+            if (!strcmp(config_keys[i].key, name)) {
                 snprintf(hint, sizeof hint, " ('%s' is a key of section '%s')", name,
-                         tr_config_keys[i].section);
+                         config_keys[i].section);
                 break;
             }
     }
@@ -83,22 +83,22 @@ static int unknown_key(const char *loc, const char *section, const char *name, s
     int n = 0;
     size_t o = 0;
     allowed[0] = '\0';
-    for (int i = 0; i < tr_config_n_keys && n < 128; i++) {
-        if (strcmp(tr_config_keys[i].section, section))
+    for (int i = 0; i < config_n_keys && n < 128; i++) {
+        if (strcmp(config_keys[i].section, section))
             continue;
-        names[n++] = tr_config_keys[i].key;
+        names[n++] = config_keys[i].key;
         if (o < sizeof allowed)
             o += (size_t)snprintf(allowed + o, sizeof allowed - o, "%s%s", n > 1 ? ", " : "",
-                                  tr_config_keys[i].key);
+                                  config_keys[i].key);
     }
     const char *near = config_closest(name, names, n);
     if (near) {
         snprintf(hint, sizeof hint, " (did you mean '%s'?)", near);
     } else {
-        for (int i = 0; i < tr_config_n_keys; i++)
-            if (!strcmp(tr_config_keys[i].key, name)) {
+        for (int i = 0; i < config_n_keys; i++)
+            if (!strcmp(config_keys[i].key, name)) {
                 snprintf(hint, sizeof hint, " ('%s' belongs in section '%s')", name,
-                         tr_config_keys[i].section);
+                         config_keys[i].section);
                 break;
             }
     }
@@ -121,7 +121,7 @@ static int collect_section(loader *L, const char *section, const ynode *map)
         k = v; /* pairs: key, value */
         if (v < 0)
             return fail_loc(node_loc(L, key, loc, sizeof loc), "a key without a value");
-        if (key->kind != TR_YSCALAR || key->is_null)
+        if (key->kind != YSCALAR || key->is_null)
             return fail_loc(node_loc(L, key, loc, sizeof loc),
                             "a key of section '%s' is %s; allowed: a plain key name", section,
                             ydescribe(key, q, sizeof q));
@@ -129,7 +129,7 @@ static int collect_section(loader *L, const char *section, const ynode *map)
             memchr(key->text, '\0', key->len) ? NULL : config_find_key(section, key->text);
         if (!spec)
             return unknown_key(node_loc(L, key, loc, sizeof loc), section, key->text, key->len);
-        value_ref *r = &L->values[spec - tr_config_keys];
+        value_ref *r = &L->values[spec - config_keys];
         if (r->node)
             return fail_loc(node_loc(L, key, loc, sizeof loc),
                             "duplicate key '%s' in section '%s' (first at line %d); each key may "
@@ -146,11 +146,11 @@ static int collect_file(loader *L)
     const ydoc *d = &L->doc;
     char loc[1200], q[160], allowed[300];
     list_sections(allowed, sizeof allowed);
-    if (d->root < 0 || (d->nodes[d->root].kind == TR_YSCALAR && d->nodes[d->root].is_null))
+    if (d->root < 0 || (d->nodes[d->root].kind == YSCALAR && d->nodes[d->root].is_null))
         return fail_loc(yloc(&L->src, 1, 1, loc, sizeof loc),
                         "empty document; expected a mapping with sections %s", allowed);
     const ynode *root = &d->nodes[d->root];
-    if (root->kind != TR_YMAPPING)
+    if (root->kind != YMAPPING)
         return fail_loc(node_loc(L, root, loc, sizeof loc),
                         "the document is %s; expected a mapping with sections %s",
                         ydescribe(root, q, sizeof q), allowed);
@@ -160,7 +160,7 @@ static int collect_file(loader *L)
         k = v;
         if (v < 0)
             return fail_loc(node_loc(L, key, loc, sizeof loc), "a key without a value");
-        if (key->kind != TR_YSCALAR || key->is_null)
+        if (key->kind != YSCALAR || key->is_null)
             return fail_loc(node_loc(L, key, loc, sizeof loc),
                             "a section name is %s; allowed sections: %s",
                             ydescribe(key, q, sizeof q), allowed);
@@ -172,16 +172,16 @@ static int collect_file(loader *L)
             return fail_loc(node_loc(L, key, loc, sizeof loc),
                             "duplicate section '%s' (first at line %d); each section may appear "
                             "once",
-                            tr_config_sections[s], sr->line);
+                            config_sections[s], sr->line);
         *sr = (section_ref){1, key->line, key->col};
         const ynode *val = &d->nodes[v];
-        if (val->kind == TR_YSCALAR && val->is_null)
+        if (val->kind == YSCALAR && val->is_null)
             continue; /* an empty section: all defaults */
-        if (val->kind != TR_YMAPPING)
+        if (val->kind != YMAPPING)
             return fail_loc(node_loc(L, val, loc, sizeof loc),
                             "section '%s' is %s; expected a mapping of keys (`key: value` lines)",
-                            tr_config_sections[s], ydescribe(val, q, sizeof q));
-        int rc = collect_section(L, tr_config_sections[s], val);
+                            config_sections[s], ydescribe(val, q, sizeof q));
+        int rc = collect_section(L, config_sections[s], val);
         if (rc)
             return rc;
     }
@@ -198,11 +198,11 @@ static int collect_override(loader *L, int i, const char *arg)
         size_t klen = eq ? (size_t)(eq - arg) : strlen(arg);
         char key[128];
         snprintf(key, sizeof key, "%.*s", (int)(klen < 100 ? klen : 100), arg);
-        for (int k = 0; !dot && k < tr_config_n_keys; k++)
-            if (!strcmp(tr_config_keys[k].key, key))
+        for (int k = 0; !dot && k < config_n_keys; k++)
+            if (!strcmp(config_keys[k].key, key))
                 return tr_fail(TR_ERR_CONFIG,
                                "--set %s: expected SECTION.KEY=VALUE; did you mean --set %s.%s=...?",
-                               yquote(arg, strlen(arg), q, sizeof q), tr_config_keys[k].section,
+                               yquote(arg, strlen(arg), q, sizeof q), config_keys[k].section,
                                key);
         return tr_fail(TR_ERR_CONFIG, "--set %s: expected SECTION.KEY=VALUE (e.g. training.lr=3e-4)",
                        yquote(arg, strlen(arg), q, sizeof q));
@@ -235,7 +235,7 @@ static int collect_override(loader *L, int i, const char *arg)
     if (d->root < 0)
         return tr_fail(TR_ERR_CONFIG, "%s: found no value after '='; expected a value (YAML)",
                        label);
-    L->values[spec - tr_config_keys] = (value_ref){.doc = d, .node = &d->nodes[d->root],
+    L->values[spec - config_keys] = (value_ref){.doc = d, .node = &d->nodes[d->root],
                                                     .src = &L->set_srcs[i]};
     return TR_OK;
 }
@@ -243,16 +243,16 @@ static int collect_override(loader *L, int i, const char *arg)
 static const char *type_words(const config_key_spec *s, char *buf, size_t cap)
 {
     switch (s->type) {
-    case TR_KEY_INT:
-    case TR_KEY_DOUBLE:
+    case KEY_INT:
+    case KEY_DOUBLE:
         return yrange_text(s, buf, cap);
-    case TR_KEY_UINT64:
+    case KEY_UINT64:
         return "a non-negative integer";
-    case TR_KEY_BOOL:
+    case KEY_BOOL:
         return "true or false";
-    case TR_KEY_INT_LIST:
+    case KEY_INT_LIST:
         return "a list of integers";
-    case TR_KEY_STRING:
+    case KEY_STRING:
         break;
     }
     return "a string";
@@ -261,17 +261,17 @@ static const char *type_words(const config_key_spec *s, char *buf, size_t cap)
 /* Values given -> fields; then required keys, defaults and derived defaults. */
 static int resolve(loader *L, tr_config *cfg)
 {
-    for (int i = 0; i < tr_config_n_keys; i++) {
+    for (int i = 0; i < config_n_keys; i++) {
         const value_ref *r = &L->values[i];
         if (!r->node)
             continue;
-        int rc = config_set_field(cfg, &tr_config_keys[i], r->doc, r->node, r->src);
+        int rc = config_set_field(cfg, &config_keys[i], r->doc, r->node, r->src);
         if (rc)
             return rc;
     }
     for (int pass = 0; pass < 2; pass++) { /* plain defaults first, then "=other.key" */
-        for (int i = 0; i < tr_config_n_keys; i++) {
-            const config_key_spec *s = &tr_config_keys[i];
+        for (int i = 0; i < config_n_keys; i++) {
+            const config_key_spec *s = &config_keys[i];
             if (L->values[i].node)
                 continue;
             char loc[1200], words[160];
@@ -287,14 +287,14 @@ static int resolve(loader *L, tr_config *cfg)
                 continue;
             if (pass == 1) {
                 int from = config_key_index(s->def + 1);
-                if (from < 0 || tr_config_keys[from].type != s->type || s->type != TR_KEY_INT)
+                if (from < 0 || config_keys[from].type != s->type || s->type != KEY_INT)
                     return tr_fail(TR_ERR_INTERNAL, "config key %s.%s: bad default '%s'",
                                    s->section, s->key, s->def);
                 *(int *)((char *)cfg + s->offset) =
-                    *(const int *)((const char *)cfg + tr_config_keys[from].offset);
+                    *(const int *)((const char *)cfg + config_keys[from].offset);
                 continue;
             }
-            ynode node = {.kind = TR_YSCALAR, .line = 0, .col = 0, .text = (char *)s->def,
+            ynode node = {.kind = YSCALAR, .line = 0, .col = 0, .text = (char *)s->def,
                              .len = strlen(s->def), .first = -1, .next = -1};
             ysource src = {.name = "<default>"};
             ydoc none = {.root = -1};
@@ -317,19 +317,19 @@ static int add_mark(tr_config *cfg, const char *key, int line, int col)
 
 static int record_marks(loader *L, tr_config *cfg)
 {
-    cfg->marks = calloc((size_t)(tr_config_n_keys + L->n_sections), sizeof *cfg->marks);
+    cfg->marks = calloc((size_t)(config_n_keys + L->n_sections), sizeof *cfg->marks);
     if (!cfg->marks)
         return tr_fail(TR_ERR_NOMEM, "out of memory");
     int rc = TR_OK;
     for (int s = 0; s < L->n_sections && !rc; s++)
         if (L->sections[s].present)
-            rc = add_mark(cfg, tr_config_sections[s], L->sections[s].line, L->sections[s].col);
-    for (int i = 0; i < tr_config_n_keys && !rc; i++) {
+            rc = add_mark(cfg, config_sections[s], L->sections[s].line, L->sections[s].col);
+    for (int i = 0; i < config_n_keys && !rc; i++) {
         const value_ref *r = &L->values[i];
         if (!r->node)
             continue;
         char dotted[200];
-        snprintf(dotted, sizeof dotted, "%s.%s", tr_config_keys[i].section, tr_config_keys[i].key);
+        snprintf(dotted, sizeof dotted, "%s.%s", config_keys[i].section, config_keys[i].key);
         rc = add_mark(cfg, dotted, r->key_line, r->key_col);
     }
     return rc;
@@ -356,12 +356,12 @@ int tr_config_load_string(const char *text, size_t len, const char *name,
     loader L = {.name = name ? name : "<string>"};
     L.src.name = L.name;
     L.doc.root = -1;
-    while (tr_config_sections[L.n_sections])
+    while (config_sections[L.n_sections])
         L.n_sections++;
     if (n_overrides < 0 || (n_overrides > 0 && !overrides))
         return tr_fail(TR_ERR_INVALID, "tr_config_load: bad override list");
     size_t n_set = (size_t)n_overrides + 1;
-    L.values = calloc((size_t)tr_config_n_keys, sizeof *L.values);
+    L.values = calloc((size_t)config_n_keys, sizeof *L.values);
     L.sections = calloc((size_t)L.n_sections, sizeof *L.sections);
     L.set_docs = calloc(n_set, sizeof *L.set_docs);
     L.set_srcs = calloc(n_set, sizeof *L.set_srcs);
@@ -405,9 +405,9 @@ int yaml_read_file(const char *path, char **text_out, size_t *len_out)
     int rc = text ? TR_OK : tr_fail(TR_ERR_NOMEM, "out of memory reading %s", path);
     while (!rc) {
         if (len == cap) {
-            if (cap > TR_YAML_MAX_BYTES) {
+            if (cap > YAML_MAX_BYTES) {
                 rc = tr_fail(TR_ERR_CONFIG, "%s: more than %u bytes; a config may be at most %u "
-                             "bytes", path, TR_YAML_MAX_BYTES, TR_YAML_MAX_BYTES);
+                             "bytes", path, YAML_MAX_BYTES, YAML_MAX_BYTES);
                 break;
             }
             char *p = realloc(text, cap * 2);
@@ -480,9 +480,9 @@ void tr_config_free(tr_config *c)
 {
     if (!c)
         return;
-    for (int i = 0; i < tr_config_n_keys; i++)
-        if (tr_config_keys[i].type == TR_KEY_STRING)
-            free(*(char **)((char *)c + tr_config_keys[i].offset));
+    for (int i = 0; i < config_n_keys; i++)
+        if (config_keys[i].type == KEY_STRING)
+            free(*(char **)((char *)c + config_keys[i].offset));
     for (int i = 0; i < c->n_marks; i++)
         free(c->marks[i].key);
     free(c->marks);

@@ -1,6 +1,6 @@
 /* The config schema: one table entry per key (section, Megatron name, type, field, default,
  * allowed range or values). Adding a key = one entry here (and its field in config.h);
- * adding a section = its name in tr_config_sections and entries for its keys. Loading,
+ * adding a section = its name in config_sections and entries for its keys. Loading,
  * defaults, writing, comparing and freeing all walk this table. */
 #include <float.h>
 #include <limits.h>
@@ -13,21 +13,21 @@
 #define INF DBL_MAX
 
 #define INT(sec, name, field, req, dflt, min, max)                                             \
-    {.section = sec, .key = name, .type = TR_KEY_INT, .offset = F(field), .required = req,    \
+    {.section = sec, .key = name, .type = KEY_INT, .offset = F(field), .required = req,    \
      .def = dflt, .lo = min, .hi = max}
 #define DBL(sec, name, field, req, dflt, min, min_open, max, max_open)                         \
-    {.section = sec, .key = name, .type = TR_KEY_DOUBLE, .offset = F(field), .required = req, \
+    {.section = sec, .key = name, .type = KEY_DOUBLE, .offset = F(field), .required = req, \
      .def = dflt, .lo = min, .lo_open = min_open, .hi = max, .hi_open = max_open}
 #define BOOL(sec, name, field, dflt)                                                           \
-    {.section = sec, .key = name, .type = TR_KEY_BOOL, .offset = F(field), .def = dflt}
+    {.section = sec, .key = name, .type = KEY_BOOL, .offset = F(field), .def = dflt}
 #define ENUM(sec, name, field, dflt, values)                                                   \
-    {.section = sec, .key = name, .type = TR_KEY_STRING, .offset = F(field), .def = dflt,     \
+    {.section = sec, .key = name, .type = KEY_STRING, .offset = F(field), .def = dflt,     \
      .choices = values}
 #define STR(sec, name, field, req, dflt, check)                                                \
-    {.section = sec, .key = name, .type = TR_KEY_STRING, .offset = F(field), .required = req, \
+    {.section = sec, .key = name, .type = KEY_STRING, .offset = F(field), .required = req, \
      .def = dflt, .check_string = check}
 
-const char *const tr_config_sections[] = {"model", "parallel", "training", "data", "logging",
+const char *const config_sections[] = {"model", "parallel", "training", "data", "logging",
                                           "checkpoint", "cluster", NULL};
 
 static const char *const schedules[] = {"1f1b", "gpipe", "interleaved", NULL};
@@ -42,7 +42,7 @@ static const char *const cluster_presets[] = {"none", "a100-80gb", "h100-80gb", 
                                               NULL};
 static const char *const cluster_devices[] = {"auto", "gpu", "cpu", NULL};
 
-const config_key_spec tr_config_keys[] = {
+const config_key_spec config_keys[] = {
     INT("model", "num_layers", model.num_layers, 1, NULL, 1, 65536),
     INT("model", "hidden_size", model.hidden_size, 1, NULL, 1, 1 << 20),
     INT("model", "num_attention_heads", model.num_attention_heads, 1, NULL, 1, 65536),
@@ -59,7 +59,7 @@ const config_key_spec tr_config_keys[] = {
         65536),
     INT("parallel", "pipeline_model_parallel_size", parallel.pipeline_model_parallel_size, 0, "1",
         1, TR_MAX_STAGES),
-    {.section = "parallel", .key = "pipeline_layers", .type = TR_KEY_INT_LIST,
+    {.section = "parallel", .key = "pipeline_layers", .type = KEY_INT_LIST,
      .offset = F(parallel.pipeline_layers), .count_offset = F(parallel.num_pipeline_layers),
      .max_count = TR_MAX_STAGES, .lo = 1, .hi = 65536},
     ENUM("parallel", "pipeline_schedule", parallel.pipeline_schedule, "1f1b", schedules),
@@ -87,7 +87,7 @@ const config_key_spec tr_config_keys[] = {
     DBL("training", "adam_beta1", training.adam_beta1, 0, "0.9", 0, 0, 1, 1),
     DBL("training", "adam_beta2", training.adam_beta2, 0, "0.999", 0, 0, 1, 1),
     DBL("training", "adam_eps", training.adam_eps, 0, "1e-8", 0, 1, INF, 0),
-    {.section = "training", .key = "seed", .type = TR_KEY_UINT64, .offset = F(training.seed),
+    {.section = "training", .key = "seed", .type = KEY_UINT64, .offset = F(training.seed),
      .def = "1234"},
     INT("training", "eval_interval", training.eval_interval, 0, "0", 0, INT_MAX),
     INT("training", "eval_iters", training.eval_iters, 0, "10", 0, INT_MAX),
@@ -105,13 +105,13 @@ const config_key_spec tr_config_keys[] = {
     ENUM("logging", "level", logging.level, "info", log_levels),
     DBL("logging", "peak_gflops", logging.peak_gflops, 0, "0", 0, 0, INF, 0),
     /* "" = no TensorBoard event file */
-    {.section = "logging", .key = "tensorboard_dir", .type = TR_KEY_STRING,
+    {.section = "logging", .key = "tensorboard_dir", .type = KEY_STRING,
      .offset = F(logging.tensorboard_dir), .def = "", .allow_empty = 1},
 
     /* directories; "" = none */
-    {.section = "checkpoint", .key = "save", .type = TR_KEY_STRING, .offset = F(checkpoint.save),
+    {.section = "checkpoint", .key = "save", .type = KEY_STRING, .offset = F(checkpoint.save),
      .def = "", .allow_empty = 1},
-    {.section = "checkpoint", .key = "load", .type = TR_KEY_STRING, .offset = F(checkpoint.load),
+    {.section = "checkpoint", .key = "load", .type = KEY_STRING, .offset = F(checkpoint.load),
      .def = "", .allow_empty = 1},
     INT("checkpoint", "save_interval", checkpoint.save_interval, 0, "0", 0, INT_MAX),
 
@@ -132,13 +132,13 @@ const config_key_spec tr_config_keys[] = {
     DBL("cluster", "inter_node_latency_us", cluster.inter_node_latency_us, 0, "0", 0, 0, 1e9, 0),
 };
 
-const int tr_config_n_keys = (int)(sizeof tr_config_keys / sizeof tr_config_keys[0]);
+const int config_n_keys = (int)(sizeof config_keys / sizeof config_keys[0]);
 
 const config_key_spec *config_find_key(const char *section, const char *key)
 {
-    for (int i = 0; i < tr_config_n_keys; i++)
-        if (!strcmp(tr_config_keys[i].section, section) && !strcmp(tr_config_keys[i].key, key))
-            return &tr_config_keys[i];
+    for (int i = 0; i < config_n_keys; i++)
+        if (!strcmp(config_keys[i].section, section) && !strcmp(config_keys[i].key, key))
+            return &config_keys[i];
     return NULL;
 }
 
@@ -148,8 +148,8 @@ int config_key_index(const char *dotted)
     if (!dot)
         return -1;
     size_t slen = (size_t)(dot - dotted);
-    for (int i = 0; i < tr_config_n_keys; i++) {
-        const config_key_spec *k = &tr_config_keys[i];
+    for (int i = 0; i < config_n_keys; i++) {
+        const config_key_spec *k = &config_keys[i];
         if (strlen(k->section) == slen && !strncmp(k->section, dotted, slen) &&
             !strcmp(k->key, dot + 1))
             return i;
@@ -159,8 +159,8 @@ int config_key_index(const char *dotted)
 
 int config_section_index(const char *name)
 {
-    for (int i = 0; tr_config_sections[i]; i++)
-        if (!strcmp(tr_config_sections[i], name))
+    for (int i = 0; config_sections[i]; i++)
+        if (!strcmp(config_sections[i], name))
             return i;
     return -1;
 }

@@ -37,10 +37,10 @@ typedef struct {
 typedef struct {
     const ysource *src;
     ydoc *doc;
-    int stack[TR_YAML_MAX_DEPTH + 1]; /* open collections */
-    int last[TR_YAML_MAX_DEPTH + 1];  /* their last child, -1 if none */
+    int stack[YAML_MAX_DEPTH + 1]; /* open collections */
+    int last[YAML_MAX_DEPTH + 1];  /* their last child, -1 if none */
     int depth;
-    anchor anchors[TR_YAML_MAX_ANCHORS];
+    anchor anchors[YAML_MAX_ANCHORS];
     int n_anchors;
     int n_documents;
 } builder;
@@ -62,9 +62,9 @@ static int add_node(builder *b, ykind kind, const yaml_mark_t *mark)
 {
     ydoc *d = b->doc;
     int line = (int)mark->line + 1, col = (int)mark->column + 1;
-    if (d->n >= TR_YAML_MAX_NODES) {
+    if (d->n >= YAML_MAX_NODES) {
         fail_at(b, line, col, "more than %d YAML nodes; a config has a few hundred",
-                TR_YAML_MAX_NODES);
+                YAML_MAX_NODES);
         return -1;
     }
     if (d->n == d->cap) {
@@ -100,10 +100,10 @@ static int add_node(builder *b, ykind kind, const yaml_mark_t *mark)
 
 static int open_collection(builder *b, ykind kind, const yaml_mark_t *mark)
 {
-    if (b->depth >= TR_YAML_MAX_DEPTH) {
+    if (b->depth >= YAML_MAX_DEPTH) {
         return fail_at(b, (int)mark->line + 1, (int)mark->column + 1,
                        "collections nested more than %d deep; a config nests 3 deep",
-                       TR_YAML_MAX_DEPTH);
+                       YAML_MAX_DEPTH);
     }
     int i = add_node(b, kind, mark);
     if (i < 0)
@@ -118,10 +118,10 @@ static int remember_anchor(builder *b, const yaml_char_t *name, int node, const 
 {
     if (!name)
         return TR_OK;
-    if (b->n_anchors >= TR_YAML_MAX_ANCHORS)
+    if (b->n_anchors >= YAML_MAX_ANCHORS)
         return fail_at(b, (int)m->line + 1, (int)m->column + 1,
                        "more than %d anchors; a config needs a handful",
-                       TR_YAML_MAX_ANCHORS);
+                       YAML_MAX_ANCHORS);
     char *copy = strdup((const char *)name);
     if (!copy)
         return tr_fail(TR_ERR_NOMEM, "out of memory reading YAML");
@@ -139,7 +139,7 @@ static int is_null_text(const char *s, size_t len)
 
 static int on_scalar(builder *b, const yaml_event_t *ev)
 {
-    int i = add_node(b, TR_YSCALAR, &ev->start_mark);
+    int i = add_node(b, YSCALAR, &ev->start_mark);
     if (i < 0)
         return TR_ERR_CONFIG;
     ynode *nd = &b->doc->nodes[i];
@@ -166,12 +166,12 @@ static int on_alias(builder *b, const yaml_event_t *ev)
     if (target < 0)
         return fail_at(b, line, col, "alias *%.60s names no anchor defined before it; define &%.60s first",
                        name, name);
-    if (b->doc->nodes[target].kind != TR_YSCALAR)
+    if (b->doc->nodes[target].kind != YSCALAR)
         return fail_at(b, line, col,
                        "alias *%.60s refers to a %s; aliases are allowed only for scalar values",
                        name,
-                       b->doc->nodes[target].kind == TR_YMAPPING ? "mapping" : "list");
-    int i = add_node(b, TR_YSCALAR, &ev->start_mark);
+                       b->doc->nodes[target].kind == YMAPPING ? "mapping" : "list");
+    int i = add_node(b, YSCALAR, &ev->start_mark);
     if (i < 0)
         return TR_ERR_CONFIG;
     const ynode *t = &b->doc->nodes[target];
@@ -232,7 +232,7 @@ static int on_event(builder *b, const yaml_event_t *ev, int *done)
     case YAML_SEQUENCE_START_EVENT:
     case YAML_MAPPING_START_EVENT: {
         int mapping = ev->type == YAML_MAPPING_START_EVENT;
-        int rc = open_collection(b, mapping ? TR_YMAPPING : TR_YSEQUENCE, &ev->start_mark);
+        int rc = open_collection(b, mapping ? YMAPPING : YSEQUENCE, &ev->start_mark);
         if (rc)
             return rc;
         return remember_anchor(b,
@@ -258,9 +258,9 @@ int ydoc_parse(const char *text, size_t len, const ysource *src, ydoc *doc)
     memset(doc, 0, sizeof *doc);
     doc->root = -1;
     char loc[1200];
-    if (len > TR_YAML_MAX_BYTES)
+    if (len > YAML_MAX_BYTES)
         return tr_fail(TR_ERR_CONFIG, "%s: %zu bytes of YAML; a config may be at most %u bytes",
-                       yloc(src, 1, 1, loc, sizeof loc), len, TR_YAML_MAX_BYTES);
+                       yloc(src, 1, 1, loc, sizeof loc), len, YAML_MAX_BYTES);
     builder *b = calloc(1, sizeof *b);
     if (!b)
         return tr_fail(TR_ERR_NOMEM, "out of memory reading YAML");

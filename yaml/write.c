@@ -49,22 +49,22 @@ static void write_value(FILE *f, const tr_config *c, const config_key_spec *s)
 {
     const void *field = (const char *)c + s->offset;
     switch (s->type) {
-    case TR_KEY_INT:
+    case KEY_INT:
         fprintf(f, "%d", *(const int *)field);
         break;
-    case TR_KEY_UINT64:
+    case KEY_UINT64:
         fprintf(f, "%" PRIu64, *(const uint64_t *)field);
         break;
-    case TR_KEY_DOUBLE:
+    case KEY_DOUBLE:
         write_double(f, *(const double *)field);
         break;
-    case TR_KEY_BOOL:
+    case KEY_BOOL:
         fputs(*(const int *)field ? "true" : "false", f);
         break;
-    case TR_KEY_STRING:
+    case KEY_STRING:
         write_string(f, *(char *const *)field);
         break;
-    case TR_KEY_INT_LIST: {
+    case KEY_INT_LIST: {
         int n = *(const int *)((const char *)c + s->count_offset);
         fputc('[', f);
         for (int i = 0; i < n && i < s->max_count; i++)
@@ -87,11 +87,11 @@ int tr_config_write(const tr_config *c, FILE *f)
         fputc(')', f);
     }
     fputc('\n', f);
-    for (int sec = 0; tr_config_sections[sec]; sec++) {
-        fprintf(f, "%s:\n", tr_config_sections[sec]);
-        for (int i = 0; i < tr_config_n_keys; i++) {
-            const config_key_spec *s = &tr_config_keys[i];
-            if (strcmp(s->section, tr_config_sections[sec]))
+    for (int sec = 0; config_sections[sec]; sec++) {
+        fprintf(f, "%s:\n", config_sections[sec]);
+        for (int i = 0; i < config_n_keys; i++) {
+            const config_key_spec *s = &config_keys[i];
+            if (strcmp(s->section, config_sections[sec]))
                 continue;
             fprintf(f, "  %s: ", s->key);
             write_value(f, c, s);
@@ -107,30 +107,30 @@ int tr_config_write(const tr_config *c, FILE *f)
 
 int tr_config_equal(const tr_config *a, const tr_config *b)
 {
-    for (int i = 0; i < tr_config_n_keys; i++) {
-        const config_key_spec *s = &tr_config_keys[i];
+    for (int i = 0; i < config_n_keys; i++) {
+        const config_key_spec *s = &config_keys[i];
         const void *fa = (const char *)a + s->offset, *fb = (const char *)b + s->offset;
         switch (s->type) {
-        case TR_KEY_INT:
-        case TR_KEY_BOOL:
+        case KEY_INT:
+        case KEY_BOOL:
             if (*(const int *)fa != *(const int *)fb)
                 return 0;
             break;
-        case TR_KEY_UINT64:
+        case KEY_UINT64:
             if (*(const uint64_t *)fa != *(const uint64_t *)fb)
                 return 0;
             break;
-        case TR_KEY_DOUBLE:
+        case KEY_DOUBLE:
             if (*(const double *)fa != *(const double *)fb)
                 return 0;
             break;
-        case TR_KEY_STRING: {
+        case KEY_STRING: {
             const char *sa = *(char *const *)fa, *sb = *(char *const *)fb;
             if ((!sa || !sb) ? sa != sb : strcmp(sa, sb) != 0)
                 return 0;
             break;
         }
-        case TR_KEY_INT_LIST: {
+        case KEY_INT_LIST: {
             int na = *(const int *)((const char *)a + s->count_offset);
             int nb = *(const int *)((const char *)b + s->count_offset);
             if (na != nb || na < 0 || na > s->max_count ||

@@ -332,7 +332,7 @@ int comm_nccl_init(const tr_comm_rendezvous *rv, const tr_comm_config *cfg_in, t
             rc = nccl_from_store(g, cfg.timeout_s);
     }
     if (!rc)
-        rc = tr_comm_wrap(&tr_nccl_ops, g, g->rank, g->size, tr_comm_name(host), cfg.timeout_s,
+        rc = tr_comm_wrap(&nccl_ops, g, g->rank, g->size, tr_comm_name(host), cfg.timeout_s,
                           out);
     if (rc) {
         char msg[1024];
@@ -350,7 +350,7 @@ int comm_nccl_init(const tr_comm_rendezvous *rv, const tr_comm_config *cfg_in, t
 
 int tr_comm_nccl_mode(const tr_comm *c)
 {
-    if (!c || strcmp(tr_comm_backend(c), tr_nccl_ops.name))
+    if (!c || strcmp(tr_comm_backend(c), nccl_ops.name))
         return -1;
     return (int)G(c)->mode;
 }
@@ -426,7 +426,7 @@ static int n_split(tr_comm *c, int color, int key, const char *name, tr_comm **o
         if (cmode == TR_NCCL_MODE_NCCL && !cg->nccl) /* parent staged: a fresh communicator */
             rc = nccl_from_store(cg, timeout);
         if (!rc)
-            rc = tr_comm_wrap(&tr_nccl_ops, cg, cg->rank, cg->size, name, timeout, out);
+            rc = tr_comm_wrap(&nccl_ops, cg, cg->rank, cg->size, name, timeout, out);
     }
     if (rc) {
         char msg[1024];
@@ -456,7 +456,7 @@ static void n_destroy(tr_comm *c)
     tr_comm_destroy(host);
 }
 
-const tr_comm_ops tr_nccl_ops = {
+const tr_comm_ops nccl_ops = {
     .name = "nccl",
     .allreduce = nccl_allreduce,
     .reduce_scatter = nccl_reduce_scatter,

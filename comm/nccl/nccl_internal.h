@@ -96,7 +96,7 @@ struct nccl_op {
 };
 
 /* ---- comm.c: groups, the world, split, destroy */
-extern const tr_comm_ops tr_nccl_ops;
+extern const tr_comm_ops nccl_ops;
 /* Poll the NCCL communicator until it leaves ncclInProgress; on error or past deadline it is
  * aborted, the group broken and op (may be NULL) failed. */
 int nccl_settle(nccl_group *g, ncclComm_t comm, double deadline, nccl_op *op, const char *what);

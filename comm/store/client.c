@@ -83,8 +83,8 @@ static int try_connect(tr_store *st, double deadline, int *err, int *fatal)
 static int send_request(tr_store *st, uint8_t op, const char *key, size_t klen,
                         const void *val, size_t vlen, double deadline)
 {
-    uint8_t hdr[TR_STORE_REQ_HDR];
-    memcpy(hdr, TR_STORE_MAGIC, 4);
+    uint8_t hdr[STORE_REQ_HDR];
+    memcpy(hdr, STORE_MAGIC, 4);
     hdr[4] = op;
     store_put_u32(hdr + 5, (uint32_t)klen);
     store_put_u32(hdr + 9, (uint32_t)vlen);
@@ -100,7 +100,7 @@ static int send_request(tr_store *st, uint8_t op, const char *key, size_t klen,
 static int read_response(tr_store *st, uint8_t *status, uint8_t **payload, size_t *len,
                          double deadline)
 {
-    uint8_t hdr[TR_STORE_RESP_HDR];
+    uint8_t hdr[STORE_RESP_HDR];
     int rc = store_read_all(st->fd, hdr, sizeof hdr, deadline);
     if (rc)
         return rc;
@@ -140,16 +140,16 @@ static int establish(tr_store *st, double deadline)
         if (try_connect(st, deadline, &err, &fatal) == 0) {
             uint8_t status = 0, *msg = NULL;
             size_t len = 0;
-            int rc = send_request(st, TR_STORE_OP_HELLO, st->token, strlen(st->token),
+            int rc = send_request(st, STORE_OP_HELLO, st->token, strlen(st->token),
                                   st->session, strlen(st->session), deadline);
             if (!rc)
                 rc = read_response(st, &status, &msg, &len, deadline);
-            if (!rc && status == TR_STORE_OK) {
+            if (!rc && status == STORE_OK) {
                 free(msg);
                 return TR_OK;
             }
             drop(st);
-            if (!rc && status == TR_STORE_ERROR) {
+            if (!rc && status == STORE_ERROR) {
                 int r = tr_fail(TR_ERR_COMM, "store %s:%d rejected this rank: %s", st->host,
                                 st->port, msg ? (char *)msg : "?");
                 free(msg);
@@ -248,7 +248,7 @@ static int roundtrip(tr_store *st, uint8_t op, const char *key, const void *val,
         return tr_fail(TR_ERR_COMM, "store %s:%d: connection lost (%s)", st->host, st->port,
                        strerror(e));
     }
-    if (status != TR_STORE_OK) {
+    if (status != STORE_OK) {
         int r = tr_fail(TR_ERR_COMM, "store %s:%d refused the request on key '%s': %s", st->host,
                         st->port, key, msg ? (char *)msg : "?");
         free(msg);
@@ -272,7 +272,7 @@ int tr_store_set(tr_store *st, const char *key, const void *value, size_t len)
                        len, key);
     if (len && !value)
         return tr_fail(TR_ERR_INVALID, "store: NULL value");
-    return roundtrip(st, TR_STORE_OP_SET, key, value, len, NULL, NULL);
+    return roundtrip(st, STORE_OP_SET, key, value, len, NULL, NULL);
 }
 
 int tr_store_get(tr_store *st, const char *key, void **value, size_t *len)
@@ -283,7 +283,7 @@ int tr_store_get(tr_store *st, const char *key, void **value, size_t *len)
     if (rc)
         return rc;
     uint8_t *p = NULL;
-    rc = roundtrip(st, TR_STORE_OP_GET, key, NULL, 0, &p, len);
+    rc = roundtrip(st, STORE_OP_GET, key, NULL, 0, &p, len);
     if (rc)
         return rc;
     *value = p;
@@ -298,7 +298,7 @@ int tr_store_add(tr_store *st, const char *key, int64_t delta, int64_t *result)
     uint8_t buf[8], *p = NULL;
     size_t len = 0;
     store_put_i64(buf, delta);
-    rc = roundtrip(st, TR_STORE_OP_ADD, key, buf, 8, &p, &len);
+    rc = roundtrip(st, STORE_OP_ADD, key, buf, 8, &p, &len);
     if (rc)
         return rc;
     if (len != 8) {
@@ -316,7 +316,7 @@ int tr_store_wait(tr_store *st, const char *const *keys, size_t nkeys)
     for (size_t i = 0; i < nkeys; i++) {
         int rc = check_key(keys[i]);
         if (!rc)
-            rc = roundtrip(st, TR_STORE_OP_WAIT, keys[i], NULL, 0, NULL, NULL);
+            rc = roundtrip(st, STORE_OP_WAIT, keys[i], NULL, 0, NULL, NULL);
         if (rc)
             return rc;
     }
@@ -331,7 +331,7 @@ int tr_store_check(tr_store *st, const char *key, int *exists)
         return rc;
     uint8_t *p = NULL;
     size_t len = 0;
-    rc = roundtrip(st, TR_STORE_OP_CHECK, key, NULL, 0, &p, &len);
+    rc = roundtrip(st, STORE_OP_CHECK, key, NULL, 0, &p, &len);
     if (rc)
         return rc;
     *exists = len == 1 && p[0];

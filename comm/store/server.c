@@ -34,7 +34,7 @@ typedef struct {
     int fd;
     int authed;
     double opened;
-    uint8_t hdr[TR_STORE_REQ_HDR];
+    uint8_t hdr[STORE_REQ_HDR];
     size_t hdr_got;
     uint8_t *body; /* key then value */
     size_t body_len, body_got;
@@ -84,7 +84,7 @@ static void conn_free(conn *c)
 /* Queue a response; returns 0 or -1 (out of memory: caller closes). */
 static int respond(conn *c, uint8_t status, const void *payload, size_t len)
 {
-    size_t need = c->out_len + TR_STORE_RESP_HDR + len;
+    size_t need = c->out_len + STORE_RESP_HDR + len;
     uint8_t *o = realloc(c->out, need);
     if (!o)
         return -1;
@@ -93,25 +93,25 @@ static int respond(conn *c, uint8_t status, const void *payload, size_t len)
     o[0] = status;
     store_put_u32(o + 1, (uint32_t)len);
     if (len)
-        memcpy(o + TR_STORE_RESP_HDR, payload, len);
+        memcpy(o + STORE_RESP_HDR, payload, len);
     c->out_len = need;
     return 0;
 }
 
 static void respond_error_and_close(conn *c, const char *msg)
 {
-    respond(c, TR_STORE_ERROR, msg, strlen(msg));
+    respond(c, STORE_ERROR, msg, strlen(msg));
     c->close_after_write = 1;
 }
 
 /* Answer a GET/WAIT on an existing entry. */
 static void answer_lookup(conn *c, uint8_t op, const entry *e)
 {
-    if (op == TR_STORE_OP_GET) {
-        if (respond(c, TR_STORE_OK, e->value, e->len))
+    if (op == STORE_OP_GET) {
+        if (respond(c, STORE_OK, e->value, e->len))
             c->close_after_write = 1;
     } else {
-        respond(c, TR_STORE_OK, NULL, 0);
+        respond(c, STORE_OK, NULL, 0);
     }
 }
 
@@ -180,17 +180,17 @@ static void handle(tr_store_server *s, conn *c)
 {
     const char *kbytes = (const char *)c->body;
     const uint8_t *val = c->body + c->klen;
-    if (c->op == TR_STORE_OP_HELLO) {
+    if (c->op == STORE_OP_HELLO) {
         if (c->authed) {
             respond_error_and_close(c, "duplicate hello");
         } else if (!token_equal(s->token, kbytes, c->klen)) {
             respond_error_and_close(c, "job token mismatch: this store belongs to another job");
         } else if (!token_equal(s->session, (const char *)val, c->vlen)) {
-            respond(c, TR_STORE_RETRY, "session mismatch", 16);
+            respond(c, STORE_RETRY, "session mismatch", 16);
             c->close_after_write = 1;
         } else {
             c->authed = 1;
-            respond(c, TR_STORE_OK, NULL, 0);
+            respond(c, STORE_OK, NULL, 0);
         }
         return;
     }
@@ -208,42 +208,42 @@ static void handle(tr_store_server *s, conn *c)
     const char *why = NULL;
     entry *e;
     switch (c->op) {
-    case TR_STORE_OP_SET:
+    case STORE_OP_SET:
         e = put(s, key, val, c->vlen, &why);
         if (!e) {
-            respond(c, TR_STORE_ERROR, why, strlen(why));
+            respond(c, STORE_ERROR, why, strlen(why));
             return;
         }
-        respond(c, TR_STORE_OK, NULL, 0);
+        respond(c, STORE_OK, NULL, 0);
         wake_parked(s, e);
         return;
-    case TR_STORE_OP_ADD: {
+    case STORE_OP_ADD: {
         e = find(s, key);
         int64_t cur = 0;
         if (e && e->len == 8)
             cur = store_get_i64(e->value);
         else if (e) {
-            respond(c, TR_STORE_ERROR, "add on a non-counter key", 24);
+            respond(c, STORE_ERROR, "add on a non-counter key", 24);
             return;
         }
         uint8_t buf[8];
         store_put_i64(buf, (int64_t)((uint64_t)cur + (uint64_t)store_get_i64(val)));
         e = put(s, key, buf, 8, &why);
         if (!e) {
-            respond(c, TR_STORE_ERROR, why, strlen(why));
+            respond(c, STORE_ERROR, why, strlen(why));
             return;
         }
-        respond(c, TR_STORE_OK, buf, 8);
+        respond(c, STORE_OK, buf, 8);
         wake_parked(s, e);
         return;
     }
-    case TR_STORE_OP_CHECK: {
+    case STORE_OP_CHECK: {
         uint8_t present = find(s, key) != NULL;
-        respond(c, TR_STORE_OK, &present, 1);
+        respond(c, STORE_OK, &present, 1);
         return;
     }
-    case TR_STORE_OP_GET:
-    case TR_STORE_OP_WAIT:
+    case STORE_OP_GET:
+    case STORE_OP_WAIT:
         e = find(s, key);
         if (e) {
             answer_lookup(c, c->op, e);
@@ -267,9 +267,9 @@ static int on_readable(tr_store_server *s, conn *c)
             return 0; /* one request at a time */
         uint8_t *dst;
         size_t want;
-        if (c->hdr_got < TR_STORE_REQ_HDR) {
+        if (c->hdr_got < STORE_REQ_HDR) {
             dst = c->hdr + c->hdr_got;
-            want = TR_STORE_REQ_HDR - c->hdr_got;
+            want = STORE_REQ_HDR - c->hdr_got;
         } else {
             dst = c->body + c->body_got;
             want = c->body_len - c->body_got;
@@ -282,15 +282,15 @@ static int on_readable(tr_store_server *s, conn *c)
                 continue;
             return (errno == EAGAIN || errno == EWOULDBLOCK) ? 0 : -1;
         }
-        if (c->hdr_got < TR_STORE_REQ_HDR) {
+        if (c->hdr_got < STORE_REQ_HDR) {
             c->hdr_got += (size_t)r;
-            if (c->hdr_got < TR_STORE_REQ_HDR)
+            if (c->hdr_got < STORE_REQ_HDR)
                 continue;
             const char *why = NULL;
             c->op = c->hdr[4];
             c->klen = store_get_u32(c->hdr + 5);
             c->vlen = store_get_u32(c->hdr + 9);
-            if (memcmp(c->hdr, TR_STORE_MAGIC, 4)) {
+            if (memcmp(c->hdr, STORE_MAGIC, 4)) {
                 respond_error_and_close(c, "bad magic: not a trident store client");
                 return 0;
             }

@@ -7,17 +7,17 @@
 #include "comm/comm.h"
 
 enum {
-    TR_STORE_OP_HELLO = 1,
-    TR_STORE_OP_SET = 2,
-    TR_STORE_OP_GET = 3,
-    TR_STORE_OP_ADD = 4,
-    TR_STORE_OP_WAIT = 5,
-    TR_STORE_OP_CHECK = 6,
+    STORE_OP_HELLO = 1,
+    STORE_OP_SET = 2,
+    STORE_OP_GET = 3,
+    STORE_OP_ADD = 4,
+    STORE_OP_WAIT = 5,
+    STORE_OP_CHECK = 6,
 };
-enum { TR_STORE_OK = 0, TR_STORE_ERROR = 1, TR_STORE_RETRY = 2 };
-#define TR_STORE_MAGIC "TRS1"
-#define TR_STORE_REQ_HDR 13
-#define TR_STORE_RESP_HDR 5
+enum { STORE_OK = 0, STORE_ERROR = 1, STORE_RETRY = 2 };
+#define STORE_MAGIC "TRS1"
+#define STORE_REQ_HDR 13
+#define STORE_RESP_HDR 5
 
 void store_put_u32(uint8_t *p, uint32_t v);
 uint32_t store_get_u32(const uint8_t *p);

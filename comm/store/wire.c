@@ -39,23 +39,23 @@ int64_t store_get_i64(const uint8_t *p)
 int store_valid_request(uint8_t op, uint32_t klen, uint32_t vlen, const char **why)
 {
     switch (op) {
-    case TR_STORE_OP_HELLO:
+    case STORE_OP_HELLO:
         if (klen > TR_STORE_MAX_KEY || vlen > TR_STORE_MAX_KEY) {
             *why = "hello fields too long";
             return 0;
         }
         return 1;
-    case TR_STORE_OP_SET:
+    case STORE_OP_SET:
         break;
-    case TR_STORE_OP_GET:
-    case TR_STORE_OP_WAIT:
-    case TR_STORE_OP_CHECK:
+    case STORE_OP_GET:
+    case STORE_OP_WAIT:
+    case STORE_OP_CHECK:
         if (vlen != 0) {
             *why = "unexpected value";
             return 0;
         }
         break;
-    case TR_STORE_OP_ADD:
+    case STORE_OP_ADD:
         if (vlen != 8) {
             *why = "add needs an 8-byte value";
             return 0;

@@ -22,7 +22,7 @@ static void softmax_causal_row(float *restrict row, int t, int T)
     for (int j = 0; j <= t; j++)
         mx = row[j] > mx ? row[j] : mx;
     float sum = 0.0f;
-#pragma omp simd reduction(+ : sum) simdlen(TR_SIMDLEN)
+#pragma omp simd reduction(+ : sum) simdlen(CPU_SIMDLEN)
     for (int j = 0; j <= t; j++) {
         float e = cpu_expf(row[j] - mx);
         row[j] = e;
@@ -186,7 +186,7 @@ void cpu_attention_forward(tr_stream s, float *out, float *att, const float *qkv
     (void)s;
     att_args a = {.d = make_dims(T, NH, HS), .out = out, .att = att, .qkv = qkv,
                   .pairs = B * NH, .blocks = (T + BLK - 1) / BLK};
-    int par = (double)a.pairs * T * T * HS >= (double)TR_CPU_PAR_MIN * 8;
+    int par = (double)a.pairs * T * T * HS >= (double)CPU_PAR_MIN * 8;
     if (!par || a.pairs >= PAIRS_PER_THREAD * tr_kernels_cpu_threads())
         run(par, (size_t)a.pairs, forward_pair, &a);
     else
@@ -200,7 +200,7 @@ void cpu_attention_backward(tr_stream s, float *dqkv, float *datt, const float *
     (void)s;
     att_args a = {.d = make_dims(T, NH, HS), .dqkv = dqkv, .datt = datt, .qkv = qkv,
                   .dout = dout, .catt = att, .pairs = B * NH, .blocks = (T + BLK - 1) / BLK};
-    int par = (double)a.pairs * T * T * HS >= (double)TR_CPU_PAR_MIN * 8;
+    int par = (double)a.pairs * T * T * HS >= (double)CPU_PAR_MIN * 8;
     if (!par || a.pairs >= PAIRS_PER_THREAD * tr_kernels_cpu_threads()) {
         run(par, (size_t)a.pairs, backward_pair, &a);
         return;

@@ -17,17 +17,17 @@
 #include <string.h>
 
 /* Work (in elements or flops) below which a loop stays on the calling thread. */
-#define TR_CPU_PAR_MIN 32768
+#define CPU_PAR_MIN 32768
 
 /* a * b + c, fused where the CPU has FMA (C17 mode compiles with -ffp-contract=off) */
 #ifdef __FMA__
-#define TR_FMA(a, b, c) __builtin_fmaf((a), (b), (c))
+#define CPU_FMA(a, b, c) __builtin_fmaf((a), (b), (c))
 #else
-#define TR_FMA(a, b, c) ((a) * (b) + (c))
+#define CPU_FMA(a, b, c) ((a) * (b) + (c))
 #endif
 
 /* SIMD width for loops bound by arithmetic (exp): 16 floats = one AVX-512 register. */
-#define TR_SIMDLEN 16
+#define CPU_SIMDLEN 16
 
 /* exp(x) for fp32, written so GCC vectorises loops that call it: Cody-Waite range
  * reduction x = k ln2 + r, |r| <= ln2/2, a degree-7 polynomial for e^r and 2^k from the
@@ -38,17 +38,17 @@ static inline float cpu_expf(float x)
     xc = xc < -87.3f ? -87.3f : xc;
     /* k = round(x / ln2) by the 1.5 * 2^23 trick (exact in round-to-nearest): the low bits of
      * t hold k, so 2^k is built with unsigned integer arithmetic only (defined even for NaN) */
-    float t = TR_FMA(xc, 1.44269504088896341f, 12582912.0f);
+    float t = CPU_FMA(xc, 1.44269504088896341f, 12582912.0f);
     float kf = t - 12582912.0f;
-    float r = TR_FMA(kf, -0.693359375f, xc); /* ln2 high part (exact product) */
-    r = TR_FMA(kf, 2.12194440e-4f, r);       /* ln2 low part */
+    float r = CPU_FMA(kf, -0.693359375f, xc); /* ln2 high part (exact product) */
+    r = CPU_FMA(kf, 2.12194440e-4f, r);       /* ln2 low part */
     float p = 1.9875691500e-4f;
-    p = TR_FMA(p, r, 1.3981999507e-3f);
-    p = TR_FMA(p, r, 8.3334519073e-3f);
-    p = TR_FMA(p, r, 4.1665795894e-2f);
-    p = TR_FMA(p, r, 1.6666665459e-1f);
-    p = TR_FMA(p, r, 5.0000001201e-1f);
-    p = TR_FMA(p, r * r, r + 1.0f);
+    p = CPU_FMA(p, r, 1.3981999507e-3f);
+    p = CPU_FMA(p, r, 8.3334519073e-3f);
+    p = CPU_FMA(p, r, 4.1665795894e-2f);
+    p = CPU_FMA(p, r, 1.6666665459e-1f);
+    p = CPU_FMA(p, r, 5.0000001201e-1f);
+    p = CPU_FMA(p, r * r, r + 1.0f);
     uint32_t tbits;
     memcpy(&tbits, &t, sizeof tbits);
     uint32_t bits = (tbits - 0x4B400000u + 127u) << 23;
@@ -63,10 +63,10 @@ static inline float cpu_expf(float x)
 void cpu_for_ranges(int parallel, size_t count, size_t per,
                        void (*fn)(void *ctx, size_t lo, size_t hi), void *ctx);
 /* Items per piece for loops over elements, and rows per piece for rows of C columns. */
-#define TR_CPU_PIECE 16384
+#define CPU_PIECE 16384
 static inline size_t cpu_rows_per_piece(size_t C)
 {
-    return C >= TR_CPU_PIECE ? 1 : C == 0 ? TR_CPU_PIECE : TR_CPU_PIECE / C;
+    return C >= CPU_PIECE ? 1 : C == 0 ? CPU_PIECE : CPU_PIECE / C;
 }
 
 /* memory.c */

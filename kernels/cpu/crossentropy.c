@@ -30,7 +30,7 @@ void cpu_xent_row_max(tr_stream s, float *maxv, const float *logits, int N, int 
 {
     (void)s;
     xent_args a = {.out = maxv, .logits = logits, .V = V, .n_valid = n_valid};
-    cpu_for_ranges((size_t)N * n_valid >= TR_CPU_PAR_MIN, (size_t)N,
+    cpu_for_ranges((size_t)N * n_valid >= CPU_PAR_MIN, (size_t)N,
                       cpu_rows_per_piece((size_t)V), row_max_rows, &a);
 }
 
@@ -49,7 +49,7 @@ static void row_sumexp_rows(void *ctx, size_t lo, size_t hi)
         for (int c0 = 0; c0 < a->n_valid; c0 += SUM_BLOCK) {
             int w = a->n_valid - c0 < SUM_BLOCK ? a->n_valid - c0 : SUM_BLOCK;
             float sum = 0.0f;
-#pragma omp simd reduction(+ : sum) simdlen(TR_SIMDLEN)
+#pragma omp simd reduction(+ : sum) simdlen(CPU_SIMDLEN)
             for (int c = 0; c < w; c++)
                 sum += cpu_expf(x[c0 + c] - mx);
             total += sum;
@@ -63,7 +63,7 @@ void cpu_xent_row_sumexp(tr_stream s, float *sumexp, const float *logits, const 
 {
     (void)s;
     xent_args a = {.out = sumexp, .logits = logits, .maxv = maxv, .V = V, .n_valid = n_valid};
-    cpu_for_ranges((size_t)N * n_valid >= TR_CPU_PAR_MIN / 4, (size_t)N,
+    cpu_for_ranges((size_t)N * n_valid >= CPU_PAR_MIN / 4, (size_t)N,
                       cpu_rows_per_piece((size_t)V), row_sumexp_rows, &a);
 }
 
@@ -96,7 +96,7 @@ static void backward_rows(void *ctx, size_t lo, size_t hi)
         const float *x = a->logits + n * V;
         float *dx = a->out + n * V;
         float mx = a->maxv[n], k = a->scale / a->sumexp[n];
-#pragma omp simd simdlen(TR_SIMDLEN)
+#pragma omp simd simdlen(CPU_SIMDLEN)
         for (int c = 0; c < n_valid; c++)
             dx[c] = k * cpu_expf(x[c] - mx);
         for (int c = n_valid; c < V; c++)
@@ -115,6 +115,6 @@ void cpu_xent_backward(tr_stream s, float *dlogits, const float *logits, const f
     xent_args a = {.out = dlogits, .logits = logits, .maxv = maxv, .sumexp = sumexp,
                    .targets = targets, .V = V, .n_valid = n_valid, .v_start = v_start,
                    .scale = scale};
-    cpu_for_ranges((size_t)N * V >= TR_CPU_PAR_MIN / 4, (size_t)N,
+    cpu_for_ranges((size_t)N * V >= CPU_PAR_MIN / 4, (size_t)N,
                       cpu_rows_per_piece((size_t)V), backward_rows, &a);
 }

@@ -21,7 +21,7 @@ void cpu_add(tr_stream s, float *out, const float *a, const float *b, size_t n)
 {
     (void)s;
     ew_args e = {.out = out, .a = a, .b = b};
-    cpu_for_ranges(n >= TR_CPU_PAR_MIN * 4, n, TR_CPU_PIECE, add_range, &e);
+    cpu_for_ranges(n >= CPU_PAR_MIN * 4, n, CPU_PIECE, add_range, &e);
 }
 
 static void axpy_range(void *ctx, size_t lo, size_t hi)
@@ -38,7 +38,7 @@ void cpu_axpy(tr_stream s, float *y, float alpha, const float *x, size_t n)
 {
     (void)s;
     ew_args e = {.out = y, .a = x, .alpha = alpha};
-    cpu_for_ranges(n >= TR_CPU_PAR_MIN * 4, n, TR_CPU_PIECE, axpy_range, &e);
+    cpu_for_ranges(n >= CPU_PAR_MIN * 4, n, CPU_PIECE, axpy_range, &e);
 }
 
 static void scale_range(void *ctx, size_t lo, size_t hi)
@@ -54,7 +54,7 @@ void cpu_scale(tr_stream s, float *x, float alpha, size_t n)
 {
     (void)s;
     ew_args e = {.out = x, .alpha = alpha};
-    cpu_for_ranges(n >= TR_CPU_PAR_MIN * 4, n, TR_CPU_PIECE, scale_range, &e);
+    cpu_for_ranges(n >= CPU_PAR_MIN * 4, n, CPU_PIECE, scale_range, &e);
 }
 
 /* rows [lo, hi) of out (N, C) += bias (C) */
@@ -75,7 +75,7 @@ void cpu_bias_add(tr_stream s, float *out, const float *bias, int N, int C)
 {
     (void)s;
     ew_args e = {.out = out, .a = bias, .C = C};
-    cpu_for_ranges((size_t)N * C >= TR_CPU_PAR_MIN * 4, (size_t)N,
+    cpu_for_ranges((size_t)N * C >= CPU_PAR_MIN * 4, (size_t)N,
                       cpu_rows_per_piece((size_t)C), bias_add_rows, &e);
 }
 
@@ -112,6 +112,6 @@ void cpu_bias_backward(tr_stream s, float *dbias, const float *dout, int N, int 
 {
     (void)s;
     bias_bwd_args a = {dbias, dout, N, C};
-    cpu_for_ranges((size_t)N * C >= TR_CPU_PAR_MIN, (size_t)((C + COLS - 1) / COLS), 1,
+    cpu_for_ranges((size_t)N * C >= CPU_PAR_MIN, (size_t)((C + COLS - 1) / COLS), 1,
                       bias_backward_blocks, &a);
 }

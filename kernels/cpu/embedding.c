@@ -29,7 +29,7 @@ void cpu_embedding_forward(tr_stream s, float *out, const int32_t *ids, const fl
 {
     (void)s;
     emb_args a = {.out = out, .in = table, .ids = ids, .N = N, .C = C, .v_start = v_start, .V = V};
-    cpu_for_ranges((size_t)N * C >= TR_CPU_PAR_MIN * 4, (size_t)N,
+    cpu_for_ranges((size_t)N * C >= CPU_PAR_MIN * 4, (size_t)N,
                       cpu_rows_per_piece((size_t)C), embedding_forward_rows, &a);
 }
 
@@ -60,7 +60,7 @@ void cpu_embedding_backward(tr_stream s, float *dtable, const float *dout,
 {
     (void)s;
     emb_args a = {.out = dtable, .in = dout, .ids = ids, .N = N, .C = C, .v_start = v_start, .V = V};
-    cpu_for_ranges((size_t)N * C >= TR_CPU_PAR_MIN, (size_t)((C + COLS - 1) / COLS), 1,
+    cpu_for_ranges((size_t)N * C >= CPU_PAR_MIN, (size_t)((C + COLS - 1) / COLS), 1,
                       embedding_backward_blocks, &a);
 }
 
@@ -83,7 +83,7 @@ void cpu_position_forward(tr_stream s, float *out, const float *wpe, int B, int 
     (void)s;
     emb_args a = {.out = out, .in = wpe, .B = B, .T = T, .C = C};
     size_t rows = (size_t)B * T;
-    cpu_for_ranges(rows * C >= TR_CPU_PAR_MIN * 4, rows, cpu_rows_per_piece((size_t)C),
+    cpu_for_ranges(rows * C >= CPU_PAR_MIN * 4, rows, cpu_rows_per_piece((size_t)C),
                       position_forward_rows, &a);
 }
 
@@ -107,6 +107,6 @@ void cpu_position_backward(tr_stream s, float *dwpe, const float *dout, int B, i
 {
     (void)s;
     emb_args a = {.out = dwpe, .in = dout, .B = B, .T = T, .C = C};
-    cpu_for_ranges((size_t)B * T * C >= TR_CPU_PAR_MIN, (size_t)T,
+    cpu_for_ranges((size_t)B * T * C >= CPU_PAR_MIN, (size_t)T,
                       cpu_rows_per_piece((size_t)C * B), position_backward_rows, &a);
 }

@@ -17,7 +17,7 @@ static void gelu_forward_range(void *ctx, size_t lo, size_t hi)
     const gelu_args *g = ctx;
     float *restrict out = g->out;
     const float *restrict inp = g->inp;
-#pragma omp simd simdlen(TR_SIMDLEN)
+#pragma omp simd simdlen(CPU_SIMDLEN)
     for (size_t i = lo; i < hi; i++) {
         float x = inp[i];
         float u = SQRT_2_OVER_PI * (x + GELU_K * x * x * x);
@@ -29,7 +29,7 @@ void cpu_gelu_forward(tr_stream s, float *out, const float *inp, size_t n)
 {
     (void)s;
     gelu_args g = {out, inp, NULL};
-    cpu_for_ranges(n >= TR_CPU_PAR_MIN, n, TR_CPU_PIECE, gelu_forward_range, &g);
+    cpu_for_ranges(n >= CPU_PAR_MIN, n, CPU_PIECE, gelu_forward_range, &g);
 }
 
 static void gelu_backward_range(void *ctx, size_t lo, size_t hi)
@@ -37,7 +37,7 @@ static void gelu_backward_range(void *ctx, size_t lo, size_t hi)
     const gelu_args *g = ctx;
     float *restrict dinp = g->out;
     const float *restrict inp = g->inp, *restrict dout = g->dout;
-#pragma omp simd simdlen(TR_SIMDLEN)
+#pragma omp simd simdlen(CPU_SIMDLEN)
     for (size_t i = lo; i < hi; i++) {
         float x = inp[i];
         float u = SQRT_2_OVER_PI * (x + GELU_K * x * x * x);
@@ -52,5 +52,5 @@ void cpu_gelu_backward(tr_stream s, float *dinp, const float *inp, const float *
 {
     (void)s;
     gelu_args g = {dinp, inp, dout};
-    cpu_for_ranges(n >= TR_CPU_PAR_MIN, n, TR_CPU_PIECE, gelu_backward_range, &g);
+    cpu_for_ranges(n >= CPU_PAR_MIN, n, CPU_PIECE, gelu_backward_range, &g);
 }

@@ -50,7 +50,7 @@ void cpu_layernorm_forward(tr_stream s, float *out, float *mean, float *rstd,
     (void)s;
     ln_args a = {.out = out, .mean = mean, .rstd = rstd, .inp = inp, .weight = weight,
                  .bias = bias, .N = N, .C = C, .eps = eps};
-    cpu_for_ranges((size_t)N * C >= TR_CPU_PAR_MIN, (size_t)N,
+    cpu_for_ranges((size_t)N * C >= CPU_PAR_MIN, (size_t)N,
                       cpu_rows_per_piece((size_t)C), layernorm_forward_rows, &a);
 }
 
@@ -115,7 +115,7 @@ void cpu_layernorm_backward(tr_stream s, float *dinp, float *dweight, float *dbi
                                const float *mean, const float *rstd, int N, int C)
 {
     (void)s;
-    int par = (size_t)N * C >= TR_CPU_PAR_MIN;
+    int par = (size_t)N * C >= CPU_PAR_MIN;
     ln_args a = {.out = dinp, .dweight = dweight, .dbias = dbias, .inp = inp, .weight = weight,
                  .dout = dout, .cmean = mean, .crstd = rstd, .N = N, .C = C};
     cpu_for_ranges(par, (size_t)N, cpu_rows_per_piece((size_t)C), layernorm_backward_rows,

@@ -72,26 +72,26 @@ static void backward(tr_stream s, cu_gemm_mode mode, float *dqkv, float *datt,
 void cu_attention_forward_fp32(tr_stream s, float *out, float *att, const float *qkv, int B,
                                   int T, int NH, int HS)
 {
-    forward(s, TR_CU_GEMM_FP32, out, att, qkv, B, T, NH, HS);
+    forward(s, CU_GEMM_FP32, out, att, qkv, B, T, NH, HS);
 }
 
 void cu_attention_backward_fp32(tr_stream s, float *dqkv, float *datt, const float *dout,
                                    const float *qkv, const float *att, int B, int T, int NH,
                                    int HS)
 {
-    backward(s, TR_CU_GEMM_FP32, dqkv, datt, dout, qkv, att, B, T, NH, HS);
+    backward(s, CU_GEMM_FP32, dqkv, datt, dout, qkv, att, B, T, NH, HS);
 }
 
 /* bf16 tensor-core products on the fp32 buffers (cuBLASLt rounds inside the kernel). */
 void cu_attention_forward_bf16(tr_stream s, float *out, float *att, const float *qkv, int B,
                                   int T, int NH, int HS)
 {
-    forward(s, TR_CU_GEMM_FAST_BF16, out, att, qkv, B, T, NH, HS);
+    forward(s, CU_GEMM_FAST_BF16, out, att, qkv, B, T, NH, HS);
 }
 
 void cu_attention_backward_bf16(tr_stream s, float *dqkv, float *datt, const float *dout,
                                    const float *qkv, const float *att, int B, int T, int NH,
                                    int HS)
 {
-    backward(s, TR_CU_GEMM_FAST_BF16, dqkv, datt, dout, qkv, att, B, T, NH, HS);
+    backward(s, CU_GEMM_FAST_BF16, dqkv, datt, dout, qkv, att, B, T, NH, HS);
 }

@@ -13,13 +13,13 @@
 #include <stdint.h>
 
 #ifdef __CUDACC__
-#define TR_BF16_FN static inline __host__ __device__
+#define BF16_FN static inline __host__ __device__
 #else
 #include <string.h>
-#define TR_BF16_FN static inline
+#define BF16_FN static inline
 #endif
 
-TR_BF16_FN uint32_t f32_bits(float f)
+BF16_FN uint32_t f32_bits(float f)
 {
 #ifdef __CUDA_ARCH__
     return __float_as_uint(f);
@@ -30,7 +30,7 @@ TR_BF16_FN uint32_t f32_bits(float f)
 #endif
 }
 
-TR_BF16_FN float f32_from_bits(uint32_t u)
+BF16_FN float f32_from_bits(uint32_t u)
 {
 #ifdef __CUDA_ARCH__
     return __uint_as_float(u);
@@ -41,7 +41,7 @@ TR_BF16_FN float f32_from_bits(uint32_t u)
 #endif
 }
 
-TR_BF16_FN uint16_t bf16_from_f32(float f)
+BF16_FN uint16_t bf16_from_f32(float f)
 {
     uint32_t u = f32_bits(f);
     if ((u & 0x7FFFFFFFu) > 0x7F800000u) /* NaN: keep sign and top payload, make it quiet */
@@ -52,6 +52,6 @@ TR_BF16_FN uint16_t bf16_from_f32(float f)
     return (uint16_t)(u >> 16);
 }
 
-TR_BF16_FN float bf16_to_f32(uint16_t h) { return f32_from_bits((uint32_t)h << 16); }
+BF16_FN float bf16_to_f32(uint16_t h) { return f32_from_bits((uint32_t)h << 16); }
 
 #endif

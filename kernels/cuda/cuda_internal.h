@@ -21,12 +21,12 @@ extern "C" {
 #endif
 
 /* Threads per block of the elementwise launchers; the most blocks a grid-stride loop uses. */
-#define TR_CU_THREADS 256
-#define TR_CU_MAX_BLOCKS 8192
+#define CU_THREADS 256
+#define CU_MAX_BLOCKS 8192
 
 /* Row chunks of the two-stage column reductions (bias and layernorm parameter gradients):
  * partial sums of chunk r go to the reduction scratch, then are added in chunk order. */
-#define TR_CU_MAX_CHUNKS 64
+#define CU_MAX_CHUNKS 64
 
 /* The compute stream for tr_stream s (NULL = the backend's own); switches the calling thread
  * to the backend's device the first time it calls. */
@@ -38,9 +38,9 @@ void cu_launched(const char *what);
 /* 1 once an error has been kept. */
 int cu_failed(void);
 
-/* Reduction scratch (device): TR_CU_SCRATCH_BYTES, used by one op at a time on the compute
+/* Reduction scratch (device): CU_SCRATCH_BYTES, used by one op at a time on the compute
  * stream (ops on other streams must not use the column reductions or sumsq concurrently). */
-#define TR_CU_SCRATCH_BYTES ((size_t)16 << 20)
+#define CU_SCRATCH_BYTES ((size_t)16 << 20)
 void *cu_scratch(void);
 /* A pinned host double for sumsq's result. */
 double *cu_host_scalar(void);
@@ -121,9 +121,9 @@ TR_MUST_CHECK int cu_arena_release(void);
  * Row-major C = alpha op(A) op(B) + beta C over `batch` matrices at element strides
  * sA, sB, sC. mode: how the product is computed. */
 typedef enum {
-    TR_CU_GEMM_FP32 = 0,      /* fp32 inputs, fp32 compute (no TF32) */
-    TR_CU_GEMM_BF16 = 1,      /* operands converted to bf16 (RNE) in the workspace */
-    TR_CU_GEMM_FAST_BF16 = 2, /* fp32 buffers, cuBLASLt's 32F_FAST_16BF compute */
+    CU_GEMM_FP32 = 0,      /* fp32 inputs, fp32 compute (no TF32) */
+    CU_GEMM_BF16 = 1,      /* operands converted to bf16 (RNE) in the workspace */
+    CU_GEMM_FAST_BF16 = 2, /* fp32 buffers, cuBLASLt's 32F_FAST_16BF compute */
 } cu_gemm_mode;
 void cu_gemm_ex(cudaStream_t st, cu_gemm_mode mode, int trans_a, int trans_b, int M,
                    int N, int K, float alpha, const float *A, int lda, long long sA,

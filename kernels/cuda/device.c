@@ -79,7 +79,7 @@ static void init_once(void)
         tr_info("cuda: %s=%s on %d devices: sharing GPU %d (%s) with another rank", var, value,
                 count, device, dev.name);
     if ((e = cudaStreamCreateWithFlags(&dev.stream, cudaStreamNonBlocking)) != cudaSuccess ||
-        (e = cudaMalloc(&dev.scratch, TR_CU_SCRATCH_BYTES)) != cudaSuccess ||
+        (e = cudaMalloc(&dev.scratch, CU_SCRATCH_BYTES)) != cudaSuccess ||
         (e = cudaMallocHost((void **)&dev.host_scalar, sizeof(double))) != cudaSuccess) {
         init_fail(TR_ERR_NOMEM, "cuda: %s failed: %s (error %d)", "creating the stream and scratch",
                   e);
@@ -111,7 +111,7 @@ double *cu_host_scalar(void) { return dev.host_scalar; }
 
 size_t tr_cuda_workspace_bytes(void)
 {
-    return dev.rc || dev.device < 0 ? 0 : TR_CU_SCRATCH_BYTES + cu_gemm_workspace_bytes();
+    return dev.rc || dev.device < 0 ? 0 : CU_SCRATCH_BYTES + cu_gemm_workspace_bytes();
 }
 
 cudaStream_t cu_stream(tr_stream s)
@@ -166,10 +166,10 @@ int cu_chunks(int N, int cols, int arrays)
 {
     size_t per_chunk = (size_t)(cols > 0 ? cols : 1) * (size_t)(arrays > 0 ? arrays : 1) *
                        sizeof(float);
-    size_t fit = TR_CU_SCRATCH_BYTES / per_chunk;
+    size_t fit = CU_SCRATCH_BYTES / per_chunk;
     int r = (N + 255) / 256; /* at least 256 rows per chunk */
-    if (r > TR_CU_MAX_CHUNKS)
-        r = TR_CU_MAX_CHUNKS;
+    if (r > CU_MAX_CHUNKS)
+        r = CU_MAX_CHUNKS;
     if ((size_t)r > fit)
         r = (int)fit;
     return r < 1 ? 1 : r;

@@ -126,7 +126,7 @@ void cu_add(tr_stream s, float *out, const float *a, const float *b, size_t n)
 {
     if (!n)
         return;
-    add_kernel<<<tr_cu_blocks(n), TR_CU_THREADS, 0, cu_stream(s)>>>(out, a, b, n);
+    add_kernel<<<tr_cu_blocks(n), CU_THREADS, 0, cu_stream(s)>>>(out, a, b, n);
     cu_launched("add");
 }
 
@@ -134,7 +134,7 @@ void cu_axpy(tr_stream s, float *y, float alpha, const float *x, size_t n)
 {
     if (!n)
         return;
-    axpy_kernel<<<tr_cu_blocks(n), TR_CU_THREADS, 0, cu_stream(s)>>>(y, alpha, x, n);
+    axpy_kernel<<<tr_cu_blocks(n), CU_THREADS, 0, cu_stream(s)>>>(y, alpha, x, n);
     cu_launched("axpy");
 }
 
@@ -142,7 +142,7 @@ void cu_scale(tr_stream s, float *x, float alpha, size_t n)
 {
     if (!n)
         return;
-    scale_kernel<<<tr_cu_blocks(n), TR_CU_THREADS, 0, cu_stream(s)>>>(x, alpha, n);
+    scale_kernel<<<tr_cu_blocks(n), CU_THREADS, 0, cu_stream(s)>>>(x, alpha, n);
     cu_launched("scale");
 }
 
@@ -151,7 +151,7 @@ void cu_bias_add(tr_stream s, float *out, const float *bias, int N, int C)
     size_t n = (size_t)N * (size_t)C;
     if (!n)
         return;
-    bias_add_kernel<<<tr_cu_blocks(n), TR_CU_THREADS, 0, cu_stream(s)>>>(out, bias, n, C);
+    bias_add_kernel<<<tr_cu_blocks(n), CU_THREADS, 0, cu_stream(s)>>>(out, bias, n, C);
     cu_launched("bias_add");
 }
 
@@ -173,7 +173,7 @@ void cu_gelu_forward(tr_stream s, float *out, const float *inp, size_t n)
 {
     if (!n)
         return;
-    gelu_forward_kernel<<<tr_cu_blocks(n), TR_CU_THREADS, 0, cu_stream(s)>>>(out, inp, n);
+    gelu_forward_kernel<<<tr_cu_blocks(n), CU_THREADS, 0, cu_stream(s)>>>(out, inp, n);
     cu_launched("gelu_forward");
 }
 
@@ -182,7 +182,7 @@ void cu_gelu_backward(tr_stream s, float *dinp, const float *inp, const float *d
 {
     if (!n)
         return;
-    gelu_backward_kernel<<<tr_cu_blocks(n), TR_CU_THREADS, 0, cu_stream(s)>>>(dinp, inp, dout,
+    gelu_backward_kernel<<<tr_cu_blocks(n), CU_THREADS, 0, cu_stream(s)>>>(dinp, inp, dout,
                                                                                 n);
     cu_launched("gelu_backward");
 }
@@ -192,7 +192,7 @@ void cu_scale_2d(cudaStream_t st, float *C, int rows, int cols, int ldc, float b
     size_t n = (size_t)rows * (size_t)cols;
     if (!n || beta == 1.0f)
         return;
-    scale_2d_kernel<<<tr_cu_blocks(n), TR_CU_THREADS, 0, st>>>(C, rows, cols, ldc, beta);
+    scale_2d_kernel<<<tr_cu_blocks(n), CU_THREADS, 0, st>>>(C, rows, cols, ldc, beta);
     cu_launched("gemm (C = beta C)");
 }
 
@@ -202,7 +202,7 @@ void cu_pack_bf16(cudaStream_t st, uint16_t *dst, const float *src, int rows, in
     size_t n = (size_t)rows * (size_t)cols;
     if (!n)
         return;
-    pack_bf16_kernel<<<tr_cu_blocks(n), TR_CU_THREADS, 0, st>>>(dst, src, rows, cols, ld);
+    pack_bf16_kernel<<<tr_cu_blocks(n), CU_THREADS, 0, st>>>(dst, src, rows, cols, ld);
     cu_launched("gemm (bf16 staging)");
 }
 
@@ -210,7 +210,7 @@ void cu_to_bf16(tr_stream s, uint16_t *dst, const float *src, size_t n)
 {
     if (!n)
         return;
-    to_bf16_kernel<<<tr_cu_blocks(n), TR_CU_THREADS, 0, cu_stream(s)>>>(dst, src, n);
+    to_bf16_kernel<<<tr_cu_blocks(n), CU_THREADS, 0, cu_stream(s)>>>(dst, src, n);
     cu_launched("to_bf16");
 }
 
@@ -218,7 +218,7 @@ void cu_from_bf16(tr_stream s, float *dst, const uint16_t *src, size_t n)
 {
     if (!n)
         return;
-    from_bf16_kernel<<<tr_cu_blocks(n), TR_CU_THREADS, 0, cu_stream(s)>>>(dst, src, n);
+    from_bf16_kernel<<<tr_cu_blocks(n), CU_THREADS, 0, cu_stream(s)>>>(dst, src, n);
     cu_launched("from_bf16");
 }
 

@@ -61,7 +61,7 @@ void cu_embedding_forward(tr_stream s, float *out, const int32_t *ids, const flo
     size_t n = (size_t)N * (size_t)C;
     if (!n)
         return;
-    embedding_forward_kernel<<<tr_cu_blocks(n), TR_CU_THREADS, 0, cu_stream(s)>>>(
+    embedding_forward_kernel<<<tr_cu_blocks(n), CU_THREADS, 0, cu_stream(s)>>>(
         out, ids, table, N, C, v_start, V);
     cu_launched("embedding_forward");
 }
@@ -72,7 +72,7 @@ void cu_embedding_backward(tr_stream s, float *dtable, const float *dout,
     size_t n = (size_t)N * (size_t)C;
     if (!n)
         return;
-    embedding_backward_kernel<<<tr_cu_blocks(n), TR_CU_THREADS, 0, cu_stream(s)>>>(
+    embedding_backward_kernel<<<tr_cu_blocks(n), CU_THREADS, 0, cu_stream(s)>>>(
         dtable, dout, ids, N, C, v_start, V);
     cu_launched("embedding_backward");
 }
@@ -82,7 +82,7 @@ void cu_position_forward(tr_stream s, float *out, const float *wpe, int B, int T
     size_t n = (size_t)B * (size_t)T * (size_t)C;
     if (!n)
         return;
-    position_forward_kernel<<<tr_cu_blocks(n), TR_CU_THREADS, 0, cu_stream(s)>>>(out, wpe, B,
+    position_forward_kernel<<<tr_cu_blocks(n), CU_THREADS, 0, cu_stream(s)>>>(out, wpe, B,
                                                                                    T, C);
     cu_launched("position_forward");
 }
@@ -92,7 +92,7 @@ void cu_position_backward(tr_stream s, float *dwpe, const float *dout, int B, in
     size_t n = (size_t)T * (size_t)C;
     if (!n || B <= 0)
         return;
-    position_backward_kernel<<<tr_cu_blocks(n), TR_CU_THREADS, 0, cu_stream(s)>>>(dwpe, dout,
+    position_backward_kernel<<<tr_cu_blocks(n), CU_THREADS, 0, cu_stream(s)>>>(dwpe, dout,
                                                                                     B, T, C);
     cu_launched("position_backward");
 }

@@ -119,9 +119,9 @@ static int plan_make(plan *p, const plan_key *k)
 {
     memset(p, 0, sizeof *p);
     p->key = *k;
-    cublasComputeType_t compute = k->mode == TR_CU_GEMM_FAST_BF16 ? CUBLAS_COMPUTE_32F_FAST_16BF
+    cublasComputeType_t compute = k->mode == CU_GEMM_FAST_BF16 ? CUBLAS_COMPUTE_32F_FAST_16BF
                                                                    : CUBLAS_COMPUTE_32F;
-    cudaDataType_t in = k->mode == TR_CU_GEMM_BF16 ? CUDA_R_16BF : CUDA_R_32F;
+    cudaDataType_t in = k->mode == CU_GEMM_BF16 ? CUDA_R_16BF : CUDA_R_32F;
     cublasOperation_t op_a = k->tb ? CUBLAS_OP_T : CUBLAS_OP_N; /* cuBLASLt's A = our B */
     cublasOperation_t op_b = k->ta ? CUBLAS_OP_T : CUBLAS_OP_N; /* cuBLASLt's B = our A */
     if (cublasLtMatmulDescCreate(&p->desc, compute, CUDA_R_32F) != CUBLAS_STATUS_SUCCESS ||
@@ -215,7 +215,7 @@ static int matmul(cudaStream_t st, cu_gemm_mode mode, int ta, int tb, int M, int
                   float alpha, const void *A, int lda, long long sA, const void *B, int ldb,
                   long long sB, float beta, float *C, int ldc, long long sC, int batch)
 {
-    int es = mode == TR_CU_GEMM_BF16 ? 2 : 4;
+    int es = mode == CU_GEMM_BF16 ? 2 : 4;
     plan_key k;
     memset(&k, 0, sizeof k); /* the key is hashed and compared as bytes */
     k.mode = mode, k.ta = ta, k.tb = tb, k.M = M, k.N = N, k.K = K;
@@ -247,10 +247,10 @@ static void matmul_f32(cudaStream_t st, cu_gemm_mode mode, int ta, int tb, int M
                        int ldb, long long sB, float beta, float *C, int ldc, long long sC,
                        int batch)
 {
-    if (mode == TR_CU_GEMM_FAST_BF16 && !matmul(st, mode, ta, tb, M, N, K, alpha, A, lda, sA, B,
+    if (mode == CU_GEMM_FAST_BF16 && !matmul(st, mode, ta, tb, M, N, K, alpha, A, lda, sA, B,
                                                 ldb, sB, beta, C, ldc, sC, batch))
         return;
-    if (!matmul(st, TR_CU_GEMM_FP32, ta, tb, M, N, K, alpha, A, lda, sA, B, ldb, sB, beta, C,
+    if (!matmul(st, CU_GEMM_FP32, ta, tb, M, N, K, alpha, A, lda, sA, B, ldb, sB, beta, C,
                 ldc, sC, batch))
         return;
     plan_key k = {.mode = mode, .ta = ta, .tb = tb, .M = M, .N = N, .K = K, .lda = lda,
@@ -271,7 +271,7 @@ static void gemm_staged(cudaStream_t st, int ta, int tb, int M, int N, int K, fl
     if (kc >= 64)
         kc &= ~(size_t)63;
     if (kc < 16) { /* operands too wide to stage even 16 columns: let cuBLASLt round */
-        matmul_f32(st, TR_CU_GEMM_FAST_BF16, ta, tb, M, N, K, alpha, A, lda, 0, B, ldb, 0, beta,
+        matmul_f32(st, CU_GEMM_FAST_BF16, ta, tb, M, N, K, alpha, A, lda, 0, B, ldb, 0, beta,
                    C, ldc, 0, 1);
         return;
     }
@@ -294,10 +294,10 @@ static void gemm_staged(cudaStream_t st, int ta, int tb, int M, int N, int K, fl
         else
             cu_pack_bf16(st, sb, B + (size_t)k0 * ldb, w, N, ldb);
         float b = k0 == 0 ? beta : 1.0f;
-        if (matmul(st, TR_CU_GEMM_BF16, ta, tb, M, N, w, alpha, sa, ta ? M : w, 0, sb,
+        if (matmul(st, CU_GEMM_BF16, ta, tb, M, N, w, alpha, sa, ta ? M : w, 0, sb,
                    tb ? w : N, 0, b, C, ldc, 0, 1))
             /* no bf16 algorithm for these shapes: this slab on the fp32 operands */
-            matmul_f32(st, TR_CU_GEMM_FAST_BF16, ta, tb, M, N, w, alpha,
+            matmul_f32(st, CU_GEMM_FAST_BF16, ta, tb, M, N, w, alpha,
                        ta ? A + (size_t)k0 * lda : A + k0, lda, 0,
                        tb ? B + k0 : B + (size_t)k0 * ldb, ldb, 0, b, C, ldc, 0, 1);
     }
@@ -315,9 +315,9 @@ void cu_gemm_ex(cudaStream_t st, cu_gemm_mode mode, int trans_a, int trans_b, in
             cu_scale_2d(st, C + (size_t)i * (size_t)sC, M, N, ldc, beta);
         return;
     }
-    if (mode == TR_CU_GEMM_BF16 && G.fast)
-        mode = TR_CU_GEMM_FAST_BF16;
-    if (mode == TR_CU_GEMM_BF16) {
+    if (mode == CU_GEMM_BF16 && G.fast)
+        mode = CU_GEMM_FAST_BF16;
+    if (mode == CU_GEMM_BF16) {
         for (int i = 0; i < batch; i++)
             gemm_staged(st, trans_a, trans_b, M, N, K, alpha, A + (size_t)i * (size_t)sA, lda,
                         B + (size_t)i * (size_t)sB, ldb, beta, C + (size_t)i * (size_t)sC, ldc);
@@ -331,7 +331,7 @@ void cu_gemm_fp32(tr_stream s, int trans_a, int trans_b, int M, int N, int K, fl
                      const float *A, int lda, const float *B, int ldb, float beta, float *C,
                      int ldc)
 {
-    cu_gemm_ex(cu_stream(s), TR_CU_GEMM_FP32, trans_a, trans_b, M, N, K, alpha, A, lda, 0,
+    cu_gemm_ex(cu_stream(s), CU_GEMM_FP32, trans_a, trans_b, M, N, K, alpha, A, lda, 0,
                   B, ldb, 0, beta, C, ldc, 0, 1);
 }
 
@@ -339,6 +339,6 @@ void cu_gemm_bf16(tr_stream s, int trans_a, int trans_b, int M, int N, int K, fl
                      const float *A, int lda, const float *B, int ldb, float beta, float *C,
                      int ldc)
 {
-    cu_gemm_ex(cu_stream(s), TR_CU_GEMM_BF16, trans_a, trans_b, M, N, K, alpha, A, lda, 0,
+    cu_gemm_ex(cu_stream(s), CU_GEMM_BF16, trans_a, trans_b, M, N, K, alpha, A, lda, 0,
                   B, ldb, 0, beta, C, ldc, 0, 1);
 }

@@ -4,12 +4,12 @@
 
 #include "kernels/cuda/cuda_internal.h"
 
-// Blocks of TR_CU_THREADS for a grid-stride loop over n elements (at least 1).
+// Blocks of CU_THREADS for a grid-stride loop over n elements (at least 1).
 static inline unsigned tr_cu_blocks(size_t n)
 {
-    size_t b = (n + TR_CU_THREADS - 1) / TR_CU_THREADS;
-    if (b > TR_CU_MAX_BLOCKS)
-        b = TR_CU_MAX_BLOCKS;
+    size_t b = (n + CU_THREADS - 1) / CU_THREADS;
+    if (b > CU_MAX_BLOCKS)
+        b = CU_MAX_BLOCKS;
     return (unsigned)(b ? b : 1);
 }
 

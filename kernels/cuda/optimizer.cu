@@ -71,7 +71,7 @@ void cu_adamw(tr_stream s, float *params, const float *grads, float *m, float *v
         return;
     float ib1 = (float)(1.0 / (1.0 - pow((double)beta1, step)));
     float ib2 = (float)(1.0 / (1.0 - pow((double)beta2, step)));
-    adamw_kernel<<<tr_cu_blocks(n), TR_CU_THREADS, 0, cu_stream(s)>>>(
+    adamw_kernel<<<tr_cu_blocks(n), CU_THREADS, 0, cu_stream(s)>>>(
         params, grads, m, v, n, lr, beta1, beta2, eps, weight_decay, grad_scale, ib1, ib2);
     cu_launched("adamw");
 }

@@ -17,10 +17,10 @@
 
 enum { TP, JSON, INPUT, NAME };
 static const arg_opt opts[] = {
-    [TP] = {"--tp", TR_ARG_VALUE},
-    [JSON] = {"--json", TR_ARG_FLAG},
-    [INPUT] = {"--input", TR_ARG_VALUES, "file"},
-    [NAME] = {"-n", TR_ARG_VALUE},
+    [TP] = {"--tp", ARG_VALUE},
+    [JSON] = {"--json", ARG_FLAG},
+    [INPUT] = {"--input", ARG_VALUES, "file"},
+    [NAME] = {"-n", ARG_VALUE},
     {NULL},
 };
 
@@ -71,16 +71,16 @@ static const char *parse(arg_parser *a, char **argv, int argc)
     for (;;) {
         const char *v;
         int o = args_next(a, &v);
-        if (o == TR_ARGS_END) {
+        if (o == ARGS_END) {
             snprintf(trace + len, sizeof trace - len, "END next=%d", a->next);
             return trace;
         }
-        if (o == TR_ARGS_HELP || o == TR_ARGS_ERROR) {
-            snprintf(trace + len, sizeof trace - len, "%s", o == TR_ARGS_HELP ? "HELP" : "ERROR");
+        if (o == ARGS_HELP || o == ARGS_ERROR) {
+            snprintf(trace + len, sizeof trace - len, "%s", o == ARGS_HELP ? "HELP" : "ERROR");
             return trace;
         }
         len += (size_t)snprintf(trace + len, sizeof trace - len, "%s%s%s\n",
-                                o == TR_ARGS_POSITIONAL ? "POS" : names[o], v ? "=" : "",
+                                o == ARGS_POSITIONAL ? "POS" : names[o], v ? "=" : "",
                                 v ? v : "");
     }
 }

@@ -12,18 +12,18 @@ static void test_schema_table(void **state)
 {
     (void)state;
     int n_sections = 0;
-    while (tr_config_sections[n_sections])
+    while (config_sections[n_sections])
         n_sections++;
     int keys_per_section[16] = {0};
     assert_true(n_sections <= 16);
-    for (int i = 0; i < tr_config_n_keys; i++) {
-        const config_key_spec *k = &tr_config_keys[i];
+    for (int i = 0; i < config_n_keys; i++) {
+        const config_key_spec *k = &config_keys[i];
         int s = config_section_index(k->section);
         assert_true(s >= 0);
         keys_per_section[s]++;
         for (int j = 0; j < i; j++)
-            assert_false(!strcmp(k->section, tr_config_keys[j].section) &&
-                         !strcmp(k->key, tr_config_keys[j].key));
+            assert_false(!strcmp(k->section, config_keys[j].section) &&
+                         !strcmp(k->key, config_keys[j].key));
         if (k->required)
             assert_null(k->def);
         if (k->def && k->def[0] == '=')
