@@ -76,6 +76,14 @@ typedef struct tr_kernels {
     void (*attention_backward)(tr_stream s, float *dqkv, float *datt, const float *dout,
                                const float *qkv, const float *att, int B, int T, int NH,
                                int HS);
+    /* Generation with a key/value cache: n new positions past .. past+n-1 of B sequences.
+     * qkv: (B, n, NH, 3, HS) of the new positions; kcache, vcache: (B, NH, max_T, HS), whose
+     * rows [past, past+n) are first written from qkv; out: (B, n, NH, HS); new position i
+     * attends to cached positions 0 .. past+i (scale 1/sqrt(HS)). scores: scratch of
+     * B*NH*n*(past+n) floats. With past = 0 and n = T, out equals attention_forward's. */
+    void (*attention_decode)(tr_stream s, float *out, float *kcache, float *vcache,
+                             float *scores, const float *qkv, int B, int n, int past,
+                             int max_T, int NH, int HS);
 
     /* --- softmax cross-entropy in pieces, so the vocabulary may be split over ranks ---
      * logits: (N, V) this rank's columns; columns >= n_valid are padding and ignored.

@@ -64,4 +64,11 @@ TR_MUST_CHECK int args_parse_int(const char *text, int min, int max, int *out);
 TR_MUST_CHECK int args_int(const arg_parser *a, const char *flag, const char *text, int min,
                               int max, int *out);
 
+/* ranks.c, for the subcommands that run as ranks (train, generate):
+ * `trident SUBCOMMAND ARGS` (ARGS without --nproc) as nproc local ranks; the exit code. */
+int run_as_local_ranks(const char *subcommand, int nproc, int argc, char **argv);
+/* Under Slurm or Open MPI, publish the rank's identity in torchrun's names (RANK, WORLD_SIZE,
+ * MASTER_ADDR, ...), which the communicator reads. 0, or 2 after a message prefixed `who`. */
+int adopt_scheduler_identity(const char *who);
+
 #endif

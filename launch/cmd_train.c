@@ -39,69 +39,6 @@ static void train_usage(FILE *f)
             "Exit status: 0 success, 1 runtime failure, 2 bad usage, config or input.\n");
 }
 
-/* `trident train --nproc N ARGS`: run `trident train ARGS` as N local ranks. */
-static int train_local_ranks(int nproc, int argc, char **argv)
-{
-    char self[4096];
-    ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
-    if (n <= 0) {
-        fprintf(stderr, "trident train: cannot find the trident executable\n");
-        return 1;
-    }
-    self[n] = '\0';
-    char **child = calloc((size_t)argc + 2, sizeof *child);
-    if (!child)
-        return 1;
-    int k = 0;
-    child[k++] = self;
-    child[k++] = "train";
-    for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--nproc")) {
-            i++;
-            continue;
-        }
-        if (!strncmp(argv[i], "--nproc=", 8))
-            continue;
-        child[k++] = argv[i];
-    }
-    tr_launch_options opts = {.nproc = nproc, .name = "trident train"};
-    int exit_code = 1;
-    int rc = tr_launch_local(&opts, child, &exit_code);
-    free(child);
-    if (rc) {
-        fprintf(stderr, "trident train: %s\n", tr_errmsg());
-        return rc == TR_ERR_CONFIG ? 2 : 1;
-    }
-    return exit_code;
-}
-
-/* Under Slurm or Open MPI, publish the rank's identity in torchrun's names, which the
- * communicator reads. */
-static int adopt_scheduler_identity(void)
-{
-    tr_rank_env env;
-    if (tr_env_detect(&env)) {
-        fprintf(stderr, "trident train: %s\n", tr_errmsg());
-        return 2;
-    }
-    if (strcmp(env.source, "slurm") && strcmp(env.source, "openmpi"))
-        return 0;
-    char buf[64];
-    snprintf(buf, sizeof buf, "%d", env.rank);
-    setenv("RANK", buf, 1);
-    snprintf(buf, sizeof buf, "%d", env.world_size);
-    setenv("WORLD_SIZE", buf, 1);
-    snprintf(buf, sizeof buf, "%d", env.local_rank);
-    setenv("LOCAL_RANK", buf, 1);
-    snprintf(buf, sizeof buf, "%d", env.local_world_size);
-    setenv("LOCAL_WORLD_SIZE", buf, 1);
-    snprintf(buf, sizeof buf, "%d", env.master_port);
-    setenv("MASTER_PORT", buf, 1);
-    setenv("MASTER_ADDR", env.master_addr, 1);
-    setenv("TRIDENT_JOB_TOKEN", env.job_token, 1);
-    return 0;
-}
-
 static int exit_code_for(int rc) { return rc == TR_ERR_CONFIG || rc == TR_ERR_INVALID ? 2 : 1; }
 
 int tr_cmd_train(int argc, char **argv)
@@ -153,9 +90,9 @@ int tr_cmd_train(int argc, char **argv)
     }
     if (nproc > 0) {
         free(overrides);
-        return train_local_ranks(nproc, argc, argv);
+        return run_as_local_ranks("train", nproc, argc, argv);
     }
-    if (adopt_scheduler_identity()) {
+    if (adopt_scheduler_identity("trident train")) {
         free(overrides);
         return 2;
     }

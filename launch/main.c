@@ -16,6 +16,8 @@ static void usage(FILE *f)
             "commands:\n"
             "  train CONFIG.yaml [--set k=v]... [--run-dir DIR] [--nproc N]\n"
             "                     train a model from one YAML config\n"
+            "  generate CHECKPOINT_DIR --prompt TEXT [--temperature T] [--nproc N]\n"
+            "                     continue a prompt with a trained model (key/value cache)\n"
             "  preprocess --input FILE... --output-prefix PREFIX\n"
             "                     turn text files into a Megatron indexed dataset\n"
             "  launch --nproc N [...] -- COMMAND...\n"
@@ -56,7 +58,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "trident: TRIDENT_LOG_LEVEL: %s\n", tr_errmsg());
         return 2;
     }
-    if (!strcmp(cmd, "train"))
+    if (!strcmp(cmd, "train") || !strcmp(cmd, "generate"))
         prefer_avx512_blas_kernels(argv);
     if (!strcmp(cmd, "--help") || !strcmp(cmd, "-h") || !strcmp(cmd, "help")) {
         usage(stdout);
@@ -68,7 +70,7 @@ int main(int argc, char **argv)
     } commands[] = {
         {"train", tr_cmd_train},   {"preprocess", tr_cmd_preprocess}, {"launch", tr_cmd_launch},
         {"topo", tr_cmd_topo},     {"schedule", tr_cmd_schedule}, {"plan", tr_cmd_plan},
-        {"sweep", tr_cmd_sweep},
+        {"sweep", tr_cmd_sweep},   {"generate", tr_cmd_generate},
     };
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
         if (!strcmp(cmd, commands[i].name))

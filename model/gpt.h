@@ -164,6 +164,35 @@ const float *tr_gpt_acts_input_grad(const tr_gpt_acts *a);
 double tr_gpt_tp_comm_seconds(const tr_gpt *g, long *calls);
 void tr_gpt_tp_comm_reset(tr_gpt *g);
 
+/* ------------------------------------------------------------------ generation
+ * Inference with a key/value cache on a model held whole by one stage (TP allowed: every TP
+ * rank calls with the same tokens and gets the same logits; no sequence parallelism). */
+typedef struct tr_gpt_cache tr_gpt_cache;
+/* Keys/values of every layer for B sequences of up to max_T (<= max_position_embeddings)
+ * positions, and the activations of a call of up to max_T new positions. */
+TR_MUST_CHECK int tr_gpt_cache_create(tr_gpt *g, int B, int max_T, tr_gpt_cache **out);
+void tr_gpt_cache_free(tr_gpt_cache *c);
+int tr_gpt_cache_length(const tr_gpt_cache *c); /* positions cached so far */
+void tr_gpt_cache_reset(tr_gpt_cache *c);       /* forget them (new sequences) */
+/* Forward n new positions of each of the B sequences (tokens: B*n host ids, sequence-major)
+ * at positions [len, len + n), appending their keys and values. logits (host, V real
+ * columns, no padding): all_positions ? (B, n, V) : (B, V) of the last new position. The
+ * same logits as tr_gpt_forward's for those positions, up to rounding. */
+TR_MUST_CHECK int tr_gpt_decode(tr_gpt_cache *c, const int32_t *tokens, int n, int all_positions,
+                                float *logits);
+
+/* Sampling of the next token from one row of V logits. temperature <= 0 or top_k == 1:
+ * greedy (the first maximum). Else the top_k largest (0 = all), then the smallest set of
+ * them whose probability reaches top_p (1 = all; HF's order of filters), drawn with the
+ * uniform u in [0, 1). scratch: tr_sample_scratch_bytes(V) bytes. */
+typedef struct {
+    double temperature; /* 1 = the model's distribution */
+    int top_k;
+    double top_p;
+} tr_sampling;
+int tr_sample_token(const float *logits, int V, const tr_sampling *o, double u, void *scratch);
+size_t tr_sample_scratch_bytes(int V);
+
 /* Model FLOPs per token for the whole model, PaLM's definition: 6N + 12*l*h*s. */
 double tr_gpt_flops_per_token(const tr_gpt_shape *s, double n_params_total);
 

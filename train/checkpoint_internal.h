@@ -41,6 +41,33 @@ typedef int (*ckpt_piece_fn)(void *ctx, size_t local, size_t count, size_t shard
 TR_MUST_CHECK int ckpt_for_each_moment_piece(const tr_engine *e, size_t offset, size_t numel,
                                   ckpt_piece_fn fn, void *ctx);
 
+/* A manifest: its iteration, the model line and the tensors, sorted by name. */
+typedef struct {
+    int iteration;
+    int num_layers, hidden_size, num_attention_heads, vocab_size, max_position_embeddings;
+    ckpt_record *tensors;
+    size_t n;
+} ckpt_manifest;
+
+/* The tracker's iteration in DIR: 0 when DIR has no checkpoint. */
+TR_MUST_CHECK int ckpt_read_tracker(const char *dir, int *iteration);
+/* The manifest at path, of the checkpoint of `iteration` (free out->tensors). */
+TR_MUST_CHECK int ckpt_read_manifest(const char *path, int iteration, ckpt_manifest *out);
+/* TR_ERR_INVALID naming both when the manifest's model is not mc's. */
+TR_MUST_CHECK int ckpt_same_model(const tr_model_config *mc, const ckpt_manifest *mf,
+                                  const char *path);
+/* Size and the three checksums of one tensor file against its manifest record. */
+TR_MUST_CHECK int ckpt_verify_tensor(const char *ckpt_dir, const ckpt_record *t);
+/* ckpt_segment_fn reading array `array` of a tensor file into dst + local. */
+typedef struct {
+    int fd;
+    const char *path;
+    int array;
+    uint64_t numel;
+    float *dst;
+} ckpt_read_ctx;
+int ckpt_read_segment(void *ctx, size_t local, uint64_t file_elem, size_t count);
+
 TR_MUST_CHECK int ckpt_join(char *buf, size_t cap, const char *dir, const char *name); /* DIR/NAME */
 /* pread of exactly `bytes`: 0, or -1 with errno (0 for a short file) */
 TR_MUST_CHECK int ckpt_pread(int fd, void *buf, size_t bytes, uint64_t off);

@@ -24,11 +24,6 @@ static int valid_name(const char *s)
     return 1;
 }
 
-typedef struct {
-    int iteration;
-    ckpt_record *tensors; /* sorted by name */
-    size_t n;
-} manifest;
 
 static int manifest_error(const char *path, int line, const char *what)
 {
@@ -36,7 +31,7 @@ static int manifest_error(const char *path, int line, const char *what)
 }
 
 /* The tracker's iteration: 0 when DIR has no checkpoint. */
-static int read_tracker(const char *dir, int *iteration)
+int ckpt_read_tracker(const char *dir, int *iteration)
 {
     char path[4200], buf[64];
     int rc = ckpt_join(path, sizeof path, dir, TRACKER);
@@ -59,7 +54,7 @@ static int read_tracker(const char *dir, int *iteration)
     return TR_OK;
 }
 
-static int read_manifest(const tr_config *cfg, const char *path, int iteration, manifest *out)
+int ckpt_read_manifest(const char *path, int iteration, ckpt_manifest *out)
 {
     memset(out, 0, sizeof *out);
     FILE *f = fopen(path, "r");
@@ -76,7 +71,6 @@ static int read_manifest(const tr_config *cfg, const char *path, int iteration, 
     ssize_t len;
     int ln = 0, rc = TR_OK, ended = 0;
     size_t declared = 0;
-    const tr_model_config *mc = &cfg->model;
     while (!rc && (len = getline(&line, &cap, f)) >= 0) {
         ln++;
         if (len > 512) {
@@ -105,13 +99,11 @@ static int read_manifest(const tr_config *cfg, const char *path, int iteration, 
             if (sscanf(line, "model num_layers %d hidden_size %d num_attention_heads %d vocab_size %d "
                              "max_position_embeddings %d%n", &L, &C, &NH, &V, &maxT, &used) != 5 || line[used])
                 rc = manifest_error(path, ln, "expected the model line");
-            else if (L != mc->num_layers || C != mc->hidden_size || NH != mc->num_attention_heads ||
-                     V != mc->vocab_size || maxT != mc->max_position_embeddings)
-                rc = tr_fail(TR_ERR_INVALID, "%s: the checkpoint is of a different model (num_layers %d, "
-                             "hidden_size %d, num_attention_heads %d, vocab_size %d, "
-                             "max_position_embeddings %d); the config has %d, %d, %d, %d, %d", path, L, C,
-                             NH, V, maxT, mc->num_layers, mc->hidden_size, mc->num_attention_heads,
-                             mc->vocab_size, mc->max_position_embeddings);
+            else if (L < 1 || C < 1 || NH < 1 || V < 1 || maxT < 1)
+                rc = manifest_error(path, ln, "a model size below 1");
+            else
+                out->num_layers = L, out->hidden_size = C, out->num_attention_heads = NH,
+                out->vocab_size = V, out->max_position_embeddings = maxT;
         } else if (ln == 4) {
             int used = 0;
             if (sscanf(line, "tensors %zu%n", &declared, &used) != 1 || line[used] || declared > 1000000)
@@ -149,7 +141,7 @@ static int read_manifest(const tr_config *cfg, const char *path, int iteration, 
 }
 
 /* Size and the three checksums of one tensor file against the manifest. */
-static int verify_tensor(const char *ckpt_dir, const ckpt_record *t)
+int ckpt_verify_tensor(const char *ckpt_dir, const ckpt_record *t)
 {
     char path[4200];
     int rc = ckpt_join(path, sizeof path, ckpt_dir, t->name);
@@ -191,17 +183,9 @@ static int verify_tensor(const char *ckpt_dir, const ckpt_record *t)
     return rc;
 }
 
-typedef struct {
-    int fd;
-    const char *path;
-    int array;
-    uint64_t numel;
-    float *dst; /* host: dst + local is where the local element goes */
-} read_ctx;
-
-static int read_segment(void *ctx, size_t local, uint64_t elem, size_t count)
+int ckpt_read_segment(void *ctx, size_t local, uint64_t elem, size_t count)
 {
-    read_ctx *r = ctx;
+    ckpt_read_ctx *r = ctx;
     if (ckpt_pread(r->fd, r->dst + local, count * sizeof(float),
                    ((uint64_t)r->array * r->numel + elem) * sizeof(float)))
         return tr_fail(TR_ERR_IO, "cannot read %s: %s", r->path, errno ? strerror(errno) : "short file");
@@ -213,7 +197,7 @@ typedef struct {
     int tp_rank;
     size_t rows_saved;
     float *moment; /* host, compact shard */
-    read_ctx *r;
+    ckpt_read_ctx *r;
 } moment_read_ctx;
 
 static int read_moment_piece(void *ctx, size_t local, size_t count, size_t shard_at)
@@ -221,11 +205,11 @@ static int read_moment_piece(void *ctx, size_t local, size_t count, size_t shard
     moment_read_ctx *m = ctx;
     m->r->dst = m->moment + shard_at - local;
     return ckpt_for_each_segment(m->t, m->tp_rank, m->rows_saved, local, local + count,
-                                    read_segment, m->r);
+                                 ckpt_read_segment, m->r);
 }
 
 /* This rank's pieces of every tensor it holds (every copy, every replica). */
-static int read_rank_pieces(tr_engine *e, const char *ckpt_dir, const manifest *mf)
+static int read_rank_pieces(tr_engine *e, const char *ckpt_dir, const ckpt_manifest *mf)
 {
     size_t shard = tr_dp_shard_numel(e->dp);
     float *params = tr_alloc(e->n_params * sizeof(float), "checkpoint staging");
@@ -256,13 +240,13 @@ static int read_rank_pieces(tr_engine *e, const char *ckpt_dir, const manifest *
             if ((rc = ckpt_join(path, sizeof path, ckpt_dir, t->name)))
                 break;
             size_t offset = e->chunks[c].offset + t->offset;
-            read_ctx r = {.path = path, .numel = (uint64_t)rec->rows * (uint64_t)rec->cols,
+            ckpt_read_ctx r = {.path = path, .numel = (uint64_t)rec->rows * (uint64_t)rec->cols,
                           .dst = params + offset};
             if ((r.fd = open(path, O_RDONLY)) < 0) {
                 rc = tr_fail(TR_ERR_INVALID, "checkpoint file %s: %s", path, strerror(errno));
                 break;
             }
-            rc = ckpt_for_each_segment(t, tp_rank, rows_saved, 0, t->numel, read_segment, &r);
+            rc = ckpt_for_each_segment(t, tp_rank, rows_saved, 0, t->numel, ckpt_read_segment, &r);
             for (int k = 0; k < 2 && !rc; k++) {
                 moment_read_ctx mc = {.t = t, .tp_rank = tp_rank, .rows_saved = rows_saved,
                                       .moment = moments[k], .r = &r};
@@ -286,26 +270,44 @@ int tr_checkpoint_load(tr_engine *e, const char *dir, int *iteration)
 {
     *iteration = 0;
     int it = 0;
-    int rc = read_tracker(dir, &it);
+    int rc = ckpt_read_tracker(dir, &it);
     if ((rc = ckpt_agree(e, rc, "loading the checkpoint")) || it == 0)
         return rc;
     char ckpt_dir[4200], leaf[32], path[4300];
     snprintf(leaf, sizeof leaf, "iter_%07d", it);
-    manifest mf = {0};
+    ckpt_manifest mf = {0};
     rc = ckpt_join(ckpt_dir, sizeof ckpt_dir, dir, leaf);
     if (!rc)
         rc = ckpt_join(path, sizeof path, ckpt_dir, "manifest.txt");
     if (!rc)
-        rc = read_manifest(e->cfg, path, it, &mf);
-    if ((rc = ckpt_agree(e, rc, "loading the checkpoint")))
+        rc = ckpt_read_manifest(path, it, &mf);
+    if (!rc)
+        rc = ckpt_same_model(&e->cfg->model, &mf, path);
+    if ((rc = ckpt_agree(e, rc, "loading the checkpoint"))) {
+        free(mf.tensors);
         return rc;
+    }
     /* every tensor file is checked whole by one rank */
     for (size_t j = (size_t)e->world.rank; j < mf.n && !rc; j += (size_t)e->world.size)
-        rc = verify_tensor(ckpt_dir, &mf.tensors[j]);
+        rc = ckpt_verify_tensor(ckpt_dir, &mf.tensors[j]);
     if (!(rc = ckpt_agree(e, rc, "verifying the checkpoint")))
         rc = ckpt_agree(e, read_rank_pieces(e, ckpt_dir, &mf), "loading the checkpoint");
     free(mf.tensors);
     if (!rc)
         *iteration = it;
     return rc;
+}
+
+int ckpt_same_model(const tr_model_config *mc, const ckpt_manifest *mf, const char *path)
+{
+    if (mf->num_layers == mc->num_layers && mf->hidden_size == mc->hidden_size &&
+        mf->num_attention_heads == mc->num_attention_heads && mf->vocab_size == mc->vocab_size &&
+        mf->max_position_embeddings == mc->max_position_embeddings)
+        return TR_OK;
+    return tr_fail(TR_ERR_INVALID, "%s: the checkpoint is of a different model (num_layers %d, "
+                   "hidden_size %d, num_attention_heads %d, vocab_size %d, "
+                   "max_position_embeddings %d); the config has %d, %d, %d, %d, %d", path,
+                   mf->num_layers, mf->hidden_size, mf->num_attention_heads, mf->vocab_size,
+                   mf->max_position_embeddings, mc->num_layers, mc->hidden_size,
+                   mc->num_attention_heads, mc->vocab_size, mc->max_position_embeddings);
 }

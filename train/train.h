@@ -82,6 +82,17 @@ TR_MUST_CHECK int tr_checkpoint_save(tr_engine *e, const char *dir, int iteratio
  * corrupt, truncated or foreign checkpoint is TR_ERR_INVALID naming the file. */
 TR_MUST_CHECK int tr_checkpoint_load(tr_engine *e, const char *dir, int *iteration);
 
+/* For inference and export, without an engine: the sizes of DIR's latest checkpoint
+ * (num_layers, hidden_size, num_attention_heads, vocab_size, max_position_embeddings; other
+ * fields of *model untouched) and its iteration. */
+TR_MUST_CHECK int tr_checkpoint_read_model(const char *dir, tr_model_config *model,
+                                           int *iteration);
+/* The parameters of DIR's latest checkpoint into g, bound to `params` (device memory of
+ * backend k): this TP rank's shards of every tensor of the stage, each file verified against
+ * its checksums first; the vocabulary's padding rows 0. Errors as tr_checkpoint_load. */
+TR_MUST_CHECK int tr_checkpoint_load_model(const char *dir, tr_gpt *g, const tr_kernels *k,
+                                           float *params, int *iteration);
+
 double tr_lr_at(const tr_training_config *t, int iteration);
 
 TR_MUST_CHECK int tr_train_run(const tr_config *cfg, const tr_train_options *opts);

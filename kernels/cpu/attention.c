@@ -9,6 +9,7 @@
 #include "kernels/cpu/cpu_ops.h"
 
 #include <math.h>
+#include <string.h>
 
 #define BLK 64
 
@@ -208,4 +209,45 @@ void cpu_attention_backward(tr_stream s, float *dqkv, float *datt, const float *
     size_t units = (size_t)a.pairs * a.blocks;
     run(par, units, backward_query_unit, &a);
     run(par, units, backward_key_unit, &a); /* reads the dS that the query units wrote */
+}
+
+/* ------------------------------------------------------------------ generation
+ * One (batch, head) pair per item: the new rows of K and V go into the cache, then
+ * S (n, L) = scale Q K[0:L]^T with L = past + n, a causal softmax per row (new row i sees
+ * L' = past + i + 1 keys), O (n, HS) = P V[0:L]. */
+typedef struct {
+    dims d;
+    float *out, *kcache, *vcache, *scores;
+    const float *qkv;
+    int n, past, max_T;
+} decode_args;
+
+static void decode_pair(void *ctx, size_t bh_)
+{
+    const decode_args *a = ctx;
+    const dims *d = &a->d;
+    int bh = (int)bh_, b = bh / d->NH, h = bh % d->NH, n = a->n, HS = d->HS, L = a->past + n;
+    const float *q = a->qkv + (size_t)b * n * d->C3 + (size_t)h * 3 * HS;
+    float *kc = a->kcache + (size_t)bh * a->max_T * HS, *vc = a->vcache + (size_t)bh * a->max_T * HS;
+    for (int i = 0; i < n; i++) {
+        const float *row = q + (size_t)i * d->C3;
+        memcpy(kc + (size_t)(a->past + i) * HS, row + HS, (size_t)HS * sizeof(float));
+        memcpy(vc + (size_t)(a->past + i) * HS, row + 2 * HS, (size_t)HS * sizeof(float));
+    }
+    float *S = a->scores + (size_t)bh * n * L;
+    cpu_gemm_serial(0, 1, n, L, HS, d->scale, q, d->C3, kc, HS, 0.0f, S, L);
+    for (int i = 0; i < n; i++)
+        softmax_causal_row(S + (size_t)i * L, a->past + i, L);
+    cpu_gemm_serial(0, 0, n, HS, L, 1.0f, S, L, vc, HS, 0.0f,
+                    a->out + (size_t)b * n * d->C + (size_t)h * HS, d->C);
+}
+
+void cpu_attention_decode(tr_stream s, float *out, float *kcache, float *vcache, float *scores,
+                          const float *qkv, int B, int n, int past, int max_T, int NH, int HS)
+{
+    (void)s;
+    decode_args a = {.d = make_dims(n, NH, HS), .out = out, .kcache = kcache, .vcache = vcache,
+                     .scores = scores, .qkv = qkv, .n = n, .past = past, .max_T = max_T};
+    int par = (double)B * NH * n * (past + n) * HS >= (double)CPU_PAR_MIN * 8;
+    run(par, (size_t)B * NH, decode_pair, &a);
 }

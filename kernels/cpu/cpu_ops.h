@@ -112,6 +112,8 @@ void cpu_attention_forward(tr_stream s, float *out, float *att, const float *qkv
 void cpu_attention_backward(tr_stream s, float *dqkv, float *datt, const float *dout,
                                const float *qkv, const float *att, int B, int T, int NH,
                                int HS);
+void cpu_attention_decode(tr_stream s, float *out, float *kcache, float *vcache, float *scores,
+                          const float *qkv, int B, int n, int past, int max_T, int NH, int HS);
 
 /* crossentropy.c */
 void cpu_xent_row_max(tr_stream s, float *maxv, const float *logits, int N, int V,

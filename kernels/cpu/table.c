@@ -30,6 +30,7 @@ static const tr_kernels cpu_table = {
     .gelu_backward = cpu_gelu_backward,
     .attention_forward = cpu_attention_forward,
     .attention_backward = cpu_attention_backward,
+    .attention_decode = cpu_attention_decode,
     .xent_row_max = cpu_xent_row_max,
     .xent_row_sumexp = cpu_xent_row_sumexp,
     .xent_pick = cpu_xent_pick,

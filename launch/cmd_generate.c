@@ -1,0 +1,345 @@
+/* `trident generate CHECKPOINT_DIR --prompt TEXT [options]`: text from a trained model with a
+ * key/value cache; under tensor parallelism over every rank of the job (--nproc N). */
+#include "launch/commands.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "comm/comm.h"
+#include "core/core.h"
+#include "launch/args.h"
+#include "model/gpt.h"
+#include "train/train.h"
+#include "yaml/config.h"
+
+static void generate_usage(FILE *f)
+{
+    fprintf(f,
+            "usage: trident generate CHECKPOINT_DIR (--prompt TEXT | --prompt-ids IDS) [options]\n"
+            "\n"
+            "Continue a prompt with the model of CHECKPOINT_DIR's latest checkpoint (the\n"
+            "checkpoint.save folder of a run), one token at a time with a key/value cache.\n"
+            "Tokens are bytes (the byte-level tokenizer of trident preprocess).\n"
+            "\n"
+            "options:\n"
+            "  --prompt TEXT          the prompt, as bytes\n"
+            "  --prompt-ids IDS       the prompt as comma-separated token ids (e.g. 17,4,250)\n"
+            "  --max-new-tokens N     tokens to generate (default 64; the prompt and them must\n"
+            "                         fit max_position_embeddings)\n"
+            "  --temperature T        0 = greedy; default 1 (the model's distribution)\n"
+            "  --top-k K              sample from the K most likely tokens (default 0 = all)\n"
+            "  --top-p P              ... and from the fewest whose probability reaches P\n"
+            "                         (default 1 = all)\n"
+            "  --seed S               sampling seed (default 1234): the same seed, the same text\n"
+            "  --eos-id ID            stop after generating this token (default: none)\n"
+            "  --device cpu|cuda      kernel backend (default cpu)\n"
+            "  --json                 print one JSON object (prompt and generated token ids, text,\n"
+            "                         timings) instead of the text\n"
+            "  --nproc N              N local ranks, the model split over them by tensor\n"
+            "                         parallelism (N must divide the attention heads)\n"
+            "  -h, --help             this text\n"
+            "\n"
+            "Prints the prompt and its continuation on stdout as they are made, then on stderr the\n"
+            "prompt's time and the tokens per second of the generation.\n"
+            "Exit status: 0 success, 1 runtime failure, 2 bad usage or input.\n");
+}
+
+typedef struct {
+    const char *dir, *prompt, *prompt_ids, *device;
+    int max_new, top_k, eos_id, json;
+    double temperature, top_p;
+    uint64_t seed;
+} gen_options;
+
+/* Prompt token ids from --prompt (bytes) or --prompt-ids; *n of them in *out (malloc'd). */
+static int prompt_tokens(const gen_options *o, int V, int32_t **out, int *n)
+{
+    size_t cap = o->prompt ? strlen(o->prompt) : strlen(o->prompt_ids) / 2 + 1;
+    int32_t *ids = malloc((cap ? cap : 1) * sizeof *ids);
+    if (!ids)
+        return tr_fail(TR_ERR_NOMEM, "out of memory for the prompt");
+    int count = 0;
+    if (o->prompt) {
+        for (size_t i = 0; o->prompt[i]; i++)
+            ids[count++] = (unsigned char)o->prompt[i];
+    } else {
+        for (const char *p = o->prompt_ids; *p;) {
+            char *end;
+            long v = strtol(p, &end, 10);
+            if (end == p || v < 0 || v > 0x7fffffff || (*end && *end != ',')) {
+                free(ids);
+                return tr_fail(TR_ERR_INVALID, "--prompt-ids: expected comma-separated token "
+                                               "ids, found '%.20s'", p);
+            }
+            ids[count++] = (int32_t)v;
+            p = *end ? end + 1 : end;
+        }
+    }
+    for (int i = 0; i < count; i++)
+        if (ids[i] >= V) {
+            int bad = ids[i];
+            free(ids);
+            return tr_fail(TR_ERR_INVALID, "prompt token %d at position %d is outside the "
+                                           "model's vocabulary [0, %d)", bad, i, V);
+        }
+    if (count == 0) {
+        free(ids);
+        return tr_fail(TR_ERR_INVALID, "the prompt is empty");
+    }
+    *out = ids;
+    *n = count;
+    return TR_OK;
+}
+
+/* The model config of the checkpoint: its sizes, every other key at the schema's default,
+ * tensor parallelism over the whole world. */
+static int model_config(const gen_options *o, int world, tr_config *cfg, int *iteration)
+{
+    tr_model_config m = {0};
+    int rc = tr_checkpoint_read_model(o->dir, &m, iteration);
+    if (rc)
+        return rc;
+    char text[1024];
+    snprintf(text, sizeof text,
+             "model: {num_layers: %d, hidden_size: %d, num_attention_heads: %d, vocab_size: %d,\n"
+             "        max_position_embeddings: %d, seq_length: %d}\n"
+             "parallel: {tensor_model_parallel_size: %d}\n"
+             "training: {micro_batch_size: 1, train_iters: 1, lr: 1, device: %s}\n"
+             "data: {data_path: none}\n",
+             m.num_layers, m.hidden_size, m.num_attention_heads, m.vocab_size,
+             m.max_position_embeddings, m.max_position_embeddings, world, o->device);
+    rc = tr_config_load_string(text, strlen(text), o->dir, NULL, 0, cfg);
+    if (rc)
+        return tr_fail_context(rc, "the model of checkpoint %s on %d tensor-parallel ranks",
+                               o->dir, world);
+    return TR_OK;
+}
+
+/* One token as printed text: a byte, or <|ID|> beyond the bytes. */
+static void print_token(int32_t id)
+{
+    if (id < 256)
+        putchar(id);
+    else
+        printf("<|%d|>", (int)id);
+}
+
+static void print_json(const int32_t *ids, int n_prompt, int n_total, double prompt_s,
+                       double gen_s)
+{
+    tr_json j;
+    tr_json_begin(&j, stdout);
+    tr_json_object_begin(&j, NULL);
+    tr_json_array_begin(&j, "prompt_ids");
+    for (int i = 0; i < n_prompt; i++)
+        tr_json_int(&j, NULL, ids[i]);
+    tr_json_array_end(&j);
+    tr_json_array_begin(&j, "generated_ids");
+    for (int i = n_prompt; i < n_total; i++)
+        tr_json_int(&j, NULL, ids[i]);
+    tr_json_array_end(&j);
+    char *text = malloc((size_t)(n_total - n_prompt) * 12 + 1);
+    if (text) {
+        size_t len = 0;
+        for (int i = n_prompt; i < n_total; i++)
+            len += (size_t)(ids[i] < 256 && ids[i] > 0
+                                ? snprintf(text + len, 12, "%c", (char)ids[i])
+                                : snprintf(text + len, 12, "<|%d|>", (int)ids[i]));
+        text[len] = '\0';
+        tr_json_string(&j, "text", text);
+        free(text);
+    }
+    tr_json_double(&j, "prompt_ms", prompt_s * 1e3);
+    tr_json_double(&j, "tokens_per_s", n_total - n_prompt > 1 ? (n_total - n_prompt - 1) / gen_s : 0);
+    tr_json_object_end(&j);
+    putchar('\n');
+}
+
+/* Prefill the prompt, then one token per step; ids: room for n_prompt + max_new. */
+static int generate(const gen_options *o, tr_gpt_cache *cache, int V, int lead, int32_t *ids,
+                    int n_prompt, int *n_total, double *prompt_s, double *gen_s)
+{
+    float *logits = malloc((size_t)V * sizeof(float));
+    void *scratch = malloc(tr_sample_scratch_bytes(V));
+    if (!logits || !scratch) {
+        free(logits);
+        free(scratch);
+        return tr_fail(TR_ERR_NOMEM, "out of memory for the logits");
+    }
+    tr_sampling s = {.temperature = o->temperature, .top_k = o->top_k, .top_p = o->top_p};
+    int n = n_prompt, rc = TR_OK;
+    double t0 = tr_now(), t1 = t0;
+    if (lead && !o->json) {
+        for (int i = 0; i < n_prompt; i++)
+            print_token(ids[i]);
+        fflush(stdout);
+    }
+    for (int step = 0; step < o->max_new && !rc; step++) {
+        /* the prompt at once, then the token just drawn */
+        rc = step == 0 ? tr_gpt_decode(cache, ids, n_prompt, 0, logits)
+                       : tr_gpt_decode(cache, ids + n - 1, 1, 0, logits);
+        if (rc)
+            break;
+        if (step == 0)
+            t1 = tr_now();
+        /* every TP rank has the same logits and draws the same token: no broadcast */
+        double u = tr_rand_uniform(o->seed, 0x67656e6572617465ULL /* "generate" */, (uint64_t)step);
+        ids[n++] = tr_sample_token(logits, V, &s, u, scratch);
+        if (lead && !o->json) {
+            print_token(ids[n - 1]);
+            fflush(stdout);
+        }
+        if (ids[n - 1] == o->eos_id)
+            break;
+    }
+    *prompt_s = t1 - t0;
+    *gen_s = tr_now() - t1;
+    *n_total = n;
+    free(logits);
+    free(scratch);
+    return rc;
+}
+
+static int run_generate(const gen_options *o)
+{
+    tr_comm_config cc = tr_comm_config_default();
+    cc.backend = strcmp(o->device, "cuda") ? TR_COMM_BACKEND_UCX : TR_COMM_BACKEND_NCCL;
+    tr_comm *world = NULL;
+    tr_config cfg;
+    int have_cfg = 0, iteration = 0, n_prompt = 0, n_total = 0;
+    int32_t *ids = NULL, *prompt = NULL;
+    tr_gpt *g = NULL;
+    tr_gpt_cache *cache = NULL;
+    float *params = NULL;
+    const tr_kernels *k = NULL;
+    double prompt_s = 0, gen_s = 0;
+    int rc = tr_comm_init_world(&cc, &world);
+    if (rc)
+        return rc;
+    int rank = tr_comm_rank(world), size = tr_comm_size(world);
+    tr_log_set_rank(size > 1 ? rank : -1);
+    if (!(rc = model_config(o, size, &cfg, &iteration)))
+        have_cfg = 1;
+    tr_gpt_shape shape;
+    if (!rc && !(k = tr_kernels_get(o->device)))
+        rc = tr_fail(TR_ERR_CONFIG, "--device %s: no such kernel backend in this build", o->device);
+    if (!rc)
+        rc = tr_gpt_shape_from_config(&cfg, 0, cfg.model.num_layers, rank, &shape);
+    if (!rc)
+        rc = tr_gpt_create(&shape, k, size > 1 ? world : NULL, &g);
+    if (!rc && !(params = k->alloc(tr_gpt_num_params(g) * sizeof(float))))
+        rc = tr_fail(TR_ERR_NOMEM, "out of memory for %zu parameters", tr_gpt_num_params(g));
+    if (!rc) {
+        tr_gpt_bind(g, params, NULL);
+        rc = tr_checkpoint_load_model(o->dir, g, k, params, &iteration);
+    }
+    if (!rc)
+        rc = prompt_tokens(o, shape.V, &prompt, &n_prompt);
+    int total = n_prompt + o->max_new;
+    if (!rc && total > shape.max_T)
+        rc = tr_fail(TR_ERR_INVALID, "the prompt (%d tokens) and --max-new-tokens %d exceed the "
+                                     "model's %d positions", n_prompt, o->max_new, shape.max_T);
+    if (!rc && !(ids = malloc((size_t)total * sizeof *ids)))
+        rc = tr_fail(TR_ERR_NOMEM, "out of memory");
+    if (!rc) {
+        memcpy(ids, prompt, (size_t)n_prompt * sizeof *ids);
+        rc = tr_gpt_cache_create(g, 1, total, &cache);
+    }
+    if (!rc)
+        rc = generate(o, cache, shape.V, rank == 0, ids, n_prompt, &n_total, &prompt_s, &gen_s);
+    if (!rc && rank == 0) {
+        int made = n_total - n_prompt;
+        if (o->json) {
+            print_json(ids, n_prompt, n_total, prompt_s, gen_s);
+        } else {
+            putchar('\n');
+            fprintf(stderr, "trident generate: iteration %d of %s, %d tensor-parallel rank%s: "
+                            "prompt of %d tokens in %.1f ms, %d tokens at %.1f tokens/s\n",
+                    iteration, o->dir, size, size > 1 ? "s" : "", n_prompt, prompt_s * 1e3, made,
+                    made > 1 ? (made - 1) / gen_s : 0.0);
+        }
+        fflush(stdout);
+    }
+    tr_gpt_cache_free(cache);
+    tr_gpt_free(g);
+    if (k)
+        k->free(params);
+    free(ids);
+    free(prompt);
+    if (have_cfg)
+        tr_config_free(&cfg);
+    tr_comm_destroy(world);
+    return rc;
+}
+
+int tr_cmd_generate(int argc, char **argv)
+{
+    enum { PROMPT, PROMPT_IDS, MAX_NEW, TEMPERATURE, TOP_K, TOP_P, SEED, EOS, DEVICE, JSON, NPROC };
+    static const arg_opt options[] = {
+        [PROMPT] = {"--prompt", ARG_VALUE},       [PROMPT_IDS] = {"--prompt-ids", ARG_VALUE},
+        [MAX_NEW] = {"--max-new-tokens", ARG_VALUE}, [TEMPERATURE] = {"--temperature", ARG_VALUE},
+        [TOP_K] = {"--top-k", ARG_VALUE},         [TOP_P] = {"--top-p", ARG_VALUE},
+        [SEED] = {"--seed", ARG_VALUE},           [EOS] = {"--eos-id", ARG_VALUE},
+        [DEVICE] = {"--device", ARG_VALUE},       [JSON] = {"--json", ARG_FLAG},
+        [NPROC] = {"--nproc", ARG_VALUE},         {NULL},
+    };
+    arg_parser a = {.cmd = "trident generate", .opts = options, .usage = generate_usage,
+                    .argc = argc, .argv = argv};
+    gen_options o = {.max_new = 64, .temperature = 1.0, .top_p = 1.0, .seed = 1234,
+                     .eos_id = -1, .device = "cpu"};
+    const char *v;
+    int rc = 0, nproc = 0, seed = 0, opt;
+    while (!rc && (opt = args_next(&a, &v)) != ARGS_END) {
+        char *end = NULL;
+        if (opt == ARGS_HELP || opt == ARGS_ERROR)
+            return opt == ARGS_HELP ? 0 : 2;
+        if (opt == PROMPT)
+            o.prompt = v;
+        else if (opt == PROMPT_IDS)
+            o.prompt_ids = v;
+        else if (opt == MAX_NEW)
+            rc = args_int(&a, "--max-new-tokens", v, 1, 1 << 24, &o.max_new);
+        else if (opt == TOP_K)
+            rc = args_int(&a, "--top-k", v, 0, 1 << 30, &o.top_k);
+        else if (opt == SEED)
+            rc = args_int(&a, "--seed", v, 0, 0x7fffffff, &seed), o.seed = (uint64_t)seed;
+        else if (opt == EOS)
+            rc = args_int(&a, "--eos-id", v, 0, 0x7fffffff, &o.eos_id);
+        else if (opt == NPROC)
+            rc = args_int(&a, "--nproc", v, 1, 4096, &nproc);
+        else if (opt == DEVICE)
+            o.device = v;
+        else if (opt == JSON)
+            o.json = 1;
+        else if (opt == TEMPERATURE) {
+            o.temperature = strtod(v, &end);
+            if (end == v || *end || !isfinite(o.temperature) || o.temperature < 0)
+                rc = args_error(&a, "--temperature needs a number >= 0, got '%s'", v);
+        } else if (opt == TOP_P) {
+            o.top_p = strtod(v, &end);
+            if (end == v || *end || !(o.top_p > 0 && o.top_p <= 1))
+                rc = args_error(&a, "--top-p needs a number in (0, 1], got '%s'", v);
+        } else if (o.dir)
+            rc = args_error(&a, "more than one checkpoint folder given ('%s' and '%s')", o.dir, v);
+        else
+            o.dir = v;
+    }
+    if (!rc && !o.dir)
+        rc = args_error(&a, "no checkpoint folder given (see trident generate --help)");
+    if (!rc && !o.prompt == !o.prompt_ids)
+        rc = args_error(&a, "give the prompt once: --prompt TEXT or --prompt-ids IDS");
+    if (rc)
+        return rc;
+    if (nproc > 0)
+        return run_as_local_ranks("generate", nproc, argc, argv);
+    if (adopt_scheduler_identity("trident generate"))
+        return 2;
+    rc = run_generate(&o);
+    if (rc) {
+        fprintf(stderr, "trident generate: %s\n", tr_errmsg());
+        return rc == TR_ERR_CONFIG || rc == TR_ERR_INVALID ? 2 : 1;
+    }
+    return 0;
+}

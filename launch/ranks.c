@@ -1,0 +1,71 @@
+/* What the subcommands that run as ranks share (trident train, trident generate): starting
+ * themselves as N local ranks, and adopting a scheduler's rank identity. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "core/core.h"
+#include "launch/args.h"
+#include "launch/launch.h"
+
+int run_as_local_ranks(const char *subcommand, int nproc, int argc, char **argv)
+{
+    char self[4096], who[64];
+    snprintf(who, sizeof who, "trident %s", subcommand);
+    ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+    if (n <= 0) {
+        fprintf(stderr, "%s: cannot find the trident executable\n", who);
+        return 1;
+    }
+    self[n] = '\0';
+    char **child = calloc((size_t)argc + 2, sizeof *child);
+    if (!child)
+        return 1;
+    int k = 0;
+    child[k++] = self;
+    child[k++] = (char *)subcommand;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--nproc")) {
+            i++;
+            continue;
+        }
+        if (!strncmp(argv[i], "--nproc=", 8))
+            continue;
+        child[k++] = argv[i];
+    }
+    tr_launch_options opts = {.nproc = nproc, .name = who};
+    int exit_code = 1;
+    int rc = tr_launch_local(&opts, child, &exit_code);
+    free(child);
+    if (rc) {
+        fprintf(stderr, "%s: %s\n", who, tr_errmsg());
+        return rc == TR_ERR_CONFIG ? 2 : 1;
+    }
+    return exit_code;
+}
+
+int adopt_scheduler_identity(const char *who)
+{
+    tr_rank_env env;
+    if (tr_env_detect(&env)) {
+        fprintf(stderr, "%s: %s\n", who, tr_errmsg());
+        return 2;
+    }
+    if (strcmp(env.source, "slurm") && strcmp(env.source, "openmpi"))
+        return 0;
+    char buf[64];
+    snprintf(buf, sizeof buf, "%d", env.rank);
+    setenv("RANK", buf, 1);
+    snprintf(buf, sizeof buf, "%d", env.world_size);
+    setenv("WORLD_SIZE", buf, 1);
+    snprintf(buf, sizeof buf, "%d", env.local_rank);
+    setenv("LOCAL_RANK", buf, 1);
+    snprintf(buf, sizeof buf, "%d", env.local_world_size);
+    setenv("LOCAL_WORLD_SIZE", buf, 1);
+    snprintf(buf, sizeof buf, "%d", env.master_port);
+    setenv("MASTER_PORT", buf, 1);
+    setenv("MASTER_ADDR", env.master_addr, 1);
+    setenv("TRIDENT_JOB_TOKEN", env.job_token, 1);
+    return 0;
+}

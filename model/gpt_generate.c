@@ -1,0 +1,279 @@
+/* GPT inference with a key/value cache: the forward pass of new positions only (each layer's
+ * keys and values of earlier positions are kept), the logits over the whole vocabulary on
+ * every tensor-parallel rank, and sampling (greedy, temperature, top-k, top-p).
+ * Sizes: B sequences, n new positions per call, R = B*n rows, L = past + n cached positions,
+ * C hidden, l = this TP rank's share (Cl = C/tp, NHl = NH/tp, Vl = Vp/tp), HS head size. */
+#include "model/gpt_internal.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/core.h"
+
+struct tr_gpt_cache {
+    tr_gpt *g;
+    int B, max_T, len;
+    float *memory;     /* one device allocation; everything below points into it */
+    float *k, *v;      /* (layers, B, NHl, max_T, HS) each */
+    int32_t *ids;      /* (B*max_T) device token ids */
+    float *x, *res2;   /* (B*max_T, C) residual stream */
+    float *ln;         /* (B*max_T, C) layernorm output (also the last rows for the head) */
+    float *mean, *rstd;/* (B*max_T) */
+    float *qkv;        /* (B*max_T, 3Cl) */
+    float *atty;       /* (B*max_T, Cl) */
+    float *fch, *fch_gelu; /* (B*max_T, 4Cl) */
+    float *scores;     /* (B, NHl, max_T, max_T) */
+    float *wide;       /* (B*max_T, C): TP scratch of the embedding and row-parallel layers */
+    /* the head, grown on demand: rows of logits asked for at once */
+    int head_rows;
+    float *logits, *logits_full, *gather; /* (rows, Vl), (rows, Vp), (tp*rows*Vl) */
+    float *host;                          /* (rows, Vp) host */
+};
+
+static size_t padded(size_t count) { return (count + 15) & ~(size_t)15; }
+
+static float *take(float **cursor, size_t count)
+{
+    float *p = *cursor;
+    *cursor += padded(count);
+    return p;
+}
+
+/* Floats of the cache and the per-call activations (carve = 0 counts, 1 carves). */
+static size_t cache_layout(tr_gpt_cache *c, int carve)
+{
+    const tr_gpt *g = c->g;
+    size_t R = (size_t)c->B * c->max_T, C = g->s.C, Cl = g->Cl, HS = C / g->s.NH;
+    size_t kv = (size_t)g->s.layer_count * c->B * g->NHl * c->max_T * HS;
+    size_t sizes[] = {kv, kv, R, R * C, R * C, R * C, R, R, R * 3 * Cl, R * Cl,
+                      R * 4 * Cl, R * 4 * Cl, (size_t)c->B * g->NHl * c->max_T * c->max_T,
+                      g->s.tp_size > 1 ? R * C : 0};
+    float **dst[] = {&c->k, &c->v, (float **)&c->ids, &c->x, &c->res2, &c->ln, &c->mean,
+                     &c->rstd, &c->qkv, &c->atty, &c->fch, &c->fch_gelu, &c->scores, &c->wide};
+    size_t total = 0;
+    float *cursor = c->memory;
+    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
+        total += padded(sizes[i]);
+        if (carve)
+            *dst[i] = take(&cursor, sizes[i]);
+    }
+    return total;
+}
+
+int tr_gpt_cache_create(tr_gpt *g, int B, int max_T, tr_gpt_cache **out)
+{
+    *out = NULL;
+    const tr_gpt_shape *s = &g->s;
+    if (!s->is_first || !s->is_last)
+        return tr_fail(TR_ERR_INVALID, "generation needs the whole model in one stage (layers "
+                                       "%d..%d of a pipeline stage given)",
+                       s->layer_first, s->layer_first + s->layer_count - 1);
+    if (s->sequence_parallel)
+        return tr_fail(TR_ERR_INVALID, "generation runs without sequence parallelism");
+    if (!g->k->attention_decode)
+        return tr_fail(TR_ERR_CONFIG, "the %s kernel backend has no cached attention for "
+                                      "generation", g->k->name);
+    if (B < 1 || max_T < 1 || max_T > s->max_T)
+        return tr_fail(TR_ERR_INVALID, "a cache of %d sequences of %d positions (the model "
+                                       "has %d positions)", B, max_T, s->max_T);
+    tr_gpt_cache *c = tr_alloc(sizeof *c, "generation cache");
+    if (!c)
+        return TR_ERR_NOMEM;
+    *c = (tr_gpt_cache){.g = g, .B = B, .max_T = max_T};
+    size_t floats = cache_layout(c, 0);
+    c->memory = g->k->alloc(floats * sizeof(float));
+    if (!c->memory) {
+        tr_free(c);
+        return tr_fail(TR_ERR_NOMEM, "out of memory for a generation cache of %zu MiB",
+                       floats * sizeof(float) >> 20);
+    }
+    cache_layout(c, 1);
+    *out = c;
+    return TR_OK;
+}
+
+static void free_head(tr_gpt_cache *c)
+{
+    const tr_kernels *k = c->g->k;
+    k->free(c->logits);
+    k->free(c->logits_full);
+    k->free(c->gather);
+    tr_free(c->host);
+    c->logits = c->logits_full = c->gather = c->host = NULL;
+    c->head_rows = 0;
+}
+
+void tr_gpt_cache_free(tr_gpt_cache *c)
+{
+    if (!c)
+        return;
+    free_head(c);
+    c->g->k->free(c->memory);
+    tr_free(c);
+}
+
+int tr_gpt_cache_length(const tr_gpt_cache *c) { return c->len; }
+void tr_gpt_cache_reset(tr_gpt_cache *c) { c->len = 0; }
+
+static int ensure_head(tr_gpt_cache *c, int rows)
+{
+    if (rows <= c->head_rows)
+        return TR_OK;
+    free_head(c);
+    const tr_gpt *g = c->g;
+    const tr_kernels *k = g->k;
+    size_t R = (size_t)rows, Vl = (size_t)g->Vl, Vp = (size_t)g->s.Vp;
+    c->logits = k->alloc(R * Vl * sizeof(float));
+    c->logits_full = k->alloc(R * Vp * sizeof(float));
+    c->gather = k->alloc((size_t)g->s.tp_size * R * Vl * sizeof(float));
+    c->host = tr_alloc(R * Vp * sizeof(float), "logits");
+    if (!c->logits || !c->logits_full || !c->gather || !c->host) {
+        free_head(c);
+        return tr_fail(TR_ERR_NOMEM, "out of memory for the logits of %d rows", rows);
+    }
+    c->head_rows = rows;
+    return TR_OK;
+}
+
+/* Layer l on R = B*n rows of c->x (in place): the llm.c order of gpt_layer_forward, with
+ * attention against the cache. */
+static int layer_decode(tr_gpt_cache *c, int l, int n)
+{
+    tr_gpt *g = c->g;
+    const tr_kernels *k = g->k;
+    const tr_tp *tp = &g->tp;
+    int C = g->s.C, Cl = g->Cl, HS = C / g->s.NH, R = c->B * n, rc;
+    size_t kv = (size_t)c->B * g->NHl * c->max_T * HS * l;
+    k->layernorm_forward(NULL, c->ln, c->mean, c->rstd, c->x, layer_param(g, l, L_LN1_W),
+                         layer_param(g, l, L_LN1_B), R, C, g->s.eps);
+    rc = tr_tp_column_linear_forward(tp, c->qkv, c->ln, layer_param(g, l, L_QKV_W),
+                                     layer_param(g, l, L_QKV_B), R, C, 3 * Cl, NULL, NULL);
+    if (rc)
+        return rc;
+    k->attention_decode(NULL, c->atty, c->k + kv, c->v + kv, c->scores, c->qkv, c->B, n, c->len,
+                        c->max_T, g->NHl, HS);
+    rc = tr_tp_row_linear_forward(tp, c->res2, c->x, c->atty, layer_param(g, l, L_ATTPROJ_W),
+                                  layer_param(g, l, L_ATTPROJ_B), R, Cl, C, c->wide);
+    if (rc)
+        return rc;
+    k->layernorm_forward(NULL, c->ln, c->mean, c->rstd, c->res2, layer_param(g, l, L_LN2_W),
+                         layer_param(g, l, L_LN2_B), R, C, g->s.eps);
+    rc = tr_tp_column_linear_forward(tp, c->fch, c->ln, layer_param(g, l, L_FC_W),
+                                     layer_param(g, l, L_FC_B), R, C, 4 * Cl, NULL, NULL);
+    if (rc)
+        return rc;
+    k->gelu_forward(NULL, c->fch_gelu, c->fch, (size_t)R * 4 * Cl);
+    return tr_tp_row_linear_forward(tp, c->x, c->res2, c->fch_gelu,
+                                    layer_param(g, l, L_FCPROJ_W), layer_param(g, l, L_FCPROJ_B),
+                                    R, 4 * Cl, C, c->wide);
+}
+
+int tr_gpt_decode(tr_gpt_cache *c, const int32_t *tokens, int n, int all_positions,
+                  float *logits)
+{
+    tr_gpt *g = c->g;
+    const tr_kernels *k = g->k;
+    const tr_gpt_shape *s = &g->s;
+    int B = c->B, C = s->C, V = s->V, Vp = s->Vp, R = B * n, rc;
+    if (n < 1 || c->len + n > c->max_T)
+        return tr_fail(TR_ERR_INVALID, "%d new positions after %d do not fit the cache of %d "
+                                       "positions", n, c->len, c->max_T);
+    for (int i = 0; i < R; i++)
+        if (tokens[i] < 0 || tokens[i] >= V)
+            return tr_fail(TR_ERR_INVALID, "token %d at position %d is outside the vocabulary "
+                                           "[0, %d)", tokens[i], i, V);
+    int rows = all_positions ? R : B;
+    if ((rc = ensure_head(c, rows)))
+        return rc;
+    /* embeddings: x (R, C) = wte[ids] + wpe[past .. past+n) */
+    k->to_device(NULL, c->ids, tokens, (size_t)R * sizeof(int32_t));
+    rc = tr_tp_vocab_embedding_forward(&g->tp, c->x, c->ids, g->tensors[g->wte].param, R, C,
+                                       g->Vl, c->wide);
+    if (rc)
+        return rc;
+    k->position_forward(NULL, c->x, g->tensors[g->wpe].param + (size_t)c->len * C, B, n, C);
+    for (int l = 0; l < s->layer_count; l++)
+        if ((rc = layer_decode(c, l, n)))
+            return rc;
+    /* head on the rows asked for: every position, or the last new one of each sequence */
+    const float *h = c->x;
+    if (!all_positions) {
+        for (int b = 0; b < B; b++)
+            k->copy(NULL, c->res2 + (size_t)b * C, c->x + ((size_t)b * n + n - 1) * C,
+                    (size_t)C * sizeof(float));
+        h = c->res2;
+    }
+    k->layernorm_forward(NULL, c->ln, c->mean, c->rstd, h, g->tensors[g->lnf_w].param,
+                         g->tensors[g->lnf_b].param, rows, C, s->eps);
+    rc = tr_tp_column_linear_forward(&g->tp, c->logits, c->ln, g->tensors[g->head_wte].param,
+                                     NULL, rows, C, g->Vl, s->tp_size > 1 ? c->logits_full : NULL,
+                                     c->gather);
+    if (rc)
+        return rc;
+    const float *full = s->tp_size > 1 ? c->logits_full : c->logits;
+    k->to_host(NULL, c->host, full, (size_t)rows * Vp * sizeof(float));
+    for (int r = 0; r < rows; r++) /* the V real columns: padding is not a token */
+        memcpy(logits + (size_t)r * V, c->host + (size_t)r * Vp, (size_t)V * sizeof(float));
+    c->len += n;
+    return TR_OK;
+}
+
+/* ------------------------------------------------------------------ sampling */
+
+typedef struct {
+    float logit;
+    int id;
+} candidate;
+
+static int by_logit_desc(const void *a, const void *b)
+{
+    const candidate *x = a, *y = b;
+    if (x->logit != y->logit)
+        return x->logit < y->logit ? 1 : -1;
+    return x->id - y->id; /* ties: the smaller id first, so the order is total */
+}
+
+int tr_sample_token(const float *logits, int V, const tr_sampling *o, double u, void *scratch)
+{
+    int best = 0;
+    for (int i = 1; i < V; i++)
+        if (logits[i] > logits[best])
+            best = i;
+    if (o->temperature <= 0 || o->top_k == 1)
+        return best; /* greedy; the first of equal maxima */
+    candidate *cand = scratch;
+    for (int i = 0; i < V; i++)
+        cand[i] = (candidate){logits[i], i};
+    qsort(cand, (size_t)V, sizeof *cand, by_logit_desc);
+    int keep = o->top_k > 0 && o->top_k < V ? o->top_k : V;
+    /* probabilities of the kept candidates at the temperature, in double */
+    double total = 0, *p = (double *)(cand + V);
+    for (int i = 0; i < keep; i++)
+        total += p[i] = exp(((double)cand[i].logit - cand[0].logit) / o->temperature);
+    if (o->top_p > 0 && o->top_p < 1) { /* the smallest prefix whose mass reaches top_p */
+        double mass = 0;
+        for (int i = 0; i < keep; i++) {
+            mass += p[i] / total;
+            if (mass >= o->top_p) {
+                keep = i + 1;
+                break;
+            }
+        }
+        total = 0;
+        for (int i = 0; i < keep; i++)
+            total += p[i];
+    }
+    double target = u * total, acc = 0;
+    for (int i = 0; i < keep; i++) {
+        acc += p[i];
+        if (target < acc)
+            return cand[i].id;
+    }
+    return cand[keep - 1].id;
+}
+
+size_t tr_sample_scratch_bytes(int V)
+{
+    return (size_t)V * (sizeof(candidate) + sizeof(double)) + sizeof(double);
+}

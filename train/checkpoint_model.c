@@ -1,0 +1,105 @@
+/* A checkpoint's model alone, for inference and export: its sizes from the manifest, and its
+ * parameters into one model (this TP rank's shards), without an engine or optimizer state. */
+#include "train/checkpoint_internal.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "core/core.h"
+
+/* The manifest of DIR's latest checkpoint, and that checkpoint's directory. */
+static int open_latest(const char *dir, char *ckpt_dir, size_t cap, ckpt_manifest *mf)
+{
+    int it = 0, rc = ckpt_read_tracker(dir, &it);
+    if (rc)
+        return rc;
+    if (it == 0)
+        return tr_fail(TR_ERR_INVALID, "%s holds no checkpoint (no latest_checkpointed_"
+                                       "iteration.txt)", dir);
+    char leaf[32], path[4300];
+    snprintf(leaf, sizeof leaf, "iter_%07d", it);
+    if ((rc = ckpt_join(ckpt_dir, cap, dir, leaf)) ||
+        (rc = ckpt_join(path, sizeof path, ckpt_dir, "manifest.txt")))
+        return rc;
+    return ckpt_read_manifest(path, it, mf);
+}
+
+int tr_checkpoint_read_model(const char *dir, tr_model_config *model, int *iteration)
+{
+    char ckpt_dir[4200];
+    ckpt_manifest mf = {0};
+    int rc = open_latest(dir, ckpt_dir, sizeof ckpt_dir, &mf);
+    free(mf.tensors);
+    if (rc)
+        return rc;
+    model->num_layers = mf.num_layers;
+    model->hidden_size = mf.hidden_size;
+    model->num_attention_heads = mf.num_attention_heads;
+    model->vocab_size = mf.vocab_size;
+    model->max_position_embeddings = mf.max_position_embeddings;
+    if (iteration)
+        *iteration = mf.iteration;
+    return TR_OK;
+}
+
+/* Rows of t a checkpoint holds: the word embedding keeps its V real rows. */
+static size_t saved_rows(const tr_gpt_shape *s, const tr_param_tensor *t)
+{
+    return t->word_embedding && t->full_rows > s->V ? (size_t)s->V : (size_t)t->full_rows;
+}
+
+int tr_checkpoint_load_model(const char *dir, tr_gpt *g, const tr_kernels *k, float *params,
+                             int *iteration)
+{
+    const tr_gpt_shape *s = tr_gpt_get_shape(g);
+    char ckpt_dir[4200];
+    ckpt_manifest mf = {0};
+    int rc = open_latest(dir, ckpt_dir, sizeof ckpt_dir, &mf);
+    size_t n = tr_gpt_num_params(g);
+    float *host = rc ? NULL : tr_alloc(n * sizeof(float) + 1, "checkpoint staging");
+    if (!rc && !host)
+        rc = TR_ERR_NOMEM;
+    if (!rc) /* rows no checkpoint holds (vocabulary padding) are 0 */
+        memset(host, 0, n * sizeof(float));
+    for (int i = 0; i < tr_gpt_num_tensors(g) && !rc; i++) {
+        const tr_param_tensor *t = tr_gpt_tensor(g, i);
+        ckpt_record key = {0};
+        snprintf(key.name, sizeof key.name, "%s", t->name);
+        const ckpt_record *rec = bsearch(&key, mf.tensors, mf.n, sizeof key, ckpt_cmp_record);
+        size_t rows = saved_rows(s, t);
+        if (!rec) {
+            rc = tr_fail(TR_ERR_INVALID, "checkpoint %s has no tensor %s", ckpt_dir, t->name);
+            break;
+        }
+        if (rec->rows != rows || rec->cols != t->full_cols) {
+            rc = tr_fail(TR_ERR_INVALID, "checkpoint %s: tensor %s is %zu x %d; this model's is "
+                                         "%zu x %d", ckpt_dir, t->name, rec->rows, rec->cols,
+                         rows, t->full_cols);
+            break;
+        }
+        if ((rc = ckpt_verify_tensor(ckpt_dir, rec)))
+            break;
+        char path[4300];
+        if ((rc = ckpt_join(path, sizeof path, ckpt_dir, t->name)))
+            break;
+        ckpt_read_ctx r = {.path = path, .array = 0, .numel = (uint64_t)rec->rows * rec->cols,
+                           .dst = host + t->offset};
+        if ((r.fd = open(path, O_RDONLY)) < 0) {
+            rc = tr_fail(TR_ERR_INVALID, "checkpoint file %s: %s", path, strerror(errno));
+            break;
+        }
+        rc = ckpt_for_each_segment(t, s->tp_rank, rows, 0, t->numel, ckpt_read_segment, &r);
+        close(r.fd);
+    }
+    free(mf.tensors);
+    if (!rc)
+        k->to_device(NULL, params, host, n * sizeof(float));
+    tr_free(host);
+    if (!rc && iteration)
+        *iteration = mf.iteration;
+    return rc;
+}
