@@ -34,7 +34,8 @@ static void generate_usage(FILE *f)
             "                         (default 1 = all)\n"
             "  --seed S               sampling seed (default 1234): the same seed, the same text\n"
             "  --eos-id ID            stop after generating this token (default: none)\n"
-            "  --device cpu|cuda      kernel backend (default cpu)\n"
+            "  --device cpu|cuda|cuda-fp32\n"
+            "                         kernel backend (default cpu; cuda: bf16 products)\n"
             "  --json                 print one JSON object (prompt and generated token ids, text,\n"
             "                         timings) instead of the text\n"
             "  --nproc N              N local ranks, the model split over them by tensor\n"
@@ -205,7 +206,7 @@ static int generate(const gen_options *o, tr_gpt_cache *cache, int V, int lead, 
 static int run_generate(const gen_options *o)
 {
     tr_comm_config cc = tr_comm_config_default();
-    cc.backend = strcmp(o->device, "cuda") ? TR_COMM_BACKEND_UCX : TR_COMM_BACKEND_NCCL;
+    cc.backend = strncmp(o->device, "cuda", 4) ? TR_COMM_BACKEND_UCX : TR_COMM_BACKEND_NCCL;
     tr_comm *world = NULL;
     tr_config cfg;
     int have_cfg = 0, iteration = 0, n_prompt = 0, n_total = 0;
@@ -224,7 +225,7 @@ static int run_generate(const gen_options *o)
         have_cfg = 1;
     tr_gpt_shape shape;
     if (!rc && !(k = tr_kernels_get(o->device)))
-        rc = tr_fail(TR_ERR_CONFIG, "--device %s: no such kernel backend in this build", o->device);
+        rc = tr_fail_context(TR_ERR_CONFIG, "--device %s", o->device);
     if (!rc)
         rc = tr_gpt_shape_from_config(&cfg, 0, cfg.model.num_layers, rank, &shape);
     if (!rc)

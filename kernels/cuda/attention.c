@@ -95,3 +95,43 @@ void cu_attention_backward_bf16(tr_stream s, float *dqkv, float *datt, const flo
 {
     backward(s, CU_GEMM_FAST_BF16, dqkv, datt, dout, qkv, att, B, T, NH, HS);
 }
+
+/* Generation: append the new keys/values, S_h (n, L) = scale Q_h K_h[0:L]^T with L = past+n
+ * (K_h at batch stride max_T*HS in the cache), the offset causal softmax, O_h = P_h V_h[0:L].
+ * The CPU twin is kernels/cpu/attention.c's cpu_attention_decode. */
+static void decode(tr_stream s, cu_gemm_mode mode, float *out, float *kc, float *vc,
+                   float *scores, const float *qkv, int B, int n, int past, int max_T, int NH,
+                   int HS)
+{
+    cudaStream_t st = cu_stream(s);
+    int C = NH * HS, C3 = 3 * C, L = past + n;
+    long long SL = (long long)n * L, KV = (long long)max_T * HS;
+    float scale = 1.0f / sqrtf((float)HS);
+    cu_kv_append(st, kc, vc, qkv, B, n, NH, HS, past, max_T);
+    for (int b = 0; b < B; b++) {
+        const float *q = qkv + (size_t)b * n * C3;
+        const float *k = kc + (size_t)b * NH * KV;
+        cu_gemm_ex(st, mode, 0, 1, n, L, HS, scale, q, C3, 3 * HS, k, HS, KV, 0.0f,
+                   scores + (size_t)b * NH * SL, L, SL, NH);
+    }
+    cu_softmax_decode(st, scores, B * NH * n, L, n, past);
+    for (int b = 0; b < B; b++) {
+        const float *v = vc + (size_t)b * NH * KV;
+        cu_gemm_ex(st, mode, 0, 0, n, HS, L, 1.0f, scores + (size_t)b * NH * SL, L, SL, v, HS,
+                   KV, 0.0f, out + (size_t)b * n * C, C, HS, NH);
+    }
+}
+
+void cu_attention_decode_fp32(tr_stream s, float *out, float *kcache, float *vcache,
+                              float *scores, const float *qkv, int B, int n, int past, int max_T,
+                              int NH, int HS)
+{
+    decode(s, CU_GEMM_FP32, out, kcache, vcache, scores, qkv, B, n, past, max_T, NH, HS);
+}
+
+void cu_attention_decode_bf16(tr_stream s, float *out, float *kcache, float *vcache,
+                              float *scores, const float *qkv, int B, int n, int past, int max_T,
+                              int NH, int HS)
+{
+    decode(s, CU_GEMM_FAST_BF16, out, kcache, vcache, scores, qkv, B, n, past, max_T, NH, HS);
+}

@@ -76,6 +76,13 @@ void cu_layernorm_backward(tr_stream s, float *dinp, float *dweight, float *dbia
  * cross-entropy pieces */
 /* att row (bh, t) holds scaled scores in [0, t]; becomes probabilities, 0 above t. */
 void cu_softmax_causal(cudaStream_t st, float *att, int rows, int T);
+/* Generation: rows of L scores, row r of a (bh) block of n new positions sees keys
+ * [0, past + r % n]; probabilities there, 0 after. */
+void cu_softmax_decode(cudaStream_t st, float *scores, int rows, int L, int n, int past);
+/* Keys and values of n new positions (qkv (B, n, NH, 3, HS)) into rows [past, past + n) of
+ * the caches (B, NH, max_T, HS). */
+void cu_kv_append(cudaStream_t st, float *kc, float *vc, const float *qkv, int B, int n, int NH,
+                  int HS, int past, int max_T);
 /* datt = att * (datt - sum_j att * datt) for j <= t, 0 above t (in place). */
 void cu_softmax_causal_backward(cudaStream_t st, float *datt, const float *att, int rows,
                                    int T);
@@ -145,6 +152,12 @@ void cu_attention_forward_fp32(tr_stream s, float *out, float *att, const float 
 void cu_attention_backward_fp32(tr_stream s, float *dqkv, float *datt, const float *dout,
                                    const float *qkv, const float *att, int B, int T, int NH,
                                    int HS);
+void cu_attention_decode_fp32(tr_stream s, float *out, float *kcache, float *vcache,
+                              float *scores, const float *qkv, int B, int n, int past, int max_T,
+                              int NH, int HS);
+void cu_attention_decode_bf16(tr_stream s, float *out, float *kcache, float *vcache,
+                              float *scores, const float *qkv, int B, int n, int past, int max_T,
+                              int NH, int HS);
 void cu_attention_forward_bf16(tr_stream s, float *out, float *att, const float *qkv, int B,
                                   int T, int NH, int HS);
 void cu_attention_backward_bf16(tr_stream s, float *dqkv, float *datt, const float *dout,

@@ -29,13 +29,14 @@ template <bool IS_MAX> __device__ float block_reduce(float v)
     return total;
 }
 
-// Row r = (b*NH + h)*T + t of att: scores in [0, t] -> probabilities; 0 above t.
-__global__ void softmax_causal_kernel(float *att, int rows, int T)
+// Row r of att (rows of T): scores in [0, t] -> probabilities, 0 above t, where
+// t = past + r % n (training: n = T, past = 0; generation: n new positions after past).
+__global__ void softmax_causal_kernel(float *att, int rows, int T, int n, int past)
 {
     int r = blockIdx.x * WARPS + threadIdx.y;
     if (r >= rows)
         return;
-    int t = r % T, lane = threadIdx.x;
+    int t = past + r % n, lane = threadIdx.x;
     float *row = att + (size_t)r * T;
     float mx = -INFINITY;
     for (int j = lane; j <= t; j += 32)
@@ -140,8 +141,44 @@ void cu_softmax_causal(cudaStream_t st, float *att, int rows, int T)
 {
     if (rows <= 0 || T <= 0)
         return;
-    softmax_causal_kernel<<<(rows + WARPS - 1) / WARPS, dim3(32, WARPS), 0, st>>>(att, rows, T);
+    softmax_causal_kernel<<<(rows + WARPS - 1) / WARPS, dim3(32, WARPS), 0, st>>>(att, rows, T,
+                                                                                  T, 0);
     cu_launched("attention_forward (softmax)");
+}
+
+void cu_softmax_decode(cudaStream_t st, float *scores, int rows, int L, int n, int past)
+{
+    if (rows <= 0 || L <= 0)
+        return;
+    softmax_causal_kernel<<<(rows + WARPS - 1) / WARPS, dim3(32, WARPS), 0, st>>>(scores, rows, L,
+                                                                                  n, past);
+    cu_launched("attention_decode (softmax)");
+}
+
+// The new positions' keys and values into the cache: thread (e, i, bh) copies element e of
+// head h's k and v of new position i of sequence b. qkv (B, n, NH, 3, HS); caches
+// (B, NH, max_T, HS).
+__global__ void kv_append_kernel(float *kc, float *vc, const float *qkv, int n, int NH, int HS,
+                                 int past, int max_T)
+{
+    int e = blockIdx.x * blockDim.x + threadIdx.x, i = blockIdx.y, bh = blockIdx.z;
+    if (e >= HS)
+        return;
+    int b = bh / NH, h = bh % NH;
+    const float *row = qkv + ((size_t)b * n + i) * 3 * NH * HS + (size_t)h * 3 * HS;
+    size_t at = ((size_t)bh * max_T + past + i) * HS + e;
+    kc[at] = row[HS + e];
+    vc[at] = row[2 * HS + e];
+}
+
+void cu_kv_append(cudaStream_t st, float *kc, float *vc, const float *qkv, int B, int n, int NH,
+                  int HS, int past, int max_T)
+{
+    if (B <= 0 || n <= 0)
+        return;
+    dim3 grid((HS + 127) / 128, n, B * NH);
+    kv_append_kernel<<<grid, 128, 0, st>>>(kc, vc, qkv, n, NH, HS, past, max_T);
+    cu_launched("attention_decode (cache append)");
 }
 
 void cu_softmax_causal_backward(cudaStream_t st, float *datt, const float *att, int rows,

@@ -266,6 +266,39 @@ static void test_attention(const tr_kernels *k, int B, int T, int NH, int HS)
     free(qkv), free(dout), free(out), free(att), free(datt), free(dqkv);
 }
 
+/* Generation: n new positions after `past` cached ones against the CPU twin; the outputs and
+ * both caches (random earlier rows, the new rows appended). */
+static void test_attention_decode(const tr_kernels *k, int B, int n, int past, int max_T, int NH,
+                                  int HS)
+{
+    int C = NH * HS, L = past + n;
+    size_t nqkv = (size_t)B * n * 3 * C, nout = (size_t)B * n * C,
+           ncache = (size_t)B * NH * max_T * HS, nsc = (size_t)B * NH * n * L;
+    float *qkv = host(nqkv, -1, 1), *kc = host(ncache, -1, 1), *vc = host(ncache, -1, 1);
+    float *gkc0 = dup(kc, ncache), *gvc0 = dup(vc, ncache);
+    float *out = malloc(nout * 4), *sc = malloc(nsc * 4);
+    CPU->attention_decode(NULL, out, kc, vc, sc, qkv, B, n, past, max_T, NH, HS);
+    float *gqkv = dev(k, qkv, nqkv * 4), *gkc = dev(k, gkc0, ncache * 4),
+          *gvc = dev(k, gvc0, ncache * 4), *gout = dev(k, NULL, nout * 4),
+          *gsc = dev(k, NULL, nsc * 4);
+    k->attention_decode(NULL, gout, gkc, gvc, gsc, gqkv, B, n, past, max_T, NH, HS);
+    char what[96];
+    float *got;
+    const float *refs[] = {out, kc, vc};
+    float *devs[] = {gout, gkc, gvc};
+    size_t sizes[] = {nout, ncache, ncache};
+    const char *names[] = {"out", "key cache", "value cache"};
+    for (int i = 0; i < 3; i++) {
+        snprintf(what, sizeof what, "attention_decode %s B%d n%d past%d NH%d HS%d", names[i], B,
+                 n, past, NH, HS);
+        got = back(k, devs[i], sizes[i]);
+        compare(what, k, got, refs[i], sizes[i], tol_of(k));
+        free(got);
+    }
+    k->free(gqkv), k->free(gkc), k->free(gvc), k->free(gout), k->free(gsc);
+    free(qkv), free(kc), free(vc), free(gkc0), free(gvc0), free(out), free(sc);
+}
+
 /* ---------------------------------------------------------------- cross-entropy */
 
 static void test_xent(const tr_kernels *k)
@@ -529,6 +562,10 @@ int main(void)
     test_attention(F32, 1, 257, 2, 64);
     test_attention(BF16, 2, 64, 4, 16);
     test_attention(BF16, 1, 257, 2, 64);
+    test_attention_decode(F32, 2, 3, 5, 16, 4, 16);   /* a few new positions after a cache */
+    test_attention_decode(F32, 1, 1, 200, 257, 2, 64); /* one token after 200 */
+    test_attention_decode(F32, 2, 64, 0, 64, 4, 16);  /* a prompt at once */
+    test_attention_decode(BF16, 2, 3, 5, 16, 4, 16);
     test_xent(F32);
     test_embedding(F32);
     test_optimizer(F32);
