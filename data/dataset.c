@@ -28,7 +28,9 @@ struct tr_data {
     split_state split[3];
 };
 
-/* "a,b,c": three finite non-negative numbers, not all zero. */
+/* "a,b,c": one to three finite non-negative numbers (train, validation, test; the missing
+ * ones 0, as in Megatron-LM), separated by ',' or '/', not all zero: what the config's check
+ * of data.split accepts (yaml/convert.c), so the two never disagree. */
 static int parse_split(const char *text, double w[3])
 {
     if (!text)
@@ -58,18 +60,15 @@ static int parse_split(const char *text, double w[3])
             p++;
         if (*p == '\0')
             break;
-        if (*p != ',')
+        if (*p != ',' && *p != '/')
             return tr_fail(TR_ERR_CONFIG,
-                           "data.split \"%s\": unexpected '%c' after weight %d; expected three "
-                           "comma-separated weights such as \"969,30,1\"",
+                           "data.split \"%s\": unexpected '%c' after weight %d; expected up to "
+                           "three comma-separated weights such as \"969,30,1\"",
                            text, *p, n);
         p++;
     }
-    if (n != 3)
-        return tr_fail(TR_ERR_CONFIG,
-                       "data.split \"%s\": %d weight%s, expected three (train,validation,test) "
-                       "such as \"969,30,1\"",
-                       text, n, n == 1 ? "" : "s");
+    for (int k = n; k < 3; k++)
+        w[k] = 0; /* "98,2" = "98,2,0"; "100" = "100,0,0" */
     if (w[0] + w[1] + w[2] <= 0)
         return tr_fail(TR_ERR_CONFIG, "data.split \"%s\": the weights are all zero", text);
     return TR_OK;

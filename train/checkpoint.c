@@ -17,6 +17,7 @@
  * are verified (size and checksums, each by one rank), then each rank reads its pieces. */
 #include "train/checkpoint_internal.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <ftw.h>
@@ -429,6 +430,25 @@ static int write_rank_pieces(tr_engine *e, const char *tmp_dir)
     return rc;
 }
 
+/* The iter_*.tmp folders that saves which failed midway left behind (the new checkpoint is
+ * in place: they hold nothing anyone can load). */
+static int remove_leftovers(const char *dir)
+{
+    DIR *d = opendir(dir);
+    if (!d)
+        return tr_fail(TR_ERR_IO, "cannot list %s: %s", dir, strerror(errno));
+    int rc = TR_OK;
+    for (struct dirent *de; !rc && (de = readdir(d));) {
+        int it = 0, used = 0;
+        char path[4300];
+        if (sscanf(de->d_name, "iter_%7d.tmp%n", &it, &used) == 1 && used > 0 &&
+            !de->d_name[used] && !(rc = ckpt_join(path, sizeof path, dir, de->d_name)))
+            rc = remove_tree(path);
+    }
+    closedir(d);
+    return rc;
+}
+
 int tr_checkpoint_save(tr_engine *e, const char *dir, int iteration)
 {
     char final_dir[4200], tmp_dir[4300], old_dir[4300], leaf[32];
@@ -468,6 +488,8 @@ int tr_checkpoint_save(tr_engine *e, const char *dir, int iteration)
             rc = write_file_atomic(dir, TRACKER, text);
         if (!rc)
             rc = remove_tree(old_dir);
+        if (!rc)
+            rc = remove_leftovers(dir);
     }
     return ckpt_agree(e, rc, "saving the checkpoint");
 }

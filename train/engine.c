@@ -174,6 +174,15 @@ int tr_engine_create(const tr_config *cfg, tr_engine **out)
                      tr_config_where(cfg, "data.data_path"), cfg->data.data_path, e->T + 1);
         goto fail;
     }
+    if (t->eval_interval > 0 && t->eval_iters > 0 &&
+        tr_data_num_samples(e->data, TR_SPLIT_VALID) == 0) { /* known now, not at the first eval */
+        rc = tr_fail(TR_ERR_CONFIG, "%s: training.eval_interval %d, but the validation split of %s "
+                     "has no sample of %d tokens (data.split \"%s\"): give it a weight and enough "
+                     "documents, or set training.eval_interval 0",
+                     tr_config_where(cfg, "data.split"), t->eval_interval, cfg->data.data_path,
+                     e->T + 1, cfg->data.split);
+        goto fail;
+    }
     tr_pp_kind kind;
     if ((rc = tr_pp_partition_from_config(cfg, &e->partition)) ||
         (rc = tr_pp_kind_parse(cfg->parallel.pipeline_schedule, &kind)))

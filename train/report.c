@@ -7,8 +7,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/file.h>
 #include <sys/resource.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "core/core.h"
 #include "train/engine_internal.h"
@@ -34,6 +38,7 @@ struct train_report {
     double final_loss;
     double *iter_ms, *bubbles;  /* [iterations run]; bubbles when tracing */
     int ran;                    /* iterations run by this process */
+    int run_lock, ckpt_lock;    /* rank 0: the locks on RUN_DIR and checkpoint.save (-1) */
     tr_comm_counters before[N_GROUPS];
     double mine[N_STATS];       /* this rank's summary figures */
 };
@@ -48,7 +53,20 @@ FILE *train_open_file(const char *dir, const char *name, const char *mode)
     return f;
 }
 
-static void write_metrics(FILE *f, const tr_step_stats *s)
+int train_close_file(FILE *f, const char *dir, const char *name)
+{
+    int bad = fflush(f) != 0 || ferror(f);
+    int err = errno;
+    bad |= fclose(f) != 0;
+    if (!bad)
+        return TR_OK;
+    if (!err)
+        err = errno ? errno : EIO;
+    return tr_fail(TR_ERR_IO, "cannot write %s/%s: %s", dir, name, strerror(err));
+}
+
+/* One line of metrics.jsonl, flushed; TR_ERR_IO when it could not be written whole. */
+static int write_metrics(FILE *f, const char *dir, const tr_step_stats *s)
 {
     tr_json j;
     tr_json_begin(&j, f);
@@ -68,7 +86,10 @@ static void write_metrics(FILE *f, const tr_step_stats *s)
     tr_json_double(&j, "eta_s", s->eta_s);
     tr_json_object_end(&j);
     fputc('\n', f);
-    fflush(f);
+    if (fflush(f) == 0 && !ferror(f))
+        return TR_OK;
+    return tr_fail(TR_ERR_IO, "cannot write %s/metrics.jsonl at iteration %d: %s", dir,
+                   s->iteration, strerror(errno ? errno : EIO));
 }
 
 /* Resuming at iteration `start`: keep the lines of iterations 1..start of an earlier
@@ -92,12 +113,16 @@ static FILE *open_metrics(const char *dir, int start)
         const char *p = strstr(line, "\"iteration\":");
         if (p && strtol(p + 12, NULL, 10) > start)
             keep = 0; /* lines past the checkpoint (a run that went on after it) */
+        if (!strchr(line, '\n'))
+            break; /* a line cut short (a run killed mid-write, a full disk): dropped */
         if (keep)
             fputs(line, out);
     }
     if (in)
         fclose(in);
-    if (fclose(out) || rename(tmp, path)) {
+    if (train_close_file(out, dir, "metrics.jsonl.tmp"))
+        return NULL;
+    if (rename(tmp, path)) {
         tr_fail(TR_ERR_IO, "cannot write %s: %s", path, strerror(errno));
         return NULL;
     }
@@ -176,14 +201,14 @@ static int write_summary(const train_report *rep, double bubble, const double *s
 {
     tr_engine *e = rep->e;
     int n = rep->ran;
-    FILE *f = train_open_file(rep->opts->run_dir, "summary.json", "w");
+    const char *dir = rep->opts->run_dir;
+    double median = median_of(rep->iter_ms, n);
+    if (median < 0)
+        return tr_fail(TR_ERR_NOMEM, "out of memory");
+    /* written whole under another name, then renamed: never a partial summary.json */
+    FILE *f = train_open_file(dir, "summary.json.tmp", "w");
     if (!f)
         return TR_ERR_IO;
-    double median = median_of(rep->iter_ms, n);
-    if (median < 0) {
-        fclose(f);
-        return tr_fail(TR_ERR_NOMEM, "out of memory");
-    }
     tr_json j;
     tr_json_begin(&j, f);
     tr_json_object_begin(&j, NULL);
@@ -225,8 +250,15 @@ static int write_summary(const train_report *rep, double bubble, const double *s
     tr_json_array_end(&j);
     tr_json_object_end(&j);
     fputc('\n', f);
-    fclose(f);
-    return TR_OK;
+    int rc = train_close_file(f, dir, "summary.json.tmp");
+    char tmp[4200], path[4200];
+    snprintf(tmp, sizeof tmp, "%s/summary.json.tmp", dir);
+    snprintf(path, sizeof path, "%s/summary.json", dir);
+    if (rc)
+        remove(tmp);
+    else if (rename(tmp, path))
+        rc = tr_fail(TR_ERR_IO, "cannot write %s: %s", path, strerror(errno));
+    return rc;
 }
 
 static void print_layout(tr_engine *e)
@@ -259,20 +291,97 @@ static double wall_time(void)
     return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
+/* Hold DIR/.trident.lock (flock) for the job's lifetime, recording who holds it; a second
+ * job using DIR is refused with the holder named. *fd: the lock's descriptor. */
+static int lock_dir(const char *dir, const char *what, int *fd)
+{
+    char path[4200], holder[256] = "", host[128] = "?";
+    int rc = tr_make_dirs(dir);
+    if (rc)
+        return tr_fail_context(rc, "%s", what);
+    snprintf(path, sizeof path, "%s/.trident.lock", dir);
+    *fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (*fd < 0)
+        return tr_fail(TR_ERR_CONFIG, "%s %s: cannot create %s: %s", what, dir, path,
+                       strerror(errno));
+    if (flock(*fd, LOCK_EX | LOCK_NB)) {
+        int err = errno;
+        ssize_t n = pread(*fd, holder, sizeof holder - 1, 0);
+        holder[n > 0 ? n : 0] = '\0';
+        holder[strcspn(holder, "\n")] = '\0';
+        close(*fd);
+        *fd = -1;
+        if (err == EWOULDBLOCK)
+            return tr_fail(TR_ERR_CONFIG, "%s %s is in use by another trident job (%s): wait "
+                                          "for it to end or choose another folder",
+                           what, dir, *holder ? holder : "holder unknown");
+        return tr_fail(TR_ERR_CONFIG, "%s %s: cannot lock %s: %s", what, dir, path,
+                       strerror(err));
+    }
+    gethostname(host, sizeof host - 1);
+    char text[256];
+    int len = snprintf(text, sizeof text, "pid %d on host %s\n", (int)getpid(), host);
+    if (ftruncate(*fd, 0) || pwrite(*fd, text, (size_t)len, 0) != len)
+        return tr_fail(TR_ERR_IO, "cannot write %s: %s", path, strerror(errno));
+    return TR_OK;
+}
+
+/* The checkpoint folder of a run that will save: refused when it has iter_* checkpoints but
+ * no tracker (a resume would start from 0 and overwrite them). */
+static int check_checkpoint_dir(const tr_config *cfg)
+{
+    const char *dir = cfg->checkpoint.save;
+    char path[4200], found[3][64];
+    snprintf(path, sizeof path, "%s/latest_checkpointed_iteration.txt", dir);
+    if (access(path, F_OK) == 0)
+        return TR_OK;
+    DIR *d = opendir(dir);
+    if (!d)
+        return TR_OK;
+    int n = 0;
+    for (struct dirent *de; (de = readdir(d));) {
+        int it = 0, used = 0;
+        if (sscanf(de->d_name, "iter_%7d%n", &it, &used) == 1 && !de->d_name[used]) {
+            if (n < 3)
+                snprintf(found[n], sizeof found[n], "%.40s", de->d_name);
+            n++;
+        }
+    }
+    closedir(d);
+    if (n == 0)
+        return TR_OK;
+    return tr_fail(TR_ERR_CONFIG, "%s: checkpoint.save %s holds %d checkpoint%s (%s%s%s%s%s) but "
+                                  "no latest_checkpointed_iteration.txt: restore the tracker "
+                                  "file, or save elsewhere (this run would overwrite them)",
+                   tr_config_where(cfg, "checkpoint.save"), dir, n, n > 1 ? "s" : "", found[0],
+                   n > 1 ? ", " : "", n > 1 ? found[1] : "", n > 2 ? ", " : "",
+                   n > 2 ? "..." : "");
+}
+
 /* Rank 0: RUN_DIR, config.yaml, metrics.jsonl and the TensorBoard writer. */
 static int open_files(train_report *r)
 {
     const char *dir = r->opts->run_dir;
     const tr_config *cfg = r->e->cfg;
     int rc = TR_OK;
-    if (dir) {
-        rc = tr_make_dirs(dir);
+    if (*cfg->checkpoint.save) {
+        rc = lock_dir(cfg->checkpoint.save, "checkpoint.save", &r->ckpt_lock);
+        if (!rc)
+            rc = check_checkpoint_dir(cfg);
+    }
+    if (!rc && cfg->training.exit_interval > 0 && !*cfg->checkpoint.save)
+        tr_warn("training.exit_interval %d without checkpoint.save: the run stops after "
+                "iteration %d and nothing is saved to resume from",
+                cfg->training.exit_interval, r->last);
+    if (dir && !rc) {
+        rc = lock_dir(dir, "run directory", &r->run_lock);
         FILE *cf = rc ? NULL : train_open_file(dir, "config.yaml", "w");
         if (!cf)
             rc = rc ? rc : TR_ERR_IO;
         else {
             rc = tr_config_write(cfg, cf);
-            fclose(cf);
+            int rc_close = train_close_file(cf, dir, "config.yaml");
+            rc = rc ? rc : rc_close;
         }
         if (!rc && !(r->metrics = open_metrics(dir, r->start)))
             rc = TR_ERR_IO;
@@ -299,6 +408,7 @@ int train_report_open(tr_engine *e, const tr_train_options *opts, int start, int
     }
     r->e = e;
     r->opts = opts;
+    r->run_lock = r->ckpt_lock = -1;
     r->lead = e->world.rank == 0;
     r->start = start;
     r->last = last;
@@ -415,7 +525,7 @@ int train_report_record(train_report *r, const tr_step_stats *s)
 {
     int rc = r->tb ? record_tensorboard(r, s) : TR_OK;
     if (!rc && r->metrics)
-        write_metrics(r->metrics, s);
+        rc = write_metrics(r->metrics, r->opts->run_dir, s);
     return rc;
 }
 
@@ -490,6 +600,10 @@ void train_report_close(train_report *r)
     if (r->metrics)
         fclose(r->metrics);
     train_tb_close(r->tb);
+    if (r->run_lock >= 0)
+        close(r->run_lock); /* releases the locks */
+    if (r->ckpt_lock >= 0)
+        close(r->ckpt_lock);
     free(r->iter_ms);
     free(r->bubbles);
     free(r);

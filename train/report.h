@@ -39,6 +39,10 @@ void train_report_close(train_report *r);
 
 /* DIR/NAME opened with fopen's mode; NULL with TR_ERR_IO set naming the path. */
 FILE *train_open_file(const char *dir, const char *name, const char *mode);
+/* Flush and close an output opened by train_open_file: TR_ERR_IO naming DIR/NAME when any
+ * write, the flush or the close failed (a full disk: the run stops rather than claiming
+ * output it did not write). */
+TR_MUST_CHECK int train_close_file(FILE *f, const char *dir, const char *name);
 
 /* tensorboard.c: one event file in DIR (created), its first record the file version; every
  * scalar one record, written whole. Status-returning calls fail with TR_ERR_IO naming the

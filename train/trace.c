@@ -62,8 +62,7 @@ static int write_rank_trace(tr_engine *e, const char *dir)
                    "\"ts\":%.3f,\"dur\":%.3f},\n",
                 kind, sp->mb, kind, tid, sp->start * 1e6, (sp->end - sp->start) * 1e6);
     }
-    fclose(f);
-    return TR_OK;
+    return train_close_file(f, dir, name);
 }
 
 /* Rank 0 merges the per-rank files into trace.json once every rank has written its own. */
@@ -85,16 +84,15 @@ static int merge_traces(const char *dir, int world, int dp_rows)
             continue;
         char buf[8192];
         size_t n;
-        while ((n = fread(buf, 1, sizeof buf, in)) > 0)
-            fwrite(buf, 1, n, out);
+        while ((n = fread(buf, 1, sizeof buf, in)) > 0 && fwrite(buf, 1, n, out) == n)
+            ;
         fclose(in);
         char path[4200];
         snprintf(path, sizeof path, "%s/%s", dir, name);
         remove(path);
     }
     fprintf(out, "{\"name\":\"end\",\"ph\":\"i\",\"pid\":0,\"tid\":0,\"ts\":0,\"s\":\"g\"}\n]}\n");
-    fclose(out);
-    return TR_OK;
+    return train_close_file(out, dir, "trace.json");
 }
 
 int train_trace_write(tr_engine *e, const char *dir)
@@ -127,7 +125,8 @@ int train_dump_gradients(tr_engine *e, const char *dir)
     e->k->to_host(NULL, host, e->grads, e->n_params * sizeof(float)); /* device memory on GPUs */
     size_t n = fwrite(host, sizeof(float), e->n_params, f);
     tr_free(host);
-    fclose(f);
+    if ((rc = train_close_file(f, dir, name)))
+        return rc;
     if (n != e->n_params)
         return tr_fail(TR_ERR_IO, "short write of %s/%s", dir, name);
     snprintf(name, sizeof name, "grads.rank%d.json", e->world.rank);
@@ -169,6 +168,5 @@ int train_dump_gradients(tr_engine *e, const char *dir)
     tr_json_array_end(&j);
     tr_json_object_end(&j);
     fputc('\n', f);
-    fclose(f);
-    return TR_OK;
+    return train_close_file(f, dir, name);
 }

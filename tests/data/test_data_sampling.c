@@ -200,8 +200,6 @@ static void test_malformed_split_strings(void **state)
     static const struct {
         const char *split, *needle;
     } bad[] = {
-        {"98,2", "2 weights, expected three"},
-        {"100", "1 weight, expected three"},
         {"a,b,c", "weight 1 is not a non-negative number"},
         {"1,b,3", "weight 2 is not a non-negative number"},
         {"-1,2,3", "weight 1 is not a non-negative number"},
@@ -221,8 +219,19 @@ static void test_malformed_split_strings(void **state)
         assert_non_null(strstr(tr_errmsg(), "data.split"));
     }
     open_expect(scratch("five"), "auto", NULL, 2, 256, TR_ERR_CONFIG, "data.split is missing");
+    /* fewer than three weights: the missing ones are 0 (Megatron-LM's rule, and what the
+     * config's check of data.split accepts); '/' separates too */
+    const char *short_forms[] = {"100", "98,2", "98/2/0"};
+    for (size_t i = 0; i < 3; i++) {
+        tr_data *d = open_expect(scratch("five"), "auto", short_forms[i], 2, 256, TR_OK, NULL);
+        assert_true(tr_data_num_samples(d, TR_SPLIT_TRAIN) > 0);
+        assert_int_equal(tr_data_num_samples(d, TR_SPLIT_TEST), 0);
+        if (i == 0)
+            assert_int_equal(tr_data_num_samples(d, TR_SPLIT_VALID), 0);
+        tr_data_close(d);
+    }
     /* a bad split is reported before the files are touched */
-    open_expect(scratch("nothing"), "auto", "1,2", 2, 256, TR_ERR_CONFIG, "data.split");
+    open_expect(scratch("nothing"), "auto", "1,2,x", 2, 256, TR_ERR_CONFIG, "data.split");
 }
 
 /* One document of tokens 0..n: with S = 1 sample j starts with token j, so the tokens show

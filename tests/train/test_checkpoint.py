@@ -38,6 +38,11 @@ else:
                                             "parallel.virtual_pipeline_model_parallel_size=2"])}
 
 
+
+def entries(folder):
+    """A checkpoint folder's entries, without the job lock (.trident.lock)."""
+    return sorted(e for e in os.listdir(folder) if e != ".trident.lock")
+
 def run(run_dir, world=1, tp=1, pp=1, sets=(), timeout=300):
     return tt.outputs(tt.train_cmd(trident, config, os.path.join(work, run_dir), world, tp, pp, sets),
                       timeout)
@@ -65,7 +70,7 @@ check("exit_interval 5 with checkpoint.save: exit 0, 5 iterations, checkpoint sa
       f"rc={rc} {out[-1500:]} {err[-1500:]}")
 tracker = open(os.path.join(save_dir("ck-single"), "latest_checkpointed_iteration.txt")).read()
 check("tracker names iteration 5; no temporary directory left",
-      tracker == "5\n" and sorted(os.listdir(save_dir("ck-single"))) == ["iter_0000005", "latest_checkpointed_iteration.txt"],
+      tracker == "5\n" and entries(save_dir("ck-single")) == ["iter_0000005", "latest_checkpointed_iteration.txt"],
       f"{tracker!r} {os.listdir(save_dir('ck-single'))}")
 rc, out, err = run("single-resumed", sets=[f"checkpoint.load={save_dir('ck-single')}"])
 got = losses("single-resumed") if rc == 0 else []
@@ -104,7 +109,7 @@ os.makedirs(os.path.join(ck, "iter_0000004.tmp"))  # what a save killed midway l
 open(os.path.join(ck, "iter_0000004.tmp", "wte"), "w").write("partial")
 rc, out, err = run("interval", sets=[f"checkpoint.save={ck}", "checkpoint.save_interval=4"])
 check("save_interval 4 over 10 iterations: checkpoints 4, 8 and 10; the stale temporary directory replaced",
-      rc == 0 and sorted(os.listdir(ck)) == ["iter_0000004", "iter_0000008", "iter_0000010",
+      rc == 0 and entries(ck) == ["iter_0000004", "iter_0000008", "iter_0000010",
                                              "latest_checkpointed_iteration.txt"]
       and open(os.path.join(ck, "latest_checkpointed_iteration.txt")).read() == "10\n", f"rc={rc} {os.listdir(ck)} {err[-800:]}")
 rc, out, err = run("interval-done", sets=[f"checkpoint.load={ck}"])
