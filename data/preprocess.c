@@ -4,14 +4,18 @@
  *
  * Document boundaries (split_on_blank_lines): a line whose content (without its "\n" or
  * "\r\n", and NUL bytes ignored) is empty, only spaces/tabs, or exactly "%" (the separator
- * of fortune(6) files) ends the current document and belongs to none; runs of them make no
+ * of fortune(6) files) ends the current document and belongs to none (a line of 64 KiB or
+ * more is always content: lines are read in bounded pieces); runs of them make no
  * empty documents; the end of a file ends its last document. A document's tokens are its
  * lines' bytes exactly, line endings included (a file's last line keeps no newline it did
  * not have). Otherwise (whole files) each non-empty file is one document. */
 #include "data/data_internal.h"
 
 #include <errno.h>
+#include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "core/core.h"
 
@@ -59,22 +63,61 @@ static int is_separator(const char *line, size_t len)
     return 1;
 }
 
+/* Bytes a document may span in its file (NULs included): the index stores its length as an
+ * int32, and an input without document boundaries (a newline-free stream, /dev/zero) must
+ * end in an error, not in memory or time without bound. */
+#define MAX_DOCUMENT_BYTES ((uint64_t)INT32_MAX)
+/* Lines are read in pieces of at most this many bytes; only a line that fits in one piece
+ * can be a separator, longer lines are content (memory stays bounded whatever the input). */
+#define PIECE (1 << 16)
+
+static int too_long(const char *path, uint64_t doc_start)
+{
+    return tr_fail(TR_ERR_INVALID, "%s: the document starting at byte %llu runs past %llu bytes "
+                                   "without a blank line (a file without document boundaries? "
+                                   "use --document-per-file for small files)",
+                   path, (unsigned long long)doc_start, (unsigned long long)MAX_DOCUMENT_BYTES);
+}
+
+/* The next piece of a line: up to PIECE bytes, ending at its '\n' (kept) if it comes first.
+ * *ended: the piece ends its line (a '\n', or the end of the file). Returns its length. */
+static size_t read_piece(FILE *f, char *buf, int *ended)
+{
+    size_t n = 0;
+    int c = 0;
+    while (n < PIECE && (c = getc_unlocked(f)) != EOF) {
+        buf[n++] = (char)c;
+        if (c == '\n')
+            break;
+    }
+    *ended = n < PIECE || c == '\n';
+    return n;
+}
+
 static int documents_by_blank_lines(indexed_writer *w, FILE *f, const char *path)
 {
-    char *line = NULL;
-    size_t cap = 0;
-    ssize_t got;
-    int rc = TR_OK;
+    char *line = malloc(PIECE);
+    if (!line)
+        return tr_fail(TR_ERR_NOMEM, "out of memory reading %s", path);
+    int rc = TR_OK, ended = 1, mid_line = 0;
+    uint64_t offset = 0, doc_start = 0;
+    size_t got;
     errno = 0;
-    while (!rc && (got = getline(&line, &cap, f)) > 0) {
+    while (!rc && (got = read_piece(f, line, &ended)) > 0) {
         size_t len = 0; /* drop NULs in place before classifying the line */
-        for (ssize_t i = 0; i < got; i++)
+        for (size_t i = 0; i < got; i++)
             if (line[i] != 0)
                 line[len++] = line[i];
-        if (is_separator(line, len))
+        if (!mid_line && ended && is_separator(line, len)) {
             rc = close_document(w);
-        else
+            doc_start = offset + got;
+        } else {
             rc = append_bytes(w, (const unsigned char *)line, len);
+            if (!rc && offset + got - doc_start > MAX_DOCUMENT_BYTES)
+                rc = too_long(path, doc_start);
+        }
+        mid_line = !ended;
+        offset += got;
     }
     free(line);
     if (!rc && ferror(f))
@@ -86,9 +129,14 @@ static int document_per_file(indexed_writer *w, FILE *f, const char *path)
 {
     unsigned char buf[1 << 16];
     size_t got;
+    uint64_t offset = 0;
     int rc = TR_OK;
-    while (!rc && (got = fread(buf, 1, sizeof buf, f)) > 0)
+    while (!rc && (got = fread(buf, 1, sizeof buf, f)) > 0) {
         rc = append_bytes(w, buf, got);
+        offset += got;
+        if (!rc && offset > MAX_DOCUMENT_BYTES)
+            rc = too_long(path, 0);
+    }
     if (!rc && ferror(f))
         rc = tr_fail(TR_ERR_IO, "cannot read %s: %s", path, strerror(errno ? errno : EIO));
     return rc ? rc : close_document(w);

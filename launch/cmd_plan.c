@@ -171,9 +171,11 @@ int tr_cmd_plan(int argc, char **argv)
         tr_plan_result *r = tr_alloc(sizeof *r, "plan result");
         rc = r ? TR_OK : TR_ERR_NOMEM;
         if (!rc) {
-            int w = world > 0 ? world : cluster.nodes * cluster.gpus_per_node;
+            int w = 0;
             tr_plan_layout L;
-            rc = tr_plan_layout_from_config(&cfg, w, &L);
+            rc = tr_plan_world(&cluster, world, &w);
+            if (!rc)
+                rc = tr_plan_layout_from_config(&cfg, w, &L);
             if (!rc)
                 rc = tr_plan_evaluate(&cfg, &L, w, &cluster, 1, tokens, r);
         }

@@ -22,9 +22,25 @@ int tr_plan_read_measured_step(const char *path, double *step_s, int *n_points)
     double *v = NULL;
     int n = 0, cap = 0, line_no = 0, rc = TR_OK;
     char line[4096];
-    while (fgets(line, sizeof line, f)) {
+    size_t len = 0;
+    int c = 0;
+    while (c != EOF) {
+        /* one line, bounded: a NUL byte or a line past the buffer ends the reading */
+        len = 0;
+        while (len < sizeof line - 1 && (c = getc(f)) != EOF && c != '\0') {
+            line[len++] = (char)c;
+            if (c == '\n')
+                break;
+        }
+        line[len] = '\0';
+        if (len == 0 && c == EOF)
+            break;
         line_no++;
-        size_t len = strlen(line);
+        if (c == '\0') {
+            rc = tr_fail(TR_ERR_INVALID, "%s:%d: a NUL byte; expected the metrics.jsonl of a "
+                         "`trident train` run (text)", path, line_no);
+            break;
+        }
         if (len == sizeof line - 1 && line[len - 1] != '\n') {
             rc = tr_fail(TR_ERR_INVALID,
                          "%s:%d: line longer than %zu bytes; expected one JSON object per line "

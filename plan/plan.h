@@ -243,6 +243,9 @@ TR_MUST_CHECK int tr_plan_evaluate(const tr_config *cfg, const tr_plan_layout *l
                      tr_plan_result *out);
 /* The config's own layout; world_size <= 0 means nodes x gpus_per_node. This is the call
  * the sweep makes beside each measured point. */
+/* The world to plan for: world_size when > 0, else cluster nodes x gpus_per_node (computed
+ * without overflow); TR_ERR_CONFIG unless 1 .. TR_TOPO_MAX_WORLD. */
+TR_MUST_CHECK int tr_plan_world(const tr_plan_cluster *cluster, int world_size, int *world);
 TR_MUST_CHECK int tr_plan_predict(const tr_config *cfg, int world_size, const tr_plan_cluster *cluster,
                     tr_plan_result *out);
 

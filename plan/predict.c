@@ -525,12 +525,26 @@ done:
     return rc;
 }
 
+int tr_plan_world(const tr_plan_cluster *c, int world_size, int *world)
+{
+    long long w = world_size > 0 ? world_size : (long long)c->nodes * c->gpus_per_node;
+    if (w < 1 || w > TR_TOPO_MAX_WORLD)
+        return tr_fail(TR_ERR_CONFIG, "world size %lld (%s): expected 1 .. %d ranks", w,
+                       world_size > 0 ? "--world-size" : "cluster.nodes x cluster.gpus_per_node",
+                       TR_TOPO_MAX_WORLD);
+    *world = (int)w;
+    return TR_OK;
+}
+
 int tr_plan_predict(const tr_config *cfg, int world_size, const tr_plan_cluster *cluster,
                     tr_plan_result *out)
 {
-    int world = world_size > 0 ? world_size : cluster->nodes * cluster->gpus_per_node;
+    int world = 0;
+    int rc = tr_plan_world(cluster, world_size, &world);
+    if (rc)
+        return rc;
     tr_plan_layout L;
-    int rc = tr_plan_layout_from_config(cfg, world, &L);
+    rc = tr_plan_layout_from_config(cfg, world, &L);
     if (rc)
         return rc;
     return tr_plan_evaluate(cfg, &L, world, cluster, 1, 0, out);

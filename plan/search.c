@@ -103,8 +103,9 @@ int tr_plan_search(const tr_config *cfg, int world, const tr_plan_cluster *c,
 {
     memset(out, 0, sizeof *out);
     double t0 = tr_now();
-    if (world < 1)
-        world = c->nodes * c->gpus_per_node;
+    int rc = tr_plan_world(c, world, &world);
+    if (rc)
+        return rc;
     out->world = world;
     const tr_model_config *m = &cfg->model;
     tr_plan_layout base;
@@ -112,7 +113,7 @@ int tr_plan_search(const tr_config *cfg, int world, const tr_plan_cluster *c,
     tr_config tmp = *cfg;
     tmp.parallel.tensor_model_parallel_size = 1;
     tmp.parallel.pipeline_model_parallel_size = 1;
-    int rc = tr_plan_layout_from_config(&tmp, world, &base);
+    rc = tr_plan_layout_from_config(&tmp, world, &base);
     if (rc)
         return rc;
     search_state S = {.out = out};

@@ -124,6 +124,8 @@ int tr_topo_init(tr_topo *t, int world, int tp, int pp, const char *order)
                        "world size %d, tensor parallel size %d, pipeline parallel size %d: "
                        "each must be at least 1",
                        world, tp, pp);
+    if (world > TR_TOPO_MAX_WORLD)
+        return tr_fail(TR_ERR_CONFIG, "world size %d: at most %d ranks", world, TR_TOPO_MAX_WORLD);
     if ((long long)tp * pp > world || world % (tp * pp) != 0)
         return tr_fail(TR_ERR_CONFIG,
                        "world size %d is not divisible by tensor parallel size %d x pipeline "

@@ -20,6 +20,9 @@
 #ifndef TR_TOPO_H
 #define TR_TOPO_H
 
+/* The largest world the grid (and the communicator) takes: 2^20 ranks. */
+#define TR_TOPO_MAX_WORLD (1 << 20)
+
 #include "core/core.h"
 
 typedef enum { TR_ORDER_TP_DP_PP = 0, TR_ORDER_TP_PP_DP = 1 } tr_topo_order;

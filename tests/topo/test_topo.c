@@ -368,8 +368,11 @@ static void test_bad_input(void **state)
     assert_non_null(strstr(tr_errmsg(), "world size 0"));
     assert_int_equal(tr_topo_init(&t, -4, 1, 1, NULL), TR_ERR_CONFIG);
     assert_non_null(strstr(tr_errmsg(), "world size -4"));
-    assert_int_equal(tr_topo_init(&t, 2000000000, 65536, 65536, NULL), TR_ERR_CONFIG);
+    assert_int_equal(tr_topo_init(&t, 1 << 20, 65536, 65536, NULL), TR_ERR_CONFIG);
     assert_non_null(strstr(tr_errmsg(), "= 4294967296"));
+    /* bounded: a world past 2^20 ranks is refused before anything is built */
+    assert_int_equal(tr_topo_init(&t, 2147483647, 1, 1, NULL), TR_ERR_CONFIG);
+    assert_non_null(strstr(tr_errmsg(), "at most 1048576 ranks"));
     assert_int_equal(tr_topo_init(&t, 8, 2, 2, "dp-tp-pp"), TR_ERR_CONFIG);
     assert_string_equal(tr_errmsg(),
                         "unknown rank order 'dp-tp-pp'; allowed: tp-dp-pp (default), tp-pp-dp");
