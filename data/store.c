@@ -4,6 +4,8 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -41,6 +43,83 @@ int dtype_size(int code)
     }
 }
 
+/* ---- a data file truncated under a running job: SIGBUS on its mapping becomes an error
+ * naming the file (exit 2) instead of a crash with a communication library's backtrace.
+ * Mappings register here; other SIGBUS go to the handler that was there before. */
+#define MAX_GUARDED 64
+static struct {
+    const unsigned char *volatile start;
+    size_t bytes;
+    char path[240];
+} guarded[MAX_GUARDED];
+static struct sigaction previous_sigbus;
+static int sigbus_installed;
+
+static void put(const char *s)
+{
+    size_t n = strlen(s);
+    while (n) {
+        ssize_t k = write(2, s, n);
+        if (k <= 0)
+            return;
+        s += k;
+        n -= (size_t)k;
+    }
+}
+
+static void on_sigbus(int sig, siginfo_t *si, void *uc)
+{
+    const unsigned char *a = si->si_addr;
+    for (int i = 0; i < MAX_GUARDED; i++) {
+        const unsigned char *start = guarded[i].start;
+        if (start && a >= start && a < start + guarded[i].bytes) {
+            put("trident: data file ");
+            put(guarded[i].path);
+            put(" is shorter than when it was opened (truncated or replaced while training): "
+                "reading it failed (SIGBUS)\n");
+            _exit(2);
+        }
+    }
+    if (previous_sigbus.sa_flags & SA_SIGINFO) {
+        if (previous_sigbus.sa_sigaction) {
+            previous_sigbus.sa_sigaction(sig, si, uc);
+            return;
+        }
+    } else if (previous_sigbus.sa_handler != SIG_DFL && previous_sigbus.sa_handler != SIG_IGN) {
+        previous_sigbus.sa_handler(sig);
+        return;
+    }
+    signal(SIGBUS, SIG_DFL);
+    raise(SIGBUS);
+}
+
+static void guard_mapping(const char *path, const void *map, size_t bytes)
+{
+    if (!sigbus_installed) {
+        struct sigaction sa;
+        memset(&sa, 0, sizeof sa);
+        sa.sa_sigaction = on_sigbus;
+        sa.sa_flags = SA_SIGINFO;
+        sigemptyset(&sa.sa_mask);
+        if (sigaction(SIGBUS, &sa, &previous_sigbus) == 0)
+            sigbus_installed = 1;
+    }
+    for (int i = 0; i < MAX_GUARDED; i++)
+        if (!guarded[i].start) {
+            snprintf(guarded[i].path, sizeof guarded[i].path, "%s", path);
+            guarded[i].bytes = bytes;
+            guarded[i].start = map;
+            return;
+        }
+}
+
+static void unguard_mapping(const void *map)
+{
+    for (int i = 0; i < MAX_GUARDED; i++)
+        if (guarded[i].start == map)
+            guarded[i].start = NULL;
+}
+
 int map_file(const char *path, data_mapping *m)
 {
     m->map = NULL;
@@ -74,6 +153,7 @@ int map_file(const char *path, data_mapping *m)
                            (long long)st.st_size, strerror(e));
         }
         m->map = p;
+        guard_mapping(path, p, m->bytes);
     }
     close(fd);
     return TR_OK;
@@ -81,8 +161,10 @@ int map_file(const char *path, data_mapping *m)
 
 void unmap_file(data_mapping *m)
 {
-    if (m->map)
+    if (m->map) {
+        unguard_mapping(m->map);
         munmap(m->map, m->bytes);
+    }
     m->map = NULL;
     m->bytes = 0;
 }
