@@ -2,8 +2,12 @@
  * run saved under one (DP, TP, PP) layout resumes under any other.
  *
  *   DIR/latest_checkpointed_iteration.txt    "K\n" (Megatron's tracker file), replaced atomically
- *   DIR/iter_000000K/manifest.txt             format, iteration, model shape, and per tensor:
- *                                             name, rows, cols and a checksum of each array
+ *   DIR/iter_000000K/manifest.txt             format, iteration, model shape, the data line
+ *                                             (consumed samples, global batch, seed, the
+ *                                             dataset's tokens and documents, split: a
+ *                                             resume with other data is refused), and per
+ *                                             tensor: name, rows, cols and a checksum of
+ *                                             each array
  *   DIR/iter_000000K/NAME.bin                 three fp32 arrays of rows x cols (row-major):
  *                                             the parameter, Adam's exp_avg, Adam's exp_avg_sq
  *
@@ -31,6 +35,15 @@
 #include "core/core.h"
 
 const char *const ckpt_array_names[N_ARRAYS] = {"parameter", "exp_avg", "exp_avg_sq"};
+
+void ckpt_split_text(const char *split, char *out, size_t cap)
+{
+    size_t n = 0;
+    for (const char *p = split; *p && n + 1 < cap; p++)
+        if (*p != ' ' && *p != '\t')
+            out[n++] = *p == '/' ? ',' : *p;
+    out[n] = '\0';
+}
 
 /* ------------------------------------------------------------------ checksums */
 
@@ -380,6 +393,15 @@ static int write_manifest(tr_engine *e, const char *tmp_dir, int iteration)
         fprintf(f, "model num_layers %d hidden_size %d num_attention_heads %d vocab_size %d "
                    "max_position_embeddings %d\n", mc->num_layers, mc->hidden_size,
                 mc->num_attention_heads, mc->vocab_size, mc->max_position_embeddings);
+        const tr_training_config *t = &e->cfg->training;
+        char split[64];
+        ckpt_split_text(e->cfg->data.split, split, sizeof split);
+        fprintf(f, "data consumed_samples %llu global_batch_size %d seed %llu tokens %llu "
+                   "documents %llu split %s\n",
+                (unsigned long long)iteration * (unsigned long long)t->global_batch_size,
+                t->global_batch_size, (unsigned long long)t->seed,
+                (unsigned long long)tr_data_num_tokens(e->data),
+                (unsigned long long)tr_data_num_documents(e->data), split);
         fprintf(f, "tensors %zu\n", m);
         for (size_t i = 0; i < m; i++)
             fprintf(f, "tensor %s %zu %d %016" PRIx64 " %016" PRIx64 " %016" PRIx64 "\n", recs[i].name,

@@ -45,6 +45,12 @@ TR_MUST_CHECK int ckpt_for_each_moment_piece(const tr_engine *e, size_t offset, 
 typedef struct {
     int iteration;
     int num_layers, hidden_size, num_attention_heads, vocab_size, max_position_embeddings;
+    /* the data line (absent from checkpoints written before it, and from imported ones):
+     * what the run had consumed, and the identity of its data */
+    int has_data;
+    unsigned long long consumed_samples, seed, tokens, documents;
+    int global_batch_size;
+    char split[64];
     ckpt_record *tensors;
     size_t n;
 } ckpt_manifest;
@@ -56,6 +62,11 @@ TR_MUST_CHECK int ckpt_read_manifest(const char *path, int iteration, ckpt_manif
 /* TR_ERR_INVALID naming both when the manifest's model is not mc's. */
 TR_MUST_CHECK int ckpt_same_model(const tr_model_config *mc, const ckpt_manifest *mf,
                                   const char *path);
+/* TR_ERR_CONFIG naming every difference when the manifest's data line (if any) is not this
+ * run's: global batch, seed, split, and the dataset's token and document counts. */
+TR_MUST_CHECK int ckpt_same_data(const tr_engine *e, const ckpt_manifest *mf, const char *path);
+/* data.split without spaces, as the data line keeps it. */
+void ckpt_split_text(const char *split, char *out, size_t cap);
 /* Size and the three checksums of one tensor file against its manifest record. */
 TR_MUST_CHECK int ckpt_verify_tensor(const char *ckpt_dir, const ckpt_record *t);
 /* ckpt_segment_fn reading array `array` of a tensor file into dst + local. */

@@ -81,8 +81,11 @@ int ckpt_read_manifest(const char *path, int iteration, ckpt_manifest *out)
             rc = manifest_error(path, ln, "a NUL byte");
             break;
         }
+        int whole = line[len - 1] == '\n';
         line[strcspn(line, "\r\n")] = '\0';
-        if (ended) {
+        if (!whole && strcmp(line, "end")) {
+            rc = manifest_error(path, ln, "the last line is cut short (truncated?)");
+        } else if (ended) {
             rc = manifest_error(path, ln, "text after 'end'");
         } else if (ln == 1) {
             if (strcmp(line, CKPT_FORMAT))
@@ -104,7 +107,15 @@ int ckpt_read_manifest(const char *path, int iteration, ckpt_manifest *out)
             else
                 out->num_layers = L, out->hidden_size = C, out->num_attention_heads = NH,
                 out->vocab_size = V, out->max_position_embeddings = maxT;
-        } else if (ln == 4) {
+        } else if (ln == 4 && !strncmp(line, "data ", 5)) {
+            int used = 0;
+            out->has_data = 1;
+            if (sscanf(line, "data consumed_samples %llu global_batch_size %d seed %llu tokens %llu "
+                             "documents %llu split %63s%n", &out->consumed_samples,
+                       &out->global_batch_size, &out->seed, &out->tokens, &out->documents,
+                       out->split, &used) != 6 || line[used])
+                rc = manifest_error(path, ln, "expected the data line");
+        } else if (ln == 4 + out->has_data) {
             int used = 0;
             if (sscanf(line, "tensors %zu%n", &declared, &used) != 1 || line[used] || declared > 1000000)
                 rc = manifest_error(path, ln, "expected 'tensors N' (N <= 1000000)");
@@ -283,6 +294,8 @@ int tr_checkpoint_load(tr_engine *e, const char *dir, int *iteration)
         rc = ckpt_read_manifest(path, it, &mf);
     if (!rc)
         rc = ckpt_same_model(&e->cfg->model, &mf, path);
+    if (!rc)
+        rc = ckpt_same_data(e, &mf, path);
     if ((rc = ckpt_agree(e, rc, "loading the checkpoint"))) {
         free(mf.tensors);
         return rc;
@@ -296,6 +309,36 @@ int tr_checkpoint_load(tr_engine *e, const char *dir, int *iteration)
     if (!rc)
         *iteration = it;
     return rc;
+}
+
+int ckpt_same_data(const tr_engine *e, const ckpt_manifest *mf, const char *path)
+{
+    if (!mf->has_data)
+        return TR_OK; /* written before the data line, or imported: nothing to compare */
+    const tr_config *cfg = e->cfg;
+    const tr_training_config *t = &cfg->training;
+    char split[64], diff[1024] = "";
+    ckpt_split_text(cfg->data.split, split, sizeof split);
+    size_t n = 0;
+#define DIFF(cond, ...)                                                                            \
+    if ((cond) && n < sizeof diff)                                                                 \
+        n += (size_t)snprintf(diff + n, sizeof diff - n, __VA_ARGS__);
+    DIFF(mf->global_batch_size != t->global_batch_size,
+         "; training.global_batch_size %d (the checkpoint's run: %d)", t->global_batch_size,
+         mf->global_batch_size)
+    DIFF(mf->seed != (unsigned long long)t->seed, "; training.seed %llu (the checkpoint's run: %llu)",
+         (unsigned long long)t->seed, mf->seed)
+    DIFF(strcmp(mf->split, split), "; data.split %s (the checkpoint's run: %s)", split, mf->split)
+    DIFF(mf->tokens != tr_data_num_tokens(e->data) || mf->documents != tr_data_num_documents(e->data),
+         "; data.data_path %s holds %llu tokens in %llu documents (the checkpoint's run read %llu "
+         "in %llu)", cfg->data.data_path, (unsigned long long)tr_data_num_tokens(e->data),
+         (unsigned long long)tr_data_num_documents(e->data), mf->tokens, mf->documents)
+#undef DIFF
+    if (!n)
+        return TR_OK;
+    return tr_fail(TR_ERR_CONFIG, "%s: resuming with other data than the checkpoint's run would "
+                   "skip or repeat samples (it consumed %llu): %s; resume with its values, or "
+                   "start a new run", path, mf->consumed_samples, diff + 2);
 }
 
 int ckpt_same_model(const tr_model_config *mc, const ckpt_manifest *mf, const char *path)

@@ -1,10 +1,12 @@
 #!/usr/bin/python3
 """No silent loss of a run's outputs, and errors known at start-up reported at start-up
-(issue 23, points 5, 6, 7, 9, 10):
+(issue 23, points 5, 6, 7, 8, 9, 10):
   - a full disk (RUN_DIR on a 16 KiB tmpfs in a user + mount namespace of its own): the run
     exits 1 naming metrics.jsonl and the cause, and leaves no summary.json;
   - resuming after a line of metrics.jsonl was cut short drops that line: every line whole,
     iterations 1..N once each;
+  - resuming with another global batch size, seed, split or dataset is refused naming each
+    difference (the run would skip or repeat samples);
   - a second job using the same run directory, or the same checkpoint.save, is refused with
     exit 2 naming the first job's pid, while the first goes on;
   - checkpoint.save with iter_* checkpoints but no tracker is refused naming them; iter_*.tmp
@@ -70,6 +72,20 @@ except ValueError:
 check("resume after a cut line: every line whole, iterations 1..6 once each",
       r.returncode == 0 and got[-1] == "" and whole == [1, 2, 3, 4, 5, 6],
       f"exit {r.returncode} {got} {r.stderr[-500:]}")
+
+# 8. resuming with other data than the checkpoint's run: refused, every difference named
+other = tt.make_corpus(trident, tt.fresh_dir(os.path.join(work, "other")), 22, ["other", "data"],
+                       150, 3, 30)
+for what, sets, needles in [
+        ("another global batch size", ["training.global_batch_size=4"],
+         ["training.global_batch_size 4 (the checkpoint's run: 2)"]),
+        ("another seed and split", ["training.seed=7", "data.split=80,20,0"],
+         ["training.seed 7", "data.split 80,20,0 (the checkpoint's run: 90,10,0)"]),
+        ("another dataset", [f"data.data_path={other}"], ["data.data_path", "tokens in"])]:
+    r = train(os.path.join(work, "run8"), f"checkpoint.load={ck}", "training.train_iters=8", *sets)
+    check(f"resume with {what}: exit 2 naming it",
+          r.returncode == 2 and "skip or repeat samples" in r.stderr and all(n in r.stderr for n in needles),
+          f"exit {r.returncode}: {r.stderr[-600:]}")
 
 # 7. two jobs, one run directory / one checkpoint folder
 run7, ck7 = os.path.join(work, "run7"), os.path.join(work, "ck7")
