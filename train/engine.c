@@ -118,24 +118,83 @@ static int pick_backend(const tr_config *cfg, const tr_kernels **out)
 
 /* On a GPU, everything the run keeps comes from one arena sized up front; a GPU too small
  * is an error naming the shortfall before anything is allocated. */
-static int reserve_device_memory(tr_engine *e)
+/* What this rank will allocate, from the model's own sizes (its tensor tables and activation
+ * layout, which tests/plan ties to the planner's counts): parameters, gradients, Adam's two
+ * moments (this rank's ZeRO-1 shard), activation slots. */
+typedef struct {
+    size_t params, grads, optimizer, activations;
+} memory_need;
+
+static memory_need memory_needed(const tr_engine *e)
 {
-#ifdef TR_HAVE_CUDA
-    if (strcmp(e->cfg->training.device, "cuda"))
-        return TR_OK;
-    size_t state = e->n_params * sizeof(float), activations = 1 << 20; /* + alignment slack */
-    for (int c = 0; c < e->v; c++)
-        activations += tr_gpt_activation_bytes(e->chunks[c].model, e->mb, e->n_slots);
+    memory_need m = {.params = e->n_params * sizeof(float), .activations = 1 << 20};
+    m.grads = m.params;
     int sharded = e->cfg->parallel.use_distributed_optimizer && e->D > 1;
-    tr_cuda_budget b = {.params = state, .grads = state,
-                        .optimizer = 2 * (sharded ? state / (size_t)e->D + 4096 : state),
-                        .activations = activations, .workspace = tr_cuda_workspace_bytes(),
-                        .reserved = (size_t)512 << 20};
-    return tr_cuda_reserve(&b);
-#else
-    (void)e;
-    return TR_OK;
+    m.optimizer = 2 * (sharded ? m.params / (size_t)e->D + 4096 : m.params);
+    for (int c = 0; c < e->v; c++)
+        m.activations += tr_gpt_activation_bytes(e->chunks[c].model, e->mb, e->n_slots);
+    return m;
+}
+
+/* Host memory this rank may use: MemAvailable (and the cgroup's limit, when lower) shared by
+ * the node's LOCAL_WORLD_SIZE ranks. 0 when unknown. */
+static double host_memory_available(int *local_ranks)
+{
+    double avail = 0;
+    FILE *f = fopen("/proc/meminfo", "r");
+    char line[256];
+    while (f && fgets(line, sizeof line, f))
+        if (sscanf(line, "MemAvailable: %lf kB", &avail) == 1) {
+            avail *= 1024;
+            break;
+        }
+    if (f)
+        fclose(f);
+    double limit = 0, used = 0;
+    if ((f = fopen("/sys/fs/cgroup/memory.max", "r"))) {
+        if (fscanf(f, "%lf", &limit) != 1)
+            limit = 0; /* "max": no limit */
+        fclose(f);
+    }
+    if (limit > 0 && (f = fopen("/sys/fs/cgroup/memory.current", "r"))) {
+        if (fscanf(f, "%lf", &used) == 1 && limit - used < avail)
+            avail = limit - used > 0 ? limit - used : 0;
+        fclose(f);
+    }
+    const char *lw = getenv("LOCAL_WORLD_SIZE");
+    *local_ranks = lw && atoi(lw) > 0 ? atoi(lw) : 1;
+    return avail / *local_ranks;
+}
+
+/* Refuse, before allocating, a rank whose memory would not fit: on CUDA the device budget
+ * (kernels/cuda), on the CPU the host's available memory. */
+static int reserve_memory(tr_engine *e)
+{
+    memory_need m = memory_needed(e);
+#ifdef TR_HAVE_CUDA
+    if (!strcmp(e->cfg->training.device, "cuda")) {
+        tr_cuda_budget b = {.params = m.params, .grads = m.grads, .optimizer = m.optimizer,
+                            .activations = m.activations, .workspace = tr_cuda_workspace_bytes(),
+                            .reserved = (size_t)512 << 20};
+        return tr_cuda_reserve(&b);
+    }
 #endif
+    int local = 1;
+    double avail = host_memory_available(&local), GiB = 1024.0 * 1024 * 1024;
+    double need = (double)m.params + (double)m.grads + (double)m.optimizer + (double)m.activations;
+    tr_debug("memory: rank %d needs about %.3f GiB (parameters %.3f, gradients %.3f, optimizer "
+             "%.3f, activations %.3f); %.3f GiB available to it", e->world.rank, need / GiB,
+             m.params / GiB, m.grads / GiB, m.optimizer / GiB, m.activations / GiB, avail / GiB);
+    /* the process itself (libraries, communication buffers, data mappings) needs some too */
+    if (avail <= 0 || need + (double)(256 << 20) <= avail)
+        return TR_OK;
+    return tr_fail(TR_ERR_CONFIG,
+                   "rank %d needs about %.2f GiB (parameters %.2f, gradients %.2f, optimizer %.2f, "
+                   "activations %.2f) but %.2f GiB is available to it (the host's available memory "
+                   "shared by %d local rank%s): a smaller model, more ranks (tensor or pipeline "
+                   "parallelism), ZeRO-1, a smaller micro-batch or recompute",
+                   e->world.rank, need / GiB, m.params / GiB, m.grads / GiB, m.optimizer / GiB,
+                   m.activations / GiB, avail / GiB, local, local > 1 ? "s" : "");
 }
 
 int tr_engine_create(const tr_config *cfg, tr_engine **out)
@@ -198,7 +257,7 @@ int tr_engine_create(const tr_config *cfg, tr_engine **out)
     e->n_slots = e->stored_limit + 2;
     if (e->n_slots > e->M)
         e->n_slots = e->M;
-    if ((rc = create_chunks(e)) || (rc = reserve_device_memory(e)))
+    if ((rc = create_chunks(e)) || (rc = reserve_memory(e)))
         goto fail;
     size_t bytes = e->n_params * sizeof(float);
     e->params = e->k->alloc(bytes);

@@ -13,7 +13,9 @@
     leftovers of failed saves are removed by the next save; exit_interval without
     checkpoint.save warns;
   - eval_interval with an empty validation split, and checkpoint.save naming a regular file,
-    exit 2 before the first iteration; data.split "100" (one weight) trains.
+    exit 2 before the first iteration; data.split "100" (one weight) trains;
+  - a model whose memory estimate exceeds what the host has available is refused (exit 2)
+    before allocating, with the estimate and the limit (point 11).
 usage: test_outputs.py TRIDENT WORKDIR"""
 import json
 import os
@@ -142,4 +144,11 @@ check("checkpoint.save naming a regular file: exit 2 at start-up, no iteration r
       not os.path.exists(os.path.join(work, "run10b", "metrics.jsonl")), f"exit {r.returncode}: {r.stderr[-500:]}")
 r = train(os.path.join(work, "run10c"), "data.split=100")
 check('data.split "100" (one weight) trains', r.returncode == 0, r.stderr[-500:])
+# 11. a model that cannot fit is refused before anything is allocated
+t0 = time.monotonic()
+r = train(os.path.join(work, "run11"), "model.num_layers=64", "model.hidden_size=65536",
+          "model.num_attention_heads=64")
+check(f"a 3.3T-parameter model: exit 2 in {time.monotonic() - t0:.1f} s naming the estimate and what "
+      "is available", r.returncode == 2 and "needs about" in r.stderr and "GiB is available" in r.stderr
+      and time.monotonic() - t0 < 30, f"exit {r.returncode}: {r.stderr[-500:]}")
 tt.finish()
