@@ -142,6 +142,14 @@ r = train(os.path.join(work, "run10b"), f"checkpoint.save={regular}")
 check("checkpoint.save naming a regular file: exit 2 at start-up, no iteration run",
       r.returncode == 2 and "checkpoint.save" in r.stderr and
       not os.path.exists(os.path.join(work, "run10b", "metrics.jsonl")), f"exit {r.returncode}: {r.stderr[-500:]}")
+ro = tt.fresh_dir(os.path.join(work, "read-only"))
+script = (f"mount --bind {ro} {ro} && mount -o remount,ro,bind {ro} && exec " +
+          " ".join(tt.train_cmd(trident, config, os.path.join(work, "run10d"), flags=["--quiet"],
+                                sets=[f"checkpoint.save={ro}"])))
+r = tt.run(["unshare", "-rm", "sh", "-c", script], timeout=120)
+check("checkpoint.save on a read-only filesystem: exit 2 at start-up naming it, no iteration run",
+      r.returncode == 2 and "checkpoint.save" in r.stderr and "Read-only file system" in r.stderr and
+      not os.path.exists(os.path.join(work, "run10d", "metrics.jsonl")), f"exit {r.returncode}: {r.stderr[-500:]}")
 r = train(os.path.join(work, "run10c"), "data.split=100")
 check('data.split "100" (one weight) trains', r.returncode == 0, r.stderr[-500:])
 # 11. a model that cannot fit is refused before anything is allocated
