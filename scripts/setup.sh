@@ -2,7 +2,7 @@
 # Installs everything trident needs on a fresh Debian 12 machine. Idempotent: a machine that
 # already has every package does no network work.
 set -euo pipefail
-packages=(meson ninja-build pkg-config gcc libyaml-dev libcmocka-dev libopenblas-dev
+packages=(meson ninja-build pkg-config gcc libyaml-dev libcmocka-dev libopenblas-dev libjansson-dev
           libucx-dev ucx-utils fortunes python3-torch python3-numpy iproute2
           openmpi-bin libopenmpi-dev chromium)
 missing=()
