@@ -31,16 +31,21 @@ static void launch_usage(FILE *f)
             "  --master-addr A      address of node 0 (default 127.0.0.1; required if K > 1)\n"
             "  --master-port P      store port (default: a free port on one node, else 29500)\n"
             "  --grace-period S     seconds between SIGTERM and SIGKILL when stopping (default 3)\n"
+            "  --signal-grace-period S\n"
+            "                       the same when the launcher itself got SIGINT/SIGTERM (ranks\n"
+            "                       with training.exit_signal_handler save first; default: the\n"
+            "                       grace period; trident train --nproc uses 300)\n"
             "  --no-prefix          do not prefix output lines with the rank\n"
             "  -h, --help           this text\n"
             "\n"
-            "Exit status: 0 when every rank exits 0; else the first failed rank's exit status\n"
+            "Exit status: 0 when every rank exits 0 (after a signal too, when every rank then\n"
+            "exits 0 on its own); else the first failed rank's exit status\n"
             "(128 + signal if it was killed); 2 for bad usage.\n");
 }
 
 int tr_cmd_launch(int argc, char **argv)
 {
-    enum { NPROC, NNODES, NODE_RANK, MASTER_ADDR, MASTER_PORT, GRACE, NO_PREFIX };
+    enum { NPROC, NNODES, NODE_RANK, MASTER_ADDR, MASTER_PORT, GRACE, SIGNAL_GRACE, NO_PREFIX };
     static const arg_opt options[] = {
         [NPROC] = {"--nproc", ARG_VALUE},
         [NNODES] = {"--nnodes", ARG_VALUE},
@@ -48,6 +53,7 @@ int tr_cmd_launch(int argc, char **argv)
         [MASTER_ADDR] = {"--master-addr", ARG_VALUE},
         [MASTER_PORT] = {"--master-port", ARG_VALUE},
         [GRACE] = {"--grace-period", ARG_VALUE},
+        [SIGNAL_GRACE] = {"--signal-grace-period", ARG_VALUE},
         [NO_PREFIX] = {"--no-prefix", ARG_FLAG},
         {NULL},
     };
@@ -74,10 +80,11 @@ int tr_cmd_launch(int argc, char **argv)
             opts.no_prefix = 1;
         } else {
             char *end;
+            double *dst = o == GRACE ? &opts.grace_s : &opts.signal_grace_s;
             errno = 0;
-            opts.grace_s = strtod(v, &end);
-            if (!*v || *end || errno || !(opts.grace_s > 0 && opts.grace_s <= 3600))
-                rc = args_error(&a, "--grace-period needs seconds in (0, 3600], got '%s'", v);
+            *dst = strtod(v, &end);
+            if (!*v || *end || errno || !(*dst > 0 && *dst <= 3600))
+                rc = args_error(&a, "%s needs seconds in (0, 3600], got '%s'", options[o].name, v);
         }
     }
     if (rc)

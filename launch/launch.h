@@ -31,6 +31,9 @@ typedef struct {
     const char *master_addr; /* NULL: 127.0.0.1 (required when nnodes > 1) */
     int master_port;         /* 0: a free port when single-node, else 29500 */
     double grace_s;          /* SIGTERM -> SIGKILL delay when stopping; <= 0: 3 s */
+    double signal_grace_s;   /* the delay when the stop came from a signal to the launcher
+                              * (ranks may be saving: training.exit_signal_handler); <= 0:
+                              * grace_s. A rank's failure always uses grace_s. */
     int no_prefix;           /* 1: pass the ranks' output through untouched */
     const char *name;        /* prefix of the launcher's own messages; NULL: "trident launch" */
 } tr_launch_options;

@@ -34,7 +34,10 @@ int run_as_local_ranks(const char *subcommand, int nproc, int argc, char **argv)
             continue;
         child[k++] = argv[i];
     }
-    tr_launch_options opts = {.nproc = nproc, .name = who};
+    /* stopped by a signal, ranks with training.exit_signal_handler finish the iteration and
+     * save before they exit: a long grace then (a second signal still kills at once); a
+     * rank's failure stops the others after the usual 3 s */
+    tr_launch_options opts = {.nproc = nproc, .name = who, .signal_grace_s = 300};
     int exit_code = 1;
     int rc = tr_launch_local(&opts, child, &exit_code);
     free(child);

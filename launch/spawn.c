@@ -48,7 +48,8 @@ typedef struct {
 typedef struct {
     const char *name;
     int nproc, prefix;
-    double grace_s;
+    double grace_s, signal_grace_s;
+    double stop_grace_s; /* the one in force for the stop under way */
     rank_proc *ranks;
     pid_t guard, pgid;
     int guard_fd; /* write end of the guard's pipe */
@@ -305,12 +306,14 @@ static int supervise(launch_state *s)
             exit_code = exit_code_of(&s->ranks[failed]);
             stop_rank = failed;
             stop_at = tr_now();
+            s->stop_grace_s = s->grace_s;
             killpg(s->pgid, SIGTERM);
+            killpg(s->pgid, SIGCONT); /* a stopped (frozen) rank acts on it too */
         }
         double now = tr_now();
-        if (stop_at >= 0 && killed_at < 0 && alive > 0 && now - stop_at >= s->grace_s) {
+        if (stop_at >= 0 && killed_at < 0 && alive > 0 && now - stop_at >= s->stop_grace_s) {
             fprintf(stderr, "%s: %d rank%s still running %.1f s after SIGTERM; sending SIGKILL\n",
-                    s->name, alive, alive == 1 ? "" : "s", s->grace_s);
+                    s->name, alive, alive == 1 ? "" : "s", s->stop_grace_s);
             killpg(s->pgid, SIGKILL);
             killed_at = now;
         }
@@ -335,7 +338,7 @@ static int supervise(launch_state *s)
             break;
         int timeout_ms = 500;
         if (stop_at >= 0 && killed_at < 0 && alive > 0)
-            timeout_ms = (int)((stop_at + s->grace_s - now) * 1000) + 1;
+            timeout_ms = (int)((stop_at + s->stop_grace_s - now) * 1000) + 1;
         if (timeout_ms < 1)
             timeout_ms = 1;
         if (timeout_ms > 500)
@@ -353,7 +356,9 @@ static int supervise(launch_state *s)
                             sigabbrev_np(sig));
                     exit_code = 128 + sig;
                     stop_at = tr_now();
+                    s->stop_grace_s = s->signal_grace_s;
                     killpg(s->pgid, SIGTERM);
+                    killpg(s->pgid, SIGCONT);
                 } else if (killed_at < 0) {
                     fprintf(stderr, "%s: received SIG%s again; killing the ranks\n", s->name,
                             sigabbrev_np(sig));
@@ -377,6 +382,15 @@ static int supervise(launch_state *s)
                 st->fd = -1;
             }
         }
+    if (stop_rank < 0 && stop_at >= 0 && killed_at < 0) {
+        /* stopped by a signal, and every rank ended on its own with status 0 (a rank with
+         * training.exit_signal_handler saves and exits 0): the job succeeded */
+        int clean = 1;
+        for (int i = 0; i < s->nproc; i++)
+            clean &= s->ranks[i].code == CLD_EXITED && s->ranks[i].status == 0;
+        if (clean)
+            exit_code = 0;
+    }
     if (stop_rank >= 0)
         fprintf(stderr, "%s: all ranks stopped %.2f s after rank %d failed; exit status %d\n",
                 s->name, tr_now() - stop_at, stop_rank, exit_code);
@@ -418,6 +432,9 @@ int tr_launch_local(const tr_launch_options *opts, char *const argv[], int *exit
                       .nproc = opts->nproc,
                       .prefix = !opts->no_prefix,
                       .grace_s = opts->grace_s > 0 ? opts->grace_s : 3.0,
+                      .signal_grace_s = opts->signal_grace_s > 0 ? opts->signal_grace_s
+                                        : opts->grace_s > 0       ? opts->grace_s
+                                                                  : 3.0,
                       .guard_fd = -1,
                       .sigfd = -1};
     s.ranks = calloc((size_t)s.nproc, sizeof *s.ranks);

@@ -347,6 +347,14 @@ void tr_engine_free(tr_engine *e)
 
 tr_gpt *tr_engine_model(tr_engine *e) { return e->chunks[0].model; }
 int tr_engine_rank(const tr_engine *e) { return e->world.rank; }
+
+int tr_engine_any_rank(tr_engine *e, int mine, int *any)
+{
+    double v = mine ? 1.0 : 0.0;
+    int rc = tr_comm_allreduce(e->world.world, &v, &v, 1, TR_COMM_F64, TR_COMM_MAX);
+    *any = !rc && v > 0;
+    return rc;
+}
 float *tr_engine_params(tr_engine *e) { return e->params; }
 float *tr_engine_grads(tr_engine *e) { return e->grads; }
 

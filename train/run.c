@@ -3,10 +3,34 @@
  * report.c and trace.c. */
 #include "train/train.h"
 
+#include <signal.h>
 #include <stdio.h>
+#include <string.h>
 
 #include "core/core.h"
 #include "train/report.h"
+
+/* training.exit_signal_handler: SIGTERM (Slurm's warning before preemption or the time
+ * limit) only sets a flag; the loop stops after the iteration in progress. */
+static volatile sig_atomic_t stop_requested;
+
+static void on_sigterm(int sig)
+{
+    (void)sig;
+    stop_requested = 1;
+}
+
+static int install_exit_signal_handler(void)
+{
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_sigterm;
+    sa.sa_flags = SA_RESTART; /* the communication library's waits carry on undisturbed */
+    sigemptyset(&sa.sa_mask);
+    if (sigaction(SIGTERM, &sa, NULL))
+        return tr_fail(TR_ERR_INTERNAL, "cannot install the SIGTERM handler");
+    return TR_OK;
+}
 
 /* Validation every eval_interval iterations and after the last one. */
 static int should_eval(const tr_training_config *t, int it)
@@ -81,7 +105,9 @@ int tr_train_run(const tr_config *cfg, const tr_train_options *opts)
     if (rc)
         return rc;
     int lead = tr_engine_rank(e) == 0;
-    if (!(rc = resume(e, cfg, lead, opts->quiet, &start))) {
+    if (t->exit_signal_handler)
+        rc = install_exit_signal_handler();
+    if (!rc && !(rc = resume(e, cfg, lead, opts->quiet, &start))) {
         last = last_iteration(t, start);
         rc = train_report_open(e, opts, start, last, t0, &report);
     }
@@ -104,8 +130,19 @@ int tr_train_run(const tr_config *cfg, const tr_train_options *opts)
             rc = train_report_record(report, &s);
         if (!rc && should_log(cfg, &s))
             train_report_print(report, &s);
-        if (!rc && should_save(ck, it, last))
+        /* a stop request on any rank ends the run after this iteration, on every rank */
+        int stop = 0;
+        if (!rc && t->exit_signal_handler)
+            rc = tr_engine_any_rank(e, stop_requested, &stop);
+        if (!rc && (should_save(ck, it, last) || (stop && *ck->save)))
             rc = save(e, ck, it, lead, opts->quiet);
+        if (!rc && stop) {
+            if (lead && !opts->quiet)
+                printf("trident: SIGTERM: stopped after iteration %d%s\n", it,
+                       *ck->save ? " (checkpoint saved)" : " (no checkpoint.save: nothing saved)");
+            last = it;
+            break;
+        }
         if (!rc && it == last && last < t->train_iters && lead && !opts->quiet)
             printf("trident: exiting after iteration %d (training.exit_interval %d)\n", it,
                    t->exit_interval);

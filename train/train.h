@@ -75,6 +75,9 @@ TR_MUST_CHECK int tr_engine_forward_backward(tr_engine *e, int iteration, double
 TR_MUST_CHECK int tr_engine_optimizer_step(tr_engine *e, int iteration, tr_step_stats *stats);
 /* Mean validation loss over eval_iters global batches (forward only). */
 TR_MUST_CHECK int tr_engine_evaluate(tr_engine *e, double *val_loss);
+/* Collective over the world: *any = 1 when `mine` is non-zero on any rank (how every rank
+ * learns of a stop request at the same iteration). */
+TR_MUST_CHECK int tr_engine_any_rank(tr_engine *e, int mine, int *any);
 
 /* Save this rank's part of the model and optimizer state as the checkpoint of `iteration`. */
 TR_MUST_CHECK int tr_checkpoint_save(tr_engine *e, const char *dir, int iteration);

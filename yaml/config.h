@@ -70,6 +70,9 @@ typedef struct {
     char *precision;       /* "fp32" (default) | "bf16" (needs device cuda) */
     char *device;          /* "cpu" (default) | "cuda": the kernel backend */
     int exit_interval;     /* default 0 = never; else stop after iteration N (checkpoint first) */
+    int exit_signal_handler; /* bool, default 0: on SIGTERM every rank finishes the iteration,
+                              * the job saves (checkpoint.save) and exits 0 (Megatron's
+                              * --exit-signal-handler) */
 } tr_training_config;
 
 typedef struct {

@@ -95,6 +95,7 @@ const config_key_spec config_keys[] = {
     ENUM("training", "precision", training.precision, "fp32", precisions),
     ENUM("training", "device", training.device, "cpu", devices),
     INT("training", "exit_interval", training.exit_interval, 0, "0", 0, INT_MAX),
+    BOOL("training", "exit_signal_handler", training.exit_signal_handler, "false"),
 
     STR("data", "data_path", data.data_path, 1, NULL, NULL),
     ENUM("data", "data_format", data.data_format, "auto", data_formats),
