@@ -398,7 +398,7 @@ static int write_manifest(tr_engine *e, const char *tmp_dir, int iteration)
         ckpt_split_text(e->cfg->data.split, split, sizeof split);
         fprintf(f, "data consumed_samples %llu global_batch_size %d seed %llu tokens %llu "
                    "documents %llu split %s\n",
-                (unsigned long long)iteration * (unsigned long long)t->global_batch_size,
+                (unsigned long long)e->consumed_samples,
                 t->global_batch_size, (unsigned long long)t->seed,
                 (unsigned long long)tr_data_num_tokens(e->data),
                 (unsigned long long)tr_data_num_documents(e->data), split);

@@ -63,7 +63,8 @@ TR_MUST_CHECK int ckpt_read_manifest(const char *path, int iteration, ckpt_manif
 TR_MUST_CHECK int ckpt_same_model(const tr_model_config *mc, const ckpt_manifest *mf,
                                   const char *path);
 /* TR_ERR_CONFIG naming every difference when the manifest's data line (if any) is not this
- * run's: global batch, seed, split, and the dataset's token and document counts. */
+ * run's: seed, split, and the dataset's token and document counts. (Another global batch
+ * size is fine: the data position is the consumed samples.) */
 TR_MUST_CHECK int ckpt_same_data(const tr_engine *e, const ckpt_manifest *mf, const char *path);
 /* data.split without spaces, as the data line keeps it. */
 void ckpt_split_text(const char *split, char *out, size_t cap);

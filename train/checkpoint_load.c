@@ -305,6 +305,10 @@ int tr_checkpoint_load(tr_engine *e, const char *dir, int *iteration)
         rc = ckpt_verify_tensor(ckpt_dir, &mf.tensors[j]);
     if (!(rc = ckpt_agree(e, rc, "verifying the checkpoint")))
         rc = ckpt_agree(e, read_rank_pieces(e, ckpt_dir, &mf), "loading the checkpoint");
+    if (!rc) /* the data position: by consumed samples, so another global batch size goes on
+              * with the next unseen samples */
+        e->consumed_samples = mf.has_data ? mf.consumed_samples
+                                          : (uint64_t)it * (uint64_t)e->cfg->training.global_batch_size;
     free(mf.tensors);
     if (!rc)
         *iteration = it;
@@ -323,9 +327,6 @@ int ckpt_same_data(const tr_engine *e, const ckpt_manifest *mf, const char *path
 #define DIFF(cond, ...)                                                                            \
     if ((cond) && n < sizeof diff)                                                                 \
         n += (size_t)snprintf(diff + n, sizeof diff - n, __VA_ARGS__);
-    DIFF(mf->global_batch_size != t->global_batch_size,
-         "; training.global_batch_size %d (the checkpoint's run: %d)", t->global_batch_size,
-         mf->global_batch_size)
     DIFF(mf->seed != (unsigned long long)t->seed, "; training.seed %llu (the checkpoint's run: %llu)",
          (unsigned long long)t->seed, mf->seed)
     DIFF(strcmp(mf->split, split), "; data.split %s (the checkpoint's run: %s)", split, mf->split)

@@ -84,6 +84,7 @@ static int write_metrics(FILE *f, const char *dir, const tr_step_stats *s)
     if (s->evaluated)
         tr_json_double(&j, "val_loss", s->val_loss);
     tr_json_double(&j, "eta_s", s->eta_s);
+    tr_json_int(&j, "consumed_samples", (long long)s->consumed_samples);
     tr_json_object_end(&j);
     fputc('\n', f);
     if (fflush(f) == 0 && !ferror(f))

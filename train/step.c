@@ -181,7 +181,8 @@ int tr_engine_forward_backward(tr_engine *e, int iteration, double *loss_out)
     const tr_training_config *t = &e->cfg->training;
     e->k->zero(NULL, e->grads, e->n_params * sizeof(float));
     e->split = TR_SPLIT_TRAIN;
-    e->first_sample = (uint64_t)(iteration - 1) * (uint64_t)t->global_batch_size +
+    (void)iteration;
+    e->first_sample = e->consumed_samples +
                       (uint64_t)e->dp_rank * (uint64_t)(t->global_batch_size / e->D);
     e->loss_sum = 0;
     e->stored = 0;
@@ -258,6 +259,9 @@ int tr_engine_optimizer_step(tr_engine *e, int iteration, tr_step_stats *stats)
     stats->iteration = iteration;
     stats->lr = tr_lr_at(t, iteration);
     stats->grad_norm = norm;
+    if (!rc)
+        e->consumed_samples += (uint64_t)t->global_batch_size;
+    stats->consumed_samples = (double)e->consumed_samples;
     return rc;
 }
 

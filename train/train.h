@@ -46,6 +46,7 @@ typedef struct {
     double val_loss;
     double peak_rss_mb; /* the largest peak resident memory of any rank, MiB */
     double mfu;         /* gflops / logging.peak_gflops, 0 when no peak is configured */
+    double consumed_samples; /* training samples consumed after this iteration */
     double eta_s;       /* the mean time of this process's iterations so far times those
                          * still to run (0 after the last) */
 } tr_step_stats;

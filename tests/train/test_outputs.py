@@ -5,8 +5,9 @@
     exits 1 naming metrics.jsonl and the cause, and leaves no summary.json;
   - resuming after a line of metrics.jsonl was cut short drops that line: every line whole,
     iterations 1..N once each;
-  - resuming with another global batch size, seed, split or dataset is refused naming each
-    difference (the run would skip or repeat samples);
+  - resuming with another seed, split or dataset is refused naming each difference (the run
+    would skip or repeat samples); another global batch size goes on from the samples the
+    checkpoint's run consumed;
   - a second job using the same run directory, or the same checkpoint.save, is refused with
     exit 2 naming the first job's pid, while the first goes on;
   - checkpoint.save with iter_* checkpoints but no tracker is refused naming them; iter_*.tmp
@@ -79,8 +80,6 @@ check("resume after a cut line: every line whole, iterations 1..6 once each",
 other = tt.make_corpus(trident, tt.fresh_dir(os.path.join(work, "other")), 22, ["other", "data"],
                        150, 3, 30)
 for what, sets, needles in [
-        ("another global batch size", ["training.global_batch_size=4"],
-         ["training.global_batch_size 4 (the checkpoint's run: 2)"]),
         ("another seed and split", ["training.seed=7", "data.split=80,20,0"],
          ["training.seed 7", "data.split 80,20,0 (the checkpoint's run: 90,10,0)"]),
         ("another dataset", [f"data.data_path={other}"], ["data.data_path", "tokens in"])]:
@@ -88,6 +87,15 @@ for what, sets, needles in [
     check(f"resume with {what}: exit 2 naming it",
           r.returncode == 2 and "skip or repeat samples" in r.stderr and all(n in r.stderr for n in needles),
           f"exit {r.returncode}: {r.stderr[-600:]}")
+
+# 8 (and issue 21, point 4). another global batch size goes on from the consumed samples
+run8b = os.path.join(work, "run8b")
+shutil.copytree(run6, run8b)
+r = train(run8b, f"checkpoint.load={ck}", "training.train_iters=9", "training.global_batch_size=4",
+          "checkpoint.save=" + os.path.join(work, "ck8b"))
+consumed = [m.get("consumed_samples") for m in tt.metrics(run8b)]
+check("resume at 6 (12 samples consumed at 2 per batch) with global batch 4: consumed 16, 20, 24",
+      r.returncode == 0 and consumed == [2, 4, 6, 8, 10, 12, 16, 20, 24], f"exit {r.returncode} {consumed} {r.stderr[-300:]}")
 
 # 7. two jobs, one run directory / one checkpoint folder
 run7, ck7 = os.path.join(work, "run7"), os.path.join(work, "ck7")
