@@ -65,8 +65,10 @@ TR_MUST_CHECK int args_int(const arg_parser *a, const char *flag, const char *te
                               int max, int *out);
 
 /* ranks.c, for the subcommands that run as ranks (train, generate):
- * `trident SUBCOMMAND ARGS` (ARGS without --nproc) as nproc local ranks; the exit code. */
-int run_as_local_ranks(const char *subcommand, int nproc, int argc, char **argv);
+ * `trident SUBCOMMAND ARGS` (ARGS without --nproc and --max-restarts) as nproc local ranks,
+ * started again up to max_restarts times after a failure; the exit code. */
+int run_as_local_ranks(const char *subcommand, int nproc, int max_restarts, int argc,
+                       char **argv);
 /* Under Slurm or Open MPI, publish the rank's identity in torchrun's names (RANK, WORLD_SIZE,
  * MASTER_ADDR, ...), which the communicator reads. 0, or 2 after a message prefixed `who`. */
 int adopt_scheduler_identity(const char *who);

@@ -334,7 +334,7 @@ int tr_cmd_generate(int argc, char **argv)
     if (rc)
         return rc;
     if (nproc > 0)
-        return run_as_local_ranks("generate", nproc, argc, argv);
+        return run_as_local_ranks("generate", nproc, 0, argc, argv);
     if (adopt_scheduler_identity("trident generate"))
         return 2;
     rc = run_generate(&o);

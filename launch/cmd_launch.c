@@ -35,6 +35,10 @@ static void launch_usage(FILE *f)
             "                       the same when the launcher itself got SIGINT/SIGTERM (ranks\n"
             "                       with training.exit_signal_handler save first; default: the\n"
             "                       grace period; trident train --nproc uses 300)\n"
+            "  --max-restarts K     after a rank fails, stop the others and start the whole\n"
+            "                       group again, up to K times (torchrun's meaning; each\n"
+            "                       attempt gets a fresh port and job token; single node).\n"
+            "                       Failures are seen at once (no --monitor-interval needed)\n"
             "  --no-prefix          do not prefix output lines with the rank\n"
             "  -h, --help           this text\n"
             "\n"
@@ -45,7 +49,8 @@ static void launch_usage(FILE *f)
 
 int tr_cmd_launch(int argc, char **argv)
 {
-    enum { NPROC, NNODES, NODE_RANK, MASTER_ADDR, MASTER_PORT, GRACE, SIGNAL_GRACE, NO_PREFIX };
+    enum { NPROC, NNODES, NODE_RANK, MASTER_ADDR, MASTER_PORT, GRACE, SIGNAL_GRACE, RESTARTS,
+           NO_PREFIX };
     static const arg_opt options[] = {
         [NPROC] = {"--nproc", ARG_VALUE},
         [NNODES] = {"--nnodes", ARG_VALUE},
@@ -54,13 +59,14 @@ int tr_cmd_launch(int argc, char **argv)
         [MASTER_PORT] = {"--master-port", ARG_VALUE},
         [GRACE] = {"--grace-period", ARG_VALUE},
         [SIGNAL_GRACE] = {"--signal-grace-period", ARG_VALUE},
+        [RESTARTS] = {"--max-restarts", ARG_VALUE},
         [NO_PREFIX] = {"--no-prefix", ARG_FLAG},
         {NULL},
     };
     arg_parser a = {.cmd = "trident launch", .opts = options, .usage = launch_usage,
                  .stop_at_command = 1, .argc = argc, .argv = argv};
     tr_launch_options opts = {.nproc = 0, .nnodes = 1};
-    int rc = 0, have_nproc = 0, o;
+    int rc = 0, have_nproc = 0, max_restarts = 0, o;
     const char *v;
     while (!rc && (o = args_next(&a, &v)) != ARGS_END) {
         if (o == ARGS_HELP || o == ARGS_ERROR)
@@ -76,6 +82,8 @@ int tr_cmd_launch(int argc, char **argv)
             rc = args_int(&a, "--master-port", v, 1, 65535, &opts.master_port);
         } else if (o == MASTER_ADDR) {
             opts.master_addr = v;
+        } else if (o == RESTARTS) {
+            rc = args_int(&a, "--max-restarts", v, 0, 1000, &max_restarts);
         } else if (o == NO_PREFIX) {
             opts.no_prefix = 1;
         } else {
@@ -94,7 +102,7 @@ int tr_cmd_launch(int argc, char **argv)
     if (a.next >= argc)
         return args_error(&a, "no command given (trident launch --nproc N -- COMMAND...)");
     int exit_code = 1;
-    rc = tr_launch_local(&opts, argv + a.next, &exit_code);
+    rc = tr_launch_local_restarting(&opts, argv + a.next, max_restarts, &exit_code);
     if (rc) {
         fprintf(stderr, "trident launch: %s\n", tr_errmsg());
         return rc == TR_ERR_CONFIG ? 2 : 1;

@@ -29,6 +29,10 @@ static void train_usage(FILE *f)
             "                           (default: runs/<config name>)\n"
             "  --nproc N                start N local ranks (short for\n"
             "                           trident launch --nproc N -- trident train ...)\n"
+            "  --max-restarts K         with --nproc: after a rank fails, start every rank\n"
+            "                           again, up to K times (torchrun's meaning); with\n"
+            "                           checkpoint.load = checkpoint.save each attempt resumes\n"
+            "                           from the latest checkpoint\n"
             "  --quiet                  no per-iteration lines\n"
             "  --dump-grads DIR         write iteration 1's reduced gradients (per rank, with\n"
             "                           shard layout) to DIR, for layout-equivalence checks\n"
@@ -43,11 +47,12 @@ static int exit_code_for(int rc) { return rc == TR_ERR_CONFIG || rc == TR_ERR_IN
 
 int tr_cmd_train(int argc, char **argv)
 {
-    enum { SET, RUN_DIR, NPROC, DUMP_GRADS, QUIET };
+    enum { SET, RUN_DIR, NPROC, MAX_RESTARTS, DUMP_GRADS, QUIET };
     static const arg_opt options[] = {
         [SET] = {"--set", ARG_VALUE},
         [RUN_DIR] = {"--run-dir", ARG_VALUE},
         [NPROC] = {"--nproc", ARG_VALUE},
+        [MAX_RESTARTS] = {"--max-restarts", ARG_VALUE},
         [DUMP_GRADS] = {"--dump-grads", ARG_VALUE},
         [QUIET] = {"--quiet", ARG_FLAG},
         {NULL},
@@ -56,7 +61,7 @@ int tr_cmd_train(int argc, char **argv)
                  .argv = argv};
     const char *config_path = NULL, *run_dir = NULL, *dump_grads = NULL, *v;
     const char **overrides = calloc((size_t)argc + 1, sizeof *overrides);
-    int n_overrides = 0, quiet = 0, nproc = 0, rc = 0, o;
+    int n_overrides = 0, quiet = 0, nproc = 0, max_restarts = 0, rc = 0, o;
     if (!overrides)
         return 1;
     while (!rc && (o = args_next(&a, &v)) != ARGS_END) {
@@ -70,6 +75,8 @@ int tr_cmd_train(int argc, char **argv)
             run_dir = v;
         else if (o == NPROC)
             rc = args_int(&a, "--nproc", v, 1, 4096, &nproc);
+        else if (o == MAX_RESTARTS)
+            rc = args_int(&a, "--max-restarts", v, 0, 1000, &max_restarts);
         else if (o == DUMP_GRADS)
             dump_grads = v;
         else if (o == QUIET)
@@ -88,9 +95,13 @@ int tr_cmd_train(int argc, char **argv)
         free(overrides);
         return rc;
     }
+    if (max_restarts > 0 && nproc == 0) {
+        free(overrides);
+        return args_error(&a, "--max-restarts needs --nproc N (a launcher to restart the ranks)");
+    }
     if (nproc > 0) {
         free(overrides);
-        return run_as_local_ranks("train", nproc, argc, argv);
+        return run_as_local_ranks("train", nproc, max_restarts, argc, argv);
     }
     if (adopt_scheduler_identity("trident train")) {
         free(overrides);

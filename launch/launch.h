@@ -61,6 +61,17 @@ void tr_launch_plan_free(tr_launch_plan *plan);
  * ranks' stdin is /dev/null. Returns TR_OK once the ranks ran (the job's result is *exit_code), or an
  * error (bad options, fork failure) with no rank left running. */
 TR_MUST_CHECK int tr_launch_local(const tr_launch_options *opts, char *const argv[], int *exit_code);
+/* The signal (SIGINT/SIGTERM/SIGHUP) the launcher got during the last tr_launch_local, 0 if
+ * none: a job stopped on request is not restarted. */
+int tr_launch_last_stop_signal(void);
+
+/* tr_launch_local, and after a failure (a rank's non-zero exit or death, not a stop the
+ * launcher was asked for) the whole group again, up to max_restarts times (torchrun's
+ * --max-restarts): each attempt has its own port and job token, so ranks of two attempts
+ * never meet; each restart is logged with the cause and the time since the attempt began.
+ * Single node only (several nodes restart through their scheduler's requeue). */
+TR_MUST_CHECK int tr_launch_local_restarting(const tr_launch_options *opts, char *const argv[],
+                                             int max_restarts, int *exit_code);
 
 typedef struct {
     int rank, world_size;

@@ -9,7 +9,16 @@
 #include "launch/args.h"
 #include "launch/launch.h"
 
-int run_as_local_ranks(const char *subcommand, int nproc, int argc, char **argv)
+/* argv[i] is --FLAG VALUE (2 words) or --FLAG=VALUE (1): the words to skip, else 0. */
+static int launcher_flag(const char *arg, const char *flag)
+{
+    size_t n = strlen(flag);
+    if (!strcmp(arg, flag))
+        return 2;
+    return !strncmp(arg, flag, n) && arg[n] == '=' ? 1 : 0;
+}
+
+int run_as_local_ranks(const char *subcommand, int nproc, int max_restarts, int argc, char **argv)
 {
     char self[4096], who[64];
     snprintf(who, sizeof who, "trident %s", subcommand);
@@ -25,13 +34,14 @@ int run_as_local_ranks(const char *subcommand, int nproc, int argc, char **argv)
     int k = 0;
     child[k++] = self;
     child[k++] = (char *)subcommand;
-    for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--nproc")) {
-            i++;
+    for (int i = 1; i < argc; i++) { /* the launcher's flags stay with the launcher */
+        int skip = launcher_flag(argv[i], "--nproc");
+        if (!skip)
+            skip = launcher_flag(argv[i], "--max-restarts");
+        if (skip) {
+            i += skip - 1;
             continue;
         }
-        if (!strncmp(argv[i], "--nproc=", 8))
-            continue;
         child[k++] = argv[i];
     }
     /* stopped by a signal, ranks with training.exit_signal_handler finish the iteration and
@@ -39,7 +49,7 @@ int run_as_local_ranks(const char *subcommand, int nproc, int argc, char **argv)
      * rank's failure stops the others after the usual 3 s */
     tr_launch_options opts = {.nproc = nproc, .name = who, .signal_grace_s = 300};
     int exit_code = 1;
-    int rc = tr_launch_local(&opts, child, &exit_code);
+    int rc = tr_launch_local_restarting(&opts, child, max_restarts, &exit_code);
     free(child);
     if (rc) {
         fprintf(stderr, "%s: %s\n", who, tr_errmsg());

@@ -283,6 +283,11 @@ static int poll_exits(launch_state *s, int *alive)
     return failed;
 }
 
+/* The signal that stopped the last supervised job (0: none): tells a restart loop a failure
+ * from a stop someone asked for. */
+static int last_stop_signal;
+int tr_launch_last_stop_signal(void) { return last_stop_signal; }
+
 static int exit_code_of(const rank_proc *r)
 {
     int code = r->code == CLD_EXITED ? r->status : 128 + r->status;
@@ -355,6 +360,7 @@ static int supervise(launch_state *s)
                     fprintf(stderr, "%s: received SIG%s; stopping the ranks\n", s->name,
                             sigabbrev_np(sig));
                     exit_code = 128 + sig;
+                    last_stop_signal = sig;
                     stop_at = tr_now();
                     s->stop_grace_s = s->signal_grace_s;
                     killpg(s->pgid, SIGTERM);
@@ -420,6 +426,7 @@ static void reap_all(launch_state *s)
 int tr_launch_local(const tr_launch_options *opts, char *const argv[], int *exit_code)
 {
     *exit_code = 1;
+    last_stop_signal = 0;
     tr_launch_plan plan;
     int rc = tr_launch_plan_make(opts, &plan);
     if (rc)
