@@ -12,8 +12,12 @@
  * Reports ms/iter (median), tokens/s, model TFLOP/s (PaLM: 6N + 12 l h s per token) and
  * MFU against the GPU's dense bf16 peak (H100 SXM / H200 989 TFLOP/s, H100 PCIe 756, A100
  * 312, or --peak-tflops). --json prints one JSON object (benchmarks/gpu_step.sh reads it).
+ * --profile then runs 2 more steps with every op of the table timed on its own (synchronise,
+ * call, synchronise): the per-op split of a step (GEMMs of the LM head apart from the
+ * others, with their TFLOP/s), which says where the time goes when the step is slow.
  *   gpu_step [--precision bf16|fp32] [--micro-batch B] [--iters N] [--warmup W] [--seq T]
  *            [--layers L] [--hidden C] [--heads NH] [--vocab V] [--peak-tflops P] [--json]
+ *            [--profile]
  * Exit 77 (with the reason) where no GPU is usable. */
 #include <math.h>
 #include <stdint.h>
@@ -63,6 +67,144 @@ static size_t measure_activations(const tr_kernels *k, const tr_gpt_shape *s, in
     return bytes;
 }
 
+/* ---------------------------------------------------------------- per-op profile */
+
+/* A copy of the table whose ops time themselves while prof_on: each call is bracketed by
+ * synchronisations (so launch gaps are charged to the op that follows them); otherwise they
+ * only pass the call on. */
+enum {
+    OP_GEMM_HEAD, OP_GEMM, OP_TO_DEVICE, OP_TO_HOST, OP_COPY, OP_ZERO, OP_ADD, OP_AXPY,
+    OP_SCALE, OP_BIAS_ADD, OP_BIAS_BACKWARD, OP_LN_FORWARD, OP_LN_BACKWARD, OP_GELU_FORWARD,
+    OP_GELU_BACKWARD, OP_ATTN_FORWARD, OP_ATTN_BACKWARD, OP_XENT_ROW_MAX, OP_XENT_ROW_SUMEXP,
+    OP_XENT_PICK, OP_XENT_LOSS, OP_XENT_BACKWARD, OP_EMB_FORWARD, OP_EMB_BACKWARD,
+    OP_POS_FORWARD, OP_POS_BACKWARD, OP_ADAMW, OP_SUMSQ, N_OPS
+};
+static const char *const op_names[N_OPS] = {
+    "gemm (LM head)", "gemm (layers)", "to_device", "to_host", "copy", "zero", "add", "axpy",
+    "scale", "bias_add", "bias_backward", "layernorm_forward", "layernorm_backward",
+    "gelu_forward", "gelu_backward", "attention_forward", "attention_backward", "xent_row_max",
+    "xent_row_sumexp", "xent_pick", "xent_loss", "xent_backward", "embedding_forward",
+    "embedding_backward", "position_forward", "position_backward", "adamw", "sumsq"};
+static tr_kernels base;
+static int prof_on, prof_vp;
+static double prof_ms[N_OPS], prof_flops[N_OPS];
+static long prof_calls[N_OPS];
+
+#define PROF_BEGIN                                                                            \
+    double t0_ = 0;                                                                           \
+    if (prof_on) {                                                                            \
+        base.synchronize(s);                                                                  \
+        t0_ = tr_now();                                                                       \
+    }
+#define PROF_END(op)                                                                          \
+    if (prof_on) {                                                                            \
+        base.synchronize(s);                                                                  \
+        prof_ms[op] += (tr_now() - t0_) * 1e3;                                                \
+        prof_calls[op]++;                                                                     \
+    }
+#define WRAP(op, fn, params, args)                                                            \
+    static void p_##fn params                                                                 \
+    {                                                                                         \
+        PROF_BEGIN base.fn args;                                                              \
+        PROF_END(op)                                                                          \
+    }
+
+static void p_gemm(tr_stream s, int ta, int tb, int M, int N, int K, float alpha, const float *A,
+                   int lda, const float *B, int ldb, float beta, float *C, int ldc)
+{
+    int op = (M == prof_vp || N == prof_vp || K == prof_vp) ? OP_GEMM_HEAD : OP_GEMM;
+    PROF_BEGIN base.gemm(s, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+    PROF_END(op)
+    if (prof_on)
+        prof_flops[op] += 2.0 * M * N * K;
+}
+WRAP(OP_TO_DEVICE, to_device, (tr_stream s, void *d, const void *h, size_t n), (s, d, h, n))
+WRAP(OP_TO_HOST, to_host, (tr_stream s, void *h, const void *d, size_t n), (s, h, d, n))
+WRAP(OP_COPY, copy, (tr_stream s, void *d, const void *x, size_t n), (s, d, x, n))
+WRAP(OP_ZERO, zero, (tr_stream s, void *d, size_t n), (s, d, n))
+WRAP(OP_ADD, add, (tr_stream s, float *o, const float *a, const float *b, size_t n),
+     (s, o, a, b, n))
+WRAP(OP_AXPY, axpy, (tr_stream s, float *y, float a, const float *x, size_t n), (s, y, a, x, n))
+WRAP(OP_SCALE, scale, (tr_stream s, float *x, float a, size_t n), (s, x, a, n))
+WRAP(OP_BIAS_ADD, bias_add, (tr_stream s, float *o, const float *b, int N, int C),
+     (s, o, b, N, C))
+WRAP(OP_BIAS_BACKWARD, bias_backward, (tr_stream s, float *db, const float *d, int N, int C),
+     (s, db, d, N, C))
+WRAP(OP_LN_FORWARD, layernorm_forward,
+     (tr_stream s, float *o, float *mean, float *rstd, const float *x, const float *w,
+      const float *b, int N, int C, float eps),
+     (s, o, mean, rstd, x, w, b, N, C, eps))
+WRAP(OP_LN_BACKWARD, layernorm_backward,
+     (tr_stream s, float *dx, float *dw, float *db, const float *d, const float *x,
+      const float *w, const float *mean, const float *rstd, int N, int C),
+     (s, dx, dw, db, d, x, w, mean, rstd, N, C))
+WRAP(OP_GELU_FORWARD, gelu_forward, (tr_stream s, float *o, const float *x, size_t n),
+     (s, o, x, n))
+WRAP(OP_GELU_BACKWARD, gelu_backward,
+     (tr_stream s, float *dx, const float *x, const float *d, size_t n), (s, dx, x, d, n))
+WRAP(OP_ATTN_FORWARD, attention_forward,
+     (tr_stream s, float *o, float *att, const float *qkv, int B, int T, int NH, int HS),
+     (s, o, att, qkv, B, T, NH, HS))
+WRAP(OP_ATTN_BACKWARD, attention_backward,
+     (tr_stream s, float *dqkv, float *datt, const float *d, const float *qkv, const float *att,
+      int B, int T, int NH, int HS),
+     (s, dqkv, datt, d, qkv, att, B, T, NH, HS))
+WRAP(OP_XENT_ROW_MAX, xent_row_max,
+     (tr_stream s, float *m, const float *l, int N, int V, int nv), (s, m, l, N, V, nv))
+WRAP(OP_XENT_ROW_SUMEXP, xent_row_sumexp,
+     (tr_stream s, float *se, const float *l, const float *m, int N, int V, int nv),
+     (s, se, l, m, N, V, nv))
+WRAP(OP_XENT_PICK, xent_pick,
+     (tr_stream s, float *p, const float *l, const int32_t *t, int N, int V, int v0),
+     (s, p, l, t, N, V, v0))
+WRAP(OP_XENT_LOSS, xent_loss,
+     (tr_stream s, float *o, const float *m, const float *se, const float *p, int N),
+     (s, o, m, se, p, N))
+WRAP(OP_XENT_BACKWARD, xent_backward,
+     (tr_stream s, float *dl, const float *l, const float *m, const float *se, const int32_t *t,
+      int N, int V, int nv, int v0, float scale),
+     (s, dl, l, m, se, t, N, V, nv, v0, scale))
+WRAP(OP_EMB_FORWARD, embedding_forward,
+     (tr_stream s, float *o, const int32_t *ids, const float *tab, int N, int C, int v0, int V),
+     (s, o, ids, tab, N, C, v0, V))
+WRAP(OP_EMB_BACKWARD, embedding_backward,
+     (tr_stream s, float *dt, const float *d, const int32_t *ids, int N, int C, int v0, int V),
+     (s, dt, d, ids, N, C, v0, V))
+WRAP(OP_POS_FORWARD, position_forward, (tr_stream s, float *o, const float *w, int B, int T, int C),
+     (s, o, w, B, T, C))
+WRAP(OP_POS_BACKWARD, position_backward,
+     (tr_stream s, float *dw, const float *d, int B, int T, int C), (s, dw, d, B, T, C))
+WRAP(OP_ADAMW, adamw,
+     (tr_stream s, float *p, const float *g, float *m, float *v, size_t n, float lr, float b1,
+      float b2, float eps, float wd, float gs, int step),
+     (s, p, g, m, v, n, lr, b1, b2, eps, wd, gs, step))
+
+static double p_sumsq(tr_stream s, const float *x, size_t n)
+{
+    PROF_BEGIN double r = base.sumsq(s, x, n);
+    PROF_END(OP_SUMSQ)
+    return r;
+}
+
+/* The profiling copy of table k (Vp: the padded vocabulary, which tells the head's GEMMs). */
+static tr_kernels profiled(const tr_kernels *k, int Vp)
+{
+    base = *k;
+    prof_vp = Vp;
+    tr_kernels p = *k;
+    p.gemm = p_gemm, p.to_device = p_to_device, p.to_host = p_to_host, p.copy = p_copy;
+    p.zero = p_zero, p.add = p_add, p.axpy = p_axpy, p.scale = p_scale, p.bias_add = p_bias_add;
+    p.bias_backward = p_bias_backward, p.layernorm_forward = p_layernorm_forward;
+    p.layernorm_backward = p_layernorm_backward, p.gelu_forward = p_gelu_forward;
+    p.gelu_backward = p_gelu_backward, p.attention_forward = p_attention_forward;
+    p.attention_backward = p_attention_backward, p.xent_row_max = p_xent_row_max;
+    p.xent_row_sumexp = p_xent_row_sumexp, p.xent_pick = p_xent_pick, p.xent_loss = p_xent_loss;
+    p.xent_backward = p_xent_backward, p.embedding_forward = p_embedding_forward;
+    p.embedding_backward = p_embedding_backward, p.position_forward = p_position_forward;
+    p.position_backward = p_position_backward, p.adamw = p_adamw, p.sumsq = p_sumsq;
+    return p;
+}
+
 static double peak_for(const char *name)
 {
     if (strstr(name, "H100") && strstr(name, "PCIe"))
@@ -83,12 +225,13 @@ static int cmp_double(const void *a, const void *b)
 int main(int argc, char **argv)
 {
     const char *precision = "bf16";
-    int B = 0, iters = 10, warmup = 3, T = 1024, L = 12, C = 768, NH = 12, V = 50257, json = 0;
+    int B = 0, iters = 10, warmup = 3, T = 1024, L = 12, C = 768, NH = 12, V = 50257, json = 0,
+        profile = 0;
     double peak = 0;
     for (int i = 1; i < argc; i++) {
         const char *o = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (!strcmp(o, "--json")) {
-            json = 1;
+        if (!strcmp(o, "--json") || !strcmp(o, "--profile")) {
+            *(!strcmp(o, "--json") ? &json : &profile) = 1;
             continue;
         }
         if (!v) {
@@ -186,7 +329,10 @@ int main(int argc, char **argv)
         return 1;
     }
 
-    /* the model, its buffers (one arena block each), one activation slot */
+    /* the model, its buffers (one arena block each), one activation slot; the model and the
+     * step call the profiling copy of the table (a pass-through until --profile's steps) */
+    tr_kernels kp = profiled(k, Vp);
+    k = &kp;
     tr_gpt *g = NULL;
     tr_gpt_acts *a = NULL;
     float *params = k->alloc(pbytes), *grads = k->alloc(pbytes), *m = k->alloc(pbytes),
@@ -211,7 +357,9 @@ int main(int argc, char **argv)
     double *ms = calloc((size_t)iters, sizeof *ms);
     float loss = 0;
     double norm = 0;
-    for (int it = 0; it < warmup + iters; it++) {
+    int n_prof = profile ? 2 : 0;
+    for (int it = 0; it < warmup + iters + n_prof; it++) {
+        prof_on = it >= warmup + iters;
         k->synchronize(NULL);
         double t0 = tr_now();
         k->zero(NULL, grads, pbytes);
@@ -225,9 +373,13 @@ int main(int argc, char **argv)
         k->adamw(NULL, params, grads, m, v, n_params, 6e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, clip,
                  it + 1);
         k->synchronize(NULL);
-        if (it >= warmup)
+        if (it >= warmup && it < warmup + iters)
             ms[it - warmup] = (tr_now() - t0) * 1e3;
     }
+    prof_on = 0;
+    double prof_total = 0;
+    for (int o = 0; o < N_OPS; o++)
+        prof_total += prof_ms[o] / (n_prof ? n_prof : 1);
     if (tr_cuda_status()) {
         fprintf(stderr, "gpu_step: %s\n", tr_errmsg());
         return 1;
@@ -247,9 +399,25 @@ int main(int argc, char **argv)
         printf("{\"impl\": \"trident\", \"precision\": \"%s\", \"gpu\": \"%s\", \"micro_batch\": "
                "%d, \"seq\": %d, \"params\": %zu, \"ms_per_iter\": %.3f, \"tokens_per_s\": %.1f, "
                "\"tflops\": %.2f, \"mfu\": %s, \"peak_tflops\": %.1f, \"loss\": %.4f, "
-               "\"memory_gib\": %.2f}\n",
+               "\"memory_gib\": %.2f",
                precision, tr_cuda_device_name(), B, T, n_params, med, tok_s, tflops, mfu_s,
                peak / 1e12, loss, (double)(total_after - free_after) / (1 << 30));
+        if (profile) {
+            printf(", \"profiled_ms_per_iter\": %.3f, \"ops\": [", prof_total);
+            for (int o = 0, first = 1; o < N_OPS; o++) {
+                if (!prof_calls[o])
+                    continue;
+                double op_ms = prof_ms[o] / n_prof;
+                printf("%s{\"op\": \"%s\", \"ms_per_iter\": %.3f, \"calls_per_iter\": %ld, "
+                       "\"share\": %.4f, \"tflops\": %.2f}",
+                       first ? "" : ", ", op_names[o], op_ms, prof_calls[o] / n_prof,
+                       op_ms / prof_total,
+                       prof_ms[o] > 0 ? prof_flops[o] / (prof_ms[o] / 1e3) / 1e12 : 0.0);
+                first = 0;
+            }
+            printf("]");
+        }
+        printf("}\n");
     } else {
         printf("trident %s on %s: GPT %dL %dh, %zu parameters, micro-batch %d x %d tokens\n",
                precision, tr_cuda_device_name(), L, C, n_params, B, T);
@@ -257,6 +425,17 @@ int main(int argc, char **argv)
                "%.0f TFLOP/s), loss %.4f, grad norm %.3f, %.2f GiB in use\n",
                med, iters, tok_s, tflops, 100 * mfu, peak / 1e12, loss, norm,
                (double)(total_after - free_after) / (1 << 30));
+        if (profile) {
+            printf("  per op (each timed alone, %.2f ms per profiled step):\n", prof_total);
+            for (int o = 0; o < N_OPS; o++)
+                if (prof_calls[o]) {
+                    printf("  %-20s %8.3f ms %5.1f%% %5ld calls", op_names[o], prof_ms[o] / n_prof,
+                           100 * prof_ms[o] / n_prof / prof_total, prof_calls[o] / n_prof);
+                    if (prof_flops[o] > 0)
+                        printf(" %7.1f TFLOP/s", prof_flops[o] / (prof_ms[o] / 1e3) / 1e12);
+                    printf("\n");
+                }
+        }
     }
     tr_gpt_acts_free(a);
     tr_gpt_free(g);

@@ -6,6 +6,9 @@ global-norm clipping, fused AdamW) on the same GPU, bf16 autocast over fp32 mast
 scaled_dot_product_attention.
 usage: gpu_step_torch.py --micro-batch B [--mode eager|compile] [--precision bf16|fp32]
                          [--iters N] [--warmup W] [--seq T] [--peak-tflops P] [--json]
+                         [--profile]
+--profile: one more step under torch.profiler; the GPU kernels that took the most time
+(self device time, per step) go into the output ("ops"), beside trident's per-op split.
 Exit 77 when PyTorch has no CUDA device."""
 import argparse
 import contextlib
@@ -35,6 +38,7 @@ ap.add_argument("--heads", type=int, default=12)
 ap.add_argument("--vocab", type=int, default=50257)
 ap.add_argument("--peak-tflops", type=float, default=0)
 ap.add_argument("--json", action="store_true")
+ap.add_argument("--profile", action="store_true")
 ap.add_argument("--device", default="cuda", help="cpu: a smoke test of this script only")
 a = ap.parse_args()
 cuda = a.device == "cuda"
@@ -129,6 +133,23 @@ for it in range(a.warmup + a.iters):
     if it >= a.warmup:
         ms.append((time.perf_counter() - t0) * 1e3)
 med = statistics.median(ms)
+ops = None
+if a.profile and cuda:
+    from torch.profiler import ProfilerActivity, profile
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        step()
+        sync()
+    rows = []
+    for e in prof.key_averages():
+        us = getattr(e, "self_device_time_total", None)
+        if us is None:
+            us = getattr(e, "self_cuda_time_total", 0)
+        if us > 0 and e.key and not e.key.startswith("ProfilerStep"):
+            rows.append((us / 1e3, e.count, e.key))
+    rows.sort(reverse=True)
+    total = sum(r[0] for r in rows) or 1.0
+    ops = [{"op": k[:120], "ms_per_iter": round(t, 3), "calls_per_iter": c,
+            "share": round(t / total, 4)} for t, c, k in rows[:20]]
 tok_s = B * T / (med / 1e3)
 tflops = (6 * n_params + 12 * L * C * T) * tok_s / 1e12
 name = torch.cuda.get_device_name() if cuda else "cpu"
@@ -141,6 +162,9 @@ out = {"impl": f"pytorch-{a.mode}", "precision": a.precision, "gpu": name, "micr
        "peak_tflops": peak / 1e12, "loss": round(loss.item(), 4),
        "memory_gib": round(torch.cuda.max_memory_allocated() / 2**30 if cuda else 0, 2),
        "torch": torch.__version__}
+if ops is not None:
+    out["profiled_ms_per_iter"] = round(sum(o["ms_per_iter"] for o in ops), 3)
+    out["ops"] = ops
 print(json.dumps(out) if a.json else
       f"PyTorch {a.mode} {a.precision} on {name}: {med:.2f} ms/iter, {tok_s:.0f} tokens/s, "
       f"{tflops:.1f} TFLOP/s, MFU {100 * out['mfu'] if peak else float('nan'):.1f}%")
