@@ -1,0 +1,189 @@
+#!/usr/bin/python3
+"""The GPU checks of issue 15 through `trident train` (SKIP where no GPU is usable):
+  fp32-vs-cpu        training.device cuda, fp32 (the "cuda-fp32" table) vs the CPU backend: the
+                     losses of 10 iterations within 1e-4 (relative)
+  bf16-vs-fp32-demo  the demo model (configs/tiny.yaml) on the demo corpus (the fortunes, from
+                     $TRIDENT_DEMO_CORPUS, else /usr/share/games/fortunes), 50 iterations on the
+                     GPU in bf16 and in fp32: the losses of iteration 50 within 2%
+  staged-3d-fp32     (DP=2, TP=2, PP=2) as 8 ranks on ONE GPU (CUDA_VISIBLE_DEVICES pins them to
+                     it, so every group stages through pinned host memory over UCX) vs one rank,
+                     fp32: every iteration within 1e-4
+  checkpoint         a checkpoint saved on the GPU (iteration 5) resumes on the CPU, and one
+                     saved on the CPU resumes on the GPU: iterations 6-10 within 1e-4 of the
+                     uninterrupted runs on both backends (fp32); a bf16 run's checkpoint resumes
+                     on the CPU within 2e-2 of the CPU's own run
+usage: test_gpu_checks.py TRIDENT PROBE WORKDIR --check NAME [--emulate] [--quick]
+--emulate: no GPU needed: the "GPU" runs are CPU runs (device cpu, fp32), so every comparison
+holds by construction; this runs the checks' own logic (configs, commands, corpus, checkpoint
+folders, comparisons) on any machine. --quick: fewer iterations (with --emulate)."""
+import os
+import subprocess
+import sys
+
+here = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(here, "..", "common"))
+import trident_test as tt  # noqa: E402
+
+CHECKS = ("fp32-vs-cpu", "bf16-vs-fp32-demo", "staged-3d-fp32", "checkpoint")
+
+
+def parse(argv):
+    if len(argv) < 5 or "--check" not in argv:
+        sys.exit(__doc__)
+    check = argv[argv.index("--check") + 1]
+    if check not in CHECKS:
+        sys.exit(f"unknown check {check!r}: one of {', '.join(CHECKS)}")
+    return argv[1], argv[2], argv[3], check, "--emulate" in argv, "--quick" in argv
+
+
+def demo_corpus_files():
+    """The fortune files of the demo corpus (scripts/demo.sh's choice: no .dat or .u8, no links)."""
+    for d in (os.environ.get("TRIDENT_DEMO_CORPUS", ""), "/usr/share/games/fortunes"):
+        if d and os.path.isdir(d):
+            files = sorted(os.path.join(d, f) for f in os.listdir(d)
+                           if not f.endswith((".dat", ".u8")) and os.path.isfile(os.path.join(d, f))
+                           and not os.path.islink(os.path.join(d, f)))
+            if files:
+                return d, files
+    return None, []
+
+
+def rel(a, b):
+    return abs(a - b) / abs(b) if b else abs(a - b)
+
+
+class Runner:
+    def __init__(self, trident, work, config, emulate):
+        self.trident, self.work, self.config, self.emulate = trident, work, config, emulate
+
+    def sets(self, device, precision):
+        """--set values of a run on DEVICE (cpu | gpu) in PRECISION; emulated GPU runs are CPU
+        fp32 runs."""
+        if device == "cpu" or self.emulate:
+            return ["training.device=cpu", "training.precision=fp32"]
+        return ["training.device=cuda", f"training.precision={precision}"]
+
+    def run(self, name, device, precision, world=1, tp=1, pp=1, sets=(), env=None, timeout=900):
+        """{iteration: loss} of a run, or None (printed: FAIL with the output's tail)."""
+        out = os.path.join(self.work, name)
+        cmd = tt.train_cmd(self.trident, self.config, out, world, tp, pp,
+                           self.sets(device, precision) + list(sets), flags=["--quiet"])
+        r = tt.run(cmd, timeout=timeout, env=dict(os.environ, **(env or {})))
+        if r.returncode != 0:
+            tt.check(f"{name}: trident train exits 0", False,
+                     f"exit {r.returncode}: {' '.join(cmd)}\n{r.stdout[-2000:]}\n{r.stderr[-3000:]}")
+            return None
+        return {m["iteration"]: m["loss"] for m in tt.metrics(out) if "loss" in m}
+
+
+def compare(what, got, ref, tol, iterations=None):
+    """Every iteration of `iterations` (default: ref's) within tol, relative; one check."""
+    if got is None or ref is None:
+        return tt.check(what, False, "a run failed (above)")
+    its = sorted(iterations if iterations is not None else ref)
+    missing = [i for i in its if i not in got or i not in ref]
+    if missing:
+        return tt.check(what, False, f"iterations missing: {missing}; got {sorted(got)}, ref {sorted(ref)}")
+    worst, at = max((rel(got[i], ref[i]), i) for i in its)
+    return tt.check(f"{what}: iterations {its[0]}-{its[-1]}, largest relative difference {worst:.2e} "
+                    f"at {at} (tolerance {tol:.0e})", worst <= tol,
+                    "\n     ".join(f"{i}: {got[i]:.7f} vs {ref[i]:.7f}" for i in its), show=worst > tol)
+
+
+def small_config(trident, work, iters):
+    prefix = tt.make_corpus(trident, work, 11, ["kernel", "stream", "warp", "tensor", "pipe", "shard",
+                                                "bf16", "grad", "host", "stage"], 400, 3, 50)
+    return tt.write_config(os.path.join(work, "gpu.yaml"),
+        model=dict(num_layers=4, hidden_size=64, num_attention_heads=8, seq_length=32,
+                   vocab_size=256, make_vocab_size_divisible_by=16),
+        training=dict(micro_batch_size=2, global_batch_size=8, train_iters=iters, lr=2.0e-3,
+                      lr_warmup_iters=2, weight_decay=0.1, clip_grad=1.0, seed=5),
+        data=dict(data_path=prefix, split="95,5,0"),
+        parallel=dict(comm_timeout_s=120))
+
+
+def main():
+    trident, probe, work, check, emulate, quick = parse(sys.argv)
+    if not emulate:
+        p = subprocess.run([probe], capture_output=True, text=True, timeout=120)
+        print(p.stdout.strip())
+        if p.returncode == 77:
+            sys.exit(77)
+        if p.returncode != 0:
+            sys.exit(f"probe failed ({p.returncode}): {p.stderr.strip()}")
+    work = tt.fresh_dir(os.path.join(work, "gpu_checks_" + check + ("_emulated" if emulate else "")))
+    if emulate:
+        print("emulated: the GPU runs are CPU runs; this checks the harness, not the GPU")
+
+    if check == "bf16-vs-fp32-demo":
+        where, files = demo_corpus_files()
+        if not files:
+            print("SKIP: no demo corpus: set TRIDENT_DEMO_CORPUS to the fortunes folder "
+                  "(scripts/gpu-bundle.sh carries it in .gpu/prefix/share/fortunes) or install fortunes")
+            sys.exit(77)
+        iters = 10 if quick else 50
+        prefix = tt.preprocess(trident, files, os.path.join(work, "fortunes"), timeout=300)
+        print(f"demo corpus: {len(files)} files from {where}")
+        config = os.path.join(here, "..", "..", "configs", "tiny.yaml")
+        r = Runner(trident, work, config, emulate)
+        sets = [f"data.data_path={prefix}", f"training.train_iters={iters}",
+                "training.eval_interval=0", "training.lr_warmup_iters=5"]
+        fp32 = r.run("demo-fp32", "gpu", "fp32", sets=sets)
+        bf16 = r.run("demo-bf16", "gpu", "bf16", sets=sets)
+        if fp32 and bf16:
+            last = max(fp32)
+            tt.check(f"demo corpus, {iters} iterations: loss fell in fp32 ({fp32[1]:.4f} -> {fp32[last]:.4f})",
+                     fp32[last] < 0.8 * fp32[1])
+            compare(f"bf16 vs fp32 at iteration {last}", bf16, fp32, 2e-2, [last])
+            worst = max(rel(bf16[i], fp32[i]) for i in fp32 if i in bf16)
+            print(f"     (over all {len(fp32)} iterations the largest relative difference is {worst:.2e})")
+        else:
+            tt.check("demo runs", False, "a run failed (above)")
+        tt.finish()
+
+    iters = 10
+    config = small_config(trident, work, iters)
+    r = Runner(trident, work, config, emulate)
+    if check == "fp32-vs-cpu":
+        cpu = r.run("cpu", "cpu", "fp32")
+        gpu = r.run("gpu-fp32", "gpu", "fp32")
+        compare("GPU fp32 vs CPU", gpu, cpu, 1e-4)
+    elif check == "staged-3d-fp32":
+        first = os.environ.get("CUDA_VISIBLE_DEVICES", "0").split(",")[0]
+        one = r.run("gpu1-fp32", "gpu", "fp32")
+        eight = r.run("gpu8-fp32", "gpu", "fp32", world=8, tp=2, pp=2,
+                      env={"CUDA_VISIBLE_DEVICES": first})
+        compare("(DP=2, TP=2, PP=2) on one GPU, staged, vs one rank, fp32", eight, one, 1e-4)
+    elif check == "checkpoint":
+        ck = lambda name: os.path.join(work, name)  # noqa: E731
+        half = ["training.exit_interval=5"]
+        gpu_full = r.run("gpu-full", "gpu", "fp32")
+        cpu_full = r.run("cpu-full", "cpu", "fp32")
+        late = range(6, iters + 1)
+        # GPU -> CPU
+        saved = r.run("gpu-half", "gpu", "fp32", sets=half + [f"checkpoint.save={ck('ck-gpu')}"])
+        tt.check("the GPU run saved at iteration 5", saved is not None and max(saved) == 5 and
+                 os.path.isfile(os.path.join(ck("ck-gpu"), "iter_0000005", "manifest.txt")))
+        resumed = r.run("cpu-from-gpu", "cpu", "fp32", sets=[f"checkpoint.load={ck('ck-gpu')}"])
+        tt.check("the CPU run resumed from the GPU checkpoint (its first iteration is 6)",
+                 resumed is not None and min(resumed) == 6)
+        compare("GPU checkpoint resumed on the CPU vs the CPU's uninterrupted run", resumed, cpu_full, 1e-4, late)
+        compare("GPU checkpoint resumed on the CPU vs the GPU's uninterrupted run", resumed, gpu_full, 1e-4, late)
+        # CPU -> GPU
+        saved = r.run("cpu-half", "cpu", "fp32", sets=half + [f"checkpoint.save={ck('ck-cpu')}"])
+        tt.check("the CPU run saved at iteration 5", saved is not None and max(saved) == 5)
+        resumed = r.run("gpu-from-cpu", "gpu", "fp32", sets=[f"checkpoint.load={ck('ck-cpu')}"])
+        tt.check("the GPU run resumed from the CPU checkpoint (its first iteration is 6)",
+                 resumed is not None and min(resumed) == 6)
+        compare("CPU checkpoint resumed on the GPU vs the GPU's uninterrupted run", resumed, gpu_full, 1e-4, late)
+        compare("CPU checkpoint resumed on the GPU vs the CPU's uninterrupted run", resumed, cpu_full, 1e-4, late)
+        # a bf16 run's checkpoint (fp32 master weights and moments) on the CPU
+        r.run("gpu-bf16-half", "gpu", "bf16", sets=half + [f"checkpoint.save={ck('ck-bf16')}"])
+        resumed = r.run("cpu-from-bf16", "cpu", "fp32", sets=[f"checkpoint.load={ck('ck-bf16')}"])
+        compare("bf16 GPU checkpoint resumed on the CPU vs the CPU's uninterrupted run", resumed, cpu_full,
+                2e-2, late)
+    tt.finish()
+
+
+if __name__ == "__main__":
+    main()
