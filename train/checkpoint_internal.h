@@ -10,6 +10,9 @@
 #define CKPT_FORMAT "trident-checkpoint 1"
 #define TRACKER "latest_checkpointed_iteration.txt"
 #define N_ARRAYS 3 /* parameter, exp_avg, exp_avg_sq */
+/* The tracker's word for a checkpoint of weights alone (Megatron's converted checkpoints):
+ * DIR/release/, iteration 0, Adam's moments zero; training from it starts at iteration 1. */
+#define RELEASE "release"
 
 extern const char *const ckpt_array_names[N_ARRAYS];
 
@@ -55,8 +58,10 @@ typedef struct {
     size_t n;
 } ckpt_manifest;
 
-/* The tracker's iteration in DIR: 0 when DIR has no checkpoint. */
+/* The tracker's iteration in DIR: 0 for a release checkpoint, -1 when DIR has no checkpoint. */
 TR_MUST_CHECK int ckpt_read_tracker(const char *dir, int *iteration);
+/* The folder of the checkpoint of `iteration` in DIR: DIR/iter_NNNNNNN, DIR/release for 0. */
+TR_MUST_CHECK int ckpt_folder(char *buf, size_t cap, const char *dir, int iteration);
 /* The manifest at path, of the checkpoint of `iteration` (free out->tensors). */
 TR_MUST_CHECK int ckpt_read_manifest(const char *path, int iteration, ckpt_manifest *out);
 /* TR_ERR_INVALID naming both when the manifest's model is not mc's. */

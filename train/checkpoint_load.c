@@ -30,14 +30,14 @@ static int manifest_error(const char *path, int line, const char *what)
     return tr_fail(TR_ERR_INVALID, "%s:%d: %s (a corrupt or foreign checkpoint manifest)", path, line, what);
 }
 
-/* The tracker's iteration: 0 when DIR has no checkpoint. */
+/* The tracker's iteration: 0 for a release checkpoint, -1 when DIR has no checkpoint. */
 int ckpt_read_tracker(const char *dir, int *iteration)
 {
     char path[4200], buf[64];
     int rc = ckpt_join(path, sizeof path, dir, TRACKER);
     if (rc)
         return rc;
-    *iteration = 0;
+    *iteration = -1;
     FILE *f = fopen(path, "r");
     if (!f)
         return errno == ENOENT ? TR_OK : tr_fail(TR_ERR_IO, "cannot read %s: %s", path, strerror(errno));
@@ -46,12 +46,25 @@ int ckpt_read_tracker(const char *dir, int *iteration)
     buf[n] = '\0';
     char *end;
     long it = strtol(buf, &end, 10);
+    if (end == buf && !strncmp(buf, RELEASE, strlen(RELEASE)))
+        it = 0, end = buf + strlen(RELEASE);
     while (*end == '\n' || *end == '\r' || *end == ' ')
         end++;
-    if (end == buf || *end || it < 1 || it > 1000000000)
-        return tr_fail(TR_ERR_INVALID, "%s: expected an iteration number >= 1, found '%.20s'", path, buf);
+    if (end == buf || *end || it < 0 || it > 1000000000 || (it == 0 && buf[0] != 'r'))
+        return tr_fail(TR_ERR_INVALID, "%s: expected an iteration number >= 1 or '" RELEASE "', "
+                       "found '%.20s'", path, buf);
     *iteration = (int)it;
     return TR_OK;
+}
+
+int ckpt_folder(char *buf, size_t cap, const char *dir, int iteration)
+{
+    char leaf[32];
+    if (iteration == 0)
+        snprintf(leaf, sizeof leaf, RELEASE);
+    else
+        snprintf(leaf, sizeof leaf, "iter_%07d", iteration);
+    return ckpt_join(buf, cap, dir, leaf);
 }
 
 int ckpt_read_manifest(const char *path, int iteration, ckpt_manifest *out)
@@ -279,15 +292,14 @@ static int read_rank_pieces(tr_engine *e, const char *ckpt_dir, const ckpt_manif
 
 int tr_checkpoint_load(tr_engine *e, const char *dir, int *iteration)
 {
-    *iteration = 0;
-    int it = 0;
+    *iteration = -1;
+    int it = -1;
     int rc = ckpt_read_tracker(dir, &it);
-    if ((rc = ckpt_agree(e, rc, "loading the checkpoint")) || it == 0)
+    if ((rc = ckpt_agree(e, rc, "loading the checkpoint")) || it < 0)
         return rc;
-    char ckpt_dir[4200], leaf[32], path[4300];
-    snprintf(leaf, sizeof leaf, "iter_%07d", it);
+    char ckpt_dir[4200], path[4300];
     ckpt_manifest mf = {0};
-    rc = ckpt_join(ckpt_dir, sizeof ckpt_dir, dir, leaf);
+    rc = ckpt_folder(ckpt_dir, sizeof ckpt_dir, dir, it);
     if (!rc)
         rc = ckpt_join(path, sizeof path, ckpt_dir, "manifest.txt");
     if (!rc)

@@ -14,15 +14,14 @@
 /* The manifest of DIR's latest checkpoint, and that checkpoint's directory. */
 static int open_latest(const char *dir, char *ckpt_dir, size_t cap, ckpt_manifest *mf)
 {
-    int it = 0, rc = ckpt_read_tracker(dir, &it);
+    int it = -1, rc = ckpt_read_tracker(dir, &it);
     if (rc)
         return rc;
-    if (it == 0)
+    if (it < 0)
         return tr_fail(TR_ERR_INVALID, "%s holds no checkpoint (no latest_checkpointed_"
                                        "iteration.txt)", dir);
-    char leaf[32], path[4300];
-    snprintf(leaf, sizeof leaf, "iter_%07d", it);
-    if ((rc = ckpt_join(ckpt_dir, cap, dir, leaf)) ||
+    char path[4300];
+    if ((rc = ckpt_folder(ckpt_dir, cap, dir, it)) ||
         (rc = ckpt_join(path, sizeof path, ckpt_dir, "manifest.txt")))
         return rc;
     return ckpt_read_manifest(path, it, mf);

@@ -62,7 +62,8 @@ static int last_iteration(const tr_training_config *t, int start)
     return next_exit < t->train_iters ? (int)next_exit : t->train_iters;
 }
 
-/* Resume from checkpoint.load when it is set: *start = its iteration (0 when none). */
+/* Resume from checkpoint.load when it is set: *start = its iteration (0 when none, or for
+ * a release checkpoint: imported weights). */
 static int resume(tr_engine *e, const tr_config *cfg, int lead, int quiet, int *start)
 {
     const char *dir = cfg->checkpoint.load;
@@ -70,12 +71,16 @@ static int resume(tr_engine *e, const tr_config *cfg, int lead, int quiet, int *
     if (!*dir)
         return TR_OK;
     double t0 = tr_now();
-    int rc = tr_checkpoint_load(e, dir, start);
+    int it = -1, rc = tr_checkpoint_load(e, dir, &it);
+    *start = it > 0 ? it : 0;
     if (rc || !lead || quiet)
         return rc;
-    if (*start)
-        printf("trident: resumed from %s/iter_%07d (iteration %d) in %.2f s\n", dir, *start,
-               *start, tr_now() - t0);
+    if (it > 0)
+        printf("trident: resumed from %s/iter_%07d (iteration %d) in %.2f s\n", dir, it, it,
+               tr_now() - t0);
+    else if (it == 0)
+        printf("trident: loaded the weights of %s/release (no optimizer state) in %.2f s: "
+               "starting from iteration 0\n", dir, tr_now() - t0);
     else
         printf("trident: no checkpoint in %s (no latest_checkpointed_iteration.txt): "
                "starting from iteration 0\n", dir);

@@ -82,8 +82,10 @@ TR_MUST_CHECK int tr_engine_any_rank(tr_engine *e, int mine, int *any);
 
 /* Save this rank's part of the model and optimizer state as the checkpoint of `iteration`. */
 TR_MUST_CHECK int tr_checkpoint_save(tr_engine *e, const char *dir, int iteration);
-/* Load DIR's latest checkpoint; *iteration = its iteration, or 0 when DIR holds none. A
- * corrupt, truncated or foreign checkpoint is TR_ERR_INVALID naming the file. */
+/* Load DIR's latest checkpoint; *iteration = its iteration, 0 for a release checkpoint
+ * (weights alone, e.g. imported by trident convert: Adam's moments zero, training starts at
+ * iteration 1), -1 when DIR holds none. A corrupt, truncated or foreign checkpoint is
+ * TR_ERR_INVALID naming the file. */
 TR_MUST_CHECK int tr_checkpoint_load(tr_engine *e, const char *dir, int *iteration);
 
 /* For inference and export, without an engine: the sizes of DIR's latest checkpoint
@@ -96,6 +98,11 @@ TR_MUST_CHECK int tr_checkpoint_read_model(const char *dir, tr_model_config *mod
  * its checksums first; the vocabulary's padding rows 0. Errors as tr_checkpoint_load. */
 TR_MUST_CHECK int tr_checkpoint_load_model(const char *dir, tr_gpt *g, const tr_kernels *k,
                                            float *params, int *iteration);
+/* For importers (hf/): a release checkpoint of g's parameters in DIR (an existing folder
+ * without a checkpoint): DIR/release/ holds the tensors (Adam's moments zero) and the tracker
+ * says "release", so training from it starts at iteration 1 in any layout. g holds the whole
+ * model (one stage, no TP); params is its flat buffer in host memory. */
+TR_MUST_CHECK int tr_checkpoint_save_model(const char *dir, tr_gpt *g, const float *params);
 
 double tr_lr_at(const tr_training_config *t, int iteration);
 

@@ -39,7 +39,8 @@ config = tt.write_config(os.path.join(work, "gpu.yaml"),
 
 def run(name, precision, world=1, tp=1, pp=1, env=None):
     out = os.path.join(work, name)
-    r = tt.run(tt.train_cmd(trident, config, out, world, tp, pp, [f"training.precision={precision}"],
+    device = ["training.device=cuda"] if name != "cpu" else []  # bf16 runs on the CUDA backend only
+    r = tt.run(tt.train_cmd(trident, config, out, world, tp, pp, [f"training.precision={precision}"] + device,
                             flags=["--quiet"]), timeout=900, env=dict(os.environ, **(env or {})))
     if r.returncode != 0:
         print(f"FAIL {name}: exit {r.returncode}\n{r.stdout[-2000:]}\n{r.stderr[-3000:]}")

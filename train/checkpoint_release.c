@@ -1,0 +1,162 @@
+/* A release checkpoint: a model's weights alone, for importers (hf/, `trident convert`).
+ *
+ *   DIR/latest_checkpointed_iteration.txt   "release\n" (Megatron's word for converted weights)
+ *   DIR/release/manifest.txt                 the format of checkpoint.c, iteration 0, no data line
+ *   DIR/release/NAME.bin                     three fp32 arrays of rows x cols: the parameter,
+ *                                            then Adam's exp_avg and exp_avg_sq, both zero
+ *                                            (left as holes of a sparse file)
+ *
+ * Loading it (tr_checkpoint_load) gives iteration 0: training starts at iteration 1 with
+ * fresh optimizer state, the first batch of the data and the LR of iteration 1, in any
+ * layout, exactly as a run from random weights would. */
+#include "train/checkpoint_internal.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "core/core.h"
+
+/* ckpt_checksum of n zeros at positions [0, n): an exp_avg / exp_avg_sq array at the start */
+static uint64_t zeros_checksum(size_t n)
+{
+    enum { CHUNK = 4096 };
+    static const float zeros[CHUNK];
+    uint64_t s = 0;
+    for (size_t i = 0; i < n; i += CHUNK)
+        s += ckpt_checksum(zeros, i, n - i < CHUNK ? n - i : CHUNK);
+    return s;
+}
+
+static int write_all(int fd, const void *buf, size_t bytes)
+{
+    const char *p = buf;
+    while (bytes) {
+        ssize_t n = write(fd, p, bytes);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
+            return -1;
+        p += n, bytes -= (size_t)n;
+    }
+    return 0;
+}
+
+/* FOLDER/NAME.bin of `rows` x t->full_cols parameters v (the moments: zeros); its record. */
+static int write_tensor_file(const char *folder, const tr_param_tensor *t, size_t rows,
+                             const float *v, ckpt_record *rec)
+{
+    char path[4300];
+    int rc = ckpt_join(path, sizeof path, folder, t->name);
+    if (rc)
+        return rc;
+    size_t numel = rows * (size_t)t->full_cols;
+    int fd = open(path, O_WRONLY | O_CREAT | O_EXCL, 0644);
+    if (fd < 0)
+        return tr_fail(TR_ERR_IO, "cannot create %s: %s", path, strerror(errno));
+    if (ftruncate(fd, (off_t)(N_ARRAYS * numel * sizeof(float))) ||
+        write_all(fd, v, numel * sizeof(float)) || fsync(fd))
+        rc = tr_fail(TR_ERR_IO, "cannot write %s: %s", path, strerror(errno));
+    if (close(fd) && !rc)
+        rc = tr_fail(TR_ERR_IO, "cannot close %s: %s", path, strerror(errno));
+    snprintf(rec->name, sizeof rec->name, "%s", t->name);
+    rec->rows = rows;
+    rec->cols = t->full_cols;
+    rec->sum[0] = ckpt_checksum(v, 0, numel);
+    rec->sum[1] = rec->sum[2] = zeros_checksum(numel);
+    return rc;
+}
+
+static int write_release_manifest(const char *folder, const tr_gpt_shape *s,
+                                  const ckpt_record *recs, int n)
+{
+    char path[4300];
+    int rc = ckpt_join(path, sizeof path, folder, "manifest.txt");
+    if (rc)
+        return rc;
+    FILE *f = fopen(path, "w");
+    if (!f)
+        return tr_fail(TR_ERR_IO, "cannot write %s: %s", path, strerror(errno));
+    fprintf(f, CKPT_FORMAT "\niteration 0\n");
+    fprintf(f, "model num_layers %d hidden_size %d num_attention_heads %d vocab_size %d "
+               "max_position_embeddings %d\n", s->num_layers, s->C, s->NH, s->V, s->max_T);
+    fprintf(f, "tensors %d\n", n);
+    for (int i = 0; i < n; i++)
+        fprintf(f, "tensor %s %zu %d %016" PRIx64 " %016" PRIx64 " %016" PRIx64 "\n",
+                recs[i].name, recs[i].rows, recs[i].cols, recs[i].sum[0], recs[i].sum[1],
+                recs[i].sum[2]);
+    fprintf(f, "end\n");
+    int bad = fflush(f) != 0 || fsync(fileno(f)) != 0;
+    bad |= fclose(f) != 0;
+    return bad ? tr_fail(TR_ERR_IO, "cannot write %s: %s", path, strerror(errno)) : TR_OK;
+}
+
+/* fsync of a folder, so the names written in it last */
+static int sync_folder(const char *path)
+{
+    int fd = open(path, O_RDONLY | O_DIRECTORY);
+    if (fd < 0)
+        return tr_fail(TR_ERR_IO, "cannot open %s: %s", path, strerror(errno));
+    int rc = fsync(fd) ? tr_fail(TR_ERR_IO, "cannot sync %s: %s", path, strerror(errno)) : TR_OK;
+    close(fd);
+    return rc;
+}
+
+/* DIR/latest_checkpointed_iteration.txt = "release", through a temporary file and rename. */
+static int write_release_tracker(const char *dir)
+{
+    char path[4200], tmp[4300];
+    int rc = ckpt_join(path, sizeof path, dir, TRACKER);
+    if (rc)
+        return rc;
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    FILE *f = fopen(tmp, "w");
+    if (!f)
+        return tr_fail(TR_ERR_IO, "cannot write %s: %s", tmp, strerror(errno));
+    int bad = fputs(RELEASE "\n", f) < 0;
+    bad |= fflush(f) != 0 || fsync(fileno(f)) != 0;
+    bad |= fclose(f) != 0;
+    if (bad || rename(tmp, path))
+        return tr_fail(TR_ERR_IO, "cannot write %s: %s", path, strerror(errno));
+    return sync_folder(dir);
+}
+
+int tr_checkpoint_save_model(const char *dir, tr_gpt *g, const float *params)
+{
+    const tr_gpt_shape *s = tr_gpt_get_shape(g);
+    if (!s->is_first || !s->is_last || s->tp_size != 1)
+        return tr_fail(TR_ERR_INVALID, "tr_checkpoint_save_model needs the whole model on one "
+                                       "rank (one stage, no tensor parallelism)");
+    char folder[4200];
+    int rc = ckpt_folder(folder, sizeof folder, dir, 0);
+    if (rc)
+        return rc;
+    if (mkdir(folder, 0755))
+        return tr_fail(TR_ERR_IO, "cannot create %s: %s", folder, strerror(errno));
+    int n = tr_gpt_num_tensors(g);
+    ckpt_record *recs = calloc((size_t)n, sizeof *recs);
+    if (!recs)
+        return tr_fail(TR_ERR_NOMEM, "out of memory for %d checkpoint records", n);
+    for (int i = 0; i < n && !rc; i++) {
+        const tr_param_tensor *t = tr_gpt_tensor(g, i);
+        /* the word embedding keeps its V real rows: the padding depends on the layout */
+        size_t rows = t->word_embedding && t->full_rows > s->V ? (size_t)s->V
+                                                               : (size_t)t->full_rows;
+        rc = write_tensor_file(folder, t, rows, params + t->offset, &recs[i]);
+    }
+    if (!rc) {
+        qsort(recs, (size_t)n, sizeof *recs, ckpt_cmp_record);
+        rc = write_release_manifest(folder, s, recs, n);
+    }
+    free(recs);
+    if (!rc)
+        rc = sync_folder(folder);
+    if (!rc)
+        rc = write_release_tracker(dir);
+    return rc;
+}
