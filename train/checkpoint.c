@@ -268,7 +268,7 @@ static int writes_tensor(const tr_engine *e, const tr_param_tensor *t)
     return 1;
 }
 
-static int write_tensor(tr_engine *e, const char *tmp_dir, const tr_param_tensor *t,
+static int write_tensor(const tr_engine *e, const char *tmp_dir, const tr_param_tensor *t,
                         size_t tensor_offset, const float *params, const float *const moments[2],
                         FILE *sums)
 {
@@ -321,7 +321,7 @@ int ckpt_cmp_record(const void *a, const void *b)
 }
 
 /* Rank 0: add up the ranks' partial checksums (sums.rankR.txt) into the manifest. */
-static int write_manifest(tr_engine *e, const char *tmp_dir, int iteration)
+static int write_manifest(tr_engine *e, const char *tmp_dir, int iteration, uint64_t consumed)
 {
     ckpt_record *recs = NULL;
     size_t n = 0, cap = 0;
@@ -398,7 +398,7 @@ static int write_manifest(tr_engine *e, const char *tmp_dir, int iteration)
         ckpt_split_text(e->cfg->data.split, split, sizeof split);
         fprintf(f, "data consumed_samples %llu global_batch_size %d seed %llu tokens %llu "
                    "documents %llu split %s\n",
-                (unsigned long long)e->consumed_samples,
+                (unsigned long long)consumed,
                 t->global_batch_size, (unsigned long long)t->seed,
                 (unsigned long long)tr_data_num_tokens(e->data),
                 (unsigned long long)tr_data_num_documents(e->data), split);
@@ -416,39 +416,52 @@ static int write_manifest(tr_engine *e, const char *tmp_dir, int iteration)
     return rc;
 }
 
-/* This rank's pieces of every tensor, into the temporary directory; its partial checksums
- * into sums.rankR.txt. */
-static int write_rank_pieces(tr_engine *e, const char *tmp_dir)
+int ckpt_stage(const tr_engine *e, ckpt_staging *st)
 {
     size_t shard = tr_dp_shard_numel(e->dp);
-    float *params = tr_alloc(e->n_params * sizeof(float), "checkpoint staging");
-    float *m = tr_alloc(shard * sizeof(float) + 1, "checkpoint staging");
-    float *v = tr_alloc(shard * sizeof(float) + 1, "checkpoint staging");
+    st->params = tr_alloc(e->n_params * sizeof(float), "checkpoint staging");
+    st->m = tr_alloc(shard * sizeof(float) + 1, "checkpoint staging");
+    st->v = tr_alloc(shard * sizeof(float) + 1, "checkpoint staging");
+    if (!st->params || !st->m || !st->v) {
+        ckpt_staging_free(st);
+        return tr_fail(TR_ERR_NOMEM, "out of memory for the checkpoint's copy of %zu parameters",
+                       e->n_params);
+    }
+    /* device memory on GPUs */
+    e->k->to_host(NULL, st->params, e->params, e->n_params * sizeof(float));
+    e->k->to_host(NULL, st->m, e->adam_m, shard * sizeof(float));
+    e->k->to_host(NULL, st->v, e->adam_v, shard * sizeof(float));
+    return TR_OK;
+}
+
+void ckpt_staging_free(ckpt_staging *st)
+{
+    tr_free(st->params);
+    tr_free(st->m);
+    tr_free(st->v);
+    st->params = st->m = st->v = NULL;
+}
+
+int ckpt_write_staged(const tr_engine *e, const char *tmp_dir, const ckpt_staging *st)
+{
     char name[64], path[4200];
     snprintf(name, sizeof name, "sums.rank%d.txt", e->world.rank);
     int rc = ckpt_join(path, sizeof path, tmp_dir, name);
     FILE *sums = NULL;
-    if (!params || !m || !v)
-        rc = rc ? rc : TR_ERR_NOMEM;
-    else if (!rc && !(sums = fopen(path, "w")))
+    if (!rc && !(sums = fopen(path, "w")))
         rc = tr_fail(TR_ERR_IO, "cannot write %s: %s", path, strerror(errno));
-    if (!rc) { /* device memory on GPUs */
-        e->k->to_host(NULL, params, e->params, e->n_params * sizeof(float));
-        e->k->to_host(NULL, m, e->adam_m, shard * sizeof(float));
-        e->k->to_host(NULL, v, e->adam_v, shard * sizeof(float));
-    }
-    const float *const moments[2] = {m, v};
+    const float *const moments[2] = {st->m, st->v};
     for (int c = 0; c < e->v && !rc; c++)
         for (int i = 0; i < tr_gpt_num_tensors(e->chunks[c].model) && !rc; i++) {
             const tr_param_tensor *t = tr_gpt_tensor(e->chunks[c].model, i);
             if (writes_tensor(e, t))
-                rc = write_tensor(e, tmp_dir, t, e->chunks[c].offset + t->offset, params, moments, sums);
+                rc = write_tensor(e, tmp_dir, t, e->chunks[c].offset + t->offset, st->params,
+                                  moments, sums);
         }
+    if (sums && (fflush(sums) || fsync(fileno(sums))) && !rc)
+        rc = tr_fail(TR_ERR_IO, "cannot write %s: %s", path, strerror(errno));
     if (sums && fclose(sums) && !rc)
         rc = tr_fail(TR_ERR_IO, "cannot write %s: %s", path, strerror(errno));
-    tr_free(params);
-    tr_free(m);
-    tr_free(v);
     return rc;
 }
 
@@ -471,37 +484,74 @@ static int remove_leftovers(const char *dir)
     return rc;
 }
 
-int tr_checkpoint_save(tr_engine *e, const char *dir, int iteration)
+/* checkpoint.keep_last K: the complete checkpoints (iter_NNNNNNN) of DIR but the K newest. */
+static int keep_last(const char *dir, int k)
 {
-    char final_dir[4200], tmp_dir[4300], old_dir[4300], leaf[32];
+    DIR *d = opendir(dir);
+    if (!d)
+        return tr_fail(TR_ERR_IO, "cannot list %s: %s", dir, strerror(errno));
+    int *its = NULL, n = 0, cap = 0, rc = TR_OK;
+    for (struct dirent *de; (de = readdir(d));) {
+        int it = 0, used = 0;
+        if (sscanf(de->d_name, "iter_%7d%n", &it, &used) != 1 || de->d_name[used] || used != 12)
+            continue;
+        if (n == cap) {
+            int *grown = realloc(its, (size_t)(cap = cap ? 2 * cap : 16) * sizeof *its);
+            if (!grown) {
+                rc = TR_ERR_NOMEM;
+                break;
+            }
+            its = grown;
+        }
+        its[n++] = it;
+    }
+    closedir(d);
+    for (int i = 0; i < n && !rc; i++) { /* remove those with K newer ones */
+        int newer = 0;
+        for (int j = 0; j < n; j++)
+            newer += its[j] > its[i];
+        char leaf[32], path[4300];
+        snprintf(leaf, sizeof leaf, "iter_%07d", its[i]);
+        if (newer >= k && !(rc = ckpt_join(path, sizeof path, dir, leaf)))
+            rc = remove_tree(path);
+    }
+    free(its);
+    return rc;
+}
+
+int ckpt_begin(tr_engine *e, const char *dir, int iteration, ckpt_paths *p)
+{
+    char leaf[32];
     snprintf(leaf, sizeof leaf, "iter_%07d", iteration);
-    int rc = ckpt_join(final_dir, sizeof final_dir, dir, leaf);
-    snprintf(tmp_dir, sizeof tmp_dir, "%s.tmp", final_dir);
-    snprintf(old_dir, sizeof old_dir, "%s.old", final_dir);
-    int lead = e->world.rank == 0;
-    if (!rc && lead) { /* a fresh temporary directory (a crashed save may have left one) */
+    int rc = ckpt_join(p->final_dir, sizeof p->final_dir, dir, leaf);
+    snprintf(p->tmp_dir, sizeof p->tmp_dir, "%s.tmp", p->final_dir);
+    snprintf(p->old_dir, sizeof p->old_dir, "%s.old", p->final_dir);
+    p->consumed_samples = e->consumed_samples;
+    if (!rc && e->world.rank == 0) { /* a fresh temporary directory (a crashed save may have left one) */
         rc = tr_make_dirs(dir);
         if (!rc)
-            rc = remove_tree(tmp_dir);
-        if (!rc && mkdir(tmp_dir, 0755))
-            rc = tr_fail(TR_ERR_IO, "cannot create %s: %s", tmp_dir, strerror(errno));
+            rc = remove_tree(p->tmp_dir);
+        if (!rc && mkdir(p->tmp_dir, 0755))
+            rc = tr_fail(TR_ERR_IO, "cannot create %s: %s", p->tmp_dir, strerror(errno));
     }
-    if ((rc = ckpt_agree(e, rc, "saving the checkpoint")))
-        return rc;
-    rc = write_rank_pieces(e, tmp_dir);
-    if ((rc = ckpt_agree(e, rc, "saving the checkpoint")))
-        return rc;
-    if (lead) {
-        rc = write_manifest(e, tmp_dir, iteration);
+    return ckpt_agree(e, rc, "saving the checkpoint");
+}
+
+int ckpt_finish(tr_engine *e, const char *dir, int iteration, const ckpt_paths *p)
+{
+    int rc = TR_OK;
+    if (e->world.rank == 0) {
+        rc = write_manifest(e, p->tmp_dir, iteration, p->consumed_samples);
         if (!rc)
-            rc = sync_path(tmp_dir);
+            rc = sync_path(p->tmp_dir);
         /* replace an earlier save of this iteration: move it aside, move the new one in */
         if (!rc)
-            rc = remove_tree(old_dir);
-        if (!rc && rename(final_dir, old_dir) && errno != ENOENT)
-            rc = tr_fail(TR_ERR_IO, "cannot move %s aside: %s", final_dir, strerror(errno));
-        if (!rc && rename(tmp_dir, final_dir))
-            rc = tr_fail(TR_ERR_IO, "cannot rename %s to %s: %s", tmp_dir, final_dir, strerror(errno));
+            rc = remove_tree(p->old_dir);
+        if (!rc && rename(p->final_dir, p->old_dir) && errno != ENOENT)
+            rc = tr_fail(TR_ERR_IO, "cannot move %s aside: %s", p->final_dir, strerror(errno));
+        if (!rc && rename(p->tmp_dir, p->final_dir))
+            rc = tr_fail(TR_ERR_IO, "cannot rename %s to %s: %s", p->tmp_dir, p->final_dir,
+                         strerror(errno));
         if (!rc)
             rc = sync_path(dir);
         char text[32];
@@ -509,9 +559,29 @@ int tr_checkpoint_save(tr_engine *e, const char *dir, int iteration)
         if (!rc)
             rc = write_file_atomic(dir, TRACKER, text);
         if (!rc)
-            rc = remove_tree(old_dir);
+            rc = remove_tree(p->old_dir);
         if (!rc)
             rc = remove_leftovers(dir);
+        if (!rc && e->cfg->checkpoint.keep_last > 0)
+            rc = keep_last(dir, e->cfg->checkpoint.keep_last);
     }
     return ckpt_agree(e, rc, "saving the checkpoint");
+}
+
+int tr_checkpoint_save(tr_engine *e, const char *dir, int iteration)
+{
+    if (e->cfg->checkpoint.async_save)
+        return ckpt_save_async(e, dir, iteration);
+    ckpt_paths p;
+    ckpt_staging st = {0};
+    int rc = ckpt_begin(e, dir, iteration, &p);
+    if (rc)
+        return rc;
+    rc = ckpt_stage(e, &st);
+    if (!rc)
+        rc = ckpt_write_staged(e, p.tmp_dir, &st);
+    ckpt_staging_free(&st);
+    if ((rc = ckpt_agree(e, rc, "saving the checkpoint")))
+        return rc;
+    return ckpt_finish(e, dir, iteration, &p);
 }

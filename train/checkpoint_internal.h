@@ -85,6 +85,34 @@ typedef struct {
 } ckpt_read_ctx;
 int ckpt_read_segment(void *ctx, size_t local, uint64_t file_elem, size_t count);
 
+/* ---- saving in steps (checkpoint.c; checkpoint_async.c runs the writing in a thread) */
+typedef struct {
+    char final_dir[4200], tmp_dir[4300], old_dir[4300];
+    uint64_t consumed_samples; /* at the save (training goes on during an async write) */
+} ckpt_paths;
+/* This rank's copy of what it saves: the parameters and its Adam moments, in host memory. */
+typedef struct {
+    float *params, *m, *v;
+} ckpt_staging;
+/* Collective: the save's paths; rank 0 makes a fresh DIR/iter_K.tmp. */
+TR_MUST_CHECK int ckpt_begin(tr_engine *e, const char *dir, int iteration, ckpt_paths *p);
+/* This rank's state copied out of the engine (a device-to-host copy on GPUs). */
+TR_MUST_CHECK int ckpt_stage(const tr_engine *e, ckpt_staging *st);
+void ckpt_staging_free(ckpt_staging *st);
+/* This rank's pieces of every tensor from the copy into the temporary directory (fsync'ed),
+ * its partial checksums into sums.rankR.txt. Reads only the engine's tables: safe beside
+ * training on another thread. */
+TR_MUST_CHECK int ckpt_write_staged(const tr_engine *e, const char *tmp_dir,
+                                    const ckpt_staging *st);
+/* Collective, once every rank's pieces are written: rank 0 writes the manifest, moves the
+ * checkpoint into place, then the tracker, and removes leftovers and (checkpoint.keep_last)
+ * older checkpoints. */
+TR_MUST_CHECK int ckpt_finish(tr_engine *e, const char *dir, int iteration, const ckpt_paths *p);
+/* checkpoint.async_save: stage now, write in a thread, finish at a later tr_checkpoint_poll. */
+TR_MUST_CHECK int ckpt_save_async(tr_engine *e, const char *dir, int iteration);
+/* Drop a save still in flight (joining its writer): the engine is being freed. */
+void ckpt_async_discard(tr_engine *e);
+
 TR_MUST_CHECK int ckpt_join(char *buf, size_t cap, const char *dir, const char *name); /* DIR/NAME */
 /* pread of exactly `bytes`: 0, or -1 with errno (0 for a short file) */
 TR_MUST_CHECK int ckpt_pread(int fd, void *buf, size_t bytes, uint64_t off);

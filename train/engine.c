@@ -1,6 +1,6 @@
 /* The engine: one rank's world built from the config alone — groups, data, its pipeline
  * stage of the model (its tensor-parallel shard), flat buffers, activation slots. */
-#include "train/engine_internal.h"
+#include "train/checkpoint_internal.h" /* includes engine_internal.h */
 
 #include <math.h>
 #include <stdlib.h>
@@ -315,6 +315,7 @@ void tr_engine_free(tr_engine *e)
 {
     if (!e)
         return;
+    ckpt_async_discard(e); /* a save still being written (after an error): not finished */
     for (int c = 0; e->chunks && c < e->v; c++) {
         engine_chunk *ch = &e->chunks[c];
         for (int s = 0; ch->slots && s < e->n_slots; s++)

@@ -46,6 +46,7 @@ struct tr_engine {
     double loss_sum;            /* last stage: sum of micro-batch losses this iteration */
     int split;                  /* the data split being run (train or validation) */
     uint64_t first_sample;      /* this rank's first sample of the current global batch */
+    struct ckpt_async *pending_save; /* checkpoint.async_save: the save being written */
     uint64_t consumed_samples;  /* training samples of the iterations done (Megatron's
                                  * consumed_train_samples): where the next global batch starts,
                                  * whatever global batch size earlier iterations had */

@@ -141,6 +141,8 @@ int tr_train_run(const tr_config *cfg, const tr_train_options *opts)
             rc = tr_engine_any_rank(e, stop_requested, &stop);
         if (!rc && (should_save(ck, it, last) || (stop && *ck->save)))
             rc = save(e, ck, it, lead, opts->quiet);
+        if (!rc) /* a save written in the background: finished once every rank's part is */
+            rc = tr_checkpoint_poll(e, it == last || stop);
         if (!rc && stop) {
             if (lead && !opts->quiet)
                 printf("trident: SIGTERM: stopped after iteration %d%s\n", it,

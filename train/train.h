@@ -87,6 +87,10 @@ TR_MUST_CHECK int tr_checkpoint_save(tr_engine *e, const char *dir, int iteratio
  * iteration 1), -1 when DIR holds none. A corrupt, truncated or foreign checkpoint is
  * TR_ERR_INVALID naming the file. */
 TR_MUST_CHECK int tr_checkpoint_load(tr_engine *e, const char *dir, int *iteration);
+/* checkpoint.async_save: completes the save being written in the background once every
+ * rank's files are written (wait = 1: blocks until then). Collective; call it on every rank
+ * after each iteration and with wait = 1 at the end. A no-op when no save is in flight. */
+TR_MUST_CHECK int tr_checkpoint_poll(tr_engine *e, int wait);
 
 /* For inference and export, without an engine: the sizes of DIR's latest checkpoint
  * (num_layers, hidden_size, num_attention_heads, vocab_size, max_position_embeddings; other

@@ -94,6 +94,10 @@ typedef struct {
     char *save;        /* directory to save into; "" (default) = no checkpoints */
     char *load;        /* directory to resume from (its latest checkpoint); "" = none */
     int save_interval; /* default 0 = only at the end (and at exit_interval); else every N */
+    int async_save;    /* bool, default 0: write in a background thread while training goes
+                        * on (Megatron's --async-save) */
+    int keep_last;     /* default 0 = keep every checkpoint; else only the K newest (older
+                        * ones deleted once a newer one is complete) */
 } tr_checkpoint_config;
 
 /* The machine a run is planned for (plan/, `trident plan`). Optional: a preset fills every

@@ -115,6 +115,8 @@ const config_key_spec config_keys[] = {
     {.section = "checkpoint", .key = "load", .type = KEY_STRING, .offset = F(checkpoint.load),
      .def = "", .allow_empty = 1},
     INT("checkpoint", "save_interval", checkpoint.save_interval, 0, "0", 0, INT_MAX),
+    BOOL("checkpoint", "async_save", checkpoint.async_save, "false"),
+    INT("checkpoint", "keep_last", checkpoint.keep_last, 0, "0", 0, INT_MAX),
 
     /* cluster: 0 = the preset's value (plan/cluster.c) */
     ENUM("cluster", "preset", cluster.preset, "none", cluster_presets),

@@ -1,6 +1,7 @@
 #!/usr/bin/python3
 """Chaos (issue 21): 8 ranks (data 2 x tensor 2 x pipeline 2), 60 iterations, a checkpoint
-every 5 (checkpoint.load = checkpoint.save), `trident train --nproc 8 --max-restarts 5`. A
+every 5 written in the background (checkpoint.async_save; checkpoint.load = checkpoint.save),
+`trident train --nproc 8 --max-restarts 5`. A
 seeded driver strikes 4 times at random iterations: SIGKILL to a random rank, or SIGSTOP (the
 others give up after comm_timeout_s = 5 s and the job stops, the frozen rank included). The
 run must complete (exit 0) with iterations 1..60 in metrics.jsonl once each and per-iteration
@@ -40,7 +41,7 @@ want = tt.losses(ref)
 run_dir, ck = os.path.join(work, "chaos-run"), os.path.join(work, "chaos-ck")
 cmd = tt.train_cmd(trident, config, run_dir, world=8, flags=["--quiet", "--max-restarts", "5"],
                    sets=[f"checkpoint.save={ck}", f"checkpoint.load={ck}",
-                         "checkpoint.save_interval=5"])
+                         "checkpoint.save_interval=5", "checkpoint.async_save=true"])
 job = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
 metrics = os.path.join(run_dir, "metrics.jsonl")
 
