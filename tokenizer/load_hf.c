@@ -1,0 +1,349 @@
+/* A Hugging Face tokenizer.json whose model is byte-level BPE.
+ *
+ * The parts read (anything else that changes ids is refused, naming the field):
+ *   normalizer      null
+ *   pre_tokenizer   ByteLevel {add_prefix_space, use_regex} | Split {pattern: {Regex|String},
+ *                   behavior, invert} | Sequence {pretokenizers: [...]}; a ByteLevel must be
+ *                   among them (it is what makes the model see bytes)
+ *   model           BPE {vocab {token: id}, merges ["a b", ...] or [["a", "b"], ...],
+ *                   ignore_merges}; dropout, byte_fallback, continuing_subword_prefix and
+ *                   end_of_word_suffix must be unset
+ *   added_tokens    [{id, content, special, lstrip, rstrip, single_word}]: matched in the raw
+ *                   text (lstrip / rstrip / single_word must be false)
+ *   post_processor  null | ByteLevel | TemplateProcessing {single, special_tokens} | Sequence
+ *   decoder         null | ByteLevel
+ *   truncation, padding: null
+ * End of document: tokenizer_config.json's eos_token when that file is beside, else the first
+ * added token among <|endoftext|>, <|end_of_text|>, </s>, <eos>. */
+#include <jansson.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/core.h"
+#include "tokenizer/tok_internal.h"
+
+static int bad(const char *file, const char *field, const char *what)
+{
+    return tr_fail(TR_ERR_INVALID, "%s: %s: %s", file, field, what);
+}
+
+/* obj[key] as a string equal to one of `names` (NULL-terminated); index in *which. */
+static int type_of(const char *file, const char *field, json_t *obj, const char *const *names,
+                   int *which)
+{
+    json_t *ty = json_is_object(obj) ? json_object_get(obj, "type") : NULL;
+    if (!json_is_string(ty))
+        return bad(file, field, "expected an object with a \"type\"");
+    for (int i = 0; names[i]; i++)
+        if (!strcmp(json_string_value(ty), names[i])) {
+            *which = i;
+            return TR_OK;
+        }
+    char what[300];
+    snprintf(what, sizeof what, "type \"%.60s\" is not supported (a byte-level BPE tokenizer "
+                                "reproduced exactly needs one of:",
+             json_string_value(ty));
+    for (int i = 0; names[i]; i++)
+        snprintf(what + strlen(what), sizeof what - strlen(what), " %s", names[i]);
+    strncat(what, ")", sizeof what - strlen(what) - 1);
+    return bad(file, field, what);
+}
+
+/* A boolean option that must be false (or absent / null). */
+static int must_be_false(const char *file, const char *field, json_t *obj, const char *key)
+{
+    json_t *v = json_object_get(obj, key);
+    if (!v || json_is_null(v) || json_is_false(v))
+        return TR_OK;
+    char what[160];
+    snprintf(what, sizeof what, "\"%s\" is set; it is not supported", key);
+    return bad(file, field, what);
+}
+
+static int flag(json_t *obj, const char *key, int dflt)
+{
+    json_t *v = json_object_get(obj, key);
+    return json_is_boolean(v) ? json_is_true(v) : dflt;
+}
+
+static int add_step(tr_tokenizer *t, const char *file, pretok_step step)
+{
+    if (t->n_steps == TOK_MAX_STEPS) {
+        pcre2_code_free(step.re);
+        return bad(file, "pre_tokenizer", "more than 8 steps");
+    }
+    t->steps[t->n_steps++] = step;
+    return TR_OK;
+}
+
+static int load_pretok(tr_tokenizer *t, const char *file, json_t *p, int depth, int *bytelevel)
+{
+    static const char *const kinds[] = {"ByteLevel", "Split", "Sequence", NULL};
+    static const char *const behaviors[] = {"Isolated", "Removed", "MergedWithPrevious",
+                                            "MergedWithNext", "Contiguous", NULL};
+    int which, rc;
+    if (json_is_null(p) && depth == 0)
+        return TR_OK;
+    if ((rc = type_of(file, "pre_tokenizer", p, kinds, &which)))
+        return rc;
+    if (which == 0) {
+        pretok_step s = {.kind = STEP_BYTELEVEL, .add_prefix_space = flag(p, "add_prefix_space", 1)};
+        if (flag(p, "use_regex", 1) &&
+            (rc = compile_pattern(gpt2_pattern, strlen(gpt2_pattern), 0, file, &s.re)))
+            return rc;
+        *bytelevel = 1;
+        return add_step(t, file, s);
+    }
+    if (which == 1) {
+        json_t *pat = json_object_get(p, "pattern"), *b = json_object_get(p, "behavior");
+        json_t *re = json_object_get(pat, "Regex"), *lit = json_object_get(pat, "String");
+        if (!json_is_string(re) && !json_is_string(lit))
+            return bad(file, "pre_tokenizer.pattern", "expected {\"Regex\": ...} or {\"String\": ...}");
+        pretok_step s = {.kind = STEP_SPLIT, .invert = flag(p, "invert", 0), .behavior = -1};
+        for (int i = 0; behaviors[i] && json_is_string(b); i++)
+            if (!strcmp(json_string_value(b), behaviors[i]))
+                s.behavior = i;
+        if (s.behavior < 0)
+            return bad(file, "pre_tokenizer.behavior", "expected Isolated, Removed, "
+                                                       "MergedWithPrevious, MergedWithNext or Contiguous");
+        json_t *text = re ? re : lit;
+        if ((rc = compile_pattern(json_string_value(text), json_string_length(text), !re, file, &s.re)))
+            return rc;
+        return add_step(t, file, s);
+    }
+    json_t *list = json_object_get(p, "pretokenizers");
+    if (!json_is_array(list) || depth > 4)
+        return bad(file, "pre_tokenizer.pretokenizers", "expected a list of pre-tokenizers");
+    size_t i;
+    json_t *item;
+    json_array_foreach(list, i, item) {
+        if ((rc = load_pretok(t, file, item, depth + 1, bytelevel)))
+            return rc;
+    }
+    return TR_OK;
+}
+
+static int load_model(tr_tokenizer *t, const char *file, json_t *m)
+{
+    static const char *const kinds[] = {"BPE", NULL};
+    int which, rc;
+    if ((rc = type_of(file, "model", m, kinds, &which)) ||
+        (rc = must_be_false(file, "model", m, "byte_fallback")))
+        return rc;
+    static const char *const unset[] = {"dropout", "continuing_subword_prefix", "end_of_word_suffix"};
+    for (int i = 0; i < 3; i++) {
+        json_t *v = json_object_get(m, unset[i]);
+        if (v && !json_is_null(v) && !(json_is_string(v) && !json_string_length(v)))
+            return bad(file, "model", "dropout, continuing_subword_prefix and end_of_word_suffix "
+                                      "must be null (not a GPT-style byte-level BPE)");
+    }
+    t->ignore_merges = flag(m, "ignore_merges", 0);
+    if ((rc = add_vocab_object(t, json_object_get(m, "vocab"), file)) || (rc = tok_finish_bytes(t)))
+        return rc;
+    json_t *merges = json_object_get(m, "merges"), *item;
+    if (!json_is_array(merges))
+        return bad(file, "model.merges", "expected a list of merges");
+    if ((rc = mmap_init(&t->merges, (uint32_t)json_array_size(merges) + 1)))
+        return rc;
+    size_t i;
+    json_array_foreach(merges, i, item) {
+        char where[64];
+        snprintf(where, sizeof where, "model.merges[%zu]", i);
+        if (json_is_string(item)) {
+            const char *s = json_string_value(item), *sp = strchr(s, ' ');
+            size_t len = json_string_length(item);
+            if (!sp || strchr(sp + 1, ' ') || strlen(s) != len)
+                return bad(file, where, "expected \"left right\" (two tokens, one space)");
+            rc = add_merge(t, s, (size_t)(sp - s), sp + 1, len - (size_t)(sp + 1 - s), (uint32_t)i,
+                           file, where);
+        } else if (json_is_array(item) && json_array_size(item) == 2 &&
+                   json_is_string(json_array_get(item, 0)) && json_is_string(json_array_get(item, 1))) {
+            json_t *a = json_array_get(item, 0), *b = json_array_get(item, 1);
+            rc = add_merge(t, json_string_value(a), json_string_length(a), json_string_value(b),
+                           json_string_length(b), (uint32_t)i, file, where);
+        } else {
+            return bad(file, where, "expected \"left right\" or [\"left\", \"right\"]");
+        }
+        if (rc)
+            return rc;
+    }
+    return TR_OK;
+}
+
+static int cmp_added(const void *a, const void *b)
+{
+    const added_token *x = a, *y = b;
+    return x->len != y->len ? (x->len < y->len ? 1 : -1) : (x->id > y->id) - (x->id < y->id);
+}
+
+static int load_added(tr_tokenizer *t, const char *file, json_t *list)
+{
+    if (!list || json_is_null(list))
+        return TR_OK;
+    if (!json_is_array(list))
+        return bad(file, "added_tokens", "expected a list");
+    t->added = calloc(json_array_size(list) + 1, sizeof *t->added);
+    if (!t->added)
+        return tr_fail(TR_ERR_NOMEM, "out of memory reading %s", file);
+    size_t i;
+    json_t *a;
+    int rc;
+    json_array_foreach(list, i, a) {
+        char where[64];
+        snprintf(where, sizeof where, "added_tokens[%zu]", i);
+        json_t *id = json_object_get(a, "id"), *content = json_object_get(a, "content");
+        if (!json_is_integer(id) || json_integer_value(id) < 0 || json_integer_value(id) > TOK_MAX_ID ||
+            !json_is_string(content) || json_string_length(content) == 0 ||
+            strlen(json_string_value(content)) != json_string_length(content))
+            return bad(file, where, "expected {\"id\": 0 .. 2^31-2, \"content\": non-empty text}");
+        if ((rc = must_be_false(file, where, a, "lstrip")) ||
+            (rc = must_be_false(file, where, a, "rstrip")) ||
+            (rc = must_be_false(file, where, a, "single_word")))
+            return rc;
+        added_token *x = &t->added[t->n_added++];
+        x->len = json_string_length(content);
+        x->id = (int32_t)json_integer_value(id);
+        if (!(x->text = strdup(json_string_value(content))))
+            return tr_fail(TR_ERR_NOMEM, "out of memory reading %s", file);
+        t->added_first[(unsigned char)x->text[0]] = 1;
+        /* decoding gives the added token's text, whatever the vocabulary holds for its id */
+        uint64_t off;
+        if ((rc = tok_pool_add(t, x->text, x->len, &off)) ||
+            (rc = tok_ids_reserve(t, x->id + 1)))
+            return rc;
+        t->tok_off[x->id] = off;
+        t->tok_len[x->id] = (uint32_t)x->len;
+    }
+    qsort(t->added, (size_t)t->n_added, sizeof *t->added, cmp_added);
+    return TR_OK;
+}
+
+/* The id of a special token named in a template or a config: an added token, else a vocabulary
+ * entry spelled in plain text; -1 when neither. */
+static int32_t named_id(const tr_tokenizer *t, const char *name)
+{
+    for (int i = 0; i < t->n_added; i++)
+        if (!strcmp(t->added[i].text, name))
+            return t->added[i].id;
+    return bmap_get(&t->vocab, t->pool, name, strlen(name));
+}
+
+static int load_template(tr_tokenizer *t, const char *file, json_t *p, int depth)
+{
+    static const char *const kinds[] = {"ByteLevel", "TemplateProcessing", "Sequence", NULL};
+    int which, rc;
+    if (json_is_null(p) && depth == 0)
+        return TR_OK;
+    if ((rc = type_of(file, "post_processor", p, kinds, &which)) || which == 0)
+        return rc;
+    if (which == 2) {
+        size_t i;
+        json_t *item, *list = json_object_get(p, "processors");
+        if (!json_is_array(list) || depth > 4)
+            return bad(file, "post_processor.processors", "expected a list");
+        json_array_foreach(list, i, item) {
+            if ((rc = load_template(t, file, item, depth + 1)))
+                return rc;
+        }
+        return TR_OK;
+    }
+    json_t *single = json_object_get(p, "single"), *specials = json_object_get(p, "special_tokens");
+    if (!json_is_array(single))
+        return bad(file, "post_processor.single", "expected a list");
+    int seen_text = 0, rc2 = TR_OK;
+    size_t i;
+    json_t *item;
+    json_array_foreach(single, i, item) {
+        json_t *sp = json_object_get(item, "SpecialToken"), *seq = json_object_get(item, "Sequence");
+        if (seq) {
+            if (seen_text++)
+                return bad(file, "post_processor.single", "the text appears twice");
+            continue;
+        }
+        json_t *name = json_object_get(sp, "id");
+        json_t *ids = json_object_get(json_object_get(specials, json_string_value(name)), "ids");
+        if (!json_is_string(name) || !json_is_array(ids))
+            return bad(file, "post_processor.single", "a SpecialToken without its special_tokens "
+                                                      "entry");
+        size_t k;
+        json_t *v;
+        json_array_foreach(ids, k, v) {
+            int *n = seen_text ? &t->n_suffix : &t->n_prefix;
+            int32_t *dst = seen_text ? t->suffix : t->prefix;
+            if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) > TOK_MAX_ID)
+                return bad(file, "post_processor.special_tokens", "ids must be integers >= 0");
+            if (*n == TOK_MAX_TEMPLATE)
+                return bad(file, "post_processor.single", "more than 8 special ids");
+            dst[(*n)++] = (int32_t)json_integer_value(v);
+        }
+    }
+    return rc2;
+}
+
+/* tokenizer_config.json beside the file: its eos_token, if any (NULL otherwise). */
+static char *eos_from_config(const char *file)
+{
+    const char *slash = strrchr(file, '/');
+    size_t dir = slash ? (size_t)(slash - file) + 1 : 0;
+    char *path = malloc(dir + sizeof "tokenizer_config.json");
+    if (!path)
+        return NULL;
+    memcpy(path, file, dir);
+    strcpy(path + dir, "tokenizer_config.json");
+    json_error_t err;
+    json_t *root = json_load_file(path, 0, &err), *eos = json_object_get(root, "eos_token");
+    free(path);
+    if (json_is_object(eos))
+        eos = json_object_get(eos, "content");
+    char *name = json_is_string(eos) ? strdup(json_string_value(eos)) : NULL;
+    json_decref(root);
+    return name;
+}
+
+int load_hf(tr_tokenizer *t, const char *path)
+{
+    json_t *root;
+    int rc = load_json_file(path, "--tokenizer-model", &root), bytelevel = 0;
+    if (rc)
+        return rc;
+    if (!json_is_object(root)) {
+        json_decref(root);
+        return bad(path, "the file", "expected a JSON object (a tokenizers tokenizer.json)");
+    }
+    static const char *const nulls[] = {"normalizer", "truncation", "padding"};
+    for (int i = 0; i < 3 && !rc; i++) {
+        json_t *v = json_object_get(root, nulls[i]);
+        if (v && !json_is_null(v))
+            rc = bad(path, nulls[i], "must be null (not supported)");
+    }
+    json_t *dec = json_object_get(root, "decoder");
+    static const char *const decoders[] = {"ByteLevel", NULL};
+    int which;
+    if (!rc && dec && !json_is_null(dec))
+        rc = type_of(path, "decoder", dec, decoders, &which);
+    if (!rc)
+        rc = load_model(t, path, json_object_get(root, "model"));
+    if (!rc)
+        rc = load_added(t, path, json_object_get(root, "added_tokens"));
+    if (!rc)
+        rc = load_pretok(t, path, json_object_get(root, "pre_tokenizer"), 0, &bytelevel);
+    if (!rc && !bytelevel)
+        rc = bad(path, "pre_tokenizer", "has no ByteLevel step: the model does not work on bytes");
+    if (!rc)
+        rc = load_template(t, path, json_object_get(root, "post_processor"), 0);
+    for (int i = 0; !rc && i < t->n_prefix + t->n_suffix; i++) {
+        int32_t id = i < t->n_prefix ? t->prefix[i] : t->suffix[i - t->n_prefix];
+        if (id >= t->n_ids || t->tok_len[id] == UINT32_MAX)
+            rc = bad(path, "post_processor", "a special id outside the vocabulary");
+    }
+    json_decref(root);
+    if (rc)
+        return rc;
+    char *eos = eos_from_config(path);
+    static const char *const names[] = {"<|endoftext|>", "<|end_of_text|>", "</s>", "<eos>"};
+    t->eod = eos ? named_id(t, eos) : -1;
+    for (int i = 0; i < 4 && t->eod < 0 && !eos; i++)
+        t->eod = named_id(t, names[i]);
+    free(eos);
+    return TR_OK;
+}

@@ -1,0 +1,375 @@
+/* Pre-tokenization: a text -> pre-tokens through the tokenizer's steps (tokenizers'
+ * Split and ByteLevel pre-tokenizers), regexes in PCRE2; and the UTF-8 checks.
+ *
+ * A step cuts each piece it is given into segments (start, end, is_match): the regex's
+ * matches, left to right, and the gaps between them (tokenizers' find_matches; `invert`
+ * flips is_match), then groups them by the step's behavior exactly as tokenizers does
+ * (Isolated: each segment; Removed: the gaps; MergedWithPrevious / MergedWithNext: a match
+ * joins the gap before / after it; Contiguous: runs of one kind), and hands each non-empty
+ * group to the next step. The last step's pieces are the pre-tokens. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/core.h"
+#include "tokenizer/tok_internal.h"
+
+/* tokenizers' ByteLevel regex (tiktoken's gpt2 pattern is the same language). */
+const char *const gpt2_pattern =
+    "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+";
+
+/* Unicode White_Space, the meaning of \s in Oniguruma and Rust regex (PCRE2's own \s differs:
+ * it takes U+180E), as the inside of a character class. */
+static const char ws_class[] = "\\x{9}-\\x{d}\\x{20}\\x{85}\\x{a0}\\x{1680}\\x{2000}-\\x{200a}"
+                               "\\x{2028}\\x{2029}\\x{202f}\\x{205f}\\x{3000}";
+
+typedef struct {
+    char *s;
+    size_t n, cap;
+} strbuf;
+
+static int sb_add(strbuf *b, const char *s, size_t n)
+{
+    if (b->n + n + 1 > b->cap) {
+        size_t cap = 2 * (b->n + n) + 64;
+        char *p = realloc(b->s, cap);
+        if (!p)
+            return -1;
+        b->s = p;
+        b->cap = cap;
+    }
+    memcpy(b->s + b->n, s, n);
+    b->n += n;
+    b->s[b->n] = '\0';
+    return 0;
+}
+
+/* The pattern with \s, \S replaced and nested classes flattened; a literal is escaped. */
+static int rewrite(const char *p, size_t n, int literal, strbuf *out, const char **problem)
+{
+    int depth = 0, err = 0;
+    size_t class_start = 0; /* where a ']' would be the first member of the class */
+    for (size_t i = 0; i < n && !err; i++) {
+        char c = p[i];
+        if (literal) {
+            int plain = (unsigned char)c >= 0x80 || (c >= '0' && c <= '9') ||
+                        (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z');
+            err = (!plain && sb_add(out, "\\", 1)) || sb_add(out, &c, 1);
+            continue;
+        }
+        if (c == '\\' && i + 1 < n) {
+            char d = p[++i];
+            if (d == 's')
+                err = depth ? sb_add(out, ws_class, strlen(ws_class))
+                            : sb_add(out, "[", 1) || sb_add(out, ws_class, strlen(ws_class)) ||
+                                  sb_add(out, "]", 1);
+            else if (d == 'S' && depth) {
+                *problem = "\\S inside a character class";
+                return -1;
+            } else if (d == 'S')
+                err = sb_add(out, "[^", 2) || sb_add(out, ws_class, strlen(ws_class)) ||
+                      sb_add(out, "]", 1);
+            else
+                err = sb_add(out, p + i - 1, 2);
+            continue;
+        }
+        if (depth && c == '[' && i + 1 < n && p[i + 1] == ':') { /* [:alpha:] */
+            const char *end = strstr(p + i, ":]");
+            if (!end || (size_t)(end - p) >= n) {
+                *problem = "an unterminated [: :] class";
+                return -1;
+            }
+            err = sb_add(out, p + i, (size_t)(end - (p + i)) + 2);
+            i = (size_t)(end - p) + 1;
+        } else if (c == '[') {
+            if (depth && i + 1 < n && p[i + 1] == '^') {
+                *problem = "a negated class inside a class";
+                return -1;
+            }
+            if (!depth++)
+                err = sb_add(out, "[", 1);
+            if (i + 1 < n && p[i + 1] == '^' && depth == 1)
+                err = err || sb_add(out, "^", 1), i++;
+            class_start = i + 1;
+        } else if (c == ']' && depth && i != class_start) {
+            if (!--depth)
+                err = sb_add(out, "]", 1);
+        } else {
+            err = sb_add(out, &c, 1);
+        }
+    }
+    if (err) {
+        *problem = "out of memory";
+        return -1;
+    }
+    return 0;
+}
+
+int compile_pattern(const char *pattern, size_t len, int literal, const char *file,
+                    pcre2_code **out)
+{
+    strbuf b = {0};
+    const char *problem = NULL;
+    *out = NULL;
+    if (rewrite(pattern, len, literal, &b, &problem) || !b.s) {
+        free(b.s);
+        return tr_fail(TR_ERR_INVALID, "%s: pre-tokenizer pattern '%.80s': %s", file, pattern,
+                       problem ? problem : "empty");
+    }
+    int code;
+    PCRE2_SIZE at;
+    pcre2_code *re = pcre2_compile((PCRE2_SPTR)b.s, b.n, PCRE2_UTF | PCRE2_UCP, &code, &at, NULL);
+    free(b.s);
+    if (!re) {
+        PCRE2_UCHAR msg[256];
+        pcre2_get_error_message(code, msg, sizeof msg);
+        return tr_fail(TR_ERR_INVALID, "%s: pre-tokenizer pattern '%.80s': PCRE2 refuses it: %s",
+                       file, pattern, (const char *)msg);
+    }
+    (void)pcre2_jit_compile(re, PCRE2_JIT_COMPLETE); /* without JIT it still matches, slower */
+    *out = re;
+    return TR_OK;
+}
+
+/* ---- UTF-8 ---- */
+
+size_t utf8_valid_prefix(const unsigned char *s, size_t len)
+{
+    size_t i = 0;
+    while (i < len) {
+        if (i + 8 <= len) { /* 8 ASCII bytes at once */
+            uint64_t v;
+            memcpy(&v, s + i, 8);
+            if (!(v & 0x8080808080808080ULL)) {
+                i += 8;
+                continue;
+            }
+        }
+        if (s[i] < 0x80) {
+            i++;
+            continue;
+        }
+        size_t n = utf8_invalid_len(s + i, len - i);
+        if (n)
+            return i;
+        /* valid multi-byte sequence: its length from the lead byte */
+        i += s[i] >= 0xF0 ? 4 : s[i] >= 0xE0 ? 3 : 2;
+    }
+    return len;
+}
+
+size_t utf8_invalid_len(const unsigned char *s, size_t len)
+{
+    /* Unicode's table of well-formed sequences; returns 0 when s starts a valid one, else the
+     * maximal subpart (the lead and the continuation bytes that still fit) */
+    unsigned char c = s[0];
+    int need;
+    unsigned char lo = 0x80, hi = 0xBF;
+    if (c < 0x80)
+        return 0;
+    if (c < 0xC2 || c > 0xF4)
+        return 1;
+    if (c < 0xE0)
+        need = 1;
+    else if (c < 0xF0) {
+        need = 2;
+        lo = c == 0xE0 ? 0xA0 : 0x80;
+        hi = c == 0xED ? 0x9F : 0xBF;
+    } else {
+        need = 3;
+        lo = c == 0xF0 ? 0x90 : 0x80;
+        hi = c == 0xF4 ? 0x8F : 0xBF;
+    }
+    size_t i = 1;
+    for (int k = 0; k < need; k++, i++) {
+        if (i >= len || s[i] < lo || s[i] > hi)
+            return i;
+        lo = 0x80;
+        hi = 0xBF;
+    }
+    return 0;
+}
+
+/* ---- steps ---- */
+
+int pretok_state_init(pretok_state *s, const tr_tokenizer *t)
+{
+    memset(s, 0, sizeof *s);
+    for (int k = 0; k < t->n_steps; k++)
+        if (t->steps[k].re && !(s->md[k] = pcre2_match_data_create_from_pattern(t->steps[k].re, NULL))) {
+            pretok_state_free(s);
+            return tr_fail(TR_ERR_NOMEM, "out of memory for regex match data");
+        }
+    return TR_OK;
+}
+
+void pretok_state_free(pretok_state *s)
+{
+    for (int k = 0; k < TOK_MAX_STEPS; k++) {
+        pcre2_match_data_free(s->md[k]);
+        free(s->seg[k]);
+        free(s->space[k]);
+    }
+    memset(s, 0, sizeof *s);
+}
+
+static int add_segment(pretok_state *s, int k, size_t a, size_t b, int is_match)
+{
+    if (s->n_seg[k] == s->cap_seg[k]) {
+        size_t cap = s->cap_seg[k] ? 2 * s->cap_seg[k] : 256;
+        segment *p = realloc(s->seg[k], cap * sizeof *p);
+        if (!p)
+            return tr_fail(TR_ERR_NOMEM, "out of memory splitting a text");
+        s->seg[k] = p;
+        s->cap_seg[k] = cap;
+    }
+    s->seg[k][s->n_seg[k]++] = (segment){a, b, is_match};
+    return TR_OK;
+}
+
+/* The next match of the step's regex in text[0 .. len) at or after *at: 1 with [*a, *b), 0 when
+ * there is none, -1 after tr_fail when PCRE2 gives up (a limit). An empty match moves *at past the next character, as Oniguruma's find_iter
+ * does. */
+static int next_match(const pretok_step *st, pcre2_match_data *md, const char *text, size_t len,
+                      size_t *at, size_t *a, size_t *b)
+{
+    if (*at > len)
+        return 0;
+    int m = pcre2_match(st->re, (PCRE2_SPTR)text, len, *at, PCRE2_NO_UTF_CHECK, md, NULL);
+    if (m == PCRE2_ERROR_NOMATCH)
+        return 0;
+    if (m < 0) {
+        PCRE2_UCHAR msg[160];
+        pcre2_get_error_message(m, msg, sizeof msg);
+        tr_fail(TR_ERR_INVALID, "a pre-tokenizer regex failed on a text of %zu bytes: %s", len,
+                (const char *)msg);
+        return -1;
+    }
+    PCRE2_SIZE *ov = pcre2_get_ovector_pointer(md);
+    *a = ov[0];
+    *b = ov[1];
+    *at = *b;
+    if (*b == *a) {
+        ++*at;
+        while (*at < len && ((unsigned char)text[*at] & 0xC0) == 0x80)
+            ++*at;
+    }
+    return 1;
+}
+
+/* The regex's matches and the gaps between them, as tokenizers' find_matches lists them. */
+static int find_segments(const pretok_step *st, pretok_state *s, int k, const char *text,
+                         size_t len)
+{
+    size_t prev = 0, at = 0, a, b;
+    int rc = TR_OK, m;
+    s->n_seg[k] = 0;
+    while (!rc && (m = next_match(st, s->md[k], text, len, &at, &a, &b)) != 0) {
+        if (m < 0)
+            return TR_ERR_INVALID;
+        if (prev != a)
+            rc = add_segment(s, k, prev, a, st->invert);
+        if (!rc)
+            rc = add_segment(s, k, a, b, !st->invert);
+        prev = b;
+    }
+    if (!rc && prev != len)
+        rc = add_segment(s, k, prev, len, st->invert);
+    return rc;
+}
+
+/* Group segments by behavior in place (tokenizers' split with SplitDelimiterBehavior). */
+static size_t group(segment *g, size_t n, int behavior)
+{
+    size_t o = 0;
+    int prev_match = 0;
+    switch (behavior) {
+    case SPLIT_ISOLATED:
+        return n;
+    case SPLIT_REMOVED:
+        for (size_t i = 0; i < n; i++)
+            if (!g[i].is_match)
+                g[o++] = g[i];
+        return o;
+    case SPLIT_MERGED_PREV:
+        for (size_t i = 0; i < n; i++) {
+            if (g[i].is_match && !prev_match && o)
+                g[o - 1].end = g[i].end;
+            else
+                g[o++] = g[i];
+            prev_match = g[i].is_match;
+        }
+        return o;
+    case SPLIT_MERGED_NEXT: /* from the end: a match joins the segment after it */
+        o = n;
+        for (size_t i = n; i-- > 0;) {
+            int m = g[i].is_match;
+            if (m && !prev_match && o < n)
+                g[o].start = g[i].start;
+            else
+                g[--o] = g[i];
+            prev_match = m;
+        }
+        memmove(g, g + o, (n - o) * sizeof *g);
+        return n - o;
+    default: /* SPLIT_CONTIGUOUS */
+        for (size_t i = 0; i < n; i++) {
+            if (g[i].is_match == prev_match && o)
+                g[o - 1].end = g[i].end;
+            else
+                g[o++] = g[i];
+            prev_match = g[i].is_match;
+        }
+        return o;
+    }
+}
+
+int pretokenize(const tr_tokenizer *t, pretok_state *s, int k, const char *text, size_t len,
+                piece_fn fn, void *ctx)
+{
+    if (len == 0)
+        return TR_OK;
+    if (k == t->n_steps)
+        return fn(ctx, text, len);
+    const pretok_step *st = &t->steps[k];
+    if (st->kind == STEP_BYTELEVEL && st->add_prefix_space && text[0] != ' ') {
+        if (len + 1 > s->space_cap[k]) {
+            char *p = realloc(s->space[k], len + 1);
+            if (!p)
+                return tr_fail(TR_ERR_NOMEM, "out of memory for a text of %zu bytes", len);
+            s->space[k] = p;
+            s->space_cap[k] = len + 1;
+        }
+        s->space[k][0] = ' ';
+        memcpy(s->space[k] + 1, text, len);
+        text = s->space[k];
+        len++;
+    }
+    if (!st->re)
+        return pretokenize(t, s, k + 1, text, len, fn, ctx);
+    int behavior = st->kind == STEP_BYTELEVEL ? SPLIT_ISOLATED : st->behavior, rc = TR_OK;
+    if (behavior == SPLIT_ISOLATED || behavior == SPLIT_REMOVED) { /* streamed, nothing kept */
+        int keep_match = behavior == SPLIT_ISOLATED || st->invert;
+        int keep_gap = behavior == SPLIT_ISOLATED || !st->invert;
+        size_t prev = 0, at = 0, a, b;
+        int m;
+        while (!rc && (m = next_match(st, s->md[k], text, len, &at, &a, &b)) != 0) {
+            if (m < 0)
+                return TR_ERR_INVALID;
+            if (keep_gap && prev != a)
+                rc = pretokenize(t, s, k + 1, text + prev, a - prev, fn, ctx);
+            if (!rc && keep_match)
+                rc = pretokenize(t, s, k + 1, text + a, b - a, fn, ctx);
+            prev = b;
+        }
+        if (!rc && keep_gap)
+            rc = pretokenize(t, s, k + 1, text + prev, len - prev, fn, ctx);
+        return rc;
+    }
+    rc = find_segments(st, s, k, text, len);
+    size_t n = rc ? 0 : group(s->seg[k], s->n_seg[k], behavior);
+    for (size_t i = 0; i < n && !rc; i++) {
+        segment g = s->seg[k][i]; /* deeper steps never touch step k's list */
+        rc = pretokenize(t, s, k + 1, text + g.start, g.end - g.start, fn, ctx);
+    }
+    return rc;
+}

@@ -1,0 +1,192 @@
+/* tokenizer/ internals: the tokenizer's tables (vocab.c), the two file loaders (load_gpt2.c,
+ * load_hf.c), the regex pre-tokenizer (pretok.c), the merge loop (bpe.c) and the front end
+ * (tokenizer.c). Not part of the contract.
+ *
+ * Every token is kept as the raw BYTES it stands for (the files spell byte-level tokens
+ * through GPT-2's byte -> printable-character map; loading undoes it), so merging works on
+ * the text's own bytes and decoding is concatenation. */
+#ifndef TR_TOK_INTERNAL_H
+#define TR_TOK_INTERNAL_H
+
+#define PCRE2_CODE_UNIT_WIDTH 8
+#include <pcre2.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "tokenizer/tokenizer.h"
+
+enum { TOK_BYTES, TOK_GPT2, TOK_HF };
+
+#define TOK_MAX_ID 0x7ffffffe /* ids are int32 */
+#define TOK_MAX_STEPS 8       /* pre-tokenizer steps of a Sequence */
+#define TOK_MAX_TEMPLATE 8    /* special ids before / after the text in a template */
+#define TOK_NO_RANK UINT32_MAX
+#define BYTE_VOCAB 256 /* ByteLevel: token = byte */
+
+/* ---- vocab.c: tables ---- */
+
+/* Open-addressing map from byte strings (kept in the owner's pool) to int32 values. */
+typedef struct {
+    uint32_t *slot; /* index + 1 into keys, 0 = empty; capacity mask + 1 */
+    uint32_t mask;
+    uint32_t n, cap_keys;
+    uint64_t *key_off; /* per entry: offset of the key in *pool (shared with the owner) */
+    uint32_t *key_len;
+    int32_t *value;
+} bytes_map;
+
+/* (left id, right id) -> (rank, merged id). */
+typedef struct {
+    uint64_t *key; /* left << 32 | right, UINT64_MAX = empty */
+    uint32_t *rank;
+    int32_t *merged;
+    uint32_t mask, n;
+} merge_map;
+
+/* A Split (regex) or ByteLevel pre-tokenizer step. */
+enum { STEP_SPLIT, STEP_BYTELEVEL };
+enum { SPLIT_ISOLATED, SPLIT_REMOVED, SPLIT_MERGED_PREV, SPLIT_MERGED_NEXT, SPLIT_CONTIGUOUS };
+typedef struct {
+    int kind;
+    pcre2_code *re;       /* NULL: ByteLevel without its regex */
+    int behavior, invert; /* Split */
+    int add_prefix_space; /* ByteLevel */
+} pretok_step;
+
+typedef struct {
+    char *text; /* raw text, NUL-terminated */
+    size_t len;
+    int32_t id;
+} added_token;
+
+struct tr_tokenizer {
+    int kind;
+    char *source; /* the file messages name */
+    /* id -> bytes: token i is pool[tok_off[i] .. + tok_len[i]); tok_len UINT32_MAX = hole */
+    char *pool;
+    size_t pool_len, pool_cap;
+    uint64_t *tok_off;
+    uint32_t *tok_len;
+    int32_t n_ids; /* table size = vocab_size */
+    bytes_map vocab; /* model vocabulary: bytes -> id (added tokens are not in it) */
+    merge_map merges;
+    int32_t byte_id[256]; /* the token of each single byte */
+    int ignore_merges;    /* a pre-token that is a whole vocabulary entry is one token */
+    pretok_step steps[TOK_MAX_STEPS];
+    int n_steps;
+    added_token *added; /* sorted by length, longest first */
+    int n_added;
+    uint8_t added_first[256]; /* 1 when some added token starts with this byte */
+    int32_t prefix[TOK_MAX_TEMPLATE], suffix[TOK_MAX_TEMPLATE];
+    int n_prefix, n_suffix;
+    int32_t eod;
+};
+
+uint64_t tok_hash(const void *p, size_t n);
+/* Append bytes to the pool; *off is where they start. */
+TR_MUST_CHECK int tok_pool_add(tr_tokenizer *t, const void *bytes, size_t n, uint64_t *off);
+/* Size the id table for ids < n (holes until set). */
+TR_MUST_CHECK int tok_ids_reserve(tr_tokenizer *t, int32_t n);
+/* Give id its bytes (already in the pool at off). A second, different token for one id is
+ * refused (naming `what`). */
+TR_MUST_CHECK int tok_set_id(tr_tokenizer *t, int32_t id, uint64_t off, uint32_t len,
+                             const char *what);
+
+TR_MUST_CHECK int bmap_init(bytes_map *m, uint32_t expected);
+void bmap_free(bytes_map *m);
+/* Insert key (bytes at pool + off, len) -> value; 1 in *dup (and nothing changed) when the
+ * key is there already. */
+TR_MUST_CHECK int bmap_put(bytes_map *m, const char *pool, uint64_t off, uint32_t len,
+                           int32_t value, int *dup);
+/* The value of key, or -1. */
+int32_t bmap_get(const bytes_map *m, const char *pool, const void *key, size_t len);
+
+TR_MUST_CHECK int mmap_init(merge_map *m, uint32_t expected);
+void mmap_free(merge_map *m);
+/* Set (left, right) -> (rank, merged); a later merge of the same pair replaces the earlier
+ * one, as tokenizers' map does. */
+TR_MUST_CHECK int mmap_put(merge_map *m, int32_t left, int32_t right, uint32_t rank,
+                           int32_t merged);
+static inline uint32_t mmap_get(const merge_map *m, int32_t left, int32_t right,
+                                int32_t *merged)
+{
+    uint64_t key = (uint64_t)(uint32_t)left << 32 | (uint32_t)right;
+    uint64_t h = key * 0x9E3779B97F4A7C15ULL;
+    for (uint32_t i = (uint32_t)(h >> 40) & m->mask;; i = (i + 1) & m->mask) {
+        if (m->key[i] == key) {
+            *merged = m->merged[i];
+            return m->rank[i];
+        }
+        if (m->key[i] == UINT64_MAX)
+            return TOK_NO_RANK;
+    }
+}
+
+/* GPT-2's byte <-> printable character map (bytes_to_unicode). byte_char[b] is the code point
+ * that spells byte b in the files; char_byte() undoes it (-1: not in the alphabet). */
+extern uint16_t byte_char[256];
+void byte_map_init(void);
+int char_byte(uint32_t cp);
+/* A token as spelled in a file -> its raw bytes, into out (room for len bytes: the raw form
+ * is never longer). -1 when a character is outside the byte alphabet or the UTF-8 is bad. */
+long unmap_token(const char *s, size_t len, char *out);
+
+/* The byte tables once the vocabulary is in: byte_id[] of every byte (each must exist), and
+ * the eod default. */
+TR_MUST_CHECK int tok_finish_bytes(tr_tokenizer *t);
+
+/* ---- load_gpt2.c, load_hf.c ---- */
+TR_MUST_CHECK int load_gpt2(tr_tokenizer *t, const char *vocab_file, const char *merge_file);
+TR_MUST_CHECK int load_hf(tr_tokenizer *t, const char *path);
+/* Read a whole JSON file with jansson (duplicate keys refused); `what` names it in messages. */
+struct json_t;
+TR_MUST_CHECK int load_json_file(const char *path, const char *what, struct json_t **out);
+/* Vocabulary object {token: id} and merge list into the tables (shared by both loaders);
+ * file names the source in messages. */
+TR_MUST_CHECK int add_vocab_object(tr_tokenizer *t, struct json_t *vocab, const char *file);
+TR_MUST_CHECK int add_merge(tr_tokenizer *t, const char *a, size_t la, const char *b,
+                            size_t lb, uint32_t rank, const char *file, const char *where);
+
+/* ---- pretok.c ---- */
+/* GPT-2's pre-tokenizer regex (tokenizers' ByteLevel, tiktoken's gpt2). */
+extern const char *const gpt2_pattern;
+/* Compile a pattern written for Oniguruma / Rust regex (see tokenizer.h); file names the
+ * source in messages. */
+TR_MUST_CHECK int compile_pattern(const char *pattern, size_t len, int literal, const char *file,
+                                  pcre2_code **out);
+/* Called once per final pre-token. */
+typedef int (*piece_fn)(void *ctx, const char *piece, size_t len);
+typedef struct {
+    size_t start, end;
+    int is_match;
+} segment;
+typedef struct { /* per step k */
+    pcre2_match_data *md[TOK_MAX_STEPS];
+    segment *seg[TOK_MAX_STEPS]; /* a piece's segments (behaviors that group them) */
+    size_t n_seg[TOK_MAX_STEPS], cap_seg[TOK_MAX_STEPS];
+    char *space[TOK_MAX_STEPS]; /* ByteLevel add_prefix_space: " " + the piece */
+    size_t space_cap[TOK_MAX_STEPS];
+} pretok_state;
+TR_MUST_CHECK int pretok_state_init(pretok_state *s, const tr_tokenizer *t);
+void pretok_state_free(pretok_state *s);
+/* Run the steps from `step` on text[0 .. len), valid UTF-8. */
+TR_MUST_CHECK int pretokenize(const tr_tokenizer *t, pretok_state *s, int step, const char *text,
+                              size_t len, piece_fn fn, void *ctx);
+
+/* ---- utf8 (pretok.c) ---- */
+/* Length of the valid UTF-8 prefix of s. */
+size_t utf8_valid_prefix(const unsigned char *s, size_t len);
+/* Bytes of the maximal invalid subpart at s (>= 1); s starts an invalid sequence. */
+size_t utf8_invalid_len(const unsigned char *s, size_t len);
+
+/* ---- bpe.c ---- */
+typedef struct bpe_cache bpe_cache;
+TR_MUST_CHECK int bpe_cache_create(bpe_cache **out);
+void bpe_cache_free(bpe_cache *c);
+/* Ids of one pre-token appended to *ids (see tr_encode). */
+TR_MUST_CHECK int bpe_word(const tr_tokenizer *t, bpe_cache *c, const char *w, size_t n,
+                           int32_t **ids, size_t *n_ids, size_t *cap);
+/* Make room for `more` ids. */
+TR_MUST_CHECK int ids_reserve(int32_t **ids, size_t n, size_t *cap, size_t more);
+
+#endif

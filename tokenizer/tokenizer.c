@@ -1,0 +1,295 @@
+/* The tokenizer's front end: opening by type, encoding (UTF-8 repair, added tokens,
+ * pre-tokenization, merges, template), decoding. */
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/core.h"
+#include "tokenizer/tok_internal.h"
+
+struct tr_encoder {
+    const tr_tokenizer *t;
+    pretok_state ps;
+    bpe_cache *cache;
+    char *clean; /* the text with invalid UTF-8 replaced, when it had some */
+    size_t clean_cap;
+    /* where the current tr_encode appends */
+    int32_t **ids;
+    size_t *n, *cap;
+};
+
+static pthread_once_t byte_map_once = PTHREAD_ONCE_INIT;
+static const unsigned char all_bytes[256] = {
+#define R16(b) b, b + 1, b + 2, b + 3, b + 4, b + 5, b + 6, b + 7, b + 8, b + 9, b + 10, b + 11, \
+               b + 12, b + 13, b + 14, b + 15
+    R16(0), R16(16), R16(32), R16(48), R16(64), R16(80), R16(96), R16(112), R16(128), R16(144),
+    R16(160), R16(176), R16(192), R16(208), R16(224), R16(240)
+#undef R16
+};
+
+static int given(const char *s) { return s && s[0]; }
+
+/* Which files a type needs: each needed one given, no other. */
+static int check_files(const tr_tokenizer_files *f, int kind)
+{
+    static const char *const names[3] = {"ByteLevel", "GPT2BPETokenizer", "HFTokenizer"};
+    struct { const char *value, *flag; int needed; } use[3] = {
+        {f->vocab_file, "--vocab-file (data.vocab_file)", kind == TOK_GPT2},
+        {f->merge_file, "--merge-file (data.merge_file)", kind == TOK_GPT2},
+        {f->tokenizer_model, "--tokenizer-model (data.tokenizer_model)", kind == TOK_HF},
+    };
+    for (int i = 0; i < 3; i++) {
+        if (use[i].needed && !given(use[i].value))
+            return tr_fail(TR_ERR_CONFIG, "tokenizer %s needs %s", names[kind], use[i].flag);
+        if (!use[i].needed && given(use[i].value))
+            return tr_fail(TR_ERR_CONFIG, "%s is not used by tokenizer %s", use[i].flag,
+                           names[kind]);
+    }
+    return TR_OK;
+}
+
+int tr_tokenizer_open(const tr_tokenizer_files *files, tr_tokenizer **out)
+{
+    *out = NULL;
+    const char *type = given(files->type) ? files->type : "ByteLevel";
+    int kind = !strcmp(type, "ByteLevel") ? TOK_BYTES
+               : !strcmp(type, "GPT2BPETokenizer") ? TOK_GPT2
+               : !strcmp(type, "HFTokenizer") ? TOK_HF : -1;
+    if (kind < 0)
+        return tr_fail(TR_ERR_CONFIG, "tokenizer type '%s' is not one of ByteLevel, "
+                                      "GPT2BPETokenizer, HFTokenizer", type);
+    int rc = check_files(files, kind);
+    if (rc)
+        return rc;
+    pthread_once(&byte_map_once, byte_map_init);
+    tr_tokenizer *t = calloc(1, sizeof *t);
+    const char *src = kind == TOK_GPT2 ? files->vocab_file : kind == TOK_HF ? files->tokenizer_model
+                                                                             : "ByteLevel";
+    if (!t || !(t->source = strdup(src))) {
+        free(t);
+        return tr_fail(TR_ERR_NOMEM, "out of memory opening a tokenizer");
+    }
+    t->kind = kind;
+    t->eod = kind == TOK_BYTES ? 0 : -1;
+    if (kind == TOK_GPT2) {
+        rc = load_gpt2(t, files->vocab_file, files->merge_file);
+        if (!rc) {
+            pretok_step s = {.kind = STEP_BYTELEVEL};
+            rc = compile_pattern(gpt2_pattern, strlen(gpt2_pattern), 0, t->source, &s.re);
+            t->steps[t->n_steps++] = s;
+        }
+    } else if (kind == TOK_HF) {
+        rc = load_hf(t, files->tokenizer_model);
+    }
+    if (rc) {
+        tr_tokenizer_free(t);
+        return rc;
+    }
+    *out = t;
+    return TR_OK;
+}
+
+void tr_tokenizer_free(tr_tokenizer *t)
+{
+    if (!t)
+        return;
+    for (int k = 0; k < t->n_steps; k++)
+        pcre2_code_free(t->steps[k].re);
+    for (int i = 0; i < t->n_added; i++)
+        free(t->added[i].text);
+    free(t->added);
+    bmap_free(&t->vocab);
+    mmap_free(&t->merges);
+    free(t->pool);
+    free(t->tok_off);
+    free(t->tok_len);
+    free(t->source);
+    free(t);
+}
+
+int tr_tokenizer_vocab_size(const tr_tokenizer *t)
+{
+    return t->kind == TOK_BYTES ? BYTE_VOCAB : t->n_ids;
+}
+
+int32_t tr_tokenizer_eod(const tr_tokenizer *t) { return t->eod; }
+
+const char *tr_tokenizer_type(const tr_tokenizer *t)
+{
+    return t->kind == TOK_BYTES ? "ByteLevel" : t->kind == TOK_GPT2 ? "GPT2BPETokenizer"
+                                                                    : "HFTokenizer";
+}
+
+int tr_encoder_create(const tr_tokenizer *t, tr_encoder **out)
+{
+    tr_encoder *e = calloc(1, sizeof *e);
+    if (!e)
+        return tr_fail(TR_ERR_NOMEM, "out of memory for an encoder");
+    e->t = t;
+    int rc = pretok_state_init(&e->ps, t);
+    if (!rc && t->kind != TOK_BYTES)
+        rc = bpe_cache_create(&e->cache);
+    if (rc) {
+        pretok_state_free(&e->ps);
+        free(e);
+        return rc;
+    }
+    *out = e;
+    return TR_OK;
+}
+
+void tr_encoder_free(tr_encoder *e)
+{
+    if (!e)
+        return;
+    pretok_state_free(&e->ps);
+    bpe_cache_free(e->cache);
+    free(e->clean);
+    free(e);
+}
+
+static int on_piece(void *ctx, const char *piece, size_t len)
+{
+    tr_encoder *e = ctx;
+    return bpe_word(e->t, e->cache, piece, len, e->ids, e->n, e->cap);
+}
+
+static int append_ids(tr_encoder *e, const int32_t *src, int k)
+{
+    int rc = ids_reserve(e->ids, *e->n, e->cap, (size_t)k);
+    if (!rc && k) {
+        memcpy(*e->ids + *e->n, src, (size_t)k * sizeof *src);
+        *e->n += (size_t)k;
+    }
+    return rc;
+}
+
+/* text with every maximal invalid UTF-8 subpart replaced by U+FFFD (EF BF BD). */
+static int repair_utf8(tr_encoder *e, const char **text, size_t *len)
+{
+    const unsigned char *s = (const unsigned char *)*text;
+    size_t n = *len, ok = utf8_valid_prefix(s, n);
+    if (ok == n)
+        return TR_OK;
+    if (n > (SIZE_MAX - 16) / 3)
+        return tr_fail(TR_ERR_NOMEM, "a text of %zu bytes is too long", n);
+    size_t need = 3 * n + 1; /* each bad byte becomes at most 3 */
+    if (need > e->clean_cap) {
+        char *p = realloc(e->clean, need);
+        if (!p)
+            return tr_fail(TR_ERR_NOMEM, "out of memory for a text of %zu bytes", n);
+        e->clean = p;
+        e->clean_cap = need;
+    }
+    size_t i = 0, o = 0;
+    while (i < n) {
+        size_t good = utf8_valid_prefix(s + i, n - i);
+        memcpy(e->clean + o, s + i, good);
+        o += good;
+        i += good;
+        if (i < n) {
+            i += utf8_invalid_len(s + i, n - i);
+            memcpy(e->clean + o, "\xEF\xBF\xBD", 3);
+            o += 3;
+        }
+    }
+    *text = e->clean;
+    *len = o;
+    return TR_OK;
+}
+
+/* The added token starting at text (longest first), or NULL. */
+static const added_token *added_at(const tr_tokenizer *t, const char *text, size_t left)
+{
+    for (int i = 0; i < t->n_added; i++) {
+        const added_token *a = &t->added[i];
+        if (a->len <= left && !memcmp(text, a->text, a->len))
+            return a;
+    }
+    return NULL;
+}
+
+static int encode_text(tr_encoder *e, const char *text, size_t len)
+{
+    const tr_tokenizer *t = e->t;
+    if (!t->n_added)
+        return pretokenize(t, &e->ps, 0, text, len, on_piece, e);
+    size_t start = 0;
+    int rc = TR_OK;
+    for (size_t i = 0; i < len && !rc; i++) {
+        if (!t->added_first[(unsigned char)text[i]])
+            continue;
+        const added_token *a = added_at(t, text + i, len - i);
+        if (!a)
+            continue;
+        rc = pretokenize(t, &e->ps, 0, text + start, i - start, on_piece, e);
+        if (!rc)
+            rc = append_ids(e, &a->id, 1);
+        start = i + a->len;
+        i = start - 1;
+    }
+    return rc ? rc : pretokenize(t, &e->ps, 0, text + start, len - start, on_piece, e);
+}
+
+int tr_encode(tr_encoder *e, const char *text, size_t len, int add_special, int32_t **ids,
+              size_t *n, size_t *cap)
+{
+    const tr_tokenizer *t = e->t;
+    e->ids = ids;
+    e->n = n;
+    e->cap = cap;
+    if (t->kind == TOK_BYTES) { /* bytes, NUL dropped: token 0 ends documents */
+        int rc = ids_reserve(ids, *n, cap, len);
+        for (size_t i = 0; i < len && !rc; i++)
+            if (text[i])
+                (*ids)[(*n)++] = (unsigned char)text[i];
+        return rc;
+    }
+    int rc = repair_utf8(e, &text, &len);
+    if (!rc && add_special)
+        rc = append_ids(e, t->prefix, t->n_prefix);
+    if (!rc)
+        rc = encode_text(e, text, len);
+    if (!rc && add_special)
+        rc = append_ids(e, t->suffix, t->n_suffix);
+    return rc;
+}
+
+const char *tr_token_bytes(const tr_tokenizer *t, int32_t id, size_t *len)
+{
+    if (t->kind == TOK_BYTES) {
+        if (id < 0 || id >= BYTE_VOCAB)
+            return NULL;
+        *len = id != 0; /* token 0 is the end of a document, no text */
+        return (const char *)all_bytes + id;
+    }
+    if (id < 0 || id >= t->n_ids || t->tok_len[id] == UINT32_MAX)
+        return NULL;
+    *len = t->tok_len[id];
+    return t->pool + t->tok_off[id];
+}
+
+int tr_decode(const tr_tokenizer *t, const int32_t *ids, size_t n, char **text, size_t *len)
+{
+    size_t total = 0, l;
+    for (size_t i = 0; i < n; i++) {
+        if (!tr_token_bytes(t, ids[i], &l))
+            return tr_fail(TR_ERR_INVALID, "token %d (position %zu) is not in the vocabulary of "
+                                           "%s", (int)ids[i], i, t->source);
+        total += l;
+    }
+    char *s = malloc(total + 1);
+    if (!s)
+        return tr_fail(TR_ERR_NOMEM, "out of memory decoding %zu tokens", n);
+    size_t o = 0;
+    for (size_t i = 0; i < n; i++) {
+        const char *b = tr_token_bytes(t, ids[i], &l);
+        memcpy(s + o, b, l);
+        o += l;
+    }
+    s[o] = '\0';
+    *text = s;
+    if (len)
+        *len = o;
+    return TR_OK;
+}

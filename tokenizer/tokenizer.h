@@ -1,0 +1,86 @@
+/* tokenizer/ — text <-> token ids: the byte-level tokenizer and byte-level BPE.
+ *
+ * Contract:
+ *  - Types (Megatron's --tokenizer-type names):
+ *      "ByteLevel"         token = byte value, vocabulary 256, end of document 0 (trident's own);
+ *      "GPT2BPETokenizer"  GPT-2's vocab.json + merges.txt (Megatron's --vocab-file /
+ *                          --merge-file): GPT-2's pre-tokenizer regex, no special tokens in
+ *                          the text, end of document = the id of <|endoftext|>;
+ *      "HFTokenizer"       a Hugging Face tokenizer.json (--tokenizer-model) whose model is
+ *                          BPE over bytes (GPT-2, Bloom, Llama-3 style): its pre-tokenizers
+ *                          (ByteLevel, Split with a Regex or String pattern, Sequence of
+ *                          them), added tokens matched in the text before pre-tokenization
+ *                          (leftmost-longest), the single template of a TemplateProcessing
+ *                          post-processor (Llama-3's <|begin_of_text|>), ignore_merges; end of
+ *                          document = eos_token of a tokenizer_config.json beside the file,
+ *                          else the first added token named <|endoftext|>, <|end_of_text|>,
+ *                          </s> or <eos>.
+ *    Anything else in a file (a normalizer, a WordPiece model, a Metaspace pre-tokenizer,
+ *    byte_fallback, dropout, ...) is refused with TR_ERR_INVALID naming the file and the
+ *    field: a tokenizer that cannot be reproduced exactly is never used approximately.
+ *  - Pre-tokenizer regexes run in PCRE2 (UTF, Unicode properties, JIT) with \s and \S
+ *    replaced by the Unicode White_Space set, which is what Oniguruma (tokenizers) and Rust's
+ *    regex (tiktoken) mean by them; a nested class [a[bc]] is flattened to a union, as
+ *    Oniguruma reads it (Bloom's pattern).
+ *  - Merges: the lowest-ranked adjacent pair first, the leftmost among equals, over the
+ *    pre-token's bytes; results are cached per encoder.
+ *  - Input bytes that are not valid UTF-8 are replaced by U+FFFD, one per maximal invalid
+ *    subpart (Python's bytes.decode("utf-8", "replace") and Rust's from_utf8_lossy), before
+ *    anything else; the bytes tokenizer takes bytes as they are.
+ *  - Every malformed file (not JSON, wrong shapes, a merge whose parts or result are not in
+ *    the vocabulary, duplicate or negative ids, an id past 2^31-1, a regex PCRE2 rejects) is
+ *    TR_ERR_INVALID with a message naming the file and what is wrong; a missing file is
+ *    TR_ERR_IO. Never a crash.
+ *  - A tr_tokenizer is read-only after opening and may be shared by threads; each thread
+ *    encodes through its own tr_encoder (regex match data, merge cache, scratch). */
+#ifndef TR_TOKENIZER_H
+#define TR_TOKENIZER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/core.h"
+
+typedef struct tr_tokenizer tr_tokenizer;
+typedef struct tr_encoder tr_encoder;
+
+/* Which files a tokenizer is made from (unused ones NULL). */
+typedef struct {
+    const char *type;            /* "ByteLevel" (also NULL or ""), "GPT2BPETokenizer", "HFTokenizer" */
+    const char *vocab_file;      /* GPT2BPETokenizer: vocab.json (GPT-2's encoder.json) */
+    const char *merge_file;      /* GPT2BPETokenizer: merges.txt (GPT-2's vocab.bpe) */
+    const char *tokenizer_model; /* HFTokenizer: tokenizer.json */
+} tr_tokenizer_files;
+
+/* Open a tokenizer. A missing file for the type, or a file given that the type does not use,
+ * is TR_ERR_CONFIG naming the flag; see above for the others. */
+TR_MUST_CHECK int tr_tokenizer_open(const tr_tokenizer_files *files, tr_tokenizer **out);
+void tr_tokenizer_free(tr_tokenizer *t);
+
+/* Ids are in [0, vocab_size): the largest id + 1 (added tokens included). */
+int tr_tokenizer_vocab_size(const tr_tokenizer *t);
+/* The end-of-document id, or -1 when the tokenizer has none. */
+int32_t tr_tokenizer_eod(const tr_tokenizer *t);
+/* "ByteLevel", "GPT2BPETokenizer" or "HFTokenizer". */
+const char *tr_tokenizer_type(const tr_tokenizer *t);
+
+/* Per-thread encoding state. */
+TR_MUST_CHECK int tr_encoder_create(const tr_tokenizer *t, tr_encoder **out);
+void tr_encoder_free(tr_encoder *e);
+
+/* Token ids of text[0 .. len) (any bytes; NUL bytes are text) appended to *ids, which holds
+ * *n ids in room for *cap and is grown with realloc. add_special: apply the post-processor's
+ * template (HFTokenizer; what tokenizers' encode(add_special_tokens=True) and Megatron's
+ * HFTokenizer do). Fails only for memory. */
+TR_MUST_CHECK int tr_encode(tr_encoder *e, const char *text, size_t len, int add_special,
+                            int32_t **ids, size_t *n, size_t *cap);
+
+/* The bytes of token `id` (added tokens: their text), *len of them; NULL for an id outside
+ * the vocabulary or a hole in it. Decoding = concatenating these. */
+const char *tr_token_bytes(const tr_tokenizer *t, int32_t id, size_t *len);
+/* The text of ids as a NUL-terminated malloc'ed string of *len bytes (len may be NULL);
+ * ids outside the vocabulary are TR_ERR_INVALID. */
+TR_MUST_CHECK int tr_decode(const tr_tokenizer *t, const int32_t *ids, size_t n, char **text,
+                            size_t *len);
+
+#endif
