@@ -64,7 +64,7 @@ dev_packages=()
 for m in "${modules[@]}"; do
   p=""
   if pc=$(pkg-config --path "$m" 2>/dev/null); then
-    p=$(dpkg -S "$(readlink -f "$pc")" 2>/dev/null | head -1 | cut -d: -f1) || true
+    p=$(dpkg -S "$(readlink -f "$pc")" 2>/dev/null | sed -n 1p | cut -d: -f1) || true
   fi
   [ -n "$p" ] || p=${module_pkg[$m]:-}
   [ -n "$p" ] || die "pkg-config module '$m' (meson.build) is neither installed here nor in the table of $0: install its -dev package (scripts/setup.sh) or add it to module_pkg"
@@ -236,6 +236,8 @@ close_libs() {
   done
 }
 
+# libraries an earlier run found the packages to need (step 3 below): fetched with the rest
+[ -f "$dir/debs/extra-packages" ] && mapfile -t -O ${#packages[@]} packages <"$dir/debs/extra-packages"
 fetch "${packages[@]}"
 for round in 1 2 3 4 5; do
   assemble
@@ -245,15 +247,16 @@ for round in 1 2 3 4 5; do
   # a library the packages need but do not depend on in apt's view: its package from this system
   more=()
   for so in $missing; do
-    path=$(ldconfig -p | awk -v s="$so" '$1 == s && /x86-64/ {print $NF; exit}')
+    path=$(ldconfig -p | awk -v s="$so" '$1 == s && /x86-64/ && !p {p = $NF} END {print p}')
     p=""
-    [ -n "$path" ] && p=$(dpkg -S "$path" 2>/dev/null | head -1 | cut -d: -f1) || true
-    [ -z "$p" ] && [ -n "$path" ] && p=$(dpkg -S "$(readlink -f "$path")" 2>/dev/null | head -1 | cut -d: -f1) || true
+    [ -n "$path" ] && p=$(dpkg -S "$path" 2>/dev/null | sed -n 1p | cut -d: -f1) || true
+    [ -z "$p" ] && [ -n "$path" ] && p=$(dpkg -S "$(readlink -f "$path")" 2>/dev/null | sed -n 1p | cut -d: -f1) || true
     [ -n "$p" ] || die "no package for $so (needed by the bundle's libraries) is installed here to name it"
     more+=("$p")
   done
   echo "gpu-bundle: the libraries also need: ${more[*]}"
   packages+=("${more[@]}")
+  printf '%s\n' "${more[@]}" >>"$dir/debs/extra-packages"
   fetch "${more[@]}"
   [ $round -lt 5 ] || die "the NEEDED closure did not settle: $missing"
 done

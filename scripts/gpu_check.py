@@ -1,0 +1,564 @@
+#!/usr/bin/env python3
+"""The GPU verification in one command (scripts/gpu-check.sh runs this; stdlib only).
+
+From the repository root of a GPU machine, with the bundle of scripts/gpu-bundle.sh beside it
+(.gpu/carry/trident-gpu-bundle.tar.gz, unpacked here into .gpu/prefix): finds nvcc, cuBLASLt
+and NCCL (a CUDA toolkit, or the pip wheels' headers and libraries), builds trident with CUDA
+against the bundle alone (no apt, no pip, no network), runs every test of the 'cuda' suite
+(tests/cuda: op parity, GPT loss, NCCL, training, issue 15's checks), then
+benchmarks/gpu_step.sh. Each step is PASS, FAIL (with the failing output's tail) or SKIP
+(with the reason); a failure never stops the steps after it. The report (report.md),
+every figure (results.json) and the logs (logs.tar.gz) go to --out (default gpu-results/),
+rewritten after every step, so a run cut short still leaves its report.
+
+usage: scripts/gpu-check.sh [--out DIR] [--bundle DIR] [--build DIR] [--budget SECONDS]
+                            [--skip STEP,...] [--only STEP,...] [--jobs N]
+  --bundle  the bundle folder (default .gpu); --build the build folder (default build-gpu)
+  --budget  seconds for the whole run (default 1200); steps that would not fit are SKIPped
+            and a running one is stopped at the end of the budget
+  --skip / --only  step names: bundle, cuda-toolkit, gpu, configure, build, probe, tests, bench
+Exit 0 when no step FAILed (SKIPs included: a machine without a GPU SKIPs every GPU step), 1
+otherwise."""
+import argparse
+import datetime
+import glob
+import hashlib
+import io
+import json
+import os
+import platform
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+STEPS = ("bundle", "cuda-toolkit", "gpu", "configure", "build", "probe", "tests", "bench")
+# The tests of the cuda suite this check expects to find (tests/cuda/meson.build); one that
+# is missing from the build is a FAIL ("not registered"): e.g. no python3 at configure time.
+EXPECTED_TESTS = ("cuda-host-logic", "cuda-ops", "cuda-gpt-loss", "cuda-nccl-2", "cuda-nccl-4-staged",
+                  "cuda-nccl-8", "cuda-nccl-hang", "cuda-train", "cuda-check-fp32-vs-cpu",
+                  "cuda-check-bf16-vs-fp32-demo", "cuda-check-staged-3d-fp32", "cuda-check-checkpoint")
+TAIL_LINES = 40
+BENCH_RESERVE_S = 240  # the benchmark's time (three 124M runs, torch.compile's compilation)
+
+
+def tail(text, n=TAIL_LINES):
+    lines = text.rstrip("\n").splitlines()
+    return "\n".join(lines[-n:])
+
+
+class Check:
+    def __init__(self, a):
+        self.a = a
+        self.t0 = time.time()
+        self.out = os.path.abspath(a.out)
+        self.logdir = os.path.join(os.path.abspath(a.build) + "-check-logs")
+        shutil.rmtree(self.logdir, ignore_errors=True)
+        os.makedirs(self.logdir)
+        os.makedirs(self.out, exist_ok=True)
+        self.steps = []
+        self.info = {"date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC"),
+                     "host": socket.gethostname(), "platform": platform.platform(),
+                     "cpus": os.cpu_count(), "python": sys.version.split()[0],
+                     "commit": self.git("rev-parse", "HEAD"), "dirty": bool(self.git("status", "--porcelain",
+                                                                                        "--untracked-files=no")),
+                     "budget_s": a.budget}
+        self.results = {}  # what steps found: toolkit, device, tests, bench
+        self.env = dict(os.environ)
+        self.prefix = None
+        self.no_gpu_reason = None
+
+    def git(self, *args):
+        try:
+            p = subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True, timeout=20)
+            return p.stdout.strip() if p.returncode == 0 else None
+        except (OSError, subprocess.SubprocessError):
+            return None
+
+    def left(self):
+        return self.a.budget - (time.time() - self.t0)
+
+    # ---- running commands
+    def run(self, name, cmd, timeout=None, env=None, cwd=ROOT):
+        """Run cmd with stdout+stderr into logs/NAME.log; (exit status, output). 124 when the
+        time ran out (the whole process group is killed)."""
+        timeout = max(1, min(timeout or self.left(), self.left()))
+        log = os.path.join(self.logdir, name + ".log")
+        with open(log, "ab") as f:
+            f.write(f"$ {' '.join(map(str, cmd))}\n".encode())
+            f.flush()
+            try:
+                p = subprocess.Popen(cmd, cwd=cwd, env=env or self.env, stdout=f, stderr=subprocess.STDOUT,
+                                     stdin=subprocess.DEVNULL, start_new_session=True)
+            except OSError as e:
+                f.write(f"cannot run: {e}\n".encode())
+                return 127, f"cannot run {cmd[0]}: {e}"
+            try:
+                rc = p.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                os.killpg(p.pid, signal.SIGKILL)
+                p.wait()
+                f.write(f"\n[gpu-check: stopped after {timeout:.0f} s (time budget)]\n".encode())
+                rc = 124
+        with open(log, errors="replace") as f:
+            return rc, f.read()
+
+    # ---- steps
+    def step(self, name, fn, needs=()):
+        if self.a.only and name not in self.a.only or name in self.a.skip:
+            return self.record(name, "SKIP", "not asked for (--only / --skip)", 0)
+        for n in needs:
+            s = self.status(n)
+            if s != "PASS":
+                return self.record(name, "SKIP", f"{n} did not pass" + (f" ({s})" if s else ""), 0)
+        if self.left() < 5:
+            return self.record(name, "SKIP", "time budget spent", 0)
+        print(f"== {name} ...", flush=True)
+        t = time.time()
+        try:
+            status, summary, detail = fn()
+        except Exception as e:  # a bug here must not lose the report
+            import traceback
+            status, summary, detail = "FAIL", f"gpu-check error: {e}", traceback.format_exc()
+        self.record(name, status, summary, time.time() - t, detail)
+        return status
+
+    def record(self, name, status, summary, seconds, detail=""):
+        self.steps.append({"name": name, "status": status, "seconds": round(seconds, 1), "summary": summary,
+                           "tail": tail(detail) if status == "FAIL" else ""})
+        print(f"   {status:4} {name} ({seconds:.0f} s): {summary}", flush=True)
+        if status == "FAIL" and detail:
+            print("     | " + tail(detail, 15).replace("\n", "\n     | "), flush=True)
+        self.write()
+        return status
+
+    def status(self, name):
+        for s in self.steps:
+            if s["name"] == name:
+                return s["status"]
+        return None
+
+    # 1. the bundle
+    def bundle(self):
+        bdir = os.path.abspath(self.a.bundle)
+        prefix = os.path.join(bdir, "prefix")
+        archive = os.path.join(bdir, "carry", "trident-gpu-bundle.tar.gz")
+        unpacked = ""
+        if os.path.isfile(archive) and (not os.path.isfile(os.path.join(prefix, "MANIFEST")) or
+                                        os.path.getmtime(archive) > os.path.getmtime(os.path.join(prefix, "MANIFEST"))):
+            shutil.rmtree(prefix, ignore_errors=True)
+            with tarfile.open(archive) as t:
+                try:
+                    t.extractall(bdir, filter="tar")
+                except TypeError:  # Python < 3.12 has no filter argument
+                    t.extractall(bdir)
+            os.utime(os.path.join(prefix, "MANIFEST"))
+            unpacked = f"unpacked {os.path.relpath(archive, ROOT)}; "
+        if not os.path.isfile(os.path.join(prefix, "MANIFEST")):
+            return ("FAIL", f"no bundle in {self.a.bundle}: run scripts/gpu-bundle.sh on a Debian 12 machine with "
+                    f"network and carry {self.a.bundle}/carry (the build falls back to this machine's packages)", "")
+        manifest = open(os.path.join(prefix, "MANIFEST")).read()
+        modules = next((l.split()[1:] for l in manifest.splitlines() if l.startswith("modules ")), [])
+        pkgconf = os.path.join(prefix, "bin", "pkg-config")
+        env = dict(self.env, PKG_CONFIG_LIBDIR=os.path.join(prefix, "lib", "pkgconfig"), PKG_CONFIG_PATH="")
+        versions, bad = {}, []
+        for m in modules:
+            rc, out = self.run("bundle", [pkgconf, "--modversion", m], timeout=30, env=env)
+            if rc == 0:
+                versions[m] = out.strip().splitlines()[-1]
+            else:
+                bad.append(m)
+        self.results["bundle"] = {"manifest": manifest.splitlines()[:2], "modules": versions}
+        if bad:
+            return "FAIL", f"modules that do not resolve from the bundle: {', '.join(bad)}", self.read_log("bundle")
+        self.prefix = prefix
+        self.env.update(PKG_CONFIG=pkgconf, PKG_CONFIG_LIBDIR=os.path.join(prefix, "lib", "pkgconfig"),
+                        PKG_CONFIG_PATH="", UCX_MODULE_DIR=os.path.join(prefix, "lib", "ucx"))
+        corpus = os.path.join(prefix, "share", "fortunes")
+        if os.path.isdir(corpus):
+            self.env["TRIDENT_DEMO_CORPUS"] = corpus
+        return "PASS", unpacked + ", ".join(f"{m} {v}" for m, v in versions.items()), ""
+
+    def read_log(self, name):
+        try:
+            return open(os.path.join(self.logdir, name + ".log"), errors="replace").read()
+        except OSError:
+            return ""
+
+    # 2. the CUDA toolkit: nvcc, cudart, cuBLASLt, NCCL from wherever they are
+    def cuda_roots(self, nvcc):
+        roots = []
+        for v in ("TRIDENT_CUDA_HOME", "CUDA_HOME", "CUDA_PATH", "NCCL_HOME"):
+            if os.environ.get(v):
+                roots.append(os.environ[v])
+        if nvcc:
+            roots.append(os.path.dirname(os.path.dirname(os.path.realpath(nvcc))))
+        roots += ["/usr/local/cuda"] + sorted(glob.glob("/usr/local/cuda-*"), reverse=True)
+        for sp in self.site_dirs():
+            nv = os.path.join(sp, "nvidia")
+            if os.path.isdir(nv):
+                roots += [os.path.join(nv, d) for d in sorted(os.listdir(nv))]
+        roots += ["/usr", "/opt/nvidia"]
+        seen, out = set(), []
+        for r in roots:
+            r = os.path.realpath(r)
+            if os.path.isdir(r) and r not in seen:
+                seen.add(r)
+                out.append(r)
+        return out
+
+    def site_dirs(self):
+        dirs = []
+        for py in ("python3", sys.executable):
+            try:
+                p = subprocess.run([py, "-c", "import site, sys; print('\\n'.join(site.getsitepackages() + sys.path))"],
+                                   capture_output=True, text=True, timeout=30)
+                dirs += [d for d in p.stdout.splitlines() if d.endswith("-packages")]
+            except (OSError, subprocess.SubprocessError):
+                pass
+        return list(dict.fromkeys(dirs))
+
+    @staticmethod
+    def lib_in(root, name):
+        """(include dir, library file) of lib NAME under root, or None."""
+        libdirs = ["lib64", "lib", "targets/x86_64-linux/lib", "lib/x86_64-linux-gnu"]
+        for d in libdirs:
+            files = sorted(glob.glob(os.path.join(root, d, f"lib{name}.so*")), key=len)
+            files = [f for f in files if re.search(rf"lib{name}\.so(\.\d+)*$", f)]
+            if files:
+                return os.path.join(root, d), files[0]
+        return None
+
+    @staticmethod
+    def header_in(root, header):
+        for inc in ("include", "targets/x86_64-linux/include"):
+            if os.path.isfile(os.path.join(root, inc, header)):
+                return os.path.join(root, inc)
+        return None
+
+    def find_nvcc(self):
+        cands = [os.environ.get("NVCC", ""), shutil.which("nvcc") or ""]
+        for v in ("TRIDENT_CUDA_HOME", "CUDA_HOME", "CUDA_PATH"):
+            if os.environ.get(v):
+                cands.append(os.path.join(os.environ[v], "bin", "nvcc"))
+        cands += ["/usr/local/cuda/bin/nvcc"] + sorted(glob.glob("/usr/local/cuda-*/bin/nvcc"), reverse=True)
+        for sp in self.site_dirs():
+            cands += sorted(glob.glob(os.path.join(sp, "nvidia", "*", "bin", "nvcc")))
+        for c in cands:
+            if c and os.path.isfile(c) and os.access(c, os.X_OK):
+                return c
+        return None
+
+    def cuda_toolkit(self):
+        nvcc = self.find_nvcc()
+        roots = self.cuda_roots(nvcc)
+        found, missing = {}, []
+        for key, header, lib in (("cudart", "cuda_runtime_api.h", "cudart"), ("cublasLt", "cublasLt.h", "cublasLt"),
+                                 ("nccl", "nccl.h", "nccl")):
+            for r in roots:
+                inc, lb = self.header_in(r, header), self.lib_in(r, lib)
+                if inc and lb:
+                    found[key] = {"root": r, "include": inc, "libdir": lb[0], "lib": lb[1]}
+                    break
+            else:
+                missing.append(f"{lib} ({header} + lib{lib}.so*)")
+        if not nvcc:
+            missing.insert(0, "nvcc")
+        detail = "searched: " + ", ".join(roots)
+        if missing:
+            gpu = os.path.exists("/dev/nvidia0") or shutil.which("nvidia-smi")
+            msg = f"not found: {', '.join(missing)}"
+            return ("FAIL" if gpu else "SKIP"), msg + ("" if gpu else " (and no GPU here)"), detail
+        rc, out = self.run("cuda-toolkit", [nvcc, "--version"], timeout=60)
+        nvcc_version = next((l for l in out.splitlines() if "release" in l), "?").strip()
+        nccl_h = open(os.path.join(found["nccl"]["include"], "nccl.h"), errors="replace").read()
+        nv = {k: re.search(rf"#define NCCL_{k}\s+(\d+)", nccl_h) for k in ("MAJOR", "MINOR", "PATCH")}
+        nccl_version = ".".join(m.group(1) for m in nv.values() if m) or "?"
+        # one toolkit folder for meson (-Dcudatoolkit): include/ and lib64/ as links to the
+        # pieces; nvcc itself is found on PATH (meson falls back to it when bin/ has none).
+        # Outside the source tree: meson refuses include directories inside it by absolute path.
+        tag = hashlib.sha1(ROOT.encode()).hexdigest()[:10]
+        tk = os.path.join(tempfile.gettempdir(), f"trident-cuda-{os.getuid()}-{tag}")
+        shutil.rmtree(tk, ignore_errors=True)
+        os.makedirs(os.path.join(tk, "include"))
+        os.makedirs(os.path.join(tk, "lib64"))
+        for key in ("nccl", "cublasLt", "cudart"):  # each library's own headers win a clash
+            inc = found[key]["include"]
+            for e in sorted(os.listdir(inc)):
+                dst = os.path.join(tk, "include", e)
+                if not os.path.lexists(dst):
+                    os.symlink(os.path.join(inc, e), dst)
+            real = os.path.realpath(found[key]["lib"])
+            base = f"lib{key}.so"
+            soname = self.soname(real) or os.path.basename(real)
+            for n in {base, soname}:
+                dst = os.path.join(tk, "lib64", n)
+                if not os.path.lexists(dst):
+                    os.symlink(real, dst)
+        self.toolkit = tk
+        self.lib_dirs = list(dict.fromkeys([os.path.join(tk, "lib64")] +
+                                           [os.path.dirname(os.path.realpath(found[k]["lib"])) for k in found]))
+        self.env["PATH"] = os.path.dirname(os.path.realpath(nvcc)) + os.pathsep + self.env.get("PATH", "")
+        self.results["toolkit"] = {"nvcc": nvcc, "nvcc_version": nvcc_version, "nccl_version": nccl_version,
+                                   **{k: v["lib"] for k, v in found.items()}, "folder": tk}
+        where = "; ".join(f"{k} {v['lib']}" for k, v in found.items())
+        return "PASS", f"nvcc {nvcc} ({nvcc_version}); NCCL {nccl_version}; {where}", detail
+
+    @staticmethod
+    def soname(path):
+        try:
+            p = subprocess.run(["readelf", "-d", path], capture_output=True, text=True, timeout=30)
+            m = re.search(r"\(SONAME\).*\[(.*)\]", p.stdout)
+            return m.group(1) if m else None
+        except (OSError, subprocess.SubprocessError):
+            return None
+
+    # 3. the GPU, as the driver sees it (the probe after the build decides)
+    def gpu(self):
+        smi = shutil.which("nvidia-smi")
+        if not smi:
+            self.no_gpu_reason = "no nvidia-smi: no NVIDIA driver on this machine"
+            return "SKIP", self.no_gpu_reason, ""
+        rc, out = self.run("gpu", [smi, "--query-gpu=name,driver_version,memory.total,clocks.max.sm",
+                                   "--format=csv,noheader"], timeout=60)
+        lines = [l for l in out.splitlines()[1:] if l.strip()]
+        if rc != 0 or not lines:
+            self.no_gpu_reason = f"nvidia-smi found no GPU: {tail(out, 3)}"
+            return "SKIP", self.no_gpu_reason, out
+        self.results["gpu"] = lines
+        self.info["device"] = lines[0].split(",")[0].strip()
+        return "PASS", "; ".join(lines), ""
+
+    # 4-5. configure and build
+    def configure(self):
+        build = self.a.build
+        opts = ["-Dbuildtype=release", "-Dcuda=enabled", f"-Dcudatoolkit={self.toolkit}"]
+        # RPATH (not RUNPATH): the bundle's and CUDA's libraries for every library loaded
+        # on the way (OpenBLAS's libgfortran too), without LD_LIBRARY_PATH
+        rpath = [os.path.join(self.prefix, "lib")] if self.prefix else []
+        rpath += self.lib_dirs
+        opts.append("-Dc_link_args=" + ",".join(["-Wl", "--disable-new-dtags"] + [f"-rpath,{d}" for d in rpath]))
+        if os.path.isfile(os.path.join(build, "build.ninja")):
+            cmd = ["meson", "setup", "--reconfigure", build] + opts
+        else:
+            cmd = ["meson", "setup", build] + opts
+        rc, out = self.run("configure", cmd, timeout=300)
+        if rc != 0:
+            return "FAIL", "meson setup failed", out
+        m = re.search(r"CUDA backend\s*:\s*(\S+)", out)
+        return "PASS", f"{build}: CUDA backend {m.group(1) if m else '?'}", ""
+
+    def build(self):
+        rc, out = self.run("build", ["ninja", "-C", self.a.build] + (["-j", str(self.a.jobs)] if self.a.jobs else []),
+                           timeout=900)
+        if rc != 0:
+            errs = [l for l in out.splitlines() if "error" in l.lower()][:10]
+            return "FAIL", f"ninja failed ({rc})" + (f": {errs[0][:200]}" if errs else ""), out
+        libs = self.check_libraries()
+        return ("PASS" if not libs else "FAIL"), ("built; " + (libs or "every library of trident resolves to "
+                                                               "the bundle, CUDA or the system's base")), ""
+
+    def check_libraries(self):
+        """'' when every library trident needs resolves (ldd), else what does not."""
+        rc, out = self.run("build", ["ldd", os.path.join(self.a.build, "trident")], timeout=60)
+        bad = [l.strip() for l in out.splitlines() if "not found" in l]
+        return f"not found: {'; '.join(bad)}" if bad else ""
+
+    # 6. the probe
+    def probe(self):
+        exe = os.path.join(self.a.build, "tests", "cuda", "cuda_probe")
+        rc, out = self.run("probe", [exe], timeout=120)
+        line = tail(out.split("\n", 1)[-1], 1)
+        if rc == 0:
+            self.results["probe"] = line
+            return "PASS", line, ""
+        if rc == 77:
+            self.no_gpu_reason = line.replace("SKIP: ", "")
+            return "SKIP", line.replace("SKIP: ", ""), ""
+        return "FAIL", f"cuda_probe exit {rc}", out
+
+    # 7. the tests of the cuda suite, one step each
+    def tests(self):
+        build = self.a.build
+        rc, out = self.run("tests", ["meson", "test", "-C", build, "--list", "--suite", "cuda", "--no-rebuild"],
+                           timeout=120)
+        listed = [l.split(" / ")[-1].strip() for l in out.splitlines() if " / " in l]
+        for name in EXPECTED_TESTS:
+            if name not in listed:
+                self.record(f"test:{name}", "FAIL", "not registered in this build (tests/cuda/meson.build: "
+                            "is /usr/bin/python3 or python3 there at configure time?)", 0)
+        want_bench = "bench" not in self.a.skip and (not self.a.only or "bench" in self.a.only)
+        limit = self.left() - (BENCH_RESERVE_S if want_bench else 0)
+        if limit < 60:
+            limit = max(self.left() - 10, 30)
+        logbase = "gpucheck"
+        jlog = os.path.join(build, "meson-logs", logbase + ".json")
+        if os.path.exists(jlog):
+            os.remove(jlog)
+        rc, out = self.run("tests", ["meson", "test", "-C", build, "--suite", "cuda", "--no-rebuild",
+                                     "--print-errorlogs", "--logbase", logbase,
+                                     "--num-processes", str(min(4, os.cpu_count() or 1))], timeout=limit)
+        done = []
+        if os.path.exists(jlog):
+            for line in open(jlog):
+                try:
+                    done.append(json.loads(line))
+                except ValueError:
+                    pass
+        seen = set()
+        for t in done:
+            name = t.get("name", "?").split(" / ")[-1]
+            seen.add(name)
+            res, dur, text = t.get("result", "?"), t.get("duration", 0), t.get("stdout", "") or ""
+            if t.get("stderr"):
+                text += "\n" + t["stderr"]
+            if res == "OK":
+                status, summary = "PASS", self.summary_of(text) or "ok"
+            elif res == "SKIP":
+                m = re.search(r"^SKIP:?\s*(.*)$", text, re.M)
+                status, summary = "SKIP", (m.group(1) if m else "exit 77") if text else "exit 77"
+            else:
+                status, summary = "FAIL", f"{res}: " + (self.first_failure(text) or f"exit {t.get('returncode')}")
+            self.steps.append({"name": f"test:{name}", "status": status, "seconds": round(dur, 1),
+                               "summary": summary[:300], "tail": tail(text) if status == "FAIL" else ""})
+            print(f"   {status:4} test:{name} ({dur:.0f} s): {summary[:160]}", flush=True)
+        for name in listed:
+            if name not in seen:
+                self.steps.append({"name": f"test:{name}", "status": "FAIL" if rc == 124 else "SKIP",
+                                   "seconds": 0, "summary": "not run: the time budget ran out" if rc == 124
+                                   else "not run (see tests.log)", "tail": ""})
+        self.results["tests"] = {t.get("name", "?"): t.get("result") for t in done}
+        if os.path.isfile(os.path.join(build, "meson-logs", logbase + ".txt")):
+            shutil.copy(os.path.join(build, "meson-logs", logbase + ".txt"), os.path.join(self.logdir, "meson-test.txt"))
+        if rc == 124:
+            return "FAIL", f"stopped at the time budget after {len(done)} of {len(listed)} tests", out
+        fails = [t for t in done if t.get("result") not in ("OK", "SKIP")]
+        skips = [t for t in done if t.get("result") == "SKIP"]
+        return ("FAIL" if fails else "PASS"), (f"{len(done)} tests: {len(done) - len(fails) - len(skips)} passed, "
+                                               f"{len(fails)} failed, {len(skips)} skipped"), out if fails else ""
+
+    @staticmethod
+    def summary_of(text):
+        oks = [l.strip() for l in text.splitlines() if l.startswith("ok ")]
+        return "; ".join(oks)[:300] if oks else ""
+
+    @staticmethod
+    def first_failure(text):
+        for l in text.splitlines():
+            if l.startswith("FAIL") or "Error" in l or "error:" in l:
+                return l.strip()[:240]
+        return ""
+
+    # 8. the benchmark
+    def bench(self):
+        if self.status("probe") != "PASS":
+            return "SKIP", self.no_gpu_reason or "the probe found no usable GPU", ""
+        jout = os.path.join(self.logdir, "bench.json")
+        rc, out = self.run("bench", [os.path.join(ROOT, "benchmarks", "gpu_step.sh"), "--build", self.a.build,
+                                     "--json-out", jout, "--profile"], timeout=self.left() - 5)
+        if rc == 77:
+            return "SKIP", tail(out, 1).replace("SKIP: ", ""), ""
+        if rc != 0 or not os.path.isfile(jout):
+            return "FAIL", f"benchmarks/gpu_step.sh exit {rc}", out
+        b = json.load(open(jout))
+        self.results["bench"] = b
+        t = b["targets"]
+        vs = f"{t['vs_compile']:.2f}x torch.compile" if t.get("vs_compile") else "torch.compile failed"
+        mfu = f"MFU {100 * t['mfu']:.1f}%" if t.get("mfu") is not None else "MFU n/a"
+        return "PASS", f"trident {t['trident_tokens_per_s']:.0f} tokens/s, {vs}, {mfu}; targets " + \
+            ("met" if t["met"] else "NOT met (see the per-op split)"), ""
+
+    # ---- the report
+    def write(self):
+        counts = {s: sum(1 for x in self.steps if x["status"] == s) for s in ("PASS", "FAIL", "SKIP")}
+        res = {"info": dict(self.info, seconds=round(time.time() - self.t0, 1)), "counts": counts,
+               "ok": counts["FAIL"] == 0, "steps": self.steps, **self.results}
+        tmp = os.path.join(self.out, "results.json.tmp")
+        with open(tmp, "w") as f:
+            json.dump(res, f, indent=1)
+        os.replace(tmp, os.path.join(self.out, "results.json"))
+        tmp = os.path.join(self.out, "report.md.tmp")
+        with open(tmp, "w") as f:
+            f.write(self.markdown(res))
+        os.replace(tmp, os.path.join(self.out, "report.md"))
+        buf = io.BytesIO()
+        with tarfile.open(fileobj=buf, mode="w:gz") as t:
+            t.add(self.logdir, arcname="logs")
+        with open(os.path.join(self.out, "logs.tar.gz"), "wb") as f:
+            f.write(buf.getvalue())
+
+    def markdown(self, res):
+        i = res["info"]
+        c = res["counts"]
+        L = [f"# trident GPU check: {'PASS' if res['ok'] else 'FAIL'} "
+             f"({c['PASS']} passed, {c['FAIL']} failed, {c['SKIP']} skipped)", "",
+             f"- date: {i['date']}, {i['seconds']:.0f} s of a {i['budget_s']} s budget",
+             f"- machine: {i['host']}, {i['platform']}, {i['cpus']} CPUs"
+             + (f", {i['device']}" if i.get("device") else ", no GPU"),
+             f"- commit: {i['commit'] or 'unknown'}{' (with uncommitted changes)' if i['dirty'] else ''}"]
+        if "toolkit" in res:
+            tk = res["toolkit"]
+            L.append(f"- CUDA: {tk['nvcc_version']} ({tk['nvcc']}); NCCL {tk['nccl_version']} ({tk['nccl']}); "
+                     f"cuBLASLt {tk['cublasLt']}")
+        if "bundle" in res:
+            L.append(f"- bundle: {res['bundle']['manifest'][0]}")
+        L += ["", "| step | status | seconds | summary |", "|---|---|---:|---|"]
+        for s in res["steps"]:
+            L.append(f"| {s['name']} | {s['status']} | {s['seconds']:.0f} | {s['summary'].replace('|', '/')} |")
+        fails = [s for s in res["steps"] if s["status"] == "FAIL" and s["tail"]]
+        if fails:
+            L += ["", "## Failures"]
+            for s in fails:
+                L += ["", f"### {s['name']}", "", "```", s["tail"], "```"]
+        if "bench" in res:
+            L += ["", "## Benchmark (benchmarks/gpu_step.sh)", "", res["bench"]["markdown"]]
+        L += ["", "Logs of every step: logs.tar.gz. Re-run: `scripts/gpu-check.sh --out DIR` "
+              "(`--only tests`, `--only bench` for one part)."]
+        return "\n".join(L) + "\n"
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--out", default="gpu-results")
+    ap.add_argument("--bundle", default=".gpu")
+    ap.add_argument("--build", default="build-gpu")
+    ap.add_argument("--budget", type=float, default=1200)
+    ap.add_argument("--only", default="")
+    ap.add_argument("--skip", default="")
+    ap.add_argument("--jobs", type=int, default=0)
+    a = ap.parse_args()
+    for k in ("only", "skip"):
+        names = [n for n in getattr(a, k).split(",") if n]
+        unknown = [n for n in names if n not in STEPS]
+        if unknown:
+            ap.error(f"--{k}: unknown step(s) {', '.join(unknown)}; steps: {', '.join(STEPS)}")
+        setattr(a, k, names)
+    os.chdir(ROOT)
+    c = Check(a)
+    print(f"gpu-check: report in {c.out} (budget {a.budget:.0f} s)", flush=True)
+    c.step("bundle", c.bundle)
+    c.step("cuda-toolkit", c.cuda_toolkit)
+    c.step("gpu", c.gpu)
+    c.step("configure", c.configure, needs=("cuda-toolkit",))
+    c.step("build", c.build, needs=("configure",))
+    c.step("probe", c.probe, needs=("build",))
+    c.step("tests", c.tests, needs=("build",))
+    c.step("bench", c.bench, needs=("build",))
+    c.write()
+    res = json.load(open(os.path.join(c.out, "results.json")))
+    n = res["counts"]
+    print(f"\ngpu-check: {n['PASS']} passed, {n['FAIL']} failed, {n['SKIP']} skipped; "
+          f"report {os.path.join(c.out, 'report.md')}")
+    for s in res["steps"]:
+        print(f"  {s['status']:4}  {s['name']:34} {s['summary'][:110]}")
+    return 0 if res["ok"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
