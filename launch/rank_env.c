@@ -400,6 +400,10 @@ int tr_env_detect(tr_rank_env *out)
     if (rc)
         return rc;
     o->master_port = DEFAULT_MULTINODE_PORT;
+    if (!strcmp(o->source, "slurm") && getenv("SLURM_JOB_ID"))
+        /* jobs and steps sharing a node must not share the store's port (with 29500 for all,
+         * the second failed: 'Address already in use'): one of 10000-29999 from job.step */
+        o->master_port = 10000 + (int)(tr_hash_name(o->job_token) % 20000);
     rc = env_int("MASTER_PORT", 1, 65535, &o->master_port, &found);
     if (rc)
         return rc;

@@ -111,8 +111,14 @@ static void test_slurm(void **state)
     assert_int_equal(e.rank, 5), assert_int_equal(e.world_size, 8);
     assert_int_equal(e.local_rank, 1), assert_int_equal(e.local_world_size, 4);
     assert_string_equal(e.master_addr, "node01");
-    assert_int_equal(e.master_port, 29500);
+    /* the port follows the job and step, so jobs sharing a node do not collide */
+    int port = e.master_port;
+    assert_int_equal(port, 10000 + (int)(tr_hash_name("slurm-77.3") % 20000));
     assert_string_equal(e.job_token, "slurm-77.3");
+    set("SLURM_STEP_ID", "4");
+    assert_int_equal(tr_env_detect(&e), TR_OK);
+    assert_int_not_equal(e.master_port, port);
+    set("SLURM_STEP_ID", "3");
     /* SLURM_NODELIST (the step's nodes) comes before the job's list. */
     set("SLURM_NODELIST", "gpu-a[3,5]");
     assert_int_equal(tr_env_detect(&e), TR_OK);
