@@ -4,7 +4,7 @@
 set -euo pipefail
 packages=(meson ninja-build pkg-config gcc libyaml-dev libcmocka-dev libopenblas-dev libjansson-dev
           libpcre2-dev libucx-dev ucx-utils fortunes python3-torch python3-numpy iproute2
-          openmpi-bin libopenmpi-dev chromium)
+          openmpi-bin libopenmpi-dev chromium slurm-wlm munge)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
