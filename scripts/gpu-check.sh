@@ -5,7 +5,7 @@
 # report.md, results.json and logs.tar.gz to --out (default gpu-results/). Each step PASS, FAIL
 # (with the failing tail) or SKIP (with the reason); exit 1 only when a step FAILed.
 #   scripts/gpu-check.sh [--out DIR] [--bundle DIR] [--build DIR] [--budget SECONDS]
-#                        [--only STEP,...] [--skip STEP,...] [--jobs N]
+#                        [--only STEP,...] [--skip STEP,...] [--jobs N] [--commit HASH]
 # The work is scripts/gpu_check.py (Python's standard library only; any python3 runs it).
 set -euo pipefail
 cd "$(dirname "$0")/.."
