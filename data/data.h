@@ -33,6 +33,7 @@
 #include <stdint.h>
 
 #include "core/core.h"
+#include "tokenizer/tokenizer.h"
 
 #define TR_EOD_TOKEN 0
 #define TR_BYTE_VOCAB 256
@@ -77,6 +78,41 @@ TR_MUST_CHECK int tr_data_locate(const tr_data *d, int split, uint64_t offset, u
  * PREFIX.idx.tmp renamed at the end). A missing or unreadable input is TR_ERR_IO. */
 TR_MUST_CHECK int tr_preprocess_text(const char *const *inputs, int n_inputs, const char *output_prefix,
                        int split_on_blank_lines, uint64_t *n_documents, uint64_t *n_tokens);
+
+/* `trident preprocess` with a tokenizer, Megatron's tools/preprocess_data.py:
+ *  - JSON Lines (n_json_keys > 0): each line one JSON object; for each key its value is a
+ *    string (one sentence) or a list of strings (sentences); each sentence's ids are one
+ *    sequence (sentences without ids none), the EOD id closes the document's last sequence
+ *    when append_eod and the document has ids, and the document is written even with none.
+ *    Key K goes to PREFIX_K_document.bin/.idx. A line that is not JSON, not an object, lacks
+ *    a key or holds another type is TR_ERR_INVALID "FILE:LINE: ..." unless skip_bad_lines
+ *    (then skipped whole and counted); lines of only whitespace are skipped and counted.
+ *  - Text (n_json_keys == 0): documents as tr_preprocess_text cuts them, each tokenized whole,
+ *    the EOD id always appended; a document without ids is not written. Output PREFIX.
+ *  - Token dtype by vocabulary size as Megatron's DType.optimal_dtype: uint16 below 65500,
+ *    else int32. The tokenizer's EOD must exist where one is appended (TR_ERR_CONFIG).
+ *  - workers threads encode batches of lines; they are written in input order, so the files
+ *    are byte-identical for any number of workers.
+ *  - progress_s > 0: a progress line on stderr at most that often (documents, MB/s, tokens/s). */
+typedef struct {
+    const char *const *inputs;
+    int n_inputs;
+    const char *output_prefix;
+    const char *const *json_keys;
+    int n_json_keys;
+    int split_on_blank_lines; /* text */
+    const tr_tokenizer *tokenizer;
+    int append_eod;           /* JSON Lines (text: always) */
+    int workers;              /* >= 1 */
+    int skip_bad_lines;
+    double progress_s;
+} tr_preprocess_options;
+typedef struct {
+    uint64_t documents, tokens; /* per output (the same for every key); tokens of all keys */
+    uint64_t lines, bad_lines, blank_lines, bytes;
+    int dtype_code;            /* Megatron's: 8 uint16, 4 int32 */
+} tr_preprocess_stats;
+TR_MUST_CHECK int tr_preprocess(const tr_preprocess_options *o, tr_preprocess_stats *stats);
 
 /* Writers, for tests and tools: an indexed dataset of the given documents, and an llm.c
  * shard of the given tokens. */

@@ -14,6 +14,17 @@
 
 #if !defined(__BYTE_ORDER__) || __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "data/ reads little-endian files with native loads: a big-endian host needs byte swaps"
+/* Receiver of text documents: the bytes of the open document (in pieces), then its end
+ * (also called at a separator or a file's end when nothing was added). */
+typedef struct doc_sink {
+    int (*add)(struct doc_sink *s, const unsigned char *bytes, size_t n);
+    int (*end)(struct doc_sink *s);
+} doc_sink;
+/* The documents of one open text file (preprocess.c): split at blank lines as data.h says, or
+ * the whole file as one document. Documents longer than 2^31-1 bytes are TR_ERR_INVALID. */
+TR_MUST_CHECK int text_documents(FILE *f, const char *path, int split_on_blank_lines,
+                                 doc_sink *sink);
+
 #endif
 
 /* Megatron dtype codes (megatron/core/datasets/indexed_dataset.py, class DType). */
@@ -92,23 +103,44 @@ int64_t token_store_token(const token_store *s, uint64_t i);
  * its document. */
 TR_MUST_CHECK int token_store_check_vocab(const token_store *s, const char *file, int vocab_size);
 
-/* Streaming writer of a uint16 indexed dataset, one document at a time, into PREFIX.bin.tmp
- * and PREFIX.idx.tmp; finish() renames them to PREFIX.bin / PREFIX.idx. */
+/* Streaming writer of an indexed dataset, one document at a time, into PREFIX.bin.tmp and
+ * PREFIX.idx.tmp; finish() renames them to PREFIX.bin / PREFIX.idx. A document is one or more
+ * sequences (Megatron's sentences); iw_end_document() ends the open sequence, if any, and the
+ * document. Tokens are stored as uint16 (iw_begin) or as the dtype given to iw_begin_dtype. */
 typedef struct {
     char *bin_path, *idx_path, *bin_tmp, *idx_tmp;
     FILE *bin;
-    int32_t *sizes; /* tokens per document */
+    int dtype, itemsize;
+    int32_t *sizes;   /* tokens per sequence */
+    uint64_t n_seqs, cap_seqs;
+    uint64_t *doc_end; /* sequences before the end of each document */
     uint64_t n_docs, cap_docs, n_tokens, cur_len;
-    int in_document;
-    uint16_t buf[4096];
-    size_t n_buf;
+    int in_document;  /* a sequence is open (something was appended since the last end) */
+    unsigned char buf[1 << 14];
+    size_t n_buf;     /* bytes in buf */
 } indexed_writer;
 
 TR_MUST_CHECK int iw_begin(indexed_writer *w, const char *prefix);
+/* dtype: DT_UINT16 or DT_INT32 (what Megatron picks by vocabulary size). */
+TR_MUST_CHECK int iw_begin_dtype(indexed_writer *w, const char *prefix, int dtype);
 TR_MUST_CHECK int iw_append(indexed_writer *w, const uint16_t *tokens, size_t n);
+/* Ids in [0, 2^31); each must fit the dtype (checked). */
+TR_MUST_CHECK int iw_append_ids(indexed_writer *w, const int32_t *ids, size_t n);
+TR_MUST_CHECK int iw_end_sequence(indexed_writer *w);
 TR_MUST_CHECK int iw_end_document(indexed_writer *w);
 TR_MUST_CHECK int iw_finish(indexed_writer *w);
 /* Remove the temporary files and free everything (safe after a failure or a finish). */
 void iw_abort(indexed_writer *w);
+
+/* Receiver of text documents: the bytes of the open document (in pieces), then its end
+ * (also called at a separator or a file's end when nothing was added). */
+typedef struct doc_sink {
+    int (*add)(struct doc_sink *s, const unsigned char *bytes, size_t n);
+    int (*end)(struct doc_sink *s);
+} doc_sink;
+/* The documents of one open text file (preprocess.c): split at blank lines as data.h says, or
+ * the whole file as one document. Documents longer than 2^31-1 bytes are TR_ERR_INVALID. */
+TR_MUST_CHECK int text_documents(FILE *f, const char *path, int split_on_blank_lines,
+                                 doc_sink *sink);
 
 #endif

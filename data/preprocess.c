@@ -1,6 +1,6 @@
-/* `trident preprocess`'s library half: text files -> a uint16 Megatron indexed dataset with
- * the byte-level tokenizer (token = byte value, NUL bytes dropped, TR_EOD_TOKEN closing
- * every document).
+/* Text files -> documents (text_documents, for any tokenizer), and the byte-level
+ * tokenizer's streaming path of `trident preprocess` (tr_preprocess_text): a uint16 Megatron
+ * indexed dataset, token = byte value, NUL bytes dropped, TR_EOD_TOKEN closing every document.
  *
  * Document boundaries (split_on_blank_lines): a line whose content (without its "\n" or
  * "\r\n", and NUL bytes ignored) is empty, only spaces/tabs, or exactly "%" (the separator
@@ -19,9 +19,16 @@
 
 #include "core/core.h"
 
-/* Bytes -> tokens, NULs dropped; opens a document if there is anything to add. */
-static int append_bytes(indexed_writer *w, const unsigned char *bytes, size_t n)
+/* The byte-level sink: bytes -> tokens, NULs dropped; a document opens when there is
+ * anything to add, and only an open one is closed (with TR_EOD_TOKEN). */
+typedef struct {
+    doc_sink sink;
+    indexed_writer *w;
+} byte_sink;
+
+static int append_bytes(doc_sink *sink, const unsigned char *bytes, size_t n)
 {
+    indexed_writer *w = ((byte_sink *)sink)->w;
     uint16_t tok[1024];
     size_t k = 0;
     for (size_t i = 0; i < n; i++) {
@@ -38,8 +45,9 @@ static int append_bytes(indexed_writer *w, const unsigned char *bytes, size_t n)
     return k ? iw_append(w, tok, k) : TR_OK;
 }
 
-static int close_document(indexed_writer *w)
+static int close_document(doc_sink *sink)
 {
+    indexed_writer *w = ((byte_sink *)sink)->w;
     if (!w->in_document)
         return TR_OK;
     uint16_t eod = TR_EOD_TOKEN;
@@ -94,7 +102,7 @@ static size_t read_piece(FILE *f, char *buf, int *ended)
     return n;
 }
 
-static int documents_by_blank_lines(indexed_writer *w, FILE *f, const char *path)
+static int documents_by_blank_lines(doc_sink *w, FILE *f, const char *path)
 {
     char *line = malloc(PIECE);
     if (!line)
@@ -109,10 +117,10 @@ static int documents_by_blank_lines(indexed_writer *w, FILE *f, const char *path
             if (line[i] != 0)
                 line[len++] = line[i];
         if (!mid_line && ended && is_separator(line, len)) {
-            rc = close_document(w);
+            rc = w->end(w);
             doc_start = offset + got;
         } else {
-            rc = append_bytes(w, (const unsigned char *)line, len);
+            rc = w->add(w, (const unsigned char *)line, len);
             if (!rc && offset + got - doc_start > MAX_DOCUMENT_BYTES)
                 rc = too_long(path, doc_start);
         }
@@ -122,24 +130,31 @@ static int documents_by_blank_lines(indexed_writer *w, FILE *f, const char *path
     free(line);
     if (!rc && ferror(f))
         rc = tr_fail(TR_ERR_IO, "cannot read %s: %s", path, strerror(errno ? errno : EIO));
-    return rc ? rc : close_document(w);
+    return rc ? rc : w->end(w);
 }
 
-static int document_per_file(indexed_writer *w, FILE *f, const char *path)
+static int document_per_file(doc_sink *w, FILE *f, const char *path)
 {
     unsigned char buf[1 << 16];
     size_t got;
     uint64_t offset = 0;
     int rc = TR_OK;
     while (!rc && (got = fread(buf, 1, sizeof buf, f)) > 0) {
-        rc = append_bytes(w, buf, got);
+        rc = w->add(w, buf, got);
         offset += got;
         if (!rc && offset > MAX_DOCUMENT_BYTES)
             rc = too_long(path, 0);
     }
     if (!rc && ferror(f))
         rc = tr_fail(TR_ERR_IO, "cannot read %s: %s", path, strerror(errno ? errno : EIO));
-    return rc ? rc : close_document(w);
+    return rc ? rc : w->end(w);
+}
+
+int text_documents(FILE *f, const char *path, int split_on_blank_lines, doc_sink *sink)
+{
+    errno = 0;
+    return split_on_blank_lines ? documents_by_blank_lines(sink, f, path)
+                                : document_per_file(sink, f, path);
 }
 
 int tr_preprocess_text(const char *const *inputs, int n_inputs, const char *output_prefix,
@@ -153,15 +168,14 @@ int tr_preprocess_text(const char *const *inputs, int n_inputs, const char *outp
     int rc = iw_begin(&w, output_prefix);
     if (rc)
         return rc;
+    byte_sink bs = {{append_bytes, close_document}, &w};
     for (int i = 0; i < n_inputs && !rc; i++) {
         FILE *f = fopen(inputs[i], "rb");
         if (!f) {
             rc = tr_fail(TR_ERR_IO, "cannot open input %s: %s", inputs[i], strerror(errno));
             break;
         }
-        errno = 0;
-        rc = split_on_blank_lines ? documents_by_blank_lines(&w, f, inputs[i])
-                                  : document_per_file(&w, f, inputs[i]);
+        rc = text_documents(f, inputs[i], split_on_blank_lines, &bs.sink);
         fclose(f);
     }
     if (!rc)

@@ -1,7 +1,9 @@
-/* Writing a uint16 Megatron indexed dataset, one document (= one sequence) at a time.
- * Tokens stream into PREFIX.bin.tmp; sizes are kept in memory and PREFIX.idx.tmp is written
- * at the end; both are fsync'ed and renamed, the .bin first, so a PREFIX.idx that exists
- * always describes a complete PREFIX.bin. */
+/* Writing a Megatron indexed dataset (uint16 or int32 tokens), one document at a time, each
+ * one or more sequences, as Megatron's IndexedDatasetBuilder does (add_document: the tokens,
+ * the sequence lengths, then the document boundary). Tokens stream into PREFIX.bin.tmp;
+ * sizes and document ends are kept in memory and PREFIX.idx.tmp is written at the end; both
+ * are fsync'ed and renamed, the .bin first, so a PREFIX.idx that exists always describes a
+ * complete PREFIX.bin. */
 #include "data/data_internal.h"
 
 #include <errno.h>
@@ -21,9 +23,11 @@ static char *with_suffix(const char *a, const char *b)
     return s;
 }
 
-int iw_begin(indexed_writer *w, const char *prefix)
+int iw_begin_dtype(indexed_writer *w, const char *prefix, int dtype)
 {
     memset(w, 0, sizeof *w);
+    w->dtype = dtype;
+    w->itemsize = dtype_size(dtype);
     w->bin_path = with_suffix(prefix, ".bin");
     w->idx_path = with_suffix(prefix, ".idx");
     w->bin_tmp = with_suffix(prefix, ".bin.tmp");
@@ -31,6 +35,10 @@ int iw_begin(indexed_writer *w, const char *prefix)
     if (!w->bin_path || !w->idx_path || !w->bin_tmp || !w->idx_tmp) {
         iw_abort(w);
         return tr_fail(TR_ERR_NOMEM, "out of memory writing %s", prefix);
+    }
+    if (dtype != DT_UINT16 && dtype != DT_INT32) {
+        iw_abort(w);
+        return tr_fail(TR_ERR_INTERNAL, "indexed writer: dtype %d is not uint16 or int32", dtype);
     }
     w->bin = fopen(w->bin_tmp, "wb");
     if (!w->bin) {
@@ -41,61 +49,108 @@ int iw_begin(indexed_writer *w, const char *prefix)
     return TR_OK;
 }
 
+int iw_begin(indexed_writer *w, const char *prefix)
+{
+    return iw_begin_dtype(w, prefix, DT_UINT16);
+}
+
 static int flush_tokens(indexed_writer *w)
 {
-    if (w->n_buf && fwrite(w->buf, sizeof w->buf[0], w->n_buf, w->bin) != w->n_buf)
+    if (w->n_buf && fwrite(w->buf, 1, w->n_buf, w->bin) != w->n_buf)
         return tr_fail(TR_ERR_IO, "cannot write %s: %s", w->bin_tmp, strerror(errno));
     w->n_buf = 0;
     return TR_OK;
 }
 
-int iw_append(indexed_writer *w, const uint16_t *tokens, size_t n)
+static int count_tokens(indexed_writer *w, size_t n)
 {
     if (n > (uint64_t)INT32_MAX - w->cur_len)
         return tr_fail(TR_ERR_INVALID,
-                       "document %llu of %s would hold more than 2^31-1 tokens (the index "
+                       "sequence %llu of %s would hold more than 2^31-1 tokens (the index "
                        "stores sizes as int32)",
-                       (unsigned long long)w->n_docs, w->bin_path);
+                       (unsigned long long)w->n_seqs, w->bin_path);
     w->in_document = 1;
     w->cur_len += n;
-    while (n) {
-        size_t room = sizeof w->buf / sizeof w->buf[0] - w->n_buf;
-        size_t take = n < room ? n : room;
-        memcpy(w->buf + w->n_buf, tokens, take * sizeof *tokens);
-        w->n_buf += take;
-        tokens += take;
-        n -= take;
-        if (w->n_buf == sizeof w->buf / sizeof w->buf[0]) {
-            int rc = flush_tokens(w);
-            if (rc)
-                return rc;
-        }
-    }
     return TR_OK;
 }
 
-int iw_end_document(indexed_writer *w)
+int iw_append(indexed_writer *w, const uint16_t *tokens, size_t n)
 {
-    if (w->n_docs == w->cap_docs) {
-        uint64_t cap = w->cap_docs ? 2 * w->cap_docs : 1024;
+    if (w->dtype != DT_UINT16)
+        return tr_fail(TR_ERR_INTERNAL, "iw_append on a %s writer", dtype_name(w->dtype));
+    int rc = count_tokens(w, n);
+    while (n && !rc) {
+        size_t room = (sizeof w->buf - w->n_buf) / 2, take = n < room ? n : room;
+        memcpy(w->buf + w->n_buf, tokens, take * 2);
+        w->n_buf += take * 2;
+        tokens += take;
+        n -= take;
+        if (w->n_buf + 2 > sizeof w->buf)
+            rc = flush_tokens(w);
+    }
+    return rc;
+}
+
+int iw_append_ids(indexed_writer *w, const int32_t *ids, size_t n)
+{
+    int rc = count_tokens(w, n);
+    for (size_t i = 0; i < n && !rc; i++) {
+        if (ids[i] < 0 || (w->dtype == DT_UINT16 && ids[i] > UINT16_MAX))
+            return tr_fail(TR_ERR_INTERNAL, "token id %d does not fit %s in %s", (int)ids[i],
+                           dtype_name(w->dtype), w->bin_path);
+        if (w->n_buf + (size_t)w->itemsize > sizeof w->buf && (rc = flush_tokens(w)))
+            return rc;
+        if (w->dtype == DT_UINT16) {
+            uint16_t v = (uint16_t)ids[i];
+            memcpy(w->buf + w->n_buf, &v, 2);
+        } else {
+            memcpy(w->buf + w->n_buf, &ids[i], 4);
+        }
+        w->n_buf += (size_t)w->itemsize;
+    }
+    return rc;
+}
+
+int iw_end_sequence(indexed_writer *w)
+{
+    if (w->n_seqs == w->cap_seqs) {
+        uint64_t cap = w->cap_seqs ? 2 * w->cap_seqs : 1024;
         int32_t *p = cap <= SIZE_MAX / sizeof *p ? realloc(w->sizes, cap * sizeof *p) : NULL;
         if (!p)
-            return tr_fail(TR_ERR_NOMEM, "out of memory for %llu document sizes",
+            return tr_fail(TR_ERR_NOMEM, "out of memory for %llu sequence sizes",
                            (unsigned long long)cap);
         w->sizes = p;
-        w->cap_docs = cap;
+        w->cap_seqs = cap;
     }
-    w->sizes[w->n_docs++] = (int32_t)w->cur_len;
+    w->sizes[w->n_seqs++] = (int32_t)w->cur_len;
     w->n_tokens += w->cur_len;
     w->cur_len = 0;
     w->in_document = 0;
     return TR_OK;
 }
 
+int iw_end_document(indexed_writer *w)
+{
+    int rc;
+    if (w->in_document && (rc = iw_end_sequence(w)))
+        return rc;
+    if (w->n_docs == w->cap_docs) {
+        uint64_t cap = w->cap_docs ? 2 * w->cap_docs : 1024;
+        uint64_t *p = cap <= SIZE_MAX / sizeof *p ? realloc(w->doc_end, cap * sizeof *p) : NULL;
+        if (!p)
+            return tr_fail(TR_ERR_NOMEM, "out of memory for %llu document indices",
+                           (unsigned long long)cap);
+        w->doc_end = p;
+        w->cap_docs = cap;
+    }
+    w->doc_end[w->n_docs++] = w->n_seqs;
+    return TR_OK;
+}
+
 static int write_index(indexed_writer *w, FILE *f)
 {
-    uint64_t version = 1, n_seqs = w->n_docs, n_entries = w->n_docs + 1;
-    uint8_t code = DT_UINT16;
+    uint64_t version = 1, n_seqs = w->n_seqs, n_entries = w->n_docs + 1;
+    uint8_t code = (uint8_t)w->dtype;
     int ok = fwrite(IDX_MAGIC, IDX_MAGIC_LEN, 1, f) == 1 &&
              fwrite(&version, 8, 1, f) == 1 && fwrite(&code, 1, 1, f) == 1 &&
              fwrite(&n_seqs, 8, 1, f) == 1 && fwrite(&n_entries, 8, 1, f) == 1;
@@ -104,10 +159,12 @@ static int write_index(indexed_writer *w, FILE *f)
     int64_t ptr = 0;
     for (uint64_t i = 0; ok && i < n_seqs; i++) {
         ok = fwrite(&ptr, 8, 1, f) == 1;
-        ptr += 2 * (int64_t)w->sizes[i];
+        ptr += (int64_t)w->itemsize * (int64_t)w->sizes[i];
     }
-    for (uint64_t d = 0; ok && d < n_entries; d++) {
-        int64_t v = (int64_t)d;
+    int64_t zero = 0;
+    ok = ok && fwrite(&zero, 8, 1, f) == 1;
+    for (uint64_t d = 0; ok && d < w->n_docs; d++) {
+        int64_t v = (int64_t)w->doc_end[d];
         ok = fwrite(&v, 8, 1, f) == 1;
     }
     if (!ok)
@@ -167,6 +224,7 @@ void iw_abort(indexed_writer *w)
     free(w->bin_tmp);
     free(w->idx_tmp);
     free(w->sizes);
+    free(w->doc_end);
     memset(w, 0, sizeof *w);
 }
 

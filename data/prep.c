@@ -1,0 +1,361 @@
+/* tr_preprocess: inputs -> batches of items (JSON lines, or text documents) -> ids on
+ * `workers` threads -> indexed datasets written in input order.
+ *
+ * The main thread fills up to `workers` batches (PREP_BATCH_BYTES of text or
+ * PREP_BATCH_ITEMS items each), encodes them in parallel (itself and workers - 1 threads, one
+ * batch each, each with its own encoder), then writes them in order: a round. Nothing an
+ * item's ids depend on (its batch, its thread, the encoder's cache) changes with the number
+ * of workers, so neither do the files. */
+#include <errno.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/core.h"
+#include "data/data_internal.h"
+#include "data/prep_internal.h"
+
+#define MAX_WORKERS 256
+#define MAX_LINE_BYTES ((uint64_t)1 << 31) /* a JSON line is held whole */
+#define SHOWN_BAD_LINES 10
+
+typedef struct {
+    doc_sink sink;            /* text documents arrive here */
+    const tr_preprocess_options *o;
+    prep_spec spec;
+    int n_out;
+    prep_batch *batch;        /* [n_batches] */
+    int n_batches, cur;
+    tr_encoder **enc;         /* [n_batches] */
+    indexed_writer w[PREP_MAX_KEYS];
+    int file;                 /* the input being read */
+    char *doc;                /* the text document being collected */
+    size_t doc_len, doc_cap;
+    tr_preprocess_stats *st;
+    double t0, last_report;
+} pipeline;
+
+typedef struct {
+    const prep_spec *spec;
+    tr_encoder *e;
+    prep_batch *b;
+} job;
+
+static void *run_job(void *arg)
+{
+    job *j = arg;
+    prep_encode_batch(j->spec, j->e, j->b);
+    return NULL;
+}
+
+static int reserve(void **p, size_t *cap, size_t need, size_t size)
+{
+    if (need <= *cap)
+        return TR_OK;
+    size_t c = *cap ? *cap : 64;
+    while (c < need)
+        c *= 2;
+    void *q = c <= SIZE_MAX / size ? realloc(*p, c * size) : NULL;
+    if (!q)
+        return tr_fail(TR_ERR_NOMEM, "out of memory for a batch of %zu items", need);
+    *p = q;
+    *cap = c;
+    return TR_OK;
+}
+
+/* Room for one more item in b: the per-item arrays grow together. */
+static int batch_items(pipeline *p, prep_batch *b, size_t n)
+{
+    if (n <= b->cap_items)
+        return TR_OK;
+    size_t cap = b->cap_items ? 2 * b->cap_items : 256;
+    prep_item *items = realloc(b->items, cap * sizeof *items);
+    if (items)
+        b->items = items;
+    char **bad = items ? realloc(b->bad, cap * sizeof *bad) : NULL;
+    if (bad)
+        b->bad = bad;
+    int ok = bad != NULL;
+    for (int k = 0; k < p->n_out && ok; k++) {
+        uint32_t *q = realloc(b->out[k].nseq, cap * sizeof *q);
+        if (q)
+            b->out[k].nseq = q;
+        ok = q != NULL;
+    }
+    if (!ok)
+        return tr_fail(TR_ERR_NOMEM, "out of memory for a batch of %zu items", n);
+    b->cap_items = cap;
+    return TR_OK;
+}
+
+static void batch_free(prep_batch *b)
+{
+    free(b->text);
+    free(b->items);
+    if (b->bad)
+        for (size_t i = 0; i < b->n_items; i++)
+            free(b->bad[i]);
+    free(b->bad);
+    for (int k = 0; k < PREP_MAX_KEYS; k++) {
+        free(b->out[k].ids);
+        free(b->out[k].nseq);
+        free(b->out[k].len);
+    }
+    free(b->msg);
+}
+
+static void report(pipeline *p, int last)
+{
+    double now = tr_now(), dt = now - p->t0;
+    if (p->o->progress_s <= 0 || dt <= 0 || (!last && now - p->last_report < p->o->progress_s))
+        return;
+    if (last && dt < p->o->progress_s)
+        return; /* a short run needs no progress line */
+    p->last_report = now;
+    fprintf(stderr, "preprocess: %llu documents, %.1f MB read (%.1f MB/s), %llu tokens "
+                    "(%.0f tokens/s)%s\n",
+            (unsigned long long)p->st->documents, p->st->bytes / 1e6, p->st->bytes / 1e6 / dt,
+            (unsigned long long)p->st->tokens, p->st->tokens / dt, last ? ", done" : "");
+}
+
+/* Write one encoded batch, item by item, to every output. */
+static int write_batch(pipeline *p, prep_batch *b)
+{
+    size_t ids_at[PREP_MAX_KEYS] = {0}, len_at[PREP_MAX_KEYS] = {0};
+    int rc = TR_OK;
+    for (size_t i = 0; i < b->n_items && !rc; i++) {
+        const prep_item *it = &b->items[i];
+        if (b->bad[i]) {
+            const char *file = p->o->inputs[it->file];
+            if (!p->o->skip_bad_lines)
+                return tr_fail(TR_ERR_INVALID, "%s:%llu: %s (--skip-bad-lines skips such lines)",
+                               file, (unsigned long long)it->line, b->bad[i]);
+            if (p->st->bad_lines++ < SHOWN_BAD_LINES)
+                fprintf(stderr, "trident preprocess: skipped %s:%llu: %s\n", file,
+                        (unsigned long long)it->line, b->bad[i]);
+            continue;
+        }
+        if (!p->spec.n_keys && !b->out[0].nseq[i])
+            continue; /* a text document without ids is not a document */
+        for (int k = 0; k < p->n_out && !rc; k++) {
+            prep_out *o = &b->out[k];
+            for (uint32_t s = 0; s < o->nseq[i] && !rc; s++) {
+                int64_t n = o->len[len_at[k]++];
+                rc = iw_append_ids(&p->w[k], o->ids + ids_at[k], (size_t)n);
+                if (!rc)
+                    rc = iw_end_sequence(&p->w[k]);
+                ids_at[k] += (size_t)n;
+                p->st->tokens += (uint64_t)n;
+            }
+            if (!rc)
+                rc = iw_end_document(&p->w[k]);
+        }
+        p->st->documents++;
+    }
+    return rc;
+}
+
+/* Encode the filled batches in parallel, then write them in order. */
+static int run_round(pipeline *p)
+{
+    int nb = p->cur + (p->cur < p->n_batches && p->batch[p->cur].n_items > 0);
+    job jobs[MAX_WORKERS];
+    pthread_t th[MAX_WORKERS];
+    int started[MAX_WORKERS] = {0}, rc = TR_OK;
+    for (int j = 0; j < nb; j++)
+        jobs[j] = (job){&p->spec, p->enc[j], &p->batch[j]};
+    for (int j = 1; j < nb; j++)
+        started[j] = pthread_create(&th[j], NULL, run_job, &jobs[j]) == 0;
+    if (nb > 0)
+        run_job(&jobs[0]);
+    for (int j = 1; j < nb; j++) {
+        if (started[j])
+            pthread_join(th[j], NULL);
+        else
+            run_job(&jobs[j]); /* no thread: do it here */
+    }
+    for (int j = 0; j < nb && !rc; j++) {
+        prep_batch *b = &p->batch[j];
+        if (b->rc)
+            rc = tr_fail(b->rc, "%s", b->msg ? b->msg : "out of memory");
+        else
+            rc = write_batch(p, b);
+    }
+    for (int j = 0; j < nb; j++) { /* empty the batches, keep their memory */
+        prep_batch *b = &p->batch[j];
+        for (size_t i = 0; i < b->n_items; i++) {
+            free(b->bad[i]);
+            b->bad[i] = NULL;
+        }
+        b->n_items = b->text_len = 0;
+    }
+    p->cur = 0;
+    report(p, 0);
+    return rc;
+}
+
+/* One item (a JSON line or a text document) into the current batch. */
+static int add_item(pipeline *p, const char *text, size_t len, uint64_t line)
+{
+    prep_batch *b = &p->batch[p->cur];
+    int rc = batch_items(p, b, b->n_items + 1);
+    if (!rc)
+        rc = reserve((void **)&b->text, &b->text_cap, b->text_len + len + 1, 1);
+    if (rc)
+        return rc;
+    memcpy(b->text + b->text_len, text, len);
+    b->items[b->n_items] = (prep_item){b->text_len, len, line, p->file};
+    b->bad[b->n_items++] = NULL;
+    b->text_len += len;
+    p->st->bytes += len;
+    if (b->text_len >= PREP_BATCH_BYTES || b->n_items >= PREP_BATCH_ITEMS) {
+        if (++p->cur == p->n_batches)
+            return run_round(p);
+    }
+    return TR_OK;
+}
+
+static int doc_add(doc_sink *s, const unsigned char *bytes, size_t n)
+{
+    pipeline *p = (pipeline *)s;
+    int rc = reserve((void **)&p->doc, &p->doc_cap, p->doc_len + n, 1);
+    if (!rc) {
+        memcpy(p->doc + p->doc_len, bytes, n);
+        p->doc_len += n;
+    }
+    return rc;
+}
+
+static int doc_end(doc_sink *s)
+{
+    pipeline *p = (pipeline *)s;
+    if (!p->doc_len)
+        return TR_OK;
+    int rc = add_item(p, p->doc, p->doc_len, 0);
+    p->doc_len = 0;
+    return rc;
+}
+
+/* JSON Lines: every line of f an item (lines of only whitespace skipped). */
+static int read_json_lines(pipeline *p, FILE *f, const char *path)
+{
+    uint64_t lineno = 0;
+    int rc = TR_OK, c = 0;
+    while (!rc && c != EOF) {
+        p->doc_len = 0;
+        int blank = 1;
+        while ((c = getc_unlocked(f)) != EOF && c != '\n') {
+            if (p->doc_len == p->doc_cap &&
+                (rc = reserve((void **)&p->doc, &p->doc_cap, p->doc_len + 1, 1)))
+                return rc;
+            p->doc[p->doc_len++] = (char)c;
+            blank &= c == ' ' || c == '\t' || c == '\r';
+            if (p->doc_len >= MAX_LINE_BYTES)
+                return tr_fail(TR_ERR_INVALID, "%s:%llu: a line longer than %llu bytes", path,
+                               (unsigned long long)lineno + 1, (unsigned long long)MAX_LINE_BYTES);
+        }
+        if (c == EOF && p->doc_len == 0)
+            break;
+        lineno++;
+        p->st->lines++;
+        if (blank) {
+            p->st->blank_lines++;
+            continue;
+        }
+        rc = add_item(p, p->doc, p->doc_len, lineno);
+    }
+    p->doc_len = 0;
+    if (!rc && ferror(f))
+        rc = tr_fail(TR_ERR_IO, "cannot read %s: %s", path, strerror(errno ? errno : EIO));
+    return rc;
+}
+
+static char *output_prefix(const tr_preprocess_options *o, int k)
+{
+    const char *key = o->n_json_keys ? o->json_keys[k] : NULL;
+    size_t n = strlen(o->output_prefix) + (key ? strlen(key) + 16 : 0) + 1;
+    char *s = malloc(n);
+    if (s)
+        snprintf(s, n, key ? "%s_%s_document" : "%s", o->output_prefix, key);
+    return s;
+}
+
+static int setup(pipeline *p, const tr_preprocess_options *o)
+{
+    const tr_tokenizer *t = o->tokenizer;
+    int V = tr_tokenizer_vocab_size(t);
+    p->o = o;
+    p->n_out = o->n_json_keys ? o->n_json_keys : 1;
+    p->spec = (prep_spec){o->json_keys, o->n_json_keys, o->n_json_keys ? o->append_eod : 1,
+                          !strcmp(tr_tokenizer_type(t), "HFTokenizer"), tr_tokenizer_eod(t)};
+    p->st->dtype_code = V < 65500 ? DT_UINT16 : DT_INT32;
+    if (p->spec.append_eod && p->spec.eod < 0)
+        return tr_fail(TR_ERR_CONFIG, "the tokenizer (%s) has no end-of-document token to append%s",
+                       tr_tokenizer_type(t), o->n_json_keys ? " (drop --append-eod)" : "");
+    p->n_batches = o->workers < 1 ? 1 : o->workers > MAX_WORKERS ? MAX_WORKERS : o->workers;
+    p->batch = calloc((size_t)p->n_batches, sizeof *p->batch);
+    p->enc = calloc((size_t)p->n_batches, sizeof *p->enc);
+    if (!p->batch || !p->enc)
+        return tr_fail(TR_ERR_NOMEM, "out of memory for %d workers", p->n_batches);
+    int rc = TR_OK;
+    for (int j = 0; j < p->n_batches && !rc; j++)
+        rc = tr_encoder_create(t, &p->enc[j]);
+    for (int k = 0; k < p->n_out && !rc; k++) {
+        char *prefix = output_prefix(o, k);
+        rc = prefix ? iw_begin_dtype(&p->w[k], prefix, p->st->dtype_code)
+                    : tr_fail(TR_ERR_NOMEM, "out of memory");
+        free(prefix);
+    }
+    return rc;
+}
+
+static void teardown(pipeline *p)
+{
+    for (int j = 0; j < p->n_batches; j++) {
+        if (p->batch)
+            batch_free(&p->batch[j]);
+        if (p->enc)
+            tr_encoder_free(p->enc[j]);
+    }
+    for (int k = 0; k < p->n_out; k++)
+        iw_abort(&p->w[k]); /* after a finish only frees */
+    free(p->batch);
+    free(p->enc);
+    free(p->doc);
+}
+
+int tr_preprocess(const tr_preprocess_options *o, tr_preprocess_stats *stats)
+{
+    memset(stats, 0, sizeof *stats);
+    if (o->n_inputs <= 0)
+        return tr_fail(TR_ERR_INVALID, "preprocess: no input files");
+    if (!o->output_prefix || !o->output_prefix[0])
+        return tr_fail(TR_ERR_INVALID, "preprocess: empty output prefix");
+    if (!o->tokenizer)
+        return tr_fail(TR_ERR_INVALID, "preprocess: no tokenizer");
+    if (o->n_json_keys > PREP_MAX_KEYS)
+        return tr_fail(TR_ERR_CONFIG, "preprocess: at most %d JSON keys", PREP_MAX_KEYS);
+    pipeline p = {.sink = {doc_add, doc_end}, .st = stats, .t0 = tr_now()};
+    p.last_report = p.t0;
+    int rc = setup(&p, o);
+    for (int i = 0; i < o->n_inputs && !rc; i++) {
+        FILE *f = fopen(o->inputs[i], "rb");
+        if (!f) {
+            rc = tr_fail(TR_ERR_IO, "cannot open input %s: %s", o->inputs[i], strerror(errno));
+            break;
+        }
+        p.file = i;
+        errno = 0;
+        rc = o->n_json_keys ? read_json_lines(&p, f, o->inputs[i])
+                            : text_documents(f, o->inputs[i], o->split_on_blank_lines, &p.sink);
+        fclose(f);
+    }
+    if (!rc)
+        rc = run_round(&p);
+    for (int k = 0; k < p.n_out && !rc; k++)
+        rc = iw_finish(&p.w[k]);
+    if (!rc)
+        report(&p, 1);
+    teardown(&p);
+    return rc;
+}
