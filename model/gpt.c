@@ -61,11 +61,8 @@ int tr_gpt_shape_from_config(const tr_config *cfg, int layer_first, int layer_co
     out->tp_size = tp;
     out->tp_rank = tp_rank;
     out->sequence_parallel = tp > 1 && p->sequence_parallel;
-    if (!strcmp(cfg->training.recompute, "selective"))
-        return tr_fail(TR_ERR_CONFIG, "%s: training.recompute = selective is modelled by `trident "
-                       "plan`; training runs none or full",
-                       tr_config_where(cfg, "training.recompute"));
     out->recompute = !strcmp(cfg->training.recompute, "full");
+    out->recompute_attention = !strcmp(cfg->training.recompute, "selective");
     return TR_OK;
 }
 

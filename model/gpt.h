@@ -69,6 +69,10 @@ typedef struct {
     int sequence_parallel; /* 1 only when tp_size > 1 */
     int recompute;         /* training.recompute full: a micro-batch keeps only each layer's
                             * input; backward recomputes the layer's forward first */
+    int recompute_attention; /* training.recompute selective (Megatron's): the attention
+                              * probabilities (B, NH, T, T) of a layer are not kept; backward
+                              * recomputes them from the stored qkv. The linear layers' inputs
+                              * stay stored. Results are bit-identical to none. */
 } tr_gpt_shape;
 
 typedef struct {

@@ -23,7 +23,7 @@ static size_t layer_acts_floats(const tr_gpt *g, int B)
     int first, Nl_;
     gpt_rows(g, B, &first, &Nl_);
     size_t N = (size_t)B * g->s.T, Nl = (size_t)Nl_, C = g->s.C, Cl = g->Cl;
-    size_t att = (size_t)B * g->NHl * g->s.T * g->s.T;
+    size_t att = g->s.recompute_attention ? 0 : (size_t)B * g->NHl * g->s.T * g->s.T;
     size_t sizes[] = {N * C,  Nl,     Nl, N * 3 * Cl, N * Cl,     att,        Nl * C,
                       N * C,  Nl,     Nl, N * 4 * Cl, N * 4 * Cl, Nl * C};
     size_t total = 0;
@@ -38,7 +38,7 @@ static void layer_acts_carve(const tr_gpt *g, int B, layer_acts *L, float **c, i
     int first, Nl_;
     gpt_rows(g, B, &first, &Nl_);
     size_t N = (size_t)B * g->s.T, Nl = (size_t)Nl_, C = g->s.C, Cl = g->Cl;
-    size_t att = (size_t)B * g->NHl * g->s.T * g->s.T;
+    size_t att = g->s.recompute_attention ? 0 : (size_t)B * g->NHl * g->s.T * g->s.T;
     memset(L, 0, sizeof *L);
     if (!only_output) {
         L->ln1 = take(c, N * C);
@@ -46,7 +46,7 @@ static void layer_acts_carve(const tr_gpt *g, int B, layer_acts *L, float **c, i
         L->ln1_rstd = take(c, Nl);
         L->qkv = take(c, N * 3 * Cl);
         L->atty = take(c, N * Cl);
-        L->att = take(c, att);
+        L->att = att ? take(c, att) : NULL; /* selective: the shared scratch's */
         L->residual2 = take(c, Nl * C);
         L->ln2 = take(c, N * C);
         L->ln2_mean = take(c, Nl);
@@ -66,8 +66,10 @@ static size_t scratch_floats(const tr_gpt *g, int B)
     size_t N = (size_t)B * s->T, C = s->C, Cl = g->Cl, Vl = s->is_last ? g->Vl : 0;
     size_t att = (size_t)B * g->NHl * s->T * s->T;
     size_t wide = s->tp_size > 1 ? N * C : 0;
+    size_t shared_att = s->recompute_attention ? att : 0;
     size_t sizes[] = {N,      N * C,      Nl,  Nl,     N * Vl,     3 * N,      N,
-                      N * C,  wide,       N * 3 * Cl, N * Cl, att, N * 4 * Cl, N * 4 * Cl};
+                      N * C,  wide,       N * 3 * Cl, N * Cl, att, N * 4 * Cl, N * 4 * Cl,
+                      shared_att};
     size_t total = 0;
     for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++)
         total += padded(sizes[i]);
@@ -130,6 +132,7 @@ int gpt_scratch_ensure(tr_gpt *g, int B)
     sc->datt = take(&c, att);
     sc->dfch = take(&c, N * 4 * Cl);
     sc->dfch_gelu = take(&c, N * 4 * Cl);
+    sc->att = s->recompute_attention ? take(&c, att) : NULL;
     if (s->recompute) {
         sc->layer_memory = g->k->alloc(layer_acts_floats(g, B) * sizeof(float));
         if (!sc->layer_memory)

@@ -35,7 +35,13 @@ static int layer_backward(tr_gpt *g, int l, const layer_acts *L, const float *x,
                                    layer_param(g, l, L_ATTPROJ_W), N, Cl, C, sc->wide);
     if (rc)
         return rc;
-    k->attention_backward(NULL, sc->dqkv, sc->datt, sc->datty, L->qkv, L->att, B, T, g->NHl,
+    const float *att = L->att;
+    if (!att) { /* selective recompute: the probabilities again, from the stored qkv (the
+                 * output goes to dqkv, which attention_backward overwrites next) */
+        k->attention_forward(NULL, sc->dqkv, sc->att, L->qkv, B, T, g->NHl, C / g->s.NH);
+        att = sc->att;
+    }
+    k->attention_backward(NULL, sc->dqkv, sc->datt, sc->datty, L->qkv, att, B, T, g->NHl,
                           C / g->s.NH);
     rc = tr_tp_column_linear_backward(tp, sc->dln, layer_grad(g, l, L_QKV_W),
                                       layer_grad(g, l, L_QKV_B), sc->dqkv, L->ln1,

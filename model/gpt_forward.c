@@ -20,7 +20,8 @@ int gpt_layer_forward(tr_gpt *g, int l, layer_acts *L, const float *x, int B)
                                      layer_param(g, l, L_QKV_B), N, C, 3 * Cl, NULL, NULL);
     if (rc)
         return rc;
-    k->attention_forward(NULL, L->atty, L->att, L->qkv, B, T, g->NHl, C / g->s.NH);
+    k->attention_forward(NULL, L->atty, L->att ? L->att : g->scratch.att, L->qkv, B, T, g->NHl,
+                         C / g->s.NH);
     rc = tr_tp_row_linear_forward(tp, L->residual2, x, L->atty, layer_param(g, l, L_ATTPROJ_W),
                                   layer_param(g, l, L_ATTPROJ_B), N, Cl, C, g->scratch.wide);
     if (rc)

@@ -54,6 +54,8 @@ typedef struct {
     float *dqkv;                  /* (N, 3Cl) */
     float *datty;                 /* (N, Cl) */
     float *datt;                  /* (B, NHl, T, T) */
+    float *att;                   /* (B, NHl, T, T) selective recompute: every layer's
+                                   * probabilities, in forward and again in backward */
     float *dfch, *dfch_gelu;      /* (N, 4Cl) */
     float *layer_memory;          /* recompute: one layer's full activations, rebuilt in */
     layer_acts layer;          /* backward from the layer's stored input */

@@ -183,8 +183,9 @@ static int reserve_memory(tr_engine *e)
     double avail = host_memory_available(&local), GiB = 1024.0 * 1024 * 1024;
     double need = (double)m.params + (double)m.grads + (double)m.optimizer + (double)m.activations;
     tr_debug("memory: rank %d needs about %.3f GiB (parameters %.3f, gradients %.3f, optimizer "
-             "%.3f, activations %.3f); %.3f GiB available to it", e->world.rank, need / GiB,
-             m.params / GiB, m.grads / GiB, m.optimizer / GiB, m.activations / GiB, avail / GiB);
+             "%.3f, activations %.3f = %zu bytes); %.3f GiB available to it", e->world.rank,
+             need / GiB, m.params / GiB, m.grads / GiB, m.optimizer / GiB, m.activations / GiB,
+             m.activations, avail / GiB);
     /* the process itself (libraries, communication buffers, data mappings) needs some too */
     if (avail <= 0 || need + (double)(256 << 20) <= avail)
         return TR_OK;

@@ -50,11 +50,6 @@ static double model_count(const tr_config *cfg, int first, int count, int tp_ran
 static void check_config(const char *where, tr_config *cfg, int grid_point, counts *n)
 {
     const tr_model_config *m = &cfg->model;
-    /* recompute selective is planner-only: the model's shape refuses it, and it changes no
-     * parameter */
-    char *recompute = cfg->training.recompute;
-    if (!strcmp(recompute, "selective"))
-        cfg->training.recompute = (char *)"none";
 
     /* the whole model, TP 1 */
     tr_config one = *cfg;
@@ -108,7 +103,6 @@ static void check_config(const char *where, tr_config *cfg, int grid_point, coun
         }
     }
     tr_free(r);
-    cfg->training.recompute = recompute;
 }
 
 static int is_yaml(const char *name)
