@@ -1,0 +1,240 @@
+/* `trident convert`: a GPT-2 folder of transformers into a trident release checkpoint, and a
+ * trident checkpoint into a GPT-2 folder. Both write into OUTPUT.tmp-PID and rename it into
+ * place at the end, so OUTPUT appears complete or not at all. */
+#include "hf/hf_internal.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "kernels/kernels.h"
+#include "train/train.h"
+
+/* ------------------------------------------------------------------ the output folder */
+
+typedef struct {
+    char final[4096], tmp[4200], parent[4096];
+} out_dir;
+
+/* OUTPUT must not exist, or be an empty folder; makes its parents and OUTPUT.tmp-PID. */
+static int out_begin(const char *output, out_dir *o)
+{
+    size_t n = strlen(output);
+    while (n > 1 && output[n - 1] == '/')
+        n--;
+    if (n == 0 || n >= sizeof o->final)
+        return tr_fail(TR_ERR_INVALID, "output folder '%s': empty or too long a path", output);
+    memcpy(o->final, output, n);
+    o->final[n] = '\0';
+    snprintf(o->tmp, sizeof o->tmp, "%s.tmp-%ld", o->final, (long)getpid());
+    snprintf(o->parent, sizeof o->parent, "%s", o->final);
+    char *slash = strrchr(o->parent, '/');
+    if (slash)
+        *(slash == o->parent ? slash + 1 : slash) = '\0';
+    else
+        snprintf(o->parent, sizeof o->parent, ".");
+    struct stat st;
+    if (!stat(o->final, &st)) {
+        DIR *d = S_ISDIR(st.st_mode) ? opendir(o->final) : NULL;
+        int empty = d != NULL;
+        for (struct dirent *de; d && empty && (de = readdir(d));)
+            empty = !strcmp(de->d_name, ".") || !strcmp(de->d_name, "..");
+        if (d)
+            closedir(d);
+        if (!empty)
+            return tr_fail(TR_ERR_INVALID, "output %s exists and is not an empty folder (nothing "
+                           "is overwritten: remove it or choose another)", o->final);
+    }
+    int rc = tr_make_dirs(o->parent);
+    if (!rc)
+        rc = hf_remove_tree(o->tmp);
+    if (!rc && mkdir(o->tmp, 0755))
+        rc = tr_fail(TR_ERR_IO, "cannot create %s: %s", o->tmp, strerror(errno));
+    return rc;
+}
+
+/* rc == 0: OUTPUT.tmp-PID becomes OUTPUT; else it is removed. Returns rc or the rename's. */
+static int out_end(const out_dir *o, int rc)
+{
+    if (!rc)
+        rc = hf_sync_dir(o->tmp);
+    if (!rc && rename(o->tmp, o->final))
+        rc = tr_fail(TR_ERR_IO, "cannot rename %s to %s: %s", o->tmp, o->final, strerror(errno));
+    if (!rc)
+        return hf_sync_dir(o->parent);
+    if (hf_remove_tree(o->tmp))
+        tr_warn("convert: could not remove %s", o->tmp);
+    return rc;
+}
+
+/* ------------------------------------------------------------------ the whole model */
+
+/* One model holding every layer, no TP, bound to host memory *params (free with free()). */
+static int whole_model(const tr_model_config *m, tr_gpt **g, float **params)
+{
+    tr_gpt_shape s = {
+        .num_layers = m->num_layers, .C = m->hidden_size, .NH = m->num_attention_heads,
+        .T = m->max_position_embeddings, .max_T = m->max_position_embeddings,
+        .V = m->vocab_size, .Vp = m->vocab_size, .eps = 1e-5f, .init_std = 0.02f,
+        .layer_first = 0, .layer_count = m->num_layers, .is_first = 1, .is_last = 1,
+        .tp_size = 1, .tp_rank = 0};
+    *g = NULL;
+    *params = NULL;
+    int rc = tr_gpt_create(&s, tr_kernels_cpu(), NULL, g);
+    if (rc)
+        return rc;
+    size_t n = tr_gpt_num_params(*g);
+    if (!(*params = malloc(n * sizeof(float) + 1))) {
+        tr_gpt_free(*g);
+        *g = NULL;
+        return tr_fail(TR_ERR_NOMEM, "out of memory for %zu parameters", n);
+    }
+    tr_gpt_bind(*g, *params, NULL);
+    return TR_OK;
+}
+
+int tr_hf_import(const char *hf_dir, const char *ckpt_dir, tr_model_config *model)
+{
+    tr_hf_gpt2_config c;
+    tr_model_config m = {0};
+    tr_gpt *g = NULL;
+    float *params = NULL;
+    out_dir o;
+    int rc = tr_hf_read_gpt2_config(hf_dir, &c);
+    if (!rc) {
+        tr_hf_gpt2_model_config(&c, &m);
+        rc = whole_model(&m, &g, &params);
+    }
+    if (!rc)
+        rc = tr_hf_load_gpt2(hf_dir, g, params);
+    if (!rc && !(rc = out_begin(ckpt_dir, &o)))
+        rc = out_end(&o, tr_checkpoint_save_model(o.tmp, g, params));
+    tr_gpt_free(g);
+    free(params);
+    if (!rc && model)
+        tr_hf_gpt2_model_config(&c, model);
+    return rc;
+}
+
+/* ------------------------------------------------------------------ export */
+
+static int write_json(const char *dir, const char *name, json_t *root)
+{
+    char *text = root ? json_dumps(root, JSON_INDENT(2) | JSON_SORT_KEYS | JSON_REAL_PRECISION(12))
+                      : NULL;
+    json_decref(root);
+    if (!text)
+        return tr_fail(TR_ERR_NOMEM, "out of memory writing %s", name);
+    size_t n = strlen(text);
+    char *t = realloc(text, n + 2);
+    if (t)
+        text = t, text[n] = '\n', text[n + 1] = '\0';
+    int rc = hf_write_text(dir, name, text);
+    free(text);
+    return rc;
+}
+
+/* token id or null */
+static json_t *token(int id) { return id >= 0 ? json_integer(id) : json_null(); }
+
+/* config.json of GPT2LMHeadModel for a model of m's sizes (no dropout: trident trains
+ * without). */
+static int write_config(const char *dir, const tr_model_config *m, const tr_hf_export_options *o)
+{
+    json_t *root = json_pack(
+        "{s:s, s:[s], s:f, s:f, s:f, s:f, s:f, s:s, s:i, s:i, s:n, s:i, s:i, s:b, s:b, s:b,"
+        " s:b, s:s, s:b, s:i}",
+        "activation_function", "gelu_new", "architectures", "GPT2LMHeadModel", "attn_pdrop", 0.0,
+        "embd_pdrop", 0.0, "resid_pdrop", 0.0, "initializer_range", 0.02, "layer_norm_epsilon",
+        1e-5, "model_type", "gpt2", "n_embd", m->hidden_size, "n_head", m->num_attention_heads,
+        "n_inner", "n_layer", m->num_layers, "n_positions", m->max_position_embeddings,
+        "reorder_and_upcast_attn", 0, "scale_attn_by_inverse_layer_idx", 0, "scale_attn_weights",
+        1, "tie_word_embeddings", 1, "torch_dtype", o->bf16 ? "bfloat16" : "float32",
+        "use_cache", 1, "vocab_size", m->vocab_size);
+    if (root && (json_object_set_new(root, "bos_token_id", token(o->eos_token_id)) ||
+                 json_object_set_new(root, "eos_token_id", token(o->eos_token_id))))
+        root = (json_decref(root), NULL);
+    return write_json(dir, "config.json", root);
+}
+
+static int write_generation_config(const char *dir, const tr_hf_export_options *o)
+{
+    json_t *root = json_pack("{s:b}", "_from_model_config", 1);
+    if (root && o->eos_token_id >= 0 &&
+        (json_object_set_new(root, "bos_token_id", json_integer(o->eos_token_id)) ||
+         json_object_set_new(root, "eos_token_id", json_integer(o->eos_token_id))))
+        root = (json_decref(root), NULL);
+    return write_json(dir, "generation_config.json", root);
+}
+
+/* model.safetensors (or shards) of g's tensors, in forward order under HF's names. */
+static int write_weights(const char *dir, tr_gpt *g, const float *params,
+                         const tr_hf_export_options *o)
+{
+    const tr_gpt_shape *s = tr_gpt_get_shape(g);
+    int n = tr_gpt_num_tensors(g);
+    tr_hf_tensor_map *maps = calloc((size_t)n + 1, sizeof *maps);
+    tr_st_tensor *list = calloc((size_t)n + 1, sizeof *list);
+    size_t most = 0;
+    int rc = maps && list ? TR_OK : tr_fail(TR_ERR_NOMEM, "out of memory");
+    for (int i = 0; i < n && !rc; i++) {
+        const tr_param_tensor *t = tr_gpt_tensor(g, i);
+        if ((rc = tr_hf_gpt2_map(t, s->V, &maps[i])))
+            break;
+        list[i] = (tr_st_tensor){.name = maps[i].name, .dtype = o->bf16 ? TR_ST_BF16 : TR_ST_F32,
+                                 .ndim = maps[i].ndim, .shape = {maps[i].shape[0], maps[i].shape[1]}};
+        most = t->numel > most ? t->numel : most;
+    }
+    static const char *const meta[] = {"format", "pt", NULL};
+    tr_st_writer *w = NULL;
+    float *hf = rc ? NULL : malloc(most * sizeof(float) + 1);
+    if (!rc && !hf)
+        rc = tr_fail(TR_ERR_NOMEM, "out of memory for a tensor of %zu floats", most);
+    if (!rc)
+        rc = tr_st_create_sharded(dir, list, (size_t)n, meta, o->max_shard_bytes, &w);
+    for (int i = 0; i < n && !rc; i++) {
+        const tr_param_tensor *t = tr_gpt_tensor(g, i);
+        if (maps[i].layout == TR_HF_SAME) /* the first rows as they are */
+            rc = tr_st_put_f32(w, params + t->offset);
+        else if (!(rc = tr_hf_from_trident(&maps[i], t, s->NH, params + t->offset, hf)))
+            rc = tr_st_put_f32(w, hf);
+    }
+    if (w)
+        rc = rc ? (tr_st_abort(w), rc) : tr_st_finish(w);
+    free(hf);
+    free(list);
+    free(maps);
+    return rc;
+}
+
+int tr_hf_export(const char *ckpt_dir, const char *hf_dir, const tr_hf_export_options *o,
+                 int *iteration)
+{
+    tr_model_config m = {0};
+    tr_gpt *g = NULL;
+    float *params = NULL;
+    int it = 0;
+    out_dir od;
+    int rc = tr_checkpoint_read_model(ckpt_dir, &m, &it);
+    if (!rc)
+        rc = whole_model(&m, &g, &params);
+    if (!rc)
+        rc = tr_checkpoint_load_model(ckpt_dir, g, tr_kernels_cpu(), params, &it);
+    if (!rc && !(rc = out_begin(hf_dir, &od))) {
+        rc = write_weights(od.tmp, g, params, o);
+        if (!rc)
+            rc = write_config(od.tmp, &m, o);
+        if (!rc)
+            rc = write_generation_config(od.tmp, o);
+        rc = out_end(&od, rc);
+    }
+    tr_gpt_free(g);
+    free(params);
+    if (!rc && iteration)
+        *iteration = it;
+    return rc;
+}

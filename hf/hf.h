@@ -1,0 +1,175 @@
+/* hf/ — Hugging Face interoperability: safetensors files, and GPT-2 checkpoints converted to and
+ * from trident's (`trident convert`).
+ *
+ * Contract:
+ *  - safetensors: an 8-byte little-endian header length N, N bytes of JSON
+ *    {NAME: {"dtype": D, "shape": [...], "data_offsets": [BEGIN, END]}, ...,
+ *     "__metadata__": {KEY: VALUE, ...} (optional, strings only)}, padded with spaces, then the
+ *    data; offsets count from the start of the data. JSON is parsed by jansson.
+ *  - tr_st_open() validates the whole header before anything is read and refuses, with
+ *    TR_ERR_INVALID and the message "FILE: CAUSE", every malformed file: shorter than 8 bytes,
+ *    a header length past the end of the file or above 100,000,000 bytes (safetensors' own
+ *    limit), a header that is not UTF-8, not JSON, not an object or repeats a name, an entry
+ *    without exactly dtype / shape / data_offsets, an unknown dtype, a negative or fractional
+ *    number, more than TR_ST_MAX_DIMS dimensions, a byte count other than the shape times the
+ *    dtype's size, offsets out of order, past the data, overlapping or leaving bytes of the data
+ *    to no tensor (the data must be exactly the tensors' bytes, as safetensors requires).
+ *  - A folder's weights are model.safetensors, or model.safetensors.index.json
+ *    ({"metadata": {...}, "weight_map": {NAME: FILE}}) and the shards it names (plain file
+ *    names in the folder); every tensor of a shard must be in the map, for that shard.
+ *  - Writing: tensors are written in the order given, after a header padded with spaces to a
+ *    multiple of 8 bytes; tr_st_put_f32() converts floats to the tensor's dtype (F32, F16, BF16:
+ *    round to nearest even). A folder writer splits the tensors into shards of at most
+ *    max_shard_bytes (HF's rule: a new shard when the next tensor would not fit; one file,
+ *    model.safetensors, when all fit) and writes the index.
+ *  - GPT-2 (GPT2LMHeadModel / GPT2Model of transformers): trident's tensors map one to one;
+ *    Conv1D weights (c_attn, c_proj, c_fc) are stored [in, out] (trident's are [out, in]);
+ *    c_attn's 3C outputs are [Q | K | V], each (head, d), trident's qkv rows (head, {q,k,v}, d);
+ *    lm_head is tied to wte (refused if a file holds a different one); wte holds the real
+ *    vocabulary (trident's padding rows are dropped on export, zero on import); attn.bias and
+ *    attn.masked_bias buffers are ignored. Names with or without "transformer." are read;
+ *    export writes GPT2LMHeadModel's ("transformer.h.0.attn.c_attn.weight").
+ *  - config.json: what trident's GPT-2 cannot represent is refused naming the key (activation
+ *    other than gelu_new / gelu_pytorch_tanh, n_inner != 4 n_embd, layer_norm_epsilon != 1e-5,
+ *    scale_attn_by_inverse_layer_idx, untied embeddings, cross-attention, ...).
+ *  - tr_hf_import() / tr_hf_export() write into OUTPUT.tmp-PID beside OUTPUT and rename it
+ *    into place at the end, so OUTPUT appears complete or not at all; OUTPUT must not exist (or
+ *    be an empty folder). An import is a release checkpoint (train.h): training from it starts
+ *    at iteration 1 in any layout. Export reads the latest checkpoint of CKPT_DIR.
+ *  - Errors: TR_ERR_INVALID (bad input: exit 2 at the CLI), TR_ERR_IO, TR_ERR_NOMEM. */
+#ifndef TR_HF_H
+#define TR_HF_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/core.h"
+#include "model/gpt.h"
+#include "yaml/config.h"
+
+/* ------------------------------------------------------------------ safetensors */
+
+typedef enum {
+    TR_ST_BOOL, TR_ST_U8, TR_ST_I8, TR_ST_F8_E4M3, TR_ST_F8_E5M2, TR_ST_I16, TR_ST_U16,
+    TR_ST_F16, TR_ST_BF16, TR_ST_I32, TR_ST_U32, TR_ST_F32, TR_ST_I64, TR_ST_U64, TR_ST_F64,
+    TR_ST_N_DTYPES
+} tr_st_dtype;
+
+#define TR_ST_MAX_DIMS 8
+#define TR_ST_MAX_HEADER 100000000 /* bytes */
+
+const char *tr_st_dtype_name(tr_st_dtype d); /* "F32" */
+size_t tr_st_dtype_size(tr_st_dtype d);      /* bytes per element */
+
+typedef struct {
+    const char *name;
+    tr_st_dtype dtype;
+    int ndim;
+    uint64_t shape[TR_ST_MAX_DIMS];
+    uint64_t numel;      /* product of the shape (1 for a scalar) */
+    uint64_t begin, end; /* bytes of the data section (set by the reader / the writer) */
+} tr_st_tensor;
+
+typedef struct tr_st_file tr_st_file;
+/* Open and validate a safetensors file (nothing of the data is read). */
+TR_MUST_CHECK int tr_st_open(const char *path, tr_st_file **out);
+void tr_st_close(tr_st_file *f);
+const char *tr_st_path(const tr_st_file *f);
+size_t tr_st_count(const tr_st_file *f);
+const tr_st_tensor *tr_st_at(const tr_st_file *f, size_t i); /* in data order */
+const tr_st_tensor *tr_st_find(const tr_st_file *f, const char *name); /* NULL if absent */
+const char *tr_st_meta(const tr_st_file *f, const char *key);         /* NULL if absent */
+/* The tensor's bytes as stored (little-endian), end - begin of them. */
+TR_MUST_CHECK int tr_st_read(tr_st_file *f, const tr_st_tensor *t, void *out);
+/* The tensor as numel floats: F32, F16, BF16 and F64 (rounded); other dtypes TR_ERR_INVALID. */
+TR_MUST_CHECK int tr_st_read_f32(tr_st_file *f, const tr_st_tensor *t, float *out);
+
+/* A folder's weights: model.safetensors, or the index and its shards. */
+typedef struct tr_st_set tr_st_set;
+TR_MUST_CHECK int tr_st_set_open(const char *dir, tr_st_set **out);
+void tr_st_set_close(tr_st_set *s);
+size_t tr_st_set_count(const tr_st_set *s);
+/* Tensor i (by name) of the set, and the file holding it. */
+const tr_st_tensor *tr_st_set_at(const tr_st_set *s, size_t i, tr_st_file **file);
+const tr_st_tensor *tr_st_set_find(const tr_st_set *s, const char *name, tr_st_file **file);
+
+typedef struct tr_st_writer tr_st_writer;
+/* One file at path holding tensors[0..n) (name, dtype, ndim, shape) in that order; meta: KEY,
+ * VALUE, ..., NULL (or NULL for none). The data follows with one put per tensor, in order. */
+TR_MUST_CHECK int tr_st_create(const char *path, const tr_st_tensor *tensors, size_t n,
+                               const char *const *meta, tr_st_writer **out);
+/* The same into folder dir, split as described above (max_shard_bytes 0: one file). */
+TR_MUST_CHECK int tr_st_create_sharded(const char *dir, const tr_st_tensor *tensors, size_t n,
+                                       const char *const *meta, uint64_t max_shard_bytes,
+                                       tr_st_writer **out);
+/* The next tensor's bytes as stored, or from numel floats (F32, F16, BF16 tensors). */
+TR_MUST_CHECK int tr_st_put(tr_st_writer *w, const void *data);
+TR_MUST_CHECK int tr_st_put_f32(tr_st_writer *w, const float *v);
+/* After the last put: the index (sharded), fsync, close; frees w (also on failure). */
+TR_MUST_CHECK int tr_st_finish(tr_st_writer *w);
+/* Close and remove what w wrote; frees w. */
+void tr_st_abort(tr_st_writer *w);
+
+/* Float conversions of the formats (round to nearest even). */
+uint16_t tr_f32_to_bf16(float x);
+float tr_bf16_to_f32(uint16_t h);
+uint16_t tr_f32_to_f16(float x);
+float tr_f16_to_f32(uint16_t h);
+
+/* ------------------------------------------------------------------ GPT-2 */
+
+typedef struct {
+    int n_layer, n_embd, n_head, n_positions, vocab_size;
+    int bos_token_id, eos_token_id; /* -1: none */
+} tr_hf_gpt2_config;
+
+/* DIR/config.json of a GPT-2 model, refused (naming the key) where trident cannot represent it. */
+TR_MUST_CHECK int tr_hf_read_gpt2_config(const char *dir, tr_hf_gpt2_config *out);
+/* trident's model section for it (sizes; other fields untouched). */
+void tr_hf_gpt2_model_config(const tr_hf_gpt2_config *c, tr_model_config *m);
+
+/* Where trident tensor t (its full shape; V real vocabulary rows) is in a GPT-2 checkpoint. */
+typedef enum {
+    TR_HF_SAME,      /* same layout (embeddings: the first V rows; LayerNorm) */
+    TR_HF_TRANSPOSE, /* Conv1D weight [in, out] = trident's [out, in] transposed */
+    TR_HF_QKV_W,     /* c_attn.weight [C, 3C]: transposed, columns [Q|K|V] -> rows (h, qkv, d) */
+    TR_HF_QKV_B,     /* c_attn.bias [3C]: [Q|K|V] -> (h, qkv, d) */
+} tr_hf_layout;
+
+typedef struct {
+    char name[96];     /* "transformer.h.3.attn.c_attn.weight" */
+    tr_hf_layout layout;
+    int ndim;
+    uint64_t shape[2]; /* the HF tensor's */
+} tr_hf_tensor_map;
+
+TR_MUST_CHECK int tr_hf_gpt2_map(const tr_param_tensor *t, int V, tr_hf_tensor_map *out);
+/* hf (the HF tensor, floats) -> dst (trident's full tensor, the HF tensor's rows of it), and
+ * back; n_head: heads (for the qkv layouts). TR_ERR_NOMEM only. */
+TR_MUST_CHECK int tr_hf_to_trident(const tr_hf_tensor_map *m, const tr_param_tensor *t,
+                                   int n_head, const float *hf, float *dst);
+TR_MUST_CHECK int tr_hf_from_trident(const tr_hf_tensor_map *m, const tr_param_tensor *t,
+                                     int n_head, const float *src, float *hf);
+
+/* The GPT-2 weights of HF folder dir into g (this TP rank's shards; any stage), bound to host
+ * memory `params`; padding rows 0. Refuses a tensor of the wrong shape or dtype, a missing
+ * one, and one that is not part of a GPT-2 of this size (naming it). */
+TR_MUST_CHECK int tr_hf_load_gpt2(const char *dir, tr_gpt *g, float *params);
+
+/* ------------------------------------------------------------------ conversion */
+
+typedef struct {
+    int bf16;                 /* 1: bf16 weights (torch_dtype bfloat16), 0: fp32 */
+    uint64_t max_shard_bytes; /* 0: one model.safetensors */
+    int eos_token_id;         /* -1: none (bos_token_id the same) */
+} tr_hf_export_options;
+
+/* HF GPT-2 folder -> trident release checkpoint at ckpt_dir; *model (may be NULL) gets the
+ * model's sizes for the training config. */
+TR_MUST_CHECK int tr_hf_import(const char *hf_dir, const char *ckpt_dir, tr_model_config *model);
+/* The latest checkpoint of ckpt_dir -> HF folder: config.json, generation_config.json,
+ * model.safetensors (or shards and index); *iteration (may be NULL) gets its iteration. */
+TR_MUST_CHECK int tr_hf_export(const char *ckpt_dir, const char *hf_dir,
+                               const tr_hf_export_options *o, int *iteration);
+
+#endif

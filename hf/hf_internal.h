@@ -1,0 +1,37 @@
+/* hf/ internal: what the safetensors reader and writer, the GPT-2 mapping and the conversion
+ * share. Not part of the contract (hf/hf.h). */
+#ifndef TR_HF_INTERNAL_H
+#define TR_HF_INTERNAL_H
+
+#include <jansson.h>
+
+#include "hf/hf.h"
+
+/* The dtype named `name` ("F32"): 1, or 0 for no dtype of that name. */
+int st_dtype_from_name(const char *name, tr_st_dtype *out);
+/* Offset of the first byte that is not valid UTF-8, or n. */
+size_t st_utf8_invalid_at(const unsigned char *s, size_t n);
+
+/* "[768, 2304]" */
+typedef struct {
+    char text[200];
+} st_text;
+st_text st_shape_text(const tr_st_tensor *t);
+
+/* pread / write of exactly `bytes`: 0, or -1 with errno (errno 0: the file is shorter) */
+int st_pread(int fd, void *buf, size_t bytes, uint64_t off);
+int st_write_all(int fd, const void *buf, size_t bytes);
+
+/* A small JSON file (at most max_bytes) parsed with jansson, duplicates refused; errors name
+ * the file, line and column (TR_ERR_INVALID), or TR_ERR_IO. */
+TR_MUST_CHECK int hf_load_json(const char *path, size_t max_bytes, json_t **out);
+/* text written to DIR/NAME (fsync'd) */
+TR_MUST_CHECK int hf_write_text(const char *dir, const char *name, const char *text);
+/* DIR/NAME into buf (TR_ERR_INVALID when it does not fit) */
+TR_MUST_CHECK int hf_join(char *buf, size_t cap, const char *dir, const char *name);
+/* rm -r of path (nothing when it does not exist) */
+TR_MUST_CHECK int hf_remove_tree(const char *path);
+/* fsync of a folder */
+TR_MUST_CHECK int hf_sync_dir(const char *path);
+
+#endif
