@@ -1,0 +1,154 @@
+/* `trident convert --from hf | --to hf --input DIR --output DIR`: GPT-2 checkpoints between
+ * Hugging Face transformers (safetensors) and trident. */
+#include "launch/commands.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "core/core.h"
+#include "hf/hf.h"
+#include "launch/args.h"
+
+static void convert_usage(FILE *f)
+{
+    fprintf(f,
+            "usage: trident convert --from hf --input HF_DIR --output CKPT_DIR\n"
+            "       trident convert --to hf --input CKPT_DIR --output HF_DIR [options]\n"
+            "\n"
+            "Converts GPT-2 checkpoints between Hugging Face transformers (GPT2LMHeadModel:\n"
+            "config.json and model.safetensors, or model.safetensors.index.json and its shards)\n"
+            "and trident.\n"
+            "\n"
+            "  --from hf   HF_DIR -> a trident checkpoint of the weights alone (CKPT_DIR/release,\n"
+            "              the tracker saying 'release'): set checkpoint.load to CKPT_DIR and the\n"
+            "              printed model section in the config, and training starts at iteration\n"
+            "              1 from these weights, in any layout. F32, F16, BF16 weights are read.\n"
+            "  --to hf     the latest checkpoint of CKPT_DIR -> HF_DIR: config.json,\n"
+            "              generation_config.json, model.safetensors (the vocabulary's padding\n"
+            "              removed), which AutoModelForCausalLM.from_pretrained(HF_DIR) loads.\n"
+            "\n"
+            "options:\n"
+            "  --input DIR            the folder to read\n"
+            "  --output DIR           the folder to write: it must not exist (or be empty); it\n"
+            "                         is written as DIR.tmp-PID and renamed at the end, so it\n"
+            "                         appears complete or not at all\n"
+            "  --dtype fp32|bf16      --to hf: the weights' type (default fp32)\n"
+            "  --max-shard-size SIZE  --to hf: shards of at most SIZE (bytes, or with KB, MB,\n"
+            "                         GB, KiB, MiB, GiB; default 5GB, transformers' default)\n"
+            "                         with model.safetensors.index.json; one file when it fits\n"
+            "  --eos-id ID            --to hf: bos_token_id and eos_token_id (default null)\n"
+            "  -h, --help             this text\n"
+            "\n"
+            "Exit status: 0 success, 1 runtime failure (disk, memory), 2 bad usage or input (a\n"
+            "malformed or unsupported file: the message names it and the cause).\n");
+}
+
+/* "5GB", "100MB", "64KiB", "123": bytes (decimal units as transformers reads them). */
+static int parse_size(const char *text, uint64_t *out)
+{
+    char *end;
+    double v = strtod(text, &end);
+    static const struct {
+        const char *unit;
+        double scale;
+    } units[] = {{"", 1},           {"B", 1},      {"KB", 1e3},           {"MB", 1e6},
+                 {"GB", 1e9},       {"TB", 1e12},  {"KIB", 1024.0},       {"MIB", 1048576.0},
+                 {"GIB", 1073741824.0}, {"TIB", 1099511627776.0}};
+    if (end == text || !(v > 0))
+        return 0;
+    for (size_t i = 0; i < sizeof units / sizeof units[0]; i++)
+        if (!strcasecmp(end, units[i].unit)) {
+            double bytes = v * units[i].scale;
+            if (bytes < 1 || bytes > 1e18)
+                return 0;
+            *out = (uint64_t)bytes;
+            return 1;
+        }
+    return 0;
+}
+
+static void print_model_section(const tr_model_config *m)
+{
+    printf("model section for the training config:\n"
+           "model:\n"
+           "  num_layers: %d\n"
+           "  hidden_size: %d\n"
+           "  num_attention_heads: %d\n"
+           "  vocab_size: %d\n"
+           "  max_position_embeddings: %d\n",
+           m->num_layers, m->hidden_size, m->num_attention_heads, m->vocab_size,
+           m->max_position_embeddings);
+}
+
+int tr_cmd_convert(int argc, char **argv)
+{
+    enum { FROM, TO, INPUT, OUTPUT, DTYPE, SHARD, EOS };
+    static const arg_opt options[] = {
+        [FROM] = {"--from", ARG_VALUE},   [TO] = {"--to", ARG_VALUE},
+        [INPUT] = {"--input", ARG_VALUE}, [OUTPUT] = {"--output", ARG_VALUE},
+        [DTYPE] = {"--dtype", ARG_VALUE}, [SHARD] = {"--max-shard-size", ARG_VALUE},
+        [EOS] = {"--eos-id", ARG_VALUE},  {NULL},
+    };
+    arg_parser a = {.cmd = "trident convert", .opts = options, .usage = convert_usage,
+                    .argc = argc, .argv = argv};
+    const char *from = NULL, *to = NULL, *input = NULL, *output = NULL, *v;
+    tr_hf_export_options o = {.max_shard_bytes = 5000000000ULL, .eos_token_id = -1};
+    int rc = 0, opt, export_opts = 0;
+    while (!rc && (opt = args_next(&a, &v)) != ARGS_END) {
+        if (opt == ARGS_HELP || opt == ARGS_ERROR)
+            return opt == ARGS_HELP ? 0 : 2;
+        if (opt == ARGS_POSITIONAL)
+            rc = args_error(&a, "unexpected argument '%s' (folders go after --input and "
+                                "--output)", v);
+        else if (opt == FROM || opt == TO) {
+            if (strcmp(v, "hf"))
+                rc = args_error(&a, "%s needs 'hf' (the one other format), got '%s'",
+                                opt == FROM ? "--from" : "--to", v);
+            *(opt == FROM ? &from : &to) = v;
+        } else if (opt == INPUT)
+            input = v;
+        else if (opt == OUTPUT)
+            output = v;
+        else if (opt == DTYPE) {
+            export_opts = 1;
+            if (strcmp(v, "fp32") && strcmp(v, "bf16"))
+                rc = args_error(&a, "--dtype needs fp32 or bf16, got '%s'", v);
+            o.bf16 = !strcmp(v, "bf16");
+        } else if (opt == SHARD) {
+            export_opts = 1;
+            if (!parse_size(v, &o.max_shard_bytes))
+                rc = args_error(&a, "--max-shard-size needs a size such as 5GB, 200MB or "
+                                    "1048576, got '%s'", v);
+        } else if (opt == EOS) {
+            export_opts = 1;
+            rc = args_int(&a, "--eos-id", v, 0, 0x7fffffff, &o.eos_token_id);
+        }
+    }
+    if (!rc && !from == !to)
+        rc = args_error(&a, "give the direction once: --from hf (import) or --to hf (export)");
+    if (!rc && (!input || !output))
+        rc = args_error(&a, "--input and --output are both needed");
+    if (!rc && from && export_opts)
+        rc = args_error(&a, "--dtype, --max-shard-size and --eos-id apply to --to hf");
+    if (rc)
+        return rc;
+    double t0 = tr_now();
+    tr_model_config m = {0};
+    int iteration = 0;
+    rc = from ? tr_hf_import(input, output, &m) : tr_hf_export(input, output, &o, &iteration);
+    if (rc) {
+        fprintf(stderr, "trident convert: %s\n", tr_errmsg());
+        return rc == TR_ERR_INVALID || rc == TR_ERR_CONFIG ? 2 : 1;
+    }
+    if (from) {
+        printf("trident convert: %s -> %s (release checkpoint) in %.2f s\n", input, output,
+               tr_now() - t0);
+        print_model_section(&m);
+    } else {
+        printf("trident convert: %s (iteration %d) -> %s (%s) in %.2f s\n", input, iteration,
+               output, o.bf16 ? "bf16" : "fp32", tr_now() - t0);
+    }
+    return 0;
+}
