@@ -14,5 +14,6 @@ TR_MUST_CHECK int tr_cmd_schedule(int argc, char **argv);
 TR_MUST_CHECK int tr_cmd_plan(int argc, char **argv);
 TR_MUST_CHECK int tr_cmd_sweep(int argc, char **argv);
 TR_MUST_CHECK int tr_cmd_generate(int argc, char **argv);
+TR_MUST_CHECK int tr_cmd_convert(int argc, char **argv);
 
 #endif

@@ -18,6 +18,8 @@ static void usage(FILE *f)
             "                     train a model from one YAML config\n"
             "  generate CHECKPOINT_DIR --prompt TEXT [--temperature T] [--nproc N]\n"
             "                     continue a prompt with a trained model (key/value cache)\n"
+            "  convert --from hf|--to hf --input DIR --output DIR\n"
+            "                     GPT-2 checkpoints from / to Hugging Face (safetensors)\n"
             "  preprocess --input FILE... --output-prefix PREFIX\n"
             "                     turn text files into a Megatron indexed dataset\n"
             "  launch --nproc N [...] -- COMMAND...\n"
@@ -70,7 +72,7 @@ int main(int argc, char **argv)
     } commands[] = {
         {"train", tr_cmd_train},   {"preprocess", tr_cmd_preprocess}, {"launch", tr_cmd_launch},
         {"topo", tr_cmd_topo},     {"schedule", tr_cmd_schedule}, {"plan", tr_cmd_plan},
-        {"sweep", tr_cmd_sweep},   {"generate", tr_cmd_generate},
+        {"sweep", tr_cmd_sweep},   {"generate", tr_cmd_generate}, {"convert", tr_cmd_convert},
     };
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
         if (!strcmp(cmd, commands[i].name))
