@@ -1,6 +1,8 @@
-/* `trident preprocess --input FILE... --output-prefix PREFIX [--document-per-file]`:
- * text files -> a Megatron indexed dataset (PREFIX.bin + PREFIX.idx) with the byte-level
- * tokenizer. Flag names follow Megatron's tools/preprocess_data.py. */
+/* `trident preprocess --input FILE... --output-prefix PREFIX [options]`: JSON Lines or text
+ * files -> Megatron indexed datasets, with Megatron's tools/preprocess_data.py flags
+ * (--json-keys, --tokenizer-type, --vocab-file, --merge-file, --tokenizer-model, --append-eod,
+ * --workers). Text files with the byte-level tokenizer take the streaming path of
+ * tr_preprocess_text; everything else goes through tr_preprocess. */
 #include "launch/commands.h"
 
 #include <stdio.h>
@@ -10,35 +12,68 @@
 #include "core/core.h"
 #include "data/data.h"
 #include "launch/args.h"
+#include "tokenizer/tokenizer.h"
 
 static void preprocess_usage(FILE *f)
 {
     fprintf(f,
             "usage: trident preprocess --input FILE [FILE...] --output-prefix PREFIX [options]\n"
             "\n"
-            "Turn text files into a Megatron indexed dataset, PREFIX.bin + PREFIX.idx (dtype\n"
-            "uint16), with the byte-level tokenizer: token = byte value (vocab 256), NUL bytes\n"
-            "dropped, token 0 ends every document.\n"
+            "Turn JSON Lines or text files into Megatron indexed datasets (.bin + .idx), as\n"
+            "Megatron-LM's tools/preprocess_data.py does.\n"
             "\n"
-            "options:\n"
-            "  --input FILE [FILE...]   text files, in order; may be repeated, or --input=FILE\n"
-            "  --output-prefix PREFIX   writes PREFIX.bin and PREFIX.idx (atomically, through\n"
-            "                           PREFIX.bin.tmp / PREFIX.idx.tmp)\n"
-            "  --document-per-file      each file is one document (default: documents are\n"
-            "                           separated by blank lines, i.e. empty or whitespace-only\n"
-            "                           lines, and by lines that are exactly \"%%\", the\n"
-            "                           separator of fortune(6) files)\n"
-            "  --append-eod             accepted for Megatron compatibility (always on)\n"
-            "  --workers N              accepted for Megatron compatibility (ignored)\n"
+            "input:\n"
+            "  --input FILE [FILE...]   files, in order; may be repeated, or --input=FILE\n"
+            "  --json-keys KEY [KEY...] JSON Lines: each line an object whose KEYs hold a string\n"
+            "                           or a list of strings (sentences); KEY goes to\n"
+            "                           PREFIX_KEY_document.bin/.idx. Default when every input\n"
+            "                           ends in .json or .jsonl: text\n"
+            "  --document-per-file      text files: each file is one document (default: documents\n"
+            "                           are separated by blank lines, i.e. empty or whitespace-\n"
+            "                           only lines, and by lines that are exactly \"%%\", the\n"
+            "                           separator of fortune(6) files); output PREFIX.bin/.idx\n"
+            "  --skip-bad-lines         skip (and count) JSON lines that cannot be read, instead\n"
+            "                           of stopping at the first with its FILE:LINE\n"
+            "tokenizer:\n"
+            "  --tokenizer-type T       ByteLevel (default: token = byte, vocabulary 256, NUL\n"
+            "                           bytes dropped, end of document 0), GPT2BPETokenizer or\n"
+            "                           HFTokenizer\n"
+            "  --vocab-file FILE        GPT2BPETokenizer: vocab.json (GPT-2's encoder.json)\n"
+            "  --merge-file FILE        GPT2BPETokenizer: merges.txt (GPT-2's vocab.bpe)\n"
+            "  --tokenizer-model FILE   HFTokenizer: a byte-level BPE tokenizer.json (its\n"
+            "                           template is applied, as Megatron's HF tokenizer does)\n"
+            "output:\n"
+            "  --output-prefix PREFIX   where the files go (written atomically, through .tmp)\n"
+            "  --append-eod             JSON Lines: end each document with the tokenizer's end-of-\n"
+            "                           document token (text documents always get it)\n"
+            "  --workers N              encode on N threads (default 1); the files are the same\n"
+            "                           for any N\n"
+            "  --log-interval S         a progress line on stderr every S seconds (default 10;\n"
+            "                           0: none)\n"
             "  -h, --help               this text\n"
             "\n"
+            "Tokens are uint16 when the vocabulary is below 65500, else int32 (Megatron's rule).\n"
             "Prints the number of documents and tokens.\n"
             "Exit status: 0 success, 1 I/O error (e.g. a missing input), 2 bad usage or input.\n");
 }
 
-int tr_cmd_preprocess(int argc, char **argv)
+typedef struct {
+    const char **inputs, **keys;
+    int n_inputs, n_keys, per_file, append_eod, workers, skip_bad, log_interval;
+    const char *prefix;
+    tr_tokenizer_files tok;
+} pp_options;
+
+static int ends_with(const char *s, const char *suffix)
 {
-    enum { INPUT, OUTPUT_PREFIX, WORKERS, PER_FILE, APPEND_EOD, SPLIT_SENTENCES };
+    size_t ls = strlen(s), lx = strlen(suffix);
+    return ls >= lx && !strcmp(s + ls - lx, suffix);
+}
+
+static int parse(arg_parser *a, pp_options *o)
+{
+    enum { INPUT, OUTPUT_PREFIX, WORKERS, PER_FILE, APPEND_EOD, SPLIT_SENTENCES, JSON_KEYS,
+           TOK_TYPE, VOCAB, MERGES, TOK_MODEL, SKIP_BAD, LOG_INTERVAL };
     static const arg_opt options[] = {
         [INPUT] = {"--input", ARG_VALUES, "file"},
         [OUTPUT_PREFIX] = {"--output-prefix", ARG_VALUE},
@@ -46,61 +81,138 @@ int tr_cmd_preprocess(int argc, char **argv)
         [PER_FILE] = {"--document-per-file", ARG_FLAG},
         [APPEND_EOD] = {"--append-eod", ARG_FLAG},
         [SPLIT_SENTENCES] = {"--split-sentences", ARG_FLAG},
+        [JSON_KEYS] = {"--json-keys", ARG_VALUES, "key"},
+        [TOK_TYPE] = {"--tokenizer-type", ARG_VALUE},
+        [VOCAB] = {"--vocab-file", ARG_VALUE},
+        [MERGES] = {"--merge-file", ARG_VALUE},
+        [TOK_MODEL] = {"--tokenizer-model", ARG_VALUE},
+        [SKIP_BAD] = {"--skip-bad-lines", ARG_FLAG},
+        [LOG_INTERVAL] = {"--log-interval", ARG_VALUE},
         {NULL},
     };
-    arg_parser a = {.cmd = "trident preprocess", .opts = options, .usage = preprocess_usage,
-                 .argc = argc, .argv = argv};
-    const char **inputs = calloc((size_t)argc + 1, sizeof *inputs);
-    const char *prefix = NULL, *v;
-    int n_inputs = 0, per_file = 0, rc = 0, workers, o;
-    if (!inputs) {
-        fprintf(stderr, "trident preprocess: out of memory\n");
-        return 1;
+    a->opts = options;
+    const char *v;
+    int rc = 0, opt;
+    while (!rc && (opt = args_next(a, &v)) != ARGS_END) {
+        if (opt == ARGS_HELP)
+            return -1;
+        if (opt == ARGS_ERROR)
+            return 2;
+        if ((opt == INPUT || opt == JSON_KEYS) && !*v)
+            rc = args_error(a, "%s= needs a %s", opt == INPUT ? "--input" : "--json-keys",
+                            opt == INPUT ? "file name" : "key");
+        else if (opt == INPUT)
+            o->inputs[o->n_inputs++] = v;
+        else if (opt == JSON_KEYS)
+            o->keys[o->n_keys++] = v;
+        else if (opt == OUTPUT_PREFIX)
+            o->prefix = v;
+        else if (opt == WORKERS && !args_parse_int(v, 1, 256, &o->workers))
+            rc = args_error(a, "--workers needs a positive integer, got '%s' (at most 256)", v);
+        else if (opt == LOG_INTERVAL)
+            rc = args_int(a, "--log-interval", v, 0, 86400, &o->log_interval);
+        else if (opt == PER_FILE)
+            o->per_file = 1;
+        else if (opt == APPEND_EOD)
+            o->append_eod = 1;
+        else if (opt == SKIP_BAD)
+            o->skip_bad = 1;
+        else if (opt == TOK_TYPE)
+            o->tok.type = v;
+        else if (opt == VOCAB)
+            o->tok.vocab_file = v;
+        else if (opt == MERGES)
+            o->tok.merge_file = v;
+        else if (opt == TOK_MODEL)
+            o->tok.tokenizer_model = v;
+        else if (opt == SPLIT_SENTENCES)
+            rc = args_error(a, "--split-sentences is not supported (no sentence splitter: give "
+                               "each document's sentences as a JSON list instead)");
+        else if (opt == ARGS_POSITIONAL)
+            rc = args_error(a, "unexpected argument '%s' (input files go after --input)", v);
     }
-    while (!rc && (o = args_next(&a, &v)) != ARGS_END) {
-        if (o == ARGS_HELP || o == ARGS_ERROR) {
-            free(inputs);
-            return o == ARGS_HELP ? 0 : 2;
-        }
-        if (o == INPUT && !*v)
-            rc = args_error(&a, "--input= needs a file name");
-        else if (o == INPUT)
-            inputs[n_inputs++] = v;
-        else if (o == OUTPUT_PREFIX)
-            prefix = v;
-        else if (o == WORKERS && !args_parse_int(v, 1, 999999, &workers))
-            rc = args_error(&a, "--workers needs a positive integer, got '%s'", v);
-        else if (o == PER_FILE)
-            per_file = 1;
-        else if (o == SPLIT_SENTENCES)
-            rc = args_error(&a, "--split-sentences is not supported (the byte-level tokenizer "
-                                   "has no sentence splitter)");
-        else if (o == ARGS_POSITIONAL)
-            rc = args_error(&a, "unexpected argument '%s' (input files go after --input)", v);
-        /* --append-eod: always on; --workers: ignored */
-    }
-    if (!rc && n_inputs == 0)
-        rc = args_error(&a, "no input files (give --input FILE...)");
-    if (!rc && (!prefix || !prefix[0]))
-        rc = args_error(&a, "%s", prefix ? "--output-prefix is empty"
-                                            : "missing --output-prefix PREFIX");
-    if (rc)
-        goto done;
-    uint64_t n_docs = 0, n_tokens = 0;
+    if (!rc && o->n_inputs == 0)
+        rc = args_error(a, "no input files (give --input FILE...)");
+    if (!rc && (!o->prefix || !o->prefix[0]))
+        rc = args_error(a, "%s", o->prefix ? "--output-prefix is empty"
+                                           : "missing --output-prefix PREFIX");
+    int all_json = o->n_inputs > 0;
+    for (int i = 0; i < o->n_inputs; i++)
+        all_json &= ends_with(o->inputs[i], ".json") || ends_with(o->inputs[i], ".jsonl");
+    if (!rc && o->n_keys == 0 && all_json)
+        o->keys[o->n_keys++] = "text"; /* Megatron's default */
+    if (!rc && o->n_keys && o->per_file)
+        rc = args_error(a, "--document-per-file is for text files, not JSON Lines (--json-keys)");
+    if (!rc && o->n_keys > 16)
+        rc = args_error(a, "at most 16 --json-keys");
+    for (int i = 0; i < o->n_keys && !rc; i++)
+        for (int j = 0; j < i && !rc; j++)
+            if (!strcmp(o->keys[i], o->keys[j]))
+                rc = args_error(a, "--json-keys names '%s' twice", o->keys[i]);
+    return rc;
+}
+
+static int run(const pp_options *o)
+{
+    tr_tokenizer *t = NULL;
+    int st = tr_tokenizer_open(&o->tok, &t);
     double t0 = tr_now();
-    int st = tr_preprocess_text(inputs, n_inputs, prefix, !per_file, &n_docs, &n_tokens);
+    if (!st && !o->n_keys && !strcmp(tr_tokenizer_type(t), "ByteLevel")) { /* streaming */
+        uint64_t n_docs = 0, n_tokens = 0;
+        st = tr_preprocess_text(o->inputs, o->n_inputs, o->prefix, !o->per_file, &n_docs, &n_tokens);
+        if (!st) {
+            printf("preprocess: %d file%s, %llu documents, %llu tokens -> %s.bin, %s.idx (%.2f s)\n",
+                   o->n_inputs, o->n_inputs == 1 ? "" : "s", (unsigned long long)n_docs,
+                   (unsigned long long)n_tokens, o->prefix, o->prefix, tr_now() - t0);
+            if (n_docs == 0)
+                fprintf(stderr, "trident preprocess: warning: the inputs hold no document\n");
+        }
+    } else if (!st) {
+        tr_preprocess_options po = {o->inputs, o->n_inputs, o->prefix, o->keys, o->n_keys,
+                                    !o->per_file, t, o->append_eod, o->workers, o->skip_bad,
+                                    o->log_interval};
+        tr_preprocess_stats s;
+        st = tr_preprocess(&po, &s);
+        if (!st) {
+            double dt = tr_now() - t0;
+            printf("preprocess: %d file%s, %llu documents, %llu tokens (%s, %s, vocabulary %d) ",
+                   o->n_inputs, o->n_inputs == 1 ? "" : "s", (unsigned long long)s.documents,
+                   (unsigned long long)s.tokens, tr_tokenizer_type(t),
+                   s.dtype_code == 8 ? "uint16" : "int32", tr_tokenizer_vocab_size(t));
+            for (int k = 0; k < (o->n_keys ? o->n_keys : 1); k++)
+                printf(o->n_keys ? "%s%s_%s_document.{bin,idx}" : "%s%s.{bin,idx}", k ? ", " : "-> ",
+                       o->prefix, o->n_keys ? o->keys[k] : "");
+            printf(" (%.2f s, %.1f MB/s, %.0f tokens/s)\n", dt, s.bytes / 1e6 / (dt > 0 ? dt : 1),
+                   s.tokens / (dt > 0 ? dt : 1));
+            if (s.bad_lines || s.blank_lines)
+                fprintf(stderr, "trident preprocess: %llu bad line%s skipped, %llu blank line%s\n",
+                        (unsigned long long)s.bad_lines, s.bad_lines == 1 ? "" : "s",
+                        (unsigned long long)s.blank_lines, s.blank_lines == 1 ? "" : "s");
+            if (s.documents == 0)
+                fprintf(stderr, "trident preprocess: warning: the inputs hold no document\n");
+        }
+    }
+    tr_tokenizer_free(t);
     if (st) {
         fprintf(stderr, "trident preprocess: %s\n", tr_errmsg());
-        rc = st == TR_ERR_INVALID || st == TR_ERR_CONFIG ? 2 : 1;
-        goto done;
+        return st == TR_ERR_INVALID || st == TR_ERR_CONFIG ? 2 : 1;
     }
-    printf("preprocess: %d file%s, %llu documents, %llu tokens -> %s.bin, %s.idx (%.2f s)\n",
-           n_inputs, n_inputs == 1 ? "" : "s", (unsigned long long)n_docs,
-           (unsigned long long)n_tokens, prefix, prefix, tr_now() - t0);
-    if (n_docs == 0)
-        fprintf(stderr, "trident preprocess: warning: the inputs hold no document\n");
-    rc = 0;
-done:
-    free(inputs);
-    return rc;
+    return 0;
+}
+
+int tr_cmd_preprocess(int argc, char **argv)
+{
+    arg_parser a = {.cmd = "trident preprocess", .usage = preprocess_usage, .argc = argc,
+                    .argv = argv};
+    pp_options o = {.workers = 1, .log_interval = 10};
+    o.inputs = calloc((size_t)argc + 1, sizeof *o.inputs);
+    o.keys = calloc((size_t)argc + 1, sizeof *o.keys);
+    int rc = !o.inputs || !o.keys ? 1 : parse(&a, &o);
+    if (!o.inputs || !o.keys)
+        fprintf(stderr, "trident preprocess: out of memory\n");
+    else if (rc == 0)
+        rc = run(&o);
+    free(o.inputs);
+    free(o.keys);
+    return rc < 0 ? 0 : rc;
 }
