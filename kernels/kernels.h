@@ -26,6 +26,9 @@ typedef struct tr_kernels {
     /* --- memory --- */
     void *(*alloc)(size_t bytes);                 /* zero-filled; NULL on failure */
     void (*free)(void *p);
+    /* Bytes allocated through alloc and not yet freed (*peak: the most at any time since the
+     * process started); NULL where the backend does not count. */
+    size_t (*bytes_in_use)(size_t *peak);
     void (*to_device)(tr_stream s, void *dst, const void *host_src, size_t bytes);
     void (*to_host)(tr_stream s, void *host_dst, const void *src, size_t bytes);
     void (*copy)(tr_stream s, void *dst, const void *src, size_t bytes);

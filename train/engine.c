@@ -198,6 +198,9 @@ static int reserve_memory(tr_engine *e)
                    m.activations / GiB, avail / GiB, local, local > 1 ? "s" : "");
 }
 
+/* The backend allocator's bytes in use (0 where it does not count). */
+static size_t allocated(const tr_kernels *k) { return k->bytes_in_use ? k->bytes_in_use(NULL) : 0; }
+
 int tr_engine_create(const tr_config *cfg, tr_engine **out)
 {
     tr_engine *e = tr_alloc(sizeof *e, "engine");
@@ -260,9 +263,11 @@ int tr_engine_create(const tr_config *cfg, tr_engine **out)
         e->n_slots = e->M;
     if ((rc = create_chunks(e)) || (rc = reserve_memory(e)))
         goto fail;
-    size_t bytes = e->n_params * sizeof(float);
+    size_t bytes = e->n_params * sizeof(float), used = allocated(e->k);
     e->params = e->k->alloc(bytes);
+    e->mem_params = allocated(e->k) - used;
     e->grads = e->k->alloc(bytes);
+    e->mem_grads = allocated(e->k) - used - e->mem_params;
     if (!e->params || !e->grads) {
         rc = tr_fail(TR_ERR_NOMEM, "out of memory for %zu parameters (%zu MiB x 2)",
                      e->n_params, bytes >> 20);
@@ -289,14 +294,18 @@ int tr_engine_create(const tr_config *cfg, tr_engine **out)
     }
     engine_set_grad_hooks(e, 1);
     size_t shard = tr_dp_shard_numel(e->dp);
+    used = allocated(e->k);
     e->adam_m = e->k->alloc(shard * sizeof(float));
     e->adam_v = e->k->alloc(shard * sizeof(float));
+    e->mem_optimizer = allocated(e->k) - used;
     if (!e->adam_m || !e->adam_v) {
         rc = tr_fail(TR_ERR_NOMEM, "out of memory for Adam moments of %zu parameters", shard);
         goto fail;
     }
+    used = allocated(e->k);
     if ((rc = create_slots(e)))
         goto fail;
+    e->mem_activations = allocated(e->k) - used; /* the slots, the model's scratch */
     e->sample = tr_alloc((size_t)(e->T + 1) * sizeof(int32_t), "sample");
     e->inputs = tr_alloc((size_t)e->mb * e->T * sizeof(int32_t), "inputs");
     e->targets = tr_alloc((size_t)e->mb * e->T * sizeof(int32_t), "targets");

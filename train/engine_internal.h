@@ -47,6 +47,9 @@ struct tr_engine {
     int split;                  /* the data split being run (train or validation) */
     uint64_t first_sample;      /* this rank's first sample of the current global batch */
     struct ckpt_async *pending_save; /* checkpoint.async_save: the save being written */
+    /* the backend allocator's bytes taken by each part at creation (the planner's split);
+     * 0 where the backend does not count (kernels.h bytes_in_use) */
+    size_t mem_params, mem_grads, mem_optimizer, mem_activations;
     uint64_t consumed_samples;  /* training samples of the iterations done (Megatron's
                                  * consumed_train_samples): where the next global batch starts,
                                  * whatever global batch size earlier iterations had */

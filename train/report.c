@@ -22,7 +22,11 @@
 enum { GROUP_TP, GROUP_DP, GROUP_PP, GROUP_EMBED, GROUP_MP, GROUP_WORLD, N_GROUPS };
 static const char *const group_names[N_GROUPS] = {"tp", "dp", "pp", "embedding", "model_parallel",
                                                    "world"};
-enum { STAT_RSS, STAT_STORED, STAT_COLL, STAT_P2P = STAT_COLL + N_GROUPS, N_STATS = STAT_P2P + 1 };
+/* this rank's figures, all-gathered for summary.json; STAT_MEM..: MiB by the planner's parts */
+enum { STAT_RSS, STAT_STORED, STAT_COLL, STAT_P2P = STAT_COLL + N_GROUPS, STAT_MEM, N_MEM = 6,
+       N_STATS = STAT_MEM + N_MEM };
+static const char *const mem_names[N_MEM] = {"parameters", "gradients", "optimizer",
+                                              "activations", "other", "peak"};
 
 struct train_report {
     tr_engine *e;
@@ -234,6 +238,20 @@ static int write_summary(const train_report *rep, double bubble, const double *s
         tr_json_double(&j, NULL, stats[r * N_STATS + STAT_RSS]);
     tr_json_array_end(&j);
     /* forwards whose backward had not run yet, at most at once (1F1B: P - stage) */
+    /* the allocator's bytes (MiB) by part; "other": the rest of the peak (communication and
+     * generation buffers, the planner's reserve); null where the backend does not count */
+    tr_json_array_begin(&j, "memory_mb_per_rank");
+    for (int r = 0; r < e->world.size; r++) {
+        const double *st = stats + r * N_STATS;
+        tr_json_object_begin(&j, NULL);
+        for (int m = 0; m < N_MEM; m++)
+            if (st[STAT_MEM + N_MEM - 1] > 0)
+                tr_json_double(&j, mem_names[m], st[STAT_MEM + m]);
+            else
+                tr_json_null(&j, mem_names[m]);
+        tr_json_object_end(&j);
+    }
+    tr_json_array_end(&j);
     tr_json_array_begin(&j, "peak_stored_activations_per_rank");
     for (int r = 0; r < e->world.size; r++)
         tr_json_int(&j, NULL, (long long)stats[r * N_STATS + STAT_STORED]);
@@ -571,6 +589,20 @@ int train_report_finish(train_report *r)
     if (!rc && opts->run_dir) {
         r->mine[STAT_RSS] = peak_rss_mb();
         r->mine[STAT_STORED] = e->stored_peak;
+        size_t peak = 0;
+        if (e->k->bytes_in_use) {
+            (void)e->k->bytes_in_use(&peak);
+            double MiB = 1024.0 * 1024.0, parts[4] = {(double)e->mem_params, (double)e->mem_grads,
+                                                      (double)e->mem_optimizer,
+                                                      (double)e->mem_activations};
+            double sum = 0;
+            for (int m = 0; m < 4; m++) {
+                r->mine[STAT_MEM + m] = parts[m] / MiB;
+                sum += parts[m];
+            }
+            r->mine[STAT_MEM + 4] = (double)peak > sum ? ((double)peak - sum) / MiB : 0;
+            r->mine[STAT_MEM + 5] = (double)peak / MiB;
+        }
         size_t n = (size_t)e->world.size * N_STATS;
         double *stats = calloc(n, sizeof *stats);
         rc = stats ? tr_comm_allgather(e->world.world, r->mine, stats, n, TR_COMM_F64)

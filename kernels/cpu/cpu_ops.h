@@ -72,6 +72,7 @@ static inline size_t cpu_rows_per_piece(size_t C)
 /* memory.c */
 void *cpu_alloc(size_t bytes);
 void cpu_free(void *p);
+size_t cpu_bytes_in_use(size_t *peak);
 void cpu_to_device(tr_stream s, void *dst, const void *host_src, size_t bytes);
 void cpu_to_host(tr_stream s, void *host_dst, const void *src, size_t bytes);
 void cpu_copy(tr_stream s, void *dst, const void *src, size_t bytes);

@@ -13,6 +13,7 @@ static const tr_kernels cpu_table = {
     .name = "cpu",
     .alloc = cpu_alloc,
     .free = cpu_free,
+    .bytes_in_use = cpu_bytes_in_use,
     .to_device = cpu_to_device,
     .to_host = cpu_to_host,
     .copy = cpu_copy,
