@@ -47,9 +47,12 @@
  *    UCX picks (UCX_TLS etc. apply); messages below 64 KiB go eager (UCX_RNDV_THRESH unless
  *    set).
  *  - Rendezvous: rank 0 serves a TCP key/value store at MASTER_ADDR:MASTER_PORT; clients
- *    present TRIDENT_JOB_TOKEN; keys <= 1 KiB, values <= 1 MiB; malformed frames close the
- *    offending connection only. Ranks publish their UCX worker addresses there (and NCCL
- *    communicators their unique ids). */
+ *    present the job's identity (tr_comm_job_identity) with their rank and world size; keys
+ *    <= 1 KiB, values <= 1 MiB; malformed frames close the offending connection only. A
+ *    world of several ranks needs an identity; a rank of another identity or world size is
+ *    refused, and, while the world is still forming, the job's ranks stop at once naming
+ *    it. Ranks publish their UCX worker addresses there (and NCCL communicators their
+ *    unique ids). */
 #ifndef TR_COMM_H
 #define TR_COMM_H
 
@@ -127,8 +130,19 @@ typedef struct {
     int rank, size;
     const char *master_addr; /* host of rank 0's store; may be NULL only when size == 1 */
     int master_port;
-    const char *job_token; /* NULL = "" */
+    const char *job_token; /* the job's identity; NULL = "", which only a one-rank world may
+                            * have */
+    const char *job_identity_source; /* what job_token came from, for messages (no secret:
+                                      * "TORCHELASTIC_RUN_ID='x'"); NULL: not said */
 } tr_comm_rendezvous;
+
+/* The job's identity from the environment, first found: TRIDENT_JOB_TOKEN (trident launch
+ * sets a random one), torchrun's TORCHELASTIC_RUN_ID, Open MPI's PMIX_NAMESPACE /
+ * OMPI_MCA_ess_base_jobid / OMPI_MCA_orte_hnp_uri, Slurm's SLURM_JOB_ID (+ SLURM_STEP_ID).
+ * Writes the token ("" when none is set; values are truncated to fit `cap`, >= 128) and, when
+ * source_cap > 0, what it came from, with scheduler ids but never TRIDENT_JOB_TOKEN's
+ * value. */
+void tr_comm_job_identity(char *token, size_t cap, char *source, size_t source_cap);
 
 /* The world communicator, of backend cfg->backend. Collective over the job: rank 0 starts
  * the store on master_addr:master_port, everyone publishes its UCX worker address there, then
@@ -139,8 +153,9 @@ typedef struct {
 TR_MUST_CHECK int tr_comm_init(const tr_comm_rendezvous *rv, const tr_comm_config *cfg, tr_comm **out);
 
 /* tr_comm_init() from the launcher's environment: RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT,
- * TRIDENT_JOB_TOKEN. Without WORLD_SIZE, a one-rank world (a store only if MASTER_ADDR is
- * set). A malformed or missing variable is TR_ERR_CONFIG naming it. */
+ * and the job's identity (tr_comm_job_identity). Without WORLD_SIZE, a one-rank world (a
+ * store only if MASTER_ADDR is set). A malformed or missing variable, or several ranks
+ * without an identity, is TR_ERR_CONFIG naming it. */
 TR_MUST_CHECK int tr_comm_init_world(const tr_comm_config *cfg, tr_comm **out);
 
 /* Subgroups: members of `comm` with the same color form one new communicator, ranked by
@@ -255,16 +270,22 @@ typedef struct tr_store_server tr_store_server;
 /* Serve on bind_host:port (port 0 = any free port; bind_host NULL = all interfaces) in a
  * background thread. Clients must present `token` (NULL = "") and `session` (NULL = ""); a
  * wrong token is rejected for good, a wrong session is told to retry (a store of an earlier
- * communicator generation still shutting down). */
+ * communicator generation still shutting down). world_size > 0: the ranks 0..world_size-1
+ * are expected; until all have connected, a rank of this world refused for another token,
+ * or a client of this token claiming another world size, stops the rendezvous: every waiting
+ * and later request fails (TR_ERR_CONFIG at the client) with the reason. 0: no checks. A peer
+ * costs at most a few KiB until its token is accepted. */
 TR_MUST_CHECK int tr_store_server_start(const char *bind_host, int port, const char *token,
-                          const char *session, tr_store_server **out);
+                          const char *session, int world_size, tr_store_server **out);
 int tr_store_server_port(const tr_store_server *s);
 void tr_store_server_stop(tr_store_server *s);
 
-/* Connect, retrying until timeout_s while the server is not up yet. timeout_s also bounds
- * every later call. Errors name host:port. */
+/* Connect, retrying until timeout_s while the server is not up yet, as rank `rank` of
+ * world_size (-1 and 0: not a rank of the job, e.g. a tool). timeout_s also bounds every
+ * later call. Errors name host:port; a refused token or world size, or a stopped rendezvous,
+ * is TR_ERR_CONFIG. */
 TR_MUST_CHECK int tr_store_connect(const char *host, int port, const char *token, const char *session,
-                     double timeout_s, tr_store **out);
+                     int rank, int world_size, double timeout_s, tr_store **out);
 TR_MUST_CHECK int tr_store_set(tr_store *st, const char *key, const void *value, size_t len);
 /* Waits until the key exists; *value is malloc'ed (free with free()). */
 TR_MUST_CHECK int tr_store_get(tr_store *st, const char *key, void **value, size_t *len);

@@ -21,6 +21,7 @@ struct tr_store {
     char host[256];
     int port;
     char token[TR_STORE_MAX_KEY + 1], session[TR_STORE_MAX_KEY + 1];
+    int rank, world_size; /* the claim HELLO carries; rank -1: not a rank */
     double timeout_s;
 };
 
@@ -138,10 +139,14 @@ static int establish(tr_store *st, double deadline)
     while (tr_now() < deadline) {
         int fatal = 0;
         if (try_connect(st, deadline, &err, &fatal) == 0) {
-            uint8_t status = 0, *msg = NULL;
-            size_t len = 0;
-            int rc = send_request(st, STORE_OP_HELLO, st->token, strlen(st->token),
-                                  st->session, strlen(st->session), deadline);
+            uint8_t status = 0, *msg = NULL, hello[TR_STORE_MAX_KEY + 1 + STORE_CLAIM_LEN];
+            size_t len = 0, slen = strlen(st->session);
+            memcpy(hello, st->session, slen);
+            hello[slen] = 0;
+            store_put_u32(hello + slen + 1, st->rank < 0 ? STORE_NO_RANK : (uint32_t)st->rank);
+            store_put_u32(hello + slen + 5, (uint32_t)st->world_size);
+            int rc = send_request(st, STORE_OP_HELLO, st->token, strlen(st->token), hello,
+                                  slen + 1 + STORE_CLAIM_LEN, deadline);
             if (!rc)
                 rc = read_response(st, &status, &msg, &len, deadline);
             if (!rc && status == STORE_OK) {
@@ -149,9 +154,11 @@ static int establish(tr_store *st, double deadline)
                 return TR_OK;
             }
             drop(st);
-            if (!rc && status == STORE_ERROR) {
-                int r = tr_fail(TR_ERR_COMM, "store %s:%d rejected this rank: %s", st->host,
-                                st->port, msg ? (char *)msg : "?");
+            if (!rc && (status == STORE_ERROR || status == STORE_ABORTED)) {
+                int r = tr_fail(TR_ERR_CONFIG, status == STORE_ERROR
+                                                   ? "store %s:%d rejected this rank: %s"
+                                                   : "store %s:%d: the rendezvous was stopped: %s",
+                                st->host, st->port, msg ? (char *)msg : "?");
                 free(msg);
                 return r;
             }
@@ -173,7 +180,7 @@ static int establish(tr_store *st, double deadline)
 }
 
 int tr_store_connect(const char *host, int port, const char *token, const char *session,
-                     double timeout_s, tr_store **out)
+                     int rank, int world_size, double timeout_s, tr_store **out)
 {
     *out = NULL;
     if (!host || !*host || strlen(host) >= 256)
@@ -186,6 +193,9 @@ int tr_store_connect(const char *host, int port, const char *token, const char *
         return tr_fail(TR_ERR_INVALID, "store: job token or session longer than 1 KiB");
     if (!(timeout_s > 0))
         return tr_fail(TR_ERR_INVALID, "store: timeout must be > 0 (got %g)", timeout_s);
+    if (world_size < 0 || world_size > (1 << 20) || rank >= world_size)
+        return tr_fail(TR_ERR_INVALID, "store: rank %d of world size %d is impossible", rank,
+                       world_size);
     tr_store *st = calloc(1, sizeof *st);
     if (!st)
         return tr_fail(TR_ERR_NOMEM, "store: out of memory");
@@ -194,6 +204,8 @@ int tr_store_connect(const char *host, int port, const char *token, const char *
     st->port = port;
     strcpy(st->token, token);
     strcpy(st->session, session);
+    st->rank = rank < 0 ? -1 : rank;
+    st->world_size = world_size;
     st->timeout_s = timeout_s;
     int rc = establish(st, tr_now() + timeout_s);
     if (rc) {
@@ -249,8 +261,11 @@ static int roundtrip(tr_store *st, uint8_t op, const char *key, const void *val,
                        strerror(e));
     }
     if (status != STORE_OK) {
-        int r = tr_fail(TR_ERR_COMM, "store %s:%d refused the request on key '%s': %s", st->host,
-                        st->port, key, msg ? (char *)msg : "?");
+        int r = status == STORE_ABORTED
+                    ? tr_fail(TR_ERR_CONFIG, "store %s:%d: the rendezvous was stopped: %s",
+                              st->host, st->port, msg ? (char *)msg : "?")
+                    : tr_fail(TR_ERR_COMM, "store %s:%d refused the request on key '%s': %s",
+                              st->host, st->port, key, msg ? (char *)msg : "?");
         free(msg);
         drop(st);
         return r;

@@ -2,7 +2,18 @@
  * Each connection carries one request at a time; GET/WAIT on a missing key park the
  * connection until a SET (or ADD) creates the key. A malformed frame (bad magic, unknown op,
  * oversized key/value, request before HELLO) gets an error reply and closes that connection
- * only; a wrong job token likewise. Unauthenticated connections are dropped after 10 s. */
+ * only; a wrong job token likewise.
+ *
+ * Unauthenticated peers are bounded: any request but HELLO (at most ~2 KiB) is refused at its
+ * header before its body is read, so a connection costs at most ~3 KiB until its HELLO passes
+ * (~3 MiB for the whole table); such a connection is dropped after 10 s, and when the table is
+ * full the oldest of them makes room for a new one, so idle peers cannot lock ranks out.
+ *
+ * Job identity: a server that knows its world size (world_size > 0) records which ranks have
+ * joined (HELLO's claim). Until every rank has, a rank of this world refused for another
+ * job's token, or a rank of this job that claims another world size, stops the rendezvous:
+ * every parked and later request gets STORE_ABORTED with the reason, so the job's ranks fail
+ * at once, naming it, instead of waiting out their timeout for a rank that went elsewhere. */
 #include "comm/store/store_internal.h"
 
 #include <arpa/inet.h>
@@ -56,6 +67,10 @@ struct tr_store_server {
     size_t total_bytes;
     conn *conns[MAX_CONNS];
     int nconns;
+    int world_size;        /* 0: not told; no claims checked */
+    uint8_t *joined;       /* bit r: rank r has said hello */
+    int n_joined;          /* distinct ranks joined; == world_size: formed */
+    char aborted[512];     /* the reason the rendezvous was stopped, "" while it was not */
 };
 
 static size_t bucket_of(const char *key)
@@ -104,6 +119,33 @@ static void respond_error_and_close(conn *c, const char *msg)
     c->close_after_write = 1;
 }
 
+static void respond_aborted(tr_store_server *s, conn *c)
+{
+    respond(c, STORE_ABORTED, s->aborted, strlen(s->aborted));
+    c->close_after_write = 1;
+}
+
+static int formed(const tr_store_server *s)
+{
+    return s->world_size > 0 && s->n_joined == s->world_size;
+}
+
+/* Stop the rendezvous (the first reason is kept): every parked request is answered now. */
+static void abort_rendezvous(tr_store_server *s, const char *why)
+{
+    if (s->aborted[0])
+        return;
+    snprintf(s->aborted, sizeof s->aborted, "%s", why);
+    for (int i = 0; i < s->nconns; i++) {
+        conn *c = s->conns[i];
+        if (c && c->parked_key) {
+            free(c->parked_key);
+            c->parked_key = NULL;
+            respond_aborted(s, c);
+        }
+    }
+}
+
 /* Answer a GET/WAIT on an existing entry. */
 static void answer_lookup(conn *c, uint8_t op, const entry *e)
 {
@@ -118,8 +160,8 @@ static void answer_lookup(conn *c, uint8_t op, const entry *e)
 static void wake_parked(tr_store_server *s, const entry *e)
 {
     for (int i = 0; i < s->nconns; i++) {
-        conn *c = s->conns[i];
-        if (c->parked_key && !strcmp(c->parked_key, e->key)) {
+        conn *c = s->conns[i]; /* NULL: dropped earlier in this poll round */
+        if (c && c->parked_key && !strcmp(c->parked_key, e->key)) {
             answer_lookup(c, c->parked_op, e);
             free(c->parked_key);
             c->parked_key = NULL;
@@ -175,27 +217,79 @@ static int token_equal(const char *a, const char *b, size_t blen)
     return diff == 0;
 }
 
+/* HELLO: key = job token, value = session [NUL rank size]. */
+static void hello(tr_store_server *s, conn *c)
+{
+    const uint8_t *val = c->body + c->klen, *nul = memchr(val, 0, c->vlen);
+    size_t slen = nul ? (size_t)(nul - val) : c->vlen;
+    uint32_t rank = STORE_NO_RANK, size = 0;
+    if (nul) {
+        if (c->vlen - slen - 1 != STORE_CLAIM_LEN) {
+            respond_error_and_close(c, "malformed hello");
+            return;
+        }
+        rank = store_get_u32(nul + 1);
+        size = store_get_u32(nul + 5);
+    }
+    uint32_t w = (uint32_t)s->world_size;
+    int is_rank = rank != STORE_NO_RANK && w > 0;
+    int of_world = is_rank && size == w && rank < w; /* a rank slot of this world */
+    int slot_open = of_world && !(s->joined[rank / 8] & (1u << (rank % 8)));
+    char why[256];
+    if (!token_equal(s->token, (const char *)c->body, c->klen)) {
+        /* a rank this world still waits for went to another job: it will not come here */
+        if (slot_open && !formed(s)) {
+            snprintf(why, sizeof why, "rank %u of %u presented another job's identity and was "
+                                      "refused", rank, size);
+            abort_rendezvous(s, why);
+        }
+        respond_error_and_close(c, "another job's identity: the store at this address serves "
+                                   "another job");
+        return;
+    }
+    if (!token_equal(s->session, (const char *)val, slen)) {
+        respond(c, STORE_RETRY, "session mismatch", 16);
+        c->close_after_write = 1;
+        return;
+    }
+    if (s->aborted[0]) {
+        respond_aborted(s, c);
+        return;
+    }
+    if (is_rank && !of_world) {
+        if (!formed(s)) {
+            snprintf(why, sizeof why, "rank %u says WORLD_SIZE=%u but this job has "
+                                      "WORLD_SIZE=%u", rank, size, w);
+            abort_rendezvous(s, why);
+        }
+        snprintf(why, sizeof why, "this rank (%u) says WORLD_SIZE=%u but the job's rank 0 has "
+                                  "WORLD_SIZE=%u", rank, size, w);
+        respond_error_and_close(c, why);
+        return;
+    }
+    if (slot_open) {
+        s->joined[rank / 8] |= (uint8_t)(1u << (rank % 8));
+        s->n_joined++;
+    }
+    c->authed = 1;
+    respond(c, STORE_OK, NULL, 0);
+}
+
 /* Handle one complete request in c->body. */
 static void handle(tr_store_server *s, conn *c)
 {
     const char *kbytes = (const char *)c->body;
     const uint8_t *val = c->body + c->klen;
     if (c->op == STORE_OP_HELLO) {
-        if (c->authed) {
-            respond_error_and_close(c, "duplicate hello");
-        } else if (!token_equal(s->token, kbytes, c->klen)) {
-            respond_error_and_close(c, "job token mismatch: this store belongs to another job");
-        } else if (!token_equal(s->session, (const char *)val, c->vlen)) {
-            respond(c, STORE_RETRY, "session mismatch", 16);
-            c->close_after_write = 1;
-        } else {
-            c->authed = 1;
-            respond(c, STORE_OK, NULL, 0);
-        }
+        hello(s, c);
         return;
     }
     if (!c->authed) {
         respond_error_and_close(c, "hello expected first");
+        return;
+    }
+    if (s->aborted[0]) {
+        respond_aborted(s, c);
         return;
     }
     if (memchr(kbytes, 0, c->klen)) {
@@ -298,6 +392,16 @@ static int on_readable(tr_store_server *s, conn *c)
                 respond_error_and_close(c, why);
                 return 0;
             }
+            /* authenticate before reading anything large: a peer without a hello gets no
+             * buffer for its body */
+            if (!c->authed && c->op != STORE_OP_HELLO) {
+                respond_error_and_close(c, "hello expected first");
+                return 0;
+            }
+            if (c->authed && c->op == STORE_OP_HELLO) {
+                respond_error_and_close(c, "duplicate hello");
+                return 0;
+            }
             c->body_len = (size_t)c->klen + c->vlen;
             c->body_got = 0;
             free(c->body);
@@ -339,7 +443,14 @@ static void accept_one(tr_store_server *s)
     int fd = accept4(s->listen_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
     if (fd < 0)
         return;
-    conn *c = s->nconns < MAX_CONNS ? calloc(1, sizeof *c) : NULL;
+    int slot = s->nconns;
+    if (slot == MAX_CONNS) { /* full: the oldest connection without a hello makes room */
+        slot = -1;
+        for (int i = 0; i < s->nconns; i++)
+            if (!s->conns[i]->authed && (slot < 0 || s->conns[i]->opened < s->conns[slot]->opened))
+                slot = i;
+    }
+    conn *c = slot >= 0 ? calloc(1, sizeof *c) : NULL;
     if (!c) {
         close(fd);
         return;
@@ -348,7 +459,11 @@ static void accept_one(tr_store_server *s)
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
     c->fd = fd;
     c->opened = tr_now();
-    s->conns[s->nconns++] = c;
+    if (slot < s->nconns)
+        conn_free(s->conns[slot]);
+    else
+        s->nconns++;
+    s->conns[slot] = c;
 }
 
 static void *serve(void *arg)
@@ -447,11 +562,14 @@ static int bind_listen(tr_store_server *s, const char *host, int port)
 }
 
 int tr_store_server_start(const char *bind_host, int port, const char *token,
-                          const char *session, tr_store_server **out)
+                          const char *session, int world_size, tr_store_server **out)
 {
     *out = NULL;
     if (port < 0 || port > 65535)
         return tr_fail(TR_ERR_INVALID, "store: port %d out of range 0..65535", port);
+    if (world_size < 0 || world_size > (1 << 20))
+        return tr_fail(TR_ERR_INVALID, "store: world size %d out of range 0..%d", world_size,
+                       1 << 20);
     token = token ? token : "";
     session = session ? session : "";
     if (strlen(token) > TR_STORE_MAX_KEY || strlen(session) > TR_STORE_MAX_KEY)
@@ -462,7 +580,11 @@ int tr_store_server_start(const char *bind_host, int port, const char *token,
     strcpy(s->token, token);
     strcpy(s->session, session);
     s->listen_fd = s->wake_pipe[0] = s->wake_pipe[1] = -1;
-    int rc = bind_listen(s, bind_host, port);
+    s->world_size = world_size;
+    s->joined = calloc((size_t)world_size / 8 + 1, 1);
+    int rc = s->joined ? TR_OK : tr_fail(TR_ERR_NOMEM, "store: out of memory");
+    if (!rc)
+        rc = bind_listen(s, bind_host, port);
     if (!rc && pipe2(s->wake_pipe, O_CLOEXEC) < 0)
         rc = tr_fail(TR_ERR_COMM, "store: pipe: %s", strerror(errno));
     if (!rc && pthread_create(&s->thread, NULL, serve, s) != 0)
@@ -474,6 +596,7 @@ int tr_store_server_start(const char *bind_host, int port, const char *token,
             close(s->wake_pipe[0]);
             close(s->wake_pipe[1]);
         }
+        free(s->joined);
         free(s);
         return rc;
     }
@@ -505,5 +628,6 @@ void tr_store_server_stop(tr_store_server *s)
     close(s->listen_fd);
     close(s->wake_pipe[0]);
     close(s->wake_pipe[1]);
+    free(s->joined);
     free(s);
 }

@@ -14,10 +14,16 @@ enum {
     STORE_OP_WAIT = 5,
     STORE_OP_CHECK = 6,
 };
-enum { STORE_OK = 0, STORE_ERROR = 1, STORE_RETRY = 2 };
+/* STORE_ABORTED: the rendezvous was stopped (a rank refused for another job's identity or
+ * another world size before every rank joined); the payload says why. */
+enum { STORE_OK = 0, STORE_ERROR = 1, STORE_RETRY = 2, STORE_ABORTED = 3 };
 #define STORE_MAGIC "TRS1"
 #define STORE_REQ_HDR 13
 #define STORE_RESP_HDR 5
+/* HELLO's value: the session, then optionally a NUL and the client's claim: its rank and the
+ * world size it was given (u32le each; rank 0xffffffff: not a rank of the job). */
+#define STORE_CLAIM_LEN 8
+#define STORE_NO_RANK 0xffffffffu
 
 void store_put_u32(uint8_t *p, uint32_t v);
 uint32_t store_get_u32(const uint8_t *p);

@@ -2,7 +2,10 @@
  *
  * Request:  "TRS1" | op u8 | key_len u32le | value_len u32le | key | value      (13-byte header)
  * Response: status u8 | len u32le | payload                                       (5-byte header)
- * The first request on a connection must be HELLO (key = job token, value = session). */
+ * The first request on a connection must be HELLO (key = job token, value = session, then
+ * optionally NUL + rank u32le + world size u32le); the server refuses any other request
+ * before it at its header, so an unauthenticated peer never makes it buffer more than a
+ * HELLO's 2 KiB. */
 #include "comm/store/store_internal.h"
 
 #include <errno.h>
@@ -40,7 +43,7 @@ int store_valid_request(uint8_t op, uint32_t klen, uint32_t vlen, const char **w
 {
     switch (op) {
     case STORE_OP_HELLO:
-        if (klen > TR_STORE_MAX_KEY || vlen > TR_STORE_MAX_KEY) {
+        if (klen > TR_STORE_MAX_KEY || vlen > TR_STORE_MAX_KEY + 1 + STORE_CLAIM_LEN) {
             *why = "hello fields too long";
             return 0;
         }

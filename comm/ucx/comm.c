@@ -361,9 +361,10 @@ int comm_ucx_init(const tr_comm_rendezvous *rv, const tr_comm_config *cfg, tr_co
     snprintf(e->session, sizeof e->session, "w%d", world_generation++);
     if (need_store) {
         if (rank == 0)
-            rc = tr_store_server_start(host, port, rv->job_token, e->session, &e->server);
+            rc = tr_store_server_start(host, port, rv->job_token, e->session, size, &e->server);
         if (!rc)
-            rc = tr_store_connect(host, port, rv->job_token, e->session, cfg->timeout_s, &e->store);
+            rc = tr_store_connect(host, port, rv->job_token, e->session, rank, size,
+                                  cfg->timeout_s, &e->store);
         if (!rc)
             rc = exchange_addresses(e);
         if (rc) {

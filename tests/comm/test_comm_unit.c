@@ -205,10 +205,11 @@ static void test_master_never_up(void **state)
 {
     (void)state;
     tr_store_server *s = NULL; /* find a free port, then free it again */
-    assert_int_equal(tr_store_server_start("127.0.0.1", 0, NULL, NULL, &s), TR_OK);
+    assert_int_equal(tr_store_server_start("127.0.0.1", 0, NULL, NULL, 0, &s), TR_OK);
     int port = tr_store_server_port(s);
     tr_store_server_stop(s);
-    tr_comm_rendezvous rv = {.rank = 1, .size = 2, .master_addr = "127.0.0.1", .master_port = port};
+    tr_comm_rendezvous rv = {.rank = 1, .size = 2, .master_addr = "127.0.0.1", .master_port = port,
+                             .job_token = "j"};
     tr_comm_config cfg = tr_comm_config_default();
     cfg.timeout_s = 1.0;
     tr_comm *w = NULL;
@@ -229,7 +230,7 @@ static void test_world_store(void **state)
     (void)state;
     clear_env();
     tr_store_server *s = NULL; /* find a free port, then free it again */
-    assert_int_equal(tr_store_server_start("127.0.0.1", 0, NULL, NULL, &s), TR_OK);
+    assert_int_equal(tr_store_server_start("127.0.0.1", 0, NULL, NULL, 0, &s), TR_OK);
     int port = tr_store_server_port(s);
     tr_store_server_stop(s);
     tr_comm_rendezvous rv = {.rank = 0, .size = 1, .master_addr = "127.0.0.1", .master_port = port};

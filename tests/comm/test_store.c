@@ -14,6 +14,7 @@
 #include <string.h>
 #include <signal.h>
 #include <sys/socket.h>
+#include <sys/time.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -32,7 +33,7 @@ static int port;
 static int setup(void **state)
 {
     (void)state;
-    if (tr_store_server_start("127.0.0.1", 0, "tok", "s1", &server))
+    if (tr_store_server_start("127.0.0.1", 0, "tok", "s1", 0, &server))
         return -1;
     port = tr_store_server_port(server);
     return 0;
@@ -49,7 +50,7 @@ static int teardown(void **state)
 static tr_store *client(double timeout)
 {
     tr_store *st = NULL;
-    if (tr_store_connect("127.0.0.1", port, "tok", "s1", timeout, &st))
+    if (tr_store_connect("127.0.0.1", port, "tok", "s1", -1, 0, timeout, &st))
         fail_msg("connect: %s", tr_errmsg());
     return st;
 }
@@ -123,7 +124,7 @@ static void *late_setter(void *p)
     setter_arg *a = p;
     usleep((useconds_t)(a->delay * 1e6));
     tr_store *st = NULL;
-    if (tr_store_connect("127.0.0.1", a->port, "tok", "s1", 5, &st) == TR_OK) {
+    if (tr_store_connect("127.0.0.1", a->port, "tok", "s1", -1, 0, 5, &st) == TR_OK) {
         if (tr_store_set(st, "late", "v42", 3))
             fprintf(stderr, "late_setter: %s\n", tr_errmsg()); /* the waiter then times out */
         tr_store_close(st);
@@ -167,19 +168,19 @@ static void test_token_and_session(void **state)
 {
     (void)state;
     tr_store *st = NULL;
-    expect_error(tr_store_connect("127.0.0.1", port, "other-job", "s1", 2, &st), TR_ERR_COMM,
-                 "rejected this rank: job token mismatch");
+    expect_error(tr_store_connect("127.0.0.1", port, "other-job", "s1", -1, 0, 2, &st),
+                 TR_ERR_CONFIG, "rejected this rank: another job's identity");
     assert_null(st);
     double t0 = tr_now();
-    expect_error(tr_store_connect("127.0.0.1", port, "tok", "s2", 0.5, &st), TR_ERR_TIMEOUT,
+    expect_error(tr_store_connect("127.0.0.1", port, "tok", "s2", -1, 0, 0.5, &st), TR_ERR_TIMEOUT,
                  "server of another session");
     assert_true(tr_now() - t0 < 3);
-    expect_error(tr_store_connect("127.0.0.1", 0, "tok", "s1", 1, &st), TR_ERR_INVALID,
+    expect_error(tr_store_connect("127.0.0.1", 0, "tok", "s1", -1, 0, 1, &st), TR_ERR_INVALID,
                  "port 0 out of range");
-    expect_error(tr_store_connect("127.0.0.1", port, "tok", "s1", 0, &st), TR_ERR_INVALID,
+    expect_error(tr_store_connect("127.0.0.1", port, "tok", "s1", -1, 0, 0, &st), TR_ERR_INVALID,
                  "timeout must be > 0");
     tr_store_server *bad = NULL;
-    expect_error(tr_store_server_start("127.0.0.1", 70000, NULL, NULL, &bad), TR_ERR_INVALID,
+    expect_error(tr_store_server_start("127.0.0.1", 70000, NULL, NULL, 0, &bad), TR_ERR_INVALID,
                  "port 70000 out of range");
     assert_null(bad);
 }
@@ -189,27 +190,27 @@ static void test_connect_retries_until_server_up(void **state)
     (void)state;
     /* a port nobody serves yet: the client retries; start the server 0.4 s later */
     tr_store_server *tmp = NULL;
-    assert_int_equal(tr_store_server_start("127.0.0.1", 0, "t2", NULL, &tmp), TR_OK);
+    assert_int_equal(tr_store_server_start("127.0.0.1", 0, "t2", NULL, 0, &tmp), TR_OK);
     int p = tr_store_server_port(tmp);
     tr_store_server_stop(tmp);
     tr_store *st = NULL;
     char where[64];
     snprintf(where, sizeof where, "rendezvous store at 127.0.0.1:%d", p);
     double t0 = tr_now();
-    expect_error(tr_store_connect("127.0.0.1", p, "t2", NULL, 0.5, &st), TR_ERR_TIMEOUT, where);
+    expect_error(tr_store_connect("127.0.0.1", p, "t2", NULL, -1, 0, 0.5, &st), TR_ERR_TIMEOUT, where);
     assert_true(tr_now() - t0 >= 0.45);
     tmp = NULL;
     pid_t child = fork();
     if (child == 0) {
         usleep(400000);
         tr_store_server *s2 = NULL;
-        if (tr_store_server_start("127.0.0.1", p, "t2", NULL, &s2))
+        if (tr_store_server_start("127.0.0.1", p, "t2", NULL, 0, &s2))
             _exit(1);
         sleep(3);
         tr_store_server_stop(s2);
         _exit(0);
     }
-    assert_int_equal(tr_store_connect("127.0.0.1", p, "t2", NULL, 5, &st), TR_OK);
+    assert_int_equal(tr_store_connect("127.0.0.1", p, "t2", NULL, -1, 0, 5, &st), TR_OK);
     assert_int_equal(tr_store_set(st, "x", "1", 1), TR_OK);
     tr_store_close(st);
     kill(child, 15);
@@ -364,6 +365,261 @@ static void test_malformed_gets_error_reply(void **state)
     assert_non_null(strstr((char *)resp + 10, "key longer than 1 KiB"));
 }
 
+/* ---------------------------------------------------------------- unauthenticated peers */
+
+static long rss_kib(void)
+{
+    FILE *f = fopen("/proc/self/statm", "r");
+    long pages = 0, resident = 0;
+    if (!f || fscanf(f, "%ld %ld", &pages, &resident) != 2)
+        fail_msg("cannot read /proc/self/statm");
+    fclose(f);
+    return resident * (sysconf(_SC_PAGESIZE) / 1024);
+}
+
+/* Sends what it can of len bytes (blocking, 5 s at most); the server may close on us. */
+static void send_some(int fd, const uint8_t *p, size_t len)
+{
+    struct timeval tv = {.tv_sec = 5};
+    setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+    while (len > 0) {
+        ssize_t w = send(fd, p, len, MSG_NOSIGNAL);
+        if (w <= 0)
+            return;
+        p += w;
+        len -= (size_t)w;
+    }
+}
+
+/* 200 connections that never say hello, each sending a 1 MiB set: the server buffers none of
+ * it (it refuses the request at its header), so rank 0's memory does not grow by ~200 MiB;
+ * a real client is served meanwhile. */
+static void test_unauthenticated_memory_bound(void **state)
+{
+    (void)state;
+    enum { N = 200 };
+    static uint8_t frame[13 + 1 + TR_STORE_MAX_VALUE];
+    size_t len = 0;
+    put_frame(frame, &len, 2, 1, TR_STORE_MAX_VALUE);
+    memset(frame + len, 'x', sizeof frame - len); /* touched now: not growth later */
+    tr_store *good = client(5);
+    assert_int_equal(tr_store_set(good, "before", "1", 1), TR_OK);
+    long before = rss_kib();
+    int fds[N];
+    for (int i = 0; i < N; i++) {
+        fds[i] = raw_connect();
+        assert_true(fds[i] >= 0);
+        send_some(fds[i], frame, sizeof frame - 1); /* all but the last byte: never complete */
+    }
+    for (int i = 0; i < 3; i++) /* the server has read what the sockets held */
+        assert_int_equal(tr_store_set(good, "during", "2", 1), TR_OK);
+    long grown = rss_kib() - before;
+    for (int i = 0; i < N; i++)
+        close(fds[i]);
+    print_message("rss growth with %d unauthenticated 1 MiB sets in flight: %ld KiB\n", N, grown);
+    if (grown > 16 * 1024)
+        fail_msg("rank 0's memory grew by %ld KiB for %d unauthenticated connections", grown, N);
+    tr_store_close(good);
+}
+
+/* The connection table full of peers that never say hello: a real rank still gets in at once
+ * (the oldest unauthenticated connection makes room), instead of after their 10 s. */
+static void test_full_table_admits_a_rank(void **state)
+{
+    (void)state;
+    enum { N = 1100 };
+    static int fds[N];
+    for (int i = 0; i < N; i++)
+        fds[i] = raw_connect();
+    usleep(200000); /* the server has accepted them */
+    tr_store *st = NULL;
+    double t0 = tr_now();
+    int rc = tr_store_connect("127.0.0.1", port, "tok", "s1", -1, 0, 3, &st);
+    double dt = tr_now() - t0;
+    for (int i = 0; i < N; i++)
+        if (fds[i] >= 0)
+            close(fds[i]);
+    if (rc)
+        fail_msg("a rank could not connect next to %d idle connections: %s", N, tr_errmsg());
+    assert_true(dt < 2.0);
+    assert_int_equal(tr_store_set(st, "in", "1", 1), TR_OK);
+    tr_store_close(st);
+}
+
+/* ---------------------------------------------------------------- job identity */
+
+typedef struct {
+    int port, rank, size;
+    const char *key;
+    int rc;
+    double took;
+    char msg[512];
+} waiter_arg;
+
+/* A rank of the job waiting at rendezvous (a get of a key nobody sets). */
+static void *waiter(void *p)
+{
+    waiter_arg *a = p;
+    tr_store *st = NULL;
+    double t0 = tr_now();
+    a->rc = tr_store_connect("127.0.0.1", a->port, "job", "w0", a->rank, a->size, 30, &st);
+    if (!a->rc) {
+        void *v = NULL;
+        size_t len = 0;
+        a->rc = tr_store_get(st, a->key, &v, &len);
+        free(v);
+    }
+    a->took = tr_now() - t0;
+    snprintf(a->msg, sizeof a->msg, "%s", a->rc ? tr_errmsg() : "");
+    tr_store_close(st);
+    return NULL;
+}
+
+/* A rank of this world refused for another job's token while the world forms stops the
+ * rendezvous: the job's waiting rank fails at once naming it, and so does a late rank. */
+static void test_foreign_rank_stops_rendezvous(void **state)
+{
+    (void)state;
+    tr_store_server *s = NULL;
+    assert_int_equal(tr_store_server_start("127.0.0.1", 0, "job", "w0", 3, &s), TR_OK);
+    int p = tr_store_server_port(s);
+    waiter_arg w = {.port = p, .rank = 0, .size = 3, .key = "tr/w0/ucx/1"};
+    pthread_t t;
+    pthread_create(&t, NULL, waiter, &w);
+    usleep(200000); /* rank 0 is parked on rank 1's key */
+    tr_store *st = NULL;
+    double t0 = tr_now();
+    expect_error(tr_store_connect("127.0.0.1", p, "other-job", "w0", 1, 3, 5, &st), TR_ERR_CONFIG,
+                 "rejected this rank: another job's identity");
+    pthread_join(t, NULL);
+    assert_int_equal(w.rc, TR_ERR_CONFIG);
+    if (!strstr(w.msg, "rendezvous was stopped: rank 1 of 3 presented another job's identity"))
+        fail_msg("rank 0 was told: %s", w.msg);
+    assert_true(tr_now() - t0 < 2.0);
+    /* rank 2, of the right job, comes late: told the same */
+    expect_error(tr_store_connect("127.0.0.1", p, "job", "w0", 2, 3, 5, &st), TR_ERR_CONFIG,
+                 "rendezvous was stopped: rank 1 of 3");
+    assert_null(st);
+    tr_store_server_stop(s);
+}
+
+/* A rank of this job that claims another world size is refused, and stops the rendezvous. */
+static void test_other_world_size_stops_rendezvous(void **state)
+{
+    (void)state;
+    tr_store_server *s = NULL;
+    assert_int_equal(tr_store_server_start("127.0.0.1", 0, "job", "w0", 2, &s), TR_OK);
+    int p = tr_store_server_port(s);
+    waiter_arg w = {.port = p, .rank = 0, .size = 2, .key = "tr/w0/ucx/1"};
+    pthread_t t;
+    pthread_create(&t, NULL, waiter, &w);
+    usleep(200000);
+    tr_store *st = NULL;
+    expect_error(tr_store_connect("127.0.0.1", p, "job", "w0", 1, 3, 5, &st), TR_ERR_CONFIG,
+                 "this rank (1) says WORLD_SIZE=3 but the job's rank 0 has WORLD_SIZE=2");
+    pthread_join(t, NULL);
+    assert_int_equal(w.rc, TR_ERR_CONFIG);
+    if (!strstr(w.msg, "rank 1 says WORLD_SIZE=3 but this job has WORLD_SIZE=2"))
+        fail_msg("rank 0 was told: %s", w.msg);
+    assert_true(w.took < 2.0);
+    tr_store_server_stop(s);
+}
+
+/* Once every rank has joined, or for a rank that has, another job's rank that finds this
+ * store (the same port) is refused and nothing else happens: the job goes on. */
+static void test_foreign_rank_after_join_is_only_refused(void **state)
+{
+    (void)state;
+    tr_store_server *s = NULL;
+    assert_int_equal(tr_store_server_start("127.0.0.1", 0, "job", "w0", 3, &s), TR_OK);
+    int p = tr_store_server_port(s);
+    tr_store *r0 = NULL, *r1 = NULL, *r2 = NULL, *x = NULL;
+    assert_int_equal(tr_store_connect("127.0.0.1", p, "job", "w0", 0, 3, 5, &r0), TR_OK);
+    assert_int_equal(tr_store_connect("127.0.0.1", p, "job", "w0", 1, 3, 5, &r1), TR_OK);
+    /* rank 1 has joined: a foreign rank 1 is not the one the world waits for */
+    expect_error(tr_store_connect("127.0.0.1", p, "other", "w0", 1, 3, 5, &x), TR_ERR_CONFIG,
+                 "another job's identity");
+    /* a foreign rank of another world size: another job's, not this world's rank 2 */
+    expect_error(tr_store_connect("127.0.0.1", p, "other", "w0", 2, 4, 5, &x), TR_ERR_CONFIG,
+                 "another job's identity");
+    assert_int_equal(tr_store_connect("127.0.0.1", p, "job", "w0", 2, 3, 5, &r2), TR_OK);
+    /* formed: even a foreign claim of a rank slot stops nothing */
+    expect_error(tr_store_connect("127.0.0.1", p, "other", "w0", 2, 3, 5, &x), TR_ERR_CONFIG,
+                 "another job's identity");
+    expect_error(tr_store_connect("127.0.0.1", p, "job", "w0", 1, 5, 5, &x), TR_ERR_CONFIG,
+                 "says WORLD_SIZE=5");
+    assert_int_equal(tr_store_set(r0, "k", "v", 1), TR_OK);
+    void *v = NULL;
+    size_t len = 0;
+    assert_int_equal(tr_store_get(r2, "k", &v, &len), TR_OK);
+    free(v);
+    /* a rank that reconnects (after a timeout) is welcome again */
+    tr_store_close(r1);
+    assert_int_equal(tr_store_connect("127.0.0.1", p, "job", "w0", 1, 3, 5, &r1), TR_OK);
+    assert_int_equal(tr_store_set(r1, "k2", "v", 1), TR_OK);
+    tr_store_close(r0);
+    tr_store_close(r1);
+    tr_store_close(r2);
+    tr_store_server_stop(s);
+}
+
+/* One poll round that drops a connection and then serves a set on another (which looks for
+ * parked waiters among all connections) must not touch the dropped one. The server runs in a
+ * child that is stopped while both frames are queued, so they arrive in the same round. */
+static void test_drop_and_set_in_one_round(void **state)
+{
+    (void)state;
+    int pfd[2];
+    assert_int_equal(pipe(pfd), 0);
+    pid_t child = fork();
+    if (child == 0) {
+        tr_store_server *s = NULL;
+        if (tr_store_server_start("127.0.0.1", 0, "tok", "s1", 0, &s))
+            _exit(3);
+        int sp = tr_store_server_port(s);
+        if (write(pfd[1], &sp, sizeof sp) != (ssize_t)sizeof sp)
+            _exit(3);
+        pause();
+        _exit(0);
+    }
+    int saved = port;
+    assert_int_equal(read(pfd[0], &port, sizeof port), (ssize_t)sizeof port);
+    int bad = raw_connect(), good = raw_connect(); /* bad is accepted first: a lower slot */
+    assert_true(bad >= 0 && good >= 0);
+    uint8_t buf[64], resp[64];
+    size_t len = 0;
+    put_frame(buf, &len, 1, 3, 2);
+    memcpy(buf + len, "toks1", 5);
+    len += 5;
+    assert_int_equal(send(good, buf, len, MSG_NOSIGNAL), (ssize_t)len);
+    assert_int_equal(recv(good, resp, 5, MSG_WAITALL), 5);
+    assert_int_equal(resp[0], 0);
+    usleep(100000);
+    kill(child, SIGSTOP);
+    assert_int_equal(send(bad, "XXXXXXXXXXXXX", 13, MSG_NOSIGNAL), 13); /* bad magic: dropped */
+    len = 0;
+    put_frame(buf, &len, 2, 1, 1);
+    buf[len++] = 'k';
+    buf[len++] = 'v';
+    assert_int_equal(send(good, buf, len, MSG_NOSIGNAL), (ssize_t)len);
+    usleep(100000);
+    kill(child, SIGCONT);
+    struct pollfd pf = {.fd = good, .events = POLLIN};
+    assert_true(poll(&pf, 1, 5000) > 0);
+    ssize_t got = recv(good, resp, 5, MSG_WAITALL);
+    int status = 0;
+    kill(child, SIGTERM);
+    waitpid(child, &status, 0);
+    close(bad);
+    close(good);
+    close(pfd[0]);
+    close(pfd[1]);
+    port = saved;
+    if (got != 5 || resp[0] != 0)
+        fail_msg("the set got no answer (%zd bytes); the server %s", got,
+                 WIFSIGNALED(status) && WTERMSIG(status) != SIGTERM ? "crashed" : "did not crash");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -375,6 +631,12 @@ int main(void)
         cmocka_unit_test(test_connect_retries_until_server_up),
         cmocka_unit_test(test_malformed_gets_error_reply),
         cmocka_unit_test(test_fuzz_frames),
+        cmocka_unit_test(test_unauthenticated_memory_bound),
+        cmocka_unit_test(test_full_table_admits_a_rank),
+        cmocka_unit_test(test_foreign_rank_stops_rendezvous),
+        cmocka_unit_test(test_other_world_size_stops_rendezvous),
+        cmocka_unit_test(test_foreign_rank_after_join_is_only_refused),
+        cmocka_unit_test(test_drop_and_set_in_one_round),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
