@@ -14,8 +14,10 @@
  *  - tr_env_detect() reads a rank's identity from the environment: torchrun-style variables
  *    first (what tr_launch_local sets), then Open MPI, then Slurm, else a single process.
  *  - A job token (TRIDENT_JOB_TOKEN, which the store uses to reject ranks of other jobs) is
- *    random on one node; across nodes it is derived from the master address, port and
- *    SLURM_JOB_ID so every node's launcher agrees (set it yourself to be sure).
+ *    the one the user exported, else 128 random bits on one node (a fresh one per attempt).
+ *    Launchers of several nodes cannot agree on a random one: there it is the scheduler's job
+ *    identity (tr_comm_job_identity: Slurm, torchrun, Open MPI), and with none
+ *    tr_launch_plan_make() is TR_ERR_CONFIG asking for TRIDENT_JOB_TOKEN on every node.
  *  - tr_hostlist_*() read Slurm's compressed host lists ("node[01-04,07]", "a[1-2]-ib,b"). */
 #ifndef TR_LAUNCH_H
 #define TR_LAUNCH_H
@@ -45,7 +47,7 @@ typedef struct {
     int nproc, nnodes, node_rank, world_size;
     char master_addr[256];
     int master_port;
-    char job_token[128];
+    char job_token[128];  /* exported to the ranks unless the scheduler's (they derive it) */
     int threads_per_rank; /* max(1, usable cores / nproc) */
     char ***envp;         /* envp[i]: NULL-terminated environment of local rank i */
     char **owned;         /* strings the plan allocated */
@@ -78,7 +80,7 @@ typedef struct {
     int local_rank, local_world_size;
     char master_addr[256];
     int master_port;
-    char job_token[128];
+    char job_token[128]; /* the job's identity (tr_comm_job_identity); "" when none is set */
     char source[16]; /* "torchrun-env" | "openmpi" | "slurm" | "single" */
 } tr_rank_env;
 

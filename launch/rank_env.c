@@ -14,6 +14,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "comm/comm.h"
 #include "core/core.h"
 
 extern char **environ;
@@ -68,24 +69,40 @@ static int free_local_port(int *port)
     return TR_OK;
 }
 
-static void make_token(const tr_launch_plan *p, char *out, size_t cap)
+/* The job token when TRIDENT_JOB_TOKEN is unset: 128 random bits on one node. Several nodes'
+ * launchers cannot agree on a random one: the scheduler's job identity (the ranks derive the
+ * same one themselves, so it is not exported), else TR_ERR_CONFIG saying how to pass one. */
+static int make_token(const tr_launch_plan *p, char *out, size_t cap, int *exported)
 {
-    uint64_t r[2] = {0, 0};
+    *exported = 1;
     if (p->nnodes > 1) {
-        /* Every node's launcher must agree: derive it from what they share. */
-        char seed[512];
-        const char *job = getenv("SLURM_JOB_ID");
-        snprintf(seed, sizeof seed, "%s:%d:%s:%d", p->master_addr, p->master_port,
-                 job ? job : "", p->world_size);
-        r[0] = tr_hash_name(seed);
-        snprintf(out, cap, "trident-%016llx", (unsigned long long)r[0]);
-        return;
+        char source[256];
+        tr_comm_job_identity(out, cap, source, sizeof source);
+        *exported = 0;
+        if (out[0])
+            return TR_OK;
+        return tr_fail(TR_ERR_CONFIG,
+                       "--nnodes %d: no job token: every node's launcher needs the same secret "
+                       "one, and none can make it for the others. Export "
+                       "TRIDENT_JOB_TOKEN=<random value> with the same value on every node "
+                       "(e.g. TRIDENT_JOB_TOKEN=$(od -An -N16 -tx1 /dev/urandom | tr -d ' \\n') "
+                       "once, passed on through ssh or the job script), or run under Slurm, "
+                       "torchrun or Open MPI, whose job id is used",
+                       p->nnodes);
     }
-    if (getrandom(r, sizeof r, GRND_NONBLOCK) != (ssize_t)sizeof r) {
-        r[0] = tr_hash_name("trident") ^ (uint64_t)getpid() * 0x9E3779B97F4A7C15ull;
-        r[1] = (uint64_t)(tr_now() * 1e9);
+    uint64_t r[2] = {0, 0};
+    ssize_t got = getrandom(r, sizeof r, 0); /* blocks only before the kernel's pool is ready */
+    if (got != (ssize_t)sizeof r) {
+        FILE *f = fopen("/dev/urandom", "rb");
+        got = f && fread(r, 1, sizeof r, f) == sizeof r ? (ssize_t)sizeof r : -1;
+        if (f)
+            fclose(f);
     }
+    if (got != (ssize_t)sizeof r)
+        return tr_fail(TR_ERR_IO, "cannot draw a random job token (getrandom, /dev/urandom): %s",
+                       strerror(errno));
     snprintf(out, cap, "%016llx%016llx", (unsigned long long)r[0], (unsigned long long)r[1]);
+    return TR_OK;
 }
 
 /* ---- the launcher's plan ------------------------------------------------------------- */
@@ -158,10 +175,15 @@ int tr_launch_plan_make(const tr_launch_options *opts, tr_launch_plan *out)
             return TR_ERR_COMM;
     }
     const char *token = getenv("TRIDENT_JOB_TOKEN");
-    if (token && *token)
+    int export_token = 0;
+    if (token && *token) {
+        if (strlen(token) >= sizeof p->job_token)
+            return tr_fail(TR_ERR_CONFIG, "TRIDENT_JOB_TOKEN is longer than %zu bytes",
+                           sizeof p->job_token - 1);
         snprintf(p->job_token, sizeof p->job_token, "%s", token);
-    else
-        make_token(p, p->job_token, sizeof p->job_token);
+    } else if (make_token(p, p->job_token, sizeof p->job_token, &export_token)) {
+        return TR_ERR_CONFIG;
+    }
     p->threads_per_rank = usable_cores() / p->nproc;
     if (p->threads_per_rank < 1)
         p->threads_per_rank = 1;
@@ -192,7 +214,7 @@ int tr_launch_plan_make(const tr_launch_options *opts, tr_launch_plan *out)
     ADD("LOCAL_WORLD_SIZE=%d", p->nproc);
     ADD("MASTER_ADDR=%s", p->master_addr);
     ADD("MASTER_PORT=%d", p->master_port);
-    if (!token || !*token)
+    if (export_token)
         ADD("TRIDENT_JOB_TOKEN=%s", p->job_token);
     if (!getenv("OPENBLAS_NUM_THREADS"))
         ADD("OPENBLAS_NUM_THREADS=%d", p->threads_per_rank);
@@ -289,9 +311,6 @@ static int detect_torchrun(tr_rank_env *o)
     if (!rc && !f && o->local_rank >= o->local_world_size)
         rc = tr_fail(TR_ERR_CONFIG, "RANK=%d but LOCAL_RANK is not set and LOCAL_WORLD_SIZE=%d",
                      o->rank, o->local_world_size);
-    const char *run_id = getenv("TORCHELASTIC_RUN_ID");
-    if (!rc && run_id)
-        snprintf(o->job_token, sizeof o->job_token, "torchrun-%.100s", run_id);
     return rc;
 }
 
@@ -304,11 +323,6 @@ static int detect_openmpi(tr_rank_env *o)
                            &f);
     rc = rc ? rc : env_int("OMPI_COMM_WORLD_LOCAL_RANK", 0, o->local_world_size - 1,
                            &o->local_rank, &f);
-    const char *job = getenv("PMIX_NAMESPACE");
-    if (!job)
-        job = getenv("OMPI_MCA_ess_base_jobid");
-    if (!rc && job)
-        snprintf(o->job_token, sizeof o->job_token, "openmpi-%.100s", job);
     return rc;
 }
 
@@ -332,10 +346,6 @@ static int detect_slurm(tr_rank_env *o)
     if (!rc && !o->local_world_size)
         o->local_world_size = 1;
     rc = rc ? rc : env_int("SLURM_LOCALID", 0, o->local_world_size - 1, &o->local_rank, &f);
-    const char *job = getenv("SLURM_JOB_ID"), *step = getenv("SLURM_STEP_ID");
-    if (!rc && job)
-        snprintf(o->job_token, sizeof o->job_token, "slurm-%.60s.%.30s", job,
-                 step ? step : "0");
     return rc;
 }
 
@@ -377,6 +387,12 @@ int tr_env_detect(tr_rank_env *out)
     }
     if (rc)
         return rc;
+    /* the job's identity, as the rendezvous derives it (comm/): "" when there is none */
+    const char *token = getenv("TRIDENT_JOB_TOKEN");
+    if (token && *token && strlen(token) >= sizeof o->job_token)
+        return tr_fail(TR_ERR_CONFIG, "TRIDENT_JOB_TOKEN is longer than %zu bytes",
+                       sizeof o->job_token - 1);
+    tr_comm_job_identity(o->job_token, sizeof o->job_token, NULL, 0);
 
     /* Master: MASTER_ADDR wins; one node needs none; else the launcher's environment. */
     const char *addr = getenv("MASTER_ADDR");
@@ -400,18 +416,14 @@ int tr_env_detect(tr_rank_env *out)
     if (rc)
         return rc;
     o->master_port = DEFAULT_MULTINODE_PORT;
-    if (!strcmp(o->source, "slurm") && getenv("SLURM_JOB_ID"))
+    const char *job = getenv("SLURM_JOB_ID"), *step = getenv("SLURM_STEP_ID");
+    if (!strcmp(o->source, "slurm") && job) {
         /* jobs and steps sharing a node must not share the store's port (with 29500 for all,
-         * the second failed: 'Address already in use'): one of 10000-29999 from job.step */
-        o->master_port = 10000 + (int)(tr_hash_name(o->job_token) % 20000);
-    rc = env_int("MASTER_PORT", 1, 65535, &o->master_port, &found);
-    if (rc)
-        return rc;
-    const char *token = getenv("TRIDENT_JOB_TOKEN");
-    if (token && *token)
-        rc = set_str(o->job_token, sizeof o->job_token, token, "TRIDENT_JOB_TOKEN");
-    else if (!o->job_token[0])
-        snprintf(o->job_token, sizeof o->job_token, "%s-%.80s:%d", o->source, o->master_addr,
-                 o->master_port);
-    return rc;
+         * the second failed: 'Address already in use'): one of 10000-29999 from job.step
+         * (not from TRIDENT_JOB_TOKEN, which every step of a job script may share) */
+        char id[128];
+        snprintf(id, sizeof id, "slurm-%.60s.%.30s", job, step && *step ? step : "0");
+        o->master_port = 10000 + (int)(tr_hash_name(id) % 20000);
+    }
+    return env_int("MASTER_PORT", 1, 65535, &o->master_port, &found);
 }

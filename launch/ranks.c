@@ -9,6 +9,26 @@
 #include "launch/args.h"
 #include "launch/launch.h"
 
+/* A rank of a job of several ranks already (started by trident launch, torchrun, mpirun or
+ * srun): fills `what` with the variables that say so and returns 1. --nproc there would make
+ * every rank start a job of its own. */
+static int inside_launched_job(char *what, size_t cap)
+{
+    static const struct {
+        const char *rank, *size;
+    } kinds[] = {{"RANK", "WORLD_SIZE"},
+                 {"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"},
+                 {"SLURM_PROCID", "SLURM_STEP_NUM_TASKS"}};
+    for (size_t i = 0; i < sizeof kinds / sizeof kinds[0]; i++) {
+        const char *rank = getenv(kinds[i].rank), *size = getenv(kinds[i].size);
+        if (!rank || !size || !*rank || atol(size) < 2)
+            continue;
+        snprintf(what, cap, "%s=%.20s %s=%.20s", kinds[i].rank, rank, kinds[i].size, size);
+        return 1;
+    }
+    return 0;
+}
+
 /* argv[i] is --FLAG VALUE (2 words) or --FLAG=VALUE (1): the words to skip, else 0. */
 static int launcher_flag(const char *arg, const char *flag)
 {
@@ -20,8 +40,18 @@ static int launcher_flag(const char *arg, const char *flag)
 
 int run_as_local_ranks(const char *subcommand, int nproc, int max_restarts, int argc, char **argv)
 {
-    char self[4096], who[64];
+    char self[4096], who[64], what[128];
     snprintf(who, sizeof who, "trident %s", subcommand);
+    if (inside_launched_job(what, sizeof what)) {
+        const char *rank = strchr(what, '='), *size = strrchr(what, '=');
+        fprintf(stderr,
+                "%s: --nproc %d inside a launched job: this process is already rank %.*s of "
+                "%s (%s), so every rank would start a separate job of its own. Drop --nproc "
+                "(the launcher starts the ranks), or run `trident %s --nproc %d` outside it\n",
+                who, nproc, (int)strcspn(rank + 1, " "), rank + 1, size + 1, what, subcommand,
+                nproc);
+        return 2;
+    }
     ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
     if (n <= 0) {
         fprintf(stderr, "%s: cannot find the trident executable\n", who);
@@ -79,6 +109,6 @@ int adopt_scheduler_identity(const char *who)
     snprintf(buf, sizeof buf, "%d", env.master_port);
     setenv("MASTER_PORT", buf, 1);
     setenv("MASTER_ADDR", env.master_addr, 1);
-    setenv("TRIDENT_JOB_TOKEN", env.job_token, 1);
+    /* the job's identity: the communicator derives it from the scheduler's variables */
     return 0;
 }

@@ -10,6 +10,7 @@
 
 #include <cmocka.h>
 
+#include "comm/comm.h"
 #include "core/core.h"
 #include "launch/launch.h"
 
@@ -20,7 +21,8 @@ static const char *identity_vars[] = {
     "OMPI_MCA_ess_base_jobid", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_NPROCS", "SLURM_LOCALID",
     "SLURM_NODEID", "SLURM_NTASKS_PER_NODE", "SLURM_TASKS_PER_NODE", "SLURM_STEP_TASKS_PER_NODE",
     "SLURM_NODELIST", "SLURM_JOB_NODELIST", "SLURM_STEP_NODELIST", "SLURM_JOB_ID",
-    "SLURM_STEP_ID", "OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "OPENBLAS_CORETYPE"};
+    "SLURM_STEP_ID", "OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "OPENBLAS_CORETYPE",
+    "OMPI_MCA_orte_hnp_uri"};
 
 static int clear_env(void **state)
 {
@@ -42,7 +44,7 @@ static void test_single(void **state)
     assert_int_equal(e.local_rank, 0), assert_int_equal(e.local_world_size, 1);
     assert_string_equal(e.master_addr, "127.0.0.1");
     assert_int_equal(e.master_port, 29500);
-    assert_string_equal(e.job_token, "single-127.0.0.1:29500");
+    assert_string_equal(e.job_token, ""); /* no identity: nothing anyone could guess */
 }
 
 static void test_torchrun_env(void **state)
@@ -63,14 +65,24 @@ static void test_torchrun_env(void **state)
     assert_string_equal(e.master_addr, "10.0.0.5");
     assert_int_equal(e.master_port, 1234);
     assert_string_equal(e.job_token, "tok-abc");
-    /* Without a token: torchrun's run id, else the master address. */
+    /* Without a token: torchrun's run id, else none (the master address is no identity: two
+     * jobs that meet at one store share it; the rendezvous refuses several ranks without). */
     unsetenv("TRIDENT_JOB_TOKEN");
     set("TORCHELASTIC_RUN_ID", "r42");
     assert_int_equal(tr_env_detect(&e), TR_OK);
     assert_string_equal(e.job_token, "torchrun-r42");
     unsetenv("TORCHELASTIC_RUN_ID");
     assert_int_equal(tr_env_detect(&e), TR_OK);
-    assert_string_equal(e.job_token, "torchrun-env-10.0.0.5:1234");
+    assert_string_equal(e.job_token, "");
+    char token[128], source[256];
+    set("OMPI_MCA_orte_hnp_uri", "3012624384.0;tcp://10.0.0.5:4000");
+    tr_comm_job_identity(token, sizeof token, source, sizeof source);
+    assert_string_equal(token, "openmpi-3012624384.0;tcp://10.0.0.5:4000");
+    assert_string_equal(source, "OMPI_MCA_orte_hnp_uri='3012624384.0;tcp://10.0.0.5:4000'");
+    set("TRIDENT_JOB_TOKEN", "s3cret");
+    tr_comm_job_identity(token, sizeof token, source, sizeof source);
+    assert_string_equal(token, "s3cret");
+    assert_string_equal(source, "TRIDENT_JOB_TOKEN"); /* never its value */
 }
 
 static void test_torchrun_env_errors(void **state)
@@ -324,10 +336,23 @@ static void test_launch_plan(void **state)
         if (__builtin_cpu_supports("avx512f"))
             assert_string_equal(env_value(env, "OPENBLAS_CORETYPE"), "SkylakeX");
     }
+    char first[sizeof p.job_token];
+    snprintf(first, sizeof first, "%s", p.job_token);
     tr_launch_plan_free(&p);
     unsetenv("TRIDENT_KEEP_ME");
+    assert_int_equal(tr_launch_plan_make(&o, &p), TR_OK); /* one node: random every time */
+    assert_string_not_equal(p.job_token, first);
+    tr_launch_plan_free(&p);
 
-    /* Two nodes: ranks offset by the node, port 29500, one token on both nodes. */
+    /* Two nodes and neither a token nor a scheduler's job: refused (the token they used to
+     * agree on came from the master address and port: the same on every run) */
+    tr_launch_options m2 = {.nproc = 2, .nnodes = 2, .node_rank = 1, .master_addr = "h0"};
+    assert_int_equal(tr_launch_plan_make(&m2, &p), TR_ERR_CONFIG);
+    if (!strstr(tr_errmsg(), "--nnodes 2: no job token") ||
+        !strstr(tr_errmsg(), "TRIDENT_JOB_TOKEN=<random value> with the same value on every node"))
+        fail_msg("%s", tr_errmsg());
+    /* Two nodes: ranks offset by the node, port 29500, one token on both nodes: Slurm's job
+     * (each rank derives it too, so it is not exported) */
     set("SLURM_JOB_ID", "12");
     tr_launch_options m = {.nproc = 2, .nnodes = 2, .node_rank = 1, .master_addr = "h0"};
     tr_launch_plan p1, p0;
@@ -342,6 +367,8 @@ static void test_launch_plan(void **state)
     assert_string_equal(env_value(p1.envp[0], "MASTER_ADDR"), "h0");
     assert_string_equal(env_value(p1.envp[0], "MASTER_PORT"), "29500");
     assert_string_equal(p0.job_token, p1.job_token);
+    assert_string_equal(p0.job_token, "slurm-12.0");
+    assert_null(env_value(p1.envp[0], "TRIDENT_JOB_TOKEN"));
     tr_launch_plan_free(&p0);
     tr_launch_plan_free(&p1);
     set("TRIDENT_JOB_TOKEN", "mine");
