@@ -295,7 +295,7 @@ class Check:
         # one toolkit folder for meson (-Dcudatoolkit): include/ and lib64/ as links to the
         # pieces; nvcc itself is found on PATH (meson falls back to it when bin/ has none).
         # Outside the source tree: meson refuses include directories inside it by absolute path.
-        tag = hashlib.sha1(ROOT.encode()).hexdigest()[:10]
+        tag = hashlib.sha1(os.path.abspath(self.a.build).encode()).hexdigest()[:10]  # one per build folder
         tk = os.path.join(tempfile.gettempdir(), f"trident-cuda-{os.getuid()}-{tag}")
         shutil.rmtree(tk, ignore_errors=True)
         os.makedirs(os.path.join(tk, "include"))
