@@ -1,0 +1,495 @@
+/* tokenizer/: merges against a naive reference (short and long pre-tokens), UTF-8 repair as
+ * Python's decode("utf-8", "replace"), added tokens and templates, decode(encode(x)) = x; and
+ * malformed files (hand-made and fuzzed: flipped, inserted and deleted bytes, cuts) refused
+ * with an error, never a crash, also for JSON Lines through tr_preprocess. Runs under the
+ * sanitizers. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <cmocka.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "data/data.h"
+#include "tokenizer/tokenizer.h"
+
+static char dir[256];
+static uint64_t rng_state = 18;
+
+static uint32_t rnd(void)
+{
+    rng_state = rng_state * 6364136223846793005ULL + 1442695040888963407ULL;
+    return (uint32_t)(rng_state >> 33);
+}
+
+static const char *scratch(const char *name)
+{
+    static char buf[4][512];
+    static int k;
+    k = (k + 1) % 4;
+    snprintf(buf[k], sizeof buf[k], "%s/%s", dir, name);
+    return buf[k];
+}
+
+static void write_file(const char *path, const void *data, size_t n)
+{
+    FILE *f = fopen(path, "wb");
+    assert_non_null(f);
+    assert_int_equal(fwrite(data, 1, n, f), n);
+    fclose(f);
+}
+
+/* GPT-2's byte -> character map, written out as UTF-8 into out; returns bytes written. */
+static size_t spell_byte(int b, char *out)
+{
+    int printable = (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || b >= 0xAE, cp = b;
+    if (!printable) {
+        cp = 256;
+        for (int x = 0; x < b; x++)
+            cp += !((x >= '!' && x <= '~') || (x >= 0xA1 && x <= 0xAC) || x >= 0xAE);
+    }
+    if (cp < 0x80) {
+        out[0] = (char)cp;
+        return 1;
+    }
+    out[0] = (char)(0xC0 | cp >> 6);
+    out[1] = (char)(0x80 | (cp & 63));
+    return 2;
+}
+
+/* A vocabulary of the 256 bytes plus merged tokens of the merge list "l r" pairs (raw bytes,
+ * ASCII letters only here); writes vocab.json and merges.txt. */
+static void write_gpt2(const char *const *merges, int n_merges, const char *vocab, const char *mf)
+{
+    char *v = malloc(1 << 16), *m = malloc(1 << 16);
+    size_t vo = 0, mo = 0;
+    vo += (size_t)sprintf(v + vo, "{");
+    for (int b = 0; b < 256; b++) {
+        char s[4];
+        size_t n = spell_byte(b, s);
+        vo += (size_t)sprintf(v + vo, "%s\"", b ? "," : "");
+        if (s[0] == '"' || s[0] == '\\')
+            v[vo++] = '\\';
+        memcpy(v + vo, s, n);
+        vo += n;
+        vo += (size_t)sprintf(v + vo, "\":%d", b);
+    }
+    mo += (size_t)sprintf(m, "#version: 0.2\n");
+    for (int i = 0; i < n_merges; i++) {
+        const char *sp = strchr(merges[i], ' ');
+        vo += (size_t)sprintf(v + vo, ",\"%.*s%s\":%d", (int)(sp - merges[i]), merges[i], sp + 1, 256 + i);
+        mo += (size_t)sprintf(m + mo, "%s\n", merges[i]);
+    }
+    vo += (size_t)sprintf(v + vo, ",\"<|endoftext|>\":%d}", 256 + n_merges);
+    write_file(vocab, v, vo);
+    write_file(mf, m, mo);
+    free(v);
+    free(m);
+}
+
+static tr_tokenizer *open_gpt2(const char *vocab, const char *merges)
+{
+    tr_tokenizer_files f = {"GPT2BPETokenizer", vocab, merges, NULL};
+    tr_tokenizer *t = NULL;
+    int rc = tr_tokenizer_open(&f, &t);
+    if (rc)
+        fprintf(stderr, "open: %s\n", tr_errmsg());
+    assert_int_equal(rc, TR_OK);
+    return t;
+}
+
+static int32_t *encode(tr_tokenizer *t, const char *text, size_t len, int special, size_t *n)
+{
+    tr_encoder *e;
+    assert_int_equal(tr_encoder_create(t, &e), TR_OK);
+    int32_t *ids = NULL;
+    size_t cap = 0;
+    *n = 0;
+    assert_int_equal(tr_encode(e, text, len, special, &ids, n, &cap), TR_OK);
+    tr_encoder_free(e);
+    return ids;
+}
+
+/* Naive merging of a word over the test vocabulary (byte b = id b, merge r = id 256 + r, its
+ * parts' ids in left[r], right[r]): repeatedly the lowest-ranked pair, leftmost first. */
+static size_t naive_bpe(const int *left, const int *right, int n_merges, const char *w, size_t n,
+                        int32_t *out)
+{
+    size_t m = n;
+    for (size_t i = 0; i < n; i++)
+        out[i] = (unsigned char)w[i];
+    for (;;) {
+        int best = -1;
+        size_t at = 0;
+        for (size_t i = 0; i + 1 < m; i++)
+            for (int r = 0; r < n_merges && (best < 0 || r < best); r++)
+                if (left[r] == out[i] && right[r] == out[i + 1])
+                    best = r, at = i;
+        if (best < 0)
+            return m;
+        out[at] = 256 + best;
+        memmove(out + at + 1, out + at + 2, (m - at - 2) * sizeof *out);
+        m--;
+    }
+}
+
+/* The id of a token's text in the test vocabulary. */
+static int id_of(const char *const *merges, int n_merges, const char *s, size_t len)
+{
+    if (len == 1)
+        return (unsigned char)s[0];
+    for (int r = 0; r < n_merges; r++) {
+        const char *sp = strchr(merges[r], ' ');
+        size_t a = (size_t)(sp - merges[r]), b = strlen(sp + 1);
+        if (a + b == len && !memcmp(merges[r], s, a) && !memcmp(sp + 1, s + a, b))
+            return 256 + r;
+    }
+    return -1;
+}
+
+static void test_merges_match_naive(void **state)
+{
+    (void)state;
+    static const char *const merges[] = {"a b", "b a", "a a", "ab a", "aa aa", "b b", "ba b", "c a",
+                                         "aaaa aaaa", "ab ab", "abab a", "c c"};
+    int nm = (int)(sizeof merges / sizeof merges[0]);
+    write_gpt2(merges, nm, scratch("v.json"), scratch("m.txt"));
+    tr_tokenizer *t = open_gpt2(scratch("v.json"), scratch("m.txt"));
+    assert_int_equal(tr_tokenizer_vocab_size(t), 256 + nm + 1);
+    assert_int_equal(tr_tokenizer_eod(t), 256 + nm);
+    static int32_t want[2000];
+    int left[16], right[16];
+    char w[2000];
+    for (int r = 0; r < nm; r++) {
+        const char *sp = strchr(merges[r], ' ');
+        left[r] = id_of(merges, nm, merges[r], (size_t)(sp - merges[r]));
+        right[r] = id_of(merges, nm, sp + 1, strlen(sp + 1));
+        assert_true(left[r] >= 0 && right[r] >= 0);
+    }
+    for (int trial = 0; trial < 330; trial++) { /* one word: letters only, short and long */
+        size_t n = trial < 300 ? 1 + rnd() % 40 : 129 + rnd() % 1500;
+        for (size_t i = 0; i < n; i++)
+            w[i] = "abc"[rnd() % (trial % 2 ? 2 : 3)];
+        size_t nw = naive_bpe(left, right, nm, w, n, want), got;
+        int32_t *ids = encode(t, w, n, 0, &got);
+        assert_int_equal(got, nw);
+        assert_memory_equal(ids, want, nw * sizeof *ids);
+        free(ids);
+    }
+    tr_tokenizer_free(t);
+}
+
+/* Python: bytes.decode("utf-8", "replace").encode() of each input. */
+static void test_utf8_repair(void **state)
+{
+    (void)state;
+    static const struct { const char *in, *out; } cases[] = {
+        {"\x80", "\xEF\xBF\xBD"},
+        {"a\xE2\x82z", "a\xEF\xBF\xBDz"},
+        {"\xF0\x9F\x98", "\xEF\xBF\xBD"},
+        {"\xED\xA0\x80", "\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD"},
+        {"\xC0\xAF", "\xEF\xBF\xBD\xEF\xBF\xBD"},
+        {"\xE1\x80\xE1\x80\x80", "\xEF\xBF\xBD\xE1\x80\x80"},
+        {"\xF4\x90\x80\x80", "\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD"},
+        {"\xE0\x80\xAF", "\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD"},
+        {"ok \xC3\xA9 \xF0\x9F\x98\x80", "ok \xC3\xA9 \xF0\x9F\x98\x80"},
+        {"\xFF\xFE", "\xEF\xBF\xBD\xEF\xBF\xBD"},
+    };
+    write_gpt2(NULL, 0, scratch("v0.json"), scratch("m0.txt"));
+    tr_tokenizer *t = open_gpt2(scratch("v0.json"), scratch("m0.txt"));
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        size_t n, len;
+        int32_t *ids = encode(t, cases[c].in, strlen(cases[c].in), 0, &n);
+        char *text;
+        assert_int_equal(tr_decode(t, ids, n, &text, &len), TR_OK);
+        assert_string_equal(text, cases[c].out);
+        free(text);
+        free(ids);
+    }
+    int32_t bad = 99999;
+    char *text;
+    assert_int_equal(tr_decode(t, &bad, 1, &text, NULL), TR_ERR_INVALID);
+    tr_tokenizer_free(t);
+}
+
+/* An HF file: Split (Llama-3's regex) + ByteLevel, added tokens, a BOS template. */
+static const char *hf_json =
+    "{\"version\":\"1.0\",\"truncation\":null,\"padding\":null,"
+    "\"added_tokens\":[{\"id\":259,\"content\":\"<|bos|>\",\"special\":true},"
+    "{\"id\":260,\"content\":\"<|eot|>\",\"special\":true}],\"normalizer\":null,"
+    "\"pre_tokenizer\":{\"type\":\"Sequence\",\"pretokenizers\":[{\"type\":\"Split\",\"pattern\":"
+    "{\"Regex\":\"(?i:'s|'t)|[^\\\\r\\\\n\\\\p{L}\\\\p{N}]?\\\\p{L}+|\\\\p{N}{1,3}| ?[^\\\\s\\\\p{L}\\\\p{N}]+|\\\\s+(?!\\\\S)|\\\\s+\"},"
+    "\"behavior\":\"Isolated\",\"invert\":false},{\"type\":\"ByteLevel\",\"add_prefix_space\":false,"
+    "\"use_regex\":false}]},\"post_processor\":{\"type\":\"TemplateProcessing\",\"single\":["
+    "{\"SpecialToken\":{\"id\":\"<|bos|>\",\"type_id\":0}},{\"Sequence\":{\"id\":\"A\",\"type_id\":0}}],"
+    "\"special_tokens\":{\"<|bos|>\":{\"id\":\"<|bos|>\",\"ids\":[259],\"tokens\":[\"<|bos|>\"]}}},"
+    "\"decoder\":{\"type\":\"ByteLevel\"},\"model\":{\"type\":\"BPE\",\"dropout\":null,"
+    "\"unk_token\":null,\"ignore_merges\":true,\"vocab\":VOCAB,\"merges\":[[\"a\",\"b\"],\"ab c\"]}}";
+
+/* hf_json with the 256 bytes + "ab" (256), "abc" (257), "cab" (258, no merge makes it). */
+static char *hf_text(size_t *len)
+{
+    char *v = malloc(8192), *out = malloc(16384);
+    size_t vo = (size_t)sprintf(v, "{");
+    for (int b = 0; b < 256; b++) {
+        char s[4];
+        size_t n = spell_byte(b, s);
+        vo += (size_t)sprintf(v + vo, "%s\"", b ? "," : "");
+        if (s[0] == '"' || s[0] == '\\')
+            v[vo++] = '\\';
+        memcpy(v + vo, s, n);
+        vo += n;
+        vo += (size_t)sprintf(v + vo, "\":%d", b);
+    }
+    vo += (size_t)sprintf(v + vo, ",\"ab\":256,\"abc\":257,\"cab\":258}");
+    const char *at = strstr(hf_json, "VOCAB");
+    size_t head = (size_t)(at - hf_json);
+    memcpy(out, hf_json, head);
+    memcpy(out + head, v, vo);
+    strcpy(out + head + vo, at + 5);
+    *len = strlen(out);
+    free(v);
+    return out;
+}
+
+static void test_hf_features(void **state)
+{
+    (void)state;
+    size_t len, n;
+    char *j = hf_text(&len);
+    write_file(scratch("tok.json"), j, len);
+    free(j);
+    tr_tokenizer_files f = {"HFTokenizer", NULL, NULL, scratch("tok.json")};
+    tr_tokenizer *t;
+    assert_int_equal(tr_tokenizer_open(&f, &t), TR_OK);
+    assert_int_equal(tr_tokenizer_vocab_size(t), 261);
+    assert_int_equal(tr_tokenizer_eod(t), -1); /* no known name, no tokenizer_config.json */
+    /* "abc<|eot|>cab it'S": bos, abc, eot, cab (ignore_merges: whole word), " ", "it", "'S" */
+    const char *text = "abc<|eot|>cab it'S";
+    int32_t *ids = encode(t, text, strlen(text), 1, &n);
+    int32_t want[] = {259, 257, 260, 258, ' ', 'i', 't', '\'', 'S'};
+    assert_int_equal(n, sizeof want / sizeof want[0]);
+    assert_memory_equal(ids, want, sizeof want);
+    char *back;
+    assert_int_equal(tr_decode(t, ids + 1, n - 1, &back, NULL), TR_OK);
+    assert_string_equal(back, text);
+    free(back);
+    free(ids);
+    tr_tokenizer_free(t);
+}
+
+/* Each malformed file: an error (not OK), with a message, and no crash. */
+static void expect_refused(const char *type, const char *vocab, const char *merges, const char *model,
+                           const char *needle)
+{
+    tr_tokenizer_files f = {type, vocab, merges, model};
+    tr_tokenizer *t = NULL;
+    int rc = tr_tokenizer_open(&f, &t);
+    if (rc == TR_OK || (needle && !strstr(tr_errmsg(), needle)))
+        fprintf(stderr, "expected an error with '%s', got %d: %s\n", needle ? needle : "", rc, tr_errmsg());
+    assert_int_not_equal(rc, TR_OK);
+    assert_null(t);
+    assert_true(tr_errmsg()[0] != '\0');
+    if (needle)
+        assert_non_null(strstr(tr_errmsg(), needle));
+}
+
+static void test_malformed_files(void **state)
+{
+    (void)state;
+    static const char *const merges[] = {"a b"};
+    write_gpt2(merges, 1, scratch("good.json"), scratch("good.txt"));
+    char m[512], v[512]; /* scratch() names rotate: keep copies */
+    snprintf(m, sizeof m, "%s", scratch("good.txt"));
+    snprintf(v, sizeof v, "%s", scratch("good.json"));
+    static const struct { const char *vocab, *merges, *needle; } gpt2[] = {
+        {"[1, 2]", NULL, "not a JSON object"},
+        {"{\"a\": -1}", NULL, "id out of range"},
+        {"{\"a\": 1.5}", NULL, "not an integer"},
+        {"{\"a\": 1, \"a\": 2}", NULL, "not valid JSON"},
+        {"{\"a\": 1, \"b\": 1}", NULL, "two different tokens"},
+        {"{\"\\u4e00\": 1}", NULL, "byte alphabet"},
+        {"{\"a\": 0}", NULL, "single byte"},
+        {"{\"a\": 3000000000}", NULL, "out of range"},
+        {"{\"a\": 1", NULL, "not valid JSON"},
+        {NULL, "#version: 0.2\na b c\n", "two tokens"},
+        {NULL, "a b\n\nb a\n", "empty line"},
+        {NULL, "x y\n", "not in the vocabulary"},
+        {NULL, "a\n", "two tokens"},
+        {NULL, "\xe4\xb8\x80 a\n", "byte alphabet"},
+    };
+    for (size_t c = 0; c < sizeof gpt2 / sizeof gpt2[0]; c++) {
+        if (gpt2[c].vocab)
+            write_file(scratch("bad.json"), gpt2[c].vocab, strlen(gpt2[c].vocab));
+        if (gpt2[c].merges)
+            write_file(scratch("bad.txt"), gpt2[c].merges, strlen(gpt2[c].merges));
+        expect_refused("GPT2BPETokenizer", gpt2[c].vocab ? scratch("bad.json") : v,
+                       gpt2[c].merges ? scratch("bad.txt") : m, NULL, gpt2[c].needle);
+    }
+    expect_refused("GPT2BPETokenizer", scratch("missing.json"), m, NULL, "cannot open");
+    expect_refused("GPT2BPETokenizer", v, NULL, NULL, "needs --merge-file");
+    expect_refused("Sentencepiece", NULL, NULL, NULL, "not one of");
+    expect_refused("HFTokenizer", v, NULL, scratch("x"), "not used");
+    size_t len;
+    char *good = hf_text(&len);
+    static const struct { const char *from, *to, *needle; } hf[] = {
+        {"\"normalizer\":null", "\"normalizer\":{\"type\":\"NFC\"}", "normalizer"},
+        {"\"type\":\"BPE\"", "\"type\":\"WordPiece\"", "WordPiece"},
+        {"\"dropout\":null", "\"dropout\":0.1", "dropout"},
+        {"{\"type\":\"Split\"", "{\"type\":\"Metaspace\"", "Metaspace"},
+        {"(?i:'s|'t)", "(?i:'s|'t", "PCRE2 refuses"},
+        {"\"Isolated\"", "\"Sideways\"", "behavior"},
+        {"\"special\":true},{", "\"special\":true,\"lstrip\":true},{", "lstrip"},
+        {"\"ids\":[259]", "\"ids\":[99999]", "outside the vocabulary"},
+        {"\"ids\":[259]", "\"ids\":[\"x\"]", "integers"},
+        {"{\"type\":\"ByteLevel\",\"add_prefix_space\":false,\"use_regex\":false}", "{\"type\":\"Split\",\"pattern\":{\"String\":\"x\"},\"behavior\":\"Removed\"}", "no ByteLevel"},
+        {"\"decoder\":{\"type\":\"ByteLevel\"}", "\"decoder\":{\"type\":\"WordPiece\"}", "decoder"},
+        {"[[\"a\",\"b\"],", "[[\"a\",\"q\"],", "merged token"},
+        {"[[\"a\",\"b\"],", "[[\"a\"],", "expected"},
+        {"\"ab c\"", "\"ab  c\"", "one space"},
+        {"\"truncation\":null", "\"truncation\":{}", "truncation"},
+        {"{\"version\"", "[{\"version\"", "not valid JSON"},
+        {"\"content\":\"<|bos|>\"", "\"content\":\"\"", "non-empty"},
+    };
+    for (size_t c = 0; c < sizeof hf / sizeof hf[0]; c++) {
+        char *at = strstr(good, hf[c].from);
+        assert_non_null(at);
+        char *bad = malloc(len + 256);
+        size_t head = (size_t)(at - good);
+        memcpy(bad, good, head);
+        strcpy(bad + head, hf[c].to);
+        strcat(bad, at + strlen(hf[c].from));
+        write_file(scratch("bad-hf.json"), bad, strlen(bad));
+        expect_refused("HFTokenizer", NULL, NULL, scratch("bad-hf.json"), hf[c].needle);
+        free(bad);
+    }
+    free(good);
+}
+
+/* A mutated copy of data: bytes flipped, inserted, deleted, or the end cut off. */
+static size_t mutate(const char *data, size_t n, char *out)
+{
+    static const char *const junk[] = {"{", "}", "[", "]", "\"", ":", ",", "-1", "1e999", "\\u0000",
+                                       "\\ud800", "\xff", "null", "true", " ", "\n", "\"\\", "9999999999"};
+    size_t o = 0;
+    int kind = (int)(rnd() % 4);
+    if (kind == 3) { /* cut */
+        size_t cut = rnd() % (n + 1);
+        memcpy(out, data, cut);
+        return cut;
+    }
+    for (size_t i = 0; i < n; i++) {
+        uint32_t r = rnd() % 2000;
+        if (r < 2 && kind == 0)
+            out[o++] = (char)(rnd() & 0xff);
+        else if (r < 2 && kind == 1) {
+            const char *s = junk[rnd() % (sizeof junk / sizeof junk[0])];
+            memcpy(out + o, s, strlen(s));
+            o += strlen(s);
+            out[o++] = data[i];
+        } else if (!(r < 2 && kind == 2))
+            out[o++] = data[i];
+    }
+    return o;
+}
+
+/* Whatever opens must encode anything and decode it back to the repaired text. */
+static void exercise(tr_tokenizer *t)
+{
+    char text[600];
+    for (int k = 0; k < 4; k++) {
+        size_t n = rnd() % sizeof text;
+        for (size_t i = 0; i < n; i++)
+            text[i] = (char)(rnd() % 4 ? "ab c'\nS<|"[rnd() % 10] : (int)(rnd() & 0xff));
+        size_t m;
+        int32_t *ids = encode(t, text, n, 1, &m);
+        char *back;
+        assert_int_equal(tr_decode(t, ids, m, &back, NULL), TR_OK);
+        free(back);
+        free(ids);
+    }
+}
+
+static void test_fuzzed_files(void **state)
+{
+    (void)state;
+    static const char *const merges[] = {"a b", "ab c", "c c"};
+    write_gpt2(merges, 3, scratch("fz.json"), scratch("fz.txt"));
+    size_t lens[3];
+    char *orig[3];
+    FILE *f;
+    for (int k = 0; k < 2; k++) {
+        f = fopen(scratch(k ? "fz.txt" : "fz.json"), "rb");
+        orig[k] = malloc(1 << 16);
+        lens[k] = fread(orig[k], 1, 1 << 16, f);
+        fclose(f);
+    }
+    orig[2] = hf_text(&lens[2]);
+    char *buf = malloc(1 << 18);
+    int opened = 0, refused = 0;
+    for (int trial = 0; trial < 600; trial++) {
+        int which = trial % 3;
+        size_t n = mutate(orig[which], lens[which], buf);
+        write_file(scratch("fuzz"), buf, n);
+        tr_tokenizer_files fl = {which == 2 ? "HFTokenizer" : "GPT2BPETokenizer",
+                                 which == 2 ? NULL : which == 0 ? scratch("fuzz") : scratch("fz.json"),
+                                 which == 2 ? NULL : which == 1 ? scratch("fuzz") : scratch("fz.txt"),
+                                 which == 2 ? scratch("fuzz") : NULL};
+        tr_tokenizer *t = NULL;
+        int rc = tr_tokenizer_open(&fl, &t);
+        if (rc == TR_OK) {
+            opened++;
+            exercise(t);
+            tr_tokenizer_free(t);
+        } else {
+            refused++;
+            assert_int_equal(rc, TR_ERR_INVALID);
+            assert_null(t);
+        }
+    }
+    fprintf(stderr, "fuzzed files: %d opened, %d refused\n", opened, refused);
+    assert_true(refused > 100 && opened > 20);
+    /* JSON Lines: fuzzed lines are bad lines, never a crash */
+    const char *good = "{\"text\": \"abc cab\", \"n\": [1, 2.5, null]}\n{\"text\": [\"a\", \"\"]}\n";
+    tr_tokenizer_files fl = {"GPT2BPETokenizer", scratch("fz.json"), scratch("fz.txt"), NULL};
+    tr_tokenizer *t;
+    assert_int_equal(tr_tokenizer_open(&fl, &t), TR_OK);
+    for (int trial = 0; trial < 200; trial++) {
+        size_t n = 0;
+        for (int rep = 0; rep < 20; rep++)
+            n += mutate(good, strlen(good), buf + n);
+        write_file(scratch("fuzz.jsonl"), buf, n);
+        const char *inputs[] = {scratch("fuzz.jsonl")}, *keys[] = {"text"};
+        tr_preprocess_options o = {inputs, 1, scratch("fz-out"), keys, 1, 0, t, 1, 1 + trial % 3,
+                                   trial % 2, 0};
+        tr_preprocess_stats st;
+        int rc = tr_preprocess(&o, &st);
+        assert_true(rc == TR_OK || (rc == TR_ERR_INVALID && !(trial % 2)));
+    }
+    tr_tokenizer_free(t);
+    free(buf);
+    for (int k = 0; k < 3; k++)
+        free(orig[k]);
+}
+
+int main(void)
+{
+    snprintf(dir, sizeof dir, "/tmp/trident-tok-test-%d", (int)getpid());
+    char cmd[300];
+    snprintf(cmd, sizeof cmd, "mkdir -p %s", dir);
+    if (system(cmd))
+        return 1;
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_merges_match_naive), cmocka_unit_test(test_utf8_repair),
+        cmocka_unit_test(test_hf_features), cmocka_unit_test(test_malformed_files),
+        cmocka_unit_test(test_fuzzed_files),
+    };
+    int rc = cmocka_run_group_tests(tests, NULL, NULL);
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    if (system(cmd))
+        return 1;
+    return rc;
+}

@@ -1,0 +1,77 @@
+/* tok_encode: a test tool. `tok_encode TYPE VOCAB MERGES MODEL [--special] FILE...` encodes each
+ * FILE whole (one text) and writes the ids as int32 little-endian to stdout, one file after
+ * another, each preceded by its id count (int64). TYPE/VOCAB/MERGES/MODEL: "-" for none.
+ * Exit 2 with the message when the tokenizer or a file is refused, 1 on other failures. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "tokenizer/tokenizer.h"
+
+static const char *opt(const char *s) { return strcmp(s, "-") ? s : NULL; }
+
+static char *read_all(const char *path, size_t *len)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return NULL;
+    size_t cap = 1 << 16, n = 0, got;
+    char *buf = malloc(cap);
+    while (buf && (got = fread(buf + n, 1, cap - n, f)) > 0) {
+        n += got;
+        if (n == cap) {
+            char *p = realloc(buf, cap *= 2);
+            if (!p)
+                free(buf);
+            buf = p;
+        }
+    }
+    fclose(f);
+    *len = n;
+    return buf;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 6) {
+        fprintf(stderr, "usage: tok_encode TYPE VOCAB MERGES MODEL [--special] FILE...\n");
+        return 2;
+    }
+    tr_tokenizer_files files = {opt(argv[1]), opt(argv[2]), opt(argv[3]), opt(argv[4])};
+    tr_tokenizer *t;
+    tr_encoder *e;
+    int rc = tr_tokenizer_open(&files, &t);
+    if (rc) {
+        fprintf(stderr, "tok_encode: %s\n", tr_errmsg());
+        return rc == TR_ERR_IO ? 1 : 2;
+    }
+    if (tr_encoder_create(t, &e)) {
+        fprintf(stderr, "tok_encode: %s\n", tr_errmsg());
+        return 1;
+    }
+    int special = 0, first = 5;
+    if (!strcmp(argv[5], "--special"))
+        special = 1, first = 6;
+    int32_t *ids = NULL;
+    size_t cap = 0;
+    for (int i = first; i < argc; i++) {
+        size_t len, n = 0;
+        char *text = read_all(argv[i], &len);
+        if (!text) {
+            fprintf(stderr, "tok_encode: cannot read %s\n", argv[i]);
+            return 1;
+        }
+        if (tr_encode(e, text, len, special, &ids, &n, &cap)) {
+            fprintf(stderr, "tok_encode: %s: %s\n", argv[i], tr_errmsg());
+            return 2;
+        }
+        int64_t count = (int64_t)n;
+        fwrite(&count, 8, 1, stdout);
+        fwrite(ids, 4, n, stdout);
+        free(text);
+    }
+    free(ids);
+    tr_encoder_free(e);
+    tr_tokenizer_free(t);
+    return 0;
+}
