@@ -1,0 +1,330 @@
+#!/usr/bin/python3
+"""`trident convert` end to end without PyTorch (it runs in the sanitizer build too): GPT-2
+folders are written here with a small safetensors writer of our own.
+  - import (F32, F16, BF16; prefixed and unprefixed names; buffers and a tied lm_head) and
+    export round trip bit for bit in fp32; bf16 export rounds to nearest even; shards;
+  - every malformed safetensors file, every unsupported config.json and every wrong tensor is
+    refused with exit 2 naming the file and the cause, and nothing appears at the output (no
+    temporary folder left either);
+  - usage errors, an output that exists, exports from a missing or damaged checkpoint.
+usage: test_convert_cli.py TRIDENT WORKDIR"""
+import json
+import os
+import random
+import struct
+import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "common"))
+import trident_test as tt  # noqa: E402
+
+trident, work = sys.argv[1], sys.argv[2]
+work = tt.fresh_dir(work)
+L, C, NH, P, V = 2, 32, 4, 16, 50
+SIZES = {"F32": 4, "F16": 2, "BF16": 2, "I64": 8}
+
+
+# ---------------------------------------------------------------- safetensors by hand
+def f32_bits(x):
+    return struct.unpack("<I", struct.pack("<f", x))[0]
+
+
+def to_bf16(bits):
+    """Round-to-nearest-even of a float32's bits to bfloat16 (no NaNs here)."""
+    return ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16) & 0xFFFF
+
+
+def encode(values, dtype):
+    if dtype == "F32":
+        return struct.pack(f"<{len(values)}f", *values)
+    if dtype == "F16":
+        return struct.pack(f"<{len(values)}e", *values)
+    if dtype == "BF16":
+        return struct.pack(f"<{len(values)}H", *(to_bf16(f32_bits(v)) for v in values))
+    if dtype == "I64":
+        return struct.pack(f"<{len(values)}q", *(int(v) for v in values))
+    raise ValueError(dtype)
+
+
+def st_bytes(tensors, header_edit=None, meta=True):
+    """tensors: list of (name, dtype, shape, values); returns the file's bytes."""
+    header, data = {}, b""
+    if meta:
+        header["__metadata__"] = {"format": "pt"}
+    for name, dtype, shape, values in tensors:
+        raw = encode(values, dtype)
+        header[name] = {"dtype": dtype, "shape": list(shape), "data_offsets": [len(data), len(data) + len(raw)]}
+        data += raw
+    if header_edit:
+        header = header_edit(header)
+    text = header if isinstance(header, bytes) else json.dumps(header, separators=(",", ":")).encode()
+    text += b" " * (-len(text) % 8)
+    return struct.pack("<Q", len(text)) + text + data
+
+
+def st_read(path):
+    """{name: (dtype, shape, raw bytes)} of a safetensors file."""
+    blob = open(path, "rb").read()
+    n = struct.unpack("<Q", blob[:8])[0]
+    header = json.loads(blob[8:8 + n])
+    header.pop("__metadata__", None)
+    return {k: (v["dtype"], v["shape"], blob[8 + n + v["data_offsets"][0]:8 + n + v["data_offsets"][1]])
+            for k, v in header.items()}
+
+
+rng = random.Random(16)
+
+
+def rand(n, scale=0.5):
+    # values exact in float16 so the F16 file holds the same numbers
+    return [round(rng.uniform(-scale, scale) * 1024) / 1024 for _ in range(n)]
+
+
+def gpt2_tensors(prefix="transformer.", dtype="F32", buffers=True, head=True, layers=L):
+    t = [(f"{prefix}wte.weight", dtype, (V, C), rand(V * C)),
+         (f"{prefix}wpe.weight", dtype, (P, C), rand(P * C))]
+    for i in range(layers):
+        h = f"{prefix}h.{i}."
+        t += [(h + "ln_1.weight", dtype, (C,), rand(C, 2)), (h + "ln_1.bias", dtype, (C,), rand(C)),
+              (h + "attn.c_attn.weight", dtype, (C, 3 * C), rand(C * 3 * C)),
+              (h + "attn.c_attn.bias", dtype, (3 * C,), rand(3 * C)),
+              (h + "attn.c_proj.weight", dtype, (C, C), rand(C * C)),
+              (h + "attn.c_proj.bias", dtype, (C,), rand(C)),
+              (h + "ln_2.weight", dtype, (C,), rand(C, 2)), (h + "ln_2.bias", dtype, (C,), rand(C)),
+              (h + "mlp.c_fc.weight", dtype, (C, 4 * C), rand(C * 4 * C)),
+              (h + "mlp.c_fc.bias", dtype, (4 * C,), rand(4 * C)),
+              (h + "mlp.c_proj.weight", dtype, (4 * C, C), rand(4 * C * C)),
+              (h + "mlp.c_proj.bias", dtype, (C,), rand(C))]
+        if buffers:
+            t.append((h + "attn.bias", dtype, (1, 1, P, P), [1.0] * (P * P)))
+    t += [(f"{prefix}ln_f.weight", dtype, (C,), rand(C, 2)), (f"{prefix}ln_f.bias", dtype, (C,), rand(C))]
+    if head:
+        t.append(("lm_head.weight", dtype, (V, C), t[0][3]))
+    return t
+
+
+CONFIG = {"architectures": ["GPT2LMHeadModel"], "model_type": "gpt2", "activation_function": "gelu_new",
+          "n_layer": L, "n_embd": C, "n_head": NH, "n_positions": P, "vocab_size": V,
+          "layer_norm_epsilon": 1e-05, "n_inner": None, "bos_token_id": V - 1, "eos_token_id": V - 1}
+
+
+def hf_folder(name, tensors, config=None, raw=None):
+    d = tt.fresh_dir(os.path.join(work, name))
+    tt.write(os.path.join(d, "config.json"), json.dumps(config if config is not None else CONFIG))
+    tt.write(os.path.join(d, "model.safetensors"), raw if raw is not None else st_bytes(tensors))
+    return d
+
+
+def convert(*args):
+    return tt.outputs([trident, "convert", *args], timeout=120)
+
+
+def leftovers(parent):
+    return [n for n in os.listdir(parent) if ".tmp-" in n]
+
+
+def refused(what, args, out, cause, names=None):
+    """`trident convert ARGS` must exit 2 naming `names` (default: nothing) and `cause`, with
+    nothing at `out` and no temporary folder beside it."""
+    rc, so, se = convert(*args)
+    ok = rc == 2 and cause in se and all(n in se for n in (names or [])) and not os.path.exists(out)
+    ok = ok and not leftovers(os.path.dirname(out))
+    tt.check(f"refused: {what}", ok, f"exit {rc}, stderr {se.strip()!r}, output exists: {os.path.exists(out)}")
+
+
+# ---------------------------------------------------------------- import and export
+base = gpt2_tensors()
+src = hf_folder("hf-f32", base)
+ck = os.path.join(work, "out", "ck")  # the parent 'out' is made by convert
+rc, so, se = convert("--from", "hf", "--input", src, "--output", ck)
+tt.check("import of an F32 GPT-2 (prefixed names, attn.bias buffers, tied lm_head)", rc == 0, f"exit {rc}: {se}")
+tt.check("the import is a release checkpoint",
+         open(os.path.join(ck, "latest_checkpointed_iteration.txt")).read() == "release\n"
+         and os.path.exists(os.path.join(ck, "release", "manifest.txt")))
+tt.check("the import prints the model section",
+         f"num_layers: {L}" in so and f"vocab_size: {V}" in so and f"max_position_embeddings: {P}" in so, so)
+tt.check("no temporary folder left", not leftovers(os.path.dirname(ck)))
+
+exp = os.path.join(work, "exp-f32")
+rc, so, se = convert("--to", "hf", "--input", ck, "--output", exp, "--eos-id", str(V - 1))
+tt.check("export fp32", rc == 0 and "iteration 0" in so, f"exit {rc}: {se}")
+back = st_read(os.path.join(exp, "model.safetensors"))
+want = {n: (d, list(s), encode(v, d)) for n, d, s, v in base if not n.endswith(".attn.bias") and n != "lm_head.weight"}
+tt.check("round trip HF -> trident -> HF is bit-exact (fp32)", back == want,
+         f"differ: {sorted(k for k in set(back) | set(want) if back.get(k) != want.get(k))[:5]}")
+cfg = json.load(open(os.path.join(exp, "config.json")))
+tt.check("config.json", all(cfg[k] == CONFIG[k] for k in ("n_layer", "n_embd", "n_head", "n_positions", "vocab_size",
+                                                          "activation_function", "eos_token_id"))
+         and cfg["torch_dtype"] == "float32" and cfg["architectures"] == ["GPT2LMHeadModel"], cfg)
+gen = json.load(open(os.path.join(exp, "generation_config.json")))
+tt.check("generation_config.json", gen.get("eos_token_id") == V - 1, gen)
+meta = json.loads(open(os.path.join(exp, "model.safetensors"), "rb").read()[8:][:struct.unpack(
+    "<Q", open(os.path.join(exp, "model.safetensors"), "rb").read(8))[0]])["__metadata__"]
+tt.check("metadata format pt (transformers checks it)", meta == {"format": "pt"}, meta)
+
+exp16 = os.path.join(work, "exp-bf16")
+rc, so, se = convert("--to", "hf", "--input", ck, "--output", exp16, "--dtype", "bf16")
+back = st_read(os.path.join(exp16, "model.safetensors")) if rc == 0 else {}
+want16 = {n: ("BF16", list(s), encode(v, "BF16")) for n, d, s, v in base if n in want}
+tt.check("export bf16: each weight rounded to nearest even", rc == 0 and back == want16, f"exit {rc}: {se}")
+tt.check("bf16 config", rc == 0 and json.load(open(os.path.join(exp16, "config.json")))["torch_dtype"] == "bfloat16")
+
+shard = os.path.join(work, "exp-sharded")
+rc, so, se = convert("--to", "hf", "--input", ck, "--output", shard, "--max-shard-size", "20KB")
+files = sorted(os.listdir(shard)) if rc == 0 else []
+index = json.load(open(os.path.join(shard, "model.safetensors.index.json"))) if rc == 0 else {}
+got = {}
+for f in files:
+    if f.endswith(".safetensors"):
+        got.update(st_read(os.path.join(shard, f)))
+tt.check("export in shards of 20 KB: index and shards hold every tensor",
+         rc == 0 and len([f for f in files if f.startswith("model-")]) > 2 and got == want
+         and set(index["weight_map"]) == set(want)
+         and index["metadata"]["total_size"] == sum(len(v[2]) for v in want.values()), f"exit {rc}: {se} {files}")
+ck2 = os.path.join(work, "ck-from-shards")
+rc, so, se = convert("--from", "hf", "--input", shard, "--output", ck2)
+same = rc == 0 and all(open(os.path.join(ck, "release", f), "rb").read() == open(os.path.join(ck2, "release", f), "rb").read()
+                       for f in os.listdir(os.path.join(ck, "release")))
+tt.check("import of the shards = import of the single file (every file of the checkpoint)", same, f"exit {rc}: {se}")
+
+def decoded(values, dtype):
+    """The float32 values a dtype's encoding of `values` holds."""
+    raw = encode(values, dtype)
+    if dtype == "F16":
+        return list(struct.unpack(f"<{len(values)}e", raw))
+    return [struct.unpack("<f", struct.pack("<I", h << 16))[0] for h in struct.unpack(f"<{len(values)}H", raw)]
+
+
+for dtype in ("F16", "BF16"):
+    t = [(n, dtype, s, v) for n, d, s, v in gpt2_tensors(prefix="", buffers=False, head=False)]
+    d = hf_folder(f"hf-{dtype}", t)
+    out = os.path.join(work, f"ck-{dtype}")
+    rc, so, se = convert("--from", "hf", "--input", d, "--output", out)
+    exp2 = os.path.join(work, f"exp-{dtype}")
+    rc2, so2, se2 = convert("--to", "hf", "--input", out, "--output", exp2) if rc == 0 else (1, "", "")
+    back = st_read(os.path.join(exp2, "model.safetensors")) if rc2 == 0 else {}
+    ok = all(back.get("transformer." + n, (0, 0, b""))[2] == encode(decoded(v, dtype), "F32") for n, dd, s, v in t)
+    tt.check(f"import of {dtype} weights without the 'transformer.' prefix, exported as their F32 values",
+             rc == 0 and rc2 == 0 and ok, f"exit {rc}/{rc2}: {se}{se2}")
+
+empty_out = tt.fresh_dir(os.path.join(work, "empty-out"))
+rc, so, se = convert("--from", "hf", "--input", src, "--output", empty_out)
+tt.check("an empty output folder is replaced", rc == 0 and os.path.exists(os.path.join(empty_out, "release")), se)
+
+# ---------------------------------------------------------------- malformed safetensors
+good = st_bytes(base)
+n_head = struct.unpack("<Q", good[:8])[0]
+
+
+def edit(fn):
+    return st_bytes(base, header_edit=fn)
+
+
+def set_offsets(name, b, e):
+    def f(h):
+        h[name]["data_offsets"] = [b, e]
+        return h
+    return f
+
+
+first = "transformer.wte.weight"
+second = "transformer.wpe.weight"
+wte_bytes = V * C * 4
+cases = [
+    ("shorter than 8 bytes", good[:5], "shorter than the 8-byte header length"),
+    ("header length past the file", struct.pack("<Q", len(good)) + good[8:], "runs past the end of the file"),
+    ("a header over 100 MB", struct.pack("<Q", 100_000_001) + good[8:], "over the limit of 100000000"),
+    ("a header that is not UTF-8", good[:9] + b"\xfe" + good[10:], "not UTF-8"),
+    ("a header that is not JSON", good[:8] + b"{" + b" " * (n_head - 1) + good[8 + n_head:], "not valid JSON"),
+    ("a repeated name", st_bytes(base, header_edit=lambda h: json.dumps(h, separators=(",", ":")).replace(
+        '"transformer.wpe.weight"', '"transformer.wte.weight"', 1).encode()), "a name appears twice"),
+    ("overlapping offsets", edit(set_offsets(second, wte_bytes - 4, wte_bytes - 4 + P * C * 4)), "overlap"),
+    ("offsets past the data", good[:-4], "run past the end of the data"),
+    ("shape and byte count disagree", edit(lambda h: (h[first].update(shape=[V, C + 1]), h)[1]), "data_offsets hold"),
+    ("dtype and byte count disagree", edit(lambda h: (h[first].update(dtype="F16"), h)[1]), "data_offsets hold"),
+    ("an unknown dtype", edit(lambda h: (h[first].update(dtype="Q4"), h)[1]), "unknown dtype 'Q4'"),
+    ("a negative size", edit(lambda h: (h[first].update(shape=[-V, -C]), h)[1]), "is not an integer"),
+    ("bytes that belong to no tensor", good + b"\0" * 4, "belong to no tensor"),
+    ("an entry with an extra key", edit(lambda h: (h[first].update(extra=1), h)[1]), "exactly the keys"),
+    ("metadata that is not strings", edit(lambda h: (h.update(__metadata__={"format": 1}), h)[1]), "is not a string"),
+]
+for what, raw, cause in cases:
+    d = hf_folder("bad-st", base, raw=raw)
+    out = os.path.join(work, "bad-out")
+    refused(f"safetensors: {what}", ["--from", "hf", "--input", d, "--output", out], out, cause,
+            [os.path.join(d, "model.safetensors")])
+
+# ---------------------------------------------------------------- wrong models
+def without(name):
+    return [t for t in base if t[0] != name]
+
+
+wrong = [
+    ("a missing tensor", without("transformer.h.1.mlp.c_fc.bias"), None, "no tensor 'transformer.h.1.mlp.c_fc.bias'"),
+    ("a tensor of the wrong shape", [(n, d, (C, C) if n.endswith("h.0.attn.c_attn.weight") else s,
+                                      v[:C * C] if n.endswith("h.0.attn.c_attn.weight") else v) for n, d, s, v in base],
+     None, "is [32, 32]; a GPT-2 of this config.json has [32, 96]"),
+    ("a layer beyond n_layer", base + [("transformer.h.2.ln_1.weight", "F32", (C,), rand(C))], None,
+     "'transformer.h.2.ln_1.weight' is not part of a GPT-2"),
+    ("an unknown tensor", base + [("score.weight", "F32", (2, C), rand(2 * C))], None, "'score.weight' is not part"),
+    ("an untied lm_head", without("lm_head.weight") + [("lm_head.weight", "F32", (V, C), rand(V * C))], None,
+     "lm_head.weight differs from wte"),
+    ("integer weights", [(n, "I64" if n.endswith("ln_f.bias") else d, s, v) for n, d, s, v in base], None,
+     "is I64; GPT-2 weights are F32"),
+    ("both prefixed and bare names", base + [("wpe.weight", "F32", (P, C), rand(P * C))], None, "holds both"),
+    ("activation relu", base, dict(CONFIG, activation_function="relu"), "activation_function"),
+    ("n_inner 3C", base, dict(CONFIG, n_inner=3 * C), "n_inner"),
+    ("another epsilon", base, dict(CONFIG, layer_norm_epsilon=1e-6), "layer_norm_epsilon"),
+    ("no n_layer", base, {k: v for k, v in CONFIG.items() if k != "n_layer"}, "n_layer is missing"),
+    ("a llama", base, dict(CONFIG, model_type="llama"), "model_type"),
+    ("scale by layer", base, dict(CONFIG, scale_attn_by_inverse_layer_idx=True), "scale_attn_by_inverse_layer_idx"),
+    ("untied embeddings in the config", base, dict(CONFIG, tie_word_embeddings=False), "tie_word_embeddings"),
+    ("heads that do not divide n_embd", base, dict(CONFIG, n_head=5), "not a multiple of n_head"),
+    ("config sizes that disagree with the weights", base, dict(CONFIG, vocab_size=V + 1), "a GPT-2 of this config.json has"),
+]
+for what, tensors, config, cause in wrong:
+    d = hf_folder("bad-model", tensors, config)
+    out = os.path.join(work, "bad-out")
+    refused(f"model: {what}", ["--from", "hf", "--input", d, "--output", out], out, cause)
+d = hf_folder("bad-json", base)
+tt.write(os.path.join(d, "config.json"), "{\"n_layer\": 2,")
+refused("config.json that is not JSON", ["--from", "hf", "--input", d, "--output", os.path.join(work, "bad-out")],
+        os.path.join(work, "bad-out"), "config.json:1:", [])
+os.remove(os.path.join(d, "model.safetensors"))
+tt.write(os.path.join(d, "config.json"), json.dumps(CONFIG))
+tt.write(os.path.join(d, "pytorch_model.bin"), b"PK")
+refused("a folder with pytorch_model.bin only", ["--from", "hf", "--input", d, "--output", os.path.join(work, "bad-out")],
+        os.path.join(work, "bad-out"), "pytorch_model.bin is not read")
+tt.write(os.path.join(d, "model.safetensors.index.json"), json.dumps({"weight_map": {first: "model-1.safetensors"}}))
+refused("an index naming a missing shard", ["--from", "hf", "--input", d, "--output", os.path.join(work, "bad-out")],
+        os.path.join(work, "bad-out"), "model-1.safetensors")
+
+# ---------------------------------------------------------------- usage and outputs
+bad_out = os.path.join(work, "bad-out")
+for what, args, cause in [
+        ("no arguments", [], "give the direction once"),
+        ("both directions", ["--from", "hf", "--to", "hf", "--input", src, "--output", bad_out], "give the direction once"),
+        ("another format", ["--from", "megatron", "--input", src, "--output", bad_out], "--from needs 'hf'"),
+        ("no output", ["--from", "hf", "--input", src], "--input and --output are both needed"),
+        ("a bad dtype", ["--to", "hf", "--input", ck, "--output", bad_out, "--dtype", "fp16"], "--dtype needs fp32 or bf16"),
+        ("an export option on import", ["--from", "hf", "--input", src, "--output", bad_out, "--dtype", "bf16"], "apply to --to hf"),
+        ("a bad shard size", ["--to", "hf", "--input", ck, "--output", bad_out, "--max-shard-size", "lots"], "--max-shard-size needs"),
+        ("a stray argument", ["--from", "hf", src, bad_out], "unexpected argument"),
+        ("a missing input", ["--from", "hf", "--input", os.path.join(work, "nowhere"), "--output", bad_out], "config.json"),
+        ("an export of a folder without checkpoint", ["--to", "hf", "--input", src, "--output", bad_out], "holds no checkpoint"),
+]:
+    refused(f"usage: {what}", args, bad_out, cause)
+rc, so, se = convert("--help")
+tt.check("--help", rc == 0 and "--from hf" in so and "--max-shard-size" in so, se)
+rc, so, se = convert("--from", "hf", "--input", src, "--output", ck)
+tt.check("an existing checkpoint folder is not overwritten", rc == 2 and "exists and is not an empty folder" in se
+         and open(os.path.join(ck, "latest_checkpointed_iteration.txt")).read() == "release\n", se)
+
+damaged = os.path.join(work, "ck-damaged")
+convert("--from", "hf", "--input", src, "--output", damaged)
+victim = os.path.join(damaged, "release", "layers.1.fc.weight")
+blob = bytearray(open(victim, "rb").read())
+blob[100] ^= 0x40
+tt.write(victim, bytes(blob))
+refused("an export of a damaged checkpoint", ["--to", "hf", "--input", damaged, "--output", bad_out], bad_out,
+        "checksum", [victim])
+tt.finish("convert-cli: all checks passed")
