@@ -2,6 +2,7 @@
  *   DIR/manifest.json  config, tensor table (name, shape, offset), per-iteration lr/loss/norm
  *   DIR/params.bin     initial parameters (float32, the flat buffer)
  *   DIR/grads.bin      gradients after iteration 1's forward+backward (same offsets)
+ *   DIR/params_final.bin  parameters after ITERATIONS optimizer steps (same offsets)
  *   DIR/tokens.bin     inputs and targets of every micro-batch of iterations 1..N (int32)
  * usage: oracle_dump CONFIG.yaml DIR ITERATIONS [--set k=v]... */
 #include <stdio.h>
@@ -85,6 +86,8 @@ int main(int argc, char **argv)
             return 1;
         }
     }
+    if (write_file(dir, "params_final.bin", tr_engine_params(e), n * sizeof(float), "wb"))
+        return 1;
     char path[1024];
     snprintf(path, sizeof path, "%s/manifest.json", dir);
     FILE *f = fopen(path, "w");
