@@ -5,6 +5,12 @@
  * cross-entropy (also with a rank holding only padding), the forward output and the input
  * and weight gradients of the split layer on every rank equal the matching slices of the
  * unsplit layer (a one-rank tr_tp, computed locally): relative difference <= 1e-5.
+ * The unsplit layer is itself checked against the definition computed here in double (a
+ * bug shared by the split and unsplit code, which every T > 1 comparison misses, fails
+ * there: e.g. the linear layers' bias gradient left at zero, injected in tp/linear.c, failed
+ * every run's definition check and passed the comparisons with the unsplit layer). At T = 1
+ * the split layer is the unsplit code, so that run (tp-layers-reference) is the definition
+ * check of every layer and the one-rank context (no communicator).
  * With --sp (T > 1) the same under sequence parallelism. Exit 0 when everything matched. */
 #include "tp_check.h"
 #include "tp/tp.h"
@@ -16,6 +22,53 @@ static tr_tp tp;  /* this rank's */
 static const int N = 12; /* token rows: 2 sequences of 6 */
 
 static void rows_of(int *r0, int *nl) { tr_tp_rows(&tp, N, r0, nl); }
+
+/* The unsplit linear layer against its definition in double: y = [res +] x W^T + b,
+ * dx = dy W, dW = dy^T x, db = column sums of dy (W: OC x IC; res may be NULL). */
+static void expect_linear_definition(const char *what, const float *y, const float *dx,
+                                     const float *dW, const float *db, const float *x,
+                                     const float *W, const float *b, const float *res,
+                                     const float *dy, int IC, int OC)
+{
+    float *want_y = tc_floats((size_t)N * OC), *want_dx = tc_floats((size_t)N * IC);
+    float *want_dW = tc_floats((size_t)OC * IC), *want_db = tc_floats(OC);
+    for (int n = 0; n < N; n++)
+        for (int o = 0; o < OC; o++) {
+            double acc = (double)b[o] + (res ? res[(size_t)n * OC + o] : 0.0);
+            for (int i = 0; i < IC; i++)
+                acc += (double)x[(size_t)n * IC + i] * W[(size_t)o * IC + i];
+            want_y[(size_t)n * OC + o] = (float)acc;
+        }
+    for (int n = 0; n < N; n++)
+        for (int i = 0; i < IC; i++) {
+            double acc = 0;
+            for (int o = 0; o < OC; o++)
+                acc += (double)dy[(size_t)n * OC + o] * W[(size_t)o * IC + i];
+            want_dx[(size_t)n * IC + i] = (float)acc;
+        }
+    for (int o = 0; o < OC; o++) {
+        double sum = 0;
+        for (int n = 0; n < N; n++)
+            sum += dy[(size_t)n * OC + o];
+        want_db[o] = (float)sum;
+        for (int i = 0; i < IC; i++) {
+            double acc = 0;
+            for (int n = 0; n < N; n++)
+                acc += (double)dy[(size_t)n * OC + o] * x[(size_t)n * IC + i];
+            want_dW[(size_t)o * IC + i] = (float)acc;
+        }
+    }
+    char m[96];
+    snprintf(m, sizeof m, "%s, unsplit vs definition: output", what);
+    tc_expect_close(m, y, want_y, (size_t)N * OC, TOL);
+    snprintf(m, sizeof m, "%s, unsplit vs definition: input gradient", what);
+    tc_expect_close(m, dx, want_dx, (size_t)N * IC, TOL);
+    snprintf(m, sizeof m, "%s, unsplit vs definition: weight gradient", what);
+    tc_expect_close(m, dW, want_dW, (size_t)OC * IC, TOL);
+    snprintf(m, sizeof m, "%s, unsplit vs definition: bias gradient", what);
+    tc_expect_close(m, db, want_db, OC, TOL);
+    free(want_y), free(want_dx), free(want_dW), free(want_db);
+}
 
 static void check_column(int gather_output)
 {
@@ -34,6 +87,7 @@ static void check_column(int gather_output)
     float *x_ref = tc_fdup(x, (size_t)N * IC);
     OK(tr_tp_column_linear_forward(&one, y_ref, x_ref, W, b, N, IC, OC, NULL, NULL));
     OK(tr_tp_column_linear_backward(&one, dx_ref, dW_ref, db_ref, dy, x_ref, W, N, IC, OC));
+    expect_linear_definition("column", y_ref, dx_ref, dW_ref, db_ref, x, W, b, NULL, dy, IC, OC);
     /* split: output rows [t*OCl, ..) of W and b; under SP only our input rows are given */
     float *xs = tc_floats((size_t)N * IC), *Ws = tc_floats((size_t)OCl * IC), *bs = tc_floats(OCl);
     for (size_t i = 0; i < (size_t)N * IC; i++)
@@ -81,6 +135,7 @@ static void check_row(int alias_residual)
     float *dW_ref = tc_floats((size_t)OC * IC), *db_ref = tc_floats(OC);
     OK(tr_tp_row_linear_forward(&one, y_ref, res, x, W, b, N, IC, OC, NULL));
     OK(tr_tp_row_linear_backward(&one, dx_ref, dW_ref, db_ref, dy, x, W, N, IC, OC, NULL));
+    expect_linear_definition("row", y_ref, dx_ref, dW_ref, db_ref, x, W, b, res, dy, IC, OC);
     /* split: input columns of x (the scatter mapping) and of W; our rows of the residual */
     float *xs = tc_floats((size_t)N * ICl), *Ws = tc_floats((size_t)OC * ICl);
     OK(tr_tp_scatter_to_region_forward(&tp, xs, x, N, ICl));
@@ -128,6 +183,17 @@ static void check_embedding(void)
     float *out_ref = tc_floats((size_t)N * C), *dtable_ref = tc_floats((size_t)Vp * C);
     OK(tr_tp_vocab_embedding_forward(&one, out_ref, ids, table, N, C, Vp, NULL));
     OK(tr_tp_vocab_embedding_backward(&one, dtable_ref, dout, ids, N, C, Vp, NULL, NULL));
+    /* the definition: rows of the table; each row's gradient the sum of its tokens' */
+    float *want_out = tc_floats((size_t)N * C), *want_dtable = tc_floats((size_t)Vp * C);
+    for (int n = 0; n < N; n++)
+        for (int c = 0; c < C; c++) {
+            want_out[(size_t)n * C + c] = table[(size_t)ids[n] * C + c];
+            want_dtable[(size_t)ids[n] * C + c] += dout[(size_t)n * C + c];
+        }
+    tc_expect_close("embedding, unsplit vs definition: output", out_ref, want_out, (size_t)N * C, 0.0);
+    tc_expect_close("embedding, unsplit vs definition: table gradient", dtable_ref, want_dtable,
+                    (size_t)Vp * C, TOL);
+    free(want_out), free(want_dtable);
     float *ts = tc_floats((size_t)Vl * C), *out = tc_floats((size_t)Nl * C);
     float *scratch = tc_floats((size_t)N * C);
     slice(ts, table, C, tp.rank * Vl, Vl, 0, C);
@@ -165,6 +231,14 @@ static void check_cross_entropy(int V)
         double want = log(se) + mx - logits[(size_t)n * Vp + targets[n]];
         CHECK(fabs(want - loss_ref[n]) <= 1e-5 * fabs(want) + 1e-6, "cross-entropy row %d: "
               "%.7g vs %.7g", n, loss_ref[n], want);
+        /* gradient: (softmax - onehot(target)) / N on the real columns, 0 on padding */
+        for (int c = 0; c < Vp; c++) {
+            double g = c < V ? (exp(logits[(size_t)n * Vp + c] - mx) / se - (c == targets[n])) / N
+                             : 0.0;
+            CHECK(fabs(g - dl_ref[(size_t)n * Vp + c]) <= 1e-6,
+                  "cross-entropy gradient row %d column %d: %.7g vs %.7g", n, c,
+                  dl_ref[(size_t)n * Vp + c], g);
+        }
     }
     float *ls = tc_floats((size_t)N * Vl), *loss = tc_floats(N), *stats = tc_floats(3 * (size_t)N);
     slice(ls, logits, Vp, 0, N, tp.rank * Vl, Vl);
