@@ -452,7 +452,6 @@ typedef struct {
     int port, rank, size;
     const char *key;
     int rc;
-    double took;
     char msg[512];
 } waiter_arg;
 
@@ -461,7 +460,6 @@ static void *waiter(void *p)
 {
     waiter_arg *a = p;
     tr_store *st = NULL;
-    double t0 = tr_now();
     a->rc = tr_store_connect("127.0.0.1", a->port, "job", "w0", a->rank, a->size, 30, &st);
     if (!a->rc) {
         void *v = NULL;
@@ -469,10 +467,35 @@ static void *waiter(void *p)
         a->rc = tr_store_get(st, a->key, &v, &len);
         free(v);
     }
-    a->took = tr_now() - t0;
     snprintf(a->msg, sizeof a->msg, "%s", a->rc ? tr_errmsg() : "");
     tr_store_close(st);
     return NULL;
+}
+
+/* A server for `world` ranks whose rank 0 waits at rendezvous; then a client presenting
+ * (token, rank, size) is refused with `told_claimant`, and rank 0's wait fails within 2 s with
+ * `told_rank0`. Returns the server (its port in *p) for more checks. */
+static tr_store_server *refused_claim(int world, const char *token, int rank, int size,
+                                     const char *told_claimant, const char *told_rank0, int *p)
+{
+    tr_store_server *s = NULL;
+    assert_int_equal(tr_store_server_start("127.0.0.1", 0, "job", "w0", world, &s), TR_OK);
+    *p = tr_store_server_port(s);
+    waiter_arg w = {.port = *p, .rank = 0, .size = world, .key = "tr/w0/ucx/1"};
+    pthread_t t;
+    pthread_create(&t, NULL, waiter, &w);
+    usleep(200000); /* rank 0 is parked on rank 1's key */
+    tr_store *st = NULL;
+    double t0 = tr_now();
+    expect_error(tr_store_connect("127.0.0.1", *p, token, "w0", rank, size, 5, &st),
+                 TR_ERR_CONFIG, told_claimant);
+    assert_null(st);
+    pthread_join(t, NULL);
+    assert_int_equal(w.rc, TR_ERR_CONFIG);
+    if (!strstr(w.msg, told_rank0))
+        fail_msg("rank 0 was told: %s", w.msg);
+    assert_true(tr_now() - t0 < 2.0);
+    return s;
 }
 
 /* A rank of this world refused for another job's token while the world forms stops the
@@ -480,23 +503,12 @@ static void *waiter(void *p)
 static void test_foreign_rank_stops_rendezvous(void **state)
 {
     (void)state;
-    tr_store_server *s = NULL;
-    assert_int_equal(tr_store_server_start("127.0.0.1", 0, "job", "w0", 3, &s), TR_OK);
-    int p = tr_store_server_port(s);
-    waiter_arg w = {.port = p, .rank = 0, .size = 3, .key = "tr/w0/ucx/1"};
-    pthread_t t;
-    pthread_create(&t, NULL, waiter, &w);
-    usleep(200000); /* rank 0 is parked on rank 1's key */
-    tr_store *st = NULL;
-    double t0 = tr_now();
-    expect_error(tr_store_connect("127.0.0.1", p, "other-job", "w0", 1, 3, 5, &st), TR_ERR_CONFIG,
-                 "rejected this rank: another job's identity");
-    pthread_join(t, NULL);
-    assert_int_equal(w.rc, TR_ERR_CONFIG);
-    if (!strstr(w.msg, "rendezvous was stopped: rank 1 of 3 presented another job's identity"))
-        fail_msg("rank 0 was told: %s", w.msg);
-    assert_true(tr_now() - t0 < 2.0);
-    /* rank 2, of the right job, comes late: told the same */
+    int p = 0;
+    tr_store_server *s = refused_claim(3, "other-job", 1, 3,
+                                       "rejected this rank: another job's identity",
+                                       "rendezvous was stopped: rank 1 of 3 presented another "
+                                       "job's identity", &p);
+    tr_store *st = NULL; /* rank 2, of the right job, comes late: told the same */
     expect_error(tr_store_connect("127.0.0.1", p, "job", "w0", 2, 3, 5, &st), TR_ERR_CONFIG,
                  "rendezvous was stopped: rank 1 of 3");
     assert_null(st);
@@ -507,22 +519,11 @@ static void test_foreign_rank_stops_rendezvous(void **state)
 static void test_other_world_size_stops_rendezvous(void **state)
 {
     (void)state;
-    tr_store_server *s = NULL;
-    assert_int_equal(tr_store_server_start("127.0.0.1", 0, "job", "w0", 2, &s), TR_OK);
-    int p = tr_store_server_port(s);
-    waiter_arg w = {.port = p, .rank = 0, .size = 2, .key = "tr/w0/ucx/1"};
-    pthread_t t;
-    pthread_create(&t, NULL, waiter, &w);
-    usleep(200000);
-    tr_store *st = NULL;
-    expect_error(tr_store_connect("127.0.0.1", p, "job", "w0", 1, 3, 5, &st), TR_ERR_CONFIG,
-                 "this rank (1) says WORLD_SIZE=3 but the job's rank 0 has WORLD_SIZE=2");
-    pthread_join(t, NULL);
-    assert_int_equal(w.rc, TR_ERR_CONFIG);
-    if (!strstr(w.msg, "rank 1 says WORLD_SIZE=3 but this job has WORLD_SIZE=2"))
-        fail_msg("rank 0 was told: %s", w.msg);
-    assert_true(w.took < 2.0);
-    tr_store_server_stop(s);
+    int p = 0;
+    tr_store_server_stop(refused_claim(2, "job", 1, 3, "this rank (1) says WORLD_SIZE=3 but the "
+                                                       "job's rank 0 has WORLD_SIZE=2",
+                                       "rank 1 says WORLD_SIZE=3 but this job has WORLD_SIZE=2",
+                                       &p));
 }
 
 /* Once every rank has joined, or for a rank that has, another job's rank that finds this
