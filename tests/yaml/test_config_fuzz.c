@@ -47,8 +47,44 @@ static void add(char *buf, size_t *o, const char *fmt, ...)
 
 static size_t below(size_t n) { return n ? (size_t)(next_random() % n) : 0; }
 
-/* Loads `len` bytes; the result must be OK (then round-trips) or a config error with a
- * message. Returns the code. */
+/* The validator's rules (yaml/validate.c, docs of yaml/config.h), restated: a config that
+ * loads must satisfy them all, so a validator that lets a broken layout through fails here
+ * whatever the number of mutants that load. */
+static void expect_valid(const tr_config *c)
+{
+    const tr_model_config *m = &c->model;
+    const tr_parallel_config *p = &c->parallel;
+    int tp = p->tensor_model_parallel_size, pp = p->pipeline_model_parallel_size;
+    int vpp = p->virtual_pipeline_model_parallel_size;
+    int interleaved = !strcmp(p->pipeline_schedule, "interleaved");
+    long sum = 0;
+    for (int i = 0; i < p->num_pipeline_layers; i++) {
+        sum += p->pipeline_layers[i];
+        if (interleaved && p->pipeline_layers[i] % vpp)
+            sum = -1000000000L; /* a stage's layers must split into vpp chunks */
+    }
+    int ok = m->num_layers >= 1 && m->num_attention_heads >= 1 && tp >= 1 && pp >= 1 &&
+             vpp >= 1 && m->hidden_size % m->num_attention_heads == 0 &&
+             m->hidden_size % tp == 0 && m->num_attention_heads % tp == 0 &&
+             m->max_position_embeddings >= m->seq_length && pp <= m->num_layers &&
+             (p->num_pipeline_layers == 0 || (p->num_pipeline_layers == pp && sum == m->num_layers)) &&
+             (vpp == 1 || interleaved) && (!interleaved || (vpp >= 2 && pp >= 2)) &&
+             (!interleaved || p->num_pipeline_layers > 0 || m->num_layers % (pp * vpp) == 0) &&
+             c->training.micro_batch_size >= 1 && c->training.lr > 0 &&
+             c->training.min_lr <= c->training.lr &&
+             (c->training.eval_interval <= 0 || c->training.eval_iters >= 1);
+    if (!ok)
+        print_error("a config that breaks the layout rules loaded: layers %d hidden %d heads %d "
+                    "seq %d max_pos %d tp %d pp %d vpp %d schedule %s stages %d (sum %ld) lr %g "
+                    "min_lr %g\n",
+                    m->num_layers, m->hidden_size, m->num_attention_heads, m->seq_length,
+                    m->max_position_embeddings, tp, pp, vpp, p->pipeline_schedule,
+                    p->num_pipeline_layers, sum, c->training.lr, c->training.min_lr);
+    assert_true(ok);
+}
+
+/* Loads `len` bytes; the result must be OK (then valid and round-trips) or a config error
+ * with a message. Returns the code. */
 static int load_any(const char *text, size_t len)
 {
     tr_config c;
@@ -62,6 +98,7 @@ static int load_any(const char *text, size_t len)
         assert_true(strncmp(tr_errmsg(), "fuzz.yaml", 9) == 0);
         return rc;
     }
+    expect_valid(&c);
     char *out = NULL;
     size_t out_len = 0;
     FILE *f = open_memstream(&out, &out_len);
@@ -331,7 +368,11 @@ static void test_mutation_fuzz(void **state)
         ok += load_any(buf, len) == TR_OK;
     }
     print_message("mutation fuzz: %d of 6000 mutants still load\n", ok);
-    assert_true(ok > 0); /* the mutations are mild enough to keep some valid */
+    /* 247 with this seed and these inputs. Injected in yaml/, each passed the old ok > 0:
+     * a validator that accepts only the seed's values of 17 numeric keys (136 load: below
+     * the range); config_validate skipped in load.c (471 load: above it, and expect_valid
+     * fails first); the max_position_embeddings >= seq_length rule dropped (expect_valid). */
+    assert_in_range(ok, 200, 350);
 }
 
 int main(void)
