@@ -274,7 +274,8 @@ typedef struct tr_store_server tr_store_server;
  * are expected; until all have connected, a rank of this world refused for another token,
  * or a client of this token claiming another world size, stops the rendezvous: every waiting
  * and later request fails (TR_ERR_CONFIG at the client) with the reason. 0: no checks. A peer
- * costs at most a few KiB until its token is accepted. */
+ * costs at most a few KiB until its token is accepted (1024 such peers at most); every rank
+ * of world_size has room for its connection besides. */
 TR_MUST_CHECK int tr_store_server_start(const char *bind_host, int port, const char *token,
                           const char *session, int world_size, tr_store_server **out);
 int tr_store_server_port(const tr_store_server *s);

@@ -5,9 +5,10 @@
  * only; a wrong job token likewise.
  *
  * Unauthenticated peers are bounded: any request but HELLO (at most ~2 KiB) is refused at its
- * header before its body is read, so a connection costs at most ~3 KiB until its HELLO passes
- * (~3 MiB for the whole table); such a connection is dropped after 10 s, and when the table is
- * full the oldest of them makes room for a new one, so idle peers cannot lock ranks out.
+ * header before its body is read, so a connection costs at most ~3 KiB until its HELLO passes;
+ * at most 1024 such connections are kept (~3 MiB), each for at most 10 s, the oldest making
+ * room for a newcomer, so idle peers cannot lock ranks out. The table holds world_size + 1024
+ * connections: every rank keeps its own for the job's lifetime, however many ranks there are.
  *
  * Job identity: a server that knows its world size (world_size > 0) records which ranks have
  * joined (HELLO's claim). Until every rank has, a rank of this world refused for another
@@ -29,7 +30,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#define MAX_CONNS 1024
+#define MAX_UNAUTH 1024 /* connections without a good HELLO yet */
 #define NBUCKETS 1024
 #define MAX_TOTAL_BYTES ((size_t)512 << 20)
 #define HELLO_TIMEOUT_S 10.0
@@ -65,8 +66,9 @@ struct tr_store_server {
     int running;
     entry *buckets[NBUCKETS];
     size_t total_bytes;
-    conn *conns[MAX_CONNS];
-    int nconns;
+    conn **conns; /* cap slots, nconns used */
+    int nconns, cap;
+    int n_unauth; /* connections not authenticated yet */
     int world_size;        /* 0: not told; no claims checked */
     uint8_t *joined;       /* bit r: rank r has said hello */
     int n_joined;          /* distinct ranks joined; == world_size: formed */
@@ -86,8 +88,10 @@ static entry *find(tr_store_server *s, const char *key)
     return NULL;
 }
 
-static void conn_free(conn *c)
+static void conn_free(tr_store_server *s, conn *c)
 {
+    if (!c->authed)
+        s->n_unauth--;
     if (c->fd >= 0)
         close(c->fd);
     free(c->body);
@@ -272,6 +276,7 @@ static void hello(tr_store_server *s, conn *c)
         s->n_joined++;
     }
     c->authed = 1;
+    s->n_unauth--;
     respond(c, STORE_OK, NULL, 0);
 }
 
@@ -444,7 +449,7 @@ static void accept_one(tr_store_server *s)
     if (fd < 0)
         return;
     int slot = s->nconns;
-    if (slot == MAX_CONNS) { /* full: the oldest connection without a hello makes room */
+    if (s->n_unauth >= MAX_UNAUTH || slot == s->cap) { /* the oldest without a hello makes room */
         slot = -1;
         for (int i = 0; i < s->nconns; i++)
             if (!s->conns[i]->authed && (slot < 0 || s->conns[i]->opened < s->conns[slot]->opened))
@@ -460,16 +465,17 @@ static void accept_one(tr_store_server *s)
     c->fd = fd;
     c->opened = tr_now();
     if (slot < s->nconns)
-        conn_free(s->conns[slot]);
+        conn_free(s, s->conns[slot]);
     else
         s->nconns++;
     s->conns[slot] = c;
+    s->n_unauth++;
 }
 
 static void *serve(void *arg)
 {
     tr_store_server *s = arg;
-    struct pollfd *fds = calloc(MAX_CONNS + 2, sizeof *fds);
+    struct pollfd *fds = calloc((size_t)s->cap + 2, sizeof *fds);
     if (!fds)
         return NULL;
     for (;;) {
@@ -509,7 +515,7 @@ static void *serve(void *arg)
             if (!drop && !c->authed && now - c->opened > HELLO_TIMEOUT_S)
                 drop = 1;
             if (drop) {
-                conn_free(c);
+                conn_free(s, c);
                 s->conns[i] = NULL;
             }
         }
@@ -582,7 +588,9 @@ int tr_store_server_start(const char *bind_host, int port, const char *token,
     s->listen_fd = s->wake_pipe[0] = s->wake_pipe[1] = -1;
     s->world_size = world_size;
     s->joined = calloc((size_t)world_size / 8 + 1, 1);
-    int rc = s->joined ? TR_OK : tr_fail(TR_ERR_NOMEM, "store: out of memory");
+    s->cap = world_size + MAX_UNAUTH;
+    s->conns = calloc((size_t)s->cap, sizeof *s->conns);
+    int rc = s->joined && s->conns ? TR_OK : tr_fail(TR_ERR_NOMEM, "store: out of memory");
     if (!rc)
         rc = bind_listen(s, bind_host, port);
     if (!rc && pipe2(s->wake_pipe, O_CLOEXEC) < 0)
@@ -597,6 +605,7 @@ int tr_store_server_start(const char *bind_host, int port, const char *token,
             close(s->wake_pipe[1]);
         }
         free(s->joined);
+        free(s->conns);
         free(s);
         return rc;
     }
@@ -617,7 +626,8 @@ void tr_store_server_stop(tr_store_server *s)
         pthread_join(s->thread, NULL);
     }
     for (int i = 0; i < s->nconns; i++)
-        conn_free(s->conns[i]);
+        conn_free(s, s->conns[i]);
+    free(s->conns);
     for (size_t b = 0; b < NBUCKETS; b++)
         for (entry *e = s->buckets[b], *n; e; e = n) {
             n = e->next;

@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/time.h>
 #include <sys/wait.h>
@@ -621,6 +622,37 @@ static void test_drop_and_set_in_one_round(void **state)
                  WIFSIGNALED(status) && WTERMSIG(status) != SIGTERM ? "crashed" : "did not crash");
 }
 
+/* A world of more ranks than the table's 1024 slots for unauthenticated peers: every rank gets
+ * in and stays connected (ranks keep their connection for the job's lifetime). */
+static void test_world_larger_than_1024(void **state)
+{
+    (void)state;
+    enum { W = 1300 };
+    struct rlimit rl;
+    getrlimit(RLIMIT_NOFILE, &rl);
+    if (rl.rlim_cur < 2 * W + 64) {
+        rl.rlim_cur = rl.rlim_max;
+        setrlimit(RLIMIT_NOFILE, &rl);
+        getrlimit(RLIMIT_NOFILE, &rl);
+        if (rl.rlim_cur < 2 * W + 64)
+            skip(); /* both ends of W connections in this process */
+    }
+    tr_store_server *s = NULL;
+    assert_int_equal(tr_store_server_start("127.0.0.1", 0, "job", "w0", W, &s), TR_OK);
+    int p = tr_store_server_port(s);
+    static tr_store *ranks[W];
+    for (int r = 0; r < W; r++)
+        if (tr_store_connect("127.0.0.1", p, "job", "w0", r, W, 2, &ranks[r]))
+            fail_msg("rank %d of %d: %s", r, W, tr_errmsg());
+    int64_t n = 0;
+    for (int r = 0; r < W; r++)
+        assert_int_equal(tr_store_add(ranks[r], "joined", 1, &n), TR_OK);
+    assert_int_equal(n, W);
+    for (int r = 0; r < W; r++)
+        tr_store_close(ranks[r]);
+    tr_store_server_stop(s);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -638,6 +670,7 @@ int main(void)
         cmocka_unit_test(test_other_world_size_stops_rendezvous),
         cmocka_unit_test(test_foreign_rank_after_join_is_only_refused),
         cmocka_unit_test(test_drop_and_set_in_one_round),
+        cmocka_unit_test(test_world_larger_than_1024),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
