@@ -204,20 +204,26 @@ int tr_hf_gpt2_map(const tr_param_tensor *t, int V, tr_hf_tensor_map *out)
 /* ------------------------------------------------------------------ layouts */
 
 /* dst (C x R) gets src (R x C) transposed, with source row i going to column rmap[i] and
- * source column j to row cmap[j] (NULL: the identity). Tiles of 32 x 32. */
+ * source column j to row cmap[j] (NULL: the identity). Tiles of 32 x 32, each written along
+ * dst's rows. */
 static void transpose(const float *src, size_t R, size_t C, float *dst, const size_t *rmap,
                       const size_t *cmap)
 {
     enum { TILE = 32 };
-    for (size_t i0 = 0; i0 < R; i0 += TILE)
+    size_t to_col[TILE];
+    for (size_t i0 = 0; i0 < R; i0 += TILE) {
+        size_t i1 = i0 + TILE < R ? i0 + TILE : R;
+        for (size_t i = i0; i < i1; i++)
+            to_col[i - i0] = rmap ? rmap[i] : i;
         for (size_t j0 = 0; j0 < C; j0 += TILE) {
-            size_t i1 = i0 + TILE < R ? i0 + TILE : R, j1 = j0 + TILE < C ? j0 + TILE : C;
-            for (size_t i = i0; i < i1; i++) {
-                size_t col = rmap ? rmap[i] : i;
-                for (size_t j = j0; j < j1; j++)
-                    dst[(cmap ? cmap[j] : j) * R + col] = src[i * C + j];
+            size_t j1 = j0 + TILE < C ? j0 + TILE : C;
+            for (size_t j = j0; j < j1; j++) {
+                float *row = dst + (cmap ? cmap[j] : j) * R;
+                for (size_t i = i0; i < i1; i++)
+                    row[to_col[i - i0]] = src[i * C + j];
             }
         }
+    }
 }
 
 /* to_trident[j]: trident's qkv row of HF's c_attn output j ([Q|K|V], each (head, d)), or the
