@@ -73,8 +73,9 @@ TR_MUST_CHECK int ckpt_same_model(const tr_model_config *mc, const ckpt_manifest
 TR_MUST_CHECK int ckpt_same_data(const tr_engine *e, const ckpt_manifest *mf, const char *path);
 /* data.split without spaces, as the data line keeps it. */
 void ckpt_split_text(const char *split, char *out, size_t cap);
-/* Size and the three checksums of one tensor file against its manifest record. */
-TR_MUST_CHECK int ckpt_verify_tensor(const char *ckpt_dir, const ckpt_record *t);
+/* Size and the checksums of the first n_arrays arrays (N_ARRAYS: all) of one tensor file
+ * against its manifest record. */
+TR_MUST_CHECK int ckpt_verify_tensor(const char *ckpt_dir, const ckpt_record *t, int n_arrays);
 /* ckpt_segment_fn reading array `array` of a tensor file into dst + local. */
 typedef struct {
     int fd;

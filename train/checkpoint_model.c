@@ -80,7 +80,7 @@ int tr_checkpoint_load_model(const char *dir, tr_gpt *g, const tr_kernels *k, fl
                          rows, t->full_cols);
             break;
         }
-        if ((rc = ckpt_verify_tensor(ckpt_dir, rec)))
+        if ((rc = ckpt_verify_tensor(ckpt_dir, rec, 1))) /* the parameters: all it reads */
             break;
         char path[4300];
         if ((rc = ckpt_join(path, sizeof path, ckpt_dir, t->name)))

@@ -98,8 +98,9 @@ TR_MUST_CHECK int tr_checkpoint_poll(tr_engine *e, int wait);
 TR_MUST_CHECK int tr_checkpoint_read_model(const char *dir, tr_model_config *model,
                                            int *iteration);
 /* The parameters of DIR's latest checkpoint into g, bound to `params` (device memory of
- * backend k): this TP rank's shards of every tensor of the stage, each file verified against
- * its checksums first; the vocabulary's padding rows 0. Errors as tr_checkpoint_load. */
+ * backend k): this TP rank's shards of every tensor of the stage, each file's size and its
+ * parameters' checksum verified first (not the Adam moments, which it does not read); the
+ * vocabulary's padding rows 0. Errors as tr_checkpoint_load. */
 TR_MUST_CHECK int tr_checkpoint_load_model(const char *dir, tr_gpt *g, const tr_kernels *k,
                                            float *params, int *iteration);
 /* For importers (hf/): a release checkpoint of g's parameters in DIR (an existing folder
