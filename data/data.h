@@ -34,6 +34,7 @@
 
 #include "core/core.h"
 #include "tokenizer/tokenizer.h"
+#include "yaml/config.h"
 
 #define TR_EOD_TOKEN 0
 #define TR_BYTE_VOCAB 256
@@ -51,6 +52,43 @@ typedef struct tr_data tr_data;
 TR_MUST_CHECK int tr_data_open(const char *path, const char *format, const char *split, int seq_length,
                  int vocab_size, uint64_t seed, tr_data **out);
 void tr_data_close(tr_data *d);
+/* Blended datasets (Megatron's data_path lists). A blend is sources with weights (NULL: by
+ * the sources' sample counts in the split; weights are normalized). data_path's sources are
+ * each cut by `split`; split_paths[k] (train/valid/test_data_path) are used whole for split k.
+ * Sources without samples in a split leave that split's blend (a weighted source without
+ * training samples is TR_ERR_CONFIG).
+ * Sampling: global sample g of a split lies in global batch b = g / global_batch at position
+ * q = g % global_batch. Batch b gives source d floor(w_d * GB) samples, plus one for the
+ * GB - sum(floor) sources of largest deficit (b + 1) * frac_d - extras_d so far (ties: lower
+ * index), so every batch holds within one sample of w_d * GB of each source and the totals
+ * follow the weights. Inside the batch the sources interleave (position q takes the source
+ * furthest behind its share). Source d's k-th sample overall is its own shuffled sample k
+ * (epochs wrap, each source shuffled on its own stream). A function of (g, weights, GB,
+ * seed) only: every layout reads the same samples. One source: g is the source's g. */
+typedef struct {
+    const char *const *paths;
+    const double *weights; /* NULL: by sample counts */
+    int n;                 /* 0: unused */
+} tr_data_blend;
+typedef struct {
+    tr_data_blend data_path;      /* cut by split */
+    tr_data_blend split_paths[3]; /* or: each split's own list, used whole */
+    const char *format, *split;
+    int seq_length, vocab_size, global_batch;
+    uint64_t seed;
+} tr_data_spec;
+TR_MUST_CHECK int tr_data_open_spec(const tr_data_spec *spec, tr_data **out);
+/* The run's dataset from the config's data section (lists parsed by tr_config_blend; the
+ * tokenizer, when data.tokenizer_type names one, opened and its vocabulary checked against
+ * model.vocab_size: TR_ERR_CONFIG naming the keys when its ids do not fit). Messages start
+ * with the data key's FILE:LINE:COL. */
+TR_MUST_CHECK int tr_data_open_config(const tr_config *cfg, tr_data **out);
+/* What messages call the dataset: its path, or "a blend of N datasets (PATH, ...)". */
+const char *tr_data_name(const tr_data *d);
+/* The source and the source's own global sample that global sample g of a split reads. */
+TR_MUST_CHECK int tr_data_sample_source(tr_data *d, int split, uint64_t g, int *source,
+                                        uint64_t *source_sample);
+
 /* Number of distinct samples in a split (0 if the split is empty). */
 uint64_t tr_data_num_samples(const tr_data *d, int split);
 /* Tokens of global sample g of `split` into tokens[0 .. seq_length] (seq_length + 1 values).

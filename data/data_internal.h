@@ -14,17 +14,6 @@
 
 #if !defined(__BYTE_ORDER__) || __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "data/ reads little-endian files with native loads: a big-endian host needs byte swaps"
-/* Receiver of text documents: the bytes of the open document (in pieces), then its end
- * (also called at a separator or a file's end when nothing was added). */
-typedef struct doc_sink {
-    int (*add)(struct doc_sink *s, const unsigned char *bytes, size_t n);
-    int (*end)(struct doc_sink *s);
-} doc_sink;
-/* The documents of one open text file (preprocess.c): split at blank lines as data.h says, or
- * the whole file as one document. Documents longer than 2^31-1 bytes are TR_ERR_INVALID. */
-TR_MUST_CHECK int text_documents(FILE *f, const char *path, int split_on_blank_lines,
-                                 doc_sink *sink);
-
 #endif
 
 /* Megatron dtype codes (megatron/core/datasets/indexed_dataset.py, class DType). */
@@ -131,6 +120,23 @@ TR_MUST_CHECK int iw_end_document(indexed_writer *w);
 TR_MUST_CHECK int iw_finish(indexed_writer *w);
 /* Remove the temporary files and free everything (safe after a failure or a finish). */
 void iw_abort(indexed_writer *w);
+
+/* ---- dataset.c: one data source (a store cut into splits, shuffled per epoch) ---- */
+typedef struct data_source data_source;
+/* tr_data_open's rules for one path; salt is added to the shuffle's stream (0: the original
+ * single-source order). */
+TR_MUST_CHECK int source_open(const char *path, const char *format, const char *split,
+                              int seq_length, int vocab_size, uint64_t seed, uint64_t salt,
+                              data_source **out);
+void source_close(data_source *d);
+uint64_t source_num_samples(const data_source *d, int split);
+const token_store *source_store(const data_source *d);
+void source_split_info(const data_source *d, int split, uint64_t *first_doc, uint64_t *n_docs,
+                       uint64_t *first_token, uint64_t *n_tokens);
+TR_MUST_CHECK int source_sample_index(data_source *d, int split, uint64_t g, uint64_t *j);
+TR_MUST_CHECK int source_sample(data_source *d, int split, uint64_t g, int32_t *tokens);
+TR_MUST_CHECK int source_locate(const data_source *d, int split, uint64_t offset, uint64_t *doc,
+                                uint64_t *offset_in_doc);
 
 /* Receiver of text documents: the bytes of the open document (in pieces), then its end
  * (also called at a separator or a file's end when nothing was added). */

@@ -1,5 +1,6 @@
-/* tr_data: a validated token store cut into train/validation/test splits, and the
- * global-sample-index -> tokens mapping with a per-epoch Fisher–Yates shuffle. */
+/* One data source: a validated token store cut into train/validation/test splits, and its
+ * sample-index -> tokens mapping with a per-epoch Fisher–Yates shuffle. blend.c makes the
+ * tr_data of one or more sources. */
 #include "data/data_internal.h"
 
 #include <math.h>
@@ -20,11 +21,11 @@ typedef struct {
     uint64_t *perm64; /* otherwise */
 } split_state;
 
-struct tr_data {
+struct data_source {
     token_store store;
     int is_llmc;
     int seq_length;
-    uint64_t seed;
+    uint64_t seed, salt; /* salt: added to the shuffle's stream (0 for the first source) */
     split_state split[3];
 };
 
@@ -146,7 +147,7 @@ static char *megatron_prefix(const char *path)
     return NULL;
 }
 
-static int open_store(tr_data *d, const char *path, const char *format, int vocab_size)
+static int open_store(data_source *d, const char *path, const char *format, int vocab_size)
 {
     if (!format || !format[0])
         format = "auto";
@@ -177,8 +178,8 @@ static int open_store(tr_data *d, const char *path, const char *format, int voca
                    path, path, path);
 }
 
-int tr_data_open(const char *path, const char *format, const char *split, int seq_length,
-                 int vocab_size, uint64_t seed, tr_data **out)
+int source_open(const char *path, const char *format, const char *split, int seq_length,
+                int vocab_size, uint64_t seed, uint64_t salt, data_source **out)
 {
     *out = NULL;
     if (!path || !path[0])
@@ -191,11 +192,12 @@ int tr_data_open(const char *path, const char *format, const char *split, int se
     int rc = parse_split(split, w);
     if (rc)
         return rc;
-    tr_data *d = tr_alloc(sizeof *d, "dataset");
+    data_source *d = tr_alloc(sizeof *d, "dataset");
     if (!d)
         return TR_ERR_NOMEM;
     d->seq_length = seq_length;
     d->seed = seed;
+    d->salt = salt;
     rc = open_store(d, path, format, vocab_size);
     if (rc) {
         tr_free(d);
@@ -223,7 +225,7 @@ int tr_data_open(const char *path, const char *format, const char *split, int se
     return TR_OK;
 }
 
-void tr_data_close(tr_data *d)
+void source_close(data_source *d)
 {
     if (!d)
         return;
@@ -235,15 +237,14 @@ void tr_data_close(tr_data *d)
     tr_free(d);
 }
 
-uint64_t tr_data_num_samples(const tr_data *d, int split)
+uint64_t source_num_samples(const data_source *d, int split)
 {
     return split >= 0 && split < 3 ? d->split[split].n_samples : 0;
 }
 
-uint64_t tr_data_num_documents(const tr_data *d) { return d->store.n_docs; }
-uint64_t tr_data_num_tokens(const tr_data *d) { return d->store.n_tokens; }
+const token_store *source_store(const data_source *d) { return &d->store; }
 
-void tr_data_split_info(const tr_data *d, int split, uint64_t *first_doc, uint64_t *n_docs,
+void source_split_info(const data_source *d, int split, uint64_t *first_doc, uint64_t *n_docs,
                         uint64_t *first_token, uint64_t *n_tokens)
 {
     static const split_state none;
@@ -273,12 +274,12 @@ void tr_data_split_info(const tr_data *d, int split, uint64_t *first_doc, uint64
         }                                                                                      \
     } while (0)
 
-static int ensure_permutation(tr_data *d, int split, uint64_t epoch)
+static int ensure_permutation(data_source *d, int split, uint64_t epoch)
 {
     split_state *sp = &d->split[split];
     if (sp->have_perm && sp->perm_epoch == epoch)
         return TR_OK;
-    uint64_t n = sp->n_samples, stream = (epoch << 2) | (uint64_t)split;
+    uint64_t n = sp->n_samples, stream = ((epoch << 2) | (uint64_t)split) + d->salt;
     int small = n <= UINT32_MAX;
     if (small ? !sp->perm32 : !sp->perm64) {
         size_t bytes;
@@ -306,7 +307,7 @@ static int ensure_permutation(tr_data *d, int split, uint64_t epoch)
     return TR_OK;
 }
 
-static int check_split(const tr_data *d, int split)
+static int check_split(const data_source *d, int split)
 {
     if (split < 0 || split > 2)
         return tr_fail(TR_ERR_INVALID, "%s: split %d is not 0 (train), 1 (validation) or 2 "
@@ -322,7 +323,7 @@ static int check_split(const tr_data *d, int split)
     return TR_OK;
 }
 
-int tr_data_sample_index(tr_data *d, int split, uint64_t g, uint64_t *j)
+int source_sample_index(data_source *d, int split, uint64_t g, uint64_t *j)
 {
     int rc = check_split(d, split);
     if (rc)
@@ -335,10 +336,10 @@ int tr_data_sample_index(tr_data *d, int split, uint64_t g, uint64_t *j)
     return TR_OK;
 }
 
-int tr_data_sample(tr_data *d, int split, uint64_t g, int32_t *tokens)
+int source_sample(data_source *d, int split, uint64_t g, int32_t *tokens)
 {
     uint64_t j;
-    int rc = tr_data_sample_index(d, split, g, &j);
+    int rc = source_sample_index(d, split, g, &j);
     if (rc)
         return rc;
     const token_store *s = &d->store;
@@ -355,7 +356,7 @@ int tr_data_sample(tr_data *d, int split, uint64_t g, int32_t *tokens)
     return TR_OK;
 }
 
-int tr_data_locate(const tr_data *d, int split, uint64_t offset, uint64_t *doc,
+int source_locate(const data_source *d, int split, uint64_t offset, uint64_t *doc,
                    uint64_t *offset_in_doc)
 {
     if (split < 0 || split > 2)

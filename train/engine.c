@@ -226,15 +226,11 @@ int tr_engine_create(const tr_config *cfg, tr_engine **out)
     e->T = cfg->model.seq_length;
     e->M = t->global_batch_size / (e->mb * e->D);
     e->loss_scale = 1.0f / ((float)e->M * (float)e->mb * (float)e->T);
-    rc = tr_data_open(cfg->data.data_path, cfg->data.data_format, cfg->data.split, e->T,
-                      cfg->model.vocab_size, t->seed, &e->data);
-    if (rc) {
-        tr_fail_context(rc, "%s: data.data_path", tr_config_where(cfg, "data.data_path"));
+    if ((rc = tr_data_open_config(cfg, &e->data)))
         goto fail;
-    }
     if (tr_data_num_samples(e->data, TR_SPLIT_TRAIN) == 0) {
         rc = tr_fail(TR_ERR_INVALID, "%s: the training split of %s has no sample of %d tokens",
-                     tr_config_where(cfg, "data.data_path"), cfg->data.data_path, e->T + 1);
+                     tr_config_where(cfg, "data.data_path"), tr_data_name(e->data), e->T + 1);
         goto fail;
     }
     if (t->eval_interval > 0 && t->eval_iters > 0 &&
@@ -242,7 +238,7 @@ int tr_engine_create(const tr_config *cfg, tr_engine **out)
         rc = tr_fail(TR_ERR_CONFIG, "%s: training.eval_interval %d, but the validation split of %s "
                      "has no sample of %d tokens (data.split \"%s\"): give it a weight and enough "
                      "documents, or set training.eval_interval 0",
-                     tr_config_where(cfg, "data.split"), t->eval_interval, cfg->data.data_path,
+                     tr_config_where(cfg, "data.split"), t->eval_interval, tr_data_name(e->data),
                      e->T + 1, cfg->data.split);
         goto fail;
     }

@@ -76,9 +76,21 @@ typedef struct {
 } tr_training_config;
 
 typedef struct {
-    char *data_path; /* required: Megatron PREFIX (PREFIX.bin + PREFIX.idx) or an llm.c shard */
+    /* Megatron's lists: [PATH], [W1, PATH1, W2, PATH2, ...] (weights normalized) or [PATH1,
+     * PATH2, ...] (weights by sample counts); PATH a Megatron prefix or an llm.c shard; a
+     * plain string is a one-item list. data_path is cut by data.split; train/valid/
+     * test_data_path (instead of it) are used whole for their split. */
+    char **data_path;
+    int n_data_path;
+    char **train_data_path, **valid_data_path, **test_data_path;
+    int n_train_data_path, n_valid_data_path, n_test_data_path;
     char *data_format; /* "auto" (default) | "megatron" | "llmc" */
     char *split;       /* default "969,30,1": train,validation,test weights */
+    /* Megatron's tokenizer keys: "none" (default: the dataset's ids as they are, no text) |
+     * "ByteLevel" | "GPT2BPETokenizer" (vocab_file, merge_file) | "HFTokenizer"
+     * (tokenizer_model); with one, model.vocab_size must hold its ids */
+    char *tokenizer_type;
+    char *vocab_file, *merge_file, *tokenizer_model; /* "" = none */
 } tr_data_config;
 
 typedef struct {
@@ -135,6 +147,13 @@ typedef struct {
     tr_config_mark *marks;
     int n_marks;
 } tr_config;
+
+/* A data path list as Megatron reads it (get_blend_from_list): an even-length list whose
+ * every other item, from the first, is a number is [weight, path, ...]; otherwise every item
+ * is a path (*weights NULL: by sample counts). Weights >= 0, finite, not all 0. *paths (into
+ * list) and *weights are malloc'ed. A mixed or empty list is TR_ERR_CONFIG. */
+TR_MUST_CHECK int tr_config_blend(char *const *list, int n, const char ***paths, double **weights,
+                                  int *n_paths);
 
 /* Load from a file / from text. `overrides` are "section.key=value" strings. On error the
  * struct is left freed and the message is in tr_errmsg(). */

@@ -63,14 +63,16 @@ typedef enum {
     KEY_BOOL,     /* int 0/1; true/false/yes/no/on/off */
     KEY_STRING,   /* char *, owned; `choices` makes it an enum */
     KEY_INT_LIST, /* int array at `offset`, its length (int) at `count_offset` */
+    KEY_STRING_LIST, /* char ** at `offset` (owned), its length (int) at `count_offset`; a
+                        scalar is a list of one; at most max_count items */
 } config_key_type;
 
 typedef struct {
     const char *section, *key;
     config_key_type type;
     size_t offset;       /* of the field in tr_config */
-    size_t count_offset; /* KEY_INT_LIST: the length field */
-    int max_count;       /* KEY_INT_LIST: capacity of the array */
+    size_t count_offset; /* KEY_INT_LIST, KEY_STRING_LIST: the length field */
+    int max_count;       /* KEY_INT_LIST: capacity of the array; KEY_STRING_LIST: most items */
     int required;
     /* Default as YAML text ("0.02", "1f1b"), "=section.key" to copy another key's value,
      * or NULL for a zero value (required keys have none). */

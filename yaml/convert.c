@@ -148,6 +148,66 @@ const char *config_check_split(const char *value)
     return sum > 0 && isfinite(sum) ? NULL : allowed;
 }
 
+static int is_number(const char *s, double *v)
+{
+    char *end;
+    errno = 0;
+    *v = strtod(s, &end);
+    return end != s && *end == '\0' && !errno && !isspace((unsigned char)s[0]);
+}
+
+int tr_config_blend(char *const *list, int n, const char ***paths, double **weights, int *n_paths)
+{
+    *paths = NULL;
+    *weights = NULL;
+    *n_paths = 0;
+    if (n <= 0)
+        return tr_fail(TR_ERR_CONFIG, "an empty list; expected [PATH] or [W1, PATH1, W2, PATH2, ...]");
+    int numbers = 0, pairs = n % 2 == 0;
+    double v;
+    for (int i = 0; pairs && i < n; i += 2)
+        numbers += is_number(list[i], &v);
+    int weighted = pairs && numbers == n / 2;
+    if (pairs && numbers && !weighted)
+        return tr_fail(TR_ERR_CONFIG, "%d of the %d weights are numbers; expected [W1, PATH1, W2, "
+                       "PATH2, ...] with every weight a number, or a list of paths only", numbers, n / 2);
+    int m = weighted ? n / 2 : n;
+    *paths = malloc((size_t)m * sizeof **paths);
+    *weights = weighted ? malloc((size_t)m * sizeof **weights) : NULL;
+    if (!*paths || (weighted && !*weights)) {
+        free(*paths);
+        free(*weights);
+        *paths = NULL;
+        *weights = NULL;
+        return tr_fail(TR_ERR_NOMEM, "out of memory for a data path list");
+    }
+    double sum = 0;
+    for (int i = 0; i < m; i++) {
+        (*paths)[i] = list[weighted ? 2 * i + 1 : i];
+        if (weighted) {
+            (void)is_number(list[2 * i], &(*weights)[i]);
+            sum += (*weights)[i];
+            if (!isfinite((*weights)[i]) || (*weights)[i] < 0) {
+                free(*paths);
+                free(*weights);
+                *paths = NULL;
+                *weights = NULL;
+                return tr_fail(TR_ERR_CONFIG, "weight %d is '%s'; weights are finite numbers >= 0",
+                               i + 1, list[2 * i]);
+            }
+        }
+    }
+    if (weighted && !(sum > 0)) {
+        free(*paths);
+        free(*weights);
+        *paths = NULL;
+        *weights = NULL;
+        return tr_fail(TR_ERR_CONFIG, "the weights are all 0");
+    }
+    *n_paths = m;
+    return TR_OK;
+}
+
 /* ---- conversion ---- */
 
 typedef struct {
@@ -334,6 +394,44 @@ static int parse_int_list(field_ctx *f, const ydoc *doc, const ynode *node, int 
     return rc;
 }
 
+/* A list of strings (numbers stay text: Megatron's blend weights), or one string. */
+static int parse_string_list(field_ctx *f, const ydoc *doc, const ynode *node, char ***out,
+                             int *count)
+{
+    int n = node->kind == YSEQUENCE ? node->n_children : 1;
+    if (node->kind == YMAPPING || (node->kind == YSCALAR && node->is_null))
+        return expected(f, node, "a list of strings like [0.3, prefixA, 0.7, prefixB], or a string");
+    if (n > f->spec->max_count)
+        return fail_node(f, node, "found a list of %d entries; allowed: at most %d", n,
+                         f->spec->max_count);
+    char **items = calloc((size_t)n + 1, sizeof *items);
+    if (!items)
+        return tr_fail(TR_ERR_NOMEM, "out of memory copying %s", f->label);
+    char base[sizeof f->label];
+    memcpy(base, f->label, sizeof base);
+    int rc = TR_OK, k = 0;
+    const ynode *item = node->kind == YSEQUENCE ? (node->first >= 0 ? &doc->nodes[node->first] : NULL) : node;
+    for (; item && k < n && !rc; k++) {
+        if (node->kind == YSEQUENCE)
+            snprintf(f->label, sizeof f->label, "%.140s[%d]", base, k);
+        rc = parse_string(f, item, &items[k]);
+        item = node->kind == YSEQUENCE && item->next >= 0 ? &doc->nodes[item->next] : NULL;
+    }
+    memcpy(f->label, base, sizeof base);
+    if (rc) {
+        for (int i = 0; i < n; i++)
+            free(items[i]);
+        free(items);
+        return rc;
+    }
+    for (int i = 0; i < *count; i++)
+        free((*out)[i]);
+    free(*out);
+    *out = items;
+    *count = n;
+    return TR_OK;
+}
+
 int config_set_field(tr_config *cfg, const config_key_spec *spec, const ydoc *doc,
                         const ynode *node, const ysource *src)
 {
@@ -351,6 +449,8 @@ int config_set_field(tr_config *cfg, const config_key_spec *spec, const ydoc *do
         return parse_bool(&f, node, field);
     case KEY_STRING:
         return parse_string(&f, node, field);
+    case KEY_STRING_LIST:
+        return parse_string_list(&f, doc, node, field, (int *)((char *)cfg + spec->count_offset));
     case KEY_INT_LIST: {
         int values[TR_MAX_STAGES], count = 0;
         int rc = parse_int_list(&f, doc, node, values, &count);

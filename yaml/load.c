@@ -252,6 +252,8 @@ static const char *type_words(const config_key_spec *s, char *buf, size_t cap)
         return "true or false";
     case KEY_INT_LIST:
         return "a list of integers";
+    case KEY_STRING_LIST:
+        return "a list of strings";
     case KEY_STRING:
         break;
     }
@@ -481,8 +483,14 @@ void tr_config_free(tr_config *c)
     if (!c)
         return;
     for (int i = 0; i < config_n_keys; i++)
-        if (config_keys[i].type == KEY_STRING)
+        if (config_keys[i].type == KEY_STRING) {
             free(*(char **)((char *)c + config_keys[i].offset));
+        } else if (config_keys[i].type == KEY_STRING_LIST) {
+            char **list = *(char ***)((char *)c + config_keys[i].offset);
+            for (int k = 0; list && k < *(int *)((char *)c + config_keys[i].count_offset); k++)
+                free(list[k]);
+            free(list);
+        }
     for (int i = 0; i < c->n_marks; i++)
         free(c->marks[i].key);
     free(c->marks);

@@ -23,6 +23,9 @@
 #define ENUM(sec, name, field, dflt, values)                                                   \
     {.section = sec, .key = name, .type = KEY_STRING, .offset = F(field), .def = dflt,     \
      .choices = values}
+#define STRLIST(name, field, count)                                                            \
+    {.section = "data", .key = name, .type = KEY_STRING_LIST, .offset = F(field),              \
+     .count_offset = F(count), .max_count = 4096}
 #define STR(sec, name, field, req, dflt, check)                                                \
     {.section = sec, .key = name, .type = KEY_STRING, .offset = F(field), .required = req, \
      .def = dflt, .check_string = check}
@@ -37,6 +40,8 @@ static const char *const recompute_modes[] = {"none", "selective", "full", NULL}
 static const char *const precisions[] = {"fp32", "bf16", NULL};
 static const char *const devices[] = {"cpu", "cuda", NULL};
 static const char *const data_formats[] = {"auto", "megatron", "llmc", NULL};
+static const char *const tokenizer_types[] = {"none", "ByteLevel", "GPT2BPETokenizer", "HFTokenizer",
+                                              NULL};
 static const char *const log_levels[] = {"debug", "info", "warning", "error", NULL};
 static const char *const cluster_presets[] = {"none", "a100-80gb", "h100-80gb", "h200", "cpu-host",
                                               NULL};
@@ -97,9 +102,20 @@ const config_key_spec config_keys[] = {
     INT("training", "exit_interval", training.exit_interval, 0, "0", 0, INT_MAX),
     BOOL("training", "exit_signal_handler", training.exit_signal_handler, "false"),
 
-    STR("data", "data_path", data.data_path, 1, NULL, NULL),
+    /* lists (a string is a list of one); data_path or train_data_path (validate.c) */
+    STRLIST("data_path", data.data_path, data.n_data_path),
+    STRLIST("train_data_path", data.train_data_path, data.n_train_data_path),
+    STRLIST("valid_data_path", data.valid_data_path, data.n_valid_data_path),
+    STRLIST("test_data_path", data.test_data_path, data.n_test_data_path),
     ENUM("data", "data_format", data.data_format, "auto", data_formats),
     STR("data", "split", data.split, 0, "969,30,1", config_check_split),
+    ENUM("data", "tokenizer_type", data.tokenizer_type, "none", tokenizer_types),
+    {.section = "data", .key = "vocab_file", .type = KEY_STRING, .offset = F(data.vocab_file),
+     .def = "", .allow_empty = 1},
+    {.section = "data", .key = "merge_file", .type = KEY_STRING, .offset = F(data.merge_file),
+     .def = "", .allow_empty = 1},
+    {.section = "data", .key = "tokenizer_model", .type = KEY_STRING,
+     .offset = F(data.tokenizer_model), .def = "", .allow_empty = 1},
 
     INT("logging", "log_interval", logging.log_interval, 0, "1", 1, INT_MAX),
     BOOL("logging", "trace", logging.trace, "false"),

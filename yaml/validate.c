@@ -2,6 +2,7 @@
  * converting). Each message points at the key the user most likely set. */
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "core/core.h"
@@ -158,6 +159,60 @@ static int check_training(const tr_config *c)
     return TR_OK;
 }
 
+/* The data lists (one source of samples, each list a valid blend) and the tokenizer's files. */
+static int check_data(const tr_config *c)
+{
+    const tr_data_config *d = &c->data;
+    if (!d->n_data_path && !d->n_train_data_path) { /* where the loader puts a missing key */
+        char loc[1200];
+        if (config_find_mark(c, "data"))
+            snprintf(loc, sizeof loc, "%s", tr_config_where(c, "data"));
+        else
+            snprintf(loc, sizeof loc, "%s:1:1", c->source ? c->source : "<config>");
+        return tr_fail(TR_ERR_CONFIG, "%s: missing required key data.data_path; add it to section "
+                       "'data' (a dataset prefix, or Megatron's blend [0.3, prefixA, 0.7, prefixB]; "
+                       "or data.train_data_path with valid_data_path / test_data_path)", loc);
+    }
+    if (d->n_data_path && (d->n_train_data_path || d->n_valid_data_path || d->n_test_data_path))
+        return bad(c, "data.train_data_path", "data.data_path", "data.data_path and data.train_data_path"
+                   " / valid_data_path / test_data_path exclude each other (Megatron's rule): give "
+                   "either one list cut by data.split, or a list per split");
+    struct { const char *key; char **list; int n; } lists[] = {
+        {"data.data_path", d->data_path, d->n_data_path},
+        {"data.train_data_path", d->train_data_path, d->n_train_data_path},
+        {"data.valid_data_path", d->valid_data_path, d->n_valid_data_path},
+        {"data.test_data_path", d->test_data_path, d->n_test_data_path}};
+    for (int i = 0; i < 4; i++) {
+        const char **paths = NULL;
+        double *w = NULL;
+        int n = 0;
+        if (!lists[i].n)
+            continue;
+        int rc = tr_config_blend(lists[i].list, lists[i].n, &paths, &w, &n);
+        free(paths);
+        free(w);
+        if (rc) {
+            char msg[600];
+            snprintf(msg, sizeof msg, "%s", tr_errmsg());
+            return bad(c, lists[i].key, NULL, "%s: %s", lists[i].key, msg);
+        }
+    }
+    int type = !strcmp(d->tokenizer_type, "GPT2BPETokenizer") ? 1
+               : !strcmp(d->tokenizer_type, "HFTokenizer") ? 2 : 0;
+    struct { const char *key, *value; int needed; } files[] = {
+        {"data.vocab_file", d->vocab_file, type == 1}, {"data.merge_file", d->merge_file, type == 1},
+        {"data.tokenizer_model", d->tokenizer_model, type == 2}};
+    for (int i = 0; i < 3; i++) {
+        if (files[i].needed && !files[i].value[0])
+            return bad(c, "data.tokenizer_type", NULL, "data.tokenizer_type %s needs %s",
+                       d->tokenizer_type, files[i].key);
+        if (!files[i].needed && files[i].value[0])
+            return bad(c, files[i].key, NULL, "%s is not used by data.tokenizer_type %s", files[i].key,
+                       d->tokenizer_type);
+    }
+    return TR_OK;
+}
+
 int config_validate(const tr_config *c)
 {
     int rc = check_model_and_tp(c);
@@ -165,5 +220,7 @@ int config_validate(const tr_config *c)
         rc = check_pipeline(c);
     if (!rc)
         rc = check_training(c);
+    if (!rc)
+        rc = check_data(c);
     return rc;
 }

@@ -64,6 +64,17 @@ static void write_value(FILE *f, const tr_config *c, const config_key_spec *s)
     case KEY_STRING:
         write_string(f, *(char *const *)field);
         break;
+    case KEY_STRING_LIST: {
+        int n = *(const int *)((const char *)c + s->count_offset);
+        char *const *list = *(char *const *const *)field;
+        fputc('[', f);
+        for (int i = 0; i < n; i++) {
+            fputs(i ? ", " : "", f);
+            write_string(f, list[i]);
+        }
+        fputc(']', f);
+        break;
+    }
     case KEY_INT_LIST: {
         int n = *(const int *)((const char *)c + s->count_offset);
         fputc('[', f);
@@ -128,6 +139,17 @@ int tr_config_equal(const tr_config *a, const tr_config *b)
             const char *sa = *(char *const *)fa, *sb = *(char *const *)fb;
             if ((!sa || !sb) ? sa != sb : strcmp(sa, sb) != 0)
                 return 0;
+            break;
+        }
+        case KEY_STRING_LIST: {
+            int na = *(const int *)((const char *)a + s->count_offset);
+            int nb = *(const int *)((const char *)b + s->count_offset);
+            char *const *la = *(char *const *const *)fa, *const *lb = *(char *const *const *)fb;
+            if (na != nb)
+                return 0;
+            for (int k = 0; k < na; k++)
+                if (strcmp(la[k], lb[k]))
+                    return 0;
             break;
         }
         case KEY_INT_LIST: {

@@ -81,7 +81,8 @@ static void test_required_only_gets_every_default(void **state)
     assert_string_equal(c.training.recompute, "none");
     assert_string_equal(c.training.precision, "fp32");
 
-    assert_string_equal(c.data.data_path, "/tmp/corpus");
+    assert_int_equal(c.data.n_data_path, 1);
+    assert_string_equal(c.data.data_path[0], "/tmp/corpus");
     assert_string_equal(c.data.data_format, "auto");
     assert_string_equal(c.data.split, "969,30,1");
 
@@ -210,7 +211,7 @@ static void test_every_key_set(void **state)
     assert_true(c.training.seed == UINT64_MAX);
     assert_string_equal(c.training.recompute, "full");
     assert_string_equal(c.training.precision, "bf16");
-    assert_string_equal(c.data.data_path, "/data/with space/it's \"quoted\"\\ # not a comment: é");
+    assert_string_equal(c.data.data_path[0], "/data/with space/it's \"quoted\"\\ # not a comment: é");
     assert_string_equal(c.data.data_format, "megatron");
     assert_string_equal(c.data.split, "90, 10 ,0");
     assert_int_equal(c.logging.log_interval, 5);
@@ -273,8 +274,8 @@ static void test_write_round_trip(void **state)
     c.parallel.comm_timeout_s = 5e-324 * 1e300;
     free(round_trip(&c));
     /* strings with what YAML would fold or strip: tab, control bytes, NEL, LS, PS, BOM */
-    free(c.data.data_path);
-    c.data.data_path = strdup("a\tb\x01\x7f\xc2\x85" "c\xe2\x80\xa8" "d\xe2\x80\xa9" "e\xef\xbb\xbf"
+    free(c.data.data_path[0]);
+    c.data.data_path[0] = strdup("a\tb\x01\x7f\xc2\x85" "c\xe2\x80\xa8" "d\xe2\x80\xa9" "e\xef\xbb\xbf"
                               "f\"g\\h #i: j\n k ");
     free(round_trip(&c));
     tr_config d;
@@ -307,7 +308,7 @@ static void test_overrides(void **state)
         print_error("%s\n", tr_errmsg());
     assert_int_equal(rc, TR_OK);
     assert_true(c.training.lr == 3e-4);
-    assert_string_equal(c.data.data_path, "/x/y");
+    assert_string_equal(c.data.data_path[0], "/x/y");
     assert_int_equal(c.parallel.num_pipeline_layers, 2);
     assert_int_equal(c.parallel.pipeline_layers[0], 1);
     assert_int_equal(c.parallel.pipeline_layers[1], 3);
@@ -364,7 +365,7 @@ static void test_yaml_forms(void **state)
     assert_int_equal(c.training.lr_decay_iters, 10);
     assert_true(c.training.lr == 0.5e-3);
     assert_true(c.training.seed == 0);
-    assert_string_equal(c.data.data_path, "123");
+    assert_string_equal(c.data.data_path[0], "123");
     assert_string_equal(tr_config_where(&c, "model.hidden_size"), "t.yaml:3:24");
     assert_string_equal(tr_config_where(&c, "logging"), "t.yaml:12:1");
     tr_config_free(&c);
@@ -391,7 +392,7 @@ static void test_shipped_configs(void **state)
     assert_int_equal(c.model.hidden_size, 128);
     assert_int_equal(c.model.vocab_size, 256);
     assert_int_equal(c.training.global_batch_size, 16);
-    assert_string_equal(c.data.data_path, "data/cache/fortunes");
+    assert_string_equal(c.data.data_path[0], "data/cache/fortunes");
     assert_string_equal(c.data.split, "98,2,0");
     tr_config_free(&c);
     load_config_file("gpt2-124m.yaml", &c);

@@ -63,9 +63,20 @@ static void test_wrong_types(void **state)
     E(TR_T_REQUIRED "parallel:\n  pipeline_model_parallel_size: 2\n  pipeline_layers: [2, two]\n",
       "t.yaml:14:24: ", "parallel.pipeline_layers[1]: expected an integer, found 'two'");
     E(TR_T_MODEL TR_T_TRAINING "data:\n  data_path: {a: 1}\n", "t.yaml:11:14: ",
-      "data.data_path: expected a string, found a mapping");
-    E(TR_T_MODEL TR_T_TRAINING "data:\n  data_path: [a]\n", "t.yaml:11:14: ",
-      "expected a string, found a list");
+      "data.data_path: expected a list of strings like [0.3, prefixA, 0.7, prefixB], or a "
+      "string, found a mapping");
+    E(TR_T_MODEL TR_T_TRAINING "data:\n  data_path: [a, [b]]\n", "t.yaml:11:18: ",
+      "data.data_path[1]: expected a string, found a list");
+    E(TR_T_MODEL TR_T_TRAINING "data:\n  data_path: [0.3, a, b, c]\n", "t.yaml:11:3: ",
+      "data.data_path: 1 of the 2 weights are numbers");
+    E(TR_T_MODEL TR_T_TRAINING "data:\n  data_path: [0, a, 0, b]\n", "t.yaml:11:3: ",
+      "data.data_path: the weights are all 0");
+    E(TR_T_MODEL TR_T_TRAINING "data:\n  data_path: a\n  train_data_path: [b]\n", "t.yaml:12:3: ",
+      "exclude each other");
+    E(TR_T_MODEL TR_T_TRAINING "data:\n  data_path: a\n  tokenizer_type: GPT2BPETokenizer\n",
+      "t.yaml:12:3: ", "data.tokenizer_type GPT2BPETokenizer needs data.vocab_file");
+    E(TR_T_MODEL TR_T_TRAINING "data:\n  data_path: a\n  merge_file: m.txt\n", "t.yaml:12:3: ",
+      "data.merge_file is not used by data.tokenizer_type none");
     E("model: 5\n", "t.yaml:1:8: ",
       "section 'model' is '5'; expected a mapping of keys (`key: value` lines)");
     E("model: [num_layers, 4]\n", "t.yaml:1:8: ", "section 'model' is a list; expected a mapping");
@@ -158,7 +169,7 @@ static void test_missing_required(void **state)
     E(TR_T_MODEL TR_T_DATA "training:\n  micro_batch_size: 2\n  train_iters: 10\n", "t.yaml:8:1: ",
       "missing required key training.lr; add it to section 'training' (a number > 0)");
     E(TR_T_MODEL TR_T_TRAINING, "t.yaml:1:1: ",
-      "missing required key data.data_path; add it to section 'data' (a string)");
+      "missing required key data.data_path; add it to section 'data' (a dataset prefix");
     E(TR_T_MODEL TR_T_TRAINING "data:\n", "t.yaml:10:1: ", "missing required key data.data_path");
 }
 
@@ -290,7 +301,7 @@ static void test_override_errors(void **state)
        "t.yaml:4:3)");
     EO("parallel.tensor_model_parallel_size=3", "--set parallel.tensor_model_parallel_size: ",
        "does not divide model.hidden_size = 64");
-    EO("data.data_path={a: 1}", "--set data.data_path: ", "expected a string, found a mapping");
+    EO("data.data_path={a: 1}", "--set data.data_path: ", "or a string, found a mapping");
     EO("parallel.pipeline_schedule=foo", "--set parallel.pipeline_schedule: ",
        "found 'foo'; allowed: 1f1b, gpipe, interleaved");
     char deep[100032] = "parallel.pipeline_layers=";
