@@ -344,7 +344,7 @@ int ckpt_same_data(const tr_engine *e, const ckpt_manifest *mf, const char *path
     DIFF(strcmp(mf->split, split), "; data.split %s (the checkpoint's run: %s)", split, mf->split)
     DIFF(mf->tokens != tr_data_num_tokens(e->data) || mf->documents != tr_data_num_documents(e->data),
          "; data.data_path %s holds %llu tokens in %llu documents (the checkpoint's run read %llu "
-         "in %llu)", cfg->data.data_path, (unsigned long long)tr_data_num_tokens(e->data),
+         "in %llu)", tr_data_name(e->data), (unsigned long long)tr_data_num_tokens(e->data),
          (unsigned long long)tr_data_num_documents(e->data), mf->tokens, mf->documents)
 #undef DIFF
     if (!n)
