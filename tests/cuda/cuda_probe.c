@@ -1,4 +1,6 @@
-/* tests/cuda: is a GPU usable here? Prints the device (exit 0) or "SKIP: <reason>" (exit 77).
+/* tests/cuda: is a GPU usable here? Prints the device (exit 0), "SKIP: <reason>" (exit 77)
+ * where there is no GPU (or fewer than N), or "FAIL: <reason>" (exit 1) where a GPU is
+ * present but the CUDA backend cannot start on it (cuda_skip.h).
  *   cuda_probe [--min-devices N]   (N > 1 counts the devices visible to this process) */
 #include <stdio.h>
 #include <stdlib.h>
@@ -8,14 +10,13 @@
 
 #include "core/core.h"
 #include "kernels/cuda/cuda.h"
+#include "tests/cuda/cuda_skip.h"
 
 int main(int argc, char **argv)
 {
     int want = argc == 3 && !strcmp(argv[1], "--min-devices") ? atoi(argv[2]) : 1;
-    if (tr_cuda_init()) {
-        printf("SKIP: %s\n", tr_errmsg());
-        return 77;
-    }
+    if (tr_cuda_init())
+        return cuda_unusable();
     int count = 0;
     cudaGetDeviceCount(&count);
     if (count < want) {

@@ -4,7 +4,8 @@
  * different order), "cuda" (bf16 products) within 2e-2 for the loss and 5e-2 for the
  * gradients (relative to each array's largest magnitude).
  *   gpt_check [--layers L] [--hidden C] [--heads NH] [--seq T] [--batch B] [--steps S]
- * Exit 77 (SKIP) with the reason when no GPU is usable; 0 when all agree; 1 otherwise. */
+ * Exit 77 (SKIP) with the reason where there is no GPU; 0 when all agree; 1 otherwise (also
+ * where a GPU is present but the backend cannot start: cuda_skip.h). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -12,6 +13,7 @@
 
 #include "core/core.h"
 #include "kernels/cuda/cuda.h"
+#include "tests/cuda/cuda_skip.h"
 #include "model/gpt.h"
 
 typedef struct {
@@ -111,10 +113,8 @@ int main(int argc, char **argv)
         }
     }
     const tr_kernels *f32 = tr_kernels_get("cuda-fp32");
-    if (!f32) {
-        printf("SKIP: %s\n", tr_errmsg());
-        return 77;
-    }
+    if (!f32)
+        return cuda_unusable(); /* SKIP without a GPU, FAIL with one */
     tr_gpt_shape s = {.num_layers = L, .C = C, .NH = NH, .T = T, .max_T = T, .V = V - 3,
                       .Vp = V, .eps = 1e-5f, .init_std = 0.02f, .seed = 7, .layer_first = 0,
                       .layer_count = L, .is_first = 1, .is_last = 1, .tp_size = 1};

@@ -17,6 +17,7 @@
 #include "comm/nccl/nccl.h"
 #include "core/core.h"
 #include "kernels/cuda/cuda.h"
+#include "tests/cuda/cuda_skip.h"
 #include "tests/common/check.h"
 
 static const tr_kernels *K;
@@ -247,10 +248,8 @@ int main(int argc, char **argv)
     tc_data_period = 1009; /* the test data of this check: small integers, int64 unscaled */
     tc_data_i64_scale = 1;
     K = tr_kernels_get("cuda-fp32");
-    if (!K) {
-        printf("SKIP: %s\n", tr_errmsg());
-        return 77;
-    }
+    if (!K)
+        return cuda_unusable(); /* SKIP without a GPU, FAIL with one */
     tr_comm_config cfg = tr_comm_config_default();
     cfg.timeout_s = do_hang ? 5 : timeout;
     cfg.backend = TR_COMM_BACKEND_NCCL;

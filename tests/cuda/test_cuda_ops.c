@@ -4,7 +4,8 @@
  * "cuda-fp32" must agree within 1e-5, "cuda" (bf16 products) within 1e-2. Shapes include
  * odd sizes, strided sub-matrices and operands that are only 4-byte aligned (views into a
  * flat parameter buffer are).
- * Exit 77 (SKIP) with the reason when no GPU is usable; 0 when all agree; 1 otherwise. */
+ * Exit 77 (SKIP) with the reason where there is no GPU; 0 when all agree; 1 otherwise (also
+ * where a GPU is present but the backend cannot start: cuda_skip.h). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -13,6 +14,7 @@
 #include "core/core.h"
 #include "kernels/cuda/bf16.h"
 #include "kernels/cuda/cuda.h"
+#include "tests/cuda/cuda_skip.h"
 #include "kernels/kernels.h"
 
 #define TOL_FP32 1e-5
@@ -544,10 +546,8 @@ int main(void)
 {
     CPU = tr_kernels_cpu();
     F32 = tr_kernels_get("cuda-fp32");
-    if (!F32) {
-        printf("SKIP: %s\n", tr_errmsg());
-        return 77;
-    }
+    if (!F32)
+        return cuda_unusable(); /* SKIP without a GPU, FAIL with one */
     BF16 = tr_kernels_get("cuda");
     printf("GPU %d: %s\n", tr_cuda_device(), tr_cuda_device_name());
     test_memory(F32);
