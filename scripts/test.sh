@@ -7,6 +7,8 @@ cd "$(dirname "$0")/.."
 scripts/setup.sh || { echo "setup failed"; echo "0 passed, 1 failed"; exit 1; }
 export UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
 export ASAN_OPTIONS=detect_leaks=1
+# setup.sh installed python3-torch: a PyTorch oracle that cannot import it fails, not skips
+export TRIDENT_REQUIRE_ORACLE=1
 passed=0; failed=0; skipped=0; status=0
 run_suite() { # NAME BUILDDIR MESON-SETUP-ARGS...
   local name=$1 dir=$2; shift 2
@@ -29,6 +31,33 @@ run_suite() { # NAME BUILDDIR MESON-SETUP-ARGS...
 }
 run_suite release build --buildtype=release
 run_suite sanitizers build-asan --buildtype=debug -Db_sanitize=address,undefined -Db_lundef=false
-echo "$skipped skipped (tests that need a GPU report SKIP where there is none)"
+# each skip's reason: the first "SKIP..." line the test printed, skips grouped by reason
+skip_reasons() {
+  /usr/bin/python3 - "$@" <<'PY'
+import json, re, sys
+by = {}
+for log in sys.argv[1:]:
+    try:
+        lines = open(log, errors="replace").read().splitlines()
+    except OSError:
+        continue
+    build = log.split("/")[0]
+    for line in lines:
+        try:
+            t = json.loads(line)
+        except ValueError:
+            continue
+        if t.get("result") != "SKIP":
+            continue
+        out = (t.get("stdout") or "") + "\n" + (t.get("stderr") or "")
+        why = next((m.group(1) for m in map(re.compile(r"SKIP:?\s*(.*)").search, out.splitlines()) if m),
+                   "") or "(no reason printed)"
+        by.setdefault(why.strip()[:160], []).append(f"{build}:{t['name'].split(' / ')[-1]}")
+for why, names in sorted(by.items(), key=lambda kv: -len(kv[1])):
+    print(f"  {len(names)} skipped: {why}\n    {' '.join(names)}")
+PY
+}
+echo "$skipped skipped, by reason:"
+skip_reasons build/meson-logs/testlog.json build-asan/meson-logs/testlog.json
 echo "$passed passed, $failed failed"
 exit $status
