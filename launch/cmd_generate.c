@@ -11,6 +11,7 @@
 #include "core/core.h"
 #include "launch/args.h"
 #include "model/gpt.h"
+#include "tokenizer/tokenizer.h"
 #include "train/train.h"
 #include "yaml/config.h"
 
@@ -21,10 +22,11 @@ static void generate_usage(FILE *f)
             "\n"
             "Continue a prompt with the model of CHECKPOINT_DIR's latest checkpoint (the\n"
             "checkpoint.save folder of a run), one token at a time with a key/value cache.\n"
-            "Tokens are bytes (the byte-level tokenizer of trident preprocess).\n"
+            "Tokens are bytes (the byte-level tokenizer of trident preprocess) unless a tokenizer\n"
+            "is given: then --prompt is encoded with it and the text decoded.\n"
             "\n"
             "options:\n"
-            "  --prompt TEXT          the prompt, as bytes\n"
+            "  --prompt TEXT          the prompt (bytes, or the tokenizer's encoding)\n"
             "  --prompt-ids IDS       the prompt as comma-separated token ids (e.g. 17,4,250)\n"
             "  --max-new-tokens N     tokens to generate (default 64; the prompt and them must\n"
             "                         fit max_position_embeddings)\n"
@@ -38,6 +40,8 @@ static void generate_usage(FILE *f)
             "                         kernel backend (default cpu; cuda: bf16 products)\n"
             "  --json                 print one JSON object (prompt and generated token ids, text,\n"
             "                         timings) instead of the text\n"
+            "  --tokenizer-type T     ByteLevel, GPT2BPETokenizer (--vocab-file, --merge-file) or\n"
+            "                         HFTokenizer (--tokenizer-model): the run's data.tokenizer_type\n"
             "  --nproc N              N local ranks, the model split over them by tensor\n"
             "                         parallelism (N must divide the attention heads)\n"
             "  -h, --help             this text\n"
@@ -52,6 +56,8 @@ typedef struct {
     int max_new, top_k, eos_id, json;
     double temperature, top_p;
     uint64_t seed;
+    tr_tokenizer_files tok;
+    tr_tokenizer *tokenizer; /* NULL: bytes */
 } gen_options;
 
 /* Prompt token ids from --prompt (bytes) or --prompt-ids; *n of them in *out (malloc'd). */
@@ -62,7 +68,20 @@ static int prompt_tokens(const gen_options *o, int V, int32_t **out, int *n)
     if (!ids)
         return tr_fail(TR_ERR_NOMEM, "out of memory for the prompt");
     int count = 0;
-    if (o->prompt) {
+    if (o->prompt && o->tokenizer) { /* as preprocess encodes a document */
+        tr_encoder *e = NULL;
+        size_t got = 0, c = cap ? cap : 1; /* ids holds c */
+        int rc = tr_encoder_create(o->tokenizer, &e);
+        if (!rc)
+            rc = tr_encode(e, o->prompt, strlen(o->prompt),
+                           !strcmp(tr_tokenizer_type(o->tokenizer), "HFTokenizer"), &ids, &got, &c);
+        tr_encoder_free(e);
+        if (rc) {
+            free(ids);
+            return rc;
+        }
+        count = (int)got;
+    } else if (o->prompt) {
         for (size_t i = 0; o->prompt[i]; i++)
             ids[count++] = (unsigned char)o->prompt[i];
     } else {
@@ -118,17 +137,21 @@ static int model_config(const gen_options *o, int world, tr_config *cfg, int *it
     return TR_OK;
 }
 
-/* One token as printed text: a byte, or <|ID|> beyond the bytes. */
-static void print_token(int32_t id)
+/* One token as printed text: the tokenizer's bytes; without one a byte, or <|ID|> beyond. */
+static void print_token(const tr_tokenizer *t, int32_t id)
 {
-    if (id < 256)
+    size_t len;
+    const char *bytes = t ? tr_token_bytes(t, id, &len) : NULL;
+    if (bytes)
+        fwrite(bytes, 1, len, stdout);
+    else if (id < 256 && !t)
         putchar(id);
     else
         printf("<|%d|>", (int)id);
 }
 
-static void print_json(const int32_t *ids, int n_prompt, int n_total, double prompt_s,
-                       double gen_s)
+static void print_json(const tr_tokenizer *t, const int32_t *ids, int n_prompt, int n_total,
+                       double prompt_s, double gen_s)
 {
     tr_json j;
     tr_json_begin(&j, stdout);
@@ -141,8 +164,11 @@ static void print_json(const int32_t *ids, int n_prompt, int n_total, double pro
     for (int i = n_prompt; i < n_total; i++)
         tr_json_int(&j, NULL, ids[i]);
     tr_json_array_end(&j);
-    char *text = malloc((size_t)(n_total - n_prompt) * 12 + 1);
-    if (text) {
+    char *text = NULL;
+    if (t && !tr_decode(t, ids + n_prompt, (size_t)(n_total - n_prompt), &text, NULL)) {
+        tr_json_string(&j, "text", text);
+        free(text);
+    } else if ((text = malloc((size_t)(n_total - n_prompt) * 12 + 1))) {
         size_t len = 0;
         for (int i = n_prompt; i < n_total; i++)
             len += (size_t)(ids[i] < 256 && ids[i] > 0
@@ -174,7 +200,7 @@ static int generate(const gen_options *o, tr_gpt_cache *cache, int V, int lead, 
     double t0 = tr_now(), t1 = t0;
     if (lead && !o->json) {
         for (int i = 0; i < n_prompt; i++)
-            print_token(ids[i]);
+            print_token(o->tokenizer, ids[i]);
         fflush(stdout);
     }
     for (int step = 0; step < o->max_new && !rc; step++) {
@@ -189,7 +215,7 @@ static int generate(const gen_options *o, tr_gpt_cache *cache, int V, int lead, 
         double u = tr_rand_uniform(o->seed, 0x67656e6572617465ULL /* "generate" */, (uint64_t)step);
         ids[n++] = tr_sample_token(logits, V, &s, u, scratch);
         if (lead && !o->json) {
-            print_token(ids[n - 1]);
+            print_token(o->tokenizer, ids[n - 1]);
             fflush(stdout);
         }
         if (ids[n - 1] == o->eos_id)
@@ -236,6 +262,10 @@ static int run_generate(const gen_options *o)
         tr_gpt_bind(g, params, NULL);
         rc = tr_checkpoint_load_model(o->dir, g, k, params, &iteration);
     }
+    if (!rc && o->tokenizer && tr_tokenizer_vocab_size(o->tokenizer) > shape.V)
+        rc = tr_fail(TR_ERR_INVALID, "the tokenizer's %d ids do not fit the model's vocabulary of %d "
+                     "(the checkpoint was trained with another tokenizer?)",
+                     tr_tokenizer_vocab_size(o->tokenizer), shape.V);
     if (!rc)
         rc = prompt_tokens(o, shape.V, &prompt, &n_prompt);
     int total = n_prompt + o->max_new;
@@ -253,7 +283,7 @@ static int run_generate(const gen_options *o)
     if (!rc && rank == 0) {
         int made = n_total - n_prompt;
         if (o->json) {
-            print_json(ids, n_prompt, n_total, prompt_s, gen_s);
+            print_json(o->tokenizer, ids, n_prompt, n_total, prompt_s, gen_s);
         } else {
             putchar('\n');
             fprintf(stderr, "trident generate: iteration %d of %s, %d tensor-parallel rank%s: "
@@ -277,14 +307,17 @@ static int run_generate(const gen_options *o)
 
 int tr_cmd_generate(int argc, char **argv)
 {
-    enum { PROMPT, PROMPT_IDS, MAX_NEW, TEMPERATURE, TOP_K, TOP_P, SEED, EOS, DEVICE, JSON, NPROC };
+    enum { PROMPT, PROMPT_IDS, MAX_NEW, TEMPERATURE, TOP_K, TOP_P, SEED, EOS, DEVICE, JSON, NPROC,
+           TOK_TYPE, VOCAB, MERGES, TOK_MODEL };
     static const arg_opt options[] = {
         [PROMPT] = {"--prompt", ARG_VALUE},       [PROMPT_IDS] = {"--prompt-ids", ARG_VALUE},
         [MAX_NEW] = {"--max-new-tokens", ARG_VALUE}, [TEMPERATURE] = {"--temperature", ARG_VALUE},
         [TOP_K] = {"--top-k", ARG_VALUE},         [TOP_P] = {"--top-p", ARG_VALUE},
         [SEED] = {"--seed", ARG_VALUE},           [EOS] = {"--eos-id", ARG_VALUE},
         [DEVICE] = {"--device", ARG_VALUE},       [JSON] = {"--json", ARG_FLAG},
-        [NPROC] = {"--nproc", ARG_VALUE},         {NULL},
+        [NPROC] = {"--nproc", ARG_VALUE},         [TOK_TYPE] = {"--tokenizer-type", ARG_VALUE},
+        [VOCAB] = {"--vocab-file", ARG_VALUE},    [MERGES] = {"--merge-file", ARG_VALUE},
+        [TOK_MODEL] = {"--tokenizer-model", ARG_VALUE}, {NULL},
     };
     arg_parser a = {.cmd = "trident generate", .opts = options, .usage = generate_usage,
                     .argc = argc, .argv = argv};
@@ -314,6 +347,14 @@ int tr_cmd_generate(int argc, char **argv)
             o.device = v;
         else if (opt == JSON)
             o.json = 1;
+        else if (opt == TOK_TYPE)
+            o.tok.type = v;
+        else if (opt == VOCAB)
+            o.tok.vocab_file = v;
+        else if (opt == MERGES)
+            o.tok.merge_file = v;
+        else if (opt == TOK_MODEL)
+            o.tok.tokenizer_model = v;
         else if (opt == TEMPERATURE) {
             o.temperature = strtod(v, &end);
             if (end == v || *end || !isfinite(o.temperature) || o.temperature < 0)
@@ -337,7 +378,13 @@ int tr_cmd_generate(int argc, char **argv)
         return run_as_local_ranks("generate", nproc, 0, argc, argv);
     if (adopt_scheduler_identity("trident generate"))
         return 2;
+    if ((o.tok.type || o.tok.vocab_file || o.tok.merge_file || o.tok.tokenizer_model) &&
+        (rc = tr_tokenizer_open(&o.tok, &o.tokenizer))) {
+        fprintf(stderr, "trident generate: %s\n", tr_errmsg());
+        return rc == TR_ERR_IO ? 1 : 2;
+    }
     rc = run_generate(&o);
+    tr_tokenizer_free(o.tokenizer);
     if (rc) {
         fprintf(stderr, "trident generate: %s\n", tr_errmsg());
         return rc == TR_ERR_CONFIG || rc == TR_ERR_INVALID ? 2 : 1;
