@@ -1,0 +1,122 @@
+#!/usr/bin/python3
+"""A BPE tokenizer from end to end: a small byte-level tokenizer.json written here (the 256
+bytes, merges that spell a few words, <|endoftext|>), a JSON Lines corpus preprocessed with it
+(--append-eod), a model trained with data.tokenizer_type HFTokenizer (model.vocab_size checked
+against it), then `trident generate` with the tokenizer: --prompt is encoded with it (the same
+continuation as --prompt-ids of its ids), the text is decoded, and the greedy continuation is
+made of the corpus' words; a tokenizer larger than the model's vocabulary is refused (exit 2).
+usage: test_generate_tokenizer.py TRIDENT WORKDIR"""
+import json
+import os
+import random
+import struct
+import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "common"))
+import trident_test as tt  # noqa: E402
+from trident_test import check  # noqa: E402
+
+trident, work = sys.argv[1], tt.fresh_dir(sys.argv[2])
+words = ["alpha", "beta", "gamma", "delta", "pipe", "rank", "token", "cache"]
+
+
+def byte_char(b):
+    """GPT-2's byte -> character map."""
+    printable = list(range(ord("!"), ord("~") + 1)) + list(range(0xA1, 0xAD)) + list(range(0xAE, 0x100))
+    if b in printable:
+        return chr(b)
+    return chr(256 + sum(1 for x in range(b) if x not in printable))
+
+
+vocab = {byte_char(b): b for b in range(256)}
+merges = []
+for w in words:  # " word" built left to right
+    s = [byte_char(32)] + list(w)
+    cur = s[0]
+    for ch in s[1:]:
+        if cur + ch not in vocab:
+            merges.append([cur, ch])
+            vocab[cur + ch] = len(vocab)
+        cur += ch
+eot = len(vocab)
+vocab["<|endoftext|>"] = eot
+tok = {"version": "1.0", "truncation": None, "padding": None,
+       "added_tokens": [{"id": eot, "content": "<|endoftext|>", "single_word": False, "lstrip": False,
+                         "rstrip": False, "normalized": False, "special": True}],
+       "normalizer": None,
+       "pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": True},
+       "post_processor": {"type": "ByteLevel", "add_prefix_space": True, "trim_offsets": False, "use_regex": True},
+       "decoder": {"type": "ByteLevel", "add_prefix_space": True, "trim_offsets": True, "use_regex": True},
+       "model": {"type": "BPE", "dropout": None, "unk_token": None, "continuing_subword_prefix": None,
+                 "end_of_word_suffix": None, "fuse_unk": False, "byte_fallback": False, "ignore_merges": False,
+                 "vocab": vocab, "merges": merges}}
+tok_path = tt.write(os.path.join(work, "tokenizer.json"), json.dumps(tok))
+V = len(vocab)
+
+rng = random.Random(18)
+with open(os.path.join(work, "corpus.jsonl"), "w") as f:
+    for _ in range(400):
+        f.write(json.dumps({"text": " ".join(rng.choice(words) for _ in range(rng.randint(4, 30)))}) + "\n")
+prefix = os.path.join(work, "corpus")
+tokflags = ["--tokenizer-type", "HFTokenizer", "--tokenizer-model", tok_path]
+rc, out, err = tt.outputs([trident, "preprocess", "--input", os.path.join(work, "corpus.jsonl"),
+                           "--output-prefix", prefix, "--append-eod", "--workers", "2", *tokflags])
+check("preprocess with the tokenizer: exit 0", rc == 0, err)
+data_prefix = prefix + "_text_document"
+with open(data_prefix + ".bin", "rb") as f:
+    raw = f.read()
+ids = struct.unpack("<%dH" % (len(raw) // 2), raw)
+check(f"the corpus is the words' tokens ({len(ids)} tokens, vocabulary {V})",
+      max(ids) < V and ids.count(eot) == 400 and sum(i >= 256 for i in ids) > len(ids) / 3)
+
+ckpt = os.path.join(work, "ckpt")
+model = dict(num_layers=2, hidden_size=64, num_attention_heads=4, seq_length=32, max_position_embeddings=96,
+             vocab_size=V)
+data = dict(data_path=data_prefix, split="100,0,0", tokenizer_type="HFTokenizer", tokenizer_model=tok_path)
+config = tt.write_config(os.path.join(work, "small.yaml"), model=model,
+                         training=dict(micro_batch_size=4, global_batch_size=8, train_iters=60, lr=3.0e-3),
+                         data=data, checkpoint=dict(save=ckpt))
+r = tt.run(tt.train_cmd(trident, config, os.path.join(work, "run"), flags=["--quiet"]), timeout=300)
+if not check("training with data.tokenizer_type HFTokenizer: exit 0", r.returncode == 0, r.stderr[-2000:]):
+    tt.finish()
+small = tt.write_config(os.path.join(work, "small-vocab.yaml"), model=dict(model, vocab_size=200),
+                        training=dict(micro_batch_size=4, train_iters=1, lr=1e-3), data=data)
+r = tt.run(tt.train_cmd(trident, small, os.path.join(work, "run2"), flags=["--quiet"]), timeout=60)
+check("model.vocab_size 200 below the tokenizer's: exit 2 naming both",
+      r.returncode == 2 and f"model.vocab_size 200 is smaller than the vocabulary of data.tokenizer_type "
+      f"HFTokenizer ({V} ids)" in r.stderr, r.stderr[-800:])
+
+
+def generate_json(*args):
+    r = tt.run([trident, "generate", ckpt, "--json", "--temperature", "0", "--max-new-tokens", "24", *args],
+               timeout=120)
+    if r.returncode:
+        return {"error": f"exit {r.returncode}: {r.stderr[-800:]}"}
+    return json.loads(r.stdout[r.stdout.index("{"):])
+
+
+with_tok = generate_json("--prompt", "alpha beta", *tokflags)
+prompt_ids = with_tok.get("prompt_ids", [])
+check("--prompt is encoded with the tokenizer ('alpha' bytes, then ' beta' one token)",
+      prompt_ids == [97, 108, 112, 104, 97, vocab[byte_char(32) + "beta"]], with_tok)
+by_ids = generate_json("--prompt-ids", ",".join(map(str, prompt_ids)), *tokflags)
+check("--prompt-ids of those ids: the same continuation", by_ids.get("generated_ids") == with_tok.get("generated_ids"),
+      f"{by_ids} vs {with_tok}")
+text = with_tok.get("text", "")
+pieces = text.replace("<|endoftext|>", " ").split()
+check("the text is decoded, and greedy continues with the corpus' words",
+      len(pieces) >= 3 and sum(p in words for p in pieces) >= len(pieces) - 1, repr(text))
+r = tt.run([trident, "generate", ckpt, "--prompt", "alpha", "--max-new-tokens", "8", "--temperature", "0",
+            *tokflags], timeout=120)
+check("plain output prints decoded text", r.returncode == 0 and r.stdout.startswith("alpha ") and "\\x" not in r.stdout,
+      r.stdout + r.stderr[-500:])
+big = dict(tok, added_tokens=tok["added_tokens"] + [{"id": 5000, "content": "<|big|>", "special": True}])
+big_path = tt.write(os.path.join(work, "big.json"), json.dumps(big))
+r = tt.run([trident, "generate", ckpt, "--prompt", "alpha", "--tokenizer-type", "HFTokenizer",
+            "--tokenizer-model", big_path], timeout=60)
+check("a tokenizer larger than the model's vocabulary: exit 2", r.returncode == 2 and "do not fit" in r.stderr,
+      r.stderr[-500:])
+r = tt.run([trident, "generate", ckpt, "--prompt", "alpha", "--tokenizer-type", "GPT2BPETokenizer"], timeout=60)
+check("a tokenizer without its files: exit 2 naming the flag", r.returncode == 2 and "needs --vocab-file" in r.stderr,
+      r.stderr[-500:])
+tt.finish()
