@@ -6,8 +6,11 @@ folders are written here with a small safetensors writer of our own.
   - every malformed safetensors file, every unsupported config.json and every wrong tensor is
     refused with exit 2 naming the file and the cause, and nothing appears at the output (no
     temporary folder left either);
-  - usage errors, an output that exists, exports from a missing or damaged checkpoint.
-usage: test_convert_cli.py TRIDENT WORKDIR"""
+  - usage errors, an output that exists, exports from a missing or damaged checkpoint;
+  - tr_hf_load_gpt2 straight from the HF folder into tensor-parallel shards (1, 2 and 4 ranks
+    of `trident launch`) and into a last pipeline stage: each the slice of the whole model,
+    the TP logits the whole model's (hf_probe load-check).
+usage: test_convert_cli.py TRIDENT WORKDIR HF_PROBE"""
 import json
 import os
 import random
@@ -17,7 +20,7 @@ import sys
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "common"))
 import trident_test as tt  # noqa: E402
 
-trident, work = sys.argv[1], sys.argv[2]
+trident, work, probe = sys.argv[1], sys.argv[2], sys.argv[3]
 work = tt.fresh_dir(work)
 L, C, NH, P, V = 2, 32, 4, 16, 50
 SIZES = {"F32": 4, "F16": 2, "BF16": 2, "I64": 8}
@@ -209,6 +212,11 @@ for dtype in ("F16", "BF16"):
 empty_out = tt.fresh_dir(os.path.join(work, "empty-out"))
 rc, so, se = convert("--from", "hf", "--input", src, "--output", empty_out)
 tt.check("an empty output folder is replaced", rc == 0 and os.path.exists(os.path.join(empty_out, "release")), se)
+
+for n in (1, 2, 4):
+    rc, so, se = tt.outputs([trident, "launch", "--nproc", str(n), "--", probe, "load-check", src], timeout=120)
+    tt.check(f"tr_hf_load_gpt2 into {n} tensor-parallel shard(s) and a pipeline stage", rc == 0,
+             f"exit {rc}\n{so[-1500:]}{se[-1500:]}")
 
 # ---------------------------------------------------------------- malformed safetensors
 good = st_bytes(base)
