@@ -156,6 +156,9 @@ static int check_same_config(const tr_config *cfg, tr_comm *world)
         if (!rc && differs) {
             int w = snprintf(msg, sizeof msg, "rank %d's config differs from rank 0's: ", rank);
             diff_lines(lines, lines0, msg + w, sizeof msg - (size_t)w);
+            if (!msg[w]) /* only lines without a "key: value" differ */
+                snprintf(msg + w, sizeof msg - (size_t)w, "a line of its resolved config "
+                                                          "(compare the runs' config.yaml)");
         }
         int64_t me = differs ? rank : size;
         if (!rc)
