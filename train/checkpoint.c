@@ -128,7 +128,7 @@ static int remove_tree(const char *path)
     return TR_OK;
 }
 
-static int sync_path(const char *path)
+int ckpt_sync_path(const char *path)
 {
     int fd = open(path, O_RDONLY);
     if (fd < 0)
@@ -140,7 +140,7 @@ static int sync_path(const char *path)
 
 /* Write a small text file through NAME.tmp + fsync + rename, so readers see the old or the
  * new contents, never a part. */
-static int write_file_atomic(const char *dir, const char *name, const char *text)
+int ckpt_write_file_atomic(const char *dir, const char *name, const char *text)
 {
     char path[4200], tmp[4300];
     int rc = ckpt_join(path, sizeof path, dir, name);
@@ -155,10 +155,10 @@ static int write_file_atomic(const char *dir, const char *name, const char *text
     bad |= fclose(f) != 0;
     if (bad || rename(tmp, path))
         return tr_fail(TR_ERR_IO, "cannot write %s: %s", path, strerror(errno));
-    return sync_path(dir);
+    return ckpt_sync_path(dir);
 }
 
-static int full_pwrite(int fd, const void *buf, size_t bytes, uint64_t off)
+int ckpt_pwrite(int fd, const void *buf, size_t bytes, uint64_t off)
 {
     const char *p = buf;
     while (bytes) {
@@ -219,7 +219,7 @@ static int write_segment(void *ctx, size_t local, uint64_t elem, size_t count)
 {
     write_ctx *w = ctx;
     const float *v = w->src + local;
-    if (full_pwrite(w->fd, v, count * sizeof(float), ((uint64_t)w->array * w->numel + elem) * sizeof(float)))
+    if (ckpt_pwrite(w->fd, v, count * sizeof(float), ((uint64_t)w->array * w->numel + elem) * sizeof(float)))
         return tr_fail(TR_ERR_IO, "cannot write %s: %s", w->path, strerror(errno));
     w->sum += ckpt_checksum(v, elem, count);
     return TR_OK;
@@ -384,36 +384,49 @@ static int write_manifest(tr_engine *e, const char *tmp_dir, int iteration, uint
                 rc = tr_fail(TR_ERR_INTERNAL, "checkpoint: no rank wrote the %s of %s", ckpt_array_names[a],
                              recs[i].name);
     char path[4200];
-    FILE *f = NULL;
-    if (!rc && !(rc = ckpt_join(path, sizeof path, tmp_dir, "manifest.txt")) && !(f = fopen(path, "w")))
-        rc = tr_fail(TR_ERR_IO, "cannot write %s: %s", path, strerror(errno));
+    if (!rc)
+        rc = ckpt_join(path, sizeof path, tmp_dir, "manifest.txt");
     if (!rc) {
         const tr_model_config *mc = &e->cfg->model;
-        fprintf(f, CKPT_FORMAT "\niteration %d\n", iteration);
-        fprintf(f, "model num_layers %d hidden_size %d num_attention_heads %d vocab_size %d "
-                   "max_position_embeddings %d\n", mc->num_layers, mc->hidden_size,
-                mc->num_attention_heads, mc->vocab_size, mc->max_position_embeddings);
         const tr_training_config *t = &e->cfg->training;
-        char split[64];
-        ckpt_split_text(e->cfg->data.split, split, sizeof split);
-        fprintf(f, "data consumed_samples %llu global_batch_size %d seed %llu tokens %llu "
-                   "documents %llu split %s\n",
-                (unsigned long long)consumed,
-                t->global_batch_size, (unsigned long long)t->seed,
-                (unsigned long long)tr_data_num_tokens(e->data),
-                (unsigned long long)tr_data_num_documents(e->data), split);
-        fprintf(f, "tensors %zu\n", m);
-        for (size_t i = 0; i < m; i++)
-            fprintf(f, "tensor %s %zu %d %016" PRIx64 " %016" PRIx64 " %016" PRIx64 "\n", recs[i].name,
-                    recs[i].rows, recs[i].cols, recs[i].sum[0], recs[i].sum[1], recs[i].sum[2]);
-        fprintf(f, "end\n");
-        int bad = fflush(f) != 0 || fsync(fileno(f)) != 0;
-        bad |= fclose(f) != 0;
-        if (bad)
-            rc = tr_fail(TR_ERR_IO, "cannot write %s: %s", path, strerror(errno));
+        ckpt_manifest mf = {
+            .iteration = iteration, .num_layers = mc->num_layers, .hidden_size = mc->hidden_size,
+            .num_attention_heads = mc->num_attention_heads, .vocab_size = mc->vocab_size,
+            .max_position_embeddings = mc->max_position_embeddings, .has_data = 1,
+            .consumed_samples = (unsigned long long)consumed,
+            .global_batch_size = t->global_batch_size, .seed = (unsigned long long)t->seed,
+            .tokens = (unsigned long long)tr_data_num_tokens(e->data),
+            .documents = (unsigned long long)tr_data_num_documents(e->data), .tensors = recs,
+            .n = m};
+        ckpt_split_text(e->cfg->data.split, mf.split, sizeof mf.split);
+        rc = ckpt_write_manifest(path, &mf);
     }
     free(recs);
     return rc;
+}
+
+int ckpt_write_manifest(const char *path, const ckpt_manifest *mf)
+{
+    FILE *f = fopen(path, "w");
+    if (!f)
+        return tr_fail(TR_ERR_IO, "cannot write %s: %s", path, strerror(errno));
+    fprintf(f, CKPT_FORMAT "\niteration %d\n", mf->iteration);
+    fprintf(f, "model num_layers %d hidden_size %d num_attention_heads %d vocab_size %d "
+               "max_position_embeddings %d\n", mf->num_layers, mf->hidden_size,
+            mf->num_attention_heads, mf->vocab_size, mf->max_position_embeddings);
+    if (mf->has_data)
+        fprintf(f, "data consumed_samples %llu global_batch_size %d seed %llu tokens %llu "
+                   "documents %llu split %s\n", mf->consumed_samples, mf->global_batch_size,
+                mf->seed, mf->tokens, mf->documents, mf->split);
+    fprintf(f, "tensors %zu\n", mf->n);
+    for (size_t i = 0; i < mf->n; i++)
+        fprintf(f, "tensor %s %zu %d %016" PRIx64 " %016" PRIx64 " %016" PRIx64 "\n",
+                mf->tensors[i].name, mf->tensors[i].rows, mf->tensors[i].cols,
+                mf->tensors[i].sum[0], mf->tensors[i].sum[1], mf->tensors[i].sum[2]);
+    fprintf(f, "end\n");
+    int bad = fflush(f) != 0 || fsync(fileno(f)) != 0;
+    bad |= fclose(f) != 0;
+    return bad ? tr_fail(TR_ERR_IO, "cannot write %s: %s", path, strerror(errno)) : TR_OK;
 }
 
 int ckpt_stage(const tr_engine *e, ckpt_staging *st)
@@ -543,7 +556,7 @@ int ckpt_finish(tr_engine *e, const char *dir, int iteration, const ckpt_paths *
     if (e->world.rank == 0) {
         rc = write_manifest(e, p->tmp_dir, iteration, p->consumed_samples);
         if (!rc)
-            rc = sync_path(p->tmp_dir);
+            rc = ckpt_sync_path(p->tmp_dir);
         /* replace an earlier save of this iteration: move it aside, move the new one in */
         if (!rc)
             rc = remove_tree(p->old_dir);
@@ -553,11 +566,11 @@ int ckpt_finish(tr_engine *e, const char *dir, int iteration, const ckpt_paths *
             rc = tr_fail(TR_ERR_IO, "cannot rename %s to %s: %s", p->tmp_dir, p->final_dir,
                          strerror(errno));
         if (!rc)
-            rc = sync_path(dir);
+            rc = ckpt_sync_path(dir);
         char text[32];
         snprintf(text, sizeof text, "%d\n", iteration);
         if (!rc)
-            rc = write_file_atomic(dir, TRACKER, text);
+            rc = ckpt_write_file_atomic(dir, TRACKER, text);
         if (!rc)
             rc = remove_tree(p->old_dir);
         if (!rc)

@@ -58,6 +58,9 @@ typedef struct {
     size_t n;
 } ckpt_manifest;
 
+/* Write a manifest at path (fsync'd): the format line, the iteration, the model line, the data
+ * line when mf->has_data, the tensors in the order given (sorted by name), end. */
+TR_MUST_CHECK int ckpt_write_manifest(const char *path, const ckpt_manifest *mf);
 /* The tracker's iteration in DIR: 0 for a release checkpoint, -1 when DIR has no checkpoint. */
 TR_MUST_CHECK int ckpt_read_tracker(const char *dir, int *iteration);
 /* The folder of the checkpoint of `iteration` in DIR: DIR/iter_NNNNNNN, DIR/release for 0. */
@@ -115,6 +118,12 @@ TR_MUST_CHECK int ckpt_save_async(tr_engine *e, const char *dir, int iteration);
 void ckpt_async_discard(tr_engine *e);
 
 TR_MUST_CHECK int ckpt_join(char *buf, size_t cap, const char *dir, const char *name); /* DIR/NAME */
+/* pwrite of exactly `bytes`: 0, or -1 with errno */
+TR_MUST_CHECK int ckpt_pwrite(int fd, const void *buf, size_t bytes, uint64_t off);
+/* fsync of a file or folder */
+TR_MUST_CHECK int ckpt_sync_path(const char *path);
+/* A small text file DIR/NAME written through NAME.tmp + fsync + rename, then DIR fsync'd. */
+TR_MUST_CHECK int ckpt_write_file_atomic(const char *dir, const char *name, const char *text);
 /* pread of exactly `bytes`: 0, or -1 with errno (0 for a short file) */
 TR_MUST_CHECK int ckpt_pread(int fd, void *buf, size_t bytes, uint64_t off);
 /* Every rank learns whether any failed (collective over the world); returns rc, or an error

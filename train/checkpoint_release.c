@@ -33,20 +33,6 @@ static uint64_t zeros_checksum(size_t n)
     return s;
 }
 
-static int write_all(int fd, const void *buf, size_t bytes)
-{
-    const char *p = buf;
-    while (bytes) {
-        ssize_t n = write(fd, p, bytes);
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n <= 0)
-            return -1;
-        p += n, bytes -= (size_t)n;
-    }
-    return 0;
-}
-
 /* FOLDER/NAME.bin of `rows` x t->full_cols parameters v (the moments: zeros); its record. */
 static int write_tensor_file(const char *folder, const tr_param_tensor *t, size_t rows,
                              const float *v, ckpt_record *rec)
@@ -60,7 +46,7 @@ static int write_tensor_file(const char *folder, const tr_param_tensor *t, size_
     if (fd < 0)
         return tr_fail(TR_ERR_IO, "cannot create %s: %s", path, strerror(errno));
     if (ftruncate(fd, (off_t)(N_ARRAYS * numel * sizeof(float))) ||
-        write_all(fd, v, numel * sizeof(float)) || fsync(fd))
+        ckpt_pwrite(fd, v, numel * sizeof(float), 0) || fsync(fd))
         rc = tr_fail(TR_ERR_IO, "cannot write %s: %s", path, strerror(errno));
     if (close(fd) && !rc)
         rc = tr_fail(TR_ERR_IO, "cannot close %s: %s", path, strerror(errno));
@@ -70,60 +56,6 @@ static int write_tensor_file(const char *folder, const tr_param_tensor *t, size_
     rec->sum[0] = ckpt_checksum(v, 0, numel);
     rec->sum[1] = rec->sum[2] = zeros_checksum(numel);
     return rc;
-}
-
-static int write_release_manifest(const char *folder, const tr_gpt_shape *s,
-                                  const ckpt_record *recs, int n)
-{
-    char path[4300];
-    int rc = ckpt_join(path, sizeof path, folder, "manifest.txt");
-    if (rc)
-        return rc;
-    FILE *f = fopen(path, "w");
-    if (!f)
-        return tr_fail(TR_ERR_IO, "cannot write %s: %s", path, strerror(errno));
-    fprintf(f, CKPT_FORMAT "\niteration 0\n");
-    fprintf(f, "model num_layers %d hidden_size %d num_attention_heads %d vocab_size %d "
-               "max_position_embeddings %d\n", s->num_layers, s->C, s->NH, s->V, s->max_T);
-    fprintf(f, "tensors %d\n", n);
-    for (int i = 0; i < n; i++)
-        fprintf(f, "tensor %s %zu %d %016" PRIx64 " %016" PRIx64 " %016" PRIx64 "\n",
-                recs[i].name, recs[i].rows, recs[i].cols, recs[i].sum[0], recs[i].sum[1],
-                recs[i].sum[2]);
-    fprintf(f, "end\n");
-    int bad = fflush(f) != 0 || fsync(fileno(f)) != 0;
-    bad |= fclose(f) != 0;
-    return bad ? tr_fail(TR_ERR_IO, "cannot write %s: %s", path, strerror(errno)) : TR_OK;
-}
-
-/* fsync of a folder, so the names written in it last */
-static int sync_folder(const char *path)
-{
-    int fd = open(path, O_RDONLY | O_DIRECTORY);
-    if (fd < 0)
-        return tr_fail(TR_ERR_IO, "cannot open %s: %s", path, strerror(errno));
-    int rc = fsync(fd) ? tr_fail(TR_ERR_IO, "cannot sync %s: %s", path, strerror(errno)) : TR_OK;
-    close(fd);
-    return rc;
-}
-
-/* DIR/latest_checkpointed_iteration.txt = "release", through a temporary file and rename. */
-static int write_release_tracker(const char *dir)
-{
-    char path[4200], tmp[4300];
-    int rc = ckpt_join(path, sizeof path, dir, TRACKER);
-    if (rc)
-        return rc;
-    snprintf(tmp, sizeof tmp, "%s.tmp", path);
-    FILE *f = fopen(tmp, "w");
-    if (!f)
-        return tr_fail(TR_ERR_IO, "cannot write %s: %s", tmp, strerror(errno));
-    int bad = fputs(RELEASE "\n", f) < 0;
-    bad |= fflush(f) != 0 || fsync(fileno(f)) != 0;
-    bad |= fclose(f) != 0;
-    if (bad || rename(tmp, path))
-        return tr_fail(TR_ERR_IO, "cannot write %s: %s", path, strerror(errno));
-    return sync_folder(dir);
 }
 
 int tr_checkpoint_save_model(const char *dir, tr_gpt *g, const float *params)
@@ -149,14 +81,18 @@ int tr_checkpoint_save_model(const char *dir, tr_gpt *g, const float *params)
                                                                : (size_t)t->full_rows;
         rc = write_tensor_file(folder, t, rows, params + t->offset, &recs[i]);
     }
-    if (!rc) {
+    char path[4300];
+    if (!rc && !(rc = ckpt_join(path, sizeof path, folder, "manifest.txt"))) {
         qsort(recs, (size_t)n, sizeof *recs, ckpt_cmp_record);
-        rc = write_release_manifest(folder, s, recs, n);
+        ckpt_manifest mf = {.iteration = 0, .num_layers = s->num_layers, .hidden_size = s->C,
+                            .num_attention_heads = s->NH, .vocab_size = s->V,
+                            .max_position_embeddings = s->max_T, .tensors = recs, .n = (size_t)n};
+        rc = ckpt_write_manifest(path, &mf);
     }
     free(recs);
     if (!rc)
-        rc = sync_folder(folder);
+        rc = ckpt_sync_path(folder);
     if (!rc)
-        rc = write_release_tracker(dir);
+        rc = ckpt_write_file_atomic(dir, TRACKER, RELEASE "\n");
     return rc;
 }
