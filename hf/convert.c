@@ -105,6 +105,8 @@ int tr_hf_import(const char *hf_dir, const char *ckpt_dir, tr_model_config *mode
     float *params = NULL;
     out_dir o;
     int rc = tr_hf_read_gpt2_config(hf_dir, &c);
+    if (!rc)
+        rc = hf_gpt2_check_files(hf_dir, &c);
     if (!rc) {
         tr_hf_gpt2_model_config(&c, &m);
         rc = whole_model(&m, &g, &params);

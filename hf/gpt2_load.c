@@ -56,6 +56,36 @@ static int check_names(const tr_st_set *s, const char *dir, int n_layer)
     return TR_OK;
 }
 
+/* Elements of a GPT-2 of c (its tensors, the tied head once; a double: any int sizes fit). */
+static double gpt2_numel(const tr_hf_gpt2_config *c)
+{
+    double C = c->n_embd;
+    return (double)c->vocab_size * C + (double)c->n_positions * C + 2 * C +
+           (double)c->n_layer * (12 * C * C + 13 * C);
+}
+
+int hf_gpt2_check_files(const char *dir, const tr_hf_gpt2_config *c)
+{
+    tr_st_set *s = NULL;
+    int rc = tr_st_set_open(dir, &s);
+    if (!rc)
+        rc = check_names(s, dir, c->n_layer);
+    uint64_t held = 0;
+    for (size_t i = 0; !rc && i < tr_st_set_count(s); i++) {
+        int ignored;
+        const tr_st_tensor *t = tr_st_set_at(s, i, NULL);
+        if (known_name(t->name, c->n_layer, &ignored) && !ignored)
+            held += t->numel;
+    }
+    /* coarse: the precise errors (a tensor missing, a wrong shape) come from the loading */
+    if (!rc && gpt2_numel(c) > 2.0 * (double)held + 1e6)
+        rc = tr_fail(TR_ERR_INVALID, "%s/config.json describes a GPT-2 of %.0f parameters; its "
+                     "weights hold %llu: config.json is not theirs", dir,
+                     gpt2_numel(c), (unsigned long long)held);
+    tr_st_set_close(s);
+    return rc;
+}
+
 /* The set's tensor named name ("transformer.X"), saved with or without the prefix. */
 static int find_tensor(const tr_st_set *s, const char *dir, const char *name, tr_st_file **f,
                        const tr_st_tensor **t)

@@ -107,6 +107,8 @@ int tr_hf_read_gpt2_config(const char *dir, tr_hf_gpt2_config *out)
         rc = get_size(root, path, "n_positions", &c.n_positions);
     if (!rc)
         rc = get_size(root, path, "vocab_size", &c.vocab_size);
+    if (!rc && c.n_embd > (1 << 26)) /* 4 n_embd and trident's row counts stay ints */
+        rc = config_error(path, "n_embd", "is above 67108864");
     if (!rc && c.n_embd % c.n_head)
         rc = tr_fail(TR_ERR_INVALID, "%s: n_embd %d is not a multiple of n_head %d", path,
                      c.n_embd, c.n_head);

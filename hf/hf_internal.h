@@ -22,6 +22,10 @@ st_text st_shape_text(const tr_st_tensor *t);
 int st_pread(int fd, void *buf, size_t bytes, uint64_t off);
 int st_write_all(int fd, const void *buf, size_t bytes);
 
+/* Before anything is allocated for the model of c: the set of dir holds only tensors of a
+ * GPT-2 of c's size and not far fewer elements than it has (a config.json that claims a
+ * much larger model than the files hold is refused here, not by an allocation). */
+TR_MUST_CHECK int hf_gpt2_check_files(const char *dir, const tr_hf_gpt2_config *c);
 /* A small JSON file (at most max_bytes) parsed with jansson, duplicates refused; errors name
  * the file, line and column (TR_ERR_INVALID), or TR_ERR_IO. */
 TR_MUST_CHECK int hf_load_json(const char *path, size_t max_bytes, json_t **out);

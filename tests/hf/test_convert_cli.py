@@ -288,6 +288,9 @@ wrong = [
     ("untied embeddings in the config", base, dict(CONFIG, tie_word_embeddings=False), "tie_word_embeddings"),
     ("heads that do not divide n_embd", base, dict(CONFIG, n_head=5), "not a multiple of n_head"),
     ("config sizes that disagree with the weights", base, dict(CONFIG, vocab_size=V + 1), "a GPT-2 of this config.json has"),
+    ("a config.json of a far larger model (refused before any allocation)", base,
+     dict(CONFIG, n_embd=1 << 24, n_head=16, n_layer=2), "describes a GPT-2 of"),
+    ("n_embd past trident's limit", base, dict(CONFIG, n_embd=1 << 27, n_head=16), "n_embd is above"),
 ]
 for what, tensors, config, cause in wrong:
     d = hf_folder("bad-model", tensors, config)
