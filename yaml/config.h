@@ -117,6 +117,9 @@ typedef struct {
 typedef struct {
     char *preset; /* "none" (default) | "a100-80gb" | "h100-80gb" | "h200" | "cpu-host" */
     char *device;                   /* "auto" (default: the preset's, else gpu) | "gpu" | "cpu" */
+    char *runtime;                  /* the software running the layout, for the planner's
+                                     * kernels and P2P: "trident" (default) | "megatron" |
+                                     * "megatron-2021" | "deepspeed" (plan/plan.h) */
     int nodes;                      /* default 0 = the preset's (1) */
     int gpus_per_node;              /* ranks per node; default 0 = the preset's */
     double gpu_memory_gib;          /* per GPU (cpu: per node, shared by its ranks) */

@@ -46,6 +46,8 @@ static const char *const log_levels[] = {"debug", "info", "warning", "error", NU
 static const char *const cluster_presets[] = {"none", "a100-80gb", "h100-80gb", "h200", "cpu-host",
                                               NULL};
 static const char *const cluster_devices[] = {"auto", "gpu", "cpu", NULL};
+static const char *const cluster_runtimes[] = {"trident", "megatron", "megatron-2021",
+                                               "deepspeed", NULL};
 
 const config_key_spec config_keys[] = {
     INT("model", "num_layers", model.num_layers, 1, NULL, 1, 65536),
@@ -137,6 +139,7 @@ const config_key_spec config_keys[] = {
     /* cluster: 0 = the preset's value (plan/cluster.c) */
     ENUM("cluster", "preset", cluster.preset, "none", cluster_presets),
     ENUM("cluster", "device", cluster.device, "auto", cluster_devices),
+    ENUM("cluster", "runtime", cluster.runtime, "trident", cluster_runtimes),
     INT("cluster", "nodes", cluster.nodes, 0, "0", 0, 1 << 20),
     INT("cluster", "gpus_per_node", cluster.gpus_per_node, 0, "0", 0, 4096),
     DBL("cluster", "gpu_memory_gib", cluster.gpu_memory_gib, 0, "0", 0, 0, 1e9, 0),
