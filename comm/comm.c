@@ -225,7 +225,7 @@ void tr_comm_job_identity(char *token, size_t cap, char *source, size_t source_c
             describe_var(src, sizeof src, found, v);
         } else if ((v = getenv("SLURM_JOB_ID")) && *v) {
             const char *step = getenv("SLURM_STEP_ID");
-            step = step && *step ? step : "0";
+            step = step && *step ? step : "batch"; /* the batch script has no SLURM_STEP_ID */
             snprintf(token, cap, "slurm-%.60s.%.30s", v, step);
             char a[128], b[128];
             describe_var(a, sizeof a, "SLURM_JOB_ID", v);

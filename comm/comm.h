@@ -138,10 +138,10 @@ typedef struct {
 
 /* The job's identity from the environment, first found: TRIDENT_JOB_TOKEN (trident launch
  * sets a random one), torchrun's TORCHELASTIC_RUN_ID, Open MPI's PMIX_NAMESPACE /
- * OMPI_MCA_ess_base_jobid / OMPI_MCA_orte_hnp_uri, Slurm's SLURM_JOB_ID (+ SLURM_STEP_ID).
- * Writes the token ("" when none is set; values are truncated to fit `cap`, >= 128) and, when
- * source_cap > 0, what it came from, with scheduler ids but never TRIDENT_JOB_TOKEN's
- * value. */
+ * OMPI_MCA_ess_base_jobid / OMPI_MCA_orte_hnp_uri, Slurm's SLURM_JOB_ID + SLURM_STEP_ID
+ * ("batch" when unset: a batch script). Writes the token ("" when none is set; values are
+ * truncated to fit `cap`, >= 128) and, when source_cap > 0, what it came from, with
+ * scheduler ids but never TRIDENT_JOB_TOKEN's value. */
 void tr_comm_job_identity(char *token, size_t cap, char *source, size_t source_cap);
 
 /* The world communicator, of backend cfg->backend. Collective over the job: rank 0 starts

@@ -367,7 +367,7 @@ static void test_launch_plan(void **state)
     assert_string_equal(env_value(p1.envp[0], "MASTER_ADDR"), "h0");
     assert_string_equal(env_value(p1.envp[0], "MASTER_PORT"), "29500");
     assert_string_equal(p0.job_token, p1.job_token);
-    assert_string_equal(p0.job_token, "slurm-12.0");
+    assert_string_equal(p0.job_token, "slurm-12.batch"); /* no SLURM_STEP_ID: a batch script */
     assert_null(env_value(p1.envp[0], "TRIDENT_JOB_TOKEN"));
     tr_launch_plan_free(&p0);
     tr_launch_plan_free(&p1);
