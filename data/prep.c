@@ -48,21 +48,6 @@ static void *run_job(void *arg)
     return NULL;
 }
 
-static int reserve(void **p, size_t *cap, size_t need, size_t size)
-{
-    if (need <= *cap)
-        return TR_OK;
-    size_t c = *cap ? *cap : 64;
-    while (c < need)
-        c *= 2;
-    void *q = c <= SIZE_MAX / size ? realloc(*p, c * size) : NULL;
-    if (!q)
-        return tr_fail(TR_ERR_NOMEM, "out of memory for a batch of %zu items", need);
-    *p = q;
-    *cap = c;
-    return TR_OK;
-}
-
 /* Room for one more item in b: the per-item arrays grow together. */
 static int batch_items(pipeline *p, prep_batch *b, size_t n)
 {
@@ -200,7 +185,7 @@ static int add_item(pipeline *p, const char *text, size_t len, uint64_t line)
     prep_batch *b = &p->batch[p->cur];
     int rc = batch_items(p, b, b->n_items + 1);
     if (!rc)
-        rc = reserve((void **)&b->text, &b->text_cap, b->text_len + len + 1, 1);
+        rc = prep_reserve((void **)&b->text, &b->text_cap, b->text_len + len + 1, 1);
     if (rc)
         return rc;
     memcpy(b->text + b->text_len, text, len);
@@ -218,7 +203,7 @@ static int add_item(pipeline *p, const char *text, size_t len, uint64_t line)
 static int doc_add(doc_sink *s, const unsigned char *bytes, size_t n)
 {
     pipeline *p = (pipeline *)s;
-    int rc = reserve((void **)&p->doc, &p->doc_cap, p->doc_len + n, 1);
+    int rc = prep_reserve((void **)&p->doc, &p->doc_cap, p->doc_len + n, 1);
     if (!rc) {
         memcpy(p->doc + p->doc_len, bytes, n);
         p->doc_len += n;
@@ -246,7 +231,7 @@ static int read_json_lines(pipeline *p, FILE *f, const char *path)
         int blank = 1;
         while ((c = getc_unlocked(f)) != EOF && c != '\n') {
             if (p->doc_len == p->doc_cap &&
-                (rc = reserve((void **)&p->doc, &p->doc_cap, p->doc_len + 1, 1)))
+                (rc = prep_reserve((void **)&p->doc, &p->doc_cap, p->doc_len + 1, 1)))
                 return rc;
             p->doc[p->doc_len++] = (char)c;
             blank &= c == ' ' || c == '\t' || c == '\r';

@@ -13,21 +13,6 @@
 #include "core/core.h"
 #include "data/prep_internal.h"
 
-static int grow(void **p, size_t *cap, size_t need, size_t size)
-{
-    if (need <= *cap)
-        return TR_OK;
-    size_t c = *cap ? *cap : 256;
-    while (c < need)
-        c *= 2;
-    void *q = realloc(*p, c * size);
-    if (!q)
-        return tr_fail(TR_ERR_NOMEM, "out of memory encoding a batch");
-    *p = q;
-    *cap = c;
-    return TR_OK;
-}
-
 /* Ids of one sentence for key output o, item i: a new sequence if it has any. */
 static int encode_sentence(const prep_spec *spec, tr_encoder *e, prep_out *o, size_t i,
                            const char *text, size_t len)
@@ -36,7 +21,7 @@ static int encode_sentence(const prep_spec *spec, tr_encoder *e, prep_out *o, si
     int rc = tr_encode(e, text, len, spec->add_special, &o->ids, &o->n_ids, &o->cap_ids);
     if (rc || o->n_ids == before)
         return rc;
-    if ((rc = grow((void **)&o->len, &o->cap_len, o->n_len + 1, sizeof *o->len)))
+    if ((rc = prep_reserve((void **)&o->len, &o->cap_len, o->n_len + 1, sizeof *o->len)))
         return rc;
     o->len[o->n_len++] = (int64_t)(o->n_ids - before);
     o->nseq[i]++;
@@ -47,7 +32,7 @@ static int add_eod(const prep_spec *spec, prep_out *o, size_t i)
 {
     if (!o->nseq[i])
         return TR_OK;
-    int rc = grow((void **)&o->ids, &o->cap_ids, o->n_ids + 1, sizeof *o->ids);
+    int rc = prep_reserve((void **)&o->ids, &o->cap_ids, o->n_ids + 1, sizeof *o->ids);
     if (!rc) {
         o->ids[o->n_ids++] = spec->eod;
         o->len[o->n_len - 1]++;

@@ -5,6 +5,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdlib.h>
 
 #include "data/data.h"
 
@@ -47,6 +48,22 @@ typedef struct {
     int add_special;       /* HFTokenizer: the template (Megatron's HF tokenize does) */
     int32_t eod;
 } prep_spec;
+
+/* Grow *p (an array of *cap items of `size` bytes, doubling from 64) to hold `need`. */
+static inline int prep_reserve(void **p, size_t *cap, size_t need, size_t size)
+{
+    if (need <= *cap)
+        return TR_OK;
+    size_t c = *cap ? *cap : 64;
+    while (c < need)
+        c *= 2;
+    void *q = c <= SIZE_MAX / size ? realloc(*p, c * size) : NULL;
+    if (!q)
+        return tr_fail(TR_ERR_NOMEM, "out of memory for a batch of %zu items", need);
+    *p = q;
+    *cap = c;
+    return TR_OK;
+}
 
 /* Ids of every item of b (b->rc / b->msg on a failure; bad items get b->bad[i]). */
 void prep_encode_batch(const prep_spec *spec, tr_encoder *e, prep_batch *b);

@@ -111,17 +111,25 @@ int iw_append_ids(indexed_writer *w, const int32_t *ids, size_t n)
     return rc;
 }
 
+/* Room for one more item in the array *p of *cap items of `size` bytes (doubling). */
+static int room_for_one(void *p, uint64_t n, uint64_t *cap, size_t size, const char *what)
+{
+    if (n < *cap)
+        return TR_OK;
+    uint64_t c = *cap ? 2 * *cap : 1024;
+    void *q = c <= SIZE_MAX / size ? realloc(*(void **)p, c * size) : NULL;
+    if (!q)
+        return tr_fail(TR_ERR_NOMEM, "out of memory for %llu %s", (unsigned long long)c, what);
+    *(void **)p = q;
+    *cap = c;
+    return TR_OK;
+}
+
 int iw_end_sequence(indexed_writer *w)
 {
-    if (w->n_seqs == w->cap_seqs) {
-        uint64_t cap = w->cap_seqs ? 2 * w->cap_seqs : 1024;
-        int32_t *p = cap <= SIZE_MAX / sizeof *p ? realloc(w->sizes, cap * sizeof *p) : NULL;
-        if (!p)
-            return tr_fail(TR_ERR_NOMEM, "out of memory for %llu sequence sizes",
-                           (unsigned long long)cap);
-        w->sizes = p;
-        w->cap_seqs = cap;
-    }
+    int rc = room_for_one(&w->sizes, w->n_seqs, &w->cap_seqs, sizeof *w->sizes, "sequence sizes");
+    if (rc)
+        return rc;
     w->sizes[w->n_seqs++] = (int32_t)w->cur_len;
     w->n_tokens += w->cur_len;
     w->cur_len = 0;
@@ -132,17 +140,10 @@ int iw_end_sequence(indexed_writer *w)
 int iw_end_document(indexed_writer *w)
 {
     int rc;
-    if (w->in_document && (rc = iw_end_sequence(w)))
+    if ((w->in_document && (rc = iw_end_sequence(w))) ||
+        (rc = room_for_one(&w->doc_end, w->n_docs, &w->cap_docs, sizeof *w->doc_end,
+                           "document indices")))
         return rc;
-    if (w->n_docs == w->cap_docs) {
-        uint64_t cap = w->cap_docs ? 2 * w->cap_docs : 1024;
-        uint64_t *p = cap <= SIZE_MAX / sizeof *p ? realloc(w->doc_end, cap * sizeof *p) : NULL;
-        if (!p)
-            return tr_fail(TR_ERR_NOMEM, "out of memory for %llu document indices",
-                           (unsigned long long)cap);
-        w->doc_end = p;
-        w->cap_docs = cap;
-    }
     w->doc_end[w->n_docs++] = w->n_seqs;
     return TR_OK;
 }

@@ -93,22 +93,10 @@ static int scratch(bpe_cache *c, size_t n)
     if (n <= c->cap)
         return TR_OK;
     size_t cap = n < 256 ? 256 : n;
-    int32_t *a = realloc(c->sym, cap * sizeof *a);
-    if (a)
-        c->sym = a;
-    int32_t *b = a ? realloc(c->merged, cap * sizeof *b) : NULL;
-    if (b)
-        c->merged = b;
-    int32_t *p = b ? realloc(c->prev, cap * sizeof *p) : NULL;
-    if (p)
-        c->prev = p;
-    int32_t *q = p ? realloc(c->next, cap * sizeof *q) : NULL;
-    if (q)
-        c->next = q;
-    uint32_t *r = q ? realloc(c->rank, cap * sizeof *r) : NULL;
-    if (!r)
+    if (!tok_grow(&c->sym, cap, sizeof *c->sym) || !tok_grow(&c->merged, cap, sizeof *c->merged) ||
+        !tok_grow(&c->prev, cap, sizeof *c->prev) || !tok_grow(&c->next, cap, sizeof *c->next) ||
+        !tok_grow(&c->rank, cap, sizeof *c->rank))
         return tr_fail(TR_ERR_NOMEM, "out of memory merging a pre-token of %zu bytes", n);
-    c->rank = r;
     c->cap = cap;
     return TR_OK;
 }

@@ -12,6 +12,7 @@
 #include <pcre2.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdlib.h>
 
 #include "tokenizer/tokenizer.h"
 
@@ -81,6 +82,15 @@ struct tr_tokenizer {
     int n_prefix, n_suffix;
     int32_t eod;
 };
+
+/* realloc *p to n items of `size` bytes; 0 (and *p unchanged) when that fails. */
+static inline int tok_grow(void *p, size_t n, size_t size)
+{
+    void *q = n <= SIZE_MAX / size ? realloc(*(void **)p, n * size) : NULL;
+    if (q)
+        *(void **)p = q;
+    return q != NULL;
+}
 
 uint64_t tok_hash(const void *p, size_t n);
 /* Append bytes to the pool; *off is where they start. */

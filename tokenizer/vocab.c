@@ -49,13 +49,9 @@ int tok_ids_reserve(tr_tokenizer *t, int32_t n)
 {
     if (n <= t->n_ids)
         return TR_OK;
-    uint64_t *off = realloc(t->tok_off, (size_t)n * sizeof *off);
-    if (off)
-        t->tok_off = off;
-    uint32_t *len = off ? realloc(t->tok_len, (size_t)n * sizeof *len) : NULL;
-    if (!len)
+    if (!tok_grow(&t->tok_off, (size_t)n, sizeof *t->tok_off) ||
+        !tok_grow(&t->tok_len, (size_t)n, sizeof *t->tok_len))
         return tr_fail(TR_ERR_NOMEM, "out of memory for %d token ids of %s", (int)n, t->source);
-    t->tok_len = len;
     for (int32_t i = t->n_ids; i < n; i++) {
         t->tok_off[i] = 0;
         t->tok_len[i] = UINT32_MAX;
@@ -118,16 +114,9 @@ static int bmap_grow(bytes_map *m, const char *pool)
 {
     uint32_t cap = (m->mask + 1) * 2, ncap = m->cap_keys * 2;
     uint32_t *slot = calloc(cap, sizeof *slot);
-    uint64_t *ko = realloc(m->key_off, ncap * sizeof *ko);
-    if (ko)
-        m->key_off = ko;
-    uint32_t *kl = ko ? realloc(m->key_len, ncap * sizeof *kl) : NULL;
-    if (kl)
-        m->key_len = kl;
-    int32_t *v = kl ? realloc(m->value, ncap * sizeof *v) : NULL;
-    if (v)
-        m->value = v;
-    if (!slot || !v) {
+    if (!slot || !tok_grow(&m->key_off, ncap, sizeof *m->key_off) ||
+        !tok_grow(&m->key_len, ncap, sizeof *m->key_len) ||
+        !tok_grow(&m->value, ncap, sizeof *m->value)) {
         free(slot);
         return tr_fail(TR_ERR_NOMEM, "out of memory for a vocabulary of %u tokens", m->n);
     }

@@ -67,6 +67,60 @@ def _download(folder, files):
                 os.replace(os.path.join(folder, n + ".tmp"), os.path.join(folder, n))
 
 
+GPT2_PATTERN = r"""'(?:[sdmt]|ll|ve|re)| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
+
+
+def tiktoken_encoding(encoder_json, pattern=GPT2_PATTERN, name="gpt2", specials=None):
+    """tiktoken's gpt2 encoding (tiktoken_ext.openai_public.gpt2) from GPT-2's local files:
+    ranks are GPT-2's ids, tokens as raw bytes (GPT-2's byte alphabet undone). Call inside the
+    venv."""
+    import json
+    import tiktoken
+    bs = list(range(ord("!"), ord("~") + 1)) + list(range(0xA1, 0xAD)) + list(range(0xAE, 0x100))
+    cs, n = bs[:], 0
+    for b in range(256):
+        if b not in bs:
+            bs.append(b)
+            cs.append(256 + n)
+            n += 1
+    byte_of = {chr(c): b for b, c in zip(bs, cs)}
+    with open(encoder_json) as f:
+        enc = json.load(f)
+    ranks = {bytes(byte_of[c] for c in tok): i for tok, i in enc.items() if tok != "<|endoftext|>"}
+    return tiktoken.Encoding(name=name, pat_str=pattern, mergeable_ranks=ranks,
+                             special_tokens=specials or {"<|endoftext|>": 50256})
+
+
+LLAMA3_PATTERN = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}|"
+                  r" ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
+
+
+def added_token(i, content):
+    return {"id": i, "content": content, "single_word": False, "lstrip": False, "rstrip": False,
+            "normalized": False, "special": True}
+
+
+def llama3_style(base):
+    """A tokenizer.json dict in Llama-3's shape over base's vocabulary (GPT-2's: a dict of the
+    tokenizer.json tokenizers saves): Llama-3's Split regex then ByteLevel without one,
+    ignore_merges, added <|endoftext|> (50256), <|begin_of_text|> (50257), <|end_of_text|>
+    (50258), and the BOS template."""
+    j = dict(base, model=dict(base["model"], ignore_merges=True))
+    j["pre_tokenizer"] = {"type": "Sequence", "pretokenizers": [
+        {"type": "Split", "pattern": {"Regex": LLAMA3_PATTERN}, "behavior": "Isolated", "invert": False},
+        {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": False}]}
+    j["added_tokens"] = [added_token(50256, "<|endoftext|>"), added_token(50257, "<|begin_of_text|>"),
+                         added_token(50258, "<|end_of_text|>")]
+    bos = {"SpecialToken": {"id": "<|begin_of_text|>", "type_id": 0}}
+    j["post_processor"] = {"type": "Sequence", "processors": [
+        {"type": "ByteLevel", "add_prefix_space": True, "trim_offsets": False, "use_regex": True},
+        {"type": "TemplateProcessing", "single": [bos, {"Sequence": {"id": "A", "type_id": 0}}],
+         "pair": [bos, {"Sequence": {"id": "A", "type_id": 0}}, {"Sequence": {"id": "B", "type_id": 1}}],
+         "special_tokens": {"<|begin_of_text|>": {"id": "<|begin_of_text|>", "ids": [50257],
+                                                  "tokens": ["<|begin_of_text|>"]}}}]}
+    return j
+
+
 def fortune_files():
     """Every fortune file (Debian's fortunes package), .dat indexes and links left out."""
     files = sorted(f for f in glob.glob("/usr/share/games/fortunes/*")

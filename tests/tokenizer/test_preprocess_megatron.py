@@ -109,26 +109,11 @@ print(f"corpus: {len(lines)} JSON lines, {os.path.getsize(corpus) + os.path.gets
 
 # ---- tokenizers ----
 gpt2 = ByteLevelBPETokenizer(encoder_json, vocab_bpe)
-llama = json.loads(gpt2.to_str())
-llama["pre_tokenizer"] = {"type": "Sequence", "pretokenizers": [
-    {"type": "Split", "pattern": {"Regex": r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}|"
-                                           r" ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"},
-     "behavior": "Isolated", "invert": False},
-    {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": False}]}
-llama["model"]["ignore_merges"] = True
-added = lambda i, c: {"id": i, "content": c, "single_word": False, "lstrip": False, "rstrip": False,  # noqa: E731
-                      "normalized": False, "special": True}
-llama["added_tokens"] = [added(50256, "<|endoftext|>"), added(50257, "<|begin_of_text|>"), added(50258, "<|end_of_text|>")]
-llama["post_processor"] = {"type": "TemplateProcessing",
-                           "single": [{"SpecialToken": {"id": "<|begin_of_text|>", "type_id": 0}},
-                                      {"Sequence": {"id": "A", "type_id": 0}}],
-                           "pair": [{"Sequence": {"id": "A", "type_id": 0}}, {"Sequence": {"id": "B", "type_id": 1}}],
-                           "special_tokens": {"<|begin_of_text|>": {"id": "<|begin_of_text|>", "ids": [50257],
-                                                                    "tokens": ["<|begin_of_text|>"]}}}
+llama = oracle_env.llama3_style(json.loads(gpt2.to_str()))
 os.makedirs(path("llama"))
 tt.write(path("llama/tokenizer.json"), json.dumps(llama))
 tt.write(path("llama/tokenizer_config.json"), json.dumps({"eos_token": "<|end_of_text|>"}))
-big = dict(llama, added_tokens=llama["added_tokens"] + [added(70000, "<|big|>")])
+big = dict(llama, added_tokens=llama["added_tokens"] + [oracle_env.added_token(70000, "<|big|>")])
 tt.write(path("big.json"), json.dumps(big))
 
 cases = [

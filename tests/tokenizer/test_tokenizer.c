@@ -60,13 +60,10 @@ static size_t spell_byte(int b, char *out)
     return 2;
 }
 
-/* A vocabulary of the 256 bytes plus merged tokens of the merge list "l r" pairs (raw bytes,
- * ASCII letters only here); writes vocab.json and merges.txt. */
-static void write_gpt2(const char *const *merges, int n_merges, const char *vocab, const char *mf)
+/* "{" and the 256 byte tokens of a vocabulary object ("spelled byte": id), no closing brace. */
+static size_t byte_vocab(char *v)
 {
-    char *v = malloc(1 << 16), *m = malloc(1 << 16);
-    size_t vo = 0, mo = 0;
-    vo += (size_t)sprintf(v + vo, "{");
+    size_t vo = (size_t)sprintf(v, "{");
     for (int b = 0; b < 256; b++) {
         char s[4];
         size_t n = spell_byte(b, s);
@@ -77,6 +74,15 @@ static void write_gpt2(const char *const *merges, int n_merges, const char *voca
         vo += n;
         vo += (size_t)sprintf(v + vo, "\":%d", b);
     }
+    return vo;
+}
+
+/* A vocabulary of the 256 bytes plus merged tokens of the merge list "l r" pairs (raw bytes,
+ * ASCII letters only here); writes vocab.json and merges.txt. */
+static void write_gpt2(const char *const *merges, int n_merges, const char *vocab, const char *mf)
+{
+    char *v = malloc(1 << 16), *m = malloc(1 << 16);
+    size_t vo = byte_vocab(v), mo = 0;
     mo += (size_t)sprintf(m, "#version: 0.2\n");
     for (int i = 0; i < n_merges; i++) {
         const char *sp = strchr(merges[i], ' ');
@@ -233,17 +239,7 @@ static const char *hf_json =
 static char *hf_text(size_t *len)
 {
     char *v = malloc(8192), *out = malloc(16384);
-    size_t vo = (size_t)sprintf(v, "{");
-    for (int b = 0; b < 256; b++) {
-        char s[4];
-        size_t n = spell_byte(b, s);
-        vo += (size_t)sprintf(v + vo, "%s\"", b ? "," : "");
-        if (s[0] == '"' || s[0] == '\\')
-            v[vo++] = '\\';
-        memcpy(v + vo, s, n);
-        vo += n;
-        vo += (size_t)sprintf(v + vo, "\":%d", b);
-    }
+    size_t vo = byte_vocab(v);
     vo += (size_t)sprintf(v + vo, ",\"ab\":256,\"abc\":257,\"cab\":258}");
     const char *at = strstr(hf_json, "VOCAB");
     size_t head = (size_t)(at - hf_json);

@@ -18,7 +18,8 @@ Tokenizers compared:
                   pre-tokenizer (merges saved as pairs), and the same with each Split
                   behavior (Removed, MergedWithPrevious, MergedWithNext, Contiguous, inverted)
 The texts reach the references as Python's bytes.decode("utf-8", "replace") of the file. The
-10 MB line goes through gpt2-files and llama3-style (tokenizers takes ~7 s on it, one thread).
+10 MB line goes through gpt2-files and llama3-style vs tokenizers (which takes ~7 s on it, one
+thread); the other Split behaviors see the torture files.
 usage: test_tokenizer_oracle.py TOK_ENCODE WORKDIR VENV"""
 import json
 import os
@@ -35,13 +36,9 @@ import oracle_env  # noqa: E402
 import torture  # noqa: E402
 
 tok_encode, work, venv = sys.argv[1], sys.argv[2], sys.argv[3]
-LLAMA3_PATTERN = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}|"
-                  r" ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
 BLOOM_PATTERN = " ?[^(\\s|[.,!?\u2026\u3002\uff0c\u3001\u0964\u06d4\u060c])]+"
-GPT2_PATTERN = r"""'(?:[sdmt]|ll|ve|re)| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
 
 oracle_env.enter(venv)
-import tiktoken  # noqa: E402
 from tokenizers import ByteLevelBPETokenizer, Regex, Tokenizer, models, pre_tokenizers, decoders, trainers  # noqa: E402
 
 tt.fresh_dir(work)
@@ -49,24 +46,6 @@ tt.fresh_dir(work)
 
 def path(name):
     return os.path.join(work, name)
-
-
-def tiktoken_encoding(encoder_json, pattern, name, specials=None):
-    """tiktoken's gpt2 encoding (tiktoken_ext.openai_public.gpt2) from local files: ranks are
-    GPT-2's ids, tokens as raw bytes."""
-    bs = list(range(ord("!"), ord("~") + 1)) + list(range(0xA1, 0xAD)) + list(range(0xAE, 0x100))
-    cs, n = bs[:], 0
-    for b in range(256):
-        if b not in bs:
-            bs.append(b)
-            cs.append(256 + n)
-            n += 1
-    byte_of = {chr(c): b for b, c in zip(bs, cs)}
-    with open(encoder_json) as f:
-        enc = json.load(f)
-    ranks = {bytes(byte_of[c] for c in tok): i for tok, i in enc.items() if tok != "<|endoftext|>"}
-    return tiktoken.Encoding(name=name, pat_str=pattern, mergeable_ranks=ranks,
-                             special_tokens=specials or {"<|endoftext|>": 50256})
 
 
 def trident_ids(kind, vocab, merges, model, files, special=False):
@@ -122,7 +101,7 @@ theirs = [e.ids for e in hf.encode_batch(texts)]
 mine = trident_ids("GPT2BPETokenizer", encoder_json, vocab_bpe, None, files)
 if mine:
     compare("gpt2-files vs tokenizers", mine, theirs, texts, files, lambda ids: hf.decode(ids))
-    tik = tiktoken_encoding(encoder_json, GPT2_PATTERN, "gpt2")
+    tik = oracle_env.tiktoken_encoding(encoder_json)
     compare("gpt2-files vs tiktoken gpt2", mine, tik.encode_ordinary_batch(texts), texts, files, tik.decode)
 print(f"     ({time.time() - t0:.1f} s)")
 
@@ -138,33 +117,18 @@ if mine:
 
 # ---- llama3-style: Llama-3's pre-tokenizer, ignore_merges, added tokens, BOS template ----
 with open(path("gpt2-tokenizer.json")) as f:
-    j = json.load(f)
-j["pre_tokenizer"] = {"type": "Sequence", "pretokenizers": [
-    {"type": "Split", "pattern": {"Regex": LLAMA3_PATTERN}, "behavior": "Isolated", "invert": False},
-    {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": False}]}
-j["model"]["ignore_merges"] = True
-j["added_tokens"] += [
-    {"id": 50257, "content": "<|begin_of_text|>", "single_word": False, "lstrip": False, "rstrip": False,
-     "normalized": False, "special": True},
-    {"id": 50258, "content": "<|end_of_text|>", "single_word": False, "lstrip": False, "rstrip": False,
-     "normalized": False, "special": True}]
-j["post_processor"] = {"type": "Sequence", "processors": [
-    {"type": "ByteLevel", "add_prefix_space": True, "trim_offsets": False, "use_regex": True},
-    {"type": "TemplateProcessing",
-     "single": [{"SpecialToken": {"id": "<|begin_of_text|>", "type_id": 0}}, {"Sequence": {"id": "A", "type_id": 0}}],
-     "pair": [{"SpecialToken": {"id": "<|begin_of_text|>", "type_id": 0}}, {"Sequence": {"id": "A", "type_id": 0}},
-              {"SpecialToken": {"id": "<|begin_of_text|>", "type_id": 1}}, {"Sequence": {"id": "B", "type_id": 1}}],
-     "special_tokens": {"<|begin_of_text|>": {"id": "<|begin_of_text|>", "ids": [50257], "tokens": ["<|begin_of_text|>"]}}}]}
+    j = oracle_env.llama3_style(json.load(f))
 tt.write(path("llama3-style.json"), json.dumps(j))
 llama = Tokenizer.from_file(path("llama3-style.json"))
 t0 = time.time()
 mine = trident_ids("HFTokenizer", None, None, path("llama3-style.json"), files, special=True)
 if mine:
     compare("llama3-style vs tokenizers", mine, [e.ids for e in llama.encode_batch(texts)], texts, files, llama.decode)
-    tik3 = tiktoken_encoding(encoder_json, LLAMA3_PATTERN, "llama3-style",
+    tik3 = oracle_env.tiktoken_encoding(encoder_json, oracle_env.LLAMA3_PATTERN, "llama3-style",
                              {"<|endoftext|>": 50256, "<|begin_of_text|>": 50257, "<|end_of_text|>": 50258})
-    theirs = [[50257] + ids for ids in tik3.encode_batch(texts, allowed_special="all")]
-    compare("llama3-style vs tiktoken (Llama-3's pattern)", mine, theirs, texts, files, tik3.decode)
+    theirs = [[50257] + ids for ids in tik3.encode_batch(small_texts, allowed_special="all")]
+    compare("llama3-style vs tiktoken (Llama-3's pattern)", [mine[i] for i in small], theirs, small_texts,
+            small_files, tik3.decode)
 print(f"     ({time.time() - t0:.1f} s)")
 
 # ---- bloom-trained: trained here, Bloom's Split pattern, merges as pairs ----
@@ -173,12 +137,13 @@ bloom.pre_tokenizer = pre_tokenizers.Sequence([
     pre_tokenizers.Split(Regex(BLOOM_PATTERN), "isolated"),
     pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
 bloom.decoder = decoders.ByteLevel()
-bloom.train(fortunes, trainers.BpeTrainer(vocab_size=3000, special_tokens=["<unk>", "<s>", "</s>", "<pad>"],
+bloom.train(fortunes[:8], trainers.BpeTrainer(vocab_size=3000, special_tokens=["<unk>", "<s>", "</s>", "<pad>"],
                                           initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False))
 bloom.save(path("bloom-trained.json"))
 with open(path("bloom-trained.json")) as f:
     j = json.load(f)
 tt.check("the trained tokenizer saves its merges as pairs", isinstance(j["model"]["merges"][0], list))
+torture_small = [i for i, f in enumerate(files) if f in torture_files and i in small]
 for behavior, invert in [("Isolated", False), ("Removed", False), ("MergedWithPrevious", False),
                          ("MergedWithNext", False), ("Contiguous", False), ("Isolated", True), ("Removed", True)]:
     j["pre_tokenizer"]["pretokenizers"][0]["behavior"] = behavior
@@ -186,9 +151,11 @@ for behavior, invert in [("Isolated", False), ("Removed", False), ("MergedWithPr
     name = f"bloom-trained-{behavior}{'-inverted' if invert else ''}"
     tt.write(path(name + ".json"), json.dumps(j))
     ref = Tokenizer.from_file(path(name + ".json"))
-    mine = trident_ids("HFTokenizer", None, None, path(name + ".json"), small_files, special=True)
+    pick = small if behavior == "Isolated" and not invert else torture_small  # the others: torture only
+    use_files, use_texts = [files[i] for i in pick], [texts[i] for i in pick]
+    mine = trident_ids("HFTokenizer", None, None, path(name + ".json"), use_files, special=True)
     if mine:
-        compare(f"{name} vs tokenizers", mine, [e.ids for e in ref.encode_batch(small_texts)], small_texts,
-                small_files, ref.decode)
+        compare(f"{name} vs tokenizers", mine, [e.ids for e in ref.encode_batch(use_texts)], use_texts,
+                use_files, ref.decode)
 
 tt.finish("tokenizer oracle: all ids identical")
