@@ -202,7 +202,9 @@ static void test_schedules_in_flight(void **state)
     tr_config_free(&b);
 }
 
-/* Nearly equal stages and nearly free P2P: the simulated pipeline is the closed formula. */
+/* Nearly equal stages and nearly free P2P: the simulated pipeline is the closed formula (to
+ * 0.5%, interleaved 2%: the embedding and the output layer and loss make the first and last
+ * stage's chunk that holds them slightly slower). */
 static void test_pipeline_matches_formula(void **state)
 {
     (void)state;
@@ -226,10 +228,10 @@ static void test_pipeline_matches_formula(void **state)
         predict(&cfg, 4, r);
         double theory = k == 2 ? 3.0 / 19 : 3.0 / 11;
         assert_close(r->bubble_fraction_theory, theory, 1e-12);
-        assert_close(r->bubble_fraction, theory, 2e-3);
+        assert_close(r->bubble_fraction, theory, k == 2 ? 2e-2 : 5e-3);
         /* makespan = (M + P - 1)(tf + tb) for gpipe / 1f1b */
         if (k < 2)
-            assert_close(r->pipeline_s, 11 * (r->tf_s + r->tb_s), 2e-3);
+            assert_close(r->pipeline_s, 11 * (r->tf_s + r->tb_s), 5e-3);
         free(r);
         tr_config_free(&cfg);
     }
