@@ -1,6 +1,8 @@
-/* `trident plan CONFIG [--json] [--search] [--world-size W] [--set k=v]... [--tokens N]
- * [--calibrate METRICS.jsonl] [--top K]`: memory and step time of the config's layout on the
- * config's cluster, or the best layouts for it (plan/). */
+/* `trident plan CONFIG [--json] [--search] [--explain [--svg FILE]] [--world-size W]
+ * [--set k=v]... [--tokens N] [--calibrate METRICS.jsonl] [--gemm-table FILE] [--top K]`:
+ * memory and step time of the config's layout on the config's cluster, where they go, or the
+ * best layouts for it; `trident plan --references`: the planner against published runs
+ * (plan/). */
 #include "launch/commands.h"
 
 #include <errno.h>
@@ -21,6 +23,7 @@ static void plan_usage(FILE *f)
 {
     fprintf(f,
             "usage: trident plan CONFIG.yaml [options]\n"
+            "       trident plan --references\n"
             "\n"
             "Predict, without starting any rank, whether the config's layout fits in memory on\n"
             "the cluster its `cluster` section describes and how fast a step runs: memory per\n"
@@ -38,9 +41,19 @@ static void plan_usage(FILE *f)
             "                       --set cluster.preset=h100-80gb\n"
             "  --tokens N           tokens to train for the time estimate (e.g. 366e9, 366B,\n"
             "                       1.2T; default training.train_iters x global batch x seq)\n"
+            "  --explain            where the step goes on every stage (compute by kind,\n"
+            "                       exposed communication by group, bubble, optimizer) and\n"
+            "                       where the memory goes; parts add up to the step time\n"
+            "  --svg FILE           with --explain: the same as stacked bars in an SVG\n"
             "  --calibrate FILE     a run's metrics.jsonl (`trident train --run-dir`): take the\n"
             "                       cluster's gemm_efficiency from its measured ms_per_iter\n"
             "                       (same config and world size), then predict with it\n"
+            "  --dropout            time the layout as trained with dropout (Megatron's\n"
+            "                       default 0.1; trident trains without): its kernels' traffic\n"
+            "  --gemm-table FILE    measured GEMM times (benchmarks/gemm_shapes output) that\n"
+            "                       correct the GEMM model instead of the preset's table\n"
+            "  --references         no config: predict every published run the planner is\n"
+            "                       calibrated against and print the errors\n"
             "  -h, --help           this text\n"
             "\n"
             "Exit status: 0 a prediction was made (fitting or not), 1 runtime failure,\n"
@@ -76,6 +89,47 @@ static int parse_tokens(const char *text, double *out)
     return 0;
 }
 
+/* --explain: the prediction, then where its time and memory go (text or JSON), and the SVG. */
+static int run_explain(const tr_config *cfg, const tr_plan_cluster *cluster, int world_size,
+                       double tokens, int dropout, int json, const char *svg)
+{
+    tr_plan_result *r = tr_alloc(sizeof *r, "plan result");
+    if (!r)
+        return TR_ERR_NOMEM;
+    tr_plan_explain e = {0};
+    int w = 0;
+    tr_plan_layout L;
+    int rc = tr_plan_world(cluster, world_size, &w);
+    if (!rc)
+        rc = tr_plan_layout_from_config(cfg, w, &L);
+    L.dropout = dropout;
+    if (!rc)
+        rc = tr_plan_explain_layout(cfg, &L, w, cluster, tokens, r, &e);
+    if (!rc) {
+        if (json) {
+            tr_plan_write_explain_json(stdout, cfg, cluster, r, &e);
+        } else {
+            tr_plan_print(stdout, cfg, cluster, r);
+            tr_plan_print_explain(stdout, cluster, r, &e);
+        }
+    }
+    if (!rc && svg) {
+        FILE *f = fopen(svg, "w");
+        if (!f) {
+            rc = tr_fail(TR_ERR_IO, "cannot write %s: %s", svg, strerror(errno));
+        } else {
+            rc = tr_plan_write_explain_svg(f, cluster, r, &e, cfg->source);
+            if (fclose(f) && !rc)
+                rc = tr_fail(TR_ERR_IO, "writing %s failed: %s", svg, strerror(errno));
+            if (!rc && !json)
+                printf("chart: %s\n", svg);
+        }
+    }
+    tr_plan_explain_free(&e);
+    tr_free(r);
+    return rc;
+}
+
 /* Bad config, bad input file or unreadable file: 2; anything else: 1. */
 static int exit_code(int rc)
 {
@@ -84,7 +138,8 @@ static int exit_code(int rc)
 
 int tr_cmd_plan(int argc, char **argv)
 {
-    enum { JSON, SEARCH, TOP, WORLD, SET, TOKENS, CALIBRATE };
+    enum { JSON, SEARCH, TOP, WORLD, SET, TOKENS, CALIBRATE, EXPLAIN, SVG, GEMM_TABLE,
+           REFERENCES, DROPOUT };
     static const arg_opt options[] = {
         [JSON] = {"--json", ARG_FLAG},
         [SEARCH] = {"--search", ARG_FLAG},
@@ -93,13 +148,20 @@ int tr_cmd_plan(int argc, char **argv)
         [SET] = {"--set", ARG_VALUE},
         [TOKENS] = {"--tokens", ARG_VALUE},
         [CALIBRATE] = {"--calibrate", ARG_VALUE},
+        [EXPLAIN] = {"--explain", ARG_FLAG},
+        [SVG] = {"--svg", ARG_VALUE},
+        [GEMM_TABLE] = {"--gemm-table", ARG_VALUE},
+        [REFERENCES] = {"--references", ARG_FLAG},
+        [DROPOUT] = {"--dropout", ARG_FLAG},
         {NULL},
     };
     arg_parser a = {.cmd = "trident plan", .opts = options, .usage = plan_usage,
                  .unknown = "unknown option or missing value: '%s' (see trident plan --help)",
                  .argc = argc, .argv = argv};
-    const char *path = NULL, *calibrate = NULL, *sets[MAX_SETS], *v;
-    int n_sets = 0, json = 0, search = 0, top = 10, world = 0, rc = 0, o;
+    const char *path = NULL, *calibrate = NULL, *svg = NULL, *gemm_table = NULL, *sets[MAX_SETS],
+               *v;
+    int n_sets = 0, json = 0, search = 0, top = 10, world = 0, rc = 0, o, explain = 0,
+        references = 0, dropout = 0;
     double tokens = 0;
     while (!rc && (o = args_next(&a, &v)) != ARGS_END) {
         if (o == ARGS_HELP || o == ARGS_ERROR)
@@ -118,6 +180,16 @@ int tr_cmd_plan(int argc, char **argv)
             rc = parse_tokens(v, &tokens);
         else if (o == CALIBRATE)
             calibrate = v;
+        else if (o == EXPLAIN)
+            explain = 1;
+        else if (o == SVG)
+            svg = v;
+        else if (o == GEMM_TABLE)
+            gemm_table = v;
+        else if (o == REFERENCES)
+            references = 1;
+        else if (o == DROPOUT)
+            dropout = 1;
         else if (path)
             rc = args_error(&a, "one config file only (got '%s' and '%s')", path, v);
         else
@@ -125,8 +197,31 @@ int tr_cmd_plan(int argc, char **argv)
     }
     if (rc)
         return rc;
+    if (references) {
+        if (path) {
+            fprintf(stderr, "trident plan: --references takes no config (got '%s')\n", path);
+            return 2;
+        }
+        rc = tr_plan_print_references(stdout);
+        if (rc)
+            fprintf(stderr, "trident plan: %s\n", tr_errmsg());
+        return rc ? exit_code(rc) : 0;
+    }
     if (!path) {
         plan_usage(stderr);
+        return 2;
+    }
+    if (svg && !explain) {
+        fprintf(stderr, "trident plan: --svg needs --explain\n");
+        return 2;
+    }
+    if (dropout && search) {
+        fprintf(stderr, "trident plan: --dropout applies to one layout, not to --search\n");
+        return 2;
+    }
+    if (explain && search) {
+        fprintf(stderr, "trident plan: --explain and --search do not go together (explain one "
+                        "layout: the config's, or set it with --set)\n");
         return 2;
     }
     tr_config cfg;
@@ -136,7 +231,16 @@ int tr_cmd_plan(int argc, char **argv)
         return exit_code(rc);
     }
     tr_plan_cluster cluster;
+    tr_plan_gemm_row *table = NULL;
+    int n_table = 0;
     rc = tr_plan_cluster_from_config(&cfg, &cluster);
+    if (!rc && gemm_table) {
+        rc = tr_plan_gemm_table_read(gemm_table, &table, &n_table);
+        if (!rc) {
+            cluster.gemm_table = table;
+            cluster.n_gemm_table = n_table;
+        }
+    }
     if (!rc && calibrate) {
         double measured, eff;
         int n_points = 0;
@@ -155,9 +259,12 @@ int tr_cmd_plan(int argc, char **argv)
     if (rc) {
         fprintf(stderr, "trident plan: %s\n", tr_errmsg());
         tr_config_free(&cfg);
+        free(table);
         return exit_code(rc);
     }
-    if (search) {
+    if (explain) {
+        rc = run_explain(&cfg, &cluster, world, tokens, dropout, json, svg);
+    } else if (search) {
         tr_plan_search_result s;
         rc = tr_plan_search(&cfg, world, &cluster, &s);
         if (!rc) {
@@ -176,6 +283,7 @@ int tr_cmd_plan(int argc, char **argv)
             rc = tr_plan_world(&cluster, world, &w);
             if (!rc)
                 rc = tr_plan_layout_from_config(&cfg, w, &L);
+            L.dropout = dropout;
             if (!rc)
                 rc = tr_plan_evaluate(&cfg, &L, w, &cluster, 1, tokens, r);
         }
@@ -190,5 +298,6 @@ int tr_cmd_plan(int argc, char **argv)
     if (rc)
         fprintf(stderr, "trident plan: %s\n", tr_errmsg());
     tr_config_free(&cfg);
+    free(table);
     return rc ? exit_code(rc) : 0;
 }

@@ -6,40 +6,53 @@
 
 #include "core/core.h"
 #include "plan/plan.h"
+#include "plan/plan_internal.h"
 
 #define GIB (1024.0 * 1024.0 * 1024.0)
 
 const char *const tr_plan_preset_names[] = {"a100-80gb", "h100-80gb", "h200", "cpu-host", NULL};
 
-/* Figures per GPU unless said otherwise; bandwidths each direction.
- *  a100-80gb  DGX A100: 312 TFLOP/s dense bf16; NVLink 3 600 GB/s total = 300 GB/s each way;
- *             8 x 200 Gb/s HDR InfiniBand per node = 200 GB/s; 80 GiB HBM2e. Efficiency 0.6:
- *             Megatron's GPT-3 175B run (Narayanan et al. 2021: 1024 A100s, t 8, p 16,
- *             153 TFLOP/s per GPU) less this model's bubble and TP terms.
- *  h100-80gb  H100 SXM: 989 TFLOP/s dense bf16; NVLink 4 900 GB/s = 450 each way;
- *             8 x 400 Gb/s NDR = 400 GB/s per node; 79.6 GiB (81559 MiB). Efficiency 0.55:
- *             H100 runs of Megatron report 40-47% MFU.
- *  h200       H100's compute and links with 140.4 GiB (143771 MiB) of HBM3e.
+/* Figures per GPU unless said otherwise; bandwidths each direction. Sources: NVIDIA's
+ * A100 / H100 / H200 datasheets (peak dense bf16, HBM bandwidth, SMs from the architecture
+ * whitepapers), DGX A100 / DGX H100 system guides (NVLink per GPU, one 200 / 400 Gb/s NIC
+ * per GPU). The efficiencies are the device's, not a run's: gemm_efficiency is the top of the
+ * GEMM curve (a large square bf16 GEMM), hbm_efficiency what a streaming kernel reaches
+ * (STREAM-like copies), intra/inter_efficiency NCCL's bus bandwidth over the link's;
+ * tile_intensity and k_overhead shape the curve (plan/device.c). They were fitted once,
+ * within those physical ranges, against the published runs of plan/references.c
+ * (docs/planner.md).
+ *  a100-80gb  DGX A100: 108 SMs, 312 TFLOP/s, 2039 GB/s HBM2e; NVLink 3 600 GB/s total =
+ *             300 GB/s each way; 8 x 200 Gb/s HDR InfiniBand per node = 200 GB/s; 80 GiB.
+ *  h100-80gb  H100 SXM: 132 SMs, 989 TFLOP/s, 3350 GB/s HBM3; NVLink 4 900 GB/s = 450 each
+ *             way; 8 x 400 Gb/s NDR = 400 GB/s per node; 79.6 GiB (81559 MiB).
+ *  h200       H100's compute and links with 140.4 GiB (143771 MiB) of HBM3e at 4800 GB/s.
  *  cpu-host   this development machine: 2 cores, OpenBLAS fp32 GEMM ~240 GFLOP/s with
  *             OPENBLAS_CORETYPE=SkylakeX for the whole node, shared by 8 rank processes;
- *             UCX shared memory ~4 GB/s; 24 GiB RAM shared by the ranks. */
+ *             UCX shared memory ~4 GB/s; 24 GiB RAM shared by the ranks. No shape model:
+ *             FLOPs / (peak x gemm_efficiency). */
 static const tr_plan_cluster presets[] = {
     {.preset = "a100-80gb", .device = TR_PLAN_DEVICE_GPU, .nodes = 1, .gpus_per_node = 8,
      .memory_bytes = 80 * GIB, .reserved_bytes = 2 * GIB, .peak_flops = 312e12,
-     .gemm_efficiency = 0.6, .intra_bw = 300e9, .intra_latency = 5e-6, .inter_bw = 200e9,
-     .inter_latency = 10e-6},
+     .gemm_efficiency = 0.75, .intra_bw = 300e9, .intra_latency = 5e-6, .inter_bw = 200e9,
+     .inter_latency = 10e-6, .sms = 108, .tile_intensity = 48, .k_overhead = 64,
+     .hbm_bw = 2039e9, .hbm_efficiency = 0.7, .kernel_overhead_s = 3e-6,
+     .intra_efficiency = 0.77, .inter_efficiency = 0.9},
     {.preset = "h100-80gb", .device = TR_PLAN_DEVICE_GPU, .nodes = 1, .gpus_per_node = 8,
      .memory_bytes = 79.6 * GIB, .reserved_bytes = 2 * GIB, .peak_flops = 989e12,
-     .gemm_efficiency = 0.55, .intra_bw = 450e9, .intra_latency = 5e-6, .inter_bw = 400e9,
-     .inter_latency = 10e-6},
+     .gemm_efficiency = 0.67, .intra_bw = 450e9, .intra_latency = 5e-6, .inter_bw = 400e9,
+     .inter_latency = 10e-6, .sms = 132, .tile_intensity = 80, .k_overhead = 64,
+     .hbm_bw = 3350e9, .hbm_efficiency = 0.7, .kernel_overhead_s = 3e-6,
+     .intra_efficiency = 0.8, .inter_efficiency = 0.9},
     {.preset = "h200", .device = TR_PLAN_DEVICE_GPU, .nodes = 1, .gpus_per_node = 8,
      .memory_bytes = 140.4 * GIB, .reserved_bytes = 2 * GIB, .peak_flops = 989e12,
-     .gemm_efficiency = 0.55, .intra_bw = 450e9, .intra_latency = 5e-6, .inter_bw = 400e9,
-     .inter_latency = 10e-6},
+     .gemm_efficiency = 0.67, .intra_bw = 450e9, .intra_latency = 5e-6, .inter_bw = 400e9,
+     .inter_latency = 10e-6, .sms = 132, .tile_intensity = 80, .k_overhead = 64,
+     .hbm_bw = 4800e9, .hbm_efficiency = 0.7, .kernel_overhead_s = 3e-6,
+     .intra_efficiency = 0.8, .inter_efficiency = 0.9},
     {.preset = "cpu-host", .device = TR_PLAN_DEVICE_CPU, .nodes = 1, .gpus_per_node = 8,
      .memory_bytes = 24 * GIB, .reserved_bytes = 0.1 * GIB, .peak_flops = 240e9,
      .gemm_efficiency = 0.5, .intra_bw = 4e9, .intra_latency = 20e-6, .inter_bw = 1e9,
-     .inter_latency = 50e-6},
+     .inter_latency = 50e-6, .intra_efficiency = 1, .inter_efficiency = 1},
 };
 
 int tr_plan_cluster_preset(const char *name, tr_plan_cluster *out)
@@ -47,6 +60,7 @@ int tr_plan_cluster_preset(const char *name, tr_plan_cluster *out)
     for (size_t i = 0; i < sizeof presets / sizeof presets[0]; i++)
         if (name && !strcmp(presets[i].preset, name)) {
             *out = presets[i];
+            tr_plan_attach_gemm_table(out);
             return TR_OK;
         }
     return tr_fail(TR_ERR_CONFIG,
@@ -75,6 +89,7 @@ int tr_plan_cluster_from_config(const tr_config *cfg, tr_plan_cluster *out)
         snprintf(out->preset, sizeof out->preset, "custom");
         out->nodes = 1;
         out->gemm_efficiency = 0.5;
+        out->intra_efficiency = out->inter_efficiency = 1; /* no shape model (sms 0) */
     }
     int custom = 0;
     if (k->nodes > 0)

@@ -54,36 +54,87 @@
  *   backward twice that, the logits 2bshV forward. Model FLOPs = 3 x forward; hardware adds
  *   the recompute: full = one more forward of every layer (96Bslh^2(1 + s/6h + V/16lh) per
  *   step), selective = the attention core again (4bs^2h per layer). Each rank does 1/t.
- * Time, per rank (R = peak x gemm_efficiency; device cpu: / ranks on the node):
- *   tf_r  = layers_r x ((24bsh^2 + 4bs^2h)/t / R + 2 AR_tp) [+ first: AR_tp (vocab-parallel
- *           embedding)] [+ last: 2bshV/t / R]                    (per chunk: / v)
- *   tb_r  = layers_r x (2 x forward FLOPs/t / R + 2 AR_tp + recompute) [+ last: 4bshV/t / R
- *           + AR_tp]; recompute full = forward FLOPs/t / R + 2 AR_tp, selective = 4bs^2h/t / R
- *   AR_tp = ring all-reduce of the activation 2sbh bytes (4 for fp32) over the TP group
- *           (sequence parallel moves the same bytes as all-gather + reduce-scatter)
- *   ring collectives over n ranks, S bytes: all-reduce 2(n-1)/n S/bw + 2(n-1) lat;
+ * Time (GPU presets: a shape model of every kernel; device cpu and a custom GPU without a
+ * preset: FLOPs / (peak x gemm_efficiency), ranks on a node sharing the peak, nothing else):
+ *   GEMM (M, N, K, batch), bf16 operands (Megatron / cuBLASLt): the best of the tiles
+ *           {256x128, 128x256, 128x128, 256x64, 64x256, 128x64, 64x128, 64x64} and split-K
+ *           1..16 of  max(compute, memory) + kernel_overhead, where
+ *           compute = ceil(tiles x split / SMs) waves x 2 tm tn (K/split + k_overhead) /
+ *                     (peak/SMs x gemm_efficiency x min(1, I_tile / tile_intensity)),
+ *                     I_tile = tm tn / (tm + tn) FLOP per byte a tile loads (tile
+ *                     quantisation: partial tiles cost whole ones; wave quantisation: a
+ *                     partial wave costs a whole one);
+ *           memory  = 2 batch (MK + KN + MN) bytes (+ fp32 split-K partials) / (HBM bw x
+ *                     hbm_efficiency), the regime of thin matrices (attention scores at
+ *                     head dim 64-128, small micro-batches).
+ *           gemm_efficiency is the top of the curve (a large square GEMM). A measured table
+ *           (benchmarks/gemm_shapes, plan/gemm/PRESET.inc, or --gemm-table) corrects the
+ *           curve by the measured/model ratio of the nearest measured shapes.
+ *   streaming kernels (layernorm, GeLU, bias, dropout, residual, softmax, loss, AdamW):
+ *           bytes moved / (HBM bw x hbm_efficiency) + kernel_overhead.
+ *   One layer, one micro-batch, one rank (T = b s tokens, e = 2 bytes (4 fp32), R = T h e
+ *   (/t with SP) the layernorm-region tensor, S = b a/t s^2 attention scores):
+ *     forward  GEMMs QKV (T, 3h/t, h), projection (T, h, h/t), fc1 (T, 4h/t, h),
+ *              fc2 (T, h, 4h/t); attention: scores (s, s, h/a) and context (s, h/a, s) over
+ *              b a/t batches, softmax 2S e (+ dropout 2S e + S mask); element-wise
+ *              2 layernorms 2R each, 2 bias-dropout-adds 3R (+R/e mask), bias-GeLU
+ *              2 x 4Th/t e; TP: 2 all-reduces of T h e (SP: all-gather + reduce-scatter).
+ *     backward each GEMM twice (input gradient (M, K, N), weight gradient (K, N, M)), the
+ *              streaming kernels with 1.5x their forward bytes (softmax: 3S e, dropout
+ *              2S e + S), bias gradients, 2 TP all-reduces; plus the recompute: full = the
+ *              whole forward again (its TP all-reduces too), selective = the attention core.
+ *     grad_accum_fused 0 (Megatron 2021): + every weight's gradient added into the fp32
+ *              buffer per micro-batch (10 bytes per weight).
+ *     first stage: embedding lookup, position add, vocab-parallel all-reduce; last stage:
+ *              final layernorm, logits GEMM (T, V/t, h) and its two backward GEMMs, the
+ *              cross-entropy streaming T V/t fp32 logits (16 bytes forward, 12 backward).
+ *   dropout: the layout's `dropout` flag (trident trains without; Megatron's GPT scripts use
+ *           0.1 on attention probabilities and hidden states).
+ *   collectives over n ranks, S bytes (ring): all-reduce 2(n-1)/n S/bw + 2(n-1) lat;
  *           reduce-scatter and all-gather (n-1)/n S/bw + (n-1) lat; P2P S/bw + lat.
- *   link  = intra-node (bw per GPU) if the group lies in one node, else inter-node with the
- *           node's bandwidth shared by its ranks (inter_bw / ranks per node); block placement
- *           as in topo/ (rank r on node r / gpus_per_node).
- *   pipeline: tr_pp_simulate(schedule op lists, tf_r, tb_r, P2P of the activation sbh x 2
- *           bytes (/t with SP) over the adjacent-stage link) -> per-stage end times.
+ *           bw = link x efficiency (NCCL's bus bandwidth): intra-node intra_bw x
+ *           intra_efficiency per GPU; inter-node the node's inter_bw x inter_efficiency
+ *           shared by every rank of the node running the same collective at once: a group
+ *           with k members on each node gets k/ranks_per_node of it (so DP over 32 GPUs of 4
+ *           nodes gets 8x what DP over one GPU per node gets). Block placement as in topo/.
+ *   pipeline: the pp/ op lists of the schedule, event-simulated (batched rendezvous, or
+ *           rendezvous one op at a time when p2p_batched is 0: the semantics of
+ *           tr_pp_simulate, by plan/'s own allocation-free engine, checked against
+ *           tr_pp_simulate by the tests), with the per-stage forward/backward times
+ *           above and a P2P cost per pair of adjacent stages: T h e bytes (/t with SP) over
+ *           the link between them; when TP > 1 without SP and the pair is on different
+ *           nodes, Megatron's scatter/gather: each TP rank sends 1/t over its own NIC and
+ *           the receiver all-gathers over NVLink. The output layer and loss make the last
+ *           stage slower, the embedding the first: the simulation puts them on the critical
+ *           path.
  *   DP: gradients 4 bytes x params_r in the n buckets dp/ makes of the stage's buffer
  *           (tr_dp_layout with ddp_bucket_size_mb in MiB, 2^20 bytes, and the tied
  *           embedding copies aligned as the engine passes them; each timed as 4 params_r / n
  *           bytes), all-reduced (ZeRO-1: reduce-scattered) over the DP group while the LAST
  *           backward of the stage runs (bucket k is ready at k/n of it; buckets go one at a
- *           time); what outlasts that backward is exposed. Without overlap_grad_reduce all of
- *           it is. A bucket size dp/ refuses (more than TR_DP_MAX_BUCKETS buckets) is
- *           TR_ERR_CONFIG, as training would be.
+ *           time) at the bandwidth left by the TP and P2P traffic of that backward on the
+ *           same link (collectives sharing a link slow each other); what outlasts that
+ *           backward is exposed. Without overlap_grad_reduce all of it is. A bucket size dp/
+ *           refuses (more than TR_DP_MAX_BUCKETS buckets) is TR_ERR_CONFIG, as training
+ *           would be.
  *   step  = max_r (end of stage r, DP done) + tied-embedding all-reduce (p > 1; 4Vh/t bytes
- *           between the first and last stage) + ZeRO-1 parameter all-gather (w x params_r).
+ *           between the first and last stage) + max_r optimizer step (AdamW streaming
+ *           34 bytes per element of the shard in bf16, 32 in fp32, + zeroing 4 bytes per
+ *           gradient) + ZeRO-1 parameter all-gather (w x params_r).
  *   tokens/s = B s / step; TFLOP/s per GPU = FLOPs per step / step / W (hardware and model);
  *   MFU = model FLOP/s per rank / peak.
- * Not modelled: the optimizer step, kernel launch overheads, overlap of TP communication with
- * compute, contention between collectives of different groups, memory fragmentation beyond
- * `reserved`. gemm_efficiency stands for everything that makes a layer's compute slower than
- * its FLOPs at peak (non-GEMM kernels included): --calibrate measures it. */
+ *   tr_plan_explain() splits the step of every stage into parts that add up to it: compute
+ *   by kind (GEMM, attention, element-wise, recompute, output layer + loss, embedding),
+ *   exposed communication by group (TP, PP, DP, embedding sync, ZeRO-1 gather), optimizer,
+ *   pipeline bubble (waiting on other stages inside the schedule) and idle (waiting for the
+ *   slowest stage at the step's synchronisation points).
+ * Calibration: the presets' efficiencies (gemm_efficiency, hbm_efficiency, link
+ * efficiencies, k_overhead, tile_intensity) are physical constants of the device, set from
+ * published curves and fitted once against the published runs in plan/references.c
+ * (tr_plan_references; docs/planner.md lists them with sources and errors), never per run.
+ * `--calibrate` solves for gemm_efficiency alone from a measured step time.
+ * Not modelled: overlap of TP communication with compute, flash attention, CPU-side
+ * launch stalls of a Python framework, memory fragmentation beyond `reserved`. */
 #ifndef TR_PLAN_H
 #define TR_PLAN_H
 
@@ -110,7 +161,36 @@ typedef struct {
     double intra_latency;    /* s */
     double inter_bw;         /* bytes/s per NODE, each direction (all its NICs together) */
     double inter_latency;    /* s */
+    /* The device's kernel model (presets; 0 = no shape model: FLOPs / (peak x efficiency)) */
+    int sms;                 /* streaming multiprocessors */
+    double tile_intensity;   /* FLOP per byte a GEMM tile must reuse to run at full rate */
+    double k_overhead;       /* a tile's prologue and epilogue, in K elements */
+    double hbm_bw;           /* bytes/s of device memory */
+    double hbm_efficiency;   /* fraction of hbm_bw a streaming kernel reaches */
+    double kernel_overhead_s; /* per kernel: launch and the gap between kernels */
+    double intra_efficiency, inter_efficiency; /* NCCL bus bandwidth / link bandwidth */
+    /* Measured GEMM times (benchmarks/gemm_shapes) that correct the shape model; NULL: the
+     * preset's compiled-in table (plan/gemm/PRESET.inc; may be empty). */
+    const struct tr_plan_gemm_row *gemm_table;
+    int n_gemm_table;
 } tr_plan_cluster;
+
+/* One measured GEMM: C (M x N) = A (M x K) B (K x N), `batch` of them, bf16 in and out,
+ * fp32 accumulation; seconds per call. */
+typedef struct tr_plan_gemm_row {
+    double m, n, k, batch, seconds;
+} tr_plan_gemm_row;
+
+/* Seconds of one GEMM / one streaming kernel on the cluster's device (the models above). */
+double tr_plan_gemm_s(const tr_plan_cluster *c, double m, double n, double k, double batch);
+double tr_plan_stream_s(const tr_plan_cluster *c, double bytes);
+/* The analytic curve alone (no measured correction): what the table is compared with. */
+double tr_plan_gemm_model_s(const tr_plan_cluster *c, double m, double n, double k,
+                            double batch);
+/* A measured table as benchmarks/gemm_shapes prints it ("{M, N, K, batch, seconds},"
+ * lines; comments and blank lines ignored): *rows malloc'd (free()), TR_ERR_IO /
+ * TR_ERR_INVALID naming the file and line. */
+TR_MUST_CHECK int tr_plan_gemm_table_read(const char *path, tr_plan_gemm_row **rows, int *n);
 
 /* Names of the presets, NULL-terminated. */
 extern const char *const tr_plan_preset_names[];
@@ -147,7 +227,25 @@ typedef struct {
                               * gradients per bucket, dp/'s meaning; 0 = one bucket */
     int overlap_grad_reduce;
     tr_topo_order order;
+    int dropout;             /* dropout on attention probabilities and hidden states (0: none,
+                              * trident's training; Megatron's scripts: 1; --dropout) */
+    /* The software running the layout (cluster.runtime, tr_plan_runtime_apply): */
+    int scatter_gather;      /* Megatron's P2P scatter/gather across TP ranks */
+    int grad_accum_fused;    /* weight-gradient GEMMs accumulate into the fp32 gradients
+                              * (trident, Megatron since 2022); 0: an extra add of every
+                              * weight's gradient per micro-batch (Megatron 2021, DeepSpeed) */
+    int p2p_batched;         /* a schedule step's sends and receives posted together (trident,
+                              * Megatron); 0: one blocking send/recv at a time (DeepSpeed's
+                              * pipeline engine) */
 } tr_plan_layout;
+
+/* cluster.runtime into L's software flags:
+ *   trident        batched P2P of whole tensors, fused gradient accumulation (default)
+ *   megatron       batched P2P with scatter/gather, fused accumulation (Megatron-LM 2022-)
+ *   megatron-2021  batched P2P with scatter/gather, unfused accumulation (SC21's code)
+ *   deepspeed      one blocking send/recv at a time of whole tensors, unfused accumulation
+ * NULL or "" = trident; anything else TR_ERR_CONFIG naming the values. */
+TR_MUST_CHECK int tr_plan_runtime_apply(const char *runtime, tr_plan_layout *L);
 
 /* From the config's parallel/training sections and a world size (>= 1): TR_ERR_CONFIG when W
  * is not a multiple of TP x PP (message names the values). */
@@ -223,6 +321,7 @@ typedef struct {
     double dp_comm_s, dp_exposed_s;  /* gradient reduction, total and not hidden */
     int dp_buckets;                  /* buckets of the stage with the most (dp/'s layout) */
     double embed_sync_s, param_gather_s;
+    double optimizer_s;              /* the slowest stage's optimizer step */
     tr_plan_link tp_link, pp_link, dp_link;
     double compute_rate;             /* FLOP/s per rank used for compute */
     /* throughput */
@@ -234,6 +333,38 @@ typedef struct {
     double mfu;
     double train_tokens, time_to_train_s;
 } tr_plan_result;
+
+/* Where a stage's step goes (tr_plan_explain): compute by kind, exposed communication by
+ * group, the optimizer, waits. Per stage the parts add up to the step time. */
+typedef enum {
+    TR_PLAN_PART_GEMM = 0,    /* the linear layers' GEMMs (QKV, projection, MLP) */
+    TR_PLAN_PART_ATTENTION,   /* attention core: score/context GEMMs, softmax, its dropout */
+    TR_PLAN_PART_ELEMENTWISE, /* layernorms, GeLU, biases, dropout, residual adds */
+    TR_PLAN_PART_RECOMPUTE,   /* forward work repeated in backward (full / selective) */
+    TR_PLAN_PART_OUTPUT,      /* final layernorm, output layer and loss (last stage) */
+    TR_PLAN_PART_EMBEDDING,   /* embedding lookup and its gradient (first stage) */
+    TR_PLAN_PART_TP,          /* tensor-parallel collectives (not overlapped) */
+    TR_PLAN_PART_PP,          /* pipeline sends/receives while they transfer */
+    TR_PLAN_PART_DP,          /* gradient reduction not hidden behind backward */
+    TR_PLAN_PART_EMBED_SYNC,  /* tied-embedding all-reduce (first and last stage) */
+    TR_PLAN_PART_ZERO_GATHER, /* ZeRO-1 parameter all-gather */
+    TR_PLAN_PART_OPTIMIZER,   /* AdamW step and zeroing gradients */
+    TR_PLAN_PART_BUBBLE,      /* waiting on other stages inside the pipeline schedule */
+    TR_PLAN_PART_IDLE,        /* waiting for slower stages at the step's sync points */
+    TR_PLAN_PARTS
+} tr_plan_part;
+
+/* "gemm", "attention", ... (snake case, the JSON keys); label: words for people. */
+const char *tr_plan_part_name(tr_plan_part p);
+const char *tr_plan_part_label(tr_plan_part p);
+
+typedef struct {
+    int P;
+    double step_time_s;
+    double *parts;          /* [P x TR_PLAN_PARTS]: seconds per step of stage s, part k at
+                             * parts[s * TR_PLAN_PARTS + k] */
+    tr_plan_memory *memory; /* [P]: memory of each stage by part */
+} tr_plan_explain;
 
 /* Memory and time of `layout` for cfg's model on `cluster` with `world` ranks. When
  * time == 0 only the memory part (and the layout/fit fields) is filled (the search's
@@ -248,6 +379,43 @@ TR_MUST_CHECK int tr_plan_evaluate(const tr_config *cfg, const tr_plan_layout *l
 TR_MUST_CHECK int tr_plan_world(const tr_plan_cluster *cluster, int world_size, int *world);
 TR_MUST_CHECK int tr_plan_predict(const tr_config *cfg, int world_size, const tr_plan_cluster *cluster,
                     tr_plan_result *out);
+
+/* The prediction (as tr_plan_evaluate with time) and where its time and memory go, stage by
+ * stage; free with tr_plan_explain_free. */
+TR_MUST_CHECK int tr_plan_explain_layout(const tr_config *cfg, const tr_plan_layout *layout,
+                                         int world, const tr_plan_cluster *cluster,
+                                         double train_tokens, tr_plan_result *result,
+                                         tr_plan_explain *out);
+void tr_plan_explain_free(tr_plan_explain *e);
+/* Sum of stage s's parts (equals step_time_s). */
+double tr_plan_explain_stage_total(const tr_plan_explain *e, int stage);
+
+/* ---- published references (plan/references.c; docs/planner.md) ---- */
+
+typedef enum {
+    TR_PLAN_METRIC_TFLOPS = 0, /* hardware TFLOP/s per GPU (recompute counted) */
+    TR_PLAN_METRIC_STEP_S = 1  /* seconds per iteration */
+} tr_plan_metric;
+
+typedef struct {
+    const char *name;     /* "Megatron GPT 1.7B" */
+    const char *source;   /* paper, table and URL */
+    const char *yaml;     /* the run as a trident config (model, parallel, training, cluster
+                           * with the run's runtime) */
+    int dropout;          /* the run's dropout (tr_plan_layout.dropout) */
+    tr_plan_metric metric;
+    double published;     /* in the metric's unit */
+} tr_plan_reference;
+
+extern const tr_plan_reference tr_plan_references[];
+extern const int tr_plan_n_references;
+
+/* Predict reference i: *predicted in the reference's metric, *error = predicted throughput
+ * / published throughput - 1 (for a step time: published / predicted - 1). */
+TR_MUST_CHECK int tr_plan_reference_predict(const tr_plan_reference *ref, tr_plan_result *result,
+                                            double *predicted, double *error);
+/* The table of every reference (predicted, published, error; median and worst) as text. */
+TR_MUST_CHECK int tr_plan_print_references(FILE *f);
 
 /* ---- calibration ---- */
 
@@ -299,5 +467,14 @@ void tr_plan_print_search(FILE *f, const tr_config *cfg, const tr_plan_cluster *
                           const tr_plan_search_result *s, int top);
 void tr_plan_write_search_json(FILE *f, const tr_config *cfg, const tr_plan_cluster *c,
                                const tr_plan_search_result *s, int top);
+/* --explain: the table of where each stage's step and memory go; JSON of the same; an SVG
+ * of stacked bars (one per stage: time parts, then memory parts), in the sweep's style. */
+void tr_plan_print_explain(FILE *f, const tr_plan_cluster *c, const tr_plan_result *r,
+                           const tr_plan_explain *e);
+void tr_plan_write_explain_json(FILE *f, const tr_config *cfg, const tr_plan_cluster *c,
+                                const tr_plan_result *r, const tr_plan_explain *e);
+TR_MUST_CHECK int tr_plan_write_explain_svg(FILE *f, const tr_plan_cluster *c,
+                                            const tr_plan_result *r, const tr_plan_explain *e,
+                                            const char *title);
 
 #endif

@@ -2,14 +2,39 @@
  * the formulas (formulas.c) and the pp/ event simulation of the schedule's op lists. */
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "core/core.h"
 #include "dp/dp.h"
 #include "model/gpt.h"
 #include "plan/plan.h"
+#include "plan/plan_internal.h"
 
 #define GIB (1024.0 * 1024.0 * 1024.0)
+
+int tr_plan_runtime_apply(const char *runtime, tr_plan_layout *L)
+{
+    static const struct {
+        const char *name;
+        int p2p_batched, scatter_gather, grad_accum_fused;
+    } runtimes[] = {
+        {"trident", 1, 0, 1},       /* pp/'s runner: batched, whole tensors; GEMMs into fp32 */
+        {"megatron", 1, 1, 1},      /* Megatron-LM since 2022 */
+        {"megatron-2021", 1, 1, 0}, /* Megatron-LM of the SC21 paper */
+        {"deepspeed", 0, 0, 0},     /* DeepSpeed's pipeline engine and bf16/fp16 optimizer */
+    };
+    const char *r = runtime && *runtime ? runtime : "trident";
+    for (size_t i = 0; i < sizeof runtimes / sizeof runtimes[0]; i++)
+        if (!strcmp(r, runtimes[i].name)) {
+            L->p2p_batched = runtimes[i].p2p_batched;
+            L->scatter_gather = runtimes[i].scatter_gather;
+            L->grad_accum_fused = runtimes[i].grad_accum_fused;
+            return TR_OK;
+        }
+    return tr_fail(TR_ERR_CONFIG, "unknown cluster.runtime '%s'; allowed: trident, megatron, "
+                   "megatron-2021, deepspeed", r);
+}
 
 int tr_plan_layout_from_config(const tr_config *cfg, int world, tr_plan_layout *out)
 {
@@ -39,6 +64,10 @@ int tr_plan_layout_from_config(const tr_config *cfg, int world, tr_plan_layout *
     out->bf16 = t->precision && !strcmp(t->precision, "bf16");
     out->bucket_size_mb = p->ddp_bucket_size_mb;
     out->overlap_grad_reduce = p->overlap_grad_reduce;
+    out->dropout = 0; /* trident trains without dropout */
+    rc = tr_plan_runtime_apply(cfg->cluster.runtime, out);
+    if (rc)
+        return tr_fail_context(rc, "%s", tr_config_where(cfg, "cluster.runtime"));
     rc = tr_topo_parse_order(p->order, &out->order);
     if (rc)
         return rc;
@@ -78,7 +107,7 @@ typedef struct {
  * copies aligned as the engine passes them when P > 1: tensors lie in reverse forward order,
  * so the first stage's wte ends its buffer and the last stage's copy starts it. */
 static int stage_dp_layout(const tr_config *cfg, const tr_plan_layout *L, int vocab_padded,
-                           int st, stage_dp *out)
+                           int st, tr_plan_ws *ws, stage_dp *out)
 {
     size_t n = (size_t)out->params;
     size_t wte = (size_t)vocab_padded * (size_t)cfg->model.hidden_size / (size_t)L->tp;
@@ -86,9 +115,24 @@ static int stage_dp_layout(const tr_config *cfg, const tr_plan_layout *L, int vo
                        .overlap_grad_reduce = L->overlap_grad_reduce,
                        .distributed_optimizer = L->distributed_optimizer};
     tr_dp_range al = {st == 0 ? n - wte : 0, wte};
-    if (L->pp > 1 && (st == 0 || st == L->pp - 1)) {
+    int aligned = L->pp > 1 && (st == 0 || st == L->pp - 1);
+    if (aligned) {
         dc.aligned = &al;
         dc.n_aligned = 1;
+    }
+    /* the search asks for the same layouts again (recompute variants): remember them */
+    struct plan_dp_memo key = {1, L->dp, L->distributed_optimizer, L->overlap_grad_reduce, 0,
+                               L->bucket_size_mb, n, aligned ? al.offset : 0,
+                               aligned ? al.count : 0, 0};
+    size_t h = (n * 31 + (size_t)L->dp * 7 + (size_t)key.zero * 3 + (size_t)key.overlap +
+                key.al_start * 13 + (size_t)(L->bucket_size_mb * 1000)) % 256;
+    struct plan_dp_memo *m = &ws->dp_memo[h];
+    if (m->used && m->dp == key.dp && m->zero == key.zero && m->overlap == key.overlap &&
+        m->bucket_mb == key.bucket_mb && m->n == key.n && m->al_start == key.al_start &&
+        m->al_len == key.al_len) {
+        out->n_buckets = m->n_buckets;
+        out->shard = (double)m->shard;
+        return TR_OK;
     }
     size_t shard = 0;
     int rc = tr_dp_layout(&dc, n, L->dp, 0, &out->n_buckets, &shard);
@@ -96,27 +140,35 @@ static int stage_dp_layout(const tr_config *cfg, const tr_plan_layout *L, int vo
         return tr_fail_context(rc, "%s: pipeline stage %d (%zu gradient elements per rank)",
                                tr_config_where(cfg, "parallel.ddp_bucket_size_mb"), st, n);
     out->shard = (double)shard;
+    key.n_buckets = out->n_buckets;
+    key.shard = shard;
+    *m = key;
     return TR_OK;
 }
 
-/* Bandwidth and latency a rank sees on a link. */
-static void link_figures(const tr_plan_cluster *c, tr_plan_link l, int ranks_per_node,
-                         double *bw, double *lat)
-{
-    if (l == TR_PLAN_LINK_INTER) {
-        *bw = c->inter_bw / ranks_per_node;
-        *lat = c->inter_latency;
-    } else {
-        *bw = c->intra_bw;
-        *lat = c->intra_latency;
-    }
-}
+/* How a group of `size` ranks sits on the nodes: the link it uses and the bandwidth one
+ * member sees. Inter-node: the node's NICs are shared by every rank of the node running the
+ * same kind of collective at once, a group with k members per node getting k of them. */
+typedef struct {
+    tr_plan_link link;
+    double bw, lat;
+} link_view;
 
-static tr_plan_link group_link(const tr_node_report *rep, tr_group_kind k, int size)
+static link_view view_of(const tr_plan_cluster *c, tr_plan_link l, int members_per_node,
+                         int ranks_per_node)
 {
-    if (size <= 1)
-        return TR_PLAN_LINK_NONE;
-    return rep->max_nodes[k] > 1 ? TR_PLAN_LINK_INTER : TR_PLAN_LINK_INTRA;
+    link_view v = {l, 0, 0};
+    double ie = c->intra_efficiency > 0 ? c->intra_efficiency : 1.0;
+    double xe = c->inter_efficiency > 0 ? c->inter_efficiency : 1.0;
+    if (l == TR_PLAN_LINK_INTER) {
+        int k = members_per_node < 1 ? 1 : members_per_node;
+        v.bw = c->inter_bw * xe * k / ranks_per_node;
+        v.lat = c->inter_latency;
+    } else {
+        v.bw = c->intra_bw * ie;
+        v.lat = c->intra_latency;
+    }
+    return v;
 }
 
 static double gib(double b) { return b / GIB; }
@@ -166,7 +218,7 @@ static void explain_memory(const tr_plan_result *r, const tr_plan_cluster *c, ch
  * sd[P]: their parameters and optimizer shards. */
 static void memory_model(const tr_config *cfg, const tr_plan_cluster *c,
                          const tr_pp_partition *part, const int *peaks, const stage_dp *sd,
-                         int ranks_per_node, tr_plan_result *r)
+                         int ranks_per_node, tr_plan_result *r, tr_plan_memory *per_stage)
 {
     const tr_model_config *m = &cfg->model;
     const tr_plan_layout *L = &r->layout;
@@ -205,6 +257,8 @@ static void memory_model(const tr_config *cfg, const tr_plan_cluster *c,
         mm.total = mm.weights + mm.grads + mm.optimizer + mm.activations + mm.recompute +
                    mm.embedding + mm.loss + mm.reserved;
         r->stage_memory[st] = mm.total;
+        if (per_stage)
+            per_stage[st] = mm;
         if (mm.total > worst) {
             worst = mm.total;
             r->memory = mm;
@@ -217,225 +271,263 @@ static void memory_model(const tr_config *cfg, const tr_plan_cluster *c,
 }
 
 typedef struct {
-    double tf[TR_PP_MAX_STAGES], tb[TR_PP_MAX_STAGES]; /* per micro-batch, whole stage */
-    double cf[TR_PP_MAX_STAGES], cb[TR_PP_MAX_STAGES]; /* compute parts */
-} stage_costs;
+    double tf, tb; /* one micro-batch, the whole stage (all its chunks) */
+    plan_cost k;   /* the same by part */
+} stage_cost;
 
-/* Per-stage forward/backward costs of one micro-batch. */
-static void stage_time_model(const tr_config *cfg, const tr_pp_partition *part, double rate,
-                             double ar_tp, stage_costs *sc, tr_plan_result *r)
+/* Per stage (whole) and per chunk (tfc, tbc [P v]): the embedding is chunk 0 of stage 0's,
+ * the output layer the last chunk of stage P-1's. */
+static void stage_costs(const tr_pp_partition *part, const plan_cost_ctx *x, int P, int v,
+                        stage_cost *sc, double *tfc, double *tbc)
 {
-    const tr_model_config *m = &cfg->model;
-    const tr_plan_layout *L = &r->layout;
-    int t = L->tp, P = L->pp, s = m->seq_length, b = L->micro_batch, h = m->hidden_size;
-    double f1 = tr_plan_layer_forward_flops(s, b, h) / t; /* one layer, one rank */
-    double logits = 2.0 * s * b * (double)h * r->vocab_padded / t;
-    double rc_flops = 0; /* recomputed in backward */
-    if (L->recompute == TR_PLAN_RECOMPUTE_FULL)
-        rc_flops = f1;
-    else if (L->recompute == TR_PLAN_RECOMPUTE_SELECTIVE)
-        rc_flops = 4.0 * b * (double)s * s * h / t; /* the attention core */
-    double rc_comm = L->recompute == TR_PLAN_RECOMPUTE_FULL ? 2 * ar_tp : 0;
+    plan_cost layer, emb, out;
+    plan_layer_cost(x, &layer);
+    plan_embedding_cost(x, &emb);
+    plan_output_cost(x, &out);
+    double lf = 0, lb = 0, ef = 0, eb = 0, of = 0, ob = 0;
+    for (int k = 0; k <= TR_PLAN_PART_TP; k++) {
+        lf += layer.f[k];
+        lb += layer.b[k];
+        ef += emb.f[k];
+        eb += emb.b[k];
+        of += out.f[k];
+        ob += out.b[k];
+    }
     for (int st = 0; st < P; st++) {
         int layers = 0;
-        for (int ch = 0; ch < L->v; ch++)
-            layers += tr_pp_layer_count(part, st, ch);
-        double cf = layers * f1 / rate, cb = layers * (2 * f1 + rc_flops) / rate;
-        double tf = cf + layers * 2 * ar_tp, tb = cb + layers * (2 * ar_tp + rc_comm);
-        if (st == 0)
-            tf += ar_tp; /* vocab-parallel embedding */
-        if (st == P - 1) {
-            cf += logits / rate;
-            cb += 2 * logits / rate;
-            tf += logits / rate;
-            tb += 2 * logits / rate + ar_tp;
+        for (int ch = 0; ch < v; ch++) {
+            int n = tr_pp_layer_count(part, st, ch);
+            layers += n;
+            int first = st == 0 && ch == 0, last = st == P - 1 && ch == v - 1;
+            tfc[st * v + ch] = n * lf + (first ? ef : 0) + (last ? of : 0);
+            tbc[st * v + ch] = n * lb + (first ? eb : 0) + (last ? ob : 0);
         }
-        sc->cf[st] = cf;
-        sc->cb[st] = cb;
-        sc->tf[st] = tf;
-        sc->tb[st] = tb;
+        stage_cost *c = &sc[st];
+        c->tf = c->tb = 0;
+        for (int k = 0; k <= TR_PLAN_PART_TP; k++) {
+            c->k.f[k] = layers * layer.f[k] + (st == 0 ? emb.f[k] : 0) +
+                        (st == P - 1 ? out.f[k] : 0);
+            c->k.b[k] = layers * layer.b[k] + (st == 0 ? emb.b[k] : 0) +
+                        (st == P - 1 ? out.b[k] : 0);
+            c->tf += c->k.f[k];
+            c->tb += c->k.b[k];
+        }
     }
 }
 
-/* The pipeline: simulate the op lists; per stage the end of its last op and of its last
- * backward. */
-static int run_pipeline(const tr_plan_layout *L, const stage_costs *sc, double p2p,
-                        const tr_pp_schedule *stages, double *end_last, double *end_lastb,
-                        tr_plan_result *r)
+/* The link a group of `kind` uses (inter-node when any group of the kind spans nodes) and
+ * its members per node. */
+static link_view kind_view(const tr_node_report *rep, const tr_plan_cluster *c,
+                           tr_group_kind kind, int size, int ranks_per_node)
 {
-    int P = L->pp, rc = TR_OK;
-    double tfc[TR_PP_MAX_STAGES], tbc[TR_PP_MAX_STAGES];
-    int uniform = p2p == 0;
-    for (int st = 0; st < P; st++) {
-        tfc[st] = sc->tf[st] / L->v;
-        tbc[st] = sc->tb[st] / L->v;
-        if (tfc[st] != tfc[0] || tbc[st] != tbc[0])
-            uniform = 0;
-    }
-    long total = 0;
-    for (int st = 0; st < P; st++)
-        total += stages[st].n_ops;
-    double *ends = tr_alloc(sizeof(double) * (size_t)(total + 1), "pipeline simulation");
-    double **rows = tr_alloc(sizeof(double *) * (size_t)P, "pipeline simulation");
-    if (!ends || !rows) {
-        tr_free(ends);
-        tr_free(rows);
-        return TR_ERR_NOMEM;
-    }
-    for (long st = 0, off = 0; st < P; off += stages[st].n_ops, st++)
-        rows[st] = ends + off;
-    tr_pp_costs costs = {.tf = tfc[0], .tb = tbc[0], .tf_stage = tfc, .tb_stage = tbc, .p2p = p2p};
-    tr_pp_sim_result sim;
-    rc = tr_pp_simulate(stages, P, TR_PP_COMM_BATCHED, &costs, &sim, NULL, rows);
-    if (!rc) {
-        r->pipeline_s = sim.makespan;
-        r->bubble_fraction = sim.bubble_fraction;
-        r->bubble_fraction_theory =
-            tr_pp_bubble_theory(P, L->num_micro_batches, L->schedule, L->v);
-        for (int st = 0; st < P; st++) {
-            const tr_pp_schedule *s = &stages[st];
-            end_last[st] = s->n_ops ? rows[st][s->n_ops - 1] : 0;
-            end_lastb[st] = 0;
-            for (int i = s->n_ops - 1; i >= 0; i--)
-                if (s->ops[i].kind == TR_PP_OP_BACKWARD) {
-                    end_lastb[st] = rows[st][i];
-                    break;
-                }
-        }
-        if (uniform && fabs(r->bubble_fraction - r->bubble_fraction_theory) > 1e-9)
-            rc = tr_fail(TR_ERR_INTERNAL,
-                         "pipeline bubble: the event simulation gives %.12f but the closed "
-                         "formula %.12f for equal stages (P=%d, M=%d, %s, v=%d)",
-                         r->bubble_fraction, r->bubble_fraction_theory, P,
-                         L->num_micro_batches, tr_pp_kind_name(L->schedule), L->v);
-    }
-    tr_free(ends);
-    tr_free(rows);
-    return rc;
+    if (size <= 1)
+        return (link_view){TR_PLAN_LINK_NONE, 0, 0};
+    int nodes = rep->max_nodes[kind] > 0 ? rep->max_nodes[kind] : 1;
+    return view_of(c, nodes > 1 ? TR_PLAN_LINK_INTER : TR_PLAN_LINK_INTRA,
+                   (size + nodes - 1) / nodes, ranks_per_node);
 }
 
 static int time_model(const tr_config *cfg, const tr_plan_cluster *c, const tr_pp_partition *part,
-                      const tr_pp_schedule *stages, const stage_dp *sd, int ranks_per_node,
-                      tr_plan_result *r)
+                      const stage_dp *sd, int ranks_per_node, tr_plan_ws *ws, tr_plan_result *r,
+                      tr_plan_explain *ex)
 {
     const tr_model_config *m = &cfg->model;
     const tr_plan_layout *L = &r->layout;
     int t = L->tp, P = L->pp, d = L->dp, s = m->seq_length, b = L->micro_batch, h = m->hidden_size;
+    int M = L->num_micro_batches;
     tr_topo topo;
     int rc = tr_topo_init(&topo, r->world, t, P, tr_topo_order_name(L->order));
     if (rc)
         return rc;
-    tr_node_report rep;
-    rc = tr_topo_node_report(&topo, c->gpus_per_node, &rep);
-    if (rc)
-        return rc;
-    r->tp_link = group_link(&rep, TR_GROUP_TP, t);
-    r->dp_link = group_link(&rep, TR_GROUP_DP, d);
-    /* PP: inter-node as soon as one pair of adjacent stages sits on different nodes. */
-    r->pp_link = P > 1 ? TR_PLAN_LINK_INTRA : TR_PLAN_LINK_NONE;
-    for (int st = 0; st + 1 < P; st++) {
-        int a = tr_topo_node_of(&topo, c->gpus_per_node,
-                                tr_topo_rank(&topo, (tr_coords){.dp = 0, .tp = 0, .pp = st}));
-        int z = tr_topo_node_of(&topo, c->gpus_per_node,
-                                tr_topo_rank(&topo, (tr_coords){.dp = 0, .tp = 0, .pp = st + 1}));
-        if (a != z)
-            r->pp_link = TR_PLAN_LINK_INTER;
+    int key[5] = {r->world, t, P, (int)L->order, c->gpus_per_node};
+    if (!ws->rep_valid || memcmp(key, ws->rep_key, sizeof key)) {
+        ws->rep_valid = 0;
+        rc = tr_topo_node_report(&topo, c->gpus_per_node, &ws->rep);
+        if (rc)
+            return rc;
+        memcpy(ws->rep_key, key, sizeof key);
+        ws->rep_valid = 1;
     }
-    tr_plan_link embed_link = TR_PLAN_LINK_NONE;
-    if (P > 1)
-        embed_link = tr_topo_node_of(&topo, c->gpus_per_node, 0) !=
-                             tr_topo_node_of(&topo, c->gpus_per_node,
-                                             tr_topo_rank(&topo, (tr_coords){.pp = P - 1}))
-                         ? TR_PLAN_LINK_INTER
-                         : TR_PLAN_LINK_INTRA;
-
-    double bw, lat;
+    const tr_node_report rep = ws->rep;
+    link_view tpv = kind_view(&rep, c, TR_GROUP_TP, t, ranks_per_node);
+    link_view dpv = kind_view(&rep, c, TR_GROUP_DP, d, ranks_per_node);
+    r->tp_link = tpv.link;
+    r->dp_link = dpv.link;
     double rate = c->peak_flops * c->gemm_efficiency /
                   (c->device == TR_PLAN_DEVICE_CPU ? ranks_per_node : 1);
     r->compute_rate = rate;
     double elem = L->bf16 ? 2.0 : 4.0;
     double act_msg = (double)s * b * h * elem;
-    link_figures(c, r->tp_link, ranks_per_node, &bw, &lat);
-    double ar_tp = tr_plan_allreduce_s(act_msg, t, bw, lat);
+    plan_cost_ctx x = {.c = c, .m = m, .L = L, .vocab_padded = r->vocab_padded, .rate = rate,
+                       .ar_tp = tr_plan_allreduce_s(act_msg, t, tpv.bw, tpv.lat),
+                       .tp_bw = tpv.bw, .tp_lat = tpv.lat};
 
-    stage_costs *sc = tr_alloc(sizeof *sc, "stage costs");
-    double *end_last = tr_alloc(sizeof(double) * 2 * (size_t)P, "stage ends");
-    if (!sc || !end_last) {
+    /* per stage: costs (sc), P2P per link, then 5 arrays of results */
+    stage_cost *sc = tr_alloc(sizeof *sc * (size_t)P, "stage costs");
+    double *buf = tr_alloc(sizeof(double) * (6 + 2 * (size_t)L->v) * (size_t)P, "stage times");
+    if (!sc || !buf) {
         tr_free(sc);
-        tr_free(end_last);
+        tr_free(buf);
         return TR_ERR_NOMEM;
     }
-    double *end_lastb = end_last + P;
-    stage_time_model(cfg, part, rate, ar_tp, sc, r);
+    double *p2p = buf, *fin = buf + P, *opt = buf + 2 * P, *gath = buf + 3 * P,
+           *pp_b = buf + 4 * P, *tfc = buf + 5 * P, *tbc = tfc + (size_t)P * L->v;
+    stage_costs(part, &x, P, L->v, sc, tfc, tbc);
     r->slow_stage = 0;
     for (int st = 1; st < P; st++)
-        if (sc->tf[st] + sc->tb[st] > sc->tf[r->slow_stage] + sc->tb[r->slow_stage])
+        if (sc[st].tf + sc[st].tb > sc[r->slow_stage].tf + sc[r->slow_stage].tb)
             r->slow_stage = st;
-    int w = r->slow_stage;
-    r->tf_s = sc->tf[w];
-    r->tb_s = sc->tb[w];
-    r->compute_f_s = sc->cf[w];
-    r->compute_b_s = sc->cb[w];
-    r->tp_comm_s = sc->tf[w] + sc->tb[w] - sc->cf[w] - sc->cb[w];
-    if (r->tp_comm_s < 0) /* rounding when there is none */
-        r->tp_comm_s = 0;
+    const stage_cost *w = &sc[r->slow_stage];
+    r->tf_s = w->tf;
+    r->tb_s = w->tb;
+    r->compute_f_s = w->tf - w->k.f[TR_PLAN_PART_TP];
+    r->compute_b_s = w->tb - w->k.b[TR_PLAN_PART_TP];
+    r->tp_comm_s = w->k.f[TR_PLAN_PART_TP] + w->k.b[TR_PLAN_PART_TP];
 
+    /* P2P over the link between stage st and st+1 (mod P: the interleaved wrap) */
+    int sp = L->sequence_parallel && t > 1;
+    double msg = act_msg / (sp ? t : 1);
+    double ie = c->intra_efficiency > 0 ? c->intra_efficiency : 1.0;
+    double xe = c->inter_efficiency > 0 ? c->inter_efficiency : 1.0;
+    r->pp_link = P > 1 ? TR_PLAN_LINK_INTRA : TR_PLAN_LINK_NONE;
     r->p2p_s = 0;
-    if (P > 1) {
-        link_figures(c, r->pp_link, ranks_per_node, &bw, &lat);
-        r->p2p_s = act_msg / (L->sequence_parallel && t > 1 ? t : 1) / bw + lat;
+    for (int st = 0; st < P; st++) {
+        p2p[st] = 0;
+        if (P == 1)
+            break;
+        int q = (st + 1) % P;
+        int na = tr_topo_node_of(&topo, c->gpus_per_node,
+                                 tr_topo_rank(&topo, (tr_coords){.dp = 0, .tp = 0, .pp = st}));
+        int nz = tr_topo_node_of(&topo, c->gpus_per_node,
+                                 tr_topo_rank(&topo, (tr_coords){.dp = 0, .tp = 0, .pp = q}));
+        if (na != nz) {
+            double bw = c->inter_bw * xe / ranks_per_node; /* every rank of the node sends */
+            if (t > 1 && !sp && L->scatter_gather)
+                p2p[st] = msg / t / bw + c->inter_latency +
+                          tr_plan_allgather_s(msg, t, tpv.link == TR_PLAN_LINK_INTRA
+                                                          ? tpv.bw
+                                                          : c->intra_bw * ie,
+                                              c->intra_latency);
+            else
+                p2p[st] = msg / bw + c->inter_latency;
+            if (q != 0)
+                r->pp_link = TR_PLAN_LINK_INTER;
+        } else {
+            p2p[st] = msg / (c->intra_bw * ie) + c->intra_latency;
+        }
+        if ((q != 0 || L->v > 1) && p2p[st] > r->p2p_s)
+            r->p2p_s = p2p[st];
     }
-    rc = run_pipeline(L, sc, r->p2p_s, stages, end_last, end_lastb, r);
-    if (rc) {
-        tr_free(sc);
-        tr_free(end_last);
-        return rc;
+    int uniform = 1;
+    for (int i = 0; i < P * L->v; i++)
+        if (tfc[i] != tfc[0] || tbc[i] != tbc[0])
+            uniform = 0;
+    for (int st = 0; st < P; st++) {
+        if (p2p[st] != 0)
+            uniform = 0;
+        /* what one backward of the stage moves over P2P: a gradient in, a gradient out */
+        pp_b[st] = (st + 1 < P || L->v > 1 ? p2p[st] : 0) +
+                   (st > 0 || L->v > 1 ? p2p[(st + P - 1) % P] : 0);
+    }
+    plan_pipe_out po;
+    rc = plan_ws_simulate(ws, P, M, L->schedule, L->v, tfc, tbc, p2p, L->p2p_batched, &po);
+    if (rc)
+        goto done;
+    r->pipeline_s = po.makespan;
+    r->bubble_fraction = po.bubble_fraction;
+    r->bubble_fraction_theory = tr_pp_bubble_theory(P, M, L->schedule, L->v);
+    if (uniform && fabs(r->bubble_fraction - r->bubble_fraction_theory) > 1e-9) {
+        rc = tr_fail(TR_ERR_INTERNAL,
+                     "pipeline bubble: the event simulation gives %.12f but the closed "
+                     "formula %.12f for equal stages (P=%d, M=%d, %s, v=%d)",
+                     r->bubble_fraction, r->bubble_fraction_theory, P, M,
+                     tr_pp_kind_name(L->schedule), L->v);
+        goto done;
     }
 
-    /* Data parallel: gradient buckets during each stage's last backward. */
+    /* Data parallel: gradient buckets during each stage's last backward, sharing the link
+     * with that backward's TP collectives and P2P when they use the same one. */
     double wb, gb, ob;
     tr_plan_state_bytes(L->bf16, L->distributed_optimizer, d, &wb, &gb, &ob);
-    link_figures(c, r->dp_link, ranks_per_node, &bw, &lat);
-    double step_core = 0, dp_comm = 0, gather = 0;
+    double step_core = 0, dp_comm = 0, gather = 0, opt_max = 0;
     for (int st = 0; st < P; st++) {
-        double finish = end_last[st];
+        double finish = po.end[st];
+        gath[st] = 0;
         if (d > 1) {
             double grads = sd[st].params * gb;
             int nb = sd[st].n_buckets;
             double per = L->distributed_optimizer
-                             ? tr_plan_reduce_scatter_s(grads / nb, d, bw, lat)
-                             : tr_plan_allreduce_s(grads / nb, d, bw, lat);
-            double exposed =
-                tr_plan_dp_exposed_s(per, nb, sc->tb[st] / L->v, L->overlap_grad_reduce);
-            if (end_lastb[st] + exposed > finish)
-                finish = end_lastb[st] + exposed;
+                             ? tr_plan_reduce_scatter_s(grads / nb, d, dpv.bw, dpv.lat)
+                             : tr_plan_allreduce_s(grads / nb, d, dpv.bw, dpv.lat);
+            double window = tbc[st * L->v]; /* the last backward: chunk 0 */
+            double busy = (tpv.link == dpv.link
+                               ? sc[st].k.b[TR_PLAN_PART_TP] * window / sc[st].tb
+                               : 0) +
+                          (r->pp_link == dpv.link ? pp_b[st] : 0);
+            double u = window > 0 ? busy / window : 0;
+            if (u > 0.9)
+                u = 0.9;
+            double exposed = tr_plan_dp_exposed_s(per / (1 - u), nb, window,
+                                                  L->overlap_grad_reduce);
+            if (po.end_b[st] + exposed > finish)
+                finish = po.end_b[st] + exposed;
             if (per * nb > dp_comm)
                 dp_comm = per * nb;
-            if (L->distributed_optimizer) {
-                double g = tr_plan_allgather_s(sd[st].params * wb, d, bw, lat);
-                if (g > gather)
-                    gather = g;
-            }
+            if (L->distributed_optimizer)
+                gath[st] = tr_plan_allgather_s(sd[st].params * wb, d, dpv.bw, dpv.lat);
         }
+        if (gath[st] > gather)
+            gather = gath[st];
+        fin[st] = finish;
         if (finish > step_core)
             step_core = finish;
+        opt[st] = plan_optimizer_s(c, sd[st].params, sd[st].shard, L->bf16);
+        if (opt[st] > opt_max)
+            opt_max = opt[st];
     }
     r->dp_comm_s = dp_comm;
     r->dp_exposed_s = step_core - r->pipeline_s;
     r->param_gather_s = gather;
+    r->optimizer_s = opt_max;
     r->embed_sync_s = 0;
     if (P > 1) {
-        link_figures(c, embed_link, ranks_per_node, &bw, &lat);
-        r->embed_sync_s = tr_plan_allreduce_s(4.0 * r->vocab_padded * h / t, 2, bw, lat);
+        int n0 = tr_topo_node_of(&topo, c->gpus_per_node, 0);
+        int nl = tr_topo_node_of(&topo, c->gpus_per_node,
+                                 tr_topo_rank(&topo, (tr_coords){.pp = P - 1}));
+        link_view ev = view_of(c, n0 != nl ? TR_PLAN_LINK_INTER : TR_PLAN_LINK_INTRA, 1,
+                               ranks_per_node);
+        r->embed_sync_s = tr_plan_allreduce_s(4.0 * r->vocab_padded * h / t, 2, ev.bw, ev.lat);
     }
-    r->step_time_s = step_core + r->embed_sync_s + r->param_gather_s;
+    r->step_time_s = step_core + r->embed_sync_s + opt_max + r->param_gather_s;
+
+    if (ex) {
+        for (int st = 0; st < P; st++) {
+            double *pt = ex->parts + (size_t)st * TR_PLAN_PARTS;
+            for (int k = 0; k < TR_PLAN_PARTS; k++)
+                pt[k] = 0;
+            for (int k = 0; k <= TR_PLAN_PART_TP; k++)
+                pt[k] = M * (sc[st].k.f[k] + sc[st].k.b[k]);
+            pt[TR_PLAN_PART_PP] = po.transfer[st];
+            pt[TR_PLAN_PART_BUBBLE] = po.wait[st];
+            pt[TR_PLAN_PART_DP] = fin[st] - po.end[st];
+            int member = P > 1 && (st == 0 || st == P - 1);
+            pt[TR_PLAN_PART_EMBED_SYNC] = member ? r->embed_sync_s : 0;
+            pt[TR_PLAN_PART_OPTIMIZER] = opt[st];
+            pt[TR_PLAN_PART_ZERO_GATHER] = gath[st];
+            pt[TR_PLAN_PART_IDLE] = (step_core - fin[st]) + (member ? 0 : r->embed_sync_s) +
+                                    (opt_max - opt[st]) + (gather - gath[st]);
+        }
+        ex->step_time_s = r->step_time_s;
+    }
+done:
     tr_free(sc);
-    tr_free(end_last);
-    return TR_OK;
+    tr_free(buf);
+    return rc;
 }
 
-int tr_plan_evaluate(const tr_config *cfg, const tr_plan_layout *layout, int world,
-                     const tr_plan_cluster *c, int time, double train_tokens, tr_plan_result *out)
+int plan_evaluate(const tr_config *cfg, const tr_plan_layout *layout, int world,
+                  const tr_plan_cluster *c, int time, double train_tokens, tr_plan_ws *ws,
+                  tr_plan_result *out, tr_plan_explain *ex)
 {
     memset(out, 0, sizeof *out);
     int rc = check_layout(cfg, layout, world);
@@ -455,10 +547,9 @@ int tr_plan_evaluate(const tr_config *cfg, const tr_plan_layout *layout, int wor
     int ranks_per_node = c->gpus_per_node < world ? c->gpus_per_node : world;
 
     tr_pp_partition *part = tr_alloc(sizeof *part, "partition");
-    tr_pp_schedule *stages = tr_alloc(sizeof *stages * (size_t)L.pp, "schedules");
-    int *peaks = tr_alloc(sizeof(int) * (size_t)L.pp, "peaks");
     stage_dp *sd = tr_alloc(sizeof *sd * (size_t)L.pp, "stage gradient buckets");
-    if (!part || !stages || !peaks || !sd) {
+    int *peaks = tr_alloc(sizeof(int) * (size_t)L.pp, "peaks");
+    if (!part || !sd || !peaks) {
         rc = TR_ERR_NOMEM;
         goto done;
     }
@@ -469,23 +560,18 @@ int tr_plan_evaluate(const tr_config *cfg, const tr_plan_layout *layout, int wor
                                 use_list ? pc->num_pipeline_layers : 0, part);
     if (rc)
         goto done;
-    rc = tr_pp_schedule_build_all(L.pp, L.num_micro_batches, L.schedule, L.v, stages);
-    if (rc)
-        goto done;
+    plan_schedule_peaks(L.pp, L.num_micro_batches, L.schedule, L.v, peaks);
     for (int st = 0; st < L.pp; st++) {
-        peaks[st] = tr_pp_peak_activations(&stages[st]);
         int layers = 0;
         for (int ch = 0; ch < L.v; ch++)
             layers += tr_pp_layer_count(part, st, ch);
         sd[st].params = tr_plan_stage_params(m, out->vocab_padded, L.tp, L.pp, st, layers);
-        if ((rc = stage_dp_layout(cfg, &L, out->vocab_padded, st, &sd[st]))) {
-            tr_pp_schedule_free_all(stages, L.pp);
+        if ((rc = stage_dp_layout(cfg, &L, out->vocab_padded, st, ws, &sd[st])))
             goto done;
-        }
         if (sd[st].n_buckets > out->dp_buckets)
             out->dp_buckets = sd[st].n_buckets;
     }
-    memory_model(cfg, c, part, peaks, sd, ranks_per_node, out);
+    memory_model(cfg, c, part, peaks, sd, ranks_per_node, out, ex ? ex->memory : NULL);
     out->valid = out->fits && L.batch_ok;
     out->problem[0] = '\0';
     if (!out->fits)
@@ -498,10 +584,10 @@ int tr_plan_evaluate(const tr_config *cfg, const tr_plan_layout *layout, int wor
                  o ? "; " : "", L.global_batch, L.micro_batch, L.dp, (long)L.micro_batch * L.dp,
                  L.num_micro_batches);
     }
-    if (time)
-        rc = time_model(cfg, c, part, stages, sd, ranks_per_node, out);
-    tr_pp_schedule_free_all(stages, L.pp);
-    if (rc || !time)
+    if (!time)
+        goto done;
+    rc = time_model(cfg, c, part, sd, ranks_per_node, ws, out, ex);
+    if (rc)
         goto done;
 
     double batch = (double)L.num_micro_batches * L.micro_batch * L.dp;
@@ -519,9 +605,55 @@ int tr_plan_evaluate(const tr_config *cfg, const tr_plan_layout *layout, int wor
     out->time_to_train_s = out->train_tokens / out->tokens_per_s;
 done:
     tr_free(part);
-    tr_free(stages);
-    tr_free(peaks);
     tr_free(sd);
+    tr_free(peaks);
+    return rc;
+}
+
+int tr_plan_evaluate(const tr_config *cfg, const tr_plan_layout *layout, int world,
+                     const tr_plan_cluster *c, int time, double train_tokens, tr_plan_result *out)
+{
+    tr_plan_ws ws = {0};
+    int rc = plan_evaluate(cfg, layout, world, c, time, train_tokens, &ws, out, NULL);
+    plan_ws_free(&ws);
+    return rc;
+}
+
+void tr_plan_explain_free(tr_plan_explain *e)
+{
+    if (!e)
+        return;
+    free(e->parts);
+    free(e->memory);
+    memset(e, 0, sizeof *e);
+}
+
+double tr_plan_explain_stage_total(const tr_plan_explain *e, int stage)
+{
+    double sum = 0;
+    for (int k = 0; k < TR_PLAN_PARTS; k++)
+        sum += e->parts[(size_t)stage * TR_PLAN_PARTS + k];
+    return sum;
+}
+
+int tr_plan_explain_layout(const tr_config *cfg, const tr_plan_layout *layout, int world,
+                           const tr_plan_cluster *c, double train_tokens, tr_plan_result *result,
+                           tr_plan_explain *out)
+{
+    memset(out, 0, sizeof *out);
+    int P = layout->pp > 0 ? layout->pp : 1;
+    out->P = P;
+    out->parts = calloc((size_t)P * TR_PLAN_PARTS, sizeof *out->parts);
+    out->memory = calloc((size_t)P, sizeof *out->memory);
+    if (!out->parts || !out->memory) {
+        tr_plan_explain_free(out);
+        return tr_fail(TR_ERR_NOMEM, "plan --explain: out of memory");
+    }
+    tr_plan_ws ws = {0};
+    int rc = plan_evaluate(cfg, layout, world, c, 1, train_tokens, &ws, result, out);
+    plan_ws_free(&ws);
+    if (rc)
+        tr_plan_explain_free(out);
     return rc;
 }
 

@@ -113,6 +113,8 @@ void tr_plan_print(FILE *f, const tr_config *cfg, const tr_plan_cluster *c, cons
     fprintf(f, "; embedding sync %s", dur(r->embed_sync_s, a, sizeof a));
     if (r->param_gather_s > 0)
         fprintf(f, "; ZeRO-1 parameter all-gather %s", dur(r->param_gather_s, a, sizeof a));
+    if (r->optimizer_s > 0)
+        fprintf(f, "; optimizer step %s", dur(r->optimizer_s, a, sizeof a));
     fprintf(f, "\n\nthroughput: %.0f tokens/s; %.4g TFLOP/s per %s (hardware, recompute "
                "counted), %.4g model TFLOP/s, MFU %.1f%%\n",
             r->tokens_per_s, r->tflops_per_gpu, unit_of(c), r->model_tflops_per_gpu,
@@ -142,6 +144,9 @@ static void json_cluster(tr_json *j, const tr_plan_cluster *c)
     tr_json_double(j, "intra_node_latency_s", c->intra_latency);
     tr_json_double(j, "inter_node_bytes_per_s", c->inter_bw);
     tr_json_double(j, "inter_node_latency_s", c->inter_latency);
+    tr_json_int(j, "sms", c->sms);
+    tr_json_double(j, "hbm_bytes_per_s", c->hbm_bw);
+    tr_json_int(j, "measured_gemm_rows", c->n_gemm_table);
     tr_json_object_end(j);
 }
 
@@ -217,6 +222,7 @@ static void json_result_fields(tr_json *j, const tr_plan_result *r)
     tr_json_double(j, "dp_exposed_s", r->dp_exposed_s);
     tr_json_double(j, "embedding_sync_s", r->embed_sync_s);
     tr_json_double(j, "param_allgather_s", r->param_gather_s);
+    tr_json_double(j, "optimizer_s", r->optimizer_s);
     tr_json_string(j, "tp_link", tr_plan_link_name(r->tp_link));
     tr_json_string(j, "pp_link", tr_plan_link_name(r->pp_link));
     tr_json_string(j, "dp_link", tr_plan_link_name(r->dp_link));
@@ -255,7 +261,7 @@ static time_parts parts_of(const tr_plan_result *r)
     p.tp = M * r->tp_comm_s;
     p.bubble = r->pipeline_s - p.compute - p.tp;
     p.dp = r->dp_exposed_s;
-    p.other = r->embed_sync_s + r->param_gather_s;
+    p.other = r->embed_sync_s + r->param_gather_s + r->optimizer_s;
     return p;
 }
 
@@ -281,7 +287,7 @@ static void why_faster(FILE *f, const tr_plan_result *best, const tr_plan_result
     fprintf(f, "  %-34s %9.2fs %9.2fs\n", "tensor-parallel communication", x.tp, y.tp);
     fprintf(f, "  %-34s %9.2fs %9.2fs\n", "pipeline bubble + P2P", x.bubble, y.bubble);
     fprintf(f, "  %-34s %9.2fs %9.2fs\n", "exposed DP reduction", x.dp, y.dp);
-    fprintf(f, "  %-34s %9.2fs %9.2fs\n", "embedding sync + ZeRO-1 all-gather", x.other, y.other);
+    fprintf(f, "  %-34s %9.2fs %9.2fs\n", "embedding sync, optimizer, ZeRO-1", x.other, y.other);
     if (best->layout.recompute != own->layout.recompute)
         fprintf(f, "  recompute %s costs %.0f%% more FLOPs than the model's; %s costs %.0f%% "
                    "(and fits in memory here)\n",

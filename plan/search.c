@@ -6,10 +6,12 @@
 
 #include "core/core.h"
 #include "plan/plan.h"
+#include "plan/plan_internal.h"
 
 typedef struct {
     tr_plan_search_result *out;
     int cap_fit, cap_rej;
+    tr_plan_ws ws; /* op lists and simulation scratch shared by every layout */
 } search_state;
 
 static int add_rejected(search_state *S, const tr_plan_layout *L, const char *reason)
@@ -72,7 +74,7 @@ static int try_micro_batch(search_state *S, const tr_config *cfg, const tr_plan_
             L.recompute = (tr_plan_recompute)rc_mode;
             L.distributed_optimizer = zero;
             S->out->n_candidates++;
-            int rc = tr_plan_evaluate(cfg, &L, S->out->world, c, 0, 0, res);
+            int rc = plan_evaluate(cfg, &L, S->out->world, c, 0, 0, &S->ws, res, NULL);
             if (rc == TR_ERR_CONFIG) {
                 rc = add_rejected(S, &L, tr_errmsg());
                 tr_clear_error();
@@ -88,7 +90,7 @@ static int try_micro_batch(search_state *S, const tr_config *cfg, const tr_plan_
                     return rc;
                 continue;
             }
-            rc = tr_plan_evaluate(cfg, &L, S->out->world, c, 1, 0, res);
+            rc = plan_evaluate(cfg, &L, S->out->world, c, 1, 0, &S->ws, res, NULL);
             if (!rc)
                 rc = add_fit(S, res);
             if (rc)
@@ -173,6 +175,7 @@ int tr_plan_search(const tr_config *cfg, int world, const tr_plan_cluster *c,
         }
     }
     tr_free(res);
+    plan_ws_free(&S.ws);
     if (rc) {
         tr_plan_search_free(out);
         return rc;

@@ -1,0 +1,147 @@
+/* What one micro-batch costs one rank, kernel by kind: a transformer layer (forward,
+ * backward, recompute), the first stage's embedding, the last stage's output layer and loss.
+ * GPU presets time every GEMM with the shape model and every streaming kernel by its bytes
+ * (device.c); the flat model (cpu, custom GPU) divides FLOPs by one rate, as before. The
+ * kernel list is Megatron's GPT layer with its fused kernels (see plan/plan.h). */
+#include "core/core.h"
+#include "plan/plan_internal.h"
+
+int plan_shape_model(const tr_plan_cluster *c)
+{
+    return c->device == TR_PLAN_DEVICE_GPU && c->sms > 0 && c->hbm_bw > 0;
+}
+
+static void clear(plan_cost *o)
+{
+    for (int k = 0; k <= TR_PLAN_PART_TP; k++)
+        o->f[k] = o->b[k] = 0;
+}
+
+/* A linear layer Y (M x N) = X (M x K) W (K x N): forward, and backward dX and dW. */
+static double gemm_f(const tr_plan_cluster *c, double m, double n, double k)
+{
+    return tr_plan_gemm_s(c, m, n, k, 1);
+}
+
+static double gemm_b(const tr_plan_cluster *c, double m, double n, double k)
+{
+    return tr_plan_gemm_s(c, m, k, n, 1) + tr_plan_gemm_s(c, k, n, m, 1);
+}
+
+void plan_layer_cost(const plan_cost_ctx *x, plan_cost *o)
+{
+    const tr_model_config *m = x->m;
+    const tr_plan_layout *L = x->L;
+    const tr_plan_cluster *c = x->c;
+    clear(o);
+    double s = m->seq_length, b = L->micro_batch, h = m->hidden_size, a = m->num_attention_heads;
+    double t = L->tp;
+    int sp = L->sequence_parallel && L->tp > 1;
+    o->f[TR_PLAN_PART_TP] = 2 * x->ar_tp;
+    o->b[TR_PLAN_PART_TP] = 2 * x->ar_tp;
+    if (!plan_shape_model(c)) {
+        double f1 = tr_plan_layer_forward_flops(m->seq_length, L->micro_batch,
+                                                m->hidden_size) / t;
+        o->f[TR_PLAN_PART_GEMM] = f1 / x->rate;
+        o->b[TR_PLAN_PART_GEMM] = 2 * f1 / x->rate;
+        if (L->recompute == TR_PLAN_RECOMPUTE_FULL) {
+            o->b[TR_PLAN_PART_RECOMPUTE] = f1 / x->rate;
+            o->b[TR_PLAN_PART_TP] += 2 * x->ar_tp;
+        } else if (L->recompute == TR_PLAN_RECOMPUTE_SELECTIVE) {
+            o->b[TR_PLAN_PART_RECOMPUTE] = 4.0 * b * s * s * h / t / x->rate;
+        }
+        return;
+    }
+    double T = b * s, e = L->bf16 ? 2.0 : 4.0;
+    double R = T * h * e / (sp ? t : 1);      /* layernorm-region tensor, bytes */
+    double mask = L->dropout ? R / e : 0;     /* one byte per element */
+    double I = 4.0 * T * h / t * e;           /* the MLP's intermediate, bytes */
+    double heads = b * a / t, d = h / a;      /* batched attention */
+    double S = heads * s * s;                 /* scores, elements */
+
+    double lin_f = gemm_f(c, T, 3 * h / t, h) + gemm_f(c, T, h, h / t) +
+                   gemm_f(c, T, 4 * h / t, h) + gemm_f(c, T, h, 4 * h / t);
+    double lin_b = gemm_b(c, T, 3 * h / t, h) + gemm_b(c, T, h, h / t) +
+                   gemm_b(c, T, 4 * h / t, h) + gemm_b(c, T, h, 4 * h / t);
+    /* scores = Q K^T (s x s, K = d), context = P V (s x d, K = s), per head */
+    double att_gemm_f = tr_plan_gemm_s(c, s, s, d, heads) + tr_plan_gemm_s(c, s, d, s, heads);
+    double att_gemm_b = 3 * tr_plan_gemm_s(c, s, d, s, heads) + tr_plan_gemm_s(c, s, s, d, heads);
+    double att_el_f = tr_plan_stream_s(c, 2 * S * e) +
+                      (L->dropout ? tr_plan_stream_s(c, 2 * S * e + S) : 0);
+    double att_el_b = tr_plan_stream_s(c, 3 * S * e) +
+                      (L->dropout ? tr_plan_stream_s(c, 2 * S * e + S) : 0);
+    /* 2 layernorms, 2 bias-dropout-adds, bias-GeLU */
+    double el_f = 2 * tr_plan_stream_s(c, 2 * R) + 2 * tr_plan_stream_s(c, 3 * R + mask) +
+                  tr_plan_stream_s(c, 2 * I);
+    /* their backward, and the bias gradients (QKV, projection, fc1, fc2) */
+    double el_b = 2 * tr_plan_stream_s(c, 3 * R) + 2 * tr_plan_stream_s(c, 3 * R + mask) +
+                  tr_plan_stream_s(c, 3 * I) +
+                  tr_plan_stream_s(c, 7.0 * T * h / t * e + 2 * R);
+    if (!L->grad_accum_fused) /* dW written in 16 bits, then added into the fp32 buffer */
+        el_b += tr_plan_stream_s(c, 10.0 * (12.0 * h * h / t));
+    o->f[TR_PLAN_PART_GEMM] = lin_f;
+    o->f[TR_PLAN_PART_ATTENTION] = att_gemm_f + att_el_f;
+    o->f[TR_PLAN_PART_ELEMENTWISE] = el_f;
+    o->b[TR_PLAN_PART_GEMM] = lin_b;
+    o->b[TR_PLAN_PART_ATTENTION] = att_gemm_b + att_el_b;
+    o->b[TR_PLAN_PART_ELEMENTWISE] = el_b;
+    if (L->recompute == TR_PLAN_RECOMPUTE_FULL) {
+        o->b[TR_PLAN_PART_RECOMPUTE] = lin_f + att_gemm_f + att_el_f + el_f;
+        o->b[TR_PLAN_PART_TP] += 2 * x->ar_tp;
+    } else if (L->recompute == TR_PLAN_RECOMPUTE_SELECTIVE) {
+        o->b[TR_PLAN_PART_RECOMPUTE] = att_gemm_f + att_el_f;
+    }
+}
+
+void plan_embedding_cost(const plan_cost_ctx *x, plan_cost *o)
+{
+    const tr_plan_layout *L = x->L;
+    clear(o);
+    o->f[TR_PLAN_PART_TP] = x->ar_tp; /* vocabulary-parallel lookup */
+    if (!plan_shape_model(x->c))
+        return;
+    double T = (double)L->micro_batch * x->m->seq_length, h = x->m->hidden_size;
+    double e = L->bf16 ? 2.0 : 4.0, A = T * h * e;
+    /* lookup (masked rows), position add, dropout; backward: scatter-add into the fp32
+     * gradients of both tables */
+    o->f[TR_PLAN_PART_EMBEDDING] = tr_plan_stream_s(x->c, 2 * A) + tr_plan_stream_s(x->c, 3 * A) +
+                                   (L->dropout ? tr_plan_stream_s(x->c, 2 * A + T * h) : 0);
+    o->b[TR_PLAN_PART_EMBEDDING] = 2 * tr_plan_stream_s(x->c, A + 8 * T * h);
+    if (!L->grad_accum_fused)
+        o->b[TR_PLAN_PART_EMBEDDING] += tr_plan_stream_s(x->c, 10.0 * x->vocab_padded * h / L->tp);
+}
+
+void plan_output_cost(const plan_cost_ctx *x, plan_cost *o)
+{
+    const tr_plan_layout *L = x->L;
+    const tr_plan_cluster *c = x->c;
+    clear(o);
+    double T = (double)L->micro_batch * x->m->seq_length, h = x->m->hidden_size;
+    double V = (double)x->vocab_padded / L->tp;
+    o->b[TR_PLAN_PART_TP] = x->ar_tp; /* the input gradient of the vocabulary-parallel GEMM */
+    if (!plan_shape_model(c)) {
+        double logits = 2.0 * T * h * V;
+        o->f[TR_PLAN_PART_OUTPUT] = logits / x->rate;
+        o->b[TR_PLAN_PART_OUTPUT] = 2 * logits / x->rate;
+        return;
+    }
+    int sp = L->sequence_parallel && L->tp > 1;
+    double e = L->bf16 ? 2.0 : 4.0, R = T * h * e / (sp ? L->tp : 1);
+    /* cross-entropy over T x V/t fp32 logits: max, sum of exponentials, target, loss
+     * (16 bytes per logit), gradient (12); its TP all-reduces move T floats */
+    double ce_ar = 2 * tr_plan_allreduce_s(4.0 * T, L->tp, x->tp_bw, x->tp_lat);
+    o->f[TR_PLAN_PART_OUTPUT] = tr_plan_stream_s(c, 2 * R) + gemm_f(c, T, V, h) +
+                                tr_plan_stream_s(c, 16 * T * V);
+    o->b[TR_PLAN_PART_OUTPUT] = tr_plan_stream_s(c, 3 * R) + gemm_b(c, T, V, h) +
+                                tr_plan_stream_s(c, 12 * T * V) +
+                                (L->grad_accum_fused ? 0 : tr_plan_stream_s(c, 10.0 * V * h));
+    o->f[TR_PLAN_PART_TP] += ce_ar;
+}
+
+double plan_optimizer_s(const tr_plan_cluster *c, double params, double shard, int bf16)
+{
+    /* AdamW: read gradient, m, v (and the fp32 master), write them back (and the bf16
+     * weights), plus the gradient norm's read: 34 bytes per element in bf16, 32 in fp32;
+     * zeroing the whole gradient buffer: 4 bytes per element */
+    return tr_plan_stream_s(c, shard * (bf16 ? 34.0 : 32.0)) + tr_plan_stream_s(c, params * 4.0);
+}

@@ -1,0 +1,140 @@
+/* plan/'s internals shared by its files (not part of the contract in plan/plan.h). */
+#ifndef TR_PLAN_INTERNAL_H
+#define TR_PLAN_INTERNAL_H
+
+#include "plan/plan.h"
+
+/* The preset's compiled-in measured GEMM table (plan/gemm/PRESET.inc) into c. */
+void tr_plan_attach_gemm_table(tr_plan_cluster *c);
+
+/* ---- pipeline: the pp/ op lists of one (P, M, kind, v), paired once, simulated often ---- */
+
+/* One op of the compiled lists: what the simulation needs. */
+typedef struct {
+    int partner;           /* comm ops: the matched op (global index); compute: -1 */
+    short peer;            /* comm ops: the other stage; compute: -1 */
+    short link;            /* comm ops: the pair of stages crossed, named by the lower stage
+                            * of (s, s+1 mod P), indexing the P2P costs */
+    unsigned char kind;    /* tr_pp_op_kind */
+    unsigned char batch;   /* first comm op of a batch: its length (ops joined by with_next) */
+    unsigned short chunk;  /* compute ops: the stage's model chunk */
+} plan_op;
+
+typedef struct {
+    int P, M, v;
+    tr_pp_kind kind;
+    long *offset;           /* [P+1] global op index of each stage's first op */
+    long total;
+    plan_op *ops;           /* [total], stage by stage in list order */
+    int *peak;              /* [P]: peak stored chunks (tr_pp_peak_activations) */
+} plan_pipe;
+
+/* Build with pp/ (validated there), pair, compile. */
+TR_MUST_CHECK int plan_pipe_build(int P, int M, tr_pp_kind kind, int v, plan_pipe *out);
+void plan_pipe_free(plan_pipe *p);
+
+typedef struct {
+    double makespan;
+    double bubble_fraction; /* idle stage-time (waits and transfers) / (P x makespan) */
+    /* per stage [P]: */
+    double *end;      /* end of its last op */
+    double *end_b;    /* end of its last backward */
+    double *busy;     /* compute */
+    double *transfer; /* time blocked in P2P windows while a transfer ran (exposed P2P) */
+    double *wait;     /* time blocked waiting for the peer to post (bubble) */
+} plan_pipe_out;
+
+/* Scratch of the simulation, reused across calls (grows). */
+typedef struct {
+    double *post, *done;
+    long cap;
+    double *stage; /* 5 x P for plan_pipe_out */
+    int cap_p;
+} plan_sim_ws;
+
+/* Event simulation with tr_pp_simulate's batched rendezvous (batched = 1) or rendezvous
+ * (0): compute ops of stage s, chunk c take tf[s v + c] / tb[s v + c], a matched send/recv
+ * pair completes p2p[link] after both sides are posted. out's arrays point into ws. */
+TR_MUST_CHECK int plan_pipe_run(const plan_pipe *p, const double *tf, const double *tb,
+                                const double *p2p, int batched, plan_sim_ws *ws,
+                                plan_pipe_out *out);
+void plan_sim_ws_free(plan_sim_ws *ws);
+
+/* ---- evaluation workspace: the search keeps one for all its layouts ---- */
+
+#define PLAN_PIPE_CACHE 6
+
+typedef struct tr_plan_ws {
+    plan_pipe pipes[PLAN_PIPE_CACHE];
+    int n_pipes, next;
+    plan_sim_ws sim;
+    /* the last simulation, reused when the next has the same inputs (the search's ZeRO-1
+     * on/off twins change the step, not the pipeline) */
+    int memo_valid, memo_P, memo_M, memo_v, memo_batched;
+    tr_pp_kind memo_kind;
+    double *memo_in;  /* [P(2v + 1)]: tf, tb, p2p */
+    double *memo_out; /* [5P + 2]: the results and makespan, bubble */
+    int memo_cap;
+    /* dp/'s bucket layouts already asked for (direct-mapped by the inputs' hash) */
+    struct plan_dp_memo {
+        int used, dp, zero, overlap, n_buckets;
+        double bucket_mb;
+        size_t n, al_start, al_len, shard;
+    } dp_memo[256];
+    /* the node report of the last (world, TP, PP, order, GPUs per node) */
+    int rep_valid, rep_key[5];
+    tr_node_report rep;
+} tr_plan_ws;
+
+void plan_ws_free(tr_plan_ws *ws);
+/* Peak stored chunks per stage of (P, M, kind, v) without building the lists: the warm-up
+ * forwards, and one more when a steady phase follows (tests compare it with
+ * tr_pp_peak_activations of pp/'s lists). */
+void plan_schedule_peaks(int P, int M, tr_pp_kind kind, int v, int *peaks);
+/* The op lists of (P, M, kind, v), from the cache or built into it. */
+TR_MUST_CHECK int plan_ws_pipe(tr_plan_ws *ws, int P, int M, tr_pp_kind kind, int v,
+                               const plan_pipe **out);
+
+/* The event simulation of M micro-batches (the cached op lists). Up to PLAN_SIM_BUDGET
+ * stage x chunk x micro-batch units every micro-batch is simulated; a longer pipeline is
+ * simulated for m1 >= 8P micro-batches (at least the budget) and m1 + one period (1; the
+ * interleaved schedule P), and that period's increments are extended to M: the steady state
+ * of the schedule, exact once the pipeline's start-up transient is over (on the references
+ * and the shipped configs' searches the difference from the whole simulation is below 1e-12;
+ * stages of very different speeds can take longer to settle: tests/plan/test_plan_pipeline.c
+ * bounds it). */
+#define PLAN_SIM_BUDGET 32768
+TR_MUST_CHECK int plan_ws_simulate(tr_plan_ws *ws, int P, int M, tr_pp_kind kind, int v,
+                                   const double *tf, const double *tb, const double *p2p,
+                                   int batched, plan_pipe_out *out);
+
+/* tr_plan_evaluate with a workspace, and (explain != NULL) the per-stage parts. */
+TR_MUST_CHECK int plan_evaluate(const tr_config *cfg, const tr_plan_layout *layout, int world,
+                                const tr_plan_cluster *c, int time, double train_tokens,
+                                tr_plan_ws *ws, tr_plan_result *out, tr_plan_explain *explain);
+
+/* ---- costs of one micro-batch on one rank, by part (TR_PLAN_PART_GEMM .. _TP) ---- */
+
+typedef struct {
+    double f[TR_PLAN_PART_TP + 1], b[TR_PLAN_PART_TP + 1];
+} plan_cost;
+
+typedef struct {
+    const tr_plan_cluster *c;
+    const tr_model_config *m;
+    const tr_plan_layout *L;
+    int vocab_padded;
+    double rate;   /* FLOP/s of the flat model (cpu, custom) */
+    double ar_tp;  /* one TP all-reduce of the activation T h e */
+    double tp_bw, tp_lat; /* the TP link as a rank sees it */
+} plan_cost_ctx;
+
+int plan_shape_model(const tr_plan_cluster *c);
+void plan_layer_cost(const plan_cost_ctx *x, plan_cost *out);
+void plan_embedding_cost(const plan_cost_ctx *x, plan_cost *out);
+void plan_output_cost(const plan_cost_ctx *x, plan_cost *out);
+/* Seconds of the optimizer step of a rank holding `params` elements with a shard of
+ * `shard` (zeroing the gradients of all, AdamW on the shard). */
+double plan_optimizer_s(const tr_plan_cluster *c, double params, double shard, int bf16);
+
+#endif
