@@ -380,6 +380,14 @@ int tr_env_detect(tr_rank_env *out)
     } else if (getenv("SLURM_PROCID") && (getenv("SLURM_NTASKS") || getenv("SLURM_NPROCS"))) {
         snprintf(o->source, sizeof o->source, "slurm");
         rc = detect_slurm(o);
+        /* the batch script (or salloc's shell) has the job's SLURM_NTASKS and SLURM_PROCID=0
+         * but is no task of a step: rank 0 would wait for ranks that never come */
+        if (!rc && o->world_size > 1 && !getenv("SLURM_STEP_ID") && !getenv("SLURM_STEPID"))
+            rc = tr_fail(TR_ERR_CONFIG,
+                         "SLURM_NTASKS=%d but no SLURM_STEP_ID: this is Slurm's batch script "
+                         "(or salloc's shell), not a task of a job step; start one task per "
+                         "rank with srun (srun trident ...), or this node's ranks with --nproc N",
+                         o->world_size);
     } else {
         snprintf(o->source, sizeof o->source, "single");
         o->world_size = o->local_world_size = 1;

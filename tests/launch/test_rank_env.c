@@ -156,6 +156,18 @@ static void test_slurm_errors(void **state)
 {
     (void)state;
     tr_rank_env e;
+    /* the batch script: the job's task count, SLURM_PROCID=0, no step (rank 0 waited 300 s
+     * for ranks that never came, on a real Slurm) */
+    set("SLURM_PROCID", "0"), set("SLURM_NTASKS", "8"), set("SLURM_NODEID", "0");
+    set("SLURM_LOCALID", "0"), set("SLURM_TASKS_PER_NODE", "4(x2)"), set("SLURM_JOB_ID", "9");
+    assert_int_equal(tr_env_detect(&e), TR_ERR_CONFIG);
+    assert_string_equal(tr_errmsg(), "SLURM_NTASKS=8 but no SLURM_STEP_ID: this is Slurm's batch "
+                                     "script (or salloc's shell), not a task of a job step; start "
+                                     "one task per rank with srun (srun trident ...), or this "
+                                     "node's ranks with --nproc N");
+    set("SLURM_NTASKS", "1"), set("SLURM_TASKS_PER_NODE", "1"); /* one task: it is the job */
+    assert_int_equal(tr_env_detect(&e), TR_OK);
+    set("SLURM_STEP_ID", "0");
     set("SLURM_PROCID", "1"), set("SLURM_NTASKS", "4"), set("SLURM_NODEID", "1");
     set("SLURM_LOCALID", "0"), set("SLURM_TASKS_PER_NODE", "2(x2");
     assert_int_equal(tr_env_detect(&e), TR_ERR_CONFIG);
