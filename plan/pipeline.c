@@ -21,6 +21,7 @@ void plan_pipe_free(plan_pipe *p)
     free(p->offset);
     free(p->ops);
     free(p->peak);
+    free(p->scratch);
     memset(p, 0, sizeof *p);
 }
 
@@ -45,53 +46,77 @@ void plan_schedule_peaks(int P, int M, tr_pp_kind kind, int v, int *peaks)
 /* Slot of the ordered pair (sender a -> receiver q): 2a (q next of a) or 2a+1 (q previous). */
 static int pair_slot(int P, int a, int q) { return 2 * a + (q == (a + 1) % P ? 0 : 1); }
 
+static int reserve(plan_pipe *p, long total, int P)
+{
+    if (P > p->cap_p) {
+        long *o = realloc(p->offset, sizeof(long) * ((size_t)P + 1));
+        if (o)
+            p->offset = o;
+        int *pk = o ? realloc(p->peak, sizeof(int) * (size_t)P) : NULL;
+        if (pk)
+            p->peak = pk;
+        if (!o || !pk)
+            return tr_fail(TR_ERR_NOMEM, "pipeline simulation: out of memory");
+        p->cap_p = P;
+        p->cap_ops = -1; /* the scratch holds 4P too: size it again */
+    }
+    if (total + 1 > p->cap_ops) {
+        long cap = total + 1;
+        plan_op *ops = realloc(p->ops, sizeof *ops * (size_t)cap);
+        if (ops)
+            p->ops = ops;
+        int *sc = ops ? realloc(p->scratch, sizeof(int) * ((size_t)cap + 4 * (size_t)P + 2))
+                      : NULL;
+        if (sc)
+            p->scratch = sc;
+        if (!ops || !sc)
+            return tr_fail(TR_ERR_NOMEM, "pipeline simulation: out of memory");
+        p->cap_ops = cap;
+    }
+    return TR_OK;
+}
+
 int plan_pipe_build(int P, int M, tr_pp_kind kind, int v, plan_pipe *out)
 {
-    memset(out, 0, sizeof *out);
     out->P = P;
     out->M = M;
     out->v = v;
     out->kind = kind;
+    out->total = 0;
     tr_pp_schedule *stages = calloc((size_t)P, sizeof *stages);
-    out->offset = calloc((size_t)P + 1, sizeof *out->offset);
-    out->peak = calloc((size_t)P, sizeof *out->peak);
-    if (!stages || !out->offset || !out->peak) {
-        free(stages);
-        plan_pipe_free(out);
+    if (!stages)
         return tr_fail(TR_ERR_NOMEM, "pipeline simulation: out of memory");
-    }
     int rc = tr_pp_schedule_build_all(P, M, kind, v, stages);
     if (rc) {
         free(stages);
-        plan_pipe_free(out);
+        out->P = 0; /* matches no key */
         return rc;
     }
-    for (int s = 0; s < P; s++) {
-        out->offset[s + 1] = out->offset[s] + stages[s].n_ops;
-        out->peak[s] = tr_pp_peak_activations(&stages[s]);
-    }
-    long total = out->total = out->offset[P];
-    out->ops = malloc(sizeof *out->ops * (size_t)(total + 1));
-    /* FIFO queues per ordered pair: counts, then the ops in order. */
-    long *count_s = calloc(2 * (size_t)P + 1, sizeof(long));
-    long *count_r = calloc(2 * (size_t)P + 1, sizeof(long));
-    long *start = calloc(2 * (size_t)P + 1, sizeof(long));
-    long *sends = malloc(sizeof(long) * (size_t)(total + 1));
-    long *fill_s = calloc(2 * (size_t)P + 1, sizeof(long));
-    long *fill_r = calloc(2 * (size_t)P + 1, sizeof(long));
-    if (!out->ops || !count_s || !count_r || !start || !sends || !fill_s || !fill_r) {
-        rc = tr_fail(TR_ERR_NOMEM, "pipeline simulation: out of memory");
-        goto done;
-    }
+    long total = 0;
+    for (int s = 0; s < P; s++)
+        total += stages[s].n_ops;
     if (total >= 0x7fffffffL || P > 0x7fff) {
         rc = tr_fail(TR_ERR_CONFIG, "pipeline simulation: %ld operations (P=%d, M=%d) is more "
                      "than the planner simulates", total, P, M);
         goto done;
     }
+    if ((rc = reserve(out, total, P)))
+        goto done;
+    out->offset[0] = 0;
+    for (int s = 0; s < P; s++)
+        out->offset[s + 1] = out->offset[s] + stages[s].n_ops;
+    out->total = total;
+    plan_schedule_peaks(P, M, kind, v, out->peak);
+    /* FIFO queues of sends per ordered pair of stages (a linked list through `next`), then
+     * every receive takes the head of its pair's queue */
+    int *next = out->scratch, *head = next + total, *tail = head + 2 * P;
+    for (int k = 0; k < 2 * P; k++)
+        head[k] = tail[k] = -1;
     for (int s = 0; s < P; s++)
         for (int i = 0; i < stages[s].n_ops; i++) {
             const tr_pp_op *op = &stages[s].ops[i];
-            plan_op *o = &out->ops[out->offset[s] + i];
+            int g = (int)(out->offset[s] + i);
+            plan_op *o = &out->ops[g];
             o->kind = (unsigned char)op->kind;
             o->batch = 0;
             o->chunk = (unsigned short)op->chunk;
@@ -109,48 +134,40 @@ int plan_pipe_build(int P, int M, tr_pp_kind kind, int v, plan_pipe *out)
                     n++;
                 o->batch = (unsigned char)n;
             }
-            if (tr_pp_op_is_send(op->kind))
-                count_s[pair_slot(P, s, op->peer)]++;
-            else
-                count_r[pair_slot(P, op->peer, s)]++;
-        }
-    for (int k = 0; k < 2 * P; k++) {
-        if (count_s[k] != count_r[k]) {
-            rc = tr_fail(TR_ERR_INTERNAL, "pipeline simulation: %ld sends but %ld receives "
-                         "between a pair of stages", count_s[k], count_r[k]);
-            goto done;
-        }
-        start[k + 1] = start[k] + count_s[k];
-    }
-    for (int s = 0; s < P; s++)
-        for (int i = 0; i < stages[s].n_ops; i++) {
-            const tr_pp_op *op = &stages[s].ops[i];
-            if (tr_pp_op_is_comm(op->kind) && tr_pp_op_is_send(op->kind)) {
+            if (tr_pp_op_is_send(op->kind)) {
                 int k = pair_slot(P, s, op->peer);
-                sends[start[k] + fill_s[k]++] = out->offset[s] + i;
+                next[g] = -1;
+                if (tail[k] < 0)
+                    head[k] = g;
+                else
+                    next[tail[k]] = g;
+                tail[k] = g;
             }
         }
-    for (int s = 0; s < P; s++)
+    for (int s = 0; s < P && !rc; s++)
         for (int i = 0; i < stages[s].n_ops; i++) {
             const tr_pp_op *op = &stages[s].ops[i];
             if (!tr_pp_op_is_comm(op->kind) || tr_pp_op_is_send(op->kind))
                 continue;
-            int a = op->peer, k = pair_slot(P, a, s);
-            long g = out->offset[s] + i, h = sends[start[k] + fill_r[k]++];
-            out->ops[g].partner = (int)h;
-            out->ops[h].partner = (int)g;
+            int k = pair_slot(P, op->peer, s), g = (int)(out->offset[s] + i), h = head[k];
+            if (h < 0) {
+                rc = tr_fail(TR_ERR_INTERNAL, "pipeline simulation: stage %d receives from %d "
+                             "more than it is sent", s, op->peer);
+                break;
+            }
+            head[k] = next[h];
+            out->ops[g].partner = h;
+            out->ops[h].partner = g;
         }
+    for (int k = 0; k < 2 * P && !rc; k++)
+        if (head[k] >= 0)
+            rc = tr_fail(TR_ERR_INTERNAL, "pipeline simulation: a send between stages is never "
+                         "received");
 done:
     tr_pp_schedule_free_all(stages, P);
     free(stages);
-    free(count_s);
-    free(count_r);
-    free(start);
-    free(sends);
-    free(fill_s);
-    free(fill_r);
     if (rc)
-        plan_pipe_free(out);
+        out->P = 0;
     return rc;
 }
 
@@ -216,60 +233,73 @@ int plan_pipe_run(const plan_pipe *p, const double *tf, const double *tb, const 
         const long off = p->offset[s];
         const int n_ops = (int)(p->offset[s + 1] - off);
         const plan_op *so = ops + off;
-        while (pos[s] < n_ops) {
-            const plan_op *op = &so[pos[s]];
-            if (!tr_pp_op_is_comm((tr_pp_op_kind)op->kind)) {
-                int sc = s * v + op->chunk;
-                double t = op->kind == TR_PP_OP_FORWARD ? tf[sc] : tb[sc];
-                clock[s] += t;
-                out->busy[s] += t;
+        const double *tfs = tf + (size_t)s * v, *tbs = tb + (size_t)s * v;
+        double *ps = post + off, *ds = done + off;
+        /* the stage's state in locals while it runs (the arrays alias nothing it reads) */
+        int ps_pos = pos[s], ps_wend = wend[s];
+        double c = clock[s], busy_s = out->busy[s], end_b = out->end_b[s];
+        double transfer_s = out->transfer[s], wait_s = out->wait[s];
+        while (ps_pos < n_ops) {
+            const plan_op *op = &so[ps_pos];
+            if (op->kind == TR_PP_OP_FORWARD || op->kind == TR_PP_OP_BACKWARD) {
+                double t = op->kind == TR_PP_OP_FORWARD ? tfs[op->chunk] : tbs[op->chunk];
+                c += t;
+                busy_s += t;
                 if (op->kind == TR_PP_OP_BACKWARD)
-                    out->end_b[s] = clock[s];
-                pos[s]++;
-                wend[s] = pos[s];
+                    end_b = c;
+                ps_wend = ++ps_pos;
                 continue;
             }
-            if (wend[s] == pos[s]) { /* post the batch (one op when not batched) */
-                int end = pos[s] + (batched && op->batch ? op->batch : 1);
-                wend[s] = end;
-                for (int i = pos[s]; i < end; i++) {
-                    post[off + i] = clock[s];
-                    done[off + i] = -1.0;
+            if (ps_wend == ps_pos) { /* post the batch (one op when not batched) */
+                int end = ps_pos + (batched && op->batch ? op->batch : 1);
+                ps_wend = end;
+                for (int i = ps_pos; i < end; i++) {
+                    ps[i] = c;
+                    ds[i] = -1.0;
                 }
+                wend[s] = end; /* peers look at it */
+                pos[s] = ps_pos;
             }
             int all = 1;
-            double t_end = clock[s], cost_max = 0;
-            for (int i = pos[s]; i < wend[s]; i++) {
-                long g = off + i, h = so[i].partner;
-                int q = so[i].peer;
+            double t_end = c, cost_max = 0;
+            for (int i = ps_pos; i < ps_wend; i++) {
                 double cost = p2p[so[i].link];
                 if (cost > cost_max)
                     cost_max = cost;
-                if (done[g] < 0) {
+                if (ds[i] < 0) {
+                    long h = so[i].partner;
+                    int q = so[i].peer;
                     long j = h - p->offset[q];
                     if (j >= pos[q] && j < wend[q]) { /* the partner is posted */
-                        double t = (post[g] > post[h] ? post[g] : post[h]) + cost;
-                        done[g] = done[h] = t;
+                        double t = (ps[i] > post[h] ? ps[i] : post[h]) + cost;
+                        ds[i] = done[h] = t;
                         if (!queued[q]) {
                             queued[q] = 1;
                             work[n_work++] = q;
                         }
                     }
                 }
-                if (done[g] < 0)
+                if (ds[i] < 0)
                     all = 0;
-                else if (done[g] > t_end)
-                    t_end = done[g];
+                else if (ds[i] > t_end)
+                    t_end = ds[i];
             }
             if (!all)
                 break; /* blocked; the peer wakes us */
-            double blocked = t_end - clock[s];
+            double blocked = t_end - c;
             double transfer = blocked < cost_max ? blocked : cost_max;
-            out->transfer[s] += transfer;
-            out->wait[s] += blocked - transfer;
-            clock[s] = t_end;
-            pos[s] = wend[s];
+            transfer_s += transfer;
+            wait_s += blocked - transfer;
+            c = t_end;
+            ps_pos = ps_wend;
         }
+        pos[s] = ps_pos;
+        wend[s] = ps_wend;
+        clock[s] = c;
+        out->busy[s] = busy_s;
+        out->end_b[s] = end_b;
+        out->transfer[s] = transfer_s;
+        out->wait[s] = wait_s;
     }
     double busy = 0, makespan = 0;
     for (int s = 0; s < P; s++) {
@@ -312,19 +342,9 @@ int plan_ws_pipe(tr_plan_ws *ws, int P, int M, tr_pp_kind kind, int v, const pla
     int slot = ws->n_pipes < PLAN_PIPE_CACHE ? ws->n_pipes++ : ws->next;
     if (slot == ws->next)
         ws->next = (ws->next + 1) % PLAN_PIPE_CACHE;
-    plan_pipe_free(&ws->pipes[slot]);
-    int rc = plan_pipe_build(P, M, kind, v, &ws->pipes[slot]);
-    if (rc) {
-        /* leave the slot empty: move the last entry into it */
-        if (slot == ws->n_pipes - 1)
-            ws->n_pipes--;
-        else {
-            ws->pipes[slot] = ws->pipes[ws->n_pipes - 1];
-            memset(&ws->pipes[--ws->n_pipes], 0, sizeof(plan_pipe));
-        }
-        ws->next = 0;
-        return rc;
-    }
+    int rc = plan_pipe_build(P, M, kind, v, &ws->pipes[slot]); /* reuses its buffers */
+    if (rc)
+        return rc; /* the slot's P is 0: it matches no later request */
     *out = &ws->pipes[slot];
     return TR_OK;
 }

@@ -26,10 +26,14 @@ typedef struct {
     long *offset;           /* [P+1] global op index of each stage's first op */
     long total;
     plan_op *ops;           /* [total], stage by stage in list order */
-    int *peak;              /* [P]: peak stored chunks (tr_pp_peak_activations) */
+    int *peak;              /* [P]: peak stored chunks (plan_schedule_peaks) */
+    long cap_ops;           /* allocated: ops, and the pairing scratch */
+    int cap_p;              /* allocated: offset (+1), peak */
+    int *scratch;           /* [cap_ops + 4 cap_p]: pairing queues */
 } plan_pipe;
 
-/* Build with pp/ (validated there), pair, compile. */
+/* Build with pp/ (validated there), pair, compile; out's buffers (a pipe freed with
+ * plan_pipe_free, or zeroed) are reused when large enough. */
 TR_MUST_CHECK int plan_pipe_build(int P, int M, tr_pp_kind kind, int v, plan_pipe *out);
 void plan_pipe_free(plan_pipe *p);
 
@@ -103,7 +107,9 @@ TR_MUST_CHECK int plan_ws_pipe(tr_plan_ws *ws, int P, int M, tr_pp_kind kind, in
  * and the shipped configs' searches the difference from the whole simulation is below 1e-12;
  * stages of very different speeds can take longer to settle: tests/plan/test_plan_pipeline.c
  * bounds it). */
-#define PLAN_SIM_BUDGET 32768
+#ifndef PLAN_SIM_BUDGET
+#define PLAN_SIM_BUDGET 16384
+#endif
 TR_MUST_CHECK int plan_ws_simulate(tr_plan_ws *ws, int P, int M, tr_pp_kind kind, int v,
                                    const double *tf, const double *tb, const double *p2p,
                                    int batched, plan_pipe_out *out);

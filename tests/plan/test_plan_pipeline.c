@@ -1,7 +1,8 @@
 /* plan/'s pipeline engine: the same times as pp/'s tr_pp_simulate (batched rendezvous and
  * rendezvous) for every schedule kind, uneven stages and P2P costs, per stage (end, end of
  * the last backward, compute); compute + transfers + waits = a stage's clock; the peaks of
- * stored chunks without building the lists equal pp/'s; the cache of op lists. */
+ * stored chunks without building the lists equal pp/'s; the cache of op lists; the extended
+ * steady state of long pipelines equals their whole simulation. */
 #include "plan/plan_internal.h"
 #include "plan_test.h"
 
@@ -14,7 +15,7 @@ static double rnd(unsigned *s)
 
 static void check_against_pp(int P, int M, tr_pp_kind kind, int v, int batched, unsigned seed)
 {
-    plan_pipe pipe;
+    plan_pipe pipe = {0};
     assert_int_equal(plan_pipe_build(P, M, kind, v, &pipe), TR_OK);
     tr_pp_schedule *stages = calloc((size_t)P, sizeof *stages);
     assert_int_equal(tr_pp_schedule_build_all(P, M, kind, v, stages), TR_OK);
@@ -131,12 +132,59 @@ static void test_cache(void **state)
     plan_ws_free(&ws);
 }
 
+/* Past PLAN_SIM_BUDGET units the steady state is extended: on stages like the planner's
+ * (equal middle stages, the first and last slower by the embedding and the output layer),
+ * the same as simulating every micro-batch. */
+static void test_extension(void **state)
+{
+    (void)state;
+    struct {
+        int P, M, v;
+        tr_pp_kind kind;
+    } cases[] = {{12, 2048, 1, TR_PP_1F1B}, {35, 1120, 1, TR_PP_1F1B},
+                 {16, 4096, 2, TR_PP_INTERLEAVED}, {48, 1024, 1, TR_PP_1F1B},
+                 {8, 4096, 1, TR_PP_GPIPE}};
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        int P = cases[k].P, M = cases[k].M, v = cases[k].v;
+        assert_true((long)P * M * v > PLAN_SIM_BUDGET);
+        double tf[4 * TR_PP_MAX_STAGES], tb[4 * TR_PP_MAX_STAGES], p2p[TR_PP_MAX_STAGES];
+        for (int i = 0; i < P * v; i++) {
+            tf[i] = 1.0;
+            tb[i] = 3.0;
+        }
+        tf[0] *= 1.03;
+        tb[0] *= 1.03;
+        tf[P * v - 1] *= 1.08;
+        tb[P * v - 1] *= 1.08;
+        for (int i = 0; i < P; i++)
+            p2p[i] = i == P - 1 ? 0.002 : 0.01; /* one pair on the same node */
+        for (int batched = 0; batched < 2; batched++) {
+            plan_pipe pipe = {0};
+            assert_int_equal(plan_pipe_build(P, M, cases[k].kind, v, &pipe), TR_OK);
+            plan_sim_ws ws = {0};
+            plan_pipe_out full, ext;
+            assert_int_equal(plan_pipe_run(&pipe, tf, tb, p2p, batched, &ws, &full), TR_OK);
+            tr_plan_ws pws = {0};
+            assert_int_equal(
+                plan_ws_simulate(&pws, P, M, cases[k].kind, v, tf, tb, p2p, batched, &ext),
+                TR_OK);
+            assert_close(ext.makespan, full.makespan, 1e-9);
+            for (int i = 0; i < 5 * P; i++)
+                assert_close(ext.end[i] + 1, full.end[i] + 1, 1e-9);
+            plan_ws_free(&pws);
+            plan_sim_ws_free(&ws);
+            plan_pipe_free(&pipe);
+        }
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_same_as_pp),
         cmocka_unit_test(test_peaks),
         cmocka_unit_test(test_cache),
+        cmocka_unit_test(test_extension),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
