@@ -6,7 +6,8 @@ From the repository root of a GPU machine, with the bundle of scripts/gpu-bundle
 and NCCL (a CUDA toolkit, or the pip wheels' headers and libraries), builds trident with CUDA
 against the bundle alone (no apt, no pip, no network), runs every test of the 'cuda' suite
 (tests/cuda: op parity, GPT loss, NCCL, training, issue 15's checks), then
-benchmarks/gpu_step.sh. Each step is PASS, FAIL (with the failing output's tail) or SKIP
+benchmarks/gpu_step.sh, then benchmarks/gemm_shapes.sh (the planner's GEMM table,
+gemm_shapes.inc in --out). Each step is PASS, FAIL (with the failing output's tail) or SKIP
 (with the reason); a failure never stops the steps after it. The report (report.md),
 every figure (results.json) and the logs (logs.tar.gz) go to --out (default gpu-results/),
 rewritten after every step, so a run cut short still leaves its report.
@@ -16,9 +17,9 @@ usage: scripts/gpu-check.sh [--out DIR] [--bundle DIR] [--build DIR] [--budget S
   --bundle  the bundle folder (default .gpu); --build the build folder (default build-gpu)
   --budget  seconds for the whole run (default 1200); steps that would not fit are SKIPped
             and a running one is stopped at the end of the budget
-  --only    among configure, build, tests, bench (bundle, cuda-toolkit, gpu and probe always
+  --only    among configure, build, tests, bench, gemm (bundle, cuda-toolkit, gpu and probe always
             run: they set up and find what the others need), e.g. --only bench after a full run
-  --skip    any step names: bundle, cuda-toolkit, gpu, configure, build, probe, tests, bench
+  --skip    any step names: bundle, cuda-toolkit, gpu, configure, build, probe, tests, bench, gemm
 Exit 0 when no step FAILed (SKIPs included: a machine without a GPU SKIPs every GPU step), 1
 otherwise."""
 import argparse
@@ -40,8 +41,8 @@ import tempfile
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-STEPS = ("bundle", "cuda-toolkit", "gpu", "configure", "build", "probe", "tests", "bench")
-SELECTABLE = ("configure", "build", "tests", "bench")  # what --only chooses among
+STEPS = ("bundle", "cuda-toolkit", "gpu", "configure", "build", "probe", "tests", "bench", "gemm")
+SELECTABLE = ("configure", "build", "tests", "bench", "gemm")  # what --only chooses among
 # The tests of the cuda suite this check expects to find (tests/cuda/meson.build); one that
 # is missing from the build is a FAIL ("not registered"): e.g. no python3 at configure time.
 EXPECTED_TESTS = ("cuda-host-logic", "cuda-ops", "cuda-gpt-loss", "cuda-nccl-2", "cuda-nccl-4-staged",
@@ -503,6 +504,19 @@ class Check:
         return "PASS", f"trident {t['trident_tokens_per_s']:.0f} tokens/s, {vs}, {mfu}; targets " + \
             ("met" if t["met"] else "NOT met (see the per-op split)"), ""
 
+    # 9. the planner's GEMM table from this GPU (issue 22): benchmarks/gemm_shapes.sh writes the
+    # rows plan/gemm/PRESET.inc holds into the report folder (gemm_shapes.inc, .log)
+    def gemm(self):
+        if self.status("probe") != "PASS":
+            return "SKIP", self.no_gpu_reason or "the probe found no usable GPU", ""
+        rc, out = self.run("gemm", [os.path.join(ROOT, "benchmarks", "gemm_shapes.sh"), "--build", self.a.build,
+                                    "--out", os.path.join(self.out, "gemm_shapes.inc")], timeout=self.left() - 5)
+        if rc == 77:
+            return "SKIP", tail(out, 1).replace("SKIP: ", ""), ""
+        if rc != 0:
+            return "FAIL", f"benchmarks/gemm_shapes.sh exit {rc}", out
+        return "PASS", next((l for l in out.splitlines() if l.startswith("gemm_shapes:")), tail(out, 1)), ""
+
     # ---- the report
     def write(self):
         counts = {s: sum(1 for x in self.steps if x["status"] == s) for s in ("PASS", "FAIL", "SKIP")}
@@ -582,6 +596,7 @@ def main():
     c.step("probe", c.probe, needs=("build",))
     c.step("tests", c.tests, needs=("build",))
     c.step("bench", c.bench, needs=("build",))
+    c.step("gemm", c.gemm, needs=("build",))
     c.write()
     res = json.load(open(os.path.join(c.out, "results.json")))
     n = res["counts"]
