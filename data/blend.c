@@ -47,12 +47,13 @@ struct tr_data {
 
 static int fail_nomem(void) { return tr_fail(TR_ERR_NOMEM, "out of memory for a data blend"); }
 
-static const double *sort_key; /* qsort's comparison reads the deficits here (one thread) */
-static int by_deficit(const void *a, const void *b)
+/* Larger deficit first, then the lower index (qsort_r's comparison; deficits in arg). */
+static int by_deficit(const void *a, const void *b, void *arg)
 {
+    const double *deficit = arg;
     int x = *(const int *)a, y = *(const int *)b;
-    if (sort_key[x] != sort_key[y])
-        return sort_key[x] > sort_key[y] ? -1 : 1;
+    if (deficit[x] != deficit[y])
+        return deficit[x] > deficit[y] ? -1 : 1;
     return x - y;
 }
 
@@ -70,8 +71,7 @@ static void advance(split_blend *s, unsigned char *got)
             s->order[m++] = d;
         }
     }
-    sort_key = s->deficit;
-    qsort(s->order, (size_t)m, sizeof *s->order, by_deficit);
+    qsort_r(s->order, (size_t)m, sizeof *s->order, by_deficit, s->deficit);
     for (int k = 0; k < s->extra && k < m; k++) {
         s->extras[s->order[k]]++;
         if (got)
@@ -183,10 +183,8 @@ static int make_blend(tr_data *d, int k, int first, int n, const double *w, cons
     s->order = calloc((size_t)n, sizeof *s->order);
     s->deficit = calloc((size_t)n, sizeof *s->deficit);
     s->count = calloc((size_t)n, sizeof *s->count);
-    s->pos_src = calloc((size_t)GB, sizeof *s->pos_src);
-    s->pos_idx = calloc((size_t)GB, sizeof *s->pos_idx);
     if (!s->src || !s->w || !s->base || !s->frac || !s->extras || !s->order || !s->deficit ||
-        !s->count || !s->pos_src || !s->pos_idx)
+        !s->count)
         return fail_nomem();
     double total = 0;
     for (int i = 0; i < n; i++) {
@@ -211,6 +209,12 @@ static int make_blend(tr_data *d, int k, int first, int n, const double *w, cons
         sum += s->base[i];
     }
     s->extra = (int)(GB - sum);
+    if (s->n > 1) { /* a batch's positions: only a real blend needs them */
+        s->pos_src = calloc((size_t)GB, sizeof *s->pos_src);
+        s->pos_idx = calloc((size_t)GB, sizeof *s->pos_idx);
+        if (!s->pos_src || !s->pos_idx)
+            return fail_nomem();
+    }
     return TR_OK;
 }
 

@@ -250,7 +250,7 @@ static int load_template(tr_tokenizer *t, const char *file, json_t *p, int depth
     json_t *single = json_object_get(p, "single"), *specials = json_object_get(p, "special_tokens");
     if (!json_is_array(single))
         return bad(file, "post_processor.single", "expected a list");
-    int seen_text = 0, rc2 = TR_OK;
+    int seen_text = 0;
     size_t i;
     json_t *item;
     json_array_foreach(single, i, item) {
@@ -277,7 +277,7 @@ static int load_template(tr_tokenizer *t, const char *file, json_t *p, int depth
             dst[(*n)++] = (int32_t)json_integer_value(v);
         }
     }
-    return rc2;
+    return TR_OK;
 }
 
 /* tokenizer_config.json beside the file: its eos_token, if any (NULL otherwise). */

@@ -171,9 +171,18 @@ static int repair_utf8(tr_encoder *e, const char **text, size_t *len)
     size_t n = *len, ok = utf8_valid_prefix(s, n);
     if (ok == n)
         return TR_OK;
-    if (n > (SIZE_MAX - 16) / 3)
-        return tr_fail(TR_ERR_NOMEM, "a text of %zu bytes is too long", n);
-    size_t need = 3 * n + 1; /* each bad byte becomes at most 3 */
+    size_t need = 1; /* the repaired length: each maximal invalid subpart becomes 3 bytes */
+    for (size_t i = ok; i < n;) {
+        size_t good = utf8_valid_prefix(s + i, n - i), bad = 0;
+        i += good;
+        need += good;
+        if (i < n) {
+            bad = utf8_invalid_len(s + i, n - i);
+            i += bad;
+            need += 3;
+        }
+    }
+    need += ok;
     if (need > e->clean_cap) {
         char *p = realloc(e->clean, need);
         if (!p)
