@@ -1,7 +1,8 @@
 #!/usr/bin/python3
 """`trident plan`: Bloom-176B in JSON and text (published numbers within 20%), its TP=1 PP=1
 variant (does not fit, and why), --search (under 10 s, published layout ranked), --tokens,
---calibrate from a metrics.jsonl, and exit code 2 with a message for every bad argument.
+--calibrate from a metrics.jsonl, --explain (text, JSON adding up, SVG), --gemm-table,
+--references, --dropout, cluster.runtime, and exit code 2 with a message for every bad argument.
 usage: test_plan_cli.py TRIDENT SOURCE_ROOT"""
 import json
 import os
@@ -122,6 +123,45 @@ with tempfile.TemporaryDirectory() as tmp:
     expect(rc == 2 and "cluster.gpus_per_node is not set and no preset gives it" in err,
            f"no cluster: {err!r}")
 
+# --explain (issue 22): where the step goes, per stage, adding up to the step; the SVG beside it.
+with tempfile.TemporaryDirectory() as tmp:
+    svg = os.path.join(tmp, "explain.svg")
+    rc, out, err = run(bloom, "--explain", "--svg", svg)
+    expect(rc == 0 and "where the step goes" in out and "where the memory goes" in out
+           and f"chart: {svg}" in out, f"--explain text: {rc} {err!r}")
+    import xml.etree.ElementTree as ET
+    try:
+        svg_root = ET.parse(svg).getroot()
+        expect(svg_root.tag.endswith("svg") and len(svg_root) > 50, "--svg: an SVG with the bars")
+    except (OSError, ET.ParseError) as e:
+        expect(False, f"--svg: {e}")
+    d = plan_json(bloom, "--explain")
+    expect(len(d["stages"]) == 12, "12 stages explained")
+    for st in d["stages"]:
+        total = sum(st["time_s"].values())
+        expect(abs(total / d["step_time_s"] - 1) < 0.01, f"stage {st['stage']}: {total} vs {d['step_time_s']}")
+    expect(d["stages"][11]["time_s"]["output_layer"] > 0 and d["stages"][0]["time_s"]["embedding"] > 0,
+           "output layer on the last stage, embedding on the first")
+    # a measured GEMM table changes the prediction; a bad one is refused
+    table = os.path.join(tmp, "gemm.inc")
+    with open(table, "w") as f:
+        f.write("/* test */\n{4096, 10752, 14336, 1, 1.0e-2},\n")
+    plain = plan_json(bloom)["step_time_s"]
+    slower = plan_json(bloom, "--gemm-table", table)["step_time_s"]
+    expect(slower > 1.2 * plain, f"--gemm-table: {slower} vs {plain}")
+    with open(table, "w") as f:
+        f.write("{1, 2}\n")
+    rc, out, err = run(bloom, "--gemm-table", table)
+    expect(rc == 2 and "gemm.inc:1: expected a row" in err, f"bad --gemm-table: {err!r}")
+
+# --references: the published runs and the acceptance
+rc, out, err = run("--references")
+expect(rc == 0 and "BLOOM-176B" in out and "median |error|" in out, f"--references: {rc} {err!r}")
+# --dropout costs time; cluster.runtime changes the P2P and gradient accumulation
+expect(plan_json(bloom, "--dropout")["step_time_s"] > plain, "--dropout is slower")
+megatron = plan_json(bloom, "--set", "cluster.runtime=megatron")["step_time_s"]
+expect(megatron < plain, f"Megatron's runtime beats DeepSpeed's on Bloom: {megatron} vs {plain}")
+
 # Bad usage: exit 2 with a message.
 for args, msg in [
     ([], "usage: trident plan"),
@@ -136,11 +176,16 @@ for args, msg in [
     ([bloom, "--set", "training.recompute=sometimes"], "none, selective, full"),
     ([os.path.join(root, "no-such.yaml")], "no-such.yaml"),
     ([bloom, "--calibrate", "/nonexistent/metrics.jsonl"], "cannot open /nonexistent"),
+    ([bloom, "--svg", "x.svg"], "--svg needs --explain"),
+    ([bloom, "--explain", "--search"], "--explain and --search do not go together"),
+    ([bloom, "--references"], "--references takes no config"),
+    ([bloom, "--gemm-table", "/nonexistent/g.inc"], "cannot open /nonexistent"),
+    ([bloom, "--set", "cluster.runtime=jax"], "cluster.runtime"),
 ]:
     rc, out, err = run(*args)
     expect(rc == 2 and msg in err, f"{args}: exit {rc}, stderr {err!r}")
 
 rc, out, err = run("--help")
-expect(rc == 0 and "--search" in out and "--calibrate" in out, "--help")
+expect(rc == 0 and "--search" in out and "--calibrate" in out and "--explain" in out, "--help")
 
 tt.finish("all plan CLI checks passed")
