@@ -2,7 +2,19 @@
 """Layout equivalence, the framework's central promise: for one config, seed and global
 batch, every (DP, TP, PP) layout gives the single-process loss at each of 10 iterations
 (relative difference <= 1e-5) and, after iteration 1, the single-process gradient of every
-parameter (shards reassembled; relative L2 <= 1e-5).
+parameter (shards reassembled; relative L2 <= 1e-5). Copies of one gradient on several ranks
+(DP replicas, TP-replicated tensors, the tied embedding on the first and last stage) must
+agree bit for bit before they are reassembled; a run with logging.trace must write
+trace.json; and the pipeline's stored activations are checked twice: the engine's counter
+(1F1B: min(P - stage, M); GPipe: M) and the measured peak RSS (1F1B's at M = 32 grows by
+less than a quarter of what GPipe's grows from M = 4).
+Injected bugs the old checks let through (issue 25, point 6), each failing now:
+  - trace.json not written (train/trace.c): the traced cases skipped their checks;
+  - world rank 0's gradient of layers.0.ln1.weight 1% off after the reductions (train/step.c,
+    runs of 2+ ranks): Adam hardly sees a scale, so losses stayed within 4e-8, and rank 1's
+    copy overwrote rank 0's in the reassembly (dp2-m1, dp2-m2-traced);
+  - activation slots released only at the end of the iteration, M of them (train/step.c,
+    train/engine.c): the counter still said 1F1B keeps 4, RSS at M = 32 grew like GPipe's.
 usage: test_layouts.py TRIDENT WORKDIR GROUP [--quick]
 GROUP: tp | pp | dp | matrix (world size 8, every factorisation) | all"""
 import json
@@ -39,7 +51,10 @@ def run(name, world, tp=1, pp=1, *extra):
         return None
     metrics = tt.metrics(out)
     trace = os.path.join(out, "trace.json")
-    if os.path.exists(trace):  # what chrome://tracing / Perfetto load: valid JSON, a row per rank
+    traced = "logging.trace=true" in extra
+    tt.expect(os.path.exists(trace) == traced,
+              f"{name}: trace.json {'missing' if traced else 'written'} with logging.trace {traced}")
+    if traced and os.path.exists(trace):  # what chrome://tracing / Perfetto load: valid JSON, a row per rank
         events = json.load(open(trace))["traceEvents"]
         spans = [e for e in events if e.get("ph") == "X"]
         rows = {e["tid"] for e in spans if e["cat"] in ("forward", "backward")}
@@ -54,11 +69,13 @@ def run(name, world, tp=1, pp=1, *extra):
                 if not tt.expect(red and min(e["ts"] for e in red) < bwd_end,
                                  f"{name}: rank {r}: no grad-reduce span started before backward ended"):
                     break
-    return [m["loss"] for m in metrics], gather_grads(os.path.join(out, "grads")), [m["grad_norm"] for m in metrics]
+    return ([m["loss"] for m in metrics], gather_grads(name, os.path.join(out, "grads")),
+            [m["grad_norm"] for m in metrics])
 
 
-def gather_grads(d):
-    """Whole tensors by name from every rank's shards."""
+def gather_grads(name, d):
+    """Whole tensors by name from every rank's shards; where several ranks hold the same
+    elements, they must agree bit for bit."""
     full = {}
     for fn in sorted(os.listdir(d)):
         if not fn.endswith(".json"):
@@ -80,6 +97,10 @@ def gather_grads(d):
             else:
                 view = whole
             have = ~np.isnan(part)
+            seen = have & ~np.isnan(view)
+            if seen.any() and not np.array_equal(view[seen], part[seen]):
+                tt.expect(False, f"{name}: {fn[:-5]}'s gradient of {t['name']} differs from another rank's "
+                          f"copy by up to {float(np.abs(view[seen] - part[seen]).max()):.3g}")
             view[have] = part[have]
     return full
 
@@ -200,17 +221,29 @@ if group in ("tp", "all"):
             compare(name, (got[0], crop(got[1]), got[2]), (base_v[0], crop(base_v[1]), base_v[2]))
 if group in ("pp", "all"):
     # Activations stored at once per stage, counted by the engine itself (summary.json):
-    # under 1F1B min(P - stage, M) whatever M is; under GPipe all M
+    # under 1F1B min(P - stage, M) whatever M is; under GPipe all M. The counter follows the
+    # schedule's own formula, so the memory is measured too: each rank's peak RSS (the
+    # kernel's figure), with activations large enough to see (~2.4 MB per micro-batch and
+    # stage at s = 128, h = 128).
+    rss = {}
     for kind in ("1f1b", "gpipe"):
         for m in (4, 32):
             name = f"stored-{kind}-m{m}"
             cases.append((name,))
             got = run(name, 4, 1, 4, f"training.global_batch_size={m}", "training.micro_batch_size=1",
-                      "training.train_iters=2", f"parallel.pipeline_schedule={kind}")
+                      "training.train_iters=2", f"parallel.pipeline_schedule={kind}", "model.seq_length=128",
+                      "model.hidden_size=128", "model.num_attention_heads=4")
             if got is None:
                 continue
-            peaks = json.load(open(os.path.join(work, name, "summary.json")))["peak_stored_activations_per_rank"]
+            summary = json.load(open(os.path.join(work, name, "summary.json")))
+            peaks = summary["peak_stored_activations_per_rank"]
+            rss[kind, m] = max(summary["peak_rss_mb_per_rank"])
             want = [min(4 - r, m) if kind == "1f1b" else m for r in range(4)]
             tt.check(f"{name}: peak stored activations per stage {peaks} (expected {want})", peaks == want)
+    if len(rss) == 4:
+        grow = {k: rss[k, 32] - rss[k, 4] for k in ("1f1b", "gpipe")}
+        tt.check(f"peak RSS from M = 4 to 32: 1F1B +{grow['1f1b']:.1f} MB, GPipe +{grow['gpipe']:.1f} MB "
+                 f"(1F1B under a quarter of GPipe's; GPipe's over 30 MB)",
+                 grow["gpipe"] > 30 and grow["1f1b"] < grow["gpipe"] / 4, show=True)
 print(f"{len(cases) - len(failures)} of {len(cases)} layouts match the single-process run")
 tt.finish()
