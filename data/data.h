@@ -79,7 +79,7 @@ typedef struct {
 } tr_data_spec;
 TR_MUST_CHECK int tr_data_open_spec(const tr_data_spec *spec, tr_data **out);
 /* The run's dataset from the config's data section (lists parsed by tr_config_blend; the
- * tokenizer, when data.tokenizer_type names one, opened and its vocabulary checked against
+ * tokenizer, when data.tokenizer.type names one, opened and its vocabulary checked against
  * model.vocab_size: TR_ERR_CONFIG naming the keys when its ids do not fit). Messages start
  * with the data key's FILE:LINE:COL. */
 TR_MUST_CHECK int tr_data_open_config(const tr_config *cfg, tr_data **out);

@@ -6,7 +6,7 @@
 #include "core/core.h"
 #include "data/data.h"
 
-/* model.vocab_size against data.tokenizer_type's vocabulary, when one is named. */
+/* model.vocab_size against data.tokenizer's vocabulary, when one is named. */
 static int check_tokenizer(const tr_config *cfg)
 {
     const tr_data_config *dc = &cfg->data;
@@ -16,13 +16,13 @@ static int check_tokenizer(const tr_config *cfg)
     tr_tokenizer *t;
     int rc = tr_tokenizer_open(&f, &t);
     if (rc)
-        return tr_fail_context(rc, "%s: data.tokenizer_type %s", tr_config_where(cfg, "data.tokenizer_type"),
+        return tr_fail_context(rc, "%s: data.tokenizer.type %s", tr_config_where(cfg, "data.tokenizer.type"),
                                dc->tokenizer_type);
     int V = tr_tokenizer_vocab_size(t);
     tr_tokenizer_free(t);
     if (V > cfg->model.vocab_size)
         return tr_fail(TR_ERR_CONFIG, "%s: model.vocab_size %d is smaller than the vocabulary of "
-                       "data.tokenizer_type %s (%d ids): set model.vocab_size to %d",
+                       "data.tokenizer.type %s (%d ids): set model.vocab_size to %d",
                        tr_config_where(cfg, "model.vocab_size"), cfg->model.vocab_size,
                        dc->tokenizer_type, V, V);
     return TR_OK;

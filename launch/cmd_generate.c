@@ -41,7 +41,7 @@ static void generate_usage(FILE *f)
             "  --json                 print one JSON object (prompt and generated token ids, text,\n"
             "                         timings) instead of the text\n"
             "  --tokenizer-type T     ByteLevel, GPT2BPETokenizer (--vocab-file, --merge-file) or\n"
-            "                         HFTokenizer (--tokenizer-model): the run's data.tokenizer_type\n"
+            "                         HFTokenizer (--tokenizer-model): the run's data.tokenizer\n"
             "  --nproc N              N local ranks, the model split over them by tensor\n"
             "                         parallelism (N must divide the attention heads)\n"
             "  -h, --help             this text\n"

@@ -34,9 +34,9 @@ static int check_files(const tr_tokenizer_files *f, int kind)
 {
     static const char *const names[3] = {"ByteLevel", "GPT2BPETokenizer", "HFTokenizer"};
     struct { const char *value, *flag; int needed; } use[3] = {
-        {f->vocab_file, "--vocab-file (data.vocab_file)", kind == TOK_GPT2},
-        {f->merge_file, "--merge-file (data.merge_file)", kind == TOK_GPT2},
-        {f->tokenizer_model, "--tokenizer-model (data.tokenizer_model)", kind == TOK_HF},
+        {f->vocab_file, "--vocab-file (data.tokenizer.vocab_file)", kind == TOK_GPT2},
+        {f->merge_file, "--merge-file (data.tokenizer.merge_file)", kind == TOK_GPT2},
+        {f->tokenizer_model, "--tokenizer-model (data.tokenizer.model)", kind == TOK_HF},
     };
     for (int i = 0; i < 3; i++) {
         if (use[i].needed && !given(use[i].value))

@@ -86,9 +86,10 @@ typedef struct {
     int n_train_data_path, n_valid_data_path, n_test_data_path;
     char *data_format; /* "auto" (default) | "megatron" | "llmc" */
     char *split;       /* default "969,30,1": train,validation,test weights */
-    /* Megatron's tokenizer keys: "none" (default: the dataset's ids as they are, no text) |
-     * "ByteLevel" | "GPT2BPETokenizer" (vocab_file, merge_file) | "HFTokenizer"
-     * (tokenizer_model); with one, model.vocab_size must hold its ids */
+    /* data.tokenizer: {type, vocab_file, merge_file, model} (Megatron's --tokenizer-type,
+     * --vocab-file, --merge-file, --tokenizer-model): type "none" (default: the dataset's ids
+     * as they are, no text) | "ByteLevel" | "GPT2BPETokenizer" (vocab_file, merge_file) |
+     * "HFTokenizer" (model: a tokenizer.json); with one, model.vocab_size must hold its ids */
     char *tokenizer_type;
     char *vocab_file, *merge_file, *tokenizer_model; /* "" = none */
 } tr_data_config;

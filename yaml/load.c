@@ -111,10 +111,23 @@ static const char *node_loc(const loader *L, const ynode *n, char *buf, size_t c
     return yloc(&L->src, n->line, n->col, buf, cap);
 }
 
-static int collect_section(loader *L, const char *section, const ynode *map)
+/* 1 when some key of the section is "prefix.something": prefix names a nested mapping
+ * (data.tokenizer). */
+static int has_subkeys(const char *section, const char *prefix)
+{
+    size_t n = strlen(prefix);
+    for (int i = 0; i < config_n_keys; i++)
+        if (!strcmp(config_keys[i].section, section) && !strncmp(config_keys[i].key, prefix, n) &&
+            config_keys[i].key[n] == '.')
+            return 1;
+    return 0;
+}
+
+/* The keys of `map` (nested mappings give dotted keys: tokenizer: {type: x} = tokenizer.type). */
+static int collect_keys(loader *L, const char *section, const char *prefix, const ynode *map)
 {
     const ydoc *d = &L->doc;
-    char loc[1200], q[160];
+    char loc[1200], q[160], full[256];
     for (int k = map->first; k >= 0; k = d->nodes[k].next) {
         const ynode *key = &d->nodes[k];
         int v = key->next;
@@ -125,10 +138,20 @@ static int collect_section(loader *L, const char *section, const ynode *map)
             return fail_loc(node_loc(L, key, loc, sizeof loc),
                             "a key of section '%s' is %s; allowed: a plain key name", section,
                             ydescribe(key, q, sizeof q));
+        snprintf(full, sizeof full, "%s%.*s", prefix, (int)(key->len < 128 ? key->len : 128), key->text);
         const config_key_spec *spec =
-            memchr(key->text, '\0', key->len) ? NULL : config_find_key(section, key->text);
-        if (!spec)
-            return unknown_key(node_loc(L, key, loc, sizeof loc), section, key->text, key->len);
+            memchr(key->text, '\0', key->len) ? NULL : config_find_key(section, full);
+        if (!spec && d->nodes[v].kind == YMAPPING && !memchr(key->text, '\0', key->len) &&
+            has_subkeys(section, full)) {
+            strncat(full, ".", sizeof full - strlen(full) - 1);
+            int rc = collect_keys(L, section, full, &d->nodes[v]);
+            if (rc)
+                return rc;
+            continue;
+        }
+        if (!spec) /* a nested key by its dotted name; a top one as written (NUL bytes too) */
+            return unknown_key(node_loc(L, key, loc, sizeof loc), section, prefix[0] ? full : key->text,
+                               prefix[0] ? strlen(full) : key->len);
         value_ref *r = &L->values[spec - config_keys];
         if (r->node)
             return fail_loc(node_loc(L, key, loc, sizeof loc),
@@ -139,6 +162,11 @@ static int collect_section(loader *L, const char *section, const ynode *map)
                          .key_col = key->col};
     }
     return TR_OK;
+}
+
+static int collect_section(loader *L, const char *section, const ynode *map)
+{
+    return collect_keys(L, section, "", map);
 }
 
 static int collect_file(loader *L)

@@ -200,14 +200,15 @@ static int check_data(const tr_config *c)
     int type = !strcmp(d->tokenizer_type, "GPT2BPETokenizer") ? 1
                : !strcmp(d->tokenizer_type, "HFTokenizer") ? 2 : 0;
     struct { const char *key, *value; int needed; } files[] = {
-        {"data.vocab_file", d->vocab_file, type == 1}, {"data.merge_file", d->merge_file, type == 1},
-        {"data.tokenizer_model", d->tokenizer_model, type == 2}};
+        {"data.tokenizer.vocab_file", d->vocab_file, type == 1},
+        {"data.tokenizer.merge_file", d->merge_file, type == 1},
+        {"data.tokenizer.model", d->tokenizer_model, type == 2}};
     for (int i = 0; i < 3; i++) {
         if (files[i].needed && !files[i].value[0])
-            return bad(c, "data.tokenizer_type", NULL, "data.tokenizer_type %s needs %s",
+            return bad(c, "data.tokenizer.type", NULL, "data.tokenizer.type %s needs %s",
                        d->tokenizer_type, files[i].key);
         if (!files[i].needed && files[i].value[0])
-            return bad(c, files[i].key, NULL, "%s is not used by data.tokenizer_type %s", files[i].key,
+            return bad(c, files[i].key, NULL, "%s is not used by data.tokenizer.type %s", files[i].key,
                        d->tokenizer_type);
     }
     return TR_OK;

@@ -51,8 +51,9 @@ bad = {
     "mixed weights": (dict(data_path=[0.3, a, b, c]), "data.data_path: 1 of the 2 weights are numbers"),
     "both lists": (dict(data_path=[a], train_data_path=[b]), "exclude each other"),
     "missing path": (dict(data_path=[0.5, a, 0.5, os.path.join(work, "nope")]), "nope"),
-    "tokenizer files": (dict(data_path=[a], tokenizer_type="GPT2BPETokenizer"), "needs data.vocab_file"),
-    "vocab too small": (dict(data_path=[a], tokenizer_type="ByteLevel"), "model.vocab_size 100 is smaller"),
+    "tokenizer files": (dict(data_path=[a], tokenizer={"type": "GPT2BPETokenizer"}),
+                        "needs data.tokenizer.vocab_file"),
+    "vocab too small": (dict(data_path=[a], tokenizer={"type": "ByteLevel"}), "model.vocab_size 100 is smaller"),
 }
 for name, (data, needle) in bad.items():
     m = dict(model, vocab_size=100) if name == "vocab too small" else model

@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """A BPE tokenizer from end to end: a small byte-level tokenizer.json written here (the 256
 bytes, merges that spell a few words, <|endoftext|>), a JSON Lines corpus preprocessed with it
-(--append-eod), a model trained with data.tokenizer_type HFTokenizer (model.vocab_size checked
+(--append-eod), a model trained with data.tokenizer {type: HFTokenizer} (model.vocab_size checked
 against it), then `trident generate` with the tokenizer: --prompt is encoded with it (the same
 continuation as --prompt-ids of its ids), the text is decoded, and the greedy continuation is
 made of the corpus' words; a tokenizer larger than the model's vocabulary is refused (exit 2).
@@ -72,18 +72,18 @@ check(f"the corpus is the words' tokens ({len(ids)} tokens, vocabulary {V})",
 ckpt = os.path.join(work, "ckpt")
 model = dict(num_layers=2, hidden_size=64, num_attention_heads=4, seq_length=32, max_position_embeddings=96,
              vocab_size=V)
-data = dict(data_path=data_prefix, split="100,0,0", tokenizer_type="HFTokenizer", tokenizer_model=tok_path)
+data = dict(data_path=data_prefix, split="100,0,0", tokenizer={"type": "HFTokenizer", "model": tok_path})
 config = tt.write_config(os.path.join(work, "small.yaml"), model=model,
                          training=dict(micro_batch_size=4, global_batch_size=8, train_iters=60, lr=3.0e-3),
                          data=data, checkpoint=dict(save=ckpt))
 r = tt.run(tt.train_cmd(trident, config, os.path.join(work, "run"), flags=["--quiet"]), timeout=300)
-if not check("training with data.tokenizer_type HFTokenizer: exit 0", r.returncode == 0, r.stderr[-2000:]):
+if not check("training with data.tokenizer {type: HFTokenizer, model: ...}: exit 0", r.returncode == 0, r.stderr[-2000:]):
     tt.finish()
 small = tt.write_config(os.path.join(work, "small-vocab.yaml"), model=dict(model, vocab_size=200),
                         training=dict(micro_batch_size=4, train_iters=1, lr=1e-3), data=data)
 r = tt.run(tt.train_cmd(trident, small, os.path.join(work, "run2"), flags=["--quiet"]), timeout=60)
 check("model.vocab_size 200 below the tokenizer's: exit 2 naming both",
-      r.returncode == 2 and f"model.vocab_size 200 is smaller than the vocabulary of data.tokenizer_type "
+      r.returncode == 2 and f"model.vocab_size 200 is smaller than the vocabulary of data.tokenizer.type "
       f"HFTokenizer ({V} ids)" in r.stderr, r.stderr[-800:])
 
 

@@ -73,10 +73,14 @@ static void test_wrong_types(void **state)
       "data.data_path: the weights are all 0");
     E(TR_T_MODEL TR_T_TRAINING "data:\n  data_path: a\n  train_data_path: [b]\n", "t.yaml:12:3: ",
       "exclude each other");
-    E(TR_T_MODEL TR_T_TRAINING "data:\n  data_path: a\n  tokenizer_type: GPT2BPETokenizer\n",
-      "t.yaml:12:3: ", "data.tokenizer_type GPT2BPETokenizer needs data.vocab_file");
-    E(TR_T_MODEL TR_T_TRAINING "data:\n  data_path: a\n  merge_file: m.txt\n", "t.yaml:12:3: ",
-      "data.merge_file is not used by data.tokenizer_type none");
+    E(TR_T_MODEL TR_T_TRAINING "data:\n  data_path: a\n  tokenizer: {type: GPT2BPETokenizer}\n",
+      "t.yaml:12:15: ", "data.tokenizer.type GPT2BPETokenizer needs data.tokenizer.vocab_file");
+    E(TR_T_MODEL TR_T_TRAINING "data:\n  data_path: a\n  tokenizer:\n    merge_file: m.txt\n",
+      "t.yaml:13:5: ", "data.tokenizer.merge_file is not used by data.tokenizer.type none");
+    E(TR_T_MODEL TR_T_TRAINING "data:\n  data_path: a\n  tokenizer: {kind: x}\n", "t.yaml:12:15: ",
+      "unknown key 'tokenizer.kind' in section 'data'");
+    E(TR_T_MODEL TR_T_TRAINING "data:\n  data_path: a\n  tokenizer: {type: Sentencepiece}\n",
+      "t.yaml:12:21: ", "data.tokenizer.type: found 'Sentencepiece'; allowed: none, ByteLevel");
     E("model: 5\n", "t.yaml:1:8: ",
       "section 'model' is '5'; expected a mapping of keys (`key: value` lines)");
     E("model: [num_layers, 4]\n", "t.yaml:1:8: ", "section 'model' is a list; expected a mapping");
