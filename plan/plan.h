@@ -104,9 +104,11 @@
  *           above and a P2P cost per pair of adjacent stages: T h e bytes (/t with SP) over
  *           the link between them; when TP > 1 without SP and the pair is on different
  *           nodes, Megatron's scatter/gather: each TP rank sends 1/t over its own NIC and
- *           the receiver all-gathers over NVLink. The output layer and loss make the last
- *           stage slower, the embedding the first: the simulation puts them on the critical
- *           path.
+ *           the receiver all-gathers over NVLink (runtimes megatron, megatron-2021). Costs
+ *           are per stage and chunk: the embedding is the first stage's first chunk's, the
+ *           output layer and loss the last stage's last chunk's, and the simulation puts them
+ *           on the critical path. Past 4096 stage x chunk x micro-batch units (and 8P
+ *           micro-batches) the steady state of the last simulated period is extended to M.
  *   DP: gradients 4 bytes x params_r in the n buckets dp/ makes of the stage's buffer
  *           (tr_dp_layout with ddp_bucket_size_mb in MiB, 2^20 bytes, and the tied
  *           embedding copies aligned as the engine passes them; each timed as 4 params_r / n
