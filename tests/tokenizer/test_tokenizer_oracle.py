@@ -18,8 +18,8 @@ Tokenizers compared:
                   pre-tokenizer (merges saved as pairs), and the same with each Split
                   behavior (Removed, MergedWithPrevious, MergedWithNext, Contiguous, inverted)
 The texts reach the references as Python's bytes.decode("utf-8", "replace") of the file. The
-10 MB line goes through gpt2-files and llama3-style vs tokenizers (which takes ~7 s on it, one
-thread); the other Split behaviors see the torture files.
+10 MB line goes through gpt2-files (tokenizers takes ~7 s on it, one thread); the other Split
+behaviors see the torture files.
 usage: test_tokenizer_oracle.py TOK_ENCODE WORKDIR VENV"""
 import json
 import os
@@ -121,14 +121,14 @@ with open(path("gpt2-tokenizer.json")) as f:
 tt.write(path("llama3-style.json"), json.dumps(j))
 llama = Tokenizer.from_file(path("llama3-style.json"))
 t0 = time.time()
-mine = trident_ids("HFTokenizer", None, None, path("llama3-style.json"), files, special=True)
+mine = trident_ids("HFTokenizer", None, None, path("llama3-style.json"), small_files, special=True)
 if mine:
-    compare("llama3-style vs tokenizers", mine, [e.ids for e in llama.encode_batch(texts)], texts, files, llama.decode)
+    compare("llama3-style vs tokenizers", mine, [e.ids for e in llama.encode_batch(small_texts)], small_texts,
+            small_files, llama.decode)
     tik3 = oracle_env.tiktoken_encoding(encoder_json, oracle_env.LLAMA3_PATTERN, "llama3-style",
                              {"<|endoftext|>": 50256, "<|begin_of_text|>": 50257, "<|end_of_text|>": 50258})
     theirs = [[50257] + ids for ids in tik3.encode_batch(small_texts, allowed_special="all")]
-    compare("llama3-style vs tiktoken (Llama-3's pattern)", [mine[i] for i in small], theirs, small_texts,
-            small_files, tik3.decode)
+    compare("llama3-style vs tiktoken (Llama-3's pattern)", mine, theirs, small_texts, small_files, tik3.decode)
 print(f"     ({time.time() - t0:.1f} s)")
 
 # ---- bloom-trained: trained here, Bloom's Split pattern, merges as pairs ----
