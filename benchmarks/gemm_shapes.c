@@ -102,21 +102,16 @@ static double time_gemm(cublasLtHandle_t lt, const shape *s, void *A, void *B, v
         cublasLtMatrixLayoutCreate(&lc, CUDA_R_16BF, (uint64_t)s->m, (uint64_t)s->n, s->m) ||
         cublasLtMatmulPreferenceCreate(&pref))
         goto done;
-    if (s->batch > 1) {
+    if (s->batch > 1) { /* strided batches, each matrix after the previous */
         int32_t count = (int32_t)s->batch;
-        int64_t sa = s->m * s->k, sb = s->k * s->n, sc = s->m * s->n;
-        cublasLtMatrixLayoutSetAttribute(la, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count,
-                                         sizeof count);
-        cublasLtMatrixLayoutSetAttribute(lb, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count,
-                                         sizeof count);
-        cublasLtMatrixLayoutSetAttribute(lc, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count,
-                                         sizeof count);
-        cublasLtMatrixLayoutSetAttribute(la, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &sa,
-                                         sizeof sa);
-        cublasLtMatrixLayoutSetAttribute(lb, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &sb,
-                                         sizeof sb);
-        cublasLtMatrixLayoutSetAttribute(lc, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &sc,
-                                         sizeof sc);
+        cublasLtMatrixLayout_t lay[3] = {la, lb, lc};
+        int64_t stride[3] = {s->m * s->k, s->k * s->n, s->m * s->n};
+        for (int i = 0; i < 3; i++) {
+            cublasLtMatrixLayoutSetAttribute(lay[i], CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count,
+                                             sizeof count);
+            cublasLtMatrixLayoutSetAttribute(lay[i], CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET,
+                                             &stride[i], sizeof stride[i]);
+        }
     }
     cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
                                          &ws_bytes, sizeof ws_bytes);
