@@ -54,15 +54,19 @@ static const char *count(double x, char *buf, size_t n)
 
 static void describe_cluster(FILE *f, const tr_plan_cluster *c, int world)
 {
+    char shape[160] = "";
+    if (c->device == TR_PLAN_DEVICE_GPU && c->sms > 0)
+        snprintf(shape, sizeof shape, " (GEMMs by shape over %d SMs%s; HBM %.4g GB/s)", c->sms,
+                 c->n_gemm_table > 0 ? " and a measured table" : "", c->hbm_bw / 1e9);
     fprintf(f, "cluster: %s%s, %d node%s x %d %s%s = %d rank%s planned (%s); %.4g TFLOP/s peak "
-               "per %s x efficiency %.3g; intra-node %.4g GB/s, inter-node %.4g GB/s per node\n",
+               "per %s x efficiency %.3g%s; intra-node %.4g GB/s, inter-node %.4g GB/s per node\n",
             c->preset, c->overridden ? " (modified)" : "", c->nodes, c->nodes == 1 ? "" : "s",
             c->gpus_per_node, c->device == TR_PLAN_DEVICE_CPU ? "rank" : "GPU",
             c->gpus_per_node == 1 ? "" : "s", world, world == 1 ? "" : "s",
             c->device == TR_PLAN_DEVICE_CPU ? "ranks share each node's cores and memory"
                                             : "one rank per GPU",
             c->peak_flops / 1e12, c->device == TR_PLAN_DEVICE_CPU ? "node" : "GPU",
-            c->gemm_efficiency, c->intra_bw / 1e9, c->inter_bw / 1e9);
+            c->gemm_efficiency, shape, c->intra_bw / 1e9, c->inter_bw / 1e9);
 }
 
 void tr_plan_print(FILE *f, const tr_config *cfg, const tr_plan_cluster *c, const tr_plan_result *r)
@@ -83,8 +87,13 @@ void tr_plan_print(FILE *f, const tr_config *cfg, const tr_plan_cluster *c, cons
             tr_plan_recompute_name(L->recompute), L->bf16 ? "bf16" : "fp32",
             L->distributed_optimizer && L->dp > 1 ? ", distributed optimizer (ZeRO-1)" : "",
             L->sequence_parallel && L->tp > 1 ? ", sequence parallel" : "");
-    fprintf(f, "links: TP %s, PP %s, DP %s\n", tr_plan_link_name(r->tp_link),
-            tr_plan_link_name(r->pp_link), tr_plan_link_name(r->dp_link));
+    fprintf(f, "links: TP %s, PP %s, DP %s; runtime %s (P2P %s%s, gradient accumulation %s)%s\n",
+            tr_plan_link_name(r->tp_link), tr_plan_link_name(r->pp_link),
+            tr_plan_link_name(r->dp_link),
+            cfg->cluster.runtime ? cfg->cluster.runtime : "trident",
+            L->p2p_batched ? "batched" : "one send/recv at a time",
+            L->scatter_gather ? ", scatter/gather" : "", L->grad_accum_fused ? "fused" : "unfused",
+            L->dropout ? "; dropout" : "");
     fprintf(f, "\nmemory per %s: %.1f GiB of %.1f GiB (stage %d of %d decides) -> %s\n",
             unit_of(c), mm->total / GIB, r->capacity / GIB, r->memory_stage, L->pp,
             r->fits ? "fits" : "DOES NOT FIT");
@@ -166,6 +175,10 @@ static void json_layout(tr_json *j, const char *key, const tr_plan_layout *L)
         tr_json_bool(j, "distributed_optimizer", L->distributed_optimizer && L->dp > 1);
         tr_json_bool(j, "sequence_parallel", L->sequence_parallel && L->tp > 1);
         tr_json_string(j, "precision", L->bf16 ? "bf16" : "fp32");
+        tr_json_bool(j, "p2p_batched", L->p2p_batched);
+        tr_json_bool(j, "scatter_gather", L->scatter_gather);
+        tr_json_bool(j, "grad_accum_fused", L->grad_accum_fused);
+        tr_json_bool(j, "dropout", L->dropout);
     }
     tr_json_object_end(j);
 }
