@@ -158,7 +158,8 @@ typedef struct {
     double memory_bytes;     /* per GPU (gpu) / per node, shared by its ranks (cpu) */
     double reserved_bytes;   /* per rank, never available to the model */
     double peak_flops;       /* dense FLOP/s at training precision, per GPU / per node (cpu) */
-    double gemm_efficiency;  /* achievable fraction of peak_flops, (0, 4] */
+    double gemm_efficiency;  /* GPU presets: the top of the GEMM curve (a large square GEMM);
+                              * flat model: the achievable fraction of peak_flops; (0, 4] */
     double intra_bw;         /* bytes/s per GPU, each direction (NVLink; shared memory) */
     double intra_latency;    /* s */
     double inter_bw;         /* bytes/s per NODE, each direction (all its NICs together) */
