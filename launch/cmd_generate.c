@@ -7,8 +7,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <unistd.h>
+
 #include "comm/comm.h"
 #include "core/core.h"
+#include "hf/hf.h"
 #include "launch/args.h"
 #include "model/gpt.h"
 #include "tokenizer/tokenizer.h"
@@ -18,10 +21,11 @@
 static void generate_usage(FILE *f)
 {
     fprintf(f,
-            "usage: trident generate CHECKPOINT_DIR (--prompt TEXT | --prompt-ids IDS) [options]\n"
+            "usage: trident generate CHECKPOINT_DIR|HF_DIR (--prompt TEXT | --prompt-ids IDS) [options]\n"
             "\n"
             "Continue a prompt with the model of CHECKPOINT_DIR's latest checkpoint (the\n"
-            "checkpoint.save folder of a run), one token at a time with a key/value cache.\n"
+            "checkpoint.save folder of a run) or of a Hugging Face GPT-2 folder (config.json +\n"
+            "model.safetensors), one token at a time with a key/value cache.\n"
             "Tokens are bytes (the byte-level tokenizer of trident preprocess) unless a tokenizer\n"
             "is given: then --prompt is encoded with it and the text decoded.\n"
             "\n"
@@ -113,12 +117,29 @@ static int prompt_tokens(const gen_options *o, int V, int32_t **out, int *n)
     return TR_OK;
 }
 
-/* The model config of the checkpoint: its sizes, every other key at the schema's default,
- * tensor parallelism over the whole world. */
+/* A Hugging Face GPT-2 folder (config.json, no trident tracker) rather than a checkpoint. */
+static int is_hf_folder(const char *dir)
+{
+    char a[4200], b[4200];
+    snprintf(a, sizeof a, "%s/config.json", dir);
+    snprintf(b, sizeof b, "%s/latest_checkpointed_iteration.txt", dir);
+    return access(a, F_OK) == 0 && access(b, F_OK) != 0;
+}
+
+/* The model config of the checkpoint (or HF folder): its sizes, every other key at the
+ * schema's default, tensor parallelism over the whole world. */
 static int model_config(const gen_options *o, int world, tr_config *cfg, int *iteration)
 {
     tr_model_config m = {0};
-    int rc = tr_checkpoint_read_model(o->dir, &m, iteration);
+    int rc;
+    if (is_hf_folder(o->dir)) {
+        tr_hf_gpt2_config hc;
+        *iteration = 0;
+        if (!(rc = tr_hf_read_gpt2_config(o->dir, &hc)))
+            tr_hf_gpt2_model_config(&hc, &m);
+    } else {
+        rc = tr_checkpoint_read_model(o->dir, &m, iteration);
+    }
     if (rc)
         return rc;
     char text[1024];
@@ -260,7 +281,24 @@ static int run_generate(const gen_options *o)
         rc = tr_fail(TR_ERR_NOMEM, "out of memory for %zu parameters", tr_gpt_num_params(g));
     if (!rc) {
         tr_gpt_bind(g, params, NULL);
-        rc = tr_checkpoint_load_model(o->dir, g, k, params, &iteration);
+        if (!is_hf_folder(o->dir)) {
+            rc = tr_checkpoint_load_model(o->dir, g, k, params, &iteration);
+        } else { /* the HF weights through host memory (the parameters may be on a GPU) */
+            size_t bytes = tr_gpt_num_params(g) * sizeof(float);
+            float *host = strcmp(k->name, "cpu") ? malloc(bytes) : params;
+            if (!host)
+                rc = tr_fail(TR_ERR_NOMEM, "out of memory for %zu parameters", tr_gpt_num_params(g));
+            if (!rc && host != params)
+                tr_gpt_bind(g, host, NULL);
+            if (!rc)
+                rc = tr_hf_load_gpt2(o->dir, g, host);
+            if (host != params) {
+                tr_gpt_bind(g, params, NULL);
+                if (!rc)
+                    k->to_device(NULL, params, host, bytes);
+                free(host);
+            }
+        }
     }
     if (!rc && o->tokenizer && tr_tokenizer_vocab_size(o->tokenizer) > shape.V)
         rc = tr_fail(TR_ERR_INVALID, "the tokenizer's %d ids do not fit the model's vocabulary of %d "

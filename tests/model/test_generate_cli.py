@@ -74,6 +74,17 @@ check("text mode: the prompt and its continuation on stdout, timings on stderr",
       r.returncode == 0 and r.stdout.startswith(prompt) and len(r.stdout) >= len(prompt) + 8
       and "tokens/s" in r.stderr, f"{r.stdout!r} {r.stderr!r}")
 
+# the same model as a Hugging Face folder (trident convert --to hf): the same greedy tokens
+hf_dir = os.path.join(work, "hf")
+r = tt.run([trident, "convert", "--to", "hf", "--input", ckpt, "--output", hf_dir], timeout=120)
+if check("trident convert --to hf exits 0", r.returncode == 0, r.stderr[-500:]):
+    cmd = [trident, "generate", hf_dir, "--json", "--prompt", prompt, "--max-new-tokens", "40",
+           "--temperature", "0"]
+    out = tt.run(cmd, timeout=120)
+    line = [x for x in out.stdout.splitlines() if x.startswith("{")]
+    hf = json.loads(line[0])["generated_ids"] if line else out.stderr[-500:]
+    check("generate from the HF folder = from the checkpoint (greedy)", hf == greedy[1], f"{hf} vs {greedy[1]}")
+
 # bad usage and bad input: exit 2 and a message naming the problem
 empty = tt.fresh_dir(os.path.join(work, "empty"))
 broken = os.path.join(work, "broken")
