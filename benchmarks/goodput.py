@@ -191,7 +191,7 @@ def main():
             "restart R s"]
     table = []
     base = None
-    for r, restart, predicted in rows:
+    for r, own, predicted in rows:
         if r["k"] is None:
             base = r
         table.append([str(r["k"] or "none"), str(r["save"]), str(r["kills"]), str(r["ran"]),
@@ -199,7 +199,7 @@ def main():
                       f"{100 * r['useful'] / r['wall']:.1f}%",
                       f"{(r['useful'] / r['wall']) / (base['useful'] / base['wall']):.2f}x",
                       f"{100 * predicted:.1f}%" if predicted is not None else "-",
-                      f"{restart:.2f}" if restart is not None else "-"])
+                      f"{own:.2f}" if own is not None else "-"])
     print(f"{args.nproc} ranks, {os.path.relpath(args.config, ROOT)}, {args.iters} iterations; "
           f"t = {1e3 * t:.1f} ms per iteration, a save delta = {1e3 * delta:.0f} ms (medians)")
     print(f"a restart R = {restart:.2f} s (median of the runs' own, in the last column)")
