@@ -14,7 +14,8 @@
 # Exit status of up: 0 up (all nodes idle); 77 cannot run here for a reason outside the project
 # (the packages are missing, not root, no namespaces), the reason on stderr; 1 the cluster did
 # not come up (the logs' tails on stderr). The cluster watches the process that ran `up` (or
-# TRIDENT_SLURM_WATCH_PID) and tears itself down when that process is gone.
+# TRIDENT_SLURM_WATCH_PID) and tears itself down when that process is gone (folder included,
+# unless TRIDENT_SLURM_KEEP=1, which down honours too).
 set -uo pipefail
 
 die_skip() { echo "cluster.sh: SKIP: $*" >&2; exit 77; }
@@ -144,6 +145,8 @@ EOF
     trap "kill -KILL $u 2>/dev/null; exit 0" TERM INT
     while kill -0 "$u" 2>/dev/null && kill -0 "$4" 2>/dev/null; do sleep 1; done
     kill -KILL "$u" 2>/dev/null
+    wait
+    [ "${TRIDENT_SLURM_KEEP:-0}" = 1 ] || rm -rf "$2"   # its caller is gone: nobody will
   ' keeper "$self" "$dir" "$nodes" "$watch" </dev/null >/dev/null 2>&1 &
   echo $! >"$dir/run/keeper.pid"
 
