@@ -3,11 +3,15 @@
  * message; the environment parsing and a store that never comes up. */
 #include "comm/comm.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
@@ -16,6 +20,21 @@ static void expect_error(int rc, int code, const char *needle)
     assert_int_equal(rc, code);
     if (!strstr(tr_errmsg(), needle))
         fail_msg("message '%s' lacks '%s'", tr_errmsg(), needle);
+}
+
+/* A port on 127.0.0.1 that refuses connections for as long as *fd stays open: bound, never
+ * listened on. Holding it (rather than finding a free port and freeing it again) keeps tests
+ * that run beside this one from taking it in between. */
+static int refusing_port(int *fd)
+{
+    *fd = socket(AF_INET, SOCK_STREAM, 0);
+    assert_true(*fd >= 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = 0};
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    assert_int_equal(bind(*fd, (struct sockaddr *)&a, sizeof a), 0);
+    socklen_t len = sizeof a;
+    assert_int_equal(getsockname(*fd, (struct sockaddr *)&a, &len), 0);
+    return ntohs(a.sin_port);
 }
 
 static void clear_env(void)
@@ -204,10 +223,8 @@ static void test_bad_config_and_env(void **state)
 static void test_master_never_up(void **state)
 {
     (void)state;
-    tr_store_server *s = NULL; /* find a free port, then free it again */
-    assert_int_equal(tr_store_server_start("127.0.0.1", 0, NULL, NULL, 0, &s), TR_OK);
-    int port = tr_store_server_port(s);
-    tr_store_server_stop(s);
+    int fd = -1;
+    int port = refusing_port(&fd);
     tr_comm_rendezvous rv = {.rank = 1, .size = 2, .master_addr = "127.0.0.1", .master_port = port,
                              .job_token = "j"};
     tr_comm_config cfg = tr_comm_config_default();
@@ -221,6 +238,7 @@ static void test_master_never_up(void **state)
     double dt = tr_now() - t0;
     assert_true(dt >= 0.9 && dt < 5.0);
     assert_null(w);
+    close(fd);
 }
 
 /* The world's store, as another backend borrows it (tr_comm_store): present on a world that
@@ -229,13 +247,20 @@ static void test_world_store(void **state)
 {
     (void)state;
     clear_env();
-    tr_store_server *s = NULL; /* find a free port, then free it again */
-    assert_int_equal(tr_store_server_start("127.0.0.1", 0, NULL, NULL, 0, &s), TR_OK);
-    int port = tr_store_server_port(s);
-    tr_store_server_stop(s);
-    tr_comm_rendezvous rv = {.rank = 0, .size = 1, .master_addr = "127.0.0.1", .master_port = port};
     tr_comm *w = NULL, *sub = NULL, *bare = NULL;
-    assert_int_equal(tr_comm_init(&rv, NULL, &w), TR_OK);
+    /* find a free port, free it, start the world's store on it; tests running beside this one
+     * may take the port in between, so a few tries */
+    int rc = TR_ERR_INTERNAL;
+    for (int attempt = 0; attempt < 5 && rc != TR_OK; attempt++) {
+        tr_store_server *s = NULL;
+        assert_int_equal(tr_store_server_start("127.0.0.1", 0, NULL, NULL, 0, &s), TR_OK);
+        int port = tr_store_server_port(s);
+        tr_store_server_stop(s);
+        tr_comm_rendezvous rv = {.rank = 0, .size = 1, .master_addr = "127.0.0.1",
+                                 .master_port = port};
+        rc = tr_comm_init(&rv, NULL, &w);
+    }
+    assert_int_equal(rc, TR_OK);
     assert_string_equal(tr_comm_backend(w), "ucx");
     const char *session = NULL;
     tr_store *st = tr_comm_store(w, &session);
