@@ -42,6 +42,17 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 STEPS = ("bundle", "cuda-toolkit", "gpu", "configure", "build", "probe", "tests", "bench", "gemm")
+def meson_test_name(line):
+    """A test's own name from meson's listing or JSON log, whatever the meson version writes:
+    'trident:cuda / cuda-ops' (older), 'cuda - trident:cuda-ops' (newer) or 'cuda-ops'; None for
+    a line that names no test."""
+    s = line.strip()
+    if not s or " " in s.replace(" / ", "\0").replace(" - ", "\0"):
+        return None
+    s = re.split(r" / | - ", s)[-1]
+    return s.split(":")[-1] or None
+
+
 SELECTABLE = ("configure", "build", "tests", "bench", "gemm")  # what --only chooses among
 # The tests of the cuda suite this check expects to find (tests/cuda/meson.build); one that
 # is missing from the build is a FAIL ("not registered"): e.g. no python3 at configure time.
@@ -413,7 +424,7 @@ class Check:
         build = self.a.build
         rc, out = self.run("tests", ["meson", "test", "-C", build, "--list", "--suite", "cuda", "--no-rebuild"],
                            timeout=120)
-        listed = [l.split(" / ")[-1].strip() for l in out.splitlines() if " / " in l]
+        listed = [n for n in (meson_test_name(l) for l in out.splitlines()) if n]
         for name in EXPECTED_TESTS:
             if name not in listed:
                 self.record(f"test:{name}", "FAIL", "not registered in this build (tests/cuda/meson.build: "
@@ -438,7 +449,7 @@ class Check:
                     pass
         seen = set()
         for t in done:
-            name = t.get("name", "?").split(" / ")[-1]
+            name = meson_test_name(t.get("name", "?")) or t.get("name", "?")
             seen.add(name)
             res, dur, text = t.get("result", "?"), t.get("duration", 0), t.get("stdout", "") or ""
             if t.get("stderr"):

@@ -13,7 +13,8 @@
  * op      one request: posted, advanced by test/wait through these states
  *           P2P_QUEUED  NCCL send/recv waiting for the next flush (engine list)
  *           FIFO        waiting in the group FIFO (staged: for the copy event `ev`)
- *           D2H         staged send: waiting for its copy to pinned memory (`ev`)
+ *           D2H         staged send: waiting for its copy to pinned memory (`ev`; engine list,
+ *                       posted by any progress call)
  *           HOST        UCX request in flight
  *           EVENT       device work in flight on the group stream; done when `ev` fires
  *           DONE        finished (status set) */
@@ -49,6 +50,9 @@ struct nccl_engine {
     nccl_pin *pins;
     int n_pins;
     nccl_op *p2p_head, *p2p_tail;
+    nccl_op *d2h_head, *d2h_tail; /* staged sends waiting for their copy, in call order: the
+                                   * engine posts them (a rank waiting on anything else must
+                                   * still send, or its peer waits forever) */
     nccl_group **groups;
     int n_groups;
 };
@@ -122,6 +126,7 @@ int nccl_record_done(nccl_op *op);
 /* Post op to the group's UCX communicator (user buffers, or the pinned copies). */
 int nccl_post_host(nccl_op *op);
 void nccl_fifo_push(nccl_group *g, nccl_op *op);
+void nccl_d2h_push(nccl_engine *e, nccl_op *op);
 void nccl_fifo_unlink(nccl_group *g, nccl_op *op);
 /* Post the FIFO's ready head entries, in order. */
 void nccl_pump(nccl_group *g);

@@ -271,7 +271,7 @@ static int start_staged(nccl_op *op)
     if (op->kind == TR_COMM_OP_SEND) {
         if (!op->ev_wait)
             return nccl_post_host(op);
-        op->state = OP_D2H;
+        nccl_d2h_push(g->e, op);
         return 0;
     }
     nccl_fifo_push(g, op);

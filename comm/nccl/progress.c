@@ -106,6 +106,49 @@ void nccl_pump(nccl_group *g)
     }
 }
 
+/* ---------------------------------------------------------------- staged sends */
+
+void nccl_d2h_push(nccl_engine *e, nccl_op *op)
+{
+    op->next = NULL;
+    op->state = OP_D2H;
+    if (e->d2h_tail)
+        e->d2h_tail->next = op;
+    else
+        e->d2h_head = op;
+    e->d2h_tail = op;
+}
+
+static void d2h_unlink(nccl_engine *e, nccl_op *op)
+{
+    nccl_op **pp = &e->d2h_head, *prev = NULL;
+    while (*pp && *pp != op) {
+        prev = *pp;
+        pp = &(*pp)->next;
+    }
+    if (!*pp)
+        return;
+    *pp = op->next;
+    if (e->d2h_tail == op)
+        e->d2h_tail = prev;
+    op->next = NULL;
+}
+
+/* Post the staged sends whose copy to pinned memory is done, in call order (the head waits
+ * for its copy; the ones behind it wait too, so two sends to one peer keep their order). */
+static void d2h_pump(nccl_engine *e)
+{
+    while (e->d2h_head) {
+        nccl_op *op = e->d2h_head;
+        cudaError_t q = cudaEventQuery(op->ev);
+        if (q == cudaErrorNotReady)
+            return;
+        d2h_unlink(e, op);
+        if (!nccl_cuda_check(op, q, "device-to-host copy"))
+            nccl_post_host(op);
+    }
+}
+
 /* ---------------------------------------------------------------- NCCL P2P queue */
 
 static void p2p_flush(nccl_engine *e)
@@ -168,6 +211,7 @@ static void p2p_unlink(nccl_engine *e, nccl_op *op)
 void nccl_engine_progress(nccl_engine *e)
 {
     p2p_flush(e);
+    d2h_pump(e);
     for (int i = 0; i < e->n_groups; i++)
         nccl_pump(e->groups[i]);
 }
@@ -202,14 +246,7 @@ static int advance(nccl_op *op)
         case OP_DONE: return 1;
         case OP_P2P_QUEUED:
         case OP_FIFO: return 0;
-        case OP_D2H: {
-            cudaError_t q = cudaEventQuery(op->ev);
-            if (q == cudaErrorNotReady)
-                return 0;
-            if (nccl_cuda_check(op, q, "device-to-host copy") || nccl_post_host(op))
-                return 1;
-            continue;
-        }
+        case OP_D2H: return 0; /* the engine posts it (d2h_pump) */
         case OP_HOST: {
             int done = 0;
             int rc = tr_comm_test(&op->host_req, &done);
@@ -288,6 +325,7 @@ static void fail_timeout(nccl_op *op, double timeout_s)
                                  : "earlier operations of the group to start");
         break;
     case OP_D2H:
+        d2h_unlink(g->e, op);
         nccl_op_fail(op, TR_ERR_TIMEOUT,
                      "timed out after %g s waiting for its device-to-host "
                      "copy",
