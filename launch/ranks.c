@@ -1,5 +1,6 @@
 /* What the subcommands that run as ranks share (trident train, trident generate): starting
  * themselves as N local ranks, and adopting a scheduler's rank identity. */
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -88,6 +89,25 @@ int run_as_local_ranks(const char *subcommand, int nproc, int max_restarts, int 
     return exit_code;
 }
 
+/* The CPU threads of one rank started by srun or mpirun, where the launcher set no
+ * OMP_NUM_THREADS: Slurm's --cpus-per-task when it says; else the cores this process may run
+ * on, shared among the node's ranks when the mask is the whole machine (no CPU binding: every
+ * rank would otherwise start a thread per core, local_world_size times oversubscribed). */
+static int scheduler_thread_share(int local_world_size)
+{
+    const char *cpt = getenv("SLURM_CPUS_PER_TASK");
+    if (cpt && atoi(cpt) >= 1)
+        return atoi(cpt);
+    cpu_set_t set;
+    int mask = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 0;
+    long online = sysconf(_SC_NPROCESSORS_ONLN);
+    if (mask < 1)
+        mask = online > 0 ? (int)online : 1;
+    if (online > 0 && mask >= online && local_world_size > 1)
+        return mask / local_world_size > 0 ? mask / local_world_size : 1;
+    return mask;
+}
+
 int adopt_scheduler_identity(const char *who)
 {
     tr_rank_env env;
@@ -109,6 +129,10 @@ int adopt_scheduler_identity(const char *who)
     snprintf(buf, sizeof buf, "%d", env.master_port);
     setenv("MASTER_PORT", buf, 1);
     setenv("MASTER_ADDR", env.master_addr, 1);
+    if (!getenv("OMP_NUM_THREADS") || !*getenv("OMP_NUM_THREADS")) {
+        snprintf(buf, sizeof buf, "%d", scheduler_thread_share(env.local_world_size));
+        setenv("OMP_NUM_THREADS", buf, 1);
+    }
     /* the job's identity: the communicator derives it from the scheduler's variables */
     return 0;
 }

@@ -229,6 +229,8 @@ static int write_summary(const train_report *rep, double bubble, const double *s
     /* data-parallel reduction left waiting after backward (not hidden), per iteration */
     tr_json_double(&j, "dp_exposed_ms_per_iter", n > 1 ? 1e3 * rep->dp_exposed / (n - 1) : 0);
     tr_json_int(&j, "dp_buckets", tr_dp_num_buckets(e->dp));
+    /* rank 0's CPU kernel threads (OMP_NUM_THREADS, Slurm's share, or its cores) */
+    tr_json_int(&j, "cpu_threads_per_rank", tr_kernels_cpu_threads());
     if (bubble >= 0)
         tr_json_double(&j, "measured_bubble", bubble);
     else

@@ -39,6 +39,7 @@ if up.returncode:
     print(f"FAIL: tests/slurm/cluster.sh up: exit {up.returncode}\n{up.stderr[-4000:]}")
     sys.exit(1)
 env = dict(os.environ)
+env.pop("OMP_NUM_THREADS", None)  # the ranks choose their share (launch/ranks.c)
 env.update(line.split("=", 1) for line in up.stdout.splitlines() if "=" in line)
 cluster = env["TRIDENT_SLURM_DIR"]
 
@@ -110,6 +111,12 @@ def main():
     check("srun -N2 -n8 trident train configs/tiny-3d.yaml: exit 0, world 8 = 2 x 2 x 2",
           r.returncode == 0 and layout == (8, 2, 2, 2), f"exit {r.returncode}, {layout}: "
           f"{r.stdout[-800:]}{r.stderr[-1500:]}")
+    # task/none binds nothing: 4 ranks per node share the node's cores, not a thread per core each
+    mask, online = len(os.sched_getaffinity(0)), os.cpu_count()
+    share = max(1, mask // 4) if mask >= online else mask
+    check(f"srun without --cpus-per-task or OMP_NUM_THREADS: {share} CPU thread(s) per rank "
+          f"({mask} cores, 4 ranks per node)", summary.get("cpu_threads_per_rank") == share,
+          f"summary.json: cpu_threads_per_rank {summary.get('cpu_threads_per_rank')}")
     got = tt.losses(run_dir) if r.returncode == 0 else None
     check("srun's losses bit-identical to trident train --nproc 8", got and got == want,
           f"{got} vs {want}")
