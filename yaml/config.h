@@ -32,7 +32,26 @@ typedef struct {
     int make_vocab_size_divisible_by; /* default 128 */
     double init_method_std;           /* default 0.02 */
     double layernorm_epsilon;         /* default 1e-5 */
+    /* Model families (Megatron-LM's switches; the defaults are GPT-2): Llama = RMSNorm, rope,
+     * swiglu, untied output, no linear biases (num_query_groups < heads: GQA); Bloom = alibi,
+     * embedding_layernorm. */
+    char *normalization;              /* "LayerNorm" (default) | "RMSNorm" */
+    char *position_embedding_type;    /* "learned_absolute" (default) | "rope" | "alibi" */
+    double rotary_base;               /* default 10000 (rope only) */
+    double rotary_percent;            /* default 1.0, in (0, 1]: the rotated share of a head */
+    int swiglu;                       /* bool, default 0: MLP = down(silu(gate x) * up x) */
+    int ffn_hidden_size;              /* default 0 = 4 x hidden_size (tr_model_ffn_hidden) */
+    int num_query_groups;             /* default num_attention_heads; fewer = GQA */
+    int untie_embeddings_and_output_weights; /* bool, default 0: own output_layer */
+    int add_bias_linear;              /* bool, default 1: biases of qkv, projections, MLP */
+    int embedding_layernorm;          /* bool, default 0: LayerNorm after the word embedding */
 } tr_model_config;
+
+/* The MLP's hidden width: ffn_hidden_size, or when 0, 4 x hidden_size (as Megatron-LM). */
+static inline int tr_model_ffn_hidden(const tr_model_config *m)
+{
+    return m->ffn_hidden_size > 0 ? m->ffn_hidden_size : 4 * m->hidden_size;
+}
 
 typedef struct {
     int tensor_model_parallel_size;   /* default 1 */
@@ -45,6 +64,8 @@ typedef struct {
     double ddp_bucket_size_mb;        /* default 25; 0 = one bucket */
     int overlap_grad_reduce;          /* bool, default 1 */
     int use_distributed_optimizer;    /* bool, default 0 */
+    int zero_stage;                   /* 0-3 (DeepSpeed's); default 0, or 1 with
+                                       * use_distributed_optimizer: tr_zero_stage() */
     double comm_timeout_s;            /* default 300 */
     char *order;                      /* "tp-dp-pp" (default) | "tp-pp-dp" */
 } tr_parallel_config;
@@ -172,6 +193,12 @@ int tr_config_equal(const tr_config *a, const tr_config *b);
 /* "FILE:LINE:COL" of a key (or "FILE" if the key came from a default, "--set KEY" if it came
  * from an override), in a static thread-local buffer. A section name ("model") works too. */
 const char *tr_config_where(const tr_config *c, const char *dotted_key);
+/* The ZeRO stage in effect: parallel.zero_stage when set, else 1 with
+ * use_distributed_optimizer (Megatron's spelling of stage 1), else 0. */
+static inline int tr_zero_stage(const tr_parallel_config *p)
+{
+    return p->zero_stage ? p->zero_stage : p->use_distributed_optimizer ? 1 : 0;
+}
 void tr_config_free(tr_config *c);
 
 /* ---- grid specs (`trident sweep`) ----

@@ -33,6 +33,8 @@
 const char *const config_sections[] = {"model", "parallel", "training", "data", "logging",
                                           "checkpoint", "cluster", NULL};
 
+static const char *const normalizations[] = {"LayerNorm", "RMSNorm", NULL};
+static const char *const position_types[] = {"learned_absolute", "rope", "alibi", NULL};
 static const char *const schedules[] = {"1f1b", "gpipe", "interleaved", NULL};
 static const char *const orders[] = {"tp-dp-pp", "tp-pp-dp", NULL};
 static const char *const decay_styles[] = {"cosine", "linear", "constant", NULL};
@@ -61,6 +63,19 @@ const config_key_spec config_keys[] = {
         65536),
     DBL("model", "init_method_std", model.init_method_std, 0, "0.02", 0, 1, INF, 0),
     DBL("model", "layernorm_epsilon", model.layernorm_epsilon, 0, "1e-5", 0, 1, INF, 0),
+    ENUM("model", "normalization", model.normalization, "LayerNorm", normalizations),
+    ENUM("model", "position_embedding_type", model.position_embedding_type, "learned_absolute",
+         position_types),
+    DBL("model", "rotary_base", model.rotary_base, 0, "10000", 0, 1, INF, 0),
+    DBL("model", "rotary_percent", model.rotary_percent, 0, "1.0", 0, 1, 1, 0),
+    BOOL("model", "swiglu", model.swiglu, "false"),
+    INT("model", "ffn_hidden_size", model.ffn_hidden_size, 0, "0", 0, 1 << 24),
+    INT("model", "num_query_groups", model.num_query_groups, 0, "=model.num_attention_heads", 1,
+        65536),
+    BOOL("model", "untie_embeddings_and_output_weights",
+         model.untie_embeddings_and_output_weights, "false"),
+    BOOL("model", "add_bias_linear", model.add_bias_linear, "true"),
+    BOOL("model", "embedding_layernorm", model.embedding_layernorm, "false"),
 
     INT("parallel", "tensor_model_parallel_size", parallel.tensor_model_parallel_size, 0, "1", 1,
         65536),
@@ -76,6 +91,7 @@ const config_key_spec config_keys[] = {
     DBL("parallel", "ddp_bucket_size_mb", parallel.ddp_bucket_size_mb, 0, "25", 0, 0, 1e6, 0),
     BOOL("parallel", "overlap_grad_reduce", parallel.overlap_grad_reduce, "true"),
     BOOL("parallel", "use_distributed_optimizer", parallel.use_distributed_optimizer, "false"),
+    INT("parallel", "zero_stage", parallel.zero_stage, 0, "0", 0, 3),
     DBL("parallel", "comm_timeout_s", parallel.comm_timeout_s, 0, "300", 0, 1, 1e9, 0),
     ENUM("parallel", "order", parallel.order, "tp-dp-pp", orders),
 

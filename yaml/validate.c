@@ -76,6 +76,53 @@ static int check_model_and_tp(const tr_config *c)
     return TR_OK;
 }
 
+/* The model family's switches (Llama, Bloom): each combination either works or is named. */
+static int check_family(const tr_config *c)
+{
+    const tr_model_config *m = &c->model;
+    int tp = c->parallel.tensor_model_parallel_size, heads = m->num_attention_heads;
+    int groups = m->num_query_groups, ffn = tr_model_ffn_hidden(m);
+    int rope = !strcmp(m->position_embedding_type, "rope");
+    char at[1300];
+    if (heads % groups)
+        return bad(c, "model.num_query_groups", "model.num_attention_heads",
+                   "model.num_query_groups = %d does not divide model.num_attention_heads = %d%s; "
+                   "each query group shares one key/value head among an equal number of query "
+                   "heads", groups, heads, set_at(c, "model.num_attention_heads", at, sizeof at));
+    if (groups % tp)
+        return bad(c, "parallel.tensor_model_parallel_size", "model.num_query_groups",
+                   "parallel.tensor_model_parallel_size = %d does not divide "
+                   "model.num_query_groups = %d%s; each tensor-parallel rank holds whole query "
+                   "groups (their key/value heads)", tp, groups,
+                   set_at(c, "model.num_query_groups", at, sizeof at));
+    if (ffn % tp)
+        return bad(c, "parallel.tensor_model_parallel_size", "model.ffn_hidden_size",
+                   "parallel.tensor_model_parallel_size = %d does not divide the MLP width "
+                   "model.ffn_hidden_size = %d%s; tensor parallelism splits it evenly",
+                   tp, ffn, set_at(c, "model.ffn_hidden_size", at, sizeof at));
+    /* a value other than the default (a written config carries the defaults) */
+    const char *rope_keys[] = {"model.rotary_base", "model.rotary_percent"};
+    int changed[] = {m->rotary_base != 10000.0, m->rotary_percent != 1.0};
+    for (int i = 0; i < 2; i++)
+        if (!rope && changed[i])
+            return bad(c, rope_keys[i], NULL,
+                       "%s is set but model.position_embedding_type is '%s'%s; rotary settings "
+                       "need position_embedding_type: rope", rope_keys[i],
+                       m->position_embedding_type,
+                       set_at(c, "model.position_embedding_type", at, sizeof at));
+    if (rope) {
+        int hs = m->hidden_size / heads;
+        double dims = hs * m->rotary_percent;
+        int rot = (int)dims;
+        if (rot != dims || rot < 2 || rot % 2)
+            return bad(c, "model.rotary_percent", "model.position_embedding_type",
+                       "model.rotary_percent = %g of the head size %d gives %g rotated "
+                       "dimensions; allowed: an even whole number >= 2 (rotary pairs)",
+                       m->rotary_percent, hs, dims);
+    }
+    return TR_OK;
+}
+
 static int check_pipeline(const tr_config *c)
 {
     const tr_parallel_config *p = &c->parallel;
@@ -214,9 +261,30 @@ static int check_data(const tr_config *c)
     return TR_OK;
 }
 
+/* parallel.zero_stage against use_distributed_optimizer (stage 1's Megatron spelling): when
+ * both are written they must agree (true: a stage >= 1 shards the optimizer; false: 0). */
+static int check_zero(const tr_config *c)
+{
+    const tr_parallel_config *p = &c->parallel;
+    char at[1300];
+    if (config_find_mark(c, "parallel.zero_stage") &&
+        config_find_mark(c, "parallel.use_distributed_optimizer") &&
+        (p->use_distributed_optimizer != 0) != (p->zero_stage >= 1))
+        return bad(c, "parallel.zero_stage", NULL,
+                   "parallel.zero_stage = %d contradicts parallel.use_distributed_optimizer = "
+                   "%s%s (true is stage 1: the optimizer sharded, as every stage >= 1 does); "
+                   "set one of them", p->zero_stage, p->use_distributed_optimizer ? "true" : "false",
+                   set_at(c, "parallel.use_distributed_optimizer", at, sizeof at));
+    return TR_OK;
+}
+
 int config_validate(const tr_config *c)
 {
     int rc = check_model_and_tp(c);
+    if (!rc)
+        rc = check_zero(c);
+    if (!rc)
+        rc = check_family(c);
     if (!rc)
         rc = check_pipeline(c);
     if (!rc)

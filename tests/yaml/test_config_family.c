@@ -1,0 +1,104 @@
+/* yaml/: the model-family keys (issue 17): GPT-2 defaults, a Llama and a Bloom config, and
+ * every contradictory combination named with its place. */
+#include "yaml_test.h"
+
+#define E(text, where, what) tr_t_expect(text, NULL, 0, where, what)
+#define WITH(extra) TR_T_MODEL extra TR_T_TRAINING TR_T_DATA
+
+static void test_defaults_are_gpt2(void **state)
+{
+    (void)state;
+    tr_config c;
+    assert_int_equal(tr_t_load(TR_T_REQUIRED, NULL, 0, &c), TR_OK);
+    assert_string_equal(c.model.normalization, "LayerNorm");
+    assert_string_equal(c.model.position_embedding_type, "learned_absolute");
+    assert_true(c.model.rotary_base == 10000.0 && c.model.rotary_percent == 1.0);
+    assert_int_equal(c.model.swiglu, 0);
+    assert_int_equal(c.model.ffn_hidden_size, 0);
+    assert_int_equal(tr_model_ffn_hidden(&c.model), 256);
+    assert_int_equal(c.model.num_query_groups, 4);
+    assert_int_equal(c.model.untie_embeddings_and_output_weights, 0);
+    assert_int_equal(c.model.add_bias_linear, 1);
+    assert_int_equal(c.model.embedding_layernorm, 0);
+    tr_config_free(&c);
+}
+
+static void test_llama_and_bloom(void **state)
+{
+    (void)state;
+    tr_config c;
+    const char *llama = WITH("  normalization: RMSNorm\n  position_embedding_type: rope\n"
+                             "  rotary_base: 500000\n  swiglu: true\n  ffn_hidden_size: 176\n"
+                             "  num_query_groups: 2\n  untie_embeddings_and_output_weights: true\n"
+                             "  add_bias_linear: false\n  layernorm_epsilon: 1e-6\n");
+    assert_int_equal(tr_t_load(llama, NULL, 0, &c), TR_OK);
+    assert_string_equal(c.model.normalization, "RMSNorm");
+    assert_int_equal(tr_model_ffn_hidden(&c.model), 176);
+    assert_int_equal(c.model.num_query_groups, 2);
+    assert_true(c.model.rotary_base == 500000.0 && c.model.layernorm_epsilon == 1e-6);
+    /* the resolved config writes and reloads to the same values */
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    assert_int_equal(tr_config_write(&c, f), TR_OK);
+    fclose(f);
+    tr_config d;
+    assert_int_equal(tr_config_load_string(text, len, "w.yaml", NULL, 0, &d), TR_OK);
+    assert_string_equal(d.model.position_embedding_type, "rope");
+    assert_int_equal(d.model.swiglu, 1);
+    assert_int_equal(d.model.add_bias_linear, 0);
+    assert_int_equal(d.model.untie_embeddings_and_output_weights, 1);
+    free(text);
+    tr_config_free(&d);
+    tr_config_free(&c);
+    const char *bloom = WITH("  position_embedding_type: alibi\n  embedding_layernorm: true\n");
+    const char *ov[] = {"model.num_attention_heads=2"};
+    assert_int_equal(tr_t_load(bloom, ov, 1, &c), TR_OK);
+    assert_int_equal(c.model.num_query_groups, 2); /* follows the heads after --set */
+    assert_int_equal(c.model.embedding_layernorm, 1);
+    tr_config_free(&c);
+}
+
+static void test_contradictions(void **state)
+{
+    (void)state;
+    E(WITH("  num_query_groups: 3\n"), "t.yaml:6:3: ",
+      "model.num_query_groups = 3 does not divide model.num_attention_heads = 4 (set at "
+      "t.yaml:4:3)");
+    E(WITH("  num_query_groups: 2\n") "parallel:\n  tensor_model_parallel_size: 4\n",
+      "t.yaml:14:3: ",
+      "parallel.tensor_model_parallel_size = 4 does not divide model.num_query_groups = 2 (set "
+      "at t.yaml:6:3); each tensor-parallel rank holds whole query groups");
+    E("model:\n  num_layers: 4\n  hidden_size: 64\n  num_attention_heads: 4\n  seq_length: 32\n"
+      "  ffn_hidden_size: 102\n" TR_T_TRAINING TR_T_DATA "parallel:\n  tensor_model_parallel_size: 4\n",
+      "t.yaml:14:3: ",
+      "parallel.tensor_model_parallel_size = 4 does not divide the MLP width "
+      "model.ffn_hidden_size = 102 (set at t.yaml:6:3)");
+    E(WITH("  rotary_base: 500000\n"), "t.yaml:6:3: ",
+      "model.rotary_base is set but model.position_embedding_type is 'learned_absolute' "
+      "(default); rotary settings need position_embedding_type: rope");
+    E(WITH("  position_embedding_type: alibi\n  rotary_percent: 0.5\n"), "t.yaml:7:3: ",
+      "model.rotary_percent is set but model.position_embedding_type is 'alibi' (set at "
+      "t.yaml:6:3)");
+    E(WITH("  position_embedding_type: rope\n  rotary_percent: 0.3\n"), "t.yaml:7:3: ",
+      "model.rotary_percent = 0.3 of the head size 16 gives 4.8 rotated dimensions; allowed: an "
+      "even whole number >= 2");
+    E(WITH("  position_embedding_type: rope\n  rotary_percent: 0\n"), "t.yaml:7:19: ",
+      "model.rotary_percent");
+    E(WITH("  position_embedding_type: absolute\n"), "t.yaml:6:28: ",
+      "learned_absolute, rope, alibi");
+    E(WITH("  normalization: rmsnorm\n"), "t.yaml:6:18: ", "LayerNorm, RMSNorm");
+    E(WITH("  swiglu: 1\n"), "t.yaml:6:11: ", "expected a boolean");
+    const char *ov[] = {"model.num_query_groups=8"};
+    tr_t_expect(TR_T_REQUIRED, ov, 1, "--set model.num_query_groups", "does not divide");
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_defaults_are_gpt2),
+        cmocka_unit_test(test_llama_and_bloom),
+        cmocka_unit_test(test_contradictions),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
