@@ -132,6 +132,19 @@ TR_MUST_CHECK int tr_preprocess_text(const char *const *inputs, int n_inputs, co
  *  - workers threads encode batches of lines; they are written in input order, so the files
  *    are byte-identical for any number of workers.
  *  - progress_s > 0: a progress line on stderr at most that often (documents, MB/s, tokens/s). */
+/*  - Supervised fine-tuning (sft != TR_SFT_NONE, JSON Lines): each line one example, written
+ *    as ONE document of one sequence to PREFIX.bin/.idx (ids) and the same document's loss
+ *    mask to PREFIX_loss_mask.bin/.idx (uint8, one value per id: 1 = the token is learned,
+ *    0 = it is context), both Megatron indexed datasets with the same sizes. TR_SFT_PAIR:
+ *    json_keys {PROMPT, RESPONSE}, strings: ids(prompt) [0] ids(response) [1] EOD [1].
+ *    TR_SFT_CHAT: json_keys {MESSAGES}, a non-empty list of {"role": system|user|assistant,
+ *    "content": string}, in ChatML's text template: per message "<|im_start|>ROLE\n" [0]
+ *    then "CONTENT<|im_end|>\n" [1 for the assistant, 0 otherwise], then EOD [1 when the
+ *    last message is the assistant's]. Each piece is tokenized alone. Bad lines (not JSON,
+ *    invalid UTF-8, a missing key, a wrong type, an unknown role, an empty response or
+ *    assistant content, no assistant message) are TR_ERR_INVALID "FILE:LINE: ..." as above.
+ *    The tokenizer must have an EOD (TR_ERR_CONFIG). append_eod is ignored (always). */
+enum { TR_SFT_NONE = 0, TR_SFT_PAIR = 1, TR_SFT_CHAT = 2 };
 typedef struct {
     const char *const *inputs;
     int n_inputs;
@@ -144,6 +157,7 @@ typedef struct {
     int workers;              /* >= 1 */
     int skip_bad_lines;
     double progress_s;
+    int sft;                  /* TR_SFT_*: json_keys {PROMPT, RESPONSE} or {MESSAGES} */
 } tr_preprocess_options;
 typedef struct {
     uint64_t documents, tokens; /* per output (the same for every key); tokens of all keys */

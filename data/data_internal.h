@@ -110,7 +110,8 @@ typedef struct {
 } indexed_writer;
 
 TR_MUST_CHECK int iw_begin(indexed_writer *w, const char *prefix);
-/* dtype: DT_UINT16 or DT_INT32 (what Megatron picks by vocabulary size). */
+/* dtype: DT_UINT16 or DT_INT32 (what Megatron picks by vocabulary size), or DT_UINT8 (SFT
+ * loss masks). */
 TR_MUST_CHECK int iw_begin_dtype(indexed_writer *w, const char *prefix, int dtype);
 TR_MUST_CHECK int iw_append(indexed_writer *w, const uint16_t *tokens, size_t n);
 /* Ids in [0, 2^31); each must fit the dtype (checked). */

@@ -130,7 +130,8 @@ static int write_batch(pipeline *p, prep_batch *b)
                 if (!rc)
                     rc = iw_end_sequence(&p->w[k]);
                 ids_at[k] += (size_t)n;
-                p->st->tokens += (uint64_t)n;
+                if (!p->spec.sft || k == 0) /* a loss mask is not tokens */
+                    p->st->tokens += (uint64_t)n;
             }
             if (!rc)
                 rc = iw_end_document(&p->w[k]);
@@ -257,6 +258,13 @@ static int read_json_lines(pipeline *p, FILE *f, const char *path)
 
 static char *output_prefix(const tr_preprocess_options *o, int k)
 {
+    if (o->sft) { /* PREFIX (ids) and PREFIX_loss_mask */
+        size_t n = strlen(o->output_prefix) + 16;
+        char *s = malloc(n);
+        if (s)
+            snprintf(s, n, "%s%s", o->output_prefix, k ? "_loss_mask" : "");
+        return s;
+    }
     const char *key = o->n_json_keys ? o->json_keys[k] : NULL;
     size_t n = strlen(o->output_prefix) + (key ? strlen(key) + 16 : 0) + 1;
     char *s = malloc(n);
@@ -270,9 +278,14 @@ static int setup(pipeline *p, const tr_preprocess_options *o)
     const tr_tokenizer *t = o->tokenizer;
     int V = tr_tokenizer_vocab_size(t);
     p->o = o;
-    p->n_out = o->n_json_keys ? o->n_json_keys : 1;
-    p->spec = (prep_spec){o->json_keys, o->n_json_keys, o->n_json_keys ? o->append_eod : 1,
+    p->n_out = o->sft ? 2 : o->n_json_keys ? o->n_json_keys : 1;
+    p->spec = (prep_spec){o->json_keys, o->n_json_keys, o->sft,
+                          o->n_json_keys && !o->sft ? o->append_eod : 1,
                           !strcmp(tr_tokenizer_type(t), "HFTokenizer"), tr_tokenizer_eod(t)};
+    if (o->sft && o->n_json_keys != (o->sft == TR_SFT_PAIR ? 2 : 1))
+        return tr_fail(TR_ERR_CONFIG, "preprocess: supervised fine-tuning takes %s",
+                       o->sft == TR_SFT_PAIR ? "two JSON keys (PROMPT,RESPONSE)"
+                                             : "one JSON key (the messages list)");
     p->st->dtype_code = V < 65500 ? DT_UINT16 : DT_INT32;
     if (p->spec.append_eod && p->spec.eod < 0)
         return tr_fail(TR_ERR_CONFIG, "the tokenizer (%s) has no end-of-document token to append%s",
@@ -287,7 +300,7 @@ static int setup(pipeline *p, const tr_preprocess_options *o)
         rc = tr_encoder_create(t, &p->enc[j]);
     for (int k = 0; k < p->n_out && !rc; k++) {
         char *prefix = output_prefix(o, k);
-        rc = prefix ? iw_begin_dtype(&p->w[k], prefix, p->st->dtype_code)
+        rc = prefix ? iw_begin_dtype(&p->w[k], prefix, o->sft && k ? DT_UINT8 : p->st->dtype_code)
                     : tr_fail(TR_ERR_NOMEM, "out of memory");
         free(prefix);
     }

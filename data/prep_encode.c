@@ -40,8 +40,8 @@ static int add_eod(const prep_spec *spec, prep_out *o, size_t i)
     return rc;
 }
 
-static char *message(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static char *message(const char *fmt, ...)
+#define message prep_message
+char *prep_message(const char *fmt, ...)
 {
     char buf[512];
     va_list ap;
@@ -51,8 +51,10 @@ static char *message(const char *fmt, ...)
     return strdup(buf);
 }
 
-static const char *json_kind(const json_t *v)
+#define json_kind prep_json_kind
+const char *prep_json_kind(const void *v_)
 {
+    const json_t *v = v_;
     switch (json_typeof(v)) {
     case JSON_OBJECT: return "an object";
     case JSON_ARRAY: return "a list";
@@ -70,12 +72,18 @@ static int encode_json(const prep_spec *spec, tr_encoder *e, prep_batch *b, size
     json_error_t err;
     json_t *root = json_loadb(b->text + it->off, it->len, JSON_ALLOW_NUL, &err);
     if (!root) {
-        *bad = message("not valid JSON (column %d): %s", err.column, err.text);
+        *bad = message("%s (column %d): %s", strstr(err.text, "decode") ? "invalid UTF-8"
+                       : "not valid JSON", err.column, err.text);
         return TR_OK;
     }
     int rc = TR_OK;
     if (!json_is_object(root))
         *bad = message("the line is %s, not a JSON object", json_kind(root));
+    else if (spec->sft) {
+        rc = prep_encode_sft(spec, e, b, i, root, bad);
+        json_decref(root);
+        return rc;
+    }
     for (int k = 0; k < spec->n_keys && !rc && !*bad; k++) {
         json_t *v = json_object_get(root, spec->json_keys[k]);
         prep_out *o = &b->out[k];
@@ -108,7 +116,7 @@ static int encode_json(const prep_spec *spec, tr_encoder *e, prep_batch *b, size
 
 void prep_encode_batch(const prep_spec *spec, tr_encoder *e, prep_batch *b)
 {
-    int n_out = spec->n_keys ? spec->n_keys : 1, rc = TR_OK;
+    int n_out = spec->sft ? 2 : spec->n_keys ? spec->n_keys : 1, rc = TR_OK;
     for (int k = 0; k < n_out; k++) {
         prep_out *o = &b->out[k];
         o->n_ids = o->n_len = 0;

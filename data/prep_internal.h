@@ -44,6 +44,8 @@ typedef struct {
 typedef struct {
     const char *const *json_keys;
     int n_keys;            /* 0: text documents (one output) */
+    int sft;               /* TR_SFT_NONE, or SFT examples (prep_sft.c): out[0] ids, out[1]
+                            * their loss mask (0/1 as ids) */
     int append_eod;
     int add_special;       /* HFTokenizer: the template (Megatron's HF tokenize does) */
     int32_t eod;
@@ -64,6 +66,13 @@ static inline int prep_reserve(void **p, size_t *cap, size_t need, size_t size)
     *cap = c;
     return TR_OK;
 }
+
+/* prep_sft.c: one SFT JSON object (prompt/response pair or chat messages) into out[0] (ids)
+ * and out[1] (mask), one sequence each; *bad (malloc'ed) says why a line is refused. */
+int prep_encode_sft(const prep_spec *spec, tr_encoder *e, prep_batch *b, size_t i, void *root,
+                    char **bad);
+char *prep_message(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+const char *prep_json_kind(const void *v);
 
 /* Ids of every item of b (b->rc / b->msg on a failure; bad items get b->bad[i]). */
 void prep_encode_batch(const prep_spec *spec, tr_encoder *e, prep_batch *b);

@@ -36,9 +36,10 @@ int iw_begin_dtype(indexed_writer *w, const char *prefix, int dtype)
         iw_abort(w);
         return tr_fail(TR_ERR_NOMEM, "out of memory writing %s", prefix);
     }
-    if (dtype != DT_UINT16 && dtype != DT_INT32) {
+    if (dtype != DT_UINT16 && dtype != DT_INT32 && dtype != DT_UINT8) {
         iw_abort(w);
-        return tr_fail(TR_ERR_INTERNAL, "indexed writer: dtype %d is not uint16 or int32", dtype);
+        return tr_fail(TR_ERR_INTERNAL, "indexed writer: dtype %d is not uint8, uint16 or int32",
+                       dtype);
     }
     w->bin = fopen(w->bin_tmp, "wb");
     if (!w->bin) {
@@ -95,7 +96,8 @@ int iw_append_ids(indexed_writer *w, const int32_t *ids, size_t n)
 {
     int rc = count_tokens(w, n);
     for (size_t i = 0; i < n && !rc; i++) {
-        if (ids[i] < 0 || (w->dtype == DT_UINT16 && ids[i] > UINT16_MAX))
+        if (ids[i] < 0 || (w->dtype == DT_UINT16 && ids[i] > UINT16_MAX) ||
+            (w->dtype == DT_UINT8 && ids[i] > UINT8_MAX))
             return tr_fail(TR_ERR_INTERNAL, "token id %d does not fit %s in %s", (int)ids[i],
                            dtype_name(w->dtype), w->bin_path);
         if (w->n_buf + (size_t)w->itemsize > sizeof w->buf && (rc = flush_tokens(w)))
@@ -103,6 +105,8 @@ int iw_append_ids(indexed_writer *w, const int32_t *ids, size_t n)
         if (w->dtype == DT_UINT16) {
             uint16_t v = (uint16_t)ids[i];
             memcpy(w->buf + w->n_buf, &v, 2);
+        } else if (w->dtype == DT_UINT8) {
+            w->buf[w->n_buf] = (unsigned char)ids[i];
         } else {
             memcpy(w->buf + w->n_buf, &ids[i], 4);
         }

@@ -32,6 +32,18 @@ static void preprocess_usage(FILE *f)
             "                           are separated by blank lines, i.e. empty or whitespace-\n"
             "                           only lines, and by lines that are exactly \"%%\", the\n"
             "                           separator of fortune(6) files); output PREFIX.bin/.idx\n"
+            "  --json-keys PROMPT,RESPONSE\n"
+            "                           supervised fine-tuning pairs (strings): ids of the prompt\n"
+            "                           then the response then EOD, to PREFIX.bin/.idx, and the\n"
+            "                           loss mask (0 prompt, 1 response and EOD; uint8) to\n"
+            "                           PREFIX_loss_mask.bin/.idx; one document per line\n"
+            "  --sft                    with --json-keys MESSAGES: chat examples, a list of\n"
+            "                           {\"role\": system|user|assistant, \"content\": string} in\n"
+            "                           ChatML's text template (\"<|im_start|>ROLE\\n\" masked, then\n"
+            "                           \"CONTENT<|im_end|>\\n\", learned for the assistant), then EOD\n"
+            "                           (learned when the assistant speaks last); same outputs.\n"
+            "                           An empty response, a missing key, a wrong type or bad\n"
+            "                           UTF-8 is an error naming FILE:LINE\n"
             "  --skip-bad-lines         skip (and count) JSON lines that cannot be read, instead\n"
             "                           of stopping at the first with its FILE:LINE\n"
             "tokenizer:\n"
@@ -59,7 +71,8 @@ static void preprocess_usage(FILE *f)
 
 typedef struct {
     const char **inputs, **keys;
-    int n_inputs, n_keys, per_file, append_eod, workers, skip_bad, log_interval;
+    int n_inputs, n_keys, per_file, append_eod, workers, skip_bad, log_interval, sft;
+    char *pair; /* --json-keys PROMPT,RESPONSE split in place (a copy) */
     const char *prefix;
     tr_tokenizer_files tok;
 } pp_options;
@@ -73,7 +86,7 @@ static int ends_with(const char *s, const char *suffix)
 static int parse(arg_parser *a, pp_options *o)
 {
     enum { INPUT, OUTPUT_PREFIX, WORKERS, PER_FILE, APPEND_EOD, SPLIT_SENTENCES, JSON_KEYS,
-           TOK_TYPE, VOCAB, MERGES, TOK_MODEL, SKIP_BAD, LOG_INTERVAL };
+           TOK_TYPE, VOCAB, MERGES, TOK_MODEL, SKIP_BAD, LOG_INTERVAL, SFT };
     static const arg_opt options[] = {
         [INPUT] = {"--input", ARG_VALUES, "file"},
         [OUTPUT_PREFIX] = {"--output-prefix", ARG_VALUE},
@@ -88,6 +101,7 @@ static int parse(arg_parser *a, pp_options *o)
         [TOK_MODEL] = {"--tokenizer-model", ARG_VALUE},
         [SKIP_BAD] = {"--skip-bad-lines", ARG_FLAG},
         [LOG_INTERVAL] = {"--log-interval", ARG_VALUE},
+        [SFT] = {"--sft", ARG_FLAG},
         {NULL},
     };
     a->opts = options;
@@ -117,6 +131,8 @@ static int parse(arg_parser *a, pp_options *o)
             o->append_eod = 1;
         else if (opt == SKIP_BAD)
             o->skip_bad = 1;
+        else if (opt == SFT)
+            o->sft = TR_SFT_CHAT;
         else if (opt == TOK_TYPE)
             o->tok.type = v;
         else if (opt == VOCAB)
@@ -139,8 +155,34 @@ static int parse(arg_parser *a, pp_options *o)
     int all_json = o->n_inputs > 0;
     for (int i = 0; i < o->n_inputs; i++)
         all_json &= ends_with(o->inputs[i], ".json") || ends_with(o->inputs[i], ".jsonl");
+    if (!rc && o->sft && o->n_keys == 0)
+        rc = args_error(a, "--sft needs --json-keys MESSAGES (or PROMPT,RESPONSE)");
     if (!rc && o->n_keys == 0 && all_json)
         o->keys[o->n_keys++] = "text"; /* Megatron's default */
+    if (!rc && o->n_keys == 1 && strchr(o->keys[0], ',')) { /* PROMPT,RESPONSE */
+        char *comma = (o->pair = strdup(o->keys[0])) ? strchr(o->pair, ',') : NULL;
+        if (!comma)
+            return args_error(a, "out of memory");
+        *comma = 0;
+        o->keys[0] = o->pair;
+        o->keys[1] = comma + 1;
+        o->n_keys = 2;
+        o->sft = TR_SFT_PAIR;
+        if (!o->keys[0][0] || !o->keys[1][0] || strchr(o->keys[1], ','))
+            rc = args_error(a, "--json-keys PROMPT,RESPONSE needs two non-empty keys, got '%s,%s'",
+                            o->keys[0], o->keys[1]);
+    } else if (!rc && o->sft && o->n_keys == 2) {
+        o->sft = TR_SFT_PAIR; /* --sft --json-keys PROMPT RESPONSE */
+    } else if (!rc && o->sft && o->n_keys != 1) {
+        rc = args_error(a, "--sft takes --json-keys MESSAGES (a chat list) or PROMPT,RESPONSE");
+    }
+    for (int i = 0; i < o->n_keys && !rc && !o->sft; i++)
+        if (strchr(o->keys[i], ','))
+            rc = args_error(a, "--json-keys '%s': a PROMPT,RESPONSE pair is one argument alone",
+                            o->keys[i]);
+    if (!rc && o->sft && o->append_eod)
+        fprintf(stderr, "trident preprocess: note: fine-tuning examples always end with EOD "
+                        "(--append-eod changes nothing)\n");
     if (!rc && o->n_keys && o->per_file)
         rc = args_error(a, "--document-per-file is for text files, not JSON Lines (--json-keys)");
     if (!rc && o->n_keys > 16)
@@ -170,7 +212,7 @@ static int run(const pp_options *o)
     } else if (!st) {
         tr_preprocess_options po = {o->inputs, o->n_inputs, o->prefix, o->keys, o->n_keys,
                                     !o->per_file, t, o->append_eod, o->workers, o->skip_bad,
-                                    o->log_interval};
+                                    o->log_interval, o->sft};
         tr_preprocess_stats s;
         st = tr_preprocess(&po, &s);
         if (!st) {
@@ -179,7 +221,9 @@ static int run(const pp_options *o)
                    o->n_inputs, o->n_inputs == 1 ? "" : "s", (unsigned long long)s.documents,
                    (unsigned long long)s.tokens, tr_tokenizer_type(t),
                    s.dtype_code == 8 ? "uint16" : "int32", tr_tokenizer_vocab_size(t));
-            for (int k = 0; k < (o->n_keys ? o->n_keys : 1); k++)
+            if (o->sft)
+                printf("-> %s.{bin,idx}, %s_loss_mask.{bin,idx}", o->prefix, o->prefix);
+            for (int k = 0; k < (o->n_keys ? o->n_keys : 1) && !o->sft; k++)
                 printf(o->n_keys ? "%s%s_%s_document.{bin,idx}" : "%s%s.{bin,idx}", k ? ", " : "-> ",
                        o->prefix, o->n_keys ? o->keys[k] : "");
             printf(" (%.2f s, %.1f MB/s, %.0f tokens/s)\n", dt, s.bytes / 1e6 / (dt > 0 ? dt : 1),
@@ -214,5 +258,6 @@ int tr_cmd_preprocess(int argc, char **argv)
         rc = run(&o);
     free(o.inputs);
     free(o.keys);
+    free(o.pair);
     return rc < 0 ? 0 : rc;
 }

@@ -460,7 +460,7 @@ static void test_fuzzed_files(void **state)
         write_file(scratch("fuzz.jsonl"), buf, n);
         const char *inputs[] = {scratch("fuzz.jsonl")}, *keys[] = {"text"};
         tr_preprocess_options o = {inputs, 1, scratch("fz-out"), keys, 1, 0, t, 1, 1 + trial % 3,
-                                   trial % 2, 0};
+                                   trial % 2, 0, TR_SFT_NONE};
         tr_preprocess_stats st;
         int rc = tr_preprocess(&o, &st);
         assert_true(rc == TR_OK || (rc == TR_ERR_INVALID && !(trial % 2)));
