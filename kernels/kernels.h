@@ -88,6 +88,38 @@ typedef struct tr_kernels {
                              float *scores, const float *qkv, int B, int n, int past,
                              int max_T, int NH, int HS);
 
+    /* --- model families (Llama, Bloom); NULL in a backend that lacks them (the model refuses
+     * such a family there) ---
+     * RMSNorm: out = inp * rstd * weight, rstd = 1/sqrt(mean(inp^2) + eps) saved (N floats);
+     *   backward: dinp += (accumulates, as layernorm), dweight += . */
+    void (*rmsnorm_forward)(tr_stream s, float *out, float *rstd, const float *inp,
+                            const float *weight, int N, int C, float eps);
+    void (*rmsnorm_backward)(tr_stream s, float *dinp, float *dweight, const float *dout,
+                             const float *inp, const float *weight, const float *rstd, int N,
+                             int C);
+    /* SwiGLU on n (gate, up) pairs stored interleaved, inp (n, 2):
+     *   out[i] = silu(inp[2i]) * inp[2i+1]; backward: dinp (n, 2) overwritten. */
+    void (*swiglu_forward)(tr_stream s, float *out, const float *inp, size_t n);
+    void (*swiglu_backward)(tr_stream s, float *dinp, const float *inp, const float *dout,
+                            size_t n);
+    /* Rotary position embedding in place on qkv (B, T, NG, R+2, HS) (layout of
+     * attention_gqa): units 0..R of each group (query heads and key head; not the value) are
+     * rotated on their first rot dims, Hugging Face Llama's rotate_half pairing (i, i + rot/2)
+     * by the angle t * theta_i of the row's position t; cos, sin: (T, rot/2) tables of those
+     * angles. inverse != 0 rotates by minus the angle: the backward (rotation is orthogonal). */
+    void (*rope)(tr_stream s, float *qkv, const float *cos, const float *sin, int B, int T,
+                 int NG, int R, int HS, int rot, int inverse);
+    /* Causal attention with grouped query heads and optional ALiBi. qkv (B, T, NG, R+2, HS),
+     * R = NH/NG: group g holds query heads gR .. gR+R-1, then the key and the value head they
+     * share; out (B, T, NH, HS); att (B, NH, T, T). alibi: NULL or NH slopes (backend memory):
+     * score(i, j) = q_i.k_j / sqrt(HS) + slope_h * (j - i). With NG = NH and no alibi it is
+     * attention_forward / attention_backward (same layout, same results). */
+    void (*attention_gqa_forward)(tr_stream s, float *out, float *att, const float *qkv,
+                                  const float *alibi, int B, int T, int NH, int NG, int HS);
+    void (*attention_gqa_backward)(tr_stream s, float *dqkv, float *datt, const float *dout,
+                                   const float *qkv, const float *att, int B, int T, int NH,
+                                   int NG, int HS);
+
     /* --- softmax cross-entropy in pieces, so the vocabulary may be split over ranks ---
      * logits: (N, V) this rank's columns; columns >= n_valid are padding and ignored.
      * targets are global ids; this rank holds ids [v_start, v_start + V).

@@ -5,7 +5,11 @@
  * are shared instead, largest first. Each unit writes its own part of the outputs with a
  * fixed sequence of operations (the same blocks in both cases), so neither the schedule nor
  * the choice between the two changes a result.
- * Layouts: qkv (B, T, NH, 3, HS), out (B, T, NH, HS), att/datt (B, NH, T, T). */
+ * Layouts: qkv (B, T, NG, R+2, HS) (R = NH/NG query heads per group, then the group's key and
+ * value; GPT-2's (B, T, NH, 3, HS) is NG = NH), out (B, T, NH, HS), att/datt (B, NH, T, T).
+ * Grouped heads: the key/value gradients of a group sum its R heads' contributions in head
+ * order inside one unit (a (batch, group) pair), so no two units write the same rows.
+ * ALiBi adds slope_h * (j - i) to the scaled scores before the softmax. */
 #include "kernels/cpu/cpu_ops.h"
 
 #include <math.h>
@@ -40,12 +44,35 @@ static void softmax_causal_row(float *restrict row, int t, int T)
 typedef struct {
     int T, NH, HS, C, C3;
     float scale;
+    int NG, R;          /* query groups, query heads per group */
+    const float *alibi; /* NULL or NH slopes */
 } dims;
 
 static dims make_dims(int T, int NH, int HS)
 {
-    dims d = {T, NH, HS, NH * HS, 3 * NH * HS, 1.0f / sqrtf((float)HS)};
+    dims d = {T, NH, HS, NH * HS, 3 * NH * HS, 1.0f / sqrtf((float)HS), NH, 1, NULL};
     return d;
+}
+
+static dims make_gqa_dims(int T, int NH, int NG, int HS, const float *alibi)
+{
+    dims d = make_dims(T, NH, HS);
+    d.NG = NG;
+    d.R = NH / NG;
+    d.C3 = NG * (d.R + 2) * HS;
+    d.alibi = alibi;
+    return d;
+}
+
+/* Offsets inside a token row of qkv: query head h, and the key of h's group (value: + HS). */
+static size_t q_offset(const dims *d, int h)
+{
+    return (size_t)(h / d->R) * (d->R + 2) * d->HS + (size_t)(h % d->R) * d->HS;
+}
+
+static size_t k_offset(const dims *d, int h)
+{
+    return (size_t)(h / d->R) * (d->R + 2) * d->HS + (size_t)d->R * d->HS;
 }
 
 /* Forward of query rows [r0, r0 + BLK) of pair bh. */
@@ -53,14 +80,22 @@ static void forward_block(const dims *d, float *out, float *att, const float *qk
                           int r0)
 {
     int T = d->T, HS = d->HS, C = d->C, C3 = d->C3, b = bh / d->NH, h = bh % d->NH;
-    const float *q = qkv + (size_t)b * T * C3 + (size_t)h * 3 * HS;
-    const float *k = q + HS, *v = q + 2 * HS;
+    const float *q = qkv + (size_t)b * T * C3 + q_offset(d, h);
+    const float *k = qkv + (size_t)b * T * C3 + k_offset(d, h), *v = k + HS;
     float *P = att + (size_t)bh * T * T;
     float *o = out + (size_t)b * T * C + (size_t)h * HS;
     int r1 = min_int(T, r0 + BLK), rows = r1 - r0;
     /* S[r0:r1, 0:r1] = scale Q[r0:r1] K[0:r1]^T */
     cpu_gemm_serial(0, 1, rows, r1, HS, d->scale, q + (size_t)r0 * C3, C3, k, C3, 0.0f,
                        P + (size_t)r0 * T, T);
+    if (d->alibi) {
+        float slope = d->alibi[h];
+        for (int t = r0; t < r1; t++) {
+            float *restrict row = P + (size_t)t * T;
+            for (int j = 0; j <= t; j++)
+                row[j] += slope * (float)(j - t);
+        }
+    }
     for (int t = r0; t < r1; t++)
         softmax_causal_row(P + (size_t)t * T, t, T);
     /* O[r0:r1] = P[r0:r1, 0:r1] V[0:r1] */
@@ -73,9 +108,9 @@ static void backward_query_block(const dims *d, float *dqkv, float *datt, const 
                                  const float *qkv, const float *att, int bh, int r0)
 {
     int T = d->T, HS = d->HS, C = d->C, C3 = d->C3, b = bh / d->NH, h = bh % d->NH;
-    size_t head = (size_t)b * T * C3 + (size_t)h * 3 * HS;
-    const float *k = qkv + head + HS, *v = qkv + head + 2 * HS;
-    float *dq = dqkv + head;
+    size_t row0 = (size_t)b * T * C3;
+    const float *k = qkv + row0 + k_offset(d, h), *v = k + HS;
+    float *dq = dqkv + row0 + q_offset(d, h);
     const float *P = att + (size_t)bh * T * T;
     float *D = datt + (size_t)bh * T * T;
     const float *dO = dout + (size_t)b * T * C + (size_t)h * HS;
@@ -102,25 +137,30 @@ static void backward_query_block(const dims *d, float *dqkv, float *datt, const 
                        dq + (size_t)r0 * C3, C3);
 }
 
-/* Backward phase 2 for key/value rows [j0, j0 + BLK) of pair bh: they receive from query
- * rows [j0, T) only, and every dS entry read there was written by phase 1 (same blocks). */
+/* Backward phase 2 for key/value rows [j0, j0 + BLK) of (batch, group) pair bg: they receive
+ * from query rows [j0, T) of the group's heads only (summed in head order), and every dS
+ * entry read there was written by phase 1 (same blocks). */
 static void backward_key_block(const dims *d, float *dqkv, const float *datt, const float *dout,
-                               const float *qkv, const float *att, int bh, int j0)
+                               const float *qkv, const float *att, int bg, int j0)
 {
-    int T = d->T, HS = d->HS, C = d->C, C3 = d->C3, b = bh / d->NH, h = bh % d->NH;
-    size_t head = (size_t)b * T * C3 + (size_t)h * 3 * HS;
-    const float *q = qkv + head;
-    float *dk = dqkv + head + HS, *dv = dqkv + head + 2 * HS;
-    const float *P = att + (size_t)bh * T * T;
-    const float *D = datt + (size_t)bh * T * T;
-    const float *dO = dout + (size_t)b * T * C + (size_t)h * HS;
+    int T = d->T, HS = d->HS, C = d->C, C3 = d->C3, b = bg / d->NG, g = bg % d->NG;
     int j1 = min_int(T, j0 + BLK), rows = j1 - j0, span = T - j0;
-    /* dK[j0:j1] = scale dS[j0:T, j0:j1]^T Q[j0:T] */
-    cpu_gemm_serial(1, 0, rows, HS, span, d->scale, D + (size_t)j0 * T + j0, T,
-                       q + (size_t)j0 * C3, C3, 0.0f, dk + (size_t)j0 * C3, C3);
-    /* dV[j0:j1] = P[j0:T, j0:j1]^T dO[j0:T] */
-    cpu_gemm_serial(1, 0, rows, HS, span, 1.0f, P + (size_t)j0 * T + j0, T,
-                       dO + (size_t)j0 * C, C, 0.0f, dv + (size_t)j0 * C3, C3);
+    size_t row0 = (size_t)b * T * C3;
+    for (int i = 0; i < d->R; i++) {
+        int h = g * d->R + i, bh = b * d->NH + h;
+        const float *q = qkv + row0 + q_offset(d, h);
+        float *dk = dqkv + row0 + k_offset(d, h), *dv = dk + HS;
+        const float *P = att + (size_t)bh * T * T;
+        const float *D = datt + (size_t)bh * T * T;
+        const float *dO = dout + (size_t)b * T * C + (size_t)h * HS;
+        float beta = i ? 1.0f : 0.0f;
+        /* dK[j0:j1] (+)= scale dS[j0:T, j0:j1]^T Q[j0:T] */
+        cpu_gemm_serial(1, 0, rows, HS, span, d->scale, D + (size_t)j0 * T + j0, T,
+                        q + (size_t)j0 * C3, C3, beta, dk + (size_t)j0 * C3, C3);
+        /* dV[j0:j1] (+)= P[j0:T, j0:j1]^T dO[j0:T] */
+        cpu_gemm_serial(1, 0, rows, HS, span, 1.0f, P + (size_t)j0 * T + j0, T,
+                        dO + (size_t)j0 * C, C, beta, dv + (size_t)j0 * C3, C3);
+    }
 }
 
 /* Whole pairs per piece when there are at least this many pairs per thread. */
@@ -131,6 +171,7 @@ typedef struct {
     float *out, *att, *dqkv, *datt;
     const float *qkv, *dout, *catt;
     int pairs, blocks;
+    int groups; /* (batch, group) pairs of the backward's key phase */
 } att_args;
 
 static void forward_pair(void *ctx, size_t bh)
@@ -147,13 +188,16 @@ static void forward_unit(void *ctx, size_t u) /* the last (largest) query blocks
                   (a->blocks - 1 - (int)(u / a->pairs)) * BLK);
 }
 
-static void backward_pair(void *ctx, size_t bh)
+static void backward_pair(void *ctx, size_t bg) /* a (batch, group) pair: its R heads */
 {
     const att_args *a = ctx;
-    for (int r0 = 0; r0 < a->d.T; r0 += BLK)
-        backward_query_block(&a->d, a->dqkv, a->datt, a->dout, a->qkv, a->catt, (int)bh, r0);
+    int b = (int)bg / a->d.NG, g = (int)bg % a->d.NG;
+    for (int i = 0; i < a->d.R; i++)
+        for (int r0 = 0; r0 < a->d.T; r0 += BLK)
+            backward_query_block(&a->d, a->dqkv, a->datt, a->dout, a->qkv, a->catt,
+                                 b * a->d.NH + g * a->d.R + i, r0);
     for (int j0 = 0; j0 < a->d.T; j0 += BLK)
-        backward_key_block(&a->d, a->dqkv, a->datt, a->dout, a->qkv, a->catt, (int)bh, j0);
+        backward_key_block(&a->d, a->dqkv, a->datt, a->dout, a->qkv, a->catt, (int)bg, j0);
 }
 
 static void backward_query_unit(void *ctx, size_t u) /* largest query blocks first */
@@ -166,8 +210,8 @@ static void backward_query_unit(void *ctx, size_t u) /* largest query blocks fir
 static void backward_key_unit(void *ctx, size_t u) /* largest (first) key blocks first */
 {
     const att_args *a = ctx;
-    backward_key_block(&a->d, a->dqkv, a->datt, a->dout, a->qkv, a->catt, (int)(u % a->pairs),
-                       (int)(u / a->pairs) * BLK);
+    backward_key_block(&a->d, a->dqkv, a->datt, a->dout, a->qkv, a->catt, (int)(u % a->groups),
+                       (int)(u / a->groups) * BLK);
 }
 
 /* Run fn over [0, n) on the team, or in order on the caller when the work is small. */
@@ -181,11 +225,10 @@ static void run(int par, size_t n, void (*fn)(void *, size_t), void *ctx)
         fn(ctx, i);
 }
 
-void cpu_attention_forward(tr_stream s, float *out, float *att, const float *qkv, int B,
-                              int T, int NH, int HS)
+static void attention_forward(const dims *d, float *out, float *att, const float *qkv, int B)
 {
-    (void)s;
-    att_args a = {.d = make_dims(T, NH, HS), .out = out, .att = att, .qkv = qkv,
+    int T = d->T, NH = d->NH, HS = d->HS;
+    att_args a = {.d = *d, .out = out, .att = att, .qkv = qkv,
                   .pairs = B * NH, .blocks = (T + BLK - 1) / BLK};
     int par = (double)a.pairs * T * T * HS >= (double)CPU_PAR_MIN * 8;
     if (!par || a.pairs >= PAIRS_PER_THREAD * tr_kernels_cpu_threads())
@@ -194,21 +237,53 @@ void cpu_attention_forward(tr_stream s, float *out, float *att, const float *qkv
         run(par, (size_t)a.pairs * a.blocks, forward_unit, &a);
 }
 
-void cpu_attention_backward(tr_stream s, float *dqkv, float *datt, const float *dout,
-                               const float *qkv, const float *att, int B, int T, int NH,
-                               int HS)
+static void attention_backward(const dims *d, float *dqkv, float *datt, const float *dout,
+                               const float *qkv, const float *att, int B)
 {
-    (void)s;
-    att_args a = {.d = make_dims(T, NH, HS), .dqkv = dqkv, .datt = datt, .qkv = qkv,
-                  .dout = dout, .catt = att, .pairs = B * NH, .blocks = (T + BLK - 1) / BLK};
+    int T = d->T, NH = d->NH, HS = d->HS;
+    att_args a = {.d = *d, .dqkv = dqkv, .datt = datt, .qkv = qkv, .dout = dout, .catt = att,
+                  .pairs = B * NH, .blocks = (T + BLK - 1) / BLK, .groups = B * d->NG};
     int par = (double)a.pairs * T * T * HS >= (double)CPU_PAR_MIN * 8;
-    if (!par || a.pairs >= PAIRS_PER_THREAD * tr_kernels_cpu_threads()) {
-        run(par, (size_t)a.pairs, backward_pair, &a);
+    if (!par || a.groups >= PAIRS_PER_THREAD * tr_kernels_cpu_threads()) {
+        run(par, (size_t)a.groups, backward_pair, &a);
         return;
     }
-    size_t units = (size_t)a.pairs * a.blocks;
-    run(par, units, backward_query_unit, &a);
-    run(par, units, backward_key_unit, &a); /* reads the dS that the query units wrote */
+    run(par, (size_t)a.pairs * a.blocks, backward_query_unit, &a);
+    /* reads the dS that the query units wrote */
+    run(par, (size_t)a.groups * a.blocks, backward_key_unit, &a);
+}
+
+void cpu_attention_forward(tr_stream s, float *out, float *att, const float *qkv, int B,
+                           int T, int NH, int HS)
+{
+    (void)s;
+    dims d = make_dims(T, NH, HS);
+    attention_forward(&d, out, att, qkv, B);
+}
+
+void cpu_attention_backward(tr_stream s, float *dqkv, float *datt, const float *dout,
+                            const float *qkv, const float *att, int B, int T, int NH, int HS)
+{
+    (void)s;
+    dims d = make_dims(T, NH, HS);
+    attention_backward(&d, dqkv, datt, dout, qkv, att, B);
+}
+
+void cpu_attention_gqa_forward(tr_stream s, float *out, float *att, const float *qkv,
+                               const float *alibi, int B, int T, int NH, int NG, int HS)
+{
+    (void)s;
+    dims d = make_gqa_dims(T, NH, NG, HS, alibi);
+    attention_forward(&d, out, att, qkv, B);
+}
+
+void cpu_attention_gqa_backward(tr_stream s, float *dqkv, float *datt, const float *dout,
+                                const float *qkv, const float *att, int B, int T, int NH, int NG,
+                                int HS)
+{
+    (void)s;
+    dims d = make_gqa_dims(T, NH, NG, HS, NULL);
+    attention_backward(&d, dqkv, datt, dout, qkv, att, B);
 }
 
 /* ------------------------------------------------------------------ generation

@@ -116,6 +116,24 @@ void cpu_attention_backward(tr_stream s, float *dqkv, float *datt, const float *
 void cpu_attention_decode(tr_stream s, float *out, float *kcache, float *vcache, float *scores,
                           const float *qkv, int B, int n, int past, int max_T, int NH, int HS);
 
+/* attention.c: grouped query heads and ALiBi (kernels.h, attention_gqa_*) */
+void cpu_attention_gqa_forward(tr_stream s, float *out, float *att, const float *qkv,
+                               const float *alibi, int B, int T, int NH, int NG, int HS);
+void cpu_attention_gqa_backward(tr_stream s, float *dqkv, float *datt, const float *dout,
+                                const float *qkv, const float *att, int B, int T, int NH, int NG,
+                                int HS);
+
+/* family.c: RMSNorm, SwiGLU, rotary embedding */
+void cpu_rmsnorm_forward(tr_stream s, float *out, float *rstd, const float *inp,
+                         const float *weight, int N, int C, float eps);
+void cpu_rmsnorm_backward(tr_stream s, float *dinp, float *dweight, const float *dout,
+                          const float *inp, const float *weight, const float *rstd, int N, int C);
+void cpu_swiglu_forward(tr_stream s, float *out, const float *inp, size_t n);
+void cpu_swiglu_backward(tr_stream s, float *dinp, const float *inp, const float *dout,
+                         size_t n);
+void cpu_rope(tr_stream s, float *qkv, const float *cos, const float *sin, int B, int T, int NG,
+              int R, int HS, int rot, int inverse);
+
 /* crossentropy.c */
 void cpu_xent_row_max(tr_stream s, float *maxv, const float *logits, int N, int V,
                          int n_valid);
