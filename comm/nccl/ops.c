@@ -257,9 +257,13 @@ static int start_staged(nccl_op *op)
     default: break;
     }
     op->back_dst = op->recv;
+    /* every staged operation is ordered after the compute stream: a receive's (or a
+     * non-root broadcast's) copy back to the device must not overwrite a buffer that kernels
+     * queued before it still read */
+    if (after_compute(op))
+        return -1;
     if (d2h && na) {
-        if (after_compute(op) ||
-            nccl_cuda_check(
+        if (nccl_cuda_check(
                 op, cudaMemcpyAsync(op->pin_a, op->send, na, cudaMemcpyDeviceToHost, g->stream),
                 "cudaMemcpyAsync (device to host)") ||
             nccl_cuda_check(op, cudaEventRecord(op->ev, g->stream), "cudaEventRecord"))
