@@ -54,6 +54,12 @@ void *tr_alloc(size_t bytes, const char *what);
 void tr_free(void *p);
 /* mkdir -p: create `path` and its missing parents (TR_ERR_IO naming the one that failed). */
 TR_MUST_CHECK int tr_make_dirs(const char *path);
+/* Whole reads and writes at an offset (EINTR and short transfers retried): 0, or -1 with errno
+ * set (errno 0: the file ended first). The caller names the file in its message. */
+TR_MUST_CHECK int tr_pread_all(int fd, void *buf, size_t bytes, uint64_t off);
+TR_MUST_CHECK int tr_pwrite_all(int fd, const void *buf, size_t bytes, uint64_t off);
+/* The same at the file position (write(2)): 0, or -1 with errno. */
+TR_MUST_CHECK int tr_write_all(int fd, const void *buf, size_t bytes);
 /* Checked size arithmetic: return TR_ERR_INVALID on overflow. */
 TR_MUST_CHECK int tr_mul_size(size_t a, size_t b, size_t *out);
 

@@ -85,37 +85,6 @@ st_text st_shape_text(const tr_st_tensor *t)
 
 /* ------------------------------------------------------------------ reads and writes */
 
-int st_pread(int fd, void *buf, size_t bytes, uint64_t off)
-{
-    char *p = buf;
-    while (bytes) {
-        ssize_t n = pread(fd, p, bytes, (off_t)off);
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n <= 0) {
-            if (n == 0)
-                errno = 0;
-            return -1;
-        }
-        p += n, bytes -= (size_t)n, off += (uint64_t)n;
-    }
-    return 0;
-}
-
-int st_write_all(int fd, const void *buf, size_t bytes)
-{
-    const char *p = buf;
-    while (bytes) {
-        ssize_t n = write(fd, p, bytes);
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n <= 0)
-            return -1;
-        p += n, bytes -= (size_t)n;
-    }
-    return 0;
-}
-
 int hf_join(char *buf, size_t cap, const char *dir, const char *name)
 {
     if ((size_t)snprintf(buf, cap, "%s/%s", dir, name) >= cap)
@@ -142,7 +111,7 @@ int hf_load_json(const char *path, size_t max_bytes, json_t **out)
                      "may have", path, (long long)st.st_size, max_bytes);
     else if (!(text = malloc((size_t)st.st_size + 1)))
         rc = tr_fail(TR_ERR_NOMEM, "out of memory reading %s", path);
-    else if (st_pread(fd, text, (size_t)st.st_size, 0))
+    else if (tr_pread_all(fd, text, (size_t)st.st_size, 0))
         rc = tr_fail(TR_ERR_IO, "cannot read %s: %s", path, errno ? strerror(errno) : "short file");
     close(fd);
     if (!rc) {
@@ -166,7 +135,7 @@ int hf_write_text(const char *dir, const char *name, const char *text)
     int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (fd < 0)
         return tr_fail(TR_ERR_IO, "cannot create %s: %s", path, strerror(errno));
-    if (st_write_all(fd, text, strlen(text)) || fsync(fd))
+    if (tr_write_all(fd, text, strlen(text)) || fsync(fd))
         rc = tr_fail(TR_ERR_IO, "cannot write %s: %s", path, strerror(errno));
     if (close(fd) && !rc)
         rc = tr_fail(TR_ERR_IO, "cannot close %s: %s", path, strerror(errno));

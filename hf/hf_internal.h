@@ -18,10 +18,6 @@ typedef struct {
 } st_text;
 st_text st_shape_text(const tr_st_tensor *t);
 
-/* pread / write of exactly `bytes`: 0, or -1 with errno (errno 0: the file is shorter) */
-int st_pread(int fd, void *buf, size_t bytes, uint64_t off);
-int st_write_all(int fd, const void *buf, size_t bytes);
-
 /* Before anything is allocated for the model of c: the set of dir holds only tensors of a
  * GPT-2 of c's size and not far fewer elements than it has (a config.json that claims a
  * much larger model than the files hold is refused here, not by an allocation). */

@@ -259,7 +259,7 @@ static int read_header(tr_st_file *f, uint64_t file_size, char **text, uint64_t 
     if (file_size < 8)
         return bad(f, "%llu bytes, shorter than the 8-byte header length",
                    (unsigned long long)file_size);
-    if (st_pread(f->fd, b, 8, 0))
+    if (tr_pread_all(f->fd, b, 8, 0))
         return tr_fail(TR_ERR_IO, "cannot read %s: %s", f->path, errno ? strerror(errno) : "short file");
     uint64_t n = 0;
     for (int i = 7; i >= 0; i--)
@@ -272,7 +272,7 @@ static int read_header(tr_st_file *f, uint64_t file_size, char **text, uint64_t 
                    (unsigned long long)n, (unsigned long long)file_size);
     if (!(*text = malloc(n + 1)))
         return tr_fail(TR_ERR_NOMEM, "out of memory for the header of %s", f->path);
-    if (st_pread(f->fd, *text, n, 8))
+    if (tr_pread_all(f->fd, *text, n, 8))
         return tr_fail(TR_ERR_IO, "cannot read %s: %s", f->path, errno ? strerror(errno) : "short file");
     (*text)[n] = '\0';
     *len = n;
@@ -363,7 +363,7 @@ const char *tr_st_meta(const tr_st_file *f, const char *key)
 
 int tr_st_read(tr_st_file *f, const tr_st_tensor *t, void *out)
 {
-    if (st_pread(f->fd, out, t->end - t->begin, f->data_start + t->begin))
+    if (tr_pread_all(f->fd, out, t->end - t->begin, f->data_start + t->begin))
         return tr_fail(errno ? TR_ERR_IO : TR_ERR_INVALID, "cannot read tensor '%.200s' of %s: %s",
                        t->name, f->path, errno ? strerror(errno) : "the file is shorter than its "
                        "header says (truncated since it was opened?)");

@@ -187,7 +187,7 @@ static int open_shard(tr_st_writer *w)
     unsigned char n8[8];
     for (int i = 0; i < 8; i++)
         n8[i] = (unsigned char)((uint64_t)len >> (8 * i));
-    if (st_write_all(w->fd, n8, 8) || st_write_all(w->fd, header, len))
+    if (tr_write_all(w->fd, n8, 8) || tr_write_all(w->fd, header, len))
         rc = tr_fail(TR_ERR_IO, "cannot write %s: %s", s->path, strerror(errno));
     free(header);
     return rc;
@@ -276,7 +276,7 @@ int tr_st_put(tr_st_writer *w, const void *data)
         if (rc)
             return rc;
     }
-    if (st_write_all(w->fd, data, t->end - t->begin))
+    if (tr_write_all(w->fd, data, t->end - t->begin))
         return tr_fail(TR_ERR_IO, "cannot write %s: %s", w->shards[w->cur].path, strerror(errno));
     w->next++;
     const st_shard *s = &w->shards[w->cur];

@@ -75,7 +75,7 @@ uint64_t ckpt_checksum(const float *v, uint64_t first, size_t n)
 size_t ckpt_saved_rows(const tr_engine *e, const tr_param_tensor *t)
 {
     int V = tr_gpt_get_shape(e->chunks[0].model)->V;
-    return t->word_embedding && t->full_rows > V ? (size_t)V : (size_t)t->full_rows;
+    return t->vocab_rows && t->full_rows > V ? (size_t)V : (size_t)t->full_rows;
 }
 
 /* Splits the local elements [a, b) of tensor t (this TP rank's shard) into runs that are
@@ -158,38 +158,6 @@ int ckpt_write_file_atomic(const char *dir, const char *name, const char *text)
     return ckpt_sync_path(dir);
 }
 
-int ckpt_pwrite(int fd, const void *buf, size_t bytes, uint64_t off)
-{
-    const char *p = buf;
-    while (bytes) {
-        ssize_t n = pwrite(fd, p, bytes, (off_t)off);
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n <= 0)
-            return -1;
-        p += n, bytes -= (size_t)n, off += (uint64_t)n;
-    }
-    return 0;
-}
-
-/* 0, or -1 with errno (0 at end of file: a short file) */
-int ckpt_pread(int fd, void *buf, size_t bytes, uint64_t off)
-{
-    char *p = buf;
-    while (bytes) {
-        ssize_t n = pread(fd, p, bytes, (off_t)off);
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n <= 0) {
-            if (n == 0)
-                errno = 0;
-            return -1;
-        }
-        p += n, bytes -= (size_t)n, off += (uint64_t)n;
-    }
-    return 0;
-}
-
 /* Every rank learns whether any rank failed; the ranks that did not fail say so. */
 int ckpt_agree(tr_engine *e, int rc, const char *what)
 {
@@ -219,7 +187,7 @@ static int write_segment(void *ctx, size_t local, uint64_t elem, size_t count)
 {
     write_ctx *w = ctx;
     const float *v = w->src + local;
-    if (ckpt_pwrite(w->fd, v, count * sizeof(float), ((uint64_t)w->array * w->numel + elem) * sizeof(float)))
+    if (tr_pwrite_all(w->fd, v, count * sizeof(float), ((uint64_t)w->array * w->numel + elem) * sizeof(float)))
         return tr_fail(TR_ERR_IO, "cannot write %s: %s", w->path, strerror(errno));
     w->sum += ckpt_checksum(v, elem, count);
     return TR_OK;

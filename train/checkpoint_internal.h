@@ -118,14 +118,10 @@ TR_MUST_CHECK int ckpt_save_async(tr_engine *e, const char *dir, int iteration);
 void ckpt_async_discard(tr_engine *e);
 
 TR_MUST_CHECK int ckpt_join(char *buf, size_t cap, const char *dir, const char *name); /* DIR/NAME */
-/* pwrite of exactly `bytes`: 0, or -1 with errno */
-TR_MUST_CHECK int ckpt_pwrite(int fd, const void *buf, size_t bytes, uint64_t off);
 /* fsync of a file or folder */
 TR_MUST_CHECK int ckpt_sync_path(const char *path);
 /* A small text file DIR/NAME written through NAME.tmp + fsync + rename, then DIR fsync'd. */
 TR_MUST_CHECK int ckpt_write_file_atomic(const char *dir, const char *name, const char *text);
-/* pread of exactly `bytes`: 0, or -1 with errno (0 for a short file) */
-TR_MUST_CHECK int ckpt_pread(int fd, void *buf, size_t bytes, uint64_t off);
 /* Every rank learns whether any failed (collective over the world); returns rc, or an error
  * saying another rank failed. */
 TR_MUST_CHECK int ckpt_agree(tr_engine *e, int rc, const char *what);

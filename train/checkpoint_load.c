@@ -192,7 +192,7 @@ int ckpt_verify_tensor(const char *ckpt_dir, const ckpt_record *t, int n_arrays)
         uint64_t sum = 0;
         for (uint64_t i = 0; i < numel && !rc; i += CHUNK) {
             size_t n = numel - i < CHUNK ? (size_t)(numel - i) : CHUNK;
-            if (ckpt_pread(fd, buf, n * sizeof(float), (a * numel + i) * sizeof(float)))
+            if (tr_pread_all(fd, buf, n * sizeof(float), (a * numel + i) * sizeof(float)))
                 rc = tr_fail(TR_ERR_IO, "cannot read %s: %s", path, errno ? strerror(errno) : "short file");
             else
                 sum += ckpt_checksum(buf, i, n);
@@ -210,7 +210,7 @@ int ckpt_verify_tensor(const char *ckpt_dir, const ckpt_record *t, int n_arrays)
 int ckpt_read_segment(void *ctx, size_t local, uint64_t elem, size_t count)
 {
     ckpt_read_ctx *r = ctx;
-    if (ckpt_pread(r->fd, r->dst + local, count * sizeof(float),
+    if (tr_pread_all(r->fd, r->dst + local, count * sizeof(float),
                    ((uint64_t)r->array * r->numel + elem) * sizeof(float)))
         return tr_fail(TR_ERR_IO, "cannot read %s: %s", r->path, errno ? strerror(errno) : "short file");
     return TR_OK;

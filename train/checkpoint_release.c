@@ -46,7 +46,7 @@ static int write_tensor_file(const char *folder, const tr_param_tensor *t, size_
     if (fd < 0)
         return tr_fail(TR_ERR_IO, "cannot create %s: %s", path, strerror(errno));
     if (ftruncate(fd, (off_t)(N_ARRAYS * numel * sizeof(float))) ||
-        ckpt_pwrite(fd, v, numel * sizeof(float), 0) || fsync(fd))
+        tr_pwrite_all(fd, v, numel * sizeof(float), 0) || fsync(fd))
         rc = tr_fail(TR_ERR_IO, "cannot write %s: %s", path, strerror(errno));
     if (close(fd) && !rc)
         rc = tr_fail(TR_ERR_IO, "cannot close %s: %s", path, strerror(errno));
@@ -77,7 +77,7 @@ int tr_checkpoint_save_model(const char *dir, tr_gpt *g, const float *params)
     for (int i = 0; i < n && !rc; i++) {
         const tr_param_tensor *t = tr_gpt_tensor(g, i);
         /* the word embedding keeps its V real rows: the padding depends on the layout */
-        size_t rows = t->word_embedding && t->full_rows > s->V ? (size_t)s->V
+        size_t rows = t->vocab_rows && t->full_rows > s->V ? (size_t)s->V
                                                                : (size_t)t->full_rows;
         rc = write_tensor_file(folder, t, rows, params + t->offset, &recs[i]);
     }
