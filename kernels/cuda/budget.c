@@ -34,6 +34,22 @@ int tr_cuda_pick_device(const char *local_rank, const char *var_name, int device
     return TR_OK;
 }
 
+int tr_cuda_ranks_on_device(int local_world_size, int device_count, int device)
+{
+    if (local_world_size < 1 || device_count < 1 || device < 0 || device >= device_count ||
+        device >= local_world_size)
+        return 1;
+    return (local_world_size - device + device_count - 1) / device_count;
+}
+
+size_t tr_cuda_device_share(size_t free_bytes, size_t total_bytes, int ranks_on_device)
+{
+    if (ranks_on_device <= 1)
+        return free_bytes;
+    size_t share = total_bytes / (size_t)ranks_on_device;
+    return share < free_bytes ? share : free_bytes;
+}
+
 /* ---------------------------------------------------------------- memory budget */
 
 static size_t sat_add(size_t a, size_t b) { return a > SIZE_MAX - b ? SIZE_MAX : a + b; }

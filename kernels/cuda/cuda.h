@@ -75,6 +75,13 @@ size_t tr_cuda_workspace_bytes(void);
 TR_MUST_CHECK int tr_cuda_pick_device(const char *local_rank, const char *var_name, int device_count,
                         int *device, int *shared);
 
+/* Pure: how many of a node's local_world_size ranks use `device` when rank r takes
+ * r % device_count (at least 1), and the memory one of them may plan on: total / that count,
+ * or free_bytes when that is less. Ranks sharing a GPU size their arenas from this, not from
+ * the whole GPU's free memory they would otherwise race for. */
+int tr_cuda_ranks_on_device(int local_world_size, int device_count, int device);
+size_t tr_cuda_device_share(size_t free_bytes, size_t total_bytes, int ranks_on_device);
+
 /* fp32 <-> bf16 on the device (round to nearest even, NaN kept quiet with its sign): the
  * conversions of bf16.h, n elements, on stream s. */
 void tr_cuda_to_bf16(tr_stream s, uint16_t *dst, const float *src, size_t n);

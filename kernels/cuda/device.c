@@ -13,6 +13,7 @@ static struct {
     int rc;           /* init result */
     char msg[512];    /* init failure */
     int device;
+    int count; /* devices on this machine */
     char name[256];
     cudaStream_t stream;
     void *scratch;
@@ -73,6 +74,7 @@ static void init_once(void)
         return;
     }
     dev.device = device;
+    dev.count = count;
     thread_device = device;
     snprintf(dev.name, sizeof dev.name, "%s", prop.name);
     if (shared)
@@ -195,6 +197,17 @@ int tr_cuda_reserve(const tr_cuda_budget *b)
     int rc = tr_cuda_mem_info(&free_b, &total_b);
     if (rc)
         return rc;
+    /* ranks of this node on the same GPU: each plans on its share, not on what is free
+     * before the others have allocated */
+    const char *lw = getenv("LOCAL_WORLD_SIZE");
+    int sharers = tr_cuda_ranks_on_device(lw ? atoi(lw) : 1, dev.count, dev.device);
+    if (sharers > 1) {
+        size_t share = tr_cuda_device_share(free_b, total_b, sharers);
+        tr_debug("cuda: GPU %d shared by %d ranks of this node: planning on %.2f GiB of %.2f "
+                 "GiB free", dev.device, sharers, (double)share / (double)(1ull << 30),
+                 (double)free_b / (double)(1ull << 30));
+        free_b = share;
+    }
     /* the workspace is allocated already: it is part of the budget but not of free memory */
     tr_cuda_budget need = *b;
     size_t held = tr_cuda_workspace_bytes();

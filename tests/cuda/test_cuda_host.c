@@ -343,6 +343,23 @@ static void test_budget(void **state)
 
 /* ---------------------------------------------------------------- device choice */
 
+/* Ranks sharing a GPU: how many land on each device, and each one's share of its memory. */
+static void test_device_share(void **state)
+{
+    (void)state;
+    assert_int_equal(tr_cuda_ranks_on_device(8, 1, 0), 8);
+    assert_int_equal(tr_cuda_ranks_on_device(8, 8, 3), 1);
+    assert_int_equal(tr_cuda_ranks_on_device(3, 2, 0), 2); /* ranks 0 and 2 */
+    assert_int_equal(tr_cuda_ranks_on_device(3, 2, 1), 1);
+    assert_int_equal(tr_cuda_ranks_on_device(1, 4, 0), 1);
+    assert_int_equal(tr_cuda_ranks_on_device(0, 1, 0), 1);  /* unknown: alone */
+    assert_int_equal(tr_cuda_ranks_on_device(2, 4, 3), 1);  /* no local rank uses it */
+    size_t G = (size_t)1 << 30;
+    assert_true(tr_cuda_device_share(100 * G, 140 * G, 1) == 100 * G);
+    assert_true(tr_cuda_device_share(139 * G, 140 * G, 2) == 70 * G);
+    assert_true(tr_cuda_device_share(30 * G, 140 * G, 4) == 30 * G); /* less free than a share */
+}
+
 static void test_pick_device(void **state)
 {
     (void)state;
@@ -565,6 +582,7 @@ int main(void)
         cmocka_unit_test(test_arena_sizing_from_model),
         cmocka_unit_test(test_budget),
         cmocka_unit_test(test_pick_device),
+        cmocka_unit_test(test_device_share),
         cmocka_unit_test(test_nccl_group_mode),
         cmocka_unit_test(test_nccl_route),
         cmocka_unit_test(test_dispatch),
