@@ -143,8 +143,9 @@ WRAP(OP_GELU_FORWARD, gelu_forward, (tr_stream s, float *o, const float *x, size
 WRAP(OP_GELU_BACKWARD, gelu_backward,
      (tr_stream s, float *dx, const float *x, const float *d, size_t n), (s, dx, x, d, n))
 WRAP(OP_ATTN_FORWARD, attention_forward,
-     (tr_stream s, float *o, float *att, const float *qkv, int B, int T, int NH, int HS),
-     (s, o, att, qkv, B, T, NH, HS))
+     (tr_stream s, float *o, float *att, const float *qkv, int B, int T, int NH, int HS,
+      const int32_t *seg),
+     (s, o, att, qkv, B, T, NH, HS, seg))
 WRAP(OP_ATTN_BACKWARD, attention_backward,
      (tr_stream s, float *dqkv, float *datt, const float *d, const float *qkv, const float *att,
       int B, int T, int NH, int HS),

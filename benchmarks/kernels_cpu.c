@@ -112,11 +112,11 @@ int main(int argc, char **argv)
     float *dqkv = buf((size_t)N * 3 * C), *datt = buf((size_t)B * NH * T * T), *dout = buf((size_t)N * C);
     double att_flops = 2.0 * 2 * B * NH * (double)T * T * HS; /* full (non-causal) count */
     BEST("attention forward (B4 T256 NH12 HS64)", att_flops,
-         K->attention_forward(NULL, out, att, qkv, B, T, NH, HS));
+         K->attention_forward(NULL, out, att, qkv, B, T, NH, HS, NULL));
     BEST("attention backward", 2 * att_flops,
          K->attention_backward(NULL, dqkv, datt, dout, qkv, att, B, T, NH, HS));
     BEST("attention forward + backward", 3 * att_flops,
-         (K->attention_forward(NULL, out, att, qkv, B, T, NH, HS),
+         (K->attention_forward(NULL, out, att, qkv, B, T, NH, HS, NULL),
           K->attention_backward(NULL, dqkv, datt, dout, qkv, att, B, T, NH, HS)));
 
     float *x = buf((size_t)N * C), *y = buf((size_t)N * C), *w = buf(C), *bb = buf(C);

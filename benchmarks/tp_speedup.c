@@ -70,10 +70,10 @@ static void timed_gemm(tr_stream s, int ta, int tb, int M, int N, int K, float a
 }
 
 static void timed_attention_forward(tr_stream s, float *out, float *att, const float *qkv,
-                                    int B, int T, int NH, int HS)
+                                    int B, int T, int NH, int HS, const int32_t *segments)
 {
     double t0 = tr_now();
-    base->attention_forward(s, out, att, qkv, B, T, NH, HS);
+    base->attention_forward(s, out, att, qkv, B, T, NH, HS, segments);
     attn_s += tr_now() - t0;
 }
 

@@ -43,6 +43,7 @@ struct tr_data {
     split_blend blend[3];
     int global_batch;
     char *name;
+    sft_data *sft; /* data.dataset_type sft: the one source (n_src 0) */
 };
 
 static int fail_nomem(void) { return tr_fail(TR_ERR_NOMEM, "out of memory for a data blend"); }
@@ -298,10 +299,40 @@ int tr_data_open(const char *path, const char *format, const char *split, int se
     return tr_data_open_spec(&sp, out);
 }
 
+int tr_data_open_sft(const char *prefix, const char *split, int seq_length, int vocab_size,
+                     uint64_t seed, int pack, tr_data **out)
+{
+    *out = NULL;
+    tr_data *d = calloc(1, sizeof *d);
+    if (!d || !(d->name = strdup(prefix))) {
+        free(d);
+        return fail_nomem();
+    }
+    d->global_batch = 1;
+    int rc = sft_open(prefix, split, seq_length, vocab_size, seed, pack, &d->sft);
+    if (rc) {
+        tr_data_close(d);
+        return rc;
+    }
+    *out = d;
+    return TR_OK;
+}
+
+int tr_data_is_sft(const tr_data *d) { return d->sft != NULL; }
+
+int tr_data_sample_sft(tr_data *d, int split, uint64_t g, int32_t *tokens, float *weights,
+                       int32_t *segments, int32_t *positions)
+{
+    if (!d->sft)
+        return tr_fail(TR_ERR_INTERNAL, "%s is not an SFT dataset", d->name);
+    return sft_sample(d->sft, split, g, tokens, weights, segments, positions);
+}
+
 void tr_data_close(tr_data *d)
 {
     if (!d)
         return;
+    sft_close(d->sft);
     for (int i = 0; i < d->n_src; i++)
         source_close(d->src[i]);
     for (int k = 0; k < 3; k++)
@@ -315,12 +346,14 @@ const char *tr_data_name(const tr_data *d) { return d->name; }
 
 uint64_t tr_data_num_samples(const tr_data *d, int split)
 {
+    if (d->sft)
+        return sft_num_samples(d->sft, split);
     return split >= 0 && split < 3 ? d->blend[split].n_samples : 0;
 }
 
 uint64_t tr_data_num_documents(const tr_data *d)
 {
-    uint64_t n = 0;
+    uint64_t n = d->sft ? sft_store(d->sft)->n_docs : 0;
     for (int i = 0; i < d->n_src; i++)
         n += source_store(d->src[i])->n_docs;
     return n;
@@ -328,7 +361,7 @@ uint64_t tr_data_num_documents(const tr_data *d)
 
 uint64_t tr_data_num_tokens(const tr_data *d)
 {
-    uint64_t n = 0;
+    uint64_t n = d->sft ? sft_store(d->sft)->n_tokens : 0;
     for (int i = 0; i < d->n_src; i++)
         n += source_store(d->src[i])->n_tokens;
     return n;
@@ -339,6 +372,9 @@ int tr_data_sample_source(tr_data *d, int split, uint64_t g, int *source, uint64
     if (split < 0 || split > 2)
         return tr_fail(TR_ERR_INVALID, "%s: split %d is not 0 (train), 1 (validation) or 2 "
                                        "(test)", d->name, split);
+    if (d->sft)
+        return tr_fail(TR_ERR_INVALID, "%s is an SFT dataset: its samples are packed examples "
+                                       "(tr_data_sample_sft), not source samples", d->name);
     split_blend *s = &d->blend[split];
     if (s->n == 0) /* the source's own message: an empty split */
         return source_sample_index(d->src[0], split, 0, source_sample);
@@ -358,6 +394,8 @@ int tr_data_sample_source(tr_data *d, int split, uint64_t g, int *source, uint64
 
 int tr_data_sample(tr_data *d, int split, uint64_t g, int32_t *tokens)
 {
+    if (d->sft)
+        return sft_sample(d->sft, split, g, tokens, NULL, NULL, NULL);
     int src;
     uint64_t k;
     int rc = tr_data_sample_source(d, split, g, &src, &k);
@@ -376,11 +414,21 @@ int tr_data_sample_index(tr_data *d, int split, uint64_t g, uint64_t *j)
 void tr_data_split_info(const tr_data *d, int split, uint64_t *first_doc, uint64_t *n_docs,
                         uint64_t *first_token, uint64_t *n_tokens)
 {
+    if (d->sft) { /* not a token stream */
+        uint64_t *p[4] = {first_doc, n_docs, first_token, n_tokens};
+        for (int i = 0; i < 4; i++)
+            if (p[i])
+                *p[i] = 0;
+        return;
+    }
     source_split_info(d->src[0], split, first_doc, n_docs, first_token, n_tokens);
 }
 
 int tr_data_locate(const tr_data *d, int split, uint64_t offset, uint64_t *doc,
                    uint64_t *offset_in_doc)
 {
+    if (d->sft)
+        return tr_fail(TR_ERR_INVALID, "%s is an SFT dataset: no token stream to locate in",
+                       d->name);
     return source_locate(d->src[0], split, offset, doc, offset_in_doc);
 }

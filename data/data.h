@@ -83,6 +83,23 @@ TR_MUST_CHECK int tr_data_open_spec(const tr_data_spec *spec, tr_data **out);
  * model.vocab_size: TR_ERR_CONFIG naming the keys when its ids do not fit). Messages start
  * with the data key's FILE:LINE:COL. */
 TR_MUST_CHECK int tr_data_open_config(const tr_config *cfg, tr_data **out);
+/* Supervised fine-tuning (data.dataset_type sft): PREFIX.bin/.idx and PREFIX_loss_mask.bin/
+ * .idx as tr_preprocess writes them (same documents and sizes, else TR_ERR_INVALID naming
+ * both). Examples (documents) are cut by `split` like documents; a split's examples, in a
+ * fixed seeded order, are packed greedily into samples of seq_length + 1 tokens (pack 0: one
+ * example per sample; an example longer is cut to its first seq_length + 1 tokens), and the
+ * samples are shuffled per epoch like the GPT dataset's: global sample g reads the same
+ * packed sample in every layout (data/sft.c says exactly how). tr_data_sample gives its
+ * tokens; tr_data_sample_sft also, per input position p < seq_length: weights[p] the loss
+ * weight of target token p+1 (the mask value when it is the same example's, else 0;
+ * padding 0), segments[p] the example's index in the sample (attention stays inside it),
+ * positions[p] the offset inside its example (position ids restart per example); any of
+ * them may be NULL. tr_data_sample_source / _index / _locate are TR_ERR_INVALID for it. */
+TR_MUST_CHECK int tr_data_open_sft(const char *prefix, const char *split, int seq_length,
+                                   int vocab_size, uint64_t seed, int pack, tr_data **out);
+int tr_data_is_sft(const tr_data *d);
+TR_MUST_CHECK int tr_data_sample_sft(tr_data *d, int split, uint64_t g, int32_t *tokens,
+                                     float *weights, int32_t *segments, int32_t *positions);
 /* What messages call the dataset: its path, or "a blend of N datasets (PATH, ...)". */
 const char *tr_data_name(const tr_data *d);
 /* The source and the source's own global sample that global sample g of a split reads. */

@@ -53,7 +53,10 @@ int tr_data_open_config(const tr_config *cfg, tr_data **out)
         lists[i].b->weights = weights[i];
     }
     const char *key = dc->n_data_path ? "data.data_path" : "data.train_data_path";
-    if (!rc)
+    if (!rc && !strcmp(dc->dataset_type, "sft"))
+        rc = tr_data_open_sft(dc->data_path[0], dc->split, cfg->model.seq_length,
+                              cfg->model.vocab_size, cfg->training.seed, dc->sft_packing, out);
+    else if (!rc)
         rc = tr_data_open_spec(&sp, out);
     if (rc)
         tr_fail_context(rc, "%s: %s", tr_config_where(cfg, key), key);

@@ -122,6 +122,21 @@ TR_MUST_CHECK int iw_finish(indexed_writer *w);
 /* Remove the temporary files and free everything (safe after a failure or a finish). */
 void iw_abort(indexed_writer *w);
 
+/* dataset.c: data.split "a,b,c" into three weights (TR_ERR_CONFIG when bad), and the cut of
+ * n units (documents) by them: split k is units [bound[k], bound[k+1]). */
+TR_MUST_CHECK int data_parse_split(const char *text, double w[3]);
+void data_split_bounds(uint64_t n, const double w[3], uint64_t bound[4]);
+
+/* ---- sft.c: a supervised fine-tuning dataset (data.h: tr_data_open_sft) ---- */
+typedef struct sft_data sft_data;
+TR_MUST_CHECK int sft_open(const char *prefix, const char *split, int seq_length, int vocab_size,
+                           uint64_t seed, int pack, sft_data **out);
+void sft_close(sft_data *d);
+uint64_t sft_num_samples(const sft_data *d, int split);
+const token_store *sft_store(const sft_data *d);
+TR_MUST_CHECK int sft_sample(sft_data *d, int split, uint64_t g, int32_t *tokens, float *weights,
+                             int32_t *segments, int32_t *positions);
+
 /* ---- dataset.c: one data source (a store cut into splits, shuffled per epoch) ---- */
 typedef struct data_source data_source;
 /* tr_data_open's rules for one path; salt is added to the shuffle's stream (0: the original

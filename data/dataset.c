@@ -32,7 +32,7 @@ struct data_source {
 /* "a,b,c": one to three finite non-negative numbers (train, validation, test; the missing
  * ones 0, as in Megatron-LM), separated by ',' or '/', not all zero: what the config's check
  * of data.split accepts (yaml/convert.c), so the two never disagree. */
-static int parse_split(const char *text, double w[3])
+int data_parse_split(const char *text, double w[3])
 {
     if (!text)
         return tr_fail(TR_ERR_CONFIG, "data.split is missing: expected \"train,valid,test\" "
@@ -78,7 +78,7 @@ static int parse_split(const char *text, double w[3])
 /* Cut n units (documents, or tokens of an llm.c shard) by the weights: boundary k is the
  * rounded cumulative share, so the counts sum to n; then a split with a non-zero weight but
  * no unit takes one from the largest split, when there are enough units to go round. */
-static void split_bounds(uint64_t n, const double w[3], uint64_t bound[4])
+void data_split_bounds(uint64_t n, const double w[3], uint64_t bound[4])
 {
     long double total = (long double)w[0] + w[1] + w[2], cum = 0;
     uint64_t count[3];
@@ -189,7 +189,7 @@ int source_open(const char *path, const char *format, const char *split, int seq
     if (vocab_size <= 0)
         return tr_fail(TR_ERR_CONFIG, "vocab_size must be positive, got %d", vocab_size);
     double w[3];
-    int rc = parse_split(split, w);
+    int rc = data_parse_split(split, w);
     if (rc)
         return rc;
     data_source *d = tr_alloc(sizeof *d, "dataset");
@@ -205,7 +205,7 @@ int source_open(const char *path, const char *format, const char *split, int seq
     }
     const token_store *s = &d->store;
     uint64_t bound[4];
-    split_bounds(d->is_llmc ? s->n_tokens : s->n_docs, w, bound);
+    data_split_bounds(d->is_llmc ? s->n_tokens : s->n_docs, w, bound);
     for (int k = 0; k < 3; k++) {
         split_state *sp = &d->split[k];
         if (d->is_llmc) {

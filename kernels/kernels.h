@@ -49,6 +49,8 @@ typedef struct tr_kernels {
     void (*axpy)(tr_stream s, float *y, float alpha, const float *x, size_t n);
     /* x[i] *= alpha */
     void (*scale)(tr_stream s, float *x, float alpha, size_t n);
+    /* x[n, c] *= w[n] for n < N (per-row weights, e.g. of the loss) */
+    void (*scale_rows)(tr_stream s, float *x, const float *w, int N, int C);
     /* out[n, c] += bias[c] for n < N */
     void (*bias_add)(tr_stream s, float *out, const float *bias, int N, int C);
     /* dbias[c] += sum_n dout[n, c] */
@@ -73,9 +75,12 @@ typedef struct tr_kernels {
      * qkv: (B, T, NH, 3, HS) — for each head its query, key and value, contiguous;
      * out: (B, T, NH, HS); att: (B, NH, T, T) softmax probabilities saved for backward
      * (entries above the diagonal are 0). Scale 1/sqrt(HS).
+     * segments: NULL, or (B, T) int32 ids of packed sequences (contiguous runs, backend
+     * memory): query t attends only to keys j <= t of its own run (att is 0 elsewhere), so
+     * the backward, which reads att, needs no segments.
      * backward: dqkv overwritten; datt is scratch of att's size. */
     void (*attention_forward)(tr_stream s, float *out, float *att, const float *qkv, int B,
-                              int T, int NH, int HS);
+                              int T, int NH, int HS, const int32_t *segments);
     void (*attention_backward)(tr_stream s, float *dqkv, float *datt, const float *dout,
                                const float *qkv, const float *att, int B, int T, int NH,
                                int HS);

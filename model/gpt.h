@@ -144,6 +144,20 @@ size_t tr_gpt_hidden_numel(const tr_gpt *g, int B);
 float *tr_gpt_acts_input_buffer(tr_gpt_acts *a);
 float *tr_gpt_acts_output_grad_buffer(tr_gpt_acts *a);
 
+/* Packed sequences (data.dataset_type sft) for the micro-batch that next runs with `a`: host
+ * arrays of B*T values (each may be NULL: the default), copied into backend memory kept with
+ * `a` until the next call, so backward and recompute see them too.
+ *   segments: ids of the packed examples (contiguous runs per row): a token attends only to
+ *     earlier tokens of its own run;
+ *   positions: position ids (< max_position_embeddings), restarting per example (first stage);
+ *   loss_weights: the weight w_n of token n's loss (last stage): *loss_out becomes
+ *     sum_n w_n l_n / sum_n w_n (0 when every weight is 0) and the loss differentiated is
+ *     loss_grad_scale * sum_n w_n l_n.
+ * A packed example then computes exactly what it would alone at the start of a row. Position
+ * ids outside [0, max_position_embeddings) are TR_ERR_INVALID. */
+TR_MUST_CHECK int tr_gpt_acts_set_packing(tr_gpt_acts *a, const int32_t *segments,
+                                          const int32_t *positions, const float *loss_weights);
+
 /* Forward one micro-batch.
  *   first stage: `tokens` (B*T host ints < V, all of them on every TP rank);
  *   others: `hidden_in` (tr_gpt_hidden_numel device floats).

@@ -191,6 +191,8 @@ void tr_gpt_acts_free(tr_gpt_acts *a)
     if (!a)
         return;
     a->g->k->free(a->memory);
+    a->g->k->free(a->packing_memory);
+    tr_free(a->loss_weights_host);
     tr_free(a->layers);
     tr_free(a);
 }

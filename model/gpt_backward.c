@@ -38,7 +38,8 @@ static int layer_backward(tr_gpt *g, int l, const layer_acts *L, const float *x,
     const float *att = L->att;
     if (!att) { /* selective recompute: the probabilities again, from the stored qkv (the
                  * output goes to dqkv, which attention_backward overwrites next) */
-        k->attention_forward(NULL, sc->dqkv, sc->att, L->qkv, B, T, g->NHl, C / g->s.NH);
+        k->attention_forward(NULL, sc->dqkv, sc->att, L->qkv, B, T, g->NHl, C / g->s.NH,
+                             g->segments);
         att = sc->att;
     }
     k->attention_backward(NULL, sc->dqkv, sc->datt, sc->datty, L->qkv, att, B, T, g->NHl,
@@ -60,6 +61,7 @@ int tr_gpt_backward(tr_gpt *g, tr_gpt_acts *a, const float *dhidden_out)
     const tr_gpt_shape *s = &g->s;
     int B = a->B, T = s->T, C = s->C, N = B * T, r0, Nl, rc;
     gpt_rows(g, B, &r0, &Nl);
+    g->segments = a->segments;
     if (!s->is_last && !dhidden_out)
         return tr_fail(TR_ERR_INVALID, "a stage before the last needs the output gradient");
     /* work in place in a->dres; the last stage's head already left its gradient there */
@@ -84,7 +86,10 @@ int tr_gpt_backward(tr_gpt *g, tr_gpt_acts *a, const float *dhidden_out)
                                             C, g->Vl, g->scratch.wide, &dall);
         if (rc)
             return rc;
-        k->position_backward(NULL, g->tensors[g->wpe].grad, dall, B, T, C);
+        if (a->positions)
+            gpt_position_ids_backward(g, a, dall);
+        else
+            k->position_backward(NULL, g->tensors[g->wpe].grad, dall, B, T, C);
         grad_ready(g, g->embedding_range);
     }
     return TR_OK;

@@ -21,7 +21,7 @@ int gpt_layer_forward(tr_gpt *g, int l, layer_acts *L, const float *x, int B)
     if (rc)
         return rc;
     k->attention_forward(NULL, L->atty, L->att ? L->att : g->scratch.att, L->qkv, B, T, g->NHl,
-                         C / g->s.NH);
+                         C / g->s.NH, g->segments);
     rc = tr_tp_row_linear_forward(tp, L->residual2, x, L->atty, layer_param(g, l, L_ATTPROJ_W),
                                   layer_param(g, l, L_ATTPROJ_B), N, Cl, C, g->scratch.wide);
     if (rc)
@@ -94,7 +94,7 @@ static int head_forward(tr_gpt *g, tr_gpt_acts *a, const float *h, const int32_t
     double sum = 0;
     for (int i = 0; i < N; i++)
         sum += g->losses_host[i];
-    *loss_out = (float)(sum / N);
+    *loss_out = (float)(a->loss_weights ? gpt_weighted_loss(a, g->losses_host, N) : sum / N);
     if (loss_grad_scale == 0.0f)
         return TR_OK;
     /* dlogits in place of the logits */
@@ -102,6 +102,8 @@ static int head_forward(tr_gpt *g, tr_gpt_acts *a, const float *h, const int32_t
                                             sc->targets, N, Vl, V, loss_grad_scale);
     if (rc)
         return rc;
+    if (a->loss_weights) /* each token's loss weighted (packed fine-tuning data) */
+        k->scale_rows(NULL, sc->logits, a->loss_weights, N, Vl);
     /* dlnf = dlogits @ wte (summed over ranks); dwte += dlogits^T @ lnf */
     rc = tr_tp_column_linear_backward(tp, sc->dln, wte->grad, NULL, sc->logits, sc->lnf,
                                       wte->param, N, C, Vl);
@@ -121,6 +123,7 @@ int tr_gpt_forward(tr_gpt *g, tr_gpt_acts *a, const int32_t *tokens, const float
     const tr_gpt_shape *s = &g->s;
     int B = a->B, N = B * s->T, C = s->C, r0, Nl, rc;
     gpt_rows(g, B, &r0, &Nl);
+    g->segments = a->segments;
     if (s->is_last && (!targets || !loss_out))
         return tr_fail(TR_ERR_INVALID, "the last stage needs targets and a loss output");
     if (s->is_first) {
@@ -135,7 +138,10 @@ int tr_gpt_forward(tr_gpt *g, tr_gpt_acts *a, const int32_t *tokens, const float
                                            g->scratch.wide);
         if (rc)
             return rc;
-        add_positions(g, a->stage_in, r0, Nl);
+        if (a->positions)
+            gpt_add_position_ids(g, a, a->stage_in, g->scratch.dln, r0, Nl);
+        else
+            add_positions(g, a->stage_in, r0, Nl);
     } else {
         if (!hidden_in)
             return tr_fail(TR_ERR_INVALID, "a stage after the first needs the hidden state");

@@ -37,6 +37,10 @@ struct tr_gpt_acts {
     float *dres;        /* (Nl, C): the output gradient (the head writes it on the last stage),
                          * worked on in place by backward, leaving the input gradient */
     layer_acts *layers;
+    /* packed sequences (tr_gpt_acts_set_packing, gpt_packing.c): backend arrays of N, or NULL */
+    int32_t *segments, *positions;
+    float *loss_weights, *loss_weights_host;
+    void *packing_memory;
 };
 
 /* Scratch shared by all micro-batches (used only inside one forward or backward call). */
@@ -84,6 +88,7 @@ struct tr_gpt {
     void *grad_hook_ctx;
     gpt_scratch scratch;
     float *losses_host; /* (N) */
+    const int32_t *segments; /* of the micro-batch being run (its acts'), NULL: whole rows */
 };
 
 static inline float *layer_param(tr_gpt *g, int layer, int which)
@@ -122,5 +127,14 @@ static inline layer_acts layer_acts_for(const tr_gpt *g, const tr_gpt_acts *a, i
     L.residual3 = a->layers[l].residual3;
     return L;
 }
+
+/* gpt_packing.c: packed sequences (tr_gpt_acts_set_packing).
+ * out (Nl, C) += wpe[position id] of the held rows [r0, r0 + Nl), through scratch (Nl, C). */
+void gpt_add_position_ids(tr_gpt *g, const tr_gpt_acts *a, float *out, float *scratch, int r0,
+                          int Nl);
+/* dwpe[position id of row n] += dall[n] over the N rows of the micro-batch. */
+void gpt_position_ids_backward(tr_gpt *g, const tr_gpt_acts *a, const float *dall);
+/* sum_n w_n losses[n] / sum_n w_n (host losses of N rows; 0 when every weight is 0). */
+double gpt_weighted_loss(const tr_gpt_acts *a, const float *losses, int N);
 
 #endif

@@ -509,11 +509,32 @@ class Check:
             return "FAIL", f"benchmarks/gpu_step.sh exit {rc}", out
         b = json.load(open(jout))
         self.results["bench"] = b
+        self.roofline(jout, b)
         t = b["targets"]
         vs = f"{t['vs_compile']:.2f}x torch.compile" if t.get("vs_compile") else "torch.compile failed"
         mfu = f"MFU {100 * t['mfu']:.1f}%" if t.get("mfu") is not None else "MFU n/a"
         return "PASS", f"trident {t['trident_tokens_per_s']:.0f} tokens/s, {vs}, {mfu}; targets " + \
             ("met" if t["met"] else "NOT met (see the per-op split)"), ""
+
+    def roofline(self, jout, b):
+        """benchmarks/gpu_roofline.py's expectation beside the measured per-op split (issue 24),
+        for the preset of this GPU and the benchmark's micro-batch; kept in the report."""
+        name = (self.info.get("device") or "").upper()
+        preset = "h200" if "H200" in name else "a100-80gb" if "A100" in name else "h100-80gb"
+        row = next((r for r in b.get("rows", []) if r.get("impl") == "trident"), {})
+        cmd = [sys.executable, os.path.join(ROOT, "benchmarks", "gpu_roofline.py"), "--preset", preset,
+               "--measured", jout]
+        if row.get("micro_batch"):
+            cmd += ["--micro-batch", str(row["micro_batch"])]
+        if row.get("seq"):
+            cmd += ["--seq", str(row["seq"])]
+        try:
+            r = subprocess.run(cmd, capture_output=True, text=True, timeout=60, cwd=ROOT)
+        except (OSError, subprocess.SubprocessError) as e:
+            self.results["roofline"] = f"benchmarks/gpu_roofline.py did not run: {e}"
+            return
+        self.results["roofline"] = (r.stdout + r.stderr).strip() if r.returncode == 0 else \
+            f"benchmarks/gpu_roofline.py exit {r.returncode}: {tail(r.stderr, 5)}"
 
     # 9. the planner's GEMM table from this GPU (issue 22): benchmarks/gemm_shapes.sh writes the
     # rows plan/gemm/PRESET.inc holds into the report folder (gemm_shapes.inc, .log)
@@ -572,6 +593,9 @@ class Check:
                 L += ["", f"### {s['name']}", "", "```", s["tail"], "```"]
         if "bench" in res:
             L += ["", "## Benchmark (benchmarks/gpu_step.sh)", "", res["bench"]["markdown"]]
+        if res.get("roofline"):
+            L += ["", "## Beside the roofline of the design (benchmarks/gpu_roofline.py)", "", "```",
+                  res["roofline"], "```"]
         L += ["", "Logs of every step: logs.tar.gz. Re-run: `scripts/gpu-check.sh --out DIR` "
               "(`--only tests`, `--only bench` for one part)."]
         return "\n".join(L) + "\n"

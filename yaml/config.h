@@ -113,6 +113,12 @@ typedef struct {
      * "HFTokenizer" (model: a tokenizer.json); with one, model.vocab_size must hold its ids */
     char *tokenizer_type;
     char *vocab_file, *merge_file, *tokenizer_model; /* "" = none */
+    /* "gpt" (default: token streams cut into samples) | "sft" (supervised fine-tuning:
+     * data_path is ONE prefix written by `trident preprocess --json-keys PROMPT,RESPONSE`,
+     * with its PREFIX_loss_mask; examples packed into sequences, attention kept inside each,
+     * the loss averaged over the learned tokens of the global batch; data/data.h) */
+    char *dataset_type;
+    int sft_packing; /* bool, default 1: several examples per sequence (0: one each) */
 } tr_data_config;
 
 typedef struct {

@@ -42,6 +42,7 @@ static const char *const recompute_modes[] = {"none", "selective", "full", NULL}
 static const char *const precisions[] = {"fp32", "bf16", NULL};
 static const char *const devices[] = {"cpu", "cuda", NULL};
 static const char *const data_formats[] = {"auto", "megatron", "llmc", NULL};
+static const char *const dataset_types[] = {"gpt", "sft", NULL};
 static const char *const tokenizer_types[] = {"none", "ByteLevel", "GPT2BPETokenizer", "HFTokenizer",
                                               NULL};
 static const char *const log_levels[] = {"debug", "info", "warning", "error", NULL};
@@ -127,6 +128,8 @@ const config_key_spec config_keys[] = {
     STRLIST("test_data_path", data.test_data_path, data.n_test_data_path),
     ENUM("data", "data_format", data.data_format, "auto", data_formats),
     STR("data", "split", data.split, 0, "969,30,1", config_check_split),
+    ENUM("data", "dataset_type", data.dataset_type, "gpt", dataset_types),
+    BOOL("data", "sft_packing", data.sft_packing, "true"),
     /* the tokenizer: a nested mapping, data: {tokenizer: {type: ..., vocab_file: ...}} */
     ENUM("data", "tokenizer.type", data.tokenizer_type, "none", tokenizer_types),
     {.section = "data", .key = "tokenizer.vocab_file", .type = KEY_STRING,

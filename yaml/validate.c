@@ -244,6 +244,20 @@ static int check_data(const tr_config *c)
             return bad(c, lists[i].key, NULL, "%s: %s", lists[i].key, msg);
         }
     }
+    if (!strcmp(d->dataset_type, "sft")) { /* one SFT prefix (and its loss mask) */
+        if (!d->n_data_path)
+            return bad(c, "data.train_data_path", "data.dataset_type", "data.dataset_type sft takes "
+                       "data.data_path (one prefix, cut by data.split), not per-split lists");
+        if (d->n_data_path != 1)
+            return bad(c, "data.data_path", NULL, "data.dataset_type sft takes one dataset prefix "
+                       "in data.data_path (no blend), got a list of %d", d->n_data_path);
+        if (!strcmp(d->data_format, "llmc"))
+            return bad(c, "data.data_format", "data.dataset_type", "data.dataset_type sft reads "
+                       "Megatron indexed datasets (PREFIX and PREFIX_loss_mask), not llm.c shards");
+    } else if (config_find_mark(c, "data.sft_packing")) {
+        return bad(c, "data.sft_packing", NULL, "data.sft_packing is for data.dataset_type sft "
+                   "(dataset_type is %s)", d->dataset_type);
+    }
     int type = !strcmp(d->tokenizer_type, "GPT2BPETokenizer") ? 1
                : !strcmp(d->tokenizer_type, "HFTokenizer") ? 2 : 0;
     struct { const char *key, *value; int needed; } files[] = {

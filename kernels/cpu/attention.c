@@ -9,7 +9,9 @@
  * value; GPT-2's (B, T, NH, 3, HS) is NG = NH), out (B, T, NH, HS), att/datt (B, NH, T, T).
  * Grouped heads: the key/value gradients of a group sum its R heads' contributions in head
  * order inside one unit (a (batch, group) pair), so no two units write the same rows.
- * ALiBi adds slope_h * (j - i) to the scaled scores before the softmax. */
+ * ALiBi adds slope_h * (j - i) to the scaled scores before the softmax. Packed sequences
+ * (segments, attention_forward): a query's softmax runs over its own segment's keys only,
+ * the rest of its row 0, so the backward (which reads att) is unchanged. */
 #include "kernels/cpu/cpu_ops.h"
 
 #include <math.h>
@@ -46,11 +48,12 @@ typedef struct {
     float scale;
     int NG, R;          /* query groups, query heads per group */
     const float *alibi; /* NULL or NH slopes */
+    const int32_t *seg; /* NULL or (B, T) segment ids of packed sequences */
 } dims;
 
 static dims make_dims(int T, int NH, int HS)
 {
-    dims d = {T, NH, HS, NH * HS, 3 * NH * HS, 1.0f / sqrtf((float)HS), NH, 1, NULL};
+    dims d = {T, NH, HS, NH * HS, 3 * NH * HS, 1.0f / sqrtf((float)HS), NH, 1, NULL, NULL};
     return d;
 }
 
@@ -96,8 +99,19 @@ static void forward_block(const dims *d, float *out, float *att, const float *qk
                 row[j] += slope * (float)(j - t);
         }
     }
-    for (int t = r0; t < r1; t++)
-        softmax_causal_row(P + (size_t)t * T, t, T);
+    for (int t = r0; t < r1; t++) {
+        /* packed sequences: keys before the start s0 of t's segment get probability 0 */
+        const int32_t *sg = d->seg ? d->seg + (size_t)b * T : NULL;
+        int s0 = t;
+        while (sg && s0 > 0 && sg[s0 - 1] == sg[t])
+            s0--;
+        float *row = P + (size_t)t * T;
+        if (!sg)
+            s0 = 0;
+        for (int j = 0; j < s0; j++)
+            row[j] = 0.0f;
+        softmax_causal_row(row + s0, t - s0, T - s0);
+    }
     /* O[r0:r1] = P[r0:r1, 0:r1] V[0:r1] */
     cpu_gemm_serial(0, 0, rows, HS, r1, 1.0f, P + (size_t)r0 * T, T, v, C3, 0.0f,
                        o + (size_t)r0 * C, C);
@@ -254,10 +268,11 @@ static void attention_backward(const dims *d, float *dqkv, float *datt, const fl
 }
 
 void cpu_attention_forward(tr_stream s, float *out, float *att, const float *qkv, int B,
-                           int T, int NH, int HS)
+                           int T, int NH, int HS, const int32_t *segments)
 {
     (void)s;
     dims d = make_dims(T, NH, HS);
+    d.seg = segments;
     attention_forward(&d, out, att, qkv, B);
 }
 

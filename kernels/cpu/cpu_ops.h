@@ -83,6 +83,7 @@ void cpu_synchronize(tr_stream s);
 void cpu_add(tr_stream s, float *out, const float *a, const float *b, size_t n);
 void cpu_axpy(tr_stream s, float *y, float alpha, const float *x, size_t n);
 void cpu_scale(tr_stream s, float *x, float alpha, size_t n);
+void cpu_scale_rows(tr_stream s, float *x, const float *w, int N, int C);
 void cpu_bias_add(tr_stream s, float *out, const float *bias, int N, int C);
 void cpu_bias_backward(tr_stream s, float *dbias, const float *dout, int N, int C);
 
@@ -109,7 +110,7 @@ void cpu_gelu_backward(tr_stream s, float *dinp, const float *inp, const float *
 
 /* attention.c */
 void cpu_attention_forward(tr_stream s, float *out, float *att, const float *qkv, int B,
-                              int T, int NH, int HS);
+                              int T, int NH, int HS, const int32_t *segments);
 void cpu_attention_backward(tr_stream s, float *dqkv, float *datt, const float *dout,
                                const float *qkv, const float *att, int B, int T, int NH,
                                int HS);

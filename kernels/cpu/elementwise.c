@@ -57,6 +57,26 @@ void cpu_scale(tr_stream s, float *x, float alpha, size_t n)
     cpu_for_ranges(n >= CPU_PAR_MIN * 4, n, CPU_PIECE, scale_range, &e);
 }
 
+/* rows [lo, hi) of x (N, C) *= w[row] */
+static void scale_rows_range(void *ctx, size_t lo, size_t hi)
+{
+    const ew_args *e = ctx;
+    for (size_t n = lo; n < hi; n++) {
+        float *restrict x = e->out + n * (size_t)e->C, w = e->b[n];
+#pragma omp simd
+        for (int c = 0; c < e->C; c++)
+            x[c] *= w;
+    }
+}
+
+void cpu_scale_rows(tr_stream s, float *x, const float *w, int N, int C)
+{
+    (void)s;
+    ew_args e = {.out = x, .b = w, .C = C};
+    cpu_for_ranges((size_t)N * C >= CPU_PAR_MIN * 4, (size_t)N, cpu_rows_per_piece((size_t)C),
+                   scale_rows_range, &e);
+}
+
 /* rows [lo, hi) of out (N, C) += bias (C) */
 static void bias_add_rows(void *ctx, size_t lo, size_t hi)
 {

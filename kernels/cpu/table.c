@@ -23,6 +23,7 @@ static const tr_kernels cpu_table = {
     .add = cpu_add,
     .axpy = cpu_axpy,
     .scale = cpu_scale,
+    .scale_rows = cpu_scale_rows,
     .bias_add = cpu_bias_add,
     .bias_backward = cpu_bias_backward,
     .layernorm_forward = cpu_layernorm_forward,

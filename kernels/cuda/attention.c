@@ -11,7 +11,7 @@
 #include "kernels/cuda/cuda_internal.h"
 
 static void forward(tr_stream s, cu_gemm_mode mode, float *out, float *att, const float *qkv,
-                    int B, int T, int NH, int HS)
+                    int B, int T, int NH, int HS, const int32_t *segments)
 {
     cudaStream_t st = cu_stream(s);
     int C = NH * HS, C3 = 3 * C;
@@ -24,7 +24,10 @@ static void forward(tr_stream s, cu_gemm_mode mode, float *out, float *att, cons
         cu_gemm_ex(st, mode, 0, 1, T, T, HS, scale, q, C3, 3 * HS, k, C3, 3 * HS, 0.0f, P, T,
                       TT, NH);
     }
-    cu_softmax_causal(st, att, B * NH * T, T);
+    if (segments) /* packed sequences: each query's own segment only */
+        cu_softmax_causal_segments(st, att, segments, B * NH * T, T, NH);
+    else
+        cu_softmax_causal(st, att, B * NH * T, T);
     for (int b = 0; b < B; b++) {
         const float *v = qkv + (size_t)b * T * C3 + 2 * HS;
         const float *P = att + (size_t)b * NH * TT;
@@ -70,9 +73,9 @@ static void backward(tr_stream s, cu_gemm_mode mode, float *dqkv, float *datt,
 }
 
 void cu_attention_forward_fp32(tr_stream s, float *out, float *att, const float *qkv, int B,
-                                  int T, int NH, int HS)
+                                  int T, int NH, int HS, const int32_t *segments)
 {
-    forward(s, CU_GEMM_FP32, out, att, qkv, B, T, NH, HS);
+    forward(s, CU_GEMM_FP32, out, att, qkv, B, T, NH, HS, segments);
 }
 
 void cu_attention_backward_fp32(tr_stream s, float *dqkv, float *datt, const float *dout,
@@ -84,9 +87,9 @@ void cu_attention_backward_fp32(tr_stream s, float *dqkv, float *datt, const flo
 
 /* bf16 tensor-core products on the fp32 buffers (cuBLASLt rounds inside the kernel). */
 void cu_attention_forward_bf16(tr_stream s, float *out, float *att, const float *qkv, int B,
-                                  int T, int NH, int HS)
+                                  int T, int NH, int HS, const int32_t *segments)
 {
-    forward(s, CU_GEMM_FAST_BF16, out, att, qkv, B, T, NH, HS);
+    forward(s, CU_GEMM_FAST_BF16, out, att, qkv, B, T, NH, HS, segments);
 }
 
 void cu_attention_backward_bf16(tr_stream s, float *dqkv, float *datt, const float *dout,

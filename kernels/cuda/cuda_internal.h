@@ -51,6 +51,7 @@ int cu_chunks(int N, int cols, int arrays);
 void cu_add(tr_stream s, float *out, const float *a, const float *b, size_t n);
 void cu_axpy(tr_stream s, float *y, float alpha, const float *x, size_t n);
 void cu_scale(tr_stream s, float *x, float alpha, size_t n);
+void cu_scale_rows(tr_stream s, float *x, const float *w, int N, int C);
 void cu_bias_add(tr_stream s, float *out, const float *bias, int N, int C);
 void cu_bias_backward(tr_stream s, float *dbias, const float *dout, int N, int C);
 void cu_gelu_forward(tr_stream s, float *out, const float *inp, size_t n);
@@ -76,6 +77,10 @@ void cu_layernorm_backward(tr_stream s, float *dinp, float *dweight, float *dbia
  * cross-entropy pieces */
 /* att row (bh, t) holds scaled scores in [0, t]; becomes probabilities, 0 above t. */
 void cu_softmax_causal(cudaStream_t st, float *att, int rows, int T);
+/* The same with packed sequences: row (b, h, t) of B*NH*T sees keys j <= t with
+ * seg[b*T + j] == seg[b*T + t] (seg: (B, T) device ids, contiguous runs); 0 elsewhere. */
+void cu_softmax_causal_segments(cudaStream_t st, float *att, const int32_t *seg, int rows,
+                                int T, int NH);
 /* Generation: rows of L scores, row r of a (bh) block of n new positions sees keys
  * [0, past + r % n]; probabilities there, 0 after. */
 void cu_softmax_decode(cudaStream_t st, float *scores, int rows, int L, int n, int past);
@@ -148,7 +153,7 @@ size_t cu_gemm_workspace_bytes(void);
 
 /* ---- attention.c (fp32 products for FP32, bf16 tensor-core products for BF16) */
 void cu_attention_forward_fp32(tr_stream s, float *out, float *att, const float *qkv, int B,
-                                  int T, int NH, int HS);
+                                  int T, int NH, int HS, const int32_t *segments);
 void cu_attention_backward_fp32(tr_stream s, float *dqkv, float *datt, const float *dout,
                                    const float *qkv, const float *att, int B, int T, int NH,
                                    int HS);
@@ -159,7 +164,7 @@ void cu_attention_decode_bf16(tr_stream s, float *out, float *kcache, float *vca
                               float *scores, const float *qkv, int B, int n, int past, int max_T,
                               int NH, int HS);
 void cu_attention_forward_bf16(tr_stream s, float *out, float *att, const float *qkv, int B,
-                                  int T, int NH, int HS);
+                                  int T, int NH, int HS, const int32_t *segments);
 void cu_attention_backward_bf16(tr_stream s, float *dqkv, float *datt, const float *dout,
                                    const float *qkv, const float *att, int B, int T, int NH,
                                    int HS);

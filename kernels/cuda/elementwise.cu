@@ -26,6 +26,11 @@ __global__ void bias_add_kernel(float *out, const float *bias, size_t n, int C)
     TR_CU_GRID_STRIDE(i, n) out[i] += bias[i % (size_t)C];
 }
 
+__global__ void scale_rows_kernel(float *x, const float *w, size_t n, int C)
+{
+    TR_CU_GRID_STRIDE(i, n) x[i] *= w[i / (size_t)C];
+}
+
 // partial[r * C + c] = sum of dout[n, c] over rows n of chunk r; block (32, 8), grid (C/32, R)
 __global__ void colsum_partial_kernel(float *partial, const float *dout, int N, int C,
                                       int rows_per_chunk)
@@ -144,6 +149,15 @@ void cu_scale(tr_stream s, float *x, float alpha, size_t n)
         return;
     scale_kernel<<<tr_cu_blocks(n), CU_THREADS, 0, cu_stream(s)>>>(x, alpha, n);
     cu_launched("scale");
+}
+
+void cu_scale_rows(tr_stream s, float *x, const float *w, int N, int C)
+{
+    size_t n = (size_t)N * (size_t)C;
+    if (!n)
+        return;
+    scale_rows_kernel<<<tr_cu_blocks(n), CU_THREADS, 0, cu_stream(s)>>>(x, w, n, C);
+    cu_launched("scale_rows");
 }
 
 void cu_bias_add(tr_stream s, float *out, const float *bias, int N, int C)

@@ -53,6 +53,37 @@ __global__ void softmax_causal_kernel(float *att, int rows, int T, int n, int pa
         row[j] = j <= t ? row[j] * inv : 0.0f;
 }
 
+// Packed sequences: row r = (b, h, t) of B*NH*T rows: keys [lo, t] where lo is the first
+// key of t's segment (seg (B, T), contiguous runs), 0 elsewhere.
+__global__ void softmax_causal_segments_kernel(float *att, const int32_t *seg, int rows, int T,
+                                               int NH)
+{
+    int r = blockIdx.x * WARPS + threadIdx.y;
+    if (r >= rows)
+        return;
+    int t = r % T, lane = threadIdx.x;
+    const int32_t *sg = seg + (size_t)(r / T / NH) * T;
+    float *row = att + (size_t)r * T;
+    float first = (float)t; // the smallest j <= t of t's segment (exact: T < 2^24)
+    for (int j = lane; j <= t; j += 32)
+        if (sg[j] == sg[t])
+            first = fminf(first, (float)j);
+    int lo = (int)(-tr_cu_warp_max(-first));
+    float mx = -INFINITY;
+    for (int j = lo + lane; j <= t; j += 32)
+        mx = fmaxf(mx, row[j]);
+    mx = tr_cu_warp_max(mx);
+    float sum = 0.0f;
+    for (int j = lo + lane; j <= t; j += 32) {
+        float e = expf(row[j] - mx);
+        row[j] = e;
+        sum += e;
+    }
+    float inv = 1.0f / tr_cu_warp_sum(sum);
+    for (int j = lane; j < T; j += 32)
+        row[j] = j >= lo && j <= t ? row[j] * inv : 0.0f;
+}
+
 // dS = P (dP - sum_j P dP) for j <= t, 0 above (datt holds dP and becomes dS).
 __global__ void softmax_causal_backward_kernel(float *datt, const float *att, int rows, int T)
 {
@@ -144,6 +175,16 @@ void cu_softmax_causal(cudaStream_t st, float *att, int rows, int T)
     softmax_causal_kernel<<<(rows + WARPS - 1) / WARPS, dim3(32, WARPS), 0, st>>>(att, rows, T,
                                                                                   T, 0);
     cu_launched("attention_forward (softmax)");
+}
+
+void cu_softmax_causal_segments(cudaStream_t st, float *att, const int32_t *seg, int rows,
+                                int T, int NH)
+{
+    if (rows <= 0 || T <= 0)
+        return;
+    softmax_causal_segments_kernel<<<(rows + WARPS - 1) / WARPS, dim3(32, WARPS), 0, st>>>(
+        att, seg, rows, T, NH);
+    cu_launched("attention_forward (softmax, segments)");
 }
 
 void cu_softmax_decode(cudaStream_t st, float *scores, int rows, int L, int n, int past)

@@ -7,7 +7,7 @@
     .alloc = cu_alloc, .free = cu_free, .to_device = cu_to_device,                  \
     .to_host = cu_to_host, .copy = cu_copy, .zero = cu_zero,                        \
     .synchronize = cu_synchronize, .add = cu_add, .axpy = cu_axpy,                  \
-    .scale = cu_scale, .bias_add = cu_bias_add, .bias_backward = cu_bias_backward,  \
+    .scale = cu_scale, .scale_rows = cu_scale_rows, .bias_add = cu_bias_add, .bias_backward = cu_bias_backward,  \
     .layernorm_forward = cu_layernorm_forward,                                            \
     .layernorm_backward = cu_layernorm_backward, .gelu_forward = cu_gelu_forward,      \
     .gelu_backward = cu_gelu_backward, .xent_row_max = cu_xent_row_max,                \

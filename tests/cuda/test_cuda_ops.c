@@ -243,12 +243,12 @@ static void test_attention(const tr_kernels *k, int B, int T, int NH, int HS)
     float *qkv = host(nqkv, -1, 1), *dout = host(nout, -1, 1);
     float *out = malloc(nout * 4), *att = malloc(natt * 4), *datt = malloc(natt * 4),
           *dqkv = malloc(nqkv * 4);
-    CPU->attention_forward(NULL, out, att, qkv, B, T, NH, HS);
+    CPU->attention_forward(NULL, out, att, qkv, B, T, NH, HS, NULL);
     CPU->attention_backward(NULL, dqkv, datt, dout, qkv, att, B, T, NH, HS);
     float *gqkv = dev(k, qkv, nqkv * 4), *gdout = dev(k, dout, nout * 4),
           *gout = dev(k, NULL, nout * 4), *gatt = dev(k, NULL, natt * 4),
           *gdatt = dev(k, NULL, natt * 4), *gdqkv = dev(k, NULL, nqkv * 4);
-    k->attention_forward(NULL, gout, gatt, gqkv, B, T, NH, HS);
+    k->attention_forward(NULL, gout, gatt, gqkv, B, T, NH, HS, NULL);
     k->attention_backward(NULL, gdqkv, gdatt, gdout, gqkv, gatt, B, T, NH, HS);
     char what[80];
     float *got;

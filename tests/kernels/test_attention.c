@@ -103,7 +103,7 @@ struct att_ctx {
 static double att_loss(void *p)
 {
     struct att_ctx *c = p;
-    K->attention_forward(NULL, c->out, c->att, c->qkv, c->s.B, c->s.T, c->s.NH, c->s.HS);
+    K->attention_forward(NULL, c->out, c->att, c->qkv, c->s.B, c->s.T, c->s.NH, c->s.HS, NULL);
     return kt_dot(c->out, c->wt, (size_t)c->s.B * c->s.T * c->s.NH * c->s.HS);
 }
 

@@ -56,7 +56,7 @@ static void run_all(run_out *o)
     K->gelu_forward(NULL, o->gelu, big_a, ng);
     K->gelu_backward(NULL, o->dgelu, big_a, big_b, ng);
     o->att_out = kt_floats(N * C), o->att = kt_floats(B * NH * T * T);
-    K->attention_forward(NULL, o->att_out, o->att, qkv, B, T, NH, HS);
+    K->attention_forward(NULL, o->att_out, o->att, qkv, B, T, NH, HS, NULL);
     o->dqkv = kt_floats(N * 3 * C), o->datt = kt_floats(B * NH * T * T);
     K->attention_backward(NULL, o->dqkv, o->datt, dout_nc, qkv, o->att, B, T, NH, HS);
     o->maxv = kt_floats(N), o->sumexp = kt_floats(N), o->dlogits = kt_floats(N * V);

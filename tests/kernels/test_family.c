@@ -270,7 +270,7 @@ static void check_attention(shape s, int use_alibi, int fd)
     }
     if (s.NG == s.NH && !use_alibi) { /* the same as GPT-2's op, bit for bit */
         float *out2 = kt_floats(no), *att2 = kt_floats(na), *dqkv2 = kt_floats(nq);
-        K->attention_forward(NULL, out2, att2, qkv, s.B, s.T, s.NH, s.HS);
+        K->attention_forward(NULL, out2, att2, qkv, s.B, s.T, s.NH, s.HS, NULL);
         K->attention_backward(NULL, dqkv2, datt, w, qkv, att2, s.B, s.T, s.NH, s.HS);
         kt_check_same("gqa with NG = NH: out", out, out2, no);
         kt_check_same("gqa with NG = NH: dqkv", dqkv, dqkv2, nq);
