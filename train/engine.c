@@ -309,6 +309,8 @@ int tr_engine_create(const tr_config *cfg, tr_engine **out)
         rc = TR_ERR_NOMEM;
         goto fail;
     }
+    if ((rc = engine_sft_create(e)))
+        goto fail;
     e->tracing = cfg->logging.trace;
     *out = e;
     return TR_OK;
@@ -345,6 +347,7 @@ void tr_engine_free(tr_engine *e)
     tr_free(e->sample);
     tr_free(e->inputs);
     tr_free(e->targets);
+    engine_sft_free(e);
     free(e->tp_ranges);
     free(e->embed_ranges);
     free(e->norm_ranges);
@@ -370,7 +373,8 @@ int tr_engine_batch(tr_engine *e, int split, uint64_t first_sample, int32_t *inp
 {
     int T = e->T;
     for (int b = 0; b < e->mb; b++) {
-        int rc = tr_data_sample(e->data, split, first_sample + (uint64_t)b, e->sample);
+        int rc = e->sft ? engine_sft_sample(e, split, first_sample + (uint64_t)b, b)
+                        : tr_data_sample(e->data, split, first_sample + (uint64_t)b, e->sample);
         if (rc)
             return rc;
         memcpy(inputs + (size_t)b * T, e->sample, (size_t)T * sizeof(int32_t));

@@ -44,6 +44,12 @@ struct tr_engine {
     int stored_peak;            /* the most seen over the run */
     int32_t *sample, *inputs, *targets; /* host staging, one micro-batch */
     double loss_sum;            /* last stage: sum of micro-batch losses this iteration */
+    /* data.dataset_type sft (engine_sft.c): the micro-batch's packing (host staging), the
+     * last stage's sum of loss weights (loss_sum then sums weighted losses) */
+    int sft;
+    float *weights;
+    int32_t *segments, *positions;
+    double weight_sum;
     int split;                  /* the data split being run (train or validation) */
     uint64_t first_sample;      /* this rank's first sample of the current global batch */
     struct ckpt_async *pending_save; /* checkpoint.async_save: the save being written */
@@ -62,6 +68,21 @@ struct tr_engine {
 
 /* Point every chunk's grad hook at dp/ (on) or nowhere (off, for forward-only passes). */
 void engine_set_grad_hooks(tr_engine *e, int on);
+
+/* train/engine_sft.c: fine-tuning data (packed examples, loss weights). */
+TR_MUST_CHECK int engine_sft_create(tr_engine *e);
+void engine_sft_free(tr_engine *e);
+/* The sample's packing into the staging arrays at row b of the micro-batch. */
+TR_MUST_CHECK int engine_sft_sample(tr_engine *e, int split, uint64_t g, int b);
+/* Before an iteration's schedule: loss_scale = D / (loss weights of the global batch), the
+ * weights' sum reduced over the last stages' DP group. */
+TR_MUST_CHECK int engine_sft_begin(tr_engine *e);
+/* After a stage's forward of a loaded micro-batch: its packing into the slot's activations;
+ * the last stage's weighted loss into loss_sum / weight_sum. */
+TR_MUST_CHECK int engine_sft_bind(tr_engine *e, tr_gpt_acts *a, const tr_gpt_shape *s);
+void engine_sft_account(tr_engine *e, float mean_loss);
+/* The job's loss: the last stages' weighted sums over their weights, one world all-reduce. */
+TR_MUST_CHECK int engine_sft_loss(tr_engine *e, double sum, double weight, double *out);
 
 /* Fill a slot's micro-batch tokens (inputs and targets of mb*T each). */
 TR_MUST_CHECK int engine_load_micro_batch(tr_engine *e, int micro_batch, int32_t *inputs, int32_t *targets);

@@ -70,8 +70,10 @@ static int stage_forward(tr_engine *e, int chunk, int mb, float grad_scale, cons
     tr_gpt_acts *a = slot_acquire(e, chunk, mb);
     if (!a)
         return TR_ERR_INTERNAL;
-    if (s->is_first || s->is_last) {
+    if (s->is_first || s->is_last || e->sft) { /* sft: every stage needs the segments */
         int rc = engine_load_micro_batch(e, mb, e->inputs, e->targets);
+        if (!rc && e->sft)
+            rc = engine_sft_bind(e, a, s);
         if (rc)
             return rc;
     }
@@ -82,7 +84,10 @@ static int stage_forward(tr_engine *e, int chunk, int mb, float grad_scale, cons
                             s->is_last ? &loss : NULL);
     if (rc)
         return rc;
-    e->loss_sum += loss;
+    if (e->sft && s->is_last)
+        engine_sft_account(e, loss); /* loss_sum += weighted sum of the token losses */
+    else
+        e->loss_sum += loss;
     if (output)
         *output = s->is_last ? NULL : tr_gpt_acts_output(a);
     return TR_OK;
@@ -185,6 +190,7 @@ int tr_engine_forward_backward(tr_engine *e, int iteration, double *loss_out)
     e->first_sample = e->consumed_samples +
                       (uint64_t)e->dp_rank * (uint64_t)(t->global_batch_size / e->D);
     e->loss_sum = 0;
+    e->weight_sum = 0;
     e->stored = 0;
     slots_reset(e);
     tr_pp_stage_ops ops = {
@@ -197,7 +203,9 @@ int tr_engine_forward_backward(tr_engine *e, int iteration, double *loss_out)
     };
     if (e->tracing)
         tr_pp_trace_clear(&e->trace);
-    int rc = tr_dp_start(e->dp, e->M);
+    int rc = e->sft ? engine_sft_begin(e) : TR_OK; /* the loss scale: 1 / learned tokens */
+    if (!rc)
+        rc = tr_dp_start(e->dp, e->M);
     if (!rc)
         rc = tr_pp_run(&e->schedule, e->world.pp, &ops, e->tracing ? &e->trace : NULL);
     if (!rc)
@@ -205,7 +213,8 @@ int tr_engine_forward_backward(tr_engine *e, int iteration, double *loss_out)
     if (!rc && e->tracing)
         trace_grad_reductions(e);
     if (!rc)
-        rc = global_loss(e, e->loss_sum / e->M, loss_out);
+        rc = e->sft ? engine_sft_loss(e, e->loss_sum, e->weight_sum, loss_out)
+                    : global_loss(e, e->loss_sum / e->M, loss_out);
     return rc;
 }
 
@@ -274,9 +283,10 @@ int tr_engine_evaluate(tr_engine *e, double *val_loss)
         return tr_fail(TR_ERR_INVALID, "the validation split is empty");
     size_t numel = tr_gpt_hidden_numel(e->chunks[0].model, e->mb);
     int P = e->P, last_vs = P * e->v - 1;
-    double sum = 0;
+    double sum = 0, sft_sum = 0;
     int rc = TR_OK;
     e->split = TR_SPLIT_VALID;
+    e->weight_sum = 0; /* sft: over every evaluation batch */
     engine_set_grad_hooks(e, 0); /* forward only: nothing reaches dp/ */
     for (int it = 0; it < t->eval_iters && !rc; it++) {
         e->first_sample = (uint64_t)it * t->global_batch_size +
@@ -300,9 +310,12 @@ int tr_engine_evaluate(tr_engine *e, double *val_loss)
             e->first_sample += (uint64_t)e->mb;
         }
         sum += e->loss_sum / e->M;
+        sft_sum += e->loss_sum;
     }
     engine_set_grad_hooks(e, 1);
     if (rc)
         return rc;
+    if (e->sft)
+        return engine_sft_loss(e, sft_sum, e->weight_sum, val_loss);
     return global_loss(e, sum / t->eval_iters, val_loss);
 }
