@@ -13,7 +13,7 @@
 static void forward(tr_stream s, cu_gemm_mode mode, float *out, float *att, const float *qkv,
                     int B, int T, int NH, int HS, const int32_t *segments)
 {
-    cudaStream_t st = cu_stream(s);
+    cudaStream_t st = cu_shared_stream(s, "attention"); /* its GEMMs use the workspace */
     int C = NH * HS, C3 = 3 * C;
     long long TT = (long long)T * T;
     float scale = 1.0f / sqrtf((float)HS);
@@ -41,7 +41,7 @@ static void backward(tr_stream s, cu_gemm_mode mode, float *dqkv, float *datt,
                      const float *dout, const float *qkv, const float *att, int B, int T, int NH,
                      int HS)
 {
-    cudaStream_t st = cu_stream(s);
+    cudaStream_t st = cu_shared_stream(s, "attention"); /* its GEMMs use the workspace */
     int C = NH * HS, C3 = 3 * C;
     long long TT = (long long)T * T;
     float scale = 1.0f / sqrtf((float)HS);
@@ -106,7 +106,7 @@ static void decode(tr_stream s, cu_gemm_mode mode, float *out, float *kc, float 
                    float *scores, const float *qkv, int B, int n, int past, int max_T, int NH,
                    int HS)
 {
-    cudaStream_t st = cu_stream(s);
+    cudaStream_t st = cu_shared_stream(s, "attention"); /* its GEMMs use the workspace */
     int C = NH * HS, C3 = 3 * C, L = past + n;
     long long SL = (long long)n * L, KV = (long long)max_T * HS;
     float scale = 1.0f / sqrtf((float)HS);

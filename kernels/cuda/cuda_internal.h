@@ -38,8 +38,16 @@ void cu_launched(const char *what);
 /* 1 once an error has been kept. */
 int cu_failed(void);
 
+/* The single-stream rule: the reduction scratch, the pinned scalar, the cuBLASLt workspace
+ * and the bf16 staging are the backend's one copy each, so the ops that use them (gemm,
+ * bias_backward, layernorm_backward, sumsq) run on the compute stream only (s NULL or the
+ * backend's own). cu_shared_stream returns that stream; another stream is an error kept for
+ * tr_cuda_status ("... uses the backend's shared scratch: compute stream only"), and the op
+ * runs on the stream it was given (the caller must not rely on its result). */
+cudaStream_t cu_shared_stream(tr_stream s, const char *op);
+
 /* Reduction scratch (device): CU_SCRATCH_BYTES, used by one op at a time on the compute
- * stream (ops on other streams must not use the column reductions or sumsq concurrently). */
+ * stream (the single-stream rule above). */
 #define CU_SCRATCH_BYTES ((size_t)16 << 20)
 void *cu_scratch(void);
 /* A pinned host double for sumsq's result. */

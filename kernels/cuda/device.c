@@ -127,6 +127,26 @@ cudaStream_t cu_stream(tr_stream s)
 
 void tr_cuda_use_device(void) { cu_stream(NULL); }
 
+cudaStream_t cu_shared_stream(tr_stream s, const char *op)
+{
+    cudaStream_t st = cu_stream(s);
+    if (st != dev.stream) {
+        pthread_mutex_lock(&dev.err_mu);
+        int first = !dev.failed;
+        if (first) {
+            dev.failed = 1;
+            snprintf(dev.err, sizeof dev.err,
+                     "cuda: %s on a stream other than the compute stream: it uses the backend's "
+                     "shared scratch and workspace, which serve the compute stream only",
+                     op);
+        }
+        pthread_mutex_unlock(&dev.err_mu);
+        if (first)
+            tr_log(TR_LOG_ERROR, "%s", dev.err);
+    }
+    return st;
+}
+
 int cu_note(cudaError_t e, const char *what)
 {
     if (e == cudaSuccess)

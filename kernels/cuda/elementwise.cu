@@ -173,7 +173,7 @@ void cu_bias_backward(tr_stream s, float *dbias, const float *dout, int N, int C
 {
     if (N <= 0 || C <= 0)
         return;
-    cudaStream_t st = cu_stream(s);
+    cudaStream_t st = cu_shared_stream(s, "bias_backward");
     int R = cu_chunks(N, C, 1);
     int rows = (N + R - 1) / R;
     float *partial = (float *)cu_scratch();

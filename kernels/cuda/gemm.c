@@ -331,7 +331,7 @@ void cu_gemm_fp32(tr_stream s, int trans_a, int trans_b, int M, int N, int K, fl
                      const float *A, int lda, const float *B, int ldb, float beta, float *C,
                      int ldc)
 {
-    cu_gemm_ex(cu_stream(s), CU_GEMM_FP32, trans_a, trans_b, M, N, K, alpha, A, lda, 0,
+    cu_gemm_ex(cu_shared_stream(s, "gemm"), CU_GEMM_FP32, trans_a, trans_b, M, N, K, alpha, A, lda, 0,
                   B, ldb, 0, beta, C, ldc, 0, 1);
 }
 
@@ -339,6 +339,6 @@ void cu_gemm_bf16(tr_stream s, int trans_a, int trans_b, int M, int N, int K, fl
                      const float *A, int lda, const float *B, int ldb, float beta, float *C,
                      int ldc)
 {
-    cu_gemm_ex(cu_stream(s), CU_GEMM_BF16, trans_a, trans_b, M, N, K, alpha, A, lda, 0,
+    cu_gemm_ex(cu_shared_stream(s, "gemm"), CU_GEMM_BF16, trans_a, trans_b, M, N, K, alpha, A, lda, 0,
                   B, ldb, 0, beta, C, ldc, 0, 1);
 }

@@ -127,7 +127,7 @@ void cu_layernorm_backward(tr_stream s, float *dinp, float *dweight, float *dbia
 {
     if (N <= 0 || C <= 0)
         return;
-    cudaStream_t st = cu_stream(s);
+    cudaStream_t st = cu_shared_stream(s, "layernorm_backward");
     ln_backward_input_kernel<<<(N + ROWS_PER_BLOCK - 1) / ROWS_PER_BLOCK,
                                dim3(32, ROWS_PER_BLOCK), 0, st>>>(dinp, dout, inp, weight, mean,
                                                                   rstd, N, C);

@@ -78,7 +78,7 @@ void cu_adamw(tr_stream s, float *params, const float *grads, float *m, float *v
 
 double cu_sumsq(tr_stream s, const float *x, size_t n)
 {
-    cudaStream_t st = cu_stream(s);
+    cudaStream_t st = cu_shared_stream(s, "sumsq");
     if (!n)
         return cu_failed() ? NAN : 0.0;
     size_t want = (n + SUMSQ_THREADS * 8 - 1) / (SUMSQ_THREADS * 8);
