@@ -50,7 +50,20 @@
  *    factor only: the 1/D is done); tr_dp_gather_params_start; tr_dp_gather_params_wait
  *    (or _wait_range) before the next forward reads the parameters.
  *  - Timestamps (tr_now() seconds) of each bucket's start and observed end are kept for the
- *    trace; the end is when dp saw completion (polled at each report and in finish). */
+ *    trace; the end is when dp saw completion (polled at each report and in finish).
+ *  - ZeRO stages (zero_stage, DeepSpeed's numbers; distributed_optimizer = stage 1; with
+ *    D = 1 every stage is stage 0). Stage 1 is the ZeRO-1 above. Stage 2: each bucket is
+ *    reduce-scattered, on the last micro-batch as above, OUT of the flat gradient buffer
+ *    into a compact shard-sized gradient buffer (tr_dp_set_shards; tr_dp_shard_grads), and
+ *    the bucket's range of the flat buffer is handed to cfg->release at once (the engine
+ *    frees its pages: afterwards the range reads as zeros, so the next window starts from
+ *    zero without a memset). finalize, the norm and AdamW read the compact buffer. Stage 3:
+ *    the parameters too live in a compact shard buffer (tr_dp_shard_params) and the flat
+ *    parameter buffer is a window filled on demand: tr_dp_params_need(range) all-gathers
+ *    the buckets covering the range (waits), tr_dp_params_prefetch starts them without
+ *    waiting, tr_dp_params_done releases them. Stage 3 buckets must be cut at every gather
+ *    unit (pass the units as the aligned ranges). The calls of every DP member come in the
+ *    same order (the same schedule over the same model), so the collectives match. */
 #ifndef TR_DP_H
 #define TR_DP_H
 
@@ -75,6 +88,15 @@ typedef struct {
     double bucket_size_mb;   /* parallel.ddp_bucket_size_mb (MiB of fp32); 0 = one bucket */
     int overlap_grad_reduce; /* parallel.overlap_grad_reduce: start buckets during backward */
     int distributed_optimizer; /* parallel.use_distributed_optimizer: ZeRO-1 */
+    int zero_stage;            /* 0-3; the stage is max(zero_stage, distributed_optimizer) */
+    /* stage >= 2: frees the pages of [p, p + count) of a flat buffer, which then reads as
+     * zeros; NULL = memset to zero (no memory given back) */
+    void (*release)(void *ctx, float *p, size_t count);
+    /* optional: bytes of [p, p + count) that hold memory now (pages resident); when given,
+     * the peaks of tr_dp_zero_stats are these measurements (taken at every report and
+     * before every release), else the bytes of the buckets held */
+    size_t (*resident)(void *ctx, const float *p, size_t count);
+    void *release_ctx;
     const tr_dp_range *aligned; /* ranges cut out of bucketing (tied embeddings); may be NULL */
     size_t n_aligned;
     const tr_kernels *kernels; /* scale / sumsq / copy; NULL = the CPU table */
@@ -94,6 +116,17 @@ typedef struct {
 } tr_dp_timing;
 
 typedef struct tr_dp tr_dp;
+
+/* ZeRO-2/3 accounting since creation: bytes of the flat buffers held at once (stage 2/3
+ * gradient buckets touched and not yet reduced; stage 3 parameter buckets gathered or being
+ * gathered), their peaks, and stage 3's gathers: how many, and the seconds spent waiting
+ * for them in tr_dp_params_need (what prefetch did not hide). */
+typedef struct {
+    size_t grad_live_bytes, grad_live_peak_bytes;
+    size_t param_resident_bytes, param_resident_peak_bytes;
+    long gathers, gathers_waited; /* started; found still in flight when needed */
+    double gather_wait_s;
+} tr_dp_zero_stats;
 
 /* The config's parallel section (its defaults are the schema's, yaml/schema.c) as a dp
  * config; aligned ranges and kernels left empty. */
@@ -115,6 +148,8 @@ TR_MUST_CHECK int tr_dp_layout(const tr_dp_config *cfg, size_t n, int dp_size, i
 int tr_dp_size(const tr_dp *dp);
 int tr_dp_rank(const tr_dp *dp);
 int tr_dp_sharded(const tr_dp *dp); /* 1 when ZeRO-1 is in effect (requested and D > 1) */
+int tr_dp_zero_stage(const tr_dp *dp); /* the stage in effect: 0 when D == 1 */
+void tr_dp_get_zero_stats(const tr_dp *dp, tr_dp_zero_stats *out);
 int tr_dp_num_buckets(const tr_dp *dp);
 TR_MUST_CHECK int tr_dp_bucket(const tr_dp *dp, int b, tr_dp_bucket_info *out);
 void tr_dp_get_timing(const tr_dp *dp, tr_dp_timing *out);
@@ -175,5 +210,23 @@ TR_MUST_CHECK int tr_dp_shard_foreach(const tr_dp *dp, size_t offset, size_t cou
 TR_MUST_CHECK int tr_dp_gather_params_start(tr_dp *dp);
 TR_MUST_CHECK int tr_dp_gather_params_wait(tr_dp *dp);
 TR_MUST_CHECK int tr_dp_gather_params_wait_range(tr_dp *dp, size_t offset, size_t count);
+
+/* ---------------------------------------------------------------- ZeRO-2/3 (dp/zero.c) */
+
+/* Stage 2: grads (stage 3: and params) are compact buffers of tr_dp_shard_numel floats the
+ * engine allocated; call once after tr_dp_create. Other stages ignore them. */
+TR_MUST_CHECK int tr_dp_set_shards(tr_dp *dp, float *shard_grads, float *shard_params);
+float *tr_dp_shard_grads(const tr_dp *dp);  /* NULL below stage 2 */
+float *tr_dp_shard_params(const tr_dp *dp); /* NULL below stage 3 */
+/* Stage 3 (no-ops otherwise): all-gather the buckets covering the range into the flat
+ * parameter buffer and wait / start without waiting / release them. */
+TR_MUST_CHECK int tr_dp_params_need(tr_dp *dp, size_t offset, size_t count);
+TR_MUST_CHECK int tr_dp_params_prefetch(tr_dp *dp, size_t offset, size_t count);
+TR_MUST_CHECK int tr_dp_params_done(tr_dp *dp, size_t offset, size_t count);
+/* Stage 3: wait for every gather in flight and release every bucket (end of a pass). */
+TR_MUST_CHECK int tr_dp_params_release_all(tr_dp *dp);
+/* Stage 3: copy this rank's blocks of the range of the flat parameter buffer into the
+ * compact shard (after initialising or loading the range there). */
+TR_MUST_CHECK int tr_dp_params_keep_own(tr_dp *dp, size_t offset, size_t count);
 
 #endif

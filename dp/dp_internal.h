@@ -13,7 +13,10 @@ typedef struct {
     int by_report;                /* started from a report (during backward) */
     int scaled;                   /* reduced and averaged (1/D) in this window */
     tr_comm_request *req;         /* gradient reduction in flight */
-    tr_comm_request *gather_req;  /* parameter all-gather in flight (ZeRO-1) */
+    tr_comm_request *gather_req;  /* parameter all-gather in flight (ZeRO-1, stage 3) */
+    size_t shard_offset;          /* of the own block in the compact shard buffers */
+    int live;                     /* stage >= 2: touched in this window, not yet released */
+    int resident;                 /* stage 3: parameters gathered (or in flight), not released */
     double t_start, t_end;
 } dp_bucket;
 
@@ -22,6 +25,12 @@ struct tr_dp {
     tr_comm *comm; /* NULL when D == 1 */
     int D, d;
     int overlap, sharded;
+    int stage;          /* ZeRO stage in effect (0 when D == 1) */
+    float *shard_grads, *shard_params; /* stage >= 2 / stage 3: compact, shard_numel */
+    void (*release)(void *ctx, float *p, size_t count);
+    size_t (*resident)(void *ctx, const float *p, size_t count);
+    void *release_ctx;
+    tr_dp_zero_stats zs;
     float *grads, *params;
     size_t n;
     tr_dp_range *aligned; /* sorted by offset */
@@ -53,6 +62,18 @@ struct tr_dp {
 int dp_keep_error(tr_dp *dp, int code);
 /* Wait for every request still in flight (gradients and parameters), errors ignored. */
 void dp_drain(tr_dp *dp);
+/* Where the gradient of flat element `off` (shard position shard_off) lives after the
+ * reduction: the compact shard buffer at stage >= 2, else the flat buffer. */
+static inline float *dp_grad(const tr_dp *dp, size_t off, size_t shard_off)
+{
+    return dp->shard_grads ? dp->shard_grads + shard_off : dp->grads + off;
+}
+/* Stage >= 2: bucket i's flat gradient range is reduced: give its pages back. */
+void dp_release_grads(tr_dp *dp, int i);
+/* Stage >= 2: measure the gradient (params = 0) or parameter window's pages held now. */
+void dp_sample_window(tr_dp *dp, int params);
+/* Stage >= 2: a report touched bucket i in this window. */
+void dp_grads_live(tr_dp *dp, int i);
 /* Check [offset, offset + count) lies in the buffer; `what` names the argument. */
 int dp_check_range(const tr_dp *dp, size_t offset, size_t count, const char *what, size_t i);
 

@@ -30,32 +30,32 @@ static int check_ranges(const tr_dp *dp, const tr_dp_range *r, size_t n, const c
 /* The pieces of a range list this rank works on: the ranges themselves, or with ZeRO-1 their
  * intersection with the shard. fn(ctx, offset, count) in list order. */
 typedef struct {
-    float *grads;
+    const tr_dp *dp;
+    float *first; /* the first piece's gradient */
     float *scratch;
-    size_t pos, pieces, total, first_offset;
+    size_t pos, pieces, total;
     int unpack;
     const tr_kernels *k;
 } pack_state;
 
 static void count_piece(void *ctx, size_t off, size_t cnt, size_t shard_off)
 {
-    (void)shard_off;
     pack_state *s = ctx;
     if (!s->pieces)
-        s->first_offset = off;
+        s->first = dp_grad(s->dp, off, shard_off);
     s->pieces++;
     s->total += cnt;
 }
 
 static void copy_piece(void *ctx, size_t off, size_t cnt, size_t shard_off)
 {
-    (void)shard_off;
     pack_state *s = ctx;
     size_t bytes = cnt * sizeof(float);
+    float *g = dp_grad(s->dp, off, shard_off);
     if (s->unpack)
-        s->k->copy(NULL, s->grads + off, s->scratch + s->pos, bytes);
+        s->k->copy(NULL, g, s->scratch + s->pos, bytes);
     else
-        s->k->copy(NULL, s->scratch + s->pos, s->grads + off, bytes);
+        s->k->copy(NULL, s->scratch + s->pos, g, bytes);
     s->pos += cnt;
 }
 
@@ -78,13 +78,12 @@ static int each_piece(const tr_dp *dp, const tr_dp_range *r, size_t n,
 static int allreduce_pieces(tr_dp *dp, tr_comm *comm, const tr_dp_range *r, size_t n,
                             const char *what)
 {
-    pack_state s = {.grads = dp->grads, .k = dp->k};
+    pack_state s = {.dp = dp, .k = dp->k};
     int rc = each_piece(dp, r, n, count_piece, &s);
     if (rc || s.total == 0 || tr_comm_size(comm) == 1)
         return rc;
     if (s.pieces == 1) {
-        rc = tr_comm_allreduce(comm, dp->grads + s.first_offset, dp->grads + s.first_offset,
-                               s.total, TR_COMM_F32, TR_COMM_SUM);
+        rc = tr_comm_allreduce(comm, s.first, s.first, s.total, TR_COMM_F32, TR_COMM_SUM);
     } else {
         if (s.total > dp->scratch_cap) {
             tr_free(dp->scratch);
@@ -155,15 +154,14 @@ int tr_dp_finalize_grads(tr_dp *dp, tr_comm *tp_comm, const tr_dp_range *tp_rang
 
 typedef struct {
     const tr_kernels *k;
-    const float *grads;
+    const tr_dp *dp;
     double sum;
 } norm_state;
 
 static void add_sumsq(void *ctx, size_t off, size_t cnt, size_t shard_off)
 {
-    (void)shard_off;
     norm_state *s = ctx;
-    s->sum += s->k->sumsq(NULL, s->grads + off, cnt);
+    s->sum += s->k->sumsq(NULL, dp_grad(s->dp, off, shard_off), cnt);
 }
 
 int tr_dp_grad_norm(tr_dp *dp, const tr_dp_range *ranges, size_t n_ranges, tr_comm *norm_comm,
@@ -172,7 +170,7 @@ int tr_dp_grad_norm(tr_dp *dp, const tr_dp_range *ranges, size_t n_ranges, tr_co
     int rc = check_closed(dp, "tr_dp_grad_norm");
     if (rc || (rc = check_ranges(dp, ranges, n_ranges, "norm range")))
         return rc;
-    norm_state s = {dp->k, dp->grads, 0.0};
+    norm_state s = {dp->k, dp, 0.0};
     if ((rc = each_piece(dp, ranges, n_ranges, add_sumsq, &s)))
         return rc;
     if (norm_comm && tr_comm_size(norm_comm) > 1 &&

@@ -12,7 +12,8 @@ tr_dp_config tr_dp_config_from_parallel(const tr_parallel_config *p)
 {
     return (tr_dp_config){.bucket_size_mb = p->ddp_bucket_size_mb,
                           .overlap_grad_reduce = p->overlap_grad_reduce,
-                          .distributed_optimizer = p->use_distributed_optimizer};
+                          .distributed_optimizer = p->use_distributed_optimizer,
+                          .zero_stage = tr_zero_stage(p)};
 }
 
 /* Largest bucket in elements; 0 = no limit (one bucket per piece). */
@@ -152,6 +153,13 @@ static size_t assign_blocks(dp_bucket *b, int nb, int sharded, int D, int d)
     return total;
 }
 
+/* The ZeRO stage in effect for cfg on D ranks (0 when D == 1). */
+static int dp_stage(const tr_dp_config *cfg, int D)
+{
+    int z = cfg->zero_stage > 0 ? cfg->zero_stage : cfg->distributed_optimizer ? 1 : 0;
+    return D > 1 ? z : 0;
+}
+
 static int check_config(const tr_dp_config *cfg, size_t n, int D, int d)
 {
     if (!cfg)
@@ -161,6 +169,9 @@ static int check_config(const tr_dp_config *cfg, size_t n, int D, int d)
     if (D < 1 || d < 0 || d >= D)
         return tr_fail(TR_ERR_INVALID, "dp: rank %d of a data-parallel size %d is impossible",
                        d, D);
+    if (cfg->zero_stage < 0 || cfg->zero_stage > 3)
+        return tr_fail(TR_ERR_CONFIG, "parallel.zero_stage must be 0, 1, 2 or 3, got %d",
+                       cfg->zero_stage);
     return TR_OK;
 }
 
@@ -179,8 +190,7 @@ int tr_dp_layout(const tr_dp_config *cfg, size_t n, int dp_size, int dp_rank, in
     free(al);
     if (rc)
         return rc;
-    size_t numel = assign_blocks(b, nb, cfg->distributed_optimizer && dp_size > 1, dp_size,
-                                 dp_rank);
+    size_t numel = assign_blocks(b, nb, dp_stage(cfg, dp_size) >= 1, dp_size, dp_rank);
     free(b);
     if (n_buckets)
         *n_buckets = nb;
@@ -211,6 +221,7 @@ static int build_shard(tr_dp *dp)
     for (int i = 0; i < dp->nb; i++) {
         if (!dp->b[i].own_count)
             continue;
+        dp->b[i].shard_offset = pos;
         dp->shard[k++] = (tr_dp_shard_range){dp->b[i].own_offset, dp->b[i].own_count, pos};
         pos += dp->b[i].own_count;
     }
@@ -240,7 +251,11 @@ int tr_dp_create(const tr_dp_config *cfg, tr_comm *dp_comm, float *grads, float 
     dp->D = D;
     dp->d = d;
     dp->overlap = cfg->overlap_grad_reduce != 0;
-    dp->sharded = cfg->distributed_optimizer && D > 1;
+    dp->stage = dp_stage(cfg, D);
+    dp->sharded = dp->stage >= 1;
+    dp->release = cfg->release;
+    dp->resident = cfg->resident;
+    dp->release_ctx = cfg->release_ctx;
     dp->grads = grads;
     dp->params = params;
     dp->n = n;
@@ -255,11 +270,12 @@ int tr_dp_create(const tr_dp_config *cfg, tr_comm *dp_comm, float *grads, float 
         tr_dp_free(dp);
         return rc;
     }
-    if (cfg->distributed_optimizer && D == 1)
+    if ((cfg->distributed_optimizer || cfg->zero_stage) && D == 1)
         tr_info("dp: use_distributed_optimizer with a data-parallel size of 1 has nothing to "
                 "shard; the optimizer runs on the whole buffer");
-    tr_debug("dp: %zu gradient elements in %d bucket(s), D = %d, %s, shard %zu elements",
-             n, dp->nb, D, dp->sharded ? "ZeRO-1" : "all-reduce", dp->shard_numel);
+    tr_debug("dp: %zu gradient elements in %d bucket(s), D = %d, %s (ZeRO stage %d), shard %zu "
+             "elements", n, dp->nb, D, dp->sharded ? "reduce-scatter" : "all-reduce", dp->stage,
+             dp->shard_numel);
     *out = dp;
     return TR_OK;
 }
@@ -289,6 +305,8 @@ int dp_check_range(const tr_dp *dp, size_t offset, size_t count, const char *wha
 int tr_dp_size(const tr_dp *dp) { return dp->D; }
 int tr_dp_rank(const tr_dp *dp) { return dp->d; }
 int tr_dp_sharded(const tr_dp *dp) { return dp->sharded; }
+int tr_dp_zero_stage(const tr_dp *dp) { return dp->stage; }
+void tr_dp_get_zero_stats(const tr_dp *dp, tr_dp_zero_stats *out) { *out = dp->zs; }
 int tr_dp_num_buckets(const tr_dp *dp) { return dp->nb; }
 size_t tr_dp_shard_numel(const tr_dp *dp) { return dp->shard_numel; }
 

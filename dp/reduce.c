@@ -34,6 +34,9 @@ int tr_dp_start(tr_dp *dp, int num_microbatches)
     if (dp->open)
         return tr_fail(TR_ERR_INVALID, "dp: tr_dp_start called again before tr_dp_finish "
                                        "closed the previous accumulation window");
+    if (dp->stage >= 2 && !dp->shard_grads)
+        return tr_fail(TR_ERR_INVALID, "dp: ZeRO stage %d needs the compact shard buffers "
+                                       "(tr_dp_set_shards) before the first window", dp->stage);
     size_t m = (size_t)num_microbatches;
     if (dp->n > SIZE_MAX / m)
         return tr_fail(TR_ERR_INVALID, "dp: %d micro-batches x %zu elements overflows",
@@ -68,7 +71,8 @@ static int start_bucket(tr_dp *dp, int i, int by_report)
     }
     float *base = dp->grads + b->offset;
     int rc = dp->sharded
-                 ? tr_comm_reduce_scatter_async(dp->comm, base, dp->grads + b->own_offset,
+                 ? tr_comm_reduce_scatter_async(dp->comm, base,
+                                                dp_grad(dp, b->own_offset, b->shard_offset),
                                                 b->count, TR_COMM_F32, TR_COMM_SUM, &b->req)
                  : tr_comm_allreduce_async(dp->comm, base, base, b->count, TR_COMM_F32,
                                            TR_COMM_SUM, &b->req);
@@ -97,7 +101,8 @@ static int start_ready(tr_dp *dp)
 static void scale_bucket(tr_dp *dp, dp_bucket *b)
 {
     if (dp->D > 1 && b->own_count && !b->scaled)
-        dp->k->scale(NULL, dp->grads + b->own_offset, 1.0f / (float)dp->D, b->own_count);
+        dp->k->scale(NULL, dp_grad(dp, b->own_offset, b->shard_offset), 1.0f / (float)dp->D,
+                     b->own_count);
     b->scaled = 1;
 }
 
@@ -121,6 +126,8 @@ static int poll_started(tr_dp *dp)
     }
     return TR_OK;
 }
+
+static int finish_bucket(tr_dp *dp, int i);
 
 /* The bucket holding element `off` (off < n); starts from the last report's bucket. */
 static int find_bucket(tr_dp *dp, size_t off)
@@ -156,6 +163,7 @@ int tr_dp_report(tr_dp *dp, size_t offset, size_t count)
         return dp_keep_error(dp, rc);
     if (count == 0)
         return TR_OK;
+    dp_sample_window(dp, 0); /* what backward wrote so far, before anything is given back */
     size_t end = offset + count;
     int i = find_bucket(dp, offset);
     while (offset < end) {
@@ -171,6 +179,8 @@ int tr_dp_report(tr_dp *dp, size_t offset, size_t count)
                             "micro-batches than tr_dp_start was told?)",
                             i, b->offset, b->count, dp->mb));
         b->reported += piece;
+        if (dp->stage >= 2 && !b->live)
+            dp_grads_live(dp, i);
         if (b->reported == expect)
             b->ready = 1;
         offset += piece;
@@ -181,7 +191,13 @@ int tr_dp_report(tr_dp *dp, size_t offset, size_t count)
         return dp_keep_error(dp, rc);
     if ((rc = poll_started(dp)))
         return dp_keep_error(dp, rc);
-    return TR_OK;
+    /* ZeRO-2/3: every bucket started before the newest is waited for and its full gradient
+     * given back now, so the window holds at most that one in flight plus the buckets
+     * backward is still filling, whatever the timing (and peaks are reproducible) */
+    for (int j = 0; dp->stage >= 2 && j + 1 < dp->next_start && !rc; j++)
+        if (dp->b[j].live && !(rc = finish_bucket(dp, j)))
+            dp_release_grads(dp, j);
+    return rc ? dp_keep_error(dp, rc) : TR_OK;
 }
 
 int tr_dp_progress(tr_dp *dp)
@@ -222,6 +238,7 @@ int tr_dp_finish(tr_dp *dp)
         return tr_fail(TR_ERR_INVALID, "dp: tr_dp_finish without an open accumulation window "
                                        "(call tr_dp_start first)");
     dp->timing.t_finish_begin = tr_now();
+    dp_sample_window(dp, 0);
     int rc = dp->err;
     if (!rc) {
         for (int i = dp->next_start; i < dp->nb && !rc; i++) {
@@ -237,6 +254,8 @@ int tr_dp_finish(tr_dp *dp)
         }
         for (int i = 0; i < dp->nb && !rc; i++)
             rc = finish_bucket(dp, i);
+        for (int i = 0; i < dp->nb && !rc && dp->stage >= 2; i++)
+            dp_release_grads(dp, i); /* ZeRO-2/3: only the shard is kept */
     } else {
         tr_fail(rc, "%s", dp->errmsg);
     }

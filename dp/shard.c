@@ -42,7 +42,7 @@ int tr_dp_shard_foreach(const tr_dp *dp, size_t offset, size_t count,
 
 int tr_dp_gather_params_start(tr_dp *dp)
 {
-    if (!dp->sharded)
+    if (!dp->sharded || dp->stage == 3) /* stage 3 gathers per layer, when used */
         return TR_OK;
     for (int i = dp->nb - 1; i >= 0; i--)
         if (dp->b[i].gather_req)

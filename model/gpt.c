@@ -274,6 +274,13 @@ void tr_gpt_set_grad_hook(tr_gpt *g, void (*fn)(void *ctx, size_t offset, size_t
     g->grad_hook_ctx = fn ? ctx : NULL;
 }
 
+void tr_gpt_set_param_hook(tr_gpt *g, int (*fn)(void *ctx, int what, size_t offset, size_t count),
+                           void *ctx)
+{
+    g->param_hook = fn;
+    g->param_hook_ctx = fn ? ctx : NULL;
+}
+
 void tr_gpt_bind(tr_gpt *g, float *params, float *grads)
 {
     for (int i = 0; i < g->n_tensors; i++) {
@@ -333,7 +340,9 @@ static void init_piece(void *ctx, size_t i)
                                                               global_index(j->t, j->s->tp_rank, e));
 }
 
-int tr_gpt_init_params(tr_gpt *g)
+int tr_gpt_init_params(tr_gpt *g) { return tr_gpt_init_params_range(g, 0, g->n_params); }
+
+int tr_gpt_init_params_range(tr_gpt *g, size_t offset, size_t count)
 {
     float *host = NULL;
     size_t max_numel = 0;
@@ -345,6 +354,8 @@ int tr_gpt_init_params(tr_gpt *g)
         return TR_ERR_NOMEM;
     for (int i = 0; i < g->n_tensors; i++) {
         tr_param_tensor *t = &g->tensors[i];
+        if (t->offset < offset || t->offset - offset >= count)
+            continue;
         init_job j = {.host = host, .t = t, .s = &g->s, .name_hash = tr_hash_name(t->name)};
         j.kind = init_kind(t->name, &j.std, &g->s);
         tr_kernels_cpu_parallel_for((t->numel + INIT_PIECE - 1) / INIT_PIECE, init_piece, &j);

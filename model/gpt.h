@@ -124,10 +124,24 @@ TR_MUST_CHECK int tr_gpt_count_params(const tr_gpt_shape *shape, size_t *n_param
 void tr_gpt_set_grad_hook(tr_gpt *g, void (*fn)(void *ctx, size_t offset, size_t count),
                           void *ctx);
 
+/* Parameter-use hook (ZeRO-3: parameters gathered per layer): fn(ctx, what, offset, count)
+ * with what = TR_GPT_PARAMS_NEED before a forward or backward reads [offset, +count) of the
+ * flat parameter buffer (the values must be there when fn returns), TR_GPT_PARAMS_PREFETCH
+ * for the range needed next (a hint: start fetching it), TR_GPT_PARAMS_DONE when the call is
+ * done with the range. Per layer (its tensors), the embeddings, the head (lnf, and wte: the
+ * head's copy, or the embedding's on a one-stage model). A non-zero return stops the pass
+ * with that error. fn NULL (the default): parameters are always in place. */
+enum { TR_GPT_PARAMS_NEED, TR_GPT_PARAMS_PREFETCH, TR_GPT_PARAMS_DONE };
+void tr_gpt_set_param_hook(tr_gpt *g, int (*fn)(void *ctx, int what, size_t offset, size_t count),
+                           void *ctx);
+
 /* Point the tensor views into caller-owned flat buffers of tr_gpt_num_params() floats. */
 void tr_gpt_bind(tr_gpt *g, float *params, float *grads);
 /* Fill the bound parameters with the layout-free initialisation. */
 TR_MUST_CHECK int tr_gpt_init_params(tr_gpt *g);
+/* The same for the tensors starting inside [offset, offset + count) only (ZeRO-3 initialises
+ * one gather unit at a time). */
+TR_MUST_CHECK int tr_gpt_init_params_range(tr_gpt *g, size_t offset, size_t count);
 
 /* Activation storage for one micro-batch of B sequences. */
 TR_MUST_CHECK int tr_gpt_acts_create(tr_gpt *g, int B, tr_gpt_acts **out);

@@ -71,9 +71,15 @@ int tr_gpt_backward(tr_gpt *g, tr_gpt_acts *a, const float *dhidden_out)
     for (int l = s->layer_count - 1; l >= 0; l--) {
         const float *x = l == 0 ? a->stage_in : a->layers[l - 1].residual3;
         layer_acts L = layer_acts_for(g, a, l);
+        if ((rc = params_use(g, TR_GPT_PARAMS_NEED, g->layer_ranges[l])) ||
+            (rc = params_use(g, TR_GPT_PARAMS_PREFETCH,
+                             l > 0 ? g->layer_ranges[l - 1] : (grad_range){0, 0})))
+            return rc;
         if (s->recompute && (rc = gpt_layer_forward(g, l, &L, x, B)))
             return rc; /* rebuild the layer's activations from its stored input */
         rc = layer_backward(g, l, &L, x, dres, B);
+        if (!rc)
+            rc = params_use(g, TR_GPT_PARAMS_DONE, g->layer_ranges[l]);
         if (rc)
             return rc;
         grad_ready(g, g->layer_ranges[l]);

@@ -65,21 +65,16 @@ static int check_ids(const int32_t *ids, int N, int V, const char *what)
 }
 
 /* Final LN, tied vocab-parallel head, cross-entropy; with loss_grad_scale != 0 also the
- * head's backward, leaving the gradient of h in a->dres. h: (Nl, C). */
-static int head_forward(tr_gpt *g, tr_gpt_acts *a, const float *h, const int32_t *targets,
-                        float loss_grad_scale, float *loss_out)
+ * head's backward, leaving the gradient of h in a->dres. h: (Nl, C). Parameters in place. */
+static int head_compute(tr_gpt *g, tr_gpt_acts *a, const float *h, tr_param_tensor *lnf_w,
+                        tr_param_tensor *lnf_b, tr_param_tensor *wte, float loss_grad_scale,
+                        float *loss_out)
 {
     const tr_kernels *k = g->k;
     const tr_tp *tp = &g->tp;
     gpt_scratch *sc = &g->scratch;
     int B = a->B, N = B * g->s.T, C = g->s.C, Vl = g->Vl, V = g->s.V, r0, Nl, rc;
     gpt_rows(g, B, &r0, &Nl);
-    rc = check_ids(targets, N, V, "target token");
-    if (rc)
-        return rc;
-    k->to_device(NULL, sc->targets, targets, (size_t)N * sizeof(int32_t));
-    tr_param_tensor *lnf_w = &g->tensors[g->lnf_w], *lnf_b = &g->tensors[g->lnf_b];
-    tr_param_tensor *wte = &g->tensors[g->head_wte];
     k->layernorm_forward(NULL, sc->lnf + (size_t)r0 * C, sc->lnf_mean, sc->lnf_rstd, h,
                          lnf_w->param, lnf_b->param, Nl, C, g->s.eps);
     /* logits (N, Vl) = lnf @ wte^T: the head is column-parallel over the vocabulary */
@@ -112,8 +107,34 @@ static int head_forward(tr_gpt *g, tr_gpt_acts *a, const float *h, const int32_t
     k->zero(NULL, a->dres, (size_t)Nl * C * sizeof(float));
     k->layernorm_backward(NULL, a->dres, lnf_w->grad, lnf_b->grad, sc->dln + (size_t)r0 * C, h,
                           lnf_w->param, sc->lnf_mean, sc->lnf_rstd, Nl, C);
-    grad_ready(g, g->head_range);
     return TR_OK;
+}
+
+/* head_compute with its targets checked and its parameters in place (the use hook). */
+static int head_forward(tr_gpt *g, tr_gpt_acts *a, const float *h, const int32_t *targets,
+                        float loss_grad_scale, float *loss_out)
+{
+    gpt_scratch *sc = &g->scratch;
+    int N = a->B * g->s.T, rc;
+    rc = check_ids(targets, N, g->s.V, "target token");
+    if (rc)
+        return rc;
+    g->k->to_device(NULL, sc->targets, targets, (size_t)N * sizeof(int32_t));
+    tr_param_tensor *lnf_w = &g->tensors[g->lnf_w], *lnf_b = &g->tensors[g->lnf_b];
+    tr_param_tensor *wte = &g->tensors[g->head_wte];
+    /* the embedding's wte on a one-stage model (else in head_range) */
+    grad_range tied = {wte->offset, g->s.is_first ? wte->numel : 0};
+    if ((rc = params_use(g, TR_GPT_PARAMS_NEED, g->head_range)) ||
+        (rc = params_use(g, TR_GPT_PARAMS_NEED, tied)))
+        return rc;
+    rc = head_compute(g, a, h, lnf_w, lnf_b, wte, loss_grad_scale, loss_out);
+    if (!rc)
+        rc = params_use(g, TR_GPT_PARAMS_DONE, g->head_range);
+    if (!rc)
+        rc = params_use(g, TR_GPT_PARAMS_DONE, tied);
+    if (!rc && loss_grad_scale != 0.0f)
+        grad_ready(g, g->head_range);
+    return rc;
 }
 
 int tr_gpt_forward(tr_gpt *g, tr_gpt_acts *a, const int32_t *tokens, const float *hidden_in,
@@ -133,6 +154,9 @@ int tr_gpt_forward(tr_gpt *g, tr_gpt_acts *a, const int32_t *tokens, const float
         if (rc)
             return rc;
         k->to_device(NULL, a->tokens, tokens, (size_t)N * sizeof(int32_t));
+        if ((rc = params_use(g, TR_GPT_PARAMS_NEED, g->embedding_range)) ||
+            (rc = params_use(g, TR_GPT_PARAMS_PREFETCH, g->layer_ranges[0])))
+            return rc;
         rc = tr_tp_vocab_embedding_forward(&g->tp, a->stage_in, a->tokens,
                                            g->tensors[g->wte].param, N, C, g->Vl,
                                            g->scratch.wide);
@@ -142,6 +166,8 @@ int tr_gpt_forward(tr_gpt *g, tr_gpt_acts *a, const int32_t *tokens, const float
             gpt_add_position_ids(g, a, a->stage_in, g->scratch.dln, r0, Nl);
         else
             add_positions(g, a->stage_in, r0, Nl);
+        if ((rc = params_use(g, TR_GPT_PARAMS_DONE, g->embedding_range)))
+            return rc;
     } else {
         if (!hidden_in)
             return tr_fail(TR_ERR_INVALID, "a stage after the first needs the hidden state");
@@ -151,7 +177,15 @@ int tr_gpt_forward(tr_gpt *g, tr_gpt_acts *a, const int32_t *tokens, const float
     const float *x = a->stage_in;
     for (int l = 0; l < s->layer_count; l++) {
         layer_acts L = layer_acts_for(g, a, l);
+        grad_range next = l + 1 < s->layer_count ? g->layer_ranges[l + 1]
+                          : s->is_last           ? g->head_range
+                                                 : (grad_range){0, 0};
+        if ((rc = params_use(g, TR_GPT_PARAMS_NEED, g->layer_ranges[l])) ||
+            (rc = params_use(g, TR_GPT_PARAMS_PREFETCH, next)))
+            return rc;
         rc = gpt_layer_forward(g, l, &L, x, B);
+        if (!rc)
+            rc = params_use(g, TR_GPT_PARAMS_DONE, g->layer_ranges[l]);
         if (rc)
             return rc;
         x = a->layers[l].residual3;

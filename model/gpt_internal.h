@@ -86,6 +86,8 @@ struct tr_gpt {
     grad_range embedding_range;  /* wte + wpe */
     void (*grad_hook)(void *ctx, size_t offset, size_t count);
     void *grad_hook_ctx;
+    int (*param_hook)(void *ctx, int what, size_t offset, size_t count);
+    void *param_hook_ctx;
     gpt_scratch scratch;
     float *losses_host; /* (N) */
     const int32_t *segments; /* of the micro-batch being run (its acts'), NULL: whole rows */
@@ -105,6 +107,13 @@ static inline void grad_ready(tr_gpt *g, grad_range r)
 {
     if (g->grad_hook && r.count)
         g->grad_hook(g->grad_hook_ctx, r.offset, r.count);
+}
+
+/* The parameter-use hook on a range (see tr_gpt_set_param_hook); TR_OK without one. */
+static inline int params_use(tr_gpt *g, int what, grad_range r)
+{
+    return g->param_hook && r.count ? g->param_hook(g->param_hook_ctx, what, r.offset, r.count)
+                                    : 0;
 }
 
 /* Token rows of a micro-batch of B held by this rank: [*first, *first + *count). */

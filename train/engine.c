@@ -128,9 +128,16 @@ typedef struct {
 static memory_need memory_needed(const tr_engine *e)
 {
     memory_need m = {.params = e->n_params * sizeof(float), .activations = 1 << 20};
-    m.grads = m.params;
-    int sharded = e->cfg->parallel.use_distributed_optimizer && e->D > 1;
-    m.optimizer = 2 * (sharded ? m.params / (size_t)e->D + 4096 : m.params);
+    int zero = e->D > 1 ? tr_zero_stage(&e->cfg->parallel) : 0;
+    size_t shard = m.params / (size_t)e->D + 4096;
+    m.optimizer = 2 * (zero >= 1 ? shard : m.params);
+    m.grads = zero >= 2 ? shard : m.params; /* ZeRO-2/3: the reduced shard (+ buckets) */
+    if (zero == 3)
+        m.params = shard; /* + the layers being gathered, counted below as activations */
+    if (zero == 3)
+        for (int c = 0; c < e->v; c++)
+            m.activations += 2 * tr_gpt_num_params(e->chunks[c].model) * sizeof(float) /
+                             (size_t)tr_pp_layer_count(&e->partition, e->stage, c);
     for (int c = 0; c < e->v; c++)
         m.activations += tr_gpt_activation_bytes(e->chunks[c].model, e->mb, e->n_slots);
     return m;
@@ -259,10 +266,19 @@ int tr_engine_create(const tr_config *cfg, tr_engine **out)
         e->n_slots = e->M;
     if ((rc = create_chunks(e)) || (rc = reserve_memory(e)))
         goto fail;
+    e->zero = e->D > 1 ? tr_zero_stage(&cfg->parallel) : 0;
+    if (e->zero >= 2 && strcmp(t->device, "cpu")) {
+        rc = tr_fail(TR_ERR_CONFIG, "%s: parallel.zero_stage %d runs on the CPU backend for now "
+                     "(its windows are host mappings); use zero_stage 1 on %s",
+                     tr_config_where(cfg, "parallel.zero_stage"), e->zero, t->device);
+        goto fail;
+    }
+    /* ZeRO-2/3: the gradients (stage 3: also the parameters) are windows whose pages are
+     * given back as soon as a bucket is reduced (a layer is used): train/zero.c */
     size_t bytes = e->n_params * sizeof(float), used = allocated(e->k);
-    e->params = e->k->alloc(bytes);
+    e->params = e->zero == 3 ? zero_window_alloc(e->n_params) : e->k->alloc(bytes);
     e->mem_params = allocated(e->k) - used;
-    e->grads = e->k->alloc(bytes);
+    e->grads = e->zero >= 2 ? zero_window_alloc(e->n_params) : e->k->alloc(bytes);
     e->mem_grads = allocated(e->k) - used - e->mem_params;
     if (!e->params || !e->grads) {
         rc = tr_fail(TR_ERR_NOMEM, "out of memory for %zu parameters (%zu MiB x 2)",
@@ -272,23 +288,27 @@ int tr_engine_create(const tr_config *cfg, tr_engine **out)
     for (int c = 0; c < e->v; c++) {
         tr_gpt_bind(e->chunks[c].model, e->params + e->chunks[c].offset,
                     e->grads + e->chunks[c].offset);
-        if ((rc = tr_gpt_init_params(e->chunks[c].model)))
-            goto fail;
+        if (e->zero < 3 && (rc = tr_gpt_init_params(e->chunks[c].model)))
+            goto fail; /* stage 3: unit by unit in zero_setup */
     }
-    if ((rc = collect_ranges(e)))
+    if ((rc = collect_ranges(e)) || (e->zero == 3 && (rc = zero_units(e, &e->units, &e->n_units))))
         goto fail;
     /* data parallelism: buckets filled by the model's grad hook; the tied embedding ranges
      * are aligned so ZeRO-1 shards of both copies hold the same elements */
     tr_dp_config dc = tr_dp_config_from_parallel(&cfg->parallel);
-    dc.aligned = e->embed_ranges;
-    dc.n_aligned = (size_t)e->n_embed_ranges;
+    dc.aligned = e->zero == 3 ? e->units : e->embed_ranges; /* stage 3: buckets in units */
+    dc.n_aligned = (size_t)(e->zero == 3 ? e->n_units : e->n_embed_ranges);
     dc.kernels = e->k;
+    dc.release = zero_window_release;
+    dc.resident = zero_window_resident;
     rc = tr_dp_create(&dc, e->D > 1 ? e->world.dp : NULL, e->grads, e->params, e->n_params, &e->dp);
     if (rc) {
         tr_fail_context(rc, "%s", tr_config_where(cfg, "parallel.ddp_bucket_size_mb"));
         goto fail;
     }
     engine_set_grad_hooks(e, 1);
+    if ((rc = zero_setup(e)))
+        goto fail;
     size_t shard = tr_dp_shard_numel(e->dp);
     used = allocated(e->k);
     e->adam_m = e->k->alloc(shard * sizeof(float));
@@ -336,11 +356,20 @@ void tr_engine_free(tr_engine *e)
     tr_free(e->chunks);
     tr_dp_free(e->dp);
     if (e->k) {
-        e->k->free(e->params);
-        e->k->free(e->grads);
+        if (e->zero == 3)
+            zero_window_free(e->params, e->n_params);
+        else
+            e->k->free(e->params);
+        if (e->zero >= 2)
+            zero_window_free(e->grads, e->n_params);
+        else
+            e->k->free(e->grads);
         e->k->free(e->adam_m);
         e->k->free(e->adam_v);
+        e->k->free(e->shard_grads);
+        e->k->free(e->shard_params);
     }
+    free(e->units);
     tr_pp_schedule_free(&e->schedule);
     tr_pp_trace_free(&e->trace);
     tr_data_close(e->data);

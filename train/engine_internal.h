@@ -34,6 +34,11 @@ struct tr_engine {
     float *params, *grads;      /* flat, n_params each */
     float *adam_m, *adam_v;     /* this rank's optimizer shard (ZeRO-1) or all of it */
     tr_dp *dp;                  /* gradient buckets, reduction, norm, shards */
+    int zero;                   /* ZeRO stage in effect (0 when D == 1); >= 2: grads, 3: also
+                                 * params are windows (train/zero.c) over compact shards */
+    float *shard_grads, *shard_params; /* stage >= 2 / 3: tr_dp_shard_numel each */
+    tr_dp_range *units;         /* stage 3: gather units (a layer, or one other tensor) */
+    int n_units;
     int mb, T, M;               /* micro-batch size, sequence, micro-batches per iteration */
     float loss_scale;           /* d(rank-local mean loss)/d(token loss) */
     int n_slots;                /* per chunk: in flight + one being received + one being sent */
@@ -68,6 +73,16 @@ struct tr_engine {
 
 /* Point every chunk's grad hook at dp/ (on) or nowhere (off, for forward-only passes). */
 void engine_set_grad_hooks(tr_engine *e, int on);
+
+/* train/zero.c: ZeRO-2/3 windows, shards, units, hooks (see there). */
+float *zero_window_alloc(size_t n);
+void zero_window_free(float *p, size_t n);
+void zero_window_release(void *ctx, float *p, size_t count);
+size_t zero_window_resident(void *ctx, const float *p, size_t count);
+TR_MUST_CHECK int zero_units(tr_engine *e, tr_dp_range **out, int *n_out);
+TR_MUST_CHECK int zero_setup(tr_engine *e);
+TR_MUST_CHECK int zero_params_materialize(tr_engine *e);
+TR_MUST_CHECK int zero_params_release(tr_engine *e, int keep);
 
 /* train/engine_sft.c: fine-tuning data (packed examples, loss weights). */
 TR_MUST_CHECK int engine_sft_create(tr_engine *e);

@@ -24,7 +24,10 @@ static const char *const group_names[N_GROUPS] = {"tp", "dp", "pp", "embedding",
                                                    "world"};
 /* this rank's figures, all-gathered for summary.json; STAT_MEM..: MiB by the planner's parts */
 enum { STAT_RSS, STAT_STORED, STAT_COLL, STAT_P2P = STAT_COLL + N_GROUPS, STAT_MEM, N_MEM = 6,
-       N_STATS = STAT_MEM + N_MEM };
+       /* ZeRO: the last iteration's DP payload bytes by kind and all-gathers, stage 3's
+        * gathers over the run and the seconds waited for them */
+       STAT_DP_AR = STAT_MEM + N_MEM, STAT_DP_RS, STAT_DP_AG, STAT_DP_AG_OPS, STAT_Z_GATHERS,
+       STAT_Z_WAIT, N_STATS };
 static const char *const mem_names[N_MEM] = {"parameters", "gradients", "optimizer",
                                               "activations", "other", "peak"};
 
@@ -197,6 +200,14 @@ static void count_iteration(const tr_comm_counters before[N_GROUPS],
             n += (double)(after[g].ops[coll[k]] - before[g].ops[coll[k]]);
         stats[STAT_COLL + g] = n;
     }
+    stats[STAT_DP_AR] = (double)(after[GROUP_DP].bytes[TR_COMM_OP_ALLREDUCE] -
+                                 before[GROUP_DP].bytes[TR_COMM_OP_ALLREDUCE]);
+    stats[STAT_DP_RS] = (double)(after[GROUP_DP].bytes[TR_COMM_OP_REDUCE_SCATTER] -
+                                 before[GROUP_DP].bytes[TR_COMM_OP_REDUCE_SCATTER]);
+    stats[STAT_DP_AG] = (double)(after[GROUP_DP].bytes[TR_COMM_OP_ALLGATHER] -
+                                 before[GROUP_DP].bytes[TR_COMM_OP_ALLGATHER]);
+    stats[STAT_DP_AG_OPS] = (double)(after[GROUP_DP].ops[TR_COMM_OP_ALLGATHER] -
+                                     before[GROUP_DP].ops[TR_COMM_OP_ALLGATHER]);
     stats[STAT_P2P] = (double)(after[GROUP_PP].ops[TR_COMM_OP_SEND] - before[GROUP_PP].ops[TR_COMM_OP_SEND] +
                                after[GROUP_PP].ops[TR_COMM_OP_RECV] - before[GROUP_PP].ops[TR_COMM_OP_RECV]);
 }
@@ -251,6 +262,23 @@ static int write_summary(const train_report *rep, double bubble, const double *s
                 tr_json_double(&j, mem_names[m], st[STAT_MEM + m]);
             else
                 tr_json_null(&j, mem_names[m]);
+        tr_json_object_end(&j);
+    }
+    tr_json_array_end(&j);
+    /* ZeRO (parallel.zero_stage): the last iteration's data-parallel payload bytes by kind
+     * and its all-gathers; stage 3's parameter gathers over the run and the seconds spent
+     * waiting for them (what prefetch did not hide) */
+    tr_json_int(&j, "zero_stage", tr_dp_zero_stage(e->dp));
+    tr_json_array_begin(&j, "zero_per_rank");
+    for (int r = 0; r < e->world.size; r++) {
+        const double *st = stats + r * N_STATS;
+        tr_json_object_begin(&j, NULL);
+        tr_json_int(&j, "dp_allreduce_bytes_last_iter", (long long)st[STAT_DP_AR]);
+        tr_json_int(&j, "dp_reduce_scatter_bytes_last_iter", (long long)st[STAT_DP_RS]);
+        tr_json_int(&j, "dp_allgather_bytes_last_iter", (long long)st[STAT_DP_AG]);
+        tr_json_int(&j, "dp_allgathers_last_iter", (long long)st[STAT_DP_AG_OPS]);
+        tr_json_int(&j, "param_gathers", (long long)st[STAT_Z_GATHERS]);
+        tr_json_double(&j, "param_gather_wait_s", st[STAT_Z_WAIT]);
         tr_json_object_end(&j);
     }
     tr_json_array_end(&j);
@@ -594,9 +622,17 @@ int train_report_finish(train_report *r)
         size_t peak = 0;
         if (e->k->bytes_in_use) {
             (void)e->k->bytes_in_use(&peak);
-            double MiB = 1024.0 * 1024.0, parts[4] = {(double)e->mem_params, (double)e->mem_grads,
-                                                      (double)e->mem_optimizer,
-                                                      (double)e->mem_activations};
+            /* ZeRO-2/3: the windows' pages held at most at once (gathered layers, gradient
+             * buckets not yet reduced) are not the allocator's: added to their parts */
+            tr_dp_zero_stats zs;
+            tr_dp_get_zero_stats(e->dp, &zs);
+            peak += zs.param_resident_peak_bytes + zs.grad_live_peak_bytes;
+            r->mine[STAT_Z_GATHERS] = (double)zs.gathers;
+            r->mine[STAT_Z_WAIT] = zs.gather_wait_s;
+            double MiB = 1024.0 * 1024.0,
+                   parts[4] = {(double)(e->mem_params + zs.param_resident_peak_bytes),
+                               (double)(e->mem_grads + zs.grad_live_peak_bytes),
+                               (double)e->mem_optimizer, (double)e->mem_activations};
             double sum = 0;
             for (int m = 0; m < 4; m++) {
                 r->mine[STAT_MEM + m] = parts[m] / MiB;

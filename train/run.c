@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "core/core.h"
+#include "train/engine_internal.h" /* ZeRO-3 around checkpoints */
 #include "train/report.h"
 
 /* training.exit_signal_handler: SIGTERM (Slurm's warning before preemption or the time
@@ -71,7 +72,13 @@ static int resume(tr_engine *e, const tr_config *cfg, int lead, int quiet, int *
     if (!*dir)
         return TR_OK;
     double t0 = tr_now();
-    int it = -1, rc = tr_checkpoint_load(e, dir, &it);
+    /* ZeRO-3: the whole parameters in place while the checkpoint is read, then this rank's
+     * blocks kept (the checkpoint's layout is free of ZeRO) */
+    int it = -1, rc = zero_params_materialize(e);
+    if (!rc)
+        rc = tr_checkpoint_load(e, dir, &it);
+    int rc2 = zero_params_release(e, !rc);
+    rc = rc ? rc : rc2;
     *start = it > 0 ? it : 0;
     if (rc || !lead || quiet)
         return rc;
@@ -90,7 +97,11 @@ static int resume(tr_engine *e, const tr_config *cfg, int lead, int quiet, int *
 static int save(tr_engine *e, const tr_checkpoint_config *ck, int it, int lead, int quiet)
 {
     double t0 = tr_now();
-    int rc = tr_checkpoint_save(e, ck->save, it);
+    int rc = zero_params_materialize(e); /* ZeRO-3: saved whole (staged, then given back) */
+    if (!rc)
+        rc = tr_checkpoint_save(e, ck->save, it);
+    int rc2 = zero_params_release(e, 0);
+    rc = rc ? rc : rc2;
     if (!rc && lead && !quiet) {
         printf("trident: saved checkpoint %s/iter_%07d in %.2f s\n", ck->save, it, tr_now() - t0);
         fflush(stdout);

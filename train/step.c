@@ -184,7 +184,8 @@ static void trace_grad_reductions(tr_engine *e)
 int tr_engine_forward_backward(tr_engine *e, int iteration, double *loss_out)
 {
     const tr_training_config *t = &e->cfg->training;
-    e->k->zero(NULL, e->grads, e->n_params * sizeof(float));
+    if (e->zero < 2) /* ZeRO-2/3: every reduced bucket's window was given back as zeros */
+        e->k->zero(NULL, e->grads, e->n_params * sizeof(float));
     e->split = TR_SPLIT_TRAIN;
     (void)iteration;
     e->first_sample = e->consumed_samples +
@@ -208,6 +209,8 @@ int tr_engine_forward_backward(tr_engine *e, int iteration, double *loss_out)
         rc = tr_dp_start(e->dp, e->M);
     if (!rc)
         rc = tr_pp_run(&e->schedule, e->world.pp, &ops, e->tracing ? &e->trace : NULL);
+    if (!rc) /* ZeRO-3: prefetches nobody used */
+        rc = tr_dp_params_release_all(e->dp);
     if (!rc)
         rc = reduce_gradients(e);
     if (!rc && e->tracing)
@@ -230,7 +233,10 @@ static void adamw_piece(void *ctx, size_t offset, size_t count, size_t shard_off
 {
     adamw_ctx *c = ctx;
     const tr_training_config *t = &c->e->cfg->training;
-    c->e->k->adamw(NULL, c->e->params + offset, c->e->grads + offset, c->e->adam_m + shard_offset,
+    /* ZeRO-2: the reduced gradient is in the compact shard; ZeRO-3: the parameters too */
+    float *p = c->e->shard_params ? c->e->shard_params + shard_offset : c->e->params + offset;
+    float *g = c->e->shard_grads ? c->e->shard_grads + shard_offset : c->e->grads + offset;
+    c->e->k->adamw(NULL, p, g, c->e->adam_m + shard_offset,
                    c->e->adam_v + shard_offset, count, c->lr, (float)t->adam_beta1,
                    (float)t->adam_beta2, (float)t->adam_eps,
                    c->t->weight_decay ? (float)t->weight_decay : 0.0f, c->grad_scale, c->step);
@@ -313,7 +319,8 @@ int tr_engine_evaluate(tr_engine *e, double *val_loss)
         sft_sum += e->loss_sum;
     }
     engine_set_grad_hooks(e, 1);
-    if (rc)
+    int rc2 = tr_dp_params_release_all(e->dp); /* ZeRO-3: prefetches nobody used */
+    if (rc || (rc = rc2))
         return rc;
     if (e->sft)
         return engine_sft_loss(e, sft_sum, e->weight_sum, val_loss);

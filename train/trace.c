@@ -123,6 +123,13 @@ int train_dump_gradients(tr_engine *e, const char *dir)
         return TR_ERR_NOMEM;
     }
     e->k->to_host(NULL, host, e->grads, e->n_params * sizeof(float)); /* device memory on GPUs */
+    if (e->shard_grads) { /* ZeRO-2/3: the reduced gradient is the compact shard */
+        size_t n_own = 0;
+        const tr_dp_shard_range *own = tr_dp_shard_ranges(e->dp, &n_own);
+        for (size_t i = 0; i < n_own; i++)
+            e->k->to_host(NULL, host + own[i].offset, e->shard_grads + own[i].shard_offset,
+                          own[i].count * sizeof(float));
+    }
     size_t n = fwrite(host, sizeof(float), e->n_params, f);
     tr_free(host);
     if ((rc = train_close_file(f, dir, name)))

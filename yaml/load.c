@@ -416,6 +416,10 @@ int tr_config_load_string(const char *text, size_t len, const char *name,
     }
     if (!rc)
         rc = config_validate(out);
+    if (!rc) { /* one spelling of the ZeRO stage from here on (config.yaml reloads the same) */
+        out->parallel.zero_stage = tr_zero_stage(&out->parallel);
+        out->parallel.use_distributed_optimizer = out->parallel.zero_stage >= 1;
+    }
     loader_free(&L);
     if (rc)
         tr_config_free(out);

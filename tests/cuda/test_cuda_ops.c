@@ -161,6 +161,11 @@ static void test_elementwise(const tr_kernels *k)
     got = back(k, da, n);
     compare("scale", k, got, y, n, TOL_FP32);
     free(got);
+    CPU->scale_rows(NULL, y, b, (int)n, 1); /* n rows of one column */
+    k->scale_rows(NULL, da, db, (int)n, 1);
+    got = back(k, da, n);
+    compare("scale_rows", k, got, y, n, TOL_FP32);
+    free(got);
     CPU->gelu_forward(NULL, ref, b, n);
     k->gelu_forward(NULL, dout, db, n);
     got = back(k, dout, n);
@@ -235,24 +240,30 @@ static void test_layernorm(const tr_kernels *k, int N, int C)
 
 /* ---------------------------------------------------------------- attention */
 
-static void test_attention(const tr_kernels *k, int B, int T, int NH, int HS)
+/* packed: segment ids (runs of 7, 12, 17, ... tokens per row b) restrict the attention */
+static void test_attention(const tr_kernels *k, int B, int T, int NH, int HS, int packed)
 {
     int C = NH * HS;
     size_t nqkv = (size_t)B * T * 3 * C, nout = (size_t)B * T * C,
            natt = (size_t)B * NH * T * T;
+    int32_t *seg = packed ? malloc((size_t)B * T * sizeof *seg) : NULL;
+    for (int i = 0; packed && i < B * T; i++)
+        seg[i] = (i % T) / (7 + 5 * (i / T));
+    int32_t *gseg = packed ? dev(k, seg, (size_t)B * T * sizeof *seg) : NULL;
     float *qkv = host(nqkv, -1, 1), *dout = host(nout, -1, 1);
     float *out = malloc(nout * 4), *att = malloc(natt * 4), *datt = malloc(natt * 4),
           *dqkv = malloc(nqkv * 4);
-    CPU->attention_forward(NULL, out, att, qkv, B, T, NH, HS, NULL);
+    CPU->attention_forward(NULL, out, att, qkv, B, T, NH, HS, seg);
     CPU->attention_backward(NULL, dqkv, datt, dout, qkv, att, B, T, NH, HS);
     float *gqkv = dev(k, qkv, nqkv * 4), *gdout = dev(k, dout, nout * 4),
           *gout = dev(k, NULL, nout * 4), *gatt = dev(k, NULL, natt * 4),
           *gdatt = dev(k, NULL, natt * 4), *gdqkv = dev(k, NULL, nqkv * 4);
-    k->attention_forward(NULL, gout, gatt, gqkv, B, T, NH, HS, NULL);
+    k->attention_forward(NULL, gout, gatt, gqkv, B, T, NH, HS, gseg);
     k->attention_backward(NULL, gdqkv, gdatt, gdout, gqkv, gatt, B, T, NH, HS);
     char what[80];
     float *got;
-    snprintf(what, sizeof what, "attention out B%d T%d NH%d HS%d", B, T, NH, HS);
+    snprintf(what, sizeof what, "attention%s out B%d T%d NH%d HS%d", packed ? " (packed)" : "",
+             B, T, NH, HS);
     got = back(k, gout, nout);
     compare(what, k, got, out, nout, tol_of(k));
     free(got);
@@ -266,6 +277,8 @@ static void test_attention(const tr_kernels *k, int B, int T, int NH, int HS)
     free(got);
     k->free(gqkv), k->free(gdout), k->free(gout), k->free(gatt), k->free(gdatt), k->free(gdqkv);
     free(qkv), free(dout), free(out), free(att), free(datt), free(dqkv);
+    if (packed)
+        k->free(gseg), free(seg);
 }
 
 /* Generation: n new positions after `past` cached ones against the CPU twin; the outputs and
@@ -558,10 +571,12 @@ int main(void)
     test_elementwise(F32);
     test_layernorm(F32, 513, 768);
     test_layernorm(F32, 7, 33);
-    test_attention(F32, 2, 64, 4, 16);
-    test_attention(F32, 1, 257, 2, 64);
-    test_attention(BF16, 2, 64, 4, 16);
-    test_attention(BF16, 1, 257, 2, 64);
+    test_attention(F32, 2, 64, 4, 16, 0);
+    test_attention(F32, 1, 257, 2, 64, 0);
+    test_attention(BF16, 2, 64, 4, 16, 0);
+    test_attention(BF16, 1, 257, 2, 64, 0);
+    test_attention(F32, 2, 64, 4, 16, 1);
+    test_attention(BF16, 2, 70, 2, 16, 1);
     test_attention_decode(F32, 2, 3, 5, 16, 4, 16);   /* a few new positions after a cache */
     test_attention_decode(F32, 1, 1, 200, 257, 2, 64); /* one token after 200 */
     test_attention_decode(F32, 2, 64, 0, 64, 4, 16);  /* a prompt at once */
