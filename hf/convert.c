@@ -73,8 +73,9 @@ static int out_end(const out_dir *o, int rc)
 
 /* ------------------------------------------------------------------ the whole model */
 
-/* One model holding every layer, no TP, bound to host memory *params (free with free()). */
-static int whole_model(const tr_model_config *m, tr_gpt **g, float **params)
+/* One model holding every layer, no TP, bound to host memory *params (free with free()).
+ * family: m's Llama / Bloom switches apply (else GPT-2). */
+static int whole_model(const tr_model_config *m, int family, tr_gpt **g, float **params)
 {
     tr_gpt_shape s = {
         .num_layers = m->num_layers, .C = m->hidden_size, .NH = m->num_attention_heads,
@@ -82,6 +83,8 @@ static int whole_model(const tr_model_config *m, tr_gpt **g, float **params)
         .V = m->vocab_size, .Vp = m->vocab_size, .eps = 1e-5f, .init_std = 0.02f,
         .layer_first = 0, .layer_count = m->num_layers, .is_first = 1, .is_last = 1,
         .tp_size = 1, .tp_rank = 0};
+    if (family != TR_HF_GPT2)
+        tr_gpt_shape_family(m, &s);
     *g = NULL;
     *params = NULL;
     int rc = tr_gpt_create(&s, tr_kernels_cpu(), NULL, g);
@@ -104,12 +107,26 @@ int tr_hf_import(const char *hf_dir, const char *ckpt_dir, tr_model_config *mode
     tr_gpt *g = NULL;
     float *params = NULL;
     out_dir o;
-    int rc = tr_hf_read_gpt2_config(hf_dir, &c);
+    int family = TR_HF_GPT2;
+    int rc = tr_hf_read_family_config(hf_dir, &m, &family);
+    if (!rc && family != TR_HF_GPT2) { /* Llama, Bloom */
+        if (!(rc = whole_model(&m, family, &g, &params)))
+            rc = tr_hf_load_family(hf_dir, family, g, params);
+        if (!rc && !(rc = out_begin(ckpt_dir, &o)))
+            rc = out_end(&o, tr_checkpoint_save_model(o.tmp, g, params));
+        tr_gpt_free(g);
+        free(params);
+        if (!rc && model)
+            *model = m;
+        return rc;
+    }
+    if (!rc)
+        rc = tr_hf_read_gpt2_config(hf_dir, &c);
     if (!rc)
         rc = hf_gpt2_check_files(hf_dir, &c);
     if (!rc) {
         tr_hf_gpt2_model_config(&c, &m);
-        rc = whole_model(&m, &g, &params);
+        rc = whole_model(&m, TR_HF_GPT2, &g, &params);
     }
     if (!rc)
         rc = tr_hf_load_gpt2(hf_dir, g, params);
@@ -223,7 +240,7 @@ int tr_hf_export(const char *ckpt_dir, const char *hf_dir, const tr_hf_export_op
     out_dir od;
     int rc = tr_checkpoint_read_model(ckpt_dir, &m, &it);
     if (!rc)
-        rc = whole_model(&m, &g, &params);
+        rc = whole_model(&m, TR_HF_GPT2, &g, &params);
     if (!rc)
         rc = tr_checkpoint_load_model(ckpt_dir, g, tr_kernels_cpu(), params, &it);
     if (!rc && !(rc = out_begin(hf_dir, &od))) {

@@ -59,7 +59,8 @@ static int check_architecture(json_t *root, const char *path, int n_embd)
 {
     json_t *v = json_object_get(root, "model_type");
     if (v && (!json_is_string(v) || strcmp(json_string_value(v), "gpt2")))
-        return config_error(path, "model_type", "is not \"gpt2\" (trident converts GPT-2 models)");
+        return config_error(path, "model_type", "is not \"gpt2\", \"llama\" or \"bloom\" (the "
+                                                "families trident converts)");
     if ((v = json_object_get(root, "architectures")) && !json_is_null(v)) {
         int ok = 0;
         for (size_t i = 0; json_is_array(v) && i < json_array_size(v); i++) {
@@ -188,7 +189,7 @@ int tr_hf_gpt2_map(const tr_param_tensor *t, int V, tr_hf_tensor_map *out)
         snprintf(out->name, sizeof out->name, "transformer.h.%d.%s", layer, hf);
     else
         snprintf(out->name, sizeof out->name, "transformer.%s", hf);
-    uint64_t rows = t->word_embedding ? (uint64_t)V : (uint64_t)t->full_rows;
+    uint64_t rows = t->vocab_rows ? (uint64_t)V : (uint64_t)t->full_rows;
     uint64_t cols = (uint64_t)t->full_cols;
     if (cols == 1) { /* vectors */
         out->ndim = 1;

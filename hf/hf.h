@@ -156,6 +156,24 @@ TR_MUST_CHECK int tr_hf_from_trident(const tr_hf_tensor_map *m, const tr_param_t
  * one, and one that is not part of a GPT-2 of this size (naming it). */
 TR_MUST_CHECK int tr_hf_load_gpt2(const char *dir, tr_gpt *g, float *params);
 
+/* ------------------------------------------------------------------ Llama and Bloom
+ * LlamaForCausalLM: q_proj, k_proj, v_proj (NH, NG, NG heads of HS rows) -> qkv rows
+ * (group, {q_0 .. q_R-1, k, v}, d); gate_proj, up_proj -> fc rows (feature, {gate, up});
+ * o_proj, down_proj, the norms, embed_tokens, lm_head (output_layer; tied when
+ * tie_word_embeddings) the same layout. BloomForCausalLM: every tensor the same layout
+ * (query_key_value is already (head, {q, k, v}, d)); word_embeddings_layernorm -> emb_ln;
+ * lm_head tied. Unsupported settings (rope_scaling, attention_bias, pretraining_tp > 1,
+ * apply_residual_connection_post_layernorm, hidden_act other than silu) are refused by name. */
+enum { TR_HF_GPT2, TR_HF_LLAMA, TR_HF_BLOOM };
+/* DIR/config.json: *family from model_type ("llama", "bloom"; anything else TR_HF_GPT2 with
+ * *m untouched beyond zeroing: read it with tr_hf_read_gpt2_config); for Llama / Bloom *m is
+ * the whole model section (seq_length = max_position_embeddings; Bloom's 2048 unless
+ * config.json has seq_length). */
+TR_MUST_CHECK int tr_hf_read_family_config(const char *dir, tr_model_config *m, int *family);
+/* The weights of a Llama / Bloom folder into a whole model g (one stage, TP 1) bound to
+ * host memory params; a missing, misshapen or foreign tensor refused by name. */
+TR_MUST_CHECK int tr_hf_load_family(const char *dir, int family, tr_gpt *g, float *params);
+
 /* ------------------------------------------------------------------ conversion */
 
 typedef struct {

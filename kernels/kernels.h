@@ -117,10 +117,12 @@ typedef struct tr_kernels {
     /* Causal attention with grouped query heads and optional ALiBi. qkv (B, T, NG, R+2, HS),
      * R = NH/NG: group g holds query heads gR .. gR+R-1, then the key and the value head they
      * share; out (B, T, NH, HS); att (B, NH, T, T). alibi: NULL or NH slopes (backend memory):
-     * score(i, j) = q_i.k_j / sqrt(HS) + slope_h * (j - i). With NG = NH and no alibi it is
-     * attention_forward / attention_backward (same layout, same results). */
+     * score(i, j) = q_i.k_j / sqrt(HS) + slope_h * (j - i); segments as attention_forward's.
+     * With NG = NH and no alibi it is attention_forward / attention_backward (same layout,
+     * same results). */
     void (*attention_gqa_forward)(tr_stream s, float *out, float *att, const float *qkv,
-                                  const float *alibi, int B, int T, int NH, int NG, int HS);
+                                  const float *alibi, int B, int T, int NH, int NG, int HS,
+                                  const int32_t *segments);
     void (*attention_gqa_backward)(tr_stream s, float *dqkv, float *datt, const float *dout,
                                    const float *qkv, const float *att, int B, int T, int NH,
                                    int NG, int HS);
@@ -185,8 +187,22 @@ void tr_kernels_cpu_set_threads(int threads);
  * caller. */
 void tr_kernels_cpu_parallel_for(size_t n, void (*fn)(void *ctx, size_t i), void *ctx);
 
-/* The table for a backend name ("cpu", "cuda"); NULL with the error set when the backend
- * is unknown or not built in. */
+/* The CPU backend with 16-bit storage emulated (training.precision bf16 | fp16 on the CPU),
+ * format "bf16" or "fp16" (NULL otherwise), named "cpu-bf16" / "cpu-fp16": the same ops, but
+ * each reads its GEMM operands and the parameters it applies (LayerNorm / RMSNorm weight and
+ * bias, biases, wpe; embedding rows) rounded to the format, computes in fp32, and rounds the
+ * outputs it keeps (activations, activation gradients, parameter gradients; accumulating ops
+ * round the sum) to the format. fp16 overflows to infinity past 65504. Unrounded: the fp32
+ * statistics (mean, rstd, row max, sum of exponentials, losses), the cross-entropy's other
+ * pieces, generation, AdamW (fp32 master weights and moments) and sumsq. The GEMMs of the
+ * CUDA backend's bf16 mode read their operands the same way (its twin on a CPU). */
+const tr_kernels *tr_kernels_cpu_rounded(const char *format);
+/* Round to nearest, ties to even, to bf16 / fp16 and back to fp32 (NaN stays NaN). */
+float tr_round_bf16(float x);
+float tr_round_fp16(float x);
+
+/* The table for a backend name ("cpu", "cpu-bf16", "cpu-fp16", "cuda", "cuda-fp32"); NULL
+ * with the error set when the backend is unknown or not built in. */
 const tr_kernels *tr_kernels_get(const char *name);
 
 #endif

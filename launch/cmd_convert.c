@@ -80,6 +80,23 @@ static void print_model_section(const tr_model_config *m)
            "  max_position_embeddings: %d\n",
            m->num_layers, m->hidden_size, m->num_attention_heads, m->vocab_size,
            m->max_position_embeddings);
+    if (m->normalization) /* Llama, Bloom */
+        printf("  seq_length: %d\n"
+               "  layernorm_epsilon: %.9g\n"
+               "  normalization: %s\n"
+               "  position_embedding_type: %s\n"
+               "  swiglu: %s\n"
+               "  ffn_hidden_size: %d\n"
+               "  num_query_groups: %d\n"
+               "  untie_embeddings_and_output_weights: %s\n"
+               "  add_bias_linear: %s\n"
+               "  embedding_layernorm: %s\n",
+               m->seq_length, m->layernorm_epsilon, m->normalization, m->position_embedding_type,
+               m->swiglu ? "true" : "false", m->ffn_hidden_size, m->num_query_groups,
+               m->untie_embeddings_and_output_weights ? "true" : "false",
+               m->add_bias_linear ? "true" : "false", m->embedding_layernorm ? "true" : "false");
+    if (m->normalization && !strcmp(m->position_embedding_type, "rope"))
+        printf("  rotary_base: %.9g\n", m->rotary_base);
 }
 
 int tr_cmd_convert(int argc, char **argv)

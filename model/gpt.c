@@ -17,6 +17,31 @@ int tr_gpt_padded_vocab(const tr_model_config *m, int tp)
     return vp <= INT_MAX ? (int)vp : 0;
 }
 
+void tr_gpt_shape_family(const tr_model_config *m, tr_gpt_shape *s)
+{
+    s->rmsnorm = m->normalization && !strcmp(m->normalization, "RMSNorm");
+    s->position = !m->position_embedding_type                        ? TR_POS_LEARNED
+                  : !strcmp(m->position_embedding_type, "rope")  ? TR_POS_ROPE
+                  : !strcmp(m->position_embedding_type, "alibi") ? TR_POS_ALIBI
+                                                                 : TR_POS_LEARNED;
+    int hs = m->num_attention_heads > 0 ? m->hidden_size / m->num_attention_heads : 0;
+    s->rotary_dims = s->position == TR_POS_ROPE ? (int)(hs * m->rotary_percent) : 0;
+    s->rotary_base = s->position == TR_POS_ROPE ? (float)m->rotary_base : 0.0f;
+    s->swiglu = m->swiglu;
+    s->ffn = m->ffn_hidden_size == 4 * m->hidden_size ? 0 : m->ffn_hidden_size;
+    s->query_groups = m->num_query_groups == m->num_attention_heads ? 0 : m->num_query_groups;
+    s->untie = m->untie_embeddings_and_output_weights;
+    s->no_linear_bias = !m->add_bias_linear;
+    s->embedding_ln = m->embedding_layernorm;
+}
+
+int tr_gpt_is_gpt2(const tr_gpt_shape *s)
+{
+    return !s->rmsnorm && s->position == TR_POS_LEARNED && !s->swiglu &&
+           (!s->ffn || s->ffn == 4 * s->C) && (!s->query_groups || s->query_groups == s->NH) &&
+           !s->untie && !s->no_linear_bias && !s->embedding_ln;
+}
+
 int tr_gpt_shape_from_config(const tr_config *cfg, int layer_first, int layer_count,
                              int tp_rank, tr_gpt_shape *out)
 {
@@ -63,6 +88,7 @@ int tr_gpt_shape_from_config(const tr_config *cfg, int layer_first, int layer_co
     out->sequence_parallel = tp > 1 && p->sequence_parallel;
     out->recompute = !strcmp(cfg->training.recompute, "full");
     out->recompute_attention = !strcmp(cfg->training.recompute, "selective");
+    tr_gpt_shape_family(m, out);
     return TR_OK;
 }
 
@@ -107,6 +133,16 @@ static int check_shape(const tr_gpt_shape *s)
         return tr_fail(TR_ERR_INVALID,
                        "tensor-parallel size %d must divide the heads (%d) and the padded "
                        "vocabulary (%d)", s->tp_size, s->NH, s->Vp);
+    int ng = s->query_groups ? s->query_groups : s->NH, f = s->ffn ? s->ffn : 4 * s->C;
+    if (ng < 1 || s->NH % ng || ng % s->tp_size || f < 1 || f % s->tp_size)
+        return tr_fail(TR_ERR_INVALID, "invalid family shape: %d query groups for %d heads, "
+                       "MLP width %d, tensor-parallel size %d", ng, s->NH, f, s->tp_size);
+    if (s->position == TR_POS_ROPE &&
+        (s->rotary_dims < 2 || s->rotary_dims % 2 || s->rotary_dims > s->C / s->NH))
+        return tr_fail(TR_ERR_INVALID, "invalid rotary dimensions %d for head size %d",
+                       s->rotary_dims, s->C / s->NH);
+    if (s->position < TR_POS_LEARNED || s->position > TR_POS_ALIBI)
+        return tr_fail(TR_ERR_INVALID, "invalid position embedding type %d", s->position);
     return TR_OK;
 }
 
@@ -123,19 +159,44 @@ static int check_comm(const tr_gpt_shape *s, const tr_comm *tp_comm)
     return TR_OK;
 }
 
+/* The MLP width, query groups and which layer tensors the family has (g->slot). */
+static void family_sizes(tr_gpt *g)
+{
+    const tr_gpt_shape *s = &g->s;
+    g->Cl = s->C / s->tp_size;
+    g->NHl = s->NH / s->tp_size;
+    g->Vl = s->Vp / s->tp_size;
+    g->HS = s->C / s->NH;
+    g->NG = s->query_groups ? s->query_groups : s->NH;
+    g->NGl = g->NG / s->tp_size;
+    g->QKVl = (g->NHl + 2 * g->NGl) * g->HS;
+    g->F = s->ffn ? s->ffn : 4 * s->C;
+    g->Fl = g->F / s->tp_size;
+    g->Fwl = s->swiglu ? 2 * g->Fl : g->Fl;
+    g->per_layer = 0;
+    for (int j = 0; j < L_COUNT; j++) {
+        int is_bias = j == L_QKV_B || j == L_ATTPROJ_B || j == L_FC_B || j == L_FCPROJ_B;
+        int absent = (is_bias && s->no_linear_bias) ||
+                     (s->rmsnorm && (j == L_LN1_B || j == L_LN2_B));
+        g->slot[j] = absent ? -1 : g->per_layer++;
+    }
+}
+
 static void add_layers(tr_gpt *g)
 {
     static const char *names[L_COUNT] = {
         "ln1.weight",   "ln1.bias",     "qkv.weight", "qkv.bias", "attn_proj.weight",
         "attn_proj.bias", "ln2.weight", "ln2.bias",   "fc.weight", "fc.bias",
         "fc_proj.weight", "fc_proj.bias"};
-    int C = g->s.C;
-    int rows[L_COUNT] = {C, C, 3 * C, 3 * C, C, C, C, C, 4 * C, 4 * C, C, C};
-    int cols[L_COUNT] = {1, 1, C, 1, C, 1, 1, 1, C, 1, 4 * C, 1};
+    int C = g->s.C, qkv = C + 2 * g->NG * g->HS, fc = g->s.swiglu ? 2 * g->F : g->F;
+    int rows[L_COUNT] = {C, C, qkv, qkv, C, C, C, C, fc, fc, C, C};
+    int cols[L_COUNT] = {1, 1, C, 1, C, 1, 1, 1, C, 1, g->F, 1};
     /* column-parallel qkv, fc (weight and bias rows); row-parallel projections (columns) */
     int split[L_COUNT] = {-1, -1, 0, 0, 1, -1, -1, -1, 0, 0, 1, -1};
     for (int i = 0; i < g->s.layer_count; i++)
         for (int j = 0; j < L_COUNT; j++) {
+            if (g->slot[j] < 0)
+                continue;
             char name[48];
             snprintf(name, sizeof name, "layers.%d.%s", g->s.layer_first + i, names[j]);
             int t = add_tensor(g, name, rows[j], cols[j], split[j]);
@@ -144,7 +205,7 @@ static void add_layers(tr_gpt *g)
         }
 }
 
-static int max_tensors(const tr_gpt_shape *s) { return 5 + s->layer_count * L_COUNT; }
+static int max_tensors(const tr_gpt_shape *s) { return 8 + s->layer_count * L_COUNT; }
 
 /* The tensor table of g->s (the embeddings, the layers, the final LN and the head's copy of
  * wte) and each tensor's offset in the flat buffers; g->tensors holds max_tensors(&g->s). */
@@ -152,27 +213,44 @@ static void add_tensors(tr_gpt *g)
 {
     const tr_gpt_shape *s = &g->s;
     int C = s->C;
-    g->wte = g->wpe = g->lnf_w = g->lnf_b = g->head_wte = -1;
+    g->wte = g->wpe = g->lnf_w = g->lnf_b = g->head_wte = g->emb_ln_w = g->emb_ln_b = -1;
+    family_sizes(g);
     if (s->is_first) {
         g->wte = add_tensor(g, "wte", s->Vp, C, 0);
-        g->tensors[g->wte].word_embedding = 1;
+        g->tensors[g->wte].word_embedding = !s->untie;
+        g->tensors[g->wte].vocab_rows = 1;
         /* wpe's gradient is made from all N rows on every rank (see gpt_backward.c) */
-        g->wpe = add_tensor(g, "wpe", s->max_T, C, -1);
+        if (s->position == TR_POS_LEARNED)
+            g->wpe = add_tensor(g, "wpe", s->max_T, C, -1);
+        if (s->embedding_ln) {
+            g->emb_ln_w = add_tensor(g, "emb_ln.weight", C, 1, -1);
+            g->tensors[g->emb_ln_w].tp_grad_allreduce = g->s.sequence_parallel;
+            if (!s->rmsnorm) {
+                g->emb_ln_b = add_tensor(g, "emb_ln.bias", C, 1, -1);
+                g->tensors[g->emb_ln_b].tp_grad_allreduce = g->s.sequence_parallel;
+            }
+        }
     }
     g->layer0 = g->n_tensors;
     add_layers(g);
     if (s->is_last) {
         g->lnf_w = add_tensor(g, "lnf.weight", C, 1, -1);
-        g->lnf_b = add_tensor(g, "lnf.bias", C, 1, -1);
         g->tensors[g->lnf_w].tp_grad_allreduce = g->s.sequence_parallel;
-        g->tensors[g->lnf_b].tp_grad_allreduce = g->s.sequence_parallel;
-        if (s->is_first) {
+        if (!s->rmsnorm) {
+            g->lnf_b = add_tensor(g, "lnf.bias", C, 1, -1);
+            g->tensors[g->lnf_b].tp_grad_allreduce = g->s.sequence_parallel;
+        }
+        if (s->untie) { /* its own vocab-parallel output layer */
+            g->head_wte = add_tensor(g, "output_layer", s->Vp, C, 0);
+            g->tensors[g->head_wte].vocab_rows = 1;
+        } else if (s->is_first) {
             g->head_wte = g->wte;
         } else {
             /* the tied head's own copy: same name, so identical initial values; the first
              * stage's copy is the one counted in the gradient norm */
             g->head_wte = add_tensor(g, "wte", s->Vp, C, 0);
             g->tensors[g->head_wte].word_embedding = 1;
+            g->tensors[g->head_wte].vocab_rows = 1;
             g->tensors[g->head_wte].count_in_norm = 0;
         }
     }
@@ -196,6 +274,74 @@ int tr_gpt_count_params(const tr_gpt_shape *shape, size_t *n_params)
     add_tensors(&g);
     *n_params = g.n_params;
     tr_free(g.tensors);
+    return TR_OK;
+}
+
+/* Bloom's ALiBi slopes of n heads (transformers' build_alibi_tensor): for the largest power
+ * of two p <= n, base^1 .. base^p with base = 2^(-8/p); the n - p others are the odd powers
+ * 1, 3, 5, ... of 2^(-4/p) (the base of 2p heads). */
+static double alibi_slope(int n, int h)
+{
+    int p = 1;
+    while (p * 2 <= n)
+        p *= 2;
+    if (h < p)
+        return pow(pow(2.0, -8.0 / p), h + 1);
+    return pow(pow(2.0, -4.0 / p), 2 * (h - p) + 1);
+}
+
+/* The rope cos/sin tables (angles as Hugging Face Llama makes them, in fp32) and this rank's
+ * ALiBi slopes, in backend memory; the family's ops must exist in the backend. */
+static int family_tables(tr_gpt *g)
+{
+    const tr_gpt_shape *s = &g->s;
+    const tr_kernels *k = g->k;
+    struct { int needed; const void *op; const char *name; } ops[] = {
+        {s->rmsnorm, (const void *)k->rmsnorm_forward, "RMSNorm"},
+        {s->rmsnorm, (const void *)k->rmsnorm_backward, "RMSNorm"},
+        {s->swiglu, (const void *)k->swiglu_forward, "SwiGLU"},
+        {s->swiglu, (const void *)k->swiglu_backward, "SwiGLU"},
+        {s->position == TR_POS_ROPE, (const void *)k->rope, "rotary embedding"},
+        {uses_gqa_attention(g) || s->position == TR_POS_ALIBI,
+         (const void *)k->attention_gqa_forward, "grouped-query / ALiBi attention"},
+        {uses_gqa_attention(g) || s->position == TR_POS_ALIBI,
+         (const void *)k->attention_gqa_backward, "grouped-query / ALiBi attention"}};
+    for (size_t i = 0; i < sizeof ops / sizeof ops[0]; i++)
+        if (ops[i].needed && !ops[i].op)
+            return tr_fail(TR_ERR_CONFIG, "the %s backend has no %s kernels yet; this model "
+                           "family runs on training.device cpu", k->name, ops[i].name);
+    if (s->position == TR_POS_ROPE) {
+        int half = s->rotary_dims / 2;
+        size_t n = (size_t)s->T * half;
+        float *host = tr_alloc(2 * n * sizeof(float), "rotary tables");
+        g->rope_cos = k->alloc(n * sizeof(float));
+        g->rope_sin = k->alloc(n * sizeof(float));
+        if (!host || !g->rope_cos || !g->rope_sin) {
+            tr_free(host);
+            return tr_fail(TR_ERR_NOMEM, "out of memory for the rotary tables");
+        }
+        for (int i = 0; i < half; i++) {
+            float inv_freq = (float)(1.0 / pow(s->rotary_base, (float)(2 * i) / (float)s->rotary_dims));
+            for (int t = 0; t < s->T; t++) {
+                float angle = (float)t * inv_freq;
+                host[(size_t)t * half + i] = (float)cos(angle);
+                host[n + (size_t)t * half + i] = (float)sin(angle);
+            }
+        }
+        k->to_device(NULL, g->rope_cos, host, n * sizeof(float));
+        k->to_device(NULL, g->rope_sin, host + n, n * sizeof(float));
+        tr_free(host);
+    }
+    if (s->position == TR_POS_ALIBI) {
+        float host[1024];
+        if (g->NHl > 1024)
+            return tr_fail(TR_ERR_INVALID, "ALiBi with %d heads per rank (at most 1024)", g->NHl);
+        for (int h = 0; h < g->NHl; h++)
+            host[h] = (float)alibi_slope(s->NH, s->tp_rank * g->NHl + h);
+        if (!(g->alibi = k->alloc((size_t)g->NHl * sizeof(float))))
+            return tr_fail(TR_ERR_NOMEM, "out of memory for the ALiBi slopes");
+        k->to_device(NULL, g->alibi, host, (size_t)g->NHl * sizeof(float));
+    }
     return TR_OK;
 }
 
@@ -230,12 +376,16 @@ int tr_gpt_create(const tr_gpt_shape *shape, const tr_kernels *k, tr_comm *tp_co
     }
     add_tensors(g);
     for (int l = 0; l < s->layer_count; l++)
-        g->layer_ranges[l] = tensors_range(g, g->layer0 + l * L_COUNT,
-                                           g->layer0 + (l + 1) * L_COUNT - 1);
-    if (s->is_last)
-        g->head_range = tensors_range(g, g->lnf_w, s->is_first ? g->lnf_b : g->head_wte);
-    if (s->is_first)
-        g->embedding_range = tensors_range(g, g->wte, g->wpe);
+        g->layer_ranges[l] = tensors_range(g, g->layer0 + l * g->per_layer,
+                                           g->layer0 + (l + 1) * g->per_layer - 1);
+    if (s->is_last) /* the final norm and the head's weight are the last tensors */
+        g->head_range = tensors_range(g, g->lnf_w, g->n_tensors - 1);
+    if (s->is_first) /* wte, wpe, emb_ln: everything before the layers */
+        g->embedding_range = tensors_range(g, g->wte, g->layer0 - 1);
+    if ((rc = family_tables(g))) {
+        tr_gpt_free(g);
+        return rc;
+    }
     *out = g;
     return TR_OK;
 }
@@ -246,6 +396,9 @@ void tr_gpt_free(tr_gpt *g)
         return;
     g->k->free(g->scratch.memory);
     g->k->free(g->scratch.layer_memory);
+    g->k->free(g->rope_cos);
+    g->k->free(g->rope_sin);
+    g->k->free(g->alibi);
     tr_free(g->losses_host);
     tr_free(g->layer_ranges);
     tr_free(g->tensors);
@@ -296,7 +449,8 @@ static int init_kind(const char *name, float *std, const tr_gpt_shape *s)
     size_t n = strlen(name);
     if (n > 5 && !strcmp(name + n - 5, ".bias"))
         return 0; /* zeros */
-    if (strstr(name, "ln") == name || strstr(name, ".ln") || !strncmp(name, "lnf", 3))
+    if (strstr(name, "ln") == name || strstr(name, ".ln") || !strncmp(name, "lnf", 3) ||
+        !strncmp(name, "emb_ln", 6))
         return 1; /* ones */
     *std = s->init_std;
     if (strstr(name, "attn_proj.weight") || strstr(name, "fc_proj.weight"))

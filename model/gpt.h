@@ -1,6 +1,15 @@
-/* model/ — GPT-2: one pipeline stage's parameters and the forward/backward of its layers.
+/* model/ — GPT-2, Llama and Bloom: one pipeline stage's parameters and the forward/backward
+ * of its layers.
  *
  * Contract:
+ *  - Families (the shape's family fields; all zero = GPT-2, exactly as below): RMSNorm for
+ *    every norm (no biases), rotary positions on q and k after the qkv projection (no wpe),
+ *    or ALiBi slopes inside the attention (no wpe; slopes sharded with the heads); SwiGLU
+ *    MLP (fc.weight (2F, C) with rows interleaved (feature, {gate, up}), so a row shard is
+ *    whole features: gate and up column-parallel together), MLP width F; grouped-query
+ *    attention (qkv rows (group, {q_0 .. q_R-1, k, v}, d), R = NH/NG: a TP shard is whole
+ *    groups); untied output_layer (Vp, C) vocab-parallel; no linear biases; a norm after the
+ *    word embedding (emb_ln, Bloom). Sequence parallelism works the same for every norm.
  *  - Architecture: learned positions, pre-LN blocks (LN -> causal self-attention -> residual,
  *    LN -> MLP 4h with tanh-GELU -> residual), final LN, LM head tied to the token embedding,
  *    vocabulary padded up to a multiple of make_vocab_size_divisible_by x tp_size.
@@ -73,7 +82,22 @@ typedef struct {
                               * probabilities (B, NH, T, T) of a layer are not kept; backward
                               * recomputes them from the stored qkv. The linear layers' inputs
                               * stay stored. Results are bit-identical to none. */
+    /* family (model.* keys; zero = GPT-2) */
+    int rmsnorm;          /* normalization RMSNorm */
+    int position;         /* TR_POS_LEARNED (wpe), TR_POS_ROPE, TR_POS_ALIBI */
+    int rotary_dims;      /* rope: rotated dims of each head (even, <= head size) */
+    float rotary_base;    /* rope: theta_i = base^(-2i / rotary_dims) */
+    int swiglu;           /* MLP = fc_proj(silu(gate) * up) */
+    int ffn;              /* MLP width F; 0 = 4C */
+    int query_groups;     /* NG (K/V heads); 0 = NH */
+    int untie;            /* own output_layer instead of the tied wte */
+    int no_linear_bias;   /* qkv, attn_proj, fc, fc_proj without biases */
+    int embedding_ln;     /* emb_ln after the word embedding (positions) */
 } tr_gpt_shape;
+
+enum { TR_POS_LEARNED = 0, TR_POS_ROPE = 1, TR_POS_ALIBI = 2 };
+/* GPT-2 exactly (no family field set): generation and the GPT-2 converter need it. */
+int tr_gpt_is_gpt2(const tr_gpt_shape *s);
 
 typedef struct {
     char name[48];
@@ -85,7 +109,10 @@ typedef struct {
     int split_dim;        /* -1 replicated over TP, 0 rows split, 1 columns split */
     int full_rows, full_cols; /* the unsharded shape */
     int tp_grad_allreduce; /* 1: under SP its gradient is partial per TP rank (all-reduce it) */
-    int word_embedding;   /* 1 for wte (either copy): all-reduced over the embedding group */
+    int word_embedding;   /* 1 for the tied wte (either copy): all-reduced over the embedding
+                           * group */
+    int vocab_rows;       /* rows are the padded vocabulary (wte, output_layer): a checkpoint
+                           * keeps the V real ones */
     int count_in_norm;    /* 1 if this rank counts it in the global gradient norm */
     float *param, *grad;  /* views, valid after tr_gpt_bind() */
 } tr_param_tensor;
@@ -97,6 +124,9 @@ typedef struct tr_gpt_acts tr_gpt_acts;
  * make_vocab_size_divisible_by x tp. The one definition: the stage shape, plan/ and the
  * reports all call it. 0 when it does not fit in an int. */
 int tr_gpt_padded_vocab(const tr_model_config *m, int tp);
+
+/* The family fields of a shape (rmsnorm .. embedding_ln) from the model.* keys. */
+void tr_gpt_shape_family(const tr_model_config *m, tr_gpt_shape *s);
 
 /* Shape of the stage holding layers [layer_first, +layer_count) of the configured model, on
  * TP rank tp_rank (tp size and sequence_parallel from cfg->parallel). */

@@ -24,8 +24,9 @@ static size_t layer_acts_floats(const tr_gpt *g, int B)
     gpt_rows(g, B, &first, &Nl_);
     size_t N = (size_t)B * g->s.T, Nl = (size_t)Nl_, C = g->s.C, Cl = g->Cl;
     size_t att = g->s.recompute_attention ? 0 : (size_t)B * g->NHl * g->s.T * g->s.T;
-    size_t sizes[] = {N * C,  Nl,     Nl, N * 3 * Cl, N * Cl,     att,        Nl * C,
-                      N * C,  Nl,     Nl, N * 4 * Cl, N * 4 * Cl, Nl * C};
+    size_t Q = (size_t)g->QKVl, Fw = (size_t)g->Fwl, F = (size_t)g->Fl;
+    size_t sizes[] = {N * C,  Nl,     Nl, N * Q,  N * Cl,     att,        Nl * C,
+                      N * C,  Nl,     Nl, N * Fw, N * F,      Nl * C};
     size_t total = 0;
     for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++)
         total += padded(sizes[i]);
@@ -44,15 +45,15 @@ static void layer_acts_carve(const tr_gpt *g, int B, layer_acts *L, float **c, i
         L->ln1 = take(c, N * C);
         L->ln1_mean = take(c, Nl);
         L->ln1_rstd = take(c, Nl);
-        L->qkv = take(c, N * 3 * Cl);
+        L->qkv = take(c, N * (size_t)g->QKVl);
         L->atty = take(c, N * Cl);
         L->att = att ? take(c, att) : NULL; /* selective: the shared scratch's */
         L->residual2 = take(c, Nl * C);
         L->ln2 = take(c, N * C);
         L->ln2_mean = take(c, Nl);
         L->ln2_rstd = take(c, Nl);
-        L->fch = take(c, N * 4 * Cl);
-        L->fch_gelu = take(c, N * 4 * Cl);
+        L->fch = take(c, N * (size_t)g->Fwl);
+        L->fch_gelu = take(c, N * (size_t)g->Fl);
     }
     L->residual3 = take(c, Nl * C);
 }
@@ -67,13 +68,24 @@ static size_t scratch_floats(const tr_gpt *g, int B)
     size_t att = (size_t)B * g->NHl * s->T * s->T;
     size_t wide = s->tp_size > 1 ? N * C : 0;
     size_t shared_att = s->recompute_attention ? att : 0;
+    size_t Q = (size_t)g->QKVl, Fw = (size_t)g->Fwl, F = (size_t)g->Fl;
     size_t sizes[] = {N,      N * C,      Nl,  Nl,     N * Vl,     3 * N,      N,
-                      N * C,  wide,       N * 3 * Cl, N * Cl, att, N * 4 * Cl, N * 4 * Cl,
+                      N * C,  wide,       N * Q, N * Cl, att, N * Fw, N * F,
                       shared_att};
     size_t total = 0;
     for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++)
         total += padded(sizes[i]);
     return total;
+}
+
+/* Floats of the embedding norm's input and statistics (first stage with embedding_ln). */
+static size_t emb_ln_floats(const tr_gpt *g, int B)
+{
+    int first, Nl;
+    gpt_rows(g, B, &first, &Nl);
+    if (!g->s.is_first || !g->s.embedding_ln)
+        return 0;
+    return padded((size_t)Nl * g->s.C) + 2 * padded((size_t)Nl);
 }
 
 /* Floats of one micro-batch's activation storage. */
@@ -85,7 +97,8 @@ static size_t acts_floats(const tr_gpt *g, int B)
     size_t N = (size_t)B * s->T;
     /* with recompute a micro-batch keeps only each layer's output (the next one's input) */
     size_t per_layer = s->recompute ? padded((size_t)Nl * s->C) : layer_acts_floats(g, B);
-    return padded(N) + 2 * padded((size_t)Nl * s->C) + per_layer * (size_t)s->layer_count;
+    return padded(N) + 2 * padded((size_t)Nl * s->C) + per_layer * (size_t)s->layer_count +
+           emb_ln_floats(g, B);
 }
 
 size_t tr_gpt_activation_bytes(const tr_gpt *g, int B, int n_slots)
@@ -127,11 +140,11 @@ int gpt_scratch_ensure(tr_gpt *g, int B)
     sc->losses = take(&c, N);
     sc->dln = take(&c, N * C);
     sc->wide = take(&c, wide);
-    sc->dqkv = take(&c, N * 3 * Cl);
+    sc->dqkv = take(&c, N * (size_t)g->QKVl);
     sc->datty = take(&c, N * Cl);
     sc->datt = take(&c, att);
-    sc->dfch = take(&c, N * 4 * Cl);
-    sc->dfch_gelu = take(&c, N * 4 * Cl);
+    sc->dfch = take(&c, N * (size_t)g->Fwl);
+    sc->dfch_gelu = take(&c, N * (size_t)g->Fl);
     sc->att = s->recompute_attention ? take(&c, att) : NULL;
     if (s->recompute) {
         sc->layer_memory = g->k->alloc(layer_acts_floats(g, B) * sizeof(float));
@@ -182,6 +195,11 @@ int tr_gpt_acts_create(tr_gpt *g, int B, tr_gpt_acts **out)
     a->dres = take(&c, Nl * C);
     for (int l = 0; l < s->layer_count; l++)
         layer_acts_carve(g, B, &a->layers[l], &c, s->recompute);
+    if (emb_ln_floats(g, B)) {
+        a->emb = take(&c, Nl * C);
+        a->emb_mean = take(&c, Nl);
+        a->emb_rstd = take(&c, Nl);
+    }
     *out = a;
     return TR_OK;
 }

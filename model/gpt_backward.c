@@ -17,18 +17,20 @@ static int layer_backward(tr_gpt *g, int l, const layer_acts *L, const float *x,
     /* MLP: residual3 = residual2 + fc_proj(gelu(fc(ln2(residual2)))) */
     rc = tr_tp_row_linear_backward(tp, sc->dfch_gelu, layer_grad(g, l, L_FCPROJ_W),
                                    layer_grad(g, l, L_FCPROJ_B), dres, L->fch_gelu,
-                                   layer_param(g, l, L_FCPROJ_W), N, 4 * Cl, C, sc->wide);
+                                   layer_param(g, l, L_FCPROJ_W), N, g->Fl, C, sc->wide);
     if (rc)
         return rc;
-    k->gelu_backward(NULL, sc->dfch, L->fch, sc->dfch_gelu, (size_t)N * 4 * Cl);
+    if (g->s.swiglu)
+        k->swiglu_backward(NULL, sc->dfch, L->fch, sc->dfch_gelu, (size_t)N * g->Fl);
+    else
+        k->gelu_backward(NULL, sc->dfch, L->fch, sc->dfch_gelu, (size_t)N * g->Fl);
     rc = tr_tp_column_linear_backward(tp, sc->dln, layer_grad(g, l, L_FC_W),
                                       layer_grad(g, l, L_FC_B), sc->dfch, L->ln2,
-                                      layer_param(g, l, L_FC_W), N, C, 4 * Cl);
+                                      layer_param(g, l, L_FC_W), N, C, g->Fwl);
     if (rc)
         return rc;
-    k->layernorm_backward(NULL, dres, layer_grad(g, l, L_LN2_W), layer_grad(g, l, L_LN2_B),
-                          dln_own, L->residual2, layer_param(g, l, L_LN2_W), L->ln2_mean,
-                          L->ln2_rstd, Nl, C);
+    norm_backward(g, dres, layer_grad(g, l, L_LN2_W), layer_grad(g, l, L_LN2_B), dln_own,
+                  L->residual2, layer_param(g, l, L_LN2_W), L->ln2_mean, L->ln2_rstd, Nl);
     /* attention: residual2 = x + attn_proj(attention(qkv(ln1(x)))) */
     rc = tr_tp_row_linear_backward(tp, sc->datty, layer_grad(g, l, L_ATTPROJ_W),
                                    layer_grad(g, l, L_ATTPROJ_B), dres, L->atty,
@@ -36,22 +38,33 @@ static int layer_backward(tr_gpt *g, int l, const layer_acts *L, const float *x,
     if (rc)
         return rc;
     const float *att = L->att;
+    int gqa = uses_gqa_attention(g);
     if (!att) { /* selective recompute: the probabilities again, from the stored qkv (the
                  * output goes to dqkv, which attention_backward overwrites next) */
-        k->attention_forward(NULL, sc->dqkv, sc->att, L->qkv, B, T, g->NHl, C / g->s.NH,
-                             g->segments);
+        if (gqa)
+            k->attention_gqa_forward(NULL, sc->dqkv, sc->att, L->qkv, g->alibi, B, T, g->NHl,
+                                     g->NGl, g->HS, g->segments);
+        else
+            k->attention_forward(NULL, sc->dqkv, sc->att, L->qkv, B, T, g->NHl, g->HS,
+                                 g->segments);
         att = sc->att;
     }
-    k->attention_backward(NULL, sc->dqkv, sc->datt, sc->datty, L->qkv, att, B, T, g->NHl,
-                          C / g->s.NH);
+    if (gqa)
+        k->attention_gqa_backward(NULL, sc->dqkv, sc->datt, sc->datty, L->qkv, att, B, T,
+                                  g->NHl, g->NGl, g->HS);
+    else
+        k->attention_backward(NULL, sc->dqkv, sc->datt, sc->datty, L->qkv, att, B, T, g->NHl,
+                              g->HS);
+    if (g->s.position == TR_POS_ROPE) /* to the gradient of the unrotated q and k */
+        k->rope(NULL, sc->dqkv, g->rope_cos, g->rope_sin, B, T, g->NGl, g->NHl / g->NGl, g->HS,
+                g->s.rotary_dims, 1);
     rc = tr_tp_column_linear_backward(tp, sc->dln, layer_grad(g, l, L_QKV_W),
                                       layer_grad(g, l, L_QKV_B), sc->dqkv, L->ln1,
-                                      layer_param(g, l, L_QKV_W), N, C, 3 * Cl);
+                                      layer_param(g, l, L_QKV_W), N, C, g->QKVl);
     if (rc)
         return rc;
-    k->layernorm_backward(NULL, dres, layer_grad(g, l, L_LN1_W), layer_grad(g, l, L_LN1_B),
-                          dln_own, x, layer_param(g, l, L_LN1_W), L->ln1_mean, L->ln1_rstd, Nl,
-                          C);
+    norm_backward(g, dres, layer_grad(g, l, L_LN1_W), layer_grad(g, l, L_LN1_B), dln_own, x,
+                  layer_param(g, l, L_LN1_W), L->ln1_mean, L->ln1_rstd, Nl);
     return TR_OK;
 }
 
@@ -88,11 +101,22 @@ int tr_gpt_backward(tr_gpt *g, tr_gpt_acts *a, const float *dhidden_out)
         /* the word embedding needs all N rows' gradient (gathered under SP); positions are
          * then reduced from those same rows, so wpe's gradient is whole on every rank */
         const float *dall = NULL;
-        rc = tr_tp_vocab_embedding_backward(&g->tp, g->tensors[g->wte].grad, dres, a->tokens, N,
+        const float *demb = dres;
+        if (s->embedding_ln) { /* through the embedding norm, into the free dln rows */
+            float *d = g->scratch.dln;
+            k->zero(NULL, d, (size_t)Nl * C * sizeof(float));
+            norm_backward(g, d, g->tensors[g->emb_ln_w].grad,
+                          g->emb_ln_b >= 0 ? g->tensors[g->emb_ln_b].grad : NULL, dres, a->emb,
+                          g->tensors[g->emb_ln_w].param, a->emb_mean, a->emb_rstd, Nl);
+            demb = d;
+        }
+        rc = tr_tp_vocab_embedding_backward(&g->tp, g->tensors[g->wte].grad, demb, a->tokens, N,
                                             C, g->Vl, g->scratch.wide, &dall);
         if (rc)
             return rc;
-        if (a->positions)
+        if (s->position != TR_POS_LEARNED)
+            ; /* no position table */
+        else if (a->positions)
             gpt_position_ids_backward(g, a, dall);
         else
             k->position_backward(NULL, g->tensors[g->wpe].grad, dall, B, T, C);

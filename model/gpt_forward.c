@@ -14,29 +14,39 @@ int gpt_layer_forward(tr_gpt *g, int l, layer_acts *L, const float *x, int B)
     gpt_rows(g, B, &r0, &Nl);
     size_t own = (size_t)r0 * C; /* this rank's rows inside an (N, C) buffer */
     /* attention: residual2 = x + attn_proj(attention(qkv(ln1(x)))) */
-    k->layernorm_forward(NULL, L->ln1 + own, L->ln1_mean, L->ln1_rstd, x,
-                         layer_param(g, l, L_LN1_W), layer_param(g, l, L_LN1_B), Nl, C, g->s.eps);
+    norm_forward(g, L->ln1 + own, L->ln1_mean, L->ln1_rstd, x, layer_param(g, l, L_LN1_W),
+                 layer_param(g, l, L_LN1_B), Nl);
     rc = tr_tp_column_linear_forward(tp, L->qkv, L->ln1, layer_param(g, l, L_QKV_W),
-                                     layer_param(g, l, L_QKV_B), N, C, 3 * Cl, NULL, NULL);
+                                     layer_param(g, l, L_QKV_B), N, C, g->QKVl, NULL, NULL);
     if (rc)
         return rc;
-    k->attention_forward(NULL, L->atty, L->att ? L->att : g->scratch.att, L->qkv, B, T, g->NHl,
-                         C / g->s.NH, g->segments);
+    float *att = L->att ? L->att : g->scratch.att;
+    if (g->s.position == TR_POS_ROPE) /* q and k rotated in place: qkv keeps the roped ones */
+        k->rope(NULL, L->qkv, g->rope_cos, g->rope_sin, B, T, g->NGl, g->NHl / g->NGl, g->HS,
+                g->s.rotary_dims, 0);
+    if (uses_gqa_attention(g))
+        k->attention_gqa_forward(NULL, L->atty, att, L->qkv, g->alibi, B, T, g->NHl, g->NGl,
+                                 g->HS, g->segments);
+    else
+        k->attention_forward(NULL, L->atty, att, L->qkv, B, T, g->NHl, g->HS, g->segments);
     rc = tr_tp_row_linear_forward(tp, L->residual2, x, L->atty, layer_param(g, l, L_ATTPROJ_W),
                                   layer_param(g, l, L_ATTPROJ_B), N, Cl, C, g->scratch.wide);
     if (rc)
         return rc;
-    /* MLP: residual3 = residual2 + fc_proj(gelu(fc(ln2(residual2)))) */
-    k->layernorm_forward(NULL, L->ln2 + own, L->ln2_mean, L->ln2_rstd, L->residual2,
-                         layer_param(g, l, L_LN2_W), layer_param(g, l, L_LN2_B), Nl, C, g->s.eps);
+    /* MLP: residual3 = residual2 + fc_proj(act(fc(ln2(residual2)))), act GELU or SwiGLU */
+    norm_forward(g, L->ln2 + own, L->ln2_mean, L->ln2_rstd, L->residual2,
+                 layer_param(g, l, L_LN2_W), layer_param(g, l, L_LN2_B), Nl);
     rc = tr_tp_column_linear_forward(tp, L->fch, L->ln2, layer_param(g, l, L_FC_W),
-                                     layer_param(g, l, L_FC_B), N, C, 4 * Cl, NULL, NULL);
+                                     layer_param(g, l, L_FC_B), N, C, g->Fwl, NULL, NULL);
     if (rc)
         return rc;
-    k->gelu_forward(NULL, L->fch_gelu, L->fch, (size_t)N * 4 * Cl);
+    if (g->s.swiglu)
+        k->swiglu_forward(NULL, L->fch_gelu, L->fch, (size_t)N * g->Fl);
+    else
+        k->gelu_forward(NULL, L->fch_gelu, L->fch, (size_t)N * g->Fl);
     return tr_tp_row_linear_forward(tp, L->residual3, L->residual2, L->fch_gelu,
                                     layer_param(g, l, L_FCPROJ_W), layer_param(g, l, L_FCPROJ_B),
-                                    N, 4 * Cl, C, g->scratch.wide);
+                                    N, g->Fl, C, g->scratch.wide);
 }
 
 /* out (Nl, C) += wpe[position of each held row]; rows r0.. of the flattened (B, T). */
@@ -75,8 +85,8 @@ static int head_compute(tr_gpt *g, tr_gpt_acts *a, const float *h, tr_param_tens
     gpt_scratch *sc = &g->scratch;
     int B = a->B, N = B * g->s.T, C = g->s.C, Vl = g->Vl, V = g->s.V, r0, Nl, rc;
     gpt_rows(g, B, &r0, &Nl);
-    k->layernorm_forward(NULL, sc->lnf + (size_t)r0 * C, sc->lnf_mean, sc->lnf_rstd, h,
-                         lnf_w->param, lnf_b->param, Nl, C, g->s.eps);
+    norm_forward(g, sc->lnf + (size_t)r0 * C, sc->lnf_mean, sc->lnf_rstd, h, lnf_w->param,
+                 lnf_b ? lnf_b->param : NULL, Nl);
     /* logits (N, Vl) = lnf @ wte^T: the head is column-parallel over the vocabulary */
     rc = tr_tp_column_linear_forward(tp, sc->logits, sc->lnf, wte->param, NULL, N, C, Vl, NULL,
                                      NULL);
@@ -105,8 +115,8 @@ static int head_compute(tr_gpt *g, tr_gpt_acts *a, const float *h, tr_param_tens
     if (rc)
         return rc;
     k->zero(NULL, a->dres, (size_t)Nl * C * sizeof(float));
-    k->layernorm_backward(NULL, a->dres, lnf_w->grad, lnf_b->grad, sc->dln + (size_t)r0 * C, h,
-                          lnf_w->param, sc->lnf_mean, sc->lnf_rstd, Nl, C);
+    norm_backward(g, a->dres, lnf_w->grad, lnf_b ? lnf_b->grad : NULL, sc->dln + (size_t)r0 * C,
+                  h, lnf_w->param, sc->lnf_mean, sc->lnf_rstd, Nl);
     return TR_OK;
 }
 
@@ -120,10 +130,11 @@ static int head_forward(tr_gpt *g, tr_gpt_acts *a, const float *h, const int32_t
     if (rc)
         return rc;
     g->k->to_device(NULL, sc->targets, targets, (size_t)N * sizeof(int32_t));
-    tr_param_tensor *lnf_w = &g->tensors[g->lnf_w], *lnf_b = &g->tensors[g->lnf_b];
-    tr_param_tensor *wte = &g->tensors[g->head_wte];
-    /* the embedding's wte on a one-stage model (else in head_range) */
-    grad_range tied = {wte->offset, g->s.is_first ? wte->numel : 0};
+    tr_param_tensor *lnf_w = &g->tensors[g->lnf_w];
+    tr_param_tensor *lnf_b = g->lnf_b >= 0 ? &g->tensors[g->lnf_b] : NULL; /* RMSNorm: none */
+    tr_param_tensor *wte = &g->tensors[g->head_wte]; /* the tied wte or output_layer */
+    /* the embedding's wte on a one-stage model (else, and output_layer, in head_range) */
+    grad_range tied = {wte->offset, g->s.is_first && !g->s.untie ? wte->numel : 0};
     if ((rc = params_use(g, TR_GPT_PARAMS_NEED, g->head_range)) ||
         (rc = params_use(g, TR_GPT_PARAMS_NEED, tied)))
         return rc;
@@ -157,15 +168,21 @@ int tr_gpt_forward(tr_gpt *g, tr_gpt_acts *a, const int32_t *tokens, const float
         if ((rc = params_use(g, TR_GPT_PARAMS_NEED, g->embedding_range)) ||
             (rc = params_use(g, TR_GPT_PARAMS_PREFETCH, g->layer_ranges[0])))
             return rc;
-        rc = tr_tp_vocab_embedding_forward(&g->tp, a->stage_in, a->tokens,
-                                           g->tensors[g->wte].param, N, C, g->Vl,
-                                           g->scratch.wide);
+        float *emb = s->embedding_ln ? a->emb : a->stage_in;
+        rc = tr_tp_vocab_embedding_forward(&g->tp, emb, a->tokens, g->tensors[g->wte].param, N,
+                                           C, g->Vl, g->scratch.wide);
         if (rc)
             return rc;
-        if (a->positions)
-            gpt_add_position_ids(g, a, a->stage_in, g->scratch.dln, r0, Nl);
+        if (s->position != TR_POS_LEARNED)
+            ; /* rope and ALiBi act inside the attention */
+        else if (a->positions)
+            gpt_add_position_ids(g, a, emb, g->scratch.dln, r0, Nl);
         else
-            add_positions(g, a->stage_in, r0, Nl);
+            add_positions(g, emb, r0, Nl);
+        if (s->embedding_ln) /* Bloom's word_embeddings_layernorm */
+            norm_forward(g, a->stage_in, a->emb_mean, a->emb_rstd, emb,
+                         g->tensors[g->emb_ln_w].param,
+                         g->emb_ln_b >= 0 ? g->tensors[g->emb_ln_b].param : NULL, Nl);
         if ((rc = params_use(g, TR_GPT_PARAMS_DONE, g->embedding_range)))
             return rc;
     } else {

@@ -71,6 +71,10 @@ int tr_gpt_cache_create(tr_gpt *g, int B, int max_T, tr_gpt_cache **out)
                        s->layer_first, s->layer_first + s->layer_count - 1);
     if (s->sequence_parallel)
         return tr_fail(TR_ERR_INVALID, "generation runs without sequence parallelism");
+    if (!tr_gpt_is_gpt2(s))
+        return tr_fail(TR_ERR_CONFIG, "generation supports GPT-2 models only so far (this "
+                                      "model sets Llama / Bloom switches: model.normalization, "
+                                      "position_embedding_type, swiglu, ...)");
     if (!g->k->attention_decode)
         return tr_fail(TR_ERR_CONFIG, "the %s kernel backend has no cached attention for "
                                       "generation", g->k->name);

@@ -2,14 +2,16 @@
  * of the contract.
  * Sizes: B micro-batch, T sequence, N = B*T token rows, Nl the rows this rank holds (N, or
  * N/tp under sequence parallelism), C hidden, suffix "l" = this TP rank's share (Cl = C/tp,
- * NHl = NH/tp, Vl = Vp/tp). */
+ * NHl = NH/tp, Vl = Vp/tp, NGl = NG/tp query groups, QKVl = (NHl + 2 NGl) HS qkv columns,
+ * Fl = F/tp MLP features, Fwl = Fl (2 Fl with SwiGLU: gate and up) fc columns). */
 #ifndef TR_GPT_INTERNAL_H
 #define TR_GPT_INTERNAL_H
 
 #include "model/gpt.h"
 #include "tp/tp.h"
 
-/* Tensors of one transformer layer, in forward (= parameter buffer) order. */
+/* Tensors of one transformer layer, in forward (= parameter buffer) order; a family may
+ * lack some (biases): tr_gpt.slot maps each to its place in the layer, or -1. */
 enum {
     L_LN1_W, L_LN1_B, L_QKV_W, L_QKV_B, L_ATTPROJ_W, L_ATTPROJ_B,
     L_LN2_W, L_LN2_B, L_FC_W, L_FC_B, L_FCPROJ_W, L_FCPROJ_B, L_COUNT
@@ -19,12 +21,13 @@ enum {
  * this rank writes its rows and the column-parallel layer gathers the rest in place). */
 typedef struct {
     float *ln1, *ln1_mean, *ln1_rstd; /* (N, C), (Nl), (Nl) */
-    float *qkv;                       /* (N, 3Cl): (B, T, NHl, 3, HS) */
+    float *qkv;                       /* (N, QKVl): (B, T, NGl, R+2, HS), roped */
     float *atty;                      /* (N, Cl) */
     float *att;                       /* (B, NHl, T, T) */
     float *residual2;                 /* (Nl, C) = input + attention */
     float *ln2, *ln2_mean, *ln2_rstd; /* (N, C), (Nl), (Nl) */
-    float *fch, *fch_gelu;            /* (N, 4Cl) */
+    float *fch;                       /* (N, Fwl) */
+    float *fch_gelu;                  /* (N, Fl) the activation (GELU or SwiGLU) */
     float *residual3;                 /* (Nl, C) = layer output */
 } layer_acts;
 
@@ -36,6 +39,7 @@ struct tr_gpt_acts {
     float *stage_in;    /* (Nl, C): embeddings (first stage) or the received hidden state */
     float *dres;        /* (Nl, C): the output gradient (the head writes it on the last stage),
                          * worked on in place by backward, leaving the input gradient */
+    float *emb, *emb_mean, *emb_rstd; /* embedding_ln, first stage: (Nl, C) input, (Nl) */
     layer_acts *layers;
     /* packed sequences (tr_gpt_acts_set_packing, gpt_packing.c): backend arrays of N, or NULL */
     int32_t *segments, *positions;
@@ -55,12 +59,13 @@ typedef struct {
     float *losses;                /* (N) */
     float *dln;                   /* (N, C) input gradient of the column-parallel layers */
     float *wide;                  /* (N, C) tp > 1: row-parallel partials, SP gathers */
-    float *dqkv;                  /* (N, 3Cl) */
+    float *dqkv;                  /* (N, QKVl) */
     float *datty;                 /* (N, Cl) */
     float *datt;                  /* (B, NHl, T, T) */
     float *att;                   /* (B, NHl, T, T) selective recompute: every layer's
                                    * probabilities, in forward and again in backward */
-    float *dfch, *dfch_gelu;      /* (N, 4Cl) */
+    float *dfch;                  /* (N, Fwl) */
+    float *dfch_gelu;             /* (N, Fl) */
     float *layer_memory;          /* recompute: one layer's full activations, rebuilt in */
     layer_acts layer;          /* backward from the layer's stored input */
 } gpt_scratch;
@@ -75,11 +80,16 @@ struct tr_gpt {
     const tr_kernels *k;
     tr_tp tp;
     int Cl, NHl, Vl; /* this TP rank's share of C, NH and Vp */
+    int HS, NG, NGl, QKVl, F, Fl, Fwl; /* see the top of this file */
+    int slot[L_COUNT], per_layer; /* a layer tensor's place in its layer (-1: absent) */
+    float *rope_cos, *rope_sin;   /* rope: (T, rotary_dims/2) tables, backend memory */
+    float *alibi;                 /* alibi: this rank's NHl slopes, backend memory */
     tr_param_tensor *tensors;
     int n_tensors;
     size_t n_params;
     /* indices into tensors; -1 where this stage does not hold it */
-    int wte, wpe, lnf_w, lnf_b, head_wte;
+    int wte, wpe, lnf_w, lnf_b, head_wte; /* head_wte: the tied copy or output_layer */
+    int emb_ln_w, emb_ln_b;
     int layer0; /* index of the first layer tensor; layer i tensor j = layer0 + i*L_COUNT + j */
     grad_range *layer_ranges;    /* per layer: its tensors */
     grad_range head_range;       /* lnf (+ the head's own wte copy) */
@@ -93,14 +103,44 @@ struct tr_gpt {
     const int32_t *segments; /* of the micro-batch being run (its acts'), NULL: whole rows */
 };
 
+/* NULL where the family has no such tensor (a bias) */
 static inline float *layer_param(tr_gpt *g, int layer, int which)
 {
-    return g->tensors[g->layer0 + layer * L_COUNT + which].param;
+    int j = g->slot[which];
+    return j < 0 ? NULL : g->tensors[g->layer0 + layer * g->per_layer + j].param;
 }
 
 static inline float *layer_grad(tr_gpt *g, int layer, int which)
 {
-    return g->tensors[g->layer0 + layer * L_COUNT + which].grad;
+    int j = g->slot[which];
+    return j < 0 ? NULL : g->tensors[g->layer0 + layer * g->per_layer + j].grad;
+}
+
+/* LayerNorm or RMSNorm of Nl rows (mean unused, bias NULL for RMSNorm). */
+static inline void norm_forward(const tr_gpt *g, float *out, float *mean, float *rstd,
+                                const float *x, const float *w, const float *b, int Nl)
+{
+    if (g->s.rmsnorm)
+        g->k->rmsnorm_forward(NULL, out, rstd, x, w, Nl, g->s.C, g->s.eps);
+    else
+        g->k->layernorm_forward(NULL, out, mean, rstd, x, w, b, Nl, g->s.C, g->s.eps);
+}
+
+/* dx += ..., dw += ..., db += ... (db unused for RMSNorm). */
+static inline void norm_backward(const tr_gpt *g, float *dx, float *dw, float *db,
+                                 const float *dout, const float *x, const float *w,
+                                 const float *mean, const float *rstd, int Nl)
+{
+    if (g->s.rmsnorm)
+        g->k->rmsnorm_backward(NULL, dx, dw, dout, x, w, rstd, Nl, g->s.C);
+    else
+        g->k->layernorm_backward(NULL, dx, dw, db, dout, x, w, mean, rstd, Nl, g->s.C);
+}
+
+/* GPT-2's attention ops unless the family needs groups or ALiBi. */
+static inline int uses_gqa_attention(const tr_gpt *g)
+{
+    return g->NG != g->s.NH || g->alibi;
 }
 
 static inline void grad_ready(tr_gpt *g, grad_range r)

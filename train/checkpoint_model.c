@@ -48,7 +48,7 @@ int tr_checkpoint_read_model(const char *dir, tr_model_config *model, int *itera
 /* Rows of t a checkpoint holds: the word embedding keeps its V real rows. */
 static size_t saved_rows(const tr_gpt_shape *s, const tr_param_tensor *t)
 {
-    return t->word_embedding && t->full_rows > s->V ? (size_t)s->V : (size_t)t->full_rows;
+    return t->vocab_rows && t->full_rows > s->V ? (size_t)s->V : (size_t)t->full_rows;
 }
 
 int tr_checkpoint_load_model(const char *dir, tr_gpt *g, const tr_kernels *k, float *params,

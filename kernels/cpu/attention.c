@@ -285,10 +285,12 @@ void cpu_attention_backward(tr_stream s, float *dqkv, float *datt, const float *
 }
 
 void cpu_attention_gqa_forward(tr_stream s, float *out, float *att, const float *qkv,
-                               const float *alibi, int B, int T, int NH, int NG, int HS)
+                               const float *alibi, int B, int T, int NH, int NG, int HS,
+                               const int32_t *segments)
 {
     (void)s;
     dims d = make_gqa_dims(T, NH, NG, HS, alibi);
+    d.seg = segments;
     attention_forward(&d, out, att, qkv, B);
 }
 

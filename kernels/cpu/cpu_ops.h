@@ -119,7 +119,8 @@ void cpu_attention_decode(tr_stream s, float *out, float *kcache, float *vcache,
 
 /* attention.c: grouped query heads and ALiBi (kernels.h, attention_gqa_*) */
 void cpu_attention_gqa_forward(tr_stream s, float *out, float *att, const float *qkv,
-                               const float *alibi, int B, int T, int NH, int NG, int HS);
+                               const float *alibi, int B, int T, int NH, int NG, int HS,
+                               const int32_t *segments);
 void cpu_attention_gqa_backward(tr_stream s, float *dqkv, float *datt, const float *dout,
                                 const float *qkv, const float *att, int B, int T, int NH, int NG,
                                 int HS);

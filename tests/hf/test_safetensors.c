@@ -553,7 +553,8 @@ static void test_gpt2_layouts(void **state)
     assert_true(tr4[5 * C + 3] == hf4[3 * 4 * C + 5]);
     assert_int_equal(tr_hf_from_trident(&m, &fc, NH, tr4, back4), TR_OK);
     assert_memory_equal(back4, hf4, sizeof hf4);
-    tr_param_tensor wte = {.name = "wte", .full_rows = 64, .full_cols = C, .word_embedding = 1};
+    tr_param_tensor wte = {.name = "wte", .full_rows = 64, .full_cols = C, .word_embedding = 1,
+                           .vocab_rows = 1};
     assert_int_equal(tr_hf_gpt2_map(&wte, 50, &m), TR_OK);
     assert_string_equal(m.name, "transformer.wte.weight");
     assert_int_equal(m.shape[0], 50); /* the real vocabulary */

@@ -227,7 +227,8 @@ static double att_loss(void *p)
 {
     att_ctx *c = p;
     shape s = c->s;
-    K->attention_gqa_forward(NULL, c->out, c->att, c->qkv, c->alibi, s.B, s.T, s.NH, s.NG, s.HS);
+    K->attention_gqa_forward(NULL, c->out, c->att, c->qkv, c->alibi, s.B, s.T, s.NH, s.NG, s.HS,
+                             NULL);
     return kt_dot(c->out, c->w, (size_t)s.B * s.T * s.NH * s.HS);
 }
 
@@ -258,7 +259,7 @@ static void check_attention(shape s, int use_alibi, int fd)
     bloom_slopes(s.NH, slopes);
     const float *alibi = use_alibi ? slopes : NULL;
     ref_forward(s, qkv, alibi, ref);
-    K->attention_gqa_forward(NULL, out, att, qkv, alibi, s.B, s.T, s.NH, s.NG, s.HS);
+    K->attention_gqa_forward(NULL, out, att, qkv, alibi, s.B, s.T, s.NH, s.NG, s.HS, NULL);
     kt_check("gqa attention forward", out, ref, NULL, no, 1e-4, 1e-5);
     K->attention_gqa_backward(NULL, dqkv, datt, w, qkv, att, s.B, s.T, s.NH, s.NG, s.HS);
     if (fd) {
@@ -286,7 +287,7 @@ static void check_attention(shape s, int use_alibi, int fd)
                     for (int u = 0; u < 3; u++)
                         memcpy(x + at(e, b, t, h, u, 0), qkv + at(s, b, t, h / R, u ? R + u - 1 : h % R, 0),
                                s.HS * sizeof(float));
-        K->attention_gqa_forward(NULL, o2, a2, x, alibi, s.B, s.T, s.NH, s.NH, s.HS);
+        K->attention_gqa_forward(NULL, o2, a2, x, alibi, s.B, s.T, s.NH, s.NH, s.HS, NULL);
         K->attention_gqa_backward(NULL, dx, datt, w, x, a2, s.B, s.T, s.NH, s.NH, s.HS);
         double *want = kt_doubles(nq);
         for (int b = 0; b < s.B; b++)

@@ -1,0 +1,360 @@
+/* Llama (LlamaForCausalLM) and Bloom (BloomForCausalLM) folders of transformers into a
+ * trident model (issue 17): config.json to the model section, and every tensor to trident's
+ * layout (hf.h states the mappings). */
+#include "hf/hf_internal.h"
+
+#include <ctype.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ------------------------------------------------------------------ config.json */
+
+static int get_int(json_t *root, const char *path, const char *key, int dflt, int *out)
+{
+    json_t *v = json_object_get(root, key);
+    if (!v || json_is_null(v)) {
+        if (dflt < 0)
+            return tr_fail(TR_ERR_INVALID, "%s: %s is missing", path, key);
+        *out = dflt;
+        return TR_OK;
+    }
+    if (!json_is_integer(v) || json_integer_value(v) < 1 || json_integer_value(v) > (1 << 26))
+        return tr_fail(TR_ERR_INVALID, "%s: %s must be an integer in [1, 67108864]", path, key);
+    *out = (int)json_integer_value(v);
+    return TR_OK;
+}
+
+static int get_num(json_t *root, const char *path, const char *key, double dflt, double *out)
+{
+    json_t *v = json_object_get(root, key);
+    *out = dflt;
+    if (!v)
+        return TR_OK;
+    if (!json_is_number(v) || !(json_number_value(v) > 0))
+        return tr_fail(TR_ERR_INVALID, "%s: %s must be a positive number", path, key);
+    *out = json_number_value(v);
+    return TR_OK;
+}
+
+/* key absent, or equal to want (a JSON value: string, bool, null or integer) */
+static int check_value(json_t *root, const char *path, const char *key, json_t *want,
+                       const char *why)
+{
+    json_t *v = json_object_get(root, key);
+    int ok = !v || json_equal(v, want);
+    json_decref(want);
+    return ok ? TR_OK : tr_fail(TR_ERR_INVALID, "%s: %s is not supported: %s", path, key, why);
+}
+
+static int read_llama(json_t *root, const char *path, tr_model_config *m)
+{
+    int rc = get_int(root, path, "num_hidden_layers", -1, &m->num_layers);
+    if (!rc)
+        rc = get_int(root, path, "hidden_size", -1, &m->hidden_size);
+    if (!rc)
+        rc = get_int(root, path, "num_attention_heads", -1, &m->num_attention_heads);
+    if (!rc)
+        rc = get_int(root, path, "num_key_value_heads", m->num_attention_heads,
+                     &m->num_query_groups);
+    if (!rc)
+        rc = get_int(root, path, "intermediate_size", -1, &m->ffn_hidden_size);
+    if (!rc)
+        rc = get_int(root, path, "vocab_size", -1, &m->vocab_size);
+    if (!rc)
+        rc = get_int(root, path, "max_position_embeddings", 2048, &m->max_position_embeddings);
+    if (!rc)
+        rc = get_num(root, path, "rms_norm_eps", 1e-6, &m->layernorm_epsilon);
+    if (!rc)
+        rc = get_num(root, path, "rope_theta", 10000.0, &m->rotary_base);
+    if (!rc)
+        rc = check_value(root, path, "hidden_act", json_string("silu"), "trident's SwiGLU uses silu");
+    if (!rc)
+        rc = check_value(root, path, "rope_scaling", json_null(), "no rope scaling in trident");
+    if (!rc)
+        rc = check_value(root, path, "attention_bias", json_false(), "trident's Llama has no "
+                         "attention biases");
+    if (!rc)
+        rc = check_value(root, path, "pretraining_tp", json_integer(1), "must be 1");
+    json_t *tie = json_object_get(root, "tie_word_embeddings");
+    m->normalization = "RMSNorm";
+    m->position_embedding_type = "rope";
+    m->rotary_percent = 1.0;
+    m->swiglu = 1;
+    m->untie_embeddings_and_output_weights = !(tie && json_is_true(tie));
+    m->add_bias_linear = 0;
+    m->embedding_layernorm = 0;
+    return rc;
+}
+
+static int read_bloom(json_t *root, const char *path, tr_model_config *m)
+{
+    int rc = get_int(root, path, "n_layer", -1, &m->num_layers);
+    const char *hkey = json_object_get(root, "hidden_size") ? "hidden_size" : "n_embed";
+    if (!rc)
+        rc = get_int(root, path, hkey, -1, &m->hidden_size);
+    if (!rc)
+        rc = get_int(root, path, "n_head", -1, &m->num_attention_heads);
+    if (!rc)
+        rc = get_int(root, path, "vocab_size", -1, &m->vocab_size);
+    if (!rc)
+        rc = get_int(root, path, "seq_length", 2048, &m->max_position_embeddings);
+    if (!rc)
+        rc = get_num(root, path, "layer_norm_epsilon", 1e-5, &m->layernorm_epsilon);
+    if (!rc)
+        rc = check_value(root, path, "apply_residual_connection_post_layernorm", json_false(),
+                         "trident's residual is taken before the LayerNorm");
+    if (!rc)
+        rc = check_value(root, path, "pretraining_tp", json_integer(1), "must be 1");
+    if (!rc)
+        rc = check_value(root, path, "tie_word_embeddings", json_true(), "Bloom's head is tied");
+    m->num_query_groups = m->num_attention_heads;
+    m->ffn_hidden_size = 4 * m->hidden_size;
+    m->normalization = "LayerNorm";
+    m->position_embedding_type = "alibi";
+    m->rotary_base = 10000.0;
+    m->rotary_percent = 1.0;
+    m->swiglu = 0;
+    m->untie_embeddings_and_output_weights = 0;
+    m->add_bias_linear = 1;
+    m->embedding_layernorm = 1;
+    return rc;
+}
+
+int tr_hf_read_family_config(const char *dir, tr_model_config *m, int *family)
+{
+    char path[4200];
+    json_t *root = NULL;
+    int rc = hf_join(path, sizeof path, dir, "config.json");
+    if (!rc)
+        rc = hf_load_json(path, 1 << 20, &root);
+    if (rc)
+        return rc;
+    const char *type = json_string_value(json_object_get(root, "model_type"));
+    *family = !type                   ? TR_HF_GPT2
+              : !strcmp(type, "llama") ? TR_HF_LLAMA
+              : !strcmp(type, "bloom") ? TR_HF_BLOOM
+                                       : TR_HF_GPT2;
+    memset(m, 0, sizeof *m);
+    m->make_vocab_size_divisible_by = 128;
+    m->init_method_std = 0.02;
+    if (*family == TR_HF_LLAMA)
+        rc = read_llama(root, path, m);
+    else if (*family == TR_HF_BLOOM)
+        rc = read_bloom(root, path, m);
+    if (!rc && *family != TR_HF_GPT2) {
+        m->seq_length = m->max_position_embeddings;
+        if (m->hidden_size % m->num_attention_heads ||
+            m->num_attention_heads % m->num_query_groups)
+            rc = tr_fail(TR_ERR_INVALID, "%s: %d heads (%d key/value heads) do not divide the "
+                         "hidden size %d", path, m->num_attention_heads, m->num_query_groups,
+                         m->hidden_size);
+    }
+    json_decref(root);
+    return rc;
+}
+
+/* ------------------------------------------------------------------ names and layouts */
+
+enum { FAM_SAME, FAM_QKV, FAM_SWIGLU };
+
+typedef struct {
+    int kind, n;          /* layout; number of HF tensors */
+    char name[3][112];    /* q, k, v / gate, up / the one */
+    uint64_t rows[3];     /* each HF tensor's rows (its cols: the trident tensor's) */
+} fam_map;
+
+static int map_llama(const tr_param_tensor *t, const tr_gpt_shape *s, fam_map *m)
+{
+    int l = -1, used = 0;
+    const char *rest = NULL;
+    if (sscanf(t->name, "layers.%d.%n", &l, &used) == 1 && used > 0)
+        rest = t->name + used;
+    int HS = s->C / s->NH, NG = s->query_groups ? s->query_groups : s->NH;
+    int F = s->ffn ? s->ffn : 4 * s->C;
+    m->kind = FAM_SAME, m->n = 1;
+    m->rows[0] = (uint64_t)t->full_rows;
+    if (!strcmp(t->name, "wte"))
+        snprintf(m->name[0], sizeof m->name[0], "model.embed_tokens.weight");
+    else if (!strcmp(t->name, "output_layer"))
+        snprintf(m->name[0], sizeof m->name[0], "lm_head.weight");
+    else if (!strcmp(t->name, "lnf.weight"))
+        snprintf(m->name[0], sizeof m->name[0], "model.norm.weight");
+    else if (rest && !strcmp(rest, "ln1.weight"))
+        snprintf(m->name[0], sizeof m->name[0], "model.layers.%d.input_layernorm.weight", l);
+    else if (rest && !strcmp(rest, "ln2.weight"))
+        snprintf(m->name[0], sizeof m->name[0], "model.layers.%d.post_attention_layernorm.weight", l);
+    else if (rest && !strcmp(rest, "attn_proj.weight"))
+        snprintf(m->name[0], sizeof m->name[0], "model.layers.%d.self_attn.o_proj.weight", l);
+    else if (rest && !strcmp(rest, "fc_proj.weight"))
+        snprintf(m->name[0], sizeof m->name[0], "model.layers.%d.mlp.down_proj.weight", l);
+    else if (rest && !strcmp(rest, "qkv.weight")) {
+        m->kind = FAM_QKV, m->n = 3;
+        const char *p[3] = {"q", "k", "v"};
+        for (int i = 0; i < 3; i++)
+            snprintf(m->name[i], sizeof m->name[i], "model.layers.%d.self_attn.%s_proj.weight", l,
+                     p[i]);
+        m->rows[0] = (uint64_t)s->NH * HS, m->rows[1] = m->rows[2] = (uint64_t)NG * HS;
+    } else if (rest && !strcmp(rest, "fc.weight")) {
+        m->kind = FAM_SWIGLU, m->n = 2;
+        snprintf(m->name[0], sizeof m->name[0], "model.layers.%d.mlp.gate_proj.weight", l);
+        snprintf(m->name[1], sizeof m->name[1], "model.layers.%d.mlp.up_proj.weight", l);
+        m->rows[0] = m->rows[1] = (uint64_t)F;
+    } else
+        return tr_fail(TR_ERR_INTERNAL, "no Llama name for trident tensor '%s'", t->name);
+    return TR_OK;
+}
+
+static int map_bloom(const tr_param_tensor *t, fam_map *m)
+{
+    static const struct { const char *trident, *hf; } layer[] = {
+        {"ln1.weight", "input_layernorm.weight"},
+        {"ln1.bias", "input_layernorm.bias"},
+        {"qkv.weight", "self_attention.query_key_value.weight"},
+        {"qkv.bias", "self_attention.query_key_value.bias"},
+        {"attn_proj.weight", "self_attention.dense.weight"},
+        {"attn_proj.bias", "self_attention.dense.bias"},
+        {"ln2.weight", "post_attention_layernorm.weight"},
+        {"ln2.bias", "post_attention_layernorm.bias"},
+        {"fc.weight", "mlp.dense_h_to_4h.weight"},
+        {"fc.bias", "mlp.dense_h_to_4h.bias"},
+        {"fc_proj.weight", "mlp.dense_4h_to_h.weight"},
+        {"fc_proj.bias", "mlp.dense_4h_to_h.bias"}};
+    static const struct { const char *trident, *hf; } top[] = {
+        {"wte", "word_embeddings.weight"},
+        {"emb_ln.weight", "word_embeddings_layernorm.weight"},
+        {"emb_ln.bias", "word_embeddings_layernorm.bias"},
+        {"lnf.weight", "ln_f.weight"},
+        {"lnf.bias", "ln_f.bias"}};
+    int l = -1, used = 0;
+    m->kind = FAM_SAME, m->n = 1;
+    m->rows[0] = (uint64_t)t->full_rows;
+    m->name[0][0] = '\0';
+    /* qkv rows are (head, {q, k, v}, d) in both: query_key_value is trident's layout */
+    if (sscanf(t->name, "layers.%d.%n", &l, &used) == 1 && used > 0) {
+        for (size_t i = 0; i < sizeof layer / sizeof layer[0]; i++)
+            if (!strcmp(t->name + used, layer[i].trident))
+                snprintf(m->name[0], sizeof m->name[0], "transformer.h.%d.%s", l, layer[i].hf);
+    } else
+        for (size_t i = 0; i < sizeof top / sizeof top[0]; i++)
+            if (!strcmp(t->name, top[i].trident))
+                snprintf(m->name[0], sizeof m->name[0], "transformer.%s", top[i].hf);
+    if (!m->name[0][0])
+        return tr_fail(TR_ERR_INTERNAL, "no Bloom name for trident tensor '%s'", t->name);
+    return TR_OK;
+}
+
+/* The set's tensor `name`, a float one of rows x cols (cols 1: a vector). */
+static int find_checked(const tr_st_set *set, const char *dir, const char *name, uint64_t rows,
+                        uint64_t cols, tr_st_file **f, const tr_st_tensor **t)
+{
+    *t = tr_st_set_find(set, name, f);
+    if (!*t)
+        return tr_fail(TR_ERR_INVALID, "%s: no tensor '%s': not a complete checkpoint of the "
+                       "model config.json describes", dir, name);
+    tr_st_tensor want = {.ndim = cols > 1 ? 2 : 1, .shape = {rows, cols}};
+    int same = (*t)->ndim == want.ndim && (*t)->shape[0] == rows &&
+               (want.ndim == 1 || (*t)->shape[1] == cols);
+    if ((*t)->dtype != TR_ST_F32 && (*t)->dtype != TR_ST_F16 && (*t)->dtype != TR_ST_BF16 &&
+        (*t)->dtype != TR_ST_F64)
+        return tr_fail(TR_ERR_INVALID, "%s: tensor '%s' is %s; weights are F32, F16, BF16 or "
+                       "F64", tr_st_path(*f), name, tr_st_dtype_name((*t)->dtype));
+    if (!same)
+        return tr_fail(TR_ERR_INVALID, "%s: tensor '%s' is %s; the model of config.json has %s",
+                       tr_st_path(*f), name, st_shape_text(*t).text, st_shape_text(&want).text);
+    return TR_OK;
+}
+
+/* Every tensor of the set is one the model uses (tied lm_head of Bloom and rotary buffers
+ * aside). */
+static int check_all_used(const tr_st_set *set, const char *dir, tr_gpt *g, int family)
+{
+    const tr_gpt_shape *s = tr_gpt_get_shape(g);
+    for (size_t i = 0; i < tr_st_set_count(set); i++) {
+        tr_st_file *f;
+        const tr_st_tensor *st = tr_st_set_at(set, i, &f);
+        const char *n = st->name;
+        size_t len = strlen(n);
+        if ((family == TR_HF_BLOOM && !strcmp(n, "lm_head.weight")) ||
+            (len > 9 && !strcmp(n + len - 9, ".inv_freq")))
+            continue;
+        int found = 0;
+        for (int j = 0; j < tr_gpt_num_tensors(g) && !found; j++) {
+            fam_map m;
+            const tr_param_tensor *t = tr_gpt_tensor(g, j);
+            if (family == TR_HF_LLAMA ? map_llama(t, s, &m) : map_bloom(t, &m))
+                return tr_fail(TR_ERR_INTERNAL, "%s", tr_errmsg());
+            for (int k = 0; k < m.n; k++)
+                found |= !strcmp(m.name[k], n);
+        }
+        if (!found)
+            return tr_fail(TR_ERR_INVALID, "%s: tensor '%.200s' is not part of the %s model "
+                           "%s/config.json describes", tr_st_path(f), n,
+                           family == TR_HF_LLAMA ? "Llama" : "Bloom", dir);
+    }
+    return TR_OK;
+}
+
+/* One trident tensor (whole, TP 1) from its HF pieces; vocabulary padding rows 0. */
+static int load_tensor(const tr_st_set *set, const char *dir, const tr_param_tensor *t,
+                       const tr_gpt_shape *s, int family, float *dst, float *piece)
+{
+    fam_map m;
+    int rc = family == TR_HF_LLAMA ? map_llama(t, s, &m) : map_bloom(t, &m);
+    uint64_t cols = (uint64_t)t->full_cols;
+    if (m.kind == FAM_SAME && t->vocab_rows)
+        m.rows[0] = (uint64_t)s->V;
+    size_t full = (size_t)t->full_rows * (size_t)t->full_cols;
+    memset(dst, 0, full * sizeof(float));
+    int HS = s->C / s->NH, NG = s->query_groups ? s->query_groups : s->NH, R = s->NH / NG;
+    for (int k = 0; !rc && k < m.n; k++) {
+        tr_st_file *f;
+        const tr_st_tensor *st;
+        rc = find_checked(set, dir, m.name[k], m.rows[k], cols, &f, &st);
+        if (!rc)
+            rc = tr_st_read_f32(f, st, m.kind == FAM_SAME ? dst : piece);
+        if (rc || m.kind == FAM_SAME)
+            continue;
+        for (uint64_t r = 0; r < m.rows[k]; r++) {
+            uint64_t to;
+            if (m.kind == FAM_SWIGLU) /* rows (feature, {gate, up}) */
+                to = 2 * r + (uint64_t)k;
+            else { /* rows (group, {q_0 .. q_R-1, k, v}, d) */
+                uint64_t unit = r / (uint64_t)HS, d = r % (uint64_t)HS;
+                uint64_t g = k == 0 ? unit / (uint64_t)R : unit;
+                uint64_t u = k == 0 ? unit % (uint64_t)R : (uint64_t)(R + k - 1);
+                to = (g * (uint64_t)(R + 2) + u) * (uint64_t)HS + d;
+            }
+            memcpy(dst + to * cols, piece + r * cols, cols * sizeof(float));
+        }
+    }
+    return rc;
+}
+
+int tr_hf_load_family(const char *dir, int family, tr_gpt *g, float *params)
+{
+    const tr_gpt_shape *s = tr_gpt_get_shape(g);
+    if (s->tp_size != 1 || !s->is_first || !s->is_last)
+        return tr_fail(TR_ERR_INVALID, "Llama / Bloom folders load into a whole model (one "
+                       "stage, no tensor parallelism)");
+    tr_st_set *set = NULL;
+    int rc = tr_st_set_open(dir, &set);
+    if (!rc)
+        rc = check_all_used(set, dir, g, family);
+    size_t most = 0;
+    for (int i = 0; i < tr_gpt_num_tensors(g); i++) {
+        size_t n = tr_gpt_tensor(g, i)->numel;
+        most = n > most ? n : most;
+    }
+    float *piece = rc ? NULL : malloc(most * sizeof(float) + 1);
+    if (!rc && !piece)
+        rc = tr_fail(TR_ERR_NOMEM, "out of memory for a tensor of %zu floats", most);
+    for (int i = 0; !rc && i < tr_gpt_num_tensors(g); i++) {
+        const tr_param_tensor *t = tr_gpt_tensor(g, i);
+        rc = load_tensor(set, dir, t, s, family, params + t->offset, piece);
+    }
+    free(piece);
+    tr_st_set_close(set);
+    return rc;
+}

@@ -1,0 +1,182 @@
+#!/usr/bin/python3
+"""Hugging Face transformers as the oracle of the Llama and Bloom families (issue 17). Small
+LlamaForCausalLM (4 query heads in 2 key/value groups: GQA; rope, RMSNorm, SwiGLU, untied head)
+and BloomForCausalLM (6 heads: ALiBi slopes of a non-power-of-two head count; embedding
+LayerNorm) made here from configs with random weights (nothing downloaded), saved with
+save_pretrained, imported with `trident convert --from hf`; then trident's loss of iteration 1
+and every gradient, in one process and in D2xT2xP2 with sequence parallelism, match
+transformers' on the same batch (loss 1e-5 relative, gradients relative L2 1e-4).
+usage: test_hf_family_oracle.py TRIDENT HF_PROBE WORKDIR VENV [--quick]
+--quick: the one-process run only (the D2xT2xP2 run is the layout matrix's job too)."""
+import json
+import os
+import subprocess
+import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "common"))
+import trident_test as tt  # noqa: E402
+
+trident, probe, work, venv = sys.argv[1:5]
+quick = "--quick" in sys.argv[5:]
+try:
+    import transformers  # noqa: F401
+except ImportError:  # run again with the virtual environment's Python
+    py = tt.venv_python(venv, ["transformers==4.38.2", "tokenizers<0.19", "safetensors"], "transformers")
+    os.execv(py, [py, os.path.abspath(__file__), *sys.argv[1:]])
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+from transformers import BloomConfig, BloomForCausalLM, LlamaConfig, LlamaForCausalLM  # noqa: E402
+from transformers.utils import logging as hf_logging  # noqa: E402
+
+hf_logging.set_verbosity_error()
+hf_logging.disable_progress_bar()
+torch.set_num_threads(2)
+work = tt.fresh_dir(work)
+L, V, T = 2, 300, 32  # V: byte tokens fit, and TP pads it
+
+
+def convert(src, ck):
+    rc, out, err = tt.outputs([trident, "convert", "--from", "hf", "--input", src, "--output", ck], timeout=300)
+    if not tt.check(f"trident convert --from hf {os.path.basename(src)}", rc == 0, err):
+        tt.finish()
+    return out
+
+
+def gather_grads(d):
+    """Whole tensors by name from every rank's dump (shards placed)."""
+    full = {}
+    for fn in sorted(f for f in os.listdir(d) if f.endswith(".json")):
+        meta = json.load(open(os.path.join(d, fn)))
+        flat = np.fromfile(os.path.join(d, fn[:-5] + ".bin"), dtype=np.float32)
+        owned = np.zeros(flat.shape, dtype=bool)
+        for off, cnt in meta["owned"]:
+            owned[off:off + cnt] = True
+        flat = np.where(owned, flat, np.nan)
+        for t in meta["tensors"]:
+            part = flat[t["offset"]:t["offset"] + t["rows"] * t["cols"]].reshape(t["rows"], t["cols"])
+            whole = full.setdefault(t["name"], np.full((t["full_rows"], t["full_cols"]), np.nan))
+            r, c = (meta["tp_rank"] * t["rows"], 0) if t["split_dim"] == 0 else (0, meta["tp_rank"] * t["cols"]) \
+                if t["split_dim"] == 1 else (0, 0)
+            view = whole[r:r + t["rows"], c:c + t["cols"]]
+            view[~np.isnan(part)] = part[~np.isnan(part)]
+    return full
+
+
+def llama_grad(G, name, NH, NG, HS, C):
+    """transformers' gradient of trident tensor `name` of the Llama, in trident's layout."""
+    top = {"wte": "model.embed_tokens.weight", "output_layer": "lm_head.weight", "lnf.weight": "model.norm.weight"}
+    if name in top:
+        g = G[top[name]]
+        return g.view(-1, 1) if g.dim() == 1 else g
+    layer, rest = name.split(".", 2)[1:]
+    h = f"model.layers.{layer}."
+    simple = {"ln1.weight": "input_layernorm.weight", "ln2.weight": "post_attention_layernorm.weight",
+              "attn_proj.weight": "self_attn.o_proj.weight", "fc_proj.weight": "mlp.down_proj.weight"}
+    if rest in simple:
+        g = G[h + simple[rest]]
+        return g.view(-1, 1) if g.dim() == 1 else g
+    if rest == "qkv.weight":  # rows (group, {q_0 .. q_R-1, k, v}, d)
+        R = NH // NG
+        q = G[h + "self_attn.q_proj.weight"].view(NG, R, HS, C)
+        k = G[h + "self_attn.k_proj.weight"].view(NG, 1, HS, C)
+        v = G[h + "self_attn.v_proj.weight"].view(NG, 1, HS, C)
+        return torch.cat([q, k, v], 1).reshape(-1, C)
+    if rest == "fc.weight":  # rows (feature, {gate, up})
+        return torch.stack([G[h + "mlp.gate_proj.weight"], G[h + "mlp.up_proj.weight"]], 1).reshape(-1, C)
+    raise KeyError(name)
+
+
+def bloom_grad(G, name):
+    top = {"wte": "word_embeddings.weight", "emb_ln.weight": "word_embeddings_layernorm.weight",
+           "emb_ln.bias": "word_embeddings_layernorm.bias", "lnf.weight": "ln_f.weight", "lnf.bias": "ln_f.bias"}
+    if name in top:
+        g = G["transformer." + top[name]]
+    else:
+        layer, rest = name.split(".", 2)[1:]
+        part, kind = rest.rsplit(".", 1)
+        hf = {"ln1": "input_layernorm", "qkv": "self_attention.query_key_value", "attn_proj": "self_attention.dense",
+              "ln2": "post_attention_layernorm", "fc": "mlp.dense_h_to_4h", "fc_proj": "mlp.dense_4h_to_h"}[part]
+        g = G[f"transformer.h.{layer}.{hf}.{kind}"]
+    return g.view(-1, 1) if g.dim() == 1 else g
+
+
+def randomize(model):
+    with torch.no_grad():  # every tensor away from its initial value (norms 1 and 0, biases 0)
+        for name, p in model.named_parameters():
+            p.copy_(1.0 + 0.2 * torch.randn_like(p) if "layernorm" in name or name.endswith("norm.weight")
+                    or "ln_f" in name else 0.1 * torch.randn_like(p))
+
+
+prefix = tt.make_corpus(trident, work, 17, ["llama", "bloom", "rotary", "alibi", "group", "query", "head"],
+                        300, 5, 50)
+
+families = []
+torch.manual_seed(17)
+C, NH, NG = 64, 4, 2
+llama = LlamaForCausalLM(LlamaConfig(hidden_size=C, intermediate_size=96, num_hidden_layers=L,
+                                     num_attention_heads=NH, num_key_value_heads=NG, max_position_embeddings=T,
+                                     vocab_size=V, rms_norm_eps=1e-6, rope_theta=10000.0,
+                                     tie_word_embeddings=False)).eval()
+randomize(llama)
+families.append(("llama-gqa", llama, lambda G, n: llama_grad(G, n, NH, NG, C // NH, C),
+                 dict(normalization="RMSNorm", position_embedding_type="rope", swiglu=True, ffn_hidden_size=96,
+                      num_query_groups=NG, untie_embeddings_and_output_weights=True, add_bias_linear=False,
+                      layernorm_epsilon=1e-6, num_attention_heads=NH, hidden_size=C), 1 + 6 * L + 2))
+bloom = BloomForCausalLM(BloomConfig(hidden_size=48, n_layer=L, n_head=6, vocab_size=V,
+                                     layer_norm_epsilon=1e-5)).eval()
+randomize(bloom)
+families.append(("bloom-6-heads", bloom, bloom_grad,
+                 dict(position_embedding_type="alibi", embedding_layernorm=True, num_attention_heads=6,
+                      hidden_size=48, max_position_embeddings=2048), 3 + 12 * L + 2))  # no table: 2048
+
+for name, model, hf_grad, keys, n_tensors in families:
+    src = os.path.join(work, name + "-hf")
+    model.save_pretrained(src)
+    ck = os.path.join(work, name + "-ck")
+    out = convert(src, ck)
+    tt.check(f"{name}: trident convert prints the family's model section",
+             ("rope" in out) if "llama" in name else ("alibi" in out and "embedding_layernorm: true" in out), out)
+    cfg = tt.write_config(os.path.join(work, name + ".yaml"),
+        model={**dict(num_layers=L, seq_length=T, max_position_embeddings=T, vocab_size=V), **keys},
+        training=dict(micro_batch_size=2, global_batch_size=8, train_iters=1, lr=1.0e-3, lr_warmup_iters=0,
+                      weight_decay=0.01, clip_grad=1.0, seed=3),
+        data=dict(data_path=prefix, split="95,5,0"),
+        checkpoint=dict(load=ck),
+        parallel=dict(comm_timeout_s=120))
+    batch_file = os.path.join(work, name + "-batch.bin")
+    subprocess.run([probe, "batch", cfg, batch_file], check=True)
+    batch = torch.from_numpy(np.fromfile(batch_file, dtype=np.int32).astype(np.int64)).view(4, 2, 2, T)
+    inputs, targets = batch[:, 0].reshape(8, T), batch[:, 1].reshape(8, T)
+    model.zero_grad()
+    hf_loss = F.cross_entropy(model(inputs).logits.reshape(-1, V), targets.reshape(-1))
+    hf_loss.backward()
+    G = {n: p.grad for n, p in model.named_parameters()}
+    layouts = [("1", 1, 1, 1, ())] + ([] if quick else [("D2xT2xP2-sp", 8, 2, 2, ("parallel.sequence_parallel=true",))])
+    for lname, world, tp, pp, extra in layouts:
+        run = os.path.join(work, f"{name}-{lname}")
+        r = tt.run(tt.train_cmd(trident, cfg, run, world, tp, pp, list(extra),
+                                flags=["--quiet", "--dump-grads", os.path.join(run, "grads")]), timeout=600)
+        if not tt.check(f"{name} {lname}: trident train from the import", r.returncode == 0,
+                        f"exit {r.returncode}\n{r.stdout[-1500:]}\n{r.stderr[-2500:]}"):
+            continue
+        loss = tt.losses(run)[0]
+        rel_loss = abs(loss - hf_loss.item()) / hf_loss.item()
+        tt.check(f"{name} {lname}: loss of iteration 1", rel_loss <= 1e-5,
+                 f"trident {loss:.7f} transformers {hf_loss.item():.7f} relative {rel_loss:.1e}", show=True)
+        grads = gather_grads(os.path.join(run, "grads"))
+        worst, worst_name, bad = 0.0, "", []
+        for tname, g in grads.items():
+            want = hf_grad(G, tname).detach().double().numpy()
+            got = g[:want.shape[0]]
+            if np.isnan(got).any() or got.shape != want.shape:
+                bad.append(tname)
+                continue
+            rel_g = np.linalg.norm(got - want) / max(np.linalg.norm(want), 1e-30)
+            if rel_g > worst:
+                worst, worst_name = rel_g, tname
+        tt.check(f"{name} {lname}: every gradient ({len(grads)} tensors)",
+                 not bad and worst <= 1e-4 and len(grads) == n_tensors,
+                 f"worst relative L2 {worst:.2e} ({worst_name}); missing, NaN or misshapen: {bad}", show=True)
+tt.finish("PASSED")

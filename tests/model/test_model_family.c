@@ -1,0 +1,239 @@
+/* model/: the Llama and Bloom families of the stage (issue 17): the tensor table each family
+ * has (no biases, no wpe, untied output_layer, emb_ln, GQA's smaller qkv, SwiGLU's
+ * interleaved fc), finite-difference gradients of the whole model, and two pipeline stages
+ * composing to the whole model. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <cmocka.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/core.h"
+#include "model/gpt.h"
+
+enum { LLAMA, BLOOM, MIXED };
+
+/* Llama: 4 heads in 2 groups of head size 4, rope, RMSNorm, SwiGLU of width 24, untied, no
+ * biases. Bloom: 6 heads of size 2 (non-power-of-two ALiBi), embedding LayerNorm.
+ * Mixed: rope on half of each head, multi-query (1 group), SwiGLU with biases, embedding
+ * RMSNorm, learned positions off. */
+static tr_gpt_shape family_shape(int family, int first, int count)
+{
+    tr_gpt_shape s = {.num_layers = 3, .C = 16, .NH = 4, .T = 5, .max_T = 6, .V = 11, .Vp = 16,
+                      .eps = 1e-5f, .init_std = 0.3f, .seed = 99, .layer_first = first,
+                      .layer_count = count, .tp_size = 1};
+    if (family == LLAMA) {
+        s.rmsnorm = 1, s.position = TR_POS_ROPE, s.rotary_dims = 4, s.rotary_base = 10000.0f;
+        s.swiglu = 1, s.ffn = 24, s.query_groups = 2, s.untie = 1, s.no_linear_bias = 1;
+    } else if (family == BLOOM) {
+        s.C = 12, s.NH = 6, s.position = TR_POS_ALIBI, s.embedding_ln = 1;
+    } else {
+        s.rmsnorm = 1, s.position = TR_POS_ROPE, s.rotary_dims = 2, s.rotary_base = 100.0f;
+        s.swiglu = 1, s.query_groups = 1, s.embedding_ln = 1;
+    }
+    s.is_first = first == 0;
+    s.is_last = first + count == s.num_layers;
+    return s;
+}
+
+typedef struct {
+    tr_gpt *g;
+    tr_gpt_acts *a;
+    float *params, *grads;
+} stage;
+
+static void stage_make(stage *st, int family, int first, int count, int B)
+{
+    tr_gpt_shape s = family_shape(family, first, count);
+    assert_int_equal(tr_gpt_create(&s, tr_kernels_cpu(), NULL, &st->g), TR_OK);
+    size_t n = tr_gpt_num_params(st->g), counted = 0;
+    assert_int_equal(tr_gpt_count_params(&s, &counted), TR_OK);
+    assert_int_equal(counted, n);
+    st->params = calloc(n, sizeof(float));
+    st->grads = calloc(n, sizeof(float));
+    tr_gpt_bind(st->g, st->params, st->grads);
+    assert_int_equal(tr_gpt_init_params(st->g), TR_OK);
+    /* every tensor away from its initial value (norm weights 1, biases 0) */
+    for (size_t i = 0; i < n; i++)
+        st->params[i] += 0.05f * (float)sin(0.37 * (double)i);
+    assert_int_equal(tr_gpt_acts_create(st->g, B, &st->a), TR_OK);
+}
+
+static void stage_free(stage *st)
+{
+    tr_gpt_acts_free(st->a);
+    tr_gpt_free(st->g);
+    free(st->params);
+    free(st->grads);
+}
+
+static tr_param_tensor *find(tr_gpt *g, const char *name)
+{
+    for (int i = 0; i < tr_gpt_num_tensors(g); i++)
+        if (!strcmp(tr_gpt_tensor(g, i)->name, name))
+            return tr_gpt_tensor(g, i);
+    return NULL;
+}
+
+static void make_batch(int n, int32_t *tokens, int32_t *targets)
+{
+    for (int i = 0; i < n; i++) {
+        tokens[i] = (int32_t)((i * 7 + 3) % 11);
+        targets[i] = (int32_t)((i * 5 + 1) % 11);
+    }
+}
+
+static void test_tensor_tables(void **state)
+{
+    (void)state;
+    stage st;
+    stage_make(&st, LLAMA, 0, 3, 1);
+    assert_null(find(st.g, "wpe"));
+    assert_null(find(st.g, "layers.0.qkv.bias"));
+    assert_null(find(st.g, "layers.0.ln1.bias"));
+    assert_null(find(st.g, "lnf.bias"));
+    tr_param_tensor *qkv = find(st.g, "layers.1.qkv.weight"), *fc = find(st.g, "layers.1.fc.weight");
+    tr_param_tensor *out = find(st.g, "output_layer"), *wte = find(st.g, "wte");
+    assert_int_equal(qkv->rows, 16 + 2 * 2 * 4); /* 4 query heads + 2 groups' k and v */
+    assert_int_equal(fc->rows, 2 * 24);
+    assert_int_equal(find(st.g, "layers.1.fc_proj.weight")->cols, 24);
+    assert_non_null(out);
+    assert_true(out->vocab_rows && !out->word_embedding && wte->vocab_rows && !wte->word_embedding);
+    assert_int_equal(tr_gpt_num_tensors(st.g), 1 + 3 * 6 + 2);
+    assert_false(tr_gpt_is_gpt2(tr_gpt_get_shape(st.g)));
+    stage_free(&st);
+    stage_make(&st, BLOOM, 0, 3, 1);
+    assert_null(find(st.g, "wpe"));
+    assert_non_null(find(st.g, "emb_ln.weight"));
+    assert_non_null(find(st.g, "emb_ln.bias"));
+    assert_non_null(find(st.g, "layers.2.fc.bias"));
+    assert_true(find(st.g, "emb_ln.weight")->param[0] != 0.0f);
+    assert_true(find(st.g, "wte")->word_embedding); /* tied */
+    assert_null(find(st.g, "output_layer"));
+    stage_free(&st);
+}
+
+/* d(mean loss)/d(param) by central differences on a few elements of every tensor. */
+static void check_finite_difference(int family)
+{
+    const int B = 2, T = 5, BT = B * T;
+    int32_t tokens[10], targets[10];
+    make_batch(BT, tokens, targets);
+    stage st;
+    stage_make(&st, family, 0, 3, B);
+    float loss;
+    assert_int_equal(tr_gpt_forward(st.g, st.a, tokens, NULL, targets, 1.0f / BT, &loss), 0);
+    assert_int_equal(tr_gpt_backward(st.g, st.a, NULL), 0);
+    assert_true(loss > 1.5f && loss < 4.0f);
+    int checked = 0;
+    for (int i = 0; i < tr_gpt_num_tensors(st.g); i++) {
+        tr_param_tensor *t = tr_gpt_tensor(st.g, i);
+        for (int s = 0; s < 4; s++) {
+            size_t e = (size_t)(s * 7919 + i * 31) % t->numel;
+            if (t->vocab_rows && e >= (size_t)11 * t->cols)
+                e %= (size_t)11 * t->cols; /* padded rows have zero gradient; test real ones */
+            float keep = t->param[e], h = 1e-2f, lp, lm;
+            t->param[e] = keep + h;
+            assert_int_equal(tr_gpt_forward(st.g, st.a, tokens, NULL, targets, 0.0f, &lp), TR_OK);
+            t->param[e] = keep - h;
+            assert_int_equal(tr_gpt_forward(st.g, st.a, tokens, NULL, targets, 0.0f, &lm), TR_OK);
+            t->param[e] = keep;
+            double fd = ((double)lp - lm) / (2.0 * h), an = t->grad[e];
+            double err = fabs(fd - an) / fmax(fabs(fd) + fabs(an), 1e-3);
+            if (err > 3e-2)
+                fail_msg("family %d %s[%zu]: finite difference %.6g vs backward %.6g", family,
+                         t->name, e, fd, an);
+            checked++;
+        }
+    }
+    assert_true(checked > 60);
+    stage_free(&st);
+}
+
+static void test_finite_difference(void **state)
+{
+    (void)state;
+    check_finite_difference(LLAMA);
+    check_finite_difference(BLOOM);
+    check_finite_difference(MIXED);
+}
+
+/* Stages [0,1) and [1,3) chained give the whole model's loss and gradients. */
+static void check_stages_compose(int family)
+{
+    const int B = 2, BT = 10;
+    int32_t tokens[10], targets[10];
+    make_batch(BT, tokens, targets);
+    stage whole, s0, s1;
+    stage_make(&whole, family, 0, 3, B);
+    stage_make(&s0, family, 0, 1, B);
+    stage_make(&s1, family, 1, 2, B);
+    for (int k = 0; k < 2; k++) { /* the same values by name (the perturbation follows the
+                                   * buffer offset, so copy the whole model's in) */
+        stage *part = k ? &s1 : &s0;
+        for (int i = 0; i < tr_gpt_num_tensors(part->g); i++) {
+            tr_param_tensor *t = tr_gpt_tensor(part->g, i), *w = find(whole.g, t->name);
+            assert_non_null(w);
+            memcpy(t->param, w->param, t->numel * sizeof(float));
+        }
+    }
+    float scale = 1.0f / BT, loss_whole = 0, loss_split = 0;
+    assert_int_equal(tr_gpt_forward(whole.g, whole.a, tokens, NULL, targets, scale, &loss_whole), 0);
+    assert_int_equal(tr_gpt_backward(whole.g, whole.a, NULL), 0);
+    assert_int_equal(tr_gpt_forward(s0.g, s0.a, tokens, NULL, NULL, scale, NULL), 0);
+    assert_int_equal(tr_gpt_forward(s1.g, s1.a, NULL, tr_gpt_acts_output(s0.a), targets, scale,
+                                    &loss_split), 0);
+    assert_int_equal(tr_gpt_backward(s1.g, s1.a, NULL), 0);
+    assert_int_equal(tr_gpt_backward(s0.g, s0.a, tr_gpt_acts_input_grad(s1.a)), 0);
+    assert_true(loss_whole == loss_split);
+    for (int i = 0; i < tr_gpt_num_tensors(whole.g); i++) {
+        tr_param_tensor *w = tr_gpt_tensor(whole.g, i);
+        tr_param_tensor *a = find(s0.g, w->name), *b = find(s1.g, w->name);
+        for (size_t e = 0; e < w->numel; e++) {
+            float got = (a ? a->grad[e] : 0.0f) + (b ? b->grad[e] : 0.0f);
+            assert_true(fabsf(got - w->grad[e]) <= 1e-6f + 1e-5f * fabsf(w->grad[e]));
+        }
+    }
+    stage_free(&whole);
+    stage_free(&s0);
+    stage_free(&s1);
+}
+
+static void test_stages_compose(void **state)
+{
+    (void)state;
+    check_stages_compose(LLAMA);
+    check_stages_compose(BLOOM);
+}
+
+/* Invalid family shapes are refused, not crashed on. */
+static void test_bad_shapes(void **state)
+{
+    (void)state;
+    tr_gpt_shape s = family_shape(LLAMA, 0, 3);
+    tr_gpt *g = NULL;
+    size_t n;
+    s.query_groups = 3;
+    assert_int_equal(tr_gpt_create(&s, tr_kernels_cpu(), NULL, &g), TR_ERR_INVALID);
+    s = family_shape(LLAMA, 0, 3);
+    s.rotary_dims = 5;
+    assert_int_equal(tr_gpt_count_params(&s, &n), TR_ERR_INVALID);
+    s.rotary_dims = 6; /* more than the head size 4 */
+    assert_int_equal(tr_gpt_count_params(&s, &n), TR_ERR_INVALID);
+    s = family_shape(LLAMA, 0, 3);
+    s.tp_size = 4, s.query_groups = 2; /* 2 groups over 4 ranks */
+    assert_int_equal(tr_gpt_count_params(&s, &n), TR_ERR_INVALID);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_tensor_tables),
+        cmocka_unit_test(test_finite_difference),
+        cmocka_unit_test(test_stages_compose),
+        cmocka_unit_test(test_bad_shapes),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
