@@ -40,8 +40,7 @@ void plan_layer_cost(const plan_cost_ctx *x, plan_cost *o)
     o->f[TR_PLAN_PART_TP] = 2 * x->ar_tp;
     o->b[TR_PLAN_PART_TP] = 2 * x->ar_tp;
     if (!plan_shape_model(c)) {
-        double f1 = tr_plan_layer_forward_flops(m->seq_length, L->micro_batch,
-                                                m->hidden_size) / t;
+        double f1 = tr_plan_layer_forward_flops_model(m, m->seq_length, L->micro_batch) / t;
         o->f[TR_PLAN_PART_GEMM] = f1 / x->rate;
         o->b[TR_PLAN_PART_GEMM] = 2 * f1 / x->rate;
         if (L->recompute == TR_PLAN_RECOMPUTE_FULL) {

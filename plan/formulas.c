@@ -32,21 +32,59 @@ const char *tr_plan_link_name(tr_plan_link l)
     return l == TR_PLAN_LINK_INTRA ? "intra-node" : l == TR_PLAN_LINK_INTER ? "inter-node" : "none";
 }
 
-static double layer_params(double h, int tp)
+/* The family switches of m (model.* keys). A config not made by the loader (no family
+ * strings set) is GPT-2, whatever its zeroed switches say. */
+typedef struct {
+    double h, qkv, F, fc; /* hidden; qkv rows (h + 2 groups x head size); MLP width; fc rows */
+    int bias, rms, learned, emb_ln, untie;
+} family;
+
+static family family_of(const tr_model_config *m)
 {
-    return 12.0 * h * h / tp + 7.0 * h / tp + 6.0 * h;
+    family f;
+    int loaded = m->normalization != NULL;
+    int heads = m->num_attention_heads > 0 ? m->num_attention_heads : 1;
+    int groups = m->num_query_groups > 0 ? m->num_query_groups : heads;
+    f.h = m->hidden_size;
+    f.qkv = f.h + 2.0 * groups * (f.h / heads);
+    f.F = tr_model_ffn_hidden(m);
+    f.fc = loaded && m->swiglu ? 2 * f.F : f.F;
+    f.bias = !loaded || m->add_bias_linear;
+    f.rms = loaded && !strcmp(m->normalization, "RMSNorm");
+    f.learned = !m->position_embedding_type ||
+                !strcmp(m->position_embedding_type, "learned_absolute");
+    f.emb_ln = loaded && m->embedding_layernorm;
+    f.untie = loaded && m->untie_embeddings_and_output_weights;
+    return f;
+}
+
+/* GPT-2: 12h^2/t + 7h/t + 6h; in general the qkv, projection and MLP matrices split over t,
+ * their column-parallel biases too, the row-parallel biases and the norms whole. */
+static double layer_params(const family *f, int tp)
+{
+    double h = f->h;
+    double n = (f->qkv * h + h * h + f->fc * h + f->F * h) / tp;
+    if (f->bias)
+        n += (f->qkv + f->fc) / tp + 2.0 * h;
+    return n + 2.0 * (f->rms ? h : 2.0 * h);
 }
 
 double tr_plan_stage_params(const tr_model_config *m, int vocab_padded, int tp, int pp, int stage,
                             int layers)
 {
-    double h = m->hidden_size;
-    double n = layers * layer_params(h, tp);
-    if (stage == 0)
-        n += (double)vocab_padded * h / tp + (double)m->max_position_embeddings * h;
+    family f = family_of(m);
+    double h = m->hidden_size, norm = f.rms ? h : 2.0 * h;
+    double n = layers * layer_params(&f, tp);
+    if (stage == 0) {
+        n += (double)vocab_padded * h / tp;
+        if (f.learned)
+            n += (double)m->max_position_embeddings * h;
+        if (f.emb_ln)
+            n += norm;
+    }
     if (stage == pp - 1) {
-        n += 2.0 * h;
-        if (pp > 1)
+        n += norm;
+        if (pp > 1 || f.untie) /* the head's copy of wte, or the output layer */
             n += (double)vocab_padded * h / tp;
     }
     return n;
@@ -93,11 +131,17 @@ double tr_plan_layer_forward_flops(int s, int b, int h)
     return 24.0 * B * S * H * H + 4.0 * B * S * S * H;
 }
 
+double tr_plan_layer_forward_flops_model(const tr_model_config *m, int s, int b)
+{
+    family f = family_of(m);
+    double S = s, B = b, h = f.h;
+    return 2.0 * B * S * (f.qkv * h + h * h + f.fc * h + f.F * h) + 4.0 * B * S * S * h;
+}
+
 double tr_plan_model_flops(const tr_model_config *m, int vocab_padded, int global_batch)
 {
     double s = m->seq_length, h = m->hidden_size;
-    double fwd = m->num_layers * tr_plan_layer_forward_flops(m->seq_length, global_batch,
-                                                             m->hidden_size) +
+    double fwd = m->num_layers * tr_plan_layer_forward_flops_model(m, m->seq_length, global_batch) +
                  2.0 * global_batch * s * h * vocab_padded;
     return 3.0 * fwd;
 }
@@ -107,8 +151,7 @@ double tr_plan_hardware_flops(const tr_model_config *m, int vocab_padded, int gl
 {
     double extra = 0, s = m->seq_length, h = m->hidden_size;
     if (rc == TR_PLAN_RECOMPUTE_FULL)
-        extra = m->num_layers * tr_plan_layer_forward_flops(m->seq_length, global_batch,
-                                                            m->hidden_size);
+        extra = m->num_layers * tr_plan_layer_forward_flops_model(m, m->seq_length, global_batch);
     else if (rc == TR_PLAN_RECOMPUTE_SELECTIVE)
         extra = m->num_layers * 4.0 * global_batch * s * s * h;
     return tr_plan_model_flops(m, vocab_padded, global_batch) + extra;

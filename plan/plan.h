@@ -270,6 +270,9 @@ double tr_plan_layer_activation_bytes(int s, int b, int h, int a, int tp, int se
                                       tr_plan_recompute rc, int bf16);
 /* FLOPs of one layer forward for b sequences (whole layer, all TP ranks together). */
 double tr_plan_layer_forward_flops(int s, int b, int h);
+/* The same for m's family (GQA's smaller qkv, SwiGLU's three matrices, the MLP width); equal
+ * to tr_plan_layer_forward_flops for GPT-2. */
+double tr_plan_layer_forward_flops_model(const tr_model_config *m, int s, int b);
 /* Per step, all ranks: model FLOPs (3 x forward) and hardware FLOPs (with recompute). */
 double tr_plan_model_flops(const tr_model_config *m, int vocab_padded, int global_batch);
 double tr_plan_hardware_flops(const tr_model_config *m, int vocab_padded, int global_batch,

@@ -51,15 +51,17 @@ static void test_bloom_layout_and_memory(void **state)
     assert_true(r->fits && r->valid);
     assert_true(r->memory.total < 80 * GIB);
     assert_close(r->train_tokens, 366e9, 1e-3);
+    assert_close(r->n_params, 176.2e9, 5e-3); /* Bloom's own count: ALiBi, embedding LN */
     assert_close(r->tokens_per_s, 2048.0 * 2048 / r->step_time_s, 1e-12);
     assert_close(r->hardware_flops / r->model_flops, 4.0 / 3, 0.02);
     /* Links: TP 4 inside a node, PP and DP across nodes. */
     assert_int_equal(r->tp_link, TR_PLAN_LINK_INTRA);
     assert_int_equal(r->pp_link, TR_PLAN_LINK_INTER);
     assert_int_equal(r->dp_link, TR_PLAN_LINK_INTER);
-    /* Memory of stage 0 by hand: 5 layers + embedding shard + positions, ZeRO-1 over 8. */
+    /* Memory of stage 0 by hand: 5 layers + embedding shard + the embedding LayerNorm (ALiBi:
+     * no positions), ZeRO-1 over 8. */
     double h = 14336, layer = 12 * h * h / 4 + 7 * h / 4 + 6 * h;
-    double params = 5 * layer + 250880 * h / 4 + 2048 * h;
+    double params = 5 * layer + 250880 * h / 4 + 2 * h;
     assert_int_equal(r->memory_stage, 0);
     assert_int_equal(r->stage_layers, 5);
     assert_int_equal(r->in_flight, 12); /* 1F1B: min(P - 0, M) */
@@ -158,12 +160,12 @@ static void test_layout_ratios(void **state)
     assert_true(d->tflops_per_gpu < b->tflops_per_gpu); /* the bubble's larger share */
 
     /* TP 4 -> 8 (DP 8 -> 4): stage 0 holds 5 layers of 12h^2/t + 7h/t + 6h parameters, the
-     * word embedding's shard and the positions; bf16 weights 2 bytes, fp32 gradients 4,
-     * ZeRO-1's 12 over DP */
+     * word embedding's shard and the embedding LayerNorm; bf16 weights 2 bytes, fp32
+     * gradients 4, ZeRO-1's 12 over DP */
     assert_int_equal(t->layout.dp, 4);
     assert_int_equal(t->tp_link, TR_PLAN_LINK_INTRA); /* 8 GPUs per node */
     double h = 14336, layer8 = 12 * h * h / 8 + 7 * h / 8 + 6 * h;
-    double params8 = 5 * layer8 + 250880 * h / 8 + 2048 * h;
+    double params8 = 5 * layer8 + 250880 * h / 8 + 2 * h;
     assert_int_equal(t->memory_stage, 0);
     assert_int_equal(t->stage_layers, 5);
     assert_close(t->memory.weights, 2 * params8, 1e-12);
