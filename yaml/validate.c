@@ -254,9 +254,9 @@ static int check_data(const tr_config *c)
         if (!strcmp(d->data_format, "llmc"))
             return bad(c, "data.data_format", "data.dataset_type", "data.dataset_type sft reads "
                        "Megatron indexed datasets (PREFIX and PREFIX_loss_mask), not llm.c shards");
-    } else if (config_find_mark(c, "data.sft_packing")) {
-        return bad(c, "data.sft_packing", NULL, "data.sft_packing is for data.dataset_type sft "
-                   "(dataset_type is %s)", d->dataset_type);
+    } else if (!d->sft_packing) { /* (true, the default, is what config.yaml writes back) */
+        return bad(c, "data.sft_packing", NULL, "data.sft_packing false is for data.dataset_type "
+                   "sft (dataset_type is %s)", d->dataset_type);
     }
     int type = !strcmp(d->tokenizer_type, "GPT2BPETokenizer") ? 1
                : !strcmp(d->tokenizer_type, "HFTokenizer") ? 2 : 0;

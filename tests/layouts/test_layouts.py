@@ -15,8 +15,12 @@ Injected bugs the old checks let through (issue 25, point 6), each failing now:
     copy overwrote rank 0's in the reassembly (dp2-m1, dp2-m2-traced);
   - activation slots released only at the end of the iteration, M of them (train/step.c,
     train/engine.c): the counter still said 1F1B keeps 4, RSS at M = 32 grew like GPipe's.
-usage: test_layouts.py TRIDENT WORKDIR GROUP [--quick]
-GROUP: tp | pp | dp | matrix (world size 8, every factorisation) | all"""
+Model families (issue 17): groups llama and bloom run the same model with Llama's switches
+(RMSNorm, rope, SwiGLU, 8 heads in 4 query groups, untied output, no biases) or Bloom's (ALiBi,
+embedding LayerNorm) on a few 8-rank layouts (D2xT2xP2 with SP, T4xP2, D4xP2, P8; TP 8 needs
+8 groups: its own single-process base); --full runs every 8-rank layout.
+usage: test_layouts.py TRIDENT WORKDIR GROUP [--quick] [--full]
+GROUP: tp | pp | dp | matrix (world size 8, every factorisation) | llama | bloom | all"""
 import json
 import os
 import sys
@@ -29,6 +33,14 @@ from trident_test import failures  # noqa: E402
 
 trident, work, group = sys.argv[1], sys.argv[2], sys.argv[3]
 quick = "--quick" in sys.argv
+full = "--full" in sys.argv
+FAMILIES = {
+    "llama": ["model.normalization=RMSNorm", "model.position_embedding_type=rope", "model.swiglu=true",
+              "model.ffn_hidden_size=176", "model.num_query_groups=4",
+              "model.untie_embeddings_and_output_weights=true", "model.add_bias_linear=false"],
+    "bloom": ["model.position_embedding_type=alibi", "model.embedding_layernorm=true"],
+}
+family = FAMILIES.get(group, [])
 work = tt.fresh_dir(os.path.join(work, group))
 prefix = tt.make_corpus(trident, work, 11, ["tensor", "pipe", "data", "rank", "loss", "layer", "grad", "norm"],
                         400, 3, 50)
@@ -42,6 +54,7 @@ config = tt.write_config(os.path.join(work, "layouts.yaml"),
 
 
 def run(name, world, tp=1, pp=1, *extra):
+    extra = (*family, *extra)
     out = os.path.join(work, name)
     r = tt.run(tt.train_cmd(trident, config, out, world, tp, pp, extra,
                             flags=["--quiet", "--dump-grads", os.path.join(out, "grads")]), timeout=600)
@@ -184,8 +197,24 @@ if group in ("matrix", "all"):
         cases.append((f"d{d}-t{t}-p{p}", 8, t, p))
     cases.append(("d2-t2-p2-zero1-sp", 8, 2, 2, "parallel.use_distributed_optimizer=true",
                   "parallel.sequence_parallel=true"))
+if family:
+    layouts = [(8, 1, 1), (4, 2, 1), (4, 1, 2), (2, 4, 1), (2, 2, 2), (2, 1, 4), (1, 4, 2), (1, 2, 4),
+               (1, 1, 8)] if full else [(4, 1, 2), (1, 4, 2), (1, 1, 8)]
+    if quick:
+        layouts = [(1, 1, 8)]
+    for d, t, p in layouts:
+        cases.append((f"{group}-d{d}-t{t}-p{p}", 8, t, p))
+    cases.append((f"{group}-d2-t2-p2-sp", 8, 2, 2, "parallel.sequence_parallel=true"))
 for name, world, tp, pp, *extra in cases:
     compare(name, run(name, world, tp, pp, *extra), base)
+if family and not quick:
+    # TP 8: whole query groups per rank needs 8 of them (Llama: no GQA then), its own base
+    T8 = ["model.num_query_groups=8"] if group == "llama" else []
+    base8 = run(f"{group}-single-g8", 1, 1, 1, *T8) if T8 else base
+    name = f"{group}-d1-t8-p1-sp"
+    cases.append((name,))
+    if base8 is not None:
+        compare(name, run(name, 8, 8, 1, "parallel.sequence_parallel=true", *T8), base8)
 if group in ("pp", "all"):
     # Boundary tensors large enough (64 KiB) that sends complete after the next compute op,
     # and many micro-batches: a stage must not reuse a buffer that is still being sent.
