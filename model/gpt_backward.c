@@ -104,11 +104,15 @@ int tr_gpt_backward(tr_gpt *g, tr_gpt_acts *a, const float *dhidden_out)
         const float *demb = dres;
         if (s->embedding_ln) { /* through the embedding norm, into the free dln rows */
             float *d = g->scratch.dln;
+            if ((rc = params_use(g, TR_GPT_PARAMS_NEED, g->embedding_range)))
+                return rc; /* the norm's weight (ZeRO-3 gathers it again) */
             k->zero(NULL, d, (size_t)Nl * C * sizeof(float));
             norm_backward(g, d, g->tensors[g->emb_ln_w].grad,
                           g->emb_ln_b >= 0 ? g->tensors[g->emb_ln_b].grad : NULL, dres, a->emb,
                           g->tensors[g->emb_ln_w].param, a->emb_mean, a->emb_rstd, Nl);
             demb = d;
+            if ((rc = params_use(g, TR_GPT_PARAMS_DONE, g->embedding_range)))
+                return rc;
         }
         rc = tr_tp_vocab_embedding_backward(&g->tp, g->tensors[g->wte].grad, demb, a->tokens, N,
                                             C, g->Vl, g->scratch.wide, &dall);

@@ -55,6 +55,16 @@ double *cu_host_scalar(void);
 /* Chunks for a column reduction of N rows and `cols` columns with `arrays` partial arrays. */
 int cu_chunks(int N, int cols, int arrays);
 
+/* ---- family.cu: RMSNorm, SwiGLU, rotary embedding (kernels.h, "model families") */
+void cu_rmsnorm_forward(tr_stream s, float *out, float *rstd, const float *inp,
+                        const float *weight, int N, int C, float eps);
+void cu_rmsnorm_backward(tr_stream s, float *dinp, float *dweight, const float *dout,
+                         const float *inp, const float *weight, const float *rstd, int N, int C);
+void cu_swiglu_forward(tr_stream s, float *out, const float *inp, size_t n);
+void cu_swiglu_backward(tr_stream s, float *dinp, const float *inp, const float *dout, size_t n);
+void cu_rope(tr_stream s, float *qkv, const float *cos, const float *sin, int B, int T, int NG,
+             int R, int HS, int rot, int inverse);
+
 /* ---- elementwise.cu */
 void cu_add(tr_stream s, float *out, const float *a, const float *b, size_t n);
 void cu_axpy(tr_stream s, float *y, float alpha, const float *x, size_t n);

@@ -16,7 +16,10 @@
     .embedding_forward = cu_embedding_forward,                                            \
     .embedding_backward = cu_embedding_backward,                                          \
     .position_forward = cu_position_forward,                                              \
-    .position_backward = cu_position_backward, .adamw = cu_adamw, .sumsq = cu_sumsq
+    .position_backward = cu_position_backward, .adamw = cu_adamw, .sumsq = cu_sumsq,       \
+    .rmsnorm_forward = cu_rmsnorm_forward, .rmsnorm_backward = cu_rmsnorm_backward,        \
+    .swiglu_forward = cu_swiglu_forward, .swiglu_backward = cu_swiglu_backward,            \
+    .rope = cu_rope
 
 static const tr_kernels cuda_bf16_table = {
     .name = "cuda",

@@ -238,6 +238,59 @@ static void test_layernorm(const tr_kernels *k, int N, int C)
     free(rstd), free(dx), free(dw), free(db);
 }
 
+/* ---------------------------------------------------------------- Llama's ops (issue 17) */
+
+static void test_family(const tr_kernels *k, int N, int C)
+{
+    size_t nc = (size_t)N * C;
+    float *x = host(nc, -3, 3), *w = host((size_t)C, 0.5f, 1.5f), *dy = host(nc, -1, 1);
+    float *dx0 = host(nc, -1, 1), *dw0 = host((size_t)C, -1, 1);
+    float *out = malloc(nc * 4), *rstd = malloc((size_t)N * 4);
+    float *dx = dup(dx0, nc), *dw = dup(dw0, (size_t)C), *sw = malloc(nc * 2), *dsw = malloc(nc * 4);
+    CPU->rmsnorm_forward(NULL, out, rstd, x, w, N, C, 1e-6f);
+    CPU->rmsnorm_backward(NULL, dx, dw, dy, x, w, rstd, N, C);
+    CPU->swiglu_forward(NULL, sw, x, nc / 2);
+    CPU->swiglu_backward(NULL, dsw, x, dy, nc / 2);
+    float *gx = dev(k, x, nc * 4), *gw = dev(k, w, (size_t)C * 4), *gdy = dev(k, dy, nc * 4);
+    float *gout = dev(k, NULL, nc * 4), *grstd = dev(k, NULL, (size_t)N * 4);
+    float *gdx = dev(k, dx0, nc * 4), *gdw = dev(k, dw0, (size_t)C * 4);
+    float *gsw = dev(k, NULL, nc * 2), *gdsw = dev(k, NULL, nc * 4);
+    k->rmsnorm_forward(NULL, gout, grstd, gx, gw, N, C, 1e-6f);
+    k->rmsnorm_backward(NULL, gdx, gdw, gdy, gx, gw, grstd, N, C);
+    k->swiglu_forward(NULL, gsw, gx, nc / 2);
+    k->swiglu_backward(NULL, gdsw, gx, gdy, nc / 2);
+    char what[64];
+    float *got;
+#define CMP(name, d, ref, n)                                                                   \
+    snprintf(what, sizeof what, "%s %dx%d", name, N, C);                                       \
+    got = back(k, d, n);                                                                       \
+    compare(what, k, got, ref, n, TOL_FP32);                                                   \
+    free(got);
+    CMP("rmsnorm out", gout, out, nc);
+    CMP("rmsnorm rstd", grstd, rstd, (size_t)N);
+    CMP("rmsnorm dinp (accumulates)", gdx, dx, nc);
+    CMP("rmsnorm dweight", gdw, dw, (size_t)C);
+    CMP("swiglu out", gsw, sw, nc / 2);
+    CMP("swiglu dinp", gdsw, dsw, nc);
+    /* rope on qkv rows of (NG 2, R 2 + 2, HS 16), rot 12, T = 8 positions, N / 8 sequences */
+    int T = 8, NG = 2, R = 2, HS = 16, rot = 12, B = N / T;
+    size_t nq = (size_t)B * T * NG * (R + 2) * HS, half = (size_t)rot / 2;
+    float *q = host(nq, -1, 1), *cs = host((size_t)T * half, -1, 1), *sn = host((size_t)T * half, -1, 1);
+    float *gq = dev(k, q, nq * 4), *gcs = dev(k, cs, (size_t)T * half * 4),
+          *gsn = dev(k, sn, (size_t)T * half * 4);
+    CPU->rope(NULL, q, cs, sn, B, T, NG, R, HS, rot, 0);
+    k->rope(NULL, gq, gcs, gsn, B, T, NG, R, HS, rot, 0);
+    CMP("rope", gq, q, nq);
+    CPU->rope(NULL, q, cs, sn, B, T, NG, R, HS, rot, 1);
+    k->rope(NULL, gq, gcs, gsn, B, T, NG, R, HS, rot, 1);
+    CMP("rope inverse", gq, q, nq);
+#undef CMP
+    k->free(gx), k->free(gw), k->free(gdy), k->free(gout), k->free(grstd), k->free(gdx);
+    k->free(gdw), k->free(gsw), k->free(gdsw), k->free(gq), k->free(gcs), k->free(gsn);
+    free(x), free(w), free(dy), free(dx0), free(dw0), free(out), free(rstd), free(dx), free(dw);
+    free(sw), free(dsw), free(q), free(cs), free(sn);
+}
+
 /* ---------------------------------------------------------------- attention */
 
 /* packed: segment ids (runs of 7, 12, 17, ... tokens per row b) restrict the attention */
@@ -571,6 +624,8 @@ int main(void)
     test_elementwise(F32);
     test_layernorm(F32, 513, 768);
     test_layernorm(F32, 7, 33);
+    test_family(F32, 512, 768);
+    test_family(F32, 16, 34);
     test_attention(F32, 2, 64, 4, 16, 0);
     test_attention(F32, 1, 257, 2, 64, 0);
     test_attention(BF16, 2, 64, 4, 16, 0);
