@@ -17,6 +17,8 @@ const tr_kernels *tr_kernels_get(const char *name)
     }
     if (strcmp(name, "cpu") == 0)
         return tr_kernels_cpu();
+    if (strcmp(name, "cpu-bf16") == 0 || strcmp(name, "cpu-fp16") == 0)
+        return tr_kernels_cpu_rounded(name + 4);
     if (strcmp(name, "cuda") == 0 || strcmp(name, "cuda-fp32") == 0) {
 #ifdef TR_HAVE_CUDA /* NULL with "no CUDA device: ..." where no GPU is usable */
         return tr_kernels_cuda(strcmp(name, "cuda") == 0 ? TR_CUDA_BF16 : TR_CUDA_FP32);

@@ -105,11 +105,14 @@ static int pick_backend(const tr_config *cfg, const tr_kernels **out)
 {
     const tr_training_config *t = &cfg->training;
     int cuda = !strcmp(t->device, "cuda"), bf16 = !strcmp(t->precision, "bf16");
-    if (bf16 && !cuda)
-        return tr_fail(TR_ERR_CONFIG, "%s: training.precision = bf16 runs on the CUDA backend; "
-                       "set training.device: cuda (the CPU backend is fp32)",
+    int fp16 = !strcmp(t->precision, "fp16");
+    if (fp16 && cuda)
+        return tr_fail(TR_ERR_CONFIG, "%s: training.precision = fp16 runs on the CPU backend "
+                       "only (16-bit storage emulated); on CUDA use bf16 or fp32",
                        tr_config_where(cfg, "training.precision"));
-    *out = tr_kernels_get(cuda ? (bf16 ? "cuda" : "cuda-fp32") : "cpu");
+    /* on the CPU, bf16 / fp16 emulate 16-bit storage (kernels.h: tr_kernels_cpu_rounded) */
+    *out = tr_kernels_get(cuda ? (bf16 ? "cuda" : "cuda-fp32")
+                               : bf16 ? "cpu-bf16" : fp16 ? "cpu-fp16" : "cpu");
     if (!*out)
         return tr_fail_context(TR_ERR_CONFIG, "%s: training.device = %s",
                                tr_config_where(cfg, "training.device"), t->device);
@@ -233,6 +236,7 @@ int tr_engine_create(const tr_config *cfg, tr_engine **out)
     e->T = cfg->model.seq_length;
     e->M = t->global_batch_size / (e->mb * e->D);
     e->loss_scale = 1.0f / ((float)e->M * (float)e->mb * (float)e->T);
+    engine_scaler_init(&e->scaler, t);
     if ((rc = tr_data_open_config(cfg, &e->data)))
         goto fail;
     if (tr_data_num_samples(e->data, TR_SPLIT_TRAIN) == 0) {

@@ -20,6 +20,18 @@ typedef struct {
     int *slot_of_mb;            /* [M], -1 when none */
 } engine_chunk;
 
+/* fp16 loss scaling (loss_scale.c): scale multiplies the backward's seed; skipped counts
+ * the steps skipped for an overflow; growth / hysteresis_left: Megatron's trackers. */
+typedef struct {
+    int on, dynamic;
+    double scale;
+    int growth, hysteresis_left;
+    long skipped;
+} engine_scaler;
+void engine_scaler_init(engine_scaler *s, const tr_training_config *t);
+/* After the norm of the scaled gradients: 1 when this step is to be skipped (overflow). */
+int engine_scaler_update(engine_scaler *s, const tr_training_config *t, int overflow);
+
 struct tr_engine {
     const tr_config *cfg;
     const tr_kernels *k;
@@ -41,6 +53,7 @@ struct tr_engine {
     int n_units;
     int mb, T, M;               /* micro-batch size, sequence, micro-batches per iteration */
     float loss_scale;           /* d(rank-local mean loss)/d(token loss) */
+    engine_scaler scaler;       /* fp16 loss scaling (loss_scale.c); scale 1 otherwise */
     int n_slots;                /* per chunk: in flight + one being received + one being sent */
     int released_mb, released_chunk; /* slot that frees at the next backward, or mb -1: its
                                  * input gradient may still be under send until then */

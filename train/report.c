@@ -92,6 +92,10 @@ static int write_metrics(FILE *f, const char *dir, const tr_step_stats *s)
         tr_json_double(&j, "val_loss", s->val_loss);
     tr_json_double(&j, "eta_s", s->eta_s);
     tr_json_int(&j, "consumed_samples", (long long)s->consumed_samples);
+    if (s->loss_scale != 1.0 || s->skipped_iterations) { /* fp16 loss scaling */
+        tr_json_double(&j, "loss_scale", s->loss_scale);
+        tr_json_int(&j, "skipped_iterations", s->skipped_iterations);
+    }
     tr_json_object_end(&j);
     fputc('\n', f);
     if (fflush(f) == 0 && !ferror(f))

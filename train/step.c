@@ -105,7 +105,7 @@ static int train_forward(void *ctx, int mb, int chunk, const float **output)
                        tr_pp_kind_name(e->schedule.kind), e->stored_limit);
     if (e->stored > e->stored_peak)
         e->stored_peak = e->stored;
-    return stage_forward(e, chunk, mb, e->loss_scale, output);
+    return stage_forward(e, chunk, mb, e->loss_scale * (float)e->scaler.scale, output);
 }
 
 static int train_backward(void *ctx, int mb, int chunk, int is_last_backward,
@@ -253,12 +253,20 @@ int tr_engine_optimizer_step(tr_engine *e, int iteration, tr_step_stats *stats)
                              tr_dp_sharded(e->dp) ? e->world.world : e->world.mp, &norm);
     if (rc)
         return rc;
-    if (!isfinite(norm))
+    /* fp16: the norm of the scaled gradients; an overflow skips the step on every rank */
+    double scale = e->scaler.scale;
+    /* the optimizer step this is: a skipped iteration advances neither Adam's step count nor
+     * the learning-rate schedule (Megatron steps its scheduler only after a successful update) */
+    int step = iteration - (int)e->scaler.skipped;
+    int skip = engine_scaler_update(&e->scaler, t, !isfinite(norm));
+    if (!skip && !isfinite(norm))
         return tr_fail(TR_ERR_INVALID, "iteration %d: the gradient norm is %g (training diverged)",
                        iteration, norm);
-    adamw_ctx c = {.e = e, .lr = (float)tr_lr_at(t, iteration),
-                   .grad_scale = tr_dp_clip_factor(norm, t->clip_grad), .step = iteration};
-    for (int ci = 0; ci < e->v && !rc; ci++) {
+    norm /= scale;
+    adamw_ctx c = {.e = e, .lr = (float)tr_lr_at(t, step),
+                   .grad_scale = (float)(tr_dp_clip_factor(norm, t->clip_grad) / scale),
+                   .step = step};
+    for (int ci = 0; ci < e->v && !rc && !skip; ci++) {
         engine_chunk *ch = &e->chunks[ci];
         for (int i = 0; i < tr_gpt_num_tensors(ch->model) && !rc; i++) {
             c.t = tr_gpt_tensor(ch->model, i);
@@ -272,8 +280,10 @@ int tr_engine_optimizer_step(tr_engine *e, int iteration, tr_step_stats *stats)
     if (e->tracing)
         tr_pp_trace_add(&e->trace, TR_PP_SPAN_OPTIMIZER, iteration, t_start, tr_now());
     stats->iteration = iteration;
-    stats->lr = tr_lr_at(t, iteration);
+    stats->lr = tr_lr_at(t, step);
     stats->grad_norm = norm;
+    stats->loss_scale = scale;
+    stats->skipped_iterations = e->scaler.skipped;
     if (!rc)
         e->consumed_samples += (uint64_t)t->global_batch_size;
     stats->consumed_samples = (double)e->consumed_samples;

@@ -49,6 +49,8 @@ typedef struct {
     double consumed_samples; /* training samples consumed after this iteration */
     double eta_s;       /* the mean time of this process's iterations so far times those
                          * still to run (0 after the last) */
+    double loss_scale;  /* fp16: the scale this iteration's backward ran with (1 otherwise) */
+    long skipped_iterations; /* fp16: optimizer steps skipped for an overflow so far */
 } tr_step_stats;
 
 typedef struct {

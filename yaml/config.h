@@ -88,7 +88,16 @@ typedef struct {
     int eval_interval;     /* default 0 = never; else every N iterations */
     int eval_iters;        /* default 10 */
     char *recompute;       /* "none" (default) | "selective" | "full" */
-    char *precision;       /* "fp32" (default) | "bf16" (needs device cuda) */
+    char *precision;       /* "fp32" (default) | "bf16" | "fp16" (cpu: 16-bit storage
+                            * emulated; cuda: bf16 only) */
+    /* fp16 loss scaling (Megatron's names): loss_scale > 0 is static; 0 (default) dynamic from
+     * initial_loss_scale (2^32), halved after `hysteresis` overflows (2), never below
+     * min_loss_scale (1), doubled after loss_scale_window clean iterations (1000) */
+    double loss_scale;
+    double initial_loss_scale;
+    double min_loss_scale;
+    int loss_scale_window;
+    int hysteresis;
     char *device;          /* "cpu" (default) | "cuda": the kernel backend */
     int exit_interval;     /* default 0 = never; else stop after iteration N (checkpoint first) */
     int exit_signal_handler; /* bool, default 0: on SIGTERM every rank finishes the iteration,

@@ -39,7 +39,7 @@ static const char *const schedules[] = {"1f1b", "gpipe", "interleaved", NULL};
 static const char *const orders[] = {"tp-dp-pp", "tp-pp-dp", NULL};
 static const char *const decay_styles[] = {"cosine", "linear", "constant", NULL};
 static const char *const recompute_modes[] = {"none", "selective", "full", NULL};
-static const char *const precisions[] = {"fp32", "bf16", NULL};
+static const char *const precisions[] = {"fp32", "bf16", "fp16", NULL};
 static const char *const devices[] = {"cpu", "cuda", NULL};
 static const char *const data_formats[] = {"auto", "megatron", "llmc", NULL};
 static const char *const dataset_types[] = {"gpt", "sft", NULL};
@@ -117,6 +117,12 @@ const config_key_spec config_keys[] = {
     INT("training", "eval_iters", training.eval_iters, 0, "10", 0, INT_MAX),
     ENUM("training", "recompute", training.recompute, "none", recompute_modes),
     ENUM("training", "precision", training.precision, "fp32", precisions),
+    DBL("training", "loss_scale", training.loss_scale, 0, "0", 0, 0, INF, 0),
+    DBL("training", "initial_loss_scale", training.initial_loss_scale, 0, "4294967296", 1, 0,
+        INF, 1),
+    DBL("training", "min_loss_scale", training.min_loss_scale, 0, "1", 0, 1, INF, 1),
+    INT("training", "loss_scale_window", training.loss_scale_window, 0, "1000", 1, INT_MAX),
+    INT("training", "hysteresis", training.hysteresis, 0, "2", 1, INT_MAX),
     ENUM("training", "device", training.device, "cpu", devices),
     INT("training", "exit_interval", training.exit_interval, 0, "0", 0, INT_MAX),
     BOOL("training", "exit_signal_handler", training.exit_signal_handler, "false"),

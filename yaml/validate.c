@@ -198,6 +198,12 @@ static int check_training(const tr_config *c)
                    "training.min_lr = %g is greater than training.lr = %g%s; allowed: min_lr <= "
                    "lr",
                    t->min_lr, t->lr, set_at(c, "training.lr", at, sizeof at));
+    if (t->min_loss_scale > t->initial_loss_scale)
+        return bad(c, "training.min_loss_scale", "training.initial_loss_scale",
+                   "training.min_loss_scale = %g is greater than training.initial_loss_scale = "
+                   "%g%s; allowed: min_loss_scale <= initial_loss_scale",
+                   t->min_loss_scale, t->initial_loss_scale,
+                   set_at(c, "training.initial_loss_scale", at, sizeof at));
     if (t->eval_interval > 0 && t->eval_iters < 1)
         return bad(c, "training.eval_iters", "training.eval_interval",
                    "training.eval_iters = 0 with training.eval_interval = %d; allowed: "

@@ -1,0 +1,264 @@
+#!/usr/bin/python3
+"""PyTorch oracle for training.precision bf16 and fp16 on the CPU backend (issue 19, item 2).
+
+trident's CPU backend emulates 16-bit storage (kernels.h: tr_kernels_cpu_rounded): every op
+reads its GEMM operands and the parameters it applies rounded to the format, computes in fp32
+and rounds the outputs it keeps. The reference here is a plain-torch GPT-2 that rounds at the
+same places (x.to(bfloat16 | float16).float(): round to nearest even, fp16 overflowing to inf),
+with fp32 master weights and AdamW, from trident's initial weights and token batches:
+  - bf16: 10 AdamW iterations, losses within 1e-3 (relative) of trident's, and the fp32 run's
+    losses differ from both by more than the bf16 ones do (the rounding is really there);
+  - fp16 with dynamic loss scaling (Megatron's rule: hysteresis 2, window 3) from a scale
+    built to overflow (2^20: some gradients pass 65504 until it is ~2^16): the
+    same scale every iteration and the same skipped iterations as the reference, losses within
+    1e-3; a skipped iteration advances neither Adam's step count nor the learning rate
+    (Megatron steps its scheduler after successful updates only);
+  - fp16 with hysteresis 1: PyTorch's GradScaler rule (halve on overflow, double after
+    growth_interval clean steps; torch 1.13's GradScaler is CUDA-only and disables itself on a
+    CPU, so its update rule is replicated here), same scales and skips;
+  - a static loss_scale: never changes, overflowed steps still skipped.
+usage: test_precision_oracle.py TRIDENT_EXE ORACLE_DUMP_EXE WORKDIR"""
+import json
+import math
+import os
+import subprocess
+import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "common"))
+import trident_test as tt  # noqa: E402
+
+try:
+    import numpy as np
+    import torch
+    import torch.nn.functional as F
+except Exception as exc:  # pragma: no cover
+    why = f"no oracle: PyTorch is not importable with {sys.executable}: {exc}"
+    if os.environ.get("TRIDENT_REQUIRE_ORACLE"):
+        print(f"FAIL: {why} (TRIDENT_REQUIRE_ORACLE is set; scripts/setup.sh installs python3-torch)")
+        sys.exit(1)
+    print(f"SKIP: {why}")
+    sys.exit(77)
+
+torch.set_num_threads(2)
+trident, oracle_dump, work = sys.argv[1], sys.argv[2], sys.argv[3]
+os.makedirs(work, exist_ok=True)
+words = ["the", "pipeline", "tensor", "data", "model", "loss", "gradient", "layer", "rank",
+         "stage", "batch", "token", "head", "norm", "adam", "trains", "falls", "quickly"]
+corpus = tt.make_corpus(trident, work, 7, words, 300, 5, 60, end=".\n\n")
+MODEL = dict(num_layers=2, hidden_size=64, num_attention_heads=4, seq_length=32,
+             max_position_embeddings=40, vocab_size=250, make_vocab_size_divisible_by=64)
+TRAIN = dict(micro_batch_size=2, global_batch_size=6, train_iters=12, lr=3.0e-3, min_lr=3.0e-4,
+             lr_warmup_iters=3, weight_decay=0.1, clip_grad=2.0, seed=42)
+config = tt.write_config(os.path.join(work, "precision.yaml"), model=MODEL, training=TRAIN,
+                         data=dict(data_path=corpus, split="90,10,0"))
+L, C, NH, T = MODEL["num_layers"], MODEL["hidden_size"], MODEL["num_attention_heads"], MODEL["seq_length"]
+V, HS = MODEL["vocab_size"], C // NH
+mb, M = TRAIN["micro_batch_size"], TRAIN["global_batch_size"] // TRAIN["micro_batch_size"]
+EPS_LN = 1e-5
+
+
+def dump(name, iters, sets):
+    d = tt.fresh_dir(os.path.join(work, name))
+    args = [oracle_dump, config, d, str(iters)]
+    for s in sets:
+        args += ["--set", s]
+    r = subprocess.run(args, capture_output=True, text=True, timeout=300)
+    if not tt.check(f"{name}: trident runs {iters} iterations ({' '.join(sets) or 'fp32'})", r.returncode == 0,
+                    f"exit {r.returncode}: {r.stderr[-1500:]}"):
+        tt.finish()
+    man = json.load(open(os.path.join(d, "manifest.json")))
+    flat = torch.from_numpy(np.fromfile(os.path.join(d, "params.bin"), dtype=np.float32))
+    tokens = torch.from_numpy(np.fromfile(os.path.join(d, "tokens.bin"), dtype=np.int32)).long()
+    return man, flat, tokens
+
+
+def tensor(flat, t):
+    shape = (t["rows"], t["cols"]) if t["cols"] > 1 else (t["rows"],)
+    return flat[t["offset"]:t["offset"] + t["rows"] * t["cols"]].reshape(shape)
+
+
+def make_round(dtype):
+    if dtype is None:
+        return lambda x: x, lambda x: x
+
+    class Q(torch.autograd.Function):
+        """A kept output: rounded forward, its gradient rounded backward."""
+        @staticmethod
+        def forward(ctx, x):
+            return x.to(dtype).float()
+
+        @staticmethod
+        def backward(ctx, g):
+            return g.to(dtype).float()
+
+    class W(torch.autograd.Function):
+        """A parameter read by an op (the compute copy): rounded forward, gradient as is."""
+        @staticmethod
+        def forward(ctx, x):
+            return x.to(dtype).float()
+
+        @staticmethod
+        def backward(ctx, g):
+            return g
+    return Q.apply, W.apply
+
+
+def gpt_loss(P, idx, targets, q, w):
+    """GPT-2 with trident's rounding points (TP 1): model/gpt_forward.c over tp/linear.c."""
+    B = idx.shape[0]
+    causal = torch.tril(torch.ones(T, T, dtype=torch.bool))
+    x = q(q(w(P["wte"])[idx]) + w(P["wpe"])[torch.arange(T)])        # embedding, position
+    for l in range(L):
+        p = lambda n: P[f"layers.{l}.{n}"]
+        h = q(F.layer_norm(x, (C,), w(p("ln1.weight")), w(p("ln1.bias")), EPS_LN))
+        qkv = q(q(h @ w(p("qkv.weight")).T) + w(p("qkv.bias")))          # gemm, then bias_add
+        qkv = qkv.view(B, T, NH, 3, HS)
+        qq, kk, vv = (qkv[:, :, :, i, :].transpose(1, 2) for i in range(3))
+        att = ((qq @ kk.transpose(-2, -1)) / math.sqrt(HS)).masked_fill(~causal, float("-inf")).softmax(-1)
+        y = q((att @ vv).transpose(1, 2).reshape(B, T, C))
+        x = q(q(x + y @ w(p("attn_proj.weight")).T) + w(p("attn_proj.bias")))  # gemm beta 1
+        h = q(F.layer_norm(x, (C,), w(p("ln2.weight")), w(p("ln2.bias")), EPS_LN))
+        h = q(F.gelu(q(q(h @ w(p("fc.weight")).T) + w(p("fc.bias"))), approximate="tanh"))
+        x = q(q(x + h @ w(p("fc_proj.weight")).T) + w(p("fc_proj.bias")))
+    x = q(F.layer_norm(x, (C,), w(P["lnf.weight"]), w(P["lnf.bias"]), EPS_LN))
+    logits = q(x @ w(P["wte"]).T)
+    return F.cross_entropy(logits[..., :V].reshape(-1, V), targets.reshape(-1))
+
+
+def lr_at(it):
+    lr, lo, warm, decay = TRAIN["lr"], TRAIN["min_lr"], TRAIN["lr_warmup_iters"], TRAIN["train_iters"]
+    if it <= warm:
+        return lr * it / warm
+    return lo + 0.5 * (1 + math.cos(math.pi * (it - warm) / (decay - warm))) * (lr - lo)
+
+
+def decays(name):
+    last = name.split(".")[-2] if "." in name else ""
+    return not name.endswith(".bias") and last not in ("ln1", "ln2", "lnf")
+
+
+class Scaler:
+    """Megatron's DynamicGradScaler (hysteresis 1 = PyTorch GradScaler's rule), or static."""
+    def __init__(self, initial, window, hysteresis, min_scale=1.0, static=False):
+        self.scale, self.window, self.hyst, self.min = initial, window, hysteresis, min_scale
+        self.left, self.growth, self.static = hysteresis, 0, static
+
+    def update(self, overflow):
+        if self.static:
+            return
+        if overflow:
+            self.growth = 0
+            self.left -= 1
+            if self.left <= 0:
+                self.scale = max(self.scale * 0.5, self.min)
+        else:
+            self.growth += 1
+            if self.growth == self.window:
+                self.growth, self.left = 0, self.hyst
+                self.scale *= 2.0
+
+
+def reference(man, flat, tokens, iters, dtype, scaler=None):
+    """(losses, scales, skipped flags) of the torch run."""
+    names = [t["name"] for t in man["tensors"]]
+    P = {t["name"]: tensor(flat, t).clone().requires_grad_(True) for t in man["tensors"]}
+    q, w = make_round(dtype)
+    opt = torch.optim.AdamW([{"params": [P[n] for n in names if decays(n)], "weight_decay": TRAIN["weight_decay"]},
+                             {"params": [P[n] for n in names if not decays(n)], "weight_decay": 0.0}],
+                            lr=1.0, betas=(0.9, 0.999), eps=1e-8)
+    per = mb * T
+    losses, scales, skips = [], [], []
+    steps = 0   # optimizer steps taken: a skipped iteration advances neither Adam nor the LR
+    for it in range(1, iters + 1):
+        for p in P.values():
+            p.grad = None
+        S = scaler.scale if scaler else 1.0
+        total = 0.0
+        for m in range(M):
+            off = (it - 1) * M * 2 * per + m * 2 * per
+            inp, tgt = tokens[off:off + per].view(mb, T), tokens[off + per:off + 2 * per].view(mb, T)
+            loss = gpt_loss(P, inp, tgt, q, w)
+            (loss * (S / M)).backward()
+            total += loss.item()
+            if dtype is not None:   # gradients kept in 16 bits: each micro-batch's sum rounded
+                for p in P.values():
+                    p.grad = p.grad.to(dtype).float()
+        grads = [p.grad for p in P.values()]
+        norm = math.sqrt(sum(float((g.double() ** 2).sum()) for g in grads))
+        overflow = not math.isfinite(norm)
+        losses.append(total / M)
+        scales.append(S)
+        skips.append(overflow)
+        if scaler:
+            scaler.update(overflow)
+        if overflow:
+            continue
+        norm /= S
+        factor = min(1.0, TRAIN["clip_grad"] / (norm + 1e-6)) if TRAIN["clip_grad"] > 0 else 1.0
+        for g in grads:
+            g.mul_(factor / S)
+        steps += 1
+        for group in opt.param_groups:
+            group["lr"] = lr_at(steps)
+        opt.step()
+    return losses, scales, skips
+
+
+def compare(label, man, ref, tol=1e-3):
+    losses, scales, skips = ref
+    got = [s["loss"] for s in man["steps"]]
+    worst = max(abs(a - b) / abs(b) for a, b in zip(got, losses))
+    tt.check(f"{label}: losses of {len(got)} iterations within {tol:g} of the reference (worst {worst:.1e})",
+             worst <= tol, f"trident {got}\ntorch   {losses}", show=True)
+    return got
+
+
+ITERS = TRAIN["train_iters"]
+# fp32 and bf16
+man32, flat, tokens = dump("fp32", ITERS, [])
+manb, flatb, tokensb = dump("bf16", ITERS, ["training.precision=bf16"])
+tt.check("bf16 starts from the same weights and batches as fp32", torch.equal(flat, flatb) and torch.equal(tokens, tokensb))
+refb = reference(manb, flatb, tokensb, ITERS, torch.bfloat16)
+gotb = compare("bf16", manb, refb)
+got32 = [s["loss"] for s in man32["steps"]]
+d_ref = max(abs(a - b) / abs(b) for a, b in zip(gotb, refb[0]))
+d_32 = max(abs(a - b) / abs(b) for a, b in zip(gotb, got32))
+tt.check(f"bf16 is really rounded: fp32's losses differ from it by {d_32:.1e}, the reference by {d_ref:.1e}",
+         d_32 > 3 * d_ref, show=True)
+tt.check("bf16 reports no loss scale and no skipped iteration",
+         all(s["loss_scale"] == 1 and s["skipped_iterations"] == 0 for s in manb["steps"]))
+
+# fp16, dynamic: Megatron's hysteresis 2, a short window, a scale built to overflow
+for label, hyst in (("fp16 Megatron (hysteresis 2)", 2), ("fp16 GradScaler rule (hysteresis 1)", 1)):
+    sets = ["training.precision=fp16", f"training.initial_loss_scale={2 ** 20}", "training.loss_scale_window=3",
+            f"training.hysteresis={hyst}"]
+    man, fl, tk = dump(f"fp16-h{hyst}", ITERS, sets)
+    ref = reference(man, fl, tk, ITERS, torch.float16, Scaler(2.0 ** 20, 3, hyst))
+    scales = [2.0 ** round(math.log2(s["loss_scale"])) for s in man["steps"]]  # 9 digits in JSON
+    skipped = [s["skipped_iterations"] for s in man["steps"]]
+    ref_skipped = [sum(ref[2][:i + 1]) for i in range(ITERS)]
+    tt.check(f"{label}: the loss scale of every iteration is the reference's ({', '.join(f'2^{int(math.log2(s))}' for s in scales)})",
+             scales == ref[1], f"trident {scales}\ntorch   {ref[1]}", show=True)
+    tt.check(f"{label}: the same iterations skipped ({skipped[-1]} of {ITERS}: "
+             f"{[i + 1 for i in range(ITERS) if ref[2][i]]}), some but not all",
+             skipped == ref_skipped and 0 < skipped[-1] < ITERS, f"trident {skipped}\ntorch   {ref_skipped}", show=True)
+    compare(label, man, ref)
+
+# a static scale: constant, overflowed steps skipped
+man, fl, tk = dump("fp16-static", 4, ["training.precision=fp16", f"training.loss_scale={2 ** 30}"])
+tt.check("fp16 with a static loss_scale 2^30: every iteration at 2^30, every one overflowed and skipped",
+         all(abs(s["loss_scale"] / 2.0 ** 30 - 1) < 1e-8 for s in man["steps"]) and
+         [s["skipped_iterations"] for s in man["steps"]] == [1, 2, 3, 4], str(man["steps"]))
+
+# bad settings: located errors, exit 2
+for sets, needle in ((["training.precision=fp16", "training.min_loss_scale=8", "training.initial_loss_scale=4"],
+                      "min_loss_scale"),
+                     (["training.precision=fp16", "training.device=cuda"], "fp16"),
+                     (["training.precision=fp8"], "precision"),
+                     (["training.loss_scale_window=0"], "loss_scale_window"),
+                     (["training.initial_loss_scale=0.5"], "initial_loss_scale")):
+    r = tt.run(tt.train_cmd(trident, config, os.path.join(work, "bad"), sets=sets + ["training.train_iters=1"],
+                            flags=["--quiet"]), timeout=60)
+    tt.check(f"{' '.join(sets)}: exit 2 naming {needle}", r.returncode == 2 and needle in r.stderr,
+             f"exit {r.returncode}: {r.stderr[-500:]}")
+tt.finish()
