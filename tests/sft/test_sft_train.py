@@ -4,7 +4,8 @@
     corpus is installed), preprocessed with --json-keys prompt,response;
   - data.dataset_type sft trains with the same losses (and val_loss) in one process and under
     DP2, TP2, PP2 and DP2 x TP2 x PP2 (relative difference <= 1e-5), the last with another
-    micro-batch size: the loss is the mean over the learned tokens of the global batch;
+    micro-batch size: the loss is the mean over the learned tokens of the global batch; a run
+    stopped at a checkpoint resumes under PP2 with the same losses;
   - a PyTorch reference (plain torch GPT-2 with the segment mask, restarting positions and
     per-token weights, from trident's initial weights and data/'s packed samples): iteration
     1's loss (<= 1e-6) and every gradient tensor (relative L2 <= 1e-5);
@@ -83,6 +84,16 @@ for name, world, tp, pp, sets in layouts:
         check(f"{name}: losses and val_loss within 1e-5 of one process (worst {worst:.1e})",
               len(got[0]) == len(base[0]) and len(got[1]) == len(base[1]) and worst <= 1e-5,
               f"{got} vs {base}")
+# a run stopped at iteration 2 (checkpoint) resumes under PP2 as if it had not stopped
+ck = path("ckpt")
+first = train("stop", sets=(f"checkpoint.save={ck}", "checkpoint.save_interval=2",
+                            "training.exit_interval=2", "training.eval_interval=0"))
+resumed = train("resume", 2, None, 2, (f"checkpoint.load={ck}", "training.eval_interval=0"))
+if base and first and resumed:
+    worst = max(rel(a, b) for a, b in zip(first[0] + resumed[0], base[0]))
+    check(f"stopped at 2, resumed under PP2: the losses of one run (worst {worst:.1e})",
+          len(first[0]) + len(resumed[0]) == len(base[0]) and worst <= 1e-5,
+          f"{first[0]} + {resumed[0]} vs {base[0]}")
 unpacked = train("unpacked", sets=("data.sft_packing=false",))
 check("sft_packing false: trains (one example per sequence), another loss",
       unpacked and base and unpacked[0][0] != base[0][0], f"{unpacked} vs {base}")
