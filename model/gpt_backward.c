@@ -111,8 +111,6 @@ int tr_gpt_backward(tr_gpt *g, tr_gpt_acts *a, const float *dhidden_out)
                           g->emb_ln_b >= 0 ? g->tensors[g->emb_ln_b].grad : NULL, dres, a->emb,
                           g->tensors[g->emb_ln_w].param, a->emb_mean, a->emb_rstd, Nl);
             demb = d;
-            if ((rc = params_use(g, TR_GPT_PARAMS_DONE, g->embedding_range)))
-                return rc;
         }
         rc = tr_tp_vocab_embedding_backward(&g->tp, g->tensors[g->wte].grad, demb, a->tokens, N,
                                             C, g->Vl, g->scratch.wide, &dall);
@@ -124,6 +122,10 @@ int tr_gpt_backward(tr_gpt *g, tr_gpt_acts *a, const float *dhidden_out)
             gpt_position_ids_backward(g, a, dall);
         else
             k->position_backward(NULL, g->tensors[g->wpe].grad, dall, B, T, C);
+        /* released after the embedding gradients are written (released before them, ZeRO-3
+         * lost wte and wpe gradients: tests/layouts bloom-d4-t2-zero3) */
+        if (s->embedding_ln && (rc = params_use(g, TR_GPT_PARAMS_DONE, g->embedding_range)))
+            return rc;
         grad_ready(g, g->embedding_range);
     }
     return TR_OK;

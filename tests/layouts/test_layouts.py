@@ -205,6 +205,7 @@ if family:
     for d, t, p in layouts:
         cases.append((f"{group}-d{d}-t{t}-p{p}", 8, t, p))
     cases.append((f"{group}-d2-t2-p2-sp", 8, 2, 2, "parallel.sequence_parallel=true"))
+    cases.append((f"{group}-d4-t2-zero3", 8, 2, 1, "parallel.zero_stage=3"))
 for name, world, tp, pp, *extra in cases:
     compare(name, run(name, world, tp, pp, *extra), base)
 if family and not quick:
