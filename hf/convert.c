@@ -239,11 +239,32 @@ int tr_hf_export(const char *ckpt_dir, const char *hf_dir, const tr_hf_export_op
     int it = 0;
     out_dir od;
     int rc = tr_checkpoint_read_model(ckpt_dir, &m, &it);
+    int family = o->model ? tr_hf_family_of(o->model) : TR_HF_GPT2;
+    if (!rc && family < 0)
+        rc = tr_fail(TR_ERR_INVALID, "the config's model (its normalization, position embedding, "
+                     "MLP and bias switches) is neither GPT-2, Llama nor Bloom: transformers has "
+                     "no such model to export to");
+    const tr_model_config *mc = o->model;
+    if (!rc && mc && (mc->num_layers != m.num_layers || mc->hidden_size != m.hidden_size ||
+                      mc->num_attention_heads != m.num_attention_heads ||
+                      mc->vocab_size != m.vocab_size ||
+                      mc->max_position_embeddings != m.max_position_embeddings))
+        rc = tr_fail(TR_ERR_INVALID, "%s holds a model of num_layers %d, hidden_size %d, "
+                     "num_attention_heads %d, vocab_size %d, max_position_embeddings %d; the "
+                     "config's model differs", ckpt_dir, m.num_layers, m.hidden_size,
+                     m.num_attention_heads, m.vocab_size, m.max_position_embeddings);
+    if (!rc && family != TR_HF_GPT2)
+        m = *mc;
     if (!rc)
-        rc = whole_model(&m, TR_HF_GPT2, &g, &params);
+        rc = whole_model(&m, family, &g, &params);
     if (!rc)
         rc = tr_checkpoint_load_model(ckpt_dir, g, tr_kernels_cpu(), params, &it);
-    if (!rc && !(rc = out_begin(hf_dir, &od))) {
+    if (!rc && family != TR_HF_GPT2 && !(rc = out_begin(hf_dir, &od))) {
+        rc = tr_hf_write_family(od.tmp, family, g, params, &m, o);
+        if (!rc)
+            rc = write_generation_config(od.tmp, o);
+        rc = out_end(&od, rc);
+    } else if (!rc && !(rc = out_begin(hf_dir, &od))) {
         rc = write_weights(od.tmp, g, params, o);
         if (!rc)
             rc = write_config(od.tmp, &m, o);

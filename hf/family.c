@@ -358,3 +358,137 @@ int tr_hf_load_family(const char *dir, int family, tr_gpt *g, float *params)
     tr_st_set_close(set);
     return rc;
 }
+
+/* ------------------------------------------------------------------ export */
+
+int tr_hf_family_of(const tr_model_config *m)
+{
+    tr_gpt_shape s = {.C = m->hidden_size, .NH = m->num_attention_heads};
+    tr_gpt_shape_family(m, &s);
+    if (tr_gpt_is_gpt2(&s))
+        return TR_HF_GPT2;
+    int HS = m->num_attention_heads > 0 ? m->hidden_size / m->num_attention_heads : 0;
+    if (s.rmsnorm && s.position == TR_POS_ROPE && s.rotary_dims == HS && s.swiglu &&
+        s.no_linear_bias && !s.embedding_ln)
+        return TR_HF_LLAMA;
+    if (!s.rmsnorm && s.position == TR_POS_ALIBI && s.embedding_ln && !s.swiglu &&
+        !s.no_linear_bias && !s.untie && !s.ffn && !s.query_groups)
+        return TR_HF_BLOOM;
+    return -1;
+}
+
+static int write_family_config(const char *dir, int family, const tr_model_config *m,
+                               const tr_hf_export_options *o)
+{
+    json_t *root;
+    const char *dtype = o->bf16 ? "bfloat16" : "float32";
+    if (family == TR_HF_LLAMA)
+        root = json_pack("{s:[s], s:s, s:i, s:i, s:i, s:i, s:i, s:i, s:f, s:f, s:i, s:b, s:s,"
+                         " s:b, s:n, s:f, s:i, s:b, s:s, s:f}",
+                         "architectures", "LlamaForCausalLM", "model_type", "llama",
+                         "hidden_size", m->hidden_size, "intermediate_size", m->ffn_hidden_size,
+                         "num_hidden_layers", m->num_layers, "num_attention_heads",
+                         m->num_attention_heads, "num_key_value_heads", m->num_query_groups,
+                         "max_position_embeddings", m->max_position_embeddings, "rms_norm_eps",
+                         m->layernorm_epsilon, "rope_theta", m->rotary_base, "vocab_size",
+                         m->vocab_size, "tie_word_embeddings",
+                         !m->untie_embeddings_and_output_weights, "hidden_act", "silu",
+                         "attention_bias", 0, "rope_scaling", "initializer_range", 0.02,
+                         "pretraining_tp", 1, "use_cache", 1, "torch_dtype", dtype,
+                         "attention_dropout", 0.0);
+    else
+        root = json_pack("{s:[s], s:s, s:i, s:i, s:i, s:i, s:f, s:b, s:f, s:f, s:i, s:b, s:b,"
+                         " s:s, s:i, s:f, s:b}",
+                         "architectures", "BloomForCausalLM", "model_type", "bloom",
+                         "hidden_size", m->hidden_size, "n_layer", m->num_layers, "n_head",
+                         m->num_attention_heads, "vocab_size", m->vocab_size,
+                         "layer_norm_epsilon", m->layernorm_epsilon,
+                         "apply_residual_connection_post_layernorm", 0, "attention_dropout", 0.0,
+                         "hidden_dropout", 0.0, "pretraining_tp", 1, "slow_but_exact", 0,
+                         "tie_word_embeddings", 1, "torch_dtype", dtype, "seq_length",
+                         m->max_position_embeddings, "initializer_range", 0.02, "use_cache", 1);
+    json_t *tok = o->eos_token_id >= 0 ? json_integer(o->eos_token_id) : json_null();
+    if (root && (json_object_set(root, "bos_token_id", tok) ||
+                 json_object_set(root, "eos_token_id", tok)))
+        root = (json_decref(root), NULL);
+    json_decref(tok);
+    char *text = root ? json_dumps(root, JSON_INDENT(2) | JSON_SORT_KEYS | JSON_REAL_PRECISION(12))
+                      : NULL;
+    json_decref(root);
+    if (!text)
+        return tr_fail(TR_ERR_NOMEM, "out of memory writing config.json");
+    size_t n = strlen(text);
+    char *t = realloc(text, n + 2);
+    if (t)
+        text = t, text[n] = '\n', text[n + 1] = '\0';
+    int rc = hf_write_text(dir, "config.json", text);
+    free(text);
+    return rc;
+}
+
+int tr_hf_write_family(const char *dir, int family, tr_gpt *g, const float *params,
+                       const tr_model_config *m, const tr_hf_export_options *o)
+{
+    const tr_gpt_shape *s = tr_gpt_get_shape(g);
+    int n = tr_gpt_num_tensors(g), total = 0, rc = TR_OK;
+    fam_map *maps = calloc((size_t)n + 1, sizeof *maps);
+    tr_st_tensor *list = calloc(3 * (size_t)n + 1, sizeof *list);
+    size_t most = 0;
+    if (!maps || !list)
+        rc = tr_fail(TR_ERR_NOMEM, "out of memory");
+    for (int i = 0; i < n && !rc; i++) {
+        const tr_param_tensor *t = tr_gpt_tensor(g, i);
+        if ((rc = family == TR_HF_LLAMA ? map_llama(t, s, &maps[i]) : map_bloom(t, &maps[i])))
+            break;
+        if (maps[i].kind == FAM_SAME && t->vocab_rows)
+            maps[i].rows[0] = (uint64_t)s->V;
+        for (int k = 0; k < maps[i].n; k++) {
+            uint64_t cols = (uint64_t)t->full_cols;
+            list[total++] = (tr_st_tensor){.name = maps[i].name[k],
+                                           .dtype = o->bf16 ? TR_ST_BF16 : TR_ST_F32,
+                                           .ndim = cols > 1 ? 2 : 1,
+                                           .shape = {maps[i].rows[k], cols}};
+        }
+        most = t->numel > most ? t->numel : most;
+    }
+    static const char *const meta[] = {"format", "pt", NULL};
+    tr_st_writer *w = NULL;
+    float *piece = rc ? NULL : malloc(most * sizeof(float) + 1);
+    if (!rc && !piece)
+        rc = tr_fail(TR_ERR_NOMEM, "out of memory for a tensor of %zu floats", most);
+    if (!rc)
+        rc = tr_st_create_sharded(dir, list, (size_t)total, meta, o->max_shard_bytes, &w);
+    int HS = s->C / s->NH, NG = s->query_groups ? s->query_groups : s->NH, R = s->NH / NG;
+    for (int i = 0; i < n && !rc; i++) {
+        const tr_param_tensor *t = tr_gpt_tensor(g, i);
+        const float *src = params + t->offset;
+        size_t cols = (size_t)t->full_cols;
+        for (int k = 0; k < maps[i].n && !rc; k++) {
+            if (maps[i].kind == FAM_SAME) { /* the first rows as they are */
+                rc = tr_st_put_f32(w, src);
+                continue;
+            }
+            for (uint64_t r = 0; r < maps[i].rows[k]; r++) {
+                uint64_t from;
+                if (maps[i].kind == FAM_SWIGLU)
+                    from = 2 * r + (uint64_t)k;
+                else {
+                    uint64_t unit = r / (uint64_t)HS, d = r % (uint64_t)HS;
+                    uint64_t gr = k == 0 ? unit / (uint64_t)R : unit;
+                    uint64_t u = k == 0 ? unit % (uint64_t)R : (uint64_t)(R + k - 1);
+                    from = (gr * (uint64_t)(R + 2) + u) * (uint64_t)HS + d;
+                }
+                memcpy(piece + r * cols, src + from * cols, cols * sizeof(float));
+            }
+            rc = tr_st_put_f32(w, piece);
+        }
+    }
+    if (w)
+        rc = rc ? (tr_st_abort(w), rc) : tr_st_finish(w);
+    if (!rc)
+        rc = write_family_config(dir, family, m, o);
+    free(piece);
+    free(list);
+    free(maps);
+    return rc;
+}

@@ -173,14 +173,27 @@ TR_MUST_CHECK int tr_hf_read_family_config(const char *dir, tr_model_config *m, 
 /* The weights of a Llama / Bloom folder into a whole model g (one stage, TP 1) bound to
  * host memory params; a missing, misshapen or foreign tensor refused by name. */
 TR_MUST_CHECK int tr_hf_load_family(const char *dir, int family, tr_gpt *g, float *params);
+/* Which HF family m is: TR_HF_GPT2, TR_HF_LLAMA (RMSNorm, rope over whole heads, SwiGLU, no
+ * biases, no embedding norm; GQA and tying either way), TR_HF_BLOOM (LayerNorm, ALiBi,
+ * embedding norm, biases, GELU 4h, tied), or -1 when transformers has no such model. */
+int tr_hf_family_of(const tr_model_config *m);
 
 /* ------------------------------------------------------------------ conversion */
 
-typedef struct {
+typedef struct tr_hf_export_options tr_hf_export_options;
+/* Writes a Llama / Bloom model g (whole, TP 1) of m into dir: the safetensors (q/k/v_proj and
+ * gate/up_proj cut from trident's rows, the padding removed) and config.json. */
+TR_MUST_CHECK int tr_hf_write_family(const char *dir, int family, tr_gpt *g, const float *params,
+                                     const tr_model_config *m, const tr_hf_export_options *o);
+
+struct tr_hf_export_options {
     int bf16;                 /* 1: bf16 weights (torch_dtype bfloat16), 0: fp32 */
     uint64_t max_shard_bytes; /* 0: one model.safetensors */
     int eos_token_id;         /* -1: none (bos_token_id the same) */
-} tr_hf_export_options;
+    /* the model section of the run (its family switches; sizes must be the checkpoint's);
+     * NULL: GPT-2 of the checkpoint's sizes */
+    const tr_model_config *model;
+};
 
 /* HF GPT-2 folder -> trident release checkpoint at ckpt_dir; *model (may be NULL) gets the
  * model's sizes for the training config. */

@@ -39,6 +39,10 @@ static void convert_usage(FILE *f)
             "                         GB, KiB, MiB, GiB; default 5GB, transformers' default)\n"
             "                         with model.safetensors.index.json; one file when it fits\n"
             "  --eos-id ID            --to hf: bos_token_id and eos_token_id (default null)\n"
+            "  --config FILE          --to hf: the run's config; its model section's switches\n"
+            "                         (Llama: RMSNorm, rope, swiglu, ...; Bloom: alibi,\n"
+            "                         embedding_layernorm) say which model to write (default:\n"
+            "                         GPT-2). --from hf reads GPT-2, Llama and Bloom folders.\n"
             "  -h, --help             this text\n"
             "\n"
             "Exit status: 0 success, 1 runtime failure (disk, memory), 2 bad usage or input (a\n"
@@ -101,16 +105,16 @@ static void print_model_section(const tr_model_config *m)
 
 int tr_cmd_convert(int argc, char **argv)
 {
-    enum { FROM, TO, INPUT, OUTPUT, DTYPE, SHARD, EOS };
+    enum { FROM, TO, INPUT, OUTPUT, DTYPE, SHARD, EOS, CONFIG };
     static const arg_opt options[] = {
         [FROM] = {"--from", ARG_VALUE},   [TO] = {"--to", ARG_VALUE},
         [INPUT] = {"--input", ARG_VALUE}, [OUTPUT] = {"--output", ARG_VALUE},
         [DTYPE] = {"--dtype", ARG_VALUE}, [SHARD] = {"--max-shard-size", ARG_VALUE},
-        [EOS] = {"--eos-id", ARG_VALUE},  {NULL},
+        [EOS] = {"--eos-id", ARG_VALUE},  [CONFIG] = {"--config", ARG_VALUE}, {NULL},
     };
     arg_parser a = {.cmd = "trident convert", .opts = options, .usage = convert_usage,
                     .argc = argc, .argv = argv};
-    const char *from = NULL, *to = NULL, *input = NULL, *output = NULL, *v;
+    const char *from = NULL, *to = NULL, *input = NULL, *output = NULL, *config = NULL, *v;
     tr_hf_export_options o = {.max_shard_bytes = 5000000000ULL, .eos_token_id = -1};
     int rc = 0, opt, export_opts = 0;
     while (!rc && (opt = args_next(&a, &v)) != ARGS_END) {
@@ -138,6 +142,9 @@ int tr_cmd_convert(int argc, char **argv)
             if (!parse_size(v, &o.max_shard_bytes))
                 rc = args_error(&a, "--max-shard-size needs a size such as 5GB, 200MB or "
                                     "1048576, got '%s'", v);
+        } else if (opt == CONFIG) {
+            export_opts = 1;
+            config = v;
         } else if (opt == EOS) {
             export_opts = 1;
             rc = args_int(&a, "--eos-id", v, 0, 0x7fffffff, &o.eos_token_id);
@@ -148,13 +155,25 @@ int tr_cmd_convert(int argc, char **argv)
     if (!rc && (!input || !output))
         rc = args_error(&a, "--input and --output are both needed");
     if (!rc && from && export_opts)
-        rc = args_error(&a, "--dtype, --max-shard-size and --eos-id apply to --to hf");
+        rc = args_error(&a, "--dtype, --max-shard-size, --eos-id and --config apply to --to hf");
     if (rc)
         return rc;
+    tr_config cfg;
+    int have_cfg = 0;
+    if (config) {
+        if ((rc = tr_config_load(config, NULL, 0, &cfg))) {
+            fprintf(stderr, "trident convert: %s\n", tr_errmsg());
+            return 2;
+        }
+        have_cfg = 1;
+        o.model = &cfg.model;
+    }
     double t0 = tr_now();
     tr_model_config m = {0};
     int iteration = 0;
     rc = from ? tr_hf_import(input, output, &m) : tr_hf_export(input, output, &o, &iteration);
+    if (have_cfg)
+        tr_config_free(&cfg);
     if (rc) {
         fprintf(stderr, "trident convert: %s\n", tr_errmsg());
         return rc == TR_ERR_INVALID || rc == TR_ERR_CONFIG ? 2 : 1;

@@ -5,7 +5,9 @@ and BloomForCausalLM (6 heads: ALiBi slopes of a non-power-of-two head count; em
 LayerNorm) made here from configs with random weights (nothing downloaded), saved with
 save_pretrained, imported with `trident convert --from hf`; then trident's loss of iteration 1
 and every gradient, in one process and in D2xT2xP2 with sequence parallelism, match
-transformers' on the same batch (loss 1e-5 relative, gradients relative L2 1e-4).
+transformers' on the same batch (loss 1e-5 relative, gradients relative L2 1e-4); and
+`trident convert --to hf --config` of the import is bit-exact to transformers' files and loads
+with from_pretrained (no missing or unexpected keys) to the same logits.
 usage: test_hf_family_oracle.py TRIDENT HF_PROBE WORKDIR VENV [--quick]
 --quick: the one-process run only (the D2xT2xP2 run is the layout matrix's job too)."""
 import json
@@ -27,7 +29,8 @@ except ImportError:  # run again with the virtual environment's Python
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
-from transformers import BloomConfig, BloomForCausalLM, LlamaConfig, LlamaForCausalLM  # noqa: E402
+from safetensors.torch import load_file  # noqa: E402
+from transformers import AutoModelForCausalLM, BloomConfig, BloomForCausalLM, LlamaConfig, LlamaForCausalLM  # noqa: E402
 from transformers.utils import logging as hf_logging  # noqa: E402
 
 hf_logging.set_verbosity_error()
@@ -145,6 +148,22 @@ for name, model, hf_grad, keys, n_tensors in families:
         data=dict(data_path=prefix, split="95,5,0"),
         checkpoint=dict(load=ck),
         parallel=dict(comm_timeout_s=120))
+    back = os.path.join(work, name + "-back")
+    rc, _, err = tt.outputs([trident, "convert", "--to", "hf", "--input", ck, "--output", back, "--config", cfg],
+                            timeout=300)
+    if tt.check(f"{name}: trident convert --to hf --config", rc == 0, err):
+        a, b = load_file(os.path.join(src, "model.safetensors")), load_file(os.path.join(back, "model.safetensors"))
+        tt.check(f"{name}: HF -> trident -> HF is bit-exact (fp32)",
+                 set(a) == set(b) and all(torch.equal(a[k], b[k]) for k in a),
+                 f"keys only on one side: {sorted(set(a) ^ set(b))}; differing: "
+                 f"{[k for k in a if k in b and not torch.equal(a[k], b[k])]}")
+        loaded, info = AutoModelForCausalLM.from_pretrained(back, output_loading_info=True)
+        probe_tokens = torch.randint(0, V, (2, T), generator=torch.Generator().manual_seed(2))
+        with torch.no_grad():
+            rel = ((loaded.eval()(probe_tokens).logits - model(probe_tokens).logits).abs().max()).item()
+        tt.check(f"{name}: the export loads ({type(loaded).__name__}) with no missing or unexpected keys, "
+                 f"same logits", not info["missing_keys"] and not info["unexpected_keys"] and rel == 0,
+                 f"{info}; max |logit diff| {rel:.2e}")
     batch_file = os.path.join(work, name + "-batch.bin")
     subprocess.run([probe, "batch", cfg, batch_file], check=True)
     batch = torch.from_numpy(np.fromfile(batch_file, dtype=np.int32).astype(np.int64)).view(4, 2, 2, T)
