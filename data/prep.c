@@ -2,10 +2,12 @@
  * `workers` threads -> indexed datasets written in input order.
  *
  * The main thread fills up to `workers` batches (PREP_BATCH_BYTES of text or
- * PREP_BATCH_ITEMS items each), encodes them in parallel (itself and workers - 1 threads, one
- * batch each, each with its own encoder), then writes them in order: a round. Nothing an
- * item's ids depend on (its batch, its thread, the encoder's cache) changes with the number
- * of workers, so neither do the files. */
+ * PREP_BATCH_ITEMS items each): a set. With one worker it encodes the set itself and writes
+ * it. With more, two sets take turns: `workers` threads encode one set (one batch each, each
+ * with its own encoder) while the main thread reads the next set and writes the one before,
+ * so reading, parsing and writing overlap the encoding. Sets are written in the order they
+ * were read. Nothing an item's ids depend on (its batch, its thread, the encoder's cache)
+ * changes with the number of workers, so neither do the files. */
 #include <errno.h>
 #include <pthread.h>
 #include <stdlib.h>
@@ -20,13 +22,25 @@
 #define SHOWN_BAD_LINES 10
 
 typedef struct {
+    const prep_spec *spec;
+    tr_encoder *e;
+    prep_batch *b;
+} job;
+
+typedef struct {
     doc_sink sink;            /* text documents arrive here */
     const tr_preprocess_options *o;
     prep_spec spec;
     int n_out;
-    prep_batch *batch;        /* [n_batches] */
-    int n_batches, cur;
-    tr_encoder **enc;         /* [n_batches] */
+    prep_batch *batch;        /* [n_sets * n_batches]: set s is batch + s * n_batches */
+    int n_batches, cur;       /* batches per set; the one being filled in set `set` */
+    int n_sets, set;          /* 1 (one worker) or 2 (encoding one while filling the other) */
+    tr_encoder **enc;         /* [n_sets * n_batches], one per batch */
+    /* the set being encoded on threads (fly_set -1: none) */
+    int fly_set, fly_n;
+    pthread_t th[MAX_WORKERS];
+    int started[MAX_WORKERS];
+    job jobs[MAX_WORKERS];
     indexed_writer w[PREP_MAX_KEYS];
     int file;                 /* the input being read */
     char *doc;                /* the text document being collected */
@@ -34,12 +48,6 @@ typedef struct {
     tr_preprocess_stats *st;
     double t0, last_report;
 } pipeline;
-
-typedef struct {
-    const prep_spec *spec;
-    tr_encoder *e;
-    prep_batch *b;
-} job;
 
 static void *run_job(void *arg)
 {
@@ -141,49 +149,79 @@ static int write_batch(pipeline *p, prep_batch *b)
     return rc;
 }
 
-/* Encode the filled batches in parallel, then write them in order. */
-static int run_round(pipeline *p)
+/* Write set s's first nb batches in order (each encoded), then empty them (memory kept). */
+static int write_set(pipeline *p, int s, int nb)
 {
-    int nb = p->cur + (p->cur < p->n_batches && p->batch[p->cur].n_items > 0);
-    job jobs[MAX_WORKERS];
-    pthread_t th[MAX_WORKERS];
-    int started[MAX_WORKERS] = {0}, rc = TR_OK;
-    for (int j = 0; j < nb; j++)
-        jobs[j] = (job){&p->spec, p->enc[j], &p->batch[j]};
-    for (int j = 1; j < nb; j++)
-        started[j] = pthread_create(&th[j], NULL, run_job, &jobs[j]) == 0;
-    if (nb > 0)
-        run_job(&jobs[0]);
-    for (int j = 1; j < nb; j++) {
-        if (started[j])
-            pthread_join(th[j], NULL);
-        else
-            run_job(&jobs[j]); /* no thread: do it here */
-    }
+    int rc = TR_OK;
+    prep_batch *set = p->batch + (size_t)s * p->n_batches;
     for (int j = 0; j < nb && !rc; j++) {
-        prep_batch *b = &p->batch[j];
+        prep_batch *b = &set[j];
         if (b->rc)
             rc = tr_fail(b->rc, "%s", b->msg ? b->msg : "out of memory");
         else
             rc = write_batch(p, b);
     }
-    for (int j = 0; j < nb; j++) { /* empty the batches, keep their memory */
-        prep_batch *b = &p->batch[j];
+    for (int j = 0; j < nb; j++) {
+        prep_batch *b = &set[j];
         for (size_t i = 0; i < b->n_items; i++) {
             free(b->bad[i]);
             b->bad[i] = NULL;
         }
         b->n_items = b->text_len = 0;
     }
-    p->cur = 0;
     report(p, 0);
     return rc;
+}
+
+/* Wait for the set on threads, if any; write it when `write` (not after a failure). */
+static int land_flight(pipeline *p, int write)
+{
+    if (p->fly_set < 0)
+        return TR_OK;
+    prep_batch *set = p->batch + (size_t)p->fly_set * p->n_batches;
+    tr_encoder **enc = p->enc + (size_t)p->fly_set * p->n_batches;
+    for (int j = 0; j < p->fly_n; j++) {
+        if (p->started[j]) {
+            pthread_join(p->th[j], NULL);
+            p->started[j] = 0;
+        } else {
+            prep_encode_batch(&p->spec, enc[j], &set[j]); /* no thread: do it here */
+        }
+    }
+    int s = p->fly_set, n = p->fly_n;
+    p->fly_set = -1;
+    return write ? write_set(p, s, n) : TR_OK;
+}
+
+/* The set being filled is full (or the input ended): encode it, and write what is done. */
+static int run_round(pipeline *p)
+{
+    int nb = p->cur + (p->cur < p->n_batches &&
+                       p->batch[(size_t)p->set * p->n_batches + p->cur].n_items > 0);
+    prep_batch *set = p->batch + (size_t)p->set * p->n_batches;
+    tr_encoder **enc = p->enc + (size_t)p->set * p->n_batches;
+    p->cur = 0;
+    if (p->n_sets == 1) {
+        for (int j = 0; j < nb; j++)
+            prep_encode_batch(&p->spec, enc[j], &set[j]);
+        return write_set(p, p->set, nb);
+    }
+    int rc = land_flight(p, 1); /* the set before, in order */
+    if (rc || nb == 0)
+        return rc;
+    for (int j = 0; j < nb; j++) {
+        p->jobs[j] = (job){&p->spec, enc[j], &set[j]};
+        p->started[j] = pthread_create(&p->th[j], NULL, run_job, &p->jobs[j]) == 0;
+    }
+    p->fly_set = p->set, p->fly_n = nb;
+    p->set ^= 1;
+    return TR_OK;
 }
 
 /* One item (a JSON line or a text document) into the current batch. */
 static int add_item(pipeline *p, const char *text, size_t len, uint64_t line)
 {
-    prep_batch *b = &p->batch[p->cur];
+    prep_batch *b = &p->batch[(size_t)p->set * p->n_batches + p->cur];
     int rc = batch_items(p, b, b->n_items + 1);
     if (!rc)
         rc = prep_reserve((void **)&b->text, &b->text_cap, b->text_len + len + 1, 1);
@@ -291,12 +329,15 @@ static int setup(pipeline *p, const tr_preprocess_options *o)
         return tr_fail(TR_ERR_CONFIG, "the tokenizer (%s) has no end-of-document token to append%s",
                        tr_tokenizer_type(t), o->n_json_keys ? " (drop --append-eod)" : "");
     p->n_batches = o->workers < 1 ? 1 : o->workers > MAX_WORKERS ? MAX_WORKERS : o->workers;
-    p->batch = calloc((size_t)p->n_batches, sizeof *p->batch);
-    p->enc = calloc((size_t)p->n_batches, sizeof *p->enc);
+    p->n_sets = p->n_batches > 1 ? 2 : 1;
+    p->fly_set = -1;
+    int total = p->n_sets * p->n_batches;
+    p->batch = calloc((size_t)total, sizeof *p->batch);
+    p->enc = calloc((size_t)total, sizeof *p->enc);
     if (!p->batch || !p->enc)
         return tr_fail(TR_ERR_NOMEM, "out of memory for %d workers", p->n_batches);
     int rc = TR_OK;
-    for (int j = 0; j < p->n_batches && !rc; j++)
+    for (int j = 0; j < total && !rc; j++)
         rc = tr_encoder_create(t, &p->enc[j]);
     for (int k = 0; k < p->n_out && !rc; k++) {
         char *prefix = output_prefix(o, k);
@@ -309,7 +350,8 @@ static int setup(pipeline *p, const tr_preprocess_options *o)
 
 static void teardown(pipeline *p)
 {
-    for (int j = 0; j < p->n_batches; j++) {
+    (void)land_flight(p, 0); /* a failure with a set still on threads: let them finish */
+    for (int j = 0; j < p->n_sets * p->n_batches; j++) {
         if (p->batch)
             batch_free(&p->batch[j]);
         if (p->enc)
@@ -333,7 +375,7 @@ int tr_preprocess(const tr_preprocess_options *o, tr_preprocess_stats *stats)
         return tr_fail(TR_ERR_INVALID, "preprocess: no tokenizer");
     if (o->n_json_keys > PREP_MAX_KEYS)
         return tr_fail(TR_ERR_CONFIG, "preprocess: at most %d JSON keys", PREP_MAX_KEYS);
-    pipeline p = {.sink = {doc_add, doc_end}, .st = stats, .t0 = tr_now()};
+    pipeline p = {.sink = {doc_add, doc_end}, .st = stats, .t0 = tr_now(), .fly_set = -1};
     p.last_report = p.t0;
     int rc = setup(&p, o);
     for (int i = 0; i < o->n_inputs && !rc; i++) {
@@ -350,6 +392,8 @@ int tr_preprocess(const tr_preprocess_options *o, tr_preprocess_stats *stats)
     }
     if (!rc)
         rc = run_round(&p);
+    if (!rc)
+        rc = land_flight(&p, 1);
     for (int k = 0; k < p.n_out && !rc; k++)
         rc = iw_finish(&p.w[k]);
     if (!rc)
