@@ -93,8 +93,11 @@ typedef struct {
      * zeros; NULL = memset to zero (no memory given back) */
     void (*release)(void *ctx, float *p, size_t count);
     /* optional: bytes of [p, p + count) that hold memory now (pages resident); when given,
-     * the peaks of tr_dp_zero_stats are these measurements (taken at every report and
-     * before every release), else the bytes of the buckets held */
+     * the gradient peak of tr_dp_zero_stats is this measured on the gradient buffer at every
+     * report (before anything is given back), else the bytes of the buckets reported and not
+     * yet reduced. The parameter peak is always the bytes of the buckets gathered or being
+     * gathered at once (what a device allocator would hold; a gather's pages fill as the
+     * communicator progresses, so their residency depends on timing) */
     size_t (*resident)(void *ctx, const float *p, size_t count);
     void *release_ctx;
     const tr_dp_range *aligned; /* ranges cut out of bucketing (tied embeddings); may be NULL */
@@ -119,8 +122,8 @@ typedef struct tr_dp tr_dp;
 
 /* ZeRO-2/3 accounting since creation: bytes of the flat buffers held at once (stage 2/3
  * gradient buckets touched and not yet reduced; stage 3 parameter buckets gathered or being
- * gathered), their peaks, and stage 3's gathers: how many, and the seconds spent waiting
- * for them in tr_dp_params_need (what prefetch did not hide). */
+ * gathered), their peaks (see tr_dp_config.resident), and stage 3's gathers: how many, and
+ * the seconds spent waiting for them in tr_dp_params_need (what prefetch did not hide). */
 typedef struct {
     size_t grad_live_bytes, grad_live_peak_bytes;
     size_t param_resident_bytes, param_resident_peak_bytes;

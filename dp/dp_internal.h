@@ -70,8 +70,8 @@ static inline float *dp_grad(const tr_dp *dp, size_t off, size_t shard_off)
 }
 /* Stage >= 2: bucket i's flat gradient range is reduced: give its pages back. */
 void dp_release_grads(tr_dp *dp, int i);
-/* Stage >= 2: measure the gradient (params = 0) or parameter window's pages held now. */
-void dp_sample_window(tr_dp *dp, int params);
+/* Stage >= 2: measure the gradient window's pages held now (cfg->resident). */
+void dp_sample_window(tr_dp *dp);
 /* Stage >= 2: a report touched bucket i in this window. */
 void dp_grads_live(tr_dp *dp, int i);
 /* Check [offset, offset + count) lies in the buffer; `what` names the argument. */

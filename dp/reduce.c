@@ -163,7 +163,7 @@ int tr_dp_report(tr_dp *dp, size_t offset, size_t count)
         return dp_keep_error(dp, rc);
     if (count == 0)
         return TR_OK;
-    dp_sample_window(dp, 0); /* what backward wrote so far, before anything is given back */
+    dp_sample_window(dp); /* what backward wrote so far, before anything is given back */
     size_t end = offset + count;
     int i = find_bucket(dp, offset);
     while (offset < end) {
@@ -238,7 +238,7 @@ int tr_dp_finish(tr_dp *dp)
         return tr_fail(TR_ERR_INVALID, "dp: tr_dp_finish without an open accumulation window "
                                        "(call tr_dp_start first)");
     dp->timing.t_finish_begin = tr_now();
-    dp_sample_window(dp, 0);
+    dp_sample_window(dp);
     int rc = dp->err;
     if (!rc) {
         for (int i = dp->next_start; i < dp->nb && !rc; i++) {

@@ -30,14 +30,13 @@ static void give_back(tr_dp *dp, float *p, size_t count)
         dp->k->zero(NULL, p, count * sizeof(float));
 }
 
-void dp_sample_window(tr_dp *dp, int params)
+void dp_sample_window(tr_dp *dp)
 {
-    if (!dp->resident || dp->stage < 2 + params)
+    if (!dp->resident || dp->stage < 2)
         return;
-    size_t v = dp->resident(dp->release_ctx, params ? dp->params : dp->grads, dp->n);
-    size_t *peak = params ? &dp->zs.param_resident_peak_bytes : &dp->zs.grad_live_peak_bytes;
-    if (v > *peak)
-        *peak = v;
+    size_t v = dp->resident(dp->release_ctx, dp->grads, dp->n);
+    if (v > dp->zs.grad_live_peak_bytes)
+        dp->zs.grad_live_peak_bytes = v;
 }
 
 void dp_grads_live(tr_dp *dp, int i)
@@ -101,7 +100,7 @@ static int gather_start(tr_dp *dp, int i)
     b->resident = 1;
     dp->zs.gathers++;
     dp->zs.param_resident_bytes += b->count * sizeof(float);
-    if (!dp->resident && dp->zs.param_resident_bytes > dp->zs.param_resident_peak_bytes)
+    if (dp->zs.param_resident_bytes > dp->zs.param_resident_peak_bytes)
         dp->zs.param_resident_peak_bytes = dp->zs.param_resident_bytes;
     return TR_OK;
 }
@@ -164,7 +163,6 @@ int tr_dp_params_done(tr_dp *dp, size_t offset, size_t count)
         return rc;
     for (int i = first; i < last && !rc; i++)
         rc = gather_wait(dp, i); /* never release pages a gather still writes */
-    dp_sample_window(dp, 1);  /* the most this use held: before it gives anything back */
     for (int i = first; i < last && !rc; i++)
         params_release(dp, i);
     return rc;
@@ -175,7 +173,6 @@ int tr_dp_params_release_all(tr_dp *dp)
     if (dp->stage < 3)
         return TR_OK;
     int rc = TR_OK;
-    dp_sample_window(dp, 1);
     for (int i = 0; i < dp->nb && !rc; i++) {
         rc = gather_wait(dp, i);
         if (!rc)

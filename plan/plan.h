@@ -37,6 +37,13 @@
  *   fp32: 4 / 4 / 8 = 16; ZeRO-1: 8 + 8/d
  *   The optimizer part of a stage's memory is 12 (8) bytes x the shard dp/ gives DP rank 0
  *   (tr_dp_layout: its block of every bucket, the largest), ~ params_r / d with ZeRO-1.
+ *   parallel.zero_stage 2 (d > 1; trident's CPU windows, dp/dp.h): gradients 4 x the shard
+ *   + the window of full gradients held at once: one layer and one bucket in flight, and on
+ *   a stage holding both embedding and head the word embedding's gradient (the head writes
+ *   it in forward, the embedding's backward finishes it); on a first stage wte + wpe, on a
+ *   later last stage its wte copy, when larger. Stage 3 also: weights wb x the shard + the
+ *   units gathered at once (a layer and the prefetched next one; the embedding + layer 0;
+ *   the head: final LN + wte).
  * Activations of one layer for one micro-batch, bytes (Korthikanti et al. 2022; 16-bit
  * activations, doubled for fp32), with A = 5as/h:
  *   none       t=1: sbh(34 + A); TP: sbh(10 + 24/t + A/t); TP + SP: sbh(34/t + A/t)
@@ -223,7 +230,9 @@ typedef struct {
     int batch_ok;            /* B is a multiple of b d */
     tr_pp_kind schedule;
     tr_plan_recompute recompute;
-    int distributed_optimizer; /* ZeRO-1 */
+    int distributed_optimizer; /* ZeRO-1 (or any stage >= 1) */
+    int zero_stage;          /* parallel.zero_stage 0-3: 2 shards the gradients, 3 also the
+                              * weights (memory model only; the time model is ZeRO-1's) */
     int sequence_parallel;
     int bf16;                /* else fp32 */
     double bucket_size_mb;   /* parallel.ddp_bucket_size_mb: MiB (2^20 bytes) of fp32

@@ -59,7 +59,8 @@ int tr_plan_layout_from_config(const tr_config *cfg, int world, tr_plan_layout *
     rc = tr_plan_recompute_parse(t->recompute, &out->recompute);
     if (rc)
         return tr_fail_context(rc, "%s", tr_config_where(cfg, "training.recompute"));
-    out->distributed_optimizer = p->use_distributed_optimizer;
+    out->zero_stage = tr_zero_stage(p);
+    out->distributed_optimizer = out->zero_stage >= 1;
     out->sequence_parallel = p->sequence_parallel;
     out->bf16 = t->precision && !strcmp(t->precision, "bf16");
     out->bucket_size_mb = p->ddp_bucket_size_mb;
@@ -214,6 +215,35 @@ static void explain_memory(const tr_plan_result *r, const tr_plan_cluster *c, ch
     }
 }
 
+/* ZeRO-2/3 (plan.h): the shard plus the window of full tensors held at once, per part. */
+static void zero_windows(const tr_model_config *m, const tr_plan_layout *L, int vocab_padded,
+                         int st, int layers, double shard, double wb, double gb,
+                         tr_plan_memory *mm)
+{
+    double h = m->hidden_size, t = L->tp;
+    double layer = layers > 0 ? tr_plan_stage_params(m, vocab_padded, L->tp, 3, 1, 1) : 0;
+    double wte = (double)vocab_padded * h / t, wpe = (double)m->max_position_embeddings * h;
+    double bucket = L->bucket_size_mb > 0 && L->overlap_grad_reduce
+                        ? L->bucket_size_mb * 262144.0 : layer;
+    int first = st == 0, last = st == L->pp - 1;
+    double g = layer + (bucket < layer ? bucket : layer);
+    if (first && last)
+        g = wte + layer + (bucket < layer ? bucket : layer);
+    else if (first && wte + wpe > g)
+        g = wte + wpe;
+    else if (last && wte > g)
+        g = wte;
+    mm->grads = shard * gb + g * gb;
+    if (L->zero_stage < 3)
+        return;
+    double w = 2 * layer;
+    if (first && wte + wpe + layer > w)
+        w = wte + wpe + layer;
+    if (last && wte + 2 * h > w)
+        w = wte + 2 * h;
+    mm->weights = shard * wb + w * wb;
+}
+
 /* Memory of every stage; fills the memory fields of r. peaks[P]: stored chunks per stage;
  * sd[P]: their parameters and optimizer shards. */
 static void memory_model(const tr_config *cfg, const tr_plan_cluster *c,
@@ -244,6 +274,8 @@ static void memory_model(const tr_config *cfg, const tr_plan_cluster *c,
         mm.weights = params * wb;
         mm.grads = params * gb;
         mm.optimizer = sd[st].shard * ob;
+        if (L->dp > 1 && L->zero_stage >= 2)
+            zero_windows(m, L, r->vocab_padded, st, layers, sd[st].shard, wb, gb, &mm);
         mm.activations = (double)peaks[st] * layers / L->v * act;
         if (L->recompute == TR_PLAN_RECOMPUTE_FULL)
             mm.recompute = act_none;

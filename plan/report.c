@@ -13,9 +13,9 @@ int tr_plan_layout_label(const tr_plan_layout *l, char *buf, size_t n)
         return snprintf(buf, n, "TP%d (any PP)", l->tp);
     if (l->micro_batch == 0)
         return snprintf(buf, n, "TP%d PP%d DP%d (any micro-batch)", l->tp, l->pp, l->dp);
-    return snprintf(buf, n, "TP%d PP%d DP%d mb%d %s%s", l->tp, l->pp, l->dp, l->micro_batch,
-                    tr_plan_recompute_name(l->recompute),
-                    l->distributed_optimizer && l->dp > 1 ? " zero1" : "");
+    int z = l->dp > 1 ? (l->zero_stage > 1 ? l->zero_stage : l->distributed_optimizer) : 0;
+    return snprintf(buf, n, "TP%d PP%d DP%d mb%d %s%s%.0d", l->tp, l->pp, l->dp, l->micro_batch,
+                    tr_plan_recompute_name(l->recompute), z ? " zero" : "", z);
 }
 
 static const char *unit_of(const tr_plan_cluster *c)
@@ -85,7 +85,10 @@ void tr_plan_print(FILE *f, const tr_config *cfg, const tr_plan_cluster *c, cons
             L->tp, L->pp, L->dp, L->micro_batch, L->global_batch, L->num_micro_batches,
             tr_pp_kind_name(L->schedule), L->v > 1 ? " (interleaved chunks)" : "",
             tr_plan_recompute_name(L->recompute), L->bf16 ? "bf16" : "fp32",
-            L->distributed_optimizer && L->dp > 1 ? ", distributed optimizer (ZeRO-1)" : "",
+            !(L->distributed_optimizer && L->dp > 1) ? ""
+            : L->zero_stage == 3                     ? ", ZeRO-3 (optimizer, gradients, weights sharded)"
+            : L->zero_stage == 2                     ? ", ZeRO-2 (optimizer and gradients sharded)"
+                                                     : ", distributed optimizer (ZeRO-1)",
             L->sequence_parallel && L->tp > 1 ? ", sequence parallel" : "");
     fprintf(f, "links: TP %s, PP %s, DP %s; runtime %s (P2P %s%s, gradient accumulation %s)%s\n",
             tr_plan_link_name(r->tp_link), tr_plan_link_name(r->pp_link),
@@ -173,6 +176,7 @@ static void json_layout(tr_json *j, const char *key, const tr_plan_layout *L)
         tr_json_int(j, "virtual_stages", L->v);
         tr_json_string(j, "recompute", tr_plan_recompute_name(L->recompute));
         tr_json_bool(j, "distributed_optimizer", L->distributed_optimizer && L->dp > 1);
+        tr_json_int(j, "zero_stage", L->dp > 1 ? (L->zero_stage > 1 ? L->zero_stage : L->distributed_optimizer) : 0);
         tr_json_bool(j, "sequence_parallel", L->sequence_parallel && L->tp > 1);
         tr_json_string(j, "precision", L->bf16 ? "bf16" : "fp32");
         tr_json_bool(j, "p2p_batched", L->p2p_batched);

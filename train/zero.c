@@ -124,9 +124,11 @@ static int chunk_param_hook(void *ctx, int what, size_t offset, size_t count)
     engine_chunk *ch = ctx;
     tr_dp *dp = ch->e->dp;
     offset += ch->offset;
-    return what == TR_GPT_PARAMS_NEED       ? tr_dp_params_need(dp, offset, count)
-           : what == TR_GPT_PARAMS_PREFETCH ? tr_dp_params_prefetch(dp, offset, count)
-                                            : tr_dp_params_done(dp, offset, count);
+    if (what == TR_GPT_PARAMS_PREFETCH) /* parallel.zero_prefetch false: gathers exposed */
+        return ch->e->cfg->parallel.zero_prefetch ? tr_dp_params_prefetch(dp, offset, count)
+                                                  : TR_OK;
+    return what == TR_GPT_PARAMS_NEED ? tr_dp_params_need(dp, offset, count)
+                                      : tr_dp_params_done(dp, offset, count);
 }
 
 /* After tr_dp_create: the compact shards (counted as parameters / gradients), and at stage 3

@@ -66,6 +66,8 @@ typedef struct {
     int use_distributed_optimizer;    /* bool, default 0 */
     int zero_stage;                   /* 0-3 (DeepSpeed's); default 0, or 1 with
                                        * use_distributed_optimizer: tr_zero_stage() */
+    int zero_prefetch;                /* bool, default 1: stage 3 starts the next layer's
+                                       * gather before computing this one */
     double comm_timeout_s;            /* default 300 */
     char *order;                      /* "tp-dp-pp" (default) | "tp-pp-dp" */
 } tr_parallel_config;

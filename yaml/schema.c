@@ -93,6 +93,7 @@ const config_key_spec config_keys[] = {
     BOOL("parallel", "overlap_grad_reduce", parallel.overlap_grad_reduce, "true"),
     BOOL("parallel", "use_distributed_optimizer", parallel.use_distributed_optimizer, "false"),
     INT("parallel", "zero_stage", parallel.zero_stage, 0, "0", 0, 3),
+    BOOL("parallel", "zero_prefetch", parallel.zero_prefetch, "true"),
     DBL("parallel", "comm_timeout_s", parallel.comm_timeout_s, 0, "300", 0, 1, 1e9, 0),
     ENUM("parallel", "order", parallel.order, "tp-dp-pp", orders),
 
