@@ -91,11 +91,24 @@ typedef struct {
     size_t n;
 } model;
 
-static void model_make(model *m, int B)
+/* family 0: GPT-2; 1: Llama's switches (RMSNorm, rope, SwiGLU, grouped queries, untied, no
+ * biases); 2: Bloom's (ALiBi, embedding norm) */
+static void model_make_family(model *m, int B, int family)
 {
     tr_gpt_shape s = {.num_layers = 2, .C = 8, .NH = 2, .T = T, .max_T = T, .V = V, .Vp = 16,
                       .eps = 1e-5f, .init_std = 0.3f, .seed = 5, .layer_first = 0,
                       .layer_count = 2, .tp_size = 1, .is_first = 1, .is_last = 1};
+    if (family == 1) {
+        s.rmsnorm = s.swiglu = s.untie = s.no_linear_bias = 1;
+        s.position = TR_POS_ROPE;
+        s.rotary_dims = 4;
+        s.rotary_base = 10000.0f;
+        s.ffn = 12;
+        s.query_groups = 1;
+    } else if (family == 2) {
+        s.position = TR_POS_ALIBI;
+        s.embedding_ln = 1;
+    }
     assert_int_equal(tr_gpt_create(&s, tr_kernels_cpu(), NULL, &m->g), TR_OK);
     m->n = tr_gpt_num_params(m->g);
     m->params = calloc(m->n, sizeof(float));
@@ -104,6 +117,8 @@ static void model_make(model *m, int B)
     assert_int_equal(tr_gpt_init_params(m->g), TR_OK);
     assert_int_equal(tr_gpt_acts_create(m->g, B, &m->a), TR_OK);
 }
+
+static void model_make(model *m, int B) { model_make_family(m, B, 0); }
 
 static void model_free(model *m)
 {
@@ -164,15 +179,14 @@ static void pack(const int32_t ex[NEX][8], int32_t *in, int32_t *tgt, int32_t *s
     memcpy(tgt, s + 1, T * sizeof *tgt);
 }
 
-static void test_packed_equals_alone(void **state)
+static void packed_equals_alone(int family)
 {
-    (void)state;
     int32_t ex[NEX][8];
     for (int k = 0; k < NEX; k++)
         example(k, ex[k], 0);
     model packed, alone;
-    model_make(&packed, 1);
-    model_make(&alone, 1);
+    model_make_family(&packed, 1, family);
+    model_make_family(&alone, 1, family);
     int32_t in[T], tgt[T], seg[T], pos[T];
     float w[T];
     float *grad_sum = calloc(packed.n, sizeof(float));
@@ -189,7 +203,8 @@ static void test_packed_equals_alone(void **state)
             aw[t] = t + 1 < len[k] && t + 1 >= prompt[k] ? 1.0f : 0.0f;
         }
         float la = run(&alone, ain, atgt, NULL, NULL, aw, 1.0f); /* grads: sum of w l */
-        print_message("example %d: packed %.9f alone %.9f\n", k, (double)lp, (double)la);
+        print_message("family %d, example %d: packed %.9f alone %.9f\n", family, k, (double)lp,
+                      (double)la);
         assert_true(fabsf(lp - la) <= 1e-5f * fabsf(la));
     }
     memcpy(grad_sum, alone.grads, alone.n * sizeof(float));
@@ -205,6 +220,13 @@ static void test_packed_equals_alone(void **state)
     free(grad_sum);
     model_free(&packed);
     model_free(&alone);
+}
+
+static void test_packed_equals_alone(void **state)
+{
+    (void)state;
+    for (int family = 0; family < 3; family++)
+        packed_equals_alone(family);
 }
 
 static void test_masked_targets_never_count(void **state)
