@@ -10,6 +10,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include "core/core.h"
 
@@ -29,6 +32,10 @@ struct ckpt_async {
 static void *writer(void *arg)
 {
     struct ckpt_async *a = arg;
+    /* the writer yields to training: at the lowest priority (Linux: nice is per thread) it
+     * runs in the cores' idle moments (communication waits, the step's serial parts) instead
+     * of taking half a core from the compute threads while it copies into the page cache */
+    (void)setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), 19);
     a->rc = ckpt_write_staged(a->e, a->paths.tmp_dir, &a->st);
     if (a->rc) /* errors are per thread: carry the message over */
         snprintf(a->err, sizeof a->err, "%s", tr_errmsg());
