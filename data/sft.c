@@ -5,9 +5,10 @@
  * Samples are packed sequences of seq_length + 1 tokens (tokens j and j+1 are input and
  * target at position j, as for the GPT dataset):
  *  - the split's examples (documents cut by data.split, as dataset.c cuts them) are put in a
- *    fixed order, a Fisher–Yates shuffle of stream PACK_STREAM + split, then cut greedily into
- *    bins: an example joins the open bin while the bin's tokens stay <= seq_length + 1, else
- *    it opens the next (pack = 0: one example per bin). An example longer than seq_length + 1
+ *    fixed order, a Fisher–Yates shuffle of stream PACK_STREAM + split, then packed first-fit
+ *    in that order: an example goes to the first of the last PACK_WINDOW bins with room for
+ *    it (a bin holds at most seq_length + 1 tokens), else it opens a new bin; a bin's examples
+ *    keep their order (pack = 0: one example per bin). An example longer than seq_length + 1
  *    is cut to that many tokens (its first ones), alone in its bin.
  *  - the bins are the split's samples, shuffled per epoch as dataset.c shuffles samples
  *    (stream 4 * epoch + split), so sample g is a function of (g, seed, the files) alone.
@@ -25,10 +26,11 @@
 #include "core/core.h"
 
 #define PACK_STREAM ((uint64_t)1 << 40)
+#define PACK_WINDOW 64 /* open bins first-fit looks at: O(examples x 64) */
 
 typedef struct {
     uint64_t first_doc, n_docs;
-    uint64_t *order;     /* [n_docs] example order (split-relative) */
+    uint64_t *order;     /* [n_docs] examples (split-relative), grouped by bin */
     uint64_t *bin_first; /* [n_bins + 1] into order */
     uint64_t n_bins;
     uint64_t *perm;      /* [n_bins] of perm_epoch */
@@ -68,26 +70,45 @@ static void shuffle(uint64_t *perm, uint64_t n, uint64_t seed, uint64_t stream)
 static int make_bins(sft_data *d, int k, int pack)
 {
     sft_split *s = &d->split[k];
-    s->order = malloc((s->n_docs + 1) * sizeof *s->order);
-    s->bin_first = malloc((s->n_docs + 1) * sizeof *s->bin_first);
-    if (!s->order || !s->bin_first)
-        return tr_fail(TR_ERR_NOMEM, "out of memory packing %llu examples",
-                       (unsigned long long)s->n_docs);
-    shuffle(s->order, s->n_docs, d->seed, PACK_STREAM + (uint64_t)k);
-    uint64_t cap = (uint64_t)d->T + 1, used = cap;
-    s->n_bins = 0;
-    for (uint64_t i = 0; i < s->n_docs; i++) {
-        uint64_t L = doc_len(d, s->first_doc + s->order[i]);
-        if (L > cap)
-            L = cap;
-        if (!pack || used + L > cap) {
-            s->bin_first[s->n_bins++] = i;
-            used = 0;
+    size_t n = s->n_docs + 1;
+    uint64_t *order = malloc(n * sizeof *order), *bin_of = malloc(n * sizeof *bin_of);
+    uint64_t *room = malloc(n * sizeof *room);
+    s->order = malloc(n * sizeof *s->order);
+    s->bin_first = calloc(n + 1, sizeof *s->bin_first);
+    int rc = !order || !bin_of || !room || !s->order || !s->bin_first
+                 ? tr_fail(TR_ERR_NOMEM, "out of memory packing %llu examples",
+                           (unsigned long long)s->n_docs)
+                 : TR_OK;
+    if (!rc) {
+        shuffle(order, s->n_docs, d->seed, PACK_STREAM + (uint64_t)k);
+        uint64_t cap = (uint64_t)d->T + 1;
+        s->n_bins = 0;
+        for (uint64_t i = 0; i < s->n_docs; i++) { /* first fit over the newest bins */
+            uint64_t L = doc_len(d, s->first_doc + order[i]), b = s->n_bins;
+            if (L > cap)
+                L = cap;
+            for (uint64_t c = b > PACK_WINDOW ? b - PACK_WINDOW : 0; pack && c < s->n_bins; c++)
+                if (room[c] >= L) {
+                    b = c;
+                    break;
+                }
+            if (b == s->n_bins)
+                room[s->n_bins++] = cap;
+            room[b] -= L;
+            bin_of[i] = b;
+            s->bin_first[b + 1]++;
         }
-        used += L;
+        for (uint64_t b = 0; b < s->n_bins; b++) /* counts -> starts; examples in order */
+            s->bin_first[b + 1] += s->bin_first[b];
+        for (uint64_t b = 0; b < s->n_bins; b++)
+            room[b] = s->bin_first[b];
+        for (uint64_t i = 0; i < s->n_docs; i++)
+            s->order[room[bin_of[i]]++] = order[i];
     }
-    s->bin_first[s->n_bins] = s->n_docs;
-    return TR_OK;
+    free(order);
+    free(bin_of);
+    free(room);
+    return rc;
 }
 
 /* Both files describe the same documents of the same lengths. */
