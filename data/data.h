@@ -86,7 +86,7 @@ TR_MUST_CHECK int tr_data_open_config(const tr_config *cfg, tr_data **out);
 /* Supervised fine-tuning (data.dataset_type sft): PREFIX.bin/.idx and PREFIX_loss_mask.bin/
  * .idx as tr_preprocess writes them (same documents and sizes, else TR_ERR_INVALID naming
  * both). Examples (documents) are cut by `split` like documents; a split's examples, in a
- * fixed seeded order, are packed greedily into samples of seq_length + 1 tokens (pack 0: one
+ * fixed seeded order, are packed first-fit into samples of seq_length + 1 tokens (pack 0: one
  * example per sample; an example longer is cut to its first seq_length + 1 tokens), and the
  * samples are shuffled per epoch like the GPT dataset's: global sample g reads the same
  * packed sample in every layout (data/sft.c says exactly how). tr_data_sample gives its
