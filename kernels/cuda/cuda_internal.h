@@ -64,6 +64,22 @@ void cu_swiglu_forward(tr_stream s, float *out, const float *inp, size_t n);
 void cu_swiglu_backward(tr_stream s, float *dinp, const float *inp, const float *dout, size_t n);
 void cu_rope(tr_stream s, float *qkv, const float *cos, const float *sin, int B, int T, int NG,
              int R, int HS, int rot, int inverse);
+/* rows of B*NH*T scores (T each): row (b, h, t) += slope_h * (j - t) for keys j <= t */
+void cu_alibi_add(cudaStream_t st, float *att, const float *slopes, int rows, int T, int NH);
+
+/* ---- attention_gqa.c: grouped query heads and ALiBi (kernels.h, attention_gqa_*) */
+void cu_attention_gqa_forward_fp32(tr_stream s, float *out, float *att, const float *qkv,
+                                   const float *alibi, int B, int T, int NH, int NG, int HS,
+                                   const int32_t *segments);
+void cu_attention_gqa_backward_fp32(tr_stream s, float *dqkv, float *datt, const float *dout,
+                                    const float *qkv, const float *att, int B, int T, int NH,
+                                    int NG, int HS);
+void cu_attention_gqa_forward_bf16(tr_stream s, float *out, float *att, const float *qkv,
+                                   const float *alibi, int B, int T, int NH, int NG, int HS,
+                                   const int32_t *segments);
+void cu_attention_gqa_backward_bf16(tr_stream s, float *dqkv, float *datt, const float *dout,
+                                    const float *qkv, const float *att, int B, int T, int NH,
+                                    int NG, int HS);
 
 /* ---- elementwise.cu */
 void cu_add(tr_stream s, float *out, const float *a, const float *b, size_t n);

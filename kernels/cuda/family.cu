@@ -1,8 +1,6 @@
-// The Llama / Bloom ops of kernels.h on the GPU: RMSNorm, SwiGLU, rotary embedding (fp32
-// storage, as every op here). Attention with grouped query heads and ALiBi
-// (attention_gqa_*) is not here yet: the table leaves it NULL, so the model refuses GQA and
-// ALiBi models on CUDA with a message. Compiled, never yet run: tests/cuda compares each op
-// with its CPU twin on a GPU.
+// The Llama / Bloom ops of kernels.h on the GPU: RMSNorm, SwiGLU, rotary embedding, and the
+// ALiBi bias that attention_gqa.c adds to the scores (fp32 storage, as every op here).
+// Compiled, never yet run: tests/cuda compares each op with its CPU twin on a GPU.
 #include "kernels/cuda/grid.cuh"
 
 namespace {
@@ -102,7 +100,29 @@ __global__ void rope_kernel(float *qkv, const float *cos, const float *sin, size
     }
 }
 
+// rows of B*NH*T scores: row (b, h, t) gets slope_h * (j - t) at keys j <= t
+__global__ void alibi_add_kernel(float *att, const float *slopes, size_t rows, int T, int NH)
+{
+    size_t n = rows * (size_t)T;
+    TR_CU_GRID_STRIDE(e, n)
+    {
+        size_t r = e / (size_t)T;
+        int j = (int)(e % (size_t)T), t = (int)(r % (size_t)T), h = (int)(r / (size_t)T % NH);
+        if (j <= t)
+            att[e] += slopes[h] * (float)(j - t);
+    }
+}
+
 } // namespace
+
+void cu_alibi_add(cudaStream_t st, float *att, const float *slopes, int rows, int T, int NH)
+{
+    size_t n = (size_t)rows * (size_t)T;
+    if (!n)
+        return;
+    alibi_add_kernel<<<tr_cu_blocks(n), CU_THREADS, 0, st>>>(att, slopes, (size_t)rows, T, NH);
+    cu_launched("alibi");
+}
 
 void cu_rmsnorm_forward(tr_stream s, float *out, float *rstd, const float *inp,
                         const float *weight, int N, int C, float eps)

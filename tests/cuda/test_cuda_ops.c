@@ -291,6 +291,40 @@ static void test_family(const tr_kernels *k, int N, int C)
     free(sw), free(dsw), free(q), free(cs), free(sn);
 }
 
+/* grouped query heads (NG groups) and ALiBi slopes against the CPU twin */
+static void test_attention_gqa(const tr_kernels *k, int B, int T, int NH, int NG, int HS,
+                               int use_alibi)
+{
+    int R = NH / NG;
+    size_t nq = (size_t)B * T * NG * (R + 2) * HS, no = (size_t)B * T * NH * HS;
+    size_t na = (size_t)B * NH * T * T;
+    float *qkv = host(nq, -1, 1), *dout = host(no, -1, 1), *slopes = host((size_t)NH, 0.01f, 0.5f);
+    float *out = malloc(no * 4), *att = malloc(na * 4), *datt = malloc(na * 4), *dqkv = malloc(nq * 4);
+    const float *al = use_alibi ? slopes : NULL;
+    CPU->attention_gqa_forward(NULL, out, att, qkv, al, B, T, NH, NG, HS, NULL);
+    CPU->attention_gqa_backward(NULL, dqkv, datt, dout, qkv, att, B, T, NH, NG, HS);
+    float *gq = dev(k, qkv, nq * 4), *gdo = dev(k, dout, no * 4), *gsl = dev(k, slopes, (size_t)NH * 4);
+    float *gout = dev(k, NULL, no * 4), *gatt = dev(k, NULL, na * 4), *gdatt = dev(k, NULL, na * 4),
+          *gdq = dev(k, NULL, nq * 4);
+    k->attention_gqa_forward(NULL, gout, gatt, gq, use_alibi ? gsl : NULL, B, T, NH, NG, HS, NULL);
+    k->attention_gqa_backward(NULL, gdq, gdatt, gdo, gq, gatt, B, T, NH, NG, HS);
+    char what[96];
+    float *got;
+    snprintf(what, sizeof what, "attention_gqa out B%d T%d NH%d NG%d%s", B, T, NH, NG,
+             use_alibi ? " alibi" : "");
+    got = back(k, gout, no);
+    compare(what, k, got, out, no, tol_of(k));
+    free(got);
+    snprintf(what, sizeof what, "attention_gqa dqkv B%d T%d NH%d NG%d%s", B, T, NH, NG,
+             use_alibi ? " alibi" : "");
+    got = back(k, gdq, nq);
+    compare(what, k, got, dqkv, nq, tol_of(k));
+    free(got);
+    k->free(gq), k->free(gdo), k->free(gsl), k->free(gout), k->free(gatt), k->free(gdatt);
+    k->free(gdq);
+    free(qkv), free(dout), free(slopes), free(out), free(att), free(datt), free(dqkv);
+}
+
 /* ---------------------------------------------------------------- attention */
 
 /* packed: segment ids (runs of 7, 12, 17, ... tokens per row b) restrict the attention */
@@ -632,6 +666,10 @@ int main(void)
     test_attention(BF16, 1, 257, 2, 64, 0);
     test_attention(F32, 2, 64, 4, 16, 1);
     test_attention(BF16, 2, 70, 2, 16, 1);
+    test_attention_gqa(F32, 2, 64, 4, 2, 16, 0);
+    test_attention_gqa(F32, 1, 70, 6, 6, 16, 1); /* Bloom: 6 heads, ALiBi */
+    test_attention_gqa(F32, 2, 33, 8, 1, 32, 1); /* multi-query */
+    test_attention_gqa(BF16, 2, 64, 4, 2, 16, 1);
     test_attention_decode(F32, 2, 3, 5, 16, 4, 16);   /* a few new positions after a cache */
     test_attention_decode(F32, 1, 1, 200, 257, 2, 64); /* one token after 200 */
     test_attention_decode(F32, 2, 64, 0, 64, 4, 16);  /* a prompt at once */
