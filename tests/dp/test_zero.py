@@ -4,8 +4,9 @@
     written), are located config errors (exit 2); use_distributed_optimizer alone is stage 1;
   - equivalence: stages 1, 2, 3 give the single-process losses and gradient norms (relative
     <= 1e-5 over 10 iterations) in DP2, DP4, DP2xTP2xPP2 with sequence parallelism and DP2xPP2
-    interleaved (v = 2), all with gradient accumulation; stage 3 with full recompute; stage 3's
-    reduced gradient shard equals stage 0's gradient on the same elements;
+    interleaved (v = 2), all with gradient accumulation; stage 3 with full recompute, with
+    GPipe, and in evaluation (val_loss); stage 3's reduced gradient shard equals stage 0's
+    gradient on the same elements;
   - checkpoints stay layout-free: a stage-3 DP2xPP2 checkpoint resumes at stage 0 in TP2 (and
     at stage 3 in DP2) and continues the single-process losses;
   - communication, from the DP communicator's counters of the last iteration (one micro-batch):
@@ -104,6 +105,17 @@ for lname, world, sets in LAYOUTS:
 got, _ = train("dp2-z3-recompute", 2, ["training.micro_batch_size=2", "parallel.zero_stage=3",
                                        "training.recompute=full"])
 same("dp2 stage 3 with full recompute", got, base)
+got, _ = train("d2p2-gpipe-z3", 4, ["training.micro_batch_size=1", "parallel.pipeline_model_parallel_size=2",
+                                   "parallel.pipeline_schedule=gpipe", "parallel.zero_stage=3"])
+same("d2p2 gpipe stage 3", got, base)
+# evaluation (forward only) gathers the parameters too
+EVAL = ["training.eval_interval=5", "training.eval_iters=2", "training.train_iters=5"]
+ev1, _ = train("single-eval", 1, EVAL)
+ev3, _ = train("d2p2-interleaved-eval-z3", 4, [*EVAL, *LAYOUTS[3][2], "parallel.zero_stage=3"])
+if ev1 is not None and ev3 is not None:
+    a, b = ev3[-1].get("val_loss"), ev1[-1].get("val_loss")
+    check(f"stage 3 DP2xPP2 interleaved: val_loss {a} = the single process's {b}",
+          a is not None and b is not None and abs(a - b) <= 1e-5 * abs(b))
 
 # stage 3's reduced shard = stage 0's gradient on the same elements (after iteration 1)
 ONE = ["training.train_iters=1", "training.micro_batch_size=2", "parallel.tensor_model_parallel_size=2",
