@@ -212,6 +212,11 @@ TR_MUST_CHECK int tr_gpt_acts_set_packing(tr_gpt_acts *a, const int32_t *segment
 TR_MUST_CHECK int tr_gpt_forward(tr_gpt *g, tr_gpt_acts *a, const int32_t *tokens, const float *hidden_in,
                    const int32_t *targets, float loss_grad_scale, float *loss_out);
 const float *tr_gpt_acts_output(const tr_gpt_acts *a);
+/* The logits of every position for a model held whole by one stage without tensor
+ * parallelism: the forward of `tokens` (B*T host ids), then logits (host, (B*T, V) real
+ * columns). Any family (tr_gpt_decode is GPT-2's); for oracles and evaluation. */
+TR_MUST_CHECK int tr_gpt_forward_logits(tr_gpt *g, tr_gpt_acts *a, const int32_t *tokens,
+                                        float *logits);
 /* Backward one micro-batch whose forward ran with this `a`.
  *   last stage: dhidden_out is ignored (the head's gradient was made in forward);
  *   others: dhidden_out (hidden numel) is the gradient of the stage output (it may be

@@ -3,6 +3,8 @@
  * Sizes as in gpt_internal.h: N = B*T token rows, Nl held rows starting at row r0. */
 #include "model/gpt_internal.h"
 
+#include <string.h>
+
 #include "core/core.h"
 
 /* One transformer layer: x (Nl, C) -> L->residual3 (Nl, C). */
@@ -209,5 +211,33 @@ int tr_gpt_forward(tr_gpt *g, tr_gpt_acts *a, const int32_t *tokens, const float
     }
     if (s->is_last)
         return head_forward(g, a, x, targets, loss_grad_scale, loss_out);
+    return TR_OK;
+}
+
+int tr_gpt_forward_logits(tr_gpt *g, tr_gpt_acts *a, const int32_t *tokens, float *logits)
+{
+    const tr_gpt_shape *s = &g->s;
+    gpt_scratch *sc = &g->scratch;
+    int N = a->B * s->T, rc;
+    if (!s->is_first || !s->is_last || s->tp_size != 1)
+        return tr_fail(TR_ERR_INVALID, "logits need the whole model on one stage without "
+                                       "tensor parallelism");
+    float *targets_host = tr_alloc((size_t)N * sizeof(int32_t), "logits targets");
+    if (!targets_host)
+        return TR_ERR_NOMEM;
+    memset(targets_host, 0, (size_t)N * sizeof(int32_t));
+    float loss; /* the forward with target 0 everywhere; its logits stay in the scratch */
+    rc = tr_gpt_forward(g, a, tokens, NULL, (const int32_t *)targets_host, 0.0f, &loss);
+    tr_free(targets_host);
+    if (rc)
+        return rc;
+    /* the scratch holds the logits (N, Vp) (the loss pieces read them, never overwrite) */
+    float *host = tr_alloc((size_t)N * s->Vp * sizeof(float), "logits");
+    if (!host)
+        return TR_ERR_NOMEM;
+    g->k->to_host(NULL, host, sc->logits, (size_t)N * s->Vp * sizeof(float));
+    for (int i = 0; i < N; i++)
+        memcpy(logits + (size_t)i * s->V, host + (size_t)i * s->Vp, (size_t)s->V * sizeof(float));
+    tr_free(host);
     return TR_OK;
 }

@@ -3,6 +3,10 @@
  *       the logits (B, T, V) float32 of the latest checkpoint of CKPT_DIR for the int32 tokens
  *       (B, T) in TOKENS: the model's forward pass over each whole sequence (one stage, no TP;
  *       the vocabulary padded as a training run would pad it, the padding dropped)
+ *   hf_probe logits-config CONFIG TOKENS B OUT
+ *       the same for the model of CONFIG (any family: its model section, one stage, no TP)
+ *       from the latest checkpoint of its checkpoint.load, B sequences of seq_length, through
+ *       the training forward (tr_gpt_forward_logits)
  *   hf_probe batch CONFIG OUT [KEY=VALUE]...
  *       the tokens of iteration 1 (int32; per micro-batch its inputs then its targets, each
  *       (micro_batch_size, seq_length)) as a single-process engine of CONFIG reads them
@@ -82,6 +86,40 @@ static int logits(const char *dir, const char *tokens_path, int B, int T, const 
     k->free(params);
     free(tok);
     free(lg);
+    return 0;
+}
+
+static int logits_config(const char *config, const char *tokens_path, int B, const char *out)
+{
+    tr_config cfg;
+    if (tr_config_load(config, NULL, 0, &cfg))
+        return fail(config);
+    cfg.parallel.tensor_model_parallel_size = 1;
+    cfg.parallel.sequence_parallel = 0;
+    tr_gpt_shape s;
+    const tr_kernels *k = tr_kernels_cpu();
+    tr_gpt *g = NULL;
+    tr_gpt_acts *a = NULL;
+    if (tr_gpt_shape_from_config(&cfg, 0, cfg.model.num_layers, 0, &s) ||
+        tr_gpt_create(&s, k, NULL, &g))
+        return fail("the model");
+    size_t n_tok = (size_t)B * s.T, n_out = n_tok * (size_t)s.V;
+    int32_t *tok = malloc(n_tok * sizeof *tok);
+    float *lg = malloc(n_out * sizeof *lg), *params = k->alloc(tr_gpt_num_params(g) * sizeof(float));
+    if (!tok || !lg || !params)
+        return fail("out of memory");
+    tr_gpt_bind(g, params, NULL);
+    if (tr_checkpoint_load_model(cfg.checkpoint.load, g, k, params, NULL))
+        return fail(cfg.checkpoint.load);
+    if (read_all(tokens_path, tok, n_tok * sizeof *tok) || tr_gpt_acts_create(g, B, &a) ||
+        tr_gpt_forward_logits(g, a, tok, lg) || write_all(out, lg, n_out * sizeof *lg))
+        return fail("logits");
+    tr_gpt_acts_free(a);
+    tr_gpt_free(g);
+    k->free(params);
+    free(tok);
+    free(lg);
+    tr_config_free(&cfg);
     return 0;
 }
 
@@ -215,6 +253,8 @@ int main(int argc, char **argv)
 {
     if (argc == 7 && !strcmp(argv[1], "logits"))
         return logits(argv[2], argv[3], atoi(argv[4]), atoi(argv[5]), argv[6]);
+    if (argc == 6 && !strcmp(argv[1], "logits-config"))
+        return logits_config(argv[2], argv[3], atoi(argv[4]), argv[5]);
     if (argc >= 4 && !strcmp(argv[1], "batch"))
         return batch(argv[2], argv[3], argc - 4, argv + 4);
     if (argc == 3 && !strcmp(argv[1], "load-check"))

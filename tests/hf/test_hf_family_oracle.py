@@ -3,7 +3,8 @@
 LlamaForCausalLM (4 query heads in 2 key/value groups: GQA; rope, RMSNorm, SwiGLU, untied head)
 and BloomForCausalLM (6 heads: ALiBi slopes of a non-power-of-two head count; embedding
 LayerNorm) made here from configs with random weights (nothing downloaded), saved with
-save_pretrained, imported with `trident convert --from hf`; then trident's loss of iteration 1
+save_pretrained, imported with `trident convert --from hf`; trident's logits match (1e-4
+relative to the largest); then trident's loss of iteration 1
 and every gradient, in one process and in D2xT2xP2 with sequence parallelism, match
 transformers' on the same batch (loss 1e-5 relative, gradients relative L2 1e-4); and
 `trident convert --to hf --config` of the import is bit-exact to transformers' files and loads
@@ -148,6 +149,17 @@ for name, model, hf_grad, keys, n_tensors in families:
         data=dict(data_path=prefix, split="95,5,0"),
         checkpoint=dict(load=ck),
         parallel=dict(comm_timeout_s=120))
+    tokens = torch.randint(0, V, (3, T), generator=torch.Generator().manual_seed(1))
+    tokens.numpy().astype(np.int32).tofile(os.path.join(work, "tokens.bin"))
+    lfile = os.path.join(work, name + "-logits.bin")
+    rc = subprocess.run([probe, "logits-config", cfg, os.path.join(work, "tokens.bin"), "3", lfile]).returncode
+    if tt.check(f"{name}: hf_probe logits-config", rc == 0):
+        ours = torch.from_numpy(np.fromfile(lfile, dtype=np.float32).reshape(3, T, V))
+        with torch.no_grad():
+            ref = model(tokens).logits
+        rel = ((ours - ref).abs().max() / ref.abs().max()).item()
+        tt.check(f"{name}: logits of 3 x {T} tokens after import", rel <= 1e-4,
+                 f"max |diff| / max |logit| = {rel:.2e}", show=True)
     back = os.path.join(work, name + "-back")
     rc, _, err = tt.outputs([trident, "convert", "--to", "hf", "--input", ck, "--output", back, "--config", cfg],
                             timeout=300)
