@@ -222,12 +222,12 @@ int tr_gpt_forward_logits(tr_gpt *g, tr_gpt_acts *a, const int32_t *tokens, floa
     if (!s->is_first || !s->is_last || s->tp_size != 1)
         return tr_fail(TR_ERR_INVALID, "logits need the whole model on one stage without "
                                        "tensor parallelism");
-    float *targets_host = tr_alloc((size_t)N * sizeof(int32_t), "logits targets");
+    int32_t *targets_host = tr_alloc((size_t)N * sizeof(int32_t), "logits targets");
     if (!targets_host)
         return TR_ERR_NOMEM;
     memset(targets_host, 0, (size_t)N * sizeof(int32_t));
     float loss; /* the forward with target 0 everywhere; its logits stay in the scratch */
-    rc = tr_gpt_forward(g, a, tokens, NULL, (const int32_t *)targets_host, 0.0f, &loss);
+    rc = tr_gpt_forward(g, a, tokens, NULL, targets_host, 0.0f, &loss);
     tr_free(targets_host);
     if (rc)
         return rc;
