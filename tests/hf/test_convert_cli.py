@@ -339,4 +339,68 @@ blob[100] ^= 0x40
 tt.write(victim, bytes(blob))
 refused("an export of a damaged checkpoint", ["--to", "hf", "--input", damaged, "--output", bad_out], bad_out,
         "checksum", [victim])
+# ---------------------------------------------------------------- Llama folders (issue 17)
+LC = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": C, "intermediate_size": 48,
+      "num_hidden_layers": L, "num_attention_heads": NH, "num_key_value_heads": 2, "max_position_embeddings": P,
+      "vocab_size": V, "rms_norm_eps": 1e-6, "tie_word_embeddings": False, "hidden_act": "silu"}
+
+
+def llama_tensors():
+    HS = C // NH
+    t = [("model.embed_tokens.weight", "F32", (V, C), rand(V * C))]
+    for i in range(L):
+        h = f"model.layers.{i}."
+        t += [(h + "input_layernorm.weight", "F32", (C,), rand(C, 2)),
+              (h + "self_attn.q_proj.weight", "F32", (C, C), rand(C * C)),
+              (h + "self_attn.k_proj.weight", "F32", (2 * HS, C), rand(2 * HS * C)),
+              (h + "self_attn.v_proj.weight", "F32", (2 * HS, C), rand(2 * HS * C)),
+              (h + "self_attn.o_proj.weight", "F32", (C, C), rand(C * C)),
+              (h + "post_attention_layernorm.weight", "F32", (C,), rand(C, 2)),
+              (h + "mlp.gate_proj.weight", "F32", (48, C), rand(48 * C)),
+              (h + "mlp.up_proj.weight", "F32", (48, C), rand(48 * C)),
+              (h + "mlp.down_proj.weight", "F32", (C, 48), rand(48 * C))]
+    return t + [("model.norm.weight", "F32", (C,), rand(C, 2)), ("lm_head.weight", "F32", (V, C), rand(V * C))]
+
+
+lt = llama_tensors()
+d = hf_folder("llama", lt, LC)
+ck_llama = os.path.join(work, "ck-llama")
+rc, so, se = convert("--from", "hf", "--input", d, "--output", ck_llama)
+tt.check("Llama (GQA 4/2, untied): imported, the model section printed", rc == 0 and "rope" in so and
+         "num_query_groups: 2" in so, se)
+lcfg = tt.write_config(os.path.join(work, "llama.yaml"),
+    model=dict(num_layers=L, hidden_size=C, num_attention_heads=NH, num_query_groups=2, seq_length=P,
+               max_position_embeddings=P, vocab_size=V, normalization="RMSNorm", position_embedding_type="rope",
+               swiglu=True, ffn_hidden_size=48, untie_embeddings_and_output_weights=True, add_bias_linear=False),
+    training=dict(micro_batch_size=1, train_iters=1, lr=1e-3), data=dict(data_path="unused"))
+back = os.path.join(work, "llama-back")
+rc, so, se = convert("--to", "hf", "--input", ck_llama, "--output", back, "--config", lcfg)
+ok = rc == 0 and st_read(os.path.join(back, "model.safetensors")) == st_read(os.path.join(d, "model.safetensors"))
+tt.check("Llama: HF -> trident -> HF (--config) is bit-exact", ok, se)
+for what, tensors, config, cause in [
+    ("rope scaling", lt, dict(LC, rope_scaling={"type": "linear", "factor": 2.0}), "rope_scaling"),
+    ("attention biases", lt, dict(LC, attention_bias=True), "attention_bias"),
+    ("a gelu MLP", lt, dict(LC, hidden_act="gelu"), "hidden_act"),
+    ("key/value heads that do not divide the heads", lt, dict(LC, num_key_value_heads=3), "do not divide"),
+    ("no num_hidden_layers", lt, {k: v for k, v in LC.items() if k != "num_hidden_layers"},
+     "num_hidden_layers is missing"),
+    ("a missing k_proj", [t for t in lt if t[0] != "model.layers.1.self_attn.k_proj.weight"], LC,
+     "no tensor 'model.layers.1.self_attn.k_proj.weight'"),
+    ("a k_proj of the heads' size (config says 2 groups)",
+     [(n, dt, (C, C), rand(C * C)) if n.endswith("0.self_attn.k_proj.weight") else (n, dt, sh, v) for n, dt, sh, v in lt],
+     LC, "model.layers.0.self_attn.k_proj.weight' is [32, 32]"),
+    ("a foreign tensor", lt + [("model.layers.0.mlp.extra.weight", "F32", (2,), [0.0, 1.0])], LC,
+     "'model.layers.0.mlp.extra.weight' is not part of the Llama model"),
+]:
+    d = hf_folder("bad-llama", tensors, config)
+    out = os.path.join(work, "bad-out")
+    refused(f"Llama: {what}", ["--from", "hf", "--input", d, "--output", out], out, cause)
+refused("an export with --config of a model transformers lacks",
+        ["--to", "hf", "--input", ck_llama, "--output", bad_out, "--config", tt.write_config(
+            os.path.join(work, "odd.yaml"), model=dict(num_layers=L, hidden_size=C, num_attention_heads=NH,
+            num_query_groups=2, seq_length=P, max_position_embeddings=P, vocab_size=V, normalization="RMSNorm",
+            position_embedding_type="alibi", swiglu=True, ffn_hidden_size=48,
+            untie_embeddings_and_output_weights=True, add_bias_linear=False),
+            training=dict(micro_batch_size=1, train_iters=1, lr=1e-3), data=dict(data_path="unused"))],
+        bad_out, "neither GPT-2, Llama nor Bloom")
 tt.finish("convert-cli: all checks passed")
