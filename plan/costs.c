@@ -52,16 +52,18 @@ void plan_layer_cost(const plan_cost_ctx *x, plan_cost *o)
         return;
     }
     double T = b * s, e = L->bf16 ? 2.0 : 4.0;
+    double qkv, F, fc; /* GPT-2: 3h, 4h, 4h; GQA's smaller qkv, SwiGLU's 2F-wide fc */
+    tr_plan_layer_dims(m, &qkv, &F, &fc);
     double R = T * h * e / (sp ? t : 1);      /* layernorm-region tensor, bytes */
     double mask = L->dropout ? R / e : 0;     /* one byte per element */
-    double I = 4.0 * T * h / t * e;           /* the MLP's intermediate, bytes */
+    double I = T * fc / t * e;                /* the MLP's intermediate, bytes */
     double heads = b * a / t, d = h / a;      /* batched attention */
     double S = heads * s * s;                 /* scores, elements */
 
-    double lin_f = gemm_f(c, T, 3 * h / t, h) + gemm_f(c, T, h, h / t) +
-                   gemm_f(c, T, 4 * h / t, h) + gemm_f(c, T, h, 4 * h / t);
-    double lin_b = gemm_b(c, T, 3 * h / t, h) + gemm_b(c, T, h, h / t) +
-                   gemm_b(c, T, 4 * h / t, h) + gemm_b(c, T, h, 4 * h / t);
+    double lin_f = gemm_f(c, T, qkv / t, h) + gemm_f(c, T, h, h / t) +
+                   gemm_f(c, T, fc / t, h) + gemm_f(c, T, h, F / t);
+    double lin_b = gemm_b(c, T, qkv / t, h) + gemm_b(c, T, h, h / t) +
+                   gemm_b(c, T, fc / t, h) + gemm_b(c, T, h, F / t);
     /* scores = Q K^T (s x s, K = d), context = P V (s x d, K = s), per head */
     double att_gemm_f = tr_plan_gemm_s(c, s, s, d, heads) + tr_plan_gemm_s(c, s, d, s, heads);
     double att_gemm_b = 3 * tr_plan_gemm_s(c, s, d, s, heads) + tr_plan_gemm_s(c, s, s, d, heads);
@@ -75,9 +77,9 @@ void plan_layer_cost(const plan_cost_ctx *x, plan_cost *o)
     /* their backward, and the bias gradients (QKV, projection, fc1, fc2) */
     double el_b = 2 * tr_plan_stream_s(c, 3 * R) + 2 * tr_plan_stream_s(c, 3 * R + mask) +
                   tr_plan_stream_s(c, 3 * I) +
-                  tr_plan_stream_s(c, 7.0 * T * h / t * e + 2 * R);
+                  tr_plan_stream_s(c, (qkv + fc) * T / t * e + 2 * R);
     if (!L->grad_accum_fused) /* dW written in 16 bits, then added into the fp32 buffer */
-        el_b += tr_plan_stream_s(c, 10.0 * (12.0 * h * h / t));
+        el_b += tr_plan_stream_s(c, 10.0 * ((qkv + h + fc + F) * h / t));
     o->f[TR_PLAN_PART_GEMM] = lin_f;
     o->f[TR_PLAN_PART_ATTENTION] = att_gemm_f + att_el_f;
     o->f[TR_PLAN_PART_ELEMENTWISE] = el_f;

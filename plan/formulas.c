@@ -58,6 +58,14 @@ static family family_of(const tr_model_config *m)
     return f;
 }
 
+void tr_plan_layer_dims(const tr_model_config *m, double *qkv, double *ffn, double *fc)
+{
+    family f = family_of(m);
+    *qkv = f.qkv;
+    *ffn = f.F;
+    *fc = f.fc;
+}
+
 /* GPT-2: 12h^2/t + 7h/t + 6h; in general the qkv, projection and MLP matrices split over t,
  * their column-parallel biases too, the row-parallel biases and the norms whole. */
 static double layer_params(const family *f, int tp)
