@@ -386,7 +386,7 @@ static int write_family_config(const char *dir, int family, const tr_model_confi
         root = json_pack("{s:[s], s:s, s:i, s:i, s:i, s:i, s:i, s:i, s:f, s:f, s:i, s:b, s:s,"
                          " s:b, s:n, s:f, s:i, s:b, s:s, s:f}",
                          "architectures", "LlamaForCausalLM", "model_type", "llama",
-                         "hidden_size", m->hidden_size, "intermediate_size", m->ffn_hidden_size,
+                         "hidden_size", m->hidden_size, "intermediate_size", tr_model_ffn_hidden(m),
                          "num_hidden_layers", m->num_layers, "num_attention_heads",
                          m->num_attention_heads, "num_key_value_heads", m->num_query_groups,
                          "max_position_embeddings", m->max_position_embeddings, "rms_norm_eps",

@@ -96,7 +96,7 @@ static void print_model_section(const tr_model_config *m)
                "  add_bias_linear: %s\n"
                "  embedding_layernorm: %s\n",
                m->seq_length, m->layernorm_epsilon, m->normalization, m->position_embedding_type,
-               m->swiglu ? "true" : "false", m->ffn_hidden_size, m->num_query_groups,
+               m->swiglu ? "true" : "false", tr_model_ffn_hidden(m), m->num_query_groups,
                m->untie_embeddings_and_output_weights ? "true" : "false",
                m->add_bias_linear ? "true" : "false", m->embedding_layernorm ? "true" : "false");
     if (m->normalization && !strcmp(m->position_embedding_type, "rope"))

@@ -28,7 +28,8 @@ void tr_gpt_shape_family(const tr_model_config *m, tr_gpt_shape *s)
     s->rotary_dims = s->position == TR_POS_ROPE ? (int)(hs * m->rotary_percent) : 0;
     s->rotary_base = s->position == TR_POS_ROPE ? (float)m->rotary_base : 0.0f;
     s->swiglu = m->swiglu;
-    s->ffn = m->ffn_hidden_size == 4 * m->hidden_size ? 0 : m->ffn_hidden_size;
+    int ffn = tr_model_ffn_hidden(m);
+    s->ffn = ffn == 4 * m->hidden_size ? 0 : ffn;
     s->query_groups = m->num_query_groups == m->num_attention_heads ? 0 : m->num_query_groups;
     s->untie = m->untie_embeddings_and_output_weights;
     s->no_linear_bias = !m->add_bias_linear;

@@ -40,17 +40,21 @@ typedef struct {
     double rotary_base;               /* default 10000 (rope only) */
     double rotary_percent;            /* default 1.0, in (0, 1]: the rotated share of a head */
     int swiglu;                       /* bool, default 0: MLP = down(silu(gate x) * up x) */
-    int ffn_hidden_size;              /* default 0 = 4 x hidden_size (tr_model_ffn_hidden) */
+    int ffn_hidden_size;              /* default 0: 4 x hidden_size, with swiglu Megatron's
+                                       * int(8h/3 / 64) x 64 (tr_model_ffn_hidden) */
     int num_query_groups;             /* default num_attention_heads; fewer = GQA */
     int untie_embeddings_and_output_weights; /* bool, default 0: own output_layer */
     int add_bias_linear;              /* bool, default 1: biases of qkv, projections, MLP */
     int embedding_layernorm;          /* bool, default 0: LayerNorm after the word embedding */
 } tr_model_config;
 
-/* The MLP's hidden width: ffn_hidden_size, or when 0, 4 x hidden_size (as Megatron-LM). */
+/* The MLP's hidden width: ffn_hidden_size, or when 0 Megatron-LM's default: 4 x hidden_size,
+ * with swiglu int(4h x 2/3 / 64) x 64 (the three matrices cost about what 4h's two do). */
 static inline int tr_model_ffn_hidden(const tr_model_config *m)
 {
-    return m->ffn_hidden_size > 0 ? m->ffn_hidden_size : 4 * m->hidden_size;
+    if (m->ffn_hidden_size > 0)
+        return m->ffn_hidden_size;
+    return m->swiglu ? (int)(4.0 * m->hidden_size * 2 / 3 / 64) * 64 : 4 * m->hidden_size;
 }
 
 typedef struct {

@@ -95,6 +95,10 @@ static int check_family(const tr_config *c)
                    "model.num_query_groups = %d%s; each tensor-parallel rank holds whole query "
                    "groups (their key/value heads)", tp, groups,
                    set_at(c, "model.num_query_groups", at, sizeof at));
+    if (ffn < 1)
+        return bad(c, "model.ffn_hidden_size", "model.swiglu",
+                   "model.swiglu with hidden_size %d gives Megatron's default MLP width "
+                   "int(8h/3 / 64) x 64 = 0; set model.ffn_hidden_size", m->hidden_size);
     if (ffn % tp)
         return bad(c, "parallel.tensor_model_parallel_size", "model.ffn_hidden_size",
                    "parallel.tensor_model_parallel_size = %d does not divide the MLP width "

@@ -34,6 +34,9 @@ static void test_llama_and_bloom(void **state)
     assert_int_equal(tr_t_load(llama, NULL, 0, &c), TR_OK);
     assert_string_equal(c.model.normalization, "RMSNorm");
     assert_int_equal(tr_model_ffn_hidden(&c.model), 176);
+    tr_model_config mm = c.model;
+    mm.ffn_hidden_size = 0, mm.hidden_size = 4096; /* Megatron's SwiGLU default: 8h/3 -> 10880 */
+    assert_int_equal(tr_model_ffn_hidden(&mm), 10880);
     assert_int_equal(c.model.num_query_groups, 2);
     assert_true(c.model.rotary_base == 500000.0 && c.model.layernorm_epsilon == 1e-6);
     /* the resolved config writes and reloads to the same values */
@@ -74,6 +77,10 @@ static void test_contradictions(void **state)
       "t.yaml:14:3: ",
       "parallel.tensor_model_parallel_size = 4 does not divide the MLP width "
       "model.ffn_hidden_size = 102 (set at t.yaml:6:3)");
+    const char *small[] = {"model.hidden_size=16"};
+    tr_t_expect(WITH("  swiglu: true\n"), small, 1, "t.yaml:6:3: ",
+                "model.swiglu with hidden_size 16 gives Megatron's default MLP width int(8h/3 / "
+                "64) x 64 = 0; set model.ffn_hidden_size");
     E(WITH("  rotary_base: 500000\n"), "t.yaml:6:3: ",
       "model.rotary_base is set but model.position_embedding_type is 'learned_absolute' "
       "(default); rotary settings need position_embedding_type: rope");
