@@ -320,6 +320,13 @@ int tr_data_open_sft(const char *prefix, const char *split, int seq_length, int 
 
 int tr_data_is_sft(const tr_data *d) { return d->sft != NULL; }
 
+void tr_data_sft_info(const tr_data *d, int split, tr_sft_info *out)
+{
+    *out = (tr_sft_info){0, 0, 0, 0};
+    if (d->sft && split >= 0 && split < 3)
+        sft_info(d->sft, split, out);
+}
+
 int tr_data_sample_sft(tr_data *d, int split, uint64_t g, int32_t *tokens, float *weights,
                        int32_t *segments, int32_t *positions)
 {

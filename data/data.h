@@ -98,6 +98,12 @@ TR_MUST_CHECK int tr_data_open_config(const tr_config *cfg, tr_data **out);
 TR_MUST_CHECK int tr_data_open_sft(const char *prefix, const char *split, int seq_length,
                                    int vocab_size, uint64_t seed, int pack, tr_data **out);
 int tr_data_is_sft(const tr_data *d);
+/* What packing made of a split: its examples, samples, examples cut to seq_length + 1, and
+ * the tokens the samples hold (of samples x (seq_length + 1) positions). Zero if not SFT. */
+typedef struct {
+    uint64_t examples, samples, cut, tokens;
+} tr_sft_info;
+void tr_data_sft_info(const tr_data *d, int split, tr_sft_info *out);
 TR_MUST_CHECK int tr_data_sample_sft(tr_data *d, int split, uint64_t g, int32_t *tokens,
                                      float *weights, int32_t *segments, int32_t *positions);
 /* What messages call the dataset: its path, or "a blend of N datasets (PATH, ...)". */

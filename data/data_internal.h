@@ -134,6 +134,7 @@ TR_MUST_CHECK int sft_open(const char *prefix, const char *split, int seq_length
 void sft_close(sft_data *d);
 uint64_t sft_num_samples(const sft_data *d, int split);
 const token_store *sft_store(const sft_data *d);
+void sft_info(const sft_data *d, int split, tr_sft_info *out);
 TR_MUST_CHECK int sft_sample(sft_data *d, int split, uint64_t g, int32_t *tokens, float *weights,
                              int32_t *segments, int32_t *positions);
 

@@ -33,6 +33,7 @@ typedef struct {
     uint64_t *order;     /* [n_docs] examples (split-relative), grouped by bin */
     uint64_t *bin_first; /* [n_bins + 1] into order */
     uint64_t n_bins;
+    uint64_t n_cut, n_tokens; /* examples cut to T + 1; tokens the bins hold */
     uint64_t *perm;      /* [n_bins] of perm_epoch */
     uint64_t perm_epoch;
     int have_perm;
@@ -85,8 +86,11 @@ static int make_bins(sft_data *d, int k, int pack)
         s->n_bins = 0;
         for (uint64_t i = 0; i < s->n_docs; i++) { /* first fit over the newest bins */
             uint64_t L = doc_len(d, s->first_doc + order[i]), b = s->n_bins;
-            if (L > cap)
+            if (L > cap) {
                 L = cap;
+                s->n_cut++;
+            }
+            s->n_tokens += L;
             for (uint64_t c = b > PACK_WINDOW ? b - PACK_WINDOW : 0; pack && c < s->n_bins; c++)
                 if (room[c] >= L) {
                     b = c;
@@ -195,6 +199,12 @@ uint64_t sft_num_samples(const sft_data *d, int split)
 }
 
 const token_store *sft_store(const sft_data *d) { return &d->tok; }
+
+void sft_info(const sft_data *d, int split, tr_sft_info *out)
+{
+    const sft_split *s = &d->split[split];
+    *out = (tr_sft_info){s->n_docs, s->n_bins, s->n_cut, s->n_tokens};
+}
 
 int sft_sample(sft_data *d, int split, uint64_t g, int32_t *tokens, float *weights,
                int32_t *segments, int32_t *positions)

@@ -3,10 +3,12 @@
 fortune" examples as JSON Lines {"prompt", "response"} for
 `trident preprocess --json-keys prompt,response`.
 
-usage: sft_fortunes.py OUT.jsonl [--corpus DIR] [--max N] [--seed S]
+usage: sft_fortunes.py OUT.jsonl [--corpus DIR] [--max N] [--seed S] [--min-bytes A]
+                        [--max-bytes B]
 DIR: --corpus, else $TRIDENT_DEMO_CORPUS, else /usr/share/games/fortunes. Fortunes (the
-"%"-separated pieces of each file but .dat/.u8 and links) of 40..240 bytes of UTF-8 text are
-kept, in file order, then N of them drawn with random.Random(S); each is cut at the word
+"%"-separated pieces of each file but .dat/.u8 and links) of A..B bytes of UTF-8 text (default
+30..100: with the prompt's 23 bytes and the EOD an example fits the tiny model's 128 + 1
+tokens whole, and short ones pack two to a sequence) are kept, in file order, then N of them drawn with random.Random(S); each is cut at the word
 boundary nearest its middle: prompt "Complete this fortune:\\n" + the first half, response the
 rest. Prints the number of examples written."""
 import json
@@ -21,7 +23,7 @@ def corpus_files(folder):
                   and not os.path.islink(os.path.join(folder, f)))
 
 
-def fortunes(files):
+def fortunes(files, lo, hi):
     for path in files:
         with open(path, "rb") as f:
             raw = f.read()
@@ -30,7 +32,7 @@ def fortunes(files):
                 text = piece.decode("utf-8").strip("\n%")
             except UnicodeDecodeError:
                 continue
-            if 40 <= len(text.encode()) <= 240 and "\x00" not in text:
+            if lo <= len(text.encode()) <= hi and "\x00" not in text:
                 yield text
 
 
@@ -49,7 +51,8 @@ def main(argv):
     if not os.path.isdir(folder):
         sys.exit(f"sft_fortunes.py: no corpus folder {folder} (install fortunes, or set "
                  "TRIDENT_DEMO_CORPUS)")
-    items = [example(t) for t in fortunes(corpus_files(folder))]
+    lo, hi = int(opts.get("--min-bytes", 30)), int(opts.get("--max-bytes", 100))
+    items = [example(t) for t in fortunes(corpus_files(folder), lo, hi)]
     items = [e for e in items if e["response"].strip()]
     n = int(opts.get("--max", len(items)))
     random.Random(int(opts.get("--seed", 1))).shuffle(items)

@@ -332,6 +332,18 @@ static void print_layout(tr_engine *e)
         }
         printf("\n");
     }
+    if (tr_data_is_sft(e->data)) { /* what packing made of the fine-tuning examples */
+        tr_sft_info in;
+        tr_data_sft_info(e->data, TR_SPLIT_TRAIN, &in);
+        double positions = (double)in.samples * (e->T + 1);
+        printf("trident: fine-tuning data: %llu training examples packed into %llu samples of %d "
+               "tokens (%.0f%% filled)%s", (unsigned long long)in.examples,
+               (unsigned long long)in.samples, e->T + 1,
+               positions > 0 ? 100.0 * (double)in.tokens / positions : 0.0,
+               in.cut ? "; " : "\n");
+        if (in.cut)
+            printf("%llu longer ones cut to %d tokens\n", (unsigned long long)in.cut, e->T + 1);
+    }
 }
 
 /* ---------------------------------------------------------------- the run */
