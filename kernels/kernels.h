@@ -126,6 +126,11 @@ typedef struct tr_kernels {
     void (*attention_gqa_backward)(tr_stream s, float *dqkv, float *datt, const float *dout,
                                    const float *qkv, const float *att, int B, int T, int NH,
                                    int NG, int HS);
+    /* attention_decode for that layout: qkv (B, n, NG, R+2, HS) of n new positions; kcache,
+     * vcache (B, NG, max_T, HS) (one key/value head per group); ALiBi slopes or NULL. */
+    void (*attention_gqa_decode)(tr_stream s, float *out, float *kcache, float *vcache,
+                                 float *scores, const float *qkv, const float *alibi, int B,
+                                 int n, int past, int max_T, int NH, int NG, int HS);
 
     /* --- softmax cross-entropy in pieces, so the vocabulary may be split over ranks ---
      * logits: (N, V) this rank's columns; columns >= n_valid are padding and ignored.

@@ -291,8 +291,9 @@ static double alibi_slope(int n, int h)
     return pow(pow(2.0, -4.0 / p), 2 * (h - p) + 1);
 }
 
-/* The rope cos/sin tables (angles as Hugging Face Llama makes them, in fp32) and this rank's
- * ALiBi slopes, in backend memory; the family's ops must exist in the backend. */
+/* The rope cos/sin tables of max(T, max_T) positions (angles as Hugging Face Llama makes
+ * them, in fp32) and this rank's ALiBi slopes, in backend memory; the family's training ops
+ * must exist in the backend. */
 static int family_tables(tr_gpt *g)
 {
     const tr_gpt_shape *s = &g->s;
@@ -311,9 +312,9 @@ static int family_tables(tr_gpt *g)
         if (ops[i].needed && !ops[i].op)
             return tr_fail(TR_ERR_CONFIG, "the %s backend has no %s kernels yet; this model "
                            "family runs on training.device cpu", k->name, ops[i].name);
-    if (s->position == TR_POS_ROPE) {
-        int half = s->rotary_dims / 2;
-        size_t n = (size_t)s->T * half;
+    if (s->position == TR_POS_ROPE) { /* every position generation may reach */
+        int half = s->rotary_dims / 2, positions = s->max_T > s->T ? s->max_T : s->T;
+        size_t n = (size_t)positions * half;
         float *host = tr_alloc(2 * n * sizeof(float), "rotary tables");
         g->rope_cos = k->alloc(n * sizeof(float));
         g->rope_sin = k->alloc(n * sizeof(float));
@@ -323,7 +324,7 @@ static int family_tables(tr_gpt *g)
         }
         for (int i = 0; i < half; i++) {
             float inv_freq = (float)(1.0 / pow(s->rotary_base, (float)(2 * i) / (float)s->rotary_dims));
-            for (int t = 0; t < s->T; t++) {
+            for (int t = 0; t < positions; t++) {
                 float angle = (float)t * inv_freq;
                 host[(size_t)t * half + i] = (float)cos(angle);
                 host[n + (size_t)t * half + i] = (float)sin(angle);

@@ -15,14 +15,14 @@ struct tr_gpt_cache {
     tr_gpt *g;
     int B, max_T, len;
     float *memory;     /* one device allocation; everything below points into it */
-    float *k, *v;      /* (layers, B, NHl, max_T, HS) each */
+    float *k, *v;      /* (layers, B, NGl, max_T, HS) each (NGl = NHl but with GQA) */
     int32_t *ids;      /* (B*max_T) device token ids */
     float *x, *res2;   /* (B*max_T, C) residual stream */
     float *ln;         /* (B*max_T, C) layernorm output (also the last rows for the head) */
     float *mean, *rstd;/* (B*max_T) */
-    float *qkv;        /* (B*max_T, 3Cl) */
+    float *qkv;        /* (B*max_T, QKVl) */
     float *atty;       /* (B*max_T, Cl) */
-    float *fch, *fch_gelu; /* (B*max_T, 4Cl) */
+    float *fch, *fch_gelu; /* (B*max_T, Fwl), (B*max_T, Fl) */
     float *scores;     /* (B, NHl, max_T, max_T) */
     float *wide;       /* (B*max_T, C): TP scratch of the embedding and row-parallel layers */
     /* the head, grown on demand: rows of logits asked for at once */
@@ -45,10 +45,10 @@ static size_t cache_layout(tr_gpt_cache *c, int carve)
 {
     const tr_gpt *g = c->g;
     size_t R = (size_t)c->B * c->max_T, C = g->s.C, Cl = g->Cl, HS = C / g->s.NH;
-    size_t kv = (size_t)g->s.layer_count * c->B * g->NHl * c->max_T * HS;
-    size_t sizes[] = {kv, kv, R, R * C, R * C, R * C, R, R, R * 3 * Cl, R * Cl,
-                      R * 4 * Cl, R * 4 * Cl, (size_t)c->B * g->NHl * c->max_T * c->max_T,
-                      g->s.tp_size > 1 ? R * C : 0};
+    size_t kv = (size_t)g->s.layer_count * c->B * g->NGl * c->max_T * HS;
+    size_t sizes[] = {kv, kv, R, R * C, R * C, R * C, R, R, R * (size_t)g->QKVl, R * Cl,
+                      R * (size_t)g->Fwl, R * (size_t)g->Fl,
+                      (size_t)c->B * g->NHl * c->max_T * c->max_T, g->s.tp_size > 1 ? R * C : 0};
     float **dst[] = {&c->k, &c->v, (float **)&c->ids, &c->x, &c->res2, &c->ln, &c->mean,
                      &c->rstd, &c->qkv, &c->atty, &c->fch, &c->fch_gelu, &c->scores, &c->wide};
     size_t total = 0;
@@ -71,10 +71,9 @@ int tr_gpt_cache_create(tr_gpt *g, int B, int max_T, tr_gpt_cache **out)
                        s->layer_first, s->layer_first + s->layer_count - 1);
     if (s->sequence_parallel)
         return tr_fail(TR_ERR_INVALID, "generation runs without sequence parallelism");
-    if (!tr_gpt_is_gpt2(s))
-        return tr_fail(TR_ERR_CONFIG, "generation supports GPT-2 models only so far (this "
-                                      "model sets Llama / Bloom switches: model.normalization, "
-                                      "position_embedding_type, swiglu, ...)");
+    if (!tr_gpt_is_gpt2(s) && !g->k->attention_gqa_decode)
+        return tr_fail(TR_ERR_CONFIG, "the %s kernel backend has no cached attention for "
+                                      "Llama / Bloom models", g->k->name);
     if (!g->k->attention_decode)
         return tr_fail(TR_ERR_CONFIG, "the %s kernel backend has no cached attention for "
                                       "generation", g->k->name);
@@ -148,29 +147,41 @@ static int layer_decode(tr_gpt_cache *c, int l, int n)
     const tr_kernels *k = g->k;
     const tr_tp *tp = &g->tp;
     int C = g->s.C, Cl = g->Cl, HS = C / g->s.NH, R = c->B * n, rc;
-    size_t kv = (size_t)c->B * g->NHl * c->max_T * HS * l;
-    k->layernorm_forward(NULL, c->ln, c->mean, c->rstd, c->x, layer_param(g, l, L_LN1_W),
-                         layer_param(g, l, L_LN1_B), R, C, g->s.eps);
+    size_t kv = (size_t)c->B * g->NGl * c->max_T * HS * l;
+    norm_forward(g, c->ln, c->mean, c->rstd, c->x, layer_param(g, l, L_LN1_W),
+                 layer_param(g, l, L_LN1_B), R);
     rc = tr_tp_column_linear_forward(tp, c->qkv, c->ln, layer_param(g, l, L_QKV_W),
-                                     layer_param(g, l, L_QKV_B), R, C, 3 * Cl, NULL, NULL);
+                                     layer_param(g, l, L_QKV_B), R, C, g->QKVl, NULL, NULL);
     if (rc)
         return rc;
-    k->attention_decode(NULL, c->atty, c->k + kv, c->v + kv, c->scores, c->qkv, c->B, n, c->len,
-                        c->max_T, g->NHl, HS);
+    if (g->s.position == TR_POS_ROPE) { /* positions past .. past + n - 1 of each sequence */
+        size_t at = (size_t)c->len * (size_t)(g->s.rotary_dims / 2);
+        k->rope(NULL, c->qkv, g->rope_cos + at, g->rope_sin + at, c->B, n, g->NGl,
+                g->NHl / g->NGl, HS, g->s.rotary_dims, 0);
+    }
+    if (uses_gqa_attention(g))
+        k->attention_gqa_decode(NULL, c->atty, c->k + kv, c->v + kv, c->scores, c->qkv, g->alibi,
+                                c->B, n, c->len, c->max_T, g->NHl, g->NGl, HS);
+    else
+        k->attention_decode(NULL, c->atty, c->k + kv, c->v + kv, c->scores, c->qkv, c->B, n,
+                            c->len, c->max_T, g->NHl, HS);
     rc = tr_tp_row_linear_forward(tp, c->res2, c->x, c->atty, layer_param(g, l, L_ATTPROJ_W),
                                   layer_param(g, l, L_ATTPROJ_B), R, Cl, C, c->wide);
     if (rc)
         return rc;
-    k->layernorm_forward(NULL, c->ln, c->mean, c->rstd, c->res2, layer_param(g, l, L_LN2_W),
-                         layer_param(g, l, L_LN2_B), R, C, g->s.eps);
+    norm_forward(g, c->ln, c->mean, c->rstd, c->res2, layer_param(g, l, L_LN2_W),
+                 layer_param(g, l, L_LN2_B), R);
     rc = tr_tp_column_linear_forward(tp, c->fch, c->ln, layer_param(g, l, L_FC_W),
-                                     layer_param(g, l, L_FC_B), R, C, 4 * Cl, NULL, NULL);
+                                     layer_param(g, l, L_FC_B), R, C, g->Fwl, NULL, NULL);
     if (rc)
         return rc;
-    k->gelu_forward(NULL, c->fch_gelu, c->fch, (size_t)R * 4 * Cl);
+    if (g->s.swiglu)
+        k->swiglu_forward(NULL, c->fch_gelu, c->fch, (size_t)R * g->Fl);
+    else
+        k->gelu_forward(NULL, c->fch_gelu, c->fch, (size_t)R * g->Fl);
     return tr_tp_row_linear_forward(tp, c->x, c->res2, c->fch_gelu,
                                     layer_param(g, l, L_FCPROJ_W), layer_param(g, l, L_FCPROJ_B),
-                                    R, 4 * Cl, C, c->wide);
+                                    R, g->Fl, C, c->wide);
 }
 
 int tr_gpt_decode(tr_gpt_cache *c, const int32_t *tokens, int n, int all_positions,
@@ -196,7 +207,13 @@ int tr_gpt_decode(tr_gpt_cache *c, const int32_t *tokens, int n, int all_positio
                                        g->Vl, c->wide);
     if (rc)
         return rc;
-    k->position_forward(NULL, c->x, g->tensors[g->wpe].param + (size_t)c->len * C, B, n, C);
+    if (s->position == TR_POS_LEARNED)
+        k->position_forward(NULL, c->x, g->tensors[g->wpe].param + (size_t)c->len * C, B, n, C);
+    if (s->embedding_ln) { /* Bloom: the norm of the embeddings (res2 is free until the layers) */
+        k->copy(NULL, c->res2, c->x, (size_t)R * C * sizeof(float));
+        norm_forward(g, c->x, c->mean, c->rstd, c->res2, g->tensors[g->emb_ln_w].param,
+                     g->emb_ln_b >= 0 ? g->tensors[g->emb_ln_b].param : NULL, R);
+    }
     for (int l = 0; l < s->layer_count; l++)
         if ((rc = layer_decode(c, l, n)))
             return rc;
@@ -208,8 +225,8 @@ int tr_gpt_decode(tr_gpt_cache *c, const int32_t *tokens, int n, int all_positio
                     (size_t)C * sizeof(float));
         h = c->res2;
     }
-    k->layernorm_forward(NULL, c->ln, c->mean, c->rstd, h, g->tensors[g->lnf_w].param,
-                         g->tensors[g->lnf_b].param, rows, C, s->eps);
+    norm_forward(g, c->ln, c->mean, c->rstd, h, g->tensors[g->lnf_w].param,
+                 g->lnf_b >= 0 ? g->tensors[g->lnf_b].param : NULL, rows);
     rc = tr_tp_column_linear_forward(&g->tp, c->logits, c->ln, g->tensors[g->head_wte].param,
                                      NULL, rows, C, g->Vl, s->tp_size > 1 ? c->logits_full : NULL,
                                      c->gather);

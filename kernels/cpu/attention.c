@@ -343,3 +343,48 @@ void cpu_attention_decode(tr_stream s, float *out, float *kcache, float *vcache,
     int par = (double)B * NH * n * (past + n) * HS >= (double)CPU_PAR_MIN * 8;
     run(par, (size_t)B * NH, decode_pair, &a);
 }
+
+/* Grouped heads and ALiBi: one (batch, group) pair per item writes the group's new key and
+ * value rows into the cache, then each of its R query heads attends as decode_pair does
+ * (new row i sees cached positions 0 .. past + i), the slope's (j - (past + i)) added. */
+static void gqa_decode_pair(void *ctx, size_t bg_)
+{
+    const decode_args *a = ctx;
+    const dims *d = &a->d;
+    int bg = (int)bg_, b = bg / d->NG, g = bg % d->NG, n = a->n, HS = d->HS, L = a->past + n;
+    const float *row0 = a->qkv + (size_t)b * n * d->C3;
+    float *kc = a->kcache + (size_t)bg * a->max_T * HS, *vc = a->vcache + (size_t)bg * a->max_T * HS;
+    for (int i = 0; i < n; i++) {
+        const float *kv = row0 + (size_t)i * d->C3 + k_offset(d, g * d->R);
+        memcpy(kc + (size_t)(a->past + i) * HS, kv, (size_t)HS * sizeof(float));
+        memcpy(vc + (size_t)(a->past + i) * HS, kv + HS, (size_t)HS * sizeof(float));
+    }
+    for (int r = 0; r < d->R; r++) {
+        int h = g * d->R + r;
+        float *S = a->scores + ((size_t)b * d->NH + h) * n * L;
+        cpu_gemm_serial(0, 1, n, L, HS, d->scale, row0 + q_offset(d, h), d->C3, kc, HS, 0.0f, S,
+                        L);
+        for (int i = 0; i < n; i++) {
+            float *srow = S + (size_t)i * L;
+            int t = a->past + i;
+            if (d->alibi)
+                for (int j = 0; j <= t; j++)
+                    srow[j] += d->alibi[h] * (float)(j - t);
+            softmax_causal_row(srow, t, L);
+        }
+        cpu_gemm_serial(0, 0, n, HS, L, 1.0f, S, L, vc, HS, 0.0f,
+                        a->out + (size_t)b * n * d->C + (size_t)h * HS, d->C);
+    }
+}
+
+void cpu_attention_gqa_decode(tr_stream s, float *out, float *kcache, float *vcache,
+                              float *scores, const float *qkv, const float *alibi, int B, int n,
+                              int past, int max_T, int NH, int NG, int HS)
+{
+    (void)s;
+    decode_args a = {.d = make_gqa_dims(n, NH, NG, HS, alibi), .out = out, .kcache = kcache,
+                     .vcache = vcache, .scores = scores, .qkv = qkv, .n = n, .past = past,
+                     .max_T = max_T};
+    int par = (double)B * NH * n * (past + n) * HS >= (double)CPU_PAR_MIN * 8;
+    run(par, (size_t)B * NG, gqa_decode_pair, &a);
+}

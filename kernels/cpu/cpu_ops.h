@@ -124,6 +124,9 @@ void cpu_attention_gqa_forward(tr_stream s, float *out, float *att, const float 
 void cpu_attention_gqa_backward(tr_stream s, float *dqkv, float *datt, const float *dout,
                                 const float *qkv, const float *att, int B, int T, int NH, int NG,
                                 int HS);
+void cpu_attention_gqa_decode(tr_stream s, float *out, float *kcache, float *vcache,
+                              float *scores, const float *qkv, const float *alibi, int B, int n,
+                              int past, int max_T, int NH, int NG, int HS);
 
 /* family.c: RMSNorm, SwiGLU, rotary embedding */
 void cpu_rmsnorm_forward(tr_stream s, float *out, float *rstd, const float *inp,

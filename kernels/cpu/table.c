@@ -40,6 +40,7 @@ static const tr_kernels cpu_table = {
     .rope = cpu_rope,
     .attention_gqa_forward = cpu_attention_gqa_forward,
     .attention_gqa_backward = cpu_attention_gqa_backward,
+    .attention_gqa_decode = cpu_attention_gqa_decode,
     .xent_row_max = cpu_xent_row_max,
     .xent_row_sumexp = cpu_xent_row_sumexp,
     .xent_pick = cpu_xent_pick,

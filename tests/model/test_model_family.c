@@ -1,7 +1,7 @@
 /* model/: the Llama and Bloom families of the stage (issue 17): the tensor table each family
  * has (no biases, no wpe, untied output_layer, emb_ln, GQA's smaller qkv, SwiGLU's
- * interleaved fc), finite-difference gradients of the whole model, and two pipeline stages
- * composing to the whole model. */
+ * interleaved fc), finite-difference gradients of the whole model, two pipeline stages
+ * composing to the whole model, and generation with the key/value cache. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -208,6 +208,51 @@ static void test_stages_compose(void **state)
     check_stages_compose(BLOOM);
 }
 
+/* Generation: the cached forward of whole sequences gives the training forward's logits
+ * (tr_gpt_forward_logits), and positions fed one at a time after a prefix give the same. */
+static void check_generation(int family)
+{
+    const int B = 2, T = 5, V = 11, N = B * T;
+    int32_t tokens[10], targets[10];
+    make_batch(N, tokens, targets);
+    stage st;
+    stage_make(&st, family, 0, 3, B);
+    float want[10 * 11], all[10 * 11], step[2 * 11];
+    assert_int_equal(tr_gpt_forward_logits(st.g, st.a, tokens, want), TR_OK);
+    tr_gpt_cache *c = NULL;
+    assert_int_equal(tr_gpt_cache_create(st.g, B, 6, &c), TR_OK);
+    assert_int_equal(tr_gpt_decode(c, tokens, T, 1, all), TR_OK);
+    for (int i = 0; i < N * V; i++)
+        if (fabsf(all[i] - want[i]) > 1e-5f * (1 + fabsf(want[i])))
+            fail_msg("family %d: cached logits[%d] %.7g, training forward %.7g", family, i,
+                     all[i], want[i]);
+    /* a prefix of 2 positions, then one at a time: position p of sequence b */
+    tr_gpt_cache_reset(c);
+    int32_t pre[4] = {tokens[0], tokens[1], tokens[5], tokens[6]};
+    assert_int_equal(tr_gpt_decode(c, pre, 2, 0, step), TR_OK);
+    for (int p = 2; p < T; p++) {
+        int32_t next[2] = {tokens[p], tokens[T + p]};
+        assert_int_equal(tr_gpt_decode(c, next, 1, 0, step), TR_OK);
+        for (int b = 0; b < B; b++)
+            for (int v = 0; v < V; v++) {
+                float w = want[((size_t)b * T + p) * V + v];
+                if (fabsf(step[b * V + v] - w) > 1e-5f * (1 + fabsf(w)))
+                    fail_msg("family %d: position %d one at a time %.7g, all at once %.7g",
+                             family, p, step[b * V + v], w);
+            }
+    }
+    tr_gpt_cache_free(c);
+    stage_free(&st);
+}
+
+static void test_generation(void **state)
+{
+    (void)state;
+    check_generation(LLAMA);
+    check_generation(BLOOM);
+    check_generation(MIXED);
+}
+
 /* Invalid family shapes are refused, not crashed on. */
 static void test_bad_shapes(void **state)
 {
@@ -233,6 +278,7 @@ int main(void)
         cmocka_unit_test(test_tensor_tables),
         cmocka_unit_test(test_finite_difference),
         cmocka_unit_test(test_stages_compose),
+        cmocka_unit_test(test_generation),
         cmocka_unit_test(test_bad_shapes),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
