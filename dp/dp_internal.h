@@ -54,7 +54,7 @@ struct tr_dp {
     char errmsg[512];
 
     tr_dp_timing timing;
-    float *scratch; /* packing for finalize */
+    float *scratch; /* packing for finalize: backend memory (k->alloc), like the gradients */
     size_t scratch_cap;
 };
 

@@ -86,12 +86,15 @@ static int allreduce_pieces(tr_dp *dp, tr_comm *comm, const tr_dp_range *r, size
         rc = tr_comm_allreduce(comm, s.first, s.first, s.total, TR_COMM_F32, TR_COMM_SUM);
     } else {
         if (s.total > dp->scratch_cap) {
-            tr_free(dp->scratch);
+            /* the backend's memory, as the gradients: on CUDA a device buffer, so the copies
+             * are device-to-device and the all-reduce takes the NCCL route */
+            if (dp->scratch)
+                dp->k->free(dp->scratch);
             dp->scratch_cap = 0;
-            dp->scratch = tr_alloc(s.total * sizeof(float), "dp finalize scratch");
+            dp->scratch = dp->k->alloc(s.total * sizeof(float));
             if (!dp->scratch)
-                return tr_fail_context(TR_ERR_NOMEM, "dp: packing %zu %s elements", s.total,
-                                       what);
+                return tr_fail(TR_ERR_NOMEM, "dp: out of %s memory packing %zu %s elements",
+                               dp->k->name, s.total, what);
             dp->scratch_cap = s.total;
         }
         s.scratch = dp->scratch;

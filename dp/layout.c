@@ -288,7 +288,8 @@ void tr_dp_free(tr_dp *dp)
     free(dp->b);
     free(dp->shard);
     free(dp->aligned);
-    tr_free(dp->scratch);
+    if (dp->scratch)
+        dp->k->free(dp->scratch);
     free(dp);
 }
 

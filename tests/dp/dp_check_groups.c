@@ -55,11 +55,21 @@ static void check_tp_and_norm(tr_comm *world, int TP, int zero)
 
     tr_dp_range rep[2] = {{1000, 150}, {1150, 150}};
     tr_comm_reset_counters(tpc);
+    const tr_kernels *K = tr_kernels_cpu();
+    size_t held_before = K->bytes_in_use(NULL);
     OK(tr_dp_finalize_grads(dp, tpc, rep, 2, NULL, NULL, 0));
+    size_t held_after = K->bytes_in_use(NULL);
     unsigned char *own = owned(dp, n);
     size_t rep_owned = 0;
     for (size_t i = 1000; i < 1300; i++)
         rep_owned += own[i];
+    /* two pieces packed into one all-reduce: the packing buffer is the backend's memory (on
+     * CUDA a device buffer beside the gradients, not host memory the copies cannot reach) */
+    if (TP > 1 && !zero && rep_owned == 300)
+        CHECK(held_after >= held_before + 300 * sizeof(float),
+              "finalize: the packing of two replicated ranges did not come from the kernel "
+              "backend's allocator (%zu bytes held before, %zu after)",
+              held_before, held_after);
     CHECK(allreduces(tpc) == (TP > 1 && rep_owned ? 1u : 0u),
           "finalize: %llu TP all-reduces for two replicated ranges",
           (unsigned long long)allreduces(tpc));
