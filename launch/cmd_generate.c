@@ -24,8 +24,10 @@ static void generate_usage(FILE *f)
             "usage: trident generate CHECKPOINT_DIR|HF_DIR (--prompt TEXT | --prompt-ids IDS) [options]\n"
             "\n"
             "Continue a prompt with the model of CHECKPOINT_DIR's latest checkpoint (the\n"
-            "checkpoint.save folder of a run) or of a Hugging Face GPT-2 folder (config.json +\n"
-            "model.safetensors), one token at a time with a key/value cache.\n"
+            "checkpoint.save folder of a run) or of a Hugging Face GPT-2, Llama or Bloom folder\n"
+            "(config.json + model.safetensors), one token at a time with a key/value cache.\n"
+            "A Llama or Bloom checkpoint of trident needs --config (the run's config: its model\n"
+            "section says the family).\n"
             "Tokens are bytes (the byte-level tokenizer of trident preprocess) unless a tokenizer\n"
             "is given: then --prompt is encoded with it and the text decoded.\n"
             "\n"
@@ -46,6 +48,8 @@ static void generate_usage(FILE *f)
             "                         timings) instead of the text\n"
             "  --tokenizer-type T     ByteLevel, GPT2BPETokenizer (--vocab-file, --merge-file) or\n"
             "                         HFTokenizer (--tokenizer-model): the run's data.tokenizer\n"
+            "  --config FILE          the run's config (its model section: sizes must be the\n"
+            "                         checkpoint's; the family switches are taken from it)\n"
             "  --nproc N              N local ranks, the model split over them by tensor\n"
             "                         parallelism (N must divide the attention heads)\n"
             "  -h, --help             this text\n"
@@ -56,7 +60,7 @@ static void generate_usage(FILE *f)
 }
 
 typedef struct {
-    const char *dir, *prompt, *prompt_ids, *device;
+    const char *dir, *prompt, *prompt_ids, *device, *config;
     int max_new, top_k, eos_id, json;
     double temperature, top_p;
     uint64_t seed;
@@ -126,31 +130,78 @@ static int is_hf_folder(const char *dir)
     return access(a, F_OK) == 0 && access(b, F_OK) != 0;
 }
 
-/* The model config of the checkpoint (or HF folder): its sizes, every other key at the
- * schema's default, tensor parallelism over the whole world. */
-static int model_config(const gen_options *o, int world, tr_config *cfg, int *iteration)
+/* The family switches of m as YAML flow keys (", normalization: RMSNorm, ..."), or "". */
+static void family_keys(const tr_model_config *m, char *buf, size_t cap)
+{
+    buf[0] = '\0';
+    if (!m->normalization)
+        return;
+    int n = snprintf(buf, cap,
+                     ", normalization: %s, position_embedding_type: %s, swiglu: %s, "
+                     "ffn_hidden_size: %d, num_query_groups: %d, "
+                     "untie_embeddings_and_output_weights: %s, add_bias_linear: %s, "
+                     "embedding_layernorm: %s, layernorm_epsilon: %.9g",
+                     m->normalization, m->position_embedding_type, m->swiglu ? "true" : "false",
+                     tr_model_ffn_hidden(m), m->num_query_groups,
+                     m->untie_embeddings_and_output_weights ? "true" : "false",
+                     m->add_bias_linear ? "true" : "false",
+                     m->embedding_layernorm ? "true" : "false", m->layernorm_epsilon);
+    if (n > 0 && (size_t)n < cap && !strcmp(m->position_embedding_type, "rope"))
+        snprintf(buf + n, cap - (size_t)n, ", rotary_base: %.9g, rotary_percent: %.9g",
+                 m->rotary_base, m->rotary_percent);
+}
+
+/* The model config of the checkpoint (or HF folder): its sizes (and, from --config or a
+ * Llama / Bloom folder, its family), every other key at the schema's default, tensor
+ * parallelism over the whole world. *family: the HF folder's (TR_HF_GPT2 for a checkpoint). */
+static int model_config(const gen_options *o, int world, tr_config *cfg, int *iteration,
+                        int *family)
 {
     tr_model_config m = {0};
+    tr_config run;
     int rc;
+    *family = TR_HF_GPT2;
     if (is_hf_folder(o->dir)) {
         tr_hf_gpt2_config hc;
         *iteration = 0;
-        if (!(rc = tr_hf_read_gpt2_config(o->dir, &hc)))
+        rc = tr_hf_read_family_config(o->dir, &m, family);
+        if (!rc && *family == TR_HF_GPT2 && !(rc = tr_hf_read_gpt2_config(o->dir, &hc)))
             tr_hf_gpt2_model_config(&hc, &m);
+        if (!rc && *family != TR_HF_GPT2 && world > 1)
+            rc = tr_fail(TR_ERR_INVALID, "%s: Llama and Bloom folders load into one rank (no "
+                         "--nproc); convert it first for tensor parallelism", o->dir);
     } else {
         rc = tr_checkpoint_read_model(o->dir, &m, iteration);
     }
     if (rc)
         return rc;
-    char text[1024];
+    char fam[600];
+    family_keys(&m, fam, sizeof fam);
+    if (o->config) { /* the run's model section: its family, the checkpoint's sizes */
+        if ((rc = tr_config_load(o->config, NULL, 0, &run)))
+            return rc;
+        const tr_model_config *r = &run.model;
+        if (r->num_layers != m.num_layers || r->hidden_size != m.hidden_size ||
+            r->num_attention_heads != m.num_attention_heads || r->vocab_size != m.vocab_size ||
+            r->max_position_embeddings != m.max_position_embeddings)
+            rc = tr_fail(TR_ERR_INVALID, "%s: its model (num_layers %d, hidden_size %d, heads %d, "
+                         "vocab_size %d, max_position_embeddings %d) is not %s's", o->config,
+                         r->num_layers, r->hidden_size, r->num_attention_heads, r->vocab_size,
+                         r->max_position_embeddings, o->dir);
+        family_keys(r, fam, sizeof fam);
+        tr_config_free(&run);
+        if (rc)
+            return rc;
+    }
+    char text[2048];
     snprintf(text, sizeof text,
              "model: {num_layers: %d, hidden_size: %d, num_attention_heads: %d, vocab_size: %d,\n"
-             "        max_position_embeddings: %d, seq_length: %d}\n"
+             "        max_position_embeddings: %d, seq_length: %d%s}\n"
              "parallel: {tensor_model_parallel_size: %d}\n"
              "training: {micro_batch_size: 1, train_iters: 1, lr: 1, device: %s}\n"
              "data: {data_path: none}\n",
              m.num_layers, m.hidden_size, m.num_attention_heads, m.vocab_size,
-             m.max_position_embeddings, m.max_position_embeddings, world, o->device);
+             m.max_position_embeddings, m.max_position_embeddings, fam, world, o->device);
     rc = tr_config_load_string(text, strlen(text), o->dir, NULL, 0, cfg);
     if (rc)
         return tr_fail_context(rc, "the model of checkpoint %s on %d tensor-parallel ranks",
@@ -268,7 +319,8 @@ static int run_generate(const gen_options *o)
         return rc;
     int rank = tr_comm_rank(world), size = tr_comm_size(world);
     tr_log_set_rank(size > 1 ? rank : -1);
-    if (!(rc = model_config(o, size, &cfg, &iteration)))
+    int family = TR_HF_GPT2;
+    if (!(rc = model_config(o, size, &cfg, &iteration, &family)))
         have_cfg = 1;
     tr_gpt_shape shape;
     if (!rc && !(k = tr_kernels_get(o->device)))
@@ -291,7 +343,8 @@ static int run_generate(const gen_options *o)
             if (!rc && host != params)
                 tr_gpt_bind(g, host, NULL);
             if (!rc)
-                rc = tr_hf_load_gpt2(o->dir, g, host);
+                rc = family == TR_HF_GPT2 ? tr_hf_load_gpt2(o->dir, g, host)
+                                          : tr_hf_load_family(o->dir, family, g, host);
             if (host != params) {
                 tr_gpt_bind(g, params, NULL);
                 if (!rc)
@@ -346,7 +399,7 @@ static int run_generate(const gen_options *o)
 int tr_cmd_generate(int argc, char **argv)
 {
     enum { PROMPT, PROMPT_IDS, MAX_NEW, TEMPERATURE, TOP_K, TOP_P, SEED, EOS, DEVICE, JSON, NPROC,
-           TOK_TYPE, VOCAB, MERGES, TOK_MODEL };
+           TOK_TYPE, VOCAB, MERGES, TOK_MODEL, CONFIG };
     static const arg_opt options[] = {
         [PROMPT] = {"--prompt", ARG_VALUE},       [PROMPT_IDS] = {"--prompt-ids", ARG_VALUE},
         [MAX_NEW] = {"--max-new-tokens", ARG_VALUE}, [TEMPERATURE] = {"--temperature", ARG_VALUE},
@@ -355,7 +408,8 @@ int tr_cmd_generate(int argc, char **argv)
         [DEVICE] = {"--device", ARG_VALUE},       [JSON] = {"--json", ARG_FLAG},
         [NPROC] = {"--nproc", ARG_VALUE},         [TOK_TYPE] = {"--tokenizer-type", ARG_VALUE},
         [VOCAB] = {"--vocab-file", ARG_VALUE},    [MERGES] = {"--merge-file", ARG_VALUE},
-        [TOK_MODEL] = {"--tokenizer-model", ARG_VALUE}, {NULL},
+        [TOK_MODEL] = {"--tokenizer-model", ARG_VALUE}, [CONFIG] = {"--config", ARG_VALUE},
+        {NULL},
     };
     arg_parser a = {.cmd = "trident generate", .opts = options, .usage = generate_usage,
                     .argc = argc, .argv = argv};
@@ -393,6 +447,8 @@ int tr_cmd_generate(int argc, char **argv)
             o.tok.merge_file = v;
         else if (opt == TOK_MODEL)
             o.tok.tokenizer_model = v;
+        else if (opt == CONFIG)
+            o.config = v;
         else if (opt == TEMPERATURE) {
             o.temperature = strtod(v, &end);
             if (end == v || *end || !isfinite(o.temperature) || o.temperature < 0)

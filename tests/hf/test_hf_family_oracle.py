@@ -8,7 +8,8 @@ relative to the largest); then trident's loss of iteration 1
 and every gradient, in one process and in D2xT2xP2 with sequence parallelism, match
 transformers' on the same batch (loss 1e-5 relative, gradients relative L2 1e-4); and
 `trident convert --to hf --config` of the import is bit-exact to transformers' files and loads
-with from_pretrained (no missing or unexpected keys) to the same logits.
+with from_pretrained (no missing or unexpected keys) to the same logits; greedy `trident
+generate` of the HF folder and of the import gives transformers' generate's tokens.
 usage: test_hf_family_oracle.py TRIDENT HF_PROBE WORKDIR VENV [--quick]
 --quick: the one-process run only (the D2xT2xP2 run is the layout matrix's job too)."""
 import json
@@ -160,6 +161,16 @@ for name, model, hf_grad, keys, n_tensors in families:
         rel = ((ours - ref).abs().max() / ref.abs().max()).item()
         tt.check(f"{name}: logits of 3 x {T} tokens after import", rel <= 1e-4,
                  f"max |diff| / max |logit| = {rel:.2e}", show=True)
+    prompt = [5, 17, 200, 3, 42]
+    with torch.no_grad():
+        theirs = model.generate(torch.tensor([prompt]), max_new_tokens=12, do_sample=False,
+                                pad_token_id=0)[0, len(prompt):].tolist()
+    for what, where, extra in (("the HF folder", src, []), ("the import with --config", ck, ["--config", cfg])):
+        rc, so, se = tt.outputs([trident, "generate", where, *extra, "--prompt-ids", ",".join(map(str, prompt)),
+                                 "--max-new-tokens", "12", "--temperature", "0", "--json"], timeout=120)
+        ours = json.loads(so)["generated_ids"] if rc == 0 else None
+        tt.check(f"{name}: greedy trident generate of {what} = transformers' generate (12 tokens)",
+                 ours == theirs, f"exit {rc} {se[-300:]}\ntrident      {ours}\ntransformers {theirs}")
     back = os.path.join(work, name + "-back")
     rc, _, err = tt.outputs([trident, "convert", "--to", "hf", "--input", ck, "--output", back, "--config", cfg],
                             timeout=300)
