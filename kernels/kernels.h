@@ -111,9 +111,11 @@ typedef struct tr_kernels {
      * attention_gqa): units 0..R of each group (query heads and key head; not the value) are
      * rotated on their first rot dims, Hugging Face Llama's rotate_half pairing (i, i + rot/2)
      * by the angle t * theta_i of the row's position t; cos, sin: (T, rot/2) tables of those
-     * angles. inverse != 0 rotates by minus the angle: the backward (rotation is orthogonal). */
+     * angles. inverse != 0 rotates by minus the angle: the backward (rotation is orthogonal).
+     * positions: NULL (row n of the B*T is at position n % T), or B*T device ids (packed
+     * sequences restart them). */
     void (*rope)(tr_stream s, float *qkv, const float *cos, const float *sin, int B, int T,
-                 int NG, int R, int HS, int rot, int inverse);
+                 int NG, int R, int HS, int rot, int inverse, const int32_t *positions);
     /* Causal attention with grouped query heads and optional ALiBi. qkv (B, T, NG, R+2, HS),
      * R = NH/NG: group g holds query heads gR .. gR+R-1, then the key and the value head they
      * share; out (B, T, NH, HS); att (B, NH, T, T). alibi: NULL or NH slopes (backend memory):

@@ -157,7 +157,7 @@ static int layer_decode(tr_gpt_cache *c, int l, int n)
     if (g->s.position == TR_POS_ROPE) { /* positions past .. past + n - 1 of each sequence */
         size_t at = (size_t)c->len * (size_t)(g->s.rotary_dims / 2);
         k->rope(NULL, c->qkv, g->rope_cos + at, g->rope_sin + at, c->B, n, g->NGl,
-                g->NHl / g->NGl, HS, g->s.rotary_dims, 0);
+                g->NHl / g->NGl, HS, g->s.rotary_dims, 0, NULL);
     }
     if (uses_gqa_attention(g))
         k->attention_gqa_decode(NULL, c->atty, c->k + kv, c->v + kv, c->scores, c->qkv, g->alibi,

@@ -137,7 +137,7 @@ void cpu_swiglu_forward(tr_stream s, float *out, const float *inp, size_t n);
 void cpu_swiglu_backward(tr_stream s, float *dinp, const float *inp, const float *dout,
                          size_t n);
 void cpu_rope(tr_stream s, float *qkv, const float *cos, const float *sin, int B, int T, int NG,
-              int R, int HS, int rot, int inverse);
+              int R, int HS, int rot, int inverse, const int32_t *positions);
 
 /* crossentropy.c */
 void cpu_xent_row_max(tr_stream s, float *maxv, const float *logits, int N, int V,

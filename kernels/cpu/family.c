@@ -152,6 +152,7 @@ typedef struct {
     const float *cos, *sin;
     int T, NG, R, HS, rot;
     float sign;
+    const int32_t *pos;
 } rope_args;
 
 static void rope_rows(void *ctx, size_t lo, size_t hi)
@@ -159,7 +160,7 @@ static void rope_rows(void *ctx, size_t lo, size_t hi)
     const rope_args *a = ctx;
     int half = a->rot / 2, unit = (a->R + 2) * a->HS;
     for (size_t n = lo; n < hi; n++) {
-        int t = (int)(n % (size_t)a->T);
+        int t = a->pos ? a->pos[n] : (int)(n % (size_t)a->T);
         const float *restrict cs = a->cos + (size_t)t * half, *restrict sn = a->sin + (size_t)t * half;
         float *row = a->qkv + n * (size_t)a->NG * unit;
         for (int g = 0; g < a->NG; g++)
@@ -176,10 +177,10 @@ static void rope_rows(void *ctx, size_t lo, size_t hi)
 }
 
 void cpu_rope(tr_stream s, float *qkv, const float *cos, const float *sin, int B, int T, int NG,
-              int R, int HS, int rot, int inverse)
+              int R, int HS, int rot, int inverse, const int32_t *positions)
 {
     (void)s;
-    rope_args a = {qkv, cos, sin, T, NG, R, HS, rot, inverse ? -1.0f : 1.0f};
+    rope_args a = {qkv, cos, sin, T, NG, R, HS, rot, inverse ? -1.0f : 1.0f, positions};
     size_t rows = (size_t)B * T, per_row = (size_t)NG * (R + 1) * rot;
     cpu_for_ranges(rows * per_row >= CPU_PAR_MIN, rows, cpu_rows_per_piece(per_row), rope_rows,
                    &a);

@@ -187,9 +187,10 @@ static size_t span(int rows, int cols, int ld) { return rows > 0 ? (size_t)(rows
         round_##FMT##_n(dinp, 2 * n);                                                           \
     }                                                                                           \
     static void FMT##_rope(tr_stream s, float *qkv, const float *cos, const float *sin, int B,  \
-                           int T, int NG, int R, int HS, int rot, int inverse)                  \
+                           int T, int NG, int R, int HS, int rot, int inverse,                  \
+                           const int32_t *positions)                                            \
     {                                                                                           \
-        base_##FMT()->rope(s, qkv, cos, sin, B, T, NG, R, HS, rot, inverse);                    \
+        base_##FMT()->rope(s, qkv, cos, sin, B, T, NG, R, HS, rot, inverse, positions);         \
         round_##FMT##_n(qkv, (size_t)B * T * NG * (R + 2) * HS);                                \
     }                                                                                           \
     static void FMT##_attention_gqa_forward(tr_stream s, float *out, float *att,                \

@@ -63,7 +63,7 @@ void cu_rmsnorm_backward(tr_stream s, float *dinp, float *dweight, const float *
 void cu_swiglu_forward(tr_stream s, float *out, const float *inp, size_t n);
 void cu_swiglu_backward(tr_stream s, float *dinp, const float *inp, const float *dout, size_t n);
 void cu_rope(tr_stream s, float *qkv, const float *cos, const float *sin, int B, int T, int NG,
-             int R, int HS, int rot, int inverse);
+             int R, int HS, int rot, int inverse, const int32_t *positions);
 /* rows of B*NH*T scores (T each): row (b, h, t) += slope_h * (j - t) for keys j <= t */
 void cu_alibi_add(cudaStream_t st, float *att, const float *slopes, int rows, int T, int NH);
 

@@ -79,7 +79,7 @@ __global__ void swiglu_backward_kernel(float *dinp, const float *inp, const floa
 
 // one thread per (row, group, rotated unit, pair i)
 __global__ void rope_kernel(float *qkv, const float *cos, const float *sin, size_t rows, int T,
-                            int NG, int R, int HS, int rot, float sign)
+                            int NG, int R, int HS, int rot, float sign, const int32_t *pos)
 {
     int half = rot / 2;
     size_t n = rows * (size_t)NG * (size_t)(R + 1) * (size_t)half;
@@ -91,7 +91,7 @@ __global__ void rope_kernel(float *qkv, const float *cos, const float *sin, size
         rest /= (size_t)(R + 1);
         int g = (int)(rest % (size_t)NG);
         size_t row = rest / (size_t)NG;
-        int t = (int)(row % (size_t)T);
+        int t = pos ? pos[row] : (int)(row % (size_t)T);
         float *x = qkv + (row * NG + g) * (size_t)(R + 2) * HS + (size_t)u * HS;
         float c = cos[(size_t)t * half + i], s = sign * sin[(size_t)t * half + i];
         float x1 = x[i], x2 = x[i + half];
@@ -164,12 +164,13 @@ void cu_swiglu_backward(tr_stream s, float *dinp, const float *inp, const float 
 }
 
 void cu_rope(tr_stream s, float *qkv, const float *cos, const float *sin, int B, int T, int NG,
-             int R, int HS, int rot, int inverse)
+             int R, int HS, int rot, int inverse, const int32_t *positions)
 {
     size_t rows = (size_t)B * T, n = rows * NG * (size_t)(R + 1) * (rot / 2);
     if (!n)
         return;
     rope_kernel<<<tr_cu_blocks(n), CU_THREADS, 0, cu_stream(s)>>>(qkv, cos, sin, rows, T, NG, R,
-                                                                  HS, rot, inverse ? -1.0f : 1.0f);
+                                                                  HS, rot, inverse ? -1.0f : 1.0f,
+                                                                  positions);
     cu_launched("rope");
 }

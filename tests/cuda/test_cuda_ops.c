@@ -278,11 +278,11 @@ static void test_family(const tr_kernels *k, int N, int C)
     float *q = host(nq, -1, 1), *cs = host((size_t)T * half, -1, 1), *sn = host((size_t)T * half, -1, 1);
     float *gq = dev(k, q, nq * 4), *gcs = dev(k, cs, (size_t)T * half * 4),
           *gsn = dev(k, sn, (size_t)T * half * 4);
-    CPU->rope(NULL, q, cs, sn, B, T, NG, R, HS, rot, 0);
-    k->rope(NULL, gq, gcs, gsn, B, T, NG, R, HS, rot, 0);
+    CPU->rope(NULL, q, cs, sn, B, T, NG, R, HS, rot, 0, NULL);
+    k->rope(NULL, gq, gcs, gsn, B, T, NG, R, HS, rot, 0, NULL);
     CMP("rope", gq, q, nq);
-    CPU->rope(NULL, q, cs, sn, B, T, NG, R, HS, rot, 1);
-    k->rope(NULL, gq, gcs, gsn, B, T, NG, R, HS, rot, 1);
+    CPU->rope(NULL, q, cs, sn, B, T, NG, R, HS, rot, 1, NULL);
+    k->rope(NULL, gq, gcs, gsn, B, T, NG, R, HS, rot, 1, NULL);
     CMP("rope inverse", gq, q, nq);
 #undef CMP
     k->free(gx), k->free(gw), k->free(gdy), k->free(gout), k->free(grstd), k->free(gdx);

@@ -160,16 +160,37 @@ static void test_rope(void **state)
         ref[e] = x[e] * cos(a) + other * sin(a);
     }
     memcpy(y, x, n * sizeof(float));
-    K->rope(NULL, y, cs, sn, B, T, NG, R, HS, rot, 0);
+    K->rope(NULL, y, cs, sn, B, T, NG, R, HS, rot, 0, NULL);
     kt_check("rope forward", y, ref, NULL, n, 1e-5, 1e-6);
+    /* explicit positions: the same as n % T; sequence 1 restarted at its row 3 (packing) */
+    int32_t pos[2 * 7];
+    for (int i = 0; i < B * T; i++)
+        pos[i] = i < T ? i : i - T < 3 ? i - T : i - T - 3;
+    float *z = kt_floats(n);
+    memcpy(z, x, n * sizeof(float));
+    K->rope(NULL, z, cs, sn, B, T, NG, R, HS, rot, 0, pos);
+    size_t per_row = (size_t)NG * U * HS;
+    for (size_t e = 0; e < n; e++) {
+        size_t row = e / per_row, t = (size_t)pos[row], d = e % HS, u = e / HS % U;
+        double want = x[e];
+        if (u <= (size_t)R && d < (size_t)rot) {
+            int half = rot / 2, i = (int)d % half;
+            double a = t * pow(10000.0, -2.0 * i / rot);
+            double other = d < (size_t)half ? -x[e + half] : x[e - half];
+            want = x[e] * cos(a) + other * sin(a);
+        }
+        if (fabs(z[e] - want) > 1e-5 * (fabs(want) + 1e-1))
+            fail_msg("rope with positions [%zu]: %g, want %g", e, z[e], want);
+    }
+    free(z);
     /* the inverse undoes it, and is the backward: <rope(x), w> = <x, rope^-1(w)> */
     float *w = kt_floats(n), *gw = kt_floats(n);
     kt_fill(w, n, -1, 1);
     memcpy(gw, w, n * sizeof(float));
-    K->rope(NULL, gw, cs, sn, B, T, NG, R, HS, rot, 1);
+    K->rope(NULL, gw, cs, sn, B, T, NG, R, HS, rot, 1, NULL);
     double lhs = kt_dot(y, w, n), rhs = kt_dot(x, gw, n);
     assert_true(fabs(lhs - rhs) <= 1e-5 * (fabs(lhs) + 1));
-    K->rope(NULL, y, cs, sn, B, T, NG, R, HS, rot, 1);
+    K->rope(NULL, y, cs, sn, B, T, NG, R, HS, rot, 1, NULL);
     double *xd = kt_doubles(n);
     for (size_t e = 0; e < n; e++)
         xd[e] = x[e];

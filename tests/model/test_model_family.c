@@ -253,6 +253,37 @@ static void test_generation(void **state)
     check_generation(MIXED);
 }
 
+/* Packed sequences: two examples in one row (segments, restarting positions) give each the
+ * logits it has alone at the start of a row, for rope (positions restart) and ALiBi. */
+static void check_packing(int family)
+{
+    const int T = 5, V = 11;
+    int32_t row[5] = {3, 7, 1, 9, 4}, seg[5] = {0, 0, 0, 1, 1}, pos[5] = {0, 1, 2, 0, 1};
+    int32_t alone_b[5] = {9, 4, 0, 0, 0};
+    stage st;
+    stage_make(&st, family, 0, 3, 1);
+    float packed[5 * 11], a[5 * 11], b[5 * 11];
+    assert_int_equal(tr_gpt_forward_logits(st.g, st.a, row, a), TR_OK); /* example A alone */
+    assert_int_equal(tr_gpt_forward_logits(st.g, st.a, alone_b, b), TR_OK);
+    assert_int_equal(tr_gpt_acts_set_packing(st.a, seg, pos, NULL), TR_OK);
+    assert_int_equal(tr_gpt_forward_logits(st.g, st.a, row, packed), TR_OK);
+    for (int t = 0; t < T; t++)
+        for (int v = 0; v < V; v++) {
+            float want = t < 3 ? a[t * V + v] : b[(t - 3) * V + v], got = packed[t * V + v];
+            if (fabsf(got - want) > 1e-5f * (1 + fabsf(want)))
+                fail_msg("family %d: packed position %d logit %.7g, alone %.7g", family, t, got,
+                         want);
+        }
+    stage_free(&st);
+}
+
+static void test_packing(void **state)
+{
+    (void)state;
+    check_packing(LLAMA);
+    check_packing(BLOOM);
+}
+
 /* Invalid family shapes are refused, not crashed on. */
 static void test_bad_shapes(void **state)
 {
@@ -279,6 +310,7 @@ int main(void)
         cmocka_unit_test(test_finite_difference),
         cmocka_unit_test(test_stages_compose),
         cmocka_unit_test(test_generation),
+        cmocka_unit_test(test_packing),
         cmocka_unit_test(test_bad_shapes),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
