@@ -87,6 +87,17 @@ int tr_gpt_shape_from_config(const tr_config *cfg, int layer_first, int layer_co
     out->tp_size = tp;
     out->tp_rank = tp_rank;
     out->sequence_parallel = tp > 1 && p->sequence_parallel;
+    out->lora_rank = cfg->finetune.lora_rank;
+    out->lora_alpha = (float)cfg->finetune.lora_alpha;
+    if (out->lora_rank) { /* finetune.lora.target_modules, default all four */
+        static const char *const targets[] = {"qkv", "proj", "fc1", "fc2"};
+        for (int i = 0; i < cfg->finetune.n_lora_targets; i++)
+            for (int t = 0; t < 4; t++)
+                if (!strcmp(cfg->finetune.lora_targets[i], targets[t]))
+                    out->lora_targets |= 1 << t;
+        if (!cfg->finetune.n_lora_targets)
+            out->lora_targets = 15;
+    }
     out->recompute = !strcmp(cfg->training.recompute, "full");
     out->recompute_attention = !strcmp(cfg->training.recompute, "selective");
     tr_gpt_shape_family(m, out);
@@ -384,7 +395,7 @@ int tr_gpt_create(const tr_gpt_shape *shape, const tr_kernels *k, tr_comm *tp_co
         g->head_range = tensors_range(g, g->lnf_w, g->n_tensors - 1);
     if (s->is_first) /* wte, wpe, emb_ln: everything before the layers */
         g->embedding_range = tensors_range(g, g->wte, g->layer0 - 1);
-    if ((rc = family_tables(g))) {
+    if ((rc = family_tables(g)) || (s->lora_rank && (rc = gpt_lora_setup(g)))) {
         tr_gpt_free(g);
         return rc;
     }
@@ -402,6 +413,7 @@ void tr_gpt_free(tr_gpt *g)
     g->k->free(g->rope_sin);
     g->k->free(g->alibi);
     tr_free(g->losses_host);
+    gpt_lora_free(g);
     tr_free(g->layer_ranges);
     tr_free(g->tensors);
     tr_free(g->tp.comm_time);
@@ -418,9 +430,12 @@ double tr_gpt_tp_comm_seconds(const tr_gpt *g, long *calls)
 void tr_gpt_tp_comm_reset(tr_gpt *g) { tr_tp_comm_time_reset(g->tp.comm_time); }
 
 const tr_gpt_shape *tr_gpt_get_shape(const tr_gpt *g) { return &g->s; }
-int tr_gpt_num_tensors(const tr_gpt *g) { return g->n_tensors; }
-tr_param_tensor *tr_gpt_tensor(tr_gpt *g, int i) { return &g->tensors[i]; }
-size_t tr_gpt_num_params(const tr_gpt *g) { return g->n_params; }
+/* The trainable tensors: the adapters under LoRA, else the model's */
+int tr_gpt_num_tensors(const tr_gpt *g) { return g->lora ? g->n_lora : g->n_tensors; }
+tr_param_tensor *tr_gpt_tensor(tr_gpt *g, int i) { return g->lora ? &g->lora[i] : &g->tensors[i]; }
+size_t tr_gpt_num_params(const tr_gpt *g) { return g->lora ? g->n_lora_params : g->n_params; }
+int tr_gpt_num_base_tensors(const tr_gpt *g) { return g->n_tensors; }
+tr_param_tensor *tr_gpt_base_tensor(tr_gpt *g, int i) { return &g->tensors[i]; }
 
 void tr_gpt_set_grad_hook(tr_gpt *g, void (*fn)(void *ctx, size_t offset, size_t count),
                           void *ctx)
@@ -438,17 +453,23 @@ void tr_gpt_set_param_hook(tr_gpt *g, int (*fn)(void *ctx, int what, size_t offs
 
 void tr_gpt_bind(tr_gpt *g, float *params, float *grads)
 {
-    for (int i = 0; i < g->n_tensors; i++) {
-        tr_param_tensor *t = &g->tensors[i];
+    for (int i = 0; i < tr_gpt_num_tensors(g); i++) {
+        tr_param_tensor *t = tr_gpt_tensor(g, i);
         t->param = params + t->offset;
         t->grad = grads ? grads + t->offset : NULL;
     }
 }
 
 /* Initial value std of a tensor: LN weights 1, biases 0, output projections scaled. */
-static int init_kind(const char *name, float *std, const tr_gpt_shape *s)
+static int init_kind(const char *name, int cols, float *std, const tr_gpt_shape *s)
 {
     size_t n = strlen(name);
+    if (strstr(name, ".lora_B"))
+        return 0; /* zeros: the adapted model starts as the base */
+    if (strstr(name, ".lora_A")) { /* PEFT's kaiming-uniform variance, 1 / (3 in) */
+        *std = 1.0f / sqrtf(3.0f * (float)cols);
+        return 2;
+    }
     if (n > 5 && !strcmp(name + n - 5, ".bias"))
         return 0; /* zeros */
     if (strstr(name, "ln") == name || strstr(name, ".ln") || !strncmp(name, "lnf", 3) ||
@@ -496,24 +517,33 @@ static void init_piece(void *ctx, size_t i)
                                                               global_index(j->t, j->s->tp_rank, e));
 }
 
-int tr_gpt_init_params(tr_gpt *g) { return tr_gpt_init_params_range(g, 0, g->n_params); }
+int tr_gpt_init_params(tr_gpt *g)
+{
+    return tr_gpt_init_params_range(g, 0, tr_gpt_num_params(g));
+}
 
 int tr_gpt_init_params_range(tr_gpt *g, size_t offset, size_t count)
 {
+    return g->lora ? gpt_init_tensors(g, g->lora, g->n_lora, offset, count)
+                   : gpt_init_tensors(g, g->tensors, g->n_tensors, offset, count);
+}
+
+int gpt_init_tensors(tr_gpt *g, tr_param_tensor *tensors, int n, size_t offset, size_t count)
+{
     float *host = NULL;
     size_t max_numel = 0;
-    for (int i = 0; i < g->n_tensors; i++)
-        if (g->tensors[i].numel > max_numel)
-            max_numel = g->tensors[i].numel;
-    host = tr_alloc(max_numel * sizeof(float), "initial parameter staging");
+    for (int i = 0; i < n; i++)
+        if (tensors[i].numel > max_numel)
+            max_numel = tensors[i].numel;
+    host = tr_alloc(max_numel * sizeof(float) + 1, "initial parameter staging");
     if (!host)
         return TR_ERR_NOMEM;
-    for (int i = 0; i < g->n_tensors; i++) {
-        tr_param_tensor *t = &g->tensors[i];
+    for (int i = 0; i < n; i++) {
+        tr_param_tensor *t = &tensors[i];
         if (t->offset < offset || t->offset - offset >= count)
             continue;
         init_job j = {.host = host, .t = t, .s = &g->s, .name_hash = tr_hash_name(t->name)};
-        j.kind = init_kind(t->name, &j.std, &g->s);
+        j.kind = init_kind(t->name, t->full_cols, &j.std, &g->s);
         tr_kernels_cpu_parallel_for((t->numel + INIT_PIECE - 1) / INIT_PIECE, init_piece, &j);
         g->k->to_device(NULL, t->param, host, t->numel * sizeof(float));
     }

@@ -50,7 +50,19 @@
  *    (tr_gpt_hidden_numel). Gradients of LN weights/biases and row-parallel biases are then
  *    partial per rank (tp_grad_allreduce = 1): the caller all-reduces them over TP. wpe's
  *    gradient is reduced from the all-gathered rows the word embedding needs anyway, so it
- *    is whole on every rank and not marked. */
+ *    is whole on every rank and not marked.
+ *  - LoRA (lora_rank r > 0, model/gpt_lora.c): the base tensors above are frozen and the
+ *    model owns them (tr_gpt_num_base_tensors / tr_gpt_base_tensor, filled by the layout-free
+ *    initialisation at creation, then e.g. from a checkpoint); the TRAINABLE tensors, which
+ *    tr_gpt_num_tensors / tr_gpt_tensor / tr_gpt_num_params / tr_gpt_bind / init describe,
+ *    are the adapters alone: per layer, per target (qkv, attn_proj, fc, fc_proj, as
+ *    lora_targets says) "layers.L.qkv.lora_A" (r, in) and ".lora_B" (out, r), y += (alpha/r)
+ *    x A^T B^T (tp/'s LoRA splits: for qkv and fc B is split with the weight's rows and A's
+ *    gradient is all-reduced over TP (tp_grad_allreduce); for the projections A is split
+ *    with the weight's columns and B's gradient is all-reduced). A ~ N(0, 1/(3 in)) by the
+ *    Philox scheme (the variance of PEFT's kaiming-uniform), B = 0. Base weights get no
+ *    gradient (norm and bias vectors accumulate into a small sink that is never read); the
+ *    embedding's backward is skipped. The grad-ready ranges are each layer's adapters. */
 #ifndef TR_GPT_H
 #define TR_GPT_H
 
@@ -93,7 +105,13 @@ typedef struct {
     int untie;            /* own output_layer instead of the tied wte */
     int no_linear_bias;   /* qkv, attn_proj, fc, fc_proj without biases */
     int embedding_ln;     /* emb_ln after the word embedding (positions) */
+    /* LoRA fine-tuning (finetune.lora.*; rank 0 = none): see "LoRA" above */
+    int lora_rank;
+    float lora_alpha;
+    int lora_targets;     /* TR_LORA_* bits */
 } tr_gpt_shape;
+
+enum { TR_LORA_QKV = 1, TR_LORA_PROJ = 2, TR_LORA_FC1 = 4, TR_LORA_FC2 = 8 };
 
 enum { TR_POS_LEARNED = 0, TR_POS_ROPE = 1, TR_POS_ALIBI = 2 };
 /* GPT-2 exactly (no family field set): generation and the GPT-2 converter need it. */
@@ -164,6 +182,11 @@ void tr_gpt_set_grad_hook(tr_gpt *g, void (*fn)(void *ctx, size_t offset, size_t
 enum { TR_GPT_PARAMS_NEED, TR_GPT_PARAMS_PREFETCH, TR_GPT_PARAMS_DONE };
 void tr_gpt_set_param_hook(tr_gpt *g, int (*fn)(void *ctx, int what, size_t offset, size_t count),
                            void *ctx);
+
+/* LoRA: the frozen base tensors (views into model-owned memory, gradient NULL for matrices);
+ * without LoRA the same as tr_gpt_num_tensors / tr_gpt_tensor. */
+int tr_gpt_num_base_tensors(const tr_gpt *g);
+tr_param_tensor *tr_gpt_base_tensor(tr_gpt *g, int i);
 
 /* Point the tensor views into caller-owned flat buffers of tr_gpt_num_params() floats. */
 void tr_gpt_bind(tr_gpt *g, float *params, float *grads);

@@ -25,8 +25,9 @@ static size_t layer_acts_floats(const tr_gpt *g, int B)
     size_t N = (size_t)B * g->s.T, Nl = (size_t)Nl_, C = g->s.C, Cl = g->Cl;
     size_t att = g->s.recompute_attention ? 0 : (size_t)B * g->NHl * g->s.T * g->s.T;
     size_t Q = (size_t)g->QKVl, Fw = (size_t)g->Fwl, F = (size_t)g->Fl;
+    size_t lora = g->lora ? 4 * N * (size_t)g->s.lora_rank : 0;
     size_t sizes[] = {N * C,  Nl,     Nl, N * Q,  N * Cl,     att,        Nl * C,
-                      N * C,  Nl,     Nl, N * Fw, N * F,      Nl * C};
+                      N * C,  Nl,     Nl, N * Fw, N * F,      Nl * C,     lora};
     size_t total = 0;
     for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++)
         total += padded(sizes[i]);
@@ -54,6 +55,7 @@ static void layer_acts_carve(const tr_gpt *g, int B, layer_acts *L, float **c, i
         L->ln2_rstd = take(c, Nl);
         L->fch = take(c, N * (size_t)g->Fwl);
         L->fch_gelu = take(c, N * (size_t)g->Fl);
+        L->lora_h = g->lora ? take(c, 4 * N * (size_t)g->s.lora_rank) : NULL;
     }
     L->residual3 = take(c, Nl * C);
 }
@@ -69,9 +71,10 @@ static size_t scratch_floats(const tr_gpt *g, int B)
     size_t wide = s->tp_size > 1 ? N * C : 0;
     size_t shared_att = s->recompute_attention ? att : 0;
     size_t Q = (size_t)g->QKVl, Fw = (size_t)g->Fwl, F = (size_t)g->Fl;
+    size_t lora = g->lora ? N * (size_t)s->lora_rank : 0;
     size_t sizes[] = {N,      N * C,      Nl,  Nl,     N * Vl,     3 * N,      N,
                       N * C,  wide,       N * Q, N * Cl, att, N * Fw, N * F,
-                      shared_att};
+                      shared_att, lora};
     size_t total = 0;
     for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++)
         total += padded(sizes[i]);
@@ -146,6 +149,7 @@ int gpt_scratch_ensure(tr_gpt *g, int B)
     sc->dfch = take(&c, N * (size_t)g->Fwl);
     sc->dfch_gelu = take(&c, N * (size_t)g->Fl);
     sc->att = s->recompute_attention ? take(&c, att) : NULL;
+    sc->lora_dh = g->lora ? take(&c, N * (size_t)s->lora_rank) : NULL;
     if (s->recompute) {
         sc->layer_memory = g->k->alloc(layer_acts_floats(g, B) * sizeof(float));
         if (!sc->layer_memory)

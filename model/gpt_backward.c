@@ -14,27 +14,34 @@ static int layer_backward(tr_gpt *g, int l, const layer_acts *L, const float *x,
     int T = g->s.T, C = g->s.C, Cl = g->Cl, N = B * T, r0, Nl, rc;
     gpt_rows(g, B, &r0, &Nl);
     const float *dln_own = sc->dln + (size_t)r0 * C; /* this rank's rows of dln */
+    tr_tp_lora lo[4]; /* LoRA adapters (NULL: none) */
+    const tr_tp_lora *qkv_lo = gpt_lora(g, L, l, LORA_QKV, B, &lo[0]),
+                     *proj_lo = gpt_lora(g, L, l, LORA_PROJ, B, &lo[1]),
+                     *fc1_lo = gpt_lora(g, L, l, LORA_FC1, B, &lo[2]),
+                     *fc2_lo = gpt_lora(g, L, l, LORA_FC2, B, &lo[3]);
     /* MLP: residual3 = residual2 + fc_proj(gelu(fc(ln2(residual2)))) */
-    rc = tr_tp_row_linear_backward(tp, sc->dfch_gelu, layer_grad(g, l, L_FCPROJ_W),
-                                   layer_grad(g, l, L_FCPROJ_B), dres, L->fch_gelu,
-                                   layer_param(g, l, L_FCPROJ_W), N, g->Fl, C, sc->wide);
+    rc = tr_tp_row_linear_backward_lora(tp, sc->dfch_gelu, layer_grad(g, l, L_FCPROJ_W),
+                                        layer_grad(g, l, L_FCPROJ_B), dres, L->fch_gelu,
+                                        layer_param(g, l, L_FCPROJ_W), N, g->Fl, C, sc->wide,
+                                        fc2_lo);
     if (rc)
         return rc;
     if (g->s.swiglu)
         k->swiglu_backward(NULL, sc->dfch, L->fch, sc->dfch_gelu, (size_t)N * g->Fl);
     else
         k->gelu_backward(NULL, sc->dfch, L->fch, sc->dfch_gelu, (size_t)N * g->Fl);
-    rc = tr_tp_column_linear_backward(tp, sc->dln, layer_grad(g, l, L_FC_W),
-                                      layer_grad(g, l, L_FC_B), sc->dfch, L->ln2,
-                                      layer_param(g, l, L_FC_W), N, C, g->Fwl);
+    rc = tr_tp_column_linear_backward_lora(tp, sc->dln, layer_grad(g, l, L_FC_W),
+                                           layer_grad(g, l, L_FC_B), sc->dfch, L->ln2,
+                                           layer_param(g, l, L_FC_W), N, C, g->Fwl, fc1_lo);
     if (rc)
         return rc;
     norm_backward(g, dres, layer_grad(g, l, L_LN2_W), layer_grad(g, l, L_LN2_B), dln_own,
                   L->residual2, layer_param(g, l, L_LN2_W), L->ln2_mean, L->ln2_rstd, Nl);
     /* attention: residual2 = x + attn_proj(attention(qkv(ln1(x)))) */
-    rc = tr_tp_row_linear_backward(tp, sc->datty, layer_grad(g, l, L_ATTPROJ_W),
-                                   layer_grad(g, l, L_ATTPROJ_B), dres, L->atty,
-                                   layer_param(g, l, L_ATTPROJ_W), N, Cl, C, sc->wide);
+    rc = tr_tp_row_linear_backward_lora(tp, sc->datty, layer_grad(g, l, L_ATTPROJ_W),
+                                        layer_grad(g, l, L_ATTPROJ_B), dres, L->atty,
+                                        layer_param(g, l, L_ATTPROJ_W), N, Cl, C, sc->wide,
+                                        proj_lo);
     if (rc)
         return rc;
     const float *att = L->att;
@@ -58,9 +65,9 @@ static int layer_backward(tr_gpt *g, int l, const layer_acts *L, const float *x,
     if (g->s.position == TR_POS_ROPE) /* to the gradient of the unrotated q and k */
         k->rope(NULL, sc->dqkv, g->rope_cos, g->rope_sin, B, T, g->NGl, g->NHl / g->NGl, g->HS,
                 g->s.rotary_dims, 1, g->positions);
-    rc = tr_tp_column_linear_backward(tp, sc->dln, layer_grad(g, l, L_QKV_W),
-                                      layer_grad(g, l, L_QKV_B), sc->dqkv, L->ln1,
-                                      layer_param(g, l, L_QKV_W), N, C, g->QKVl);
+    rc = tr_tp_column_linear_backward_lora(tp, sc->dln, layer_grad(g, l, L_QKV_W),
+                                           layer_grad(g, l, L_QKV_B), sc->dqkv, L->ln1,
+                                           layer_param(g, l, L_QKV_W), N, C, g->QKVl, qkv_lo);
     if (rc)
         return rc;
     norm_backward(g, dres, layer_grad(g, l, L_LN1_W), layer_grad(g, l, L_LN1_B), dln_own, x,
@@ -98,7 +105,7 @@ int tr_gpt_backward(tr_gpt *g, tr_gpt_acts *a, const float *dhidden_out)
             return rc;
         grad_ready(g, g->layer_ranges[l]);
     }
-    if (s->is_first) {
+    if (s->is_first && !g->lora) { /* (LoRA: the embeddings are frozen) */
         /* the word embedding needs all N rows' gradient (gathered under SP); positions are
          * then reduced from those same rows, so wpe's gradient is whole on every rank */
         const float *dall = NULL;

@@ -29,6 +29,7 @@ typedef struct {
     float *fch;                       /* (N, Fwl) */
     float *fch_gelu;                  /* (N, Fl) the activation (GELU or SwiGLU) */
     float *residual3;                 /* (Nl, C) = layer output */
+    float *lora_h;                    /* LoRA: (4, N, r) x A^T of each target */
 } layer_acts;
 
 struct tr_gpt_acts {
@@ -66,6 +67,7 @@ typedef struct {
                                    * probabilities, in forward and again in backward */
     float *dfch;                  /* (N, Fwl) */
     float *dfch_gelu;             /* (N, Fl) */
+    float *lora_dh;               /* LoRA: (N, r) */
     float *layer_memory;          /* recompute: one layer's full activations, rebuilt in */
     layer_acts layer;          /* backward from the layer's stored input */
 } gpt_scratch;
@@ -100,6 +102,12 @@ struct tr_gpt {
     void *param_hook_ctx;
     gpt_scratch scratch;
     float *losses_host; /* (N) */
+    /* LoRA (gpt_lora.c): the trainable adapter tensors; the base (tensors) frozen in
+     * model-owned memory; lora_slot[t] = target t's A index within a layer's adapters or -1 */
+    tr_param_tensor *lora;
+    int n_lora, lora_per_layer, lora_slot[4];
+    size_t n_lora_params;
+    float *base_params, *base_vector_grads;
     const int32_t *segments; /* of the micro-batch being run (its acts'), NULL: whole rows */
     const int32_t *positions; /* the same micro-batch's restarting positions (rope), or NULL */
 };
@@ -162,6 +170,18 @@ static inline void gpt_rows(const tr_gpt *g, int B, int *first, int *count)
 {
     tr_tp_rows(&g->tp, B * g->s.T, first, count);
 }
+
+/* LoRA targets (tr_gpt_shape.lora_targets bit 1 << target) */
+enum { LORA_QKV, LORA_PROJ, LORA_FC1, LORA_FC2 };
+/* gpt_lora.c: the adapter of target t in layer l into *out (h in L's activations); NULL when
+ * there is none. */
+const tr_tp_lora *gpt_lora(tr_gpt *g, const layer_acts *L, int l, int t, int B, tr_tp_lora *out);
+/* After the base table: the adapters' table, the base's memory and initialisation. */
+TR_MUST_CHECK int gpt_lora_setup(tr_gpt *g);
+/* The layout-free initialisation of the tensors of `tensors` starting in [offset, +count). */
+TR_MUST_CHECK int gpt_init_tensors(tr_gpt *g, tr_param_tensor *tensors, int n, size_t offset,
+                                   size_t count);
+void gpt_lora_free(tr_gpt *g);
 
 TR_MUST_CHECK int gpt_scratch_ensure(tr_gpt *g, int B);
 /* One transformer layer: x (Nl, C) -> L->residual3 (Nl, C), keeping L's activations. */

@@ -25,9 +25,41 @@ static void gemm_dW(const tr_kernels *k, float *dW, const float *dy, const float
     k->gemm(NULL, 1, 0, OC, IC, N, 1.0f, dy, OC, x, IC, 1.0f, dW, IC);
 }
 
+/* y (N, OC) += scale * (x A^T) B^T, keeping h = x A^T (N, r) */
+static void lora_forward(const tr_kernels *k, float *y, const float *x, const tr_tp_lora *lo,
+                         int N, int IC, int OC)
+{
+    gemm_xWt(k, lo->h, x, lo->A, N, IC, lo->r, 0.0f);
+    k->gemm(NULL, 0, 1, N, OC, lo->r, lo->scale, lo->h, lo->r, lo->B, lo->r, 1.0f, y, OC);
+}
+
+/* From dy (N, OC): dh = scale dy B; dB += scale dy^T h; dA += dh^T x; dx += dh A. */
+static void lora_backward(const tr_kernels *k, float *dx, const float *dy, const float *x,
+                          const tr_tp_lora *lo, int N, int IC, int OC)
+{
+    int r = lo->r;
+    k->gemm(NULL, 0, 0, N, r, OC, lo->scale, dy, OC, lo->B, r, 0.0f, lo->dh, r);
+    if (lo->dB)
+        k->gemm(NULL, 1, 0, OC, r, N, lo->scale, dy, OC, lo->h, r, 1.0f, lo->dB, r);
+    if (lo->dA)
+        k->gemm(NULL, 1, 0, r, IC, N, 1.0f, lo->dh, r, x, IC, 1.0f, lo->dA, IC);
+    if (dx)
+        k->gemm(NULL, 0, 0, N, IC, r, 1.0f, lo->dh, r, lo->A, IC, 1.0f, dx, IC);
+}
+
 int tr_tp_column_linear_forward(const tr_tp *tp, float *y, float *x, const float *W,
                                 const float *b, int N, int IC, int OCl, float *y_full,
                                 float *scratch)
+{
+    int rc = tr_tp_column_linear_forward_lora(tp, y, x, W, b, N, IC, OCl, NULL);
+    if (rc || !y_full)
+        return rc;
+    return tr_tp_gather_from_region_forward(tp, y_full, y, N, OCl, scratch);
+}
+
+int tr_tp_column_linear_forward_lora(const tr_tp *tp, float *y, float *x, const float *W,
+                                     const float *b, int N, int IC, int OCl,
+                                     const tr_tp_lora *lora)
 {
     const tr_kernels *k = tp->k;
     int first, count, rc;
@@ -39,8 +71,8 @@ int tr_tp_column_linear_forward(const tr_tp *tp, float *y, float *x, const float
     gemm_xWt(k, y, x, W, N, IC, OCl, 0.0f);
     if (b)
         k->bias_add(NULL, y, b, N, OCl);
-    if (y_full)
-        return tr_tp_gather_from_region_forward(tp, y_full, y, N, OCl, scratch);
+    if (lora)
+        lora_forward(k, y, x, lora, N, IC, OCl);
     return TR_OK;
 }
 
@@ -48,10 +80,20 @@ int tr_tp_column_linear_backward(const tr_tp *tp, float *dx, float *dW, float *d
                                  const float *dy, const float *x, const float *W, int N,
                                  int IC, int OCl)
 {
+    return tr_tp_column_linear_backward_lora(tp, dx, dW, db, dy, x, W, N, IC, OCl, NULL);
+}
+
+int tr_tp_column_linear_backward_lora(const tr_tp *tp, float *dx, float *dW, float *db,
+                                      const float *dy, const float *x, const float *W, int N,
+                                      int IC, int OCl, const tr_tp_lora *lora)
+{
     const tr_kernels *k = tp->k;
     if (dx)
         gemm_dx(k, dx, dy, W, N, IC, OCl);
-    gemm_dW(k, dW, dy, x, N, IC, OCl);
+    if (dW)
+        gemm_dW(k, dW, dy, x, N, IC, OCl);
+    if (lora) /* its input gradient joins the base layer's before the reduction */
+        lora_backward(k, dx, dy, x, lora, N, IC, OCl);
     if (db)
         k->bias_backward(NULL, db, dy, N, OCl);
     if (!dx)
@@ -70,6 +112,13 @@ int tr_tp_row_linear_forward(const tr_tp *tp, float *y, const float *residual, c
                              const float *W, const float *b, int N, int ICl, int OC,
                              float *scratch)
 {
+    return tr_tp_row_linear_forward_lora(tp, y, residual, x, W, b, N, ICl, OC, scratch, NULL);
+}
+
+int tr_tp_row_linear_forward_lora(const tr_tp *tp, float *y, const float *residual,
+                                  const float *x, const float *W, const float *b, int N,
+                                  int ICl, int OC, float *scratch, const tr_tp_lora *lora)
+{
     const tr_kernels *k = tp->k;
     int first, count, rc;
     tr_tp_rows(tp, N, &first, &count);
@@ -78,9 +127,13 @@ int tr_tp_row_linear_forward(const tr_tp *tp, float *y, const float *residual, c
         if (residual && residual != y)
             k->copy(NULL, y, residual, (size_t)N * OC * sizeof(float));
         gemm_xWt(k, y, x, W, N, ICl, OC, residual ? 1.0f : 0.0f);
+        if (lora)
+            lora_forward(k, y, x, lora, N, ICl, OC);
     } else {
         /* partial (N, OC) on every rank; reduce (g forward, or reduce-scatter under SP) */
         gemm_xWt(k, scratch, x, W, N, ICl, OC, 0.0f);
+        if (lora) /* the adapter's partial rides on the base layer's reduction */
+            lora_forward(k, scratch, x, lora, N, ICl, OC);
         float *reduced = residual ? scratch + (size_t)first * OC : y;
         rc = tr_tp_reduce_scatter_to_sequence_region_forward(tp, scratch, reduced, N, OC);
         if (rc)
@@ -97,6 +150,13 @@ int tr_tp_row_linear_backward(const tr_tp *tp, float *dx, float *dW, float *db,
                               const float *dy, const float *x, const float *W, int N, int ICl,
                               int OC, float *scratch)
 {
+    return tr_tp_row_linear_backward_lora(tp, dx, dW, db, dy, x, W, N, ICl, OC, scratch, NULL);
+}
+
+int tr_tp_row_linear_backward_lora(const tr_tp *tp, float *dx, float *dW, float *db,
+                                   const float *dy, const float *x, const float *W, int N,
+                                   int ICl, int OC, float *scratch, const tr_tp_lora *lora)
+{
     const tr_kernels *k = tp->k;
     int first, count, rc;
     tr_tp_rows(tp, N, &first, &count);
@@ -109,7 +169,10 @@ int tr_tp_row_linear_backward(const tr_tp *tp, float *dx, float *dW, float *db,
         dy_all = scratch;
     }
     gemm_dx(k, dx, dy_all, W, N, ICl, OC);
-    gemm_dW(k, dW, dy_all, x, N, ICl, OC);
+    if (dW)
+        gemm_dW(k, dW, dy_all, x, N, ICl, OC);
+    if (lora)
+        lora_backward(k, dx, dy_all, x, lora, N, ICl, OC);
     if (db)
         k->bias_backward(NULL, db, dy, count, OC);
     return TR_OK;

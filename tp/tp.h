@@ -112,7 +112,7 @@ TR_MUST_CHECK int tr_tp_column_linear_forward(const tr_tp *tp, float *y, float *
                                 const float *b, int N, int IC, int OCl, float *y_full,
                                 float *scratch);
 /* dy (N, OCl) (with gathered output: split it first with tr_tp_scatter_to_region_forward);
- * dW += dy^T x; db += colsum(dy) (db may be NULL); dx (N, IC) is overwritten with the
+ * dW += dy^T x (dW NULL: a frozen weight, skipped); db += colsum(dy) (db may be NULL); dx (N, IC) is overwritten with the
  * input gradient: without SP all N rows, summed over ranks (f backward); under SP only this
  * rank's rows are valid, at their place (dx + first*IC) (reduce-scatter; the rest is
  * scratch). dx NULL skips the input gradient (no communication). */
@@ -125,12 +125,44 @@ TR_MUST_CHECK int tr_tp_column_linear_backward(const tr_tp *tp, float *dx, float
 TR_MUST_CHECK int tr_tp_row_linear_forward(const tr_tp *tp, float *y, const float *residual, const float *x,
                              const float *W, const float *b, int N, int ICl, int OC,
                              float *scratch);
-/* dy (Nl, OC); dx (N, ICl) overwritten; dW += dy_all^T x; db += colsum(dy) over this rank's
+/* dy (Nl, OC); dx (N, ICl) overwritten; dW += dy_all^T x (dW NULL: frozen, skipped); db += colsum(dy) over this rank's
  * rows (under SP a partial sum: all-reduce it over TP later). scratch: N*OC floats under SP
  * (the gathered dy). */
 TR_MUST_CHECK int tr_tp_row_linear_backward(const tr_tp *tp, float *dx, float *dW, float *db,
                               const float *dy, const float *x, const float *W, int N, int ICl,
                               int OC, float *scratch);
+
+/* ------------------------------------------------------------------ LoRA adapters
+ * y += scale * (x A^T) B^T next to a parallel linear (scale = alpha / r), its base frozen.
+ * Column-parallel base: A (r, IC) replicated, B (OCl, r) split by output rows like W; the
+ * gradient of A is then a partial sum per rank (all-reduce it over TP) and x A^T's input
+ * gradient joins the base layer's (one all-reduce / reduce-scatter for both).
+ * Row-parallel base: A (r, ICl) split by input columns like W, B (OC, r) replicated; x A^T is
+ * a partial sum, and so is its product with B: added to the base layer's partial output
+ * before the reduction, so the forward has no communication of its own and is exact. B's
+ * gradient is then a partial sum per rank (all-reduce it over TP); A's is whole. */
+typedef struct {
+    const float *A, *B;
+    float *dA, *dB; /* gradients (+=); dB NULL and dA NULL: no parameter gradients */
+    float *h;       /* (N, r): x A^T, written by forward, read by backward (row: partial) */
+    float *dh;      /* (N, r) scratch for backward */
+    int r;
+    float scale;
+} tr_tp_lora;
+
+/* The parallel linears above with an adapter (lora NULL: exactly the plain layer). */
+TR_MUST_CHECK int tr_tp_column_linear_forward_lora(const tr_tp *tp, float *y, float *x, const float *W,
+                                     const float *b, int N, int IC, int OCl,
+                                     const tr_tp_lora *lora);
+TR_MUST_CHECK int tr_tp_column_linear_backward_lora(const tr_tp *tp, float *dx, float *dW, float *db,
+                                      const float *dy, const float *x, const float *W, int N,
+                                      int IC, int OCl, const tr_tp_lora *lora);
+TR_MUST_CHECK int tr_tp_row_linear_forward_lora(const tr_tp *tp, float *y, const float *residual,
+                                  const float *x, const float *W, const float *b, int N,
+                                  int ICl, int OC, float *scratch, const tr_tp_lora *lora);
+TR_MUST_CHECK int tr_tp_row_linear_backward_lora(const tr_tp *tp, float *dx, float *dW, float *db,
+                                   const float *dy, const float *x, const float *W, int N,
+                                   int ICl, int OC, float *scratch, const tr_tp_lora *lora);
 
 /* ------------------------------------------------------------------ vocabulary parallel
  * Vl = Vp/T rows of the embedding table (and logit columns) per rank; this rank's first

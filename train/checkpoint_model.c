@@ -51,21 +51,28 @@ static size_t saved_rows(const tr_gpt_shape *s, const tr_param_tensor *t)
     return t->vocab_rows && t->full_rows > s->V ? (size_t)s->V : (size_t)t->full_rows;
 }
 
-int tr_checkpoint_load_model(const char *dir, tr_gpt *g, const tr_kernels *k, float *params,
-                             int *iteration)
+/* The tensors of g's trainable table (base 0) or of its base (base 1; t->param set). */
+static int load_tensors(const char *dir, tr_gpt *g, const tr_kernels *k, float *params,
+                        int *iteration, int base)
 {
     const tr_gpt_shape *s = tr_gpt_get_shape(g);
     char ckpt_dir[4200];
     ckpt_manifest mf = {0};
     int rc = open_latest(dir, ckpt_dir, sizeof ckpt_dir, &mf);
-    size_t n = tr_gpt_num_params(g);
+    int n_tensors = base ? tr_gpt_num_base_tensors(g) : tr_gpt_num_tensors(g);
+    size_t n = 0;
+    for (int i = 0; i < n_tensors; i++) {
+        const tr_param_tensor *t = base ? tr_gpt_base_tensor(g, i) : tr_gpt_tensor(g, i);
+        if (t->offset + t->numel > n)
+            n = t->offset + t->numel;
+    }
     float *host = rc ? NULL : tr_alloc(n * sizeof(float) + 1, "checkpoint staging");
     if (!rc && !host)
         rc = TR_ERR_NOMEM;
     if (!rc) /* rows no checkpoint holds (vocabulary padding) are 0 */
         memset(host, 0, n * sizeof(float));
-    for (int i = 0; i < tr_gpt_num_tensors(g) && !rc; i++) {
-        const tr_param_tensor *t = tr_gpt_tensor(g, i);
+    for (int i = 0; i < n_tensors && !rc; i++) {
+        const tr_param_tensor *t = base ? tr_gpt_base_tensor(g, i) : tr_gpt_tensor(g, i);
         ckpt_record key = {0};
         snprintf(key.name, sizeof key.name, "%s", t->name);
         const ckpt_record *rec = bsearch(&key, mf.tensors, mf.n, sizeof key, ckpt_cmp_record);
@@ -95,10 +102,25 @@ int tr_checkpoint_load_model(const char *dir, tr_gpt *g, const tr_kernels *k, fl
         close(r.fd);
     }
     free(mf.tensors);
-    if (!rc)
+    if (!rc && !base)
         k->to_device(NULL, params, host, n * sizeof(float));
+    for (int i = 0; i < n_tensors && !rc && base; i++) {
+        tr_param_tensor *t = tr_gpt_base_tensor(g, i);
+        k->to_device(NULL, t->param, host + t->offset, t->numel * sizeof(float));
+    }
     tr_free(host);
     if (!rc && iteration)
         *iteration = mf.iteration;
     return rc;
+}
+
+int tr_checkpoint_load_model(const char *dir, tr_gpt *g, const tr_kernels *k, float *params,
+                             int *iteration)
+{
+    return load_tensors(dir, g, k, params, iteration, 0);
+}
+
+int tr_checkpoint_load_base(const char *dir, tr_gpt *g, const tr_kernels *k)
+{
+    return load_tensors(dir, g, k, NULL, NULL, 1);
 }

@@ -67,8 +67,21 @@ static int last_iteration(const tr_training_config *t, int start)
  * a release checkpoint: imported weights). */
 static int resume(tr_engine *e, const tr_config *cfg, int lead, int quiet, int *start)
 {
-    const char *dir = cfg->checkpoint.load;
+    const char *dir = cfg->checkpoint.load, *base = cfg->finetune.load;
     *start = 0;
+    if (*base) { /* the base model (LoRA: into the frozen tensors, else the parameters) */
+        double t0 = tr_now();
+        int rc = TR_OK;
+        for (int c = 0; c < e->v && !rc; c++)
+            rc = tr_checkpoint_load_base(base, e->chunks[c].model, e->k);
+        if (rc)
+            return tr_fail_context(rc, "%s: finetune.load (the base model: a trident checkpoint;"
+                                   " a Hugging Face folder is imported first with trident convert"
+                                   " --from hf)", tr_config_where(cfg, "finetune.load"));
+        if (lead && !quiet)
+            printf("trident: loaded the base model of %s in %.2f s%s\n", base, tr_now() - t0,
+                   cfg->finetune.lora_rank ? " (frozen; LoRA adapters trained)" : "");
+    }
     if (!*dir)
         return TR_OK;
     double t0 = tr_now();

@@ -105,6 +105,10 @@ TR_MUST_CHECK int tr_checkpoint_read_model(const char *dir, tr_model_config *mod
  * vocabulary's padding rows 0. Errors as tr_checkpoint_load. */
 TR_MUST_CHECK int tr_checkpoint_load_model(const char *dir, tr_gpt *g, const tr_kernels *k,
                                            float *params, int *iteration);
+/* The base model of a LoRA fine-tuning (finetune.load): DIR's latest checkpoint into g's
+ * frozen base tensors (tr_gpt_base_tensor; without LoRA, the bound parameters), checked as
+ * tr_checkpoint_load_model. */
+TR_MUST_CHECK int tr_checkpoint_load_base(const char *dir, tr_gpt *g, const tr_kernels *k);
 /* For importers (hf/): a release checkpoint of g's parameters in DIR (an existing folder
  * without a checkpoint): DIR/release/ holds the tensors (Adam's moments zero) and the tracker
  * says "release", so training from it starts at iteration 1 in any layout. g holds the whole

@@ -155,6 +155,18 @@ typedef struct {
                         * ones deleted once a newer one is complete) */
 } tr_checkpoint_config;
 
+/* Fine-tuning (train/, model/): finetune.load is the base model, finetune.lora.* the
+ * low-rank adapters (LoRA) trained on a frozen base. */
+typedef struct {
+    char *load;          /* "" (default) = none; else a trident checkpoint directory (a release
+                          * checkpoint from `trident convert --from hf`) holding the base */
+    int lora_rank;       /* finetune.lora.rank; default 0 = no adapters (full fine-tuning) */
+    double lora_alpha;   /* finetune.lora.alpha; default 16: adapters scaled by alpha/rank */
+    double lora_dropout; /* finetune.lora.dropout; default 0 (only 0 is implemented) */
+    char **lora_targets; /* finetune.lora.target_modules: qkv, proj, fc1, fc2 (default all) */
+    int n_lora_targets;
+} tr_finetune_config;
+
 /* The machine a run is planned for (plan/, `trident plan`). Optional: a preset fills every
  * field; a key set to a non-zero value replaces the preset's (0 = the preset's value). */
 typedef struct {
@@ -189,6 +201,7 @@ typedef struct {
     tr_data_config data;
     tr_logging_config logging;
     tr_checkpoint_config checkpoint;
+    tr_finetune_config finetune;
     tr_cluster_config cluster;
     tr_config_mark *marks;
     int n_marks;

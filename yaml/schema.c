@@ -31,7 +31,7 @@
      .def = dflt, .check_string = check}
 
 const char *const config_sections[] = {"model", "parallel", "training", "data", "logging",
-                                          "checkpoint", "cluster", NULL};
+                                          "checkpoint", "finetune", "cluster", NULL};
 
 static const char *const normalizations[] = {"LayerNorm", "RMSNorm", NULL};
 static const char *const position_types[] = {"learned_absolute", "rope", "alibi", NULL};
@@ -162,6 +162,16 @@ const config_key_spec config_keys[] = {
     INT("checkpoint", "save_interval", checkpoint.save_interval, 0, "0", 0, INT_MAX),
     BOOL("checkpoint", "async_save", checkpoint.async_save, "false"),
     INT("checkpoint", "keep_last", checkpoint.keep_last, 0, "0", 0, INT_MAX),
+
+    /* fine-tuning: the base, and LoRA adapters as a nested mapping (lora: {rank: 8, ...}) */
+    {.section = "finetune", .key = "load", .type = KEY_STRING, .offset = F(finetune.load),
+     .def = "", .allow_empty = 1},
+    INT("finetune", "lora.rank", finetune.lora_rank, 0, "0", 0, 65536),
+    DBL("finetune", "lora.alpha", finetune.lora_alpha, 0, "16", 0, 1, 1e9, 0),
+    DBL("finetune", "lora.dropout", finetune.lora_dropout, 0, "0", 0, 0, 1, 1),
+    {.section = "finetune", .key = "lora.target_modules", .type = KEY_STRING_LIST,
+     .offset = F(finetune.lora_targets), .count_offset = F(finetune.n_lora_targets),
+     .max_count = 4},
 
     /* cluster: 0 = the preset's value (plan/cluster.c) */
     ENUM("cluster", "preset", cluster.preset, "none", cluster_presets),

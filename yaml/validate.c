@@ -302,6 +302,45 @@ static int check_zero(const tr_config *c)
     return TR_OK;
 }
 
+/* finetune.lora: known target names, each once; what is not implemented said so. */
+static int check_finetune(const tr_config *c)
+{
+    const tr_finetune_config *f = &c->finetune;
+    static const char *const names[] = {"qkv", "proj", "fc1", "fc2"};
+    if (*f->load && c->parallel.zero_stage >= 3)
+        return bad(c, "finetune.load", "parallel.zero_stage", "finetune.load with "
+                   "parallel.zero_stage %d is not implemented; allowed: zero_stage 0-2",
+                   c->parallel.zero_stage);
+    if (f->lora_rank == 0) /* no adapters: the lora keys are unused */
+        return TR_OK;
+    for (int i = 0; i < f->n_lora_targets; i++) {
+        int k = 0;
+        while (k < 4 && strcmp(f->lora_targets[i], names[k]))
+            k++;
+        if (k == 4)
+            return bad(c, "finetune.lora.target_modules", NULL, "finetune.lora.target_modules: "
+                       "unknown module '%s'; allowed: qkv, proj, fc1, fc2 (attention input and "
+                       "output projections, MLP input and output)", f->lora_targets[i]);
+        for (int j = 0; j < i; j++)
+            if (!strcmp(f->lora_targets[i], f->lora_targets[j]))
+                return bad(c, "finetune.lora.target_modules", NULL, "finetune.lora.target_modules"
+                           " names '%s' twice", f->lora_targets[i]);
+    }
+    if (f->lora_dropout != 0)
+        return bad(c, "finetune.lora.dropout", NULL, "finetune.lora.dropout = %g: only 0 is "
+                   "implemented (adapters without dropout)", f->lora_dropout);
+    if (c->parallel.zero_stage >= 3)
+        return bad(c, "parallel.zero_stage", "finetune.lora.rank", "LoRA fine-tuning "
+                   "(finetune.lora.rank %d) with parallel.zero_stage %d is not implemented; "
+                   "allowed: zero_stage 0-2 (the adapters are small: stage 1 or 2 shards them)",
+                   f->lora_rank, c->parallel.zero_stage);
+    if (strcmp(c->training.precision, "fp32"))
+        return bad(c, "training.precision", "finetune.lora.rank", "LoRA fine-tuning with "
+                   "training.precision %s is not implemented; allowed: fp32",
+                   c->training.precision);
+    return TR_OK;
+}
+
 int config_validate(const tr_config *c)
 {
     int rc = check_model_and_tp(c);
@@ -315,5 +354,7 @@ int config_validate(const tr_config *c)
         rc = check_training(c);
     if (!rc)
         rc = check_data(c);
+    if (!rc)
+        rc = check_finetune(c);
     return rc;
 }

@@ -107,7 +107,7 @@ expect_error("unknown-key", t, pos(t, "hiden_size"),
 t = BASE + "optim:\n  lr: 1\n"
 expect_error("unknown-section", t, pos(t, "optim"),
              ["unknown section 'optim'; allowed sections: model, parallel, training, data, "
-              "logging, checkpoint, cluster"])
+              "logging, checkpoint, finetune, cluster"])
 
 # ---- config: wrong type ----
 t = replace("train_iters: 2", "train_iters: six")
@@ -201,7 +201,7 @@ expect_error("bad-utf8", t, pos(t, b"\xff"),
 
 # ---- config: empty / not a mapping ----
 EMPTY = ("empty document; expected a mapping with sections model, parallel, training, data, "
-         "logging, checkpoint, cluster")
+         "logging, checkpoint, finetune, cluster")
 expect_error("empty-file", "", (1, 1), [EMPTY])
 expect_error("comments-only", "# nothing here\n\n   \n", (1, 1), [EMPTY])
 expect_error("document-list", "- model\n- training\n", (1, 1),

@@ -25,10 +25,10 @@ static void test_unknown_keys_and_sections(void **state)
     assert_null(strstr(tr_errmsg(), "did you mean")); /* nothing close: no suggestion */
     E("modle:\n  num_layers: 4\n", "t.yaml:1:1: ",
       "unknown section 'modle'; allowed sections: model, parallel, training, data, logging, "
-      "checkpoint, cluster (did you mean 'model'?)");
+      "checkpoint, finetune, cluster (did you mean 'model'?)");
     E(TR_T_REQUIRED "lr: 3\n", "t.yaml:12:1: ",
       "unknown section 'lr'; allowed sections: model, parallel, training, data, logging, "
-      "checkpoint, cluster ('lr' is a key of section 'training')");
+      "checkpoint, finetune, cluster ('lr' is a key of section 'training')");
     E(TR_T_REQUIRED "[a, b]: 1\n", "t.yaml:12:1: ",
       "a section name is a list; allowed sections: model,");
     E(TR_T_REQUIRED "~: 1\n", "t.yaml:12:1: ", "a section name is an empty value");
@@ -296,7 +296,7 @@ static void test_override_errors(void **state)
        "unknown key 'nope' in section 'model'; allowed keys: num_layers,");
     EO("modle.num_layers=1", "--set modle.num_layers: ",
        "unknown section 'modle'; allowed sections: model, parallel, training, data, logging, "
-       "checkpoint, cluster (did you mean 'model'?)");
+       "checkpoint, finetune, cluster (did you mean 'model'?)");
     EO("training.lrr=1", "--set training.lrr: ", "(did you mean 'lr'?)");
     EO("lr=3e-4", "--set 'lr=3e-4': ", "expected SECTION.KEY=VALUE; did you mean --set training.lr=...?");
     EO("training.lr", "--set 'training.lr': ", "expected SECTION.KEY=VALUE (e.g. training.lr=3e-4)");
