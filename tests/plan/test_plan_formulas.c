@@ -49,6 +49,34 @@ static void test_activation_bytes(void **state)
                  1e-15);
 }
 
+/* Llama-3-70B's layer: GQA's qkv (h + 2 x 8 groups x 128), SwiGLU's three matrices of
+ * width 28672: 855,638,016 matrix parameters, 2 FLOPs each per token, plus attention. */
+static void test_family_flops(void **state)
+{
+    (void)state;
+    tr_model_config m = {.num_layers = 80, .hidden_size = 8192, .num_attention_heads = 64,
+                         .num_query_groups = 8, .seq_length = 8192,
+                         .max_position_embeddings = 8192, .vocab_size = 128256,
+                         .make_vocab_size_divisible_by = 128, .normalization = "RMSNorm",
+                         .position_embedding_type = "rope", .swiglu = 1,
+                         .ffn_hidden_size = 28672, .untie_embeddings_and_output_weights = 1};
+    double per_layer = 8192.0 * (10240 + 8192 + 57344 + 28672);
+    assert_close(per_layer, 855638016.0, 0);
+    assert_close(tr_plan_layer_forward_flops_model(&m, 8192, 1),
+                 2 * 8192.0 * per_layer + 4.0 * 8192 * 8192.0 * 8192, 1e-15);
+    /* parameters: 80 layers (matrices and two RMSNorm weights), embedding, final norm,
+     * untied output layer: 70.55B with the real vocabulary */
+    assert_close(tr_plan_model_params(&m, 128256),
+                 80 * (per_layer + 2 * 8192.0) + 2 * 128256 * 8192.0 + 8192, 1e-15);
+    /* GPT-2's switches through the family path: the closed forms */
+    tr_model_config g = {.num_layers = 2, .hidden_size = 64, .num_attention_heads = 4,
+                         .seq_length = 16, .max_position_embeddings = 16, .vocab_size = 100,
+                         .normalization = "LayerNorm", .position_embedding_type =
+                         "learned_absolute", .num_query_groups = 4, .add_bias_linear = 1};
+    assert_close(tr_plan_layer_forward_flops_model(&g, 16, 2), tr_plan_layer_forward_flops(16, 2, 64),
+                 1e-15);
+}
+
 static void test_flops(void **state)
 {
     (void)state;
@@ -158,6 +186,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_state_bytes), cmocka_unit_test(test_activation_bytes),
         cmocka_unit_test(test_flops),       cmocka_unit_test(test_params),
+        cmocka_unit_test(test_family_flops),
         cmocka_unit_test(test_collectives), cmocka_unit_test(test_dp_overlap),
         cmocka_unit_test(test_names),
     };
