@@ -129,3 +129,47 @@ void cu_attention_gqa_backward_bf16(tr_stream s, float *dqkv, float *datt, const
 {
     backward(s, CU_GEMM_FAST_BF16, dqkv, datt, dout, qkv, att, B, T, NH, NG, HS);
 }
+
+/* Generation: the groups' new keys/values into the (B, NG, max_T, HS) caches, then per
+ * (batch, head) S (n, L) = scale Q_h K_g[0:L]^T, ALiBi, the offset causal softmax,
+ * O_h = P_h V_g[0:L]. The CPU twin is kernels/cpu/attention.c's cpu_attention_gqa_decode. */
+static void decode(tr_stream s, cu_gemm_mode mode, float *out, float *kc, float *vc,
+                   float *scores, const float *qkv, const float *alibi, int B, int n, int past,
+                   int max_T, int NH, int NG, int HS)
+{
+    cudaStream_t st = cu_shared_stream(s, "attention_gqa_decode");
+    gqa_dims d = dims_of(B, n, NH, NG, HS);
+    int L = past + n;
+    long long SL = (long long)n * L;
+    cu_kv_append_gqa(st, kc, vc, qkv, B, n, NG, d.R, HS, past, max_T);
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < NH; h++) {
+            const float *k = kc + ((size_t)b * NG + (size_t)(h / d.R)) * max_T * HS;
+            cu_gemm_ex(st, mode, 0, 1, n, L, HS, d.scale, qkv + (size_t)b * n * d.C3 + q_at(&d, h),
+                       d.C3, 0, k, HS, 0, 0.0f, scores + ((size_t)b * NH + h) * SL, L, 0, 1);
+        }
+    if (alibi)
+        cu_alibi_add_decode(st, scores, alibi, B * NH * n, NH, n, L, past);
+    cu_softmax_decode(st, scores, B * NH * n, L, n, past);
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < NH; h++) {
+            const float *v = vc + ((size_t)b * NG + (size_t)(h / d.R)) * max_T * HS;
+            cu_gemm_ex(st, mode, 0, 0, n, HS, L, 1.0f, scores + ((size_t)b * NH + h) * SL, L, 0, v,
+                       HS, 0, 0.0f, out + (size_t)b * n * d.C + (size_t)h * HS, d.C, 0, 1);
+        }
+}
+
+void cu_attention_gqa_decode_fp32(tr_stream s, float *out, float *kcache, float *vcache,
+                                  float *scores, const float *qkv, const float *alibi, int B,
+                                  int n, int past, int max_T, int NH, int NG, int HS)
+{
+    decode(s, CU_GEMM_FP32, out, kcache, vcache, scores, qkv, alibi, B, n, past, max_T, NH, NG, HS);
+}
+
+void cu_attention_gqa_decode_bf16(tr_stream s, float *out, float *kcache, float *vcache,
+                                  float *scores, const float *qkv, const float *alibi, int B,
+                                  int n, int past, int max_T, int NH, int NG, int HS)
+{
+    decode(s, CU_GEMM_FAST_BF16, out, kcache, vcache, scores, qkv, alibi, B, n, past, max_T, NH,
+           NG, HS);
+}

@@ -67,6 +67,14 @@ void cu_rope(tr_stream s, float *qkv, const float *cos, const float *sin, int B,
 /* rows of B*NH*T scores (T each): row (b, h, t) += slope_h * (j - t) for keys j <= t */
 void cu_alibi_add(cudaStream_t st, float *att, const float *slopes, int rows, int T, int NH);
 
+/* Generation with grouped heads: the groups' new keys/values (qkv (B, n, NG, R+2, HS)) into
+ * rows [past, past + n) of the caches (B, NG, max_T, HS); ALiBi on decode scores (rows
+ * (b, h, i) of L keys, new row i at position past + i). */
+void cu_kv_append_gqa(cudaStream_t st, float *kc, float *vc, const float *qkv, int B, int n,
+                      int NG, int R, int HS, int past, int max_T);
+void cu_alibi_add_decode(cudaStream_t st, float *scores, const float *slopes, int rows, int NH,
+                         int n, int L, int past);
+
 /* ---- attention_gqa.c: grouped query heads and ALiBi (kernels.h, attention_gqa_*) */
 void cu_attention_gqa_forward_fp32(tr_stream s, float *out, float *att, const float *qkv,
                                    const float *alibi, int B, int T, int NH, int NG, int HS,
@@ -80,6 +88,12 @@ void cu_attention_gqa_forward_bf16(tr_stream s, float *out, float *att, const fl
 void cu_attention_gqa_backward_bf16(tr_stream s, float *dqkv, float *datt, const float *dout,
                                     const float *qkv, const float *att, int B, int T, int NH,
                                     int NG, int HS);
+void cu_attention_gqa_decode_fp32(tr_stream s, float *out, float *kcache, float *vcache,
+                                  float *scores, const float *qkv, const float *alibi, int B,
+                                  int n, int past, int max_T, int NH, int NG, int HS);
+void cu_attention_gqa_decode_bf16(tr_stream s, float *out, float *kcache, float *vcache,
+                                  float *scores, const float *qkv, const float *alibi, int B,
+                                  int n, int past, int max_T, int NH, int NG, int HS);
 
 /* ---- elementwise.cu */
 void cu_add(tr_stream s, float *out, const float *a, const float *b, size_t n);

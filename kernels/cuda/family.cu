@@ -113,7 +113,58 @@ __global__ void alibi_add_kernel(float *att, const float *slopes, size_t rows, i
     }
 }
 
+// keys and values of n new positions of each group (qkv (B, n, NG, R+2, HS)) into rows
+// [past, past + n) of the caches (B, NG, max_T, HS)
+__global__ void kv_append_gqa_kernel(float *kc, float *vc, const float *qkv, int n, int NG, int R,
+                                     int HS, int past, int max_T)
+{
+    int e = blockIdx.x * blockDim.x + threadIdx.x, i = blockIdx.y, bg = blockIdx.z;
+    if (e >= HS)
+        return;
+    int b = bg / NG, g = bg % NG;
+    const float *key = qkv + ((size_t)b * n + i) * NG * (R + 2) * HS + ((size_t)g * (R + 2) + R) * HS;
+    size_t at = ((size_t)bg * max_T + past + i) * HS + e;
+    kc[at] = key[e];
+    vc[at] = key[HS + e];
+}
+
+// decode scores, rows (b, h, i) of L keys: + slope_h (j - (past + i)) for j <= past + i
+__global__ void alibi_decode_kernel(float *scores, const float *slopes, size_t rows, int NH, int n,
+                                    int L, int past)
+{
+    size_t total = rows * (size_t)L;
+    TR_CU_GRID_STRIDE(e, total)
+    {
+        size_t r = e / (size_t)L;
+        int j = (int)(e % (size_t)L), i = (int)(r % (size_t)n), h = (int)(r / (size_t)n % NH);
+        int t = past + i;
+        if (j <= t)
+            scores[e] += slopes[h] * (float)(j - t);
+    }
+}
+
 } // namespace
+
+void cu_kv_append_gqa(cudaStream_t st, float *kc, float *vc, const float *qkv, int B, int n,
+                      int NG, int R, int HS, int past, int max_T)
+{
+    if (B <= 0 || n <= 0)
+        return;
+    dim3 grid((HS + 127) / 128, n, B * NG);
+    kv_append_gqa_kernel<<<grid, 128, 0, st>>>(kc, vc, qkv, n, NG, R, HS, past, max_T);
+    cu_launched("attention_gqa_decode (cache append)");
+}
+
+void cu_alibi_add_decode(cudaStream_t st, float *scores, const float *slopes, int rows, int NH,
+                         int n, int L, int past)
+{
+    size_t total = (size_t)rows * (size_t)L;
+    if (!total)
+        return;
+    alibi_decode_kernel<<<tr_cu_blocks(total), CU_THREADS, 0, st>>>(scores, slopes, (size_t)rows,
+                                                                    NH, n, L, past);
+    cu_launched("alibi (decode)");
+}
 
 void cu_alibi_add(cudaStream_t st, float *att, const float *slopes, int rows, int T, int NH)
 {

@@ -30,6 +30,7 @@ static const tr_kernels cuda_bf16_table = {
     .attention_decode = cu_attention_decode_bf16,
     .attention_gqa_forward = cu_attention_gqa_forward_bf16,
     .attention_gqa_backward = cu_attention_gqa_backward_bf16,
+    .attention_gqa_decode = cu_attention_gqa_decode_bf16,
 };
 
 static const tr_kernels cuda_fp32_table = {
@@ -41,6 +42,7 @@ static const tr_kernels cuda_fp32_table = {
     .attention_decode = cu_attention_decode_fp32,
     .attention_gqa_forward = cu_attention_gqa_forward_fp32,
     .attention_gqa_backward = cu_attention_gqa_backward_fp32,
+    .attention_gqa_decode = cu_attention_gqa_decode_fp32,
 };
 
 const tr_kernels *tr_kernels_cuda(tr_cuda_precision precision)

@@ -325,6 +325,34 @@ static void test_attention_gqa(const tr_kernels *k, int B, int T, int NH, int NG
     free(qkv), free(dout), free(slopes), free(out), free(att), free(datt), free(dqkv);
 }
 
+/* generation with grouped heads and ALiBi: n new positions after past cached ones */
+static void test_attention_gqa_decode(const tr_kernels *k, int B, int n, int past, int max_T,
+                                      int NH, int NG, int HS)
+{
+    int R = NH / NG, L = past + n;
+    size_t nq = (size_t)B * n * NG * (R + 2) * HS, no = (size_t)B * n * NH * HS;
+    size_t nc = (size_t)B * NG * max_T * HS, ns = (size_t)B * NH * n * L;
+    float *qkv = host(nq, -1, 1), *kc = host(nc, -1, 1), *vc = host(nc, -1, 1);
+    float *slopes = host((size_t)NH, 0.01f, 0.5f), *out = malloc(no * 4), *sc = malloc(ns * 4);
+    float *gq = dev(k, qkv, nq * 4), *gk = dev(k, kc, nc * 4), *gv = dev(k, vc, nc * 4);
+    float *gsl = dev(k, slopes, (size_t)NH * 4), *gout = dev(k, NULL, no * 4),
+          *gsc = dev(k, NULL, ns * 4);
+    CPU->attention_gqa_decode(NULL, out, kc, vc, sc, qkv, slopes, B, n, past, max_T, NH, NG, HS);
+    k->attention_gqa_decode(NULL, gout, gk, gv, gsc, gq, gsl, B, n, past, max_T, NH, NG, HS);
+    char what[96];
+    snprintf(what, sizeof what, "attention_gqa_decode B%d n%d past%d NH%d NG%d", B, n, past, NH,
+             NG);
+    float *got = back(k, gout, no);
+    compare(what, k, got, out, no, tol_of(k));
+    free(got);
+    snprintf(what, sizeof what, "attention_gqa_decode key cache B%d n%d past%d", B, n, past);
+    got = back(k, gk, nc);
+    compare(what, k, got, kc, nc, TOL_FP32);
+    free(got);
+    k->free(gq), k->free(gk), k->free(gv), k->free(gsl), k->free(gout), k->free(gsc);
+    free(qkv), free(kc), free(vc), free(slopes), free(out), free(sc);
+}
+
 /* ---------------------------------------------------------------- attention */
 
 /* packed: segment ids (runs of 7, 12, 17, ... tokens per row b) restrict the attention */
@@ -670,6 +698,8 @@ int main(void)
     test_attention_gqa(F32, 1, 70, 6, 6, 16, 1); /* Bloom: 6 heads, ALiBi */
     test_attention_gqa(F32, 2, 33, 8, 1, 32, 1); /* multi-query */
     test_attention_gqa(BF16, 2, 64, 4, 2, 16, 1);
+    test_attention_gqa_decode(F32, 2, 3, 5, 16, 4, 2, 16);
+    test_attention_gqa_decode(F32, 1, 1, 40, 64, 6, 6, 32);
     test_attention_decode(F32, 2, 3, 5, 16, 4, 16);   /* a few new positions after a cache */
     test_attention_decode(F32, 1, 1, 200, 257, 2, 64); /* one token after 200 */
     test_attention_decode(F32, 2, 64, 0, 64, 4, 16);  /* a prompt at once */
