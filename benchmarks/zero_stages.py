@@ -25,6 +25,7 @@ ap = argparse.ArgumentParser()
 ap.add_argument("--seq", type=int, default=64)
 ap.add_argument("--iters", type=int, default=4)
 ap.add_argument("--dp", type=int, default=4)
+ap.add_argument("--rounds", type=int, default=2, help="alternating rounds; each keeps its best")
 a = ap.parse_args()
 work = tt.fresh_dir(os.path.join(ROOT, "runs", "bench", "zero"))
 prefix = tt.make_corpus(TRIDENT, work, 5, ["zero", "stage", "shard", "gather"], 300, 40, 200)
@@ -59,9 +60,18 @@ def plan(extra):
     return json.loads(out)["memory_breakdown"]
 
 
+load0 = os.getloadavg()[0]
+RUNS = [(f"z{z}", {"parallel.zero_stage": z}) for z in (0, 1, 2, 3)] + \
+    [("z3-noprefetch", {"parallel.zero_stage": 3, "parallel.zero_prefetch": "false"})]
+best = {}
+for r in range(a.rounds):  # alternating order, so slow phases of a busy machine hit every run
+    for name, extra in (RUNS if r % 2 == 0 else RUNS[::-1]):
+        ms, s = train(name, extra)
+        if name not in best or ms < best[name][0]:
+            best[name] = (ms, s)
 rows, base_ms = [], None
 for z in (0, 1, 2, 3):
-    ms, s = train(f"z{z}", {"parallel.zero_stage": z})
+    ms, s = best[f"z{z}"]
     base_ms = base_ms or ms
     m, c, p = s["memory_mb_per_rank"][0], s["zero_per_rank"][0], plan({"parallel.zero_stage": z})
     pp = {k: p[f"{k}_bytes"] / MiB for k in ("weights", "gradients", "optimizer")}
@@ -70,15 +80,14 @@ for z in (0, 1, 2, 3):
     wire = c["dp_allreduce_bytes_last_iter"] * 2 * (a.dp - 1) / a.dp + \
         (c["dp_reduce_scatter_bytes_last_iter"] + c["dp_allgather_bytes_last_iter"]) * (a.dp - 1) / a.dp
     rows.append((z, ms, ms / base_ms, m, pp, state, pstate, m["peak"], wire / MiB, c))
-hidden = None
-if rows[3][9]["param_gathers"]:
-    ms_np, s_np = train("z3-noprefetch", {"parallel.zero_stage": 3, "parallel.zero_prefetch": "false"})
-    w_on, w_off = rows[3][9]["param_gather_wait_s"], s_np["zero_per_rank"][0]["param_gather_wait_s"]
-    hidden = (w_on, w_off, 1 - w_on / w_off if w_off > 0 else float("nan"), ms_np)
+ms_np, s_np = best["z3-noprefetch"]
+w_on, w_off = rows[3][9]["param_gather_wait_s"], s_np["zero_per_rank"][0]["param_gather_wait_s"]
+hidden = (w_on, w_off, 1 - w_on / w_off if w_off > 0 else float("nan"), ms_np)
 
 print(f"GPT-2 124M, seq {a.seq}, DP{a.dp}, micro-batch 1 (one per rank), {a.iters} iterations "
-      f"(median of the last {a.iters - 1}); rank 0; MiB; plan = `trident plan --set "
-      f"cluster.preset=cpu-host` for the same config\n")
+      f"(median of the last {a.iters - 1}; best of {a.rounds} alternating rounds); rank 0; MiB; "
+      f"plan = `trident plan --set cluster.preset=cpu-host` for the same config; load average "
+      f"{load0:.2f} at start, {os.getloadavg()[0]:.2f} at end\n")
 print("| stage | ms/iter | vs stage 0 | parameters (plan) | gradients (plan) | optimizer (plan) | "
       "model state (plan, diff) | peak | DP wire MiB/iter |")
 print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
