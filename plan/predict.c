@@ -88,6 +88,10 @@ static int check_layout(const tr_config *cfg, const tr_plan_layout *L, int world
         return tr_fail(TR_ERR_CONFIG,
                        "TP %d does not divide num_attention_heads %d and hidden_size %d", L->tp,
                        m->num_attention_heads, m->hidden_size);
+    int groups = m->num_query_groups > 0 ? m->num_query_groups : m->num_attention_heads;
+    if (groups % L->tp || tr_model_ffn_hidden(m) % L->tp)
+        return tr_fail(TR_ERR_CONFIG, "TP %d does not divide num_query_groups %d and the MLP "
+                       "width %d", L->tp, groups, tr_model_ffn_hidden(m));
     if (L->pp * L->v > m->num_layers)
         return tr_fail(TR_ERR_CONFIG, "PP %d x %d chunks is more than num_layers %d", L->pp,
                        L->v, m->num_layers);

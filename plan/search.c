@@ -139,6 +139,13 @@ int tr_plan_search(const tr_config *cfg, int world, const tr_plan_cluster *c,
             rc = add_rejected(&S, &L, why);
             continue;
         }
+        int groups = m->num_query_groups > 0 ? m->num_query_groups : m->num_attention_heads;
+        if (groups % tp || tr_model_ffn_hidden(m) % tp) { /* GQA: whole key/value heads */
+            snprintf(why, sizeof why, "TP %d does not divide num_query_groups %d and the MLP "
+                     "width %d", tp, groups, tr_model_ffn_hidden(m));
+            rc = add_rejected(&S, &L, why);
+            continue;
+        }
         for (int pp = 1; pp <= world / tp && !rc; pp++) {
             if ((world / tp) % pp)
                 continue;
