@@ -278,3 +278,74 @@ int tr_hf_export(const char *ckpt_dir, const char *hf_dir, const tr_hf_export_op
         *iteration = it;
     return rc;
 }
+
+/* ------------------------------------------------------------------ LoRA (hf/lora.c) */
+
+int tr_hf_export_lora(const char *ckpt_dir, const char *hf_dir, const tr_config *cfg, int merge,
+                      const tr_hf_export_options *o, int *iteration)
+{
+    tr_config one = *cfg; /* the whole model on one rank (shallow: nothing freed here) */
+    one.parallel.tensor_model_parallel_size = 1;
+    one.parallel.sequence_parallel = 0;
+    const tr_model_config *mc = &cfg->model;
+    tr_gpt_shape s;
+    tr_gpt *g = NULL, *plain = NULL;
+    float *params = NULL, *merged = NULL;
+    int it = 0, family = tr_hf_family_of(mc);
+    out_dir od;
+    int rc = tr_gpt_shape_from_config(&one, 0, mc->num_layers, 0, &s);
+    if (!rc && !s.lora_rank)
+        rc = tr_fail(TR_ERR_INVALID, "--merge-lora and --adapters-only need the run's config "
+                     "with finetune.lora.rank >= 1 (--config)");
+    if (!rc && merge && !*cfg->finetune.load)
+        rc = tr_fail(TR_ERR_INVALID, "--merge-lora needs the base model: finetune.load in the "
+                     "config");
+    if (!rc && family < 0)
+        rc = tr_fail(TR_ERR_INVALID, "the config's model is neither GPT-2, Llama nor Bloom: "
+                     "transformers has no such model to export to");
+    s.recompute = s.recompute_attention = 0;
+    if (!rc)
+        rc = tr_gpt_create(&s, tr_kernels_cpu(), NULL, &g);
+    size_t n = rc ? 0 : tr_gpt_num_params(g);
+    if (!rc && !(params = malloc(n * sizeof(float) + 1)))
+        rc = tr_fail(TR_ERR_NOMEM, "out of memory for %zu adapter parameters", n);
+    if (!rc) {
+        tr_gpt_bind(g, params, NULL);
+        rc = tr_checkpoint_load_model(ckpt_dir, g, tr_kernels_cpu(), params, &it);
+    }
+    if (!rc && !merge && !(rc = out_begin(hf_dir, &od)))
+        rc = out_end(&od, tr_hf_write_lora_adapter(od.tmp, g, params));
+    if (!rc && merge) {
+        tr_gpt_shape ps = s;
+        ps.lora_rank = 0;
+        if (!(rc = tr_checkpoint_load_base(cfg->finetune.load, g, tr_kernels_cpu())) &&
+            !(rc = tr_gpt_create(&ps, tr_kernels_cpu(), NULL, &plain))) {
+            size_t pn = tr_gpt_num_params(plain);
+            if (!(merged = malloc(pn * sizeof(float) + 1)))
+                rc = tr_fail(TR_ERR_NOMEM, "out of memory for %zu parameters", pn);
+            else
+                tr_gpt_bind(plain, merged, NULL);
+        }
+        if (!rc)
+            rc = tr_hf_merge_lora(g, plain, merged);
+        if (!rc && !(rc = out_begin(hf_dir, &od))) {
+            if (family == TR_HF_GPT2) {
+                rc = write_weights(od.tmp, plain, merged, o);
+                if (!rc)
+                    rc = write_config(od.tmp, mc, o);
+            } else {
+                rc = tr_hf_write_family(od.tmp, family, plain, merged, mc, o);
+            }
+            if (!rc)
+                rc = write_generation_config(od.tmp, o);
+            rc = out_end(&od, rc);
+        }
+    }
+    tr_gpt_free(plain);
+    tr_gpt_free(g);
+    free(merged);
+    free(params);
+    if (!rc && iteration)
+        *iteration = it;
+    return rc;
+}

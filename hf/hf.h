@@ -195,6 +195,17 @@ struct tr_hf_export_options {
     const tr_model_config *model;
 };
 
+/* LoRA (hf/lora.c). A LoRA run's checkpoint (its adapters) with the run's config cfg
+ * (finetune.lora.*, and finetune.load: the base) -> hf_dir: merge 0: PEFT's adapter
+ * (adapter_config.json + adapter_model.safetensors, GPT-2 only); merge 1: the base with
+ * W += (alpha/r) B A written as tr_hf_export writes a model (any family). */
+TR_MUST_CHECK int tr_hf_export_lora(const char *ckpt_dir, const char *hf_dir, const tr_config *cfg,
+                                    int merge, const tr_hf_export_options *o, int *iteration);
+/* PEFT's adapter files of g's adapters (whole GPT-2 model with LoRA, host params) into dir. */
+TR_MUST_CHECK int tr_hf_write_lora_adapter(const char *dir, tr_gpt *g, const float *params);
+/* plain (the same shape without LoRA, bound to plain_params) := g's base + its adapters. */
+TR_MUST_CHECK int tr_hf_merge_lora(tr_gpt *g, tr_gpt *plain, float *plain_params);
+
 /* HF GPT-2 folder -> trident release checkpoint at ckpt_dir; *model (may be NULL) gets the
  * model's sizes for the training config. */
 TR_MUST_CHECK int tr_hf_import(const char *hf_dir, const char *ckpt_dir, tr_model_config *model);

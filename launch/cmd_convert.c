@@ -43,6 +43,10 @@ static void convert_usage(FILE *f)
             "                         (Llama: RMSNorm, rope, swiglu, ...; Bloom: alibi,\n"
             "                         embedding_layernorm) say which model to write (default:\n"
             "                         GPT-2). --from hf reads GPT-2, Llama and Bloom folders.\n"
+            "  --merge-lora           --to hf with --config of a LoRA run (finetune.lora,\n"
+            "                         finetune.load): the base with the adapters merged in\n"
+            "  --adapters-only        --to hf with --config of a LoRA run: PEFT's\n"
+            "                         adapter_config.json + adapter_model.safetensors (GPT-2)\n"
             "  -h, --help             this text\n"
             "\n"
             "Exit status: 0 success, 1 runtime failure (disk, memory), 2 bad usage or input (a\n"
@@ -105,18 +109,19 @@ static void print_model_section(const tr_model_config *m)
 
 int tr_cmd_convert(int argc, char **argv)
 {
-    enum { FROM, TO, INPUT, OUTPUT, DTYPE, SHARD, EOS, CONFIG };
+    enum { FROM, TO, INPUT, OUTPUT, DTYPE, SHARD, EOS, CONFIG, MERGE, ADAPTERS };
     static const arg_opt options[] = {
         [FROM] = {"--from", ARG_VALUE},   [TO] = {"--to", ARG_VALUE},
         [INPUT] = {"--input", ARG_VALUE}, [OUTPUT] = {"--output", ARG_VALUE},
         [DTYPE] = {"--dtype", ARG_VALUE}, [SHARD] = {"--max-shard-size", ARG_VALUE},
-        [EOS] = {"--eos-id", ARG_VALUE},  [CONFIG] = {"--config", ARG_VALUE}, {NULL},
+        [EOS] = {"--eos-id", ARG_VALUE},  [CONFIG] = {"--config", ARG_VALUE},
+        [MERGE] = {"--merge-lora", ARG_FLAG}, [ADAPTERS] = {"--adapters-only", ARG_FLAG}, {NULL},
     };
     arg_parser a = {.cmd = "trident convert", .opts = options, .usage = convert_usage,
                     .argc = argc, .argv = argv};
     const char *from = NULL, *to = NULL, *input = NULL, *output = NULL, *config = NULL, *v;
     tr_hf_export_options o = {.max_shard_bytes = 5000000000ULL, .eos_token_id = -1};
-    int rc = 0, opt, export_opts = 0;
+    int rc = 0, opt, export_opts = 0, merge = 0, adapters = 0;
     while (!rc && (opt = args_next(&a, &v)) != ARGS_END) {
         if (opt == ARGS_HELP || opt == ARGS_ERROR)
             return opt == ARGS_HELP ? 0 : 2;
@@ -145,6 +150,9 @@ int tr_cmd_convert(int argc, char **argv)
         } else if (opt == CONFIG) {
             export_opts = 1;
             config = v;
+        } else if (opt == MERGE || opt == ADAPTERS) {
+            export_opts = 1;
+            *(opt == MERGE ? &merge : &adapters) = 1;
         } else if (opt == EOS) {
             export_opts = 1;
             rc = args_int(&a, "--eos-id", v, 0, 0x7fffffff, &o.eos_token_id);
@@ -156,6 +164,11 @@ int tr_cmd_convert(int argc, char **argv)
         rc = args_error(&a, "--input and --output are both needed");
     if (!rc && from && export_opts)
         rc = args_error(&a, "--dtype, --max-shard-size, --eos-id and --config apply to --to hf");
+    if (!rc && merge && adapters)
+        rc = args_error(&a, "--merge-lora and --adapters-only exclude each other");
+    if (!rc && (merge || adapters) && !config)
+        rc = args_error(&a, "%s needs --config: the LoRA run's config (finetune.lora, "
+                        "finetune.load)", merge ? "--merge-lora" : "--adapters-only");
     if (rc)
         return rc;
     tr_config cfg;
@@ -171,7 +184,10 @@ int tr_cmd_convert(int argc, char **argv)
     double t0 = tr_now();
     tr_model_config m = {0};
     int iteration = 0;
-    rc = from ? tr_hf_import(input, output, &m) : tr_hf_export(input, output, &o, &iteration);
+    if (merge || adapters)
+        rc = tr_hf_export_lora(input, output, &cfg, merge, &o, &iteration);
+    else
+        rc = from ? tr_hf_import(input, output, &m) : tr_hf_export(input, output, &o, &iteration);
     if (have_cfg)
         tr_config_free(&cfg);
     if (rc) {

@@ -36,6 +36,7 @@ static void train_usage(FILE *f)
             "  --quiet                  no per-iteration lines\n"
             "  --dump-grads DIR         write iteration 1's reduced gradients (per rank, with\n"
             "                           shard layout) to DIR, for layout-equivalence checks\n"
+            "  --dump-grads-iters N     with --dump-grads: iterations 2..N too, into DIR/iter_K\n"
             "  -h, --help               this text\n"
             "\n"
             "Each iteration prints one line (iteration, loss, lr, grad norm, ms/iter, tokens/s,\n"
@@ -47,13 +48,14 @@ static int exit_code_for(int rc) { return rc == TR_ERR_CONFIG || rc == TR_ERR_IN
 
 int tr_cmd_train(int argc, char **argv)
 {
-    enum { SET, RUN_DIR, NPROC, MAX_RESTARTS, DUMP_GRADS, QUIET };
+    enum { SET, RUN_DIR, NPROC, MAX_RESTARTS, DUMP_GRADS, DUMP_GRADS_ITERS, QUIET };
     static const arg_opt options[] = {
         [SET] = {"--set", ARG_VALUE},
         [RUN_DIR] = {"--run-dir", ARG_VALUE},
         [NPROC] = {"--nproc", ARG_VALUE},
         [MAX_RESTARTS] = {"--max-restarts", ARG_VALUE},
         [DUMP_GRADS] = {"--dump-grads", ARG_VALUE},
+        [DUMP_GRADS_ITERS] = {"--dump-grads-iters", ARG_VALUE},
         [QUIET] = {"--quiet", ARG_FLAG},
         {NULL},
     };
@@ -61,7 +63,7 @@ int tr_cmd_train(int argc, char **argv)
                  .argv = argv};
     const char *config_path = NULL, *run_dir = NULL, *dump_grads = NULL, *v;
     const char **overrides = calloc((size_t)argc + 1, sizeof *overrides);
-    int n_overrides = 0, quiet = 0, nproc = 0, max_restarts = 0, rc = 0, o;
+    int n_overrides = 0, quiet = 0, nproc = 0, max_restarts = 0, dump_grads_iters = 1, rc = 0, o;
     if (!overrides)
         return 1;
     while (!rc && (o = args_next(&a, &v)) != ARGS_END) {
@@ -79,6 +81,8 @@ int tr_cmd_train(int argc, char **argv)
             rc = args_int(&a, "--max-restarts", v, 0, 1000, &max_restarts);
         else if (o == DUMP_GRADS)
             dump_grads = v;
+        else if (o == DUMP_GRADS_ITERS)
+            rc = args_int(&a, "--dump-grads-iters", v, 1, 1000000, &dump_grads_iters);
         else if (o == QUIET)
             quiet = 1;
         else if (config_path)
@@ -129,7 +133,8 @@ int tr_cmd_train(int argc, char **argv)
         snprintf(default_dir, sizeof default_dir, "runs/%.*s", (int)len, base);
         run_dir = default_dir;
     }
-    tr_train_options opts = {.run_dir = run_dir, .quiet = quiet, .dump_grads_dir = dump_grads};
+    tr_train_options opts = {.run_dir = run_dir, .quiet = quiet, .dump_grads_dir = dump_grads,
+                             .dump_grads_iters = dump_grads_iters};
     rc = tr_train_run(&cfg, &opts);
     tr_config_free(&cfg);
     if (rc) {

@@ -147,6 +147,11 @@ int tr_train_run(const tr_config *cfg, const tr_train_options *opts)
         rc = tr_engine_forward_backward(e, it, &s.loss);
         if (!rc && it == 1 && opts->dump_grads_dir)
             rc = train_dump_gradients(e, opts->dump_grads_dir);
+        if (!rc && it > 1 && it <= opts->dump_grads_iters && opts->dump_grads_dir) {
+            char sub[4200];
+            snprintf(sub, sizeof sub, "%s/iter_%d", opts->dump_grads_dir, it);
+            rc = train_dump_gradients(e, sub);
+        }
         if (!rc)
             rc = tr_engine_optimizer_step(e, it, &s);
         if (!rc)

@@ -59,6 +59,8 @@ typedef struct {
     const char *dump_grads_dir; /* non-NULL: after iteration 1's reduction every rank writes
                                  * its gradient there (grads.rankR.bin + .json: tensor shard
                                  * layout and the ZeRO-1 range it owns), for layout tests */
+    int dump_grads_iters; /* 0 or 1: iteration 1 only; N > 1: also iterations 2..N, each
+                           * into dump_grads_dir/iter_K (oracles of several steps) */
 } tr_train_options;
 
 TR_MUST_CHECK int tr_engine_create(const tr_config *cfg, tr_engine **out);

@@ -7,6 +7,10 @@
  *       the same for the model of CONFIG (any family: its model section, one stage, no TP)
  *       from the latest checkpoint of its checkpoint.load, B sequences of seq_length, through
  *       the training forward (tr_gpt_forward_logits)
+ *       (LoRA: the base from finetune.load, the adapters from checkpoint.load or initial)
+ *   hf_probe lora-init CONFIG OUTDIR
+ *       the initial adapters of CONFIG's LoRA model in PEFT's format (adapter_config.json,
+ *       adapter_model.safetensors), for the peft oracle
  *   hf_probe batch CONFIG OUT [KEY=VALUE]...
  *       the tokens of iteration 1 (int32; per micro-batch its inputs then its targets, each
  *       (micro_batch_size, seq_length)) as a single-process engine of CONFIG reads them
@@ -109,8 +113,12 @@ static int logits_config(const char *config, const char *tokens_path, int B, con
     if (!tok || !lg || !params)
         return fail("out of memory");
     tr_gpt_bind(g, params, NULL);
-    if (tr_checkpoint_load_model(cfg.checkpoint.load, g, k, params, NULL))
+    if (tr_gpt_init_params(g)) /* LoRA without checkpoint.load: the initial adapters */
+        return fail("init");
+    if (*cfg.checkpoint.load && tr_checkpoint_load_model(cfg.checkpoint.load, g, k, params, NULL))
         return fail(cfg.checkpoint.load);
+    if (*cfg.finetune.load && tr_checkpoint_load_base(cfg.finetune.load, g, k))
+        return fail(cfg.finetune.load);
     if (read_all(tokens_path, tok, n_tok * sizeof *tok) || tr_gpt_acts_create(g, B, &a) ||
         tr_gpt_forward_logits(g, a, tok, lg) || write_all(out, lg, n_out * sizeof *lg))
         return fail("logits");
@@ -119,6 +127,32 @@ static int logits_config(const char *config, const char *tokens_path, int B, con
     k->free(params);
     free(tok);
     free(lg);
+    tr_config_free(&cfg);
+    return 0;
+}
+
+/* The initial adapters of CONFIG's LoRA model (whole, TP 1) in PEFT's format into OUTDIR. */
+static int lora_init(const char *config, const char *outdir)
+{
+    tr_config cfg;
+    if (tr_config_load(config, NULL, 0, &cfg))
+        return fail(config);
+    cfg.parallel.tensor_model_parallel_size = 1;
+    cfg.parallel.sequence_parallel = 0;
+    tr_gpt_shape s;
+    tr_gpt *g = NULL;
+    if (tr_gpt_shape_from_config(&cfg, 0, cfg.model.num_layers, 0, &s) ||
+        tr_gpt_create(&s, tr_kernels_cpu(), NULL, &g))
+        return fail("the model");
+    float *params = malloc(tr_gpt_num_params(g) * sizeof(float) + 1);
+    if (!params)
+        return fail("out of memory");
+    tr_gpt_bind(g, params, NULL);
+    if (tr_gpt_init_params(g) || tr_make_dirs(outdir) ||
+        tr_hf_write_lora_adapter(outdir, g, params))
+        return fail(outdir);
+    tr_gpt_free(g);
+    free(params);
     tr_config_free(&cfg);
     return 0;
 }
@@ -257,6 +291,8 @@ int main(int argc, char **argv)
         return logits_config(argv[2], argv[3], atoi(argv[4]), argv[5]);
     if (argc >= 4 && !strcmp(argv[1], "batch"))
         return batch(argv[2], argv[3], argc - 4, argv + 4);
+    if (argc == 4 && !strcmp(argv[1], "lora-init"))
+        return lora_init(argv[2], argv[3]);
     if (argc == 3 && !strcmp(argv[1], "load-check"))
         return load_check(argv[2]);
     fprintf(stderr, "usage: hf_probe logits CKPT_DIR TOKENS B T OUT\n"

@@ -1,0 +1,212 @@
+#!/usr/bin/python3
+"""peft 0.7.1 + transformers 4.38.2 as the oracle of LoRA fine-tuning (issue 20, items 2-3).
+A GPT-2 made here with random weights (nothing downloaded) is imported (trident convert
+--from hf) as the frozen base (finetune.load); trident's initial adapters (Philox, B = 0) are
+written in PEFT's format (hf_probe lora-init) and loaded by peft onto the same model:
+  - 5 AdamW steps (clipping, weight decay) on the same batches: every iteration's loss
+    (relative 1e-5) and every adapter gradient of every iteration (relative L2 1e-4), in one
+    process and in DP2xTP2xPP2 with sequence parallelism;
+  - trident convert --to hf --merge-lora: transformers' logits of the merged model = trident's
+    model with adapters (1e-4); --adapters-only: peft loads adapter_config.json +
+    adapter_model.safetensors onto the base with the same logits, and peft's own model after
+    its 5 steps gives them too.
+usage: test_lora_oracle.py TRIDENT HF_PROBE WORKDIR VENV
+The virtual environment is test_hf_oracle.py's (transformers 4.38.2 over Debian's torch 1.13);
+peft 0.7.1 and accelerate 0.25.0 are added to it without dependencies (pip would otherwise
+replace Debian's torch 1.13.0a0, which it reads as older than peft's torch>=1.13)."""
+import json
+import os
+import subprocess
+import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "common"))
+import trident_test as tt  # noqa: E402
+
+trident, probe, work, venv = sys.argv[1:5]
+try:
+    import peft  # noqa: F401
+except ImportError:  # run again with the virtual environment's Python
+    py = tt.venv_python(venv, ["transformers==4.38.2", "tokenizers<0.19", "safetensors"], "transformers")
+    if subprocess.run([py, "-c", "import peft"], capture_output=True).returncode:
+        p = subprocess.run([py, "-m", "pip", "install", "--quiet", "--disable-pip-version-check", "--no-deps",
+                            "peft==0.7.1", "accelerate==0.25.0"], capture_output=True, text=True, timeout=900)
+        if p.returncode:
+            print(f"FAIL: pip install peft==0.7.1: exit {p.returncode}\n{p.stdout[-1500:]}{p.stderr[-1500:]}")
+            sys.exit(1)
+    os.execv(py, [py, os.path.abspath(__file__), *sys.argv[1:]])
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+from peft import PeftModel  # noqa: E402
+from transformers import GPT2Config, GPT2LMHeadModel  # noqa: E402
+from transformers.utils import logging as hf_logging  # noqa: E402
+
+hf_logging.set_verbosity_error()
+hf_logging.disable_progress_bar()
+torch.set_num_threads(2)
+work = tt.fresh_dir(work)
+L, C, NH, T, V, R, ALPHA, ITERS = 2, 64, 4, 32, 300, 4, 8.0, 5
+HS = C // NH
+LR, WD, CLIP, B1, B2, EPS = 1.0e-2, 0.01, 1.0, 0.9, 0.999, 1e-8
+
+
+def path(name):
+    return os.path.join(work, name)
+
+
+def convert(*args):
+    rc, out, err = tt.outputs([trident, "convert", *args], timeout=300)
+    if not tt.check(f"trident convert {' '.join(a for a in args if a.startswith('--'))}", rc == 0, err):
+        tt.finish()
+    return out
+
+
+# ---------------------------------------------------------------- the base and the data
+torch.manual_seed(20)
+config = GPT2Config(n_layer=L, n_embd=C, n_head=NH, n_positions=T, vocab_size=V,
+                    attn_pdrop=0.0, embd_pdrop=0.0, resid_pdrop=0.0)
+base = GPT2LMHeadModel(config)
+with torch.no_grad():  # every tensor away from its initial value
+    for name, p in base.named_parameters():
+        p.copy_(1.0 + 0.2 * torch.randn_like(p) if ".ln_" in name or "ln_f" in name else 0.1 * torch.randn_like(p))
+src = path("hf-base")
+base.save_pretrained(src)
+ck = path("base")
+convert("--from", "hf", "--input", src, "--output", ck)
+prefix = tt.make_corpus(trident, work, 20, ["low", "rank", "adapter", "frozen", "base", "merge", "peft"],
+                        300, 5, 50)
+cfg = tt.write_config(path("lora.yaml"),
+    model=dict(num_layers=L, hidden_size=C, num_attention_heads=NH, seq_length=T, max_position_embeddings=T,
+               vocab_size=V),
+    training=dict(micro_batch_size=2, global_batch_size=8, train_iters=ITERS, lr=LR, lr_warmup_iters=0,
+                  lr_decay_style="constant", weight_decay=WD, clip_grad=CLIP, adam_beta1=B1, adam_beta2=B2,
+                  adam_eps=EPS, seed=3),
+    data=dict(data_path=prefix, split="95,5,0"),
+    parallel=dict(comm_timeout_s=120),
+    finetune=dict(load=ck, lora=dict(rank=R, alpha=ALPHA, target_modules=["qkv", "proj", "fc1", "fc2"])))
+adapter0 = path("adapter-init")
+subprocess.run([probe, "lora-init", cfg, adapter0], check=True)
+batch_file = path("batch.bin")  # the samples of iterations 1..5 in order
+subprocess.run([probe, "batch", cfg, batch_file, f"training.global_batch_size={8 * ITERS}",
+                "training.train_iters=1"], check=True)
+batch = torch.from_numpy(np.fromfile(batch_file, dtype=np.int32).astype(np.int64)).view(4 * ITERS, 2, 2, T)
+
+
+# ---------------------------------------------------------------- peft's 5 steps
+def hf_name(tname):
+    """trident adapter name -> peft parameter name"""
+    layer, mod, ab = tname.split(".")[1], tname.split(".")[2], tname.split(".")[3][-1]
+    hf = {"qkv": "attn.c_attn", "attn_proj": "attn.c_proj", "fc": "mlp.c_fc", "fc_proj": "mlp.c_proj"}[mod]
+    return f"base_model.model.transformer.h.{layer}.{hf}.lora_{ab}.default.weight"
+
+
+def as_trident(tname, g):
+    """peft's tensor of trident adapter tname in trident's layout (qkv's B rows (h, qkv, d))"""
+    if ".qkv.lora_B" in tname:
+        return g.reshape(3, NH, HS, R).permute(1, 0, 2, 3).reshape(3 * C, R)
+    return g
+
+
+model = PeftModel.from_pretrained(GPT2LMHeadModel.from_pretrained(src), adapter0, is_trainable=True)
+trainable = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
+tt.check("peft: the adapters alone are trainable (4 targets x A, B x 2 layers)",
+         len(trainable) == 16 and all("lora_" in n for n, _ in trainable), [n for n, _ in trainable])
+opt = torch.optim.AdamW([p for _, p in trainable], lr=LR, betas=(B1, B2), eps=EPS, weight_decay=WD)
+hf_losses, hf_grads = [], []
+for it in range(ITERS):
+    mb = batch[4 * it:4 * it + 4]
+    inputs, targets = mb[:, 0].reshape(8, T), mb[:, 1].reshape(8, T)
+    opt.zero_grad()
+    loss = F.cross_entropy(model(inputs).logits.reshape(-1, V), targets.reshape(-1))
+    loss.backward()
+    hf_losses.append(loss.item())
+    hf_grads.append({n: p.grad.detach().clone() for n, p in trainable})
+    torch.nn.utils.clip_grad_norm_([p for _, p in trainable], CLIP)
+    opt.step()
+
+
+def gather_grads(d):
+    """Whole tensors by name from every rank's dump (shards placed)."""
+    full = {}
+    for fn in sorted(f for f in os.listdir(d) if f.endswith(".json")):
+        meta = json.load(open(os.path.join(d, fn)))
+        flat = np.fromfile(os.path.join(d, fn[:-5] + ".bin"), dtype=np.float32)
+        for t in meta["tensors"]:
+            part = flat[t["offset"]:t["offset"] + t["rows"] * t["cols"]].reshape(t["rows"], t["cols"])
+            whole = full.setdefault(t["name"], np.full((t["full_rows"], t["full_cols"]), np.nan))
+            r, c = (meta["tp_rank"] * t["rows"], 0) if t["split_dim"] == 0 else (0, meta["tp_rank"] * t["cols"]) \
+                if t["split_dim"] == 1 else (0, 0)
+            whole[r:r + t["rows"], c:c + t["cols"]] = part
+    return full
+
+
+# ---------------------------------------------------------------- trident, against peft
+for name, world, tp, pp, extra in [("one", 1, None, None, ()),
+                                   ("d2t2p2-sp", 8, 2, 2, ("parallel.sequence_parallel=true",))]:
+    out = path(name)
+    sets = [*extra, f"checkpoint.save={path(name + '-ckpt')}"]
+    r = tt.run(tt.train_cmd(trident, cfg, out, world, tp, pp, sets,
+                            flags=["--quiet", "--dump-grads", path(name + "-grads"), "--dump-grads-iters",
+                                   str(ITERS)]), timeout=300)
+    if not tt.check(f"{name}: trident train exit 0", r.returncode == 0, f"{r.stdout[-1500:]}\n{r.stderr[-2500:]}"):
+        tt.finish()
+    losses = tt.losses(out)
+    rel = max(abs(a - b) / b for a, b in zip(losses, hf_losses))
+    tt.check(f"{name}: the loss of each of {ITERS} iterations = peft's", len(losses) == ITERS and rel <= 1e-5,
+             f"worst relative {rel:.1e}; trident {losses}; peft {hf_losses}", show=True)
+    worst, where, n_tensors = 0.0, "", set()
+    for it in range(ITERS):
+        d = path(name + "-grads") + ("" if it == 0 else f"/iter_{it + 1}")
+        grads = gather_grads(d)
+        n_tensors.add(len(grads))
+        for tname, g in grads.items():
+            want = as_trident(tname, hf_grads[it][hf_name(tname)]).double().numpy()
+            err = np.linalg.norm(g - want) / max(np.linalg.norm(want), 1e-8)
+            if np.isnan(g).any() or err > worst:
+                worst, where = (np.inf if np.isnan(g).any() else err), f"{tname} iteration {it + 1}"
+    tt.check(f"{name}: every adapter gradient of every iteration = peft's (16 tensors x {ITERS})",
+             n_tensors == {16} and worst <= 1e-4, f"worst relative L2 {worst:.2e} ({where})", show=True)
+
+# ---------------------------------------------------------------- exports
+tokens = batch[:2, 0].reshape(4, T)
+tokens.numpy().astype(np.int32).tofile(path("tokens.bin"))
+ck_lora = path("d2t2p2-sp-ckpt")
+cfg_trained = tt.write_config(path("lora-trained.yaml"),
+    model=dict(num_layers=L, hidden_size=C, num_attention_heads=NH, seq_length=T, max_position_embeddings=T,
+               vocab_size=V),
+    training=dict(micro_batch_size=2, global_batch_size=8, train_iters=1, lr=1e-3),
+    data=dict(data_path=prefix),
+    checkpoint=dict(load=ck_lora),
+    finetune=dict(load=ck, lora=dict(rank=R, alpha=ALPHA)))
+subprocess.run([probe, "logits-config", cfg_trained, path("tokens.bin"), "4", path("logits.bin")], check=True)
+ours = torch.from_numpy(np.fromfile(path("logits.bin"), dtype=np.float32).reshape(4, T, V))
+
+
+def relative(a, b):
+    return ((a - b).abs().max() / b.abs().max()).item()
+
+
+model.eval()
+with torch.no_grad():
+    rel = relative(ours, model(tokens).logits)
+tt.check("trident's model after 5 iterations in D2xT2xP2 = peft's after its 5 steps (logits)", rel <= 1e-4,
+         f"max |diff| / max |logit| = {rel:.2e}", show=True)
+merged = path("hf-merged")
+convert("--to", "hf", "--config", cfg_trained, "--input", ck_lora, "--output", merged, "--merge-lora")
+with torch.no_grad():
+    rel = relative(GPT2LMHeadModel.from_pretrained(merged).eval()(tokens).logits, ours)
+tt.check("--merge-lora: transformers' logits of the merged model = trident's with adapters", rel <= 1e-4,
+         f"max |diff| / max |logit| = {rel:.2e}", show=True)
+adapters = path("hf-adapters")
+convert("--to", "hf", "--config", cfg_trained, "--input", ck_lora, "--output", adapters, "--adapters-only")
+loaded = PeftModel.from_pretrained(GPT2LMHeadModel.from_pretrained(src), adapters).eval()
+with torch.no_grad():
+    rel = relative(loaded(tokens).logits, ours)
+tt.check("--adapters-only: peft loads the adapter onto the base with trident's logits", rel <= 1e-4
+         and sorted(os.listdir(adapters)) == ["adapter_config.json", "adapter_model.safetensors"],
+         f"max |diff| / max |logit| = {rel:.2e}; files {sorted(os.listdir(adapters))}", show=True)
+rc, so, se = tt.outputs([trident, "convert", "--to", "hf", "--input", ck_lora, "--output", path("x"),
+                         "--merge-lora"])
+tt.check("--merge-lora without --config: exit 2 naming --config", rc == 2 and "--config" in se, se)
+tt.finish("lora-oracle: all checks passed")
