@@ -86,7 +86,7 @@ bad = [
     (["--set", "model.nope=1"], "nope"),
     (["--set", "data.data_path=" + os.path.join(work, "missing")], "missing"),
     (["--bogus-flag"], "bogus"),
-    (["--set", "training.precision=bf16"], "training.device: cuda"),
+    (["--set", "training.precision=fp16", "--set", "training.device=cuda"], "fp16 runs on the CPU"),
     (["--set", "training.device=gpu"], "device"),
 ]
 for args, needle in bad:
