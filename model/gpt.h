@@ -186,6 +186,9 @@ void tr_gpt_set_param_hook(tr_gpt *g, int (*fn)(void *ctx, int what, size_t offs
 /* LoRA: the frozen base tensors (views into model-owned memory, gradient NULL for matrices);
  * without LoRA the same as tr_gpt_num_tensors / tr_gpt_tensor. */
 int tr_gpt_num_base_tensors(const tr_gpt *g);
+/* Backend bytes of the frozen base the model holds (its parameters and the vector gradient
+ * sink); 0 without LoRA. */
+size_t tr_gpt_frozen_bytes(const tr_gpt *g);
 tr_param_tensor *tr_gpt_base_tensor(tr_gpt *g, int i);
 
 /* Point the tensor views into caller-owned flat buffers of tr_gpt_num_params() floats. */

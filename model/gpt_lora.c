@@ -95,6 +95,17 @@ int gpt_lora_setup(tr_gpt *g)
     return gpt_init_tensors(g, g->tensors, g->n_tensors, 0, g->n_params);
 }
 
+size_t tr_gpt_frozen_bytes(const tr_gpt *g)
+{
+    if (!g->lora)
+        return 0;
+    size_t vectors = 0;
+    for (int i = 0; i < g->n_tensors; i++)
+        if (g->tensors[i].cols == 1)
+            vectors += g->tensors[i].numel;
+    return (g->n_params + vectors) * sizeof(float) + 128;
+}
+
 void gpt_lora_free(tr_gpt *g)
 {
     if (g->base_params)

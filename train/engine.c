@@ -284,6 +284,8 @@ int tr_engine_create(const tr_config *cfg, tr_engine **out)
     e->mem_params = allocated(e->k) - used;
     e->grads = e->zero >= 2 ? zero_window_alloc(e->n_params) : e->k->alloc(bytes);
     e->mem_grads = allocated(e->k) - used - e->mem_params;
+    for (int c = 0; c < e->v; c++) /* LoRA: the frozen base, allocated with the model */
+        e->mem_params += tr_gpt_frozen_bytes(e->chunks[c].model);
     if (!e->params || !e->grads) {
         rc = tr_fail(TR_ERR_NOMEM, "out of memory for %zu parameters (%zu MiB x 2)",
                      e->n_params, bytes >> 20);

@@ -1,0 +1,121 @@
+#!/usr/bin/python3
+"""LoRA fine-tuning end to end (issue 20, item 2), release build:
+  - configs/finetune-tiny-lora.yaml trains adapters on a frozen base (finetune.load: the
+    checkpoint of a short pre-training run) on the SFT set;
+  - memory (summary.json): the LoRA run's gradients and optimizer state are the adapters'
+    alone (4 bytes, 8 bytes per adapter element), and its allocator peak is below full
+    fine-tuning's by at least the base's gradients + optimizer state less the adapters';
+  - a LoRA run stopped at a checkpoint (the adapters) resumes with the same losses;
+  - bad settings are refused naming the key: an unknown target module, dropout > 0, ZeRO-3,
+    a missing base, a base checkpoint given as checkpoint.load (no adapters in it).
+usage: test_lora_train.py TRIDENT WORKDIR"""
+import json
+import math
+import os
+import random
+import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "common"))
+import trident_test as tt  # noqa: E402
+from trident_test import check  # noqa: E402
+
+trident, work = sys.argv[1], tt.fresh_dir(sys.argv[2])
+repo = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
+
+
+def path(name):
+    return os.path.join(work, name)
+
+
+# ---- the SFT set (synthetic pairs: no corpus needed) and the base
+words = ["alpha", "beta", "gamma", "delta", "tensor", "pipeline", "stage", "rank"]
+rng = random.Random(4)
+with open(path("sft.jsonl"), "w") as f:
+    for _ in range(300):
+        p = " ".join(rng.choice(words) for _ in range(rng.randint(2, 12)))
+        f.write(json.dumps({"prompt": "Complete this fortune:\n" + p,
+                            "response": " " + " ".join(reversed(p.split())) + "\n"}) + "\n")
+prefix = path("fsft")
+rc, out, err = tt.outputs([trident, "preprocess", "--input", path("sft.jsonl"), "--output-prefix", prefix,
+                           "--json-keys", "prompt,response"])
+check("preprocess --json-keys prompt,response: exit 0", rc == 0, err)
+pre = tt.make_corpus(trident, work, 5, ["the", "cat", "sat", "on", "a", "mat", "dog"], 200, 10, 60,
+                     prefix=path("pre"))
+pre_cfg = tt.write_config(path("pre.yaml"), model=dict(
+    num_layers=4, hidden_size=128, num_attention_heads=4, seq_length=128,
+    max_position_embeddings=128, vocab_size=256, make_vocab_size_divisible_by=128),
+    training=dict(micro_batch_size=2, global_batch_size=2, train_iters=2, lr=1e-3, seed=1),
+    data=dict(data_path=pre, split="100,0,0"),
+    checkpoint=dict(save=path("base"), save_interval=2))
+p = tt.run(tt.train_cmd(trident, pre_cfg, path("pre-run"), flags=["--quiet"]), timeout=120)
+check("pre-training with a checkpoint (the base): exit 0", p.returncode == 0, p.stderr[-1500:])
+for args in (["--to", "hf", "--input", path("base"), "--output", path("base-hf")],  # a release of it
+             ["--from", "hf", "--input", path("base-hf"), "--output", path("release")]):
+    p = tt.run([trident, "convert", *args], timeout=60)
+    check(f"convert {args[0]} hf: exit 0", p.returncode == 0, p.stderr)
+
+# ---- configs/finetune-tiny-lora.yaml
+ft = os.path.join(repo, "configs", "finetune-tiny-lora.yaml")
+sets = [f"data.data_path={prefix}", f"finetune.load={path('base')}", "training.train_iters=4",
+        "training.eval_interval=0", "training.micro_batch_size=4", "training.global_batch_size=4",
+        "logging.log_interval=1"]
+
+
+def train(name, extra=(), world=1, tp=None, pp=None):
+    p = tt.run(tt.train_cmd(trident, ft, path(name), world, tp, pp, sets=[*sets, *extra]), timeout=120)
+    return p, (tt.losses(path(name)) if p.returncode == 0 else [])
+
+
+p, lora = train("lora", [f"checkpoint.save={path('lora-ckpt')}"])
+check("configs/finetune-tiny-lora.yaml: exit 0, the base loaded frozen, finite losses",
+      p.returncode == 0 and "loaded the base model of" in p.stdout and "frozen" in p.stdout and len(lora) == 4
+      and all(math.isfinite(x) for x in lora), p.stdout[-1500:] + p.stderr[-1500:])
+
+# ---- memory: the adapters alone have gradients and optimizer state
+p, full = train("full", ["finetune.lora.rank=0"])
+check("the same run as full fine-tuning: exit 0", p.returncode == 0, p.stderr[-1500:])
+mem = {n: json.load(open(path(n + "/summary.json")))["memory_mb_per_rank"][0] for n in ("lora", "full")}
+MiB = 1 << 20
+L, C, F, R = 4, 128, 512, 8
+adapters = L * R * ((C + 3 * C) + (C + C) + (C + F) + (F + C))  # A (r, in) + B (out, r) of each target
+base = L * (2 * C + 3 * C * C + 3 * C + C * C + C + 2 * C + F * C + F + C * F + C) + 256 * C + 128 * C + 2 * C
+lo, fu = mem["lora"], mem["full"]
+check("LoRA: gradients = the adapters' (4 bytes each), optimizer = 2 x that (Adam's m and v)",
+      abs(lo["gradients"] * MiB - 4 * adapters) <= 4096 and abs(lo["optimizer"] * MiB - 8 * adapters) <= 8192,
+      f"{lo} for {adapters} adapter elements", show=True)
+check("full fine-tuning: gradients and optimizer of the whole model",
+      abs(fu["gradients"] * MiB - 4 * base) <= 4096 and abs(fu["optimizer"] * MiB - 8 * base) <= 8192,
+      f"{fu} for {base} parameters", show=True)
+saved = (fu["gradients"] + fu["optimizer"]) - (lo["gradients"] + lo["optimizer"])
+# what LoRA adds: the adapters themselves and their activations x A^T (rank 8 is large next to
+# this tiny model's width; on gpt2-124m both are well under 1%)
+added = (lo["parameters"] - fu["parameters"]) + (lo["activations"] - fu["activations"])
+check("LoRA's allocator peak is below full fine-tuning's by the base's gradients + optimizer state "
+      "(less the adapters' own state and activations)", lo["peak"] <= fu["peak"] - saved + added + 0.05,
+      f"peak {lo['peak']:.2f} MiB vs {fu['peak']:.2f} MiB: {fu['peak'] - lo['peak']:.2f} MiB less; gradients + "
+      f"optimizer {saved:.2f} MiB less, adapters and their activations {added:.2f} MiB more", show=True)
+
+# ---- resume: the adapters' checkpoint
+p, half = train("half", ["training.train_iters=2", f"checkpoint.save={path('half-ckpt')}"])
+p2, rest = train("rest", [f"checkpoint.load={path('half-ckpt')}"])
+check("a LoRA run stopped at iteration 2 resumes with the same losses (iterations 3, 4)",
+      p.returncode == 0 and p2.returncode == 0 and rest == lora[2:], f"{half} + {rest} vs {lora}\n{p2.stderr[-800:]}")
+
+# ---- layouts (the layout matrix checks them all; here the SFT data under D2xT2 with SP)
+p, d2t2 = train("d2t2", ["parallel.sequence_parallel=true", "training.micro_batch_size=2"], 4, 2, 1)
+rel = max((abs(a - b) / b for a, b in zip(d2t2, lora)), default=1.0)
+check("SFT data + LoRA in D2xT2 with SP: the single process's losses", p.returncode == 0 and rel <= 1e-5,
+      f"relative {rel:.1e}\n{p.stderr[-800:]}", show=True)
+
+# ---- config errors name the key
+for what, extra, key in [
+        ("an unknown target module", ["finetune.lora.target_modules=[qkv,fc3]"], "finetune.lora.target_modules"),
+        ("dropout > 0", ["finetune.lora.dropout=0.1"], "finetune.lora.dropout"),
+        ("ZeRO-3", ["parallel.zero_stage=3"], "parallel.zero_stage"),
+        ("a missing base", [f"finetune.load={path('nowhere')}"], "finetune.load"),
+        ("a release of the base as checkpoint.load (no adapters)", [f"checkpoint.load={path('release')}"],
+         "layers.0.qkv.lora_A")]:
+    p = tt.run(tt.train_cmd(trident, ft, path("bad"), sets=[*sets, *extra]), timeout=60)
+    check(f"refused: {what} (exit 2 or 1, naming {key})", p.returncode in (1, 2) and key in p.stderr,
+          p.stderr[-600:])
+tt.finish("lora-train: all checks passed")
