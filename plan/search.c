@@ -73,6 +73,7 @@ static int try_micro_batch(search_state *S, const tr_config *cfg, const tr_plan_
                 continue;
             L.recompute = (tr_plan_recompute)rc_mode;
             L.distributed_optimizer = zero;
+            L.zero_stage = zero; /* the search tries ZeRO-1 or nothing (stages 2-3: not searched) */
             S->out->n_candidates++;
             int rc = plan_evaluate(cfg, &L, S->out->world, c, 0, 0, &S->ws, res, NULL);
             if (rc == TR_ERR_CONFIG) {
