@@ -197,11 +197,11 @@ struct tr_hf_export_options {
 
 /* LoRA (hf/lora.c). A LoRA run's checkpoint (its adapters) with the run's config cfg
  * (finetune.lora.*, and finetune.load: the base) -> hf_dir: merge 0: PEFT's adapter
- * (adapter_config.json + adapter_model.safetensors, GPT-2 only); merge 1: the base with
+ * (adapter_config.json + adapter_model.safetensors; GPT-2, Llama, Bloom); merge 1: the base with
  * W += (alpha/r) B A written as tr_hf_export writes a model (any family). */
 TR_MUST_CHECK int tr_hf_export_lora(const char *ckpt_dir, const char *hf_dir, const tr_config *cfg,
                                     int merge, const tr_hf_export_options *o, int *iteration);
-/* PEFT's adapter files of g's adapters (whole GPT-2 model with LoRA, host params) into dir. */
+/* PEFT's adapter files of g's adapters (whole model with LoRA, host params) into dir. */
 TR_MUST_CHECK int tr_hf_write_lora_adapter(const char *dir, tr_gpt *g, const float *params);
 /* plain (the same shape without LoRA, bound to plain_params) := g's base + its adapters. */
 TR_MUST_CHECK int tr_hf_merge_lora(tr_gpt *g, tr_gpt *plain, float *plain_params);

@@ -1,10 +1,14 @@
 /* LoRA adapters of a trident fine-tuning run out to Hugging Face (issue 20, item 3):
  *  - PEFT's format (adapter_config.json + adapter_model.safetensors) that peft 0.7.1 loads
- *    onto the base model's GPT2LMHeadModel: trident's "layers.L.qkv.lora_A" (r, C) is
+ *    onto the base model. GPT-2: trident's "layers.L.qkv.lora_A" (r, C) is
  *    base_model.model.transformer.h.L.attn.c_attn.lora_A.weight (r, C), lora_B (3C, r) with
  *    its rows from (head, {q, k, v}, d) to ({q, k, v}, head, d) as c_attn's columns;
  *    attn_proj, fc, fc_proj are attn.c_proj, mlp.c_fc, mlp.c_proj in the same layout
- *    (Conv1D: fan_in_fan_out);
+ *    (Conv1D: fan_in_fan_out). Bloom: query_key_value, dense, dense_h_to_4h, dense_4h_to_h,
+ *    all in trident's layout. Llama: the fused qkv's adapter becomes q_proj, k_proj and
+ *    v_proj with the same A each and B's rows of each projection (from (group, {q.., k, v},
+ *    d)), fc's becomes gate_proj and up_proj (B's rows from (feature, {gate, up})): the same
+ *    function, exactly;
  *  - the merged model: W += (alpha / r) B A in trident's layout on the base (finetune.load),
  *    then written as `trident convert --to hf` writes a model (any family). */
 #include "hf/hf_internal.h"
@@ -18,7 +22,6 @@
 #include "train/train.h"
 
 static const char *const lora_modules[4] = {"qkv", "attn_proj", "fc", "fc_proj"};
-static const char *const gpt2_modules[4] = {"attn.c_attn", "attn.c_proj", "mlp.c_fc", "mlp.c_proj"};
 
 /* "layers.L.MODULE.lora_X" -> layer L, module index, X ('A' or 'B'); -1 when not one. */
 static int parse_adapter(const char *name, int *layer, char *ab)
@@ -32,14 +35,30 @@ static int parse_adapter(const char *name, int *layer, char *ab)
     return -1;
 }
 
-/* hf (rows, r) from trident's (rows, r) lora_B of the qkv: rows (h, qkv, d) -> (qkv, h, d) */
-static void qkv_rows(const float *src, float *hf, int NH, int HS, int r)
+enum { FAM_GPT2, FAM_LLAMA, FAM_BLOOM };
+/* one tensor of PEFT's file: rows of trident adapter t (all, or picked by pick_row) */
+typedef struct {
+    char name[128];
+    const tr_param_tensor *t;
+    int rows, kind, part; /* kind: 0 as is, 1 GPT-2 qkv rows, 2 Llama q/k/v part, 3 gate/up */
+} peft_tensor;
+
+/* trident row of HF row h of a peft tensor (see kind) */
+static size_t pick_row(const tr_gpt_shape *s, const peft_tensor *p, size_t h)
 {
-    for (int h = 0; h < NH; h++)
-        for (int q = 0; q < 3; q++)
-            for (int d = 0; d < HS; d++)
-                memcpy(hf + ((size_t)(q * NH + h) * HS + d) * r,
-                       src + ((size_t)(h * 3 + q) * HS + d) * r, (size_t)r * sizeof(float));
+    int NH = s->NH, HS = s->C / s->NH, NG = s->query_groups ? s->query_groups : NH, R = NH / NG;
+    if (p->kind == 1) { /* HF (qkv, head, d) <- trident (head, qkv, d) */
+        size_t q = h / ((size_t)NH * HS), hd = h % ((size_t)NH * HS);
+        return ((hd / HS) * 3 + q) * HS + hd % HS;
+    }
+    if (p->kind == 2) { /* q_proj (head, d), k/v_proj (group, d) <- (group, {q.., k, v}, d) */
+        size_t head = h / HS, d = h % HS;
+        size_t g = p->part == 0 ? head / R : head, j = p->part == 0 ? head % R : (size_t)(R + p->part - 1);
+        return (g * (R + 2) + j) * HS + d;
+    }
+    if (p->kind == 3) /* gate / up rows f <- trident (f, {gate, up}) */
+        return 2 * h + (size_t)p->part;
+    return h;
 }
 
 int tr_hf_write_lora_adapter(const char *dir, tr_gpt *g, const float *params)
@@ -47,16 +66,22 @@ int tr_hf_write_lora_adapter(const char *dir, tr_gpt *g, const float *params)
     const tr_gpt_shape *s = tr_gpt_get_shape(g);
     if (!s->lora_rank)
         return tr_fail(TR_ERR_INVALID, "the model has no LoRA adapters");
-    if (!tr_gpt_is_gpt2(s))
-        return tr_fail(TR_ERR_INVALID, "PEFT adapters of Llama and Bloom models are not "
-                       "implemented yet (GPT-2 only); --merge-lora exports any family");
     if (s->tp_size != 1 || !s->is_first || !s->is_last)
         return tr_fail(TR_ERR_INVALID, "adapters are written from a whole model (one stage, TP 1)");
-    int n = tr_gpt_num_tensors(g), HS = s->C / s->NH;
-    char (*names)[96] = calloc((size_t)n + 1, sizeof *names);
-    tr_st_tensor *list = calloc((size_t)n + 1, sizeof *list);
+    int fam = tr_gpt_is_gpt2(s) ? FAM_GPT2
+              : s->position == TR_POS_ROPE && s->rmsnorm && s->swiglu ? FAM_LLAMA
+              : s->position == TR_POS_ALIBI ? FAM_BLOOM : -1;
+    if (fam < 0)
+        return tr_fail(TR_ERR_INVALID, "PEFT adapters are written for GPT-2, Llama and Bloom "
+                       "models; this model's switches are none of them");
+    static const char *const gpt2[4] = {"attn.c_attn", "attn.c_proj", "mlp.c_fc", "mlp.c_proj"};
+    static const char *const bloom[4] = {"self_attention.query_key_value", "self_attention.dense",
+                                         "mlp.dense_h_to_4h", "mlp.dense_4h_to_h"};
+    static const char *const llama_qkv[3] = {"q_proj", "k_proj", "v_proj"};
+    int n = tr_gpt_num_tensors(g), HS = s->C / s->NH, NG = s->query_groups ? s->query_groups : s->NH;
+    peft_tensor *list = calloc((size_t)3 * n + 1, sizeof *list);
+    int np = 0, rc = list ? TR_OK : tr_fail(TR_ERR_NOMEM, "out of memory");
     size_t most = 0;
-    int rc = names && list ? TR_OK : tr_fail(TR_ERR_NOMEM, "out of memory");
     for (int i = 0; i < n && !rc; i++) {
         const tr_param_tensor *t = tr_gpt_tensor(g, i);
         int layer;
@@ -66,12 +91,41 @@ int tr_hf_write_lora_adapter(const char *dir, tr_gpt *g, const float *params)
             rc = tr_fail(TR_ERR_INVALID, "tensor %s is not a LoRA adapter", t->name);
             break;
         }
-        snprintf(names[i], sizeof names[i], "base_model.model.transformer.h.%d.%s.lora_%c.weight",
-                 layer, gpt2_modules[m], ab);
-        list[i] = (tr_st_tensor){.name = names[i], .dtype = TR_ST_F32, .ndim = 2,
-                                 .shape = {(uint64_t)t->rows, (uint64_t)t->cols}};
         most = t->numel > most ? t->numel : most;
+        int parts = fam == FAM_LLAMA && m == 0 ? 3 : fam == FAM_LLAMA && m == 2 ? 2 : 1;
+        for (int k = 0; k < parts; k++) {
+            peft_tensor *p = &list[np++];
+            p->t = t;
+            p->rows = t->rows;
+            p->part = k;
+            if (fam == FAM_GPT2) {
+                snprintf(p->name, sizeof p->name, "base_model.model.transformer.h.%d.%s.lora_%c.weight",
+                         layer, gpt2[m], ab);
+                p->kind = m == 0 && ab == 'B';
+            } else if (fam == FAM_BLOOM) {
+                snprintf(p->name, sizeof p->name, "base_model.model.transformer.h.%d.%s.lora_%c.weight",
+                         layer, bloom[m], ab);
+            } else {
+                const char *mod = m == 0 ? llama_qkv[k] : m == 1 ? "o_proj" : m == 2 ? (k ? "up_proj" : "gate_proj")
+                                                                            : "down_proj";
+                snprintf(p->name, sizeof p->name, "base_model.model.model.layers.%d.%s.%s.lora_%c.weight",
+                         layer, m < 2 ? "self_attn" : "mlp", mod, ab);
+                if (ab == 'B' && m == 0) { /* each projection's rows of the fused qkv */
+                    p->kind = 2;
+                    p->rows = (k == 0 ? s->NH : NG) * HS;
+                } else if (ab == 'B' && m == 2) {
+                    p->kind = 3;
+                    p->rows = t->rows / 2;
+                } /* A: the fused layer's one A, the same for each projection */
+            }
+        }
     }
+    tr_st_tensor *st = rc ? NULL : calloc((size_t)np + 1, sizeof *st);
+    if (!rc && !st)
+        rc = tr_fail(TR_ERR_NOMEM, "out of memory");
+    for (int i = 0; i < np && !rc; i++)
+        st[i] = (tr_st_tensor){.name = list[i].name, .dtype = TR_ST_F32, .ndim = 2,
+                               .shape = {(uint64_t)list[i].rows, (uint64_t)list[i].t->cols}};
     static const char *const meta[] = {"format", "pt", NULL};
     tr_st_writer *w = NULL;
     float *hf = rc ? NULL : malloc(most * sizeof(float) + 1);
@@ -80,37 +134,41 @@ int tr_hf_write_lora_adapter(const char *dir, tr_gpt *g, const float *params)
     char path[4300];
     snprintf(path, sizeof path, "%s/adapter_model.safetensors", dir);
     if (!rc)
-        rc = tr_st_create(path, list, (size_t)n, meta, &w);
-    for (int i = 0; i < n && !rc; i++) {
-        const tr_param_tensor *t = tr_gpt_tensor(g, i);
-        int layer;
-        char ab;
-        if (parse_adapter(t->name, &layer, &ab) == 0 && ab == 'B') {
-            qkv_rows(params + t->offset, hf, s->NH, HS, t->cols);
-            rc = tr_st_put_f32(w, hf);
-        } else {
-            rc = tr_st_put_f32(w, params + t->offset);
-        }
+        rc = tr_st_create(path, st, (size_t)np, meta, &w);
+    for (int i = 0; i < np && !rc; i++) {
+        const peft_tensor *p = &list[i];
+        int c = p->t->cols;
+        for (int h = 0; h < p->rows; h++)
+            memcpy(hf + (size_t)h * c, params + p->t->offset + pick_row(s, p, (size_t)h) * c,
+                   (size_t)c * sizeof(float));
+        rc = tr_st_put_f32(w, hf);
     }
     if (w)
         rc = rc ? (tr_st_abort(w), rc) : tr_st_finish(w);
     free(hf);
+    free(st);
     free(list);
-    free(names);
     if (rc)
         return rc;
+    static const char *const llama_mods[4][3] = {{"q_proj", "k_proj", "v_proj"}, {"o_proj"},
+                                                 {"gate_proj", "up_proj"}, {"down_proj"}};
     json_t *targets = json_array();
     for (int m = 0; m < 4; m++)
-        if (s->lora_targets & (1 << m))
-            json_array_append_new(targets, json_string(gpt2_modules[m]));
+        if (s->lora_targets & (1 << m)) {
+            if (fam != FAM_LLAMA)
+                json_array_append_new(targets, json_string(fam == FAM_GPT2 ? gpt2[m] : bloom[m]));
+            else
+                for (int k = 0; k < 3 && llama_mods[m][k]; k++)
+                    json_array_append_new(targets, json_string(llama_mods[m][k]));
+        }
     json_t *root = json_pack(
         "{s:n, s:s, s:s, s:i, s:f, s:f, s:o, s:b, s:s, s:b, s:b, s:n, s:n, s:n, s:{}, s:{}, s:n,"
         " s:n}",
         "base_model_name_or_path", "peft_type", "LORA", "task_type", "CAUSAL_LM", "r",
         s->lora_rank, "lora_alpha", (double)s->lora_alpha, "lora_dropout", 0.0, "target_modules",
-        targets, "fan_in_fan_out", 1, "bias", "none", "inference_mode", 1, "init_lora_weights", 1,
-        "modules_to_save", "layers_to_transform", "layers_pattern", "rank_pattern",
-        "alpha_pattern", "revision", "auto_mapping");
+        targets, "fan_in_fan_out", fam == FAM_GPT2, "bias", "none", "inference_mode", 1,
+        "init_lora_weights", 1, "modules_to_save", "layers_to_transform", "layers_pattern",
+        "rank_pattern", "alpha_pattern", "revision", "auto_mapping");
     char *text = root ? json_dumps(root, JSON_INDENT(2) | JSON_SORT_KEYS) : NULL;
     json_decref(root);
     if (!text)

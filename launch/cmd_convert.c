@@ -46,7 +46,7 @@ static void convert_usage(FILE *f)
             "  --merge-lora           --to hf with --config of a LoRA run (finetune.lora,\n"
             "                         finetune.load): the base with the adapters merged in\n"
             "  --adapters-only        --to hf with --config of a LoRA run: PEFT's\n"
-            "                         adapter_config.json + adapter_model.safetensors (GPT-2)\n"
+            "                         adapter_config.json + adapter_model.safetensors\n"
             "  -h, --help             this text\n"
             "\n"
             "Exit status: 0 success, 1 runtime failure (disk, memory), 2 bad usage or input (a\n"

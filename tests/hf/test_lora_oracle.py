@@ -9,7 +9,10 @@ written in PEFT's format (hf_probe lora-init) and loaded by peft onto the same m
   - trident convert --to hf --merge-lora: transformers' logits of the merged model = trident's
     model with adapters (1e-4); --adapters-only: peft loads adapter_config.json +
     adapter_model.safetensors onto the base with the same logits, and peft's own model after
-    its 5 steps gives them too.
+    its 5 steps gives them too;
+  - a GQA Llama and a 6-head Bloom imported from transformers, LoRA-trained in TP2: their
+    --adapters-only export in peft (Llama: q/k/v_proj and gate/up_proj from the fused layers'
+    adapters) and their --merge-lora export in transformers give trident's logits.
 usage: test_lora_oracle.py TRIDENT HF_PROBE WORKDIR VENV
 The virtual environment is test_hf_oracle.py's (transformers 4.38.2 over Debian's torch 1.13);
 peft 0.7.1 and accelerate 0.25.0 are added to it without dependencies (pip would otherwise
@@ -39,7 +42,7 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 from peft import PeftModel  # noqa: E402
-from transformers import GPT2Config, GPT2LMHeadModel  # noqa: E402
+from transformers import BloomConfig, BloomForCausalLM, GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM  # noqa: E402
 from transformers.utils import logging as hf_logging  # noqa: E402
 
 hf_logging.set_verbosity_error()
@@ -206,6 +209,61 @@ with torch.no_grad():
 tt.check("--adapters-only: peft loads the adapter onto the base with trident's logits", rel <= 1e-4
          and sorted(os.listdir(adapters)) == ["adapter_config.json", "adapter_model.safetensors"],
          f"max |diff| / max |logit| = {rel:.2e}; files {sorted(os.listdir(adapters))}", show=True)
+
+# ---------------------------------------------------------------- Llama (GQA) and Bloom exports
+def randomize(m):
+    with torch.no_grad():
+        for n, p in m.named_parameters():
+            p.copy_(1.0 + 0.2 * torch.randn_like(p) if "norm" in n or "ln_f" in n else 0.1 * torch.randn_like(p))
+
+
+torch.manual_seed(21)
+llama = LlamaForCausalLM(LlamaConfig(hidden_size=64, intermediate_size=96, num_hidden_layers=L, num_attention_heads=4,
+                                     num_key_value_heads=2, max_position_embeddings=T, vocab_size=V,
+                                     rms_norm_eps=1e-6, tie_word_embeddings=False))
+bloom = BloomForCausalLM(BloomConfig(hidden_size=48, n_layer=L, n_head=6, vocab_size=V, layer_norm_epsilon=1e-5))
+FAMILIES = [("llama-gqa", llama, LlamaForCausalLM,
+             dict(normalization="RMSNorm", position_embedding_type="rope", swiglu=True, ffn_hidden_size=96,
+                  num_query_groups=2, untie_embeddings_and_output_weights=True, add_bias_linear=False,
+                  layernorm_epsilon=1e-6, num_attention_heads=4, hidden_size=64, max_position_embeddings=T)),
+            ("bloom", bloom, BloomForCausalLM,
+             dict(position_embedding_type="alibi", embedding_layernorm=True, num_attention_heads=6, hidden_size=48,
+                  max_position_embeddings=2048))]
+for fname, fmodel, cls, keys in FAMILIES:
+    randomize(fmodel)
+    fsrc, fck = path(fname + "-hf"), path(fname + "-base")
+    fmodel.save_pretrained(fsrc)
+    convert("--from", "hf", "--input", fsrc, "--output", fck)
+    fcfg = tt.write_config(path(fname + ".yaml"),
+        model={**dict(num_layers=L, seq_length=T, vocab_size=V), **keys},
+        training=dict(micro_batch_size=2, global_batch_size=8, train_iters=3, lr=2.0e-2, lr_warmup_iters=0,
+                      lr_decay_style="constant", seed=3),
+        data=dict(data_path=prefix, split="95,5,0"),
+        parallel=dict(comm_timeout_s=120),
+        checkpoint=dict(save=path(fname + "-lora")),
+        finetune=dict(load=fck, lora=dict(rank=R, alpha=ALPHA)))
+    r = tt.run(tt.train_cmd(trident, fcfg, path(fname + "-run"), 2, 2, 1, flags=["--quiet"]), timeout=300)
+    if not tt.check(f"{fname}: LoRA training in TP2 exit 0", r.returncode == 0, r.stderr[-2000:]):
+        continue
+    trained = tt.write_config(path(fname + "-trained.yaml"),
+        model={**dict(num_layers=L, seq_length=T, vocab_size=V), **keys},
+        training=dict(micro_batch_size=2, global_batch_size=8, train_iters=1, lr=1e-3),
+        data=dict(data_path=prefix), checkpoint=dict(load=path(fname + "-lora")),
+        finetune=dict(load=fck, lora=dict(rank=R, alpha=ALPHA)))
+    subprocess.run([probe, "logits-config", trained, path("tokens.bin"), "4", path("flogits.bin")], check=True)
+    fours = torch.from_numpy(np.fromfile(path("flogits.bin"), dtype=np.float32).reshape(4, T, V))
+    with torch.no_grad():
+        moved = relative(fours, fmodel.eval()(tokens).logits)
+    fad, fmerged = path(fname + "-adapters"), path(fname + "-merged")
+    convert("--to", "hf", "--config", trained, "--input", path(fname + "-lora"), "--output", fad, "--adapters-only")
+    convert("--to", "hf", "--config", trained, "--input", path(fname + "-lora"), "--output", fmerged, "--merge-lora")
+    with torch.no_grad():
+        rel_a = relative(PeftModel.from_pretrained(cls.from_pretrained(fsrc), fad).eval()(tokens).logits, fours)
+        rel_m = relative(cls.from_pretrained(fmerged).eval()(tokens).logits, fours)
+    tt.check(f"{fname}: --adapters-only in peft and --merge-lora in transformers give trident's logits "
+             f"(the adapters moved them by {moved:.1e})", rel_a <= 1e-4 and rel_m <= 1e-4 and moved > 1e-3,
+             f"adapters {rel_a:.2e}, merged {rel_m:.2e}", show=True)
+
 rc, so, se = tt.outputs([trident, "convert", "--to", "hf", "--input", ck_lora, "--output", path("x"),
                          "--merge-lora"])
 tt.check("--merge-lora without --config: exit 2 naming --config", rc == 2 and "--config" in se, se)
