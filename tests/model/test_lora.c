@@ -1,0 +1,122 @@
+/* model/ + tp/ + hf/: LoRA adapters on a frozen base (issue 20), one process, each family:
+ * the trainable table is the adapters alone and the base's matrices have no gradient; with
+ * B = 0 the model is the base bit for bit; finite-difference gradients of the adapters; the
+ * merged model (hf's W += alpha/r B A) gives the adapted model's loss. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <cmocka.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/core.h"
+#include "hf/hf.h"
+#include "model/gpt.h"
+
+enum { B_ = 2, T_ = 5 };
+
+static tr_gpt_shape shape(int family, int rank)
+{
+    tr_gpt_shape s = {.num_layers = 2, .C = 16, .NH = 4, .T = T_, .max_T = 6, .V = 11, .Vp = 16,
+                      .eps = 1e-5f, .init_std = 0.3f, .seed = 7, .layer_first = 0,
+                      .layer_count = 2, .is_first = 1, .is_last = 1, .tp_size = 1};
+    if (family == 1) { /* Llama: GQA, SwiGLU (interleaved fc), rope, no biases */
+        s.rmsnorm = 1, s.position = TR_POS_ROPE, s.rotary_dims = 4, s.rotary_base = 10000.0f;
+        s.swiglu = 1, s.ffn = 24, s.query_groups = 2, s.untie = 1, s.no_linear_bias = 1;
+    }
+    s.lora_rank = rank;
+    s.lora_alpha = 6.0f;
+    s.lora_targets = rank ? 15 : 0;
+    return s;
+}
+
+static const int32_t tokens[B_ * T_] = {1, 4, 9, 2, 7, 3, 3, 10, 0, 5};
+static const int32_t targets[B_ * T_] = {4, 9, 2, 7, 1, 3, 10, 0, 5, 8};
+
+/* mean loss; with grad, the adapters' gradients accumulated (scale 1/N) */
+static float loss_of(tr_gpt *g, int grad)
+{
+    tr_gpt_acts *a = NULL;
+    float loss = 0;
+    assert_int_equal(tr_gpt_acts_create(g, B_, &a), TR_OK);
+    assert_int_equal(tr_gpt_forward(g, a, tokens, NULL, targets, grad ? 1.0f / (B_ * T_) : 0.0f,
+                                    &loss), TR_OK);
+    if (grad)
+        assert_int_equal(tr_gpt_backward(g, a, NULL), TR_OK);
+    tr_gpt_acts_free(a);
+    return loss;
+}
+
+static void test_family(int family)
+{
+    tr_gpt_shape s = shape(family, 3), ps = shape(family, 0);
+    tr_gpt *g = NULL, *plain = NULL;
+    assert_int_equal(tr_gpt_create(&s, tr_kernels_cpu(), NULL, &g), TR_OK);
+    assert_int_equal(tr_gpt_create(&ps, tr_kernels_cpu(), NULL, &plain), TR_OK);
+    /* the trainable table: 4 targets x (A, B) x 2 layers; the base frozen */
+    assert_int_equal(tr_gpt_num_tensors(g), 16);
+    assert_int_equal(tr_gpt_num_base_tensors(g), tr_gpt_num_tensors(plain));
+    assert_true(tr_gpt_frozen_bytes(g) > 0 && tr_gpt_frozen_bytes(plain) == 0);
+    for (int i = 0; i < tr_gpt_num_base_tensors(g); i++) {
+        const tr_param_tensor *t = tr_gpt_base_tensor(g, i);
+        assert_true(t->cols == 1 ? t->grad != NULL : t->grad == NULL);
+    }
+    size_t n = tr_gpt_num_params(g), pn = tr_gpt_num_params(plain);
+    float *params = calloc(n, sizeof(float)), *grads = calloc(n, sizeof(float));
+    float *pp = calloc(pn, sizeof(float));
+    tr_gpt_bind(g, params, grads);
+    tr_gpt_bind(plain, pp, NULL);
+    assert_int_equal(tr_gpt_init_params(g), TR_OK);
+    assert_int_equal(tr_gpt_init_params(plain), TR_OK);
+    /* B = 0: exactly the base (the same Philox initialisation) */
+    float l0 = loss_of(g, 0), lp = loss_of(plain, 0);
+    assert_true(l0 == lp);
+    /* B away from 0: finite differences of every 7th adapter element */
+    for (size_t i = 0; i < n; i++)
+        params[i] += 0.2f * (float)sin(0.61 * (double)i + 0.3);
+    memset(grads, 0, n * sizeof(float));
+    float l1 = loss_of(g, 1);
+    assert_true(fabsf(l1 - l0) > 1e-3f);
+    double worst = 0;
+    for (size_t i = 0; i < n; i += 7) {
+        float keep = params[i], h = 3e-3f;
+        params[i] = keep + h;
+        double up = loss_of(g, 0);
+        params[i] = keep - h;
+        double down = loss_of(g, 0);
+        params[i] = keep;
+        double fd = (up - down) / (2.0 * h), err = fabs(fd - grads[i]) / (fabs(fd) + 1e-2);
+        worst = err > worst ? err : worst;
+    }
+    print_message("family %d: %zu adapter elements, worst finite-difference error %.2e\n", family,
+                  n, worst);
+    assert_true(worst < 2e-2);
+    /* merged: W += alpha/r B A gives the adapted loss */
+    assert_int_equal(tr_hf_merge_lora(g, plain, pp), TR_OK);
+    float lm = loss_of(plain, 0);
+    assert_true(fabsf(lm - l1) <= 1e-5f * fabsf(l1));
+    tr_gpt_free(g);
+    tr_gpt_free(plain);
+    free(params);
+    free(grads);
+    free(pp);
+}
+
+static void test_gpt2(void **state)
+{
+    (void)state;
+    test_family(0);
+}
+
+static void test_llama(void **state)
+{
+    (void)state;
+    test_family(1);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {cmocka_unit_test(test_gpt2), cmocka_unit_test(test_llama)};
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
