@@ -78,7 +78,15 @@ static int load_tensors(const char *dir, tr_gpt *g, const tr_kernels *k, float *
         const ckpt_record *rec = bsearch(&key, mf.tensors, mf.n, sizeof key, ckpt_cmp_record);
         size_t rows = saved_rows(s, t);
         if (!rec) {
-            rc = tr_fail(TR_ERR_INVALID, "checkpoint %s has no tensor %s", ckpt_dir, t->name);
+            int adapters = 0; /* a LoRA run's checkpoint: its adapters alone */
+            for (size_t j = 0; j < mf.n && !adapters; j++)
+                adapters = strstr(mf.tensors[j].name, ".lora_A") != NULL;
+            rc = tr_fail(TR_ERR_INVALID, "checkpoint %s has no tensor %s%s", ckpt_dir, t->name,
+                         adapters && !strstr(t->name, ".lora_")
+                             ? " (it holds a LoRA run's adapters alone: the run's config gives "
+                               "the base (finetune.load); trident convert --to hf --config RUN.yaml "
+                               "--merge-lora writes a whole model)"
+                             : "");
             break;
         }
         if (rec->rows != rows || rec->cols != t->full_cols) {

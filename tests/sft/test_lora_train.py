@@ -7,7 +7,8 @@
     fine-tuning's by at least the base's gradients + optimizer state less the adapters';
   - a LoRA run stopped at a checkpoint (the adapters) resumes with the same losses;
   - bad settings are refused naming the key: an unknown target module, dropout > 0, ZeRO-3,
-    a missing base, a base checkpoint given as checkpoint.load (no adapters in it).
+    a missing base, a base checkpoint given as checkpoint.load (no adapters in it); generate
+    from a LoRA checkpoint says what it holds and how to merge it.
 usage: test_lora_train.py TRIDENT WORKDIR"""
 import json
 import math
@@ -118,4 +119,7 @@ for what, extra, key in [
     p = tt.run(tt.train_cmd(trident, ft, path("bad"), sets=[*sets, *extra]), timeout=60)
     check(f"refused: {what} (exit 2 or 1, naming {key})", p.returncode in (1, 2) and key in p.stderr,
           p.stderr[-600:])
+rc, so, se = tt.outputs([trident, "generate", path("lora-ckpt"), "--prompt-ids", "1,2,3", "--max-new-tokens", "2"])
+check("generate from a LoRA checkpoint: exit 2, saying it holds adapters and how to merge them",
+      rc == 2 and "adapters alone" in se and "--merge-lora" in se, se)
 tt.finish("lora-train: all checks passed")
