@@ -14,6 +14,7 @@ rewritten after every step, so a run cut short still leaves its report.
 
 usage: scripts/gpu-check.sh [--out DIR] [--bundle DIR] [--build DIR] [--budget SECONDS]
                             [--skip STEP,...] [--only STEP,...] [--jobs N] [--commit HASH]
+                            [--targets NINJA_TARGET,...]
   --bundle  the bundle folder (default .gpu); --build the build folder (default build-gpu)
   --budget  seconds for the whole run (default 1200); steps that would not fit are SKIPped
             and a running one is stopped at the end of the budget
@@ -386,8 +387,9 @@ class Check:
         return "PASS", f"{build}: CUDA backend {m.group(1) if m else '?'}{note}", ""
 
     def build(self):
-        rc, out = self.run("build", ["ninja", "-C", self.a.build] + (["-j", str(self.a.jobs)] if self.a.jobs else []),
-                           timeout=900)
+        targets = [t for t in self.a.targets.split(",") if t] if self.a.targets else []
+        rc, out = self.run("build", ["ninja", "-C", self.a.build] + (["-j", str(self.a.jobs)] if self.a.jobs else [])
+                           + targets, timeout=900)
         if rc == 124:
             return "FAIL", "the time budget ran out during the build", out
         if rc != 0:
@@ -610,6 +612,8 @@ def main():
     ap.add_argument("--only", default="")
     ap.add_argument("--skip", default="")
     ap.add_argument("--jobs", type=int, default=0)
+    ap.add_argument("--targets", default="", help="ninja targets of the build step, comma-separated "
+                    "(default: everything; tests/gpu_bundle builds trident and the probe only)")
     ap.add_argument("--commit", default="", help="the commit to name in the report (where the tree has no .git)")
     a = ap.parse_args()
     for k in ("only", "skip"):

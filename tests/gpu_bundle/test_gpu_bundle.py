@@ -7,8 +7,10 @@ point 4): a bundle that would fail on the GPU machine fails here first.
      packages are hidden (/dev/null over each header and .pc file of the -dev packages, so
      there is no /usr/include fallback), scripts/gpu-check.sh --only configure,build does
      what the GPU machine does first: unpack the archive, find the CUDA toolkit, configure
-     with PKG_CONFIG_LIBDIR at the bundle alone and build everything with CUDA. The steps
-     bundle, cuda-toolkit, configure and build must PASS.
+     with PKG_CONFIG_LIBDIR at the bundle alone (every dependency, cmocka's included, must
+     resolve there) and build trident and the CUDA probe with CUDA (--targets: the library
+     and every .cu file; the tests' own sources are the release build's). The steps bundle,
+     cuda-toolkit, configure and build must PASS.
   3. Every library of the bundle that trident needs resolves inside the bundle (ldd: RPATH),
      and the binary trains 2 iterations on 2 ranks (OpenBLAS, UCX and libyaml of the bundle).
 SKIP (77) where this machine has no CUDA toolkit (the bundle is still made and verified).
@@ -59,7 +61,7 @@ for p in packages:
             if os.path.isfile(real):
                 hidden.add(real)
 check_cmd = [os.path.join(root, "scripts", "gpu-check.sh"), "--bundle", bundle, "--build", build, "--out", results,
-             "--only", "configure,build", "--jobs", "2"]
+             "--only", "configure,build", "--jobs", "2", "--targets", "trident,tests/cuda/cuda_probe"]
 script = os.path.join(work, "in-namespace.sh")
 with open(script, "w") as f:
     f.write("#!/bin/bash\nset -e\n")
