@@ -109,6 +109,10 @@ typedef struct {
     int lora_rank;
     float lora_alpha;
     int lora_targets;     /* TR_LORA_* bits */
+    float lora_dropout;   /* p: each adapter's input x dropped with probability p (inverted:
+                           * kept elements / (1 - p)) while training; the mask of element
+                           * (token, feature) is Philox of (seed, layer, target, sample,
+                           * position, global feature): the same in every layout */
 } tr_gpt_shape;
 
 enum { TR_LORA_QKV = 1, TR_LORA_PROJ = 2, TR_LORA_FC1 = 4, TR_LORA_FC2 = 8 };
@@ -227,6 +231,11 @@ float *tr_gpt_acts_output_grad_buffer(tr_gpt_acts *a);
  * ids outside [0, max_position_embeddings) are TR_ERR_INVALID. */
 TR_MUST_CHECK int tr_gpt_acts_set_packing(tr_gpt_acts *a, const int32_t *segments,
                                           const int32_t *positions, const float *loss_weights);
+
+/* LoRA dropout for the micro-batch that next runs with `a` (default off): on = training, and
+ * its row b is sample first_sample + b of the run (the mask's key; recompute and backward
+ * regenerate it). Off (evaluation, tools): no dropout. */
+void tr_gpt_acts_set_dropout(tr_gpt_acts *a, int on, uint64_t first_sample);
 
 /* Forward one micro-batch.
  *   first stage: `tokens` (B*T host ints < V, all of them on every TP rank);

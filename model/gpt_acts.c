@@ -72,9 +72,10 @@ static size_t scratch_floats(const tr_gpt *g, int B)
     size_t shared_att = s->recompute_attention ? att : 0;
     size_t Q = (size_t)g->QKVl, Fw = (size_t)g->Fwl, F = (size_t)g->Fl;
     size_t lora = g->lora ? N * (size_t)s->lora_rank : 0;
+    size_t drop = g->lora && s->lora_dropout > 0 ? N * (size_t)(s->C > g->Fl ? s->C : g->Fl) : 0;
     size_t sizes[] = {N,      N * C,      Nl,  Nl,     N * Vl,     3 * N,      N,
                       N * C,  wide,       N * Q, N * Cl, att, N * Fw, N * F,
-                      shared_att, lora};
+                      shared_att, lora, drop, drop};
     size_t total = 0;
     for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++)
         total += padded(sizes[i]);
@@ -120,6 +121,8 @@ int gpt_scratch_ensure(tr_gpt *g, int B)
     g->k->free(sc->memory);
     g->k->free(sc->layer_memory);
     tr_free(g->losses_host);
+    tr_free(g->lora_mask_host);
+    g->lora_mask_host = NULL;
     memset(sc, 0, sizeof *sc);
     const tr_gpt_shape *s = &g->s;
     int first, Nl;
@@ -150,6 +153,11 @@ int gpt_scratch_ensure(tr_gpt *g, int B)
     sc->dfch_gelu = take(&c, N * (size_t)g->Fl);
     sc->att = s->recompute_attention ? take(&c, att) : NULL;
     sc->lora_dh = g->lora ? take(&c, N * (size_t)s->lora_rank) : NULL;
+    size_t wide_in = (size_t)(s->C > g->Fl ? s->C : g->Fl) * N, drop = g->lora && s->lora_dropout > 0;
+    sc->lora_mask = drop ? take(&c, wide_in) : NULL;
+    sc->lora_xd = drop ? take(&c, wide_in) : NULL;
+    if (drop && !(g->lora_mask_host = tr_alloc(wide_in * sizeof(float), "dropout mask")))
+        return TR_ERR_NOMEM;
     if (s->recompute) {
         sc->layer_memory = g->k->alloc(layer_acts_floats(g, B) * sizeof(float));
         if (!sc->layer_memory)
@@ -224,6 +232,12 @@ size_t tr_gpt_hidden_numel(const tr_gpt *g, int B)
     int first, Nl;
     gpt_rows(g, B, &first, &Nl);
     return (size_t)Nl * (size_t)g->s.C;
+}
+
+void tr_gpt_acts_set_dropout(tr_gpt_acts *a, int on, uint64_t first_sample)
+{
+    a->dropout_on = on;
+    a->dropout_sample = first_sample;
 }
 
 float *tr_gpt_acts_input_buffer(tr_gpt_acts *a) { return a->stage_in; }

@@ -14,16 +14,12 @@ static int layer_backward(tr_gpt *g, int l, const layer_acts *L, const float *x,
     int T = g->s.T, C = g->s.C, Cl = g->Cl, N = B * T, r0, Nl, rc;
     gpt_rows(g, B, &r0, &Nl);
     const float *dln_own = sc->dln + (size_t)r0 * C; /* this rank's rows of dln */
-    tr_tp_lora lo[4]; /* LoRA adapters (NULL: none) */
-    const tr_tp_lora *qkv_lo = gpt_lora(g, L, l, LORA_QKV, B, &lo[0]),
-                     *proj_lo = gpt_lora(g, L, l, LORA_PROJ, B, &lo[1]),
-                     *fc1_lo = gpt_lora(g, L, l, LORA_FC1, B, &lo[2]),
-                     *fc2_lo = gpt_lora(g, L, l, LORA_FC2, B, &lo[3]);
+    tr_tp_lora lo; /* LoRA adapters (NULL: none), each made right before its layer */
     /* MLP: residual3 = residual2 + fc_proj(gelu(fc(ln2(residual2)))) */
     rc = tr_tp_row_linear_backward_lora(tp, sc->dfch_gelu, layer_grad(g, l, L_FCPROJ_W),
                                         layer_grad(g, l, L_FCPROJ_B), dres, L->fch_gelu,
                                         layer_param(g, l, L_FCPROJ_W), N, g->Fl, C, sc->wide,
-                                        fc2_lo);
+                                        gpt_lora(g, L, l, LORA_FC2, B, &lo));
     if (rc)
         return rc;
     if (g->s.swiglu)
@@ -32,7 +28,8 @@ static int layer_backward(tr_gpt *g, int l, const layer_acts *L, const float *x,
         k->gelu_backward(NULL, sc->dfch, L->fch, sc->dfch_gelu, (size_t)N * g->Fl);
     rc = tr_tp_column_linear_backward_lora(tp, sc->dln, layer_grad(g, l, L_FC_W),
                                            layer_grad(g, l, L_FC_B), sc->dfch, L->ln2,
-                                           layer_param(g, l, L_FC_W), N, C, g->Fwl, fc1_lo);
+                                           layer_param(g, l, L_FC_W), N, C, g->Fwl,
+                                           gpt_lora(g, L, l, LORA_FC1, B, &lo));
     if (rc)
         return rc;
     norm_backward(g, dres, layer_grad(g, l, L_LN2_W), layer_grad(g, l, L_LN2_B), dln_own,
@@ -41,7 +38,7 @@ static int layer_backward(tr_gpt *g, int l, const layer_acts *L, const float *x,
     rc = tr_tp_row_linear_backward_lora(tp, sc->datty, layer_grad(g, l, L_ATTPROJ_W),
                                         layer_grad(g, l, L_ATTPROJ_B), dres, L->atty,
                                         layer_param(g, l, L_ATTPROJ_W), N, Cl, C, sc->wide,
-                                        proj_lo);
+                                        gpt_lora(g, L, l, LORA_PROJ, B, &lo));
     if (rc)
         return rc;
     const float *att = L->att;
@@ -67,7 +64,8 @@ static int layer_backward(tr_gpt *g, int l, const layer_acts *L, const float *x,
                 g->s.rotary_dims, 1, g->positions);
     rc = tr_tp_column_linear_backward_lora(tp, sc->dln, layer_grad(g, l, L_QKV_W),
                                            layer_grad(g, l, L_QKV_B), sc->dqkv, L->ln1,
-                                           layer_param(g, l, L_QKV_W), N, C, g->QKVl, qkv_lo);
+                                           layer_param(g, l, L_QKV_W), N, C, g->QKVl,
+                                           gpt_lora(g, L, l, LORA_QKV, B, &lo));
     if (rc)
         return rc;
     norm_backward(g, dres, layer_grad(g, l, L_LN1_W), layer_grad(g, l, L_LN1_B), dln_own, x,
@@ -83,6 +81,8 @@ int tr_gpt_backward(tr_gpt *g, tr_gpt_acts *a, const float *dhidden_out)
     gpt_rows(g, B, &r0, &Nl);
     g->segments = a->segments;
     g->positions = a->positions;
+    g->dropout_on = a->dropout_on;
+    g->dropout_sample = a->dropout_sample;
     if (!s->is_last && !dhidden_out)
         return tr_fail(TR_ERR_INVALID, "a stage before the last needs the output gradient");
     /* work in place in a->dres; the last stage's head already left its gradient there */

@@ -15,16 +15,13 @@ int gpt_layer_forward(tr_gpt *g, int l, layer_acts *L, const float *x, int B)
     int T = g->s.T, C = g->s.C, Cl = g->Cl, N = B * T, r0, Nl, rc;
     gpt_rows(g, B, &r0, &Nl);
     size_t own = (size_t)r0 * C; /* this rank's rows inside an (N, C) buffer */
-    tr_tp_lora lo[4]; /* LoRA adapters (NULL: none) */
-    const tr_tp_lora *qkv_lo = gpt_lora(g, L, l, LORA_QKV, B, &lo[0]),
-                     *proj_lo = gpt_lora(g, L, l, LORA_PROJ, B, &lo[1]),
-                     *fc1_lo = gpt_lora(g, L, l, LORA_FC1, B, &lo[2]),
-                     *fc2_lo = gpt_lora(g, L, l, LORA_FC2, B, &lo[3]);
+    tr_tp_lora lo; /* LoRA adapters (NULL: none), each made right before its layer */
     /* attention: residual2 = x + attn_proj(attention(qkv(ln1(x)))) */
     norm_forward(g, L->ln1 + own, L->ln1_mean, L->ln1_rstd, x, layer_param(g, l, L_LN1_W),
                  layer_param(g, l, L_LN1_B), Nl);
     rc = tr_tp_column_linear_forward_lora(tp, L->qkv, L->ln1, layer_param(g, l, L_QKV_W),
-                                          layer_param(g, l, L_QKV_B), N, C, g->QKVl, qkv_lo);
+                                          layer_param(g, l, L_QKV_B), N, C, g->QKVl,
+                                          gpt_lora(g, L, l, LORA_QKV, B, &lo));
     if (rc)
         return rc;
     float *att = L->att ? L->att : g->scratch.att;
@@ -39,14 +36,15 @@ int gpt_layer_forward(tr_gpt *g, int l, layer_acts *L, const float *x, int B)
     rc = tr_tp_row_linear_forward_lora(tp, L->residual2, x, L->atty,
                                        layer_param(g, l, L_ATTPROJ_W),
                                        layer_param(g, l, L_ATTPROJ_B), N, Cl, C, g->scratch.wide,
-                                       proj_lo);
+                                       gpt_lora(g, L, l, LORA_PROJ, B, &lo));
     if (rc)
         return rc;
     /* MLP: residual3 = residual2 + fc_proj(act(fc(ln2(residual2)))), act GELU or SwiGLU */
     norm_forward(g, L->ln2 + own, L->ln2_mean, L->ln2_rstd, L->residual2,
                  layer_param(g, l, L_LN2_W), layer_param(g, l, L_LN2_B), Nl);
     rc = tr_tp_column_linear_forward_lora(tp, L->fch, L->ln2, layer_param(g, l, L_FC_W),
-                                          layer_param(g, l, L_FC_B), N, C, g->Fwl, fc1_lo);
+                                          layer_param(g, l, L_FC_B), N, C, g->Fwl,
+                                          gpt_lora(g, L, l, LORA_FC1, B, &lo));
     if (rc)
         return rc;
     if (g->s.swiglu)
@@ -56,7 +54,7 @@ int gpt_layer_forward(tr_gpt *g, int l, layer_acts *L, const float *x, int B)
     return tr_tp_row_linear_forward_lora(tp, L->residual3, L->residual2, L->fch_gelu,
                                          layer_param(g, l, L_FCPROJ_W),
                                          layer_param(g, l, L_FCPROJ_B), N, g->Fl, C,
-                                         g->scratch.wide, fc2_lo);
+                                         g->scratch.wide, gpt_lora(g, L, l, LORA_FC2, B, &lo));
 }
 
 /* out (Nl, C) += wpe[position of each held row]; rows r0.. of the flattened (B, T). */
@@ -167,6 +165,8 @@ int tr_gpt_forward(tr_gpt *g, tr_gpt_acts *a, const int32_t *tokens, const float
     gpt_rows(g, B, &r0, &Nl);
     g->segments = a->segments;
     g->positions = a->positions;
+    g->dropout_on = a->dropout_on;
+    g->dropout_sample = a->dropout_sample;
     if (s->is_last && (!targets || !loss_out))
         return tr_fail(TR_ERR_INVALID, "the last stage needs targets and a loss output");
     if (s->is_first) {

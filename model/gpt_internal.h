@@ -46,6 +46,8 @@ struct tr_gpt_acts {
     int32_t *segments, *positions;
     float *loss_weights, *loss_weights_host;
     void *packing_memory;
+    int dropout_on;           /* LoRA dropout (tr_gpt_acts_set_dropout) */
+    uint64_t dropout_sample;
 };
 
 /* Scratch shared by all micro-batches (used only inside one forward or backward call). */
@@ -68,6 +70,7 @@ typedef struct {
     float *dfch;                  /* (N, Fwl) */
     float *dfch_gelu;             /* (N, Fl) */
     float *lora_dh;               /* LoRA: (N, r) */
+    float *lora_mask, *lora_xd;   /* LoRA dropout: (N, max(C, Fl)) each */
     float *layer_memory;          /* recompute: one layer's full activations, rebuilt in */
     layer_acts layer;          /* backward from the layer's stored input */
 } gpt_scratch;
@@ -108,6 +111,9 @@ struct tr_gpt {
     int n_lora, lora_per_layer, lora_slot[4];
     size_t n_lora_params;
     float *base_params, *base_vector_grads;
+    float *lora_mask_host;        /* dropout: (N, max(C, Fl)) staging of the mask */
+    int dropout_on;               /* of the micro-batch being run (its acts') */
+    uint64_t dropout_sample;
     const int32_t *segments; /* of the micro-batch being run (its acts'), NULL: whole rows */
     const int32_t *positions; /* the same micro-batch's restarting positions (rope), or NULL */
 };
@@ -174,7 +180,8 @@ static inline void gpt_rows(const tr_gpt *g, int B, int *first, int *count)
 /* LoRA targets (tr_gpt_shape.lora_targets bit 1 << target) */
 enum { LORA_QKV, LORA_PROJ, LORA_FC1, LORA_FC2 };
 /* gpt_lora.c: the adapter of target t in layer l into *out (h in L's activations); NULL when
- * there is none. */
+ * there is none. With dropout on, it also writes target t's mask into the scratch: call it
+ * right before the layer that uses it. */
 const tr_tp_lora *gpt_lora(tr_gpt *g, const layer_acts *L, int l, int t, int B, tr_tp_lora *out);
 /* After the base table: the adapters' table, the base's memory and initialisation. */
 TR_MUST_CHECK int gpt_lora_setup(tr_gpt *g);

@@ -113,16 +113,47 @@ void gpt_lora_free(tr_gpt *g)
     if (g->base_vector_grads)
         g->k->free(g->base_vector_grads);
     tr_free(g->lora);
+    tr_free(g->lora_mask_host);
+}
+
+/* The dropout mask (N, ICl) of target t of layer l into the scratch: keep / (1 - p), each
+ * element from Philox of (seed, the global layer and target; the sample, position and global
+ * input feature), so every layout draws the same. */
+static void dropout_mask(tr_gpt *g, int l, int t, int B)
+{
+    const tr_gpt_shape *s = &g->s;
+    int T = s->T, N = B * T, column = t == LORA_QKV || t == LORA_FC1;
+    int IC = t == LORA_FC2 ? g->F : s->C;
+    int ICl = column ? IC : IC / s->tp_size, col0 = column ? 0 : s->tp_rank * ICl;
+    float keep = 1.0f / (1.0f - s->lora_dropout), *m = g->lora_mask_host;
+    uint32_t threshold = (uint32_t)((double)s->lora_dropout * 4294967296.0);
+    uint32_t key[2] = {(uint32_t)s->seed ^ 0x4c6f5241u, (uint32_t)(s->seed >> 32)};
+    for (int n = 0; n < N; n++) {
+        uint64_t row = (g->dropout_sample + (uint64_t)(n / T)) * (uint64_t)T + (uint64_t)(n % T);
+        for (int i = 0; i < ICl; i++) {
+            uint64_t e = row * (uint64_t)IC + (uint64_t)(col0 + i);
+            uint32_t ctr[4] = {(uint32_t)e, (uint32_t)(e >> 32),
+                               (uint32_t)((s->layer_first + l) * 4 + t), 0x64726f70u}, r[4];
+            tr_philox4x32_10(ctr, key, r);
+            m[(size_t)n * ICl + i] = r[0] >= threshold ? keep : 0.0f;
+        }
+    }
+    g->k->to_device(NULL, g->scratch.lora_mask, m, (size_t)N * ICl * sizeof(float));
 }
 
 const tr_tp_lora *gpt_lora(tr_gpt *g, const layer_acts *L, int l, int t, int B, tr_tp_lora *out)
 {
     if (!g->lora || g->lora_slot[t] < 0)
         return NULL;
+    int drop = g->dropout_on && g->s.lora_dropout > 0;
+    if (drop)
+        dropout_mask(g, l, t, B);
     const tr_param_tensor *A = &g->lora[l * g->lora_per_layer + g->lora_slot[t]], *Bt = A + 1;
     int r = g->s.lora_rank;
     *out = (tr_tp_lora){.A = A->param, .B = Bt->param, .dA = A->grad, .dB = Bt->grad,
                         .h = L->lora_h + (size_t)t * B * g->s.T * r, .dh = g->scratch.lora_dh,
-                        .r = r, .scale = g->s.lora_alpha / (float)r};
+                        .r = r, .scale = g->s.lora_alpha / (float)r,
+                        .mask = drop ? g->scratch.lora_mask : NULL,
+                        .xd = drop ? g->scratch.lora_xd : NULL};
     return out;
 }

@@ -26,9 +26,21 @@ static void gemm_dW(const tr_kernels *k, float *dW, const float *dy, const float
 }
 
 /* y (N, OC) += scale * (x A^T) B^T, keeping h = x A^T (N, r) */
+/* xd = x * mask (elementwise: scale_rows of N*IC one-column rows) */
+static const float *lora_dropped(const tr_kernels *k, const float *x, const tr_tp_lora *lo, int N,
+                                 int IC)
+{
+    if (!lo->mask)
+        return x;
+    k->copy(NULL, lo->xd, x, (size_t)N * IC * sizeof(float));
+    k->scale_rows(NULL, lo->xd, lo->mask, N * IC, 1);
+    return lo->xd;
+}
+
 static void lora_forward(const tr_kernels *k, float *y, const float *x, const tr_tp_lora *lo,
                          int N, int IC, int OC)
 {
+    x = lora_dropped(k, x, lo, N, IC);
     gemm_xWt(k, lo->h, x, lo->A, N, IC, lo->r, 0.0f);
     k->gemm(NULL, 0, 1, N, OC, lo->r, lo->scale, lo->h, lo->r, lo->B, lo->r, 1.0f, y, OC);
 }
@@ -42,9 +54,15 @@ static void lora_backward(const tr_kernels *k, float *dx, const float *dy, const
     if (lo->dB)
         k->gemm(NULL, 1, 0, OC, r, N, lo->scale, dy, OC, lo->h, r, 1.0f, lo->dB, r);
     if (lo->dA)
-        k->gemm(NULL, 1, 0, r, IC, N, 1.0f, lo->dh, r, x, IC, 1.0f, lo->dA, IC);
-    if (dx)
+        k->gemm(NULL, 1, 0, r, IC, N, 1.0f, lo->dh, r, lora_dropped(k, x, lo, N, IC), IC, 1.0f,
+                lo->dA, IC);
+    if (dx && lo->mask) { /* dx += (dh A) * mask */
+        k->gemm(NULL, 0, 0, N, IC, r, 1.0f, lo->dh, r, lo->A, IC, 0.0f, lo->xd, IC);
+        k->scale_rows(NULL, lo->xd, lo->mask, N * IC, 1);
+        k->axpy(NULL, dx, 1.0f, lo->xd, (size_t)N * IC);
+    } else if (dx) {
         k->gemm(NULL, 0, 0, N, IC, r, 1.0f, lo->dh, r, lo->A, IC, 1.0f, dx, IC);
+    }
 }
 
 int tr_tp_column_linear_forward(const tr_tp *tp, float *y, float *x, const float *W,

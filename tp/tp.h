@@ -148,6 +148,10 @@ typedef struct {
     float *dh;      /* (N, r) scratch for backward */
     int r;
     float scale;
+    /* dropout (NULL: none): mask (N, IC) of this rank's inputs (keep / (1 - p) or 0), xd
+     * (N, IC) scratch for the dropped input x * mask (recomputed in backward) */
+    const float *mask;
+    float *xd;
 } tr_tp_lora;
 
 /* The parallel linears above with an adapter (lora NULL: exactly the plain layer). */

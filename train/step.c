@@ -77,6 +77,8 @@ static int stage_forward(tr_engine *e, int chunk, int mb, float grad_scale, cons
         if (rc)
             return rc;
     }
+    /* LoRA dropout: on while training, keyed by the micro-batch's samples (layout-free) */
+    tr_gpt_acts_set_dropout(a, e->split == TR_SPLIT_TRAIN, e->first_sample + (uint64_t)mb * e->mb);
     float loss = 0;
     int rc = tr_gpt_forward(model, a, s->is_first ? e->inputs : NULL,
                             s->is_first ? NULL : tr_gpt_acts_input_buffer(a),

@@ -162,7 +162,8 @@ typedef struct {
                           * checkpoint from `trident convert --from hf`) holding the base */
     int lora_rank;       /* finetune.lora.rank; default 0 = no adapters (full fine-tuning) */
     double lora_alpha;   /* finetune.lora.alpha; default 16: adapters scaled by alpha/rank */
-    double lora_dropout; /* finetune.lora.dropout; default 0 (only 0 is implemented) */
+    double lora_dropout; /* finetune.lora.dropout in [0, 1); default 0: the adapters' input
+                          * dropped while training, layout-free (model/gpt.h) */
     char **lora_targets; /* finetune.lora.target_modules: qkv, proj, fc1, fc2 (default all) */
     int n_lora_targets;
 } tr_finetune_config;

@@ -326,9 +326,6 @@ static int check_finetune(const tr_config *c)
                 return bad(c, "finetune.lora.target_modules", NULL, "finetune.lora.target_modules"
                            " names '%s' twice", f->lora_targets[i]);
     }
-    if (f->lora_dropout != 0)
-        return bad(c, "finetune.lora.dropout", NULL, "finetune.lora.dropout = %g: only 0 is "
-                   "implemented (adapters without dropout)", f->lora_dropout);
     if (c->parallel.zero_stage >= 3)
         return bad(c, "parallel.zero_stage", "finetune.lora.rank", "LoRA fine-tuning "
                    "(finetune.lora.rank %d) with parallel.zero_stage %d is not implemented; "

@@ -16,8 +16,8 @@ Injected bugs the old checks let through (issue 25, point 6), each failing now:
   - activation slots released only at the end of the iteration, M of them (train/step.c,
     train/engine.c): the counter still said 1F1B keeps 4, RSS at M = 32 grew like GPipe's.
 LoRA (issue 20): group lora trains rank-4 adapters on the frozen base on the families' three
-layouts (ZeRO-2 for ZeRO-3, which LoRA refuses) and on the Llama in D2xT2xP2 with SP; --full
-runs every 8-rank layout.
+layouts (ZeRO-2 for ZeRO-3, which LoRA refuses), on the Llama in D2xT2xP2 with SP, and with
+dropout 0.2 in D2xT2xP2 with SP and T4xP2 with full recompute; --full runs every 8-rank layout.
 Model families (issue 17): groups llama and bloom run the same model with Llama's switches
 (RMSNorm, rope, SwiGLU, 8 heads in 4 query groups, untied output, no biases) or Bloom's (ALiBi,
 embedding LayerNorm) on three 8-rank layouts (T4xP2, D2xT2xP2 with SP, D4xT2 with ZeRO-3);
@@ -223,6 +223,14 @@ if group == "lora":  # adapters on a Llama (GQA's qkv and SwiGLU's interleaved f
     cases.append((name,))
     if base_llama is not None:
         compare(name, run(name, 8, 2, 2, "parallel.sequence_parallel=true", *FAMILIES["llama"]), base_llama)
+    # dropout on the adapters' inputs: the mask of (sample, position, feature) is layout-free
+    DROP = ["finetune.lora.dropout=0.2"]
+    base_drop = run("lora-dropout-single", 1, 1, 1, *DROP)
+    for name, world, tp, pp, *extra in [("lora-dropout-d2-t2-p2-sp", 8, 2, 2, "parallel.sequence_parallel=true"),
+                                        ("lora-dropout-d1-t4-p2-recompute", 8, 4, 2, "training.recompute=full")]:
+        cases.append((name,))
+        if base_drop is not None:
+            compare(name, run(name, world, tp, pp, *extra, *DROP), base_drop)
 if family and full:
     # TP 8: whole query groups per rank needs 8 of them (Llama: no GQA then), its own base
     T8 = ["model.num_query_groups=8"] if group == "llama" else []

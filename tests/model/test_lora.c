@@ -1,7 +1,8 @@
 /* model/ + tp/ + hf/: LoRA adapters on a frozen base (issue 20), one process, each family:
  * the trainable table is the adapters alone and the base's matrices have no gradient; with
  * B = 0 the model is the base bit for bit; finite-difference gradients of the adapters; the
- * merged model (hf's W += alpha/r B A) gives the adapted model's loss. */
+ * merged model (hf's W += alpha/r B A) gives the adapted model's loss; dropout (off = none,
+ * on = a fixed mask: finite differences hold). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -15,6 +16,8 @@
 #include "model/gpt.h"
 
 enum { B_ = 2, T_ = 5 };
+
+static int dropout_on; /* the micro-batch's LoRA dropout (tr_gpt_acts_set_dropout) */
 
 static tr_gpt_shape shape(int family, int rank)
 {
@@ -40,6 +43,7 @@ static float loss_of(tr_gpt *g, int grad)
     tr_gpt_acts *a = NULL;
     float loss = 0;
     assert_int_equal(tr_gpt_acts_create(g, B_, &a), TR_OK);
+    tr_gpt_acts_set_dropout(a, dropout_on, 12345);
     assert_int_equal(tr_gpt_forward(g, a, tokens, NULL, targets, grad ? 1.0f / (B_ * T_) : 0.0f,
                                     &loss), TR_OK);
     if (grad)
@@ -103,6 +107,51 @@ static void test_family(int family)
     free(pp);
 }
 
+/* dropout 0.3: off (evaluation) it is the model without dropout; on, a fixed mask per
+ * (sample, position, feature): the same loss every time, another than off, and its gradient
+ * by finite differences */
+static void test_dropout(void **state)
+{
+    (void)state;
+    tr_gpt_shape s = shape(1, 3), s0 = shape(1, 3);
+    s.lora_dropout = 0.3f;
+    tr_gpt *g = NULL, *g0 = NULL;
+    assert_int_equal(tr_gpt_create(&s, tr_kernels_cpu(), NULL, &g), TR_OK);
+    assert_int_equal(tr_gpt_create(&s0, tr_kernels_cpu(), NULL, &g0), TR_OK);
+    size_t n = tr_gpt_num_params(g);
+    float *params = calloc(n, sizeof(float)), *grads = calloc(n, sizeof(float));
+    tr_gpt_bind(g, params, grads);
+    tr_gpt_bind(g0, params, NULL);
+    assert_int_equal(tr_gpt_init_params(g), TR_OK);
+    for (size_t i = 0; i < n; i++)
+        params[i] += 0.2f * (float)sin(0.61 * (double)i + 0.3);
+    dropout_on = 0;
+    float off = loss_of(g, 0);
+    assert_true(off == loss_of(g0, 0));
+    dropout_on = 1;
+    float on = loss_of(g, 1);
+    assert_true(on == loss_of(g, 0) && fabsf(on - off) > 1e-4f);
+    double worst = 0;
+    for (size_t i = 0; i < n; i += 7) {
+        float keep = params[i], h = 3e-3f;
+        params[i] = keep + h;
+        double up = loss_of(g, 0);
+        params[i] = keep - h;
+        double down = loss_of(g, 0);
+        params[i] = keep;
+        double fd = (up - down) / (2.0 * h), err = fabs(fd - grads[i]) / (fabs(fd) + 1e-2);
+        worst = err > worst ? err : worst;
+    }
+    dropout_on = 0;
+    print_message("dropout 0.3: loss %.6f (off %.6f), worst finite-difference error %.2e\n", on, off,
+                  worst);
+    assert_true(worst < 2e-2);
+    tr_gpt_free(g);
+    tr_gpt_free(g0);
+    free(params);
+    free(grads);
+}
+
 static void test_gpt2(void **state)
 {
     (void)state;
@@ -117,6 +166,7 @@ static void test_llama(void **state)
 
 int main(void)
 {
-    const struct CMUnitTest tests[] = {cmocka_unit_test(test_gpt2), cmocka_unit_test(test_llama)};
+    const struct CMUnitTest tests[] = {cmocka_unit_test(test_gpt2), cmocka_unit_test(test_llama),
+                                       cmocka_unit_test(test_dropout)};
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

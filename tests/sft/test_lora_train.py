@@ -6,7 +6,7 @@
     alone (4 bytes, 8 bytes per adapter element), and its allocator peak is below full
     fine-tuning's by at least the base's gradients + optimizer state less the adapters';
   - a LoRA run stopped at a checkpoint (the adapters) resumes with the same losses;
-  - bad settings are refused naming the key: an unknown target module, dropout > 0, ZeRO-3,
+  - bad settings are refused naming the key: an unknown target module, dropout 1, ZeRO-3,
     a missing base, a base checkpoint given as checkpoint.load (no adapters in it); generate
     from a LoRA checkpoint says what it holds and how to merge it.
 usage: test_lora_train.py TRIDENT WORKDIR"""
@@ -111,7 +111,7 @@ check("SFT data + LoRA in D2xT2 with SP: the single process's losses", p.returnc
 # ---- config errors name the key
 for what, extra, key in [
         ("an unknown target module", ["finetune.lora.target_modules=[qkv,fc3]"], "finetune.lora.target_modules"),
-        ("dropout > 0", ["finetune.lora.dropout=0.1"], "finetune.lora.dropout"),
+        ("dropout 1", ["finetune.lora.dropout=1.0"], "finetune.lora.dropout"),
         ("ZeRO-3", ["parallel.zero_stage=3"], "parallel.zero_stage"),
         ("a missing base", [f"finetune.load={path('nowhere')}"], "finetune.load"),
         ("a release of the base as checkpoint.load (no adapters)", [f"checkpoint.load={path('release')}"],
