@@ -289,7 +289,8 @@ int ckpt_cmp_record(const void *a, const void *b)
 }
 
 /* Rank 0: add up the ranks' partial checksums (sums.rankR.txt) into the manifest. */
-static int write_manifest(tr_engine *e, const char *tmp_dir, int iteration, uint64_t consumed)
+static int write_manifest(tr_engine *e, const char *tmp_dir, int iteration, uint64_t consumed,
+                          const engine_scaler *sc)
 {
     ckpt_record *recs = NULL;
     size_t n = 0, cap = 0;
@@ -365,7 +366,8 @@ static int write_manifest(tr_engine *e, const char *tmp_dir, int iteration, uint
             .global_batch_size = t->global_batch_size, .seed = (unsigned long long)t->seed,
             .tokens = (unsigned long long)tr_data_num_tokens(e->data),
             .documents = (unsigned long long)tr_data_num_documents(e->data), .tensors = recs,
-            .n = m};
+            .n = m, .has_scaler = sc->on, .loss_scale = sc->scale, .scaler_growth = sc->growth,
+            .scaler_hysteresis_left = sc->hysteresis_left, .skipped_iterations = sc->skipped};
         ckpt_split_text(e->cfg->data.split, mf.split, sizeof mf.split);
         rc = ckpt_write_manifest(path, &mf);
     }
@@ -386,6 +388,10 @@ int ckpt_write_manifest(const char *path, const ckpt_manifest *mf)
         fprintf(f, "data consumed_samples %llu global_batch_size %d seed %llu tokens %llu "
                    "documents %llu split %s\n", mf->consumed_samples, mf->global_batch_size,
                 mf->seed, mf->tokens, mf->documents, mf->split);
+    if (mf->has_scaler)
+        fprintf(f, "loss_scaler scale %.17g growth %d hysteresis_left %d skipped %ld\n",
+                mf->loss_scale, mf->scaler_growth, mf->scaler_hysteresis_left,
+                mf->skipped_iterations);
     fprintf(f, "tensors %zu\n", mf->n);
     for (size_t i = 0; i < mf->n; i++)
         fprintf(f, "tensor %s %zu %d %016" PRIx64 " %016" PRIx64 " %016" PRIx64 "\n",
@@ -508,6 +514,7 @@ int ckpt_begin(tr_engine *e, const char *dir, int iteration, ckpt_paths *p)
     snprintf(p->tmp_dir, sizeof p->tmp_dir, "%s.tmp", p->final_dir);
     snprintf(p->old_dir, sizeof p->old_dir, "%s.old", p->final_dir);
     p->consumed_samples = e->consumed_samples;
+    p->scaler = e->scaler;
     if (!rc && e->world.rank == 0) { /* a fresh temporary directory (a crashed save may have left one) */
         rc = tr_make_dirs(dir);
         if (!rc)
@@ -522,7 +529,7 @@ int ckpt_finish(tr_engine *e, const char *dir, int iteration, const ckpt_paths *
 {
     int rc = TR_OK;
     if (e->world.rank == 0) {
-        rc = write_manifest(e, p->tmp_dir, iteration, p->consumed_samples);
+        rc = write_manifest(e, p->tmp_dir, iteration, p->consumed_samples, &p->scaler);
         if (!rc)
             rc = ckpt_sync_path(p->tmp_dir);
         /* replace an earlier save of this iteration: move it aside, move the new one in */

@@ -54,12 +54,18 @@ typedef struct {
     unsigned long long consumed_samples, seed, tokens, documents;
     int global_batch_size;
     char split[64];
+    /* the loss-scaler line (fp16 runs): the dynamic scaler's state at the save */
+    int has_scaler;
+    double loss_scale;
+    int scaler_growth, scaler_hysteresis_left;
+    long skipped_iterations;
     ckpt_record *tensors;
     size_t n;
 } ckpt_manifest;
 
 /* Write a manifest at path (fsync'd): the format line, the iteration, the model line, the data
- * line when mf->has_data, the tensors in the order given (sorted by name), end. */
+ * line when mf->has_data, the loss-scaler line when mf->has_scaler, the tensors in the order
+ * given (sorted by name), end. */
 TR_MUST_CHECK int ckpt_write_manifest(const char *path, const ckpt_manifest *mf);
 /* The tracker's iteration in DIR: 0 for a release checkpoint, -1 when DIR has no checkpoint. */
 TR_MUST_CHECK int ckpt_read_tracker(const char *dir, int *iteration);
@@ -93,6 +99,7 @@ int ckpt_read_segment(void *ctx, size_t local, uint64_t file_elem, size_t count)
 typedef struct {
     char final_dir[4200], tmp_dir[4300], old_dir[4300];
     uint64_t consumed_samples; /* at the save (training goes on during an async write) */
+    engine_scaler scaler;      /* the fp16 loss scaler at the save, likewise */
 } ckpt_paths;
 /* This rank's copy of what it saves: the parameters and its Adam moments, in host memory. */
 typedef struct {

@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -128,7 +129,17 @@ int ckpt_read_manifest(const char *path, int iteration, ckpt_manifest *out)
                        &out->global_batch_size, &out->seed, &out->tokens, &out->documents,
                        out->split, &used) != 6 || line[used])
                 rc = manifest_error(path, ln, "expected the data line");
-        } else if (ln == 4 + out->has_data) {
+        } else if (ln == 4 + out->has_data && !strncmp(line, "loss_scaler ", 12)) {
+            int used = 0;
+            out->has_scaler = 1;
+            if (sscanf(line, "loss_scaler scale %lg growth %d hysteresis_left %d skipped %ld%n",
+                       &out->loss_scale, &out->scaler_growth, &out->scaler_hysteresis_left,
+                       &out->skipped_iterations, &used) != 4 || line[used] ||
+                !(out->loss_scale > 0) || !isfinite(out->loss_scale) || out->scaler_growth < 0 ||
+                out->skipped_iterations < 0 || out->skipped_iterations > iteration)
+                rc = manifest_error(path, ln, "expected the loss_scaler line (a finite scale > 0, "
+                                              "counts >= 0, skipped <= the iteration)");
+        } else if (ln == 4 + out->has_data + out->has_scaler) {
             int used = 0;
             if (sscanf(line, "tensors %zu%n", &declared, &used) != 1 || line[used] || declared > 1000000)
                 rc = manifest_error(path, ln, "expected 'tensors N' (N <= 1000000)");
@@ -321,6 +332,12 @@ int tr_checkpoint_load(tr_engine *e, const char *dir, int *iteration)
               * with the next unseen samples */
         e->consumed_samples = mf.has_data ? mf.consumed_samples
                                           : (uint64_t)it * (uint64_t)e->cfg->training.global_batch_size;
+    if (!rc && mf.has_scaler && e->scaler.on) { /* fp16: the scaler goes on where it was */
+        if (e->scaler.dynamic)
+            e->scaler.scale = mf.loss_scale, e->scaler.growth = mf.scaler_growth,
+            e->scaler.hysteresis_left = mf.scaler_hysteresis_left;
+        e->scaler.skipped = mf.skipped_iterations; /* Adam's steps and the LR: it - skipped */
+    }
     free(mf.tensors);
     if (!rc)
         *iteration = it;

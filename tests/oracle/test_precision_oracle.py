@@ -250,6 +250,33 @@ tt.check("fp16 with a static loss_scale 2^30: every iteration at 2^30, every one
          all(abs(s["loss_scale"] / 2.0 ** 30 - 1) < 1e-8 for s in man["steps"]) and
          [s["skipped_iterations"] for s in man["steps"]] == [1, 2, 3, 4], str(man["steps"]))
 
+# the scaler's state travels in checkpoints: a run resumed at iteration 6 goes on bit for bit
+fp16 = ["training.precision=fp16", f"training.initial_loss_scale={2 ** 20}", "training.loss_scale_window=3",
+        "training.eval_interval=0", "logging.log_interval=1"]
+ck = os.path.join(work, "fp16-ck")
+whole = tt.run(tt.train_cmd(trident, config, tt.fresh_dir(os.path.join(work, "fp16-whole")), sets=fp16,
+                            flags=["--quiet"]), timeout=120)
+first = tt.run(tt.train_cmd(trident, config, tt.fresh_dir(os.path.join(work, "fp16-first")),
+                            sets=fp16 + ["training.train_iters=6", f"training.lr_decay_iters={ITERS}",
+                                         f"checkpoint.save={tt.fresh_dir(ck)}"], flags=["--quiet"]), timeout=120)
+resumed = tt.run(tt.train_cmd(trident, config, tt.fresh_dir(os.path.join(work, "fp16-resumed")),
+                              sets=fp16 + [f"checkpoint.load={ck}"], flags=["--quiet"]), timeout=120)
+
+
+def metrics(name):
+    path = os.path.join(work, name, "metrics.jsonl")
+    return [json.loads(l) for l in open(path)] if os.path.exists(path) else []
+
+
+a, b = metrics("fp16-whole"), metrics("fp16-resumed")
+tail_a = [(m["iteration"], m["loss"], m.get("loss_scale"), m.get("skipped_iterations")) for m in a if m["iteration"] > 6]
+tail_b = [(m["iteration"], m["loss"], m.get("loss_scale"), m.get("skipped_iterations")) for m in b]
+tt.check(f"fp16 resumed from iteration 6: iterations 7-{ITERS} bit-identical to the whole run, loss scale and "
+         f"skipped count included (scale {tail_b[0][2] if tail_b else '?'}, {tail_b[0][3] if tail_b else '?'} skipped)",
+         whole.returncode == 0 and first.returncode == 0 and resumed.returncode == 0 and tail_a and tail_a == tail_b,
+         f"exit {whole.returncode}/{first.returncode}/{resumed.returncode} {resumed.stderr[-500:]}\nwhole   {tail_a}\nresumed {tail_b}",
+         show=True)
+
 # bad settings: located errors, exit 2
 for sets, needle in ((["training.precision=fp16", "training.min_loss_scale=8", "training.initial_loss_scale=4"],
                       "min_loss_scale"),
