@@ -265,6 +265,11 @@ TR_MUST_CHECK int tr_plan_layout_from_config(const tr_config *cfg, int world, tr
 
 /* ---- the formulas, one function each (bytes, FLOPs, seconds) ---- */
 
+/* LoRA adapter elements of one TP rank for `layers` layers (finetune.lora: rank r, targets; 0
+ * without): qkv and fc A (r, h) whole + B split by rows, attn_proj and fc_proj A split by
+ * columns + B (h, r) whole; model/'s adapter table exactly. Under LoRA these alone have
+ * gradients and optimizer state; the stage's parameters are the frozen base plus them. */
+double tr_plan_stage_adapters(const tr_config *cfg, int tp, int layers);
 /* Parameters of one rank of `stage` (see above); `layers` = layers the stage holds. */
 double tr_plan_stage_params(const tr_model_config *m, int vocab_padded, int tp, int pp, int stage,
                             int layers);

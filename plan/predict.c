@@ -103,7 +103,8 @@ static int check_layout(const tr_config *cfg, const tr_plan_layout *L, int world
 
 /* What dp/ makes of one stage's gradient buffer (per rank). */
 typedef struct {
-    double params;    /* elements of the stage's flat buffers */
+    double params;    /* elements of the stage's parameters (under LoRA: base + adapters) */
+    double trainable; /* of them with gradients and optimizer state (LoRA: the adapters) */
     int n_buckets;    /* gradient buckets */
     double shard;     /* DP rank 0's optimizer shard (the largest; params without ZeRO-1) */
 } stage_dp;
@@ -114,13 +115,13 @@ typedef struct {
 static int stage_dp_layout(const tr_config *cfg, const tr_plan_layout *L, int vocab_padded,
                            int st, tr_plan_ws *ws, stage_dp *out)
 {
-    size_t n = (size_t)out->params;
+    size_t n = (size_t)out->trainable;
     size_t wte = (size_t)vocab_padded * (size_t)cfg->model.hidden_size / (size_t)L->tp;
     tr_dp_config dc = {.bucket_size_mb = L->bucket_size_mb,
                        .overlap_grad_reduce = L->overlap_grad_reduce,
                        .distributed_optimizer = L->distributed_optimizer};
     tr_dp_range al = {st == 0 ? n - wte : 0, wte};
-    int aligned = L->pp > 1 && (st == 0 || st == L->pp - 1);
+    int aligned = L->pp > 1 && (st == 0 || st == L->pp - 1) && !cfg->finetune.lora_rank;
     if (aligned) {
         dc.aligned = &al;
         dc.n_aligned = 1;
@@ -276,9 +277,9 @@ static void memory_model(const tr_config *cfg, const tr_plan_cluster *c,
         double params = sd[st].params;
         tr_plan_memory mm = {0};
         mm.weights = params * wb;
-        mm.grads = params * gb;
+        mm.grads = sd[st].trainable * gb;
         mm.optimizer = sd[st].shard * ob;
-        if (L->dp > 1 && L->zero_stage >= 2)
+        if (L->dp > 1 && L->zero_stage >= 2 && !cfg->finetune.lora_rank) /* LoRA: adapters whole */
             zero_windows(m, L, r->vocab_padded, st, layers, sd[st].shard, wb, gb, &mm);
         mm.activations = (double)peaks[st] * layers / L->v * act;
         if (L->recompute == TR_PLAN_RECOMPUTE_FULL)
@@ -490,7 +491,7 @@ static int time_model(const tr_config *cfg, const tr_plan_cluster *c, const tr_p
         double finish = po.end[st];
         gath[st] = 0;
         if (d > 1) {
-            double grads = sd[st].params * gb;
+            double grads = sd[st].trainable * gb;
             int nb = sd[st].n_buckets;
             double per = L->distributed_optimizer
                              ? tr_plan_reduce_scatter_s(grads / nb, d, dpv.bw, dpv.lat)
@@ -510,14 +511,14 @@ static int time_model(const tr_config *cfg, const tr_plan_cluster *c, const tr_p
             if (per * nb > dp_comm)
                 dp_comm = per * nb;
             if (L->distributed_optimizer)
-                gath[st] = tr_plan_allgather_s(sd[st].params * wb, d, dpv.bw, dpv.lat);
+                gath[st] = tr_plan_allgather_s(sd[st].trainable * wb, d, dpv.bw, dpv.lat);
         }
         if (gath[st] > gather)
             gather = gath[st];
         fin[st] = finish;
         if (finish > step_core)
             step_core = finish;
-        opt[st] = plan_optimizer_s(c, sd[st].params, sd[st].shard, L->bf16);
+        opt[st] = plan_optimizer_s(c, sd[st].trainable, sd[st].shard, L->bf16);
         if (opt[st] > opt_max)
             opt_max = opt[st];
     }
@@ -602,6 +603,11 @@ int plan_evaluate(const tr_config *cfg, const tr_plan_layout *layout, int world,
         for (int ch = 0; ch < L.v; ch++)
             layers += tr_pp_layer_count(part, st, ch);
         sd[st].params = tr_plan_stage_params(m, out->vocab_padded, L.tp, L.pp, st, layers);
+        sd[st].trainable = sd[st].params;
+        if (cfg->finetune.lora_rank) { /* LoRA: the base frozen, the adapters trained */
+            sd[st].trainable = tr_plan_stage_adapters(cfg, L.tp, layers);
+            sd[st].params += sd[st].trainable;
+        }
         if ((rc = stage_dp_layout(cfg, &L, out->vocab_padded, st, ws, &sd[st])))
             goto done;
         if (sd[st].n_buckets > out->dp_buckets)

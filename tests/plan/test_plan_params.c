@@ -205,10 +205,59 @@ static void test_count_matches_create(void **state)
     tr_clear_error();
 }
 
+/* LoRA: tr_plan_stage_adapters = model/'s adapter table (the trainable count under LoRA) for
+ * the GPT-2, Llama and Bloom tiny configs, every target and a subset (TP 1: the model needs no
+ * communicator); TP 2 by the splits: column-parallel B and row-parallel A halve. */
+static void test_lora_adapters(void **state)
+{
+    (void)state;
+    static const char *const files[] = {"tiny.yaml", "tiny-llama.yaml", "tiny-bloom.yaml"};
+    static const char *const targets[] = {"finetune.lora.target_modules=[qkv, proj, fc1, fc2]",
+                                          "finetune.lora.target_modules=[qkv, fc2]"};
+    for (int f = 0; f < 3; f++)
+        for (int k = 0; k < 2; k++) {
+            char path[4096];
+            snprintf(path, sizeof path, TR_SOURCE_ROOT "/configs/%s", files[f]);
+            const char *sets[] = {"finetune.lora.rank=4", targets[k],
+                                  "parallel.tensor_model_parallel_size=1",
+                                  "parallel.pipeline_model_parallel_size=1"};
+            tr_config cfg;
+            assert_int_equal(tr_config_load(path, sets, 4, &cfg), TR_OK);
+            tr_gpt_shape s;
+            int L = cfg.model.num_layers;
+            assert_int_equal(tr_gpt_shape_from_config(&cfg, 0, L, 0, &s), TR_OK);
+            tr_gpt *g = NULL;
+            assert_int_equal(tr_gpt_create(&s, tr_kernels_cpu(), NULL, &g), TR_OK);
+            double planned = tr_plan_stage_adapters(&cfg, 1, L), model = (double)tr_gpt_num_params(g);
+            if (planned != model) {
+                print_error("%s, %s: planner %.17g adapters, model %.17g\n", files[f], targets[k], planned,
+                            model);
+                fail();
+            }
+            /* TP 2: everything split is halved (qkv B, proj A, fc B, fc_proj A) */
+            double split = 0, whole = 0;
+            for (int i = 0; i < tr_gpt_num_tensors(g); i++) {
+                const tr_param_tensor *t = tr_gpt_tensor(g, i);
+                int col = strstr(t->name, ".qkv.") || strstr(t->name, ".fc.");
+                int is_b = strstr(t->name, "lora_B") != NULL;
+                *(col == is_b ? &split : &whole) += (double)t->numel;
+            }
+            assert_true(tr_plan_stage_adapters(&cfg, 2, L) == whole + split / 2);
+            assert_true(tr_plan_stage_adapters(&cfg, 2, 1) * L == whole + split / 2);
+            tr_gpt_free(g);
+            tr_config_free(&cfg);
+        }
+    tr_config cfg;
+    assert_int_equal(tr_config_load(TR_SOURCE_ROOT "/configs/tiny.yaml", NULL, 0, &cfg), TR_OK);
+    assert_true(tr_plan_stage_adapters(&cfg, 1, 4) == 0); /* no LoRA */
+    tr_config_free(&cfg);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_count_matches_create),
+        cmocka_unit_test(test_lora_adapters),
         cmocka_unit_test(test_shipped_configs),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
