@@ -238,7 +238,7 @@ static int hang(tr_comm *w)
 int main(int argc, char **argv)
 {
     int do_hang = 0;
-    double timeout = 120;
+    double timeout = 30; /* a GPU check's minutes are few: a stuck transfer fails in 30 s */
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--hang"))
             do_hang = 1;
