@@ -28,8 +28,13 @@
 #include "comm/nccl/nccl.h"
 
 typedef struct nccl_engine nccl_engine;
-typedef struct nccl_group nccl_group;
 typedef struct nccl_op nccl_op;
+
+/* A queue of ops linked through op->next, in call order (P2P, staged sends, a group's FIFO). */
+typedef struct {
+    nccl_op *head, *tail;
+} nccl_op_list;
+typedef struct nccl_group nccl_group;
 
 enum { OP_P2P_QUEUED, OP_FIFO, OP_D2H, OP_HOST, OP_EVENT, OP_DONE };
 
@@ -49,8 +54,8 @@ struct nccl_engine {
     cudaStream_t compute;
     nccl_pin *pins;
     int n_pins;
-    nccl_op *p2p_head, *p2p_tail;
-    nccl_op *d2h_head, *d2h_tail; /* staged sends waiting for their copy, in call order: the
+    nccl_op_list p2p;
+    nccl_op_list d2h; /* staged sends waiting for their copy, in call order: the
                                    * engine posts them (a rank waiting on anything else must
                                    * still send, or its peer waits forever) */
     nccl_group **groups;
@@ -69,7 +74,7 @@ struct nccl_group {
     char key[160]; /* names this group's store keys: "world", "world.3.1", ... */
     uint32_t next_seq, split_seq;
     int broken;
-    nccl_op *fifo_head, *fifo_tail;
+    nccl_op_list fifo;
 };
 
 struct nccl_op {
@@ -125,9 +130,9 @@ int nccl_record_done(nccl_op *op);
 /* ---- progress.c: the UCX side, the group FIFO, the P2P queue */
 /* Post op to the group's UCX communicator (user buffers, or the pinned copies). */
 int nccl_post_host(nccl_op *op);
-void nccl_fifo_push(nccl_group *g, nccl_op *op);
-void nccl_d2h_push(nccl_engine *e, nccl_op *op);
-void nccl_fifo_unlink(nccl_group *g, nccl_op *op);
+/* Append op (op->next cleared); take op out wherever it stands (nothing if absent). */
+void nccl_list_push(nccl_op_list *l, nccl_op *op);
+void nccl_list_unlink(nccl_op_list *l, nccl_op *op);
 /* Post the FIFO's ready head entries, in order. */
 void nccl_pump(nccl_group *g);
 

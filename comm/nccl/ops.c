@@ -125,12 +125,7 @@ static int start_nccl(nccl_op *op)
     if (op->kind == TR_COMM_OP_SEND || op->kind == TR_COMM_OP_RECV) {
         nccl_engine *e = g->e;
         op->state = OP_P2P_QUEUED;
-        op->next = NULL;
-        if (e->p2p_tail)
-            e->p2p_tail->next = op;
-        else
-            e->p2p_head = op;
-        e->p2p_tail = op;
+        nccl_list_push(&e->p2p, op);
         return 0;
     }
     if (nccl_cuda_check(op, cudaStreamWaitEvent(g->stream, op->ready, 0), "cudaStreamWaitEvent"))
@@ -275,10 +270,12 @@ static int start_staged(nccl_op *op)
     if (op->kind == TR_COMM_OP_SEND) {
         if (!op->ev_wait)
             return nccl_post_host(op);
-        nccl_d2h_push(g->e, op);
+        op->state = OP_D2H;
+        nccl_list_push(&g->e->d2h, op);
         return 0;
     }
-    nccl_fifo_push(g, op);
+    op->state = OP_FIFO;
+    nccl_list_push(&g->fifo, op);
     nccl_pump(g);
     return 0;
 }
@@ -317,7 +314,8 @@ static int post(nccl_op *op, tr_nccl_memkind ks, tr_nccl_memkind kr, size_t byte
         if (p2p) {
             failed = nccl_post_host(op);
         } else {
-            nccl_fifo_push(g, op);
+            op->state = OP_FIFO;
+            nccl_list_push(&g->fifo, op);
             nccl_pump(g);
         }
         break;
@@ -329,7 +327,7 @@ static int post(nccl_op *op, tr_nccl_memkind ks, tr_nccl_memkind kr, size_t byte
                      tr_comm_opkind_name(op->kind));
         }
         if (op->state == OP_FIFO)
-            nccl_fifo_unlink(g, op);
+            nccl_list_unlink(&g->fifo, op);
         op->leak_pins = 1;
         return nccl_finish(op);
     }

@@ -55,20 +55,19 @@ int nccl_post_host(nccl_op *op)
     return 0;
 }
 
-void nccl_fifo_push(nccl_group *g, nccl_op *op)
+void nccl_list_push(nccl_op_list *l, nccl_op *op)
 {
     op->next = NULL;
-    op->state = OP_FIFO;
-    if (g->fifo_tail)
-        g->fifo_tail->next = op;
+    if (l->tail)
+        l->tail->next = op;
     else
-        g->fifo_head = op;
-    g->fifo_tail = op;
+        l->head = op;
+    l->tail = op;
 }
 
-void nccl_fifo_unlink(nccl_group *g, nccl_op *op)
+void nccl_list_unlink(nccl_op_list *l, nccl_op *op)
 {
-    nccl_op **pp = &g->fifo_head, *prev = NULL;
+    nccl_op **pp = &l->head, *prev = NULL;
     while (*pp && *pp != op) {
         prev = *pp;
         pp = &(*pp)->next;
@@ -76,18 +75,18 @@ void nccl_fifo_unlink(nccl_group *g, nccl_op *op)
     if (!*pp)
         return;
     *pp = op->next;
-    if (g->fifo_tail == op)
-        g->fifo_tail = prev;
+    if (l->tail == op)
+        l->tail = prev;
     op->next = NULL;
 }
 
 /* Post the FIFO's ready head entries, in order. */
 void nccl_pump(nccl_group *g)
 {
-    while (g->fifo_head) {
-        nccl_op *op = g->fifo_head;
+    while (g->fifo.head) {
+        nccl_op *op = g->fifo.head;
         if (g->broken) {
-            nccl_fifo_unlink(g, op);
+            nccl_list_unlink(&g->fifo, op);
             op->leak_pins = 1; /* its copy may still be running */
             nccl_op_fail(op, TR_ERR_COMM, "not started: the group broke earlier");
             continue;
@@ -96,11 +95,11 @@ void nccl_pump(nccl_group *g)
             cudaError_t q = cudaEventQuery(op->ev);
             if (q == cudaErrorNotReady)
                 return;
-            nccl_fifo_unlink(g, op);
+            nccl_list_unlink(&g->fifo, op);
             if (nccl_cuda_check(op, q, "device-to-host copy"))
                 continue;
         } else {
-            nccl_fifo_unlink(g, op);
+            nccl_list_unlink(&g->fifo, op);
         }
         nccl_post_host(op);
     }
@@ -108,42 +107,16 @@ void nccl_pump(nccl_group *g)
 
 /* ---------------------------------------------------------------- staged sends */
 
-void nccl_d2h_push(nccl_engine *e, nccl_op *op)
-{
-    op->next = NULL;
-    op->state = OP_D2H;
-    if (e->d2h_tail)
-        e->d2h_tail->next = op;
-    else
-        e->d2h_head = op;
-    e->d2h_tail = op;
-}
-
-static void d2h_unlink(nccl_engine *e, nccl_op *op)
-{
-    nccl_op **pp = &e->d2h_head, *prev = NULL;
-    while (*pp && *pp != op) {
-        prev = *pp;
-        pp = &(*pp)->next;
-    }
-    if (!*pp)
-        return;
-    *pp = op->next;
-    if (e->d2h_tail == op)
-        e->d2h_tail = prev;
-    op->next = NULL;
-}
-
 /* Post the staged sends whose copy to pinned memory is done, in call order (the head waits
  * for its copy; the ones behind it wait too, so two sends to one peer keep their order). */
 static void d2h_pump(nccl_engine *e)
 {
-    while (e->d2h_head) {
-        nccl_op *op = e->d2h_head;
+    while (e->d2h.head) {
+        nccl_op *op = e->d2h.head;
         cudaError_t q = cudaEventQuery(op->ev);
         if (q == cudaErrorNotReady)
             return;
-        d2h_unlink(e, op);
+        nccl_list_unlink(&e->d2h, op);
         if (!nccl_cuda_check(op, q, "device-to-host copy"))
             nccl_post_host(op);
     }
@@ -153,10 +126,10 @@ static void d2h_pump(nccl_engine *e)
 
 static void p2p_flush(nccl_engine *e)
 {
-    nccl_op *list = e->p2p_head;
+    nccl_op *list = e->p2p.head;
     if (!list)
         return;
-    e->p2p_head = e->p2p_tail = NULL;
+    e->p2p.head = e->p2p.tail = NULL;
     ncclGroupStart();
     for (nccl_op *op = list; op; op = op->next) {
         nccl_group *g = op->g;
@@ -193,21 +166,6 @@ static void p2p_flush(nccl_engine *e)
     }
 }
 
-static void p2p_unlink(nccl_engine *e, nccl_op *op)
-{
-    nccl_op **pp = &e->p2p_head, *prev = NULL;
-    while (*pp && *pp != op) {
-        prev = *pp;
-        pp = &(*pp)->next;
-    }
-    if (!*pp)
-        return;
-    *pp = op->next;
-    if (e->p2p_tail == op)
-        e->p2p_tail = prev;
-    op->next = NULL;
-}
-
 void nccl_engine_progress(nccl_engine *e)
 {
     p2p_flush(e);
@@ -221,7 +179,7 @@ int nccl_drain_fifo(nccl_group *g, double timeout_s)
     double start = tr_now(), last = start;
     for (;;) {
         nccl_engine_progress(g->e);
-        if (!g->fifo_head)
+        if (!g->fifo.head)
             return TR_OK;
         double now = tr_now();
         if (now - start > timeout_s)
@@ -315,17 +273,17 @@ static void fail_timeout(nccl_op *op, double timeout_s)
         break;
     }
     case OP_P2P_QUEUED:
-        p2p_unlink(g->e, op);
+        nccl_list_unlink(&g->e->p2p, op);
         nccl_op_fail(op, TR_ERR_TIMEOUT, "timed out after %g s before NCCL started it", timeout_s);
         break;
     case OP_FIFO:
-        nccl_fifo_unlink(g, op);
+        nccl_list_unlink(&g->fifo, op);
         nccl_op_fail(op, TR_ERR_TIMEOUT, "timed out after %g s waiting for %s", timeout_s,
                      op->ev_wait ? "its device-to-host copy"
                                  : "earlier operations of the group to start");
         break;
     case OP_D2H:
-        d2h_unlink(g->e, op);
+        nccl_list_unlink(&g->e->d2h, op);
         nccl_op_fail(op, TR_ERR_TIMEOUT,
                      "timed out after %g s waiting for its device-to-host "
                      "copy",
