@@ -44,19 +44,10 @@ import sys
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "common"))
 import trident_test as tt  # noqa: E402
 
-try:
-    import numpy as np
-    import torch
-    import torch.nn.functional as F
-except Exception as exc:  # pragma: no cover
-    why = f"no oracle: PyTorch is not importable with {sys.executable}: {exc}"
-    if os.environ.get("TRIDENT_REQUIRE_ORACLE"):
-        print(f"FAIL: {why} (TRIDENT_REQUIRE_ORACLE is set; scripts/setup.sh installs python3-torch)")
-        sys.exit(1)
-    print(f"SKIP: {why}")
-    sys.exit(77)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from gpt_reference import decays, gpt_loss as reference_loss, import_torch, is_layernorm, lr_at as reference_lr, tensor  # noqa: E402
 
-torch.set_num_threads(2)
+np, torch, F = import_torch()
 trident, oracle_dump, work = sys.argv[1], sys.argv[2], sys.argv[3]
 os.makedirs(work, exist_ok=True)
 
@@ -93,29 +84,9 @@ tt.check("trident's model shape is the config's",
          str({k: v for k, v in man.items() if k not in ("tensors", "steps")}))
 
 
-def tensor(flat, t):
-    shape = (t["rows"], t["cols"]) if t["cols"] > 1 else (t["rows"],)
-    return flat[t["offset"]:t["offset"] + t["rows"] * t["cols"]].reshape(shape)
-
-
-# --- the oracle's own rules: LR schedule, weight decay, initialisation -------------------
+# --- the oracle's own rules (gpt_reference.py): LR schedule, weight decay; initialisation ---
 def lr_at(it):
-    """Megatron's schedule: linear warm-up to lr over lr_warmup_iters, then cosine decay to
-    min_lr at lr_decay_iters (default train_iters)."""
-    lr, lo, warm, decay = TRAIN["lr"], TRAIN["min_lr"], TRAIN["lr_warmup_iters"], TRAIN["train_iters"]
-    if it <= warm:
-        return lr * it / warm
-    ratio = (it - warm) / (decay - warm)
-    return lo + 0.5 * (1 + math.cos(math.pi * ratio)) * (lr - lo)
-
-
-def is_layernorm(name):
-    return name.split(".")[-2] in ("ln1", "ln2", "lnf") if "." in name else False
-
-
-def decays(name):
-    """Weight decay on weight matrices and embeddings; not on biases or LayerNorm parameters."""
-    return not name.endswith(".bias") and not is_layernorm(name)
+    return reference_lr(it, TRAIN)
 
 
 def init_rule(name):
@@ -207,26 +178,7 @@ P = {t["name"]: tensor(params_flat, t).clone().requires_grad_(True) for t in man
 
 
 def gpt_loss(P, idx, targets):
-    B = idx.shape[0]
-    pos = torch.arange(T)
-    x = P["wte"][idx] + P["wpe"][pos]
-    causal = torch.tril(torch.ones(T, T, dtype=torch.bool))
-    for l in range(L):
-        p = lambda n: P[f"layers.{l}.{n}"]
-        h = F.layer_norm(x, (C,), p("ln1.weight"), p("ln1.bias"), eps_ln)
-        qkv = h @ p("qkv.weight").T + p("qkv.bias")          # (B, T, NH*3*HS), rows (head, qkv, d)
-        qkv = qkv.view(B, T, NH, 3, HS)
-        q, k, v = (qkv[:, :, :, i, :].transpose(1, 2) for i in range(3))  # (B, NH, T, HS)
-        att = (q @ k.transpose(-2, -1)) / math.sqrt(HS)
-        att = att.masked_fill(~causal, float("-inf")).softmax(dim=-1)
-        y = (att @ v).transpose(1, 2).reshape(B, T, C)
-        x = x + y @ p("attn_proj.weight").T + p("attn_proj.bias")
-        h = F.layer_norm(x, (C,), p("ln2.weight"), p("ln2.bias"), eps_ln)
-        h = F.gelu(h @ p("fc.weight").T + p("fc.bias"), approximate="tanh")
-        x = x + h @ p("fc_proj.weight").T + p("fc_proj.bias")
-    x = F.layer_norm(x, (C,), P["lnf.weight"], P["lnf.bias"], eps_ln)
-    logits = x @ P["wte"].T
-    return F.cross_entropy(logits[..., :V].reshape(-1, V), targets.reshape(-1))
+    return reference_loss(P, idx, targets, L, C, NH, T, V, eps_ln)
 
 
 def batches(it):

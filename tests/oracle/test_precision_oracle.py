@@ -27,19 +27,10 @@ import sys
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "common"))
 import trident_test as tt  # noqa: E402
 
-try:
-    import numpy as np
-    import torch
-    import torch.nn.functional as F
-except Exception as exc:  # pragma: no cover
-    why = f"no oracle: PyTorch is not importable with {sys.executable}: {exc}"
-    if os.environ.get("TRIDENT_REQUIRE_ORACLE"):
-        print(f"FAIL: {why} (TRIDENT_REQUIRE_ORACLE is set; scripts/setup.sh installs python3-torch)")
-        sys.exit(1)
-    print(f"SKIP: {why}")
-    sys.exit(77)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from gpt_reference import decays, gpt_loss as reference_loss, import_torch, lr_at as reference_lr, tensor  # noqa: E402
 
-torch.set_num_threads(2)
+np, torch, F = import_torch()
 trident, oracle_dump, work = sys.argv[1], sys.argv[2], sys.argv[3]
 os.makedirs(work, exist_ok=True)
 words = ["the", "pipeline", "tensor", "data", "model", "loss", "gradient", "layer", "rank",
@@ -72,11 +63,6 @@ def dump(name, iters, sets):
     return man, flat, tokens
 
 
-def tensor(flat, t):
-    shape = (t["rows"], t["cols"]) if t["cols"] > 1 else (t["rows"],)
-    return flat[t["offset"]:t["offset"] + t["rows"] * t["cols"]].reshape(shape)
-
-
 def make_round(dtype):
     if dtype is None:
         return lambda x: x, lambda x: x
@@ -104,37 +90,12 @@ def make_round(dtype):
 
 
 def gpt_loss(P, idx, targets, q, w):
-    """GPT-2 with trident's rounding points (TP 1): model/gpt_forward.c over tp/linear.c."""
-    B = idx.shape[0]
-    causal = torch.tril(torch.ones(T, T, dtype=torch.bool))
-    x = q(q(w(P["wte"])[idx]) + w(P["wpe"])[torch.arange(T)])        # embedding, position
-    for l in range(L):
-        p = lambda n: P[f"layers.{l}.{n}"]
-        h = q(F.layer_norm(x, (C,), w(p("ln1.weight")), w(p("ln1.bias")), EPS_LN))
-        qkv = q(q(h @ w(p("qkv.weight")).T) + w(p("qkv.bias")))          # gemm, then bias_add
-        qkv = qkv.view(B, T, NH, 3, HS)
-        qq, kk, vv = (qkv[:, :, :, i, :].transpose(1, 2) for i in range(3))
-        att = ((qq @ kk.transpose(-2, -1)) / math.sqrt(HS)).masked_fill(~causal, float("-inf")).softmax(-1)
-        y = q((att @ vv).transpose(1, 2).reshape(B, T, C))
-        x = q(q(x + y @ w(p("attn_proj.weight")).T) + w(p("attn_proj.bias")))  # gemm beta 1
-        h = q(F.layer_norm(x, (C,), w(p("ln2.weight")), w(p("ln2.bias")), EPS_LN))
-        h = q(F.gelu(q(q(h @ w(p("fc.weight")).T) + w(p("fc.bias"))), approximate="tanh"))
-        x = q(q(x + h @ w(p("fc_proj.weight")).T) + w(p("fc_proj.bias")))
-    x = q(F.layer_norm(x, (C,), w(P["lnf.weight"]), w(P["lnf.bias"]), EPS_LN))
-    logits = q(x @ w(P["wte"]).T)
-    return F.cross_entropy(logits[..., :V].reshape(-1, V), targets.reshape(-1))
+    """GPT-2 (gpt_reference.py) with trident's rounding points."""
+    return reference_loss(P, idx, targets, L, C, NH, T, V, EPS_LN, q, w)
 
 
 def lr_at(it):
-    lr, lo, warm, decay = TRAIN["lr"], TRAIN["min_lr"], TRAIN["lr_warmup_iters"], TRAIN["train_iters"]
-    if it <= warm:
-        return lr * it / warm
-    return lo + 0.5 * (1 + math.cos(math.pi * (it - warm) / (decay - warm))) * (lr - lo)
-
-
-def decays(name):
-    last = name.split(".")[-2] if "." in name else ""
-    return not name.endswith(".bias") and last not in ("ln1", "ln2", "lnf")
+    return reference_lr(it, TRAIN)
 
 
 class Scaler:
