@@ -66,183 +66,185 @@ static const float *staged(int slot, const float *src, size_t n, void (*round_n)
 }
 
 /* Elements a row-major matrix of `rows` rows and stride ld spans. */
-static size_t span(int rows, int cols, int ld) { return rows > 0 ? (size_t)(rows - 1) * ld + cols : 0; }
+static size_t span(int rows, int cols, int ld)
+{
+    return rows > 0 ? (size_t)(rows - 1) * ld + cols : 0;
+}
 
-#define ROUNDED_TABLE(FMT)                                                                      \
-    static const tr_kernels *base_##FMT(void) { return tr_kernels_cpu(); }                      \
-    static void FMT##_gemm(tr_stream s, int ta, int tb, int M, int N, int K, float alpha,        \
-                           const float *A, int lda, const float *B, int ldb, float beta,        \
-                           float *C, int ldc)                                                   \
-    {                                                                                           \
-        const float *a = staged(0, A, ta ? span(K, M, lda) : span(M, K, lda), round_##FMT##_n); \
-        const float *b = staged(1, B, tb ? span(N, K, ldb) : span(K, N, ldb), round_##FMT##_n); \
-        base_##FMT()->gemm(s, ta, tb, M, N, K, alpha, a, lda, b, ldb, beta, C, ldc);            \
-        for (int i = 0; i < M; i++)                                                             \
-            round_##FMT##_n(C + (size_t)i * ldc, (size_t)N);                                    \
-    }                                                                                           \
-    static void FMT##_add(tr_stream s, float *out, const float *a, const float *b, size_t n)    \
-    {                                                                                           \
-        base_##FMT()->add(s, out, a, b, n);                                                     \
-        round_##FMT##_n(out, n);                                                                \
-    }                                                                                           \
-    static void FMT##_axpy(tr_stream s, float *y, float alpha, const float *x, size_t n)        \
-    {                                                                                           \
-        base_##FMT()->axpy(s, y, alpha, x, n);                                                  \
-        round_##FMT##_n(y, n);                                                                  \
-    }                                                                                           \
-    static void FMT##_scale(tr_stream s, float *x, float alpha, size_t n)                       \
-    {                                                                                           \
-        base_##FMT()->scale(s, x, alpha, n);                                                    \
-        round_##FMT##_n(x, n);                                                                  \
-    }                                                                                           \
-    static void FMT##_scale_rows(tr_stream s, float *x, const float *w, int N, int C)           \
-    {                                                                                           \
-        base_##FMT()->scale_rows(s, x, w, N, C);                                                \
-        round_##FMT##_n(x, (size_t)N * C);                                                      \
-    }                                                                                           \
-    static void FMT##_bias_add(tr_stream s, float *out, const float *bias, int N, int C)        \
-    {                                                                                           \
-        base_##FMT()->bias_add(s, out, staged(0, bias, (size_t)C, round_##FMT##_n), N, C);     \
-        round_##FMT##_n(out, (size_t)N * C);                                                    \
-    }                                                                                           \
-    static void FMT##_bias_backward(tr_stream s, float *dbias, const float *dout, int N, int C) \
-    {                                                                                           \
-        base_##FMT()->bias_backward(s, dbias, dout, N, C);                                      \
-        round_##FMT##_n(dbias, (size_t)C);                                                      \
-    }                                                                                           \
-    static void FMT##_layernorm_forward(tr_stream s, float *out, float *mean, float *rstd,      \
-                                        const float *inp, const float *weight,                  \
-                                        const float *bias, int N, int C, float eps)             \
-    {                                                                                           \
-        base_##FMT()->layernorm_forward(s, out, mean, rstd, inp,                                \
-                                        staged(0, weight, (size_t)C, round_##FMT##_n),          \
-                                        staged(1, bias, (size_t)C, round_##FMT##_n), N, C,      \
-                                        eps);                                                   \
-        round_##FMT##_n(out, (size_t)N * C);                                                    \
-    }                                                                                           \
-    static void FMT##_layernorm_backward(tr_stream s, float *dinp, float *dweight,              \
-                                         float *dbias, const float *dout, const float *inp,     \
-                                         const float *weight, const float *mean,                \
-                                         const float *rstd, int N, int C)                       \
-    {                                                                                           \
-        base_##FMT()->layernorm_backward(s, dinp, dweight, dbias, dout, inp,                    \
-                                         staged(0, weight, (size_t)C, round_##FMT##_n), mean,   \
-                                         rstd, N, C);                                           \
-        round_##FMT##_n(dinp, (size_t)N * C);                                                   \
-        round_##FMT##_n(dweight, (size_t)C);                                                    \
-        round_##FMT##_n(dbias, (size_t)C);                                                      \
-    }                                                                                           \
-    static void FMT##_gelu_forward(tr_stream s, float *out, const float *inp, size_t n)         \
-    {                                                                                           \
-        base_##FMT()->gelu_forward(s, out, inp, n);                                             \
-        round_##FMT##_n(out, n);                                                                \
-    }                                                                                           \
-    static void FMT##_gelu_backward(tr_stream s, float *dinp, const float *inp,                 \
-                                    const float *dout, size_t n)                                \
-    {                                                                                           \
-        base_##FMT()->gelu_backward(s, dinp, inp, dout, n);                                     \
-        round_##FMT##_n(dinp, n);                                                               \
-    }                                                                                           \
-    static void FMT##_attention_forward(tr_stream s, float *out, float *att, const float *qkv,  \
-                                        int B, int T, int NH, int HS, const int32_t *segments)  \
-    {                                                                                           \
-        base_##FMT()->attention_forward(s, out, att, qkv, B, T, NH, HS, segments);              \
-        round_##FMT##_n(out, (size_t)B * T * NH * HS);                                          \
-        round_##FMT##_n(att, (size_t)B * NH * T * T);                                           \
-    }                                                                                           \
-    static void FMT##_attention_backward(tr_stream s, float *dqkv, float *datt,                 \
-                                         const float *dout, const float *qkv, const float *att, \
-                                         int B, int T, int NH, int HS)                          \
-    {                                                                                           \
-        base_##FMT()->attention_backward(s, dqkv, datt, dout, qkv, att, B, T, NH, HS);          \
-        round_##FMT##_n(dqkv, (size_t)B * T * NH * 3 * HS);                                     \
-    }                                                                                           \
-    static void FMT##_rmsnorm_forward(tr_stream s, float *out, float *rstd, const float *inp,   \
-                                      const float *weight, int N, int C, float eps)             \
-    {                                                                                           \
-        base_##FMT()->rmsnorm_forward(s, out, rstd, inp,                                        \
-                                      staged(0, weight, (size_t)C, round_##FMT##_n), N, C,      \
-                                      eps);                                                     \
-        round_##FMT##_n(out, (size_t)N * C);                                                    \
-    }                                                                                           \
-    static void FMT##_rmsnorm_backward(tr_stream s, float *dinp, float *dweight,                \
-                                       const float *dout, const float *inp, const float *weight,\
-                                       const float *rstd, int N, int C)                         \
-    {                                                                                           \
-        base_##FMT()->rmsnorm_backward(s, dinp, dweight, dout, inp,                             \
-                                       staged(0, weight, (size_t)C, round_##FMT##_n), rstd, N,  \
-                                       C);                                                      \
-        round_##FMT##_n(dinp, (size_t)N * C);                                                   \
-        round_##FMT##_n(dweight, (size_t)C);                                                    \
-    }                                                                                           \
-    static void FMT##_swiglu_forward(tr_stream s, float *out, const float *inp, size_t n)       \
-    {                                                                                           \
-        base_##FMT()->swiglu_forward(s, out, inp, n);                                           \
-        round_##FMT##_n(out, n);                                                                \
-    }                                                                                           \
-    static void FMT##_swiglu_backward(tr_stream s, float *dinp, const float *inp,               \
-                                      const float *dout, size_t n)                              \
-    {                                                                                           \
-        base_##FMT()->swiglu_backward(s, dinp, inp, dout, n);                                   \
-        round_##FMT##_n(dinp, 2 * n);                                                           \
-    }                                                                                           \
-    static void FMT##_rope(tr_stream s, float *qkv, const float *cos, const float *sin, int B,  \
-                           int T, int NG, int R, int HS, int rot, int inverse,                  \
-                           const int32_t *positions)                                            \
-    {                                                                                           \
-        base_##FMT()->rope(s, qkv, cos, sin, B, T, NG, R, HS, rot, inverse, positions);         \
-        round_##FMT##_n(qkv, (size_t)B * T * NG * (R + 2) * HS);                                \
-    }                                                                                           \
-    static void FMT##_attention_gqa_forward(tr_stream s, float *out, float *att,                \
-                                            const float *qkv, const float *alibi, int B, int T, \
-                                            int NH, int NG, int HS, const int32_t *segments)    \
-    {                                                                                           \
-        base_##FMT()->attention_gqa_forward(s, out, att, qkv, alibi, B, T, NH, NG, HS,          \
-                                            segments);                                          \
-        round_##FMT##_n(out, (size_t)B * T * NH * HS);                                          \
-        round_##FMT##_n(att, (size_t)B * NH * T * T);                                           \
-    }                                                                                           \
-    static void FMT##_attention_gqa_backward(tr_stream s, float *dqkv, float *datt,             \
-                                             const float *dout, const float *qkv,               \
-                                             const float *att, int B, int T, int NH, int NG,    \
-                                             int HS)                                            \
-    {                                                                                           \
-        base_##FMT()->attention_gqa_backward(s, dqkv, datt, dout, qkv, att, B, T, NH, NG, HS);  \
-        round_##FMT##_n(dqkv, (size_t)B * T * NG * (NH / NG + 2) * HS);                         \
-    }                                                                                           \
-    static void FMT##_xent_backward(tr_stream s, float *dlogits, const float *logits,           \
-                                    const float *maxv, const float *sumexp,                     \
-                                    const int32_t *targets, int N, int V, int n_valid,          \
-                                    int v_start, float scale)                                   \
-    {                                                                                           \
-        base_##FMT()->xent_backward(s, dlogits, logits, maxv, sumexp, targets, N, V, n_valid,   \
-                                    v_start, scale);                                            \
-        round_##FMT##_n(dlogits, (size_t)N * V);                                                \
-    }                                                                                           \
-    static void FMT##_embedding_forward(tr_stream s, float *out, const int32_t *ids,            \
-                                        const float *table, int N, int C, int v_start, int V)   \
-    {                                                                                           \
-        base_##FMT()->embedding_forward(s, out, ids, table, N, C, v_start, V);                  \
-        round_##FMT##_n(out, (size_t)N * C); /* = the rounded table's rows */                   \
-    }                                                                                           \
-    static void FMT##_embedding_backward(tr_stream s, float *dtable, const float *dout,         \
-                                         const int32_t *ids, int N, int C, int v_start, int V)  \
-    {                                                                                           \
-        base_##FMT()->embedding_backward(s, dtable, dout, ids, N, C, v_start, V);               \
-        round_##FMT##_n(dtable, (size_t)V * C);                                                 \
-    }                                                                                           \
-    static void FMT##_position_forward(tr_stream s, float *out, const float *wpe, int B, int T, \
-                                       int C)                                                   \
-    {                                                                                           \
-        base_##FMT()->position_forward(s, out, staged(0, wpe, (size_t)T * C, round_##FMT##_n),  \
-                                       B, T, C);                                                \
-        round_##FMT##_n(out, (size_t)B * T * C);                                                \
-    }                                                                                           \
-    static void FMT##_position_backward(tr_stream s, float *dwpe, const float *dout, int B,     \
-                                        int T, int C)                                           \
-    {                                                                                           \
-        base_##FMT()->position_backward(s, dwpe, dout, B, T, C);                                \
-        round_##FMT##_n(dwpe, (size_t)T * C);                                                   \
+#define ROUNDED_TABLE(FMT)                                                                         \
+    static void FMT##_gemm(tr_stream s, int ta, int tb, int M, int N, int K, float alpha,          \
+                           const float *A, int lda, const float *B, int ldb, float beta,           \
+                           float *C, int ldc)                                                      \
+    {                                                                                              \
+        const float *a = staged(0, A, ta ? span(K, M, lda) : span(M, K, lda), round_##FMT##_n);    \
+        const float *b = staged(1, B, tb ? span(N, K, ldb) : span(K, N, ldb), round_##FMT##_n);    \
+        tr_kernels_cpu()->gemm(s, ta, tb, M, N, K, alpha, a, lda, b, ldb, beta, C, ldc);           \
+        for (int i = 0; i < M; i++)                                                                \
+            round_##FMT##_n(C + (size_t)i * ldc, (size_t)N);                                       \
+    }                                                                                              \
+    static void FMT##_add(tr_stream s, float *out, const float *a, const float *b, size_t n)       \
+    {                                                                                              \
+        tr_kernels_cpu()->add(s, out, a, b, n);                                                    \
+        round_##FMT##_n(out, n);                                                                   \
+    }                                                                                              \
+    static void FMT##_axpy(tr_stream s, float *y, float alpha, const float *x, size_t n)           \
+    {                                                                                              \
+        tr_kernels_cpu()->axpy(s, y, alpha, x, n);                                                 \
+        round_##FMT##_n(y, n);                                                                     \
+    }                                                                                              \
+    static void FMT##_scale(tr_stream s, float *x, float alpha, size_t n)                          \
+    {                                                                                              \
+        tr_kernels_cpu()->scale(s, x, alpha, n);                                                   \
+        round_##FMT##_n(x, n);                                                                     \
+    }                                                                                              \
+    static void FMT##_scale_rows(tr_stream s, float *x, const float *w, int N, int C)              \
+    {                                                                                              \
+        tr_kernels_cpu()->scale_rows(s, x, w, N, C);                                               \
+        round_##FMT##_n(x, (size_t)N * C);                                                         \
+    }                                                                                              \
+    static void FMT##_bias_add(tr_stream s, float *out, const float *bias, int N, int C)           \
+    {                                                                                              \
+        tr_kernels_cpu()->bias_add(s, out, staged(0, bias, (size_t)C, round_##FMT##_n), N, C);     \
+        round_##FMT##_n(out, (size_t)N * C);                                                       \
+    }                                                                                              \
+    static void FMT##_bias_backward(tr_stream s, float *dbias, const float *dout, int N, int C)    \
+    {                                                                                              \
+        tr_kernels_cpu()->bias_backward(s, dbias, dout, N, C);                                     \
+        round_##FMT##_n(dbias, (size_t)C);                                                         \
+    }                                                                                              \
+    static void FMT##_layernorm_forward(tr_stream s, float *out, float *mean, float *rstd,         \
+                                        const float *inp, const float *weight,                     \
+                                        const float *bias, int N, int C, float eps)                \
+    {                                                                                              \
+        tr_kernels_cpu()->layernorm_forward(s, out, mean, rstd, inp,                               \
+                                        staged(0, weight, (size_t)C, round_##FMT##_n),             \
+                                        staged(1, bias, (size_t)C, round_##FMT##_n), N, C,         \
+                                        eps);                                                      \
+        round_##FMT##_n(out, (size_t)N * C);                                                       \
+    }                                                                                              \
+    static void FMT##_layernorm_backward(tr_stream s, float *dinp, float *dweight,                 \
+                                         float *dbias, const float *dout, const float *inp,        \
+                                         const float *weight, const float *mean,                   \
+                                         const float *rstd, int N, int C)                          \
+    {                                                                                              \
+        tr_kernels_cpu()->layernorm_backward(s, dinp, dweight, dbias, dout, inp,                   \
+                                         staged(0, weight, (size_t)C, round_##FMT##_n), mean,      \
+                                         rstd, N, C);                                              \
+        round_##FMT##_n(dinp, (size_t)N * C);                                                      \
+        round_##FMT##_n(dweight, (size_t)C);                                                       \
+        round_##FMT##_n(dbias, (size_t)C);                                                         \
+    }                                                                                              \
+    static void FMT##_gelu_forward(tr_stream s, float *out, const float *inp, size_t n)            \
+    {                                                                                              \
+        tr_kernels_cpu()->gelu_forward(s, out, inp, n);                                            \
+        round_##FMT##_n(out, n);                                                                   \
+    }                                                                                              \
+    static void FMT##_gelu_backward(tr_stream s, float *dinp, const float *inp,                    \
+                                    const float *dout, size_t n)                                   \
+    {                                                                                              \
+        tr_kernels_cpu()->gelu_backward(s, dinp, inp, dout, n);                                    \
+        round_##FMT##_n(dinp, n);                                                                  \
+    }                                                                                              \
+    static void FMT##_attention_forward(tr_stream s, float *out, float *att, const float *qkv,     \
+                                        int B, int T, int NH, int HS, const int32_t *segments)     \
+    {                                                                                              \
+        tr_kernels_cpu()->attention_forward(s, out, att, qkv, B, T, NH, HS, segments);             \
+        round_##FMT##_n(out, (size_t)B * T * NH * HS);                                             \
+        round_##FMT##_n(att, (size_t)B * NH * T * T);                                              \
+    }                                                                                              \
+    static void FMT##_attention_backward(tr_stream s, float *dqkv, float *datt,                    \
+                                         const float *dout, const float *qkv, const float *att,    \
+                                         int B, int T, int NH, int HS)                             \
+    {                                                                                              \
+        tr_kernels_cpu()->attention_backward(s, dqkv, datt, dout, qkv, att, B, T, NH, HS);         \
+        round_##FMT##_n(dqkv, (size_t)B * T * NH * 3 * HS);                                        \
+    }                                                                                              \
+    static void FMT##_rmsnorm_forward(tr_stream s, float *out, float *rstd, const float *inp,      \
+                                      const float *weight, int N, int C, float eps)                \
+    {                                                                                              \
+        tr_kernels_cpu()->rmsnorm_forward(s, out, rstd, inp,                                       \
+                                      staged(0, weight, (size_t)C, round_##FMT##_n), N, C,         \
+                                      eps);                                                        \
+        round_##FMT##_n(out, (size_t)N * C);                                                       \
+    }                                                                                              \
+    static void FMT##_rmsnorm_backward(tr_stream s, float *dinp, float *dweight,                   \
+                                       const float *dout, const float *inp, const float *weight,   \
+                                       const float *rstd, int N, int C)                            \
+    {                                                                                              \
+        tr_kernels_cpu()->rmsnorm_backward(s, dinp, dweight, dout, inp,                            \
+                                       staged(0, weight, (size_t)C, round_##FMT##_n), rstd, N,     \
+                                       C);                                                         \
+        round_##FMT##_n(dinp, (size_t)N * C);                                                      \
+        round_##FMT##_n(dweight, (size_t)C);                                                       \
+    }                                                                                              \
+    static void FMT##_swiglu_forward(tr_stream s, float *out, const float *inp, size_t n)          \
+    {                                                                                              \
+        tr_kernels_cpu()->swiglu_forward(s, out, inp, n);                                          \
+        round_##FMT##_n(out, n);                                                                   \
+    }                                                                                              \
+    static void FMT##_swiglu_backward(tr_stream s, float *dinp, const float *inp,                  \
+                                      const float *dout, size_t n)                                 \
+    {                                                                                              \
+        tr_kernels_cpu()->swiglu_backward(s, dinp, inp, dout, n);                                  \
+        round_##FMT##_n(dinp, 2 * n);                                                              \
+    }                                                                                              \
+    static void FMT##_rope(tr_stream s, float *qkv, const float *cos, const float *sin, int B,     \
+                           int T, int NG, int R, int HS, int rot, int inverse,                     \
+                           const int32_t *positions)                                               \
+    {                                                                                              \
+        tr_kernels_cpu()->rope(s, qkv, cos, sin, B, T, NG, R, HS, rot, inverse, positions);        \
+        round_##FMT##_n(qkv, (size_t)B * T * NG * (R + 2) * HS);                                   \
+    }                                                                                              \
+    static void FMT##_attention_gqa_forward(tr_stream s, float *out, float *att,                   \
+                                            const float *qkv, const float *alibi, int B, int T,    \
+                                            int NH, int NG, int HS, const int32_t *segments)       \
+    {                                                                                              \
+        tr_kernels_cpu()->attention_gqa_forward(s, out, att, qkv, alibi, B, T, NH, NG, HS,         \
+                                            segments);                                             \
+        round_##FMT##_n(out, (size_t)B * T * NH * HS);                                             \
+        round_##FMT##_n(att, (size_t)B * NH * T * T);                                              \
+    }                                                                                              \
+    static void FMT##_attention_gqa_backward(tr_stream s, float *dqkv, float *datt,                \
+                                             const float *dout, const float *qkv,                  \
+                                             const float *att, int B, int T, int NH, int NG,       \
+                                             int HS)                                               \
+    {                                                                                              \
+        tr_kernels_cpu()->attention_gqa_backward(s, dqkv, datt, dout, qkv, att, B, T, NH, NG, HS); \
+        round_##FMT##_n(dqkv, (size_t)B * T * NG * (NH / NG + 2) * HS);                            \
+    }                                                                                              \
+    static void FMT##_xent_backward(tr_stream s, float *dlogits, const float *logits,              \
+                                    const float *maxv, const float *sumexp,                        \
+                                    const int32_t *targets, int N, int V, int n_valid,             \
+                                    int v_start, float scale)                                      \
+    {                                                                                              \
+        tr_kernels_cpu()->xent_backward(s, dlogits, logits, maxv, sumexp, targets, N, V, n_valid,  \
+                                    v_start, scale);                                               \
+        round_##FMT##_n(dlogits, (size_t)N * V);                                                   \
+    }                                                                                              \
+    static void FMT##_embedding_forward(tr_stream s, float *out, const int32_t *ids,               \
+                                        const float *table, int N, int C, int v_start, int V)      \
+    {                                                                                              \
+        tr_kernels_cpu()->embedding_forward(s, out, ids, table, N, C, v_start, V);                 \
+        round_##FMT##_n(out, (size_t)N * C); /* = the rounded table's rows */                      \
+    }                                                                                              \
+    static void FMT##_embedding_backward(tr_stream s, float *dtable, const float *dout,            \
+                                         const int32_t *ids, int N, int C, int v_start, int V)     \
+    {                                                                                              \
+        tr_kernels_cpu()->embedding_backward(s, dtable, dout, ids, N, C, v_start, V);              \
+        round_##FMT##_n(dtable, (size_t)V * C);                                                    \
+    }                                                                                              \
+    static void FMT##_position_forward(tr_stream s, float *out, const float *wpe, int B, int T,    \
+                                       int C)                                                      \
+    {                                                                                              \
+        tr_kernels_cpu()->position_forward(s, out, staged(0, wpe, (size_t)T * C, round_##FMT##_n), \
+                                       B, T, C);                                                   \
+        round_##FMT##_n(out, (size_t)B * T * C);                                                   \
+    }                                                                                              \
+    static void FMT##_position_backward(tr_stream s, float *dwpe, const float *dout, int B,        \
+                                        int T, int C)                                              \
+    {                                                                                              \
+        tr_kernels_cpu()->position_backward(s, dwpe, dout, B, T, C);                               \
+        round_##FMT##_n(dwpe, (size_t)T * C);                                                      \
     }
 
 ROUNDED_TABLE(bf16)
@@ -250,30 +252,30 @@ ROUNDED_TABLE(fp16)
 
 /* The fp32 table with the wrappers above in place of its ops (the rest: memory, the
  * statistics of the cross-entropy, generation, the optimizer, the norm, are the fp32 ones). */
-#define FILL(t, FMT)                                                                            \
-    do {                                                                                        \
-        t.gemm = FMT##_gemm, t.add = FMT##_add, t.axpy = FMT##_axpy, t.scale = FMT##_scale;     \
-        t.scale_rows = FMT##_scale_rows, t.bias_add = FMT##_bias_add;                           \
-        t.bias_backward = FMT##_bias_backward, t.layernorm_forward = FMT##_layernorm_forward;   \
-        t.layernorm_backward = FMT##_layernorm_backward, t.gelu_forward = FMT##_gelu_forward;   \
-        t.gelu_backward = FMT##_gelu_backward;                                                  \
-        t.attention_forward = FMT##_attention_forward;                                          \
-        t.attention_backward = FMT##_attention_backward;                                        \
-        if (t.rmsnorm_forward)                                                                  \
-            t.rmsnorm_forward = FMT##_rmsnorm_forward,                                          \
-            t.rmsnorm_backward = FMT##_rmsnorm_backward;                                        \
-        if (t.swiglu_forward)                                                                   \
-            t.swiglu_forward = FMT##_swiglu_forward, t.swiglu_backward = FMT##_swiglu_backward; \
-        if (t.rope)                                                                             \
-            t.rope = FMT##_rope;                                                                \
-        if (t.attention_gqa_forward)                                                            \
-            t.attention_gqa_forward = FMT##_attention_gqa_forward,                              \
-            t.attention_gqa_backward = FMT##_attention_gqa_backward;                            \
-        t.xent_backward = FMT##_xent_backward;                                                  \
-        t.embedding_forward = FMT##_embedding_forward;                                          \
-        t.embedding_backward = FMT##_embedding_backward;                                        \
-        t.position_forward = FMT##_position_forward;                                            \
-        t.position_backward = FMT##_position_backward;                                          \
+#define FILL(t, FMT)                                                                               \
+    do {                                                                                           \
+        t.gemm = FMT##_gemm, t.add = FMT##_add, t.axpy = FMT##_axpy, t.scale = FMT##_scale;        \
+        t.scale_rows = FMT##_scale_rows, t.bias_add = FMT##_bias_add;                              \
+        t.bias_backward = FMT##_bias_backward, t.layernorm_forward = FMT##_layernorm_forward;      \
+        t.layernorm_backward = FMT##_layernorm_backward, t.gelu_forward = FMT##_gelu_forward;      \
+        t.gelu_backward = FMT##_gelu_backward;                                                     \
+        t.attention_forward = FMT##_attention_forward;                                             \
+        t.attention_backward = FMT##_attention_backward;                                           \
+        if (t.rmsnorm_forward)                                                                     \
+            t.rmsnorm_forward = FMT##_rmsnorm_forward,                                             \
+            t.rmsnorm_backward = FMT##_rmsnorm_backward;                                           \
+        if (t.swiglu_forward)                                                                      \
+            t.swiglu_forward = FMT##_swiglu_forward, t.swiglu_backward = FMT##_swiglu_backward;    \
+        if (t.rope)                                                                                \
+            t.rope = FMT##_rope;                                                                   \
+        if (t.attention_gqa_forward)                                                               \
+            t.attention_gqa_forward = FMT##_attention_gqa_forward,                                 \
+            t.attention_gqa_backward = FMT##_attention_gqa_backward;                               \
+        t.xent_backward = FMT##_xent_backward;                                                     \
+        t.embedding_forward = FMT##_embedding_forward;                                             \
+        t.embedding_backward = FMT##_embedding_backward;                                           \
+        t.position_forward = FMT##_position_forward;                                               \
+        t.position_backward = FMT##_position_backward;                                             \
     } while (0)
 
 static tr_kernels bf16_table, fp16_table;

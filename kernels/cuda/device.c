@@ -2,6 +2,8 @@
  * cuBLASLt), the calling thread's device, error capture, memory info and the up-front
  * reservation of the arena. */
 #include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -127,23 +129,31 @@ cudaStream_t cu_stream(tr_stream s)
 
 void tr_cuda_use_device(void) { cu_stream(NULL); }
 
+/* Keep the first error seen inside an op (logged once); later ones are dropped. */
+static void keep_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static void keep_error(const char *fmt, ...)
+{
+    pthread_mutex_lock(&dev.err_mu);
+    int first = !dev.failed;
+    if (first) {
+        dev.failed = 1;
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(dev.err, sizeof dev.err, fmt, ap);
+        va_end(ap);
+    }
+    pthread_mutex_unlock(&dev.err_mu);
+    if (first)
+        tr_log(TR_LOG_ERROR, "%s", dev.err);
+}
+
 cudaStream_t cu_shared_stream(tr_stream s, const char *op)
 {
     cudaStream_t st = cu_stream(s);
-    if (st != dev.stream) {
-        pthread_mutex_lock(&dev.err_mu);
-        int first = !dev.failed;
-        if (first) {
-            dev.failed = 1;
-            snprintf(dev.err, sizeof dev.err,
-                     "cuda: %s on a stream other than the compute stream: it uses the backend's "
-                     "shared scratch and workspace, which serve the compute stream only",
-                     op);
-        }
-        pthread_mutex_unlock(&dev.err_mu);
-        if (first)
-            tr_log(TR_LOG_ERROR, "%s", dev.err);
-    }
+    if (st != dev.stream)
+        keep_error("cuda: %s on a stream other than the compute stream: it uses the backend's "
+                   "shared scratch and workspace, which serve the compute stream only",
+                   op);
     return st;
 }
 
@@ -151,16 +161,8 @@ int cu_note(cudaError_t e, const char *what)
 {
     if (e == cudaSuccess)
         return 0;
-    pthread_mutex_lock(&dev.err_mu);
-    int first = !dev.failed;
-    if (first) {
-        dev.failed = 1;
-        snprintf(dev.err, sizeof dev.err, "CUDA error in %s on GPU %d: %s (error %d)", what,
-                 dev.device, cudaGetErrorString(e), (int)e);
-    }
-    pthread_mutex_unlock(&dev.err_mu);
-    if (first)
-        tr_log(TR_LOG_ERROR, "%s", dev.err);
+    keep_error("CUDA error in %s on GPU %d: %s (error %d)", what, dev.device,
+               cudaGetErrorString(e), (int)e);
     return 1;
 }
 
