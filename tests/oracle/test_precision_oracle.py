@@ -21,6 +21,8 @@ usage: test_precision_oracle.py TRIDENT_EXE ORACLE_DUMP_EXE WORKDIR"""
 import json
 import math
 import os
+import re
+import shutil
 import subprocess
 import sys
 
@@ -237,6 +239,22 @@ tt.check(f"fp16 resumed from iteration 6: iterations 7-{ITERS} bit-identical to 
          whole.returncode == 0 and first.returncode == 0 and resumed.returncode == 0 and tail_a and tail_a == tail_b,
          f"exit {whole.returncode}/{first.returncode}/{resumed.returncode} {resumed.stderr[-500:]}\nwhole   {tail_a}\nresumed {tail_b}",
          show=True)
+
+# a damaged loss_scaler line in a manifest: refused on load, naming the file and the line
+bad_ck = os.path.join(work, "fp16-ck-bad")
+shutil.rmtree(bad_ck, ignore_errors=True)
+shutil.copytree(ck, bad_ck)
+for bad_line in ("loss_scaler scale -1 growth 0 hysteresis_left 2 skipped 1",
+                 "loss_scaler scale 65536 growth 0 hysteresis_left 2 skipped 99",
+                 "loss_scaler scale 65536 growth 0"):
+    man_path = os.path.join(bad_ck, "iter_0000006", "manifest.txt")
+    text = open(man_path).read()
+    open(man_path, "w").write(re.sub(r"^loss_scaler .*$", bad_line, text, flags=re.M))
+    r = tt.run(tt.train_cmd(trident, config, tt.fresh_dir(os.path.join(work, "fp16-bad")),
+                            sets=fp16 + [f"checkpoint.load={bad_ck}"], flags=["--quiet"]), timeout=120)
+    tt.check(f"a manifest with '{bad_line}': refused, naming manifest.txt and the loss_scaler line",
+             r.returncode != 0 and "manifest.txt" in r.stderr and "loss_scaler" in r.stderr,
+             f"exit {r.returncode}: {r.stderr[-500:]}")
 
 # bad settings: located errors, exit 2
 for sets, needle in ((["training.precision=fp16", "training.min_loss_scale=8", "training.initial_loss_scale=4"],
