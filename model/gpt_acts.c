@@ -17,6 +17,13 @@ static float *take(float **cursor, size_t count)
     return p;
 }
 
+/* LoRA: whether the input of `target` (LORA_*) is only read by a frozen weight's gradient,
+ * so one shared copy in the scratch serves every layer (gpt_scratch.frozen_*). */
+static int input_shared(const tr_gpt *g, int target)
+{
+    return g->lora && !(g->s.lora_targets & (1 << target));
+}
+
 /* Floats of one layer's activations (everything of layer_acts). */
 static size_t layer_acts_floats(const tr_gpt *g, int B)
 {
@@ -26,8 +33,10 @@ static size_t layer_acts_floats(const tr_gpt *g, int B)
     size_t att = g->s.recompute_attention ? 0 : (size_t)B * g->NHl * g->s.T * g->s.T;
     size_t Q = (size_t)g->QKVl, Fw = (size_t)g->Fwl, F = (size_t)g->Fl;
     size_t lora = g->lora ? 4 * N * (size_t)g->s.lora_rank : 0;
-    size_t sizes[] = {N * C,  Nl,     Nl, N * Q,  N * Cl,     att,        Nl * C,
-                      N * C,  Nl,     Nl, N * Fw, N * F,      Nl * C,     lora};
+    size_t ln1 = input_shared(g, LORA_QKV) ? 0 : N * C, ln2 = input_shared(g, LORA_FC1) ? 0 : N * C;
+    size_t gelu = input_shared(g, LORA_FC2) ? 0 : N * F;
+    size_t sizes[] = {ln1,    Nl,     Nl, N * Q,  N * Cl,     att,        Nl * C,
+                      ln2,    Nl,     Nl, N * Fw, gelu,       Nl * C,     lora};
     size_t total = 0;
     for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++)
         total += padded(sizes[i]);
@@ -42,19 +51,19 @@ static void layer_acts_carve(const tr_gpt *g, int B, layer_acts *L, float **c, i
     size_t N = (size_t)B * g->s.T, Nl = (size_t)Nl_, C = g->s.C, Cl = g->Cl;
     size_t att = g->s.recompute_attention ? 0 : (size_t)B * g->NHl * g->s.T * g->s.T;
     memset(L, 0, sizeof *L);
-    if (!only_output) {
-        L->ln1 = take(c, N * C);
+    if (!only_output) { /* a NULL input: the scratch's frozen_* (layer_acts_for) */
+        L->ln1 = input_shared(g, LORA_QKV) ? NULL : take(c, N * C);
         L->ln1_mean = take(c, Nl);
         L->ln1_rstd = take(c, Nl);
         L->qkv = take(c, N * (size_t)g->QKVl);
         L->atty = take(c, N * Cl);
         L->att = att ? take(c, att) : NULL; /* selective: the shared scratch's */
         L->residual2 = take(c, Nl * C);
-        L->ln2 = take(c, N * C);
+        L->ln2 = input_shared(g, LORA_FC1) ? NULL : take(c, N * C);
         L->ln2_mean = take(c, Nl);
         L->ln2_rstd = take(c, Nl);
         L->fch = take(c, N * (size_t)g->Fwl);
-        L->fch_gelu = take(c, N * (size_t)g->Fl);
+        L->fch_gelu = input_shared(g, LORA_FC2) ? NULL : take(c, N * (size_t)g->Fl);
         L->lora_h = g->lora ? take(c, 4 * N * (size_t)g->s.lora_rank) : NULL;
     }
     L->residual3 = take(c, Nl * C);
@@ -73,9 +82,12 @@ static size_t scratch_floats(const tr_gpt *g, int B)
     size_t Q = (size_t)g->QKVl, Fw = (size_t)g->Fwl, F = (size_t)g->Fl;
     size_t lora = g->lora ? N * (size_t)s->lora_rank : 0;
     size_t drop = g->lora && s->lora_dropout > 0 ? N * (size_t)(s->C > g->Fl ? s->C : g->Fl) : 0;
+    size_t frozen_ln1 = input_shared(g, LORA_QKV) ? N * C : 0;
+    size_t frozen_ln2 = input_shared(g, LORA_FC1) ? N * C : 0;
+    size_t frozen_gelu = input_shared(g, LORA_FC2) ? N * F : 0;
     size_t sizes[] = {N,      N * C,      Nl,  Nl,     N * Vl,     3 * N,      N,
                       N * C,  wide,       N * Q, N * Cl, att, N * Fw, N * F,
-                      shared_att, lora, drop, drop};
+                      shared_att, lora, drop, drop, frozen_ln1, frozen_ln2, frozen_gelu};
     size_t total = 0;
     for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++)
         total += padded(sizes[i]);
@@ -158,6 +170,9 @@ int gpt_scratch_ensure(tr_gpt *g, int B)
     sc->lora_xd = drop ? take(&c, wide_in) : NULL;
     if (drop && !(g->lora_mask_host = tr_alloc(wide_in * sizeof(float), "dropout mask")))
         return TR_ERR_NOMEM;
+    sc->frozen_ln1 = input_shared(g, LORA_QKV) ? take(&c, N * C) : NULL;
+    sc->frozen_ln2 = input_shared(g, LORA_FC1) ? take(&c, N * C) : NULL;
+    sc->frozen_fch_gelu = input_shared(g, LORA_FC2) ? take(&c, N * (size_t)g->Fl) : NULL;
     if (s->recompute) {
         sc->layer_memory = g->k->alloc(layer_acts_floats(g, B) * sizeof(float));
         if (!sc->layer_memory)

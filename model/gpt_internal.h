@@ -71,6 +71,12 @@ typedef struct {
     float *dfch_gelu;             /* (N, Fl) */
     float *lora_dh;               /* LoRA: (N, r) */
     float *lora_mask, *lora_xd;   /* LoRA dropout: (N, max(C, Fl)) each */
+    /* LoRA: the input of a frozen linear without an adapter is read only by its weight
+     * gradient, which a frozen base does not have: such an input (ln1: (N, C) of qkv, ln2:
+     * (N, C) of fc, fch_gelu: (N, Fl) of fc_proj) lives here, one layer at a time, instead of
+     * in every layer's activations (layer_forward writes and reads it; backward never reads
+     * it). NULL where every layer keeps its own. */
+    float *frozen_ln1, *frozen_ln2, *frozen_fch_gelu;
     float *layer_memory;          /* recompute: one layer's full activations, rebuilt in */
     layer_acts layer;          /* backward from the layer's stored input */
 } gpt_scratch;
@@ -195,13 +201,22 @@ TR_MUST_CHECK int gpt_scratch_ensure(tr_gpt *g, int B);
 TR_MUST_CHECK int gpt_layer_forward(tr_gpt *g, int l, layer_acts *L, const float *x, int B);
 
 /* The activations layer_forward writes for layer l: the micro-batch's own, or with
- * recompute the shared scratch set with the micro-batch's stored output (its next input). */
+ * recompute the shared scratch set with the micro-batch's stored output (its next input);
+ * under LoRA an input only a frozen weight's gradient would read is the scratch's. */
 static inline layer_acts layer_acts_for(const tr_gpt *g, const tr_gpt_acts *a, int l)
 {
-    if (!g->s.recompute)
-        return a->layers[l];
-    layer_acts L = g->scratch.layer;
-    L.residual3 = a->layers[l].residual3;
+    layer_acts L = a->layers[l];
+    if (g->s.recompute) {
+        L = g->scratch.layer;
+        L.residual3 = a->layers[l].residual3;
+    }
+    /* LoRA: inputs kept one layer at a time (the scratch may have been re-made since) */
+    if (!L.ln1)
+        L.ln1 = g->scratch.frozen_ln1;
+    if (!L.ln2)
+        L.ln2 = g->scratch.frozen_ln2;
+    if (!L.fch_gelu)
+        L.fch_gelu = g->scratch.frozen_fch_gelu;
     return L;
 }
 

@@ -232,6 +232,15 @@ if group == "lora":  # adapters on a Llama (GQA's qkv and SwiGLU's interleaved f
         cases.append((name,))
         if base_drop is not None:
             compare(name, run(name, world, tp, pp, *extra, *DROP), base_drop)
+    # an adapter on qkv alone (peft's GPT-2 default): the other linears' inputs are kept one
+    # layer at a time (model/gpt_internal.h frozen_*), under SP gathered into that one copy
+    if not quick:
+        QKV = ["finetune.lora.target_modules=[qkv]"]
+        base_qkv = run("lora-qkv-single", 1, 1, 1, *QKV)
+        name = "lora-qkv-d2-t2-p2-sp"
+        cases.append((name,))
+        if base_qkv is not None:
+            compare(name, run(name, 8, 2, 2, "parallel.sequence_parallel=true", *QKV), base_qkv)
 if family and full:
     # TP 8: whole query groups per rank needs 8 of them (Llama: no GQA then), its own base
     T8 = ["model.num_query_groups=8"] if group == "llama" else []

@@ -96,6 +96,22 @@ check("LoRA's allocator peak is below full fine-tuning's by the base's gradients
       f"peak {lo['peak']:.2f} MiB vs {fu['peak']:.2f} MiB: {fu['peak'] - lo['peak']:.2f} MiB less; gradients + "
       f"optimizer {saved:.2f} MiB less, adapters and their activations {added:.2f} MiB more", show=True)
 
+# an adapter on qkv alone (peft's default target for GPT-2): the other linears' inputs are read
+# only by frozen weights' gradients, so they are kept one layer at a time; with that, the peak is
+# below full fine-tuning's by the whole of the base's gradients + optimizer state
+p, _ = train("lora-qkv", ["finetune.lora.target_modules=[qkv]"])
+check("LoRA on qkv alone: exit 0", p.returncode == 0, p.stderr[-1500:])
+if p.returncode == 0:
+    lq = json.load(open(path("lora-qkv/summary.json")))["memory_mb_per_rank"][0]
+    base_state = fu["gradients"] + fu["optimizer"]
+    check("LoRA on qkv: activations below the four-target run's (ln2 and the MLP activation one "
+          "layer at a time)", lq["activations"] < lo["activations"], f"{lq['activations']:.2f} vs "
+          f"{lo['activations']:.2f} MiB", show=True)
+    check("LoRA on qkv: the peak is below full fine-tuning's by at least the base's gradients + "
+          "optimizer state", fu["peak"] - lq["peak"] >= base_state,
+          f"peak {lq['peak']:.2f} vs {fu['peak']:.2f} MiB: {fu['peak'] - lq['peak']:.2f} MiB less; the base's "
+          f"gradients + optimizer {base_state:.2f} MiB", show=True)
+
 # ---- resume: the adapters' checkpoint
 p, half = train("half", ["training.train_iters=2", f"checkpoint.save={path('half-ckpt')}"])
 p2, rest = train("rest", [f"checkpoint.load={path('half-ckpt')}"])
