@@ -139,6 +139,28 @@ int tr_hf_import(const char *hf_dir, const char *ckpt_dir, tr_model_config *mode
     return rc;
 }
 
+static int exists(const char *dir, const char *name)
+{
+    char path[4200];
+    struct stat st;
+    return !hf_join(path, sizeof path, dir, name) && !stat(path, &st);
+}
+
+int tr_hf_is_model_folder(const char *dir)
+{
+    return exists(dir, "config.json") &&
+           (exists(dir, "model.safetensors") || exists(dir, "model.safetensors.index.json")) &&
+           !exists(dir, "latest_checkpointed_iteration.txt") && !exists(dir, "release");
+}
+
+int tr_hf_import_replacing(const char *hf_dir, const char *ckpt_dir)
+{
+    int rc = hf_remove_tree(ckpt_dir);
+    return rc ? rc : tr_hf_import(hf_dir, ckpt_dir, NULL);
+}
+
+int tr_hf_remove_import(const char *ckpt_dir) { return hf_remove_tree(ckpt_dir); }
+
 /* ------------------------------------------------------------------ export */
 
 static int write_json(const char *dir, const char *name, json_t *root)

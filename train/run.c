@@ -5,9 +5,12 @@
 
 #include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "core/core.h"
+#include "hf/hf.h"
 #include "train/engine_internal.h" /* ZeRO-3 around checkpoints */
 #include "train/report.h"
 
@@ -63,23 +66,61 @@ static int last_iteration(const tr_training_config *t, int start)
     return next_exit < t->train_iters ? (int)next_exit : t->train_iters;
 }
 
+/* finetune.load naming a Hugging Face folder: the lead rank imports it (tr_hf_import, as
+ * `trident convert --from hf`) into RUN_DIR/hf-base while the others wait, and every rank
+ * then reads its shards from there (*base). Without a run folder each rank imports into a
+ * folder of its own under TMPDIR (*cleanup: remove it after loading). */
+static int base_from_hf(tr_engine *e, const char *run_dir, int lead, const char **base,
+                        char *buf, size_t cap, int *cleanup)
+{
+    *cleanup = 0;
+    if (!tr_hf_is_model_folder(*base))
+        return TR_OK;
+    int rc = TR_OK, own = !run_dir;
+    if (own) {
+        const char *tmp = getenv("TMPDIR");
+        snprintf(buf, cap, "%s/trident-hf-base-%ld", tmp && *tmp ? tmp : "/tmp", (long)getpid());
+    } else {
+        snprintf(buf, cap, "%s/hf-base", run_dir);
+    }
+    if (own || lead)
+        rc = tr_hf_import_replacing(*base, buf);
+    if (rc)
+        rc = tr_fail_context(rc, "importing the Hugging Face folder %s", *base);
+    if (!own) { /* every rank learns whether the import worked before reading it */
+        int failed = 0, brc = tr_engine_any_rank(e, rc != TR_OK, &failed);
+        if (!rc && (brc || failed))
+            rc = brc ? brc : tr_fail(TR_ERR_IO, "the lead rank could not import %s", *base);
+    }
+    *base = buf;
+    *cleanup = own;
+    return rc;
+}
+
 /* Resume from checkpoint.load when it is set: *start = its iteration (0 when none, or for
  * a release checkpoint: imported weights). */
-static int resume(tr_engine *e, const tr_config *cfg, int lead, int quiet, int *start)
+static int resume(tr_engine *e, const tr_config *cfg, const char *run_dir, int lead, int quiet,
+                  int *start)
 {
     const char *dir = cfg->checkpoint.load, *base = cfg->finetune.load;
     *start = 0;
     if (*base) { /* the base model (LoRA: into the frozen tensors, else the parameters) */
         double t0 = tr_now();
-        int rc = TR_OK;
+        const char *named = base;
+        char imported[4200];
+        int cleanup = 0;
+        int rc = base_from_hf(e, run_dir, lead, &base, imported, sizeof imported, &cleanup);
         for (int c = 0; c < e->v && !rc; c++)
             rc = tr_checkpoint_load_base(base, e->chunks[c].model, e->k);
+        if (cleanup && tr_hf_remove_import(base))
+            tr_warn("could not remove the imported base %s", base);
         if (rc)
-            return tr_fail_context(rc, "%s: finetune.load (the base model: a trident checkpoint;"
-                                   " a Hugging Face folder is imported first with trident convert"
-                                   " --from hf)", tr_config_where(cfg, "finetune.load"));
+            return tr_fail_context(rc, "%s: finetune.load (the base model: a trident checkpoint"
+                                   " or a Hugging Face folder)",
+                                   tr_config_where(cfg, "finetune.load"));
         if (lead && !quiet)
-            printf("trident: loaded the base model of %s in %.2f s%s\n", base, tr_now() - t0,
+            printf("trident: loaded the base model of %s%s in %.2f s%s\n", named,
+                   base != named ? " (a Hugging Face folder, imported)" : "", tr_now() - t0,
                    cfg->finetune.lora_rank ? " (frozen; LoRA adapters trained)" : "");
     }
     if (!*dir)
@@ -136,7 +177,7 @@ int tr_train_run(const tr_config *cfg, const tr_train_options *opts)
     int lead = tr_engine_rank(e) == 0;
     if (t->exit_signal_handler)
         rc = install_exit_signal_handler();
-    if (!rc && !(rc = resume(e, cfg, lead, opts->quiet, &start))) {
+    if (!rc && !(rc = resume(e, cfg, opts->run_dir, lead, opts->quiet, &start))) {
         last = last_iteration(t, start);
         rc = train_report_open(e, opts, start, last, t0, &report);
     }

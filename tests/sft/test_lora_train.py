@@ -11,6 +11,7 @@
     from a LoRA checkpoint says what it holds and how to merge it.
 usage: test_lora_train.py TRIDENT WORKDIR"""
 import json
+import shutil
 import math
 import os
 import random
@@ -111,6 +112,24 @@ if p.returncode == 0:
           "optimizer state", fu["peak"] - lq["peak"] >= base_state,
           f"peak {lq['peak']:.2f} vs {fu['peak']:.2f} MiB: {fu['peak'] - lq['peak']:.2f} MiB less; the base's "
           f"gradients + optimizer {base_state:.2f} MiB", show=True)
+
+# ---- finetune.load naming a Hugging Face folder: imported into RUN_DIR/hf-base, then the same run
+p, from_hf = train("from-hf", [f"finetune.load={path('base-hf')}"])
+check("finetune.load = a Hugging Face folder: the same losses as from the trident checkpoint",
+      p.returncode == 0 and from_hf == lora and "imported" in p.stdout, f"{from_hf} vs {lora}\n{p.stderr[-800:]}")
+p, from_hf4 = train("from-hf-d2t2", [f"finetune.load={path('base-hf')}", "parallel.sequence_parallel=true",
+                                     "training.micro_batch_size=2"], 4, 2, 1)
+rel = max((abs(a - b) / b for a, b in zip(from_hf4, lora)), default=1.0) if from_hf4 else 1.0
+check("... and in D2xT2 with SP (the lead rank imports, every rank reads its shards)",
+      p.returncode == 0 and rel <= 1e-5, f"relative {rel:.1e}\n{p.stderr[-800:]}")
+bad_hf = path("bad-hf")
+shutil.copytree(path("base-hf"), bad_hf)
+cfgj = json.load(open(os.path.join(bad_hf, "config.json")))
+cfgj["n_embd"] = 64  # not the run's model
+json.dump(cfgj, open(os.path.join(bad_hf, "config.json"), "w"))
+p, _ = train("bad-hf", [f"finetune.load={bad_hf}"])
+check("a Hugging Face folder of another model: exit non-zero naming finetune.load, no crash",
+      p.returncode not in (0, -11, -6) and "finetune.load" in p.stderr, p.stderr[-800:], show=True)
 
 # ---- resume: the adapters' checkpoint
 p, half = train("half", ["training.train_iters=2", f"checkpoint.save={path('half-ckpt')}"])
