@@ -161,6 +161,23 @@ int tr_hf_import_replacing(const char *hf_dir, const char *ckpt_dir)
 
 int tr_hf_remove_import(const char *ckpt_dir) { return hf_remove_tree(ckpt_dir); }
 
+int tr_hf_load_base(const char *dir, tr_gpt *g, const tr_kernels *k)
+{
+    if (!tr_hf_is_model_folder(dir))
+        return tr_checkpoint_load_base(dir, g, k);
+    char tmp[4200];
+    const char *t = getenv("TMPDIR");
+    snprintf(tmp, sizeof tmp, "%s/trident-hf-base-%ld", t && *t ? t : "/tmp", (long)getpid());
+    int rc = tr_hf_import_replacing(dir, tmp);
+    if (rc)
+        rc = tr_fail_context(rc, "importing the Hugging Face folder %s", dir);
+    else
+        rc = tr_checkpoint_load_base(tmp, g, k);
+    if (hf_remove_tree(tmp))
+        tr_warn("could not remove the imported base %s", tmp);
+    return rc;
+}
+
 /* ------------------------------------------------------------------ export */
 
 static int write_json(const char *dir, const char *name, json_t *root)
@@ -340,7 +357,7 @@ int tr_hf_export_lora(const char *ckpt_dir, const char *hf_dir, const tr_config 
     if (!rc && merge) {
         tr_gpt_shape ps = s;
         ps.lora_rank = 0;
-        if (!(rc = tr_checkpoint_load_base(cfg->finetune.load, g, tr_kernels_cpu())) &&
+        if (!(rc = tr_hf_load_base(cfg->finetune.load, g, tr_kernels_cpu())) &&
             !(rc = tr_gpt_create(&ps, tr_kernels_cpu(), NULL, &plain))) {
             size_t pn = tr_gpt_num_params(plain);
             if (!(merged = malloc(pn * sizeof(float) + 1)))

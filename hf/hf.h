@@ -216,6 +216,9 @@ int tr_hf_is_model_folder(const char *dir);
 TR_MUST_CHECK int tr_hf_import_replacing(const char *hf_dir, const char *ckpt_dir);
 /* rm -r of such an import (nothing when it does not exist). */
 TR_MUST_CHECK int tr_hf_remove_import(const char *ckpt_dir);
+/* tr_checkpoint_load_base of dir, or of a Hugging Face folder imported into a folder of this
+ * process's under TMPDIR for the time it is read. */
+TR_MUST_CHECK int tr_hf_load_base(const char *dir, tr_gpt *g, const tr_kernels *k);
 /* The latest checkpoint of ckpt_dir -> HF folder: config.json, generation_config.json,
  * model.safetensors (or shards and index); *iteration (may be NULL) gets its iteration. */
 TR_MUST_CHECK int tr_hf_export(const char *ckpt_dir, const char *hf_dir,

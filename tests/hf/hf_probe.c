@@ -117,7 +117,7 @@ static int logits_config(const char *config, const char *tokens_path, int B, con
         return fail("init");
     if (*cfg.checkpoint.load && tr_checkpoint_load_model(cfg.checkpoint.load, g, k, params, NULL))
         return fail(cfg.checkpoint.load);
-    if (*cfg.finetune.load && tr_checkpoint_load_base(cfg.finetune.load, g, k))
+    if (*cfg.finetune.load && tr_hf_load_base(cfg.finetune.load, g, k))
         return fail(cfg.finetune.load);
     if (read_all(tokens_path, tok, n_tok * sizeof *tok) || tr_gpt_acts_create(g, B, &a) ||
         tr_gpt_forward_logits(g, a, tok, lg) || write_all(out, lg, n_out * sizeof *lg))

@@ -157,4 +157,16 @@ for what, extra, key in [
 rc, so, se = tt.outputs([trident, "generate", path("lora-ckpt"), "--prompt-ids", "1,2,3", "--max-new-tokens", "2"])
 check("generate from a LoRA checkpoint: exit 2, saying it holds adapters and how to merge them",
       rc == 2 and "adapters alone" in se and "--merge-lora" in se, se)
+# ---- --merge-lora with a Hugging Face folder as the base: the same merged weights as with the checkpoint
+merged = {}
+for name, base in (("ckpt", path("base")), ("hf", path("base-hf"))):
+    run_cfg = path(f"merge-{name}.yaml")
+    text = open(path("lora/config.yaml")).read()
+    open(run_cfg, "w").write(text.replace(f'"{path("base")}"', f'"{base}"'))
+    out = path(f"merged-{name}")
+    p = tt.run([trident, "convert", "--to", "hf", "--config", run_cfg, "--input", path("lora-ckpt"),
+                "--output", out, "--merge-lora"], timeout=60)
+    merged[name] = open(os.path.join(out, "model.safetensors"), "rb").read() if p.returncode == 0 else p.stderr
+check("--merge-lora with finetune.load = a Hugging Face folder: the same merged model.safetensors",
+      isinstance(merged["hf"], bytes) and merged["hf"] == merged["ckpt"], str(merged["hf"])[-600:])
 tt.finish("lora-train: all checks passed")
