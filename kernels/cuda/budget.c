@@ -50,6 +50,19 @@ size_t tr_cuda_device_share(size_t free_bytes, size_t total_bytes, int ranks_on_
     return share < free_bytes ? share : free_bytes;
 }
 
+size_t tr_cuda_staging_bytes(size_t total_bytes, int ranks_on_device, long mib_override)
+{
+    const size_t MiB = (size_t)1 << 20, lo = 64 * MiB, hi = 512 * MiB;
+    if (mib_override > 0)
+        return (size_t)mib_override * MiB;
+    size_t b = total_bytes / 64;
+    b = b < lo ? lo : b > hi ? hi : b;
+    if (ranks_on_device > 1)
+        b /= (size_t)ranks_on_device;
+    b = b < lo ? lo : b;
+    return b & ~(MiB - 1);
+}
+
 /* ---------------------------------------------------------------- memory budget */
 
 static size_t sat_add(size_t a, size_t b) { return a > SIZE_MAX - b ? SIZE_MAX : a + b; }

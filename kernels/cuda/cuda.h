@@ -81,6 +81,12 @@ TR_MUST_CHECK int tr_cuda_pick_device(const char *local_rank, const char *var_na
  * the whole GPU's free memory they would otherwise race for. */
 int tr_cuda_ranks_on_device(int local_world_size, int device_count, int device);
 size_t tr_cuda_device_share(size_t free_bytes, size_t total_bytes, int ranks_on_device);
+/* Pure: bytes of the bf16 GEMM staging buffer (gemm.c converts both operands of a bf16-mode
+ * GEMM into it; operands that do not fit run in slabs along K, each slab a GEMM that writes
+ * the fp32 output again, so too small a buffer splits even gpt2-124m's forward GEMMs at
+ * micro-batch 48): 1/64 of the GPU's memory clamped to [64, 512] MiB, divided among the ranks
+ * sharing the GPU (at least 64 MiB); mib_override > 0 (TRIDENT_CUDA_STAGING_MIB) replaces it. */
+size_t tr_cuda_staging_bytes(size_t total_bytes, int ranks_on_device, long mib_override);
 
 /* fp32 <-> bf16 on the device (round to nearest even, NaN kept quiet with its sign): the
  * conversions of bf16.h, n elements, on stream s. */

@@ -196,7 +196,7 @@ void cu_gemm_fp32(tr_stream s, int trans_a, int trans_b, int M, int N, int K, fl
 void cu_gemm_bf16(tr_stream s, int trans_a, int trans_b, int M, int N, int K, float alpha,
                      const float *A, int lda, const float *B, int ldb, float beta, float *C,
                      int ldc);
-TR_MUST_CHECK int cu_gemm_init(void);
+TR_MUST_CHECK int cu_gemm_init(size_t staging_bytes); /* tr_cuda_staging_bytes */
 size_t cu_gemm_workspace_bytes(void);
 
 /* ---- attention.c (fp32 products for FP32, bf16 tensor-core products for BF16) */

@@ -89,7 +89,11 @@ static void init_once(void)
                   e);
         return;
     }
-    if (cu_gemm_init()) {
+    const char *lw = getenv("LOCAL_WORLD_SIZE"), *mib = getenv("TRIDENT_CUDA_STAGING_MIB");
+    size_t staging = tr_cuda_staging_bytes(prop.totalGlobalMem,
+                                           tr_cuda_ranks_on_device(lw ? atoi(lw) : 1, count, device),
+                                           mib ? atol(mib) : 0);
+    if (cu_gemm_init(staging)) {
         dev.rc = TR_ERR_INTERNAL;
         snprintf(dev.msg, sizeof dev.msg, "%s", tr_errmsg());
         return;

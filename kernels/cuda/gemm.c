@@ -20,7 +20,6 @@
 #include "kernels/cuda/cuda_internal.h"
 
 #define LT_WORKSPACE ((size_t)32 << 20)  /* cuBLASLt's own (32 MiB suits Hopper) */
-#define BF16_STAGING ((size_t)64 << 20)  /* bytes for the bf16 copies of both operands */
 #define PLAN_SLOTS 1024                   /* cached plans (open addressing) */
 
 typedef struct {
@@ -42,20 +41,22 @@ static struct {
     cublasLtHandle_t lt;
     void *workspace;
     uint16_t *staging;
+    size_t staging_bytes; /* for the bf16 copies of both operands (tr_cuda_staging_bytes) */
     plan *plans;
     int n_plans;
     int fast; /* TRIDENT_CUDA_GEMM=fast: BF16 mode uses 32F_FAST_16BF instead of staging */
 } G = {.mu = PTHREAD_MUTEX_INITIALIZER};
 
-int cu_gemm_init(void)
+int cu_gemm_init(size_t staging_bytes)
 {
     if (cublasLtCreate(&G.lt) != CUBLAS_STATUS_SUCCESS)
         return tr_fail(TR_ERR_INTERNAL, "cuda: cublasLtCreate failed");
+    G.staging_bytes = staging_bytes;
     if (cudaMalloc(&G.workspace, LT_WORKSPACE) != cudaSuccess ||
-        cudaMalloc((void **)&G.staging, BF16_STAGING) != cudaSuccess) {
+        cudaMalloc((void **)&G.staging, G.staging_bytes) != cudaSuccess) {
         (void)cudaGetLastError();
         return tr_fail(TR_ERR_NOMEM, "cuda: cannot allocate the GEMM workspaces (%zu MiB)",
-                       (LT_WORKSPACE + BF16_STAGING) >> 20);
+                       (LT_WORKSPACE + G.staging_bytes) >> 20);
     }
     G.plans = calloc(PLAN_SLOTS, sizeof *G.plans);
     if (!G.plans)
@@ -65,7 +66,7 @@ int cu_gemm_init(void)
     return TR_OK;
 }
 
-size_t cu_gemm_workspace_bytes(void) { return LT_WORKSPACE + BF16_STAGING; }
+size_t cu_gemm_workspace_bytes(void) { return LT_WORKSPACE + G.staging_bytes; }
 
 /* Largest power of two (<= 256) dividing the address and every batch offset. */
 static int alignment(const void *p, long long stride_elems, int elem_bytes)
@@ -265,7 +266,7 @@ static void gemm_staged(cudaStream_t st, int ta, int tb, int M, int N, int K, fl
                         const float *A, int lda, const float *B, int ldb, float beta, float *C,
                         int ldc)
 {
-    size_t cap = BF16_STAGING / sizeof(uint16_t) - 128; /* room for B's 256-byte start */
+    size_t cap = G.staging_bytes / sizeof(uint16_t) - 128; /* room for B's 256-byte start */
     size_t per_k = (size_t)M + (size_t)N;
     size_t kc = cap / per_k;
     if (kc >= 64)

@@ -358,6 +358,14 @@ static void test_device_share(void **state)
     assert_true(tr_cuda_device_share(100 * G, 140 * G, 1) == 100 * G);
     assert_true(tr_cuda_device_share(139 * G, 140 * G, 2) == 70 * G);
     assert_true(tr_cuda_device_share(30 * G, 140 * G, 4) == 30 * G); /* less free than a share */
+    /* the bf16 GEMM staging: 1/64 of the GPU in [64, 512] MiB, split among sharers */
+    size_t M = (size_t)1 << 20;
+    assert_true(tr_cuda_staging_bytes(80 * G, 1, 0) == 512 * M);
+    assert_true(tr_cuda_staging_bytes(16 * G, 1, 0) == 256 * M);
+    assert_true(tr_cuda_staging_bytes(2 * G, 1, 0) == 64 * M);
+    assert_true(tr_cuda_staging_bytes(80 * G, 8, 0) == 64 * M);
+    assert_true(tr_cuda_staging_bytes(80 * G, 4, 0) == 128 * M);
+    assert_true(tr_cuda_staging_bytes(80 * G, 1, 96) == 96 * M);
 }
 
 static void test_pick_device(void **state)
