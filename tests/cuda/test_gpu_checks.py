@@ -8,6 +8,10 @@
   staged-3d-fp32     (DP=2, TP=2, PP=2) as 8 ranks on ONE GPU (CUDA_VISIBLE_DEVICES pins them to
                      it, so every group stages through pinned host memory over UCX) vs one rank,
                      fp32: every iteration within 1e-4
+  families           the Llama (RMSNorm, rope, SwiGLU, GQA, untied) and Bloom (ALiBi, embedding
+                     norm) switches on the GPU vs the CPU: fp32 within 1e-4, bf16 within 2e-2 of
+                     the CPU's fp32 (the families' CUDA kernels: rope, RMSNorm, SwiGLU, GQA/ALiBi
+                     attention)
   checkpoint         a checkpoint saved on the GPU (iteration 5) resumes on the CPU, and one
                      saved on the CPU resumes on the GPU: iterations 6-10 within 1e-4 of the
                      uninterrupted runs on both backends (fp32); a bf16 run's checkpoint resumes
@@ -24,7 +28,13 @@ here = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(here, "..", "common"))
 import trident_test as tt  # noqa: E402
 
-CHECKS = ("fp32-vs-cpu", "bf16-vs-fp32-demo", "staged-3d-fp32", "checkpoint")
+CHECKS = ("fp32-vs-cpu", "bf16-vs-fp32-demo", "staged-3d-fp32", "checkpoint", "families")
+FAMILIES = {  # tests/layouts' family switches, for this check's 8-head model
+    "llama": ["model.normalization=RMSNorm", "model.position_embedding_type=rope", "model.swiglu=true",
+              "model.ffn_hidden_size=176", "model.num_query_groups=4",
+              "model.untie_embeddings_and_output_weights=true", "model.add_bias_linear=false"],
+    "bloom": ["model.position_embedding_type=alibi", "model.embedding_layernorm=true"],
+}
 
 
 def parse(argv):
@@ -154,6 +164,13 @@ def main():
         eight = r.run("gpu8-fp32", "gpu", "fp32", world=8, tp=2, pp=2,
                       env={"CUDA_VISIBLE_DEVICES": first})
         compare("(DP=2, TP=2, PP=2) on one GPU, staged, vs one rank, fp32", eight, one, 1e-4)
+    elif check == "families":
+        for fam, sets in FAMILIES.items():
+            cpu = r.run(f"{fam}-cpu", "cpu", "fp32", sets=sets)
+            gpu = r.run(f"{fam}-gpu-fp32", "gpu", "fp32", sets=sets)
+            compare(f"{fam}: GPU fp32 vs CPU", gpu, cpu, 1e-4)
+            bf16 = r.run(f"{fam}-gpu-bf16", "gpu", "bf16", sets=sets)
+            compare(f"{fam}: GPU bf16 vs CPU fp32", bf16, cpu, 2e-2)
     elif check == "checkpoint":
         ck = lambda name: os.path.join(work, name)  # noqa: E731
         half = ["training.exit_interval=5"]
