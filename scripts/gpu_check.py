@@ -512,11 +512,43 @@ class Check:
         b = json.load(open(jout))
         self.results["bench"] = b
         self.roofline(jout, b)
+        self.bench_variants(b)
         t = b["targets"]
         vs = f"{t['vs_compile']:.2f}x torch.compile" if t.get("vs_compile") else "torch.compile failed"
         mfu = f"MFU {100 * t['mfu']:.1f}%" if t.get("mfu") is not None else "MFU n/a"
         return "PASS", f"trident {t['trident_tokens_per_s']:.0f} tokens/s, {vs}, {mfu}; targets " + \
             ("met" if t["met"] else "NOT met (see the per-op split)"), ""
+
+    def bench_variants(self, b):
+        """trident's step again with one setting changed each (--variants, e.g. the GEMM mode or
+        the staging size), at the benchmark's micro-batch: ms/iter side by side in the report."""
+        row = next((r for r in b.get("rows", []) if r.get("impl") == "trident"), {})
+        if not self.a.variants or not row.get("micro_batch"):
+            return
+        exe = os.path.join(self.a.build, "benchmarks", "gpu_step")
+        lines = ["| trident with | ms/iter | tokens/s | vs the default |", "|---|---:|---:|---:|",
+                 f"| (the default) | {row.get('ms_per_iter', 0):.2f} | {row.get('tokens_per_s', 0):.0f} | 1.00x |"]
+        for v in [x for x in self.a.variants.split(";") if "=" in x]:
+            if self.left() < 45:
+                lines.append(f"| {v} | not run: the time budget ran out | | |")
+                continue
+            env = dict(self.env)
+            k, val = v.split("=", 1)
+            env[k.strip()] = val.strip()
+            rc, out = self.run("bench-variants", [exe, "--json", "--micro-batch", str(row["micro_batch"]),
+                                                  "--iters", "10"], timeout=min(120, self.left() - 10), env=env)
+            text, r = out[out.rfind("$ "):], None
+            i = text.find('{"')
+            try:
+                r = json.JSONDecoder().raw_decode(text[i:])[0] if rc == 0 and i >= 0 else None
+            except ValueError:
+                r = None
+            if not r or not r.get("ms_per_iter"):
+                lines.append(f"| {v} | failed (exit {rc}) | | |")
+                continue
+            lines.append(f"| {v} | {r['ms_per_iter']:.2f} | {r.get('tokens_per_s', 0):.0f} | "
+                         f"{row.get('ms_per_iter', 0) / r['ms_per_iter']:.2f}x |")
+        self.results["bench_variants"] = "\n".join(lines)
 
     def roofline(self, jout, b):
         """benchmarks/gpu_roofline.py's expectation beside the measured per-op split (issue 24),
@@ -595,6 +627,9 @@ class Check:
                 L += ["", f"### {s['name']}", "", "```", s["tail"], "```"]
         if "bench" in res:
             L += ["", "## Benchmark (benchmarks/gpu_step.sh)", "", res["bench"]["markdown"]]
+        if res.get("bench_variants"):
+            L += ["", "trident's step with one setting changed (the same micro-batch, 10 iterations):", "",
+                  res["bench_variants"]]
         if res.get("roofline"):
             L += ["", "## Beside the roofline of the design (benchmarks/gpu_roofline.py)", "", "```",
                   res["roofline"], "```"]
@@ -612,6 +647,9 @@ def main():
     ap.add_argument("--only", default="")
     ap.add_argument("--skip", default="")
     ap.add_argument("--jobs", type=int, default=0)
+    ap.add_argument("--variants", default="TRIDENT_CUDA_STAGING_MIB=64;TRIDENT_CUDA_GEMM=fast",
+                    help="after the benchmark, trident's step again with each NAME=VALUE set, ';'-separated "
+                    "(default: the former 64 MiB GEMM staging; cuBLASLt's fast-bf16 mode instead of staging)")
     ap.add_argument("--targets", default="", help="ninja targets of the build step, comma-separated "
                     "(default: everything; tests/gpu_bundle builds trident and the probe only)")
     ap.add_argument("--commit", default="", help="the commit to name in the report (where the tree has no .git)")
