@@ -40,8 +40,11 @@ static void test_gemm_curve(void **state)
      * ratio (its top of the curve is lower) */
     tr_plan_cluster h;
     assert_int_equal(tr_plan_cluster_preset("h100-80gb", &h), TR_OK);
-    double ta = tr_plan_gemm_s(&a, 8192, 8192, 8192, 1), th = tr_plan_gemm_s(&h, 8192, 8192, 8192, 1);
+    double ta = tr_plan_gemm_model_s(&a, 8192, 8192, 8192, 1);
+    double th = tr_plan_gemm_model_s(&h, 8192, 8192, 8192, 1);
     assert_true(ta / th > 2 && ta / th < h.peak_flops / a.peak_flops);
+    /* its measured table (plan/gemm/h100-80gb.inc, 2026-11-27) */
+    assert_true(h.n_gemm_table > 300);
     /* H200: the same GEMM model as H100, faster memory-bound kernels; its measured table
      * (plan/gemm/h200.inc, 2026-11-26) puts a large square at what cuBLASLt took there */
     tr_plan_cluster h2;
