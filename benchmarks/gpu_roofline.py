@@ -11,8 +11,8 @@ over the compute it may reach and its bytes over the memory bandwidth it may rea
 
 Defaults: gpt2-124m (12 x 768, 12 heads, 1024 tokens, vocabulary 50304), micro-batch 48, an
 H100. GEMM time comes from the measured cuBLASLt table of the preset (plan/gemm/PRESET.inc,
-nearest measured shape by log distance over M, N, K; the H200 table serves the H100 too: the
-same SMs and clocks) or, without one, from the planner's curve top (gemm_efficiency 0.67).
+nearest measured shape by log distance over M, N, K; the H100's and the H200's are measured)
+or, without one, from the planner's curve top (gemm_efficiency 0.67).
 --measured takes the per-op split of benchmarks/gpu_step.sh --profile (scripts/gpu-check.sh's
 results.json, or gpu_step.sh's --json-out) and prints it beside the expectation, class by class.
 Standard library only (runs on the GPU image)."""
@@ -31,7 +31,7 @@ PRESETS = {
     "h100-80gb": {"peak": 989e12, "hbm": 3350e9, "gemm_efficiency": 0.67, "hbm_efficiency": 0.7},
     "h200": {"peak": 989e12, "hbm": 4800e9, "gemm_efficiency": 0.67, "hbm_efficiency": 0.7},
 }
-TABLE_FOR = {"h100-80gb": "h200", "h200": "h200", "a100-80gb": "a100-80gb"}
+TABLE_FOR = {"h100-80gb": "h100-80gb", "h200": "h200", "a100-80gb": "a100-80gb"}
 BF16, FP32 = 2, 4
 
 

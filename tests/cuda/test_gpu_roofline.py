@@ -34,13 +34,15 @@ check(f"gpt2-124m, micro-batch 48, H100: {j.get('total_ms', 0):.1f} ms <= 110 ms
 check(f"it names the limiting class ({j.get('limited_by')}) and every class's bound",
       j.get("limited_by") in j.get("classes", {}) and
       all(c["limit"] in ("compute", "memory") for c in j.get("classes", {}).values()))
-check("the H100 table is the measured one (plan/gemm/h200.inc: same SMs and clocks)",
+check("the H100 table is the measured one (plan/gemm/h100-80gb.inc, 2026-11-27)",
       j.get("gemm_table_rows", 0) > 0, str(j.get("gemm_table_rows")))
 # memory-bound work scales with bandwidth: the H200 is faster on those classes, not on GEMMs
 h2 = json.loads(run("--json", "--preset", "h200").stdout)
-check("H200: element-wise faster than H100 (4.8 vs 3.35 TB/s), layer GEMMs the same",
-      h2["classes"]["element-wise"]["ms"] < j["classes"]["element-wise"]["ms"] and
-      abs(h2["classes"]["gemm (layers)"]["ms"] - j["classes"]["gemm (layers)"]["ms"]) < 1e-9)
+# (each preset's own measured table: same SMs and clocks, so layer GEMMs within a few percent)
+gh, g2 = j["classes"]["gemm (layers)"]["ms"], h2["classes"]["gemm (layers)"]["ms"]
+check(f"H200: element-wise faster than H100 (4.8 vs 3.35 TB/s), layer GEMMs within 10% "
+      f"({g2:.1f} vs {gh:.1f} ms)",
+      h2["classes"]["element-wise"]["ms"] < j["classes"]["element-wise"]["ms"] and abs(g2 - gh) <= 0.1 * gh)
 # twice the micro-batch: about twice the time
 j2 = json.loads(run("--json", "--micro-batch", "96").stdout)
 check(f"micro-batch 96 takes {j2['total_ms'] / j['total_ms']:.2f}x micro-batch 48 (1.7-2.1x)",
