@@ -154,6 +154,25 @@ typedef struct tr_kernels {
     void (*xent_backward)(tr_stream s, float *dlogits, const float *logits, const float *maxv,
                           const float *sumexp, const int32_t *targets, int N, int V,
                           int n_valid, int v_start, float scale);
+    /* The same in fewer passes (the chunked head, tp/'s tr_tp_vocab_head_loss):
+     *  stats:      row_max, row_sumexp and pick in one read of the logits (online max): maxv as
+     *              row_max's, sumexp relative to that (this rank's) max, picked as pick's;
+     *              sumexp equals row_sumexp's within fp32 rounding (bit for bit on the CPU
+     *              when a row's max lies in its first 1024 columns).
+     *  rescale:    sumexp[n] *= exp(local_max[n] - maxv[n]) (0 where local_max is -INF): a
+     *              rank's sum made relative to the all-reduced max, before summing over ranks.
+     *  loss_backward: losses as xent_loss; with scale != 0 also dlogits as xent_backward,
+     *              times weights[n] when weights != NULL (= xent_backward then scale_rows);
+     *              dlogits may be logits itself; scale == 0 leaves dlogits untouched. */
+    void (*xent_stats)(tr_stream s, float *maxv, float *sumexp, float *picked,
+                       const float *logits, const int32_t *targets, int N, int V, int n_valid,
+                       int v_start);
+    void (*xent_rescale)(tr_stream s, float *sumexp, const float *local_max, const float *maxv,
+                         int N);
+    void (*xent_loss_backward)(tr_stream s, float *losses, float *dlogits, const float *logits,
+                               const float *maxv, const float *sumexp, const float *picked,
+                               const int32_t *targets, const float *weights, int N, int V,
+                               int n_valid, int v_start, float scale);
 
     /* --- embeddings ---
      * embedding_forward: out[n] = table[ids[n] - v_start] if held here (v_start <= id <

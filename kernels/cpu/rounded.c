@@ -221,6 +221,20 @@ static size_t span(int rows, int cols, int ld)
                                     v_start, scale);                                               \
         round_##FMT##_n(dlogits, (size_t)N * V);                                                   \
     }                                                                                              \
+    /* xent_backward's rounding, then scale_rows's: the unfused pieces' bits */                 \
+    static void FMT##_xent_loss_backward(                                                          \
+        tr_stream s, float *losses, float *dlogits, const float *logits, const float *maxv,        \
+        const float *sumexp, const float *picked, const int32_t *targets, const float *weights,    \
+        int N, int V, int n_valid, int v_start, float scale)                                       \
+    {                                                                                              \
+        tr_kernels_cpu()->xent_loss_backward(s, losses, dlogits, logits, maxv, sumexp, picked,     \
+                                             targets, NULL, N, V, n_valid, v_start, scale);        \
+        if (scale == 0.0f)                                                                         \
+            return;                                                                                \
+        round_##FMT##_n(dlogits, (size_t)N * V);                                                   \
+        if (weights)                                                                               \
+            FMT##_scale_rows(s, dlogits, weights, N, V);                                           \
+    }                                                                                              \
     static void FMT##_embedding_forward(tr_stream s, float *out, const int32_t *ids,               \
                                         const float *table, int N, int C, int v_start, int V)      \
     {                                                                                              \
@@ -272,6 +286,7 @@ ROUNDED_TABLE(fp16)
             t.attention_gqa_forward = FMT##_attention_gqa_forward,                                 \
             t.attention_gqa_backward = FMT##_attention_gqa_backward;                               \
         t.xent_backward = FMT##_xent_backward;                                                     \
+        t.xent_loss_backward = FMT##_xent_loss_backward;                                           \
         t.embedding_forward = FMT##_embedding_forward;                                             \
         t.embedding_backward = FMT##_embedding_backward;                                           \
         t.position_forward = FMT##_position_forward;                                               \

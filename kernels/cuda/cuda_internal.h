@@ -150,6 +150,14 @@ void cu_xent_loss(tr_stream s, float *losses, const float *maxv, const float *su
 void cu_xent_backward(tr_stream s, float *dlogits, const float *logits, const float *maxv,
                          const float *sumexp, const int32_t *targets, int N, int V,
                          int n_valid, int v_start, float scale);
+void cu_xent_stats(tr_stream s, float *maxv, float *sumexp, float *picked, const float *logits,
+                   const int32_t *targets, int N, int V, int n_valid, int v_start);
+void cu_xent_rescale(tr_stream s, float *sumexp, const float *local_max, const float *maxv,
+                     int N);
+void cu_xent_loss_backward(tr_stream s, float *losses, float *dlogits, const float *logits,
+                           const float *maxv, const float *sumexp, const float *picked,
+                           const int32_t *targets, const float *weights, int N, int V,
+                           int n_valid, int v_start, float scale);
 
 /* ---- embedding.cu */
 void cu_embedding_forward(tr_stream s, float *out, const int32_t *ids, const float *table,

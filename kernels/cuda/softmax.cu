@@ -164,6 +164,100 @@ __global__ void xent_backward_kernel(float *dlogits, const float *logits, const 
     dlogits[i] = g;
 }
 
+// (m, s) += (m2, s2) for sums of exponentials relative to their maxima (s == 0: empty)
+__device__ __forceinline__ void online_add(float &m, float &s, float m2, float s2)
+{
+    float mn = fmaxf(m, m2);
+    s = (s == 0.0f ? 0.0f : s * expf(m - mn)) + (s2 == 0.0f ? 0.0f : s2 * expf(m2 - mn));
+    m = mn;
+}
+
+// One block per row: max, sum of exponentials (relative to it) and target logit in one read
+// of the row (online max per thread, then (max, sum) pairs combined over the block).
+__global__ void xent_stats_kernel(float *maxv, float *sumexp, float *picked, const float *logits,
+                                  const int32_t *targets, int V, int n_valid, int v_start)
+{
+    __shared__ float part_m[XENT_THREADS / 32], part_s[XENT_THREADS / 32];
+    int n = blockIdx.x, lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+    const float *x = logits + (size_t)n * V;
+    float m = -INFINITY, s = 0.0f;
+    for (int c = threadIdx.x; c < n_valid; c += XENT_THREADS) {
+        float v = x[c];
+        if (v > m) {
+            s = s * expf(m - v) + 1.0f;
+            m = v;
+        } else {
+            s += expf(v - m);
+        }
+    }
+    for (int o = 16; o > 0; o >>= 1)
+        online_add(m, s, __shfl_xor_sync(0xffffffffu, m, o), __shfl_xor_sync(0xffffffffu, s, o));
+    if (lane == 0)
+        part_m[warp] = m, part_s[warp] = s;
+    __syncthreads();
+    if (warp != 0)
+        return;
+    m = lane < XENT_THREADS / 32 ? part_m[lane] : -INFINITY;
+    s = lane < XENT_THREADS / 32 ? part_s[lane] : 0.0f;
+    for (int o = 16; o > 0; o >>= 1)
+        online_add(m, s, __shfl_xor_sync(0xffffffffu, m, o), __shfl_xor_sync(0xffffffffu, s, o));
+    if (lane == 0) {
+        long long col = (long long)targets[n] - v_start;
+        maxv[n] = m;
+        sumexp[n] = s;
+        picked[n] = col >= 0 && col < V ? x[col] : 0.0f;
+    }
+}
+
+__global__ void xent_rescale_kernel(float *sumexp, const float *local_max, const float *maxv,
+                                    int N)
+{
+    int n = blockIdx.x * blockDim.x + threadIdx.x;
+    if (n < N)
+        sumexp[n] = local_max[n] == -INFINITY
+                        ? 0.0f
+                        : (float)((double)sumexp[n] * exp((double)local_max[n] - (double)maxv[n]));
+}
+
+constexpr int LB_COLS = 4; // columns per thread in xent_loss_backward
+
+// grid (N, column blocks of XENT_THREADS * LB_COLS): the row's loss (block 0, thread 0) and
+// dlogits = scale (softmax - onehot) [* weights[n]], 0 for padding; may alias logits.
+__global__ void xent_loss_backward_kernel(float *losses, float *dlogits, const float *logits,
+                                          const float *maxv, const float *sumexp,
+                                          const float *picked, const int32_t *targets,
+                                          const float *weights, int V, int n_valid, int v_start,
+                                          float scale)
+{
+    int n = blockIdx.x;
+    float mx = maxv[n], se = sumexp[n];
+    if (blockIdx.y == 0 && threadIdx.x == 0)
+        losses[n] = (float)(log((double)se) + (double)mx - (double)picked[n]);
+    float k = scale / se, w = weights ? weights[n] : 1.0f;
+    long long col = (long long)targets[n] - v_start;
+    size_t row = (size_t)n * V;
+    int c0 = (blockIdx.y * XENT_THREADS + threadIdx.x) * LB_COLS;
+    if ((V & 3) == 0 && c0 + LB_COLS <= V) { // 16-byte rows: one float4
+        float4 v = *reinterpret_cast<const float4 *>(logits + row + c0);
+        float e[LB_COLS] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+        for (int j = 0; j < LB_COLS; j++) {
+            float g = c0 + j < n_valid ? k * expf(e[j] - mx) : 0.0f;
+            if (col == c0 + j && c0 + j < n_valid)
+                g -= scale;
+            e[j] = weights ? g * w : g;
+        }
+        *reinterpret_cast<float4 *>(dlogits + row + c0) = make_float4(e[0], e[1], e[2], e[3]);
+        return;
+    }
+    for (int c = c0; c < c0 + LB_COLS && c < V; c++) {
+        float g = c < n_valid ? k * expf(logits[row + c] - mx) : 0.0f;
+        if (col == c && c < n_valid)
+            g -= scale;
+        dlogits[row + c] = weights ? g * w : g;
+    }
+}
+
 } // namespace
 
 extern "C" {
@@ -278,6 +372,45 @@ void cu_xent_backward(tr_stream s, float *dlogits, const float *logits, const fl
     xent_backward_kernel<<<dim3(N, (V + 255) / 256), 256, 0, cu_stream(s)>>>(
         dlogits, logits, maxv, sumexp, targets, V, n_valid, v_start, scale);
     cu_launched("xent_backward");
+}
+
+void cu_xent_stats(tr_stream s, float *maxv, float *sumexp, float *picked, const float *logits,
+                   const int32_t *targets, int N, int V, int n_valid, int v_start)
+{
+    if (N <= 0)
+        return;
+    xent_stats_kernel<<<N, XENT_THREADS, 0, cu_stream(s)>>>(maxv, sumexp, picked, logits,
+                                                             targets, V, n_valid, v_start);
+    cu_launched("xent_stats");
+}
+
+void cu_xent_rescale(tr_stream s, float *sumexp, const float *local_max, const float *maxv,
+                     int N)
+{
+    if (N <= 0)
+        return;
+    xent_rescale_kernel<<<(N + 255) / 256, 256, 0, cu_stream(s)>>>(sumexp, local_max, maxv, N);
+    cu_launched("xent_rescale");
+}
+
+void cu_xent_loss_backward(tr_stream s, float *losses, float *dlogits, const float *logits,
+                           const float *maxv, const float *sumexp, const float *picked,
+                           const int32_t *targets, const float *weights, int N, int V,
+                           int n_valid, int v_start, float scale)
+{
+    if (N <= 0)
+        return;
+    if (scale == 0.0f || V <= 0) { // the losses alone
+        loss_kernel<<<(N + 255) / 256, 256, 0, cu_stream(s)>>>(losses, maxv, sumexp, picked, N);
+        cu_launched("xent_loss_backward (loss)");
+        return;
+    }
+    int per_block = XENT_THREADS * LB_COLS;
+    dim3 grid(N, (V + per_block - 1) / per_block);
+    xent_loss_backward_kernel<<<grid, XENT_THREADS, 0, cu_stream(s)>>>(
+        losses, dlogits, logits, maxv, sumexp, picked, targets, weights, V, n_valid, v_start,
+        scale);
+    cu_launched("xent_loss_backward");
 }
 
 } // extern "C"

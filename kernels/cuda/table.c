@@ -13,6 +13,8 @@
     .gelu_backward = cu_gelu_backward, .xent_row_max = cu_xent_row_max,                \
     .xent_row_sumexp = cu_xent_row_sumexp, .xent_pick = cu_xent_pick,                  \
     .xent_loss = cu_xent_loss, .xent_backward = cu_xent_backward,                      \
+    .xent_stats = cu_xent_stats, .xent_rescale = cu_xent_rescale,                      \
+    .xent_loss_backward = cu_xent_loss_backward,                                          \
     .embedding_forward = cu_embedding_forward,                                            \
     .embedding_backward = cu_embedding_backward,                                          \
     .position_forward = cu_position_forward,                                              \

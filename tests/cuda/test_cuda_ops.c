@@ -473,6 +473,70 @@ static void test_xent(const tr_kernels *k)
     got = back(k, gl, nl);
     compare("xent_backward (in place)", k, got, dlogits, nl, TOL_FP32);
     free(got);
+    /* the chunked head's fused ops (issue 24 item 8): stats in one read, the rescale of a
+     * rank's sums to another max, loss + backward with loss weights, in place */
+    float *weights = host((size_t)N, 0, 2), *cmax = malloc((size_t)N * 4);
+    float *csum = malloc((size_t)N * 4), *cpick = malloc((size_t)N * 4);
+    float *closs = malloc((size_t)N * 4), *cd = dup(logits, nl), *shifted = malloc((size_t)N * 4);
+    for (int n = 0; n < N; n++)
+        shifted[n] = maxv[n] + 0.5f; /* as if another rank held a larger max */
+    CPU->xent_stats(NULL, cmax, csum, cpick, logits, targets, N, V, n_valid, v_start);
+    CPU->xent_loss_backward(NULL, closs, cd, cd, cmax, csum, cpick, targets, weights, N, V,
+                            n_valid, v_start, 0.25f);
+    float *gl2 = dev(k, logits, nl), *gw = dev(k, weights, (size_t)N * 4);
+    float *gshift = dev(k, shifted, (size_t)N * 4);
+    k->xent_stats(NULL, gmax, gsum, gpick, gl2, gt, N, V, n_valid, v_start);
+    got = back(k, gmax, (size_t)N);
+    compare("xent_stats: max", k, got, cmax, (size_t)N, TOL_FP32);
+    free(got);
+    got = back(k, gsum, (size_t)N);
+    compare("xent_stats: sumexp", k, got, csum, (size_t)N, TOL_FP32);
+    free(got);
+    got = back(k, gpick, (size_t)N);
+    compare("xent_stats: picked", k, got, cpick, (size_t)N, TOL_FP32);
+    free(got);
+    k->xent_loss_backward(NULL, gloss, gl2, gl2, gmax, gsum, gpick, gt, gw, N, V, n_valid,
+                          v_start, 0.25f);
+    got = back(k, gloss, (size_t)N);
+    compare("xent_loss_backward: losses", k, got, closs, (size_t)N, TOL_FP32);
+    free(got);
+    got = back(k, gl2, nl);
+    compare("xent_loss_backward: weighted dlogits (in place)", k, got, cd, nl, TOL_FP32);
+    free(got);
+    float *before = back(k, gl2, nl);
+    k->xent_loss_backward(NULL, gloss, gl2, gl2, gmax, gsum, gpick, gt, NULL, N, V, n_valid,
+                          v_start, 0.0f); /* scale 0: the losses alone, logits untouched */
+    got = back(k, gl2, nl);
+    compare("xent_loss_backward scale 0: untouched", k, got, before, nl, 0.0);
+    free(got), free(before);
+    CPU->xent_rescale(NULL, csum, cmax, shifted, N);
+    k->xent_rescale(NULL, gsum, gmax, gshift, N);
+    got = back(k, gsum, (size_t)N);
+    compare("xent_rescale", k, got, csum, (size_t)N, TOL_FP32);
+    free(got);
+    /* odd row length (no float4 rows) */
+    int Vo = 37;
+    float *lo = host((size_t)N * Vo, -4, 4), *lod = dup(lo, (size_t)N * Vo);
+    int32_t *to = malloc((size_t)N * sizeof *to);
+    for (int n = 0; n < N; n++)
+        to[n] = (n * 7) % (Vo - 2);
+    CPU->xent_stats(NULL, cmax, csum, cpick, lo, to, N, Vo, Vo - 2, 0);
+    CPU->xent_loss_backward(NULL, closs, lod, lod, cmax, csum, cpick, to, weights, N, Vo, Vo - 2,
+                            0, 0.5f);
+    float *glo = dev(k, lo, (size_t)N * Vo * 4);
+    int32_t *gto = dev(k, to, (size_t)N * 4);
+    k->xent_stats(NULL, gmax, gsum, gpick, glo, gto, N, Vo, Vo - 2, 0);
+    k->xent_loss_backward(NULL, gloss, glo, glo, gmax, gsum, gpick, gto, gw, N, Vo, Vo - 2, 0,
+                          0.5f);
+    got = back(k, glo, (size_t)N * Vo);
+    compare("xent_loss_backward (37 columns)", k, got, lod, (size_t)N * Vo, TOL_FP32);
+    free(got);
+    got = back(k, gloss, (size_t)N);
+    compare("xent_loss_backward: losses (37 columns)", k, got, closs, (size_t)N, TOL_FP32);
+    free(got);
+    k->free(gl2), k->free(gw), k->free(gshift), k->free(glo), k->free(gto);
+    free(weights), free(cmax), free(csum), free(cpick), free(closs), free(cd), free(shifted);
+    free(lo), free(lod), free(to);
     /* a row with no valid column: max is -inf on both */
     k->xent_row_max(NULL, gmax, gl, 1, V, 0);
     got = back(k, gmax, 1);

@@ -218,6 +218,84 @@ static void test_xent_edges(void **state)
     assert_float_equal(loss[0], (float)(log(3.0) + 2.5 - 1.25), 1e-6);
 }
 
+/* The fused ops of the chunked head against the pieces: xent_stats = row_max, row_sumexp
+ * (bit for bit when a row's max lies in its first 1024 columns, else within rounding) and
+ * pick; rescale makes two pieces' sums the global one; loss_backward = loss, backward and
+ * scale_rows bit for bit (also in the bf16-rounded table). */
+static void check_xent_fused(int N, int V, int n_valid, int v_start, int max_col)
+{
+    size_t nl = (size_t)N * V;
+    float *logits = kt_floats(nl ? nl : 1), *maxv = kt_floats(N + 1), *sumexp = kt_floats(N + 1);
+    float *picked = kt_floats(N + 1), *fmax = kt_floats(N + 1), *fsum = kt_floats(N + 1);
+    float *fpick = kt_floats(N + 1), *w = kt_floats(N + 1), *loss = kt_floats(N + 1);
+    float *floss = kt_floats(N + 1), *d = kt_floats(nl + 1), *fd = kt_floats(nl + 1);
+    int32_t *targets = malloc(sizeof(int32_t) * (N + 1));
+    kt_fill(logits, nl, -6.0f, 6.0f);
+    kt_fill(w, N, 0.0f, 2.0f);
+    for (int n = 0; n < N; n++) {
+        targets[n] = n % 3 == 0 ? v_start + V + n : v_start + (n * 37) % (n_valid ? n_valid : 1);
+        if (max_col >= 0 && max_col < n_valid)
+            logits[(size_t)n * V + max_col] = 9.0f; /* the row's max at a chosen column */
+    }
+    K->xent_row_max(NULL, maxv, logits, N, V, n_valid);
+    K->xent_row_sumexp(NULL, sumexp, logits, maxv, N, V, n_valid);
+    K->xent_pick(NULL, picked, logits, targets, N, V, v_start);
+    K->xent_stats(NULL, fmax, fsum, fpick, logits, targets, N, V, n_valid, v_start);
+    kt_check_same("xent_stats: max", fmax, maxv, N);
+    kt_check_same("xent_stats: picked", fpick, picked, N);
+    if (max_col >= 0 && max_col < 1024)
+        kt_check_same("xent_stats: sumexp (max in the first block)", fsum, sumexp, N);
+    for (int n = 0; n < N; n++)
+        assert_float_equal(fsum[n], sumexp[n], 1e-6 * sumexp[n]);
+    /* two pieces: columns [0, h) and [h, n_valid) with their own maxima, then rescaled */
+    int h = n_valid / 2;
+    float *m0 = kt_floats(N + 1), *s0 = kt_floats(N + 1), *m1 = kt_floats(N + 1);
+    float *s1 = kt_floats(N + 1), *gm = kt_floats(N + 1);
+    K->xent_stats(NULL, m0, s0, fpick, logits, targets, N, V, h, v_start);
+    K->xent_stats(NULL, m1, s1, fpick, logits + h, targets, N, V, n_valid - h, v_start + h);
+    for (int n = 0; n < N; n++)
+        gm[n] = m0[n] > m1[n] ? m0[n] : m1[n];
+    K->xent_rescale(NULL, s0, m0, gm, N);
+    K->xent_rescale(NULL, s1, m1, gm, N);
+    for (int n = 0; n < N; n++) {
+        assert_true(gm[n] == maxv[n] || (isinf(gm[n]) && isinf(maxv[n])));
+        assert_float_equal(s0[n] + s1[n], sumexp[n], 1e-6 * sumexp[n]);
+    }
+    for (int weighted = 0; weighted < 2; weighted++)
+        for (int b = 0; b < 2; b++) {
+            const tr_kernels *k = b ? tr_kernels_cpu_rounded("bf16") : K;
+            k->xent_loss(NULL, loss, maxv, sumexp, picked, N);
+            k->xent_backward(NULL, d, logits, maxv, sumexp, targets, N, V, n_valid, v_start,
+                             0.125f);
+            if (weighted)
+                k->scale_rows(NULL, d, w, N, V);
+            memcpy(fd, logits, nl * sizeof(float)); /* in place, as the head runs it */
+            k->xent_loss_backward(NULL, floss, fd, fd, maxv, sumexp, picked, targets,
+                                  weighted ? w : NULL, N, V, n_valid, v_start, 0.125f);
+            kt_check_same("xent_loss_backward: losses", floss, loss, N);
+            kt_check_same("xent_loss_backward: dlogits", fd, d, nl);
+        }
+    memcpy(fd, logits, nl * sizeof(float)); /* scale 0: the losses alone */
+    K->xent_loss_backward(NULL, floss, fd, fd, maxv, sumexp, picked, targets, w, N, V, n_valid,
+                          v_start, 0.0f);
+    kt_check_same("xent_loss_backward scale 0: logits untouched", fd, logits, nl);
+    kt_check_same("xent_loss_backward scale 0: losses", floss, loss, N);
+    free(logits), free(maxv), free(sumexp), free(picked), free(fmax), free(fsum), free(fpick);
+    free(w), free(loss), free(floss), free(d), free(fd), free(targets), free(m0), free(s0);
+    free(m1), free(s1), free(gm);
+}
+
+static void test_xent_fused(void **state)
+{
+    (void)state;
+    check_xent_fused(7, 14, 11, 0, -1);      /* small, padding */
+    check_xent_fused(5, 3000, 2990, 500, 3); /* max in the first block: bit for bit */
+    check_xent_fused(5, 3000, 2990, 500, 2500); /* max in a later block: rescaled */
+    check_xent_fused(67, 3000, 3000, 0, -1);  /* split over threads */
+    check_xent_fused(3, 8, 0, 0, -1);         /* a rank holding only padding */
+    check_xent_fused(0, 8, 8, 0, -1);         /* no rows */
+}
+
 struct emb_ctx {
     int32_t *ids;
     float *table, *wpe, *out, *wt;
@@ -316,6 +394,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_xent_pieces),
         cmocka_unit_test(test_xent_edges),
+        cmocka_unit_test(test_xent_fused),
         cmocka_unit_test(test_embedding),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
