@@ -523,6 +523,30 @@ int tr_comm_test(tr_comm_request **req, int *done)
     return rc;
 }
 
+int tr_comm_order_after(tr_comm_request **req, void *stream)
+{
+    if (!req || !*req)
+        return tr_fail(TR_ERR_INVALID, "comm: order_after on a NULL request");
+    tr_comm_request *r = *req;
+    if (r->comm->ops->order_after) {
+        int taken = 0;
+        int rc = r->comm->ops->order_after(r->comm, r->handle, stream, &taken);
+        if (taken) {
+            *req = NULL;
+            free(r);
+            return rc;
+        }
+    }
+    return tr_comm_wait(req);
+}
+
+int tr_comm_flush(tr_comm *c)
+{
+    if (!c)
+        return tr_fail(TR_ERR_INVALID, "comm: flush of a NULL communicator");
+    return c->ops->flush ? c->ops->flush(c, c->timeout_s) : TR_OK;
+}
+
 /* ---------------------------------------------------------------- blocking operations */
 
 #define BLOCKING(call)                                                                         \

@@ -7,8 +7,9 @@
  * Contract:
  *  - A tr_comm is a group of `size` ranks; this process is `rank` in it. Operations:
  *    allreduce, reduce_scatter, allgather, broadcast, send/recv, barrier, each blocking
- *    (tr_comm_X) or asynchronous (tr_comm_X_async -> a tr_comm_request to test or wait on),
- *    and split(color, key, name) to make subgroups. Collectives are called by every member in
+ *    (tr_comm_X) or asynchronous (tr_comm_X_async -> a tr_comm_request to test or wait on,
+ *    or to order a device stream after: tr_comm_order_after, then tr_comm_flush), and
+ *    split(color, key, name) to make subgroups. Collectives are called by every member in
  *    the same order per group; operations on different groups may interleave and be in flight
  *    at once (messages never mix: UCX tags carry group id, per-group sequence number, step;
  *    a split takes its group ids from a job-wide counter in the store, so all members agree
@@ -220,6 +221,27 @@ TR_MUST_CHECK int tr_comm_wait_all(tr_comm_request **reqs, size_t n);
 /* Non-blocking: *done = 1 and the request released (*req = NULL) once complete. */
 TR_MUST_CHECK int tr_comm_test(tr_comm_request **req, int *done);
 
+/* Ordered completion: work queued on `stream` after this call sees the request complete,
+ * and the host does not wait where the backend can order streams itself; *req becomes NULL
+ * (handed to the communicator, which frees it once complete). `stream` is a stream of the
+ * kernel table the buffers belong to (NULL: its default one; with the NCCL backend a
+ * cudaStream_t, NULL = the CUDA backend's compute stream, tr_cuda_stream()).
+ *  - Host backends (UCX) and the NCCL backend's routes that need host progress (host
+ *    buffers, staging, P2P, barrier) wait here, as tr_comm_wait: the same results, and a
+ *    failure or timeout is returned by this call.
+ *  - NCCL collectives on device buffers (routes NCCL and LOCAL; comm/nccl/nccl.h) return at
+ *    once: the stream waits for the operation's completion event. A failure or timeout of
+ *    such a request is reported by tr_comm_flush(c) or by the next operation on c (the
+ *    group is broken, as after any failure), naming the group and the operation.
+ * Buffers must stay untouched by the host until a flush, as for an async operation. */
+TR_MUST_CHECK int tr_comm_order_after(tr_comm_request **req, void *stream);
+/* Wait (with the communicator's timeout) until every request handed to c by
+ * tr_comm_order_after is complete; returns the first failure among them (TR_ERR_TIMEOUT or
+ * TR_ERR_COMM, naming the rank, the group and the operation; the same failure again on later
+ * flushes, the group being broken). TR_OK at once where nothing is pending (host backends).
+ * Call it before the host reads what an ordered request wrote, or blocks on the stream. */
+TR_MUST_CHECK int tr_comm_flush(tr_comm *c);
+
 /* ---------------------------------------------------------------- backend table
  * What a backend implements. The front end (comm.c) validates arguments, keeps counters and
  * builds blocking calls from async + wait; `impl` is the backend's per-group state. */
@@ -240,6 +262,11 @@ typedef struct tr_comm_ops {
     int (*test)(tr_comm *c, void *handle, int *done);
     /* Waits up to timeout_s; always frees the handle. */
     int (*wait)(tr_comm *c, void *handle, double timeout_s);
+    /* tr_comm_order_after (NULL: always wait): *taken = 1 when the backend keeps the handle
+     * (it frees it; an error return then is its failure so far), 0 to have it waited for. */
+    int (*order_after)(tr_comm *c, void *handle, void *stream, int *taken);
+    /* tr_comm_flush (NULL: nothing is ever pending). */
+    int (*flush)(tr_comm *c, double timeout_s);
     int (*world_rank)(const tr_comm *c, int group_rank);
     /* Collective; creates *out (NULL for TR_COMM_COLOR_NONE) with its own impl. */
     int (*split)(tr_comm *c, int color, int key, const char *name, tr_comm **out);

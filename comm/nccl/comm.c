@@ -451,6 +451,8 @@ static void n_destroy(tr_comm *c)
     nccl_group *g = G(c);
     tr_cuda_use_device();
     nccl_engine_progress(g->e);
+    if (g->ordered.head && nccl_flush_group(g, tr_comm_timeout(c)))
+        tr_warn("%s", tr_errmsg());
     tr_comm *host = g->host;
     group_free(g);
     tr_comm_destroy(host);
@@ -467,6 +469,8 @@ const tr_comm_ops nccl_ops = {
     .barrier = nccl_barrier,
     .test = nccl_test,
     .wait = nccl_wait,
+    .order_after = nccl_order_after,
+    .flush = nccl_flush,
     .world_rank = n_world_rank,
     .split = n_split,
     .destroy = n_destroy,

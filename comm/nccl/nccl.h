@@ -24,6 +24,13 @@
  *    request completes (test/wait), the compute stream is made to wait for it, so kernels
  *    queued afterwards see the result. Buffers must stay untouched until completion, as in
  *    comm.h.
+ *  - Ordered requests (tr_comm_order_after; tr_nccl_route_ordered): the given stream waits
+ *    for the op's completion event and the op joins its group's ordered list, which every
+ *    progress call (any post, test or wait on the world's groups) retires in order
+ *    (cudaEventQuery); a failed one breaks the group and its message is kept: returned by
+ *    tr_comm_flush, which waits for the list with the timeout and NCCL error checks of a
+ *    wait (aborting the NCCL communicator on timeout, which releases the stream), and quoted
+ *    by the operations refused on the broken group afterwards. Destroy flushes first.
  *  - NCCL P2P matches messages in posting order per peer (tags are checked by the front end
  *    but not used for matching); sends and receives are queued and started together (one
  *    ncclGroup) at the next test/wait or collective, so a pipeline's batch of sends and
@@ -82,6 +89,12 @@ const char *tr_nccl_mode_name(tr_nccl_mode m); /* "local", "nccl", "staged" */
  * receive buffer in host memory; both must be in the same place". */
 TR_MUST_CHECK int tr_nccl_choose_route(tr_nccl_mode mode, tr_nccl_memkind send, tr_nccl_memkind recv,
                          size_t bytes, const char *group, const char *op, tr_nccl_route *route);
+
+/* Whether tr_comm_order_after leaves an operation of this route and kind to the stream
+ * (1) or waits for it on the host (0): collectives on the NCCL and LOCAL routes, whose
+ * completion event is recorded when they are posted; staged and host routes need host
+ * progress (copies, UCX), and NCCL P2P starts at the next progress call (one ncclGroup). */
+int tr_nccl_route_ordered(tr_nccl_route route, tr_comm_opkind kind);
 
 /* ---- the backend
  * Its world comes from tr_comm_init with TR_COMM_BACKEND_NCCL (see above): progress_thread

@@ -17,6 +17,7 @@
  *                       posted by any progress call)
  *           HOST        UCX request in flight
  *           EVENT       device work in flight on the group stream; done when `ev` fires
+ *                       (ordered: owned by the group's `ordered` list until retired)
  *           DONE        finished (status set) */
 #ifndef TR_COMM_NCCL_INTERNAL_H
 #define TR_COMM_NCCL_INTERNAL_H
@@ -75,6 +76,11 @@ struct nccl_group {
     uint32_t next_seq, split_seq;
     int broken;
     nccl_op_list fifo;
+    /* ordered requests (tr_comm_order_after) in posting order, and the first failure among
+     * them: a message kept for tr_comm_flush and for operations refused afterwards */
+    nccl_op_list ordered;
+    int ordered_status;
+    char ordered_err[640];
 };
 
 struct nccl_op {
@@ -154,5 +160,11 @@ int nccl_wait(tr_comm *c, void *handle, double timeout_s);
 void nccl_engine_progress(nccl_engine *e);
 /* Wait until the group's FIFO is empty (before a split uses the UCX communicator). */
 int nccl_drain_fifo(nccl_group *g, double timeout_s);
+/* tr_comm_ops.order_after and .flush (progress.c); nccl_flush_group also serves destroy. */
+int nccl_order_after(tr_comm *c, void *handle, void *stream, int *taken);
+int nccl_flush(tr_comm *c, double timeout_s);
+int nccl_flush_group(nccl_group *g, double timeout_s);
+/* Free the group's completed ordered ops (in order); an NCCL error fails them all. */
+void nccl_ordered_retire(nccl_group *g);
 
 #endif

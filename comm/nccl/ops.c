@@ -286,11 +286,13 @@ static int post(nccl_op *op, tr_nccl_memkind ks, tr_nccl_memkind kr, size_t byte
     nccl_group *g = op->g;
     *handle = NULL;
     tr_cuda_use_device();
+    nccl_ordered_retire(g); /* an ordered op may have failed since */
     if (g->broken) {
         int rc = tr_fail(TR_ERR_COMM,
                          "rank %d: group '%s' is unusable after an earlier failure (timeout or "
-                         "transport error); %s not started",
-                         g->e->rank, g->name, tr_comm_opkind_name(op->kind));
+                         "transport error); %s not started%s%s",
+                         g->e->rank, g->name, tr_comm_opkind_name(op->kind),
+                         g->ordered_status ? ". The failure: " : "", g->ordered_err);
         nccl_op_free(op);
         return rc;
     }

@@ -166,12 +166,66 @@ static void p2p_flush(nccl_engine *e)
     }
 }
 
+/* ---------------------------------------------------------------- ordered requests */
+
+/* The first failure of an ordered op is the group's to report (flush, refused operations). */
+static void ordered_keep(nccl_group *g, nccl_op *op)
+{
+    if (!op->status || g->ordered_status)
+        return;
+    g->ordered_status = op->status;
+    snprintf(g->ordered_err, sizeof g->ordered_err, "%s", op->err);
+}
+
+/* Take every ordered op out of the list; each is failed (first_code/why: the head, the
+ * others "not completed") unless done, kept, and freed. */
+static void ordered_fail_all(nccl_group *g, int code, const char *why)
+{
+    for (nccl_op *op; (op = g->ordered.head);) {
+        nccl_list_unlink(&g->ordered, op);
+        op->leak_pins = 1;
+        nccl_op_fail(op, code, "%s", why);
+        ordered_keep(g, op);
+        nccl_op_free(op);
+    }
+}
+
+/* Retire the completed head of the ordered list (the ops of one group stream complete in
+ * posting order); an NCCL error reported for the communicator fails them all. */
+void nccl_ordered_retire(nccl_group *g)
+{
+    while (g->ordered.head) {
+        nccl_op *op = g->ordered.head;
+        cudaError_t q = cudaEventQuery(op->ev);
+        if (q == cudaErrorNotReady)
+            break;
+        nccl_list_unlink(&g->ordered, op);
+        if (nccl_cuda_check(op, q, "device transfer"))
+            ordered_keep(g, op);
+        nccl_op_free(op);
+    }
+    if (!g->ordered.head || !g->nccl)
+        return;
+    ncclResult_t st = ncclSuccess;
+    if (ncclCommGetAsyncError(g->nccl, &st) == ncclSuccess && st != ncclSuccess &&
+        st != ncclInProgress) {
+        char why[400];
+        snprintf(why, sizeof why, "NCCL error: %s (%s); the communicator is aborted",
+                 ncclGetErrorString(st), ncclGetLastError(g->nccl));
+        ncclCommAbort(g->nccl);
+        g->nccl = NULL;
+        ordered_fail_all(g, TR_ERR_COMM, why);
+    }
+}
+
 void nccl_engine_progress(nccl_engine *e)
 {
     p2p_flush(e);
     d2h_pump(e);
-    for (int i = 0; i < e->n_groups; i++)
+    for (int i = 0; i < e->n_groups; i++) {
         nccl_pump(e->groups[i]);
+        nccl_ordered_retire(e->groups[i]);
+    }
 }
 
 int nccl_drain_fifo(nccl_group *g, double timeout_s)
@@ -340,4 +394,57 @@ int nccl_wait(tr_comm *c, void *handle, double timeout_s)
         nccl_pause(now - last);
     }
     return nccl_finish(op);
+}
+
+/* ---------------------------------------------------------------- ordered completion */
+
+int nccl_order_after(tr_comm *c, void *handle, void *stream, int *taken)
+{
+    (void)c;
+    nccl_op *op = handle;
+    nccl_group *g = op->g;
+    *taken = 0;
+    if (!tr_nccl_route_ordered(op->route, op->kind) || op->state != OP_EVENT)
+        return TR_OK; /* the front end waits for it */
+    tr_cuda_use_device();
+    cudaStream_t s = stream ? (cudaStream_t)stream : g->e->compute;
+    if (cudaStreamWaitEvent(s, op->ev, 0) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return TR_OK; /* waited for on the host instead */
+    }
+    *taken = 1;
+    nccl_list_push(&g->ordered, op);
+    nccl_engine_progress(g->e); /* retires what is already complete */
+    return TR_OK;
+}
+
+int nccl_flush_group(nccl_group *g, double timeout_s)
+{
+    tr_cuda_use_device();
+    double start = tr_now(), last = start;
+    for (;;) {
+        nccl_engine_progress(g->e); /* retires, and fails the list on an NCCL error */
+        nccl_op *op = g->ordered.head;
+        if (!op)
+            break;
+        double now = tr_now();
+        if (now - start > timeout_s) {
+            nccl_list_unlink(&g->ordered, op);
+            fail_timeout(op, timeout_s); /* aborts the NCCL communicator: the streams go on */
+            ordered_keep(g, op);
+            nccl_op_free(op);
+            ordered_fail_all(g, TR_ERR_TIMEOUT, "not completed: an earlier operation of the "
+                                                "group timed out");
+            break;
+        }
+        nccl_pause(now - last);
+    }
+    if (g->ordered_status)
+        return tr_fail(g->ordered_status, "%s", g->ordered_err);
+    return TR_OK;
+}
+
+int nccl_flush(tr_comm *c, double timeout_s)
+{
+    return nccl_flush_group(tr_comm_impl(c), timeout_s);
 }

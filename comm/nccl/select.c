@@ -96,3 +96,10 @@ int tr_nccl_choose_route(tr_nccl_mode mode, tr_nccl_memkind send, tr_nccl_memkin
     }
     return TR_OK;
 }
+
+int tr_nccl_route_ordered(tr_nccl_route route, tr_comm_opkind kind)
+{
+    int collective = kind == TR_COMM_OP_ALLREDUCE || kind == TR_COMM_OP_REDUCE_SCATTER ||
+                     kind == TR_COMM_OP_ALLGATHER || kind == TR_COMM_OP_BROADCAST;
+    return collective && (route == TR_NCCL_ROUTE_NCCL || route == TR_NCCL_ROUTE_LOCAL);
+}

@@ -4,7 +4,8 @@
  * onto small messages and with recursive halving forced; the count 1<<20 + 3 (every
  * collective in-place and out-of-place; broadcast, which has one buffer, from two roots) on
  * the world and every split group with --big, on the world only with --big-world; then
- * several async operations in flight on different groups at once, and the counters.
+ * several async operations in flight on different groups at once, ordered requests
+ * (tr_comm_order_after + tr_comm_flush), and the counters.
  *   coll_check [--big | --big-world] [--timeout S] [--progress-thread]
  * Data are small integers so fp32 sums are exact and results compare bit for bit; one
  * random-float allreduce compares with a tolerance. Exit 0 when everything matched. */
@@ -279,6 +280,44 @@ static void concurrent(tr_comm *world, tr_comm *half, tr_comm *third)
     free(e);
 }
 
+/* Ordered requests (tr_comm_order_after, then tr_comm_flush): the results of the blocking
+ * calls, a chain of them reading each other's outputs, on two groups interleaved. */
+static void ordered(tr_comm *world, tr_comm *half)
+{
+    enum { N = 100003 };
+    size_t off, len;
+    tr_comm_block(N, tr_comm_size(world), tr_comm_rank(world), &off, &len);
+    float *a = malloc(N * 4), *b = malloc(N * 4), *g = malloc(N * 4);
+    tc_data_fill(a, TR_COMM_F32, N, tr_comm_rank(world), 80);
+    tc_data_fill(b, TR_COMM_F32, N, tr_comm_rank(half), 81);
+    tr_comm_request *req = NULL;
+    OK(tr_comm_allreduce_async(world, a, a, N, TR_COMM_F32, TR_COMM_SUM, &req));
+    OK(tr_comm_order_after(&req, NULL));
+    CHECK(req == NULL, "order_after left the request");
+    OK(tr_comm_allreduce_async(half, b, b, N, TR_COMM_F32, TR_COMM_MAX, &req));
+    OK(tr_comm_order_after(&req, NULL));
+    /* the allreduced a, reduce-scattered in place and all-gathered again: size * sum */
+    OK(tr_comm_reduce_scatter_async(world, a, a + off, N, TR_COMM_F32, TR_COMM_SUM, &req));
+    OK(tr_comm_order_after(&req, NULL));
+    OK(tr_comm_allgather_async(world, a + off, g, N, TR_COMM_F32, &req));
+    OK(tr_comm_order_after(&req, NULL));
+    OK(tr_comm_flush(world));
+    OK(tr_comm_flush(half));
+    expect_reduced("ordered half allreduce", half, b, TR_COMM_F32, 0, N, 81, TR_COMM_MAX);
+    for (size_t i = 0; i < N; i++)
+        if (g[i] != (float)tr_comm_size(world) * tc_data_reduce(tr_comm_size(world), i, 80,
+                                                                TR_COMM_SUM)) {
+            CHECK(0, "ordered chain on '%s': element %zu is %g", tr_comm_name(world), i, g[i]);
+            break;
+        }
+    CHECK(tr_comm_order_after(NULL, NULL) == TR_ERR_INVALID, "order_after(NULL) accepted");
+    CHECK(tr_comm_order_after(&req, NULL) == TR_ERR_INVALID, "order_after of no request");
+    CHECK(tr_comm_flush(NULL) == TR_ERR_INVALID, "flush(NULL) accepted");
+    free(a);
+    free(b);
+    free(g);
+}
+
 static void check_counters(tr_comm *c)
 {
     tr_comm_counters k;
@@ -335,6 +374,7 @@ int main(int argc, char **argv)
     run_suite(third, big_splits);
     check_counters(third);
     concurrent(world, half, third);
+    ordered(world, half);
 
     tr_comm_destroy(odd);
     tr_comm_destroy(third);

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """A rank that never enters a collective: with the communicator timeout at 3 s, the job run by
 `trident launch` must end within the bound, non-zero, with a timeout message naming the rank,
-the group, the operation and the peer, and leave no process behind.
+the group, the operation and the peer, and leave no process behind; with the collective
+blocking, and ordered (tr_comm_order_after + tr_comm_flush: the same report).
 
 usage: test_hang.py TRIDENT HANG_CHECK"""
 import os
@@ -16,10 +17,18 @@ import trident_test as tt  # noqa: E402
 
 def main():
     trident, hang_check = sys.argv[1], sys.argv[2]
+    failed = 0
+    for extra in ([], ["--ordered"]):
+        failed |= run(trident, hang_check, extra)
+    return failed
+
+
+def run(trident, hang_check, extra):
+    print(f"--- hang_check {' '.join(extra) or '(blocking)'}")
     timeout_s = 3
     marker = "hang-" + uuid.uuid4().hex
     cmd = [trident, "launch", "--nproc", "4", "--grace-period", "2", "--", hang_check,
-           "--hang-rank", "2", "--timeout", str(timeout_s), "--marker", marker]
+           "--hang-rank", "2", "--timeout", str(timeout_s), "--marker", marker] + extra
     t0 = time.monotonic()
     p = tt.run(cmd, timeout=90)
     elapsed = time.monotonic() - t0

@@ -5,9 +5,11 @@
  * counts, in place and not), broadcast, a ring of tagged sends and receives, barrier,
  * several operations in flight on different groups, and host buffers through the same
  * communicators. Small integers, so every result compares exactly.
- *   nccl_check [--hang] [--timeout S]
+ *   nccl_check [--hang | --ordered] [--timeout S]
  * --hang: ranks other than 0 skip one allreduce; rank 0 must fail within the timeout with a message
- * naming the group and the operation, and the group must refuse later operations. */
+ * naming the group and the operation, and the group must refuse later operations.
+ * --ordered: ordered requests on the NCCL route (exit 77 unless every rank has its own GPU)
+ * and an ordered allreduce that ranks other than 0 skip (flush fails within the timeout). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -153,6 +155,77 @@ static void check_ring(tr_comm *c, int device, size_t count)
     free(h), free(want);
 }
 
+/* Ordered requests on device buffers (tr_comm_order_after on the compute stream, then
+ * tr_comm_flush): an allreduce, a kernel queued after it (x2), a reduce-scatter in place and
+ * an all-gather of the blocks (uneven count), a broadcast; every result as the blocking
+ * calls'. The host waits for none on the NCCL and LOCAL routes (staged: it does). */
+static void check_ordered(tr_comm *c, int salt)
+{
+    enum { N = 100003 };
+    int n = tr_comm_size(c), r = tr_comm_rank(c);
+    size_t off, len;
+    tr_comm_block(N, n, r, &off, &len);
+    float *h = malloc(N * 4), *a = K->alloc(N * 4), *g = K->alloc(N * 4), *b = K->alloc(N * 4);
+    tc_data_fill(h, TR_COMM_F32, N, r, salt);
+    K->to_device(NULL, a, h, N * 4);
+    tc_data_fill(h, TR_COMM_F32, N, r, salt + 1);
+    K->to_device(NULL, b, h, N * 4);
+    tr_comm_request *req = NULL;
+    OK(tr_comm_allreduce_async(c, a, a, N, TR_COMM_F32, TR_COMM_SUM, &req));
+    OK(tr_comm_order_after(&req, NULL));
+    K->scale(NULL, a, 2.0f, N); /* must see the sum */
+    OK(tr_comm_reduce_scatter_async(c, a, a + off, N, TR_COMM_F32, TR_COMM_SUM, &req));
+    OK(tr_comm_order_after(&req, NULL));
+    OK(tr_comm_allgather_async(c, a + off, g, N, TR_COMM_F32, &req));
+    OK(tr_comm_order_after(&req, NULL));
+    OK(tr_comm_broadcast_async(c, b, N, TR_COMM_F32, n - 1, &req));
+    OK(tr_comm_order_after(&req, NULL));
+    OK(tr_comm_flush(c));
+    K->to_host(NULL, h, g, N * 4);
+    for (size_t i = 0; i < N; i++)
+        if (h[i] != 2.0f * (float)n * (float)tc_data_reduce(n, i, salt, TR_COMM_SUM)) {
+            CHECK(0, "%s ordered chain element %zu: %g", tr_comm_name(c), i, h[i]);
+            break;
+        }
+    float *want = malloc(N * 4);
+    tc_data_fill(want, TR_COMM_F32, N, n - 1, salt + 1);
+    K->to_host(NULL, h, b, N * 4);
+    CHECK(!memcmp(h, want, N * 4), "%s ordered broadcast", tr_comm_name(c));
+    K->free(a), K->free(g), K->free(b);
+    free(h), free(want);
+}
+
+/* An ordered allreduce that ranks other than 0 never join: rank 0's flush must fail within
+ * the timeout naming the group and the operation (the NCCL communicator aborted, so the
+ * compute stream that waits for it goes on), and the group refuse later operations quoting
+ * the failure. */
+static void ordered_hang(tr_comm *w)
+{
+    float *d = K->alloc(4096);
+    tr_comm_set_timeout(w, 5);
+    if (tr_comm_rank(w) != 0) {
+        sleep(5 + 5);
+        K->free(d);
+        return;
+    }
+    double t0 = tr_now();
+    tr_comm_request *req = NULL;
+    OK(tr_comm_allreduce_async(w, d, d, 1024, TR_COMM_F32, TR_COMM_SUM, &req));
+    int rc = tr_comm_order_after(&req, NULL);
+    if (!rc)
+        rc = tr_comm_flush(w);
+    CHECK(rc == TR_ERR_TIMEOUT && strstr(tr_errmsg(), "allreduce") &&
+              strstr(tr_errmsg(), "timed out") && strstr(tr_errmsg(), tr_comm_name(w)),
+          "ordered hang: %d %s", rc, tr_errmsg());
+    printf("rank 0: %s (after %.1f s)\n", tr_errmsg(), tr_now() - t0);
+    float x[4];
+    K->to_host(NULL, x, d, sizeof x); /* the stream was released */
+    rc = tr_comm_allreduce(w, d, d, 1024, TR_COMM_F32, TR_COMM_SUM);
+    CHECK(rc == TR_ERR_COMM && strstr(tr_errmsg(), "unusable") && strstr(tr_errmsg(), "timed out"),
+          "after the ordered timeout: %d %s", rc, tr_errmsg());
+    K->free(d);
+}
+
 static void check_group(tr_comm *c, int salt)
 {
     static const size_t counts[] = {0, 1, 7, 1000, (1 << 20) + 3};
@@ -174,6 +247,7 @@ static void check_group(tr_comm *c, int salt)
         check_allreduce(c, device, TR_COMM_I64, TR_COMM_SUM, 333, 1, salt + 9);
         OK(tr_comm_barrier(c));
     }
+    check_ordered(c, salt + 10);
 }
 
 /* Device and host operations in flight together on two groups. */
@@ -237,11 +311,13 @@ static int hang(tr_comm *w)
 
 int main(int argc, char **argv)
 {
-    int do_hang = 0;
+    int do_hang = 0, do_ordered = 0;
     double timeout = 30; /* a GPU check's minutes are few: a stuck transfer fails in 30 s */
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--hang"))
             do_hang = 1;
+        else if (!strcmp(argv[i], "--ordered"))
+            do_ordered = 1;
         else if (!strcmp(argv[i], "--timeout") && i + 1 < argc)
             timeout = atof(argv[++i]);
     }
@@ -259,6 +335,26 @@ int main(int argc, char **argv)
     CHECK(!strcmp(tr_comm_backend(w), "nccl"), "backend %s, not nccl",
           tr_comm_backend(w));
     int n = tr_comm_size(w);
+    if (do_ordered) { /* the NCCL route itself: every rank on its own GPU */
+        if (tr_comm_nccl_mode(w) != TR_NCCL_MODE_NCCL) {
+            if (tc_rank == 0)
+                printf("SKIP: the world of %d ranks is %s, not nccl: NCCL cannot put two ranks "
+                       "of one communicator on one GPU (this needs %d GPUs)\n",
+                       n, tr_nccl_mode_name((tr_nccl_mode)tr_comm_nccl_mode(w)), n);
+            tr_comm_destroy(w);
+            return 77;
+        }
+        tr_comm *half = NULL;
+        OK(tr_comm_split(w, tc_rank % 2, tc_rank, "half", &half));
+        check_ordered(w, 100);
+        check_ordered(half, 110);
+        tr_comm_destroy(half);
+        ordered_hang(w);
+        tr_comm_destroy(w);
+        if (tc_rank == 0)
+            printf("nccl_check --ordered: %s\n", tc_failures ? "FAILED" : "all results exact");
+        return tc_failures ? 1 : 0;
+    }
     if (do_hang) {
         hang(w);
         tr_comm_destroy(w);

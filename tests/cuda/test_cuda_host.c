@@ -495,6 +495,23 @@ static void test_nccl_route(void **state)
                                      "the same place");
 }
 
+/* Which operations tr_comm_order_after leaves to the stream: collectives whose completion
+ * event exists when posted (NCCL, LOCAL); the host waits for staged and host routes, P2P
+ * (started later, in one ncclGroup) and barriers. */
+static void test_nccl_route_ordered(void **state)
+{
+    (void)state;
+    for (int k = 0; k < TR_COMM_NOPKINDS; k++) {
+        tr_comm_opkind kind = (tr_comm_opkind)k;
+        int coll = kind == TR_COMM_OP_ALLREDUCE || kind == TR_COMM_OP_REDUCE_SCATTER ||
+                   kind == TR_COMM_OP_ALLGATHER || kind == TR_COMM_OP_BROADCAST;
+        assert_int_equal(tr_nccl_route_ordered(TR_NCCL_ROUTE_NCCL, kind), coll);
+        assert_int_equal(tr_nccl_route_ordered(TR_NCCL_ROUTE_LOCAL, kind), coll);
+        assert_int_equal(tr_nccl_route_ordered(TR_NCCL_ROUTE_STAGED, kind), 0);
+        assert_int_equal(tr_nccl_route_ordered(TR_NCCL_ROUTE_HOST, kind), 0);
+    }
+}
+
 /* ---------------------------------------------------------------- dispatch */
 
 static void test_dispatch(void **state)
@@ -593,6 +610,7 @@ int main(void)
         cmocka_unit_test(test_device_share),
         cmocka_unit_test(test_nccl_group_mode),
         cmocka_unit_test(test_nccl_route),
+        cmocka_unit_test(test_nccl_route_ordered),
         cmocka_unit_test(test_dispatch),
         cmocka_unit_test(test_comm_backend_choice),
     };
