@@ -414,7 +414,8 @@ int nccl_order_after(tr_comm *c, void *handle, void *stream, int *taken)
     }
     *taken = 1;
     nccl_list_push(&g->ordered, op);
-    nccl_engine_progress(g->e); /* retires what is already complete */
+    nccl_ordered_retire(g); /* what is already complete (not a progress call: queued NCCL
+                             * P2P must start together with the ones still to come) */
     return TR_OK;
 }
 
