@@ -143,13 +143,13 @@ WRAP(OP_GELU_FORWARD, gelu_forward, (tr_stream s, float *o, const float *x, size
 WRAP(OP_GELU_BACKWARD, gelu_backward,
      (tr_stream s, float *dx, const float *x, const float *d, size_t n), (s, dx, x, d, n))
 WRAP(OP_ATTN_FORWARD, attention_forward,
-     (tr_stream s, float *o, float *att, const float *qkv, int B, int T, int NH, int HS,
+     (tr_stream s, float *o, float *lse, const float *qkv, int B, int T, int NH, int HS,
       const int32_t *seg),
-     (s, o, att, qkv, B, T, NH, HS, seg))
+     (s, o, lse, qkv, B, T, NH, HS, seg))
 WRAP(OP_ATTN_BACKWARD, attention_backward,
-     (tr_stream s, float *dqkv, float *datt, const float *d, const float *qkv, const float *att,
-      int B, int T, int NH, int HS),
-     (s, dqkv, datt, d, qkv, att, B, T, NH, HS))
+     (tr_stream s, float *dqkv, float *scratch, const float *d, const float *qkv, const float *o,
+      const float *lse, int B, int T, int NH, int HS, const int32_t *seg),
+     (s, dqkv, scratch, d, qkv, o, lse, B, T, NH, HS, seg))
 WRAP(OP_XENT_ROW_MAX, xent_row_max,
      (tr_stream s, float *m, const float *l, int N, int V, int nv), (s, m, l, N, V, nv))
 WRAP(OP_XENT_ROW_SUMEXP, xent_row_sumexp,

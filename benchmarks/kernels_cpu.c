@@ -108,16 +108,16 @@ int main(int argc, char **argv)
     bench_gemm(0, 0, N, C, V, "head dx");
     bench_gemm(1, 0, V, C, N, "head dW");
 
-    float *qkv = buf((size_t)N * 3 * C), *out = buf((size_t)N * C), *att = buf((size_t)B * NH * T * T);
-    float *dqkv = buf((size_t)N * 3 * C), *datt = buf((size_t)B * NH * T * T), *dout = buf((size_t)N * C);
+    float *qkv = buf((size_t)N * 3 * C), *out = buf((size_t)N * C), *att = buf((size_t)B * NH * T);
+    float *dqkv = buf((size_t)N * 3 * C), *datt = buf((size_t)B * (NH + 1) * T), *dout = buf((size_t)N * C);
     double att_flops = 2.0 * 2 * B * NH * (double)T * T * HS; /* full (non-causal) count */
     BEST("attention forward (B4 T256 NH12 HS64)", att_flops,
          K->attention_forward(NULL, out, att, qkv, B, T, NH, HS, NULL));
     BEST("attention backward", 2 * att_flops,
-         K->attention_backward(NULL, dqkv, datt, dout, qkv, att, B, T, NH, HS));
+         K->attention_backward(NULL, dqkv, datt, dout, qkv, out, att, B, T, NH, HS, NULL));
     BEST("attention forward + backward", 3 * att_flops,
          (K->attention_forward(NULL, out, att, qkv, B, T, NH, HS, NULL),
-          K->attention_backward(NULL, dqkv, datt, dout, qkv, att, B, T, NH, HS)));
+          K->attention_backward(NULL, dqkv, datt, dout, qkv, out, att, B, T, NH, HS, NULL)));
 
     float *x = buf((size_t)N * C), *y = buf((size_t)N * C), *w = buf(C), *bb = buf(C);
     float *mean = buf(N), *rstd = buf(N), *dx = buf((size_t)N * C), *dw = buf(C), *db = buf(C);

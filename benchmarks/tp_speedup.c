@@ -69,20 +69,21 @@ static void timed_gemm(tr_stream s, int ta, int tb, int M, int N, int K, float a
     gemm_cpu_s += thread_cpu_now() - c0;
 }
 
-static void timed_attention_forward(tr_stream s, float *out, float *att, const float *qkv,
+static void timed_attention_forward(tr_stream s, float *out, float *lse, const float *qkv,
                                     int B, int T, int NH, int HS, const int32_t *segments)
 {
     double t0 = tr_now();
-    base->attention_forward(s, out, att, qkv, B, T, NH, HS, segments);
+    base->attention_forward(s, out, lse, qkv, B, T, NH, HS, segments);
     attn_s += tr_now() - t0;
 }
 
-static void timed_attention_backward(tr_stream s, float *dqkv, float *datt, const float *dout,
-                                     const float *qkv, const float *att, int B, int T, int NH,
-                                     int HS)
+static void timed_attention_backward(tr_stream s, float *dqkv, float *scratch,
+                                     const float *dout, const float *qkv, const float *out,
+                                     const float *lse, int B, int T, int NH, int HS,
+                                     const int32_t *segments)
 {
     double t0 = tr_now();
-    base->attention_backward(s, dqkv, datt, dout, qkv, att, B, T, NH, HS);
+    base->attention_backward(s, dqkv, scratch, dout, qkv, out, lse, B, T, NH, HS, segments);
     attn_s += tr_now() - t0;
 }
 

@@ -71,19 +71,20 @@ typedef struct tr_kernels {
     void (*gelu_backward)(tr_stream s, float *dinp, const float *inp, const float *dout,
                           size_t n);
 
-    /* --- causal multi-head self-attention ---
+    /* --- causal multi-head self-attention, fused (flash attention: no T x T tensor) ---
      * qkv: (B, T, NH, 3, HS) — for each head its query, key and value, contiguous;
-     * out: (B, T, NH, HS); att: (B, NH, T, T) softmax probabilities saved for backward
-     * (entries above the diagonal are 0). Scale 1/sqrt(HS).
+     * out: (B, T, NH, HS); lse: (B, NH, T) the log-sum-exp of each query row's scaled,
+     * masked scores, saved for backward with out. Scale 1/sqrt(HS).
      * segments: NULL, or (B, T) int32 ids of packed sequences (contiguous runs, backend
-     * memory): query t attends only to keys j <= t of its own run (att is 0 elsewhere), so
-     * the backward, which reads att, needs no segments.
-     * backward: dqkv overwritten; datt is scratch of att's size. */
-    void (*attention_forward)(tr_stream s, float *out, float *att, const float *qkv, int B,
+     * memory): query t attends only to keys j <= t of its own run (forward and backward).
+     * backward: reads dout, qkv, out and lse (the probabilities are recomputed tile by
+     * tile); dqkv overwritten; scratch: B*(NH+1)*T floats (rowsum(dout * out), and each
+     * row's segment start). */
+    void (*attention_forward)(tr_stream s, float *out, float *lse, const float *qkv, int B,
                               int T, int NH, int HS, const int32_t *segments);
-    void (*attention_backward)(tr_stream s, float *dqkv, float *datt, const float *dout,
-                               const float *qkv, const float *att, int B, int T, int NH,
-                               int HS);
+    void (*attention_backward)(tr_stream s, float *dqkv, float *scratch, const float *dout,
+                               const float *qkv, const float *out, const float *lse, int B,
+                               int T, int NH, int HS, const int32_t *segments);
     /* Generation with a key/value cache: n new positions past .. past+n-1 of B sequences.
      * qkv: (B, n, NH, 3, HS) of the new positions; kcache, vcache: (B, NH, max_T, HS), whose
      * rows [past, past+n) are first written from qkv; out: (B, n, NH, HS); new position i
@@ -118,16 +119,18 @@ typedef struct tr_kernels {
                  int NG, int R, int HS, int rot, int inverse, const int32_t *positions);
     /* Causal attention with grouped query heads and optional ALiBi. qkv (B, T, NG, R+2, HS),
      * R = NH/NG: group g holds query heads gR .. gR+R-1, then the key and the value head they
-     * share; out (B, T, NH, HS); att (B, NH, T, T). alibi: NULL or NH slopes (backend memory):
-     * score(i, j) = q_i.k_j / sqrt(HS) + slope_h * (j - i); segments as attention_forward's.
+     * share; out (B, T, NH, HS); lse (B, NH, T). alibi: NULL or NH slopes (backend memory):
+     * score(i, j) = q_i.k_j / sqrt(HS) + slope_h * (j - i); segments, lse and scratch as
+     * attention_forward's (backward takes the same alibi and segments as forward).
      * With NG = NH and no alibi it is attention_forward / attention_backward (same layout,
      * same results). */
-    void (*attention_gqa_forward)(tr_stream s, float *out, float *att, const float *qkv,
+    void (*attention_gqa_forward)(tr_stream s, float *out, float *lse, const float *qkv,
                                   const float *alibi, int B, int T, int NH, int NG, int HS,
                                   const int32_t *segments);
-    void (*attention_gqa_backward)(tr_stream s, float *dqkv, float *datt, const float *dout,
-                                   const float *qkv, const float *att, int B, int T, int NH,
-                                   int NG, int HS);
+    void (*attention_gqa_backward)(tr_stream s, float *dqkv, float *scratch, const float *dout,
+                                   const float *qkv, const float *out, const float *lse,
+                                   const float *alibi, int B, int T, int NH, int NG, int HS,
+                                   const int32_t *segments);
     /* attention_decode for that layout: qkv (B, n, NG, R+2, HS) of n new positions; kcache,
      * vcache (B, NG, max_T, HS) (one key/value head per group); ALiBi slopes or NULL. */
     void (*attention_gqa_decode)(tr_stream s, float *out, float *kcache, float *vcache,

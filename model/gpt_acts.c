@@ -30,12 +30,12 @@ static size_t layer_acts_floats(const tr_gpt *g, int B)
     int first, Nl_;
     gpt_rows(g, B, &first, &Nl_);
     size_t N = (size_t)B * g->s.T, Nl = (size_t)Nl_, C = g->s.C, Cl = g->Cl;
-    size_t att = g->s.recompute_attention ? 0 : (size_t)B * g->NHl * g->s.T * g->s.T;
+    size_t lse = (size_t)B * g->NHl * g->s.T; /* fused attention: no T x T tensor */
     size_t Q = (size_t)g->QKVl, Fw = (size_t)g->Fwl, F = (size_t)g->Fl;
     size_t lora = g->lora ? 4 * N * (size_t)g->s.lora_rank : 0;
     size_t ln1 = input_shared(g, LORA_QKV) ? 0 : N * C, ln2 = input_shared(g, LORA_FC1) ? 0 : N * C;
     size_t gelu = input_shared(g, LORA_FC2) ? 0 : N * F;
-    size_t sizes[] = {ln1,    Nl,     Nl, N * Q,  N * Cl,     att,        Nl * C,
+    size_t sizes[] = {ln1,    Nl,     Nl, N * Q,  N * Cl,     lse,        Nl * C,
                       ln2,    Nl,     Nl, N * Fw, gelu,       Nl * C,     lora};
     size_t total = 0;
     for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++)
@@ -49,7 +49,7 @@ static void layer_acts_carve(const tr_gpt *g, int B, layer_acts *L, float **c, i
     int first, Nl_;
     gpt_rows(g, B, &first, &Nl_);
     size_t N = (size_t)B * g->s.T, Nl = (size_t)Nl_, C = g->s.C, Cl = g->Cl;
-    size_t att = g->s.recompute_attention ? 0 : (size_t)B * g->NHl * g->s.T * g->s.T;
+    size_t lse = (size_t)B * g->NHl * g->s.T;
     memset(L, 0, sizeof *L);
     if (!only_output) { /* a NULL input: the scratch's frozen_* (layer_acts_for) */
         L->ln1 = input_shared(g, LORA_QKV) ? NULL : take(c, N * C);
@@ -57,7 +57,7 @@ static void layer_acts_carve(const tr_gpt *g, int B, layer_acts *L, float **c, i
         L->ln1_rstd = take(c, Nl);
         L->qkv = take(c, N * (size_t)g->QKVl);
         L->atty = take(c, N * Cl);
-        L->att = att ? take(c, att) : NULL; /* selective: the shared scratch's */
+        L->lse = take(c, lse);
         L->residual2 = take(c, Nl * C);
         L->ln2 = input_shared(g, LORA_FC1) ? NULL : take(c, N * C);
         L->ln2_mean = take(c, Nl);
@@ -76,19 +76,17 @@ static size_t scratch_floats(const tr_gpt *g, int B)
     int first, Nl;
     gpt_rows(g, B, &first, &Nl);
     size_t N = (size_t)B * s->T, C = s->C, Cl = g->Cl, Vl = s->is_last ? g->Vl : 0;
-    size_t att = (size_t)B * g->NHl * s->T * s->T;
+    size_t att = (size_t)B * (g->NHl + 1) * s->T; /* attention backward's scratch */
     size_t wide = s->tp_size > 1 ? N * C : 0;
-    size_t shared_att = s->recompute_attention ? att : 0;
     size_t Q = (size_t)g->QKVl, Fw = (size_t)g->Fwl, F = (size_t)g->Fl;
     size_t lora = g->lora ? N * (size_t)s->lora_rank : 0;
     size_t drop = g->lora && s->lora_dropout > 0 ? N * (size_t)(s->C > g->Fl ? s->C : g->Fl) : 0;
     size_t frozen_ln1 = input_shared(g, LORA_QKV) ? N * C : 0;
     size_t frozen_ln2 = input_shared(g, LORA_FC1) ? N * C : 0;
     size_t frozen_gelu = input_shared(g, LORA_FC2) ? N * F : 0;
-    size_t R = (size_t)tr_gpt_head_chunk_rows((int)N, (int)Vl); /* one chunk of the logits */
-    size_t sizes[] = {N,      N * C,      Nl,  Nl,     R * Vl,     4 * R,      N,
+    size_t sizes[] = {N,      N * C,      Nl,  Nl,     N * Vl,     3 * N,      N,
                       N * C,  wide,       N * Q, N * Cl, att, N * Fw, N * F,
-                      shared_att, lora, drop, drop, frozen_ln1, frozen_ln2, frozen_gelu};
+                      lora, drop, drop, frozen_ln1, frozen_ln2, frozen_gelu};
     size_t total = 0;
     for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++)
         total += padded(sizes[i]);
@@ -141,7 +139,7 @@ int gpt_scratch_ensure(tr_gpt *g, int B)
     int first, Nl;
     gpt_rows(g, B, &first, &Nl);
     size_t N = (size_t)B * s->T, C = s->C, Cl = g->Cl, Vl = s->is_last ? g->Vl : 0;
-    size_t att = (size_t)B * g->NHl * s->T * s->T;
+    size_t att = (size_t)B * (g->NHl + 1) * s->T;
     size_t wide = s->tp_size > 1 ? N * C : 0;
     size_t total = scratch_floats(g, B);
     sc->memory = g->k->alloc(total * sizeof(float));
@@ -154,18 +152,16 @@ int gpt_scratch_ensure(tr_gpt *g, int B)
     sc->lnf = take(&c, N * C);
     sc->lnf_mean = take(&c, Nl);
     sc->lnf_rstd = take(&c, Nl);
-    size_t R = (size_t)tr_gpt_head_chunk_rows((int)N, (int)Vl); /* >= gpt_head_rows */
-    sc->logits = take(&c, R * Vl);
-    sc->xent_stats = take(&c, 4 * R);
+    sc->logits = take(&c, N * Vl);
+    sc->xent_stats = take(&c, 3 * N);
     sc->losses = take(&c, N);
     sc->dln = take(&c, N * C);
     sc->wide = take(&c, wide);
     sc->dqkv = take(&c, N * (size_t)g->QKVl);
     sc->datty = take(&c, N * Cl);
-    sc->datt = take(&c, att);
+    sc->att_rowsum = take(&c, att);
     sc->dfch = take(&c, N * (size_t)g->Fwl);
     sc->dfch_gelu = take(&c, N * (size_t)g->Fl);
-    sc->att = s->recompute_attention ? take(&c, att) : NULL;
     sc->lora_dh = g->lora ? take(&c, N * (size_t)s->lora_rank) : NULL;
     size_t wide_in = (size_t)(s->C > g->Fl ? s->C : g->Fl) * N, drop = g->lora && s->lora_dropout > 0;
     sc->lora_mask = drop ? take(&c, wide_in) : NULL;

@@ -41,24 +41,14 @@ static int layer_backward(tr_gpt *g, int l, const layer_acts *L, const float *x,
                                         gpt_lora(g, L, l, LORA_PROJ, B, &lo));
     if (rc)
         return rc;
-    const float *att = L->att;
-    int gqa = uses_gqa_attention(g);
-    if (!att) { /* selective recompute: the probabilities again, from the stored qkv (the
-                 * output goes to dqkv, which attention_backward overwrites next) */
-        if (gqa)
-            k->attention_gqa_forward(NULL, sc->dqkv, sc->att, L->qkv, g->alibi, B, T, g->NHl,
-                                     g->NGl, g->HS, g->segments);
-        else
-            k->attention_forward(NULL, sc->dqkv, sc->att, L->qkv, B, T, g->NHl, g->HS,
-                                 g->segments);
-        att = sc->att;
-    }
-    if (gqa)
-        k->attention_gqa_backward(NULL, sc->dqkv, sc->datt, sc->datty, L->qkv, att, B, T,
-                                  g->NHl, g->NGl, g->HS);
+    /* fused attention: the probabilities are recomputed inside the kernel from qkv, the
+     * output atty and the saved log-sum-exps (so selective recompute has nothing to do) */
+    if (uses_gqa_attention(g))
+        k->attention_gqa_backward(NULL, sc->dqkv, sc->att_rowsum, sc->datty, L->qkv, L->atty,
+                                  L->lse, g->alibi, B, T, g->NHl, g->NGl, g->HS, g->segments);
     else
-        k->attention_backward(NULL, sc->dqkv, sc->datt, sc->datty, L->qkv, att, B, T, g->NHl,
-                              g->HS);
+        k->attention_backward(NULL, sc->dqkv, sc->att_rowsum, sc->datty, L->qkv, L->atty,
+                              L->lse, B, T, g->NHl, g->HS, g->segments);
     if (g->s.position == TR_POS_ROPE) /* to the gradient of the unrotated q and k */
         k->rope(NULL, sc->dqkv, g->rope_cos, g->rope_sin, B, T, g->NGl, g->NHl / g->NGl, g->HS,
                 g->s.rotary_dims, 1, g->positions);

@@ -1,27 +1,39 @@
-/* Causal multi-head self-attention with per-(batch, head) GEMMs. Rows are taken in blocks of
- * BLK: query block [r0, r1) only needs key columns [0, r1), which skips most of the work
- * above the diagonal. With many (batch, head) pairs each thread takes whole pairs (their
- * att/datt stay in its cache between the phases); with few pairs the (pair, block) units
- * are shared instead, largest first. Each unit writes its own part of the outputs with a
- * fixed sequence of operations (the same blocks in both cases), so neither the schedule nor
- * the choice between the two changes a result.
- * Layouts: qkv (B, T, NG, R+2, HS) (R = NH/NG query heads per group, then the group's key and
- * value; GPT-2's (B, T, NH, 3, HS) is NG = NH), out (B, T, NH, HS), att/datt (B, NH, T, T).
- * Grouped heads: the key/value gradients of a group sum its R heads' contributions in head
- * order inside one unit (a (batch, group) pair), so no two units write the same rows.
- * ALiBi adds slope_h * (j - i) to the scaled scores before the softmax. Packed sequences
- * (segments, attention_forward): a query's softmax runs over its own segment's keys only,
- * the rest of its row 0, so the backward (which reads att) is unchanged. */
+/* Causal multi-head self-attention, fused (the flash-attention scheme): no T x T tensor is
+ * stored. Queries and keys are cut into tiles of TILE rows (the last shorter); a query tile
+ * meets the key tiles at or left of its own (tiles above the diagonal are skipped, and with
+ * packed sequences the tiles wholly before its segment), scores live for one tile pair at a
+ * time (TILE x TILE floats on the stack), so memory is O(T) per head: the output and each
+ * query row's log-sum-exp of its scaled, masked scores (lse).
+ * Forward, one (batch, head, query tile) unit at a time on the team: for each key tile
+ * S = scale Q K^T (+ ALiBi), the online softmax (running row max m and sum l; the output
+ * rows rescaled by exp(m_old - m_new) when the max grows), O += P V; at the end O /= l and
+ * lse = m + log l.
+ * Backward: D = rowsum(dO * O) per query row (the scratch), then per tile pair the
+ * probabilities again, P = exp(S - lse), and dS = P (dO V^T - D): dV += P^T dO,
+ * dK += scale dS^T Q, dQ += scale dS K. Without atomics: a (batch, group) unit owns the
+ * gradient rows of its R query heads and of its key and value head and visits (head,
+ * query tile, key tile) in order; with too few such units for the team, one pass over
+ * (batch, group, key tile) units writes dK and dV and a second over (batch, head, query
+ * tile) units writes dQ, each recomputing the tile pairs it needs. Both orders add the same
+ * terms in the same sequence with the same calls (dK and dV of a key tile over (head, query
+ * tile), dQ of a query tile over key tiles), so the choice and the schedule never change a
+ * result, and the thread count neither. Tile GEMMs are OpenBLAS calls on one thread.
+ * Layouts: qkv (B, T, NG, R+2, HS) (R = NH/NG query heads per group, then the group's key
+ * and value; GPT-2's (B, T, NH, 3, HS) is NG = NH), out (B, T, NH, HS), lse and D
+ * (B, NH, T). ALiBi adds slope_h * (j - i) to the scaled scores. Packed sequences
+ * (segments): query t sees keys j <= t of its own contiguous run, in forward and backward. */
 #include "kernels/cpu/cpu_ops.h"
 
 #include <math.h>
 #include <string.h>
 
-#define BLK 64
+#define TILE 64
 
 static int min_int(int a, int b) { return a < b ? a : b; }
+static int max_int(int a, int b) { return a > b ? a : b; }
 
-/* One row of probabilities in place: row[0..t] are scaled scores, row[t+1..T) becomes 0. */
+/* One row of probabilities in place: row[0..t] are scaled scores, row[t+1..T) becomes 0
+ * (generation's decode). */
 static void softmax_causal_row(float *restrict row, int t, int T)
 {
     float mx = -INFINITY;
@@ -78,155 +90,276 @@ static size_t k_offset(const dims *d, int h)
     return (size_t)(h / d->R) * (d->R + 2) * d->HS + (size_t)d->R * d->HS;
 }
 
-/* Forward of query rows [r0, r0 + BLK) of pair bh. */
-static void forward_block(const dims *d, float *out, float *att, const float *qkv, int bh,
-                          int r0)
+/* First key of each query row r0 .. r1-1's segment (0 without segments) into s0. */
+static void segment_starts(const dims *d, int b, int r0, int r1, int *s0)
 {
-    int T = d->T, HS = d->HS, C = d->C, C3 = d->C3, b = bh / d->NH, h = bh % d->NH;
-    const float *q = qkv + (size_t)b * T * C3 + q_offset(d, h);
-    const float *k = qkv + (size_t)b * T * C3 + k_offset(d, h), *v = k + HS;
-    float *P = att + (size_t)bh * T * T;
-    float *o = out + (size_t)b * T * C + (size_t)h * HS;
-    int r1 = min_int(T, r0 + BLK), rows = r1 - r0;
-    /* S[r0:r1, 0:r1] = scale Q[r0:r1] K[0:r1]^T */
-    cpu_gemm_serial(0, 1, rows, r1, HS, d->scale, q + (size_t)r0 * C3, C3, k, C3, 0.0f,
-                       P + (size_t)r0 * T, T);
-    if (d->alibi) {
-        float slope = d->alibi[h];
-        for (int t = r0; t < r1; t++) {
-            float *restrict row = P + (size_t)t * T;
-            for (int j = 0; j <= t; j++)
-                row[j] += slope * (float)(j - t);
+    const int32_t *sg = d->seg ? d->seg + (size_t)b * d->T : NULL;
+    if (!sg) {
+        for (int t = r0; t < r1; t++)
+            s0[t - r0] = 0;
+        return;
+    }
+    int s = r0;
+    while (s > 0 && sg[s - 1] == sg[r0])
+        s--;
+    for (int t = r0; t < r1; t++) {
+        if (t > r0 && sg[t] != sg[t - 1])
+            s = t;
+        s0[t - r0] = s;
+    }
+}
+
+/* S (r1-r0, c1-c0; row stride TILE) = scale Q[r0:r1] K[c0:c1]^T (+ ALiBi of head h), the
+ * entries outside each row t's keys [s0, t] set to -INFINITY. */
+static void tile_scores(const dims *d, float *S, const float *q, const float *k, int h, int r0,
+                        int r1, int c0, int c1, const int *s0)
+{
+    int rows = r1 - r0, cols = c1 - c0;
+    cpu_gemm_serial(0, 1, rows, cols, d->HS, d->scale, q + (size_t)r0 * d->C3, d->C3,
+                    k + (size_t)c0 * d->C3, d->C3, 0.0f, S, TILE);
+    for (int i = 0; i < rows; i++) {
+        int t = r0 + i;
+        float *restrict row = S + (size_t)i * TILE;
+        /* the row's keys in this tile: [lo, hi) (empty when its segment starts later) */
+        int lo = min_int(max_int(s0[i], c0), c1) - c0;
+        int hi = max_int(lo, min_int(t, c1 - 1) - c0 + 1);
+        if (d->alibi) {
+            float slope = d->alibi[h];
+            for (int j = lo; j < hi; j++)
+                row[j] += slope * (float)(c0 + j - t);
         }
-    }
-    for (int t = r0; t < r1; t++) {
-        /* packed sequences: keys before the start s0 of t's segment get probability 0 */
-        const int32_t *sg = d->seg ? d->seg + (size_t)b * T : NULL;
-        int s0 = t;
-        while (sg && s0 > 0 && sg[s0 - 1] == sg[t])
-            s0--;
-        float *row = P + (size_t)t * T;
-        if (!sg)
-            s0 = 0;
-        for (int j = 0; j < s0; j++)
-            row[j] = 0.0f;
-        softmax_causal_row(row + s0, t - s0, T - s0);
-    }
-    /* O[r0:r1] = P[r0:r1, 0:r1] V[0:r1] */
-    cpu_gemm_serial(0, 0, rows, HS, r1, 1.0f, P + (size_t)r0 * T, T, v, C3, 0.0f,
-                       o + (size_t)r0 * C, C);
-}
-
-/* Backward phase 1 for query rows [r0, r0 + BLK) of pair bh: dP, dS (into datt), dQ. */
-static void backward_query_block(const dims *d, float *dqkv, float *datt, const float *dout,
-                                 const float *qkv, const float *att, int bh, int r0)
-{
-    int T = d->T, HS = d->HS, C = d->C, C3 = d->C3, b = bh / d->NH, h = bh % d->NH;
-    size_t row0 = (size_t)b * T * C3;
-    const float *k = qkv + row0 + k_offset(d, h), *v = k + HS;
-    float *dq = dqkv + row0 + q_offset(d, h);
-    const float *P = att + (size_t)bh * T * T;
-    float *D = datt + (size_t)bh * T * T;
-    const float *dO = dout + (size_t)b * T * C + (size_t)h * HS;
-    int r1 = min_int(T, r0 + BLK), rows = r1 - r0;
-    /* dP[r0:r1, 0:r1] = dO[r0:r1] V[0:r1]^T */
-    cpu_gemm_serial(0, 1, rows, r1, HS, 1.0f, dO + (size_t)r0 * C, C, v, C3, 0.0f,
-                       D + (size_t)r0 * T, T);
-    /* softmax backward in place: dS = P (dP - sum_j P dP); 0 above the diagonal */
-    for (int t = r0; t < r1; t++) {
-        const float *restrict p = P + (size_t)t * T;
-        float *restrict dd = D + (size_t)t * T;
-        float dot = 0.0f;
-#pragma omp simd reduction(+ : dot)
-        for (int j = 0; j <= t; j++)
-            dot += p[j] * dd[j];
-#pragma omp simd
-        for (int j = 0; j <= t; j++)
-            dd[j] = p[j] * (dd[j] - dot);
-        for (int j = t + 1; j < r1; j++)
-            dd[j] = 0.0f;
-    }
-    /* dQ[r0:r1] = scale dS[r0:r1, 0:r1] K[0:r1] */
-    cpu_gemm_serial(0, 0, rows, HS, r1, d->scale, D + (size_t)r0 * T, T, k, C3, 0.0f,
-                       dq + (size_t)r0 * C3, C3);
-}
-
-/* Backward phase 2 for key/value rows [j0, j0 + BLK) of (batch, group) pair bg: they receive
- * from query rows [j0, T) of the group's heads only (summed in head order), and every dS
- * entry read there was written by phase 1 (same blocks). */
-static void backward_key_block(const dims *d, float *dqkv, const float *datt, const float *dout,
-                               const float *qkv, const float *att, int bg, int j0)
-{
-    int T = d->T, HS = d->HS, C = d->C, C3 = d->C3, b = bg / d->NG, g = bg % d->NG;
-    int j1 = min_int(T, j0 + BLK), rows = j1 - j0, span = T - j0;
-    size_t row0 = (size_t)b * T * C3;
-    for (int i = 0; i < d->R; i++) {
-        int h = g * d->R + i, bh = b * d->NH + h;
-        const float *q = qkv + row0 + q_offset(d, h);
-        float *dk = dqkv + row0 + k_offset(d, h), *dv = dk + HS;
-        const float *P = att + (size_t)bh * T * T;
-        const float *D = datt + (size_t)bh * T * T;
-        const float *dO = dout + (size_t)b * T * C + (size_t)h * HS;
-        float beta = i ? 1.0f : 0.0f;
-        /* dK[j0:j1] (+)= scale dS[j0:T, j0:j1]^T Q[j0:T] */
-        cpu_gemm_serial(1, 0, rows, HS, span, d->scale, D + (size_t)j0 * T + j0, T,
-                        q + (size_t)j0 * C3, C3, beta, dk + (size_t)j0 * C3, C3);
-        /* dV[j0:j1] (+)= P[j0:T, j0:j1]^T dO[j0:T] */
-        cpu_gemm_serial(1, 0, rows, HS, span, 1.0f, P + (size_t)j0 * T + j0, T,
-                        dO + (size_t)j0 * C, C, beta, dv + (size_t)j0 * C3, C3);
+        for (int j = 0; j < lo; j++)
+            row[j] = -INFINITY;
+        for (int j = hi; j < cols; j++)
+            row[j] = -INFINITY;
     }
 }
-
-/* Whole pairs per piece when there are at least this many pairs per thread. */
-#define PAIRS_PER_THREAD 4
 
 typedef struct {
     dims d;
-    float *out, *att, *dqkv, *datt;
-    const float *qkv, *dout, *catt;
-    int pairs, blocks;
-    int groups; /* (batch, group) pairs of the backward's key phase */
+    float *out, *lse, *dqkv, *D;
+    const float *qkv, *dout, *cout, *clse;
+    int tiles;  /* query (and key) tiles: ceil(T / TILE) */
+    int pairs;  /* (batch, head) pairs */
+    int groups; /* (batch, group) pairs */
 } att_args;
 
-static void forward_pair(void *ctx, size_t bh)
+/* Forward of query tile qt of pair bh. */
+static void forward_tile(const att_args *a, int bh, int qt)
 {
-    const att_args *a = ctx;
-    for (int r0 = 0; r0 < a->d.T; r0 += BLK)
-        forward_block(&a->d, a->out, a->att, a->qkv, (int)bh, r0);
+    const dims *d = &a->d;
+    int T = d->T, HS = d->HS, C = d->C, C3 = d->C3, b = bh / d->NH, h = bh % d->NH;
+    const float *q = a->qkv + (size_t)b * T * C3 + q_offset(d, h);
+    const float *k = a->qkv + (size_t)b * T * C3 + k_offset(d, h), *v = k + HS;
+    float *o = a->out + (size_t)b * T * C + (size_t)h * HS, *lse = a->lse + (size_t)bh * T;
+    int r0 = qt * TILE, r1 = min_int(T, r0 + TILE), rows = r1 - r0;
+    int s0[TILE];
+    float m[TILE], l[TILE], S[TILE * TILE];
+    segment_starts(d, b, r0, r1, s0);
+    for (int i = 0; i < rows; i++) {
+        m[i] = -INFINITY;
+        l[i] = 0.0f;
+        memset(o + (size_t)(r0 + i) * C, 0, (size_t)HS * sizeof(float));
+    }
+    for (int c = s0[0] / TILE; c <= qt; c++) { /* key tiles from the segment's first */
+        int c0 = c * TILE, c1 = min_int(T, c0 + TILE), cols = c1 - c0;
+        tile_scores(d, S, q, k, h, r0, r1, c0, c1, s0);
+        for (int i = 0; i < rows; i++) {
+            float *restrict row = S + (size_t)i * TILE;
+            float mx = -INFINITY;
+#pragma omp simd reduction(max : mx)
+            for (int j = 0; j < cols; j++)
+                mx = row[j] > mx ? row[j] : mx;
+            if (mx == -INFINITY) { /* no key of this row here */
+                memset(row, 0, (size_t)cols * sizeof(float));
+                continue;
+            }
+            float mnew = mx > m[i] ? mx : m[i], sum = 0.0f;
+#pragma omp simd reduction(+ : sum) simdlen(CPU_SIMDLEN)
+            for (int j = 0; j < cols; j++) {
+                float e = cpu_expf(row[j] - mnew); /* -INFINITY (masked) gives 0 */
+                row[j] = e;
+                sum += e;
+            }
+            float corr = cpu_expf(m[i] - mnew);
+            if (corr != 1.0f) {
+                float *restrict orow = o + (size_t)(r0 + i) * C;
+#pragma omp simd
+                for (int e = 0; e < HS; e++)
+                    orow[e] *= corr;
+            }
+            l[i] = l[i] * corr + sum;
+            m[i] = mnew;
+        }
+        /* O[r0:r1] += P V[c0:c1] */
+        cpu_gemm_serial(0, 0, rows, HS, cols, 1.0f, S, TILE, v + (size_t)c0 * C3, C3, 1.0f,
+                        o + (size_t)r0 * C, C);
+    }
+    for (int i = 0; i < rows; i++) { /* every row saw its own key: l > 0 */
+        float inv = 1.0f / l[i], *restrict orow = o + (size_t)(r0 + i) * C;
+#pragma omp simd
+        for (int e = 0; e < HS; e++)
+            orow[e] *= inv;
+        lse[r0 + i] = m[i] + logf(l[i]);
+    }
 }
 
-static void forward_unit(void *ctx, size_t u) /* the last (largest) query blocks first */
+static void forward_unit(void *ctx, size_t u) /* the last (largest) query tiles first */
 {
     const att_args *a = ctx;
-    forward_block(&a->d, a->out, a->att, a->qkv, (int)(u % a->pairs),
-                  (a->blocks - 1 - (int)(u / a->pairs)) * BLK);
+    forward_tile(a, (int)(u % a->pairs), a->tiles - 1 - (int)(u / a->pairs));
 }
 
-static void backward_pair(void *ctx, size_t bg) /* a (batch, group) pair: its R heads */
+/* Backward of one tile pair (query tile qt, key tile c) of pair bh: P = exp(S - lse) and
+ * dS = P (dO V^T - D) (rows x cols, row stride TILE). */
+static void tile_probs(const att_args *a, int bh, int qt, int c, const int *s0, float *P,
+                       float *dS)
 {
-    const att_args *a = ctx;
-    int b = (int)bg / a->d.NG, g = (int)bg % a->d.NG;
-    for (int i = 0; i < a->d.R; i++)
-        for (int r0 = 0; r0 < a->d.T; r0 += BLK)
-            backward_query_block(&a->d, a->dqkv, a->datt, a->dout, a->qkv, a->catt,
-                                 b * a->d.NH + g * a->d.R + i, r0);
-    for (int j0 = 0; j0 < a->d.T; j0 += BLK)
-        backward_key_block(&a->d, a->dqkv, a->datt, a->dout, a->qkv, a->catt, (int)bg, j0);
+    const dims *d = &a->d;
+    int T = d->T, HS = d->HS, C = d->C, C3 = d->C3, b = bh / d->NH, h = bh % d->NH;
+    const float *q = a->qkv + (size_t)b * T * C3 + q_offset(d, h);
+    const float *k = a->qkv + (size_t)b * T * C3 + k_offset(d, h), *v = k + HS;
+    const float *dO = a->dout + (size_t)b * T * C + (size_t)h * HS;
+    const float *lse = a->clse + (size_t)bh * T, *D = a->D + (size_t)bh * T;
+    int r0 = qt * TILE, r1 = min_int(T, r0 + TILE), c0 = c * TILE, c1 = min_int(T, c0 + TILE);
+    int rows = r1 - r0, cols = c1 - c0;
+    tile_scores(d, P, q, k, h, r0, r1, c0, c1, s0);
+    cpu_gemm_serial(0, 1, rows, cols, HS, 1.0f, dO + (size_t)r0 * C, C, v + (size_t)c0 * C3,
+                    C3, 0.0f, dS, TILE);
+    for (int i = 0; i < rows; i++) {
+        float *restrict p = P + (size_t)i * TILE, *restrict ds = dS + (size_t)i * TILE;
+        float L = lse[r0 + i], Dt = D[r0 + i];
+#pragma omp simd simdlen(CPU_SIMDLEN)
+        for (int j = 0; j < cols; j++) {
+            float e = cpu_expf(p[j] - L); /* masked: 0 */
+            p[j] = e;
+            ds[j] = e * (ds[j] - Dt);
+        }
+    }
 }
 
-static void backward_query_unit(void *ctx, size_t u) /* largest query blocks first */
+/* dV[c] += P^T dO[qt], dK[c] += scale dS^T Q[qt] for head h (its group's key/value rows). */
+static void add_key_grads(const att_args *a, int bh, int qt, int c, const float *P,
+                          const float *dS)
 {
-    const att_args *a = ctx;
-    backward_query_block(&a->d, a->dqkv, a->datt, a->dout, a->qkv, a->catt, (int)(u % a->pairs),
-                         (a->blocks - 1 - (int)(u / a->pairs)) * BLK);
+    const dims *d = &a->d;
+    int T = d->T, HS = d->HS, C = d->C, C3 = d->C3, b = bh / d->NH, h = bh % d->NH;
+    int r0 = qt * TILE, rows = min_int(T, r0 + TILE) - r0;
+    int c0 = c * TILE, cols = min_int(T, c0 + TILE) - c0;
+    const float *q = a->qkv + (size_t)b * T * C3 + q_offset(d, h);
+    float *dk = a->dqkv + (size_t)b * T * C3 + k_offset(d, h), *dv = dk + HS;
+    const float *dO = a->dout + (size_t)b * T * C + (size_t)h * HS;
+    cpu_gemm_serial(1, 0, cols, HS, rows, 1.0f, P, TILE, dO + (size_t)r0 * C, C, 1.0f,
+                    dv + (size_t)c0 * C3, C3);
+    cpu_gemm_serial(1, 0, cols, HS, rows, d->scale, dS, TILE, q + (size_t)r0 * C3, C3, 1.0f,
+                    dk + (size_t)c0 * C3, C3);
 }
 
-static void backward_key_unit(void *ctx, size_t u) /* largest (first) key blocks first */
+/* dQ[qt] += scale dS K[c] */
+static void add_query_grads(const att_args *a, int bh, int qt, int c, const float *dS)
+{
+    const dims *d = &a->d;
+    int T = d->T, C3 = d->C3, b = bh / d->NH, h = bh % d->NH;
+    int r0 = qt * TILE, rows = min_int(T, r0 + TILE) - r0;
+    int c0 = c * TILE, cols = min_int(T, c0 + TILE) - c0;
+    const float *k = a->qkv + (size_t)b * T * C3 + k_offset(d, h);
+    float *dq = a->dqkv + (size_t)b * T * C3 + q_offset(d, h);
+    cpu_gemm_serial(0, 0, rows, d->HS, cols, d->scale, dS, TILE, k + (size_t)c0 * C3, C3, 1.0f,
+                    dq + (size_t)r0 * C3, C3);
+}
+
+/* Zero rows [r0, r1) of HS floats at p (row stride C3). */
+static void zero_rows(float *p, int r0, int r1, int HS, int C3)
+{
+    for (int t = r0; t < r1; t++)
+        memset(p + (size_t)t * C3, 0, (size_t)HS * sizeof(float));
+}
+
+/* D[bh, t] = dO[t] . O[t] for the T rows of pair bh. */
+static void rowdot_pair(void *ctx, size_t bh_)
 {
     const att_args *a = ctx;
-    backward_key_block(&a->d, a->dqkv, a->datt, a->dout, a->qkv, a->catt, (int)(u % a->groups),
-                       (int)(u / a->groups) * BLK);
+    const dims *d = &a->d;
+    int bh = (int)bh_, b = bh / d->NH, h = bh % d->NH;
+    for (int t = 0; t < d->T; t++) {
+        const float *restrict o = a->cout + ((size_t)b * d->T + t) * d->C + (size_t)h * d->HS;
+        const float *restrict g = a->dout + ((size_t)b * d->T + t) * d->C + (size_t)h * d->HS;
+        float s = 0.0f;
+#pragma omp simd reduction(+ : s)
+        for (int e = 0; e < d->HS; e++)
+            s += o[e] * g[e];
+        a->D[(size_t)bh * d->T + t] = s;
+    }
 }
+
+/* The whole backward of (batch, group) pair bg: every gradient row of its heads. */
+static void backward_group(void *ctx, size_t bg)
+{
+    const att_args *a = ctx;
+    const dims *d = &a->d;
+    int b = (int)bg / d->NG, g = (int)bg % d->NG, T = d->T, HS = d->HS, C3 = d->C3;
+    float *row0 = a->dqkv + (size_t)b * T * C3;
+    int s0[TILE];
+    float P[TILE * TILE], dS[TILE * TILE];
+    for (int i = 0; i < d->R; i++)
+        zero_rows(row0 + q_offset(d, g * d->R + i), 0, T, HS, C3);
+    zero_rows(row0 + k_offset(d, g * d->R), 0, T, 2 * HS, C3);
+    for (int i = 0; i < d->R; i++) {
+        int bh = b * d->NH + g * d->R + i;
+        for (int qt = 0; qt < a->tiles; qt++) {
+            int r0 = qt * TILE;
+            segment_starts(d, b, r0, min_int(T, r0 + TILE), s0);
+            for (int c = s0[0] / TILE; c <= qt; c++) {
+                tile_probs(a, bh, qt, c, s0, P, dS);
+                add_key_grads(a, bh, qt, c, P, dS);
+                add_query_grads(a, bh, qt, c, dS);
+            }
+        }
+    }
+}
+
+/* dK, dV of key tile c of (batch, group) pair bg: (head, query tile) in order. */
+static void backward_key_tile(void *ctx, size_t u) /* the first (largest) key tiles first */
+{
+    const att_args *a = ctx;
+    const dims *d = &a->d;
+    int bg = (int)(u % a->groups), c = (int)(u / a->groups), b = bg / d->NG, g = bg % d->NG;
+    int T = d->T, c0 = c * TILE, c1 = min_int(T, c0 + TILE);
+    int s0[TILE];
+    float P[TILE * TILE], dS[TILE * TILE];
+    zero_rows(a->dqkv + (size_t)b * T * d->C3 + k_offset(d, g * d->R), c0, c1, 2 * d->HS, d->C3);
+    for (int i = 0; i < d->R; i++) {
+        int bh = b * d->NH + g * d->R + i;
+        for (int qt = c; qt < a->tiles; qt++) {
+            int r0 = qt * TILE;
+            segment_starts(d, b, r0, min_int(T, r0 + TILE), s0);
+            if (c < s0[0] / TILE)
+                continue; /* the key tile lies wholly before these queries' segments */
+            tile_probs(a, bh, qt, c, s0, P, dS);
+            add_key_grads(a, bh, qt, c, P, dS);
+        }
+    }
+}
+
+/* dQ of query tile qt of pair bh: key tiles in order. */
+static void backward_query_tile(void *ctx, size_t u) /* the last (largest) query tiles first */
+{
+    const att_args *a = ctx;
+    const dims *d = &a->d;
+    int bh = (int)(u % a->pairs), qt = a->tiles - 1 - (int)(u / a->pairs), b = bh / d->NH;
+    int T = d->T, r0 = qt * TILE, r1 = min_int(T, r0 + TILE);
+    int s0[TILE];
+    float P[TILE * TILE], dS[TILE * TILE];
+    zero_rows(a->dqkv + (size_t)b * T * d->C3 + q_offset(d, bh % d->NH), r0, r1, d->HS, d->C3);
+    segment_starts(d, b, r0, r1, s0);
+    for (int c = s0[0] / TILE; c <= qt; c++) {
+        tile_probs(a, bh, qt, c, s0, P, dS);
+        add_query_grads(a, bh, qt, c, dS);
+    }
+}
+
+/* Whole (batch, group) pairs per piece when there are at least this many per thread. */
+#define PAIRS_PER_THREAD 4
 
 /* Run fn over [0, n) on the team, or in order on the caller when the work is small. */
 static void run(int par, size_t n, void (*fn)(void *, size_t), void *ctx)
@@ -239,68 +372,78 @@ static void run(int par, size_t n, void (*fn)(void *, size_t), void *ctx)
         fn(ctx, i);
 }
 
-static void attention_forward(const dims *d, float *out, float *att, const float *qkv, int B)
+static att_args make_args(const dims *d, int B)
 {
-    int T = d->T, NH = d->NH, HS = d->HS;
-    att_args a = {.d = *d, .out = out, .att = att, .qkv = qkv,
-                  .pairs = B * NH, .blocks = (T + BLK - 1) / BLK};
-    int par = (double)a.pairs * T * T * HS >= (double)CPU_PAR_MIN * 8;
-    if (!par || a.pairs >= PAIRS_PER_THREAD * tr_kernels_cpu_threads())
-        run(par, (size_t)a.pairs, forward_pair, &a);
-    else
-        run(par, (size_t)a.pairs * a.blocks, forward_unit, &a);
+    att_args a = {.d = *d, .tiles = (d->T + TILE - 1) / TILE, .pairs = B * d->NH,
+                  .groups = B * d->NG};
+    return a;
 }
 
-static void attention_backward(const dims *d, float *dqkv, float *datt, const float *dout,
-                               const float *qkv, const float *att, int B)
+static int parallel(const att_args *a)
 {
-    int T = d->T, NH = d->NH, HS = d->HS;
-    att_args a = {.d = *d, .dqkv = dqkv, .datt = datt, .qkv = qkv, .dout = dout, .catt = att,
-                  .pairs = B * NH, .blocks = (T + BLK - 1) / BLK, .groups = B * d->NG};
-    int par = (double)a.pairs * T * T * HS >= (double)CPU_PAR_MIN * 8;
+    return (double)a->pairs * a->d.T * a->d.T * a->d.HS >= (double)CPU_PAR_MIN * 8;
+}
+
+static void attention_forward(const dims *d, float *out, float *lse, const float *qkv, int B)
+{
+    att_args a = make_args(d, B);
+    a.out = out, a.lse = lse, a.qkv = qkv;
+    run(parallel(&a), (size_t)a.pairs * a.tiles, forward_unit, &a);
+}
+
+static void attention_backward(const dims *d, float *dqkv, float *D, const float *dout,
+                               const float *qkv, const float *out, const float *lse, int B)
+{
+    att_args a = make_args(d, B);
+    a.dqkv = dqkv, a.D = D, a.dout = dout, a.qkv = qkv, a.cout = out, a.clse = lse;
+    int par = parallel(&a);
+    run(par, (size_t)a.pairs, rowdot_pair, &a);
     if (!par || a.groups >= PAIRS_PER_THREAD * tr_kernels_cpu_threads()) {
-        run(par, (size_t)a.groups, backward_pair, &a);
+        run(par, (size_t)a.groups, backward_group, &a);
         return;
     }
-    run(par, (size_t)a.pairs * a.blocks, backward_query_unit, &a);
-    /* reads the dS that the query units wrote */
-    run(par, (size_t)a.groups * a.blocks, backward_key_unit, &a);
+    run(par, (size_t)a.groups * a.tiles, backward_key_tile, &a);
+    run(par, (size_t)a.pairs * a.tiles, backward_query_tile, &a);
 }
 
-void cpu_attention_forward(tr_stream s, float *out, float *att, const float *qkv, int B,
-                           int T, int NH, int HS, const int32_t *segments)
+void cpu_attention_forward(tr_stream s, float *out, float *lse, const float *qkv, int B, int T,
+                           int NH, int HS, const int32_t *segments)
 {
     (void)s;
     dims d = make_dims(T, NH, HS);
     d.seg = segments;
-    attention_forward(&d, out, att, qkv, B);
+    attention_forward(&d, out, lse, qkv, B);
 }
 
-void cpu_attention_backward(tr_stream s, float *dqkv, float *datt, const float *dout,
-                            const float *qkv, const float *att, int B, int T, int NH, int HS)
+void cpu_attention_backward(tr_stream s, float *dqkv, float *scratch, const float *dout,
+                            const float *qkv, const float *out, const float *lse, int B, int T,
+                            int NH, int HS, const int32_t *segments)
 {
     (void)s;
     dims d = make_dims(T, NH, HS);
-    attention_backward(&d, dqkv, datt, dout, qkv, att, B);
+    d.seg = segments;
+    attention_backward(&d, dqkv, scratch, dout, qkv, out, lse, B);
 }
 
-void cpu_attention_gqa_forward(tr_stream s, float *out, float *att, const float *qkv,
+void cpu_attention_gqa_forward(tr_stream s, float *out, float *lse, const float *qkv,
                                const float *alibi, int B, int T, int NH, int NG, int HS,
                                const int32_t *segments)
 {
     (void)s;
     dims d = make_gqa_dims(T, NH, NG, HS, alibi);
     d.seg = segments;
-    attention_forward(&d, out, att, qkv, B);
+    attention_forward(&d, out, lse, qkv, B);
 }
 
-void cpu_attention_gqa_backward(tr_stream s, float *dqkv, float *datt, const float *dout,
-                                const float *qkv, const float *att, int B, int T, int NH, int NG,
-                                int HS)
+void cpu_attention_gqa_backward(tr_stream s, float *dqkv, float *scratch, const float *dout,
+                                const float *qkv, const float *out, const float *lse,
+                                const float *alibi, int B, int T, int NH, int NG, int HS,
+                                const int32_t *segments)
 {
     (void)s;
-    dims d = make_gqa_dims(T, NH, NG, HS, NULL);
-    attention_backward(&d, dqkv, datt, dout, qkv, att, B);
+    dims d = make_gqa_dims(T, NH, NG, HS, alibi);
+    d.seg = segments;
+    attention_backward(&d, dqkv, scratch, dout, qkv, out, lse, B);
 }
 
 /* ------------------------------------------------------------------ generation

@@ -109,21 +109,22 @@ void cpu_gelu_backward(tr_stream s, float *dinp, const float *inp, const float *
                           size_t n);
 
 /* attention.c */
-void cpu_attention_forward(tr_stream s, float *out, float *att, const float *qkv, int B,
-                              int T, int NH, int HS, const int32_t *segments);
-void cpu_attention_backward(tr_stream s, float *dqkv, float *datt, const float *dout,
-                               const float *qkv, const float *att, int B, int T, int NH,
-                               int HS);
+void cpu_attention_forward(tr_stream s, float *out, float *lse, const float *qkv, int B, int T,
+                           int NH, int HS, const int32_t *segments);
+void cpu_attention_backward(tr_stream s, float *dqkv, float *scratch, const float *dout,
+                            const float *qkv, const float *out, const float *lse, int B, int T,
+                            int NH, int HS, const int32_t *segments);
 void cpu_attention_decode(tr_stream s, float *out, float *kcache, float *vcache, float *scores,
                           const float *qkv, int B, int n, int past, int max_T, int NH, int HS);
 
 /* attention.c: grouped query heads and ALiBi (kernels.h, attention_gqa_*) */
-void cpu_attention_gqa_forward(tr_stream s, float *out, float *att, const float *qkv,
+void cpu_attention_gqa_forward(tr_stream s, float *out, float *lse, const float *qkv,
                                const float *alibi, int B, int T, int NH, int NG, int HS,
                                const int32_t *segments);
-void cpu_attention_gqa_backward(tr_stream s, float *dqkv, float *datt, const float *dout,
-                                const float *qkv, const float *att, int B, int T, int NH, int NG,
-                                int HS);
+void cpu_attention_gqa_backward(tr_stream s, float *dqkv, float *scratch, const float *dout,
+                                const float *qkv, const float *out, const float *lse,
+                                const float *alibi, int B, int T, int NH, int NG, int HS,
+                                const int32_t *segments);
 void cpu_attention_gqa_decode(tr_stream s, float *out, float *kcache, float *vcache,
                               float *scores, const float *qkv, const float *alibi, int B, int n,
                               int past, int max_T, int NH, int NG, int HS);

@@ -145,18 +145,19 @@ static size_t span(int rows, int cols, int ld)
         tr_kernels_cpu()->gelu_backward(s, dinp, inp, dout, n);                                    \
         round_##FMT##_n(dinp, n);                                                                  \
     }                                                                                              \
-    static void FMT##_attention_forward(tr_stream s, float *out, float *att, const float *qkv,     \
+    static void FMT##_attention_forward(tr_stream s, float *out, float *lse, const float *qkv,     \
                                         int B, int T, int NH, int HS, const int32_t *segments)     \
     {                                                                                              \
-        tr_kernels_cpu()->attention_forward(s, out, att, qkv, B, T, NH, HS, segments);             \
+        tr_kernels_cpu()->attention_forward(s, out, lse, qkv, B, T, NH, HS, segments);             \
         round_##FMT##_n(out, (size_t)B * T * NH * HS);                                             \
-        round_##FMT##_n(att, (size_t)B * NH * T * T);                                              \
     }                                                                                              \
-    static void FMT##_attention_backward(tr_stream s, float *dqkv, float *datt,                    \
-                                         const float *dout, const float *qkv, const float *att,    \
-                                         int B, int T, int NH, int HS)                             \
+    static void FMT##_attention_backward(tr_stream s, float *dqkv, float *scratch,                 \
+                                         const float *dout, const float *qkv, const float *out,    \
+                                         const float *lse, int B, int T, int NH, int HS,           \
+                                         const int32_t *segments)                                  \
     {                                                                                              \
-        tr_kernels_cpu()->attention_backward(s, dqkv, datt, dout, qkv, att, B, T, NH, HS);         \
+        tr_kernels_cpu()->attention_backward(s, dqkv, scratch, dout, qkv, out, lse, B, T, NH, HS,  \
+                                             segments);                                            \
         round_##FMT##_n(dqkv, (size_t)B * T * NH * 3 * HS);                                        \
     }                                                                                              \
     static void FMT##_rmsnorm_forward(tr_stream s, float *out, float *rstd, const float *inp,      \
@@ -195,21 +196,22 @@ static size_t span(int rows, int cols, int ld)
         tr_kernels_cpu()->rope(s, qkv, cos, sin, B, T, NG, R, HS, rot, inverse, positions);        \
         round_##FMT##_n(qkv, (size_t)B * T * NG * (R + 2) * HS);                                   \
     }                                                                                              \
-    static void FMT##_attention_gqa_forward(tr_stream s, float *out, float *att,                   \
+    static void FMT##_attention_gqa_forward(tr_stream s, float *out, float *lse,                   \
                                             const float *qkv, const float *alibi, int B, int T,    \
                                             int NH, int NG, int HS, const int32_t *segments)       \
     {                                                                                              \
-        tr_kernels_cpu()->attention_gqa_forward(s, out, att, qkv, alibi, B, T, NH, NG, HS,         \
+        tr_kernels_cpu()->attention_gqa_forward(s, out, lse, qkv, alibi, B, T, NH, NG, HS,         \
                                             segments);                                             \
         round_##FMT##_n(out, (size_t)B * T * NH * HS);                                             \
-        round_##FMT##_n(att, (size_t)B * NH * T * T);                                              \
     }                                                                                              \
-    static void FMT##_attention_gqa_backward(tr_stream s, float *dqkv, float *datt,                \
+    static void FMT##_attention_gqa_backward(tr_stream s, float *dqkv, float *scratch,             \
                                              const float *dout, const float *qkv,                  \
-                                             const float *att, int B, int T, int NH, int NG,       \
-                                             int HS)                                               \
+                                             const float *out, const float *lse,                   \
+                                             const float *alibi, int B, int T, int NH, int NG,     \
+                                             int HS, const int32_t *segments)                      \
     {                                                                                              \
-        tr_kernels_cpu()->attention_gqa_backward(s, dqkv, datt, dout, qkv, att, B, T, NH, NG, HS); \
+        tr_kernels_cpu()->attention_gqa_backward(s, dqkv, scratch, dout, qkv, out, lse, alibi, B,  \
+                                                 T, NH, NG, HS, segments);                         \
         round_##FMT##_n(dqkv, (size_t)B * T * NG * (NH / NG + 2) * HS);                            \
     }                                                                                              \
     static void FMT##_xent_backward(tr_stream s, float *dlogits, const float *logits,              \

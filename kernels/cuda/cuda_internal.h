@@ -76,18 +76,36 @@ void cu_alibi_add_decode(cudaStream_t st, float *scores, const float *slopes, in
                          int n, int L, int past);
 
 /* ---- attention_gqa.c: grouped query heads and ALiBi (kernels.h, attention_gqa_*) */
-void cu_attention_gqa_forward_fp32(tr_stream s, float *out, float *att, const float *qkv,
+void cu_attention_gqa_forward_fp32(tr_stream s, float *out, float *lse, const float *qkv,
                                    const float *alibi, int B, int T, int NH, int NG, int HS,
                                    const int32_t *segments);
-void cu_attention_gqa_backward_fp32(tr_stream s, float *dqkv, float *datt, const float *dout,
-                                    const float *qkv, const float *att, int B, int T, int NH,
-                                    int NG, int HS);
-void cu_attention_gqa_forward_bf16(tr_stream s, float *out, float *att, const float *qkv,
+void cu_attention_gqa_backward_fp32(tr_stream s, float *dqkv, float *scratch, const float *dout,
+                                    const float *qkv, const float *out, const float *lse,
+                                    const float *alibi, int B, int T, int NH, int NG, int HS,
+                                    const int32_t *segments);
+void cu_attention_gqa_forward_bf16(tr_stream s, float *out, float *lse, const float *qkv,
                                    const float *alibi, int B, int T, int NH, int NG, int HS,
                                    const int32_t *segments);
-void cu_attention_gqa_backward_bf16(tr_stream s, float *dqkv, float *datt, const float *dout,
-                                    const float *qkv, const float *att, int B, int T, int NH,
-                                    int NG, int HS);
+void cu_attention_gqa_backward_bf16(tr_stream s, float *dqkv, float *scratch, const float *dout,
+                                    const float *qkv, const float *out, const float *lse,
+                                    const float *alibi, int B, int T, int NH, int NG, int HS,
+                                    const int32_t *segments);
+/* ---- flash.cu: the fused attention of both layouts (GPT-2's: NG = NH, alibi NULL); fp32
+ * products or bf16 tensor-core tiles. scratch: B*(NH+1)*T floats (kernels.h). */
+void cu_flash_forward_fp32(tr_stream s, float *out, float *lse, const float *qkv,
+                           const float *alibi, int B, int T, int NH, int NG, int HS,
+                           const int32_t *segments);
+void cu_flash_forward_bf16(tr_stream s, float *out, float *lse, const float *qkv,
+                           const float *alibi, int B, int T, int NH, int NG, int HS,
+                           const int32_t *segments);
+void cu_flash_backward_fp32(tr_stream s, float *dqkv, float *scratch, const float *dout,
+                            const float *qkv, const float *out, const float *lse,
+                            const float *alibi, int B, int T, int NH, int NG, int HS,
+                            const int32_t *segments);
+void cu_flash_backward_bf16(tr_stream s, float *dqkv, float *scratch, const float *dout,
+                            const float *qkv, const float *out, const float *lse,
+                            const float *alibi, int B, int T, int NH, int NG, int HS,
+                            const int32_t *segments);
 void cu_attention_gqa_decode_fp32(tr_stream s, float *out, float *kcache, float *vcache,
                                   float *scores, const float *qkv, const float *alibi, int B,
                                   int n, int past, int max_T, int NH, int NG, int HS);
@@ -207,23 +225,24 @@ void cu_gemm_bf16(tr_stream s, int trans_a, int trans_b, int M, int N, int K, fl
 TR_MUST_CHECK int cu_gemm_init(size_t staging_bytes); /* tr_cuda_staging_bytes */
 size_t cu_gemm_workspace_bytes(void);
 
-/* ---- attention.c (fp32 products for FP32, bf16 tensor-core products for BF16) */
-void cu_attention_forward_fp32(tr_stream s, float *out, float *att, const float *qkv, int B,
-                                  int T, int NH, int HS, const int32_t *segments);
-void cu_attention_backward_fp32(tr_stream s, float *dqkv, float *datt, const float *dout,
-                                   const float *qkv, const float *att, int B, int T, int NH,
-                                   int HS);
+/* ---- attention.c (flash.cu's kernels; decode: fp32 products for FP32, bf16 tensor-core
+ * products for BF16) */
+void cu_attention_forward_fp32(tr_stream s, float *out, float *lse, const float *qkv, int B,
+                               int T, int NH, int HS, const int32_t *segments);
+void cu_attention_backward_fp32(tr_stream s, float *dqkv, float *scratch, const float *dout,
+                                const float *qkv, const float *out, const float *lse, int B,
+                                int T, int NH, int HS, const int32_t *segments);
+void cu_attention_forward_bf16(tr_stream s, float *out, float *lse, const float *qkv, int B,
+                               int T, int NH, int HS, const int32_t *segments);
+void cu_attention_backward_bf16(tr_stream s, float *dqkv, float *scratch, const float *dout,
+                                const float *qkv, const float *out, const float *lse, int B,
+                                int T, int NH, int HS, const int32_t *segments);
 void cu_attention_decode_fp32(tr_stream s, float *out, float *kcache, float *vcache,
                               float *scores, const float *qkv, int B, int n, int past, int max_T,
                               int NH, int HS);
 void cu_attention_decode_bf16(tr_stream s, float *out, float *kcache, float *vcache,
                               float *scores, const float *qkv, int B, int n, int past, int max_T,
                               int NH, int HS);
-void cu_attention_forward_bf16(tr_stream s, float *out, float *att, const float *qkv, int B,
-                                  int T, int NH, int HS, const int32_t *segments);
-void cu_attention_backward_bf16(tr_stream s, float *dqkv, float *datt, const float *dout,
-                                   const float *qkv, const float *att, int B, int T, int NH,
-                                   int HS);
 
 #ifdef __cplusplus
 }

@@ -1,7 +1,8 @@
 /* tests/cuda: every op of the CUDA tables against the CPU table on the same random inputs.
  * Error of an output = max_i |gpu_i - cpu_i| / max_i |cpu_i| (relative to the array's
  * largest magnitude, so sums whose terms cancel are judged against their scale).
- * "cuda-fp32" must agree within 1e-5, "cuda" (bf16 products) within 1e-2. Shapes include
+ * "cuda-fp32" must agree within 1e-5 (the fused attention 1e-4), "cuda" (bf16 products) within
+ * 1e-2. Shapes include
  * odd sizes, strided sub-matrices and operands that are only 4-byte aligned (views into a
  * flat parameter buffer are).
  * Exit 77 (SKIP) with the reason where there is no GPU; 0 when all agree; 1 otherwise (also
@@ -291,38 +292,61 @@ static void test_family(const tr_kernels *k, int N, int C)
     free(sw), free(dsw), free(q), free(cs), free(sn);
 }
 
-/* grouped query heads (NG groups) and ALiBi slopes against the CPU twin */
-static void test_attention_gqa(const tr_kernels *k, int B, int T, int NH, int NG, int HS,
-                               int use_alibi)
+/* Fused attention (flash.cu) against the CPU twin: out, lse and the backward's dqkv, through
+ * attention_forward/backward (gqa 0: NG = NH, no ALiBi) or attention_gqa_* (NG groups, ALiBi
+ * slopes when use_alibi). packed: segment ids (runs of 7, 12, 17, ... tokens per row b). The
+ * fp32 mode within TOL_ATT_FP32 (sums in another order, exp of another library), bf16 within
+ * TOL_BF16. */
+#define TOL_ATT_FP32 1e-4
+static void test_flash(const tr_kernels *k, int gqa, int B, int T, int NH, int NG, int HS,
+                       int use_alibi, int packed)
 {
     int R = NH / NG;
     size_t nq = (size_t)B * T * NG * (R + 2) * HS, no = (size_t)B * T * NH * HS;
-    size_t na = (size_t)B * NH * T * T;
+    size_t nl = (size_t)B * NH * T, ns = (size_t)B * (NH + 1) * T;
+    int32_t *seg = packed ? malloc((size_t)B * T * sizeof *seg) : NULL;
+    for (int i = 0; packed && i < B * T; i++)
+        seg[i] = (i % T) / (7 + 5 * (i / T));
+    int32_t *gseg = packed ? dev(k, seg, (size_t)B * T * sizeof *seg) : NULL;
     float *qkv = host(nq, -1, 1), *dout = host(no, -1, 1), *slopes = host((size_t)NH, 0.01f, 0.5f);
-    float *out = malloc(no * 4), *att = malloc(na * 4), *datt = malloc(na * 4), *dqkv = malloc(nq * 4);
+    float *out = malloc(no * 4), *lse = malloc(nl * 4), *scr = malloc(ns * 4), *dqkv = malloc(nq * 4);
     const float *al = use_alibi ? slopes : NULL;
-    CPU->attention_gqa_forward(NULL, out, att, qkv, al, B, T, NH, NG, HS, NULL);
-    CPU->attention_gqa_backward(NULL, dqkv, datt, dout, qkv, att, B, T, NH, NG, HS);
     float *gq = dev(k, qkv, nq * 4), *gdo = dev(k, dout, no * 4), *gsl = dev(k, slopes, (size_t)NH * 4);
-    float *gout = dev(k, NULL, no * 4), *gatt = dev(k, NULL, na * 4), *gdatt = dev(k, NULL, na * 4),
+    float *gout = dev(k, NULL, no * 4), *glse = dev(k, NULL, nl * 4), *gscr = dev(k, NULL, ns * 4),
           *gdq = dev(k, NULL, nq * 4);
-    k->attention_gqa_forward(NULL, gout, gatt, gq, use_alibi ? gsl : NULL, B, T, NH, NG, HS, NULL);
-    k->attention_gqa_backward(NULL, gdq, gdatt, gdo, gq, gatt, B, T, NH, NG, HS);
-    char what[96];
-    float *got;
-    snprintf(what, sizeof what, "attention_gqa out B%d T%d NH%d NG%d%s", B, T, NH, NG,
-             use_alibi ? " alibi" : "");
-    got = back(k, gout, no);
-    compare(what, k, got, out, no, tol_of(k));
-    free(got);
-    snprintf(what, sizeof what, "attention_gqa dqkv B%d T%d NH%d NG%d%s", B, T, NH, NG,
-             use_alibi ? " alibi" : "");
-    got = back(k, gdq, nq);
-    compare(what, k, got, dqkv, nq, tol_of(k));
-    free(got);
-    k->free(gq), k->free(gdo), k->free(gsl), k->free(gout), k->free(gatt), k->free(gdatt);
+    const float *gal = use_alibi ? gsl : NULL;
+    if (gqa) {
+        CPU->attention_gqa_forward(NULL, out, lse, qkv, al, B, T, NH, NG, HS, seg);
+        CPU->attention_gqa_backward(NULL, dqkv, scr, dout, qkv, out, lse, al, B, T, NH, NG, HS,
+                                    seg);
+        k->attention_gqa_forward(NULL, gout, glse, gq, gal, B, T, NH, NG, HS, gseg);
+        k->attention_gqa_backward(NULL, gdq, gscr, gdo, gq, gout, glse, gal, B, T, NH, NG, HS,
+                                  gseg);
+    } else {
+        CPU->attention_forward(NULL, out, lse, qkv, B, T, NH, HS, seg);
+        CPU->attention_backward(NULL, dqkv, scr, dout, qkv, out, lse, B, T, NH, HS, seg);
+        k->attention_forward(NULL, gout, glse, gq, B, T, NH, HS, gseg);
+        k->attention_backward(NULL, gdq, gscr, gdo, gq, gout, glse, B, T, NH, HS, gseg);
+    }
+    double tol = k == BF16 ? TOL_BF16 : TOL_ATT_FP32;
+    const char *names[] = {"out", "lse", "dqkv"};
+    float *devs[] = {gout, glse, gdq};
+    const float *refs[] = {out, lse, dqkv};
+    size_t sizes[] = {no, nl, nq};
+    for (int i = 0; i < 3; i++) {
+        char what[128];
+        snprintf(what, sizeof what, "%s %s B%d T%d NH%d NG%d HS%d%s%s",
+                 gqa ? "attention_gqa" : "attention", names[i], B, T, NH, NG, HS,
+                 use_alibi ? " alibi" : "", packed ? " packed" : "");
+        float *got = back(k, devs[i], sizes[i]);
+        compare(what, k, got, refs[i], sizes[i], tol);
+        free(got);
+    }
+    k->free(gq), k->free(gdo), k->free(gsl), k->free(gout), k->free(glse), k->free(gscr);
     k->free(gdq);
-    free(qkv), free(dout), free(slopes), free(out), free(att), free(datt), free(dqkv);
+    free(qkv), free(dout), free(slopes), free(out), free(lse), free(scr), free(dqkv);
+    if (packed)
+        k->free(gseg), free(seg);
 }
 
 /* generation with grouped heads and ALiBi: n new positions after past cached ones */
@@ -354,47 +378,6 @@ static void test_attention_gqa_decode(const tr_kernels *k, int B, int n, int pas
 }
 
 /* ---------------------------------------------------------------- attention */
-
-/* packed: segment ids (runs of 7, 12, 17, ... tokens per row b) restrict the attention */
-static void test_attention(const tr_kernels *k, int B, int T, int NH, int HS, int packed)
-{
-    int C = NH * HS;
-    size_t nqkv = (size_t)B * T * 3 * C, nout = (size_t)B * T * C,
-           natt = (size_t)B * NH * T * T;
-    int32_t *seg = packed ? malloc((size_t)B * T * sizeof *seg) : NULL;
-    for (int i = 0; packed && i < B * T; i++)
-        seg[i] = (i % T) / (7 + 5 * (i / T));
-    int32_t *gseg = packed ? dev(k, seg, (size_t)B * T * sizeof *seg) : NULL;
-    float *qkv = host(nqkv, -1, 1), *dout = host(nout, -1, 1);
-    float *out = malloc(nout * 4), *att = malloc(natt * 4), *datt = malloc(natt * 4),
-          *dqkv = malloc(nqkv * 4);
-    CPU->attention_forward(NULL, out, att, qkv, B, T, NH, HS, seg);
-    CPU->attention_backward(NULL, dqkv, datt, dout, qkv, att, B, T, NH, HS);
-    float *gqkv = dev(k, qkv, nqkv * 4), *gdout = dev(k, dout, nout * 4),
-          *gout = dev(k, NULL, nout * 4), *gatt = dev(k, NULL, natt * 4),
-          *gdatt = dev(k, NULL, natt * 4), *gdqkv = dev(k, NULL, nqkv * 4);
-    k->attention_forward(NULL, gout, gatt, gqkv, B, T, NH, HS, gseg);
-    k->attention_backward(NULL, gdqkv, gdatt, gdout, gqkv, gatt, B, T, NH, HS);
-    char what[80];
-    float *got;
-    snprintf(what, sizeof what, "attention%s out B%d T%d NH%d HS%d", packed ? " (packed)" : "",
-             B, T, NH, HS);
-    got = back(k, gout, nout);
-    compare(what, k, got, out, nout, tol_of(k));
-    free(got);
-    snprintf(what, sizeof what, "attention att B%d T%d NH%d HS%d", B, T, NH, HS);
-    got = back(k, gatt, natt);
-    compare(what, k, got, att, natt, tol_of(k));
-    free(got);
-    snprintf(what, sizeof what, "attention dqkv B%d T%d NH%d HS%d", B, T, NH, HS);
-    got = back(k, gdqkv, nqkv);
-    compare(what, k, got, dqkv, nqkv, tol_of(k));
-    free(got);
-    k->free(gqkv), k->free(gdout), k->free(gout), k->free(gatt), k->free(gdatt), k->free(gdqkv);
-    free(qkv), free(dout), free(out), free(att), free(datt), free(dqkv);
-    if (packed)
-        k->free(gseg), free(seg);
-}
 
 /* Generation: n new positions after `past` cached ones against the CPU twin; the outputs and
  * both caches (random earlier rows, the new rows appended). */
@@ -752,16 +735,20 @@ int main(void)
     test_layernorm(F32, 7, 33);
     test_family(F32, 512, 768);
     test_family(F32, 16, 34);
-    test_attention(F32, 2, 64, 4, 16, 0);
-    test_attention(F32, 1, 257, 2, 64, 0);
-    test_attention(BF16, 2, 64, 4, 16, 0);
-    test_attention(BF16, 1, 257, 2, 64, 0);
-    test_attention(F32, 2, 64, 4, 16, 1);
-    test_attention(BF16, 2, 70, 2, 16, 1);
-    test_attention_gqa(F32, 2, 64, 4, 2, 16, 0);
-    test_attention_gqa(F32, 1, 70, 6, 6, 16, 1); /* Bloom: 6 heads, ALiBi */
-    test_attention_gqa(F32, 2, 33, 8, 1, 32, 1); /* multi-query */
-    test_attention_gqa(BF16, 2, 64, 4, 2, 16, 1);
+    /* fused attention: GPT-2's op, then grouped heads, ALiBi, packed rows; T across the
+     * tiles and not a multiple of them; head sizes 16 .. 128 (the tile sizes 64 and 32) */
+    const tr_kernels *modes[] = {F32, BF16};
+    for (int m = 0; m < 2; m++) {
+        const tr_kernels *km = modes[m];
+        test_flash(km, 0, 2, 64, 4, 4, 16, 0, 0);
+        test_flash(km, 0, 1, 257, 2, 2, 64, 0, 0);
+        test_flash(km, 0, 2, 130, 3, 3, 128, 0, 0);
+        test_flash(km, 0, 2, 70, 2, 2, 16, 0, 1);
+        test_flash(km, 1, 2, 64, 4, 2, 16, 0, 0);
+        test_flash(km, 1, 1, 70, 6, 6, 16, 1, 0); /* Bloom: 6 heads, ALiBi */
+        test_flash(km, 1, 2, 33, 8, 1, 32, 1, 0); /* multi-query */
+        test_flash(km, 1, 2, 200, 8, 2, 40, 1, 1); /* groups, ALiBi, packed, HS not of 16 */
+    }
     test_attention_gqa_decode(F32, 2, 3, 5, 16, 4, 2, 16);
     test_attention_gqa_decode(F32, 1, 1, 40, 64, 6, 6, 32);
     test_attention_decode(F32, 2, 3, 5, 16, 4, 16);   /* a few new positions after a cache */

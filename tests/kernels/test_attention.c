@@ -1,6 +1,10 @@
-/* kernels/: causal self-attention forward and backward against a double-precision reference
- * (plain loops) and finite differences. Layouts: qkv (B, T, NH, 3, HS), out (B, T, NH, HS),
- * att (B, NH, T, T). */
+/* kernels/: fused causal self-attention (kernels/cpu/attention.c, the flash-attention scheme)
+ * against the algorithm it replaced, kept here as the reference: the whole (T, T) matrix of
+ * probabilities per (batch, head), materialised in double (softmax of each query row over its
+ * keys, packed sequences masking other runs, ALiBi added), out = P V, and the backward from
+ * P (dS = P (dP - rowsum(P dP))). Layouts: qkv (B, T, NG, R+2, HS) (GPT-2's (B, T, NH, 3,
+ * HS) is NG = NH), out (B, T, NH, HS), lse (B, NH, T). Shapes cross the 64-row tiles, with
+ * T not a multiple of them, segments, grouped heads and ALiBi; plus finite differences. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -12,12 +16,14 @@
 #include "kt.h"
 
 typedef struct {
-    int B, T, NH, HS;
+    int B, T, NH, NG, HS;
 } shape;
 
-static size_t qkv_at(shape s, int b, int t, int h, int which, int d)
+/* index of unit u (0..R-1 query heads, R key, R+1 value) of group g at (b, t) */
+static size_t qkv_at(shape s, int b, int t, int g, int u, int d)
 {
-    return ((((size_t)b * s.T + t) * s.NH + h) * 3 + which) * s.HS + d;
+    int R = s.NH / s.NG;
+    return ((((size_t)b * s.T + t) * s.NG + g) * (R + 2) + u) * s.HS + d;
 }
 
 static size_t out_at(shape s, int b, int t, int h, int d)
@@ -25,68 +31,71 @@ static size_t out_at(shape s, int b, int t, int h, int d)
     return (((size_t)b * s.T + t) * s.NH + h) * s.HS + d;
 }
 
-/* Reference forward and backward. *_s: sums of magnitudes of the terms (tolerance scales). */
-static void ref_attention(shape s, const float *qkv, const float *dout, double *out,
-                          double *out_s, double *att, double *dqkv, double *dqkv_s)
+/* The reference: out, lse, dqkv (accumulated), and sums of magnitudes for tolerances. */
+typedef struct {
+    double *out, *out_s, *lse, *dqkv, *dqkv_s;
+} ref_result;
+
+static void ref_attention(shape s, const float *qkv, const float *dout, const float *alibi,
+                          const int32_t *seg, ref_result *r)
 {
     double scale = 1.0 / sqrt((double)s.HS);
-    int T = s.T;
+    int T = s.T, R = s.NH / s.NG;
     double *p = malloc(sizeof(double) * T), *dp = malloc(sizeof(double) * T),
            *dpa = malloc(sizeof(double) * T);
-    assert_non_null(p);
-    assert_non_null(dp);
-    assert_non_null(dpa);
+    assert_true(p && dp && dpa);
     for (int b = 0; b < s.B; b++)
         for (int h = 0; h < s.NH; h++)
             for (int t = 0; t < T; t++) {
+                int g = h / R, qu = h % R, s0 = 0;
+                if (seg)
+                    for (s0 = t; s0 > 0 && seg[b * T + s0 - 1] == seg[b * T + t];)
+                        s0--;
                 double mx = -INFINITY;
-                for (int j = 0; j <= t; j++) {
+                for (int j = s0; j <= t; j++) {
                     double dot = 0;
                     for (int d = 0; d < s.HS; d++)
-                        dot += (double)qkv[qkv_at(s, b, t, h, 0, d)] * qkv[qkv_at(s, b, j, h, 1, d)];
-                    p[j] = dot * scale;
+                        dot += (double)qkv[qkv_at(s, b, t, g, qu, d)] * qkv[qkv_at(s, b, j, g, R, d)];
+                    p[j] = dot * scale + (alibi ? (double)alibi[h] * (j - t) : 0.0);
                     mx = fmax(mx, p[j]);
                 }
                 double sum = 0;
-                for (int j = 0; j <= t; j++)
-                    sum += p[j] = exp(p[j] - mx);
-                double *arow = att + (((size_t)b * s.NH + h) * T + t) * T;
-                for (int j = 0; j < T; j++)
-                    arow[j] = j <= t ? p[j] / sum : 0.0;
-                for (int j = 0; j <= t; j++)
-                    p[j] = arow[j];
+                for (int j = s0; j <= t; j++)
+                    sum += exp(p[j] - mx);
+                r->lse[((size_t)b * s.NH + h) * T + t] = mx + log(sum);
+                for (int j = s0; j <= t; j++)
+                    p[j] = exp(p[j] - mx) / sum;
                 for (int d = 0; d < s.HS; d++) {
                     double o = 0, oa = 0;
-                    for (int j = 0; j <= t; j++) {
-                        o += p[j] * qkv[qkv_at(s, b, j, h, 2, d)];
-                        oa += p[j] * fabs(qkv[qkv_at(s, b, j, h, 2, d)]);
+                    for (int j = s0; j <= t; j++) {
+                        o += p[j] * qkv[qkv_at(s, b, j, g, R + 1, d)];
+                        oa += p[j] * fabs(qkv[qkv_at(s, b, j, g, R + 1, d)]);
                     }
-                    out[out_at(s, b, t, h, d)] = o;
-                    out_s[out_at(s, b, t, h, d)] = oa;
+                    r->out[out_at(s, b, t, h, d)] = o;
+                    r->out_s[out_at(s, b, t, h, d)] = oa;
                 }
-                /* backward of this query row */
                 double dot = 0, dota = 0;
-                for (int j = 0; j <= t; j++) {
+                for (int j = s0; j <= t; j++) {
                     dp[j] = dpa[j] = 0;
                     for (int d = 0; d < s.HS; d++) {
-                        double term = (double)dout[out_at(s, b, t, h, d)] * qkv[qkv_at(s, b, j, h, 2, d)];
+                        double term = (double)dout[out_at(s, b, t, h, d)] * qkv[qkv_at(s, b, j, g, R + 1, d)];
                         dp[j] += term;
                         dpa[j] += fabs(term);
                     }
                     dot += p[j] * dp[j];
                     dota += p[j] * dpa[j];
                 }
-                for (int j = 0; j <= t; j++) {
+                for (int j = s0; j <= t; j++) {
                     double ds = p[j] * (dp[j] - dot), dsa = p[j] * (dpa[j] + dota);
                     for (int d = 0; d < s.HS; d++) {
-                        size_t iq = qkv_at(s, b, t, h, 0, d), ik = qkv_at(s, b, j, h, 1, d),
-                               iv = qkv_at(s, b, j, h, 2, d);
-                        dqkv[iq] += scale * ds * qkv[ik];
-                        dqkv_s[iq] += scale * dsa * fabs(qkv[ik]);
-                        dqkv[ik] += scale * ds * qkv[iq];
-                        dqkv_s[ik] += scale * dsa * fabs(qkv[iq]);
-                        dqkv[iv] += p[j] * dout[out_at(s, b, t, h, d)];
-                        dqkv_s[iv] += p[j] * fabs(dout[out_at(s, b, t, h, d)]);
+                        size_t iq = qkv_at(s, b, t, g, qu, d), ik = qkv_at(s, b, j, g, R, d),
+                               iv = qkv_at(s, b, j, g, R + 1, d);
+                        r->dqkv[iq] += scale * ds * qkv[ik];
+                        r->dqkv_s[iq] += scale * dsa * fabs(qkv[ik]);
+                        r->dqkv[ik] += scale * ds * qkv[iq];
+                        r->dqkv_s[ik] += scale * dsa * fabs(qkv[iq]);
+                        r->dqkv[iv] += p[j] * dout[out_at(s, b, t, h, d)];
+                        r->dqkv_s[iv] += p[j] * fabs(dout[out_at(s, b, t, h, d)]);
                     }
                 }
             }
@@ -95,67 +104,159 @@ static void ref_attention(shape s, const float *qkv, const float *dout, double *
     free(dpa);
 }
 
-struct att_ctx {
+typedef struct {
     shape s;
-    float *qkv, *out, *att, *wt;
-};
+    float *qkv, *out, *lse, *wt;
+    const float *alibi;
+    const int32_t *seg;
+} att_ctx;
+
+/* The op under test: GPT-2's when NG = NH and no ALiBi, else the grouped one. */
+static void forward(const att_ctx *c)
+{
+    shape s = c->s;
+    if (s.NG == s.NH && !c->alibi)
+        K->attention_forward(NULL, c->out, c->lse, c->qkv, s.B, s.T, s.NH, s.HS, c->seg);
+    else
+        K->attention_gqa_forward(NULL, c->out, c->lse, c->qkv, c->alibi, s.B, s.T, s.NH, s.NG,
+                                 s.HS, c->seg);
+}
+
+static void backward(const att_ctx *c, float *dqkv, float *scratch)
+{
+    shape s = c->s;
+    if (s.NG == s.NH && !c->alibi)
+        K->attention_backward(NULL, dqkv, scratch, c->wt, c->qkv, c->out, c->lse, s.B, s.T, s.NH,
+                              s.HS, c->seg);
+    else
+        K->attention_gqa_backward(NULL, dqkv, scratch, c->wt, c->qkv, c->out, c->lse, c->alibi,
+                                  s.B, s.T, s.NH, s.NG, s.HS, c->seg);
+}
 
 static double att_loss(void *p)
 {
-    struct att_ctx *c = p;
-    K->attention_forward(NULL, c->out, c->att, c->qkv, c->s.B, c->s.T, c->s.NH, c->s.HS, NULL);
+    att_ctx *c = p;
+    forward(c);
     return kt_dot(c->out, c->wt, (size_t)c->s.B * c->s.T * c->s.NH * c->s.HS);
 }
 
-static void check_attention(shape s, float range, int with_fd)
+/* Segment ids of B rows: runs of lengths cycling through `lens` (0: no segments). */
+static int32_t *make_segments(shape s, const int *lens, int n)
 {
-    size_t nqkv = (size_t)s.B * s.T * s.NH * 3 * s.HS, nout = (size_t)s.B * s.T * s.NH * s.HS,
-           natt = (size_t)s.B * s.NH * s.T * s.T;
-    struct att_ctx c = {s, kt_floats(nqkv), kt_floats(nout), kt_floats(natt), kt_floats(nout)};
+    if (!n)
+        return NULL;
+    int32_t *seg = malloc(sizeof(int32_t) * (size_t)s.B * s.T);
+    assert_non_null(seg);
+    for (int b = 0; b < s.B; b++)
+        for (int t = 0, id = 0, k = b % n; t < s.T; id++, k = (k + 1) % n)
+            for (int i = 0; i < lens[k] && t < s.T; i++)
+                seg[b * s.T + t++] = id;
+    return seg;
+}
+
+static void check_attention(shape s, float range, int use_alibi, const int *lens, int nlens,
+                            int with_fd)
+{
+    int R = s.NH / s.NG;
+    size_t nqkv = (size_t)s.B * s.T * s.NG * (R + 2) * s.HS, nout = (size_t)s.B * s.T * s.NH * s.HS,
+           nlse = (size_t)s.B * s.NH * s.T;
+    float *slopes = kt_floats(s.NH);
+    for (int h = 0; h < s.NH; h++)
+        slopes[h] = 0.5f / (float)(h + 1);
+    att_ctx c = {s, kt_floats(nqkv), kt_floats(nout), kt_floats(nlse), kt_floats(nout),
+                 use_alibi ? slopes : NULL, make_segments(s, lens, nlens)};
     kt_fill(c.qkv, nqkv, -range, range);
     kt_fill(c.wt, nout, -1, 1);
-    for (size_t i = 0; i < natt; i++)
-        c.att[i] = NAN; /* every entry is written, the upper triangle with 0 */
-    double *out = kt_doubles(nout), *out_s = kt_doubles(nout), *att = kt_doubles(natt),
-           *dqkv = kt_doubles(nqkv), *dqkv_s = kt_doubles(nqkv);
-    ref_attention(s, c.qkv, c.wt, out, out_s, att, dqkv, dqkv_s);
+    ref_result r = {kt_doubles(nout), kt_doubles(nout), kt_doubles(nlse), kt_doubles(nqkv),
+                    kt_doubles(nqkv)};
+    ref_attention(s, c.qkv, c.wt, c.alibi, c.seg, &r);
+    for (size_t i = 0; i < nout; i++)
+        c.out[i] = NAN; /* every entry is written */
     att_loss(&c);
-    kt_check("attention out", c.out, out, out_s, nout, 1e-5, 1e-7);
-    kt_check("attention att", c.att, att, NULL, natt, 1e-5, 1e-7);
-    for (int bh = 0; bh < s.B * s.NH; bh++)
-        for (int t = 0; t < s.T; t++)
-            for (int j = t + 1; j < s.T; j++)
-                assert_true(c.att[((size_t)bh * s.T + t) * s.T + j] == 0.0f);
-    float *dq = kt_floats(nqkv), *datt = kt_floats(natt);
+    kt_check("attention out", c.out, r.out, r.out_s, nout, 1e-5, 1e-7);
+    kt_check("attention lse", c.lse, r.lse, NULL, nlse, 1e-6, 1e-6);
+    size_t nscratch = nlse + (size_t)s.B * s.T;
+    float *dq = kt_floats(nqkv), *scratch = kt_floats(nscratch);
     for (size_t i = 0; i < nqkv; i++)
         dq[i] = NAN; /* overwritten */
-    for (size_t i = 0; i < natt; i++)
-        datt[i] = NAN; /* scratch: never read before written */
-    K->attention_backward(NULL, dq, datt, c.wt, c.qkv, c.att, s.B, s.T, s.NH, s.HS);
-    kt_check("attention dqkv", dq, dqkv, dqkv_s, nqkv, 1e-5, 1e-7);
+    for (size_t i = 0; i < nscratch; i++)
+        scratch[i] = NAN; /* never read before written */
+    backward(&c, dq, scratch);
+    kt_check("attention dqkv", dq, r.dqkv, r.dqkv_s, nqkv, 1e-5, 1e-7);
     if (with_fd) {
         double *fd = kt_doubles(nqkv);
         kt_fd_grad(c.qkv, nqkv, 1e-3f, att_loss, &c, fd);
         kt_check_fd("attention dqkv vs finite differences", dq, fd, nqkv, 1e-2, 2e-3);
         free(fd);
     }
-    free(c.qkv), free(c.out), free(c.att), free(c.wt);
-    free(out), free(out_s), free(att), free(dqkv), free(dqkv_s), free(dq), free(datt);
+    free(c.qkv), free(c.out), free(c.lse), free(c.wt), free((void *)c.seg), free(slopes);
+    free(r.out), free(r.out_s), free(r.lse), free(r.dqkv), free(r.dqkv_s), free(dq), free(scratch);
 }
 
 static void test_attention_small(void **state)
 {
     (void)state;
-    check_attention((shape){2, 5, 3, 4}, 1.0f, 1);
-    check_attention((shape){1, 1, 1, 1}, 1.0f, 1);   /* one token attends to itself */
-    check_attention((shape){1, 3, 2, 2}, 8.0f, 1);   /* sharp softmax */
+    check_attention((shape){2, 5, 3, 3, 4}, 1.0f, 0, NULL, 0, 1);
+    check_attention((shape){1, 1, 1, 1, 1}, 1.0f, 0, NULL, 0, 1); /* one token attends to itself */
+    check_attention((shape){1, 3, 2, 2, 2}, 8.0f, 0, NULL, 0, 1); /* sharp softmax */
+    int lens[] = {2, 3};
+    check_attention((shape){2, 7, 4, 2, 3}, 1.0f, 1, lens, 2, 1); /* groups, ALiBi, segments */
 }
 
-static void test_attention_blocks(void **state)
+static void test_attention_tiles(void **state)
 {
     (void)state;
-    check_attention((shape){1, 150, 2, 8}, 1.0f, 0); /* crosses the 64-row blocks */
-    check_attention((shape){3, 67, 3, 16}, 1.0f, 0); /* split over threads */
+    check_attention((shape){1, 150, 2, 2, 8}, 1.0f, 0, NULL, 0, 0); /* crosses the 64-row tiles */
+    check_attention((shape){3, 67, 3, 3, 16}, 1.0f, 0, NULL, 0, 0); /* split over threads */
+    check_attention((shape){2, 200, 4, 2, 16}, 2.0f, 1, NULL, 0, 0); /* groups and ALiBi */
+    check_attention((shape){1, 129, 1, 1, 8}, 4.0f, 0, NULL, 0, 0);  /* one pair: two passes */
+}
+
+static void test_attention_segments(void **state)
+{
+    (void)state;
+    /* runs shorter than, equal to and longer than a tile, starting anywhere */
+    int lens[] = {5, 64, 1, 90, 17, 130};
+    check_attention((shape){2, 257, 2, 2, 8}, 1.0f, 0, lens, 6, 0);
+    check_attention((shape){3, 190, 6, 3, 8}, 1.0f, 1, lens + 1, 5, 0);
+    int one[] = {1}; /* every token its own sequence */
+    check_attention((shape){1, 70, 2, 1, 4}, 1.0f, 1, one, 1, 0);
+}
+
+/* The two backward orders (whole (batch, group) pairs, or key tiles then query tiles) and
+ * every thread count give the same bits. */
+static void test_attention_threads(void **state)
+{
+    (void)state;
+    shape s = {2, 300, 4, 2, 16}; /* 4 (batch, group) pairs: one order at 1 thread, the other at 2 */
+    int R = s.NH / s.NG, lens[] = {100, 37, 200};
+    size_t nqkv = (size_t)s.B * s.T * s.NG * (R + 2) * s.HS, nout = (size_t)s.B * s.T * s.NH * s.HS,
+           nlse = (size_t)s.B * s.NH * s.T;
+    float slopes[4] = {0.5f, 0.25f, 0.125f, 0.0625f};
+    att_ctx c = {s, kt_floats(nqkv), kt_floats(nout), kt_floats(nlse), kt_floats(nout), slopes,
+                 make_segments(s, lens, 3)};
+    kt_fill(c.qkv, nqkv, -1, 1);
+    kt_fill(c.wt, nout, -1, 1);
+    int max_threads = tr_kernels_cpu_threads();
+    float *o[3], *l[3], *dq[3], *scratch = kt_floats(nlse + (size_t)s.B * s.T);
+    int counts[3] = {1, 2, 5};
+    for (int i = 0; i < 3; i++) {
+        tr_kernels_cpu_set_threads(counts[i]);
+        forward(&c);
+        o[i] = kt_floats(nout), l[i] = kt_floats(nlse), dq[i] = kt_floats(nqkv);
+        memcpy(o[i], c.out, nout * sizeof(float));
+        memcpy(l[i], c.lse, nlse * sizeof(float));
+        backward(&c, dq[i], scratch);
+    }
+    tr_kernels_cpu_set_threads(max_threads);
+    for (int i = 1; i < 3; i++) {
+        kt_check_same("attention out across thread counts", o[0], o[i], nout);
+        kt_check_same("attention lse across thread counts", l[0], l[i], nlse);
+        kt_check_same("attention dqkv across thread counts and orders", dq[0], dq[i], nqkv);
+    }
+    for (int i = 0; i < 3; i++)
+        free(o[i]), free(l[i]), free(dq[i]);
+    free(c.qkv), free(c.out), free(c.lse), free(c.wt), free((void *)c.seg), free(scratch);
 }
 
 int main(void)
@@ -164,7 +265,9 @@ int main(void)
     kt_seed(37);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_attention_small),
-        cmocka_unit_test(test_attention_blocks),
+        cmocka_unit_test(test_attention_tiles),
+        cmocka_unit_test(test_attention_segments),
+        cmocka_unit_test(test_attention_threads),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -55,10 +55,11 @@ static void run_all(run_out *o)
     o->gelu = kt_floats(ng), o->dgelu = kt_floats(ng);
     K->gelu_forward(NULL, o->gelu, big_a, ng);
     K->gelu_backward(NULL, o->dgelu, big_a, big_b, ng);
-    o->att_out = kt_floats(N * C), o->att = kt_floats(B * NH * T * T);
+    o->att_out = kt_floats(N * C), o->att = kt_floats(B * NH * T); /* lse */
     K->attention_forward(NULL, o->att_out, o->att, qkv, B, T, NH, HS, NULL);
-    o->dqkv = kt_floats(N * 3 * C), o->datt = kt_floats(B * NH * T * T);
-    K->attention_backward(NULL, o->dqkv, o->datt, dout_nc, qkv, o->att, B, T, NH, HS);
+    o->dqkv = kt_floats(N * 3 * C), o->datt = kt_floats(B * (NH + 1) * T);
+    K->attention_backward(NULL, o->dqkv, o->datt, dout_nc, qkv, o->att_out, o->att, B, T, NH, HS,
+                          NULL);
     o->maxv = kt_floats(N), o->sumexp = kt_floats(N), o->dlogits = kt_floats(N * V);
     K->xent_row_max(NULL, o->maxv, logits, N, V, NV);
     K->xent_row_sumexp(NULL, o->sumexp, logits, o->maxv, N, V, NV);
@@ -90,7 +91,8 @@ static void compare(const run_out *a, const run_out *b)
     kt_check_same("gelu", a->gelu, b->gelu, ng);
     kt_check_same("gelu backward", a->dgelu, b->dgelu, ng);
     kt_check_same("attention out", a->att_out, b->att_out, N * C);
-    kt_check_same("attention att", a->att, b->att, B * NH * T * T);
+    kt_check_same("attention lse", a->att, b->att, B * NH * T);
+    kt_check_same("attention row sums", a->datt, b->datt, B * NH * T);
     kt_check_same("attention dqkv", a->dqkv, b->dqkv, N * 3 * C);
     kt_check_same("xent max", a->maxv, b->maxv, N);
     kt_check_same("xent sumexp", a->sumexp, b->sumexp, N);

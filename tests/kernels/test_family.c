@@ -271,9 +271,9 @@ static void check_attention(shape s, int use_alibi, int fd)
 {
     int R = s.NH / s.NG;
     size_t nq = (size_t)s.B * s.T * s.NG * (R + 2) * s.HS, no = (size_t)s.B * s.T * s.NH * s.HS;
-    size_t na = (size_t)s.B * s.NH * s.T * s.T;
+    size_t na = (size_t)s.B * s.NH * s.T; /* lse, and the backward's scratch */
     float *qkv = kt_floats(nq), *out = kt_floats(no), *att = kt_floats(na), *w = kt_floats(no);
-    float *dqkv = kt_floats(nq), *datt = kt_floats(na), *slopes = kt_floats(s.NH);
+    float *dqkv = kt_floats(nq), *datt = kt_floats(na + (size_t)s.B * s.T), *slopes = kt_floats(s.NH);
     double *ref = kt_doubles(no);
     kt_fill(qkv, nq, -1.5f, 1.5f);
     kt_fill(w, no, -1, 1);
@@ -282,7 +282,8 @@ static void check_attention(shape s, int use_alibi, int fd)
     ref_forward(s, qkv, alibi, ref);
     K->attention_gqa_forward(NULL, out, att, qkv, alibi, s.B, s.T, s.NH, s.NG, s.HS, NULL);
     kt_check("gqa attention forward", out, ref, NULL, no, 1e-4, 1e-5);
-    K->attention_gqa_backward(NULL, dqkv, datt, w, qkv, att, s.B, s.T, s.NH, s.NG, s.HS);
+    K->attention_gqa_backward(NULL, dqkv, datt, w, qkv, out, att, alibi, s.B, s.T, s.NH, s.NG,
+                              s.HS, NULL);
     if (fd) {
         att_ctx c = {s, out, att, qkv, w, alibi};
         double *g = kt_doubles(nq);
@@ -293,7 +294,7 @@ static void check_attention(shape s, int use_alibi, int fd)
     if (s.NG == s.NH && !use_alibi) { /* the same as GPT-2's op, bit for bit */
         float *out2 = kt_floats(no), *att2 = kt_floats(na), *dqkv2 = kt_floats(nq);
         K->attention_forward(NULL, out2, att2, qkv, s.B, s.T, s.NH, s.HS, NULL);
-        K->attention_backward(NULL, dqkv2, datt, w, qkv, att2, s.B, s.T, s.NH, s.HS);
+        K->attention_backward(NULL, dqkv2, datt, w, qkv, out2, att2, s.B, s.T, s.NH, s.HS, NULL);
         kt_check_same("gqa with NG = NH: out", out, out2, no);
         kt_check_same("gqa with NG = NH: dqkv", dqkv, dqkv2, nq);
         free(out2), free(att2), free(dqkv2);
@@ -309,7 +310,8 @@ static void check_attention(shape s, int use_alibi, int fd)
                         memcpy(x + at(e, b, t, h, u, 0), qkv + at(s, b, t, h / R, u ? R + u - 1 : h % R, 0),
                                s.HS * sizeof(float));
         K->attention_gqa_forward(NULL, o2, a2, x, alibi, s.B, s.T, s.NH, s.NH, s.HS, NULL);
-        K->attention_gqa_backward(NULL, dx, datt, w, x, a2, s.B, s.T, s.NH, s.NH, s.HS);
+        K->attention_gqa_backward(NULL, dx, datt, w, x, o2, a2, alibi, s.B, s.T, s.NH, s.NH, s.HS,
+                                  NULL);
         double *want = kt_doubles(nq);
         for (int b = 0; b < s.B; b++)
             for (int t = 0; t < s.T; t++)

@@ -1,0 +1,570 @@
+// Fused causal attention on the GPU (kernels.h's attention_* and attention_gqa_*: the
+// flash-attention scheme, no T x T tensor): one thread block per (batch, head, query tile)
+// in forward, the online softmax over the key tiles at or left of the diagonal (tiles above
+// it skipped, and with packed sequences the tiles wholly before the tile's first segment),
+// writing out and the log-sum-exp of each query row. Backward recomputes the probabilities
+// tile by tile, P = exp(S - lse), without atomics: a block per (batch, group, key tile)
+// writes dK and dV of its rows (over the group's R heads and the query tiles in order), a
+// block per (batch, head, query tile) writes dQ; a first kernel makes D = rowsum(dO * O)
+// and each row's segment start. Deterministic run to run.
+// Precision: the tensors are fp32 in memory. Tin = float: every product in fp32 FMA (the
+// fp32 mode, within 1e-4 of the CPU); Tin = bf16: tiles are rounded to bf16 when loaded into
+// shared memory and the tile products run on the tensor cores (wmma 16x16x16, fp32
+// accumulation; sm_80 and sm_90), the softmax statistics and accumulators stay fp32.
+// Hooks: ALiBi slopes (score += slope_h (j - i)) and grouped key/value heads (qkv layout
+// (B, T, NG, R+2, HS)), as the CPU twin kernels/cpu/attention.c.
+// Shared memory: tiles of TILE x DP (DP = HS rounded up to 16, zero padded; rows past T
+// zero; fp32 input tiles have row stride DP + 1 so the column reads of Q K^T do not hit one
+// bank), opt-in dynamic memory; TILE (64, 32 or 16) is the largest whose backward key kernel
+// fits FA_SMEM_CAP bytes. Head sizes up to 256.
+#include <mma.h>
+#include <type_traits>
+
+#include "kernels/cuda/grid.cuh"
+
+#include <cuda_bf16.h>
+#include <math.h>
+
+namespace {
+
+constexpr int FA_THREADS = 128; // 4 warps
+constexpr int FA_WARPS = FA_THREADS / 32;
+constexpr size_t FA_SMEM_CAP = 120 * 1024;
+constexpr int FA_MAX_HS = 256;
+
+struct fa_args {
+    const float *qkv, *dout, *out_c, *lse_c, *alibi;
+    const int32_t *seg;
+    float *out, *lse, *dqkv, *D; // D: (B, NH, T) row sums, then (B, T) segment starts (int)
+    int B, T, NH, NG, R, HS, C, C3;
+    float scale;
+};
+
+__device__ __forceinline__ size_t q_off(const fa_args &a, int h)
+{
+    return (size_t)(h / a.R) * (a.R + 2) * a.HS + (size_t)(h % a.R) * a.HS;
+}
+
+__device__ __forceinline__ size_t k_off(const fa_args &a, int g)
+{
+    return (size_t)g * (a.R + 2) * a.HS + (size_t)a.R * a.HS;
+}
+
+__device__ __forceinline__ int *seg_starts(const fa_args &a)
+{
+    return reinterpret_cast<int *>(a.D + (size_t)a.B * a.NH * a.T);
+}
+
+template <typename Tin> __device__ __forceinline__ Tin to_in(float x);
+template <> __device__ __forceinline__ float to_in<float>(float x) { return x; }
+template <> __device__ __forceinline__ __nv_bfloat16 to_in<__nv_bfloat16>(float x)
+{
+    return __float2bfloat16_rn(x);
+}
+// Row stride of an input tile: fp32 odd (no bank conflicts in the scalar products), bf16
+// DP (wmma's 32-byte aligned rows).
+template <typename Tin> __host__ __device__ constexpr int tile_ld(int DP)
+{
+    return sizeof(Tin) == 4 ? DP + 1 : DP;
+}
+
+// dst (TILE x DP, row stride tile_ld) = rows [r0, r0 + n) of the HS-wide slice at src (row
+// stride ld), zero past n rows and past HS columns.
+template <typename Tin, int TILE>
+__device__ void load_tile(Tin *dst, const float *src, int ld, int r0, int n, int HS, int DP)
+{
+    int LT = tile_ld<Tin>(DP);
+    for (int idx = threadIdx.x; idx < TILE * DP; idx += FA_THREADS) {
+        int i = idx / DP, d = idx % DP;
+        float v = i < n && d < HS ? src[(size_t)(r0 + i) * ld + d] : 0.0f;
+        dst[i * LT + d] = to_in<Tin>(v);
+    }
+}
+
+// C (M x N, row stride ldc) = (acc ? C : 0) + alpha op(A) op(B), op(A) M x K, op(B) K x N.
+// A is stored M x K (row stride lda), or K x M when TA; B is K x N (ldb), or N x K when TB.
+// M, N, K multiples of 16. The block's threads share the work; C is not read by other
+// threads before the caller's __syncthreads.
+template <bool TA, bool TB>
+__device__ void block_mm(float *C, int ldc, const float *A, int lda, const float *B, int ldb,
+                         int M, int N, int K, float alpha, bool acc)
+{
+    for (int idx = threadIdx.x; idx < M * N; idx += FA_THREADS) {
+        int i = idx / N, j = idx % N;
+        float s = 0.0f;
+        for (int k = 0; k < K; k++) {
+            float x = TA ? A[k * lda + i] : A[i * lda + k];
+            float y = TB ? B[j * ldb + k] : B[k * ldb + j];
+            s = fmaf(x, y, s);
+        }
+        C[i * ldc + j] = acc ? C[i * ldc + j] + alpha * s : alpha * s;
+    }
+}
+
+template <bool TA, bool TB>
+__device__ void block_mm(float *C, int ldc, const __nv_bfloat16 *A, int lda,
+                         const __nv_bfloat16 *B, int ldb, int M, int N, int K, float alpha,
+                         bool acc)
+{
+    using namespace nvcuda;
+    using la = typename std::conditional<TA, wmma::col_major, wmma::row_major>::type;
+    using lb = typename std::conditional<TB, wmma::col_major, wmma::row_major>::type;
+    int warp = threadIdx.x / 32, tn = N / 16, tiles = (M / 16) * tn;
+#pragma unroll 1
+    for (int tile = warp; tile < tiles; tile += FA_WARPS) {
+        int i = tile / tn * 16, j = tile % tn * 16;
+        wmma::fragment<wmma::accumulator, 16, 16, 16, float> prod;
+        wmma::fill_fragment(prod, 0.0f);
+#pragma unroll 1
+        for (int k = 0; k < K; k += 16) {
+            wmma::fragment<wmma::matrix_a, 16, 16, 16, __nv_bfloat16, la> fa;
+            wmma::fragment<wmma::matrix_b, 16, 16, 16, __nv_bfloat16, lb> fb;
+            wmma::load_matrix_sync(fa, TA ? A + k * lda + i : A + i * lda + k, lda);
+            wmma::load_matrix_sync(fb, TB ? B + j * ldb + k : B + k * ldb + j, ldb);
+            wmma::mma_sync(prod, fa, fb, prod);
+        }
+        float *c = C + i * ldc + j;
+        if (acc) {
+            wmma::fragment<wmma::accumulator, 16, 16, 16, float> old;
+            wmma::load_matrix_sync(old, c, ldc, wmma::mem_row_major);
+            for (int e = 0; e < old.num_elements; e++)
+                old.x[e] += alpha * prod.x[e];
+            wmma::store_matrix_sync(c, old, ldc, wmma::mem_row_major);
+        } else {
+            for (int e = 0; e < prod.num_elements; e++)
+                prod.x[e] *= alpha;
+            wmma::store_matrix_sync(c, prod, ldc, wmma::mem_row_major);
+        }
+    }
+}
+
+// Shared memory carving: 128-byte aligned pieces.
+struct carver {
+    unsigned char *p;
+    template <typename T> __device__ T *take(size_t count)
+    {
+        T *r = reinterpret_cast<T *>(p);
+        p += (count * sizeof(T) + 127) & ~(size_t)127;
+        return r;
+    }
+};
+
+__host__ __device__ constexpr size_t piece(size_t bytes) { return (bytes + 127) & ~(size_t)127; }
+
+// Bytes of each kernel's shared memory (the carving order of the kernels below).
+__host__ __device__ inline size_t fwd_smem(int tile, int DP, size_t in)
+{
+    size_t td = (size_t)tile * DP, tt = (size_t)tile * tile, tl = (size_t)tile * (DP + 1);
+    return 3 * piece(tl * in) + piece(tt * 4) + piece(tt * in) + piece(td * 4) +
+           3 * piece(tile * 4) + piece(tile * 4);
+}
+
+__host__ __device__ inline size_t dkv_smem(int tile, int DP, size_t in)
+{
+    size_t td = (size_t)tile * DP, tt = (size_t)tile * tile, tl = (size_t)tile * (DP + 1);
+    return 4 * piece(tl * in) + 2 * piece(tt * 4) + 2 * piece(tt * in) + 2 * piece(td * 4) +
+           3 * piece(tile * 4);
+}
+
+__host__ __device__ inline size_t dq_smem(int tile, int DP, size_t in)
+{
+    size_t td = (size_t)tile * DP, tt = (size_t)tile * tile, tl = (size_t)tile * (DP + 1);
+    return 4 * piece(tl * in) + 2 * piece(tt * 4) + piece(tt * in) + piece(td * 4) +
+           3 * piece(tile * 4);
+}
+
+// Scaled, masked score of query row t (segment start s0) and key j: -INF when masked.
+__device__ __forceinline__ float masked_score(const fa_args &a, float s, int h, int t, int j,
+                                              int s0, bool valid_rc)
+{
+    if (!valid_rc || j > t || j < s0)
+        return -INFINITY;
+    s *= a.scale;
+    if (a.alibi)
+        s += a.alibi[h] * (float)(j - t);
+    return s;
+}
+
+// ---------------------------------------------------------------- forward
+template <typename Tin, int TILE>
+__global__ void __launch_bounds__(FA_THREADS) fa_forward(fa_args a, int DP)
+{
+    extern __shared__ __align__(128) unsigned char smem[];
+    carver cv{smem};
+    const int LT = tile_ld<Tin>(DP);
+    Tin *Qs = cv.take<Tin>((size_t)TILE * LT), *Ks = cv.take<Tin>((size_t)TILE * LT);
+    Tin *Vs = cv.take<Tin>((size_t)TILE * LT);
+    float *S = cv.take<float>((size_t)TILE * TILE);
+    Tin *Ps = cv.take<Tin>((size_t)TILE * TILE);
+    float *Os = cv.take<float>((size_t)TILE * DP);
+    float *m = cv.take<float>(TILE), *l = cv.take<float>(TILE), *corr = cv.take<float>(TILE);
+    int *s0 = cv.take<int>(TILE);
+
+    int qt = gridDim.x - 1 - blockIdx.x; // the largest query tiles first
+    int bh = blockIdx.y, b = bh / a.NH, h = bh % a.NH, g = h / a.R, T = a.T;
+    int r0 = qt * TILE, rows = min(TILE, T - r0);
+    const float *base = a.qkv + (size_t)b * T * a.C3;
+    load_tile<Tin, TILE>(Qs, base + q_off(a, h), a.C3, r0, rows, a.HS, DP);
+    for (int idx = threadIdx.x; idx < TILE * DP; idx += FA_THREADS)
+        Os[idx] = 0.0f;
+    for (int i = threadIdx.x; i < TILE; i += FA_THREADS) {
+        m[i] = -INFINITY;
+        l[i] = 0.0f;
+        int t = r0 + min(i, rows - 1), s = 0;
+        if (a.seg) { // the first key of t's run
+            const int32_t *sg = a.seg + (size_t)b * T;
+            for (s = t; s > 0 && sg[s - 1] == sg[t];)
+                s--;
+        }
+        s0[i] = s;
+    }
+    __syncthreads();
+    for (int c = s0[0] / TILE; c <= qt; c++) {
+        int c0 = c * TILE, cols = min(TILE, T - c0);
+        load_tile<Tin, TILE>(Ks, base + k_off(a, g), a.C3, c0, cols, a.HS, DP);
+        load_tile<Tin, TILE>(Vs, base + k_off(a, g) + a.HS, a.C3, c0, cols, a.HS, DP);
+        __syncthreads();
+        block_mm<false, true>(S, TILE, Qs, LT, Ks, LT, TILE, TILE, DP, 1.0f, false);
+        __syncthreads();
+        // one warp per row: mask, running max and sum, probabilities
+        for (int i = threadIdx.x / 32; i < TILE; i += FA_WARPS) {
+            int lane = threadIdx.x % 32, t = r0 + i;
+            float mx = -INFINITY;
+            for (int j = lane; j < TILE; j += 32) {
+                float s = masked_score(a, S[i * TILE + j], h, t, c0 + j, s0[i], i < rows && j < cols);
+                S[i * TILE + j] = s;
+                mx = fmaxf(mx, s);
+            }
+            mx = tr_cu_warp_max(mx);
+            float mnew = fmaxf(m[i], mx), sum = 0.0f;
+            for (int j = lane; j < TILE; j += 32) {
+                float p = mnew == -INFINITY ? 0.0f : __expf(S[i * TILE + j] - mnew);
+                Ps[i * TILE + j] = to_in<Tin>(p);
+                sum += p;
+            }
+            sum = tr_cu_warp_sum(sum);
+            __syncwarp();
+            if (lane == 0) {
+                float f = mnew == -INFINITY ? 1.0f : __expf(m[i] - mnew);
+                corr[i] = f;
+                l[i] = l[i] * f + sum;
+                m[i] = mnew;
+            }
+        }
+        __syncthreads();
+        for (int idx = threadIdx.x; idx < TILE * DP; idx += FA_THREADS)
+            Os[idx] *= corr[idx / DP];
+        __syncthreads();
+        block_mm<false, false>(Os, DP, Ps, TILE, Vs, LT, TILE, DP, TILE, 1.0f, true);
+        __syncthreads();
+    }
+    float *o = a.out + (size_t)b * T * a.C + (size_t)h * a.HS;
+    for (int idx = threadIdx.x; idx < rows * a.HS; idx += FA_THREADS) {
+        int i = idx / a.HS, d = idx % a.HS;
+        o[(size_t)(r0 + i) * a.C + d] = Os[i * DP + d] / l[i];
+    }
+    for (int i = threadIdx.x; i < rows; i += FA_THREADS)
+        a.lse[(size_t)bh * T + r0 + i] = m[i] + logf(l[i]);
+}
+
+// ---------------------------------------------------------------- backward
+// D[bh, t] = dO . O (one warp per row), and each row's segment start (h == 0's warps).
+__global__ void fa_prepare(fa_args a)
+{
+    int r = blockIdx.x * FA_WARPS + threadIdx.x / 32, lane = threadIdx.x % 32;
+    if (r >= a.B * a.NH * a.T)
+        return;
+    int t = r % a.T, bh = r / a.T, b = bh / a.NH, h = bh % a.NH;
+    size_t at = ((size_t)b * a.T + t) * a.C + (size_t)h * a.HS;
+    float s = 0.0f;
+    for (int d = lane; d < a.HS; d += 32)
+        s += a.dout[at + d] * a.out_c[at + d];
+    s = tr_cu_warp_sum(s);
+    if (lane == 0) {
+        a.D[r] = s;
+        if (h == 0) {
+            int st = 0;
+            if (a.seg) {
+                const int32_t *sg = a.seg + (size_t)b * a.T;
+                for (st = t; st > 0 && sg[st - 1] == sg[t];)
+                    st--;
+            }
+            seg_starts(a)[(size_t)b * a.T + t] = st;
+        }
+    }
+}
+
+// P and dS of one tile pair into S/Ps and dP/dSs (S, dP hold Q K^T and dO V^T on entry).
+template <typename Tin, int TILE>
+__device__ void tile_grads(const fa_args &a, float *S, float *dP, Tin *Ps, Tin *dSs,
+                           const float *lse_s, const float *D_s, const int *s0, int h, int r0,
+                           int rows, int c0, int cols)
+{
+    for (int idx = threadIdx.x; idx < TILE * TILE; idx += FA_THREADS) {
+        int i = idx / TILE, j = idx % TILE;
+        float s = masked_score(a, S[idx], h, r0 + i, c0 + j, s0[i], i < rows && j < cols);
+        float p = s == -INFINITY ? 0.0f : __expf(s - lse_s[i]);
+        Ps[idx] = to_in<Tin>(p);
+        dSs[idx] = to_in<Tin>(p * (dP[idx] - D_s[i]));
+    }
+}
+
+// dK, dV of key tile blockIdx.x of (batch, group) blockIdx.y.
+template <typename Tin, int TILE>
+__global__ void __launch_bounds__(FA_THREADS) fa_backward_kv(fa_args a, int DP)
+{
+    extern __shared__ __align__(128) unsigned char smem[];
+    carver cv{smem};
+    const int LT = tile_ld<Tin>(DP);
+    Tin *Ks = cv.take<Tin>((size_t)TILE * LT), *Vs = cv.take<Tin>((size_t)TILE * LT);
+    Tin *Qs = cv.take<Tin>((size_t)TILE * LT), *dOs = cv.take<Tin>((size_t)TILE * LT);
+    float *S = cv.take<float>((size_t)TILE * TILE), *dP = cv.take<float>((size_t)TILE * TILE);
+    Tin *Ps = cv.take<Tin>((size_t)TILE * TILE), *dSs = cv.take<Tin>((size_t)TILE * TILE);
+    float *dK = cv.take<float>((size_t)TILE * DP), *dV = cv.take<float>((size_t)TILE * DP);
+    float *lse_s = cv.take<float>(TILE), *D_s = cv.take<float>(TILE);
+    int *s0 = cv.take<int>(TILE);
+
+    int c = blockIdx.x, bg = blockIdx.y, b = bg / a.NG, g = bg % a.NG, T = a.T;
+    int tiles = (T + TILE - 1) / TILE, c0 = c * TILE, cols = min(TILE, T - c0);
+    const float *base = a.qkv + (size_t)b * T * a.C3;
+    const int *starts = seg_starts(a) + (size_t)b * T;
+    load_tile<Tin, TILE>(Ks, base + k_off(a, g), a.C3, c0, cols, a.HS, DP);
+    load_tile<Tin, TILE>(Vs, base + k_off(a, g) + a.HS, a.C3, c0, cols, a.HS, DP);
+    for (int idx = threadIdx.x; idx < TILE * DP; idx += FA_THREADS)
+        dK[idx] = dV[idx] = 0.0f;
+    for (int i = 0; i < a.R; i++) {
+        int h = g * a.R + i, bh = b * a.NH + h;
+        const float *dO = a.dout + (size_t)b * T * a.C + (size_t)h * a.HS;
+        for (int qt = c; qt < tiles; qt++) {
+            int r0 = qt * TILE, rows = min(TILE, T - r0);
+            if (starts[r0] >= c0 + cols)
+                continue; // the key tile lies wholly before these queries' runs (uniform)
+            __syncthreads(); // the previous pair's readers of Qs, dOs, Ps, dSs are done
+            load_tile<Tin, TILE>(Qs, base + q_off(a, h), a.C3, r0, rows, a.HS, DP);
+            load_tile<Tin, TILE>(dOs, dO, a.C, r0, rows, a.HS, DP);
+            for (int r = threadIdx.x; r < TILE; r += FA_THREADS) {
+                int t = r0 + min(r, rows - 1);
+                lse_s[r] = a.lse_c[(size_t)bh * T + t];
+                D_s[r] = a.D[(size_t)bh * T + t];
+                s0[r] = starts[t];
+            }
+            __syncthreads();
+            block_mm<false, true>(S, TILE, Qs, LT, Ks, LT, TILE, TILE, DP, 1.0f, false);
+            block_mm<false, true>(dP, TILE, dOs, LT, Vs, LT, TILE, TILE, DP, 1.0f, false);
+            __syncthreads();
+            tile_grads<Tin, TILE>(a, S, dP, Ps, dSs, lse_s, D_s, s0, h, r0, rows, c0, cols);
+            __syncthreads();
+            // dV += P^T dO, dK += scale dS^T Q
+            block_mm<true, false>(dV, DP, Ps, TILE, dOs, LT, TILE, DP, TILE, 1.0f, true);
+            block_mm<true, false>(dK, DP, dSs, TILE, Qs, LT, TILE, DP, TILE, a.scale, true);
+        }
+    }
+    __syncthreads();
+    float *dk = a.dqkv + (size_t)b * T * a.C3 + k_off(a, g);
+    for (int idx = threadIdx.x; idx < cols * a.HS; idx += FA_THREADS) {
+        int j = idx / a.HS, d = idx % a.HS;
+        dk[(size_t)(c0 + j) * a.C3 + d] = dK[j * DP + d];
+        dk[(size_t)(c0 + j) * a.C3 + a.HS + d] = dV[j * DP + d];
+    }
+}
+
+// dQ of query tile (from the last) blockIdx.x of (batch, head) blockIdx.y.
+template <typename Tin, int TILE>
+__global__ void __launch_bounds__(FA_THREADS) fa_backward_q(fa_args a, int DP)
+{
+    extern __shared__ __align__(128) unsigned char smem[];
+    carver cv{smem};
+    const int LT = tile_ld<Tin>(DP);
+    Tin *Qs = cv.take<Tin>((size_t)TILE * LT), *dOs = cv.take<Tin>((size_t)TILE * LT);
+    Tin *Ks = cv.take<Tin>((size_t)TILE * LT), *Vs = cv.take<Tin>((size_t)TILE * LT);
+    float *S = cv.take<float>((size_t)TILE * TILE), *dP = cv.take<float>((size_t)TILE * TILE);
+    Tin *dSs = cv.take<Tin>((size_t)TILE * TILE);
+    float *dQ = cv.take<float>((size_t)TILE * DP);
+    float *lse_s = cv.take<float>(TILE), *D_s = cv.take<float>(TILE);
+    int *s0 = cv.take<int>(TILE);
+
+    int qt = gridDim.x - 1 - blockIdx.x, bh = blockIdx.y, b = bh / a.NH, h = bh % a.NH;
+    int g = h / a.R, T = a.T, r0 = qt * TILE, rows = min(TILE, T - r0);
+    const float *base = a.qkv + (size_t)b * T * a.C3;
+    const int *starts = seg_starts(a) + (size_t)b * T;
+    load_tile<Tin, TILE>(Qs, base + q_off(a, h), a.C3, r0, rows, a.HS, DP);
+    load_tile<Tin, TILE>(dOs, a.dout + (size_t)b * T * a.C + (size_t)h * a.HS, a.C, r0, rows,
+                         a.HS, DP);
+    for (int idx = threadIdx.x; idx < TILE * DP; idx += FA_THREADS)
+        dQ[idx] = 0.0f;
+    for (int r = threadIdx.x; r < TILE; r += FA_THREADS) {
+        int t = r0 + min(r, rows - 1);
+        lse_s[r] = a.lse_c[(size_t)bh * T + t];
+        D_s[r] = a.D[(size_t)bh * T + t];
+        s0[r] = starts[t];
+    }
+    __syncthreads();
+    for (int c = s0[0] / TILE; c <= qt; c++) {
+        int c0 = c * TILE, cols = min(TILE, T - c0);
+        load_tile<Tin, TILE>(Ks, base + k_off(a, g), a.C3, c0, cols, a.HS, DP);
+        load_tile<Tin, TILE>(Vs, base + k_off(a, g) + a.HS, a.C3, c0, cols, a.HS, DP);
+        __syncthreads();
+        block_mm<false, true>(S, TILE, Qs, LT, Ks, LT, TILE, TILE, DP, 1.0f, false);
+        block_mm<false, true>(dP, TILE, dOs, LT, Vs, LT, TILE, TILE, DP, 1.0f, false);
+        __syncthreads();
+        // (P itself is not needed here: tile_grads writes it to dSs first, then dS over it)
+        tile_grads<Tin, TILE>(a, S, dP, dSs, dSs, lse_s, D_s, s0, h, r0, rows, c0, cols);
+        __syncthreads();
+        block_mm<false, false>(dQ, DP, dSs, TILE, Ks, LT, TILE, DP, TILE, a.scale, true);
+        __syncthreads();
+    }
+    float *dq = a.dqkv + (size_t)b * T * a.C3 + q_off(a, h);
+    for (int idx = threadIdx.x; idx < rows * a.HS; idx += FA_THREADS) {
+        int i = idx / a.HS, d = idx % a.HS;
+        dq[(size_t)(r0 + i) * a.C3 + d] = dQ[i * DP + d];
+    }
+}
+
+// ---------------------------------------------------------------- launchers
+int pad16(int HS) { return (HS + 15) / 16 * 16; }
+
+// The tile: the largest whose backward key kernel fits the cap.
+template <typename Tin> int tile_for(int DP)
+{
+    for (int t = 64; t > 16; t /= 2)
+        if (dkv_smem(t, DP, sizeof(Tin)) <= FA_SMEM_CAP)
+            return t;
+    return 16;
+}
+
+template <typename K> bool prepare_launch(K kernel, size_t bytes, const char *what)
+{
+    return !cu_note(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         (int)bytes),
+                    what);
+}
+
+fa_args make_args(int B, int T, int NH, int NG, int HS, const float *alibi,
+                  const int32_t *segments)
+{
+    fa_args a = {};
+    a.B = B, a.T = T, a.NH = NH, a.NG = NG, a.R = NH / NG, a.HS = HS, a.C = NH * HS;
+    a.C3 = NG * (a.R + 2) * HS;
+    a.scale = 1.0f / sqrtf((float)HS);
+    a.alibi = alibi;
+    a.seg = segments;
+    return a;
+}
+
+bool usable(const fa_args &a, const char *what)
+{
+    if (a.HS > FA_MAX_HS) {
+        cu_note(cudaErrorInvalidValue, what); // head sizes above 256 are not built
+        return false;
+    }
+    return a.B > 0 && a.T > 0 && a.NH > 0;
+}
+
+template <typename Tin, int TILE> void forward_tiles(cudaStream_t st, const fa_args &a, int DP)
+{
+    size_t bytes = fwd_smem(TILE, DP, sizeof(Tin));
+    if (!prepare_launch(fa_forward<Tin, TILE>, bytes, "attention_forward (flash)"))
+        return;
+    dim3 grid((a.T + TILE - 1) / TILE, a.B * a.NH);
+    fa_forward<Tin, TILE><<<grid, FA_THREADS, bytes, st>>>(a, DP);
+    cu_launched("attention_forward (flash)");
+}
+
+template <typename Tin> void forward(tr_stream s, const fa_args &a)
+{
+    if (!usable(a, "attention_forward (flash)"))
+        return;
+    cudaStream_t st = cu_stream(s);
+    int DP = pad16(a.HS), tile = tile_for<Tin>(DP);
+    if (tile == 64)
+        forward_tiles<Tin, 64>(st, a, DP);
+    else if (tile == 32)
+        forward_tiles<Tin, 32>(st, a, DP);
+    else
+        forward_tiles<Tin, 16>(st, a, DP);
+}
+
+template <typename Tin, int TILE> void backward_tiles(cudaStream_t st, const fa_args &a, int DP)
+{
+    size_t kv = dkv_smem(TILE, DP, sizeof(Tin)), q = dq_smem(TILE, DP, sizeof(Tin));
+    if (!prepare_launch(fa_backward_kv<Tin, TILE>, kv, "attention_backward (flash, dK dV)") ||
+        !prepare_launch(fa_backward_q<Tin, TILE>, q, "attention_backward (flash, dQ)"))
+        return;
+    int tiles = (a.T + TILE - 1) / TILE;
+    fa_backward_kv<Tin, TILE><<<dim3(tiles, a.B * a.NG), FA_THREADS, kv, st>>>(a, DP);
+    cu_launched("attention_backward (flash, dK dV)");
+    fa_backward_q<Tin, TILE><<<dim3(tiles, a.B * a.NH), FA_THREADS, q, st>>>(a, DP);
+    cu_launched("attention_backward (flash, dQ)");
+}
+
+template <typename Tin> void backward(tr_stream s, const fa_args &a)
+{
+    if (!usable(a, "attention_backward (flash)"))
+        return;
+    cudaStream_t st = cu_stream(s);
+    int rows = a.B * a.NH * a.T;
+    fa_prepare<<<(rows + FA_WARPS - 1) / FA_WARPS, FA_THREADS, 0, st>>>(a);
+    cu_launched("attention_backward (flash, row sums)");
+    int DP = pad16(a.HS), tile = tile_for<Tin>(DP);
+    if (tile == 64)
+        backward_tiles<Tin, 64>(st, a, DP);
+    else if (tile == 32)
+        backward_tiles<Tin, 32>(st, a, DP);
+    else
+        backward_tiles<Tin, 16>(st, a, DP);
+}
+
+fa_args fwd_args(float *out, float *lse, const float *qkv, const float *alibi, int B, int T,
+                 int NH, int NG, int HS, const int32_t *segments)
+{
+    fa_args a = make_args(B, T, NH, NG, HS, alibi, segments);
+    a.out = out, a.lse = lse, a.qkv = qkv;
+    return a;
+}
+
+fa_args bwd_args(float *dqkv, float *scratch, const float *dout, const float *qkv,
+                 const float *out, const float *lse, const float *alibi, int B, int T, int NH,
+                 int NG, int HS, const int32_t *segments)
+{
+    fa_args a = make_args(B, T, NH, NG, HS, alibi, segments);
+    a.dqkv = dqkv, a.D = scratch, a.dout = dout, a.qkv = qkv, a.out_c = out, a.lse_c = lse;
+    return a;
+}
+
+} // namespace
+
+extern "C" {
+
+void cu_flash_forward_fp32(tr_stream s, float *out, float *lse, const float *qkv,
+                           const float *alibi, int B, int T, int NH, int NG, int HS,
+                           const int32_t *segments)
+{
+    forward<float>(s, fwd_args(out, lse, qkv, alibi, B, T, NH, NG, HS, segments));
+}
+
+void cu_flash_forward_bf16(tr_stream s, float *out, float *lse, const float *qkv,
+                           const float *alibi, int B, int T, int NH, int NG, int HS,
+                           const int32_t *segments)
+{
+    forward<__nv_bfloat16>(s, fwd_args(out, lse, qkv, alibi, B, T, NH, NG, HS, segments));
+}
+
+void cu_flash_backward_fp32(tr_stream s, float *dqkv, float *scratch, const float *dout,
+                            const float *qkv, const float *out, const float *lse,
+                            const float *alibi, int B, int T, int NH, int NG, int HS,
+                            const int32_t *segments)
+{
+    backward<float>(s, bwd_args(dqkv, scratch, dout, qkv, out, lse, alibi, B, T, NH, NG, HS,
+                                segments));
+}
+
+void cu_flash_backward_bf16(tr_stream s, float *dqkv, float *scratch, const float *dout,
+                            const float *qkv, const float *out, const float *lse,
+                            const float *alibi, int B, int T, int NH, int NG, int HS,
+                            const int32_t *segments)
+{
+    backward<__nv_bfloat16>(s, bwd_args(dqkv, scratch, dout, qkv, out, lse, alibi, B, T, NH,
+                                        NG, HS, segments));
+}
+
+} // extern "C"
