@@ -212,6 +212,17 @@ void tr_gpt_acts_free(tr_gpt_acts *a);
  * a device arena must hold for activations). */
 size_t tr_gpt_activation_bytes(const tr_gpt *g, int B, int n_slots);
 
+/* The head and its loss run over chunks of token rows (logits GEMM, cross-entropy, logits'
+ * gradient in place, the head's backward; one chunk at a time): rows per chunk for N token
+ * rows and Vl logit columns per rank, so that a chunk's logits hold at most 2^26 floats
+ * (256 MiB fp32; rows a multiple of 64 from 64 up, N itself when it fits). No config key:
+ * the bound is large enough that the head's GEMMs keep their speed (>= 1280 rows for GPT-2's
+ * 50304 columns) and small enough that the logits are no longer a stage's largest buffer.
+ * The scratch (tr_gpt_activation_bytes) and plan/ use it. */
+int tr_gpt_head_chunk_rows(int N, int Vl);
+/* For tests: at most `rows` rows per head chunk from now on (0: the rule alone). */
+void tr_gpt_set_head_chunk_rows(tr_gpt *g, int rows);
+
 /* Elements of this rank's stage input/output hidden state: B*T*C, or B*T*C/T under SP. */
 size_t tr_gpt_hidden_numel(const tr_gpt *g, int B);
 /* Where a pipeline may receive the stage input (pass it as hidden_in: no copy), and the

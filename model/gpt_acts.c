@@ -84,7 +84,8 @@ static size_t scratch_floats(const tr_gpt *g, int B)
     size_t frozen_ln1 = input_shared(g, LORA_QKV) ? N * C : 0;
     size_t frozen_ln2 = input_shared(g, LORA_FC1) ? N * C : 0;
     size_t frozen_gelu = input_shared(g, LORA_FC2) ? N * F : 0;
-    size_t sizes[] = {N,      N * C,      Nl,  Nl,     N * Vl,     3 * N,      N,
+    size_t R = (size_t)tr_gpt_head_chunk_rows((int)N, (int)Vl); /* one chunk of the logits */
+    size_t sizes[] = {N,      N * C,      Nl,  Nl,     R * Vl,     4 * R,      N,
                       N * C,  wide,       N * Q, N * Cl, att, N * Fw, N * F,
                       lora, drop, drop, frozen_ln1, frozen_ln2, frozen_gelu};
     size_t total = 0;
@@ -152,8 +153,9 @@ int gpt_scratch_ensure(tr_gpt *g, int B)
     sc->lnf = take(&c, N * C);
     sc->lnf_mean = take(&c, Nl);
     sc->lnf_rstd = take(&c, Nl);
-    sc->logits = take(&c, N * Vl);
-    sc->xent_stats = take(&c, 3 * N);
+    size_t R = (size_t)tr_gpt_head_chunk_rows((int)N, (int)Vl); /* >= gpt_head_rows */
+    sc->logits = take(&c, R * Vl);
+    sc->xent_stats = take(&c, 4 * R);
     sc->losses = take(&c, N);
     sc->dln = take(&c, N * C);
     sc->wide = take(&c, wide);

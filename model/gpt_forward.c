@@ -81,25 +81,67 @@ static int check_ids(const int32_t *ids, int N, int V, const char *what)
     return TR_OK;
 }
 
+int tr_gpt_head_chunk_rows(int N, int Vl)
+{
+    if (N < 1 || Vl < 1)
+        return N > 1 ? N : 1;
+    long max_rows = (1L << 26) / Vl; /* a chunk's logits: at most 2^26 floats (256 MiB) */
+    if (max_rows >= 64)
+        max_rows -= max_rows % 64; /* whole 64-row GEMM tiles */
+    if (max_rows < 1)
+        max_rows = 1;
+    if (N <= max_rows)
+        return N;
+    long chunks = (N + max_rows - 1) / max_rows, rows = (N + chunks - 1) / chunks;
+    if (max_rows >= 64) /* even chunks, rounded up to a tile: still <= max_rows */
+        rows = (rows + 63) / 64 * 64;
+    return (int)(rows < max_rows ? rows : max_rows);
+}
+
+void tr_gpt_set_head_chunk_rows(tr_gpt *g, int rows) { g->head_chunk_rows = rows > 0 ? rows : 0; }
+
+/* Rows per chunk of this micro-batch's head: the rule, or fewer when a test asked. */
+int gpt_head_rows(const tr_gpt *g, int B)
+{
+    int N = B * g->s.T, rows = tr_gpt_head_chunk_rows(N, g->Vl);
+    return g->head_chunk_rows && g->head_chunk_rows < rows ? g->head_chunk_rows : rows;
+}
+
+/* tr_gpt_forward_logits: each chunk's logits (n, Vp) to the host rows r0.. (V columns). */
+static void logits_to_host(void *ctx, int r0, int n, const float *logits)
+{
+    tr_gpt *g = ctx;
+    int V = g->s.V, Vp = g->s.Vp;
+    g->k->to_host(NULL, g->logits_stage, logits, (size_t)n * Vp * sizeof(float));
+    for (int i = 0; i < n; i++)
+        memcpy(g->logits_out + (size_t)(r0 + i) * V, g->logits_stage + (size_t)i * Vp,
+               (size_t)V * sizeof(float));
+}
+
 /* Final LN, tied vocab-parallel head, cross-entropy; with loss_grad_scale != 0 also the
- * head's backward, leaving the gradient of h in a->dres. h: (Nl, C). Parameters in place. */
+ * head's backward, leaving the gradient of h in a->dres. h: (Nl, C). Parameters in place.
+ * The head and the loss run over chunks of rows (tr_tp_vocab_head_loss): the scratch holds
+ * one chunk's logits, never (N, Vl). */
 static int head_compute(tr_gpt *g, tr_gpt_acts *a, const float *h, tr_param_tensor *lnf_w,
                         tr_param_tensor *lnf_b, tr_param_tensor *wte, float loss_grad_scale,
                         float *loss_out)
 {
     const tr_kernels *k = g->k;
-    const tr_tp *tp = &g->tp;
     gpt_scratch *sc = &g->scratch;
-    int B = a->B, N = B * g->s.T, C = g->s.C, Vl = g->Vl, V = g->s.V, r0, Nl, rc;
+    int B = a->B, N = B * g->s.T, C = g->s.C, r0, Nl, rc;
     gpt_rows(g, B, &r0, &Nl);
     norm_forward(g, sc->lnf + (size_t)r0 * C, sc->lnf_mean, sc->lnf_rstd, h, lnf_w->param,
                  lnf_b ? lnf_b->param : NULL, Nl);
-    /* logits (N, Vl) = lnf @ wte^T: the head is column-parallel over the vocabulary */
-    rc = tr_tp_column_linear_forward(tp, sc->logits, sc->lnf, wte->param, NULL, N, C, Vl, NULL,
-                                     NULL);
-    if (!rc)
-        rc = tr_tp_vocab_cross_entropy_forward(tp, sc->losses, sc->xent_stats, sc->logits,
-                                               sc->targets, N, Vl, V);
+    /* logits (rows, Vl) = lnf @ wte^T per chunk (column-parallel over the vocabulary), the
+     * losses, and with a backward dlogits in place (times each token's loss weight: packed
+     * fine-tuning data), dlnf = dlogits @ wte (summed over ranks), dwte += dlogits^T @ lnf */
+    tr_tp_head_chunks ch = {.logits = sc->logits, .stats = sc->xent_stats,
+                            .rows = gpt_head_rows(g, B)};
+    if (g->logits_out)
+        ch.observe = logits_to_host, ch.observe_ctx = g;
+    rc = tr_tp_vocab_head_loss(&g->tp, &ch, sc->losses, sc->dln, wte->grad, sc->lnf, wte->param,
+                               sc->targets, a->loss_weights, N, C, g->Vl, g->s.V,
+                               loss_grad_scale);
     if (rc)
         return rc;
     k->to_host(NULL, g->losses_host, sc->losses, (size_t)N * sizeof(float));
@@ -109,18 +151,6 @@ static int head_compute(tr_gpt *g, tr_gpt_acts *a, const float *h, tr_param_tens
     *loss_out = (float)(a->loss_weights ? gpt_weighted_loss(a, g->losses_host, N) : sum / N);
     if (loss_grad_scale == 0.0f)
         return TR_OK;
-    /* dlogits in place of the logits */
-    rc = tr_tp_vocab_cross_entropy_backward(tp, sc->logits, sc->logits, sc->xent_stats,
-                                            sc->targets, N, Vl, V, loss_grad_scale);
-    if (rc)
-        return rc;
-    if (a->loss_weights) /* each token's loss weighted (packed fine-tuning data) */
-        k->scale_rows(NULL, sc->logits, a->loss_weights, N, Vl);
-    /* dlnf = dlogits @ wte (summed over ranks); dwte += dlogits^T @ lnf */
-    rc = tr_tp_column_linear_backward(tp, sc->dln, wte->grad, NULL, sc->logits, sc->lnf,
-                                      wte->param, N, C, Vl);
-    if (rc)
-        return rc;
     k->zero(NULL, a->dres, (size_t)Nl * C * sizeof(float));
     norm_backward(g, a->dres, lnf_w->grad, lnf_b ? lnf_b->grad : NULL, sc->dln + (size_t)r0 * C,
                   h, lnf_w->param, sc->lnf_mean, sc->lnf_rstd, Nl);
@@ -225,7 +255,6 @@ int tr_gpt_forward(tr_gpt *g, tr_gpt_acts *a, const int32_t *tokens, const float
 int tr_gpt_forward_logits(tr_gpt *g, tr_gpt_acts *a, const int32_t *tokens, float *logits)
 {
     const tr_gpt_shape *s = &g->s;
-    gpt_scratch *sc = &g->scratch;
     int N = a->B * s->T, rc;
     if (!s->is_first || !s->is_last || s->tp_size != 1)
         return tr_fail(TR_ERR_INVALID, "logits need the whole model on one stage without "
@@ -234,18 +263,18 @@ int tr_gpt_forward_logits(tr_gpt *g, tr_gpt_acts *a, const int32_t *tokens, floa
     if (!targets_host)
         return TR_ERR_NOMEM;
     memset(targets_host, 0, (size_t)N * sizeof(int32_t));
-    float loss; /* the forward with target 0 everywhere; its logits stay in the scratch */
-    rc = tr_gpt_forward(g, a, tokens, NULL, targets_host, 0.0f, &loss);
-    tr_free(targets_host);
-    if (rc)
-        return rc;
-    /* the scratch holds the logits (N, Vp) (the loss pieces read them, never overwrite) */
-    float *host = tr_alloc((size_t)N * s->Vp * sizeof(float), "logits");
-    if (!host)
+    /* the forward with target 0 everywhere; each chunk's logits (rows, Vp) go to `logits` */
+    float loss;
+    g->logits_stage = tr_alloc((size_t)gpt_head_rows(g, a->B) * s->Vp * sizeof(float), "logits");
+    if (!g->logits_stage) {
+        tr_free(targets_host);
         return TR_ERR_NOMEM;
-    g->k->to_host(NULL, host, sc->logits, (size_t)N * s->Vp * sizeof(float));
-    for (int i = 0; i < N; i++)
-        memcpy(logits + (size_t)i * s->V, host + (size_t)i * s->Vp, (size_t)s->V * sizeof(float));
-    tr_free(host);
-    return TR_OK;
+    }
+    g->logits_out = logits;
+    rc = tr_gpt_forward(g, a, tokens, NULL, targets_host, 0.0f, &loss);
+    g->logits_out = NULL;
+    tr_free(g->logits_stage);
+    g->logits_stage = NULL;
+    tr_free(targets_host);
+    return rc;
 }

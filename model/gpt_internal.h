@@ -57,8 +57,8 @@ typedef struct {
     int32_t *targets;             /* (N) */
     float *lnf;                   /* (N, C) (gathered under SP) */
     float *lnf_mean, *lnf_rstd;   /* (Nl) */
-    float *logits;                /* (N, Vl), overwritten by its own gradient */
-    float *xent_stats;            /* (3N): row max, sum of exponentials, target logit */
+    float *logits;                /* (R, Vl): one head chunk's, overwritten by its gradient */
+    float *xent_stats;            /* (4R): tr_tp_head_chunks.stats */
     float *losses;                /* (N) */
     float *dln;                   /* (N, C) input gradient of the column-parallel layers */
     float *wide;                  /* (N, C) tp > 1: row-parallel partials, SP gathers */
@@ -109,6 +109,8 @@ struct tr_gpt {
     void *param_hook_ctx;
     gpt_scratch scratch;
     float *losses_host; /* (N) */
+    int head_chunk_rows; /* tests: at most this many rows per head chunk (0: the rule) */
+    float *logits_out, *logits_stage; /* tr_gpt_forward_logits: host (N, V) and (rows, Vp) */
     /* LoRA (gpt_lora.c): the trainable adapter tensors; the base (tensors) frozen in
      * model-owned memory; lora_slot[t] = target t's A index within a layer's adapters or -1 */
     tr_param_tensor *lora;
@@ -195,6 +197,9 @@ TR_MUST_CHECK int gpt_init_tensors(tr_gpt *g, tr_param_tensor *tensors, int n, s
 void gpt_lora_free(tr_gpt *g);
 
 TR_MUST_CHECK int gpt_scratch_ensure(tr_gpt *g, int B);
+/* Token rows per chunk of the head and loss of a micro-batch of B sequences
+ * (tr_gpt_head_chunk_rows, or fewer: tr_gpt_set_head_chunk_rows). */
+int gpt_head_rows(const tr_gpt *g, int B);
 /* One transformer layer: x (Nl, C) -> L->residual3 (Nl, C), keeping L's activations. */
 TR_MUST_CHECK int gpt_layer_forward(tr_gpt *g, int l, layer_acts *L, const float *x, int B);
 

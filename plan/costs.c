@@ -4,6 +4,7 @@
  * (device.c); the flat model (cpu, custom GPU) divides FLOPs by one rate, as before. The
  * kernel list is Megatron's GPT layer with its fused kernels (see plan/plan.h). */
 #include "core/core.h"
+#include "model/gpt.h"
 #include "plan/plan_internal.h"
 
 int plan_shape_model(const tr_plan_cluster *c)
@@ -128,13 +129,15 @@ void plan_output_cost(const plan_cost_ctx *x, plan_cost *o)
     }
     int sp = L->sequence_parallel && L->tp > 1;
     double e = L->bf16 ? 2.0 : 4.0, R = T * h * e / (sp ? L->tp : 1);
-    /* cross-entropy over T x V/t fp32 logits: max, sum of exponentials, target, loss
-     * (16 bytes per logit), gradient (12); its TP all-reduces move T floats */
-    double ce_ar = 2 * tr_plan_allreduce_s(4.0 * T, L->tp, x->tp_bw, x->tp_lat);
+    /* the fused cross-entropy over T x V/t fp32 logits, chunk by chunk: max, sum of
+     * exponentials and target in one read (4 bytes per logit), loss and gradient in place
+     * (8); per chunk of rows two TP all-reduces of its rows' floats */
+    int rows = tr_gpt_head_chunk_rows((int)T, (int)V), chunks = ((int)T + rows - 1) / rows;
+    double ce_ar = 2.0 * chunks * tr_plan_allreduce_s(4.0 * rows, L->tp, x->tp_bw, x->tp_lat);
     o->f[TR_PLAN_PART_OUTPUT] = tr_plan_stream_s(c, 2 * R) + gemm_f(c, T, V, h) +
-                                tr_plan_stream_s(c, 16 * T * V);
+                                tr_plan_stream_s(c, 4 * T * V);
     o->b[TR_PLAN_PART_OUTPUT] = tr_plan_stream_s(c, 3 * R) + gemm_b(c, T, V, h) +
-                                tr_plan_stream_s(c, 12 * T * V) +
+                                tr_plan_stream_s(c, 8 * T * V) +
                                 (L->grad_accum_fused ? 0 : tr_plan_stream_s(c, 10.0 * V * h));
     o->f[TR_PLAN_PART_TP] += ce_ar;
 }

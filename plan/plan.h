@@ -53,9 +53,10 @@
  *   list (1f1b: min(p - r, M), gpipe: M); stored = peak_r x (layers_r / v) x per-layer bytes.
  *   Plus, once per stage: full recompute re-materialises one layer of one micro-batch (the
  *   "none" bytes); selective the scores of one layer (5as^2 b/t). First stage: the embedding
- *   dropout mask, sbh (/t with SP) per micro-batch in flight. Last stage: the logits and their
- *   gradient, 8 s b V/t (fp32; trident's head runs its backward inside the forward, so one
- *   micro-batch's worth). Plus cluster.reserved (CUDA context, communicator buffers).
+ *   dropout mask, sbh (/t with SP) per micro-batch in flight. Last stage: one head chunk's
+ *   logits, 4 R V/t (fp32, the gradient written in place; R = tr_gpt_head_chunk_rows(sb, V/t):
+ *   trident's head and loss run over chunks of token rows, inside the forward). Plus
+ *   cluster.reserved (CUDA context, communicator buffers).
  *   memory_per_gpu = max over stages; fits when it is <= the rank's capacity.
  * FLOPs (Narayanan et al. 2021): one layer forward for one micro-batch 24bsh^2 + 4bs^2h,
  *   backward twice that, the logits 2bshV forward. Model FLOPs = 3 x forward; hardware adds
@@ -94,7 +95,8 @@
  *              buffer per micro-batch (10 bytes per weight).
  *     first stage: embedding lookup, position add, vocab-parallel all-reduce; last stage:
  *              final layernorm, logits GEMM (T, V/t, h) and its two backward GEMMs, the
- *              cross-entropy streaming T V/t fp32 logits (16 bytes forward, 12 backward).
+ *              cross-entropy streaming T V/t fp32 logits (fused and chunked: 4 bytes
+ *              forward, 8 backward; 2 TP all-reduces per head chunk).
  *   dropout: the layout's `dropout` flag (trident trains without; Megatron's GPT scripts use
  *           0.1 on attention probabilities and hidden states).
  *   collectives over n ranks, S bytes (ring): all-reduce 2(n-1)/n S/bw + 2(n-1) lat;

@@ -288,8 +288,10 @@ static void memory_model(const tr_config *cfg, const tr_plan_cluster *c,
             mm.recompute = 5.0 * m->num_attention_heads * (double)s * s * b / t * esize;
         if (st == 0)
             mm.embedding = (double)peaks[st] / L->v * s * b * h / (sp ? t : 1) * esize;
-        if (st == P - 1)
-            mm.loss = 8.0 * s * b * (double)r->vocab_padded / t;
+        if (st == P - 1) { /* one head chunk's fp32 logits, their gradient in place */
+            int Vl = r->vocab_padded / t;
+            mm.loss = 4.0 * tr_gpt_head_chunk_rows(s * b, Vl) * (double)Vl;
+        }
         mm.reserved = c->reserved_bytes;
         mm.total = mm.weights + mm.grads + mm.optimizer + mm.activations + mm.recompute +
                    mm.embedding + mm.loss + mm.reserved;

@@ -195,4 +195,32 @@ TR_MUST_CHECK int tr_tp_vocab_cross_entropy_backward(const tr_tp *tp, float *dlo
                                        const float *stats, const int32_t *targets, int N,
                                        int Vl, int V, float scale);
 
+/* The vocabulary-parallel head (logits = x W^T, W (Vl, C): this rank's vocabulary rows) and
+ * its cross-entropy, fused and chunked so that only one chunk's logits ever exist: for each
+ * chunk of `rows` token rows, the logits GEMM, the statistics in one read (xent_stats; under
+ * TP their two all-reduces: the max, then the rescaled sums of exponentials with the target
+ * logits), the losses, and with scale != 0 the logits' gradient in place (scale * (softmax -
+ * onehot), times weights[n] when weights != NULL), the chunk's rows of dx = dlogits W and
+ * dW += dlogits^T x. Equal to column_linear_forward + cross_entropy_forward / _backward +
+ * scale_rows + column_linear_backward within fp32 rounding (summation order of dW over
+ * chunks, the online max). */
+typedef struct {
+    float *logits; /* rows * Vl floats: one chunk's logits, then their gradient */
+    float *stats;  /* 4 * rows floats: max, sum of exponentials, target logit, local max */
+    int rows;      /* token rows per chunk (>= 1) */
+    /* optional: sees each chunk's logits (rows r0 .. r0+n-1) before the loss (tools) */
+    void (*observe)(void *ctx, int r0, int n, const float *logits);
+    void *observe_ctx;
+} tr_tp_head_chunks;
+
+/* x (N, C) as column_linear_forward's (under SP this rank's rows at their place, the others
+ * gathered here; kept). losses: N device floats, the same on every rank. With scale != 0:
+ * dx (N, C) as column_linear_backward's (reduced over TP once, after the last chunk; NULL:
+ * skipped), dW += (NULL: frozen). targets: N global ids, weights: N floats or NULL. */
+TR_MUST_CHECK int tr_tp_vocab_head_loss(const tr_tp *tp, const tr_tp_head_chunks *chunks,
+                                        float *losses, float *dx, float *dW, float *x,
+                                        const float *W, const int32_t *targets,
+                                        const float *weights, int N, int C, int Vl, int V,
+                                        float scale);
+
 #endif

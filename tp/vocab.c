@@ -71,3 +71,70 @@ int tr_tp_vocab_cross_entropy_backward(const tr_tp *tp, float *dlogits, const fl
                          valid_columns(tp, Vl, V), tp->rank * Vl, scale);
     return TR_OK;
 }
+
+/* One chunk of tr_tp_vocab_head_loss: rows [r0, r0 + n). */
+static int head_chunk(const tr_tp *tp, const tr_tp_head_chunks *ch, float *losses, float *dx,
+                      float *dW, const float *x, const float *W, const int32_t *targets,
+                      const float *weights, int r0, int n, int C, int Vl, int V, float scale)
+{
+    const tr_kernels *k = tp->k;
+    int n_valid = valid_columns(tp, Vl, V), v_start = tp->rank * Vl, rc;
+    float *lg = ch->logits, *maxv = ch->stats, *sumexp = maxv + n, *picked = sumexp + n;
+    float *local_max = picked + n;
+    const float *xr = x + (size_t)r0 * C;
+    /* logits (n, Vl) = x rows @ W^T */
+    k->gemm(NULL, 0, 1, n, Vl, C, 1.0f, xr, C, W, C, 0.0f, lg, Vl);
+    if (ch->observe)
+        ch->observe(ch->observe_ctx, r0, n, lg);
+    k->xent_stats(NULL, maxv, sumexp, picked, lg, targets + r0, n, Vl, n_valid, v_start);
+    if (tp->size > 1) {
+        k->copy(NULL, local_max, maxv, (size_t)n * sizeof(float));
+        rc = tr_tp_allreduce(tp, maxv, (size_t)n, TR_COMM_MAX, "all-reduce of the logit maxima");
+        if (rc)
+            return rc;
+        k->xent_rescale(NULL, sumexp, local_max, maxv, n);
+        /* sumexp and picked are adjacent: one all-reduce of 2n */
+        rc = tr_tp_allreduce(tp, sumexp, 2 * (size_t)n, TR_COMM_SUM,
+                             "all-reduce of the sums of exponentials and target logits");
+        if (rc)
+            return rc;
+    }
+    /* losses; with scale != 0 dlogits in place of the logits */
+    k->xent_loss_backward(NULL, losses + r0, lg, lg, maxv, sumexp, picked, targets + r0,
+                          weights ? weights + r0 : NULL, n, Vl, n_valid, v_start, scale);
+    if (scale == 0.0f)
+        return TR_OK;
+    if (dx) /* dx rows (n, C) = dlogits @ W, this rank's partial sum */
+        k->gemm(NULL, 0, 0, n, C, Vl, 1.0f, lg, Vl, W, C, 0.0f, dx + (size_t)r0 * C, C);
+    if (dW) /* dW (Vl, C) += dlogits^T @ x rows */
+        k->gemm(NULL, 1, 0, Vl, C, n, 1.0f, lg, Vl, xr, C, 1.0f, dW, C);
+    return TR_OK;
+}
+
+int tr_tp_vocab_head_loss(const tr_tp *tp, const tr_tp_head_chunks *chunks, float *losses,
+                          float *dx, float *dW, float *x, const float *W,
+                          const int32_t *targets, const float *weights, int N, int C, int Vl,
+                          int V, float scale)
+{
+    int first, count, rc;
+    if (chunks->rows < 1)
+        return tr_fail(TR_ERR_INVALID, "head chunk of %d rows: must be >= 1", chunks->rows);
+    tr_tp_rows(tp, N, &first, &count);
+    /* f forward is the identity; under SP the input is gathered from the sequence slices */
+    rc = tr_tp_gather_from_sequence_region_forward(tp, x + (size_t)first * C, x, N, C);
+    if (rc)
+        return rc;
+    for (int r0 = 0; r0 < N; r0 += chunks->rows) {
+        int n = N - r0 < chunks->rows ? N - r0 : chunks->rows;
+        rc = head_chunk(tp, chunks, losses, dx, dW, x, W, targets, weights, r0, n, C, Vl, V,
+                        scale);
+        if (rc)
+            return rc;
+    }
+    if (scale == 0.0f || !dx)
+        return TR_OK;
+    if (tp->sequence_parallel) /* the column backward's reduction, once for every chunk */
+        return tr_tp_reduce_scatter_to_sequence_region_forward(tp, dx, dx + (size_t)first * C,
+                                                               N, C);
+    return tr_tp_copy_to_region_backward(tp, dx, (size_t)N * C);
+}

@@ -254,6 +254,67 @@ static void check_cross_entropy(int V)
     free(logits), free(loss_ref), free(stats_ref), free(dl_ref), free(ls), free(loss), free(stats);
 }
 
+/* The fused, chunked head (tr_tp_vocab_head_loss) split over the ranks, in chunks of `rows`
+ * token rows, against the unsplit unfused pieces (column linear, cross-entropy forward and
+ * backward, scale_rows by the loss weights, column linear backward): losses, input gradient
+ * (this rank's rows under SP), weight gradient. One rank and one chunk: bit for bit. */
+static void check_head_loss(int V, int rows, int weighted)
+{
+    const int C = 8, Vp = 32, Vl = Vp / tp.size;
+    int r0, Nl;
+    rows_of(&r0, &Nl);
+    int32_t targets[12];
+    make_ids(targets, V, 3);
+    float *x = tc_floats((size_t)N * C), *W = tc_floats((size_t)Vp * C), *w = tc_floats(N);
+    fill(x, (size_t)N * C, 61, 1.0f);
+    fill(W, (size_t)Vp * C, 62, 0.7f);
+    fill(w, N, 63, 1.0f);
+    for (int n = 0; n < N; n++)
+        w[n] = n % 4 == 1 ? 0.0f : fabsf(w[n]); /* masked tokens too */
+    const float *wts = weighted ? w : NULL, scale = 1.0f / N;
+    /* reference: the unsplit pieces */
+    float *x_ref = tc_fdup(x, (size_t)N * C), *lg = tc_floats((size_t)N * Vp);
+    float *loss_ref = tc_floats(N), *stats = tc_floats(3 * (size_t)N);
+    float *dx_ref = tc_floats((size_t)N * C), *dW_ref = tc_floats((size_t)Vp * C);
+    OK(tr_tp_column_linear_forward(&one, lg, x_ref, W, NULL, N, C, Vp, NULL, NULL));
+    OK(tr_tp_vocab_cross_entropy_forward(&one, loss_ref, stats, lg, targets, N, Vp, V));
+    OK(tr_tp_vocab_cross_entropy_backward(&one, lg, lg, stats, targets, N, Vp, V, scale));
+    if (wts)
+        one.k->scale_rows(NULL, lg, wts, N, Vp);
+    OK(tr_tp_column_linear_backward(&one, dx_ref, dW_ref, NULL, lg, x_ref, W, N, C, Vp));
+    /* split and chunked; under SP only our rows of x are given */
+    float *xs = tc_floats((size_t)N * C), *Ws = tc_floats((size_t)Vl * C);
+    for (size_t i = 0; i < (size_t)N * C; i++)
+        xs[i] = NAN;
+    memcpy(xs + (size_t)r0 * C, x + (size_t)r0 * C, (size_t)Nl * C * sizeof(float));
+    slice(Ws, W, C, tp.rank * Vl, Vl, 0, C);
+    float *loss = tc_floats(N), *dx = tc_floats((size_t)N * C), *dW = tc_floats((size_t)Vl * C);
+    tr_tp_head_chunks ch = {.logits = tc_floats((size_t)rows * Vl),
+                            .stats = tc_floats(4 * (size_t)rows), .rows = rows};
+    OK(tr_tp_vocab_head_loss(&tp, &ch, loss, dx, dW, xs, Ws, targets, wts, N, C, Vl, V, scale));
+    char what[96];
+    double tol = tp.size == 1 && rows == N ? 0.0 : TOL;
+    snprintf(what, sizeof what, "head+loss (V=%d, %d-row chunks%s): losses", V, rows,
+             weighted ? ", weighted" : "");
+    tc_expect_close(what, loss, loss_ref, N, tol);
+    expect_same_on_all(tp.comm, what, loss, N);
+    snprintf(what, sizeof what, "head+loss (V=%d, %d-row chunks%s): input gradient", V, rows,
+             weighted ? ", weighted" : "");
+    expect_slice(what, dx + (size_t)r0 * C, dx_ref, C, r0, Nl, 0, C, tol);
+    snprintf(what, sizeof what, "head+loss (V=%d, %d-row chunks%s): weight gradient", V, rows,
+             weighted ? ", weighted" : "");
+    expect_slice(what, dW, dW_ref, C, tp.rank * Vl, Vl, 0, C, tol);
+    /* evaluation (scale 0): the losses alone, gradients untouched */
+    float *dW0 = tc_fdup(dW, (size_t)Vl * C);
+    OK(tr_tp_vocab_head_loss(&tp, &ch, loss, NULL, dW, xs, Ws, targets, wts, N, C, Vl, V, 0.0f));
+    snprintf(what, sizeof what, "head loss only (V=%d, %d-row chunks)", V, rows);
+    tc_expect_close(what, loss, loss_ref, N, tol);
+    tc_expect_close("head loss only: weight gradient untouched", dW, dW0, (size_t)Vl * C, 0.0);
+    free(x), free(W), free(w), free(x_ref), free(lg), free(loss_ref), free(stats), free(dx_ref);
+    free(dW_ref), free(xs), free(Ws), free(loss), free(dx), free(dW), free(ch.logits);
+    free(ch.stats), free(dW0);
+}
+
 /* The mappings on their own: f backward / g forward sum over ranks; the last-dimension
  * gather is the inverse of the split. */
 static void check_mappings(void)
@@ -312,6 +373,11 @@ int main(int argc, char **argv)
     check_embedding();
     check_cross_entropy(27);
     check_cross_entropy(20); /* with T = 4 the last rank holds only padding */
+    for (int weighted = 0; weighted < 2; weighted++) {
+        check_head_loss(27, N, weighted); /* one chunk */
+        check_head_loss(27, 5, weighted); /* chunks of 5, 5, 2 rows */
+        check_head_loss(20, 1, weighted); /* row by row; with T = 4 a rank of padding only */
+    }
     char name[64];
     snprintf(name, sizeof name, "tp_layer_check%s", sp ? " --sp" : "");
     int rc = finish(world, name, t0);

@@ -1,6 +1,9 @@
 /* The GPT stage split over T tensor-parallel ranks against the unsplit model (T = 1, built
  * locally on every rank), run by `trident launch --nproc W`:
- *   tp_model_check [--tp T] [--sp] [--timeout S]      (T divides W; default T = W)
+ *   tp_model_check [--tp T] [--sp] [--head-rows R] [--weights] [--timeout S]
+ * (T divides W; default T = W). --head-rows: the split model's head and loss run in chunks of
+ * R token rows (tr_gpt_set_head_chunk_rows; the reference in one chunk), so every chunk's
+ * statistics are all-reduced; --weights: per-token loss weights (packed fine-tuning data).
  * The world is cut into W/T TP groups (consecutive ranks), each checked on its own. Checks:
  *  - initialisation: every shard is bit for bit the matching slice of the T = 1 tensor, with
  *    the right split_dim / full shape / flags;
@@ -24,6 +27,8 @@ enum { LAYERS = 3, B = 2, SEQ = 6, N = B * SEQ, C = 16, V = 27, M = 2 };
 
 static tr_comm *tpc; /* this rank's TP group (NULL when T == 1) */
 static int T = 1, t = 0, sp = 0;
+static int head_rows = 0, weighted = 0, chunks = 1; /* chunks: of the split model's head */
+static float weights[N];
 
 typedef struct {
     tr_gpt *g;
@@ -124,6 +129,8 @@ static void step(model *m, int mb, float scale, float *loss)
 {
     int32_t tokens[N], targets[N];
     batch(mb, tokens, targets);
+    if (weighted)
+        OK(tr_gpt_acts_set_packing(m->a, NULL, NULL, weights));
     OK(tr_gpt_forward(m->g, m->a, tokens, NULL, targets, scale, loss));
     if (scale != 0.0f)
         OK(tr_gpt_backward(m->g, m->a, NULL));
@@ -131,7 +138,8 @@ static void step(model *m, int mb, float scale, float *loss)
 
 static void check_counts(const tr_comm_counters *c, int micro_batches)
 {
-    uint64_t per_mb_ar = sp ? 2 : 4 * LAYERS + 1 + 3;
+    /* the loss: per head chunk 2 (max; sums of exponentials and target logits) */
+    uint64_t per_mb_ar = sp ? 2 * chunks : 4 * LAYERS + 1 + 2 * chunks + 1;
     /* SP: per layer 2 all-gathers + 2 reduce-scatters forward and again backward; the
      * embedding a reduce-scatter forward, an all-gather backward; the head an all-gather
      * forward, a reduce-scatter backward */
@@ -216,14 +224,15 @@ static void check_whole(model *tpm, model *ref)
         finalize_grads(tpm);
     check_grads(tpm, ref);
     /* an evaluation forward: per layer 2 all-reduces (SP: 2 all-gathers, 2 reduce-scatters),
-     * the embedding 1 (SP: a reduce-scatter), the loss 2 (SP: plus the final LN's gather) */
+     * the embedding 1 (SP: a reduce-scatter), the loss 2 per chunk (SP: plus the final LN's
+     * gather) */
     if (tpc) {
         tr_comm_reset_counters(tpc);
         float l;
         step(tpm, 0, 0.0f, &l);
         CHECK(l == loss_tp[0], "evaluation loss %.9g vs %.9g", l, loss_tp[0]);
         tr_comm_get_counters(tpc, &c);
-        uint64_t ar = sp ? 2 : 2 * LAYERS + 1 + 2, gs = sp ? 2 * LAYERS + 1 : 0;
+        uint64_t ar = sp ? 2 * chunks : 2 * LAYERS + 1 + 2 * chunks, gs = sp ? 2 * LAYERS + 1 : 0;
         CHECK(c.ops[TR_COMM_OP_ALLREDUCE] == ar && c.ops[TR_COMM_OP_ALLGATHER] == gs &&
                   c.ops[TR_COMM_OP_REDUCE_SCATTER] == gs,
               "evaluation forward: %llu all-reduces (expected %llu), %llu all-gathers and %llu "
@@ -248,6 +257,8 @@ static void check_pipeline(model *whole)
     int32_t tokens[N], targets[N];
     batch(0, tokens, targets);
     OK(tr_gpt_forward(s0.g, s0.a, tokens, NULL, NULL, scale, NULL));
+    if (weighted)
+        OK(tr_gpt_acts_set_packing(s1.a, NULL, NULL, weights));
     float *in = tr_gpt_acts_input_buffer(s1.a); /* "received" there: no copy in forward */
     memcpy(in, tr_gpt_acts_output(s0.a), hn * sizeof(float));
     OK(tr_gpt_forward(s1.g, s1.a, NULL, in, targets, scale, &ls));
@@ -282,9 +293,17 @@ int main(int argc, char **argv)
             sp = 1;
         else if (!strcmp(argv[i], "--tp") && i + 1 < argc)
             want_tp = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--head-rows") && i + 1 < argc)
+            head_rows = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--weights"))
+            weighted = 1;
         else if (!strcmp(argv[i], "--timeout") && i + 1 < argc)
             timeout_s = atof(argv[++i]);
     }
+    for (int i = 0; i < N; i++) /* some tokens masked, the others weighted unevenly */
+        weights[i] = (float)(i % 3) * 0.75f;
+    if (head_rows > 0)
+        chunks = (N + head_rows - 1) / head_rows;
     double t0 = tr_now();
     tr_comm *world = tc_world(timeout_s, 0);
     T = want_tp ? want_tp : tr_comm_size(world);
@@ -300,13 +319,15 @@ int main(int argc, char **argv)
     model tpm, ref;
     make(&tpm, 0, LAYERS, T);
     make(&ref, 0, LAYERS, 1);
+    tr_gpt_set_head_chunk_rows(tpm.g, head_rows);
     check_layout(&tpm, &ref);
     check_whole(&tpm, &ref);
     check_pipeline(&tpm);
     unmake(&tpm);
     unmake(&ref);
     char name[64];
-    snprintf(name, sizeof name, "tp_model_check T=%d%s", T, sp ? " --sp" : "");
+    snprintf(name, sizeof name, "tp_model_check T=%d%s%s%s", T, sp ? " --sp" : "",
+             head_rows ? " (chunked head)" : "", weighted ? " (loss weights)" : "");
     int rc = finish(world, name, t0);
     tr_comm_destroy(tpc);
     tr_comm_destroy(world);
