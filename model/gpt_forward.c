@@ -142,6 +142,8 @@ static int head_compute(tr_gpt *g, tr_gpt_acts *a, const float *h, tr_param_tens
     rc = tr_tp_vocab_head_loss(&g->tp, &ch, sc->losses, sc->dln, wte->grad, sc->lnf, wte->param,
                                sc->targets, a->loss_weights, N, C, g->Vl, g->s.V,
                                loss_grad_scale);
+    if (!rc) /* the host reads the losses: the TP collectives must have completed */
+        rc = tr_tp_flush(&g->tp);
     if (rc)
         return rc;
     k->to_host(NULL, g->losses_host, sc->losses, (size_t)N * sizeof(float));

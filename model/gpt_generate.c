@@ -230,6 +230,8 @@ int tr_gpt_decode(tr_gpt_cache *c, const int32_t *tokens, int n, int all_positio
     rc = tr_tp_column_linear_forward(&g->tp, c->logits, c->ln, g->tensors[g->head_wte].param,
                                      NULL, rows, C, g->Vl, s->tp_size > 1 ? c->logits_full : NULL,
                                      c->gather);
+    if (!rc) /* the host reads the logits: the TP gather must have completed */
+        rc = tr_tp_flush(&g->tp);
     if (rc)
         return rc;
     const float *full = s->tp_size > 1 ? c->logits_full : c->logits;

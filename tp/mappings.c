@@ -1,5 +1,7 @@
 /* Tensor-parallel context and the mappings between replicated, feature-split and
- * sequence-split activations: the only code in tp/ that talks to the communicator. */
+ * sequence-split activations: the only code in tp/ that talks to the communicator. Every
+ * collective is ordered before the kernels queued after it (tr_comm_order_after on the
+ * default stream), so on GPUs the host never waits for one; tr_tp_flush does. */
 #include "tp/tp.h"
 
 #include "core/core.h"
@@ -64,12 +66,47 @@ static int finish(const tr_tp *tp, double t0, int rc)
     return rc;
 }
 
+/* A posted collective ordered before the kernels queued after it on the default stream:
+ * the host waits only where the backend needs it to (comm.h, tr_comm_order_after). */
+static int ordered(int rc, tr_comm_request **req)
+{
+    return rc ? rc : tr_comm_order_after(req, NULL);
+}
+
+static int allreduce(const tr_tp *tp, const float *in, float *out, size_t n, tr_comm_redop op)
+{
+    tr_comm_request *req = NULL;
+    return ordered(tr_comm_allreduce_async(tp->comm, in, out, n, TR_COMM_F32, op, &req), &req);
+}
+
+static int allgather(const tr_tp *tp, const float *in, float *out, size_t n)
+{
+    tr_comm_request *req = NULL;
+    return ordered(tr_comm_allgather_async(tp->comm, in, out, n, TR_COMM_F32, &req), &req);
+}
+
+static int reduce_scatter(const tr_tp *tp, const float *in, float *out, size_t n)
+{
+    tr_comm_request *req = NULL;
+    return ordered(tr_comm_reduce_scatter_async(tp->comm, in, out, n, TR_COMM_F32, TR_COMM_SUM,
+                                                &req),
+                   &req);
+}
+
+int tr_tp_flush(const tr_tp *tp)
+{
+    if (tp->size == 1)
+        return TR_OK;
+    int rc = tr_comm_flush(tp->comm);
+    return rc ? comm_failed(rc, "collectives ordered on the stream") : TR_OK;
+}
+
 int tr_tp_allreduce(const tr_tp *tp, float *buf, size_t n, tr_comm_redop op, const char *what)
 {
     if (tp->size == 1)
         return TR_OK;
     double t0 = start(tp);
-    int rc = finish(tp, t0, tr_comm_allreduce(tp->comm, buf, buf, n, TR_COMM_F32, op));
+    int rc = finish(tp, t0, allreduce(tp, buf, buf, n, op));
     return rc ? comm_failed(rc, what) : TR_OK;
 }
 
@@ -90,8 +127,7 @@ int tr_tp_reduce_from_region_forward(const tr_tp *tp, const float *partial, floa
         return TR_OK;
     }
     double t0 = start(tp);
-    int rc = finish(tp, t0, tr_comm_allreduce(tp->comm, partial, out, n, TR_COMM_F32,
-                                              TR_COMM_SUM));
+    int rc = finish(tp, t0, allreduce(tp, partial, out, n, TR_COMM_SUM));
     return rc ? comm_failed(rc, "all-reduce of partial outputs (g forward)") : TR_OK;
 }
 
@@ -115,8 +151,7 @@ int tr_tp_gather_from_region_forward(const tr_tp *tp, float *out, const float *i
     }
     /* scratch (T, N, cols): rank r's block at r*N*cols */
     double t0 = start(tp);
-    int rc = finish(tp, t0, tr_comm_allgather(tp->comm, in, scratch, local * (size_t)tp->size,
-                                              TR_COMM_F32));
+    int rc = finish(tp, t0, allgather(tp, in, scratch, local * (size_t)tp->size));
     if (rc)
         return comm_failed(rc, "all-gather along the last dimension");
     for (int r = 0; r < tp->size; r++)
@@ -142,8 +177,7 @@ int tr_tp_gather_from_sequence_region_forward(const tr_tp *tp, const float *loca
         return TR_OK;
     }
     double t0 = start(tp);
-    int rc = finish(tp, t0, tr_comm_allgather(tp->comm, local, full, (size_t)N * C,
-                                              TR_COMM_F32));
+    int rc = finish(tp, t0, allgather(tp, local, full, (size_t)N * C));
     return rc ? comm_failed(rc, "all-gather of sequence slices") : TR_OK;
 }
 
@@ -153,7 +187,6 @@ int tr_tp_reduce_scatter_to_sequence_region_forward(const tr_tp *tp, float *full
     if (!tp->sequence_parallel)
         return tr_tp_reduce_from_region_forward(tp, full, local, (size_t)N * C);
     double t0 = start(tp);
-    int rc = finish(tp, t0, tr_comm_reduce_scatter(tp->comm, full, local, (size_t)N * C,
-                                                   TR_COMM_F32, TR_COMM_SUM));
+    int rc = finish(tp, t0, reduce_scatter(tp, full, local, (size_t)N * C));
     return rc ? comm_failed(rc, "reduce-scatter to sequence slices") : TR_OK;
 }

@@ -33,10 +33,15 @@
  *  - Gradients of parameters ACCUMULATE (+=), activation gradients are overwritten (as in
  *    kernels/). Every function returns a tr_status; a communication failure is returned
  *    with the message naming the TP operation.
+ *  - Host synchronisation: every collective is ordered before the kernels queued after it on
+ *    the default stream (tr_comm_order_after): where the backend can (NCCL on distinct
+ *    GPUs) the host does not wait for it, and its failure is returned by tr_tp_flush or by
+ *    a later collective of the group; elsewhere (UCX, staging) the call waits, as before.
  *  - Buffers are kernel-table ("device") memory; the communicator must be able to move it.
  *  - Measurement: with comm_time set (tr_tp_init leaves it NULL), every collective of the
- *    mappings and of the vocab-parallel loss adds its wall time (two tr_now() calls) and one
- *    call to *comm_time; nothing else changes. T == 1 never communicates, so never counts.
+ *    mappings and of the vocab-parallel loss adds its wall time (two tr_now() calls; posting
+ *    only, where the host does not wait) and one call to *comm_time; nothing else changes.
+ *    T == 1 never communicates, so never counts.
  *  - Layering: tp/ uses kernels/ and comm/ only; model/ calls tp/. */
 #ifndef TR_TP_H
 #define TR_TP_H
@@ -68,6 +73,10 @@ void tr_tp_comm_time_reset(tr_tp_comm_time *t);
 /* Sum (op SUM) or max (op MAX) all-reduce of n floats in place over the TP group, timed;
  * `what` names it in an error. The vocab-parallel loss uses it. */
 TR_MUST_CHECK int tr_tp_allreduce(const tr_tp *tp, float *buf, size_t n, tr_comm_redop op, const char *what);
+/* Wait until every TP collective posted so far is complete (tr_comm_flush of the group; a
+ * no-op for T == 1 and on host backends). Its failure names the TP group and the operation.
+ * Call it before the host reads a result of the layers or blocks on the stream. */
+TR_MUST_CHECK int tr_tp_flush(const tr_tp *tp);
 
 /* Rows of N token rows this rank holds: all of them, or its sequence-parallel slice
  * [*first, *first + *count). Requires N % T == 0 under SP (checked by tr_tp_check_rows). */

@@ -140,6 +140,14 @@ static int train_backward(void *ctx, int mb, int chunk, int is_last_backward,
     return TR_OK;
 }
 
+/* Every TP collective of the schedule complete (the host had waited for none on NCCL):
+ * a failure or timeout of one is reported here, within the iteration, naming the group. */
+static int engine_flush_tp(tr_engine *e)
+{
+    int rc = e->world.tp ? tr_comm_flush(e->world.tp) : TR_OK;
+    return rc ? tr_fail_context(rc, "stage %d: tensor-parallel collectives", e->stage) : TR_OK;
+}
+
 /* ---- gradient reduction and finalisation ---- */
 
 /* After the schedule: the data-parallel buckets (most already reduced during backward),
@@ -211,6 +219,8 @@ int tr_engine_forward_backward(tr_engine *e, int iteration, double *loss_out)
         rc = tr_dp_start(e->dp, e->M);
     if (!rc)
         rc = tr_pp_run(&e->schedule, e->world.pp, &ops, e->tracing ? &e->trace : NULL);
+    if (!rc) /* the TP collectives the host did not wait for (comm.h's ordered requests) */
+        rc = engine_flush_tp(e);
     if (!rc) /* ZeRO-3: prefetches nobody used */
         rc = tr_dp_params_release_all(e->dp);
     if (!rc)
@@ -331,6 +341,8 @@ int tr_engine_evaluate(tr_engine *e, double *val_loss)
         sft_sum += e->loss_sum;
     }
     engine_set_grad_hooks(e, 1);
+    if (!rc)
+        rc = engine_flush_tp(e);
     int rc2 = tr_dp_params_release_all(e->dp); /* ZeRO-3: prefetches nobody used */
     if (rc || (rc = rc2))
         return rc;
