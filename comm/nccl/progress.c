@@ -308,12 +308,32 @@ int nccl_test(tr_comm *c, void *handle, int *done)
     return *done ? nccl_finish(op) : TR_OK;
 }
 
+/* A note for a timeout where another group's ordered op is still pending: the compute
+ * stream waits for it, and so does every device operation posted after it. */
+static void ordered_note(const nccl_op *op, char *buf, size_t len)
+{
+    buf[0] = 0;
+    const nccl_engine *e = op->g->e;
+    for (int i = 0; i < e->n_groups; i++) {
+        const nccl_group *o = e->groups[i];
+        if (o == op->g || !o->ordered.head)
+            continue;
+        char pre[200];
+        nccl_op_prefix(o->ordered.head, pre, sizeof pre);
+        snprintf(buf, len, "; the compute stream waits for an earlier ordered operation not "
+                           "complete either: %s", pre);
+        return;
+    }
+}
+
 static void fail_timeout(nccl_op *op, double timeout_s)
 {
     nccl_group *g = op->g;
     int p2p = op->kind == TR_COMM_OP_SEND || op->kind == TR_COMM_OP_RECV;
     int peer_world = p2p ? tr_comm_world_rank(g->host, op->peer) : -1;
     const char *peer_does = op->kind == TR_COMM_OP_SEND ? "receive our data" : "send its data";
+    char note[300];
+    ordered_note(op, note, sizeof note);
     op->leak_pins = 1;
     switch (op->state) {
     case OP_HOST: {
@@ -365,6 +385,9 @@ static void fail_timeout(nccl_op *op, double timeout_s)
     }
     op->status = TR_ERR_TIMEOUT;
     g->broken = 1;
+    size_t used = strlen(op->err);
+    if (note[0] && used < sizeof op->err - 1)
+        snprintf(op->err + used, sizeof op->err - used, "%s", note);
 }
 
 int nccl_wait(tr_comm *c, void *handle, double timeout_s)
