@@ -30,6 +30,7 @@ int tr_plan_runtime_apply(const char *runtime, tr_plan_layout *L)
             L->p2p_batched = runtimes[i].p2p_batched;
             L->scatter_gather = runtimes[i].scatter_gather;
             L->grad_accum_fused = runtimes[i].grad_accum_fused;
+            L->flash_attention = !strcmp(runtimes[i].name, "trident");
             return TR_OK;
         }
     return tr_fail(TR_ERR_CONFIG, "unknown cluster.runtime '%s'; allowed: trident, megatron, "
@@ -260,11 +261,19 @@ static void memory_model(const tr_config *cfg, const tr_plan_cluster *c,
     int t = L->tp, P = L->pp, s = m->seq_length, b = L->micro_batch, h = m->hidden_size;
     double wb, gb, ob; /* ob: optimizer bytes per element of the shard (nothing sharded) */
     tr_plan_state_bytes(L->bf16, 0, 1, &wb, &gb, &ob);
+    /* fused attention stores no scores: none is selective's bytes + the log-sum-exps */
+    tr_plan_recompute stored = L->flash_attention && L->recompute != TR_PLAN_RECOMPUTE_FULL
+                                   ? TR_PLAN_RECOMPUTE_SELECTIVE
+                                   : L->recompute;
+    double lse = L->flash_attention ? 4.0 * m->num_attention_heads * (double)s * b / t : 0;
     double act = tr_plan_layer_activation_bytes(s, b, h, m->num_attention_heads, t,
-                                                L->sequence_parallel, L->recompute, L->bf16);
-    double act_none = tr_plan_layer_activation_bytes(s, b, h, m->num_attention_heads, t,
-                                                     L->sequence_parallel,
-                                                     TR_PLAN_RECOMPUTE_NONE, L->bf16);
+                                                L->sequence_parallel, stored, L->bf16) +
+                 (stored == TR_PLAN_RECOMPUTE_FULL ? 0 : lse);
+    double act_none = tr_plan_layer_activation_bytes(
+                          s, b, h, m->num_attention_heads, t, L->sequence_parallel,
+                          L->flash_attention ? TR_PLAN_RECOMPUTE_SELECTIVE : TR_PLAN_RECOMPUTE_NONE,
+                          L->bf16) +
+                      lse;
     double esize = L->bf16 ? 1.0 : 2.0;
     int sp = L->sequence_parallel && t > 1;
     r->capacity = c->device == TR_PLAN_DEVICE_CPU ? c->memory_bytes / ranks_per_node
@@ -284,7 +293,7 @@ static void memory_model(const tr_config *cfg, const tr_plan_cluster *c,
         mm.activations = (double)peaks[st] * layers / L->v * act;
         if (L->recompute == TR_PLAN_RECOMPUTE_FULL)
             mm.recompute = act_none;
-        else if (L->recompute == TR_PLAN_RECOMPUTE_SELECTIVE)
+        else if (L->recompute == TR_PLAN_RECOMPUTE_SELECTIVE && !L->flash_attention)
             mm.recompute = 5.0 * m->num_attention_heads * (double)s * s * b / t * esize;
         if (st == 0)
             mm.embedding = (double)peaks[st] / L->v * s * b * h / (sp ? t : 1) * esize;

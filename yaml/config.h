@@ -93,7 +93,9 @@ typedef struct {
     uint64_t seed;         /* default 1234 */
     int eval_interval;     /* default 0 = never; else every N iterations */
     int eval_iters;        /* default 10 */
-    char *recompute;       /* "none" (default) | "selective" | "full" */
+    char *recompute;       /* "none" (default) | "selective" | "full"; attention is fused,
+                            * so selective (Megatron's: recompute the probabilities) keeps
+                            * and computes what none does */
     char *precision;       /* "fp32" (default) | "bf16" | "fp16" (cpu: 16-bit storage
                             * emulated; cuda: bf16 only) */
     /* fp16 loss scaling (Megatron's names): loss_scale > 0 is static; 0 (default) dynamic from

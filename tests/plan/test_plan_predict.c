@@ -243,16 +243,23 @@ static void test_pipeline_matches_formula(void **state)
 static void test_recompute_and_sp(void **state)
 {
     (void)state;
-    const char *none[] = {"training.recompute=none"}, *sel[] = {"training.recompute=selective"},
-               *full[] = {"training.recompute=full"},
-               *sel_sp[] = {"training.recompute=selective", "parallel.sequence_parallel=true"};
-    tr_config c[4];
-    tr_plan_result *r[4];
-    tr_t_load_text(TR_SMALL_YAML, none, 1, &c[0]);
-    tr_t_load_text(TR_SMALL_YAML, sel, 1, &c[1]);
-    tr_t_load_text(TR_SMALL_YAML, full, 1, &c[2]);
-    tr_t_load_text(TR_SMALL_YAML, sel_sp, 2, &c[3]);
-    for (int i = 0; i < 4; i++) {
+    /* Megatron's kernels (scores stored; Korthikanti's formulas), then trident's fused
+     * attention, which stores no scores: selective = none there */
+    const char *none[] = {"training.recompute=none", "cluster.runtime=megatron"},
+               *sel[] = {"training.recompute=selective", "cluster.runtime=megatron"},
+               *full[] = {"training.recompute=full", "cluster.runtime=megatron"},
+               *sel_sp[] = {"training.recompute=selective", "parallel.sequence_parallel=true",
+                            "cluster.runtime=megatron"},
+               *fl_none[] = {"training.recompute=none"}, *fl_sel[] = {"training.recompute=selective"};
+    tr_config c[6];
+    tr_plan_result *r[6];
+    tr_t_load_text(TR_SMALL_YAML, none, 2, &c[0]);
+    tr_t_load_text(TR_SMALL_YAML, sel, 2, &c[1]);
+    tr_t_load_text(TR_SMALL_YAML, full, 2, &c[2]);
+    tr_t_load_text(TR_SMALL_YAML, sel_sp, 3, &c[3]);
+    tr_t_load_text(TR_SMALL_YAML, fl_none, 1, &c[4]);
+    tr_t_load_text(TR_SMALL_YAML, fl_sel, 1, &c[5]);
+    for (int i = 0; i < 6; i++) {
         r[i] = calloc(1, sizeof *r[i]);
         predict(&c[i], 0, r[i]);
     }
@@ -264,13 +271,19 @@ static void test_recompute_and_sp(void **state)
     double per = r[1]->memory.activations / (r[1]->in_flight * r[1]->stage_layers);
     assert_close(per_sp / per, 17.0 / 22, 1e-12);
     assert_true(r[0]->memory.recompute == 0 && r[2]->memory.recompute > 0);
+    /* fused attention: none stores selective's bytes + 4 a s b/t of log-sum-exps, selective
+     * the same and nothing to re-materialise */
+    assert_close(r[4]->memory.activations, r[5]->memory.activations, 1e-15);
+    assert_true(r[4]->memory.activations < r[0]->memory.activations &&
+                r[4]->memory.activations > r[1]->memory.activations);
+    assert_true(r[5]->memory.recompute == 0);
     /* Full recompute: one more forward of every layer; step slower. */
     assert_true(r[2]->hardware_flops > r[1]->hardware_flops);
     assert_true(r[1]->hardware_flops > r[0]->hardware_flops);
     assert_close(r[0]->hardware_flops, r[0]->model_flops, 1e-15);
     assert_true(r[2]->step_time_s > r[0]->step_time_s);
     assert_true(r[2]->tflops_per_gpu > r[2]->model_tflops_per_gpu);
-    for (int i = 0; i < 4; i++) {
+    for (int i = 0; i < 6; i++) {
         free(r[i]);
         tr_config_free(&c[i]);
     }
