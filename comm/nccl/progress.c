@@ -177,8 +177,8 @@ static void ordered_keep(nccl_group *g, nccl_op *op)
     snprintf(g->ordered_err, sizeof g->ordered_err, "%s", op->err);
 }
 
-/* Take every ordered op out of the list; each is failed (first_code/why: the head, the
- * others "not completed") unless done, kept, and freed. */
+/* Take every ordered op out of the list, fail it with `why` (an op that failed already keeps
+ * its own message; the group keeps the first) and free it. */
 static void ordered_fail_all(nccl_group *g, int code, const char *why)
 {
     for (nccl_op *op; (op = g->ordered.head);) {
