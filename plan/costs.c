@@ -34,6 +34,10 @@ void plan_layer_cost(const plan_cost_ctx *x, plan_cost *o)
     const tr_model_config *m = x->m;
     const tr_plan_layout *L = x->L;
     const tr_plan_cluster *c = x->c;
+    if (plan_trident_kernels(x)) {
+        plan_layer_cost_trident(x, o);
+        return;
+    }
     clear(o);
     double s = m->seq_length, b = L->micro_batch, h = m->hidden_size, a = m->num_attention_heads;
     double t = L->tp;
@@ -118,6 +122,10 @@ void plan_output_cost(const plan_cost_ctx *x, plan_cost *o)
 {
     const tr_plan_layout *L = x->L;
     const tr_plan_cluster *c = x->c;
+    if (plan_trident_kernels(x)) {
+        plan_output_cost_trident(x, o);
+        return;
+    }
     clear(o);
     double T = (double)L->micro_batch * x->m->seq_length, h = x->m->hidden_size;
     double V = (double)x->vocab_padded / L->tp;

@@ -49,7 +49,9 @@
  *   none       t=1: sbh(34 + A); TP: sbh(10 + 24/t + A/t); TP + SP: sbh(34/t + A/t)
  *   selective  the same without the A term (attention scores are recomputed)
  *   flash_attention (runtime trident, its fused kernels): none and selective are the
- *              selective bytes + the fp32 log-sum-exps, 4as b/t (no scores are stored)
+ *              selective bytes + the fp32 log-sum-exps, 4as b/t (no scores are stored);
+ *              trident keeps activations in fp32 at any precision (trident_kernels: the
+ *              fp32 bytes in bf16 runs too)
  *   full       2sbh (the layer input), 2sbh/t with SP
  *   A stage keeps peak_r micro-batches (chunks) in flight: the peak of its pp/ schedule op
  *   list (1f1b: min(p - r, M), gpipe: M); stored = peak_r x (layers_r / v) x per-layer bytes.
@@ -257,10 +259,15 @@ typedef struct {
     int p2p_batched;         /* a schedule step's sends and receives posted together (trident,
                               * Megatron); 0: one blocking send/recv at a time (DeepSpeed's
                               * pipeline engine) */
+    int trident_kernels;     /* GPU bf16 step time from trident's CUDA kernels as written
+                              * (plan/costs_trident.c: fp32 tensors, staged GEMMs, unfused
+                              * element-wise kernels, fused attention, chunked head); 0:
+                              * Megatron's fused kernels (plan/costs.c) */
 } tr_plan_layout;
 
 /* cluster.runtime into L's software flags:
- *   trident        batched P2P of whole tensors, fused gradient accumulation (default)
+ *   trident        batched P2P of whole tensors, fused gradient accumulation, trident's own
+ *                  CUDA kernels (default)
  *   megatron       batched P2P with scatter/gather, fused accumulation (Megatron-LM 2022-)
  *   megatron-2021  batched P2P with scatter/gather, unfused accumulation (SC21's code)
  *   deepspeed      one blocking send/recv at a time of whole tensors, unfused accumulation

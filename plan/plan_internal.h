@@ -137,6 +137,16 @@ typedef struct {
 } plan_cost_ctx;
 
 int plan_shape_model(const tr_plan_cluster *c);
+/* costs_trident.c: trident's CUDA kernels as written (runtime trident, a GPU preset, bf16)
+ * instead of Megatron's fused ones; plan_trident_gemm_s: one bf16-mode GEMM on fp32
+ * operands (staged), accumulating (beta 1) or not. */
+static inline int plan_trident_kernels(const plan_cost_ctx *x)
+{
+    return x->L->trident_kernels && x->L->bf16 && plan_shape_model(x->c);
+}
+void plan_layer_cost_trident(const plan_cost_ctx *x, plan_cost *out);
+void plan_output_cost_trident(const plan_cost_ctx *x, plan_cost *out);
+double plan_trident_gemm_s(const tr_plan_cluster *c, double m, double n, double k, int accumulate);
 void plan_layer_cost(const plan_cost_ctx *x, plan_cost *out);
 void plan_embedding_cost(const plan_cost_ctx *x, plan_cost *out);
 void plan_output_cost(const plan_cost_ctx *x, plan_cost *out);

@@ -17,12 +17,12 @@ int tr_plan_runtime_apply(const char *runtime, tr_plan_layout *L)
 {
     static const struct {
         const char *name;
-        int p2p_batched, scatter_gather, grad_accum_fused;
+        int p2p_batched, scatter_gather, grad_accum_fused, trident_kernels;
     } runtimes[] = {
-        {"trident", 1, 0, 1},       /* pp/'s runner: batched, whole tensors; GEMMs into fp32 */
-        {"megatron", 1, 1, 1},      /* Megatron-LM since 2022 */
-        {"megatron-2021", 1, 1, 0}, /* Megatron-LM of the SC21 paper */
-        {"deepspeed", 0, 0, 0},     /* DeepSpeed's pipeline engine and bf16/fp16 optimizer */
+        {"trident", 1, 0, 1, 1},       /* pp/'s runner: batched, whole tensors; kernels/cuda */
+        {"megatron", 1, 1, 1, 0},      /* Megatron-LM since 2022 */
+        {"megatron-2021", 1, 1, 0, 0}, /* Megatron-LM of the SC21 paper */
+        {"deepspeed", 0, 0, 0, 0},     /* DeepSpeed's pipeline engine and bf16/fp16 optimizer */
     };
     const char *r = runtime && *runtime ? runtime : "trident";
     for (size_t i = 0; i < sizeof runtimes / sizeof runtimes[0]; i++)
@@ -31,6 +31,7 @@ int tr_plan_runtime_apply(const char *runtime, tr_plan_layout *L)
             L->scatter_gather = runtimes[i].scatter_gather;
             L->grad_accum_fused = runtimes[i].grad_accum_fused;
             L->flash_attention = !strcmp(runtimes[i].name, "trident");
+            L->trident_kernels = runtimes[i].trident_kernels;
             return TR_OK;
         }
     return tr_fail(TR_ERR_CONFIG, "unknown cluster.runtime '%s'; allowed: trident, megatron, "
@@ -266,15 +267,17 @@ static void memory_model(const tr_config *cfg, const tr_plan_cluster *c,
                                    ? TR_PLAN_RECOMPUTE_SELECTIVE
                                    : L->recompute;
     double lse = L->flash_attention ? 4.0 * m->num_attention_heads * (double)s * b / t : 0;
+    /* trident's kernels keep activations in fp32 whatever the compute precision */
+    int act16 = L->bf16 && !L->trident_kernels;
     double act = tr_plan_layer_activation_bytes(s, b, h, m->num_attention_heads, t,
-                                                L->sequence_parallel, stored, L->bf16) +
+                                                L->sequence_parallel, stored, act16) +
                  (stored == TR_PLAN_RECOMPUTE_FULL ? 0 : lse);
     double act_none = tr_plan_layer_activation_bytes(
                           s, b, h, m->num_attention_heads, t, L->sequence_parallel,
                           L->flash_attention ? TR_PLAN_RECOMPUTE_SELECTIVE : TR_PLAN_RECOMPUTE_NONE,
-                          L->bf16) +
+                          act16) +
                       lse;
-    double esize = L->bf16 ? 1.0 : 2.0;
+    double esize = act16 ? 1.0 : 2.0;
     int sp = L->sequence_parallel && t > 1;
     r->capacity = c->device == TR_PLAN_DEVICE_CPU ? c->memory_bytes / ranks_per_node
                                                   : c->memory_bytes;

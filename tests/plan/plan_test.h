@@ -30,7 +30,7 @@
     "training: {micro_batch_size: 1, global_batch_size: 1536, train_iters: 95367, lr: 1e-4,\n" \
     "           recompute: full, precision: bf16}\n"                                           \
     "data: {data_path: x}\n"                                                                   \
-    "cluster: {preset: a100-80gb, nodes: 128}\n"
+    "cluster: {preset: a100-80gb, nodes: 128, runtime: megatron-2021}\n"
 
 /* A small model for hand-checked cases: 8 layers, h 1024, 16 heads, s 512, V 32000. */
 #define TR_SMALL_YAML                                                                          \

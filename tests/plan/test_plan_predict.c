@@ -272,10 +272,11 @@ static void test_recompute_and_sp(void **state)
     assert_close(per_sp / per, 17.0 / 22, 1e-12);
     assert_true(r[0]->memory.recompute == 0 && r[2]->memory.recompute > 0);
     /* fused attention: none stores selective's bytes + 4 a s b/t of log-sum-exps, selective
-     * the same and nothing to re-materialise */
+     * the same and nothing to re-materialise; trident's kernels keep activations in fp32, so
+     * twice Megatron's bf16 selective bytes, plus the log-sum-exps (under 1% here) */
     assert_close(r[4]->memory.activations, r[5]->memory.activations, 1e-15);
-    assert_true(r[4]->memory.activations < r[0]->memory.activations &&
-                r[4]->memory.activations > r[1]->memory.activations);
+    assert_true(r[4]->memory.activations > 2 * r[1]->memory.activations &&
+                r[4]->memory.activations < 2.01 * r[1]->memory.activations);
     assert_true(r[5]->memory.recompute == 0);
     /* Full recompute: one more forward of every layer; step slower. */
     assert_true(r[2]->hardware_flops > r[1]->hardware_flops);

@@ -1,0 +1,143 @@
+/* What one micro-batch costs one rank on trident's CUDA backend as it is written today
+ * (cluster.runtime trident, a GPU preset, bf16): kernels/cuda's ops one by one, each timed by
+ * the device model (device.c: GEMMs by shape and the measured table, streaming kernels by
+ * their bytes). costs.c models Megatron's fused kernels instead (the other runtimes); the
+ * difference is what issue 24 still has to remove:
+ *  - activations and weights are fp32 in memory: every bf16-mode GEMM first converts its two
+ *    operands into a bf16 staging buffer (4 bytes read, 2 written per element), in slabs along
+ *    K when they do not fit it (each slab a GEMM of its own), and writes an fp32 output (read
+ *    again when it accumulates: beta = 1);
+ *  - bias adds, GELU, LayerNorm, residual copies and bias gradients are separate fp32 kernels;
+ *  - attention is the fused (flash) kernel: no T x T tensor, forward 2 s^2 d FLOPs per head
+ *    (causal half of QK^T and PV), backward 2.5 times that, at TRIDENT_ATTENTION_FRACTION of
+ *    the device's peak;
+ *  - the LM head and loss run over chunks of token rows (tr_gpt_head_chunk_rows): per chunk
+ *    the logits GEMM, one read for the statistics, the loss and gradient in place, and the
+ *    chunk's two backward GEMMs.
+ * Sizes: T = b s token rows, h hidden, t TP ranks. */
+#include <math.h>
+
+#include "core/core.h"
+#include "model/gpt.h"
+#include "plan/plan_internal.h"
+
+/* kernels/cuda/gemm.c's staging buffer (tr_cuda_staging_bytes for one rank on a GPU of this
+ * memory: 1/64 of it in [64, 512] MiB) */
+static double staging_bytes(const tr_plan_cluster *c)
+{
+    double b = c->memory_bytes / 64, MiB = 1048576.0;
+    return b < 64 * MiB ? 64 * MiB : b > 512 * MiB ? 512 * MiB : b;
+}
+
+/* Fraction of peak bf16 FLOP/s the fused attention kernels reach (forward and backward). */
+#define TRIDENT_ATTENTION_FRACTION 0.35
+
+/* One bf16-mode GEMM C (m x n) = A (m x k) B (k x n) on fp32 operands (gemm.c's staging):
+ * per slab of K the two conversions, the bf16 GEMM, and the fp32 output's extra bytes over
+ * the table's bf16 output (2 more written, 4 read when it accumulates). */
+double plan_trident_gemm_s(const tr_plan_cluster *c, double m, double n, double k, int accumulate)
+{
+    double cap = staging_bytes(c) / 2 - 128, kc = floor(cap / (m + n));
+    if (kc >= 64)
+        kc = floor(kc / 64) * 64;
+    if (kc < 1)
+        kc = 1;
+    if (kc > k)
+        kc = k;
+    double t = 0;
+    for (double k0 = 0; k0 < k; k0 += kc) {
+        double w = k - k0 < kc ? k - k0 : kc;
+        int beta = accumulate || k0 > 0;
+        t += tr_plan_stream_s(c, 6 * (m * w + w * n)) + tr_plan_gemm_s(c, m, n, w, 1) +
+             tr_plan_stream_s(c, m * n * (beta ? 6.0 : 2.0));
+    }
+    return t;
+}
+
+/* A linear layer y (T x n) = x (T x k) W^T: forward (beta 1 onto a copied residual when
+ * `residual`), and backward dx (beta 0) and dW (accumulating). */
+static double linear_f(const tr_plan_cluster *c, double T, double n, double k, int residual)
+{
+    return plan_trident_gemm_s(c, T, n, k, residual);
+}
+
+static double linear_b(const tr_plan_cluster *c, double T, double n, double k)
+{
+    return plan_trident_gemm_s(c, T, k, n, 0) + plan_trident_gemm_s(c, n, k, T, 1);
+}
+
+void plan_layer_cost_trident(const plan_cost_ctx *x, plan_cost *o)
+{
+    const tr_model_config *m = x->m;
+    const tr_plan_layout *L = x->L;
+    const tr_plan_cluster *c = x->c;
+    double s = m->seq_length, b = L->micro_batch, h = m->hidden_size, a = m->num_attention_heads;
+    double t = L->tp, T = b * s, d = h / a, heads = b * a / t;
+    int sp = L->sequence_parallel && L->tp > 1, row_copy = L->tp == 1;
+    double qkv, F, fc;
+    tr_plan_layer_dims(m, &qkv, &F, &fc);
+    double R = T * h * 4 / (sp ? t : 1); /* a layernorm-region fp32 tensor, bytes */
+    double gelu_in = fc > F ? 2.0 : 1.0;  /* SwiGLU reads gate and up */
+    double tp_parts = 2 * x->ar_tp;
+    for (int k = 0; k <= TR_PLAN_PART_TP; k++)
+        o->f[k] = o->b[k] = 0;
+    o->f[TR_PLAN_PART_TP] = tp_parts;
+    o->b[TR_PLAN_PART_TP] = tp_parts;
+    /* QKV, projection, fc, fc_proj (the row-parallel two onto the residual) */
+    double lin_f = linear_f(c, T, qkv / t, h, 0) + linear_f(c, T, h, h / t, row_copy) +
+                   linear_f(c, T, fc / t, h, 0) + linear_f(c, T, h, F / t, row_copy);
+    double lin_b = linear_b(c, T, qkv / t, h) + linear_b(c, T, h, h / t) +
+                   linear_b(c, T, fc / t, h) + linear_b(c, T, h, F / t);
+    /* fused attention: forward 2 (QK^T, PV) x 2 s^2 d / 2 (causal) per head, backward 2.5x */
+    double att_flops = heads * 2.0 * s * s * d;
+    double att_rate = c->peak_flops * TRIDENT_ATTENTION_FRACTION;
+    double att_io = tr_plan_stream_s(c, T * (qkv / t + h / t) * 4);
+    double att_f = att_flops / att_rate + att_io;
+    double att_b = 2.5 * att_flops / att_rate + 2 * att_io;
+    /* forward: 2 layernorms (read x, write y), bias adds (read and write the output) of
+     * qkv, projection, fc and fc_proj, the residual copies before the row-parallel GEMMs
+     * (tp 1; else the reduction's add: read 2, write 1), GELU / SwiGLU */
+    double bias = T * (qkv + fc) / t * 8 + 2 * R * 2;
+    double resid = row_copy ? 2 * 2 * R : 2 * 3 * R;
+    double el_f = 2 * 2 * R + bias + resid + T * F / t * 4 * (gelu_in + 1);
+    /* backward: 2 layernorm backwards (dout, x, dx read and written, the weight sums: 6 x
+     * 4 bytes), bias gradients (read dout), the activation's backward (read its input and
+     * dout, write din) */
+    double el_b = 2 * 6 * R + T * (qkv + fc) / t * 4 + 2 * R +
+                  T * F / t * 4 * (2 * gelu_in + 1);
+    o->f[TR_PLAN_PART_GEMM] = lin_f;
+    o->b[TR_PLAN_PART_GEMM] = lin_b;
+    o->f[TR_PLAN_PART_ATTENTION] = att_f;
+    o->b[TR_PLAN_PART_ATTENTION] = att_b;
+    o->f[TR_PLAN_PART_ELEMENTWISE] = tr_plan_stream_s(c, el_f);
+    o->b[TR_PLAN_PART_ELEMENTWISE] = tr_plan_stream_s(c, el_b);
+    if (L->recompute == TR_PLAN_RECOMPUTE_FULL) {
+        o->b[TR_PLAN_PART_RECOMPUTE] = lin_f + att_f + o->f[TR_PLAN_PART_ELEMENTWISE];
+        o->b[TR_PLAN_PART_TP] += tp_parts;
+    } /* selective: nothing to recompute (no T x T tensor is kept) */
+}
+
+void plan_output_cost_trident(const plan_cost_ctx *x, plan_cost *o)
+{
+    const tr_plan_layout *L = x->L;
+    const tr_plan_cluster *c = x->c;
+    double T = (double)L->micro_batch * x->m->seq_length, h = x->m->hidden_size;
+    double V = (double)x->vocab_padded / L->tp;
+    int sp = L->sequence_parallel && L->tp > 1;
+    double R = T * h * 4 / (sp ? L->tp : 1);
+    for (int k = 0; k <= TR_PLAN_PART_TP; k++)
+        o->f[k] = o->b[k] = 0;
+    int rows = tr_gpt_head_chunk_rows((int)T, (int)V);
+    double chunks = ceil(T / rows), r = T / chunks;
+    /* per chunk: logits (r x V), the statistics' read, the loss and gradient in place, the
+     * input gradient (r x h) and the weight gradient (V x h, accumulating); trident runs the
+     * head's backward inside its forward: all of it is forward time here */
+    double per = plan_trident_gemm_s(c, r, V, h, 0) + tr_plan_stream_s(c, 4 * r * V) +
+                 tr_plan_stream_s(c, 8 * r * V) + plan_trident_gemm_s(c, r, h, V, 0) +
+                 plan_trident_gemm_s(c, V, h, r, 1);
+    double ce_ar = 2.0 * chunks * tr_plan_allreduce_s(4.0 * r, L->tp, x->tp_bw, x->tp_lat);
+    /* the final layernorm forward and backward */
+    o->f[TR_PLAN_PART_OUTPUT] = chunks * per + tr_plan_stream_s(c, 2 * R + 6 * R);
+    o->f[TR_PLAN_PART_TP] = ce_ar;
+    o->b[TR_PLAN_PART_TP] = x->ar_tp; /* the input gradient of the vocabulary-parallel GEMM */
+}
