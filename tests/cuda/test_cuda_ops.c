@@ -466,7 +466,7 @@ static void test_xent(const tr_kernels *k)
     CPU->xent_stats(NULL, cmax, csum, cpick, logits, targets, N, V, n_valid, v_start);
     CPU->xent_loss_backward(NULL, closs, cd, cd, cmax, csum, cpick, targets, weights, N, V,
                             n_valid, v_start, 0.25f);
-    float *gl2 = dev(k, logits, nl), *gw = dev(k, weights, (size_t)N * 4);
+    float *gl2 = dev(k, logits, nl * 4), *gw = dev(k, weights, (size_t)N * 4);
     float *gshift = dev(k, shifted, (size_t)N * 4);
     k->xent_stats(NULL, gmax, gsum, gpick, gl2, gt, N, V, n_valid, v_start);
     got = back(k, gmax, (size_t)N);
