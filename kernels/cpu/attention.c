@@ -1,11 +1,13 @@
 /* Causal multi-head self-attention, fused (the flash-attention scheme): no T x T tensor is
  * stored. Queries and keys are cut into tiles of TILE rows (the last shorter); a query tile
  * meets the key tiles at or left of its own (tiles above the diagonal are skipped, and with
- * packed sequences the tiles wholly before its segment), scores live for one tile pair at a
- * time (TILE x TILE floats on the stack), so memory is O(T) per head: the output and each
- * query row's log-sum-exp of its scaled, masked scores (lse).
- * Forward, one (batch, head, query tile) unit at a time on the team: for each key tile
- * S = scale Q K^T (+ ALiBi), the online softmax (running row max m and sum l; the output
+ * packed sequences the tiles wholly before its segment), scores live for one query tile and
+ * one block of keys at a time (on the stack: TILE x FWD_KEYS floats in forward, two TILE x
+ * TILE in backward), so memory is O(T) per head: the output and each query row's log-sum-exp
+ * of its scaled, masked scores (lse).
+ * Forward, one (batch, head, query tile) unit at a time on the team: for each block of up to
+ * FWD_KEYS keys (fewer, larger GEMMs than tile by tile: as fast as the materialised kernel
+ * was) S = scale Q K^T (+ ALiBi), the online softmax (running row max m and sum l; the output
  * rows rescaled by exp(m_old - m_new) when the max grows), O += P V; at the end O /= l and
  * lse = m + log l.
  * Backward: D = rowsum(dO * O) per query row (the scratch), then per tile pair the
@@ -28,6 +30,7 @@
 #include <string.h>
 
 #define TILE 64
+#define FWD_KEYS 256 /* forward: keys per score block (a multiple of TILE) */
 
 static int min_int(int a, int b) { return a < b ? a : b; }
 static int max_int(int a, int b) { return a > b ? a : b; }
@@ -109,17 +112,17 @@ static void segment_starts(const dims *d, int b, int r0, int r1, int *s0)
     }
 }
 
-/* S (r1-r0, c1-c0; row stride TILE) = scale Q[r0:r1] K[c0:c1]^T (+ ALiBi of head h), the
+/* S (r1-r0, c1-c0; row stride ld) = scale Q[r0:r1] K[c0:c1]^T (+ ALiBi of head h), the
  * entries outside each row t's keys [s0, t] set to -INFINITY. */
-static void tile_scores(const dims *d, float *S, const float *q, const float *k, int h, int r0,
-                        int r1, int c0, int c1, const int *s0)
+static void tile_scores(const dims *d, float *S, int ld, const float *q, const float *k, int h,
+                        int r0, int r1, int c0, int c1, const int *s0)
 {
     int rows = r1 - r0, cols = c1 - c0;
     cpu_gemm_serial(0, 1, rows, cols, d->HS, d->scale, q + (size_t)r0 * d->C3, d->C3,
-                    k + (size_t)c0 * d->C3, d->C3, 0.0f, S, TILE);
+                    k + (size_t)c0 * d->C3, d->C3, 0.0f, S, ld);
     for (int i = 0; i < rows; i++) {
         int t = r0 + i;
-        float *restrict row = S + (size_t)i * TILE;
+        float *restrict row = S + (size_t)i * ld;
         /* the row's keys in this tile: [lo, hi) (empty when its segment starts later) */
         int lo = min_int(max_int(s0[i], c0), c1) - c0;
         int hi = max_int(lo, min_int(t, c1 - 1) - c0 + 1);
@@ -154,18 +157,19 @@ static void forward_tile(const att_args *a, int bh, int qt)
     float *o = a->out + (size_t)b * T * C + (size_t)h * HS, *lse = a->lse + (size_t)bh * T;
     int r0 = qt * TILE, r1 = min_int(T, r0 + TILE), rows = r1 - r0;
     int s0[TILE];
-    float m[TILE], l[TILE], S[TILE * TILE];
+    float m[TILE], l[TILE], S[TILE * FWD_KEYS];
     segment_starts(d, b, r0, r1, s0);
     for (int i = 0; i < rows; i++) {
         m[i] = -INFINITY;
         l[i] = 0.0f;
         memset(o + (size_t)(r0 + i) * C, 0, (size_t)HS * sizeof(float));
     }
-    for (int c = s0[0] / TILE; c <= qt; c++) { /* key tiles from the segment's first */
-        int c0 = c * TILE, c1 = min_int(T, c0 + TILE), cols = c1 - c0;
-        tile_scores(d, S, q, k, h, r0, r1, c0, c1, s0);
+    /* key blocks of FWD_KEYS from the tile of the segment's first key to the diagonal */
+    for (int c0 = s0[0] / TILE * TILE; c0 < r1; c0 += FWD_KEYS) {
+        int c1 = min_int(r1, c0 + FWD_KEYS), cols = c1 - c0;
+        tile_scores(d, S, FWD_KEYS, q, k, h, r0, r1, c0, c1, s0);
         for (int i = 0; i < rows; i++) {
-            float *restrict row = S + (size_t)i * TILE;
+            float *restrict row = S + (size_t)i * FWD_KEYS;
             float mx = -INFINITY;
 #pragma omp simd reduction(max : mx)
             for (int j = 0; j < cols; j++)
@@ -192,7 +196,7 @@ static void forward_tile(const att_args *a, int bh, int qt)
             m[i] = mnew;
         }
         /* O[r0:r1] += P V[c0:c1] */
-        cpu_gemm_serial(0, 0, rows, HS, cols, 1.0f, S, TILE, v + (size_t)c0 * C3, C3, 1.0f,
+        cpu_gemm_serial(0, 0, rows, HS, cols, 1.0f, S, FWD_KEYS, v + (size_t)c0 * C3, C3, 1.0f,
                         o + (size_t)r0 * C, C);
     }
     for (int i = 0; i < rows; i++) { /* every row saw its own key: l > 0 */
@@ -223,7 +227,7 @@ static void tile_probs(const att_args *a, int bh, int qt, int c, const int *s0, 
     const float *lse = a->clse + (size_t)bh * T, *D = a->D + (size_t)bh * T;
     int r0 = qt * TILE, r1 = min_int(T, r0 + TILE), c0 = c * TILE, c1 = min_int(T, c0 + TILE);
     int rows = r1 - r0, cols = c1 - c0;
-    tile_scores(d, P, q, k, h, r0, r1, c0, c1, s0);
+    tile_scores(d, P, TILE, q, k, h, r0, r1, c0, c1, s0);
     cpu_gemm_serial(0, 1, rows, cols, HS, 1.0f, dO + (size_t)r0 * C, C, v + (size_t)c0 * C3,
                     C3, 0.0f, dS, TILE);
     for (int i = 0; i < rows; i++) {
