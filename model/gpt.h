@@ -214,10 +214,12 @@ size_t tr_gpt_activation_bytes(const tr_gpt *g, int B, int n_slots);
 
 /* The head and its loss run over chunks of token rows (logits GEMM, cross-entropy, logits'
  * gradient in place, the head's backward; one chunk at a time): rows per chunk for N token
- * rows and Vl logit columns per rank, so that a chunk's logits hold at most 2^26 floats
- * (256 MiB fp32; rows a multiple of 64 from 64 up, N itself when it fits). No config key:
- * the bound is large enough that the head's GEMMs keep their speed (>= 1280 rows for GPT-2's
- * 50304 columns) and small enough that the logits are no longer a stage's largest buffer.
+ * rows and Vl logit columns per rank, so that a chunk's logits hold at most 2^27 floats
+ * (512 MiB fp32; even chunks of a multiple of 64 rows, N itself when it fits). No config
+ * key. The bound trades memory for the head's speed: every chunk's GEMMs restage wte in bf16
+ * and re-read dwte, so smaller chunks cost time. gpt2-124m at micro-batch 48 on an H100
+ * (head GEMMs + cross-entropy): whole logits (9.9 GB) 51.2 ms; 2^26 floats (39 chunks of
+ * 1280 rows) 59.1 ms; 2^27 (19 of 2624) 48.4 ms; 2^28 (10 of 4928) 44.7 ms.
  * The scratch (tr_gpt_activation_bytes) and plan/ use it. */
 int tr_gpt_head_chunk_rows(int N, int Vl);
 /* For tests: at most `rows` rows per head chunk from now on (0: the rule alone). */

@@ -85,7 +85,7 @@ int tr_gpt_head_chunk_rows(int N, int Vl)
 {
     if (N < 1 || Vl < 1)
         return N > 1 ? N : 1;
-    long max_rows = (1L << 26) / Vl; /* a chunk's logits: at most 2^26 floats (256 MiB) */
+    long max_rows = (1L << 27) / Vl; /* a chunk's logits: at most 2^27 floats (512 MiB) */
     if (max_rows >= 64)
         max_rows -= max_rows % 64; /* whole 64-row GEMM tiles */
     if (max_rows < 1)
