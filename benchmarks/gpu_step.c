@@ -76,14 +76,16 @@ enum {
     OP_GEMM_HEAD, OP_GEMM, OP_TO_DEVICE, OP_TO_HOST, OP_COPY, OP_ZERO, OP_ADD, OP_AXPY,
     OP_SCALE, OP_BIAS_ADD, OP_BIAS_BACKWARD, OP_LN_FORWARD, OP_LN_BACKWARD, OP_GELU_FORWARD,
     OP_GELU_BACKWARD, OP_ATTN_FORWARD, OP_ATTN_BACKWARD, OP_XENT_ROW_MAX, OP_XENT_ROW_SUMEXP,
-    OP_XENT_PICK, OP_XENT_LOSS, OP_XENT_BACKWARD, OP_EMB_FORWARD, OP_EMB_BACKWARD,
+    OP_XENT_PICK, OP_XENT_LOSS, OP_XENT_BACKWARD, OP_XENT_STATS, OP_XENT_RESCALE,
+    OP_XENT_LOSS_BACKWARD, OP_EMB_FORWARD, OP_EMB_BACKWARD,
     OP_POS_FORWARD, OP_POS_BACKWARD, OP_ADAMW, OP_SUMSQ, N_OPS
 };
 static const char *const op_names[N_OPS] = {
     "gemm (LM head)", "gemm (layers)", "to_device", "to_host", "copy", "zero", "add", "axpy",
     "scale", "bias_add", "bias_backward", "layernorm_forward", "layernorm_backward",
     "gelu_forward", "gelu_backward", "attention_forward", "attention_backward", "xent_row_max",
-    "xent_row_sumexp", "xent_pick", "xent_loss", "xent_backward", "embedding_forward",
+    "xent_row_sumexp", "xent_pick", "xent_loss", "xent_backward", "xent_stats", "xent_rescale",
+    "xent_loss_backward", "embedding_forward",
     "embedding_backward", "position_forward", "position_backward", "adamw", "sumsq"};
 static tr_kernels base;
 static int prof_on, prof_vp;
@@ -165,6 +167,16 @@ WRAP(OP_XENT_BACKWARD, xent_backward,
      (tr_stream s, float *dl, const float *l, const float *m, const float *se, const int32_t *t,
       int N, int V, int nv, int v0, float scale),
      (s, dl, l, m, se, t, N, V, nv, v0, scale))
+WRAP(OP_XENT_STATS, xent_stats,
+     (tr_stream s, float *m, float *se, float *p, const float *l, const int32_t *t, int N, int V,
+      int nv, int v0),
+     (s, m, se, p, l, t, N, V, nv, v0))
+WRAP(OP_XENT_RESCALE, xent_rescale,
+     (tr_stream s, float *se, const float *lm, const float *m, int N), (s, se, lm, m, N))
+WRAP(OP_XENT_LOSS_BACKWARD, xent_loss_backward,
+     (tr_stream s, float *o, float *dl, const float *l, const float *m, const float *se,
+      const float *p, const int32_t *t, const float *w, int N, int V, int nv, int v0, float scale),
+     (s, o, dl, l, m, se, p, t, w, N, V, nv, v0, scale))
 WRAP(OP_EMB_FORWARD, embedding_forward,
      (tr_stream s, float *o, const int32_t *ids, const float *tab, int N, int C, int v0, int V),
      (s, o, ids, tab, N, C, v0, V))
@@ -200,7 +212,9 @@ static tr_kernels profiled(const tr_kernels *k, int Vp)
     p.gelu_backward = p_gelu_backward, p.attention_forward = p_attention_forward;
     p.attention_backward = p_attention_backward, p.xent_row_max = p_xent_row_max;
     p.xent_row_sumexp = p_xent_row_sumexp, p.xent_pick = p_xent_pick, p.xent_loss = p_xent_loss;
-    p.xent_backward = p_xent_backward, p.embedding_forward = p_embedding_forward;
+    p.xent_backward = p_xent_backward, p.xent_stats = p_xent_stats;
+    p.xent_rescale = p_xent_rescale, p.xent_loss_backward = p_xent_loss_backward;
+    p.embedding_forward = p_embedding_forward;
     p.embedding_backward = p_embedding_backward, p.position_forward = p_position_forward;
     p.position_backward = p_position_backward, p.adamw = p_adamw, p.sumsq = p_sumsq;
     return p;
