@@ -222,8 +222,9 @@ void tr_kernels_cpu_parallel_for(size_t n, void (*fn)(void *ctx, size_t i), void
  * bias, biases, wpe; embedding rows) rounded to the format, computes in fp32, and rounds the
  * outputs it keeps (activations, activation gradients, parameter gradients; accumulating ops
  * round the sum) to the format. fp16 overflows to infinity past 65504. Unrounded: the fp32
- * statistics (mean, rstd, row max, sum of exponentials, losses), the cross-entropy's other
- * pieces, generation, AdamW (fp32 master weights and moments) and sumsq. The GEMMs of the
+ * statistics (mean, rstd, row max, sum of exponentials, attention's lse, losses), the
+ * cross-entropy's other pieces, generation, AdamW (fp32 master weights and moments) and sumsq;
+ * attention's probabilities (recomputed inside its ops) stay fp32 too. The GEMMs of the
  * CUDA backend's bf16 mode read their operands the same way (its twin on a CPU). */
 const tr_kernels *tr_kernels_cpu_rounded(const char *format);
 /* Round to nearest, ties to even, to bf16 / fp16 and back to fp32 (NaN stays NaN). */
