@@ -158,9 +158,18 @@ int ckpt_write_file_atomic(const char *dir, const char *name, const char *text)
     return ckpt_sync_path(dir);
 }
 
-/* Every rank learns whether any rank failed; the ranks that did not fail say so. */
+/* Every rank learns whether any rank failed; the ranks that did not fail say so. A rank
+ * that failed prints its reason BEFORE the vote: once the others learn of the failure they
+ * exit, and the launcher then stops every rank at once, this one perhaps before it reaches
+ * its own exit message (tests/train/test_checkpoint.py's 8-rank damaged checkpoint lost the
+ * file's name that way, now and then). */
 int ckpt_agree(tr_engine *e, int rc, const char *what)
 {
+    if (rc && tr_comm_size(e->world.world) > 1) {
+        fprintf(stderr, "trident: rank %d: %s\n", tr_comm_rank(e->world.world), tr_errmsg());
+        fflush(stderr);
+        rc = tr_fail(rc, "%s failed on this rank (its message above)", what);
+    }
     double bad = rc ? 1.0 : 0.0;
     int crc = tr_comm_allreduce(e->world.world, &bad, &bad, 1, TR_COMM_F64, TR_COMM_MAX);
     if (rc)
