@@ -219,6 +219,14 @@ static void check_generation(int family)
     stage_make(&st, family, 0, 3, B);
     float want[10 * 11], all[10 * 11], step[2 * 11];
     assert_int_equal(tr_gpt_forward_logits(st.g, st.a, tokens, want), TR_OK);
+    /* the head in chunks of 3 rows (10 rows: 4 chunks, the last of 1): the same logits */
+    tr_gpt_set_head_chunk_rows(st.g, 3);
+    assert_int_equal(tr_gpt_forward_logits(st.g, st.a, tokens, all), TR_OK);
+    tr_gpt_set_head_chunk_rows(st.g, 0);
+    for (int i = 0; i < N * V; i++)
+        if (fabsf(all[i] - want[i]) > 1e-6f * (1 + fabsf(want[i])))
+            fail_msg("family %d: logits[%d] in 3-row head chunks %.7g, in one %.7g", family, i,
+                     all[i], want[i]);
     tr_gpt_cache *c = NULL;
     assert_int_equal(tr_gpt_cache_create(st.g, B, 6, &c), TR_OK);
     assert_int_equal(tr_gpt_decode(c, tokens, T, 1, all), TR_OK);
