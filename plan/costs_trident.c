@@ -9,8 +9,8 @@
  *    again when it accumulates: beta = 1);
  *  - bias adds, GELU, LayerNorm, residual copies and bias gradients are separate fp32 kernels;
  *  - attention is the fused (flash) kernel: no T x T tensor, forward 2 s^2 d FLOPs per head
- *    (causal half of QK^T and PV), backward 2.5 times that, at TRIDENT_ATTENTION_FRACTION of
- *    the device's peak;
+ *    (causal half of QK^T and PV), backward 2.5 times that, at the fractions of the device's
+ *    peak that kernel was measured at (below);
  *  - the LM head and loss run over chunks of token rows (tr_gpt_head_chunk_rows): per chunk
  *    the logits GEMM, one read for the statistics, the loss and gradient in place, and the
  *    chunk's two backward GEMMs.
@@ -29,8 +29,14 @@ static double staging_bytes(const tr_plan_cluster *c)
     return b < 64 * MiB ? 64 * MiB : b > 512 * MiB ? 512 * MiB : b;
 }
 
-/* Fraction of peak bf16 FLOP/s the fused attention kernels reach (forward and backward). */
-#define TRIDENT_ATTENTION_FRACTION 0.35
+/* Fractions of peak bf16 FLOP/s kernels/cuda/flash.cu reaches on the FLOPs modelled below,
+ * measured on an H100 (2026-11-27, gpt2-124m at micro-batch 48 x 1024, gpu_step --profile,
+ * each op timed alone): forward 81.96 ms for 0.93 TFLOP (11.3 TFLOP/s), backward 302.5 ms
+ * for 2.32 TFLOP (7.7 TFLOP/s). Far below the 0.35 a FlashAttention-2 kernel reaches (issue
+ * 24: the kernels pass their scores through shared memory with 4 warps per block); measure
+ * again when they change. */
+#define TRIDENT_ATTENTION_FORWARD_FRACTION 0.0114
+#define TRIDENT_ATTENTION_BACKWARD_FRACTION 0.0078
 
 /* One bf16-mode GEMM C (m x n) = A (m x k) B (k x n) on fp32 operands (gemm.c's staging):
  * per slab of K the two conversions, the bf16 GEMM, and the fp32 output's extra bytes over
@@ -90,10 +96,8 @@ void plan_layer_cost_trident(const plan_cost_ctx *x, plan_cost *o)
                    linear_b(c, T, fc / t, h) + linear_b(c, T, h, F / t);
     /* fused attention: forward 2 (QK^T, PV) x 2 s^2 d / 2 (causal) per head, backward 2.5x */
     double att_flops = heads * 2.0 * s * s * d;
-    double att_rate = c->peak_flops * TRIDENT_ATTENTION_FRACTION;
-    double att_io = tr_plan_stream_s(c, T * (qkv / t + h / t) * 4);
-    double att_f = att_flops / att_rate + att_io;
-    double att_b = 2.5 * att_flops / att_rate + 2 * att_io;
+    double att_f = att_flops / (c->peak_flops * TRIDENT_ATTENTION_FORWARD_FRACTION);
+    double att_b = 2.5 * att_flops / (c->peak_flops * TRIDENT_ATTENTION_BACKWARD_FRACTION);
     /* forward: 2 layernorms (read x, write y), bias adds (read and write the output) of
      * qkv, projection, fc and fc_proj, the residual copies before the row-parallel GEMMs
      * (tp 1; else the reduction's add: read 2, write 1), GELU / SwiGLU */
