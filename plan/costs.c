@@ -12,12 +12,6 @@ int plan_shape_model(const tr_plan_cluster *c)
     return c->device == TR_PLAN_DEVICE_GPU && c->sms > 0 && c->hbm_bw > 0;
 }
 
-static void clear(plan_cost *o)
-{
-    for (int k = 0; k <= TR_PLAN_PART_TP; k++)
-        o->f[k] = o->b[k] = 0;
-}
-
 /* A linear layer Y (M x N) = X (M x K) W (K x N): forward, and backward dX and dW. */
 static double gemm_f(const tr_plan_cluster *c, double m, double n, double k)
 {
@@ -38,7 +32,7 @@ void plan_layer_cost(const plan_cost_ctx *x, plan_cost *o)
         plan_layer_cost_trident(x, o);
         return;
     }
-    clear(o);
+    plan_cost_clear(o);
     double s = m->seq_length, b = L->micro_batch, h = m->hidden_size, a = m->num_attention_heads;
     double t = L->tp;
     int sp = L->sequence_parallel && L->tp > 1;
@@ -103,7 +97,7 @@ void plan_layer_cost(const plan_cost_ctx *x, plan_cost *o)
 void plan_embedding_cost(const plan_cost_ctx *x, plan_cost *o)
 {
     const tr_plan_layout *L = x->L;
-    clear(o);
+    plan_cost_clear(o);
     o->f[TR_PLAN_PART_TP] = x->ar_tp; /* vocabulary-parallel lookup */
     if (!plan_shape_model(x->c))
         return;
@@ -126,7 +120,7 @@ void plan_output_cost(const plan_cost_ctx *x, plan_cost *o)
         plan_output_cost_trident(x, o);
         return;
     }
-    clear(o);
+    plan_cost_clear(o);
     double T = (double)L->micro_batch * x->m->seq_length, h = x->m->hidden_size;
     double V = (double)x->vocab_padded / L->tp;
     o->b[TR_PLAN_PART_TP] = x->ar_tp; /* the input gradient of the vocabulary-parallel GEMM */

@@ -85,8 +85,7 @@ void plan_layer_cost_trident(const plan_cost_ctx *x, plan_cost *o)
     double R = T * h * 4 / (sp ? t : 1); /* a layernorm-region fp32 tensor, bytes */
     double gelu_in = fc > F ? 2.0 : 1.0;  /* SwiGLU reads gate and up */
     double tp_parts = 2 * x->ar_tp;
-    for (int k = 0; k <= TR_PLAN_PART_TP; k++)
-        o->f[k] = o->b[k] = 0;
+    plan_cost_clear(o);
     o->f[TR_PLAN_PART_TP] = tp_parts;
     o->b[TR_PLAN_PART_TP] = tp_parts;
     /* QKV, projection, fc, fc_proj (the row-parallel two onto the residual) */
@@ -129,8 +128,7 @@ void plan_output_cost_trident(const plan_cost_ctx *x, plan_cost *o)
     double V = (double)x->vocab_padded / L->tp;
     int sp = L->sequence_parallel && L->tp > 1;
     double R = T * h * 4 / (sp ? L->tp : 1);
-    for (int k = 0; k <= TR_PLAN_PART_TP; k++)
-        o->f[k] = o->b[k] = 0;
+    plan_cost_clear(o);
     int rows = tr_gpt_head_chunk_rows((int)T, (int)V);
     double chunks = ceil(T / rows), r = T / chunks;
     /* per chunk: logits (r x V), the statistics' read, the loss and gradient in place, the

@@ -136,6 +136,11 @@ typedef struct {
     double tp_bw, tp_lat; /* the TP link as a rank sees it */
 } plan_cost_ctx;
 
+static inline void plan_cost_clear(plan_cost *o)
+{
+    for (int k = 0; k <= TR_PLAN_PART_TP; k++)
+        o->f[k] = o->b[k] = 0;
+}
 int plan_shape_model(const tr_plan_cluster *c);
 /* costs_trident.c: trident's CUDA kernels as written (runtime trident, a GPU preset, bf16)
  * instead of Megatron's fused ones; plan_trident_gemm_s: one bf16-mode GEMM on fp32
