@@ -278,7 +278,10 @@ int tr_hf_export(const char *ckpt_dir, const char *hf_dir, const tr_hf_export_op
     int it = 0;
     out_dir od;
     int rc = tr_checkpoint_read_model(ckpt_dir, &m, &it);
-    int family = o->model ? tr_hf_family_of(o->model) : TR_HF_GPT2;
+    /* the config's family, else the checkpoint's (its manifest's family line; GPT-2 for a
+     * checkpoint written before that line) */
+    int family = o->model ? tr_hf_family_of(o->model)
+                 : m.normalization ? tr_hf_family_of(&m) : TR_HF_GPT2;
     if (!rc && family < 0)
         rc = tr_fail(TR_ERR_INVALID, "the config's model (its normalization, position embedding, "
                      "MLP and bias switches) is neither GPT-2, Llama nor Bloom: transformers has "
@@ -292,7 +295,7 @@ int tr_hf_export(const char *ckpt_dir, const char *hf_dir, const tr_hf_export_op
                      "num_attention_heads %d, vocab_size %d, max_position_embeddings %d; the "
                      "config's model differs", ckpt_dir, m.num_layers, m.hidden_size,
                      m.num_attention_heads, m.vocab_size, m.max_position_embeddings);
-    if (!rc && family != TR_HF_GPT2)
+    if (!rc && family != TR_HF_GPT2 && mc)
         m = *mc;
     if (!rc)
         rc = whole_model(&m, family, &g, &params);

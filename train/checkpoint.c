@@ -378,10 +378,40 @@ static int write_manifest(tr_engine *e, const char *tmp_dir, int iteration, uint
             .n = m, .has_scaler = sc->on, .loss_scale = sc->scale, .scaler_growth = sc->growth,
             .scaler_hysteresis_left = sc->hysteresis_left, .skipped_iterations = sc->skipped};
         ckpt_split_text(e->cfg->data.split, mf.split, sizeof mf.split);
+        ckpt_manifest_family(&mf, tr_gpt_get_shape(e->chunks[0].model));
         rc = ckpt_write_manifest(path, &mf);
     }
     free(recs);
     return rc;
+}
+
+/* The shortest decimal of a float that reads back as the same float (1e-05, not the double
+ * 9.99999975e-06 of its exact value): what a config said. */
+static double float_decimal(float x)
+{
+    char buf[32];
+    for (int digits = 6; digits < 9; digits++) {
+        snprintf(buf, sizeof buf, "%.*g", digits, (double)x);
+        if ((float)strtod(buf, NULL) == x)
+            return strtod(buf, NULL);
+    }
+    return (double)x;
+}
+
+void ckpt_manifest_family(ckpt_manifest *mf, const tr_gpt_shape *s)
+{
+    mf->has_family = 1;
+    mf->rmsnorm = s->rmsnorm;
+    mf->position = s->position == TR_POS_ROPE ? 1 : s->position == TR_POS_ALIBI ? 2 : 0;
+    mf->rotary_dims = s->rotary_dims;
+    mf->rotary_base = float_decimal(s->rotary_base);
+    mf->swiglu = s->swiglu;
+    mf->ffn = s->ffn ? s->ffn : 4 * s->C;
+    mf->query_groups = s->query_groups ? s->query_groups : s->NH;
+    mf->untie = s->untie;
+    mf->linear_bias = !s->no_linear_bias;
+    mf->emb_ln = s->embedding_ln;
+    mf->eps = float_decimal(s->eps);
 }
 
 int ckpt_write_manifest(const char *path, const ckpt_manifest *mf)
@@ -401,6 +431,12 @@ int ckpt_write_manifest(const char *path, const ckpt_manifest *mf)
         fprintf(f, "loss_scaler scale %.17g growth %d hysteresis_left %d skipped %ld\n",
                 mf->loss_scale, mf->scaler_growth, mf->scaler_hysteresis_left,
                 mf->skipped_iterations);
+    if (mf->has_family)
+        fprintf(f, "family rmsnorm %d position %d rotary_dims %d rotary_base %.9g swiglu %d "
+                   "ffn %d query_groups %d untie %d linear_bias %d embedding_layernorm %d "
+                   "eps %.9g\n", mf->rmsnorm, mf->position, mf->rotary_dims, mf->rotary_base,
+                mf->swiglu, mf->ffn, mf->query_groups, mf->untie, mf->linear_bias, mf->emb_ln,
+                mf->eps);
     fprintf(f, "tensors %zu\n", mf->n);
     for (size_t i = 0; i < mf->n; i++)
         fprintf(f, "tensor %s %zu %d %016" PRIx64 " %016" PRIx64 " %016" PRIx64 "\n",

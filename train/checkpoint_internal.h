@@ -59,9 +59,17 @@ typedef struct {
     double loss_scale;
     int scaler_growth, scaler_hysteresis_left;
     long skipped_iterations;
+    /* the family line (absent from checkpoints written before it): the model's switches,
+     * tr_gpt_shape's (position: 0 learned, 1 rope, 2 alibi; ffn / query_groups: the sizes
+     * themselves), so inference and export need no --config */
+    int has_family;
+    int rmsnorm, position, rotary_dims, swiglu, ffn, query_groups, untie, linear_bias, emb_ln;
+    double eps, rotary_base;
     ckpt_record *tensors;
     size_t n;
 } ckpt_manifest;
+/* Fill mf's family line from a stage's shape (every stage has the whole model's switches). */
+void ckpt_manifest_family(ckpt_manifest *mf, const tr_gpt_shape *s);
 
 /* Write a manifest at path (fsync'd): the format line, the iteration, the model line, the data
  * line when mf->has_data, the loss-scaler line when mf->has_scaler, the tensors in the order

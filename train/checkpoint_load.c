@@ -139,7 +139,22 @@ int ckpt_read_manifest(const char *path, int iteration, ckpt_manifest *out)
                 out->skipped_iterations < 0 || out->skipped_iterations > iteration)
                 rc = manifest_error(path, ln, "expected the loss_scaler line (a finite scale > 0, "
                                               "counts >= 0, skipped <= the iteration)");
-        } else if (ln == 4 + out->has_data + out->has_scaler) {
+        } else if (ln == 4 + out->has_data + out->has_scaler && !strncmp(line, "family ", 7)) {
+            int used = 0;
+            out->has_family = 1;
+            if (sscanf(line, "family rmsnorm %d position %d rotary_dims %d rotary_base %lg swiglu %d "
+                             "ffn %d query_groups %d untie %d linear_bias %d embedding_layernorm %d "
+                             "eps %lg%n", &out->rmsnorm, &out->position, &out->rotary_dims,
+                       &out->rotary_base, &out->swiglu, &out->ffn, &out->query_groups, &out->untie,
+                       &out->linear_bias, &out->emb_ln, &out->eps, &used) != 11 || line[used] ||
+                (unsigned)out->rmsnorm > 1 || (unsigned)out->position > 2 || out->rotary_dims < 0 ||
+                (unsigned)out->swiglu > 1 || out->ffn < 1 || out->query_groups < 1 ||
+                (unsigned)out->untie > 1 || (unsigned)out->linear_bias > 1 ||
+                (unsigned)out->emb_ln > 1 || !(out->eps > 0) || !isfinite(out->eps) ||
+                !isfinite(out->rotary_base) || out->rotary_base < 0)
+                rc = manifest_error(path, ln, "expected the family line (switches 0 or 1, position "
+                                              "0-2, sizes >= 1, a finite eps > 0)");
+        } else if (ln == 4 + out->has_data + out->has_scaler + out->has_family) {
             int used = 0;
             if (sscanf(line, "tensors %zu%n", &declared, &used) != 1 || line[used] || declared > 1000000)
                 rc = manifest_error(path, ln, "expected 'tensors N' (N <= 1000000)");

@@ -40,6 +40,22 @@ int tr_checkpoint_read_model(const char *dir, tr_model_config *model, int *itera
     model->num_attention_heads = mf.num_attention_heads;
     model->vocab_size = mf.vocab_size;
     model->max_position_embeddings = mf.max_position_embeddings;
+    if (mf.has_family) { /* the switches, as the config keys say them (static strings) */
+        static char layer_norm[] = "LayerNorm", rms_norm[] = "RMSNorm";
+        static char learned[] = "learned_absolute", rope[] = "rope", alibi[] = "alibi";
+        model->normalization = mf.rmsnorm ? rms_norm : layer_norm;
+        model->position_embedding_type = mf.position == 1 ? rope : mf.position == 2 ? alibi : learned;
+        int hs = mf.hidden_size / mf.num_attention_heads;
+        model->rotary_percent = mf.position == 1 && hs > 0 ? (double)mf.rotary_dims / hs : 1.0;
+        model->rotary_base = mf.position == 1 ? mf.rotary_base : 10000.0;
+        model->swiglu = mf.swiglu;
+        model->ffn_hidden_size = mf.ffn;
+        model->num_query_groups = mf.query_groups;
+        model->untie_embeddings_and_output_weights = mf.untie;
+        model->add_bias_linear = mf.linear_bias;
+        model->embedding_layernorm = mf.emb_ln;
+        model->layernorm_epsilon = mf.eps;
+    }
     if (iteration)
         *iteration = mf.iteration;
     return TR_OK;

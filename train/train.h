@@ -97,8 +97,12 @@ TR_MUST_CHECK int tr_checkpoint_load(tr_engine *e, const char *dir, int *iterati
 TR_MUST_CHECK int tr_checkpoint_poll(tr_engine *e, int wait);
 
 /* For inference and export, without an engine: the sizes of DIR's latest checkpoint
- * (num_layers, hidden_size, num_attention_heads, vocab_size, max_position_embeddings; other
- * fields of *model untouched) and its iteration. */
+ * (num_layers, hidden_size, num_attention_heads, vocab_size, max_position_embeddings), its
+ * family switches where its manifest records them (normalization, position_embedding_type,
+ * rotary_percent and _base, swiglu, ffn_hidden_size, num_query_groups, untie_embeddings_and_
+ * output_weights, add_bias_linear, embedding_layernorm, layernorm_epsilon; the strings are
+ * static: do not free them; checkpoints written before the family line leave these
+ * untouched) and its iteration. Other fields of *model untouched. */
 TR_MUST_CHECK int tr_checkpoint_read_model(const char *dir, tr_model_config *model,
                                            int *iteration);
 /* The parameters of DIR's latest checkpoint into g, bound to `params` (device memory of

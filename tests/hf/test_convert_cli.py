@@ -377,6 +377,16 @@ back = os.path.join(work, "llama-back")
 rc, so, se = convert("--to", "hf", "--input", ck_llama, "--output", back, "--config", lcfg)
 ok = rc == 0 and st_read(os.path.join(back, "model.safetensors")) == st_read(os.path.join(d, "model.safetensors"))
 tt.check("Llama: HF -> trident -> HF (--config) is bit-exact", ok, se)
+# the manifest's family line says Llama: no --config needed, the same files
+back2 = os.path.join(work, "llama-back-manifest")
+rc, so, se = convert("--to", "hf", "--input", ck_llama, "--output", back2)
+same = rc == 0 and all(open(os.path.join(back, f), "rb").read() == open(os.path.join(back2, f), "rb").read()
+                       for f in ("model.safetensors", "config.json"))
+tt.check("Llama: HF -> trident -> HF without --config (the manifest's family line) gives the same files",
+         same, se)
+rc, so, se = tt.outputs([trident, "generate", ck_llama, "--prompt-ids", "1,2,3", "--max-new-tokens", "3",
+                         "--temperature", "0"])
+tt.check("generate from the Llama checkpoint without --config: exit 0", rc == 0, se)
 for what, tensors, config, cause in [
     ("rope scaling", lt, dict(LC, rope_scaling={"type": "linear", "factor": 2.0}), "rope_scaling"),
     ("attention biases", lt, dict(LC, attention_bias=True), "attention_bias"),
