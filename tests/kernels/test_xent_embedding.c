@@ -225,7 +225,9 @@ static void test_xent_edges(void **state)
 static void check_xent_fused(int N, int V, int n_valid, int v_start, int max_col)
 {
     size_t nl = (size_t)N * V;
-    float *logits = kt_floats(nl ? nl : 1), *maxv = kt_floats(N + 1), *sumexp = kt_floats(N + 1);
+    /* V floats of slack: the two-piece check below views the rows from column h on with the
+     * whole row's stride, so its last row's pick may look up to h columns past the end */
+    float *logits = kt_floats(nl + (size_t)V + 1), *maxv = kt_floats(N + 1), *sumexp = kt_floats(N + 1);
     float *picked = kt_floats(N + 1), *fmax = kt_floats(N + 1), *fsum = kt_floats(N + 1);
     float *fpick = kt_floats(N + 1), *w = kt_floats(N + 1), *loss = kt_floats(N + 1);
     float *floss = kt_floats(N + 1), *d = kt_floats(nl + 1), *fd = kt_floats(nl + 1);
