@@ -385,69 +385,6 @@ static int write_manifest(tr_engine *e, const char *tmp_dir, int iteration, uint
     return rc;
 }
 
-/* The shortest decimal of a float that reads back as the same float (1e-05, not the double
- * 9.99999975e-06 of its exact value): what a config said. */
-static double float_decimal(float x)
-{
-    char buf[32];
-    for (int digits = 6; digits < 9; digits++) {
-        snprintf(buf, sizeof buf, "%.*g", digits, (double)x);
-        if ((float)strtod(buf, NULL) == x)
-            return strtod(buf, NULL);
-    }
-    return (double)x;
-}
-
-void ckpt_manifest_family(ckpt_manifest *mf, const tr_gpt_shape *s)
-{
-    mf->has_family = 1;
-    mf->rmsnorm = s->rmsnorm;
-    mf->position = s->position == TR_POS_ROPE ? 1 : s->position == TR_POS_ALIBI ? 2 : 0;
-    mf->rotary_dims = s->rotary_dims;
-    mf->rotary_base = float_decimal(s->rotary_base);
-    mf->swiglu = s->swiglu;
-    mf->ffn = s->ffn ? s->ffn : 4 * s->C;
-    mf->query_groups = s->query_groups ? s->query_groups : s->NH;
-    mf->untie = s->untie;
-    mf->linear_bias = !s->no_linear_bias;
-    mf->emb_ln = s->embedding_ln;
-    mf->eps = float_decimal(s->eps);
-}
-
-int ckpt_write_manifest(const char *path, const ckpt_manifest *mf)
-{
-    FILE *f = fopen(path, "w");
-    if (!f)
-        return tr_fail(TR_ERR_IO, "cannot write %s: %s", path, strerror(errno));
-    fprintf(f, CKPT_FORMAT "\niteration %d\n", mf->iteration);
-    fprintf(f, "model num_layers %d hidden_size %d num_attention_heads %d vocab_size %d "
-               "max_position_embeddings %d\n", mf->num_layers, mf->hidden_size,
-            mf->num_attention_heads, mf->vocab_size, mf->max_position_embeddings);
-    if (mf->has_data)
-        fprintf(f, "data consumed_samples %llu global_batch_size %d seed %llu tokens %llu "
-                   "documents %llu split %s\n", mf->consumed_samples, mf->global_batch_size,
-                mf->seed, mf->tokens, mf->documents, mf->split);
-    if (mf->has_scaler)
-        fprintf(f, "loss_scaler scale %.17g growth %d hysteresis_left %d skipped %ld\n",
-                mf->loss_scale, mf->scaler_growth, mf->scaler_hysteresis_left,
-                mf->skipped_iterations);
-    if (mf->has_family)
-        fprintf(f, "family rmsnorm %d position %d rotary_dims %d rotary_base %.9g swiglu %d "
-                   "ffn %d query_groups %d untie %d linear_bias %d embedding_layernorm %d "
-                   "eps %.9g\n", mf->rmsnorm, mf->position, mf->rotary_dims, mf->rotary_base,
-                mf->swiglu, mf->ffn, mf->query_groups, mf->untie, mf->linear_bias, mf->emb_ln,
-                mf->eps);
-    fprintf(f, "tensors %zu\n", mf->n);
-    for (size_t i = 0; i < mf->n; i++)
-        fprintf(f, "tensor %s %zu %d %016" PRIx64 " %016" PRIx64 " %016" PRIx64 "\n",
-                mf->tensors[i].name, mf->tensors[i].rows, mf->tensors[i].cols,
-                mf->tensors[i].sum[0], mf->tensors[i].sum[1], mf->tensors[i].sum[2]);
-    fprintf(f, "end\n");
-    int bad = fflush(f) != 0 || fsync(fileno(f)) != 0;
-    bad |= fclose(f) != 0;
-    return bad ? tr_fail(TR_ERR_IO, "cannot write %s: %s", path, strerror(errno)) : TR_OK;
-}
-
 int ckpt_stage(const tr_engine *e, ckpt_staging *st)
 {
     size_t shard = tr_dp_shard_numel(e->dp);

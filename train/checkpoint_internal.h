@@ -1,5 +1,5 @@
-/* train/ internal: what saving (checkpoint.c) and loading (checkpoint_load.c) a checkpoint
- * share. Not part of the contract; the format is described at the top of checkpoint.c. */
+/* train/ internal: what saving (checkpoint.c), loading (checkpoint_load.c) and the manifest's
+ * text (checkpoint_manifest.c) share. Not part of the contract; the format is described at the top of checkpoint.c. */
 #ifndef TR_CHECKPOINT_INTERNAL_H
 #define TR_CHECKPOINT_INTERNAL_H
 

@@ -1,0 +1,216 @@
+/* The checkpoint manifest's text (format: checkpoint.c): written after a save, read and
+ * validated line by line before a load (every bad line named FILE:LINE). */
+#include "train/checkpoint_internal.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "core/core.h"
+
+/* A tensor name that is a plain file name: letters, digits, '.', '_', '-' (not . or ..). */
+static int valid_name(const char *s)
+{
+    if (!*s || !strcmp(s, ".") || !strcmp(s, ".."))
+        return 0;
+    for (; *s; s++)
+        if (!((*s >= 'a' && *s <= 'z') || (*s >= 'A' && *s <= 'Z') || (*s >= '0' && *s <= '9') ||
+              *s == '.' || *s == '_' || *s == '-'))
+            return 0;
+    return 1;
+}
+
+static int manifest_error(const char *path, int line, const char *what)
+{
+    return tr_fail(TR_ERR_INVALID, "%s:%d: %s (a corrupt or foreign checkpoint manifest)", path, line, what);
+}
+
+/* The shortest decimal of a float that reads back as the same float (1e-05, not the double
+ * 9.99999975e-06 of its exact value): what a config said. */
+static double float_decimal(float x)
+{
+    char buf[32];
+    for (int digits = 6; digits < 9; digits++) {
+        snprintf(buf, sizeof buf, "%.*g", digits, (double)x);
+        if ((float)strtod(buf, NULL) == x)
+            return strtod(buf, NULL);
+    }
+    return (double)x;
+}
+
+void ckpt_manifest_family(ckpt_manifest *mf, const tr_gpt_shape *s)
+{
+    mf->has_family = 1;
+    mf->rmsnorm = s->rmsnorm;
+    mf->position = s->position == TR_POS_ROPE ? 1 : s->position == TR_POS_ALIBI ? 2 : 0;
+    mf->rotary_dims = s->rotary_dims;
+    mf->rotary_base = float_decimal(s->rotary_base);
+    mf->swiglu = s->swiglu;
+    mf->ffn = s->ffn ? s->ffn : 4 * s->C;
+    mf->query_groups = s->query_groups ? s->query_groups : s->NH;
+    mf->untie = s->untie;
+    mf->linear_bias = !s->no_linear_bias;
+    mf->emb_ln = s->embedding_ln;
+    mf->eps = float_decimal(s->eps);
+}
+
+int ckpt_write_manifest(const char *path, const ckpt_manifest *mf)
+{
+    FILE *f = fopen(path, "w");
+    if (!f)
+        return tr_fail(TR_ERR_IO, "cannot write %s: %s", path, strerror(errno));
+    fprintf(f, CKPT_FORMAT "\niteration %d\n", mf->iteration);
+    fprintf(f, "model num_layers %d hidden_size %d num_attention_heads %d vocab_size %d "
+               "max_position_embeddings %d\n", mf->num_layers, mf->hidden_size,
+            mf->num_attention_heads, mf->vocab_size, mf->max_position_embeddings);
+    if (mf->has_data)
+        fprintf(f, "data consumed_samples %llu global_batch_size %d seed %llu tokens %llu "
+                   "documents %llu split %s\n", mf->consumed_samples, mf->global_batch_size,
+                mf->seed, mf->tokens, mf->documents, mf->split);
+    if (mf->has_scaler)
+        fprintf(f, "loss_scaler scale %.17g growth %d hysteresis_left %d skipped %ld\n",
+                mf->loss_scale, mf->scaler_growth, mf->scaler_hysteresis_left,
+                mf->skipped_iterations);
+    if (mf->has_family)
+        fprintf(f, "family rmsnorm %d position %d rotary_dims %d rotary_base %.9g swiglu %d "
+                   "ffn %d query_groups %d untie %d linear_bias %d embedding_layernorm %d "
+                   "eps %.9g\n", mf->rmsnorm, mf->position, mf->rotary_dims, mf->rotary_base,
+                mf->swiglu, mf->ffn, mf->query_groups, mf->untie, mf->linear_bias, mf->emb_ln,
+                mf->eps);
+    fprintf(f, "tensors %zu\n", mf->n);
+    for (size_t i = 0; i < mf->n; i++)
+        fprintf(f, "tensor %s %zu %d %016" PRIx64 " %016" PRIx64 " %016" PRIx64 "\n",
+                mf->tensors[i].name, mf->tensors[i].rows, mf->tensors[i].cols,
+                mf->tensors[i].sum[0], mf->tensors[i].sum[1], mf->tensors[i].sum[2]);
+    fprintf(f, "end\n");
+    int bad = fflush(f) != 0 || fsync(fileno(f)) != 0;
+    bad |= fclose(f) != 0;
+    return bad ? tr_fail(TR_ERR_IO, "cannot write %s: %s", path, strerror(errno)) : TR_OK;
+}
+
+int ckpt_read_manifest(const char *path, int iteration, ckpt_manifest *out)
+{
+    memset(out, 0, sizeof *out);
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return tr_fail(TR_ERR_INVALID, "cannot read %s: %s (the tracker names a checkpoint that is "
+                       "not there)", path, strerror(errno));
+    struct stat st;
+    if (fstat(fileno(f), &st) || st.st_size > (off_t)128 << 20) {
+        fclose(f);
+        return manifest_error(path, 1, "larger than 128 MiB");
+    }
+    char *line = NULL;
+    size_t cap = 0;
+    ssize_t len;
+    int ln = 0, rc = TR_OK, ended = 0;
+    size_t declared = 0;
+    while (!rc && (len = getline(&line, &cap, f)) >= 0) {
+        ln++;
+        if (len > 512) {
+            rc = manifest_error(path, ln, "line too long");
+            break;
+        }
+        if (memchr(line, '\0', (size_t)len)) {
+            rc = manifest_error(path, ln, "a NUL byte");
+            break;
+        }
+        int whole = line[len - 1] == '\n';
+        line[strcspn(line, "\r\n")] = '\0';
+        if (!whole && strcmp(line, "end")) {
+            rc = manifest_error(path, ln, "the last line is cut short (truncated?)");
+        } else if (ended) {
+            rc = manifest_error(path, ln, "text after 'end'");
+        } else if (ln == 1) {
+            if (strcmp(line, CKPT_FORMAT))
+                rc = manifest_error(path, ln, "expected '" CKPT_FORMAT "'");
+        } else if (ln == 2) {
+            int it, used = 0;
+            if (sscanf(line, "iteration %d%n", &it, &used) != 1 || line[used])
+                rc = manifest_error(path, ln, "expected 'iteration N'");
+            else if (it != iteration)
+                rc = manifest_error(path, ln, "the iteration differs from the tracker's");
+            out->iteration = it;
+        } else if (ln == 3) {
+            int L, C, NH, V, maxT, used = 0;
+            if (sscanf(line, "model num_layers %d hidden_size %d num_attention_heads %d vocab_size %d "
+                             "max_position_embeddings %d%n", &L, &C, &NH, &V, &maxT, &used) != 5 || line[used])
+                rc = manifest_error(path, ln, "expected the model line");
+            else if (L < 1 || C < 1 || NH < 1 || V < 1 || maxT < 1)
+                rc = manifest_error(path, ln, "a model size below 1");
+            else
+                out->num_layers = L, out->hidden_size = C, out->num_attention_heads = NH,
+                out->vocab_size = V, out->max_position_embeddings = maxT;
+        } else if (ln == 4 && !strncmp(line, "data ", 5)) {
+            int used = 0;
+            out->has_data = 1;
+            if (sscanf(line, "data consumed_samples %llu global_batch_size %d seed %llu tokens %llu "
+                             "documents %llu split %63s%n", &out->consumed_samples,
+                       &out->global_batch_size, &out->seed, &out->tokens, &out->documents,
+                       out->split, &used) != 6 || line[used])
+                rc = manifest_error(path, ln, "expected the data line");
+        } else if (ln == 4 + out->has_data && !strncmp(line, "loss_scaler ", 12)) {
+            int used = 0;
+            out->has_scaler = 1;
+            if (sscanf(line, "loss_scaler scale %lg growth %d hysteresis_left %d skipped %ld%n",
+                       &out->loss_scale, &out->scaler_growth, &out->scaler_hysteresis_left,
+                       &out->skipped_iterations, &used) != 4 || line[used] ||
+                !(out->loss_scale > 0) || !isfinite(out->loss_scale) || out->scaler_growth < 0 ||
+                out->skipped_iterations < 0 || out->skipped_iterations > iteration)
+                rc = manifest_error(path, ln, "expected the loss_scaler line (a finite scale > 0, "
+                                              "counts >= 0, skipped <= the iteration)");
+        } else if (ln == 4 + out->has_data + out->has_scaler && !strncmp(line, "family ", 7)) {
+            int used = 0;
+            out->has_family = 1;
+            if (sscanf(line, "family rmsnorm %d position %d rotary_dims %d rotary_base %lg swiglu %d "
+                             "ffn %d query_groups %d untie %d linear_bias %d embedding_layernorm %d "
+                             "eps %lg%n", &out->rmsnorm, &out->position, &out->rotary_dims,
+                       &out->rotary_base, &out->swiglu, &out->ffn, &out->query_groups, &out->untie,
+                       &out->linear_bias, &out->emb_ln, &out->eps, &used) != 11 || line[used] ||
+                (unsigned)out->rmsnorm > 1 || (unsigned)out->position > 2 || out->rotary_dims < 0 ||
+                (unsigned)out->swiglu > 1 || out->ffn < 1 || out->query_groups < 1 ||
+                (unsigned)out->untie > 1 || (unsigned)out->linear_bias > 1 ||
+                (unsigned)out->emb_ln > 1 || !(out->eps > 0) || !isfinite(out->eps) ||
+                !isfinite(out->rotary_base) || out->rotary_base < 0)
+                rc = manifest_error(path, ln, "expected the family line (switches 0 or 1, position "
+                                              "0-2, sizes >= 1, a finite eps > 0)");
+        } else if (ln == 4 + out->has_data + out->has_scaler + out->has_family) {
+            int used = 0;
+            if (sscanf(line, "tensors %zu%n", &declared, &used) != 1 || line[used] || declared > 1000000)
+                rc = manifest_error(path, ln, "expected 'tensors N' (N <= 1000000)");
+            else if (!(out->tensors = calloc(declared ? declared : 1, sizeof *out->tensors)))
+                rc = tr_fail(TR_ERR_NOMEM, "out of memory reading %s", path);
+        } else if (!strcmp(line, "end")) {
+            ended = 1;
+        } else {
+            ckpt_record t = {0};
+            int used = 0;
+            if (out->n == declared)
+                rc = manifest_error(path, ln, "more tensors than declared");
+            else if (sscanf(line, "tensor %47s %zu %d %" SCNx64 " %" SCNx64 " %" SCNx64 "%n", t.name, &t.rows,
+                            &t.cols, &t.sum[0], &t.sum[1], &t.sum[2], &used) != 6 || line[used] ||
+                     !valid_name(t.name) || t.rows < 1 || t.cols < 1 || t.rows > (1u << 30))
+                rc = manifest_error(path, ln, "expected 'tensor NAME ROWS COLS SUM SUM SUM'");
+            else if (out->n > 0 && strcmp(out->tensors[out->n - 1].name, t.name) >= 0)
+                rc = manifest_error(path, ln, "tensor names out of order or repeated");
+            else
+                out->tensors[out->n++] = t;
+        }
+    }
+    free(line);
+    fclose(f);
+    if (!rc && ln == 0)
+        rc = manifest_error(path, 1, "an empty file");
+    else if (!rc && (!ended || out->n != declared))
+        rc = manifest_error(path, ln, ended ? "fewer tensors than declared" : "no 'end' line (truncated?)");
+    if (rc) {
+        free(out->tensors);
+        out->tensors = NULL;
+    }
+    return rc;
+}
