@@ -82,7 +82,14 @@ for target in events:
         struck.append((iterations_done(), victim, how.name))
     except ProcessLookupError:
         pass
-    time.sleep(0.5)  # the next strike waits for the restarted job
+    # the next strike waits for the restarted job: eight ranks, none of the struck attempt's
+    # (a fixed pause let a fast machine finish the last iterations before the last strike)
+    old, deadline = set(live.values()), time.monotonic() + 120
+    while time.monotonic() < deadline and job.poll() is None:
+        now = ranks()
+        if len(now) == 8 and not set(now.values()) & old:
+            break
+        time.sleep(0.02)
 _, err = tt.wait_output(job, 400)
 print(f"seed {seed}: strikes (iterations done, rank, signal): {struck}")
 restarts = err.count("restart ")
