@@ -331,10 +331,6 @@ static int check_finetune(const tr_config *c)
                    "(finetune.lora.rank %d) with parallel.zero_stage %d is not implemented; "
                    "allowed: zero_stage 0-2 (the adapters are small: stage 1 or 2 shards them)",
                    f->lora_rank, c->parallel.zero_stage);
-    if (strcmp(c->training.precision, "fp32"))
-        return bad(c, "training.precision", "finetune.lora.rank", "LoRA fine-tuning with "
-                   "training.precision %s is not implemented; allowed: fp32",
-                   c->training.precision);
     return TR_OK;
 }
 

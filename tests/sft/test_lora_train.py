@@ -143,6 +143,22 @@ rel = max((abs(a - b) / b for a, b in zip(d2t2, lora)), default=1.0)
 check("SFT data + LoRA in D2xT2 with SP: the single process's losses", p.returncode == 0 and rel <= 1e-5,
       f"relative {rel:.1e}\n{p.stderr[-800:]}", show=True)
 
+# ---- 16-bit precisions (the CPU's emulated bf16 / fp16 storage): the adapters train as in fp32
+p, b16 = train("lora-bf16", ["training.precision=bf16"])
+rel = max((abs(a - b) / b for a, b in zip(b16, lora)), default=1.0) if b16 else 1.0
+check("LoRA in bf16: the fp32 run's losses within 1e-3", p.returncode == 0 and len(b16) == 4 and rel <= 1e-3,
+      f"relative {rel:.1e}\n{p.stderr[-800:]}", show=True)
+p, b16l = train("lora-bf16-d2t2", ["training.precision=bf16", "parallel.sequence_parallel=true",
+                                   "training.micro_batch_size=2"], 4, 2, 1)
+rel = max((abs(a - b) / b for a, b in zip(b16l, b16)), default=1.0) if b16l and b16 else 1.0
+# (bf16 rounds each op's output: split over TP the ops round other partial sums, so layouts
+# agree to about bf16's precision, 2^-8, not bit for bit)
+check("LoRA in bf16, D2xT2 with SP: the single process's bf16 losses within 2e-3",
+      p.returncode == 0 and rel <= 2e-3, f"relative {rel:.1e}\n{p.stderr[-800:]}", show=True)
+p, f16 = train("lora-fp16", ["training.precision=fp16"])
+check("LoRA in fp16 (dynamic loss scaling): exit 0, finite losses",
+      p.returncode == 0 and len(f16) == 4 and all(math.isfinite(x) for x in f16), p.stderr[-800:])
+
 # ---- config errors name the key
 for what, extra, key in [
         ("an unknown target module", ["finetune.lora.target_modules=[qkv,fc3]"], "finetune.lora.target_modules"),
