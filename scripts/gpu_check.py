@@ -59,7 +59,8 @@ SELECTABLE = ("configure", "build", "tests", "bench", "gemm")  # what --only cho
 # is missing from the build is a FAIL ("not registered"): e.g. no python3 at configure time.
 EXPECTED_TESTS = ("cuda-host-logic", "cuda-ops", "cuda-gpt-loss", "cuda-nccl-2", "cuda-nccl-4-staged",
                   "cuda-nccl-8", "cuda-nccl-hang", "cuda-train", "cuda-check-fp32-vs-cpu",
-                  "cuda-check-bf16-vs-fp32-demo", "cuda-check-staged-3d-fp32", "cuda-check-checkpoint")
+                  "cuda-check-bf16-vs-fp32-demo", "cuda-check-staged-3d-fp32", "cuda-check-checkpoint",
+                  "cuda-check-families", "cuda-nccl-ordered-2")
 TAIL_LINES = 40
 BENCH_RESERVE_S = 240  # the benchmark's time (three 124M runs, torch.compile's compilation)
 
