@@ -38,6 +38,13 @@ static double staging_bytes(const tr_plan_cluster *c)
 #define TRIDENT_ATTENTION_FORWARD_FRACTION 0.0114
 #define TRIDENT_ATTENTION_BACKWARD_FRACTION 0.0078
 
+/* One slab of K width w: its two conversions, its bf16 GEMM, the fp32 output's extra bytes. */
+static double slab_s(const tr_plan_cluster *c, double m, double n, double w, int beta)
+{
+    return tr_plan_stream_s(c, 6 * (m * w + w * n)) + tr_plan_gemm_s(c, m, n, w, 1) +
+           tr_plan_stream_s(c, m * n * (beta ? 6.0 : 2.0));
+}
+
 /* One bf16-mode GEMM C (m x n) = A (m x k) B (k x n) on fp32 operands (gemm.c's staging):
  * per slab of K the two conversions, the bf16 GEMM, and the fp32 output's extra bytes over
  * the table's bf16 output (2 more written, 4 read when it accumulates). */
@@ -50,13 +57,13 @@ double plan_trident_gemm_s(const tr_plan_cluster *c, double m, double n, double 
         kc = 1;
     if (kc > k)
         kc = k;
-    double t = 0;
-    for (double k0 = 0; k0 < k; k0 += kc) {
-        double w = k - k0 < kc ? k - k0 : kc;
-        int beta = accumulate || k0 > 0;
-        t += tr_plan_stream_s(c, 6 * (m * w + w * n)) + tr_plan_gemm_s(c, m, n, w, 1) +
-             tr_plan_stream_s(c, m * n * (beta ? 6.0 : 2.0));
-    }
+    /* slabs: the first (beta as asked), full ones after it (beta 1, all alike), the rest */
+    double full = floor(k / kc), rest = k - full * kc;
+    double first_w = full > 0 ? kc : rest, t = slab_s(c, m, n, first_w, accumulate);
+    if (full > 1)
+        t += (full - 1) * slab_s(c, m, n, kc, 1);
+    if (full > 0 && rest > 0)
+        t += slab_s(c, m, n, rest, 1);
     return t;
 }
 
