@@ -148,15 +148,21 @@ static int exists(const char *dir, const char *name)
 
 int tr_hf_is_model_folder(const char *dir)
 {
-    return exists(dir, "config.json") &&
-           (exists(dir, "model.safetensors") || exists(dir, "model.safetensors.index.json")) &&
-           !exists(dir, "latest_checkpointed_iteration.txt") && !exists(dir, "release");
+    return exists(dir, "config.json") && !exists(dir, "latest_checkpointed_iteration.txt");
+}
+
+void tr_hf_temp_import_dir(char *buf, size_t cap)
+{
+    const char *t = getenv("TMPDIR");
+    snprintf(buf, cap, "%s/trident-hf-base-%ld", t && *t ? t : "/tmp", (long)getpid());
 }
 
 int tr_hf_import_replacing(const char *hf_dir, const char *ckpt_dir)
 {
     int rc = hf_remove_tree(ckpt_dir);
-    return rc ? rc : tr_hf_import(hf_dir, ckpt_dir, NULL);
+    if (!rc)
+        rc = tr_hf_import(hf_dir, ckpt_dir, NULL);
+    return rc ? tr_fail_context(rc, "importing the Hugging Face folder %s", hf_dir) : TR_OK;
 }
 
 int tr_hf_remove_import(const char *ckpt_dir) { return hf_remove_tree(ckpt_dir); }
@@ -166,12 +172,9 @@ int tr_hf_load_base(const char *dir, tr_gpt *g, const tr_kernels *k)
     if (!tr_hf_is_model_folder(dir))
         return tr_checkpoint_load_base(dir, g, k);
     char tmp[4200];
-    const char *t = getenv("TMPDIR");
-    snprintf(tmp, sizeof tmp, "%s/trident-hf-base-%ld", t && *t ? t : "/tmp", (long)getpid());
+    tr_hf_temp_import_dir(tmp, sizeof tmp);
     int rc = tr_hf_import_replacing(dir, tmp);
-    if (rc)
-        rc = tr_fail_context(rc, "importing the Hugging Face folder %s", dir);
-    else
+    if (!rc)
         rc = tr_checkpoint_load_base(tmp, g, k);
     if (hf_remove_tree(tmp))
         tr_warn("could not remove the imported base %s", tmp);

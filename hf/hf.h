@@ -209,10 +209,13 @@ TR_MUST_CHECK int tr_hf_merge_lora(tr_gpt *g, tr_gpt *plain, float *plain_params
 /* HF GPT-2 folder -> trident release checkpoint at ckpt_dir; *model (may be NULL) gets the
  * model's sizes for the training config. */
 TR_MUST_CHECK int tr_hf_import(const char *hf_dir, const char *ckpt_dir, tr_model_config *model);
-/* Whether dir is a Hugging Face model folder (config.json and model.safetensors or its
- * index) rather than a trident checkpoint (latest_checkpointed_iteration.txt or release/). */
+/* Whether dir is a Hugging Face model folder (config.json) rather than a trident checkpoint
+ * (latest_checkpointed_iteration.txt). */
 int tr_hf_is_model_folder(const char *dir);
-/* tr_hf_import into ckpt_dir after removing what an earlier import left there. */
+/* The folder of this process's under TMPDIR (else /tmp) that a passing import goes to. */
+void tr_hf_temp_import_dir(char *buf, size_t cap);
+/* tr_hf_import into ckpt_dir after removing what an earlier import left there (a failure
+ * names hf_dir). */
 TR_MUST_CHECK int tr_hf_import_replacing(const char *hf_dir, const char *ckpt_dir);
 /* rm -r of such an import (nothing when it does not exist). */
 TR_MUST_CHECK int tr_hf_remove_import(const char *ckpt_dir);

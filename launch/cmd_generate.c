@@ -121,15 +121,6 @@ static int prompt_tokens(const gen_options *o, int V, int32_t **out, int *n)
     return TR_OK;
 }
 
-/* A Hugging Face GPT-2 folder (config.json, no trident tracker) rather than a checkpoint. */
-static int is_hf_folder(const char *dir)
-{
-    char a[4200], b[4200];
-    snprintf(a, sizeof a, "%s/config.json", dir);
-    snprintf(b, sizeof b, "%s/latest_checkpointed_iteration.txt", dir);
-    return access(a, F_OK) == 0 && access(b, F_OK) != 0;
-}
-
 /* The family switches of m as YAML flow keys (", normalization: RMSNorm, ..."), or "". */
 static void family_keys(const tr_model_config *m, char *buf, size_t cap)
 {
@@ -161,7 +152,7 @@ static int model_config(const gen_options *o, int world, tr_config *cfg, int *it
     tr_config run;
     int rc;
     *family = TR_HF_GPT2;
-    if (is_hf_folder(o->dir)) {
+    if (tr_hf_is_model_folder(o->dir)) {
         tr_hf_gpt2_config hc;
         *iteration = 0;
         rc = tr_hf_read_family_config(o->dir, &m, family);
@@ -333,7 +324,7 @@ static int run_generate(const gen_options *o)
         rc = tr_fail(TR_ERR_NOMEM, "out of memory for %zu parameters", tr_gpt_num_params(g));
     if (!rc) {
         tr_gpt_bind(g, params, NULL);
-        if (!is_hf_folder(o->dir)) {
+        if (!tr_hf_is_model_folder(o->dir)) {
             rc = tr_checkpoint_load_model(o->dir, g, k, params, &iteration);
         } else { /* the HF weights through host memory (the parameters may be on a GPU) */
             size_t bytes = tr_gpt_num_params(g) * sizeof(float);

@@ -5,9 +5,7 @@
 
 #include <signal.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "core/core.h"
 #include "hf/hf.h"
@@ -77,16 +75,12 @@ static int base_from_hf(tr_engine *e, const char *run_dir, int lead, const char 
     if (!tr_hf_is_model_folder(*base))
         return TR_OK;
     int rc = TR_OK, own = !run_dir;
-    if (own) {
-        const char *tmp = getenv("TMPDIR");
-        snprintf(buf, cap, "%s/trident-hf-base-%ld", tmp && *tmp ? tmp : "/tmp", (long)getpid());
-    } else {
+    if (own)
+        tr_hf_temp_import_dir(buf, cap);
+    else
         snprintf(buf, cap, "%s/hf-base", run_dir);
-    }
     if (own || lead)
         rc = tr_hf_import_replacing(*base, buf);
-    if (rc)
-        rc = tr_fail_context(rc, "importing the Hugging Face folder %s", *base);
     if (!own) { /* every rank learns whether the import worked before reading it */
         int failed = 0, brc = tr_engine_any_rank(e, rc != TR_OK, &failed);
         if (!rc && (brc || failed))
