@@ -67,13 +67,8 @@ double plan_trident_gemm_s(const tr_plan_cluster *c, double m, double n, double 
     return t;
 }
 
-/* A linear layer y (T x n) = x (T x k) W^T: forward (beta 1 onto a copied residual when
- * `residual`), and backward dx (beta 0) and dW (accumulating). */
-static double linear_f(const tr_plan_cluster *c, double T, double n, double k, int residual)
-{
-    return plan_trident_gemm_s(c, T, n, k, residual);
-}
-
+/* A linear layer y (T x n) = x (T x k) W^T: forward is one GEMM (beta 1 onto a copied
+ * residual for the row-parallel ones at TP 1), backward dx (beta 0) and dW (accumulating). */
 static double linear_b(const tr_plan_cluster *c, double T, double n, double k)
 {
     return plan_trident_gemm_s(c, T, k, n, 0) + plan_trident_gemm_s(c, n, k, T, 1);
@@ -96,8 +91,10 @@ void plan_layer_cost_trident(const plan_cost_ctx *x, plan_cost *o)
     o->f[TR_PLAN_PART_TP] = tp_parts;
     o->b[TR_PLAN_PART_TP] = tp_parts;
     /* QKV, projection, fc, fc_proj (the row-parallel two onto the residual) */
-    double lin_f = linear_f(c, T, qkv / t, h, 0) + linear_f(c, T, h, h / t, row_copy) +
-                   linear_f(c, T, fc / t, h, 0) + linear_f(c, T, h, F / t, row_copy);
+    double lin_f = plan_trident_gemm_s(c, T, qkv / t, h, 0) +
+                   plan_trident_gemm_s(c, T, h, h / t, row_copy) +
+                   plan_trident_gemm_s(c, T, fc / t, h, 0) +
+                   plan_trident_gemm_s(c, T, h, F / t, row_copy);
     double lin_b = linear_b(c, T, qkv / t, h) + linear_b(c, T, h, h / t) +
                    linear_b(c, T, fc / t, h) + linear_b(c, T, h, F / t);
     /* fused attention: forward 2 (QK^T, PV) x 2 s^2 d / 2 (causal) per head, backward 2.5x */

@@ -52,6 +52,24 @@ static float loss_of(tr_gpt *g, int grad)
     return loss;
 }
 
+/* The largest relative error of grads against central finite differences of the loss, over
+ * every 7th of the n parameters (each restored after its two evaluations). */
+static double worst_fd_error(tr_gpt *g, float *params, const float *grads, size_t n)
+{
+    double worst = 0;
+    for (size_t i = 0; i < n; i += 7) {
+        float keep = params[i], h = 3e-3f;
+        params[i] = keep + h;
+        double up = loss_of(g, 0);
+        params[i] = keep - h;
+        double down = loss_of(g, 0);
+        params[i] = keep;
+        double fd = (up - down) / (2.0 * h), err = fabs(fd - grads[i]) / (fabs(fd) + 1e-2);
+        worst = err > worst ? err : worst;
+    }
+    return worst;
+}
+
 static void test_family(int family)
 {
     tr_gpt_shape s = shape(family, 3), ps = shape(family, 0);
@@ -82,17 +100,7 @@ static void test_family(int family)
     memset(grads, 0, n * sizeof(float));
     float l1 = loss_of(g, 1);
     assert_true(fabsf(l1 - l0) > 1e-3f);
-    double worst = 0;
-    for (size_t i = 0; i < n; i += 7) {
-        float keep = params[i], h = 3e-3f;
-        params[i] = keep + h;
-        double up = loss_of(g, 0);
-        params[i] = keep - h;
-        double down = loss_of(g, 0);
-        params[i] = keep;
-        double fd = (up - down) / (2.0 * h), err = fabs(fd - grads[i]) / (fabs(fd) + 1e-2);
-        worst = err > worst ? err : worst;
-    }
+    double worst = worst_fd_error(g, params, grads, n);
     print_message("family %d: %zu adapter elements, worst finite-difference error %.2e\n", family,
                   n, worst);
     assert_true(worst < 2e-2);
@@ -131,17 +139,7 @@ static void test_dropout(void **state)
     dropout_on = 1;
     float on = loss_of(g, 1);
     assert_true(on == loss_of(g, 0) && fabsf(on - off) > 1e-4f);
-    double worst = 0;
-    for (size_t i = 0; i < n; i += 7) {
-        float keep = params[i], h = 3e-3f;
-        params[i] = keep + h;
-        double up = loss_of(g, 0);
-        params[i] = keep - h;
-        double down = loss_of(g, 0);
-        params[i] = keep;
-        double fd = (up - down) / (2.0 * h), err = fabs(fd - grads[i]) / (fabs(fd) + 1e-2);
-        worst = err > worst ? err : worst;
-    }
+    double worst = worst_fd_error(g, params, grads, n);
     dropout_on = 0;
     print_message("dropout 0.3: loss %.6f (off %.6f), worst finite-difference error %.2e\n", on, off,
                   worst);
