@@ -158,29 +158,6 @@ int ckpt_write_file_atomic(const char *dir, const char *name, const char *text)
     return ckpt_sync_path(dir);
 }
 
-/* Every rank learns whether any rank failed; the ranks that did not fail say so. A rank
- * that failed prints its reason BEFORE the vote: once the others learn of the failure they
- * exit, and the launcher then stops every rank at once, this one perhaps before it reaches
- * its own exit message (tests/train/test_checkpoint.py's 8-rank damaged checkpoint lost the
- * file's name that way, now and then). */
-int ckpt_agree(tr_engine *e, int rc, const char *what)
-{
-    if (rc && tr_comm_size(e->world.world) > 1) {
-        fprintf(stderr, "trident: rank %d: %s\n", tr_comm_rank(e->world.world), tr_errmsg());
-        fflush(stderr);
-        rc = tr_fail(rc, "%s failed on this rank (its message above)", what);
-    }
-    double bad = rc ? 1.0 : 0.0;
-    int crc = tr_comm_allreduce(e->world.world, &bad, &bad, 1, TR_COMM_F64, TR_COMM_MAX);
-    if (rc)
-        return rc;
-    if (crc)
-        return crc;
-    if (bad)
-        return tr_fail(TR_ERR_INVALID, "%s failed on another rank (see its message)", what);
-    return TR_OK;
-}
-
 /* ------------------------------------------------------------------ saving */
 
 typedef struct {
@@ -504,7 +481,7 @@ int ckpt_begin(tr_engine *e, const char *dir, int iteration, ckpt_paths *p)
         if (!rc && mkdir(p->tmp_dir, 0755))
             rc = tr_fail(TR_ERR_IO, "cannot create %s: %s", p->tmp_dir, strerror(errno));
     }
-    return ckpt_agree(e, rc, "saving the checkpoint");
+    return tr_engine_agree(e, rc, "saving the checkpoint");
 }
 
 int ckpt_finish(tr_engine *e, const char *dir, int iteration, const ckpt_paths *p)
@@ -535,7 +512,7 @@ int ckpt_finish(tr_engine *e, const char *dir, int iteration, const ckpt_paths *
         if (!rc && e->cfg->checkpoint.keep_last > 0)
             rc = keep_last(dir, e->cfg->checkpoint.keep_last);
     }
-    return ckpt_agree(e, rc, "saving the checkpoint");
+    return tr_engine_agree(e, rc, "saving the checkpoint");
 }
 
 int tr_checkpoint_save(tr_engine *e, const char *dir, int iteration)
@@ -551,7 +528,7 @@ int tr_checkpoint_save(tr_engine *e, const char *dir, int iteration)
     if (!rc)
         rc = ckpt_write_staged(e, p.tmp_dir, &st);
     ckpt_staging_free(&st);
-    if ((rc = ckpt_agree(e, rc, "saving the checkpoint")))
+    if ((rc = tr_engine_agree(e, rc, "saving the checkpoint")))
         return rc;
     return ckpt_finish(e, dir, iteration, &p);
 }

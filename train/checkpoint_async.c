@@ -65,7 +65,7 @@ int ckpt_save_async(tr_engine *e, const char *dir, int iteration)
     struct ckpt_async *a = calloc(1, sizeof *a);
     if (!a)
         rc = tr_fail(TR_ERR_NOMEM, "out of memory");
-    rc = ckpt_agree(e, rc, "saving the checkpoint");
+    rc = tr_engine_agree(e, rc, "saving the checkpoint");
     if (rc) {
         free(a);
         return rc;
@@ -82,7 +82,7 @@ int ckpt_save_async(tr_engine *e, const char *dir, int iteration)
     if (!rc && pthread_create(&a->thread, NULL, writer, a))
         rc = tr_fail(TR_ERR_INTERNAL, "cannot start the checkpoint writer thread");
     a->started = !rc;
-    if ((rc = ckpt_agree(e, rc, "saving the checkpoint")))
+    if ((rc = tr_engine_agree(e, rc, "saving the checkpoint")))
         release(e);
     return rc;
 }

@@ -137,8 +137,5 @@ TR_MUST_CHECK int ckpt_join(char *buf, size_t cap, const char *dir, const char *
 TR_MUST_CHECK int ckpt_sync_path(const char *path);
 /* A small text file DIR/NAME written through NAME.tmp + fsync + rename, then DIR fsync'd. */
 TR_MUST_CHECK int ckpt_write_file_atomic(const char *dir, const char *name, const char *text);
-/* Every rank learns whether any failed (collective over the world); returns rc, or an error
- * saying another rank failed. */
-TR_MUST_CHECK int ckpt_agree(tr_engine *e, int rc, const char *what);
 
 #endif

@@ -182,7 +182,7 @@ int tr_checkpoint_load(tr_engine *e, const char *dir, int *iteration)
     *iteration = -1;
     int it = -1;
     int rc = ckpt_read_tracker(dir, &it);
-    if ((rc = ckpt_agree(e, rc, "loading the checkpoint")) || it < 0)
+    if ((rc = tr_engine_agree(e, rc, "loading the checkpoint")) || it < 0)
         return rc;
     char ckpt_dir[4200], path[4300];
     ckpt_manifest mf = {0};
@@ -195,15 +195,15 @@ int tr_checkpoint_load(tr_engine *e, const char *dir, int *iteration)
         rc = ckpt_same_model(&e->cfg->model, &mf, path);
     if (!rc)
         rc = ckpt_same_data(e, &mf, path);
-    if ((rc = ckpt_agree(e, rc, "loading the checkpoint"))) {
+    if ((rc = tr_engine_agree(e, rc, "loading the checkpoint"))) {
         free(mf.tensors);
         return rc;
     }
     /* every tensor file is checked whole by one rank */
     for (size_t j = (size_t)e->world.rank; j < mf.n && !rc; j += (size_t)e->world.size)
         rc = ckpt_verify_tensor(ckpt_dir, &mf.tensors[j], N_ARRAYS);
-    if (!(rc = ckpt_agree(e, rc, "verifying the checkpoint")))
-        rc = ckpt_agree(e, read_rank_pieces(e, ckpt_dir, &mf), "loading the checkpoint");
+    if (!(rc = tr_engine_agree(e, rc, "verifying the checkpoint")))
+        rc = tr_engine_agree(e, read_rank_pieces(e, ckpt_dir, &mf), "loading the checkpoint");
     if (!rc) /* the data position: by consumed samples, so another global batch size goes on
               * with the next unseen samples */
         e->consumed_samples = mf.has_data ? mf.consumed_samples

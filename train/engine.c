@@ -3,6 +3,7 @@
 #include "train/checkpoint_internal.h" /* includes engine_internal.h */
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -400,6 +401,22 @@ int tr_engine_any_rank(tr_engine *e, int mine, int *any)
     *any = !rc && v > 0;
     return rc;
 }
+int tr_engine_agree(tr_engine *e, int rc, const char *what)
+{
+    if (rc && e->world.size > 1) {
+        fprintf(stderr, "trident: rank %d: %s\n", e->world.rank, tr_errmsg());
+        fflush(stderr);
+        rc = tr_fail(rc, "%s failed on this rank (its message above)", what);
+    }
+    int any = 0, crc = tr_engine_any_rank(e, rc != TR_OK, &any);
+    if (rc)
+        return rc;
+    if (crc)
+        return crc;
+    return any ? tr_fail(TR_ERR_INVALID, "%s failed on another rank (see its message)", what)
+               : TR_OK;
+}
+
 float *tr_engine_params(tr_engine *e) { return e->params; }
 float *tr_engine_grads(tr_engine *e) { return e->grads; }
 

@@ -81,11 +81,8 @@ static int base_from_hf(tr_engine *e, const char *run_dir, int lead, const char 
         snprintf(buf, cap, "%s/hf-base", run_dir);
     if (own || lead)
         rc = tr_hf_import_replacing(*base, buf);
-    if (!own) { /* every rank learns whether the import worked before reading it */
-        int failed = 0, brc = tr_engine_any_rank(e, rc != TR_OK, &failed);
-        if (!rc && (brc || failed))
-            rc = brc ? brc : tr_fail(TR_ERR_IO, "the lead rank could not import %s", *base);
-    }
+    if (!own) /* every rank learns whether the import worked before reading it */
+        rc = tr_engine_agree(e, rc, "importing the base model");
     *base = buf;
     *cleanup = own;
     return rc;

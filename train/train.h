@@ -83,6 +83,13 @@ TR_MUST_CHECK int tr_engine_evaluate(tr_engine *e, double *val_loss);
 /* Collective over the world: *any = 1 when `mine` is non-zero on any rank (how every rank
  * learns of a stop request at the same iteration). */
 TR_MUST_CHECK int tr_engine_any_rank(tr_engine *e, int mine, int *any);
+/* Collective over the world after a step every rank took (`what`, e.g. "loading the
+ * checkpoint"): returns rc, or on a rank where it succeeded an error saying another rank
+ * failed. A rank that failed prints its reason BEFORE the vote: once the others learn of the
+ * failure they exit, and the launcher then stops every rank at once, this one perhaps before
+ * its own exit message (tests/train/test_checkpoint.py's 8-rank damaged checkpoint lost the
+ * file's name that way, now and then). */
+TR_MUST_CHECK int tr_engine_agree(tr_engine *e, int rc, const char *what);
 
 /* Save this rank's part of the model and optimizer state as the checkpoint of `iteration`. */
 TR_MUST_CHECK int tr_checkpoint_save(tr_engine *e, const char *dir, int iteration);

@@ -130,6 +130,11 @@ json.dump(cfgj, open(os.path.join(bad_hf, "config.json"), "w"))
 p, _ = train("bad-hf", [f"finetune.load={bad_hf}"])
 check("a Hugging Face folder of another model: exit non-zero naming finetune.load, no crash",
       p.returncode not in (0, -11, -6) and "finetune.load" in p.stderr, p.stderr[-800:], show=True)
+# on 4 ranks the lead imports it; its reason is printed before the others learn of the failure
+p, _ = train("bad-hf-4", [f"finetune.load={bad_hf}", "training.micro_batch_size=1"], 4)
+check("... on 4 ranks: exit non-zero, the lead's reason (the shapes) in the output",
+      p.returncode not in (0, -11, -6) and "a GPT-2 of this config.json has" in p.stderr and
+      "failed on another rank" in p.stderr, p.stderr[-1200:], show=True)
 
 # ---- resume: the adapters' checkpoint
 p, half = train("half", ["training.train_iters=2", f"checkpoint.save={path('half-ckpt')}"])
