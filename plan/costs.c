@@ -45,7 +45,7 @@ void plan_layer_cost(const plan_cost_ctx *x, plan_cost *o)
         if (L->recompute == TR_PLAN_RECOMPUTE_FULL) {
             o->b[TR_PLAN_PART_RECOMPUTE] = f1 / x->rate;
             o->b[TR_PLAN_PART_TP] += 2 * x->ar_tp;
-        } else if (L->recompute == TR_PLAN_RECOMPUTE_SELECTIVE && !L->flash_attention) {
+        } else if (L->recompute == TR_PLAN_RECOMPUTE_SELECTIVE && !L->trident_kernels) {
             o->b[TR_PLAN_PART_RECOMPUTE] = 4.0 * b * s * s * h / t / x->rate;
         }
         return;
@@ -88,7 +88,7 @@ void plan_layer_cost(const plan_cost_ctx *x, plan_cost *o)
     if (L->recompute == TR_PLAN_RECOMPUTE_FULL) {
         o->b[TR_PLAN_PART_RECOMPUTE] = lin_f + att_gemm_f + att_el_f + el_f;
         o->b[TR_PLAN_PART_TP] += 2 * x->ar_tp;
-    } else if (L->recompute == TR_PLAN_RECOMPUTE_SELECTIVE && !L->flash_attention) {
+    } else if (L->recompute == TR_PLAN_RECOMPUTE_SELECTIVE && !L->trident_kernels) {
         /* (fused attention recomputes its probabilities in backward in any mode) */
         o->b[TR_PLAN_PART_RECOMPUTE] = att_gemm_f + att_el_f;
     }

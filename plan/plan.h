@@ -48,16 +48,15 @@
  * activations, doubled for fp32), with A = 5as/h:
  *   none       t=1: sbh(34 + A); TP: sbh(10 + 24/t + A/t); TP + SP: sbh(34/t + A/t)
  *   selective  the same without the A term (attention scores are recomputed)
- *   flash_attention (runtime trident, its fused kernels): none and selective are the
- *              selective bytes + the fp32 log-sum-exps, 4as b/t (no scores are stored);
- *              trident keeps activations in fp32 at any precision (trident_kernels: the
- *              fp32 bytes in bf16 runs too)
+ *   trident_kernels (runtime trident, its fused attention): none and selective are the
+ *              selective bytes + the fp32 log-sum-exps, 4as b/t (no scores are stored),
+ *              and counted in fp32 bytes at any precision (trident keeps them so)
  *   full       2sbh (the layer input), 2sbh/t with SP
  *   A stage keeps peak_r micro-batches (chunks) in flight: the peak of its pp/ schedule op
  *   list (1f1b: min(p - r, M), gpipe: M); stored = peak_r x (layers_r / v) x per-layer bytes.
  *   Plus, once per stage: full recompute re-materialises one layer of one micro-batch (the
  *   "none" bytes); selective the scores of one layer (5as^2 b/t; nothing with
- *   flash_attention). First stage: the embedding
+ *   trident_kernels). First stage: the embedding
  *   dropout mask, sbh (/t with SP) per micro-batch in flight. Last stage: one head chunk's
  *   logits, 4 R V/t (fp32, the gradient written in place; R = tr_gpt_head_chunk_rows(sb, V/t):
  *   trident's head and loss run over chunks of token rows, inside the forward). Plus
@@ -250,19 +249,19 @@ typedef struct {
                               * trident's training; Megatron's scripts: 1; --dropout) */
     /* The software running the layout (cluster.runtime, tr_plan_runtime_apply): */
     int scatter_gather;      /* Megatron's P2P scatter/gather across TP ranks */
-    int flash_attention;     /* fused attention (trident's kernels, both backends): no scores
-                              * or probabilities stored, a log-sum-exp per query row instead,
-                              * so selective recompute is none (runtime trident) */
     int grad_accum_fused;    /* weight-gradient GEMMs accumulate into the fp32 gradients
                               * (trident, Megatron since 2022); 0: an extra add of every
                               * weight's gradient per micro-batch (Megatron 2021, DeepSpeed) */
     int p2p_batched;         /* a schedule step's sends and receives posted together (trident,
                               * Megatron); 0: one blocking send/recv at a time (DeepSpeed's
                               * pipeline engine) */
-    int trident_kernels;     /* GPU bf16 step time from trident's CUDA kernels as written
-                              * (plan/costs_trident.c: fp32 tensors, staged GEMMs, unfused
-                              * element-wise kernels, fused attention, chunked head); 0:
-                              * Megatron's fused kernels (plan/costs.c) */
+    int trident_kernels;     /* trident's kernels (runtime trident): fused attention on both
+                              * backends (no scores or probabilities stored, a log-sum-exp per
+                              * query row instead, so selective recompute is none) and fp32
+                              * activations; on a GPU preset in bf16 the step timed kernel by
+                              * kernel as written (plan/costs_trident.c: staged GEMMs, unfused
+                              * element-wise kernels, chunked head); 0: Megatron's fused
+                              * kernels (plan/costs.c) */
 } tr_plan_layout;
 
 /* cluster.runtime into L's software flags:

@@ -30,7 +30,6 @@ int tr_plan_runtime_apply(const char *runtime, tr_plan_layout *L)
             L->p2p_batched = runtimes[i].p2p_batched;
             L->scatter_gather = runtimes[i].scatter_gather;
             L->grad_accum_fused = runtimes[i].grad_accum_fused;
-            L->flash_attention = !strcmp(runtimes[i].name, "trident");
             L->trident_kernels = runtimes[i].trident_kernels;
             return TR_OK;
         }
@@ -263,10 +262,10 @@ static void memory_model(const tr_config *cfg, const tr_plan_cluster *c,
     double wb, gb, ob; /* ob: optimizer bytes per element of the shard (nothing sharded) */
     tr_plan_state_bytes(L->bf16, 0, 1, &wb, &gb, &ob);
     /* fused attention stores no scores: none is selective's bytes + the log-sum-exps */
-    tr_plan_recompute stored = L->flash_attention && L->recompute != TR_PLAN_RECOMPUTE_FULL
+    tr_plan_recompute stored = L->trident_kernels && L->recompute != TR_PLAN_RECOMPUTE_FULL
                                    ? TR_PLAN_RECOMPUTE_SELECTIVE
                                    : L->recompute;
-    double lse = L->flash_attention ? 4.0 * m->num_attention_heads * (double)s * b / t : 0;
+    double lse = L->trident_kernels ? 4.0 * m->num_attention_heads * (double)s * b / t : 0;
     /* trident's kernels keep activations in fp32 whatever the compute precision */
     int act16 = L->bf16 && !L->trident_kernels;
     double act = tr_plan_layer_activation_bytes(s, b, h, m->num_attention_heads, t,
@@ -274,7 +273,7 @@ static void memory_model(const tr_config *cfg, const tr_plan_cluster *c,
                  (stored == TR_PLAN_RECOMPUTE_FULL ? 0 : lse);
     double act_none = tr_plan_layer_activation_bytes(
                           s, b, h, m->num_attention_heads, t, L->sequence_parallel,
-                          L->flash_attention ? TR_PLAN_RECOMPUTE_SELECTIVE : TR_PLAN_RECOMPUTE_NONE,
+                          L->trident_kernels ? TR_PLAN_RECOMPUTE_SELECTIVE : TR_PLAN_RECOMPUTE_NONE,
                           act16) +
                       lse;
     double esize = act16 ? 1.0 : 2.0;
@@ -296,7 +295,7 @@ static void memory_model(const tr_config *cfg, const tr_plan_cluster *c,
         mm.activations = (double)peaks[st] * layers / L->v * act;
         if (L->recompute == TR_PLAN_RECOMPUTE_FULL)
             mm.recompute = act_none;
-        else if (L->recompute == TR_PLAN_RECOMPUTE_SELECTIVE && !L->flash_attention)
+        else if (L->recompute == TR_PLAN_RECOMPUTE_SELECTIVE && !L->trident_kernels)
             mm.recompute = 5.0 * m->num_attention_heads * (double)s * s * b / t * esize;
         if (st == 0)
             mm.embedding = (double)peaks[st] / L->v * s * b * h / (sp ? t : 1) * esize;
