@@ -130,6 +130,13 @@ json.dump(cfgj, open(os.path.join(bad_hf, "config.json"), "w"))
 p, _ = train("bad-hf", [f"finetune.load={bad_hf}"])
 check("a Hugging Face folder of another model: exit non-zero naming finetune.load, no crash",
       p.returncode not in (0, -11, -6) and "finetune.load" in p.stderr, p.stderr[-800:], show=True)
+cfg_only = path("cfg-only-hf")
+os.makedirs(cfg_only, exist_ok=True)
+shutil.copy(os.path.join(path("base-hf"), "config.json"), cfg_only)
+p, _ = train("cfg-only-hf", [f"finetune.load={cfg_only}"])
+check("a Hugging Face folder without weights: exit non-zero naming finetune.load and model.safetensors",
+      p.returncode not in (0, -11, -6) and "finetune.load" in p.stderr and "model.safetensors" in p.stderr,
+      p.stderr[-800:])
 # on 4 ranks the lead imports it; its reason is printed before the others learn of the failure
 p, _ = train("bad-hf-4", [f"finetune.load={bad_hf}", "training.micro_batch_size=1"], 4)
 check("... on 4 ranks: exit non-zero, the lead's reason (the shapes) in the output",
