@@ -2,7 +2,7 @@
 # Installs everything trident needs on a fresh Debian 12 machine. Idempotent: a machine that
 # already has every package does no network work.
 set -euo pipefail
-packages=(meson ninja-build pkg-config gcc libyaml-dev libcmocka-dev libopenblas-dev libjansson-dev
+packages=(meson ninja-build pkg-config gcc g++ libyaml-dev libcmocka-dev libopenblas-dev libjansson-dev
           libpcre2-dev libucx-dev ucx-utils fortunes python3-torch python3-numpy python3-venv iproute2
           openmpi-bin libopenmpi-dev chromium slurm-wlm munge)
 missing=()

@@ -1,0 +1,80 @@
+// kernels/cuda/ — the few warp-level primitives the tensor-core kernels (flash_mma.cuh) are
+// written against, as the GPU runs them. tests/cuda/warp_emu.hpp defines the same names on the
+// host (one thread per lane, shuffles and mma through per-warp exchange), so the same kernel
+// source is run and tested without a GPU. Contract of each:
+//   fm_tid() fm_bidx() fm_bidy() fm_gridx()   threadIdx.x, blockIdx.x/.y, gridDim.x
+//   fm_sync()                  __syncthreads: every thread of the block, uniform control flow
+//   fm_shared()                the block's dynamic shared memory
+//   fm_shfl_xor(v, m)          v of lane (lane ^ m); every lane of the warp calls it
+//   fm_ballot(p)               bit L set when lane L's p; every lane calls it
+//   fm_mma(c, a, b)            c (16 x 8 fp32, 4 per lane) += A (16 x 16 bf16, 4 x 2 per lane)
+//                              B (16 x 8 bf16, 2 x 2 per lane): mma.sync m16n8k16 row.col, the
+//                              PTX fragment layouts (lane = 4 g + t: A rows g, g + 8, columns
+//                              2t, 2t + 1 and those + 8; B rows 2t, 2t + 1 (+ 8), column g; C
+//                              rows g, g + 8, columns 2t, 2t + 1); a 32-bit register holds two
+//                              bf16, the lower-indexed one in the low half
+//   fm_pack(lo, hi)            two floats rounded to bf16 (nearest even) in one register
+//   fm_bf16(x)                 one float rounded to bf16 bits
+//   fm_ld32(p) fm_st32(p, v)   32-bit shared-memory access at an even bf16 index
+//   fm_st16(p, v)              one bf16 into shared memory
+//   fm_ldg4(p, v)              v[0..3] = p[0..3] (global, 16-byte aligned)
+//   fm_exp fm_log fm_min fm_ffs
+//   FM_DEV FM_HD FM_KERNEL FM_UNROLL   qualifiers of device, host-and-device, kernel functions
+#ifndef TR_KERNELS_CUDA_MMA_PRIMS_CUH
+#define TR_KERNELS_CUDA_MMA_PRIMS_CUH
+
+#include <cuda_bf16.h>
+#include <stdint.h>
+
+#define FM_DEV __device__ __forceinline__
+#define FM_KERNEL __global__ void __launch_bounds__(128)
+#define FM_UNROLL _Pragma("unroll")
+#define FM_HD __host__ __device__
+
+FM_DEV int fm_tid() { return (int)threadIdx.x; }
+FM_DEV int fm_bidx() { return (int)blockIdx.x; }
+FM_DEV int fm_bidy() { return (int)blockIdx.y; }
+FM_DEV int fm_gridx() { return (int)gridDim.x; }
+FM_DEV void fm_sync() { __syncthreads(); }
+FM_DEV unsigned char *fm_shared()
+{
+    extern __shared__ __align__(16) unsigned char fm_dynamic_smem[];
+    return fm_dynamic_smem;
+}
+FM_DEV float fm_shfl_xor(float v, int m) { return __shfl_xor_sync(0xffffffffu, v, m); }
+FM_DEV uint32_t fm_ballot(bool p) { return __ballot_sync(0xffffffffu, p); }
+FM_DEV int fm_ffs(uint32_t x) { return __ffs((int)x); }
+FM_DEV int fm_min(int a, int b) { return min(a, b); }
+FM_DEV float fm_exp(float x) { return __expf(x); }
+FM_DEV float fm_log(float x) { return logf(x); }
+
+FM_DEV void fm_mma(float c[4], const uint32_t a[4], const uint32_t b[2])
+{
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
+                 "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+
+FM_DEV uint32_t fm_pack(float lo, float hi)
+{
+    __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi); // .x = lo: the low half
+    return *reinterpret_cast<uint32_t *>(&v);
+}
+
+FM_DEV uint16_t fm_bf16(float x)
+{
+    __nv_bfloat16 v = __float2bfloat16_rn(x);
+    return *reinterpret_cast<uint16_t *>(&v);
+}
+
+FM_DEV uint32_t fm_ld32(const uint16_t *p) { return *reinterpret_cast<const uint32_t *>(p); }
+FM_DEV void fm_st32(uint16_t *p, uint32_t v) { *reinterpret_cast<uint32_t *>(p) = v; }
+FM_DEV void fm_st16(uint16_t *p, uint16_t v) { *p = v; }
+FM_DEV void fm_ldg4(const float *p, float v[4])
+{
+    float4 x = __ldg(reinterpret_cast<const float4 *>(p));
+    v[0] = x.x, v[1] = x.y, v[2] = x.z, v[3] = x.w;
+}
+
+#endif

@@ -1,0 +1,69 @@
+// tests/cuda: the tensor-core attention kernels of kernels/cuda/flash_mma.cuh, the very source
+// the GPU build compiles, run on the host through warp_emu.hpp (flash_emu.h states the calls).
+#include "tests/cuda/warp_emu.hpp"
+
+#include <type_traits>
+
+#include "kernels/cuda/flash_mma.cuh"
+
+extern "C" {
+#include "tests/cuda/flash_emu.h"
+}
+
+namespace {
+
+fm::args make(int B, int T, int NH, int NG, int HS, const float *alibi)
+{
+    fm::args a = {};
+    a.B = B, a.T = T, a.NH = NH, a.NG = NG, a.R = NH / NG;
+    a.C = NH * HS, a.C3 = NG * (a.R + 2) * HS;
+    a.scale = 1.0f / std::sqrt((float)HS);
+    a.alibi = alibi;
+    return a;
+}
+
+template <int D> void run_forward(const fm::args &a)
+{
+    emu::launch((a.T + fm::BM - 1) / fm::BM, a.B * a.NH, fm::forward_bytes(D),
+                [&a] { fm::forward<D>(a); });
+}
+
+template <int D> void run_backward(const fm::args &a)
+{
+    emu::launch((a.T + fm::BN - 1) / fm::BN, a.B * a.NG, fm::backward_kv_bytes(D),
+                [&a] { fm::backward_kv<D>(a); });
+    emu::launch((a.T + fm::BM - 1) / fm::BM, a.B * a.NH, fm::backward_q_bytes(D),
+                [&a] { fm::backward_q<D>(a); });
+}
+
+template <class F> int by_head_size(int HS, F run)
+{
+    switch (HS) {
+    case 16: run(std::integral_constant<int, 16>()); return 1;
+    case 32: run(std::integral_constant<int, 32>()); return 1;
+    case 64: run(std::integral_constant<int, 64>()); return 1;
+    case 128: run(std::integral_constant<int, 128>()); return 1;
+    default: return 0;
+    }
+}
+
+} // namespace
+
+int emu_flash_forward(float *out, float *lse, const float *qkv, const float *alibi, int B,
+                      int T, int NH, int NG, int HS, const int32_t *segments)
+{
+    fm::args a = make(B, T, NH, NG, HS, alibi);
+    a.out = out, a.lse = lse, a.qkv = qkv, a.seg = segments;
+    emu::readable = {{qkv, (size_t)B * T * a.C3 * 4}};
+    return by_head_size(HS, [&a](auto d) { run_forward<decltype(d)::value>(a); });
+}
+
+int emu_flash_backward(float *dqkv, const float *Drow, const int32_t *starts, const float *dout,
+                       const float *qkv, const float *lse, const float *alibi, int B, int T,
+                       int NH, int NG, int HS)
+{
+    fm::args a = make(B, T, NH, NG, HS, alibi);
+    a.dqkv = dqkv, a.Drow = Drow, a.starts = starts, a.dout = dout, a.qkv = qkv, a.lse_in = lse;
+    emu::readable = {{qkv, (size_t)B * T * a.C3 * 4}, {dout, (size_t)B * T * a.C * 4}};
+    return by_head_size(HS, [&a](auto d) { run_backward<decltype(d)::value>(a); });
+}

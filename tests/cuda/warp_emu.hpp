@@ -1,0 +1,219 @@
+// tests/cuda: a host emulation of the primitives of kernels/cuda/mma_prims.cuh, so the tensor
+// core kernels written against them (flash_mma.cuh) run on a CPU. A block is 128 threads of
+// the host, one per lane; fm_sync is a barrier of the block, a shuffle, ballot or mma a
+// barrier of the warp around an exchange of the lanes' registers; mma.sync m16n8k16 is
+// rebuilt from the 32 lanes' fragments by the PTX layouts and multiplied in fp32. Blocks run
+// one after another. Shared memory starts as all-ones bytes (NaN as fp32 and bf16), so a read
+// before a write shows; a shared access outside the block's bytes, a misaligned one, or a
+// 16-byte global load outside the arrays the test declared (emu::readable) aborts. Slow (a barrier costs microseconds): for small shapes in tests.
+#ifndef TR_TESTS_CUDA_WARP_EMU_HPP
+#define TR_TESTS_CUDA_WARP_EMU_HPP
+
+#include <barrier>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <thread>
+#include <vector>
+
+namespace emu {
+
+constexpr int THREADS = 128;
+
+struct warp {
+    std::barrier<> bar{32};
+    uint32_t a[32][4], b[32][2], u[32];
+    float x[32];
+};
+
+struct block {
+    std::barrier<> bar{THREADS};
+    warp w[THREADS / 32];
+    unsigned char *smem = nullptr;
+    size_t smem_bytes = 0;
+    int bx = 0, by = 0, gx = 0;
+};
+
+inline thread_local block *cur;
+inline thread_local int tid;
+
+// The global memory the kernels may read with fm_ldg4 (the test's input arrays): a read
+// outside all of them aborts, as a shared access outside the block's shared memory does.
+struct range {
+    const void *p;
+    size_t bytes;
+};
+inline std::vector<range> readable;
+
+inline void check(bool ok, const char *what)
+{
+    if (!ok) {
+        std::fprintf(stderr, "warp_emu: %s\n", what);
+        std::abort();
+    }
+}
+
+inline void check_shared(const void *p, size_t n)
+{
+    const unsigned char *c = static_cast<const unsigned char *>(p);
+    check(c >= cur->smem && c + n <= cur->smem + cur->smem_bytes, "shared access out of range");
+    check(((uintptr_t)p & (n - 1)) == 0, "misaligned shared access");
+}
+
+inline void check_global(const void *p, size_t n)
+{
+    const char *c = static_cast<const char *>(p);
+    bool in = false;
+    for (const range &r : readable)
+        in = in || (c >= static_cast<const char *>(r.p) &&
+                    c + n <= static_cast<const char *>(r.p) + r.bytes);
+    check(in, "global read outside the inputs");
+    check(((uintptr_t)p & 15) == 0, "misaligned 16-byte global load");
+}
+
+inline warp &my_warp() { return cur->w[tid / 32]; }
+
+// Runs body() as a grid of gx x gy blocks of 128 threads with smem bytes of shared memory.
+template <class F> void launch(int gx, int gy, size_t smem, F body)
+{
+    std::vector<unsigned char> mem(smem ? smem : 1);
+    for (int by = 0; by < gy; by++)
+        for (int bx = 0; bx < gx; bx++) {
+            block blk;
+            std::memset(mem.data(), 0xff, mem.size());
+            blk.smem = mem.data(), blk.smem_bytes = smem, blk.bx = bx, blk.by = by, blk.gx = gx;
+            std::vector<std::thread> threads;
+            for (int t = 0; t < THREADS; t++)
+                threads.emplace_back([&blk, &body, t] {
+                    cur = &blk;
+                    tid = t;
+                    body();
+                });
+            for (auto &th : threads)
+                th.join();
+        }
+}
+
+inline float bf16_to_float(uint32_t h)
+{
+    uint32_t u = h << 16;
+    float f;
+    std::memcpy(&f, &u, 4);
+    return f;
+}
+
+} // namespace emu
+
+#define FM_DEV inline
+#define FM_KERNEL void
+#define FM_UNROLL
+#define FM_HD
+
+inline int fm_tid() { return emu::tid; }
+inline int fm_bidx() { return emu::cur->bx; }
+inline int fm_bidy() { return emu::cur->by; }
+inline int fm_gridx() { return emu::cur->gx; }
+inline void fm_sync() { emu::cur->bar.arrive_and_wait(); }
+inline unsigned char *fm_shared() { return emu::cur->smem; }
+inline int fm_min(int a, int b) { return a < b ? a : b; }
+inline int fm_ffs(uint32_t x) { return __builtin_ffs((int)x); }
+inline float fm_exp(float x) { return std::exp(x); }
+inline float fm_log(float x) { return std::log(x); }
+
+inline float fm_shfl_xor(float v, int m)
+{
+    emu::warp &w = emu::my_warp();
+    int lane = emu::tid & 31;
+    w.x[lane] = v;
+    w.bar.arrive_and_wait();
+    float r = w.x[lane ^ m];
+    w.bar.arrive_and_wait();
+    return r;
+}
+
+inline uint32_t fm_ballot(bool p)
+{
+    emu::warp &w = emu::my_warp();
+    int lane = emu::tid & 31;
+    w.u[lane] = p;
+    w.bar.arrive_and_wait();
+    uint32_t r = 0;
+    for (int l = 0; l < 32; l++)
+        r |= (w.u[l] ? 1u : 0u) << l;
+    w.bar.arrive_and_wait();
+    return r;
+}
+
+inline uint16_t fm_bf16(float x)
+{
+    uint32_t u;
+    std::memcpy(&u, &x, 4);
+    if (std::isnan(x))
+        return 0x7fc0;
+    u += 0x7fffu + ((u >> 16) & 1u); // round to nearest, ties to even
+    return (uint16_t)(u >> 16);
+}
+
+inline uint32_t fm_pack(float lo, float hi) { return fm_bf16(lo) | (uint32_t)fm_bf16(hi) << 16; }
+
+inline uint32_t fm_ld32(const uint16_t *p)
+{
+    emu::check_shared(p, 4); // a misaligned 32-bit shared load faults on the GPU
+    uint32_t v;
+    std::memcpy(&v, p, 4);
+    return v;
+}
+
+inline void fm_st32(uint16_t *p, uint32_t v)
+{
+    emu::check_shared(p, 4);
+    std::memcpy(p, &v, 4);
+}
+
+inline void fm_st16(uint16_t *p, uint16_t v)
+{
+    emu::check_shared(p, 2);
+    *p = v;
+}
+
+inline void fm_ldg4(const float *p, float v[4])
+{
+    emu::check_global(p, 16);
+    std::memcpy(v, p, 16);
+}
+
+// c += A B by the fragment layouts of mma.sync.m16n8k16.row.col (mma_prims.cuh).
+inline void fm_mma(float c[4], const uint32_t a[4], const uint32_t b[2])
+{
+    emu::warp &w = emu::my_warp();
+    int lane = emu::tid & 31;
+    std::memcpy(w.a[lane], a, sizeof w.a[lane]);
+    std::memcpy(w.b[lane], b, sizeof w.b[lane]);
+    w.bar.arrive_and_wait();
+    float A[16][16], B[16][8];
+    for (int L = 0; L < 32; L++) {
+        int g = L >> 2, t = L & 3;
+        for (int e = 0; e < 2; e++) {
+            int sh = 16 * e;
+            A[g][2 * t + e] = emu::bf16_to_float(w.a[L][0] >> sh & 0xffff);
+            A[g + 8][2 * t + e] = emu::bf16_to_float(w.a[L][1] >> sh & 0xffff);
+            A[g][8 + 2 * t + e] = emu::bf16_to_float(w.a[L][2] >> sh & 0xffff);
+            A[g + 8][8 + 2 * t + e] = emu::bf16_to_float(w.a[L][3] >> sh & 0xffff);
+            B[2 * t + e][g] = emu::bf16_to_float(w.b[L][0] >> sh & 0xffff);
+            B[8 + 2 * t + e][g] = emu::bf16_to_float(w.b[L][1] >> sh & 0xffff);
+        }
+    }
+    w.bar.arrive_and_wait(); // every lane has read the exchange before it is reused
+    int g = lane >> 2, t = lane & 3;
+    for (int e = 0; e < 4; e++) {
+        int r = g + (e >> 1) * 8, col = 2 * t + (e & 1);
+        float s = 0.0f;
+        for (int k = 0; k < 16; k++)
+            s += A[r][k] * B[k][col];
+        c[e] += s;
+    }
+}
+
+#endif
