@@ -9,8 +9,8 @@
  *    again when it accumulates: beta = 1);
  *  - bias adds, GELU, LayerNorm, residual copies and bias gradients are separate fp32 kernels;
  *  - attention is the fused (flash) kernel: no T x T tensor, forward 2 s^2 d FLOPs per head
- *    (causal half of QK^T and PV), backward 2.5 times that, at the fractions of the device's
- *    peak that kernel was measured at (below);
+ *    (causal half of QK^T and PV), backward 2.5 times that, at fractions of the device's
+ *    peak (below: estimated for the tensor-core kernels, to be measured);
  *  - the LM head and loss run over chunks of token rows (tr_gpt_head_chunk_rows): per chunk
  *    the logits GEMM, one read for the statistics, the loss and gradient in place, and the
  *    chunk's two backward GEMMs.
@@ -29,14 +29,17 @@ static double staging_bytes(const tr_plan_cluster *c)
     return b < 64 * MiB ? 64 * MiB : b > 512 * MiB ? 512 * MiB : b;
 }
 
-/* Fractions of peak bf16 FLOP/s kernels/cuda/flash.cu reaches on the FLOPs modelled below,
- * measured on an H100 (2026-11-27, gpt2-124m at micro-batch 48 x 1024, gpu_step --profile,
- * each op timed alone): forward 81.96 ms for 0.93 TFLOP (11.3 TFLOP/s), backward 302.5 ms
- * for 2.32 TFLOP (7.7 TFLOP/s). Far below the 0.35 a FlashAttention-2 kernel reaches (issue
- * 24: the kernels pass their scores through shared memory with 4 warps per block); measure
- * again when they change. */
-#define TRIDENT_ATTENTION_FORWARD_FRACTION 0.0114
-#define TRIDENT_ATTENTION_BACKWARD_FRACTION 0.0078
+/* Fractions of peak bf16 FLOP/s the bf16 mode's fused attention reaches on the FLOPs
+ * modelled below. kernels/cuda/flash_mma.cuh (mma.sync, scores in registers; head sizes 16 to
+ * 128) is NOT measured yet: these are estimates from its work per 64 x 64 tile on an H100
+ * (per block 256 mma.sync and 4096 exponentials, the fp32 tiles read from L2 and rounded in
+ * the block; 4 blocks an SM): forward ~0.12, backward ~0.08 (7 tile products where
+ * FlashAttention-2 does 5: dQ has its own pass, no atomics). flash.cu's wmma kernels before
+ * them were measured on an H100 (2026-11-27, gpt2-124m at micro-batch 48 x 1024, gpu_step
+ * --profile): forward 81.96 ms for 0.93 TFLOP (0.0114 of peak), backward 302.5 ms for 2.32
+ * TFLOP (0.0078). Replace with the next GPU run's measurement. */
+#define TRIDENT_ATTENTION_FORWARD_FRACTION 0.12
+#define TRIDENT_ATTENTION_BACKWARD_FRACTION 0.08
 
 /* One slab of K width w: its two conversions, its bf16 GEMM, the fp32 output's extra bytes. */
 static double slab_s(const tr_plan_cluster *c, double m, double n, double w, int beta)

@@ -648,9 +648,10 @@ def main():
     ap.add_argument("--only", default="")
     ap.add_argument("--skip", default="")
     ap.add_argument("--jobs", type=int, default=0)
-    ap.add_argument("--variants", default="TRIDENT_CUDA_STAGING_MIB=64;TRIDENT_CUDA_GEMM=fast",
+    ap.add_argument("--variants", default="TRIDENT_CUDA_ATTENTION=wmma;TRIDENT_CUDA_GEMM=fast",
                     help="after the benchmark, trident's step again with each NAME=VALUE set, ';'-separated "
-                    "(default: the former 64 MiB GEMM staging; cuBLASLt's fast-bf16 mode instead of staging)")
+                    "(default: the former wmma attention kernels instead of flash_mma.cuh's; cuBLASLt's "
+                    "fast-bf16 mode instead of staging)")
     ap.add_argument("--targets", default="", help="ninja targets of the build step, comma-separated "
                     "(default: everything; tests/gpu_bundle builds trident and the probe only)")
     ap.add_argument("--commit", default="", help="the commit to name in the report (where the tree has no .git)")

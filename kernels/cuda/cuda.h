@@ -4,8 +4,10 @@
  *  - Two tables with the ops and semantics of kernels/kernels.h on device memory:
  *      "cuda"       bf16 mixed precision: every GEMM multiplies bf16 operands (rounded to
  *                   nearest-even from the fp32 buffers, see bf16.h) with fp32 accumulation
- *                   into fp32 outputs; attention's products use cuBLASLt's bf16 tensor-core
- *                   mode on the fp32 buffers. Everything stored stays fp32: the parameters
+ *                   into fp32 outputs; the fused attention rounds its tiles to bf16 and
+ *                   multiplies them on the tensor cores (flash_mma.cuh: mma.sync for head
+ *                   sizes 16/32/64/128; flash.cu's wmma kernels for others, or all with
+ *                   TRIDENT_CUDA_ATTENTION=wmma). Everything stored stays fp32: the parameters
  *                   are the fp32 master weights, gradients accumulate in fp32 (the
  *                   data-parallel buffer), Adam moments are fp32, normalisations, softmax,
  *                   losses and reductions run in fp32 (sums of squares in double).

@@ -79,12 +79,15 @@ FM_DEV size_t k_off(const args &a, int g, int D) { return (size_t)g * (a.R + 2) 
 
 // Rows [r0, r0 + n) of a D-wide fp32 slice (row stride ld) as a ROWS x D bf16 tile: row-major
 // into dst (row stride D + PAD) and/or transposed into dst_t (D x ROWS, row stride ROWS + PAD),
-// zero past n rows. Each thread converts 4 consecutive columns (one 16-byte load).
+// zero past n rows. A warp converts a block of 16 rows x 8 columns a step, a lane 4 columns of
+// one row (one 16-byte load): each row's 32 bytes are one sector, and the transposed stores
+// of a step fall in 16 banks per column group, the two groups 16 banks apart (no conflict).
 template <int D, int ROWS>
 FM_DEV void load_tile(uint16_t *dst, uint16_t *dst_t, const float *src, int ld, int r0, int n)
 {
-    for (int idx = fm_tid(); idx < ROWS * D / 4; idx += THREADS) {
-        int i = idx / (D / 4), d = idx % (D / 4) * 4;
+    int lane = fm_tid() & 31;
+    for (int blk = fm_tid() / 32; blk < ROWS / 16 * (D / 8); blk += WARPS) {
+        int i = blk / (D / 8) * 16 + (lane & 15), d = blk % (D / 8) * 8 + (lane >> 4) * 4;
         float v[4] = {0.0f, 0.0f, 0.0f, 0.0f};
         if (i < n)
             fm_ldg4(src + (size_t)(r0 + i) * ld + d, v);
