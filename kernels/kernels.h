@@ -177,6 +177,30 @@ typedef struct tr_kernels {
                                const int32_t *targets, const float *weights, int N, int V,
                                int n_valid, int v_start, float scale);
 
+    /* --- the chunked head in bf16 storage: optional (NULL in a table that keeps the head's
+     * logits fp32: "cpu", "cpu-fp16", "cuda-fp32"); tp/'s tr_tp_vocab_head_loss takes this
+     * path when all four are set. Arrays named *16 hold bf16 bits (uint16_t, rounded to
+     * nearest even, as bf16.h), row-major with the row strides given in elements.
+     *  gemm_out16:  C16 (M, N) = alpha op(A) op(B): gemm with beta 0, the result stored bf16
+     *  gemm_a16:    C = alpha op(A16) op(B) + beta C: gemm with A read from bf16
+     *  xent_stats16, xent_loss_backward16: xent_stats and xent_loss_backward on bf16 logits;
+     *               dlogits16 (may be logits16) stored bf16.
+     * Each equals its fp32-storage op followed (or preceded) by rounding to bf16; in "cpu-bf16",
+     * whose ops already round what they keep, bit for bit. */
+    void (*gemm_out16)(tr_stream s, int trans_a, int trans_b, int M, int N, int K, float alpha,
+                       const float *A, int lda, const float *B, int ldb, uint16_t *C16, int ldc);
+    void (*gemm_a16)(tr_stream s, int trans_a, int trans_b, int M, int N, int K, float alpha,
+                     const uint16_t *A16, int lda, const float *B, int ldb, float beta, float *C,
+                     int ldc);
+    void (*xent_stats16)(tr_stream s, float *maxv, float *sumexp, float *picked,
+                         const uint16_t *logits16, const int32_t *targets, int N, int V,
+                         int n_valid, int v_start);
+    void (*xent_loss_backward16)(tr_stream s, float *losses, uint16_t *dlogits16,
+                                 const uint16_t *logits16, const float *maxv,
+                                 const float *sumexp, const float *picked,
+                                 const int32_t *targets, const float *weights, int N, int V,
+                                 int n_valid, int v_start, float scale);
+
     /* --- embeddings ---
      * embedding_forward: out[n] = table[ids[n] - v_start] if held here (v_start <= id <
      *   v_start + V), else 0 (overwrites). table: (V, C).

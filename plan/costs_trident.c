@@ -13,7 +13,7 @@
  *    peak (below: estimated for the tensor-core kernels, to be measured);
  *  - the LM head and loss run over chunks of token rows (tr_gpt_head_chunk_rows): per chunk
  *    the logits GEMM, one read for the statistics, the loss and gradient in place, and the
- *    chunk's two backward GEMMs.
+ *    chunk's two backward GEMMs, the logits and their gradient stored in bf16.
  * Sizes: T = b s token rows, h hidden, t TP ranks. */
 #include <math.h>
 
@@ -127,6 +127,17 @@ void plan_layer_cost_trident(const plan_cost_ctx *x, plan_cost *o)
     } /* selective: nothing to recompute (no T x T tensor is kept) */
 }
 
+/* One of the head's GEMMs in bf16 storage (kernels/cuda/gemm.c's cu_gemm_out16, cu_gemm_a16):
+ * the fp32 operands converted (6 bytes an element; staged whole, the bf16 operands read in
+ * place), the bf16 GEMM, and an fp32 output's extra bytes over the table's bf16 output. */
+static double head16_gemm_s(const tr_plan_cluster *c, double m, double n, double k, int a_fp32,
+                            int b_fp32, int out_fp32, int accumulate)
+{
+    return tr_plan_gemm_s(c, m, n, k, 1) + (a_fp32 ? tr_plan_stream_s(c, 6 * m * k) : 0) +
+           (b_fp32 ? tr_plan_stream_s(c, 6 * k * n) : 0) +
+           (out_fp32 ? tr_plan_stream_s(c, m * n * (accumulate ? 6.0 : 2.0)) : 0);
+}
+
 void plan_output_cost_trident(const plan_cost_ctx *x, plan_cost *o)
 {
     const tr_plan_layout *L = x->L;
@@ -138,12 +149,14 @@ void plan_output_cost_trident(const plan_cost_ctx *x, plan_cost *o)
     plan_cost_clear(o);
     int rows = tr_gpt_head_chunk_rows((int)T, (int)V);
     double chunks = ceil(T / rows), r = T / chunks;
-    /* per chunk: logits (r x V), the statistics' read, the loss and gradient in place, the
-     * input gradient (r x h) and the weight gradient (V x h, accumulating); trident runs the
+    /* per chunk, the logits and their gradient in bf16 (kernels.h's gemm_out16 ...): the
+     * logits GEMM (r x V, both operands converted, a bf16 output), the statistics' read, the
+     * loss and gradient in place, the input gradient (r x h: W converted, dlogits read as
+     * they are) and the weight gradient (V x h, accumulating: x converted); trident runs the
      * head's backward inside its forward: all of it is forward time here */
-    double per = plan_trident_gemm_s(c, r, V, h, 0) + tr_plan_stream_s(c, 4 * r * V) +
-                 tr_plan_stream_s(c, 8 * r * V) + plan_trident_gemm_s(c, r, h, V, 0) +
-                 plan_trident_gemm_s(c, V, h, r, 1);
+    double per = head16_gemm_s(c, r, V, h, 1, 1, 0, 0) + tr_plan_stream_s(c, 2 * r * V) +
+                 tr_plan_stream_s(c, 4 * r * V) + head16_gemm_s(c, r, h, V, 0, 1, 1, 0) +
+                 head16_gemm_s(c, V, h, r, 0, 1, 1, 1);
     double ce_ar = 2.0 * chunks * tr_plan_allreduce_s(4.0 * r, L->tp, x->tp_bw, x->tp_lat);
     /* the final layernorm forward and backward */
     o->f[TR_PLAN_PART_OUTPUT] = chunks * per + tr_plan_stream_s(c, 2 * R + 6 * R);

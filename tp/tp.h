@@ -212,7 +212,9 @@ TR_MUST_CHECK int tr_tp_vocab_cross_entropy_backward(const tr_tp *tp, float *dlo
  * onehot), times weights[n] when weights != NULL), the chunk's rows of dx = dlogits W and
  * dW += dlogits^T x. Equal to column_linear_forward + cross_entropy_forward / _backward +
  * scale_rows + column_linear_backward within fp32 rounding (summation order of dW over
- * chunks, the online max). */
+ * chunks, the online max). Where the table has the bf16-storage head ops (kernels.h:
+ * gemm_out16 ...; "cuda" and "cpu-bf16") the chunk's logits and their gradient are stored
+ * in bf16 in the first half of `logits` (fp32 when observe is set). */
 typedef struct {
     float *logits; /* rows * Vl floats: one chunk's logits, then their gradient */
     float *stats;  /* 4 * rows floats: max, sum of exponentials, target logit, local max */

@@ -82,11 +82,22 @@ static int head_chunk(const tr_tp *tp, const tr_tp_head_chunks *ch, float *losse
     float *lg = ch->logits, *maxv = ch->stats, *sumexp = maxv + n, *picked = sumexp + n;
     float *local_max = picked + n;
     const float *xr = x + (size_t)r0 * C;
+    /* the backend's bf16 head (kernels.h): the chunk's logits and their gradient stored in
+     * bf16, in the first half of the same buffer; fp32 when a tool observes them */
+    int half = k->gemm_out16 && k->gemm_a16 && k->xent_stats16 && k->xent_loss_backward16 &&
+               !ch->observe;
+    uint16_t *lg16 = (uint16_t *)lg;
     /* logits (n, Vl) = x rows @ W^T */
-    k->gemm(NULL, 0, 1, n, Vl, C, 1.0f, xr, C, W, C, 0.0f, lg, Vl);
-    if (ch->observe)
-        ch->observe(ch->observe_ctx, r0, n, lg);
-    k->xent_stats(NULL, maxv, sumexp, picked, lg, targets + r0, n, Vl, n_valid, v_start);
+    if (half) {
+        k->gemm_out16(NULL, 0, 1, n, Vl, C, 1.0f, xr, C, W, C, lg16, Vl);
+        k->xent_stats16(NULL, maxv, sumexp, picked, lg16, targets + r0, n, Vl, n_valid,
+                        v_start);
+    } else {
+        k->gemm(NULL, 0, 1, n, Vl, C, 1.0f, xr, C, W, C, 0.0f, lg, Vl);
+        if (ch->observe)
+            ch->observe(ch->observe_ctx, r0, n, lg);
+        k->xent_stats(NULL, maxv, sumexp, picked, lg, targets + r0, n, Vl, n_valid, v_start);
+    }
     if (tp->size > 1) {
         k->copy(NULL, local_max, maxv, (size_t)n * sizeof(float));
         rc = tr_tp_allreduce(tp, maxv, (size_t)n, TR_COMM_MAX, "all-reduce of the logit maxima");
@@ -100,13 +111,23 @@ static int head_chunk(const tr_tp *tp, const tr_tp_head_chunks *ch, float *losse
             return rc;
     }
     /* losses; with scale != 0 dlogits in place of the logits */
-    k->xent_loss_backward(NULL, losses + r0, lg, lg, maxv, sumexp, picked, targets + r0,
-                          weights ? weights + r0 : NULL, n, Vl, n_valid, v_start, scale);
+    const float *wr = weights ? weights + r0 : NULL;
+    if (half)
+        k->xent_loss_backward16(NULL, losses + r0, lg16, lg16, maxv, sumexp, picked,
+                                targets + r0, wr, n, Vl, n_valid, v_start, scale);
+    else
+        k->xent_loss_backward(NULL, losses + r0, lg, lg, maxv, sumexp, picked, targets + r0, wr,
+                              n, Vl, n_valid, v_start, scale);
     if (scale == 0.0f)
         return TR_OK;
-    if (dx) /* dx rows (n, C) = dlogits @ W, this rank's partial sum */
-        k->gemm(NULL, 0, 0, n, C, Vl, 1.0f, lg, Vl, W, C, 0.0f, dx + (size_t)r0 * C, C);
-    if (dW) /* dW (Vl, C) += dlogits^T @ x rows */
+    float *dxr = dx ? dx + (size_t)r0 * C : NULL;
+    if (dx && half) /* dx rows (n, C) = dlogits @ W, this rank's partial sum */
+        k->gemm_a16(NULL, 0, 0, n, C, Vl, 1.0f, lg16, Vl, W, C, 0.0f, dxr, C);
+    else if (dx)
+        k->gemm(NULL, 0, 0, n, C, Vl, 1.0f, lg, Vl, W, C, 0.0f, dxr, C);
+    if (dW && half) /* dW (Vl, C) += dlogits^T @ x rows */
+        k->gemm_a16(NULL, 1, 0, Vl, C, n, 1.0f, lg16, Vl, xr, C, 1.0f, dW, C);
+    else if (dW)
         k->gemm(NULL, 1, 0, Vl, C, n, 1.0f, lg, Vl, xr, C, 1.0f, dW, C);
     return TR_OK;
 }

@@ -95,6 +95,10 @@ void cpu_gemm(tr_stream s, int trans_a, int trans_b, int M, int N, int K, float 
                  const float *A, int lda, const float *B, int ldb, float beta, float *C,
                  int ldc);
 
+/* head16.c: the chunked head's bf16-storage ops (kernels.h) into t, wrapping t's own gemm,
+ * xent_stats and xent_loss_backward ("cpu-bf16"). */
+void cpu_head16_fill(tr_kernels *t);
+
 /* layernorm.c */
 void cpu_layernorm_forward(tr_stream s, float *out, float *mean, float *rstd,
                               const float *inp, const float *weight, const float *bias, int N,

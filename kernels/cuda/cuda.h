@@ -7,7 +7,9 @@
  *                   into fp32 outputs; the fused attention rounds its tiles to bf16 and
  *                   multiplies them on the tensor cores (flash_mma.cuh: mma.sync for head
  *                   sizes 16/32/64/128; flash.cu's wmma kernels for others, or all with
- *                   TRIDENT_CUDA_ATTENTION=wmma). Everything stored stays fp32: the parameters
+ *                   TRIDENT_CUDA_ATTENTION=wmma). The chunked head's logits and their
+ *                   gradient are stored bf16 (kernels.h's gemm_out16 ...; fp32 with
+ *                   TRIDENT_CUDA_HEAD=fp32). Everything else stored stays fp32: the parameters
  *                   are the fp32 master weights, gradients accumulate in fp32 (the
  *                   data-parallel buffer), Adam moments are fp32, normalisations, softmax,
  *                   losses and reductions run in fp32 (sums of squares in double).

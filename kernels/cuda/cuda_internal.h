@@ -176,6 +176,14 @@ void cu_xent_loss_backward(tr_stream s, float *losses, float *dlogits, const flo
                            const float *maxv, const float *sumexp, const float *picked,
                            const int32_t *targets, const float *weights, int N, int V,
                            int n_valid, int v_start, float scale);
+/* the same on the head's bf16-storage logits (kernels.h's xent_stats16, xent_loss_backward16) */
+void cu_xent_stats16(tr_stream s, float *maxv, float *sumexp, float *picked,
+                     const uint16_t *logits16, const int32_t *targets, int N, int V, int n_valid,
+                     int v_start);
+void cu_xent_loss_backward16(tr_stream s, float *losses, uint16_t *dlogits16,
+                             const uint16_t *logits16, const float *maxv, const float *sumexp,
+                             const float *picked, const int32_t *targets, const float *weights,
+                             int N, int V, int n_valid, int v_start, float scale);
 
 /* ---- embedding.cu */
 void cu_embedding_forward(tr_stream s, float *out, const int32_t *ids, const float *table,
@@ -222,6 +230,12 @@ void cu_gemm_fp32(tr_stream s, int trans_a, int trans_b, int M, int N, int K, fl
 void cu_gemm_bf16(tr_stream s, int trans_a, int trans_b, int M, int N, int K, float alpha,
                      const float *A, int lda, const float *B, int ldb, float beta, float *C,
                      int ldc);
+/* The head's bf16-storage GEMMs (kernels.h's gemm_out16, gemm_a16), bf16 mode. */
+void cu_gemm_out16(tr_stream s, int trans_a, int trans_b, int M, int N, int K, float alpha,
+                   const float *A, int lda, const float *B, int ldb, uint16_t *C16, int ldc);
+void cu_gemm_a16(tr_stream s, int trans_a, int trans_b, int M, int N, int K, float alpha,
+                 const uint16_t *A16, int lda, const float *B, int ldb, float beta, float *C,
+                 int ldc);
 TR_MUST_CHECK int cu_gemm_init(size_t staging_bytes); /* tr_cuda_staging_bytes */
 size_t cu_gemm_workspace_bytes(void);
 

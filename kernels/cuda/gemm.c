@@ -9,7 +9,9 @@
  *
  * BF16 mode converts the operands to bf16 (bf16.h's rounding) in a staging workspace,
  * in slabs along K when they do not fit: C = alpha sum_k op(A)[:, k] op(B)[k, :] + beta C,
- * the first slab with the caller's beta, the others with 1. */
+ * the first slab with the caller's beta, the others with 1. The head's bf16-storage GEMMs
+ * (end of file) write a bf16 C (blocks of C, never slabs of K: one rounding) or read a bf16
+ * A in place. */
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -26,6 +28,7 @@ typedef struct {
     int mode, ta, tb, M, N, K, lda, ldb, ldc, batch;
     long long sA, sB, sC;
     int alA, alB, alC; /* operand alignment in bytes (capped at 256) */
+    int out16;         /* C stored bf16 (the head's gemm_out16) */
 } plan_key;
 
 typedef struct {
@@ -135,7 +138,7 @@ static int plan_make(plan *p, const plan_key *k)
     if (layout(&p->a, in, k->tb ? k->K : k->N, k->tb ? k->N : k->K, k->ldb, k->batch, k->sB) ||
         /* our A: stored (ta ? K x M : M x K) row-major = column-major (ta ? M x K : K x M) */
         layout(&p->b, in, k->ta ? k->M : k->K, k->ta ? k->K : k->M, k->lda, k->batch, k->sA) ||
-        layout(&p->c, CUDA_R_32F, k->N, k->M, k->ldc, k->batch, k->sC))
+        layout(&p->c, k->out16 ? CUDA_R_16BF : CUDA_R_32F, k->N, k->M, k->ldc, k->batch, k->sC))
         goto fail;
     cublasLtMatmulPreference_t pref = NULL;
     if (cublasLtMatmulPreferenceCreate(&pref) != CUBLAS_STATUS_SUCCESS)
@@ -209,21 +212,22 @@ static void describe(char *buf, size_t n, const plan_key *k)
              k->alB, k->alC);
 }
 
-/* One cuBLASLt call on operands already in the mode's element type. Returns 0, or -1 when
- * cuBLASLt has no algorithm for it (nothing noted: the caller may fall back); a failure of
- * the call itself is noted. */
-static int matmul(cudaStream_t st, cu_gemm_mode mode, int ta, int tb, int M, int N, int K,
-                  float alpha, const void *A, int lda, long long sA, const void *B, int ldb,
-                  long long sB, float beta, float *C, int ldc, long long sC, int batch)
+/* One cuBLASLt call on operands already in the mode's element type, C fp32 or (out16) bf16.
+ * Returns 0, or -1 when cuBLASLt has no algorithm for it (nothing noted: the caller may fall
+ * back); a failure of the call itself is noted. */
+static int matmul_to(cudaStream_t st, cu_gemm_mode mode, int ta, int tb, int M, int N, int K,
+                     float alpha, const void *A, int lda, long long sA, const void *B, int ldb,
+                     long long sB, float beta, void *C, int out16, int ldc, long long sC,
+                     int batch)
 {
     int es = mode == CU_GEMM_BF16 ? 2 : 4;
     plan_key k;
     memset(&k, 0, sizeof k); /* the key is hashed and compared as bytes */
     k.mode = mode, k.ta = ta, k.tb = tb, k.M = M, k.N = N, k.K = K;
-    k.lda = lda, k.ldb = ldb, k.ldc = ldc, k.batch = batch;
+    k.lda = lda, k.ldb = ldb, k.ldc = ldc, k.batch = batch, k.out16 = out16;
     k.sA = batch > 1 ? sA : 0, k.sB = batch > 1 ? sB : 0, k.sC = batch > 1 ? sC : 0;
     k.alA = alignment(A, k.sA, es), k.alB = alignment(B, k.sB, es);
-    k.alC = alignment(C, k.sC, 4);
+    k.alC = alignment(C, k.sC, out16 ? 2 : 4);
     pthread_mutex_lock(&G.mu);
     plan *p = plan_get(&k);
     cublasStatus_t s = CUBLAS_STATUS_NOT_SUPPORTED;
@@ -239,6 +243,14 @@ static int matmul(cudaStream_t st, cu_gemm_mode mode, int ta, int tb, int M, int
         cu_note(cudaErrorUnknown, what);
     }
     return 0;
+}
+
+static int matmul(cudaStream_t st, cu_gemm_mode mode, int ta, int tb, int M, int N, int K,
+                  float alpha, const void *A, int lda, long long sA, const void *B, int ldb,
+                  long long sB, float beta, float *C, int ldc, long long sC, int batch)
+{
+    return matmul_to(st, mode, ta, tb, M, N, K, alpha, A, lda, sA, B, ldb, sB, beta, C, 0, ldc,
+                     sC, batch);
 }
 
 /* fp32 operands: mode FAST_BF16 (falling back to FP32 when cuBLASLt has no algorithm for
@@ -342,4 +354,93 @@ void cu_gemm_bf16(tr_stream s, int trans_a, int trans_b, int M, int N, int K, fl
 {
     cu_gemm_ex(cu_shared_stream(s, "gemm"), CU_GEMM_BF16, trans_a, trans_b, M, N, K, alpha, A, lda, 0,
                   B, ldb, 0, beta, C, ldc, 0, 1);
+}
+
+/* ---- the head's bf16-storage GEMMs (kernels.h's gemm_out16, gemm_a16) */
+
+static void note_none(const char *op, int M, int N, int K)
+{
+    char what[160];
+    snprintf(what, sizeof what, "%s (M %d, N %d, K %d): no cuBLASLt algorithm or staging room",
+             op, M, N, K);
+    cu_note(cudaErrorNotSupported, what);
+}
+
+/* C16 = alpha op(A) op(B): both operands staged whole along K (each result rounded to bf16
+ * once), in blocks of C's rows and columns when they do not fit the staging together. */
+void cu_gemm_out16(tr_stream s, int ta, int tb, int M, int N, int K, float alpha,
+                   const float *A, int lda, const float *B, int ldb, uint16_t *C16, int ldc)
+{
+    cudaStream_t st = cu_shared_stream(s, "gemm_out16");
+    if (M <= 0 || N <= 0)
+        return;
+    if (K <= 0 || alpha == 0.0f) {
+        cu_note(cudaMemset2DAsync(C16, (size_t)ldc * 2, 0, (size_t)N * 2, (size_t)M, st),
+                "gemm_out16 (zeros)");
+        return;
+    }
+    size_t cap = G.staging_bytes / sizeof(uint16_t) - 128, mb = (size_t)M, nb = (size_t)N;
+    if ((size_t)(M + N) * K > cap) {
+        mb = (size_t)M * K <= cap / 2 ? (size_t)M : cap / 2 / (size_t)K;
+        nb = mb ? (cap - mb * (size_t)K) / (size_t)K : 0;
+        nb = nb > (size_t)N ? (size_t)N : nb;
+    }
+    if (mb < 1 || nb < 1) {
+        note_none("gemm_out16", M, N, K);
+        return;
+    }
+    uint16_t *sa = G.staging, *sb = sa + ((mb * (size_t)K + 127) & ~(size_t)127);
+    for (int i0 = 0; i0 < M; i0 += (int)mb) {
+        int m = M - i0 < (int)mb ? M - i0 : (int)mb;
+        if (ta) /* op(A) rows i0..: columns i0.. of the stored K x M */
+            cu_pack_bf16(st, sa, A + i0, K, m, lda);
+        else
+            cu_pack_bf16(st, sa, A + (size_t)i0 * lda, m, K, lda);
+        for (int j0 = 0; j0 < N; j0 += (int)nb) {
+            int n = N - j0 < (int)nb ? N - j0 : (int)nb;
+            if (tb) /* op(B) columns j0..: rows j0.. of the stored N x K */
+                cu_pack_bf16(st, sb, B + (size_t)j0 * ldb, n, K, ldb);
+            else
+                cu_pack_bf16(st, sb, B + j0, K, n, ldb);
+            if (matmul_to(st, CU_GEMM_BF16, ta, tb, m, n, K, alpha, sa, ta ? m : K, 0, sb,
+                          tb ? K : n, 0, 0.0f, C16 + (size_t)i0 * ldc + j0, 1, ldc, 0, 1))
+                note_none("gemm_out16", m, n, K);
+        }
+    }
+}
+
+/* C = alpha op(A16) op(B) + beta C: A read in place, B staged in slabs of K (the first with
+ * the caller's beta, the others accumulating in the fp32 C). */
+void cu_gemm_a16(tr_stream s, int ta, int tb, int M, int N, int K, float alpha,
+                 const uint16_t *A16, int lda, const float *B, int ldb, float beta, float *C,
+                 int ldc)
+{
+    cudaStream_t st = cu_shared_stream(s, "gemm_a16");
+    if (M <= 0 || N <= 0)
+        return;
+    if (K <= 0 || alpha == 0.0f) {
+        cu_scale_2d(st, C, M, N, ldc, beta);
+        return;
+    }
+    size_t kc = (G.staging_bytes / sizeof(uint16_t)) / (size_t)N;
+    if (kc >= 64)
+        kc &= ~(size_t)63;
+    if (kc < 1) {
+        note_none("gemm_a16", M, N, K);
+        return;
+    }
+    if (kc > (size_t)K)
+        kc = (size_t)K;
+    for (int k0 = 0; k0 < K; k0 += (int)kc) {
+        int w = K - k0 < (int)kc ? K - k0 : (int)kc;
+        if (tb) /* op(B) rows k0..: columns k0.. of the stored N x K */
+            cu_pack_bf16(st, G.staging, B + k0, N, w, ldb);
+        else
+            cu_pack_bf16(st, G.staging, B + (size_t)k0 * ldb, w, N, ldb);
+        /* op(A) columns k0..: rows k0.. of the stored K x M, or columns k0.. of M x K */
+        const uint16_t *a = ta ? A16 + (size_t)k0 * lda : A16 + k0;
+        if (matmul_to(st, CU_GEMM_BF16, ta, tb, M, N, w, alpha, a, lda, 0, G.staging,
+                      tb ? w : N, 0, k0 ? 1.0f : beta, C, 0, ldc, 0, 1))
+            note_none("gemm_a16", M, N, w);
+    }
 }

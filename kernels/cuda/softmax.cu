@@ -2,6 +2,7 @@
 // and the cross-entropy pieces over the vocabulary (one block per row).
 #include <math.h>
 
+#include "kernels/cuda/bf16.h"
 #include "kernels/cuda/grid.cuh"
 
 namespace {
@@ -172,17 +173,47 @@ __device__ __forceinline__ void online_add(float &m, float &s, float m2, float s
     m = mn;
 }
 
+// The head's logits in fp32 or in bf16 storage (kernels.h's *16 ops): one element, and four
+// consecutive ones at a 4-aligned column of a row whose length is a multiple of 4.
+__device__ __forceinline__ float logit_at(const float *p, size_t i) { return p[i]; }
+__device__ __forceinline__ float logit_at(const uint16_t *p, size_t i) { return bf16_to_f32(p[i]); }
+__device__ __forceinline__ void logit_put(float *p, size_t i, float v) { p[i] = v; }
+__device__ __forceinline__ void logit_put(uint16_t *p, size_t i, float v) { p[i] = bf16_from_f32(v); }
+__device__ __forceinline__ void logits4(const float *p, size_t i, float e[4])
+{
+    float4 v = *reinterpret_cast<const float4 *>(p + i);
+    e[0] = v.x, e[1] = v.y, e[2] = v.z, e[3] = v.w;
+}
+__device__ __forceinline__ void logits4(const uint16_t *p, size_t i, float e[4])
+{
+    uint2 v = *reinterpret_cast<const uint2 *>(p + i);
+    e[0] = bf16_to_f32((uint16_t)(v.x & 0xffffu)), e[1] = bf16_to_f32((uint16_t)(v.x >> 16));
+    e[2] = bf16_to_f32((uint16_t)(v.y & 0xffffu)), e[3] = bf16_to_f32((uint16_t)(v.y >> 16));
+}
+__device__ __forceinline__ void put4(float *p, size_t i, const float e[4])
+{
+    *reinterpret_cast<float4 *>(p + i) = make_float4(e[0], e[1], e[2], e[3]);
+}
+__device__ __forceinline__ void put4(uint16_t *p, size_t i, const float e[4])
+{
+    uint2 v;
+    v.x = (uint32_t)bf16_from_f32(e[0]) | (uint32_t)bf16_from_f32(e[1]) << 16;
+    v.y = (uint32_t)bf16_from_f32(e[2]) | (uint32_t)bf16_from_f32(e[3]) << 16;
+    *reinterpret_cast<uint2 *>(p + i) = v;
+}
+
 // One block per row: max, sum of exponentials (relative to it) and target logit in one read
 // of the row (online max per thread, then (max, sum) pairs combined over the block).
-__global__ void xent_stats_kernel(float *maxv, float *sumexp, float *picked, const float *logits,
+template <typename L>
+__global__ void xent_stats_kernel(float *maxv, float *sumexp, float *picked, const L *logits,
                                   const int32_t *targets, int V, int n_valid, int v_start)
 {
     __shared__ float part_m[XENT_THREADS / 32], part_s[XENT_THREADS / 32];
     int n = blockIdx.x, lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-    const float *x = logits + (size_t)n * V;
+    const L *x = logits + (size_t)n * V;
     float m = -INFINITY, s = 0.0f;
     for (int c = threadIdx.x; c < n_valid; c += XENT_THREADS) {
-        float v = x[c];
+        float v = logit_at(x, c);
         if (v > m) {
             s = s * expf(m - v) + 1.0f;
             m = v;
@@ -205,7 +236,7 @@ __global__ void xent_stats_kernel(float *maxv, float *sumexp, float *picked, con
         long long col = (long long)targets[n] - v_start;
         maxv[n] = m;
         sumexp[n] = s;
-        picked[n] = col >= 0 && col < V ? x[col] : 0.0f;
+        picked[n] = col >= 0 && col < V ? logit_at(x, col) : 0.0f;
     }
 }
 
@@ -223,7 +254,8 @@ constexpr int LB_COLS = 4; // columns per thread in xent_loss_backward
 
 // grid (N, column blocks of XENT_THREADS * LB_COLS): the row's loss (block 0, thread 0) and
 // dlogits = scale (softmax - onehot) [* weights[n]], 0 for padding; may alias logits.
-__global__ void xent_loss_backward_kernel(float *losses, float *dlogits, const float *logits,
+template <typename L>
+__global__ void xent_loss_backward_kernel(float *losses, L *dlogits, const L *logits,
                                           const float *maxv, const float *sumexp,
                                           const float *picked, const int32_t *targets,
                                           const float *weights, int V, int n_valid, int v_start,
@@ -237,9 +269,9 @@ __global__ void xent_loss_backward_kernel(float *losses, float *dlogits, const f
     long long col = (long long)targets[n] - v_start;
     size_t row = (size_t)n * V;
     int c0 = (blockIdx.y * XENT_THREADS + threadIdx.x) * LB_COLS;
-    if ((V & 3) == 0 && c0 + LB_COLS <= V) { // 16-byte rows: one float4
-        float4 v = *reinterpret_cast<const float4 *>(logits + row + c0);
-        float e[LB_COLS] = {v.x, v.y, v.z, v.w};
+    if ((V & 3) == 0 && c0 + LB_COLS <= V) { // aligned rows: one vector load and store
+        float e[LB_COLS];
+        logits4(logits, row + c0, e);
 #pragma unroll
         for (int j = 0; j < LB_COLS; j++) {
             float g = c0 + j < n_valid ? k * expf(e[j] - mx) : 0.0f;
@@ -247,15 +279,37 @@ __global__ void xent_loss_backward_kernel(float *losses, float *dlogits, const f
                 g -= scale;
             e[j] = weights ? g * w : g;
         }
-        *reinterpret_cast<float4 *>(dlogits + row + c0) = make_float4(e[0], e[1], e[2], e[3]);
+        put4(dlogits, row + c0, e);
         return;
     }
     for (int c = c0; c < c0 + LB_COLS && c < V; c++) {
-        float g = c < n_valid ? k * expf(logits[row + c] - mx) : 0.0f;
+        float g = c < n_valid ? k * expf(logit_at(logits, row + c) - mx) : 0.0f;
         if (col == c && c < n_valid)
             g -= scale;
-        dlogits[row + c] = weights ? g * w : g;
+        logit_put(dlogits, row + c, weights ? g * w : g);
     }
+}
+
+// losses, and with scale != 0 dlogits (fp32 or bf16 storage; may alias logits)
+template <typename L>
+void loss_backward(tr_stream s, float *losses, L *dlogits, const L *logits, const float *maxv,
+                   const float *sumexp, const float *picked, const int32_t *targets,
+                   const float *weights, int N, int V, int n_valid, int v_start, float scale,
+                   const char *what)
+{
+    if (N <= 0)
+        return;
+    if (scale == 0.0f || V <= 0) { // the losses alone
+        loss_kernel<<<(N + 255) / 256, 256, 0, cu_stream(s)>>>(losses, maxv, sumexp, picked, N);
+        cu_launched(what);
+        return;
+    }
+    int per_block = XENT_THREADS * LB_COLS;
+    dim3 grid(N, (V + per_block - 1) / per_block);
+    xent_loss_backward_kernel<<<grid, XENT_THREADS, 0, cu_stream(s)>>>(
+        losses, dlogits, logits, maxv, sumexp, picked, targets, weights, V, n_valid, v_start,
+        scale);
+    cu_launched(what);
 }
 
 } // namespace
@@ -384,6 +438,17 @@ void cu_xent_stats(tr_stream s, float *maxv, float *sumexp, float *picked, const
     cu_launched("xent_stats");
 }
 
+void cu_xent_stats16(tr_stream s, float *maxv, float *sumexp, float *picked,
+                     const uint16_t *logits16, const int32_t *targets, int N, int V, int n_valid,
+                     int v_start)
+{
+    if (N <= 0)
+        return;
+    xent_stats_kernel<<<N, XENT_THREADS, 0, cu_stream(s)>>>(maxv, sumexp, picked, logits16,
+                                                             targets, V, n_valid, v_start);
+    cu_launched("xent_stats16");
+}
+
 void cu_xent_rescale(tr_stream s, float *sumexp, const float *local_max, const float *maxv,
                      int N)
 {
@@ -398,19 +463,17 @@ void cu_xent_loss_backward(tr_stream s, float *losses, float *dlogits, const flo
                            const int32_t *targets, const float *weights, int N, int V,
                            int n_valid, int v_start, float scale)
 {
-    if (N <= 0)
-        return;
-    if (scale == 0.0f || V <= 0) { // the losses alone
-        loss_kernel<<<(N + 255) / 256, 256, 0, cu_stream(s)>>>(losses, maxv, sumexp, picked, N);
-        cu_launched("xent_loss_backward (loss)");
-        return;
-    }
-    int per_block = XENT_THREADS * LB_COLS;
-    dim3 grid(N, (V + per_block - 1) / per_block);
-    xent_loss_backward_kernel<<<grid, XENT_THREADS, 0, cu_stream(s)>>>(
-        losses, dlogits, logits, maxv, sumexp, picked, targets, weights, V, n_valid, v_start,
-        scale);
-    cu_launched("xent_loss_backward");
+    loss_backward(s, losses, dlogits, logits, maxv, sumexp, picked, targets, weights, N, V,
+                  n_valid, v_start, scale, "xent_loss_backward");
+}
+
+void cu_xent_loss_backward16(tr_stream s, float *losses, uint16_t *dlogits16,
+                             const uint16_t *logits16, const float *maxv, const float *sumexp,
+                             const float *picked, const int32_t *targets, const float *weights,
+                             int N, int V, int n_valid, int v_start, float scale)
+{
+    loss_backward(s, losses, dlogits16, logits16, maxv, sumexp, picked, targets, weights, N, V,
+                  n_valid, v_start, scale, "xent_loss_backward16");
 }
 
 } // extern "C"

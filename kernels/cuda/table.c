@@ -1,5 +1,10 @@
-/* The CUDA backend's two op tables: "cuda" (bf16 products, fp32 storage) and "cuda-fp32".
- * They differ only in the GEMM and attention entries. */
+/* The CUDA backend's two op tables: "cuda" (bf16 products, fp32 storage but for the head's
+ * logits) and "cuda-fp32". They differ in the GEMM and attention entries and the head's
+ * bf16-storage ops (the bf16 table's alone). */
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
 #include "core/core.h"
 #include "kernels/cuda/cuda_internal.h"
 
@@ -23,10 +28,16 @@
     .swiglu_forward = cu_swiglu_forward, .swiglu_backward = cu_swiglu_backward,            \
     .rope = cu_rope
 
-static const tr_kernels cuda_bf16_table = {
+/* not const: TRIDENT_CUDA_HEAD=fp32 takes the head's bf16-storage ops out (the head's logits
+ * then stay fp32, as before they existed) */
+static tr_kernels cuda_bf16_table = {
     .name = "cuda",
     COMMON_OPS,
     .gemm = cu_gemm_bf16,
+    .gemm_out16 = cu_gemm_out16,
+    .gemm_a16 = cu_gemm_a16,
+    .xent_stats16 = cu_xent_stats16,
+    .xent_loss_backward16 = cu_xent_loss_backward16,
     .attention_forward = cu_attention_forward_bf16,
     .attention_backward = cu_attention_backward_bf16,
     .attention_decode = cu_attention_decode_bf16,
@@ -47,10 +58,20 @@ static const tr_kernels cuda_fp32_table = {
     .attention_gqa_decode = cu_attention_gqa_decode_fp32,
 };
 
+static void head_choice(void)
+{
+    const char *h = getenv("TRIDENT_CUDA_HEAD");
+    if (h && !strcmp(h, "fp32"))
+        cuda_bf16_table.gemm_out16 = NULL, cuda_bf16_table.gemm_a16 = NULL,
+        cuda_bf16_table.xent_stats16 = NULL, cuda_bf16_table.xent_loss_backward16 = NULL;
+}
+
 const tr_kernels *tr_kernels_cuda(tr_cuda_precision precision)
 {
+    static pthread_once_t once = PTHREAD_ONCE_INIT;
     if (tr_cuda_init())
         return NULL;
+    pthread_once(&once, head_choice);
     return precision == TR_CUDA_BF16 ? &cuda_bf16_table : &cuda_fp32_table;
 }
 

@@ -315,6 +315,56 @@ static void check_head_loss(int V, int rows, int weighted)
     free(ch.stats), free(dW0);
 }
 
+/* The head in bf16 storage ("cpu-bf16", kernels.h's gemm_out16 ...: the chunk's logits and
+ * their gradient in half the buffer) against the same table without those ops (fp32 storage
+ * of values its ops round to bf16): bit for bit, split over the ranks, in chunks, weighted. */
+static void check_head_loss_bf16(int V, int rows, int weighted)
+{
+    const int C = 8, Vp = 32, Vl = Vp / tp.size;
+    const tr_kernels *half = tr_kernels_get("cpu-bf16");
+    CHECK(half && half->gemm_out16 && half->gemm_a16 && half->xent_stats16 &&
+              half->xent_loss_backward16, "cpu-bf16 has the bf16-storage head ops");
+    tr_kernels full = *half;
+    full.gemm_out16 = NULL, full.gemm_a16 = NULL, full.xent_stats16 = NULL;
+    full.xent_loss_backward16 = NULL;
+    int32_t targets[12];
+    make_ids(targets, V, 5);
+    float *x = tc_floats((size_t)N * C), *W = tc_floats((size_t)Vl * C), *w = tc_floats(N);
+    fill(x, (size_t)N * C, 71, 1.0f);
+    fill(W, (size_t)Vl * C, 72 + tp.rank, 0.7f);
+    fill(w, N, 73, 1.0f);
+    for (int n = 0; n < N; n++)
+        w[n] = fabsf(w[n]);
+    const float *wts = weighted ? w : NULL;
+    float *loss[2], *dx[2], *dW[2];
+    for (int i = 0; i < 2; i++) {
+        tr_tp t = tp;
+        t.k = i ? &full : half;
+        loss[i] = tc_floats(N), dx[i] = tc_floats((size_t)N * C), dW[i] = tc_floats((size_t)Vl * C);
+        float *xs = tc_fdup(x, (size_t)N * C);
+        tr_tp_head_chunks ch = {.logits = tc_floats((size_t)rows * Vl),
+                                .stats = tc_floats(4 * (size_t)rows), .rows = rows};
+        OK(tr_tp_vocab_head_loss(&t, &ch, loss[i], dx[i], dW[i], xs, W, targets, wts, N, C, Vl,
+                                 V, 1.0f / N));
+        free(xs), free(ch.logits), free(ch.stats);
+    }
+    int r0, Nl;
+    rows_of(&r0, &Nl);
+    char what[96];
+    snprintf(what, sizeof what, "bf16 head (V=%d, %d-row chunks%s): losses", V, rows,
+             weighted ? ", weighted" : "");
+    tc_expect_close(what, loss[0], loss[1], N, 0.0);
+    snprintf(what, sizeof what, "bf16 head (V=%d, %d-row chunks%s): input gradient", V, rows,
+             weighted ? ", weighted" : "");
+    tc_expect_close(what, dx[0] + (size_t)r0 * C, dx[1] + (size_t)r0 * C, (size_t)Nl * C, 0.0);
+    snprintf(what, sizeof what, "bf16 head (V=%d, %d-row chunks%s): weight gradient", V, rows,
+             weighted ? ", weighted" : "");
+    tc_expect_close(what, dW[0], dW[1], (size_t)Vl * C, 0.0);
+    for (int i = 0; i < 2; i++)
+        free(loss[i]), free(dx[i]), free(dW[i]);
+    free(x), free(W), free(w);
+}
+
 /* The mappings on their own: f backward / g forward sum over ranks; the last-dimension
  * gather is the inverse of the split. */
 static void check_mappings(void)
@@ -377,6 +427,8 @@ int main(int argc, char **argv)
         check_head_loss(27, N, weighted); /* one chunk */
         check_head_loss(27, 5, weighted); /* chunks of 5, 5, 2 rows */
         check_head_loss(20, 1, weighted); /* row by row; with T = 4 a rank of padding only */
+        check_head_loss_bf16(27, 5, weighted);
+        check_head_loss_bf16(27, N, weighted);
     }
     char name[64];
     snprintf(name, sizeof name, "tp_layer_check%s", sp ? " --sp" : "");

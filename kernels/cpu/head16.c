@@ -1,0 +1,111 @@
+/* The chunked head's bf16-storage ops for "cpu-bf16" (kernels.h: gemm_out16, gemm_a16,
+ * xent_stats16, xent_loss_backward16), the twin of the CUDA bf16 mode's: each widens its bf16
+ * input into a staging buffer (exact), runs the table's own fp32-storage op, whose outputs
+ * are already rounded to bf16, and packs the kept result back (exact again). So the head in
+ * bf16 storage gives "cpu-bf16"'s bits; what it tests is the path: the halved buffer, the
+ * strides, the aliasing of logits and their gradient. Staging is per thread, grown as needed
+ * (out of memory: the op leaves its output untouched and says so on stderr, once). */
+#include "kernels/cpu/cpu_ops.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "kernels/cuda/bf16.h"
+
+static _Thread_local struct {
+    float *p;
+    size_t cap;
+} wide;
+
+static const tr_kernels *table; /* "cpu-bf16": the fp32-storage ops wrapped here */
+
+static float *wide_buffer(size_t n)
+{
+    if (wide.cap < n) {
+        float *p = realloc(wide.p, (n ? n : 1) * sizeof(float));
+        if (!p) {
+            static int told;
+            if (!told++)
+                fprintf(stderr, "cpu-bf16: out of memory for the head's %zu-float staging\n", n);
+            return NULL;
+        }
+        wide.p = p, wide.cap = n;
+    }
+    return wide.p;
+}
+
+/* rows x cols of a bf16 matrix (row stride ld) into dst with the same stride */
+static void widen(float *dst, const uint16_t *src, int rows, int cols, int ld)
+{
+    for (int i = 0; i < rows; i++)
+        for (int j = 0; j < cols; j++)
+            dst[(size_t)i * ld + j] = bf16_to_f32(src[(size_t)i * ld + j]);
+}
+
+static void narrow(uint16_t *dst, const float *src, int rows, int cols, int ld)
+{
+    for (int i = 0; i < rows; i++)
+        for (int j = 0; j < cols; j++)
+            dst[(size_t)i * ld + j] = bf16_from_f32(src[(size_t)i * ld + j]);
+}
+
+static size_t span(int rows, int ld) { return rows > 0 ? (size_t)rows * ld : 0; }
+
+static void head16_gemm_out16(tr_stream s, int ta, int tb, int M, int N, int K, float alpha,
+                              const float *A, int lda, const float *B, int ldb, uint16_t *C16,
+                              int ldc)
+{
+    float *c = wide_buffer(span(M, ldc));
+    if (!c)
+        return;
+    table->gemm(s, ta, tb, M, N, K, alpha, A, lda, B, ldb, 0.0f, c, ldc);
+    narrow(C16, c, M, N, ldc);
+}
+
+static void head16_gemm_a16(tr_stream s, int ta, int tb, int M, int N, int K, float alpha,
+                            const uint16_t *A16, int lda, const float *B, int ldb, float beta,
+                            float *C, int ldc)
+{
+    int rows = ta ? K : M, cols = ta ? M : K; /* A as stored */
+    float *a = wide_buffer(span(rows, lda));
+    if (!a)
+        return;
+    widen(a, A16, rows, cols, lda);
+    table->gemm(s, ta, tb, M, N, K, alpha, a, lda, B, ldb, beta, C, ldc);
+}
+
+static void head16_xent_stats16(tr_stream s, float *maxv, float *sumexp, float *picked,
+                                const uint16_t *logits16, const int32_t *targets, int N, int V,
+                                int n_valid, int v_start)
+{
+    float *x = wide_buffer(span(N, V));
+    if (!x)
+        return;
+    widen(x, logits16, N, V, V);
+    table->xent_stats(s, maxv, sumexp, picked, x, targets, N, V, n_valid, v_start);
+}
+
+static void head16_xent_loss_backward16(tr_stream s, float *losses, uint16_t *dlogits16,
+                                        const uint16_t *logits16, const float *maxv,
+                                        const float *sumexp, const float *picked,
+                                        const int32_t *targets, const float *weights, int N,
+                                        int V, int n_valid, int v_start, float scale)
+{
+    float *x = wide_buffer(span(N, V));
+    if (!x)
+        return;
+    widen(x, logits16, N, V, V);
+    table->xent_loss_backward(s, losses, x, x, maxv, sumexp, picked, targets, weights, N, V,
+                              n_valid, v_start, scale);
+    if (scale != 0.0f)
+        narrow(dlogits16, x, N, V, V);
+}
+
+void cpu_head16_fill(tr_kernels *t)
+{
+    table = t;
+    t->gemm_out16 = head16_gemm_out16;
+    t->gemm_a16 = head16_gemm_a16;
+    t->xent_stats16 = head16_xent_stats16;
+    t->xent_loss_backward16 = head16_xent_loss_backward16;
+}

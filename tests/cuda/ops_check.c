@@ -1,0 +1,84 @@
+/* tests/cuda: the helpers of the op-parity checks (ops_check.h). */
+#include "tests/cuda/ops_check.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/core.h"
+
+const tr_kernels *CPU, *F32, *BF16;
+int failures, checks;
+
+static uint64_t rng = 0x243F6A8885A308D3ull;
+
+float uniform(float lo, float hi)
+{
+    rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
+    return lo + (hi - lo) * (float)((rng >> 40) * (1.0 / 16777216.0));
+}
+
+float *host(size_t n, float lo, float hi)
+{
+    float *p = malloc((n ? n : 1) * sizeof *p);
+    for (size_t i = 0; i < n; i++)
+        p[i] = uniform(lo, hi);
+    return p;
+}
+
+float *dup(const float *src, size_t n)
+{
+    float *p = malloc((n ? n : 1) * sizeof *p);
+    memcpy(p, src, n * sizeof *p);
+    return p;
+}
+
+void *dev(const tr_kernels *k, const void *src, size_t bytes)
+{
+    void *p = k->alloc(bytes ? bytes : 4);
+    if (!p) {
+        fprintf(stderr, "FAIL: %s alloc of %zu bytes: %s\n", k->name, bytes, tr_errmsg());
+        exit(1);
+    }
+    if (src && bytes)
+        k->to_device(NULL, p, src, bytes);
+    return p;
+}
+
+float *back(const tr_kernels *k, const void *d, size_t n)
+{
+    float *h = malloc((n ? n : 1) * sizeof *h);
+    k->to_host(NULL, h, d, n * sizeof *h);
+    return h;
+}
+
+void compare(const char *what, const tr_kernels *k, const float *got, const float *ref,
+                    size_t n, double tol)
+{
+    double scale = 0, err = 0;
+    size_t worst = 0;
+    int bad = 0;
+    for (size_t i = 0; i < n; i++)
+        scale = fmax(scale, fabs((double)ref[i]));
+    for (size_t i = 0; i < n; i++) {
+        if (isnan(got[i]) != isnan(ref[i])) {
+            bad = 1;
+            worst = i;
+            break;
+        }
+        double e = fabs((double)got[i] - (double)ref[i]);
+        if (e > err)
+            err = e, worst = i;
+    }
+    double rel = scale > 0 ? err / scale : err;
+    checks++;
+    if (bad || rel > tol) {
+        failures++;
+        fprintf(stderr, "FAIL %-36s [%s] error %.3g > %.0e (element %zu: gpu %.9g, cpu %.9g)\n",
+                what, k->name, rel, tol, worst, n ? got[worst] : 0.0, n ? ref[worst] : 0.0);
+    } else {
+        printf("ok   %-36s [%s] error %.3g\n", what, k->name, rel);
+    }
+}
+

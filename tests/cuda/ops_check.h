@@ -1,0 +1,28 @@
+/* tests/cuda: what the op-parity checks (test_cuda_ops.c, test_cuda_head16.c) share: the
+ * tables, the counters, random inputs, device copies and the comparison.
+ * Error of an output = max_i |gpu_i - cpu_i| / max_i |cpu_i| (relative to the array's largest
+ * magnitude, so sums whose terms cancel are judged against their scale); NaN where the CPU
+ * has none fails. compare() counts a check, prints "ok" or "FAIL" with the worst element. */
+#ifndef TR_TESTS_CUDA_OPS_CHECK_H
+#define TR_TESTS_CUDA_OPS_CHECK_H
+
+#include <stddef.h>
+
+#include "kernels/kernels.h"
+
+#define TOL_FP32 1e-5 /* "cuda-fp32" */
+#define TOL_BF16 1e-2 /* "cuda" (bf16 products) */
+
+extern const tr_kernels *CPU, *F32, *BF16; /* set by the check's main */
+extern int failures, checks;
+
+float uniform(float lo, float hi); /* xorshift, a fixed seed: the same inputs every run */
+float *host(size_t n, float lo, float hi);
+float *dup(const float *src, size_t n);
+/* a device buffer of `bytes` (a copy of src unless NULL); exits on allocation failure */
+void *dev(const tr_kernels *k, const void *src, size_t bytes);
+float *back(const tr_kernels *k, const void *d, size_t n); /* n floats to a new host array */
+void compare(const char *what, const tr_kernels *k, const float *got, const float *ref,
+             size_t n, double tol);
+
+#endif

@@ -1,0 +1,148 @@
+/* tests/cuda: the chunked head's bf16-storage ops of the "cuda" table (kernels.h: gemm_out16,
+ * gemm_a16, xent_stats16, xent_loss_backward16) against "cpu-bf16"'s, their CPU twin, on the
+ * same random inputs, within TOL_BF16 (both round their operands and results to bf16; sums
+ * in another order may land one bf16 step apart). Shapes: the head's three GEMMs (logits =
+ * x W^T, dx = dlogits W, dW += dlogits^T x) with odd sizes and a beta = 1 accumulation, the
+ * cross-entropy on rows whose length is a multiple of 4 (vector path) and not (scalar), with
+ * padding columns, targets held elsewhere, loss weights, in place. Also: TRIDENT_CUDA_HEAD
+ * unset gives the table all four ops. Exit 77 (SKIP) without a GPU. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/core.h"
+#include "kernels/cuda/bf16.h"
+#include "kernels/cuda/cuda.h"
+#include "tests/cuda/cuda_skip.h"
+#include "tests/cuda/ops_check.h"
+
+static const tr_kernels *TWIN; /* "cpu-bf16" */
+
+static float *widen(const uint16_t *h, size_t n)
+{
+    float *f = malloc((n ? n : 1) * sizeof *f);
+    for (size_t i = 0; i < n; i++)
+        f[i] = bf16_to_f32(h[i]);
+    return f;
+}
+
+static uint16_t *narrow(const float *f, size_t n)
+{
+    uint16_t *h = malloc((n ? n : 1) * sizeof *h);
+    for (size_t i = 0; i < n; i++)
+        h[i] = bf16_from_f32(f[i]);
+    return h;
+}
+
+/* bf16 device array (n halves) back to host floats */
+static float *back16(const uint16_t *d, size_t n)
+{
+    uint16_t *h = malloc((n ? n : 1) * sizeof *h);
+    BF16->to_host(NULL, h, d, n * sizeof *h);
+    float *f = widen(h, n);
+    free(h);
+    return f;
+}
+
+/* logits (n, V) = x (n, C) W^T (V, C), then dx = dl W and dW += dl^T x with dl bf16 */
+static void test_gemms(int n, int C, int V)
+{
+    char what[96];
+    float *x = host((size_t)n * C, -1, 1), *W = host((size_t)V * C, -1, 1);
+    float *dW = host((size_t)V * C, -1, 1);
+    uint16_t *l16 = malloc((size_t)n * V * 2);
+    TWIN->gemm_out16(NULL, 0, 1, n, V, C, 1.0f, x, C, W, C, l16, V);
+    float *gx = dev(BF16, x, (size_t)n * C * 4), *gW = dev(BF16, W, (size_t)V * C * 4);
+    uint16_t *gl = dev(BF16, NULL, (size_t)n * V * 2);
+    BF16->gemm_out16(NULL, 0, 1, n, V, C, 1.0f, gx, C, gW, C, gl, V);
+    float *want = widen(l16, (size_t)n * V), *got = back16(gl, (size_t)n * V);
+    snprintf(what, sizeof what, "gemm_out16 logits %dx%d K%d", n, V, C);
+    compare(what, BF16, got, want, (size_t)n * V, TOL_BF16);
+    free(want), free(got);
+    /* the backward GEMMs on the same bf16 matrix (the CPU's result, sent to the GPU) */
+    BF16->to_device(NULL, gl, l16, (size_t)n * V * 2);
+    float *dx = malloc((size_t)n * C * 4), *gdx = dev(BF16, NULL, (size_t)n * C * 4);
+    float *gdW = dev(BF16, dW, (size_t)V * C * 4);
+    TWIN->gemm_a16(NULL, 0, 0, n, C, V, 1.0f, l16, V, W, C, 0.0f, dx, C);
+    TWIN->gemm_a16(NULL, 1, 0, V, C, n, 0.5f, l16, V, x, C, 1.0f, dW, C);
+    BF16->gemm_a16(NULL, 0, 0, n, C, V, 1.0f, gl, V, gW, C, 0.0f, gdx, C);
+    BF16->gemm_a16(NULL, 1, 0, V, C, n, 0.5f, gl, V, gx, C, 1.0f, gdW, C);
+    got = back(BF16, gdx, (size_t)n * C);
+    snprintf(what, sizeof what, "gemm_a16 dx %dx%d K%d", n, C, V);
+    compare(what, BF16, got, dx, (size_t)n * C, TOL_BF16);
+    free(got);
+    got = back(BF16, gdW, (size_t)V * C);
+    snprintf(what, sizeof what, "gemm_a16 dW += (trans A) %dx%d K%d", V, C, n);
+    compare(what, BF16, got, dW, (size_t)V * C, TOL_BF16);
+    free(got);
+    BF16->free(gx), BF16->free(gW), BF16->free(gl), BF16->free(gdx), BF16->free(gdW);
+    free(x), free(W), free(dW), free(l16), free(dx);
+}
+
+/* stats and loss + backward (weighted, in place) on bf16 logits (N, V), n_valid columns */
+static void test_xent16(int N, int V, int n_valid, int v_start)
+{
+    char what[96];
+    size_t nl = (size_t)N * V;
+    float *lf = host(nl, -8, 8), *weights = host((size_t)N, 0, 2);
+    uint16_t *l16 = narrow(lf, nl);
+    int32_t *targets = malloc((size_t)N * sizeof *targets);
+    for (int n = 0; n < N; n++) /* some held here, some on other ranks */
+        targets[n] = n % 5 == 0 ? v_start + V + 3 : v_start + (n * 97) % n_valid;
+    float *st = malloc((size_t)N * 3 * 4), *loss = malloc((size_t)N * 4);
+    TWIN->xent_stats16(NULL, st, st + N, st + 2 * N, l16, targets, N, V, n_valid, v_start);
+    uint16_t *d16 = malloc(nl * 2);
+    memcpy(d16, l16, nl * 2);
+    TWIN->xent_loss_backward16(NULL, loss, d16, d16, st, st + N, st + 2 * N, targets, weights,
+                               N, V, n_valid, v_start, 0.25f);
+    uint16_t *gl = dev(BF16, l16, nl * 2);
+    int32_t *gt = dev(BF16, targets, (size_t)N * 4);
+    float *gst = dev(BF16, NULL, (size_t)N * 3 * 4), *gloss = dev(BF16, NULL, (size_t)N * 4);
+    float *gw = dev(BF16, weights, (size_t)N * 4);
+    BF16->xent_stats16(NULL, gst, gst + N, gst + 2 * N, gl, gt, N, V, n_valid, v_start);
+    BF16->xent_loss_backward16(NULL, gloss, gl, gl, gst, gst + N, gst + 2 * N, gt, gw, N, V,
+                               n_valid, v_start, 0.25f);
+    float *got = back(BF16, gst, (size_t)N * 3);
+    snprintf(what, sizeof what, "xent_stats16 N%d V%d", N, V);
+    compare(what, BF16, got, st, (size_t)N * 3, TOL_FP32);
+    free(got);
+    got = back(BF16, gloss, (size_t)N);
+    snprintf(what, sizeof what, "xent_loss_backward16 losses N%d V%d", N, V);
+    compare(what, BF16, got, loss, (size_t)N, TOL_FP32);
+    free(got);
+    float *want = widen(d16, nl);
+    got = back16(gl, nl);
+    snprintf(what, sizeof what, "xent_loss_backward16 dlogits N%d V%d", N, V);
+    compare(what, BF16, got, want, nl, TOL_BF16);
+    free(got), free(want);
+    BF16->free(gl), BF16->free(gt), BF16->free(gst), BF16->free(gloss), BF16->free(gw);
+    free(lf), free(weights), free(l16), free(targets), free(st), free(loss), free(d16);
+}
+
+int main(void)
+{
+    CPU = tr_kernels_cpu();
+    F32 = tr_kernels_get("cuda-fp32");
+    if (!F32)
+        return cuda_unusable(); /* SKIP without a GPU, FAIL with one */
+    BF16 = tr_kernels_get("cuda");
+    TWIN = tr_kernels_get("cpu-bf16");
+    printf("GPU %d: %s\n", tr_cuda_device(), tr_cuda_device_name());
+    checks++;
+    if (!BF16->gemm_out16 || !BF16->gemm_a16 || !BF16->xent_stats16 ||
+        !BF16->xent_loss_backward16 || F32->gemm_out16) {
+        failures++;
+        fprintf(stderr, "FAIL the bf16 table lacks the head's bf16-storage ops (or fp32 has them)\n");
+        return 1;
+    }
+    test_gemms(37, 64, 1000);
+    test_gemms(130, 96, 517); /* odd vocabulary */
+    test_xent16(37, 1000, 990, 500);
+    test_xent16(9, 517, 517, 0); /* rows not a multiple of 4: the scalar path */
+    if (tr_cuda_status()) {
+        failures++;
+        fprintf(stderr, "FAIL %s\n", tr_errmsg());
+    }
+    printf("%d of %d checks agree\n", checks - failures, checks);
+    return failures ? 1 : 0;
+}
