@@ -82,22 +82,35 @@ FM_DEV size_t k_off(const args &a, int g, int D) { return (size_t)g * (a.R + 2) 
 // zero past n rows. A warp converts a block of 16 rows x 8 columns a step, a lane 4 columns of
 // one row (one 16-byte load): each row's 32 bytes are one sector, and the transposed stores
 // of a step fall in 16 banks per column group, the two groups 16 banks apart (no conflict).
+// A lane issues up to 4 loads before it stores any (their latencies overlap).
 template <int D, int ROWS>
 FM_DEV void load_tile(uint16_t *dst, uint16_t *dst_t, const float *src, int ld, int r0, int n)
 {
-    int lane = fm_tid() & 31;
-    for (int blk = fm_tid() / 32; blk < ROWS / 16 * (D / 8); blk += WARPS) {
-        int i = blk / (D / 8) * 16 + (lane & 15), d = blk % (D / 8) * 8 + (lane >> 4) * 4;
-        float v[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-        if (i < n)
-            fm_ldg4(src + (size_t)(r0 + i) * ld + d, v);
-        if (dst) {
-            fm_st32(dst + i * (D + PAD) + d, fm_pack(v[0], v[1]));
-            fm_st32(dst + i * (D + PAD) + d + 2, fm_pack(v[2], v[3]));
+    constexpr int STEPS = ROWS / 16 * (D / 8) / WARPS, BATCH = STEPS < 4 ? STEPS : 4;
+    static_assert(STEPS % BATCH == 0, "steps in whole batches");
+    int lane = fm_tid() & 31, warp = fm_tid() / 32;
+    for (int b0 = 0; b0 < STEPS; b0 += BATCH) {
+        float v[BATCH][4];
+        FM_UNROLL
+        for (int k = 0; k < BATCH; k++) {
+            int blk = warp + (b0 + k) * WARPS;
+            int i = blk / (D / 8) * 16 + (lane & 15), d = blk % (D / 8) * 8 + (lane >> 4) * 4;
+            v[k][0] = v[k][1] = v[k][2] = v[k][3] = 0.0f;
+            if (i < n)
+                fm_ldg4(src + (size_t)(r0 + i) * ld + d, v[k]);
         }
-        if (dst_t)
-            for (int e = 0; e < 4; e++)
-                fm_st16(dst_t + (d + e) * (ROWS + PAD) + i, fm_bf16(v[e]));
+        FM_UNROLL
+        for (int k = 0; k < BATCH; k++) {
+            int blk = warp + (b0 + k) * WARPS;
+            int i = blk / (D / 8) * 16 + (lane & 15), d = blk % (D / 8) * 8 + (lane >> 4) * 4;
+            if (dst) {
+                fm_st32(dst + i * (D + PAD) + d, fm_pack(v[k][0], v[k][1]));
+                fm_st32(dst + i * (D + PAD) + d + 2, fm_pack(v[k][2], v[k][3]));
+            }
+            if (dst_t)
+                for (int e = 0; e < 4; e++)
+                    fm_st16(dst_t + (d + e) * (ROWS + PAD) + i, fm_bf16(v[k][e]));
+        }
     }
 }
 
