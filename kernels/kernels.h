@@ -42,6 +42,14 @@ typedef struct tr_kernels {
                  const float *A, int lda, const float *B, int ldb, float beta, float *C,
                  int ldc);
 
+    /* --- a linear layer's forward, fused: optional (NULL: gemm, then bias_add) ---
+     * y (N, OC) = x (N, IC) W^T (W (OC, IC)) + b (OC floats, or NULL) + residual (N, OC, or
+     * NULL; may be y itself: accumulate in place). Equal to copying residual into y, gemm with
+     * beta 1 (0 without residual), then bias_add, within fp32 rounding (a backend may add the
+     * bias before its one rounding of the result: CUDA's cuBLASLt bias epilogue). */
+    void (*linear_forward)(tr_stream s, float *y, const float *x, const float *W,
+                           const float *b, const float *residual, int N, int IC, int OC);
+
     /* --- elementwise --- */
     /* out[i] = a[i] + b[i] (out may alias a or b) */
     void (*add)(tr_stream s, float *out, const float *a, const float *b, size_t n);
@@ -186,7 +194,8 @@ typedef struct tr_kernels {
      *  xent_stats16, xent_loss_backward16: xent_stats and xent_loss_backward on bf16 logits;
      *               dlogits16 (may be logits16) stored bf16.
      * Each equals its fp32-storage op followed (or preceded) by rounding to bf16; in "cpu-bf16",
-     * whose ops already round what they keep, bit for bit. */
+     * whose ops already round what they keep, bit for bit (with loss weights the gradient is
+     * rounded there before and after the weighting, on CUDA once: one bf16 step apart). */
     void (*gemm_out16)(tr_stream s, int trans_a, int trans_b, int M, int N, int K, float alpha,
                        const float *A, int lda, const float *B, int ldb, uint16_t *C16, int ldc);
     void (*gemm_a16)(tr_stream s, int trans_a, int trans_b, int M, int N, int K, float alpha,

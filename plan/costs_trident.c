@@ -7,7 +7,8 @@
  *    operands into a bf16 staging buffer (4 bytes read, 2 written per element), in slabs along
  *    K when they do not fit it (each slab a GEMM of its own), and writes an fp32 output (read
  *    again when it accumulates: beta = 1);
- *  - bias adds, GELU, LayerNorm, residual copies and bias gradients are separate fp32 kernels;
+ *  - GELU, LayerNorm, residual copies and bias gradients are separate fp32 kernels; the
+ *    linear layers' bias adds ride in the GEMM's epilogue (but the row-parallel ones under TP);
  *  - attention is the fused (flash) kernel: no T x T tensor, forward 2 s^2 d FLOPs per head
  *    (causal half of QK^T and PV), backward 2.5 times that, at fractions of the device's
  *    peak (below: estimated for the tensor-core kernels, to be measured);
@@ -107,7 +108,9 @@ void plan_layer_cost_trident(const plan_cost_ctx *x, plan_cost *o)
     /* forward: 2 layernorms (read x, write y), bias adds (read and write the output) of
      * qkv, projection, fc and fc_proj, the residual copies before the row-parallel GEMMs
      * (tp 1; else the reduction's add: read 2, write 1), GELU / SwiGLU */
-    double bias = T * (qkv + fc) / t * 8 + 2 * R * 2;
+    /* (the biases ride in cuBLASLt's epilogue, kernels.h's linear_forward: all four with
+     * t = 1; with t > 1 the row-parallel two are added after the reduction) */
+    double bias = t > 1 ? 2 * R * 2 : 0;
     double resid = row_copy ? 2 * 2 * R : 2 * 3 * R;
     double el_f = 2 * 2 * R + bias + resid + T * F / t * 4 * (gelu_in + 1);
     /* backward: 2 layernorm backwards (dout, x, dx read and written, the weight sums: 6 x

@@ -60,7 +60,8 @@ SELECTABLE = ("configure", "build", "tests", "bench", "gemm")  # what --only cho
 EXPECTED_TESTS = ("cuda-host-logic", "cuda-ops", "cuda-gpt-loss", "cuda-nccl-2", "cuda-nccl-4-staged",
                   "cuda-nccl-8", "cuda-nccl-hang", "cuda-train", "cuda-check-fp32-vs-cpu",
                   "cuda-check-bf16-vs-fp32-demo", "cuda-check-staged-3d-fp32", "cuda-check-checkpoint",
-                  "cuda-check-families", "cuda-nccl-ordered-2", "cuda-head16")
+                  "cuda-check-families", "cuda-nccl-ordered-2", "cuda-fused-ops",
+                  "cuda-fused-ops-blocked")
 TAIL_LINES = 40
 BENCH_RESERVE_S = 240  # the benchmark's time (three 124M runs, torch.compile's compilation)
 
@@ -648,10 +649,13 @@ def main():
     ap.add_argument("--only", default="")
     ap.add_argument("--skip", default="")
     ap.add_argument("--jobs", type=int, default=0)
-    ap.add_argument("--variants", default="TRIDENT_CUDA_ATTENTION=wmma;TRIDENT_CUDA_HEAD=fp32;TRIDENT_CUDA_GEMM=fast",
+    ap.add_argument("--variants",
+                    default="TRIDENT_CUDA_ATTENTION=wmma;TRIDENT_CUDA_HEAD=fp32;TRIDENT_CUDA_EPILOGUE=0;"
+                    "TRIDENT_CUDA_GEMM=fast",
                     help="after the benchmark, trident's step again with each NAME=VALUE set, ';'-separated "
                     "(default: the former wmma attention kernels instead of flash_mma.cuh's; the head's logits "
-                    "in fp32 instead of bf16; cuBLASLt's fast-bf16 mode instead of staging)")
+                    "in fp32 instead of bf16; bias_add after the GEMM instead of cuBLASLt's bias epilogue; "
+                    "cuBLASLt's fast-bf16 mode instead of staging)")
     ap.add_argument("--targets", default="", help="ninja targets of the build step, comma-separated "
                     "(default: everything; tests/gpu_bundle builds trident and the probe only)")
     ap.add_argument("--commit", default="", help="the commit to name in the report (where the tree has no .git)")

@@ -11,6 +11,22 @@ static void gemm_xWt(const tr_kernels *k, float *y, const float *x, const float 
     k->gemm(NULL, 0, 1, N, OC, IC, 1.0f, x, IC, W, IC, beta, y, OC);
 }
 
+/* y (N, OC) = x W^T + b [+ residual, which may be y]: the table's fused linear_forward, or
+ * its pieces (the same bits on the CPU) */
+static void linear_xWt_bias(const tr_kernels *k, float *y, const float *x, const float *W,
+                            const float *b, const float *residual, int N, int IC, int OC)
+{
+    if (k->linear_forward) {
+        k->linear_forward(NULL, y, x, W, b, residual, N, IC, OC);
+        return;
+    }
+    if (residual && residual != y)
+        k->copy(NULL, y, residual, (size_t)N * OC * sizeof(float));
+    gemm_xWt(k, y, x, W, N, IC, OC, residual ? 1.0f : 0.0f);
+    if (b)
+        k->bias_add(NULL, y, b, N, OC);
+}
+
 /* dx (N, IC) = dy (N, OC) @ W (OC, IC) */
 static void gemm_dx(const tr_kernels *k, float *dx, const float *dy, const float *W, int N,
                     int IC, int OC)
@@ -86,9 +102,7 @@ int tr_tp_column_linear_forward_lora(const tr_tp *tp, float *y, float *x, const 
     rc = tr_tp_gather_from_sequence_region_forward(tp, x + (size_t)first * IC, x, N, IC);
     if (rc)
         return rc;
-    gemm_xWt(k, y, x, W, N, IC, OCl, 0.0f);
-    if (b)
-        k->bias_add(NULL, y, b, N, OCl);
+    linear_xWt_bias(k, y, x, W, b, NULL, N, IC, OCl);
     if (lora)
         lora_forward(k, y, x, lora, N, IC, OCl);
     return TR_OK;
@@ -140,6 +154,10 @@ int tr_tp_row_linear_forward_lora(const tr_tp *tp, float *y, const float *residu
     const tr_kernels *k = tp->k;
     int first, count, rc;
     tr_tp_rows(tp, N, &first, &count);
+    if (tp->size == 1 && !lora) { /* the unsplit layer: the residual and bias in the GEMM */
+        linear_xWt_bias(k, y, x, W, b, residual, N, ICl, OC);
+        return TR_OK;
+    }
     if (tp->size == 1) {
         /* the unsplit layer: accumulate onto the residual inside the GEMM */
         if (residual && residual != y)

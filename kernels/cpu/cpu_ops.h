@@ -94,6 +94,8 @@ void cpu_gemm_serial(int trans_a, int trans_b, int M, int N, int K, float alpha,
 void cpu_gemm(tr_stream s, int trans_a, int trans_b, int M, int N, int K, float alpha,
                  const float *A, int lda, const float *B, int ldb, float beta, float *C,
                  int ldc);
+void cpu_linear_forward(tr_stream s, float *y, const float *x, const float *W, const float *b,
+                        const float *residual, int N, int IC, int OC);
 
 /* head16.c: the chunked head's bf16-storage ops (kernels.h) into t, wrapping t's own gemm,
  * xent_stats and xent_loss_backward ("cpu-bf16"). */

@@ -91,3 +91,14 @@ void cpu_gemm(tr_stream s, int trans_a, int trans_b, int M, int N, int K, float 
                   alpha, beta, A, B, C};
     tr_kernels_cpu_parallel_for((size_t)pieces, gemm_piece, &g);
 }
+
+/* kernels.h's linear_forward as its unfused pieces (the same bits as gemm, then bias_add) */
+void cpu_linear_forward(tr_stream s, float *y, const float *x, const float *W, const float *b,
+                        const float *residual, int N, int IC, int OC)
+{
+    if (residual && residual != y)
+        cpu_copy(s, y, residual, (size_t)N * OC * sizeof(float));
+    cpu_gemm(s, 0, 1, N, OC, IC, 1.0f, x, IC, W, IC, residual ? 1.0f : 0.0f, y, OC);
+    if (b)
+        cpu_bias_add(s, y, b, N, OC);
+}

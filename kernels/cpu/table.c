@@ -20,6 +20,7 @@ static const tr_kernels cpu_table = {
     .zero = cpu_zero,
     .synchronize = cpu_synchronize,
     .gemm = cpu_gemm,
+    .linear_forward = cpu_linear_forward,
     .add = cpu_add,
     .axpy = cpu_axpy,
     .scale = cpu_scale,

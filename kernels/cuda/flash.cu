@@ -463,6 +463,10 @@ bool usable(const fa_args &a, const char *what)
         cu_note(cudaErrorInvalidValue, what); // head sizes above 256 are not built
         return false;
     }
+    if ((long long)a.B * a.NH > 65535) { // grid.y: batch x heads
+        cu_note(cudaErrorInvalidConfiguration, what);
+        return false;
+    }
     return a.B > 0 && a.T > 0 && a.NH > 0;
 }
 

@@ -29,6 +29,7 @@ typedef struct {
     long long sA, sB, sC;
     int alA, alB, alC; /* operand alignment in bytes (capped at 256) */
     int out16;         /* C stored bf16 (the head's gemm_out16) */
+    int bias;          /* the bias epilogue (linear_forward): D = op(A) op(B) + beta C + bias */
 } plan_key;
 
 typedef struct {
@@ -134,6 +135,16 @@ static int plan_make(plan *p, const plan_key *k)
         cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_b,
                                        sizeof op_b) != CUBLAS_STATUS_SUCCESS)
         goto fail;
+    /* the bias epilogue: a vector of D's rows (column-major D is our C^T: one per column
+     * of our C, an output feature), broadcast over its columns (our rows, the tokens) */
+    cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_BIAS;
+    cudaDataType_t bias_type = CUDA_R_32F;
+    if (k->bias && (cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi,
+                                                   sizeof epi) != CUBLAS_STATUS_SUCCESS ||
+                    cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE,
+                                                   &bias_type, sizeof bias_type) !=
+                        CUBLAS_STATUS_SUCCESS))
+        goto fail;
     /* our B: stored (tb ? N x K : K x N) row-major = column-major (tb ? K x N : N x K) */
     if (layout(&p->a, in, k->tb ? k->K : k->N, k->tb ? k->N : k->K, k->ldb, k->batch, k->sB) ||
         /* our A: stored (ta ? K x M : M x K) row-major = column-major (ta ? M x K : K x M) */
@@ -207,30 +218,34 @@ static plan *plan_get(const plan_key *k)
 static void describe(char *buf, size_t n, const plan_key *k)
 {
     snprintf(buf, n, "gemm (mode %d, ta %d, tb %d, M %d, N %d, K %d, lda %d, ldb %d, ldc %d, "
-                     "batch %d, alignment %d/%d/%d)",
+                     "batch %d, alignment %d/%d/%d%s%s)",
              k->mode, k->ta, k->tb, k->M, k->N, k->K, k->lda, k->ldb, k->ldc, k->batch, k->alA,
-             k->alB, k->alC);
+             k->alB, k->alC, k->out16 ? ", bf16 output" : "", k->bias ? ", bias epilogue" : "");
 }
 
 /* One cuBLASLt call on operands already in the mode's element type, C fp32 or (out16) bf16.
  * Returns 0, or -1 when cuBLASLt has no algorithm for it (nothing noted: the caller may fall
  * back); a failure of the call itself is noted. */
-static int matmul_to(cudaStream_t st, cu_gemm_mode mode, int ta, int tb, int M, int N, int K,
-                     float alpha, const void *A, int lda, long long sA, const void *B, int ldb,
-                     long long sB, float beta, void *C, int out16, int ldc, long long sC,
-                     int batch)
+static int matmul_bias(cudaStream_t st, cu_gemm_mode mode, int ta, int tb, int M, int N, int K,
+                       float alpha, const void *A, int lda, long long sA, const void *B,
+                       int ldb, long long sB, float beta, void *C, int out16, int ldc,
+                       long long sC, int batch, const float *bias)
 {
     int es = mode == CU_GEMM_BF16 ? 2 : 4;
     plan_key k;
     memset(&k, 0, sizeof k); /* the key is hashed and compared as bytes */
     k.mode = mode, k.ta = ta, k.tb = tb, k.M = M, k.N = N, k.K = K;
-    k.lda = lda, k.ldb = ldb, k.ldc = ldc, k.batch = batch, k.out16 = out16;
+    k.lda = lda, k.ldb = ldb, k.ldc = ldc, k.batch = batch, k.out16 = out16, k.bias = !!bias;
     k.sA = batch > 1 ? sA : 0, k.sB = batch > 1 ? sB : 0, k.sC = batch > 1 ? sC : 0;
     k.alA = alignment(A, k.sA, es), k.alB = alignment(B, k.sB, es);
     k.alC = alignment(C, k.sC, out16 ? 2 : 4);
     pthread_mutex_lock(&G.mu);
     plan *p = plan_get(&k);
     cublasStatus_t s = CUBLAS_STATUS_NOT_SUPPORTED;
+    if (p && bias && /* the plan's descriptor is shared: its bias pointer set per call */
+        cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,
+                                       sizeof bias) != CUBLAS_STATUS_SUCCESS)
+        p = NULL;
     if (p)
         s = cublasLtMatmul(G.lt, p->desc, &alpha, B, p->a, A, p->b, &beta, C, p->c, C, p->c,
                            &p->algo, G.workspace, LT_WORKSPACE, st);
@@ -243,6 +258,15 @@ static int matmul_to(cudaStream_t st, cu_gemm_mode mode, int ta, int tb, int M, 
         cu_note(cudaErrorUnknown, what);
     }
     return 0;
+}
+
+static int matmul_to(cudaStream_t st, cu_gemm_mode mode, int ta, int tb, int M, int N, int K,
+                     float alpha, const void *A, int lda, long long sA, const void *B, int ldb,
+                     long long sB, float beta, void *C, int out16, int ldc, long long sC,
+                     int batch)
+{
+    return matmul_bias(st, mode, ta, tb, M, N, K, alpha, A, lda, sA, B, ldb, sB, beta, C, out16,
+                       ldc, sC, batch, NULL);
 }
 
 static int matmul(cudaStream_t st, cu_gemm_mode mode, int ta, int tb, int M, int N, int K,
@@ -273,11 +297,13 @@ static void matmul_f32(cudaStream_t st, cu_gemm_mode mode, int ta, int tb, int M
     cu_note(cudaErrorNotSupported, what);
 }
 
-/* BF16 mode: operands converted into the staging buffer, in slabs of K. */
-static void gemm_staged(cudaStream_t st, int ta, int tb, int M, int N, int K, float alpha,
-                        const float *A, int lda, const float *B, int ldb, float beta, float *C,
-                        int ldc)
+/* BF16 mode: operands converted into the staging buffer, in slabs of K. With bias, the
+ * first slab tries the bias epilogue; returns whether the bias was added. */
+static int gemm_staged(cudaStream_t st, int ta, int tb, int M, int N, int K, float alpha,
+                       const float *A, int lda, const float *B, int ldb, float beta, float *C,
+                       int ldc, const float *bias)
 {
+    int biased = 0;
     size_t cap = G.staging_bytes / sizeof(uint16_t) - 128; /* room for B's 256-byte start */
     size_t per_k = (size_t)M + (size_t)N;
     size_t kc = cap / per_k;
@@ -286,7 +312,7 @@ static void gemm_staged(cudaStream_t st, int ta, int tb, int M, int N, int K, fl
     if (kc < 16) { /* operands too wide to stage even 16 columns: let cuBLASLt round */
         matmul_f32(st, CU_GEMM_FAST_BF16, ta, tb, M, N, K, alpha, A, lda, 0, B, ldb, 0, beta,
                    C, ldc, 0, 1);
-        return;
+        return 0;
     }
     if (kc > (size_t)K)
         kc = (size_t)K;
@@ -307,6 +333,11 @@ static void gemm_staged(cudaStream_t st, int ta, int tb, int M, int N, int K, fl
         else
             cu_pack_bf16(st, sb, B + (size_t)k0 * ldb, w, N, ldb);
         float b = k0 == 0 ? beta : 1.0f;
+        if (k0 == 0 && bias)
+            biased = !matmul_bias(st, CU_GEMM_BF16, ta, tb, M, N, w, alpha, sa, ta ? M : w, 0,
+                                  sb, tb ? w : N, 0, b, C, 0, ldc, 0, 1, bias);
+        if (k0 == 0 && biased)
+            continue;
         if (matmul(st, CU_GEMM_BF16, ta, tb, M, N, w, alpha, sa, ta ? M : w, 0, sb,
                    tb ? w : N, 0, b, C, ldc, 0, 1))
             /* no bf16 algorithm for these shapes: this slab on the fp32 operands */
@@ -314,6 +345,7 @@ static void gemm_staged(cudaStream_t st, int ta, int tb, int M, int N, int K, fl
                        ta ? A + (size_t)k0 * lda : A + k0, lda, 0,
                        tb ? B + k0 : B + (size_t)k0 * ldb, ldb, 0, b, C, ldc, 0, 1);
     }
+    return biased;
 }
 
 void cu_gemm_ex(cudaStream_t st, cu_gemm_mode mode, int trans_a, int trans_b, int M,
@@ -333,7 +365,8 @@ void cu_gemm_ex(cudaStream_t st, cu_gemm_mode mode, int trans_a, int trans_b, in
     if (mode == CU_GEMM_BF16) {
         for (int i = 0; i < batch; i++)
             gemm_staged(st, trans_a, trans_b, M, N, K, alpha, A + (size_t)i * (size_t)sA, lda,
-                        B + (size_t)i * (size_t)sB, ldb, beta, C + (size_t)i * (size_t)sC, ldc);
+                        B + (size_t)i * (size_t)sB, ldb, beta, C + (size_t)i * (size_t)sC, ldc,
+                        NULL);
         return;
     }
     matmul_f32(st, mode, trans_a, trans_b, M, N, K, alpha, A, lda, sA, B, ldb, sB, beta, C, ldc,
@@ -443,4 +476,29 @@ void cu_gemm_a16(tr_stream s, int ta, int tb, int M, int N, int K, float alpha,
                       tb ? w : N, 0, k0 ? 1.0f : beta, C, 0, ldc, 0, 1))
             note_none("gemm_a16", M, N, w);
     }
+}
+
+/* ---- kernels.h's linear_forward, bf16 mode: y = x W^T + b [+ residual] with the bias in
+ * cuBLASLt's epilogue (on the first K slab) where the bias is 16-byte aligned (the views into
+ * the flat parameter buffer may not be) and an algorithm has it; else bias_add after. */
+void cu_linear_forward_bf16(tr_stream s, float *y, const float *x, const float *W,
+                            const float *b, const float *residual, int N, int IC, int OC)
+{
+    cudaStream_t st = cu_shared_stream(s, "linear_forward");
+    if (N <= 0 || OC <= 0)
+        return;
+    if (residual && residual != y)
+        cu_note(cudaMemcpyAsync(y, residual, (size_t)N * OC * sizeof(float),
+                                cudaMemcpyDeviceToDevice, st),
+                "linear_forward (residual)");
+    float beta = residual ? 1.0f : 0.0f;
+    int biased = 0;
+    if (IC > 0 && !G.fast)
+        biased = gemm_staged(st, 0, 1, N, OC, IC, 1.0f, x, IC, W, IC, beta, y, OC,
+                             b && ((uintptr_t)b & 15) == 0 ? b : NULL);
+    else
+        cu_gemm_ex(st, CU_GEMM_BF16, 0, 1, N, OC, IC, 1.0f, x, IC, 0, W, IC, 0, beta, y, OC, 0,
+                   1);
+    if (b && !biased)
+        cu_bias_add(s, y, b, N, OC);
 }

@@ -29,11 +29,13 @@
     .rope = cu_rope
 
 /* not const: TRIDENT_CUDA_HEAD=fp32 takes the head's bf16-storage ops out (the head's logits
- * then stay fp32, as before they existed) */
+ * then stay fp32, as before they existed), TRIDENT_CUDA_EPILOGUE=0 the fused linear_forward
+ * (gemm, then bias_add) */
 static tr_kernels cuda_bf16_table = {
     .name = "cuda",
     COMMON_OPS,
     .gemm = cu_gemm_bf16,
+    .linear_forward = cu_linear_forward_bf16,
     .gemm_out16 = cu_gemm_out16,
     .gemm_a16 = cu_gemm_a16,
     .xent_stats16 = cu_xent_stats16,
@@ -58,12 +60,14 @@ static const tr_kernels cuda_fp32_table = {
     .attention_gqa_decode = cu_attention_gqa_decode_fp32,
 };
 
-static void head_choice(void)
+static void table_choices(void)
 {
-    const char *h = getenv("TRIDENT_CUDA_HEAD");
+    const char *h = getenv("TRIDENT_CUDA_HEAD"), *e = getenv("TRIDENT_CUDA_EPILOGUE");
     if (h && !strcmp(h, "fp32"))
         cuda_bf16_table.gemm_out16 = NULL, cuda_bf16_table.gemm_a16 = NULL,
         cuda_bf16_table.xent_stats16 = NULL, cuda_bf16_table.xent_loss_backward16 = NULL;
+    if (e && !strcmp(e, "0"))
+        cuda_bf16_table.linear_forward = NULL;
 }
 
 const tr_kernels *tr_kernels_cuda(tr_cuda_precision precision)
@@ -71,7 +75,7 @@ const tr_kernels *tr_kernels_cuda(tr_cuda_precision precision)
     static pthread_once_t once = PTHREAD_ONCE_INIT;
     if (tr_cuda_init())
         return NULL;
-    pthread_once(&once, head_choice);
+    pthread_once(&once, table_choices);
     return precision == TR_CUDA_BF16 ? &cuda_bf16_table : &cuda_fp32_table;
 }
 

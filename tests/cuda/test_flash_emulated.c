@@ -121,6 +121,7 @@ int main(void)
     test_shape(1, 70, 2, 2, 32, 0, 1);   /* packed runs across the tile edge */
     test_shape(1, 130, 2, 1, 128, 1, 0); /* multi-query, ALiBi, 32-query backward steps */
     test_shape(2, 96, 4, 2, 64, 1, 1);   /* groups, ALiBi, packed */
+    test_shape(1, 200, 2, 2, 32, 0, 1);  /* a segment starting past tile 0: tiles skipped */
     printf("%d of %d checks agree\n", checks - failures, checks);
     return failures ? 1 : 0;
 }

@@ -49,6 +49,32 @@ static void test_backend_lookup(void **state)
     assert_string_equal(tr_errmsg(), "no kernel backend named (expected \"cpu\" or \"cuda\")");
 }
 
+/* linear_forward = copy of the residual, gemm (beta 1, or 0 without one), bias_add: the same
+ * bits on the CPU, with the residual none, in place or another buffer, with and without bias */
+static void test_linear_forward(void **state)
+{
+    (void)state;
+    const int N = 37, IC = 29, OC = 53;
+    float *x = kt_floats((size_t)N * IC), *W = kt_floats((size_t)OC * IC), *b = kt_floats(OC);
+    float *res = kt_floats((size_t)N * OC), *y = kt_floats((size_t)N * OC);
+    float *want = kt_floats((size_t)N * OC);
+    kt_seed(91);
+    kt_fill(x, (size_t)N * IC, -1, 1), kt_fill(W, (size_t)OC * IC, -1, 1), kt_fill(b, OC, -1, 1);
+    kt_fill(res, (size_t)N * OC, -1, 1);
+    for (int mode = 0; mode < 3; mode++)
+        for (int with_b = 0; with_b < 2; with_b++) {
+            memcpy(want, res, (size_t)N * OC * sizeof(float));
+            K->gemm(NULL, 0, 1, N, OC, IC, 1.0f, x, IC, W, IC, mode ? 1.0f : 0.0f, want, OC);
+            if (with_b)
+                K->bias_add(NULL, want, b, N, OC);
+            memcpy(y, res, (size_t)N * OC * sizeof(float));
+            const float *r = mode == 0 ? NULL : mode == 1 ? y : res;
+            K->linear_forward(NULL, y, x, W, with_b ? b : NULL, r, N, IC, OC);
+            kt_check_same("linear_forward", y, want, (size_t)N * OC);
+        }
+    free(x), free(W), free(b), free(res), free(y), free(want);
+}
+
 static void test_memory(void **state)
 {
     (void)state;
@@ -293,6 +319,7 @@ int main(void)
     kt_seed(11);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_backend_lookup), cmocka_unit_test(test_memory),
+        cmocka_unit_test(test_linear_forward),
         cmocka_unit_test(test_elementwise),    cmocka_unit_test(test_bias),
         cmocka_unit_test(test_gemm),           cmocka_unit_test(test_gemm_gradients),
     };

@@ -1,11 +1,17 @@
-/* tests/cuda: the chunked head's bf16-storage ops of the "cuda" table (kernels.h: gemm_out16,
- * gemm_a16, xent_stats16, xent_loss_backward16) against "cpu-bf16"'s, their CPU twin, on the
- * same random inputs, within TOL_BF16 (both round their operands and results to bf16; sums
- * in another order may land one bf16 step apart). Shapes: the head's three GEMMs (logits =
- * x W^T, dx = dlogits W, dW += dlogits^T x) with odd sizes and a beta = 1 accumulation, the
- * cross-entropy on rows whose length is a multiple of 4 (vector path) and not (scalar), with
- * padding columns, targets held elsewhere, loss weights, in place. Also: TRIDENT_CUDA_HEAD
- * unset gives the table all four ops. Exit 77 (SKIP) without a GPU. */
+/* tests/cuda: the "cuda" table's fused and bf16-storage ops against their CPU twins, on the
+ * same random inputs, within TOL_BF16 (both round their operands, and the head's results, to
+ * bf16; sums in another order may land one bf16 step apart):
+ *  - linear_forward (the bias in cuBLASLt's epilogue) against "cpu"'s gemm + bias_add: with a
+ *    16-byte aligned bias (the epilogue), a misaligned one (bias_add after), none, a residual
+ *    in place and another;
+ *  - the chunked head's bf16-storage ops (kernels.h: gemm_out16, gemm_a16, xent_stats16,
+ *    xent_loss_backward16) against "cpu-bf16"'s: the head's three GEMMs (logits = x W^T,
+ *    dx = dlogits W, dW += dlogits^T x) with odd sizes and a beta = 1 accumulation, the
+ *    cross-entropy on rows whose length is a multiple of 4 (vector path) and not (scalar),
+ *    with padding columns, targets held elsewhere, loss weights, in place.
+ * --blocked (run with TRIDENT_CUDA_STAGING_MIB=1): shapes past the staging, so gemm_out16 works
+ * in blocks of C and gemm_a16 and linear_forward in slabs of K.
+ * Exit 77 (SKIP) without a GPU. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -119,8 +125,37 @@ static void test_xent16(int N, int V, int n_valid, int v_start)
     free(lf), free(weights), free(l16), free(targets), free(st), free(loss), free(d16);
 }
 
-int main(void)
+/* y (N, OC) = x W^T + b [+ residual]; boff: the bias's offset in floats (1: 4-byte aligned) */
+static void test_linear(int N, int IC, int OC, int with_bias, int boff, int residual_mode)
 {
+    char what[128];
+    size_t ny = (size_t)N * OC;
+    float *x = host((size_t)N * IC, -1, 1), *W = host((size_t)OC * IC, -1, 1);
+    float *b = host((size_t)OC + 4, -1, 1), *res = host(ny, -1, 1), *y = dup(res, ny);
+    const float *bb = with_bias ? b + boff : NULL;
+    /* residual_mode 0: none, 1: in place (y holds it), 2: another buffer */
+    CPU->linear_forward(NULL, y, x, W, bb, residual_mode == 1 ? y : residual_mode == 2 ? res : NULL,
+                        N, IC, OC);
+    float *gx = dev(BF16, x, (size_t)N * IC * 4), *gW = dev(BF16, W, (size_t)OC * IC * 4);
+    float *gb = dev(BF16, b, ((size_t)OC + 4) * 4), *gr = dev(BF16, res, ny * 4);
+    float *gy = dev(BF16, res, ny * 4);
+    BF16->linear_forward(NULL, gy, gx, gW, with_bias ? gb + boff : NULL,
+                         residual_mode == 1 ? gy : residual_mode == 2 ? gr : NULL, N, IC, OC);
+    float *got = back(BF16, gy, ny);
+    snprintf(what, sizeof what, "linear_forward %dx%d K%d bias %s residual %s", N, OC, IC,
+             !with_bias ? "none" : boff ? "misaligned" : "aligned",
+             residual_mode == 1 ? "in place" : residual_mode == 2 ? "other" : "none");
+    compare(what, BF16, got, y, ny, TOL_BF16);
+    free(got);
+    BF16->free(gx), BF16->free(gW), BF16->free(gb), BF16->free(gr), BF16->free(gy);
+    free(x), free(W), free(b), free(res), free(y);
+}
+
+int main(int argc, char **argv)
+{
+    /* --blocked: shapes past a 1 MiB staging (TRIDENT_CUDA_STAGING_MIB=1): gemm_out16 in
+     * blocks of C, gemm_a16 in slabs of K */
+    int blocked = argc > 1 && !strcmp(argv[1], "--blocked");
     CPU = tr_kernels_cpu();
     F32 = tr_kernels_get("cuda-fp32");
     if (!F32)
@@ -130,11 +165,25 @@ int main(void)
     printf("GPU %d: %s\n", tr_cuda_device(), tr_cuda_device_name());
     checks++;
     if (!BF16->gemm_out16 || !BF16->gemm_a16 || !BF16->xent_stats16 ||
-        !BF16->xent_loss_backward16 || F32->gemm_out16) {
+        !BF16->xent_loss_backward16 || F32->gemm_out16 || !BF16->linear_forward ||
+        F32->linear_forward) {
         failures++;
-        fprintf(stderr, "FAIL the bf16 table lacks the head's bf16-storage ops (or fp32 has them)\n");
+        fprintf(stderr, "FAIL the bf16 table lacks its fused or bf16-storage ops (or fp32 has them)\n");
         return 1;
     }
+    if (blocked) {
+        test_gemms(600, 1024, 1000);
+        test_linear(600, 1024, 1000, 1, 0, 1);
+        if (tr_cuda_status())
+            failures++, fprintf(stderr, "FAIL %s\n", tr_errmsg());
+        printf("%d of %d checks agree\n", checks - failures, checks);
+        return failures ? 1 : 0;
+    }
+    test_linear(96, 64, 192, 1, 0, 0);
+    test_linear(96, 64, 192, 1, 1, 0); /* a bias view only 4-byte aligned */
+    test_linear(33, 40, 72, 0, 0, 1);
+    test_linear(33, 40, 72, 1, 0, 1);
+    test_linear(50, 128, 64, 1, 0, 2);
     test_gemms(37, 64, 1000);
     test_gemms(130, 96, 517); /* odd vocabulary */
     test_xent16(37, 1000, 990, 500);
