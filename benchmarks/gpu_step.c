@@ -78,7 +78,8 @@ enum {
     OP_GELU_BACKWARD, OP_ATTN_FORWARD, OP_ATTN_BACKWARD, OP_XENT_ROW_MAX, OP_XENT_ROW_SUMEXP,
     OP_XENT_PICK, OP_XENT_LOSS, OP_XENT_BACKWARD, OP_XENT_STATS, OP_XENT_RESCALE,
     OP_XENT_LOSS_BACKWARD, OP_EMB_FORWARD, OP_EMB_BACKWARD,
-    OP_POS_FORWARD, OP_POS_BACKWARD, OP_ADAMW, OP_SUMSQ, N_OPS
+    OP_POS_FORWARD, OP_POS_BACKWARD, OP_ADAMW, OP_SUMSQ, OP_LINEAR, OP_GEMM_OUT16,
+    OP_GEMM_A16, OP_XENT_STATS16, OP_XENT_LOSS_BACKWARD16, N_OPS
 };
 static const char *const op_names[N_OPS] = {
     "gemm (LM head)", "gemm (layers)", "to_device", "to_host", "copy", "zero", "add", "axpy",
@@ -86,7 +87,9 @@ static const char *const op_names[N_OPS] = {
     "gelu_forward", "gelu_backward", "attention_forward", "attention_backward", "xent_row_max",
     "xent_row_sumexp", "xent_pick", "xent_loss", "xent_backward", "xent_stats", "xent_rescale",
     "xent_loss_backward", "embedding_forward",
-    "embedding_backward", "position_forward", "position_backward", "adamw", "sumsq"};
+    "embedding_backward", "position_forward", "position_backward", "adamw", "sumsq",
+    "gemm (layers) + bias", "gemm (LM head) bf16 out", "gemm (LM head) bf16 in",
+    "xent_stats16", "xent_loss_backward16"};
 static tr_kernels base;
 static int prof_on, prof_vp;
 static double prof_ms[N_OPS], prof_flops[N_OPS];
@@ -120,6 +123,41 @@ static void p_gemm(tr_stream s, int ta, int tb, int M, int N, int K, float alpha
     if (prof_on)
         prof_flops[op] += 2.0 * M * N * K;
 }
+/* the optional fused and bf16-storage ops (kernels.h), wrapped where the table has them */
+static void p_linear_forward(tr_stream s, float *y, const float *x, const float *W,
+                             const float *b, const float *r, int N, int IC, int OC)
+{
+    PROF_BEGIN base.linear_forward(s, y, x, W, b, r, N, IC, OC);
+    PROF_END(OP_LINEAR)
+    if (prof_on)
+        prof_flops[OP_LINEAR] += 2.0 * N * IC * OC;
+}
+static void p_gemm_out16(tr_stream s, int ta, int tb, int M, int N, int K, float alpha,
+                         const float *A, int lda, const float *B, int ldb, uint16_t *C, int ldc)
+{
+    PROF_BEGIN base.gemm_out16(s, ta, tb, M, N, K, alpha, A, lda, B, ldb, C, ldc);
+    PROF_END(OP_GEMM_OUT16)
+    if (prof_on)
+        prof_flops[OP_GEMM_OUT16] += 2.0 * M * N * K;
+}
+static void p_gemm_a16(tr_stream s, int ta, int tb, int M, int N, int K, float alpha,
+                       const uint16_t *A, int lda, const float *B, int ldb, float beta, float *C,
+                       int ldc)
+{
+    PROF_BEGIN base.gemm_a16(s, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+    PROF_END(OP_GEMM_A16)
+    if (prof_on)
+        prof_flops[OP_GEMM_A16] += 2.0 * M * N * K;
+}
+WRAP(OP_XENT_STATS16, xent_stats16,
+     (tr_stream s, float *m, float *se, float *pk, const uint16_t *l, const int32_t *t, int N,
+      int V, int nv, int v0),
+     (s, m, se, pk, l, t, N, V, nv, v0))
+WRAP(OP_XENT_LOSS_BACKWARD16, xent_loss_backward16,
+     (tr_stream s, float *ls, uint16_t *dl, const uint16_t *l, const float *m, const float *se,
+      const float *pk, const int32_t *t, const float *w, int N, int V, int nv, int v0,
+      float sc),
+     (s, ls, dl, l, m, se, pk, t, w, N, V, nv, v0, sc))
 WRAP(OP_TO_DEVICE, to_device, (tr_stream s, void *d, const void *h, size_t n), (s, d, h, n))
 WRAP(OP_TO_HOST, to_host, (tr_stream s, void *h, const void *d, size_t n), (s, h, d, n))
 WRAP(OP_COPY, copy, (tr_stream s, void *d, const void *x, size_t n), (s, d, x, n))
@@ -217,6 +255,11 @@ static tr_kernels profiled(const tr_kernels *k, int Vp)
     p.embedding_forward = p_embedding_forward;
     p.embedding_backward = p_embedding_backward, p.position_forward = p_position_forward;
     p.position_backward = p_position_backward, p.adamw = p_adamw, p.sumsq = p_sumsq;
+    if (k->linear_forward)
+        p.linear_forward = p_linear_forward;
+    if (k->gemm_out16)
+        p.gemm_out16 = p_gemm_out16, p.gemm_a16 = p_gemm_a16, p.xent_stats16 = p_xent_stats16,
+        p.xent_loss_backward16 = p_xent_loss_backward16;
     return p;
 }
 
