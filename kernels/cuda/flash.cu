@@ -517,30 +517,18 @@ template <int D> void mma_backward_d(cudaStream_t st, const fm::args &m)
     cu_launched("attention_backward (mma, dQ)");
 }
 
-bool mma_forward(cudaStream_t st, const fa_args &a)
+// The forward (fwd) or the backward of flash_mma.cuh for a's head size; false when they do
+// not take it (mma_takes).
+bool mma_run(cudaStream_t st, const fa_args &a, bool fwd)
 {
     if (!mma_takes(a))
         return false;
     fm::args m = mma_args(a);
     switch (a.HS) {
-    case 16: mma_forward_d<16>(st, m); break;
-    case 32: mma_forward_d<32>(st, m); break;
-    case 64: mma_forward_d<64>(st, m); break;
-    default: mma_forward_d<128>(st, m); break;
-    }
-    return true;
-}
-
-bool mma_backward(cudaStream_t st, const fa_args &a)
-{
-    if (!mma_takes(a))
-        return false;
-    fm::args m = mma_args(a);
-    switch (a.HS) {
-    case 16: mma_backward_d<16>(st, m); break;
-    case 32: mma_backward_d<32>(st, m); break;
-    case 64: mma_backward_d<64>(st, m); break;
-    default: mma_backward_d<128>(st, m); break;
+    case 16: fwd ? mma_forward_d<16>(st, m) : mma_backward_d<16>(st, m); break;
+    case 32: fwd ? mma_forward_d<32>(st, m) : mma_backward_d<32>(st, m); break;
+    case 64: fwd ? mma_forward_d<64>(st, m) : mma_backward_d<64>(st, m); break;
+    default: fwd ? mma_forward_d<128>(st, m) : mma_backward_d<128>(st, m); break;
     }
     return true;
 }
@@ -560,7 +548,7 @@ template <typename Tin> void forward(tr_stream s, const fa_args &a)
     if (!usable(a, "attention_forward (flash)"))
         return;
     cudaStream_t st = cu_stream(s);
-    if (std::is_same<Tin, __nv_bfloat16>::value && mma_forward(st, a))
+    if (std::is_same<Tin, __nv_bfloat16>::value && mma_run(st, a, true))
         return;
     int DP = pad16(a.HS), tile = tile_for<Tin>(DP);
     if (tile == 64)
@@ -592,7 +580,7 @@ template <typename Tin> void backward(tr_stream s, const fa_args &a)
     int rows = a.B * a.NH * a.T;
     fa_prepare<<<(rows + FA_WARPS - 1) / FA_WARPS, FA_THREADS, 0, st>>>(a);
     cu_launched("attention_backward (flash, row sums)");
-    if (std::is_same<Tin, __nv_bfloat16>::value && mma_backward(st, a))
+    if (std::is_same<Tin, __nv_bfloat16>::value && mma_run(st, a, false))
         return;
     int DP = pad16(a.HS), tile = tile_for<Tin>(DP);
     if (tile == 64)

@@ -114,8 +114,23 @@ FM_DEV void load_tile(uint16_t *dst, uint16_t *dst_t, const float *src, int ld, 
     }
 }
 
-// acc[n] (16 x 8, n < N8) += A B^T: A the warp's 16 rows (row stride lda) and B's rows
-// 8n .. 8n + 7 (row stride ldb), both K long, bf16 in shared memory.
+// acc[n] (16 x 8, n < N8) += A_k B_k^T for one k step of 16: fa the A fragment, B's rows
+// 8n .. 8n + 7 in shared memory (row stride ldb) from column 16 kk.
+template <int N8>
+FM_DEV void mma_step(float (*acc)[4], const uint32_t fa[4], const uint16_t *b, int ldb, int kk)
+{
+    int lane = fm_tid() & 31, g = lane >> 2, t = lane & 3;
+    FM_UNROLL
+    for (int n = 0; n < N8; n++) {
+        uint32_t fb[2];
+        fb[0] = fm_ld32(b + (8 * n + g) * ldb + 16 * kk + 2 * t);
+        fb[1] = fm_ld32(b + (8 * n + g) * ldb + 16 * kk + 8 + 2 * t);
+        fm_mma(acc[n], fa, fb);
+    }
+}
+
+// acc[n] += A B^T: A the warp's 16 rows (row stride lda) and B's rows 8n .. 8n + 7 (row
+// stride ldb), both K long, bf16 in shared memory.
 template <int K, int N8>
 FM_DEV void mma_abt(float (*acc)[4], const uint16_t *a, int lda, const uint16_t *b, int ldb)
 {
@@ -127,13 +142,7 @@ FM_DEV void mma_abt(float (*acc)[4], const uint16_t *a, int lda, const uint16_t 
         fa[1] = fm_ld32(a + (g + 8) * lda + 16 * kk + 2 * t);
         fa[2] = fm_ld32(a + g * lda + 16 * kk + 8 + 2 * t);
         fa[3] = fm_ld32(a + (g + 8) * lda + 16 * kk + 8 + 2 * t);
-        FM_UNROLL
-        for (int n = 0; n < N8; n++) {
-            uint32_t fb[2];
-            fb[0] = fm_ld32(b + (8 * n + g) * ldb + 16 * kk + 2 * t);
-            fb[1] = fm_ld32(b + (8 * n + g) * ldb + 16 * kk + 8 + 2 * t);
-            fm_mma(acc[n], fa, fb);
-        }
+        mma_step<N8>(acc, fa, b, ldb, kk);
     }
 }
 
@@ -142,19 +151,12 @@ FM_DEV void mma_abt(float (*acc)[4], const uint16_t *a, int lda, const uint16_t 
 template <int K, int N8>
 FM_DEV void mma_pbt(float (*acc)[4], const float (*p)[4], const uint16_t *b, int ldb)
 {
-    int lane = fm_tid() & 31, g = lane >> 2, t = lane & 3;
     FM_UNROLL
     for (int kk = 0; kk < K / 16; kk++) {
         uint32_t fa[4] = {fm_pack(p[2 * kk][0], p[2 * kk][1]), fm_pack(p[2 * kk][2], p[2 * kk][3]),
                           fm_pack(p[2 * kk + 1][0], p[2 * kk + 1][1]),
                           fm_pack(p[2 * kk + 1][2], p[2 * kk + 1][3])};
-        FM_UNROLL
-        for (int n = 0; n < N8; n++) {
-            uint32_t fb[2];
-            fb[0] = fm_ld32(b + (8 * n + g) * ldb + 16 * kk + 2 * t);
-            fb[1] = fm_ld32(b + (8 * n + g) * ldb + 16 * kk + 8 + 2 * t);
-            fm_mma(acc[n], fa, fb);
-        }
+        mma_step<N8>(acc, fa, b, ldb, kk);
     }
 }
 
