@@ -189,6 +189,16 @@ FM_DEV void tile_starts(const args &a, int *st, int b, int r0, int n)
     }
 }
 
+// Whether query i sees key j: not a key after it, not a query past T, not a key before the
+// query's segment start `first`.
+FM_DEV bool visible(const args &a, int i, int j, int first) { return i < a.T && j <= i && j >= first; }
+
+// The scaled score of query i and key j with ALiBi's bias (s: q . k).
+FM_DEV float score(const args &a, float s, float slope, int i, int j)
+{
+    return s * a.scale + slope * (float)(j - i);
+}
+
 // ---------------------------------------------------------------- forward
 template <int D> FM_KERNEL forward(args a)
 {
@@ -225,8 +235,7 @@ template <int D> FM_KERNEL forward(args a)
             FM_UNROLL
             for (int e = 0; e < 4; e++) {
                 int hf = e >> 1, i = r0 + row[hf], j = c0 + 8 * n + 2 * tq + (e & 1);
-                bool ok = i < T && j <= i && j >= first[hf];
-                float v = ok ? s[n][e] * a.scale + slope * (float)(j - i) : -INFINITY;
+                float v = visible(a, i, j, first[hf]) ? score(a, s[n][e], slope, i, j) : -INFINITY;
                 s[n][e] = v;
                 mx[hf] = fmaxf(mx[hf], v);
             }
@@ -292,7 +301,7 @@ template <int D> FM_KERNEL backward_kv(args a)
     load_tile<D, BN>(Vs, nullptr, base + k_off(a, g, D) + D, a.C3, c0, cols);
 
     int w = fm_tid() / 32, lane = fm_tid() & 31, gq = lane >> 2, tq = lane & 3;
-    int key[2] = {c0 + 16 * w + gq, c0 + 16 * w + gq + 8}; // this lane's keys
+    int key0 = c0 + 16 * w + gq; // this lane's keys: key0 and key0 + 8
     float dk[D / 8][4] = {}, dv[D / 8][4] = {};
     for (int r = 0; r < a.R; r++) {
         int h = g * a.R + r, bh = b * a.NH + h;
@@ -319,10 +328,9 @@ template <int D> FM_KERNEL backward_kv(args a)
             for (int n = 0; n < BQ / 8; n++)
                 FM_UNROLL
                 for (int e = 0; e < 4; e++) {
-                    int j = key[e >> 1], qc = 8 * n + 2 * tq + (e & 1), i = q0 + qc;
-                    bool ok = i < T && j <= i && j >= s0_s[qc];
-                    float p = ok ? fm_exp(st[n][e] * a.scale + slope * (float)(j - i) - lse_s[qc])
-                                 : 0.0f;
+                    int j = key0 + (e >> 1) * 8, qc = 8 * n + 2 * tq + (e & 1), i = q0 + qc;
+                    bool ok = i < T && j <= i && j >= s0_s[qc]; // visible(), T in a register
+                    float p = ok ? fm_exp(score(a, st[n][e], slope, i, j) - lse_s[qc]) : 0.0f;
                     st[n][e] = p;
                     dpt[n][e] = p * (dpt[n][e] - D_s[qc]);
                 }
@@ -332,9 +340,9 @@ template <int D> FM_KERNEL backward_kv(args a)
     }
     float *out = a.dqkv + (size_t)b * T * a.C3 + k_off(a, g, D);
     for (int hf = 0; hf < 2; hf++) {
-        if (key[hf] >= c0 + cols)
+        if (key0 + 8 * hf >= c0 + cols)
             continue;
-        size_t j = (size_t)key[hf];
+        size_t j = (size_t)(key0 + 8 * hf);
         for (int n = 0; n < D / 8; n++)
             for (int e = 0; e < 2; e++) {
                 out[j * a.C3 + 8 * n + 2 * tq + e] = dk[n][2 * hf + e] * a.scale;
@@ -383,9 +391,9 @@ template <int D> FM_KERNEL backward_q(args a)
             FM_UNROLL
             for (int e = 0; e < 4; e++) {
                 int hf = e >> 1, i = r0 + row[hf], j = c0 + 8 * n + 2 * tq + (e & 1);
-                bool ok = i < T && j <= i && j >= first[hf];
-                float p = ok ? fm_exp(s[n][e] * a.scale + slope * (float)(j - i) - lse_r[hf])
-                             : 0.0f;
+                float p = visible(a, i, j, first[hf])
+                              ? fm_exp(score(a, s[n][e], slope, i, j) - lse_r[hf])
+                              : 0.0f;
                 s[n][e] = p * (dp[n][e] - D_r[hf]); // dS
             }
         mma_pbt<BN, D / 8>(dq, s, Kt, LT);
