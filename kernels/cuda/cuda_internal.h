@@ -176,6 +176,18 @@ void cu_xent_loss_backward(tr_stream s, float *losses, float *dlogits, const flo
                            const float *maxv, const float *sumexp, const float *picked,
                            const int32_t *targets, const float *weights, int N, int V,
                            int n_valid, int v_start, float scale);
+/* ---- flash_mma.cu: the tensor-core attention of the bf16 mode (flash_mma.cuh); 0 (nothing
+ * launched) where it does not take the call: a head size other than 16, 32, 64, 128, a tensor
+ * not 16-byte aligned, or TRIDENT_CUDA_ATTENTION=wmma. Shapes as kernels.h's attention_gqa_*;
+ * the backward takes flash.cu's fa_prepare results: Drow (B, NH, T) = rowsum(dout * out) and
+ * starts (B, T), each row's segment start. */
+int cu_flash_mma_forward(cudaStream_t st, float *out, float *lse, const float *qkv,
+                         const float *alibi, int B, int T, int NH, int NG, int HS,
+                         const int32_t *segments);
+int cu_flash_mma_backward(cudaStream_t st, float *dqkv, const float *Drow,
+                          const int32_t *starts, const float *dout, const float *qkv,
+                          const float *lse, const float *alibi, int B, int T, int NH, int NG,
+                          int HS);
 /* the same on the head's bf16-storage logits (kernels.h's xent_stats16, xent_loss_backward16) */
 void cu_xent_stats16(tr_stream s, float *maxv, float *sumexp, float *picked,
                      const uint16_t *logits16, const int32_t *targets, int N, int V, int n_valid,

@@ -11,7 +11,7 @@
 // fp32 mode, within 1e-4 of the CPU); Tin = bf16: tiles are rounded to bf16 when loaded into
 // shared memory and the tile products run on the tensor cores (wmma 16x16x16, fp32
 // accumulation; sm_80 and sm_90), the softmax statistics and accumulators stay fp32.
-// In bf16 mode the head sizes 16, 32, 64 and 128 run flash_mma.cuh's kernels instead (the
+// In bf16 mode the head sizes 16, 32, 64 and 128 run flash_mma.cu's kernels instead (the
 // products in registers on mma.sync; TRIDENT_CUDA_ATTENTION=wmma keeps these); fa_prepare
 // below makes their backward's row sums and segment starts too.
 // Hooks: ALiBi slopes (score += slope_h (j - i)) and grouped key/value heads (qkv layout
@@ -23,13 +23,10 @@
 #include <mma.h>
 #include <type_traits>
 
-#include "kernels/cuda/flash_mma.cuh"
 #include "kernels/cuda/grid.cuh"
 
 #include <cuda_bf16.h>
 #include <math.h>
-#include <stdlib.h>
-#include <string.h>
 
 namespace {
 
@@ -470,69 +467,6 @@ bool usable(const fa_args &a, const char *what)
     return a.B > 0 && a.T > 0 && a.NH > 0;
 }
 
-// ---------------------------------------------------------------- tensor-core kernels
-// flash_mma.cuh's kernels take the bf16 mode's head sizes 16, 32, 64, 128 when every tensor
-// is 16-byte aligned (their float4 loads) and TRIDENT_CUDA_ATTENTION is not "wmma".
-bool mma_takes(const fa_args &a)
-{
-    static const bool off = [] {
-        const char *e = getenv("TRIDENT_CUDA_ATTENTION");
-        return e && !strcmp(e, "wmma");
-    }();
-    uintptr_t p = (uintptr_t)a.qkv | (uintptr_t)a.dout | (uintptr_t)a.out | (uintptr_t)a.dqkv;
-    return !off && (p & 15) == 0 &&
-           (a.HS == 16 || a.HS == 32 || a.HS == 64 || a.HS == 128);
-}
-
-fm::args mma_args(const fa_args &a)
-{
-    fm::args m = {};
-    m.qkv = a.qkv, m.dout = a.dout, m.alibi = a.alibi, m.lse_in = a.lse_c, m.Drow = a.D;
-    m.seg = a.seg; // the backward's starts: fa_prepare's, past the row sums in D
-    m.starts = a.D ? reinterpret_cast<const int32_t *>(a.D + (size_t)a.B * a.NH * a.T) : nullptr;
-    m.out = a.out, m.lse = a.lse, m.dqkv = a.dqkv;
-    m.B = a.B, m.T = a.T, m.NH = a.NH, m.NG = a.NG, m.R = a.R, m.C = a.C, m.C3 = a.C3;
-    m.scale = a.scale;
-    return m;
-}
-
-template <int D> void mma_forward_d(cudaStream_t st, const fm::args &m)
-{
-    size_t bytes = fm::forward_bytes(D);
-    if (!prepare_launch(fm::forward<D>, bytes, "attention_forward (mma)"))
-        return;
-    fm::forward<D><<<dim3((m.T + fm::BM - 1) / fm::BM, m.B * m.NH), fm::THREADS, bytes, st>>>(m);
-    cu_launched("attention_forward (mma)");
-}
-
-template <int D> void mma_backward_d(cudaStream_t st, const fm::args &m)
-{
-    size_t kv = fm::backward_kv_bytes(D), q = fm::backward_q_bytes(D);
-    if (!prepare_launch(fm::backward_kv<D>, kv, "attention_backward (mma, dK dV)") ||
-        !prepare_launch(fm::backward_q<D>, q, "attention_backward (mma, dQ)"))
-        return;
-    fm::backward_kv<D><<<dim3((m.T + fm::BN - 1) / fm::BN, m.B * m.NG), fm::THREADS, kv, st>>>(m);
-    cu_launched("attention_backward (mma, dK dV)");
-    fm::backward_q<D><<<dim3((m.T + fm::BM - 1) / fm::BM, m.B * m.NH), fm::THREADS, q, st>>>(m);
-    cu_launched("attention_backward (mma, dQ)");
-}
-
-// The forward (fwd) or the backward of flash_mma.cuh for a's head size; false when they do
-// not take it (mma_takes).
-bool mma_run(cudaStream_t st, const fa_args &a, bool fwd)
-{
-    if (!mma_takes(a))
-        return false;
-    fm::args m = mma_args(a);
-    switch (a.HS) {
-    case 16: fwd ? mma_forward_d<16>(st, m) : mma_backward_d<16>(st, m); break;
-    case 32: fwd ? mma_forward_d<32>(st, m) : mma_backward_d<32>(st, m); break;
-    case 64: fwd ? mma_forward_d<64>(st, m) : mma_backward_d<64>(st, m); break;
-    default: fwd ? mma_forward_d<128>(st, m) : mma_backward_d<128>(st, m); break;
-    }
-    return true;
-}
-
 template <typename Tin, int TILE> void forward_tiles(cudaStream_t st, const fa_args &a, int DP)
 {
     size_t bytes = fwd_smem(TILE, DP, sizeof(Tin));
@@ -548,7 +482,8 @@ template <typename Tin> void forward(tr_stream s, const fa_args &a)
     if (!usable(a, "attention_forward (flash)"))
         return;
     cudaStream_t st = cu_stream(s);
-    if (std::is_same<Tin, __nv_bfloat16>::value && mma_run(st, a, true))
+    if (std::is_same<Tin, __nv_bfloat16>::value &&
+        cu_flash_mma_forward(st, a.out, a.lse, a.qkv, a.alibi, a.B, a.T, a.NH, a.NG, a.HS, a.seg))
         return;
     int DP = pad16(a.HS), tile = tile_for<Tin>(DP);
     if (tile == 64)
@@ -580,7 +515,10 @@ template <typename Tin> void backward(tr_stream s, const fa_args &a)
     int rows = a.B * a.NH * a.T;
     fa_prepare<<<(rows + FA_WARPS - 1) / FA_WARPS, FA_THREADS, 0, st>>>(a);
     cu_launched("attention_backward (flash, row sums)");
-    if (std::is_same<Tin, __nv_bfloat16>::value && mma_run(st, a, false))
+    const int32_t *starts = reinterpret_cast<const int32_t *>(a.D + (size_t)a.B * a.NH * a.T);
+    if (std::is_same<Tin, __nv_bfloat16>::value &&
+        cu_flash_mma_backward(st, a.dqkv, a.D, starts, a.dout, a.qkv, a.lse_c, a.alibi, a.B, a.T,
+                              a.NH, a.NG, a.HS))
         return;
     int DP = pad16(a.HS), tile = tile_for<Tin>(DP);
     if (tile == 64)

@@ -53,6 +53,17 @@ struct args {
     float scale;
 };
 
+// The sizes and scale of a call (pointers left null): qkv (B, T, NG, R+2, D), NH = NG R.
+inline args make_args(int B, int T, int NH, int NG, int D, const float *alibi)
+{
+    args a = {};
+    a.B = B, a.T = T, a.NH = NH, a.NG = NG, a.R = NH / NG;
+    a.C = NH * D, a.C3 = NG * (a.R + 2) * D;
+    a.scale = 1.0f / sqrtf((float)D);
+    a.alibi = alibi;
+    return a;
+}
+
 // Query rows of a dK dV step: fewer for D = 128, so that the two accumulators fit registers.
 FM_HD constexpr int bq_for(int D) { return D > 64 ? 32 : 64; }
 

@@ -12,16 +12,6 @@ extern "C" {
 
 namespace {
 
-fm::args make(int B, int T, int NH, int NG, int HS, const float *alibi)
-{
-    fm::args a = {};
-    a.B = B, a.T = T, a.NH = NH, a.NG = NG, a.R = NH / NG;
-    a.C = NH * HS, a.C3 = NG * (a.R + 2) * HS;
-    a.scale = 1.0f / std::sqrt((float)HS);
-    a.alibi = alibi;
-    return a;
-}
-
 template <int D> void run_forward(const fm::args &a)
 {
     emu::launch((a.T + fm::BM - 1) / fm::BM, a.B * a.NH, fm::forward_bytes(D),
@@ -52,7 +42,7 @@ template <class F> int by_head_size(int HS, F run)
 int emu_flash_forward(float *out, float *lse, const float *qkv, const float *alibi, int B,
                       int T, int NH, int NG, int HS, const int32_t *segments)
 {
-    fm::args a = make(B, T, NH, NG, HS, alibi);
+    fm::args a = fm::make_args(B, T, NH, NG, HS, alibi);
     a.out = out, a.lse = lse, a.qkv = qkv, a.seg = segments;
     emu::readable = {{qkv, (size_t)B * T * a.C3 * 4}};
     return by_head_size(HS, [&a](auto d) { run_forward<decltype(d)::value>(a); });
@@ -62,7 +52,7 @@ int emu_flash_backward(float *dqkv, const float *Drow, const int32_t *starts, co
                        const float *qkv, const float *lse, const float *alibi, int B, int T,
                        int NH, int NG, int HS)
 {
-    fm::args a = make(B, T, NH, NG, HS, alibi);
+    fm::args a = fm::make_args(B, T, NH, NG, HS, alibi);
     a.dqkv = dqkv, a.Drow = Drow, a.starts = starts, a.dout = dout, a.qkv = qkv, a.lse_in = lse;
     emu::readable = {{qkv, (size_t)B * T * a.C3 * 4}, {dout, (size_t)B * T * a.C * 4}};
     return by_head_size(HS, [&a](auto d) { run_backward<decltype(d)::value>(a); });

@@ -1,0 +1,94 @@
+// The launch of flash_mma.cuh's tensor-core attention (cuda_internal.h: cu_flash_mma_forward,
+// cu_flash_mma_backward): the bf16 mode's head sizes 16, 32, 64, 128 with every tensor 16-byte
+// aligned (the kernels' float4 loads), unless TRIDENT_CUDA_ATTENTION=wmma; elsewhere they
+// return 0 and flash.cu's wmma kernels run. Grids: forward and dQ a block per (query tile of
+// 64, batch x head), the largest tiles first; dK dV a block per (key tile, batch x group).
+#include "kernels/cuda/flash_mma.cuh"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/cuda/cuda_internal.h"
+
+namespace {
+
+bool takes(int HS, uintptr_t pointers)
+{
+    static const bool off = [] {
+        const char *e = getenv("TRIDENT_CUDA_ATTENTION");
+        return e && !strcmp(e, "wmma");
+    }();
+    return !off && (pointers & 15) == 0 && (HS == 16 || HS == 32 || HS == 64 || HS == 128);
+}
+
+// Shared memory past 48 KiB is opted into per kernel.
+template <typename K> bool opt_in(K kernel, size_t bytes, const char *what)
+{
+    return !cu_note(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         (int)bytes),
+                    what);
+}
+
+template <int D> void forward_d(cudaStream_t st, const fm::args &m)
+{
+    size_t bytes = fm::forward_bytes(D);
+    if (!opt_in(fm::forward<D>, bytes, "attention_forward (mma)"))
+        return;
+    fm::forward<D><<<dim3((m.T + fm::BM - 1) / fm::BM, m.B * m.NH), fm::THREADS, bytes, st>>>(m);
+    cu_launched("attention_forward (mma)");
+}
+
+template <int D> void backward_d(cudaStream_t st, const fm::args &m)
+{
+    size_t kv = fm::backward_kv_bytes(D), q = fm::backward_q_bytes(D);
+    if (!opt_in(fm::backward_kv<D>, kv, "attention_backward (mma, dK dV)") ||
+        !opt_in(fm::backward_q<D>, q, "attention_backward (mma, dQ)"))
+        return;
+    fm::backward_kv<D><<<dim3((m.T + fm::BN - 1) / fm::BN, m.B * m.NG), fm::THREADS, kv, st>>>(m);
+    cu_launched("attention_backward (mma, dK dV)");
+    fm::backward_q<D><<<dim3((m.T + fm::BM - 1) / fm::BM, m.B * m.NH), fm::THREADS, q, st>>>(m);
+    cu_launched("attention_backward (mma, dQ)");
+}
+
+// forward (fwd) or backward for the head size (one of the four takes() allows)
+void run(cudaStream_t st, const fm::args &m, int HS, bool fwd)
+{
+    switch (HS) {
+    case 16: fwd ? forward_d<16>(st, m) : backward_d<16>(st, m); break;
+    case 32: fwd ? forward_d<32>(st, m) : backward_d<32>(st, m); break;
+    case 64: fwd ? forward_d<64>(st, m) : backward_d<64>(st, m); break;
+    default: fwd ? forward_d<128>(st, m) : backward_d<128>(st, m); break;
+    }
+}
+
+} // namespace
+
+extern "C" {
+
+int cu_flash_mma_forward(cudaStream_t st, float *out, float *lse, const float *qkv,
+                         const float *alibi, int B, int T, int NH, int NG, int HS,
+                         const int32_t *segments)
+{
+    if (!takes(HS, (uintptr_t)out | (uintptr_t)qkv))
+        return 0;
+    fm::args m = fm::make_args(B, T, NH, NG, HS, alibi);
+    m.out = out, m.lse = lse, m.qkv = qkv, m.seg = segments;
+    run(st, m, HS, true);
+    return 1;
+}
+
+int cu_flash_mma_backward(cudaStream_t st, float *dqkv, const float *Drow,
+                          const int32_t *starts, const float *dout, const float *qkv,
+                          const float *lse, const float *alibi, int B, int T, int NH, int NG,
+                          int HS)
+{
+    if (!takes(HS, (uintptr_t)dqkv | (uintptr_t)dout | (uintptr_t)qkv))
+        return 0;
+    fm::args m = fm::make_args(B, T, NH, NG, HS, alibi);
+    m.dqkv = dqkv, m.Drow = Drow, m.starts = starts, m.dout = dout, m.qkv = qkv;
+    m.lse_in = lse;
+    run(st, m, HS, false);
+    return 1;
+}
+
+} // extern "C"
