@@ -120,6 +120,23 @@ TR_MUST_CHECK int plan_evaluate(const tr_config *cfg, const tr_plan_layout *layo
                                 const tr_plan_cluster *c, int time, double train_tokens,
                                 tr_plan_ws *ws, tr_plan_result *out, tr_plan_explain *explain);
 
+/* What dp/ makes of one stage's gradient buffer (per rank). */
+typedef struct {
+    double params;    /* elements of the stage's parameters (under LoRA: base + adapters) */
+    double trainable; /* of them with gradients and optimizer state (LoRA: the adapters) */
+    int n_buckets;    /* gradient buckets */
+    double shard;     /* DP rank 0's optimizer shard (the largest; params without ZeRO-1) */
+} plan_stage_dp;
+
+/* step_time.c: the step time of r->layout (r's world and vocab_padded set) split by `part`
+ * into stages with sd[P] (their parameters, buckets and shards), ranks_per_node ranks a node:
+ * fills r's time fields (step_time_s, pipeline_s, bubble, links, communication, optimizer)
+ * and, with ex, its per-stage parts. ws: the node report, op lists and simulation reused. */
+TR_MUST_CHECK int plan_time_model(const tr_config *cfg, const tr_plan_cluster *c,
+                                  const tr_pp_partition *part, const plan_stage_dp *sd,
+                                  int ranks_per_node, tr_plan_ws *ws, tr_plan_result *r,
+                                  tr_plan_explain *ex);
+
 /* ---- costs of one micro-batch on one rank, by part (TR_PLAN_PART_GEMM .. _TP) ---- */
 
 typedef struct {
