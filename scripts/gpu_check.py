@@ -10,7 +10,8 @@ benchmarks/gpu_step.sh, then benchmarks/gemm_shapes.sh (the planner's GEMM table
 gemm_shapes.inc in --out). Each step is PASS, FAIL (with the failing output's tail) or SKIP
 (with the reason); a failure never stops the steps after it. The report (report.md),
 every figure (results.json) and the logs (logs.tar.gz) go to --out (default gpu-results/),
-rewritten after every step, so a run cut short still leaves its report.
+rewritten after every step, so a run cut short still leaves its report. Here: the steps, the
+report and the command line; the search for the CUDA pieces is gpu_check_cuda.py's.
 
 usage: scripts/gpu-check.sh [--out DIR] [--bundle DIR] [--build DIR] [--budget SECONDS]
                             [--skip STEP,...] [--only STEP,...] [--jobs N] [--commit HASH]
@@ -25,8 +26,6 @@ Exit 0 when no step FAILed (SKIPs included: a machine without a GPU SKIPs every 
 otherwise."""
 import argparse
 import datetime
-import glob
-import hashlib
 import io
 import json
 import os
@@ -38,8 +37,10 @@ import socket
 import subprocess
 import sys
 import tarfile
-import tempfile
 import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # scripts/, however this is run
+import gpu_check_cuda as cuda  # noqa: E402  (where nvcc, cudart, cuBLASLt and NCCL are)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 STEPS = ("bundle", "cuda-toolkit", "gpu", "configure", "build", "probe", "tests", "bench", "gemm")
@@ -218,83 +219,11 @@ class Check:
         except OSError:
             return ""
 
-    # 2. the CUDA toolkit: nvcc, cudart, cuBLASLt, NCCL from wherever they are
-    def cuda_roots(self, nvcc):
-        roots = []
-        for v in ("TRIDENT_CUDA_HOME", "CUDA_HOME", "CUDA_PATH", "NCCL_HOME"):
-            if os.environ.get(v):
-                roots.append(os.environ[v])
-        if nvcc:
-            roots.append(os.path.dirname(os.path.dirname(os.path.realpath(nvcc))))
-        roots += ["/usr/local/cuda"] + sorted(glob.glob("/usr/local/cuda-*"), reverse=True)
-        for sp in self.site_dirs():
-            nv = os.path.join(sp, "nvidia")
-            if os.path.isdir(nv):
-                roots += [os.path.join(nv, d) for d in sorted(os.listdir(nv))]
-        roots += ["/usr", "/opt/nvidia"]
-        seen, out = set(), []
-        for r in roots:
-            r = os.path.realpath(r)
-            if os.path.isdir(r) and r not in seen:
-                seen.add(r)
-                out.append(r)
-        return out
-
-    def site_dirs(self):
-        dirs = []
-        for py in ("python3", sys.executable):
-            try:
-                p = subprocess.run([py, "-c", "import site, sys; print('\\n'.join(site.getsitepackages() + sys.path))"],
-                                   capture_output=True, text=True, timeout=30)
-                dirs += [d for d in p.stdout.splitlines() if d.endswith("-packages")]
-            except (OSError, subprocess.SubprocessError):
-                pass
-        return list(dict.fromkeys(dirs))
-
-    @staticmethod
-    def lib_in(root, name):
-        """(include dir, library file) of lib NAME under root, or None."""
-        libdirs = ["lib64", "lib", "targets/x86_64-linux/lib", "lib/x86_64-linux-gnu"]
-        for d in libdirs:
-            files = sorted(glob.glob(os.path.join(root, d, f"lib{name}.so*")), key=len)
-            files = [f for f in files if re.search(rf"lib{name}\.so(\.\d+)*$", f)]
-            if files:
-                return os.path.join(root, d), files[0]
-        return None
-
-    @staticmethod
-    def header_in(root, header):
-        for inc in ("include", "targets/x86_64-linux/include"):
-            if os.path.isfile(os.path.join(root, inc, header)):
-                return os.path.join(root, inc)
-        return None
-
-    def find_nvcc(self):
-        cands = [os.environ.get("NVCC", ""), shutil.which("nvcc") or ""]
-        for v in ("TRIDENT_CUDA_HOME", "CUDA_HOME", "CUDA_PATH"):
-            if os.environ.get(v):
-                cands.append(os.path.join(os.environ[v], "bin", "nvcc"))
-        cands += ["/usr/local/cuda/bin/nvcc"] + sorted(glob.glob("/usr/local/cuda-*/bin/nvcc"), reverse=True)
-        for sp in self.site_dirs():
-            cands += sorted(glob.glob(os.path.join(sp, "nvidia", "*", "bin", "nvcc")))
-        for c in cands:
-            if c and os.path.isfile(c) and os.access(c, os.X_OK):
-                return c
-        return None
-
+    # 2. the CUDA toolkit: nvcc, cudart, cuBLASLt, NCCL from wherever they are (gpu_check_cuda.py)
     def cuda_toolkit(self):
-        nvcc = self.find_nvcc()
-        roots = self.cuda_roots(nvcc)
-        found, missing = {}, []
-        for key, header, lib in (("cudart", "cuda_runtime_api.h", "cudart"), ("cublasLt", "cublasLt.h", "cublasLt"),
-                                 ("nccl", "nccl.h", "nccl")):
-            for r in roots:
-                inc, lb = self.header_in(r, header), self.lib_in(r, lib)
-                if inc and lb:
-                    found[key] = {"root": r, "include": inc, "libdir": lb[0], "lib": lb[1]}
-                    break
-            else:
-                missing.append(f"{lib} ({header} + lib{lib}.so*)")
+        nvcc = cuda.find_nvcc()
+        roots = cuda.cuda_roots(nvcc)
+        found, missing = cuda.find_libraries(roots)
         if not nvcc:
             missing.insert(0, "nvcc")
         detail = "searched: " + ", ".join(roots)
@@ -304,30 +233,8 @@ class Check:
             return ("FAIL" if gpu else "SKIP"), msg + ("" if gpu else " (and no GPU here)"), detail
         rc, out = self.run("cuda-toolkit", [nvcc, "--version"], timeout=60)
         nvcc_version = next((l for l in out.splitlines() if "release" in l), "?").strip()
-        nccl_h = open(os.path.join(found["nccl"]["include"], "nccl.h"), errors="replace").read()
-        nv = {k: re.search(rf"#define NCCL_{k}\s+(\d+)", nccl_h) for k in ("MAJOR", "MINOR", "PATCH")}
-        nccl_version = ".".join(m.group(1) for m in nv.values() if m) or "?"
-        # one toolkit folder for meson (-Dcudatoolkit): include/ and lib64/ as links to the
-        # pieces; nvcc itself is found on PATH (meson falls back to it when bin/ has none).
-        # Outside the source tree: meson refuses include directories inside it by absolute path.
-        tag = hashlib.sha1(os.path.abspath(self.a.build).encode()).hexdigest()[:10]  # one per build folder
-        tk = os.path.join(tempfile.gettempdir(), f"trident-cuda-{os.getuid()}-{tag}")
-        shutil.rmtree(tk, ignore_errors=True)
-        os.makedirs(os.path.join(tk, "include"))
-        os.makedirs(os.path.join(tk, "lib64"))
-        for key in ("nccl", "cublasLt", "cudart"):  # each library's own headers win a clash
-            inc = found[key]["include"]
-            for e in sorted(os.listdir(inc)):
-                dst = os.path.join(tk, "include", e)
-                if not os.path.lexists(dst):
-                    os.symlink(os.path.join(inc, e), dst)
-            real = os.path.realpath(found[key]["lib"])
-            base = f"lib{key}.so"
-            soname = self.soname(real) or os.path.basename(real)
-            for n in {base, soname}:
-                dst = os.path.join(tk, "lib64", n)
-                if not os.path.lexists(dst):
-                    os.symlink(real, dst)
+        nccl_version = cuda.nccl_version(found["nccl"]["include"])
+        tk = cuda.toolkit_folder(self.a.build, found)
         self.toolkit = tk
         self.lib_dirs = list(dict.fromkeys([os.path.join(tk, "lib64")] +
                                            [os.path.dirname(os.path.realpath(found[k]["lib"])) for k in found]))
@@ -336,15 +243,6 @@ class Check:
                                    **{k: v["lib"] for k, v in found.items()}, "folder": tk}
         where = "; ".join(f"{k} {v['lib']}" for k, v in found.items())
         return "PASS", f"nvcc {nvcc} ({nvcc_version}); NCCL {nccl_version}; {where}", detail
-
-    @staticmethod
-    def soname(path):
-        try:
-            p = subprocess.run(["readelf", "-d", path], capture_output=True, text=True, timeout=30)
-            m = re.search(r"\(SONAME\).*\[(.*)\]", p.stdout)
-            return m.group(1) if m else None
-        except (OSError, subprocess.SubprocessError):
-            return None
 
     # 3. the GPU, as the driver sees it (the probe after the build decides)
     def gpu(self):
