@@ -79,7 +79,8 @@ enum {
     OP_XENT_PICK, OP_XENT_LOSS, OP_XENT_BACKWARD, OP_XENT_STATS, OP_XENT_RESCALE,
     OP_XENT_LOSS_BACKWARD, OP_EMB_FORWARD, OP_EMB_BACKWARD,
     OP_POS_FORWARD, OP_POS_BACKWARD, OP_ADAMW, OP_SUMSQ, OP_LINEAR, OP_GEMM_OUT16,
-    OP_GEMM_A16, OP_XENT_STATS16, OP_XENT_LOSS_BACKWARD16, N_OPS
+    OP_GEMM_A16, OP_XENT_STATS16, OP_XENT_LOSS_BACKWARD16, OP_GELU_FORWARD16, OP_GEMM_B16,
+    N_OPS
 };
 static const char *const op_names[N_OPS] = {
     "gemm (LM head)", "gemm (layers)", "to_device", "to_host", "copy", "zero", "add", "axpy",
@@ -89,7 +90,7 @@ static const char *const op_names[N_OPS] = {
     "xent_loss_backward", "embedding_forward",
     "embedding_backward", "position_forward", "position_backward", "adamw", "sumsq",
     "gemm (layers) + bias", "gemm (LM head) bf16 out", "gemm (LM head) bf16 in",
-    "xent_stats16", "xent_loss_backward16"};
+    "xent_stats16", "xent_loss_backward16", "gelu_forward16", "gemm (layers) bf16 B"};
 static tr_kernels base;
 static int prof_on, prof_vp;
 static double prof_ms[N_OPS], prof_flops[N_OPS];
@@ -144,11 +145,24 @@ static void p_gemm_a16(tr_stream s, int ta, int tb, int M, int N, int K, float a
                        const uint16_t *A, int lda, const float *B, int ldb, float beta, float *C,
                        int ldc)
 {
+    /* the head's (its vocabulary-wide dimension) or fc_proj's forward (the layers') */
+    int op = (M == prof_vp || N == prof_vp || K == prof_vp) ? OP_GEMM_A16 : OP_GEMM;
     PROF_BEGIN base.gemm_a16(s, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
-    PROF_END(OP_GEMM_A16)
+    PROF_END(op)
     if (prof_on)
-        prof_flops[OP_GEMM_A16] += 2.0 * M * N * K;
+        prof_flops[op] += 2.0 * M * N * K;
 }
+static void p_gemm_b16(tr_stream s, int ta, int tb, int M, int N, int K, float alpha,
+                       const float *A, int lda, const uint16_t *B, int ldb, float beta, float *C,
+                       int ldc)
+{
+    PROF_BEGIN base.gemm_b16(s, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+    PROF_END(OP_GEMM_B16)
+    if (prof_on)
+        prof_flops[OP_GEMM_B16] += 2.0 * M * N * K;
+}
+WRAP(OP_GELU_FORWARD16, gelu_forward16, (tr_stream s, uint16_t *o, const float *x, size_t n),
+     (s, o, x, n))
 WRAP(OP_XENT_STATS16, xent_stats16,
      (tr_stream s, float *m, float *se, float *pk, const uint16_t *l, const int32_t *t, int N,
       int V, int nv, int v0),
@@ -260,6 +274,10 @@ static tr_kernels profiled(const tr_kernels *k, int Vp)
     if (k->gemm_out16)
         p.gemm_out16 = p_gemm_out16, p.gemm_a16 = p_gemm_a16, p.xent_stats16 = p_xent_stats16,
         p.xent_loss_backward16 = p_xent_loss_backward16;
+    if (k->gelu_forward16)
+        p.gelu_forward16 = p_gelu_forward16;
+    if (k->gemm_b16)
+        p.gemm_b16 = p_gemm_b16;
     return p;
 }
 

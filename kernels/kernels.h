@@ -209,6 +209,15 @@ typedef struct tr_kernels {
                                  const float *sumexp, const float *picked,
                                  const int32_t *targets, const float *weights, int N, int V,
                                  int n_valid, int v_start, float scale);
+    /* --- the MLP's activation in bf16 storage: optional, as the head's (the model keeps the
+     * GELU output that feeds fc_proj in bf16 when all of gelu_forward16, gemm_a16 and
+     * gemm_b16 are set, and no LoRA adapter reads it).
+     *  gelu_forward16: out16[i] = gelu(inp[i]) stored bf16
+     *  gemm_b16:       C = alpha op(A) op(B16) + beta C: gemm with B read from bf16 */
+    void (*gelu_forward16)(tr_stream s, uint16_t *out16, const float *inp, size_t n);
+    void (*gemm_b16)(tr_stream s, int trans_a, int trans_b, int M, int N, int K, float alpha,
+                     const float *A, int lda, const uint16_t *B16, int ldb, float beta, float *C,
+                     int ldc);
 
     /* --- embeddings ---
      * embedding_forward: out[n] = table[ids[n] - v_start] if held here (v_start <= id <

@@ -24,6 +24,9 @@ static int input_shared(const tr_gpt *g, int target)
     return g->lora && !(g->s.lora_targets & (1 << target));
 }
 
+/* Floats that hold n elements of the GELU output: half as many in bf16 storage. */
+static size_t gelu_floats(const tr_gpt *g, size_t n) { return gpt_gelu16(g) ? (n + 1) / 2 : n; }
+
 /* Floats of one layer's activations (everything of layer_acts). */
 static size_t layer_acts_floats(const tr_gpt *g, int B)
 {
@@ -34,7 +37,7 @@ static size_t layer_acts_floats(const tr_gpt *g, int B)
     size_t Q = (size_t)g->QKVl, Fw = (size_t)g->Fwl, F = (size_t)g->Fl;
     size_t lora = g->lora ? 4 * N * (size_t)g->s.lora_rank : 0;
     size_t ln1 = input_shared(g, LORA_QKV) ? 0 : N * C, ln2 = input_shared(g, LORA_FC1) ? 0 : N * C;
-    size_t gelu = input_shared(g, LORA_FC2) ? 0 : N * F;
+    size_t gelu = input_shared(g, LORA_FC2) ? 0 : gelu_floats(g, N * F);
     size_t sizes[] = {ln1,    Nl,     Nl, N * Q,  N * Cl,     lse,        Nl * C,
                       ln2,    Nl,     Nl, N * Fw, gelu,       Nl * C,     lora};
     size_t total = 0;
@@ -63,7 +66,7 @@ static void layer_acts_carve(const tr_gpt *g, int B, layer_acts *L, float **c, i
         L->ln2_mean = take(c, Nl);
         L->ln2_rstd = take(c, Nl);
         L->fch = take(c, N * (size_t)g->Fwl);
-        L->fch_gelu = input_shared(g, LORA_FC2) ? NULL : take(c, N * (size_t)g->Fl);
+        L->fch_gelu = input_shared(g, LORA_FC2) ? NULL : take(c, gelu_floats(g, N * g->Fl));
         L->lora_h = g->lora ? take(c, 4 * N * (size_t)g->s.lora_rank) : NULL;
     }
     L->residual3 = take(c, Nl * C);

@@ -16,10 +16,16 @@ static int layer_backward(tr_gpt *g, int l, const layer_acts *L, const float *x,
     const float *dln_own = sc->dln + (size_t)r0 * C; /* this rank's rows of dln */
     tr_tp_lora lo; /* LoRA adapters (NULL: none), each made right before its layer */
     /* MLP: residual3 = residual2 + fc_proj(gelu(fc(ln2(residual2)))) */
-    rc = tr_tp_row_linear_backward_lora(tp, sc->dfch_gelu, layer_grad(g, l, L_FCPROJ_W),
-                                        layer_grad(g, l, L_FCPROJ_B), dres, L->fch_gelu,
-                                        layer_param(g, l, L_FCPROJ_W), N, g->Fl, C, sc->wide,
-                                        gpt_lora(g, L, l, LORA_FC2, B, &lo));
+    if (gpt_gelu16(g)) /* the GELU output kept in bf16 storage */
+        rc = tr_tp_row_linear_backward16(tp, sc->dfch_gelu, layer_grad(g, l, L_FCPROJ_W),
+                                         layer_grad(g, l, L_FCPROJ_B), dres,
+                                         (const uint16_t *)L->fch_gelu,
+                                         layer_param(g, l, L_FCPROJ_W), N, g->Fl, C, sc->wide);
+    else
+        rc = tr_tp_row_linear_backward_lora(tp, sc->dfch_gelu, layer_grad(g, l, L_FCPROJ_W),
+                                            layer_grad(g, l, L_FCPROJ_B), dres, L->fch_gelu,
+                                            layer_param(g, l, L_FCPROJ_W), N, g->Fl, C,
+                                            sc->wide, gpt_lora(g, L, l, LORA_FC2, B, &lo));
     if (rc)
         return rc;
     if (g->s.swiglu)

@@ -46,6 +46,14 @@ int gpt_layer_forward(tr_gpt *g, int l, layer_acts *L, const float *x, int B)
                                           gpt_lora(g, L, l, LORA_FC1, B, &lo));
     if (rc)
         return rc;
+    if (gpt_gelu16(g)) { /* the GELU output in bf16 storage, read as it is by fc_proj */
+        uint16_t *gelu16 = (uint16_t *)L->fch_gelu;
+        k->gelu_forward16(NULL, gelu16, L->fch, (size_t)N * g->Fl);
+        return tr_tp_row_linear_forward16(tp, L->residual3, L->residual2, gelu16,
+                                          layer_param(g, l, L_FCPROJ_W),
+                                          layer_param(g, l, L_FCPROJ_B), N, g->Fl, C,
+                                          g->scratch.wide);
+    }
     if (g->s.swiglu)
         k->swiglu_forward(NULL, L->fch_gelu, L->fch, (size_t)N * g->Fl);
     else

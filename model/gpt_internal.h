@@ -27,7 +27,8 @@ typedef struct {
     float *residual2;                 /* (Nl, C) = input + attention */
     float *ln2, *ln2_mean, *ln2_rstd; /* (N, C), (Nl), (Nl) */
     float *fch;                       /* (N, Fwl) */
-    float *fch_gelu;                  /* (N, Fl) the activation (GELU or SwiGLU) */
+    float *fch_gelu;                  /* (N, Fl) the activation (GELU or SwiGLU; bf16 storage
+                                       * where gpt_gelu16) */
     float *residual3;                 /* (Nl, C) = layer output */
     float *lora_h;                    /* LoRA: (4, N, r) x A^T of each target */
 } layer_acts;
@@ -123,6 +124,15 @@ struct tr_gpt {
     const int32_t *segments; /* of the micro-batch being run (its acts'), NULL: whole rows */
     const int32_t *positions; /* the same micro-batch's restarting positions (rope), or NULL */
 };
+
+/* Whether the MLP's GELU output (layer_acts.fch_gelu, feeding fc_proj) is kept in bf16 storage:
+ * the table has the ops (kernels.h: gelu_forward16, gemm_a16, gemm_b16), the family uses GELU
+ * and no LoRA adapter reads it. Then fch_gelu holds N*Fl bf16 bits in half its floats. */
+static inline int gpt_gelu16(const tr_gpt *g)
+{
+    return g->k->gelu_forward16 && g->k->gemm_a16 && g->k->gemm_b16 && !g->s.swiglu &&
+           !g->s.lora_rank;
+}
 
 /* NULL where the family has no such tensor (a bias) */
 static inline float *layer_param(tr_gpt *g, int layer, int which)

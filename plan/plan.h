@@ -258,7 +258,7 @@ typedef struct {
     int trident_kernels;     /* trident's kernels (runtime trident): fused attention on both
                               * backends (no scores or probabilities stored, a log-sum-exp per
                               * query row instead, so selective recompute is none) and fp32
-                              * activations; on a GPU preset in bf16 the step timed kernel by
+                              * activations (bf16: but the GELU output); on a GPU preset in bf16 the step timed kernel by
                               * kernel as written (plan/costs_trident.c: staged GEMMs, unfused
                               * element-wise kernels, chunked head); 0: Megatron's fused
                               * kernels (plan/costs.c) */

@@ -235,11 +235,17 @@ static void memory_model(const tr_config *cfg, const tr_plan_cluster *c,
                                    ? TR_PLAN_RECOMPUTE_SELECTIVE
                                    : L->recompute;
     double lse = L->trident_kernels ? 4.0 * m->num_attention_heads * (double)s * b / t : 0;
-    /* trident's kernels keep activations in fp32 whatever the compute precision */
+    /* trident's kernels keep activations in fp32 whatever the compute precision, */
     int act16 = L->bf16 && !L->trident_kernels;
+    /* but the GELU output that feeds fc_proj, kept in bf16 storage (model/gpt_internal.h's
+     * gpt_gelu16: bf16 on trident's kernels, GELU, no LoRA): 2 bytes an element less */
+    double gelu16 = L->trident_kernels && L->bf16 && !m->swiglu && !cfg->finetune.lora_rank &&
+                            stored != TR_PLAN_RECOMPUTE_FULL
+                        ? 2.0 * s * b * (double)tr_model_ffn_hidden(m) / t
+                        : 0;
     double act = tr_plan_layer_activation_bytes(s, b, h, m->num_attention_heads, t,
                                                 L->sequence_parallel, stored, act16) +
-                 (stored == TR_PLAN_RECOMPUTE_FULL ? 0 : lse);
+                 (stored == TR_PLAN_RECOMPUTE_FULL ? 0 : lse) - gelu16;
     double act_none = tr_plan_layer_activation_bytes(
                           s, b, h, m->num_attention_heads, t, L->sequence_parallel,
                           L->trident_kernels ? TR_PLAN_RECOMPUTE_SELECTIVE : TR_PLAN_RECOMPUTE_NONE,

@@ -549,10 +549,11 @@ def main():
     ap.add_argument("--jobs", type=int, default=0)
     ap.add_argument("--variants",
                     default="TRIDENT_CUDA_ATTENTION=wmma;TRIDENT_CUDA_HEAD=fp32;TRIDENT_CUDA_EPILOGUE=0;"
-                    "TRIDENT_CUDA_GEMM=fast",
+                    "TRIDENT_CUDA_ACTIVATIONS=fp32;TRIDENT_CUDA_GEMM=fast",
                     help="after the benchmark, trident's step again with each NAME=VALUE set, ';'-separated "
                     "(default: the former wmma attention kernels instead of flash_mma.cuh's; the head's logits "
-                    "in fp32 instead of bf16; bias_add after the GEMM instead of cuBLASLt's bias epilogue; "
+                    "in fp32 instead of bf16; bias_add after the GEMM instead of cuBLASLt's bias epilogue; the GELU output "
+                    "in fp32 instead of bf16; "
                     "cuBLASLt's fast-bf16 mode instead of staging)")
     ap.add_argument("--targets", default="", help="ninja targets of the build step, comma-separated "
                     "(default: everything; tests/gpu_bundle builds trident and the probe only)")

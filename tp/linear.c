@@ -147,29 +147,46 @@ int tr_tp_row_linear_forward(const tr_tp *tp, float *y, const float *residual, c
     return tr_tp_row_linear_forward_lora(tp, y, residual, x, W, b, N, ICl, OC, scratch, NULL);
 }
 
-int tr_tp_row_linear_forward_lora(const tr_tp *tp, float *y, const float *residual,
-                                  const float *x, const float *W, const float *b, int N,
-                                  int ICl, int OC, float *scratch, const tr_tp_lora *lora)
+/* A row-parallel layer's input: fp32 (f), or bf16 storage (h: kernels.h's gemm_a16 and
+ * gemm_b16 read it; no LoRA then) */
+typedef struct {
+    const float *f;
+    const uint16_t *h;
+} row_input;
+
+/* y (N, OC) = x W^T + beta y for either storage of x */
+static void gemm_in_Wt(const tr_kernels *k, float *y, row_input x, const float *W, int N, int IC,
+                       int OC, float beta)
+{
+    if (x.h)
+        k->gemm_a16(NULL, 0, 1, N, OC, IC, 1.0f, x.h, IC, W, IC, beta, y, OC);
+    else
+        gemm_xWt(k, y, x.f, W, N, IC, OC, beta);
+}
+
+static int row_forward(const tr_tp *tp, float *y, const float *residual, row_input x,
+                       const float *W, const float *b, int N, int ICl, int OC, float *scratch,
+                       const tr_tp_lora *lora)
 {
     const tr_kernels *k = tp->k;
     int first, count, rc;
     tr_tp_rows(tp, N, &first, &count);
-    if (tp->size == 1 && !lora) { /* the unsplit layer: the residual and bias in the GEMM */
-        linear_xWt_bias(k, y, x, W, b, residual, N, ICl, OC);
+    if (tp->size == 1 && !lora && x.f) { /* the unsplit layer: the residual and bias in the GEMM */
+        linear_xWt_bias(k, y, x.f, W, b, residual, N, ICl, OC);
         return TR_OK;
     }
     if (tp->size == 1) {
         /* the unsplit layer: accumulate onto the residual inside the GEMM */
         if (residual && residual != y)
             k->copy(NULL, y, residual, (size_t)N * OC * sizeof(float));
-        gemm_xWt(k, y, x, W, N, ICl, OC, residual ? 1.0f : 0.0f);
+        gemm_in_Wt(k, y, x, W, N, ICl, OC, residual ? 1.0f : 0.0f);
         if (lora)
-            lora_forward(k, y, x, lora, N, ICl, OC);
+            lora_forward(k, y, x.f, lora, N, ICl, OC);
     } else {
         /* partial (N, OC) on every rank; reduce (g forward, or reduce-scatter under SP) */
-        gemm_xWt(k, scratch, x, W, N, ICl, OC, 0.0f);
+        gemm_in_Wt(k, scratch, x, W, N, ICl, OC, 0.0f);
         if (lora) /* the adapter's partial rides on the base layer's reduction */
-            lora_forward(k, scratch, x, lora, N, ICl, OC);
+            lora_forward(k, scratch, x.f, lora, N, ICl, OC);
         float *reduced = residual ? scratch + (size_t)first * OC : y;
         rc = tr_tp_reduce_scatter_to_sequence_region_forward(tp, scratch, reduced, N, OC);
         if (rc)
@@ -182,6 +199,22 @@ int tr_tp_row_linear_forward_lora(const tr_tp *tp, float *y, const float *residu
     return TR_OK;
 }
 
+int tr_tp_row_linear_forward_lora(const tr_tp *tp, float *y, const float *residual,
+                                  const float *x, const float *W, const float *b, int N,
+                                  int ICl, int OC, float *scratch, const tr_tp_lora *lora)
+{
+    row_input in = {x, NULL};
+    return row_forward(tp, y, residual, in, W, b, N, ICl, OC, scratch, lora);
+}
+
+int tr_tp_row_linear_forward16(const tr_tp *tp, float *y, const float *residual,
+                               const uint16_t *x16, const float *W, const float *b, int N,
+                               int ICl, int OC, float *scratch)
+{
+    row_input in = {NULL, x16};
+    return row_forward(tp, y, residual, in, W, b, N, ICl, OC, scratch, NULL);
+}
+
 int tr_tp_row_linear_backward(const tr_tp *tp, float *dx, float *dW, float *db,
                               const float *dy, const float *x, const float *W, int N, int ICl,
                               int OC, float *scratch)
@@ -189,9 +222,9 @@ int tr_tp_row_linear_backward(const tr_tp *tp, float *dx, float *dW, float *db,
     return tr_tp_row_linear_backward_lora(tp, dx, dW, db, dy, x, W, N, ICl, OC, scratch, NULL);
 }
 
-int tr_tp_row_linear_backward_lora(const tr_tp *tp, float *dx, float *dW, float *db,
-                                   const float *dy, const float *x, const float *W, int N,
-                                   int ICl, int OC, float *scratch, const tr_tp_lora *lora)
+static int row_backward(const tr_tp *tp, float *dx, float *dW, float *db, const float *dy,
+                        row_input x, const float *W, int N, int ICl, int OC, float *scratch,
+                        const tr_tp_lora *lora)
 {
     const tr_kernels *k = tp->k;
     int first, count, rc;
@@ -205,11 +238,29 @@ int tr_tp_row_linear_backward_lora(const tr_tp *tp, float *dx, float *dW, float 
         dy_all = scratch;
     }
     gemm_dx(k, dx, dy_all, W, N, ICl, OC);
-    if (dW)
-        gemm_dW(k, dW, dy_all, x, N, ICl, OC);
+    if (dW && x.h) /* dW (OC, IC) += dy^T x16 */
+        k->gemm_b16(NULL, 1, 0, OC, ICl, N, 1.0f, dy_all, OC, x.h, ICl, 1.0f, dW, ICl);
+    else if (dW)
+        gemm_dW(k, dW, dy_all, x.f, N, ICl, OC);
     if (lora)
-        lora_backward(k, dx, dy_all, x, lora, N, ICl, OC);
+        lora_backward(k, dx, dy_all, x.f, lora, N, ICl, OC);
     if (db)
         k->bias_backward(NULL, db, dy, count, OC);
     return TR_OK;
+}
+
+int tr_tp_row_linear_backward_lora(const tr_tp *tp, float *dx, float *dW, float *db,
+                                   const float *dy, const float *x, const float *W, int N,
+                                   int ICl, int OC, float *scratch, const tr_tp_lora *lora)
+{
+    row_input in = {x, NULL};
+    return row_backward(tp, dx, dW, db, dy, in, W, N, ICl, OC, scratch, lora);
+}
+
+int tr_tp_row_linear_backward16(const tr_tp *tp, float *dx, float *dW, float *db,
+                                const float *dy, const uint16_t *x16, const float *W, int N,
+                                int ICl, int OC, float *scratch)
+{
+    row_input in = {NULL, x16};
+    return row_backward(tp, dx, dW, db, dy, in, W, N, ICl, OC, scratch, NULL);
 }

@@ -176,6 +176,17 @@ TR_MUST_CHECK int tr_tp_row_linear_forward_lora(const tr_tp *tp, float *y, const
 TR_MUST_CHECK int tr_tp_row_linear_backward_lora(const tr_tp *tp, float *dx, float *dW, float *db,
                                    const float *dy, const float *x, const float *W, int N,
                                    int ICl, int OC, float *scratch, const tr_tp_lora *lora);
+/* The row-parallel linear on an input in bf16 storage (x16 (N, ICl) bf16 bits: the MLP's GELU
+ * output where the table has gelu_forward16, gemm_a16 and gemm_b16; no adapter): as
+ * tr_tp_row_linear_forward / _backward, the GEMMs reading x16 in place. */
+TR_MUST_CHECK int tr_tp_row_linear_forward16(const tr_tp *tp, float *y, const float *residual,
+                                             const uint16_t *x16, const float *W,
+                                             const float *b, int N, int ICl, int OC,
+                                             float *scratch);
+TR_MUST_CHECK int tr_tp_row_linear_backward16(const tr_tp *tp, float *dx, float *dW, float *db,
+                                              const float *dy, const uint16_t *x16,
+                                              const float *W, int N, int ICl, int OC,
+                                              float *scratch);
 
 /* ------------------------------------------------------------------ vocabulary parallel
  * Vl = Vp/T rows of the embedding table (and logit columns) per rank; this rank's first

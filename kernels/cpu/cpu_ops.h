@@ -97,9 +97,9 @@ void cpu_gemm(tr_stream s, int trans_a, int trans_b, int M, int N, int K, float 
 void cpu_linear_forward(tr_stream s, float *y, const float *x, const float *W, const float *b,
                         const float *residual, int N, int IC, int OC);
 
-/* head16.c: the chunked head's bf16-storage ops (kernels.h) into t, wrapping t's own gemm,
- * xent_stats and xent_loss_backward ("cpu-bf16"). */
-void cpu_head16_fill(tr_kernels *t);
+/* bf16_storage.c: the bf16-storage ops (kernels.h: the head's, the MLP activation's) into t,
+ * wrapping t's own gemm, gelu_forward, xent_stats and xent_loss_backward ("cpu-bf16"). */
+void cpu_bf16_storage_fill(tr_kernels *t);
 
 /* layernorm.c */
 void cpu_layernorm_forward(tr_stream s, float *out, float *mean, float *rstd,

@@ -303,7 +303,7 @@ static void make_tables(void)
     bf16_table = *tr_kernels_cpu();
     bf16_table.name = "cpu-bf16";
     FILL(bf16_table, bf16);
-    cpu_head16_fill(&bf16_table); /* the head in bf16 storage, as the CUDA bf16 mode's */
+    cpu_bf16_storage_fill(&bf16_table); /* bf16 storage, as the CUDA bf16 mode's */
     fp16_table = *tr_kernels_cpu();
     fp16_table.name = "cpu-fp16";
     FILL(fp16_table, fp16);

@@ -121,6 +121,7 @@ void cu_scale_rows(tr_stream s, float *x, const float *w, int N, int C);
 void cu_bias_add(tr_stream s, float *out, const float *bias, int N, int C);
 void cu_bias_backward(tr_stream s, float *dbias, const float *dout, int N, int C);
 void cu_gelu_forward(tr_stream s, float *out, const float *inp, size_t n);
+void cu_gelu_forward16(tr_stream s, uint16_t *out16, const float *inp, size_t n);
 void cu_gelu_backward(tr_stream s, float *dinp, const float *inp, const float *dout,
                          size_t n);
 /* C[r, c] = beta * C[r, c] for a rows x cols block with row stride ldc (beta 0 writes 0). */
@@ -250,6 +251,10 @@ void cu_gemm_out16(tr_stream s, int trans_a, int trans_b, int M, int N, int K, f
                    const float *A, int lda, const float *B, int ldb, uint16_t *C16, int ldc);
 void cu_gemm_a16(tr_stream s, int trans_a, int trans_b, int M, int N, int K, float alpha,
                  const uint16_t *A16, int lda, const float *B, int ldb, float beta, float *C,
+                 int ldc);
+/* The MLP activation's (kernels.h's gemm_b16), bf16 mode. */
+void cu_gemm_b16(tr_stream s, int trans_a, int trans_b, int M, int N, int K, float alpha,
+                 const float *A, int lda, const uint16_t *B16, int ldb, float beta, float *C,
                  int ldc);
 TR_MUST_CHECK int cu_gemm_init(size_t staging_bytes); /* tr_cuda_staging_bytes */
 size_t cu_gemm_workspace_bytes(void);

@@ -69,14 +69,23 @@ __global__ void colsum_finish_kernel(float *dst, const float *partial, int R, in
 #define GELU_K 0.044715f
 
 // gelu(x) = x sig(2u), u = sqrt(2/pi)(x + 0.044715 x^3): the CPU backend's sigmoid form
+__device__ __forceinline__ float gelu(float x)
+{
+    float u = SQRT_2_OVER_PI * (x + GELU_K * x * x * x);
+    return x / (1.0f + expf(-2.0f * u));
+}
+
 __global__ void gelu_forward_kernel(float *out, const float *inp, size_t n)
 {
     TR_CU_GRID_STRIDE(i, n)
-    {
-        float x = inp[i];
-        float u = SQRT_2_OVER_PI * (x + GELU_K * x * x * x);
-        out[i] = x / (1.0f + expf(-2.0f * u));
-    }
+    out[i] = gelu(inp[i]);
+}
+
+// the same stored bf16 (kernels.h's gelu_forward16)
+__global__ void gelu_forward16_kernel(uint16_t *out16, const float *inp, size_t n)
+{
+    TR_CU_GRID_STRIDE(i, n)
+    out16[i] = bf16_from_f32(gelu(inp[i]));
 }
 
 __global__ void gelu_backward_kernel(float *dinp, const float *inp, const float *dout, size_t n)
@@ -189,6 +198,14 @@ void cu_gelu_forward(tr_stream s, float *out, const float *inp, size_t n)
         return;
     gelu_forward_kernel<<<tr_cu_blocks(n), CU_THREADS, 0, cu_stream(s)>>>(out, inp, n);
     cu_launched("gelu_forward");
+}
+
+void cu_gelu_forward16(tr_stream s, uint16_t *out16, const float *inp, size_t n)
+{
+    if (!n)
+        return;
+    gelu_forward16_kernel<<<tr_cu_blocks(n), CU_THREADS, 0, cu_stream(s)>>>(out16, inp, n);
+    cu_launched("gelu_forward16");
 }
 
 void cu_gelu_backward(tr_stream s, float *dinp, const float *inp, const float *dout,

@@ -478,6 +478,41 @@ void cu_gemm_a16(tr_stream s, int ta, int tb, int M, int N, int K, float alpha,
     }
 }
 
+/* C = alpha op(A) op(B16) + beta C: B read in place, A staged in slabs of K (the first with
+ * the caller's beta, the others accumulating in the fp32 C). */
+void cu_gemm_b16(tr_stream s, int ta, int tb, int M, int N, int K, float alpha, const float *A,
+                 int lda, const uint16_t *B16, int ldb, float beta, float *C, int ldc)
+{
+    cudaStream_t st = cu_shared_stream(s, "gemm_b16");
+    if (M <= 0 || N <= 0)
+        return;
+    if (K <= 0 || alpha == 0.0f) {
+        cu_scale_2d(st, C, M, N, ldc, beta);
+        return;
+    }
+    size_t kc = (G.staging_bytes / sizeof(uint16_t)) / (size_t)M;
+    if (kc >= 64)
+        kc &= ~(size_t)63;
+    if (kc < 1) {
+        note_none("gemm_b16", M, N, K);
+        return;
+    }
+    if (kc > (size_t)K)
+        kc = (size_t)K;
+    for (int k0 = 0; k0 < K; k0 += (int)kc) {
+        int w = K - k0 < (int)kc ? K - k0 : (int)kc;
+        if (ta) /* op(A) columns k0..: rows k0.. of the stored K x M */
+            cu_pack_bf16(st, G.staging, A + (size_t)k0 * lda, w, M, lda);
+        else
+            cu_pack_bf16(st, G.staging, A + k0, M, w, lda);
+        /* op(B) rows k0..: columns k0.. of the stored N x K, or rows k0.. of K x N */
+        const uint16_t *b = tb ? B16 + k0 : B16 + (size_t)k0 * ldb;
+        if (matmul_to(st, CU_GEMM_BF16, ta, tb, M, N, w, alpha, G.staging, ta ? M : w, 0, b, ldb,
+                      0, k0 ? 1.0f : beta, C, 0, ldc, 0, 1))
+            note_none("gemm_b16", M, N, w);
+    }
+}
+
 /* ---- kernels.h's linear_forward, bf16 mode: y = x W^T + b [+ residual] with the bias in
  * cuBLASLt's epilogue (on the first K slab) where the bias is 16-byte aligned (the views into
  * the flat parameter buffer may not be) and an algorithm has it; else bias_add after. */

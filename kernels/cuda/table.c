@@ -30,7 +30,7 @@
 
 /* not const: TRIDENT_CUDA_HEAD=fp32 takes the head's bf16-storage ops out (the head's logits
  * then stay fp32, as before they existed), TRIDENT_CUDA_EPILOGUE=0 the fused linear_forward
- * (gemm, then bias_add) */
+ * (gemm, then bias_add), TRIDENT_CUDA_ACTIVATIONS=fp32 the MLP activation's (fp32 again) */
 static tr_kernels cuda_bf16_table = {
     .name = "cuda",
     COMMON_OPS,
@@ -40,6 +40,8 @@ static tr_kernels cuda_bf16_table = {
     .gemm_a16 = cu_gemm_a16,
     .xent_stats16 = cu_xent_stats16,
     .xent_loss_backward16 = cu_xent_loss_backward16,
+    .gelu_forward16 = cu_gelu_forward16,
+    .gemm_b16 = cu_gemm_b16,
     .attention_forward = cu_attention_forward_bf16,
     .attention_backward = cu_attention_backward_bf16,
     .attention_decode = cu_attention_decode_bf16,
@@ -63,11 +65,14 @@ static const tr_kernels cuda_fp32_table = {
 static void table_choices(void)
 {
     const char *h = getenv("TRIDENT_CUDA_HEAD"), *e = getenv("TRIDENT_CUDA_EPILOGUE");
+    const char *a = getenv("TRIDENT_CUDA_ACTIVATIONS");
     if (h && !strcmp(h, "fp32"))
         cuda_bf16_table.gemm_out16 = NULL, cuda_bf16_table.gemm_a16 = NULL,
         cuda_bf16_table.xent_stats16 = NULL, cuda_bf16_table.xent_loss_backward16 = NULL;
     if (e && !strcmp(e, "0"))
         cuda_bf16_table.linear_forward = NULL;
+    if (a && !strcmp(a, "fp32"))
+        cuda_bf16_table.gelu_forward16 = NULL, cuda_bf16_table.gemm_b16 = NULL;
 }
 
 const tr_kernels *tr_kernels_cuda(tr_cuda_precision precision)

@@ -4,6 +4,8 @@
  *  - linear_forward (the bias in cuBLASLt's epilogue) against "cpu"'s gemm + bias_add: with a
  *    16-byte aligned bias (the epilogue), a misaligned one (bias_add after), none, a residual
  *    in place and another;
+ *  - the MLP activation's bf16 storage (gelu_forward16, and fc_proj's GEMMs reading it:
+ *    gemm_a16 forward, gemm_b16 weight gradient) against "cpu-bf16"'s;
  *  - the chunked head's bf16-storage ops (kernels.h: gemm_out16, gemm_a16, xent_stats16,
  *    xent_loss_backward16) against "cpu-bf16"'s: the head's three GEMMs (logits = x W^T,
  *    dx = dlogits W, dW += dlogits^T x) with odd sizes and a beta = 1 accumulation, the
@@ -125,6 +127,43 @@ static void test_xent16(int N, int V, int n_valid, int v_start)
     free(lf), free(weights), free(l16), free(targets), free(st), free(loss), free(d16);
 }
 
+/* the MLP activation's: gelu_forward16, then dW += dy^T gelu16 (gemm_b16, as fc_proj's weight
+ * gradient) and y = gelu16 W^T (gemm_a16, its forward) */
+static void test_mlp16(int N, int F, int C)
+{
+    char what[96];
+    size_t nf = (size_t)N * F;
+    float *pre = host(nf, -3, 3), *dy = host((size_t)N * C, -1, 1), *W = host((size_t)C * F, -1, 1);
+    float *dW = host((size_t)C * F, -1, 1), *y = malloc((size_t)N * C * 4);
+    uint16_t *g16 = malloc(nf * 2);
+    TWIN->gelu_forward16(NULL, g16, pre, nf);
+    TWIN->gemm_b16(NULL, 1, 0, C, F, N, 1.0f, dy, C, g16, F, 1.0f, dW, F);
+    TWIN->gemm_a16(NULL, 0, 1, N, C, F, 1.0f, g16, F, W, F, 0.0f, y, C);
+    float *gpre = dev(BF16, pre, nf * 4), *gdy = dev(BF16, dy, (size_t)N * C * 4);
+    float *gW = dev(BF16, W, (size_t)C * F * 4), *gdW = dev(BF16, dW, (size_t)C * F * 4);
+    float *gy = dev(BF16, NULL, (size_t)N * C * 4);
+    uint16_t *gg = dev(BF16, NULL, nf * 2);
+    BF16->gelu_forward16(NULL, gg, gpre, nf);
+    float *want = widen(g16, nf), *got = back16(gg, nf);
+    snprintf(what, sizeof what, "gelu_forward16 %zu", nf);
+    compare(what, BF16, got, want, nf, TOL_BF16);
+    free(want), free(got);
+    BF16->to_device(NULL, gg, g16, nf * 2); /* the same bf16 input on both sides */
+    BF16->gemm_b16(NULL, 1, 0, C, F, N, 1.0f, gdy, C, gg, F, 1.0f, gdW, F);
+    BF16->gemm_a16(NULL, 0, 1, N, C, F, 1.0f, gg, F, gW, F, 0.0f, gy, C);
+    got = back(BF16, gdW, (size_t)C * F);
+    snprintf(what, sizeof what, "gemm_b16 dW += %dx%d K%d", C, F, N);
+    compare(what, BF16, got, dW, (size_t)C * F, TOL_BF16);
+    free(got);
+    got = back(BF16, gy, (size_t)N * C);
+    snprintf(what, sizeof what, "gemm_a16 fc_proj %dx%d K%d", N, C, F);
+    compare(what, BF16, got, y, (size_t)N * C, TOL_BF16);
+    free(got);
+    BF16->free(gpre), BF16->free(gdy), BF16->free(gW), BF16->free(gdW), BF16->free(gy);
+    BF16->free(gg);
+    free(pre), free(dy), free(W), free(dW), free(y), free(g16);
+}
+
 /* y (N, OC) = x W^T + b [+ residual]; boff: the bias's offset in floats (1: 4-byte aligned) */
 static void test_linear(int N, int IC, int OC, int with_bias, int boff, int residual_mode)
 {
@@ -166,13 +205,14 @@ int main(int argc, char **argv)
     checks++;
     if (!BF16->gemm_out16 || !BF16->gemm_a16 || !BF16->xent_stats16 ||
         !BF16->xent_loss_backward16 || F32->gemm_out16 || !BF16->linear_forward ||
-        F32->linear_forward) {
+        F32->linear_forward || !BF16->gelu_forward16 || !BF16->gemm_b16 || F32->gemm_b16) {
         failures++;
         fprintf(stderr, "FAIL the bf16 table lacks its fused or bf16-storage ops (or fp32 has them)\n");
         return 1;
     }
     if (blocked) {
         test_gemms(600, 1024, 1000);
+        test_mlp16(600, 1024, 1000);
         test_linear(600, 1024, 1000, 1, 0, 1);
         if (tr_cuda_status())
             failures++, fprintf(stderr, "FAIL %s\n", tr_errmsg());
@@ -184,6 +224,8 @@ int main(int argc, char **argv)
     test_linear(33, 40, 72, 0, 0, 1);
     test_linear(33, 40, 72, 1, 0, 1);
     test_linear(50, 128, 64, 1, 0, 2);
+    test_mlp16(96, 256, 64);
+    test_mlp16(33, 100, 40);
     test_gemms(37, 64, 1000);
     test_gemms(130, 96, 517); /* odd vocabulary */
     test_xent16(37, 1000, 990, 500);

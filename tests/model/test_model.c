@@ -131,6 +131,49 @@ static void test_stages_compose(void **state)
     stage_free(&s1);
 }
 
+/* bf16 storage ("cpu-bf16" with kernels.h's bf16-storage ops: the MLP's GELU output and the
+ * head's logits in half their buffers) against the same table without them (fp32 storage of
+ * values its ops round to bf16): the loss and every gradient bit for bit, GELU and SwiGLU. */
+static void test_bf16_storage_same_bits(void **state)
+{
+    (void)state;
+    const int B = 2, T = 5;
+    int32_t tokens[10], targets[10];
+    make_batch(B, T, 11, tokens, targets);
+    const tr_kernels *half = tr_kernels_get("cpu-bf16");
+    assert_non_null(half);
+    tr_kernels full = *half;
+    full.gelu_forward16 = NULL, full.gemm_a16 = NULL, full.gemm_b16 = NULL;
+    full.gemm_out16 = NULL, full.xent_stats16 = NULL, full.xent_loss_backward16 = NULL;
+    for (int swiglu = 0; swiglu < 2; swiglu++) {
+        float loss[2];
+        float *grads[2];
+        size_t n = 0;
+        for (int i = 0; i < 2; i++) {
+            tr_gpt_shape s = tiny_shape(0, 3);
+            s.swiglu = swiglu;
+            tr_gpt *g;
+            tr_gpt_acts *a;
+            assert_int_equal(tr_gpt_create(&s, i ? &full : half, NULL, &g), TR_OK);
+            n = tr_gpt_num_params(g);
+            float *params = calloc(n, sizeof(float));
+            grads[i] = calloc(n, sizeof(float));
+            tr_gpt_bind(g, params, grads[i]);
+            assert_int_equal(tr_gpt_init_params(g), TR_OK);
+            assert_int_equal(tr_gpt_acts_create(g, B, &a), TR_OK);
+            assert_int_equal(tr_gpt_forward(g, a, tokens, NULL, targets, 0.1f, &loss[i]), 0);
+            assert_int_equal(tr_gpt_backward(g, a, NULL), 0);
+            tr_gpt_acts_free(a);
+            tr_gpt_free(g);
+            free(params);
+        }
+        assert_true(loss[0] == loss[1]);
+        assert_memory_equal(grads[0], grads[1], n * sizeof(float));
+        free(grads[0]);
+        free(grads[1]);
+    }
+}
+
 /* d(mean loss)/d(param) by central differences on a few elements of every tensor. */
 static void test_finite_difference(void **state)
 {
@@ -255,6 +298,7 @@ int main(void)
         cmocka_unit_test(test_finite_difference),
         cmocka_unit_test(test_grad_hook),
         cmocka_unit_test(test_bad_tokens_rejected),
+        cmocka_unit_test(test_bf16_storage_same_bits),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

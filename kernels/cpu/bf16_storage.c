@@ -1,9 +1,9 @@
-/* The chunked head's bf16-storage ops for "cpu-bf16" (kernels.h: gemm_out16, gemm_a16,
- * xent_stats16, xent_loss_backward16), the twin of the CUDA bf16 mode's: each widens its bf16
- * input into a staging buffer (exact), runs the table's own fp32-storage op, whose outputs
- * are already rounded to bf16, and packs the kept result back (exact again). So the head in
- * bf16 storage gives "cpu-bf16"'s bits; what it tests is the path: the halved buffer, the
- * strides, the aliasing of logits and their gradient. Staging is per thread, grown as needed
+/* The bf16-storage ops of "cpu-bf16" (kernels.h: the chunked head's gemm_out16, gemm_a16,
+ * xent_stats16, xent_loss_backward16; the MLP activation's gelu_forward16, gemm_b16), the twin
+ * of the CUDA bf16 mode's: each widens its bf16 input into a staging buffer (exact), runs the
+ * table's own fp32-storage op, whose outputs are already rounded to bf16, and packs the kept
+ * result back (exact again). So bf16 storage gives "cpu-bf16"'s bits; what it tests is the
+ * path: the halved buffers, the strides, the aliasing of logits and their gradient. Staging is per thread, grown as needed
  * (out of memory: the op leaves its output untouched and says so on stderr, once). */
 #include "kernels/cpu/cpu_ops.h"
 
@@ -26,7 +26,7 @@ static float *wide_buffer(size_t n)
         if (!p) {
             static int told;
             if (!told++)
-                fprintf(stderr, "cpu-bf16: out of memory for the head's %zu-float staging\n", n);
+                fprintf(stderr, "cpu-bf16: out of memory for a %zu-float bf16 staging\n", n);
             return NULL;
         }
         wide.p = p, wide.cap = n;
@@ -51,7 +51,7 @@ static void narrow(uint16_t *dst, const float *src, int rows, int cols, int ld)
 
 static size_t span(int rows, int ld) { return rows > 0 ? (size_t)rows * ld : 0; }
 
-static void head16_gemm_out16(tr_stream s, int ta, int tb, int M, int N, int K, float alpha,
+static void s16_gemm_out16(tr_stream s, int ta, int tb, int M, int N, int K, float alpha,
                               const float *A, int lda, const float *B, int ldb, uint16_t *C16,
                               int ldc)
 {
@@ -62,7 +62,7 @@ static void head16_gemm_out16(tr_stream s, int ta, int tb, int M, int N, int K, 
     narrow(C16, c, M, N, ldc);
 }
 
-static void head16_gemm_a16(tr_stream s, int ta, int tb, int M, int N, int K, float alpha,
+static void s16_gemm_a16(tr_stream s, int ta, int tb, int M, int N, int K, float alpha,
                             const uint16_t *A16, int lda, const float *B, int ldb, float beta,
                             float *C, int ldc)
 {
@@ -74,7 +74,7 @@ static void head16_gemm_a16(tr_stream s, int ta, int tb, int M, int N, int K, fl
     table->gemm(s, ta, tb, M, N, K, alpha, a, lda, B, ldb, beta, C, ldc);
 }
 
-static void head16_xent_stats16(tr_stream s, float *maxv, float *sumexp, float *picked,
+static void s16_xent_stats16(tr_stream s, float *maxv, float *sumexp, float *picked,
                                 const uint16_t *logits16, const int32_t *targets, int N, int V,
                                 int n_valid, int v_start)
 {
@@ -85,7 +85,7 @@ static void head16_xent_stats16(tr_stream s, float *maxv, float *sumexp, float *
     table->xent_stats(s, maxv, sumexp, picked, x, targets, N, V, n_valid, v_start);
 }
 
-static void head16_xent_loss_backward16(tr_stream s, float *losses, uint16_t *dlogits16,
+static void s16_xent_loss_backward16(tr_stream s, float *losses, uint16_t *dlogits16,
                                         const uint16_t *logits16, const float *maxv,
                                         const float *sumexp, const float *picked,
                                         const int32_t *targets, const float *weights, int N,
@@ -101,11 +101,35 @@ static void head16_xent_loss_backward16(tr_stream s, float *losses, uint16_t *dl
         narrow(dlogits16, x, N, V, V);
 }
 
-void cpu_head16_fill(tr_kernels *t)
+static void s16_gelu_forward16(tr_stream s, uint16_t *out16, const float *inp, size_t n)
+{
+    float *y = wide_buffer(n);
+    if (!y)
+        return;
+    table->gelu_forward(s, y, inp, n);
+    for (size_t i = 0; i < n; i++)
+        out16[i] = bf16_from_f32(y[i]);
+}
+
+static void s16_gemm_b16(tr_stream s, int ta, int tb, int M, int N, int K, float alpha,
+                            const float *A, int lda, const uint16_t *B16, int ldb, float beta,
+                            float *C, int ldc)
+{
+    int rows = tb ? N : K, cols = tb ? K : N; /* B as stored */
+    float *b = wide_buffer(span(rows, ldb));
+    if (!b)
+        return;
+    widen(b, B16, rows, cols, ldb);
+    table->gemm(s, ta, tb, M, N, K, alpha, A, lda, b, ldb, beta, C, ldc);
+}
+
+void cpu_bf16_storage_fill(tr_kernels *t)
 {
     table = t;
-    t->gemm_out16 = head16_gemm_out16;
-    t->gemm_a16 = head16_gemm_a16;
-    t->xent_stats16 = head16_xent_stats16;
-    t->xent_loss_backward16 = head16_xent_loss_backward16;
+    t->gemm_out16 = s16_gemm_out16;
+    t->gemm_a16 = s16_gemm_a16;
+    t->xent_stats16 = s16_xent_stats16;
+    t->xent_loss_backward16 = s16_xent_loss_backward16;
+    t->gelu_forward16 = s16_gelu_forward16;
+    t->gemm_b16 = s16_gemm_b16;
 }
