@@ -80,7 +80,7 @@ enum {
     OP_XENT_LOSS_BACKWARD, OP_EMB_FORWARD, OP_EMB_BACKWARD,
     OP_POS_FORWARD, OP_POS_BACKWARD, OP_ADAMW, OP_SUMSQ, OP_LINEAR, OP_GEMM_OUT16,
     OP_GEMM_A16, OP_XENT_STATS16, OP_XENT_LOSS_BACKWARD16, OP_GELU_FORWARD16, OP_GEMM_B16,
-    N_OPS
+    OP_LINEAR_BACKWARD, N_OPS
 };
 static const char *const op_names[N_OPS] = {
     "gemm (LM head)", "gemm (layers)", "to_device", "to_host", "copy", "zero", "add", "axpy",
@@ -90,7 +90,8 @@ static const char *const op_names[N_OPS] = {
     "xent_loss_backward", "embedding_forward",
     "embedding_backward", "position_forward", "position_backward", "adamw", "sumsq",
     "gemm (layers) + bias", "gemm (LM head) bf16 out", "gemm (LM head) bf16 in",
-    "xent_stats16", "xent_loss_backward16", "gelu_forward16", "gemm (layers) bf16 B"};
+    "xent_stats16", "xent_loss_backward16", "gelu_forward16", "gemm (layers) bf16 B",
+    "gemm (layers) backward pair"};
 static tr_kernels base;
 static int prof_on, prof_vp;
 static double prof_ms[N_OPS], prof_flops[N_OPS];
@@ -132,6 +133,14 @@ static void p_linear_forward(tr_stream s, float *y, const float *x, const float 
     PROF_END(OP_LINEAR)
     if (prof_on)
         prof_flops[OP_LINEAR] += 2.0 * N * IC * OC;
+}
+static void p_linear_backward(tr_stream s, float *dx, float *dW, const float *dy,
+                              const float *x, const float *W, int N, int IC, int OC)
+{
+    PROF_BEGIN base.linear_backward(s, dx, dW, dy, x, W, N, IC, OC);
+    PROF_END(OP_LINEAR_BACKWARD)
+    if (prof_on)
+        prof_flops[OP_LINEAR_BACKWARD] += 4.0 * N * IC * OC;
 }
 static void p_gemm_out16(tr_stream s, int ta, int tb, int M, int N, int K, float alpha,
                          const float *A, int lda, const float *B, int ldb, uint16_t *C, int ldc)
@@ -271,6 +280,8 @@ static tr_kernels profiled(const tr_kernels *k, int Vp)
     p.position_backward = p_position_backward, p.adamw = p_adamw, p.sumsq = p_sumsq;
     if (k->linear_forward)
         p.linear_forward = p_linear_forward;
+    if (k->linear_backward)
+        p.linear_backward = p_linear_backward;
     if (k->gemm_out16)
         p.gemm_out16 = p_gemm_out16, p.gemm_a16 = p_gemm_a16, p.xent_stats16 = p_xent_stats16,
         p.xent_loss_backward16 = p_xent_loss_backward16;

@@ -49,6 +49,11 @@ typedef struct tr_kernels {
      * bias before its one rounding of the result: CUDA's cuBLASLt bias epilogue). */
     void (*linear_forward)(tr_stream s, float *y, const float *x, const float *W,
                            const float *b, const float *residual, int N, int IC, int OC);
+    /* Its backward's two GEMMs, fused: optional (NULL: two gemm calls)
+     * dx (N, IC) = dy (N, OC) W; dW (OC, IC) += dy^T x (N, IC). Equal to those gemm calls
+     * within fp32 rounding (CUDA's bf16 mode converts dy to bf16 once for both). */
+    void (*linear_backward)(tr_stream s, float *dx, float *dW, const float *dy, const float *x,
+                            const float *W, int N, int IC, int OC);
 
     /* --- elementwise --- */
     /* out[i] = a[i] + b[i] (out may alias a or b) */

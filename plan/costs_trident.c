@@ -103,9 +103,12 @@ void plan_layer_cost_trident(const plan_cost_ctx *x, plan_cost *o)
                    plan_trident_gemm_s(c, T, h, h / t, row_copy) +
                    plan_trident_gemm_s(c, T, fc / t, h, 0) +
                    plan_trident_gemm_s(c, T, h, F / t, row_copy) - tr_plan_stream_s(c, 6 * g16);
+    /* (kernels.h's linear_backward converts a layer's output gradient once for its two GEMMs:
+     * QKV, projection and fc; fc_proj's input is bf16 and goes the unfused way) */
     double lin_b = linear_b(c, T, qkv / t, h) + linear_b(c, T, h, h / t) +
                    linear_b(c, T, fc / t, h) + linear_b(c, T, h, F / t) -
-                   tr_plan_stream_s(c, 6 * g16);
+                   tr_plan_stream_s(c, 6 * g16) - tr_plan_stream_s(c, 6 * T * qkv / t) -
+                   tr_plan_stream_s(c, 6 * T * h) - tr_plan_stream_s(c, 6 * T * fc / t);
     /* fused attention: forward 2 (QK^T, PV) x 2 s^2 d / 2 (causal) per head, backward 2.5x */
     double att_flops = heads * 2.0 * s * s * d;
     double att_f = att_flops / (c->peak_flops * TRIDENT_ATTENTION_FORWARD_FRACTION);

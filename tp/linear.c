@@ -41,6 +41,21 @@ static void gemm_dW(const tr_kernels *k, float *dW, const float *dy, const float
     k->gemm(NULL, 1, 0, OC, IC, N, 1.0f, dy, OC, x, IC, 1.0f, dW, IC);
 }
 
+/* dx = dy W (dx NULL: skipped) and dW += dy^T x (dW NULL: skipped): the table's fused
+ * linear_backward where it has one and both are wanted */
+static void gemms_dx_dW(const tr_kernels *k, float *dx, float *dW, const float *dy,
+                        const float *x, const float *W, int N, int IC, int OC)
+{
+    if (dx && dW && k->linear_backward) {
+        k->linear_backward(NULL, dx, dW, dy, x, W, N, IC, OC);
+        return;
+    }
+    if (dx)
+        gemm_dx(k, dx, dy, W, N, IC, OC);
+    if (dW)
+        gemm_dW(k, dW, dy, x, N, IC, OC);
+}
+
 /* y (N, OC) += scale * (x A^T) B^T, keeping h = x A^T (N, r) */
 /* xd = x * mask (elementwise: scale_rows of N*IC one-column rows) */
 static const float *lora_dropped(const tr_kernels *k, const float *x, const tr_tp_lora *lo, int N,
@@ -120,10 +135,7 @@ int tr_tp_column_linear_backward_lora(const tr_tp *tp, float *dx, float *dW, flo
                                       int IC, int OCl, const tr_tp_lora *lora)
 {
     const tr_kernels *k = tp->k;
-    if (dx)
-        gemm_dx(k, dx, dy, W, N, IC, OCl);
-    if (dW)
-        gemm_dW(k, dW, dy, x, N, IC, OCl);
+    gemms_dx_dW(k, dx, dW, dy, x, W, N, IC, OCl);
     if (lora) /* its input gradient joins the base layer's before the reduction */
         lora_backward(k, dx, dy, x, lora, N, IC, OCl);
     if (db)
@@ -237,11 +249,13 @@ static int row_backward(const tr_tp *tp, float *dx, float *dW, float *db, const 
             return rc;
         dy_all = scratch;
     }
-    gemm_dx(k, dx, dy_all, W, N, ICl, OC);
-    if (dW && x.h) /* dW (OC, IC) += dy^T x16 */
-        k->gemm_b16(NULL, 1, 0, OC, ICl, N, 1.0f, dy_all, OC, x.h, ICl, 1.0f, dW, ICl);
-    else if (dW)
-        gemm_dW(k, dW, dy_all, x.f, N, ICl, OC);
+    if (x.h) { /* dW (OC, IC) += dy^T x16 */
+        gemm_dx(k, dx, dy_all, W, N, ICl, OC);
+        if (dW)
+            k->gemm_b16(NULL, 1, 0, OC, ICl, N, 1.0f, dy_all, OC, x.h, ICl, 1.0f, dW, ICl);
+    } else {
+        gemms_dx_dW(k, dx, dW, dy_all, x.f, W, N, ICl, OC);
+    }
     if (lora)
         lora_backward(k, dx, dy_all, x.f, lora, N, ICl, OC);
     if (db)

@@ -102,3 +102,11 @@ void cpu_linear_forward(tr_stream s, float *y, const float *x, const float *W, c
     if (b)
         cpu_bias_add(s, y, b, N, OC);
 }
+
+/* kernels.h's linear_backward as its two GEMMs (the same bits as two gemm calls) */
+void cpu_linear_backward(tr_stream s, float *dx, float *dW, const float *dy, const float *x,
+                         const float *W, int N, int IC, int OC)
+{
+    cpu_gemm(s, 0, 0, N, IC, OC, 1.0f, dy, OC, W, IC, 0.0f, dx, IC);
+    cpu_gemm(s, 1, 0, OC, IC, N, 1.0f, dy, OC, x, IC, 1.0f, dW, IC);
+}

@@ -272,6 +272,7 @@ ROUNDED_TABLE(fp16)
     do {                                                                                           \
         t.gemm = FMT##_gemm, t.add = FMT##_add, t.axpy = FMT##_axpy, t.scale = FMT##_scale;        \
         t.linear_forward = NULL; /* the unfused pieces above: gemm, then bias_add */              \
+        t.linear_backward = NULL;                                                                  \
         t.scale_rows = FMT##_scale_rows, t.bias_add = FMT##_bias_add;                              \
         t.bias_backward = FMT##_bias_backward, t.layernorm_forward = FMT##_layernorm_forward;      \
         t.layernorm_backward = FMT##_layernorm_backward, t.gelu_forward = FMT##_gelu_forward;      \

@@ -21,6 +21,7 @@ static const tr_kernels cpu_table = {
     .synchronize = cpu_synchronize,
     .gemm = cpu_gemm,
     .linear_forward = cpu_linear_forward,
+    .linear_backward = cpu_linear_backward,
     .add = cpu_add,
     .axpy = cpu_axpy,
     .scale = cpu_scale,

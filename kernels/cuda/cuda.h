@@ -11,8 +11,10 @@
  *                   gradient are stored bf16 (kernels.h's gemm_out16 ...; fp32 with
  *                   TRIDENT_CUDA_HEAD=fp32), and so is the MLP's GELU output (gelu_forward16,
  *                   gemm_b16; fp32 with TRIDENT_CUDA_ACTIVATIONS=fp32); the linear layers'
- *                   biases ride in cuBLASLt's epilogue (linear_forward; TRIDENT_CUDA_EPILOGUE=0:
- *                   bias_add after). Everything else stored stays fp32: the parameters
+ *                   biases ride in cuBLASLt's epilogue (linear_forward) and a layer's
+ *                   backward converts its output gradient once for both GEMMs
+ *                   (linear_backward; TRIDENT_CUDA_EPILOGUE=0: the unfused pieces).
+ *                   Everything else stored stays fp32: the parameters
  *                   are the fp32 master weights, gradients accumulate in fp32 (the
  *                   data-parallel buffer), Adam moments are fp32, normalisations, softmax,
  *                   losses and reductions run in fp32 (sums of squares in double).

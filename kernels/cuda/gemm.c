@@ -30,6 +30,7 @@ typedef struct {
     int alA, alB, alC; /* operand alignment in bytes (capped at 256) */
     int out16;         /* C stored bf16 (the head's gemm_out16) */
     int bias;          /* the bias epilogue (linear_forward): D = op(A) op(B) + beta C + bias */
+    int alBias;        /* the bias vector's alignment in bytes (the heuristic reads it) */
 } plan_key;
 
 typedef struct {
@@ -139,10 +140,16 @@ static int plan_make(plan *p, const plan_key *k)
      * of our C, an output feature), broadcast over its columns (our rows, the tokens) */
     cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_BIAS;
     cudaDataType_t bias_type = CUDA_R_32F;
+    /* the heuristic takes the bias pointer's value for its alignment (it does not read it):
+     * a stand-in with the key's alignment, the real one set per call (matmul_bias) */
+    const void *bias_like = (const void *)(uintptr_t)(k->alBias ? k->alBias : 256);
     if (k->bias && (cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi,
                                                    sizeof epi) != CUBLAS_STATUS_SUCCESS ||
                     cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE,
                                                    &bias_type, sizeof bias_type) !=
+                        CUBLAS_STATUS_SUCCESS ||
+                    cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
+                                                   &bias_like, sizeof bias_like) !=
                         CUBLAS_STATUS_SUCCESS))
         goto fail;
     /* our B: stored (tb ? N x K : K x N) row-major = column-major (tb ? K x N : N x K) */
@@ -239,6 +246,7 @@ static int matmul_bias(cudaStream_t st, cu_gemm_mode mode, int ta, int tb, int M
     k.sA = batch > 1 ? sA : 0, k.sB = batch > 1 ? sB : 0, k.sC = batch > 1 ? sC : 0;
     k.alA = alignment(A, k.sA, es), k.alB = alignment(B, k.sB, es);
     k.alC = alignment(C, k.sC, out16 ? 2 : 4);
+    k.alBias = bias ? alignment(bias, 0, 4) : 0;
     pthread_mutex_lock(&G.mu);
     plan *p = plan_get(&k);
     cublasStatus_t s = CUBLAS_STATUS_NOT_SUPPORTED;
@@ -252,6 +260,8 @@ static int matmul_bias(cudaStream_t st, cu_gemm_mode mode, int ta, int tb, int M
     pthread_mutex_unlock(&G.mu);
     if (!p)
         return -1;
+    if (s != CUBLAS_STATUS_SUCCESS && bias)
+        return -1; /* the caller runs it without the epilogue (a refused call launches nothing) */
     if (s != CUBLAS_STATUS_SUCCESS) {
         char what[256];
         describe(what, sizeof what, &k);
@@ -536,4 +546,38 @@ void cu_linear_forward_bf16(tr_stream s, float *y, const float *x, const float *
                    1);
     if (b && !biased)
         cu_bias_add(s, y, b, N, OC);
+}
+
+/* ---- kernels.h's linear_backward, bf16 mode: dy (N, OC) converted once for both GEMMs,
+ * dx = dy W and dW += dy^T x, where dy, W and x fit the staging together (else, and where
+ * cuBLASLt has no algorithm, the two GEMMs as gemm makes them). */
+void cu_linear_backward_bf16(tr_stream s, float *dx, float *dW, const float *dy, const float *x,
+                             const float *W, int N, int IC, int OC)
+{
+    cudaStream_t st = cu_shared_stream(s, "linear_backward");
+    size_t cap = G.staging_bytes / sizeof(uint16_t);
+    size_t n_dy = ((size_t)N * OC + 127) & ~(size_t)127, n_w = ((size_t)OC * IC + 127) & ~(size_t)127;
+    size_t n_x = (size_t)N * IC;
+    int fused = !G.fast && N > 0 && IC > 0 && OC > 0 && n_dy + (n_w > n_x ? n_w : n_x) <= cap;
+    if (fused) {
+        uint16_t *dy16 = G.staging, *second = G.staging + n_dy; /* W, then x */
+        cu_pack_bf16(st, dy16, dy, N, OC, OC);
+        cu_pack_bf16(st, second, W, OC, IC, IC);
+        /* dx (N, IC) = dy (N, OC) W (OC, IC) */
+        if (matmul(st, CU_GEMM_BF16, 0, 0, N, IC, OC, 1.0f, dy16, OC, 0, second, IC, 0, 0.0f,
+                   dx, IC, 0, 1)) {
+            fused = 0; /* no algorithm: both as gemm makes them (dW not yet touched) */
+        } else {
+            cu_pack_bf16(st, second, x, N, IC, IC);
+            /* dW (OC, IC) += dy^T (OC, N) x (N, IC) */
+            if (!matmul(st, CU_GEMM_BF16, 1, 0, OC, IC, N, 1.0f, dy16, OC, 0, second, IC, 0,
+                        1.0f, dW, IC, 0, 1))
+                return;
+            cu_gemm_ex(st, CU_GEMM_BF16, 1, 0, OC, IC, N, 1.0f, dy, OC, 0, x, IC, 0, 1.0f, dW,
+                       IC, 0, 1);
+            return;
+        }
+    }
+    cu_gemm_ex(st, CU_GEMM_BF16, 0, 0, N, IC, OC, 1.0f, dy, OC, 0, W, IC, 0, 0.0f, dx, IC, 0, 1);
+    cu_gemm_ex(st, CU_GEMM_BF16, 1, 0, OC, IC, N, 1.0f, dy, OC, 0, x, IC, 0, 1.0f, dW, IC, 0, 1);
 }

@@ -30,12 +30,13 @@
 
 /* not const: TRIDENT_CUDA_HEAD=fp32 takes the head's bf16-storage ops out (the head's logits
  * then stay fp32, as before they existed), TRIDENT_CUDA_EPILOGUE=0 the fused linear_forward
- * (gemm, then bias_add), TRIDENT_CUDA_ACTIVATIONS=fp32 the MLP activation's (fp32 again) */
+ * and linear_backward (gemm, then bias_add; two gemm calls), TRIDENT_CUDA_ACTIVATIONS=fp32 the MLP activation's (fp32 again) */
 static tr_kernels cuda_bf16_table = {
     .name = "cuda",
     COMMON_OPS,
     .gemm = cu_gemm_bf16,
     .linear_forward = cu_linear_forward_bf16,
+    .linear_backward = cu_linear_backward_bf16,
     .gemm_out16 = cu_gemm_out16,
     .gemm_a16 = cu_gemm_a16,
     .xent_stats16 = cu_xent_stats16,
@@ -66,12 +67,12 @@ static void table_choices(void)
 {
     const char *h = getenv("TRIDENT_CUDA_HEAD"), *e = getenv("TRIDENT_CUDA_EPILOGUE");
     const char *a = getenv("TRIDENT_CUDA_ACTIVATIONS");
-    if (h && !strcmp(h, "fp32"))
-        cuda_bf16_table.gemm_out16 = NULL, cuda_bf16_table.gemm_a16 = NULL,
-        cuda_bf16_table.xent_stats16 = NULL, cuda_bf16_table.xent_loss_backward16 = NULL;
+    if (h && !strcmp(h, "fp32")) /* (gemm_a16 stays: the GELU output's forward reads it) */
+        cuda_bf16_table.gemm_out16 = NULL, cuda_bf16_table.xent_stats16 = NULL,
+        cuda_bf16_table.xent_loss_backward16 = NULL;
     if (e && !strcmp(e, "0"))
-        cuda_bf16_table.linear_forward = NULL;
-    if (a && !strcmp(a, "fp32"))
+        cuda_bf16_table.linear_forward = NULL, cuda_bf16_table.linear_backward = NULL;
+    if (a && !strcmp(a, "fp32")) /* (gemm_a16 stays: the head's backward reads it) */
         cuda_bf16_table.gelu_forward16 = NULL, cuda_bf16_table.gemm_b16 = NULL;
 }
 

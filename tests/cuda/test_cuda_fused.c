@@ -4,6 +4,7 @@
  *  - linear_forward (the bias in cuBLASLt's epilogue) against "cpu"'s gemm + bias_add: with a
  *    16-byte aligned bias (the epilogue), a misaligned one (bias_add after), none, a residual
  *    in place and another;
+ *  - linear_backward (dy converted once for both GEMMs) against "cpu"'s two GEMMs;
  *  - the MLP activation's bf16 storage (gelu_forward16, and fc_proj's GEMMs reading it:
  *    gemm_a16 forward, gemm_b16 weight gradient) against "cpu-bf16"'s;
  *  - the chunked head's bf16-storage ops (kernels.h: gemm_out16, gemm_a16, xent_stats16,
@@ -170,24 +171,48 @@ static void test_linear(int N, int IC, int OC, int with_bias, int boff, int resi
     char what[128];
     size_t ny = (size_t)N * OC;
     float *x = host((size_t)N * IC, -1, 1), *W = host((size_t)OC * IC, -1, 1);
-    float *b = host((size_t)OC + 4, -1, 1), *res = host(ny, -1, 1), *y = dup(res, ny);
+    float *b = host((size_t)OC + 16, -1, 1), *res = host(ny, -1, 1), *y = dup(res, ny);
     const float *bb = with_bias ? b + boff : NULL;
     /* residual_mode 0: none, 1: in place (y holds it), 2: another buffer */
     CPU->linear_forward(NULL, y, x, W, bb, residual_mode == 1 ? y : residual_mode == 2 ? res : NULL,
                         N, IC, OC);
     float *gx = dev(BF16, x, (size_t)N * IC * 4), *gW = dev(BF16, W, (size_t)OC * IC * 4);
-    float *gb = dev(BF16, b, ((size_t)OC + 4) * 4), *gr = dev(BF16, res, ny * 4);
+    float *gb = dev(BF16, b, ((size_t)OC + 16) * 4), *gr = dev(BF16, res, ny * 4);
     float *gy = dev(BF16, res, ny * 4);
     BF16->linear_forward(NULL, gy, gx, gW, with_bias ? gb + boff : NULL,
                          residual_mode == 1 ? gy : residual_mode == 2 ? gr : NULL, N, IC, OC);
     float *got = back(BF16, gy, ny);
     snprintf(what, sizeof what, "linear_forward %dx%d K%d bias %s residual %s", N, OC, IC,
-             !with_bias ? "none" : boff ? "misaligned" : "aligned",
+             !with_bias ? "none" : boff == 1 ? "4-byte aligned" : boff ? "16-64-byte aligned" : "aligned",
              residual_mode == 1 ? "in place" : residual_mode == 2 ? "other" : "none");
     compare(what, BF16, got, y, ny, TOL_BF16);
     free(got);
     BF16->free(gx), BF16->free(gW), BF16->free(gb), BF16->free(gr), BF16->free(gy);
     free(x), free(W), free(b), free(res), free(y);
+}
+
+/* dx = dy W, dW += dy^T x (linear_backward: dy converted once) against "cpu"'s two GEMMs */
+static void test_linear_backward(int N, int IC, int OC)
+{
+    char what[96];
+    float *x = host((size_t)N * IC, -1, 1), *W = host((size_t)OC * IC, -1, 1);
+    float *dy = host((size_t)N * OC, -1, 1), *dW = host((size_t)OC * IC, -1, 1);
+    float *dx = malloc((size_t)N * IC * 4);
+    float *gx = dev(BF16, x, (size_t)N * IC * 4), *gW = dev(BF16, W, (size_t)OC * IC * 4);
+    float *gdy = dev(BF16, dy, (size_t)N * OC * 4), *gdW = dev(BF16, dW, (size_t)OC * IC * 4);
+    float *gdx = dev(BF16, NULL, (size_t)N * IC * 4);
+    CPU->linear_backward(NULL, dx, dW, dy, x, W, N, IC, OC);
+    BF16->linear_backward(NULL, gdx, gdW, gdy, gx, gW, N, IC, OC);
+    float *got = back(BF16, gdx, (size_t)N * IC);
+    snprintf(what, sizeof what, "linear_backward dx %dx%d K%d", N, IC, OC);
+    compare(what, BF16, got, dx, (size_t)N * IC, TOL_BF16);
+    free(got);
+    got = back(BF16, gdW, (size_t)OC * IC);
+    snprintf(what, sizeof what, "linear_backward dW += %dx%d K%d", OC, IC, N);
+    compare(what, BF16, got, dW, (size_t)OC * IC, TOL_BF16);
+    free(got);
+    BF16->free(gx), BF16->free(gW), BF16->free(gdy), BF16->free(gdW), BF16->free(gdx);
+    free(x), free(W), free(dy), free(dW), free(dx);
 }
 
 int main(int argc, char **argv)
@@ -205,7 +230,8 @@ int main(int argc, char **argv)
     checks++;
     if (!BF16->gemm_out16 || !BF16->gemm_a16 || !BF16->xent_stats16 ||
         !BF16->xent_loss_backward16 || F32->gemm_out16 || !BF16->linear_forward ||
-        F32->linear_forward || !BF16->gelu_forward16 || !BF16->gemm_b16 || F32->gemm_b16) {
+        F32->linear_forward || !BF16->gelu_forward16 || !BF16->gemm_b16 || F32->gemm_b16 ||
+        !BF16->linear_backward || F32->linear_backward) {
         failures++;
         fprintf(stderr, "FAIL the bf16 table lacks its fused or bf16-storage ops (or fp32 has them)\n");
         return 1;
@@ -214,6 +240,7 @@ int main(int argc, char **argv)
         test_gemms(600, 1024, 1000);
         test_mlp16(600, 1024, 1000);
         test_linear(600, 1024, 1000, 1, 0, 1);
+        test_linear_backward(600, 1024, 1000); /* past the staging: the two GEMMs */
         if (tr_cuda_status())
             failures++, fprintf(stderr, "FAIL %s\n", tr_errmsg());
         printf("%d of %d checks agree\n", checks - failures, checks);
@@ -221,9 +248,14 @@ int main(int argc, char **argv)
     }
     test_linear(96, 64, 192, 1, 0, 0);
     test_linear(96, 64, 192, 1, 1, 0); /* a bias view only 4-byte aligned */
+    test_linear(96, 64, 192, 1, 4, 0); /* 16, 32, 64 bytes: the epilogue, as views into */
+    test_linear(96, 64, 192, 1, 8, 1); /* the flat parameter buffer are aligned */
+    test_linear(96, 64, 192, 1, 16, 2);
     test_linear(33, 40, 72, 0, 0, 1);
     test_linear(33, 40, 72, 1, 0, 1);
     test_linear(50, 128, 64, 1, 0, 2);
+    test_linear_backward(96, 64, 192);
+    test_linear_backward(33, 40, 72);
     test_mlp16(96, 256, 64);
     test_mlp16(33, 100, 40);
     test_gemms(37, 64, 1000);

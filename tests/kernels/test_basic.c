@@ -76,6 +76,27 @@ static void test_linear_forward(void **state)
     free(x), free(W), free(b), free(res), free(y), free(want);
 }
 
+/* linear_backward = its two gemm calls, the same bits on the CPU */
+static void test_linear_backward(void **state)
+{
+    (void)state;
+    const int N = 37, IC = 29, OC = 53;
+    float *x = kt_floats((size_t)N * IC), *W = kt_floats((size_t)OC * IC);
+    float *dy = kt_floats((size_t)N * OC), *dx = kt_floats((size_t)N * IC);
+    float *dW = kt_floats((size_t)OC * IC), *want_dx = kt_floats((size_t)N * IC);
+    float *want_dW = kt_floats((size_t)OC * IC);
+    kt_seed(93);
+    kt_fill(x, (size_t)N * IC, -1, 1), kt_fill(W, (size_t)OC * IC, -1, 1);
+    kt_fill(dy, (size_t)N * OC, -1, 1), kt_fill(dW, (size_t)OC * IC, -1, 1);
+    memcpy(want_dW, dW, (size_t)OC * IC * sizeof(float));
+    K->gemm(NULL, 0, 0, N, IC, OC, 1.0f, dy, OC, W, IC, 0.0f, want_dx, IC);
+    K->gemm(NULL, 1, 0, OC, IC, N, 1.0f, dy, OC, x, IC, 1.0f, want_dW, IC);
+    K->linear_backward(NULL, dx, dW, dy, x, W, N, IC, OC);
+    kt_check_same("linear_backward dx", dx, want_dx, (size_t)N * IC);
+    kt_check_same("linear_backward dW", dW, want_dW, (size_t)OC * IC);
+    free(x), free(W), free(dy), free(dx), free(dW), free(want_dx), free(want_dW);
+}
+
 static void test_memory(void **state)
 {
     (void)state;
@@ -320,7 +341,7 @@ int main(void)
     kt_seed(11);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_backend_lookup), cmocka_unit_test(test_memory),
-        cmocka_unit_test(test_linear_forward),
+        cmocka_unit_test(test_linear_forward), cmocka_unit_test(test_linear_backward),
         cmocka_unit_test(test_elementwise),    cmocka_unit_test(test_bias),
         cmocka_unit_test(test_gemm),           cmocka_unit_test(test_gemm_gradients),
     };
