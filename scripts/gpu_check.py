@@ -552,7 +552,8 @@ def main():
                     "TRIDENT_CUDA_ACTIVATIONS=fp32;TRIDENT_CUDA_GEMM=fast",
                     help="after the benchmark, trident's step again with each NAME=VALUE set, ';'-separated "
                     "(default: the former wmma attention kernels instead of flash_mma.cuh's; the head's logits "
-                    "in fp32 instead of bf16; bias_add after the GEMM instead of cuBLASLt's bias epilogue; the GELU output "
+                    "in fp32 instead of bf16; bias_add after the GEMM instead of cuBLASLt's bias epilogue, and the backward's two GEMMs "
+                    "converting the output gradient each; the GELU output "
                     "in fp32 instead of bf16; "
                     "cuBLASLt's fast-bf16 mode instead of staging)")
     ap.add_argument("--targets", default="", help="ninja targets of the build step, comma-separated "
