@@ -126,18 +126,20 @@ static void p_gemm(tr_stream s, int ta, int tb, int M, int N, int K, float alpha
         prof_flops[op] += 2.0 * M * N * K;
 }
 /* the optional fused and bf16-storage ops (kernels.h), wrapped where the table has them */
-static void p_linear_forward(tr_stream s, float *y, const float *x, const float *W,
-                             const float *b, const float *r, int N, int IC, int OC)
+static void p_linear_forward(tr_stream s, float *y, const float *x, const uint16_t *x16,
+                             const float *W, const float *b, const float *r, int N, int IC,
+                             int OC)
 {
-    PROF_BEGIN base.linear_forward(s, y, x, W, b, r, N, IC, OC);
+    PROF_BEGIN base.linear_forward(s, y, x, x16, W, b, r, N, IC, OC);
     PROF_END(OP_LINEAR)
     if (prof_on)
         prof_flops[OP_LINEAR] += 2.0 * N * IC * OC;
 }
 static void p_linear_backward(tr_stream s, float *dx, float *dW, const float *dy,
-                              const float *x, const float *W, int N, int IC, int OC)
+                              const float *x, const uint16_t *x16, const float *W, int N,
+                              int IC, int OC)
 {
-    PROF_BEGIN base.linear_backward(s, dx, dW, dy, x, W, N, IC, OC);
+    PROF_BEGIN base.linear_backward(s, dx, dW, dy, x, x16, W, N, IC, OC);
     PROF_END(OP_LINEAR_BACKWARD)
     if (prof_on)
         prof_flops[OP_LINEAR_BACKWARD] += 4.0 * N * IC * OC;

@@ -44,16 +44,20 @@ typedef struct tr_kernels {
 
     /* --- a linear layer's forward, fused: optional (NULL: gemm, then bias_add) ---
      * y (N, OC) = x (N, IC) W^T (W (OC, IC)) + b (OC floats, or NULL) + residual (N, OC, or
-     * NULL; may be y itself: accumulate in place). Equal to copying residual into y, gemm with
-     * beta 1 (0 without residual), then bias_add, within fp32 rounding (a backend may add the
-     * bias before its one rounding of the result: CUDA's cuBLASLt bias epilogue). */
-    void (*linear_forward)(tr_stream s, float *y, const float *x, const float *W,
-                           const float *b, const float *residual, int N, int IC, int OC);
+     * NULL; may be y itself: accumulate in place). The input is x (fp32), or x16 (bf16
+     * storage, as the *16 ops' below) with x NULL. Equal to copying residual into y, gemm
+     * (gemm_a16 for x16) with beta 1 (0 without residual), then bias_add, within fp32
+     * rounding (a backend may add the bias before its one rounding of the result: CUDA's
+     * cuBLASLt bias epilogue). */
+    void (*linear_forward)(tr_stream s, float *y, const float *x, const uint16_t *x16,
+                           const float *W, const float *b, const float *residual, int N, int IC,
+                           int OC);
     /* Its backward's two GEMMs, fused: optional (NULL: two gemm calls)
-     * dx (N, IC) = dy (N, OC) W; dW (OC, IC) += dy^T x (N, IC). Equal to those gemm calls
-     * within fp32 rounding (CUDA's bf16 mode converts dy to bf16 once for both). */
+     * dx (N, IC) = dy (N, OC) W; dW (OC, IC) += dy^T x (N, IC), x fp32 or (x16, x NULL) bf16
+     * storage. Equal to those gemm calls (gemm_b16 for x16) within fp32 rounding (CUDA's
+     * bf16 mode converts dy to bf16 once for both). */
     void (*linear_backward)(tr_stream s, float *dx, float *dW, const float *dy, const float *x,
-                            const float *W, int N, int IC, int OC);
+                            const uint16_t *x16, const float *W, int N, int IC, int OC);
 
     /* --- elementwise --- */
     /* out[i] = a[i] + b[i] (out may alias a or b) */

@@ -96,7 +96,7 @@ void plan_layer_cost_trident(const plan_cost_ctx *x, plan_cost *o)
     o->b[TR_PLAN_PART_TP] = tp_parts;
     /* the GELU output in bf16 storage (model/gpt_internal.h's gpt_gelu16; the time model
      * assumes no LoRA): fc_proj reads it without converting it, forward and weight gradient,
-     * GELU writes 2 bytes less, and fc_proj's bias is added after its GEMM (t = 1) */
+     * and GELU writes 2 bytes less */
     double g16 = fc > F ? 0 : T * F / t; /* its elements (SwiGLU keeps fp32) */
     /* QKV, projection, fc, fc_proj (the row-parallel two onto the residual) */
     double lin_f = plan_trident_gemm_s(c, T, qkv / t, h, 0) +
@@ -104,11 +104,11 @@ void plan_layer_cost_trident(const plan_cost_ctx *x, plan_cost *o)
                    plan_trident_gemm_s(c, T, fc / t, h, 0) +
                    plan_trident_gemm_s(c, T, h, F / t, row_copy) - tr_plan_stream_s(c, 6 * g16);
     /* (kernels.h's linear_backward converts a layer's output gradient once for its two GEMMs:
-     * QKV, projection and fc; fc_proj's input is bf16 and goes the unfused way) */
+     * QKV, projection, fc and fc_proj) */
     double lin_b = linear_b(c, T, qkv / t, h) + linear_b(c, T, h, h / t) +
                    linear_b(c, T, fc / t, h) + linear_b(c, T, h, F / t) -
                    tr_plan_stream_s(c, 6 * g16) - tr_plan_stream_s(c, 6 * T * qkv / t) -
-                   tr_plan_stream_s(c, 6 * T * h) - tr_plan_stream_s(c, 6 * T * fc / t);
+                   2 * tr_plan_stream_s(c, 6 * T * h) - tr_plan_stream_s(c, 6 * T * fc / t);
     /* fused attention: forward 2 (QK^T, PV) x 2 s^2 d / 2 (causal) per head, backward 2.5x */
     double att_flops = heads * 2.0 * s * s * d;
     double att_f = att_flops / (c->peak_flops * TRIDENT_ATTENTION_FORWARD_FRACTION);
@@ -118,7 +118,7 @@ void plan_layer_cost_trident(const plan_cost_ctx *x, plan_cost *o)
      * (tp 1; else the reduction's add: read 2, write 1), GELU / SwiGLU */
     /* (the biases ride in cuBLASLt's epilogue, kernels.h's linear_forward: all four with
      * t = 1; with t > 1 the row-parallel two are added after the reduction) */
-    double bias = t > 1 ? 2 * R * 2 : g16 > 0 ? 2 * R : 0;
+    double bias = t > 1 ? 2 * R * 2 : 0;
     double resid = row_copy ? 2 * 2 * R : 2 * 3 * R;
     double el_f = 2 * 2 * R + bias + resid + T * F / t * 4 * (gelu_in + 1) - 2 * g16;
     /* backward: 2 layernorm backwards (dout, x, dx read and written, the weight sums: 6 x

@@ -11,21 +11,6 @@ static void gemm_xWt(const tr_kernels *k, float *y, const float *x, const float 
     k->gemm(NULL, 0, 1, N, OC, IC, 1.0f, x, IC, W, IC, beta, y, OC);
 }
 
-/* y (N, OC) = x W^T + b [+ residual, which may be y]: the table's fused linear_forward, or
- * its pieces (the same bits on the CPU) */
-static void linear_xWt_bias(const tr_kernels *k, float *y, const float *x, const float *W,
-                            const float *b, const float *residual, int N, int IC, int OC)
-{
-    if (k->linear_forward) {
-        k->linear_forward(NULL, y, x, W, b, residual, N, IC, OC);
-        return;
-    }
-    if (residual && residual != y)
-        k->copy(NULL, y, residual, (size_t)N * OC * sizeof(float));
-    gemm_xWt(k, y, x, W, N, IC, OC, residual ? 1.0f : 0.0f);
-    if (b)
-        k->bias_add(NULL, y, b, N, OC);
-}
 
 /* dx (N, IC) = dy (N, OC) @ W (OC, IC) */
 static void gemm_dx(const tr_kernels *k, float *dx, const float *dy, const float *W, int N,
@@ -41,19 +26,56 @@ static void gemm_dW(const tr_kernels *k, float *dW, const float *dy, const float
     k->gemm(NULL, 1, 0, OC, IC, N, 1.0f, dy, OC, x, IC, 1.0f, dW, IC);
 }
 
+
+
+/* A linear layer's input: fp32 (f), or bf16 storage (h: kernels.h's gemm_a16, gemm_b16 and
+ * the fused linear ops read it; no LoRA then) */
+typedef struct {
+    const float *f;
+    const uint16_t *h;
+} row_input;
+
+/* y (N, OC) = x W^T + beta y for either storage of x */
+static void gemm_in_Wt(const tr_kernels *k, float *y, row_input x, const float *W, int N, int IC,
+                       int OC, float beta)
+{
+    if (x.h)
+        k->gemm_a16(NULL, 0, 1, N, OC, IC, 1.0f, x.h, IC, W, IC, beta, y, OC);
+    else
+        gemm_xWt(k, y, x.f, W, N, IC, OC, beta);
+}
+
+/* y (N, OC) = x W^T + b [+ residual, which may be y]: the table's fused linear_forward, or
+ * its pieces (the same bits on the CPU) */
+static void linear_xWt_bias(const tr_kernels *k, float *y, row_input x, const float *W,
+                            const float *b, const float *residual, int N, int IC, int OC)
+{
+    if (k->linear_forward) {
+        k->linear_forward(NULL, y, x.f, x.h, W, b, residual, N, IC, OC);
+        return;
+    }
+    if (residual && residual != y)
+        k->copy(NULL, y, residual, (size_t)N * OC * sizeof(float));
+    gemm_in_Wt(k, y, x, W, N, IC, OC, residual ? 1.0f : 0.0f);
+    if (b)
+        k->bias_add(NULL, y, b, N, OC);
+}
+
 /* dx = dy W (dx NULL: skipped) and dW += dy^T x (dW NULL: skipped): the table's fused
  * linear_backward where it has one and both are wanted */
 static void gemms_dx_dW(const tr_kernels *k, float *dx, float *dW, const float *dy,
-                        const float *x, const float *W, int N, int IC, int OC)
+                        row_input x, const float *W, int N, int IC, int OC)
 {
     if (dx && dW && k->linear_backward) {
-        k->linear_backward(NULL, dx, dW, dy, x, W, N, IC, OC);
+        k->linear_backward(NULL, dx, dW, dy, x.f, x.h, W, N, IC, OC);
         return;
     }
     if (dx)
         gemm_dx(k, dx, dy, W, N, IC, OC);
-    if (dW)
-        gemm_dW(k, dW, dy, x, N, IC, OC);
+    if (dW && x.h) /* dW (OC, IC) += dy^T x16 */
+        k->gemm_b16(NULL, 1, 0, OC, IC, N, 1.0f, dy, OC, x.h, IC, 1.0f, dW, IC);
+    else if (dW)
+        gemm_dW(k, dW, dy, x.f, N, IC, OC);
 }
 
 /* y (N, OC) += scale * (x A^T) B^T, keeping h = x A^T (N, r) */
@@ -117,7 +139,8 @@ int tr_tp_column_linear_forward_lora(const tr_tp *tp, float *y, float *x, const 
     rc = tr_tp_gather_from_sequence_region_forward(tp, x + (size_t)first * IC, x, N, IC);
     if (rc)
         return rc;
-    linear_xWt_bias(k, y, x, W, b, NULL, N, IC, OCl);
+    row_input in = {x, NULL};
+    linear_xWt_bias(k, y, in, W, b, NULL, N, IC, OCl);
     if (lora)
         lora_forward(k, y, x, lora, N, IC, OCl);
     return TR_OK;
@@ -135,7 +158,8 @@ int tr_tp_column_linear_backward_lora(const tr_tp *tp, float *dx, float *dW, flo
                                       int IC, int OCl, const tr_tp_lora *lora)
 {
     const tr_kernels *k = tp->k;
-    gemms_dx_dW(k, dx, dW, dy, x, W, N, IC, OCl);
+    row_input in = {x, NULL};
+    gemms_dx_dW(k, dx, dW, dy, in, W, N, IC, OCl);
     if (lora) /* its input gradient joins the base layer's before the reduction */
         lora_backward(k, dx, dy, x, lora, N, IC, OCl);
     if (db)
@@ -159,23 +183,6 @@ int tr_tp_row_linear_forward(const tr_tp *tp, float *y, const float *residual, c
     return tr_tp_row_linear_forward_lora(tp, y, residual, x, W, b, N, ICl, OC, scratch, NULL);
 }
 
-/* A row-parallel layer's input: fp32 (f), or bf16 storage (h: kernels.h's gemm_a16 and
- * gemm_b16 read it; no LoRA then) */
-typedef struct {
-    const float *f;
-    const uint16_t *h;
-} row_input;
-
-/* y (N, OC) = x W^T + beta y for either storage of x */
-static void gemm_in_Wt(const tr_kernels *k, float *y, row_input x, const float *W, int N, int IC,
-                       int OC, float beta)
-{
-    if (x.h)
-        k->gemm_a16(NULL, 0, 1, N, OC, IC, 1.0f, x.h, IC, W, IC, beta, y, OC);
-    else
-        gemm_xWt(k, y, x.f, W, N, IC, OC, beta);
-}
-
 static int row_forward(const tr_tp *tp, float *y, const float *residual, row_input x,
                        const float *W, const float *b, int N, int ICl, int OC, float *scratch,
                        const tr_tp_lora *lora)
@@ -183,8 +190,8 @@ static int row_forward(const tr_tp *tp, float *y, const float *residual, row_inp
     const tr_kernels *k = tp->k;
     int first, count, rc;
     tr_tp_rows(tp, N, &first, &count);
-    if (tp->size == 1 && !lora && x.f) { /* the unsplit layer: the residual and bias in the GEMM */
-        linear_xWt_bias(k, y, x.f, W, b, residual, N, ICl, OC);
+    if (tp->size == 1 && !lora) { /* the unsplit layer: the residual and bias in the GEMM */
+        linear_xWt_bias(k, y, x, W, b, residual, N, ICl, OC);
         return TR_OK;
     }
     if (tp->size == 1) {
@@ -249,13 +256,7 @@ static int row_backward(const tr_tp *tp, float *dx, float *dW, float *db, const 
             return rc;
         dy_all = scratch;
     }
-    if (x.h) { /* dW (OC, IC) += dy^T x16 */
-        gemm_dx(k, dx, dy_all, W, N, ICl, OC);
-        if (dW)
-            k->gemm_b16(NULL, 1, 0, OC, ICl, N, 1.0f, dy_all, OC, x.h, ICl, 1.0f, dW, ICl);
-    } else {
-        gemms_dx_dW(k, dx, dW, dy_all, x.f, W, N, ICl, OC);
-    }
+    gemms_dx_dW(k, dx, dW, dy_all, x, W, N, ICl, OC);
     if (lora)
         lora_backward(k, dx, dy_all, x.f, lora, N, ICl, OC);
     if (db)

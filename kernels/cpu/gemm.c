@@ -3,6 +3,10 @@
 #include "kernels/cpu/cpu_ops.h"
 
 #include <cblas.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "kernels/cuda/bf16.h"
 
 /* C[M,N] = alpha op(A) op(B) + beta C on the calling thread. */
 void cpu_gemm_serial(int trans_a, int trans_b, int M, int N, int K, float alpha,
@@ -92,21 +96,48 @@ void cpu_gemm(tr_stream s, int trans_a, int trans_b, int M, int N, int K, float 
     tr_kernels_cpu_parallel_for((size_t)pieces, gemm_piece, &g);
 }
 
-/* kernels.h's linear_forward as its unfused pieces (the same bits as gemm, then bias_add) */
-void cpu_linear_forward(tr_stream s, float *y, const float *x, const float *W, const float *b,
-                        const float *residual, int N, int IC, int OC)
+/* x, or x16 widened (exactly) into a new array; NULL when out of memory (said on stderr) */
+static const float *fp32_input(const float *x, const uint16_t *x16, size_t n, float **owned)
 {
+    *owned = NULL;
+    if (x)
+        return x;
+    float *w = malloc((n ? n : 1) * sizeof *w);
+    if (!w) {
+        fprintf(stderr, "cpu: out of memory widening a %zu-element bf16 input\n", n);
+        return NULL;
+    }
+    for (size_t i = 0; i < n; i++)
+        w[i] = bf16_to_f32(x16[i]);
+    return *owned = w;
+}
+
+/* kernels.h's linear_forward as its unfused pieces (the same bits as gemm, then bias_add) */
+void cpu_linear_forward(tr_stream s, float *y, const float *x, const uint16_t *x16,
+                        const float *W, const float *b, const float *residual, int N, int IC,
+                        int OC)
+{
+    float *owned;
+    const float *in = fp32_input(x, x16, (size_t)N * IC, &owned);
+    if (!in)
+        return;
     if (residual && residual != y)
         cpu_copy(s, y, residual, (size_t)N * OC * sizeof(float));
-    cpu_gemm(s, 0, 1, N, OC, IC, 1.0f, x, IC, W, IC, residual ? 1.0f : 0.0f, y, OC);
+    cpu_gemm(s, 0, 1, N, OC, IC, 1.0f, in, IC, W, IC, residual ? 1.0f : 0.0f, y, OC);
     if (b)
         cpu_bias_add(s, y, b, N, OC);
+    free(owned);
 }
 
 /* kernels.h's linear_backward as its two GEMMs (the same bits as two gemm calls) */
 void cpu_linear_backward(tr_stream s, float *dx, float *dW, const float *dy, const float *x,
-                         const float *W, int N, int IC, int OC)
+                         const uint16_t *x16, const float *W, int N, int IC, int OC)
 {
+    float *owned;
+    const float *in = fp32_input(x, x16, (size_t)N * IC, &owned);
+    if (!in)
+        return;
     cpu_gemm(s, 0, 0, N, IC, OC, 1.0f, dy, OC, W, IC, 0.0f, dx, IC);
-    cpu_gemm(s, 1, 0, OC, IC, N, 1.0f, dy, OC, x, IC, 1.0f, dW, IC);
+    cpu_gemm(s, 1, 0, OC, IC, N, 1.0f, dy, OC, in, IC, 1.0f, dW, IC);
+    free(owned);
 }

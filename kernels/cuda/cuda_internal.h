@@ -244,11 +244,12 @@ void cu_gemm_bf16(tr_stream s, int trans_a, int trans_b, int M, int N, int K, fl
                      const float *A, int lda, const float *B, int ldb, float beta, float *C,
                      int ldc);
 /* kernels.h's linear_forward in bf16 mode: the bias in cuBLASLt's epilogue where it can be. */
-void cu_linear_forward_bf16(tr_stream s, float *y, const float *x, const float *W,
-                            const float *b, const float *residual, int N, int IC, int OC);
+void cu_linear_forward_bf16(tr_stream s, float *y, const float *x, const uint16_t *x16,
+                            const float *W, const float *b, const float *residual, int N, int IC,
+                            int OC);
 /* kernels.h's linear_backward in bf16 mode: dy converted once for both GEMMs. */
 void cu_linear_backward_bf16(tr_stream s, float *dx, float *dW, const float *dy, const float *x,
-                             const float *W, int N, int IC, int OC);
+                             const uint16_t *x16, const float *W, int N, int IC, int OC);
 /* The head's bf16-storage GEMMs (kernels.h's gemm_out16, gemm_a16), bf16 mode. */
 void cu_gemm_out16(tr_stream s, int trans_a, int trans_b, int M, int N, int K, float alpha,
                    const float *A, int lda, const float *B, int ldb, uint16_t *C16, int ldc);

@@ -454,26 +454,28 @@ void cu_gemm_out16(tr_stream s, int ta, int tb, int M, int N, int K, float alpha
 
 /* C = alpha op(A16) op(B) + beta C: A read in place, B staged in slabs of K (the first with
  * the caller's beta, the others accumulating in the fp32 C). */
-void cu_gemm_a16(tr_stream s, int ta, int tb, int M, int N, int K, float alpha,
-                 const uint16_t *A16, int lda, const float *B, int ldb, float beta, float *C,
-                 int ldc)
+/* cu_gemm_a16 on stream st; with bias, the first K slab tries the bias epilogue (returns
+ * whether the bias was added, as gemm_staged) */
+static int gemm_a16_on(cudaStream_t st, int ta, int tb, int M, int N, int K, float alpha,
+                       const uint16_t *A16, int lda, const float *B, int ldb, float beta,
+                       float *C, int ldc, const float *bias)
 {
-    cudaStream_t st = cu_shared_stream(s, "gemm_a16");
     if (M <= 0 || N <= 0)
-        return;
+        return 0;
     if (K <= 0 || alpha == 0.0f) {
         cu_scale_2d(st, C, M, N, ldc, beta);
-        return;
+        return 0;
     }
     size_t kc = (G.staging_bytes / sizeof(uint16_t)) / (size_t)N;
     if (kc >= 64)
         kc &= ~(size_t)63;
     if (kc < 1) {
         note_none("gemm_a16", M, N, K);
-        return;
+        return 0;
     }
     if (kc > (size_t)K)
         kc = (size_t)K;
+    int biased = 0;
     for (int k0 = 0; k0 < K; k0 += (int)kc) {
         int w = K - k0 < (int)kc ? K - k0 : (int)kc;
         if (tb) /* op(B) rows k0..: columns k0.. of the stored N x K */
@@ -482,10 +484,25 @@ void cu_gemm_a16(tr_stream s, int ta, int tb, int M, int N, int K, float alpha,
             cu_pack_bf16(st, G.staging, B + (size_t)k0 * ldb, w, N, ldb);
         /* op(A) columns k0..: rows k0.. of the stored K x M, or columns k0.. of M x K */
         const uint16_t *a = ta ? A16 + (size_t)k0 * lda : A16 + k0;
+        float b = k0 ? 1.0f : beta;
+        if (k0 == 0 && bias)
+            biased = !matmul_bias(st, CU_GEMM_BF16, ta, tb, M, N, w, alpha, a, lda, 0, G.staging,
+                                  tb ? w : N, 0, b, C, 0, ldc, 0, 1, bias);
+        if (k0 == 0 && biased)
+            continue;
         if (matmul_to(st, CU_GEMM_BF16, ta, tb, M, N, w, alpha, a, lda, 0, G.staging,
-                      tb ? w : N, 0, k0 ? 1.0f : beta, C, 0, ldc, 0, 1))
+                      tb ? w : N, 0, b, C, 0, ldc, 0, 1))
             note_none("gemm_a16", M, N, w);
     }
+    return biased;
+}
+
+void cu_gemm_a16(tr_stream s, int ta, int tb, int M, int N, int K, float alpha,
+                 const uint16_t *A16, int lda, const float *B, int ldb, float beta, float *C,
+                 int ldc)
+{
+    gemm_a16_on(cu_shared_stream(s, "gemm_a16"), ta, tb, M, N, K, alpha, A16, lda, B, ldb, beta,
+                C, ldc, NULL);
 }
 
 /* C = alpha op(A) op(B16) + beta C: B read in place, A staged in slabs of K (the first with
@@ -525,9 +542,11 @@ void cu_gemm_b16(tr_stream s, int ta, int tb, int M, int N, int K, float alpha, 
 
 /* ---- kernels.h's linear_forward, bf16 mode: y = x W^T + b [+ residual] with the bias in
  * cuBLASLt's epilogue (on the first K slab) where the bias is 16-byte aligned (the views into
- * the flat parameter buffer may not be) and an algorithm has it; else bias_add after. */
-void cu_linear_forward_bf16(tr_stream s, float *y, const float *x, const float *W,
-                            const float *b, const float *residual, int N, int IC, int OC)
+ * the flat parameter buffer may not be) and an algorithm has it; else bias_add after. A bf16
+ * input (x16) is read in place. */
+void cu_linear_forward_bf16(tr_stream s, float *y, const float *x, const uint16_t *x16,
+                            const float *W, const float *b, const float *residual, int N, int IC,
+                            int OC)
 {
     cudaStream_t st = cu_shared_stream(s, "linear_forward");
     if (N <= 0 || OC <= 0)
@@ -537,10 +556,12 @@ void cu_linear_forward_bf16(tr_stream s, float *y, const float *x, const float *
                                 cudaMemcpyDeviceToDevice, st),
                 "linear_forward (residual)");
     float beta = residual ? 1.0f : 0.0f;
+    const float *epi_bias = b && ((uintptr_t)b & 15) == 0 ? b : NULL;
     int biased = 0;
-    if (IC > 0 && !G.fast)
-        biased = gemm_staged(st, 0, 1, N, OC, IC, 1.0f, x, IC, W, IC, beta, y, OC,
-                             b && ((uintptr_t)b & 15) == 0 ? b : NULL);
+    if (x16)
+        biased = gemm_a16_on(st, 0, 1, N, OC, IC, 1.0f, x16, IC, W, IC, beta, y, OC, epi_bias);
+    else if (IC > 0 && !G.fast)
+        biased = gemm_staged(st, 0, 1, N, OC, IC, 1.0f, x, IC, W, IC, beta, y, OC, epi_bias);
     else
         cu_gemm_ex(st, CU_GEMM_BF16, 0, 1, N, OC, IC, 1.0f, x, IC, 0, W, IC, 0, beta, y, OC, 0,
                    1);
@@ -548,36 +569,47 @@ void cu_linear_forward_bf16(tr_stream s, float *y, const float *x, const float *
         cu_bias_add(s, y, b, N, OC);
 }
 
+/* dW += dy^T x for either storage of x (the unfused way) */
+static void dW_unfused(tr_stream s, cudaStream_t st, float *dW, const float *dy,
+                       const float *x, const uint16_t *x16, int N, int IC, int OC)
+{
+    if (x16)
+        cu_gemm_b16(s, 1, 0, OC, IC, N, 1.0f, dy, OC, x16, IC, 1.0f, dW, IC);
+    else
+        cu_gemm_ex(st, CU_GEMM_BF16, 1, 0, OC, IC, N, 1.0f, dy, OC, 0, x, IC, 0, 1.0f, dW, IC,
+                   0, 1);
+}
+
 /* ---- kernels.h's linear_backward, bf16 mode: dy (N, OC) converted once for both GEMMs,
- * dx = dy W and dW += dy^T x, where dy, W and x fit the staging together (else, and where
- * cuBLASLt has no algorithm, the two GEMMs as gemm makes them). */
+ * dx = dy W and dW += dy^T x, where dy, W and x (fp32; a bf16 x16 is read in place) fit the
+ * staging together (else, and where cuBLASLt has no algorithm, the two GEMMs unfused). */
 void cu_linear_backward_bf16(tr_stream s, float *dx, float *dW, const float *dy, const float *x,
-                             const float *W, int N, int IC, int OC)
+                             const uint16_t *x16, const float *W, int N, int IC, int OC)
 {
     cudaStream_t st = cu_shared_stream(s, "linear_backward");
     size_t cap = G.staging_bytes / sizeof(uint16_t);
     size_t n_dy = ((size_t)N * OC + 127) & ~(size_t)127, n_w = ((size_t)OC * IC + 127) & ~(size_t)127;
-    size_t n_x = (size_t)N * IC;
+    size_t n_x = x16 ? 0 : (size_t)N * IC;
     int fused = !G.fast && N > 0 && IC > 0 && OC > 0 && n_dy + (n_w > n_x ? n_w : n_x) <= cap;
     if (fused) {
         uint16_t *dy16 = G.staging, *second = G.staging + n_dy; /* W, then x */
         cu_pack_bf16(st, dy16, dy, N, OC, OC);
         cu_pack_bf16(st, second, W, OC, IC, IC);
         /* dx (N, IC) = dy (N, OC) W (OC, IC) */
-        if (matmul(st, CU_GEMM_BF16, 0, 0, N, IC, OC, 1.0f, dy16, OC, 0, second, IC, 0, 0.0f,
-                   dx, IC, 0, 1)) {
-            fused = 0; /* no algorithm: both as gemm makes them (dW not yet touched) */
-        } else {
-            cu_pack_bf16(st, second, x, N, IC, IC);
+        if (!matmul(st, CU_GEMM_BF16, 0, 0, N, IC, OC, 1.0f, dy16, OC, 0, second, IC, 0, 0.0f,
+                    dx, IC, 0, 1)) {
+            const uint16_t *xb = x16;
+            if (!xb) {
+                cu_pack_bf16(st, second, x, N, IC, IC);
+                xb = second;
+            }
             /* dW (OC, IC) += dy^T (OC, N) x (N, IC) */
-            if (!matmul(st, CU_GEMM_BF16, 1, 0, OC, IC, N, 1.0f, dy16, OC, 0, second, IC, 0,
-                        1.0f, dW, IC, 0, 1))
-                return;
-            cu_gemm_ex(st, CU_GEMM_BF16, 1, 0, OC, IC, N, 1.0f, dy, OC, 0, x, IC, 0, 1.0f, dW,
-                       IC, 0, 1);
+            if (matmul(st, CU_GEMM_BF16, 1, 0, OC, IC, N, 1.0f, dy16, OC, 0, xb, IC, 0, 1.0f, dW,
+                       IC, 0, 1))
+                dW_unfused(s, st, dW, dy, x, x16, N, IC, OC);
             return;
         }
-    }
+    } /* no algorithm for dx (dW not yet touched), or too big: both unfused */
     cu_gemm_ex(st, CU_GEMM_BF16, 0, 0, N, IC, OC, 1.0f, dy, OC, 0, W, IC, 0, 0.0f, dx, IC, 0, 1);
-    cu_gemm_ex(st, CU_GEMM_BF16, 1, 0, OC, IC, N, 1.0f, dy, OC, 0, x, IC, 0, 1.0f, dW, IC, 0, 1);
+    dW_unfused(s, st, dW, dy, x, x16, N, IC, OC);
 }

@@ -4,7 +4,8 @@
  *  - linear_forward (the bias in cuBLASLt's epilogue) against "cpu"'s gemm + bias_add: with a
  *    16-byte aligned bias (the epilogue), a misaligned one (bias_add after), none, a residual
  *    in place and another;
- *  - linear_backward (dy converted once for both GEMMs) against "cpu"'s two GEMMs;
+ *  - linear_backward (dy converted once for both GEMMs) against "cpu"'s two GEMMs, and both
+ *    linear ops on a bf16-storage input;
  *  - the MLP activation's bf16 storage (gelu_forward16, and fc_proj's GEMMs reading it:
  *    gemm_a16 forward, gemm_b16 weight gradient) against "cpu-bf16"'s;
  *  - the chunked head's bf16-storage ops (kernels.h: gemm_out16, gemm_a16, xent_stats16,
@@ -174,12 +175,12 @@ static void test_linear(int N, int IC, int OC, int with_bias, int boff, int resi
     float *b = host((size_t)OC + 16, -1, 1), *res = host(ny, -1, 1), *y = dup(res, ny);
     const float *bb = with_bias ? b + boff : NULL;
     /* residual_mode 0: none, 1: in place (y holds it), 2: another buffer */
-    CPU->linear_forward(NULL, y, x, W, bb, residual_mode == 1 ? y : residual_mode == 2 ? res : NULL,
-                        N, IC, OC);
+    CPU->linear_forward(NULL, y, x, NULL, W, bb,
+                        residual_mode == 1 ? y : residual_mode == 2 ? res : NULL, N, IC, OC);
     float *gx = dev(BF16, x, (size_t)N * IC * 4), *gW = dev(BF16, W, (size_t)OC * IC * 4);
     float *gb = dev(BF16, b, ((size_t)OC + 16) * 4), *gr = dev(BF16, res, ny * 4);
     float *gy = dev(BF16, res, ny * 4);
-    BF16->linear_forward(NULL, gy, gx, gW, with_bias ? gb + boff : NULL,
+    BF16->linear_forward(NULL, gy, gx, NULL, gW, with_bias ? gb + boff : NULL,
                          residual_mode == 1 ? gy : residual_mode == 2 ? gr : NULL, N, IC, OC);
     float *got = back(BF16, gy, ny);
     snprintf(what, sizeof what, "linear_forward %dx%d K%d bias %s residual %s", N, OC, IC,
@@ -201,8 +202,8 @@ static void test_linear_backward(int N, int IC, int OC)
     float *gx = dev(BF16, x, (size_t)N * IC * 4), *gW = dev(BF16, W, (size_t)OC * IC * 4);
     float *gdy = dev(BF16, dy, (size_t)N * OC * 4), *gdW = dev(BF16, dW, (size_t)OC * IC * 4);
     float *gdx = dev(BF16, NULL, (size_t)N * IC * 4);
-    CPU->linear_backward(NULL, dx, dW, dy, x, W, N, IC, OC);
-    BF16->linear_backward(NULL, gdx, gdW, gdy, gx, gW, N, IC, OC);
+    CPU->linear_backward(NULL, dx, dW, dy, x, NULL, W, N, IC, OC);
+    BF16->linear_backward(NULL, gdx, gdW, gdy, gx, NULL, gW, N, IC, OC);
     float *got = back(BF16, gdx, (size_t)N * IC);
     snprintf(what, sizeof what, "linear_backward dx %dx%d K%d", N, IC, OC);
     compare(what, BF16, got, dx, (size_t)N * IC, TOL_BF16);
@@ -213,6 +214,40 @@ static void test_linear_backward(int N, int IC, int OC)
     free(got);
     BF16->free(gx), BF16->free(gW), BF16->free(gdy), BF16->free(gdW), BF16->free(gdx);
     free(x), free(W), free(dy), free(dW), free(dx);
+}
+
+/* linear_forward and linear_backward on a bf16-storage input (x16: the GELU output's way into
+ * fc_proj) against "cpu"'s (which widens it exactly) */
+static void test_linear16(int N, int IC, int OC)
+{
+    char what[96];
+    size_t nx = (size_t)N * IC, ny = (size_t)N * OC, nw = (size_t)OC * IC;
+    float *xf = host(nx, -1, 1), *W = host(nw, -1, 1), *b = host((size_t)OC, -1, 1);
+    float *y = host(ny, -1, 1), *dy = host(ny, -1, 1), *dW = host(nw, -1, 1);
+    float *dx = malloc(nx * 4);
+    uint16_t *x16 = narrow(xf, nx);
+    float *gW = dev(BF16, W, nw * 4), *gb = dev(BF16, b, (size_t)OC * 4), *gy = dev(BF16, y, ny * 4);
+    float *gdy = dev(BF16, dy, ny * 4), *gdW = dev(BF16, dW, nw * 4), *gdx = dev(BF16, NULL, nx * 4);
+    uint16_t *gx = dev(BF16, x16, nx * 2);
+    CPU->linear_forward(NULL, y, NULL, x16, W, b, y, N, IC, OC); /* onto a residual in place */
+    BF16->linear_forward(NULL, gy, NULL, gx, gW, gb, gy, N, IC, OC);
+    CPU->linear_backward(NULL, dx, dW, dy, NULL, x16, W, N, IC, OC);
+    BF16->linear_backward(NULL, gdx, gdW, gdy, NULL, gx, gW, N, IC, OC);
+    float *got = back(BF16, gy, ny);
+    snprintf(what, sizeof what, "linear_forward (bf16 input) %dx%d K%d", N, OC, IC);
+    compare(what, BF16, got, y, ny, TOL_BF16);
+    free(got);
+    got = back(BF16, gdx, nx);
+    snprintf(what, sizeof what, "linear_backward (bf16 input) dx %dx%d", N, IC);
+    compare(what, BF16, got, dx, nx, TOL_BF16);
+    free(got);
+    got = back(BF16, gdW, nw);
+    snprintf(what, sizeof what, "linear_backward (bf16 input) dW %dx%d", OC, IC);
+    compare(what, BF16, got, dW, nw, TOL_BF16);
+    free(got);
+    BF16->free(gW), BF16->free(gb), BF16->free(gy), BF16->free(gdy), BF16->free(gdW);
+    BF16->free(gdx), BF16->free(gx);
+    free(xf), free(W), free(b), free(y), free(dy), free(dW), free(dx), free(x16);
 }
 
 int main(int argc, char **argv)
@@ -241,6 +276,7 @@ int main(int argc, char **argv)
         test_mlp16(600, 1024, 1000);
         test_linear(600, 1024, 1000, 1, 0, 1);
         test_linear_backward(600, 1024, 1000); /* past the staging: the two GEMMs */
+        test_linear16(600, 1024, 1000);
         if (tr_cuda_status())
             failures++, fprintf(stderr, "FAIL %s\n", tr_errmsg());
         printf("%d of %d checks agree\n", checks - failures, checks);
@@ -256,6 +292,8 @@ int main(int argc, char **argv)
     test_linear(50, 128, 64, 1, 0, 2);
     test_linear_backward(96, 64, 192);
     test_linear_backward(33, 40, 72);
+    test_linear16(96, 256, 64);
+    test_linear16(33, 100, 40);
     test_mlp16(96, 256, 64);
     test_mlp16(33, 100, 40);
     test_gemms(37, 64, 1000);

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "core/core.h"
+#include "kernels/cuda/bf16.h"
 #include "kt.h"
 
 static void test_backend_lookup(void **state)
@@ -70,9 +71,18 @@ static void test_linear_forward(void **state)
                 K->bias_add(NULL, want, b, N, OC);
             memcpy(y, res, (size_t)N * OC * sizeof(float));
             const float *r = mode == 0 ? NULL : mode == 1 ? y : res;
-            K->linear_forward(NULL, y, x, W, with_b ? b : NULL, r, N, IC, OC);
+            K->linear_forward(NULL, y, x, NULL, W, with_b ? b : NULL, r, N, IC, OC);
             kt_check_same("linear_forward", y, want, (size_t)N * OC);
         }
+    /* a bf16-storage input: the same as its exact fp32 widening */
+    uint16_t *x16 = malloc((size_t)N * IC * sizeof *x16);
+    for (size_t i = 0; i < (size_t)N * IC; i++)
+        x16[i] = bf16_from_f32(x[i]), x[i] = bf16_to_f32(x16[i]);
+    K->gemm(NULL, 0, 1, N, OC, IC, 1.0f, x, IC, W, IC, 0.0f, want, OC);
+    K->bias_add(NULL, want, b, N, OC);
+    K->linear_forward(NULL, y, NULL, x16, W, b, NULL, N, IC, OC);
+    kt_check_same("linear_forward (bf16 input)", y, want, (size_t)N * OC);
+    free(x16);
     free(x), free(W), free(b), free(res), free(y), free(want);
 }
 
@@ -91,9 +101,17 @@ static void test_linear_backward(void **state)
     memcpy(want_dW, dW, (size_t)OC * IC * sizeof(float));
     K->gemm(NULL, 0, 0, N, IC, OC, 1.0f, dy, OC, W, IC, 0.0f, want_dx, IC);
     K->gemm(NULL, 1, 0, OC, IC, N, 1.0f, dy, OC, x, IC, 1.0f, want_dW, IC);
-    K->linear_backward(NULL, dx, dW, dy, x, W, N, IC, OC);
+    K->linear_backward(NULL, dx, dW, dy, x, NULL, W, N, IC, OC);
     kt_check_same("linear_backward dx", dx, want_dx, (size_t)N * IC);
     kt_check_same("linear_backward dW", dW, want_dW, (size_t)OC * IC);
+    /* a bf16-storage input: dW as from its exact fp32 widening (dx does not read it) */
+    uint16_t *x16 = malloc((size_t)N * IC * sizeof *x16);
+    for (size_t i = 0; i < (size_t)N * IC; i++)
+        x16[i] = bf16_from_f32(x[i]), x[i] = bf16_to_f32(x16[i]);
+    K->gemm(NULL, 1, 0, OC, IC, N, 1.0f, dy, OC, x, IC, 1.0f, want_dW, IC);
+    K->linear_backward(NULL, dx, dW, dy, NULL, x16, W, N, IC, OC);
+    kt_check_same("linear_backward dW (bf16 input)", dW, want_dW, (size_t)OC * IC);
+    free(x16);
     free(x), free(W), free(dy), free(dx), free(dW), free(want_dx), free(want_dW);
 }
 
