@@ -218,12 +218,18 @@ typedef struct tr_kernels {
                                  const float *sumexp, const float *picked,
                                  const int32_t *targets, const float *weights, int N, int V,
                                  int n_valid, int v_start, float scale);
-    /* --- the MLP's activation in bf16 storage: optional, as the head's (the model keeps the
+    /* --- the layers' GEMM inputs in bf16 storage: optional, as the head's (the model keeps the
      * GELU output that feeds fc_proj in bf16 when all of gelu_forward16, gemm_a16 and
-     * gemm_b16 are set, and no LoRA adapter reads it).
+     * gemm_b16 are set, and no LoRA adapter reads it; the LayerNorm outputs likewise with
+     * layernorm_forward16).
      *  gelu_forward16: out16[i] = gelu(inp[i]) stored bf16
      *  gemm_b16:       C = alpha op(A) op(B16) + beta C: gemm with B read from bf16 */
     void (*gelu_forward16)(tr_stream s, uint16_t *out16, const float *inp, size_t n);
+    /* layernorm_forward16: layernorm_forward with out16 stored bf16 (mean and rstd fp32): the
+     * LayerNorm outputs that feed QKV and fc, kept in bf16 by the model as the GELU output */
+    void (*layernorm_forward16)(tr_stream s, uint16_t *out16, float *mean, float *rstd,
+                                const float *inp, const float *weight, const float *bias, int N,
+                                int C, float eps);
     void (*gemm_b16)(tr_stream s, int trans_a, int trans_b, int M, int N, int K, float alpha,
                      const float *A, int lda, const uint16_t *B16, int ldb, float beta, float *C,
                      int ldc);

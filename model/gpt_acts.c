@@ -24,8 +24,10 @@ static int input_shared(const tr_gpt *g, int target)
     return g->lora && !(g->s.lora_targets & (1 << target));
 }
 
-/* Floats that hold n elements of the GELU output: half as many in bf16 storage. */
+/* Floats that hold n elements of the GELU output, or of a LayerNorm output: half as many in
+ * bf16 storage. */
 static size_t gelu_floats(const tr_gpt *g, size_t n) { return gpt_gelu16(g) ? (n + 1) / 2 : n; }
+static size_t ln_floats(const tr_gpt *g, size_t n) { return gpt_ln16(g) ? (n + 1) / 2 : n; }
 
 /* Floats of one layer's activations (everything of layer_acts). */
 static size_t layer_acts_floats(const tr_gpt *g, int B)
@@ -36,7 +38,8 @@ static size_t layer_acts_floats(const tr_gpt *g, int B)
     size_t lse = (size_t)B * g->NHl * g->s.T; /* fused attention: no T x T tensor */
     size_t Q = (size_t)g->QKVl, Fw = (size_t)g->Fwl, F = (size_t)g->Fl;
     size_t lora = g->lora ? 4 * N * (size_t)g->s.lora_rank : 0;
-    size_t ln1 = input_shared(g, LORA_QKV) ? 0 : N * C, ln2 = input_shared(g, LORA_FC1) ? 0 : N * C;
+    size_t ln1 = input_shared(g, LORA_QKV) ? 0 : ln_floats(g, N * C);
+    size_t ln2 = input_shared(g, LORA_FC1) ? 0 : ln_floats(g, N * C);
     size_t gelu = input_shared(g, LORA_FC2) ? 0 : gelu_floats(g, N * F);
     size_t sizes[] = {ln1,    Nl,     Nl, N * Q,  N * Cl,     lse,        Nl * C,
                       ln2,    Nl,     Nl, N * Fw, gelu,       Nl * C,     lora};
@@ -55,14 +58,14 @@ static void layer_acts_carve(const tr_gpt *g, int B, layer_acts *L, float **c, i
     size_t lse = (size_t)B * g->NHl * g->s.T;
     memset(L, 0, sizeof *L);
     if (!only_output) { /* a NULL input: the scratch's frozen_* (layer_acts_for) */
-        L->ln1 = input_shared(g, LORA_QKV) ? NULL : take(c, N * C);
+        L->ln1 = input_shared(g, LORA_QKV) ? NULL : take(c, ln_floats(g, N * C));
         L->ln1_mean = take(c, Nl);
         L->ln1_rstd = take(c, Nl);
         L->qkv = take(c, N * (size_t)g->QKVl);
         L->atty = take(c, N * Cl);
         L->lse = take(c, lse);
         L->residual2 = take(c, Nl * C);
-        L->ln2 = input_shared(g, LORA_FC1) ? NULL : take(c, N * C);
+        L->ln2 = input_shared(g, LORA_FC1) ? NULL : take(c, ln_floats(g, N * C));
         L->ln2_mean = take(c, Nl);
         L->ln2_rstd = take(c, Nl);
         L->fch = take(c, N * (size_t)g->Fwl);

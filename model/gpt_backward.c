@@ -5,6 +5,22 @@
 #include "core/core.h"
 
 /* dres (Nl, C): on entry the gradient of the layer output, on exit of the layer input x. */
+/* The column-parallel QKV or fc layer's backward into sc->dln, its input ln kept by the
+ * forward (bf16 storage where gpt_ln16). W, b: layer tensor slots; t: the LoRA target. */
+static int column_backward_of(tr_gpt *g, const layer_acts *L, int l, int B, const float *dy,
+                              const float *ln, int W, int b, int OCl, int t)
+{
+    int C = g->s.C, N = B * g->s.T;
+    if (gpt_ln16(g))
+        return tr_tp_column_linear_backward16(&g->tp, g->scratch.dln, layer_grad(g, l, W),
+                                              layer_grad(g, l, b), dy, (const uint16_t *)ln,
+                                              layer_param(g, l, W), N, C, OCl);
+    tr_tp_lora lo; /* the LoRA adapter (NULL: none), made right before its layer */
+    return tr_tp_column_linear_backward_lora(&g->tp, g->scratch.dln, layer_grad(g, l, W),
+                                             layer_grad(g, l, b), dy, ln, layer_param(g, l, W),
+                                             N, C, OCl, gpt_lora(g, L, l, t, B, &lo));
+}
+
 static int layer_backward(tr_gpt *g, int l, const layer_acts *L, const float *x, float *dres,
                           int B)
 {
@@ -32,10 +48,7 @@ static int layer_backward(tr_gpt *g, int l, const layer_acts *L, const float *x,
         k->swiglu_backward(NULL, sc->dfch, L->fch, sc->dfch_gelu, (size_t)N * g->Fl);
     else
         k->gelu_backward(NULL, sc->dfch, L->fch, sc->dfch_gelu, (size_t)N * g->Fl);
-    rc = tr_tp_column_linear_backward_lora(tp, sc->dln, layer_grad(g, l, L_FC_W),
-                                           layer_grad(g, l, L_FC_B), sc->dfch, L->ln2,
-                                           layer_param(g, l, L_FC_W), N, C, g->Fwl,
-                                           gpt_lora(g, L, l, LORA_FC1, B, &lo));
+    rc = column_backward_of(g, L, l, B, sc->dfch, L->ln2, L_FC_W, L_FC_B, g->Fwl, LORA_FC1);
     if (rc)
         return rc;
     norm_backward(g, dres, layer_grad(g, l, L_LN2_W), layer_grad(g, l, L_LN2_B), dln_own,
@@ -58,10 +71,7 @@ static int layer_backward(tr_gpt *g, int l, const layer_acts *L, const float *x,
     if (g->s.position == TR_POS_ROPE) /* to the gradient of the unrotated q and k */
         k->rope(NULL, sc->dqkv, g->rope_cos, g->rope_sin, B, T, g->NGl, g->NHl / g->NGl, g->HS,
                 g->s.rotary_dims, 1, g->positions);
-    rc = tr_tp_column_linear_backward_lora(tp, sc->dln, layer_grad(g, l, L_QKV_W),
-                                           layer_grad(g, l, L_QKV_B), sc->dqkv, L->ln1,
-                                           layer_param(g, l, L_QKV_W), N, C, g->QKVl,
-                                           gpt_lora(g, L, l, LORA_QKV, B, &lo));
+    rc = column_backward_of(g, L, l, B, sc->dqkv, L->ln1, L_QKV_W, L_QKV_B, g->QKVl, LORA_QKV);
     if (rc)
         return rc;
     norm_backward(g, dres, layer_grad(g, l, L_LN1_W), layer_grad(g, l, L_LN1_B), dln_own, x,

@@ -8,20 +8,39 @@
 #include "core/core.h"
 
 /* One transformer layer: x (Nl, C) -> L->residual3 (Nl, C). */
+/* y = column_linear(norm(x)) (the QKV or fc layer after its norm): ln keeps the norm's output,
+ * this rank's rows at their place (the linear gathers the others under SP), in bf16 storage
+ * where gpt_ln16. nw, nb, W, b: layer tensor slots; t: the LoRA target. */
+static int norm_then_column(tr_gpt *g, const layer_acts *L, int l, int B, float *ln, float *mean,
+                            float *rstd, const float *x, int nw, int nb, float *y, int W, int b,
+                            int OCl, int t)
+{
+    int C = g->s.C, N = B * g->s.T, r0, Nl;
+    gpt_rows(g, B, &r0, &Nl);
+    if (gpt_ln16(g)) {
+        uint16_t *ln16 = (uint16_t *)ln;
+        g->k->layernorm_forward16(NULL, ln16 + (size_t)r0 * C, mean, rstd, x,
+                                  layer_param(g, l, nw), layer_param(g, l, nb), Nl, C, g->s.eps);
+        return tr_tp_column_linear_forward16(&g->tp, y, ln16, layer_param(g, l, W),
+                                             layer_param(g, l, b), N, C, OCl);
+    }
+    tr_tp_lora lo; /* the LoRA adapter (NULL: none), made right before its layer */
+    norm_forward(g, ln + (size_t)r0 * C, mean, rstd, x, layer_param(g, l, nw),
+                 layer_param(g, l, nb), Nl);
+    return tr_tp_column_linear_forward_lora(&g->tp, y, ln, layer_param(g, l, W),
+                                            layer_param(g, l, b), N, C, OCl,
+                                            gpt_lora(g, L, l, t, B, &lo));
+}
+
 int gpt_layer_forward(tr_gpt *g, int l, layer_acts *L, const float *x, int B)
 {
     const tr_kernels *k = g->k;
     const tr_tp *tp = &g->tp;
-    int T = g->s.T, C = g->s.C, Cl = g->Cl, N = B * T, r0, Nl, rc;
-    gpt_rows(g, B, &r0, &Nl);
-    size_t own = (size_t)r0 * C; /* this rank's rows inside an (N, C) buffer */
+    int T = g->s.T, C = g->s.C, Cl = g->Cl, N = B * T, rc;
     tr_tp_lora lo; /* LoRA adapters (NULL: none), each made right before its layer */
     /* attention: residual2 = x + attn_proj(attention(qkv(ln1(x)))) */
-    norm_forward(g, L->ln1 + own, L->ln1_mean, L->ln1_rstd, x, layer_param(g, l, L_LN1_W),
-                 layer_param(g, l, L_LN1_B), Nl);
-    rc = tr_tp_column_linear_forward_lora(tp, L->qkv, L->ln1, layer_param(g, l, L_QKV_W),
-                                          layer_param(g, l, L_QKV_B), N, C, g->QKVl,
-                                          gpt_lora(g, L, l, LORA_QKV, B, &lo));
+    rc = norm_then_column(g, L, l, B, L->ln1, L->ln1_mean, L->ln1_rstd, x, L_LN1_W, L_LN1_B,
+                          L->qkv, L_QKV_W, L_QKV_B, g->QKVl, LORA_QKV);
     if (rc)
         return rc;
     if (g->s.position == TR_POS_ROPE) /* q and k rotated in place: qkv keeps the roped ones */
@@ -39,11 +58,8 @@ int gpt_layer_forward(tr_gpt *g, int l, layer_acts *L, const float *x, int B)
     if (rc)
         return rc;
     /* MLP: residual3 = residual2 + fc_proj(act(fc(ln2(residual2)))), act GELU or SwiGLU */
-    norm_forward(g, L->ln2 + own, L->ln2_mean, L->ln2_rstd, L->residual2,
-                 layer_param(g, l, L_LN2_W), layer_param(g, l, L_LN2_B), Nl);
-    rc = tr_tp_column_linear_forward_lora(tp, L->fch, L->ln2, layer_param(g, l, L_FC_W),
-                                          layer_param(g, l, L_FC_B), N, C, g->Fwl,
-                                          gpt_lora(g, L, l, LORA_FC1, B, &lo));
+    rc = norm_then_column(g, L, l, B, L->ln2, L->ln2_mean, L->ln2_rstd, L->residual2, L_LN2_W,
+                          L_LN2_B, L->fch, L_FC_W, L_FC_B, g->Fwl, LORA_FC1);
     if (rc)
         return rc;
     if (gpt_gelu16(g)) { /* the GELU output in bf16 storage, read as it is by fc_proj */

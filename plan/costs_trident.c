@@ -17,6 +17,7 @@
  *    chunk's two backward GEMMs, the logits and their gradient stored in bf16.
  * Sizes: T = b s token rows, h hidden, t TP ranks. */
 #include <math.h>
+#include <string.h>
 
 #include "core/core.h"
 #include "model/gpt.h"
@@ -98,16 +99,22 @@ void plan_layer_cost_trident(const plan_cost_ctx *x, plan_cost *o)
      * assumes no LoRA): fc_proj reads it without converting it, forward and weight gradient,
      * and GELU writes 2 bytes less */
     double g16 = fc > F ? 0 : T * F / t; /* its elements (SwiGLU keeps fp32) */
+    /* the LayerNorm outputs likewise (gpt_ln16; RMSNorm keeps fp32): QKV and fc read them
+     * without converting them, forward and weight gradient, and the norms write 2 bytes less */
+    int layernorm = !m->normalization || strcmp(m->normalization, "RMSNorm") != 0;
+    double l16 = layernorm && (int)h % 2 == 0 ? 2 * T * h : 0;
     /* QKV, projection, fc, fc_proj (the row-parallel two onto the residual) */
     double lin_f = plan_trident_gemm_s(c, T, qkv / t, h, 0) +
                    plan_trident_gemm_s(c, T, h, h / t, row_copy) +
                    plan_trident_gemm_s(c, T, fc / t, h, 0) +
-                   plan_trident_gemm_s(c, T, h, F / t, row_copy) - tr_plan_stream_s(c, 6 * g16);
+                   plan_trident_gemm_s(c, T, h, F / t, row_copy) - tr_plan_stream_s(c, 6 * g16) -
+                   tr_plan_stream_s(c, 6 * l16);
     /* (kernels.h's linear_backward converts a layer's output gradient once for its two GEMMs:
      * QKV, projection, fc and fc_proj) */
     double lin_b = linear_b(c, T, qkv / t, h) + linear_b(c, T, h, h / t) +
                    linear_b(c, T, fc / t, h) + linear_b(c, T, h, F / t) -
-                   tr_plan_stream_s(c, 6 * g16) - tr_plan_stream_s(c, 6 * T * qkv / t) -
+                   tr_plan_stream_s(c, 6 * g16) - tr_plan_stream_s(c, 6 * l16) -
+                   tr_plan_stream_s(c, 6 * T * qkv / t) -
                    2 * tr_plan_stream_s(c, 6 * T * h) - tr_plan_stream_s(c, 6 * T * fc / t);
     /* fused attention: forward 2 (QK^T, PV) x 2 s^2 d / 2 (causal) per head, backward 2.5x */
     double att_flops = heads * 2.0 * s * s * d;
@@ -120,7 +127,7 @@ void plan_layer_cost_trident(const plan_cost_ctx *x, plan_cost *o)
      * t = 1; with t > 1 the row-parallel two are added after the reduction) */
     double bias = t > 1 ? 2 * R * 2 : 0;
     double resid = row_copy ? 2 * 2 * R : 2 * 3 * R;
-    double el_f = 2 * 2 * R + bias + resid + T * F / t * 4 * (gelu_in + 1) - 2 * g16;
+    double el_f = 2 * 2 * R + bias + resid + T * F / t * 4 * (gelu_in + 1) - 2 * g16 - 2 * l16;
     /* backward: 2 layernorm backwards (dout, x, dx read and written, the weight sums: 6 x
      * 4 bytes), bias gradients (read dout), the activation's backward (read its input and
      * dout, write din) */

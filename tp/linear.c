@@ -146,6 +146,23 @@ int tr_tp_column_linear_forward_lora(const tr_tp *tp, float *y, float *x, const 
     return TR_OK;
 }
 
+int tr_tp_column_linear_forward16(const tr_tp *tp, float *y, uint16_t *x16, const float *W,
+                                  const float *b, int N, int IC, int OCl)
+{
+    int first, count, rc;
+    tr_tp_rows(tp, N, &first, &count);
+    if (IC % 2)
+        return tr_fail(TR_ERR_INVALID, "a bf16-storage input of %d columns: must be even", IC);
+    /* under SP the rows are gathered as they are stored: IC/2 floats' bytes a row */
+    rc = tr_tp_gather_from_sequence_region_forward(tp, (float *)(x16 + (size_t)first * IC),
+                                                    (float *)x16, N, IC / 2);
+    if (rc)
+        return rc;
+    row_input in = {NULL, x16};
+    linear_xWt_bias(tp->k, y, in, W, b, NULL, N, IC, OCl);
+    return TR_OK;
+}
+
 int tr_tp_column_linear_backward(const tr_tp *tp, float *dx, float *dW, float *db,
                                  const float *dy, const float *x, const float *W, int N,
                                  int IC, int OCl)
@@ -153,15 +170,14 @@ int tr_tp_column_linear_backward(const tr_tp *tp, float *dx, float *dW, float *d
     return tr_tp_column_linear_backward_lora(tp, dx, dW, db, dy, x, W, N, IC, OCl, NULL);
 }
 
-int tr_tp_column_linear_backward_lora(const tr_tp *tp, float *dx, float *dW, float *db,
-                                      const float *dy, const float *x, const float *W, int N,
-                                      int IC, int OCl, const tr_tp_lora *lora)
+static int column_backward(const tr_tp *tp, float *dx, float *dW, float *db, const float *dy,
+                           row_input x, const float *W, int N, int IC, int OCl,
+                           const tr_tp_lora *lora)
 {
     const tr_kernels *k = tp->k;
-    row_input in = {x, NULL};
-    gemms_dx_dW(k, dx, dW, dy, in, W, N, IC, OCl);
+    gemms_dx_dW(k, dx, dW, dy, x, W, N, IC, OCl);
     if (lora) /* its input gradient joins the base layer's before the reduction */
-        lora_backward(k, dx, dy, x, lora, N, IC, OCl);
+        lora_backward(k, dx, dy, x.f, lora, N, IC, OCl);
     if (db)
         k->bias_backward(NULL, db, dy, N, OCl);
     if (!dx)
@@ -174,6 +190,22 @@ int tr_tp_column_linear_backward_lora(const tr_tp *tp, float *dx, float *dW, flo
                                                                N, IC);
     }
     return tr_tp_copy_to_region_backward(tp, dx, (size_t)N * IC);
+}
+
+int tr_tp_column_linear_backward_lora(const tr_tp *tp, float *dx, float *dW, float *db,
+                                      const float *dy, const float *x, const float *W, int N,
+                                      int IC, int OCl, const tr_tp_lora *lora)
+{
+    row_input in = {x, NULL};
+    return column_backward(tp, dx, dW, db, dy, in, W, N, IC, OCl, lora);
+}
+
+int tr_tp_column_linear_backward16(const tr_tp *tp, float *dx, float *dW, float *db,
+                                   const float *dy, const uint16_t *x16, const float *W, int N,
+                                   int IC, int OCl)
+{
+    row_input in = {NULL, x16};
+    return column_backward(tp, dx, dW, db, dy, in, W, N, IC, OCl, NULL);
 }
 
 int tr_tp_row_linear_forward(const tr_tp *tp, float *y, const float *residual, const float *x,

@@ -176,6 +176,16 @@ TR_MUST_CHECK int tr_tp_row_linear_forward_lora(const tr_tp *tp, float *y, const
 TR_MUST_CHECK int tr_tp_row_linear_backward_lora(const tr_tp *tp, float *dx, float *dW, float *db,
                                    const float *dy, const float *x, const float *W, int N,
                                    int ICl, int OC, float *scratch, const tr_tp_lora *lora);
+/* The column-parallel linear on an input in bf16 storage (x16 (N, IC) bf16 bits, IC even: the
+ * LayerNorm outputs where the table has layernorm_forward16, gemm_a16 and gemm_b16; no
+ * adapter): as tr_tp_column_linear_forward / _backward; under SP the rows are gathered as
+ * stored (IC/2 floats' bytes a row). */
+TR_MUST_CHECK int tr_tp_column_linear_forward16(const tr_tp *tp, float *y, uint16_t *x16,
+                                                const float *W, const float *b, int N, int IC,
+                                                int OCl);
+TR_MUST_CHECK int tr_tp_column_linear_backward16(const tr_tp *tp, float *dx, float *dW, float *db,
+                                                 const float *dy, const uint16_t *x16,
+                                                 const float *W, int N, int IC, int OCl);
 /* The row-parallel linear on an input in bf16 storage (x16 (N, ICl) bf16 bits: the MLP's GELU
  * output where the table has gelu_forward16, gemm_a16 and gemm_b16; no adapter): as
  * tr_tp_row_linear_forward / _backward, the GEMMs reading x16 in place. */

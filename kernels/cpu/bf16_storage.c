@@ -111,6 +111,19 @@ static void s16_gelu_forward16(tr_stream s, uint16_t *out16, const float *inp, s
         out16[i] = bf16_from_f32(y[i]);
 }
 
+static void s16_layernorm_forward16(tr_stream s, uint16_t *out16, float *mean, float *rstd,
+                                    const float *inp, const float *weight, const float *bias,
+                                    int N, int C, float eps)
+{
+    size_t n = (size_t)N * C;
+    float *y = wide_buffer(n);
+    if (!y)
+        return;
+    table->layernorm_forward(s, y, mean, rstd, inp, weight, bias, N, C, eps);
+    for (size_t i = 0; i < n; i++)
+        out16[i] = bf16_from_f32(y[i]);
+}
+
 static void s16_gemm_b16(tr_stream s, int ta, int tb, int M, int N, int K, float alpha,
                             const float *A, int lda, const uint16_t *B16, int ldb, float beta,
                             float *C, int ldc)
@@ -132,4 +145,5 @@ void cpu_bf16_storage_fill(tr_kernels *t)
     t->xent_loss_backward16 = s16_xent_loss_backward16;
     t->gelu_forward16 = s16_gelu_forward16;
     t->gemm_b16 = s16_gemm_b16;
+    t->layernorm_forward16 = s16_layernorm_forward16;
 }

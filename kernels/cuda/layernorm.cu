@@ -1,14 +1,19 @@
 // LayerNorm over the last dimension: one warp per row for the row work (statistics, the
 // input gradient); the parameter gradients are column sums done in two stages (partials of
 // row chunks into the scratch, then added in chunk order).
+#include "kernels/cuda/bf16.h"
 #include "kernels/cuda/grid.cuh"
 
 namespace {
 
 constexpr int ROWS_PER_BLOCK = 8; // warps per block, one row each
 
-// out (N, C) = (inp - mean) rstd weight + bias; mean/rstd (N)
-__global__ void ln_forward_kernel(float *out, float *mean, float *rstd, const float *inp,
+__device__ __forceinline__ void ln_put(float *y, int c, float v) { y[c] = v; }
+__device__ __forceinline__ void ln_put(uint16_t *y, int c, float v) { y[c] = bf16_from_f32(v); }
+
+// out (N, C) = (inp - mean) rstd weight + bias; mean/rstd (N); out fp32 or bf16 storage
+template <typename O>
+__global__ void ln_forward_kernel(O *out, float *mean, float *rstd, const float *inp,
                                   const float *weight, const float *bias, int N, int C, float eps)
 {
     int n = blockIdx.x * ROWS_PER_BLOCK + threadIdx.y;
@@ -26,9 +31,9 @@ __global__ void ln_forward_kernel(float *out, float *mean, float *rstd, const fl
         v += d * d;
     }
     float r = rsqrtf(tr_cu_warp_sum(v) / C + eps);
-    float *y = out + (size_t)n * C;
+    O *y = out + (size_t)n * C;
     for (int c = lane; c < C; c += 32)
-        y[c] = (x[c] - mu) * r * weight[c] + bias[c];
+        ln_put(y, c, (x[c] - mu) * r * weight[c] + bias[c]);
     if (lane == 0) {
         mean[n] = mu;
         rstd[n] = r;
@@ -119,6 +124,17 @@ void cu_layernorm_forward(tr_stream s, float *out, float *mean, float *rstd,
     ln_forward_kernel<<<(N + ROWS_PER_BLOCK - 1) / ROWS_PER_BLOCK, dim3(32, ROWS_PER_BLOCK), 0,
                         cu_stream(s)>>>(out, mean, rstd, inp, weight, bias, N, C, eps);
     cu_launched("layernorm_forward");
+}
+
+void cu_layernorm_forward16(tr_stream s, uint16_t *out16, float *mean, float *rstd,
+                            const float *inp, const float *weight, const float *bias, int N,
+                            int C, float eps)
+{
+    if (N <= 0 || C <= 0)
+        return;
+    ln_forward_kernel<<<(N + ROWS_PER_BLOCK - 1) / ROWS_PER_BLOCK, dim3(32, ROWS_PER_BLOCK), 0,
+                        cu_stream(s)>>>(out16, mean, rstd, inp, weight, bias, N, C, eps);
+    cu_launched("layernorm_forward16");
 }
 
 void cu_layernorm_backward(tr_stream s, float *dinp, float *dweight, float *dbias,

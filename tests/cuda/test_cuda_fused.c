@@ -6,6 +6,7 @@
  *    in place and another;
  *  - linear_backward (dy converted once for both GEMMs) against "cpu"'s two GEMMs, and both
  *    linear ops on a bf16-storage input;
+ *  - layernorm_forward16 against "cpu-bf16"'s;
  *  - the MLP activation's bf16 storage (gelu_forward16, and fc_proj's GEMMs reading it:
  *    gemm_a16 forward, gemm_b16 weight gradient) against "cpu-bf16"'s;
  *  - the chunked head's bf16-storage ops (kernels.h: gemm_out16, gemm_a16, xent_stats16,
@@ -166,6 +167,31 @@ static void test_mlp16(int N, int F, int C)
     free(pre), free(dy), free(W), free(dW), free(y), free(g16);
 }
 
+/* layernorm_forward16 (the LayerNorm outputs feeding QKV and fc) against "cpu-bf16"'s */
+static void test_layernorm16(int N, int C)
+{
+    char what[96];
+    size_t n = (size_t)N * C;
+    float *x = host(n, -2, 2), *w = host((size_t)C, 0.5f, 1.5f), *b = host((size_t)C, -0.5f, 0.5f);
+    float *mean = malloc((size_t)N * 4), *rstd = malloc((size_t)N * 4);
+    uint16_t *y16 = malloc(n * 2);
+    TWIN->layernorm_forward16(NULL, y16, mean, rstd, x, w, b, N, C, 1e-5f);
+    float *gx = dev(BF16, x, n * 4), *gw = dev(BF16, w, (size_t)C * 4), *gb = dev(BF16, b, (size_t)C * 4);
+    float *gm = dev(BF16, NULL, (size_t)N * 4), *gr = dev(BF16, NULL, (size_t)N * 4);
+    uint16_t *gy = dev(BF16, NULL, n * 2);
+    BF16->layernorm_forward16(NULL, gy, gm, gr, gx, gw, gb, N, C, 1e-5f);
+    float *want = widen(y16, n), *got = back16(gy, n);
+    snprintf(what, sizeof what, "layernorm_forward16 %dx%d", N, C);
+    compare(what, BF16, got, want, n, TOL_BF16);
+    free(want), free(got);
+    got = back(BF16, gr, (size_t)N);
+    snprintf(what, sizeof what, "layernorm_forward16 rstd %d", N);
+    compare(what, BF16, got, rstd, (size_t)N, TOL_FP32);
+    free(got);
+    BF16->free(gx), BF16->free(gw), BF16->free(gb), BF16->free(gm), BF16->free(gr), BF16->free(gy);
+    free(x), free(w), free(b), free(mean), free(rstd), free(y16);
+}
+
 /* y (N, OC) = x W^T + b [+ residual]; boff: the bias's offset in floats (1: 4-byte aligned) */
 static void test_linear(int N, int IC, int OC, int with_bias, int boff, int residual_mode)
 {
@@ -266,6 +292,7 @@ int main(int argc, char **argv)
     if (!BF16->gemm_out16 || !BF16->gemm_a16 || !BF16->xent_stats16 ||
         !BF16->xent_loss_backward16 || F32->gemm_out16 || !BF16->linear_forward ||
         F32->linear_forward || !BF16->gelu_forward16 || !BF16->gemm_b16 || F32->gemm_b16 ||
+        !BF16->layernorm_forward16 || F32->layernorm_forward16 ||
         !BF16->linear_backward || F32->linear_backward) {
         failures++;
         fprintf(stderr, "FAIL the bf16 table lacks its fused or bf16-storage ops (or fp32 has them)\n");
@@ -294,6 +321,8 @@ int main(int argc, char **argv)
     test_linear_backward(33, 40, 72);
     test_linear16(96, 256, 64);
     test_linear16(33, 100, 40);
+    test_layernorm16(513, 768);
+    test_layernorm16(7, 34);
     test_mlp16(96, 256, 64);
     test_mlp16(33, 100, 40);
     test_gemms(37, 64, 1000);

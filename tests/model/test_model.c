@@ -131,8 +131,8 @@ static void test_stages_compose(void **state)
     stage_free(&s1);
 }
 
-/* bf16 storage ("cpu-bf16" with kernels.h's bf16-storage ops: the MLP's GELU output and the
- * head's logits in half their buffers) against the same table without them (fp32 storage of
+/* bf16 storage ("cpu-bf16" with kernels.h's bf16-storage ops: the LayerNorm and GELU outputs
+ * and the head's logits in half their buffers) against the same table without them (fp32 storage of
  * values its ops round to bf16): the loss and every gradient bit for bit, GELU and SwiGLU. */
 static void test_bf16_storage_same_bits(void **state)
 {
@@ -144,6 +144,7 @@ static void test_bf16_storage_same_bits(void **state)
     assert_non_null(half);
     tr_kernels full = *half;
     full.gelu_forward16 = NULL, full.gemm_a16 = NULL, full.gemm_b16 = NULL;
+    full.layernorm_forward16 = NULL;
     full.gemm_out16 = NULL, full.xent_stats16 = NULL, full.xent_loss_backward16 = NULL;
     for (int swiglu = 0; swiglu < 2; swiglu++) {
         float loss[2];
