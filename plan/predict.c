@@ -246,7 +246,10 @@ static void memory_model(const tr_config *cfg, const tr_plan_cluster *c,
     /* and the two LayerNorm outputs that feed QKV and fc (gpt_ln16: LayerNorm, h even), each
      * (s b, h) on every rank: 2 bytes an element less */
     int layernorm = !m->normalization || strcmp(m->normalization, "RMSNorm") != 0;
-    double ln16 = gelu16 > 0 && layernorm && h % 2 == 0 ? 2 * 2.0 * s * b * h : 0;
+    double ln16 = L->trident_kernels && L->bf16 && !cfg->finetune.lora_rank &&
+                          stored != TR_PLAN_RECOMPUTE_FULL && layernorm && h % 2 == 0
+                      ? 2 * 2.0 * s * b * h
+                      : 0;
     double act = tr_plan_layer_activation_bytes(s, b, h, m->num_attention_heads, t,
                                                 L->sequence_parallel, stored, act16) +
                  (stored == TR_PLAN_RECOMPUTE_FULL ? 0 : lse) - gelu16 - ln16;
