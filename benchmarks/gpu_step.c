@@ -80,7 +80,7 @@ enum {
     OP_XENT_LOSS_BACKWARD, OP_EMB_FORWARD, OP_EMB_BACKWARD,
     OP_POS_FORWARD, OP_POS_BACKWARD, OP_ADAMW, OP_SUMSQ, OP_LINEAR, OP_GEMM_OUT16,
     OP_GEMM_A16, OP_XENT_STATS16, OP_XENT_LOSS_BACKWARD16, OP_GELU_FORWARD16, OP_GEMM_B16,
-    OP_LINEAR_BACKWARD, OP_LN_FORWARD16, N_OPS
+    OP_LINEAR_BACKWARD, OP_LN_FORWARD16, OP_RMS_FORWARD16, N_OPS
 };
 static const char *const op_names[N_OPS] = {
     "gemm (LM head)", "gemm (layers)", "to_device", "to_host", "copy", "zero", "add", "axpy",
@@ -91,7 +91,7 @@ static const char *const op_names[N_OPS] = {
     "embedding_backward", "position_forward", "position_backward", "adamw", "sumsq",
     "gemm (layers) + bias", "gemm (LM head) bf16 out", "gemm (LM head) bf16 in",
     "xent_stats16", "xent_loss_backward16", "gelu_forward16", "gemm (layers) bf16 B",
-    "gemm (layers) backward pair", "layernorm_forward16"};
+    "gemm (layers) backward pair", "layernorm_forward16", "rmsnorm_forward16"};
 static tr_kernels base;
 static int prof_on, prof_vp;
 static double prof_ms[N_OPS], prof_flops[N_OPS];
@@ -178,6 +178,10 @@ WRAP(OP_LN_FORWARD16, layernorm_forward16,
      (tr_stream s, uint16_t *o, float *m, float *r, const float *x, const float *w,
       const float *b, int N, int C, float eps),
      (s, o, m, r, x, w, b, N, C, eps))
+WRAP(OP_RMS_FORWARD16, rmsnorm_forward16,
+     (tr_stream s, uint16_t *o, float *r, const float *x, const float *w, int N, int C,
+      float eps),
+     (s, o, r, x, w, N, C, eps))
 WRAP(OP_XENT_STATS16, xent_stats16,
      (tr_stream s, float *m, float *se, float *pk, const uint16_t *l, const int32_t *t, int N,
       int V, int nv, int v0),
@@ -297,6 +301,8 @@ static tr_kernels profiled(const tr_kernels *k, int Vp)
         p.gemm_b16 = p_gemm_b16;
     if (k->layernorm_forward16)
         p.layernorm_forward16 = p_layernorm_forward16;
+    if (k->rmsnorm_forward16)
+        p.rmsnorm_forward16 = p_rmsnorm_forward16;
     return p;
 }
 

@@ -230,6 +230,9 @@ typedef struct tr_kernels {
     void (*layernorm_forward16)(tr_stream s, uint16_t *out16, float *mean, float *rstd,
                                 const float *inp, const float *weight, const float *bias, int N,
                                 int C, float eps);
+    /* rmsnorm_forward16: rmsnorm_forward with out16 stored bf16 (the RMSNorm families') */
+    void (*rmsnorm_forward16)(tr_stream s, uint16_t *out16, float *rstd, const float *inp,
+                              const float *weight, int N, int C, float eps);
     void (*gemm_b16)(tr_stream s, int trans_a, int trans_b, int M, int N, int K, float alpha,
                      const float *A, int lda, const uint16_t *B16, int ldb, float beta, float *C,
                      int ldc);

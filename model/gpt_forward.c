@@ -19,8 +19,13 @@ static int norm_then_column(tr_gpt *g, const layer_acts *L, int l, int B, float 
     gpt_rows(g, B, &r0, &Nl);
     if (gpt_ln16(g)) {
         uint16_t *ln16 = (uint16_t *)ln;
-        g->k->layernorm_forward16(NULL, ln16 + (size_t)r0 * C, mean, rstd, x,
-                                  layer_param(g, l, nw), layer_param(g, l, nb), Nl, C, g->s.eps);
+        if (g->s.rmsnorm)
+            g->k->rmsnorm_forward16(NULL, ln16 + (size_t)r0 * C, rstd, x, layer_param(g, l, nw),
+                                    Nl, C, g->s.eps);
+        else
+            g->k->layernorm_forward16(NULL, ln16 + (size_t)r0 * C, mean, rstd, x,
+                                      layer_param(g, l, nw), layer_param(g, l, nb), Nl, C,
+                                      g->s.eps);
         return tr_tp_column_linear_forward16(&g->tp, y, ln16, layer_param(g, l, W),
                                              layer_param(g, l, b), N, C, OCl);
     }

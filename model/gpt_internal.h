@@ -134,14 +134,15 @@ static inline int gpt_gelu16(const tr_gpt *g)
            !g->s.lora_rank;
 }
 
-/* Whether the LayerNorm outputs that feed QKV and fc (layer_acts.ln1, ln2) are kept in bf16
- * storage: the table has layernorm_forward16, gemm_a16 and gemm_b16, the family uses
- * LayerNorm, no LoRA adapter reads them, and C is even (the SP gather moves C/2 floats' bytes
- * a row). Then ln1 and ln2 hold N*C bf16 bits in half their floats. */
+/* Whether the norms' outputs that feed QKV and fc (layer_acts.ln1, ln2) are kept in bf16
+ * storage: the table has layernorm_forward16 (rmsnorm_forward16 for RMSNorm families),
+ * gemm_a16 and gemm_b16, no LoRA adapter reads them, and C is even (the SP gather moves
+ * C/2 floats' bytes a row). Then ln1 and ln2 hold N*C bf16 bits in half their floats. */
 static inline int gpt_ln16(const tr_gpt *g)
 {
-    return g->k->layernorm_forward16 && g->k->gemm_a16 && g->k->gemm_b16 && !g->s.rmsnorm &&
-           !g->s.lora_rank && g->s.C % 2 == 0;
+    int norm16 = g->s.rmsnorm ? g->k->rmsnorm_forward16 != NULL
+                              : g->k->layernorm_forward16 != NULL;
+    return norm16 && g->k->gemm_a16 && g->k->gemm_b16 && !g->s.lora_rank && g->s.C % 2 == 0;
 }
 
 /* NULL where the family has no such tensor (a bias) */

@@ -17,7 +17,6 @@
  *    chunk's two backward GEMMs, the logits and their gradient stored in bf16.
  * Sizes: T = b s token rows, h hidden, t TP ranks. */
 #include <math.h>
-#include <string.h>
 
 #include "core/core.h"
 #include "model/gpt.h"
@@ -99,10 +98,9 @@ void plan_layer_cost_trident(const plan_cost_ctx *x, plan_cost *o)
      * assumes no LoRA): fc_proj reads it without converting it, forward and weight gradient,
      * and GELU writes 2 bytes less */
     double g16 = fc > F ? 0 : T * F / t; /* its elements (SwiGLU keeps fp32) */
-    /* the LayerNorm outputs likewise (gpt_ln16; RMSNorm keeps fp32): QKV and fc read them
-     * without converting them, forward and weight gradient, and the norms write 2 bytes less */
-    int layernorm = !m->normalization || strcmp(m->normalization, "RMSNorm") != 0;
-    double l16 = layernorm && (int)h % 2 == 0 ? 2 * T * h : 0;
+    /* the norms' outputs likewise (gpt_ln16): QKV and fc read them without converting them,
+     * forward and weight gradient, and the norms write 2 bytes less */
+    double l16 = (int)h % 2 == 0 ? 2 * T * h : 0;
     /* QKV, projection, fc, fc_proj (the row-parallel two onto the residual) */
     double lin_f = plan_trident_gemm_s(c, T, qkv / t, h, 0) +
                    plan_trident_gemm_s(c, T, h, h / t, row_copy) +

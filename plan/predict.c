@@ -243,12 +243,12 @@ static void memory_model(const tr_config *cfg, const tr_plan_cluster *c,
                             stored != TR_PLAN_RECOMPUTE_FULL
                         ? 2.0 * s * b * (double)tr_model_ffn_hidden(m) / t
                         : 0;
-    /* and the two LayerNorm outputs that feed QKV and fc (gpt_ln16: LayerNorm, h even), each
-     * (s b, h) on every rank: 2 bytes an element less */
-    int layernorm = !m->normalization || strcmp(m->normalization, "RMSNorm") != 0;
+    /* and the two norms' outputs that feed QKV and fc (gpt_ln16: h even): 2 bytes an element
+     * less of the (s b, h) each that the formula counts (split over t under SP) */
+    int sp_split = L->sequence_parallel && t > 1;
     double ln16 = L->trident_kernels && L->bf16 && !cfg->finetune.lora_rank &&
-                          stored != TR_PLAN_RECOMPUTE_FULL && layernorm && h % 2 == 0
-                      ? 2 * 2.0 * s * b * h
+                          stored != TR_PLAN_RECOMPUTE_FULL && h % 2 == 0
+                      ? 2 * 2.0 * s * b * h / (sp_split ? t : 1)
                       : 0;
     double act = tr_plan_layer_activation_bytes(s, b, h, m->num_attention_heads, t,
                                                 L->sequence_parallel, stored, act16) +

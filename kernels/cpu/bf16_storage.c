@@ -1,9 +1,10 @@
 /* The bf16-storage ops of "cpu-bf16" (kernels.h: the chunked head's gemm_out16, gemm_a16,
- * xent_stats16, xent_loss_backward16; the MLP activation's gelu_forward16, gemm_b16), the twin
- * of the CUDA bf16 mode's: each widens its bf16 input into a staging buffer (exact), runs the
- * table's own fp32-storage op, whose outputs are already rounded to bf16, and packs the kept
- * result back (exact again). So bf16 storage gives "cpu-bf16"'s bits; what it tests is the
- * path: the halved buffers, the strides, the aliasing of logits and their gradient. Staging is per thread, grown as needed
+ * xent_stats16, xent_loss_backward16; the layers' GEMM inputs' gelu_forward16,
+ * layernorm_forward16, rmsnorm_forward16, gemm_b16), the twin of the CUDA bf16 mode's: each
+ * widens its bf16 input into a staging buffer (exact), runs the table's own fp32-storage op,
+ * whose outputs are already rounded to bf16, and packs the kept result back (exact again). So
+ * bf16 storage gives "cpu-bf16"'s bits; what it tests is the path: the halved buffers, the
+ * strides, the aliasing of logits and their gradient. Staging is per thread, grown as needed
  * (out of memory: the op leaves its output untouched and says so on stderr, once). */
 #include "kernels/cpu/cpu_ops.h"
 
@@ -124,6 +125,18 @@ static void s16_layernorm_forward16(tr_stream s, uint16_t *out16, float *mean, f
         out16[i] = bf16_from_f32(y[i]);
 }
 
+static void s16_rmsnorm_forward16(tr_stream s, uint16_t *out16, float *rstd, const float *inp,
+                                  const float *weight, int N, int C, float eps)
+{
+    size_t n = (size_t)N * C;
+    float *y = wide_buffer(n);
+    if (!y)
+        return;
+    table->rmsnorm_forward(s, y, rstd, inp, weight, N, C, eps);
+    for (size_t i = 0; i < n; i++)
+        out16[i] = bf16_from_f32(y[i]);
+}
+
 static void s16_gemm_b16(tr_stream s, int ta, int tb, int M, int N, int K, float alpha,
                             const float *A, int lda, const uint16_t *B16, int ldb, float beta,
                             float *C, int ldc)
@@ -146,4 +159,5 @@ void cpu_bf16_storage_fill(tr_kernels *t)
     t->gelu_forward16 = s16_gelu_forward16;
     t->gemm_b16 = s16_gemm_b16;
     t->layernorm_forward16 = s16_layernorm_forward16;
+    t->rmsnorm_forward16 = s16_rmsnorm_forward16;
 }

@@ -125,6 +125,8 @@ void cu_gelu_forward16(tr_stream s, uint16_t *out16, const float *inp, size_t n)
 void cu_layernorm_forward16(tr_stream s, uint16_t *out16, float *mean, float *rstd,
                             const float *inp, const float *weight, const float *bias, int N,
                             int C, float eps);
+void cu_rmsnorm_forward16(tr_stream s, uint16_t *out16, float *rstd, const float *inp,
+                          const float *weight, int N, int C, float eps);
 void cu_gelu_backward(tr_stream s, float *dinp, const float *inp, const float *dout,
                          size_t n);
 /* C[r, c] = beta * C[r, c] for a rows x cols block with row stride ldc (beta 0 writes 0). */

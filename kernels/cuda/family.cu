@@ -1,6 +1,7 @@
 // The Llama / Bloom ops of kernels.h on the GPU: RMSNorm, SwiGLU, rotary embedding, and the
 // ALiBi bias that attention_gqa.c adds to the scores (fp32 storage, as every op here).
 // Compiled, never yet run: tests/cuda compares each op with its CPU twin on a GPU.
+#include "kernels/cuda/bf16.h"
 #include "kernels/cuda/grid.cuh"
 
 namespace {
@@ -8,7 +9,12 @@ namespace {
 constexpr int ROWS_PER_BLOCK = 8; // warps per block, one row each
 
 // out (N, C) = inp * rstd * weight; rstd (N)
-__global__ void rms_forward_kernel(float *out, float *rstd, const float *inp, const float *weight,
+__device__ __forceinline__ void rms_put(float *y, int c, float v) { y[c] = v; }
+__device__ __forceinline__ void rms_put(uint16_t *y, int c, float v) { y[c] = bf16_from_f32(v); }
+
+// out (N, C) = x rstd weight, fp32 or bf16 storage; rstd (N)
+template <typename O>
+__global__ void rms_forward_kernel(O *out, float *rstd, const float *inp, const float *weight,
                                    int N, int C, float eps)
 {
     int n = blockIdx.x * ROWS_PER_BLOCK + threadIdx.y;
@@ -20,9 +26,9 @@ __global__ void rms_forward_kernel(float *out, float *rstd, const float *inp, co
     for (int c = lane; c < C; c += 32)
         s += x[c] * x[c];
     float r = rsqrtf(tr_cu_warp_sum(s) / C + eps);
-    float *y = out + (size_t)n * C;
+    O *y = out + (size_t)n * C;
     for (int c = lane; c < C; c += 32)
-        y[c] = x[c] * r * weight[c];
+        rms_put(y, c, x[c] * r * weight[c]);
     if (lane == 0)
         rstd[n] = r;
 }
@@ -183,6 +189,16 @@ void cu_rmsnorm_forward(tr_stream s, float *out, float *rstd, const float *inp,
     rms_forward_kernel<<<(N + ROWS_PER_BLOCK - 1) / ROWS_PER_BLOCK, dim3(32, ROWS_PER_BLOCK), 0,
                          cu_stream(s)>>>(out, rstd, inp, weight, N, C, eps);
     cu_launched("rmsnorm_forward");
+}
+
+void cu_rmsnorm_forward16(tr_stream s, uint16_t *out16, float *rstd, const float *inp,
+                          const float *weight, int N, int C, float eps)
+{
+    if (N <= 0)
+        return;
+    rms_forward_kernel<<<(N + ROWS_PER_BLOCK - 1) / ROWS_PER_BLOCK, dim3(32, ROWS_PER_BLOCK), 0,
+                         cu_stream(s)>>>(out16, rstd, inp, weight, N, C, eps);
+    cu_launched("rmsnorm_forward16");
 }
 
 void cu_rmsnorm_backward(tr_stream s, float *dinp, float *dweight, const float *dout,

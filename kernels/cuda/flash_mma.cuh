@@ -86,7 +86,10 @@ FM_DEV size_t q_off(const args &a, int h, int D)
 {
     return (size_t)(h / a.R) * (a.R + 2) * D + (size_t)(h % a.R) * D;
 }
-FM_DEV size_t k_off(const args &a, int g, int D) { return (size_t)g * (a.R + 2) * D + (size_t)a.R * D; }
+FM_DEV size_t k_off(const args &a, int g, int D)
+{
+    return (size_t)g * (a.R + 2) * D + (size_t)a.R * D;
+}
 
 // Rows [r0, r0 + n) of a D-wide fp32 slice (row stride ld) as a ROWS x D bf16 tile: row-major
 // into dst (row stride D + PAD) and/or transposed into dst_t (D x ROWS, row stride ROWS + PAD),
@@ -202,7 +205,10 @@ FM_DEV void tile_starts(const args &a, int *st, int b, int r0, int n)
 
 // Whether query i sees key j: not a key after it, not a query past T, not a key before the
 // query's segment start `first`.
-FM_DEV bool visible(const args &a, int i, int j, int first) { return i < a.T && j <= i && j >= first; }
+FM_DEV bool visible(const args &a, int i, int j, int first)
+{
+    return i < a.T && j <= i && j >= first;
+}
 
 // The scaled score of query i and key j with ALiBi's bias (s: q . k).
 FM_DEV float score(const args &a, float s, float slope, int i, int j)

@@ -588,7 +588,8 @@ void cu_linear_backward_bf16(tr_stream s, float *dx, float *dW, const float *dy,
 {
     cudaStream_t st = cu_shared_stream(s, "linear_backward");
     size_t cap = G.staging_bytes / sizeof(uint16_t);
-    size_t n_dy = ((size_t)N * OC + 127) & ~(size_t)127, n_w = ((size_t)OC * IC + 127) & ~(size_t)127;
+    size_t n_dy = ((size_t)N * OC + 127) & ~(size_t)127;
+    size_t n_w = ((size_t)OC * IC + 127) & ~(size_t)127;
     size_t n_x = x16 ? 0 : (size_t)N * IC;
     int fused = !G.fast && N > 0 && IC > 0 && OC > 0 && n_dy + (n_w > n_x ? n_w : n_x) <= cap;
     if (fused) {

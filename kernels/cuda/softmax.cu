@@ -178,7 +178,10 @@ __device__ __forceinline__ void online_add(float &m, float &s, float m2, float s
 __device__ __forceinline__ float logit_at(const float *p, size_t i) { return p[i]; }
 __device__ __forceinline__ float logit_at(const uint16_t *p, size_t i) { return bf16_to_f32(p[i]); }
 __device__ __forceinline__ void logit_put(float *p, size_t i, float v) { p[i] = v; }
-__device__ __forceinline__ void logit_put(uint16_t *p, size_t i, float v) { p[i] = bf16_from_f32(v); }
+__device__ __forceinline__ void logit_put(uint16_t *p, size_t i, float v)
+{
+    p[i] = bf16_from_f32(v);
+}
 __device__ __forceinline__ void logits4(const float *p, size_t i, float e[4])
 {
     float4 v = *reinterpret_cast<const float4 *>(p + i);

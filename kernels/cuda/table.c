@@ -44,6 +44,7 @@ static tr_kernels cuda_bf16_table = {
     .gelu_forward16 = cu_gelu_forward16,
     .gemm_b16 = cu_gemm_b16,
     .layernorm_forward16 = cu_layernorm_forward16,
+    .rmsnorm_forward16 = cu_rmsnorm_forward16,
     .attention_forward = cu_attention_forward_bf16,
     .attention_backward = cu_attention_backward_bf16,
     .attention_decode = cu_attention_decode_bf16,
@@ -75,7 +76,7 @@ static void table_choices(void)
         cuda_bf16_table.linear_forward = NULL, cuda_bf16_table.linear_backward = NULL;
     if (a && !strcmp(a, "fp32")) /* (gemm_a16 stays: the head's backward reads it) */
         cuda_bf16_table.gelu_forward16 = NULL, cuda_bf16_table.gemm_b16 = NULL,
-        cuda_bf16_table.layernorm_forward16 = NULL;
+        cuda_bf16_table.layernorm_forward16 = NULL, cuda_bf16_table.rmsnorm_forward16 = NULL;
 }
 
 const tr_kernels *tr_kernels_cuda(tr_cuda_precision precision)

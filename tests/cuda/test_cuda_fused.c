@@ -6,7 +6,7 @@
  *    in place and another;
  *  - linear_backward (dy converted once for both GEMMs) against "cpu"'s two GEMMs, and both
  *    linear ops on a bf16-storage input;
- *  - layernorm_forward16 against "cpu-bf16"'s;
+ *  - layernorm_forward16 and rmsnorm_forward16 against "cpu-bf16"'s;
  *  - the MLP activation's bf16 storage (gelu_forward16, and fc_proj's GEMMs reading it:
  *    gemm_a16 forward, gemm_b16 weight gradient) against "cpu-bf16"'s;
  *  - the chunked head's bf16-storage ops (kernels.h: gemm_out16, gemm_a16, xent_stats16,
@@ -176,7 +176,8 @@ static void test_layernorm16(int N, int C)
     float *mean = malloc((size_t)N * 4), *rstd = malloc((size_t)N * 4);
     uint16_t *y16 = malloc(n * 2);
     TWIN->layernorm_forward16(NULL, y16, mean, rstd, x, w, b, N, C, 1e-5f);
-    float *gx = dev(BF16, x, n * 4), *gw = dev(BF16, w, (size_t)C * 4), *gb = dev(BF16, b, (size_t)C * 4);
+    float *gx = dev(BF16, x, n * 4), *gw = dev(BF16, w, (size_t)C * 4);
+    float *gb = dev(BF16, b, (size_t)C * 4);
     float *gm = dev(BF16, NULL, (size_t)N * 4), *gr = dev(BF16, NULL, (size_t)N * 4);
     uint16_t *gy = dev(BF16, NULL, n * 2);
     BF16->layernorm_forward16(NULL, gy, gm, gr, gx, gw, gb, N, C, 1e-5f);
@@ -190,6 +191,26 @@ static void test_layernorm16(int N, int C)
     free(got);
     BF16->free(gx), BF16->free(gw), BF16->free(gb), BF16->free(gm), BF16->free(gr), BF16->free(gy);
     free(x), free(w), free(b), free(mean), free(rstd), free(y16);
+}
+
+/* rmsnorm_forward16 (the RMSNorm families' way) against "cpu-bf16"'s */
+static void test_rmsnorm16(int N, int C)
+{
+    char what[96];
+    size_t n = (size_t)N * C;
+    float *x = host(n, -2, 2), *w = host((size_t)C, 0.5f, 1.5f), *rstd = malloc((size_t)N * 4);
+    uint16_t *y16 = malloc(n * 2);
+    TWIN->rmsnorm_forward16(NULL, y16, rstd, x, w, N, C, 1e-5f);
+    float *gx = dev(BF16, x, n * 4), *gw = dev(BF16, w, (size_t)C * 4);
+    float *gr = dev(BF16, NULL, (size_t)N * 4);
+    uint16_t *gy = dev(BF16, NULL, n * 2);
+    BF16->rmsnorm_forward16(NULL, gy, gr, gx, gw, N, C, 1e-5f);
+    float *want = widen(y16, n), *got = back16(gy, n);
+    snprintf(what, sizeof what, "rmsnorm_forward16 %dx%d", N, C);
+    compare(what, BF16, got, want, n, TOL_BF16);
+    free(want), free(got);
+    BF16->free(gx), BF16->free(gw), BF16->free(gr), BF16->free(gy);
+    free(x), free(w), free(rstd), free(y16);
 }
 
 /* y (N, OC) = x W^T + b [+ residual]; boff: the bias's offset in floats (1: 4-byte aligned) */
@@ -210,7 +231,10 @@ static void test_linear(int N, int IC, int OC, int with_bias, int boff, int resi
                          residual_mode == 1 ? gy : residual_mode == 2 ? gr : NULL, N, IC, OC);
     float *got = back(BF16, gy, ny);
     snprintf(what, sizeof what, "linear_forward %dx%d K%d bias %s residual %s", N, OC, IC,
-             !with_bias ? "none" : boff == 1 ? "4-byte aligned" : boff ? "16-64-byte aligned" : "aligned",
+             !with_bias   ? "none"
+             : boff == 1 ? "4-byte aligned"
+             : boff      ? "16-64-byte aligned"
+                         : "aligned",
              residual_mode == 1 ? "in place" : residual_mode == 2 ? "other" : "none");
     compare(what, BF16, got, y, ny, TOL_BF16);
     free(got);
@@ -252,8 +276,9 @@ static void test_linear16(int N, int IC, int OC)
     float *y = host(ny, -1, 1), *dy = host(ny, -1, 1), *dW = host(nw, -1, 1);
     float *dx = malloc(nx * 4);
     uint16_t *x16 = narrow(xf, nx);
-    float *gW = dev(BF16, W, nw * 4), *gb = dev(BF16, b, (size_t)OC * 4), *gy = dev(BF16, y, ny * 4);
-    float *gdy = dev(BF16, dy, ny * 4), *gdW = dev(BF16, dW, nw * 4), *gdx = dev(BF16, NULL, nx * 4);
+    float *gW = dev(BF16, W, nw * 4), *gb = dev(BF16, b, (size_t)OC * 4);
+    float *gy = dev(BF16, y, ny * 4), *gdy = dev(BF16, dy, ny * 4);
+    float *gdW = dev(BF16, dW, nw * 4), *gdx = dev(BF16, NULL, nx * 4);
     uint16_t *gx = dev(BF16, x16, nx * 2);
     CPU->linear_forward(NULL, y, NULL, x16, W, b, y, N, IC, OC); /* onto a residual in place */
     BF16->linear_forward(NULL, gy, NULL, gx, gW, gb, gy, N, IC, OC);
@@ -292,10 +317,11 @@ int main(int argc, char **argv)
     if (!BF16->gemm_out16 || !BF16->gemm_a16 || !BF16->xent_stats16 ||
         !BF16->xent_loss_backward16 || F32->gemm_out16 || !BF16->linear_forward ||
         F32->linear_forward || !BF16->gelu_forward16 || !BF16->gemm_b16 || F32->gemm_b16 ||
-        !BF16->layernorm_forward16 || F32->layernorm_forward16 ||
+        !BF16->layernorm_forward16 || F32->layernorm_forward16 || !BF16->rmsnorm_forward16 ||
         !BF16->linear_backward || F32->linear_backward) {
         failures++;
-        fprintf(stderr, "FAIL the bf16 table lacks its fused or bf16-storage ops (or fp32 has them)\n");
+        fprintf(stderr, "FAIL the bf16 table lacks its fused or bf16-storage ops "
+                        "(or fp32 has them)\n");
         return 1;
     }
     if (blocked) {
@@ -323,6 +349,8 @@ int main(int argc, char **argv)
     test_linear16(33, 100, 40);
     test_layernorm16(513, 768);
     test_layernorm16(7, 34);
+    test_rmsnorm16(513, 768);
+    test_rmsnorm16(7, 34);
     test_mlp16(96, 256, 64);
     test_mlp16(33, 100, 40);
     test_gemms(37, 64, 1000);

@@ -133,7 +133,8 @@ static void test_stages_compose(void **state)
 
 /* bf16 storage ("cpu-bf16" with kernels.h's bf16-storage ops: the LayerNorm and GELU outputs
  * and the head's logits in half their buffers) against the same table without them (fp32 storage of
- * values its ops round to bf16): the loss and every gradient bit for bit, GELU and SwiGLU. */
+ * values its ops round to bf16): the loss and every gradient bit for bit, GELU and SwiGLU,
+ * LayerNorm and RMSNorm. */
 static void test_bf16_storage_same_bits(void **state)
 {
     (void)state;
@@ -144,15 +145,16 @@ static void test_bf16_storage_same_bits(void **state)
     assert_non_null(half);
     tr_kernels full = *half;
     full.gelu_forward16 = NULL, full.gemm_a16 = NULL, full.gemm_b16 = NULL;
-    full.layernorm_forward16 = NULL;
+    full.layernorm_forward16 = NULL, full.rmsnorm_forward16 = NULL;
     full.gemm_out16 = NULL, full.xent_stats16 = NULL, full.xent_loss_backward16 = NULL;
-    for (int swiglu = 0; swiglu < 2; swiglu++) {
+    for (int family = 0; family < 3; family++) { /* GPT-2; SwiGLU; SwiGLU and RMSNorm */
         float loss[2];
         float *grads[2];
         size_t n = 0;
         for (int i = 0; i < 2; i++) {
             tr_gpt_shape s = tiny_shape(0, 3);
-            s.swiglu = swiglu;
+            s.swiglu = family > 0;
+            s.rmsnorm = family > 1;
             tr_gpt *g;
             tr_gpt_acts *a;
             assert_int_equal(tr_gpt_create(&s, i ? &full : half, NULL, &g), TR_OK);
