@@ -179,11 +179,16 @@ def main():
         check("Slurm requeued it (--requeue): PENDING, Restarts=1",
               info and info.get("Restarts") == "1", str(info or job_info(jid)))
         saved_before = tracker(ck)
+        pending_since = time.monotonic()
 
-        # Slurm 22.05 holds a requeued job ~2 minutes (BeginTime); an operator may start it now
+        # Slurm 22.05 holds a requeued job ~2 minutes (BeginTime); an operator may start it now,
+        # but not at once: started within a second of the requeue, slurmctld kills it as
+        # "non-startable batch job: Job credential revoked" (the node failure's revocation is
+        # still in force), and it ends instead of running
         def started():
             i = job_info(jid)
-            if i.get("JobState") == "PENDING" and i.get("Reason") == "BeginTime":
+            if (i.get("JobState") == "PENDING" and i.get("Reason") == "BeginTime" and
+                    time.monotonic() - pending_since > 3):
                 slurm("scontrol", "update", f"jobid={jid}", "StartTime=now")
             return i if i.get("JobState") == "RUNNING" else None
         info, secs = wait_for("the requeued job to run", started, 90)
