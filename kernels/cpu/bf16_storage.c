@@ -35,32 +35,34 @@ static float *wide_buffer(size_t n)
     return wide.p;
 }
 
-/* rows x cols of a bf16 matrix (row stride ld) into dst with the same stride */
-static void widen(float *dst, const uint16_t *src, int rows, int cols, int ld)
+/* rows x cols of a bf16 matrix (row stride ld) widened into the staging buffer, the same
+ * stride; NULL when out of memory */
+static float *widened(const uint16_t *src, int rows, int cols, int ld)
 {
-    for (int i = 0; i < rows; i++)
+    float *dst = wide_buffer(rows > 0 ? (size_t)rows * ld : 0);
+    for (int i = 0; dst && i < rows; i++)
         for (int j = 0; j < cols; j++)
             dst[(size_t)i * ld + j] = bf16_to_f32(src[(size_t)i * ld + j]);
+    return dst;
 }
 
-static void narrow(uint16_t *dst, const float *src, int rows, int cols, int ld)
+/* n floats rounded to bf16 (exact here: the table's ops already rounded them) */
+static void narrow(uint16_t *dst, const float *src, size_t n)
 {
-    for (int i = 0; i < rows; i++)
-        for (int j = 0; j < cols; j++)
-            dst[(size_t)i * ld + j] = bf16_from_f32(src[(size_t)i * ld + j]);
+    for (size_t i = 0; i < n; i++)
+        dst[i] = bf16_from_f32(src[i]);
 }
-
-static size_t span(int rows, int ld) { return rows > 0 ? (size_t)rows * ld : 0; }
 
 static void s16_gemm_out16(tr_stream s, int ta, int tb, int M, int N, int K, float alpha,
                               const float *A, int lda, const float *B, int ldb, uint16_t *C16,
                               int ldc)
 {
-    float *c = wide_buffer(span(M, ldc));
+    float *c = wide_buffer(M > 0 ? (size_t)M * ldc : 0);
     if (!c)
         return;
     table->gemm(s, ta, tb, M, N, K, alpha, A, lda, B, ldb, 0.0f, c, ldc);
-    narrow(C16, c, M, N, ldc);
+    for (int i = 0; i < M; i++) /* row by row: the stride may exceed N */
+        narrow(C16 + (size_t)i * ldc, c + (size_t)i * ldc, (size_t)N);
 }
 
 static void s16_gemm_a16(tr_stream s, int ta, int tb, int M, int N, int K, float alpha,
@@ -68,10 +70,9 @@ static void s16_gemm_a16(tr_stream s, int ta, int tb, int M, int N, int K, float
                             float *C, int ldc)
 {
     int rows = ta ? K : M, cols = ta ? M : K; /* A as stored */
-    float *a = wide_buffer(span(rows, lda));
+    float *a = widened(A16, rows, cols, lda);
     if (!a)
         return;
-    widen(a, A16, rows, cols, lda);
     table->gemm(s, ta, tb, M, N, K, alpha, a, lda, B, ldb, beta, C, ldc);
 }
 
@@ -79,10 +80,9 @@ static void s16_xent_stats16(tr_stream s, float *maxv, float *sumexp, float *pic
                                 const uint16_t *logits16, const int32_t *targets, int N, int V,
                                 int n_valid, int v_start)
 {
-    float *x = wide_buffer(span(N, V));
+    float *x = widened(logits16, N, V, V);
     if (!x)
         return;
-    widen(x, logits16, N, V, V);
     table->xent_stats(s, maxv, sumexp, picked, x, targets, N, V, n_valid, v_start);
 }
 
@@ -92,14 +92,13 @@ static void s16_xent_loss_backward16(tr_stream s, float *losses, uint16_t *dlogi
                                         const int32_t *targets, const float *weights, int N,
                                         int V, int n_valid, int v_start, float scale)
 {
-    float *x = wide_buffer(span(N, V));
+    float *x = widened(logits16, N, V, V);
     if (!x)
         return;
-    widen(x, logits16, N, V, V);
     table->xent_loss_backward(s, losses, x, x, maxv, sumexp, picked, targets, weights, N, V,
                               n_valid, v_start, scale);
     if (scale != 0.0f)
-        narrow(dlogits16, x, N, V, V);
+        narrow(dlogits16, x, (size_t)N * V);
 }
 
 static void s16_gelu_forward16(tr_stream s, uint16_t *out16, const float *inp, size_t n)
@@ -108,8 +107,7 @@ static void s16_gelu_forward16(tr_stream s, uint16_t *out16, const float *inp, s
     if (!y)
         return;
     table->gelu_forward(s, y, inp, n);
-    for (size_t i = 0; i < n; i++)
-        out16[i] = bf16_from_f32(y[i]);
+    narrow(out16, y, n);
 }
 
 static void s16_layernorm_forward16(tr_stream s, uint16_t *out16, float *mean, float *rstd,
@@ -121,8 +119,7 @@ static void s16_layernorm_forward16(tr_stream s, uint16_t *out16, float *mean, f
     if (!y)
         return;
     table->layernorm_forward(s, y, mean, rstd, inp, weight, bias, N, C, eps);
-    for (size_t i = 0; i < n; i++)
-        out16[i] = bf16_from_f32(y[i]);
+    narrow(out16, y, n);
 }
 
 static void s16_rmsnorm_forward16(tr_stream s, uint16_t *out16, float *rstd, const float *inp,
@@ -133,8 +130,7 @@ static void s16_rmsnorm_forward16(tr_stream s, uint16_t *out16, float *rstd, con
     if (!y)
         return;
     table->rmsnorm_forward(s, y, rstd, inp, weight, N, C, eps);
-    for (size_t i = 0; i < n; i++)
-        out16[i] = bf16_from_f32(y[i]);
+    narrow(out16, y, n);
 }
 
 static void s16_gemm_b16(tr_stream s, int ta, int tb, int M, int N, int K, float alpha,
@@ -142,10 +138,9 @@ static void s16_gemm_b16(tr_stream s, int ta, int tb, int M, int N, int K, float
                             float *C, int ldc)
 {
     int rows = tb ? N : K, cols = tb ? K : N; /* B as stored */
-    float *b = wide_buffer(span(rows, ldb));
+    float *b = widened(B16, rows, cols, ldb);
     if (!b)
         return;
-    widen(b, B16, rows, cols, ldb);
     table->gemm(s, ta, tb, M, N, K, alpha, A, lda, b, ldb, beta, C, ldc);
 }
 
