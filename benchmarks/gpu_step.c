@@ -80,7 +80,7 @@ enum {
     OP_XENT_LOSS_BACKWARD, OP_EMB_FORWARD, OP_EMB_BACKWARD,
     OP_POS_FORWARD, OP_POS_BACKWARD, OP_ADAMW, OP_SUMSQ, OP_LINEAR, OP_GEMM_OUT16,
     OP_GEMM_A16, OP_XENT_STATS16, OP_XENT_LOSS_BACKWARD16, OP_GELU_FORWARD16, OP_GEMM_B16,
-    OP_LINEAR_BACKWARD, OP_LN_FORWARD16, OP_RMS_FORWARD16, N_OPS
+    OP_LINEAR_BACKWARD, OP_LN_FORWARD16, OP_RMS_FORWARD16, OP_GELU_BACKWARD16, N_OPS
 };
 static const char *const op_names[N_OPS] = {
     "gemm (LM head)", "gemm (layers)", "to_device", "to_host", "copy", "zero", "add", "axpy",
@@ -91,7 +91,8 @@ static const char *const op_names[N_OPS] = {
     "embedding_backward", "position_forward", "position_backward", "adamw", "sumsq",
     "gemm (layers) + bias", "gemm (LM head) bf16 out", "gemm (LM head) bf16 in",
     "xent_stats16", "xent_loss_backward16", "gelu_forward16", "gemm (layers) bf16 B",
-    "gemm (layers) backward pair", "layernorm_forward16", "rmsnorm_forward16"};
+    "gemm (layers) backward pair", "layernorm_forward16", "rmsnorm_forward16",
+    "gelu_backward16"};
 static tr_kernels base;
 static int prof_on, prof_vp;
 static double prof_ms[N_OPS], prof_flops[N_OPS];
@@ -135,11 +136,11 @@ static void p_linear_forward(tr_stream s, float *y, const float *x, const uint16
     if (prof_on)
         prof_flops[OP_LINEAR] += 2.0 * N * IC * OC;
 }
-static void p_linear_backward(tr_stream s, float *dx, float *dW, const float *dy,
-                              const float *x, const uint16_t *x16, const float *W, int N,
-                              int IC, int OC)
+static void p_linear_backward(tr_stream s, float *dx, float *dW, float *db, const float *dy,
+                              const uint16_t *dy16, const float *x, const uint16_t *x16,
+                              const float *W, int N, int IC, int OC)
 {
-    PROF_BEGIN base.linear_backward(s, dx, dW, dy, x, x16, W, N, IC, OC);
+    PROF_BEGIN base.linear_backward(s, dx, dW, db, dy, dy16, x, x16, W, N, IC, OC);
     PROF_END(OP_LINEAR_BACKWARD)
     if (prof_on)
         prof_flops[OP_LINEAR_BACKWARD] += 4.0 * N * IC * OC;
@@ -215,6 +216,9 @@ WRAP(OP_GELU_FORWARD, gelu_forward, (tr_stream s, float *o, const float *x, size
      (s, o, x, n))
 WRAP(OP_GELU_BACKWARD, gelu_backward,
      (tr_stream s, float *dx, const float *x, const float *d, size_t n), (s, dx, x, d, n))
+WRAP(OP_GELU_BACKWARD16, gelu_backward16,
+     (tr_stream s, uint16_t *dx16, float *db, const float *x, const float *d, int N, int C),
+     (s, dx16, db, x, d, N, C))
 WRAP(OP_ATTN_FORWARD, attention_forward,
      (tr_stream s, float *o, float *lse, const float *qkv, int B, int T, int NH, int HS,
       const int32_t *seg),
@@ -303,6 +307,8 @@ static tr_kernels profiled(const tr_kernels *k, int Vp)
         p.layernorm_forward16 = p_layernorm_forward16;
     if (k->rmsnorm_forward16)
         p.rmsnorm_forward16 = p_rmsnorm_forward16;
+    if (k->gelu_backward16)
+        p.gelu_backward16 = p_gelu_backward16;
     return p;
 }
 

@@ -52,12 +52,15 @@ typedef struct tr_kernels {
     void (*linear_forward)(tr_stream s, float *y, const float *x, const uint16_t *x16,
                            const float *W, const float *b, const float *residual, int N, int IC,
                            int OC);
-    /* Its backward's two GEMMs, fused: optional (NULL: two gemm calls)
-     * dx (N, IC) = dy (N, OC) W; dW (OC, IC) += dy^T x (N, IC), x fp32 or (x16, x NULL) bf16
-     * storage. Equal to those gemm calls (gemm_b16 for x16) within fp32 rounding (CUDA's
-     * bf16 mode converts dy to bf16 once for both). */
-    void (*linear_backward)(tr_stream s, float *dx, float *dW, const float *dy, const float *x,
-                            const uint16_t *x16, const float *W, int N, int IC, int OC);
+    /* Its backward, fused: optional (NULL: two gemm calls and bias_backward)
+     * dx (N, IC) = dy (N, OC) W; dW (OC, IC) += dy^T x (N, IC); db (OC, or NULL) += sum_n dy.
+     * x fp32 or (x16, x NULL) bf16 storage; dy fp32, or (dy16, dy NULL) bf16 storage (then db
+     * is NULL: its producer, gelu_backward16, summed it). Equal to those gemm calls (gemm_b16
+     * for x16, gemm_a16 for dy16) and bias_backward within fp32 rounding (CUDA's bf16 mode
+     * converts dy to bf16 once for both GEMMs and sums db in that same pass). */
+    void (*linear_backward)(tr_stream s, float *dx, float *dW, float *db, const float *dy,
+                            const uint16_t *dy16, const float *x, const uint16_t *x16,
+                            const float *W, int N, int IC, int OC);
 
     /* --- elementwise --- */
     /* out[i] = a[i] + b[i] (out may alias a or b) */
@@ -236,6 +239,13 @@ typedef struct tr_kernels {
     void (*gemm_b16)(tr_stream s, int trans_a, int trans_b, int M, int N, int K, float alpha,
                      const float *A, int lda, const uint16_t *B16, int ldb, float beta, float *C,
                      int ldc);
+    /* gelu_backward16: the GELU's input gradient stored bf16 for fc's backward, which reads
+     * it in place (linear_backward's dy16), and fc's bias gradient summed in the same pass:
+     * dinp16 (N, C) = bf16(gelu'(inp) * dout); dbias (C, or NULL) += sum_n of the unrounded
+     * products (bias_backward of gelu_backward's output). Set only in a table whose
+     * linear_backward reads dy16. */
+    void (*gelu_backward16)(tr_stream s, uint16_t *dinp16, float *dbias, const float *inp,
+                            const float *dout, int N, int C);
 
     /* --- embeddings ---
      * embedding_forward: out[n] = table[ids[n] - v_start] if held here (v_start <= id <

@@ -44,11 +44,23 @@ static int layer_backward(tr_gpt *g, int l, const layer_acts *L, const float *x,
                                             sc->wide, gpt_lora(g, L, l, LORA_FC2, B, &lo));
     if (rc)
         return rc;
-    if (g->s.swiglu)
-        k->swiglu_backward(NULL, sc->dfch, L->fch, sc->dfch_gelu, (size_t)N * g->Fl);
-    else
-        k->gelu_backward(NULL, sc->dfch, L->fch, sc->dfch_gelu, (size_t)N * g->Fl);
-    rc = column_backward_of(g, L, l, B, sc->dfch, L->ln2, L_FC_W, L_FC_B, g->Fwl, LORA_FC1);
+    if (gpt_dgelu16(g)) { /* fc's output gradient in bf16, its bias gradient summed beside */
+        uint16_t *dfch16 = (uint16_t *)sc->dfch;
+        int ln16 = gpt_ln16(g);
+        k->gelu_backward16(NULL, dfch16, layer_grad(g, l, L_FC_B), L->fch, sc->dfch_gelu, N,
+                           g->Fl);
+        rc = tr_tp_column_linear_backward_dy16(tp, sc->dln, layer_grad(g, l, L_FC_W), dfch16,
+                                               ln16 ? NULL : L->ln2,
+                                               ln16 ? (const uint16_t *)L->ln2 : NULL,
+                                               layer_param(g, l, L_FC_W), N, C, g->Fwl);
+    } else {
+        if (g->s.swiglu)
+            k->swiglu_backward(NULL, sc->dfch, L->fch, sc->dfch_gelu, (size_t)N * g->Fl);
+        else
+            k->gelu_backward(NULL, sc->dfch, L->fch, sc->dfch_gelu, (size_t)N * g->Fl);
+        rc = column_backward_of(g, L, l, B, sc->dfch, L->ln2, L_FC_W, L_FC_B, g->Fwl,
+                                LORA_FC1);
+    }
     if (rc)
         return rc;
     norm_backward(g, dres, layer_grad(g, l, L_LN2_W), layer_grad(g, l, L_LN2_B), dln_own,

@@ -134,6 +134,15 @@ static inline int gpt_gelu16(const tr_gpt *g)
            !g->s.lora_rank;
 }
 
+/* Whether fc's output gradient (the GELU's input gradient, scratch.dfch) is kept in bf16
+ * storage: the table's gelu_backward16 writes it and sums fc's bias gradient on the way, and
+ * its linear_backward reads it in place (kernels.h); the family uses GELU and no LoRA adapter
+ * reads it. Then dfch holds N*Fl bf16 bits in half its floats. */
+static inline int gpt_dgelu16(const tr_gpt *g)
+{
+    return g->k->gelu_backward16 && g->k->linear_backward && !g->s.swiglu && !g->s.lora_rank;
+}
+
 /* Whether the norms' outputs that feed QKV and fc (layer_acts.ln1, ln2) are kept in bf16
  * storage: the table has layernorm_forward16 (rmsnorm_forward16 for RMSNorm families),
  * gemm_a16 and gemm_b16, no LoRA adapter reads them, and C is even (the SP gather moves

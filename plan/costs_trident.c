@@ -7,8 +7,11 @@
  *    operands into a bf16 staging buffer (4 bytes read, 2 written per element), in slabs along
  *    K when they do not fit it (each slab a GEMM of its own), and writes an fp32 output (read
  *    again when it accumulates: beta = 1);
- *  - GELU, LayerNorm, residual copies and bias gradients are separate fp32 kernels; the
- *    linear layers' bias adds ride in the GEMM's epilogue (but the row-parallel ones under TP);
+ *  - GELU and LayerNorm are separate kernels (their outputs, and GELU's input gradient,
+ *    stored bf16 where the model keeps them so); the linear layers' bias adds ride in the
+ *    GEMM's epilogue and their residual is its C input (but the row-parallel ones under TP),
+ *    their bias gradients in the pass that converts the output gradient to bf16 (but the
+ *    row-parallel ones under SP);
  *  - attention is the fused (flash) kernel: no T x T tensor, forward 2 s^2 d FLOPs per head
  *    (causal half of QK^T and PV), backward 2.5 times that, at fractions of the device's
  *    peak (below: estimated for the tensor-core kernels, to be measured);
@@ -109,11 +112,15 @@ void plan_layer_cost_trident(const plan_cost_ctx *x, plan_cost *o)
                    tr_plan_stream_s(c, 6 * l16);
     /* (kernels.h's linear_backward converts a layer's output gradient once for its two GEMMs:
      * QKV, projection, fc and fc_proj) */
+    /* fc's output gradient in bf16 storage (gpt_dgelu16: gelu_backward16 writes it, fc's
+     * linear_backward reads it without converting it) */
+    double dg16 = fc > F ? 0 : T * F / t;
     double lin_b = linear_b(c, T, qkv / t, h) + linear_b(c, T, h, h / t) +
                    linear_b(c, T, fc / t, h) + linear_b(c, T, h, F / t) -
                    tr_plan_stream_s(c, 6 * g16) - tr_plan_stream_s(c, 6 * l16) -
                    tr_plan_stream_s(c, 6 * T * qkv / t) -
-                   2 * tr_plan_stream_s(c, 6 * T * h) - tr_plan_stream_s(c, 6 * T * fc / t);
+                   2 * tr_plan_stream_s(c, 6 * T * h) - tr_plan_stream_s(c, 6 * T * fc / t) -
+                   tr_plan_stream_s(c, 6 * dg16);
     /* fused attention: forward 2 (QK^T, PV) x 2 s^2 d / 2 (causal) per head, backward 2.5x */
     double att_flops = heads * 2.0 * s * s * d;
     double att_f = att_flops / (c->peak_flops * TRIDENT_ATTENTION_FORWARD_FRACTION);
@@ -124,13 +131,15 @@ void plan_layer_cost_trident(const plan_cost_ctx *x, plan_cost *o)
     /* (the biases ride in cuBLASLt's epilogue, kernels.h's linear_forward: all four with
      * t = 1; with t > 1 the row-parallel two are added after the reduction) */
     double bias = t > 1 ? 2 * R * 2 : 0;
-    double resid = row_copy ? 2 * 2 * R : 2 * 3 * R;
+    /* (tp 1: the residual is the GEMM's C input, y its output: no copy) */
+    double resid = row_copy ? 0 : 2 * 3 * R;
     double el_f = 2 * 2 * R + bias + resid + T * F / t * 4 * (gelu_in + 1) - 2 * g16 - 2 * l16;
     /* backward: 2 layernorm backwards (dout, x, dx read and written, the weight sums: 6 x
-     * 4 bytes), bias gradients (read dout), the activation's backward (read its input and
-     * dout, write din) */
-    double el_b = 2 * 6 * R + T * (qkv + fc) / t * 4 + 2 * R +
-                  T * F / t * 4 * (2 * gelu_in + 1);
+     * 4 bytes), the activation's backward (read its input and dout, write din: 2 bytes less
+     * where bf16), the bias gradients: summed where their gradient is converted for the
+     * GEMMs (kernels.h's linear_backward, gelu_backward16), but the row-parallel two under SP
+     * (their own read of dout) */
+    double el_b = 2 * 6 * R + (sp ? 2 * R : 0) + T * F / t * 4 * (2 * gelu_in + 1) - 2 * dg16;
     o->f[TR_PLAN_PART_GEMM] = lin_f;
     o->b[TR_PLAN_PART_GEMM] = lin_b;
     o->f[TR_PLAN_PART_ATTENTION] = att_f;

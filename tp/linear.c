@@ -61,13 +61,13 @@ static void linear_xWt_bias(const tr_kernels *k, float *y, row_input x, const fl
         k->bias_add(NULL, y, b, N, OC);
 }
 
-/* dx = dy W (dx NULL: skipped) and dW += dy^T x (dW NULL: skipped): the table's fused
- * linear_backward where it has one and both are wanted */
-static void gemms_dx_dW(const tr_kernels *k, float *dx, float *dW, const float *dy,
-                        row_input x, const float *W, int N, int IC, int OC)
+/* dx = dy W (dx NULL: skipped), dW += dy^T x (dW NULL: skipped) and db += sum_n dy (db NULL:
+ * skipped): the table's fused linear_backward where it has one and both GEMMs are wanted */
+static void linear_dx_dW_db(const tr_kernels *k, float *dx, float *dW, float *db,
+                            const float *dy, row_input x, const float *W, int N, int IC, int OC)
 {
     if (dx && dW && k->linear_backward) {
-        k->linear_backward(NULL, dx, dW, dy, x.f, x.h, W, N, IC, OC);
+        k->linear_backward(NULL, dx, dW, db, dy, NULL, x.f, x.h, W, N, IC, OC);
         return;
     }
     if (dx)
@@ -76,6 +76,8 @@ static void gemms_dx_dW(const tr_kernels *k, float *dx, float *dW, const float *
         k->gemm_b16(NULL, 1, 0, OC, IC, N, 1.0f, dy, OC, x.h, IC, 1.0f, dW, IC);
     else if (dW)
         gemm_dW(k, dW, dy, x.f, N, IC, OC);
+    if (db)
+        k->bias_backward(NULL, db, dy, N, OC);
 }
 
 /* y (N, OC) += scale * (x A^T) B^T, keeping h = x A^T (N, r) */
@@ -170,16 +172,10 @@ int tr_tp_column_linear_backward(const tr_tp *tp, float *dx, float *dW, float *d
     return tr_tp_column_linear_backward_lora(tp, dx, dW, db, dy, x, W, N, IC, OCl, NULL);
 }
 
-static int column_backward(const tr_tp *tp, float *dx, float *dW, float *db, const float *dy,
-                           row_input x, const float *W, int N, int IC, int OCl,
-                           const tr_tp_lora *lora)
+/* column_backward's input gradient, conjugate of the forward's f (or, under SP, its gather):
+ * all-reduced, or reduce-scattered in place (dx NULL: nothing) */
+static int column_dx_reduce(const tr_tp *tp, float *dx, int N, int IC)
 {
-    const tr_kernels *k = tp->k;
-    gemms_dx_dW(k, dx, dW, dy, x, W, N, IC, OCl);
-    if (lora) /* its input gradient joins the base layer's before the reduction */
-        lora_backward(k, dx, dy, x.f, lora, N, IC, OCl);
-    if (db)
-        k->bias_backward(NULL, db, dy, N, OCl);
     if (!dx)
         return TR_OK;
     if (tp->sequence_parallel) {
@@ -190,6 +186,17 @@ static int column_backward(const tr_tp *tp, float *dx, float *dW, float *db, con
                                                                N, IC);
     }
     return tr_tp_copy_to_region_backward(tp, dx, (size_t)N * IC);
+}
+
+static int column_backward(const tr_tp *tp, float *dx, float *dW, float *db, const float *dy,
+                           row_input x, const float *W, int N, int IC, int OCl,
+                           const tr_tp_lora *lora)
+{
+    const tr_kernels *k = tp->k;
+    linear_dx_dW_db(k, dx, dW, db, dy, x, W, N, IC, OCl);
+    if (lora) /* its input gradient joins the base layer's before the reduction */
+        lora_backward(k, dx, dy, x.f, lora, N, IC, OCl);
+    return column_dx_reduce(tp, dx, N, IC);
 }
 
 int tr_tp_column_linear_backward_lora(const tr_tp *tp, float *dx, float *dW, float *db,
@@ -206,6 +213,18 @@ int tr_tp_column_linear_backward16(const tr_tp *tp, float *dx, float *dW, float 
 {
     row_input in = {NULL, x16};
     return column_backward(tp, dx, dW, db, dy, in, W, N, IC, OCl, NULL);
+}
+
+int tr_tp_column_linear_backward_dy16(const tr_tp *tp, float *dx, float *dW,
+                                      const uint16_t *dy16, const float *x, const uint16_t *x16,
+                                      const float *W, int N, int IC, int OCl)
+{
+    const tr_kernels *k = tp->k;
+    if (!dx || !dW || !k->linear_backward)
+        return tr_fail(TR_ERR_INTERNAL, "a bf16-storage output gradient needs the table's "
+                                        "linear_backward and both GEMMs (table %s)", k->name);
+    k->linear_backward(NULL, dx, dW, NULL, NULL, dy16, x, x16, W, N, IC, OCl);
+    return column_dx_reduce(tp, dx, N, IC);
 }
 
 int tr_tp_row_linear_forward(const tr_tp *tp, float *y, const float *residual, const float *x,
@@ -288,10 +307,12 @@ static int row_backward(const tr_tp *tp, float *dx, float *dW, float *db, const 
             return rc;
         dy_all = scratch;
     }
-    gemms_dx_dW(k, dx, dW, dy_all, x, W, N, ICl, OC);
+    /* the bias gradient sums this rank's rows: dy_all's own under SP (the others' come with
+     * the TP reduction of the sequence-parallel gradients), so fused only without SP */
+    linear_dx_dW_db(k, dx, dW, dy_all == dy ? db : NULL, dy_all, x, W, N, ICl, OC);
     if (lora)
         lora_backward(k, dx, dy_all, x.f, lora, N, ICl, OC);
-    if (db)
+    if (db && dy_all != dy)
         k->bias_backward(NULL, db, dy, count, OC);
     return TR_OK;
 }

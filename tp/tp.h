@@ -186,6 +186,13 @@ TR_MUST_CHECK int tr_tp_column_linear_forward16(const tr_tp *tp, float *y, uint1
 TR_MUST_CHECK int tr_tp_column_linear_backward16(const tr_tp *tp, float *dx, float *dW, float *db,
                                                  const float *dy, const uint16_t *x16,
                                                  const float *W, int N, int IC, int OCl);
+/* The column-parallel linear's backward from an output gradient in bf16 storage (dy16 (N, OCl):
+ * kernels.h's gelu_backward16, which summed the bias gradient; the table's linear_backward
+ * reads it in place), its input x fp32 or x16 bf16 (the other NULL); no adapter. */
+TR_MUST_CHECK int tr_tp_column_linear_backward_dy16(const tr_tp *tp, float *dx, float *dW,
+                                                    const uint16_t *dy16, const float *x,
+                                                    const uint16_t *x16, const float *W, int N,
+                                                    int IC, int OCl);
 /* The row-parallel linear on an input in bf16 storage (x16 (N, ICl) bf16 bits: the MLP's GELU
  * output where the table has gelu_forward16, gemm_a16 and gemm_b16; no adapter): as
  * tr_tp_row_linear_forward / _backward, the GEMMs reading x16 in place. */

@@ -1,6 +1,7 @@
 /* The bf16-storage ops of "cpu-bf16" (kernels.h: the chunked head's gemm_out16, gemm_a16,
  * xent_stats16, xent_loss_backward16; the layers' GEMM inputs' gelu_forward16,
- * layernorm_forward16, rmsnorm_forward16, gemm_b16), the twin of the CUDA bf16 mode's: each
+ * layernorm_forward16, rmsnorm_forward16, gemm_b16; the backward's gelu_backward16 and the
+ * linear_backward that reads its output), the twin of the CUDA bf16 mode's: each
  * widens its bf16 input into a staging buffer (exact), runs the table's own fp32-storage op,
  * whose outputs are already rounded to bf16, and packs the kept result back (exact again). So
  * bf16 storage gives "cpu-bf16"'s bits; what it tests is the path: the halved buffers, the
@@ -144,6 +145,41 @@ static void s16_gemm_b16(tr_stream s, int ta, int tb, int M, int N, int K, float
     table->gemm(s, ta, tb, M, N, K, alpha, A, lda, b, ldb, beta, C, ldc);
 }
 
+/* fc's backward on the GELU's bf16 input gradient: the unfused pieces of kernels.h's
+ * linear_backward (the table's gemm twice, bias_backward), its bf16 inputs widened side by
+ * side in the staging (dy first, then x) */
+static void s16_linear_backward(tr_stream s, float *dx, float *dW, float *db, const float *dy,
+                                const uint16_t *dy16, const float *x, const uint16_t *x16,
+                                const float *W, int N, int IC, int OC)
+{
+    size_t ny = dy16 ? (size_t)N * OC : 0, nx = x16 ? (size_t)N * IC : 0;
+    float *w = wide_buffer(ny + nx);
+    if (!w)
+        return;
+    for (size_t i = 0; i < ny; i++)
+        w[i] = bf16_to_f32(dy16[i]);
+    for (size_t i = 0; i < nx; i++)
+        w[ny + i] = bf16_to_f32(x16[i]);
+    const float *g = dy16 ? w : dy, *in = x16 ? w + ny : x;
+    table->gemm(s, 0, 0, N, IC, OC, 1.0f, g, OC, W, IC, 0.0f, dx, IC);
+    table->gemm(s, 1, 0, OC, IC, N, 1.0f, g, OC, in, IC, 1.0f, dW, IC);
+    if (db)
+        table->bias_backward(s, db, g, N, OC);
+}
+
+static void s16_gelu_backward16(tr_stream s, uint16_t *dinp16, float *dbias, const float *inp,
+                                const float *dout, int N, int C)
+{
+    size_t n = (size_t)N * C;
+    float *d = wide_buffer(n);
+    if (!d)
+        return;
+    table->gelu_backward(s, d, inp, dout, n);
+    if (dbias)
+        table->bias_backward(s, dbias, d, N, C);
+    narrow(dinp16, d, n);
+}
+
 void cpu_bf16_storage_fill(tr_kernels *t)
 {
     table = t;
@@ -155,4 +191,6 @@ void cpu_bf16_storage_fill(tr_kernels *t)
     t->gemm_b16 = s16_gemm_b16;
     t->layernorm_forward16 = s16_layernorm_forward16;
     t->rmsnorm_forward16 = s16_rmsnorm_forward16;
+    t->gelu_backward16 = s16_gelu_backward16;
+    t->linear_backward = s16_linear_backward; /* it reads dy16 */
 }

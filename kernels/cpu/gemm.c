@@ -129,15 +129,21 @@ void cpu_linear_forward(tr_stream s, float *y, const float *x, const uint16_t *x
     free(owned);
 }
 
-/* kernels.h's linear_backward as its two GEMMs (the same bits as two gemm calls) */
-void cpu_linear_backward(tr_stream s, float *dx, float *dW, const float *dy, const float *x,
-                         const uint16_t *x16, const float *W, int N, int IC, int OC)
+/* kernels.h's linear_backward as its two GEMMs and bias_backward (the same bits as those
+ * calls) */
+void cpu_linear_backward(tr_stream s, float *dx, float *dW, float *db, const float *dy,
+                         const uint16_t *dy16, const float *x, const uint16_t *x16,
+                         const float *W, int N, int IC, int OC)
 {
-    float *owned;
+    float *owned, *owned_dy;
     const float *in = fp32_input(x, x16, (size_t)N * IC, &owned);
-    if (!in)
-        return;
-    cpu_gemm(s, 0, 0, N, IC, OC, 1.0f, dy, OC, W, IC, 0.0f, dx, IC);
-    cpu_gemm(s, 1, 0, OC, IC, N, 1.0f, dy, OC, in, IC, 1.0f, dW, IC);
+    const float *g = in ? fp32_input(dy, dy16, (size_t)N * OC, &owned_dy) : NULL;
+    if (g) {
+        cpu_gemm(s, 0, 0, N, IC, OC, 1.0f, g, OC, W, IC, 0.0f, dx, IC);
+        cpu_gemm(s, 1, 0, OC, IC, N, 1.0f, g, OC, in, IC, 1.0f, dW, IC);
+        if (db)
+            cpu_bias_backward(s, db, g, N, OC);
+        free(owned_dy);
+    }
     free(owned);
 }

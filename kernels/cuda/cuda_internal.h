@@ -129,11 +129,19 @@ void cu_rmsnorm_forward16(tr_stream s, uint16_t *out16, float *rstd, const float
                           const float *weight, int N, int C, float eps);
 void cu_gelu_backward(tr_stream s, float *dinp, const float *inp, const float *dout,
                          size_t n);
+/* kernels.h's gelu_backward16 (dbias summed as cu_bias_backward sums: the same bits) */
+void cu_gelu_backward16(tr_stream s, uint16_t *dinp16, float *dbias, const float *inp,
+                        const float *dout, int N, int C);
 /* C[r, c] = beta * C[r, c] for a rows x cols block with row stride ldc (beta 0 writes 0). */
 void cu_scale_2d(cudaStream_t st, float *C, int rows, int cols, int ldc, float beta);
 /* Pack a rows x cols block (row stride ld) into contiguous bf16 (row stride cols). */
 void cu_pack_bf16(cudaStream_t st, uint16_t *dst, const float *src, int rows, int cols,
                      long long ld);
+/* Pack N x C contiguous src into bf16 dst and add its column sums to dbias (C floats), in
+ * one pass: linear_backward's dy and its bias gradient (cu_bias_backward's bits). Compute
+ * stream only (the reduction scratch). */
+void cu_pack_bf16_colsum(cudaStream_t st, uint16_t *dst, float *dbias, const float *src, int N,
+                         int C);
 void cu_to_bf16(tr_stream s, uint16_t *dst, const float *src, size_t n);
 void cu_from_bf16(tr_stream s, float *dst, const uint16_t *src, size_t n);
 
@@ -252,9 +260,11 @@ void cu_gemm_bf16(tr_stream s, int trans_a, int trans_b, int M, int N, int K, fl
 void cu_linear_forward_bf16(tr_stream s, float *y, const float *x, const uint16_t *x16,
                             const float *W, const float *b, const float *residual, int N, int IC,
                             int OC);
-/* kernels.h's linear_backward in bf16 mode: dy converted once for both GEMMs. */
-void cu_linear_backward_bf16(tr_stream s, float *dx, float *dW, const float *dy, const float *x,
-                             const uint16_t *x16, const float *W, int N, int IC, int OC);
+/* kernels.h's linear_backward in bf16 mode: dy converted once for both GEMMs, db summed in
+ * that pass; a bf16 dy16 read in place. */
+void cu_linear_backward_bf16(tr_stream s, float *dx, float *dW, float *db, const float *dy,
+                             const uint16_t *dy16, const float *x, const uint16_t *x16,
+                             const float *W, int N, int IC, int OC);
 /* The head's bf16-storage GEMMs (kernels.h's gemm_out16, gemm_a16), bf16 mode. */
 void cu_gemm_out16(tr_stream s, int trans_a, int trans_b, int M, int N, int K, float alpha,
                    const float *A, int lda, const float *B, int ldb, uint16_t *C16, int ldc);

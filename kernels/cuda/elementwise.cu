@@ -31,9 +31,12 @@ __global__ void scale_rows_kernel(float *x, const float *w, size_t n, int C)
     TR_CU_GRID_STRIDE(i, n) x[i] *= w[i / (size_t)C];
 }
 
-// partial[r * C + c] = sum of dout[n, c] over rows n of chunk r; block (32, 8), grid (C/32, R)
-__global__ void colsum_partial_kernel(float *partial, const float *dout, int N, int C,
-                                      int rows_per_chunk)
+// partial[r * C + c] = sum of v(n, c) over rows n of chunk r; block (32, 8), grid (C/32, R).
+// v reads (and may also store) element (n, c): bias_backward's reads dout, the fused ones
+// below also store it bf16 on the way; all sum in this one order, so their bits agree.
+template <class Value>
+__global__ void colsum_partial_kernel(float *partial, int N, int C, int rows_per_chunk,
+                                      Value v)
 {
     __shared__ float acc[8][33];
     int c = blockIdx.x * 32 + threadIdx.x;
@@ -42,7 +45,7 @@ __global__ void colsum_partial_kernel(float *partial, const float *dout, int N, 
     float s = 0.0f;
     if (c < C)
         for (int n = r0 + threadIdx.y; n < r1; n += 8)
-            s += dout[(size_t)n * C + c];
+            s += v((size_t)n * C + c);
     acc[threadIdx.y][threadIdx.x] = s;
     __syncthreads();
     if (threadIdx.y == 0 && c < C) {
@@ -52,6 +55,22 @@ __global__ void colsum_partial_kernel(float *partial, const float *dout, int N, 
         partial[(size_t)blockIdx.y * C + c] = t;
     }
 }
+
+struct read_value { // dout[i]
+    const float *dout;
+    __device__ float operator()(size_t i) const { return dout[i]; }
+};
+
+struct pack_value { // src[i], stored bf16 in dst[i] (linear_backward's dy, converted once)
+    const float *src;
+    uint16_t *dst;
+    __device__ float operator()(size_t i) const
+    {
+        float x = src[i];
+        dst[i] = bf16_from_f32(x);
+        return x;
+    }
+};
 
 // dst[c] += sum_r partial[r * C + c], chunks in order
 __global__ void colsum_finish_kernel(float *dst, const float *partial, int R, int C)
@@ -88,17 +107,37 @@ __global__ void gelu_forward16_kernel(uint16_t *out16, const float *inp, size_t 
     out16[i] = bf16_from_f32(gelu(inp[i]));
 }
 
+// d gelu(x) / dx
+__device__ __forceinline__ float gelu_grad(float x)
+{
+    float u = SQRT_2_OVER_PI * (x + GELU_K * x * x * x);
+    float du = SQRT_2_OVER_PI * (1.0f + 3.0f * GELU_K * x * x);
+    float sg = 1.0f / (1.0f + expf(-2.0f * u));
+    return sg + 2.0f * x * sg * (1.0f - sg) * du;
+}
+
 __global__ void gelu_backward_kernel(float *dinp, const float *inp, const float *dout, size_t n)
 {
-    TR_CU_GRID_STRIDE(i, n)
-    {
-        float x = inp[i];
-        float u = SQRT_2_OVER_PI * (x + GELU_K * x * x * x);
-        float du = SQRT_2_OVER_PI * (1.0f + 3.0f * GELU_K * x * x);
-        float sg = 1.0f / (1.0f + expf(-2.0f * u));
-        dinp[i] = (sg + 2.0f * x * sg * (1.0f - sg) * du) * dout[i];
-    }
+    TR_CU_GRID_STRIDE(i, n) dinp[i] = gelu_grad(inp[i]) * dout[i];
 }
+
+__global__ void gelu_backward16_kernel(uint16_t *dinp16, const float *inp, const float *dout,
+                                       size_t n)
+{
+    TR_CU_GRID_STRIDE(i, n) dinp16[i] = bf16_from_f32(gelu_grad(inp[i]) * dout[i]);
+}
+
+// gelu'(inp[i]) dout[i], stored bf16 in dinp16[i] (kernels.h's gelu_backward16)
+struct gelu_backward_value {
+    const float *inp, *dout;
+    uint16_t *dinp16;
+    __device__ float operator()(size_t i) const
+    {
+        float d = gelu_grad(inp[i]) * dout[i];
+        dinp16[i] = bf16_from_f32(d);
+        return d;
+    }
+};
 
 __global__ void scale_2d_kernel(float *C, int rows, int cols, int ldc, float beta)
 {
@@ -178,18 +217,54 @@ void cu_bias_add(tr_stream s, float *out, const float *bias, int N, int C)
     cu_launched("bias_add");
 }
 
+} // extern "C"
+
+// dbias[c] += sum_n v(n, c) (N, C > 0), in the two stages of the file's comment
+template <class Value>
+static void column_sums(cudaStream_t st, float *dbias, int N, int C, Value v)
+{
+    int R = cu_chunks(N, C, 1);
+    int rows = (N + R - 1) / R;
+    float *partial = (float *)cu_scratch();
+    colsum_partial_kernel<<<dim3((C + 31) / 32, R), dim3(32, 8), 0, st>>>(partial, N, C, rows,
+                                                                           v);
+    colsum_finish_kernel<<<(C + 255) / 256, 256, 0, st>>>(dbias, partial, R, C);
+}
+
+extern "C" {
+
 void cu_bias_backward(tr_stream s, float *dbias, const float *dout, int N, int C)
 {
     if (N <= 0 || C <= 0)
         return;
-    cudaStream_t st = cu_shared_stream(s, "bias_backward");
-    int R = cu_chunks(N, C, 1);
-    int rows = (N + R - 1) / R;
-    float *partial = (float *)cu_scratch();
-    colsum_partial_kernel<<<dim3((C + 31) / 32, R), dim3(32, 8), 0, st>>>(partial, dout, N, C,
-                                                                           rows);
-    colsum_finish_kernel<<<(C + 255) / 256, 256, 0, st>>>(dbias, partial, R, C);
+    column_sums(cu_shared_stream(s, "bias_backward"), dbias, N, C, read_value{dout});
     cu_launched("bias_backward");
+}
+
+void cu_pack_bf16_colsum(cudaStream_t st, uint16_t *dst, float *dbias, const float *src, int N,
+                         int C)
+{
+    if (N <= 0 || C <= 0)
+        return;
+    column_sums(st, dbias, N, C, pack_value{src, dst});
+    cu_launched("linear_backward (dy to bf16, bias gradient)");
+}
+
+void cu_gelu_backward16(tr_stream s, uint16_t *dinp16, float *dbias, const float *inp,
+                        const float *dout, int N, int C)
+{
+    size_t n = (size_t)N * (size_t)C;
+    if (!n)
+        return;
+    if (!dbias) {
+        gelu_backward16_kernel<<<tr_cu_blocks(n), CU_THREADS, 0, cu_stream(s)>>>(dinp16, inp,
+                                                                                 dout, n);
+        cu_launched("gelu_backward16");
+        return;
+    }
+    column_sums(cu_shared_stream(s, "gelu_backward16"), dbias, N, C,
+                gelu_backward_value{inp, dout, dinp16});
+    cu_launched("gelu_backward16");
 }
 
 void cu_gelu_forward(tr_stream s, float *out, const float *inp, size_t n)

@@ -230,14 +230,18 @@ static void describe(char *buf, size_t n, const plan_key *k)
              k->alB, k->alC, k->out16 ? ", bf16 output" : "", k->bias ? ", bias epilogue" : "");
 }
 
-/* One cuBLASLt call on operands already in the mode's element type, C fp32 or (out16) bf16.
- * Returns 0, or -1 when cuBLASLt has no algorithm for it (nothing noted: the caller may fall
+/* One cuBLASLt call on operands already in the mode's element type, C fp32 or (out16) bf16:
+ * C = alpha op(A) op(B) + beta Cin [+ bias], Cin (NULL: C itself) read as cuBLASLt's C and C
+ * written as its D (the same layout), so a residual needs no copy into C first. Returns 0, or
+ * -1 when cuBLASLt has no algorithm for it (nothing launched or noted: the caller may fall
  * back); a failure of the call itself is noted. */
-static int matmul_bias(cudaStream_t st, cu_gemm_mode mode, int ta, int tb, int M, int N, int K,
+static int matmul_from(cudaStream_t st, cu_gemm_mode mode, int ta, int tb, int M, int N, int K,
                        float alpha, const void *A, int lda, long long sA, const void *B,
-                       int ldb, long long sB, float beta, void *C, int out16, int ldc,
-                       long long sC, int batch, const float *bias)
+                       int ldb, long long sB, float beta, void *C, const void *Cin, int out16,
+                       int ldc, long long sC, int batch, const float *bias)
 {
+    if (!Cin)
+        Cin = C;
     int es = mode == CU_GEMM_BF16 ? 2 : 4;
     plan_key k;
     memset(&k, 0, sizeof k); /* the key is hashed and compared as bytes */
@@ -246,6 +250,9 @@ static int matmul_bias(cudaStream_t st, cu_gemm_mode mode, int ta, int tb, int M
     k.sA = batch > 1 ? sA : 0, k.sB = batch > 1 ? sB : 0, k.sC = batch > 1 ? sC : 0;
     k.alA = alignment(A, k.sA, es), k.alB = alignment(B, k.sB, es);
     k.alC = alignment(C, k.sC, out16 ? 2 : 4);
+    int al_in = alignment(Cin, k.sC, out16 ? 2 : 4); /* the plan serves both: the lesser */
+    if (al_in < k.alC)
+        k.alC = al_in;
     k.alBias = bias ? alignment(bias, 0, 4) : 0;
     pthread_mutex_lock(&G.mu);
     plan *p = plan_get(&k);
@@ -255,7 +262,7 @@ static int matmul_bias(cudaStream_t st, cu_gemm_mode mode, int ta, int tb, int M
                                        sizeof bias) != CUBLAS_STATUS_SUCCESS)
         p = NULL;
     if (p)
-        s = cublasLtMatmul(G.lt, p->desc, &alpha, B, p->a, A, p->b, &beta, C, p->c, C, p->c,
+        s = cublasLtMatmul(G.lt, p->desc, &alpha, B, p->a, A, p->b, &beta, Cin, p->c, C, p->c,
                            &p->algo, G.workspace, LT_WORKSPACE, st);
     pthread_mutex_unlock(&G.mu);
     if (!p)
@@ -268,6 +275,27 @@ static int matmul_bias(cudaStream_t st, cu_gemm_mode mode, int ta, int tb, int M
         cu_note(cudaErrorUnknown, what);
     }
     return 0;
+}
+
+static int matmul_bias(cudaStream_t st, cu_gemm_mode mode, int ta, int tb, int M, int N, int K,
+                       float alpha, const void *A, int lda, long long sA, const void *B,
+                       int ldb, long long sB, float beta, void *C, int out16, int ldc,
+                       long long sC, int batch, const float *bias)
+{
+    return matmul_from(st, mode, ta, tb, M, N, K, alpha, A, lda, sA, B, ldb, sB, beta, C, NULL,
+                       out16, ldc, sC, batch, bias);
+}
+
+/* C (rows x cols, row stride ldc) = C0: what a fallback that cannot read C0 as cuBLASLt's C
+ * does first (C0 NULL or C: nothing) */
+static void copy_in(cudaStream_t st, float *C, const float *C0, int rows, int cols, int ldc)
+{
+    if (!C0 || C0 == C)
+        return;
+    size_t pitch = (size_t)ldc * sizeof(float);
+    cu_note(cudaMemcpy2DAsync(C, pitch, C0, pitch, (size_t)cols * sizeof(float), (size_t)rows,
+                              cudaMemcpyDeviceToDevice, st),
+            "gemm (C from its input)");
 }
 
 static int matmul_to(cudaStream_t st, cu_gemm_mode mode, int ta, int tb, int M, int N, int K,
@@ -308,10 +336,11 @@ static void matmul_f32(cudaStream_t st, cu_gemm_mode mode, int ta, int tb, int M
 }
 
 /* BF16 mode: operands converted into the staging buffer, in slabs of K. With bias, the
- * first slab tries the bias epilogue; returns whether the bias was added. */
+ * first slab tries the bias epilogue; returns whether the bias was added. C0 (NULL: C): the
+ * matrix beta scales, read by the first slab (a residual: no copy into C first). */
 static int gemm_staged(cudaStream_t st, int ta, int tb, int M, int N, int K, float alpha,
                        const float *A, int lda, const float *B, int ldb, float beta, float *C,
-                       int ldc, const float *bias)
+                       const float *C0, int ldc, const float *bias)
 {
     int biased = 0;
     size_t cap = G.staging_bytes / sizeof(uint16_t) - 128; /* room for B's 256-byte start */
@@ -320,6 +349,7 @@ static int gemm_staged(cudaStream_t st, int ta, int tb, int M, int N, int K, flo
     if (kc >= 64)
         kc &= ~(size_t)63;
     if (kc < 16) { /* operands too wide to stage even 16 columns: let cuBLASLt round */
+        copy_in(st, C, C0, M, N, ldc);
         matmul_f32(st, CU_GEMM_FAST_BF16, ta, tb, M, N, K, alpha, A, lda, 0, B, ldb, 0, beta,
                    C, ldc, 0, 1);
         return 0;
@@ -343,15 +373,18 @@ static int gemm_staged(cudaStream_t st, int ta, int tb, int M, int N, int K, flo
         else
             cu_pack_bf16(st, sb, B + (size_t)k0 * ldb, w, N, ldb);
         float b = k0 == 0 ? beta : 1.0f;
+        const float *cin = k0 == 0 ? C0 : NULL;
         if (k0 == 0 && bias)
-            biased = !matmul_bias(st, CU_GEMM_BF16, ta, tb, M, N, w, alpha, sa, ta ? M : w, 0,
-                                  sb, tb ? w : N, 0, b, C, 0, ldc, 0, 1, bias);
+            biased = !matmul_from(st, CU_GEMM_BF16, ta, tb, M, N, w, alpha, sa, ta ? M : w, 0,
+                                  sb, tb ? w : N, 0, b, C, cin, 0, ldc, 0, 1, bias);
         if (k0 == 0 && biased)
             continue;
-        if (matmul(st, CU_GEMM_BF16, ta, tb, M, N, w, alpha, sa, ta ? M : w, 0, sb,
-                   tb ? w : N, 0, b, C, ldc, 0, 1))
-            /* no bf16 algorithm for these shapes: this slab on the fp32 operands */
-            matmul_f32(st, CU_GEMM_FAST_BF16, ta, tb, M, N, w, alpha,
+        if (!matmul_from(st, CU_GEMM_BF16, ta, tb, M, N, w, alpha, sa, ta ? M : w, 0, sb,
+                         tb ? w : N, 0, b, C, cin, 0, ldc, 0, 1, NULL))
+            continue;
+        /* no bf16 algorithm for these shapes: this slab on the fp32 operands */
+        copy_in(st, C, cin, M, N, ldc);
+        matmul_f32(st, CU_GEMM_FAST_BF16, ta, tb, M, N, w, alpha,
                        ta ? A + (size_t)k0 * lda : A + k0, lda, 0,
                        tb ? B + k0 : B + (size_t)k0 * ldb, ldb, 0, b, C, ldc, 0, 1);
     }
@@ -375,8 +408,8 @@ void cu_gemm_ex(cudaStream_t st, cu_gemm_mode mode, int trans_a, int trans_b, in
     if (mode == CU_GEMM_BF16) {
         for (int i = 0; i < batch; i++)
             gemm_staged(st, trans_a, trans_b, M, N, K, alpha, A + (size_t)i * (size_t)sA, lda,
-                        B + (size_t)i * (size_t)sB, ldb, beta, C + (size_t)i * (size_t)sC, ldc,
-                        NULL);
+                        B + (size_t)i * (size_t)sB, ldb, beta, C + (size_t)i * (size_t)sC, NULL,
+                        ldc, NULL);
         return;
     }
     matmul_f32(st, mode, trans_a, trans_b, M, N, K, alpha, A, lda, sA, B, ldb, sB, beta, C, ldc,
@@ -455,14 +488,15 @@ void cu_gemm_out16(tr_stream s, int ta, int tb, int M, int N, int K, float alpha
 /* C = alpha op(A16) op(B) + beta C: A read in place, B staged in slabs of K (the first with
  * the caller's beta, the others accumulating in the fp32 C). */
 /* cu_gemm_a16 on stream st; with bias, the first K slab tries the bias epilogue (returns
- * whether the bias was added, as gemm_staged) */
+ * whether the bias was added), and C0 is the matrix beta scales, as gemm_staged's */
 static int gemm_a16_on(cudaStream_t st, int ta, int tb, int M, int N, int K, float alpha,
                        const uint16_t *A16, int lda, const float *B, int ldb, float beta,
-                       float *C, int ldc, const float *bias)
+                       float *C, const float *C0, int ldc, const float *bias)
 {
     if (M <= 0 || N <= 0)
         return 0;
     if (K <= 0 || alpha == 0.0f) {
+        copy_in(st, C, C0, M, N, ldc);
         cu_scale_2d(st, C, M, N, ldc, beta);
         return 0;
     }
@@ -485,13 +519,14 @@ static int gemm_a16_on(cudaStream_t st, int ta, int tb, int M, int N, int K, flo
         /* op(A) columns k0..: rows k0.. of the stored K x M, or columns k0.. of M x K */
         const uint16_t *a = ta ? A16 + (size_t)k0 * lda : A16 + k0;
         float b = k0 ? 1.0f : beta;
+        const float *cin = k0 == 0 ? C0 : NULL;
         if (k0 == 0 && bias)
-            biased = !matmul_bias(st, CU_GEMM_BF16, ta, tb, M, N, w, alpha, a, lda, 0, G.staging,
-                                  tb ? w : N, 0, b, C, 0, ldc, 0, 1, bias);
+            biased = !matmul_from(st, CU_GEMM_BF16, ta, tb, M, N, w, alpha, a, lda, 0, G.staging,
+                                  tb ? w : N, 0, b, C, cin, 0, ldc, 0, 1, bias);
         if (k0 == 0 && biased)
             continue;
-        if (matmul_to(st, CU_GEMM_BF16, ta, tb, M, N, w, alpha, a, lda, 0, G.staging,
-                      tb ? w : N, 0, b, C, 0, ldc, 0, 1))
+        if (matmul_from(st, CU_GEMM_BF16, ta, tb, M, N, w, alpha, a, lda, 0, G.staging,
+                        tb ? w : N, 0, b, C, cin, 0, ldc, 0, 1, NULL))
             note_none("gemm_a16", M, N, w);
     }
     return biased;
@@ -502,7 +537,7 @@ void cu_gemm_a16(tr_stream s, int ta, int tb, int M, int N, int K, float alpha,
                  int ldc)
 {
     gemm_a16_on(cu_shared_stream(s, "gemm_a16"), ta, tb, M, N, K, alpha, A16, lda, B, ldb, beta,
-                C, ldc, NULL);
+                C, NULL, ldc, NULL);
 }
 
 /* C = alpha op(A) op(B16) + beta C: B read in place, A staged in slabs of K (the first with
@@ -542,8 +577,8 @@ void cu_gemm_b16(tr_stream s, int ta, int tb, int M, int N, int K, float alpha, 
 
 /* ---- kernels.h's linear_forward, bf16 mode: y = x W^T + b [+ residual] with the bias in
  * cuBLASLt's epilogue (on the first K slab) where the bias is 16-byte aligned (the views into
- * the flat parameter buffer may not be) and an algorithm has it; else bias_add after. A bf16
- * input (x16) is read in place. */
+ * the flat parameter buffer may not be) and an algorithm has it; else bias_add after. The
+ * residual is the first slab's C input (y its output), a bf16 input (x16) read in place. */
 void cu_linear_forward_bf16(tr_stream s, float *y, const float *x, const uint16_t *x16,
                             const float *W, const float *b, const float *residual, int N, int IC,
                             int OC)
@@ -551,20 +586,21 @@ void cu_linear_forward_bf16(tr_stream s, float *y, const float *x, const uint16_
     cudaStream_t st = cu_shared_stream(s, "linear_forward");
     if (N <= 0 || OC <= 0)
         return;
-    if (residual && residual != y)
-        cu_note(cudaMemcpyAsync(y, residual, (size_t)N * OC * sizeof(float),
-                                cudaMemcpyDeviceToDevice, st),
-                "linear_forward (residual)");
     float beta = residual ? 1.0f : 0.0f;
     const float *epi_bias = b && ((uintptr_t)b & 15) == 0 ? b : NULL;
     int biased = 0;
+    /* the residual is read as cuBLASLt's C, y written as its D: no copy */
     if (x16)
-        biased = gemm_a16_on(st, 0, 1, N, OC, IC, 1.0f, x16, IC, W, IC, beta, y, OC, epi_bias);
+        biased = gemm_a16_on(st, 0, 1, N, OC, IC, 1.0f, x16, IC, W, IC, beta, y, residual, OC,
+                             epi_bias);
     else if (IC > 0 && !G.fast)
-        biased = gemm_staged(st, 0, 1, N, OC, IC, 1.0f, x, IC, W, IC, beta, y, OC, epi_bias);
-    else
+        biased = gemm_staged(st, 0, 1, N, OC, IC, 1.0f, x, IC, W, IC, beta, y, residual, OC,
+                             epi_bias);
+    else { /* (TRIDENT_CUDA_GEMM=fast, or no K: onto a copy of the residual) */
+        copy_in(st, y, residual, N, OC, OC);
         cu_gemm_ex(st, CU_GEMM_BF16, 0, 1, N, OC, IC, 1.0f, x, IC, 0, W, IC, 0, beta, y, OC, 0,
                    1);
+    }
     if (b && !biased)
         cu_bias_add(s, y, b, N, OC);
 }
@@ -580,24 +616,45 @@ static void dW_unfused(tr_stream s, cudaStream_t st, float *dW, const float *dy,
                    0, 1);
 }
 
-/* ---- kernels.h's linear_backward, bf16 mode: dy (N, OC) converted once for both GEMMs,
- * dx = dy W and dW += dy^T x, where dy, W and x (fp32; a bf16 x16 is read in place) fit the
- * staging together (else, and where cuBLASLt has no algorithm, the two GEMMs unfused). */
-void cu_linear_backward_bf16(tr_stream s, float *dx, float *dW, const float *dy, const float *x,
-                             const uint16_t *x16, const float *W, int N, int IC, int OC)
+/* dW += dy16^T x from a bf16 dy16 (N, OC) read in place, the unfused way (x staged by
+ * gemm_a16; a bf16 x16 read in place too) */
+static void dW16_unfused(cudaStream_t st, float *dW, const uint16_t *dy16, const float *x,
+                         const uint16_t *x16, int N, int IC, int OC)
+{
+    if (!x16)
+        gemm_a16_on(st, 1, 0, OC, IC, N, 1.0f, dy16, OC, x, IC, 1.0f, dW, NULL, IC, NULL);
+    else if (matmul(st, CU_GEMM_BF16, 1, 0, OC, IC, N, 1.0f, dy16, OC, 0, x16, IC, 0, 1.0f, dW,
+                    IC, 0, 1))
+        note_none("linear_backward (dy16, x16)", OC, IC, N);
+}
+
+/* ---- kernels.h's linear_backward, bf16 mode: dy (N, OC) converted once for both GEMMs, its
+ * column sums added to db in the same pass (a bf16 dy16 is read in place), dx = dy W and
+ * dW += dy^T x, where dy, W and x (fp32; a bf16 x16 is read in place) fit the staging
+ * together (else, and where cuBLASLt has no algorithm, the GEMMs unfused). */
+void cu_linear_backward_bf16(tr_stream s, float *dx, float *dW, float *db, const float *dy,
+                             const uint16_t *dy16, const float *x, const uint16_t *x16,
+                             const float *W, int N, int IC, int OC)
 {
     cudaStream_t st = cu_shared_stream(s, "linear_backward");
     size_t cap = G.staging_bytes / sizeof(uint16_t);
-    size_t n_dy = ((size_t)N * OC + 127) & ~(size_t)127;
+    size_t n_dy = dy16 ? 0 : ((size_t)N * OC + 127) & ~(size_t)127;
     size_t n_w = ((size_t)OC * IC + 127) & ~(size_t)127;
     size_t n_x = x16 ? 0 : (size_t)N * IC;
     int fused = !G.fast && N > 0 && IC > 0 && OC > 0 && n_dy + (n_w > n_x ? n_w : n_x) <= cap;
     if (fused) {
-        uint16_t *dy16 = G.staging, *second = G.staging + n_dy; /* W, then x */
-        cu_pack_bf16(st, dy16, dy, N, OC, OC);
+        const uint16_t *dyb = dy16;
+        uint16_t *second = G.staging + n_dy; /* W, then x */
+        if (!dy16) {
+            if (db) /* the bias gradient in the conversion's pass: done */
+                cu_pack_bf16_colsum(st, G.staging, db, dy, N, OC), db = NULL;
+            else
+                cu_pack_bf16(st, G.staging, dy, N, OC, OC);
+            dyb = G.staging;
+        }
         cu_pack_bf16(st, second, W, OC, IC, IC);
         /* dx (N, IC) = dy (N, OC) W (OC, IC) */
-        if (!matmul(st, CU_GEMM_BF16, 0, 0, N, IC, OC, 1.0f, dy16, OC, 0, second, IC, 0, 0.0f,
+        if (!matmul(st, CU_GEMM_BF16, 0, 0, N, IC, OC, 1.0f, dyb, OC, 0, second, IC, 0, 0.0f,
                     dx, IC, 0, 1)) {
             const uint16_t *xb = x16;
             if (!xb) {
@@ -605,12 +662,23 @@ void cu_linear_backward_bf16(tr_stream s, float *dx, float *dW, const float *dy,
                 xb = second;
             }
             /* dW (OC, IC) += dy^T (OC, N) x (N, IC) */
-            if (matmul(st, CU_GEMM_BF16, 1, 0, OC, IC, N, 1.0f, dy16, OC, 0, xb, IC, 0, 1.0f, dW,
-                       IC, 0, 1))
-                dW_unfused(s, st, dW, dy, x, x16, N, IC, OC);
+            if (matmul(st, CU_GEMM_BF16, 1, 0, OC, IC, N, 1.0f, dyb, OC, 0, xb, IC, 0, 1.0f, dW,
+                       IC, 0, 1)) {
+                if (dy16)
+                    dW16_unfused(st, dW, dy16, x, x16, N, IC, OC);
+                else
+                    dW_unfused(s, st, dW, dy, x, x16, N, IC, OC);
+            }
             return;
         }
-    } /* no algorithm for dx (dW not yet touched), or too big: both unfused */
+    } /* no algorithm for dx (dW not yet touched), or too big: the GEMMs unfused */
+    if (dy16) { /* dx = dy16 W (gemm_a16's staging of W) */
+        gemm_a16_on(st, 0, 0, N, IC, OC, 1.0f, dy16, OC, W, IC, 0.0f, dx, NULL, IC, NULL);
+        dW16_unfused(st, dW, dy16, x, x16, N, IC, OC);
+        return;
+    }
     cu_gemm_ex(st, CU_GEMM_BF16, 0, 0, N, IC, OC, 1.0f, dy, OC, 0, W, IC, 0, 0.0f, dx, IC, 0, 1);
     dW_unfused(s, st, dW, dy, x, x16, N, IC, OC);
+    if (db)
+        cu_bias_backward(s, db, dy, N, OC);
 }

@@ -30,7 +30,9 @@
 
 /* not const: TRIDENT_CUDA_HEAD=fp32 takes the head's bf16-storage ops out (the head's logits
  * then stay fp32, as before they existed), TRIDENT_CUDA_EPILOGUE=0 the fused linear_forward
- * and linear_backward (gemm, then bias_add; two gemm calls), TRIDENT_CUDA_ACTIVATIONS=fp32 the MLP activation's (fp32 again) */
+ * and linear_backward (gemm, then bias_add; two gemm calls and bias_backward),
+ * TRIDENT_CUDA_ACTIVATIONS=fp32 the MLP activation's and the norms' bf16 storage, forward and
+ * backward (fp32 again) */
 static tr_kernels cuda_bf16_table = {
     .name = "cuda",
     COMMON_OPS,
@@ -45,6 +47,7 @@ static tr_kernels cuda_bf16_table = {
     .gemm_b16 = cu_gemm_b16,
     .layernorm_forward16 = cu_layernorm_forward16,
     .rmsnorm_forward16 = cu_rmsnorm_forward16,
+    .gelu_backward16 = cu_gelu_backward16,
     .attention_forward = cu_attention_forward_bf16,
     .attention_backward = cu_attention_backward_bf16,
     .attention_decode = cu_attention_decode_bf16,
@@ -72,11 +75,13 @@ static void table_choices(void)
     if (h && !strcmp(h, "fp32")) /* (gemm_a16 stays: the GELU output's forward reads it) */
         cuda_bf16_table.gemm_out16 = NULL, cuda_bf16_table.xent_stats16 = NULL,
         cuda_bf16_table.xent_loss_backward16 = NULL;
-    if (e && !strcmp(e, "0"))
-        cuda_bf16_table.linear_forward = NULL, cuda_bf16_table.linear_backward = NULL;
+    if (e && !strcmp(e, "0")) /* (gelu_backward16 goes too: its output needs linear_backward) */
+        cuda_bf16_table.linear_forward = NULL, cuda_bf16_table.linear_backward = NULL,
+        cuda_bf16_table.gelu_backward16 = NULL;
     if (a && !strcmp(a, "fp32")) /* (gemm_a16 stays: the head's backward reads it) */
         cuda_bf16_table.gelu_forward16 = NULL, cuda_bf16_table.gemm_b16 = NULL,
-        cuda_bf16_table.layernorm_forward16 = NULL, cuda_bf16_table.rmsnorm_forward16 = NULL;
+        cuda_bf16_table.layernorm_forward16 = NULL, cuda_bf16_table.rmsnorm_forward16 = NULL,
+        cuda_bf16_table.gelu_backward16 = NULL;
 }
 
 const tr_kernels *tr_kernels_cuda(tr_cuda_precision precision)

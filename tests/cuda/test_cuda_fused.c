@@ -4,8 +4,10 @@
  *  - linear_forward (the bias in cuBLASLt's epilogue) against "cpu"'s gemm + bias_add: with a
  *    16-byte aligned bias (the epilogue), a misaligned one (bias_add after), none, a residual
  *    in place and another;
- *  - linear_backward (dy converted once for both GEMMs) against "cpu"'s two GEMMs, and both
- *    linear ops on a bf16-storage input;
+ *  - linear_backward (dy converted once for both GEMMs, the bias gradient summed in that
+ *    pass) against "cpu"'s two GEMMs and bias_backward, and both linear ops on a bf16-storage
+ *    input; gelu_backward16 (fc's input gradient stored bf16, its bias gradient beside it)
+ *    and the linear_backward that reads it in place;
  *  - layernorm_forward16 and rmsnorm_forward16 against "cpu-bf16"'s;
  *  - the MLP activation's bf16 storage (gelu_forward16, and fc_proj's GEMMs reading it:
  *    gemm_a16 forward, gemm_b16 weight gradient) against "cpu-bf16"'s;
@@ -242,18 +244,20 @@ static void test_linear(int N, int IC, int OC, int with_bias, int boff, int resi
     free(x), free(W), free(b), free(res), free(y);
 }
 
-/* dx = dy W, dW += dy^T x (linear_backward: dy converted once) against "cpu"'s two GEMMs */
-static void test_linear_backward(int N, int IC, int OC)
+/* dx = dy W, dW += dy^T x, db += sum_n dy (linear_backward: dy converted once, db summed in
+ * that pass) against "cpu"'s two GEMMs and bias_backward; with_db 0: no bias */
+static void test_linear_backward(int N, int IC, int OC, int with_db)
 {
     char what[96];
     float *x = host((size_t)N * IC, -1, 1), *W = host((size_t)OC * IC, -1, 1);
     float *dy = host((size_t)N * OC, -1, 1), *dW = host((size_t)OC * IC, -1, 1);
-    float *dx = malloc((size_t)N * IC * 4);
+    float *db = host((size_t)OC, -1, 1), *dx = malloc((size_t)N * IC * 4);
     float *gx = dev(BF16, x, (size_t)N * IC * 4), *gW = dev(BF16, W, (size_t)OC * IC * 4);
     float *gdy = dev(BF16, dy, (size_t)N * OC * 4), *gdW = dev(BF16, dW, (size_t)OC * IC * 4);
-    float *gdx = dev(BF16, NULL, (size_t)N * IC * 4);
-    CPU->linear_backward(NULL, dx, dW, dy, x, NULL, W, N, IC, OC);
-    BF16->linear_backward(NULL, gdx, gdW, gdy, gx, NULL, gW, N, IC, OC);
+    float *gdx = dev(BF16, NULL, (size_t)N * IC * 4), *gdb = dev(BF16, db, (size_t)OC * 4);
+    CPU->linear_backward(NULL, dx, dW, with_db ? db : NULL, dy, NULL, x, NULL, W, N, IC, OC);
+    BF16->linear_backward(NULL, gdx, gdW, with_db ? gdb : NULL, gdy, NULL, gx, NULL, gW, N, IC,
+                          OC);
     float *got = back(BF16, gdx, (size_t)N * IC);
     snprintf(what, sizeof what, "linear_backward dx %dx%d K%d", N, IC, OC);
     compare(what, BF16, got, dx, (size_t)N * IC, TOL_BF16);
@@ -262,8 +266,59 @@ static void test_linear_backward(int N, int IC, int OC)
     snprintf(what, sizeof what, "linear_backward dW += %dx%d K%d", OC, IC, N);
     compare(what, BF16, got, dW, (size_t)OC * IC, TOL_BF16);
     free(got);
+    got = back(BF16, gdb, (size_t)OC); /* fp32 sums of the fp32 dy (untouched without one) */
+    snprintf(what, sizeof what, "linear_backward db += %d rows%s", N, with_db ? "" : " (none)");
+    compare(what, BF16, got, db, (size_t)OC, TOL_FP32);
+    free(got);
     BF16->free(gx), BF16->free(gW), BF16->free(gdy), BF16->free(gdW), BF16->free(gdx);
-    free(x), free(W), free(dy), free(dW), free(dx);
+    BF16->free(gdb);
+    free(x), free(W), free(dy), free(dW), free(dx), free(db);
+}
+
+/* gelu_backward16 (fc's input gradient stored bf16, its bias gradient summed in the same
+ * pass) against "cpu"'s gelu_backward and bias_backward, then fc's linear_backward reading
+ * that bf16 gradient in place (input x fp32, or x16 as the LayerNorm output's bf16 storage)
+ * against "cpu"'s on the same bf16 values */
+static void test_gelu_backward16(int N, int F, int C, int x_bf16)
+{
+    char what[96];
+    size_t nf = (size_t)N * F, nx = (size_t)N * C, nw = (size_t)F * C;
+    float *pre = host(nf, -3, 3), *dout = host(nf, -1, 1), *d = malloc(nf * 4);
+    float *db = host((size_t)F, -1, 1), *xf = host(nx, -1, 1), *W = host(nw, -1, 1);
+    float *dW = host(nw, -1, 1), *dx = malloc(nx * 4);
+    uint16_t *x16 = narrow(xf, nx);
+    float *gpre = dev(BF16, pre, nf * 4), *gdout = dev(BF16, dout, nf * 4);
+    float *gdb = dev(BF16, db, (size_t)F * 4), *gx = dev(BF16, xf, nx * 4);
+    float *gW = dev(BF16, W, nw * 4), *gdW = dev(BF16, dW, nw * 4), *gdx = dev(BF16, NULL, nx * 4);
+    uint16_t *gd16 = dev(BF16, NULL, nf * 2), *gx16 = dev(BF16, x16, nx * 2);
+    CPU->gelu_backward(NULL, d, pre, dout, nf);
+    CPU->bias_backward(NULL, db, d, N, F);
+    BF16->gelu_backward16(NULL, gd16, gdb, gpre, gdout, N, F);
+    float *got = back(BF16, gdb, (size_t)F);
+    snprintf(what, sizeof what, "gelu_backward16 dbias %d rows", N);
+    compare(what, BF16, got, db, (size_t)F, TOL_FP32);
+    free(got);
+    got = back16(gd16, nf);
+    snprintf(what, sizeof what, "gelu_backward16 dinp %dx%d", N, F);
+    compare(what, BF16, got, d, nf, TOL_BF16);
+    uint16_t *d16 = narrow(got, nf); /* the GPU's bf16 gradient, exact, on both sides */
+    free(got);
+    CPU->linear_backward(NULL, dx, dW, NULL, NULL, d16, x_bf16 ? NULL : xf, x_bf16 ? x16 : NULL,
+                         W, N, C, F);
+    BF16->linear_backward(NULL, gdx, gdW, NULL, NULL, gd16, x_bf16 ? NULL : gx,
+                          x_bf16 ? gx16 : NULL, gW, N, C, F);
+    got = back(BF16, gdx, nx);
+    snprintf(what, sizeof what, "linear_backward (dy16%s) dx %dx%d", x_bf16 ? ", x16" : "", N, C);
+    compare(what, BF16, got, dx, nx, TOL_BF16);
+    free(got);
+    got = back(BF16, gdW, nw);
+    snprintf(what, sizeof what, "linear_backward (dy16%s) dW %dx%d", x_bf16 ? ", x16" : "", F, C);
+    compare(what, BF16, got, dW, nw, TOL_BF16);
+    free(got);
+    BF16->free(gpre), BF16->free(gdout), BF16->free(gdb), BF16->free(gx), BF16->free(gW);
+    BF16->free(gdW), BF16->free(gdx), BF16->free(gd16), BF16->free(gx16);
+    free(pre), free(dout), free(d), free(db), free(xf), free(W), free(dW), free(dx), free(x16);
+    free(d16);
 }
 
 /* linear_forward and linear_backward on a bf16-storage input (x16: the GELU output's way into
@@ -282,8 +337,8 @@ static void test_linear16(int N, int IC, int OC)
     uint16_t *gx = dev(BF16, x16, nx * 2);
     CPU->linear_forward(NULL, y, NULL, x16, W, b, y, N, IC, OC); /* onto a residual in place */
     BF16->linear_forward(NULL, gy, NULL, gx, gW, gb, gy, N, IC, OC);
-    CPU->linear_backward(NULL, dx, dW, dy, NULL, x16, W, N, IC, OC);
-    BF16->linear_backward(NULL, gdx, gdW, gdy, NULL, gx, gW, N, IC, OC);
+    CPU->linear_backward(NULL, dx, dW, NULL, dy, NULL, NULL, x16, W, N, IC, OC);
+    BF16->linear_backward(NULL, gdx, gdW, NULL, gdy, NULL, NULL, gx, gW, N, IC, OC);
     float *got = back(BF16, gy, ny);
     snprintf(what, sizeof what, "linear_forward (bf16 input) %dx%d K%d", N, OC, IC);
     compare(what, BF16, got, y, ny, TOL_BF16);
@@ -318,7 +373,8 @@ int main(int argc, char **argv)
         !BF16->xent_loss_backward16 || F32->gemm_out16 || !BF16->linear_forward ||
         F32->linear_forward || !BF16->gelu_forward16 || !BF16->gemm_b16 || F32->gemm_b16 ||
         !BF16->layernorm_forward16 || F32->layernorm_forward16 || !BF16->rmsnorm_forward16 ||
-        !BF16->linear_backward || F32->linear_backward) {
+        !BF16->linear_backward || F32->linear_backward || !BF16->gelu_backward16 ||
+        F32->gelu_backward16) {
         failures++;
         fprintf(stderr, "FAIL the bf16 table lacks its fused or bf16-storage ops "
                         "(or fp32 has them)\n");
@@ -328,7 +384,9 @@ int main(int argc, char **argv)
         test_gemms(600, 1024, 1000);
         test_mlp16(600, 1024, 1000);
         test_linear(600, 1024, 1000, 1, 0, 1);
-        test_linear_backward(600, 1024, 1000); /* past the staging: the two GEMMs */
+        test_linear_backward(600, 1024, 1000, 1); /* past the staging: the GEMMs unfused */
+        test_gelu_backward16(600, 1000, 1024, 0);
+        test_gelu_backward16(600, 1000, 1024, 1);
         test_linear16(600, 1024, 1000);
         if (tr_cuda_status())
             failures++, fprintf(stderr, "FAIL %s\n", tr_errmsg());
@@ -343,8 +401,12 @@ int main(int argc, char **argv)
     test_linear(33, 40, 72, 0, 0, 1);
     test_linear(33, 40, 72, 1, 0, 1);
     test_linear(50, 128, 64, 1, 0, 2);
-    test_linear_backward(96, 64, 192);
-    test_linear_backward(33, 40, 72);
+    test_linear_backward(96, 64, 192, 1);
+    test_linear_backward(33, 40, 72, 1);
+    test_linear_backward(33, 40, 72, 0);
+    test_gelu_backward16(96, 256, 64, 0);
+    test_gelu_backward16(96, 256, 64, 1);
+    test_gelu_backward16(2049, 100, 40, 1); /* row chunks of the column sums, odd columns */
     test_linear16(96, 256, 64);
     test_linear16(33, 100, 40);
     test_layernorm16(513, 768);

@@ -20,23 +20,23 @@ static void test_backend_lookup(void **state)
     assert_ptr_equal(cpu, tr_kernels_cpu());
     assert_string_equal(cpu->name, "cpu");
     /* every slot of the table is filled but the bf16-storage ops (the head's four, four for
-     * the layers' GEMM inputs), which only the 16-bit tables have ("cpu-bf16", not
-     * "cpu-fp16") */
+     * the layers' GEMM inputs, gelu_backward16), which only the 16-bit tables have
+     * ("cpu-bf16", not "cpu-fp16") */
     const void *const *slot = (const void *const *)&cpu->alloc;
     size_t slots = (sizeof(tr_kernels) - offsetof(tr_kernels, alloc)) / sizeof(void *);
     size_t first16 = (offsetof(tr_kernels, gemm_out16) - offsetof(tr_kernels, alloc)) / sizeof(void *);
     for (size_t i = 0; i < slots; i++)
-        if (i < first16 || i >= first16 + 8)
+        if (i < first16 || i >= first16 + 9)
             assert_non_null(slot[i]);
         else
             assert_null(slot[i]);
     const tr_kernels *b16 = tr_kernels_get("cpu-bf16"), *f16 = tr_kernels_get("cpu-fp16");
     assert_true(b16->gemm_out16 && b16->gemm_a16 && b16->xent_stats16 && b16->xent_loss_backward16);
     assert_true(b16->gelu_forward16 && b16->gemm_b16 && b16->layernorm_forward16 &&
-                b16->rmsnorm_forward16);
+                b16->rmsnorm_forward16 && b16->gelu_backward16 && b16->linear_backward);
     assert_true(!f16->gemm_out16 && !f16->gemm_a16 && !f16->xent_stats16 &&
                 !f16->xent_loss_backward16 && !f16->gelu_forward16 && !f16->gemm_b16 &&
-                !f16->layernorm_forward16 && !f16->rmsnorm_forward16);
+                !f16->layernorm_forward16 && !f16->rmsnorm_forward16 && !f16->gelu_backward16);
 
     tr_clear_error();
 #ifdef TR_HAVE_CUDA /* built in: NULL only where no GPU is usable (tests/cuda covers the rest) */
@@ -104,18 +104,68 @@ static void test_linear_backward(void **state)
     memcpy(want_dW, dW, (size_t)OC * IC * sizeof(float));
     K->gemm(NULL, 0, 0, N, IC, OC, 1.0f, dy, OC, W, IC, 0.0f, want_dx, IC);
     K->gemm(NULL, 1, 0, OC, IC, N, 1.0f, dy, OC, x, IC, 1.0f, want_dW, IC);
-    K->linear_backward(NULL, dx, dW, dy, x, NULL, W, N, IC, OC);
+    float *db = kt_floats((size_t)OC), *want_db = kt_floats((size_t)OC);
+    kt_fill(db, (size_t)OC, -1, 1);
+    memcpy(want_db, db, (size_t)OC * sizeof(float));
+    K->bias_backward(NULL, want_db, dy, N, OC);
+    K->linear_backward(NULL, dx, dW, db, dy, NULL, x, NULL, W, N, IC, OC);
     kt_check_same("linear_backward dx", dx, want_dx, (size_t)N * IC);
     kt_check_same("linear_backward dW", dW, want_dW, (size_t)OC * IC);
+    kt_check_same("linear_backward db", db, want_db, (size_t)OC);
     /* a bf16-storage input: dW as from its exact fp32 widening (dx does not read it) */
     uint16_t *x16 = malloc((size_t)N * IC * sizeof *x16);
     for (size_t i = 0; i < (size_t)N * IC; i++)
         x16[i] = bf16_from_f32(x[i]), x[i] = bf16_to_f32(x16[i]);
     K->gemm(NULL, 1, 0, OC, IC, N, 1.0f, dy, OC, x, IC, 1.0f, want_dW, IC);
-    K->linear_backward(NULL, dx, dW, dy, NULL, x16, W, N, IC, OC);
+    K->linear_backward(NULL, dx, dW, NULL, dy, NULL, NULL, x16, W, N, IC, OC);
     kt_check_same("linear_backward dW (bf16 input)", dW, want_dW, (size_t)OC * IC);
-    free(x16);
+    /* and a bf16-storage output gradient: as its exact widening */
+    uint16_t *dy16 = malloc((size_t)N * OC * sizeof *dy16);
+    for (size_t i = 0; i < (size_t)N * OC; i++)
+        dy16[i] = bf16_from_f32(dy[i]), dy[i] = bf16_to_f32(dy16[i]);
+    K->gemm(NULL, 0, 0, N, IC, OC, 1.0f, dy, OC, W, IC, 0.0f, want_dx, IC);
+    K->gemm(NULL, 1, 0, OC, IC, N, 1.0f, dy, OC, x, IC, 1.0f, want_dW, IC);
+    K->linear_backward(NULL, dx, dW, NULL, NULL, dy16, NULL, x16, W, N, IC, OC);
+    kt_check_same("linear_backward dx (bf16 output gradient)", dx, want_dx, (size_t)N * IC);
+    kt_check_same("linear_backward dW (bf16 output gradient)", dW, want_dW, (size_t)OC * IC);
+    free(x16), free(dy16), free(db), free(want_db);
     free(x), free(W), free(dy), free(dx), free(dW), free(want_dx), free(want_dW);
+}
+
+/* "cpu-bf16"'s gelu_backward16 (the input gradient stored bf16, the bias gradient summed in
+ * the same pass) and the linear_backward that reads it: the same bits as gelu_backward,
+ * bias_backward and the two gemm calls on the kept (already rounded) gradient */
+static void test_gelu_backward16(void **state)
+{
+    (void)state;
+    const tr_kernels *b16 = tr_kernels_get("cpu-bf16");
+    const int N = 19, F = 34, C = 12;
+    size_t nf = (size_t)N * F;
+    float *pre = kt_floats(nf), *dout = kt_floats(nf), *d = kt_floats(nf);
+    float *ln = kt_floats((size_t)N * C), *W = kt_floats((size_t)F * C);
+    float *db = kt_floats((size_t)F), *want_db = kt_floats((size_t)F);
+    float *dW = kt_floats((size_t)F * C), *want_dW = kt_floats((size_t)F * C);
+    float *dx = kt_floats((size_t)N * C), *want_dx = kt_floats((size_t)N * C);
+    uint16_t *d16 = malloc(nf * sizeof *d16);
+    kt_seed(94);
+    kt_fill(pre, nf, -3, 3), kt_fill(dout, nf, -1, 1), kt_fill(ln, (size_t)N * C, -1, 1);
+    kt_fill(W, (size_t)F * C, -1, 1), kt_fill(db, (size_t)F, -1, 1);
+    kt_fill(dW, (size_t)F * C, -1, 1);
+    memcpy(want_db, db, (size_t)F * sizeof(float));
+    memcpy(want_dW, dW, (size_t)F * C * sizeof(float));
+    b16->gelu_backward(NULL, d, pre, dout, nf);
+    b16->bias_backward(NULL, want_db, d, N, F);
+    b16->gemm(NULL, 0, 0, N, C, F, 1.0f, d, F, W, C, 0.0f, want_dx, C);
+    b16->gemm(NULL, 1, 0, F, C, N, 1.0f, d, F, ln, C, 1.0f, want_dW, C);
+    b16->gelu_backward16(NULL, d16, db, pre, dout, N, F);
+    kt_check_same("gelu_backward16 dbias", db, want_db, (size_t)F);
+    for (size_t i = 0; i < nf; i++)
+        assert_int_equal(d16[i], bf16_from_f32(d[i]));
+    b16->linear_backward(NULL, dx, dW, NULL, NULL, d16, ln, NULL, W, N, C, F);
+    kt_check_same("linear_backward (dy16) dx", dx, want_dx, (size_t)N * C);
+    kt_check_same("linear_backward (dy16) dW", dW, want_dW, (size_t)F * C);
+    free(pre), free(dout), free(d), free(ln), free(W), free(db), free(want_db), free(dW);
+    free(want_dW), free(dx), free(want_dx), free(d16);
 }
 
 static void test_memory(void **state)
@@ -363,6 +413,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_backend_lookup), cmocka_unit_test(test_memory),
         cmocka_unit_test(test_linear_forward), cmocka_unit_test(test_linear_backward),
+        cmocka_unit_test(test_gelu_backward16),
         cmocka_unit_test(test_elementwise),    cmocka_unit_test(test_bias),
         cmocka_unit_test(test_gemm),           cmocka_unit_test(test_gemm_gradients),
     };
