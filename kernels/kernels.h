@@ -246,6 +246,27 @@ typedef struct tr_kernels {
      * linear_backward reads dy16. */
     void (*gelu_backward16)(tr_stream s, uint16_t *dinp16, float *dbias, const float *inp,
                             const float *dout, int N, int C);
+    /* --- the attention output in bf16 storage: optional, as the *16 ops above (the model keeps
+     * it, the attention projection's input, in bf16 where its layout's pair is set with
+     * gemm_a16 and gemm_b16, no LoRA adapter reads it and C/tp is even).
+     *  attention_forward16, attention_gqa_forward16: attention_forward / _gqa_forward with
+     *      out16 (B, T, NH, HS) stored bf16 (lse fp32)
+     *  attention_backward16, attention_gqa_backward16: their backward reading out16 (for
+     *      rowsum(dout * out)); dqkv, scratch and the rest as theirs.
+     * Each equals its fp32-storage op with the output rounded to bf16 (widened, exactly, for
+     * the backward); in "cpu-bf16", whose attention already rounds its output, bit for bit. */
+    void (*attention_forward16)(tr_stream s, uint16_t *out16, float *lse, const float *qkv,
+                                int B, int T, int NH, int HS, const int32_t *segments);
+    void (*attention_backward16)(tr_stream s, float *dqkv, float *scratch, const float *dout,
+                                 const float *qkv, const uint16_t *out16, const float *lse,
+                                 int B, int T, int NH, int HS, const int32_t *segments);
+    void (*attention_gqa_forward16)(tr_stream s, uint16_t *out16, float *lse, const float *qkv,
+                                    const float *alibi, int B, int T, int NH, int NG, int HS,
+                                    const int32_t *segments);
+    void (*attention_gqa_backward16)(tr_stream s, float *dqkv, float *scratch, const float *dout,
+                                     const float *qkv, const uint16_t *out16, const float *lse,
+                                     const float *alibi, int B, int T, int NH, int NG, int HS,
+                                     const int32_t *segments);
 
     /* --- embeddings ---
      * embedding_forward: out[n] = table[ids[n] - v_start] if held here (v_start <= id <

@@ -21,13 +21,54 @@ static int column_backward_of(tr_gpt *g, const layer_acts *L, int l, int B, cons
                                              N, C, OCl, gpt_lora(g, L, l, t, B, &lo));
 }
 
+/* The attention projection's backward from dres (Nl, C), then the fused attention's into
+ * sc->dqkv: the probabilities are recomputed inside the kernel from qkv, the output L->atty
+ * (bf16 storage where gpt_atty16) and the saved log-sum-exps (so selective recompute has
+ * nothing to do). */
+static int projection_then_attention(tr_gpt *g, const layer_acts *L, int l, const float *dres,
+                                     int B)
+{
+    const tr_kernels *k = g->k;
+    gpt_scratch *sc = &g->scratch;
+    int T = g->s.T, C = g->s.C, Cl = g->Cl, N = B * T, rc;
+    float *dW = layer_grad(g, l, L_ATTPROJ_W), *db = layer_grad(g, l, L_ATTPROJ_B);
+    const float *W = layer_param(g, l, L_ATTPROJ_W);
+    if (gpt_atty16(g)) {
+        const uint16_t *atty16 = (const uint16_t *)L->atty;
+        rc = tr_tp_row_linear_backward16(&g->tp, sc->datty, dW, db, dres, atty16, W, N, Cl, C,
+                                         sc->wide);
+        if (rc)
+            return rc;
+        if (uses_gqa_attention(g))
+            k->attention_gqa_backward16(NULL, sc->dqkv, sc->att_rowsum, sc->datty, L->qkv, atty16,
+                                        L->lse, g->alibi, B, T, g->NHl, g->NGl, g->HS,
+                                        g->segments);
+        else
+            k->attention_backward16(NULL, sc->dqkv, sc->att_rowsum, sc->datty, L->qkv, atty16,
+                                    L->lse, B, T, g->NHl, g->HS, g->segments);
+        return TR_OK;
+    }
+    tr_tp_lora lo; /* the LoRA adapter (NULL: none), made right before its layer */
+    rc = tr_tp_row_linear_backward_lora(&g->tp, sc->datty, dW, db, dres, L->atty, W, N, Cl, C,
+                                        sc->wide, gpt_lora(g, L, l, LORA_PROJ, B, &lo));
+    if (rc)
+        return rc;
+    if (uses_gqa_attention(g))
+        k->attention_gqa_backward(NULL, sc->dqkv, sc->att_rowsum, sc->datty, L->qkv, L->atty,
+                                  L->lse, g->alibi, B, T, g->NHl, g->NGl, g->HS, g->segments);
+    else
+        k->attention_backward(NULL, sc->dqkv, sc->att_rowsum, sc->datty, L->qkv, L->atty,
+                              L->lse, B, T, g->NHl, g->HS, g->segments);
+    return TR_OK;
+}
+
 static int layer_backward(tr_gpt *g, int l, const layer_acts *L, const float *x, float *dres,
                           int B)
 {
     const tr_kernels *k = g->k;
     const tr_tp *tp = &g->tp;
     gpt_scratch *sc = &g->scratch;
-    int T = g->s.T, C = g->s.C, Cl = g->Cl, N = B * T, r0, Nl, rc;
+    int T = g->s.T, C = g->s.C, N = B * T, r0, Nl, rc;
     gpt_rows(g, B, &r0, &Nl);
     const float *dln_own = sc->dln + (size_t)r0 * C; /* this rank's rows of dln */
     tr_tp_lora lo; /* LoRA adapters (NULL: none), each made right before its layer */
@@ -66,20 +107,9 @@ static int layer_backward(tr_gpt *g, int l, const layer_acts *L, const float *x,
     norm_backward(g, dres, layer_grad(g, l, L_LN2_W), layer_grad(g, l, L_LN2_B), dln_own,
                   L->residual2, layer_param(g, l, L_LN2_W), L->ln2_mean, L->ln2_rstd, Nl);
     /* attention: residual2 = x + attn_proj(attention(qkv(ln1(x)))) */
-    rc = tr_tp_row_linear_backward_lora(tp, sc->datty, layer_grad(g, l, L_ATTPROJ_W),
-                                        layer_grad(g, l, L_ATTPROJ_B), dres, L->atty,
-                                        layer_param(g, l, L_ATTPROJ_W), N, Cl, C, sc->wide,
-                                        gpt_lora(g, L, l, LORA_PROJ, B, &lo));
+    rc = projection_then_attention(g, L, l, dres, B);
     if (rc)
         return rc;
-    /* fused attention: the probabilities are recomputed inside the kernel from qkv, the
-     * output atty and the saved log-sum-exps (so selective recompute has nothing to do) */
-    if (uses_gqa_attention(g))
-        k->attention_gqa_backward(NULL, sc->dqkv, sc->att_rowsum, sc->datty, L->qkv, L->atty,
-                                  L->lse, g->alibi, B, T, g->NHl, g->NGl, g->HS, g->segments);
-    else
-        k->attention_backward(NULL, sc->dqkv, sc->att_rowsum, sc->datty, L->qkv, L->atty,
-                              L->lse, B, T, g->NHl, g->HS, g->segments);
     if (g->s.position == TR_POS_ROPE) /* to the gradient of the unrotated q and k */
         k->rope(NULL, sc->dqkv, g->rope_cos, g->rope_sin, B, T, g->NGl, g->NHl / g->NGl, g->HS,
                 g->s.rotary_dims, 1, g->positions);

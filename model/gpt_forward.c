@@ -37,11 +37,39 @@ static int norm_then_column(tr_gpt *g, const layer_acts *L, int l, int B, float 
                                             gpt_lora(g, L, l, t, B, &lo));
 }
 
+/* L->residual2 (Nl, C) = x + attn_proj(attention(L->qkv)): the attention output kept in
+ * L->atty, in bf16 storage where gpt_atty16 (the projection's GEMMs read it in place). */
+static int attention_then_projection(tr_gpt *g, const layer_acts *L, int l, const float *x, int B)
+{
+    const tr_kernels *k = g->k;
+    int T = g->s.T, C = g->s.C, Cl = g->Cl, N = B * T;
+    const float *W = layer_param(g, l, L_ATTPROJ_W), *b = layer_param(g, l, L_ATTPROJ_B);
+    if (gpt_atty16(g)) {
+        uint16_t *atty16 = (uint16_t *)L->atty;
+        if (uses_gqa_attention(g))
+            k->attention_gqa_forward16(NULL, atty16, L->lse, L->qkv, g->alibi, B, T, g->NHl,
+                                       g->NGl, g->HS, g->segments);
+        else
+            k->attention_forward16(NULL, atty16, L->lse, L->qkv, B, T, g->NHl, g->HS,
+                                   g->segments);
+        return tr_tp_row_linear_forward16(&g->tp, L->residual2, x, atty16, W, b, N, Cl, C,
+                                          g->scratch.wide);
+    }
+    if (uses_gqa_attention(g))
+        k->attention_gqa_forward(NULL, L->atty, L->lse, L->qkv, g->alibi, B, T, g->NHl,
+                                 g->NGl, g->HS, g->segments);
+    else
+        k->attention_forward(NULL, L->atty, L->lse, L->qkv, B, T, g->NHl, g->HS, g->segments);
+    tr_tp_lora lo; /* the LoRA adapter (NULL: none), made right before its layer */
+    return tr_tp_row_linear_forward_lora(&g->tp, L->residual2, x, L->atty, W, b, N, Cl, C,
+                                         g->scratch.wide, gpt_lora(g, L, l, LORA_PROJ, B, &lo));
+}
+
 int gpt_layer_forward(tr_gpt *g, int l, layer_acts *L, const float *x, int B)
 {
     const tr_kernels *k = g->k;
     const tr_tp *tp = &g->tp;
-    int T = g->s.T, C = g->s.C, Cl = g->Cl, N = B * T, rc;
+    int T = g->s.T, C = g->s.C, N = B * T, rc;
     tr_tp_lora lo; /* LoRA adapters (NULL: none), each made right before its layer */
     /* attention: residual2 = x + attn_proj(attention(qkv(ln1(x)))) */
     rc = norm_then_column(g, L, l, B, L->ln1, L->ln1_mean, L->ln1_rstd, x, L_LN1_W, L_LN1_B,
@@ -51,15 +79,7 @@ int gpt_layer_forward(tr_gpt *g, int l, layer_acts *L, const float *x, int B)
     if (g->s.position == TR_POS_ROPE) /* q and k rotated in place: qkv keeps the roped ones */
         k->rope(NULL, L->qkv, g->rope_cos, g->rope_sin, B, T, g->NGl, g->NHl / g->NGl, g->HS,
                 g->s.rotary_dims, 0, g->positions);
-    if (uses_gqa_attention(g))
-        k->attention_gqa_forward(NULL, L->atty, L->lse, L->qkv, g->alibi, B, T, g->NHl,
-                                 g->NGl, g->HS, g->segments);
-    else
-        k->attention_forward(NULL, L->atty, L->lse, L->qkv, B, T, g->NHl, g->HS, g->segments);
-    rc = tr_tp_row_linear_forward_lora(tp, L->residual2, x, L->atty,
-                                       layer_param(g, l, L_ATTPROJ_W),
-                                       layer_param(g, l, L_ATTPROJ_B), N, Cl, C, g->scratch.wide,
-                                       gpt_lora(g, L, l, LORA_PROJ, B, &lo));
+    rc = attention_then_projection(g, L, l, x, B);
     if (rc)
         return rc;
     /* MLP: residual3 = residual2 + fc_proj(act(fc(ln2(residual2)))), act GELU or SwiGLU */

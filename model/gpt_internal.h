@@ -22,7 +22,8 @@ enum {
 typedef struct {
     float *ln1, *ln1_mean, *ln1_rstd; /* (N, C), (Nl), (Nl) */
     float *qkv;                       /* (N, QKVl): (B, T, NGl, R+2, HS), roped */
-    float *atty;                      /* (N, Cl) attention output; backward reads it too */
+    float *atty;                      /* (N, Cl) attention output; backward reads it too (bf16
+                                       * storage where gpt_atty16) */
     float *lse;                       /* (B, NHl, T) log-sum-exp of each query row's scores */
     float *residual2;                 /* (Nl, C) = input + attention */
     float *ln2, *ln2_mean, *ln2_rstd; /* (N, C), (Nl), (Nl) */
@@ -192,6 +193,19 @@ static inline void norm_backward(const tr_gpt *g, float *dx, float *dw, float *d
 static inline int uses_gqa_attention(const tr_gpt *g)
 {
     return g->NG != g->s.NH || g->alibi;
+}
+
+/* Whether the attention output (layer_acts.atty, feeding the attention projection; its backward
+ * reads it again) is kept in bf16 storage: the table has the bf16-output attention ops of the
+ * family's layout (kernels.h: attention_forward16 / _backward16, or the attention_gqa_ pair
+ * where uses_gqa_attention), gemm_a16 and gemm_b16, no LoRA adapter reads it and Cl is even.
+ * Then atty holds N*Cl bf16 bits in half its floats. */
+static inline int gpt_atty16(const tr_gpt *g)
+{
+    const tr_kernels *k = g->k;
+    int ops = uses_gqa_attention(g) ? k->attention_gqa_forward16 && k->attention_gqa_backward16
+                  : k->attention_forward16 && k->attention_backward16;
+    return ops && k->gemm_a16 && k->gemm_b16 && !g->s.lora_rank && g->Cl % 2 == 0;
 }
 
 static inline void grad_ready(tr_gpt *g, grad_range r)

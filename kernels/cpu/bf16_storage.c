@@ -6,7 +6,8 @@
  * whose outputs are already rounded to bf16, and packs the kept result back (exact again). So
  * bf16 storage gives "cpu-bf16"'s bits; what it tests is the path: the halved buffers, the
  * strides, the aliasing of logits and their gradient. Staging is per thread, grown as needed
- * (out of memory: the op leaves its output untouched and says so on stderr, once). */
+ * (out of memory: the op leaves its output untouched and says so on stderr, once). The attention
+ * output's attention_forward16 / _gqa_forward16 and their backwards (kernels.h) likewise. */
 #include "kernels/cpu/cpu_ops.h"
 
 #include <stdio.h>
@@ -134,6 +135,54 @@ static void s16_rmsnorm_forward16(tr_stream s, uint16_t *out16, float *rstd, con
     narrow(out16, y, n);
 }
 
+/* The attention output (B*T rows of NH*HS), the attention projection's input: forward into the
+ * staging and narrowed; backward on out16 widened (the row sums rowsum(dout * out) read it). */
+static void s16_attention_forward16(tr_stream s, uint16_t *out16, float *lse, const float *qkv,
+                                    int B, int T, int NH, int HS, const int32_t *segments)
+{
+    size_t n = (size_t)B * T * NH * HS;
+    float *y = wide_buffer(n);
+    if (!y)
+        return;
+    table->attention_forward(s, y, lse, qkv, B, T, NH, HS, segments);
+    narrow(out16, y, n);
+}
+
+static void s16_attention_backward16(tr_stream s, float *dqkv, float *scratch, const float *dout,
+                                     const float *qkv, const uint16_t *out16, const float *lse,
+                                     int B, int T, int NH, int HS, const int32_t *segments)
+{
+    float *o = widened(out16, B * T, NH * HS, NH * HS);
+    if (!o)
+        return;
+    table->attention_backward(s, dqkv, scratch, dout, qkv, o, lse, B, T, NH, HS, segments);
+}
+
+static void s16_attention_gqa_forward16(tr_stream s, uint16_t *out16, float *lse,
+                                        const float *qkv, const float *alibi, int B, int T,
+                                        int NH, int NG, int HS, const int32_t *segments)
+{
+    size_t n = (size_t)B * T * NH * HS;
+    float *y = wide_buffer(n);
+    if (!y)
+        return;
+    table->attention_gqa_forward(s, y, lse, qkv, alibi, B, T, NH, NG, HS, segments);
+    narrow(out16, y, n);
+}
+
+static void s16_attention_gqa_backward16(tr_stream s, float *dqkv, float *scratch,
+                                         const float *dout, const float *qkv,
+                                         const uint16_t *out16, const float *lse,
+                                         const float *alibi, int B, int T, int NH, int NG, int HS,
+                                         const int32_t *segments)
+{
+    float *o = widened(out16, B * T, NH * HS, NH * HS);
+    if (!o)
+        return;
+    table->attention_gqa_backward(s, dqkv, scratch, dout, qkv, o, lse, alibi, B, T, NH, NG, HS,
+                                  segments);
+}
+
 static void s16_gemm_b16(tr_stream s, int ta, int tb, int M, int N, int K, float alpha,
                             const float *A, int lda, const uint16_t *B16, int ldb, float beta,
                             float *C, int ldc)
@@ -187,6 +236,11 @@ void cpu_bf16_storage_fill(tr_kernels *t)
     t->gemm_a16 = s16_gemm_a16;
     t->xent_stats16 = s16_xent_stats16;
     t->xent_loss_backward16 = s16_xent_loss_backward16;
+    if (t->attention_gqa_forward) /* (the CPU table has both layouts) */
+        t->attention_gqa_forward16 = s16_attention_gqa_forward16,
+        t->attention_gqa_backward16 = s16_attention_gqa_backward16;
+    t->attention_forward16 = s16_attention_forward16;
+    t->attention_backward16 = s16_attention_backward16;
     t->gelu_forward16 = s16_gelu_forward16;
     t->gemm_b16 = s16_gemm_b16;
     t->layernorm_forward16 = s16_layernorm_forward16;

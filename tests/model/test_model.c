@@ -131,10 +131,11 @@ static void test_stages_compose(void **state)
     stage_free(&s1);
 }
 
-/* bf16 storage ("cpu-bf16" with kernels.h's bf16-storage ops: the LayerNorm and GELU outputs
- * and the head's logits in half their buffers) against the same table without them (fp32 storage of
- * values its ops round to bf16): the loss and every gradient bit for bit, GELU and SwiGLU,
- * LayerNorm and RMSNorm. */
+/* bf16 storage ("cpu-bf16" with kernels.h's bf16-storage ops: the LayerNorm and GELU outputs,
+ * the attention output and the head's logits in half their buffers) against the same table
+ * without them (fp32 storage of values its ops round to bf16): the loss and every gradient bit
+ * for bit, GELU and SwiGLU, LayerNorm and RMSNorm, GPT-2's attention and grouped heads with
+ * ALiBi. */
 static void test_bf16_storage_same_bits(void **state)
 {
     (void)state;
@@ -148,14 +149,19 @@ static void test_bf16_storage_same_bits(void **state)
     full.layernorm_forward16 = NULL, full.rmsnorm_forward16 = NULL;
     full.gemm_out16 = NULL, full.xent_stats16 = NULL, full.xent_loss_backward16 = NULL;
     full.gelu_backward16 = NULL, full.linear_backward = NULL; /* (fc's gradient fp32 again) */
-    for (int family = 0; family < 3; family++) { /* GPT-2; SwiGLU; SwiGLU and RMSNorm */
+    full.attention_forward16 = NULL, full.attention_backward16 = NULL;
+    full.attention_gqa_forward16 = NULL, full.attention_gqa_backward16 = NULL;
+    /* GPT-2; SwiGLU; SwiGLU and RMSNorm; GELU with one key/value head for both and ALiBi */
+    for (int family = 0; family < 4; family++) {
         float loss[2];
         float *grads[2];
         size_t n = 0;
         for (int i = 0; i < 2; i++) {
             tr_gpt_shape s = tiny_shape(0, 3);
-            s.swiglu = family > 0;
-            s.rmsnorm = family > 1;
+            s.swiglu = family == 1 || family == 2;
+            s.rmsnorm = family == 2;
+            if (family == 3)
+                s.query_groups = 1, s.position = TR_POS_ALIBI;
             tr_gpt *g;
             tr_gpt_acts *a;
             assert_int_equal(tr_gpt_create(&s, i ? &full : half, NULL, &g), TR_OK);
