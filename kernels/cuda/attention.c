@@ -1,7 +1,8 @@
 /* Causal self-attention (kernels.h): the fused kernels of flash.cu (no T x T tensor; fp32
  * FMA products in the fp32 mode, bf16 tensor-core tiles with fp32 accumulation in the bf16
- * mode), GPT-2's layout being the grouped one with NG = NH and no ALiBi; and generation's
- * decode against the key/value cache from batched cuBLASLt products.
+ * mode, whose *16 ops keep the output in bf16 storage), GPT-2's layout being the grouped one
+ * with NG = NH and no ALiBi; and generation's decode against the key/value cache from batched
+ * cuBLASLt products.
  * Layouts: qkv (B, T, NH, 3, HS), out (B, T, NH, HS), lse (B, NH, T). */
 #include <math.h>
 
@@ -24,14 +25,28 @@ void cu_attention_backward_fp32(tr_stream s, float *dqkv, float *scratch, const 
 void cu_attention_forward_bf16(tr_stream s, float *out, float *lse, const float *qkv, int B,
                                int T, int NH, int HS, const int32_t *segments)
 {
-    cu_flash_forward_bf16(s, out, lse, qkv, NULL, B, T, NH, NH, HS, segments);
+    cu_flash_forward_bf16(s, out, NULL, lse, qkv, NULL, B, T, NH, NH, HS, segments);
 }
 
 void cu_attention_backward_bf16(tr_stream s, float *dqkv, float *scratch, const float *dout,
                                 const float *qkv, const float *out, const float *lse, int B,
                                 int T, int NH, int HS, const int32_t *segments)
 {
-    cu_flash_backward_bf16(s, dqkv, scratch, dout, qkv, out, lse, NULL, B, T, NH, NH, HS,
+    cu_flash_backward_bf16(s, dqkv, scratch, dout, qkv, out, NULL, lse, NULL, B, T, NH, NH, HS,
+                           segments);
+}
+
+void cu_attention_forward16(tr_stream s, uint16_t *out16, float *lse, const float *qkv, int B,
+                            int T, int NH, int HS, const int32_t *segments)
+{
+    cu_flash_forward_bf16(s, NULL, out16, lse, qkv, NULL, B, T, NH, NH, HS, segments);
+}
+
+void cu_attention_backward16(tr_stream s, float *dqkv, float *scratch, const float *dout,
+                             const float *qkv, const uint16_t *out16, const float *lse, int B,
+                             int T, int NH, int HS, const int32_t *segments)
+{
+    cu_flash_backward_bf16(s, dqkv, scratch, dout, qkv, NULL, out16, lse, NULL, B, T, NH, NH, HS,
                            segments);
 }
 

@@ -47,7 +47,7 @@ void cu_attention_gqa_forward_bf16(tr_stream s, float *out, float *lse, const fl
                                    const float *alibi, int B, int T, int NH, int NG, int HS,
                                    const int32_t *segments)
 {
-    cu_flash_forward_bf16(s, out, lse, qkv, alibi, B, T, NH, NG, HS, segments);
+    cu_flash_forward_bf16(s, out, NULL, lse, qkv, alibi, B, T, NH, NG, HS, segments);
 }
 
 void cu_attention_gqa_backward_bf16(tr_stream s, float *dqkv, float *scratch, const float *dout,
@@ -55,7 +55,23 @@ void cu_attention_gqa_backward_bf16(tr_stream s, float *dqkv, float *scratch, co
                                     const float *alibi, int B, int T, int NH, int NG, int HS,
                                     const int32_t *segments)
 {
-    cu_flash_backward_bf16(s, dqkv, scratch, dout, qkv, out, lse, alibi, B, T, NH, NG, HS,
+    cu_flash_backward_bf16(s, dqkv, scratch, dout, qkv, out, NULL, lse, alibi, B, T, NH, NG, HS,
+                           segments);
+}
+
+void cu_attention_gqa_forward16(tr_stream s, uint16_t *out16, float *lse, const float *qkv,
+                                const float *alibi, int B, int T, int NH, int NG, int HS,
+                                const int32_t *segments)
+{
+    cu_flash_forward_bf16(s, NULL, out16, lse, qkv, alibi, B, T, NH, NG, HS, segments);
+}
+
+void cu_attention_gqa_backward16(tr_stream s, float *dqkv, float *scratch, const float *dout,
+                                 const float *qkv, const uint16_t *out16, const float *lse,
+                                 const float *alibi, int B, int T, int NH, int NG, int HS,
+                                 const int32_t *segments)
+{
+    cu_flash_backward_bf16(s, dqkv, scratch, dout, qkv, NULL, out16, lse, alibi, B, T, NH, NG, HS,
                            segments);
 }
 

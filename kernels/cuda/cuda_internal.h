@@ -90,22 +90,32 @@ void cu_attention_gqa_backward_bf16(tr_stream s, float *dqkv, float *scratch, co
                                     const float *qkv, const float *out, const float *lse,
                                     const float *alibi, int B, int T, int NH, int NG, int HS,
                                     const int32_t *segments);
+/* kernels.h's attention_gqa_forward16 / _backward16 (bf16 mode: the output in bf16 storage) */
+void cu_attention_gqa_forward16(tr_stream s, uint16_t *out16, float *lse, const float *qkv,
+                                const float *alibi, int B, int T, int NH, int NG, int HS,
+                                const int32_t *segments);
+void cu_attention_gqa_backward16(tr_stream s, float *dqkv, float *scratch, const float *dout,
+                                 const float *qkv, const uint16_t *out16, const float *lse,
+                                 const float *alibi, int B, int T, int NH, int NG, int HS,
+                                 const int32_t *segments);
 /* ---- flash.cu: the fused attention of both layouts (GPT-2's: NG = NH, alibi NULL); fp32
- * products or bf16 tensor-core tiles. scratch: B*(NH+1)*T floats (kernels.h). */
+ * products or bf16 tensor-core tiles. scratch: B*(NH+1)*T floats (kernels.h). The bf16 ones
+ * keep the output in bf16 storage where out16 is set (out NULL): forward writes it, backward
+ * reads it (kernels.h's attention_*16). */
 void cu_flash_forward_fp32(tr_stream s, float *out, float *lse, const float *qkv,
                            const float *alibi, int B, int T, int NH, int NG, int HS,
                            const int32_t *segments);
-void cu_flash_forward_bf16(tr_stream s, float *out, float *lse, const float *qkv,
-                           const float *alibi, int B, int T, int NH, int NG, int HS,
-                           const int32_t *segments);
+void cu_flash_forward_bf16(tr_stream s, float *out, uint16_t *out16, float *lse,
+                           const float *qkv, const float *alibi, int B, int T, int NH, int NG,
+                           int HS, const int32_t *segments);
 void cu_flash_backward_fp32(tr_stream s, float *dqkv, float *scratch, const float *dout,
                             const float *qkv, const float *out, const float *lse,
                             const float *alibi, int B, int T, int NH, int NG, int HS,
                             const int32_t *segments);
 void cu_flash_backward_bf16(tr_stream s, float *dqkv, float *scratch, const float *dout,
-                            const float *qkv, const float *out, const float *lse,
-                            const float *alibi, int B, int T, int NH, int NG, int HS,
-                            const int32_t *segments);
+                            const float *qkv, const float *out, const uint16_t *out16,
+                            const float *lse, const float *alibi, int B, int T, int NH, int NG,
+                            int HS, const int32_t *segments);
 void cu_attention_gqa_decode_fp32(tr_stream s, float *out, float *kcache, float *vcache,
                                   float *scores, const float *qkv, const float *alibi, int B,
                                   int n, int past, int max_T, int NH, int NG, int HS);
@@ -193,11 +203,11 @@ void cu_xent_loss_backward(tr_stream s, float *losses, float *dlogits, const flo
 /* ---- flash_mma.cu: the tensor-core attention of the bf16 mode (flash_mma.cuh); 0 (nothing
  * launched) where it does not take the call: a head size other than 16, 32, 64, 128, a tensor
  * not 16-byte aligned, or TRIDENT_CUDA_ATTENTION=wmma. Shapes as kernels.h's attention_gqa_*;
- * the backward takes flash.cu's fa_prepare results: Drow (B, NH, T) = rowsum(dout * out) and
- * starts (B, T), each row's segment start. */
-int cu_flash_mma_forward(cudaStream_t st, float *out, float *lse, const float *qkv,
-                         const float *alibi, int B, int T, int NH, int NG, int HS,
-                         const int32_t *segments);
+ * the forward writes out, or out16 (bf16) where set; the backward takes flash.cu's fa_prepare
+ * results: Drow (B, NH, T) = rowsum(dout * out) and starts (B, T), each row's segment start. */
+int cu_flash_mma_forward(cudaStream_t st, float *out, uint16_t *out16, float *lse,
+                         const float *qkv, const float *alibi, int B, int T, int NH, int NG,
+                         int HS, const int32_t *segments);
 int cu_flash_mma_backward(cudaStream_t st, float *dqkv, const float *Drow,
                           const int32_t *starts, const float *dout, const float *qkv,
                           const float *lse, const float *alibi, int B, int T, int NH, int NG,
@@ -290,6 +300,12 @@ void cu_attention_forward_bf16(tr_stream s, float *out, float *lse, const float 
 void cu_attention_backward_bf16(tr_stream s, float *dqkv, float *scratch, const float *dout,
                                 const float *qkv, const float *out, const float *lse, int B,
                                 int T, int NH, int HS, const int32_t *segments);
+/* kernels.h's attention_forward16 / _backward16 (bf16 mode: the output in bf16 storage) */
+void cu_attention_forward16(tr_stream s, uint16_t *out16, float *lse, const float *qkv, int B,
+                            int T, int NH, int HS, const int32_t *segments);
+void cu_attention_backward16(tr_stream s, float *dqkv, float *scratch, const float *dout,
+                             const float *qkv, const uint16_t *out16, const float *lse, int B,
+                             int T, int NH, int HS, const int32_t *segments);
 void cu_attention_decode_fp32(tr_stream s, float *out, float *kcache, float *vcache,
                               float *scores, const float *qkv, int B, int n, int past, int max_T,
                               int NH, int HS);

@@ -13,7 +13,8 @@
 // accumulation; sm_80 and sm_90), the softmax statistics and accumulators stay fp32.
 // In bf16 mode the head sizes 16, 32, 64 and 128 run flash_mma.cu's kernels instead (the
 // products in registers on mma.sync; TRIDENT_CUDA_ATTENTION=wmma keeps these); fa_prepare
-// below makes their backward's row sums and segment starts too.
+// below makes their backward's row sums and segment starts too. O: the output's storage, fp32
+// or (bf16 mode, kernels.h's attention_*16) bf16 bits, written by forward, read by fa_prepare.
 // Hooks: ALiBi slopes (score += slope_h (j - i)) and grouped key/value heads (qkv layout
 // (B, T, NG, R+2, HS)), as the CPU twin kernels/cpu/attention.c.
 // Shared memory: tiles of TILE x DP (DP = HS rounded up to 16, zero padded; rows past T
@@ -23,6 +24,7 @@
 #include <mma.h>
 #include <type_traits>
 
+#include "kernels/cuda/bf16.h"
 #include "kernels/cuda/grid.cuh"
 
 #include <cuda_bf16.h>
@@ -35,10 +37,15 @@ constexpr int FA_WARPS = FA_THREADS / 32;
 constexpr size_t FA_SMEM_CAP = 120 * 1024;
 constexpr int FA_MAX_HS = 256;
 
+// The output is fp32 (out, out_c) or bf16 bits (out16, out16_c) as the kernel's O says: one
+// pointer either way (a larger struct made ptxas spill in fa_backward_kv<bf16, 32>).
 struct fa_args {
-    const float *qkv, *dout, *out_c, *lse_c, *alibi;
+    const float *qkv, *dout;
+    union { const float *out_c; const uint16_t *out16_c; }; // the backward's
+    const float *lse_c, *alibi;
     const int32_t *seg;
-    float *out, *lse, *dqkv, *D; // D: (B, NH, T) row sums, then (B, T) segment starts (int)
+    union { float *out; uint16_t *out16; }; // the forward's
+    float *lse, *dqkv, *D; // D: (B, NH, T) row sums, then (B, T) segment starts (int)
     int B, T, NH, NG, R, HS, C, C3;
     float scale;
 };
@@ -64,6 +71,12 @@ template <> __device__ __forceinline__ __nv_bfloat16 to_in<__nv_bfloat16>(float 
 {
     return __float2bfloat16_rn(x);
 }
+// One element of the output in storage O: fp32, or bf16 bits (bf16.h's rounding, the CPU's).
+__device__ __forceinline__ void put(float *p, float v) { *p = v; }
+__device__ __forceinline__ void put(uint16_t *p, float v) { *p = bf16_from_f32(v); }
+__device__ __forceinline__ float get(const float *p) { return *p; }
+__device__ __forceinline__ float get(const uint16_t *p) { return bf16_to_f32(*p); }
+
 // Row stride of an input tile: fp32 odd (no bank conflicts in the scalar products), bf16
 // DP (wmma's 32-byte aligned rows).
 template <typename Tin> __host__ __device__ constexpr int tile_ld(int DP)
@@ -189,7 +202,7 @@ __device__ __forceinline__ float masked_score(const fa_args &a, float s, int h, 
 }
 
 // ---------------------------------------------------------------- forward
-template <typename Tin, int TILE>
+template <typename Tin, int TILE, typename O>
 __global__ void __launch_bounds__(FA_THREADS) fa_forward(fa_args a, int DP)
 {
     extern __shared__ __align__(128) unsigned char smem[];
@@ -261,10 +274,11 @@ __global__ void __launch_bounds__(FA_THREADS) fa_forward(fa_args a, int DP)
         block_mm<false, false>(Os, DP, Ps, TILE, Vs, LT, TILE, DP, TILE, 1.0f, true);
         __syncthreads();
     }
-    float *o = a.out + (size_t)b * T * a.C + (size_t)h * a.HS;
+    O *o = reinterpret_cast<O *>(sizeof(O) == 2 ? (void *)a.out16 : (void *)a.out);
+    o += (size_t)b * T * a.C + (size_t)h * a.HS;
     for (int idx = threadIdx.x; idx < rows * a.HS; idx += FA_THREADS) {
         int i = idx / a.HS, d = idx % a.HS;
-        o[(size_t)(r0 + i) * a.C + d] = Os[i * DP + d] / l[i];
+        put(o + (size_t)(r0 + i) * a.C + d, Os[i * DP + d] / l[i]);
     }
     for (int i = threadIdx.x; i < rows; i += FA_THREADS)
         a.lse[(size_t)bh * T + r0 + i] = m[i] + logf(l[i]);
@@ -272,16 +286,18 @@ __global__ void __launch_bounds__(FA_THREADS) fa_forward(fa_args a, int DP)
 
 // ---------------------------------------------------------------- backward
 // D[bh, t] = dO . O (one warp per row), and each row's segment start (h == 0's warps).
-__global__ void fa_prepare(fa_args a)
+template <typename O> __global__ void fa_prepare(fa_args a)
 {
     int r = blockIdx.x * FA_WARPS + threadIdx.x / 32, lane = threadIdx.x % 32;
     if (r >= a.B * a.NH * a.T)
         return;
     int t = r % a.T, bh = r / a.T, b = bh / a.NH, h = bh % a.NH;
     size_t at = ((size_t)b * a.T + t) * a.C + (size_t)h * a.HS;
+    const O *o = reinterpret_cast<const O *>(sizeof(O) == 2 ? (const void *)a.out16_c
+                                                            : (const void *)a.out_c);
     float s = 0.0f;
     for (int d = lane; d < a.HS; d += 32)
-        s += a.dout[at + d] * a.out_c[at + d];
+        s += a.dout[at + d] * get(o + at + d);
     s = tr_cu_warp_sum(s);
     if (lane == 0) {
         a.D[r] = s;
@@ -467,31 +483,34 @@ bool usable(const fa_args &a, const char *what)
     return a.B > 0 && a.T > 0 && a.NH > 0;
 }
 
-template <typename Tin, int TILE> void forward_tiles(cudaStream_t st, const fa_args &a, int DP)
+template <typename Tin, int TILE, typename O>
+void forward_tiles(cudaStream_t st, const fa_args &a, int DP)
 {
     size_t bytes = fwd_smem(TILE, DP, sizeof(Tin));
-    if (!prepare_launch(fa_forward<Tin, TILE>, bytes, "attention_forward (flash)"))
+    if (!prepare_launch(fa_forward<Tin, TILE, O>, bytes, "attention_forward (flash)"))
         return;
     dim3 grid((a.T + TILE - 1) / TILE, a.B * a.NH);
-    fa_forward<Tin, TILE><<<grid, FA_THREADS, bytes, st>>>(a, DP);
+    fa_forward<Tin, TILE, O><<<grid, FA_THREADS, bytes, st>>>(a, DP);
     cu_launched("attention_forward (flash)");
 }
 
-template <typename Tin> void forward(tr_stream s, const fa_args &a)
+template <typename Tin, typename O = float> void forward(tr_stream s, const fa_args &a)
 {
     if (!usable(a, "attention_forward (flash)"))
         return;
     cudaStream_t st = cu_stream(s);
+    bool o16 = sizeof(O) == 2;
     if (std::is_same<Tin, __nv_bfloat16>::value &&
-        cu_flash_mma_forward(st, a.out, a.lse, a.qkv, a.alibi, a.B, a.T, a.NH, a.NG, a.HS, a.seg))
+        cu_flash_mma_forward(st, o16 ? nullptr : a.out, o16 ? a.out16 : nullptr, a.lse, a.qkv,
+                             a.alibi, a.B, a.T, a.NH, a.NG, a.HS, a.seg))
         return;
     int DP = pad16(a.HS), tile = tile_for<Tin>(DP);
     if (tile == 64)
-        forward_tiles<Tin, 64>(st, a, DP);
+        forward_tiles<Tin, 64, O>(st, a, DP);
     else if (tile == 32)
-        forward_tiles<Tin, 32>(st, a, DP);
+        forward_tiles<Tin, 32, O>(st, a, DP);
     else
-        forward_tiles<Tin, 16>(st, a, DP);
+        forward_tiles<Tin, 16, O>(st, a, DP);
 }
 
 template <typename Tin, int TILE> void backward_tiles(cudaStream_t st, const fa_args &a, int DP)
@@ -507,13 +526,13 @@ template <typename Tin, int TILE> void backward_tiles(cudaStream_t st, const fa_
     cu_launched("attention_backward (flash, dQ)");
 }
 
-template <typename Tin> void backward(tr_stream s, const fa_args &a)
+template <typename Tin, typename O = float> void backward(tr_stream s, const fa_args &a)
 {
     if (!usable(a, "attention_backward (flash)"))
         return;
     cudaStream_t st = cu_stream(s);
     int rows = a.B * a.NH * a.T;
-    fa_prepare<<<(rows + FA_WARPS - 1) / FA_WARPS, FA_THREADS, 0, st>>>(a);
+    fa_prepare<O><<<(rows + FA_WARPS - 1) / FA_WARPS, FA_THREADS, 0, st>>>(a);
     cu_launched("attention_backward (flash, row sums)");
     const int32_t *starts = reinterpret_cast<const int32_t *>(a.D + (size_t)a.B * a.NH * a.T);
     if (std::is_same<Tin, __nv_bfloat16>::value &&
@@ -529,23 +548,6 @@ template <typename Tin> void backward(tr_stream s, const fa_args &a)
         backward_tiles<Tin, 16>(st, a, DP);
 }
 
-fa_args fwd_args(float *out, float *lse, const float *qkv, const float *alibi, int B, int T,
-                 int NH, int NG, int HS, const int32_t *segments)
-{
-    fa_args a = make_args(B, T, NH, NG, HS, alibi, segments);
-    a.out = out, a.lse = lse, a.qkv = qkv;
-    return a;
-}
-
-fa_args bwd_args(float *dqkv, float *scratch, const float *dout, const float *qkv,
-                 const float *out, const float *lse, const float *alibi, int B, int T, int NH,
-                 int NG, int HS, const int32_t *segments)
-{
-    fa_args a = make_args(B, T, NH, NG, HS, alibi, segments);
-    a.dqkv = dqkv, a.D = scratch, a.dout = dout, a.qkv = qkv, a.out_c = out, a.lse_c = lse;
-    return a;
-}
-
 } // namespace
 
 extern "C" {
@@ -554,14 +556,20 @@ void cu_flash_forward_fp32(tr_stream s, float *out, float *lse, const float *qkv
                            const float *alibi, int B, int T, int NH, int NG, int HS,
                            const int32_t *segments)
 {
-    forward<float>(s, fwd_args(out, lse, qkv, alibi, B, T, NH, NG, HS, segments));
+    fa_args a = make_args(B, T, NH, NG, HS, alibi, segments);
+    a.out = out, a.lse = lse, a.qkv = qkv;
+    forward<float>(s, a);
 }
 
-void cu_flash_forward_bf16(tr_stream s, float *out, float *lse, const float *qkv,
-                           const float *alibi, int B, int T, int NH, int NG, int HS,
-                           const int32_t *segments)
+void cu_flash_forward_bf16(tr_stream s, float *out, uint16_t *out16, float *lse,
+                           const float *qkv, const float *alibi, int B, int T, int NH, int NG,
+                           int HS, const int32_t *segments)
 {
-    forward<__nv_bfloat16>(s, fwd_args(out, lse, qkv, alibi, B, T, NH, NG, HS, segments));
+    fa_args a = make_args(B, T, NH, NG, HS, alibi, segments);
+    a.out = out, a.lse = lse, a.qkv = qkv;
+    if (out16)
+        a.out16 = out16;
+    out16 ? forward<__nv_bfloat16, uint16_t>(s, a) : forward<__nv_bfloat16>(s, a);
 }
 
 void cu_flash_backward_fp32(tr_stream s, float *dqkv, float *scratch, const float *dout,
@@ -569,17 +577,21 @@ void cu_flash_backward_fp32(tr_stream s, float *dqkv, float *scratch, const floa
                             const float *alibi, int B, int T, int NH, int NG, int HS,
                             const int32_t *segments)
 {
-    backward<float>(s, bwd_args(dqkv, scratch, dout, qkv, out, lse, alibi, B, T, NH, NG, HS,
-                                segments));
+    fa_args a = make_args(B, T, NH, NG, HS, alibi, segments);
+    a.dqkv = dqkv, a.D = scratch, a.dout = dout, a.qkv = qkv, a.out_c = out, a.lse_c = lse;
+    backward<float>(s, a);
 }
 
 void cu_flash_backward_bf16(tr_stream s, float *dqkv, float *scratch, const float *dout,
-                            const float *qkv, const float *out, const float *lse,
-                            const float *alibi, int B, int T, int NH, int NG, int HS,
-                            const int32_t *segments)
+                            const float *qkv, const float *out, const uint16_t *out16,
+                            const float *lse, const float *alibi, int B, int T, int NH, int NG,
+                            int HS, const int32_t *segments)
 {
-    backward<__nv_bfloat16>(s, bwd_args(dqkv, scratch, dout, qkv, out, lse, alibi, B, T, NH,
-                                        NG, HS, segments));
+    fa_args a = make_args(B, T, NH, NG, HS, alibi, segments);
+    a.dqkv = dqkv, a.D = scratch, a.dout = dout, a.qkv = qkv, a.out_c = out, a.lse_c = lse;
+    if (out16)
+        a.out16_c = out16;
+    out16 ? backward<__nv_bfloat16, uint16_t>(s, a) : backward<__nv_bfloat16>(s, a);
 }
 
 } // extern "C"

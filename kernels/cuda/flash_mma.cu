@@ -1,8 +1,9 @@
 // The launch of flash_mma.cuh's tensor-core attention (cuda_internal.h: cu_flash_mma_forward,
-// cu_flash_mma_backward): the bf16 mode's head sizes 16, 32, 64, 128 with every tensor 16-byte
-// aligned (the kernels' float4 loads), unless TRIDENT_CUDA_ATTENTION=wmma; elsewhere they
-// return 0 and flash.cu's wmma kernels run. Grids: forward and dQ a block per (query tile of
-// 64, batch x head), the largest tiles first; dK dV a block per (key tile, batch x group).
+// its output fp32 or bf16, and cu_flash_mma_backward): the bf16 mode's head sizes 16, 32, 64,
+// 128 with every tensor 16-byte aligned (the kernels' float4 loads), unless
+// TRIDENT_CUDA_ATTENTION=wmma; elsewhere they return 0 and flash.cu's wmma kernels run.
+// Grids: forward and dQ a block per (query tile of 64, batch x head), the largest tiles first;
+// dK dV a block per (key tile, batch x group).
 #include "kernels/cuda/flash_mma.cuh"
 
 #include <stdlib.h>
@@ -29,13 +30,20 @@ template <typename K> bool opt_in(K kernel, size_t bytes, const char *what)
                     what);
 }
 
-template <int D> void forward_d(cudaStream_t st, const fm::args &m)
+// O: the output's storage (float: out; uint16_t: bf16 out16)
+template <int D, typename O> void forward_o(cudaStream_t st, const fm::args &m)
 {
     size_t bytes = fm::forward_bytes(D);
-    if (!opt_in(fm::forward<D>, bytes, "attention_forward (mma)"))
+    if (!opt_in(fm::forward<D, O>, bytes, "attention_forward (mma)"))
         return;
-    fm::forward<D><<<dim3((m.T + fm::BM - 1) / fm::BM, m.B * m.NH), fm::THREADS, bytes, st>>>(m);
+    fm::forward<D, O><<<dim3((m.T + fm::BM - 1) / fm::BM, m.B * m.NH), fm::THREADS, bytes, st>>>(
+        m);
     cu_launched("attention_forward (mma)");
+}
+
+template <int D> void forward_d(cudaStream_t st, const fm::args &m)
+{
+    m.out16 ? forward_o<D, uint16_t>(st, m) : forward_o<D, float>(st, m);
 }
 
 template <int D> void backward_d(cudaStream_t st, const fm::args &m)
@@ -65,14 +73,14 @@ void run(cudaStream_t st, const fm::args &m, int HS, bool fwd)
 
 extern "C" {
 
-int cu_flash_mma_forward(cudaStream_t st, float *out, float *lse, const float *qkv,
-                         const float *alibi, int B, int T, int NH, int NG, int HS,
-                         const int32_t *segments)
+int cu_flash_mma_forward(cudaStream_t st, float *out, uint16_t *out16, float *lse,
+                         const float *qkv, const float *alibi, int B, int T, int NH, int NG,
+                         int HS, const int32_t *segments)
 {
-    if (!takes(HS, (uintptr_t)out | (uintptr_t)qkv))
+    if (!takes(HS, (uintptr_t)out | (uintptr_t)out16 | (uintptr_t)qkv))
         return 0;
     fm::args m = fm::make_args(B, T, NH, NG, HS, alibi);
-    m.out = out, m.lse = lse, m.qkv = qkv, m.seg = segments;
+    m.out = out, m.out16 = out16, m.lse = lse, m.qkv = qkv, m.seg = segments;
     run(st, m, HS, true);
     return 1;
 }

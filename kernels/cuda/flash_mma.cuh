@@ -5,7 +5,8 @@
 // same source on the host (tests/cuda/flash_emu.cc).
 //
 // Shapes: qkv (B, T, NG, R+2, D) fp32 (R = NH / NG query heads per group, then the group's
-// key and value), out (B, T, NH, D), lse and the backward's row sums Drow (B, NH, T), seg
+// key and value), out (B, T, NH, D) fp32, or out16 bf16 (forward<D, uint16_t>: kernels.h's
+// attention_*forward16), lse and the backward's row sums Drow (B, NH, T), seg
 // (B, T) segment ids or null, starts (B, T) the first position of each row's segment (the
 // backward's, from flash.cu's fa_prepare). D, the head size, is 16, 32, 64 or 128.
 //
@@ -49,6 +50,7 @@ struct args {
     const float *qkv, *dout, *alibi, *lse_in, *Drow;
     const int32_t *seg, *starts;
     float *out, *lse, *dqkv;
+    uint16_t *out16; // forward<D, uint16_t>'s output
     int B, T, NH, NG, R, C, C3; // C = NH D, C3 = NG (R + 2) D
     float scale;
 };
@@ -216,8 +218,15 @@ FM_DEV float score(const args &a, float s, float slope, int i, int j)
     return s * a.scale + slope * (float)(j - i);
 }
 
+// The forward's output: columns c, c + 1 of a row, fp32 or rounded to bf16 (one 32-bit store).
+FM_DEV float *out_of(const args &a, float *) { return a.out; }
+FM_DEV uint16_t *out_of(const args &a, uint16_t *) { return a.out16; }
+FM_DEV void store_pair(float *p, float x, float y) { p[0] = x, p[1] = y; }
+FM_DEV void store_pair(uint16_t *p, float x, float y) { fm_stg32(p, fm_pack(x, y)); }
+
 // ---------------------------------------------------------------- forward
-template <int D> FM_KERNEL forward(args a)
+// O: the output's storage, float (out) or uint16_t (bf16 bits, out16).
+template <int D, typename O = float> FM_KERNEL forward(args a)
 {
     constexpr int LD = D + PAD, LT = BN + PAD;
     uint16_t *Qs = reinterpret_cast<uint16_t *>(fm_shared());
@@ -282,7 +291,7 @@ template <int D> FM_KERNEL forward(args a)
         }
         mma_pbt<BN, D / 8>(o, s, Vt, LT);
     }
-    float *ob = a.out + (size_t)b * T * a.C + (size_t)h * D;
+    O *ob = out_of(a, (O *)nullptr) + (size_t)b * T * a.C + (size_t)h * D;
     for (int hf = 0; hf < 2; hf++) {
         l[hf] += fm_shfl_xor(l[hf], 1);
         l[hf] += fm_shfl_xor(l[hf], 2);
@@ -290,10 +299,9 @@ template <int D> FM_KERNEL forward(args a)
             continue;
         size_t i = (size_t)(r0 + row[hf]);
         float inv = 1.0f / l[hf];
-        for (int n = 0; n < D / 8; n++) {
-            ob[i * a.C + 8 * n + 2 * tq] = o[n][2 * hf] * inv;
-            ob[i * a.C + 8 * n + 2 * tq + 1] = o[n][2 * hf + 1] * inv;
-        }
+        for (int n = 0; n < D / 8; n++)
+            store_pair(ob + i * a.C + 8 * n + 2 * tq, o[n][2 * hf] * inv,
+                       o[n][2 * hf + 1] * inv);
         if (tq == 0)
             a.lse[(size_t)bh * T + i] = m[hf] + fm_log(l[hf]);
     }

@@ -18,6 +18,7 @@
 //   fm_ld32(p) fm_st32(p, v)   32-bit shared-memory access at an even bf16 index
 //   fm_st16(p, v)              one bf16 into shared memory
 //   fm_ldg4(p, v)              v[0..3] = p[0..3] (global, 16-byte aligned)
+//   fm_stg32(p, v)             two bf16 (a fm_pack) into global memory at an even bf16 index
 //   fm_exp fm_log fm_min fm_ffs
 //   FM_DEV FM_HD FM_KERNEL FM_UNROLL   qualifiers of device, host-and-device, kernel functions
 #ifndef TR_KERNELS_CUDA_MMA_PRIMS_CUH
@@ -71,6 +72,7 @@ FM_DEV uint16_t fm_bf16(float x)
 FM_DEV uint32_t fm_ld32(const uint16_t *p) { return *reinterpret_cast<const uint32_t *>(p); }
 FM_DEV void fm_st32(uint16_t *p, uint32_t v) { *reinterpret_cast<uint32_t *>(p) = v; }
 FM_DEV void fm_st16(uint16_t *p, uint16_t v) { *p = v; }
+FM_DEV void fm_stg32(uint16_t *p, uint32_t v) { *reinterpret_cast<uint32_t *>(p) = v; }
 FM_DEV void fm_ldg4(const float *p, float v[4])
 {
     float4 x = __ldg(reinterpret_cast<const float4 *>(p));

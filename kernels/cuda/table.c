@@ -32,7 +32,8 @@
  * then stay fp32, as before they existed), TRIDENT_CUDA_EPILOGUE=0 the fused linear_forward
  * and linear_backward (gemm, then bias_add; two gemm calls and bias_backward),
  * TRIDENT_CUDA_ACTIVATIONS=fp32 the MLP activation's and the norms' bf16 storage, forward and
- * backward (fp32 again) */
+ * backward (fp32 again), TRIDENT_CUDA_ATTENTION_OUT=fp32 the attention output's (kernels.h's
+ * attention_*16: fp32 again) */
 static tr_kernels cuda_bf16_table = {
     .name = "cuda",
     COMMON_OPS,
@@ -54,6 +55,10 @@ static tr_kernels cuda_bf16_table = {
     .attention_gqa_forward = cu_attention_gqa_forward_bf16,
     .attention_gqa_backward = cu_attention_gqa_backward_bf16,
     .attention_gqa_decode = cu_attention_gqa_decode_bf16,
+    .attention_forward16 = cu_attention_forward16,
+    .attention_backward16 = cu_attention_backward16,
+    .attention_gqa_forward16 = cu_attention_gqa_forward16,
+    .attention_gqa_backward16 = cu_attention_gqa_backward16,
 };
 
 static const tr_kernels cuda_fp32_table = {
@@ -71,7 +76,7 @@ static const tr_kernels cuda_fp32_table = {
 static void table_choices(void)
 {
     const char *h = getenv("TRIDENT_CUDA_HEAD"), *e = getenv("TRIDENT_CUDA_EPILOGUE");
-    const char *a = getenv("TRIDENT_CUDA_ACTIVATIONS");
+    const char *a = getenv("TRIDENT_CUDA_ACTIVATIONS"), *o = getenv("TRIDENT_CUDA_ATTENTION_OUT");
     if (h && !strcmp(h, "fp32")) /* (gemm_a16 stays: the GELU output's forward reads it) */
         cuda_bf16_table.gemm_out16 = NULL, cuda_bf16_table.xent_stats16 = NULL,
         cuda_bf16_table.xent_loss_backward16 = NULL;
@@ -82,6 +87,10 @@ static void table_choices(void)
         cuda_bf16_table.gelu_forward16 = NULL, cuda_bf16_table.gemm_b16 = NULL,
         cuda_bf16_table.layernorm_forward16 = NULL, cuda_bf16_table.rmsnorm_forward16 = NULL,
         cuda_bf16_table.gelu_backward16 = NULL;
+    if (o && !strcmp(o, "fp32")) /* the attention output in fp32 again */
+        cuda_bf16_table.attention_forward16 = NULL, cuda_bf16_table.attention_backward16 = NULL,
+        cuda_bf16_table.attention_gqa_forward16 = NULL,
+        cuda_bf16_table.attention_gqa_backward16 = NULL;
 }
 
 const tr_kernels *tr_kernels_cuda(tr_cuda_precision precision)

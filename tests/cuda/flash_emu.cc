@@ -12,10 +12,10 @@ extern "C" {
 
 namespace {
 
-template <int D> void run_forward(const fm::args &a)
+template <int D, typename O = float> void run_forward(const fm::args &a)
 {
     emu::launch((a.T + fm::BM - 1) / fm::BM, a.B * a.NH, fm::forward_bytes(D),
-                [&a] { fm::forward<D>(a); });
+                [&a] { fm::forward<D, O>(a); });
 }
 
 template <int D> void run_backward(const fm::args &a)
@@ -46,6 +46,15 @@ int emu_flash_forward(float *out, float *lse, const float *qkv, const float *ali
     a.out = out, a.lse = lse, a.qkv = qkv, a.seg = segments;
     emu::readable = {{qkv, (size_t)B * T * a.C3 * 4}};
     return by_head_size(HS, [&a](auto d) { run_forward<decltype(d)::value>(a); });
+}
+
+int emu_flash_forward16(uint16_t *out16, float *lse, const float *qkv, const float *alibi,
+                        int B, int T, int NH, int NG, int HS, const int32_t *segments)
+{
+    fm::args a = fm::make_args(B, T, NH, NG, HS, alibi);
+    a.out16 = out16, a.lse = lse, a.qkv = qkv, a.seg = segments;
+    emu::readable = {{qkv, (size_t)B * T * a.C3 * 4}};
+    return by_head_size(HS, [&a](auto d) { run_forward<decltype(d)::value, uint16_t>(a); });
 }
 
 int emu_flash_backward(float *dqkv, const float *Drow, const int32_t *starts, const float *dout,

@@ -3,8 +3,9 @@
  * _backward (qkv (B, T, NG, R+2, HS), out (B, T, NH, HS), lse (B, NH, T)); the backward takes
  * what flash.cu's fa_prepare makes on the GPU: Drow (B, NH, T) = rowsum(dout * out) and
  * starts (B, T), the first position of each row's segment (zeros without segments).
- * Return 1, or 0 (nothing done) for a head size the kernels are not built for (they take
- * 16, 32, 64, 128). */
+ * emu_flash_forward16 writes the output in bf16 storage (out16, kernels.h's
+ * attention_gqa_forward16). Return 1, or 0 (nothing done) for a head size the kernels are not
+ * built for (they take 16, 32, 64, 128). */
 #ifndef TR_TESTS_CUDA_FLASH_EMU_H
 #define TR_TESTS_CUDA_FLASH_EMU_H
 
@@ -12,6 +13,8 @@
 
 int emu_flash_forward(float *out, float *lse, const float *qkv, const float *alibi, int B,
                       int T, int NH, int NG, int HS, const int32_t *segments);
+int emu_flash_forward16(uint16_t *out16, float *lse, const float *qkv, const float *alibi,
+                        int B, int T, int NH, int NG, int HS, const int32_t *segments);
 int emu_flash_backward(float *dqkv, const float *Drow, const int32_t *starts, const float *dout,
                        const float *qkv, const float *lse, const float *alibi, int B, int T,
                        int NH, int NG, int HS);

@@ -9,6 +9,8 @@
  *    input; gelu_backward16 (fc's input gradient stored bf16, its bias gradient beside it)
  *    and the linear_backward that reads it in place;
  *  - layernorm_forward16 and rmsnorm_forward16 against "cpu-bf16"'s;
+ *  - the attention output in bf16 storage (attention_forward16 / _backward16, the GQA pair
+ *    with groups and ALiBi; the mma and the wmma kernels) against "cpu-bf16"'s;
  *  - the MLP activation's bf16 storage (gelu_forward16, and fc_proj's GEMMs reading it:
  *    gemm_a16 forward, gemm_b16 weight gradient) against "cpu-bf16"'s;
  *  - the chunked head's bf16-storage ops (kernels.h: gemm_out16, gemm_a16, xent_stats16,
@@ -356,6 +358,58 @@ static void test_linear16(int N, int IC, int OC)
     free(xf), free(W), free(b), free(y), free(dy), free(dW), free(dx), free(x16);
 }
 
+/* The attention output in bf16 storage (kernels.h's attention_forward16 / _backward16, or the
+ * attention_gqa_ pair with groups or ALiBi) against "cpu-bf16"'s: out16, lse, and dqkv from the
+ * same bf16 output on both sides. HS 64 runs flash_mma.cuh, HS 48 flash.cu's wmma kernels. */
+static void test_attention16(int B, int T, int NH, int NG, int HS, int alibi)
+{
+    char what[96];
+    size_t nq = (size_t)B * T * NG * (NH / NG + 2) * HS, no = (size_t)B * T * NH * HS;
+    size_t nl = (size_t)B * NH * T, ns = (size_t)B * (NH + 1) * T;
+    float *qkv = host(nq, -1, 1), *dout = host(no, -1, 1), *sl = host((size_t)NH, 0.01f, 0.5f);
+    float *lse = malloc(nl * 4), *dq = malloc(nq * 4), *scr = malloc(ns * 4);
+    const float *al = alibi ? sl : NULL;
+    uint16_t *o16 = malloc(no * 2);
+    int gqa = NG != NH || alibi;
+    float *gqkv = dev(BF16, qkv, nq * 4), *gdout = dev(BF16, dout, no * 4);
+    float *gsl = alibi ? dev(BF16, sl, (size_t)NH * 4) : NULL, *glse = dev(BF16, NULL, nl * 4);
+    float *gdq = dev(BF16, NULL, nq * 4), *gscr = dev(BF16, NULL, ns * 4);
+    uint16_t *go = dev(BF16, NULL, no * 2);
+    if (gqa) {
+        TWIN->attention_gqa_forward16(NULL, o16, lse, qkv, al, B, T, NH, NG, HS, NULL);
+        TWIN->attention_gqa_backward16(NULL, dq, scr, dout, qkv, o16, lse, al, B, T, NH, NG, HS,
+                                       NULL);
+        BF16->attention_gqa_forward16(NULL, go, glse, gqkv, gsl, B, T, NH, NG, HS, NULL);
+    } else {
+        TWIN->attention_forward16(NULL, o16, lse, qkv, B, T, NH, HS, NULL);
+        TWIN->attention_backward16(NULL, dq, scr, dout, qkv, o16, lse, B, T, NH, HS, NULL);
+        BF16->attention_forward16(NULL, go, glse, gqkv, B, T, NH, HS, NULL);
+    }
+    float *want = widen(o16, no), *got = back16(go, no);
+    snprintf(what, sizeof what, "attention%s_forward16 B%d T%d NH%d NG%d HS%d", gqa ? "_gqa" : "",
+             B, T, NH, NG, HS);
+    compare(what, BF16, got, want, no, TOL_BF16);
+    free(want), free(got);
+    got = back(BF16, glse, nl);
+    compare("  its lse", BF16, got, lse, nl, TOL_BF16);
+    free(got);
+    BF16->to_device(NULL, go, o16, no * 2); /* the same bf16 output and lse on both sides */
+    BF16->to_device(NULL, glse, lse, nl * 4);
+    if (gqa)
+        BF16->attention_gqa_backward16(NULL, gdq, gscr, gdout, gqkv, go, glse, gsl, B, T, NH, NG,
+                                       HS, NULL);
+    else
+        BF16->attention_backward16(NULL, gdq, gscr, gdout, gqkv, go, glse, B, T, NH, HS, NULL);
+    got = back(BF16, gdq, nq);
+    compare("  its backward16's dqkv", BF16, got, dq, nq, TOL_BF16);
+    free(got);
+    BF16->free(gqkv), BF16->free(gdout), BF16->free(glse), BF16->free(gdq), BF16->free(gscr);
+    BF16->free(go);
+    if (gsl)
+        BF16->free(gsl);
+    free(qkv), free(dout), free(sl), free(lse), free(dq), free(scr), free(o16);
+}
+
 int main(int argc, char **argv)
 {
     /* --blocked: shapes past a 1 MiB staging (TRIDENT_CUDA_STAGING_MIB=1): gemm_out16 in
@@ -378,6 +432,14 @@ int main(int argc, char **argv)
         failures++;
         fprintf(stderr, "FAIL the bf16 table lacks its fused or bf16-storage ops "
                         "(or fp32 has them)\n");
+        return 1;
+    }
+    if (!BF16->attention_forward16 || !BF16->attention_backward16 ||
+        !BF16->attention_gqa_forward16 || !BF16->attention_gqa_backward16 ||
+        F32->attention_forward16 || F32->attention_gqa_forward16) {
+        failures++;
+        fprintf(stderr, "FAIL the bf16 table lacks the attention output's bf16 ops (or fp32 "
+                        "has them; TRIDENT_CUDA_ATTENTION_OUT=fp32 set?)\n");
         return 1;
     }
     if (blocked) {
@@ -413,6 +475,9 @@ int main(int argc, char **argv)
     test_layernorm16(7, 34);
     test_rmsnorm16(513, 768);
     test_rmsnorm16(7, 34);
+    test_attention16(1, 100, 2, 2, 64, 0); /* flash_mma, a partial second tile */
+    test_attention16(2, 70, 2, 2, 48, 0);  /* the wmma kernels */
+    test_attention16(1, 130, 4, 2, 64, 1); /* groups, ALiBi */
     test_mlp16(96, 256, 64);
     test_mlp16(33, 100, 40);
     test_gemms(37, 64, 1000);

@@ -4,13 +4,17 @@
  * "cuda" table is held to in cuda-ops), and the whole result the same on a second run (no
  * atomics, a fixed order). Shapes: GPT-2's heads (64), T not a multiple of the 64-row tiles,
  * head sizes 16 .. 128 (128 takes the 32-query backward steps), grouped heads with ALiBi,
- * multi-query, packed segments whose runs cross tiles. The GPU runs the same kernels in
- * cuda-ops. Exit 0 when all agree, 1 otherwise. */
+ * multi-query, packed segments whose runs cross tiles. The output in bf16 storage (kernels.h's
+ * attention_gqa_forward16) against "cpu-bf16"'s op on four shapes, and on one the backward from
+ * it (its row sums from the bf16 output, as fa_prepare makes them) against "cpu-bf16"'s
+ * attention_gqa_backward16 (the emulator is slow: the test stays under 30 s). The GPU runs the same kernels in cuda-ops. Exit 0 when all agree,
+ * 1 otherwise. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/cuda/bf16.h"
 #include "kernels/kernels.h"
 #include "tests/cuda/flash_emu.h"
 
@@ -48,7 +52,59 @@ static void compare(const char *what, const float *got, const float *ref, size_t
     }
 }
 
-static void test_shape(int B, int T, int NH, int NG, int HS, int use_alibi, int packed)
+/* Drow (B, NH, T) = rowsum(dout * out), as flash.cu's fa_prepare makes it */
+static void row_sums(float *Drow, const float *dout, const float *out, int B, int T, int NH,
+                     int HS)
+{
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < NH; h++)
+            for (int t = 0; t < T; t++) {
+                size_t at = ((size_t)b * T + t) * NH * HS + (size_t)h * HS;
+                double s = 0;
+                for (int d = 0; d < HS; d++)
+                    s += (double)dout[at + d] * out[at + d];
+                Drow[((size_t)b * NH + h) * T + t] = (float)s;
+            }
+}
+
+/* The output in bf16 storage: the kernel's out16 and lse against "cpu-bf16"'s
+ * attention_gqa_forward16; with backward, dqkv from it against attention_gqa_backward16. */
+static void test_out16(const float *qkv, const float *dout, const float *al,
+                       const int32_t *seg, const int32_t *starts, int B, int T, int NH, int NG,
+                       int HS, int backward, const char *shape)
+{
+    const tr_kernels *twin = tr_kernels_get("cpu-bf16");
+    size_t no = (size_t)B * T * NH * HS, nl = (size_t)B * NH * T;
+    size_t nq = (size_t)B * T * NG * (NH / NG + 2) * HS;
+    uint16_t *o16 = malloc(no * 2), *eo16 = malloc(no * 2);
+    float *lse = malloc(nl * 4), *lse_e = malloc(nl * 4);
+    float *o = malloc(no * 4), *eo = malloc(no * 4);
+    twin->attention_gqa_forward16(NULL, o16, lse, qkv, al, B, T, NH, NG, HS, seg);
+    emu_flash_forward16(eo16, lse_e, qkv, al, B, T, NH, NG, HS, seg);
+    for (size_t i = 0; i < no; i++)
+        o[i] = bf16_to_f32(o16[i]), eo[i] = bf16_to_f32(eo16[i]);
+    char what[160];
+    snprintf(what, sizeof what, "out16 %s", shape);
+    compare(what, eo, o, no);
+    snprintf(what, sizeof what, "lse (out16) %s", shape);
+    compare(what, lse_e, lse, nl);
+    if (backward) {
+        float *dq = malloc(nq * 4), *edq = malloc(nq * 4), *Drow = malloc(nl * 4);
+        float *scr = malloc((size_t)B * (NH + 1) * T * 4);
+        twin->attention_gqa_backward16(NULL, dq, scr, dout, qkv, o16, lse, al, B, T, NH, NG, HS,
+                                       seg);
+        row_sums(Drow, dout, eo, B, T, NH, HS);
+        emu_flash_backward(edq, Drow, starts, dout, qkv, lse_e, al, B, T, NH, NG, HS);
+        snprintf(what, sizeof what, "dqkv (out16) %s", shape);
+        compare(what, edq, dq, nq);
+        free(dq), free(edq), free(Drow), free(scr);
+    }
+    free(o16), free(eo16), free(lse), free(lse_e), free(o), free(eo);
+}
+
+/* out16: 0, 1 (test_out16 too), 2 (and its backward) */
+static void test_shape(int B, int T, int NH, int NG, int HS, int use_alibi, int packed,
+                       int out16)
 {
     const tr_kernels *cpu = tr_kernels_get("cpu");
     int R = NH / NG;
@@ -82,25 +138,18 @@ static void test_shape(int B, int T, int NH, int NG, int HS, int use_alibi, int 
             return;
         }
         /* the row sums from the kernel's own output, as fa_prepare makes them on the GPU */
-        for (int b = 0; b < B; b++)
-            for (int h = 0; h < NH; h++)
-                for (int t = 0; t < T; t++) {
-                    size_t at = ((size_t)b * T + t) * NH * HS + (size_t)h * HS;
-                    double s = 0;
-                    for (int d = 0; d < HS; d++)
-                        s += (double)dout[at + d] * eout[run][at + d];
-                    Drow[((size_t)b * NH + h) * T + t] = (float)s;
-                }
+        row_sums(Drow, dout, eout[run], B, T, NH, HS);
         emu_flash_backward(edq[run], Drow, starts, dout, qkv, lse_e[run], al, B, T, NH, NG, HS);
     }
-    char what[160];
+    char what[160], shape[120];
+    snprintf(shape, sizeof shape, "B%d T%d NH%d NG%d HS%d%s%s", B, T, NH, NG, HS,
+             use_alibi ? " alibi" : "", packed ? " packed" : "");
     const char *names[] = {"out", "lse", "dqkv"};
     float *gots[] = {eout[0], lse_e[0], edq[0]}, *again[] = {eout[1], lse_e[1], edq[1]};
     const float *refs[] = {out, lse, dqkv};
     size_t sizes[] = {no, nl, nq};
     for (int i = 0; i < 3; i++) {
-        snprintf(what, sizeof what, "%s B%d T%d NH%d NG%d HS%d%s%s", names[i], B, T, NH, NG, HS,
-                 use_alibi ? " alibi" : "", packed ? " packed" : "");
+        snprintf(what, sizeof what, "%s %s", names[i], shape);
         compare(what, gots[i], refs[i], sizes[i]);
         checks++;
         if (memcmp(gots[i], again[i], sizes[i] * 4) != 0) {
@@ -108,6 +157,8 @@ static void test_shape(int B, int T, int NH, int NG, int HS, int use_alibi, int 
             printf("FAIL %s: a second run differs\n", what);
         }
     }
+    if (out16)
+        test_out16(qkv, dout, al, seg, starts, B, T, NH, NG, HS, out16 > 1, shape);
     for (int run = 0; run < 2; run++)
         free(eout[run]), free(lse_e[run]), free(edq[run]);
     free(Drow), free(qkv), free(dout), free(slopes), free(out), free(lse), free(dqkv), free(scr);
@@ -116,12 +167,12 @@ static void test_shape(int B, int T, int NH, int NG, int HS, int use_alibi, int 
 
 int main(void)
 {
-    test_shape(1, 100, 2, 2, 64, 0, 0);  /* GPT-2's head size, a partial second tile */
-    test_shape(2, 64, 2, 2, 16, 0, 0);   /* one tile */
-    test_shape(1, 70, 2, 2, 32, 0, 1);   /* packed runs across the tile edge */
-    test_shape(1, 130, 2, 1, 128, 1, 0); /* multi-query, ALiBi, 32-query backward steps */
-    test_shape(2, 96, 4, 2, 64, 1, 1);   /* groups, ALiBi, packed */
-    test_shape(1, 200, 2, 2, 32, 0, 1);  /* a segment starting past tile 0: tiles skipped */
+    test_shape(1, 100, 2, 2, 64, 0, 0, 1);  /* GPT-2's head size, a partial second tile */
+    test_shape(2, 64, 2, 2, 16, 0, 0, 2);   /* one tile; the bf16 output's backward */
+    test_shape(1, 70, 2, 2, 32, 0, 1, 0);   /* packed runs across the tile edge */
+    test_shape(1, 130, 2, 1, 128, 1, 0, 1); /* multi-query, ALiBi, 32-query backward steps */
+    test_shape(2, 96, 4, 2, 64, 1, 1, 1);   /* groups, ALiBi, packed */
+    test_shape(1, 200, 2, 2, 32, 0, 1, 0);  /* a segment starting past tile 0: tiles skipped */
     printf("%d of %d checks agree\n", checks - failures, checks);
     return failures ? 1 : 0;
 }

@@ -178,6 +178,12 @@ inline void fm_st16(uint16_t *p, uint16_t v)
     *p = v;
 }
 
+inline void fm_stg32(uint16_t *p, uint32_t v)
+{
+    emu::check(((uintptr_t)p & 3) == 0, "misaligned 32-bit global store");
+    std::memcpy(p, &v, 4);
+}
+
 inline void fm_ldg4(const float *p, float v[4])
 {
     emu::check_global(p, 16);
