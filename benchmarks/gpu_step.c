@@ -227,6 +227,15 @@ WRAP(OP_ATTN_BACKWARD, attention_backward,
      (tr_stream s, float *dqkv, float *scratch, const float *d, const float *qkv, const float *o,
       const float *lse, int B, int T, int NH, int HS, const int32_t *seg),
      (s, dqkv, scratch, d, qkv, o, lse, B, T, NH, HS, seg))
+/* the attention output in bf16 storage: the same kernels, charged to the same two lines */
+WRAP(OP_ATTN_FORWARD, attention_forward16,
+     (tr_stream s, uint16_t *o16, float *lse, const float *qkv, int B, int T, int NH, int HS,
+      const int32_t *seg),
+     (s, o16, lse, qkv, B, T, NH, HS, seg))
+WRAP(OP_ATTN_BACKWARD, attention_backward16,
+     (tr_stream s, float *dqkv, float *scratch, const float *d, const float *qkv,
+      const uint16_t *o16, const float *lse, int B, int T, int NH, int HS, const int32_t *seg),
+     (s, dqkv, scratch, d, qkv, o16, lse, B, T, NH, HS, seg))
 WRAP(OP_XENT_ROW_MAX, xent_row_max,
      (tr_stream s, float *m, const float *l, int N, int V, int nv), (s, m, l, N, V, nv))
 WRAP(OP_XENT_ROW_SUMEXP, xent_row_sumexp,
@@ -309,6 +318,9 @@ static tr_kernels profiled(const tr_kernels *k, int Vp)
         p.rmsnorm_forward16 = p_rmsnorm_forward16;
     if (k->gelu_backward16)
         p.gelu_backward16 = p_gelu_backward16;
+    if (k->attention_forward16)
+        p.attention_forward16 = p_attention_forward16,
+        p.attention_backward16 = p_attention_backward16;
     return p;
 }
 
