@@ -104,12 +104,16 @@ void plan_layer_cost_trident(const plan_cost_ctx *x, plan_cost *o)
     /* the norms' outputs likewise (gpt_ln16): QKV and fc read them without converting them,
      * forward and weight gradient, and the norms write 2 bytes less */
     double l16 = (int)h % 2 == 0 ? 2 * T * h : 0;
+    /* and the attention output (gpt_atty16: h/t even): the projection reads it without
+     * converting it, forward and weight gradient; attention writes it, and its backward reads
+     * it, 2 bytes an element less */
+    double a16 = (long)(h / t) % 2 == 0 ? T * h / t : 0;
     /* QKV, projection, fc, fc_proj (the row-parallel two onto the residual) */
     double lin_f = plan_trident_gemm_s(c, T, qkv / t, h, 0) +
                    plan_trident_gemm_s(c, T, h, h / t, row_copy) +
                    plan_trident_gemm_s(c, T, fc / t, h, 0) +
                    plan_trident_gemm_s(c, T, h, F / t, row_copy) - tr_plan_stream_s(c, 6 * g16) -
-                   tr_plan_stream_s(c, 6 * l16);
+                   tr_plan_stream_s(c, 6 * l16) - tr_plan_stream_s(c, 6 * a16);
     /* (kernels.h's linear_backward converts a layer's output gradient once for its two GEMMs:
      * QKV, projection, fc and fc_proj) */
     /* fc's output gradient in bf16 storage (gpt_dgelu16: gelu_backward16 writes it, fc's
@@ -120,11 +124,13 @@ void plan_layer_cost_trident(const plan_cost_ctx *x, plan_cost *o)
                    tr_plan_stream_s(c, 6 * g16) - tr_plan_stream_s(c, 6 * l16) -
                    tr_plan_stream_s(c, 6 * T * qkv / t) -
                    2 * tr_plan_stream_s(c, 6 * T * h) - tr_plan_stream_s(c, 6 * T * fc / t) -
-                   tr_plan_stream_s(c, 6 * dg16);
+                   tr_plan_stream_s(c, 6 * dg16) - tr_plan_stream_s(c, 6 * a16);
     /* fused attention: forward 2 (QK^T, PV) x 2 s^2 d / 2 (causal) per head, backward 2.5x */
     double att_flops = heads * 2.0 * s * s * d;
-    double att_f = att_flops / (c->peak_flops * TRIDENT_ATTENTION_FORWARD_FRACTION);
-    double att_b = 2.5 * att_flops / (c->peak_flops * TRIDENT_ATTENTION_BACKWARD_FRACTION);
+    double att_f = att_flops / (c->peak_flops * TRIDENT_ATTENTION_FORWARD_FRACTION) -
+                   tr_plan_stream_s(c, 2 * a16);
+    double att_b = 2.5 * att_flops / (c->peak_flops * TRIDENT_ATTENTION_BACKWARD_FRACTION) -
+                   tr_plan_stream_s(c, 2 * a16);
     /* forward: 2 layernorms (read x, write y), bias adds (read and write the output) of
      * qkv, projection, fc and fc_proj, the residual copies before the row-parallel GEMMs
      * (tp 1; else the reduction's add: read 2, write 1), GELU / SwiGLU */

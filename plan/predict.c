@@ -250,9 +250,15 @@ static void memory_model(const tr_config *cfg, const tr_plan_cluster *c,
                           stored != TR_PLAN_RECOMPUTE_FULL && h % 2 == 0
                       ? 2 * 2.0 * s * b * h / (sp_split ? t : 1)
                       : 0;
+    /* and the attention output that feeds the projection (gpt_atty16: h/t even): 2 bytes of
+     * its (s b, h/t) */
+    double atty16 = L->trident_kernels && L->bf16 && !cfg->finetune.lora_rank &&
+                            stored != TR_PLAN_RECOMPUTE_FULL && (h / t) % 2 == 0
+                        ? 2.0 * s * b * h / t
+                        : 0;
     double act = tr_plan_layer_activation_bytes(s, b, h, m->num_attention_heads, t,
                                                 L->sequence_parallel, stored, act16) +
-                 (stored == TR_PLAN_RECOMPUTE_FULL ? 0 : lse) - gelu16 - ln16;
+                 (stored == TR_PLAN_RECOMPUTE_FULL ? 0 : lse) - gelu16 - ln16 - atty16;
     double act_none = tr_plan_layer_activation_bytes(
                           s, b, h, m->num_attention_heads, t, L->sequence_parallel,
                           L->trident_kernels ? TR_PLAN_RECOMPUTE_SELECTIVE : TR_PLAN_RECOMPUTE_NONE,
