@@ -142,7 +142,7 @@ int main(int argc, char **argv)
         int R = b == &u ? N : b->rows;
         b->losses = buf((size_t)N, 3), b->dx = buf((size_t)N * C, 4);
         b->dW = buf((size_t)VP * C, 5), b->logits = buf((size_t)R * VP, 6);
-        b->stats = buf(4 * (size_t)R, 7);
+        b->stats = buf(8 * (size_t)R, 7); /* (the chunked one: tr_tp_head_chunks.stats) */
     }
     printf("head + cross-entropy, %d tokens x %d hidden -> %d logits (%d real), %d thread(s)\n",
            N, C, VP, V, tr_kernels_cpu_threads());

@@ -94,7 +94,7 @@ static size_t scratch_floats(const tr_gpt *g, int B)
     size_t frozen_ln2 = input_shared(g, LORA_FC1) ? N * C : 0;
     size_t frozen_gelu = input_shared(g, LORA_FC2) ? N * F : 0;
     size_t R = (size_t)tr_gpt_head_chunk_rows((int)N, (int)Vl); /* one chunk of the logits */
-    size_t sizes[] = {N,      N * C,      Nl,  Nl,     R * Vl,     4 * R,      N,
+    size_t sizes[] = {N,      N * C,      Nl,  Nl,     R * Vl,     8 * R,      N,
                       N * C,  wide,       N * Q, N * Cl, att, N * Fw, N * F,
                       lora, drop, drop, frozen_ln1, frozen_ln2, frozen_gelu};
     size_t total = 0;
@@ -164,7 +164,7 @@ int gpt_scratch_ensure(tr_gpt *g, int B)
     sc->lnf_rstd = take(&c, Nl);
     size_t R = (size_t)tr_gpt_head_chunk_rows((int)N, (int)Vl); /* >= gpt_head_rows */
     sc->logits = take(&c, R * Vl);
-    sc->xent_stats = take(&c, 4 * R);
+    sc->xent_stats = take(&c, 8 * R); /* (tr_tp_head_chunks.stats) */
     sc->losses = take(&c, N);
     sc->dln = take(&c, N * C);
     sc->wide = take(&c, wide);

@@ -15,9 +15,9 @@
  *  - attention is the fused (flash) kernel: no T x T tensor, forward 2 s^2 d FLOPs per head
  *    (causal half of QK^T and PV), backward 2.5 times that, at fractions of the device's
  *    peak (below: estimated for the tensor-core kernels, to be measured);
- *  - the LM head and loss run over chunks of token rows (tr_gpt_head_chunk_rows): per chunk
- *    the logits GEMM, one read for the statistics, the loss and gradient in place, and the
- *    chunk's two backward GEMMs, the logits and their gradient stored in bf16.
+ *  - the LM head and loss run over chunks of token rows (twice tr_gpt_head_chunk_rows, in
+ *    bf16): per chunk the logits GEMM, one read for the statistics, the loss and gradient in
+ *    place, and the chunk's two backward GEMMs, the logits and their gradient stored in bf16.
  * Sizes: T = b s token rows, h hidden, t TP ranks. */
 #include <math.h>
 
@@ -178,8 +178,9 @@ void plan_output_cost_trident(const plan_cost_ctx *x, plan_cost *o)
     int sp = L->sequence_parallel && L->tp > 1;
     double R = T * h * 4 / (sp ? L->tp : 1);
     plan_cost_clear(o);
-    int rows = tr_gpt_head_chunk_rows((int)T, (int)V);
-    double chunks = ceil(T / rows), r = T / chunks;
+    /* bf16 storage: chunks of twice the rule's rows in the same buffer (tp/vocab.c) */
+    double rows = 2.0 * tr_gpt_head_chunk_rows((int)T, (int)V);
+    double chunks = ceil(T / (rows < T ? rows : T)), r = T / chunks;
     /* per chunk, the logits and their gradient in bf16 (kernels.h's gemm_out16 ...): the
      * logits GEMM (r x V, both operands converted, a bf16 output), the statistics' read, the
      * loss and gradient in place, the input gradient (r x h: W converted, dlogits read as

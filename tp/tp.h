@@ -242,10 +242,12 @@ TR_MUST_CHECK int tr_tp_vocab_cross_entropy_backward(const tr_tp *tp, float *dlo
  * scale_rows + column_linear_backward within fp32 rounding (summation order of dW over
  * chunks, the online max). Where the table has the bf16-storage head ops (kernels.h:
  * gemm_out16 ...; "cuda" and "cpu-bf16") the chunk's logits and their gradient are stored
- * in bf16 in the first half of `logits` (fp32 when observe is set). */
+ * in bf16, chunks of 2 * rows rows filling `logits` (fp32, chunks of rows, when observe is
+ * set). */
 typedef struct {
     float *logits; /* rows * Vl floats: one chunk's logits, then their gradient */
-    float *stats;  /* 4 * rows floats: max, sum of exponentials, target logit, local max */
+    float *stats;  /* 8 * rows floats: max, sum of exponentials, target logit, local max of
+                    * each row of a chunk (2 * rows of them in bf16 storage) */
     int rows;      /* token rows per chunk (>= 1) */
     /* optional: sees each chunk's logits (rows r0 .. r0+n-1) before the loss (tools) */
     void (*observe)(void *ctx, int r0, int n, const float *logits);

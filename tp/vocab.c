@@ -72,6 +72,15 @@ int tr_tp_vocab_cross_entropy_backward(const tr_tp *tp, float *dlogits, const fl
     return TR_OK;
 }
 
+/* Whether the head runs on the backend's bf16 storage (kernels.h): each chunk's logits and
+ * their gradient stored in bf16, twice tr_tp_head_chunks.rows rows in the same buffer; fp32
+ * when a tool observes them */
+static int head_in_bf16(const tr_kernels *k, const tr_tp_head_chunks *ch)
+{
+    return k->gemm_out16 && k->gemm_a16 && k->xent_stats16 && k->xent_loss_backward16 &&
+           !ch->observe;
+}
+
 /* One chunk of tr_tp_vocab_head_loss: rows [r0, r0 + n). */
 static int head_chunk(const tr_tp *tp, const tr_tp_head_chunks *ch, float *losses, float *dx,
                       float *dW, const float *x, const float *W, const int32_t *targets,
@@ -82,10 +91,7 @@ static int head_chunk(const tr_tp *tp, const tr_tp_head_chunks *ch, float *losse
     float *lg = ch->logits, *maxv = ch->stats, *sumexp = maxv + n, *picked = sumexp + n;
     float *local_max = picked + n;
     const float *xr = x + (size_t)r0 * C;
-    /* the backend's bf16 head (kernels.h): the chunk's logits and their gradient stored in
-     * bf16, in the first half of the same buffer; fp32 when a tool observes them */
-    int half = k->gemm_out16 && k->gemm_a16 && k->xent_stats16 && k->xent_loss_backward16 &&
-               !ch->observe;
+    int half = head_in_bf16(k, ch);
     uint16_t *lg16 = (uint16_t *)lg;
     /* logits (n, Vl) = x rows @ W^T */
     if (half) {
@@ -145,8 +151,11 @@ int tr_tp_vocab_head_loss(const tr_tp *tp, const tr_tp_head_chunks *chunks, floa
     rc = tr_tp_gather_from_sequence_region_forward(tp, x + (size_t)first * C, x, N, C);
     if (rc)
         return rc;
-    for (int r0 = 0; r0 < N; r0 += chunks->rows) {
-        int n = N - r0 < chunks->rows ? N - r0 : chunks->rows;
+    /* (bf16 storage: a chunk of twice the rows fills the same bytes; fewer chunks re-read
+     * W and re-accumulate dW fewer times) */
+    int rows = head_in_bf16(tp->k, chunks) ? 2 * chunks->rows : chunks->rows;
+    for (int r0 = 0; r0 < N; r0 += rows) {
+        int n = N - r0 < rows ? N - r0 : rows;
         rc = head_chunk(tp, chunks, losses, dx, dW, x, W, targets, weights, r0, n, C, Vl, V,
                         scale);
         if (rc)

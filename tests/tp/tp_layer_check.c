@@ -290,7 +290,7 @@ static void check_head_loss(int V, int rows, int weighted)
     slice(Ws, W, C, tp.rank * Vl, Vl, 0, C);
     float *loss = tc_floats(N), *dx = tc_floats((size_t)N * C), *dW = tc_floats((size_t)Vl * C);
     tr_tp_head_chunks ch = {.logits = tc_floats((size_t)rows * Vl),
-                            .stats = tc_floats(4 * (size_t)rows), .rows = rows};
+                            .stats = tc_floats(8 * (size_t)rows), .rows = rows};
     OK(tr_tp_vocab_head_loss(&tp, &ch, loss, dx, dW, xs, Ws, targets, wts, N, C, Vl, V, scale));
     char what[96];
     double tol = tp.size == 1 && rows == N ? 0.0 : TOL;
@@ -316,8 +316,9 @@ static void check_head_loss(int V, int rows, int weighted)
 }
 
 /* The head in bf16 storage ("cpu-bf16", kernels.h's gemm_out16 ...: the chunk's logits and
- * their gradient in half the buffer) against the same table without those ops (fp32 storage
- * of values its ops round to bf16): bit for bit, split over the ranks, in chunks, weighted. */
+ * their gradient in bf16, chunks of 2 * rows in the same buffer) against the same table
+ * without those ops (fp32 storage of values its ops round to bf16) in chunks of 2 * rows: bit
+ * for bit, split over the ranks, in chunks, weighted. */
 static void check_head_loss_bf16(int V, int rows, int weighted)
 {
     const int C = 8, Vp = 32, Vl = Vp / tp.size;
@@ -342,8 +343,9 @@ static void check_head_loss_bf16(int V, int rows, int weighted)
         t.k = i ? &full : half;
         loss[i] = tc_floats(N), dx[i] = tc_floats((size_t)N * C), dW[i] = tc_floats((size_t)Vl * C);
         float *xs = tc_fdup(x, (size_t)N * C);
-        tr_tp_head_chunks ch = {.logits = tc_floats((size_t)rows * Vl),
-                                .stats = tc_floats(4 * (size_t)rows), .rows = rows};
+        int r = i ? 2 * rows : rows; /* bf16 storage runs chunks of 2 * rows: the same cuts */
+        tr_tp_head_chunks ch = {.logits = tc_floats((size_t)r * Vl),
+                                .stats = tc_floats(8 * (size_t)r), .rows = r};
         OK(tr_tp_vocab_head_loss(&t, &ch, loss[i], dx[i], dW[i], xs, W, targets, wts, N, C, Vl,
                                  V, 1.0f / N));
         free(xs), free(ch.logits), free(ch.stats);

@@ -33,8 +33,10 @@ one = memory("one", 1)[0]
 close = lambda a, b: abs(a - b) <= 1e-3 * max(a, b)  # noqa: E731
 check("one process: gradients = parameters", close(one["gradients"], one["parameters"]), str(one))
 check("one process: optimizer = 2 x parameters", close(one["optimizer"], 2 * one["parameters"]), str(one))
+# (the summary's MB carry 9 significant digits: a peak equal to the sum of four rounded parts
+# may read up to ~2e-8 below it; 1e-6 MB is about one byte)
 check("one process: activations > 0, peak >= the sum of the parts",
-      one["activations"] > 0 and one["peak"] + 1e-9 >= sum(one[k] for k in
+      one["activations"] > 0 and one["peak"] + 1e-6 >= sum(one[k] for k in
                                                          ("parameters", "gradients", "optimizer", "activations")),
       str(one))
 two = memory("zero1", 2, "parallel.use_distributed_optimizer=true")
