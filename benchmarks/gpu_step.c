@@ -127,11 +127,11 @@ static void p_gemm(tr_stream s, int ta, int tb, int M, int N, int K, float alpha
         prof_flops[op] += 2.0 * M * N * K;
 }
 /* the optional fused and bf16-storage ops (kernels.h), wrapped where the table has them */
-static void p_linear_forward(tr_stream s, float *y, const float *x, const uint16_t *x16,
-                             const float *W, const float *b, const float *r, int N, int IC,
-                             int OC)
+static void p_linear_forward(tr_stream s, float *y, uint16_t *y16, const float *x,
+                             const uint16_t *x16, const float *W, const float *b, const float *r,
+                             int N, int IC, int OC)
 {
-    PROF_BEGIN base.linear_forward(s, y, x, x16, W, b, r, N, IC, OC);
+    PROF_BEGIN base.linear_forward(s, y, y16, x, x16, W, b, r, N, IC, OC);
     PROF_END(OP_LINEAR)
     if (prof_on)
         prof_flops[OP_LINEAR] += 2.0 * N * IC * OC;
@@ -173,8 +173,8 @@ static void p_gemm_b16(tr_stream s, int ta, int tb, int M, int N, int K, float a
     if (prof_on)
         prof_flops[OP_GEMM_B16] += 2.0 * M * N * K;
 }
-WRAP(OP_GELU_FORWARD16, gelu_forward16, (tr_stream s, uint16_t *o, const float *x, size_t n),
-     (s, o, x, n))
+WRAP(OP_GELU_FORWARD16, gelu_forward16,
+     (tr_stream s, uint16_t *o, const float *x, const uint16_t *x16, size_t n), (s, o, x, x16, n))
 WRAP(OP_LN_FORWARD16, layernorm_forward16,
      (tr_stream s, uint16_t *o, float *m, float *r, const float *x, const float *w,
       const float *b, int N, int C, float eps),
@@ -217,8 +217,9 @@ WRAP(OP_GELU_FORWARD, gelu_forward, (tr_stream s, float *o, const float *x, size
 WRAP(OP_GELU_BACKWARD, gelu_backward,
      (tr_stream s, float *dx, const float *x, const float *d, size_t n), (s, dx, x, d, n))
 WRAP(OP_GELU_BACKWARD16, gelu_backward16,
-     (tr_stream s, uint16_t *dx16, float *db, const float *x, const float *d, int N, int C),
-     (s, dx16, db, x, d, N, C))
+     (tr_stream s, uint16_t *dx16, float *db, const float *x, const uint16_t *x16, const float *d,
+      int N, int C),
+     (s, dx16, db, x, x16, d, N, C))
 WRAP(OP_ATTN_FORWARD, attention_forward,
      (tr_stream s, float *o, float *lse, const float *qkv, int B, int T, int NH, int HS,
       const int32_t *seg),

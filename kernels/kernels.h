@@ -45,13 +45,15 @@ typedef struct tr_kernels {
     /* --- a linear layer's forward, fused: optional (NULL: gemm, then bias_add) ---
      * y (N, OC) = x (N, IC) W^T (W (OC, IC)) + b (OC floats, or NULL) + residual (N, OC, or
      * NULL; may be y itself: accumulate in place). The input is x (fp32), or x16 (bf16
-     * storage, as the *16 ops' below) with x NULL. Equal to copying residual into y, gemm
-     * (gemm_a16 for x16) with beta 1 (0 without residual), then bias_add, within fp32
-     * rounding (a backend may add the bias before its one rounding of the result: CUDA's
-     * cuBLASLt bias epilogue). */
-    void (*linear_forward)(tr_stream s, float *y, const float *x, const uint16_t *x16,
-                           const float *W, const float *b, const float *residual, int N, int IC,
-                           int OC);
+     * storage, as the *16 ops' below) with x NULL; the output y (fp32), or y16 (bf16 storage:
+     * fc's output where the table has gelu_backward16) with y NULL and no residual. Equal to
+     * copying residual into y, gemm (gemm_a16 for x16) with beta 1 (0 without residual), then
+     * bias_add, then for y16 rounding to bf16, within fp32 rounding (a backend may add the
+     * bias before its one rounding of the result: CUDA's cuBLASLt bias epilogue; for y16 a
+     * bf16-rounded bias, as cpu-bf16's bias_add reads it). */
+    void (*linear_forward)(tr_stream s, float *y, uint16_t *y16, const float *x,
+                           const uint16_t *x16, const float *W, const float *b,
+                           const float *residual, int N, int IC, int OC);
     /* Its backward, fused: optional (NULL: two gemm calls and bias_backward)
      * dx (N, IC) = dy (N, OC) W; dW (OC, IC) += dy^T x (N, IC); db (OC, or NULL) += sum_n dy.
      * x fp32 or (x16, x NULL) bf16 storage; dy fp32, or (dy16, dy NULL) bf16 storage (then db
@@ -225,9 +227,11 @@ typedef struct tr_kernels {
      * GELU output that feeds fc_proj in bf16 when all of gelu_forward16, gemm_a16 and
      * gemm_b16 are set, and no LoRA adapter reads it; the LayerNorm outputs likewise with
      * layernorm_forward16).
-     *  gelu_forward16: out16[i] = gelu(inp[i]) stored bf16
+     *  gelu_forward16: out16[i] = gelu(inp[i]) stored bf16; the input inp fp32, or inp16
+     *                  bf16 storage with inp NULL (fc's output where linear_forward wrote y16)
      *  gemm_b16:       C = alpha op(A) op(B16) + beta C: gemm with B read from bf16 */
-    void (*gelu_forward16)(tr_stream s, uint16_t *out16, const float *inp, size_t n);
+    void (*gelu_forward16)(tr_stream s, uint16_t *out16, const float *inp, const uint16_t *inp16,
+                           size_t n);
     /* layernorm_forward16: layernorm_forward with out16 stored bf16 (mean and rstd fp32): the
      * LayerNorm outputs that feed QKV and fc, kept in bf16 by the model as the GELU output */
     void (*layernorm_forward16)(tr_stream s, uint16_t *out16, float *mean, float *rstd,
@@ -242,10 +246,11 @@ typedef struct tr_kernels {
     /* gelu_backward16: the GELU's input gradient stored bf16 for fc's backward, which reads
      * it in place (linear_backward's dy16), and fc's bias gradient summed in the same pass:
      * dinp16 (N, C) = bf16(gelu'(inp) * dout); dbias (C, or NULL) += sum_n of the unrounded
-     * products (bias_backward of gelu_backward's output). Set only in a table whose
-     * linear_backward reads dy16. */
+     * products (bias_backward of gelu_backward's output); inp fp32, or inp16 bf16 storage
+     * (inp NULL). Set only in a table whose linear_backward reads dy16 and whose
+     * linear_forward writes y16. */
     void (*gelu_backward16)(tr_stream s, uint16_t *dinp16, float *dbias, const float *inp,
-                            const float *dout, int N, int C);
+                            const uint16_t *inp16, const float *dout, int N, int C);
     /* --- the attention output in bf16 storage: optional, as the *16 ops above (the model keeps
      * it, the attention projection's input, in bf16 where its layout's pair is set with
      * gemm_a16 and gemm_b16, no LoRA adapter reads it and C/tp is even).

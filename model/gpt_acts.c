@@ -28,6 +28,7 @@ static int input_shared(const tr_gpt *g, int target)
  * bf16 storage; */
 static size_t gelu_floats(const tr_gpt *g, size_t n) { return gpt_gelu16(g) ? (n + 1) / 2 : n; }
 static size_t ln_floats(const tr_gpt *g, size_t n) { return gpt_ln16(g) ? (n + 1) / 2 : n; }
+static size_t fch_floats(const tr_gpt *g, size_t n) { return gpt_fch16(g) ? (n + 1) / 2 : n; }
 /* ... and of the attention output (gpt_atty16) */
 static size_t atty_floats(const tr_gpt *g, size_t n) { return gpt_atty16(g) ? (n + 1) / 2 : n; }
 
@@ -45,7 +46,7 @@ static size_t layer_acts_floats(const tr_gpt *g, int B)
     size_t gelu = input_shared(g, LORA_FC2) ? 0 : gelu_floats(g, N * F);
     size_t atty = atty_floats(g, N * Cl);
     size_t sizes[] = {ln1,    Nl,     Nl, N * Q,  atty,       lse,        Nl * C,
-                      ln2,    Nl,     Nl, N * Fw, gelu,       Nl * C,     lora};
+                      ln2,    Nl,     Nl, fch_floats(g, N * Fw), gelu, Nl * C, lora};
     size_t total = 0;
     for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++)
         total += padded(sizes[i]);
@@ -71,7 +72,7 @@ static void layer_acts_carve(const tr_gpt *g, int B, layer_acts *L, float **c, i
         L->ln2 = input_shared(g, LORA_FC1) ? NULL : take(c, ln_floats(g, N * C));
         L->ln2_mean = take(c, Nl);
         L->ln2_rstd = take(c, Nl);
-        L->fch = take(c, N * (size_t)g->Fwl);
+        L->fch = take(c, fch_floats(g, N * (size_t)g->Fwl));
         L->fch_gelu = input_shared(g, LORA_FC2) ? NULL : take(c, gelu_floats(g, N * g->Fl));
         L->lora_h = g->lora ? take(c, 4 * N * (size_t)g->s.lora_rank) : NULL;
     }

@@ -87,9 +87,9 @@ static int layer_backward(tr_gpt *g, int l, const layer_acts *L, const float *x,
         return rc;
     if (gpt_dgelu16(g)) { /* fc's output gradient in bf16, its bias gradient summed beside */
         uint16_t *dfch16 = (uint16_t *)sc->dfch;
-        int ln16 = gpt_ln16(g);
-        k->gelu_backward16(NULL, dfch16, layer_grad(g, l, L_FC_B), L->fch, sc->dfch_gelu, N,
-                           g->Fl);
+        int ln16 = gpt_ln16(g), fch16 = gpt_fch16(g);
+        k->gelu_backward16(NULL, dfch16, layer_grad(g, l, L_FC_B), fch16 ? NULL : L->fch,
+                           fch16 ? (const uint16_t *)L->fch : NULL, sc->dfch_gelu, N, g->Fl);
         rc = tr_tp_column_linear_backward_dy16(tp, sc->dln, layer_grad(g, l, L_FC_W), dfch16,
                                                ln16 ? NULL : L->ln2,
                                                ln16 ? (const uint16_t *)L->ln2 : NULL,

@@ -10,10 +10,11 @@
 /* One transformer layer: x (Nl, C) -> L->residual3 (Nl, C). */
 /* y = column_linear(norm(x)) (the QKV or fc layer after its norm): ln keeps the norm's output,
  * this rank's rows at their place (the linear gathers the others under SP), in bf16 storage
- * where gpt_ln16. nw, nb, W, b: layer tensor slots; t: the LoRA target. */
+ * where gpt_ln16; y16: y holds the output in bf16 storage (fc's where gpt_fch16). nw, nb, W,
+ * b: layer tensor slots; t: the LoRA target. */
 static int norm_then_column(tr_gpt *g, const layer_acts *L, int l, int B, float *ln, float *mean,
-                            float *rstd, const float *x, int nw, int nb, float *y, int W, int b,
-                            int OCl, int t)
+                            float *rstd, const float *x, int nw, int nb, float *y, int y16, int W,
+                            int b, int OCl, int t)
 {
     int C = g->s.C, N = B * g->s.T, r0, Nl;
     gpt_rows(g, B, &r0, &Nl);
@@ -26,12 +27,20 @@ static int norm_then_column(tr_gpt *g, const layer_acts *L, int l, int B, float 
             g->k->layernorm_forward16(NULL, ln16 + (size_t)r0 * C, mean, rstd, x,
                                       layer_param(g, l, nw), layer_param(g, l, nb), Nl, C,
                                       g->s.eps);
+        if (y16)
+            return tr_tp_column_linear_forward_out16(&g->tp, (uint16_t *)y, NULL, ln16,
+                                                     layer_param(g, l, W), layer_param(g, l, b),
+                                                     N, C, OCl);
         return tr_tp_column_linear_forward16(&g->tp, y, ln16, layer_param(g, l, W),
                                              layer_param(g, l, b), N, C, OCl);
     }
     tr_tp_lora lo; /* the LoRA adapter (NULL: none), made right before its layer */
     norm_forward(g, ln + (size_t)r0 * C, mean, rstd, x, layer_param(g, l, nw),
                  layer_param(g, l, nb), Nl);
+    if (y16)
+        return tr_tp_column_linear_forward_out16(&g->tp, (uint16_t *)y, ln, NULL,
+                                                 layer_param(g, l, W), layer_param(g, l, b), N,
+                                                 C, OCl);
     return tr_tp_column_linear_forward_lora(&g->tp, y, ln, layer_param(g, l, W),
                                             layer_param(g, l, b), N, C, OCl,
                                             gpt_lora(g, L, l, t, B, &lo));
@@ -73,7 +82,7 @@ int gpt_layer_forward(tr_gpt *g, int l, layer_acts *L, const float *x, int B)
     tr_tp_lora lo; /* LoRA adapters (NULL: none), each made right before its layer */
     /* attention: residual2 = x + attn_proj(attention(qkv(ln1(x)))) */
     rc = norm_then_column(g, L, l, B, L->ln1, L->ln1_mean, L->ln1_rstd, x, L_LN1_W, L_LN1_B,
-                          L->qkv, L_QKV_W, L_QKV_B, g->QKVl, LORA_QKV);
+                          L->qkv, 0, L_QKV_W, L_QKV_B, g->QKVl, LORA_QKV);
     if (rc)
         return rc;
     if (g->s.position == TR_POS_ROPE) /* q and k rotated in place: qkv keeps the roped ones */
@@ -84,12 +93,14 @@ int gpt_layer_forward(tr_gpt *g, int l, layer_acts *L, const float *x, int B)
         return rc;
     /* MLP: residual3 = residual2 + fc_proj(act(fc(ln2(residual2)))), act GELU or SwiGLU */
     rc = norm_then_column(g, L, l, B, L->ln2, L->ln2_mean, L->ln2_rstd, L->residual2, L_LN2_W,
-                          L_LN2_B, L->fch, L_FC_W, L_FC_B, g->Fwl, LORA_FC1);
+                          L_LN2_B, L->fch, gpt_fch16(g), L_FC_W, L_FC_B, g->Fwl, LORA_FC1);
     if (rc)
         return rc;
     if (gpt_gelu16(g)) { /* the GELU output in bf16 storage, read as it is by fc_proj */
         uint16_t *gelu16 = (uint16_t *)L->fch_gelu;
-        k->gelu_forward16(NULL, gelu16, L->fch, (size_t)N * g->Fl);
+        int fch16 = gpt_fch16(g); /* its input too */
+        k->gelu_forward16(NULL, gelu16, fch16 ? NULL : L->fch,
+                          fch16 ? (const uint16_t *)L->fch : NULL, (size_t)N * g->Fl);
         return tr_tp_row_linear_forward16(tp, L->residual3, L->residual2, gelu16,
                                           layer_param(g, l, L_FCPROJ_W),
                                           layer_param(g, l, L_FCPROJ_B), N, g->Fl, C,

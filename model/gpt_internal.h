@@ -144,6 +144,15 @@ static inline int gpt_dgelu16(const tr_gpt *g)
     return g->k->gelu_backward16 && g->k->linear_backward && !g->s.swiglu && !g->s.lora_rank;
 }
 
+/* Whether fc's output (layer_acts.fch, the GELU's input) is kept in bf16 storage: the GELU
+ * output and its input gradient are (gpt_gelu16, gpt_dgelu16: then the table's linear_forward
+ * writes y16 and the GELU ops read it, kernels.h). Then fch holds N*Fl bf16 bits in half its
+ * floats. */
+static inline int gpt_fch16(const tr_gpt *g)
+{
+    return gpt_gelu16(g) && gpt_dgelu16(g) && g->k->linear_forward;
+}
+
 /* Whether the norms' outputs that feed QKV and fc (layer_acts.ln1, ln2) are kept in bf16
  * storage: the table has layernorm_forward16 (rmsnorm_forward16 for RMSNorm families),
  * gemm_a16 and gemm_b16, no LoRA adapter reads them, and C is even (the SP gather moves

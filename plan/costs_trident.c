@@ -3,12 +3,13 @@
  * the device model (device.c: GEMMs by shape and the measured table, streaming kernels by
  * their bytes). costs.c models Megatron's fused kernels instead (the other runtimes); the
  * difference is what issue 24 still has to remove:
- *  - activations and weights are fp32 in memory: every bf16-mode GEMM first converts its two
- *    operands into a bf16 staging buffer (4 bytes read, 2 written per element), in slabs along
- *    K when they do not fit it (each slab a GEMM of its own), and writes an fp32 output (read
- *    again when it accumulates: beta = 1);
- *  - GELU and LayerNorm are separate kernels (their outputs, and GELU's input gradient,
- *    stored bf16 where the model keeps them so); the linear layers' bias adds ride in the
+ *  - weights, the residual stream and most gradients are fp32 in memory: a bf16-mode GEMM
+ *    converts its fp32 operands into a bf16 staging buffer (4 bytes read, 2 written per
+ *    element), in slabs along K when they do not fit it (each slab a GEMM of its own), and
+ *    writes an fp32 output (read again when it accumulates: beta = 1). Kept in bf16 and read
+ *    in place (the model's gpt_*16 rules, no LoRA): the norms' outputs, the attention output,
+ *    fc's output and its gradient, the GELU output (fc's output written bf16 by its GEMM);
+ *  - GELU and LayerNorm are separate kernels; the linear layers' bias adds ride in the
  *    GEMM's epilogue and their residual is its C input (but the row-parallel ones under TP),
  *    their bias gradients in the pass that converts the output gradient to bf16 (but the
  *    row-parallel ones under SP);
@@ -101,6 +102,9 @@ void plan_layer_cost_trident(const plan_cost_ctx *x, plan_cost *o)
      * assumes no LoRA): fc_proj reads it without converting it, forward and weight gradient,
      * and GELU writes 2 bytes less */
     double g16 = fc > F ? 0 : T * F / t; /* its elements (SwiGLU keeps fp32) */
+    /* and fc's output, GELU's input (gpt_fch16): fc's GEMM writes bf16, both GELU ops read
+     * 2 bytes less */
+    double f16 = g16;
     /* the norms' outputs likewise (gpt_ln16): QKV and fc read them without converting them,
      * forward and weight gradient, and the norms write 2 bytes less */
     double l16 = (int)h % 2 == 0 ? 2 * T * h : 0;
@@ -113,7 +117,8 @@ void plan_layer_cost_trident(const plan_cost_ctx *x, plan_cost *o)
                    plan_trident_gemm_s(c, T, h, h / t, row_copy) +
                    plan_trident_gemm_s(c, T, fc / t, h, 0) +
                    plan_trident_gemm_s(c, T, h, F / t, row_copy) - tr_plan_stream_s(c, 6 * g16) -
-                   tr_plan_stream_s(c, 6 * l16) - tr_plan_stream_s(c, 6 * a16);
+                   tr_plan_stream_s(c, 6 * l16) - tr_plan_stream_s(c, 6 * a16) -
+                   tr_plan_stream_s(c, 2 * f16);
     /* (kernels.h's linear_backward converts a layer's output gradient once for its two GEMMs:
      * QKV, projection, fc and fc_proj) */
     /* fc's output gradient in bf16 storage (gpt_dgelu16: gelu_backward16 writes it, fc's
@@ -139,13 +144,15 @@ void plan_layer_cost_trident(const plan_cost_ctx *x, plan_cost *o)
     double bias = t > 1 ? 2 * R * 2 : 0;
     /* (tp 1: the residual is the GEMM's C input, y its output: no copy) */
     double resid = row_copy ? 0 : 2 * 3 * R;
-    double el_f = 2 * 2 * R + bias + resid + T * F / t * 4 * (gelu_in + 1) - 2 * g16 - 2 * l16;
+    double el_f = 2 * 2 * R + bias + resid + T * F / t * 4 * (gelu_in + 1) - 2 * g16 - 2 * l16 -
+                  2 * f16;
     /* backward: 2 layernorm backwards (dout, x, dx read and written, the weight sums: 6 x
      * 4 bytes), the activation's backward (read its input and dout, write din: 2 bytes less
      * where bf16), the bias gradients: summed where their gradient is converted for the
      * GEMMs (kernels.h's linear_backward, gelu_backward16), but the row-parallel two under SP
      * (their own read of dout) */
-    double el_b = 2 * 6 * R + (sp ? 2 * R : 0) + T * F / t * 4 * (2 * gelu_in + 1) - 2 * dg16;
+    double el_b = 2 * 6 * R + (sp ? 2 * R : 0) + T * F / t * 4 * (2 * gelu_in + 1) - 2 * dg16 -
+                  2 * f16;
     o->f[TR_PLAN_PART_GEMM] = lin_f;
     o->b[TR_PLAN_PART_GEMM] = lin_b;
     o->f[TR_PLAN_PART_ATTENTION] = att_f;

@@ -246,6 +246,8 @@ static void memory_model(const tr_config *cfg, const tr_plan_cluster *c,
     /* and the two norms' outputs that feed QKV and fc (gpt_ln16: h even): 2 bytes an element
      * less of the (s b, h) each that the formula counts (split over t under SP) */
     int sp_split = L->sequence_parallel && t > 1;
+    /* and fc's output, the GELU's input (gpt_fch16: where the GELU output is bf16), alike */
+    double fch16 = gelu16;
     double ln16 = L->trident_kernels && L->bf16 && !cfg->finetune.lora_rank &&
                           stored != TR_PLAN_RECOMPUTE_FULL && h % 2 == 0
                       ? 2 * 2.0 * s * b * h / (sp_split ? t : 1)
@@ -258,7 +260,7 @@ static void memory_model(const tr_config *cfg, const tr_plan_cluster *c,
                         : 0;
     double act = tr_plan_layer_activation_bytes(s, b, h, m->num_attention_heads, t,
                                                 L->sequence_parallel, stored, act16) +
-                 (stored == TR_PLAN_RECOMPUTE_FULL ? 0 : lse) - gelu16 - ln16 - atty16;
+                 (stored == TR_PLAN_RECOMPUTE_FULL ? 0 : lse) - gelu16 - fch16 - ln16 - atty16;
     double act_none = tr_plan_layer_activation_bytes(
                           s, b, h, m->num_attention_heads, t, L->sequence_parallel,
                           L->trident_kernels ? TR_PLAN_RECOMPUTE_SELECTIVE : TR_PLAN_RECOMPUTE_NONE,

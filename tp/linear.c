@@ -51,7 +51,7 @@ static void linear_xWt_bias(const tr_kernels *k, float *y, row_input x, const fl
                             const float *b, const float *residual, int N, int IC, int OC)
 {
     if (k->linear_forward) {
-        k->linear_forward(NULL, y, x.f, x.h, W, b, residual, N, IC, OC);
+        k->linear_forward(NULL, y, NULL, x.f, x.h, W, b, residual, N, IC, OC);
         return;
     }
     if (residual && residual != y)
@@ -162,6 +162,27 @@ int tr_tp_column_linear_forward16(const tr_tp *tp, float *y, uint16_t *x16, cons
         return rc;
     row_input in = {NULL, x16};
     linear_xWt_bias(tp->k, y, in, W, b, NULL, N, IC, OCl);
+    return TR_OK;
+}
+
+int tr_tp_column_linear_forward_out16(const tr_tp *tp, uint16_t *y16, float *x, uint16_t *x16,
+                                      const float *W, const float *b, int N, int IC, int OCl)
+{
+    const tr_kernels *k = tp->k;
+    int first, count, rc;
+    tr_tp_rows(tp, N, &first, &count);
+    if (!k->linear_forward)
+        return tr_fail(TR_ERR_INTERNAL, "a bf16-storage output needs the table's "
+                                        "linear_forward (table %s)", k->name);
+    if (x16 && IC % 2)
+        return tr_fail(TR_ERR_INVALID, "a bf16-storage input of %d columns: must be even", IC);
+    /* under SP the input rows are gathered as they are stored (bf16: IC/2 floats' bytes) */
+    rc = x16 ? tr_tp_gather_from_sequence_region_forward(tp, (float *)(x16 + (size_t)first * IC),
+                                                         (float *)x16, N, IC / 2)
+             : tr_tp_gather_from_sequence_region_forward(tp, x + (size_t)first * IC, x, N, IC);
+    if (rc)
+        return rc;
+    k->linear_forward(NULL, NULL, y16, x16 ? NULL : x, x16, W, b, NULL, N, IC, OCl);
     return TR_OK;
 }
 

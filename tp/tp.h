@@ -186,6 +186,12 @@ TR_MUST_CHECK int tr_tp_column_linear_forward16(const tr_tp *tp, float *y, uint1
 TR_MUST_CHECK int tr_tp_column_linear_backward16(const tr_tp *tp, float *dx, float *dW, float *db,
                                                  const float *dy, const uint16_t *x16,
                                                  const float *W, int N, int IC, int OCl);
+/* The column-parallel linear with its output in bf16 storage (y16 (N, OCl): fc's, where the
+ * table's linear_forward writes it), its input x fp32 or x16 bf16 (the other NULL; IC even);
+ * no adapter; under SP the input rows are gathered as stored. */
+TR_MUST_CHECK int tr_tp_column_linear_forward_out16(const tr_tp *tp, uint16_t *y16, float *x,
+                                                    uint16_t *x16, const float *W,
+                                                    const float *b, int N, int IC, int OCl);
 /* The column-parallel linear's backward from an output gradient in bf16 storage (dy16 (N, OCl):
  * kernels.h's gelu_backward16, which summed the bias gradient; the table's linear_backward
  * reads it in place), its input x fp32 or x16 bf16 (the other NULL); no adapter. */

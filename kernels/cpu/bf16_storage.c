@@ -24,7 +24,7 @@ static const tr_kernels *table; /* "cpu-bf16": the fp32-storage ops wrapped here
 
 static float *wide_buffer(size_t n)
 {
-    if (wide.cap < n) {
+    if (wide.cap < n || !wide.p) { /* (n 0: still a buffer, never a NULL that means "no") */
         float *p = realloc(wide.p, (n ? n : 1) * sizeof(float));
         if (!p) {
             static int told;
@@ -103,12 +103,21 @@ static void s16_xent_loss_backward16(tr_stream s, float *losses, uint16_t *dlogi
         narrow(dlogits16, x, (size_t)N * V);
 }
 
-static void s16_gelu_forward16(tr_stream s, uint16_t *out16, const float *inp, size_t n)
+/* n bf16 values widened into the staging from offset `at` (a second input beside another) */
+static const float *widened_at(const uint16_t *src, size_t n, float *w, size_t at)
 {
-    float *y = wide_buffer(n);
+    for (size_t i = 0; i < n; i++)
+        w[at + i] = bf16_to_f32(src[i]);
+    return w + at;
+}
+
+static void s16_gelu_forward16(tr_stream s, uint16_t *out16, const float *inp,
+                               const uint16_t *inp16, size_t n)
+{
+    float *y = wide_buffer(inp16 ? 2 * n : n); /* the output, then a bf16 input widened */
     if (!y)
         return;
-    table->gelu_forward(s, y, inp, n);
+    table->gelu_forward(s, y, inp16 ? widened_at(inp16, n, y, n) : inp, n);
     narrow(out16, y, n);
 }
 
@@ -194,6 +203,28 @@ static void s16_gemm_b16(tr_stream s, int ta, int tb, int M, int N, int K, float
     table->gemm(s, ta, tb, M, N, K, alpha, A, lda, b, ldb, beta, C, ldc);
 }
 
+/* kernels.h's linear_forward as the unfused pieces of the model's fallback (copy of the
+ * residual, the table's gemm, bias_add), its bf16 input widened, its bf16 output (fc's: y16)
+ * narrowed from the rounded result (exact) */
+static void s16_linear_forward(tr_stream s, float *y, uint16_t *y16, const float *x,
+                               const uint16_t *x16, const float *W, const float *b,
+                               const float *residual, int N, int IC, int OC)
+{
+    size_t ny = y16 ? (size_t)N * OC : 0, nx = x16 ? (size_t)N * IC : 0;
+    float *w = wide_buffer(ny + nx);
+    if (!w)
+        return;
+    float *out = y16 ? w : y;
+    const float *in = x16 ? widened_at(x16, nx, w, ny) : x;
+    if (residual && residual != out)
+        table->copy(s, out, residual, (size_t)N * OC * sizeof(float));
+    table->gemm(s, 0, 1, N, OC, IC, 1.0f, in, IC, W, IC, residual ? 1.0f : 0.0f, out, OC);
+    if (b)
+        table->bias_add(s, out, b, N, OC);
+    if (y16)
+        narrow(y16, out, ny);
+}
+
 /* fc's backward on the GELU's bf16 input gradient: the unfused pieces of kernels.h's
  * linear_backward (the table's gemm twice, bias_backward), its bf16 inputs widened side by
  * side in the staging (dy first, then x) */
@@ -205,11 +236,8 @@ static void s16_linear_backward(tr_stream s, float *dx, float *dW, float *db, co
     float *w = wide_buffer(ny + nx);
     if (!w)
         return;
-    for (size_t i = 0; i < ny; i++)
-        w[i] = bf16_to_f32(dy16[i]);
-    for (size_t i = 0; i < nx; i++)
-        w[ny + i] = bf16_to_f32(x16[i]);
-    const float *g = dy16 ? w : dy, *in = x16 ? w + ny : x;
+    const float *g = dy16 ? widened_at(dy16, ny, w, 0) : dy;
+    const float *in = x16 ? widened_at(x16, nx, w, ny) : x;
     table->gemm(s, 0, 0, N, IC, OC, 1.0f, g, OC, W, IC, 0.0f, dx, IC);
     table->gemm(s, 1, 0, OC, IC, N, 1.0f, g, OC, in, IC, 1.0f, dW, IC);
     if (db)
@@ -217,13 +245,13 @@ static void s16_linear_backward(tr_stream s, float *dx, float *dW, float *db, co
 }
 
 static void s16_gelu_backward16(tr_stream s, uint16_t *dinp16, float *dbias, const float *inp,
-                                const float *dout, int N, int C)
+                                const uint16_t *inp16, const float *dout, int N, int C)
 {
     size_t n = (size_t)N * C;
-    float *d = wide_buffer(n);
+    float *d = wide_buffer(inp16 ? 2 * n : n); /* the gradient, then a bf16 input widened */
     if (!d)
         return;
-    table->gelu_backward(s, d, inp, dout, n);
+    table->gelu_backward(s, d, inp16 ? widened_at(inp16, n, d, n) : inp, dout, n);
     if (dbias)
         table->bias_backward(s, dbias, d, N, C);
     narrow(dinp16, d, n);
@@ -247,4 +275,5 @@ void cpu_bf16_storage_fill(tr_kernels *t)
     t->rmsnorm_forward16 = s16_rmsnorm_forward16;
     t->gelu_backward16 = s16_gelu_backward16;
     t->linear_backward = s16_linear_backward; /* it reads dy16 */
+    t->linear_forward = s16_linear_forward;   /* it writes y16 */
 }

@@ -94,9 +94,9 @@ void cpu_gemm_serial(int trans_a, int trans_b, int M, int N, int K, float alpha,
 void cpu_gemm(tr_stream s, int trans_a, int trans_b, int M, int N, int K, float alpha,
                  const float *A, int lda, const float *B, int ldb, float beta, float *C,
                  int ldc);
-void cpu_linear_forward(tr_stream s, float *y, const float *x, const uint16_t *x16,
-                        const float *W, const float *b, const float *residual, int N, int IC,
-                        int OC);
+void cpu_linear_forward(tr_stream s, float *y, uint16_t *y16, const float *x,
+                        const uint16_t *x16, const float *W, const float *b,
+                        const float *residual, int N, int IC, int OC);
 void cpu_linear_backward(tr_stream s, float *dx, float *dW, float *db, const float *dy,
                          const uint16_t *dy16, const float *x, const uint16_t *x16,
                          const float *W, int N, int IC, int OC);

@@ -112,20 +112,30 @@ static const float *fp32_input(const float *x, const uint16_t *x16, size_t n, fl
     return *owned = w;
 }
 
-/* kernels.h's linear_forward as its unfused pieces (the same bits as gemm, then bias_add) */
-void cpu_linear_forward(tr_stream s, float *y, const float *x, const uint16_t *x16,
-                        const float *W, const float *b, const float *residual, int N, int IC,
-                        int OC)
+/* kernels.h's linear_forward as its unfused pieces (the same bits as gemm, then bias_add,
+ * then for y16 rounding to bf16) */
+void cpu_linear_forward(tr_stream s, float *y, uint16_t *y16, const float *x,
+                        const uint16_t *x16, const float *W, const float *b,
+                        const float *residual, int N, int IC, int OC)
 {
-    float *owned;
-    const float *in = fp32_input(x, x16, (size_t)N * IC, &owned);
-    if (!in)
+    size_t ny = (size_t)N * OC;
+    float *owned, *out = y16 ? malloc((ny ? ny : 1) * sizeof *out) : y;
+    const float *in = out ? fp32_input(x, x16, (size_t)N * IC, &owned) : NULL;
+    if (!in) {
+        if (y16)
+            free(out), fprintf(stderr, "cpu: out of memory for a bf16 linear output\n");
         return;
-    if (residual && residual != y)
-        cpu_copy(s, y, residual, (size_t)N * OC * sizeof(float));
-    cpu_gemm(s, 0, 1, N, OC, IC, 1.0f, in, IC, W, IC, residual ? 1.0f : 0.0f, y, OC);
+    }
+    if (residual && residual != out)
+        cpu_copy(s, out, residual, ny * sizeof(float));
+    cpu_gemm(s, 0, 1, N, OC, IC, 1.0f, in, IC, W, IC, residual ? 1.0f : 0.0f, out, OC);
     if (b)
-        cpu_bias_add(s, y, b, N, OC);
+        cpu_bias_add(s, out, b, N, OC);
+    if (y16) {
+        for (size_t i = 0; i < ny; i++)
+            y16[i] = bf16_from_f32(out[i]);
+        free(out);
+    }
     free(owned);
 }
 

@@ -131,7 +131,8 @@ void cu_scale_rows(tr_stream s, float *x, const float *w, int N, int C);
 void cu_bias_add(tr_stream s, float *out, const float *bias, int N, int C);
 void cu_bias_backward(tr_stream s, float *dbias, const float *dout, int N, int C);
 void cu_gelu_forward(tr_stream s, float *out, const float *inp, size_t n);
-void cu_gelu_forward16(tr_stream s, uint16_t *out16, const float *inp, size_t n);
+void cu_gelu_forward16(tr_stream s, uint16_t *out16, const float *inp, const uint16_t *inp16,
+                       size_t n);
 void cu_layernorm_forward16(tr_stream s, uint16_t *out16, float *mean, float *rstd,
                             const float *inp, const float *weight, const float *bias, int N,
                             int C, float eps);
@@ -141,7 +142,7 @@ void cu_gelu_backward(tr_stream s, float *dinp, const float *inp, const float *d
                          size_t n);
 /* kernels.h's gelu_backward16 (dbias summed as cu_bias_backward sums: the same bits) */
 void cu_gelu_backward16(tr_stream s, uint16_t *dinp16, float *dbias, const float *inp,
-                        const float *dout, int N, int C);
+                        const uint16_t *inp16, const float *dout, int N, int C);
 /* C[r, c] = beta * C[r, c] for a rows x cols block with row stride ldc (beta 0 writes 0). */
 void cu_scale_2d(cudaStream_t st, float *C, int rows, int cols, int ldc, float beta);
 /* Pack a rows x cols block (row stride ld) into contiguous bf16 (row stride cols). */
@@ -152,6 +153,9 @@ void cu_pack_bf16(cudaStream_t st, uint16_t *dst, const float *src, int rows, in
  * stream only (the reduction scratch). */
 void cu_pack_bf16_colsum(cudaStream_t st, uint16_t *dst, float *dbias, const float *src, int N,
                          int C);
+/* out16 (N, C) = bf16(out16 + bias) per row (linear_forward's bf16 output where cuBLASLt has
+ * no bias epilogue for it) */
+void cu_bias_add16(cudaStream_t st, uint16_t *out16, const float *bias, int N, int C);
 void cu_to_bf16(tr_stream s, uint16_t *dst, const float *src, size_t n);
 void cu_from_bf16(tr_stream s, float *dst, const uint16_t *src, size_t n);
 
@@ -266,10 +270,11 @@ void cu_gemm_fp32(tr_stream s, int trans_a, int trans_b, int M, int N, int K, fl
 void cu_gemm_bf16(tr_stream s, int trans_a, int trans_b, int M, int N, int K, float alpha,
                      const float *A, int lda, const float *B, int ldb, float beta, float *C,
                      int ldc);
-/* kernels.h's linear_forward in bf16 mode: the bias in cuBLASLt's epilogue where it can be. */
-void cu_linear_forward_bf16(tr_stream s, float *y, const float *x, const uint16_t *x16,
-                            const float *W, const float *b, const float *residual, int N, int IC,
-                            int OC);
+/* kernels.h's linear_forward in bf16 mode: the bias in cuBLASLt's epilogue where it can be, the
+ * residual its C input; a bf16 output y16 written by the GEMM. */
+void cu_linear_forward_bf16(tr_stream s, float *y, uint16_t *y16, const float *x,
+                            const uint16_t *x16, const float *W, const float *b,
+                            const float *residual, int N, int IC, int OC);
 /* kernels.h's linear_backward in bf16 mode: dy converted once for both GEMMs, db summed in
  * that pass; a bf16 dy16 read in place. */
 void cu_linear_backward_bf16(tr_stream s, float *dx, float *dW, float *db, const float *dy,

@@ -26,6 +26,11 @@ __global__ void bias_add_kernel(float *out, const float *bias, size_t n, int C)
     TR_CU_GRID_STRIDE(i, n) out[i] += bias[i % (size_t)C];
 }
 
+__global__ void bias_add16_kernel(uint16_t *out16, const float *bias, size_t n, int C)
+{
+    TR_CU_GRID_STRIDE(i, n) out16[i] = bf16_from_f32(bf16_to_f32(out16[i]) + bias[i % (size_t)C]);
+}
+
 __global__ void scale_rows_kernel(float *x, const float *w, size_t n, int C)
 {
     TR_CU_GRID_STRIDE(i, n) x[i] *= w[i / (size_t)C];
@@ -100,11 +105,16 @@ __global__ void gelu_forward_kernel(float *out, const float *inp, size_t n)
     out[i] = gelu(inp[i]);
 }
 
-// the same stored bf16 (kernels.h's gelu_forward16)
-__global__ void gelu_forward16_kernel(uint16_t *out16, const float *inp, size_t n)
+// an input element as fp32: fp32 storage, or bf16 (kernels.h's inp16)
+__device__ __forceinline__ float widen(float x) { return x; }
+__device__ __forceinline__ float widen(uint16_t x) { return bf16_to_f32(x); }
+
+// the same stored bf16 (kernels.h's gelu_forward16), from an fp32 or a bf16 input
+template <class In>
+__global__ void gelu_forward16_kernel(uint16_t *out16, const In *inp, size_t n)
 {
     TR_CU_GRID_STRIDE(i, n)
-    out16[i] = bf16_from_f32(gelu(inp[i]));
+    out16[i] = bf16_from_f32(gelu(widen(inp[i])));
 }
 
 // d gelu(x) / dx
@@ -121,19 +131,22 @@ __global__ void gelu_backward_kernel(float *dinp, const float *inp, const float 
     TR_CU_GRID_STRIDE(i, n) dinp[i] = gelu_grad(inp[i]) * dout[i];
 }
 
-__global__ void gelu_backward16_kernel(uint16_t *dinp16, const float *inp, const float *dout,
+template <class In>
+__global__ void gelu_backward16_kernel(uint16_t *dinp16, const In *inp, const float *dout,
                                        size_t n)
 {
-    TR_CU_GRID_STRIDE(i, n) dinp16[i] = bf16_from_f32(gelu_grad(inp[i]) * dout[i]);
+    TR_CU_GRID_STRIDE(i, n) dinp16[i] = bf16_from_f32(gelu_grad(widen(inp[i])) * dout[i]);
 }
 
 // gelu'(inp[i]) dout[i], stored bf16 in dinp16[i] (kernels.h's gelu_backward16)
+template <class In>
 struct gelu_backward_value {
-    const float *inp, *dout;
+    const In *inp;
+    const float *dout;
     uint16_t *dinp16;
     __device__ float operator()(size_t i) const
     {
-        float d = gelu_grad(inp[i]) * dout[i];
+        float d = gelu_grad(widen(inp[i])) * dout[i];
         dinp16[i] = bf16_from_f32(d);
         return d;
     }
@@ -250,21 +263,33 @@ void cu_pack_bf16_colsum(cudaStream_t st, uint16_t *dst, float *dbias, const flo
     cu_launched("linear_backward (dy to bf16, bias gradient)");
 }
 
-void cu_gelu_backward16(tr_stream s, uint16_t *dinp16, float *dbias, const float *inp,
-                        const float *dout, int N, int C)
+} // extern "C"
+
+template <class In>
+static void gelu_backward16_of(tr_stream s, uint16_t *dinp16, float *dbias, const In *inp,
+                               const float *dout, int N, int C)
 {
     size_t n = (size_t)N * (size_t)C;
-    if (!n)
-        return;
-    if (!dbias) {
+    if (!dbias)
         gelu_backward16_kernel<<<tr_cu_blocks(n), CU_THREADS, 0, cu_stream(s)>>>(dinp16, inp,
                                                                                  dout, n);
-        cu_launched("gelu_backward16");
-        return;
-    }
-    column_sums(cu_shared_stream(s, "gelu_backward16"), dbias, N, C,
-                gelu_backward_value{inp, dout, dinp16});
+    else
+        column_sums(cu_shared_stream(s, "gelu_backward16"), dbias, N, C,
+                    gelu_backward_value<In>{inp, dout, dinp16});
     cu_launched("gelu_backward16");
+}
+
+extern "C" {
+
+void cu_gelu_backward16(tr_stream s, uint16_t *dinp16, float *dbias, const float *inp,
+                        const uint16_t *inp16, const float *dout, int N, int C)
+{
+    if (N <= 0 || C <= 0)
+        return;
+    if (inp16)
+        gelu_backward16_of(s, dinp16, dbias, inp16, dout, N, C);
+    else
+        gelu_backward16_of(s, dinp16, dbias, inp, dout, N, C);
 }
 
 void cu_gelu_forward(tr_stream s, float *out, const float *inp, size_t n)
@@ -275,11 +300,15 @@ void cu_gelu_forward(tr_stream s, float *out, const float *inp, size_t n)
     cu_launched("gelu_forward");
 }
 
-void cu_gelu_forward16(tr_stream s, uint16_t *out16, const float *inp, size_t n)
+void cu_gelu_forward16(tr_stream s, uint16_t *out16, const float *inp, const uint16_t *inp16,
+                       size_t n)
 {
     if (!n)
         return;
-    gelu_forward16_kernel<<<tr_cu_blocks(n), CU_THREADS, 0, cu_stream(s)>>>(out16, inp, n);
+    if (inp16)
+        gelu_forward16_kernel<<<tr_cu_blocks(n), CU_THREADS, 0, cu_stream(s)>>>(out16, inp16, n);
+    else
+        gelu_forward16_kernel<<<tr_cu_blocks(n), CU_THREADS, 0, cu_stream(s)>>>(out16, inp, n);
     cu_launched("gelu_forward16");
 }
 
@@ -310,6 +339,15 @@ void cu_pack_bf16(cudaStream_t st, uint16_t *dst, const float *src, int rows, in
         return;
     pack_bf16_kernel<<<tr_cu_blocks(n), CU_THREADS, 0, st>>>(dst, src, rows, cols, ld);
     cu_launched("gemm (bf16 staging)");
+}
+
+void cu_bias_add16(cudaStream_t st, uint16_t *out16, const float *bias, int N, int C)
+{
+    size_t n = (size_t)N * (size_t)C;
+    if (!n)
+        return;
+    bias_add16_kernel<<<tr_cu_blocks(n), CU_THREADS, 0, st>>>(out16, bias, n, C);
+    cu_launched("linear_forward (bias of a bf16 output)");
 }
 
 void cu_to_bf16(tr_stream s, uint16_t *dst, const float *src, size_t n)

@@ -29,7 +29,8 @@ typedef struct {
     long long sA, sB, sC;
     int alA, alB, alC; /* operand alignment in bytes (capped at 256) */
     int out16;         /* C stored bf16 (the head's gemm_out16) */
-    int bias;          /* the bias epilogue (linear_forward): D = op(A) op(B) + beta C + bias */
+    int bias;          /* the bias epilogue (linear_forward): D = op(A) op(B) + beta C + bias;
+                        * 2: a bf16 bias vector (a bf16 D's: cuBLASLt's bias takes D's type) */
     int alBias;        /* the bias vector's alignment in bytes (the heuristic reads it) */
 } plan_key;
 
@@ -139,7 +140,7 @@ static int plan_make(plan *p, const plan_key *k)
     /* the bias epilogue: a vector of D's rows (column-major D is our C^T: one per column
      * of our C, an output feature), broadcast over its columns (our rows, the tokens) */
     cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_BIAS;
-    cudaDataType_t bias_type = CUDA_R_32F;
+    cudaDataType_t bias_type = k->bias == 2 ? CUDA_R_16BF : CUDA_R_32F;
     /* the heuristic takes the bias pointer's value for its alignment (it does not read it):
      * a stand-in with the key's alignment, the real one set per call (matmul_bias) */
     const void *bias_like = (const void *)(uintptr_t)(k->alBias ? k->alBias : 256);
@@ -238,7 +239,7 @@ static void describe(char *buf, size_t n, const plan_key *k)
 static int matmul_from(cudaStream_t st, cu_gemm_mode mode, int ta, int tb, int M, int N, int K,
                        float alpha, const void *A, int lda, long long sA, const void *B,
                        int ldb, long long sB, float beta, void *C, const void *Cin, int out16,
-                       int ldc, long long sC, int batch, const float *bias)
+                       int ldc, long long sC, int batch, const void *bias)
 {
     if (!Cin)
         Cin = C;
@@ -246,14 +247,15 @@ static int matmul_from(cudaStream_t st, cu_gemm_mode mode, int ta, int tb, int M
     plan_key k;
     memset(&k, 0, sizeof k); /* the key is hashed and compared as bytes */
     k.mode = mode, k.ta = ta, k.tb = tb, k.M = M, k.N = N, k.K = K;
-    k.lda = lda, k.ldb = ldb, k.ldc = ldc, k.batch = batch, k.out16 = out16, k.bias = !!bias;
+    k.lda = lda, k.ldb = ldb, k.ldc = ldc, k.batch = batch, k.out16 = out16;
+    k.bias = bias ? (out16 ? 2 : 1) : 0; /* a bf16 output's bias is bf16 too */
     k.sA = batch > 1 ? sA : 0, k.sB = batch > 1 ? sB : 0, k.sC = batch > 1 ? sC : 0;
     k.alA = alignment(A, k.sA, es), k.alB = alignment(B, k.sB, es);
     k.alC = alignment(C, k.sC, out16 ? 2 : 4);
     int al_in = alignment(Cin, k.sC, out16 ? 2 : 4); /* the plan serves both: the lesser */
     if (al_in < k.alC)
         k.alC = al_in;
-    k.alBias = bias ? alignment(bias, 0, 4) : 0;
+    k.alBias = bias ? alignment(bias, 0, out16 ? 2 : 4) : 0;
     pthread_mutex_lock(&G.mu);
     plan *p = plan_get(&k);
     cublasStatus_t s = CUBLAS_STATUS_NOT_SUPPORTED;
@@ -575,17 +577,62 @@ void cu_gemm_b16(tr_stream s, int ta, int tb, int M, int N, int K, float alpha, 
     }
 }
 
+/* linear_forward's bf16 output: y16 (N, OC) = bf16(x W^T + b), W staged whole and x (fp32) in
+ * blocks of rows (a bf16 x16 read in place), K never in slabs (one rounding). The bias rides
+ * in the epilogue as a bf16 vector staged beside W (cuBLASLt's bias takes D's type, and
+ * cpu-bf16's bias_add reads it rounded too), or is added after where no algorithm has it. */
+static void linear_forward_out16(cudaStream_t st, uint16_t *y16, const float *x,
+                                 const uint16_t *x16, const float *W, const float *b, int N,
+                                 int IC, int OC)
+{
+    size_t cap = G.staging_bytes / sizeof(uint16_t);
+    size_t n_w = ((size_t)OC * IC + 127) & ~(size_t)127;
+    size_t n_b = b ? ((size_t)OC + 127) & ~(size_t)127 : 0;
+    size_t room = cap > n_w + n_b ? cap - n_w - n_b : 0;
+    size_t mb = x16 ? (size_t)N : room / (size_t)IC;
+    if (mb < 1) {
+        note_none("linear_forward (bf16 output)", N, OC, IC);
+        return;
+    }
+    uint16_t *w16 = G.staging, *b16 = w16 + n_w, *xs = b16 + n_b;
+    cu_pack_bf16(st, w16, W, OC, IC, IC);
+    if (b)
+        cu_pack_bf16(st, b16, b, 1, OC, OC);
+    for (int i0 = 0; i0 < N; i0 += (int)mb) {
+        int m = N - i0 < (int)mb ? N - i0 : (int)mb;
+        const uint16_t *xa = x16 ? x16 + (size_t)i0 * IC : xs;
+        if (!x16)
+            cu_pack_bf16(st, xs, x + (size_t)i0 * IC, m, IC, IC);
+        uint16_t *yb = y16 + (size_t)i0 * OC;
+        if (b && !matmul_from(st, CU_GEMM_BF16, 0, 1, m, OC, IC, 1.0f, xa, IC, 0, w16, IC, 0,
+                              0.0f, yb, NULL, 1, OC, 0, 1, b16))
+            continue;
+        if (matmul_to(st, CU_GEMM_BF16, 0, 1, m, OC, IC, 1.0f, xa, IC, 0, w16, IC, 0, 0.0f, yb, 1,
+                      OC, 0, 1))
+            note_none("linear_forward (bf16 output)", m, OC, IC);
+        else if (b)
+            cu_bias_add16(st, yb, b, m, OC);
+    }
+}
+
 /* ---- kernels.h's linear_forward, bf16 mode: y = x W^T + b [+ residual] with the bias in
  * cuBLASLt's epilogue (on the first K slab) where the bias is 16-byte aligned (the views into
  * the flat parameter buffer may not be) and an algorithm has it; else bias_add after. The
  * residual is the first slab's C input (y its output), a bf16 input (x16) read in place. */
-void cu_linear_forward_bf16(tr_stream s, float *y, const float *x, const uint16_t *x16,
-                            const float *W, const float *b, const float *residual, int N, int IC,
-                            int OC)
+void cu_linear_forward_bf16(tr_stream s, float *y, uint16_t *y16, const float *x,
+                            const uint16_t *x16, const float *W, const float *b,
+                            const float *residual, int N, int IC, int OC)
 {
     cudaStream_t st = cu_shared_stream(s, "linear_forward");
     if (N <= 0 || OC <= 0)
         return;
+    if (y16) { /* (no residual: kernels.h) */
+        if (IC > 0)
+            linear_forward_out16(st, y16, x, x16, W, b, N, IC, OC);
+        else
+            note_none("linear_forward (bf16 output, no input columns)", N, OC, IC);
+        return;
+    }
     float beta = residual ? 1.0f : 0.0f;
     const float *epi_bias = b && ((uintptr_t)b & 15) == 0 ? b : NULL;
     int biased = 0;

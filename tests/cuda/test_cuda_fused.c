@@ -8,6 +8,7 @@
  *    pass) against "cpu"'s two GEMMs and bias_backward, and both linear ops on a bf16-storage
  *    input; gelu_backward16 (fc's input gradient stored bf16, its bias gradient beside it)
  *    and the linear_backward that reads it in place;
+ *  - fc's output in bf16 storage (linear_forward's y16) and the GELU ops reading it;
  *  - layernorm_forward16 and rmsnorm_forward16 against "cpu-bf16"'s;
  *  - the attention output in bf16 storage (attention_forward16 / _backward16, the GQA pair
  *    with groups and ALiBi; the mma and the wmma kernels) against "cpu-bf16"'s;
@@ -143,14 +144,14 @@ static void test_mlp16(int N, int F, int C)
     float *pre = host(nf, -3, 3), *dy = host((size_t)N * C, -1, 1), *W = host((size_t)C * F, -1, 1);
     float *dW = host((size_t)C * F, -1, 1), *y = malloc((size_t)N * C * 4);
     uint16_t *g16 = malloc(nf * 2);
-    TWIN->gelu_forward16(NULL, g16, pre, nf);
+    TWIN->gelu_forward16(NULL, g16, pre, NULL, nf);
     TWIN->gemm_b16(NULL, 1, 0, C, F, N, 1.0f, dy, C, g16, F, 1.0f, dW, F);
     TWIN->gemm_a16(NULL, 0, 1, N, C, F, 1.0f, g16, F, W, F, 0.0f, y, C);
     float *gpre = dev(BF16, pre, nf * 4), *gdy = dev(BF16, dy, (size_t)N * C * 4);
     float *gW = dev(BF16, W, (size_t)C * F * 4), *gdW = dev(BF16, dW, (size_t)C * F * 4);
     float *gy = dev(BF16, NULL, (size_t)N * C * 4);
     uint16_t *gg = dev(BF16, NULL, nf * 2);
-    BF16->gelu_forward16(NULL, gg, gpre, nf);
+    BF16->gelu_forward16(NULL, gg, gpre, NULL, nf);
     float *want = widen(g16, nf), *got = back16(gg, nf);
     snprintf(what, sizeof what, "gelu_forward16 %zu", nf);
     compare(what, BF16, got, want, nf, TOL_BF16);
@@ -226,12 +227,12 @@ static void test_linear(int N, int IC, int OC, int with_bias, int boff, int resi
     float *b = host((size_t)OC + 16, -1, 1), *res = host(ny, -1, 1), *y = dup(res, ny);
     const float *bb = with_bias ? b + boff : NULL;
     /* residual_mode 0: none, 1: in place (y holds it), 2: another buffer */
-    CPU->linear_forward(NULL, y, x, NULL, W, bb,
+    CPU->linear_forward(NULL, y, NULL, x, NULL, W, bb,
                         residual_mode == 1 ? y : residual_mode == 2 ? res : NULL, N, IC, OC);
     float *gx = dev(BF16, x, (size_t)N * IC * 4), *gW = dev(BF16, W, (size_t)OC * IC * 4);
     float *gb = dev(BF16, b, ((size_t)OC + 16) * 4), *gr = dev(BF16, res, ny * 4);
     float *gy = dev(BF16, res, ny * 4);
-    BF16->linear_forward(NULL, gy, gx, NULL, gW, with_bias ? gb + boff : NULL,
+    BF16->linear_forward(NULL, gy, NULL, gx, NULL, gW, with_bias ? gb + boff : NULL,
                          residual_mode == 1 ? gy : residual_mode == 2 ? gr : NULL, N, IC, OC);
     float *got = back(BF16, gy, ny);
     snprintf(what, sizeof what, "linear_forward %dx%d K%d bias %s residual %s", N, OC, IC,
@@ -295,7 +296,7 @@ static void test_gelu_backward16(int N, int F, int C, int x_bf16)
     uint16_t *gd16 = dev(BF16, NULL, nf * 2), *gx16 = dev(BF16, x16, nx * 2);
     CPU->gelu_backward(NULL, d, pre, dout, nf);
     CPU->bias_backward(NULL, db, d, N, F);
-    BF16->gelu_backward16(NULL, gd16, gdb, gpre, gdout, N, F);
+    BF16->gelu_backward16(NULL, gd16, gdb, gpre, NULL, gdout, N, F);
     float *got = back(BF16, gdb, (size_t)F);
     snprintf(what, sizeof what, "gelu_backward16 dbias %d rows", N);
     compare(what, BF16, got, db, (size_t)F, TOL_FP32);
@@ -337,8 +338,8 @@ static void test_linear16(int N, int IC, int OC)
     float *gy = dev(BF16, y, ny * 4), *gdy = dev(BF16, dy, ny * 4);
     float *gdW = dev(BF16, dW, nw * 4), *gdx = dev(BF16, NULL, nx * 4);
     uint16_t *gx = dev(BF16, x16, nx * 2);
-    CPU->linear_forward(NULL, y, NULL, x16, W, b, y, N, IC, OC); /* onto a residual in place */
-    BF16->linear_forward(NULL, gy, NULL, gx, gW, gb, gy, N, IC, OC);
+    CPU->linear_forward(NULL, y, NULL, NULL, x16, W, b, y, N, IC, OC); /* onto a residual */
+    BF16->linear_forward(NULL, gy, NULL, NULL, gx, gW, gb, gy, N, IC, OC);
     CPU->linear_backward(NULL, dx, dW, NULL, dy, NULL, NULL, x16, W, N, IC, OC);
     BF16->linear_backward(NULL, gdx, gdW, NULL, gdy, NULL, NULL, gx, gW, N, IC, OC);
     float *got = back(BF16, gy, ny);
@@ -410,6 +411,55 @@ static void test_attention16(int B, int T, int NH, int NG, int HS, int alibi)
     free(qkv), free(dout), free(sl), free(lse), free(dq), free(scr), free(o16);
 }
 
+/* fc's output in bf16 storage: linear_forward's y16 (input x fp32 or x16; the bias in the
+ * epilogue as a bf16 vector) against "cpu-bf16"'s, then gelu_forward16 and gelu_backward16
+ * reading that bf16 output, against "cpu-bf16"'s on the same bf16 values */
+static void test_fc_out16(int N, int IC, int OC, int x_bf16, int with_bias)
+{
+    char what[112];
+    size_t nx = (size_t)N * IC, ny = (size_t)N * OC, nw = (size_t)OC * IC;
+    float *xf = host(nx, -1, 1), *W = host(nw, -1, 1), *b = host((size_t)OC, -1, 1);
+    float *dout = host(ny, -1, 1), *db = host((size_t)OC, -1, 1);
+    uint16_t *x16 = narrow(xf, nx), *y16 = malloc(ny * 2), *g16 = malloc(ny * 2);
+    uint16_t *d16 = malloc(ny * 2);
+    const float *bb = with_bias ? b : NULL;
+    TWIN->linear_forward(NULL, NULL, y16, x_bf16 ? NULL : xf, x_bf16 ? x16 : NULL, W, bb, NULL,
+                         N, IC, OC);
+    float *gx = dev(BF16, xf, nx * 4), *gW = dev(BF16, W, nw * 4), *gb = dev(BF16, b, OC * 4);
+    float *gdout = dev(BF16, dout, ny * 4), *gdb = dev(BF16, db, (size_t)OC * 4);
+    uint16_t *gx16 = dev(BF16, x16, nx * 2), *gy16 = dev(BF16, NULL, ny * 2);
+    uint16_t *gg16 = dev(BF16, NULL, ny * 2), *gd16 = dev(BF16, NULL, ny * 2);
+    BF16->linear_forward(NULL, NULL, gy16, x_bf16 ? NULL : gx, x_bf16 ? gx16 : NULL, gW,
+                         with_bias ? gb : NULL, NULL, N, IC, OC);
+    float *want = widen(y16, ny), *got = back16(gy16, ny);
+    snprintf(what, sizeof what, "linear_forward (bf16 output%s%s) %dx%d K%d",
+             x_bf16 ? ", bf16 input" : "", with_bias ? ", bias" : "", N, OC, IC);
+    compare(what, BF16, got, want, ny, TOL_BF16);
+    free(want), free(got);
+    BF16->to_device(NULL, gy16, y16, ny * 2); /* the same bf16 fc output on both sides */
+    TWIN->gelu_forward16(NULL, g16, NULL, y16, ny);
+    BF16->gelu_forward16(NULL, gg16, NULL, gy16, ny);
+    want = widen(g16, ny), got = back16(gg16, ny);
+    snprintf(what, sizeof what, "gelu_forward16 (bf16 input) %zu", ny);
+    compare(what, BF16, got, want, ny, TOL_BF16);
+    free(want), free(got);
+    float *yw = widen(y16, ny), *dref = malloc(ny * 4);
+    CPU->gelu_backward(NULL, dref, yw, dout, ny); /* fp32 products of the same input */
+    CPU->bias_backward(NULL, db, dref, N, OC);
+    BF16->gelu_backward16(NULL, gd16, gdb, NULL, gy16, gdout, N, OC);
+    got = back(BF16, gdb, (size_t)OC);
+    snprintf(what, sizeof what, "gelu_backward16 (bf16 input) dbias %d rows", N);
+    compare(what, BF16, got, db, (size_t)OC, TOL_FP32);
+    free(got);
+    got = back16(gd16, ny);
+    snprintf(what, sizeof what, "gelu_backward16 (bf16 input) dinp %dx%d", N, OC);
+    compare(what, BF16, got, dref, ny, TOL_BF16);
+    free(got), free(yw), free(dref);
+    BF16->free(gx), BF16->free(gW), BF16->free(gb), BF16->free(gdout), BF16->free(gdb);
+    BF16->free(gx16), BF16->free(gy16), BF16->free(gg16), BF16->free(gd16);
+    free(xf), free(W), free(b), free(dout), free(db), free(x16), free(y16), free(g16), free(d16);
+}
+
 int main(int argc, char **argv)
 {
     /* --blocked: shapes past a 1 MiB staging (TRIDENT_CUDA_STAGING_MIB=1): gemm_out16 in
@@ -449,6 +499,8 @@ int main(int argc, char **argv)
         test_linear_backward(600, 1024, 1000, 1); /* past the staging: the GEMMs unfused */
         test_gelu_backward16(600, 1000, 1024, 0);
         test_gelu_backward16(600, 1000, 1024, 1);
+        test_fc_out16(600, 1024, 1000, 0, 1); /* x staged in blocks of rows */
+        test_fc_out16(600, 1024, 1000, 1, 1);
         test_linear16(600, 1024, 1000);
         if (tr_cuda_status())
             failures++, fprintf(stderr, "FAIL %s\n", tr_errmsg());
@@ -469,6 +521,10 @@ int main(int argc, char **argv)
     test_gelu_backward16(96, 256, 64, 0);
     test_gelu_backward16(96, 256, 64, 1);
     test_gelu_backward16(2049, 100, 40, 1); /* row chunks of the column sums, odd columns */
+    test_fc_out16(96, 64, 256, 0, 1);
+    test_fc_out16(96, 64, 256, 1, 1);
+    test_fc_out16(33, 40, 100, 0, 0);
+    test_fc_out16(33, 40, 100, 1, 1);
     test_linear16(96, 256, 64);
     test_linear16(33, 100, 40);
     test_layernorm16(513, 768);

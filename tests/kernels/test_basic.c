@@ -5,6 +5,7 @@
 #include <stddef.h>
 #include <cmocka.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -77,7 +78,7 @@ static void test_linear_forward(void **state)
                 K->bias_add(NULL, want, b, N, OC);
             memcpy(y, res, (size_t)N * OC * sizeof(float));
             const float *r = mode == 0 ? NULL : mode == 1 ? y : res;
-            K->linear_forward(NULL, y, x, NULL, W, with_b ? b : NULL, r, N, IC, OC);
+            K->linear_forward(NULL, y, NULL, x, NULL, W, with_b ? b : NULL, r, N, IC, OC);
             kt_check_same("linear_forward", y, want, (size_t)N * OC);
         }
     /* a bf16-storage input: the same as its exact fp32 widening */
@@ -86,9 +87,14 @@ static void test_linear_forward(void **state)
         x16[i] = bf16_from_f32(x[i]), x[i] = bf16_to_f32(x16[i]);
     K->gemm(NULL, 0, 1, N, OC, IC, 1.0f, x, IC, W, IC, 0.0f, want, OC);
     K->bias_add(NULL, want, b, N, OC);
-    K->linear_forward(NULL, y, NULL, x16, W, b, NULL, N, IC, OC);
+    K->linear_forward(NULL, y, NULL, NULL, x16, W, b, NULL, N, IC, OC);
     kt_check_same("linear_forward (bf16 input)", y, want, (size_t)N * OC);
-    free(x16);
+    /* and a bf16-storage output: the same rounded to bf16 */
+    uint16_t *y16 = malloc((size_t)N * OC * sizeof *y16);
+    K->linear_forward(NULL, NULL, y16, NULL, x16, W, b, NULL, N, IC, OC);
+    for (size_t i = 0; i < (size_t)N * OC; i++)
+        assert_int_equal(y16[i], bf16_from_f32(want[i]));
+    free(x16), free(y16);
     free(x), free(W), free(b), free(res), free(y), free(want);
 }
 
@@ -160,15 +166,67 @@ static void test_gelu_backward16(void **state)
     b16->bias_backward(NULL, want_db, d, N, F);
     b16->gemm(NULL, 0, 0, N, C, F, 1.0f, d, F, W, C, 0.0f, want_dx, C);
     b16->gemm(NULL, 1, 0, F, C, N, 1.0f, d, F, ln, C, 1.0f, want_dW, C);
-    b16->gelu_backward16(NULL, d16, db, pre, dout, N, F);
+    b16->gelu_backward16(NULL, d16, db, pre, NULL, dout, N, F);
     kt_check_same("gelu_backward16 dbias", db, want_db, (size_t)F);
     for (size_t i = 0; i < nf; i++)
         assert_int_equal(d16[i], bf16_from_f32(d[i]));
     b16->linear_backward(NULL, dx, dW, NULL, NULL, d16, ln, NULL, W, N, C, F);
+    /* the GELU ops on a bf16-storage input (fc's output): as on its exact widening */
+    uint16_t *pre16 = malloc(nf * sizeof *pre16), *g16 = malloc(nf * sizeof *g16);
+    uint16_t *want16 = malloc(nf * sizeof *want16);
+    for (size_t i = 0; i < nf; i++)
+        pre16[i] = bf16_from_f32(pre[i]), pre[i] = bf16_to_f32(pre16[i]);
+    b16->gelu_forward16(NULL, want16, pre, NULL, nf);
+    b16->gelu_forward16(NULL, g16, NULL, pre16, nf);
+    assert_memory_equal(g16, want16, nf * sizeof *g16);
+    b16->gelu_backward16(NULL, want16, NULL, pre, NULL, dout, N, F);
+    b16->gelu_backward16(NULL, g16, NULL, NULL, pre16, dout, N, F);
+    assert_memory_equal(g16, want16, nf * sizeof *g16);
+    free(pre16), free(g16), free(want16);
     kt_check_same("linear_backward (dy16) dx", dx, want_dx, (size_t)N * C);
     kt_check_same("linear_backward (dy16) dW", dW, want_dW, (size_t)F * C);
     free(pre), free(dout), free(d), free(ln), free(W), free(db), free(want_db), free(dW);
     free(want_dW), free(dx), free(want_dx), free(d16);
+}
+
+/* "cpu-bf16"'s linear ops with fp32 input and output (LoRA's way: no bf16 tensor) on a thread
+ * whose bf16 staging was never grown: the same bits as the unfused pieces (they once returned
+ * without computing anything there: the staging of 0 floats was a NULL pointer) */
+static void *fp32_linear_on_new_thread(void *arg)
+{
+    const tr_kernels *b16 = tr_kernels_get("cpu-bf16");
+    const int N = 7, IC = 5, OC = 6;
+    float x[35], W[30], b[6], y[42], want[42], dy[42], dx[35], want_dx[35];
+    float dW[30] = {0}, want_dW[30] = {0}, db[6] = {0}, want_db[6] = {0};
+    for (int i = 0; i < 42; i++)
+        dy[i] = sinf((float)i), y[i] = -1.0f;
+    for (int i = 0; i < 35; i++)
+        x[i] = cosf((float)i);
+    for (int i = 0; i < 30; i++)
+        W[i] = sinf(0.5f * (float)i);
+    for (int i = 0; i < 6; i++)
+        b[i] = 0.1f * (float)i;
+    b16->gemm(NULL, 0, 1, N, OC, IC, 1.0f, x, IC, W, IC, 0.0f, want, OC);
+    b16->bias_add(NULL, want, b, N, OC);
+    b16->gemm(NULL, 0, 0, N, IC, OC, 1.0f, dy, OC, W, IC, 0.0f, want_dx, IC);
+    b16->gemm(NULL, 1, 0, OC, IC, N, 1.0f, dy, OC, x, IC, 1.0f, want_dW, IC);
+    b16->bias_backward(NULL, want_db, dy, N, OC);
+    b16->linear_forward(NULL, y, NULL, x, NULL, W, b, NULL, N, IC, OC);
+    b16->linear_backward(NULL, dx, dW, db, dy, NULL, x, NULL, W, N, IC, OC);
+    int *same = arg;
+    *same = !memcmp(y, want, sizeof y) && !memcmp(dx, want_dx, sizeof dx) &&
+            !memcmp(dW, want_dW, sizeof dW) && !memcmp(db, want_db, sizeof db);
+    return NULL;
+}
+
+static void test_bf16_table_fp32_linear(void **state)
+{
+    (void)state;
+    pthread_t t;
+    int same = 0;
+    assert_int_equal(pthread_create(&t, NULL, fp32_linear_on_new_thread, &same), 0);
+    assert_int_equal(pthread_join(t, NULL), 0);
+    assert_true(same);
 }
 
 static void test_memory(void **state)
@@ -416,7 +474,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_backend_lookup), cmocka_unit_test(test_memory),
         cmocka_unit_test(test_linear_forward), cmocka_unit_test(test_linear_backward),
-        cmocka_unit_test(test_gelu_backward16),
+        cmocka_unit_test(test_gelu_backward16), cmocka_unit_test(test_bf16_table_fp32_linear),
         cmocka_unit_test(test_elementwise),    cmocka_unit_test(test_bias),
         cmocka_unit_test(test_gemm),           cmocka_unit_test(test_gemm_gradients),
     };
