@@ -272,6 +272,21 @@ typedef struct tr_kernels {
                                      const float *qkv, const uint16_t *out16, const float *lse,
                                      const float *alibi, int B, int T, int NH, int NG, int HS,
                                      const int32_t *segments);
+    /* --- the attention's input qkv in bf16 storage too: optional (the model keeps qkv, QKV's
+     * output, in bf16 where both are set, the attention output is bf16 as above, the table's
+     * linear_forward writes it (y16) and no rope rotates it in place; TRIDENT_CUDA_ATTENTION_IN=
+     * fp32 takes them out of "cuda"). One pair for both layouts: attention_gqa_forward16 /
+     * _backward16's arguments (NG = NH and alibi NULL: GPT-2's attention_forward16 /
+     * _backward16), qkv16 (B, T, NG, R+2, HS) bf16 in place of qkv.
+     * Each equals its fp32-input op on qkv16's values (widened, exactly); in "cpu-bf16", whose
+     * QKV GEMM already rounds qkv, bit for bit. */
+    void (*attention_forward_qkv16)(tr_stream s, uint16_t *out16, float *lse,
+                                    const uint16_t *qkv16, const float *alibi, int B, int T,
+                                    int NH, int NG, int HS, const int32_t *segments);
+    void (*attention_backward_qkv16)(tr_stream s, float *dqkv, float *scratch, const float *dout,
+                                     const uint16_t *qkv16, const uint16_t *out16,
+                                     const float *lse, const float *alibi, int B, int T, int NH,
+                                     int NG, int HS, const int32_t *segments);
 
     /* --- embeddings ---
      * embedding_forward: out[n] = table[ids[n] - v_start] if held here (v_start <= id <

@@ -29,8 +29,9 @@ static int input_shared(const tr_gpt *g, int target)
 static size_t gelu_floats(const tr_gpt *g, size_t n) { return gpt_gelu16(g) ? (n + 1) / 2 : n; }
 static size_t ln_floats(const tr_gpt *g, size_t n) { return gpt_ln16(g) ? (n + 1) / 2 : n; }
 static size_t fch_floats(const tr_gpt *g, size_t n) { return gpt_fch16(g) ? (n + 1) / 2 : n; }
-/* ... and of the attention output (gpt_atty16) */
+/* ... and of the attention output (gpt_atty16) and its input qkv (gpt_qkv16) */
 static size_t atty_floats(const tr_gpt *g, size_t n) { return gpt_atty16(g) ? (n + 1) / 2 : n; }
+static size_t qkv_floats(const tr_gpt *g, size_t n) { return gpt_qkv16(g) ? (n + 1) / 2 : n; }
 
 /* Floats of one layer's activations (everything of layer_acts). */
 static size_t layer_acts_floats(const tr_gpt *g, int B)
@@ -45,7 +46,7 @@ static size_t layer_acts_floats(const tr_gpt *g, int B)
     size_t ln2 = input_shared(g, LORA_FC1) ? 0 : ln_floats(g, N * C);
     size_t gelu = input_shared(g, LORA_FC2) ? 0 : gelu_floats(g, N * F);
     size_t atty = atty_floats(g, N * Cl);
-    size_t sizes[] = {ln1,    Nl,     Nl, N * Q,  atty,       lse,        Nl * C,
+    size_t sizes[] = {ln1,    Nl,     Nl, qkv_floats(g, N * Q), atty, lse, Nl * C,
                       ln2,    Nl,     Nl, fch_floats(g, N * Fw), gelu, Nl * C, lora};
     size_t total = 0;
     for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++)
@@ -65,7 +66,7 @@ static void layer_acts_carve(const tr_gpt *g, int B, layer_acts *L, float **c, i
         L->ln1 = input_shared(g, LORA_QKV) ? NULL : take(c, ln_floats(g, N * C));
         L->ln1_mean = take(c, Nl);
         L->ln1_rstd = take(c, Nl);
-        L->qkv = take(c, N * (size_t)g->QKVl);
+        L->qkv = take(c, qkv_floats(g, N * (size_t)g->QKVl));
         L->atty = take(c, atty_floats(g, N * Cl));
         L->lse = take(c, lse);
         L->residual2 = take(c, Nl * C);

@@ -22,8 +22,8 @@ static int column_backward_of(tr_gpt *g, const layer_acts *L, int l, int B, cons
 }
 
 /* The attention projection's backward from dres (Nl, C), then the fused attention's into
- * sc->dqkv: the probabilities are recomputed inside the kernel from qkv, the output L->atty
- * (bf16 storage where gpt_atty16) and the saved log-sum-exps (so selective recompute has
+ * sc->dqkv: the probabilities are recomputed inside the kernel from qkv (bf16 storage where
+ * gpt_qkv16), the output L->atty (bf16 storage where gpt_atty16) and the saved log-sum-exps (so selective recompute has
  * nothing to do). */
 static int projection_then_attention(tr_gpt *g, const layer_acts *L, int l, const float *dres,
                                      int B)
@@ -39,7 +39,11 @@ static int projection_then_attention(tr_gpt *g, const layer_acts *L, int l, cons
                                          sc->wide);
         if (rc)
             return rc;
-        if (uses_gqa_attention(g))
+        if (gpt_qkv16(g)) /* (qkv bf16 too) */
+            k->attention_backward_qkv16(NULL, sc->dqkv, sc->att_rowsum, sc->datty,
+                                        (const uint16_t *)L->qkv, atty16, L->lse, g->alibi, B, T,
+                                        g->NHl, g->NGl, g->HS, g->segments);
+        else if (uses_gqa_attention(g))
             k->attention_gqa_backward16(NULL, sc->dqkv, sc->att_rowsum, sc->datty, L->qkv, atty16,
                                         L->lse, g->alibi, B, T, g->NHl, g->NGl, g->HS,
                                         g->segments);

@@ -47,7 +47,8 @@ static int norm_then_column(tr_gpt *g, const layer_acts *L, int l, int B, float 
 }
 
 /* L->residual2 (Nl, C) = x + attn_proj(attention(L->qkv)): the attention output kept in
- * L->atty, in bf16 storage where gpt_atty16 (the projection's GEMMs read it in place). */
+ * L->atty, in bf16 storage where gpt_atty16 (the projection's GEMMs read it in place); qkv
+ * read in bf16 storage where gpt_qkv16. */
 static int attention_then_projection(tr_gpt *g, const layer_acts *L, int l, const float *x, int B)
 {
     const tr_kernels *k = g->k;
@@ -55,7 +56,10 @@ static int attention_then_projection(tr_gpt *g, const layer_acts *L, int l, cons
     const float *W = layer_param(g, l, L_ATTPROJ_W), *b = layer_param(g, l, L_ATTPROJ_B);
     if (gpt_atty16(g)) {
         uint16_t *atty16 = (uint16_t *)L->atty;
-        if (uses_gqa_attention(g))
+        if (gpt_qkv16(g)) /* (its input bf16 too: one op for both layouts) */
+            k->attention_forward_qkv16(NULL, atty16, L->lse, (const uint16_t *)L->qkv, g->alibi,
+                                       B, T, g->NHl, g->NGl, g->HS, g->segments);
+        else if (uses_gqa_attention(g))
             k->attention_gqa_forward16(NULL, atty16, L->lse, L->qkv, g->alibi, B, T, g->NHl,
                                        g->NGl, g->HS, g->segments);
         else
@@ -82,7 +86,7 @@ int gpt_layer_forward(tr_gpt *g, int l, layer_acts *L, const float *x, int B)
     tr_tp_lora lo; /* LoRA adapters (NULL: none), each made right before its layer */
     /* attention: residual2 = x + attn_proj(attention(qkv(ln1(x)))) */
     rc = norm_then_column(g, L, l, B, L->ln1, L->ln1_mean, L->ln1_rstd, x, L_LN1_W, L_LN1_B,
-                          L->qkv, 0, L_QKV_W, L_QKV_B, g->QKVl, LORA_QKV);
+                          L->qkv, gpt_qkv16(g), L_QKV_W, L_QKV_B, g->QKVl, LORA_QKV);
     if (rc)
         return rc;
     if (g->s.position == TR_POS_ROPE) /* q and k rotated in place: qkv keeps the roped ones */

@@ -21,7 +21,8 @@ enum {
  * this rank writes its rows and the column-parallel layer gathers the rest in place). */
 typedef struct {
     float *ln1, *ln1_mean, *ln1_rstd; /* (N, C), (Nl), (Nl) */
-    float *qkv;                       /* (N, QKVl): (B, T, NGl, R+2, HS), roped */
+    float *qkv;                       /* (N, QKVl): (B, T, NGl, R+2, HS), roped (bf16 storage
+                                       * where gpt_qkv16) */
     float *atty;                      /* (N, Cl) attention output; backward reads it too (bf16
                                        * storage where gpt_atty16) */
     float *lse;                       /* (B, NHl, T) log-sum-exp of each query row's scores */
@@ -215,6 +216,18 @@ static inline int gpt_atty16(const tr_gpt *g)
     int ops = uses_gqa_attention(g) ? k->attention_gqa_forward16 && k->attention_gqa_backward16
                   : k->attention_forward16 && k->attention_backward16;
     return ops && k->gemm_a16 && k->gemm_b16 && !g->s.lora_rank && g->Cl % 2 == 0;
+}
+
+/* Whether qkv (layer_acts.qkv, QKV's output and the attention's input; its backward reads it
+ * again) is kept in bf16 storage: the table has the attention ops that read it so (kernels.h's
+ * attention_forward_qkv16 / _backward_qkv16, which write the output bf16: gpt_atty16 holds) and
+ * a linear_forward that writes it (y16), and no rope rotates it in place (fp32 there). Then
+ * qkv holds N*QKVl bf16 bits in half its floats. */
+static inline int gpt_qkv16(const tr_gpt *g)
+{
+    const tr_kernels *k = g->k;
+    return k->attention_forward_qkv16 && k->attention_backward_qkv16 && k->linear_forward &&
+           gpt_atty16(g) && g->s.position != TR_POS_ROPE;
 }
 
 static inline void grad_ready(tr_gpt *g, grad_range r)

@@ -7,8 +7,9 @@
  *    converts its fp32 operands into a bf16 staging buffer (4 bytes read, 2 written per
  *    element), in slabs along K when they do not fit it (each slab a GEMM of its own), and
  *    writes an fp32 output (read again when it accumulates: beta = 1). Kept in bf16 and read
- *    in place (the model's gpt_*16 rules, no LoRA): the norms' outputs, the attention output,
- *    fc's output and its gradient, the GELU output (fc's output written bf16 by its GEMM);
+ *    in place (the model's gpt_*16 rules, no LoRA): the norms' outputs, the attention output
+ *    and its input qkv (but with rope), fc's output and its gradient, the GELU output (fc's
+ *    output and qkv written bf16 by their GEMMs);
  *  - GELU and LayerNorm are separate kernels; the linear layers' bias adds ride in the
  *    GEMM's epilogue and their residual is its C input (but the row-parallel ones under TP),
  *    their bias gradients in the pass that converts the output gradient to bf16 (but the
@@ -21,6 +22,7 @@
  *    place, and the chunk's two backward GEMMs, the logits and their gradient stored in bf16.
  * Sizes: T = b s token rows, h hidden, t TP ranks. */
 #include <math.h>
+#include <string.h>
 
 #include "core/core.h"
 #include "model/gpt.h"
@@ -112,13 +114,18 @@ void plan_layer_cost_trident(const plan_cost_ctx *x, plan_cost *o)
      * converting it, forward and weight gradient; attention writes it, and its backward reads
      * it, 2 bytes an element less */
     double a16 = (long)(h / t) % 2 == 0 ? T * h / t : 0;
+    /* and its input qkv (gpt_qkv16: where the attention output is, and no rope rotates it in
+     * place): QKV's GEMM writes it 2 bytes an element less, the attention reads it 2 bytes
+     * less in forward and in each of its backward's two kernels */
+    int rope = m->position_embedding_type && !strcmp(m->position_embedding_type, "rope");
+    double q16 = a16 > 0 && !rope ? T * qkv / t : 0;
     /* QKV, projection, fc, fc_proj (the row-parallel two onto the residual) */
     double lin_f = plan_trident_gemm_s(c, T, qkv / t, h, 0) +
                    plan_trident_gemm_s(c, T, h, h / t, row_copy) +
                    plan_trident_gemm_s(c, T, fc / t, h, 0) +
                    plan_trident_gemm_s(c, T, h, F / t, row_copy) - tr_plan_stream_s(c, 6 * g16) -
                    tr_plan_stream_s(c, 6 * l16) - tr_plan_stream_s(c, 6 * a16) -
-                   tr_plan_stream_s(c, 2 * f16);
+                   tr_plan_stream_s(c, 2 * f16) - tr_plan_stream_s(c, 2 * q16);
     /* (kernels.h's linear_backward converts a layer's output gradient once for its two GEMMs:
      * QKV, projection, fc and fc_proj) */
     /* fc's output gradient in bf16 storage (gpt_dgelu16: gelu_backward16 writes it, fc's
@@ -133,9 +140,9 @@ void plan_layer_cost_trident(const plan_cost_ctx *x, plan_cost *o)
     /* fused attention: forward 2 (QK^T, PV) x 2 s^2 d / 2 (causal) per head, backward 2.5x */
     double att_flops = heads * 2.0 * s * s * d;
     double att_f = att_flops / (c->peak_flops * TRIDENT_ATTENTION_FORWARD_FRACTION) -
-                   tr_plan_stream_s(c, 2 * a16);
+                   tr_plan_stream_s(c, 2 * a16) - tr_plan_stream_s(c, 2 * q16);
     double att_b = 2.5 * att_flops / (c->peak_flops * TRIDENT_ATTENTION_BACKWARD_FRACTION) -
-                   tr_plan_stream_s(c, 2 * a16);
+                   tr_plan_stream_s(c, 2 * a16) - tr_plan_stream_s(c, 2 * 2 * q16);
     /* forward: 2 layernorms (read x, write y), bias adds (read and write the output) of
      * qkv, projection, fc and fc_proj, the residual copies before the row-parallel GEMMs
      * (tp 1; else the reduction's add: read 2, write 1), GELU / SwiGLU */

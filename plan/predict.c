@@ -258,9 +258,16 @@ static void memory_model(const tr_config *cfg, const tr_plan_cluster *c,
                             stored != TR_PLAN_RECOMPUTE_FULL && (h / t) % 2 == 0
                         ? 2.0 * s * b * h / t
                         : 0;
+    /* and its input qkv (gpt_qkv16: where the attention output is and no rope rotates it): 2
+     * bytes of its (s b, qkv/t) (GPT-2: qkv = 3h) */
+    double qkv_w, ffn_w, fc_w;
+    tr_plan_layer_dims(m, &qkv_w, &ffn_w, &fc_w);
+    int rope = m->position_embedding_type && !strcmp(m->position_embedding_type, "rope");
+    double qkv16 = atty16 > 0 && !rope ? 2.0 * s * b * qkv_w / t : 0;
     double act = tr_plan_layer_activation_bytes(s, b, h, m->num_attention_heads, t,
                                                 L->sequence_parallel, stored, act16) +
-                 (stored == TR_PLAN_RECOMPUTE_FULL ? 0 : lse) - gelu16 - fch16 - ln16 - atty16;
+                 (stored == TR_PLAN_RECOMPUTE_FULL ? 0 : lse) - gelu16 - fch16 - ln16 - atty16 -
+                 qkv16;
     double act_none = tr_plan_layer_activation_bytes(
                           s, b, h, m->num_attention_heads, t, L->sequence_parallel,
                           L->trident_kernels ? TR_PLAN_RECOMPUTE_SELECTIVE : TR_PLAN_RECOMPUTE_NONE,

@@ -7,7 +7,8 @@
  * bf16 storage gives "cpu-bf16"'s bits; what it tests is the path: the halved buffers, the
  * strides, the aliasing of logits and their gradient. Staging is per thread, grown as needed
  * (out of memory: the op leaves its output untouched and says so on stderr, once). The attention
- * output's attention_forward16 / _gqa_forward16 and their backwards (kernels.h) likewise. */
+ * output's attention_forward16 / _gqa_forward16 and their backwards (kernels.h) likewise, and
+ * attention_forward_qkv16 / _backward_qkv16, which read qkv in bf16 too. */
 #include "kernels/cpu/cpu_ops.h"
 
 #include <stdio.h>
@@ -192,6 +193,37 @@ static void s16_attention_gqa_backward16(tr_stream s, float *dqkv, float *scratc
                                   segments);
 }
 
+/* The attention's input qkv in bf16 too (attention_forward_qkv16 / _backward_qkv16): qkv16
+ * widened beside the output (forward) or the widened output (backward) in the staging, then the
+ * table's attention_gqa_ op, which GPT-2's layout is with NG = NH and no ALiBi. */
+static void s16_attention_forward_qkv16(tr_stream s, uint16_t *out16, float *lse,
+                                        const uint16_t *qkv16, const float *alibi, int B, int T,
+                                        int NH, int NG, int HS, const int32_t *segments)
+{
+    size_t no = (size_t)B * T * NH * HS, nq = (size_t)B * T * NG * (NH / NG + 2) * HS;
+    float *y = wide_buffer(no + nq);
+    if (!y)
+        return;
+    table->attention_gqa_forward(s, y, lse, widened_at(qkv16, nq, y, no), alibi, B, T, NH, NG,
+                                 HS, segments);
+    narrow(out16, y, no);
+}
+
+static void s16_attention_backward_qkv16(tr_stream s, float *dqkv, float *scratch,
+                                         const float *dout, const uint16_t *qkv16,
+                                         const uint16_t *out16, const float *lse,
+                                         const float *alibi, int B, int T, int NH, int NG, int HS,
+                                         const int32_t *segments)
+{
+    size_t no = (size_t)B * T * NH * HS, nq = (size_t)B * T * NG * (NH / NG + 2) * HS;
+    float *w = wide_buffer(no + nq);
+    if (!w)
+        return;
+    const float *o = widened_at(out16, no, w, 0), *qkv = widened_at(qkv16, nq, w, no);
+    table->attention_gqa_backward(s, dqkv, scratch, dout, qkv, o, lse, alibi, B, T, NH, NG, HS,
+                                  segments);
+}
+
 static void s16_gemm_b16(tr_stream s, int ta, int tb, int M, int N, int K, float alpha,
                             const float *A, int lda, const uint16_t *B16, int ldb, float beta,
                             float *C, int ldc)
@@ -266,7 +298,9 @@ void cpu_bf16_storage_fill(tr_kernels *t)
     t->xent_loss_backward16 = s16_xent_loss_backward16;
     if (t->attention_gqa_forward) /* (the CPU table has both layouts) */
         t->attention_gqa_forward16 = s16_attention_gqa_forward16,
-        t->attention_gqa_backward16 = s16_attention_gqa_backward16;
+        t->attention_gqa_backward16 = s16_attention_gqa_backward16,
+        t->attention_forward_qkv16 = s16_attention_forward_qkv16,
+        t->attention_backward_qkv16 = s16_attention_backward_qkv16;
     t->attention_forward16 = s16_attention_forward16;
     t->attention_backward16 = s16_attention_backward16;
     t->gelu_forward16 = s16_gelu_forward16;

@@ -14,7 +14,8 @@
 // In bf16 mode the head sizes 16, 32, 64 and 128 run flash_mma.cu's kernels instead (the
 // products in registers on mma.sync; TRIDENT_CUDA_ATTENTION=wmma keeps these); fa_prepare
 // below makes their backward's row sums and segment starts too. O: the output's storage, fp32
-// or (bf16 mode, kernels.h's attention_*16) bf16 bits, written by forward, read by fa_prepare.
+// or (bf16 mode, kernels.h's attention_*16) bf16 bits, written by forward, read by fa_prepare;
+// Q: qkv's, fp32 or (kernels.h's attention_*_qkv16, with O bf16) bf16 bits.
 // Hooks: ALiBi slopes (score += slope_h (j - i)) and grouped key/value heads (qkv layout
 // (B, T, NG, R+2, HS)), as the CPU twin kernels/cpu/attention.c.
 // Shared memory: tiles of TILE x DP (DP = HS rounded up to 16, zero padded; rows past T
@@ -40,7 +41,8 @@ constexpr int FA_MAX_HS = 256;
 // The output is fp32 (out, out_c) or bf16 bits (out16, out16_c) as the kernel's O says: one
 // pointer either way (a larger struct made ptxas spill in fa_backward_kv<bf16, 32>).
 struct fa_args {
-    const float *qkv, *dout;
+    union { const float *qkv; const uint16_t *qkv16; }; // the kernels' Q
+    const float *dout;
     union { const float *out_c; const uint16_t *out16_c; }; // the backward's
     const float *lse_c, *alibi;
     const int32_t *seg;
@@ -76,6 +78,11 @@ __device__ __forceinline__ void put(float *p, float v) { *p = v; }
 __device__ __forceinline__ void put(uint16_t *p, float v) { *p = bf16_from_f32(v); }
 __device__ __forceinline__ float get(const float *p) { return *p; }
 __device__ __forceinline__ float get(const uint16_t *p) { return bf16_to_f32(*p); }
+__device__ __forceinline__ const float *qkv_of(const fa_args &a, const float *) { return a.qkv; }
+__device__ __forceinline__ const uint16_t *qkv_of(const fa_args &a, const uint16_t *)
+{
+    return a.qkv16;
+}
 
 // Row stride of an input tile: fp32 odd (no bank conflicts in the scalar products), bf16
 // DP (wmma's 32-byte aligned rows).
@@ -85,14 +92,14 @@ template <typename Tin> __host__ __device__ constexpr int tile_ld(int DP)
 }
 
 // dst (TILE x DP, row stride tile_ld) = rows [r0, r0 + n) of the HS-wide slice at src (row
-// stride ld), zero past n rows and past HS columns.
-template <typename Tin, int TILE>
-__device__ void load_tile(Tin *dst, const float *src, int ld, int r0, int n, int HS, int DP)
+// stride ld; fp32 or bf16 bits), zero past n rows and past HS columns.
+template <typename Tin, int TILE, typename S>
+__device__ void load_tile(Tin *dst, const S *src, int ld, int r0, int n, int HS, int DP)
 {
     int LT = tile_ld<Tin>(DP);
     for (int idx = threadIdx.x; idx < TILE * DP; idx += FA_THREADS) {
         int i = idx / DP, d = idx % DP;
-        float v = i < n && d < HS ? src[(size_t)(r0 + i) * ld + d] : 0.0f;
+        float v = i < n && d < HS ? get(src + (size_t)(r0 + i) * ld + d) : 0.0f;
         dst[i * LT + d] = to_in<Tin>(v);
     }
 }
@@ -202,7 +209,7 @@ __device__ __forceinline__ float masked_score(const fa_args &a, float s, int h, 
 }
 
 // ---------------------------------------------------------------- forward
-template <typename Tin, int TILE, typename O>
+template <typename Tin, int TILE, typename O, typename Q>
 __global__ void __launch_bounds__(FA_THREADS) fa_forward(fa_args a, int DP)
 {
     extern __shared__ __align__(128) unsigned char smem[];
@@ -219,7 +226,7 @@ __global__ void __launch_bounds__(FA_THREADS) fa_forward(fa_args a, int DP)
     int qt = gridDim.x - 1 - blockIdx.x; // the largest query tiles first
     int bh = blockIdx.y, b = bh / a.NH, h = bh % a.NH, g = h / a.R, T = a.T;
     int r0 = qt * TILE, rows = min(TILE, T - r0);
-    const float *base = a.qkv + (size_t)b * T * a.C3;
+    const Q *base = qkv_of(a, (const Q *)nullptr) + (size_t)b * T * a.C3;
     load_tile<Tin, TILE>(Qs, base + q_off(a, h), a.C3, r0, rows, a.HS, DP);
     for (int idx = threadIdx.x; idx < TILE * DP; idx += FA_THREADS)
         Os[idx] = 0.0f;
@@ -329,7 +336,7 @@ __device__ void tile_grads(const fa_args &a, float *S, float *dP, Tin *Ps, Tin *
 }
 
 // dK, dV of key tile blockIdx.x of (batch, group) blockIdx.y.
-template <typename Tin, int TILE>
+template <typename Tin, int TILE, typename Q>
 __global__ void __launch_bounds__(FA_THREADS) fa_backward_kv(fa_args a, int DP)
 {
     extern __shared__ __align__(128) unsigned char smem[];
@@ -345,7 +352,7 @@ __global__ void __launch_bounds__(FA_THREADS) fa_backward_kv(fa_args a, int DP)
 
     int c = blockIdx.x, bg = blockIdx.y, b = bg / a.NG, g = bg % a.NG, T = a.T;
     int tiles = (T + TILE - 1) / TILE, c0 = c * TILE, cols = min(TILE, T - c0);
-    const float *base = a.qkv + (size_t)b * T * a.C3;
+    const Q *base = qkv_of(a, (const Q *)nullptr) + (size_t)b * T * a.C3;
     const int *starts = seg_starts(a) + (size_t)b * T;
     load_tile<Tin, TILE>(Ks, base + k_off(a, g), a.C3, c0, cols, a.HS, DP);
     load_tile<Tin, TILE>(Vs, base + k_off(a, g) + a.HS, a.C3, c0, cols, a.HS, DP);
@@ -388,7 +395,7 @@ __global__ void __launch_bounds__(FA_THREADS) fa_backward_kv(fa_args a, int DP)
 }
 
 // dQ of query tile (from the last) blockIdx.x of (batch, head) blockIdx.y.
-template <typename Tin, int TILE>
+template <typename Tin, int TILE, typename Q>
 __global__ void __launch_bounds__(FA_THREADS) fa_backward_q(fa_args a, int DP)
 {
     extern __shared__ __align__(128) unsigned char smem[];
@@ -404,7 +411,7 @@ __global__ void __launch_bounds__(FA_THREADS) fa_backward_q(fa_args a, int DP)
 
     int qt = gridDim.x - 1 - blockIdx.x, bh = blockIdx.y, b = bh / a.NH, h = bh % a.NH;
     int g = h / a.R, T = a.T, r0 = qt * TILE, rows = min(TILE, T - r0);
-    const float *base = a.qkv + (size_t)b * T * a.C3;
+    const Q *base = qkv_of(a, (const Q *)nullptr) + (size_t)b * T * a.C3;
     const int *starts = seg_starts(a) + (size_t)b * T;
     load_tile<Tin, TILE>(Qs, base + q_off(a, h), a.C3, r0, rows, a.HS, DP);
     load_tile<Tin, TILE>(dOs, a.dout + (size_t)b * T * a.C + (size_t)h * a.HS, a.C, r0, rows,
@@ -483,50 +490,64 @@ bool usable(const fa_args &a, const char *what)
     return a.B > 0 && a.T > 0 && a.NH > 0;
 }
 
-template <typename Tin, int TILE, typename O>
+template <typename Tin, int TILE, typename O, typename Q>
 void forward_tiles(cudaStream_t st, const fa_args &a, int DP)
 {
     size_t bytes = fwd_smem(TILE, DP, sizeof(Tin));
-    if (!prepare_launch(fa_forward<Tin, TILE, O>, bytes, "attention_forward (flash)"))
+    if (!prepare_launch(fa_forward<Tin, TILE, O, Q>, bytes, "attention_forward (flash)"))
         return;
     dim3 grid((a.T + TILE - 1) / TILE, a.B * a.NH);
-    fa_forward<Tin, TILE, O><<<grid, FA_THREADS, bytes, st>>>(a, DP);
+    fa_forward<Tin, TILE, O, Q><<<grid, FA_THREADS, bytes, st>>>(a, DP);
     cu_launched("attention_forward (flash)");
 }
 
-template <typename Tin, typename O = float> void forward(tr_stream s, const fa_args &a)
+// qkv (fp32) and qkv16 (bf16) for the mma kernels, as Q says
+template <typename Q> const float *f32_in(const fa_args &a)
+{
+    return sizeof(Q) == 4 ? a.qkv : nullptr;
+}
+template <typename Q> const uint16_t *b16_in(const fa_args &a)
+{
+    return sizeof(Q) == 2 ? a.qkv16 : nullptr;
+}
+
+template <typename Tin, typename O = float, typename Q = float>
+void forward(tr_stream s, const fa_args &a)
 {
     if (!usable(a, "attention_forward (flash)"))
         return;
     cudaStream_t st = cu_stream(s);
     bool o16 = sizeof(O) == 2;
     if (std::is_same<Tin, __nv_bfloat16>::value &&
-        cu_flash_mma_forward(st, o16 ? nullptr : a.out, o16 ? a.out16 : nullptr, a.lse, a.qkv,
-                             a.alibi, a.B, a.T, a.NH, a.NG, a.HS, a.seg))
+        cu_flash_mma_forward(st, o16 ? nullptr : a.out, o16 ? a.out16 : nullptr, a.lse,
+                             f32_in<Q>(a), b16_in<Q>(a), a.alibi, a.B, a.T, a.NH, a.NG, a.HS,
+                             a.seg))
         return;
     int DP = pad16(a.HS), tile = tile_for<Tin>(DP);
     if (tile == 64)
-        forward_tiles<Tin, 64, O>(st, a, DP);
+        forward_tiles<Tin, 64, O, Q>(st, a, DP);
     else if (tile == 32)
-        forward_tiles<Tin, 32, O>(st, a, DP);
+        forward_tiles<Tin, 32, O, Q>(st, a, DP);
     else
-        forward_tiles<Tin, 16, O>(st, a, DP);
+        forward_tiles<Tin, 16, O, Q>(st, a, DP);
 }
 
-template <typename Tin, int TILE> void backward_tiles(cudaStream_t st, const fa_args &a, int DP)
+template <typename Tin, int TILE, typename Q>
+void backward_tiles(cudaStream_t st, const fa_args &a, int DP)
 {
     size_t kv = dkv_smem(TILE, DP, sizeof(Tin)), q = dq_smem(TILE, DP, sizeof(Tin));
-    if (!prepare_launch(fa_backward_kv<Tin, TILE>, kv, "attention_backward (flash, dK dV)") ||
-        !prepare_launch(fa_backward_q<Tin, TILE>, q, "attention_backward (flash, dQ)"))
+    if (!prepare_launch(fa_backward_kv<Tin, TILE, Q>, kv, "attention_backward (flash, dK dV)") ||
+        !prepare_launch(fa_backward_q<Tin, TILE, Q>, q, "attention_backward (flash, dQ)"))
         return;
     int tiles = (a.T + TILE - 1) / TILE;
-    fa_backward_kv<Tin, TILE><<<dim3(tiles, a.B * a.NG), FA_THREADS, kv, st>>>(a, DP);
+    fa_backward_kv<Tin, TILE, Q><<<dim3(tiles, a.B * a.NG), FA_THREADS, kv, st>>>(a, DP);
     cu_launched("attention_backward (flash, dK dV)");
-    fa_backward_q<Tin, TILE><<<dim3(tiles, a.B * a.NH), FA_THREADS, q, st>>>(a, DP);
+    fa_backward_q<Tin, TILE, Q><<<dim3(tiles, a.B * a.NH), FA_THREADS, q, st>>>(a, DP);
     cu_launched("attention_backward (flash, dQ)");
 }
 
-template <typename Tin, typename O = float> void backward(tr_stream s, const fa_args &a)
+template <typename Tin, typename O = float, typename Q = float>
+void backward(tr_stream s, const fa_args &a)
 {
     if (!usable(a, "attention_backward (flash)"))
         return;
@@ -536,16 +557,16 @@ template <typename Tin, typename O = float> void backward(tr_stream s, const fa_
     cu_launched("attention_backward (flash, row sums)");
     const int32_t *starts = reinterpret_cast<const int32_t *>(a.D + (size_t)a.B * a.NH * a.T);
     if (std::is_same<Tin, __nv_bfloat16>::value &&
-        cu_flash_mma_backward(st, a.dqkv, a.D, starts, a.dout, a.qkv, a.lse_c, a.alibi, a.B, a.T,
-                              a.NH, a.NG, a.HS))
+        cu_flash_mma_backward(st, a.dqkv, a.D, starts, a.dout, f32_in<Q>(a), b16_in<Q>(a),
+                              a.lse_c, a.alibi, a.B, a.T, a.NH, a.NG, a.HS))
         return;
     int DP = pad16(a.HS), tile = tile_for<Tin>(DP);
     if (tile == 64)
-        backward_tiles<Tin, 64>(st, a, DP);
+        backward_tiles<Tin, 64, Q>(st, a, DP);
     else if (tile == 32)
-        backward_tiles<Tin, 32>(st, a, DP);
+        backward_tiles<Tin, 32, Q>(st, a, DP);
     else
-        backward_tiles<Tin, 16>(st, a, DP);
+        backward_tiles<Tin, 16, Q>(st, a, DP);
 }
 
 } // namespace
@@ -592,6 +613,26 @@ void cu_flash_backward_bf16(tr_stream s, float *dqkv, float *scratch, const floa
     if (out16)
         a.out16_c = out16;
     out16 ? backward<__nv_bfloat16, uint16_t>(s, a) : backward<__nv_bfloat16>(s, a);
+}
+
+void cu_attention_forward_qkv16(tr_stream s, uint16_t *out16, float *lse, const uint16_t *qkv16,
+                                const float *alibi, int B, int T, int NH, int NG, int HS,
+                                const int32_t *segments)
+{
+    fa_args a = make_args(B, T, NH, NG, HS, alibi, segments);
+    a.out16 = out16, a.lse = lse, a.qkv16 = qkv16;
+    forward<__nv_bfloat16, uint16_t, uint16_t>(s, a);
+}
+
+void cu_attention_backward_qkv16(tr_stream s, float *dqkv, float *scratch, const float *dout,
+                                 const uint16_t *qkv16, const uint16_t *out16, const float *lse,
+                                 const float *alibi, int B, int T, int NH, int NG, int HS,
+                                 const int32_t *segments)
+{
+    fa_args a = make_args(B, T, NH, NG, HS, alibi, segments);
+    a.dqkv = dqkv, a.D = scratch, a.dout = dout, a.qkv16 = qkv16, a.out16_c = out16;
+    a.lse_c = lse;
+    backward<__nv_bfloat16, uint16_t, uint16_t>(s, a);
 }
 
 } // extern "C"

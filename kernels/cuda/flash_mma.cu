@@ -1,5 +1,6 @@
 // The launch of flash_mma.cuh's tensor-core attention (cuda_internal.h: cu_flash_mma_forward,
-// its output fp32 or bf16, and cu_flash_mma_backward): the bf16 mode's head sizes 16, 32, 64,
+// its output fp32 or bf16, and cu_flash_mma_backward; qkv fp32 or bf16): the bf16 mode's head
+// sizes 16, 32, 64,
 // 128 with every tensor 16-byte aligned (the kernels' float4 loads), unless
 // TRIDENT_CUDA_ATTENTION=wmma; elsewhere they return 0 and flash.cu's wmma kernels run.
 // Grids: forward and dQ a block per (query tile of 64, batch x head), the largest tiles first;
@@ -30,42 +31,53 @@ template <typename K> bool opt_in(K kernel, size_t bytes, const char *what)
                     what);
 }
 
-// O: the output's storage (float: out; uint16_t: bf16 out16)
-template <int D, typename O> void forward_o(cudaStream_t st, const fm::args &m)
+// O: the output's storage (float: out; uint16_t: bf16 out16), Q: qkv's (bf16 qkv16 only with
+// out16: kernels.h's attention_*_qkv16)
+template <int D, typename O, typename Q = float> void forward_o(cudaStream_t st, const fm::args &m)
 {
     size_t bytes = fm::forward_bytes(D);
-    if (!opt_in(fm::forward<D, O>, bytes, "attention_forward (mma)"))
+    if (!opt_in(fm::forward<D, O, Q>, bytes, "attention_forward (mma)"))
         return;
-    fm::forward<D, O><<<dim3((m.T + fm::BM - 1) / fm::BM, m.B * m.NH), fm::THREADS, bytes, st>>>(
-        m);
+    fm::forward<D, O, Q><<<dim3((m.T + fm::BM - 1) / fm::BM, m.B * m.NH), fm::THREADS, bytes,
+                           st>>>(m);
     cu_launched("attention_forward (mma)");
 }
 
-template <int D> void forward_d(cudaStream_t st, const fm::args &m)
+template <int D> void forward_d(cudaStream_t st, const fm::args &m, bool in16)
 {
-    m.out16 ? forward_o<D, uint16_t>(st, m) : forward_o<D, float>(st, m);
+    if (in16)
+        forward_o<D, uint16_t, uint16_t>(st, m);
+    else
+        m.out16 ? forward_o<D, uint16_t>(st, m) : forward_o<D, float>(st, m);
 }
 
-template <int D> void backward_d(cudaStream_t st, const fm::args &m)
+template <int D, typename Q> void backward_q_of(cudaStream_t st, const fm::args &m)
 {
     size_t kv = fm::backward_kv_bytes(D), q = fm::backward_q_bytes(D);
-    if (!opt_in(fm::backward_kv<D>, kv, "attention_backward (mma, dK dV)") ||
-        !opt_in(fm::backward_q<D>, q, "attention_backward (mma, dQ)"))
+    if (!opt_in(fm::backward_kv<D, Q>, kv, "attention_backward (mma, dK dV)") ||
+        !opt_in(fm::backward_q<D, Q>, q, "attention_backward (mma, dQ)"))
         return;
-    fm::backward_kv<D><<<dim3((m.T + fm::BN - 1) / fm::BN, m.B * m.NG), fm::THREADS, kv, st>>>(m);
+    fm::backward_kv<D, Q><<<dim3((m.T + fm::BN - 1) / fm::BN, m.B * m.NG), fm::THREADS, kv,
+                            st>>>(m);
     cu_launched("attention_backward (mma, dK dV)");
-    fm::backward_q<D><<<dim3((m.T + fm::BM - 1) / fm::BM, m.B * m.NH), fm::THREADS, q, st>>>(m);
+    fm::backward_q<D, Q><<<dim3((m.T + fm::BM - 1) / fm::BM, m.B * m.NH), fm::THREADS, q,
+                           st>>>(m);
     cu_launched("attention_backward (mma, dQ)");
 }
 
-// forward (fwd) or backward for the head size (one of the four takes() allows)
-void run(cudaStream_t st, const fm::args &m, int HS, bool fwd)
+template <int D> void backward_d(cudaStream_t st, const fm::args &m, bool in16)
+{
+    in16 ? backward_q_of<D, uint16_t>(st, m) : backward_q_of<D, float>(st, m);
+}
+
+// forward (fwd) or backward for the head size (one of the four takes() allows); in16: qkv16
+void run(cudaStream_t st, const fm::args &m, int HS, bool fwd, bool in16)
 {
     switch (HS) {
-    case 16: fwd ? forward_d<16>(st, m) : backward_d<16>(st, m); break;
-    case 32: fwd ? forward_d<32>(st, m) : backward_d<32>(st, m); break;
-    case 64: fwd ? forward_d<64>(st, m) : backward_d<64>(st, m); break;
-    default: fwd ? forward_d<128>(st, m) : backward_d<128>(st, m); break;
+    case 16: fwd ? forward_d<16>(st, m, in16) : backward_d<16>(st, m, in16); break;
+    case 32: fwd ? forward_d<32>(st, m, in16) : backward_d<32>(st, m, in16); break;
+    case 64: fwd ? forward_d<64>(st, m, in16) : backward_d<64>(st, m, in16); break;
+    default: fwd ? forward_d<128>(st, m, in16) : backward_d<128>(st, m, in16); break;
     }
 }
 
@@ -74,28 +86,29 @@ void run(cudaStream_t st, const fm::args &m, int HS, bool fwd)
 extern "C" {
 
 int cu_flash_mma_forward(cudaStream_t st, float *out, uint16_t *out16, float *lse,
-                         const float *qkv, const float *alibi, int B, int T, int NH, int NG,
-                         int HS, const int32_t *segments)
+                         const float *qkv, const uint16_t *qkv16, const float *alibi, int B,
+                         int T, int NH, int NG, int HS, const int32_t *segments)
 {
-    if (!takes(HS, (uintptr_t)out | (uintptr_t)out16 | (uintptr_t)qkv))
+    if (!takes(HS, (uintptr_t)out | (uintptr_t)out16 | (uintptr_t)qkv | (uintptr_t)qkv16))
         return 0;
     fm::args m = fm::make_args(B, T, NH, NG, HS, alibi);
-    m.out = out, m.out16 = out16, m.lse = lse, m.qkv = qkv, m.seg = segments;
-    run(st, m, HS, true);
+    m.out = out, m.out16 = out16, m.lse = lse, m.seg = segments;
+    qkv16 ? (void)(m.qkv16 = qkv16) : (void)(m.qkv = qkv);
+    run(st, m, HS, true, qkv16 != nullptr);
     return 1;
 }
 
 int cu_flash_mma_backward(cudaStream_t st, float *dqkv, const float *Drow,
                           const int32_t *starts, const float *dout, const float *qkv,
-                          const float *lse, const float *alibi, int B, int T, int NH, int NG,
-                          int HS)
+                          const uint16_t *qkv16, const float *lse, const float *alibi, int B,
+                          int T, int NH, int NG, int HS)
 {
-    if (!takes(HS, (uintptr_t)dqkv | (uintptr_t)dout | (uintptr_t)qkv))
+    if (!takes(HS, (uintptr_t)dqkv | (uintptr_t)dout | (uintptr_t)qkv | (uintptr_t)qkv16))
         return 0;
     fm::args m = fm::make_args(B, T, NH, NG, HS, alibi);
-    m.dqkv = dqkv, m.Drow = Drow, m.starts = starts, m.dout = dout, m.qkv = qkv;
-    m.lse_in = lse;
-    run(st, m, HS, false);
+    m.dqkv = dqkv, m.Drow = Drow, m.starts = starts, m.dout = dout, m.lse_in = lse;
+    qkv16 ? (void)(m.qkv16 = qkv16) : (void)(m.qkv = qkv);
+    run(st, m, HS, false, qkv16 != nullptr);
     return 1;
 }
 

@@ -5,14 +5,15 @@
 // same source on the host (tests/cuda/flash_emu.cc).
 //
 // Shapes: qkv (B, T, NG, R+2, D) fp32 (R = NH / NG query heads per group, then the group's
-// key and value), out (B, T, NH, D) fp32, or out16 bf16 (forward<D, uint16_t>: kernels.h's
+// key and value), or qkv16 bf16 (the kernels' Q = uint16_t: kernels.h's attention_*_qkv16),
+// out (B, T, NH, D) fp32, or out16 bf16 (forward<D, uint16_t>: kernels.h's
 // attention_*forward16), lse and the backward's row sums Drow (B, NH, T), seg
 // (B, T) segment ids or null, starts (B, T) the first position of each row's segment (the
 // backward's, from flash.cu's fa_prepare). D, the head size, is 16, 32, 64 or 128.
 //
 // Blocks of 4 warps; a warp owns 16 rows of the block's tile (queries in forward and dQ,
 // keys in dK dV). Tiles are rounded to bf16 when loaded from global memory into shared memory
-// (row stride D + 8 halves: the fragment loads of 8 rows x 4 words hit 32 banks); a score
+// (a bf16 qkv16 loaded as it is, 8 bytes a lane where fp32 takes 16; row stride D + 8 halves: the fragment loads of 8 rows x 4 words hit 32 banks); a score
 // tile S (16 x 64 per warp) lives in the mma accumulators and is turned into the A operand of
 // the next product in registers (the C fragment of columns 16k.. 16k + 15 is the A fragment
 // of that k step). Operands that enter a product as B with the sum over their rows (V in
@@ -47,7 +48,8 @@ constexpr int BN = 64;  // keys per tile (16 per warp in dK dV)
 constexpr int PAD = 8;  // halves past each shared row: conflict-free fragment loads
 
 struct args {
-    const float *qkv, *dout, *alibi, *lse_in, *Drow;
+    union { const float *qkv; const uint16_t *qkv16; }; // the kernels' Q: the input's storage
+    const float *dout, *alibi, *lse_in, *Drow;
     const int32_t *seg, *starts;
     float *out, *lse, *dqkv;
     uint16_t *out16; // forward<D, uint16_t>'s output
@@ -93,14 +95,15 @@ FM_DEV size_t k_off(const args &a, int g, int D)
     return (size_t)g * (a.R + 2) * D + (size_t)a.R * D;
 }
 
-// Rows [r0, r0 + n) of a D-wide fp32 slice (row stride ld) as a ROWS x D bf16 tile: row-major
+// Rows [r0, r0 + n) of a D-wide fp32 or bf16 (S) slice (row stride ld) as a ROWS x D bf16 tile: row-major
 // into dst (row stride D + PAD) and/or transposed into dst_t (D x ROWS, row stride ROWS + PAD),
 // zero past n rows. A warp converts a block of 16 rows x 8 columns a step, a lane 4 columns of
 // one row (one 16-byte load): each row's 32 bytes are one sector, and the transposed stores
 // of a step fall in 16 banks per column group, the two groups 16 banks apart (no conflict).
-// A lane issues up to 4 loads before it stores any (their latencies overlap).
-template <int D, int ROWS>
-FM_DEV void load_tile(uint16_t *dst, uint16_t *dst_t, const float *src, int ld, int r0, int n)
+// A lane issues up to 4 loads before it stores any (their latencies overlap). bf16 values are
+// widened by the load and rounded back by the stores: the same bits.
+template <int D, int ROWS, typename S>
+FM_DEV void load_tile(uint16_t *dst, uint16_t *dst_t, const S *src, int ld, int r0, int n)
 {
     constexpr int STEPS = ROWS / 16 * (D / 8) / WARPS, BATCH = STEPS < 4 ? STEPS : 4;
     static_assert(STEPS % BATCH == 0, "steps in whole batches");
@@ -218,6 +221,10 @@ FM_DEV float score(const args &a, float s, float slope, int i, int j)
     return s * a.scale + slope * (float)(j - i);
 }
 
+// qkv in its storage Q: fp32 or bf16 bits
+FM_DEV const float *in_of(const args &a, const float *) { return a.qkv; }
+FM_DEV const uint16_t *in_of(const args &a, const uint16_t *) { return a.qkv16; }
+
 // The forward's output: columns c, c + 1 of a row, fp32 or rounded to bf16 (one 32-bit store).
 FM_DEV float *out_of(const args &a, float *) { return a.out; }
 FM_DEV uint16_t *out_of(const args &a, uint16_t *) { return a.out16; }
@@ -225,8 +232,8 @@ FM_DEV void store_pair(float *p, float x, float y) { p[0] = x, p[1] = y; }
 FM_DEV void store_pair(uint16_t *p, float x, float y) { fm_stg32(p, fm_pack(x, y)); }
 
 // ---------------------------------------------------------------- forward
-// O: the output's storage, float (out) or uint16_t (bf16 bits, out16).
-template <int D, typename O = float> FM_KERNEL forward(args a)
+// O: the output's storage, float (out) or uint16_t (bf16 bits, out16); Q: qkv's.
+template <int D, typename O = float, typename Q = float> FM_KERNEL forward(args a)
 {
     constexpr int LD = D + PAD, LT = BN + PAD;
     uint16_t *Qs = reinterpret_cast<uint16_t *>(fm_shared());
@@ -236,7 +243,7 @@ template <int D, typename O = float> FM_KERNEL forward(args a)
     int qt = fm_gridx() - 1 - fm_bidx(); // the largest query tiles first
     int bh = fm_bidy(), b = bh / a.NH, h = bh % a.NH, g = h / a.R, T = a.T;
     int r0 = qt * BM, rows = fm_min(BM, T - r0);
-    const float *base = a.qkv + (size_t)b * T * a.C3;
+    const Q *base = in_of(a, (const Q *)nullptr) + (size_t)b * T * a.C3;
     load_tile<D, BM>(Qs, nullptr, base + q_off(a, h, D), a.C3, r0, rows);
     tile_starts(a, st0, b, r0, rows);
     fm_sync();
@@ -308,8 +315,8 @@ template <int D, typename O = float> FM_KERNEL forward(args a)
 }
 
 // ---------------------------------------------------------------- backward
-// dK, dV of key tile fm_bidx() of (batch, group) fm_bidy().
-template <int D> FM_KERNEL backward_kv(args a)
+// dK, dV of key tile fm_bidx() of (batch, group) fm_bidy(); Q: qkv's storage.
+template <int D, typename Q = float> FM_KERNEL backward_kv(args a)
 {
     constexpr int BQ = bq_for(D), LD = D + PAD, LQ = BQ + PAD;
     uint16_t *Ks = reinterpret_cast<uint16_t *>(fm_shared());
@@ -320,7 +327,7 @@ template <int D> FM_KERNEL backward_kv(args a)
 
     int c = fm_bidx(), bg = fm_bidy(), b = bg / a.NG, g = bg % a.NG, T = a.T;
     int c0 = c * BN, cols = fm_min(BN, T - c0);
-    const float *base = a.qkv + (size_t)b * T * a.C3;
+    const Q *base = in_of(a, (const Q *)nullptr) + (size_t)b * T * a.C3;
     const int32_t *starts = a.starts + (size_t)b * T;
     load_tile<D, BN>(Ks, nullptr, base + k_off(a, g, D), a.C3, c0, cols);
     load_tile<D, BN>(Vs, nullptr, base + k_off(a, g, D) + D, a.C3, c0, cols);
@@ -376,8 +383,8 @@ template <int D> FM_KERNEL backward_kv(args a)
     }
 }
 
-// dQ of query tile (from the last) fm_bidx() of (batch, head) fm_bidy().
-template <int D> FM_KERNEL backward_q(args a)
+// dQ of query tile (from the last) fm_bidx() of (batch, head) fm_bidy(); Q: qkv's storage.
+template <int D, typename Q = float> FM_KERNEL backward_q(args a)
 {
     constexpr int LD = D + PAD, LT = BN + PAD;
     uint16_t *Qs = reinterpret_cast<uint16_t *>(fm_shared());
@@ -385,7 +392,7 @@ template <int D> FM_KERNEL backward_q(args a)
 
     int qt = fm_gridx() - 1 - fm_bidx(), bh = fm_bidy(), b = bh / a.NH, h = bh % a.NH;
     int g = h / a.R, T = a.T, r0 = qt * BM, rows = fm_min(BM, T - r0);
-    const float *base = a.qkv + (size_t)b * T * a.C3;
+    const Q *base = in_of(a, (const Q *)nullptr) + (size_t)b * T * a.C3;
     const int32_t *starts = a.starts + (size_t)b * T;
     load_tile<D, BM>(Qs, nullptr, base + q_off(a, h, D), a.C3, r0, rows);
     load_tile<D, BM>(dOs, nullptr, a.dout + (size_t)b * T * a.C + (size_t)h * D, a.C, r0, rows);

@@ -17,7 +17,8 @@
 //   fm_bf16(x)                 one float rounded to bf16 bits
 //   fm_ld32(p) fm_st32(p, v)   32-bit shared-memory access at an even bf16 index
 //   fm_st16(p, v)              one bf16 into shared memory
-//   fm_ldg4(p, v)              v[0..3] = p[0..3] (global, 16-byte aligned)
+//   fm_ldg4(p, v)              v[0..3] = p[0..3] (global: fp32 16-byte aligned, or bf16 bits
+//                              8-byte aligned, widened)
 //   fm_stg32(p, v)             two bf16 (a fm_pack) into global memory at an even bf16 index
 //   fm_exp fm_log fm_min fm_ffs
 //   FM_DEV FM_HD FM_KERNEL FM_UNROLL   qualifiers of device, host-and-device, kernel functions
@@ -77,6 +78,12 @@ FM_DEV void fm_ldg4(const float *p, float v[4])
 {
     float4 x = __ldg(reinterpret_cast<const float4 *>(p));
     v[0] = x.x, v[1] = x.y, v[2] = x.z, v[3] = x.w;
+}
+FM_DEV void fm_ldg4(const uint16_t *p, float v[4])
+{
+    uint2 x = __ldg(reinterpret_cast<const uint2 *>(p)); // the lower-indexed in the low half
+    v[0] = __uint_as_float(x.x << 16), v[1] = __uint_as_float(x.x & 0xffff0000u);
+    v[2] = __uint_as_float(x.y << 16), v[3] = __uint_as_float(x.y & 0xffff0000u);
 }
 
 #endif

@@ -33,7 +33,8 @@
  * and linear_backward (gemm, then bias_add; two gemm calls and bias_backward),
  * TRIDENT_CUDA_ACTIVATIONS=fp32 the MLP activation's and the norms' bf16 storage, forward and
  * backward (fp32 again), TRIDENT_CUDA_ATTENTION_OUT=fp32 the attention output's (kernels.h's
- * attention_*16: fp32 again) */
+ * attention_*16: fp32 again; its input's go with it), TRIDENT_CUDA_ATTENTION_IN=fp32 the
+ * attention input's (attention_*_qkv16: qkv fp32 again) */
 static tr_kernels cuda_bf16_table = {
     .name = "cuda",
     COMMON_OPS,
@@ -59,6 +60,8 @@ static tr_kernels cuda_bf16_table = {
     .attention_backward16 = cu_attention_backward16,
     .attention_gqa_forward16 = cu_attention_gqa_forward16,
     .attention_gqa_backward16 = cu_attention_gqa_backward16,
+    .attention_forward_qkv16 = cu_attention_forward_qkv16,
+    .attention_backward_qkv16 = cu_attention_backward_qkv16,
 };
 
 static const tr_kernels cuda_fp32_table = {
@@ -77,6 +80,7 @@ static void table_choices(void)
 {
     const char *h = getenv("TRIDENT_CUDA_HEAD"), *e = getenv("TRIDENT_CUDA_EPILOGUE");
     const char *a = getenv("TRIDENT_CUDA_ACTIVATIONS"), *o = getenv("TRIDENT_CUDA_ATTENTION_OUT");
+    const char *in = getenv("TRIDENT_CUDA_ATTENTION_IN");
     if (h && !strcmp(h, "fp32")) /* (gemm_a16 stays: the GELU output's forward reads it) */
         cuda_bf16_table.gemm_out16 = NULL, cuda_bf16_table.xent_stats16 = NULL,
         cuda_bf16_table.xent_loss_backward16 = NULL;
@@ -91,6 +95,9 @@ static void table_choices(void)
         cuda_bf16_table.attention_forward16 = NULL, cuda_bf16_table.attention_backward16 = NULL,
         cuda_bf16_table.attention_gqa_forward16 = NULL,
         cuda_bf16_table.attention_gqa_backward16 = NULL;
+    if ((in && !strcmp(in, "fp32")) || (o && !strcmp(o, "fp32"))) /* qkv in fp32 again */
+        cuda_bf16_table.attention_forward_qkv16 = NULL,
+        cuda_bf16_table.attention_backward_qkv16 = NULL;
 }
 
 const tr_kernels *tr_kernels_cuda(tr_cuda_precision precision)

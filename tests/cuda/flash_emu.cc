@@ -12,18 +12,18 @@ extern "C" {
 
 namespace {
 
-template <int D, typename O = float> void run_forward(const fm::args &a)
+template <int D, typename O = float, typename Q = float> void run_forward(const fm::args &a)
 {
     emu::launch((a.T + fm::BM - 1) / fm::BM, a.B * a.NH, fm::forward_bytes(D),
-                [&a] { fm::forward<D, O>(a); });
+                [&a] { fm::forward<D, O, Q>(a); });
 }
 
-template <int D> void run_backward(const fm::args &a)
+template <int D, typename Q = float> void run_backward(const fm::args &a)
 {
     emu::launch((a.T + fm::BN - 1) / fm::BN, a.B * a.NG, fm::backward_kv_bytes(D),
-                [&a] { fm::backward_kv<D>(a); });
+                [&a] { fm::backward_kv<D, Q>(a); });
     emu::launch((a.T + fm::BM - 1) / fm::BM, a.B * a.NH, fm::backward_q_bytes(D),
-                [&a] { fm::backward_q<D>(a); });
+                [&a] { fm::backward_q<D, Q>(a); });
 }
 
 template <class F> int by_head_size(int HS, F run)
@@ -65,4 +65,26 @@ int emu_flash_backward(float *dqkv, const float *Drow, const int32_t *starts, co
     a.dqkv = dqkv, a.Drow = Drow, a.starts = starts, a.dout = dout, a.qkv = qkv, a.lse_in = lse;
     emu::readable = {{qkv, (size_t)B * T * a.C3 * 4}, {dout, (size_t)B * T * a.C * 4}};
     return by_head_size(HS, [&a](auto d) { run_backward<decltype(d)::value>(a); });
+}
+
+int emu_flash_forward_qkv16(uint16_t *out16, float *lse, const uint16_t *qkv16,
+                            const float *alibi, int B, int T, int NH, int NG, int HS,
+                            const int32_t *segments)
+{
+    fm::args a = fm::make_args(B, T, NH, NG, HS, alibi);
+    a.out16 = out16, a.lse = lse, a.qkv16 = qkv16, a.seg = segments;
+    emu::readable = {{qkv16, (size_t)B * T * a.C3 * 2}};
+    return by_head_size(HS,
+                        [&a](auto d) { run_forward<decltype(d)::value, uint16_t, uint16_t>(a); });
+}
+
+int emu_flash_backward_qkv16(float *dqkv, const float *Drow, const int32_t *starts,
+                             const float *dout, const uint16_t *qkv16, const float *lse,
+                             const float *alibi, int B, int T, int NH, int NG, int HS)
+{
+    fm::args a = fm::make_args(B, T, NH, NG, HS, alibi);
+    a.dqkv = dqkv, a.Drow = Drow, a.starts = starts, a.dout = dout, a.qkv16 = qkv16;
+    a.lse_in = lse;
+    emu::readable = {{qkv16, (size_t)B * T * a.C3 * 2}, {dout, (size_t)B * T * a.C * 4}};
+    return by_head_size(HS, [&a](auto d) { run_backward<decltype(d)::value, uint16_t>(a); });
 }

@@ -11,7 +11,8 @@
  *  - fc's output in bf16 storage (linear_forward's y16) and the GELU ops reading it;
  *  - layernorm_forward16 and rmsnorm_forward16 against "cpu-bf16"'s;
  *  - the attention output in bf16 storage (attention_forward16 / _backward16, the GQA pair
- *    with groups and ALiBi; the mma and the wmma kernels) against "cpu-bf16"'s;
+ *    with groups and ALiBi; the mma and the wmma kernels) against "cpu-bf16"'s, and its
+ *    input qkv too (attention_forward_qkv16 / _backward_qkv16);
  *  - the MLP activation's bf16 storage (gelu_forward16, and fc_proj's GEMMs reading it:
  *    gemm_a16 forward, gemm_b16 weight gradient) against "cpu-bf16"'s;
  *  - the chunked head's bf16-storage ops (kernels.h: gemm_out16, gemm_a16, xent_stats16,
@@ -411,6 +412,48 @@ static void test_attention16(int B, int T, int NH, int NG, int HS, int alibi)
     free(qkv), free(dout), free(sl), free(lse), free(dq), free(scr), free(o16);
 }
 
+/* qkv in bf16 storage too (kernels.h's attention_forward_qkv16 / _backward_qkv16, one pair for
+ * both layouts) against "cpu-bf16"'s: out16, lse, and dqkv from the same bf16 output and lse
+ * on both sides. HS 64 runs flash_mma.cuh, HS 48 flash.cu's wmma kernels. */
+static void test_attention_qkv16(int B, int T, int NH, int NG, int HS, int alibi)
+{
+    char what[112];
+    size_t nq = (size_t)B * T * NG * (NH / NG + 2) * HS, no = (size_t)B * T * NH * HS;
+    size_t nl = (size_t)B * NH * T, ns = (size_t)B * (NH + 1) * T;
+    float *qkv = host(nq, -1, 1), *dout = host(no, -1, 1), *sl = host((size_t)NH, 0.01f, 0.5f);
+    float *lse = malloc(nl * 4), *dq = malloc(nq * 4), *scr = malloc(ns * 4);
+    const float *al = alibi ? sl : NULL;
+    uint16_t *q16 = narrow(qkv, nq), *o16 = malloc(no * 2);
+    uint16_t *gq16 = dev(BF16, q16, nq * 2), *go = dev(BF16, NULL, no * 2);
+    float *gdout = dev(BF16, dout, no * 4), *glse = dev(BF16, NULL, nl * 4);
+    float *gsl = alibi ? dev(BF16, sl, (size_t)NH * 4) : NULL;
+    float *gdq = dev(BF16, NULL, nq * 4), *gscr = dev(BF16, NULL, ns * 4);
+    TWIN->attention_forward_qkv16(NULL, o16, lse, q16, al, B, T, NH, NG, HS, NULL);
+    TWIN->attention_backward_qkv16(NULL, dq, scr, dout, q16, o16, lse, al, B, T, NH, NG, HS,
+                                   NULL);
+    BF16->attention_forward_qkv16(NULL, go, glse, gq16, gsl, B, T, NH, NG, HS, NULL);
+    float *want = widen(o16, no), *got = back16(go, no);
+    snprintf(what, sizeof what, "attention_forward_qkv16 B%d T%d NH%d NG%d HS%d%s", B, T, NH, NG,
+             HS, alibi ? " alibi" : "");
+    compare(what, BF16, got, want, no, TOL_BF16);
+    free(want), free(got);
+    got = back(BF16, glse, nl);
+    compare("  its lse", BF16, got, lse, nl, TOL_BF16);
+    free(got);
+    BF16->to_device(NULL, go, o16, no * 2); /* the same bf16 output and lse on both sides */
+    BF16->to_device(NULL, glse, lse, nl * 4);
+    BF16->attention_backward_qkv16(NULL, gdq, gscr, gdout, gq16, go, glse, gsl, B, T, NH, NG, HS,
+                                   NULL);
+    got = back(BF16, gdq, nq);
+    compare("  its backward_qkv16's dqkv", BF16, got, dq, nq, TOL_BF16);
+    free(got);
+    BF16->free(gq16), BF16->free(go), BF16->free(gdout), BF16->free(glse), BF16->free(gdq);
+    BF16->free(gscr);
+    if (gsl)
+        BF16->free(gsl);
+    free(qkv), free(dout), free(sl), free(lse), free(dq), free(scr), free(q16), free(o16);
+}
+
 /* fc's output in bf16 storage: linear_forward's y16 (input x fp32 or x16; the bias in the
  * epilogue as a bf16 vector) against "cpu-bf16"'s, then gelu_forward16 and gelu_backward16
  * reading that bf16 output, against "cpu-bf16"'s on the same bf16 values */
@@ -486,10 +529,12 @@ int main(int argc, char **argv)
     }
     if (!BF16->attention_forward16 || !BF16->attention_backward16 ||
         !BF16->attention_gqa_forward16 || !BF16->attention_gqa_backward16 ||
-        F32->attention_forward16 || F32->attention_gqa_forward16) {
+        F32->attention_forward16 || F32->attention_gqa_forward16 ||
+        !BF16->attention_forward_qkv16 || !BF16->attention_backward_qkv16 ||
+        F32->attention_forward_qkv16) {
         failures++;
         fprintf(stderr, "FAIL the bf16 table lacks the attention output's bf16 ops (or fp32 "
-                        "has them; TRIDENT_CUDA_ATTENTION_OUT=fp32 set?)\n");
+                        "has them; TRIDENT_CUDA_ATTENTION_OUT or _IN=fp32 set?)\n");
         return 1;
     }
     if (blocked) {
@@ -534,6 +579,10 @@ int main(int argc, char **argv)
     test_attention16(1, 100, 2, 2, 64, 0); /* flash_mma, a partial second tile */
     test_attention16(2, 70, 2, 2, 48, 0);  /* the wmma kernels */
     test_attention16(1, 130, 4, 2, 64, 1); /* groups, ALiBi */
+    test_attention_qkv16(1, 100, 2, 2, 64, 0); /* flash_mma reading qkv16 */
+    test_attention_qkv16(2, 70, 2, 2, 48, 0);  /* the wmma kernels reading it */
+    test_attention_qkv16(1, 130, 4, 2, 64, 1); /* groups, ALiBi */
+    test_attention_qkv16(1, 70, 4, 1, 48, 1);  /* wmma, one key/value head, ALiBi */
     test_mlp16(96, 256, 64);
     test_mlp16(33, 100, 40);
     test_gemms(37, 64, 1000);

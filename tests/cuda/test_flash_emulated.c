@@ -7,7 +7,9 @@
  * multi-query, packed segments whose runs cross tiles. The output in bf16 storage (kernels.h's
  * attention_gqa_forward16) against "cpu-bf16"'s op on four shapes, and on one the backward from
  * it (its row sums from the bf16 output, as fa_prepare makes them) against "cpu-bf16"'s
- * attention_gqa_backward16 (the emulator is slow: the test stays under 30 s). The GPU runs the same kernels in cuda-ops. Exit 0 when all agree,
+ * attention_gqa_backward16; and on two (one with groups, ALiBi and packing) the kernels reading
+ * qkv in bf16 (kernels.h's attention_*_qkv16) against the same kernels on its fp32 values (the
+ * same bits) and against "cpu-bf16"'s ops (the emulator is slow: the test stays under 40 s). The GPU runs the same kernels in cuda-ops. Exit 0 when all agree,
  * 1 otherwise. */
 #include <math.h>
 #include <stdio.h>
@@ -102,7 +104,65 @@ static void test_out16(const float *qkv, const float *dout, const float *al,
     free(o16), free(eo16), free(lse), free(lse_e), free(o), free(eo);
 }
 
-/* out16: 0, 1 (test_out16 too), 2 (and its backward) */
+/* Same bits or a failure */
+static void same_bits(const char *what, const void *got, const void *want, size_t bytes)
+{
+    checks++;
+    if (memcmp(got, want, bytes)) {
+        failures++;
+        printf("FAIL %s: not the same bits\n", what);
+    } else {
+        printf("ok   %s: same bits\n", what);
+    }
+}
+
+/* qkv in bf16 storage too (kernels.h's attention_forward_qkv16 / _backward_qkv16): the kernels
+ * reading qkv16 against the same kernels reading its values in fp32 (the same bits: their
+ * loads widen what the fp32 path rounds, exactly), and against "cpu-bf16"'s ops (the backward
+ * on each side from its own bf16 output and lse, as test_out16's). */
+static void test_qkv16(const float *qkv, const float *dout, const float *al, const int32_t *seg,
+                       const int32_t *starts, int B, int T, int NH, int NG, int HS,
+                       const char *shape)
+{
+    const tr_kernels *twin = tr_kernels_get("cpu-bf16");
+    size_t no = (size_t)B * T * NH * HS, nl = (size_t)B * NH * T;
+    size_t nq = (size_t)B * T * NG * (NH / NG + 2) * HS;
+    uint16_t *q16 = malloc(nq * 2), *o16 = malloc(no * 2), *eo16 = malloc(no * 2);
+    uint16_t *fo16 = malloc(no * 2);
+    float *qr = malloc(nq * 4), *lse = malloc(nl * 4), *lse_e = malloc(nl * 4);
+    float *lse_f = malloc(nl * 4), *o = malloc(no * 4), *eo = malloc(no * 4);
+    for (size_t i = 0; i < nq; i++)
+        q16[i] = bf16_from_f32(qkv[i]), qr[i] = bf16_to_f32(q16[i]);
+    twin->attention_forward_qkv16(NULL, o16, lse, q16, al, B, T, NH, NG, HS, seg);
+    emu_flash_forward_qkv16(eo16, lse_e, q16, al, B, T, NH, NG, HS, seg);
+    emu_flash_forward16(fo16, lse_f, qr, al, B, T, NH, NG, HS, seg);
+    char what[160];
+    snprintf(what, sizeof what, "out16 (qkv16 vs its fp32 values) %s", shape);
+    same_bits(what, eo16, fo16, no * 2);
+    snprintf(what, sizeof what, "lse (qkv16 vs its fp32 values) %s", shape);
+    same_bits(what, lse_e, lse_f, nl * 4);
+    for (size_t i = 0; i < no; i++)
+        o[i] = bf16_to_f32(o16[i]), eo[i] = bf16_to_f32(eo16[i]);
+    snprintf(what, sizeof what, "out16 (qkv16) %s", shape);
+    compare(what, eo, o, no);
+    snprintf(what, sizeof what, "lse (qkv16) %s", shape);
+    compare(what, lse_e, lse, nl);
+    float *dq = malloc(nq * 4), *edq = malloc(nq * 4), *fdq = malloc(nq * 4);
+    float *Drow = malloc(nl * 4), *scr = malloc((size_t)B * (NH + 1) * T * 4);
+    twin->attention_backward_qkv16(NULL, dq, scr, dout, q16, o16, lse, al, B, T, NH, NG, HS,
+                                   seg);
+    row_sums(Drow, dout, eo, B, T, NH, HS);
+    emu_flash_backward_qkv16(edq, Drow, starts, dout, q16, lse_e, al, B, T, NH, NG, HS);
+    emu_flash_backward(fdq, Drow, starts, dout, qr, lse_e, al, B, T, NH, NG, HS);
+    snprintf(what, sizeof what, "dqkv (qkv16 vs its fp32 values) %s", shape);
+    same_bits(what, edq, fdq, nq * 4);
+    snprintf(what, sizeof what, "dqkv (qkv16) %s", shape);
+    compare(what, edq, dq, nq);
+    free(q16), free(o16), free(eo16), free(fo16), free(qr), free(lse), free(lse_e), free(lse_f);
+    free(o), free(eo), free(dq), free(edq), free(fdq), free(Drow), free(scr);
+}
+
+/* out16: 0, 1 (test_out16 too), 2 (and its backward); | 4: test_qkv16 too */
 static void test_shape(int B, int T, int NH, int NG, int HS, int use_alibi, int packed,
                        int out16)
 {
@@ -157,8 +217,10 @@ static void test_shape(int B, int T, int NH, int NG, int HS, int use_alibi, int 
             printf("FAIL %s: a second run differs\n", what);
         }
     }
-    if (out16)
-        test_out16(qkv, dout, al, seg, starts, B, T, NH, NG, HS, out16 > 1, shape);
+    if (out16 & 3)
+        test_out16(qkv, dout, al, seg, starts, B, T, NH, NG, HS, (out16 & 3) > 1, shape);
+    if (out16 & 4)
+        test_qkv16(qkv, dout, al, seg, starts, B, T, NH, NG, HS, shape);
     for (int run = 0; run < 2; run++)
         free(eout[run]), free(lse_e[run]), free(edq[run]);
     free(Drow), free(qkv), free(dout), free(slopes), free(out), free(lse), free(dqkv), free(scr);
@@ -168,10 +230,10 @@ static void test_shape(int B, int T, int NH, int NG, int HS, int use_alibi, int 
 int main(void)
 {
     test_shape(1, 100, 2, 2, 64, 0, 0, 1);  /* GPT-2's head size, a partial second tile */
-    test_shape(2, 64, 2, 2, 16, 0, 0, 2);   /* one tile; the bf16 output's backward */
+    test_shape(2, 64, 2, 2, 16, 0, 0, 2 | 4); /* one tile; the bf16 output's backward, qkv16 */
     test_shape(1, 70, 2, 2, 32, 0, 1, 0);   /* packed runs across the tile edge */
     test_shape(1, 130, 2, 1, 128, 1, 0, 1); /* multi-query, ALiBi, 32-query backward steps */
-    test_shape(2, 96, 4, 2, 64, 1, 1, 1);   /* groups, ALiBi, packed */
+    test_shape(2, 96, 4, 2, 64, 1, 1, 1 | 4); /* groups, ALiBi, packed; qkv16 */
     test_shape(1, 200, 2, 2, 32, 0, 1, 0);  /* a segment starting past tile 0: tiles skipped */
     printf("%d of %d checks agree\n", checks - failures, checks);
     return failures ? 1 : 0;

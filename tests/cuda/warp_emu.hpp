@@ -5,7 +5,8 @@
 // rebuilt from the 32 lanes' fragments by the PTX layouts and multiplied in fp32. Blocks run
 // one after another. Shared memory starts as all-ones bytes (NaN as fp32 and bf16), so a read
 // before a write shows; a shared access outside the block's bytes, a misaligned one, or a
-// 16-byte global load outside the arrays the test declared (emu::readable) aborts. Slow (a barrier costs microseconds): for small shapes in tests.
+// global load (16 bytes of fp32, 8 of bf16) outside the arrays the test declared
+// (emu::readable) or misaligned aborts. Slow (a barrier costs microseconds): for small shapes in tests.
 #ifndef TR_TESTS_CUDA_WARP_EMU_HPP
 #define TR_TESTS_CUDA_WARP_EMU_HPP
 
@@ -70,7 +71,7 @@ inline void check_global(const void *p, size_t n)
         in = in || (c >= static_cast<const char *>(r.p) &&
                     c + n <= static_cast<const char *>(r.p) + r.bytes);
     check(in, "global read outside the inputs");
-    check(((uintptr_t)p & 15) == 0, "misaligned 16-byte global load");
+    check(((uintptr_t)p & (n - 1)) == 0, "misaligned global load"); // (16 bytes, or 8)
 }
 
 inline warp &my_warp() { return cur->w[tid / 32]; }
@@ -188,6 +189,13 @@ inline void fm_ldg4(const float *p, float v[4])
 {
     emu::check_global(p, 16);
     std::memcpy(v, p, 16);
+}
+
+inline void fm_ldg4(const uint16_t *p, float v[4]) // four bf16, widened
+{
+    emu::check_global(p, 8);
+    for (int e = 0; e < 4; e++)
+        v[e] = emu::bf16_to_float(p[e]);
 }
 
 // c += A B by the fragment layouts of mma.sync.m16n8k16.row.col (mma_prims.cuh).

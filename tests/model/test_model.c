@@ -152,6 +152,7 @@ static void test_bf16_storage_same_bits(void **state)
     full.linear_forward = NULL; /* (and fc's output) */
     full.attention_forward16 = NULL, full.attention_backward16 = NULL;
     full.attention_gqa_forward16 = NULL, full.attention_gqa_backward16 = NULL;
+    full.attention_forward_qkv16 = NULL, full.attention_backward_qkv16 = NULL; /* (qkv fp32) */
     /* GPT-2; SwiGLU; SwiGLU and RMSNorm; GELU with one key/value head for both and ALiBi */
     for (int family = 0; family < 4; family++) {
         float loss[2];
