@@ -237,16 +237,16 @@ WRAP(OP_ATTN_BACKWARD, attention_backward16,
      (tr_stream s, float *dqkv, float *scratch, const float *d, const float *qkv,
       const uint16_t *o16, const float *lse, int B, int T, int NH, int HS, const int32_t *seg),
      (s, dqkv, scratch, d, qkv, o16, lse, B, T, NH, HS, seg))
-/* ... and with its input qkv in bf16 storage too (both layouts' one pair) */
+/* ... and with its input qkv and dqkv in bf16 storage too (both layouts' one pair) */
 WRAP(OP_ATTN_FORWARD, attention_forward_qkv16,
      (tr_stream s, uint16_t *o16, float *lse, const uint16_t *q16, const float *al, int B, int T,
       int NH, int NG, int HS, const int32_t *seg),
      (s, o16, lse, q16, al, B, T, NH, NG, HS, seg))
 WRAP(OP_ATTN_BACKWARD, attention_backward_qkv16,
-     (tr_stream s, float *dqkv, float *scratch, const float *d, const uint16_t *q16,
+     (tr_stream s, uint16_t *dq16, float *scratch, const float *d, const uint16_t *q16,
       const uint16_t *o16, const float *lse, const float *al, int B, int T, int NH, int NG,
       int HS, const int32_t *seg),
-     (s, dqkv, scratch, d, q16, o16, lse, al, B, T, NH, NG, HS, seg))
+     (s, dq16, scratch, d, q16, o16, lse, al, B, T, NH, NG, HS, seg))
 WRAP(OP_XENT_ROW_MAX, xent_row_max,
      (tr_stream s, float *m, const float *l, int N, int V, int nv), (s, m, l, N, V, nv))
 WRAP(OP_XENT_ROW_SUMEXP, xent_row_sumexp,

@@ -56,10 +56,12 @@ typedef struct tr_kernels {
                            const float *residual, int N, int IC, int OC);
     /* Its backward, fused: optional (NULL: two gemm calls and bias_backward)
      * dx (N, IC) = dy (N, OC) W; dW (OC, IC) += dy^T x (N, IC); db (OC, or NULL) += sum_n dy.
-     * x fp32 or (x16, x NULL) bf16 storage; dy fp32, or (dy16, dy NULL) bf16 storage (then db
-     * is NULL: its producer, gelu_backward16, summed it). Equal to those gemm calls (gemm_b16
-     * for x16, gemm_a16 for dy16) and bias_backward within fp32 rounding (CUDA's bf16 mode
-     * converts dy to bf16 once for both GEMMs and sums db in that same pass). */
+     * x fp32 or (x16, x NULL) bf16 storage; dy fp32, or (dy16, dy NULL) bf16 storage (fc's,
+     * from gelu_backward16, which summed its bias gradient: db NULL; QKV's, from
+     * attention_backward_qkv16: db the sum of dy16's bf16 values). Equal to those gemm calls
+     * (gemm_b16 for x16, gemm_a16 for dy16) and bias_backward (of dy16 widened) within fp32
+     * rounding (CUDA's bf16 mode converts dy to bf16 once for both GEMMs and sums db in that
+     * same pass; dy16's column sums are a pass of their own). */
     void (*linear_backward)(tr_stream s, float *dx, float *dW, float *db, const float *dy,
                             const uint16_t *dy16, const float *x, const uint16_t *x16,
                             const float *W, int N, int IC, int OC);
@@ -272,21 +274,25 @@ typedef struct tr_kernels {
                                      const float *qkv, const uint16_t *out16, const float *lse,
                                      const float *alibi, int B, int T, int NH, int NG, int HS,
                                      const int32_t *segments);
-    /* --- the attention's input qkv in bf16 storage too: optional (the model keeps qkv, QKV's
-     * output, in bf16 where both are set, the attention output is bf16 as above, the table's
-     * linear_forward writes it (y16) and no rope rotates it in place; TRIDENT_CUDA_ATTENTION_IN=
-     * fp32 takes them out of "cuda"). One pair for both layouts: attention_gqa_forward16 /
-     * _backward16's arguments (NG = NH and alibi NULL: GPT-2's attention_forward16 /
-     * _backward16), qkv16 (B, T, NG, R+2, HS) bf16 in place of qkv.
-     * Each equals its fp32-input op on qkv16's values (widened, exactly); in "cpu-bf16", whose
-     * QKV GEMM already rounds qkv, bit for bit. */
+    /* --- the attention's input qkv and its gradient dqkv in bf16 storage too: optional (the
+     * model keeps qkv, QKV's output, in bf16 where both are set, the attention output is bf16
+     * as above, the table's linear_forward writes qkv (y16) and its linear_backward reads dqkv
+     * in place (dy16, summing QKV's bias gradient), and no rope rotates them in place;
+     * TRIDENT_CUDA_ATTENTION_IN=fp32 takes them out of "cuda"). One pair for both layouts:
+     * attention_gqa_forward16 / _backward16's arguments (NG = NH and alibi NULL: GPT-2's
+     * attention_forward16 / _backward16), qkv16 (B, T, NG, R+2, HS) bf16 in place of qkv, and
+     * the backward's dqkv16 (the same layout) bf16 in place of dqkv.
+     * Each equals its fp32 op on qkv16's values (widened, exactly) with dqkv rounded to bf16;
+     * in "cpu-bf16", whose QKV GEMM already rounds qkv and attention backward dqkv, bit for
+     * bit. */
     void (*attention_forward_qkv16)(tr_stream s, uint16_t *out16, float *lse,
                                     const uint16_t *qkv16, const float *alibi, int B, int T,
                                     int NH, int NG, int HS, const int32_t *segments);
-    void (*attention_backward_qkv16)(tr_stream s, float *dqkv, float *scratch, const float *dout,
-                                     const uint16_t *qkv16, const uint16_t *out16,
-                                     const float *lse, const float *alibi, int B, int T, int NH,
-                                     int NG, int HS, const int32_t *segments);
+    void (*attention_backward_qkv16)(tr_stream s, uint16_t *dqkv16, float *scratch,
+                                     const float *dout, const uint16_t *qkv16,
+                                     const uint16_t *out16, const float *lse, const float *alibi,
+                                     int B, int T, int NH, int NG, int HS,
+                                     const int32_t *segments);
 
     /* --- embeddings ---
      * embedding_forward: out[n] = table[ids[n] - v_start] if held here (v_start <= id <

@@ -97,7 +97,7 @@ static size_t scratch_floats(const tr_gpt *g, int B)
     size_t frozen_gelu = input_shared(g, LORA_FC2) ? N * F : 0;
     size_t R = (size_t)tr_gpt_head_chunk_rows((int)N, (int)Vl); /* one chunk of the logits */
     size_t sizes[] = {N,      N * C,      Nl,  Nl,     R * Vl,     8 * R,      N,
-                      N * C,  wide,       N * Q, N * Cl, att, N * Fw, N * F,
+                      N * C,  wide,       qkv_floats(g, N * Q), N * Cl, att, N * Fw, N * F,
                       lora, drop, drop, frozen_ln1, frozen_ln2, frozen_gelu};
     size_t total = 0;
     for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++)
@@ -170,7 +170,7 @@ int gpt_scratch_ensure(tr_gpt *g, int B)
     sc->losses = take(&c, N);
     sc->dln = take(&c, N * C);
     sc->wide = take(&c, wide);
-    sc->dqkv = take(&c, N * (size_t)g->QKVl);
+    sc->dqkv = take(&c, qkv_floats(g, N * (size_t)g->QKVl));
     sc->datty = take(&c, N * Cl);
     sc->att_rowsum = take(&c, att);
     sc->dfch = take(&c, N * (size_t)g->Fwl);

@@ -22,8 +22,8 @@ static int column_backward_of(tr_gpt *g, const layer_acts *L, int l, int B, cons
 }
 
 /* The attention projection's backward from dres (Nl, C), then the fused attention's into
- * sc->dqkv: the probabilities are recomputed inside the kernel from qkv (bf16 storage where
- * gpt_qkv16), the output L->atty (bf16 storage where gpt_atty16) and the saved log-sum-exps (so selective recompute has
+ * sc->dqkv (bf16 storage where gpt_qkv16): the probabilities are recomputed inside the kernel
+ * from qkv (bf16 storage where gpt_qkv16), the output L->atty (bf16 storage where gpt_atty16) and the saved log-sum-exps (so selective recompute has
  * nothing to do). */
 static int projection_then_attention(tr_gpt *g, const layer_acts *L, int l, const float *dres,
                                      int B)
@@ -39,8 +39,8 @@ static int projection_then_attention(tr_gpt *g, const layer_acts *L, int l, cons
                                          sc->wide);
         if (rc)
             return rc;
-        if (gpt_qkv16(g)) /* (qkv bf16 too) */
-            k->attention_backward_qkv16(NULL, sc->dqkv, sc->att_rowsum, sc->datty,
+        if (gpt_qkv16(g)) /* (qkv and its gradient bf16 too) */
+            k->attention_backward_qkv16(NULL, (uint16_t *)sc->dqkv, sc->att_rowsum, sc->datty,
                                         (const uint16_t *)L->qkv, atty16, L->lse, g->alibi, B, T,
                                         g->NHl, g->NGl, g->HS, g->segments);
         else if (uses_gqa_attention(g))
@@ -94,8 +94,8 @@ static int layer_backward(tr_gpt *g, int l, const layer_acts *L, const float *x,
         int ln16 = gpt_ln16(g), fch16 = gpt_fch16(g);
         k->gelu_backward16(NULL, dfch16, layer_grad(g, l, L_FC_B), fch16 ? NULL : L->fch,
                            fch16 ? (const uint16_t *)L->fch : NULL, sc->dfch_gelu, N, g->Fl);
-        rc = tr_tp_column_linear_backward_dy16(tp, sc->dln, layer_grad(g, l, L_FC_W), dfch16,
-                                               ln16 ? NULL : L->ln2,
+        rc = tr_tp_column_linear_backward_dy16(tp, sc->dln, layer_grad(g, l, L_FC_W), NULL,
+                                               dfch16, ln16 ? NULL : L->ln2,
                                                ln16 ? (const uint16_t *)L->ln2 : NULL,
                                                layer_param(g, l, L_FC_W), N, C, g->Fwl);
     } else {
@@ -117,7 +117,17 @@ static int layer_backward(tr_gpt *g, int l, const layer_acts *L, const float *x,
     if (g->s.position == TR_POS_ROPE) /* to the gradient of the unrotated q and k */
         k->rope(NULL, sc->dqkv, g->rope_cos, g->rope_sin, B, T, g->NGl, g->NHl / g->NGl, g->HS,
                 g->s.rotary_dims, 1, g->positions);
-    rc = column_backward_of(g, L, l, B, sc->dqkv, L->ln1, L_QKV_W, L_QKV_B, g->QKVl, LORA_QKV);
+    if (gpt_qkv16(g)) { /* dqkv in bf16, read in place, QKV's bias gradient summed from it */
+        int ln16 = gpt_ln16(g);
+        rc = tr_tp_column_linear_backward_dy16(tp, sc->dln, layer_grad(g, l, L_QKV_W),
+                                               layer_grad(g, l, L_QKV_B), (uint16_t *)sc->dqkv,
+                                               ln16 ? NULL : L->ln1,
+                                               ln16 ? (const uint16_t *)L->ln1 : NULL,
+                                               layer_param(g, l, L_QKV_W), N, C, g->QKVl);
+    } else {
+        rc = column_backward_of(g, L, l, B, sc->dqkv, L->ln1, L_QKV_W, L_QKV_B, g->QKVl,
+                                LORA_QKV);
+    }
     if (rc)
         return rc;
     norm_backward(g, dres, layer_grad(g, l, L_LN1_W), layer_grad(g, l, L_LN1_B), dln_own, x,

@@ -65,7 +65,7 @@ typedef struct {
     float *losses;                /* (N) */
     float *dln;                   /* (N, C) input gradient of the column-parallel layers */
     float *wide;                  /* (N, C) tp > 1: row-parallel partials, SP gathers */
-    float *dqkv;                  /* (N, QKVl) */
+    float *dqkv;                  /* (N, QKVl) (bf16 storage where gpt_qkv16) */
     float *datty;                 /* (N, Cl) */
     float *att_rowsum;            /* (B, NHl + 1, T) attention backward's scratch */
     float *dfch;                  /* (N, Fwl) */
@@ -219,15 +219,16 @@ static inline int gpt_atty16(const tr_gpt *g)
 }
 
 /* Whether qkv (layer_acts.qkv, QKV's output and the attention's input; its backward reads it
- * again) is kept in bf16 storage: the table has the attention ops that read it so (kernels.h's
- * attention_forward_qkv16 / _backward_qkv16, which write the output bf16: gpt_atty16 holds) and
- * a linear_forward that writes it (y16), and no rope rotates it in place (fp32 there). Then
- * qkv holds N*QKVl bf16 bits in half its floats. */
+ * again) and its gradient (scratch.dqkv) are kept in bf16 storage: the table has the attention
+ * ops that read and write them so (kernels.h's attention_forward_qkv16 / _backward_qkv16, which
+ * keep the output bf16: gpt_atty16 holds), a linear_forward that writes qkv (y16) and a
+ * linear_backward that reads dqkv (dy16, with QKV's bias gradient), and no rope rotates them in
+ * place (fp32 there). Then qkv and dqkv hold N*QKVl bf16 bits in half their floats. */
 static inline int gpt_qkv16(const tr_gpt *g)
 {
     const tr_kernels *k = g->k;
     return k->attention_forward_qkv16 && k->attention_backward_qkv16 && k->linear_forward &&
-           gpt_atty16(g) && g->s.position != TR_POS_ROPE;
+           k->linear_backward && gpt_atty16(g) && g->s.position != TR_POS_ROPE;
 }
 
 static inline void grad_ready(tr_gpt *g, grad_range r)

@@ -114,9 +114,11 @@ void plan_layer_cost_trident(const plan_cost_ctx *x, plan_cost *o)
      * converting it, forward and weight gradient; attention writes it, and its backward reads
      * it, 2 bytes an element less */
     double a16 = (long)(h / t) % 2 == 0 ? T * h / t : 0;
-    /* and its input qkv (gpt_qkv16: where the attention output is, and no rope rotates it in
-     * place): QKV's GEMM writes it 2 bytes an element less, the attention reads it 2 bytes
-     * less in forward and in each of its backward's two kernels */
+    /* and its input qkv and their gradient dqkv (gpt_qkv16: where the attention output is, and
+     * no rope rotates them in place): QKV's GEMM writes qkv 2 bytes an element less, the
+     * attention reads it 2 bytes less in forward and in each of its backward's two kernels and
+     * writes dqkv 2 less, which QKV's linear_backward reads without converting it (its bias
+     * gradient a pass of its own: 2 bytes an element read) */
     int rope = m->position_embedding_type && !strcmp(m->position_embedding_type, "rope");
     double q16 = a16 > 0 && !rope ? T * qkv / t : 0;
     /* QKV, projection, fc, fc_proj (the row-parallel two onto the residual) */
@@ -136,13 +138,15 @@ void plan_layer_cost_trident(const plan_cost_ctx *x, plan_cost *o)
                    tr_plan_stream_s(c, 6 * g16) - tr_plan_stream_s(c, 6 * l16) -
                    tr_plan_stream_s(c, 6 * T * qkv / t) -
                    2 * tr_plan_stream_s(c, 6 * T * h) - tr_plan_stream_s(c, 6 * T * fc / t) -
-                   tr_plan_stream_s(c, 6 * dg16) - tr_plan_stream_s(c, 6 * a16);
+                   tr_plan_stream_s(c, 6 * dg16) - tr_plan_stream_s(c, 6 * a16) -
+                   tr_plan_stream_s(c, 6 * q16) +
+                   (m->add_bias_linear ? tr_plan_stream_s(c, 2 * q16) : 0);
     /* fused attention: forward 2 (QK^T, PV) x 2 s^2 d / 2 (causal) per head, backward 2.5x */
     double att_flops = heads * 2.0 * s * s * d;
     double att_f = att_flops / (c->peak_flops * TRIDENT_ATTENTION_FORWARD_FRACTION) -
                    tr_plan_stream_s(c, 2 * a16) - tr_plan_stream_s(c, 2 * q16);
     double att_b = 2.5 * att_flops / (c->peak_flops * TRIDENT_ATTENTION_BACKWARD_FRACTION) -
-                   tr_plan_stream_s(c, 2 * a16) - tr_plan_stream_s(c, 2 * 2 * q16);
+                   tr_plan_stream_s(c, 2 * a16) - tr_plan_stream_s(c, 3 * 2 * q16);
     /* forward: 2 layernorms (read x, write y), bias adds (read and write the output) of
      * qkv, projection, fc and fc_proj, the residual copies before the row-parallel GEMMs
      * (tp 1; else the reduction's add: read 2, write 1), GELU / SwiGLU */

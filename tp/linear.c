@@ -236,7 +236,7 @@ int tr_tp_column_linear_backward16(const tr_tp *tp, float *dx, float *dW, float 
     return column_backward(tp, dx, dW, db, dy, in, W, N, IC, OCl, NULL);
 }
 
-int tr_tp_column_linear_backward_dy16(const tr_tp *tp, float *dx, float *dW,
+int tr_tp_column_linear_backward_dy16(const tr_tp *tp, float *dx, float *dW, float *db,
                                       const uint16_t *dy16, const float *x, const uint16_t *x16,
                                       const float *W, int N, int IC, int OCl)
 {
@@ -244,7 +244,7 @@ int tr_tp_column_linear_backward_dy16(const tr_tp *tp, float *dx, float *dW,
     if (!dx || !dW || !k->linear_backward)
         return tr_fail(TR_ERR_INTERNAL, "a bf16-storage output gradient needs the table's "
                                         "linear_backward and both GEMMs (table %s)", k->name);
-    k->linear_backward(NULL, dx, dW, NULL, NULL, dy16, x, x16, W, N, IC, OCl);
+    k->linear_backward(NULL, dx, dW, db, NULL, dy16, x, x16, W, N, IC, OCl);
     return column_dx_reduce(tp, dx, N, IC);
 }
 

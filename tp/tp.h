@@ -193,12 +193,14 @@ TR_MUST_CHECK int tr_tp_column_linear_forward_out16(const tr_tp *tp, uint16_t *y
                                                     uint16_t *x16, const float *W,
                                                     const float *b, int N, int IC, int OCl);
 /* The column-parallel linear's backward from an output gradient in bf16 storage (dy16 (N, OCl):
- * kernels.h's gelu_backward16, which summed the bias gradient; the table's linear_backward
- * reads it in place), its input x fp32 or x16 bf16 (the other NULL); no adapter. */
+ * fc's from kernels.h's gelu_backward16, which summed the bias gradient (db NULL), or QKV's
+ * from attention_backward_qkv16, whose bias gradient db (OCl, or NULL) += sum_n dy16; the
+ * table's linear_backward reads it in place), its input x fp32 or x16 bf16 (the other NULL);
+ * no adapter. */
 TR_MUST_CHECK int tr_tp_column_linear_backward_dy16(const tr_tp *tp, float *dx, float *dW,
-                                                    const uint16_t *dy16, const float *x,
-                                                    const uint16_t *x16, const float *W, int N,
-                                                    int IC, int OCl);
+                                                    float *db, const uint16_t *dy16,
+                                                    const float *x, const uint16_t *x16,
+                                                    const float *W, int N, int IC, int OCl);
 /* The row-parallel linear on an input in bf16 storage (x16 (N, ICl) bf16 bits: the MLP's GELU
  * output where the table has gelu_forward16, gemm_a16 and gemm_b16; no adapter): as
  * tr_tp_row_linear_forward / _backward, the GEMMs reading x16 in place. */

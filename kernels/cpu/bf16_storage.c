@@ -195,7 +195,8 @@ static void s16_attention_gqa_backward16(tr_stream s, float *dqkv, float *scratc
 
 /* The attention's input qkv in bf16 too (attention_forward_qkv16 / _backward_qkv16): qkv16
  * widened beside the output (forward) or the widened output (backward) in the staging, then the
- * table's attention_gqa_ op, which GPT-2's layout is with NG = NH and no ALiBi. */
+ * table's attention_gqa_ op, which GPT-2's layout is with NG = NH and no ALiBi; the backward's
+ * dqkv (rounded by it) into the staging too and narrowed into dqkv16. */
 static void s16_attention_forward_qkv16(tr_stream s, uint16_t *out16, float *lse,
                                         const uint16_t *qkv16, const float *alibi, int B, int T,
                                         int NH, int NG, int HS, const int32_t *segments)
@@ -209,19 +210,21 @@ static void s16_attention_forward_qkv16(tr_stream s, uint16_t *out16, float *lse
     narrow(out16, y, no);
 }
 
-static void s16_attention_backward_qkv16(tr_stream s, float *dqkv, float *scratch,
+static void s16_attention_backward_qkv16(tr_stream s, uint16_t *dqkv16, float *scratch,
                                          const float *dout, const uint16_t *qkv16,
                                          const uint16_t *out16, const float *lse,
                                          const float *alibi, int B, int T, int NH, int NG, int HS,
                                          const int32_t *segments)
 {
     size_t no = (size_t)B * T * NH * HS, nq = (size_t)B * T * NG * (NH / NG + 2) * HS;
-    float *w = wide_buffer(no + nq);
+    float *w = wide_buffer(no + 2 * nq); /* the output, qkv, then dqkv */
     if (!w)
         return;
     const float *o = widened_at(out16, no, w, 0), *qkv = widened_at(qkv16, nq, w, no);
+    float *dqkv = w + no + nq;
     table->attention_gqa_backward(s, dqkv, scratch, dout, qkv, o, lse, alibi, B, T, NH, NG, HS,
                                   segments);
+    narrow(dqkv16, dqkv, nq);
 }
 
 static void s16_gemm_b16(tr_stream s, int ta, int tb, int M, int N, int K, float alpha,
@@ -257,9 +260,9 @@ static void s16_linear_forward(tr_stream s, float *y, uint16_t *y16, const float
         narrow(y16, out, ny);
 }
 
-/* fc's backward on the GELU's bf16 input gradient: the unfused pieces of kernels.h's
- * linear_backward (the table's gemm twice, bias_backward), its bf16 inputs widened side by
- * side in the staging (dy first, then x) */
+/* fc's backward on the GELU's bf16 input gradient, QKV's on the attention's: the unfused pieces
+ * of kernels.h's linear_backward (the table's gemm twice, bias_backward of the widened dy16),
+ * its bf16 inputs widened side by side in the staging (dy first, then x) */
 static void s16_linear_backward(tr_stream s, float *dx, float *dW, float *db, const float *dy,
                                 const uint16_t *dy16, const float *x, const uint16_t *x16,
                                 const float *W, int N, int IC, int OC)

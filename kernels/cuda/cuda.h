@@ -13,9 +13,10 @@
  *                   feed the GEMMs (gelu_forward16, layernorm_forward16, gemm_b16; fp32 with
  *                   TRIDENT_CUDA_ACTIVATIONS=fp32), and the attention output that feeds the
  *                   projection (attention_forward16 ...; fp32 with
- *                   TRIDENT_CUDA_ATTENTION_OUT=fp32) and its input qkv (QKV's output:
- *                   attention_forward_qkv16 ...; fp32 with TRIDENT_CUDA_ATTENTION_IN=fp32,
- *                   and where the output is); the linear layers'
+ *                   TRIDENT_CUDA_ATTENTION_OUT=fp32) and its input qkv and their
+ *                   gradient (QKV's output and output gradient: attention_forward_qkv16
+ *                   ...; fp32 with TRIDENT_CUDA_ATTENTION_IN=fp32, and where the output
+ *                   is); the linear layers'
  *                   biases ride in cuBLASLt's epilogue (linear_forward) and a layer's
  *                   backward converts its output gradient once for both GEMMs
  *                   (linear_backward; TRIDENT_CUDA_EPILOGUE=0: the unfused pieces).

@@ -116,15 +116,15 @@ void cu_flash_backward_bf16(tr_stream s, float *dqkv, float *scratch, const floa
                             const float *qkv, const float *out, const uint16_t *out16,
                             const float *lse, const float *alibi, int B, int T, int NH, int NG,
                             int HS, const int32_t *segments);
-/* kernels.h's attention_forward_qkv16 / _backward_qkv16 (bf16 mode: qkv and the output in bf16
- * storage; both layouts) */
+/* kernels.h's attention_forward_qkv16 / _backward_qkv16 (bf16 mode: qkv, its gradient and the
+ * output in bf16 storage; both layouts) */
 void cu_attention_forward_qkv16(tr_stream s, uint16_t *out16, float *lse, const uint16_t *qkv16,
                                 const float *alibi, int B, int T, int NH, int NG, int HS,
                                 const int32_t *segments);
-void cu_attention_backward_qkv16(tr_stream s, float *dqkv, float *scratch, const float *dout,
-                                 const uint16_t *qkv16, const uint16_t *out16, const float *lse,
-                                 const float *alibi, int B, int T, int NH, int NG, int HS,
-                                 const int32_t *segments);
+void cu_attention_backward_qkv16(tr_stream s, uint16_t *dqkv16, float *scratch,
+                                 const float *dout, const uint16_t *qkv16, const uint16_t *out16,
+                                 const float *lse, const float *alibi, int B, int T, int NH,
+                                 int NG, int HS, const int32_t *segments);
 void cu_attention_gqa_decode_fp32(tr_stream s, float *out, float *kcache, float *vcache,
                                   float *scores, const float *qkv, const float *alibi, int B,
                                   int n, int past, int max_T, int NH, int NG, int HS);
@@ -162,6 +162,9 @@ void cu_pack_bf16(cudaStream_t st, uint16_t *dst, const float *src, int rows, in
  * stream only (the reduction scratch). */
 void cu_pack_bf16_colsum(cudaStream_t st, uint16_t *dst, float *dbias, const float *src, int N,
                          int C);
+/* dbias (C) += the column sums of src16 (N, C) bf16 (linear_backward's dy16 with a bias
+ * gradient: QKV's), in cu_bias_backward's order. Compute stream only (the reduction scratch). */
+void cu_bias_backward16(cudaStream_t st, float *dbias, const uint16_t *src16, int N, int C);
 /* out16 (N, C) = bf16(out16 + bias) per row (linear_forward's bf16 output where cuBLASLt has
  * no bias epilogue for it) */
 void cu_bias_add16(cudaStream_t st, uint16_t *out16, const float *bias, int N, int C);
@@ -216,13 +219,14 @@ void cu_xent_loss_backward(tr_stream s, float *losses, float *dlogits, const flo
 /* ---- flash_mma.cu: the tensor-core attention of the bf16 mode (flash_mma.cuh); 0 (nothing
  * launched) where it does not take the call: a head size other than 16, 32, 64, 128, a tensor
  * not 16-byte aligned, or TRIDENT_CUDA_ATTENTION=wmma. Shapes as kernels.h's attention_gqa_*;
- * both read qkv, or qkv16 (bf16; qkv NULL, and then the forward's out16 is set); the forward
+ * both read qkv, or qkv16 (bf16; qkv NULL, and then the forward's out16 is set and the
+ * backward writes dqkv16, bf16, in place of dqkv); the forward
  * writes out, or out16 (bf16) where set; the backward takes flash.cu's fa_prepare
  * results: Drow (B, NH, T) = rowsum(dout * out) and starts (B, T), each row's segment start. */
 int cu_flash_mma_forward(cudaStream_t st, float *out, uint16_t *out16, float *lse,
                          const float *qkv, const uint16_t *qkv16, const float *alibi, int B,
                          int T, int NH, int NG, int HS, const int32_t *segments);
-int cu_flash_mma_backward(cudaStream_t st, float *dqkv, const float *Drow,
+int cu_flash_mma_backward(cudaStream_t st, float *dqkv, uint16_t *dqkv16, const float *Drow,
                           const int32_t *starts, const float *dout, const float *qkv,
                           const uint16_t *qkv16, const float *lse, const float *alibi, int B,
                           int T, int NH, int NG, int HS);

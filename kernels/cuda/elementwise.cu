@@ -66,6 +66,11 @@ struct read_value { // dout[i]
     __device__ float operator()(size_t i) const { return dout[i]; }
 };
 
+struct read16_value { // src16[i] widened (linear_backward's bf16 dy16)
+    const uint16_t *src16;
+    __device__ float operator()(size_t i) const { return bf16_to_f32(src16[i]); }
+};
+
 struct pack_value { // src[i], stored bf16 in dst[i] (linear_backward's dy, converted once)
     const float *src;
     uint16_t *dst;
@@ -261,6 +266,14 @@ void cu_pack_bf16_colsum(cudaStream_t st, uint16_t *dst, float *dbias, const flo
         return;
     column_sums(st, dbias, N, C, pack_value{src, dst});
     cu_launched("linear_backward (dy to bf16, bias gradient)");
+}
+
+void cu_bias_backward16(cudaStream_t st, float *dbias, const uint16_t *src16, int N, int C)
+{
+    if (N <= 0 || C <= 0)
+        return;
+    column_sums(st, dbias, N, C, read16_value{src16});
+    cu_launched("linear_backward (the bias gradient of a bf16 dy16)");
 }
 
 } // extern "C"

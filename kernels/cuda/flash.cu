@@ -15,7 +15,7 @@
 // products in registers on mma.sync; TRIDENT_CUDA_ATTENTION=wmma keeps these); fa_prepare
 // below makes their backward's row sums and segment starts too. O: the output's storage, fp32
 // or (bf16 mode, kernels.h's attention_*16) bf16 bits, written by forward, read by fa_prepare;
-// Q: qkv's, fp32 or (kernels.h's attention_*_qkv16, with O bf16) bf16 bits.
+// Q: qkv's and dqkv's, fp32 or (kernels.h's attention_*_qkv16, with O bf16) bf16 bits.
 // Hooks: ALiBi slopes (score += slope_h (j - i)) and grouped key/value heads (qkv layout
 // (B, T, NG, R+2, HS)), as the CPU twin kernels/cpu/attention.c.
 // Shared memory: tiles of TILE x DP (DP = HS rounded up to 16, zero padded; rows past T
@@ -47,7 +47,9 @@ struct fa_args {
     const float *lse_c, *alibi;
     const int32_t *seg;
     union { float *out; uint16_t *out16; }; // the forward's
-    float *lse, *dqkv, *D; // D: (B, NH, T) row sums, then (B, T) segment starts (int)
+    float *lse;
+    union { float *dqkv; uint16_t *dqkv16; }; // the backward's Q
+    float *D; // D: (B, NH, T) row sums, then (B, T) segment starts (int)
     int B, T, NH, NG, R, HS, C, C3;
     float scale;
 };
@@ -76,12 +78,25 @@ template <> __device__ __forceinline__ __nv_bfloat16 to_in<__nv_bfloat16>(float 
 // One element of the output in storage O: fp32, or bf16 bits (bf16.h's rounding, the CPU's).
 __device__ __forceinline__ void put(float *p, float v) { *p = v; }
 __device__ __forceinline__ void put(uint16_t *p, float v) { *p = bf16_from_f32(v); }
+// The same as a value of storage Q (the backward's dqkv; put's pointer form made ptxas spill
+// in fa_backward_kv<bf16, 32>).
+template <typename Q> __device__ __forceinline__ Q stored(float v);
+template <> __device__ __forceinline__ float stored<float>(float v) { return v; }
+template <> __device__ __forceinline__ uint16_t stored<uint16_t>(float v)
+{
+    return bf16_from_f32(v);
+}
 __device__ __forceinline__ float get(const float *p) { return *p; }
 __device__ __forceinline__ float get(const uint16_t *p) { return bf16_to_f32(*p); }
 __device__ __forceinline__ const float *qkv_of(const fa_args &a, const float *) { return a.qkv; }
 __device__ __forceinline__ const uint16_t *qkv_of(const fa_args &a, const uint16_t *)
 {
     return a.qkv16;
+}
+__device__ __forceinline__ float *dqkv_of(const fa_args &a, const float *) { return a.dqkv; }
+__device__ __forceinline__ uint16_t *dqkv_of(const fa_args &a, const uint16_t *)
+{
+    return a.dqkv16;
 }
 
 // Row stride of an input tile: fp32 odd (no bank conflicts in the scalar products), bf16
@@ -386,11 +401,11 @@ __global__ void __launch_bounds__(FA_THREADS) fa_backward_kv(fa_args a, int DP)
         }
     }
     __syncthreads();
-    float *dk = a.dqkv + (size_t)b * T * a.C3 + k_off(a, g);
+    Q *dk = dqkv_of(a, (const Q *)nullptr) + (size_t)b * T * a.C3 + k_off(a, g);
     for (int idx = threadIdx.x; idx < cols * a.HS; idx += FA_THREADS) {
         int j = idx / a.HS, d = idx % a.HS;
-        dk[(size_t)(c0 + j) * a.C3 + d] = dK[j * DP + d];
-        dk[(size_t)(c0 + j) * a.C3 + a.HS + d] = dV[j * DP + d];
+        dk[(size_t)(c0 + j) * a.C3 + d] = stored<Q>(dK[j * DP + d]);
+        dk[(size_t)(c0 + j) * a.C3 + a.HS + d] = stored<Q>(dV[j * DP + d]);
     }
 }
 
@@ -439,10 +454,10 @@ __global__ void __launch_bounds__(FA_THREADS) fa_backward_q(fa_args a, int DP)
         block_mm<false, false>(dQ, DP, dSs, TILE, Ks, LT, TILE, DP, TILE, a.scale, true);
         __syncthreads();
     }
-    float *dq = a.dqkv + (size_t)b * T * a.C3 + q_off(a, h);
+    Q *dq = dqkv_of(a, (const Q *)nullptr) + (size_t)b * T * a.C3 + q_off(a, h);
     for (int idx = threadIdx.x; idx < rows * a.HS; idx += FA_THREADS) {
         int i = idx / a.HS, d = idx % a.HS;
-        dq[(size_t)(r0 + i) * a.C3 + d] = dQ[i * DP + d];
+        dq[(size_t)(r0 + i) * a.C3 + d] = stored<Q>(dQ[i * DP + d]);
     }
 }
 
@@ -501,14 +516,16 @@ void forward_tiles(cudaStream_t st, const fa_args &a, int DP)
     cu_launched("attention_forward (flash)");
 }
 
-// qkv (fp32) and qkv16 (bf16) for the mma kernels, as Q says
-template <typename Q> const float *f32_in(const fa_args &a)
-{
-    return sizeof(Q) == 4 ? a.qkv : nullptr;
-}
+// qkv and dqkv (fp32) or qkv16 and dqkv16 (bf16) for the mma kernels, as Q says
+template <typename Q> const float *f32_in(const fa_args &a) { return sizeof(Q) == 4 ? a.qkv : 0; }
 template <typename Q> const uint16_t *b16_in(const fa_args &a)
 {
     return sizeof(Q) == 2 ? a.qkv16 : nullptr;
+}
+template <typename Q> float *f32_grad(const fa_args &a) { return sizeof(Q) == 4 ? a.dqkv : 0; }
+template <typename Q> uint16_t *b16_grad(const fa_args &a)
+{
+    return sizeof(Q) == 2 ? a.dqkv16 : nullptr;
 }
 
 template <typename Tin, typename O = float, typename Q = float>
@@ -557,8 +574,9 @@ void backward(tr_stream s, const fa_args &a)
     cu_launched("attention_backward (flash, row sums)");
     const int32_t *starts = reinterpret_cast<const int32_t *>(a.D + (size_t)a.B * a.NH * a.T);
     if (std::is_same<Tin, __nv_bfloat16>::value &&
-        cu_flash_mma_backward(st, a.dqkv, a.D, starts, a.dout, f32_in<Q>(a), b16_in<Q>(a),
-                              a.lse_c, a.alibi, a.B, a.T, a.NH, a.NG, a.HS))
+        cu_flash_mma_backward(st, f32_grad<Q>(a), b16_grad<Q>(a), a.D, starts, a.dout,
+                              f32_in<Q>(a), b16_in<Q>(a), a.lse_c, a.alibi, a.B, a.T, a.NH, a.NG,
+                              a.HS))
         return;
     int DP = pad16(a.HS), tile = tile_for<Tin>(DP);
     if (tile == 64)
@@ -624,13 +642,13 @@ void cu_attention_forward_qkv16(tr_stream s, uint16_t *out16, float *lse, const 
     forward<__nv_bfloat16, uint16_t, uint16_t>(s, a);
 }
 
-void cu_attention_backward_qkv16(tr_stream s, float *dqkv, float *scratch, const float *dout,
-                                 const uint16_t *qkv16, const uint16_t *out16, const float *lse,
-                                 const float *alibi, int B, int T, int NH, int NG, int HS,
-                                 const int32_t *segments)
+void cu_attention_backward_qkv16(tr_stream s, uint16_t *dqkv16, float *scratch,
+                                 const float *dout, const uint16_t *qkv16, const uint16_t *out16,
+                                 const float *lse, const float *alibi, int B, int T, int NH,
+                                 int NG, int HS, const int32_t *segments)
 {
     fa_args a = make_args(B, T, NH, NG, HS, alibi, segments);
-    a.dqkv = dqkv, a.D = scratch, a.dout = dout, a.qkv16 = qkv16, a.out16_c = out16;
+    a.dqkv16 = dqkv16, a.D = scratch, a.dout = dout, a.qkv16 = qkv16, a.out16_c = out16;
     a.lse_c = lse;
     backward<__nv_bfloat16, uint16_t, uint16_t>(s, a);
 }

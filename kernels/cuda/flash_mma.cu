@@ -1,8 +1,8 @@
 // The launch of flash_mma.cuh's tensor-core attention (cuda_internal.h: cu_flash_mma_forward,
-// its output fp32 or bf16, and cu_flash_mma_backward; qkv fp32 or bf16): the bf16 mode's head
-// sizes 16, 32, 64,
-// 128 with every tensor 16-byte aligned (the kernels' float4 loads), unless
-// TRIDENT_CUDA_ATTENTION=wmma; elsewhere they return 0 and flash.cu's wmma kernels run.
+// its output fp32 or bf16, and cu_flash_mma_backward; qkv and dqkv fp32 or bf16): the bf16
+// mode's head sizes 16, 32, 64, 128 with every tensor 16-byte aligned (the kernels' float4
+// loads), unless TRIDENT_CUDA_ATTENTION=wmma; elsewhere they return 0 and flash.cu's wmma
+// kernels run.
 // Grids: forward and dQ a block per (query tile of 64, batch x head), the largest tiles first;
 // dK dV a block per (key tile, batch x group).
 #include "kernels/cuda/flash_mma.cuh"
@@ -98,16 +98,17 @@ int cu_flash_mma_forward(cudaStream_t st, float *out, uint16_t *out16, float *ls
     return 1;
 }
 
-int cu_flash_mma_backward(cudaStream_t st, float *dqkv, const float *Drow,
+int cu_flash_mma_backward(cudaStream_t st, float *dqkv, uint16_t *dqkv16, const float *Drow,
                           const int32_t *starts, const float *dout, const float *qkv,
                           const uint16_t *qkv16, const float *lse, const float *alibi, int B,
                           int T, int NH, int NG, int HS)
 {
-    if (!takes(HS, (uintptr_t)dqkv | (uintptr_t)dout | (uintptr_t)qkv | (uintptr_t)qkv16))
+    uintptr_t p = (uintptr_t)dqkv | (uintptr_t)dqkv16 | (uintptr_t)dout | (uintptr_t)qkv;
+    if (!takes(HS, p | (uintptr_t)qkv16))
         return 0;
     fm::args m = fm::make_args(B, T, NH, NG, HS, alibi);
-    m.dqkv = dqkv, m.Drow = Drow, m.starts = starts, m.dout = dout, m.lse_in = lse;
-    qkv16 ? (void)(m.qkv16 = qkv16) : (void)(m.qkv = qkv);
+    m.Drow = Drow, m.starts = starts, m.dout = dout, m.lse_in = lse;
+    qkv16 ? (void)(m.qkv16 = qkv16, m.dqkv16 = dqkv16) : (void)(m.qkv = qkv, m.dqkv = dqkv);
     run(st, m, HS, false, qkv16 != nullptr);
     return 1;
 }

@@ -5,7 +5,8 @@
 // same source on the host (tests/cuda/flash_emu.cc).
 //
 // Shapes: qkv (B, T, NG, R+2, D) fp32 (R = NH / NG query heads per group, then the group's
-// key and value), or qkv16 bf16 (the kernels' Q = uint16_t: kernels.h's attention_*_qkv16),
+// key and value), or qkv16 bf16 (the kernels' Q = uint16_t: kernels.h's attention_*_qkv16;
+// the backward's dqkv then dqkv16, bf16, as each lane's column pair rounded and stored at once),
 // out (B, T, NH, D) fp32, or out16 bf16 (forward<D, uint16_t>: kernels.h's
 // attention_*forward16), lse and the backward's row sums Drow (B, NH, T), seg
 // (B, T) segment ids or null, starts (B, T) the first position of each row's segment (the
@@ -51,7 +52,8 @@ struct args {
     union { const float *qkv; const uint16_t *qkv16; }; // the kernels' Q: the input's storage
     const float *dout, *alibi, *lse_in, *Drow;
     const int32_t *seg, *starts;
-    float *out, *lse, *dqkv;
+    float *out, *lse;
+    union { float *dqkv; uint16_t *dqkv16; }; // the backward's Q
     uint16_t *out16; // forward<D, uint16_t>'s output
     int B, T, NH, NG, R, C, C3; // C = NH D, C3 = NG (R + 2) D
     float scale;
@@ -224,6 +226,8 @@ FM_DEV float score(const args &a, float s, float slope, int i, int j)
 // qkv in its storage Q: fp32 or bf16 bits
 FM_DEV const float *in_of(const args &a, const float *) { return a.qkv; }
 FM_DEV const uint16_t *in_of(const args &a, const uint16_t *) { return a.qkv16; }
+FM_DEV float *grad_of(const args &a, const float *) { return a.dqkv; }
+FM_DEV uint16_t *grad_of(const args &a, const uint16_t *) { return a.dqkv16; }
 
 // The forward's output: columns c, c + 1 of a row, fp32 or rounded to bf16 (one 32-bit store).
 FM_DEV float *out_of(const args &a, float *) { return a.out; }
@@ -315,7 +319,7 @@ template <int D, typename O = float, typename Q = float> FM_KERNEL forward(args 
 }
 
 // ---------------------------------------------------------------- backward
-// dK, dV of key tile fm_bidx() of (batch, group) fm_bidy(); Q: qkv's storage.
+// dK, dV of key tile fm_bidx() of (batch, group) fm_bidy(); Q: qkv's storage and dqkv's.
 template <int D, typename Q = float> FM_KERNEL backward_kv(args a)
 {
     constexpr int BQ = bq_for(D), LD = D + PAD, LQ = BQ + PAD;
@@ -370,20 +374,21 @@ template <int D, typename Q = float> FM_KERNEL backward_kv(args a)
             mma_pbt<BQ, D / 8>(dk, dpt, Qt, LQ);
         }
     }
-    float *out = a.dqkv + (size_t)b * T * a.C3 + k_off(a, g, D);
+    Q *out = grad_of(a, (const Q *)nullptr) + (size_t)b * T * a.C3 + k_off(a, g, D);
     for (int hf = 0; hf < 2; hf++) {
         if (key0 + 8 * hf >= c0 + cols)
             continue;
         size_t j = (size_t)(key0 + 8 * hf);
-        for (int n = 0; n < D / 8; n++)
-            for (int e = 0; e < 2; e++) {
-                out[j * a.C3 + 8 * n + 2 * tq + e] = dk[n][2 * hf + e] * a.scale;
-                out[j * a.C3 + D + 8 * n + 2 * tq + e] = dv[n][2 * hf + e];
-            }
+        for (int n = 0; n < D / 8; n++) {
+            store_pair(out + j * a.C3 + 8 * n + 2 * tq, dk[n][2 * hf] * a.scale,
+                       dk[n][2 * hf + 1] * a.scale);
+            store_pair(out + j * a.C3 + D + 8 * n + 2 * tq, dv[n][2 * hf], dv[n][2 * hf + 1]);
+        }
     }
 }
 
-// dQ of query tile (from the last) fm_bidx() of (batch, head) fm_bidy(); Q: qkv's storage.
+// dQ of query tile (from the last) fm_bidx() of (batch, head) fm_bidy(); Q: qkv's and dqkv's
+// storage.
 template <int D, typename Q = float> FM_KERNEL backward_q(args a)
 {
     constexpr int LD = D + PAD, LT = BN + PAD;
@@ -430,14 +435,14 @@ template <int D, typename Q = float> FM_KERNEL backward_q(args a)
             }
         mma_pbt<BN, D / 8>(dq, s, Kt, LT);
     }
-    float *out = a.dqkv + (size_t)b * T * a.C3 + q_off(a, h, D);
+    Q *out = grad_of(a, (const Q *)nullptr) + (size_t)b * T * a.C3 + q_off(a, h, D);
     for (int hf = 0; hf < 2; hf++) {
         if (row[hf] >= rows)
             continue;
         size_t i = (size_t)(r0 + row[hf]);
         for (int n = 0; n < D / 8; n++)
-            for (int e = 0; e < 2; e++)
-                out[i * a.C3 + 8 * n + 2 * tq + e] = dq[n][2 * hf + e] * a.scale;
+            store_pair(out + i * a.C3 + 8 * n + 2 * tq, dq[n][2 * hf] * a.scale,
+                       dq[n][2 * hf + 1] * a.scale);
     }
 }
 

@@ -676,7 +676,8 @@ static void dW16_unfused(cudaStream_t st, float *dW, const uint16_t *dy16, const
 }
 
 /* ---- kernels.h's linear_backward, bf16 mode: dy (N, OC) converted once for both GEMMs, its
- * column sums added to db in the same pass (a bf16 dy16 is read in place), dx = dy W and
+ * column sums added to db in the same pass (a bf16 dy16 is read in place, its column sums a
+ * pass of their own where db is given: QKV's), dx = dy W and
  * dW += dy^T x, where dy, W and x (fp32; a bf16 x16 is read in place) fit the staging
  * together (else, and where cuBLASLt has no algorithm, the GEMMs unfused). */
 void cu_linear_backward_bf16(tr_stream s, float *dx, float *dW, float *db, const float *dy,
@@ -689,6 +690,8 @@ void cu_linear_backward_bf16(tr_stream s, float *dx, float *dW, float *db, const
     size_t n_w = ((size_t)OC * IC + 127) & ~(size_t)127;
     size_t n_x = x16 ? 0 : (size_t)N * IC;
     int fused = !G.fast && N > 0 && IC > 0 && OC > 0 && n_dy + (n_w > n_x ? n_w : n_x) <= cap;
+    if (dy16 && db) /* (its own pass: nothing converts dy16) */
+        cu_bias_backward16(st, db, dy16, N, OC), db = NULL;
     if (fused) {
         const uint16_t *dyb = dy16;
         uint16_t *second = G.staging + n_dy; /* W, then x */

@@ -34,7 +34,7 @@
  * TRIDENT_CUDA_ACTIVATIONS=fp32 the MLP activation's and the norms' bf16 storage, forward and
  * backward (fp32 again), TRIDENT_CUDA_ATTENTION_OUT=fp32 the attention output's (kernels.h's
  * attention_*16: fp32 again; its input's go with it), TRIDENT_CUDA_ATTENTION_IN=fp32 the
- * attention input's (attention_*_qkv16: qkv fp32 again) */
+ * attention input's and its gradient's (attention_*_qkv16: qkv and dqkv fp32 again) */
 static tr_kernels cuda_bf16_table = {
     .name = "cuda",
     COMMON_OPS,
@@ -95,7 +95,7 @@ static void table_choices(void)
         cuda_bf16_table.attention_forward16 = NULL, cuda_bf16_table.attention_backward16 = NULL,
         cuda_bf16_table.attention_gqa_forward16 = NULL,
         cuda_bf16_table.attention_gqa_backward16 = NULL;
-    if ((in && !strcmp(in, "fp32")) || (o && !strcmp(o, "fp32"))) /* qkv in fp32 again */
+    if ((in && !strcmp(in, "fp32")) || (o && !strcmp(o, "fp32"))) /* qkv, dqkv fp32 again */
         cuda_bf16_table.attention_forward_qkv16 = NULL,
         cuda_bf16_table.attention_backward_qkv16 = NULL;
 }

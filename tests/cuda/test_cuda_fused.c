@@ -7,7 +7,8 @@
  *  - linear_backward (dy converted once for both GEMMs, the bias gradient summed in that
  *    pass) against "cpu"'s two GEMMs and bias_backward, and both linear ops on a bf16-storage
  *    input; gelu_backward16 (fc's input gradient stored bf16, its bias gradient beside it)
- *    and the linear_backward that reads it in place;
+ *    and the linear_backward that reads it in place, and with a bias gradient of its own
+ *    (QKV's, whose dy16 is attention_backward_qkv16's);
  *  - fc's output in bf16 storage (linear_forward's y16) and the GELU ops reading it;
  *  - layernorm_forward16 and rmsnorm_forward16 against "cpu-bf16"'s;
  *  - the attention output in bf16 storage (attention_forward16 / _backward16, the GQA pair
@@ -325,6 +326,41 @@ static void test_gelu_backward16(int N, int F, int C, int x_bf16)
     free(d16);
 }
 
+/* linear_backward from a bf16 dy16 WITH a bias gradient (QKV's, from attention_backward_qkv16:
+ * db += the column sums of dy16's values, a pass of its own), x fp32 or x16, against "cpu"'s on
+ * the same bf16 values */
+static void test_linear_backward_dy16_db(int N, int IC, int OC, int x_bf16)
+{
+    char what[96];
+    size_t nx = (size_t)N * IC, ny = (size_t)N * OC, nw = (size_t)OC * IC;
+    float *xf = host(nx, -1, 1), *W = host(nw, -1, 1), *dyf = host(ny, -1, 1);
+    float *dW = host(nw, -1, 1), *db = host((size_t)OC, -1, 1), *dx = malloc(nx * 4);
+    uint16_t *x16 = narrow(xf, nx), *dy16 = narrow(dyf, ny);
+    float *gx = dev(BF16, xf, nx * 4), *gW = dev(BF16, W, nw * 4), *gdW = dev(BF16, dW, nw * 4);
+    float *gdb = dev(BF16, db, (size_t)OC * 4), *gdx = dev(BF16, NULL, nx * 4);
+    uint16_t *gx16 = dev(BF16, x16, nx * 2), *gdy16 = dev(BF16, dy16, ny * 2);
+    CPU->linear_backward(NULL, dx, dW, db, NULL, dy16, x_bf16 ? NULL : xf, x_bf16 ? x16 : NULL,
+                         W, N, IC, OC);
+    BF16->linear_backward(NULL, gdx, gdW, gdb, NULL, gdy16, x_bf16 ? NULL : gx,
+                          x_bf16 ? gx16 : NULL, gW, N, IC, OC);
+    float *got = back(BF16, gdb, (size_t)OC); /* fp32 sums of the same bf16 values */
+    snprintf(what, sizeof what, "linear_backward (dy16, db%s) db %d rows", x_bf16 ? ", x16" : "",
+             N);
+    compare(what, BF16, got, db, (size_t)OC, TOL_FP32);
+    free(got);
+    got = back(BF16, gdx, nx);
+    snprintf(what, sizeof what, "  its dx %dx%d", N, IC);
+    compare(what, BF16, got, dx, nx, TOL_BF16);
+    free(got);
+    got = back(BF16, gdW, nw);
+    snprintf(what, sizeof what, "  its dW %dx%d", OC, IC);
+    compare(what, BF16, got, dW, nw, TOL_BF16);
+    free(got);
+    BF16->free(gx), BF16->free(gW), BF16->free(gdW), BF16->free(gdb), BF16->free(gdx);
+    BF16->free(gx16), BF16->free(gdy16);
+    free(xf), free(W), free(dyf), free(dW), free(db), free(dx), free(x16), free(dy16);
+}
+
 /* linear_forward and linear_backward on a bf16-storage input (x16: the GELU output's way into
  * fc_proj) against "cpu"'s (which widens it exactly) */
 static void test_linear16(int N, int IC, int OC)
@@ -412,24 +448,24 @@ static void test_attention16(int B, int T, int NH, int NG, int HS, int alibi)
     free(qkv), free(dout), free(sl), free(lse), free(dq), free(scr), free(o16);
 }
 
-/* qkv in bf16 storage too (kernels.h's attention_forward_qkv16 / _backward_qkv16, one pair for
- * both layouts) against "cpu-bf16"'s: out16, lse, and dqkv from the same bf16 output and lse
- * on both sides. HS 64 runs flash_mma.cuh, HS 48 flash.cu's wmma kernels. */
+/* qkv and dqkv in bf16 storage too (kernels.h's attention_forward_qkv16 / _backward_qkv16, one
+ * pair for both layouts) against "cpu-bf16"'s: out16, lse, and dqkv16 from the same bf16 output
+ * and lse on both sides. HS 64 runs flash_mma.cuh, HS 48 flash.cu's wmma kernels. */
 static void test_attention_qkv16(int B, int T, int NH, int NG, int HS, int alibi)
 {
     char what[112];
     size_t nq = (size_t)B * T * NG * (NH / NG + 2) * HS, no = (size_t)B * T * NH * HS;
     size_t nl = (size_t)B * NH * T, ns = (size_t)B * (NH + 1) * T;
     float *qkv = host(nq, -1, 1), *dout = host(no, -1, 1), *sl = host((size_t)NH, 0.01f, 0.5f);
-    float *lse = malloc(nl * 4), *dq = malloc(nq * 4), *scr = malloc(ns * 4);
+    float *lse = malloc(nl * 4), *scr = malloc(ns * 4);
     const float *al = alibi ? sl : NULL;
-    uint16_t *q16 = narrow(qkv, nq), *o16 = malloc(no * 2);
+    uint16_t *q16 = narrow(qkv, nq), *o16 = malloc(no * 2), *dq16 = malloc(nq * 2);
     uint16_t *gq16 = dev(BF16, q16, nq * 2), *go = dev(BF16, NULL, no * 2);
     float *gdout = dev(BF16, dout, no * 4), *glse = dev(BF16, NULL, nl * 4);
-    float *gsl = alibi ? dev(BF16, sl, (size_t)NH * 4) : NULL;
-    float *gdq = dev(BF16, NULL, nq * 4), *gscr = dev(BF16, NULL, ns * 4);
+    float *gsl = alibi ? dev(BF16, sl, (size_t)NH * 4) : NULL, *gscr = dev(BF16, NULL, ns * 4);
+    uint16_t *gdq = dev(BF16, NULL, nq * 2);
     TWIN->attention_forward_qkv16(NULL, o16, lse, q16, al, B, T, NH, NG, HS, NULL);
-    TWIN->attention_backward_qkv16(NULL, dq, scr, dout, q16, o16, lse, al, B, T, NH, NG, HS,
+    TWIN->attention_backward_qkv16(NULL, dq16, scr, dout, q16, o16, lse, al, B, T, NH, NG, HS,
                                    NULL);
     BF16->attention_forward_qkv16(NULL, go, glse, gq16, gsl, B, T, NH, NG, HS, NULL);
     float *want = widen(o16, no), *got = back16(go, no);
@@ -444,14 +480,14 @@ static void test_attention_qkv16(int B, int T, int NH, int NG, int HS, int alibi
     BF16->to_device(NULL, glse, lse, nl * 4);
     BF16->attention_backward_qkv16(NULL, gdq, gscr, gdout, gq16, go, glse, gsl, B, T, NH, NG, HS,
                                    NULL);
-    got = back(BF16, gdq, nq);
-    compare("  its backward_qkv16's dqkv", BF16, got, dq, nq, TOL_BF16);
-    free(got);
+    want = widen(dq16, nq), got = back16(gdq, nq);
+    compare("  its backward_qkv16's dqkv16", BF16, got, want, nq, TOL_BF16);
+    free(want), free(got);
     BF16->free(gq16), BF16->free(go), BF16->free(gdout), BF16->free(glse), BF16->free(gdq);
     BF16->free(gscr);
     if (gsl)
         BF16->free(gsl);
-    free(qkv), free(dout), free(sl), free(lse), free(dq), free(scr), free(q16), free(o16);
+    free(qkv), free(dout), free(sl), free(lse), free(dq16), free(scr), free(q16), free(o16);
 }
 
 /* fc's output in bf16 storage: linear_forward's y16 (input x fp32 or x16; the bias in the
@@ -547,6 +583,7 @@ int main(int argc, char **argv)
         test_fc_out16(600, 1024, 1000, 0, 1); /* x staged in blocks of rows */
         test_fc_out16(600, 1024, 1000, 1, 1);
         test_linear16(600, 1024, 1000);
+        test_linear_backward_dy16_db(600, 1024, 1000, 0); /* the GEMMs unfused */
         if (tr_cuda_status())
             failures++, fprintf(stderr, "FAIL %s\n", tr_errmsg());
         printf("%d of %d checks agree\n", checks - failures, checks);
@@ -572,6 +609,8 @@ int main(int argc, char **argv)
     test_fc_out16(33, 40, 100, 1, 1);
     test_linear16(96, 256, 64);
     test_linear16(33, 100, 40);
+    test_linear_backward_dy16_db(96, 64, 192, 1); /* QKV's: x16, a bias gradient */
+    test_linear_backward_dy16_db(2049, 40, 100, 0); /* row chunks of the column sums */
     test_layernorm16(513, 768);
     test_layernorm16(7, 34);
     test_rmsnorm16(513, 768);

@@ -8,7 +8,7 @@
  * attention_gqa_forward16) against "cpu-bf16"'s op on four shapes, and on one the backward from
  * it (its row sums from the bf16 output, as fa_prepare makes them) against "cpu-bf16"'s
  * attention_gqa_backward16; and on two (one with groups, ALiBi and packing) the kernels reading
- * qkv in bf16 (kernels.h's attention_*_qkv16) against the same kernels on its fp32 values (the
+ * qkv and writing dqkv in bf16 (kernels.h's attention_*_qkv16) against the same kernels on its fp32 values (the
  * same bits) and against "cpu-bf16"'s ops (the emulator is slow: the test stays under 40 s). The GPU runs the same kernels in cuda-ops. Exit 0 when all agree,
  * 1 otherwise. */
 #include <math.h>
@@ -116,10 +116,11 @@ static void same_bits(const char *what, const void *got, const void *want, size_
     }
 }
 
-/* qkv in bf16 storage too (kernels.h's attention_forward_qkv16 / _backward_qkv16): the kernels
- * reading qkv16 against the same kernels reading its values in fp32 (the same bits: their
- * loads widen what the fp32 path rounds, exactly), and against "cpu-bf16"'s ops (the backward
- * on each side from its own bf16 output and lse, as test_out16's). */
+/* qkv and dqkv in bf16 storage too (kernels.h's attention_forward_qkv16 / _backward_qkv16): the
+ * kernels reading qkv16 against the same kernels reading its values in fp32 (the same bits:
+ * their loads widen what the fp32 path rounds, exactly; dqkv16 is the fp32 path's dqkv
+ * rounded), and against "cpu-bf16"'s ops (the backward on each side from its own bf16 output
+ * and lse, as test_out16's). */
 static void test_qkv16(const float *qkv, const float *dout, const float *al, const int32_t *seg,
                        const int32_t *starts, int B, int T, int NH, int NG, int HS,
                        const char *shape)
@@ -136,7 +137,7 @@ static void test_qkv16(const float *qkv, const float *dout, const float *al, con
     twin->attention_forward_qkv16(NULL, o16, lse, q16, al, B, T, NH, NG, HS, seg);
     emu_flash_forward_qkv16(eo16, lse_e, q16, al, B, T, NH, NG, HS, seg);
     emu_flash_forward16(fo16, lse_f, qr, al, B, T, NH, NG, HS, seg);
-    char what[160];
+    char what[200];
     snprintf(what, sizeof what, "out16 (qkv16 vs its fp32 values) %s", shape);
     same_bits(what, eo16, fo16, no * 2);
     snprintf(what, sizeof what, "lse (qkv16 vs its fp32 values) %s", shape);
@@ -147,19 +148,24 @@ static void test_qkv16(const float *qkv, const float *dout, const float *al, con
     compare(what, eo, o, no);
     snprintf(what, sizeof what, "lse (qkv16) %s", shape);
     compare(what, lse_e, lse, nl);
+    uint16_t *dq16 = malloc(nq * 2), *edq16 = malloc(nq * 2), *fdq16 = malloc(nq * 2);
     float *dq = malloc(nq * 4), *edq = malloc(nq * 4), *fdq = malloc(nq * 4);
     float *Drow = malloc(nl * 4), *scr = malloc((size_t)B * (NH + 1) * T * 4);
-    twin->attention_backward_qkv16(NULL, dq, scr, dout, q16, o16, lse, al, B, T, NH, NG, HS,
+    twin->attention_backward_qkv16(NULL, dq16, scr, dout, q16, o16, lse, al, B, T, NH, NG, HS,
                                    seg);
     row_sums(Drow, dout, eo, B, T, NH, HS);
-    emu_flash_backward_qkv16(edq, Drow, starts, dout, q16, lse_e, al, B, T, NH, NG, HS);
+    emu_flash_backward_qkv16(edq16, Drow, starts, dout, q16, lse_e, al, B, T, NH, NG, HS);
     emu_flash_backward(fdq, Drow, starts, dout, qr, lse_e, al, B, T, NH, NG, HS);
-    snprintf(what, sizeof what, "dqkv (qkv16 vs its fp32 values) %s", shape);
-    same_bits(what, edq, fdq, nq * 4);
-    snprintf(what, sizeof what, "dqkv (qkv16) %s", shape);
+    for (size_t i = 0; i < nq; i++)
+        fdq16[i] = bf16_from_f32(fdq[i]), dq[i] = bf16_to_f32(dq16[i]),
+        edq[i] = bf16_to_f32(edq16[i]);
+    snprintf(what, sizeof what, "dqkv16 (qkv16 vs fp32 values, rounded) %s", shape);
+    same_bits(what, edq16, fdq16, nq * 2);
+    snprintf(what, sizeof what, "dqkv16 (qkv16) %s", shape);
     compare(what, edq, dq, nq);
     free(q16), free(o16), free(eo16), free(fo16), free(qr), free(lse), free(lse_e), free(lse_f);
     free(o), free(eo), free(dq), free(edq), free(fdq), free(Drow), free(scr);
+    free(dq16), free(edq16), free(fdq16);
 }
 
 /* out16: 0, 1 (test_out16 too), 2 (and its backward); | 4: test_qkv16 too */
