@@ -8,12 +8,12 @@
  *    element), in slabs along K when they do not fit it (each slab a GEMM of its own), and
  *    writes an fp32 output (read again when it accumulates: beta = 1). Kept in bf16 and read
  *    in place (the model's gpt_*16 rules, no LoRA): the norms' outputs, the attention output
- *    and its input qkv (but with rope), fc's output and its gradient, the GELU output (fc's
- *    output and qkv written bf16 by their GEMMs);
+ *    and its input qkv with their gradient (but with rope), fc's output and its gradient, the
+ *    GELU output (fc's output and qkv written bf16 by their GEMMs);
  *  - GELU and LayerNorm are separate kernels; the linear layers' bias adds ride in the
  *    GEMM's epilogue and their residual is its C input (but the row-parallel ones under TP),
  *    their bias gradients in the pass that converts the output gradient to bf16 (but the
- *    row-parallel ones under SP);
+ *    row-parallel ones under SP, and QKV's, summed from the bf16 dqkv in a pass of its own);
  *  - attention is the fused (flash) kernel: no T x T tensor, forward 2 s^2 d FLOPs per head
  *    (causal half of QK^T and PV), backward 2.5 times that, at fractions of the device's
  *    peak (below: estimated for the tensor-core kernels, to be measured);
