@@ -136,11 +136,11 @@ static void p_linear_forward(tr_stream s, float *y, uint16_t *y16, const float *
     if (prof_on)
         prof_flops[OP_LINEAR] += 2.0 * N * IC * OC;
 }
-static void p_linear_backward(tr_stream s, float *dx, float *dW, float *db, const float *dy,
-                              const uint16_t *dy16, const float *x, const uint16_t *x16,
-                              const float *W, int N, int IC, int OC)
+static void p_linear_backward(tr_stream s, float *dx, uint16_t *dx16, float *dW, float *db,
+                              const float *dy, const uint16_t *dy16, const float *x,
+                              const uint16_t *x16, const float *W, int N, int IC, int OC)
 {
-    PROF_BEGIN base.linear_backward(s, dx, dW, db, dy, dy16, x, x16, W, N, IC, OC);
+    PROF_BEGIN base.linear_backward(s, dx, dx16, dW, db, dy, dy16, x, x16, W, N, IC, OC);
     PROF_END(OP_LINEAR_BACKWARD)
     if (prof_on)
         prof_flops[OP_LINEAR_BACKWARD] += 4.0 * N * IC * OC;
@@ -218,8 +218,8 @@ WRAP(OP_GELU_BACKWARD, gelu_backward,
      (tr_stream s, float *dx, const float *x, const float *d, size_t n), (s, dx, x, d, n))
 WRAP(OP_GELU_BACKWARD16, gelu_backward16,
      (tr_stream s, uint16_t *dx16, float *db, const float *x, const uint16_t *x16, const float *d,
-      int N, int C),
-     (s, dx16, db, x, x16, d, N, C))
+      const uint16_t *d16, int N, int C),
+     (s, dx16, db, x, x16, d, d16, N, C))
 WRAP(OP_ATTN_FORWARD, attention_forward,
      (tr_stream s, float *o, float *lse, const float *qkv, int B, int T, int NH, int HS,
       const int32_t *seg),

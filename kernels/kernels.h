@@ -61,10 +61,12 @@ typedef struct tr_kernels {
      * attention_backward_qkv16: db the sum of dy16's bf16 values). Equal to those gemm calls
      * (gemm_b16 for x16, gemm_a16 for dy16) and bias_backward (of dy16 widened) within fp32
      * rounding (CUDA's bf16 mode converts dy to bf16 once for both GEMMs and sums db in that
-     * same pass; dy16's column sums are a pass of their own). */
-    void (*linear_backward)(tr_stream s, float *dx, float *dW, float *db, const float *dy,
-                            const uint16_t *dy16, const float *x, const uint16_t *x16,
-                            const float *W, int N, int IC, int OC);
+     * same pass; dy16's column sums are a pass of their own). dx16: dx stored bf16 instead
+     * (dx NULL, dy fp32: fc_proj's input gradient, which gelu_backward16 reads), equal to dx
+     * rounded to bf16. */
+    void (*linear_backward)(tr_stream s, float *dx, uint16_t *dx16, float *dW, float *db,
+                            const float *dy, const uint16_t *dy16, const float *x,
+                            const uint16_t *x16, const float *W, int N, int IC, int OC);
 
     /* --- elementwise --- */
     /* out[i] = a[i] + b[i] (out may alias a or b) */
@@ -248,11 +250,13 @@ typedef struct tr_kernels {
     /* gelu_backward16: the GELU's input gradient stored bf16 for fc's backward, which reads
      * it in place (linear_backward's dy16), and fc's bias gradient summed in the same pass:
      * dinp16 (N, C) = bf16(gelu'(inp) * dout); dbias (C, or NULL) += sum_n of the unrounded
-     * products (bias_backward of gelu_backward's output); inp fp32, or inp16 bf16 storage
-     * (inp NULL). Set only in a table whose linear_backward reads dy16 and whose
+         * products (bias_backward of gelu_backward's output); inp fp32, or inp16 bf16 storage
+     * (inp NULL); dout fp32, or dout16 bf16 storage (dout NULL: linear_backward's dx16). Set
+     * only in a table whose linear_backward reads dy16 and writes dx16 and whose
      * linear_forward writes y16. */
     void (*gelu_backward16)(tr_stream s, uint16_t *dinp16, float *dbias, const float *inp,
-                            const uint16_t *inp16, const float *dout, int N, int C);
+                            const uint16_t *inp16, const float *dout, const uint16_t *dout16,
+                            int N, int C);
     /* --- the attention output in bf16 storage: optional, as the *16 ops above (the model keeps
      * it, the attention projection's input, in bf16 where its layout's pair is set with
      * gemm_a16 and gemm_b16, no LoRA adapter reads it and C/tp is even).

@@ -77,7 +77,15 @@ static int layer_backward(tr_gpt *g, int l, const layer_acts *L, const float *x,
     const float *dln_own = sc->dln + (size_t)r0 * C; /* this rank's rows of dln */
     tr_tp_lora lo; /* LoRA adapters (NULL: none), each made right before its layer */
     /* MLP: residual3 = residual2 + fc_proj(gelu(fc(ln2(residual2)))) */
-    if (gpt_gelu16(g)) /* the GELU output kept in bf16 storage */
+    int dact16 = gpt_dact16(g); /* fc_proj's input gradient in bf16 storage */
+    if (dact16)
+        rc = tr_tp_row_linear_backward16_dx16(tp, (uint16_t *)sc->dfch_gelu,
+                                              layer_grad(g, l, L_FCPROJ_W),
+                                              layer_grad(g, l, L_FCPROJ_B), dres,
+                                              (const uint16_t *)L->fch_gelu,
+                                              layer_param(g, l, L_FCPROJ_W), N, g->Fl, C,
+                                              sc->wide);
+    else if (gpt_gelu16(g)) /* the GELU output kept in bf16 storage */
         rc = tr_tp_row_linear_backward16(tp, sc->dfch_gelu, layer_grad(g, l, L_FCPROJ_W),
                                          layer_grad(g, l, L_FCPROJ_B), dres,
                                          (const uint16_t *)L->fch_gelu,
@@ -93,7 +101,8 @@ static int layer_backward(tr_gpt *g, int l, const layer_acts *L, const float *x,
         uint16_t *dfch16 = (uint16_t *)sc->dfch;
         int ln16 = gpt_ln16(g), fch16 = gpt_fch16(g);
         k->gelu_backward16(NULL, dfch16, layer_grad(g, l, L_FC_B), fch16 ? NULL : L->fch,
-                           fch16 ? (const uint16_t *)L->fch : NULL, sc->dfch_gelu, N, g->Fl);
+                           fch16 ? (const uint16_t *)L->fch : NULL, dact16 ? NULL : sc->dfch_gelu,
+                           dact16 ? (const uint16_t *)sc->dfch_gelu : NULL, N, g->Fl);
         rc = tr_tp_column_linear_backward_dy16(tp, sc->dln, layer_grad(g, l, L_FC_W), NULL,
                                                dfch16, ln16 ? NULL : L->ln2,
                                                ln16 ? (const uint16_t *)L->ln2 : NULL,

@@ -145,6 +145,11 @@ static inline int gpt_dgelu16(const tr_gpt *g)
     return g->k->gelu_backward16 && g->k->linear_backward && !g->s.swiglu && !g->s.lora_rank;
 }
 
+/* Whether fc_proj's input gradient (scratch.dfch_gelu, the GELU's output gradient) is kept in
+ * bf16 storage: the GELU output and its input gradient are (then the table's linear_backward
+ * writes dx16 and gelu_backward16 reads it, kernels.h). dfch_gelu holds N*Fl bf16 bits. */
+static inline int gpt_dact16(const tr_gpt *g) { return gpt_gelu16(g) && gpt_dgelu16(g); }
+
 /* Whether fc's output (layer_acts.fch, the GELU's input) is kept in bf16 storage: the GELU
  * output and its input gradient are (gpt_gelu16, gpt_dgelu16: then the table's linear_forward
  * writes y16 and the GELU ops read it, kernels.h). Then fch holds N*Fl bf16 bits in half its

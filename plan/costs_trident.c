@@ -107,6 +107,9 @@ void plan_layer_cost_trident(const plan_cost_ctx *x, plan_cost *o)
     /* and fc's output, GELU's input (gpt_fch16): fc's GEMM writes bf16, both GELU ops read
      * 2 bytes less */
     double f16 = g16;
+    /* and fc_proj's input gradient (gpt_dact16): its GEMM writes bf16, GELU's backward reads
+     * 2 bytes less */
+    double da16 = g16;
     /* the norms' outputs likewise (gpt_ln16): QKV and fc read them without converting them,
      * forward and weight gradient, and the norms write 2 bytes less */
     double l16 = (int)h % 2 == 0 ? 2 * T * h : 0;
@@ -140,7 +143,8 @@ void plan_layer_cost_trident(const plan_cost_ctx *x, plan_cost *o)
                    2 * tr_plan_stream_s(c, 6 * T * h) - tr_plan_stream_s(c, 6 * T * fc / t) -
                    tr_plan_stream_s(c, 6 * dg16) - tr_plan_stream_s(c, 6 * a16) -
                    tr_plan_stream_s(c, 6 * q16) +
-                   (m->add_bias_linear ? tr_plan_stream_s(c, 2 * q16) : 0);
+                   (m->add_bias_linear ? tr_plan_stream_s(c, 2 * q16) : 0) -
+                   tr_plan_stream_s(c, 2 * da16);
     /* fused attention: forward 2 (QK^T, PV) x 2 s^2 d / 2 (causal) per head, backward 2.5x */
     double att_flops = heads * 2.0 * s * s * d;
     double att_f = att_flops / (c->peak_flops * TRIDENT_ATTENTION_FORWARD_FRACTION) -
@@ -163,7 +167,7 @@ void plan_layer_cost_trident(const plan_cost_ctx *x, plan_cost *o)
      * GEMMs (kernels.h's linear_backward, gelu_backward16), but the row-parallel two under SP
      * (their own read of dout) */
     double el_b = 2 * 6 * R + (sp ? 2 * R : 0) + T * F / t * 4 * (2 * gelu_in + 1) - 2 * dg16 -
-                  2 * f16;
+                  2 * f16 - 2 * da16;
     o->f[TR_PLAN_PART_GEMM] = lin_f;
     o->b[TR_PLAN_PART_GEMM] = lin_b;
     o->f[TR_PLAN_PART_ATTENTION] = att_f;

@@ -67,7 +67,7 @@ static void linear_dx_dW_db(const tr_kernels *k, float *dx, float *dW, float *db
                             const float *dy, row_input x, const float *W, int N, int IC, int OC)
 {
     if (dx && dW && k->linear_backward) {
-        k->linear_backward(NULL, dx, dW, db, dy, NULL, x.f, x.h, W, N, IC, OC);
+        k->linear_backward(NULL, dx, NULL, dW, db, dy, NULL, x.f, x.h, W, N, IC, OC);
         return;
     }
     if (dx)
@@ -244,7 +244,7 @@ int tr_tp_column_linear_backward_dy16(const tr_tp *tp, float *dx, float *dW, flo
     if (!dx || !dW || !k->linear_backward)
         return tr_fail(TR_ERR_INTERNAL, "a bf16-storage output gradient needs the table's "
                                         "linear_backward and both GEMMs (table %s)", k->name);
-    k->linear_backward(NULL, dx, dW, db, NULL, dy16, x, x16, W, N, IC, OCl);
+    k->linear_backward(NULL, dx, NULL, dW, db, NULL, dy16, x, x16, W, N, IC, OCl);
     return column_dx_reduce(tp, dx, N, IC);
 }
 
@@ -313,13 +313,19 @@ int tr_tp_row_linear_backward(const tr_tp *tp, float *dx, float *dW, float *db,
     return tr_tp_row_linear_backward_lora(tp, dx, dW, db, dy, x, W, N, ICl, OC, scratch, NULL);
 }
 
-static int row_backward(const tr_tp *tp, float *dx, float *dW, float *db, const float *dy,
-                        row_input x, const float *W, int N, int ICl, int OC, float *scratch,
-                        const tr_tp_lora *lora)
+/* dx16: the input gradient stored bf16 instead of dx (dx NULL; the table's linear_backward,
+ * no adapter) */
+static int row_backward(const tr_tp *tp, float *dx, uint16_t *dx16, float *dW, float *db,
+                        const float *dy, row_input x, const float *W, int N, int ICl, int OC,
+                        float *scratch, const tr_tp_lora *lora)
 {
     const tr_kernels *k = tp->k;
     int first, count, rc;
     tr_tp_rows(tp, N, &first, &count);
+    if (dx16 && (!k->linear_backward || !dW || lora))
+        return tr_fail(TR_ERR_INTERNAL, "a bf16-storage input gradient needs the table's "
+                                        "linear_backward and the weight gradient (table %s)",
+                       k->name);
     const float *dy_all = dy; /* g backward is the identity */
     if (tp->sequence_parallel) {
         /* conjugate of the forward's reduce-scatter: all-gather the rows */
@@ -330,7 +336,11 @@ static int row_backward(const tr_tp *tp, float *dx, float *dW, float *db, const 
     }
     /* the bias gradient sums this rank's rows: dy_all's own under SP (the others' come with
      * the TP reduction of the sequence-parallel gradients), so fused only without SP */
-    linear_dx_dW_db(k, dx, dW, dy_all == dy ? db : NULL, dy_all, x, W, N, ICl, OC);
+    if (dx16)
+        k->linear_backward(NULL, NULL, dx16, dW, dy_all == dy ? db : NULL, dy_all, NULL, x.f,
+                           x.h, W, N, ICl, OC);
+    else
+        linear_dx_dW_db(k, dx, dW, dy_all == dy ? db : NULL, dy_all, x, W, N, ICl, OC);
     if (lora)
         lora_backward(k, dx, dy_all, x.f, lora, N, ICl, OC);
     if (db && dy_all != dy)
@@ -343,7 +353,7 @@ int tr_tp_row_linear_backward_lora(const tr_tp *tp, float *dx, float *dW, float 
                                    int ICl, int OC, float *scratch, const tr_tp_lora *lora)
 {
     row_input in = {x, NULL};
-    return row_backward(tp, dx, dW, db, dy, in, W, N, ICl, OC, scratch, lora);
+    return row_backward(tp, dx, NULL, dW, db, dy, in, W, N, ICl, OC, scratch, lora);
 }
 
 int tr_tp_row_linear_backward16(const tr_tp *tp, float *dx, float *dW, float *db,
@@ -351,5 +361,13 @@ int tr_tp_row_linear_backward16(const tr_tp *tp, float *dx, float *dW, float *db
                                 int ICl, int OC, float *scratch)
 {
     row_input in = {NULL, x16};
-    return row_backward(tp, dx, dW, db, dy, in, W, N, ICl, OC, scratch, NULL);
+    return row_backward(tp, dx, NULL, dW, db, dy, in, W, N, ICl, OC, scratch, NULL);
+}
+
+int tr_tp_row_linear_backward16_dx16(const tr_tp *tp, uint16_t *dx16, float *dW, float *db,
+                                     const float *dy, const uint16_t *x16, const float *W, int N,
+                                     int ICl, int OC, float *scratch)
+{
+    row_input in = {NULL, x16};
+    return row_backward(tp, NULL, dx16, dW, db, dy, in, W, N, ICl, OC, scratch, NULL);
 }

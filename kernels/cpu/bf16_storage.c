@@ -11,17 +11,31 @@
  * attention_forward_qkv16 / _backward_qkv16, which read qkv in bf16 too. */
 #include "kernels/cpu/cpu_ops.h"
 
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 
 #include "kernels/cuda/bf16.h"
 
-static _Thread_local struct {
+typedef struct {
     float *p;
     size_t cap;
-} wide;
+} wide_staging;
+static _Thread_local wide_staging wide;
 
 static const tr_kernels *table; /* "cpu-bf16": the fp32-storage ops wrapped here */
+
+/* a thread's staging is freed when it ends (a key whose value is the staging, once grown) */
+static pthread_key_t wide_key;
+static pthread_once_t wide_key_once = PTHREAD_ONCE_INIT;
+
+static void wide_free(void *staging)
+{
+    wide_staging *w = staging;
+    free(w->p), w->p = NULL, w->cap = 0;
+}
+
+static void wide_key_make(void) { (void)pthread_key_create(&wide_key, wide_free); }
 
 static float *wide_buffer(size_t n)
 {
@@ -34,6 +48,8 @@ static float *wide_buffer(size_t n)
             return NULL;
         }
         wide.p = p, wide.cap = n;
+        pthread_once(&wide_key_once, wide_key_make);
+        (void)pthread_setspecific(wide_key, &wide);
     }
     return wide.p;
 }
@@ -262,31 +278,39 @@ static void s16_linear_forward(tr_stream s, float *y, uint16_t *y16, const float
 
 /* fc's backward on the GELU's bf16 input gradient, QKV's on the attention's: the unfused pieces
  * of kernels.h's linear_backward (the table's gemm twice, bias_backward of the widened dy16),
- * its bf16 inputs widened side by side in the staging (dy first, then x) */
-static void s16_linear_backward(tr_stream s, float *dx, float *dW, float *db, const float *dy,
-                                const uint16_t *dy16, const float *x, const uint16_t *x16,
-                                const float *W, int N, int IC, int OC)
+ * its bf16 inputs widened side by side in the staging (dy first, then x, then a bf16 dx) */
+static void s16_linear_backward(tr_stream s, float *dx, uint16_t *dx16, float *dW, float *db,
+                                const float *dy, const uint16_t *dy16, const float *x,
+                                const uint16_t *x16, const float *W, int N, int IC, int OC)
 {
     size_t ny = dy16 ? (size_t)N * OC : 0, nx = x16 ? (size_t)N * IC : 0;
-    float *w = wide_buffer(ny + nx);
+    size_t nd = dx16 ? (size_t)N * IC : 0; /* (then dy, x, dx side by side) */
+    float *w = wide_buffer(ny + nx + nd);
     if (!w)
         return;
     const float *g = dy16 ? widened_at(dy16, ny, w, 0) : dy;
     const float *in = x16 ? widened_at(x16, nx, w, ny) : x;
-    table->gemm(s, 0, 0, N, IC, OC, 1.0f, g, OC, W, IC, 0.0f, dx, IC);
+    float *d = dx16 ? w + ny + nx : dx;
+    table->gemm(s, 0, 0, N, IC, OC, 1.0f, g, OC, W, IC, 0.0f, d, IC);
+    if (dx16) /* (exact: the table's gemm rounded it) */
+        narrow(dx16, d, nd);
     table->gemm(s, 1, 0, OC, IC, N, 1.0f, g, OC, in, IC, 1.0f, dW, IC);
     if (db)
         table->bias_backward(s, db, g, N, OC);
 }
 
 static void s16_gelu_backward16(tr_stream s, uint16_t *dinp16, float *dbias, const float *inp,
-                                const uint16_t *inp16, const float *dout, int N, int C)
+                                const uint16_t *inp16, const float *dout,
+                                const uint16_t *dout16, int N, int C)
 {
     size_t n = (size_t)N * C;
-    float *d = wide_buffer(inp16 ? 2 * n : n); /* the gradient, then a bf16 input widened */
+    /* the gradient, then the bf16 inputs widened */
+    float *d = wide_buffer(n + (inp16 ? n : 0) + (dout16 ? n : 0));
     if (!d)
         return;
-    table->gelu_backward(s, d, inp16 ? widened_at(inp16, n, d, n) : inp, dout, n);
+    const float *x = inp16 ? widened_at(inp16, n, d, n) : inp;
+    const float *g = dout16 ? widened_at(dout16, n, d, inp16 ? 2 * n : n) : dout;
+    table->gelu_backward(s, d, x, g, n);
     if (dbias)
         table->bias_backward(s, dbias, d, N, C);
     narrow(dinp16, d, n);

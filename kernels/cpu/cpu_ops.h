@@ -97,9 +97,9 @@ void cpu_gemm(tr_stream s, int trans_a, int trans_b, int M, int N, int K, float 
 void cpu_linear_forward(tr_stream s, float *y, uint16_t *y16, const float *x,
                         const uint16_t *x16, const float *W, const float *b,
                         const float *residual, int N, int IC, int OC);
-void cpu_linear_backward(tr_stream s, float *dx, float *dW, float *db, const float *dy,
-                         const uint16_t *dy16, const float *x, const uint16_t *x16,
-                         const float *W, int N, int IC, int OC);
+void cpu_linear_backward(tr_stream s, float *dx, uint16_t *dx16, float *dW, float *db,
+                         const float *dy, const uint16_t *dy16, const float *x,
+                         const uint16_t *x16, const float *W, int N, int IC, int OC);
 
 /* bf16_storage.c: the bf16-storage ops (kernels.h: the head's, the MLP activation's) into t,
  * wrapping t's own gemm, gelu_forward, xent_stats and xent_loss_backward ("cpu-bf16"). */

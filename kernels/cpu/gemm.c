@@ -141,15 +141,24 @@ void cpu_linear_forward(tr_stream s, float *y, uint16_t *y16, const float *x,
 
 /* kernels.h's linear_backward as its two GEMMs and bias_backward (the same bits as those
  * calls) */
-void cpu_linear_backward(tr_stream s, float *dx, float *dW, float *db, const float *dy,
-                         const uint16_t *dy16, const float *x, const uint16_t *x16,
-                         const float *W, int N, int IC, int OC)
+void cpu_linear_backward(tr_stream s, float *dx, uint16_t *dx16, float *dW, float *db,
+                         const float *dy, const uint16_t *dy16, const float *x,
+                         const uint16_t *x16, const float *W, int N, int IC, int OC)
 {
     float *owned, *owned_dy;
-    const float *in = fp32_input(x, x16, (size_t)N * IC, &owned);
+    size_t nx = (size_t)N * IC;
+    const float *in = fp32_input(x, x16, nx, &owned);
     const float *g = in ? fp32_input(dy, dy16, (size_t)N * OC, &owned_dy) : NULL;
-    if (g) {
-        cpu_gemm(s, 0, 0, N, IC, OC, 1.0f, g, OC, W, IC, 0.0f, dx, IC);
+    float *d = g && dx16 ? malloc((nx ? nx : 1) * sizeof *d) : dx; /* dx16: fp32 first */
+    if (g && !d)
+        fprintf(stderr, "cpu: out of memory for a bf16 input gradient\n"), free(owned_dy);
+    if (g && d) {
+        cpu_gemm(s, 0, 0, N, IC, OC, 1.0f, g, OC, W, IC, 0.0f, d, IC);
+        if (dx16) {
+            for (size_t i = 0; i < nx; i++)
+                dx16[i] = bf16_from_f32(d[i]);
+            free(d);
+        }
         cpu_gemm(s, 1, 0, OC, IC, N, 1.0f, g, OC, in, IC, 1.0f, dW, IC);
         if (db)
             cpu_bias_backward(s, db, g, N, OC);

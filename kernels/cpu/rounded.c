@@ -45,10 +45,24 @@ static void round_fp16_n(float *x, size_t n)
 /* Rounded copies of the inputs an op reads as parameters or GEMM operands: per thread, a few
  * slots grown as needed and kept (the emulation's staging, as the CUDA backend's). */
 enum { N_STAGE = 4 };
-static _Thread_local struct {
+typedef struct {
     float *p;
     size_t cap;
-} stage[N_STAGE];
+} stage_slot;
+static _Thread_local stage_slot stage[N_STAGE];
+
+/* a thread's slots are freed when it ends (a key whose value is its slots, once grown) */
+static pthread_key_t stage_key;
+static pthread_once_t stage_key_once = PTHREAD_ONCE_INIT;
+
+static void stage_free(void *slots)
+{
+    stage_slot *s = slots;
+    for (int i = 0; i < N_STAGE; i++)
+        free(s[i].p), s[i].p = NULL, s[i].cap = 0;
+}
+
+static void stage_key_make(void) { (void)pthread_key_create(&stage_key, stage_free); }
 
 static const float *staged(int slot, const float *src, size_t n, void (*round_n)(float *, size_t))
 {
@@ -59,6 +73,8 @@ static const float *staged(int slot, const float *src, size_t n, void (*round_n)
         if (!p) /* out of memory: read it unrounded rather than crash (the emulation only) */
             return src;
         stage[slot].p = p, stage[slot].cap = n;
+        pthread_once(&stage_key_once, stage_key_make);
+        (void)pthread_setspecific(stage_key, stage);
     }
     memcpy(stage[slot].p, src, n * sizeof(float));
     round_n(stage[slot].p, n);

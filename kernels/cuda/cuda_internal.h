@@ -151,7 +151,8 @@ void cu_gelu_backward(tr_stream s, float *dinp, const float *inp, const float *d
                          size_t n);
 /* kernels.h's gelu_backward16 (dbias summed as cu_bias_backward sums: the same bits) */
 void cu_gelu_backward16(tr_stream s, uint16_t *dinp16, float *dbias, const float *inp,
-                        const uint16_t *inp16, const float *dout, int N, int C);
+                        const uint16_t *inp16, const float *dout, const uint16_t *dout16, int N,
+                        int C);
 /* C[r, c] = beta * C[r, c] for a rows x cols block with row stride ldc (beta 0 writes 0). */
 void cu_scale_2d(cudaStream_t st, float *C, int rows, int cols, int ldc, float beta);
 /* Pack a rows x cols block (row stride ld) into contiguous bf16 (row stride cols). */
@@ -165,9 +166,10 @@ void cu_pack_bf16_colsum(cudaStream_t st, uint16_t *dst, float *dbias, const flo
 /* dbias (C) += the column sums of src16 (N, C) bf16 (linear_backward's dy16 with a bias
  * gradient: QKV's), in cu_bias_backward's order. Compute stream only (the reduction scratch). */
 void cu_bias_backward16(cudaStream_t st, float *dbias, const uint16_t *src16, int N, int C);
-/* out16 (N, C) = bf16(out16 + bias) per row (linear_forward's bf16 output where cuBLASLt has
- * no bias epilogue for it) */
-void cu_bias_add16(cudaStream_t st, uint16_t *out16, const float *bias, int N, int C);
+/* out16[r, c] = bf16(out16[r, c] + bias16[c]) for rows x cols with row stride ld
+ * (linear_forward's bf16 output where cuBLASLt has no bias epilogue for it) */
+void cu_bias_add16(cudaStream_t st, uint16_t *out16, const uint16_t *bias16, int rows, int cols,
+                   int ld);
 void cu_to_bf16(tr_stream s, uint16_t *dst, const float *src, size_t n);
 void cu_from_bf16(tr_stream s, float *dst, const uint16_t *src, size_t n);
 
@@ -291,9 +293,9 @@ void cu_linear_forward_bf16(tr_stream s, float *y, uint16_t *y16, const float *x
                             const float *residual, int N, int IC, int OC);
 /* kernels.h's linear_backward in bf16 mode: dy converted once for both GEMMs, db summed in
  * that pass; a bf16 dy16 read in place. */
-void cu_linear_backward_bf16(tr_stream s, float *dx, float *dW, float *db, const float *dy,
-                             const uint16_t *dy16, const float *x, const uint16_t *x16,
-                             const float *W, int N, int IC, int OC);
+void cu_linear_backward_bf16(tr_stream s, float *dx, uint16_t *dx16, float *dW, float *db,
+                             const float *dy, const uint16_t *dy16, const float *x,
+                             const uint16_t *x16, const float *W, int N, int IC, int OC);
 /* The head's bf16-storage GEMMs (kernels.h's gemm_out16, gemm_a16), bf16 mode. */
 void cu_gemm_out16(tr_stream s, int trans_a, int trans_b, int M, int N, int K, float alpha,
                    const float *A, int lda, const float *B, int ldb, uint16_t *C16, int ldc);

@@ -26,9 +26,15 @@ __global__ void bias_add_kernel(float *out, const float *bias, size_t n, int C)
     TR_CU_GRID_STRIDE(i, n) out[i] += bias[i % (size_t)C];
 }
 
-__global__ void bias_add16_kernel(uint16_t *out16, const float *bias, size_t n, int C)
+__global__ void bias_add16_kernel(uint16_t *out16, const uint16_t *bias16, size_t n, int cols,
+                                  int ld)
 {
-    TR_CU_GRID_STRIDE(i, n) out16[i] = bf16_from_f32(bf16_to_f32(out16[i]) + bias[i % (size_t)C]);
+    TR_CU_GRID_STRIDE(i, n)
+    {
+        size_t r = i / (size_t)cols, c = i % (size_t)cols;
+        uint16_t *o = out16 + r * (size_t)ld + c;
+        *o = bf16_from_f32(bf16_to_f32(*o) + bf16_to_f32(bias16[c]));
+    }
 }
 
 __global__ void scale_rows_kernel(float *x, const float *w, size_t n, int C)
@@ -136,22 +142,25 @@ __global__ void gelu_backward_kernel(float *dinp, const float *inp, const float 
     TR_CU_GRID_STRIDE(i, n) dinp[i] = gelu_grad(inp[i]) * dout[i];
 }
 
-template <class In>
-__global__ void gelu_backward16_kernel(uint16_t *dinp16, const In *inp, const float *dout,
+template <class In, class Dout>
+__global__ void gelu_backward16_kernel(uint16_t *dinp16, const In *inp, const Dout *dout,
                                        size_t n)
 {
-    TR_CU_GRID_STRIDE(i, n) dinp16[i] = bf16_from_f32(gelu_grad(widen(inp[i])) * dout[i]);
+    TR_CU_GRID_STRIDE(i, n)
+    dinp16[i] = bf16_from_f32(__fmul_rn(gelu_grad(widen(inp[i])), widen(dout[i])));
 }
 
 // gelu'(inp[i]) dout[i], stored bf16 in dinp16[i] (kernels.h's gelu_backward16)
-template <class In>
+template <class In, class Dout>
 struct gelu_backward_value {
     const In *inp;
-    const float *dout;
+    const Dout *dout;
     uint16_t *dinp16;
     __device__ float operator()(size_t i) const
     {
-        float d = gelu_grad(widen(inp[i])) * dout[i];
+        /* (__fmul_rn: never fused with the column sum's add, so the sum is of the stored
+         * product, bias_backward's bits) */
+        float d = __fmul_rn(gelu_grad(widen(inp[i])), widen(dout[i]));
         dinp16[i] = bf16_from_f32(d);
         return d;
     }
@@ -278,9 +287,9 @@ void cu_bias_backward16(cudaStream_t st, float *dbias, const uint16_t *src16, in
 
 } // extern "C"
 
-template <class In>
+template <class In, class Dout>
 static void gelu_backward16_of(tr_stream s, uint16_t *dinp16, float *dbias, const In *inp,
-                               const float *dout, int N, int C)
+                               const Dout *dout, int N, int C)
 {
     size_t n = (size_t)N * (size_t)C;
     if (!dbias)
@@ -288,19 +297,24 @@ static void gelu_backward16_of(tr_stream s, uint16_t *dinp16, float *dbias, cons
                                                                                  dout, n);
     else
         column_sums(cu_shared_stream(s, "gelu_backward16"), dbias, N, C,
-                    gelu_backward_value<In>{inp, dout, dinp16});
+                    gelu_backward_value<In, Dout>{inp, dout, dinp16});
     cu_launched("gelu_backward16");
 }
 
 extern "C" {
 
 void cu_gelu_backward16(tr_stream s, uint16_t *dinp16, float *dbias, const float *inp,
-                        const uint16_t *inp16, const float *dout, int N, int C)
+                        const uint16_t *inp16, const float *dout, const uint16_t *dout16, int N,
+                        int C)
 {
     if (N <= 0 || C <= 0)
         return;
-    if (inp16)
+    if (inp16 && dout16)
+        gelu_backward16_of(s, dinp16, dbias, inp16, dout16, N, C);
+    else if (inp16)
         gelu_backward16_of(s, dinp16, dbias, inp16, dout, N, C);
+    else if (dout16)
+        gelu_backward16_of(s, dinp16, dbias, inp, dout16, N, C);
     else
         gelu_backward16_of(s, dinp16, dbias, inp, dout, N, C);
 }
@@ -354,12 +368,13 @@ void cu_pack_bf16(cudaStream_t st, uint16_t *dst, const float *src, int rows, in
     cu_launched("gemm (bf16 staging)");
 }
 
-void cu_bias_add16(cudaStream_t st, uint16_t *out16, const float *bias, int N, int C)
+void cu_bias_add16(cudaStream_t st, uint16_t *out16, const uint16_t *bias16, int rows, int cols,
+                   int ld)
 {
-    size_t n = (size_t)N * (size_t)C;
+    size_t n = (size_t)rows * (size_t)cols;
     if (!n)
         return;
-    bias_add16_kernel<<<tr_cu_blocks(n), CU_THREADS, 0, st>>>(out16, bias, n, C);
+    bias_add16_kernel<<<tr_cu_blocks(n), CU_THREADS, 0, st>>>(out16, bias16, n, cols, ld);
     cu_launched("linear_forward (bias of a bf16 output)");
 }
 

@@ -577,41 +577,55 @@ void cu_gemm_b16(tr_stream s, int ta, int tb, int M, int N, int K, float alpha, 
     }
 }
 
-/* linear_forward's bf16 output: y16 (N, OC) = bf16(x W^T + b), W staged whole and x (fp32) in
- * blocks of rows (a bf16 x16 read in place), K never in slabs (one rounding). The bias rides
- * in the epilogue as a bf16 vector staged beside W (cuBLASLt's bias takes D's type, and
- * cpu-bf16's bias_add reads it rounded too), or is added after where no algorithm has it. */
+/* linear_forward's bf16 output: y16 (N, OC) = bf16(x W^T + b), K never in slabs (one
+ * rounding). W's rows (y's columns) are staged in blocks: all of them where W, its bias and
+ * (for an fp32 x) a row of x fit, else blocks of a multiple of 128 rows in the staging's room
+ * (half of it for an fp32 x); per block x (fp32) in blocks of rows, a bf16 x16 read in place.
+ * The bias rides in the epilogue as a bf16 vector staged beside W (cuBLASLt's bias takes D's
+ * type, and cpu-bf16's bias_add reads it rounded too), or is added after (that staged bf16
+ * bias, onto the rounded output: rounded twice) where no algorithm has it. */
 static void linear_forward_out16(cudaStream_t st, uint16_t *y16, const float *x,
                                  const uint16_t *x16, const float *W, const float *b, int N,
                                  int IC, int OC)
 {
-    size_t cap = G.staging_bytes / sizeof(uint16_t);
-    size_t n_w = ((size_t)OC * IC + 127) & ~(size_t)127;
-    size_t n_b = b ? ((size_t)OC + 127) & ~(size_t)127 : 0;
+    size_t cap = G.staging_bytes / sizeof(uint16_t), ic = (size_t)IC;
+#define AL128(n) (((n) + 127) & ~(size_t)127)
+    size_t nb = (size_t)OC; /* W rows a block */
+    if (AL128(nb * ic) + (b ? AL128(nb) : 0) + (x16 ? 0 : ic) > cap) {
+        size_t share = (x16 ? cap : cap / 2) > 256 ? (x16 ? cap : cap / 2) - 256 : 0;
+        nb = share / (ic + 1);
+        if (nb >= 128)
+            nb &= ~(size_t)127; /* (b16 + j0 keeps the bias block 256-byte aligned) */
+    }
+    size_t n_w = AL128(nb * ic), n_b = b ? AL128(nb) : 0;
+#undef AL128
     size_t room = cap > n_w + n_b ? cap - n_w - n_b : 0;
-    size_t mb = x16 ? (size_t)N : room / (size_t)IC;
-    if (mb < 1) {
-        note_none("linear_forward (bf16 output)", N, OC, IC);
+    size_t mb = x16 ? (size_t)N : room / ic; /* x rows a block */
+    if (nb < 1 || mb < 1 || n_w + n_b > cap) {
+        note_none("linear_forward (bf16 output): no staging room", N, OC, IC);
         return;
     }
     uint16_t *w16 = G.staging, *b16 = w16 + n_w, *xs = b16 + n_b;
-    cu_pack_bf16(st, w16, W, OC, IC, IC);
-    if (b)
-        cu_pack_bf16(st, b16, b, 1, OC, OC);
-    for (int i0 = 0; i0 < N; i0 += (int)mb) {
-        int m = N - i0 < (int)mb ? N - i0 : (int)mb;
-        const uint16_t *xa = x16 ? x16 + (size_t)i0 * IC : xs;
-        if (!x16)
-            cu_pack_bf16(st, xs, x + (size_t)i0 * IC, m, IC, IC);
-        uint16_t *yb = y16 + (size_t)i0 * OC;
-        if (b && !matmul_from(st, CU_GEMM_BF16, 0, 1, m, OC, IC, 1.0f, xa, IC, 0, w16, IC, 0,
-                              0.0f, yb, NULL, 1, OC, 0, 1, b16))
-            continue;
-        if (matmul_to(st, CU_GEMM_BF16, 0, 1, m, OC, IC, 1.0f, xa, IC, 0, w16, IC, 0, 0.0f, yb, 1,
-                      OC, 0, 1))
-            note_none("linear_forward (bf16 output)", m, OC, IC);
-        else if (b)
-            cu_bias_add16(st, yb, b, m, OC);
+    for (int j0 = 0; j0 < OC; j0 += (int)nb) {
+        int n = OC - j0 < (int)nb ? OC - j0 : (int)nb;
+        cu_pack_bf16(st, w16, W + (size_t)j0 * IC, n, IC, IC);
+        if (b)
+            cu_pack_bf16(st, b16, b + j0, 1, n, n);
+        for (int i0 = 0; i0 < N; i0 += (int)mb) {
+            int m = N - i0 < (int)mb ? N - i0 : (int)mb;
+            const uint16_t *xa = x16 ? x16 + (size_t)i0 * IC : xs;
+            if (!x16)
+                cu_pack_bf16(st, xs, x + (size_t)i0 * IC, m, IC, IC);
+            uint16_t *yb = y16 + (size_t)i0 * OC + j0;
+            if (b && !matmul_from(st, CU_GEMM_BF16, 0, 1, m, n, IC, 1.0f, xa, IC, 0, w16, IC, 0,
+                                  0.0f, yb, NULL, 1, OC, 0, 1, b16))
+                continue;
+            if (matmul_to(st, CU_GEMM_BF16, 0, 1, m, n, IC, 1.0f, xa, IC, 0, w16, IC, 0, 0.0f, yb,
+                          1, OC, 0, 1))
+                note_none("linear_forward (bf16 output)", m, n, IC);
+            else if (b)
+                cu_bias_add16(st, yb, b16, m, n, OC);
+        }
     }
 }
 
@@ -627,7 +641,10 @@ void cu_linear_forward_bf16(tr_stream s, float *y, uint16_t *y16, const float *x
     if (N <= 0 || OC <= 0)
         return;
     if (y16) { /* (no residual: kernels.h) */
-        if (IC > 0)
+        if (residual)
+            note_none("linear_forward (bf16 output with a residual: not in the contract)", N, OC,
+                      IC);
+        else if (IC > 0)
             linear_forward_out16(st, y16, x, x16, W, b, N, IC, OC);
         else
             note_none("linear_forward (bf16 output, no input columns)", N, OC, IC);
@@ -680,11 +697,15 @@ static void dW16_unfused(cudaStream_t st, float *dW, const uint16_t *dy16, const
  * pass of their own where db is given: QKV's), dx = dy W and
  * dW += dy^T x, where dy, W and x (fp32; a bf16 x16 is read in place) fit the staging
  * together (else, and where cuBLASLt has no algorithm, the GEMMs unfused). */
-void cu_linear_backward_bf16(tr_stream s, float *dx, float *dW, float *db, const float *dy,
-                             const uint16_t *dy16, const float *x, const uint16_t *x16,
-                             const float *W, int N, int IC, int OC)
+void cu_linear_backward_bf16(tr_stream s, float *dx, uint16_t *dx16, float *dW, float *db,
+                             const float *dy, const uint16_t *dy16, const float *x,
+                             const uint16_t *x16, const float *W, int N, int IC, int OC)
 {
     cudaStream_t st = cu_shared_stream(s, "linear_backward");
+    if (dy16 && dx16) { /* kernels.h: not in the contract */
+        note_none("linear_backward (dy16 and dx16)", N, IC, OC);
+        return;
+    }
     size_t cap = G.staging_bytes / sizeof(uint16_t);
     size_t n_dy = dy16 ? 0 : ((size_t)N * OC + 127) & ~(size_t)127;
     size_t n_w = ((size_t)OC * IC + 127) & ~(size_t)127;
@@ -703,9 +724,9 @@ void cu_linear_backward_bf16(tr_stream s, float *dx, float *dW, float *db, const
             dyb = G.staging;
         }
         cu_pack_bf16(st, second, W, OC, IC, IC);
-        /* dx (N, IC) = dy (N, OC) W (OC, IC) */
-        if (!matmul(st, CU_GEMM_BF16, 0, 0, N, IC, OC, 1.0f, dyb, OC, 0, second, IC, 0, 0.0f,
-                    dx, IC, 0, 1)) {
+        /* dx (N, IC) = dy (N, OC) W (OC, IC), fp32 or (dx16) bf16: K whole, one rounding */
+        if (!matmul_to(st, CU_GEMM_BF16, 0, 0, N, IC, OC, 1.0f, dyb, OC, 0, second, IC, 0, 0.0f,
+                       dx16 ? (void *)dx16 : (void *)dx, dx16 != NULL, IC, 0, 1)) {
             const uint16_t *xb = x16;
             if (!xb) {
                 cu_pack_bf16(st, second, x, N, IC, IC);
@@ -722,12 +743,19 @@ void cu_linear_backward_bf16(tr_stream s, float *dx, float *dW, float *db, const
             return;
         }
     } /* no algorithm for dx (dW not yet touched), or too big: the GEMMs unfused */
+    if (dx16) { /* dx16 = bf16(dy W), blocks of C (gemm_out16; dy fp32, checked above) */
+        cu_gemm_out16(s, 0, 0, N, IC, OC, 1.0f, dy, OC, W, IC, dx16, IC);
+        dx = NULL;
+    }
     if (dy16) { /* dx = dy16 W (gemm_a16's staging of W) */
-        gemm_a16_on(st, 0, 0, N, IC, OC, 1.0f, dy16, OC, W, IC, 0.0f, dx, NULL, IC, NULL);
+        if (dx)
+            gemm_a16_on(st, 0, 0, N, IC, OC, 1.0f, dy16, OC, W, IC, 0.0f, dx, NULL, IC, NULL);
         dW16_unfused(st, dW, dy16, x, x16, N, IC, OC);
         return;
     }
-    cu_gemm_ex(st, CU_GEMM_BF16, 0, 0, N, IC, OC, 1.0f, dy, OC, 0, W, IC, 0, 0.0f, dx, IC, 0, 1);
+    if (dx)
+        cu_gemm_ex(st, CU_GEMM_BF16, 0, 0, N, IC, OC, 1.0f, dy, OC, 0, W, IC, 0, 0.0f, dx, IC, 0,
+                   1);
     dW_unfused(s, st, dW, dy, x, x16, N, IC, OC);
     if (db)
         cu_bias_backward(s, db, dy, N, OC);

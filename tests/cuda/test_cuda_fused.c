@@ -260,9 +260,10 @@ static void test_linear_backward(int N, int IC, int OC, int with_db)
     float *gx = dev(BF16, x, (size_t)N * IC * 4), *gW = dev(BF16, W, (size_t)OC * IC * 4);
     float *gdy = dev(BF16, dy, (size_t)N * OC * 4), *gdW = dev(BF16, dW, (size_t)OC * IC * 4);
     float *gdx = dev(BF16, NULL, (size_t)N * IC * 4), *gdb = dev(BF16, db, (size_t)OC * 4);
-    CPU->linear_backward(NULL, dx, dW, with_db ? db : NULL, dy, NULL, x, NULL, W, N, IC, OC);
-    BF16->linear_backward(NULL, gdx, gdW, with_db ? gdb : NULL, gdy, NULL, gx, NULL, gW, N, IC,
-                          OC);
+    CPU->linear_backward(NULL, dx, NULL, dW, with_db ? db : NULL, dy, NULL, x, NULL, W, N, IC,
+                         OC);
+    BF16->linear_backward(NULL, gdx, NULL, gdW, with_db ? gdb : NULL, gdy, NULL, gx, NULL, gW, N,
+                          IC, OC);
     float *got = back(BF16, gdx, (size_t)N * IC);
     snprintf(what, sizeof what, "linear_backward dx %dx%d K%d", N, IC, OC);
     compare(what, BF16, got, dx, (size_t)N * IC, TOL_BF16);
@@ -298,7 +299,7 @@ static void test_gelu_backward16(int N, int F, int C, int x_bf16)
     uint16_t *gd16 = dev(BF16, NULL, nf * 2), *gx16 = dev(BF16, x16, nx * 2);
     CPU->gelu_backward(NULL, d, pre, dout, nf);
     CPU->bias_backward(NULL, db, d, N, F);
-    BF16->gelu_backward16(NULL, gd16, gdb, gpre, NULL, gdout, N, F);
+    BF16->gelu_backward16(NULL, gd16, gdb, gpre, NULL, gdout, NULL, N, F);
     float *got = back(BF16, gdb, (size_t)F);
     snprintf(what, sizeof what, "gelu_backward16 dbias %d rows", N);
     compare(what, BF16, got, db, (size_t)F, TOL_FP32);
@@ -308,9 +309,9 @@ static void test_gelu_backward16(int N, int F, int C, int x_bf16)
     compare(what, BF16, got, d, nf, TOL_BF16);
     uint16_t *d16 = narrow(got, nf); /* the GPU's bf16 gradient, exact, on both sides */
     free(got);
-    CPU->linear_backward(NULL, dx, dW, NULL, NULL, d16, x_bf16 ? NULL : xf, x_bf16 ? x16 : NULL,
-                         W, N, C, F);
-    BF16->linear_backward(NULL, gdx, gdW, NULL, NULL, gd16, x_bf16 ? NULL : gx,
+    CPU->linear_backward(NULL, dx, NULL, dW, NULL, NULL, d16, x_bf16 ? NULL : xf,
+                         x_bf16 ? x16 : NULL, W, N, C, F);
+    BF16->linear_backward(NULL, gdx, NULL, gdW, NULL, NULL, gd16, x_bf16 ? NULL : gx,
                           x_bf16 ? gx16 : NULL, gW, N, C, F);
     got = back(BF16, gdx, nx);
     snprintf(what, sizeof what, "linear_backward (dy16%s) dx %dx%d", x_bf16 ? ", x16" : "", N, C);
@@ -339,9 +340,9 @@ static void test_linear_backward_dy16_db(int N, int IC, int OC, int x_bf16)
     float *gx = dev(BF16, xf, nx * 4), *gW = dev(BF16, W, nw * 4), *gdW = dev(BF16, dW, nw * 4);
     float *gdb = dev(BF16, db, (size_t)OC * 4), *gdx = dev(BF16, NULL, nx * 4);
     uint16_t *gx16 = dev(BF16, x16, nx * 2), *gdy16 = dev(BF16, dy16, ny * 2);
-    CPU->linear_backward(NULL, dx, dW, db, NULL, dy16, x_bf16 ? NULL : xf, x_bf16 ? x16 : NULL,
-                         W, N, IC, OC);
-    BF16->linear_backward(NULL, gdx, gdW, gdb, NULL, gdy16, x_bf16 ? NULL : gx,
+    CPU->linear_backward(NULL, dx, NULL, dW, db, NULL, dy16, x_bf16 ? NULL : xf,
+                         x_bf16 ? x16 : NULL, W, N, IC, OC);
+    BF16->linear_backward(NULL, gdx, NULL, gdW, gdb, NULL, gdy16, x_bf16 ? NULL : gx,
                           x_bf16 ? gx16 : NULL, gW, N, IC, OC);
     float *got = back(BF16, gdb, (size_t)OC); /* fp32 sums of the same bf16 values */
     snprintf(what, sizeof what, "linear_backward (dy16, db%s) db %d rows", x_bf16 ? ", x16" : "",
@@ -363,9 +364,9 @@ static void test_linear_backward_dy16_db(int N, int IC, int OC, int x_bf16)
 
 /* linear_forward and linear_backward on a bf16-storage input (x16: the GELU output's way into
  * fc_proj) against "cpu"'s (which widens it exactly) */
-static void test_linear16(int N, int IC, int OC)
+static void test_linear16(int N, int IC, int OC, int separate_residual)
 {
-    char what[96];
+    char what[112];
     size_t nx = (size_t)N * IC, ny = (size_t)N * OC, nw = (size_t)OC * IC;
     float *xf = host(nx, -1, 1), *W = host(nw, -1, 1), *b = host((size_t)OC, -1, 1);
     float *y = host(ny, -1, 1), *dy = host(ny, -1, 1), *dW = host(nw, -1, 1);
@@ -375,12 +376,21 @@ static void test_linear16(int N, int IC, int OC)
     float *gy = dev(BF16, y, ny * 4), *gdy = dev(BF16, dy, ny * 4);
     float *gdW = dev(BF16, dW, nw * 4), *gdx = dev(BF16, NULL, nx * 4);
     uint16_t *gx = dev(BF16, x16, nx * 2);
-    CPU->linear_forward(NULL, y, NULL, NULL, x16, W, b, y, N, IC, OC); /* onto a residual */
-    BF16->linear_forward(NULL, gy, NULL, NULL, gx, gW, gb, gy, N, IC, OC);
-    CPU->linear_backward(NULL, dx, dW, NULL, dy, NULL, NULL, x16, W, N, IC, OC);
-    BF16->linear_backward(NULL, gdx, gdW, NULL, gdy, NULL, NULL, gx, gW, N, IC, OC);
+    /* onto a residual: in place, or another buffer (cuBLASLt's C input apart from y) */
+    float *res = separate_residual ? dup(y, ny) : y;
+    float *gres = separate_residual ? dev(BF16, y, ny * 4) : gy;
+    if (separate_residual) /* y's old contents must not matter */
+        for (size_t i = 0; i < ny; i++)
+            y[i] = 7.0f;
+    if (separate_residual)
+        BF16->to_device(NULL, gy, y, ny * 4);
+    CPU->linear_forward(NULL, y, NULL, NULL, x16, W, b, res, N, IC, OC);
+    BF16->linear_forward(NULL, gy, NULL, NULL, gx, gW, gb, gres, N, IC, OC);
+    CPU->linear_backward(NULL, dx, NULL, dW, NULL, dy, NULL, NULL, x16, W, N, IC, OC);
+    BF16->linear_backward(NULL, gdx, NULL, gdW, NULL, gdy, NULL, NULL, gx, gW, N, IC, OC);
     float *got = back(BF16, gy, ny);
-    snprintf(what, sizeof what, "linear_forward (bf16 input) %dx%d K%d", N, OC, IC);
+    snprintf(what, sizeof what, "linear_forward (bf16 input, residual %s) %dx%d K%d",
+             separate_residual ? "apart" : "in place", N, OC, IC);
     compare(what, BF16, got, y, ny, TOL_BF16);
     free(got);
     got = back(BF16, gdx, nx);
@@ -393,7 +403,49 @@ static void test_linear16(int N, int IC, int OC)
     free(got);
     BF16->free(gW), BF16->free(gb), BF16->free(gy), BF16->free(gdy), BF16->free(gdW);
     BF16->free(gdx), BF16->free(gx);
+    if (separate_residual)
+        BF16->free(gres), free(res);
     free(xf), free(W), free(b), free(y), free(dy), free(dW), free(dx), free(x16);
+}
+
+/* fc_proj's backward with its input gradient stored bf16 (linear_backward's dx16; x16 the GELU
+ * output, dy fp32 with its bias) against "cpu"'s (dx rounded), then gelu_backward16 reading
+ * that bf16 gradient (dout16) against "cpu-bf16"'s on the same bf16 values */
+static void test_dx16(int N, int IC, int OC)
+{
+    char what[96];
+    size_t nx = (size_t)N * IC, ny = (size_t)N * OC, nw = (size_t)OC * IC;
+    float *xf = host(nx, -1, 1), *W = host(nw, -1, 1), *dy = host(ny, -1, 1);
+    float *dW = host(nw, -1, 1), *db = host((size_t)OC, -1, 1), *pre = host(nx, -3, 3);
+    uint16_t *x16 = narrow(xf, nx), *dx16 = malloc(nx * 2), *d16 = malloc(nx * 2);
+    float *gW = dev(BF16, W, nw * 4), *gdy = dev(BF16, dy, ny * 4), *gdW = dev(BF16, dW, nw * 4);
+    float *gdb = dev(BF16, db, (size_t)OC * 4), *gpre = dev(BF16, pre, nx * 4);
+    uint16_t *gx = dev(BF16, x16, nx * 2), *gdx = dev(BF16, NULL, nx * 2);
+    uint16_t *gd = dev(BF16, NULL, nx * 2);
+    CPU->linear_backward(NULL, NULL, dx16, dW, db, dy, NULL, NULL, x16, W, N, IC, OC);
+    BF16->linear_backward(NULL, NULL, gdx, gdW, gdb, gdy, NULL, NULL, gx, gW, N, IC, OC);
+    float *want = widen(dx16, nx), *got = back16(gdx, nx);
+    snprintf(what, sizeof what, "linear_backward dx16 %dx%d K%d", N, IC, OC);
+    compare(what, BF16, got, want, nx, TOL_BF16);
+    free(want), free(got);
+    got = back(BF16, gdW, nw);
+    snprintf(what, sizeof what, "linear_backward (dx16) dW %dx%d", OC, IC);
+    compare(what, BF16, got, dW, nw, TOL_BF16);
+    free(got);
+    got = back(BF16, gdb, (size_t)OC);
+    snprintf(what, sizeof what, "linear_backward (dx16) db %d rows", N);
+    compare(what, BF16, got, db, (size_t)OC, TOL_FP32);
+    free(got);
+    BF16->to_device(NULL, gdx, dx16, nx * 2); /* the same bf16 gradient on both sides */
+    TWIN->gelu_backward16(NULL, d16, NULL, pre, NULL, NULL, dx16, N, IC);
+    BF16->gelu_backward16(NULL, gd, NULL, gpre, NULL, NULL, gdx, N, IC);
+    want = widen(d16, nx), got = back16(gd, nx);
+    snprintf(what, sizeof what, "gelu_backward16 (dout16) %dx%d", N, IC);
+    compare(what, BF16, got, want, nx, TOL_BF16);
+    free(want), free(got);
+    BF16->free(gW), BF16->free(gdy), BF16->free(gdW), BF16->free(gdb), BF16->free(gpre);
+    BF16->free(gx), BF16->free(gdx), BF16->free(gd);
+    free(xf), free(W), free(dy), free(dW), free(db), free(pre), free(x16), free(dx16), free(d16);
 }
 
 /* The attention output in bf16 storage (kernels.h's attention_forward16 / _backward16, or the
@@ -525,7 +577,7 @@ static void test_fc_out16(int N, int IC, int OC, int x_bf16, int with_bias)
     float *yw = widen(y16, ny), *dref = malloc(ny * 4);
     CPU->gelu_backward(NULL, dref, yw, dout, ny); /* fp32 products of the same input */
     CPU->bias_backward(NULL, db, dref, N, OC);
-    BF16->gelu_backward16(NULL, gd16, gdb, NULL, gy16, gdout, N, OC);
+    BF16->gelu_backward16(NULL, gd16, gdb, NULL, gy16, gdout, NULL, N, OC);
     got = back(BF16, gdb, (size_t)OC);
     snprintf(what, sizeof what, "gelu_backward16 (bf16 input) dbias %d rows", N);
     compare(what, BF16, got, db, (size_t)OC, TOL_FP32);
@@ -580,9 +632,13 @@ int main(int argc, char **argv)
         test_linear_backward(600, 1024, 1000, 1); /* past the staging: the GEMMs unfused */
         test_gelu_backward16(600, 1000, 1024, 0);
         test_gelu_backward16(600, 1000, 1024, 1);
-        test_fc_out16(600, 1024, 1000, 0, 1); /* x staged in blocks of rows */
-        test_fc_out16(600, 1024, 1000, 1, 1);
-        test_linear16(600, 1024, 1000);
+        test_dx16(600, 1000, 1024); /* past the staging: dx16 through gemm_out16's blocks */
+        test_linear(600, 1024, 1000, 1, 0, 2); /* a residual apart, read by the first slab */
+        test_fc_out16(600, 1024, 1000, 0, 1); /* W in blocks of 128 rows, x in blocks of rows */
+        test_fc_out16(600, 1024, 1000, 1, 1); /* W in blocks of 384 rows */
+        test_fc_out16(600, 1024, 256, 0, 1);  /* W whole, x in 3 blocks of rows */
+        test_linear16(600, 1024, 1000, 0);
+        test_linear16(600, 1024, 1000, 1); /* slabs of K, the residual apart */
         test_linear_backward_dy16_db(600, 1024, 1000, 0); /* the GEMMs unfused */
         if (tr_cuda_status())
             failures++, fprintf(stderr, "FAIL %s\n", tr_errmsg());
@@ -603,12 +659,15 @@ int main(int argc, char **argv)
     test_gelu_backward16(96, 256, 64, 0);
     test_gelu_backward16(96, 256, 64, 1);
     test_gelu_backward16(2049, 100, 40, 1); /* row chunks of the column sums, odd columns */
+    test_dx16(96, 256, 64);
+    test_dx16(33, 100, 40);
     test_fc_out16(96, 64, 256, 0, 1);
     test_fc_out16(96, 64, 256, 1, 1);
     test_fc_out16(33, 40, 100, 0, 0);
     test_fc_out16(33, 40, 100, 1, 1);
-    test_linear16(96, 256, 64);
-    test_linear16(33, 100, 40);
+    test_linear16(96, 256, 64, 0);
+    test_linear16(96, 256, 64, 1);
+    test_linear16(33, 100, 40, 0);
     test_linear_backward_dy16_db(96, 64, 192, 1); /* QKV's: x16, a bias gradient */
     test_linear_backward_dy16_db(2049, 40, 100, 0); /* row chunks of the column sums */
     test_layernorm16(513, 768);

@@ -120,7 +120,7 @@ static void test_linear_backward(void **state)
     kt_fill(db, (size_t)OC, -1, 1);
     memcpy(want_db, db, (size_t)OC * sizeof(float));
     K->bias_backward(NULL, want_db, dy, N, OC);
-    K->linear_backward(NULL, dx, dW, db, dy, NULL, x, NULL, W, N, IC, OC);
+    K->linear_backward(NULL, dx, NULL, dW, db, dy, NULL, x, NULL, W, N, IC, OC);
     kt_check_same("linear_backward dx", dx, want_dx, (size_t)N * IC);
     kt_check_same("linear_backward dW", dW, want_dW, (size_t)OC * IC);
     kt_check_same("linear_backward db", db, want_db, (size_t)OC);
@@ -129,7 +129,7 @@ static void test_linear_backward(void **state)
     for (size_t i = 0; i < (size_t)N * IC; i++)
         x16[i] = bf16_from_f32(x[i]), x[i] = bf16_to_f32(x16[i]);
     K->gemm(NULL, 1, 0, OC, IC, N, 1.0f, dy, OC, x, IC, 1.0f, want_dW, IC);
-    K->linear_backward(NULL, dx, dW, NULL, dy, NULL, NULL, x16, W, N, IC, OC);
+    K->linear_backward(NULL, dx, NULL, dW, NULL, dy, NULL, NULL, x16, W, N, IC, OC);
     kt_check_same("linear_backward dW (bf16 input)", dW, want_dW, (size_t)OC * IC);
     /* and a bf16-storage output gradient: as its exact widening */
     uint16_t *dy16 = malloc((size_t)N * OC * sizeof *dy16);
@@ -137,10 +137,18 @@ static void test_linear_backward(void **state)
         dy16[i] = bf16_from_f32(dy[i]), dy[i] = bf16_to_f32(dy16[i]);
     K->gemm(NULL, 0, 0, N, IC, OC, 1.0f, dy, OC, W, IC, 0.0f, want_dx, IC);
     K->gemm(NULL, 1, 0, OC, IC, N, 1.0f, dy, OC, x, IC, 1.0f, want_dW, IC);
-    K->linear_backward(NULL, dx, dW, NULL, NULL, dy16, NULL, x16, W, N, IC, OC);
+    K->linear_backward(NULL, dx, NULL, dW, NULL, NULL, dy16, NULL, x16, W, N, IC, OC);
     kt_check_same("linear_backward dx (bf16 output gradient)", dx, want_dx, (size_t)N * IC);
     kt_check_same("linear_backward dW (bf16 output gradient)", dW, want_dW, (size_t)OC * IC);
-    free(x16), free(dy16), free(db), free(want_db);
+    /* and a bf16-storage input gradient (dy fp32): dx rounded to bf16 */
+    uint16_t *dx16 = malloc((size_t)N * IC * sizeof *dx16);
+    K->gemm(NULL, 0, 0, N, IC, OC, 1.0f, dy, OC, W, IC, 0.0f, want_dx, IC);
+    K->gemm(NULL, 1, 0, OC, IC, N, 1.0f, dy, OC, x, IC, 1.0f, want_dW, IC);
+    K->linear_backward(NULL, NULL, dx16, dW, NULL, dy, NULL, NULL, x16, W, N, IC, OC);
+    for (size_t i = 0; i < (size_t)N * IC; i++)
+        assert_int_equal(dx16[i], bf16_from_f32(want_dx[i]));
+    kt_check_same("linear_backward dW (bf16 input gradient)", dW, want_dW, (size_t)OC * IC);
+    free(x16), free(dy16), free(dx16), free(db), free(want_db);
     free(x), free(W), free(dy), free(dx), free(dW), free(want_dx), free(want_dW);
 }
 
@@ -169,11 +177,11 @@ static void test_gelu_backward16(void **state)
     b16->bias_backward(NULL, want_db, d, N, F);
     b16->gemm(NULL, 0, 0, N, C, F, 1.0f, d, F, W, C, 0.0f, want_dx, C);
     b16->gemm(NULL, 1, 0, F, C, N, 1.0f, d, F, ln, C, 1.0f, want_dW, C);
-    b16->gelu_backward16(NULL, d16, db, pre, NULL, dout, N, F);
+    b16->gelu_backward16(NULL, d16, db, pre, NULL, dout, NULL, N, F);
     kt_check_same("gelu_backward16 dbias", db, want_db, (size_t)F);
     for (size_t i = 0; i < nf; i++)
         assert_int_equal(d16[i], bf16_from_f32(d[i]));
-    b16->linear_backward(NULL, dx, dW, NULL, NULL, d16, ln, NULL, W, N, C, F);
+    b16->linear_backward(NULL, dx, NULL, dW, NULL, NULL, d16, ln, NULL, W, N, C, F);
     /* the GELU ops on a bf16-storage input (fc's output): as on its exact widening */
     uint16_t *pre16 = malloc(nf * sizeof *pre16), *g16 = malloc(nf * sizeof *g16);
     uint16_t *want16 = malloc(nf * sizeof *want16);
@@ -182,9 +190,17 @@ static void test_gelu_backward16(void **state)
     b16->gelu_forward16(NULL, want16, pre, NULL, nf);
     b16->gelu_forward16(NULL, g16, NULL, pre16, nf);
     assert_memory_equal(g16, want16, nf * sizeof *g16);
-    b16->gelu_backward16(NULL, want16, NULL, pre, NULL, dout, N, F);
-    b16->gelu_backward16(NULL, g16, NULL, NULL, pre16, dout, N, F);
+    b16->gelu_backward16(NULL, want16, NULL, pre, NULL, dout, NULL, N, F);
+    b16->gelu_backward16(NULL, g16, NULL, NULL, pre16, dout, NULL, N, F);
     assert_memory_equal(g16, want16, nf * sizeof *g16);
+    /* ... and on a bf16-storage output gradient (fc_proj's dx16) */
+    uint16_t *dout16 = malloc(nf * sizeof *dout16);
+    for (size_t i = 0; i < nf; i++)
+        dout16[i] = bf16_from_f32(dout[i]), dout[i] = bf16_to_f32(dout16[i]);
+    b16->gelu_backward16(NULL, want16, NULL, NULL, pre16, dout, NULL, N, F);
+    b16->gelu_backward16(NULL, g16, NULL, NULL, pre16, NULL, dout16, N, F);
+    assert_memory_equal(g16, want16, nf * sizeof *g16);
+    free(dout16);
     free(pre16), free(g16), free(want16);
     kt_check_same("linear_backward (dy16) dx", dx, want_dx, (size_t)N * C);
     kt_check_same("linear_backward (dy16) dW", dW, want_dW, (size_t)F * C);
@@ -194,7 +210,8 @@ static void test_gelu_backward16(void **state)
 
 /* "cpu-bf16"'s linear ops with fp32 input and output (LoRA's way: no bf16 tensor) on a thread
  * whose bf16 staging was never grown: the same bits as the unfused pieces (they once returned
- * without computing anything there: the staging of 0 floats was a NULL pointer) */
+ * without computing anything there: the staging of 0 floats was a NULL pointer). The thread's
+ * staging buffers are freed when it ends (the sanitizer build's leak check). */
 static void *fp32_linear_on_new_thread(void *arg)
 {
     const tr_kernels *b16 = tr_kernels_get("cpu-bf16");
@@ -215,7 +232,7 @@ static void *fp32_linear_on_new_thread(void *arg)
     b16->gemm(NULL, 1, 0, OC, IC, N, 1.0f, dy, OC, x, IC, 1.0f, want_dW, IC);
     b16->bias_backward(NULL, want_db, dy, N, OC);
     b16->linear_forward(NULL, y, NULL, x, NULL, W, b, NULL, N, IC, OC);
-    b16->linear_backward(NULL, dx, dW, db, dy, NULL, x, NULL, W, N, IC, OC);
+    b16->linear_backward(NULL, dx, NULL, dW, db, dy, NULL, x, NULL, W, N, IC, OC);
     int *same = arg;
     *same = !memcmp(y, want, sizeof y) && !memcmp(dx, want_dx, sizeof dx) &&
             !memcmp(dW, want_dW, sizeof dW) && !memcmp(db, want_db, sizeof db);

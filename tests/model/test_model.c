@@ -153,8 +153,9 @@ static void test_bf16_storage_same_bits(void **state)
     full.attention_forward16 = NULL, full.attention_backward16 = NULL;
     full.attention_gqa_forward16 = NULL, full.attention_gqa_backward16 = NULL;
     full.attention_forward_qkv16 = NULL, full.attention_backward_qkv16 = NULL; /* (qkv fp32) */
-    /* GPT-2; SwiGLU; SwiGLU and RMSNorm; GELU with one key/value head for both and ALiBi */
-    for (int family = 0; family < 4; family++) {
+    /* GPT-2; SwiGLU; SwiGLU and RMSNorm; GELU with one key/value head for both and ALiBi;
+     * GPT-2 with full recompute (the backward rebuilds each layer's bf16 tensors) */
+    for (int family = 0; family < 5; family++) {
         float loss[2];
         float *grads[2];
         size_t n = 0;
@@ -164,6 +165,7 @@ static void test_bf16_storage_same_bits(void **state)
             s.rmsnorm = family == 2;
             if (family == 3)
                 s.query_groups = 1, s.position = TR_POS_ALIBI;
+            s.recompute = family == 4;
             tr_gpt *g;
             tr_gpt_acts *a;
             assert_int_equal(tr_gpt_create(&s, i ? &full : half, NULL, &g), TR_OK);

@@ -18,7 +18,10 @@
  *    (tr_gpt_tp_comm_seconds) counts the same collectives;
  *  - the model cut into two pipeline stages on the same TP group (stage input received in
  *    tr_gpt_acts_input_buffer, output gradient in tr_gpt_acts_output_grad_buffer) gives the
- *    whole TP model's loss and gradients. */
+ *    whole TP model's loss and gradients;
+ *  - bf16 storage ("cpu-bf16" with kernels.h's optional bf16-storage and fused linear ops, the
+ *    CUDA bf16 mode's twin) against the same table without them, split the same way (under
+ *    SP the bf16 rows are gathered as stored): the loss and every gradient shard bit for bit. */
 #include "model/gpt.h"
 #include "tp_check.h"
 
@@ -29,6 +32,7 @@ static tr_comm *tpc; /* this rank's TP group (NULL when T == 1) */
 static int T = 1, t = 0, sp = 0;
 static int head_rows = 0, weighted = 0, chunks = 1; /* chunks: of the split model's head */
 static float weights[N];
+static const tr_kernels *kernels; /* make()'s table (NULL: "cpu") */
 
 typedef struct {
     tr_gpt *g;
@@ -44,7 +48,7 @@ static void make(model *m, int first, int count, int tp_size)
                       .tp_rank = tp_size > 1 ? t : 0, .sequence_parallel = sp};
     s.is_first = first == 0;
     s.is_last = first + count == LAYERS;
-    OK(tr_gpt_create(&s, tr_kernels_cpu(), tp_size > 1 ? tpc : NULL, &m->g));
+    OK(tr_gpt_create(&s, kernels ? kernels : tr_kernels_cpu(), tp_size > 1 ? tpc : NULL, &m->g));
     size_t n = tr_gpt_num_params(m->g);
     m->params = tc_floats(n);
     m->grads = tc_floats(n);
@@ -284,6 +288,43 @@ static void check_pipeline(model *whole)
     unmake(&s1);
 }
 
+/* bf16 storage on and off at this TP layout: the same loss and gradient bits (parameters
+ * perturbed: the biases start at 0, where a wrong bias would not show) */
+static void check_bf16_storage(void)
+{
+    const tr_kernels *half = tr_kernels_get("cpu-bf16");
+    CHECK(half && half->gelu_forward16 && half->linear_backward, "cpu-bf16 has its bf16 ops");
+    if (!half)
+        return;
+    tr_kernels full = *half; /* the optional bf16-storage and fused ops off */
+    full.gemm_out16 = NULL, full.gemm_a16 = NULL, full.xent_stats16 = NULL;
+    full.xent_loss_backward16 = NULL, full.gelu_forward16 = NULL, full.gemm_b16 = NULL;
+    full.layernorm_forward16 = NULL, full.rmsnorm_forward16 = NULL;
+    full.gelu_backward16 = NULL, full.linear_forward = NULL, full.linear_backward = NULL;
+    full.attention_forward16 = NULL, full.attention_backward16 = NULL;
+    full.attention_gqa_forward16 = NULL, full.attention_gqa_backward16 = NULL;
+    full.attention_forward_qkv16 = NULL, full.attention_backward_qkv16 = NULL;
+    model m[2];
+    float loss[2];
+    for (int i = 0; i < 2; i++) {
+        kernels = i ? &full : half;
+        make(&m[i], 0, LAYERS, T);
+        size_t n = tr_gpt_num_params(m[i].g);
+        for (size_t e = 0; e < n; e++)
+            m[i].params[e] += 0.02f * sinf((float)(e + 31 * (size_t)t));
+        /* (the bf16 head runs chunks of twice the rows: the same cuts on the other side) */
+        tr_gpt_set_head_chunk_rows(m[i].g, i ? 2 * head_rows : head_rows);
+        step(&m[i], 0, 1.0f / N, &loss[i]);
+    }
+    kernels = NULL;
+    size_t n = tr_gpt_num_params(m[0].g);
+    CHECK(loss[0] == loss[1], "bf16 storage on and off: loss %.9g vs %.9g", loss[0], loss[1]);
+    CHECK(!memcmp(m[0].grads, m[1].grads, n * sizeof(float)),
+          "bf16 storage on and off: the same gradient bits (%zu floats)", n);
+    unmake(&m[0]);
+    unmake(&m[1]);
+}
+
 int main(int argc, char **argv)
 {
     double timeout_s = 60;
@@ -325,6 +366,7 @@ int main(int argc, char **argv)
     check_pipeline(&tpm);
     unmake(&tpm);
     unmake(&ref);
+    check_bf16_storage();
     char name[64];
     snprintf(name, sizeof name, "tp_model_check T=%d%s%s%s", T, sp ? " --sp" : "",
              head_rows ? " (chunked head)" : "", weighted ? " (loss weights)" : "");
