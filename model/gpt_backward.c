@@ -23,8 +23,8 @@ static int column_backward_of(tr_gpt *g, const layer_acts *L, int l, int B, cons
 
 /* The attention projection's backward from dres (Nl, C), then the fused attention's into
  * sc->dqkv (bf16 storage where gpt_qkv16): the probabilities are recomputed inside the kernel
- * from qkv (bf16 storage where gpt_qkv16), the output L->atty (bf16 storage where gpt_atty16) and the saved log-sum-exps (so selective recompute has
- * nothing to do). */
+ * from qkv (bf16 storage where gpt_qkv16), the output L->atty (bf16 storage where gpt_atty16)
+ * and the saved log-sum-exps (so selective recompute has nothing to do). */
 static int projection_then_attention(tr_gpt *g, const layer_acts *L, int l, const float *dres,
                                      int B)
 {

@@ -10,7 +10,8 @@
 /* One transformer layer: x (Nl, C) -> L->residual3 (Nl, C). */
 /* y = column_linear(norm(x)) (the QKV or fc layer after its norm): ln keeps the norm's output,
  * this rank's rows at their place (the linear gathers the others under SP), in bf16 storage
- * where gpt_ln16; y16: y holds the output in bf16 storage (fc's where gpt_fch16). nw, nb, W,
+ * where gpt_ln16; y16: y holds the output in bf16 storage (fc's where gpt_fch16, QKV's where
+ * gpt_qkv16). nw, nb, W,
  * b: layer tensor slots; t: the LoRA target. */
 static int norm_then_column(tr_gpt *g, const layer_acts *L, int l, int B, float *ln, float *mean,
                             float *rstd, const float *x, int nw, int nb, float *y, int y16, int W,

@@ -14,11 +14,12 @@
 //
 // Blocks of 4 warps; a warp owns 16 rows of the block's tile (queries in forward and dQ,
 // keys in dK dV). Tiles are rounded to bf16 when loaded from global memory into shared memory
-// (a bf16 qkv16 loaded as it is, 8 bytes a lane where fp32 takes 16; row stride D + 8 halves: the fragment loads of 8 rows x 4 words hit 32 banks); a score
-// tile S (16 x 64 per warp) lives in the mma accumulators and is turned into the A operand of
-// the next product in registers (the C fragment of columns 16k.. 16k + 15 is the A fragment
-// of that k step). Operands that enter a product as B with the sum over their rows (V in
-// P V, dO in P^T dO, Q in dS^T Q, K in dS K) are also stored transposed.
+// (a bf16 qkv16 loaded as it is, 8 bytes a lane where fp32 takes 16; row stride D + 8 halves:
+// the fragment loads of 8 rows x 4 words hit 32 banks); a score tile S (16 x 64 per warp)
+// lives in the mma accumulators and is turned into the A operand of the next product in
+// registers (the C fragment of columns 16k.. 16k + 15 is the A fragment of that k step).
+// Operands that enter a product as B with the sum over their rows (V in P V, dO in P^T dO, Q
+// in dS^T Q, K in dS K) are also stored transposed.
 //   forward   block (query tile of 64, b * NH + h): over key tiles at or left of the diagonal
 //             S = Q K^T, the online softmax in registers (row max and sum over the 4 lanes
 //             of a row), O += P V; out = O / l, lse = m + log l.
@@ -97,13 +98,14 @@ FM_DEV size_t k_off(const args &a, int g, int D)
     return (size_t)g * (a.R + 2) * D + (size_t)a.R * D;
 }
 
-// Rows [r0, r0 + n) of a D-wide fp32 or bf16 (S) slice (row stride ld) as a ROWS x D bf16 tile: row-major
-// into dst (row stride D + PAD) and/or transposed into dst_t (D x ROWS, row stride ROWS + PAD),
-// zero past n rows. A warp converts a block of 16 rows x 8 columns a step, a lane 4 columns of
-// one row (one 16-byte load): each row's 32 bytes are one sector, and the transposed stores
-// of a step fall in 16 banks per column group, the two groups 16 banks apart (no conflict).
-// A lane issues up to 4 loads before it stores any (their latencies overlap). bf16 values are
-// widened by the load and rounded back by the stores: the same bits.
+// Rows [r0, r0 + n) of a D-wide fp32 or bf16 (S) slice (row stride ld) as a ROWS x D bf16
+// tile: row-major into dst (row stride D + PAD) and/or transposed into dst_t (D x ROWS, row
+// stride ROWS + PAD), zero past n rows. A warp converts a block of 16 rows x 8 columns a step,
+// a lane 4 columns of one row (one 16-byte load; bf16: 8 bytes): each row's 32 bytes are one
+// sector (bf16: 16 bytes, half of one), and the transposed stores of a step fall in 16 banks
+// per column group, the two groups 16 banks apart (no conflict). A lane issues up to 4 loads
+// before it stores any (their latencies overlap). bf16 values are widened by the load and
+// rounded back by the stores: the same bits.
 template <int D, int ROWS, typename S>
 FM_DEV void load_tile(uint16_t *dst, uint16_t *dst_t, const S *src, int ld, int r0, int n)
 {
