@@ -2,7 +2,8 @@
  * files export to the C files. Included by C (gcc) and CUDA (nvcc) translation units.
  *
  * Files: device.c (init, device choice, error capture, budget/reserve), memory.c (alloc,
- * copies), gemm.c (cuBLASLt GEMMs and their plan cache), attention.c (attention from GEMMs
+ * copies), gemm.c (cuBLASLt GEMMs and their plan cache), linear.c (the fused linear ops, on
+ * gemm.c's calls and staging: gemm_internal.h), attention.c (attention from GEMMs
  * and the softmax kernels), table.c (the two tables); elementwise.cu, layernorm.cu,
  * softmax.cu (attention softmax and cross-entropy), embedding.cu, optimizer.cu.
  * Sizes as in kernels.h. Every launcher takes the tr_stream of the op (NULL = the compute
@@ -286,7 +287,8 @@ void cu_gemm_fp32(tr_stream s, int trans_a, int trans_b, int M, int N, int K, fl
 void cu_gemm_bf16(tr_stream s, int trans_a, int trans_b, int M, int N, int K, float alpha,
                      const float *A, int lda, const float *B, int ldb, float beta, float *C,
                      int ldc);
-/* kernels.h's linear_forward in bf16 mode: the bias in cuBLASLt's epilogue where it can be, the
+/* ---- linear.c
+ * kernels.h's linear_forward in bf16 mode: the bias in cuBLASLt's epilogue where it can be, the
  * residual its C input; a bf16 output y16 written by the GEMM. */
 void cu_linear_forward_bf16(tr_stream s, float *y, uint16_t *y16, const float *x,
                             const uint16_t *x16, const float *W, const float *b,

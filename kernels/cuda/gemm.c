@@ -11,7 +11,10 @@
  * in slabs along K when they do not fit: C = alpha sum_k op(A)[:, k] op(B)[k, :] + beta C,
  * the first slab with the caller's beta, the others with 1. The head's bf16-storage GEMMs
  * (end of file) write a bf16 C (blocks of C, never slabs of K: one rounding) or read a bf16
- * A in place. */
+ * A in place.
+ *
+ * kernels.h's fused linear ops (linear_forward / linear_backward, bf16 mode) live in linear.c,
+ * built from this file's calls and staging as gemm_internal.h exports them. */
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,6 +23,7 @@
 
 #include "core/core.h"
 #include "kernels/cuda/cuda_internal.h"
+#include "kernels/cuda/gemm_internal.h"
 
 #define LT_WORKSPACE ((size_t)32 << 20)  /* cuBLASLt's own (32 MiB suits Hopper) */
 #define PLAN_SLOTS 1024                   /* cached plans (open addressing) */
@@ -73,6 +77,10 @@ int cu_gemm_init(size_t staging_bytes)
 }
 
 size_t cu_gemm_workspace_bytes(void) { return LT_WORKSPACE + G.staging_bytes; }
+
+uint16_t *cu_gemm_staging(void) { return G.staging; }
+size_t cu_gemm_staging_elems(void) { return G.staging_bytes / sizeof(uint16_t); }
+int cu_gemm_fast(void) { return G.fast; }
 
 /* Largest power of two (<= 256) dividing the address and every batch offset. */
 static int alignment(const void *p, long long stride_elems, int elem_bytes)
@@ -236,10 +244,10 @@ static void describe(char *buf, size_t n, const plan_key *k)
  * written as its D (the same layout), so a residual needs no copy into C first. Returns 0, or
  * -1 when cuBLASLt has no algorithm for it (nothing launched or noted: the caller may fall
  * back); a failure of the call itself is noted. */
-static int matmul_from(cudaStream_t st, cu_gemm_mode mode, int ta, int tb, int M, int N, int K,
-                       float alpha, const void *A, int lda, long long sA, const void *B,
-                       int ldb, long long sB, float beta, void *C, const void *Cin, int out16,
-                       int ldc, long long sC, int batch, const void *bias)
+int cu_matmul_from(cudaStream_t st, cu_gemm_mode mode, int ta, int tb, int M, int N, int K,
+                   float alpha, const void *A, int lda, long long sA, const void *B, int ldb,
+                   long long sB, float beta, void *C, const void *Cin, int out16, int ldc,
+                   long long sC, int batch, const void *bias)
 {
     if (!Cin)
         Cin = C;
@@ -284,13 +292,13 @@ static int matmul_bias(cudaStream_t st, cu_gemm_mode mode, int ta, int tb, int M
                        int ldb, long long sB, float beta, void *C, int out16, int ldc,
                        long long sC, int batch, const float *bias)
 {
-    return matmul_from(st, mode, ta, tb, M, N, K, alpha, A, lda, sA, B, ldb, sB, beta, C, NULL,
-                       out16, ldc, sC, batch, bias);
+    return cu_matmul_from(st, mode, ta, tb, M, N, K, alpha, A, lda, sA, B, ldb, sB, beta, C, NULL,
+                          out16, ldc, sC, batch, bias);
 }
 
 /* C (rows x cols, row stride ldc) = C0: what a fallback that cannot read C0 as cuBLASLt's C
  * does first (C0 NULL or C: nothing) */
-static void copy_in(cudaStream_t st, float *C, const float *C0, int rows, int cols, int ldc)
+void cu_gemm_copy_in(cudaStream_t st, float *C, const float *C0, int rows, int cols, int ldc)
 {
     if (!C0 || C0 == C)
         return;
@@ -300,21 +308,20 @@ static void copy_in(cudaStream_t st, float *C, const float *C0, int rows, int co
             "gemm (C from its input)");
 }
 
-static int matmul_to(cudaStream_t st, cu_gemm_mode mode, int ta, int tb, int M, int N, int K,
-                     float alpha, const void *A, int lda, long long sA, const void *B, int ldb,
-                     long long sB, float beta, void *C, int out16, int ldc, long long sC,
-                     int batch)
+int cu_matmul_to(cudaStream_t st, cu_gemm_mode mode, int ta, int tb, int M, int N, int K,
+                 float alpha, const void *A, int lda, long long sA, const void *B, int ldb,
+                 long long sB, float beta, void *C, int out16, int ldc, long long sC, int batch)
 {
     return matmul_bias(st, mode, ta, tb, M, N, K, alpha, A, lda, sA, B, ldb, sB, beta, C, out16,
                        ldc, sC, batch, NULL);
 }
 
-static int matmul(cudaStream_t st, cu_gemm_mode mode, int ta, int tb, int M, int N, int K,
-                  float alpha, const void *A, int lda, long long sA, const void *B, int ldb,
-                  long long sB, float beta, float *C, int ldc, long long sC, int batch)
+int cu_matmul(cudaStream_t st, cu_gemm_mode mode, int ta, int tb, int M, int N, int K, float alpha,
+              const void *A, int lda, long long sA, const void *B, int ldb, long long sB,
+              float beta, float *C, int ldc, long long sC, int batch)
 {
-    return matmul_to(st, mode, ta, tb, M, N, K, alpha, A, lda, sA, B, ldb, sB, beta, C, 0, ldc,
-                     sC, batch);
+    return cu_matmul_to(st, mode, ta, tb, M, N, K, alpha, A, lda, sA, B, ldb, sB, beta, C, 0, ldc,
+                        sC, batch);
 }
 
 /* fp32 operands: mode FAST_BF16 (falling back to FP32 when cuBLASLt has no algorithm for
@@ -324,11 +331,11 @@ static void matmul_f32(cudaStream_t st, cu_gemm_mode mode, int ta, int tb, int M
                        int ldb, long long sB, float beta, float *C, int ldc, long long sC,
                        int batch)
 {
-    if (mode == CU_GEMM_FAST_BF16 && !matmul(st, mode, ta, tb, M, N, K, alpha, A, lda, sA, B,
+    if (mode == CU_GEMM_FAST_BF16 && !cu_matmul(st, mode, ta, tb, M, N, K, alpha, A, lda, sA, B,
                                                 ldb, sB, beta, C, ldc, sC, batch))
         return;
-    if (!matmul(st, CU_GEMM_FP32, ta, tb, M, N, K, alpha, A, lda, sA, B, ldb, sB, beta, C,
-                ldc, sC, batch))
+    if (!cu_matmul(st, CU_GEMM_FP32, ta, tb, M, N, K, alpha, A, lda, sA, B, ldb, sB, beta, C, ldc,
+                   sC, batch))
         return;
     plan_key k = {.mode = mode, .ta = ta, .tb = tb, .M = M, .N = N, .K = K, .lda = lda,
                   .ldb = ldb, .ldc = ldc, .batch = batch};
@@ -340,9 +347,9 @@ static void matmul_f32(cudaStream_t st, cu_gemm_mode mode, int ta, int tb, int M
 /* BF16 mode: operands converted into the staging buffer, in slabs of K. With bias, the
  * first slab tries the bias epilogue; returns whether the bias was added. C0 (NULL: C): the
  * matrix beta scales, read by the first slab (a residual: no copy into C first). */
-static int gemm_staged(cudaStream_t st, int ta, int tb, int M, int N, int K, float alpha,
-                       const float *A, int lda, const float *B, int ldb, float beta, float *C,
-                       const float *C0, int ldc, const float *bias)
+int cu_gemm_staged(cudaStream_t st, int ta, int tb, int M, int N, int K, float alpha,
+                   const float *A, int lda, const float *B, int ldb, float beta, float *C,
+                   const float *C0, int ldc, const float *bias)
 {
     int biased = 0;
     size_t cap = G.staging_bytes / sizeof(uint16_t) - 128; /* room for B's 256-byte start */
@@ -351,7 +358,7 @@ static int gemm_staged(cudaStream_t st, int ta, int tb, int M, int N, int K, flo
     if (kc >= 64)
         kc &= ~(size_t)63;
     if (kc < 16) { /* operands too wide to stage even 16 columns: let cuBLASLt round */
-        copy_in(st, C, C0, M, N, ldc);
+        cu_gemm_copy_in(st, C, C0, M, N, ldc);
         matmul_f32(st, CU_GEMM_FAST_BF16, ta, tb, M, N, K, alpha, A, lda, 0, B, ldb, 0, beta,
                    C, ldc, 0, 1);
         return 0;
@@ -377,15 +384,15 @@ static int gemm_staged(cudaStream_t st, int ta, int tb, int M, int N, int K, flo
         float b = k0 == 0 ? beta : 1.0f;
         const float *cin = k0 == 0 ? C0 : NULL;
         if (k0 == 0 && bias)
-            biased = !matmul_from(st, CU_GEMM_BF16, ta, tb, M, N, w, alpha, sa, ta ? M : w, 0,
-                                  sb, tb ? w : N, 0, b, C, cin, 0, ldc, 0, 1, bias);
+            biased = !cu_matmul_from(st, CU_GEMM_BF16, ta, tb, M, N, w, alpha, sa, ta ? M : w, 0,
+                                     sb, tb ? w : N, 0, b, C, cin, 0, ldc, 0, 1, bias);
         if (k0 == 0 && biased)
             continue;
-        if (!matmul_from(st, CU_GEMM_BF16, ta, tb, M, N, w, alpha, sa, ta ? M : w, 0, sb,
-                         tb ? w : N, 0, b, C, cin, 0, ldc, 0, 1, NULL))
+        if (!cu_matmul_from(st, CU_GEMM_BF16, ta, tb, M, N, w, alpha, sa, ta ? M : w, 0, sb,
+                            tb ? w : N, 0, b, C, cin, 0, ldc, 0, 1, NULL))
             continue;
         /* no bf16 algorithm for these shapes: this slab on the fp32 operands */
-        copy_in(st, C, cin, M, N, ldc);
+        cu_gemm_copy_in(st, C, cin, M, N, ldc);
         matmul_f32(st, CU_GEMM_FAST_BF16, ta, tb, M, N, w, alpha,
                        ta ? A + (size_t)k0 * lda : A + k0, lda, 0,
                        tb ? B + k0 : B + (size_t)k0 * ldb, ldb, 0, b, C, ldc, 0, 1);
@@ -409,9 +416,9 @@ void cu_gemm_ex(cudaStream_t st, cu_gemm_mode mode, int trans_a, int trans_b, in
         mode = CU_GEMM_FAST_BF16;
     if (mode == CU_GEMM_BF16) {
         for (int i = 0; i < batch; i++)
-            gemm_staged(st, trans_a, trans_b, M, N, K, alpha, A + (size_t)i * (size_t)sA, lda,
-                        B + (size_t)i * (size_t)sB, ldb, beta, C + (size_t)i * (size_t)sC, NULL,
-                        ldc, NULL);
+            cu_gemm_staged(st, trans_a, trans_b, M, N, K, alpha, A + (size_t)i * (size_t)sA, lda,
+                           B + (size_t)i * (size_t)sB, ldb, beta, C + (size_t)i * (size_t)sC, NULL,
+                           ldc, NULL);
         return;
     }
     matmul_f32(st, mode, trans_a, trans_b, M, N, K, alpha, A, lda, sA, B, ldb, sB, beta, C, ldc,
@@ -436,7 +443,7 @@ void cu_gemm_bf16(tr_stream s, int trans_a, int trans_b, int M, int N, int K, fl
 
 /* ---- the head's bf16-storage GEMMs (kernels.h's gemm_out16, gemm_a16) */
 
-static void note_none(const char *op, int M, int N, int K)
+void cu_gemm_note_none(const char *op, int M, int N, int K)
 {
     char what[160];
     snprintf(what, sizeof what, "%s (M %d, N %d, K %d): no cuBLASLt algorithm or staging room",
@@ -464,7 +471,7 @@ void cu_gemm_out16(tr_stream s, int ta, int tb, int M, int N, int K, float alpha
         nb = nb > (size_t)N ? (size_t)N : nb;
     }
     if (mb < 1 || nb < 1) {
-        note_none("gemm_out16", M, N, K);
+        cu_gemm_note_none("gemm_out16", M, N, K);
         return;
     }
     uint16_t *sa = G.staging, *sb = sa + ((mb * (size_t)K + 127) & ~(size_t)127);
@@ -480,9 +487,9 @@ void cu_gemm_out16(tr_stream s, int ta, int tb, int M, int N, int K, float alpha
                 cu_pack_bf16(st, sb, B + (size_t)j0 * ldb, n, K, ldb);
             else
                 cu_pack_bf16(st, sb, B + j0, K, n, ldb);
-            if (matmul_to(st, CU_GEMM_BF16, ta, tb, m, n, K, alpha, sa, ta ? m : K, 0, sb,
-                          tb ? K : n, 0, 0.0f, C16 + (size_t)i0 * ldc + j0, 1, ldc, 0, 1))
-                note_none("gemm_out16", m, n, K);
+            if (cu_matmul_to(st, CU_GEMM_BF16, ta, tb, m, n, K, alpha, sa, ta ? m : K, 0, sb,
+                             tb ? K : n, 0, 0.0f, C16 + (size_t)i0 * ldc + j0, 1, ldc, 0, 1))
+                cu_gemm_note_none("gemm_out16", m, n, K);
         }
     }
 }
@@ -490,15 +497,15 @@ void cu_gemm_out16(tr_stream s, int ta, int tb, int M, int N, int K, float alpha
 /* C = alpha op(A16) op(B) + beta C: A read in place, B staged in slabs of K (the first with
  * the caller's beta, the others accumulating in the fp32 C). */
 /* cu_gemm_a16 on stream st; with bias, the first K slab tries the bias epilogue (returns
- * whether the bias was added), and C0 is the matrix beta scales, as gemm_staged's */
-static int gemm_a16_on(cudaStream_t st, int ta, int tb, int M, int N, int K, float alpha,
-                       const uint16_t *A16, int lda, const float *B, int ldb, float beta,
-                       float *C, const float *C0, int ldc, const float *bias)
+ * whether the bias was added), and C0 is the matrix beta scales, as cu_gemm_staged's */
+int cu_gemm_a16_on(cudaStream_t st, int ta, int tb, int M, int N, int K, float alpha,
+                   const uint16_t *A16, int lda, const float *B, int ldb, float beta, float *C,
+                   const float *C0, int ldc, const float *bias)
 {
     if (M <= 0 || N <= 0)
         return 0;
     if (K <= 0 || alpha == 0.0f) {
-        copy_in(st, C, C0, M, N, ldc);
+        cu_gemm_copy_in(st, C, C0, M, N, ldc);
         cu_scale_2d(st, C, M, N, ldc, beta);
         return 0;
     }
@@ -506,7 +513,7 @@ static int gemm_a16_on(cudaStream_t st, int ta, int tb, int M, int N, int K, flo
     if (kc >= 64)
         kc &= ~(size_t)63;
     if (kc < 1) {
-        note_none("gemm_a16", M, N, K);
+        cu_gemm_note_none("gemm_a16", M, N, K);
         return 0;
     }
     if (kc > (size_t)K)
@@ -523,13 +530,13 @@ static int gemm_a16_on(cudaStream_t st, int ta, int tb, int M, int N, int K, flo
         float b = k0 ? 1.0f : beta;
         const float *cin = k0 == 0 ? C0 : NULL;
         if (k0 == 0 && bias)
-            biased = !matmul_from(st, CU_GEMM_BF16, ta, tb, M, N, w, alpha, a, lda, 0, G.staging,
-                                  tb ? w : N, 0, b, C, cin, 0, ldc, 0, 1, bias);
+            biased = !cu_matmul_from(st, CU_GEMM_BF16, ta, tb, M, N, w, alpha, a, lda, 0, G.staging,
+                                     tb ? w : N, 0, b, C, cin, 0, ldc, 0, 1, bias);
         if (k0 == 0 && biased)
             continue;
-        if (matmul_from(st, CU_GEMM_BF16, ta, tb, M, N, w, alpha, a, lda, 0, G.staging,
-                        tb ? w : N, 0, b, C, cin, 0, ldc, 0, 1, NULL))
-            note_none("gemm_a16", M, N, w);
+        if (cu_matmul_from(st, CU_GEMM_BF16, ta, tb, M, N, w, alpha, a, lda, 0, G.staging,
+                           tb ? w : N, 0, b, C, cin, 0, ldc, 0, 1, NULL))
+            cu_gemm_note_none("gemm_a16", M, N, w);
     }
     return biased;
 }
@@ -538,8 +545,8 @@ void cu_gemm_a16(tr_stream s, int ta, int tb, int M, int N, int K, float alpha,
                  const uint16_t *A16, int lda, const float *B, int ldb, float beta, float *C,
                  int ldc)
 {
-    gemm_a16_on(cu_shared_stream(s, "gemm_a16"), ta, tb, M, N, K, alpha, A16, lda, B, ldb, beta,
-                C, NULL, ldc, NULL);
+    cu_gemm_a16_on(cu_shared_stream(s, "gemm_a16"), ta, tb, M, N, K, alpha, A16, lda, B, ldb, beta,
+                   C, NULL, ldc, NULL);
 }
 
 /* C = alpha op(A) op(B16) + beta C: B read in place, A staged in slabs of K (the first with
@@ -558,7 +565,7 @@ void cu_gemm_b16(tr_stream s, int ta, int tb, int M, int N, int K, float alpha, 
     if (kc >= 64)
         kc &= ~(size_t)63;
     if (kc < 1) {
-        note_none("gemm_b16", M, N, K);
+        cu_gemm_note_none("gemm_b16", M, N, K);
         return;
     }
     if (kc > (size_t)K)
@@ -571,192 +578,8 @@ void cu_gemm_b16(tr_stream s, int ta, int tb, int M, int N, int K, float alpha, 
             cu_pack_bf16(st, G.staging, A + k0, M, w, lda);
         /* op(B) rows k0..: columns k0.. of the stored N x K, or rows k0.. of K x N */
         const uint16_t *b = tb ? B16 + k0 : B16 + (size_t)k0 * ldb;
-        if (matmul_to(st, CU_GEMM_BF16, ta, tb, M, N, w, alpha, G.staging, ta ? M : w, 0, b, ldb,
-                      0, k0 ? 1.0f : beta, C, 0, ldc, 0, 1))
-            note_none("gemm_b16", M, N, w);
+        if (cu_matmul_to(st, CU_GEMM_BF16, ta, tb, M, N, w, alpha, G.staging, ta ? M : w, 0, b, ldb,
+                         0, k0 ? 1.0f : beta, C, 0, ldc, 0, 1))
+            cu_gemm_note_none("gemm_b16", M, N, w);
     }
-}
-
-/* linear_forward's bf16 output: y16 (N, OC) = bf16(x W^T + b), K never in slabs (one
- * rounding). W's rows (y's columns) are staged in blocks: all of them where W, its bias and
- * (for an fp32 x) a row of x fit, else blocks of a multiple of 128 rows in the staging's room
- * (half of it for an fp32 x); per block x (fp32) in blocks of rows, a bf16 x16 read in place.
- * The bias rides in the epilogue as a bf16 vector staged beside W (cuBLASLt's bias takes D's
- * type, and cpu-bf16's bias_add reads it rounded too), or is added after (that staged bf16
- * bias, onto the rounded output: rounded twice) where no algorithm has it. */
-static void linear_forward_out16(cudaStream_t st, uint16_t *y16, const float *x,
-                                 const uint16_t *x16, const float *W, const float *b, int N,
-                                 int IC, int OC)
-{
-    size_t cap = G.staging_bytes / sizeof(uint16_t), ic = (size_t)IC;
-#define AL128(n) (((n) + 127) & ~(size_t)127)
-    size_t nb = (size_t)OC; /* W rows a block */
-    if (AL128(nb * ic) + (b ? AL128(nb) : 0) + (x16 ? 0 : ic) > cap) {
-        size_t share = (x16 ? cap : cap / 2) > 256 ? (x16 ? cap : cap / 2) - 256 : 0;
-        nb = share / (ic + 1);
-        if (nb >= 128)
-            nb &= ~(size_t)127; /* (b16 + j0 keeps the bias block 256-byte aligned) */
-    }
-    size_t n_w = AL128(nb * ic), n_b = b ? AL128(nb) : 0;
-#undef AL128
-    size_t room = cap > n_w + n_b ? cap - n_w - n_b : 0;
-    size_t mb = x16 ? (size_t)N : room / ic; /* x rows a block */
-    if (nb < 1 || mb < 1 || n_w + n_b > cap) {
-        note_none("linear_forward (bf16 output): no staging room", N, OC, IC);
-        return;
-    }
-    uint16_t *w16 = G.staging, *b16 = w16 + n_w, *xs = b16 + n_b;
-    for (int j0 = 0; j0 < OC; j0 += (int)nb) {
-        int n = OC - j0 < (int)nb ? OC - j0 : (int)nb;
-        cu_pack_bf16(st, w16, W + (size_t)j0 * IC, n, IC, IC);
-        if (b)
-            cu_pack_bf16(st, b16, b + j0, 1, n, n);
-        for (int i0 = 0; i0 < N; i0 += (int)mb) {
-            int m = N - i0 < (int)mb ? N - i0 : (int)mb;
-            const uint16_t *xa = x16 ? x16 + (size_t)i0 * IC : xs;
-            if (!x16)
-                cu_pack_bf16(st, xs, x + (size_t)i0 * IC, m, IC, IC);
-            uint16_t *yb = y16 + (size_t)i0 * OC + j0;
-            if (b && !matmul_from(st, CU_GEMM_BF16, 0, 1, m, n, IC, 1.0f, xa, IC, 0, w16, IC, 0,
-                                  0.0f, yb, NULL, 1, OC, 0, 1, b16))
-                continue;
-            if (matmul_to(st, CU_GEMM_BF16, 0, 1, m, n, IC, 1.0f, xa, IC, 0, w16, IC, 0, 0.0f, yb,
-                          1, OC, 0, 1))
-                note_none("linear_forward (bf16 output)", m, n, IC);
-            else if (b)
-                cu_bias_add16(st, yb, b16, m, n, OC);
-        }
-    }
-}
-
-/* ---- kernels.h's linear_forward, bf16 mode: y = x W^T + b [+ residual] with the bias in
- * cuBLASLt's epilogue (on the first K slab) where the bias is 16-byte aligned (the views into
- * the flat parameter buffer may not be) and an algorithm has it; else bias_add after. The
- * residual is the first slab's C input (y its output), a bf16 input (x16) read in place. */
-void cu_linear_forward_bf16(tr_stream s, float *y, uint16_t *y16, const float *x,
-                            const uint16_t *x16, const float *W, const float *b,
-                            const float *residual, int N, int IC, int OC)
-{
-    cudaStream_t st = cu_shared_stream(s, "linear_forward");
-    if (N <= 0 || OC <= 0)
-        return;
-    if (y16) { /* (no residual: kernels.h) */
-        if (residual)
-            note_none("linear_forward (bf16 output with a residual: not in the contract)", N, OC,
-                      IC);
-        else if (IC > 0)
-            linear_forward_out16(st, y16, x, x16, W, b, N, IC, OC);
-        else
-            note_none("linear_forward (bf16 output, no input columns)", N, OC, IC);
-        return;
-    }
-    float beta = residual ? 1.0f : 0.0f;
-    const float *epi_bias = b && ((uintptr_t)b & 15) == 0 ? b : NULL;
-    int biased = 0;
-    /* the residual is read as cuBLASLt's C, y written as its D: no copy */
-    if (x16)
-        biased = gemm_a16_on(st, 0, 1, N, OC, IC, 1.0f, x16, IC, W, IC, beta, y, residual, OC,
-                             epi_bias);
-    else if (IC > 0 && !G.fast)
-        biased = gemm_staged(st, 0, 1, N, OC, IC, 1.0f, x, IC, W, IC, beta, y, residual, OC,
-                             epi_bias);
-    else { /* (TRIDENT_CUDA_GEMM=fast, or no K: onto a copy of the residual) */
-        copy_in(st, y, residual, N, OC, OC);
-        cu_gemm_ex(st, CU_GEMM_BF16, 0, 1, N, OC, IC, 1.0f, x, IC, 0, W, IC, 0, beta, y, OC, 0,
-                   1);
-    }
-    if (b && !biased)
-        cu_bias_add(s, y, b, N, OC);
-}
-
-/* dW += dy^T x for either storage of x (the unfused way) */
-static void dW_unfused(tr_stream s, cudaStream_t st, float *dW, const float *dy,
-                       const float *x, const uint16_t *x16, int N, int IC, int OC)
-{
-    if (x16)
-        cu_gemm_b16(s, 1, 0, OC, IC, N, 1.0f, dy, OC, x16, IC, 1.0f, dW, IC);
-    else
-        cu_gemm_ex(st, CU_GEMM_BF16, 1, 0, OC, IC, N, 1.0f, dy, OC, 0, x, IC, 0, 1.0f, dW, IC,
-                   0, 1);
-}
-
-/* dW += dy16^T x from a bf16 dy16 (N, OC) read in place, the unfused way (x staged by
- * gemm_a16; a bf16 x16 read in place too) */
-static void dW16_unfused(cudaStream_t st, float *dW, const uint16_t *dy16, const float *x,
-                         const uint16_t *x16, int N, int IC, int OC)
-{
-    if (!x16)
-        gemm_a16_on(st, 1, 0, OC, IC, N, 1.0f, dy16, OC, x, IC, 1.0f, dW, NULL, IC, NULL);
-    else if (matmul(st, CU_GEMM_BF16, 1, 0, OC, IC, N, 1.0f, dy16, OC, 0, x16, IC, 0, 1.0f, dW,
-                    IC, 0, 1))
-        note_none("linear_backward (dy16, x16)", OC, IC, N);
-}
-
-/* ---- kernels.h's linear_backward, bf16 mode: dy (N, OC) converted once for both GEMMs, its
- * column sums added to db in the same pass (a bf16 dy16 is read in place, its column sums a
- * pass of their own where db is given: QKV's), dx = dy W and
- * dW += dy^T x, where dy, W and x (fp32; a bf16 x16 is read in place) fit the staging
- * together (else, and where cuBLASLt has no algorithm, the GEMMs unfused). */
-void cu_linear_backward_bf16(tr_stream s, float *dx, uint16_t *dx16, float *dW, float *db,
-                             const float *dy, const uint16_t *dy16, const float *x,
-                             const uint16_t *x16, const float *W, int N, int IC, int OC)
-{
-    cudaStream_t st = cu_shared_stream(s, "linear_backward");
-    if (dy16 && dx16) { /* kernels.h: not in the contract */
-        note_none("linear_backward (dy16 and dx16)", N, IC, OC);
-        return;
-    }
-    size_t cap = G.staging_bytes / sizeof(uint16_t);
-    size_t n_dy = dy16 ? 0 : ((size_t)N * OC + 127) & ~(size_t)127;
-    size_t n_w = ((size_t)OC * IC + 127) & ~(size_t)127;
-    size_t n_x = x16 ? 0 : (size_t)N * IC;
-    int fused = !G.fast && N > 0 && IC > 0 && OC > 0 && n_dy + (n_w > n_x ? n_w : n_x) <= cap;
-    if (dy16 && db) /* (its own pass: nothing converts dy16) */
-        cu_bias_backward16(st, db, dy16, N, OC), db = NULL;
-    if (fused) {
-        const uint16_t *dyb = dy16;
-        uint16_t *second = G.staging + n_dy; /* W, then x */
-        if (!dy16) {
-            if (db) /* the bias gradient in the conversion's pass: done */
-                cu_pack_bf16_colsum(st, G.staging, db, dy, N, OC), db = NULL;
-            else
-                cu_pack_bf16(st, G.staging, dy, N, OC, OC);
-            dyb = G.staging;
-        }
-        cu_pack_bf16(st, second, W, OC, IC, IC);
-        /* dx (N, IC) = dy (N, OC) W (OC, IC), fp32 or (dx16) bf16: K whole, one rounding */
-        if (!matmul_to(st, CU_GEMM_BF16, 0, 0, N, IC, OC, 1.0f, dyb, OC, 0, second, IC, 0, 0.0f,
-                       dx16 ? (void *)dx16 : (void *)dx, dx16 != NULL, IC, 0, 1)) {
-            const uint16_t *xb = x16;
-            if (!xb) {
-                cu_pack_bf16(st, second, x, N, IC, IC);
-                xb = second;
-            }
-            /* dW (OC, IC) += dy^T (OC, N) x (N, IC) */
-            if (matmul(st, CU_GEMM_BF16, 1, 0, OC, IC, N, 1.0f, dyb, OC, 0, xb, IC, 0, 1.0f, dW,
-                       IC, 0, 1)) {
-                if (dy16)
-                    dW16_unfused(st, dW, dy16, x, x16, N, IC, OC);
-                else
-                    dW_unfused(s, st, dW, dy, x, x16, N, IC, OC);
-            }
-            return;
-        }
-    } /* no algorithm for dx (dW not yet touched), or too big: the GEMMs unfused */
-    if (dx16) { /* dx16 = bf16(dy W), blocks of C (gemm_out16; dy fp32, checked above) */
-        cu_gemm_out16(s, 0, 0, N, IC, OC, 1.0f, dy, OC, W, IC, dx16, IC);
-        dx = NULL;
-    }
-    if (dy16) { /* dx = dy16 W (gemm_a16's staging of W) */
-        if (dx)
-            gemm_a16_on(st, 0, 0, N, IC, OC, 1.0f, dy16, OC, W, IC, 0.0f, dx, NULL, IC, NULL);
-        dW16_unfused(st, dW, dy16, x, x16, N, IC, OC);
-        return;
-    }
-    if (dx)
-        cu_gemm_ex(st, CU_GEMM_BF16, 0, 0, N, IC, OC, 1.0f, dy, OC, 0, W, IC, 0, 0.0f, dx, IC, 0,
-                   1);
-    dW_unfused(s, st, dW, dy, x, x16, N, IC, OC);
-    if (db)
-        cu_bias_backward(s, db, dy, N, OC);
 }

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "core/core.h"
+#include "kernels/cuda/bf16.h"
 
 const tr_kernels *CPU, *F32, *BF16;
 int failures, checks;
@@ -53,6 +54,31 @@ float *back(const tr_kernels *k, const void *d, size_t n)
     return h;
 }
 
+float *widen(const uint16_t *h, size_t n)
+{
+    float *f = malloc((n ? n : 1) * sizeof *f);
+    for (size_t i = 0; i < n; i++)
+        f[i] = bf16_to_f32(h[i]);
+    return f;
+}
+
+uint16_t *narrow(const float *f, size_t n)
+{
+    uint16_t *h = malloc((n ? n : 1) * sizeof *h);
+    for (size_t i = 0; i < n; i++)
+        h[i] = bf16_from_f32(f[i]);
+    return h;
+}
+
+float *back16(const tr_kernels *k, const uint16_t *d, size_t n)
+{
+    uint16_t *h = malloc((n ? n : 1) * sizeof *h);
+    k->to_host(NULL, h, d, n * sizeof *h);
+    float *f = widen(h, n);
+    free(h);
+    return f;
+}
+
 void compare(const char *what, const tr_kernels *k, const float *got, const float *ref,
                     size_t n, double tol)
 {
@@ -82,3 +108,18 @@ void compare(const char *what, const tr_kernels *k, const float *got, const floa
     }
 }
 
+void compare_back(const char *what, const tr_kernels *k, const float *gpu, const float *ref,
+                  size_t n, double tol)
+{
+    float *got = back(k, gpu, n);
+    compare(what, k, got, ref, n, tol);
+    free(got);
+}
+
+void compare_back16(const char *what, const tr_kernels *k, const uint16_t *gpu,
+                    const float *ref, size_t n, double tol)
+{
+    float *got = back16(k, gpu, n);
+    compare(what, k, got, ref, n, tol);
+    free(got);
+}

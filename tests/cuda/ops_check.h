@@ -1,5 +1,6 @@
-/* tests/cuda: what the op-parity checks (test_cuda_ops.c, test_cuda_head16.c) share: the
- * tables, the counters, random inputs, device copies and the comparison.
+/* tests/cuda: what the op-parity checks (test_cuda_ops.c; test_cuda_fused.c with
+ * test_cuda_linear.c) share: the tables, the counters, random inputs, device copies, bf16
+ * storage and the comparison.
  * Error of an output = max_i |gpu_i - cpu_i| / max_i |cpu_i| (relative to the array's largest
  * magnitude, so sums whose terms cancel are judged against their scale); NaN where the CPU
  * has none fails. compare() counts a check, prints "ok" or "FAIL" with the worst element. */
@@ -7,6 +8,7 @@
 #define TR_TESTS_CUDA_OPS_CHECK_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "kernels/kernels.h"
 
@@ -22,7 +24,18 @@ float *dup(const float *src, size_t n);
 /* a device buffer of `bytes` (a copy of src unless NULL); exits on allocation failure */
 void *dev(const tr_kernels *k, const void *src, size_t bytes);
 float *back(const tr_kernels *k, const void *d, size_t n); /* n floats to a new host array */
+/* bf16 storage: n bf16 values widened (exactly) to a new float array, n floats rounded
+ * (bf16.h's RNE) to a new bf16 array, a bf16 device array of n values back widened */
+float *widen(const uint16_t *h, size_t n);
+uint16_t *narrow(const float *f, size_t n);
+float *back16(const tr_kernels *k, const uint16_t *d, size_t n);
 void compare(const char *what, const tr_kernels *k, const float *got, const float *ref,
              size_t n, double tol);
+/* compare() on n values copied back from the device array gpu (fp32, or bf16 widened
+ * exactly), freed after */
+void compare_back(const char *what, const tr_kernels *k, const float *gpu, const float *ref,
+                  size_t n, double tol);
+void compare_back16(const char *what, const tr_kernels *k, const uint16_t *gpu,
+                    const float *ref, size_t n, double tol);
 
 #endif

@@ -1,0 +1,55 @@
+/* kernels/cuda/gemm_internal.h — internal to gemm.c and linear.c (not a contract): the pieces
+ * of gemm.c's cuBLASLt calls and bf16 staging that linear.c's fused linear ops (kernels.h's
+ * linear_forward / linear_backward, bf16 mode) are built from. Full comments at the
+ * definitions in gemm.c.
+ * Rules:
+ *  - The bf16 staging buffer (cu_gemm_staging, tr_cuda_staging_bytes) is the backend's one
+ *    copy and unlocked: only ops on the compute stream may pack into it or read it (the
+ *    single-stream rule, cuda_internal.h's cu_shared_stream), each op's packs and the GEMMs
+ *    that read them in that stream's order. An op that calls a staging GEMM (cu_gemm_staged,
+ *    cu_gemm_a16_on, cu_gemm_ex in BF16 mode, cu_gemm_out16, cu_gemm_b16) must not hold its
+ *    own data in the staging across the call: the GEMM overwrites it.
+ *  - Sizes and layouts as cuda_internal.h's cu_gemm_ex (row-major, element strides). */
+#ifndef TR_KERNELS_CUDA_GEMM_INTERNAL_H
+#define TR_KERNELS_CUDA_GEMM_INTERNAL_H
+
+#include <stdint.h>
+
+#include "kernels/cuda/cuda_internal.h"
+
+/* The staging buffer, its size in bf16 elements, and whether TRIDENT_CUDA_GEMM=fast is set
+ * (BF16 mode computes with 32F_FAST_16BF on the fp32 operands instead of staging them). */
+uint16_t *cu_gemm_staging(void);
+size_t cu_gemm_staging_elems(void);
+int cu_gemm_fast(void);
+
+/* One cuBLASLt call on operands already in the mode's element type, C fp32 or (out16) bf16:
+ * C = alpha op(A) op(B) + beta Cin [+ bias] (Cin NULL: C). 0, or -1 when cuBLASLt has no
+ * algorithm for it (nothing launched, nothing noted: the caller may fall back). */
+int cu_matmul_from(cudaStream_t st, cu_gemm_mode mode, int ta, int tb, int M, int N, int K,
+                   float alpha, const void *A, int lda, long long sA, const void *B, int ldb,
+                   long long sB, float beta, void *C, const void *Cin, int out16, int ldc,
+                   long long sC, int batch, const void *bias);
+/* cu_matmul_from with Cin = C and no bias; cu_matmul with an fp32 C as well */
+int cu_matmul_to(cudaStream_t st, cu_gemm_mode mode, int ta, int tb, int M, int N, int K,
+                 float alpha, const void *A, int lda, long long sA, const void *B, int ldb,
+                 long long sB, float beta, void *C, int out16, int ldc, long long sC, int batch);
+int cu_matmul(cudaStream_t st, cu_gemm_mode mode, int ta, int tb, int M, int N, int K, float alpha,
+              const void *A, int lda, long long sA, const void *B, int ldb, long long sB,
+              float beta, float *C, int ldc, long long sC, int batch);
+/* BF16 mode on fp32 operands, staged in slabs of K; C0 (NULL: C) the matrix beta scales. With
+ * bias, the first slab tries the bias epilogue; returns whether the bias was added. */
+int cu_gemm_staged(cudaStream_t st, int ta, int tb, int M, int N, int K, float alpha,
+                   const float *A, int lda, const float *B, int ldb, float beta, float *C,
+                   const float *C0, int ldc, const float *bias);
+/* kernels.h's gemm_a16 on stream st (A16 bf16 in place, B staged in slabs of K); C0 and bias
+ * as cu_gemm_staged's */
+int cu_gemm_a16_on(cudaStream_t st, int ta, int tb, int M, int N, int K, float alpha,
+                   const uint16_t *A16, int lda, const float *B, int ldb, float beta, float *C,
+                   const float *C0, int ldc, const float *bias);
+/* C (rows x cols, row stride ldc) = C0 (NULL or C: nothing), on st */
+void cu_gemm_copy_in(cudaStream_t st, float *C, const float *C0, int rows, int cols, int ldc);
+/* Notes "op (M, N, K): no cuBLASLt algorithm or staging room" as an error for tr_cuda_status. */
+void cu_gemm_note_none(const char *op, int M, int N, int K);
+
+#endif
