@@ -356,4 +356,9 @@ float tr_round_fp16(float x);
  * with the error set when the backend is unknown or not built in. */
 const tr_kernels *tr_kernels_get(const char *name);
 
+/* t with every optional bf16-storage op (the *16 ops) and the fused linear ops (whose y16,
+ * dx16 and dy16 only those users pass) set NULL: the same table computing in fp32 storage
+ * (in "cpu-bf16", whose ops round what they keep, the same bits: the tests' reference). */
+void tr_kernels_without_bf16_storage(tr_kernels *t);
+
 #endif

@@ -33,6 +33,18 @@ static void test_backend_lookup(void **state)
         else
             assert_null(slot[i]);
     const tr_kernels *b16 = tr_kernels_get("cpu-bf16"), *f16 = tr_kernels_get("cpu-fp16");
+    /* tr_kernels_without_bf16_storage takes out every op "cpu" lacks and the fused linear
+     * ops (a *16 op added to kernels.h but not there fails here), and nothing else */
+    tr_kernels plain = *b16;
+    tr_kernels_without_bf16_storage(&plain);
+    const void *const *pslot = (const void *const *)&plain.alloc;
+    const void *const *bslot = (const void *const *)&b16->alloc;
+    for (size_t i = 0; i < slots; i++)
+        if (!slot[i] || pslot + i == (const void *const *)&plain.linear_forward ||
+            pslot + i == (const void *const *)&plain.linear_backward)
+            assert_null(pslot[i]);
+        else
+            assert_ptr_equal(pslot[i], bslot[i]);
     assert_true(b16->gemm_out16 && b16->gemm_a16 && b16->xent_stats16 && b16->xent_loss_backward16);
     assert_true(b16->gelu_forward16 && b16->gemm_b16 && b16->layernorm_forward16 &&
                 b16->rmsnorm_forward16 && b16->gelu_backward16 && b16->linear_backward);

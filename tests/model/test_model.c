@@ -145,14 +145,7 @@ static void test_bf16_storage_same_bits(void **state)
     const tr_kernels *half = tr_kernels_get("cpu-bf16");
     assert_non_null(half);
     tr_kernels full = *half;
-    full.gelu_forward16 = NULL, full.gemm_a16 = NULL, full.gemm_b16 = NULL;
-    full.layernorm_forward16 = NULL, full.rmsnorm_forward16 = NULL;
-    full.gemm_out16 = NULL, full.xent_stats16 = NULL, full.xent_loss_backward16 = NULL;
-    full.gelu_backward16 = NULL, full.linear_backward = NULL; /* (fc's gradient fp32 again) */
-    full.linear_forward = NULL; /* (and fc's output) */
-    full.attention_forward16 = NULL, full.attention_backward16 = NULL;
-    full.attention_gqa_forward16 = NULL, full.attention_gqa_backward16 = NULL;
-    full.attention_forward_qkv16 = NULL, full.attention_backward_qkv16 = NULL; /* (qkv fp32) */
+    tr_kernels_without_bf16_storage(&full);
     /* GPT-2; SwiGLU; SwiGLU and RMSNorm; GELU with one key/value head for both and ALiBi;
      * GPT-2 with full recompute (the backward rebuilds each layer's bf16 tensors) */
     for (int family = 0; family < 5; family++) {

@@ -297,13 +297,7 @@ static void check_bf16_storage(void)
     if (!half)
         return;
     tr_kernels full = *half; /* the optional bf16-storage and fused ops off */
-    full.gemm_out16 = NULL, full.gemm_a16 = NULL, full.xent_stats16 = NULL;
-    full.xent_loss_backward16 = NULL, full.gelu_forward16 = NULL, full.gemm_b16 = NULL;
-    full.layernorm_forward16 = NULL, full.rmsnorm_forward16 = NULL;
-    full.gelu_backward16 = NULL, full.linear_forward = NULL, full.linear_backward = NULL;
-    full.attention_forward16 = NULL, full.attention_backward16 = NULL;
-    full.attention_gqa_forward16 = NULL, full.attention_gqa_backward16 = NULL;
-    full.attention_forward_qkv16 = NULL, full.attention_backward_qkv16 = NULL;
+    tr_kernels_without_bf16_storage(&full);
     model m[2];
     float loss[2];
     for (int i = 0; i < 2; i++) {
