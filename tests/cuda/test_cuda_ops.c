@@ -5,6 +5,7 @@
  * 1e-2. Shapes include
  * odd sizes, strided sub-matrices and operands that are only 4-byte aligned (views into a
  * flat parameter buffer are).
+ * The attention ops' checks are test_cuda_attention.c's (ops_tests.h), called from main here.
  * Exit 77 (SKIP) with the reason where there is no GPU; 0 when all agree; 1 otherwise (also
  * where a GPU is present but the backend cannot start: cuda_skip.h). */
 #include <math.h>
@@ -17,9 +18,8 @@
 #include "kernels/cuda/cuda.h"
 #include "tests/cuda/cuda_skip.h"
 #include "tests/cuda/ops_check.h"
+#include "tests/cuda/ops_tests.h"
 #include "kernels/kernels.h"
-
-static double tol_of(const tr_kernels *k) { return k == BF16 ? TOL_BF16 : TOL_FP32; }
 
 /* ---------------------------------------------------------------- GEMM */
 
@@ -36,14 +36,13 @@ static void check_gemm(const tr_kernels *k, int ta, int tb, int M, int N, int K,
     float *dA = dev(k, A, na * 4), *dB = dev(k, B, nb * 4), *dC = dev(k, C, nc * 4);
     k->gemm(NULL, ta, tb, M, N, K, alpha, dA + misalign, lda, dB + misalign, ldb, beta,
             dC + misalign, ldc);
-    float *got = back(k, dC, nc);
     char what[96];
     snprintf(what, sizeof what, "gemm %c%c %dx%dx%d a%.1f b%.1f%s%s", ta ? 'T' : 'N',
              tb ? 'T' : 'N', M, N, K, alpha, beta, pad ? " strided" : "",
              misalign ? " 4B-aligned" : "");
-    compare(what, k, got, Cref, nc, tol_of(k));
+    compare_back(what, k, dC, Cref, nc, tol_of(k));
     k->free(dA), k->free(dB), k->free(dC);
-    free(A), free(B), free(C), free(Cref), free(got);
+    free(A), free(B), free(C), free(Cref);
 }
 
 static void test_gemm(const tr_kernels *k)
@@ -70,36 +69,24 @@ static void test_elementwise(const tr_kernels *k)
     float *da = dev(k, a, n * 4), *db = dev(k, b, n * 4), *dout = dev(k, NULL, n * 4);
     CPU->add(NULL, ref, a, b, n);
     k->add(NULL, dout, da, db, n);
-    float *got = back(k, dout, n);
-    compare("add", k, got, ref, n, TOL_FP32);
-    free(got);
+    compare_back("add", k, dout, ref, n, TOL_FP32);
     float *y = dup(a, n);
     CPU->axpy(NULL, y, 0.3f, b, n);
     k->axpy(NULL, da, 0.3f, db, n);
-    got = back(k, da, n);
-    compare("axpy", k, got, y, n, TOL_FP32);
-    free(got);
+    compare_back("axpy", k, da, y, n, TOL_FP32);
     CPU->scale(NULL, y, -1.7f, n);
     k->scale(NULL, da, -1.7f, n);
-    got = back(k, da, n);
-    compare("scale", k, got, y, n, TOL_FP32);
-    free(got);
+    compare_back("scale", k, da, y, n, TOL_FP32);
     CPU->scale_rows(NULL, y, b, (int)n, 1); /* n rows of one column */
     k->scale_rows(NULL, da, db, (int)n, 1);
-    got = back(k, da, n);
-    compare("scale_rows", k, got, y, n, TOL_FP32);
-    free(got);
+    compare_back("scale_rows", k, da, y, n, TOL_FP32);
     CPU->gelu_forward(NULL, ref, b, n);
     k->gelu_forward(NULL, dout, db, n);
-    got = back(k, dout, n);
-    compare("gelu_forward", k, got, ref, n, TOL_FP32);
-    free(got);
+    compare_back("gelu_forward", k, dout, ref, n, TOL_FP32);
     CPU->gelu_backward(NULL, ref, b, a, n);
     k->to_device(NULL, da, a, n * 4);
     k->gelu_backward(NULL, dout, db, da, n);
-    got = back(k, dout, n);
-    compare("gelu_backward", k, got, ref, n, TOL_FP32);
-    free(got);
+    compare_back("gelu_backward", k, dout, ref, n, TOL_FP32);
     /* bias over (N, C) */
     int N = 1000, C = 333;
     float *x = host((size_t)N * C, -1, 1), *bias = host((size_t)C, -1, 1);
@@ -109,15 +96,11 @@ static void test_elementwise(const tr_kernels *k)
           *ddb = dev(k, dbias, (size_t)C * 4);
     CPU->bias_add(NULL, xr, bias, N, C);
     k->bias_add(NULL, dx, dbi, N, C);
-    got = back(k, dx, (size_t)N * C);
-    compare("bias_add", k, got, xr, (size_t)N * C, TOL_FP32);
-    free(got);
+    compare_back("bias_add", k, dx, xr, (size_t)N * C, TOL_FP32);
     CPU->bias_backward(NULL, dbr, x, N, C);
     k->to_device(NULL, dx, x, (size_t)N * C * 4);
     k->bias_backward(NULL, ddb, dx, N, C);
-    got = back(k, ddb, (size_t)C);
-    compare("bias_backward (accumulates)", k, got, dbr, (size_t)C, TOL_FP32);
-    free(got);
+    compare_back("bias_backward (accumulates)", k, ddb, dbr, (size_t)C, TOL_FP32);
     k->free(da), k->free(db), k->free(dout), k->free(dx), k->free(dbi), k->free(ddb);
     free(a), free(b), free(ref), free(y), free(x), free(bias), free(dbias), free(xr), free(dbr);
 }
@@ -142,12 +125,9 @@ static void test_layernorm(const tr_kernels *k, int N, int C)
     k->layernorm_forward(NULL, gout, gmean, grstd, gx, gw, gb, N, C, 1e-5f);
     k->layernorm_backward(NULL, gdx, gdw, gdb, gdy, gx, gw, gmean, grstd, N, C);
     char what[64];
-    float *got;
 #define CMP(name, d, ref, n)                                                                   \
     snprintf(what, sizeof what, "layernorm %s %dx%d", name, N, C);                             \
-    got = back(k, d, n);                                                                       \
-    compare(what, k, got, ref, n, TOL_FP32);                                                   \
-    free(got);
+    compare_back(what, k, d, ref, n, TOL_FP32);
     CMP("out", gout, out, nc);
     CMP("mean", gmean, mean, (size_t)N);
     CMP("rstd", grstd, rstd, (size_t)N);
@@ -183,12 +163,9 @@ static void test_family(const tr_kernels *k, int N, int C)
     k->swiglu_forward(NULL, gsw, gx, nc / 2);
     k->swiglu_backward(NULL, gdsw, gx, gdy, nc / 2);
     char what[64];
-    float *got;
 #define CMP(name, d, ref, n)                                                                   \
     snprintf(what, sizeof what, "%s %dx%d", name, N, C);                                       \
-    got = back(k, d, n);                                                                       \
-    compare(what, k, got, ref, n, TOL_FP32);                                                   \
-    free(got);
+    compare_back(what, k, d, ref, n, TOL_FP32);
     CMP("rmsnorm out", gout, out, nc);
     CMP("rmsnorm rstd", grstd, rstd, (size_t)N);
     CMP("rmsnorm dinp (accumulates)", gdx, dx, nc);
@@ -212,126 +189,6 @@ static void test_family(const tr_kernels *k, int N, int C)
     k->free(gdw), k->free(gsw), k->free(gdsw), k->free(gq), k->free(gcs), k->free(gsn);
     free(x), free(w), free(dy), free(dx0), free(dw0), free(out), free(rstd), free(dx), free(dw);
     free(sw), free(dsw), free(q), free(cs), free(sn);
-}
-
-/* Fused attention (flash.cu) against the CPU twin: out, lse and the backward's dqkv, through
- * attention_forward/backward (gqa 0: NG = NH, no ALiBi) or attention_gqa_* (NG groups, ALiBi
- * slopes when use_alibi). packed: segment ids (runs of 7, 12, 17, ... tokens per row b). The
- * fp32 mode within TOL_ATT_FP32 (sums in another order, exp of another library), bf16 within
- * TOL_BF16. */
-#define TOL_ATT_FP32 1e-4
-static void test_flash(const tr_kernels *k, int gqa, int B, int T, int NH, int NG, int HS,
-                       int use_alibi, int packed)
-{
-    int R = NH / NG;
-    size_t nq = (size_t)B * T * NG * (R + 2) * HS, no = (size_t)B * T * NH * HS;
-    size_t nl = (size_t)B * NH * T, ns = (size_t)B * (NH + 1) * T;
-    int32_t *seg = packed ? malloc((size_t)B * T * sizeof *seg) : NULL;
-    for (int i = 0; packed && i < B * T; i++)
-        seg[i] = (i % T) / (7 + 5 * (i / T));
-    int32_t *gseg = packed ? dev(k, seg, (size_t)B * T * sizeof *seg) : NULL;
-    float *qkv = host(nq, -1, 1), *dout = host(no, -1, 1), *slopes = host((size_t)NH, 0.01f, 0.5f);
-    float *out = malloc(no * 4), *lse = malloc(nl * 4), *scr = malloc(ns * 4), *dqkv = malloc(nq * 4);
-    const float *al = use_alibi ? slopes : NULL;
-    float *gq = dev(k, qkv, nq * 4), *gdo = dev(k, dout, no * 4), *gsl = dev(k, slopes, (size_t)NH * 4);
-    float *gout = dev(k, NULL, no * 4), *glse = dev(k, NULL, nl * 4), *gscr = dev(k, NULL, ns * 4),
-          *gdq = dev(k, NULL, nq * 4);
-    const float *gal = use_alibi ? gsl : NULL;
-    if (gqa) {
-        CPU->attention_gqa_forward(NULL, out, lse, qkv, al, B, T, NH, NG, HS, seg);
-        CPU->attention_gqa_backward(NULL, dqkv, scr, dout, qkv, out, lse, al, B, T, NH, NG, HS,
-                                    seg);
-        k->attention_gqa_forward(NULL, gout, glse, gq, gal, B, T, NH, NG, HS, gseg);
-        k->attention_gqa_backward(NULL, gdq, gscr, gdo, gq, gout, glse, gal, B, T, NH, NG, HS,
-                                  gseg);
-    } else {
-        CPU->attention_forward(NULL, out, lse, qkv, B, T, NH, HS, seg);
-        CPU->attention_backward(NULL, dqkv, scr, dout, qkv, out, lse, B, T, NH, HS, seg);
-        k->attention_forward(NULL, gout, glse, gq, B, T, NH, HS, gseg);
-        k->attention_backward(NULL, gdq, gscr, gdo, gq, gout, glse, B, T, NH, HS, gseg);
-    }
-    double tol = k == BF16 ? TOL_BF16 : TOL_ATT_FP32;
-    const char *names[] = {"out", "lse", "dqkv"};
-    float *devs[] = {gout, glse, gdq};
-    const float *refs[] = {out, lse, dqkv};
-    size_t sizes[] = {no, nl, nq};
-    for (int i = 0; i < 3; i++) {
-        char what[128];
-        snprintf(what, sizeof what, "%s %s B%d T%d NH%d NG%d HS%d%s%s",
-                 gqa ? "attention_gqa" : "attention", names[i], B, T, NH, NG, HS,
-                 use_alibi ? " alibi" : "", packed ? " packed" : "");
-        float *got = back(k, devs[i], sizes[i]);
-        compare(what, k, got, refs[i], sizes[i], tol);
-        free(got);
-    }
-    k->free(gq), k->free(gdo), k->free(gsl), k->free(gout), k->free(glse), k->free(gscr);
-    k->free(gdq);
-    free(qkv), free(dout), free(slopes), free(out), free(lse), free(scr), free(dqkv);
-    if (packed)
-        k->free(gseg), free(seg);
-}
-
-/* generation with grouped heads and ALiBi: n new positions after past cached ones */
-static void test_attention_gqa_decode(const tr_kernels *k, int B, int n, int past, int max_T,
-                                      int NH, int NG, int HS)
-{
-    int R = NH / NG, L = past + n;
-    size_t nq = (size_t)B * n * NG * (R + 2) * HS, no = (size_t)B * n * NH * HS;
-    size_t nc = (size_t)B * NG * max_T * HS, ns = (size_t)B * NH * n * L;
-    float *qkv = host(nq, -1, 1), *kc = host(nc, -1, 1), *vc = host(nc, -1, 1);
-    float *slopes = host((size_t)NH, 0.01f, 0.5f), *out = malloc(no * 4), *sc = malloc(ns * 4);
-    float *gq = dev(k, qkv, nq * 4), *gk = dev(k, kc, nc * 4), *gv = dev(k, vc, nc * 4);
-    float *gsl = dev(k, slopes, (size_t)NH * 4), *gout = dev(k, NULL, no * 4),
-          *gsc = dev(k, NULL, ns * 4);
-    CPU->attention_gqa_decode(NULL, out, kc, vc, sc, qkv, slopes, B, n, past, max_T, NH, NG, HS);
-    k->attention_gqa_decode(NULL, gout, gk, gv, gsc, gq, gsl, B, n, past, max_T, NH, NG, HS);
-    char what[96];
-    snprintf(what, sizeof what, "attention_gqa_decode B%d n%d past%d NH%d NG%d", B, n, past, NH,
-             NG);
-    float *got = back(k, gout, no);
-    compare(what, k, got, out, no, tol_of(k));
-    free(got);
-    snprintf(what, sizeof what, "attention_gqa_decode key cache B%d n%d past%d", B, n, past);
-    got = back(k, gk, nc);
-    compare(what, k, got, kc, nc, TOL_FP32);
-    free(got);
-    k->free(gq), k->free(gk), k->free(gv), k->free(gsl), k->free(gout), k->free(gsc);
-    free(qkv), free(kc), free(vc), free(slopes), free(out), free(sc);
-}
-
-/* ---------------------------------------------------------------- attention */
-
-/* Generation: n new positions after `past` cached ones against the CPU twin; the outputs and
- * both caches (random earlier rows, the new rows appended). */
-static void test_attention_decode(const tr_kernels *k, int B, int n, int past, int max_T, int NH,
-                                  int HS)
-{
-    int C = NH * HS, L = past + n;
-    size_t nqkv = (size_t)B * n * 3 * C, nout = (size_t)B * n * C,
-           ncache = (size_t)B * NH * max_T * HS, nsc = (size_t)B * NH * n * L;
-    float *qkv = host(nqkv, -1, 1), *kc = host(ncache, -1, 1), *vc = host(ncache, -1, 1);
-    float *gkc0 = dup(kc, ncache), *gvc0 = dup(vc, ncache);
-    float *out = malloc(nout * 4), *sc = malloc(nsc * 4);
-    CPU->attention_decode(NULL, out, kc, vc, sc, qkv, B, n, past, max_T, NH, HS);
-    float *gqkv = dev(k, qkv, nqkv * 4), *gkc = dev(k, gkc0, ncache * 4),
-          *gvc = dev(k, gvc0, ncache * 4), *gout = dev(k, NULL, nout * 4),
-          *gsc = dev(k, NULL, nsc * 4);
-    k->attention_decode(NULL, gout, gkc, gvc, gsc, gqkv, B, n, past, max_T, NH, HS);
-    char what[96];
-    float *got;
-    const float *refs[] = {out, kc, vc};
-    float *devs[] = {gout, gkc, gvc};
-    size_t sizes[] = {nout, ncache, ncache};
-    const char *names[] = {"out", "key cache", "value cache"};
-    for (int i = 0; i < 3; i++) {
-        snprintf(what, sizeof what, "attention_decode %s B%d n%d past%d NH%d HS%d", names[i], B,
-                 n, past, NH, HS);
-        got = back(k, devs[i], sizes[i]);
-        compare(what, k, got, refs[i], sizes[i], tol_of(k));
-        free(got);
-    }
-    k->free(gqkv), k->free(gkc), k->free(gvc), k->free(gout), k->free(gsc);
-    free(qkv), free(kc), free(vc), free(gkc0), free(gvc0), free(out), free(sc);
 }
 
 /* ---------------------------------------------------------------- cross-entropy */
@@ -363,21 +220,11 @@ static void test_xent(const tr_kernels *k)
     k->xent_loss(NULL, gloss, gmax, gsum, gpick, N);
     k->xent_backward(NULL, gl, gl, gmax, gsum, gt, N, V, n_valid, v_start, 0.25f); /* in place */
     float *got;
-    got = back(k, gmax, (size_t)N);
-    compare("xent_row_max", k, got, maxv, (size_t)N, TOL_FP32);
-    free(got);
-    got = back(k, gsum, (size_t)N);
-    compare("xent_row_sumexp", k, got, sumexp, (size_t)N, TOL_FP32);
-    free(got);
-    got = back(k, gpick, (size_t)N);
-    compare("xent_pick", k, got, picked, (size_t)N, TOL_FP32);
-    free(got);
-    got = back(k, gloss, (size_t)N);
-    compare("xent_loss", k, got, losses, (size_t)N, TOL_FP32);
-    free(got);
-    got = back(k, gl, nl);
-    compare("xent_backward (in place)", k, got, dlogits, nl, TOL_FP32);
-    free(got);
+    compare_back("xent_row_max", k, gmax, maxv, (size_t)N, TOL_FP32);
+    compare_back("xent_row_sumexp", k, gsum, sumexp, (size_t)N, TOL_FP32);
+    compare_back("xent_pick", k, gpick, picked, (size_t)N, TOL_FP32);
+    compare_back("xent_loss", k, gloss, losses, (size_t)N, TOL_FP32);
+    compare_back("xent_backward (in place)", k, gl, dlogits, nl, TOL_FP32);
     /* the chunked head's fused ops (issue 24 item 8): stats in one read, the rescale of a
      * rank's sums to another max, loss + backward with loss weights, in place */
     float *weights = host((size_t)N, 0, 2), *cmax = malloc((size_t)N * 4);
@@ -391,23 +238,13 @@ static void test_xent(const tr_kernels *k)
     float *gl2 = dev(k, logits, nl * 4), *gw = dev(k, weights, (size_t)N * 4);
     float *gshift = dev(k, shifted, (size_t)N * 4);
     k->xent_stats(NULL, gmax, gsum, gpick, gl2, gt, N, V, n_valid, v_start);
-    got = back(k, gmax, (size_t)N);
-    compare("xent_stats: max", k, got, cmax, (size_t)N, TOL_FP32);
-    free(got);
-    got = back(k, gsum, (size_t)N);
-    compare("xent_stats: sumexp", k, got, csum, (size_t)N, TOL_FP32);
-    free(got);
-    got = back(k, gpick, (size_t)N);
-    compare("xent_stats: picked", k, got, cpick, (size_t)N, TOL_FP32);
-    free(got);
+    compare_back("xent_stats: max", k, gmax, cmax, (size_t)N, TOL_FP32);
+    compare_back("xent_stats: sumexp", k, gsum, csum, (size_t)N, TOL_FP32);
+    compare_back("xent_stats: picked", k, gpick, cpick, (size_t)N, TOL_FP32);
     k->xent_loss_backward(NULL, gloss, gl2, gl2, gmax, gsum, gpick, gt, gw, N, V, n_valid,
                           v_start, 0.25f);
-    got = back(k, gloss, (size_t)N);
-    compare("xent_loss_backward: losses", k, got, closs, (size_t)N, TOL_FP32);
-    free(got);
-    got = back(k, gl2, nl);
-    compare("xent_loss_backward: weighted dlogits (in place)", k, got, cd, nl, TOL_FP32);
-    free(got);
+    compare_back("xent_loss_backward: losses", k, gloss, closs, (size_t)N, TOL_FP32);
+    compare_back("xent_loss_backward: weighted dlogits (in place)", k, gl2, cd, nl, TOL_FP32);
     float *before = back(k, gl2, nl);
     k->xent_loss_backward(NULL, gloss, gl2, gl2, gmax, gsum, gpick, gt, NULL, N, V, n_valid,
                           v_start, 0.0f); /* scale 0: the losses alone, logits untouched */
@@ -416,9 +253,7 @@ static void test_xent(const tr_kernels *k)
     free(got), free(before);
     CPU->xent_rescale(NULL, csum, cmax, shifted, N);
     k->xent_rescale(NULL, gsum, gmax, gshift, N);
-    got = back(k, gsum, (size_t)N);
-    compare("xent_rescale", k, got, csum, (size_t)N, TOL_FP32);
-    free(got);
+    compare_back("xent_rescale", k, gsum, csum, (size_t)N, TOL_FP32);
     /* odd row length (no float4 rows) */
     int Vo = 37;
     float *lo = host((size_t)N * Vo, -4, 4), *lod = dup(lo, (size_t)N * Vo);
@@ -433,12 +268,8 @@ static void test_xent(const tr_kernels *k)
     k->xent_stats(NULL, gmax, gsum, gpick, glo, gto, N, Vo, Vo - 2, 0);
     k->xent_loss_backward(NULL, gloss, glo, glo, gmax, gsum, gpick, gto, gw, N, Vo, Vo - 2, 0,
                           0.5f);
-    got = back(k, glo, (size_t)N * Vo);
-    compare("xent_loss_backward (37 columns)", k, got, lod, (size_t)N * Vo, TOL_FP32);
-    free(got);
-    got = back(k, gloss, (size_t)N);
-    compare("xent_loss_backward: losses (37 columns)", k, got, closs, (size_t)N, TOL_FP32);
-    free(got);
+    compare_back("xent_loss_backward (37 columns)", k, glo, lod, (size_t)N * Vo, TOL_FP32);
+    compare_back("xent_loss_backward: losses (37 columns)", k, gloss, closs, (size_t)N, TOL_FP32);
     k->free(gl2), k->free(gw), k->free(gshift), k->free(glo), k->free(gto);
     free(weights), free(cmax), free(csum), free(cpick), free(closs), free(cd), free(shifted);
     free(lo), free(lod), free(to);
@@ -483,16 +314,9 @@ static void test_embedding(const tr_kernels *k)
     k->position_forward(NULL, gout, gwpe, B, T, C);
     k->embedding_backward(NULL, gdtab, gdout, gids, N, C, v_start, V);
     k->position_backward(NULL, gdwpe, gdout, B, T, C);
-    float *got;
-    got = back(k, gout, (size_t)N * C);
-    compare("embedding + position forward", k, got, out, (size_t)N * C, TOL_FP32);
-    free(got);
-    got = back(k, gdtab, (size_t)V * C);
-    compare("embedding_backward (accumulates)", k, got, dtab, (size_t)V * C, TOL_FP32);
-    free(got);
-    got = back(k, gdwpe, (size_t)T * C);
-    compare("position_backward (accumulates)", k, got, dwpe, (size_t)T * C, TOL_FP32);
-    free(got);
+    compare_back("embedding + position forward", k, gout, out, (size_t)N * C, TOL_FP32);
+    compare_back("embedding_backward (accumulates)", k, gdtab, dtab, (size_t)V * C, TOL_FP32);
+    compare_back("position_backward (accumulates)", k, gdwpe, dwpe, (size_t)T * C, TOL_FP32);
     k->free(gids), k->free(gtab), k->free(gwpe), k->free(gdout), k->free(gout), k->free(gdtab);
     k->free(gdwpe);
     free(ids), free(table), free(wpe), free(dout), free(dtab0), free(dwpe0), free(out);
@@ -511,16 +335,9 @@ static void test_optimizer(const tr_kernels *k)
     float *gp = dev(k, p, n * 4), *gg = dev(k, g, n * 4), *gm = dev(k, m, n * 4),
           *gv = dev(k, v, n * 4);
     k->adamw(NULL, gp, gg, gm, gv, n, 3e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.5f, 3);
-    float *got;
-    got = back(k, gp, n);
-    compare("adamw params", k, got, pr, n, TOL_FP32);
-    free(got);
-    got = back(k, gm, n);
-    compare("adamw m", k, got, mr, n, TOL_FP32);
-    free(got);
-    got = back(k, gv, n);
-    compare("adamw v", k, got, vr, n, TOL_FP32);
-    free(got);
+    compare_back("adamw params", k, gp, pr, n, TOL_FP32);
+    compare_back("adamw m", k, gm, mr, n, TOL_FP32);
+    compare_back("adamw v", k, gv, vr, n, TOL_FP32);
     double s_cpu = CPU->sumsq(NULL, g, n), s_gpu = k->sumsq(NULL, gg, n);
     float a = (float)s_gpu, b = (float)s_cpu;
     compare("sumsq", k, &a, &b, 1, TOL_FP32);
@@ -534,20 +351,15 @@ static void test_memory(const tr_kernels *k)
 {
     size_t n = 12345;
     float *z = dev(k, NULL, n * 4);
-    float *got = back(k, z, n), *zeros = calloc(n, 4);
-    compare("alloc is zero-filled", k, got, zeros, n, 0);
-    free(got);
+    float *zeros = calloc(n, 4);
+    compare_back("alloc is zero-filled", k, z, zeros, n, 0);
     float *h = host(n, -5, 5);
     float *a = dev(k, h, n * 4), *b = dev(k, NULL, n * 4);
     k->copy(NULL, b, a, n * 4);
-    got = back(k, b, n);
-    compare("to_device + copy + to_host", k, got, h, n, 0);
-    free(got);
+    compare_back("to_device + copy + to_host", k, b, h, n, 0);
     k->zero(NULL, b + 100, 50 * 4);
     memset(h + 100, 0, 50 * 4);
-    got = back(k, b, n);
-    compare("zero (a range)", k, got, h, n, 0);
-    free(got);
+    compare_back("zero (a range)", k, b, h, n, 0);
     k->synchronize(NULL);
     k->free(z), k->free(a), k->free(b);
     free(h), free(zeros);
