@@ -46,7 +46,8 @@ typedef struct tr_kernels {
      * y (N, OC) = x (N, IC) W^T (W (OC, IC)) + b (OC floats, or NULL) + residual (N, OC, or
      * NULL; may be y itself: accumulate in place). The input is x (fp32), or x16 (bf16
      * storage, as the *16 ops' below) with x NULL; the output y (fp32), or y16 (bf16 storage:
-     * fc's output where the table has gelu_backward16) with y NULL and no residual. Equal to
+     * fc's output where the table has gelu_backward16, QKV's where it has
+     * attention_forward_qkv16) with y NULL and no residual. Equal to
      * copying residual into y, gemm (gemm_a16 for x16) with beta 1 (0 without residual), then
      * bias_add, then for y16 rounding to bf16, within fp32 rounding (a backend may add the
      * bias before its one rounding of the result: CUDA's cuBLASLt bias epilogue; for y16 a
