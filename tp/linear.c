@@ -62,12 +62,14 @@ static void linear_xWt_bias(const tr_kernels *k, float *y, row_input x, const fl
 }
 
 /* dx = dy W (dx NULL: skipped), dW += dy^T x (dW NULL: skipped) and db += sum_n dy (db NULL:
- * skipped): the table's fused linear_backward where it has one and both GEMMs are wanted */
-static void linear_dx_dW_db(const tr_kernels *k, float *dx, float *dW, float *db,
-                            const float *dy, row_input x, const float *W, int N, int IC, int OC)
+ * skipped): the table's fused linear_backward where it has one and both GEMMs are wanted.
+ * dx16: dx stored bf16 instead (dx NULL; the caller checked for the fused op and dW). */
+static void linear_dx_dW_db(const tr_kernels *k, float *dx, uint16_t *dx16, float *dW,
+                            float *db, const float *dy, row_input x, const float *W, int N,
+                            int IC, int OC)
 {
-    if (dx && dW && k->linear_backward) {
-        k->linear_backward(NULL, dx, NULL, dW, db, dy, NULL, x.f, x.h, W, N, IC, OC);
+    if ((dx || dx16) && dW && k->linear_backward) {
+        k->linear_backward(NULL, dx, dx16, dW, db, dy, NULL, x.f, x.h, W, N, IC, OC);
         return;
     }
     if (dx)
@@ -214,7 +216,7 @@ static int column_backward(const tr_tp *tp, float *dx, float *dW, float *db, con
                            const tr_tp_lora *lora)
 {
     const tr_kernels *k = tp->k;
-    linear_dx_dW_db(k, dx, dW, db, dy, x, W, N, IC, OCl);
+    linear_dx_dW_db(k, dx, NULL, dW, db, dy, x, W, N, IC, OCl);
     if (lora) /* its input gradient joins the base layer's before the reduction */
         lora_backward(k, dx, dy, x.f, lora, N, IC, OCl);
     return column_dx_reduce(tp, dx, N, IC);
@@ -336,11 +338,7 @@ static int row_backward(const tr_tp *tp, float *dx, uint16_t *dx16, float *dW, f
     }
     /* the bias gradient sums this rank's rows: dy_all's own under SP (the others' come with
      * the TP reduction of the sequence-parallel gradients), so fused only without SP */
-    if (dx16)
-        k->linear_backward(NULL, NULL, dx16, dW, dy_all == dy ? db : NULL, dy_all, NULL, x.f,
-                           x.h, W, N, ICl, OC);
-    else
-        linear_dx_dW_db(k, dx, dW, dy_all == dy ? db : NULL, dy_all, x, W, N, ICl, OC);
+    linear_dx_dW_db(k, dx, dx16, dW, dy_all == dy ? db : NULL, dy_all, x, W, N, ICl, OC);
     if (lora)
         lora_backward(k, dx, dy_all, x.f, lora, N, ICl, OC);
     if (db && dy_all != dy)

@@ -54,22 +54,26 @@ static float *wide_buffer(size_t n)
     return wide.p;
 }
 
+void cpu_bf16_narrow(uint16_t *dst, const float *src, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        dst[i] = bf16_from_f32(src[i]);
+}
+
+void cpu_bf16_widen(float *dst, const uint16_t *src, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        dst[i] = bf16_to_f32(src[i]);
+}
+
 /* rows x cols of a bf16 matrix (row stride ld) widened into the staging buffer, the same
  * stride; NULL when out of memory */
 static float *widened(const uint16_t *src, int rows, int cols, int ld)
 {
     float *dst = wide_buffer(rows > 0 ? (size_t)rows * ld : 0);
     for (int i = 0; dst && i < rows; i++)
-        for (int j = 0; j < cols; j++)
-            dst[(size_t)i * ld + j] = bf16_to_f32(src[(size_t)i * ld + j]);
+        cpu_bf16_widen(dst + (size_t)i * ld, src + (size_t)i * ld, (size_t)cols);
     return dst;
-}
-
-/* n floats rounded to bf16 (exact here: the table's ops already rounded them) */
-static void narrow(uint16_t *dst, const float *src, size_t n)
-{
-    for (size_t i = 0; i < n; i++)
-        dst[i] = bf16_from_f32(src[i]);
 }
 
 static void s16_gemm_out16(tr_stream s, int ta, int tb, int M, int N, int K, float alpha,
@@ -81,7 +85,7 @@ static void s16_gemm_out16(tr_stream s, int ta, int tb, int M, int N, int K, flo
         return;
     table->gemm(s, ta, tb, M, N, K, alpha, A, lda, B, ldb, 0.0f, c, ldc);
     for (int i = 0; i < M; i++) /* row by row: the stride may exceed N */
-        narrow(C16 + (size_t)i * ldc, c + (size_t)i * ldc, (size_t)N);
+        cpu_bf16_narrow(C16 + (size_t)i * ldc, c + (size_t)i * ldc, (size_t)N);
 }
 
 static void s16_gemm_a16(tr_stream s, int ta, int tb, int M, int N, int K, float alpha,
@@ -117,14 +121,13 @@ static void s16_xent_loss_backward16(tr_stream s, float *losses, uint16_t *dlogi
     table->xent_loss_backward(s, losses, x, x, maxv, sumexp, picked, targets, weights, N, V,
                               n_valid, v_start, scale);
     if (scale != 0.0f)
-        narrow(dlogits16, x, (size_t)N * V);
+        cpu_bf16_narrow(dlogits16, x, (size_t)N * V);
 }
 
 /* n bf16 values widened into the staging from offset `at` (a second input beside another) */
 static const float *widened_at(const uint16_t *src, size_t n, float *w, size_t at)
 {
-    for (size_t i = 0; i < n; i++)
-        w[at + i] = bf16_to_f32(src[i]);
+    cpu_bf16_widen(w + at, src, n);
     return w + at;
 }
 
@@ -135,7 +138,7 @@ static void s16_gelu_forward16(tr_stream s, uint16_t *out16, const float *inp,
     if (!y)
         return;
     table->gelu_forward(s, y, inp16 ? widened_at(inp16, n, y, n) : inp, n);
-    narrow(out16, y, n);
+    cpu_bf16_narrow(out16, y, n);
 }
 
 static void s16_layernorm_forward16(tr_stream s, uint16_t *out16, float *mean, float *rstd,
@@ -147,7 +150,7 @@ static void s16_layernorm_forward16(tr_stream s, uint16_t *out16, float *mean, f
     if (!y)
         return;
     table->layernorm_forward(s, y, mean, rstd, inp, weight, bias, N, C, eps);
-    narrow(out16, y, n);
+    cpu_bf16_narrow(out16, y, n);
 }
 
 static void s16_rmsnorm_forward16(tr_stream s, uint16_t *out16, float *rstd, const float *inp,
@@ -158,7 +161,7 @@ static void s16_rmsnorm_forward16(tr_stream s, uint16_t *out16, float *rstd, con
     if (!y)
         return;
     table->rmsnorm_forward(s, y, rstd, inp, weight, N, C, eps);
-    narrow(out16, y, n);
+    cpu_bf16_narrow(out16, y, n);
 }
 
 /* The attention output (B*T rows of NH*HS), the attention projection's input: forward into the
@@ -171,7 +174,7 @@ static void s16_attention_forward16(tr_stream s, uint16_t *out16, float *lse, co
     if (!y)
         return;
     table->attention_forward(s, y, lse, qkv, B, T, NH, HS, segments);
-    narrow(out16, y, n);
+    cpu_bf16_narrow(out16, y, n);
 }
 
 static void s16_attention_backward16(tr_stream s, float *dqkv, float *scratch, const float *dout,
@@ -193,7 +196,7 @@ static void s16_attention_gqa_forward16(tr_stream s, uint16_t *out16, float *lse
     if (!y)
         return;
     table->attention_gqa_forward(s, y, lse, qkv, alibi, B, T, NH, NG, HS, segments);
-    narrow(out16, y, n);
+    cpu_bf16_narrow(out16, y, n);
 }
 
 static void s16_attention_gqa_backward16(tr_stream s, float *dqkv, float *scratch,
@@ -223,7 +226,7 @@ static void s16_attention_forward_qkv16(tr_stream s, uint16_t *out16, float *lse
         return;
     table->attention_gqa_forward(s, y, lse, widened_at(qkv16, nq, y, no), alibi, B, T, NH, NG,
                                  HS, segments);
-    narrow(out16, y, no);
+    cpu_bf16_narrow(out16, y, no);
 }
 
 static void s16_attention_backward_qkv16(tr_stream s, uint16_t *dqkv16, float *scratch,
@@ -240,7 +243,7 @@ static void s16_attention_backward_qkv16(tr_stream s, uint16_t *dqkv16, float *s
     float *dqkv = w + no + nq;
     table->attention_gqa_backward(s, dqkv, scratch, dout, qkv, o, lse, alibi, B, T, NH, NG, HS,
                                   segments);
-    narrow(dqkv16, dqkv, nq);
+    cpu_bf16_narrow(dqkv16, dqkv, nq);
 }
 
 static void s16_gemm_b16(tr_stream s, int ta, int tb, int M, int N, int K, float alpha,
@@ -273,7 +276,7 @@ static void s16_linear_forward(tr_stream s, float *y, uint16_t *y16, const float
     if (b)
         table->bias_add(s, out, b, N, OC);
     if (y16)
-        narrow(y16, out, ny);
+        cpu_bf16_narrow(y16, out, ny);
 }
 
 /* fc's backward on the GELU's bf16 input gradient, QKV's on the attention's: the unfused pieces
@@ -293,7 +296,7 @@ static void s16_linear_backward(tr_stream s, float *dx, uint16_t *dx16, float *d
     float *d = dx16 ? w + ny + nx : dx;
     table->gemm(s, 0, 0, N, IC, OC, 1.0f, g, OC, W, IC, 0.0f, d, IC);
     if (dx16) /* (exact: the table's gemm rounded it) */
-        narrow(dx16, d, nd);
+        cpu_bf16_narrow(dx16, d, nd);
     table->gemm(s, 1, 0, OC, IC, N, 1.0f, g, OC, in, IC, 1.0f, dW, IC);
     if (db)
         table->bias_backward(s, db, g, N, OC);
@@ -313,7 +316,7 @@ static void s16_gelu_backward16(tr_stream s, uint16_t *dinp16, float *dbias, con
     table->gelu_backward(s, d, x, g, n);
     if (dbias)
         table->bias_backward(s, dbias, d, N, C);
-    narrow(dinp16, d, n);
+    cpu_bf16_narrow(dinp16, d, n);
 }
 
 void cpu_bf16_storage_fill(tr_kernels *t)

@@ -101,6 +101,10 @@ void cpu_linear_backward(tr_stream s, float *dx, uint16_t *dx16, float *dW, floa
                          const float *dy, const uint16_t *dy16, const float *x,
                          const uint16_t *x16, const float *W, int N, int IC, int OC);
 
+/* bf16_storage.c: n values stored bf16 (bf16.h's rounding to nearest even) and back (exact) */
+void cpu_bf16_narrow(uint16_t *dst, const float *src, size_t n);
+void cpu_bf16_widen(float *dst, const uint16_t *src, size_t n);
+
 /* bf16_storage.c: the bf16-storage ops (kernels.h: the head's, the MLP activation's) into t,
  * wrapping t's own gemm, gelu_forward, xent_stats and xent_loss_backward ("cpu-bf16"). */
 void cpu_bf16_storage_fill(tr_kernels *t);

@@ -6,8 +6,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "kernels/cuda/bf16.h"
-
 /* C[M,N] = alpha op(A) op(B) + beta C on the calling thread. */
 void cpu_gemm_serial(int trans_a, int trans_b, int M, int N, int K, float alpha,
                         const float *A, int lda, const float *B, int ldb, float beta, float *C,
@@ -107,8 +105,7 @@ static const float *fp32_input(const float *x, const uint16_t *x16, size_t n, fl
         fprintf(stderr, "cpu: out of memory widening a %zu-element bf16 input\n", n);
         return NULL;
     }
-    for (size_t i = 0; i < n; i++)
-        w[i] = bf16_to_f32(x16[i]);
+    cpu_bf16_widen(w, x16, n);
     return *owned = w;
 }
 
@@ -132,8 +129,7 @@ void cpu_linear_forward(tr_stream s, float *y, uint16_t *y16, const float *x,
     if (b)
         cpu_bias_add(s, out, b, N, OC);
     if (y16) {
-        for (size_t i = 0; i < ny; i++)
-            y16[i] = bf16_from_f32(out[i]);
+        cpu_bf16_narrow(y16, out, ny);
         free(out);
     }
     free(owned);
@@ -155,8 +151,7 @@ void cpu_linear_backward(tr_stream s, float *dx, uint16_t *dx16, float *dW, floa
     if (g && d) {
         cpu_gemm(s, 0, 0, N, IC, OC, 1.0f, g, OC, W, IC, 0.0f, d, IC);
         if (dx16) {
-            for (size_t i = 0; i < nx; i++)
-                dx16[i] = bf16_from_f32(d[i]);
+            cpu_bf16_narrow(dx16, d, nx);
             free(d);
         }
         cpu_gemm(s, 1, 0, OC, IC, N, 1.0f, g, OC, in, IC, 1.0f, dW, IC);

@@ -367,7 +367,7 @@ int cu_gemm_staged(cudaStream_t st, int ta, int tb, int M, int N, int K, float a
         kc = (size_t)K;
     uint16_t *sa = G.staging;
     /* the B slab starts on a 256-byte boundary after A's */
-    size_t a_elems = ((size_t)M * kc + 127) & ~(size_t)127;
+    size_t a_elems = cu_align128((size_t)M * kc);
     for (int k0 = 0; k0 < K; k0 += (int)kc) {
         int w = K - k0 < (int)kc ? K - k0 : (int)kc;
         uint16_t *sb = sa + a_elems;
@@ -474,7 +474,7 @@ void cu_gemm_out16(tr_stream s, int ta, int tb, int M, int N, int K, float alpha
         cu_gemm_note_none("gemm_out16", M, N, K);
         return;
     }
-    uint16_t *sa = G.staging, *sb = sa + ((mb * (size_t)K + 127) & ~(size_t)127);
+    uint16_t *sa = G.staging, *sb = sa + cu_align128(mb * (size_t)K);
     for (int i0 = 0; i0 < M; i0 += (int)mb) {
         int m = M - i0 < (int)mb ? M - i0 : (int)mb;
         if (ta) /* op(A) rows i0..: columns i0.. of the stored K x M */

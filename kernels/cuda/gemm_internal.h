@@ -23,6 +23,10 @@ uint16_t *cu_gemm_staging(void);
 size_t cu_gemm_staging_elems(void);
 int cu_gemm_fast(void);
 
+/* n bf16 elements rounded up to whole 128-element (256-byte) blocks: where the next operand
+ * packed after them in the staging starts, aligned for cuBLASLt */
+static inline size_t cu_align128(size_t n) { return (n + 127) & ~(size_t)127; }
+
 /* One cuBLASLt call on operands already in the mode's element type, C fp32 or (out16) bf16:
  * C = alpha op(A) op(B) + beta Cin [+ bias] (Cin NULL: C). 0, or -1 when cuBLASLt has no
  * algorithm for it (nothing launched, nothing noted: the caller may fall back). */

@@ -26,16 +26,14 @@ static void linear_forward_out16(cudaStream_t st, uint16_t *y16, const float *x,
                                  int IC, int OC)
 {
     size_t cap = cu_gemm_staging_elems(), ic = (size_t)IC;
-#define AL128(n) (((n) + 127) & ~(size_t)127)
     size_t nb = (size_t)OC; /* W rows a block */
-    if (AL128(nb * ic) + (b ? AL128(nb) : 0) + (x16 ? 0 : ic) > cap) {
+    if (cu_align128(nb * ic) + (b ? cu_align128(nb) : 0) + (x16 ? 0 : ic) > cap) {
         size_t share = (x16 ? cap : cap / 2) > 256 ? (x16 ? cap : cap / 2) - 256 : 0;
         nb = share / (ic + 1);
         if (nb >= 128)
             nb &= ~(size_t)127; /* (b16 + j0 keeps the bias block 256-byte aligned) */
     }
-    size_t n_w = AL128(nb * ic), n_b = b ? AL128(nb) : 0;
-#undef AL128
+    size_t n_w = cu_align128(nb * ic), n_b = b ? cu_align128(nb) : 0;
     size_t room = cap > n_w + n_b ? cap - n_w - n_b : 0;
     size_t mb = x16 ? (size_t)N : room / ic; /* x rows a block */
     if (nb < 1 || mb < 1 || n_w + n_b > cap) {
@@ -144,8 +142,8 @@ void cu_linear_backward_bf16(tr_stream s, float *dx, uint16_t *dx16, float *dW, 
         return;
     }
     size_t cap = cu_gemm_staging_elems();
-    size_t n_dy = dy16 ? 0 : ((size_t)N * OC + 127) & ~(size_t)127;
-    size_t n_w = ((size_t)OC * IC + 127) & ~(size_t)127;
+    size_t n_dy = dy16 ? 0 : cu_align128((size_t)N * OC);
+    size_t n_w = cu_align128((size_t)OC * IC);
     size_t n_x = x16 ? 0 : (size_t)N * IC;
     int fused =
         !cu_gemm_fast() && N > 0 && IC > 0 && OC > 0 && n_dy + (n_w > n_x ? n_w : n_x) <= cap;

@@ -155,11 +155,11 @@ void test_linear16(int N, int IC, int OC, int separate_residual)
     /* onto a residual: in place, or another buffer (cuBLASLt's C input apart from y) */
     float *res = separate_residual ? dup(y, ny) : y;
     float *gres = separate_residual ? dev(BF16, y, ny * 4) : gy;
-    if (separate_residual) /* y's old contents must not matter */
+    if (separate_residual) { /* y's old contents must not matter */
         for (size_t i = 0; i < ny; i++)
             y[i] = 7.0f;
-    if (separate_residual)
         BF16->to_device(NULL, gy, y, ny * 4);
+    }
     CPU->linear_forward(NULL, y, NULL, NULL, x16, W, b, res, N, IC, OC);
     BF16->linear_forward(NULL, gy, NULL, NULL, gx, gW, gb, gres, N, IC, OC);
     CPU->linear_backward(NULL, dx, NULL, dW, NULL, dy, NULL, NULL, x16, W, N, IC, OC);
