@@ -10,7 +10,8 @@
  *    in place (the model's gpt_*16 rules, no LoRA): the norms' outputs, the attention output
  *    and its input qkv with their gradient (but with rope), fc's output and its gradient, the
  *    GELU output (fc's output and qkv written bf16 by their GEMMs);
- *  - GELU and LayerNorm are separate kernels; the linear layers' bias adds ride in the
+ *  - GELU and LayerNorm are separate kernels (LayerNorm's backward one pass over dout and x
+ *    for the input gradient and the parameter sums); the linear layers' bias adds ride in the
  *    GEMM's epilogue and their residual is its C input (but the row-parallel ones under TP),
  *    their bias gradients in the pass that converts the output gradient to bf16 (but the
  *    row-parallel ones under SP, and QKV's, summed from the bf16 dqkv in a pass of its own);
@@ -161,12 +162,12 @@ void plan_layer_cost_trident(const plan_cost_ctx *x, plan_cost *o)
     double resid = row_copy ? 0 : 2 * 3 * R;
     double el_f = 2 * 2 * R + bias + resid + T * F / t * 4 * (gelu_in + 1) - 2 * g16 - 2 * l16 -
                   2 * f16;
-    /* backward: 2 layernorm backwards (dout, x, dx read and written, the weight sums: 6 x
-     * 4 bytes), the activation's backward (read its input and dout, write din: 2 bytes less
+    /* backward: 2 layernorm backwards (one read of dout and x, dx read and written: 4 x 4
+     * bytes; the weight sums gathered in the same pass, layernorm.cu), the activation's backward (read its input and dout, write din: 2 bytes less
      * where bf16), the bias gradients: summed where their gradient is converted for the
      * GEMMs (kernels.h's linear_backward, gelu_backward16), but the row-parallel two under SP
      * (their own read of dout) */
-    double el_b = 2 * 6 * R + (sp ? 2 * R : 0) + T * F / t * 4 * (2 * gelu_in + 1) - 2 * dg16 -
+    double el_b = 2 * 4 * R + (sp ? 2 * R : 0) + T * F / t * 4 * (2 * gelu_in + 1) - 2 * dg16 -
                   2 * f16 - 2 * da16;
     o->f[TR_PLAN_PART_GEMM] = lin_f;
     o->b[TR_PLAN_PART_GEMM] = lin_b;
@@ -212,8 +213,8 @@ void plan_output_cost_trident(const plan_cost_ctx *x, plan_cost *o)
                  tr_plan_stream_s(c, 4 * r * V) + head16_gemm_s(c, r, h, V, 0, 1, 1, 0) +
                  head16_gemm_s(c, V, h, r, 0, 1, 1, 1);
     double ce_ar = 2.0 * chunks * tr_plan_allreduce_s(4.0 * r, L->tp, x->tp_bw, x->tp_lat);
-    /* the final layernorm forward and backward */
-    o->f[TR_PLAN_PART_OUTPUT] = chunks * per + tr_plan_stream_s(c, 2 * R + 6 * R);
+    /* the final layernorm forward and backward (one pass, as the layers') */
+    o->f[TR_PLAN_PART_OUTPUT] = chunks * per + tr_plan_stream_s(c, 2 * R + 4 * R);
     o->f[TR_PLAN_PART_TP] = ce_ar;
     o->b[TR_PLAN_PART_TP] = x->ar_tp; /* the input gradient of the vocabulary-parallel GEMM */
 }

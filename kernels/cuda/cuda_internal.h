@@ -41,8 +41,8 @@ int cu_failed(void);
 
 /* The single-stream rule: the reduction scratch, the pinned scalar, the cuBLASLt workspace
  * and the bf16 staging are the backend's one copy each, so the ops that use them (gemm,
- * bias_backward, layernorm_backward, sumsq) run on the compute stream only (s NULL or the
- * backend's own). cu_shared_stream returns that stream; another stream is an error kept for
+ * bias_backward, layernorm_backward, rmsnorm_backward, sumsq) run on the compute stream only
+ * (s NULL or the backend's own). cu_shared_stream returns that stream; another stream is an error kept for
  * tr_cuda_status ("... uses the backend's shared scratch: compute stream only"), and the op
  * runs on the stream it was given (the caller must not rely on its result). */
 cudaStream_t cu_shared_stream(tr_stream s, const char *op);
@@ -53,8 +53,18 @@ cudaStream_t cu_shared_stream(tr_stream s, const char *op);
 void *cu_scratch(void);
 /* A pinned host double for sumsq's result. */
 double *cu_host_scalar(void);
+/* The shared memory (bytes) one block may opt into past 48 KiB. */
+int cu_smem_optin(void);
 /* Chunks for a column reduction of N rows and `cols` columns with `arrays` partial arrays. */
 int cu_chunks(int N, int cols, int arrays);
+
+/* ---- layernorm.cu: the norms' backward in one read of dout and the input (LayerNorm with
+ * mean and dbias; RMSNorm with mean and dbias NULL), on the compute stream st (it uses the
+ * reduction scratch): 0 when it does not apply (a row's sums past the shared memory, or
+ * TRIDENT_CUDA_NORM_BACKWARD=two-pass) and the caller runs its two-pass kernels. */
+int cu_norm_backward_fused(cudaStream_t st, float *dinp, float *dweight, float *dbias,
+                           const float *dout, const float *inp, const float *weight,
+                           const float *mean, const float *rstd, int N, int C);
 
 /* ---- family.cu: RMSNorm, SwiGLU, rotary embedding (kernels.h, "model families") */
 void cu_rmsnorm_forward(tr_stream s, float *out, float *rstd, const float *inp,

@@ -17,6 +17,7 @@ static struct {
     int device;
     int count; /* devices on this machine */
     char name[256];
+    int smem_optin; /* shared memory a block may opt into, bytes */
     cudaStream_t stream;
     void *scratch;
     double *host_scalar;
@@ -79,6 +80,7 @@ static void init_once(void)
     dev.count = count;
     thread_device = device;
     snprintf(dev.name, sizeof dev.name, "%s", prop.name);
+    dev.smem_optin = (int)prop.sharedMemPerBlockOptin;
     if (shared)
         tr_info("cuda: %s=%s on %d devices: sharing GPU %d (%s) with another rank", var, value,
                 count, device, dev.name);
@@ -115,6 +117,7 @@ int tr_cuda_device(void) { return dev.device; }
 const char *tr_cuda_device_name(void) { return dev.name; }
 void *tr_cuda_stream(void) { return (void *)dev.stream; }
 void *cu_scratch(void) { return dev.scratch; }
+int cu_smem_optin(void) { return dev.smem_optin; }
 double *cu_host_scalar(void) { return dev.host_scalar; }
 
 size_t tr_cuda_workspace_bytes(void)

@@ -206,7 +206,11 @@ void cu_rmsnorm_backward(tr_stream s, float *dinp, float *dweight, const float *
 {
     if (N <= 0)
         return;
-    cudaStream_t st = cu_stream(s);
+    cudaStream_t st = cu_shared_stream(s, "rmsnorm_backward");
+    if (cu_norm_backward_fused(st, dinp, dweight, NULL, dout, inp, weight, NULL, rstd, N, C)) {
+        cu_launched("rmsnorm_backward");
+        return;
+    }
     rms_backward_rows_kernel<<<(N + ROWS_PER_BLOCK - 1) / ROWS_PER_BLOCK,
                                dim3(32, ROWS_PER_BLOCK), 0, st>>>(dinp, dout, inp, weight, rstd,
                                                                   N, C);

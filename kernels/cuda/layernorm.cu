@@ -1,8 +1,14 @@
 // LayerNorm over the last dimension: one warp per row for the row work (statistics, the
 // input gradient); the parameter gradients are column sums done in two stages (partials of
-// row chunks into the scratch, then added in chunk order).
+// row chunks into the scratch, then added in chunk order). The backward reads dout and the
+// input once: one kernel makes the input gradient and the chunk partials together (also
+// RMSNorm's, family.cu), the two-pass kernels below remain for widths past shared memory and
+// for TRIDENT_CUDA_NORM_BACKWARD=two-pass.
 #include "kernels/cuda/bf16.h"
 #include "kernels/cuda/grid.cuh"
+
+#include <stdlib.h>
+#include <string.h>
 
 namespace {
 
@@ -111,9 +117,145 @@ __global__ void ln_params_finish_kernel(float *dweight, float *dbias, const floa
     dbias[c] += tb;
 }
 
+// The fused backward of LayerNorm (RMS false) and RMSNorm (RMS true: no mean, no bias).
+// One block per chunk of rows_per_chunk rows, blockDim (32, W): warp y takes the chunk's rows
+// r0 + y, r0 + y + W, ... and per row
+//   dinp += rstd (dn - mean(dn) - xhat mean(dn xhat)), dn = dout weight, xhat = (x - mean) rstd
+// (RMSNorm: no mean(dn) term, xhat = x rstd), while gathering the columns' sums of dout xhat
+// (and of dout: LayerNorm's bias) over its rows in shared memory, acc[W][C] per array (lane
+// owns columns lane, lane + 32, ...). The block then adds its W warps' sums in warp order into
+// row blockIdx.x of partial_w (partial_b). dout and x are read from memory once: the second
+// loop over a row finds them in cache.
+template <bool RMS>
+__global__ void norm_backward_fused_kernel(float *dinp, float *partial_w, float *partial_b,
+                                           const float *dout, const float *inp,
+                                           const float *weight, const float *mean,
+                                           const float *rstd, int N, int C, int rows_per_chunk)
+{
+    extern __shared__ float acc[]; // [W][C] sums of dout xhat, then (LayerNorm) [W][C] of dout
+    int W = blockDim.y, y = threadIdx.y, lane = threadIdx.x;
+    float *aw = acc + (size_t)y * C, *ab = acc + (size_t)(W + y) * C;
+    for (int c = lane; c < C; c += 32) {
+        aw[c] = 0.0f;
+        if (!RMS)
+            ab[c] = 0.0f;
+    }
+    int r0 = blockIdx.x * rows_per_chunk, r1 = min(N, r0 + rows_per_chunk);
+    for (int n = r0 + y; n < r1; n += W) {
+        const float *x = inp + (size_t)n * C, *dy = dout + (size_t)n * C;
+        float m = RMS ? 0.0f : mean[n], r = rstd[n], a = 0.0f, b = 0.0f;
+        for (int c = lane; c < C; c += 32) {
+            float g = dy[c], xhat = (x[c] - m) * r, dn = g * weight[c];
+            a += dn;
+            b += dn * xhat;
+            aw[c] += g * xhat;
+            if (!RMS)
+                ab[c] += g;
+        }
+        a = RMS ? 0.0f : tr_cu_warp_sum(a) / C;
+        b = tr_cu_warp_sum(b) / C;
+        float *dx = dinp + (size_t)n * C;
+        for (int c = lane; c < C; c += 32) {
+            float xhat = (x[c] - m) * r;
+            dx[c] += r * (dy[c] * weight[c] - a - xhat * b);
+        }
+    }
+    __syncthreads();
+    for (int c = y * 32 + lane; c < C; c += W * 32) {
+        float tw = 0.0f, tb = 0.0f;
+        for (int k = 0; k < W; k++) {
+            tw += acc[(size_t)k * C + c];
+            if (!RMS)
+                tb += acc[(size_t)(W + k) * C + c];
+        }
+        partial_w[(size_t)blockIdx.x * C + c] = tw;
+        if (!RMS)
+            partial_b[(size_t)blockIdx.x * C + c] = tb;
+    }
+}
+
+// dweight[c] += sum over the R partial rows (dbias likewise; partial_b NULL: none), in a fixed
+// order: thread (x, y) adds rows y, y + 8, ..., then the block adds its 8 sums in order.
+__global__ void norm_params_finish_kernel(float *dweight, float *dbias, const float *partial_w,
+                                          const float *partial_b, int R, int C)
+{
+    __shared__ float sw[8][33], sb[8][33];
+    int c = blockIdx.x * 32 + threadIdx.x;
+    float tw = 0.0f, tb = 0.0f;
+    if (c < C)
+        for (int r = threadIdx.y; r < R; r += 8) {
+            tw += partial_w[(size_t)r * C + c];
+            if (partial_b)
+                tb += partial_b[(size_t)r * C + c];
+        }
+    sw[threadIdx.y][threadIdx.x] = tw;
+    sb[threadIdx.y][threadIdx.x] = tb;
+    __syncthreads();
+    if (threadIdx.y != 0 || c >= C)
+        return;
+    tw = tb = 0.0f;
+    for (int k = 0; k < 8; k++) {
+        tw += sw[k][threadIdx.x];
+        tb += sb[k][threadIdx.x];
+    }
+    dweight[c] += tw;
+    if (partial_b)
+        dbias[c] += tb;
+}
+
+bool two_pass_backward()
+{
+    static const bool on = [] {
+        const char *e = getenv("TRIDENT_CUDA_NORM_BACKWARD");
+        return e && !strcmp(e, "two-pass");
+    }();
+    return on;
+}
+
 } // namespace
 
 extern "C" {
+
+int cu_norm_backward_fused(cudaStream_t st, float *dinp, float *dweight, float *dbias,
+                           const float *dout, const float *inp, const float *weight,
+                           const float *mean, const float *rstd, int N, int C)
+{
+    int arrays = mean ? 2 : 1, W = 8;
+    size_t per_warp = (size_t)arrays * C * sizeof(float);
+    while (W > 1 && W * per_warp > (size_t)cu_smem_optin())
+        W /= 2;
+    size_t bytes = W * per_warp;
+    if (two_pass_backward() || bytes > (size_t)cu_smem_optin())
+        return 0;
+    // chunks: about two rows a warp, at most 512 (the finish pass reads R rows of partials),
+    // and what the scratch holds; fixed by N, C and W alone, so the sums' order is too
+    long fit = (long)(CU_SCRATCH_BYTES / per_warp), R = (N + 2L * W - 1) / (2L * W);
+    R = R < 512 ? R : 512;
+    R = R < fit ? R : fit;
+    int rows = (int)((N + R - 1) / R);
+    R = (N + rows - 1) / rows;
+    float *pw = (float *)cu_scratch(), *pb = mean ? pw + (size_t)R * C : NULL;
+    if (mean) {
+        if (bytes > 48 * 1024 &&
+            cu_note(cudaFuncSetAttribute(norm_backward_fused_kernel<false>,
+                                         cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes),
+                    "layernorm_backward"))
+            return 1;
+        norm_backward_fused_kernel<false><<<(unsigned)R, dim3(32, W), bytes, st>>>(
+            dinp, pw, pb, dout, inp, weight, mean, rstd, N, C, rows);
+    } else {
+        if (bytes > 48 * 1024 &&
+            cu_note(cudaFuncSetAttribute(norm_backward_fused_kernel<true>,
+                                         cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes),
+                    "rmsnorm_backward"))
+            return 1;
+        norm_backward_fused_kernel<true><<<(unsigned)R, dim3(32, W), bytes, st>>>(
+            dinp, pw, NULL, dout, inp, weight, NULL, rstd, N, C, rows);
+    }
+    norm_params_finish_kernel<<<(C + 31) / 32, dim3(32, 8), 0, st>>>(dweight, dbias, pw, pb,
+                                                                     (int)R, C);
+    return 1;
+}
 
 void cu_layernorm_forward(tr_stream s, float *out, float *mean, float *rstd,
                              const float *inp, const float *weight, const float *bias, int N,
@@ -144,6 +286,10 @@ void cu_layernorm_backward(tr_stream s, float *dinp, float *dweight, float *dbia
     if (N <= 0 || C <= 0)
         return;
     cudaStream_t st = cu_shared_stream(s, "layernorm_backward");
+    if (cu_norm_backward_fused(st, dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C)) {
+        cu_launched("layernorm_backward");
+        return;
+    }
     ln_backward_input_kernel<<<(N + ROWS_PER_BLOCK - 1) / ROWS_PER_BLOCK,
                                dim3(32, ROWS_PER_BLOCK), 0, st>>>(dinp, dout, inp, weight, mean,
                                                                   rstd, N, C);

@@ -467,8 +467,14 @@ int main(void)
     test_elementwise(F32);
     test_layernorm(F32, 513, 768);
     test_layernorm(F32, 7, 33);
+    /* the fused backward with fewer warps a block and opted-in shared memory (64 KiB of sums a
+     * warp), and a width past the shared memory: the two-pass kernels */
+    test_layernorm(F32, 1031, 8192);
+    test_layernorm(F32, 9, 40000);
     test_family(F32, 512, 768);
     test_family(F32, 16, 34);
+    test_family(F32, 1031, 8192);
+    test_family(F32, 9, 64000);
     /* fused attention: GPT-2's op, then grouped heads, ALiBi, packed rows; T across the
      * tiles and not a multiple of them; head sizes 16 .. 128 (the tile sizes 64 and 32) */
     const tr_kernels *modes[] = {F32, BF16};
