@@ -228,6 +228,17 @@ typedef struct tr_kernels {
                                  const float *sumexp, const float *picked,
                                  const int32_t *targets, const float *weights, int N, int V,
                                  int n_valid, int v_start, float scale);
+    /* xent_stats_loss_backward16: xent_stats16, then xent_loss_backward16 with dlogits16 =
+     * logits16, in one op (optional; the head takes it where one rank holds the whole
+     * vocabulary, so this rank's statistics are the row's, with no all-reduce between):
+     * maxv, sumexp, picked and losses as theirs, and with scale != 0 logits16 overwritten by
+     * the gradient. CUDA reads each row once (into shared memory): 4 bytes an element move,
+     * not 6. Equal to the two ops within fp32 rounding; in "cpu-bf16" (they, in turn) bit
+     * for bit. */
+    void (*xent_stats_loss_backward16)(tr_stream s, float *losses, float *maxv, float *sumexp,
+                                       float *picked, uint16_t *logits16,
+                                       const int32_t *targets, const float *weights, int N,
+                                       int V, int n_valid, int v_start, float scale);
     /* --- the layers' GEMM inputs in bf16 storage: optional, as the head's (the model keeps the
      * GELU output that feeds fc_proj in bf16 when all of gelu_forward16, gemm_a16 and
      * gemm_b16 are set, and no LoRA adapter reads it; the LayerNorm outputs likewise with

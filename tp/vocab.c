@@ -81,6 +81,27 @@ static int head_in_bf16(const tr_kernels *k, const tr_tp_head_chunks *ch)
            !ch->observe;
 }
 
+/* A chunk's backward from its gradient dlogits (n, Vl) in lg (bf16 storage when half): dx rows
+ * (n, C) = dlogits @ W, this rank's partial sum; dW (Vl, C) += dlogits^T @ x rows (xr). */
+static int head_chunk_backward(const tr_kernels *k, float *dx, float *dW, float *lg,
+                               const float *xr, const float *W, int r0, int n, int C, int Vl,
+                               int half, float scale)
+{
+    if (scale == 0.0f)
+        return TR_OK;
+    const uint16_t *lg16 = (const uint16_t *)lg;
+    float *dxr = dx ? dx + (size_t)r0 * C : NULL;
+    if (dx && half)
+        k->gemm_a16(NULL, 0, 0, n, C, Vl, 1.0f, lg16, Vl, W, C, 0.0f, dxr, C);
+    else if (dx)
+        k->gemm(NULL, 0, 0, n, C, Vl, 1.0f, lg, Vl, W, C, 0.0f, dxr, C);
+    if (dW && half)
+        k->gemm_a16(NULL, 1, 0, Vl, C, n, 1.0f, lg16, Vl, xr, C, 1.0f, dW, C);
+    else if (dW)
+        k->gemm(NULL, 1, 0, Vl, C, n, 1.0f, lg, Vl, xr, C, 1.0f, dW, C);
+    return TR_OK;
+}
+
 /* One chunk of tr_tp_vocab_head_loss: rows [r0, r0 + n). */
 static int head_chunk(const tr_tp *tp, const tr_tp_head_chunks *ch, float *losses, float *dx,
                       float *dW, const float *x, const float *W, const int32_t *targets,
@@ -93,9 +114,17 @@ static int head_chunk(const tr_tp *tp, const tr_tp_head_chunks *ch, float *losse
     const float *xr = x + (size_t)r0 * C;
     int half = head_in_bf16(k, ch);
     uint16_t *lg16 = (uint16_t *)lg;
+    const float *wr = weights ? weights + r0 : NULL;
     /* logits (n, Vl) = x rows @ W^T */
     if (half) {
         k->gemm_out16(NULL, 0, 1, n, Vl, C, 1.0f, xr, C, W, C, lg16, Vl);
+        if (tp->size == 1 && k->xent_stats_loss_backward16) {
+            /* one rank holds every column: its statistics are the row's, and the loss and
+             * the gradient follow in the same pass over the logits */
+            k->xent_stats_loss_backward16(NULL, losses + r0, maxv, sumexp, picked, lg16,
+                                          targets + r0, wr, n, Vl, n_valid, v_start, scale);
+            return head_chunk_backward(k, dx, dW, lg, xr, W, r0, n, C, Vl, half, scale);
+        }
         k->xent_stats16(NULL, maxv, sumexp, picked, lg16, targets + r0, n, Vl, n_valid,
                         v_start);
     } else {
@@ -117,25 +146,13 @@ static int head_chunk(const tr_tp *tp, const tr_tp_head_chunks *ch, float *losse
             return rc;
     }
     /* losses; with scale != 0 dlogits in place of the logits */
-    const float *wr = weights ? weights + r0 : NULL;
     if (half)
         k->xent_loss_backward16(NULL, losses + r0, lg16, lg16, maxv, sumexp, picked,
                                 targets + r0, wr, n, Vl, n_valid, v_start, scale);
     else
         k->xent_loss_backward(NULL, losses + r0, lg, lg, maxv, sumexp, picked, targets + r0, wr,
                               n, Vl, n_valid, v_start, scale);
-    if (scale == 0.0f)
-        return TR_OK;
-    float *dxr = dx ? dx + (size_t)r0 * C : NULL;
-    if (dx && half) /* dx rows (n, C) = dlogits @ W, this rank's partial sum */
-        k->gemm_a16(NULL, 0, 0, n, C, Vl, 1.0f, lg16, Vl, W, C, 0.0f, dxr, C);
-    else if (dx)
-        k->gemm(NULL, 0, 0, n, C, Vl, 1.0f, lg, Vl, W, C, 0.0f, dxr, C);
-    if (dW && half) /* dW (Vl, C) += dlogits^T @ x rows */
-        k->gemm_a16(NULL, 1, 0, Vl, C, n, 1.0f, lg16, Vl, xr, C, 1.0f, dW, C);
-    else if (dW)
-        k->gemm(NULL, 1, 0, Vl, C, n, 1.0f, lg, Vl, xr, C, 1.0f, dW, C);
-    return TR_OK;
+    return head_chunk_backward(k, dx, dW, lg, xr, W, r0, n, C, Vl, half, scale);
 }
 
 int tr_tp_vocab_head_loss(const tr_tp *tp, const tr_tp_head_chunks *chunks, float *losses,

@@ -1,14 +1,14 @@
 /* The bf16-storage ops of "cpu-bf16" (kernels.h: the chunked head's gemm_out16, gemm_a16,
- * xent_stats16, xent_loss_backward16; the layers' GEMM inputs' gelu_forward16,
- * layernorm_forward16, rmsnorm_forward16, gemm_b16; the backward's gelu_backward16 and the
- * linear_backward that reads its output), the twin of the CUDA bf16 mode's: each
- * widens its bf16 input into a staging buffer (exact), runs the table's own fp32-storage op,
- * whose outputs are already rounded to bf16, and packs the kept result back (exact again). So
- * bf16 storage gives "cpu-bf16"'s bits; what it tests is the path: the halved buffers, the
- * strides, the aliasing of logits and their gradient. Staging is per thread, grown as needed
- * (out of memory: the op leaves its output untouched and says so on stderr, once). The attention
- * output's attention_forward16 / _gqa_forward16 and their backwards (kernels.h) likewise, and
- * attention_forward_qkv16 / _backward_qkv16, which read qkv in bf16 too. */
+ * xent_stats16, xent_loss_backward16 and the two in one, xent_stats_loss_backward16; the layers'
+ * GEMM inputs' gelu_forward16, layernorm_forward16, rmsnorm_forward16, gemm_b16; the backward's
+ * gelu_backward16 and the linear_backward that reads its output), the twin of the CUDA bf16
+ * mode's: each widens its bf16 input into a staging buffer (exact), runs the table's own
+ * fp32-storage op, whose outputs are already rounded to bf16, and packs the kept result back
+ * (exact again). So bf16 storage gives "cpu-bf16"'s bits; what it tests is the path: the halved
+ * buffers, the strides, the aliasing of logits and their gradient. Staging is per thread, grown as
+ * needed (out of memory: the op leaves its output untouched and says so on stderr, once). The
+ * attention output's attention_forward16 / _gqa_forward16 and their backwards (kernels.h)
+ * likewise, and attention_forward_qkv16 / _backward_qkv16, which read qkv in bf16 too. */
 #include "kernels/cpu/cpu_ops.h"
 
 #include <pthread.h>
@@ -122,6 +122,16 @@ static void s16_xent_loss_backward16(tr_stream s, float *losses, uint16_t *dlogi
                               n_valid, v_start, scale);
     if (scale != 0.0f)
         cpu_bf16_narrow(dlogits16, x, (size_t)N * V);
+}
+
+static void s16_xent_stats_loss_backward16(tr_stream s, float *losses, float *maxv,
+                                           float *sumexp, float *picked, uint16_t *logits16,
+                                           const int32_t *targets, const float *weights, int N,
+                                           int V, int n_valid, int v_start, float scale)
+{
+    s16_xent_stats16(s, maxv, sumexp, picked, logits16, targets, N, V, n_valid, v_start);
+    s16_xent_loss_backward16(s, losses, logits16, logits16, maxv, sumexp, picked, targets,
+                             weights, N, V, n_valid, v_start, scale);
 }
 
 /* n bf16 values widened into the staging from offset `at` (a second input beside another) */
@@ -326,6 +336,7 @@ void cpu_bf16_storage_fill(tr_kernels *t)
     t->gemm_a16 = s16_gemm_a16;
     t->xent_stats16 = s16_xent_stats16;
     t->xent_loss_backward16 = s16_xent_loss_backward16;
+    t->xent_stats_loss_backward16 = s16_xent_stats_loss_backward16;
     if (t->attention_gqa_forward) /* (the CPU table has both layouts) */
         t->attention_gqa_forward16 = s16_attention_gqa_forward16,
         t->attention_gqa_backward16 = s16_attention_gqa_backward16,

@@ -42,9 +42,10 @@ int cu_failed(void);
 /* The single-stream rule: the reduction scratch, the pinned scalar, the cuBLASLt workspace
  * and the bf16 staging are the backend's one copy each, so the ops that use them (gemm,
  * bias_backward, layernorm_backward, rmsnorm_backward, sumsq) run on the compute stream only
- * (s NULL or the backend's own). cu_shared_stream returns that stream; another stream is an error kept for
- * tr_cuda_status ("... uses the backend's shared scratch: compute stream only"), and the op
- * runs on the stream it was given (the caller must not rely on its result). */
+ * (s NULL or the backend's own). cu_shared_stream returns that stream; another stream is an
+ * error kept for tr_cuda_status ("... uses the backend's shared scratch: compute stream
+ * only"), and the op runs on the stream it was given (the caller must not rely on its
+ * result). */
 cudaStream_t cu_shared_stream(tr_stream s, const char *op);
 
 /* Reduction scratch (device): CU_SCRATCH_BYTES, used by one op at a time on the compute
@@ -251,6 +252,11 @@ void cu_xent_loss_backward16(tr_stream s, float *losses, uint16_t *dlogits16,
                              const uint16_t *logits16, const float *maxv, const float *sumexp,
                              const float *picked, const int32_t *targets, const float *weights,
                              int N, int V, int n_valid, int v_start, float scale);
+/* ---- xent_fused.cu: both in one pass over each row (kernels.h's xent_stats_loss_backward16) */
+void cu_xent_stats_loss_backward16(tr_stream s, float *losses, float *maxv, float *sumexp,
+                                   float *picked, uint16_t *logits16, const int32_t *targets,
+                                   const float *weights, int N, int V, int n_valid, int v_start,
+                                   float scale);
 
 /* ---- embedding.cu */
 void cu_embedding_forward(tr_stream s, float *out, const int32_t *ids, const float *table,

@@ -38,4 +38,23 @@ static __device__ __forceinline__ float tr_cu_warp_max(float v)
     return v;
 }
 
+// Sums of exponentials relative to a running maximum (the online softmax): (m, s) += one value
+// v, and (m, s) += (m2, s2), a pair of its own (s == 0: empty).
+static __device__ __forceinline__ void tr_cu_online_one(float &m, float &s, float v)
+{
+    if (v > m) {
+        s = s * expf(m - v) + 1.0f;
+        m = v;
+    } else {
+        s += expf(v - m);
+    }
+}
+
+static __device__ __forceinline__ void tr_cu_online_add(float &m, float &s, float m2, float s2)
+{
+    float mn = fmaxf(m, m2);
+    s = (s == 0.0f ? 0.0f : s * expf(m - mn)) + (s2 == 0.0f ? 0.0f : s2 * expf(m2 - mn));
+    m = mn;
+}
+
 #endif

@@ -165,14 +165,6 @@ __global__ void xent_backward_kernel(float *dlogits, const float *logits, const 
     dlogits[i] = g;
 }
 
-// (m, s) += (m2, s2) for sums of exponentials relative to their maxima (s == 0: empty)
-__device__ __forceinline__ void online_add(float &m, float &s, float m2, float s2)
-{
-    float mn = fmaxf(m, m2);
-    s = (s == 0.0f ? 0.0f : s * expf(m - mn)) + (s2 == 0.0f ? 0.0f : s2 * expf(m2 - mn));
-    m = mn;
-}
-
 // The head's logits in fp32 or in bf16 storage (kernels.h's *16 ops): one element, and four
 // consecutive ones at a 4-aligned column of a row whose length is a multiple of 4.
 __device__ __forceinline__ float logit_at(const float *p, size_t i) { return p[i]; }
@@ -216,16 +208,11 @@ __global__ void xent_stats_kernel(float *maxv, float *sumexp, float *picked, con
     const L *x = logits + (size_t)n * V;
     float m = -INFINITY, s = 0.0f;
     for (int c = threadIdx.x; c < n_valid; c += XENT_THREADS) {
-        float v = logit_at(x, c);
-        if (v > m) {
-            s = s * expf(m - v) + 1.0f;
-            m = v;
-        } else {
-            s += expf(v - m);
-        }
+        tr_cu_online_one(m, s, logit_at(x, c));
     }
     for (int o = 16; o > 0; o >>= 1)
-        online_add(m, s, __shfl_xor_sync(0xffffffffu, m, o), __shfl_xor_sync(0xffffffffu, s, o));
+        tr_cu_online_add(m, s, __shfl_xor_sync(0xffffffffu, m, o),
+                         __shfl_xor_sync(0xffffffffu, s, o));
     if (lane == 0)
         part_m[warp] = m, part_s[warp] = s;
     __syncthreads();
@@ -234,7 +221,8 @@ __global__ void xent_stats_kernel(float *maxv, float *sumexp, float *picked, con
     m = lane < XENT_THREADS / 32 ? part_m[lane] : -INFINITY;
     s = lane < XENT_THREADS / 32 ? part_s[lane] : 0.0f;
     for (int o = 16; o > 0; o >>= 1)
-        online_add(m, s, __shfl_xor_sync(0xffffffffu, m, o), __shfl_xor_sync(0xffffffffu, s, o));
+        tr_cu_online_add(m, s, __shfl_xor_sync(0xffffffffu, m, o),
+                         __shfl_xor_sync(0xffffffffu, s, o));
     if (lane == 0) {
         long long col = (long long)targets[n] - v_start;
         maxv[n] = m;

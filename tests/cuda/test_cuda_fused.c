@@ -13,7 +13,9 @@
  *    xent_loss_backward16) against "cpu-bf16"'s: the head's three GEMMs (logits = x W^T,
  *    dx = dlogits W, dW += dlogits^T x) with odd sizes and a beta = 1 accumulation, the
  *    cross-entropy on rows whose length is a multiple of 4 (vector path) and not (scalar),
- *    with padding columns, targets held elsewhere, loss weights, in place.
+ *    with padding columns, targets held elsewhere, loss weights, in place; and the two in one
+ *    pass (xent_stats_loss_backward16: rows in shared memory, 16-byte and scalar, and a row
+ *    past it, which takes the two ops).
  * --blocked (run with TRIDENT_CUDA_STAGING_MIB=1): shapes past the staging, so gemm_out16 works
  * in blocks of C and gemm_a16 and linear_forward in slabs of K.
  * Exit 77 (SKIP) without a GPU. */
@@ -89,6 +91,17 @@ static void test_xent16(int N, int V, int n_valid, int v_start)
     compare_back(what, BF16, gloss, loss, (size_t)N, TOL_FP32);
     float *want = widen(d16, nl);
     snprintf(what, sizeof what, "xent_loss_backward16 dlogits N%d V%d", N, V);
+    compare_back16(what, BF16, gl, want, nl, TOL_BF16);
+    /* the two in one pass (rows in shared memory; wider ones: the two ops) */
+    BF16->to_device(NULL, gl, l16, nl * 2);
+    BF16->zero(NULL, gst, (size_t)N * 3 * 4), BF16->zero(NULL, gloss, (size_t)N * 4);
+    BF16->xent_stats_loss_backward16(NULL, gloss, gst, gst + N, gst + 2 * N, gl, gt, gw, N, V,
+                                     n_valid, v_start, 0.25f);
+    snprintf(what, sizeof what, "xent_stats_loss_backward16 stats N%d V%d", N, V);
+    compare_back(what, BF16, gst, st, (size_t)N * 3, TOL_FP32);
+    snprintf(what, sizeof what, "xent_stats_loss_backward16 losses N%d V%d", N, V);
+    compare_back(what, BF16, gloss, loss, (size_t)N, TOL_FP32);
+    snprintf(what, sizeof what, "xent_stats_loss_backward16 dlogits N%d V%d", N, V);
     compare_back16(what, BF16, gl, want, nl, TOL_BF16);
     free(want);
     BF16->free(gl), BF16->free(gt), BF16->free(gst), BF16->free(gloss), BF16->free(gw);
@@ -274,7 +287,7 @@ int main(int argc, char **argv)
     printf("GPU %d: %s\n", tr_cuda_device(), tr_cuda_device_name());
     checks++;
     if (!BF16->gemm_out16 || !BF16->gemm_a16 || !BF16->xent_stats16 ||
-        !BF16->xent_loss_backward16 || F32->gemm_out16 || !BF16->linear_forward ||
+        !BF16->xent_loss_backward16 || !BF16->xent_stats_loss_backward16 || F32->gemm_out16 || !BF16->linear_forward ||
         F32->linear_forward || !BF16->gelu_forward16 || !BF16->gemm_b16 || F32->gemm_b16 ||
         !BF16->layernorm_forward16 || F32->layernorm_forward16 || !BF16->rmsnorm_forward16 ||
         !BF16->linear_backward || F32->linear_backward || !BF16->gelu_backward16 ||
@@ -356,6 +369,8 @@ int main(int argc, char **argv)
     test_gemms(130, 96, 517); /* odd vocabulary */
     test_xent16(37, 1000, 990, 500);
     test_xent16(9, 517, 517, 0); /* rows not a multiple of 4: the scalar path */
+    test_xent16(5, 50304, 50257, 0);  /* GPT-2's padded vocabulary: 16-byte rows in shared memory */
+    test_xent16(3, 131072, 131000, 0); /* a row past the shared memory: the two ops */
     if (tr_cuda_status()) {
         failures++;
         fprintf(stderr, "FAIL %s\n", tr_errmsg());

@@ -1,0 +1,148 @@
+// The chunked head's cross-entropy in one pass (kernels.h's xent_stats_loss_backward16): one
+// block per row of bf16 logits, copied once into shared memory; the row's max, sum of
+// exponentials and target logit found there, its loss written, and with scale != 0 its
+// gradient written over the logits from the shared copy. 4 bytes an element move instead of
+// the two ops' 6 (xent_stats16 reads the row, xent_loss_backward16 reads and writes it).
+// Rows past the shared memory, and TRIDENT_CUDA_XENT=two-pass, take the two ops (softmax.cu).
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/cuda/bf16.h"
+#include "kernels/cuda/grid.cuh"
+
+namespace {
+
+constexpr int THREADS = 512; // two blocks an SM with rows of up to ~100 KiB
+
+// (m, s) over the block's threads; thread 0 gets the result
+__device__ void block_online(float &m, float &s)
+{
+    __shared__ float part_m[THREADS / 32], part_s[THREADS / 32];
+    int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+    for (int o = 16; o > 0; o >>= 1)
+        tr_cu_online_add(m, s, __shfl_xor_sync(0xffffffffu, m, o),
+                         __shfl_xor_sync(0xffffffffu, s, o));
+    if (lane == 0)
+        part_m[warp] = m, part_s[warp] = s;
+    __syncthreads();
+    if (warp != 0)
+        return;
+    m = lane < THREADS / 32 ? part_m[lane] : -INFINITY;
+    s = lane < THREADS / 32 ? part_s[lane] : 0.0f;
+    for (int o = 16; o > 0; o >>= 1)
+        tr_cu_online_add(m, s, __shfl_xor_sync(0xffffffffu, m, o),
+                         __shfl_xor_sync(0xffffffffu, s, o));
+}
+
+// Row n of logits16 (V bf16, columns >= n_valid padding): stats (maxv, sumexp relative to it,
+// picked: the target's logit where this rank holds it), losses[n] = log(sumexp) + max - picked;
+// with scale != 0 the row becomes scale (softmax - onehot) [* weights[n]], 0 for padding.
+// vec: V a multiple of 8 and the rows 16-byte aligned (16-byte loads and stores).
+__global__ void __launch_bounds__(THREADS, 2)
+    xent_fused16_kernel(float *losses, float *maxv, float *sumexp, float *picked,
+                        uint16_t *logits16, const int32_t *targets, const float *weights, int V,
+                        int n_valid, int v_start, float scale, bool vec)
+{
+    extern __shared__ uint4 row4[]; // the row, V bf16 rounded up to 16 bytes
+    __shared__ float row_stat[2];
+    uint16_t *row = reinterpret_cast<uint16_t *>(row4);
+    int n = blockIdx.x;
+    uint16_t *x = logits16 + (size_t)n * V;
+    // the copy first, its loads independent of each other
+    if (vec) {
+        const uint4 *src = reinterpret_cast<const uint4 *>(x);
+#pragma unroll 4
+        for (int i = threadIdx.x; i < V / 8; i += THREADS)
+            row4[i] = src[i];
+    } else {
+        for (int c = threadIdx.x; c < V; c += THREADS)
+            row[c] = x[c];
+    }
+    __syncthreads();
+    float m = -INFINITY, s = 0.0f;
+    for (int c = threadIdx.x; c < n_valid; c += THREADS)
+        tr_cu_online_one(m, s, bf16_to_f32(row[c]));
+    block_online(m, s);
+    long long col = (long long)targets[n] - v_start;
+    if (threadIdx.x == 0) {
+        float p = col >= 0 && col < V ? bf16_to_f32(row[col]) : 0.0f;
+        maxv[n] = m, sumexp[n] = s, picked[n] = p;
+        losses[n] = (float)(log((double)s) + (double)m - (double)p);
+        row_stat[0] = m, row_stat[1] = s;
+    }
+    if (scale == 0.0f)
+        return;
+    __syncthreads();
+    float mx = row_stat[0], k = scale / row_stat[1], w = weights ? weights[n] : 1.0f;
+    if (vec) {
+        uint4 *dst = reinterpret_cast<uint4 *>(x);
+        for (int i = threadIdx.x; i < V / 8; i += THREADS) {
+            uint32_t h[4];
+#pragma unroll
+            for (int j = 0; j < 8; j += 2) {
+                float g[2];
+#pragma unroll
+                for (int t = 0; t < 2; t++) {
+                    int c = 8 * i + j + t;
+                    g[t] = c < n_valid ? k * expf(bf16_to_f32(row[c]) - mx) : 0.0f;
+                    if (col == c && c < n_valid)
+                        g[t] -= scale;
+                    if (weights)
+                        g[t] *= w;
+                }
+                h[j / 2] = (uint32_t)bf16_from_f32(g[0]) | (uint32_t)bf16_from_f32(g[1]) << 16;
+            }
+            dst[i] = make_uint4(h[0], h[1], h[2], h[3]);
+        }
+        return;
+    }
+    for (int c = threadIdx.x; c < V; c += THREADS) {
+        float g = c < n_valid ? k * expf(bf16_to_f32(row[c]) - mx) : 0.0f;
+        if (col == c && c < n_valid)
+            g -= scale;
+        x[c] = bf16_from_f32(weights ? g * w : g);
+    }
+}
+
+bool two_pass()
+{
+    static const bool on = [] {
+        const char *e = getenv("TRIDENT_CUDA_XENT");
+        return e && !strcmp(e, "two-pass");
+    }();
+    return on;
+}
+
+} // namespace
+
+extern "C" {
+
+void cu_xent_stats_loss_backward16(tr_stream s, float *losses, float *maxv, float *sumexp,
+                                   float *picked, uint16_t *logits16, const int32_t *targets,
+                                   const float *weights, int N, int V, int n_valid, int v_start,
+                                   float scale)
+{
+    if (N <= 0)
+        return;
+    size_t bytes = ((size_t)(V > 0 ? V : 1) * sizeof(uint16_t) + 15) & ~(size_t)15;
+    if (two_pass() || V <= 0 || bytes > (size_t)cu_smem_optin()) {
+        cu_xent_stats16(s, maxv, sumexp, picked, logits16, targets, N, V, n_valid, v_start);
+        cu_xent_loss_backward16(s, losses, logits16, logits16, maxv, sumexp, picked, targets,
+                                weights, N, V, n_valid, v_start, scale);
+        return;
+    }
+    if (bytes > 48 * 1024 &&
+        cu_note(cudaFuncSetAttribute(xent_fused16_kernel,
+                                     cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes),
+                "xent_stats_loss_backward16"))
+        return;
+    bool vec = V % 8 == 0 && ((uintptr_t)logits16 & 15) == 0;
+    xent_fused16_kernel<<<N, THREADS, bytes, cu_stream(s)>>>(losses, maxv, sumexp, picked,
+                                                             logits16, targets, weights, V,
+                                                             n_valid, v_start, scale, vec);
+    cu_launched("xent_stats_loss_backward16");
+}
+
+} // extern "C"
