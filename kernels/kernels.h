@@ -239,6 +239,19 @@ typedef struct tr_kernels {
                                        float *picked, uint16_t *logits16,
                                        const int32_t *targets, const float *weights, int N,
                                        int V, int n_valid, int v_start, float scale);
+    /* The head's weight converted to bf16 once for all its chunks (optional, the pair; the
+     * head takes it where both are set and its caller gives room for the copy):
+     *  narrow16:     dst16[i] = bf16(src[i]), n elements
+     *  gemm_mixed16: C = alpha op(A) op(B) + beta C with each operand fp32 (A, B) or bf16
+     *                storage (A16, B16 in its place: the other pointer NULL) and C fp32, or C16
+     *                bf16 storage (C NULL, beta 0: gemm_out16's rounding); with both operands
+     *                fp32 it is gemm (C) or gemm_out16 (C16), with A16 and B fp32 gemm_a16,
+     *                with B16 and A fp32 gemm_b16. */
+    void (*narrow16)(tr_stream s, uint16_t *dst16, const float *src, size_t n);
+    void (*gemm_mixed16)(tr_stream s, int trans_a, int trans_b, int M, int N, int K,
+                         float alpha, const float *A, const uint16_t *A16, int lda,
+                         const float *B, const uint16_t *B16, int ldb, float beta, float *C,
+                         uint16_t *C16, int ldc);
     /* --- the layers' GEMM inputs in bf16 storage: optional, as the head's (the model keeps the
      * GELU output that feeds fc_proj in bf16 when all of gelu_forward16, gemm_a16 and
      * gemm_b16 are set, and no LoRA adapter reads it; the LayerNorm outputs likewise with

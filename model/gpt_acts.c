@@ -81,6 +81,16 @@ static void layer_acts_carve(const tr_gpt *g, int B, layer_acts *L, float **c, i
 }
 
 /* Floats of the shared scratch (without the recompute layer set). */
+/* Floats of room for the head's weight in bf16 (tp/'s tr_tp_head_chunks.W16): the last stage,
+ * where the table converts it once (kernels.h's narrow16 and gemm_mixed16). */
+static size_t head_w16_floats(const tr_gpt *g)
+{
+    const tr_kernels *k = g->k;
+    if (!g->s.is_last || !k->narrow16 || !k->gemm_mixed16)
+        return 0;
+    return ((size_t)g->Vl * g->s.C + 1) / 2;
+}
+
 static size_t scratch_floats(const tr_gpt *g, int B)
 {
     const tr_gpt_shape *s = &g->s;
@@ -96,7 +106,8 @@ static size_t scratch_floats(const tr_gpt *g, int B)
     size_t frozen_ln2 = input_shared(g, LORA_FC1) ? N * C : 0;
     size_t frozen_gelu = input_shared(g, LORA_FC2) ? N * F : 0;
     size_t R = (size_t)tr_gpt_head_chunk_rows((int)N, (int)Vl); /* one chunk of the logits */
-    size_t sizes[] = {N,      N * C,      Nl,  Nl,     R * Vl,     8 * R,      N,
+    size_t sizes[] = {N,      N * C,      Nl,  Nl,     R * Vl,     8 * R,      head_w16_floats(g),
+                      N,
                       N * C,  wide,       qkv_floats(g, N * Q), N * Cl, att, N * Fw, N * F,
                       lora, drop, drop, frozen_ln1, frozen_ln2, frozen_gelu};
     size_t total = 0;
@@ -167,6 +178,8 @@ int gpt_scratch_ensure(tr_gpt *g, int B)
     size_t R = (size_t)tr_gpt_head_chunk_rows((int)N, (int)Vl); /* >= gpt_head_rows */
     sc->logits = take(&c, R * Vl);
     sc->xent_stats = take(&c, 8 * R); /* (tr_tp_head_chunks.stats) */
+    size_t w16 = head_w16_floats(g);
+    sc->head_w16 = w16 ? (uint16_t *)take(&c, w16) : NULL;
     sc->losses = take(&c, N);
     sc->dln = take(&c, N * C);
     sc->wide = take(&c, wide);

@@ -201,7 +201,7 @@ static int head_compute(tr_gpt *g, tr_gpt_acts *a, const float *h, tr_param_tens
      * losses, and with a backward dlogits in place (times each token's loss weight: packed
      * fine-tuning data), dlnf = dlogits @ wte (summed over ranks), dwte += dlogits^T @ lnf */
     tr_tp_head_chunks ch = {.logits = sc->logits, .stats = sc->xent_stats,
-                            .rows = gpt_head_rows(g, B)};
+                            .rows = gpt_head_rows(g, B), .W16 = sc->head_w16};
     if (g->logits_out)
         ch.observe = logits_to_host, ch.observe_ctx = g;
     rc = tr_tp_vocab_head_loss(&g->tp, &ch, sc->losses, sc->dln, wte->grad, sc->lnf, wte->param,

@@ -62,6 +62,7 @@ typedef struct {
     float *lnf_mean, *lnf_rstd;   /* (Nl) */
     float *logits;                /* (R, Vl): one head chunk's, overwritten by its gradient */
     float *xent_stats;            /* (4R): tr_tp_head_chunks.stats */
+    uint16_t *head_w16;           /* (Vl, C) bf16: tr_tp_head_chunks.W16, or NULL */
     float *losses;                /* (N) */
     float *dln;                   /* (N, C) input gradient of the column-parallel layers */
     float *wide;                  /* (N, C) tp > 1: row-parallel partials, SP gathers */

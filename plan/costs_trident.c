@@ -19,8 +19,10 @@
  *    (causal half of QK^T and PV), backward 2.5 times that, at fractions of the device's
  *    peak (below: estimated for the tensor-core kernels, to be measured);
  *  - the LM head and loss run over chunks of token rows (twice tr_gpt_head_chunk_rows, in
- *    bf16): per chunk the logits GEMM, one read for the statistics (at TP 1 none: the loss
- *    and gradient pass finds them), the loss and gradient in place, and the chunk's two backward GEMMs, the logits and their gradient stored in bf16.
+ *    bf16), the head's weight converted to bf16 once for all of them: per chunk the logits
+ *    GEMM, one read for the statistics (at TP 1 none: the loss and gradient pass finds
+ *    them), the loss and gradient in place, and the chunk's two backward GEMMs, the logits
+ *    and their gradient stored in bf16.
  * Sizes: T = b s token rows, h hidden, t TP ranks. */
 #include <math.h>
 #include <string.h>
@@ -204,18 +206,20 @@ void plan_output_cost_trident(const plan_cost_ctx *x, plan_cost *o)
     /* bf16 storage: chunks of twice the rule's rows in the same buffer (tp/vocab.c) */
     double rows = 2.0 * tr_gpt_head_chunk_rows((int)T, (int)V);
     double chunks = ceil(T / (rows < T ? rows : T)), r = T / chunks;
-    /* per chunk, the logits and their gradient in bf16 (kernels.h's gemm_out16 ...): the
-     * logits GEMM (r x V, both operands converted, a bf16 output), the statistics' read (but
-     * at TP 1: xent_stats_loss_backward16 finds them in its one pass), the loss and gradient
-     * in place, the input gradient (r x h: W converted, dlogits read as they are) and the
-     * weight gradient (V x h, accumulating: x converted); trident runs the head's backward
-     * inside its forward: all of it is forward time here */
+    /* W converted to bf16 once for every chunk (tp/vocab.c's W16: kernels.h's narrow16), then
+     * per chunk, the logits and their gradient in bf16 (gemm_mixed16 ...): the logits GEMM
+     * (r x V, x converted, a bf16 output), the statistics' read (but at TP 1:
+     * xent_stats_loss_backward16 finds them in its one pass), the loss and gradient in place,
+     * the input gradient (r x h: dlogits and W16 read as they are) and the weight gradient
+     * (V x h, accumulating: x converted); trident runs the head's backward inside its
+     * forward: all of it is forward time here */
+    double w16 = tr_plan_stream_s(c, 6 * V * h);
     double stats = L->tp > 1 ? tr_plan_stream_s(c, 2 * r * V) : 0;
-    double per = head16_gemm_s(c, r, V, h, 1, 1, 0, 0) + stats + tr_plan_stream_s(c, 4 * r * V) +
-                 head16_gemm_s(c, r, h, V, 0, 1, 1, 0) + head16_gemm_s(c, V, h, r, 0, 1, 1, 1);
+    double per = head16_gemm_s(c, r, V, h, 1, 0, 0, 0) + stats + tr_plan_stream_s(c, 4 * r * V) +
+                 head16_gemm_s(c, r, h, V, 0, 0, 1, 0) + head16_gemm_s(c, V, h, r, 0, 1, 1, 1);
     double ce_ar = 2.0 * chunks * tr_plan_allreduce_s(4.0 * r, L->tp, x->tp_bw, x->tp_lat);
     /* the final layernorm forward and backward (one pass, as the layers') */
-    o->f[TR_PLAN_PART_OUTPUT] = chunks * per + tr_plan_stream_s(c, 2 * R + 4 * R);
+    o->f[TR_PLAN_PART_OUTPUT] = w16 + chunks * per + tr_plan_stream_s(c, 2 * R + 4 * R);
     o->f[TR_PLAN_PART_TP] = ce_ar;
     o->b[TR_PLAN_PART_TP] = x->ar_tp; /* the input gradient of the vocabulary-parallel GEMM */
 }

@@ -299,6 +299,8 @@ static void memory_model(const tr_config *cfg, const tr_plan_cluster *c,
         if (st == P - 1) { /* one head chunk's fp32 logits, their gradient in place */
             int Vl = r->vocab_padded / t;
             mm.loss = 4.0 * tr_gpt_head_chunk_rows(s * b, Vl) * (double)Vl;
+            if (L->trident_kernels && L->bf16) /* and the head's weight in bf16 (W16) */
+                mm.loss += 2.0 * Vl * h;
         }
         mm.reserved = c->reserved_bytes;
         mm.total = mm.weights + mm.grads + mm.optimizer + mm.activations + mm.recompute +

@@ -257,7 +257,8 @@ TR_MUST_CHECK int tr_tp_vocab_cross_entropy_backward(const tr_tp *tp, float *dlo
  * chunks, the online max). Where the table has the bf16-storage head ops (kernels.h:
  * gemm_out16 ...; "cuda" and "cpu-bf16") the chunk's logits and their gradient are stored
  * in bf16, chunks of 2 * rows rows filling `logits` (fp32, chunks of rows, when observe is
- * set). */
+ * set); with W16 and the table's narrow16 / gemm_mixed16, W is converted to bf16 once for
+ * every chunk's logits and input gradient (not once in each of those GEMMs). */
 typedef struct {
     float *logits; /* rows * Vl floats: one chunk's logits, then their gradient */
     float *stats;  /* 8 * rows floats: max, sum of exponentials, target logit, local max of
@@ -266,6 +267,7 @@ typedef struct {
     /* optional: sees each chunk's logits (rows r0 .. r0+n-1) before the loss (tools) */
     void (*observe)(void *ctx, int r0, int n, const float *logits);
     void *observe_ctx;
+    uint16_t *W16; /* optional: Vl * C bf16, room for W converted once (bf16 storage only) */
 } tr_tp_head_chunks;
 
 /* x (N, C) as column_linear_forward's (under SP this rank's rows at their place, the others

@@ -81,17 +81,27 @@ static int head_in_bf16(const tr_kernels *k, const tr_tp_head_chunks *ch)
            !ch->observe;
 }
 
+/* W16: W converted once (ch->W16 where the table has the pair; else NULL) */
+static const uint16_t *head_w16(const tr_kernels *k, const tr_tp_head_chunks *ch, int half)
+{
+    return half && ch->W16 && k->narrow16 && k->gemm_mixed16 ? ch->W16 : NULL;
+}
+
 /* A chunk's backward from its gradient dlogits (n, Vl) in lg (bf16 storage when half): dx rows
- * (n, C) = dlogits @ W, this rank's partial sum; dW (Vl, C) += dlogits^T @ x rows (xr). */
+ * (n, C) = dlogits @ W (W16: its bf16 copy), this rank's partial sum; dW (Vl, C) += dlogits^T
+ * @ x rows (xr). */
 static int head_chunk_backward(const tr_kernels *k, float *dx, float *dW, float *lg,
-                               const float *xr, const float *W, int r0, int n, int C, int Vl,
-                               int half, float scale)
+                               const float *xr, const float *W, const uint16_t *W16, int r0,
+                               int n, int C, int Vl, int half, float scale)
 {
     if (scale == 0.0f)
         return TR_OK;
     const uint16_t *lg16 = (const uint16_t *)lg;
     float *dxr = dx ? dx + (size_t)r0 * C : NULL;
-    if (dx && half)
+    if (dx && W16)
+        k->gemm_mixed16(NULL, 0, 0, n, C, Vl, 1.0f, NULL, lg16, Vl, NULL, W16, C, 0.0f, dxr, NULL,
+                        C);
+    else if (dx && half)
         k->gemm_a16(NULL, 0, 0, n, C, Vl, 1.0f, lg16, Vl, W, C, 0.0f, dxr, C);
     else if (dx)
         k->gemm(NULL, 0, 0, n, C, Vl, 1.0f, lg, Vl, W, C, 0.0f, dxr, C);
@@ -115,15 +125,20 @@ static int head_chunk(const tr_tp *tp, const tr_tp_head_chunks *ch, float *losse
     int half = head_in_bf16(k, ch);
     uint16_t *lg16 = (uint16_t *)lg;
     const float *wr = weights ? weights + r0 : NULL;
+    const uint16_t *W16 = head_w16(k, ch, half);
     /* logits (n, Vl) = x rows @ W^T */
-    if (half) {
+    if (W16)
+        k->gemm_mixed16(NULL, 0, 1, n, Vl, C, 1.0f, xr, NULL, C, NULL, W16, C, 0.0f, NULL, lg16,
+                        Vl);
+    else if (half)
         k->gemm_out16(NULL, 0, 1, n, Vl, C, 1.0f, xr, C, W, C, lg16, Vl);
+    if (half) {
         if (tp->size == 1 && k->xent_stats_loss_backward16) {
             /* one rank holds every column: its statistics are the row's, and the loss and
              * the gradient follow in the same pass over the logits */
             k->xent_stats_loss_backward16(NULL, losses + r0, maxv, sumexp, picked, lg16,
                                           targets + r0, wr, n, Vl, n_valid, v_start, scale);
-            return head_chunk_backward(k, dx, dW, lg, xr, W, r0, n, C, Vl, half, scale);
+            return head_chunk_backward(k, dx, dW, lg, xr, W, W16, r0, n, C, Vl, half, scale);
         }
         k->xent_stats16(NULL, maxv, sumexp, picked, lg16, targets + r0, n, Vl, n_valid,
                         v_start);
@@ -152,7 +167,7 @@ static int head_chunk(const tr_tp *tp, const tr_tp_head_chunks *ch, float *losse
     else
         k->xent_loss_backward(NULL, losses + r0, lg, lg, maxv, sumexp, picked, targets + r0, wr,
                               n, Vl, n_valid, v_start, scale);
-    return head_chunk_backward(k, dx, dW, lg, xr, W, r0, n, C, Vl, half, scale);
+    return head_chunk_backward(k, dx, dW, lg, xr, W, W16, r0, n, C, Vl, half, scale);
 }
 
 int tr_tp_vocab_head_loss(const tr_tp *tp, const tr_tp_head_chunks *chunks, float *losses,
@@ -170,7 +185,10 @@ int tr_tp_vocab_head_loss(const tr_tp *tp, const tr_tp_head_chunks *chunks, floa
         return rc;
     /* (bf16 storage: a chunk of twice the rows fills the same bytes; fewer chunks re-read
      * W and re-accumulate dW fewer times) */
-    int rows = head_in_bf16(tp->k, chunks) ? 2 * chunks->rows : chunks->rows;
+    int half = head_in_bf16(tp->k, chunks), rows = half ? 2 * chunks->rows : chunks->rows;
+    uint16_t *W16 = (uint16_t *)head_w16(tp->k, chunks, half);
+    if (W16) /* W in bf16 once for every chunk's two GEMMs that read it */
+        tp->k->narrow16(NULL, W16, W, (size_t)Vl * C);
     for (int r0 = 0; r0 < N; r0 += rows) {
         int n = N - r0 < rows ? N - r0 : rows;
         rc = head_chunk(tp, chunks, losses, dx, dW, x, W, targets, weights, r0, n, C, Vl, V,

@@ -134,6 +134,36 @@ static void s16_xent_stats_loss_backward16(tr_stream s, float *losses, float *ma
                              weights, N, V, n_valid, v_start, scale);
 }
 
+static void s16_narrow16(tr_stream s, uint16_t *dst16, const float *src, size_t n)
+{
+    (void)s;
+    cpu_bf16_narrow(dst16, src, n);
+}
+
+/* the table's gemm on the bf16 operands widened side by side in the staging (A, B, then a
+ * bf16 C's fp32 result), C16 narrowed from the rounded result (exact) */
+static void s16_gemm_mixed16(tr_stream s, int ta, int tb, int M, int N, int K, float alpha,
+                             const float *A, const uint16_t *A16, int lda, const float *B,
+                             const uint16_t *B16, int ldb, float beta, float *C, uint16_t *C16,
+                             int ldc)
+{
+    int ar = ta ? K : M, ac = ta ? M : K, br = tb ? N : K, bc = tb ? K : N; /* as stored */
+    size_t na = A16 && ar > 0 ? (size_t)ar * lda : 0, nb = B16 && br > 0 ? (size_t)br * ldb : 0;
+    size_t nc = C16 && M > 0 ? (size_t)M * ldc : 0;
+    float *w = wide_buffer(na + nb + nc);
+    if (!w)
+        return;
+    for (int i = 0; A16 && i < ar; i++)
+        cpu_bf16_widen(w + (size_t)i * lda, A16 + (size_t)i * lda, (size_t)ac);
+    for (int i = 0; B16 && i < br; i++)
+        cpu_bf16_widen(w + na + (size_t)i * ldb, B16 + (size_t)i * ldb, (size_t)bc);
+    float *c = C16 ? w + na + nb : C;
+    table->gemm(s, ta, tb, M, N, K, alpha, A16 ? w : A, lda, B16 ? w + na : B, ldb,
+                C16 ? 0.0f : beta, c, ldc);
+    for (int i = 0; C16 && i < M; i++) /* row by row: the stride may exceed N */
+        cpu_bf16_narrow(C16 + (size_t)i * ldc, c + (size_t)i * ldc, (size_t)N);
+}
+
 /* n bf16 values widened into the staging from offset `at` (a second input beside another) */
 static const float *widened_at(const uint16_t *src, size_t n, float *w, size_t at)
 {
@@ -337,6 +367,8 @@ void cpu_bf16_storage_fill(tr_kernels *t)
     t->xent_stats16 = s16_xent_stats16;
     t->xent_loss_backward16 = s16_xent_loss_backward16;
     t->xent_stats_loss_backward16 = s16_xent_stats_loss_backward16;
+    t->narrow16 = s16_narrow16;
+    t->gemm_mixed16 = s16_gemm_mixed16;
     if (t->attention_gqa_forward) /* (the CPU table has both layouts) */
         t->attention_gqa_forward16 = s16_attention_gqa_forward16,
         t->attention_gqa_backward16 = s16_attention_gqa_backward16,

@@ -320,6 +320,11 @@ void cu_gemm_out16(tr_stream s, int trans_a, int trans_b, int M, int N, int K, f
 void cu_gemm_a16(tr_stream s, int trans_a, int trans_b, int M, int N, int K, float alpha,
                  const uint16_t *A16, int lda, const float *B, int ldb, float beta, float *C,
                  int ldc);
+/* kernels.h's gemm_mixed16 (gemm_out16 is its case of two fp32 operands) and narrow16 */
+void cu_gemm_mixed16(tr_stream s, int trans_a, int trans_b, int M, int N, int K, float alpha,
+                     const float *A, const uint16_t *A16, int lda, const float *B,
+                     const uint16_t *B16, int ldb, float beta, float *C, uint16_t *C16, int ldc);
+void cu_narrow16(tr_stream s, uint16_t *dst16, const float *src, size_t n);
 /* The MLP activation's (kernels.h's gemm_b16), bf16 mode. */
 void cu_gemm_b16(tr_stream s, int trans_a, int trans_b, int M, int N, int K, float alpha,
                  const float *A, int lda, const uint16_t *B16, int ldb, float beta, float *C,

@@ -451,47 +451,86 @@ void cu_gemm_note_none(const char *op, int M, int N, int K)
     cu_note(cudaErrorNotSupported, what);
 }
 
+/* C (fp32, beta) or C16 (bf16) = alpha op(A) op(B), each operand fp32 (staged whole along K,
+ * so each result is rounded once) or bf16 (A16, B16: read in place); in blocks of C's rows
+ * and columns when the staged operands do not fit together. what names the op. */
+static void gemm_mixed(cudaStream_t st, const char *what, int ta, int tb, int M, int N, int K,
+                       float alpha, const float *A, const uint16_t *A16, int lda,
+                       const float *B, const uint16_t *B16, int ldb, float beta, float *C,
+                       uint16_t *C16, int ldc)
+{
+    if (M <= 0 || N <= 0)
+        return;
+    if (K <= 0 || alpha == 0.0f) {
+        if (C16)
+            cu_note(cudaMemset2DAsync(C16, (size_t)ldc * 2, 0, (size_t)N * 2, (size_t)M, st),
+                    what);
+        else
+            cu_scale_2d(st, C, M, N, ldc, beta);
+        return;
+    }
+    /* staged bf16 elements per row of op(A), per column of op(B) (0: read in place) */
+    size_t ka = A ? (size_t)K : 0, kb = B ? (size_t)K : 0;
+    size_t cap = G.staging_bytes / sizeof(uint16_t) - 128, mb = (size_t)M, nb = (size_t)N;
+    if ((size_t)M * ka + (size_t)N * kb > cap) {
+        size_t cap_a = kb ? cap / 2 : cap; /* A's blocks take half when B is staged too */
+        if (ka)
+            mb = (size_t)M * ka <= cap_a ? (size_t)M : cap_a / ka;
+        if (kb)
+            nb = (cap - mb * ka) / kb;
+        nb = nb > (size_t)N ? (size_t)N : nb;
+    }
+    if (mb < 1 || nb < 1) {
+        cu_gemm_note_none(what, M, N, K);
+        return;
+    }
+    uint16_t *sa = G.staging, *sb = sa + cu_align128(mb * ka);
+    for (int i0 = 0; i0 < M; i0 += (int)mb) {
+        int m = M - i0 < (int)mb ? M - i0 : (int)mb, la = lda;
+        /* op(A) rows i0..: columns i0.. of the stored K x M, or rows i0.. of M x K */
+        const uint16_t *a = A16 ? (ta ? A16 + i0 : A16 + (size_t)i0 * lda) : sa;
+        if (A && ta)
+            cu_pack_bf16(st, sa, A + i0, K, m, lda), la = m;
+        else if (A)
+            cu_pack_bf16(st, sa, A + (size_t)i0 * lda, m, K, lda), la = K;
+        for (int j0 = 0; j0 < N; j0 += (int)nb) {
+            int n = N - j0 < (int)nb ? N - j0 : (int)nb, lb = ldb;
+            /* op(B) columns j0..: rows j0.. of the stored N x K, or columns j0.. of K x N */
+            const uint16_t *b = B16 ? (tb ? B16 + (size_t)j0 * ldb : B16 + j0) : sb;
+            if (B && tb)
+                cu_pack_bf16(st, sb, B + (size_t)j0 * ldb, n, K, ldb), lb = K;
+            else if (B)
+                cu_pack_bf16(st, sb, B + j0, K, n, ldb), lb = n;
+            void *c = C16 ? (void *)(C16 + (size_t)i0 * ldc + j0)
+                          : (void *)(C + (size_t)i0 * ldc + j0);
+            if (cu_matmul_to(st, CU_GEMM_BF16, ta, tb, m, n, K, alpha, a, la, 0, b, lb, 0,
+                             C16 ? 0.0f : beta, c, C16 != NULL, ldc, 0, 1))
+                cu_gemm_note_none(what, m, n, K);
+        }
+    }
+}
+
 /* C16 = alpha op(A) op(B): both operands staged whole along K (each result rounded to bf16
  * once), in blocks of C's rows and columns when they do not fit the staging together. */
 void cu_gemm_out16(tr_stream s, int ta, int tb, int M, int N, int K, float alpha,
                    const float *A, int lda, const float *B, int ldb, uint16_t *C16, int ldc)
 {
-    cudaStream_t st = cu_shared_stream(s, "gemm_out16");
-    if (M <= 0 || N <= 0)
-        return;
-    if (K <= 0 || alpha == 0.0f) {
-        cu_note(cudaMemset2DAsync(C16, (size_t)ldc * 2, 0, (size_t)N * 2, (size_t)M, st),
-                "gemm_out16 (zeros)");
-        return;
-    }
-    size_t cap = G.staging_bytes / sizeof(uint16_t) - 128, mb = (size_t)M, nb = (size_t)N;
-    if ((size_t)(M + N) * K > cap) {
-        mb = (size_t)M * K <= cap / 2 ? (size_t)M : cap / 2 / (size_t)K;
-        nb = mb ? (cap - mb * (size_t)K) / (size_t)K : 0;
-        nb = nb > (size_t)N ? (size_t)N : nb;
-    }
-    if (mb < 1 || nb < 1) {
-        cu_gemm_note_none("gemm_out16", M, N, K);
-        return;
-    }
-    uint16_t *sa = G.staging, *sb = sa + cu_align128(mb * (size_t)K);
-    for (int i0 = 0; i0 < M; i0 += (int)mb) {
-        int m = M - i0 < (int)mb ? M - i0 : (int)mb;
-        if (ta) /* op(A) rows i0..: columns i0.. of the stored K x M */
-            cu_pack_bf16(st, sa, A + i0, K, m, lda);
-        else
-            cu_pack_bf16(st, sa, A + (size_t)i0 * lda, m, K, lda);
-        for (int j0 = 0; j0 < N; j0 += (int)nb) {
-            int n = N - j0 < (int)nb ? N - j0 : (int)nb;
-            if (tb) /* op(B) columns j0..: rows j0.. of the stored N x K */
-                cu_pack_bf16(st, sb, B + (size_t)j0 * ldb, n, K, ldb);
-            else
-                cu_pack_bf16(st, sb, B + j0, K, n, ldb);
-            if (cu_matmul_to(st, CU_GEMM_BF16, ta, tb, m, n, K, alpha, sa, ta ? m : K, 0, sb,
-                             tb ? K : n, 0, 0.0f, C16 + (size_t)i0 * ldc + j0, 1, ldc, 0, 1))
-                cu_gemm_note_none("gemm_out16", m, n, K);
-        }
-    }
+    gemm_mixed(cu_shared_stream(s, "gemm_out16"), "gemm_out16", ta, tb, M, N, K, alpha, A, NULL,
+               lda, B, NULL, ldb, 0.0f, NULL, C16, ldc);
+}
+
+/* kernels.h's gemm_mixed16 (the head's GEMMs on its weight converted once) */
+void cu_gemm_mixed16(tr_stream s, int ta, int tb, int M, int N, int K, float alpha,
+                     const float *A, const uint16_t *A16, int lda, const float *B,
+                     const uint16_t *B16, int ldb, float beta, float *C, uint16_t *C16, int ldc)
+{
+    gemm_mixed(cu_shared_stream(s, "gemm_mixed16"), "gemm_mixed16", ta, tb, M, N, K, alpha, A,
+               A16, lda, B, B16, ldb, beta, C, C16, ldc);
+}
+
+void cu_narrow16(tr_stream s, uint16_t *dst16, const float *src, size_t n)
+{
+    cu_to_bf16(s, dst16, src, n);
 }
 
 /* C = alpha op(A16) op(B) + beta C: A read in place, B staged in slabs of K (the first with

@@ -46,6 +46,8 @@ static tr_kernels cuda_bf16_table = {
     .xent_stats16 = cu_xent_stats16,
     .xent_loss_backward16 = cu_xent_loss_backward16,
     .xent_stats_loss_backward16 = cu_xent_stats_loss_backward16,
+    .narrow16 = cu_narrow16,
+    .gemm_mixed16 = cu_gemm_mixed16,
     .gelu_forward16 = cu_gelu_forward16,
     .gemm_b16 = cu_gemm_b16,
     .layernorm_forward16 = cu_layernorm_forward16,
@@ -85,7 +87,8 @@ static void table_choices(void)
     if (h && !strcmp(h, "fp32")) /* (gemm_a16 stays: the GELU output's forward reads it) */
         cuda_bf16_table.gemm_out16 = NULL, cuda_bf16_table.xent_stats16 = NULL,
         cuda_bf16_table.xent_loss_backward16 = NULL,
-        cuda_bf16_table.xent_stats_loss_backward16 = NULL;
+        cuda_bf16_table.xent_stats_loss_backward16 = NULL, cuda_bf16_table.narrow16 = NULL,
+        cuda_bf16_table.gemm_mixed16 = NULL;
     if (e && !strcmp(e, "0")) /* (gelu_backward16 goes too: its output needs linear_backward) */
         cuda_bf16_table.linear_forward = NULL, cuda_bf16_table.linear_backward = NULL,
         cuda_bf16_table.gelu_backward16 = NULL;

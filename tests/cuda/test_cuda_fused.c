@@ -13,7 +13,8 @@
  *    xent_loss_backward16) against "cpu-bf16"'s: the head's three GEMMs (logits = x W^T,
  *    dx = dlogits W, dW += dlogits^T x) with odd sizes and a beta = 1 accumulation, the
  *    cross-entropy on rows whose length is a multiple of 4 (vector path) and not (scalar),
- *    with padding columns, targets held elsewhere, loss weights, in place; and the two in one
+ *    with padding columns, targets held elsewhere, loss weights, in place; the logits and
+ *    dx GEMMs again on W converted once (narrow16, gemm_mixed16); and the two in one
  *    pass (xent_stats_loss_backward16: rows in shared memory, 16-byte and scalar, and a row
  *    past it, which takes the two ops).
  * --blocked (run with TRIDENT_CUDA_STAGING_MIB=1): shapes past the staging, so gemm_out16 works
@@ -58,6 +59,28 @@ static void test_gemms(int n, int C, int V)
     compare_back(what, BF16, gdx, dx, (size_t)n * C, TOL_BF16);
     snprintf(what, sizeof what, "gemm_a16 dW += (trans A) %dx%d K%d", V, C, n);
     compare_back(what, BF16, gdW, dW, (size_t)V * C, TOL_BF16);
+    /* the same on W converted once (narrow16, gemm_mixed16): the logits from x and W16 into a
+     * bf16 C, dx from the bf16 logits and W16 into an fp32 C, accumulating (beta 1) */
+    size_t nw = (size_t)V * C;
+    uint16_t *W16 = malloc(nw * 2), *gW16 = dev(BF16, NULL, nw * 2);
+    uint16_t *gl2 = dev(BF16, NULL, (size_t)n * V * 2);
+    TWIN->narrow16(NULL, W16, W, nw);
+    BF16->narrow16(NULL, gW16, gW, nw);
+    want = widen(W16, nw);
+    compare_back16("narrow16 W", BF16, gW16, want, nw, 0.0);
+    free(want);
+    BF16->gemm_mixed16(NULL, 0, 1, n, V, C, 1.0f, gx, NULL, C, NULL, gW16, C, 0.0f, NULL, gl2,
+                       V);
+    want = widen(l16, (size_t)n * V);
+    snprintf(what, sizeof what, "gemm_mixed16 logits (x, W16) %dx%d K%d", n, V, C);
+    compare_back16(what, BF16, gl2, want, (size_t)n * V, TOL_BF16);
+    free(want);
+    TWIN->gemm_mixed16(NULL, 0, 0, n, C, V, 1.0f, NULL, l16, V, NULL, W16, C, 1.0f, dx, NULL, C);
+    BF16->gemm_mixed16(NULL, 0, 0, n, C, V, 1.0f, NULL, gl, V, NULL, gW16, C, 1.0f, gdx, NULL,
+                       C);
+    snprintf(what, sizeof what, "gemm_mixed16 dx += (l16, W16) %dx%d K%d", n, C, V);
+    compare_back(what, BF16, gdx, dx, (size_t)n * C, TOL_BF16);
+    BF16->free(gW16), BF16->free(gl2), free(W16);
     BF16->free(gx), BF16->free(gW), BF16->free(gl), BF16->free(gdx), BF16->free(gdW);
     free(x), free(W), free(dW), free(l16), free(dx);
 }
