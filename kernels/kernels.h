@@ -63,8 +63,8 @@ typedef struct tr_kernels {
      * (gemm_b16 for x16, gemm_a16 for dy16) and bias_backward (of dy16 widened) within fp32
      * rounding (CUDA's bf16 mode converts dy to bf16 once for both GEMMs and sums db in that
      * same pass; dy16's column sums are a pass of their own). dx16: dx stored bf16 instead
-     * (dx NULL, dy fp32: fc_proj's input gradient, which gelu_backward16 reads), equal to dx
-     * rounded to bf16. */
+     * (dx NULL: fc_proj's input gradient, which gelu_backward16 reads; with dy16 QKV's and fc's
+     * at TP 1, which layernorm_backward16 reads), equal to dx rounded to bf16. */
     void (*linear_backward)(tr_stream s, float *dx, uint16_t *dx16, float *dW, float *db,
                             const float *dy, const uint16_t *dy16, const float *x,
                             const uint16_t *x16, const float *W, int N, int IC, int OC);
@@ -282,6 +282,15 @@ typedef struct tr_kernels {
     void (*gelu_backward16)(tr_stream s, uint16_t *dinp16, float *dbias, const float *inp,
                             const uint16_t *inp16, const float *dout, const uint16_t *dout16,
                             int N, int C);
+    /* layernorm_backward16, rmsnorm_backward16: layernorm_backward / rmsnorm_backward reading
+     * their output gradient dout16 in bf16 storage (QKV's and fc's input gradient at TP 1,
+     * linear_backward's dx16), exactly as those ops on its widened values. */
+    void (*layernorm_backward16)(tr_stream s, float *dinp, float *dweight, float *dbias,
+                                 const uint16_t *dout16, const float *inp, const float *weight,
+                                 const float *mean, const float *rstd, int N, int C);
+    void (*rmsnorm_backward16)(tr_stream s, float *dinp, float *dweight, const uint16_t *dout16,
+                               const float *inp, const float *weight, const float *rstd, int N,
+                               int C);
     /* --- the attention output in bf16 storage: optional, as the *16 ops above (the model keeps
      * it, the attention projection's input, in bf16 where its layout's pair is set with
      * gemm_a16 and gemm_b16, no LoRA adapter reads it and C/tp is even).

@@ -97,14 +97,17 @@ static int layer_backward(tr_gpt *g, int l, const layer_acts *L, const float *x,
                                             sc->wide, gpt_lora(g, L, l, LORA_FC2, B, &lo));
     if (rc)
         return rc;
+    int dln16 = 0; /* this norm's output gradient in bf16 storage (gpt_dln16) */
     if (gpt_dgelu16(g)) { /* fc's output gradient in bf16, its bias gradient summed beside */
         uint16_t *dfch16 = (uint16_t *)sc->dfch;
         int ln16 = gpt_ln16(g), fch16 = gpt_fch16(g);
+        dln16 = gpt_dln16(g);
         k->gelu_backward16(NULL, dfch16, layer_grad(g, l, L_FC_B), fch16 ? NULL : L->fch,
                            fch16 ? (const uint16_t *)L->fch : NULL, dact16 ? NULL : sc->dfch_gelu,
                            dact16 ? (const uint16_t *)sc->dfch_gelu : NULL, N, g->Fl);
-        rc = tr_tp_column_linear_backward_dy16(tp, sc->dln, layer_grad(g, l, L_FC_W), NULL,
-                                               dfch16, ln16 ? NULL : L->ln2,
+        rc = tr_tp_column_linear_backward_dy16(tp, sc->dln, dln16 ? (uint16_t *)sc->dln : NULL,
+                                               layer_grad(g, l, L_FC_W), NULL, dfch16,
+                                               ln16 ? NULL : L->ln2,
                                                ln16 ? (const uint16_t *)L->ln2 : NULL,
                                                layer_param(g, l, L_FC_W), N, C, g->Fwl);
     } else {
@@ -117,8 +120,13 @@ static int layer_backward(tr_gpt *g, int l, const layer_acts *L, const float *x,
     }
     if (rc)
         return rc;
-    norm_backward(g, dres, layer_grad(g, l, L_LN2_W), layer_grad(g, l, L_LN2_B), dln_own,
-                  L->residual2, layer_param(g, l, L_LN2_W), L->ln2_mean, L->ln2_rstd, Nl);
+    if (dln16)
+        norm_backward16(g, dres, layer_grad(g, l, L_LN2_W), layer_grad(g, l, L_LN2_B),
+                        (const uint16_t *)sc->dln, L->residual2, layer_param(g, l, L_LN2_W),
+                        L->ln2_mean, L->ln2_rstd, Nl);
+    else
+        norm_backward(g, dres, layer_grad(g, l, L_LN2_W), layer_grad(g, l, L_LN2_B), dln_own,
+                      L->residual2, layer_param(g, l, L_LN2_W), L->ln2_mean, L->ln2_rstd, Nl);
     /* attention: residual2 = x + attn_proj(attention(qkv(ln1(x)))) */
     rc = projection_then_attention(g, L, l, dres, B);
     if (rc)
@@ -126,9 +134,12 @@ static int layer_backward(tr_gpt *g, int l, const layer_acts *L, const float *x,
     if (g->s.position == TR_POS_ROPE) /* to the gradient of the unrotated q and k */
         k->rope(NULL, sc->dqkv, g->rope_cos, g->rope_sin, B, T, g->NGl, g->NHl / g->NGl, g->HS,
                 g->s.rotary_dims, 1, g->positions);
+    dln16 = 0;
     if (gpt_qkv16(g)) { /* dqkv in bf16, read in place, QKV's bias gradient summed from it */
         int ln16 = gpt_ln16(g);
-        rc = tr_tp_column_linear_backward_dy16(tp, sc->dln, layer_grad(g, l, L_QKV_W),
+        dln16 = gpt_dln16(g);
+        rc = tr_tp_column_linear_backward_dy16(tp, sc->dln, dln16 ? (uint16_t *)sc->dln : NULL,
+                                               layer_grad(g, l, L_QKV_W),
                                                layer_grad(g, l, L_QKV_B), (uint16_t *)sc->dqkv,
                                                ln16 ? NULL : L->ln1,
                                                ln16 ? (const uint16_t *)L->ln1 : NULL,
@@ -139,8 +150,13 @@ static int layer_backward(tr_gpt *g, int l, const layer_acts *L, const float *x,
     }
     if (rc)
         return rc;
-    norm_backward(g, dres, layer_grad(g, l, L_LN1_W), layer_grad(g, l, L_LN1_B), dln_own, x,
-                  layer_param(g, l, L_LN1_W), L->ln1_mean, L->ln1_rstd, Nl);
+    if (dln16)
+        norm_backward16(g, dres, layer_grad(g, l, L_LN1_W), layer_grad(g, l, L_LN1_B),
+                        (const uint16_t *)sc->dln, x, layer_param(g, l, L_LN1_W), L->ln1_mean,
+                        L->ln1_rstd, Nl);
+    else
+        norm_backward(g, dres, layer_grad(g, l, L_LN1_W), layer_grad(g, l, L_LN1_B), dln_own, x,
+                      layer_param(g, l, L_LN1_W), L->ln1_mean, L->ln1_rstd, Nl);
     return TR_OK;
 }
 

@@ -171,6 +171,18 @@ static inline int gpt_ln16(const tr_gpt *g)
     return norm16 && g->k->gemm_a16 && g->k->gemm_b16 && !g->s.lora_rank && g->s.C % 2 == 0;
 }
 
+/* Whether the norms' output gradient (scratch.dln, QKV's and fc's input gradient) is kept in
+ * bf16 storage when that layer's output gradient is (dy16: gpt_qkv16 for QKV, gpt_dgelu16
+ * for fc): one rank and no sequence parallelism (the column-parallel input gradient is not
+ * reduced), the table's linear_backward writes dx16 and the norm's backward reads it
+ * (kernels.h's layernorm_backward16 / rmsnorm_backward16). dln then holds N*C bf16 bits. */
+static inline int gpt_dln16(const tr_gpt *g)
+{
+    int norm16 = g->s.rmsnorm ? g->k->rmsnorm_backward16 != NULL
+                              : g->k->layernorm_backward16 != NULL;
+    return norm16 && g->k->linear_backward && g->s.tp_size == 1 && !g->s.lora_rank;
+}
+
 /* NULL where the family has no such tensor (a bias) */
 static inline float *layer_param(tr_gpt *g, int layer, int which)
 {
@@ -203,6 +215,17 @@ static inline void norm_backward(const tr_gpt *g, float *dx, float *dw, float *d
         g->k->rmsnorm_backward(NULL, dx, dw, dout, x, w, rstd, Nl, g->s.C);
     else
         g->k->layernorm_backward(NULL, dx, dw, db, dout, x, w, mean, rstd, Nl, g->s.C);
+}
+
+/* norm_backward on a bf16-storage output gradient (gpt_dln16) */
+static inline void norm_backward16(const tr_gpt *g, float *dx, float *dw, float *db,
+                                   const uint16_t *dout16, const float *x, const float *w,
+                                   const float *mean, const float *rstd, int Nl)
+{
+    if (g->s.rmsnorm)
+        g->k->rmsnorm_backward16(NULL, dx, dw, dout16, x, w, rstd, Nl, g->s.C);
+    else
+        g->k->layernorm_backward16(NULL, dx, dw, db, dout16, x, w, mean, rstd, Nl, g->s.C);
 }
 
 /* GPT-2's attention ops unless the family needs groups or ALiBi. */

@@ -139,6 +139,10 @@ void plan_layer_cost_trident(const plan_cost_ctx *x, plan_cost *o)
     /* fc's output gradient in bf16 storage (gpt_dgelu16: gelu_backward16 writes it, fc's
      * linear_backward reads it without converting it) */
     double dg16 = fc > F ? 0 : T * F / t;
+    /* the norms' output gradients, QKV's and fc's input gradients where their output gradient
+     * is bf16, at TP 1 (gpt_dln16): the two GEMMs write them 2 bytes an element less, the
+     * norms' backward reads them 2 less */
+    double dln16 = (t == 1 && q16 > 0 ? T * h : 0) + (t == 1 && dg16 > 0 ? T * h : 0);
     double lin_b = linear_b(c, T, qkv / t, h) + linear_b(c, T, h, h / t) +
                    linear_b(c, T, fc / t, h) + linear_b(c, T, h, F / t) -
                    tr_plan_stream_s(c, 6 * g16) - tr_plan_stream_s(c, 6 * l16) -
@@ -147,7 +151,7 @@ void plan_layer_cost_trident(const plan_cost_ctx *x, plan_cost *o)
                    tr_plan_stream_s(c, 6 * dg16) - tr_plan_stream_s(c, 6 * a16) -
                    tr_plan_stream_s(c, 6 * q16) +
                    (m->add_bias_linear ? tr_plan_stream_s(c, 2 * q16) : 0) -
-                   tr_plan_stream_s(c, 2 * da16);
+                   tr_plan_stream_s(c, 2 * da16) - tr_plan_stream_s(c, 2 * dln16);
     /* fused attention: forward 2 (QK^T, PV) x 2 s^2 d / 2 (causal) per head, backward 2.5x */
     double att_flops = heads * 2.0 * s * s * d;
     double att_f = att_flops / (c->peak_flops * TRIDENT_ATTENTION_FORWARD_FRACTION) -
@@ -170,7 +174,7 @@ void plan_layer_cost_trident(const plan_cost_ctx *x, plan_cost *o)
      * GEMMs (kernels.h's linear_backward, gelu_backward16), but the row-parallel two under SP
      * (their own read of dout) */
     double el_b = 2 * 4 * R + (sp ? 2 * R : 0) + T * F / t * 4 * (2 * gelu_in + 1) - 2 * dg16 -
-                  2 * f16 - 2 * da16;
+                  2 * f16 - 2 * da16 - 2 * dln16;
     o->f[TR_PLAN_PART_GEMM] = lin_f;
     o->b[TR_PLAN_PART_GEMM] = lin_b;
     o->f[TR_PLAN_PART_ATTENTION] = att_f;

@@ -238,16 +238,20 @@ int tr_tp_column_linear_backward16(const tr_tp *tp, float *dx, float *dW, float 
     return column_backward(tp, dx, dW, db, dy, in, W, N, IC, OCl, NULL);
 }
 
-int tr_tp_column_linear_backward_dy16(const tr_tp *tp, float *dx, float *dW, float *db,
-                                      const uint16_t *dy16, const float *x, const uint16_t *x16,
-                                      const float *W, int N, int IC, int OCl)
+int tr_tp_column_linear_backward_dy16(const tr_tp *tp, float *dx, uint16_t *dx16, float *dW,
+                                      float *db, const uint16_t *dy16, const float *x,
+                                      const uint16_t *x16, const float *W, int N, int IC,
+                                      int OCl)
 {
     const tr_kernels *k = tp->k;
-    if (!dx || !dW || !k->linear_backward)
+    if (!(dx || dx16) || !dW || !k->linear_backward)
         return tr_fail(TR_ERR_INTERNAL, "a bf16-storage output gradient needs the table's "
                                         "linear_backward and both GEMMs (table %s)", k->name);
-    k->linear_backward(NULL, dx, NULL, dW, db, NULL, dy16, x, x16, W, N, IC, OCl);
-    return column_dx_reduce(tp, dx, N, IC);
+    if (dx16 && (tp->size > 1 || tp->sequence_parallel))
+        return tr_fail(TR_ERR_INTERNAL, "a bf16 input gradient of a column-parallel linear "
+                                        "needs one rank (it is not reduced)");
+    k->linear_backward(NULL, dx16 ? NULL : dx, dx16, dW, db, NULL, dy16, x, x16, W, N, IC, OCl);
+    return dx16 ? TR_OK : column_dx_reduce(tp, dx, N, IC);
 }
 
 int tr_tp_row_linear_forward(const tr_tp *tp, float *y, const float *residual, const float *x,

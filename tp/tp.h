@@ -196,9 +196,10 @@ TR_MUST_CHECK int tr_tp_column_linear_forward_out16(const tr_tp *tp, uint16_t *y
  * fc's from kernels.h's gelu_backward16, which summed the bias gradient (db NULL), or QKV's
  * from attention_backward_qkv16, whose bias gradient db (OCl, or NULL) += sum_n dy16; the
  * table's linear_backward reads it in place), its input x fp32 or x16 bf16 (the other NULL);
- * no adapter. */
-TR_MUST_CHECK int tr_tp_column_linear_backward_dy16(const tr_tp *tp, float *dx, float *dW,
-                                                    float *db, const uint16_t *dy16,
+ * no adapter. dx16: the input gradient stored bf16 instead of dx (dx NULL; one rank, no
+ * sequence parallelism: nothing to reduce), for layernorm_backward16 (kernels.h). */
+TR_MUST_CHECK int tr_tp_column_linear_backward_dy16(const tr_tp *tp, float *dx, uint16_t *dx16,
+                                                    float *dW, float *db, const uint16_t *dy16,
                                                     const float *x, const uint16_t *x16,
                                                     const float *W, int N, int IC, int OCl);
 /* The row-parallel linear on an input in bf16 storage (x16 (N, ICl) bf16 bits: the MLP's GELU

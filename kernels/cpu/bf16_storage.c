@@ -359,6 +359,25 @@ static void s16_gelu_backward16(tr_stream s, uint16_t *dinp16, float *dbias, con
     cpu_bf16_narrow(dinp16, d, n);
 }
 
+static void s16_layernorm_backward16(tr_stream s, float *dinp, float *dweight, float *dbias,
+                                     const uint16_t *dout16, const float *inp,
+                                     const float *weight, const float *mean, const float *rstd,
+                                     int N, int C)
+{
+    float *d = widened(dout16, N, C, C);
+    if (d)
+        table->layernorm_backward(s, dinp, dweight, dbias, d, inp, weight, mean, rstd, N, C);
+}
+
+static void s16_rmsnorm_backward16(tr_stream s, float *dinp, float *dweight,
+                                   const uint16_t *dout16, const float *inp, const float *weight,
+                                   const float *rstd, int N, int C)
+{
+    float *d = widened(dout16, N, C, C);
+    if (d)
+        table->rmsnorm_backward(s, dinp, dweight, d, inp, weight, rstd, N, C);
+}
+
 void cpu_bf16_storage_fill(tr_kernels *t)
 {
     table = t;
@@ -381,6 +400,8 @@ void cpu_bf16_storage_fill(tr_kernels *t)
     t->layernorm_forward16 = s16_layernorm_forward16;
     t->rmsnorm_forward16 = s16_rmsnorm_forward16;
     t->gelu_backward16 = s16_gelu_backward16;
+    t->layernorm_backward16 = s16_layernorm_backward16;
+    t->rmsnorm_backward16 = s16_rmsnorm_backward16;
     t->linear_backward = s16_linear_backward; /* it reads dy16 */
     t->linear_forward = s16_linear_forward;   /* it writes y16 */
 }

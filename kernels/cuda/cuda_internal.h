@@ -61,17 +61,22 @@ int cu_chunks(int N, int cols, int arrays);
 
 /* ---- layernorm.cu: the norms' backward in one read of dout and the input (LayerNorm with
  * mean and dbias; RMSNorm with mean and dbias NULL), on the compute stream st (it uses the
- * reduction scratch): 0 when it does not apply (a row's sums past the shared memory, or
- * TRIDENT_CUDA_NORM_BACKWARD=two-pass) and the caller runs its two-pass kernels. */
+ * reduction scratch; dout fp32, or dout16 bf16 with dout NULL): 0 when it does not apply (a
+ * row's sums past the shared memory, or TRIDENT_CUDA_NORM_BACKWARD=two-pass) and the caller
+ * runs its two-pass kernels. */
 int cu_norm_backward_fused(cudaStream_t st, float *dinp, float *dweight, float *dbias,
-                           const float *dout, const float *inp, const float *weight,
-                           const float *mean, const float *rstd, int N, int C);
+                           const float *dout, const uint16_t *dout16, const float *inp,
+                           const float *weight, const float *mean, const float *rstd, int N,
+                           int C);
 
 /* ---- family.cu: RMSNorm, SwiGLU, rotary embedding (kernels.h, "model families") */
 void cu_rmsnorm_forward(tr_stream s, float *out, float *rstd, const float *inp,
                         const float *weight, int N, int C, float eps);
 void cu_rmsnorm_backward(tr_stream s, float *dinp, float *dweight, const float *dout,
                          const float *inp, const float *weight, const float *rstd, int N, int C);
+void cu_rmsnorm_backward16(tr_stream s, float *dinp, float *dweight, const uint16_t *dout16,
+                           const float *inp, const float *weight, const float *rstd, int N,
+                           int C);
 void cu_swiglu_forward(tr_stream s, float *out, const float *inp, size_t n);
 void cu_swiglu_backward(tr_stream s, float *dinp, const float *inp, const float *dout, size_t n);
 void cu_rope(tr_stream s, float *qkv, const float *cos, const float *sin, int B, int T, int NG,
@@ -192,6 +197,9 @@ void cu_layernorm_forward(tr_stream s, float *out, float *mean, float *rstd,
 void cu_layernorm_backward(tr_stream s, float *dinp, float *dweight, float *dbias,
                               const float *dout, const float *inp, const float *weight,
                               const float *mean, const float *rstd, int N, int C);
+void cu_layernorm_backward16(tr_stream s, float *dinp, float *dweight, float *dbias,
+                             const uint16_t *dout16, const float *inp, const float *weight,
+                             const float *mean, const float *rstd, int N, int C);
 
 /* ---- softmax.cu: attention's causal softmax (rows of att, (B*NH*T) rows of T) and the
  * cross-entropy pieces */

@@ -33,26 +33,34 @@ __global__ void rms_forward_kernel(O *out, float *rstd, const float *inp, const 
         rstd[n] = r;
 }
 
+// the output gradient: fp32, or bf16 storage (kernels.h's rmsnorm_backward16)
+__device__ __forceinline__ float rms_get(const float *d, size_t i) { return d[i]; }
+__device__ __forceinline__ float rms_get(const uint16_t *d, size_t i) { return bf16_to_f32(d[i]); }
+
 // dinp += rstd (dn - xhat mean(dn xhat)), dn = dout * weight, xhat = x rstd
-__global__ void rms_backward_rows_kernel(float *dinp, const float *dout, const float *inp,
+template <typename D>
+__global__ void rms_backward_rows_kernel(float *dinp, const D *dout, const float *inp,
                                          const float *weight, const float *rstd, int N, int C)
 {
     int n = blockIdx.x * ROWS_PER_BLOCK + threadIdx.y;
     if (n >= N)
         return;
     int lane = threadIdx.x;
-    const float *x = inp + (size_t)n * C, *dy = dout + (size_t)n * C;
+    const float *x = inp + (size_t)n * C;
+    const D *dy = dout + (size_t)n * C;
     float r = rstd[n], s = 0.0f;
     for (int c = lane; c < C; c += 32)
-        s += dy[c] * weight[c] * x[c] * r;
+        s += rms_get(dy, c) * weight[c] * x[c] * r;
     float m = tr_cu_warp_sum(s) / C;
     float *dx = dinp + (size_t)n * C;
     for (int c = lane; c < C; c += 32)
-        dx[c] += r * (dy[c] * weight[c] - x[c] * r * m);
+        dx[c] += r * (rms_get(dy, c) * weight[c] - x[c] * r * m);
 }
 
-// dweight[c] += sum_n dout xhat: one thread per column, rows in order (deterministic)
-__global__ void rms_backward_weight_kernel(float *dweight, const float *dout, const float *inp,
+// dweight[c] += sum_n dout xhat: one thread per column, rows in order (deterministic; the
+// fallback of layernorm.cu's fused backward, for rows past its shared memory)
+template <typename D>
+__global__ void rms_backward_weight_kernel(float *dweight, const D *dout, const float *inp,
                                            const float *rstd, int N, int C)
 {
     int c = blockIdx.x * blockDim.x + threadIdx.x;
@@ -60,8 +68,30 @@ __global__ void rms_backward_weight_kernel(float *dweight, const float *dout, co
         return;
     float t = 0.0f;
     for (int n = 0; n < N; n++)
-        t += dout[(size_t)n * C + c] * inp[(size_t)n * C + c] * rstd[n];
+        t += rms_get(dout, (size_t)n * C + c) * inp[(size_t)n * C + c] * rstd[n];
     dweight[c] += t;
+}
+
+template <typename D>
+void rmsnorm_backward(tr_stream s, float *dinp, float *dweight, const float *dout,
+                      const D *dout_any, const float *inp, const float *weight, const float *rstd,
+                      int N, int C, const char *what)
+{
+    if (N <= 0)
+        return;
+    cudaStream_t st = cu_shared_stream(s, what);
+    if (cu_norm_backward_fused(st, dinp, dweight, NULL, dout,
+                               dout ? NULL : (const uint16_t *)dout_any, inp, weight, NULL, rstd,
+                               N, C)) {
+        cu_launched(what);
+        return;
+    }
+    rms_backward_rows_kernel<<<(N + ROWS_PER_BLOCK - 1) / ROWS_PER_BLOCK,
+                               dim3(32, ROWS_PER_BLOCK), 0, st>>>(dinp, dout_any, inp, weight,
+                                                                  rstd, N, C);
+    rms_backward_weight_kernel<<<(C + 255) / 256, 256, 0, st>>>(dweight, dout_any, inp, rstd, N,
+                                                                C);
+    cu_launched(what);
 }
 
 __global__ void swiglu_forward_kernel(float *out, const float *inp, size_t n)
@@ -204,18 +234,15 @@ void cu_rmsnorm_forward16(tr_stream s, uint16_t *out16, float *rstd, const float
 void cu_rmsnorm_backward(tr_stream s, float *dinp, float *dweight, const float *dout,
                          const float *inp, const float *weight, const float *rstd, int N, int C)
 {
-    if (N <= 0)
-        return;
-    cudaStream_t st = cu_shared_stream(s, "rmsnorm_backward");
-    if (cu_norm_backward_fused(st, dinp, dweight, NULL, dout, inp, weight, NULL, rstd, N, C)) {
-        cu_launched("rmsnorm_backward");
-        return;
-    }
-    rms_backward_rows_kernel<<<(N + ROWS_PER_BLOCK - 1) / ROWS_PER_BLOCK,
-                               dim3(32, ROWS_PER_BLOCK), 0, st>>>(dinp, dout, inp, weight, rstd,
-                                                                  N, C);
-    rms_backward_weight_kernel<<<(C + 255) / 256, 256, 0, st>>>(dweight, dout, inp, rstd, N, C);
-    cu_launched("rmsnorm_backward");
+    rmsnorm_backward(s, dinp, dweight, dout, dout, inp, weight, rstd, N, C, "rmsnorm_backward");
+}
+
+void cu_rmsnorm_backward16(tr_stream s, float *dinp, float *dweight, const uint16_t *dout16,
+                           const float *inp, const float *weight, const float *rstd, int N,
+                           int C)
+{
+    rmsnorm_backward(s, dinp, dweight, (const float *)NULL, dout16, inp, weight, rstd, N, C,
+                     "rmsnorm_backward16");
 }
 
 void cu_swiglu_forward(tr_stream s, float *out, const float *inp, size_t n)

@@ -16,6 +16,9 @@ constexpr int ROWS_PER_BLOCK = 8; // warps per block, one row each
 
 __device__ __forceinline__ void ln_put(float *y, int c, float v) { y[c] = v; }
 __device__ __forceinline__ void ln_put(uint16_t *y, int c, float v) { y[c] = bf16_from_f32(v); }
+// the output gradient dout: fp32, or bf16 storage (kernels.h's *norm_backward16)
+__device__ __forceinline__ float ln_get(const float *d, size_t i) { return d[i]; }
+__device__ __forceinline__ float ln_get(const uint16_t *d, size_t i) { return bf16_to_f32(d[i]); }
 
 // out (N, C) = (inp - mean) rstd weight + bias; mean/rstd (N); out fp32 or bf16 storage
 template <typename O>
@@ -47,7 +50,8 @@ __global__ void ln_forward_kernel(O *out, float *mean, float *rstd, const float 
 }
 
 // dinp (N, C) += rstd (dnorm - mean(dnorm) - xhat mean(dnorm xhat)), dnorm = dout weight
-__global__ void ln_backward_input_kernel(float *dinp, const float *dout, const float *inp,
+template <typename D>
+__global__ void ln_backward_input_kernel(float *dinp, const D *dout, const float *inp,
                                          const float *weight, const float *mean,
                                          const float *rstd, int N, int C)
 {
@@ -55,11 +59,12 @@ __global__ void ln_backward_input_kernel(float *dinp, const float *dout, const f
     if (n >= N)
         return;
     int lane = threadIdx.x;
-    const float *x = inp + (size_t)n * C, *dy = dout + (size_t)n * C;
+    const float *x = inp + (size_t)n * C;
+    const D *dy = dout + (size_t)n * C;
     float m = mean[n], r = rstd[n];
     float a = 0.0f, b = 0.0f;
     for (int c = lane; c < C; c += 32) {
-        float dn = dy[c] * weight[c];
+        float dn = ln_get(dy, c) * weight[c];
         a += dn;
         b += dn * ((x[c] - m) * r);
     }
@@ -68,12 +73,13 @@ __global__ void ln_backward_input_kernel(float *dinp, const float *dout, const f
     float *dx = dinp + (size_t)n * C;
     for (int c = lane; c < C; c += 32) {
         float xhat = (x[c] - m) * r;
-        dx[c] += r * (dy[c] * weight[c] - a - xhat * b);
+        dx[c] += r * (ln_get(dy, c) * weight[c] - a - xhat * b);
     }
 }
 
 // partial_w[r * C + c] = sum over chunk r of dout xhat; partial_b likewise of dout
-__global__ void ln_params_partial_kernel(float *partial_w, float *partial_b, const float *dout,
+template <typename D>
+__global__ void ln_params_partial_kernel(float *partial_w, float *partial_b, const D *dout,
                                          const float *inp, const float *mean, const float *rstd,
                                          int N, int C, int rows_per_chunk)
 {
@@ -84,7 +90,7 @@ __global__ void ln_params_partial_kernel(float *partial_w, float *partial_b, con
     float sw = 0.0f, sb = 0.0f;
     if (c < C)
         for (int n = r0 + threadIdx.y; n < r1; n += 8) {
-            float dy = dout[(size_t)n * C + c];
+            float dy = ln_get(dout, (size_t)n * C + c);
             sw += dy * ((inp[(size_t)n * C + c] - mean[n]) * rstd[n]);
             sb += dy;
         }
@@ -126,9 +132,9 @@ __global__ void ln_params_finish_kernel(float *dweight, float *dbias, const floa
 // owns columns lane, lane + 32, ...). The block then adds its W warps' sums in warp order into
 // row blockIdx.x of partial_w (partial_b). dout and x are read from memory once: the second
 // loop over a row finds them in cache.
-template <bool RMS>
+template <bool RMS, typename D>
 __global__ void norm_backward_fused_kernel(float *dinp, float *partial_w, float *partial_b,
-                                           const float *dout, const float *inp,
+                                           const D *dout, const float *inp,
                                            const float *weight, const float *mean,
                                            const float *rstd, int N, int C, int rows_per_chunk)
 {
@@ -142,10 +148,11 @@ __global__ void norm_backward_fused_kernel(float *dinp, float *partial_w, float 
     }
     int r0 = blockIdx.x * rows_per_chunk, r1 = min(N, r0 + rows_per_chunk);
     for (int n = r0 + y; n < r1; n += W) {
-        const float *x = inp + (size_t)n * C, *dy = dout + (size_t)n * C;
+        const float *x = inp + (size_t)n * C;
+        const D *dy = dout + (size_t)n * C;
         float m = RMS ? 0.0f : mean[n], r = rstd[n], a = 0.0f, b = 0.0f;
         for (int c = lane; c < C; c += 32) {
-            float g = dy[c], xhat = (x[c] - m) * r, dn = g * weight[c];
+            float g = ln_get(dy, c), xhat = (x[c] - m) * r, dn = g * weight[c];
             a += dn;
             b += dn * xhat;
             aw[c] += g * xhat;
@@ -157,7 +164,7 @@ __global__ void norm_backward_fused_kernel(float *dinp, float *partial_w, float 
         float *dx = dinp + (size_t)n * C;
         for (int c = lane; c < C; c += 32) {
             float xhat = (x[c] - m) * r;
-            dx[c] += r * (dy[c] * weight[c] - a - xhat * b);
+            dx[c] += r * (ln_get(dy, c) * weight[c] - a - xhat * b);
         }
     }
     __syncthreads();
@@ -212,13 +219,10 @@ bool two_pass_backward()
     return on;
 }
 
-} // namespace
-
-extern "C" {
-
-int cu_norm_backward_fused(cudaStream_t st, float *dinp, float *dweight, float *dbias,
-                           const float *dout, const float *inp, const float *weight,
-                           const float *mean, const float *rstd, int N, int C)
+template <typename D>
+int norm_backward_fused(cudaStream_t st, float *dinp, float *dweight, float *dbias, const D *dout,
+                        const float *inp, const float *weight, const float *mean,
+                        const float *rstd, int N, int C)
 {
     int arrays = mean ? 2 : 1, W = 8;
     size_t per_warp = (size_t)arrays * C * sizeof(float);
@@ -237,24 +241,65 @@ int cu_norm_backward_fused(cudaStream_t st, float *dinp, float *dweight, float *
     float *pw = (float *)cu_scratch(), *pb = mean ? pw + (size_t)R * C : NULL;
     if (mean) {
         if (bytes > 48 * 1024 &&
-            cu_note(cudaFuncSetAttribute(norm_backward_fused_kernel<false>,
+            cu_note(cudaFuncSetAttribute(norm_backward_fused_kernel<false, D>,
                                          cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes),
                     "layernorm_backward"))
             return 1;
-        norm_backward_fused_kernel<false><<<(unsigned)R, dim3(32, W), bytes, st>>>(
+        norm_backward_fused_kernel<false, D><<<(unsigned)R, dim3(32, W), bytes, st>>>(
             dinp, pw, pb, dout, inp, weight, mean, rstd, N, C, rows);
     } else {
         if (bytes > 48 * 1024 &&
-            cu_note(cudaFuncSetAttribute(norm_backward_fused_kernel<true>,
+            cu_note(cudaFuncSetAttribute(norm_backward_fused_kernel<true, D>,
                                          cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes),
                     "rmsnorm_backward"))
             return 1;
-        norm_backward_fused_kernel<true><<<(unsigned)R, dim3(32, W), bytes, st>>>(
+        norm_backward_fused_kernel<true, D><<<(unsigned)R, dim3(32, W), bytes, st>>>(
             dinp, pw, NULL, dout, inp, weight, NULL, rstd, N, C, rows);
     }
     norm_params_finish_kernel<<<(C + 31) / 32, dim3(32, 8), 0, st>>>(dweight, dbias, pw, pb,
                                                                      (int)R, C);
     return 1;
+}
+
+// LayerNorm's backward on dout fp32 or bf16 (D)
+template <typename D>
+void layernorm_backward(tr_stream s, float *dinp, float *dweight, float *dbias, const D *dout,
+                        const float *inp, const float *weight, const float *mean,
+                        const float *rstd, int N, int C, const char *what)
+{
+    if (N <= 0 || C <= 0)
+        return;
+    cudaStream_t st = cu_shared_stream(s, what);
+    if (norm_backward_fused(st, dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C)) {
+        cu_launched(what);
+        return;
+    }
+    ln_backward_input_kernel<<<(N + ROWS_PER_BLOCK - 1) / ROWS_PER_BLOCK,
+                               dim3(32, ROWS_PER_BLOCK), 0, st>>>(dinp, dout, inp, weight, mean,
+                                                                  rstd, N, C);
+    int R = cu_chunks(N, C, 2);
+    int rows = (N + R - 1) / R;
+    float *pw = (float *)cu_scratch(), *pb = pw + (size_t)R * C;
+    ln_params_partial_kernel<<<dim3((C + 31) / 32, R), dim3(32, 8), 0, st>>>(pw, pb, dout, inp,
+                                                                              mean, rstd, N, C,
+                                                                              rows);
+    ln_params_finish_kernel<<<(C + 255) / 256, 256, 0, st>>>(dweight, dbias, pw, pb, R, C);
+    cu_launched(what);
+}
+
+} // namespace
+
+extern "C" {
+
+int cu_norm_backward_fused(cudaStream_t st, float *dinp, float *dweight, float *dbias,
+                           const float *dout, const uint16_t *dout16, const float *inp,
+                           const float *weight, const float *mean, const float *rstd, int N,
+                           int C)
+{
+    return dout16 ? norm_backward_fused(st, dinp, dweight, dbias, dout16, inp, weight, mean, rstd,
+                                        N, C)
+                  : norm_backward_fused(st, dinp, dweight, dbias, dout, inp, weight, mean, rstd,
+                                        N, C);
 }
 
 void cu_layernorm_forward(tr_stream s, float *out, float *mean, float *rstd,
@@ -280,27 +325,19 @@ void cu_layernorm_forward16(tr_stream s, uint16_t *out16, float *mean, float *rs
 }
 
 void cu_layernorm_backward(tr_stream s, float *dinp, float *dweight, float *dbias,
-                              const float *dout, const float *inp, const float *weight,
-                              const float *mean, const float *rstd, int N, int C)
+                           const float *dout, const float *inp, const float *weight,
+                           const float *mean, const float *rstd, int N, int C)
 {
-    if (N <= 0 || C <= 0)
-        return;
-    cudaStream_t st = cu_shared_stream(s, "layernorm_backward");
-    if (cu_norm_backward_fused(st, dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C)) {
-        cu_launched("layernorm_backward");
-        return;
-    }
-    ln_backward_input_kernel<<<(N + ROWS_PER_BLOCK - 1) / ROWS_PER_BLOCK,
-                               dim3(32, ROWS_PER_BLOCK), 0, st>>>(dinp, dout, inp, weight, mean,
-                                                                  rstd, N, C);
-    int R = cu_chunks(N, C, 2);
-    int rows = (N + R - 1) / R;
-    float *pw = (float *)cu_scratch(), *pb = pw + (size_t)R * C;
-    ln_params_partial_kernel<<<dim3((C + 31) / 32, R), dim3(32, 8), 0, st>>>(pw, pb, dout, inp,
-                                                                              mean, rstd, N, C,
-                                                                              rows);
-    ln_params_finish_kernel<<<(C + 255) / 256, 256, 0, st>>>(dweight, dbias, pw, pb, R, C);
-    cu_launched("layernorm_backward");
+    layernorm_backward(s, dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C,
+                       "layernorm_backward");
+}
+
+void cu_layernorm_backward16(tr_stream s, float *dinp, float *dweight, float *dbias,
+                             const uint16_t *dout16, const float *inp, const float *weight,
+                             const float *mean, const float *rstd, int N, int C)
+{
+    layernorm_backward(s, dinp, dweight, dbias, dout16, inp, weight, mean, rstd, N, C,
+                       "layernorm_backward16");
 }
 
 } // extern "C"

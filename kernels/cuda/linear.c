@@ -137,10 +137,6 @@ void cu_linear_backward_bf16(tr_stream s, float *dx, uint16_t *dx16, float *dW, 
                              const uint16_t *x16, const float *W, int N, int IC, int OC)
 {
     cudaStream_t st = cu_shared_stream(s, "linear_backward");
-    if (dy16 && dx16) { /* kernels.h: not in the contract */
-        cu_gemm_note_none("linear_backward (dy16 and dx16)", N, IC, OC);
-        return;
-    }
     size_t cap = cu_gemm_staging_elems();
     size_t n_dy = dy16 ? 0 : cu_align128((size_t)N * OC);
     size_t n_w = cu_align128((size_t)OC * IC);
@@ -179,8 +175,8 @@ void cu_linear_backward_bf16(tr_stream s, float *dx, uint16_t *dx16, float *dW, 
             return;
         }
     } /* no algorithm for dx (dW not yet touched), or too big: the GEMMs unfused */
-    if (dx16) { /* dx16 = bf16(dy W), blocks of C (gemm_out16; dy fp32, checked above) */
-        cu_gemm_out16(s, 0, 0, N, IC, OC, 1.0f, dy, OC, W, IC, dx16, IC);
+    if (dx16) { /* dx16 = bf16(dy W), blocks of C (gemm_mixed16: dy fp32, or dy16 in place) */
+        cu_gemm_mixed16(s, 0, 0, N, IC, OC, 1.0f, dy, dy16, OC, W, NULL, IC, 0.0f, NULL, dx16, IC);
         dx = NULL;
     }
     if (dy16) { /* dx = dy16 W (gemm_a16's staging of W) */

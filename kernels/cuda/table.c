@@ -53,6 +53,8 @@ static tr_kernels cuda_bf16_table = {
     .layernorm_forward16 = cu_layernorm_forward16,
     .rmsnorm_forward16 = cu_rmsnorm_forward16,
     .gelu_backward16 = cu_gelu_backward16,
+    .layernorm_backward16 = cu_layernorm_backward16,
+    .rmsnorm_backward16 = cu_rmsnorm_backward16,
     .attention_forward = cu_attention_forward_bf16,
     .attention_backward = cu_attention_backward_bf16,
     .attention_decode = cu_attention_decode_bf16,
@@ -95,7 +97,8 @@ static void table_choices(void)
     if (a && !strcmp(a, "fp32")) /* (gemm_a16 stays: the head's backward reads it) */
         cuda_bf16_table.gelu_forward16 = NULL, cuda_bf16_table.gemm_b16 = NULL,
         cuda_bf16_table.layernorm_forward16 = NULL, cuda_bf16_table.rmsnorm_forward16 = NULL,
-        cuda_bf16_table.gelu_backward16 = NULL;
+        cuda_bf16_table.gelu_backward16 = NULL, cuda_bf16_table.layernorm_backward16 = NULL,
+        cuda_bf16_table.rmsnorm_backward16 = NULL;
     if (o && !strcmp(o, "fp32")) /* the attention output in fp32 again */
         cuda_bf16_table.attention_forward16 = NULL, cuda_bf16_table.attention_backward16 = NULL,
         cuda_bf16_table.attention_gqa_forward16 = NULL,

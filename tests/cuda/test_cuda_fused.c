@@ -3,7 +3,8 @@
  * bf16; sums in another order may land one bf16 step apart):
  *  - the fused linear ops (linear_forward, linear_backward, their bf16 inputs and outputs,
  *    and the GELU ops beside them): test_cuda_linear.c's (fused_tests.h), called from main;
- *  - layernorm_forward16 and rmsnorm_forward16 against "cpu-bf16"'s;
+ *  - layernorm_forward16 and rmsnorm_forward16, and their backward16 on a bf16 output
+ *    gradient, against "cpu-bf16"'s;
  *  - the attention output in bf16 storage (attention_forward16 / _backward16, the GQA pair
  *    with groups and ALiBi; the mma and the wmma kernels) against "cpu-bf16"'s, and its
  *    input qkv too (attention_forward_qkv16 / _backward_qkv16);
@@ -184,6 +185,24 @@ static void test_layernorm16(int N, int C)
     free(want);
     snprintf(what, sizeof what, "layernorm_forward16 rstd %d", N);
     compare_back(what, BF16, gr, rstd, (size_t)N, TOL_FP32);
+    /* the backward on a bf16 output gradient (layernorm_backward16), the CPU's statistics */
+    float *dy = host(n, -1, 1), *dx = host(n, -1, 1), *dw = host((size_t)C, -1, 1);
+    float *db = host((size_t)C, -1, 1);
+    uint16_t *dy16 = narrow(dy, n);
+    float *gdx = dev(BF16, dx, n * 4), *gdw = dev(BF16, dw, (size_t)C * 4);
+    float *gdb = dev(BF16, db, (size_t)C * 4);
+    uint16_t *gdy = dev(BF16, dy16, n * 2);
+    BF16->to_device(NULL, gm, mean, (size_t)N * 4), BF16->to_device(NULL, gr, rstd, (size_t)N * 4);
+    TWIN->layernorm_backward16(NULL, dx, dw, db, dy16, x, w, mean, rstd, N, C);
+    BF16->layernorm_backward16(NULL, gdx, gdw, gdb, gdy, gx, gw, gm, gr, N, C);
+    snprintf(what, sizeof what, "layernorm_backward16 dinp %dx%d", N, C);
+    compare_back(what, BF16, gdx, dx, n, TOL_BF16);
+    snprintf(what, sizeof what, "layernorm_backward16 dweight %d", C);
+    compare_back(what, BF16, gdw, dw, (size_t)C, TOL_BF16);
+    snprintf(what, sizeof what, "layernorm_backward16 dbias %d", C);
+    compare_back(what, BF16, gdb, db, (size_t)C, TOL_BF16);
+    BF16->free(gdx), BF16->free(gdw), BF16->free(gdb), BF16->free(gdy);
+    free(dy), free(dx), free(dw), free(db), free(dy16);
     BF16->free(gx), BF16->free(gw), BF16->free(gb), BF16->free(gm), BF16->free(gr), BF16->free(gy);
     free(x), free(w), free(b), free(mean), free(rstd), free(y16);
 }
@@ -204,6 +223,20 @@ static void test_rmsnorm16(int N, int C)
     snprintf(what, sizeof what, "rmsnorm_forward16 %dx%d", N, C);
     compare_back16(what, BF16, gy, want, n, TOL_BF16);
     free(want);
+    /* the backward on a bf16 output gradient (rmsnorm_backward16), the CPU's statistics */
+    float *dy = host(n, -1, 1), *dx = host(n, -1, 1), *dw = host((size_t)C, -1, 1);
+    uint16_t *dy16 = narrow(dy, n);
+    float *gdx = dev(BF16, dx, n * 4), *gdw = dev(BF16, dw, (size_t)C * 4);
+    uint16_t *gdy = dev(BF16, dy16, n * 2);
+    BF16->to_device(NULL, gr, rstd, (size_t)N * 4);
+    TWIN->rmsnorm_backward16(NULL, dx, dw, dy16, x, w, rstd, N, C);
+    BF16->rmsnorm_backward16(NULL, gdx, gdw, gdy, gx, gw, gr, N, C);
+    snprintf(what, sizeof what, "rmsnorm_backward16 dinp %dx%d", N, C);
+    compare_back(what, BF16, gdx, dx, n, TOL_BF16);
+    snprintf(what, sizeof what, "rmsnorm_backward16 dweight %d", C);
+    compare_back(what, BF16, gdw, dw, (size_t)C, TOL_BF16);
+    BF16->free(gdx), BF16->free(gdw), BF16->free(gdy);
+    free(dy), free(dx), free(dw), free(dy16);
     BF16->free(gx), BF16->free(gw), BF16->free(gr), BF16->free(gy);
     free(x), free(w), free(rstd), free(y16);
 }
@@ -379,6 +412,8 @@ int main(int argc, char **argv)
     test_layernorm16(7, 34);
     test_rmsnorm16(513, 768);
     test_rmsnorm16(7, 34);
+    test_layernorm16(9, 40000); /* rows past the shared memory: the two-pass backward */
+    test_rmsnorm16(9, 64000);
     test_attention16(1, 100, 2, 2, 64, 0); /* flash_mma, a partial second tile */
     test_attention16(2, 70, 2, 2, 48, 0);  /* the wmma kernels */
     test_attention16(1, 130, 4, 2, 64, 1); /* groups, ALiBi */
