@@ -169,7 +169,8 @@ void plan_layer_cost_trident(const plan_cost_ctx *x, plan_cost *o)
     double el_f = 2 * 2 * R + bias + resid + T * F / t * 4 * (gelu_in + 1) - 2 * g16 - 2 * l16 -
                   2 * f16;
     /* backward: 2 layernorm backwards (one read of dout and x, dx read and written: 4 x 4
-     * bytes; the weight sums gathered in the same pass, layernorm.cu), the activation's backward (read its input and dout, write din: 2 bytes less
+     * bytes; the weight sums gathered in the same pass, layernorm.cu), the activation's
+     * backward (read its input and dout, write din: 2 bytes less
      * where bf16), the bias gradients: summed where their gradient is converted for the
      * GEMMs (kernels.h's linear_backward, gelu_backward16), but the row-parallel two under SP
      * (their own read of dout) */

@@ -556,8 +556,9 @@ def main():
                     "in fp32 instead of bf16; the unfused linear layers (bias_add after the GEMM, a copied "
                     "residual, the backward's two GEMMs converting the output gradient each, bias_backward "
                     "apart); the MLP's and the norms' tensors in fp32 instead of bf16; the attention output "
-                    "in fp32 (and with it its input); the attention's input qkv and its gradient in fp32; the norms' backward in two passes "
-                    "(the input gradient, then the parameter sums); cuBLASLt's fast-bf16 mode instead of staging)")
+                    "in fp32 (and with it its input); the attention's input qkv and its gradient in fp32; the norms' "
+                    "backward in two passes (the input gradient, then the parameter sums); cuBLASLt's fast-bf16 "
+                    "mode instead of staging)")
     ap.add_argument("--targets", default="", help="ninja targets of the build step, comma-separated "
                     "(default: everything; tests/gpu_bundle builds trident and the probe only)")
     ap.add_argument("--commit", default="", help="the commit to name in the report (where the tree has no .git)")

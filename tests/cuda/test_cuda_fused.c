@@ -343,7 +343,8 @@ int main(int argc, char **argv)
     printf("GPU %d: %s\n", tr_cuda_device(), tr_cuda_device_name());
     checks++;
     if (!BF16->gemm_out16 || !BF16->gemm_a16 || !BF16->xent_stats16 ||
-        !BF16->xent_loss_backward16 || !BF16->xent_stats_loss_backward16 || F32->gemm_out16 || !BF16->linear_forward ||
+        !BF16->xent_loss_backward16 || !BF16->xent_stats_loss_backward16 || F32->gemm_out16 ||
+        !BF16->linear_forward ||
         F32->linear_forward || !BF16->gelu_forward16 || !BF16->gemm_b16 || F32->gemm_b16 ||
         !BF16->layernorm_forward16 || F32->layernorm_forward16 || !BF16->rmsnorm_forward16 ||
         !BF16->linear_backward || F32->linear_backward || !BF16->gelu_backward16 ||

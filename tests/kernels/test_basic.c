@@ -21,8 +21,9 @@ static void test_backend_lookup(void **state)
     assert_ptr_equal(cpu, tr_kernels_cpu());
     assert_string_equal(cpu->name, "cpu");
     /* every slot of the table is filled but the bf16-storage ops (the head's seven, four for
-     * the layers' GEMM inputs, gelu_backward16, the norms' two backwards, the attention output's four, the attention
-     * input's two), which only the 16-bit tables have ("cpu-bf16", not "cpu-fp16") */
+     * the layers' GEMM inputs, gelu_backward16, the norms' two backwards, the attention
+     * output's four, the attention input's two), which only the 16-bit tables have
+     * ("cpu-bf16", not "cpu-fp16") */
     const void *const *slot = (const void *const *)&cpu->alloc;
     size_t slots = (sizeof(tr_kernels) - offsetof(tr_kernels, alloc)) / sizeof(void *);
     size_t first16 = (offsetof(tr_kernels, gemm_out16) - offsetof(tr_kernels, alloc)) / sizeof(void *);
