@@ -175,12 +175,14 @@ static inline int gpt_ln16(const tr_gpt *g)
  * bf16 storage when that layer's output gradient is (dy16: gpt_qkv16 for QKV, gpt_dgelu16
  * for fc): one rank and no sequence parallelism (the column-parallel input gradient is not
  * reduced), the table's linear_backward writes dx16 and the norm's backward reads it
- * (kernels.h's layernorm_backward16 / rmsnorm_backward16). dln then holds N*C bf16 bits. */
+ * (kernels.h's layernorm_backward16 / rmsnorm_backward16), C even (as gpt_ln16's). dln then
+ * holds N*C bf16 bits. */
 static inline int gpt_dln16(const tr_gpt *g)
 {
     int norm16 = g->s.rmsnorm ? g->k->rmsnorm_backward16 != NULL
                               : g->k->layernorm_backward16 != NULL;
-    return norm16 && g->k->linear_backward && g->s.tp_size == 1 && !g->s.lora_rank;
+    return norm16 && g->k->linear_backward && g->s.tp_size == 1 && !g->s.lora_rank &&
+           g->s.C % 2 == 0;
 }
 
 /* NULL where the family has no such tensor (a bias) */

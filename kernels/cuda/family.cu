@@ -77,7 +77,7 @@ void rmsnorm_backward(tr_stream s, float *dinp, float *dweight, const float *dou
                       const D *dout_any, const float *inp, const float *weight, const float *rstd,
                       int N, int C, const char *what)
 {
-    if (N <= 0)
+    if (N <= 0 || C <= 0)
         return;
     cudaStream_t st = cu_shared_stream(s, what);
     if (cu_norm_backward_fused(st, dinp, dweight, NULL, dout,

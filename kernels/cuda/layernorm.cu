@@ -219,6 +219,21 @@ bool two_pass_backward()
     return on;
 }
 
+// kernel opted into `bytes` of dynamic shared memory past 48 KiB (once per size it grows to:
+// opted); false when the device refuses (the caller falls back)
+template <typename K> bool opt_in_once(K kernel, size_t bytes, int &opted)
+{
+    if (bytes <= 48 * 1024 || (int)bytes <= opted)
+        return true;
+    if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes) !=
+        cudaSuccess) {
+        (void)cudaGetLastError();
+        return false;
+    }
+    opted = (int)bytes;
+    return true;
+}
+
 template <typename D>
 int norm_backward_fused(cudaStream_t st, float *dinp, float *dweight, float *dbias, const D *dout,
                         const float *inp, const float *weight, const float *mean,
@@ -239,20 +254,15 @@ int norm_backward_fused(cudaStream_t st, float *dinp, float *dweight, float *dbi
     int rows = (int)((N + R - 1) / R);
     R = (N + rows - 1) / rows;
     float *pw = (float *)cu_scratch(), *pb = mean ? pw + (size_t)R * C : NULL;
+    static int opted_ln, opted_rms; /* (per dout type: this template's instance) */
     if (mean) {
-        if (bytes > 48 * 1024 &&
-            cu_note(cudaFuncSetAttribute(norm_backward_fused_kernel<false, D>,
-                                         cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes),
-                    "layernorm_backward"))
-            return 1;
+        if (!opt_in_once(norm_backward_fused_kernel<false, D>, bytes, opted_ln))
+            return 0;
         norm_backward_fused_kernel<false, D><<<(unsigned)R, dim3(32, W), bytes, st>>>(
             dinp, pw, pb, dout, inp, weight, mean, rstd, N, C, rows);
     } else {
-        if (bytes > 48 * 1024 &&
-            cu_note(cudaFuncSetAttribute(norm_backward_fused_kernel<true, D>,
-                                         cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes),
-                    "rmsnorm_backward"))
-            return 1;
+        if (!opt_in_once(norm_backward_fused_kernel<true, D>, bytes, opted_rms))
+            return 0;
         norm_backward_fused_kernel<true, D><<<(unsigned)R, dim3(32, W), bytes, st>>>(
             dinp, pw, NULL, dout, inp, weight, NULL, rstd, N, C, rows);
     }

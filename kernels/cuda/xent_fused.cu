@@ -79,14 +79,16 @@ __global__ void __launch_bounds__(THREADS, 2)
     if (vec) {
         uint4 *dst = reinterpret_cast<uint4 *>(x);
         for (int i = threadIdx.x; i < V / 8; i += THREADS) {
-            uint32_t h[4];
+            uint4 v = row4[i]; /* (one 16-byte shared load: no bank conflicts) */
+            uint32_t h[4] = {v.x, v.y, v.z, v.w};
 #pragma unroll
             for (int j = 0; j < 8; j += 2) {
                 float g[2];
 #pragma unroll
                 for (int t = 0; t < 2; t++) {
                     int c = 8 * i + j + t;
-                    g[t] = c < n_valid ? k * expf(bf16_to_f32(row[c]) - mx) : 0.0f;
+                    uint16_t b = (uint16_t)(t ? h[j / 2] >> 16 : h[j / 2] & 0xffffu);
+                    g[t] = c < n_valid ? k * expf(bf16_to_f32(b) - mx) : 0.0f;
                     if (col == c && c < n_valid)
                         g[t] -= scale;
                     if (weights)
@@ -126,18 +128,33 @@ void cu_xent_stats_loss_backward16(tr_stream s, float *losses, float *maxv, floa
 {
     if (N <= 0)
         return;
+    /* the row's bytes, beside the kernel's static shared memory (the block's partial sums) */
+    static size_t static_bytes = (size_t)-1;
+    static int opted; /* the dynamic bytes opted into so far */
+    if (static_bytes == (size_t)-1) {
+        struct cudaFuncAttributes fa;
+        static_bytes = cudaFuncGetAttributes(&fa, xent_fused16_kernel) == cudaSuccess
+                           ? fa.sharedSizeBytes
+                           : 1024;
+    }
     size_t bytes = ((size_t)(V > 0 ? V : 1) * sizeof(uint16_t) + 15) & ~(size_t)15;
-    if (two_pass() || V <= 0 || bytes > (size_t)cu_smem_optin()) {
+    size_t total = bytes + static_bytes;
+    bool fits = total <= (size_t)cu_smem_optin();
+    if (fits && total > 48 * 1024 && (int)bytes > opted) {
+        fits = cudaFuncSetAttribute(xent_fused16_kernel,
+                                    cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                    (int)bytes) == cudaSuccess;
+        if (fits)
+            opted = (int)bytes;
+        else
+            (void)cudaGetLastError(); /* (refused: the two ops instead) */
+    }
+    if (two_pass() || V <= 0 || !fits) {
         cu_xent_stats16(s, maxv, sumexp, picked, logits16, targets, N, V, n_valid, v_start);
         cu_xent_loss_backward16(s, losses, logits16, logits16, maxv, sumexp, picked, targets,
                                 weights, N, V, n_valid, v_start, scale);
         return;
     }
-    if (bytes > 48 * 1024 &&
-        cu_note(cudaFuncSetAttribute(xent_fused16_kernel,
-                                     cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes),
-                "xent_stats_loss_backward16"))
-        return;
     bool vec = V % 8 == 0 && ((uintptr_t)logits16 & 15) == 0;
     xent_fused16_kernel<<<N, THREADS, bytes, cu_stream(s)>>>(losses, maxv, sumexp, picked,
                                                              logits16, targets, weights, V,
