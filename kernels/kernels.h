@@ -291,6 +291,25 @@ typedef struct tr_kernels {
     void (*rmsnorm_backward16)(tr_stream s, float *dinp, float *dweight, const uint16_t *dout16,
                                const float *inp, const float *weight, const float *rstd, int N,
                                int C);
+    /* The GELU fused into the MLP's GEMMs (optional; the model takes them where it keeps fc's
+     * output, its GELU and their gradients in bf16: gpt_fch16):
+     *  linear_gelu_forward16: fc's forward, pre16 (N, OC) = bf16(x W^T + b) (linear_forward's
+     *      y16) and out16 = bf16(gelu(x W^T + b)); x fp32 or x16 as linear_forward's. Equal to
+     *      linear_forward (y16) then gelu_forward16 (inp16 = pre16) within bf16 rounding (CUDA:
+     *      cuBLASLt's GELU_AUX_BIAS epilogue, GELU of the unrounded sum; "cpu-bf16": those two
+     *      ops, bit for bit).
+     *  linear_backward_gelu16: fc_proj's backward through the GELU into fc's output gradient:
+     *      dW (OC, IC) += dy^T x16, db (OC, or NULL) += sum_n dy, dpre16 (N, IC) =
+     *      bf16(gelu'(pre16) (dy W)) and dpre_bias (IC, or NULL) += its column sums. Equal to
+     *      linear_backward (dx16) then gelu_backward16 (inp16 = pre16) within bf16 rounding
+     *      (CUDA: the DGELU epilogue on the unrounded product, dpre_bias summed from dpre16;
+     *      "cpu-bf16": those two ops, bit for bit). */
+    void (*linear_gelu_forward16)(tr_stream s, uint16_t *pre16, uint16_t *out16, const float *x,
+                                  const uint16_t *x16, const float *W, const float *b, int N,
+                                  int IC, int OC);
+    void (*linear_backward_gelu16)(tr_stream s, uint16_t *dpre16, float *dpre_bias, float *dW,
+                                   float *db, const float *dy, const uint16_t *x16,
+                                   const uint16_t *pre16, const float *W, int N, int IC, int OC);
     /* --- the attention output in bf16 storage: optional, as the *16 ops above (the model keeps
      * it, the attention projection's input, in bf16 where its layout's pair is set with
      * gemm_a16 and gemm_b16, no LoRA adapter reads it and C/tp is even).

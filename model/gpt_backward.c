@@ -78,7 +78,18 @@ static int layer_backward(tr_gpt *g, int l, const layer_acts *L, const float *x,
     tr_tp_lora lo; /* LoRA adapters (NULL: none), each made right before its layer */
     /* MLP: residual3 = residual2 + fc_proj(gelu(fc(ln2(residual2)))) */
     int dact16 = gpt_dact16(g); /* fc_proj's input gradient in bf16 storage */
-    if (dact16)
+    /* or straight through the GELU into fc's output gradient, in the GEMM (kernels.h's
+     * linear_backward_gelu16, where fc's output and its gradient are bf16) */
+    int through_gelu = dact16 && gpt_fch16(g) && g->k->linear_backward_gelu16;
+    if (through_gelu)
+        rc = tr_tp_row_linear_backward_gelu16(tp, (uint16_t *)sc->dfch, layer_grad(g, l, L_FC_B),
+                                              layer_grad(g, l, L_FCPROJ_W),
+                                              layer_grad(g, l, L_FCPROJ_B), dres,
+                                              (const uint16_t *)L->fch_gelu,
+                                              (const uint16_t *)L->fch,
+                                              layer_param(g, l, L_FCPROJ_W), N, g->Fl, C,
+                                              sc->wide);
+    else if (dact16)
         rc = tr_tp_row_linear_backward16_dx16(tp, (uint16_t *)sc->dfch_gelu,
                                               layer_grad(g, l, L_FCPROJ_W),
                                               layer_grad(g, l, L_FCPROJ_B), dres,
@@ -102,9 +113,11 @@ static int layer_backward(tr_gpt *g, int l, const layer_acts *L, const float *x,
         uint16_t *dfch16 = (uint16_t *)sc->dfch;
         int ln16 = gpt_ln16(g), fch16 = gpt_fch16(g);
         dln16 = gpt_dln16(g);
-        k->gelu_backward16(NULL, dfch16, layer_grad(g, l, L_FC_B), fch16 ? NULL : L->fch,
-                           fch16 ? (const uint16_t *)L->fch : NULL, dact16 ? NULL : sc->dfch_gelu,
-                           dact16 ? (const uint16_t *)sc->dfch_gelu : NULL, N, g->Fl);
+        if (!through_gelu) /* (else done in fc_proj's backward) */
+            k->gelu_backward16(NULL, dfch16, layer_grad(g, l, L_FC_B), fch16 ? NULL : L->fch,
+                               fch16 ? (const uint16_t *)L->fch : NULL,
+                               dact16 ? NULL : sc->dfch_gelu,
+                               dact16 ? (const uint16_t *)sc->dfch_gelu : NULL, N, g->Fl);
         rc = tr_tp_column_linear_backward_dy16(tp, sc->dln, dln16 ? (uint16_t *)sc->dln : NULL,
                                                layer_grad(g, l, L_FC_W), NULL, dfch16,
                                                ln16 ? NULL : L->ln2,

@@ -11,11 +11,11 @@
 /* y = column_linear(norm(x)) (the QKV or fc layer after its norm): ln keeps the norm's output,
  * this rank's rows at their place (the linear gathers the others under SP), in bf16 storage
  * where gpt_ln16; y16: y holds the output in bf16 storage (fc's where gpt_fch16, QKV's where
- * gpt_qkv16). nw, nb, W,
- * b: layer tensor slots; t: the LoRA target. */
+ * gpt_qkv16); act16 (with y16, or NULL): also gelu(y) stored bf16 (fc's GELU, in the GEMM
+ * where the table fuses it). nw, nb, W, b: layer tensor slots; t: the LoRA target. */
 static int norm_then_column(tr_gpt *g, const layer_acts *L, int l, int B, float *ln, float *mean,
-                            float *rstd, const float *x, int nw, int nb, float *y, int y16, int W,
-                            int b, int OCl, int t)
+                            float *rstd, const float *x, int nw, int nb, float *y, int y16,
+                            uint16_t *act16, int W, int b, int OCl, int t)
 {
     int C = g->s.C, N = B * g->s.T, r0, Nl;
     gpt_rows(g, B, &r0, &Nl);
@@ -29,7 +29,7 @@ static int norm_then_column(tr_gpt *g, const layer_acts *L, int l, int B, float 
                                       layer_param(g, l, nw), layer_param(g, l, nb), Nl, C,
                                       g->s.eps);
         if (y16)
-            return tr_tp_column_linear_forward_out16(&g->tp, (uint16_t *)y, NULL, ln16,
+            return tr_tp_column_linear_forward_out16(&g->tp, (uint16_t *)y, act16, NULL, ln16,
                                                      layer_param(g, l, W), layer_param(g, l, b),
                                                      N, C, OCl);
         return tr_tp_column_linear_forward16(&g->tp, y, ln16, layer_param(g, l, W),
@@ -39,7 +39,7 @@ static int norm_then_column(tr_gpt *g, const layer_acts *L, int l, int B, float 
     norm_forward(g, ln + (size_t)r0 * C, mean, rstd, x, layer_param(g, l, nw),
                  layer_param(g, l, nb), Nl);
     if (y16)
-        return tr_tp_column_linear_forward_out16(&g->tp, (uint16_t *)y, ln, NULL,
+        return tr_tp_column_linear_forward_out16(&g->tp, (uint16_t *)y, act16, ln, NULL,
                                                  layer_param(g, l, W), layer_param(g, l, b), N,
                                                  C, OCl);
     return tr_tp_column_linear_forward_lora(&g->tp, y, ln, layer_param(g, l, W),
@@ -87,7 +87,7 @@ int gpt_layer_forward(tr_gpt *g, int l, layer_acts *L, const float *x, int B)
     tr_tp_lora lo; /* LoRA adapters (NULL: none), each made right before its layer */
     /* attention: residual2 = x + attn_proj(attention(qkv(ln1(x)))) */
     rc = norm_then_column(g, L, l, B, L->ln1, L->ln1_mean, L->ln1_rstd, x, L_LN1_W, L_LN1_B,
-                          L->qkv, gpt_qkv16(g), L_QKV_W, L_QKV_B, g->QKVl, LORA_QKV);
+                          L->qkv, gpt_qkv16(g), NULL, L_QKV_W, L_QKV_B, g->QKVl, LORA_QKV);
     if (rc)
         return rc;
     if (g->s.position == TR_POS_ROPE) /* q and k rotated in place: qkv keeps the roped ones */
@@ -97,15 +97,16 @@ int gpt_layer_forward(tr_gpt *g, int l, layer_acts *L, const float *x, int B)
     if (rc)
         return rc;
     /* MLP: residual3 = residual2 + fc_proj(act(fc(ln2(residual2)))), act GELU or SwiGLU */
+    int fch16 = gpt_fch16(g); /* fc's output in bf16, and its GELU made with it */
     rc = norm_then_column(g, L, l, B, L->ln2, L->ln2_mean, L->ln2_rstd, L->residual2, L_LN2_W,
-                          L_LN2_B, L->fch, gpt_fch16(g), L_FC_W, L_FC_B, g->Fwl, LORA_FC1);
+                          L_LN2_B, L->fch, fch16, fch16 ? (uint16_t *)L->fch_gelu : NULL, L_FC_W,
+                          L_FC_B, g->Fwl, LORA_FC1);
     if (rc)
         return rc;
     if (gpt_gelu16(g)) { /* the GELU output in bf16 storage, read as it is by fc_proj */
         uint16_t *gelu16 = (uint16_t *)L->fch_gelu;
-        int fch16 = gpt_fch16(g); /* its input too */
-        k->gelu_forward16(NULL, gelu16, fch16 ? NULL : L->fch,
-                          fch16 ? (const uint16_t *)L->fch : NULL, (size_t)N * g->Fl);
+        if (!fch16) /* (else made above) */
+            k->gelu_forward16(NULL, gelu16, L->fch, NULL, (size_t)N * g->Fl);
         return tr_tp_row_linear_forward16(tp, L->residual3, L->residual2, gelu16,
                                           layer_param(g, l, L_FCPROJ_W),
                                           layer_param(g, l, L_FCPROJ_B), N, g->Fl, C,

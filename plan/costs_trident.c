@@ -10,8 +10,10 @@
  *    in place (the model's gpt_*16 rules, no LoRA): the norms' outputs, the attention output
  *    and its input qkv with their gradient (but with rope), fc's output and its gradient, the
  *    GELU output (fc's output and qkv written bf16 by their GEMMs);
- *  - GELU and LayerNorm are separate kernels (LayerNorm's backward one pass over dout and x
- *    for the input gradient and the parameter sums); the linear layers' bias adds ride in the
+ *  - LayerNorm is a kernel of its own (its backward one pass over dout and x for the input
+ *    gradient and the parameter sums); the GELU rides in fc's GEMM's epilogue (GELU_AUX_BIAS:
+ *    its input written beside as aux) and in fc_proj's input-gradient GEMM's (DGELU, reading
+ *    that aux), fc's bias gradient a pass over the result (where fc's output is bf16); the linear layers' bias adds ride in the
  *    GEMM's epilogue and their residual is its C input (but the row-parallel ones under TP),
  *    their bias gradients in the pass that converts the output gradient to bf16 (but the
  *    row-parallel ones under SP, and QKV's, summed from the bf16 dqkv in a pass of its own);
@@ -128,7 +130,13 @@ void plan_layer_cost_trident(const plan_cost_ctx *x, plan_cost *o)
     int rope = m->position_embedding_type && !strcmp(m->position_embedding_type, "rope");
     double q16 = a16 > 0 && !rope ? T * qkv / t : 0;
     /* QKV, projection, fc, fc_proj (the row-parallel two onto the residual) */
-    double lin_f = plan_trident_gemm_s(c, T, qkv / t, h, 0) +
+    /* the GELU in the GEMMs' epilogues (kernels.h's linear_gelu_forward16 and
+     * linear_backward_gelu16, where fc's output is bf16): fc's GEMM writes its bf16 input
+     * (aux) beside its output and the GELU pass (read 2, write 2) goes; backward, fc_proj's
+     * input-gradient GEMM reads the aux and writes fc's output gradient, the GELU's backward
+     * pass (read 4, write 2) goes and fc's bias gradient reads the result (2) */
+    double gelu_fused = f16 > 0 ? T * F / t : 0;
+    double lin_f = tr_plan_stream_s(c, 2 * gelu_fused) + plan_trident_gemm_s(c, T, qkv / t, h, 0) +
                    plan_trident_gemm_s(c, T, h, h / t, row_copy) +
                    plan_trident_gemm_s(c, T, fc / t, h, 0) +
                    plan_trident_gemm_s(c, T, h, F / t, row_copy) - tr_plan_stream_s(c, 6 * g16) -
@@ -143,7 +151,8 @@ void plan_layer_cost_trident(const plan_cost_ctx *x, plan_cost *o)
      * is bf16, at TP 1 (gpt_dln16): the two GEMMs write them 2 bytes an element less, the
      * norms' backward reads them 2 less */
     double dln16 = (t == 1 && q16 > 0 ? T * h : 0) + (t == 1 && dg16 > 0 ? T * h : 0);
-    double lin_b = linear_b(c, T, qkv / t, h) + linear_b(c, T, h, h / t) +
+    double lin_b = tr_plan_stream_s(c, 2 * gelu_fused) + linear_b(c, T, qkv / t, h) +
+                   linear_b(c, T, h, h / t) +
                    linear_b(c, T, fc / t, h) + linear_b(c, T, h, F / t) -
                    tr_plan_stream_s(c, 6 * g16) - tr_plan_stream_s(c, 6 * l16) -
                    tr_plan_stream_s(c, 6 * T * qkv / t) -
@@ -167,7 +176,7 @@ void plan_layer_cost_trident(const plan_cost_ctx *x, plan_cost *o)
     /* (tp 1: the residual is the GEMM's C input, y its output: no copy) */
     double resid = row_copy ? 0 : 2 * 3 * R;
     double el_f = 2 * 2 * R + bias + resid + T * F / t * 4 * (gelu_in + 1) - 2 * g16 - 2 * l16 -
-                  2 * f16;
+                  2 * f16 - 4 * gelu_fused;
     /* backward: 2 layernorm backwards (one read of dout and x, dx read and written: 4 x 4
      * bytes; the weight sums gathered in the same pass, layernorm.cu), the activation's
      * backward (read its input and dout, write din: 2 bytes less
@@ -175,7 +184,7 @@ void plan_layer_cost_trident(const plan_cost_ctx *x, plan_cost *o)
      * GEMMs (kernels.h's linear_backward, gelu_backward16), but the row-parallel two under SP
      * (their own read of dout) */
     double el_b = 2 * 4 * R + (sp ? 2 * R : 0) + T * F / t * 4 * (2 * gelu_in + 1) - 2 * dg16 -
-                  2 * f16 - 2 * da16 - 2 * dln16;
+                  2 * f16 - 2 * da16 - 2 * dln16 - 6 * gelu_fused + 2 * gelu_fused;
     o->f[TR_PLAN_PART_GEMM] = lin_f;
     o->b[TR_PLAN_PART_GEMM] = lin_b;
     o->f[TR_PLAN_PART_ATTENTION] = att_f;

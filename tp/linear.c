@@ -167,8 +167,9 @@ int tr_tp_column_linear_forward16(const tr_tp *tp, float *y, uint16_t *x16, cons
     return TR_OK;
 }
 
-int tr_tp_column_linear_forward_out16(const tr_tp *tp, uint16_t *y16, float *x, uint16_t *x16,
-                                      const float *W, const float *b, int N, int IC, int OCl)
+int tr_tp_column_linear_forward_out16(const tr_tp *tp, uint16_t *y16, uint16_t *gelu16, float *x,
+                                      uint16_t *x16, const float *W, const float *b, int N,
+                                      int IC, int OCl)
 {
     const tr_kernels *k = tp->k;
     int first, count, rc;
@@ -184,7 +185,13 @@ int tr_tp_column_linear_forward_out16(const tr_tp *tp, uint16_t *y16, float *x, 
              : tr_tp_gather_from_sequence_region_forward(tp, x + (size_t)first * IC, x, N, IC);
     if (rc)
         return rc;
+    if (gelu16 && k->linear_gelu_forward16) { /* the GELU in the GEMM's epilogue */
+        k->linear_gelu_forward16(NULL, y16, gelu16, x16 ? NULL : x, x16, W, b, N, IC, OCl);
+        return TR_OK;
+    }
     k->linear_forward(NULL, NULL, y16, x16 ? NULL : x, x16, W, b, NULL, N, IC, OCl);
+    if (gelu16)
+        k->gelu_forward16(NULL, gelu16, NULL, y16, (size_t)N * OCl);
     return TR_OK;
 }
 
@@ -321,6 +328,18 @@ int tr_tp_row_linear_backward(const tr_tp *tp, float *dx, float *dW, float *db,
 
 /* dx16: the input gradient stored bf16 instead of dx (dx NULL; the table's linear_backward,
  * no adapter) */
+/* The row-parallel backward's output gradient, all rows: dy itself (g backward is the
+ * identity), or under SP gathered into scratch (conjugate of the forward's reduce-scatter). */
+static int row_dy_all(const tr_tp *tp, const float *dy, float *scratch, int N, int OC,
+                      const float **dy_all)
+{
+    *dy_all = dy;
+    if (!tp->sequence_parallel)
+        return TR_OK;
+    *dy_all = scratch;
+    return tr_tp_gather_from_sequence_region_forward(tp, dy, scratch, N, OC);
+}
+
 static int row_backward(const tr_tp *tp, float *dx, uint16_t *dx16, float *dW, float *db,
                         const float *dy, row_input x, const float *W, int N, int ICl, int OC,
                         float *scratch, const tr_tp_lora *lora)
@@ -332,14 +351,9 @@ static int row_backward(const tr_tp *tp, float *dx, uint16_t *dx16, float *dW, f
         return tr_fail(TR_ERR_INTERNAL, "a bf16-storage input gradient needs the table's "
                                         "linear_backward and the weight gradient (table %s)",
                        k->name);
-    const float *dy_all = dy; /* g backward is the identity */
-    if (tp->sequence_parallel) {
-        /* conjugate of the forward's reduce-scatter: all-gather the rows */
-        rc = tr_tp_gather_from_sequence_region_forward(tp, dy, scratch, N, OC);
-        if (rc)
-            return rc;
-        dy_all = scratch;
-    }
+    const float *dy_all;
+    if ((rc = row_dy_all(tp, dy, scratch, N, OC, &dy_all)))
+        return rc;
     /* the bias gradient sums this rank's rows: dy_all's own under SP (the others' come with
      * the TP reduction of the sequence-parallel gradients), so fused only without SP */
     linear_dx_dW_db(k, dx, dx16, dW, dy_all == dy ? db : NULL, dy_all, x, W, N, ICl, OC);
@@ -372,4 +386,27 @@ int tr_tp_row_linear_backward16_dx16(const tr_tp *tp, uint16_t *dx16, float *dW,
 {
     row_input in = {NULL, x16};
     return row_backward(tp, NULL, dx16, dW, db, dy, in, W, N, ICl, OC, scratch, NULL);
+}
+
+int tr_tp_row_linear_backward_gelu16(const tr_tp *tp, uint16_t *dpre16, float *dpre_bias,
+                                     float *dW, float *db, const float *dy, const uint16_t *x16,
+                                     const uint16_t *pre16, const float *W, int N, int ICl,
+                                     int OC, float *scratch)
+{
+    const tr_kernels *k = tp->k;
+    int first, count, rc;
+    tr_tp_rows(tp, N, &first, &count);
+    if (!k->linear_backward_gelu16 || !dW)
+        return tr_fail(TR_ERR_INTERNAL, "the GELU in fc_proj's backward needs the table's "
+                                        "linear_backward_gelu16 and the weight gradient (table %s)",
+                       k->name);
+    const float *dy_all;
+    if ((rc = row_dy_all(tp, dy, scratch, N, OC, &dy_all)))
+        return rc;
+    /* (the bias gradient of this rank's rows: fused only without SP, as row_backward's) */
+    k->linear_backward_gelu16(NULL, dpre16, dpre_bias, dW, dy_all == dy ? db : NULL, dy_all, x16,
+                              pre16, W, N, ICl, OC);
+    if (db && dy_all != dy)
+        k->bias_backward(NULL, db, dy, count, OC);
+    return TR_OK;
 }

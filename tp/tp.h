@@ -188,10 +188,13 @@ TR_MUST_CHECK int tr_tp_column_linear_backward16(const tr_tp *tp, float *dx, flo
                                                  const float *W, int N, int IC, int OCl);
 /* The column-parallel linear with its output in bf16 storage (y16 (N, OCl): fc's, where the
  * table's linear_forward writes it), its input x fp32 or x16 bf16 (the other NULL; IC even);
- * no adapter; under SP the input rows are gathered as stored. */
-TR_MUST_CHECK int tr_tp_column_linear_forward_out16(const tr_tp *tp, uint16_t *y16, float *x,
-                                                    uint16_t *x16, const float *W,
-                                                    const float *b, int N, int IC, int OCl);
+ * no adapter; under SP the input rows are gathered as stored. gelu16 (or NULL): also gelu(y)
+ * stored bf16 (fc's GELU: the table's linear_gelu_forward16 where it has it, else
+ * gelu_forward16 on y16). */
+TR_MUST_CHECK int tr_tp_column_linear_forward_out16(const tr_tp *tp, uint16_t *y16,
+                                                    uint16_t *gelu16, float *x, uint16_t *x16,
+                                                    const float *W, const float *b, int N,
+                                                    int IC, int OCl);
 /* The column-parallel linear's backward from an output gradient in bf16 storage (dy16 (N, OCl):
  * fc's from kernels.h's gelu_backward16, which summed the bias gradient (db NULL), or QKV's
  * from attention_backward_qkv16, whose bias gradient db (OCl, or NULL) += sum_n dy16; the
@@ -218,6 +221,15 @@ TR_MUST_CHECK int tr_tp_row_linear_backward16(const tr_tp *tp, float *dx, float 
 TR_MUST_CHECK int tr_tp_row_linear_backward16_dx16(const tr_tp *tp, uint16_t *dx16, float *dW,
                                                    float *db, const float *dy,
                                                    const uint16_t *x16, const float *W, int N,
+                                                   int ICl, int OC, float *scratch);
+/* ... and through the GELU before it into fc's output gradient (kernels.h's
+ * linear_backward_gelu16; the table must have it): dpre16 (N, ICl) = bf16(gelu'(pre16) dy W),
+ * dpre_bias (ICl, or NULL: fc's bias gradient) += its column sums; dW, db, dy, x16 (the GELU
+ * output) and scratch as tr_tp_row_linear_backward16's. */
+TR_MUST_CHECK int tr_tp_row_linear_backward_gelu16(const tr_tp *tp, uint16_t *dpre16,
+                                                   float *dpre_bias, float *dW, float *db,
+                                                   const float *dy, const uint16_t *x16,
+                                                   const uint16_t *pre16, const float *W, int N,
                                                    int ICl, int OC, float *scratch);
 
 /* ------------------------------------------------------------------ vocabulary parallel

@@ -378,6 +378,26 @@ static void s16_rmsnorm_backward16(tr_stream s, float *dinp, float *dweight,
         table->rmsnorm_backward(s, dinp, dweight, d, inp, weight, rstd, N, C);
 }
 
+/* fc's forward and its GELU: the two ops the CUDA backend fuses, in turn */
+static void s16_linear_gelu_forward16(tr_stream s, uint16_t *pre16, uint16_t *out16,
+                                      const float *x, const uint16_t *x16, const float *W,
+                                      const float *b, int N, int IC, int OC)
+{
+    s16_linear_forward(s, NULL, pre16, x, x16, W, b, NULL, N, IC, OC);
+    s16_gelu_forward16(s, out16, NULL, pre16, (size_t)N * OC);
+}
+
+/* fc_proj's backward into dpre16, then the GELU's backward on it in place (the staging widens
+ * its input first) */
+static void s16_linear_backward_gelu16(tr_stream s, uint16_t *dpre16, float *dpre_bias,
+                                       float *dW, float *db, const float *dy,
+                                       const uint16_t *x16, const uint16_t *pre16,
+                                       const float *W, int N, int IC, int OC)
+{
+    s16_linear_backward(s, NULL, dpre16, dW, db, dy, NULL, NULL, x16, W, N, IC, OC);
+    s16_gelu_backward16(s, dpre16, dpre_bias, NULL, pre16, NULL, dpre16, N, IC);
+}
+
 void cpu_bf16_storage_fill(tr_kernels *t)
 {
     table = t;
@@ -402,6 +422,8 @@ void cpu_bf16_storage_fill(tr_kernels *t)
     t->gelu_backward16 = s16_gelu_backward16;
     t->layernorm_backward16 = s16_layernorm_backward16;
     t->rmsnorm_backward16 = s16_rmsnorm_backward16;
+    t->linear_gelu_forward16 = s16_linear_gelu_forward16;
+    t->linear_backward_gelu16 = s16_linear_backward_gelu16;
     t->linear_backward = s16_linear_backward; /* it reads dy16 */
     t->linear_forward = s16_linear_forward;   /* it writes y16 */
 }

@@ -322,6 +322,14 @@ void cu_linear_forward_bf16(tr_stream s, float *y, uint16_t *y16, const float *x
 void cu_linear_backward_bf16(tr_stream s, float *dx, uint16_t *dx16, float *dW, float *db,
                              const float *dy, const uint16_t *dy16, const float *x,
                              const uint16_t *x16, const float *W, int N, int IC, int OC);
+/* The MLP's GELU in fc's and fc_proj's GEMMs (kernels.h's linear_gelu_forward16,
+ * linear_backward_gelu16), bf16 mode. */
+void cu_linear_gelu_forward16(tr_stream s, uint16_t *pre16, uint16_t *out16, const float *x,
+                              const uint16_t *x16, const float *W, const float *b, int N, int IC,
+                              int OC);
+void cu_linear_backward_gelu16(tr_stream s, uint16_t *dpre16, float *dpre_bias, float *dW,
+                               float *db, const float *dy, const uint16_t *x16,
+                               const uint16_t *pre16, const float *W, int N, int IC, int OC);
 /* The head's bf16-storage GEMMs (kernels.h's gemm_out16, gemm_a16), bf16 mode. */
 void cu_gemm_out16(tr_stream s, int trans_a, int trans_b, int M, int N, int K, float alpha,
                    const float *A, int lda, const float *B, int ldb, uint16_t *C16, int ldc);

@@ -36,6 +36,9 @@ typedef struct {
     int bias;          /* the bias epilogue (linear_forward): D = op(A) op(B) + beta C + bias;
                         * 2: a bf16 bias vector (a bf16 D's: cuBLASLt's bias takes D's type) */
     int alBias;        /* the bias vector's alignment in bytes (the heuristic reads it) */
+    int gelu;          /* cu_gelu_epilogue: 0 none, GELU_AUX(_BIAS) or DGELU (aux bf16) */
+    int alAux;         /* the aux matrix's alignment in bytes */
+    long long ldAux;   /* its leading dimension in elements */
 } plan_key;
 
 typedef struct {
@@ -146,15 +149,33 @@ static int plan_make(plan *p, const plan_key *k)
                                        sizeof op_b) != CUBLAS_STATUS_SUCCESS)
         goto fail;
     /* the bias epilogue: a vector of D's rows (column-major D is our C^T: one per column
-     * of our C, an output feature), broadcast over its columns (our rows, the tokens) */
-    cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_BIAS;
-    cudaDataType_t bias_type = k->bias == 2 ? CUDA_R_16BF : CUDA_R_32F;
+     * of our C, an output feature), broadcast over its columns (our rows, the tokens); the
+     * GELU ones (cu_matmul_gelu) with a bf16 aux matrix laid out as D */
+    cublasLtEpilogue_t epi = k->gelu == CU_GELU_FORWARD
+                                 ? (k->bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS
+                                            : CUBLASLT_EPILOGUE_GELU_AUX)
+                             : k->gelu == CU_GELU_BACKWARD ? CUBLASLT_EPILOGUE_DGELU
+                                                           : CUBLASLT_EPILOGUE_BIAS;
+    cudaDataType_t bias_type = k->bias == 2 ? CUDA_R_16BF : CUDA_R_32F, aux_type = CUDA_R_16BF;
     /* the heuristic takes the bias pointer's value for its alignment (it does not read it):
-     * a stand-in with the key's alignment, the real one set per call (matmul_bias) */
+     * a stand-in with the key's alignment, the real one set per call (matmul_bias); the aux
+     * pointer likewise */
     const void *bias_like = (const void *)(uintptr_t)(k->alBias ? k->alBias : 256);
-    if (k->bias && (cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi,
-                                                   sizeof epi) != CUBLAS_STATUS_SUCCESS ||
-                    cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE,
+    const void *aux_like = (const void *)(uintptr_t)(k->alAux ? k->alAux : 256);
+    int64_t ld_aux = k->ldAux;
+    if ((k->bias || k->gelu) &&
+        cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi,
+                                       sizeof epi) != CUBLAS_STATUS_SUCCESS)
+        goto fail;
+    if (k->gelu &&
+        (cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER,
+                                        &aux_like, sizeof aux_like) != CUBLAS_STATUS_SUCCESS ||
+         cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &ld_aux,
+                                        sizeof ld_aux) != CUBLAS_STATUS_SUCCESS ||
+         cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE,
+                                        &aux_type, sizeof aux_type) != CUBLAS_STATUS_SUCCESS))
+        goto fail;
+    if (k->bias && (cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE,
                                                    &bias_type, sizeof bias_type) !=
                         CUBLAS_STATUS_SUCCESS ||
                     cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
@@ -234,9 +255,10 @@ static plan *plan_get(const plan_key *k)
 static void describe(char *buf, size_t n, const plan_key *k)
 {
     snprintf(buf, n, "gemm (mode %d, ta %d, tb %d, M %d, N %d, K %d, lda %d, ldb %d, ldc %d, "
-                     "batch %d, alignment %d/%d/%d%s%s)",
+                     "batch %d, alignment %d/%d/%d%s%s%s)",
              k->mode, k->ta, k->tb, k->M, k->N, k->K, k->lda, k->ldb, k->ldc, k->batch, k->alA,
-             k->alB, k->alC, k->out16 ? ", bf16 output" : "", k->bias ? ", bias epilogue" : "");
+             k->alB, k->alC, k->out16 ? ", bf16 output" : "", k->bias ? ", bias epilogue" : "",
+             k->gelu ? ", GELU epilogue" : "");
 }
 
 /* One cuBLASLt call on operands already in the mode's element type, C fp32 or (out16) bf16:
@@ -244,10 +266,11 @@ static void describe(char *buf, size_t n, const plan_key *k)
  * written as its D (the same layout), so a residual needs no copy into C first. Returns 0, or
  * -1 when cuBLASLt has no algorithm for it (nothing launched or noted: the caller may fall
  * back); a failure of the call itself is noted. */
-int cu_matmul_from(cudaStream_t st, cu_gemm_mode mode, int ta, int tb, int M, int N, int K,
-                   float alpha, const void *A, int lda, long long sA, const void *B, int ldb,
-                   long long sB, float beta, void *C, const void *Cin, int out16, int ldc,
-                   long long sC, int batch, const void *bias)
+static int matmul_epi(cudaStream_t st, cu_gemm_mode mode, int ta, int tb, int M, int N, int K,
+                      float alpha, const void *A, int lda, long long sA, const void *B, int ldb,
+                      long long sB, float beta, void *C, const void *Cin, int out16, int ldc,
+                      long long sC, int batch, const void *bias, int gelu, const void *aux,
+                      int ld_aux)
 {
     if (!Cin)
         Cin = C;
@@ -264,6 +287,7 @@ int cu_matmul_from(cudaStream_t st, cu_gemm_mode mode, int ta, int tb, int M, in
     if (al_in < k.alC)
         k.alC = al_in;
     k.alBias = bias ? alignment(bias, 0, out16 ? 2 : 4) : 0;
+    k.gelu = gelu, k.alAux = gelu ? alignment(aux, 0, 2) : 0, k.ldAux = gelu ? ld_aux : 0;
     pthread_mutex_lock(&G.mu);
     plan *p = plan_get(&k);
     cublasStatus_t s = CUBLAS_STATUS_NOT_SUPPORTED;
@@ -271,13 +295,17 @@ int cu_matmul_from(cudaStream_t st, cu_gemm_mode mode, int ta, int tb, int M, in
         cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,
                                        sizeof bias) != CUBLAS_STATUS_SUCCESS)
         p = NULL;
+    if (p && gelu && /* and its aux pointer */
+        cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux,
+                                       sizeof aux) != CUBLAS_STATUS_SUCCESS)
+        p = NULL;
     if (p)
         s = cublasLtMatmul(G.lt, p->desc, &alpha, B, p->a, A, p->b, &beta, Cin, p->c, C, p->c,
                            &p->algo, G.workspace, LT_WORKSPACE, st);
     pthread_mutex_unlock(&G.mu);
     if (!p)
         return -1;
-    if (s != CUBLAS_STATUS_SUCCESS && bias)
+    if (s != CUBLAS_STATUS_SUCCESS && (bias || gelu))
         return -1; /* the caller runs it without the epilogue (a refused call launches nothing) */
     if (s != CUBLAS_STATUS_SUCCESS) {
         char what[256];
@@ -285,6 +313,30 @@ int cu_matmul_from(cudaStream_t st, cu_gemm_mode mode, int ta, int tb, int M, in
         cu_note(cudaErrorUnknown, what);
     }
     return 0;
+}
+
+int cu_matmul_from(cudaStream_t st, cu_gemm_mode mode, int ta, int tb, int M, int N, int K,
+                   float alpha, const void *A, int lda, long long sA, const void *B, int ldb,
+                   long long sB, float beta, void *C, const void *Cin, int out16, int ldc,
+                   long long sC, int batch, const void *bias)
+{
+    return matmul_epi(st, mode, ta, tb, M, N, K, alpha, A, lda, sA, B, ldb, sB, beta, C, Cin,
+                      out16, ldc, sC, batch, bias, 0, NULL, 0);
+}
+
+/* C16 (M, N, row stride ldc) = epilogue(op(A) op(B) [+ bias16]) on bf16 operands (BF16 mode),
+ * beta 0, with cuBLASLt's GELU epilogues: CU_GELU_FORWARD writes gelu of the sum to C16 and
+ * the sum itself to aux (GELU_AUX_BIAS); CU_GELU_BACKWARD writes gelu'(aux) times the product
+ * to C16 (DGELU). aux: bf16, M x N with row stride ld_aux (a multiple of 8). 0, or -1 when
+ * cuBLASLt has no algorithm or refuses the call (nothing launched: the caller falls back). */
+int cu_matmul_gelu(cudaStream_t st, int gelu, int ta, int tb, int M, int N, int K,
+                   const uint16_t *A, int lda, const uint16_t *B, int ldb, uint16_t *C16, int ldc,
+                   const uint16_t *bias16, const uint16_t *aux, int ld_aux)
+{
+    if (ld_aux % 8 || ld_aux < N || (gelu == CU_GELU_BACKWARD && bias16))
+        return -1;
+    return matmul_epi(st, CU_GEMM_BF16, ta, tb, M, N, K, 1.0f, A, lda, 0, B, ldb, 0, 0.0f, C16,
+                      NULL, 1, ldc, 0, 1, bias16, gelu, aux, ld_aux);
 }
 
 static int matmul_bias(cudaStream_t st, cu_gemm_mode mode, int ta, int tb, int M, int N, int K,
@@ -480,6 +532,10 @@ static void gemm_mixed(cudaStream_t st, const char *what, int ta, int tb, int M,
             nb = (cap - mb * ka) / kb;
         nb = nb > (size_t)N ? (size_t)N : nb;
     }
+    if (mb >= 8 && mb < (size_t)M) /* blocks of whole 8 rows and columns: C's blocks stay */
+        mb &= ~(size_t)7;         /* 16-byte aligned where C is */
+    if (nb >= 8 && nb < (size_t)N)
+        nb &= ~(size_t)7;
     if (mb < 1 || nb < 1) {
         cu_gemm_note_none(what, M, N, K);
         return;

@@ -21,10 +21,11 @@
  * The bias rides in the epilogue as a bf16 vector staged beside W (cuBLASLt's bias takes D's
  * type, and cpu-bf16's bias_add reads it rounded too), or is added after (that staged bf16
  * bias, onto the rounded output: rounded twice) where no algorithm has it. */
-static void linear_forward_out16(cudaStream_t st, uint16_t *y16, const float *x,
-                                 const uint16_t *x16, const float *W, const float *b, int N,
-                                 int IC, int OC)
+static void linear_forward_out16(tr_stream s, cudaStream_t st, uint16_t *y16, uint16_t *gelu16,
+                                 const float *x, const uint16_t *x16, const float *W,
+                                 const float *b, int N, int IC, int OC)
 {
+    int gelu_after = 0; /* a block's GELU epilogue had no algorithm: one pass at the end */
     size_t cap = cu_gemm_staging_elems(), ic = (size_t)IC;
     size_t nb = (size_t)OC; /* W rows a block */
     if (cu_align128(nb * ic) + (b ? cu_align128(nb) : 0) + (x16 ? 0 : ic) > cap) {
@@ -52,6 +53,12 @@ static void linear_forward_out16(cudaStream_t st, uint16_t *y16, const float *x,
             if (!x16)
                 cu_pack_bf16(st, xs, x + (size_t)i0 * IC, m, IC, IC);
             uint16_t *yb = y16 + (size_t)i0 * OC + j0;
+            /* with gelu16: the GELU in the epilogue too, y16 its input (aux) */
+            if (gelu16 && !cu_matmul_gelu(st, CU_GELU_FORWARD, 0, 1, m, n, IC, xa, IC, w16, IC,
+                                          gelu16 + (size_t)i0 * OC + j0, OC, b ? b16 : NULL, yb,
+                                          OC))
+                continue;
+            gelu_after |= gelu16 != NULL;
             if (b && !cu_matmul_from(st, CU_GEMM_BF16, 0, 1, m, n, IC, 1.0f, xa, IC, 0, w16, IC, 0,
                                      0.0f, yb, NULL, 1, OC, 0, 1, b16))
                 continue;
@@ -62,6 +69,8 @@ static void linear_forward_out16(cudaStream_t st, uint16_t *y16, const float *x,
                 cu_bias_add16(st, yb, b16, m, n, OC);
         }
     }
+    if (gelu_after) /* (of every block: those the epilogue did get the same again) */
+        cu_gelu_forward16(s, gelu16, NULL, y16, (size_t)N * OC);
 }
 
 /* ---- kernels.h's linear_forward, bf16 mode: y = x W^T + b [+ residual] with the bias in
@@ -80,7 +89,7 @@ void cu_linear_forward_bf16(tr_stream s, float *y, uint16_t *y16, const float *x
             cu_gemm_note_none("linear_forward (bf16 output with a residual: not in the contract)",
                               N, OC, IC);
         else if (IC > 0)
-            linear_forward_out16(st, y16, x, x16, W, b, N, IC, OC);
+            linear_forward_out16(s, st, y16, NULL, x, x16, W, b, N, IC, OC);
         else
             cu_gemm_note_none("linear_forward (bf16 output, no input columns)", N, OC, IC);
         return;
@@ -191,4 +200,56 @@ void cu_linear_backward_bf16(tr_stream s, float *dx, uint16_t *dx16, float *dW, 
     dW_unfused(s, st, dW, dy, x, x16, N, IC, OC);
     if (db)
         cu_bias_backward(s, db, dy, N, OC);
+}
+
+/* ---- kernels.h's linear_gelu_forward16: fc's forward with its GELU in cuBLASLt's
+ * GELU_AUX_BIAS epilogue (pre16 the aux output), where an algorithm has it; else
+ * linear_forward's y16 and gelu_forward16 after */
+void cu_linear_gelu_forward16(tr_stream s, uint16_t *pre16, uint16_t *out16, const float *x,
+                              const uint16_t *x16, const float *W, const float *b, int N, int IC,
+                              int OC)
+{
+    cudaStream_t st = cu_shared_stream(s, "linear_gelu_forward16");
+    if (N <= 0 || OC <= 0)
+        return;
+    if (IC <= 0) {
+        cu_gemm_note_none("linear_gelu_forward16 (no input columns)", N, OC, IC);
+        return;
+    }
+    linear_forward_out16(s, st, pre16, out16, x, x16, W, b, N, IC, OC);
+}
+
+/* ---- kernels.h's linear_backward_gelu16: dy (N, OC) converted once (db summed in that
+ * pass), dpre16 = gelu'(pre16) (dy W) in cuBLASLt's DGELU epilogue, dW += dy^T x16, then
+ * dpre_bias from dpre16's column sums; where dy and W do not fit the staging or no algorithm
+ * has the epilogue: linear_backward's dx16 and gelu_backward16 in place */
+void cu_linear_backward_gelu16(tr_stream s, uint16_t *dpre16, float *dpre_bias, float *dW,
+                               float *db, const float *dy, const uint16_t *x16,
+                               const uint16_t *pre16, const float *W, int N, int IC, int OC)
+{
+    cudaStream_t st = cu_shared_stream(s, "linear_backward_gelu16");
+    if (N <= 0 || IC <= 0 || OC <= 0)
+        return;
+    size_t n_dy = cu_align128((size_t)N * OC), n_w = (size_t)OC * IC;
+    if (!cu_gemm_fast() && n_dy + n_w <= cu_gemm_staging_elems()) {
+        uint16_t *dyb = cu_gemm_staging(), *wb = dyb + n_dy;
+        if (db) /* the bias gradient in the conversion's pass */
+            cu_pack_bf16_colsum(st, dyb, db, dy, N, OC), db = NULL;
+        else
+            cu_pack_bf16(st, dyb, dy, N, OC, OC);
+        cu_pack_bf16(st, wb, W, OC, IC, IC);
+        /* dpre16 (N, IC) = gelu'(pre16) dy (N, OC) W (OC, IC) */
+        if (!cu_matmul_gelu(st, CU_GELU_BACKWARD, 0, 0, N, IC, OC, dyb, OC, wb, IC, dpre16, IC,
+                            NULL, pre16, IC)) {
+            /* dW (OC, IC) += dy^T (OC, N) x16 (N, IC) */
+            if (cu_matmul(st, CU_GEMM_BF16, 1, 0, OC, IC, N, 1.0f, dyb, OC, 0, x16, IC, 0, 1.0f,
+                          dW, IC, 0, 1))
+                cu_gemm_b16(s, 1, 0, OC, IC, N, 1.0f, dy, OC, x16, IC, 1.0f, dW, IC);
+            if (dpre_bias)
+                cu_bias_backward16(st, dpre_bias, dpre16, N, IC);
+            return;
+        }
+    } /* (db, if given, was summed above) */
+    cu_linear_backward_bf16(s, NULL, dpre16, dW, db, dy, NULL, NULL, x16, W, N, IC, OC);
+    cu_gelu_backward16(s, dpre16, dpre_bias, NULL, pre16, NULL, dpre16, N, IC);
 }

@@ -34,7 +34,10 @@
  * TRIDENT_CUDA_ACTIVATIONS=fp32 the MLP activation's and the norms' bf16 storage, forward and
  * backward (fp32 again), TRIDENT_CUDA_ATTENTION_OUT=fp32 the attention output's (kernels.h's
  * attention_*16: fp32 again; its input's go with it), TRIDENT_CUDA_ATTENTION_IN=fp32 the
- * attention input's and its gradient's (attention_*_qkv16: qkv and dqkv fp32 again) */
+ * attention input's and its gradient's (attention_*_qkv16: qkv and dqkv fp32 again),
+ * TRIDENT_CUDA_GELU=separate the GELU in the MLP's GEMMs' epilogues (linear_gelu_forward16,
+ * linear_backward_gelu16: its own passes again; the EPILOGUE and ACTIVATIONS switches take them
+ * out too) */
 static tr_kernels cuda_bf16_table = {
     .name = "cuda",
     COMMON_OPS,
@@ -55,6 +58,8 @@ static tr_kernels cuda_bf16_table = {
     .gelu_backward16 = cu_gelu_backward16,
     .layernorm_backward16 = cu_layernorm_backward16,
     .rmsnorm_backward16 = cu_rmsnorm_backward16,
+    .linear_gelu_forward16 = cu_linear_gelu_forward16,
+    .linear_backward_gelu16 = cu_linear_backward_gelu16,
     .attention_forward = cu_attention_forward_bf16,
     .attention_backward = cu_attention_backward_bf16,
     .attention_decode = cu_attention_decode_bf16,
@@ -85,7 +90,10 @@ static void table_choices(void)
 {
     const char *h = getenv("TRIDENT_CUDA_HEAD"), *e = getenv("TRIDENT_CUDA_EPILOGUE");
     const char *a = getenv("TRIDENT_CUDA_ACTIVATIONS"), *o = getenv("TRIDENT_CUDA_ATTENTION_OUT");
-    const char *in = getenv("TRIDENT_CUDA_ATTENTION_IN");
+    const char *in = getenv("TRIDENT_CUDA_ATTENTION_IN"), *gl = getenv("TRIDENT_CUDA_GELU");
+    if ((gl && !strcmp(gl, "separate")) || (e && !strcmp(e, "0")) || (a && !strcmp(a, "fp32")))
+        cuda_bf16_table.linear_gelu_forward16 = NULL,
+        cuda_bf16_table.linear_backward_gelu16 = NULL;
     if (h && !strcmp(h, "fp32")) /* (gemm_a16 stays: the GELU output's forward reads it) */
         cuda_bf16_table.gemm_out16 = NULL, cuda_bf16_table.xent_stats16 = NULL,
         cuda_bf16_table.xent_loss_backward16 = NULL,

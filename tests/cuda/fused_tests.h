@@ -19,5 +19,6 @@ void test_linear_backward_dy16_db(int N, int IC, int OC, int x_bf16);
 void test_linear16(int N, int IC, int OC, int separate_residual);
 void test_dx16(int N, int IC, int OC);
 void test_fc_out16(int N, int IC, int OC, int x_bf16, int with_bias);
+void test_linear_gelu16(int N, int IC, int F, int C, int x_bf16);
 
 #endif

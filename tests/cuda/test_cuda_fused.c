@@ -344,7 +344,7 @@ int main(int argc, char **argv)
     checks++;
     if (!BF16->gemm_out16 || !BF16->gemm_a16 || !BF16->xent_stats16 ||
         !BF16->xent_loss_backward16 || !BF16->xent_stats_loss_backward16 || F32->gemm_out16 ||
-        !BF16->linear_forward ||
+        !BF16->linear_forward || !BF16->linear_gelu_forward16 || !BF16->linear_backward_gelu16 ||
         F32->linear_forward || !BF16->gelu_forward16 || !BF16->gemm_b16 || F32->gemm_b16 ||
         !BF16->layernorm_forward16 || F32->layernorm_forward16 || !BF16->rmsnorm_forward16 ||
         !BF16->linear_backward || F32->linear_backward || !BF16->gelu_backward16 ||
@@ -376,6 +376,8 @@ int main(int argc, char **argv)
         test_fc_out16(600, 1024, 1000, 0, 1); /* W in blocks of 128 rows, x in blocks of rows */
         test_fc_out16(600, 1024, 1000, 1, 1); /* W in blocks of 384 rows */
         test_fc_out16(600, 1024, 256, 0, 1);  /* W whole, x in 3 blocks of rows */
+        test_linear_gelu16(600, 1024, 1000, 1024, 0); /* the GELU epilogue per block; the
+                                                       * backward past the staging: fallback */
         test_linear16(600, 1024, 1000, 0);
         test_linear16(600, 1024, 1000, 1); /* slabs of K, the residual apart */
         test_linear_backward_dy16_db(600, 1024, 1000, 0); /* the GEMMs unfused */
@@ -407,6 +409,9 @@ int main(int argc, char **argv)
     test_linear16(96, 256, 64, 0);
     test_linear16(96, 256, 64, 1);
     test_linear16(33, 100, 40, 0);
+    test_linear_gelu16(96, 64, 256, 64, 0); /* the GELU epilogues */
+    test_linear_gelu16(37, 48, 128, 40, 1); /* x16 */
+    test_linear_gelu16(33, 40, 36, 24, 0);  /* F not a multiple of 8: the fallbacks */
     test_linear_backward_dy16_db(96, 64, 192, 1); /* QKV's: x16, a bias gradient */
     test_linear_backward_dy16_db(2049, 40, 100, 0); /* row chunks of the column sums */
     test_layernorm16(513, 768);

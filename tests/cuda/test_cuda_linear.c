@@ -9,7 +9,9 @@
  *    and the linear_backward that reads it in place, and with a bias gradient of its own
  *    (QKV's, whose dy16 is attention_backward_qkv16's); fc_proj's input gradient stored bf16
  *    (dx16) and the gelu_backward16 that reads it;
- *  - fc's output in bf16 storage (linear_forward's y16) and the GELU ops reading it. */
+ *  - fc's output in bf16 storage (linear_forward's y16) and the GELU ops reading it;
+ *  - the GELU in the MLP's GEMMs (linear_gelu_forward16: cuBLASLt's GELU_AUX_BIAS epilogue;
+ *    linear_backward_gelu16: its DGELU) against "cpu-bf16"'s pairs of ops. */
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -268,4 +270,58 @@ void test_fc_out16(int N, int IC, int OC, int x_bf16, int with_bias)
     BF16->free(gx), BF16->free(gW), BF16->free(gb), BF16->free(gdout), BF16->free(gdb);
     BF16->free(gx16), BF16->free(gy16), BF16->free(gg16), BF16->free(gd16);
     free(xf), free(W), free(b), free(dout), free(db), free(x16), free(y16), free(g16), free(d16);
+}
+
+/* The MLP with its GELU in the GEMMs: fc (x (N, IC) -> pre16, gelu16 (N, F)) by
+ * linear_gelu_forward16, then fc_proj's backward (dy (N, C), W2 (C, F)) through the GELU by
+ * linear_backward_gelu16, against "cpu-bf16"'s pairs of ops on the same inputs (F a multiple
+ * of 8: cuBLASLt's epilogues; else their fallbacks) */
+void test_linear_gelu16(int N, int IC, int F, int C, int x_bf16)
+{
+    char what[128];
+    size_t nx = (size_t)N * IC, nf = (size_t)N * F, ny = (size_t)N * C;
+    float *x = host(nx, -1, 1), *W = host((size_t)F * IC, -1, 1), *b = host((size_t)F, -1, 1);
+    float *W2 = host((size_t)C * F, -0.2f, 0.2f), *dy = host(ny, -1, 1);
+    float *dW = host((size_t)C * F, -1, 1), *db = host((size_t)C, -1, 1);
+    float *dpb = host((size_t)F, -1, 1);
+    uint16_t *x16 = narrow(x, nx), *pre16 = malloc(nf * 2), *gelu16 = malloc(nf * 2);
+    uint16_t *dpre16 = malloc(nf * 2);
+    TWIN->linear_gelu_forward16(NULL, pre16, gelu16, x_bf16 ? NULL : x, x_bf16 ? x16 : NULL, W,
+                                b, N, IC, F);
+    float *gx = dev(BF16, x, nx * 4), *gW = dev(BF16, W, (size_t)F * IC * 4);
+    float *gb = dev(BF16, b, (size_t)F * 4), *gW2 = dev(BF16, W2, (size_t)C * F * 4);
+    float *gdy = dev(BF16, dy, ny * 4), *gdW = dev(BF16, dW, (size_t)C * F * 4);
+    float *gdb = dev(BF16, db, (size_t)C * 4), *gdpb = dev(BF16, dpb, (size_t)F * 4);
+    uint16_t *gx16 = dev(BF16, x16, nx * 2), *gpre = dev(BF16, NULL, nf * 2);
+    uint16_t *ggelu = dev(BF16, NULL, nf * 2), *gdpre = dev(BF16, NULL, nf * 2);
+    BF16->linear_gelu_forward16(NULL, gpre, ggelu, x_bf16 ? NULL : gx, x_bf16 ? gx16 : NULL, gW,
+                                gb, N, IC, F);
+    float *want = widen(pre16, nf);
+    snprintf(what, sizeof what, "linear_gelu_forward16%s pre %dx%d K%d", x_bf16 ? " (x16)" : "",
+             N, F, IC);
+    compare_back16(what, BF16, gpre, want, nf, TOL_BF16);
+    free(want);
+    want = widen(gelu16, nf);
+    snprintf(what, sizeof what, "  its gelu %dx%d", N, F);
+    compare_back16(what, BF16, ggelu, want, nf, TOL_BF16);
+    free(want);
+    /* the backward on the CPU's pre16 and gelu16 on both sides */
+    BF16->to_device(NULL, gpre, pre16, nf * 2), BF16->to_device(NULL, ggelu, gelu16, nf * 2);
+    TWIN->linear_backward_gelu16(NULL, dpre16, dpb, dW, db, dy, gelu16, pre16, W2, N, F, C);
+    BF16->linear_backward_gelu16(NULL, gdpre, gdpb, gdW, gdb, gdy, ggelu, gpre, gW2, N, F, C);
+    want = widen(dpre16, nf);
+    snprintf(what, sizeof what, "linear_backward_gelu16 dpre %dx%d K%d", N, F, C);
+    compare_back16(what, BF16, gdpre, want, nf, TOL_BF16);
+    free(want);
+    snprintf(what, sizeof what, "  its fc bias gradient %d", F);
+    compare_back(what, BF16, gdpb, dpb, (size_t)F, TOL_BF16);
+    snprintf(what, sizeof what, "  its dW %dx%d", C, F);
+    compare_back(what, BF16, gdW, dW, (size_t)C * F, TOL_BF16);
+    snprintf(what, sizeof what, "  its db %d", C);
+    compare_back(what, BF16, gdb, db, (size_t)C, TOL_BF16);
+    BF16->free(gx), BF16->free(gW), BF16->free(gb), BF16->free(gW2), BF16->free(gdy);
+    BF16->free(gdW), BF16->free(gdb), BF16->free(gdpb), BF16->free(gx16), BF16->free(gpre);
+    BF16->free(ggelu), BF16->free(gdpre);
+    free(x), free(W), free(b), free(W2), free(dy), free(dW), free(db), free(dpb), free(x16);
+    free(pre16), free(gelu16), free(dpre16);
 }

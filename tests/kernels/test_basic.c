@@ -21,14 +21,15 @@ static void test_backend_lookup(void **state)
     assert_ptr_equal(cpu, tr_kernels_cpu());
     assert_string_equal(cpu->name, "cpu");
     /* every slot of the table is filled but the bf16-storage ops (the head's seven, four for
-     * the layers' GEMM inputs, gelu_backward16, the norms' two backwards, the attention
+     * the layers' GEMM inputs, gelu_backward16, the norms' two backwards, the MLP's two GELU
+     * fusions, the attention
      * output's four, the attention input's two), which only the 16-bit tables have
      * ("cpu-bf16", not "cpu-fp16") */
     const void *const *slot = (const void *const *)&cpu->alloc;
     size_t slots = (sizeof(tr_kernels) - offsetof(tr_kernels, alloc)) / sizeof(void *);
     size_t first16 = (offsetof(tr_kernels, gemm_out16) - offsetof(tr_kernels, alloc)) / sizeof(void *);
     for (size_t i = 0; i < slots; i++)
-        if (i < first16 || i >= first16 + 20)
+        if (i < first16 || i >= first16 + 22)
             assert_non_null(slot[i]);
         else
             assert_null(slot[i]);
@@ -51,7 +52,9 @@ static void test_backend_lookup(void **state)
     assert_true(b16->gelu_forward16 && b16->gemm_b16 && b16->layernorm_forward16 &&
                 b16->rmsnorm_forward16 && b16->gelu_backward16 && b16->linear_backward &&
                 b16->layernorm_backward16 && b16->rmsnorm_backward16 &&
-                !f16->layernorm_backward16 && !f16->rmsnorm_backward16);
+                !f16->layernorm_backward16 && !f16->rmsnorm_backward16 &&
+                b16->linear_gelu_forward16 && b16->linear_backward_gelu16 &&
+                !f16->linear_gelu_forward16 && !f16->linear_backward_gelu16);
     assert_true(b16->attention_forward16 && b16->attention_backward16 &&
                 b16->attention_gqa_forward16 && b16->attention_gqa_backward16);
     assert_true(!f16->attention_forward16 && !f16->attention_gqa_forward16);
