@@ -133,13 +133,9 @@ static int layer_backward(tr_gpt *g, int l, const layer_acts *L, const float *x,
     }
     if (rc)
         return rc;
-    if (dln16)
-        norm_backward16(g, dres, layer_grad(g, l, L_LN2_W), layer_grad(g, l, L_LN2_B),
-                        (const uint16_t *)sc->dln, L->residual2, layer_param(g, l, L_LN2_W),
-                        L->ln2_mean, L->ln2_rstd, Nl);
-    else
-        norm_backward(g, dres, layer_grad(g, l, L_LN2_W), layer_grad(g, l, L_LN2_B), dln_own,
-                      L->residual2, layer_param(g, l, L_LN2_W), L->ln2_mean, L->ln2_rstd, Nl);
+    norm_backward(g, dres, layer_grad(g, l, L_LN2_W), layer_grad(g, l, L_LN2_B),
+                  dln16 ? NULL : dln_own, dln16 ? (const uint16_t *)sc->dln : NULL, L->residual2,
+                  layer_param(g, l, L_LN2_W), L->ln2_mean, L->ln2_rstd, Nl);
     /* attention: residual2 = x + attn_proj(attention(qkv(ln1(x)))) */
     rc = projection_then_attention(g, L, l, dres, B);
     if (rc)
@@ -163,13 +159,9 @@ static int layer_backward(tr_gpt *g, int l, const layer_acts *L, const float *x,
     }
     if (rc)
         return rc;
-    if (dln16)
-        norm_backward16(g, dres, layer_grad(g, l, L_LN1_W), layer_grad(g, l, L_LN1_B),
-                        (const uint16_t *)sc->dln, x, layer_param(g, l, L_LN1_W), L->ln1_mean,
-                        L->ln1_rstd, Nl);
-    else
-        norm_backward(g, dres, layer_grad(g, l, L_LN1_W), layer_grad(g, l, L_LN1_B), dln_own, x,
-                      layer_param(g, l, L_LN1_W), L->ln1_mean, L->ln1_rstd, Nl);
+    norm_backward(g, dres, layer_grad(g, l, L_LN1_W), layer_grad(g, l, L_LN1_B),
+                  dln16 ? NULL : dln_own, dln16 ? (const uint16_t *)sc->dln : NULL, x,
+                  layer_param(g, l, L_LN1_W), L->ln1_mean, L->ln1_rstd, Nl);
     return TR_OK;
 }
 
@@ -216,8 +208,8 @@ int tr_gpt_backward(tr_gpt *g, tr_gpt_acts *a, const float *dhidden_out)
                 return rc; /* the norm's weight (ZeRO-3 gathers it again) */
             k->zero(NULL, d, (size_t)Nl * C * sizeof(float));
             norm_backward(g, d, g->tensors[g->emb_ln_w].grad,
-                          g->emb_ln_b >= 0 ? g->tensors[g->emb_ln_b].grad : NULL, dres, a->emb,
-                          g->tensors[g->emb_ln_w].param, a->emb_mean, a->emb_rstd, Nl);
+                          g->emb_ln_b >= 0 ? g->tensors[g->emb_ln_b].grad : NULL, dres, NULL,
+                          a->emb, g->tensors[g->emb_ln_w].param, a->emb_mean, a->emb_rstd, Nl);
             demb = d;
         }
         rc = tr_tp_vocab_embedding_backward(&g->tp, g->tensors[g->wte].grad, demb, a->tokens, N,

@@ -221,7 +221,7 @@ static int head_compute(tr_gpt *g, tr_gpt_acts *a, const float *h, tr_param_tens
         return TR_OK;
     k->zero(NULL, a->dres, (size_t)Nl * C * sizeof(float));
     norm_backward(g, a->dres, lnf_w->grad, lnf_b ? lnf_b->grad : NULL, sc->dln + (size_t)r0 * C,
-                  h, lnf_w->param, sc->lnf_mean, sc->lnf_rstd, Nl);
+                  NULL, h, lnf_w->param, sc->lnf_mean, sc->lnf_rstd, Nl);
     return TR_OK;
 }
 

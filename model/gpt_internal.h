@@ -208,26 +208,22 @@ static inline void norm_forward(const tr_gpt *g, float *out, float *mean, float 
         g->k->layernorm_forward(NULL, out, mean, rstd, x, w, b, Nl, g->s.C, g->s.eps);
 }
 
-/* dx += ..., dw += ..., db += ... (db unused for RMSNorm). */
+/* dx += ..., dw += ..., db += ... (db unused for RMSNorm); the output gradient dout fp32, or
+ * dout16 in bf16 storage (gpt_dln16) with dout NULL. */
 static inline void norm_backward(const tr_gpt *g, float *dx, float *dw, float *db,
-                                 const float *dout, const float *x, const float *w,
-                                 const float *mean, const float *rstd, int Nl)
+                                 const float *dout, const uint16_t *dout16, const float *x,
+                                 const float *w, const float *mean, const float *rstd, int Nl)
 {
-    if (g->s.rmsnorm)
-        g->k->rmsnorm_backward(NULL, dx, dw, dout, x, w, rstd, Nl, g->s.C);
+    const tr_kernels *k = g->k;
+    int C = g->s.C;
+    if (g->s.rmsnorm && dout16)
+        k->rmsnorm_backward16(NULL, dx, dw, dout16, x, w, rstd, Nl, C);
+    else if (g->s.rmsnorm)
+        k->rmsnorm_backward(NULL, dx, dw, dout, x, w, rstd, Nl, C);
+    else if (dout16)
+        k->layernorm_backward16(NULL, dx, dw, db, dout16, x, w, mean, rstd, Nl, C);
     else
-        g->k->layernorm_backward(NULL, dx, dw, db, dout, x, w, mean, rstd, Nl, g->s.C);
-}
-
-/* norm_backward on a bf16-storage output gradient (gpt_dln16) */
-static inline void norm_backward16(const tr_gpt *g, float *dx, float *dw, float *db,
-                                   const uint16_t *dout16, const float *x, const float *w,
-                                   const float *mean, const float *rstd, int Nl)
-{
-    if (g->s.rmsnorm)
-        g->k->rmsnorm_backward16(NULL, dx, dw, dout16, x, w, rstd, Nl, g->s.C);
-    else
-        g->k->layernorm_backward16(NULL, dx, dw, db, dout16, x, w, mean, rstd, Nl, g->s.C);
+        k->layernorm_backward(NULL, dx, dw, db, dout, x, w, mean, rstd, Nl, C);
 }
 
 /* GPT-2's attention ops unless the family needs groups or ALiBi. */

@@ -57,4 +57,26 @@ static __device__ __forceinline__ void tr_cu_online_add(float &m, float &s, floa
     m = mn;
 }
 
+// The threads' (m, s) pairs combined over a block of THREADS (a multiple of 32, at most 1024):
+// within each warp, then warp 0 over the warps' pairs; thread 0 holds the block's. Every
+// thread of the block calls it (one barrier inside).
+template <int THREADS> static __device__ void tr_cu_block_online(float &m, float &s)
+{
+    __shared__ float part_m[THREADS / 32], part_s[THREADS / 32];
+    int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+    for (int o = 16; o > 0; o >>= 1)
+        tr_cu_online_add(m, s, __shfl_xor_sync(0xffffffffu, m, o),
+                         __shfl_xor_sync(0xffffffffu, s, o));
+    if (lane == 0)
+        part_m[warp] = m, part_s[warp] = s;
+    __syncthreads();
+    if (warp != 0)
+        return;
+    m = lane < THREADS / 32 ? part_m[lane] : -INFINITY;
+    s = lane < THREADS / 32 ? part_s[lane] : 0.0f;
+    for (int o = 16; o > 0; o >>= 1)
+        tr_cu_online_add(m, s, __shfl_xor_sync(0xffffffffu, m, o),
+                         __shfl_xor_sync(0xffffffffu, s, o));
+}
+
 #endif

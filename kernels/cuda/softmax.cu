@@ -203,27 +203,13 @@ template <typename L>
 __global__ void xent_stats_kernel(float *maxv, float *sumexp, float *picked, const L *logits,
                                   const int32_t *targets, int V, int n_valid, int v_start)
 {
-    __shared__ float part_m[XENT_THREADS / 32], part_s[XENT_THREADS / 32];
-    int n = blockIdx.x, lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+    int n = blockIdx.x;
     const L *x = logits + (size_t)n * V;
     float m = -INFINITY, s = 0.0f;
-    for (int c = threadIdx.x; c < n_valid; c += XENT_THREADS) {
+    for (int c = threadIdx.x; c < n_valid; c += XENT_THREADS)
         tr_cu_online_one(m, s, logit_at(x, c));
-    }
-    for (int o = 16; o > 0; o >>= 1)
-        tr_cu_online_add(m, s, __shfl_xor_sync(0xffffffffu, m, o),
-                         __shfl_xor_sync(0xffffffffu, s, o));
-    if (lane == 0)
-        part_m[warp] = m, part_s[warp] = s;
-    __syncthreads();
-    if (warp != 0)
-        return;
-    m = lane < XENT_THREADS / 32 ? part_m[lane] : -INFINITY;
-    s = lane < XENT_THREADS / 32 ? part_s[lane] : 0.0f;
-    for (int o = 16; o > 0; o >>= 1)
-        tr_cu_online_add(m, s, __shfl_xor_sync(0xffffffffu, m, o),
-                         __shfl_xor_sync(0xffffffffu, s, o));
-    if (lane == 0) {
+    tr_cu_block_online<XENT_THREADS>(m, s);
+    if (threadIdx.x == 0) {
         long long col = (long long)targets[n] - v_start;
         maxv[n] = m;
         sumexp[n] = s;

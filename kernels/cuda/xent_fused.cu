@@ -16,26 +16,6 @@ namespace {
 
 constexpr int THREADS = 512; // two blocks an SM with rows of up to ~100 KiB
 
-// (m, s) over the block's threads; thread 0 gets the result
-__device__ void block_online(float &m, float &s)
-{
-    __shared__ float part_m[THREADS / 32], part_s[THREADS / 32];
-    int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-    for (int o = 16; o > 0; o >>= 1)
-        tr_cu_online_add(m, s, __shfl_xor_sync(0xffffffffu, m, o),
-                         __shfl_xor_sync(0xffffffffu, s, o));
-    if (lane == 0)
-        part_m[warp] = m, part_s[warp] = s;
-    __syncthreads();
-    if (warp != 0)
-        return;
-    m = lane < THREADS / 32 ? part_m[lane] : -INFINITY;
-    s = lane < THREADS / 32 ? part_s[lane] : 0.0f;
-    for (int o = 16; o > 0; o >>= 1)
-        tr_cu_online_add(m, s, __shfl_xor_sync(0xffffffffu, m, o),
-                         __shfl_xor_sync(0xffffffffu, s, o));
-}
-
 // Row n of logits16 (V bf16, columns >= n_valid padding): stats (maxv, sumexp relative to it,
 // picked: the target's logit where this rank holds it), losses[n] = log(sumexp) + max - picked;
 // with scale != 0 the row becomes scale (softmax - onehot) [* weights[n]], 0 for padding.
@@ -64,7 +44,7 @@ __global__ void __launch_bounds__(THREADS, 2)
     float m = -INFINITY, s = 0.0f;
     for (int c = threadIdx.x; c < n_valid; c += THREADS)
         tr_cu_online_one(m, s, bf16_to_f32(row[c]));
-    block_online(m, s);
+    tr_cu_block_online<THREADS>(m, s);
     long long col = (long long)targets[n] - v_start;
     if (threadIdx.x == 0) {
         float p = col >= 0 && col < V ? bf16_to_f32(row[col]) : 0.0f;
