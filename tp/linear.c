@@ -326,8 +326,6 @@ int tr_tp_row_linear_backward(const tr_tp *tp, float *dx, float *dW, float *db,
     return tr_tp_row_linear_backward_lora(tp, dx, dW, db, dy, x, W, N, ICl, OC, scratch, NULL);
 }
 
-/* dx16: the input gradient stored bf16 instead of dx (dx NULL; the table's linear_backward,
- * no adapter) */
 /* The row-parallel backward's output gradient, all rows: dy itself (g backward is the
  * identity), or under SP gathered into scratch (conjugate of the forward's reduce-scatter). */
 static int row_dy_all(const tr_tp *tp, const float *dy, float *scratch, int N, int OC,
@@ -340,6 +338,8 @@ static int row_dy_all(const tr_tp *tp, const float *dy, float *scratch, int N, i
     return tr_tp_gather_from_sequence_region_forward(tp, dy, scratch, N, OC);
 }
 
+/* dx16: the input gradient stored bf16 instead of dx (dx NULL; the table's linear_backward,
+ * no adapter) */
 static int row_backward(const tr_tp *tp, float *dx, uint16_t *dx16, float *dW, float *db,
                         const float *dy, row_input x, const float *W, int N, int ICl, int OC,
                         float *scratch, const tr_tp_lora *lora)

@@ -36,7 +36,7 @@ typedef struct {
     int bias;          /* the bias epilogue (linear_forward): D = op(A) op(B) + beta C + bias;
                         * 2: a bf16 bias vector (a bf16 D's: cuBLASLt's bias takes D's type) */
     int alBias;        /* the bias vector's alignment in bytes (the heuristic reads it) */
-    int gelu;          /* cu_gelu_epilogue: 0 none, GELU_AUX(_BIAS) or DGELU (aux bf16) */
+    int gelu;          /* cu_matmul_gelu's: 0 none, CU_GELU_FORWARD or _BACKWARD (aux bf16) */
     int alAux;         /* the aux matrix's alignment in bytes */
     long long ldAux;   /* its leading dimension in elements */
 } plan_key;
@@ -58,6 +58,7 @@ static struct {
     plan *plans;
     int n_plans;
     int fast; /* TRIDENT_CUDA_GEMM=fast: BF16 mode uses 32F_FAST_16BF instead of staging */
+    long epi_ran, epi_refused; /* GELU-epilogue GEMMs run, refused (tr_cuda_epilogue_counts) */
 } G = {.mu = PTHREAD_MUTEX_INITIALIZER};
 
 int cu_gemm_init(size_t staging_bytes)
@@ -156,7 +157,8 @@ static int plan_make(plan *p, const plan_key *k)
                                             : CUBLASLT_EPILOGUE_GELU_AUX)
                              : k->gelu == CU_GELU_BACKWARD ? CUBLASLT_EPILOGUE_DGELU
                                                            : CUBLASLT_EPILOGUE_BIAS;
-    cudaDataType_t bias_type = k->bias == 2 ? CUDA_R_16BF : CUDA_R_32F, aux_type = CUDA_R_16BF;
+    /* (the aux matrix takes D's type, bf16: cuBLASLt refuses a type set for it but in fp8) */
+    cudaDataType_t bias_type = k->bias == 2 ? CUDA_R_16BF : CUDA_R_32F;
     /* the heuristic takes the bias pointer's value for its alignment (it does not read it):
      * a stand-in with the key's alignment, the real one set per call (matmul_bias); the aux
      * pointer likewise */
@@ -171,9 +173,7 @@ static int plan_make(plan *p, const plan_key *k)
         (cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER,
                                         &aux_like, sizeof aux_like) != CUBLAS_STATUS_SUCCESS ||
          cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &ld_aux,
-                                        sizeof ld_aux) != CUBLAS_STATUS_SUCCESS ||
-         cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE,
-                                        &aux_type, sizeof aux_type) != CUBLAS_STATUS_SUCCESS))
+                                        sizeof ld_aux) != CUBLAS_STATUS_SUCCESS))
         goto fail;
     if (k->bias && (cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE,
                                                    &bias_type, sizeof bias_type) !=
@@ -302,6 +302,10 @@ static int matmul_epi(cudaStream_t st, cu_gemm_mode mode, int ta, int tb, int M,
     if (p)
         s = cublasLtMatmul(G.lt, p->desc, &alpha, B, p->a, A, p->b, &beta, Cin, p->c, C, p->c,
                            &p->algo, G.workspace, LT_WORKSPACE, st);
+    if (p && s != CUBLAS_STATUS_SUCCESS && (bias || gelu))
+        p->none = 1; /* refused: the key's later calls go straight to the fallback */
+    if (gelu)
+        G.epi_ran += s == CUBLAS_STATUS_SUCCESS, G.epi_refused += s != CUBLAS_STATUS_SUCCESS;
     pthread_mutex_unlock(&G.mu);
     if (!p)
         return -1;
@@ -582,6 +586,13 @@ void cu_gemm_mixed16(tr_stream s, int ta, int tb, int M, int N, int K, float alp
 {
     gemm_mixed(cu_shared_stream(s, "gemm_mixed16"), "gemm_mixed16", ta, tb, M, N, K, alpha, A,
                A16, lda, B, B16, ldb, beta, C, C16, ldc);
+}
+
+void tr_cuda_epilogue_counts(long *ran, long *refused)
+{
+    pthread_mutex_lock(&G.mu);
+    *ran = G.epi_ran, *refused = G.epi_refused;
+    pthread_mutex_unlock(&G.mu);
 }
 
 void cu_narrow16(tr_stream s, uint16_t *dst16, const float *src, size_t n)

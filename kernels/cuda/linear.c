@@ -231,7 +231,8 @@ void cu_linear_backward_gelu16(tr_stream s, uint16_t *dpre16, float *dpre_bias, 
     if (N <= 0 || IC <= 0 || OC <= 0)
         return;
     size_t n_dy = cu_align128((size_t)N * OC), n_w = (size_t)OC * IC;
-    if (!cu_gemm_fast() && n_dy + n_w <= cu_gemm_staging_elems()) {
+    /* (the DGELU epilogue reads pre16 with ld IC: a multiple of 8, or the fallback) */
+    if (!cu_gemm_fast() && IC % 8 == 0 && n_dy + n_w <= cu_gemm_staging_elems()) {
         uint16_t *dyb = cu_gemm_staging(), *wb = dyb + n_dy;
         if (db) /* the bias gradient in the conversion's pass */
             cu_pack_bf16_colsum(st, dyb, db, dy, N, OC), db = NULL;
