@@ -58,11 +58,13 @@ typedef struct tr_kernels {
     /* Its backward, fused: optional (NULL: two gemm calls and bias_backward)
      * dx (N, IC) = dy (N, OC) W; dW (OC, IC) += dy^T x (N, IC); db (OC, or NULL) += sum_n dy.
      * x fp32 or (x16, x NULL) bf16 storage; dy fp32, or (dy16, dy NULL) bf16 storage (fc's,
-     * from gelu_backward16, which summed its bias gradient: db NULL; QKV's, from
-     * attention_backward_qkv16: db the sum of dy16's bf16 values). Equal to those gemm calls
-     * (gemm_b16 for x16, gemm_a16 for dy16) and bias_backward (of dy16 widened) within fp32
-     * rounding (CUDA's bf16 mode converts dy to bf16 once for both GEMMs and sums db in that
-     * same pass; dy16's column sums are a pass of their own). dx16: dx stored bf16 instead
+     * from gelu_backward16, which summed its bias gradient: db NULL, or from
+     * linear_backward_gelu16: db the sum of dy16's bf16 values; QKV's, from
+     * attention_backward_qkv16: likewise). Equal to those gemm calls (gemm_b16 for x16,
+     * gemm_a16 for dy16) and bias_backward (of dy16 widened) within fp32 rounding (CUDA's bf16
+     * mode converts dy to bf16 once for both GEMMs and sums db in that same pass; dy16's
+     * column sums in the weight gradient's GEMM, cuBLASLt's BGRADB epilogue, or a pass of
+     * their own). dx16: dx stored bf16 instead
      * (dx NULL: fc_proj's input gradient, which gelu_backward16 reads; with dy16 QKV's and fc's
      * at TP 1, which layernorm_backward16 reads), equal to dx rounded to bf16. */
     void (*linear_backward)(tr_stream s, float *dx, uint16_t *dx16, float *dW, float *db,

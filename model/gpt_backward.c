@@ -79,10 +79,11 @@ static int layer_backward(tr_gpt *g, int l, const layer_acts *L, const float *x,
     /* MLP: residual3 = residual2 + fc_proj(gelu(fc(ln2(residual2)))) */
     int dact16 = gpt_dact16(g); /* fc_proj's input gradient in bf16 storage */
     /* or straight through the GELU into fc's output gradient, in the GEMM (kernels.h's
-     * linear_backward_gelu16, where fc's output and its gradient are bf16) */
+     * linear_backward_gelu16, where fc's output and its gradient are bf16; fc's bias gradient
+     * then with fc's weight gradient, its linear_backward's db) */
     int through_gelu = dact16 && gpt_fch16(g) && g->k->linear_backward_gelu16;
     if (through_gelu)
-        rc = tr_tp_row_linear_backward_gelu16(tp, (uint16_t *)sc->dfch, layer_grad(g, l, L_FC_B),
+        rc = tr_tp_row_linear_backward_gelu16(tp, (uint16_t *)sc->dfch, NULL,
                                               layer_grad(g, l, L_FCPROJ_W),
                                               layer_grad(g, l, L_FCPROJ_B), dres,
                                               (const uint16_t *)L->fch_gelu,
@@ -119,7 +120,9 @@ static int layer_backward(tr_gpt *g, int l, const layer_acts *L, const float *x,
                                dact16 ? NULL : sc->dfch_gelu,
                                dact16 ? (const uint16_t *)sc->dfch_gelu : NULL, N, g->Fl);
         rc = tr_tp_column_linear_backward_dy16(tp, sc->dln, dln16 ? (uint16_t *)sc->dln : NULL,
-                                               layer_grad(g, l, L_FC_W), NULL, dfch16,
+                                               layer_grad(g, l, L_FC_W),
+                                               through_gelu ? layer_grad(g, l, L_FC_B) : NULL,
+                                               dfch16,
                                                ln16 ? NULL : L->ln2,
                                                ln16 ? (const uint16_t *)L->ln2 : NULL,
                                                layer_param(g, l, L_FC_W), N, C, g->Fwl);

@@ -16,7 +16,8 @@
  *    that aux), fc's bias gradient a pass over the result (where fc's output is bf16); the linear layers' bias adds ride in the
  *    GEMM's epilogue and their residual is its C input (but the row-parallel ones under TP),
  *    their bias gradients in the pass that converts the output gradient to bf16 (but the
- *    row-parallel ones under SP, and QKV's, summed from the bf16 dqkv in a pass of its own);
+ *    row-parallel ones under SP), or where that gradient is bf16 already (QKV's and fc's) in
+ *    the weight gradient's GEMM (cuBLASLt's BGRADB epilogue);
  *  - attention is the fused (flash) kernel: no T x T tensor, forward 2 s^2 d FLOPs per head
  *    (causal half of QK^T and PV), backward 2.5 times that, at fractions of the device's
  *    peak (below: estimated for the tensor-core kernels, to be measured);
@@ -126,7 +127,7 @@ void plan_layer_cost_trident(const plan_cost_ctx *x, plan_cost *o)
      * no rope rotates them in place): QKV's GEMM writes qkv 2 bytes an element less, the
      * attention reads it 2 bytes less in forward and in each of its backward's two kernels and
      * writes dqkv 2 less, which QKV's linear_backward reads without converting it (its bias
-     * gradient a pass of its own: 2 bytes an element read) */
+     * gradient in the weight gradient's GEMM: cuBLASLt's BGRADB epilogue) */
     int rope = m->position_embedding_type && !strcmp(m->position_embedding_type, "rope");
     double q16 = a16 > 0 && !rope ? T * qkv / t : 0;
     /* QKV, projection, fc, fc_proj (the row-parallel two onto the residual) */
@@ -134,7 +135,8 @@ void plan_layer_cost_trident(const plan_cost_ctx *x, plan_cost *o)
      * linear_backward_gelu16, where fc's output is bf16): fc's GEMM writes its bf16 input
      * (aux) beside its output and the GELU pass (read 2, write 2) goes; backward, fc_proj's
      * input-gradient GEMM reads the aux and writes fc's output gradient, the GELU's backward
-     * pass (read 4, write 2) goes and fc's bias gradient reads the result (2) */
+     * pass (read 4, write 2) goes (fc's bias gradient rides in fc's weight-gradient GEMM:
+     * cuBLASLt's BGRADB epilogue, as QKV's) */
     double gelu_fused = f16 > 0 ? T * F / t : 0;
     double lin_f = tr_plan_stream_s(c, 2 * gelu_fused) + plan_trident_gemm_s(c, T, qkv / t, h, 0) +
                    plan_trident_gemm_s(c, T, h, h / t, row_copy) +
@@ -158,9 +160,8 @@ void plan_layer_cost_trident(const plan_cost_ctx *x, plan_cost *o)
                    tr_plan_stream_s(c, 6 * T * qkv / t) -
                    2 * tr_plan_stream_s(c, 6 * T * h) - tr_plan_stream_s(c, 6 * T * fc / t) -
                    tr_plan_stream_s(c, 6 * dg16) - tr_plan_stream_s(c, 6 * a16) -
-                   tr_plan_stream_s(c, 6 * q16) +
-                   (m->add_bias_linear ? tr_plan_stream_s(c, 2 * q16) : 0) -
-                   tr_plan_stream_s(c, 2 * da16) - tr_plan_stream_s(c, 2 * dln16);
+                   tr_plan_stream_s(c, 6 * q16) - tr_plan_stream_s(c, 2 * da16) -
+                   tr_plan_stream_s(c, 2 * dln16);
     /* fused attention: forward 2 (QK^T, PV) x 2 s^2 d / 2 (causal) per head, backward 2.5x */
     double att_flops = heads * 2.0 * s * s * d;
     double att_f = att_flops / (c->peak_flops * TRIDENT_ATTENTION_FORWARD_FRACTION) -
@@ -184,7 +185,7 @@ void plan_layer_cost_trident(const plan_cost_ctx *x, plan_cost *o)
      * GEMMs (kernels.h's linear_backward, gelu_backward16), but the row-parallel two under SP
      * (their own read of dout) */
     double el_b = 2 * 4 * R + (sp ? 2 * R : 0) + T * F / t * 4 * (2 * gelu_in + 1) - 2 * dg16 -
-                  2 * f16 - 2 * da16 - 2 * dln16 - 6 * gelu_fused + 2 * gelu_fused;
+                  2 * f16 - 2 * da16 - 2 * dln16 - 6 * gelu_fused;
     o->f[TR_PLAN_PART_GEMM] = lin_f;
     o->b[TR_PLAN_PART_GEMM] = lin_b;
     o->f[TR_PLAN_PART_ATTENTION] = att_f;

@@ -196,8 +196,9 @@ TR_MUST_CHECK int tr_tp_column_linear_forward_out16(const tr_tp *tp, uint16_t *y
                                                     const float *W, const float *b, int N,
                                                     int IC, int OCl);
 /* The column-parallel linear's backward from an output gradient in bf16 storage (dy16 (N, OCl):
- * fc's from kernels.h's gelu_backward16, which summed the bias gradient (db NULL), or QKV's
- * from attention_backward_qkv16, whose bias gradient db (OCl, or NULL) += sum_n dy16; the
+ * fc's from kernels.h's gelu_backward16, which summed the bias gradient (db NULL), or from
+ * linear_backward_gelu16, or QKV's from attention_backward_qkv16: their bias gradient db
+ * (OCl, or NULL) += sum_n dy16; the
  * table's linear_backward reads it in place), its input x fp32 or x16 bf16 (the other NULL);
  * no adapter. dx16: the input gradient stored bf16 instead of dx (dx NULL; one rank, no
  * sequence parallelism: nothing to reduce), for layernorm_backward16 (kernels.h). */

@@ -36,7 +36,8 @@ typedef struct {
     int bias;          /* the bias epilogue (linear_forward): D = op(A) op(B) + beta C + bias;
                         * 2: a bf16 bias vector (a bf16 D's: cuBLASLt's bias takes D's type) */
     int alBias;        /* the bias vector's alignment in bytes (the heuristic reads it) */
-    int gelu;          /* cu_matmul_gelu's: 0 none, CU_GELU_FORWARD or _BACKWARD (aux bf16) */
+    int gelu;          /* cu_matmul_gelu's: 0 none, CU_GELU_FORWARD or _BACKWARD (aux bf16);
+                        * CU_BGRADB: cu_matmul_bgrad's (the bias pointer its output) */
     int alAux;         /* the aux matrix's alignment in bytes */
     long long ldAux;   /* its leading dimension in elements */
 } plan_key;
@@ -156,7 +157,9 @@ static int plan_make(plan *p, const plan_key *k)
                                  ? (k->bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS
                                             : CUBLASLT_EPILOGUE_GELU_AUX)
                              : k->gelu == CU_GELU_BACKWARD ? CUBLASLT_EPILOGUE_DGELU
+                             : k->gelu == CU_BGRADB        ? CUBLASLT_EPILOGUE_BGRADB
                                                            : CUBLASLT_EPILOGUE_BIAS;
+    int aux = k->gelu == CU_GELU_FORWARD || k->gelu == CU_GELU_BACKWARD;
     /* (the aux matrix takes D's type, bf16: cuBLASLt refuses a type set for it but in fp8) */
     cudaDataType_t bias_type = k->bias == 2 ? CUDA_R_16BF : CUDA_R_32F;
     /* the heuristic takes the bias pointer's value for its alignment (it does not read it):
@@ -169,7 +172,7 @@ static int plan_make(plan *p, const plan_key *k)
         cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi,
                                        sizeof epi) != CUBLAS_STATUS_SUCCESS)
         goto fail;
-    if (k->gelu &&
+    if (aux &&
         (cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER,
                                         &aux_like, sizeof aux_like) != CUBLAS_STATUS_SUCCESS ||
          cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &ld_aux,
@@ -287,7 +290,7 @@ static int matmul_epi(cudaStream_t st, cu_gemm_mode mode, int ta, int tb, int M,
     if (al_in < k.alC)
         k.alC = al_in;
     k.alBias = bias ? alignment(bias, 0, out16 ? 2 : 4) : 0;
-    k.gelu = gelu, k.alAux = gelu ? alignment(aux, 0, 2) : 0, k.ldAux = gelu ? ld_aux : 0;
+    k.gelu = gelu, k.alAux = aux ? alignment(aux, 0, 2) : 0, k.ldAux = aux ? ld_aux : 0;
     pthread_mutex_lock(&G.mu);
     plan *p = plan_get(&k);
     cublasStatus_t s = CUBLAS_STATUS_NOT_SUPPORTED;
@@ -295,7 +298,7 @@ static int matmul_epi(cudaStream_t st, cu_gemm_mode mode, int ta, int tb, int M,
         cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,
                                        sizeof bias) != CUBLAS_STATUS_SUCCESS)
         p = NULL;
-    if (p && gelu && /* and its aux pointer */
+    if (p && aux && /* and its aux pointer */
         cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux,
                                        sizeof aux) != CUBLAS_STATUS_SUCCESS)
         p = NULL;
@@ -341,6 +344,18 @@ int cu_matmul_gelu(cudaStream_t st, int gelu, int ta, int tb, int M, int N, int 
         return -1;
     return matmul_epi(st, CU_GEMM_BF16, ta, tb, M, N, K, 1.0f, A, lda, 0, B, ldb, 0, 0.0f, C16,
                       NULL, 1, ldc, 0, 1, bias16, gelu, aux, ld_aux);
+}
+
+/* C (M, N, fp32) = op(A) op(B) + beta C on bf16 operands (BF16 mode), and colsum[m] = sum_k
+ * op(A)[m, k] (overwritten: M floats) in cuBLASLt's BGRADB epilogue (its B is our A): a
+ * weight gradient dW = dy^T x with its bias gradient's column sums of dy. 0, or -1 when no
+ * algorithm has it (nothing launched). */
+int cu_matmul_bgrad(cudaStream_t st, int ta, int tb, int M, int N, int K, const uint16_t *A,
+                    int lda, const uint16_t *B, int ldb, float beta, float *C, int ldc,
+                    float *colsum)
+{
+    return matmul_epi(st, CU_GEMM_BF16, ta, tb, M, N, K, 1.0f, A, lda, 0, B, ldb, 0, beta, C,
+                      NULL, 0, ldc, 0, 1, colsum, CU_BGRADB, NULL, 0);
 }
 
 static int matmul_bias(cudaStream_t st, cu_gemm_mode mode, int ta, int tb, int M, int N, int K,

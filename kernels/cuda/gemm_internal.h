@@ -34,14 +34,20 @@ int cu_matmul_from(cudaStream_t st, cu_gemm_mode mode, int ta, int tb, int M, in
                    float alpha, const void *A, int lda, long long sA, const void *B, int ldb,
                    long long sB, float beta, void *C, const void *Cin, int out16, int ldc,
                    long long sC, int batch, const void *bias);
-/* cu_matmul_gelu's epilogues: GELU_AUX(_BIAS) (forward) and DGELU (backward) */
-enum { CU_GELU_FORWARD = 1, CU_GELU_BACKWARD = 2 };
+/* cu_matmul_gelu's epilogues: GELU_AUX(_BIAS) (forward) and DGELU (backward); BGRADB:
+ * cu_matmul_bgrad's */
+enum { CU_GELU_FORWARD = 1, CU_GELU_BACKWARD = 2, CU_BGRADB = 3 };
 /* C16 = gelu(op(A) op(B) + bias16) with the sum to aux (CU_GELU_FORWARD), or C16 = gelu'(aux)
  * op(A) op(B) (CU_GELU_BACKWARD, no bias), bf16 operands, aux bf16 (M x N, row stride ld_aux,
  * a multiple of 8). 0, or -1 (nothing launched: the caller falls back). */
 int cu_matmul_gelu(cudaStream_t st, int gelu, int ta, int tb, int M, int N, int K,
                    const uint16_t *A, int lda, const uint16_t *B, int ldb, uint16_t *C16, int ldc,
                    const uint16_t *bias16, const uint16_t *aux, int ld_aux);
+/* C (fp32) = op(A) op(B) + beta C, bf16 operands, and colsum (M floats, overwritten) = the
+ * row sums of op(A) over K (cuBLASLt's BGRADB). 0, or -1 (nothing launched). */
+int cu_matmul_bgrad(cudaStream_t st, int ta, int tb, int M, int N, int K, const uint16_t *A,
+                    int lda, const uint16_t *B, int ldb, float beta, float *C, int ldc,
+                    float *colsum);
 /* cu_matmul_from with Cin = C and no bias; cu_matmul with an fp32 C as well */
 int cu_matmul_to(cudaStream_t st, cu_gemm_mode mode, int ta, int tb, int M, int N, int K,
                  float alpha, const void *A, int lda, long long sA, const void *B, int ldb,

@@ -137,8 +137,9 @@ static void dW16_unfused(cudaStream_t st, float *dW, const uint16_t *dy16, const
 }
 
 /* ---- kernels.h's linear_backward, bf16 mode: dy (N, OC) converted once for both GEMMs, its
- * column sums added to db in the same pass (a bf16 dy16 is read in place, its column sums a
- * pass of their own where db is given: QKV's), dx = dy W and
+ * column sums added to db in the same pass (a bf16 dy16 is read in place, its column sums
+ * where db is given, QKV's and fc's, in the weight gradient's BGRADB epilogue, or a pass of
+ * their own where no algorithm has it), dx = dy W and
  * dW += dy^T x, where dy, W and x (fp32; a bf16 x16 is read in place) fit the staging
  * together (else, and where cuBLASLt has no algorithm, the GEMMs unfused). */
 void cu_linear_backward_bf16(tr_stream s, float *dx, uint16_t *dx16, float *dW, float *db,
@@ -152,7 +153,7 @@ void cu_linear_backward_bf16(tr_stream s, float *dx, uint16_t *dx16, float *dW, 
     size_t n_x = x16 ? 0 : (size_t)N * IC;
     int fused =
         !cu_gemm_fast() && N > 0 && IC > 0 && OC > 0 && n_dy + (n_w > n_x ? n_w : n_x) <= cap;
-    if (dy16 && db) /* (its own pass: nothing converts dy16) */
+    if (dy16 && db && !fused) /* (its own pass: nothing converts dy16) */
         cu_bias_backward16(st, db, dy16, N, OC), db = NULL;
     if (fused) {
         const uint16_t *dyb = dy16;
@@ -173,7 +174,14 @@ void cu_linear_backward_bf16(tr_stream s, float *dx, uint16_t *dx16, float *dW, 
                 cu_pack_bf16(st, second, x, N, IC, IC);
                 xb = second;
             }
-            /* dW (OC, IC) += dy^T (OC, N) x (N, IC) */
+            /* dW (OC, IC) += dy^T (OC, N) x (N, IC); dy16's column sums (db) in its BGRADB
+             * epilogue, into the reduction scratch, then added */
+            float *sums = (float *)cu_scratch();
+            if (db && (size_t)OC * sizeof(float) <= CU_SCRATCH_BYTES &&
+                !cu_matmul_bgrad(st, 1, 0, OC, IC, N, dyb, OC, xb, IC, 1.0f, dW, IC, sums)) {
+                cu_axpy(s, db, 1.0f, sums, (size_t)OC);
+                return;
+            }
             if (cu_matmul(st, CU_GEMM_BF16, 1, 0, OC, IC, N, 1.0f, dyb, OC, 0, xb, IC, 0, 1.0f, dW,
                           IC, 0, 1)) {
                 if (dy16)
@@ -181,9 +189,13 @@ void cu_linear_backward_bf16(tr_stream s, float *dx, uint16_t *dx16, float *dW, 
                 else
                     dW_unfused(s, st, dW, dy, x, x16, N, IC, OC);
             }
+            if (db) /* (dy16's: no algorithm had the epilogue) */
+                cu_bias_backward16(st, db, dy16, N, OC);
             return;
         }
     } /* no algorithm for dx (dW not yet touched), or too big: the GEMMs unfused */
+    if (dy16 && db) /* (the fused path's, not taken) */
+        cu_bias_backward16(st, db, dy16, N, OC), db = NULL;
     if (dx16) { /* dx16 = bf16(dy W), blocks of C (gemm_mixed16: dy fp32, or dy16 in place) */
         cu_gemm_mixed16(s, 0, 0, N, IC, OC, 1.0f, dy, dy16, OC, W, NULL, IC, 0.0f, NULL, dx16, IC);
         dx = NULL;

@@ -114,12 +114,14 @@ void test_gelu_backward16(int N, int F, int C, int x_bf16)
 }
 
 /* linear_backward from a bf16 dy16 WITH a bias gradient (QKV's, from attention_backward_qkv16:
- * db += the column sums of dy16's values, a pass of its own), x fp32 or x16, against "cpu"'s on
- * the same bf16 values; then with dx16 (the fused and, at 600 x 1024 x 1000 under --blocked,
- * the unfused gemm_mixed16 path) */
+ * db += the column sums of dy16's values, in dW's BGRADB epilogue), x fp32 or x16, against
+ * "cpu"'s on the same bf16 values; then with dx16 (the fused and, at 600 x 1024 x 1000 under
+ * --blocked, the unfused gemm_mixed16 path) */
 void test_linear_backward_dy16_db(int N, int IC, int OC, int x_bf16)
 {
     char what[96];
+    long ran0, refused0, ran1, refused1;
+    tr_cuda_epilogue_counts(&ran0, &refused0);
     size_t nx = (size_t)N * IC, ny = (size_t)N * OC, nw = (size_t)OC * IC;
     float *xf = host(nx, -1, 1), *W = host(nw, -1, 1), *dyf = host(ny, -1, 1);
     float *dW = host(nw, -1, 1), *db = host((size_t)OC, -1, 1), *dx = malloc(nx * 4);
@@ -138,6 +140,19 @@ void test_linear_backward_dy16_db(int N, int IC, int OC, int x_bf16)
     compare_back(what, BF16, gdx, dx, nx, TOL_BF16);
     snprintf(what, sizeof what, "  its dW %dx%d", OC, IC);
     compare_back(what, BF16, gdW, dW, nw, TOL_BF16);
+    /* within the staging db came with dW, in its BGRADB epilogue (the fallback pass gives the
+     * same values: only the counts tell) */
+    tr_cuda_epilogue_counts(&ran1, &refused1);
+    if (!getenv("TRIDENT_CUDA_STAGING_MIB")) {
+        checks++;
+        if (ran1 - ran0 >= 1 && refused1 == refused0) {
+            printf("ok   the bias gradient's BGRADB epilogue ran\n");
+        } else {
+            failures++;
+            fprintf(stderr, "FAIL the BGRADB epilogue: %ld ran, %ld refused by cuBLASLt (a "
+                            "pass of its own did the work)\n", ran1 - ran0, refused1 - refused0);
+        }
+    }
     /* and dx stored bf16 (dx16: QKV's and fc's input gradient at TP 1, which
      * layernorm_backward16 reads); its dW into a scratch */
     uint16_t *gdx16 = dev(BF16, NULL, nx * 2);
