@@ -12,15 +12,43 @@ int plan_shape_model(const tr_plan_cluster *c)
     return c->device == TR_PLAN_DEVICE_GPU && c->sms > 0 && c->hbm_bw > 0;
 }
 
-/* A linear layer Y (M x N) = X (M x K) W (K x N): forward, and backward dX and dW. */
+/* A linear layer Y (M x N) = X (M x K) W (K x N): forward, and backward dX and dW (dX alone
+ * where the weight is frozen: LoRA's base). */
 static double gemm_f(const tr_plan_cluster *c, double m, double n, double k)
 {
     return tr_plan_gemm_s(c, m, n, k, 1);
 }
 
-static double gemm_b(const tr_plan_cluster *c, double m, double n, double k)
+static double gemm_b_of(const tr_plan_cluster *c, double m, double n, double k, int frozen)
 {
-    return tr_plan_gemm_s(c, m, k, n, 1) + tr_plan_gemm_s(c, k, n, m, 1);
+    return tr_plan_gemm_s(c, m, k, n, 1) + (frozen ? 0 : tr_plan_gemm_s(c, k, n, m, 1));
+}
+
+/* one GEMM's FLOPs (the flat model divides them by its rate) */
+static double gemm_flops(const tr_plan_cluster *c, double m, double n, double k)
+{
+    (void)c;
+    return 2 * m * n * k;
+}
+
+void plan_lora_cost(const plan_cost_ctx *x, double T,
+                    double (*gemm_s)(const tr_plan_cluster *c, double M, double N, double K),
+                    double *fwd, double *bwd)
+{
+    const tr_plan_cluster *c = x->c;
+    double qkv, F, fc, h = x->m->hidden_size, t = x->L->tp, r = x->ft ? x->ft->lora_rank : 0;
+    tr_plan_layer_dims(x->m, &qkv, &F, &fc);
+    /* this rank's in and out features of each target (column-parallel: out split; row: in) */
+    double in[4] = {h, h / t, h, F / t}, out[4] = {qkv / t, h, fc / t, h};
+    *fwd = *bwd = 0;
+    for (int k = 0; plan_lora(x) && k < 4; k++) {
+        if (!plan_lora_target(x->ft, k))
+            continue;
+        *fwd += gemm_s(c, T, r, in[k]) + gemm_s(c, T, out[k], r);
+        /* dX and dW of both factors: d(x A^T) = dy B, dB, dx += d(x A^T) A, dA */
+        *bwd += gemm_s(c, T, r, out[k]) + gemm_s(c, out[k], r, T) + gemm_s(c, T, in[k], r) +
+                gemm_s(c, r, in[k], T);
+    }
 }
 
 void plan_layer_cost(const plan_cost_ctx *x, plan_cost *o)
@@ -40,8 +68,16 @@ void plan_layer_cost(const plan_cost_ctx *x, plan_cost *o)
     o->b[TR_PLAN_PART_TP] = 2 * x->ar_tp;
     if (!plan_shape_model(c)) {
         double f1 = tr_plan_layer_forward_flops_model(m, m->seq_length, L->micro_batch) / t;
+        double b1 = 2 * f1, af, ab;
+        if (plan_lora(x)) { /* the frozen linears' weight gradients go, the adapters come */
+            double qkv, F, fc, T = (double)L->micro_batch * m->seq_length;
+            tr_plan_layer_dims(m, &qkv, &F, &fc);
+            plan_lora_cost(x, T, gemm_flops, &af, &ab);
+            b1 += -2 * T * h * (qkv + h + fc + F) / t + ab;
+            f1 += af;
+        }
         o->f[TR_PLAN_PART_GEMM] = f1 / x->rate;
-        o->b[TR_PLAN_PART_GEMM] = 2 * f1 / x->rate;
+        o->b[TR_PLAN_PART_GEMM] = b1 / x->rate;
         if (L->recompute == TR_PLAN_RECOMPUTE_FULL) {
             o->b[TR_PLAN_PART_RECOMPUTE] = f1 / x->rate;
             o->b[TR_PLAN_PART_TP] += 2 * x->ar_tp;
@@ -61,8 +97,12 @@ void plan_layer_cost(const plan_cost_ctx *x, plan_cost *o)
 
     double lin_f = gemm_f(c, T, qkv / t, h) + gemm_f(c, T, h, h / t) +
                    gemm_f(c, T, fc / t, h) + gemm_f(c, T, h, F / t);
-    double lin_b = gemm_b(c, T, qkv / t, h) + gemm_b(c, T, h, h / t) +
-                   gemm_b(c, T, fc / t, h) + gemm_b(c, T, h, F / t);
+    int frozen = plan_lora(x);
+    double lin_b = gemm_b_of(c, T, qkv / t, h, frozen) + gemm_b_of(c, T, h, h / t, frozen) +
+                   gemm_b_of(c, T, fc / t, h, frozen) + gemm_b_of(c, T, h, F / t, frozen);
+    double ad_f, ad_b;
+    plan_lora_cost(x, T, gemm_f, &ad_f, &ad_b);
+    lin_f += ad_f, lin_b += ad_b;
     /* scores = Q K^T (s x s, K = d), context = P V (s x d, K = s), per head */
     double att_gemm_f = tr_plan_gemm_s(c, s, s, d, heads) + tr_plan_gemm_s(c, s, d, s, heads);
     double att_gemm_b = 3 * tr_plan_gemm_s(c, s, d, s, heads) + tr_plan_gemm_s(c, s, s, d, heads);
@@ -127,7 +167,7 @@ void plan_output_cost(const plan_cost_ctx *x, plan_cost *o)
     if (!plan_shape_model(c)) {
         double logits = 2.0 * T * h * V;
         o->f[TR_PLAN_PART_OUTPUT] = logits / x->rate;
-        o->b[TR_PLAN_PART_OUTPUT] = 2 * logits / x->rate;
+        o->b[TR_PLAN_PART_OUTPUT] = (plan_lora(x) ? 1 : 2) * logits / x->rate; /* (frozen) */
         return;
     }
     int sp = L->sequence_parallel && L->tp > 1;
@@ -139,7 +179,7 @@ void plan_output_cost(const plan_cost_ctx *x, plan_cost *o)
     double ce_ar = 2.0 * chunks * tr_plan_allreduce_s(4.0 * rows, L->tp, x->tp_bw, x->tp_lat);
     o->f[TR_PLAN_PART_OUTPUT] = tr_plan_stream_s(c, 2 * R) + gemm_f(c, T, V, h) +
                                 tr_plan_stream_s(c, 4 * T * V);
-    o->b[TR_PLAN_PART_OUTPUT] = tr_plan_stream_s(c, 3 * R) + gemm_b(c, T, V, h) +
+    o->b[TR_PLAN_PART_OUTPUT] = tr_plan_stream_s(c, 3 * R) + gemm_b_of(c, T, V, h, plan_lora(x)) +
                                 tr_plan_stream_s(c, 8 * T * V) +
                                 (L->grad_accum_fused ? 0 : tr_plan_stream_s(c, 10.0 * V * h));
     o->f[TR_PLAN_PART_TP] += ce_ar;

@@ -90,6 +90,12 @@ static double linear_b(const tr_plan_cluster *c, double T, double n, double k)
     return plan_trident_gemm_s(c, T, k, n, 0) + plan_trident_gemm_s(c, n, k, T, 1);
 }
 
+/* one bf16-mode GEMM on fp32 operands, not accumulating (plan_lora_cost's adapters) */
+static double gemm3_s(const tr_plan_cluster *c, double m, double n, double k)
+{
+    return plan_trident_gemm_s(c, m, n, k, 0);
+}
+
 void plan_layer_cost_trident(const plan_cost_ctx *x, plan_cost *o)
 {
     const tr_model_config *m = x->m;
@@ -109,7 +115,9 @@ void plan_layer_cost_trident(const plan_cost_ctx *x, plan_cost *o)
     /* the GELU output in bf16 storage (model/gpt_internal.h's gpt_gelu16; the time model
      * assumes no LoRA): fc_proj reads it without converting it, forward and weight gradient,
      * and GELU writes 2 bytes less */
-    double g16 = fc > F ? 0 : T * F / t; /* its elements (SwiGLU keeps fp32) */
+    /* (LoRA: none of the bf16-storage rules holds, model/gpt_internal.h; the base frozen) */
+    int lora = plan_lora(x);
+    double g16 = fc > F || lora ? 0 : T * F / t; /* its elements (SwiGLU keeps fp32) */
     /* and fc's output, GELU's input (gpt_fch16): fc's GEMM writes bf16, both GELU ops read
      * 2 bytes less */
     double f16 = g16;
@@ -118,11 +126,11 @@ void plan_layer_cost_trident(const plan_cost_ctx *x, plan_cost *o)
     double da16 = g16;
     /* the norms' outputs likewise (gpt_ln16): QKV and fc read them without converting them,
      * forward and weight gradient, and the norms write 2 bytes less */
-    double l16 = (int)h % 2 == 0 ? 2 * T * h : 0;
+    double l16 = (int)h % 2 == 0 && !lora ? 2 * T * h : 0;
     /* and the attention output (gpt_atty16: h/t even): the projection reads it without
      * converting it, forward and weight gradient; attention writes it, and its backward reads
      * it, 2 bytes an element less */
-    double a16 = (long)(h / t) % 2 == 0 ? T * h / t : 0;
+    double a16 = (long)(h / t) % 2 == 0 && !lora ? T * h / t : 0;
     /* and its input qkv and their gradient dqkv (gpt_qkv16: where the attention output is, and
      * no rope rotates them in place): QKV's GEMM writes qkv 2 bytes an element less, the
      * attention reads it 2 bytes less in forward and in each of its backward's two kernels and
@@ -148,7 +156,7 @@ void plan_layer_cost_trident(const plan_cost_ctx *x, plan_cost *o)
      * QKV, projection, fc and fc_proj) */
     /* fc's output gradient in bf16 storage (gpt_dgelu16: gelu_backward16 writes it, fc's
      * linear_backward reads it without converting it) */
-    double dg16 = fc > F ? 0 : T * F / t;
+    double dg16 = fc > F || lora ? 0 : T * F / t;
     /* the norms' output gradients, QKV's and fc's input gradients where their output gradient
      * is bf16, at TP 1 (gpt_dln16): the two GEMMs write them 2 bytes an element less, the
      * norms' backward reads them 2 less */
@@ -162,6 +170,14 @@ void plan_layer_cost_trident(const plan_cost_ctx *x, plan_cost *o)
                    tr_plan_stream_s(c, 6 * dg16) - tr_plan_stream_s(c, 6 * a16) -
                    tr_plan_stream_s(c, 6 * q16) - tr_plan_stream_s(c, 2 * da16) -
                    tr_plan_stream_s(c, 2 * dln16);
+    if (lora) { /* the frozen base: each linear's input gradient alone; the adapters */
+        double ad_f, ad_b;
+        plan_lora_cost(x, T, gemm3_s, &ad_f, &ad_b);
+        lin_f += ad_f;
+        lin_b = plan_trident_gemm_s(c, T, h, qkv / t, 0) + plan_trident_gemm_s(c, T, h / t, h, 0) +
+                plan_trident_gemm_s(c, T, h, fc / t, 0) + plan_trident_gemm_s(c, T, F / t, h, 0) +
+                ad_b;
+    }
     /* fused attention: forward 2 (QK^T, PV) x 2 s^2 d / 2 (causal) per head, backward 2.5x */
     double att_flops = heads * 2.0 * s * s * d;
     double att_f = att_flops / (c->peak_flops * TRIDENT_ATTENTION_FORWARD_FRACTION) -
@@ -231,7 +247,8 @@ void plan_output_cost_trident(const plan_cost_ctx *x, plan_cost *o)
     double w16 = tr_plan_stream_s(c, 6 * V * h);
     double stats = L->tp > 1 ? tr_plan_stream_s(c, 2 * r * V) : 0;
     double per = head16_gemm_s(c, r, V, h, 1, 0, 0, 0) + stats + tr_plan_stream_s(c, 4 * r * V) +
-                 head16_gemm_s(c, r, h, V, 0, 0, 1, 0) + head16_gemm_s(c, V, h, r, 0, 1, 1, 1);
+                 head16_gemm_s(c, r, h, V, 0, 0, 1, 0) +
+                 (plan_lora(x) ? 0 : head16_gemm_s(c, V, h, r, 0, 1, 1, 1)); /* (frozen: no dW) */
     double ce_ar = 2.0 * chunks * tr_plan_allreduce_s(4.0 * r, L->tp, x->tp_bw, x->tp_lat);
     /* the final layernorm forward and backward (one pass, as the layers') */
     o->f[TR_PLAN_PART_OUTPUT] = w16 + chunks * per + tr_plan_stream_s(c, 2 * R + 4 * R);

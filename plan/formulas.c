@@ -98,23 +98,27 @@ double tr_plan_stage_params(const tr_model_config *m, int vocab_padded, int tp, 
     return n;
 }
 
+int plan_lora_target(const tr_finetune_config *ft, int k)
+{
+    static const char *const names[4] = {"qkv", "proj", "fc1", "fc2"};
+    int on = ft->lora_rank > 0 && ft->n_lora_targets == 0;
+    for (int i = 0; ft->lora_rank > 0 && i < ft->n_lora_targets && !on; i++)
+        on = !strcmp(ft->lora_targets[i], names[k]);
+    return on;
+}
+
 double tr_plan_stage_adapters(const tr_config *cfg, int tp, int layers)
 {
     const tr_finetune_config *ft = &cfg->finetune;
     if (ft->lora_rank < 1)
         return 0;
-    static const char *const names[4] = {"qkv", "proj", "fc1", "fc2"};
     family f = family_of(&cfg->model);
     double r = ft->lora_rank, h = f.h, t = tp, n = 0;
     /* A + B per target: column-parallel (qkv, fc1) A whole, B split; row-parallel A split */
     double each[4] = {r * h + f.qkv * r / t, r * h / t + h * r, r * h + f.fc * r / t,
                       r * f.F / t + h * r};
-    for (int k = 0; k < 4; k++) {
-        int on = ft->n_lora_targets == 0;
-        for (int i = 0; i < ft->n_lora_targets && !on; i++)
-            on = !strcmp(ft->lora_targets[i], names[k]);
-        n += on ? each[k] : 0;
-    }
+    for (int k = 0; k < 4; k++)
+        n += plan_lora_target(ft, k) ? each[k] : 0;
     return n * layers;
 }
 

@@ -101,6 +101,11 @@
  *              final layernorm, logits GEMM (T, V/t, h) and its two backward GEMMs, the
  *              cross-entropy streaming T V/t fp32 logits (fused and chunked: 4 bytes
  *              forward, 8 backward; 2 TP all-reduces per head chunk).
+ *     LoRA (finetune.lora.rank r): the base frozen, so the linear layers' and the head's
+ *              backward is their input-gradient GEMM alone; each target's adapter adds its
+ *              GEMMs x A^T (T, r, in) and (T, out, r) forward and their input and weight
+ *              gradients backward (the flat model: their FLOPs); trident's CUDA kernels
+ *              keep no bf16 storage under LoRA (model/gpt_internal.h's rules).
  *   dropout: the layout's `dropout` flag (trident trains without; Megatron's GPT scripts use
  *           0.1 on attention probabilities and hidden states).
  *   collectives over n ranks, S bytes (ring): all-reduce 2(n-1)/n S/bw + 2(n-1) lat;

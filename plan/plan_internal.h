@@ -151,7 +151,20 @@ typedef struct {
     double rate;   /* FLOP/s of the flat model (cpu, custom) */
     double ar_tp;  /* one TP all-reduce of the activation T h e */
     double tp_bw, tp_lat; /* the TP link as a rank sees it */
+    const tr_finetune_config *ft; /* LoRA (lora_rank > 0): the base frozen, adapters trained */
 } plan_cost_ctx;
+
+/* LoRA fine-tuning: the base weights frozen (no weight gradients: the linear layers' and the
+ * head's backward is their input gradient alone) and rank-r adapters on the targets k (0 qkv,
+ * 1 proj, 2 fc1, 3 fc2: formulas.c's plan_lora_target) trained beside them. */
+static inline int plan_lora(const plan_cost_ctx *x) { return x->ft && x->ft->lora_rank > 0; }
+int plan_lora_target(const tr_finetune_config *ft, int k);
+/* The adapters of one layer on T rows (forward, backward: their GEMMs, both factors trained),
+ * each target's linear (in -> out, column- or row-parallel over t) with x A^T (T x r) then
+ * (x A^T) B^T (T x out); gemm_s(c, M, N, K) times one GEMM (costs.c, costs_trident.c). */
+void plan_lora_cost(const plan_cost_ctx *x, double T,
+                    double (*gemm_s)(const tr_plan_cluster *c, double M, double N, double K),
+                    double *fwd, double *bwd);
 
 static inline void plan_cost_clear(plan_cost *o)
 {

@@ -125,7 +125,7 @@ int plan_time_model(const tr_config *cfg, const tr_plan_cluster *c, const tr_pp_
     double act_msg = (double)s * b * h * elem;
     plan_cost_ctx x = {.c = c, .m = m, .L = L, .vocab_padded = r->vocab_padded, .rate = rate,
                        .ar_tp = tr_plan_allreduce_s(act_msg, t, tpv.bw, tpv.lat),
-                       .tp_bw = tpv.bw, .tp_lat = tpv.lat};
+                       .tp_bw = tpv.bw, .tp_lat = tpv.lat, .ft = &cfg->finetune};
 
     /* per stage: costs (sc), P2P per link, then 5 arrays of results */
     stage_cost *sc = tr_alloc(sizeof *sc * (size_t)P, "stage costs");

@@ -396,6 +396,40 @@ static void test_cpu_host(void **state)
     tr_config_free(&cfg);
 }
 
+/* LoRA's frozen base: no weight gradients of the linear layers and the head (only their input
+ * gradients), rank-8 adapters trained beside: where the linear layers are large against the
+ * adapters' small GEMMs (the flat CPU model counts FLOPs; on the GPU shape model h = 4096) a
+ * step takes less than full training's, but more than half of it (at most the weight
+ * gradients' third of the linear work goes). On small GPU layers the adapters' many small
+ * GEMMs may cost more than the weight gradients save: no law there. */
+static void test_lora_time(void **state)
+{
+    (void)state;
+    static const char *const yamls[2] = {
+        "model: {num_layers: 4, hidden_size: 512, num_attention_heads: 8, seq_length: 128}\n"
+        "training: {micro_batch_size: 8, global_batch_size: 8, train_iters: 10, lr: 1e-3}\n"
+        "data: {data_path: x}\ncluster: {preset: cpu-host, gpus_per_node: 1}\n",
+        TR_SMALL_YAML};
+    for (int k = 0; k < 2; k++) {
+        double step[2];
+        for (int lora = 0; lora < 2; lora++) {
+            const char *sets[] = {"model.hidden_size=4096", "model.num_attention_heads=32",
+                                  "finetune.lora.rank=8"};
+            tr_config cfg; /* (the GPU's model widened to h 4096) */
+            tr_t_load_text(yamls[k], k ? sets : sets + 2, (k ? 2 : 0) + lora, &cfg);
+            tr_plan_result *r = calloc(1, sizeof *r);
+            predict(&cfg, k ? 16 : 1, r);
+            step[lora] = r->step_time_s;
+            free(r);
+            tr_config_free(&cfg);
+        }
+        if (!(step[1] < step[0] && step[1] > step[0] / 2)) {
+            print_error("yaml %d: LoRA step %.6g s, full %.6g s\n", k, step[1], step[0]);
+            fail();
+        }
+    }
+}
+
 static void test_invalid_layouts(void **state)
 {
     (void)state;
@@ -532,7 +566,7 @@ int main(void)
         cmocka_unit_test(test_recompute_and_sp),
         cmocka_unit_test(test_links_and_overlap),
         cmocka_unit_test(test_buckets_are_dps),
-        cmocka_unit_test(test_cpu_host),
+        cmocka_unit_test(test_cpu_host), cmocka_unit_test(test_lora_time),
         cmocka_unit_test(test_invalid_layouts),
         cmocka_unit_test(test_calibrate),
         cmocka_unit_test(test_read_measured),
