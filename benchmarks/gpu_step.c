@@ -80,7 +80,9 @@ enum {
     OP_XENT_LOSS_BACKWARD, OP_EMB_FORWARD, OP_EMB_BACKWARD,
     OP_POS_FORWARD, OP_POS_BACKWARD, OP_ADAMW, OP_SUMSQ, OP_LINEAR, OP_GEMM_OUT16,
     OP_GEMM_A16, OP_XENT_STATS16, OP_XENT_LOSS_BACKWARD16, OP_GELU_FORWARD16, OP_GEMM_B16,
-    OP_LINEAR_BACKWARD, OP_LN_FORWARD16, OP_RMS_FORWARD16, OP_GELU_BACKWARD16, N_OPS
+    OP_LINEAR_BACKWARD, OP_LN_FORWARD16, OP_RMS_FORWARD16, OP_GELU_BACKWARD16,
+    OP_XENT_FUSED16, OP_NARROW16, OP_GEMM_MIXED16, OP_LN_BACKWARD16, OP_RMS_BACKWARD16,
+    OP_LINEAR_GELU, OP_LINEAR_BACKWARD_GELU, N_OPS
 };
 static const char *const op_names[N_OPS] = {
     "gemm (LM head)", "gemm (layers)", "to_device", "to_host", "copy", "zero", "add", "axpy",
@@ -92,7 +94,9 @@ static const char *const op_names[N_OPS] = {
     "gemm (layers) + bias", "gemm (LM head) bf16 out", "gemm (LM head) bf16 in",
     "xent_stats16", "xent_loss_backward16", "gelu_forward16", "gemm (layers) bf16 B",
     "gemm (layers) backward pair", "layernorm_forward16", "rmsnorm_forward16",
-    "gelu_backward16"};
+    "gelu_backward16", "xent_stats_loss_backward16", "gemm (LM head) weight to bf16",
+    "gemm (LM head) bf16 weight", "layernorm_backward16", "rmsnorm_backward16",
+    "gemm (layers) + GELU", "gemm (layers) backward pair + dGELU"};
 static tr_kernels base;
 static int prof_on, prof_vp;
 static double prof_ms[N_OPS], prof_flops[N_OPS];
@@ -163,6 +167,39 @@ static void p_gemm_a16(tr_stream s, int ta, int tb, int M, int N, int K, float a
     PROF_END(op)
     if (prof_on)
         prof_flops[op] += 2.0 * M * N * K;
+}
+static void p_gemm_mixed16(tr_stream s, int ta, int tb, int M, int N, int K, float alpha,
+                           const float *A, const uint16_t *A16, int lda, const float *B,
+                           const uint16_t *B16, int ldb, float beta, float *C, uint16_t *C16,
+                           int ldc)
+{
+    /* the head's (its vocabulary-wide dimension), else the layers' */
+    int op = (M == prof_vp || N == prof_vp || K == prof_vp) ? OP_GEMM_MIXED16 : OP_GEMM;
+    PROF_BEGIN base.gemm_mixed16(s, ta, tb, M, N, K, alpha, A, A16, lda, B, B16, ldb, beta, C,
+                                 C16, ldc);
+    PROF_END(op)
+    if (prof_on)
+        prof_flops[op] += 2.0 * M * N * K;
+}
+static void p_linear_gelu_forward16(tr_stream s, uint16_t *pre16, uint16_t *out16,
+                                    const float *x, const uint16_t *x16, const float *W,
+                                    const float *b, int N, int IC, int OC)
+{
+    PROF_BEGIN base.linear_gelu_forward16(s, pre16, out16, x, x16, W, b, N, IC, OC);
+    PROF_END(OP_LINEAR_GELU)
+    if (prof_on)
+        prof_flops[OP_LINEAR_GELU] += 2.0 * N * IC * OC;
+}
+static void p_linear_backward_gelu16(tr_stream s, uint16_t *dpre16, float *dpre_bias, float *dW,
+                                     float *db, const float *dy, const uint16_t *x16,
+                                     const uint16_t *pre16, const float *W, int N, int IC,
+                                     int OC)
+{
+    PROF_BEGIN base.linear_backward_gelu16(s, dpre16, dpre_bias, dW, db, dy, x16, pre16, W, N, IC,
+                                           OC);
+    PROF_END(OP_LINEAR_BACKWARD_GELU)
+    if (prof_on)
+        prof_flops[OP_LINEAR_BACKWARD_GELU] += 4.0 * N * IC * OC;
 }
 static void p_gemm_b16(tr_stream s, int ta, int tb, int M, int N, int K, float alpha,
                        const float *A, int lda, const uint16_t *B, int ldb, float beta, float *C,
@@ -243,10 +280,23 @@ WRAP(OP_ATTN_FORWARD, attention_forward_qkv16,
       int NH, int NG, int HS, const int32_t *seg),
      (s, o16, lse, q16, al, B, T, NH, NG, HS, seg))
 WRAP(OP_ATTN_BACKWARD, attention_backward_qkv16,
-     (tr_stream s, uint16_t *dq16, float *scratch, const float *d, const uint16_t *q16,
+     (tr_stream s, uint16_t *dq16, float *scratch, const uint16_t *d, const uint16_t *q16,
       const uint16_t *o16, const float *lse, const float *al, int B, int T, int NH, int NG,
       int HS, const int32_t *seg),
      (s, dq16, scratch, d, q16, o16, lse, al, B, T, NH, NG, HS, seg))
+WRAP(OP_XENT_FUSED16, xent_stats_loss_backward16,
+     (tr_stream s, float *o, float *m, float *se, float *p, uint16_t *l16, const int32_t *t,
+      const float *w, int N, int V, int nv, int v0, float scale),
+     (s, o, m, se, p, l16, t, w, N, V, nv, v0, scale))
+WRAP(OP_NARROW16, narrow16, (tr_stream s, uint16_t *d, const float *x, size_t n), (s, d, x, n))
+WRAP(OP_LN_BACKWARD16, layernorm_backward16,
+     (tr_stream s, float *dx, float *dw, float *db, const uint16_t *d16, const float *x,
+      const float *w, const float *m, const float *r, int N, int C),
+     (s, dx, dw, db, d16, x, w, m, r, N, C))
+WRAP(OP_RMS_BACKWARD16, rmsnorm_backward16,
+     (tr_stream s, float *dx, float *dw, const uint16_t *d16, const float *x, const float *w,
+      const float *r, int N, int C),
+     (s, dx, dw, d16, x, w, r, N, C))
 WRAP(OP_XENT_ROW_MAX, xent_row_max,
      (tr_stream s, float *m, const float *l, int N, int V, int nv), (s, m, l, N, V, nv))
 WRAP(OP_XENT_ROW_SUMEXP, xent_row_sumexp,
@@ -335,6 +385,17 @@ static tr_kernels profiled(const tr_kernels *k, int Vp)
     if (k->attention_forward_qkv16)
         p.attention_forward_qkv16 = p_attention_forward_qkv16,
         p.attention_backward_qkv16 = p_attention_backward_qkv16;
+    if (k->xent_stats_loss_backward16)
+        p.xent_stats_loss_backward16 = p_xent_stats_loss_backward16;
+    if (k->narrow16)
+        p.narrow16 = p_narrow16, p.gemm_mixed16 = p_gemm_mixed16;
+    if (k->layernorm_backward16)
+        p.layernorm_backward16 = p_layernorm_backward16;
+    if (k->rmsnorm_backward16)
+        p.rmsnorm_backward16 = p_rmsnorm_backward16;
+    if (k->linear_gelu_forward16)
+        p.linear_gelu_forward16 = p_linear_gelu_forward16,
+        p.linear_backward_gelu16 = p_linear_backward_gelu16;
     return p;
 }
 

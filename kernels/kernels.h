@@ -340,15 +340,16 @@ typedef struct tr_kernels {
      * TRIDENT_CUDA_ATTENTION_IN=fp32 takes them out of "cuda"). One pair for both layouts:
      * attention_gqa_forward16 / _backward16's arguments (NG = NH and alibi NULL: GPT-2's
      * attention_forward16 / _backward16), qkv16 (B, T, NG, R+2, HS) bf16 in place of qkv, and
-     * the backward's dqkv16 (the same layout) bf16 in place of dqkv.
-     * Each equals its fp32 op on qkv16's values (widened, exactly) with dqkv rounded to bf16;
-     * in "cpu-bf16", whose QKV GEMM already rounds qkv and attention backward dqkv, bit for
-     * bit. */
+     * the backward's dqkv16 (the same layout) bf16 in place of dqkv and dout16 (B, T, NH, HS:
+     * the projection's input gradient, linear_backward's dx16) bf16 in place of dout.
+     * Each equals its fp32 op on qkv16's and dout16's values (widened, exactly) with dqkv
+     * rounded to bf16; in "cpu-bf16", whose QKV GEMM already rounds qkv, the projection's
+     * backward dout and attention backward dqkv, bit for bit. */
     void (*attention_forward_qkv16)(tr_stream s, uint16_t *out16, float *lse,
                                     const uint16_t *qkv16, const float *alibi, int B, int T,
                                     int NH, int NG, int HS, const int32_t *segments);
     void (*attention_backward_qkv16)(tr_stream s, uint16_t *dqkv16, float *scratch,
-                                     const float *dout, const uint16_t *qkv16,
+                                     const uint16_t *dout16, const uint16_t *qkv16,
                                      const uint16_t *out16, const float *lse, const float *alibi,
                                      int B, int T, int NH, int NG, int HS,
                                      const int32_t *segments);

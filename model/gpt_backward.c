@@ -35,14 +35,18 @@ static int projection_then_attention(tr_gpt *g, const layer_acts *L, int l, cons
     const float *W = layer_param(g, l, L_ATTPROJ_W);
     if (gpt_atty16(g)) {
         const uint16_t *atty16 = (const uint16_t *)L->atty;
-        rc = tr_tp_row_linear_backward16(&g->tp, sc->datty, dW, db, dres, atty16, W, N, Cl, C,
-                                         sc->wide);
+        int qkv16 = gpt_qkv16(g); /* qkv, its gradient and the output's gradient bf16 too */
+        rc = qkv16 ? tr_tp_row_linear_backward16_dx16(&g->tp, (uint16_t *)sc->datty, dW, db, dres,
+                                                       atty16, W, N, Cl, C, sc->wide)
+                   : tr_tp_row_linear_backward16(&g->tp, sc->datty, dW, db, dres, atty16, W, N,
+                                                 Cl, C, sc->wide);
         if (rc)
             return rc;
-        if (gpt_qkv16(g)) /* (qkv and its gradient bf16 too) */
-            k->attention_backward_qkv16(NULL, (uint16_t *)sc->dqkv, sc->att_rowsum, sc->datty,
-                                        (const uint16_t *)L->qkv, atty16, L->lse, g->alibi, B, T,
-                                        g->NHl, g->NGl, g->HS, g->segments);
+        if (qkv16)
+            k->attention_backward_qkv16(NULL, (uint16_t *)sc->dqkv, sc->att_rowsum,
+                                        (const uint16_t *)sc->datty, (const uint16_t *)L->qkv,
+                                        atty16, L->lse, g->alibi, B, T, g->NHl, g->NGl, g->HS,
+                                        g->segments);
         else if (uses_gqa_attention(g))
             k->attention_gqa_backward16(NULL, sc->dqkv, sc->att_rowsum, sc->datty, L->qkv, atty16,
                                         L->lse, g->alibi, B, T, g->NHl, g->NGl, g->HS,

@@ -250,7 +250,9 @@ static inline int gpt_atty16(const tr_gpt *g)
  * ops that read and write them so (kernels.h's attention_forward_qkv16 / _backward_qkv16, which
  * keep the output bf16: gpt_atty16 holds), a linear_forward that writes qkv (y16) and a
  * linear_backward that reads dqkv (dy16, with QKV's bias gradient), and no rope rotates them in
- * place (fp32 there). Then qkv and dqkv hold N*QKVl bf16 bits in half their floats. */
+ * place (fp32 there). Then qkv and dqkv hold N*QKVl bf16 bits in half their floats, and the
+ * attention output's gradient datty (the projection's linear_backward writes it as dx16, the
+ * attention backward reads it) N*Cl in half its floats. */
 static inline int gpt_qkv16(const tr_gpt *g)
 {
     const tr_kernels *k = g->k;

@@ -13,8 +13,8 @@
  *  - LayerNorm is a kernel of its own (its backward one pass over dout and x for the input
  *    gradient and the parameter sums); the GELU rides in fc's GEMM's epilogue (GELU_AUX_BIAS:
  *    its input written beside as aux) and in fc_proj's input-gradient GEMM's (DGELU, reading
- *    that aux), fc's bias gradient a pass over the result (where fc's output is bf16); the linear layers' bias adds ride in the
- *    GEMM's epilogue and their residual is its C input (but the row-parallel ones under TP),
+ *    that aux; where fc's output is bf16); the linear layers' bias adds ride in the GEMM's
+ *    epilogue and their residual is its C input (but the row-parallel ones under TP),
  *    their bias gradients in the pass that converts the output gradient to bf16 (but the
  *    row-parallel ones under SP), or where that gradient is bf16 already (QKV's and fc's) in
  *    the weight gradient's GEMM (cuBLASLt's BGRADB epilogue);
@@ -138,6 +138,10 @@ void plan_layer_cost_trident(const plan_cost_ctx *x, plan_cost *o)
      * gradient in the weight gradient's GEMM: cuBLASLt's BGRADB epilogue) */
     int rope = m->position_embedding_type && !strcmp(m->position_embedding_type, "rope");
     double q16 = a16 > 0 && !rope ? T * qkv / t : 0;
+    /* and with them the attention output's gradient (the projection's linear_backward writes
+     * it bf16, dx16: 2 bytes an element less; the attention backward reads it 2 less in its
+     * row sums and in each of its two kernels) */
+    double dat16 = q16 > 0 ? T * h / t : 0;
     /* QKV, projection, fc, fc_proj (the row-parallel two onto the residual) */
     /* the GELU in the GEMMs' epilogues (kernels.h's linear_gelu_forward16 and
      * linear_backward_gelu16, where fc's output is bf16): fc's GEMM writes its bf16 input
@@ -169,7 +173,7 @@ void plan_layer_cost_trident(const plan_cost_ctx *x, plan_cost *o)
                    2 * tr_plan_stream_s(c, 6 * T * h) - tr_plan_stream_s(c, 6 * T * fc / t) -
                    tr_plan_stream_s(c, 6 * dg16) - tr_plan_stream_s(c, 6 * a16) -
                    tr_plan_stream_s(c, 6 * q16) - tr_plan_stream_s(c, 2 * da16) -
-                   tr_plan_stream_s(c, 2 * dln16);
+                   tr_plan_stream_s(c, 2 * dln16) - tr_plan_stream_s(c, 2 * dat16);
     if (lora) { /* the frozen base: each linear's input gradient alone; the adapters */
         double ad_f, ad_b;
         plan_lora_cost(x, T, gemm3_s, &ad_f, &ad_b);
@@ -183,7 +187,8 @@ void plan_layer_cost_trident(const plan_cost_ctx *x, plan_cost *o)
     double att_f = att_flops / (c->peak_flops * TRIDENT_ATTENTION_FORWARD_FRACTION) -
                    tr_plan_stream_s(c, 2 * a16) - tr_plan_stream_s(c, 2 * q16);
     double att_b = 2.5 * att_flops / (c->peak_flops * TRIDENT_ATTENTION_BACKWARD_FRACTION) -
-                   tr_plan_stream_s(c, 2 * a16) - tr_plan_stream_s(c, 3 * 2 * q16);
+                   tr_plan_stream_s(c, 2 * a16) - tr_plan_stream_s(c, 3 * 2 * q16) -
+                   tr_plan_stream_s(c, 3 * 2 * dat16);
     /* forward: 2 layernorms (read x, write y), bias adds (read and write the output) of
      * qkv, projection, fc and fc_proj, the residual copies before the row-parallel GEMMs
      * (tp 1; else the reduction's add: read 2, write 1), GELU / SwiGLU */

@@ -270,17 +270,18 @@ static void s16_attention_forward_qkv16(tr_stream s, uint16_t *out16, float *lse
 }
 
 static void s16_attention_backward_qkv16(tr_stream s, uint16_t *dqkv16, float *scratch,
-                                         const float *dout, const uint16_t *qkv16,
+                                         const uint16_t *dout16, const uint16_t *qkv16,
                                          const uint16_t *out16, const float *lse,
                                          const float *alibi, int B, int T, int NH, int NG, int HS,
                                          const int32_t *segments)
 {
     size_t no = (size_t)B * T * NH * HS, nq = (size_t)B * T * NG * (NH / NG + 2) * HS;
-    float *w = wide_buffer(no + 2 * nq); /* the output, qkv, then dqkv */
+    float *w = wide_buffer(2 * no + 2 * nq); /* the output, qkv, dqkv, then dout */
     if (!w)
         return;
     const float *o = widened_at(out16, no, w, 0), *qkv = widened_at(qkv16, nq, w, no);
     float *dqkv = w + no + nq;
+    const float *dout = widened_at(dout16, no, w, no + 2 * nq);
     table->attention_gqa_backward(s, dqkv, scratch, dout, qkv, o, lse, alibi, B, T, NH, NG, HS,
                                   segments);
     cpu_bf16_narrow(dqkv16, dqkv, nq);

@@ -139,9 +139,9 @@ void cu_attention_forward_qkv16(tr_stream s, uint16_t *out16, float *lse, const 
                                 const float *alibi, int B, int T, int NH, int NG, int HS,
                                 const int32_t *segments);
 void cu_attention_backward_qkv16(tr_stream s, uint16_t *dqkv16, float *scratch,
-                                 const float *dout, const uint16_t *qkv16, const uint16_t *out16,
-                                 const float *lse, const float *alibi, int B, int T, int NH,
-                                 int NG, int HS, const int32_t *segments);
+                                 const uint16_t *dout16, const uint16_t *qkv16,
+                                 const uint16_t *out16, const float *lse, const float *alibi,
+                                 int B, int T, int NH, int NG, int HS, const int32_t *segments);
 void cu_attention_gqa_decode_fp32(tr_stream s, float *out, float *kcache, float *vcache,
                                   float *scores, const float *qkv, const float *alibi, int B,
                                   int n, int past, int max_T, int NH, int NG, int HS);
@@ -242,16 +242,16 @@ void cu_xent_loss_backward(tr_stream s, float *losses, float *dlogits, const flo
  * launched) where it does not take the call: a head size other than 16, 32, 64, 128, a tensor
  * not 16-byte aligned, or TRIDENT_CUDA_ATTENTION=wmma. Shapes as kernels.h's attention_gqa_*;
  * both read qkv, or qkv16 (bf16; qkv NULL, and then the forward's out16 is set and the
- * backward writes dqkv16, bf16, in place of dqkv); the forward
+ * backward reads dout16 and writes dqkv16, bf16, in place of dout and dqkv); the forward
  * writes out, or out16 (bf16) where set; the backward takes flash.cu's fa_prepare
  * results: Drow (B, NH, T) = rowsum(dout * out) and starts (B, T), each row's segment start. */
 int cu_flash_mma_forward(cudaStream_t st, float *out, uint16_t *out16, float *lse,
                          const float *qkv, const uint16_t *qkv16, const float *alibi, int B,
                          int T, int NH, int NG, int HS, const int32_t *segments);
 int cu_flash_mma_backward(cudaStream_t st, float *dqkv, uint16_t *dqkv16, const float *Drow,
-                          const int32_t *starts, const float *dout, const float *qkv,
-                          const uint16_t *qkv16, const float *lse, const float *alibi, int B,
-                          int T, int NH, int NG, int HS);
+                          const int32_t *starts, const float *dout, const uint16_t *dout16,
+                          const float *qkv, const uint16_t *qkv16, const float *lse,
+                          const float *alibi, int B, int T, int NH, int NG, int HS);
 /* the same on the head's bf16-storage logits (kernels.h's xent_stats16, xent_loss_backward16) */
 void cu_xent_stats16(tr_stream s, float *maxv, float *sumexp, float *picked,
                      const uint16_t *logits16, const int32_t *targets, int N, int V, int n_valid,

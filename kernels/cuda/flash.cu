@@ -116,8 +116,9 @@ __global__ void __launch_bounds__(FA_THREADS) fa_forward(fa_args a, int DP)
 }
 
 // ---------------------------------------------------------------- backward
-// D[bh, t] = dO . O (one warp per row), and each row's segment start (h == 0's warps).
-template <typename O> __global__ void fa_prepare(fa_args a)
+// D[bh, t] = dO . O (one warp per row), and each row's segment start (h == 0's warps); O: the
+// output's storage, Q: dO's (qkv's)
+template <typename O, typename Q> __global__ void fa_prepare(fa_args a)
 {
     int r = blockIdx.x * FA_WARPS + threadIdx.x / 32, lane = threadIdx.x % 32;
     if (r >= a.B * a.NH * a.T)
@@ -126,9 +127,10 @@ template <typename O> __global__ void fa_prepare(fa_args a)
     size_t at = ((size_t)b * a.T + t) * a.C + (size_t)h * a.HS;
     const O *o = reinterpret_cast<const O *>(sizeof(O) == 2 ? (const void *)a.out16_c
                                                             : (const void *)a.out_c);
+    const Q *dout = dout_of(a, (const Q *)nullptr);
     float s = 0.0f;
     for (int d = lane; d < a.HS; d += 32)
-        s += a.dout[at + d] * get(o + at + d);
+        s += get(dout + at + d) * get(o + at + d);
     s = tr_cu_warp_sum(s);
     if (lane == 0) {
         a.D[r] = s;
@@ -184,7 +186,7 @@ __global__ void __launch_bounds__(FA_THREADS) fa_backward_kv(fa_args a, int DP)
         dK[idx] = dV[idx] = 0.0f;
     for (int i = 0; i < a.R; i++) {
         int h = g * a.R + i, bh = b * a.NH + h;
-        const float *dO = a.dout + (size_t)b * T * a.C + (size_t)h * a.HS;
+        const Q *dO = dout_of(a, (const Q *)nullptr) + (size_t)b * T * a.C + (size_t)h * a.HS;
         for (int qt = c; qt < tiles; qt++) {
             int r0 = qt * TILE, rows = min(TILE, T - r0);
             if (starts[r0] >= c0 + cols)
@@ -238,8 +240,9 @@ __global__ void __launch_bounds__(FA_THREADS) fa_backward_q(fa_args a, int DP)
     const Q *base = qkv_of(a, (const Q *)nullptr) + (size_t)b * T * a.C3;
     const int *starts = seg_starts(a) + (size_t)b * T;
     load_tile<Tin, TILE>(Qs, base + q_off(a, h), a.C3, r0, rows, a.HS, DP);
-    load_tile<Tin, TILE>(dOs, a.dout + (size_t)b * T * a.C + (size_t)h * a.HS, a.C, r0, rows,
-                         a.HS, DP);
+    load_tile<Tin, TILE>(dOs, dout_of(a, (const Q *)nullptr) + (size_t)b * T * a.C +
+                                  (size_t)h * a.HS,
+                         a.C, r0, rows, a.HS, DP);
     for (int idx = threadIdx.x; idx < TILE * DP; idx += FA_THREADS)
         dQ[idx] = 0.0f;
     for (int r = threadIdx.x; r < TILE; r += FA_THREADS) {
@@ -331,6 +334,14 @@ template <typename Q> const uint16_t *b16_in(const fa_args &a)
 {
     return sizeof(Q) == 2 ? a.qkv16 : nullptr;
 }
+template <typename Q> const float *f32_dout(const fa_args &a)
+{
+    return sizeof(Q) == 4 ? a.dout : 0;
+}
+template <typename Q> const uint16_t *b16_dout(const fa_args &a)
+{
+    return sizeof(Q) == 2 ? a.dout16 : 0;
+}
 template <typename Q> float *f32_grad(const fa_args &a) { return sizeof(Q) == 4 ? a.dqkv : 0; }
 template <typename Q> uint16_t *b16_grad(const fa_args &a)
 {
@@ -379,13 +390,13 @@ void backward(tr_stream s, const fa_args &a)
         return;
     cudaStream_t st = cu_stream(s);
     int rows = a.B * a.NH * a.T;
-    fa_prepare<O><<<(rows + FA_WARPS - 1) / FA_WARPS, FA_THREADS, 0, st>>>(a);
+    fa_prepare<O, Q><<<(rows + FA_WARPS - 1) / FA_WARPS, FA_THREADS, 0, st>>>(a);
     cu_launched("attention_backward (flash, row sums)");
     const int32_t *starts = reinterpret_cast<const int32_t *>(a.D + (size_t)a.B * a.NH * a.T);
     if (std::is_same<Tin, __nv_bfloat16>::value &&
-        cu_flash_mma_backward(st, f32_grad<Q>(a), b16_grad<Q>(a), a.D, starts, a.dout,
-                              f32_in<Q>(a), b16_in<Q>(a), a.lse_c, a.alibi, a.B, a.T, a.NH, a.NG,
-                              a.HS))
+        cu_flash_mma_backward(st, f32_grad<Q>(a), b16_grad<Q>(a), a.D, starts, f32_dout<Q>(a),
+                              b16_dout<Q>(a), f32_in<Q>(a), b16_in<Q>(a), a.lse_c, a.alibi, a.B,
+                              a.T, a.NH, a.NG, a.HS))
         return;
     int DP = pad16(a.HS), tile = tile_for<Tin>(DP);
     if (tile == 64)
@@ -452,12 +463,12 @@ void cu_attention_forward_qkv16(tr_stream s, uint16_t *out16, float *lse, const 
 }
 
 void cu_attention_backward_qkv16(tr_stream s, uint16_t *dqkv16, float *scratch,
-                                 const float *dout, const uint16_t *qkv16, const uint16_t *out16,
-                                 const float *lse, const float *alibi, int B, int T, int NH,
-                                 int NG, int HS, const int32_t *segments)
+                                 const uint16_t *dout16, const uint16_t *qkv16,
+                                 const uint16_t *out16, const float *lse, const float *alibi,
+                                 int B, int T, int NH, int NG, int HS, const int32_t *segments)
 {
     fa_args a = make_args(B, T, NH, NG, HS, alibi, segments);
-    a.dqkv16 = dqkv16, a.D = scratch, a.dout = dout, a.qkv16 = qkv16, a.out16_c = out16;
+    a.dqkv16 = dqkv16, a.D = scratch, a.dout16 = dout16, a.qkv16 = qkv16, a.out16_c = out16;
     a.lse_c = lse;
     backward<__nv_bfloat16, uint16_t, uint16_t>(s, a);
 }

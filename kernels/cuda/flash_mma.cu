@@ -99,16 +99,17 @@ int cu_flash_mma_forward(cudaStream_t st, float *out, uint16_t *out16, float *ls
 }
 
 int cu_flash_mma_backward(cudaStream_t st, float *dqkv, uint16_t *dqkv16, const float *Drow,
-                          const int32_t *starts, const float *dout, const float *qkv,
-                          const uint16_t *qkv16, const float *lse, const float *alibi, int B,
-                          int T, int NH, int NG, int HS)
+                          const int32_t *starts, const float *dout, const uint16_t *dout16,
+                          const float *qkv, const uint16_t *qkv16, const float *lse,
+                          const float *alibi, int B, int T, int NH, int NG, int HS)
 {
     uintptr_t p = (uintptr_t)dqkv | (uintptr_t)dqkv16 | (uintptr_t)dout | (uintptr_t)qkv;
-    if (!takes(HS, p | (uintptr_t)qkv16))
+    if (!takes(HS, p | (uintptr_t)qkv16 | (uintptr_t)dout16))
         return 0;
     fm::args m = fm::make_args(B, T, NH, NG, HS, alibi);
-    m.Drow = Drow, m.starts = starts, m.dout = dout, m.lse_in = lse;
-    qkv16 ? (void)(m.qkv16 = qkv16, m.dqkv16 = dqkv16) : (void)(m.qkv = qkv, m.dqkv = dqkv);
+    m.Drow = Drow, m.starts = starts, m.lse_in = lse;
+    qkv16 ? (void)(m.qkv16 = qkv16, m.dqkv16 = dqkv16, m.dout16 = dout16)
+          : (void)(m.qkv = qkv, m.dqkv = dqkv, m.dout = dout);
     run(st, m, HS, false, qkv16 != nullptr);
     return 1;
 }

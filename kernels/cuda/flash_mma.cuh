@@ -51,7 +51,8 @@ constexpr int PAD = 8;  // halves past each shared row: conflict-free fragment l
 
 struct args {
     union { const float *qkv; const uint16_t *qkv16; }; // the kernels' Q: the input's storage
-    const float *dout, *alibi, *lse_in, *Drow;
+    union { const float *dout; const uint16_t *dout16; }; // the backward's: Q's storage too
+    const float *alibi, *lse_in, *Drow;
     const int32_t *seg, *starts;
     float *out, *lse;
     union { float *dqkv; uint16_t *dqkv16; }; // the backward's Q
@@ -230,6 +231,8 @@ FM_DEV const float *in_of(const args &a, const float *) { return a.qkv; }
 FM_DEV const uint16_t *in_of(const args &a, const uint16_t *) { return a.qkv16; }
 FM_DEV float *grad_of(const args &a, const float *) { return a.dqkv; }
 FM_DEV uint16_t *grad_of(const args &a, const uint16_t *) { return a.dqkv16; }
+FM_DEV const float *dout_of(const args &a, const float *) { return a.dout; }
+FM_DEV const uint16_t *dout_of(const args &a, const uint16_t *) { return a.dout16; }
 
 // The forward's output: columns c, c + 1 of a row, fp32 or rounded to bf16 (one 32-bit store).
 FM_DEV float *out_of(const args &a, float *) { return a.out; }
@@ -321,7 +324,8 @@ template <int D, typename O = float, typename Q = float> FM_KERNEL forward(args 
 }
 
 // ---------------------------------------------------------------- backward
-// dK, dV of key tile fm_bidx() of (batch, group) fm_bidy(); Q: qkv's storage and dqkv's.
+// dK, dV of key tile fm_bidx() of (batch, group) fm_bidy(); Q: qkv's storage, dqkv's and
+// dout's.
 template <int D, typename Q = float> FM_KERNEL backward_kv(args a)
 {
     constexpr int BQ = bq_for(D), LD = D + PAD, LQ = BQ + PAD;
@@ -344,7 +348,7 @@ template <int D, typename Q = float> FM_KERNEL backward_kv(args a)
     for (int r = 0; r < a.R; r++) {
         int h = g * a.R + r, bh = b * a.NH + h;
         float slope = a.alibi ? a.alibi[h] : 0.0f;
-        const float *dO = a.dout + (size_t)b * T * a.C + (size_t)h * D;
+        const Q *dO = dout_of(a, (const Q *)nullptr) + (size_t)b * T * a.C + (size_t)h * D;
         for (int q0 = c0; q0 < T; q0 += BQ) {
             int rows = fm_min(BQ, T - q0);
             if (starts[q0] >= c0 + cols)
@@ -389,8 +393,8 @@ template <int D, typename Q = float> FM_KERNEL backward_kv(args a)
     }
 }
 
-// dQ of query tile (from the last) fm_bidx() of (batch, head) fm_bidy(); Q: qkv's and dqkv's
-// storage.
+// dQ of query tile (from the last) fm_bidx() of (batch, head) fm_bidy(); Q: qkv's, dqkv's and
+// dout's storage.
 template <int D, typename Q = float> FM_KERNEL backward_q(args a)
 {
     constexpr int LD = D + PAD, LT = BN + PAD;
@@ -402,7 +406,8 @@ template <int D, typename Q = float> FM_KERNEL backward_q(args a)
     const Q *base = in_of(a, (const Q *)nullptr) + (size_t)b * T * a.C3;
     const int32_t *starts = a.starts + (size_t)b * T;
     load_tile<D, BM>(Qs, nullptr, base + q_off(a, h, D), a.C3, r0, rows);
-    load_tile<D, BM>(dOs, nullptr, a.dout + (size_t)b * T * a.C + (size_t)h * D, a.C, r0, rows);
+    const Q *dO = dout_of(a, (const Q *)nullptr) + (size_t)b * T * a.C + (size_t)h * D;
+    load_tile<D, BM>(dOs, nullptr, dO, a.C, r0, rows);
 
     int w = fm_tid() / 32, lane = fm_tid() & 31, gq = lane >> 2, tq = lane & 3;
     int row[2] = {16 * w + gq, 16 * w + gq + 8};

@@ -25,7 +25,7 @@ constexpr int FA_MAX_HS = 256;
 // pointer either way (a larger struct made ptxas spill in fa_backward_kv<bf16, 32>).
 struct fa_args {
     union { const float *qkv; const uint16_t *qkv16; }; // the kernels' Q
-    const float *dout;
+    union { const float *dout; const uint16_t *dout16; }; // the backward's: Q's storage
     union { const float *out_c; const uint16_t *out16_c; }; // the backward's
     const float *lse_c, *alibi;
     const int32_t *seg;
@@ -75,6 +75,11 @@ __device__ __forceinline__ const float *qkv_of(const fa_args &a, const float *) 
 __device__ __forceinline__ const uint16_t *qkv_of(const fa_args &a, const uint16_t *)
 {
     return a.qkv16;
+}
+__device__ __forceinline__ const float *dout_of(const fa_args &a, const float *) { return a.dout; }
+__device__ __forceinline__ const uint16_t *dout_of(const fa_args &a, const uint16_t *)
+{
+    return a.dout16;
 }
 __device__ __forceinline__ float *dqkv_of(const fa_args &a, const float *) { return a.dqkv; }
 __device__ __forceinline__ uint16_t *dqkv_of(const fa_args &a, const uint16_t *)

@@ -79,12 +79,12 @@ int emu_flash_forward_qkv16(uint16_t *out16, float *lse, const uint16_t *qkv16,
 }
 
 int emu_flash_backward_qkv16(uint16_t *dqkv16, const float *Drow, const int32_t *starts,
-                             const float *dout, const uint16_t *qkv16, const float *lse,
+                             const uint16_t *dout16, const uint16_t *qkv16, const float *lse,
                              const float *alibi, int B, int T, int NH, int NG, int HS)
 {
     fm::args a = fm::make_args(B, T, NH, NG, HS, alibi);
-    a.dqkv16 = dqkv16, a.Drow = Drow, a.starts = starts, a.dout = dout, a.qkv16 = qkv16;
+    a.dqkv16 = dqkv16, a.Drow = Drow, a.starts = starts, a.dout16 = dout16, a.qkv16 = qkv16;
     a.lse_in = lse;
-    emu::readable = {{qkv16, (size_t)B * T * a.C3 * 2}, {dout, (size_t)B * T * a.C * 4}};
+    emu::readable = {{qkv16, (size_t)B * T * a.C3 * 2}, {dout16, (size_t)B * T * a.C * 2}};
     return by_head_size(HS, [&a](auto d) { run_backward<decltype(d)::value, uint16_t>(a); });
 }

@@ -5,8 +5,9 @@
  * starts (B, T), the first position of each row's segment (zeros without segments).
  * emu_flash_forward16 writes the output in bf16 storage (out16, kernels.h's
  * attention_gqa_forward16); the *_qkv16 pair reads qkv in bf16 storage (qkv16, kernels.h's
- * attention_forward_qkv16 / _backward_qkv16), the backward writing dqkv16 (bf16). Return 1, or 0 (nothing done) for a head size the kernels are not
- * built for (they take 16, 32, 64, 128). */
+ * attention_forward_qkv16 / _backward_qkv16), the backward reading dout16 and writing dqkv16
+ * (bf16). Return 1, or 0 (nothing done) for a head size the kernels are not built for (they
+ * take 16, 32, 64, 128). */
 #ifndef TR_TESTS_CUDA_FLASH_EMU_H
 #define TR_TESTS_CUDA_FLASH_EMU_H
 
@@ -23,7 +24,7 @@ int emu_flash_forward_qkv16(uint16_t *out16, float *lse, const uint16_t *qkv16,
                             const float *alibi, int B, int T, int NH, int NG, int HS,
                             const int32_t *segments);
 int emu_flash_backward_qkv16(uint16_t *dqkv16, const float *Drow, const int32_t *starts,
-                             const float *dout, const uint16_t *qkv16, const float *lse,
+                             const uint16_t *dout16, const uint16_t *qkv16, const float *lse,
                              const float *alibi, int B, int T, int NH, int NG, int HS);
 
 #endif

@@ -289,9 +289,10 @@ static void test_attention16(int B, int T, int NH, int NG, int HS, int alibi)
     free(qkv), free(dout), free(sl), free(lse), free(dq), free(scr), free(o16);
 }
 
-/* qkv and dqkv in bf16 storage too (kernels.h's attention_forward_qkv16 / _backward_qkv16, one
- * pair for both layouts) against "cpu-bf16"'s: out16, lse, and dqkv16 from the same bf16 output
- * and lse on both sides. HS 64 runs flash_mma.cuh, HS 48 flash.cu's wmma kernels. */
+/* qkv, dqkv and the output's gradient in bf16 storage too (kernels.h's attention_forward_qkv16
+ * / _backward_qkv16, one pair for both layouts) against "cpu-bf16"'s: out16, lse, and dqkv16
+ * from the same bf16 output and lse on both sides. HS 64 runs flash_mma.cuh, HS 48 flash.cu's
+ * wmma kernels. */
 static void test_attention_qkv16(int B, int T, int NH, int NG, int HS, int alibi)
 {
     char what[112];
@@ -301,12 +302,14 @@ static void test_attention_qkv16(int B, int T, int NH, int NG, int HS, int alibi
     float *lse = malloc(nl * 4), *scr = malloc(ns * 4);
     const float *al = alibi ? sl : NULL;
     uint16_t *q16 = narrow(qkv, nq), *o16 = malloc(no * 2), *dq16 = malloc(nq * 2);
+    uint16_t *d16 = narrow(dout, no); /* the output's gradient in bf16 too */
     uint16_t *gq16 = dev(BF16, q16, nq * 2), *go = dev(BF16, NULL, no * 2);
-    float *gdout = dev(BF16, dout, no * 4), *glse = dev(BF16, NULL, nl * 4);
+    uint16_t *gdout = dev(BF16, d16, no * 2);
+    float *glse = dev(BF16, NULL, nl * 4);
     float *gsl = alibi ? dev(BF16, sl, (size_t)NH * 4) : NULL, *gscr = dev(BF16, NULL, ns * 4);
     uint16_t *gdq = dev(BF16, NULL, nq * 2);
     TWIN->attention_forward_qkv16(NULL, o16, lse, q16, al, B, T, NH, NG, HS, NULL);
-    TWIN->attention_backward_qkv16(NULL, dq16, scr, dout, q16, o16, lse, al, B, T, NH, NG, HS,
+    TWIN->attention_backward_qkv16(NULL, dq16, scr, d16, q16, o16, lse, al, B, T, NH, NG, HS,
                                    NULL);
     BF16->attention_forward_qkv16(NULL, go, glse, gq16, gsl, B, T, NH, NG, HS, NULL);
     float *want = widen(o16, no);
@@ -327,6 +330,7 @@ static void test_attention_qkv16(int B, int T, int NH, int NG, int HS, int alibi
     if (gsl)
         BF16->free(gsl);
     free(qkv), free(dout), free(sl), free(lse), free(dq16), free(scr), free(q16), free(o16);
+    free(d16);
 }
 
 int main(int argc, char **argv)

@@ -117,8 +117,9 @@ static void same_bits(const char *what, const void *got, const void *want, size_
     }
 }
 
-/* qkv and dqkv in bf16 storage too (kernels.h's attention_forward_qkv16 / _backward_qkv16): the
- * kernels reading qkv16 against the same kernels reading its values in fp32 (the same bits:
+/* qkv, dqkv and dout in bf16 storage too (kernels.h's attention_forward_qkv16 /
+ * _backward_qkv16): the kernels reading qkv16 and dout16 against the same kernels reading
+ * their values in fp32 (the same bits:
  * their loads widen what the fp32 path rounds, exactly; dqkv16 is the fp32 path's dqkv
  * rounded), and against "cpu-bf16"'s ops (the backward on each side from its own bf16 output
  * and lse, as test_out16's). */
@@ -152,11 +153,15 @@ static void test_qkv16(const float *qkv, const float *dout, const float *al, con
     uint16_t *dq16 = malloc(nq * 2), *edq16 = malloc(nq * 2), *fdq16 = malloc(nq * 2);
     float *dq = malloc(nq * 4), *edq = malloc(nq * 4), *fdq = malloc(nq * 4);
     float *Drow = malloc(nl * 4), *scr = malloc((size_t)B * (NH + 1) * T * 4);
-    twin->attention_backward_qkv16(NULL, dq16, scr, dout, q16, o16, lse, al, B, T, NH, NG, HS,
+    uint16_t *d16 = malloc(no * 2); /* the output's gradient in bf16 too, and its values */
+    float *dr = malloc(no * 4);
+    for (size_t i = 0; i < no; i++)
+        d16[i] = bf16_from_f32(dout[i]), dr[i] = bf16_to_f32(d16[i]);
+    twin->attention_backward_qkv16(NULL, dq16, scr, d16, q16, o16, lse, al, B, T, NH, NG, HS,
                                    seg);
-    row_sums(Drow, dout, eo, B, T, NH, HS);
-    emu_flash_backward_qkv16(edq16, Drow, starts, dout, q16, lse_e, al, B, T, NH, NG, HS);
-    emu_flash_backward(fdq, Drow, starts, dout, qr, lse_e, al, B, T, NH, NG, HS);
+    row_sums(Drow, dr, eo, B, T, NH, HS);
+    emu_flash_backward_qkv16(edq16, Drow, starts, d16, q16, lse_e, al, B, T, NH, NG, HS);
+    emu_flash_backward(fdq, Drow, starts, dr, qr, lse_e, al, B, T, NH, NG, HS);
     for (size_t i = 0; i < nq; i++)
         fdq16[i] = bf16_from_f32(fdq[i]), dq[i] = bf16_to_f32(dq16[i]),
         edq[i] = bf16_to_f32(edq16[i]);
@@ -166,7 +171,7 @@ static void test_qkv16(const float *qkv, const float *dout, const float *al, con
     compare(what, edq, dq, nq);
     free(q16), free(o16), free(eo16), free(fo16), free(qr), free(lse), free(lse_e), free(lse_f);
     free(o), free(eo), free(dq), free(edq), free(fdq), free(Drow), free(scr);
-    free(dq16), free(edq16), free(fdq16);
+    free(dq16), free(edq16), free(fdq16), free(d16), free(dr);
 }
 
 /* out16: 0, 1 (test_out16 too), 2 (and its backward); | 4: test_qkv16 too */
