@@ -24,15 +24,23 @@ static double gemm_b_of(const tr_plan_cluster *c, double m, double n, double k, 
     return tr_plan_gemm_s(c, m, k, n, 1) + (frozen ? 0 : tr_plan_gemm_s(c, k, n, m, 1));
 }
 
-/* one GEMM's FLOPs (the flat model divides them by its rate) */
-static double gemm_flops(const tr_plan_cluster *c, double m, double n, double k)
+/* one GEMM's FLOPs (the flat model divides them by its rate); one GEMM's time by the shape
+ * model (Megatron's kernels add onto an output at no extra cost here) */
+static double gemm_flops(const tr_plan_cluster *c, double m, double n, double k, int acc)
 {
-    (void)c;
+    (void)c, (void)acc;
     return 2 * m * n * k;
 }
 
+static double gemm_acc_s(const tr_plan_cluster *c, double m, double n, double k, int acc)
+{
+    (void)acc;
+    return tr_plan_gemm_s(c, m, n, k, 1);
+}
+
 void plan_lora_cost(const plan_cost_ctx *x, double T,
-                    double (*gemm_s)(const tr_plan_cluster *c, double M, double N, double K),
+                    double (*gemm_s)(const tr_plan_cluster *c, double M, double N, double K,
+                                     int accumulate),
                     double *fwd, double *bwd)
 {
     const tr_plan_cluster *c = x->c;
@@ -44,10 +52,10 @@ void plan_lora_cost(const plan_cost_ctx *x, double T,
     for (int k = 0; plan_lora(x) && k < 4; k++) {
         if (!plan_lora_target(x->ft, k))
             continue;
-        *fwd += gemm_s(c, T, r, in[k]) + gemm_s(c, T, out[k], r);
-        /* dX and dW of both factors: d(x A^T) = dy B, dB, dx += d(x A^T) A, dA */
-        *bwd += gemm_s(c, T, r, out[k]) + gemm_s(c, out[k], r, T) + gemm_s(c, T, in[k], r) +
-                gemm_s(c, r, in[k], T);
+        *fwd += gemm_s(c, T, r, in[k], 0) + gemm_s(c, T, out[k], r, 1);
+        /* dX and dW of both factors: d(x A^T) = dy B, dB +=, dx += d(x A^T) A, dA += */
+        *bwd += gemm_s(c, T, r, out[k], 0) + gemm_s(c, out[k], r, T, 1) +
+                gemm_s(c, T, in[k], r, 1) + gemm_s(c, r, in[k], T, 1);
     }
 }
 
@@ -101,7 +109,7 @@ void plan_layer_cost(const plan_cost_ctx *x, plan_cost *o)
     double lin_b = gemm_b_of(c, T, qkv / t, h, frozen) + gemm_b_of(c, T, h, h / t, frozen) +
                    gemm_b_of(c, T, fc / t, h, frozen) + gemm_b_of(c, T, h, F / t, frozen);
     double ad_f, ad_b;
-    plan_lora_cost(x, T, gemm_f, &ad_f, &ad_b);
+    plan_lora_cost(x, T, gemm_acc_s, &ad_f, &ad_b);
     lin_f += ad_f, lin_b += ad_b;
     /* scores = Q K^T (s x s, K = d), context = P V (s x d, K = s), per head */
     double att_gemm_f = tr_plan_gemm_s(c, s, s, d, heads) + tr_plan_gemm_s(c, s, d, s, heads);
@@ -117,7 +125,7 @@ void plan_layer_cost(const plan_cost_ctx *x, plan_cost *o)
     double el_b = 2 * tr_plan_stream_s(c, 3 * R) + 2 * tr_plan_stream_s(c, 3 * R + mask) +
                   tr_plan_stream_s(c, 3 * I) +
                   tr_plan_stream_s(c, (qkv + fc) * T / t * e + 2 * R);
-    if (!L->grad_accum_fused) /* dW written in 16 bits, then added into the fp32 buffer */
+    if (!L->grad_accum_fused && !frozen) /* dW in 16 bits, then added into the fp32 buffer */
         el_b += tr_plan_stream_s(c, 10.0 * ((qkv + h + fc + F) * h / t));
     o->f[TR_PLAN_PART_GEMM] = lin_f;
     o->f[TR_PLAN_PART_ATTENTION] = att_gemm_f + att_el_f;
@@ -147,8 +155,9 @@ void plan_embedding_cost(const plan_cost_ctx *x, plan_cost *o)
      * gradients of both tables */
     o->f[TR_PLAN_PART_EMBEDDING] = tr_plan_stream_s(x->c, 2 * A) + tr_plan_stream_s(x->c, 3 * A) +
                                    (L->dropout ? tr_plan_stream_s(x->c, 2 * A + T * h) : 0);
-    o->b[TR_PLAN_PART_EMBEDDING] = 2 * tr_plan_stream_s(x->c, A + 8 * T * h);
-    if (!L->grad_accum_fused)
+    /* (LoRA: the tables frozen, no backward) */
+    o->b[TR_PLAN_PART_EMBEDDING] = plan_lora(x) ? 0 : 2 * tr_plan_stream_s(x->c, A + 8 * T * h);
+    if (!L->grad_accum_fused && !plan_lora(x))
         o->b[TR_PLAN_PART_EMBEDDING] += tr_plan_stream_s(x->c, 10.0 * x->vocab_padded * h / L->tp);
 }
 
@@ -181,7 +190,9 @@ void plan_output_cost(const plan_cost_ctx *x, plan_cost *o)
                                 tr_plan_stream_s(c, 4 * T * V);
     o->b[TR_PLAN_PART_OUTPUT] = tr_plan_stream_s(c, 3 * R) + gemm_b_of(c, T, V, h, plan_lora(x)) +
                                 tr_plan_stream_s(c, 8 * T * V) +
-                                (L->grad_accum_fused ? 0 : tr_plan_stream_s(c, 10.0 * V * h));
+                                (L->grad_accum_fused || plan_lora(x)
+                                     ? 0
+                                     : tr_plan_stream_s(c, 10.0 * V * h));
     o->f[TR_PLAN_PART_TP] += ce_ar;
 }
 

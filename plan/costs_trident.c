@@ -90,10 +90,10 @@ static double linear_b(const tr_plan_cluster *c, double T, double n, double k)
     return plan_trident_gemm_s(c, T, k, n, 0) + plan_trident_gemm_s(c, n, k, T, 1);
 }
 
-/* one bf16-mode GEMM on fp32 operands, not accumulating (plan_lora_cost's adapters) */
-static double gemm3_s(const tr_plan_cluster *c, double m, double n, double k)
+/* one bf16-mode GEMM on fp32 operands (plan_lora_cost's adapters) */
+static double adapter_gemm_s(const tr_plan_cluster *c, double m, double n, double k, int acc)
 {
-    return plan_trident_gemm_s(c, m, n, k, 0);
+    return plan_trident_gemm_s(c, m, n, k, acc);
 }
 
 void plan_layer_cost_trident(const plan_cost_ctx *x, plan_cost *o)
@@ -176,7 +176,7 @@ void plan_layer_cost_trident(const plan_cost_ctx *x, plan_cost *o)
                    tr_plan_stream_s(c, 2 * dln16) - tr_plan_stream_s(c, 2 * dat16);
     if (lora) { /* the frozen base: each linear's input gradient alone; the adapters */
         double ad_f, ad_b;
-        plan_lora_cost(x, T, gemm3_s, &ad_f, &ad_b);
+        plan_lora_cost(x, T, adapter_gemm_s, &ad_f, &ad_b);
         lin_f += ad_f;
         lin_b = plan_trident_gemm_s(c, T, h, qkv / t, 0) + plan_trident_gemm_s(c, T, h / t, h, 0) +
                 plan_trident_gemm_s(c, T, h, fc / t, 0) + plan_trident_gemm_s(c, T, F / t, h, 0) +
@@ -211,6 +211,12 @@ void plan_layer_cost_trident(const plan_cost_ctx *x, plan_cost *o)
     o->b[TR_PLAN_PART_GEMM] = lin_b;
     o->f[TR_PLAN_PART_ATTENTION] = att_f;
     o->b[TR_PLAN_PART_ATTENTION] = att_b;
+    if (lora) { /* (tp/linear.c's adapter paths: the row-parallel two copy the residual and add
+                 * their bias after the GEMM, each a read and a write; the frozen linears' bias
+                 * gradients sum their fp32 output gradient apart) */
+        el_f += 2 * 4 * R;
+        el_b += 4 * T * (qkv / t + fc / t) + 2 * R;
+    }
     o->f[TR_PLAN_PART_ELEMENTWISE] = tr_plan_stream_s(c, el_f);
     o->b[TR_PLAN_PART_ELEMENTWISE] = tr_plan_stream_s(c, el_b);
     if (L->recompute == TR_PLAN_RECOMPUTE_FULL) {

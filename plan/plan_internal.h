@@ -161,9 +161,12 @@ static inline int plan_lora(const plan_cost_ctx *x) { return x->ft && x->ft->lor
 int plan_lora_target(const tr_finetune_config *ft, int k);
 /* The adapters of one layer on T rows (forward, backward: their GEMMs, both factors trained),
  * each target's linear (in -> out, column- or row-parallel over t) with x A^T (T x r) then
- * (x A^T) B^T (T x out); gemm_s(c, M, N, K) times one GEMM (costs.c, costs_trident.c). */
+ * (x A^T) B^T (T x out) added onto the output; gemm_s(c, M, N, K, accumulate) times one GEMM
+ * (costs.c, costs_trident.c), accumulate where it adds onto its output (tp/linear.c's
+ * lora_forward and lora_backward: y, dx, dA, dB). */
 void plan_lora_cost(const plan_cost_ctx *x, double T,
-                    double (*gemm_s)(const tr_plan_cluster *c, double M, double N, double K),
+                    double (*gemm_s)(const tr_plan_cluster *c, double M, double N, double K,
+                                     int accumulate),
                     double *fwd, double *bwd);
 
 static inline void plan_cost_clear(plan_cost *o)

@@ -81,8 +81,9 @@ TR_MUST_CHECK int tr_cuda_mem_info(size_t *free_bytes, size_t *total_bytes);
  * scratch). */
 size_t tr_cuda_workspace_bytes(void);
 /* GEMMs that ran with a cuBLASLt epilogue beyond the bias (the GELU ones of kernels.h's
- * linear_gelu_forward16 / linear_backward_gelu16), and those it refused (the op's fallback
- * did the work), since the process started: the tests' proof that the epilogue ran. */
+ * linear_gelu_forward16 / linear_backward_gelu16, and BGRADB's bias gradient of a bf16 dy16
+ * in linear_backward), and those it refused (the op's fallback did the work), since the
+ * process started: the tests' proof that the epilogue ran. */
 void tr_cuda_epilogue_counts(long *ran, long *refused);
 
 /* Pure: the device for a process whose local rank is given as text (the value of the

@@ -59,7 +59,7 @@ static struct {
     plan *plans;
     int n_plans;
     int fast; /* TRIDENT_CUDA_GEMM=fast: BF16 mode uses 32F_FAST_16BF instead of staging */
-    long epi_ran, epi_refused; /* GELU-epilogue GEMMs run, refused (tr_cuda_epilogue_counts) */
+    long epi_ran, epi_refused; /* GELU / BGRADB GEMMs run, refused (tr_cuda_epilogue_counts) */
 } G = {.mu = PTHREAD_MUTEX_INITIALIZER};
 
 int cu_gemm_init(size_t staging_bytes)
@@ -260,8 +260,9 @@ static void describe(char *buf, size_t n, const plan_key *k)
     snprintf(buf, n, "gemm (mode %d, ta %d, tb %d, M %d, N %d, K %d, lda %d, ldb %d, ldc %d, "
                      "batch %d, alignment %d/%d/%d%s%s%s)",
              k->mode, k->ta, k->tb, k->M, k->N, k->K, k->lda, k->ldb, k->ldc, k->batch, k->alA,
-             k->alB, k->alC, k->out16 ? ", bf16 output" : "", k->bias ? ", bias epilogue" : "",
-             k->gelu ? ", GELU epilogue" : "");
+             k->alB, k->alC, k->out16 ? ", bf16 output" : "",
+             k->gelu == CU_BGRADB ? ", BGRADB epilogue" : k->bias ? ", bias epilogue" : "",
+             k->gelu && k->gelu != CU_BGRADB ? ", GELU epilogue" : "");
 }
 
 /* One cuBLASLt call on operands already in the mode's element type, C fp32 or (out16) bf16:

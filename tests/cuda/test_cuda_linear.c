@@ -143,8 +143,8 @@ void test_linear_backward_dy16_db(int N, int IC, int OC, int x_bf16)
     /* within the staging db came with dW, in its BGRADB epilogue (the fallback pass gives the
      * same values: only the counts tell) */
     tr_cuda_epilogue_counts(&ran1, &refused1);
-    if (!getenv("TRIDENT_CUDA_STAGING_MIB")) {
-        checks++;
+    if (!getenv("TRIDENT_CUDA_STAGING_MIB") && OC % 8 == 0 && IC % 8 == 0) {
+        checks++; /* (other widths: cuBLASLt may have no BGRADB kernel; the fallback did it) */
         if (ran1 - ran0 >= 1 && refused1 == refused0) {
             printf("ok   the bias gradient's BGRADB epilogue ran\n");
         } else {
