@@ -65,8 +65,9 @@ typedef struct tr_kernels {
      * mode converts dy to bf16 once for both GEMMs and sums db in that same pass; dy16's
      * column sums in the weight gradient's GEMM, cuBLASLt's BGRADB epilogue, or a pass of
      * their own). dx16: dx stored bf16 instead
-     * (dx NULL: fc_proj's input gradient, which gelu_backward16 reads; with dy16 QKV's and fc's
-     * at TP 1, which layernorm_backward16 reads), equal to dx rounded to bf16. */
+     * (dx NULL: fc_proj's input gradient, which gelu_backward16 reads, and the attention
+     * projection's, which attention_backward_qkv16 reads; with dy16 QKV's and fc's at TP 1,
+     * which layernorm_backward16 reads), equal to dx rounded to bf16. */
     void (*linear_backward)(tr_stream s, float *dx, uint16_t *dx16, float *dW, float *db,
                             const float *dy, const uint16_t *dy16, const float *x,
                             const uint16_t *x16, const float *W, int N, int IC, int OC);

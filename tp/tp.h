@@ -218,7 +218,8 @@ TR_MUST_CHECK int tr_tp_row_linear_backward16(const tr_tp *tp, float *dx, float 
                                               const float *W, int N, int ICl, int OC,
                                               float *scratch);
 /* ... with the input gradient stored bf16 (dx16 (N, ICl): fc_proj's, which gelu_backward16
- * reads; the table's linear_backward writes it, kernels.h) */
+ * reads, or the attention projection's, which attention_backward_qkv16 reads; the table's
+ * linear_backward writes it, kernels.h) */
 TR_MUST_CHECK int tr_tp_row_linear_backward16_dx16(const tr_tp *tp, uint16_t *dx16, float *dW,
                                                    float *db, const float *dy,
                                                    const uint16_t *x16, const float *W, int N,

@@ -336,11 +336,11 @@ template <typename Q> const uint16_t *b16_in(const fa_args &a)
 }
 template <typename Q> const float *f32_dout(const fa_args &a)
 {
-    return sizeof(Q) == 4 ? a.dout : 0;
+    return sizeof(Q) == 4 ? a.dout : nullptr;
 }
 template <typename Q> const uint16_t *b16_dout(const fa_args &a)
 {
-    return sizeof(Q) == 2 ? a.dout16 : 0;
+    return sizeof(Q) == 2 ? a.dout16 : nullptr;
 }
 template <typename Q> float *f32_grad(const fa_args &a) { return sizeof(Q) == 4 ? a.dqkv : 0; }
 template <typename Q> uint16_t *b16_grad(const fa_args &a)

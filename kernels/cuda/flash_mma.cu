@@ -104,8 +104,8 @@ int cu_flash_mma_backward(cudaStream_t st, float *dqkv, uint16_t *dqkv16, const 
                           const float *alibi, int B, int T, int NH, int NG, int HS)
 {
     uintptr_t p = (uintptr_t)dqkv | (uintptr_t)dqkv16 | (uintptr_t)dout | (uintptr_t)qkv;
-    if (!takes(HS, p | (uintptr_t)qkv16 | (uintptr_t)dout16))
-        return 0;
+    if (!takes(HS, p | (uintptr_t)qkv16 | (uintptr_t)dout16) || !qkv16 != !dout16)
+        return 0; /* (dout's storage is qkv's) */
     fm::args m = fm::make_args(B, T, NH, NG, HS, alibi);
     m.Drow = Drow, m.starts = starts, m.lse_in = lse;
     qkv16 ? (void)(m.qkv16 = qkv16, m.dqkv16 = dqkv16, m.dout16 = dout16)
