@@ -362,40 +362,33 @@ static tr_kernels profiled(const tr_kernels *k, int Vp)
     p.embedding_forward = p_embedding_forward;
     p.embedding_backward = p_embedding_backward, p.position_forward = p_position_forward;
     p.position_backward = p_position_backward, p.adamw = p_adamw, p.sumsq = p_sumsq;
-    if (k->linear_forward)
-        p.linear_forward = p_linear_forward;
-    if (k->linear_backward)
-        p.linear_backward = p_linear_backward;
-    if (k->gemm_out16)
-        p.gemm_out16 = p_gemm_out16, p.gemm_a16 = p_gemm_a16, p.xent_stats16 = p_xent_stats16,
-        p.xent_loss_backward16 = p_xent_loss_backward16;
-    if (k->gelu_forward16)
-        p.gelu_forward16 = p_gelu_forward16;
-    if (k->gemm_b16)
-        p.gemm_b16 = p_gemm_b16;
-    if (k->layernorm_forward16)
-        p.layernorm_forward16 = p_layernorm_forward16;
-    if (k->rmsnorm_forward16)
-        p.rmsnorm_forward16 = p_rmsnorm_forward16;
-    if (k->gelu_backward16)
-        p.gelu_backward16 = p_gelu_backward16;
-    if (k->attention_forward16)
-        p.attention_forward16 = p_attention_forward16,
-        p.attention_backward16 = p_attention_backward16;
-    if (k->attention_forward_qkv16)
-        p.attention_forward_qkv16 = p_attention_forward_qkv16,
-        p.attention_backward_qkv16 = p_attention_backward_qkv16;
-    if (k->xent_stats_loss_backward16)
-        p.xent_stats_loss_backward16 = p_xent_stats_loss_backward16;
-    if (k->narrow16)
-        p.narrow16 = p_narrow16, p.gemm_mixed16 = p_gemm_mixed16;
-    if (k->layernorm_backward16)
-        p.layernorm_backward16 = p_layernorm_backward16;
-    if (k->rmsnorm_backward16)
-        p.rmsnorm_backward16 = p_rmsnorm_backward16;
-    if (k->linear_gelu_forward16)
-        p.linear_gelu_forward16 = p_linear_gelu_forward16,
-        p.linear_backward_gelu16 = p_linear_backward_gelu16;
+/* each optional op wrapped where the table has it */
+#define WRAP_IF_SET(fn)                                                                        \
+    if (k->fn)                                                                                 \
+        p.fn = p_##fn;
+    WRAP_IF_SET(linear_forward)
+    WRAP_IF_SET(linear_backward)
+    WRAP_IF_SET(gemm_out16)
+    WRAP_IF_SET(gemm_a16)
+    WRAP_IF_SET(xent_stats16)
+    WRAP_IF_SET(xent_loss_backward16)
+    WRAP_IF_SET(gelu_forward16)
+    WRAP_IF_SET(gemm_b16)
+    WRAP_IF_SET(layernorm_forward16)
+    WRAP_IF_SET(rmsnorm_forward16)
+    WRAP_IF_SET(gelu_backward16)
+    WRAP_IF_SET(attention_forward16)
+    WRAP_IF_SET(attention_backward16)
+    WRAP_IF_SET(attention_forward_qkv16)
+    WRAP_IF_SET(attention_backward_qkv16)
+    WRAP_IF_SET(xent_stats_loss_backward16)
+    WRAP_IF_SET(narrow16)
+    WRAP_IF_SET(gemm_mixed16)
+    WRAP_IF_SET(layernorm_backward16)
+    WRAP_IF_SET(rmsnorm_backward16)
+    WRAP_IF_SET(linear_gelu_forward16)
+    WRAP_IF_SET(linear_backward_gelu16)
+#undef WRAP_IF_SET
     return p;
 }
 
