@@ -75,6 +75,18 @@ static int try_connect(tr_store *st, double deadline, int *err, int *fatal)
             return -1;
         }
     }
+    /* connected to itself: on one host, a connect to a port of the ephemeral range that nobody
+     * listens on yet may take that very port as its own (TCP's simultaneous open). Holding it
+     * would keep rank 0's store from listening there: let it go at once and try again. */
+    struct sockaddr_in me, peer;
+    socklen_t ml = sizeof me, pl = sizeof peer;
+    if (!getsockname(fd, (struct sockaddr *)&me, &ml) &&
+        !getpeername(fd, (struct sockaddr *)&peer, &pl) && me.sin_port == peer.sin_port &&
+        me.sin_addr.s_addr == peer.sin_addr.s_addr) {
+        *err = ECONNREFUSED;
+        close(fd);
+        return -1;
+    }
     int one = 1;
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
     st->fd = fd;

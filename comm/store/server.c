@@ -28,6 +28,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 #define MAX_UNAUTH 1024 /* connections without a good HELLO yet */
@@ -552,6 +553,13 @@ static int bind_listen(tr_store_server *s, const char *host, int port)
     int rc = bind(fd, (struct sockaddr *)&a, sizeof a);
     if (rc < 0 && host && *host && errno == EADDRNOTAVAIL) {
         a.sin_addr.s_addr = htonl(INADDR_ANY); /* the name is not a local address: serve all */
+        rc = bind(fd, (struct sockaddr *)&a, sizeof a);
+    }
+    /* a given port in use: for up to 2 s it may be a rank's connect that took the port as its
+     * own before this listen (client.c lets such a connection go at once): try again */
+    for (int tries = 0; rc < 0 && errno == EADDRINUSE && port != 0 && tries < 100; tries++) {
+        struct timespec ts = {.tv_sec = 0, .tv_nsec = 20 * 1000 * 1000};
+        nanosleep(&ts, NULL);
         rc = bind(fd, (struct sockaddr *)&a, sizeof a);
     }
     if (rc < 0 || listen(fd, 512) < 0) {

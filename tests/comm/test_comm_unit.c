@@ -5,12 +5,14 @@
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -243,6 +245,43 @@ static void test_master_never_up(void **state)
 
 /* The world's store, as another backend borrows it (tr_comm_store): present on a world that
  * has one, the same on its splits, absent on a one-rank world without MASTER_ADDR. */
+/* A socket listening on a port of 127.0.0.1 (returned), until *fd is closed */
+static int listening_port(int *fd)
+{
+    int port = refusing_port(fd);
+    assert_int_equal(listen(*fd, 1), 0);
+    return port;
+}
+
+static void *close_later(void *fd)
+{
+    struct timespec ts = {.tv_sec = 0, .tv_nsec = 300 * 1000 * 1000};
+    nanosleep(&ts, NULL);
+    close(*(int *)fd);
+    return NULL;
+}
+
+/* The store's port in use: it waits up to 2 s for the port (a rank's connect may have taken it
+ * as its own, client.c), then says so; a port freed within that time is served. */
+static void test_store_port_in_use(void **state)
+{
+    (void)state;
+    int fd, port = listening_port(&fd);
+    tr_store_server *s = NULL;
+    double t0 = tr_now();
+    assert_int_equal(tr_store_server_start("127.0.0.1", port, NULL, NULL, 0, &s), TR_ERR_COMM);
+    double dt = tr_now() - t0;
+    assert_non_null(strstr(tr_errmsg(), "cannot listen"));
+    assert_true(dt > 1.5 && dt < 10.0);
+    assert_null(s);
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, close_later, &fd), 0);
+    assert_int_equal(tr_store_server_start("127.0.0.1", port, NULL, NULL, 0, &s), TR_OK);
+    assert_int_equal(tr_store_server_port(s), port);
+    pthread_join(t, NULL);
+    tr_store_server_stop(s);
+}
+
 static void test_world_store(void **state)
 {
     (void)state;
@@ -292,6 +331,7 @@ int main(void)
         cmocka_unit_test(test_bad_config_and_env),
         cmocka_unit_test(test_master_never_up),
         cmocka_unit_test(test_world_store),
+        cmocka_unit_test(test_store_port_in_use),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -15,6 +15,7 @@ started by hand as torchrun would start them (RANK, WORLD_SIZE, MASTER_ADDR, MAS
     one node the token is random.
 usage: test_job_identity.py TRIDENT WORKDIR"""
 import os
+import random
 import re
 import socket
 import subprocess
@@ -44,6 +45,21 @@ config = tt.write_config(os.path.join(work, "small.yaml"),
 
 
 def free_port():
+    """A port free now, below the kernel's ephemeral range: the tests running beside this one
+    take their outgoing ports from that range, and one may take the port between this check
+    and rank 0's listen (seen: "Address already in use")."""
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            low = int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        low = 32768
+    for port in random.sample(range(10000, max(10001, low)), 200):
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
@@ -52,8 +68,17 @@ def free_port():
 def two_ranks(name, extra=({}, {}), sets=((), ()), timeout=60):
     """Ranks 0 and 1 of a 2-rank job started by hand; each rank's environment adds extra[r]
     (a value None removes the variable) and its command line sets[r]. Returns
-    ([(exit status, stderr) per rank], seconds until both ended)."""
-    port, procs = free_port(), []
+    ([(exit status, stderr) per rank], seconds until both ended). A port taken by another
+    process between free_port and rank 0's listen is tried again with another."""
+    for _ in range(3):
+        results, dt = two_ranks_on(free_port(), name, extra, sets, timeout)
+        if not any("Address already in use" in err for _, err in results):
+            break
+    return results, dt
+
+
+def two_ranks_on(port, name, extra, sets, timeout):
+    procs = []
     run_dir = os.path.join(work, name)
     t0 = time.monotonic()
     for r in range(2):
