@@ -56,6 +56,8 @@ void *cu_scratch(void);
 double *cu_host_scalar(void);
 /* The shared memory (bytes) one block may opt into past 48 KiB. */
 int cu_smem_optin(void);
+/* 1 when the environment variable name is set to value (the TRIDENT_CUDA_* switches) */
+int cu_env_is(const char *name, const char *value);
 /* Chunks for a column reduction of N rows and `cols` columns with `arrays` partial arrays. */
 int cu_chunks(int N, int cols, int arrays);
 

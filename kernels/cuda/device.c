@@ -118,6 +118,12 @@ const char *tr_cuda_device_name(void) { return dev.name; }
 void *tr_cuda_stream(void) { return (void *)dev.stream; }
 void *cu_scratch(void) { return dev.scratch; }
 int cu_smem_optin(void) { return dev.smem_optin; }
+
+int cu_env_is(const char *name, const char *value)
+{
+    const char *e = getenv(name);
+    return e && !strcmp(e, value);
+}
 double *cu_host_scalar(void) { return dev.host_scalar; }
 
 size_t tr_cuda_workspace_bytes(void)

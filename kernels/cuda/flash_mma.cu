@@ -16,10 +16,7 @@ namespace {
 
 bool takes(int HS, uintptr_t pointers)
 {
-    static const bool off = [] {
-        const char *e = getenv("TRIDENT_CUDA_ATTENTION");
-        return e && !strcmp(e, "wmma");
-    }();
+    static const bool off = cu_env_is("TRIDENT_CUDA_ATTENTION", "wmma");
     return !off && (pointers & 15) == 0 && (HS == 16 || HS == 32 || HS == 64 || HS == 128);
 }
 

@@ -76,8 +76,7 @@ int cu_gemm_init(size_t staging_bytes)
     G.plans = calloc(PLAN_SLOTS, sizeof *G.plans);
     if (!G.plans)
         return tr_fail(TR_ERR_NOMEM, "cuda: out of memory for GEMM plans");
-    const char *m = getenv("TRIDENT_CUDA_GEMM");
-    G.fast = m && !strcmp(m, "fast");
+    G.fast = cu_env_is("TRIDENT_CUDA_GEMM", "fast");
     return TR_OK;
 }
 

@@ -79,4 +79,21 @@ template <int THREADS> static __device__ void tr_cu_block_online(float &m, float
                          __shfl_xor_sync(0xffffffffu, s, o));
 }
 
+// kernel opted into `bytes` of dynamic shared memory where they and its static bytes pass
+// 48 KiB (once per size it grows to: opted); false when the device refuses (nothing noted: the
+// caller falls back)
+template <typename K>
+static bool tr_cu_opt_in_once(K kernel, size_t bytes, size_t static_bytes, int &opted)
+{
+    if (bytes + static_bytes <= 48 * 1024 || (int)bytes <= opted)
+        return true;
+    if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes) !=
+        cudaSuccess) {
+        (void)cudaGetLastError();
+        return false;
+    }
+    opted = (int)bytes;
+    return true;
+}
+
 #endif

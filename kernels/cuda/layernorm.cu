@@ -7,9 +7,6 @@
 #include "kernels/cuda/bf16.h"
 #include "kernels/cuda/grid.cuh"
 
-#include <stdlib.h>
-#include <string.h>
-
 namespace {
 
 constexpr int ROWS_PER_BLOCK = 8; // warps per block, one row each
@@ -212,26 +209,8 @@ __global__ void norm_params_finish_kernel(float *dweight, float *dbias, const fl
 
 bool two_pass_backward()
 {
-    static const bool on = [] {
-        const char *e = getenv("TRIDENT_CUDA_NORM_BACKWARD");
-        return e && !strcmp(e, "two-pass");
-    }();
+    static const bool on = cu_env_is("TRIDENT_CUDA_NORM_BACKWARD", "two-pass");
     return on;
-}
-
-// kernel opted into `bytes` of dynamic shared memory past 48 KiB (once per size it grows to:
-// opted); false when the device refuses (the caller falls back)
-template <typename K> bool opt_in_once(K kernel, size_t bytes, int &opted)
-{
-    if (bytes <= 48 * 1024 || (int)bytes <= opted)
-        return true;
-    if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes) !=
-        cudaSuccess) {
-        (void)cudaGetLastError();
-        return false;
-    }
-    opted = (int)bytes;
-    return true;
 }
 
 template <typename D>
@@ -256,12 +235,12 @@ int norm_backward_fused(cudaStream_t st, float *dinp, float *dweight, float *dbi
     float *pw = (float *)cu_scratch(), *pb = mean ? pw + (size_t)R * C : NULL;
     static int opted_ln, opted_rms; /* (per dout type: this template's instance) */
     if (mean) {
-        if (!opt_in_once(norm_backward_fused_kernel<false, D>, bytes, opted_ln))
+        if (!tr_cu_opt_in_once(norm_backward_fused_kernel<false, D>, bytes, 0, opted_ln))
             return 0;
         norm_backward_fused_kernel<false, D><<<(unsigned)R, dim3(32, W), bytes, st>>>(
             dinp, pw, pb, dout, inp, weight, mean, rstd, N, C, rows);
     } else {
-        if (!opt_in_once(norm_backward_fused_kernel<true, D>, bytes, opted_rms))
+        if (!tr_cu_opt_in_once(norm_backward_fused_kernel<true, D>, bytes, 0, opted_rms))
             return 0;
         norm_backward_fused_kernel<true, D><<<(unsigned)R, dim3(32, W), bytes, st>>>(
             dinp, pw, NULL, dout, inp, weight, NULL, rstd, N, C, rows);

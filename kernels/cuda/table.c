@@ -2,8 +2,6 @@
  * logits) and "cuda-fp32". They differ in the GEMM and attention entries and the head's
  * bf16-storage ops (the bf16 table's alone). */
 #include <pthread.h>
-#include <stdlib.h>
-#include <string.h>
 
 #include "core/core.h"
 #include "kernels/cuda/cuda_internal.h"
@@ -88,30 +86,32 @@ static const tr_kernels cuda_fp32_table = {
 
 static void table_choices(void)
 {
-    const char *h = getenv("TRIDENT_CUDA_HEAD"), *e = getenv("TRIDENT_CUDA_EPILOGUE");
-    const char *a = getenv("TRIDENT_CUDA_ACTIVATIONS"), *o = getenv("TRIDENT_CUDA_ATTENTION_OUT");
-    const char *in = getenv("TRIDENT_CUDA_ATTENTION_IN"), *gl = getenv("TRIDENT_CUDA_GELU");
-    if ((gl && !strcmp(gl, "separate")) || (e && !strcmp(e, "0")) || (a && !strcmp(a, "fp32")))
+    int head32 = cu_env_is("TRIDENT_CUDA_HEAD", "fp32");
+    int unfused = cu_env_is("TRIDENT_CUDA_EPILOGUE", "0");
+    int act32 = cu_env_is("TRIDENT_CUDA_ACTIVATIONS", "fp32");
+    int out32 = cu_env_is("TRIDENT_CUDA_ATTENTION_OUT", "fp32");
+    int in32 = cu_env_is("TRIDENT_CUDA_ATTENTION_IN", "fp32");
+    if (cu_env_is("TRIDENT_CUDA_GELU", "separate") || unfused || act32)
         cuda_bf16_table.linear_gelu_forward16 = NULL,
         cuda_bf16_table.linear_backward_gelu16 = NULL;
-    if (h && !strcmp(h, "fp32")) /* (gemm_a16 stays: the GELU output's forward reads it) */
+    if (head32) /* (gemm_a16 stays: the GELU output's forward reads it) */
         cuda_bf16_table.gemm_out16 = NULL, cuda_bf16_table.xent_stats16 = NULL,
         cuda_bf16_table.xent_loss_backward16 = NULL,
         cuda_bf16_table.xent_stats_loss_backward16 = NULL, cuda_bf16_table.narrow16 = NULL,
         cuda_bf16_table.gemm_mixed16 = NULL;
-    if (e && !strcmp(e, "0")) /* (gelu_backward16 goes too: its output needs linear_backward) */
+    if (unfused) /* (gelu_backward16 goes too: its output needs linear_backward) */
         cuda_bf16_table.linear_forward = NULL, cuda_bf16_table.linear_backward = NULL,
         cuda_bf16_table.gelu_backward16 = NULL;
-    if (a && !strcmp(a, "fp32")) /* (gemm_a16 stays: the head's backward reads it) */
+    if (act32) /* (gemm_a16 stays: the head's backward reads it) */
         cuda_bf16_table.gelu_forward16 = NULL, cuda_bf16_table.gemm_b16 = NULL,
         cuda_bf16_table.layernorm_forward16 = NULL, cuda_bf16_table.rmsnorm_forward16 = NULL,
         cuda_bf16_table.gelu_backward16 = NULL, cuda_bf16_table.layernorm_backward16 = NULL,
         cuda_bf16_table.rmsnorm_backward16 = NULL;
-    if (o && !strcmp(o, "fp32")) /* the attention output in fp32 again */
+    if (out32) /* the attention output in fp32 again */
         cuda_bf16_table.attention_forward16 = NULL, cuda_bf16_table.attention_backward16 = NULL,
         cuda_bf16_table.attention_gqa_forward16 = NULL,
         cuda_bf16_table.attention_gqa_backward16 = NULL;
-    if ((in && !strcmp(in, "fp32")) || (o && !strcmp(o, "fp32"))) /* qkv, dqkv fp32 again */
+    if (in32 || out32) /* qkv, dqkv fp32 again */
         cuda_bf16_table.attention_forward_qkv16 = NULL,
         cuda_bf16_table.attention_backward_qkv16 = NULL;
 }

@@ -6,8 +6,6 @@
 // Rows past the shared memory, and TRIDENT_CUDA_XENT=two-pass, take the two ops (softmax.cu).
 #include <math.h>
 #include <stdint.h>
-#include <stdlib.h>
-#include <string.h>
 
 #include "kernels/cuda/bf16.h"
 #include "kernels/cuda/grid.cuh"
@@ -90,10 +88,7 @@ __global__ void __launch_bounds__(THREADS, 2)
 
 bool two_pass()
 {
-    static const bool on = [] {
-        const char *e = getenv("TRIDENT_CUDA_XENT");
-        return e && !strcmp(e, "two-pass");
-    }();
+    static const bool on = cu_env_is("TRIDENT_CUDA_XENT", "two-pass");
     return on;
 }
 
@@ -118,17 +113,9 @@ void cu_xent_stats_loss_backward16(tr_stream s, float *losses, float *maxv, floa
                            : 1024;
     }
     size_t bytes = ((size_t)(V > 0 ? V : 1) * sizeof(uint16_t) + 15) & ~(size_t)15;
-    size_t total = bytes + static_bytes;
-    bool fits = total <= (size_t)cu_smem_optin();
-    if (fits && total > 48 * 1024 && (int)bytes > opted) {
-        fits = cudaFuncSetAttribute(xent_fused16_kernel,
-                                    cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                    (int)bytes) == cudaSuccess;
-        if (fits)
-            opted = (int)bytes;
-        else
-            (void)cudaGetLastError(); /* (refused: the two ops instead) */
-    }
+    /* (refused: the two ops instead) */
+    bool fits = bytes + static_bytes <= (size_t)cu_smem_optin() &&
+                tr_cu_opt_in_once(xent_fused16_kernel, bytes, static_bytes, opted);
     if (two_pass() || V <= 0 || !fits) {
         cu_xent_stats16(s, maxv, sumexp, picked, logits16, targets, N, V, n_valid, v_start);
         cu_xent_loss_backward16(s, losses, logits16, logits16, maxv, sumexp, picked, targets,
