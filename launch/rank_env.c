@@ -50,22 +50,55 @@ static int usable_cores(void)
     return n > 0 ? (int)n : 1;
 }
 
-/* A port nobody listens on now: bind port 0 on 127.0.0.1 and read the kernel's choice. */
-static int free_local_port(int *port)
+/* 0 when port p of 127.0.0.1 (0: the kernel's choice, read back into *p) can be bound now */
+static int bindable(int *p)
 {
     int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
     if (fd < 0)
-        return tr_fail(TR_ERR_COMM, "socket: %s", strerror(errno));
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = 0};
+        return -1;
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)*p)};
     a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
     socklen_t len = sizeof a;
-    if (bind(fd, (struct sockaddr *)&a, sizeof a) || getsockname(fd, (struct sockaddr *)&a, &len)) {
-        int e = errno;
-        close(fd);
-        return tr_fail(TR_ERR_COMM, "cannot find a free port on 127.0.0.1: %s", strerror(e));
-    }
+    int rc = bind(fd, (struct sockaddr *)&a, sizeof a) ||
+                     getsockname(fd, (struct sockaddr *)&a, &len)
+                 ? -1
+                 : 0;
+    int e = errno;
     close(fd);
-    *port = ntohs(a.sin_port);
+    errno = e;
+    if (!rc)
+        *p = ntohs(a.sin_port);
+    return rc;
+}
+
+/* A port nobody listens on now, below the kernel's ephemeral range where it can: the ranks'
+ * and every other process's outgoing connections take their local ports from that range, and
+ * one may take the port between this check and rank 0's listen (seen in CI: "cannot listen
+ * ... Address already in use"). Else the kernel's choice (bind port 0). */
+static int free_local_port(int *port)
+{
+    int low = 32768;
+    FILE *f = fopen("/proc/sys/net/ipv4/ip_local_port_range", "r");
+    if (f) {
+        if (fscanf(f, "%d", &low) != 1)
+            low = 32768;
+        fclose(f);
+    }
+    uint32_t r = 0;
+    if (getrandom(&r, sizeof r, GRND_NONBLOCK) != (ssize_t)sizeof r)
+        r = (uint32_t)getpid() * 2654435761u;
+    for (int i = 0; low > 10000 && i < 64; i++) {
+        r = r * 1664525u + 1013904223u; /* (an LCG: any spread of tries will do) */
+        int p = 10000 + (int)((r >> 8) % (uint32_t)(low - 10000));
+        if (!bindable(&p)) {
+            *port = p;
+            return TR_OK;
+        }
+    }
+    int p = 0;
+    if (bindable(&p))
+        return tr_fail(TR_ERR_COMM, "cannot find a free port on 127.0.0.1: %s", strerror(errno));
+    *port = p;
     return TR_OK;
 }
 
