@@ -1,10 +1,14 @@
 /* tests/cuda: the helpers of the op-parity checks (ops_check.h). */
 #include "tests/cuda/ops_check.h"
 
+#include <execinfo.h>
 #include <math.h>
+#include <signal.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "core/core.h"
 #include "kernels/cuda/bf16.h"
@@ -28,7 +32,7 @@ float *host(size_t n, float lo, float hi)
     return p;
 }
 
-float *dup(const float *src, size_t n)
+float *host_copy(const float *src, size_t n)
 {
     float *p = malloc((n ? n : 1) * sizeof *p);
     memcpy(p, src, n * sizeof *p);
@@ -122,4 +126,63 @@ void compare_back16(const char *what, const tr_kernels *k, const uint16_t *gpu,
     float *got = back16(k, gpu, n);
     compare(what, k, got, ref, n, tol);
     free(got);
+}
+
+/* ---------------------------------------------------------------- crash reports */
+
+static char group[192];          /* the check group running (ops_check_group) */
+static char alt_stack[64 << 10]; /* the handler's stack: a stack overflow is reported too */
+
+static void say(const char *text) /* async-signal-safe */
+{
+    size_t n = strlen(text);
+    while (n > 0) {
+        ssize_t w = write(STDERR_FILENO, text, n);
+        if (w <= 0)
+            return;
+        text += w, n -= (size_t)w;
+    }
+}
+
+static void on_crash(int sig)
+{
+    const char *name = sig == SIGSEGV ? "SIGSEGV" : sig == SIGBUS ? "SIGBUS"
+                       : sig == SIGFPE ? "SIGFPE" : sig == SIGILL ? "SIGILL" : "SIGABRT";
+    say("\nCRASH: ");
+    say(name);
+    say(" during check group: ");
+    say(group[0] ? group : "(none yet: start-up)");
+    say("\nbacktrace (static functions as binary(+offset): addr2line -f -e <binary> <offset>):\n");
+    void *frames[64];
+    int n = backtrace(frames, 64);
+    backtrace_symbols_fd(frames, n, STDERR_FILENO);
+    signal(sig, SIG_DFL); /* die of the signal, as without the handler (exit status, core) */
+    raise(sig);
+}
+
+void ops_check_report_crashes(void)
+{
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    setvbuf(stderr, NULL, _IONBF, 0);
+    void *warm[1];
+    backtrace(warm, 1); /* loads libgcc's unwinder now, not inside the handler */
+    stack_t ss = {.ss_sp = alt_stack, .ss_size = sizeof alt_stack};
+    sigaltstack(&ss, NULL);
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_crash;
+    sa.sa_flags = SA_ONSTACK | SA_NODEFER | SA_RESETHAND;
+    sigemptyset(&sa.sa_mask);
+    const int sigs[] = {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT};
+    for (size_t i = 0; i < sizeof sigs / sizeof sigs[0]; i++)
+        sigaction(sigs[i], &sa, NULL);
+}
+
+void ops_check_group(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(group, sizeof group, fmt, ap);
+    va_end(ap);
+    printf("-- %s\n", group);
 }

@@ -20,7 +20,7 @@ extern int failures, checks;
 
 float uniform(float lo, float hi); /* xorshift, a fixed seed: the same inputs every run */
 float *host(size_t n, float lo, float hi);
-float *dup(const float *src, size_t n);
+float *host_copy(const float *src, size_t n);
 /* a device buffer of `bytes` (a copy of src unless NULL); exits on allocation failure */
 void *dev(const tr_kernels *k, const void *src, size_t bytes);
 float *back(const tr_kernels *k, const void *d, size_t n); /* n floats to a new host array */
@@ -37,5 +37,15 @@ void compare_back(const char *what, const tr_kernels *k, const float *gpu, const
                   size_t n, double tol);
 void compare_back16(const char *what, const tr_kernels *k, const uint16_t *gpu,
                     const float *ref, size_t n, double tol);
+
+/* First thing in main: stdout line-buffered and stderr unbuffered (under meson stdout is a
+ * pipe, fully buffered, and what a crash leaves in the buffer is lost), and a handler for
+ * SIGSEGV, SIGBUS, SIGFPE, SIGILL and SIGABRT that writes the signal, the check group running
+ * (ops_check_group) and a backtrace (execinfo.h; static functions as binary(+offset), for
+ * addr2line) to stderr, then dies of the signal as before (the same exit status). */
+void ops_check_report_crashes(void);
+/* Names the check group about to run (printf format): printed as "-- <name>" and kept for
+ * the crash report. */
+void ops_check_group(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 #endif

@@ -17,6 +17,8 @@
 void test_flash(const tr_kernels *k, int gqa, int B, int T, int NH, int NG, int HS,
                 int use_alibi, int packed)
 {
+    ops_check_group("attention gqa %d B%d T%d NH%d NG%d HS%d alibi %d packed %d [%s]", gqa, B, T,
+                    NH, NG, HS, use_alibi, packed, k->name);
     int R = NH / NG;
     size_t nq = (size_t)B * T * NG * (R + 2) * HS, no = (size_t)B * T * NH * HS;
     size_t nl = (size_t)B * NH * T, ns = (size_t)B * (NH + 1) * T;
@@ -67,6 +69,8 @@ void test_flash(const tr_kernels *k, int gqa, int B, int T, int NH, int NG, int 
 void test_attention_gqa_decode(const tr_kernels *k, int B, int n, int past, int max_T, int NH,
                                int NG, int HS)
 {
+    ops_check_group("attention_gqa_decode B%d n%d past%d max_T%d NH%d NG%d HS%d [%s]", B, n, past,
+                    max_T, NH, NG, HS, k->name);
     int R = NH / NG, L = past + n;
     size_t nq = (size_t)B * n * NG * (R + 2) * HS, no = (size_t)B * n * NH * HS;
     size_t nc = (size_t)B * NG * max_T * HS, ns = (size_t)B * NH * n * L;
@@ -92,11 +96,13 @@ void test_attention_gqa_decode(const tr_kernels *k, int B, int n, int past, int 
 void test_attention_decode(const tr_kernels *k, int B, int n, int past, int max_T, int NH,
                            int HS)
 {
+    ops_check_group("attention_decode B%d n%d past%d max_T%d NH%d HS%d [%s]", B, n, past, max_T,
+                    NH, HS, k->name);
     int C = NH * HS, L = past + n;
     size_t nqkv = (size_t)B * n * 3 * C, nout = (size_t)B * n * C,
            ncache = (size_t)B * NH * max_T * HS, nsc = (size_t)B * NH * n * L;
     float *qkv = host(nqkv, -1, 1), *kc = host(ncache, -1, 1), *vc = host(ncache, -1, 1);
-    float *gkc0 = dup(kc, ncache), *gvc0 = dup(vc, ncache);
+    float *gkc0 = host_copy(kc, ncache), *gvc0 = host_copy(vc, ncache);
     float *out = malloc(nout * 4), *sc = malloc(nsc * 4);
     CPU->attention_decode(NULL, out, kc, vc, sc, qkv, B, n, past, max_T, NH, HS);
     float *gqkv = dev(k, qkv, nqkv * 4), *gkc = dev(k, gkc0, ncache * 4),

@@ -36,6 +36,7 @@ const tr_kernels *TWIN;
 /* logits (n, V) = x (n, C) W^T (V, C), then dx = dl W and dW += dl^T x with dl bf16 */
 static void test_gemms(int n, int C, int V)
 {
+    ops_check_group("the head's GEMMs n%d C%d V%d", n, C, V);
     char what[96];
     float *x = host((size_t)n * C, -1, 1), *W = host((size_t)V * C, -1, 1);
     float *dW = host((size_t)V * C, -1, 1);
@@ -89,6 +90,7 @@ static void test_gemms(int n, int C, int V)
 /* stats and loss + backward (weighted, in place) on bf16 logits (N, V), n_valid columns */
 static void test_xent16(int N, int V, int n_valid, int v_start)
 {
+    ops_check_group("xent16 N%d V%d n_valid %d v_start %d", N, V, n_valid, v_start);
     char what[96];
     size_t nl = (size_t)N * V;
     float *lf = host(nl, -8, 8), *weights = host((size_t)N, 0, 2);
@@ -136,6 +138,7 @@ static void test_xent16(int N, int V, int n_valid, int v_start)
  * gradient) and y = gelu16 W^T (gemm_a16, its forward) */
 static void test_mlp16(int N, int F, int C)
 {
+    ops_check_group("mlp16 N%d F%d C%d", N, F, C);
     char what[96];
     size_t nf = (size_t)N * F;
     float *pre = host(nf, -3, 3), *dy = host((size_t)N * C, -1, 1), *W = host((size_t)C * F, -1, 1);
@@ -168,6 +171,7 @@ static void test_mlp16(int N, int F, int C)
 /* layernorm_forward16 (the LayerNorm outputs feeding QKV and fc) against "cpu-bf16"'s */
 static void test_layernorm16(int N, int C)
 {
+    ops_check_group("layernorm16 %dx%d", N, C);
     char what[96];
     size_t n = (size_t)N * C;
     float *x = host(n, -2, 2), *w = host((size_t)C, 0.5f, 1.5f), *b = host((size_t)C, -0.5f, 0.5f);
@@ -210,6 +214,7 @@ static void test_layernorm16(int N, int C)
 /* rmsnorm_forward16 (the RMSNorm families' way) against "cpu-bf16"'s */
 static void test_rmsnorm16(int N, int C)
 {
+    ops_check_group("rmsnorm16 %dx%d", N, C);
     char what[96];
     size_t n = (size_t)N * C;
     float *x = host(n, -2, 2), *w = host((size_t)C, 0.5f, 1.5f), *rstd = malloc((size_t)N * 4);
@@ -246,6 +251,7 @@ static void test_rmsnorm16(int N, int C)
  * same bf16 output on both sides. HS 64 runs flash_mma.cuh, HS 48 flash.cu's wmma kernels. */
 static void test_attention16(int B, int T, int NH, int NG, int HS, int alibi)
 {
+    ops_check_group("attention16 B%d T%d NH%d NG%d HS%d alibi %d", B, T, NH, NG, HS, alibi);
     char what[96];
     size_t nq = (size_t)B * T * NG * (NH / NG + 2) * HS, no = (size_t)B * T * NH * HS;
     size_t nl = (size_t)B * NH * T, ns = (size_t)B * (NH + 1) * T;
@@ -295,6 +301,7 @@ static void test_attention16(int B, int T, int NH, int NG, int HS, int alibi)
  * wmma kernels. */
 static void test_attention_qkv16(int B, int T, int NH, int NG, int HS, int alibi)
 {
+    ops_check_group("attention_qkv16 B%d T%d NH%d NG%d HS%d alibi %d", B, T, NH, NG, HS, alibi);
     char what[112];
     size_t nq = (size_t)B * T * NG * (NH / NG + 2) * HS, no = (size_t)B * T * NH * HS;
     size_t nl = (size_t)B * NH * T, ns = (size_t)B * (NH + 1) * T;
@@ -337,6 +344,7 @@ int main(int argc, char **argv)
 {
     /* --blocked: shapes past a 1 MiB staging (TRIDENT_CUDA_STAGING_MIB=1): gemm_out16 in
      * blocks of C, gemm_a16 in slabs of K */
+    ops_check_report_crashes(); /* line-buffered output, a backtrace on a crash */
     int blocked = argc > 1 && !strcmp(argv[1], "--blocked");
     CPU = tr_kernels_cpu();
     F32 = tr_kernels_get("cuda-fp32");

@@ -22,10 +22,12 @@
 /* y (N, OC) = x W^T + b [+ residual]; boff: the bias's offset in floats (1: 4-byte aligned) */
 void test_linear(int N, int IC, int OC, int with_bias, int boff, int residual_mode)
 {
+    ops_check_group("linear N%d IC%d OC%d bias %d boff %d residual %d", N, IC, OC, with_bias, boff,
+                    residual_mode);
     char what[128];
     size_t ny = (size_t)N * OC;
     float *x = host((size_t)N * IC, -1, 1), *W = host((size_t)OC * IC, -1, 1);
-    float *b = host((size_t)OC + 16, -1, 1), *res = host(ny, -1, 1), *y = dup(res, ny);
+    float *b = host((size_t)OC + 16, -1, 1), *res = host(ny, -1, 1), *y = host_copy(res, ny);
     const float *bb = with_bias ? b + boff : NULL;
     /* residual_mode 0: none, 1: in place (y holds it), 2: another buffer */
     CPU->linear_forward(NULL, y, NULL, x, NULL, W, bb,
@@ -50,6 +52,7 @@ void test_linear(int N, int IC, int OC, int with_bias, int boff, int residual_mo
  * that pass) against "cpu"'s two GEMMs and bias_backward; with_db 0: no bias */
 void test_linear_backward(int N, int IC, int OC, int with_db)
 {
+    ops_check_group("linear_backward N%d IC%d OC%d db %d", N, IC, OC, with_db);
     char what[96];
     float *x = host((size_t)N * IC, -1, 1), *W = host((size_t)OC * IC, -1, 1);
     float *dy = host((size_t)N * OC, -1, 1), *dW = host((size_t)OC * IC, -1, 1);
@@ -79,6 +82,7 @@ void test_linear_backward(int N, int IC, int OC, int with_db)
  * against "cpu"'s on the same bf16 values */
 void test_gelu_backward16(int N, int F, int C, int x_bf16)
 {
+    ops_check_group("gelu_backward16 N%d F%d C%d x16 %d", N, F, C, x_bf16);
     char what[96];
     size_t nf = (size_t)N * F, nx = (size_t)N * C, nw = (size_t)F * C;
     float *pre = host(nf, -3, 3), *dout = host(nf, -1, 1), *d = malloc(nf * 4);
@@ -119,6 +123,7 @@ void test_gelu_backward16(int N, int F, int C, int x_bf16)
  * --blocked, the unfused gemm_mixed16 path) */
 void test_linear_backward_dy16_db(int N, int IC, int OC, int x_bf16)
 {
+    ops_check_group("linear_backward dy16 db N%d IC%d OC%d x16 %d", N, IC, OC, x_bf16);
     char what[96];
     long ran0, refused0, ran1, refused1;
     tr_cuda_epilogue_counts(&ran0, &refused0);
@@ -171,6 +176,7 @@ void test_linear_backward_dy16_db(int N, int IC, int OC, int x_bf16)
  * fc_proj) against "cpu"'s (which widens it exactly) */
 void test_linear16(int N, int IC, int OC, int separate_residual)
 {
+    ops_check_group("linear16 N%d IC%d OC%d residual apart %d", N, IC, OC, separate_residual);
     char what[112];
     size_t nx = (size_t)N * IC, ny = (size_t)N * OC, nw = (size_t)OC * IC;
     float *xf = host(nx, -1, 1), *W = host(nw, -1, 1), *b = host((size_t)OC, -1, 1);
@@ -182,7 +188,7 @@ void test_linear16(int N, int IC, int OC, int separate_residual)
     float *gdW = dev(BF16, dW, nw * 4), *gdx = dev(BF16, NULL, nx * 4);
     uint16_t *gx = dev(BF16, x16, nx * 2);
     /* onto a residual: in place, or another buffer (cuBLASLt's C input apart from y) */
-    float *res = separate_residual ? dup(y, ny) : y;
+    float *res = separate_residual ? host_copy(y, ny) : y;
     float *gres = separate_residual ? dev(BF16, y, ny * 4) : gy;
     if (separate_residual) { /* y's old contents must not matter */
         for (size_t i = 0; i < ny; i++)
@@ -212,6 +218,7 @@ void test_linear16(int N, int IC, int OC, int separate_residual)
  * that bf16 gradient (dout16) against "cpu-bf16"'s on the same bf16 values */
 void test_dx16(int N, int IC, int OC)
 {
+    ops_check_group("dx16 N%d IC%d OC%d", N, IC, OC);
     char what[96];
     size_t nx = (size_t)N * IC, ny = (size_t)N * OC, nw = (size_t)OC * IC;
     float *xf = host(nx, -1, 1), *W = host(nw, -1, 1), *dy = host(ny, -1, 1);
@@ -248,6 +255,7 @@ void test_dx16(int N, int IC, int OC)
  * reading that bf16 output, against "cpu-bf16"'s on the same bf16 values */
 void test_fc_out16(int N, int IC, int OC, int x_bf16, int with_bias)
 {
+    ops_check_group("fc_out16 N%d IC%d OC%d x16 %d bias %d", N, IC, OC, x_bf16, with_bias);
     char what[112];
     size_t nx = (size_t)N * IC, ny = (size_t)N * OC, nw = (size_t)OC * IC;
     float *xf = host(nx, -1, 1), *W = host(nw, -1, 1), *b = host((size_t)OC, -1, 1);
@@ -295,6 +303,7 @@ void test_fc_out16(int N, int IC, int OC, int x_bf16, int with_bias)
  * of 8: cuBLASLt's epilogues; else their fallbacks) */
 void test_linear_gelu16(int N, int IC, int F, int C, int x_bf16)
 {
+    ops_check_group("linear_gelu16 N%d IC%d F%d C%d x16 %d", N, IC, F, C, x_bf16);
     long ran0, refused0, ran1, refused1;
     tr_cuda_epilogue_counts(&ran0, &refused0);
     int biases = N % 2; /* odd N: fc's bias and both gradients; even: none (GELU_AUX alone) */

@@ -26,11 +26,13 @@
 static void check_gemm(const tr_kernels *k, int ta, int tb, int M, int N, int K, float alpha,
                        float beta, int pad, int misalign)
 {
+    ops_check_group("gemm ta%d tb%d %dx%dx%d pad %d misalign %d [%s]", ta, tb, M, N, K, pad,
+                    misalign, k->name);
     int lda = (ta ? M : K) + pad, ldb = (tb ? K : N) + pad, ldc = N + pad;
     size_t na = (size_t)(ta ? K : M) * lda + 1, nb = (size_t)(tb ? N : K) * ldb + 1,
            nc = (size_t)M * ldc + 1;
     float *A = host(na, -1, 1), *B = host(nb, -1, 1), *C = host(nc, -1, 1);
-    float *Cref = dup(C, nc);
+    float *Cref = host_copy(C, nc);
     CPU->gemm(NULL, ta, tb, M, N, K, alpha, A + misalign, lda, B + misalign, ldb, beta,
               Cref + misalign, ldc);
     float *dA = dev(k, A, na * 4), *dB = dev(k, B, nb * 4), *dC = dev(k, C, nc * 4);
@@ -63,6 +65,7 @@ static void test_gemm(const tr_kernels *k)
 
 static void test_elementwise(const tr_kernels *k)
 {
+    ops_check_group("elementwise, bias [%s]", k->name);
     size_t n = 1000003;
     float *a = host(n, -2, 2), *b = host(n, -2, 2);
     float *ref = malloc(n * 4);
@@ -70,7 +73,7 @@ static void test_elementwise(const tr_kernels *k)
     CPU->add(NULL, ref, a, b, n);
     k->add(NULL, dout, da, db, n);
     compare_back("add", k, dout, ref, n, TOL_FP32);
-    float *y = dup(a, n);
+    float *y = host_copy(a, n);
     CPU->axpy(NULL, y, 0.3f, b, n);
     k->axpy(NULL, da, 0.3f, db, n);
     compare_back("axpy", k, da, y, n, TOL_FP32);
@@ -91,7 +94,7 @@ static void test_elementwise(const tr_kernels *k)
     int N = 1000, C = 333;
     float *x = host((size_t)N * C, -1, 1), *bias = host((size_t)C, -1, 1);
     float *dbias = host((size_t)C, -1, 1);
-    float *xr = dup(x, (size_t)N * C), *dbr = dup(dbias, (size_t)C);
+    float *xr = host_copy(x, (size_t)N * C), *dbr = host_copy(dbias, (size_t)C);
     float *dx = dev(k, x, (size_t)N * C * 4), *dbi = dev(k, bias, (size_t)C * 4),
           *ddb = dev(k, dbias, (size_t)C * 4);
     CPU->bias_add(NULL, xr, bias, N, C);
@@ -109,12 +112,14 @@ static void test_elementwise(const tr_kernels *k)
 
 static void test_layernorm(const tr_kernels *k, int N, int C)
 {
+    ops_check_group("layernorm %dx%d [%s]", N, C, k->name);
     size_t nc = (size_t)N * C;
     float *x = host(nc, -3, 3), *w = host((size_t)C, 0.5f, 1.5f), *b = host((size_t)C, -1, 1);
     float *dy = host(nc, -1, 1), *dx0 = host(nc, -1, 1), *dw0 = host((size_t)C, -1, 1),
           *db0 = host((size_t)C, -1, 1);
     float *out = malloc(nc * 4), *mean = malloc((size_t)N * 4), *rstd = malloc((size_t)N * 4);
-    float *dx = dup(dx0, nc), *dw = dup(dw0, (size_t)C), *db = dup(db0, (size_t)C);
+    float *dx = host_copy(dx0, nc), *dw = host_copy(dw0, (size_t)C),
+          *db = host_copy(db0, (size_t)C);
     CPU->layernorm_forward(NULL, out, mean, rstd, x, w, b, N, C, 1e-5f);
     CPU->layernorm_backward(NULL, dx, dw, db, dy, x, w, mean, rstd, N, C);
     float *gx = dev(k, x, nc * 4), *gw = dev(k, w, (size_t)C * 4), *gb = dev(k, b, (size_t)C * 4),
@@ -145,11 +150,13 @@ static void test_layernorm(const tr_kernels *k, int N, int C)
 
 static void test_family(const tr_kernels *k, int N, int C)
 {
+    ops_check_group("rmsnorm, swiglu, rope %dx%d [%s]", N, C, k->name);
     size_t nc = (size_t)N * C;
     float *x = host(nc, -3, 3), *w = host((size_t)C, 0.5f, 1.5f), *dy = host(nc, -1, 1);
     float *dx0 = host(nc, -1, 1), *dw0 = host((size_t)C, -1, 1);
     float *out = malloc(nc * 4), *rstd = malloc((size_t)N * 4);
-    float *dx = dup(dx0, nc), *dw = dup(dw0, (size_t)C), *sw = malloc(nc * 2), *dsw = malloc(nc * 4);
+    float *dx = host_copy(dx0, nc), *dw = host_copy(dw0, (size_t)C), *sw = malloc(nc * 2),
+          *dsw = malloc(nc * 4);
     CPU->rmsnorm_forward(NULL, out, rstd, x, w, N, C, 1e-6f);
     CPU->rmsnorm_backward(NULL, dx, dw, dy, x, w, rstd, N, C);
     CPU->swiglu_forward(NULL, sw, x, nc / 2);
@@ -195,6 +202,7 @@ static void test_family(const tr_kernels *k, int N, int C)
 
 static void test_xent(const tr_kernels *k)
 {
+    ops_check_group("cross-entropy [%s]", k->name);
     int N = 37, V = 1000, n_valid = 990, v_start = 500;
     size_t nl = (size_t)N * V;
     float *logits = host(nl, -8, 8);
@@ -229,7 +237,8 @@ static void test_xent(const tr_kernels *k)
      * rank's sums to another max, loss + backward with loss weights, in place */
     float *weights = host((size_t)N, 0, 2), *cmax = malloc((size_t)N * 4);
     float *csum = malloc((size_t)N * 4), *cpick = malloc((size_t)N * 4);
-    float *closs = malloc((size_t)N * 4), *cd = dup(logits, nl), *shifted = malloc((size_t)N * 4);
+    float *closs = malloc((size_t)N * 4), *cd = host_copy(logits, nl);
+    float *shifted = malloc((size_t)N * 4);
     for (int n = 0; n < N; n++)
         shifted[n] = maxv[n] + 0.5f; /* as if another rank held a larger max */
     CPU->xent_stats(NULL, cmax, csum, cpick, logits, targets, N, V, n_valid, v_start);
@@ -256,7 +265,7 @@ static void test_xent(const tr_kernels *k)
     compare_back("xent_rescale", k, gsum, csum, (size_t)N, TOL_FP32);
     /* odd row length (no float4 rows) */
     int Vo = 37;
-    float *lo = host((size_t)N * Vo, -4, 4), *lod = dup(lo, (size_t)N * Vo);
+    float *lo = host((size_t)N * Vo, -4, 4), *lod = host_copy(lo, (size_t)N * Vo);
     int32_t *to = malloc((size_t)N * sizeof *to);
     for (int n = 0; n < N; n++)
         to[n] = (n * 7) % (Vo - 2);
@@ -292,6 +301,7 @@ static void test_xent(const tr_kernels *k)
 
 static void test_embedding(const tr_kernels *k)
 {
+    ops_check_group("embeddings [%s]", k->name);
     int B = 4, T = 64, C = 96, V = 300, v_start = 100;
     int N = B * T;
     int32_t *ids = malloc((size_t)N * sizeof *ids);
@@ -300,8 +310,8 @@ static void test_embedding(const tr_kernels *k)
     float *table = host((size_t)V * C, -1, 1), *wpe = host((size_t)T * C, -1, 1);
     float *dout = host((size_t)N * C, -1, 1), *dtab0 = host((size_t)V * C, -1, 1),
           *dwpe0 = host((size_t)T * C, -1, 1);
-    float *out = malloc((size_t)N * C * 4), *dtab = dup(dtab0, (size_t)V * C),
-          *dwpe = dup(dwpe0, (size_t)T * C);
+    float *out = malloc((size_t)N * C * 4), *dtab = host_copy(dtab0, (size_t)V * C),
+          *dwpe = host_copy(dwpe0, (size_t)T * C);
     CPU->embedding_forward(NULL, out, ids, table, N, C, v_start, V);
     CPU->position_forward(NULL, out, wpe, B, T, C);
     CPU->embedding_backward(NULL, dtab, dout, ids, N, C, v_start, V);
@@ -327,10 +337,11 @@ static void test_embedding(const tr_kernels *k)
 
 static void test_optimizer(const tr_kernels *k)
 {
+    ops_check_group("adamw, sumsq [%s]", k->name);
     size_t n = 100003;
     float *p = host(n, -1, 1), *g = host(n, -1, 1), *m = host(n, -0.1f, 0.1f),
           *v = host(n, 0, 0.01f);
-    float *pr = dup(p, n), *mr = dup(m, n), *vr = dup(v, n);
+    float *pr = host_copy(p, n), *mr = host_copy(m, n), *vr = host_copy(v, n);
     CPU->adamw(NULL, pr, g, mr, vr, n, 3e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.5f, 3);
     float *gp = dev(k, p, n * 4), *gg = dev(k, g, n * 4), *gm = dev(k, m, n * 4),
           *gv = dev(k, v, n * 4);
@@ -349,6 +360,7 @@ static void test_optimizer(const tr_kernels *k)
 
 static void test_memory(const tr_kernels *k)
 {
+    ops_check_group("memory [%s]", k->name);
     size_t n = 12345;
     float *z = dev(k, NULL, n * 4);
     float *zeros = calloc(n, 4);
@@ -367,6 +379,7 @@ static void test_memory(const tr_kernels *k)
 
 static void test_bf16_device(void)
 {
+    ops_check_group("bf16 conversion on the device");
     size_t n = (size_t)1 << 20;
     float *x = malloc(n * 4);
     uint16_t *want = malloc(n * 2), *got = malloc(n * 2);
@@ -404,6 +417,7 @@ static void test_bf16_device(void)
 /* The arena: reserve, serve and return blocks, refuse an impossible budget by name. */
 static void test_arena_device(void)
 {
+    ops_check_group("arena");
     size_t free_b = 0, total_b = 0;
     checks++;
     if (tr_cuda_mem_info(&free_b, &total_b)) {
@@ -453,6 +467,7 @@ static void test_arena_device(void)
 
 int main(void)
 {
+    ops_check_report_crashes(); /* line-buffered output, a backtrace on a crash */
     CPU = tr_kernels_cpu();
     F32 = tr_kernels_get("cuda-fp32");
     if (!F32)
