@@ -14,12 +14,17 @@
 //
 // Blocks of 4 warps; a warp owns 16 rows of the block's tile (queries in forward and dQ,
 // keys in dK dV). Tiles are rounded to bf16 when loaded from global memory into shared memory
-// (a bf16 qkv16 loaded as it is, 8 bytes a lane where fp32 takes 16; row stride D + 8 halves:
-// the fragment loads of 8 rows x 4 words hit 32 banks); a score tile S (16 x 64 per warp)
-// lives in the mma accumulators and is turned into the A operand of the next product in
-// registers (the C fragment of columns 16k.. 16k + 15 is the A fragment of that k step).
-// Operands that enter a product as B with the sum over their rows (V in P V, dO in P^T dO, Q
-// in dS^T Q, K in dS K) are also stored transposed.
+// (a bf16 qkv16 copied as it is by cp.async, so the next tile streams in while the block
+// computes on this one: two stages of the streamed tiles; row stride D + 8 halves, so the 8
+// rows of an ldmatrix fall in 32 banks). Fragments come from shared memory by ldmatrix: A
+// operands and B operands whose sum runs along their rows (K in Q K^T, V in dO V^T, Q in K
+// Q^T, dO in V dO^T) as they are stored, B operands whose sum runs down their columns (V in
+// P V, dO in P^T dO, Q in dS^T Q, K in dS K) by ldmatrix .trans: no transposed copies. A
+// score tile S (16 x 64 per warp) lives in the mma accumulators and is turned into the A
+// operand of the next product in registers (the C fragment of columns 16k .. 16k + 15 is the
+// A fragment of that k step). The forward keeps its 16 query rows' fragments in registers
+// for all key tiles. Masks are applied only to tiles that need them (the diagonal, segment
+// edges, rows past T).
 //   forward   block (query tile of 64, b * NH + h): over key tiles at or left of the diagonal
 //             S = Q K^T, the online softmax in registers (row max and sum over the 4 lanes
 //             of a row), O += P V; out = O / l, lse = m + log l.
@@ -75,19 +80,19 @@ inline args make_args(int B, int T, int NH, int NG, int D, const float *alibi)
 // Query rows of a dK dV step: fewer for D = 128, so that the two accumulators fit registers.
 FM_HD constexpr int bq_for(int D) { return D > 64 ? 32 : 64; }
 
-// Bytes of shared memory of each kernel (the carving order below).
+// Bytes of shared memory of each kernel (the carving order below): the tiles a block keeps,
+// and two stages of those it streams.
 FM_HD constexpr size_t forward_bytes(int D)
 {
-    return (size_t)(BM + BN) * (D + PAD) * 2 + (size_t)D * (BN + PAD) * 2 + BM * 4;
+    return (size_t)(BM + 4 * BN) * (D + PAD) * 2 + BM * 4;
 }
 FM_HD constexpr size_t backward_kv_bytes(int D)
 {
-    return (size_t)(2 * BN + 2 * bq_for(D)) * (D + PAD) * 2 +
-           (size_t)2 * D * (bq_for(D) + PAD) * 2 + (size_t)3 * bq_for(D) * 4;
+    return (size_t)(2 * BN + 4 * bq_for(D)) * (D + PAD) * 2 + (size_t)2 * 3 * bq_for(D) * 4;
 }
 FM_HD constexpr size_t backward_q_bytes(int D)
 {
-    return (size_t)(2 * BM + 2 * BN) * (D + PAD) * 2 + (size_t)D * (BN + PAD) * 2;
+    return (size_t)(2 * BM + 4 * BN) * (D + PAD) * 2;
 }
 
 FM_DEV size_t q_off(const args &a, int h, int D)
@@ -99,88 +104,110 @@ FM_DEV size_t k_off(const args &a, int g, int D)
     return (size_t)g * (a.R + 2) * D + (size_t)a.R * D;
 }
 
-// Rows [r0, r0 + n) of a D-wide fp32 or bf16 (S) slice (row stride ld) as a ROWS x D bf16
-// tile: row-major into dst (row stride D + PAD) and/or transposed into dst_t (D x ROWS, row
-// stride ROWS + PAD), zero past n rows. A warp converts a block of 16 rows x 8 columns a step,
-// a lane 4 columns of one row (one 16-byte load; bf16: 8 bytes): each row's 32 bytes are one
-// sector (bf16: 16 bytes, half of one), and the transposed stores of a step fall in 16 banks
-// per column group, the two groups 16 banks apart (no conflict). A lane issues up to 4 loads
-// before it stores any (their latencies overlap). bf16 values are widened by the load and
-// rounded back by the stores: the same bits.
-template <int D, int ROWS, typename S>
-FM_DEV void load_tile(uint16_t *dst, uint16_t *dst_t, const S *src, int ld, int r0, int n)
+// Rows [r0, r0 + n) of a D-wide slice (row stride ld) as a ROWS x D bf16 tile, row-major
+// into dst (row stride D + PAD), zeros past n rows. A lane moves 8 columns of a row a step
+// (16 bytes of bf16; consecutive lanes along a row). bf16 (S = uint16_t): cp.async, landing
+// at the caller's fm_cp_wait0 and fm_sync, so a tile loads while the block computes on the
+// other; fp32: loaded, rounded and stored now (the same bits as the bf16 copy of its values).
+template <int D, int ROWS>
+FM_DEV void load_tile(uint16_t *dst, const uint16_t *src, int ld, int r0, int n)
 {
-    constexpr int STEPS = ROWS / 16 * (D / 8) / WARPS, BATCH = STEPS < 4 ? STEPS : 4;
-    static_assert(STEPS % BATCH == 0, "steps in whole batches");
-    int lane = fm_tid() & 31, warp = fm_tid() / 32;
-    for (int b0 = 0; b0 < STEPS; b0 += BATCH) {
-        float v[BATCH][4];
-        FM_UNROLL
-        for (int k = 0; k < BATCH; k++) {
-            int blk = warp + (b0 + k) * WARPS;
-            int i = blk / (D / 8) * 16 + (lane & 15), d = blk % (D / 8) * 8 + (lane >> 4) * 4;
-            v[k][0] = v[k][1] = v[k][2] = v[k][3] = 0.0f;
-            if (i < n)
-                fm_ldg4(src + (size_t)(r0 + i) * ld + d, v[k]);
-        }
-        FM_UNROLL
-        for (int k = 0; k < BATCH; k++) {
-            int blk = warp + (b0 + k) * WARPS;
-            int i = blk / (D / 8) * 16 + (lane & 15), d = blk % (D / 8) * 8 + (lane >> 4) * 4;
-            if (dst) {
-                fm_st32(dst + i * (D + PAD) + d, fm_pack(v[k][0], v[k][1]));
-                fm_st32(dst + i * (D + PAD) + d + 2, fm_pack(v[k][2], v[k][3]));
-            }
-            if (dst_t)
-                for (int e = 0; e < 4; e++)
-                    fm_st16(dst_t + (d + e) * (ROWS + PAD) + i, fm_bf16(v[k][e]));
-        }
-    }
-}
-
-// acc[n] (16 x 8, n < N8) += A_k B_k^T for one k step of 16: fa the A fragment, B's rows
-// 8n .. 8n + 7 in shared memory (row stride ldb) from column 16 kk.
-template <int N8>
-FM_DEV void mma_step(float (*acc)[4], const uint32_t fa[4], const uint16_t *b, int ldb, int kk)
-{
-    int lane = fm_tid() & 31, g = lane >> 2, t = lane & 3;
+    constexpr int CH = D / 8, STEPS = ROWS * CH / THREADS;
+    static_assert(ROWS * CH % THREADS == 0, "whole steps");
     FM_UNROLL
-    for (int n = 0; n < N8; n++) {
-        uint32_t fb[2];
-        fb[0] = fm_ld32(b + (8 * n + g) * ldb + 16 * kk + 2 * t);
-        fb[1] = fm_ld32(b + (8 * n + g) * ldb + 16 * kk + 8 + 2 * t);
-        fm_mma(acc[n], fa, fb);
+    for (int k = 0; k < STEPS; k++) {
+        int q = fm_tid() + k * THREADS, i = q / CH, d = q % CH * 8;
+        fm_cp16(dst + i * (D + PAD) + d, src + (size_t)(r0 + (i < n ? i : 0)) * ld + d, i < n);
+    }
+}
+template <int D, int ROWS>
+FM_DEV void load_tile(uint16_t *dst, const float *src, int ld, int r0, int n)
+{
+    constexpr int CH = D / 8, STEPS = ROWS * CH / THREADS;
+    static_assert(ROWS * CH % THREADS == 0, "whole steps");
+    FM_UNROLL
+    for (int k = 0; k < STEPS; k++) {
+        int q = fm_tid() + k * THREADS, i = q / CH, d = q % CH * 8;
+        float v[8] = {};
+        if (i < n) {
+            fm_ldg4(src + (size_t)(r0 + i) * ld + d, v);
+            fm_ldg4(src + (size_t)(r0 + i) * ld + d + 4, v + 4);
+        }
+        FM_UNROLL
+        for (int e = 0; e < 8; e += 2)
+            fm_st32(dst + i * (D + PAD) + d + e, fm_pack(v[e], v[e + 1]));
     }
 }
 
-// acc[n] += A B^T: A the warp's 16 rows (row stride lda) and B's rows 8n .. 8n + 7 (row
-// stride ldb), both K long, bf16 in shared memory.
-template <int K, int N8>
-FM_DEV void mma_abt(float (*acc)[4], const uint16_t *a, int lda, const uint16_t *b, int ldb)
+// The A fragment (16 x 16, columns 16 kk ..) of the 16 rows at a (row stride lda): one
+// ldmatrix (matrices: rows 0-7 | 8-15 of columns 0-7, then of columns 8-15).
+FM_DEV void frag_a(uint32_t fa[4], const uint16_t *a, int lda, int kk)
 {
-    int lane = fm_tid() & 31, g = lane >> 2, t = lane & 3;
+    int lane = fm_tid() & 31;
+    fm_ldsm4(fa, a + ((lane & 7) + (lane >> 3 & 1) * 8) * lda + 16 * kk + (lane >> 4) * 8);
+}
+
+// acc[n] (16 x 8, n < N8) += A_kk B^T for one k step: B's rows 8n .. 8n + 7 (row-major, the
+// sum over its columns 16 kk ..; row stride ldb), two n a ldmatrix (b0, b1 of n, then of n + 1).
+template <int N8>
+FM_DEV void mma_step_bt(float (*acc)[4], const uint32_t fa[4], const uint16_t *b, int ldb, int kk)
+{
+    static_assert(N8 % 2 == 0, "n in pairs");
+    int lane = fm_tid() & 31, j = lane >> 3;
+    const uint16_t *p = b + (8 * (j >> 1) + (lane & 7)) * ldb + 16 * kk + (j & 1) * 8;
+    FM_UNROLL
+    for (int n = 0; n < N8; n += 2) {
+        uint32_t fb[4];
+        fm_ldsm4(fb, p + 8 * n * ldb);
+        fm_mma(acc[n], fa, fb);
+        fm_mma(acc[n + 1], fa, fb + 2);
+    }
+}
+
+// acc[n] += A B^T over K: A the fragments fa[K / 16] of a warp's 16 rows (registers), B's rows
+// 8n .. 8n + 7 K long in shared memory (row-major, row stride ldb).
+template <int K, int N8>
+FM_DEV void mma_rbt(float (*acc)[4], const uint32_t (*fa)[4], const uint16_t *b, int ldb)
+{
+    FM_UNROLL
+    for (int kk = 0; kk < K / 16; kk++)
+        mma_step_bt<N8>(acc, fa[kk], b, ldb, kk);
+}
+
+// acc[n] += A B^T: A the warp's 16 rows in shared memory (row stride lda), B as mma_rbt's.
+template <int K, int N8>
+FM_DEV void mma_sbt(float (*acc)[4], const uint16_t *a, int lda, const uint16_t *b, int ldb)
+{
     FM_UNROLL
     for (int kk = 0; kk < K / 16; kk++) {
         uint32_t fa[4];
-        fa[0] = fm_ld32(a + g * lda + 16 * kk + 2 * t);
-        fa[1] = fm_ld32(a + (g + 8) * lda + 16 * kk + 2 * t);
-        fa[2] = fm_ld32(a + g * lda + 16 * kk + 8 + 2 * t);
-        fa[3] = fm_ld32(a + (g + 8) * lda + 16 * kk + 8 + 2 * t);
-        mma_step<N8>(acc, fa, b, ldb, kk);
+        frag_a(fa, a, lda, kk);
+        mma_step_bt<N8>(acc, fa, b, ldb, kk);
     }
 }
 
-// acc[n] += P B^T: P (16 x K) as the accumulator fragments p[0 .. K/8) of an earlier product
-// (rounded to bf16 here), B's rows 8n .. 8n + 7 K long in shared memory (row stride ldb).
+// acc[n] += P B: P (16 x K) as the accumulator fragments p[0 .. K/8) of an earlier product
+// (rounded to bf16 here: the C fragment of columns 16 kk .. + 15 is the A fragment of step
+// kk), B (K x 8 N8) row-major in shared memory (row stride ldb), read transposed by ldmatrix
+// .trans (b0, b1 of n, then of n + 1).
 template <int K, int N8>
-FM_DEV void mma_pbt(float (*acc)[4], const float (*p)[4], const uint16_t *b, int ldb)
+FM_DEV void mma_pb(float (*acc)[4], const float (*p)[4], const uint16_t *b, int ldb)
 {
+    static_assert(N8 % 2 == 0, "n in pairs");
+    int lane = fm_tid() & 31, j = lane >> 3;
     FM_UNROLL
     for (int kk = 0; kk < K / 16; kk++) {
         uint32_t fa[4] = {fm_pack(p[2 * kk][0], p[2 * kk][1]), fm_pack(p[2 * kk][2], p[2 * kk][3]),
                           fm_pack(p[2 * kk + 1][0], p[2 * kk + 1][1]),
                           fm_pack(p[2 * kk + 1][2], p[2 * kk + 1][3])};
-        mma_step<N8>(acc, fa, b, ldb, kk);
+        const uint16_t *q = b + (16 * kk + (j & 1) * 8 + (lane & 7)) * ldb + 8 * (j >> 1);
+        FM_UNROLL
+        for (int n = 0; n < N8; n += 2) {
+            uint32_t fb[4];
+            fm_ldsm4_t(fb, q + 8 * n);
+            fm_mma(acc[n], fa, fb);
+            fm_mma(acc[n + 1], fa, fb + 2);
+        }
     }
 }
 
@@ -240,47 +267,105 @@ FM_DEV uint16_t *out_of(const args &a, uint16_t *) { return a.out16; }
 FM_DEV void store_pair(float *p, float x, float y) { p[0] = x, p[1] = y; }
 FM_DEV void store_pair(uint16_t *p, float x, float y) { fm_stg32(p, fm_pack(x, y)); }
 
+// The scaled scores of a warp's 16 x 8 N8 tile in place (rows i0 + 8 hf, columns j0 + 8 n +
+// 2 t + e & 1 of accumulator s[n][e]), -inf where not visible() unless the whole tile is
+// (MASK false: left of the diagonal, inside every row's segment, no row past T); mx[hf] gets
+// this lane's largest of row hf.
+template <bool MASK, int N8>
+FM_DEV void scores(const args &a, float (*s)[4], float slope, const int i[2], int j0,
+                   const int first[2], float mx[2])
+{
+    int tq = fm_tid() & 3;
+    FM_UNROLL
+    for (int n = 0; n < N8; n++)
+        FM_UNROLL
+        for (int e = 0; e < 4; e++) {
+            int hf = e >> 1, j = j0 + 8 * n + 2 * tq + (e & 1);
+            float v = !MASK || visible(a, i[hf], j, first[hf]) ? score(a, s[n][e], slope, i[hf], j)
+                                                              : -INFINITY;
+            s[n][e] = v;
+            mx[hf] = fmaxf(mx[hf], v);
+        }
+}
+
+// P (in place of the scores s) = exp(s - lse of the row), or 0 where not visible; with dP
+// given, dS = P (dP - Drow) in place of dP. Rows and columns as scores(): a warp's 16 rows i
+// x 8 N8 columns j (TRANS: s holds S^T, rows the keys j0 + ..., columns the queries i0 + ...,
+// whose lse, Drow and segment starts are per column).
+template <bool MASK, bool TRANS, int N8>
+FM_DEV void probabilities(const args &a, float (*s)[4], float (*dp)[4], float slope, int r0,
+                          int c0, const float *lse, const float *Dr, const int *first, int T)
+{
+    int lane = fm_tid() & 31, gq = lane >> 2, tq = lane & 3, w = fm_tid() / 32;
+    FM_UNROLL
+    for (int n = 0; n < N8; n++)
+        FM_UNROLL
+        for (int e = 0; e < 4; e++) {
+            int rr = 16 * w + gq + (e >> 1) * 8, cc = 8 * n + 2 * tq + (e & 1);
+            int x = TRANS ? cc : (e >> 1); // the query's index into lse, Dr, first
+            int i = TRANS ? r0 + cc : r0 + rr, j = TRANS ? c0 + rr : c0 + cc;
+            bool ok = !MASK || (i < T && j <= i && j >= first[x]); // visible(), T in a register
+            float p = ok ? fm_exp(score(a, s[n][e], slope, i, j) - lse[x]) : 0.0f;
+            s[n][e] = p;
+            if (dp)
+                dp[n][e] = p * (dp[n][e] - Dr[x]);
+        }
+}
+
 // ---------------------------------------------------------------- forward
 // O: the output's storage, float (out) or uint16_t (bf16 bits, out16); Q: qkv's.
+// Shared memory: Q (BM x LD), then two stages of K and V (BN x LD each), then the rows'
+// segment starts; the next key tile loads while this one is used.
 template <int D, typename O = float, typename Q = float> FM_KERNEL forward(args a)
 {
-    constexpr int LD = D + PAD, LT = BN + PAD;
+    constexpr int LD = D + PAD;
     uint16_t *Qs = reinterpret_cast<uint16_t *>(fm_shared());
-    uint16_t *Ks = Qs + BM * LD, *Vt = Ks + BN * LD;
-    int *st0 = reinterpret_cast<int *>(Vt + D * LT);
+    uint16_t *KV = Qs + BM * LD; // stage s: K at KV + 2 s BN LD, V BN LD after it
+    int *st0 = reinterpret_cast<int *>(KV + 4 * BN * LD);
 
     int qt = fm_gridx() - 1 - fm_bidx(); // the largest query tiles first
     int bh = fm_bidy(), b = bh / a.NH, h = bh % a.NH, g = h / a.R, T = a.T;
     int r0 = qt * BM, rows = fm_min(BM, T - r0);
     const Q *base = in_of(a, (const Q *)nullptr) + (size_t)b * T * a.C3;
-    load_tile<D, BM>(Qs, nullptr, base + q_off(a, h, D), a.C3, r0, rows);
+    const Q *kbase = base + k_off(a, g, D);
+    load_tile<D, BM>(Qs, base + q_off(a, h, D), a.C3, r0, rows);
     tile_starts(a, st0, b, r0, rows);
+    fm_sync();
+    int c_begin = st0[0] / BN;
+    load_tile<D, BN>(KV, kbase, a.C3, c_begin * BN, fm_min(BN, T - c_begin * BN));
+    load_tile<D, BN>(KV + BN * LD, kbase + D, a.C3, c_begin * BN, fm_min(BN, T - c_begin * BN));
+    fm_cp_commit();
+    fm_cp_wait0();
     fm_sync();
 
     int w = fm_tid() / 32, lane = fm_tid() & 31, gq = lane >> 2, tq = lane & 3;
     int row[2] = {16 * w + gq, 16 * w + gq + 8}; // this lane's rows of the tile
+    int i[2] = {r0 + row[0], r0 + row[1]};
     int first[2] = {st0[row[0]], st0[row[1]]};
+    int last_start = st0[BM - 1]; // (rows past the tile's repeat its last)
+    uint32_t qf[D / 16][4]; // the warp's 16 query rows as A fragments, for every key tile
+    FM_UNROLL
+    for (int kk = 0; kk < D / 16; kk++)
+        frag_a(qf[kk], Qs + 16 * w * LD, LD, kk);
     float slope = a.alibi ? a.alibi[h] : 0.0f;
     float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
     float o[D / 8][4] = {};
-    for (int c = st0[0] / BN; c <= qt; c++) {
-        int c0 = c * BN, cols = fm_min(BN, T - c0);
-        fm_sync(); // the previous tile's readers of Ks and Vt are done
-        load_tile<D, BN>(Ks, nullptr, base + k_off(a, g, D), a.C3, c0, cols);
-        load_tile<D, BN>(nullptr, Vt, base + k_off(a, g, D) + D, a.C3, c0, cols);
-        fm_sync();
+    for (int c = c_begin; c <= qt; c++) {
+        int c0 = c * BN;
+        uint16_t *Ks = KV + ((c - c_begin) & 1) * 2 * BN * LD, *Vs = Ks + BN * LD;
+        if (c < qt) { // the next tile into the other stage (its readers passed the last sync)
+            uint16_t *Kn = KV + ((c + 1 - c_begin) & 1) * 2 * BN * LD;
+            load_tile<D, BN>(Kn, kbase, a.C3, c0 + BN, fm_min(BN, T - c0 - BN));
+            load_tile<D, BN>(Kn + BN * LD, kbase + D, a.C3, c0 + BN, fm_min(BN, T - c0 - BN));
+        }
+        fm_cp_commit();
         float s[BN / 8][4] = {};
-        mma_abt<D, BN / 8>(s, Qs + 16 * w * LD, LD, Ks, LD);
+        mma_rbt<D, BN / 8>(s, qf, Ks, LD);
         float mx[2] = {-INFINITY, -INFINITY};
-        FM_UNROLL
-        for (int n = 0; n < BN / 8; n++)
-            FM_UNROLL
-            for (int e = 0; e < 4; e++) {
-                int hf = e >> 1, i = r0 + row[hf], j = c0 + 8 * n + 2 * tq + (e & 1);
-                float v = visible(a, i, j, first[hf]) ? score(a, s[n][e], slope, i, j) : -INFINITY;
-                s[n][e] = v;
-                mx[hf] = fmaxf(mx[hf], v);
-            }
+        if (c < qt && c0 >= last_start) // left of the diagonal and inside every row's segment
+            scores<false, BN / 8>(a, s, slope, i, c0, first, mx);
+        else
+            scores<true, BN / 8>(a, s, slope, i, c0, first, mx);
         float corr[2], sum[2] = {0.0f, 0.0f};
         for (int hf = 0; hf < 2; hf++) {
             mx[hf] = fmaxf(mx[hf], fm_shfl_xor(mx[hf], 1));
@@ -305,7 +390,9 @@ template <int D, typename O = float, typename Q = float> FM_KERNEL forward(args 
             o[n][0] *= corr[0], o[n][1] *= corr[0];
             o[n][2] *= corr[1], o[n][3] *= corr[1];
         }
-        mma_pbt<BN, D / 8>(o, s, Vt, LT);
+        mma_pb<BN, D / 8>(o, s, Vs, LD);
+        fm_cp_wait0(); // the next tile has landed, and every warp is done with this one
+        fm_sync();
     }
     O *ob = out_of(a, (O *)nullptr) + (size_t)b * T * a.C + (size_t)h * D;
     for (int hf = 0; hf < 2; hf++) {
@@ -313,73 +400,86 @@ template <int D, typename O = float, typename Q = float> FM_KERNEL forward(args 
         l[hf] += fm_shfl_xor(l[hf], 2);
         if (row[hf] >= rows)
             continue;
-        size_t i = (size_t)(r0 + row[hf]);
         float inv = 1.0f / l[hf];
         for (int n = 0; n < D / 8; n++)
-            store_pair(ob + i * a.C + 8 * n + 2 * tq, o[n][2 * hf] * inv,
+            store_pair(ob + (size_t)i[hf] * a.C + 8 * n + 2 * tq, o[n][2 * hf] * inv,
                        o[n][2 * hf + 1] * inv);
         if (tq == 0)
-            a.lse[(size_t)bh * T + i] = m[hf] + fm_log(l[hf]);
+            a.lse[(size_t)bh * T + i[hf]] = m[hf] + fm_log(l[hf]);
     }
 }
 
 // ---------------------------------------------------------------- backward
 // dK, dV of key tile fm_bidx() of (batch, group) fm_bidy(); Q: qkv's storage, dqkv's and
-// dout's.
+// dout's. Steps: the group's R heads x the query tiles of BQ rows from the key tile on whose
+// segments reach it (a prefix: segments' starts grow along T), each step's Q and dO tiles
+// loaded while the one before is used. Shared memory: K, V (BN x LD), two stages of Q and dO
+// (BQ x LD) and of the rows' lse, Drow and segment starts (BQ each).
 template <int D, typename Q = float> FM_KERNEL backward_kv(args a)
 {
-    constexpr int BQ = bq_for(D), LD = D + PAD, LQ = BQ + PAD;
+    constexpr int BQ = bq_for(D), LD = D + PAD;
     uint16_t *Ks = reinterpret_cast<uint16_t *>(fm_shared());
-    uint16_t *Vs = Ks + BN * LD, *Qs = Vs + BN * LD, *dOs = Qs + BQ * LD;
-    uint16_t *Qt = dOs + BQ * LD, *dOt = Qt + D * LQ;
-    float *lse_s = reinterpret_cast<float *>(dOt + D * LQ), *D_s = lse_s + BQ;
-    int *s0_s = reinterpret_cast<int *>(D_s + BQ);
+    uint16_t *Vs = Ks + BN * LD, *QD = Vs + BN * LD; // stage s: Q at QD + 2 s BQ LD, dO after
+    float *rows_s = reinterpret_cast<float *>(QD + 4 * BQ * LD); // stage s: lse, Drow, starts
 
     int c = fm_bidx(), bg = fm_bidy(), b = bg / a.NG, g = bg % a.NG, T = a.T;
     int c0 = c * BN, cols = fm_min(BN, T - c0);
     const Q *base = in_of(a, (const Q *)nullptr) + (size_t)b * T * a.C3;
     const int32_t *starts = a.starts + (size_t)b * T;
-    load_tile<D, BN>(Ks, nullptr, base + k_off(a, g, D), a.C3, c0, cols);
-    load_tile<D, BN>(Vs, nullptr, base + k_off(a, g, D) + D, a.C3, c0, cols);
-
-    int w = fm_tid() / 32, lane = fm_tid() & 31, gq = lane >> 2, tq = lane & 3;
-    int key0 = c0 + 16 * w + gq; // this lane's keys: key0 and key0 + 8
-    float dk[D / 8][4] = {}, dv[D / 8][4] = {};
-    for (int r = 0; r < a.R; r++) {
-        int h = g * a.R + r, bh = b * a.NH + h;
-        float slope = a.alibi ? a.alibi[h] : 0.0f;
-        const Q *dO = dout_of(a, (const Q *)nullptr) + (size_t)b * T * a.C + (size_t)h * D;
-        for (int q0 = c0; q0 < T; q0 += BQ) {
-            int rows = fm_min(BQ, T - q0);
-            if (starts[q0] >= c0 + cols)
-                continue; // the key tile lies wholly before these queries' segments (uniform)
-            fm_sync(); // the previous step's readers are done
-            load_tile<D, BQ>(Qs, Qt, base + q_off(a, h, D), a.C3, q0, rows);
-            load_tile<D, BQ>(dOs, dOt, dO, a.C, q0, rows);
-            for (int i = fm_tid(); i < BQ; i += THREADS) {
-                size_t t = (size_t)q0 + fm_min(i, rows - 1);
-                lse_s[i] = a.lse_in[(size_t)bh * T + t];
-                D_s[i] = a.Drow[(size_t)bh * T + t];
-                s0_s[i] = starts[t];
-            }
-            fm_sync();
-            float st[BQ / 8][4] = {}, dpt[BQ / 8][4] = {}; // S^T, dP^T: 16 keys x BQ queries
-            mma_abt<D, BQ / 8>(st, Ks + 16 * w * LD, LD, Qs, LD);
-            mma_abt<D, BQ / 8>(dpt, Vs + 16 * w * LD, LD, dOs, LD);
-            FM_UNROLL
-            for (int n = 0; n < BQ / 8; n++)
-                FM_UNROLL
-                for (int e = 0; e < 4; e++) {
-                    int j = key0 + (e >> 1) * 8, qc = 8 * n + 2 * tq + (e & 1), i = q0 + qc;
-                    bool ok = i < T && j <= i && j >= s0_s[qc]; // visible(), T in a register
-                    float p = ok ? fm_exp(score(a, st[n][e], slope, i, j) - lse_s[qc]) : 0.0f;
-                    st[n][e] = p;
-                    dpt[n][e] = p * (dpt[n][e] - D_s[qc]);
-                }
-            mma_pbt<BQ, D / 8>(dv, st, dOt, LQ);
-            mma_pbt<BQ, D / 8>(dk, dpt, Qt, LQ);
+    load_tile<D, BN>(Ks, base + k_off(a, g, D), a.C3, c0, cols);
+    load_tile<D, BN>(Vs, base + k_off(a, g, D) + D, a.C3, c0, cols);
+    int tiles = 0; // query tiles from c0 whose rows' segments reach the key tile (uniform)
+    while (c0 + tiles * BQ < T && starts[c0 + tiles * BQ] < c0 + cols)
+        tiles++;
+    int steps = a.R * tiles;
+    // step k's tiles into stage k & 1: Q and dO async, the rows' figures now
+    auto load_step = [&](int k) {
+        int h = g * a.R + k / tiles, q0 = c0 + k % tiles * BQ, rows = fm_min(BQ, T - q0);
+        uint16_t *Qn = QD + (k & 1) * 2 * BQ * LD;
+        float *rn = rows_s + (k & 1) * 3 * BQ;
+        load_tile<D, BQ>(Qn, base + q_off(a, h, D), a.C3, q0, rows);
+        load_tile<D, BQ>(Qn + BQ * LD,
+                         dout_of(a, (const Q *)nullptr) + (size_t)b * T * a.C + (size_t)h * D,
+                         a.C, q0, rows);
+        size_t bh = (size_t)b * a.NH + h;
+        for (int x = fm_tid(); x < BQ; x += THREADS) {
+            size_t t = (size_t)q0 + fm_min(x, rows - 1);
+            rn[x] = a.lse_in[bh * T + t];
+            rn[BQ + x] = a.Drow[bh * T + t];
+            reinterpret_cast<int *>(rn)[2 * BQ + x] = starts[t];
         }
+    };
+    if (steps)
+        load_step(0);
+    fm_cp_commit();
+    fm_cp_wait0();
+    fm_sync();
+
+    int w = fm_tid() / 32;
+    float dk[D / 8][4] = {}, dv[D / 8][4] = {};
+    for (int k = 0; k < steps; k++) {
+        int h = g * a.R + k / tiles, q0 = c0 + k % tiles * BQ;
+        const uint16_t *Qs = QD + (k & 1) * 2 * BQ * LD, *dOs = Qs + BQ * LD;
+        const float *rs = rows_s + (k & 1) * 3 * BQ;
+        const int *s0 = reinterpret_cast<const int *>(rs) + 2 * BQ;
+        if (k + 1 < steps)
+            load_step(k + 1); // into the other stage: its readers passed the last sync
+        fm_cp_commit();
+        float slope = a.alibi ? a.alibi[h] : 0.0f;
+        float st[BQ / 8][4] = {}, dpt[BQ / 8][4] = {}; // S^T, dP^T: 16 keys x BQ queries
+        mma_sbt<D, BQ / 8>(st, Ks + 16 * w * LD, LD, Qs, LD);
+        mma_sbt<D, BQ / 8>(dpt, Vs + 16 * w * LD, LD, dOs, LD);
+        // every key before every query of the tile, none past T, inside every segment
+        if (q0 >= c0 + BN - 1 && q0 + BQ <= T && c0 >= s0[BQ - 1])
+            probabilities<false, true, BQ / 8>(a, st, dpt, slope, q0, c0, rs, rs + BQ, s0, T);
+        else
+            probabilities<true, true, BQ / 8>(a, st, dpt, slope, q0, c0, rs, rs + BQ, s0, T);
+        mma_pb<BQ, D / 8>(dv, st, dOs, LD);  // dV += P^T dO
+        mma_pb<BQ, D / 8>(dk, dpt, Qs, LD);  // dK += dS^T Q
+        fm_cp_wait0(); // the next step's tiles have landed, every warp is done with these
+        fm_sync();
     }
+    int tq = fm_tid() & 3, key0 = c0 + 16 * w + (fm_tid() & 31) / 4; // keys key0, key0 + 8
     Q *out = grad_of(a, (const Q *)nullptr) + (size_t)b * T * a.C3 + k_off(a, g, D);
     for (int hf = 0; hf < 2; hf++) {
         if (key0 + 8 * hf >= c0 + cols)
@@ -394,20 +494,25 @@ template <int D, typename Q = float> FM_KERNEL backward_kv(args a)
 }
 
 // dQ of query tile (from the last) fm_bidx() of (batch, head) fm_bidy(); Q: qkv's, dqkv's and
-// dout's storage.
+// dout's storage. Shared memory: Q, dO (BM x LD), two stages of K and V (BN x LD each).
 template <int D, typename Q = float> FM_KERNEL backward_q(args a)
 {
-    constexpr int LD = D + PAD, LT = BN + PAD;
+    constexpr int LD = D + PAD;
     uint16_t *Qs = reinterpret_cast<uint16_t *>(fm_shared());
-    uint16_t *dOs = Qs + BM * LD, *Ks = dOs + BM * LD, *Vs = Ks + BN * LD, *Kt = Vs + BN * LD;
+    uint16_t *dOs = Qs + BM * LD, *KV = dOs + BM * LD; // stage s: K at KV + 2 s BN LD, V after
 
     int qt = fm_gridx() - 1 - fm_bidx(), bh = fm_bidy(), b = bh / a.NH, h = bh % a.NH;
     int g = h / a.R, T = a.T, r0 = qt * BM, rows = fm_min(BM, T - r0);
     const Q *base = in_of(a, (const Q *)nullptr) + (size_t)b * T * a.C3;
+    const Q *kbase = base + k_off(a, g, D);
     const int32_t *starts = a.starts + (size_t)b * T;
-    load_tile<D, BM>(Qs, nullptr, base + q_off(a, h, D), a.C3, r0, rows);
-    const Q *dO = dout_of(a, (const Q *)nullptr) + (size_t)b * T * a.C + (size_t)h * D;
-    load_tile<D, BM>(dOs, nullptr, dO, a.C, r0, rows);
+    int c_begin = starts[r0] / BN;
+    load_tile<D, BM>(Qs, base + q_off(a, h, D), a.C3, r0, rows);
+    load_tile<D, BM>(dOs, dout_of(a, (const Q *)nullptr) + (size_t)b * T * a.C + (size_t)h * D,
+                     a.C, r0, rows);
+    load_tile<D, BN>(KV, kbase, a.C3, c_begin * BN, fm_min(BN, T - c_begin * BN));
+    load_tile<D, BN>(KV + BN * LD, kbase + D, a.C3, c_begin * BN, fm_min(BN, T - c_begin * BN));
+    fm_cp_commit();
 
     int w = fm_tid() / 32, lane = fm_tid() & 31, gq = lane >> 2, tq = lane & 3;
     int row[2] = {16 * w + gq, 16 * w + gq + 8};
@@ -419,28 +524,30 @@ template <int D, typename Q = float> FM_KERNEL backward_q(args a)
         D_r[hf] = a.Drow[(size_t)bh * T + t];
         first[hf] = starts[t];
     }
+    int last_start = starts[r0 + rows - 1];
     float slope = a.alibi ? a.alibi[h] : 0.0f;
+    fm_cp_wait0();
+    fm_sync();
     float dq[D / 8][4] = {};
-    for (int c = starts[r0] / BN; c <= qt; c++) {
-        int c0 = c * BN, cols = fm_min(BN, T - c0);
-        fm_sync(); // the previous tile's readers are done
-        load_tile<D, BN>(Ks, Kt, base + k_off(a, g, D), a.C3, c0, cols);
-        load_tile<D, BN>(Vs, nullptr, base + k_off(a, g, D) + D, a.C3, c0, cols);
-        fm_sync();
+    for (int c = c_begin; c <= qt; c++) {
+        int c0 = c * BN;
+        const uint16_t *Ks = KV + ((c - c_begin) & 1) * 2 * BN * LD, *Vs = Ks + BN * LD;
+        if (c < qt) { // the next tile into the other stage (its readers passed the last sync)
+            uint16_t *Kn = KV + ((c + 1 - c_begin) & 1) * 2 * BN * LD;
+            load_tile<D, BN>(Kn, kbase, a.C3, c0 + BN, fm_min(BN, T - c0 - BN));
+            load_tile<D, BN>(Kn + BN * LD, kbase + D, a.C3, c0 + BN, fm_min(BN, T - c0 - BN));
+        }
+        fm_cp_commit();
         float s[BN / 8][4] = {}, dp[BN / 8][4] = {};
-        mma_abt<D, BN / 8>(s, Qs + 16 * w * LD, LD, Ks, LD);
-        mma_abt<D, BN / 8>(dp, dOs + 16 * w * LD, LD, Vs, LD);
-        FM_UNROLL
-        for (int n = 0; n < BN / 8; n++)
-            FM_UNROLL
-            for (int e = 0; e < 4; e++) {
-                int hf = e >> 1, i = r0 + row[hf], j = c0 + 8 * n + 2 * tq + (e & 1);
-                float p = visible(a, i, j, first[hf])
-                              ? fm_exp(score(a, s[n][e], slope, i, j) - lse_r[hf])
-                              : 0.0f;
-                s[n][e] = p * (dp[n][e] - D_r[hf]); // dS
-            }
-        mma_pbt<BN, D / 8>(dq, s, Kt, LT);
+        mma_sbt<D, BN / 8>(s, Qs + 16 * w * LD, LD, Ks, LD);
+        mma_sbt<D, BN / 8>(dp, dOs + 16 * w * LD, LD, Vs, LD);
+        if (c < qt && c0 >= last_start && r0 + BM <= T)
+            probabilities<false, false, BN / 8>(a, s, dp, slope, r0, c0, lse_r, D_r, first, T);
+        else
+            probabilities<true, false, BN / 8>(a, s, dp, slope, r0, c0, lse_r, D_r, first, T);
+        mma_pb<BN, D / 8>(dq, dp, Ks, LD); // dQ += dS K
+        fm_cp_wait0(); // the next tile has landed, and every warp is done with this one
+        fm_sync();
     }
     Q *out = grad_of(a, (const Q *)nullptr) + (size_t)b * T * a.C3 + q_off(a, h, D);
     for (int hf = 0; hf < 2; hf++) {

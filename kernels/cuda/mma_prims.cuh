@@ -15,10 +15,17 @@
 //                              bf16, the lower-indexed one in the low half
 //   fm_pack(lo, hi)            two floats rounded to bf16 (nearest even) in one register
 //   fm_bf16(x)                 one float rounded to bf16 bits
-//   fm_ld32(p) fm_st32(p, v)   32-bit shared-memory access at an even bf16 index
-//   fm_st16(p, v)              one bf16 into shared memory
-//   fm_ldg4(p, v)              v[0..3] = p[0..3] (global: fp32 16-byte aligned, or bf16 bits
-//                              8-byte aligned, widened)
+//   fm_st32(p, v)              32-bit shared-memory store at an even bf16 index
+//   fm_ldsm4(r, p)             ldmatrix .x4: four 8 x 8 bf16 matrices from shared memory, lane
+//                              L giving the 16-byte-aligned address of row L % 8 of matrix L / 8;
+//                              r[j] of lane L = matrix j's row L / 4, columns 2 (L % 4) and + 1
+//   fm_ldsm4_t(r, p)           the same with .trans: r[j] of lane L = matrix j's rows 2 (L % 4)
+//                              and + 1 of column L / 4 (the lower row in the low half)
+//   fm_cp16(dst, src, full)    cp.async of 16 bytes global -> shared (both 16-byte aligned);
+//                              zeros into dst when !full (src then not read). Lands by the
+//                              issuing thread's fm_cp_wait0 (then fm_sync for the block)
+//   fm_cp_commit() fm_cp_wait0()  close the thread's group of copies; wait for all of them
+//   fm_ldg4(p, v)              v[0..3] = p[0..3] (global fp32, 16-byte aligned)
 //   fm_stg32(p, v)             two bf16 (a fm_pack) into global memory at an even bf16 index
 //   fm_exp fm_log fm_min fm_ffs
 //   FM_DEV FM_HD FM_KERNEL FM_UNROLL   qualifiers of device, host-and-device, kernel functions
@@ -70,20 +77,36 @@ FM_DEV uint16_t fm_bf16(float x)
     return *reinterpret_cast<uint16_t *>(&v);
 }
 
-FM_DEV uint32_t fm_ld32(const uint16_t *p) { return *reinterpret_cast<const uint32_t *>(p); }
 FM_DEV void fm_st32(uint16_t *p, uint32_t v) { *reinterpret_cast<uint32_t *>(p) = v; }
-FM_DEV void fm_st16(uint16_t *p, uint16_t v) { *p = v; }
+FM_DEV uint32_t fm_smem_addr(const void *p)
+{
+    return (uint32_t)__cvta_generic_to_shared(p);
+}
+FM_DEV void fm_ldsm4(uint32_t r[4], const uint16_t *p)
+{
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(fm_smem_addr(p)));
+}
+FM_DEV void fm_ldsm4_t(uint32_t r[4], const uint16_t *p)
+{
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(fm_smem_addr(p)));
+}
+FM_DEV void fm_cp16(uint16_t *dst, const uint16_t *src, bool full)
+{
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(fm_smem_addr(dst)),
+                 "l"(src), "r"(full ? 16 : 0)
+                 : "memory");
+}
+FM_DEV void fm_cp_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+FM_DEV void fm_cp_wait0() { asm volatile("cp.async.wait_group 0;\n" ::: "memory"); }
 FM_DEV void fm_stg32(uint16_t *p, uint32_t v) { *reinterpret_cast<uint32_t *>(p) = v; }
 FM_DEV void fm_ldg4(const float *p, float v[4])
 {
     float4 x = __ldg(reinterpret_cast<const float4 *>(p));
     v[0] = x.x, v[1] = x.y, v[2] = x.z, v[3] = x.w;
-}
-FM_DEV void fm_ldg4(const uint16_t *p, float v[4])
-{
-    uint2 x = __ldg(reinterpret_cast<const uint2 *>(p)); // the lower-indexed in the low half
-    v[0] = __uint_as_float(x.x << 16), v[1] = __uint_as_float(x.x & 0xffff0000u);
-    v[2] = __uint_as_float(x.y << 16), v[3] = __uint_as_float(x.y & 0xffff0000u);
 }
 
 #endif

@@ -6,7 +6,10 @@
 // one after another. Shared memory starts as all-ones bytes (NaN as fp32 and bf16), so a read
 // before a write shows; a shared access outside the block's bytes, a misaligned one, or a
 // global load (16 bytes of fp32, 8 of bf16) outside the arrays the test declared
-// (emu::readable) or misaligned aborts. Slow (a barrier costs microseconds): for small shapes in tests.
+// (emu::readable) or misaligned aborts. ldmatrix exchanges the lanes' row addresses as a
+// shuffle does. cp.async lands at once in half the blocks and only at the issuing thread's
+// fm_cp_wait0 in the other half (the two ends of what the GPU may do), so a read of a tile
+// before its wait and barrier, or a copy into a tile still being read, shows. Slow (a barrier costs microseconds): for small shapes in tests.
 #ifndef TR_TESTS_CUDA_WARP_EMU_HPP
 #define TR_TESTS_CUDA_WARP_EMU_HPP
 
@@ -27,6 +30,7 @@ struct warp {
     std::barrier<> bar{32};
     uint32_t a[32][4], b[32][2], u[32];
     float x[32];
+    const uint16_t *p[32];
 };
 
 struct block {
@@ -39,6 +43,14 @@ struct block {
 
 inline thread_local block *cur;
 inline thread_local int tid;
+
+// cp.async copies not landed yet (the deferred blocks'): 16 bytes each
+struct pending_copy {
+    void *dst;
+    unsigned char bytes[16];
+};
+inline thread_local std::vector<pending_copy> pending;
+inline bool deferred_copies() { return ((cur->bx + cur->by) & 1) == 0; }
 
 // The global memory the kernels may read with fm_ldg4 (the test's input arrays): a read
 // outside all of them aborts, as a shared access outside the block's shared memory does.
@@ -91,6 +103,7 @@ template <class F> void launch(int gx, int gy, size_t smem, F body)
                     cur = &blk;
                     tid = t;
                     body();
+                    check(pending.empty(), "cp.async copies never waited for");
                 });
             for (auto &th : threads)
                 th.join();
@@ -159,24 +172,10 @@ inline uint16_t fm_bf16(float x)
 
 inline uint32_t fm_pack(float lo, float hi) { return fm_bf16(lo) | (uint32_t)fm_bf16(hi) << 16; }
 
-inline uint32_t fm_ld32(const uint16_t *p)
-{
-    emu::check_shared(p, 4); // a misaligned 32-bit shared load faults on the GPU
-    uint32_t v;
-    std::memcpy(&v, p, 4);
-    return v;
-}
-
 inline void fm_st32(uint16_t *p, uint32_t v)
 {
     emu::check_shared(p, 4);
     std::memcpy(p, &v, 4);
-}
-
-inline void fm_st16(uint16_t *p, uint16_t v)
-{
-    emu::check_shared(p, 2);
-    *p = v;
 }
 
 inline void fm_stg32(uint16_t *p, uint32_t v)
@@ -191,11 +190,50 @@ inline void fm_ldg4(const float *p, float v[4])
     std::memcpy(v, p, 16);
 }
 
-inline void fm_ldg4(const uint16_t *p, float v[4]) // four bf16, widened
+// ldmatrix .x4 (trans: .trans): lane L's r[j] from the rows whose addresses lanes 8 j ..
+// 8 j + 7 gave (mma_prims.cuh states the layouts).
+inline void ldsm4(uint32_t r[4], const uint16_t *p, bool trans)
 {
-    emu::check_global(p, 8);
-    for (int e = 0; e < 4; e++)
-        v[e] = emu::bf16_to_float(p[e]);
+    emu::warp &w = emu::my_warp();
+    int lane = emu::tid & 31;
+    emu::check_shared(p, 16);
+    w.p[lane] = p;
+    w.bar.arrive_and_wait();
+    int g = lane >> 2, t = lane & 3;
+    for (int j = 0; j < 4; j++) {
+        uint16_t lo, hi;
+        if (trans) // rows 2t and 2t + 1 of column g
+            lo = w.p[8 * j + 2 * t][g], hi = w.p[8 * j + 2 * t + 1][g];
+        else // row g, columns 2t and 2t + 1
+            lo = w.p[8 * j + g][2 * t], hi = w.p[8 * j + g][2 * t + 1];
+        r[j] = lo | (uint32_t)hi << 16;
+    }
+    w.bar.arrive_and_wait();
+}
+inline void fm_ldsm4(uint32_t r[4], const uint16_t *p) { ldsm4(r, p, false); }
+inline void fm_ldsm4_t(uint32_t r[4], const uint16_t *p) { ldsm4(r, p, true); }
+
+inline void fm_cp16(uint16_t *dst, const uint16_t *src, bool full)
+{
+    emu::check_shared(dst, 16);
+    emu::pending_copy c;
+    c.dst = dst;
+    std::memset(c.bytes, 0, 16);
+    if (full) {
+        emu::check_global(src, 16);
+        std::memcpy(c.bytes, src, 16);
+    }
+    if (emu::deferred_copies())
+        emu::pending.push_back(c);
+    else
+        std::memcpy(dst, c.bytes, 16);
+}
+inline void fm_cp_commit() {}
+inline void fm_cp_wait0()
+{
+    for (const emu::pending_copy &c : emu::pending)
+        std::memcpy(c.dst, c.bytes, 16);
+    emu::pending.clear();
 }
 
 // c += A B by the fragment layouts of mma.sync.m16n8k16.row.col (mma_prims.cuh).
