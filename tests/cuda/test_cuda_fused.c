@@ -144,13 +144,14 @@ static void test_mlp16(int N, int F, int C)
     float *pre = host(nf, -3, 3), *dy = host((size_t)N * C, -1, 1), *W = host((size_t)C * F, -1, 1);
     float *dW = host((size_t)C * F, -1, 1), *y = malloc((size_t)N * C * 4);
     uint16_t *g16 = malloc(nf * 2);
-    TWIN->gelu_forward16(NULL, g16, pre, NULL, nf);
-    TWIN->gemm_b16(NULL, 1, 0, C, F, N, 1.0f, dy, C, g16, F, 1.0f, dW, F);
-    TWIN->gemm_a16(NULL, 0, 1, N, C, F, 1.0f, g16, F, W, F, 0.0f, y, C);
+    /* the device copies first: the twin's gemm_b16 accumulates into the host dW */
     float *gpre = dev(BF16, pre, nf * 4), *gdy = dev(BF16, dy, (size_t)N * C * 4);
     float *gW = dev(BF16, W, (size_t)C * F * 4), *gdW = dev(BF16, dW, (size_t)C * F * 4);
     float *gy = dev(BF16, NULL, (size_t)N * C * 4);
     uint16_t *gg = dev(BF16, NULL, nf * 2);
+    TWIN->gelu_forward16(NULL, g16, pre, NULL, nf);
+    TWIN->gemm_b16(NULL, 1, 0, C, F, N, 1.0f, dy, C, g16, F, 1.0f, dW, F);
+    TWIN->gemm_a16(NULL, 0, 1, N, C, F, 1.0f, g16, F, W, F, 0.0f, y, C);
     BF16->gelu_forward16(NULL, gg, gpre, NULL, nf);
     float *want = widen(g16, nf);
     snprintf(what, sizeof what, "gelu_forward16 %zu", nf);
