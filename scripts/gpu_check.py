@@ -393,6 +393,10 @@ class Check:
 
     @staticmethod
     def first_failure(text):
+        # a crash report first (tests/cuda/ops_check.c: "CRASH: SIGSEGV during check group: ...")
+        for l in text.splitlines():
+            if l.startswith("CRASH:"):
+                return l.strip()[:240]
         for l in text.splitlines():
             if l.startswith("FAIL") or "Error" in l or "error:" in l:
                 return l.strip()[:240]
