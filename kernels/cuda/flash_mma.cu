@@ -48,23 +48,33 @@ template <int D> void forward_d(cudaStream_t st, const fm::args &m, bool in16)
         m.out16 ? forward_o<D, uint16_t>(st, m) : forward_o<D, float>(st, m);
 }
 
-template <int D, typename Q> void backward_q_of(cudaStream_t st, const fm::args &m)
+template <int D, typename Q, int BQ> void backward_q_of(cudaStream_t st, const fm::args &m)
 {
-    size_t kv = fm::backward_kv_bytes(D), q = fm::backward_q_bytes(D);
-    if (!opt_in(fm::backward_kv<D, Q>, kv, "attention_backward (mma, dK dV)") ||
+    size_t kv = fm::backward_kv_bytes(D, BQ), q = fm::backward_q_bytes(D);
+    if (!opt_in(fm::backward_kv<D, Q, BQ>, kv, "attention_backward (mma, dK dV)") ||
         !opt_in(fm::backward_q<D, Q>, q, "attention_backward (mma, dQ)"))
         return;
-    fm::backward_kv<D, Q><<<dim3((m.T + fm::BN - 1) / fm::BN, m.B * m.NG), fm::THREADS, kv,
-                            st>>>(m);
+    fm::backward_kv<D, Q, BQ><<<dim3((m.T + fm::BN - 1) / fm::BN, m.B * m.NG), fm::THREADS, kv,
+                                st>>>(m);
     cu_launched("attention_backward (mma, dK dV)");
     fm::backward_q<D, Q><<<dim3((m.T + fm::BM - 1) / fm::BM, m.B * m.NH), fm::THREADS, q,
                            st>>>(m);
     cu_launched("attention_backward (mma, dQ)");
 }
 
+// dK dV's query rows a step: bq_for(D), or 64 at D = 64 with TRIDENT_CUDA_ATTENTION_KV=64
+template <int D, typename Q> void backward_bq(cudaStream_t st, const fm::args &m)
+{
+    static const bool kv64 = cu_env_is("TRIDENT_CUDA_ATTENTION_KV", "64");
+    if constexpr (D == 64)
+        if (kv64)
+            return backward_q_of<D, Q, 64>(st, m);
+    backward_q_of<D, Q, fm::bq_for(D)>(st, m);
+}
+
 template <int D> void backward_d(cudaStream_t st, const fm::args &m, bool in16)
 {
-    in16 ? backward_q_of<D, uint16_t>(st, m) : backward_q_of<D, float>(st, m);
+    in16 ? backward_bq<D, uint16_t>(st, m) : backward_bq<D, float>(st, m);
 }
 
 // forward (fwd) or backward for the head size (one of the four takes() allows); in16: qkv16

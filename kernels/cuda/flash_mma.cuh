@@ -53,6 +53,7 @@ constexpr int THREADS = 128, WARPS = 4;
 constexpr int BM = 64;  // query rows of a forward or dQ block (16 per warp)
 constexpr int BN = 64;  // keys per tile (16 per warp in dK dV)
 constexpr int PAD = 8;  // halves past each shared row: conflict-free fragment loads
+constexpr float LOG2E = 1.4426950408889634f;
 
 struct args {
     union { const float *qkv; const uint16_t *qkv16; }; // the kernels' Q: the input's storage
@@ -63,7 +64,7 @@ struct args {
     union { float *dqkv; uint16_t *dqkv16; }; // the backward's Q
     uint16_t *out16; // forward<D, uint16_t>'s output
     int B, T, NH, NG, R, C, C3; // C = NH D, C3 = NG (R + 2) D
-    float scale;
+    float scale, scale2; // 1 / sqrt(D), and times log2(e): scores in base 2 (fm_exp2)
 };
 
 // The sizes and scale of a call (pointers left null): qkv (B, T, NG, R+2, D), NH = NG R.
@@ -73,12 +74,14 @@ inline args make_args(int B, int T, int NH, int NG, int D, const float *alibi)
     a.B = B, a.T = T, a.NH = NH, a.NG = NG, a.R = NH / NG;
     a.C = NH * D, a.C3 = NG * (a.R + 2) * D;
     a.scale = 1.0f / sqrtf((float)D);
+    a.scale2 = a.scale * LOG2E;
     a.alibi = alibi;
     return a;
 }
 
-// Query rows of a dK dV step: fewer for D = 128, so that the two accumulators fit registers.
-FM_HD constexpr int bq_for(int D) { return D > 64 ? 32 : 64; }
+// Query rows of a dK dV step: 32 from D = 64 on, so that the accumulators fit registers (at
+// D = 64, 3 blocks an SM instead of 2 with 64 rows: TRIDENT_CUDA_ATTENTION_KV=64 takes 64).
+FM_HD constexpr int bq_for(int D) { return D >= 64 ? 32 : 64; }
 
 // Bytes of shared memory of each kernel (the carving order below): the tiles a block keeps,
 // and two stages of those it streams.
@@ -86,9 +89,9 @@ FM_HD constexpr size_t forward_bytes(int D)
 {
     return (size_t)(BM + 4 * BN) * (D + PAD) * 2 + BM * 4;
 }
-FM_HD constexpr size_t backward_kv_bytes(int D)
+FM_HD constexpr size_t backward_kv_bytes(int D, int BQ)
 {
-    return (size_t)(2 * BN + 4 * bq_for(D)) * (D + PAD) * 2 + (size_t)2 * 3 * bq_for(D) * 4;
+    return (size_t)(2 * BN + 4 * BQ) * (D + PAD) * 2 + (size_t)2 * 3 * BQ * 4;
 }
 FM_HD constexpr size_t backward_q_bytes(int D)
 {
@@ -125,7 +128,7 @@ FM_DEV void load_tile(uint16_t *dst, const float *src, int ld, int r0, int n)
 {
     constexpr int CH = D / 8, STEPS = ROWS * CH / THREADS;
     static_assert(ROWS * CH % THREADS == 0, "whole steps");
-    FM_UNROLL
+    FM_UNROLL_2 // (two steps' loads in flight; more hold too many registers at D = 128)
     for (int k = 0; k < STEPS; k++) {
         int q = fm_tid() + k * THREADS, i = q / CH, d = q % CH * 8;
         float v[8] = {};
@@ -178,7 +181,7 @@ FM_DEV void mma_rbt(float (*acc)[4], const uint32_t (*fa)[4], const uint16_t *b,
 template <int K, int N8>
 FM_DEV void mma_sbt(float (*acc)[4], const uint16_t *a, int lda, const uint16_t *b, int ldb)
 {
-    FM_UNROLL
+    FM_UNROLL_2 // (fully unrolled, the loads of every k step are hoisted: registers run out)
     for (int kk = 0; kk < K / 16; kk++) {
         uint32_t fa[4];
         frag_a(fa, a, lda, kk);
@@ -247,10 +250,11 @@ FM_DEV bool visible(const args &a, int i, int j, int first)
     return i < a.T && j <= i && j >= first;
 }
 
-// The scaled score of query i and key j with ALiBi's bias (s: q . k).
-FM_DEV float score(const args &a, float s, float slope, int i, int j)
+// The scaled score of query i and key j in base 2 (s: q . k; slope2: ALiBi's slope times
+// log2 e): log2 e (s / sqrt(D) + slope (j - i)), so exp(x) is fm_exp2 of it.
+template <bool ALIBI> FM_DEV float score2(const args &a, float s, float slope2, int i, int j)
 {
-    return s * a.scale + slope * (float)(j - i);
+    return ALIBI ? s * a.scale2 + slope2 * (float)(j - i) : s * a.scale2;
 }
 
 // qkv in its storage Q: fp32 or bf16 bits
@@ -267,12 +271,12 @@ FM_DEV uint16_t *out_of(const args &a, uint16_t *) { return a.out16; }
 FM_DEV void store_pair(float *p, float x, float y) { p[0] = x, p[1] = y; }
 FM_DEV void store_pair(uint16_t *p, float x, float y) { fm_stg32(p, fm_pack(x, y)); }
 
-// The scaled scores of a warp's 16 x 8 N8 tile in place (rows i0 + 8 hf, columns j0 + 8 n +
-// 2 t + e & 1 of accumulator s[n][e]), -inf where not visible() unless the whole tile is
-// (MASK false: left of the diagonal, inside every row's segment, no row past T); mx[hf] gets
-// this lane's largest of row hf.
-template <bool MASK, int N8>
-FM_DEV void scores(const args &a, float (*s)[4], float slope, const int i[2], int j0,
+// The scaled scores (base 2: score2) of a warp's 16 x 8 N8 tile in place (rows i[hf],
+// columns j0 + 8 n + 2 t + e & 1 of accumulator s[n][e]), -inf where not visible() unless the
+// whole tile is (MASK false: left of the diagonal, inside every row's segment, no row past
+// T); mx[hf] gets this lane's largest of row hf.
+template <bool MASK, bool ALIBI, int N8>
+FM_DEV void scores(const args &a, float (*s)[4], float slope2, const int i[2], int j0,
                    const int first[2], float mx[2])
 {
     int tq = fm_tid() & 3;
@@ -281,20 +285,32 @@ FM_DEV void scores(const args &a, float (*s)[4], float slope, const int i[2], in
         FM_UNROLL
         for (int e = 0; e < 4; e++) {
             int hf = e >> 1, j = j0 + 8 * n + 2 * tq + (e & 1);
-            float v = !MASK || visible(a, i[hf], j, first[hf]) ? score(a, s[n][e], slope, i[hf], j)
-                                                              : -INFINITY;
+            float v = !MASK || visible(a, i[hf], j, first[hf])
+                          ? score2<ALIBI>(a, s[n][e], slope2, i[hf], j)
+                          : -INFINITY;
             s[n][e] = v;
             mx[hf] = fmaxf(mx[hf], v);
         }
 }
+template <int N8>
+FM_DEV void scores_of(bool mask, const args &a, float (*s)[4], float slope2, const int i[2],
+                      int j0, const int first[2], float mx[2])
+{
+    if (mask)
+        a.alibi ? scores<true, true, N8>(a, s, slope2, i, j0, first, mx)
+                : scores<true, false, N8>(a, s, slope2, i, j0, first, mx);
+    else
+        a.alibi ? scores<false, true, N8>(a, s, slope2, i, j0, first, mx)
+                : scores<false, false, N8>(a, s, slope2, i, j0, first, mx);
+}
 
-// P (in place of the scores s) = exp(s - lse of the row), or 0 where not visible; with dP
-// given, dS = P (dP - Drow) in place of dP. Rows and columns as scores(): a warp's 16 rows i
-// x 8 N8 columns j (TRANS: s holds S^T, rows the keys j0 + ..., columns the queries i0 + ...,
-// whose lse, Drow and segment starts are per column).
-template <bool MASK, bool TRANS, int N8>
-FM_DEV void probabilities(const args &a, float (*s)[4], float (*dp)[4], float slope, int r0,
-                          int c0, const float *lse, const float *Dr, const int *first, int T)
+// P (in place of the scores s) = exp(s - lse of the row), or 0 where not visible; dS = P (dP
+// - Drow) in place of dP. Rows and columns as scores(): a warp's 16 rows i x 8 N8 columns j
+// (TRANS: s holds S^T, rows the keys j0 + ..., columns the queries i0 + ..., whose lse, Drow
+// and segment starts are per column). lse2: the rows' lse times log2 e.
+template <bool MASK, bool TRANS, bool ALIBI, int N8>
+FM_DEV void probabilities(const args &a, float (*s)[4], float (*dp)[4], float slope2, int r0,
+                          int c0, const float *lse2, const float *Dr, const int *first, int T)
 {
     int lane = fm_tid() & 31, gq = lane >> 2, tq = lane & 3, w = fm_tid() / 32;
     FM_UNROLL
@@ -302,14 +318,25 @@ FM_DEV void probabilities(const args &a, float (*s)[4], float (*dp)[4], float sl
         FM_UNROLL
         for (int e = 0; e < 4; e++) {
             int rr = 16 * w + gq + (e >> 1) * 8, cc = 8 * n + 2 * tq + (e & 1);
-            int x = TRANS ? cc : (e >> 1); // the query's index into lse, Dr, first
+            int x = TRANS ? cc : (e >> 1); // the query's index into lse2, Dr, first
             int i = TRANS ? r0 + cc : r0 + rr, j = TRANS ? c0 + rr : c0 + cc;
             bool ok = !MASK || (i < T && j <= i && j >= first[x]); // visible(), T in a register
-            float p = ok ? fm_exp(score(a, s[n][e], slope, i, j) - lse[x]) : 0.0f;
+            float p = ok ? fm_exp2(score2<ALIBI>(a, s[n][e], slope2, i, j) - lse2[x]) : 0.0f;
             s[n][e] = p;
-            if (dp)
-                dp[n][e] = p * (dp[n][e] - Dr[x]);
+            dp[n][e] = p * (dp[n][e] - Dr[x]);
         }
+}
+template <bool TRANS, int N8>
+FM_DEV void probabilities_of(bool mask, const args &a, float (*s)[4], float (*dp)[4],
+                             float slope2, int r0, int c0, const float *lse2, const float *Dr,
+                             const int *first, int T)
+{
+    if (mask)
+        a.alibi ? probabilities<true, TRANS, true, N8>(a, s, dp, slope2, r0, c0, lse2, Dr, first, T)
+                : probabilities<true, TRANS, false, N8>(a, s, dp, slope2, r0, c0, lse2, Dr, first, T);
+    else
+        a.alibi ? probabilities<false, TRANS, true, N8>(a, s, dp, slope2, r0, c0, lse2, Dr, first, T)
+                : probabilities<false, TRANS, false, N8>(a, s, dp, slope2, r0, c0, lse2, Dr, first, T);
 }
 
 // ---------------------------------------------------------------- forward
@@ -347,8 +374,8 @@ template <int D, typename O = float, typename Q = float> FM_KERNEL forward(args 
     FM_UNROLL
     for (int kk = 0; kk < D / 16; kk++)
         frag_a(qf[kk], Qs + 16 * w * LD, LD, kk);
-    float slope = a.alibi ? a.alibi[h] : 0.0f;
-    float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+    float slope2 = a.alibi ? a.alibi[h] * LOG2E : 0.0f;
+    float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f}; // base 2: m of the scores2
     float o[D / 8][4] = {};
     for (int c = c_begin; c <= qt; c++) {
         int c0 = c * BN;
@@ -362,16 +389,14 @@ template <int D, typename O = float, typename Q = float> FM_KERNEL forward(args 
         float s[BN / 8][4] = {};
         mma_rbt<D, BN / 8>(s, qf, Ks, LD);
         float mx[2] = {-INFINITY, -INFINITY};
-        if (c < qt && c0 >= last_start) // left of the diagonal and inside every row's segment
-            scores<false, BN / 8>(a, s, slope, i, c0, first, mx);
-        else
-            scores<true, BN / 8>(a, s, slope, i, c0, first, mx);
+        // no mask left of the diagonal inside every row's segment
+        scores_of<BN / 8>(!(c < qt && c0 >= last_start), a, s, slope2, i, c0, first, mx);
         float corr[2], sum[2] = {0.0f, 0.0f};
         for (int hf = 0; hf < 2; hf++) {
             mx[hf] = fmaxf(mx[hf], fm_shfl_xor(mx[hf], 1));
             mx[hf] = fmaxf(mx[hf], fm_shfl_xor(mx[hf], 2));
             float mnew = fmaxf(m[hf], mx[hf]);
-            corr[hf] = mnew == -INFINITY ? 1.0f : fm_exp(m[hf] - mnew);
+            corr[hf] = mnew == -INFINITY ? 1.0f : fm_exp2(m[hf] - mnew);
             m[hf] = mnew;
         }
         FM_UNROLL
@@ -379,7 +404,7 @@ template <int D, typename O = float, typename Q = float> FM_KERNEL forward(args 
             FM_UNROLL
             for (int e = 0; e < 4; e++) {
                 int hf = e >> 1;
-                float p = m[hf] == -INFINITY ? 0.0f : fm_exp(s[n][e] - m[hf]);
+                float p = m[hf] == -INFINITY ? 0.0f : fm_exp2(s[n][e] - m[hf]);
                 s[n][e] = p;
                 sum[hf] += p;
             }
@@ -405,7 +430,7 @@ template <int D, typename O = float, typename Q = float> FM_KERNEL forward(args 
             store_pair(ob + (size_t)i[hf] * a.C + 8 * n + 2 * tq, o[n][2 * hf] * inv,
                        o[n][2 * hf + 1] * inv);
         if (tq == 0)
-            a.lse[(size_t)bh * T + i[hf]] = m[hf] + fm_log(l[hf]);
+            a.lse[(size_t)bh * T + i[hf]] = m[hf] * (1.0f / LOG2E) + fm_log(l[hf]);
     }
 }
 
@@ -415,9 +440,11 @@ template <int D, typename O = float, typename Q = float> FM_KERNEL forward(args 
 // segments reach it (a prefix: segments' starts grow along T), each step's Q and dO tiles
 // loaded while the one before is used. Shared memory: K, V (BN x LD), two stages of Q and dO
 // (BQ x LD) and of the rows' lse, Drow and segment starts (BQ each).
-template <int D, typename Q = float> FM_KERNEL backward_kv(args a)
+// BQ query rows a step; D <= 64 with BQ 32 or less: 3 blocks an SM (registers capped at 168).
+template <int D, typename Q = float, int BQ = bq_for(D)>
+FM_KERNEL_MIN(D <= 32 || (D <= 64 && BQ <= 32) ? 3 : 1) backward_kv(args a)
 {
-    constexpr int BQ = bq_for(D), LD = D + PAD;
+    constexpr int LD = D + PAD;
     uint16_t *Ks = reinterpret_cast<uint16_t *>(fm_shared());
     uint16_t *Vs = Ks + BN * LD, *QD = Vs + BN * LD; // stage s: Q at QD + 2 s BQ LD, dO after
     float *rows_s = reinterpret_cast<float *>(QD + 4 * BQ * LD); // stage s: lse, Drow, starts
@@ -444,7 +471,7 @@ template <int D, typename Q = float> FM_KERNEL backward_kv(args a)
         size_t bh = (size_t)b * a.NH + h;
         for (int x = fm_tid(); x < BQ; x += THREADS) {
             size_t t = (size_t)q0 + fm_min(x, rows - 1);
-            rn[x] = a.lse_in[bh * T + t];
+            rn[x] = a.lse_in[bh * T + t] * LOG2E;
             rn[BQ + x] = a.Drow[bh * T + t];
             reinterpret_cast<int *>(rn)[2 * BQ + x] = starts[t];
         }
@@ -465,15 +492,13 @@ template <int D, typename Q = float> FM_KERNEL backward_kv(args a)
         if (k + 1 < steps)
             load_step(k + 1); // into the other stage: its readers passed the last sync
         fm_cp_commit();
-        float slope = a.alibi ? a.alibi[h] : 0.0f;
+        float slope2 = a.alibi ? a.alibi[h] * LOG2E : 0.0f;
         float st[BQ / 8][4] = {}, dpt[BQ / 8][4] = {}; // S^T, dP^T: 16 keys x BQ queries
         mma_sbt<D, BQ / 8>(st, Ks + 16 * w * LD, LD, Qs, LD);
         mma_sbt<D, BQ / 8>(dpt, Vs + 16 * w * LD, LD, dOs, LD);
         // every key before every query of the tile, none past T, inside every segment
-        if (q0 >= c0 + BN - 1 && q0 + BQ <= T && c0 >= s0[BQ - 1])
-            probabilities<false, true, BQ / 8>(a, st, dpt, slope, q0, c0, rs, rs + BQ, s0, T);
-        else
-            probabilities<true, true, BQ / 8>(a, st, dpt, slope, q0, c0, rs, rs + BQ, s0, T);
+        bool full = q0 >= c0 + BN - 1 && q0 + BQ <= T && c0 >= s0[BQ - 1];
+        probabilities_of<true, BQ / 8>(!full, a, st, dpt, slope2, q0, c0, rs, rs + BQ, s0, T);
         mma_pb<BQ, D / 8>(dv, st, dOs, LD);  // dV += P^T dO
         mma_pb<BQ, D / 8>(dk, dpt, Qs, LD);  // dK += dS^T Q
         fm_cp_wait0(); // the next step's tiles have landed, every warp is done with these
@@ -520,12 +545,12 @@ template <int D, typename Q = float> FM_KERNEL backward_q(args a)
     int first[2];
     for (int hf = 0; hf < 2; hf++) {
         size_t t = (size_t)r0 + fm_min(row[hf], rows - 1);
-        lse_r[hf] = a.lse_in[(size_t)bh * T + t];
+        lse_r[hf] = a.lse_in[(size_t)bh * T + t] * LOG2E;
         D_r[hf] = a.Drow[(size_t)bh * T + t];
         first[hf] = starts[t];
     }
     int last_start = starts[r0 + rows - 1];
-    float slope = a.alibi ? a.alibi[h] : 0.0f;
+    float slope2 = a.alibi ? a.alibi[h] * LOG2E : 0.0f;
     fm_cp_wait0();
     fm_sync();
     float dq[D / 8][4] = {};
@@ -541,10 +566,8 @@ template <int D, typename Q = float> FM_KERNEL backward_q(args a)
         float s[BN / 8][4] = {}, dp[BN / 8][4] = {};
         mma_sbt<D, BN / 8>(s, Qs + 16 * w * LD, LD, Ks, LD);
         mma_sbt<D, BN / 8>(dp, dOs + 16 * w * LD, LD, Vs, LD);
-        if (c < qt && c0 >= last_start && r0 + BM <= T)
-            probabilities<false, false, BN / 8>(a, s, dp, slope, r0, c0, lse_r, D_r, first, T);
-        else
-            probabilities<true, false, BN / 8>(a, s, dp, slope, r0, c0, lse_r, D_r, first, T);
+        bool full = c < qt && c0 >= last_start && r0 + BM <= T;
+        probabilities_of<false, BN / 8>(!full, a, s, dp, slope2, r0, c0, lse_r, D_r, first, T);
         mma_pb<BN, D / 8>(dq, dp, Ks, LD); // dQ += dS K
         fm_cp_wait0(); // the next tile has landed, and every warp is done with this one
         fm_sync();

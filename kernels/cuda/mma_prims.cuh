@@ -27,8 +27,9 @@
 //   fm_cp_commit() fm_cp_wait0()  close the thread's group of copies; wait for all of them
 //   fm_ldg4(p, v)              v[0..3] = p[0..3] (global fp32, 16-byte aligned)
 //   fm_stg32(p, v)             two bf16 (a fm_pack) into global memory at an even bf16 index
-//   fm_exp fm_log fm_min fm_ffs
-//   FM_DEV FM_HD FM_KERNEL FM_UNROLL   qualifiers of device, host-and-device, kernel functions
+//   fm_exp2 fm_log fm_min fm_ffs  (fm_exp2: 2^x, the MUFU's approximation)
+//   FM_DEV FM_HD FM_KERNEL FM_UNROLL FM_UNROLL_2   qualifiers of device, host-and-device, kernel functions
+//   FM_KERNEL_MIN(n)           a kernel the compiler fits n blocks an SM (registers capped)
 #ifndef TR_KERNELS_CUDA_MMA_PRIMS_CUH
 #define TR_KERNELS_CUDA_MMA_PRIMS_CUH
 
@@ -37,7 +38,9 @@
 
 #define FM_DEV __device__ __forceinline__
 #define FM_KERNEL __global__ void __launch_bounds__(128)
+#define FM_KERNEL_MIN(blocks) __global__ void __launch_bounds__(128, blocks) // blocks per SM
 #define FM_UNROLL _Pragma("unroll")
+#define FM_UNROLL_2 _Pragma("unroll 2")
 #define FM_HD __host__ __device__
 
 FM_DEV int fm_tid() { return (int)threadIdx.x; }
@@ -54,7 +57,12 @@ FM_DEV float fm_shfl_xor(float v, int m) { return __shfl_xor_sync(0xffffffffu, v
 FM_DEV uint32_t fm_ballot(bool p) { return __ballot_sync(0xffffffffu, p); }
 FM_DEV int fm_ffs(uint32_t x) { return __ffs((int)x); }
 FM_DEV int fm_min(int a, int b) { return min(a, b); }
-FM_DEV float fm_exp(float x) { return __expf(x); }
+FM_DEV float fm_exp2(float x)
+{
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
+}
 FM_DEV float fm_log(float x) { return logf(x); }
 
 FM_DEV void fm_mma(float c[4], const uint32_t a[4], const uint32_t b[2])

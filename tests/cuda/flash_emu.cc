@@ -20,7 +20,7 @@ template <int D, typename O = float, typename Q = float> void run_forward(const 
 
 template <int D, typename Q = float> void run_backward(const fm::args &a)
 {
-    emu::launch((a.T + fm::BN - 1) / fm::BN, a.B * a.NG, fm::backward_kv_bytes(D),
+    emu::launch((a.T + fm::BN - 1) / fm::BN, a.B * a.NG, fm::backward_kv_bytes(D, fm::bq_for(D)),
                 [&a] { fm::backward_kv<D, Q>(a); });
     emu::launch((a.T + fm::BM - 1) / fm::BM, a.B * a.NH, fm::backward_q_bytes(D),
                 [&a] { fm::backward_q<D, Q>(a); });

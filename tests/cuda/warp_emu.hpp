@@ -122,7 +122,9 @@ inline float bf16_to_float(uint32_t h)
 
 #define FM_DEV inline
 #define FM_KERNEL void
+#define FM_KERNEL_MIN(blocks) void
 #define FM_UNROLL
+#define FM_UNROLL_2
 #define FM_HD
 
 inline int fm_tid() { return emu::tid; }
@@ -133,7 +135,7 @@ inline void fm_sync() { emu::cur->bar.arrive_and_wait(); }
 inline unsigned char *fm_shared() { return emu::cur->smem; }
 inline int fm_min(int a, int b) { return a < b ? a : b; }
 inline int fm_ffs(uint32_t x) { return __builtin_ffs((int)x); }
-inline float fm_exp(float x) { return std::exp(x); }
+inline float fm_exp2(float x) { return std::exp2(x); }
 inline float fm_log(float x) { return std::log(x); }
 
 inline float fm_shfl_xor(float v, int m)
