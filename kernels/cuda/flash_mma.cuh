@@ -91,7 +91,7 @@ FM_HD constexpr size_t forward_bytes(int D)
 }
 FM_HD constexpr size_t backward_kv_bytes(int D, int BQ)
 {
-    return (size_t)(2 * BN + 4 * BQ) * (D + PAD) * 2 + (size_t)2 * 3 * BQ * 4;
+    return (size_t)(2 * BN + 4 * BQ) * (D + PAD) * 2 + (size_t)2 * 3 * BQ * 4 + 4 * 4;
 }
 FM_HD constexpr size_t backward_q_bytes(int D)
 {
@@ -439,7 +439,7 @@ template <int D, typename O = float, typename Q = float> FM_KERNEL forward(args 
 // dout's. Steps: the group's R heads x the query tiles of BQ rows from the key tile on whose
 // segments reach it (a prefix: segments' starts grow along T), each step's Q and dO tiles
 // loaded while the one before is used. Shared memory: K, V (BN x LD), two stages of Q and dO
-// (BQ x LD) and of the rows' lse, Drow and segment starts (BQ each).
+// (BQ x LD) and of the rows' lse, Drow and segment starts (BQ each), the warps' tile counts.
 // BQ query rows a step; D <= 64 with BQ 32 or less: 3 blocks an SM (registers capped at 168).
 template <int D, typename Q = float, int BQ = bq_for(D)>
 FM_KERNEL_MIN(D <= 32 || (D <= 64 && BQ <= 32) ? 3 : 1) backward_kv(args a)
@@ -455,34 +455,53 @@ FM_KERNEL_MIN(D <= 32 || (D <= 64 && BQ <= 32) ? 3 : 1) backward_kv(args a)
     const int32_t *starts = a.starts + (size_t)b * T;
     load_tile<D, BN>(Ks, base + k_off(a, g, D), a.C3, c0, cols);
     load_tile<D, BN>(Vs, base + k_off(a, g, D) + D, a.C3, c0, cols);
-    int tiles = 0; // query tiles from c0 whose rows' segments reach the key tile (uniform)
-    while (c0 + tiles * BQ < T && starts[c0 + tiles * BQ] < c0 + cols)
-        tiles++;
-    int steps = a.R * tiles;
-    // step k's tiles into stage k & 1: Q and dO async, the rows' figures now
+    // the query tiles from c0 whose rows' segments reach the key tile: a prefix (segments'
+    // starts grow along T), counted by all threads at once (one load each, not a chain)
+    int w = fm_tid() / 32, *counts = reinterpret_cast<int *>(rows_s + 6 * BQ);
+    float n_ok = 0.0f;
+    for (int x = fm_tid(); c0 + x * BQ < T; x += THREADS)
+        n_ok += starts[c0 + x * BQ] < c0 + cols ? 1.0f : 0.0f;
+    for (int m = 16; m; m >>= 1)
+        n_ok += fm_shfl_xor(n_ok, m); // (whole numbers: exact)
+    if ((fm_tid() & 31) == 0)
+        counts[w] = (int)n_ok;
+    fm_sync();
+    int tiles = counts[0] + counts[1] + counts[2] + counts[3], steps = a.R * tiles;
+    static_assert(WARPS == 4 && BQ <= THREADS, "four warps' counts; a row's figures a thread");
+    // step k's tiles into stage k & 1 (Q and dO by cp.async) and its rows' lse (times log2 e),
+    // Drow and segment starts into registers (thread x < BQ: row x), stored later by
+    // store_rows, so their loads' latency passes while the step before computes
+    float r_lse2 = 0.0f, r_D = 0.0f;
+    int r_start = 0;
     auto load_step = [&](int k) {
         int h = g * a.R + k / tiles, q0 = c0 + k % tiles * BQ, rows = fm_min(BQ, T - q0);
         uint16_t *Qn = QD + (k & 1) * 2 * BQ * LD;
-        float *rn = rows_s + (k & 1) * 3 * BQ;
         load_tile<D, BQ>(Qn, base + q_off(a, h, D), a.C3, q0, rows);
         load_tile<D, BQ>(Qn + BQ * LD,
                          dout_of(a, (const Q *)nullptr) + (size_t)b * T * a.C + (size_t)h * D,
                          a.C, q0, rows);
-        size_t bh = (size_t)b * a.NH + h;
-        for (int x = fm_tid(); x < BQ; x += THREADS) {
-            size_t t = (size_t)q0 + fm_min(x, rows - 1);
-            rn[x] = a.lse_in[bh * T + t] * LOG2E;
-            rn[BQ + x] = a.Drow[bh * T + t];
-            reinterpret_cast<int *>(rn)[2 * BQ + x] = starts[t];
+        if (fm_tid() < BQ) {
+            size_t bh = (size_t)b * a.NH + h, t = (size_t)q0 + fm_min(fm_tid(), rows - 1);
+            r_lse2 = a.lse_in[bh * T + t] * LOG2E;
+            r_D = a.Drow[bh * T + t];
+            r_start = starts[t];
         }
     };
-    if (steps)
+    auto store_rows = [&](int k) {
+        float *rn = rows_s + (k & 1) * 3 * BQ;
+        if (fm_tid() < BQ) {
+            rn[fm_tid()] = r_lse2, rn[BQ + fm_tid()] = r_D;
+            reinterpret_cast<int *>(rn)[2 * BQ + fm_tid()] = r_start;
+        }
+    };
+    if (steps) {
         load_step(0);
+        store_rows(0);
+    }
     fm_cp_commit();
     fm_cp_wait0();
     fm_sync();
 
-    int w = fm_tid() / 32;
     float dk[D / 8][4] = {}, dv[D / 8][4] = {};
     for (int k = 0; k < steps; k++) {
         int h = g * a.R + k / tiles, q0 = c0 + k % tiles * BQ;
@@ -501,6 +520,8 @@ FM_KERNEL_MIN(D <= 32 || (D <= 64 && BQ <= 32) ? 3 : 1) backward_kv(args a)
         probabilities_of<true, BQ / 8>(!full, a, st, dpt, slope2, q0, c0, rs, rs + BQ, s0, T);
         mma_pb<BQ, D / 8>(dv, st, dOs, LD);  // dV += P^T dO
         mma_pb<BQ, D / 8>(dk, dpt, Qs, LD);  // dK += dS^T Q
+        if (k + 1 < steps)
+            store_rows(k + 1); // (the other stage's figures: read by no one now)
         fm_cp_wait0(); // the next step's tiles have landed, every warp is done with these
         fm_sync();
     }
