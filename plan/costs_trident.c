@@ -43,16 +43,15 @@ static double staging_bytes(const tr_plan_cluster *c)
 }
 
 /* Fractions of peak bf16 FLOP/s the bf16 mode's fused attention reaches on the FLOPs
- * modelled below. kernels/cuda/flash_mma.cuh (mma.sync, scores in registers; head sizes 16 to
- * 128) is NOT measured yet: these are estimates from its work per 64 x 64 tile on an H100
- * (per block 256 mma.sync and 4096 exponentials, the fp32 tiles read from L2 and rounded in
- * the block; 4 blocks an SM): forward ~0.12, backward ~0.08 (7 tile products where
- * FlashAttention-2 does 5: dQ has its own pass, no atomics). flash.cu's wmma kernels before
- * them were measured on an H100 (2026-11-27, gpt2-124m at micro-batch 48 x 1024, gpu_step
- * --profile): forward 81.96 ms for 0.93 TFLOP (0.0114 of peak), backward 302.5 ms for 2.32
- * TFLOP (0.0078). Replace with the next GPU run's measurement. */
-#define TRIDENT_ATTENTION_FORWARD_FRACTION 0.12
-#define TRIDENT_ATTENTION_BACKWARD_FRACTION 0.08
+ * modelled below, less the streams subtracted there: kernels/cuda/flash_mma.cuh (mma.sync
+ * with ldmatrix fragments, cp.async double-buffered tiles; head sizes 16 to 128) measured on
+ * an H200 (2026-11-27, gpt2-124m at micro-batch 128 x 1024, gpu_step --profile in
+ * scripts/gpu-check.sh at f6b90ed): forward 13.83 ms for 2.47 TFLOP (0.18 of peak),
+ * backward 53.72 ms for 6.18 TFLOP (0.12 of peak; 7 tile products where FlashAttention-2
+ * does 5: dQ has its own pass, no atomics). With these the plan of that step gives attention
+ * 67.55 ms, as measured. (The wmma kernels before them: 0.0114 and 0.0078 on an H100.) */
+#define TRIDENT_ATTENTION_FORWARD_FRACTION 0.149
+#define TRIDENT_ATTENTION_BACKWARD_FRACTION 0.099
 
 /* One slab of K width w: its two conversions, its bf16 GEMM, the fp32 output's extra bytes. */
 static double slab_s(const tr_plan_cluster *c, double m, double n, double w, int beta)
