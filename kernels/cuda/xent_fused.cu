@@ -2,7 +2,9 @@
 // block per row of bf16 logits, copied once into shared memory; the row's max, sum of
 // exponentials and target logit found there, its loss written, and with scale != 0 its
 // gradient written over the logits from the shared copy. 4 bytes an element move instead of
-// the two ops' 6 (xent_stats16 reads the row, xent_loss_backward16 reads and writes it).
+// the two ops' 6 (xent_stats16 reads the row, xent_loss_backward16 reads and writes it). With
+// 16-byte rows the exponentials are the MUFU's (__expf: 2 ulp) and the sum takes 8 columns a
+// step (their max first, one rescale a step instead of a branch and an accurate expf a column).
 // Rows past the shared memory, and TRIDENT_CUDA_XENT=two-pass, take the two ops (softmax.cu).
 #include <math.h>
 #include <stdint.h>
@@ -40,8 +42,28 @@ __global__ void __launch_bounds__(THREADS, 2)
     }
     __syncthreads();
     float m = -INFINITY, s = 0.0f;
-    for (int c = threadIdx.x; c < n_valid; c += THREADS)
-        tr_cu_online_one(m, s, bf16_to_f32(row[c]));
+    if (vec) { // 8 columns a step (one 16-byte shared load): their max, then one rescale
+        for (int i = threadIdx.x; i < V / 8 && 8 * i < n_valid; i += THREADS) {
+            uint4 v = row4[i];
+            uint32_t h[4] = {v.x, v.y, v.z, v.w};
+            float f[8], cm = -INFINITY;
+#pragma unroll
+            for (int j = 0; j < 8; j++) {
+                f[j] = 8 * i + j < n_valid ? bf16_to_f32((uint16_t)(h[j / 2] >> (16 * (j & 1))))
+                                           : -INFINITY; // (padding: no term)
+                cm = fmaxf(cm, f[j]);
+            }
+            float mn = fmaxf(m, cm), acc = 0.0f;
+#pragma unroll
+            for (int j = 0; j < 8; j++)
+                acc += __expf(f[j] - mn); // (ex2.approx: __expf(-inf) = 0)
+            s = (m == -INFINITY ? 0.0f : s * __expf(m - mn)) + acc;
+            m = mn;
+        }
+    } else {
+        for (int c = threadIdx.x; c < n_valid; c += THREADS)
+            tr_cu_online_one(m, s, bf16_to_f32(row[c]));
+    }
     tr_cu_block_online<THREADS>(m, s);
     long long col = (long long)targets[n] - v_start;
     if (threadIdx.x == 0) {
@@ -66,7 +88,7 @@ __global__ void __launch_bounds__(THREADS, 2)
                 for (int t = 0; t < 2; t++) {
                     int c = 8 * i + j + t;
                     uint16_t b = (uint16_t)(t ? h[j / 2] >> 16 : h[j / 2] & 0xffffu);
-                    g[t] = c < n_valid ? k * expf(bf16_to_f32(b) - mx) : 0.0f;
+                    g[t] = c < n_valid ? k * __expf(bf16_to_f32(b) - mx) : 0.0f;
                     if (col == c && c < n_valid)
                         g[t] -= scale;
                     if (weights)
