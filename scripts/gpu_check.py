@@ -6,12 +6,13 @@ From the repository root of a GPU machine, with the bundle of scripts/gpu-bundle
 and NCCL (a CUDA toolkit, or the pip wheels' headers and libraries), builds trident with CUDA
 against the bundle alone (no apt, no pip, no network), runs every test of the 'cuda' suite
 (tests/cuda: op parity, GPT loss, NCCL, training, issue 15's checks), then
-benchmarks/gpu_step.sh, then benchmarks/gemm_shapes.sh (the planner's GEMM table,
-gemm_shapes.inc in --out). Each step is PASS, FAIL (with the failing output's tail) or SKIP
+benchmarks/gpu_step.sh, then ncu on the main kernels (gpu_check_ncu.py), then
+benchmarks/gemm_shapes.sh (the planner's GEMM table, gemm_shapes.inc in --out). Each step is PASS, FAIL (with the failing output's tail) or SKIP
 (with the reason); a failure never stops the steps after it. The report (report.md),
 every figure (results.json) and the logs (logs.tar.gz) go to --out (default gpu-results/),
 rewritten after every step, so a run cut short still leaves its report. Here: the steps, the
-report and the command line; the search for the CUDA pieces is gpu_check_cuda.py's.
+report's data and the command line; the search for the CUDA pieces is gpu_check_cuda.py's, the
+report's Markdown gpu_check_report.py's.
 
 usage: scripts/gpu-check.sh [--out DIR] [--bundle DIR] [--build DIR] [--budget SECONDS]
                             [--skip STEP,...] [--only STEP,...] [--jobs N] [--commit HASH]
@@ -19,9 +20,10 @@ usage: scripts/gpu-check.sh [--out DIR] [--bundle DIR] [--build DIR] [--budget S
   --bundle  the bundle folder (default .gpu); --build the build folder (default build-gpu)
   --budget  seconds for the whole run (default 1200); steps that would not fit are SKIPped
             and a running one is stopped at the end of the budget
-  --only    among configure, build, tests, bench, gemm (bundle, cuda-toolkit, gpu and probe always
+  --only    among configure, build, tests, bench, kernels, gemm (bundle, cuda-toolkit, gpu and probe always
             run: they set up and find what the others need), e.g. --only bench after a full run
-  --skip    any step names: bundle, cuda-toolkit, gpu, configure, build, probe, tests, bench, gemm
+  --skip    any step names: bundle, cuda-toolkit, gpu, configure, build, probe, tests, bench,
+            kernels, gemm
 Exit 0 when no step FAILed (SKIPs included: a machine without a GPU SKIPs every GPU step), 1
 otherwise."""
 import argparse
@@ -41,9 +43,11 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # scripts/, however this is run
 import gpu_check_cuda as cuda  # noqa: E402  (where nvcc, cudart, cuBLASLt and NCCL are)
+import gpu_check_ncu as ncu  # noqa: E402  (the kernels' hardware counters)
+import gpu_check_report as report  # noqa: E402  (report.md)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-STEPS = ("bundle", "cuda-toolkit", "gpu", "configure", "build", "probe", "tests", "bench", "gemm")
+STEPS = ("bundle", "cuda-toolkit", "gpu", "configure", "build", "probe", "tests", "bench", "kernels", "gemm")
 def meson_test_name(line):
     """A test's own name from meson's listing or JSON log, whatever the meson version writes:
     'trident:cuda / cuda-ops' (older), 'cuda - trident:cuda-ops' (newer) or 'cuda-ops'; None for
@@ -55,7 +59,7 @@ def meson_test_name(line):
     return s.split(":")[-1] or None
 
 
-SELECTABLE = ("configure", "build", "tests", "bench", "gemm")  # what --only chooses among
+SELECTABLE = ("configure", "build", "tests", "bench", "kernels", "gemm")  # what --only chooses among
 # The tests of the cuda suite this check expects to find (tests/cuda/meson.build); one that
 # is missing from the build is a FAIL ("not registered"): e.g. no python3 at configure time.
 EXPECTED_TESTS = ("cuda-host-logic", "cuda-ops", "cuda-gpt-loss", "cuda-nccl-2", "cuda-nccl-4-staged",
@@ -474,7 +478,12 @@ class Check:
         self.results["roofline"] = (r.stdout + r.stderr).strip() if r.returncode == 0 else \
             f"benchmarks/gpu_roofline.py exit {r.returncode}: {tail(r.stderr, 5)}"
 
-    # 9. the planner's GEMM table from this GPU (issue 22): benchmarks/gemm_shapes.sh writes the
+    # 9. the kernels' hardware counters (gpu_check_ncu.py: ncu on the attention, cross-entropy
+    # and norm kernels of a short gpu_step)
+    def kernels(self):
+        return ncu.step(self)
+
+    # 10. the planner's GEMM table from this GPU (issue 22): benchmarks/gemm_shapes.sh writes the
     # rows plan/gemm/PRESET.inc holds into the report folder (gemm_shapes.inc, .log)
     def gemm(self):
         if self.status("probe") != "PASS":
@@ -507,39 +516,7 @@ class Check:
             f.write(buf.getvalue())
 
     def markdown(self, res):
-        i = res["info"]
-        c = res["counts"]
-        L = [f"# trident GPU check: {'PASS' if res['ok'] else 'FAIL'} "
-             f"({c['PASS']} passed, {c['FAIL']} failed, {c['SKIP']} skipped)", "",
-             f"- date: {i['date']}, {i['seconds']:.0f} s of a {i['budget_s']} s budget",
-             f"- machine: {i['host']}, {i['platform']}, {i['cpus']} CPUs"
-             + (f", {i['device']}" if i.get("device") else ", no GPU"),
-             f"- commit: {i['commit'] or 'unknown'}{' (with uncommitted changes)' if i['dirty'] else ''}"]
-        if "toolkit" in res:
-            tk = res["toolkit"]
-            L.append(f"- CUDA: {tk['nvcc_version']} ({tk['nvcc']}); NCCL {tk['nccl_version']} ({tk['nccl']}); "
-                     f"cuBLASLt {tk['cublasLt']}")
-        if "bundle" in res:
-            L.append(f"- bundle: {res['bundle']['manifest'][0]}")
-        L += ["", "| step | status | seconds | summary |", "|---|---|---:|---|"]
-        for s in res["steps"]:
-            L.append(f"| {s['name']} | {s['status']} | {s['seconds']:.0f} | {s['summary'].replace('|', '/')} |")
-        fails = [s for s in res["steps"] if s["status"] == "FAIL" and s["tail"]]
-        if fails:
-            L += ["", "## Failures"]
-            for s in fails:
-                L += ["", f"### {s['name']}", "", "```", s["tail"], "```"]
-        if "bench" in res:
-            L += ["", "## Benchmark (benchmarks/gpu_step.sh)", "", res["bench"]["markdown"]]
-        if res.get("bench_variants"):
-            L += ["", "trident's step with one setting changed (the same micro-batch, 10 iterations):", "",
-                  res["bench_variants"]]
-        if res.get("roofline"):
-            L += ["", "## Beside the roofline of the design (benchmarks/gpu_roofline.py)", "", "```",
-                  res["roofline"], "```"]
-        L += ["", "Logs of every step: logs.tar.gz. Re-run: `scripts/gpu-check.sh --out DIR` "
-              "(`--only tests`, `--only bench` for one part)."]
-        return "\n".join(L) + "\n"
+        return report.markdown(res)
 
 
 def main():
@@ -587,6 +564,7 @@ def main():
     c.step("probe", c.probe, needs=("build",))
     c.step("tests", c.tests, needs=("build",))
     c.step("bench", c.bench, needs=("build",))
+    c.step("kernels", c.kernels, needs=("build",))
     c.step("gemm", c.gemm, needs=("build",))
     c.write()
     res = json.load(open(os.path.join(c.out, "results.json")))
