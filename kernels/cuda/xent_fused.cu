@@ -3,8 +3,9 @@
 // exponentials and target logit found there, its loss written, and with scale != 0 its
 // gradient written over the logits from the shared copy. 4 bytes an element move instead of
 // the two ops' 6 (xent_stats16 reads the row, xent_loss_backward16 reads and writes it). With
-// 16-byte rows the exponentials are the MUFU's (__expf: 2 ulp) and the sum takes 8 columns a
-// step (their max first, one rescale a step instead of a branch and an accurate expf a column).
+// 16-byte rows the exponentials are the MUFU's (__expf: 2 + 1.17 |x| ulp) and the sum takes 8
+// columns a step (their max first, one rescale a step instead of a branch and an accurate expf
+// a column).
 // Rows past the shared memory, and TRIDENT_CUDA_XENT=two-pass, take the two ops (softmax.cu).
 #include <math.h>
 #include <stdint.h>
@@ -53,11 +54,12 @@ __global__ void __launch_bounds__(THREADS, 2)
                                            : -INFINITY; // (padding: no term)
                 cm = fmaxf(cm, f[j]);
             }
-            float mn = fmaxf(m, cm), acc = 0.0f;
+            // r: the new max, or 0 while every value is -inf (no -inf - -inf; a NaN stays)
+            float mn = fmaxf(m, cm), r = mn == -INFINITY ? 0.0f : mn, acc = 0.0f;
 #pragma unroll
             for (int j = 0; j < 8; j++)
-                acc += __expf(f[j] - mn); // (ex2.approx: __expf(-inf) = 0)
-            s = (m == -INFINITY ? 0.0f : s * __expf(m - mn)) + acc;
+                acc += __expf(f[j] - r); // (ex2.approx: __expf(-inf) = 0, __expf(0) = 1)
+            s = s * __expf(m - r) + acc;
             m = mn;
         }
     } else {
