@@ -20,12 +20,12 @@ bool takes(int HS, uintptr_t pointers)
     return !off && (pointers & 15) == 0 && (HS == 16 || HS == 32 || HS == 64 || HS == 128);
 }
 
-// Shared memory past 48 KiB is opted into per kernel.
-template <typename K> bool opt_in(K kernel, size_t bytes, const char *what)
+// Shared memory past 48 KiB is opted into per kernel, once (each kernel's bytes are fixed).
+template <auto Kernel> bool opt_in(size_t bytes, const char *what)
 {
-    return !cu_note(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                         (int)bytes),
-                    what);
+    static const bool ok = !cu_note(
+        cudaFuncSetAttribute(Kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes), what);
+    return ok;
 }
 
 // O: the output's storage (float: out; uint16_t: bf16 out16), Q: qkv's (bf16 qkv16 only with
@@ -33,7 +33,7 @@ template <typename K> bool opt_in(K kernel, size_t bytes, const char *what)
 template <int D, typename O, typename Q = float> void forward_o(cudaStream_t st, const fm::args &m)
 {
     size_t bytes = fm::forward_bytes(D);
-    if (!opt_in(fm::forward<D, O, Q>, bytes, "attention_forward (mma)"))
+    if (!opt_in<fm::forward<D, O, Q>>(bytes, "attention_forward (mma)"))
         return;
     fm::forward<D, O, Q><<<dim3((m.T + fm::BM - 1) / fm::BM, m.B * m.NH), fm::THREADS, bytes,
                            st>>>(m);
@@ -51,8 +51,8 @@ template <int D> void forward_d(cudaStream_t st, const fm::args &m, bool in16)
 template <int D, typename Q, int BQ> void backward_q_of(cudaStream_t st, const fm::args &m)
 {
     size_t kv = fm::backward_kv_bytes(D, BQ), q = fm::backward_q_bytes(D);
-    if (!opt_in(fm::backward_kv<D, Q, BQ>, kv, "attention_backward (mma, dK dV)") ||
-        !opt_in(fm::backward_q<D, Q>, q, "attention_backward (mma, dQ)"))
+    if (!opt_in<fm::backward_kv<D, Q, BQ>>(kv, "attention_backward (mma, dK dV)") ||
+        !opt_in<fm::backward_q<D, Q>>(q, "attention_backward (mma, dQ)"))
         return;
     fm::backward_kv<D, Q, BQ><<<dim3((m.T + fm::BN - 1) / fm::BN, m.B * m.NG), fm::THREADS, kv,
                                 st>>>(m);

@@ -18,10 +18,17 @@ template <int D, typename O = float, typename Q = float> void run_forward(const 
                 [&a] { fm::forward<D, O, Q>(a); });
 }
 
+int kv_rows; // emu_flash_kv_rows: 64 takes dK dV's 64-row steps at D = 64
+
 template <int D, typename Q = float> void run_backward(const fm::args &a)
 {
-    emu::launch((a.T + fm::BN - 1) / fm::BN, a.B * a.NG, fm::backward_kv_bytes(D, fm::bq_for(D)),
-                [&a] { fm::backward_kv<D, Q>(a); });
+    if constexpr (D == 64)
+        if (kv_rows == 64)
+            emu::launch((a.T + fm::BN - 1) / fm::BN, a.B * a.NG, fm::backward_kv_bytes(D, 64),
+                        [&a] { fm::backward_kv<D, Q, 64>(a); });
+    if (D != 64 || kv_rows != 64)
+        emu::launch((a.T + fm::BN - 1) / fm::BN, a.B * a.NG,
+                    fm::backward_kv_bytes(D, fm::bq_for(D)), [&a] { fm::backward_kv<D, Q>(a); });
     emu::launch((a.T + fm::BM - 1) / fm::BM, a.B * a.NH, fm::backward_q_bytes(D),
                 [&a] { fm::backward_q<D, Q>(a); });
 }
@@ -38,6 +45,8 @@ template <class F> int by_head_size(int HS, F run)
 }
 
 } // namespace
+
+void emu_flash_kv_rows(int rows) { kv_rows = rows; }
 
 int emu_flash_forward(float *out, float *lse, const float *qkv, const float *alibi, int B,
                       int T, int NH, int NG, int HS, const int32_t *segments)

@@ -9,8 +9,9 @@
  * it (its row sums from the bf16 output, as fa_prepare makes them) against "cpu-bf16"'s
  * attention_gqa_backward16; and on two (one with groups, ALiBi and packing) the kernels reading
  * qkv and writing dqkv in bf16 (kernels.h's attention_*_qkv16) against the same kernels on its
- * fp32 values (the same bits) and against "cpu-bf16"'s ops (the emulator is slow: the test
- * takes ~30 s). The GPU runs the same kernels in cuda-ops. Exit 0 when all agree, 1
+ * fp32 values (the same bits) and against "cpu-bf16"'s ops; one shape again with dK dV's
+ * 64-row steps at head size 64 (TRIDENT_CUDA_ATTENTION_KV=64). The emulator is slow: the test
+ * takes ~40 s. The GPU runs the same kernels in cuda-ops. Exit 0 when all agree, 1
  * otherwise. */
 #include <math.h>
 #include <stdio.h>
@@ -247,6 +248,8 @@ int main(void)
     test_shape(1, 130, 2, 1, 128, 1, 0, 1); /* multi-query, ALiBi, 32-query backward steps */
     test_shape(2, 96, 4, 2, 64, 1, 1, 1 | 4); /* groups, ALiBi, packed; qkv16 */
     test_shape(1, 200, 2, 2, 32, 0, 1, 0);  /* a segment starting past tile 0: tiles skipped */
+    emu_flash_kv_rows(64); /* dK dV 64 query rows a step (TRIDENT_CUDA_ATTENTION_KV=64) */
+    test_shape(1, 160, 2, 2, 64, 1, 1, 0);
     printf("%d of %d checks agree\n", checks - failures, checks);
     return failures ? 1 : 0;
 }

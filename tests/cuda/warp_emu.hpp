@@ -44,10 +44,12 @@ struct block {
 inline thread_local block *cur;
 inline thread_local int tid;
 
-// cp.async copies not landed yet (the deferred blocks'): 16 bytes each
+// cp.async copies not landed yet (the deferred blocks'): 16 bytes each, and whether a
+// commit has closed their group (wait_group waits for committed groups only)
 struct pending_copy {
     void *dst;
     unsigned char bytes[16];
+    bool committed;
 };
 inline thread_local std::vector<pending_copy> pending;
 inline bool deferred_copies() { return ((cur->bx + cur->by) & 1) == 0; }
@@ -220,21 +222,29 @@ inline void fm_cp16(uint16_t *dst, const uint16_t *src, bool full)
     emu::check_shared(dst, 16);
     emu::pending_copy c;
     c.dst = dst;
+    c.committed = false;
     std::memset(c.bytes, 0, 16);
-    if (full) {
-        emu::check_global(src, 16);
+    emu::check_global(src, 16); // (not read when !full, but the GPU is given a real address)
+    if (full)
         std::memcpy(c.bytes, src, 16);
-    }
-    if (emu::deferred_copies())
-        emu::pending.push_back(c);
-    else
+    emu::pending.push_back(c); // (an immediate block lands it too: its commit is still due)
+    if (!emu::deferred_copies())
         std::memcpy(dst, c.bytes, 16);
 }
-inline void fm_cp_commit() {}
+inline void fm_cp_commit()
+{
+    for (emu::pending_copy &c : emu::pending)
+        c.committed = true;
+}
+// wait_group 0: the committed groups land; a copy not committed yet would still be in flight
+// on the GPU, which these kernels never mean: abort
 inline void fm_cp_wait0()
 {
-    for (const emu::pending_copy &c : emu::pending)
-        std::memcpy(c.dst, c.bytes, 16);
+    for (const emu::pending_copy &c : emu::pending) {
+        emu::check(c.committed, "cp.async copy not committed before the wait");
+        if (emu::deferred_copies())
+            std::memcpy(c.dst, c.bytes, 16);
+    }
     emu::pending.clear();
 }
 
