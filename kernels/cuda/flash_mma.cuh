@@ -399,14 +399,15 @@ template <int D, typename O = float, typename Q = float> FM_KERNEL forward(args 
             corr[hf] = mnew == -INFINITY ? 1.0f : fm_exp2(m[hf] - mnew);
             m[hf] = mnew;
         }
+        // a row that sees no key yet: every score -inf, 2^(-inf - 0) = 0 (no -inf - -inf)
+        float mref[2] = {m[0] == -INFINITY ? 0.0f : m[0], m[1] == -INFINITY ? 0.0f : m[1]};
         FM_UNROLL
         for (int n = 0; n < BN / 8; n++)
             FM_UNROLL
             for (int e = 0; e < 4; e++) {
-                int hf = e >> 1;
-                float p = m[hf] == -INFINITY ? 0.0f : fm_exp2(s[n][e] - m[hf]);
+                float p = fm_exp2(s[n][e] - mref[e >> 1]);
                 s[n][e] = p;
-                sum[hf] += p;
+                sum[e >> 1] += p;
             }
         for (int hf = 0; hf < 2; hf++)
             l[hf] = l[hf] * corr[hf] + sum[hf]; // this lane's part of the row sum
