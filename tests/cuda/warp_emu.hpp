@@ -8,13 +8,21 @@
 // global load (16 bytes of fp32, 8 of bf16) outside the arrays the test declared
 // (emu::readable) or misaligned aborts. ldmatrix exchanges the lanes' row addresses as a
 // shuffle does. cp.async lands at once in half the blocks and only at the issuing thread's
-// fm_cp_wait0 in the other half (the two ends of what the GPU may do), so a read of a tile
-// before its wait and barrier, or a copy into a tile still being read, shows. Slow (a barrier costs microseconds): for small shapes in tests.
+// fm_cp_wait0 in the other half (the two ends of what the GPU may do). Races in shared memory
+// abort, whatever the threads' timing: each 16-byte chunk keeps the barrier generation and
+// warp of its last write (a copy's at its wait) and the warps that read it in this
+// generation, and a read of a chunk another warp wrote since the last barrier, a write of one
+// another warp read or wrote since then, or a read of one whose copy has not been waited for
+// is reported (ldmatrix reads, cp.async and fm_st32 writes are tracked; the kernels' plain
+// loads and stores of small arrays are not). Slow (a barrier costs microseconds): for small
+// shapes in tests.
 #ifndef TR_TESTS_CUDA_WARP_EMU_HPP
 #define TR_TESTS_CUDA_WARP_EMU_HPP
 
+#include <atomic>
 #include <barrier>
 #include <cmath>
+#include <memory>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -33,13 +41,28 @@ struct warp {
     const uint16_t *p[32];
 };
 
+struct block;
+struct next_generation { // a barrier's completion: the block's generation advances
+    block *b;
+    void operator()() noexcept;
+};
+
+// Per 16-byte chunk of shared memory: writer = generation << 8 | 1 << 7 (a copy pending) |
+// warp + 1 (0: none yet); readers = generation << 8 | the warps' bits.
+struct chunk_state {
+    std::atomic<uint64_t> writer{0}, readers{0};
+};
+
 struct block {
-    std::barrier<> bar{THREADS};
+    std::atomic<uint64_t> gen{1};
+    std::barrier<next_generation> bar{THREADS, next_generation{this}};
     warp w[THREADS / 32];
     unsigned char *smem = nullptr;
     size_t smem_bytes = 0;
     int bx = 0, by = 0, gx = 0;
+    std::unique_ptr<chunk_state[]> chunks;
 };
+inline void next_generation::operator()() noexcept { b->gen.fetch_add(1); }
 
 inline thread_local block *cur;
 inline thread_local int tid;
@@ -90,6 +113,44 @@ inline void check_global(const void *p, size_t n)
 
 inline warp &my_warp() { return cur->w[tid / 32]; }
 
+inline chunk_state &chunk_of(const void *p)
+{
+    return cur->chunks[(size_t)(static_cast<const unsigned char *>(p) - cur->smem) / 16];
+}
+
+// A read of the chunk at p by this thread's warp (see the top of the file)
+inline void track_read(const void *p)
+{
+    chunk_state &c = chunk_of(p);
+    uint64_t g = cur->gen.load(), w = (uint64_t)(tid / 32), wr = c.writer.load();
+    check(!(wr & 0x80), "shared read of a chunk whose cp.async has not been waited for");
+    check(wr >> 8 != g || (wr & 0x7f) == w + 1 || (wr & 0x7f) == 0,
+          "shared read of a chunk another warp wrote since the last barrier");
+    uint64_t r = c.readers.load(), want;
+    do
+        want = (r >> 8 == g ? r : g << 8) | 1u << w;
+    while (!c.readers.compare_exchange_weak(r, want));
+}
+
+// A write of the chunk at p by this thread's warp; pending: a cp.async issued now
+inline void track_write(const void *p, bool pending_copy)
+{
+    chunk_state &c = chunk_of(p);
+    uint64_t g = cur->gen.load(), w = (uint64_t)(tid / 32), r = c.readers.load();
+    check(r >> 8 != g || (r & 0xff & ~(1u << w)) == 0,
+          "shared write of a chunk another warp read since the last barrier");
+    uint64_t wr = c.writer.load(), ww = wr & 0x7f; // (another warp's copy in flight: a race too)
+    check(ww == 0 || ww == w + 1 || (wr >> 8 != g && !(wr & 0x80)),
+          "shared write of a chunk another warp wrote since the last barrier");
+    c.writer.store(g << 8 | (pending_copy ? 0x80 : 0) | (w + 1));
+}
+
+// A copy into the chunk at p has landed (its thread's wait): a write now
+inline void track_landed(const void *p)
+{
+    chunk_of(p).writer.store(cur->gen.load() << 8 | (uint64_t)(tid / 32 + 1));
+}
+
 // Runs body() as a grid of gx x gy blocks of 128 threads with smem bytes of shared memory.
 template <class F> void launch(int gx, int gy, size_t smem, F body)
 {
@@ -97,6 +158,7 @@ template <class F> void launch(int gx, int gy, size_t smem, F body)
     for (int by = 0; by < gy; by++)
         for (int bx = 0; bx < gx; bx++) {
             block blk;
+            blk.chunks.reset(new chunk_state[mem.size() / 16 + 1]);
             std::memset(mem.data(), 0xff, mem.size());
             blk.smem = mem.data(), blk.smem_bytes = smem, blk.bx = bx, blk.by = by, blk.gx = gx;
             std::vector<std::thread> threads;
@@ -179,6 +241,7 @@ inline uint32_t fm_pack(float lo, float hi) { return fm_bf16(lo) | (uint32_t)fm_
 inline void fm_st32(uint16_t *p, uint32_t v)
 {
     emu::check_shared(p, 4);
+    emu::track_write(p, false);
     std::memcpy(p, &v, 4);
 }
 
@@ -201,6 +264,7 @@ inline void ldsm4(uint32_t r[4], const uint16_t *p, bool trans)
     emu::warp &w = emu::my_warp();
     int lane = emu::tid & 31;
     emu::check_shared(p, 16);
+    emu::track_read(p);
     w.p[lane] = p;
     w.bar.arrive_and_wait();
     int g = lane >> 2, t = lane & 3;
@@ -220,6 +284,7 @@ inline void fm_ldsm4_t(uint32_t r[4], const uint16_t *p) { ldsm4(r, p, true); }
 inline void fm_cp16(uint16_t *dst, const uint16_t *src, bool full)
 {
     emu::check_shared(dst, 16);
+    emu::track_write(dst, true);
     emu::pending_copy c;
     c.dst = dst;
     c.committed = false;
@@ -244,6 +309,7 @@ inline void fm_cp_wait0()
         emu::check(c.committed, "cp.async copy not committed before the wait");
         if (emu::deferred_copies())
             std::memcpy(c.dst, c.bytes, 16);
+        emu::track_landed(c.dst);
     }
     emu::pending.clear();
 }
