@@ -23,8 +23,8 @@ bool takes(int HS, uintptr_t pointers)
 // Shared memory past 48 KiB is opted into per kernel, once (each kernel's bytes are fixed).
 template <auto Kernel> bool opt_in(size_t bytes, const char *what)
 {
-    static const bool ok = !cu_note(
-        cudaFuncSetAttribute(Kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes), what);
+    static const bool ok = !cu_note(cudaFuncSetAttribute(
+        Kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes), what);
     return ok;
 }
 

@@ -331,12 +331,13 @@ FM_DEV void probabilities_of(bool mask, const args &a, float (*s)[4], float (*dp
                              float slope2, int r0, int c0, const float *lse2, const float *Dr,
                              const int *first, int T)
 {
+#define FM_PROBABILITIES(MASK, ALIBI)                                                           \
+    probabilities<MASK, TRANS, ALIBI, N8>(a, s, dp, slope2, r0, c0, lse2, Dr, first, T)
     if (mask)
-        a.alibi ? probabilities<true, TRANS, true, N8>(a, s, dp, slope2, r0, c0, lse2, Dr, first, T)
-                : probabilities<true, TRANS, false, N8>(a, s, dp, slope2, r0, c0, lse2, Dr, first, T);
+        a.alibi ? FM_PROBABILITIES(true, true) : FM_PROBABILITIES(true, false);
     else
-        a.alibi ? probabilities<false, TRANS, true, N8>(a, s, dp, slope2, r0, c0, lse2, Dr, first, T)
-                : probabilities<false, TRANS, false, N8>(a, s, dp, slope2, r0, c0, lse2, Dr, first, T);
+        a.alibi ? FM_PROBABILITIES(false, true) : FM_PROBABILITIES(false, false);
+#undef FM_PROBABILITIES
 }
 
 // ---------------------------------------------------------------- forward

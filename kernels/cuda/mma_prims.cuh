@@ -28,7 +28,8 @@
 //   fm_ldg4(p, v)              v[0..3] = p[0..3] (global fp32, 16-byte aligned)
 //   fm_stg32(p, v)             two bf16 (a fm_pack) into global memory at an even bf16 index
 //   fm_exp2 fm_log fm_min fm_ffs  (fm_exp2: 2^x, the MUFU's approximation)
-//   FM_DEV FM_HD FM_KERNEL FM_UNROLL FM_UNROLL_2   qualifiers of device, host-and-device, kernel functions
+//   FM_DEV FM_HD FM_KERNEL     qualifiers of device, host-and-device, kernel functions
+//   FM_UNROLL FM_UNROLL_2      unroll a loop fully, by 2
 //   FM_KERNEL_MIN(n)           a kernel the compiler fits n blocks an SM (registers capped)
 #ifndef TR_KERNELS_CUDA_MMA_PRIMS_CUH
 #define TR_KERNELS_CUDA_MMA_PRIMS_CUH
