@@ -531,7 +531,8 @@ def main():
     ap.add_argument("--variants",
                     default="TRIDENT_CUDA_ATTENTION_KV=64;TRIDENT_CUDA_ATTENTION=wmma;TRIDENT_CUDA_HEAD=fp32;TRIDENT_CUDA_EPILOGUE=0;"
                     "TRIDENT_CUDA_ACTIVATIONS=fp32;TRIDENT_CUDA_ATTENTION_OUT=fp32;TRIDENT_CUDA_ATTENTION_IN=fp32;"
-                    "TRIDENT_CUDA_NORM_BACKWARD=two-pass;TRIDENT_CUDA_GELU=separate;TRIDENT_CUDA_GEMM=fast",
+                    "TRIDENT_CUDA_NORM_BACKWARD=two-pass;TRIDENT_CUDA_GELU=separate;TRIDENT_CUDA_GEMM=fast;"
+                    "TRIDENT_CUDA_XENT=two-pass",
                     help="after the benchmark, trident's step again with each NAME=VALUE set, ';'-separated "
                     "(default: the tensor-core attention's dK dV in steps of 64 query rows instead of 32 at head size "
                     "64; the former wmma attention kernels instead of flash_mma.cuh's; the head's logits "
@@ -540,7 +541,8 @@ def main():
                     "apart); the MLP's and the norms' tensors in fp32 instead of bf16; the attention output "
                     "in fp32 (and with it its input); the attention's input qkv and its gradient in fp32; the norms' "
                     "backward in two passes (the input gradient, then the parameter sums); the GELU in passes of its "
-                    "own instead of the MLP's GEMMs' epilogues; cuBLASLt's fast-bf16 mode instead of staging)")
+                    "own instead of the MLP's GEMMs' epilogues; cuBLASLt's fast-bf16 mode instead of staging; the "
+                    "head's cross-entropy in two ops instead of the fused one)")
     ap.add_argument("--targets", default="", help="ninja targets of the build step, comma-separated "
                     "(default: everything; tests/gpu_bundle builds trident and the probe only)")
     ap.add_argument("--commit", default="", help="the commit to name in the report (where the tree has no .git)")

@@ -1,0 +1,66 @@
+#!/usr/bin/python3
+"""scripts/gpu-check.sh's report pieces that need no GPU (Python's standard library only):
+gpu_check_ncu.py reads ncu's CSV details (its own ==PROF== lines and the program's output mixed
+in) into the figures of the first kernel, and its table has one row a kernel (a failed one
+says why); gpu_check_report.py puts that table into report.md beside the steps.
+usage: test_gpu_check_report.py SOURCE_ROOT"""
+import os
+import sys
+
+sys.path.insert(0, os.path.join(sys.argv[1], "scripts"))
+import gpu_check_ncu as ncu  # noqa: E402
+import gpu_check_report as report  # noqa: E402
+
+failures = 0
+
+
+def check(what, ok, detail=""):
+    global failures
+    print(("ok   " if ok else "FAIL ") + what + ("" if ok else f": {detail}"))
+    failures += 0 if ok else 1
+
+
+HEAD = '"ID","Process ID","Process Name","Host Name","Kernel Name","Context","Stream","Block Size",' \
+       '"Grid Size","Device","CC","Section Name","Metric Name","Metric Unit","Metric Value"'
+K = '"0","7","gpu_step","host","void fm::backward_kv<64, unsigned short, 32>(fm::args)","1","13",' \
+    '"(128, 1, 1)","(16, 192, 1)","0","9.0",'
+text = "\n".join([
+    "==PROF== Connected to process 7", "micro-batch 16: fits", HEAD,
+    K + '"GPU Speed Of Light Throughput","Duration","us","422.02"',
+    K + '"GPU Speed Of Light Throughput","Compute (SM) Throughput","%","35.26"',
+    K + '"GPU Speed Of Light Throughput","Memory Throughput","%","50.68"',
+    K + '"Launch Statistics","Registers Per Thread","register/thread","165"',
+    K + '"Occupancy","Achieved Occupancy","%","18.21"',
+    K + '"Warp State Statistics","Warp Cycles Per Issued Instruction","cycle","5.16"',
+    "==PROF== Disconnected from process 7"])
+m = ncu.metrics(text)
+check("the kernel's name", m.get("Kernel Name") == "void fm::backward_kv<64, unsigned short, 32>(fm::args)", m)
+check("its time with the unit", m.get("Duration") == "422.02 us", m.get("Duration"))
+check("SM throughput, registers, occupancy, cycles",
+      (m.get("Compute (SM) Throughput"), m.get("Registers Per Thread"), m.get("Achieved Occupancy"),
+       m.get("Warp Cycles Per Issued Instruction")) == ("35.26", "165", "18.21", "5.16"), m)
+check("no CSV: no figures", ncu.metrics("==PROF== No kernels were profiled.\n") == {})
+t = ncu.table([("attention dK dV", m), ("attention dQ", "ncu exit 1, no figures")])
+rows = t.splitlines()
+check("a header, a rule, a row a kernel", len(rows) == 4, t)
+check("the figures' row", rows[2] == "| attention dK dV | 422.02 us | 35.26 | 50.68 |  | 165 | 18.21 | 5.16 |",
+      rows[2])
+check("a failed kernel's row says why, as wide as the others",
+      rows[3].startswith("| attention dQ | ncu exit 1") and rows[3].count("|") == rows[2].count("|"), rows[3])
+cmd = ncu.command("ncu", "build/benchmarks/gpu_step", r"fm::forward<")
+check("ncu's command: demangled names, one launch, CSV, a short gpu_step",
+      cmd[:2] == ["ncu", "--csv"] and "regex:fm::forward<" in cmd and cmd[cmd.index("--launch-count") + 1] == "1"
+      and cmd[cmd.index("build/benchmarks/gpu_step") + 1:] == ["--micro-batch", "16", "--layers", "2", "--iters",
+                                                               "1", "--warmup", "0"], cmd)
+res = {"info": {"date": "2026-11-27", "seconds": 10, "budget_s": 60, "host": "h", "platform": "p", "cpus": 2,
+                "device": "NVIDIA H200", "commit": "abc", "dirty": False},
+       "counts": {"PASS": 1, "FAIL": 0, "SKIP": 0}, "ok": True,
+       "steps": [{"name": "kernels", "status": "PASS", "seconds": 9, "summary": "ncu read 1 of 2 kernels",
+                  "tail": ""}], "kernels": t}
+md = report.markdown(res)
+check("report.md: the verdict, the step, the kernels' table",
+      md.startswith("# trident GPU check: PASS (1 passed, 0 failed, 0 skipped)") and
+      "| kernels | PASS | 9 | ncu read 1 of 2 kernels |" in md and "## Kernels' hardware counters" in md and
+      rows[2] in md, md)
+print(f"{'FAIL' if failures else 'ok'}: {failures} failures")
+sys.exit(1 if failures else 0)
