@@ -87,7 +87,7 @@ FM_HD constexpr int bq_for(int D) { return D >= 64 ? 32 : 64; }
 // and two stages of those it streams.
 FM_HD constexpr size_t forward_bytes(int D)
 {
-    return (size_t)(BM + 4 * BN) * (D + PAD) * 2 + BM * 4;
+    return (size_t)(BM + 4 * BN) * (D + PAD) * 2 + BM * 4 + 4 * 4;
 }
 FM_HD constexpr size_t backward_kv_bytes(int D, int BQ)
 {
@@ -215,28 +215,42 @@ FM_DEV void mma_pb(float (*acc)[4], const float (*p)[4], const uint16_t *b, int 
 }
 
 // st[i] = the first position of row r0 + i's segment (0 without segments), i < BM; rows past
-// n repeat the last. Warp 0 finds row r0's by a backward scan 32 positions a step, then lane 0
-// carries it along the tile. The caller synchronises before reading.
-FM_DEV void tile_starts(const args &a, int *st, int b, int r0, int n)
+// n repeat the last. Every thread of the block calls it (found: 4 ints of shared memory). Row
+// r0's start: the block scans back 4 x 128 positions a step (each thread 4 independent loads,
+// the warps' nearest position of another segment combined through found[]), then lane 0
+// carries it along the tile. The caller synchronises before reading st.
+FM_DEV void tile_starts(const args &a, int *st, int *found, int b, int r0, int n)
 {
-    if (fm_tid() >= 32)
-        return;
     if (!a.seg) {
-        for (int i = fm_tid(); i < BM; i += 32)
+        for (int i = fm_tid(); i < BM; i += THREADS)
             st[i] = 0;
         return;
     }
     const int32_t *sg = a.seg + (size_t)b * a.T;
-    int lane = fm_tid(), first = 0;
-    for (int top = r0 - 1; top >= 0; top -= 32) { // warp-uniform: the ballot decides
-        int j = top - lane;
-        uint32_t differs = fm_ballot(j >= 0 && sg[j] != sg[r0]);
-        if (differs) {
-            first = top - (fm_ffs(differs) - 1) + 1;
+    int tid = fm_tid(), key = sg[r0], first = 0;
+    for (int top = r0 - 1; top >= 0; top -= 4 * THREADS) { // block-uniform: found[] decides
+        float near = -1.0f; // the nearest position before r0 in another segment (exact: < 2^24)
+        FM_UNROLL
+        for (int k = 0; k < 4; k++) {
+            int j = top - k * THREADS - tid;
+            if (j >= 0 && sg[j] != key)
+                near = fmaxf(near, (float)j);
+        }
+        for (int m = 16; m; m >>= 1)
+            near = fmaxf(near, fm_shfl_xor(near, m));
+        if ((tid & 31) == 0)
+            found[tid / 32] = (int)near;
+        fm_sync();
+        int nearest = found[0] > found[1] ? found[0] : found[1];
+        nearest = nearest > found[2] ? nearest : found[2];
+        nearest = nearest > found[3] ? nearest : found[3];
+        fm_sync(); // (found[] is written again by the next step)
+        if (nearest >= 0) {
+            first = nearest + 1;
             break;
         }
     }
-    if (lane == 0) {
+    if (tid == 0) {
         st[0] = first;
         for (int i = 1; i < BM; i++)
             st[i] = i < n && sg[r0 + i] != sg[r0 + i - 1] ? r0 + i : st[i - 1];
@@ -343,13 +357,13 @@ FM_DEV void probabilities_of(bool mask, const args &a, float (*s)[4], float (*dp
 // ---------------------------------------------------------------- forward
 // O: the output's storage, float (out) or uint16_t (bf16 bits, out16); Q: qkv's.
 // Shared memory: Q (BM x LD), then two stages of K and V (BN x LD each), then the rows'
-// segment starts; the next key tile loads while this one is used.
+// segment starts and tile_starts' 4 ints; the next key tile loads while this one is used.
 template <int D, typename O = float, typename Q = float> FM_KERNEL forward(args a)
 {
     constexpr int LD = D + PAD;
     uint16_t *Qs = reinterpret_cast<uint16_t *>(fm_shared());
     uint16_t *KV = Qs + BM * LD; // stage s: K at KV + 2 s BN LD, V BN LD after it
-    int *st0 = reinterpret_cast<int *>(KV + 4 * BN * LD);
+    int *st0 = reinterpret_cast<int *>(KV + 4 * BN * LD), *found = st0 + BM;
 
     int qt = fm_gridx() - 1 - fm_bidx(); // the largest query tiles first
     int bh = fm_bidy(), b = bh / a.NH, h = bh % a.NH, g = h / a.R, T = a.T;
@@ -357,7 +371,7 @@ template <int D, typename O = float, typename Q = float> FM_KERNEL forward(args 
     const Q *base = in_of(a, (const Q *)nullptr) + (size_t)b * T * a.C3;
     const Q *kbase = base + k_off(a, g, D);
     load_tile<D, BM>(Qs, base + q_off(a, h, D), a.C3, r0, rows);
-    tile_starts(a, st0, b, r0, rows);
+    tile_starts(a, st0, found, b, r0, rows);
     fm_sync();
     int c_begin = st0[0] / BN;
     load_tile<D, BN>(KV, kbase, a.C3, c_begin * BN, fm_min(BN, T - c_begin * BN));

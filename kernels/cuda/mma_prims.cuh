@@ -6,7 +6,6 @@
 //   fm_sync()                  __syncthreads: every thread of the block, uniform control flow
 //   fm_shared()                the block's dynamic shared memory
 //   fm_shfl_xor(v, m)          v of lane (lane ^ m); every lane of the warp calls it
-//   fm_ballot(p)               bit L set when lane L's p; every lane calls it
 //   fm_mma(c, a, b)            c (16 x 8 fp32, 4 per lane) += A (16 x 16 bf16, 4 x 2 per lane)
 //                              B (16 x 8 bf16, 2 x 2 per lane): mma.sync m16n8k16 row.col, the
 //                              PTX fragment layouts (lane = 4 g + t: A rows g, g + 8, columns
@@ -27,7 +26,7 @@
 //   fm_cp_commit() fm_cp_wait0()  close the thread's group of copies; wait for all of them
 //   fm_ldg4(p, v)              v[0..3] = p[0..3] (global fp32, 16-byte aligned)
 //   fm_stg32(p, v)             two bf16 (a fm_pack) into global memory at an even bf16 index
-//   fm_exp2 fm_log fm_min fm_ffs  (fm_exp2: 2^x, the MUFU's approximation)
+//   fm_exp2 fm_log fm_min      (fm_exp2: 2^x, the MUFU's approximation)
 //   FM_DEV FM_HD FM_KERNEL     qualifiers of device, host-and-device, kernel functions
 //   FM_UNROLL FM_UNROLL_2      unroll a loop fully, by 2
 //   FM_KERNEL_MIN(n)           a kernel the compiler fits n blocks an SM (registers capped)
@@ -55,8 +54,6 @@ FM_DEV unsigned char *fm_shared()
     return fm_dynamic_smem;
 }
 FM_DEV float fm_shfl_xor(float v, int m) { return __shfl_xor_sync(0xffffffffu, v, m); }
-FM_DEV uint32_t fm_ballot(bool p) { return __ballot_sync(0xffffffffu, p); }
-FM_DEV int fm_ffs(uint32_t x) { return __ffs((int)x); }
 FM_DEV int fm_min(int a, int b) { return min(a, b); }
 FM_DEV float fm_exp2(float x)
 {

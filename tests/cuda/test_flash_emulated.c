@@ -189,7 +189,9 @@ static void test_shape(int B, int T, int NH, int NG, int HS, int use_alibi, int 
         for (int b = 0; b < B; b++)
             for (int t = 0; t < T; t++) {
                 int i = b * T + t;
-                seg[i] = t / (37 + 29 * b); /* runs of 37, 66, ...: across the 64-row tiles */
+                /* runs of 37, 66, ...: across the 64-row tiles; packed 2: one edge at 30, so
+                 * the forward's scan for a tile's start goes back past 512 positions */
+                seg[i] = packed == 2 ? t >= 30 : t / (37 + 29 * b);
                 starts[i] = t > 0 && seg[i] == seg[i - 1] ? starts[i - 1] : t;
             }
     }
@@ -248,6 +250,7 @@ int main(void)
     test_shape(1, 130, 2, 1, 128, 1, 0, 1); /* multi-query, ALiBi, 32-query backward steps */
     test_shape(2, 96, 4, 2, 64, 1, 1, 1 | 4); /* groups, ALiBi, packed; qkv16 */
     test_shape(1, 200, 2, 2, 32, 0, 1, 0);  /* a segment starting past tile 0: tiles skipped */
+    test_shape(1, 700, 1, 1, 16, 0, 2, 0); /* a segment 670 long: the scan's steps of 512 */
     emu_flash_kv_rows(64); /* dK dV 64 query rows a step (TRIDENT_CUDA_ATTENTION_KV=64) */
     test_shape(1, 160, 2, 2, 64, 1, 1, 0);
     printf("%d of %d checks agree\n", checks - failures, checks);

@@ -1,6 +1,6 @@
 // tests/cuda: a host emulation of the primitives of kernels/cuda/mma_prims.cuh, so the tensor
 // core kernels written against them (flash_mma.cuh) run on a CPU. A block is 128 threads of
-// the host, one per lane; fm_sync is a barrier of the block, a shuffle, ballot or mma a
+// the host, one per lane; fm_sync is a barrier of the block, a shuffle or mma a
 // barrier of the warp around an exchange of the lanes' registers; mma.sync m16n8k16 is
 // rebuilt from the 32 lanes' fragments by the PTX layouts and multiplied in fp32. Blocks run
 // one after another. Shared memory starts as all-ones bytes (NaN as fp32 and bf16), so a read
@@ -198,7 +198,6 @@ inline int fm_gridx() { return emu::cur->gx; }
 inline void fm_sync() { emu::cur->bar.arrive_and_wait(); }
 inline unsigned char *fm_shared() { return emu::cur->smem; }
 inline int fm_min(int a, int b) { return a < b ? a : b; }
-inline int fm_ffs(uint32_t x) { return __builtin_ffs((int)x); }
 inline float fm_exp2(float x) { return std::exp2(x); }
 inline float fm_log(float x) { return std::log(x); }
 
@@ -209,19 +208,6 @@ inline float fm_shfl_xor(float v, int m)
     w.x[lane] = v;
     w.bar.arrive_and_wait();
     float r = w.x[lane ^ m];
-    w.bar.arrive_and_wait();
-    return r;
-}
-
-inline uint32_t fm_ballot(bool p)
-{
-    emu::warp &w = emu::my_warp();
-    int lane = emu::tid & 31;
-    w.u[lane] = p;
-    w.bar.arrive_and_wait();
-    uint32_t r = 0;
-    for (int l = 0; l < 32; l++)
-        r |= (w.u[l] ? 1u : 0u) << l;
     w.bar.arrive_and_wait();
     return r;
 }
