@@ -142,6 +142,16 @@ FM_DEV void load_tile(uint16_t *dst, const float *src, int ld, int r0, int n)
     }
 }
 
+// The key tile from c0 (rows c0 .. min(c0 + BN, T) - 1) of the group whose keys start at
+// kbase (values D after them): K into the stage at kv, V BN rows after it (load_tile's rules).
+template <int D, typename S>
+FM_DEV void load_kv(uint16_t *kv, const S *kbase, int ld, int c0, int T)
+{
+    int n = fm_min(BN, T - c0);
+    load_tile<D, BN>(kv, kbase, ld, c0, n);
+    load_tile<D, BN>(kv + BN * (D + PAD), kbase + D, ld, c0, n);
+}
+
 // The A fragment (16 x 16, columns 16 kk ..) of the 16 rows at a (row stride lda): one
 // ldmatrix (matrices: rows 0-7 | 8-15 of columns 0-7, then of columns 8-15).
 FM_DEV void frag_a(uint32_t fa[4], const uint16_t *a, int lda, int kk)
@@ -374,8 +384,8 @@ template <int D, typename O = float, typename Q = float> FM_KERNEL forward(args 
     tile_starts(a, st0, found, b, r0, rows);
     fm_sync();
     int c_begin = st0[0] / BN;
-    load_tile<D, BN>(KV, kbase, a.C3, c_begin * BN, fm_min(BN, T - c_begin * BN));
-    load_tile<D, BN>(KV + BN * LD, kbase + D, a.C3, c_begin * BN, fm_min(BN, T - c_begin * BN));
+    auto stage = [&](int c) { return KV + ((c - c_begin) & 1) * 2 * BN * LD; }; // key tile c's
+    load_kv<D>(stage(c_begin), kbase, a.C3, c_begin * BN, T);
     fm_cp_commit();
     fm_cp_wait0();
     fm_sync();
@@ -394,12 +404,9 @@ template <int D, typename O = float, typename Q = float> FM_KERNEL forward(args 
     float o[D / 8][4] = {};
     for (int c = c_begin; c <= qt; c++) {
         int c0 = c * BN;
-        uint16_t *Ks = KV + ((c - c_begin) & 1) * 2 * BN * LD, *Vs = Ks + BN * LD;
-        if (c < qt) { // the next tile into the other stage (its readers passed the last sync)
-            uint16_t *Kn = KV + ((c + 1 - c_begin) & 1) * 2 * BN * LD;
-            load_tile<D, BN>(Kn, kbase, a.C3, c0 + BN, fm_min(BN, T - c0 - BN));
-            load_tile<D, BN>(Kn + BN * LD, kbase + D, a.C3, c0 + BN, fm_min(BN, T - c0 - BN));
-        }
+        const uint16_t *Ks = stage(c), *Vs = Ks + BN * LD;
+        if (c < qt) // the next tile into the other stage (its readers passed the last sync)
+            load_kv<D>(stage(c + 1), kbase, a.C3, c0 + BN, T);
         fm_cp_commit();
         float s[BN / 8][4] = {};
         mma_rbt<D, BN / 8>(s, qf, Ks, LD);
@@ -469,8 +476,7 @@ FM_KERNEL_MIN(D <= 32 || (D <= 64 && BQ <= 32) ? 3 : 1) backward_kv(args a)
     int c0 = c * BN, cols = fm_min(BN, T - c0);
     const Q *base = in_of(a, (const Q *)nullptr) + (size_t)b * T * a.C3;
     const int32_t *starts = a.starts + (size_t)b * T;
-    load_tile<D, BN>(Ks, base + k_off(a, g, D), a.C3, c0, cols);
-    load_tile<D, BN>(Vs, base + k_off(a, g, D) + D, a.C3, c0, cols);
+    load_kv<D>(Ks, base + k_off(a, g, D), a.C3, c0, T); // (V at Vs, BN rows after K)
     // the query tiles from c0 whose rows' segments reach the key tile: a prefix (segments'
     // starts grow along T), counted by all threads at once (one load each, not a chain)
     int w = fm_tid() / 32, *counts = reinterpret_cast<int *>(rows_s + 6 * BQ);
@@ -572,8 +578,8 @@ template <int D, typename Q = float> FM_KERNEL backward_q(args a)
     load_tile<D, BM>(Qs, base + q_off(a, h, D), a.C3, r0, rows);
     load_tile<D, BM>(dOs, dout_of(a, (const Q *)nullptr) + (size_t)b * T * a.C + (size_t)h * D,
                      a.C, r0, rows);
-    load_tile<D, BN>(KV, kbase, a.C3, c_begin * BN, fm_min(BN, T - c_begin * BN));
-    load_tile<D, BN>(KV + BN * LD, kbase + D, a.C3, c_begin * BN, fm_min(BN, T - c_begin * BN));
+    auto stage = [&](int c) { return KV + ((c - c_begin) & 1) * 2 * BN * LD; }; // key tile c's
+    load_kv<D>(stage(c_begin), kbase, a.C3, c_begin * BN, T);
     fm_cp_commit();
 
     int w = fm_tid() / 32, lane = fm_tid() & 31, gq = lane >> 2, tq = lane & 3;
@@ -593,12 +599,9 @@ template <int D, typename Q = float> FM_KERNEL backward_q(args a)
     float dq[D / 8][4] = {};
     for (int c = c_begin; c <= qt; c++) {
         int c0 = c * BN;
-        const uint16_t *Ks = KV + ((c - c_begin) & 1) * 2 * BN * LD, *Vs = Ks + BN * LD;
-        if (c < qt) { // the next tile into the other stage (its readers passed the last sync)
-            uint16_t *Kn = KV + ((c + 1 - c_begin) & 1) * 2 * BN * LD;
-            load_tile<D, BN>(Kn, kbase, a.C3, c0 + BN, fm_min(BN, T - c0 - BN));
-            load_tile<D, BN>(Kn + BN * LD, kbase + D, a.C3, c0 + BN, fm_min(BN, T - c0 - BN));
-        }
+        const uint16_t *Ks = stage(c), *Vs = Ks + BN * LD;
+        if (c < qt) // the next tile into the other stage (its readers passed the last sync)
+            load_kv<D>(stage(c + 1), kbase, a.C3, c0 + BN, T);
         fm_cp_commit();
         float s[BN / 8][4] = {}, dp[BN / 8][4] = {};
         mma_sbt<D, BN / 8>(s, Qs + 16 * w * LD, LD, Ks, LD);
