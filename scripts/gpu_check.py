@@ -7,8 +7,9 @@ and NCCL (a CUDA toolkit, or the pip wheels' headers and libraries), builds trid
 against the bundle alone (no apt, no pip, no network), runs every test of the 'cuda' suite
 (tests/cuda: op parity, GPT loss, NCCL, training, issue 15's checks), then
 benchmarks/gpu_step.sh, then ncu on the main kernels (gpu_check_ncu.py), then
-benchmarks/gemm_shapes.sh (the planner's GEMM table, gemm_shapes.inc in --out). Each step is PASS, FAIL (with the failing output's tail) or SKIP
-(with the reason); a failure never stops the steps after it. The report (report.md),
+benchmarks/gemm_shapes.sh (the planner's GEMM table, gemm_shapes.inc in --out). Each step is
+PASS, FAIL (with the failing output's tail) or SKIP (with the reason); a failure never stops
+the steps after it. The report (report.md),
 every figure (results.json) and the logs (logs.tar.gz) go to --out (default gpu-results/),
 rewritten after every step, so a run cut short still leaves its report. Here: the steps, the
 report's data and the command line; the search for the CUDA pieces is gpu_check_cuda.py's, the
@@ -20,8 +21,9 @@ usage: scripts/gpu-check.sh [--out DIR] [--bundle DIR] [--build DIR] [--budget S
   --bundle  the bundle folder (default .gpu); --build the build folder (default build-gpu)
   --budget  seconds for the whole run (default 1200); steps that would not fit are SKIPped
             and a running one is stopped at the end of the budget
-  --only    among configure, build, tests, bench, kernels, gemm (bundle, cuda-toolkit, gpu and probe always
-            run: they set up and find what the others need), e.g. --only bench after a full run
+  --only    among configure, build, tests, bench, kernels, gemm (bundle, cuda-toolkit, gpu and
+            probe always run: they set up and find what the others need), e.g. --only bench
+            after a full run
   --skip    any step names: bundle, cuda-toolkit, gpu, configure, build, probe, tests, bench,
             kernels, gemm
 Exit 0 when no step FAILed (SKIPs included: a machine without a GPU SKIPs every GPU step), 1
@@ -507,16 +509,13 @@ class Check:
         os.replace(tmp, os.path.join(self.out, "results.json"))
         tmp = os.path.join(self.out, "report.md.tmp")
         with open(tmp, "w") as f:
-            f.write(self.markdown(res))
+            f.write(report.markdown(res))
         os.replace(tmp, os.path.join(self.out, "report.md"))
         buf = io.BytesIO()
         with tarfile.open(fileobj=buf, mode="w:gz") as t:
             t.add(self.logdir, arcname="logs")
         with open(os.path.join(self.out, "logs.tar.gz"), "wb") as f:
             f.write(buf.getvalue())
-
-    def markdown(self, res):
-        return report.markdown(res)
 
 
 def main():

@@ -20,15 +20,18 @@ template <int D, typename O = float, typename Q = float> void run_forward(const 
 
 int kv_rows; // emu_flash_kv_rows: 64 takes dK dV's 64-row steps at D = 64
 
+template <int D, typename Q, int BQ> void run_backward_kv(const fm::args &a)
+{
+    emu::launch((a.T + fm::BN - 1) / fm::BN, a.B * a.NG, fm::backward_kv_bytes(D, BQ),
+                [&a] { fm::backward_kv<D, Q, BQ>(a); });
+}
+
 template <int D, typename Q = float> void run_backward(const fm::args &a)
 {
-    if constexpr (D == 64)
-        if (kv_rows == 64)
-            emu::launch((a.T + fm::BN - 1) / fm::BN, a.B * a.NG, fm::backward_kv_bytes(D, 64),
-                        [&a] { fm::backward_kv<D, Q, 64>(a); });
-    if (D != 64 || kv_rows != 64)
-        emu::launch((a.T + fm::BN - 1) / fm::BN, a.B * a.NG,
-                    fm::backward_kv_bytes(D, fm::bq_for(D)), [&a] { fm::backward_kv<D, Q>(a); });
+    if (D == 64 && kv_rows == 64)
+        run_backward_kv<D, Q, 64>(a);
+    else
+        run_backward_kv<D, Q, fm::bq_for(D)>(a);
     emu::launch((a.T + fm::BM - 1) / fm::BM, a.B * a.NH, fm::backward_q_bytes(D),
                 [&a] { fm::backward_q<D, Q>(a); });
 }
