@@ -22,8 +22,8 @@ float uniform(float lo, float hi); /* xorshift, a fixed seed: the same inputs ev
 float *host(size_t n, float lo, float hi);
 /* (not named dup: an executable's global function with a libc function's name is exported
  * and interposes it for every library of the process, so a library's dup(fd), the CUDA
- * driver's most likely, ran this with fd as the pointer: the likely cause of the SIGSEGV these
- * checks died of on their first GPU run) */
+ * driver's most likely, ran this with fd as the pointer: the SIGSEGV these checks died of on
+ * their first GPU run; renamed, they ran to the end on the next) */
 float *host_copy(const float *src, size_t n);
 /* a device buffer of `bytes` (a copy of src unless NULL); exits on allocation failure */
 void *dev(const tr_kernels *k, const void *src, size_t bytes);
