@@ -1,8 +1,8 @@
 // The launch of flash_mma.cuh's tensor-core attention (cuda_internal.h: cu_flash_mma_forward,
 // its output fp32 or bf16, and cu_flash_mma_backward; qkv and dqkv fp32 or bf16): the bf16
 // mode's head sizes 16, 32, 64, 128 with every tensor 16-byte aligned (the kernels' float4
-// loads), unless TRIDENT_CUDA_ATTENTION=wmma; elsewhere they return 0 and flash.cu's wmma
-// kernels run.
+// loads) and qkv's rows under 2^25 elements, unless TRIDENT_CUDA_ATTENTION=wmma; elsewhere they
+// return 0 and flash.cu's wmma kernels run.
 // Grids: forward and dQ a block per (query tile of 64, batch x head), the largest tiles first;
 // dK dV a block per (key tile, batch x group).
 #include "kernels/cuda/flash_mma.cuh"
@@ -14,10 +14,13 @@
 
 namespace {
 
-bool takes(int HS, uintptr_t pointers)
+// (rows of qkv and out under 2^25 elements: load_tile's 32-bit offsets within a tile)
+bool takes(int HS, uintptr_t pointers, int NH, int NG)
 {
     static const bool off = cu_env_is("TRIDENT_CUDA_ATTENTION", "wmma");
-    return !off && (pointers & 15) == 0 && (HS == 16 || HS == 32 || HS == 64 || HS == 128);
+    long long c3 = (long long)NG * (NH / (NG > 0 ? NG : 1) + 2) * HS;
+    return !off && (pointers & 15) == 0 && (HS == 16 || HS == 32 || HS == 64 || HS == 128) &&
+           c3 < (1 << 25);
 }
 
 // Shared memory past 48 KiB is opted into per kernel, once (each kernel's bytes are fixed).
@@ -96,7 +99,7 @@ int cu_flash_mma_forward(cudaStream_t st, float *out, uint16_t *out16, float *ls
                          const float *qkv, const uint16_t *qkv16, const float *alibi, int B,
                          int T, int NH, int NG, int HS, const int32_t *segments)
 {
-    if (!takes(HS, (uintptr_t)out | (uintptr_t)out16 | (uintptr_t)qkv | (uintptr_t)qkv16))
+    if (!takes(HS, (uintptr_t)out | (uintptr_t)out16 | (uintptr_t)qkv | (uintptr_t)qkv16, NH, NG))
         return 0;
     fm::args m = fm::make_args(B, T, NH, NG, HS, alibi);
     m.out = out, m.out16 = out16, m.lse = lse, m.seg = segments;
@@ -111,7 +114,7 @@ int cu_flash_mma_backward(cudaStream_t st, float *dqkv, uint16_t *dqkv16, const 
                           const float *alibi, int B, int T, int NH, int NG, int HS)
 {
     uintptr_t p = (uintptr_t)dqkv | (uintptr_t)dqkv16 | (uintptr_t)dout | (uintptr_t)qkv;
-    if (!takes(HS, p | (uintptr_t)qkv16 | (uintptr_t)dout16) || !qkv16 != !dout16)
+    if (!takes(HS, p | (uintptr_t)qkv16 | (uintptr_t)dout16, NH, NG) || !qkv16 != !dout16)
         return 0; /* (dout's storage is qkv's) */
     fm::args m = fm::make_args(B, T, NH, NG, HS, alibi);
     m.Drow = Drow, m.starts = starts, m.lse_in = lse;

@@ -109,36 +109,44 @@ FM_DEV size_t k_off(const args &a, int g, int D)
 
 // Rows [r0, r0 + n) of a D-wide slice (row stride ld) as a ROWS x D bf16 tile, row-major
 // into dst (row stride D + PAD), zeros past n rows. A lane moves 8 columns of a row a step
-// (16 bytes of bf16; consecutive lanes along a row). bf16 (S = uint16_t): cp.async, landing
-// at the caller's fm_cp_wait0 and fm_sync, so a tile loads while the block computes on the
-// other; fp32: loaded, rounded and stored now (the same bits as the bf16 copy of its values).
+// (16 bytes of bf16; consecutive lanes along a row): thread x the columns 8 (x % (D / 8)) of
+// rows x / (D / 8) + k RSTEP (32-bit byte offsets from the tile's first row: no
+// 64-bit arithmetic a row). bf16 (S = uint16_t): cp.async, landing at the caller's fm_cp_wait0 and
+// fm_sync, so a tile loads while the block computes on the other; fp32: loaded, rounded and
+// stored now (the same bits as the bf16 copy of its values).
 template <int D, int ROWS>
 FM_DEV void load_tile(uint16_t *dst, const uint16_t *src, int ld, int r0, int n)
 {
-    constexpr int CH = D / 8, STEPS = ROWS * CH / THREADS;
-    static_assert(ROWS * CH % THREADS == 0, "whole steps");
+    constexpr int CH = D / 8, RSTEP = THREADS / CH, STEPS = ROWS / RSTEP;
+    static_assert(THREADS % CH == 0 && ROWS % RSTEP == 0, "whole steps");
+    int i0 = fm_tid() / CH, d = fm_tid() % CH * 8;
+    const char *first = reinterpret_cast<const char *>(src + (size_t)r0 * ld + d);
     FM_UNROLL
     for (int k = 0; k < STEPS; k++) {
-        int q = fm_tid() + k * THREADS, i = q / CH, d = q % CH * 8;
-        fm_cp16(dst + i * (D + PAD) + d, src + (size_t)(r0 + (i < n ? i : 0)) * ld + d, i < n);
+        int i = i0 + k * RSTEP; // a row of the tile: 2 i ld < 2^32 (ROWS <= 64, ld < 2^25)
+        bool ok = i < n;        // (a row past n reads nothing: its address is the first row's)
+        unsigned bytes = ok ? (unsigned)i * (unsigned)ld * 2u : 0u;
+        fm_cp16(dst + i * (D + PAD) + d, reinterpret_cast<const uint16_t *>(first + bytes), ok);
     }
 }
 template <int D, int ROWS>
 FM_DEV void load_tile(uint16_t *dst, const float *src, int ld, int r0, int n)
 {
-    constexpr int CH = D / 8, STEPS = ROWS * CH / THREADS;
-    static_assert(ROWS * CH % THREADS == 0, "whole steps");
+    constexpr int CH = D / 8, RSTEP = THREADS / CH, STEPS = ROWS / RSTEP;
+    static_assert(THREADS % CH == 0 && ROWS % RSTEP == 0, "whole steps");
+    int i0 = fm_tid() / CH, d = fm_tid() % CH * 8;
+    const float *p = src + ((size_t)r0 + i0) * ld + d;
+    size_t step = (size_t)RSTEP * ld;
     FM_UNROLL_2 // (two steps' loads in flight; more hold too many registers at D = 128)
     for (int k = 0; k < STEPS; k++) {
-        int q = fm_tid() + k * THREADS, i = q / CH, d = q % CH * 8;
         float v[8] = {};
-        if (i < n) {
-            fm_ldg4(src + (size_t)(r0 + i) * ld + d, v);
-            fm_ldg4(src + (size_t)(r0 + i) * ld + d + 4, v + 4);
+        if (i0 + k * RSTEP < n) {
+            fm_ldg4(p + k * step, v);
+            fm_ldg4(p + k * step + 4, v + 4);
         }
         FM_UNROLL
         for (int e = 0; e < 8; e += 2)
-            fm_st32(dst + i * (D + PAD) + d + e, fm_pack(v[e], v[e + 1]));
+            fm_st32(dst + (i0 + k * RSTEP) * (D + PAD) + d + e, fm_pack(v[e], v[e + 1]));
     }
 }
 
@@ -490,23 +498,26 @@ FM_KERNEL_MIN(D <= 32 || (D <= 64 && BQ <= 32) ? 3 : 1) backward_kv(args a)
     fm_sync();
     int tiles = counts[0] + counts[1] + counts[2] + counts[3], steps = a.R * tiles;
     static_assert(WARPS == 4 && BQ <= THREADS, "four warps' counts; a row's figures a thread");
-    // step k's tiles into stage k & 1 (Q and dO by cp.async) and its rows' lse (times log2 e),
+    // step k (head g R + j, query tile t: k = j tiles + t, counted along, no division) loads
+    // its tiles into stage k & 1 (Q and dO by cp.async) and its rows' lse (times log2 e),
     // Drow and segment starts into registers (thread x < BQ: row x), stored later by
     // store_rows, so their loads' latency passes while the step before computes
+    const Q *q_base = base + (size_t)g * (a.R + 2) * D; // head g R + j's queries: + j D
+    const Q *do_base = dout_of(a, (const Q *)nullptr) + (size_t)b * T * a.C + (size_t)g * a.R * D;
+    size_t row_base = ((size_t)b * a.NH + (size_t)g * a.R) * T; // lse, Drow: + j T + row
     float r_lse2 = 0.0f, r_D = 0.0f;
     int r_start = 0;
-    auto load_step = [&](int k) {
-        int h = g * a.R + k / tiles, q0 = c0 + k % tiles * BQ, rows = fm_min(BQ, T - q0);
+    auto load_step = [&](int k, int j, int t) {
+        int q0 = c0 + t * BQ, rows = fm_min(BQ, T - q0);
         uint16_t *Qn = QD + (k & 1) * 2 * BQ * LD;
-        load_tile<D, BQ>(Qn, base + q_off(a, h, D), a.C3, q0, rows);
-        load_tile<D, BQ>(Qn + BQ * LD,
-                         dout_of(a, (const Q *)nullptr) + (size_t)b * T * a.C + (size_t)h * D,
-                         a.C, q0, rows);
+        load_tile<D, BQ>(Qn, q_base + j * D, a.C3, q0, rows);
+        load_tile<D, BQ>(Qn + BQ * LD, do_base + j * D, a.C, q0, rows);
         if (fm_tid() < BQ) {
-            size_t bh = (size_t)b * a.NH + h, t = (size_t)q0 + fm_min(fm_tid(), rows - 1);
-            r_lse2 = a.lse_in[bh * T + t] * LOG2E;
-            r_D = a.Drow[bh * T + t];
-            r_start = starts[t];
+            int row = q0 + fm_min(fm_tid(), rows - 1);
+            size_t x = row_base + (size_t)j * T + row;
+            r_lse2 = a.lse_in[x] * LOG2E;
+            r_D = a.Drow[x];
+            r_start = starts[row];
         }
     };
     auto store_rows = [&](int k) {
@@ -517,7 +528,7 @@ FM_KERNEL_MIN(D <= 32 || (D <= 64 && BQ <= 32) ? 3 : 1) backward_kv(args a)
         }
     };
     if (steps) {
-        load_step(0);
+        load_step(0, 0, 0);
         store_rows(0);
     }
     fm_cp_commit();
@@ -525,13 +536,15 @@ FM_KERNEL_MIN(D <= 32 || (D <= 64 && BQ <= 32) ? 3 : 1) backward_kv(args a)
     fm_sync();
 
     float dk[D / 8][4] = {}, dv[D / 8][4] = {};
+    int j = 0, t = 0; // this step's head (g R + j) and query tile
     for (int k = 0; k < steps; k++) {
-        int h = g * a.R + k / tiles, q0 = c0 + k % tiles * BQ;
+        int h = g * a.R + j, q0 = c0 + t * BQ;
+        int nj = t + 1 < tiles ? j : j + 1, nt = t + 1 < tiles ? t + 1 : 0; // the next step's
         const uint16_t *Qs = QD + (k & 1) * 2 * BQ * LD, *dOs = Qs + BQ * LD;
         const float *rs = rows_s + (k & 1) * 3 * BQ;
         const int *s0 = reinterpret_cast<const int *>(rs) + 2 * BQ;
         if (k + 1 < steps)
-            load_step(k + 1); // into the other stage: its readers passed the last sync
+            load_step(k + 1, nj, nt); // into the other stage: its readers passed the last sync
         fm_cp_commit();
         float slope2 = a.alibi ? a.alibi[h] * LOG2E : 0.0f;
         float st[BQ / 8][4] = {}, dpt[BQ / 8][4] = {}; // S^T, dP^T: 16 keys x BQ queries
@@ -546,6 +559,7 @@ FM_KERNEL_MIN(D <= 32 || (D <= 64 && BQ <= 32) ? 3 : 1) backward_kv(args a)
             store_rows(k + 1); // (the other stage's figures: read by no one now)
         fm_cp_wait0(); // the next step's tiles have landed, every warp is done with these
         fm_sync();
+        j = nj, t = nt;
     }
     int tq = fm_tid() & 3, key0 = c0 + 16 * w + (fm_tid() & 31) / 4; // keys key0, key0 + 8
     Q *out = grad_of(a, (const Q *)nullptr) + (size_t)b * T * a.C3 + k_off(a, g, D);
