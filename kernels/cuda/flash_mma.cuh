@@ -195,12 +195,20 @@ FM_DEV void mma_rbt(float (*acc)[4], const uint32_t (*fa)[4], const uint16_t *b,
         mma_step_bt<N8>(acc, fa[kk], b, ldb, kk);
 }
 
-// acc[n] += A B^T: A the warp's 16 rows in shared memory (row stride lda), B as mma_rbt's.
+// acc[n] = A B^T (set, not added to): A the warp's 16 rows in shared memory (row stride
+// lda), B as mma_rbt's. The first k step on zeros (the mma's zero register: no zeroing of the
+// accumulators a step), the rest in a loop.
 template <int K, int N8>
 FM_DEV void mma_sbt(float (*acc)[4], const uint16_t *a, int lda, const uint16_t *b, int ldb)
 {
+    uint32_t f0[4];
+    frag_a(f0, a, lda, 0);
+    FM_UNROLL
+    for (int n = 0; n < N8; n++)
+        acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.0f;
+    mma_step_bt<N8>(acc, f0, b, ldb, 0);
     FM_UNROLL_2 // (fully unrolled, the loads of every k step are hoisted: registers run out)
-    for (int kk = 0; kk < K / 16; kk++) {
+    for (int kk = 1; kk < K / 16; kk++) {
         uint32_t fa[4];
         frag_a(fa, a, lda, kk);
         mma_step_bt<N8>(acc, fa, b, ldb, kk);
@@ -306,7 +314,8 @@ FM_DEV void store_pair(uint16_t *p, float x, float y) { fm_stg32(p, fm_pack(x, y
 // The scaled scores (base 2: score2) of a warp's 16 x 8 N8 tile in place (rows i[hf],
 // columns j0 + 8 n + 2 t + e & 1 of accumulator s[n][e]), -inf where not visible() unless the
 // whole tile is (MASK false: left of the diagonal, inside every row's segment, no row past
-// T); mx[hf] gets this lane's largest of row hf.
+// T); mx[hf] gets this lane's largest of row hf. Without a mask or ALiBi the products stay
+// as they are (the caller scales them in its exponential's FFMA, and the max: scale2 > 0).
 template <bool MASK, bool ALIBI, int N8>
 FM_DEV void scores(const args &a, float (*s)[4], float slope2, const int i[2], int j0,
                    const int first[2], float mx[2])
@@ -317,7 +326,8 @@ FM_DEV void scores(const args &a, float (*s)[4], float slope2, const int i[2], i
         FM_UNROLL
         for (int e = 0; e < 4; e++) {
             int hf = e >> 1, j = j0 + 8 * n + 2 * tq + (e & 1);
-            float v = !MASK || visible(a, i[hf], j, first[hf])
+            float v = !MASK && !ALIBI ? s[n][e]
+                      : !MASK || visible(a, i[hf], j, first[hf])
                           ? score2<ALIBI>(a, s[n][e], slope2, i[hf], j)
                           : -INFINITY;
             s[n][e] = v;
@@ -419,12 +429,16 @@ template <int D, typename O = float, typename Q = float> FM_KERNEL forward(args 
         float s[BN / 8][4] = {};
         mma_rbt<D, BN / 8>(s, qf, Ks, LD);
         float mx[2] = {-INFINITY, -INFINITY};
-        // no mask left of the diagonal inside every row's segment
-        scores_of<BN / 8>(!(c < qt && c0 >= last_start), a, s, slope2, i, c0, first, mx);
+        // no mask left of the diagonal inside every row's segment; there without ALiBi the
+        // scores are the raw products, scaled by k2 in the exponential below
+        bool mask = !(c < qt && c0 >= last_start);
+        float k2 = mask || a.alibi ? 1.0f : a.scale2;
+        scores_of<BN / 8>(mask, a, s, slope2, i, c0, first, mx);
         float corr[2], sum[2] = {0.0f, 0.0f};
         for (int hf = 0; hf < 2; hf++) {
             mx[hf] = fmaxf(mx[hf], fm_shfl_xor(mx[hf], 1));
             mx[hf] = fmaxf(mx[hf], fm_shfl_xor(mx[hf], 2));
+            mx[hf] *= k2; // (-inf stays -inf)
             float mnew = fmaxf(m[hf], mx[hf]);
             corr[hf] = mnew == -INFINITY ? 1.0f : fm_exp2(m[hf] - mnew);
             m[hf] = mnew;
@@ -435,7 +449,7 @@ template <int D, typename O = float, typename Q = float> FM_KERNEL forward(args 
         for (int n = 0; n < BN / 8; n++)
             FM_UNROLL
             for (int e = 0; e < 4; e++) {
-                float p = fm_exp2(s[n][e] - mref[e >> 1]);
+                float p = fm_exp2(fmaf(s[n][e], k2, -mref[e >> 1])); // (k2 1: s - mref)
                 s[n][e] = p;
                 sum[e >> 1] += p;
             }
@@ -547,7 +561,7 @@ FM_KERNEL_MIN(D <= 32 || (D <= 64 && BQ <= 32) ? 3 : 1) backward_kv(args a)
             load_step(k + 1, nj, nt); // into the other stage: its readers passed the last sync
         fm_cp_commit();
         float slope2 = a.alibi ? a.alibi[h] * LOG2E : 0.0f;
-        float st[BQ / 8][4] = {}, dpt[BQ / 8][4] = {}; // S^T, dP^T: 16 keys x BQ queries
+        float st[BQ / 8][4], dpt[BQ / 8][4]; // S^T, dP^T: 16 keys x BQ queries
         mma_sbt<D, BQ / 8>(st, Ks + 16 * w * LD, LD, Qs, LD);
         mma_sbt<D, BQ / 8>(dpt, Vs + 16 * w * LD, LD, dOs, LD);
         // every key before every query of the tile, none past T, inside every segment
@@ -617,7 +631,7 @@ template <int D, typename Q = float> FM_KERNEL backward_q(args a)
         if (c < qt) // the next tile into the other stage (its readers passed the last sync)
             load_kv<D>(stage(c + 1), kbase, a.C3, c0 + BN, T);
         fm_cp_commit();
-        float s[BN / 8][4] = {}, dp[BN / 8][4] = {};
+        float s[BN / 8][4], dp[BN / 8][4];
         mma_sbt<D, BN / 8>(s, Qs + 16 * w * LD, LD, Ks, LD);
         mma_sbt<D, BN / 8>(dp, dOs + 16 * w * LD, LD, Vs, LD);
         bool full = c < qt && c0 >= last_start && r0 + BM <= T;
