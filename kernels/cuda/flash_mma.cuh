@@ -195,23 +195,31 @@ FM_DEV void mma_rbt(float (*acc)[4], const uint32_t (*fa)[4], const uint16_t *b,
         mma_step_bt<N8>(acc, fa[kk], b, ldb, kk);
 }
 
-// acc[n] = A B^T (set, not added to): A the warp's 16 rows in shared memory (row stride
-// lda), B as mma_rbt's. The first k step on zeros (the mma's zero register: no zeroing of the
-// accumulators a step), the rest in a loop.
+// x[n] = A B^T and y[n] = C E^T (set, not added to), two products of the same shapes at
+// once: A and C a warp's 16 rows in shared memory, B and E as mma_rbt's (row stride ld for
+// all four). Each k step's two groups of mma are independent of each other, so one's latency
+// passes under the other's; the first k step runs on zeros (the mma's zero register: no
+// zeroing of the accumulators a step), the rest in a loop.
 template <int K, int N8>
-FM_DEV void mma_sbt(float (*acc)[4], const uint16_t *a, int lda, const uint16_t *b, int ldb)
+FM_DEV void mma_sbt2(float (*x)[4], const uint16_t *a, const uint16_t *b, float (*y)[4],
+                     const uint16_t *c, const uint16_t *e, int ld)
 {
-    uint32_t f0[4];
-    frag_a(f0, a, lda, 0);
+    uint32_t fa[4], fc[4];
+    frag_a(fa, a, ld, 0);
+    frag_a(fc, c, ld, 0);
     FM_UNROLL
     for (int n = 0; n < N8; n++)
-        acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.0f;
-    mma_step_bt<N8>(acc, f0, b, ldb, 0);
+        FM_UNROLL
+        for (int q = 0; q < 4; q++)
+            x[n][q] = y[n][q] = 0.0f;
+    mma_step_bt<N8>(x, fa, b, ld, 0);
+    mma_step_bt<N8>(y, fc, e, ld, 0);
     FM_UNROLL_2 // (fully unrolled, the loads of every k step are hoisted: registers run out)
     for (int kk = 1; kk < K / 16; kk++) {
-        uint32_t fa[4];
-        frag_a(fa, a, lda, kk);
-        mma_step_bt<N8>(acc, fa, b, ldb, kk);
+        frag_a(fa, a, ld, kk);
+        frag_a(fc, c, ld, kk);
+        mma_step_bt<N8>(x, fa, b, ld, kk);
+        mma_step_bt<N8>(y, fc, e, ld, kk);
     }
 }
 
@@ -562,8 +570,7 @@ FM_KERNEL_MIN(D <= 32 || (D <= 64 && BQ <= 32) ? 3 : 1) backward_kv(args a)
         fm_cp_commit();
         float slope2 = a.alibi ? a.alibi[h] * LOG2E : 0.0f;
         float st[BQ / 8][4], dpt[BQ / 8][4]; // S^T, dP^T: 16 keys x BQ queries
-        mma_sbt<D, BQ / 8>(st, Ks + 16 * w * LD, LD, Qs, LD);
-        mma_sbt<D, BQ / 8>(dpt, Vs + 16 * w * LD, LD, dOs, LD);
+        mma_sbt2<D, BQ / 8>(st, Ks + 16 * w * LD, Qs, dpt, Vs + 16 * w * LD, dOs, LD);
         // every key before every query of the tile, none past T, inside every segment
         bool full = q0 >= c0 + BN - 1 && q0 + BQ <= T && c0 >= s0[BQ - 1];
         probabilities_of<true, BQ / 8>(!full, a, st, dpt, slope2, q0, c0, rs, rs + BQ, s0, T);
@@ -632,8 +639,7 @@ template <int D, typename Q = float> FM_KERNEL backward_q(args a)
             load_kv<D>(stage(c + 1), kbase, a.C3, c0 + BN, T);
         fm_cp_commit();
         float s[BN / 8][4], dp[BN / 8][4];
-        mma_sbt<D, BN / 8>(s, Qs + 16 * w * LD, LD, Ks, LD);
-        mma_sbt<D, BN / 8>(dp, dOs + 16 * w * LD, LD, Vs, LD);
+        mma_sbt2<D, BN / 8>(s, Qs + 16 * w * LD, Ks, dp, dOs + 16 * w * LD, Vs, LD);
         bool full = c < qt && c0 >= last_start && r0 + BM <= T;
         probabilities_of<false, BN / 8>(!full, a, s, dp, slope2, r0, c0, lse_r, D_r, first, T);
         mma_pb<BN, D / 8>(dq, dp, Ks, LD); // dQ += dS K
