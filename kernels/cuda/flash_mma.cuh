@@ -394,7 +394,9 @@ FM_DEV void probabilities_of(bool mask, const args &a, float (*s)[4], float (*dp
 // O: the output's storage, float (out) or uint16_t (bf16 bits, out16); Q: qkv's.
 // Shared memory: Q (BM x LD), then two stages of K and V (BN x LD each), then the rows'
 // segment starts and tile_starts' 4 ints; the next key tile loads while this one is used.
-template <int D, typename O = float, typename Q = float> FM_KERNEL forward(args a)
+// D <= 64: 4 blocks an SM (registers capped at 128, no spills; 3 blocks at 129 and more).
+template <int D, typename O = float, typename Q = float>
+FM_KERNEL_MIN(D <= 64 ? 4 : 1) forward(args a)
 {
     constexpr int LD = D + PAD;
     uint16_t *Qs = reinterpret_cast<uint16_t *>(fm_shared());
