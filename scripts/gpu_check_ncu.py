@@ -4,8 +4,8 @@ one short benchmarks/gpu_step run each (2 layers, micro-batch 16: the per-layer 
 their real shapes), with the sections that say what bounds a kernel: its speed of light,
 occupancy, launch figures and warp states. table() makes one Markdown row a kernel of what
 they read: time, SM and memory throughput as a share of the GPU's peak, registers, achieved
-occupancy and cycles between a warp's instructions (latency-bound kernels show low
-throughputs and many cycles)."""
+occupancy, cycles between a warp's instructions (latency-bound kernels show low throughputs
+and many cycles), the tensor pipe's busy share and the three reasons warps wait most."""
 import csv
 import glob
 import os
@@ -18,11 +18,24 @@ KERNELS = (("attention forward", r"fm::forward<"),
            ("cross-entropy (fused)", r"xent_fused16_kernel"),
            ("norm backward (fused)", r"norm_backward_fused_kernel"))
 SECTIONS = ("SpeedOfLight", "Occupancy", "LaunchStats", "WarpStateStats")
+# the tensor pipe's busy share, and why warps wait: each reason's warps stalled per issue
+# (their sum is the cycles between a warp's instructions), asked for by name (--metrics)
+TENSOR = "sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active"
+STALLS = ("barrier", "long_scoreboard", "short_scoreboard", "mio_throttle", "math_pipe_throttle",
+          "wait", "not_selected", "lg_throttle", "dispatch_stall", "no_instruction",
+          "branch_resolving", "tex_throttle", "drain", "membar", "sleeping", "imc_miss", "misc")
+
+
+def stall_metric(reason):
+    return f"smsp__average_warps_issue_stalled_{reason}_per_issue_active.ratio"
+
+
+EXTRA = (TENSOR,) + tuple(stall_metric(r) for r in STALLS)
 # (column, ncu's metric name)
 COLUMNS = (("time", "Duration"), ("SM %", "Compute (SM) Throughput"),
            ("memory %", "Memory Throughput"), ("DRAM %", "DRAM Throughput"),
            ("registers", "Registers Per Thread"), ("occupancy %", "Achieved Occupancy"),
-           ("cycles / issue", "Warp Cycles Per Issued Instruction"))
+           ("cycles / issue", "Warp Cycles Per Issued Instruction"), ("tensor pipe %", TENSOR))
 
 
 def find_ncu():
@@ -32,12 +45,15 @@ def find_ncu():
     return next((p for p in found if p and os.access(p, os.X_OK)), None)
 
 
-def command(ncu, gpu_step, pattern):
-    """ncu on gpu_step for the first launch whose demangled name matches pattern, CSV out."""
+def command(ncu, gpu_step, pattern, extra=True):
+    """ncu on gpu_step for the first launch whose demangled name matches pattern, CSV out;
+    extra: the tensor pipe's and the stall reasons' metrics too."""
     cmd = [ncu, "--csv", "--page", "details", "--kernel-name-base", "demangled", "-k",
            f"regex:{pattern}", "--launch-count", "1"]
     for s in SECTIONS:
         cmd += ["--section", s]
+    if extra:
+        cmd += ["--metrics", ",".join(EXTRA)]
     return cmd + [gpu_step, "--micro-batch", "16", "--layers", "2", "--iters", "1", "--warmup", "0"]
 
 
@@ -58,15 +74,28 @@ def metrics(text):
     return out
 
 
+def top_stalls(m, n=3):
+    """The n reasons warps wait most, 'reason warps' from the largest ('' without them)."""
+    found = []
+    for r in STALLS:
+        try:
+            found.append((float(m[stall_metric(r)]), r))
+        except (KeyError, ValueError):
+            pass
+    found.sort(reverse=True)
+    return ", ".join(f"{r} {v:.2f}" for v, r in found[:n])
+
+
 def table(found):
     """A Markdown table of [(label, metrics dict or an error text)]."""
-    lines = ["| kernel | " + " | ".join(c for c, _ in COLUMNS) + " |",
-             "|---|" + "---:|" * len(COLUMNS)]
+    lines = ["| kernel | " + " | ".join(c for c, _ in COLUMNS) + " | stalls (warps an issue) |",
+             "|---|" + "---:|" * len(COLUMNS) + "---|"]
     for label, m in found:
         if isinstance(m, str):
-            lines.append(f"| {label} | {m} |" + " |" * (len(COLUMNS) - 1))
+            lines.append(f"| {label} | {m} |" + " |" * len(COLUMNS))
         else:
-            lines.append(f"| {label} | " + " | ".join(m.get(k, "") for _, k in COLUMNS) + " |")
+            lines.append(f"| {label} | " + " | ".join(m.get(k, "") for _, k in COLUMNS) +
+                         f" | {top_stalls(m)} |")
     return "\n".join(lines)
 
 
@@ -84,8 +113,13 @@ def step(c):
         if c.left() < 30:
             found.append((label, "not run: the time budget ran out"))
             continue
-        rc, out = c.run("kernels", command(tool, exe, pattern), timeout=min(120, c.left() - 10))
-        m = metrics(out[out.rfind("$ "):]) if rc == 0 else {}
+        m = {}
+        for extra in (True, False):  # (an ncu that refuses a metric's name: the sections alone)
+            if m or c.left() < 30:
+                break
+            rc, out = c.run("kernels", command(tool, exe, pattern, extra),
+                            timeout=min(120, c.left() - 10))
+            m = metrics(out[out.rfind("$ "):]) if rc == 0 else {}
         found.append((label, m or f"ncu exit {rc}, no figures (logs/kernels.log)"))
     c.results["kernels"] = table(found)
     n = sum(1 for _, m in found if isinstance(m, dict))

@@ -32,6 +32,12 @@ text = "\n".join([
     K + '"Launch Statistics","Registers Per Thread","register/thread","165"',
     K + '"Occupancy","Achieved Occupancy","%","18.21"',
     K + '"Warp State Statistics","Warp Cycles Per Issued Instruction","cycle","5.16"',
+    K + '"Command line profiler metrics","' + ncu.TENSOR + '","%","31.40"',
+    K + '"Command line profiler metrics","' + ncu.stall_metric("barrier") + '","","1.20"',
+    K + '"Command line profiler metrics","' + ncu.stall_metric("long_scoreboard") + '","","0.35"',
+    K + '"Command line profiler metrics","' + ncu.stall_metric("math_pipe_throttle") + '","","1.75"',
+    K + '"Command line profiler metrics","' + ncu.stall_metric("wait") + '","","0.80"',
+    K + '"Command line profiler metrics","' + ncu.stall_metric("drain") + '","","n/a"',
     "==PROF== Disconnected from process 7"])
 m = ncu.metrics(text)
 check("the kernel's name", m.get("Kernel Name") == "void fm::backward_kv<64, unsigned short, 32>(fm::args)", m)
@@ -43,8 +49,11 @@ check("no CSV: no figures", ncu.metrics("==PROF== No kernels were profiled.\n") 
 t = ncu.table([("attention dK dV", m), ("attention dQ", "ncu exit 1, no figures")])
 rows = t.splitlines()
 check("a header, a rule, a row a kernel", len(rows) == 4, t)
-check("the figures' row", rows[2] == "| attention dK dV | 422.02 us | 35.26 | 50.68 |  | 165 | 18.21 | 5.16 |",
-      rows[2])
+check("the figures' row: the tensor pipe, the three largest stalls (a figure that is no number skipped)",
+      rows[2] == "| attention dK dV | 422.02 us | 35.26 | 50.68 |  | 165 | 18.21 | 5.16 | 31.40 | "
+                 "math_pipe_throttle 1.75, barrier 1.20, wait 0.80 |", rows[2])
+check("the header names every column", rows[0].count("|") == rows[2].count("|") and
+      "tensor pipe %" in rows[0] and "stalls" in rows[0], rows[0])
 check("a failed kernel's row says why, as wide as the others",
       rows[3].startswith("| attention dQ | ncu exit 1") and rows[3].count("|") == rows[2].count("|"), rows[3])
 cmd = ncu.command("ncu", "build/benchmarks/gpu_step", r"fm::forward<")
@@ -52,6 +61,11 @@ check("ncu's command: demangled names, one launch, CSV, a short gpu_step",
       cmd[:2] == ["ncu", "--csv"] and "regex:fm::forward<" in cmd and cmd[cmd.index("--launch-count") + 1] == "1"
       and cmd[cmd.index("build/benchmarks/gpu_step") + 1:] == ["--micro-batch", "16", "--layers", "2", "--iters",
                                                                "1", "--warmup", "0"], cmd)
+check("ncu's command asks for the tensor pipe and every stall reason by name",
+      ncu.TENSOR in cmd[cmd.index("--metrics") + 1] and
+      all(ncu.stall_metric(r) in cmd[cmd.index("--metrics") + 1].split(",") for r in ncu.STALLS), cmd)
+check("... and, as the fallback, the sections alone",
+      "--metrics" not in ncu.command("ncu", "build/benchmarks/gpu_step", r"fm::forward<", extra=False))
 res = {"info": {"date": "2026-11-27", "seconds": 10, "budget_s": 60, "host": "h", "platform": "p", "cpus": 2,
                 "device": "NVIDIA H200", "commit": "abc", "dirty": False},
        "counts": {"PASS": 1, "FAIL": 0, "SKIP": 0}, "ok": True,
