@@ -370,10 +370,8 @@ FM_DEV void probabilities(const args &a, float (*s)[4], float (*dp)[4], float sl
             int rr = 16 * w + gq + (e >> 1) * 8, cc = 8 * n + 2 * tq + (e & 1);
             int x = TRANS ? cc : (e >> 1); // the query's index into lse2, Dr, first
             int i = TRANS ? r0 + cc : r0 + rr, j = TRANS ? c0 + rr : c0 + cc;
-            // visible() with T in a register, and not short-circuit (no branch to skip a
-            // load); not visible: 2^-inf = 0, a select instead of a branch around the exp
-            bool ok = !MASK || ((i < T) & (j <= i) & (j >= first[x]));
-            float p = fm_exp2(ok ? score2<ALIBI>(a, s[n][e], slope2, i, j) - lse2[x] : -INFINITY);
+            bool ok = !MASK || (i < T && j <= i && j >= first[x]); // visible(), T in a register
+            float p = ok ? fm_exp2(score2<ALIBI>(a, s[n][e], slope2, i, j) - lse2[x]) : 0.0f;
             s[n][e] = p;
             dp[n][e] = p * (dp[n][e] - Dr[x]);
         }
