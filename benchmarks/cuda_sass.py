@@ -13,7 +13,8 @@ known HMMA count needs. Printed: instructions per step, HMMA per step, instructi
 and the path's instructions by opcode.
 
 usage: cuda_sass.py [--nvcc NVCC] [--cuobjdump CUOBJDUMP] [--source-root DIR] [--json]
-cuobjdump: CUDA's bin, PATH, or the PyPI wheel nvidia-cuda-cuobjdump (pip install it)."""
+cuobjdump (and the nvdisasm it runs): CUDA's bin, PATH, or the PyPI wheels
+(pip install nvidia-cuda-cuobjdump nvidia-cuda-nvdisasm)."""
 import argparse
 import collections
 import glob
@@ -149,7 +150,8 @@ def main():
     a = ap.parse_args()
     nvcc, objdump = find_tool("nvcc", a.nvcc), find_tool("cuobjdump", a.cuobjdump)
     if not nvcc or not objdump:
-        print("SKIP: needs nvcc and cuobjdump (CUDA's bin, or pip install nvidia-cuda-cuobjdump)")
+        print("SKIP: needs nvcc and cuobjdump (CUDA's bin, or pip install nvidia-cuda-cuobjdump "
+              "nvidia-cuda-nvdisasm)")
         return 77
     root = a.source_root
     with tempfile.TemporaryDirectory() as tmp:
@@ -157,8 +159,10 @@ def main():
         subprocess.run([nvcc, "-O3", "-std=c++17", "-DTR_HAVE_CUDA", f"-I{root}", "-gencode",
                         "arch=compute_90,code=sm_90", "-cubin", "-o", cubin,
                         os.path.join(root, "kernels", "cuda", "flash_mma.cu")], check=True)
+        env = dict(os.environ)  # (cuobjdump runs nvdisasm: the wheels put both in one folder)
+        env["PATH"] = os.path.dirname(objdump) + os.pathsep + env.get("PATH", "")
         sass = subprocess.run([objdump, "-sass", cubin], check=True, capture_output=True,
-                              text=True).stdout
+                              text=True, env=env).stdout
     rows = []
     for label, part, per_step in KERNELS:
         n, h, ops = step_path(parse(sass, part), per_step)
