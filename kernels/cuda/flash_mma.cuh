@@ -119,6 +119,7 @@ FM_DEV void load_tile(uint16_t *dst, const uint16_t *src, int ld, int r0, int n)
 {
     constexpr int CH = D / 8, RSTEP = THREADS / CH, STEPS = ROWS / RSTEP;
     static_assert(THREADS % CH == 0 && ROWS % RSTEP == 0, "whole steps");
+    static_assert(ROWS <= 64, "2 i ld < 2^32 below");
     int i0 = fm_tid() / CH, d = fm_tid() % CH * 8;
     const char *first = reinterpret_cast<const char *>(src + (size_t)r0 * ld + d);
     FM_UNROLL
@@ -135,14 +136,13 @@ FM_DEV void load_tile(uint16_t *dst, const float *src, int ld, int r0, int n)
     constexpr int CH = D / 8, RSTEP = THREADS / CH, STEPS = ROWS / RSTEP;
     static_assert(THREADS % CH == 0 && ROWS % RSTEP == 0, "whole steps");
     int i0 = fm_tid() / CH, d = fm_tid() % CH * 8;
-    const float *p = src + ((size_t)r0 + i0) * ld + d;
-    size_t step = (size_t)RSTEP * ld;
     FM_UNROLL_2 // (two steps' loads in flight; more hold too many registers at D = 128)
     for (int k = 0; k < STEPS; k++) {
         float v[8] = {};
-        if (i0 + k * RSTEP < n) {
-            fm_ldg4(p + k * step, v);
-            fm_ldg4(p + k * step + 4, v + 4);
+        if (i0 + k * RSTEP < n) { // (a row's address only where it is read)
+            const float *p = src + ((size_t)r0 + i0 + k * RSTEP) * ld + d;
+            fm_ldg4(p, v);
+            fm_ldg4(p + 4, v + 4);
         }
         FM_UNROLL
         for (int e = 0; e < 8; e += 2)
@@ -198,8 +198,8 @@ FM_DEV void mma_rbt(float (*acc)[4], const uint32_t (*fa)[4], const uint16_t *b,
 // x[n] = A B^T and y[n] = C E^T (set, not added to), two products of the same shapes at
 // once: A and C a warp's 16 rows in shared memory, B and E as mma_rbt's (row stride ld for
 // all four). Each k step's two groups of mma are independent of each other, so one's latency
-// passes under the other's; the first k step runs on zeros (the mma's zero register: no
-// zeroing of the accumulators a step), the rest in a loop.
+// passes under the other's; the first k step runs on zeroed accumulators (which ptxas folds
+// into the mma's zero register: no zeroing a step), the rest in a loop.
 template <int K, int N8>
 FM_DEV void mma_sbt2(float (*x)[4], const uint16_t *a, const uint16_t *b, float (*y)[4],
                      const uint16_t *c, const uint16_t *e, int ld)
