@@ -3,12 +3,17 @@
 // exponentials and target logit found there, its loss written, and with scale != 0 its
 // gradient written over the logits from the shared copy. 4 bytes an element move instead of
 // the two ops' 6 (xent_stats16 reads the row, xent_loss_backward16 reads and writes it). With
-// 16-byte rows the exponentials are the MUFU's (__expf: 2 + 1.17 |x| ulp) and the sum takes 8
-// columns a step (their max first, one rescale a step instead of a branch and an accurate expf
-// a column).
+// 16-byte rows the exponentials are the MUFU's (exp2_ftz) and both passes take 8
+// columns a step: the sum their max first (one rescale a step instead of a branch and an
+// accurate expf a column), the gradient's padding tested once a step and its target's column
+// written again after (counted from the SASS, sm_90: 92 and 82 instructions a step, where
+// they were 119 and 378 and the kernel was bound by issuing them).
 // Rows past the shared memory, and TRIDENT_CUDA_XENT=two-pass, take the two ops (softmax.cu).
+#include <cuda_bf16.h>
 #include <math.h>
 #include <stdint.h>
+
+#include <type_traits>
 
 #include "kernels/cuda/bf16.h"
 #include "kernels/cuda/grid.cuh"
@@ -16,6 +21,17 @@
 namespace {
 
 constexpr int THREADS = 512; // two blocks an SM with rows of up to ~100 KiB
+constexpr float LOG2E = 1.4426950408889634f;
+
+// 2^x by the MUFU alone (ex2.approx.ftz: 2 ulp; results under 2^-126 flush to 0, 2^-inf = 0,
+// 2^0 = 1): e^(x - m) as 2^((x - m) log2 e), exactly 1 at x = m (an FFMA of x log2 e - m log2 e
+// is not: the rounding of m log2 e shrank a row's sum a step, a reviewer's simulation found)
+__device__ __forceinline__ float exp2_ftz(float x)
+{
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
+}
 
 // Row n of logits16 (V bf16, columns >= n_valid padding): stats (maxv, sumexp relative to it,
 // picked: the target's logit where this rank holds it), losses[n] = log(sumexp) + max - picked;
@@ -49,17 +65,21 @@ __global__ void __launch_bounds__(THREADS, 2)
             uint32_t h[4] = {v.x, v.y, v.z, v.w};
             float f[8], cm = -INFINITY;
 #pragma unroll
-            for (int j = 0; j < 8; j++) {
-                f[j] = 8 * i + j < n_valid ? bf16_to_f32((uint16_t)(h[j / 2] >> (16 * (j & 1))))
-                                           : -INFINITY; // (padding: no term)
+            for (int j = 0; j < 8; j++)
+                f[j] = bf16_to_f32((uint16_t)(h[j / 2] >> (16 * (j & 1))));
+            if (8 * i + 8 > n_valid) // (the row's padding, past n_valid: no term)
+#pragma unroll
+                for (int j = 0; j < 8; j++)
+                    f[j] = 8 * i + j < n_valid ? f[j] : -INFINITY;
+#pragma unroll
+            for (int j = 0; j < 8; j++)
                 cm = fmaxf(cm, f[j]);
-            }
             // r: the new max, or 0 while every value is -inf (no -inf - -inf; a NaN stays)
             float mn = fmaxf(m, cm), r = mn == -INFINITY ? 0.0f : mn, acc = 0.0f;
 #pragma unroll
             for (int j = 0; j < 8; j++)
-                acc += __expf(f[j] - r); // (ex2.approx: __expf(-inf) = 0, __expf(0) = 1)
-            s = s * __expf(m - r) + acc;
+                acc += exp2_ftz((f[j] - r) * LOG2E); // (2^-inf = 0; 2^0 = 1 at the max)
+            s = s * exp2_ftz((m - r) * LOG2E) + acc; // (exactly s while the max stays)
             m = mn;
         }
     } else {
@@ -79,26 +99,41 @@ __global__ void __launch_bounds__(THREADS, 2)
     __syncthreads();
     float mx = row_stat[0], k = scale / row_stat[1], w = weights ? weights[n] : 1.0f;
     if (vec) {
+        // 8 columns a step: g = k e^(x - max) [* w], 0 past n_valid, rounded to bf16 in pairs
+        // by the hardware (nearest even: bf16_from_f32's bits but a NaN's payload); the steps
+        // wholly inside n_valid without a test a column. The target's column is written again
+        // afterwards by the thread that wrote its step, (k e^(x - max) - scale) [* w].
         uint4 *dst = reinterpret_cast<uint4 *>(x);
-        for (int i = threadIdx.x; i < V / 8; i += THREADS) {
-            uint4 v = row4[i]; /* (one 16-byte shared load: no bank conflicts) */
-            uint32_t h[4] = {v.x, v.y, v.z, v.w};
+        auto grad = [&](float xv) { return k * exp2_ftz((xv - mx) * LOG2E); };
+        auto pass = [&](auto weighted) {
+            int full = n_valid / 8 < V / 8 ? n_valid / 8 : V / 8; // steps with no padding
+            for (int i = threadIdx.x; i < V / 8; i += THREADS) {
+                uint4 v = row4[i]; /* (one 16-byte shared load: no bank conflicts) */
+                uint32_t h[4] = {v.x, v.y, v.z, v.w};
+                float g[8];
 #pragma unroll
-            for (int j = 0; j < 8; j += 2) {
-                float g[2];
-#pragma unroll
-                for (int t = 0; t < 2; t++) {
-                    int c = 8 * i + j + t;
-                    uint16_t b = (uint16_t)(t ? h[j / 2] >> 16 : h[j / 2] & 0xffffu);
-                    g[t] = c < n_valid ? k * __expf(bf16_to_f32(b) - mx) : 0.0f;
-                    if (col == c && c < n_valid)
-                        g[t] -= scale;
-                    if (weights)
-                        g[t] *= w;
+                for (int j = 0; j < 8; j++) {
+                    g[j] = grad(bf16_to_f32((uint16_t)(h[j / 2] >> (16 * (j & 1)))));
+                    if (decltype(weighted)::value)
+                        g[j] *= w;
                 }
-                h[j / 2] = (uint32_t)bf16_from_f32(g[0]) | (uint32_t)bf16_from_f32(g[1]) << 16;
+                if (i >= full)
+#pragma unroll
+                    for (int j = 0; j < 8; j++)
+                        g[j] = 8 * i + j < n_valid ? g[j] : 0.0f;
+#pragma unroll
+                for (int j = 0; j < 8; j += 2) {
+                    __nv_bfloat162 b = __floats2bfloat162_rn(g[j], g[j + 1]); // (.x: low half)
+                    h[j / 2] = *reinterpret_cast<uint32_t *>(&b);
+                }
+                dst[i] = make_uint4(h[0], h[1], h[2], h[3]);
             }
-            dst[i] = make_uint4(h[0], h[1], h[2], h[3]);
+        };
+        weights ? pass(std::true_type()) : pass(std::false_type());
+        if (col >= 0 && col < n_valid && (int)(col / 8) % THREADS == (int)threadIdx.x) {
+            float g = grad(bf16_to_f32(row[col])) - scale; // (its step's writer: in order)
+            __nv_bfloat16 b = __float2bfloat16_rn(weights ? g * w : g);
+            x[col] = *reinterpret_cast<uint16_t *>(&b);
         }
         return;
     }
