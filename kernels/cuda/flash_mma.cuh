@@ -160,6 +160,25 @@ FM_DEV void load_kv(uint16_t *kv, const S *kbase, int ld, int c0, int T)
     load_tile<D, BN>(kv + BN * (D + PAD), kbase + D, ld, c0, n);
 }
 
+// The key tiles c_begin .. last of the group whose keys start at kbase, streamed through two
+// stages at KV (K, then V BN rows after it, in each): the forward's and dQ's loop over them.
+template <int D, typename S> struct kv_stream {
+    uint16_t *KV;
+    const S *kbase;
+    int ld, c_begin, last, T;
+    FM_DEV uint16_t *stage(int c) const { return KV + ((c - c_begin) & 1) * 2 * BN * (D + PAD); }
+    FM_DEV void start() const { load_kv<D>(stage(c_begin), kbase, ld, c_begin * BN, T); }
+    // tile c's stage, once tile c + 1's copy into the other stage is issued and committed (its
+    // readers passed the last sync)
+    FM_DEV const uint16_t *at(int c) const
+    {
+        if (c < last)
+            load_kv<D>(stage(c + 1), kbase, ld, (c + 1) * BN, T);
+        fm_cp_commit();
+        return stage(c);
+    }
+};
+
 // The A fragment (16 x 16, columns 16 kk ..) of the 16 rows at a (row stride lda): one
 // ldmatrix (matrices: rows 0-7 | 8-15 of columns 0-7, then of columns 8-15).
 FM_DEV void frag_a(uint32_t fa[4], const uint16_t *a, int lda, int kk)
@@ -412,8 +431,8 @@ FM_KERNEL_MIN(D <= 64 ? 4 : 1) forward(args a)
     tile_starts(a, st0, found, b, r0, rows);
     fm_sync();
     int c_begin = st0[0] / BN;
-    auto stage = [&](int c) { return KV + ((c - c_begin) & 1) * 2 * BN * LD; }; // key tile c's
-    load_kv<D>(stage(c_begin), kbase, a.C3, c_begin * BN, T);
+    kv_stream<D, Q> kv = {KV, kbase, a.C3, c_begin, qt, T};
+    kv.start();
     fm_cp_commit();
     fm_cp_wait0();
     fm_sync();
@@ -432,10 +451,7 @@ FM_KERNEL_MIN(D <= 64 ? 4 : 1) forward(args a)
     float o[D / 8][4] = {};
     for (int c = c_begin; c <= qt; c++) {
         int c0 = c * BN;
-        const uint16_t *Ks = stage(c), *Vs = Ks + BN * LD;
-        if (c < qt) // the next tile into the other stage (its readers passed the last sync)
-            load_kv<D>(stage(c + 1), kbase, a.C3, c0 + BN, T);
-        fm_cp_commit();
+        const uint16_t *Ks = kv.at(c), *Vs = Ks + BN * LD;
         float s[BN / 8][4] = {};
         mma_rbt<D, BN / 8>(s, qf, Ks, LD);
         float mx[2] = {-INFINITY, -INFINITY};
@@ -615,8 +631,8 @@ template <int D, typename Q = float> FM_KERNEL backward_q(args a)
     load_tile<D, BM>(Qs, base + q_off(a, h, D), a.C3, r0, rows);
     load_tile<D, BM>(dOs, dout_of(a, (const Q *)nullptr) + (size_t)b * T * a.C + (size_t)h * D,
                      a.C, r0, rows);
-    auto stage = [&](int c) { return KV + ((c - c_begin) & 1) * 2 * BN * LD; }; // key tile c's
-    load_kv<D>(stage(c_begin), kbase, a.C3, c_begin * BN, T);
+    kv_stream<D, Q> kv = {KV, kbase, a.C3, c_begin, qt, T};
+    kv.start();
     fm_cp_commit();
 
     int w = fm_tid() / 32, lane = fm_tid() & 31, gq = lane >> 2, tq = lane & 3;
@@ -636,10 +652,7 @@ template <int D, typename Q = float> FM_KERNEL backward_q(args a)
     float dq[D / 8][4] = {};
     for (int c = c_begin; c <= qt; c++) {
         int c0 = c * BN;
-        const uint16_t *Ks = stage(c), *Vs = Ks + BN * LD;
-        if (c < qt) // the next tile into the other stage (its readers passed the last sync)
-            load_kv<D>(stage(c + 1), kbase, a.C3, c0 + BN, T);
-        fm_cp_commit();
+        const uint16_t *Ks = kv.at(c), *Vs = Ks + BN * LD;
         float s[BN / 8][4], dp[BN / 8][4];
         mma_sbt2<D, BN / 8>(s, Qs + 16 * w * LD, Ks, dp, dOs + 16 * w * LD, Vs, LD);
         bool full = c < qt && c0 >= last_start && r0 + BM <= T;
