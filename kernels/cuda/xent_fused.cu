@@ -3,13 +3,12 @@
 // exponentials and target logit found there, its loss written, and with scale != 0 its
 // gradient written over the logits from the shared copy. 4 bytes an element move instead of
 // the two ops' 6 (xent_stats16 reads the row, xent_loss_backward16 reads and writes it). With
-// 16-byte rows the exponentials are the MUFU's (exp2_ftz) and both passes take 8
+// 16-byte rows the exponentials are the MUFU's (fm_exp2) and both passes take 8
 // columns a step: the sum their max first (one rescale a step instead of a branch and an
 // accurate expf a column), the gradient's padding tested once a step and its target's column
 // written again after (counted from the SASS, sm_90: 92 and 82 instructions a step, where
 // they were 119 and 378 and the kernel was bound by issuing them).
 // Rows past the shared memory, and TRIDENT_CUDA_XENT=two-pass, take the two ops (softmax.cu).
-#include <cuda_bf16.h>
 #include <math.h>
 #include <stdint.h>
 
@@ -17,21 +16,17 @@
 
 #include "kernels/cuda/bf16.h"
 #include "kernels/cuda/grid.cuh"
+#include "kernels/cuda/mma_prims.cuh"
 
 namespace {
 
 constexpr int THREADS = 512; // two blocks an SM with rows of up to ~100 KiB
-constexpr float LOG2E = 1.4426950408889634f;
 
-// 2^x by the MUFU alone (ex2.approx.ftz: 2 ulp; results under 2^-126 flush to 0, 2^-inf = 0,
-// 2^0 = 1): e^(x - m) as 2^((x - m) log2 e), exactly 1 at x = m (an FFMA of x log2 e - m log2 e
-// is not: the rounding of m log2 e shrank a row's sum a step, a reviewer's simulation found)
-__device__ __forceinline__ float exp2_ftz(float x)
-{
-    float y;
-    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
-    return y;
-}
+// e^(x - m) as fm_exp2 (mma_prims.cuh: the MUFU's ex2.approx.ftz, 2 ulp, results under 2^-126
+// flushed to 0, 2^-inf = 0, 2^0 = 1) of (x - m) log2 e: exactly 1 at x = m (an FFMA of
+// x log2 e - m log2 e is not: the rounding of m log2 e shrank a row's sum a step, a
+// reviewer's simulation found)
+constexpr float LOG2E = 1.4426950408889634f;
 
 // Row n of logits16 (V bf16, columns >= n_valid padding): stats (maxv, sumexp relative to it,
 // picked: the target's logit where this rank holds it), losses[n] = log(sumexp) + max - picked;
@@ -78,8 +73,8 @@ __global__ void __launch_bounds__(THREADS, 2)
             float mn = fmaxf(m, cm), r = mn == -INFINITY ? 0.0f : mn, acc = 0.0f;
 #pragma unroll
             for (int j = 0; j < 8; j++)
-                acc += exp2_ftz((f[j] - r) * LOG2E); // (2^-inf = 0; 2^0 = 1 at the max)
-            s = s * exp2_ftz((m - r) * LOG2E) + acc; // (exactly s while the max stays)
+                acc += fm_exp2((f[j] - r) * LOG2E); // (2^-inf = 0; 2^0 = 1 at the max)
+            s = s * fm_exp2((m - r) * LOG2E) + acc; // (exactly s while the max stays)
             m = mn;
         }
     } else {
@@ -100,11 +95,12 @@ __global__ void __launch_bounds__(THREADS, 2)
     float mx = row_stat[0], k = scale / row_stat[1], w = weights ? weights[n] : 1.0f;
     if (vec) {
         // 8 columns a step: g = k e^(x - max) [* w], 0 past n_valid, rounded to bf16 in pairs
-        // by the hardware (nearest even: bf16_from_f32's bits but a NaN's payload); the steps
-        // wholly inside n_valid without a test a column. The target's column is written again
-        // afterwards by the thread that wrote its step, (k e^(x - max) - scale) [* w].
+        // by the hardware (fm_pack, nearest even: bf16_from_f32's bits but a NaN's payload);
+        // the steps wholly inside n_valid without a test a column. The target's column is
+        // written again afterwards by the thread that wrote its step, (k e^(x - max) - scale)
+        // [* w].
         uint4 *dst = reinterpret_cast<uint4 *>(x);
-        auto grad = [&](float xv) { return k * exp2_ftz((xv - mx) * LOG2E); };
+        auto grad = [&](float xv) { return k * fm_exp2((xv - mx) * LOG2E); };
         auto pass = [&](auto weighted) {
             int full = n_valid / 8 < V / 8 ? n_valid / 8 : V / 8; // steps with no padding
             for (int i = threadIdx.x; i < V / 8; i += THREADS) {
@@ -122,18 +118,15 @@ __global__ void __launch_bounds__(THREADS, 2)
                     for (int j = 0; j < 8; j++)
                         g[j] = 8 * i + j < n_valid ? g[j] : 0.0f;
 #pragma unroll
-                for (int j = 0; j < 8; j += 2) {
-                    __nv_bfloat162 b = __floats2bfloat162_rn(g[j], g[j + 1]); // (.x: low half)
-                    h[j / 2] = *reinterpret_cast<uint32_t *>(&b);
-                }
+                for (int j = 0; j < 8; j += 2)
+                    h[j / 2] = fm_pack(g[j], g[j + 1]);
                 dst[i] = make_uint4(h[0], h[1], h[2], h[3]);
             }
         };
         weights ? pass(std::true_type()) : pass(std::false_type());
         if (col >= 0 && col < n_valid && (int)(col / 8) % THREADS == (int)threadIdx.x) {
             float g = grad(bf16_to_f32(row[col])) - scale; // (its step's writer: in order)
-            __nv_bfloat16 b = __float2bfloat16_rn(weights ? g * w : g);
-            x[col] = *reinterpret_cast<uint16_t *>(&b);
+            x[col] = fm_bf16(weights ? g * w : g);
         }
         return;
     }
