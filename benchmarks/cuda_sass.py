@@ -29,8 +29,10 @@ import tempfile
 
 # (label, mangled name's part, HMMA a warp issues per step: products x 8-wide tiles x k steps)
 KERNELS = (("attention forward", "7forwardILi64EttE", 2 * 8 * 4),
-           ("attention dK dV", "11backward_kvILi64EtLi32E", 4 * 4 * 4),
-           ("attention dQ", "10backward_qILi64EtE", 3 * 8 * 4))
+           ("attention dK dV", "11backward_kvILi64EtLi32ELb0E", 4 * 4 * 4),
+           ("attention dQ", "10backward_qILi64EtE", 3 * 8 * 4),
+           # the fused backward: dK dV's step and dq_add's 16 rows x 32 columns over 64 keys
+           ("attention dK dV dQ (fused)", "11backward_kvILi64EtLi32ELb1E", 4 * 4 * 4 + 4 * 4))
 
 
 def find_tool(name, given):

@@ -17,6 +17,10 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#ifdef __cplusplus
+extern "C" { /* (the CUDA files are C++) */
+#endif
+
 /* Marks a function whose int result is a tr_status: ignoring it is a compile error. */
 #define TR_MUST_CHECK __attribute__((warn_unused_result))
 
@@ -93,5 +97,9 @@ void tr_json_double(tr_json *j, const char *key, double v); /* NaN/Inf written a
 void tr_json_string(tr_json *j, const char *key, const char *v);
 void tr_json_bool(tr_json *j, const char *key, int v);
 void tr_json_null(tr_json *j, const char *key);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

@@ -4,9 +4,13 @@
 // loads) and qkv's rows under 2^25 elements, unless TRIDENT_CUDA_ATTENTION=wmma; elsewhere they
 // return 0 and flash.cu's wmma kernels run.
 // Grids: forward and dQ a block per (query tile of 64, batch x head), the largest tiles first;
-// dK dV a block per (key tile, batch x group).
-#include "kernels/cuda/flash_mma.cuh"
+// dK dV a block per (key tile, batch x group). TRIDENT_CUDA_ATTENTION_BWD=fused: dK dV and dQ
+// in one kernel (backward_kv<..., true>) on the compute stream, dQ summed in a scratch of
+// B NH T HS floats this file keeps (grown to the largest call; where it cannot be had, or on
+// another stream, the two kernels run).
+#include "kernels/cuda/flash_mma_backward.cuh"
 
+#include <mutex>
 #include <stdlib.h>
 #include <string.h>
 
@@ -51,8 +55,66 @@ template <int D> void forward_d(cudaStream_t st, const fm::args &m, bool in16)
         m.out16 ? forward_o<D, uint16_t>(st, m) : forward_o<D, float>(st, m);
 }
 
+// A device buffer of at least `bytes`, grown (and zeroed when `zero`) as calls need: false
+// when cudaMalloc fails (the error cleared, a warning once)
+bool grow(void **mem, size_t *have, size_t bytes, bool zero, cudaStream_t st)
+{
+    if (bytes <= *have)
+        return true;
+    if (*mem)
+        cu_note(cudaFree(*mem), "attention_backward (fused): freeing its scratch");
+    *mem = nullptr, *have = 0;
+    if (cudaMalloc(mem, bytes) != cudaSuccess) {
+        (void)cudaGetLastError();
+        *mem = nullptr;
+        static bool told;
+        if (!told)
+            tr_warn("cuda: no %.1f MiB for the fused attention backward's scratch: the two "
+                    "kernels run instead", (double)bytes / 1048576.0);
+        told = true;
+        return false;
+    }
+    *have = bytes;
+    if (zero)
+        cu_note(cudaMemsetAsync(*mem, 0, bytes, st), "attention_backward (fused): zeroing");
+    return true;
+}
+
+// The fused backward's scratch into m (dq_acc, dq_flags, ticket): the sums (not zeroed:
+// turn 0 writes them), and the ticket then the flags, zeroed once (every launch leaves them
+// 0, so a smaller call's prefix is zero too). False: the two kernels run.
+bool fused_scratch(cudaStream_t st, fm::fused_args &m, int D, int BQ)
+{
+    static const bool on = cu_env_is("TRIDENT_CUDA_ATTENTION_BWD", "fused");
+    static std::mutex mu;
+    static void *sums, *flags;
+    static size_t sums_have, flags_have;
+    if (!on || st != cu_stream(NULL))
+        return false;
+    size_t n_sums = (size_t)m.B * m.NH * m.T * D;
+    size_t n_flags = (size_t)m.B * m.NH * ((m.T + BQ - 1) / BQ) * fm::WARPS;
+    std::lock_guard<std::mutex> hold(mu);
+    if (!grow(&sums, &sums_have, n_sums * 4, false, st) ||
+        !grow(&flags, &flags_have, (n_flags + 1) * 4, true, st))
+        return false;
+    m.dq_acc = static_cast<float *>(sums);
+    m.ticket = static_cast<int *>(flags), m.dq_flags = m.ticket + 1;
+    return true;
+}
+
 template <int D, typename Q, int BQ> void backward_q_of(cudaStream_t st, const fm::args &m)
 {
+    fm::fused_args fa;
+    static_cast<fm::args &>(fa) = m;
+    if (fused_scratch(st, fa, D, BQ)) {
+        size_t f = fm::backward_fused_bytes(D, BQ);
+        if (!opt_in<fm::backward_kv<D, Q, BQ, true>>(f, "attention_backward (mma, fused)"))
+            return;
+        fm::backward_kv<D, Q, BQ, true><<<dim3((m.T + fm::BN - 1) / fm::BN, m.B * m.NG),
+                                          fm::THREADS, f, st>>>(fa);
+        cu_launched("attention_backward (mma, fused)");
+        return;
+    }
     size_t kv = fm::backward_kv_bytes(D, BQ), q = fm::backward_q_bytes(D);
     if (!opt_in<fm::backward_kv<D, Q, BQ>>(kv, "attention_backward (mma, dK dV)") ||
         !opt_in<fm::backward_q<D, Q>>(q, "attention_backward (mma, dQ)"))

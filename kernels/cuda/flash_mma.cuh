@@ -33,7 +33,11 @@
 //             P = exp(S - lse), dS = P (dP - Drow); dV += P^T dO, dK += dS^T Q.
 //   dQ        block (query tile of 64, b * NH + h): over key tiles, S and dP again,
 //             dQ += dS K.
-// No atomics: every output element is written by one thread, its sum in a fixed order, so
+//   fused     (TRIDENT_CUDA_ATTENTION_BWD=fused) dK dV's blocks also add dS K into dQ: each
+//             step's dS^T through shared memory, dQ's partial sums passed from block to block
+//             in a fixed order (the last key tile first) through an fp32 scratch and a flag a
+//             warp (flash_mma_backward.cuh's dq_add): S and dP once, 5 products, not 7.
+// No atomic adds: every output element is written by one thread, its sum in a fixed order, so
 // results are the same run to run. Probabilities and dS are rounded to bf16 as operands, the
 // softmax statistics stay fp32 (as flash.cu's wmma kernels, which remain for other head
 // sizes).
@@ -67,6 +71,15 @@ struct args {
     float scale, scale2; // 1 / sqrt(D), and times log2(e): scores in base 2 (fm_exp2)
 };
 
+// backward_kv<D, Q, BQ, true>'s (the fused backward), apart so that the other kernels' code
+// stays as it was (their parameters' layout steers ptxas's register choices at the cap): dQ's
+// partial sums (B, NH, T, D) fp32, a flag per (batch x head, query tile of BQ, warp) and the
+// blocks' ticket, the flags and the ticket 0 at a launch and again at its end.
+struct fused_args : args {
+    float *dq_acc;
+    int *dq_flags, *ticket;
+};
+
 // The sizes and scale of a call (pointers left null): qkv (B, T, NG, R+2, D), NH = NG R.
 inline args make_args(int B, int T, int NH, int NG, int D, const float *alibi)
 {
@@ -92,6 +105,11 @@ FM_HD constexpr size_t forward_bytes(int D)
 FM_HD constexpr size_t backward_kv_bytes(int D, int BQ)
 {
     return (size_t)(2 * BN + 4 * BQ) * (D + PAD) * 2 + (size_t)2 * 3 * BQ * 4 + 4 * 4;
+}
+// the fused backward's: also the ticket's slot (4 ints) and dS^T (BN x (BQ + PAD) bf16)
+FM_HD constexpr size_t backward_fused_bytes(int D, int BQ)
+{
+    return backward_kv_bytes(D, BQ) + 4 * 4 + (size_t)BN * (BQ + PAD) * 2;
 }
 FM_HD constexpr size_t backward_q_bytes(int D)
 {
@@ -242,28 +260,52 @@ FM_DEV void mma_sbt2(float (*x)[4], const uint16_t *a, const uint16_t *b, float 
     }
 }
 
-// acc[n] += P B: P (16 x K) as the accumulator fragments p[0 .. K/8) of an earlier product
-// (rounded to bf16 here: the C fragment of columns 16 kk .. + 15 is the A fragment of step
-// kk), B (K x 8 N8) row-major in shared memory (row stride ldb), read transposed by ldmatrix
+// acc[n] += A_kk B for one k step: A the fragment fa (16 x 16), B (rows 16 kk .. + 15, columns
+// 8n ..; n < N8) row-major in shared memory (row stride ldb), read transposed by ldmatrix
 // .trans (b0, b1 of n, then of n + 1).
-template <int K, int N8>
-FM_DEV void mma_pb(float (*acc)[4], const float (*p)[4], const uint16_t *b, int ldb)
+template <int N8>
+FM_DEV void mma_step_b(float (*acc)[4], const uint32_t fa[4], const uint16_t *b, int ldb, int kk)
 {
     static_assert(N8 % 2 == 0, "n in pairs");
     int lane = fm_tid() & 31, j = lane >> 3;
+    const uint16_t *q = b + (16 * kk + (j & 1) * 8 + (lane & 7)) * ldb + 8 * (j >> 1);
+    FM_UNROLL
+    for (int n = 0; n < N8; n += 2) {
+        uint32_t fb[4];
+        fm_ldsm4_t(fb, q + 8 * n);
+        fm_mma(acc[n], fa, fb);
+        fm_mma(acc[n + 1], fa, fb + 2);
+    }
+}
+
+// acc[n] += P B: P (16 x K) as the accumulator fragments p[0 .. K/8) of an earlier product
+// (rounded to bf16 here: the C fragment of columns 16 kk .. + 15 is the A fragment of step
+// kk), B (K x 8 N8) as mma_step_b's.
+template <int K, int N8>
+FM_DEV void mma_pb(float (*acc)[4], const float (*p)[4], const uint16_t *b, int ldb)
+{
     FM_UNROLL
     for (int kk = 0; kk < K / 16; kk++) {
         uint32_t fa[4] = {fm_pack(p[2 * kk][0], p[2 * kk][1]), fm_pack(p[2 * kk][2], p[2 * kk][3]),
                           fm_pack(p[2 * kk + 1][0], p[2 * kk + 1][1]),
                           fm_pack(p[2 * kk + 1][2], p[2 * kk + 1][3])};
-        const uint16_t *q = b + (16 * kk + (j & 1) * 8 + (lane & 7)) * ldb + 8 * (j >> 1);
-        FM_UNROLL
-        for (int n = 0; n < N8; n += 2) {
-            uint32_t fb[4];
-            fm_ldsm4_t(fb, q + 8 * n);
-            fm_mma(acc[n], fa, fb);
-            fm_mma(acc[n + 1], fa, fb + 2);
-        }
+        mma_step_b<N8>(acc, fa, b, ldb, kk);
+    }
+}
+
+// acc[n] += A B: A (16 x K) stored transposed in shared memory (K rows of A^T from at, the
+// warp's 16 columns from there; row stride lda), read by ldmatrix .trans (matrices: rows 0-7
+// | 8-15 of A over its columns 0-7, then over 8-15); B (K x 8 N8) as mma_step_b's.
+template <int K, int N8>
+FM_DEV void mma_tb(float (*acc)[4], const uint16_t *at, int lda, const uint16_t *b, int ldb)
+{
+    int lane = fm_tid() & 31, j = lane >> 3;
+    const uint16_t *q = at + ((j >> 1) * 8 + (lane & 7)) * lda + (j & 1) * 8;
+    FM_UNROLL
+    for (int kk = 0; kk < K / 16; kk++) {
+        uint32_t fa[4];
+        fm_ldsm4_t(fa, q + 16 * kk * lda);
+        mma_step_b<N8>(acc, fa, b, ldb, kk);
     }
 }
 
@@ -502,173 +544,6 @@ FM_KERNEL_MIN(D <= 64 ? 4 : 1) forward(args a)
                        o[n][2 * hf + 1] * inv);
         if (tq == 0)
             a.lse[(size_t)bh * T + i[hf]] = m[hf] * (1.0f / LOG2E) + fm_log(l[hf]);
-    }
-}
-
-// ---------------------------------------------------------------- backward
-// dK, dV of key tile fm_bidx() of (batch, group) fm_bidy(); Q: qkv's storage, dqkv's and
-// dout's. Steps: the group's R heads x the query tiles of BQ rows from the key tile on whose
-// segments reach it (a prefix: segments' starts grow along T), each step's Q and dO tiles
-// loaded while the one before is used. Shared memory: K, V (BN x LD), two stages of Q and dO
-// (BQ x LD) and of the rows' lse, Drow and segment starts (BQ each), the warps' tile counts.
-// BQ query rows a step; D <= 64 with BQ 32 or less: 3 blocks an SM (registers capped at 168).
-template <int D, typename Q = float, int BQ = bq_for(D)>
-FM_KERNEL_MIN(D <= 32 || (D <= 64 && BQ <= 32) ? 3 : 1) backward_kv(args a)
-{
-    constexpr int LD = D + PAD;
-    uint16_t *Ks = reinterpret_cast<uint16_t *>(fm_shared());
-    uint16_t *Vs = Ks + BN * LD, *QD = Vs + BN * LD; // stage s: Q at QD + 2 s BQ LD, dO after
-    float *rows_s = reinterpret_cast<float *>(QD + 4 * BQ * LD); // stage s: lse, Drow, starts
-
-    int c = fm_bidx(), bg = fm_bidy(), b = bg / a.NG, g = bg % a.NG, T = a.T;
-    int c0 = c * BN, cols = fm_min(BN, T - c0);
-    const Q *base = in_of(a, (const Q *)nullptr) + (size_t)b * T * a.C3;
-    const int32_t *starts = a.starts + (size_t)b * T;
-    load_kv<D>(Ks, base + k_off(a, g, D), a.C3, c0, T); // (V at Vs, BN rows after K)
-    // the query tiles from c0 whose rows' segments reach the key tile: a prefix (segments'
-    // starts grow along T), counted by all threads at once (one load each, not a chain)
-    int w = fm_tid() / 32, *counts = reinterpret_cast<int *>(rows_s + 6 * BQ);
-    float n_ok = 0.0f;
-    for (int x = fm_tid(); c0 + x * BQ < T; x += THREADS)
-        n_ok += starts[c0 + x * BQ] < c0 + cols ? 1.0f : 0.0f;
-    for (int m = 16; m; m >>= 1)
-        n_ok += fm_shfl_xor(n_ok, m); // (whole numbers: exact)
-    if ((fm_tid() & 31) == 0)
-        counts[w] = (int)n_ok;
-    fm_sync();
-    int tiles = counts[0] + counts[1] + counts[2] + counts[3], steps = a.R * tiles;
-    static_assert(WARPS == 4 && BQ <= THREADS, "four warps' counts; a row's figures a thread");
-    // step k (head g R + j, query tile t: k = j tiles + t, counted along, no division) loads
-    // its tiles into stage k & 1 (Q and dO by cp.async) and its rows' lse (times log2 e),
-    // Drow and segment starts into registers (thread x < BQ: row x), stored later by
-    // store_rows, so their loads' latency passes while the step before computes
-    const Q *q_base = base + (size_t)g * (a.R + 2) * D; // head g R + j's queries: + j D
-    const Q *do_base = dout_of(a, (const Q *)nullptr) + (size_t)b * T * a.C + (size_t)g * a.R * D;
-    size_t row_base = ((size_t)b * a.NH + (size_t)g * a.R) * T; // lse, Drow: + j T + row
-    float r_lse2 = 0.0f, r_D = 0.0f;
-    int r_start = 0;
-    auto load_step = [&](int k, int j, int t) {
-        int q0 = c0 + t * BQ, rows = fm_min(BQ, T - q0);
-        uint16_t *Qn = QD + (k & 1) * 2 * BQ * LD;
-        load_tile<D, BQ>(Qn, q_base + j * D, a.C3, q0, rows);
-        load_tile<D, BQ>(Qn + BQ * LD, do_base + j * D, a.C, q0, rows);
-        if (fm_tid() < BQ) {
-            int row = q0 + fm_min(fm_tid(), rows - 1);
-            size_t x = row_base + (size_t)j * T + row;
-            r_lse2 = a.lse_in[x] * LOG2E;
-            r_D = a.Drow[x];
-            r_start = starts[row];
-        }
-    };
-    auto store_rows = [&](int k) {
-        float *rn = rows_s + (k & 1) * 3 * BQ;
-        if (fm_tid() < BQ) {
-            rn[fm_tid()] = r_lse2, rn[BQ + fm_tid()] = r_D;
-            reinterpret_cast<int *>(rn)[2 * BQ + fm_tid()] = r_start;
-        }
-    };
-    if (steps) {
-        load_step(0, 0, 0);
-        store_rows(0);
-    }
-    fm_cp_commit();
-    fm_cp_wait0();
-    fm_sync();
-
-    float dk[D / 8][4] = {}, dv[D / 8][4] = {};
-    int j = 0, t = 0; // this step's head (g R + j) and query tile
-    for (int k = 0; k < steps; k++) {
-        int h = g * a.R + j, q0 = c0 + t * BQ;
-        int nj = t + 1 < tiles ? j : j + 1, nt = t + 1 < tiles ? t + 1 : 0; // the next step's
-        const uint16_t *Qs = QD + (k & 1) * 2 * BQ * LD, *dOs = Qs + BQ * LD;
-        const float *rs = rows_s + (k & 1) * 3 * BQ;
-        const int *s0 = reinterpret_cast<const int *>(rs) + 2 * BQ;
-        if (k + 1 < steps)
-            load_step(k + 1, nj, nt); // into the other stage: its readers passed the last sync
-        fm_cp_commit();
-        float slope2 = a.alibi ? a.alibi[h] * LOG2E : 0.0f;
-        float st[BQ / 8][4], dpt[BQ / 8][4]; // S^T, dP^T: 16 keys x BQ queries
-        mma_sbt2<D, BQ / 8>(st, Ks + 16 * w * LD, Qs, dpt, Vs + 16 * w * LD, dOs, LD);
-        // every key before every query of the tile, none past T, inside every segment
-        bool full = q0 >= c0 + BN - 1 && q0 + BQ <= T && c0 >= s0[BQ - 1];
-        probabilities_of<true, BQ / 8>(!full, a, st, dpt, slope2, q0, c0, rs, rs + BQ, s0, T);
-        mma_pb<BQ, D / 8>(dv, st, dOs, LD);  // dV += P^T dO
-        mma_pb<BQ, D / 8>(dk, dpt, Qs, LD);  // dK += dS^T Q
-        if (k + 1 < steps)
-            store_rows(k + 1); // (the other stage's figures: read by no one now)
-        fm_cp_wait0(); // the next step's tiles have landed, every warp is done with these
-        fm_sync();
-        j = nj, t = nt;
-    }
-    int tq = fm_tid() & 3, key0 = c0 + 16 * w + (fm_tid() & 31) / 4; // keys key0, key0 + 8
-    Q *out = grad_of(a, (const Q *)nullptr) + (size_t)b * T * a.C3 + k_off(a, g, D);
-    for (int hf = 0; hf < 2; hf++) {
-        if (key0 + 8 * hf >= c0 + cols)
-            continue;
-        size_t j = (size_t)(key0 + 8 * hf);
-        for (int n = 0; n < D / 8; n++) {
-            store_pair(out + j * a.C3 + 8 * n + 2 * tq, dk[n][2 * hf] * a.scale,
-                       dk[n][2 * hf + 1] * a.scale);
-            store_pair(out + j * a.C3 + D + 8 * n + 2 * tq, dv[n][2 * hf], dv[n][2 * hf + 1]);
-        }
-    }
-}
-
-// dQ of query tile (from the last) fm_bidx() of (batch, head) fm_bidy(); Q: qkv's, dqkv's and
-// dout's storage. Shared memory: Q, dO (BM x LD), two stages of K and V (BN x LD each).
-template <int D, typename Q = float> FM_KERNEL backward_q(args a)
-{
-    constexpr int LD = D + PAD;
-    uint16_t *Qs = reinterpret_cast<uint16_t *>(fm_shared());
-    uint16_t *dOs = Qs + BM * LD, *KV = dOs + BM * LD; // stage s: K at KV + 2 s BN LD, V after
-
-    int qt = fm_gridx() - 1 - fm_bidx(), bh = fm_bidy(), b = bh / a.NH, h = bh % a.NH;
-    int g = h / a.R, T = a.T, r0 = qt * BM, rows = fm_min(BM, T - r0);
-    const Q *base = in_of(a, (const Q *)nullptr) + (size_t)b * T * a.C3;
-    const Q *kbase = base + k_off(a, g, D);
-    const int32_t *starts = a.starts + (size_t)b * T;
-    int c_begin = starts[r0] / BN;
-    load_tile<D, BM>(Qs, base + q_off(a, h, D), a.C3, r0, rows);
-    load_tile<D, BM>(dOs, dout_of(a, (const Q *)nullptr) + (size_t)b * T * a.C + (size_t)h * D,
-                     a.C, r0, rows);
-    kv_stream<D, Q> kv = {KV, kbase, a.C3, c_begin, qt, T};
-    kv.start();
-    fm_cp_commit();
-
-    int w = fm_tid() / 32, lane = fm_tid() & 31, gq = lane >> 2, tq = lane & 3;
-    int row[2] = {16 * w + gq, 16 * w + gq + 8};
-    float lse_r[2], D_r[2];
-    int first[2];
-    for (int hf = 0; hf < 2; hf++) {
-        size_t t = (size_t)r0 + fm_min(row[hf], rows - 1);
-        lse_r[hf] = a.lse_in[(size_t)bh * T + t] * LOG2E;
-        D_r[hf] = a.Drow[(size_t)bh * T + t];
-        first[hf] = starts[t];
-    }
-    int last_start = starts[r0 + rows - 1];
-    float slope2 = a.alibi ? a.alibi[h] * LOG2E : 0.0f;
-    fm_cp_wait0();
-    fm_sync();
-    float dq[D / 8][4] = {};
-    for (int c = c_begin; c <= qt; c++) {
-        int c0 = c * BN;
-        const uint16_t *Ks = kv.at(c), *Vs = Ks + BN * LD;
-        float s[BN / 8][4], dp[BN / 8][4];
-        mma_sbt2<D, BN / 8>(s, Qs + 16 * w * LD, Ks, dp, dOs + 16 * w * LD, Vs, LD);
-        bool full = c < qt && c0 >= last_start && r0 + BM <= T;
-        probabilities_of<false, BN / 8>(!full, a, s, dp, slope2, r0, c0, lse_r, D_r, first, T);
-        mma_pb<BN, D / 8>(dq, dp, Ks, LD); // dQ += dS K
-        fm_cp_wait0(); // the next tile has landed, and every warp is done with this one
-        fm_sync();
-    }
-    Q *out = grad_of(a, (const Q *)nullptr) + (size_t)b * T * a.C3 + q_off(a, h, D);
-    for (int hf = 0; hf < 2; hf++) {
-        if (row[hf] >= rows)
-            continue;
-        size_t i = (size_t)(r0 + row[hf]);
-        for (int n = 0; n < D / 8; n++)
-            store_pair(out + i * a.C3 + 8 * n + 2 * tq, dq[n][2 * hf] * a.scale,
-                       dq[n][2 * hf + 1] * a.scale);
     }
 }
 

@@ -26,6 +26,16 @@
 //   fm_cp_commit() fm_cp_wait0()  close the thread's group of copies; wait for all of them
 //   fm_ldg4(p, v)              v[0..3] = p[0..3] (global fp32, 16-byte aligned)
 //   fm_stg32(p, v)             two bf16 (a fm_pack) into global memory at an even bf16 index
+//   fm_ldcg2(p, v) fm_stcg2(p, x, y)  8 bytes of fp32 global memory through L2 (not the SM's
+//                              L1, which does not see other blocks' writes), 8-byte aligned
+//   fm_ticket(p, n)            (one thread) atomicAdd(p, 1): the block's place in the order the
+//                              blocks started, 0 .. n - 1; the last of n sets *p back to 0
+//   fm_warp_wait(p, want)      (every lane of a warp) until the global int *p is want, set by
+//                              another block's fm_warp_post; the warp's later loads see what
+//                              that warp stored before it. After ~4 s of waiting: a trap (a
+//                              launch error kept, not a hang)
+//   fm_warp_post(p, v)         (every lane of a warp) *p = v, released: the lanes' earlier
+//                              global stores are seen by a warp whose fm_warp_wait sees v
 //   fm_exp2 fm_log fm_min      (fm_exp2: 2^x, the MUFU's approximation)
 //   FM_DEV FM_HD FM_KERNEL     qualifiers of device, host-and-device, kernel functions
 //   FM_UNROLL FM_UNROLL_2      unroll a loop fully, by 2
@@ -113,6 +123,45 @@ FM_DEV void fm_ldg4(const float *p, float v[4])
 {
     float4 x = __ldg(reinterpret_cast<const float4 *>(p));
     v[0] = x.x, v[1] = x.y, v[2] = x.z, v[3] = x.w;
+}
+FM_DEV void fm_ldcg2(const float *p, float v[2])
+{
+    float2 x = __ldcg(reinterpret_cast<const float2 *>(p));
+    v[0] = x.x, v[1] = x.y;
+}
+FM_DEV void fm_stcg2(float *p, float x, float y)
+{
+    __stcg(reinterpret_cast<float2 *>(p), make_float2(x, y));
+}
+FM_DEV int fm_ticket(int *p, int n)
+{
+    int t = atomicAdd(p, 1);
+    if (t == n - 1)
+        atomicExch(p, 0);
+    return t;
+}
+FM_DEV void fm_warp_wait(const int *p, int want)
+{
+    if ((threadIdx.x & 31) == 0) {
+        unsigned ns = 32;
+        for (int polls = 0;; polls++) {
+            int v;
+            asm volatile("ld.acquire.gpu.global.b32 %0, [%1];\n" : "=r"(v) : "l"(p) : "memory");
+            if (v == want)
+                break;
+            if (polls == 1 << 24) // (~4 s at 256 ns a poll)
+                __trap();
+            __nanosleep(ns);
+            ns = ns < 256 ? 2 * ns : ns;
+        }
+    }
+    __syncwarp();
+}
+FM_DEV void fm_warp_post(int *p, int v)
+{
+    __syncwarp(); // (the lanes' stores ordered before lane 0's release: no fence each lane)
+    if ((threadIdx.x & 31) == 0)
+        asm volatile("st.release.gpu.global.b32 [%0], %1;\n" ::"l"(p), "r"(v) : "memory");
 }
 
 #endif

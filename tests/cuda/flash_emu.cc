@@ -3,8 +3,9 @@
 #include "tests/cuda/warp_emu.hpp"
 
 #include <type_traits>
+#include <vector>
 
-#include "kernels/cuda/flash_mma.cuh"
+#include "kernels/cuda/flash_mma_backward.cuh"
 
 extern "C" {
 #include "tests/cuda/flash_emu.h"
@@ -19,6 +20,7 @@ template <int D, typename O = float, typename Q = float> void run_forward(const 
 }
 
 int kv_rows; // emu_flash_kv_rows: 64 takes dK dV's 64-row steps at D = 64
+int fused;   // emu_flash_fused: backward_kv<..., true> alone
 
 template <int D, typename Q, int BQ> void run_backward_kv(const fm::args &a)
 {
@@ -26,8 +28,31 @@ template <int D, typename Q, int BQ> void run_backward_kv(const fm::args &a)
                 [&a] { fm::backward_kv<D, Q, BQ>(a); });
 }
 
+// The fused backward with its scratch as flash_mma.cu gives it: the sums (NaN, as memory
+// never written: turn 0 must not read them), the ticket and flags zeroed; both must be 0
+// again after the launch. The blocks run in the order of their tickets, each to its end
+// (warp_emu.hpp), so a warp waiting on a block that took its ticket after its own aborts.
+template <int D, typename Q, int BQ> void run_fused(const fm::args &m)
+{
+    fm::fused_args a;
+    static_cast<fm::args &>(a) = m;
+    size_t n_sums = (size_t)a.B * a.NH * a.T * D;
+    size_t n_flags = (size_t)a.B * a.NH * ((a.T + BQ - 1) / BQ) * fm::WARPS;
+    std::vector<float> sums(n_sums, NAN);
+    std::vector<int> flags(n_flags + 1, 0);
+    a.dq_acc = sums.data(), a.ticket = flags.data(), a.dq_flags = flags.data() + 1;
+    emu::readable.push_back({sums.data(), n_sums * 4});
+    emu::launch((a.T + fm::BN - 1) / fm::BN, a.B * a.NG, fm::backward_fused_bytes(D, BQ),
+                [&a] { fm::backward_kv<D, Q, BQ, true>(a); });
+    emu::readable.pop_back();
+    for (int f : flags)
+        emu::check(f == 0, "the fused backward left a flag or its ticket set");
+}
+
 template <int D, typename Q = float> void run_backward(const fm::args &a)
 {
+    if (fused)
+        return run_fused<D, Q, fm::bq_for(D)>(a);
     if (D == 64 && kv_rows == 64)
         run_backward_kv<D, Q, 64>(a);
     else
@@ -50,6 +75,7 @@ template <class F> int by_head_size(int HS, F run)
 } // namespace
 
 void emu_flash_kv_rows(int rows) { kv_rows = rows; }
+void emu_flash_fused(int on) { fused = on; }
 
 int emu_flash_forward(float *out, float *lse, const float *qkv, const float *alibi, int B,
                       int T, int NH, int NG, int HS, const int32_t *segments)

@@ -16,6 +16,9 @@
 /* dK dV's query rows a step at head size 64: 64 as TRIDENT_CUDA_ATTENTION_KV=64 takes them, 0
  * (the default) bq_for(64) */
 void emu_flash_kv_rows(int rows);
+/* 1: the backward as the one fused kernel (TRIDENT_CUDA_ATTENTION_BWD=fused), dQ's sums through
+ * a scratch of flags that must be zero again after it; 0 (the default): dK dV, then dQ */
+void emu_flash_fused(int on);
 int emu_flash_forward(float *out, float *lse, const float *qkv, const float *alibi, int B,
                       int T, int NH, int NG, int HS, const int32_t *segments);
 int emu_flash_forward16(uint16_t *out16, float *lse, const float *qkv, const float *alibi,

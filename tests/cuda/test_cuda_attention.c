@@ -4,6 +4,7 @@
  * ops (attention_decode, attention_gqa_decode) with their caches. */
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "tests/cuda/ops_check.h"
 #include "tests/cuda/ops_tests.h"
@@ -46,6 +47,22 @@ void test_flash(const tr_kernels *k, int gqa, int B, int T, int NH, int NG, int 
         k->attention_forward(NULL, gout, glse, gq, B, T, NH, HS, gseg);
         k->attention_backward(NULL, gdq, gscr, gdo, gq, gout, glse, B, T, NH, HS, gseg);
     }
+    /* the backward again: the same bits (every sum in a fixed order; with
+     * TRIDENT_CUDA_ATTENTION_BWD=fused too, whose dQ sums pass between blocks) */
+    float *gdq2 = dev(k, NULL, nq * 4);
+    if (gqa)
+        k->attention_gqa_backward(NULL, gdq2, gscr, gdo, gq, gout, glse, gal, B, T, NH, NG, HS,
+                                  gseg);
+    else
+        k->attention_backward(NULL, gdq2, gscr, gdo, gq, gout, glse, B, T, NH, HS, gseg);
+    float *h1 = back(k, gdq, nq), *h2 = back(k, gdq2, nq);
+    checks++;
+    if (memcmp(h1, h2, nq * 4) != 0) {
+        failures++;
+        printf("FAIL %s dqkv B%d T%d NH%d NG%d HS%d: a second backward differs\n",
+               gqa ? "attention_gqa" : "attention", B, T, NH, NG, HS);
+    }
+    free(h1), free(h2), k->free(gdq2);
     double tol = k == BF16 ? TOL_BF16 : TOL_ATT_FP32;
     const char *names[] = {"out", "lse", "dqkv"};
     float *devs[] = {gout, glse, gdq};

@@ -507,6 +507,7 @@ int main(void)
         test_flash(km, 0, 2, 64, 4, 4, 16, 0, 0);
         test_flash(km, 0, 1, 257, 2, 2, 64, 0, 0);
         test_flash(km, 0, 2, 130, 3, 3, 128, 0, 0);
+        test_flash(km, 0, 4, 1024, 12, 12, 64, 0, 0); /* gpt2's heads: many blocks at once */
         test_flash(km, 0, 2, 70, 2, 2, 16, 0, 1);
         test_flash(km, 1, 2, 64, 4, 2, 16, 0, 0);
         test_flash(km, 1, 1, 70, 6, 6, 16, 1, 0); /* Bloom: 6 heads, ALiBi */

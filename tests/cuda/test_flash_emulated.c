@@ -253,6 +253,13 @@ int main(void)
     test_shape(1, 700, 1, 1, 16, 0, 2, 0); /* a segment 670 long: the scan's steps of 512 */
     emu_flash_kv_rows(64); /* dK dV 64 query rows a step (TRIDENT_CUDA_ATTENTION_KV=64) */
     test_shape(1, 160, 2, 2, 64, 1, 1, 0);
+    emu_flash_kv_rows(0);
+    emu_flash_fused(1); /* dK dV and dQ in one kernel (TRIDENT_CUDA_ATTENTION_BWD=fused) */
+    test_shape(1, 160, 2, 2, 64, 0, 0, 4);  /* a partial third tile; qkv16 */
+    test_shape(2, 64, 2, 2, 16, 0, 0, 2);   /* 64-query steps: 4 row groups of dQ */
+    test_shape(1, 200, 2, 2, 32, 0, 1, 0);  /* segments: tiles whose first adder is not 0 */
+    test_shape(1, 130, 2, 1, 128, 1, 0, 0); /* multi-query (R 2), ALiBi, D 128 */
+    test_shape(2, 96, 4, 2, 64, 1, 1, 4);   /* groups, ALiBi, packed; qkv16 */
     printf("%d of %d checks agree\n", checks - failures, checks);
     return failures ? 1 : 0;
 }

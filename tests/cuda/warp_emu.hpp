@@ -300,6 +300,41 @@ inline void fm_cp_wait0()
     emu::pending.clear();
 }
 
+// The fp32 global scratch other blocks write (the fused backward's dQ sums): declared
+// readable by the test's launcher, 8 bytes aligned
+inline void fm_ldcg2(const float *p, float v[2])
+{
+    emu::check_global(p, 8);
+    std::memcpy(v, p, 8);
+}
+inline void fm_stcg2(float *p, float x, float y)
+{
+    emu::check_global(p, 8);
+    p[0] = x, p[1] = y;
+}
+// Blocks run one after another here, each to its end, in the order of their tickets: a flag
+// that is not yet what a warp waits for would never be (on the GPU: a block waiting on one
+// that started after it), so the wait aborts instead.
+inline int fm_ticket(int *p, int n)
+{
+    int t = __atomic_fetch_add(p, 1, __ATOMIC_ACQ_REL);
+    if (t == n - 1)
+        __atomic_store_n(p, 0, __ATOMIC_RELEASE);
+    return t;
+}
+inline void fm_warp_wait(const int *p, int want)
+{
+    emu::check(__atomic_load_n(p, __ATOMIC_ACQUIRE) == want,
+               "a warp waits for a flag no block before it set (on the GPU: forever)");
+    emu::my_warp().bar.arrive_and_wait();
+}
+inline void fm_warp_post(int *p, int v)
+{
+    emu::my_warp().bar.arrive_and_wait(); // (every lane's stores are done)
+    if ((emu::tid & 31) == 0)
+        __atomic_store_n(p, v, __ATOMIC_RELEASE);
+}
+
 // c += A B by the fragment layouts of mma.sync.m16n8k16.row.col (mma_prims.cuh).
 inline void fm_mma(float c[4], const uint32_t a[4], const uint32_t b[2])
 {
