@@ -35,20 +35,26 @@ FM_DEV void dq_add(const fused_args &a, const uint16_t *dSs, const uint16_t *Ks,
     unsigned rg = w % RG, d0 = w / RG * DC, r = uq0 + 16 * rg + (lane >> 2); // rows r, r + 8
     int *flag = a.dq_flags + (((unsigned)bh * ((T + BQ - 1) / BQ) + uq0 / BQ) * WARPS + w);
     float *sums = a.dq_acc + (size_t)(unsigned)bh * (T * D) + (r * D + d0 + 2 * (lane & 3));
+    float prev[N8][4]; // the sums so far, loaded at once: their latency passes under the mma
     if (turn)
         fm_warp_wait(flag, turn);
     FM_UNROLL
+    for (int n = 0; n < N8; n++)
+        FM_UNROLL
+        for (int hf = 0; hf < 2; hf++) {
+            prev[n][2 * hf] = prev[n][2 * hf + 1] = 0.0f;
+            if (turn && r + 8 * hf < T)
+                fm_ldcg2(sums + 8 * hf * D + 8 * n, &prev[n][2 * hf]);
+        }
+    FM_UNROLL
     for (int n0 = 0; n0 < N8; n0 += 2) { // 16 columns at a time (registers: dK and dV live)
-        float acc[2][4];
+        float acc[2][4] = {};
+        mma_tb<BN, 2>(acc, dSs + 16 * rg, BQ + PAD, Ks + d0 + 8 * n0, LD);
         FM_UNROLL
         for (int n = 0; n < 2; n++)
             FM_UNROLL
-            for (int hf = 0; hf < 2; hf++) {
-                acc[n][2 * hf] = acc[n][2 * hf + 1] = 0.0f;
-                if (turn && r + 8 * hf < T)
-                    fm_ldcg2(sums + 8 * hf * D + 8 * (n0 + n), &acc[n][2 * hf]);
-            }
-        mma_tb<BN, 2>(acc, dSs + 16 * rg, BQ + PAD, Ks + d0 + 8 * n0, LD);
+            for (int e = 0; e < 4; e++)
+                acc[n][e] += prev[n0 + n][e];
         for (int hf = 0; hf < 2; hf++)
             if (r + 8 * hf < T)
                 for (int n = 0; n < 2; n++) {
