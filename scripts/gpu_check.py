@@ -528,13 +528,15 @@ def main():
     ap.add_argument("--skip", default="")
     ap.add_argument("--jobs", type=int, default=0)
     ap.add_argument("--variants",
-                    default="TRIDENT_CUDA_ATTENTION_BWD=fused;TRIDENT_CUDA_HEAD=fp32;TRIDENT_CUDA_EPILOGUE=0;"
+                    default="TRIDENT_CUDA_ATTENTION_BWD=fused;TRIDENT_CUDA_ATTENTION_KV=64;TRIDENT_CUDA_ATTENTION=wmma;"
+                    "TRIDENT_CUDA_HEAD=fp32;TRIDENT_CUDA_EPILOGUE=0;"
                     "TRIDENT_CUDA_ACTIVATIONS=fp32;TRIDENT_CUDA_ATTENTION_OUT=fp32;TRIDENT_CUDA_ATTENTION_IN=fp32;"
                     "TRIDENT_CUDA_NORM_BACKWARD=two-pass;TRIDENT_CUDA_GELU=separate;TRIDENT_CUDA_GEMM=fast;"
                     "TRIDENT_CUDA_XENT=two-pass",
                     help="after the benchmark, trident's step again with each NAME=VALUE set, ';'-separated "
                     "(default: the attention backward as one kernel (dK dV and dQ, S and dP computed once) "
-                    "instead of two; the head's logits "
+                    "instead of two; the tensor-core attention's dK dV in steps of 64 query rows instead of 32 "
+                    "at head size 64; the former wmma attention kernels instead of flash_mma.cuh's; the head's logits "
                     "in fp32 instead of bf16; the unfused linear layers (bias_add after the GEMM, a copied "
                     "residual, the backward's two GEMMs converting the output gradient each, bias_backward "
                     "apart); the MLP's and the norms' tensors in fp32 instead of bf16; the attention output "

@@ -11,10 +11,12 @@ import glob
 import os
 import shutil
 
-# (label, ncu's regular expression over the demangled name)
+# (label, ncu's regular expression over the demangled name[, the environment it runs under])
 KERNELS = (("attention forward", r"fm::forward<"),
            ("attention dK dV", r"fm::backward_kv<"),
            ("attention dQ", r"fm::backward_q<"),
+           ("attention dK dV dQ (fused)", r"fm::backward_kv<.*true>",
+            {"TRIDENT_CUDA_ATTENTION_BWD": "fused"}),
            ("cross-entropy (fused)", r"xent_fused16_kernel"),
            ("norm backward (fused)", r"norm_backward_fused_kernel"))
 SECTIONS = ("SpeedOfLight", "Occupancy", "LaunchStats", "WarpStateStats")
@@ -109,7 +111,8 @@ def step(c):
         return "SKIP", "no ncu (Nsight Compute) on this machine", ""
     exe = os.path.join(c.a.build, "benchmarks", "gpu_step")
     found = []
-    for label, pattern in KERNELS:
+    for label, pattern, *env in KERNELS:
+        run_env = dict(c.env, **env[0]) if env else None
         if c.left() < 30:
             found.append((label, "not run: the time budget ran out"))
             continue
@@ -118,7 +121,7 @@ def step(c):
             if m or c.left() < 30:
                 break
             rc, out = c.run("kernels", command(tool, exe, pattern, extra),
-                            timeout=min(120, c.left() - 10))
+                            timeout=min(120, c.left() - 10), env=run_env)
             m = metrics(out[out.rfind("$ "):]) if rc == 0 else {}
         found.append((label, m or f"ncu exit {rc}, no figures (logs/kernels.log)"))
     c.results["kernels"] = table(found)

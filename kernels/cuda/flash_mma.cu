@@ -83,17 +83,17 @@ bool grow(void **mem, size_t *have, size_t bytes, bool zero, cudaStream_t st)
 // The fused backward's scratch into m (dq_acc, dq_flags, ticket): the sums (not zeroed:
 // turn 0 writes them), and the ticket then the flags, zeroed once (every launch leaves them
 // 0, so a smaller call's prefix is zero too). False: the two kernels run.
+std::mutex fused_mu; // held from fused_scratch through the launch (a grow frees the buffer)
+
 bool fused_scratch(cudaStream_t st, fm::fused_args &m, int D, int BQ)
 {
     static const bool on = cu_env_is("TRIDENT_CUDA_ATTENTION_BWD", "fused");
-    static std::mutex mu;
     static void *sums, *flags;
     static size_t sums_have, flags_have;
     if (!on || st != cu_stream(NULL))
         return false;
     size_t n_sums = (size_t)m.B * m.NH * m.T * D;
     size_t n_flags = (size_t)m.B * m.NH * ((m.T + BQ - 1) / BQ) * fm::WARPS;
-    std::lock_guard<std::mutex> hold(mu);
     if (!grow(&sums, &sums_have, n_sums * 4, false, st) ||
         !grow(&flags, &flags_have, (n_flags + 1) * 4, true, st))
         return false;
@@ -106,6 +106,7 @@ template <int D, typename Q, int BQ> void backward_q_of(cudaStream_t st, const f
 {
     fm::fused_args fa;
     static_cast<fm::args &>(fa) = m;
+    std::unique_lock<std::mutex> hold(fused_mu);
     if (fused_scratch(st, fa, D, BQ)) {
         size_t f = fm::backward_fused_bytes(D, BQ);
         if (!opt_in<fm::backward_kv<D, Q, BQ, true>>(f, "attention_backward (mma, fused)"))
@@ -115,6 +116,7 @@ template <int D, typename Q, int BQ> void backward_q_of(cudaStream_t st, const f
         cu_launched("attention_backward (mma, fused)");
         return;
     }
+    hold.unlock();
     size_t kv = fm::backward_kv_bytes(D, BQ), q = fm::backward_q_bytes(D);
     if (!opt_in<fm::backward_kv<D, Q, BQ>>(kv, "attention_backward (mma, dK dV)") ||
         !opt_in<fm::backward_q<D, Q>>(q, "attention_backward (mma, dQ)"))

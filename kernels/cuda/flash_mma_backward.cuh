@@ -17,9 +17,11 @@ namespace fm {
 // row's segment start / BN) to c_last = q0 / BN (q0 is a multiple of BQ, which divides BN),
 // add in turn from the last to the first (turn = c_last - c): a block of tile c + 1 took its
 // ticket before this one (backward_kv's order), so a warp waits only on blocks that started
-// before it, and is two or more steps behind them (no wait at all, mostly). Turn 0 starts
-// from zeros, the others from the sums in dq_acc (after the flag of (bh, tile, w) says turn);
-// the last, c_first, writes dQ times the scale into dqkv and sets the flag back to 0, the
+// before it (no deadlock), which without segments reach a tile BN / BQ steps a head before it
+// does (no wait, mostly; with packed segments, a key tile whose segment ends soon may wait on
+// the next one's longer run of tiles). Turn 0 starts from zeros, the others from the sums in
+// dq_acc (after the flag of (bh, tile, w) says turn); the last, c_first, writes dQ times the
+// scale into dqkv and sets the flag back to 0 (a tile's only adder: nothing to post), the
 // others store the sums and post turn + 1. Every sum in the same order: the same bits run to
 // run.
 template <int D, int BQ, typename Q>
@@ -68,7 +70,8 @@ FM_DEV void dq_add(const fused_args &a, const uint16_t *dSs, const uint16_t *Ks,
                                  acc[n][2 * hf + 1]);
                 }
     }
-    fm_warp_post(flag, last ? 0 : turn + 1);
+    if (turn || !last)
+        fm_warp_post(flag, last ? 0 : turn + 1);
 }
 
 // dK, dV of key tile fm_bidx() of (batch, group) fm_bidy(); Q: qkv's storage, dqkv's and

@@ -32,8 +32,8 @@
 //                              blocks started, 0 .. n - 1; the last of n sets *p back to 0
 //   fm_warp_wait(p, want)      (every lane of a warp) until the global int *p is want, set by
 //                              another block's fm_warp_post; the warp's later loads see what
-//                              that warp stored before it. After ~4 s of waiting: a trap (a
-//                              launch error kept, not a hang)
+//                              that warp stored before it. After ~4 s of waiting: a trap (the
+//                              process's CUDA context is lost, an error kept: not a hang)
 //   fm_warp_post(p, v)         (every lane of a warp) *p = v, released: the lanes' earlier
 //                              global stores are seen by a warp whose fm_warp_wait sees v
 //   fm_exp2 fm_log fm_min      (fm_exp2: 2^x, the MUFU's approximation)
@@ -144,9 +144,9 @@ FM_DEV void fm_warp_wait(const int *p, int want)
 {
     if ((threadIdx.x & 31) == 0) {
         unsigned ns = 32;
-        for (int polls = 0;; polls++) {
+        for (int polls = 0;; polls++) { // (relaxed polls: an acquire each would drop the L1)
             int v;
-            asm volatile("ld.acquire.gpu.global.b32 %0, [%1];\n" : "=r"(v) : "l"(p) : "memory");
+            asm volatile("ld.relaxed.gpu.global.b32 %0, [%1];\n" : "=r"(v) : "l"(p) : "memory");
             if (v == want)
                 break;
             if (polls == 1 << 24) // (~4 s at 256 ns a poll)
@@ -154,6 +154,7 @@ FM_DEV void fm_warp_wait(const int *p, int want)
             __nanosleep(ns);
             ns = ns < 256 ? 2 * ns : ns;
         }
+        asm volatile("fence.acq_rel.gpu;\n" ::: "memory"); // (the acquire, once)
     }
     __syncwarp();
 }

@@ -51,6 +51,8 @@ template <int D, typename Q, int BQ> void run_fused(const fm::args &m)
 
 template <int D, typename Q = float> void run_backward(const fm::args &a)
 {
+    if (fused && D == 64 && kv_rows == 64)
+        return run_fused<D, Q, 64>(a);
     if (fused)
         return run_fused<D, Q, fm::bq_for(D)>(a);
     if (D == 64 && kv_rows == 64)

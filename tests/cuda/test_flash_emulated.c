@@ -260,6 +260,8 @@ int main(void)
     test_shape(1, 200, 2, 2, 32, 0, 1, 0);  /* segments: tiles whose first adder is not 0 */
     test_shape(1, 130, 2, 1, 128, 1, 0, 0); /* multi-query (R 2), ALiBi, D 128 */
     test_shape(2, 96, 4, 2, 64, 1, 1, 4);   /* groups, ALiBi, packed; qkv16 */
+    emu_flash_kv_rows(64); /* fused with 64 query rows a step (TRIDENT_CUDA_ATTENTION_KV=64) */
+    test_shape(1, 150, 4, 2, 64, 0, 1, 0);
     printf("%d of %d checks agree\n", checks - failures, checks);
     return failures ? 1 : 0;
 }
