@@ -27,12 +27,16 @@ import subprocess
 import sys
 import tempfile
 
-# (label, mangled name's part, HMMA a warp issues per step: products x 8-wide tiles x k steps)
+# (label, mangled name's part, HMMA a warp issues per step: products x 8-wide tiles x k steps
+# [, the instructions the step's path must pass, by their text's start: LDGSTS, the next
+# tile's load, unless given])
 KERNELS = (("attention forward", "7forwardILi64EttE", 2 * 8 * 4),
            ("attention dK dV", "11backward_kvILi64EtLi32ELb0E", 4 * 4 * 4),
            ("attention dQ", "10backward_qILi64EtE", 3 * 8 * 4),
-           # the fused backward: dK dV's step and dq_add's 16 rows x 32 columns over 64 keys
-           ("attention dK dV dQ (fused)", "11backward_kvILi64EtLi32ELb1E", 4 * 4 * 4 + 4 * 4))
+           # the fused backward: dK dV's step and dq_add's 16 rows x 32 columns over 64 keys;
+           # the common step adds to dQ's sums: loads them (LDG.E.64) and stores them (STG.E.64)
+           ("attention dK dV dQ (fused)", "11backward_kvILi64EtLi32ELb1E", 4 * 4 * 4 + 4 * 4,
+            ("LDGSTS", "LDG.E.64", "STG.E.64")))
 
 
 def find_tool(name, given):
@@ -68,8 +72,9 @@ def branch_target(text):
     return int(m.group(1), 16) if m else None
 
 
-def step_path(ins, hmma_per_step):
-    """(instructions, HMMA, Counter of opcodes) of the main loop's cheapest step."""
+def step_path(ins, hmma_per_step, must=("LDGSTS",)):
+    """(instructions, HMMA, Counter of opcodes) of the main loop's cheapest step that passes an
+    instruction starting with each of must."""
     loops = [(branch_target(t), a) for a, t in ins
              if branch_target(t) is not None and branch_target(t) < a]
     loops = [(lo, hi) for lo, hi in loops
@@ -106,24 +111,32 @@ def step_path(ins, hmma_per_step):
     def hmma(i):
         return sum(opcode(t) == "HMMA" for t in blocks[i][1])
 
-    # the cheapest path that passes a block issuing LDGSTS (the step that loads the next
-    # tile: every step but a block's last) where the loop has one
-    loads = {i for i, b in enumerate(blocks) if any(opcode(t) == "LDGSTS" for t in b[1])}
+    # the cheapest path that passes a block issuing each of must (LDGSTS: the step that loads
+    # the next tile, every step but a block's last) where the loop has one: the blocks' bits of
+    # the requirements they meet, all of those the loop can meet wanted
+    def meets(i):
+        texts = [re.sub(r"^@!?U?P\w+\s+", "", t) for t in blocks[i][1]]
+        return sum(1 << r for r, m in enumerate(must) if any(t.startswith(m) for t in texts))
+
+    bits = [meets(i) for i in range(len(blocks))]
+    want = 0
+    for b in bits:
+        want |= b
 
     def cheapest(trips):
-        start = (0, 0 in loads or not loads)
+        start = (0, bits[0])
         dist, heap = {start: len(blocks[0][1])}, [(len(blocks[0][1]), start, (0,))]
         while heap:
-            d, (i, loaded), path = heapq.heappop(heap)
+            d, (i, met), path = heapq.heappop(heap)
             if i == -1:
                 return path
-            if d > dist.get((i, loaded), 1 << 30):
+            if d > dist.get((i, met), 1 << 30):
                 continue
             for j in edges[i]:
-                if j == -1 and not loaded:
+                if j == -1 and met != want:
                     continue
                 cost = 0 if j == -1 else len(blocks[j][1]) * (trips if j in inner else 1)
-                key = (j, loaded or j in loads)
+                key = (j, met | (0 if j == -1 else bits[j]))
                 if d + cost < dist.get(key, 1 << 30):
                     dist[key] = d + cost
                     heapq.heappush(heap, (d + cost, key, path + (j,)))
@@ -166,8 +179,8 @@ def main():
         sass = subprocess.run([objdump, "-sass", cubin], check=True, capture_output=True,
                               text=True, env=env).stdout
     rows = []
-    for label, part, per_step in KERNELS:
-        n, h, ops = step_path(parse(sass, part), per_step)
+    for label, part, per_step, *must in KERNELS:
+        n, h, ops = step_path(parse(sass, part), per_step, *must)
         rows.append({"kernel": label, "instructions": n, "hmma": h,
                      "per_hmma": round(n / h, 2),
                      "top": dict(ops.most_common(10))})
