@@ -44,7 +44,11 @@
  *    serves requests from one arena allocated up front for everything a training run asks
  *    alloc() for (the parameter, gradient and Adam buffers, each one block, and the
  *    activation slots and scratch), falling back to cudaMalloc when the arena is full;
- *    free() returns either kind.
+ *    free() returns either kind. One op keeps memory of its own: the opt-in fused attention
+ *    backward (TRIDENT_CUDA_ATTENTION_BWD=fused, flash_mma.cu) its dQ sums and flags,
+ *    B*NH*T*HS floats and a few ints, cudaMalloc'ed at its first call of a larger shape
+ *    (outside the arena and the memory budget; where they cannot be had, the two-kernel
+ *    backward runs).
  *  - Pure host logic with no CUDA call (tested on any machine): tr_cuda_pick_device, the
  *    arena bookkeeping (tr_arena_*), the memory budget (tr_cuda_budget_*), and the fp32 <->
  *    bf16 conversion in bf16.h. */
