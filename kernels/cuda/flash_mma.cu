@@ -7,7 +7,7 @@
 // dK dV a block per (key tile, batch x group). TRIDENT_CUDA_ATTENTION_BWD=fused: dK dV and dQ
 // in one kernel (backward_kv<..., true>) on the compute stream, dQ summed in a scratch of
 // B NH T HS floats this file keeps (grown to the largest call; where it cannot be had, or on
-// another stream, the two kernels run).
+// another stream, the two kernels run); =split (the default for now): the two kernels.
 #include "kernels/cuda/flash_mma_backward.cuh"
 
 #include <mutex>
@@ -87,7 +87,11 @@ std::mutex fused_mu; // held from fused_scratch through the launch (a grow frees
 
 bool fused_scratch(cudaStream_t st, fm::fused_args &m, int D, int BQ)
 {
-    static const bool on = cu_env_is("TRIDENT_CUDA_ATTENTION_BWD", "fused");
+    // (the default until a GPU run times the fused kernel against the two: TRIDENT_CUDA_
+    // ATTENTION_BWD=fused or =split chooses either way)
+    constexpr bool fused_by_default = false;
+    static const bool on = fused_by_default ? !cu_env_is("TRIDENT_CUDA_ATTENTION_BWD", "split")
+                                            : cu_env_is("TRIDENT_CUDA_ATTENTION_BWD", "fused");
     static void *sums, *flags;
     static size_t sums_have, flags_have;
     if (!on || st != cu_stream(NULL))
