@@ -57,18 +57,23 @@ FM_DEV void dq_add(const fused_args &a, const uint16_t *dSs, const uint16_t *Ks,
             FM_UNROLL
             for (int e = 0; e < 4; e++)
                 acc[n][e] += prev[n0 + n][e];
-        for (int hf = 0; hf < 2; hf++)
-            if (r + 8 * hf < T)
-                for (int n = 0; n < 2; n++) {
-                    if (last) // (a tile's last adder: rare beside the others)
-                        store_pair(grad_of(a, (const Q *)nullptr) +
-                                       ((size_t)(bh / a.NH) * T + r + 8 * hf) * a.C3 +
-                                       q_off(a, h, D) + d0 + 2 * (lane & 3) + 8 * (n0 + n),
+        if (last) { // (a tile's last adder: rare beside the others)
+            Q *out = grad_of(a, (const Q *)nullptr) + (size_t)(bh / a.NH) * T * a.C3 +
+                     q_off(a, h, D) + d0 + 2 * (lane & 3) + 8 * n0;
+            for (int hf = 0; hf < 2; hf++)
+                if (r + 8 * hf < T)
+                    for (int n = 0; n < 2; n++)
+                        store_pair(out + (size_t)(r + 8 * hf) * a.C3 + 8 * n,
                                    acc[n][2 * hf] * a.scale, acc[n][2 * hf + 1] * a.scale);
-                    else
+        } else {
+            FM_UNROLL
+            for (int hf = 0; hf < 2; hf++)
+                if (r + 8 * hf < T)
+                    FM_UNROLL
+                    for (int n = 0; n < 2; n++)
                         fm_stcg2(sums + 8 * hf * D + 8 * (n0 + n), acc[n][2 * hf],
                                  acc[n][2 * hf + 1]);
-                }
+        }
     }
     if (turn || !last)
         fm_warp_post(flag, last ? 0 : turn + 1);
