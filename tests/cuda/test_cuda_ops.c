@@ -474,7 +474,23 @@ static void test_arena_device(void)
     }
 }
 
-int main(void)
+/* The attention ops of the bf16 table alone (--attention: with TRIDENT_CUDA_ATTENTION_BWD=fused,
+ * the fused backward's check) */
+static void test_flash_all(const tr_kernels *km)
+{
+    test_flash(km, 0, 2, 64, 4, 4, 16, 0, 0);
+    test_flash(km, 0, 1, 257, 2, 2, 64, 0, 0);
+    test_flash(km, 0, 2, 130, 3, 3, 128, 0, 0);
+    test_flash(km, 0, 4, 1024, 12, 12, 64, 0, 0); /* gpt2's heads: many blocks at once */
+    test_flash(km, 0, 2, 70, 2, 2, 16, 0, 1);
+    test_flash(km, 1, 2, 64, 4, 2, 16, 0, 0);
+    test_flash(km, 1, 1, 70, 6, 6, 16, 1, 0); /* Bloom: 6 heads, ALiBi */
+    test_flash(km, 1, 2, 33, 8, 1, 32, 1, 0); /* multi-query */
+    test_flash(km, 1, 2, 200, 8, 2, 40, 1, 1); /* groups, ALiBi, packed, HS not of 16 */
+    test_flash(km, 1, 2, 1024, 8, 2, 64, 1, 0); /* groups of 4 heads over 16 key tiles */
+}
+
+int main(int argc, char **argv)
 {
     ops_check_report_crashes(); /* line-buffered output, a backtrace on a crash */
     CPU = tr_kernels_cpu();
@@ -483,6 +499,15 @@ int main(void)
         return cuda_unusable(); /* SKIP without a GPU, FAIL with one */
     BF16 = tr_kernels_get("cuda");
     printf("GPU %d: %s\n", tr_cuda_device(), tr_cuda_device_name());
+    if (argc > 1 && strcmp(argv[1], "--attention") == 0) {
+        test_flash_all(BF16);
+        if (tr_cuda_status()) {
+            failures++;
+            fprintf(stderr, "FAIL %s\n", tr_errmsg());
+        }
+        printf("%d of %d checks agree\n", checks - failures, checks);
+        return failures ? 1 : 0;
+    }
     test_memory(F32);
     test_arena_device();
     test_bf16_device();
@@ -501,19 +526,8 @@ int main(void)
     test_family(F32, 9, 64000);
     /* fused attention: GPT-2's op, then grouped heads, ALiBi, packed rows; T across the
      * tiles and not a multiple of them; head sizes 16 .. 128 (the tile sizes 64 and 32) */
-    const tr_kernels *modes[] = {F32, BF16};
-    for (int m = 0; m < 2; m++) {
-        const tr_kernels *km = modes[m];
-        test_flash(km, 0, 2, 64, 4, 4, 16, 0, 0);
-        test_flash(km, 0, 1, 257, 2, 2, 64, 0, 0);
-        test_flash(km, 0, 2, 130, 3, 3, 128, 0, 0);
-        test_flash(km, 0, 4, 1024, 12, 12, 64, 0, 0); /* gpt2's heads: many blocks at once */
-        test_flash(km, 0, 2, 70, 2, 2, 16, 0, 1);
-        test_flash(km, 1, 2, 64, 4, 2, 16, 0, 0);
-        test_flash(km, 1, 1, 70, 6, 6, 16, 1, 0); /* Bloom: 6 heads, ALiBi */
-        test_flash(km, 1, 2, 33, 8, 1, 32, 1, 0); /* multi-query */
-        test_flash(km, 1, 2, 200, 8, 2, 40, 1, 1); /* groups, ALiBi, packed, HS not of 16 */
-    }
+    test_flash_all(F32);
+    test_flash_all(BF16);
     test_attention_gqa_decode(F32, 2, 3, 5, 16, 4, 2, 16);
     test_attention_gqa_decode(F32, 1, 1, 40, 64, 6, 6, 32);
     test_attention_decode(F32, 2, 3, 5, 16, 4, 16);   /* a few new positions after a cache */
