@@ -17,9 +17,8 @@ namespace fm {
 // row's segment start / BN) to c_last = q0 / BN (q0 is a multiple of BQ, which divides BN),
 // add in turn from the last to the first (turn = c_last - c): a block of tile c + 1 took its
 // ticket before this one (backward_kv's order), so a warp waits only on blocks that started
-// before it (no deadlock), which without segments reach a tile BN / BQ steps a head before it
-// does (no wait, mostly; with packed segments, a key tile whose segment ends soon may wait on
-// the next one's longer run of tiles). Turn 0 starts from zeros, the others from the sums in
+// before it (no deadlock) and, going tile by tile, reach a tile (BN / BQ) R steps before it
+// does (no wait, mostly). Turn 0 starts from zeros, the others from the sums in
 // dq_acc (after the flag of (bh, tile, w) says turn); the last, c_first, writes dQ times the
 // scale into dqkv and sets the flag back to 0 (a tile's only adder: nothing to post), the
 // others store the sums and post turn + 1. Every sum in the same order: the same bits run to
@@ -125,7 +124,8 @@ backward_kv(std::conditional_t<FUSED, fused_args, args> a)
     fm_sync();
     int tiles = counts[0] + counts[1] + counts[2] + counts[3], steps = a.R * tiles;
     static_assert(WARPS == 4 && BQ <= THREADS, "four warps' counts; a row's figures a thread");
-    // step k (head g R + j, query tile t: k = j tiles + t, counted along, no division) loads
+    // step k (head g R + j, query tile t: k = j tiles + t, or k = t R + j when FUSED, counted
+    // along, no division) loads
     // its tiles into stage k & 1 (Q and dO by cp.async) and its rows' lse (times log2 e),
     // Drow and segment starts into registers (thread x < BQ: row x), stored later by
     // store_rows, so their loads' latency passes while the step before computes
@@ -166,7 +166,12 @@ backward_kv(std::conditional_t<FUSED, fused_args, args> a)
     int j = 0, t = 0; // this step's head (g R + j) and query tile
     for (int k = 0; k < steps; k++) {
         int h = g * a.R + j, q0 = c0 + t * BQ;
-        int nj = t + 1 < tiles ? j : j + 1, nt = t + 1 < tiles ? t + 1 : 0; // the next step's
+        // the next step's: FUSED tile by tile, each tile's heads in turn, so that the block of
+        // key tile c + 1 reaches a (head, tile) BN / BQ tiles' steps before this one whatever
+        // the two blocks' counts of tiles (dq_add's order; head by head, a block whose packed
+        // segment ends soon would wait on the next one's later heads)
+        int nj = FUSED ? (j + 1 < a.R ? j + 1 : 0) : t + 1 < tiles ? j : j + 1;
+        int nt = FUSED ? (j + 1 < a.R ? t : t + 1) : t + 1 < tiles ? t + 1 : 0;
         const uint16_t *Qs = QD + (k & 1) * 2 * BQ * LD, *dOs = Qs + BQ * LD;
         const float *rs = rows_s + (k & 1) * 3 * BQ;
         const int *s0 = reinterpret_cast<const int *>(rs) + 2 * BQ;
