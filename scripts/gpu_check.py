@@ -443,8 +443,9 @@ class Check:
                 lines.append(f"| {v} | not run: the time budget ran out | | |")
                 continue
             env = dict(self.env)
-            k, val = v.split("=", 1)
-            env[k.strip()] = val.strip()
+            for setting in [x for x in v.split(",") if "=" in x]:  # (NAME=VALUE,NAME=VALUE: at once)
+                k, val = setting.split("=", 1)
+                env[k.strip()] = val.strip()
             rc, out = self.run("bench-variants", [exe, "--json", "--micro-batch", str(row["micro_batch"]),
                                                   "--iters", "10"], timeout=min(120, self.left() - 10), env=env)
             text, r = out[out.rfind("$ "):], None
@@ -528,14 +529,15 @@ def main():
     ap.add_argument("--skip", default="")
     ap.add_argument("--jobs", type=int, default=0)
     ap.add_argument("--variants",
-                    default="TRIDENT_CUDA_ATTENTION_BWD=fused;TRIDENT_CUDA_ATTENTION_KV=64;TRIDENT_CUDA_ATTENTION=wmma;"
+                    default="TRIDENT_CUDA_ATTENTION_BWD=fused;TRIDENT_CUDA_ATTENTION_BWD=fused,TRIDENT_CUDA_ATTENTION_KV=64;"
+                    "TRIDENT_CUDA_ATTENTION_KV=64;TRIDENT_CUDA_ATTENTION=wmma;"
                     "TRIDENT_CUDA_HEAD=fp32;TRIDENT_CUDA_EPILOGUE=0;"
                     "TRIDENT_CUDA_ACTIVATIONS=fp32;TRIDENT_CUDA_ATTENTION_OUT=fp32;TRIDENT_CUDA_ATTENTION_IN=fp32;"
                     "TRIDENT_CUDA_NORM_BACKWARD=two-pass;TRIDENT_CUDA_GELU=separate;TRIDENT_CUDA_GEMM=fast;"
                     "TRIDENT_CUDA_XENT=two-pass",
                     help="after the benchmark, trident's step again with each NAME=VALUE set, ';'-separated "
-                    "(default: the attention backward as one kernel (dK dV and dQ, S and dP computed once) "
-                    "instead of two; the tensor-core attention's dK dV in steps of 64 query rows instead of 32 "
+                    "(NAME=VALUE,NAME=VALUE: both at once) (default: the attention backward as one kernel (dK "
+                    "dV and dQ, S and dP computed once) instead of two, also with 64 query rows a step; the tensor-core attention's dK dV in steps of 64 query rows instead of 32 "
                     "at head size 64; the former wmma attention kernels instead of flash_mma.cuh's; the head's logits "
                     "in fp32 instead of bf16; the unfused linear layers (bias_add after the GEMM, a copied "
                     "residual, the backward's two GEMMs converting the output gradient each, bias_backward "

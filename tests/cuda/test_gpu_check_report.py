@@ -76,5 +76,27 @@ check("report.md: the verdict, the step, the kernels' table",
       md.startswith("# trident GPU check: PASS (1 passed, 0 failed, 0 skipped)") and
       "| kernels | PASS | 9 | ncu read 1 of 2 kernels |" in md and "## Kernels' hardware counters" in md and
       rows[2] in md, md)
+
+# the benchmark's variants: each ';'-separated entry one run, its NAME=VALUE settings (','-separated)
+# set at once over the check's environment, its time beside the default's
+import gpu_check  # noqa: E402
+
+c = gpu_check.Check.__new__(gpu_check.Check)
+c.a = type("args", (), {"variants": "X=1;X=2,Y=3;bad", "build": "b"})()
+c.env, c.results, c.left = {"BASE": "1"}, {}, lambda: 1000
+envs = []
+
+
+def fake_run(name, cmd, timeout=None, env=None):
+    envs.append(dict(env))
+    return 0, '$ gpu_step\n{"ms_per_iter": 100.0, "tokens_per_s": 5}'
+
+
+c.run = fake_run
+c.bench_variants({"rows": [{"impl": "trident", "micro_batch": 8, "ms_per_iter": 110.0, "tokens_per_s": 4}]})
+check("variants: a run each, settings joined by ',' set at once, over the check's environment",
+      envs == [{"BASE": "1", "X": "1"}, {"BASE": "1", "X": "2", "Y": "3"}], envs)
+check("variants: a row each beside the default",
+      "| X=2,Y=3 | 100.00 | 5 | 1.10x |" in c.results.get("bench_variants", ""), c.results)
 print(f"{'FAIL' if failures else 'ok'}: {failures} failures")
 sys.exit(1 if failures else 0)
