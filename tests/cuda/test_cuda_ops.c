@@ -490,6 +490,17 @@ static void test_flash_all(const tr_kernels *km)
     test_flash(km, 1, 2, 1024, 8, 2, 64, 1, 0); /* groups of 4 heads over 16 key tiles */
 }
 
+/* The backend's kept error fails the run too; the count, and the exit status */
+static int finish(void)
+{
+    if (tr_cuda_status()) {
+        failures++;
+        fprintf(stderr, "FAIL %s\n", tr_errmsg());
+    }
+    printf("%d of %d checks agree\n", checks - failures, checks);
+    return failures ? 1 : 0;
+}
+
 int main(int argc, char **argv)
 {
     ops_check_report_crashes(); /* line-buffered output, a backtrace on a crash */
@@ -501,12 +512,7 @@ int main(int argc, char **argv)
     printf("GPU %d: %s\n", tr_cuda_device(), tr_cuda_device_name());
     if (argc > 1 && strcmp(argv[1], "--attention") == 0) {
         test_flash_all(BF16);
-        if (tr_cuda_status()) {
-            failures++;
-            fprintf(stderr, "FAIL %s\n", tr_errmsg());
-        }
-        printf("%d of %d checks agree\n", checks - failures, checks);
-        return failures ? 1 : 0;
+        return finish();
     }
     test_memory(F32);
     test_arena_device();
@@ -537,10 +543,5 @@ int main(int argc, char **argv)
     test_xent(F32);
     test_embedding(F32);
     test_optimizer(F32);
-    if (tr_cuda_status()) {
-        failures++;
-        fprintf(stderr, "FAIL %s\n", tr_errmsg());
-    }
-    printf("%d of %d checks agree\n", checks - failures, checks);
-    return failures ? 1 : 0;
+    return finish();
 }
