@@ -96,10 +96,8 @@ bool fused_scratch(cudaStream_t st, fm::fused_args &m, int D, int BQ)
     static size_t sums_have, flags_have;
     if (!on || st != cu_stream(NULL))
         return false;
-    size_t n_sums = (size_t)m.B * m.NH * m.T * D;
-    size_t n_flags = (size_t)m.B * m.NH * ((m.T + BQ - 1) / BQ) * fm::WARPS;
-    if (!grow(&sums, &sums_have, n_sums * 4, false, st) ||
-        !grow(&flags, &flags_have, (n_flags + 1) * 4, true, st))
+    if (!grow(&sums, &sums_have, fm::fused_sums(m, D) * 4, false, st) ||
+        !grow(&flags, &flags_have, (fm::fused_flags(m, BQ) + 1) * 4, true, st))
         return false;
     m.dq_acc = static_cast<float *>(sums);
     m.ticket = static_cast<int *>(flags), m.dq_flags = m.ticket + 1;

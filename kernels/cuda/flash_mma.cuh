@@ -106,6 +106,14 @@ FM_HD constexpr size_t backward_kv_bytes(int D, int BQ)
 {
     return (size_t)(2 * BN + 4 * BQ) * (D + PAD) * 2 + (size_t)2 * 3 * BQ * 4 + 4 * 4;
 }
+// The fused backward's scratch for a call (flash_mma.cu's, and the emulator's): dQ's sums
+// (floats) and the flags (ints; the ticket is one more, before them)
+FM_HD inline size_t fused_sums(const args &a, int D) { return (size_t)a.B * a.NH * a.T * D; }
+FM_HD inline size_t fused_flags(const args &a, int BQ)
+{
+    return (size_t)a.B * a.NH * ((a.T + BQ - 1) / BQ) * WARPS;
+}
+
 // the fused backward's: also the ticket's slot (4 ints) and dS^T (BN x (BQ + PAD) bf16)
 FM_HD constexpr size_t backward_fused_bytes(int D, int BQ)
 {

@@ -99,12 +99,15 @@ backward_kv(std::conditional_t<FUSED, fused_args, args> a)
     uint16_t *dSs = reinterpret_cast<uint16_t *>(counts + 8);
 
     int c = fm_bidx(), bg = fm_bidy();
-    if constexpr (FUSED) {
+    auto tile_of_ticket = [&] { // (FUSED: the ticket in counts[4])
         int NC = fm_gridx();
-        if (fm_tid() == 0)
-            counts[4] = fm_ticket(a.ticket, NC * a.B * a.NG);
-        fm_sync();
         c = NC - 1 - counts[4] % NC, bg = counts[4] / NC;
+    };
+    if constexpr (FUSED) {
+        if (fm_tid() == 0)
+            counts[4] = fm_ticket(a.ticket, fm_gridx() * a.B * a.NG);
+        fm_sync();
+        tile_of_ticket();
     }
     int b = bg / a.NG, g = bg % a.NG, T = a.T;
     int c0 = c * BN, cols = fm_min(BN, T - c0);
@@ -205,8 +208,7 @@ backward_kv(std::conditional_t<FUSED, fused_args, args> a)
         j = nj, t = nt;
     }
     if constexpr (FUSED) { // the tile again from the ticket's slot: a register less in the loop
-        int NC = fm_gridx();
-        c = NC - 1 - counts[4] % NC, bg = counts[4] / NC;
+        tile_of_ticket();
         b = bg / a.NG, g = bg % a.NG, c0 = c * BN, cols = fm_min(BN, T - c0);
     }
     int tq = fm_tid() & 3, key0 = c0 + 16 * w + (fm_tid() & 31) / 4; // keys key0, key0 + 8

@@ -36,8 +36,7 @@ template <int D, typename Q, int BQ> void run_fused(const fm::args &m)
 {
     fm::fused_args a;
     static_cast<fm::args &>(a) = m;
-    size_t n_sums = (size_t)a.B * a.NH * a.T * D;
-    size_t n_flags = (size_t)a.B * a.NH * ((a.T + BQ - 1) / BQ) * fm::WARPS;
+    size_t n_sums = fm::fused_sums(a, D), n_flags = fm::fused_flags(a, BQ);
     std::vector<float> sums(n_sums, NAN);
     std::vector<int> flags(n_flags + 1, 0);
     a.dq_acc = sums.data(), a.ticket = flags.data(), a.dq_flags = flags.data() + 1;

@@ -39,22 +39,21 @@ void test_flash(const tr_kernels *k, int gqa, int B, int T, int NH, int NG, int 
         CPU->attention_gqa_backward(NULL, dqkv, scr, dout, qkv, out, lse, al, B, T, NH, NG, HS,
                                     seg);
         k->attention_gqa_forward(NULL, gout, glse, gq, gal, B, T, NH, NG, HS, gseg);
-        k->attention_gqa_backward(NULL, gdq, gscr, gdo, gq, gout, glse, gal, B, T, NH, NG, HS,
-                                  gseg);
     } else {
         CPU->attention_forward(NULL, out, lse, qkv, B, T, NH, HS, seg);
         CPU->attention_backward(NULL, dqkv, scr, dout, qkv, out, lse, B, T, NH, HS, seg);
         k->attention_forward(NULL, gout, glse, gq, B, T, NH, HS, gseg);
-        k->attention_backward(NULL, gdq, gscr, gdo, gq, gout, glse, B, T, NH, HS, gseg);
     }
-    /* the backward again: the same bits (every sum in a fixed order; with
+    /* the backward twice: the same bits (every sum in a fixed order; with
      * TRIDENT_CUDA_ATTENTION_BWD=fused too, whose dQ sums pass between blocks) */
-    float *gdq2 = dev(k, NULL, nq * 4);
-    if (gqa)
-        k->attention_gqa_backward(NULL, gdq2, gscr, gdo, gq, gout, glse, gal, B, T, NH, NG, HS,
-                                  gseg);
-    else
-        k->attention_backward(NULL, gdq2, gscr, gdo, gq, gout, glse, B, T, NH, HS, gseg);
+    float *gdq2 = dev(k, NULL, nq * 4), *gdqs[2] = {gdq, gdq2};
+    for (int r = 0; r < 2; r++) {
+        if (gqa)
+            k->attention_gqa_backward(NULL, gdqs[r], gscr, gdo, gq, gout, glse, gal, B, T, NH,
+                                      NG, HS, gseg);
+        else
+            k->attention_backward(NULL, gdqs[r], gscr, gdo, gq, gout, glse, B, T, NH, HS, gseg);
+    }
     float *h1 = back(k, gdq, nq), *h2 = back(k, gdq2, nq);
     checks++;
     if (memcmp(h1, h2, nq * 4) != 0) {
