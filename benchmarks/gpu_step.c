@@ -589,6 +589,9 @@ int main(int argc, char **argv)
                "\"memory_gib\": %.2f",
                precision, tr_cuda_device_name(), B, T, n_params, med, tok_s, tflops, mfu_s,
                peak / 1e12, loss, (double)(total_after - free_after) / (1 << 30));
+        long n_chosen, n_refused; /* plans on recorded algorithms (kernels/cuda/gemm_choice.h) */
+        tr_cuda_gemm_choice_counts(&n_chosen, &n_refused);
+        printf(", \"gemm_choices\": %ld, \"gemm_choices_refused\": %ld", n_chosen, n_refused);
         if (profile) {
             printf(", \"profiled_ms_per_iter\": %.3f, \"ops\": [", prof_total);
             for (int o = 0, first = 1; o < N_OPS; o++) {

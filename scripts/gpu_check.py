@@ -6,7 +6,7 @@ From the repository root of a GPU machine, with the bundle of scripts/gpu-bundle
 and NCCL (a CUDA toolkit, or the pip wheels' headers and libraries), builds trident with CUDA
 against the bundle alone (no apt, no pip, no network), runs every test of the 'cuda' suite
 (tests/cuda: op parity, GPT loss, NCCL, training, issue 15's checks), then
-benchmarks/gpu_step.sh, then ncu on the main kernels (gpu_check_ncu.py), then
+benchmarks/gpu_step.sh (and benchmarks/gemm_choose on its GEMMs: gpu_check_gemm.py), then ncu on the main kernels (gpu_check_ncu.py), then
 benchmarks/gemm_shapes.sh (the planner's GEMM table, gemm_shapes.inc in --out). Each step is
 PASS, FAIL (with the failing output's tail) or SKIP (with the reason); a failure never stops
 the steps after it. The report (report.md),
@@ -45,6 +45,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # scripts/, however this is run
 import gpu_check_cuda as cuda  # noqa: E402  (where nvcc, cudart, cuBLASLt and NCCL are)
+import gpu_check_gemm as gemm_choice  # noqa: E402  (the recorded cuBLASLt choices)
 import gpu_check_ncu as ncu  # noqa: E402  (the kernels' hardware counters)
 import gpu_check_report as report  # noqa: E402  (report.md)
 
@@ -413,8 +414,9 @@ class Check:
         if self.status("probe") != "PASS":
             return "SKIP", self.no_gpu_reason or "the probe found no usable GPU", ""
         jout = os.path.join(self.logdir, "bench.json")
+        env = dict(self.env, TRIDENT_CUDA_GEMM_KEYS=gemm_choice.keys_path(self))  # (its GEMMs)
         rc, out = self.run("bench", [os.path.join(ROOT, "benchmarks", "gpu_step.sh"), "--build", self.a.build,
-                                     "--json-out", jout, "--profile"], timeout=self.left() - 5)
+                                     "--json-out", jout, "--profile"], timeout=self.left() - 5, env=env)
         if rc == 77:
             return "SKIP", tail(out, 1).replace("SKIP: ", ""), ""
         if rc != 0 or not os.path.isfile(jout):
@@ -422,23 +424,24 @@ class Check:
         b = json.load(open(jout))
         self.results["bench"] = b
         self.roofline(jout, b)
-        self.bench_variants(b)
+        self.bench_variants(b, gemm_choice.choose(self))
         t = b["targets"]
         vs = f"{t['vs_compile']:.2f}x torch.compile" if t.get("vs_compile") else "torch.compile failed"
         mfu = f"MFU {100 * t['mfu']:.1f}%" if t.get("mfu") is not None else "MFU n/a"
         return "PASS", f"trident {t['trident_tokens_per_s']:.0f} tokens/s, {vs}, {mfu}; targets " + \
             ("met" if t["met"] else "NOT met (see the per-op split)"), ""
 
-    def bench_variants(self, b):
-        """trident's step again with one setting changed each (--variants, e.g. the GEMM mode or
-        the staging size), at the benchmark's micro-batch: ms/iter side by side in the report."""
+    def bench_variants(self, b, first=""):
+        """trident's step again with one setting changed each (first, then --variants, e.g. the
+        GEMM mode or the staging size), at the benchmark's micro-batch: ms/iter side by side in
+        the report."""
         row = next((r for r in b.get("rows", []) if r.get("impl") == "trident"), {})
         if not self.a.variants or not row.get("micro_batch"):
             return
         exe = os.path.join(self.a.build, "benchmarks", "gpu_step")
         lines = ["| trident with | ms/iter | tokens/s | vs the default |", "|---|---:|---:|---:|",
                  f"| (the default) | {row.get('ms_per_iter', 0):.2f} | {row.get('tokens_per_s', 0):.0f} | 1.00x |"]
-        for v in [x for x in self.a.variants.split(";") if "=" in x]:
+        for v in [x for x in ([first] if first else []) + self.a.variants.split(";") if "=" in x]:
             if self.left() < 45:
                 lines.append(f"| {v} | not run: the time budget ran out | | |")
                 continue
@@ -457,6 +460,8 @@ class Check:
             if not r or not r.get("ms_per_iter"):
                 lines.append(f"| {v} | failed (exit {rc}) | | |")
                 continue
+            if r.get("gemm_choices") or r.get("gemm_choices_refused"):  # (the recorded ones used)
+                v += f" ({r.get('gemm_choices', 0)} plans recorded, {r.get('gemm_choices_refused', 0)} refused)"
             lines.append(f"| {v} | {r['ms_per_iter']:.2f} | {r.get('tokens_per_s', 0):.0f} | "
                          f"{row.get('ms_per_iter', 0) / r['ms_per_iter']:.2f}x |")
         self.results["bench_variants"] = "\n".join(lines)

@@ -31,6 +31,11 @@ def markdown(res):
     if res.get("bench_variants"):
         L += ["", "trident's step with one setting changed (the same micro-batch, 10 iterations):", "",
               res["bench_variants"]]
+    if res.get("gemm_choose"):
+        L += ["", "## cuBLASLt's candidates for the benchmark's GEMMs (benchmarks/gemm_choose)", "",
+              "Each GEMM key of the step (one call each; the recorded choices, gemm_choices.txt and "
+              ".inc beside this report, are the variant TRIDENT_CUDA_GEMM_CHOICES above):", "",
+              res["gemm_choose"]]
     if res.get("kernels"):
         L += ["", "## Kernels' hardware counters (ncu, gpu_step at micro-batch 16, 2 layers)", "",
               res["kernels"]]

@@ -90,6 +90,11 @@ size_t tr_cuda_workspace_bytes(void);
  * process started: the tests' proof that the epilogue ran. */
 void tr_cuda_epilogue_counts(long *ran, long *refused);
 
+/* GEMM plans made on an algorithm recorded for their key on this device (kernels/cuda/
+ * gemm_choice.h's table: TRIDENT_CUDA_GEMM_CHOICES or the compiled-in one), and recorded
+ * algorithms cuBLASLt refused (those plans took the heuristic's first), since the start. */
+void tr_cuda_gemm_choice_counts(long *chosen, long *refused);
+
 /* Pure: the device for a process whose local rank is given as text (the value of the
  * variable named var_name, e.g. "LOCAL_RANK"; NULL or "" = 0) on a machine with
  * device_count devices: local_rank % device_count. *shared = 1 when local_rank >=

@@ -347,7 +347,9 @@ void cu_narrow16(tr_stream s, uint16_t *dst16, const float *src, size_t n);
 void cu_gemm_b16(tr_stream s, int trans_a, int trans_b, int M, int N, int K, float alpha,
                  const float *A, int lda, const uint16_t *B16, int ldb, float beta, float *C,
                  int ldc);
-TR_MUST_CHECK int cu_gemm_init(size_t staging_bytes); /* tr_cuda_staging_bytes */
+/* staging_bytes: tr_cuda_staging_bytes; device and sms: the GPU's name and SM count, which
+ * pick its recorded algorithm choices (gemm_choice.h) */
+TR_MUST_CHECK int cu_gemm_init(size_t staging_bytes, const char *device, int sms);
 size_t cu_gemm_workspace_bytes(void);
 
 /* ---- attention.c (flash.cu's kernels; decode: fp32 products for FP32, bf16 tensor-core

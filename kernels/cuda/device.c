@@ -95,8 +95,9 @@ static void init_once(void)
     size_t staging = tr_cuda_staging_bytes(prop.totalGlobalMem,
                                            tr_cuda_ranks_on_device(lw ? atoi(lw) : 1, count, device),
                                            mib ? atol(mib) : 0);
-    if (cu_gemm_init(staging)) {
-        dev.rc = TR_ERR_INTERNAL;
+    int rc = cu_gemm_init(staging, dev.name, prop.multiProcessorCount);
+    if (rc) {
+        dev.rc = rc;
         snprintf(dev.msg, sizeof dev.msg, "%s", tr_errmsg());
         return;
     }

@@ -1,7 +1,8 @@
-/* kernels/cuda/gemm_internal.h — internal to gemm.c and linear.c (not a contract): the pieces
- * of gemm.c's cuBLASLt calls and bf16 staging that linear.c's fused linear ops (kernels.h's
- * linear_forward / linear_backward, bf16 mode) are built from. Full comments at the
- * definitions in gemm.c.
+/* kernels/cuda/gemm_internal.h — internal to the CUDA backend's GEMM files (not a contract):
+ * the pieces of gemm_plan.c's cuBLASLt plans and calls and gemm.c's bf16 staging that
+ * linear.c's fused linear ops (kernels.h's linear_forward / linear_backward, bf16 mode) are
+ * built from, and the probe benchmarks/gemm_choose times algorithms with. Full comments at
+ * the definitions in gemm_plan.c and gemm.c.
  * Rules:
  *  - The bf16 staging buffer (cu_gemm_staging, tr_cuda_staging_bytes) is the backend's one
  *    copy and unlocked: only ops on the compute stream may pack into it or read it (the
@@ -15,7 +16,10 @@
 
 #include <stdint.h>
 
+#include <cublasLt.h>
+
 #include "kernels/cuda/cuda_internal.h"
+#include "kernels/cuda/gemm_choice.h"
 
 /* The staging buffer, its size in bf16 elements, and whether TRIDENT_CUDA_GEMM=fast is set
  * (BF16 mode computes with 32F_FAST_16BF on the fp32 operands instead of staging them). */
@@ -69,5 +73,25 @@ int cu_gemm_a16_on(cudaStream_t st, int ta, int tb, int M, int N, int K, float a
 void cu_gemm_copy_in(cudaStream_t st, float *C, const float *C0, int rows, int cols, int ldc);
 /* Notes "op (M, N, K): no cuBLASLt algorithm or staging room" as an error for tr_cuda_status. */
 void cu_gemm_note_none(const char *op, int M, int N, int K);
+/* "gemm (mode .., M .., ...)": k in words, for messages */
+void cu_gemm_describe(char *buf, size_t n, const cu_gemm_key *k);
+
+/* ---- A probe: one key's descriptors outside the plan cache, and any algorithm run on them
+ * (benchmarks/gemm_choose times the heuristic's candidates with it). Operands as the key
+ * says (our row-major A and B, C / Cin of its type, bias: the bias vector or BGRADB's column
+ * sums, aux: the GELU epilogues' matrix); one probe used by one thread at a time. */
+#define CU_GEMM_CANDIDATES 16 /* the most candidates a probe lists */
+typedef struct cu_gemm_probe cu_gemm_probe;
+cu_gemm_probe *cu_gemm_probe_make(const cu_gemm_key *k); /* NULL: cuBLASLt cannot describe it */
+/* the heuristic's first n (<= CU_GEMM_CANDIDATES) algorithms, best first; returns how many */
+int cu_gemm_probe_candidates(const cu_gemm_probe *q, int n, cublasLtMatmulAlgo_t *algos);
+/* whether cuBLASLt accepts algo for the key (cublasLtMatmulAlgoCheck, within the workspace) */
+int cu_gemm_probe_accepts(const cu_gemm_probe *q, const cublasLtMatmulAlgo_t *algo);
+/* one call: C = alpha op(A) op(B) + beta Cin (NULL: C) [epilogue]; 0, or -1 where cuBLASLt
+ * refuses it */
+int cu_gemm_probe_run(cu_gemm_probe *q, cudaStream_t st, const cublasLtMatmulAlgo_t *algo,
+                      float alpha, const void *A, const void *B, float beta, const void *Cin,
+                      void *C, const void *bias, const void *aux);
+void cu_gemm_probe_free(cu_gemm_probe *q);
 
 #endif

@@ -341,6 +341,14 @@ static void test_attention_qkv16(int B, int T, int NH, int NG, int HS, int alibi
     free(d16);
 }
 
+/* the plans made on recorded GEMM algorithms (tests/cuda/test_gemm_choose.py reads it) */
+static void print_choice_counts(void)
+{
+    long chosen, refused;
+    tr_cuda_gemm_choice_counts(&chosen, &refused);
+    printf("gemm choices: %ld chosen, %ld refused\n", chosen, refused);
+}
+
 int main(int argc, char **argv)
 {
     /* --blocked: shapes past a 1 MiB staging (TRIDENT_CUDA_STAGING_MIB=1): gemm_out16 in
@@ -396,6 +404,7 @@ int main(int argc, char **argv)
         test_linear_backward_dy16_db(600, 1024, 1000, 0); /* the GEMMs unfused */
         if (tr_cuda_status())
             failures++, fprintf(stderr, "FAIL %s\n", tr_errmsg());
+        print_choice_counts();
         printf("%d of %d checks agree\n", checks - failures, checks);
         return failures ? 1 : 0;
     }
@@ -452,6 +461,7 @@ int main(int argc, char **argv)
         failures++;
         fprintf(stderr, "FAIL %s\n", tr_errmsg());
     }
+    print_choice_counts();
     printf("%d of %d checks agree\n", checks - failures, checks);
     return failures ? 1 : 0;
 }

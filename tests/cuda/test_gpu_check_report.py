@@ -98,5 +98,58 @@ check("variants: a run each, settings joined by ',' set at once, over the check'
       envs == [{"BASE": "1", "X": "1"}, {"BASE": "1", "X": "2", "Y": "3"}], envs)
 check("variants: a row each beside the default",
       "| X=2,Y=3 | 100.00 | 5 | 1.10x |" in c.results.get("bench_variants", ""), c.results)
+
+# the recorded cuBLASLt choices (gpu_check_gemm.py): gemm_choose on the bench run's keys, its
+# table into the report, its choices the first variant (with the plans that used them)
+import tempfile  # noqa: E402
+import gpu_check_gemm as gemm_choice  # noqa: E402
+
+with tempfile.TemporaryDirectory() as d:
+    c.logdir, c.out, c.results, envs = d, d, {}, []
+    check("choose: no keys listed, nothing run", gemm_choice.choose(c) == "" and
+          "listed no GEMM keys" in c.results["gemm_choose"], c.results)
+    with open(gemm_choice.keys_path(c), "w") as f:
+        f.write("key 1 0 1 8 8 8 8 8 8 1 0 0 0 256 256 256 0 0 0 0 0 0 0\n")
+    ran = []
+
+    def fake_choose(name, cmd, timeout=None, env=None, rows=("choice 1 2 3",)):
+        ran.append(cmd)
+        out = cmd[cmd.index("--out") + 1]
+        with open(out, "w") as f:
+            f.write("device 132 H200\ncublaslt 1\n" + "".join(r + "\n" for r in rows))
+        return 0, ("$ gemm_choose\n| GEMM | beta |\n|---|---:|\n| 8 x 8 x 8; none, NT | 0 |\n\n"
+                   "1 keys, 1 recorded, 0 failed; one call of each: ...\n")
+
+    c.run = fake_choose
+    v = gemm_choice.choose(c)
+    check("choose: gemm_choose on the keys, its table kept, its file the variant",
+          v == "TRIDENT_CUDA_GEMM_CHOICES=" + os.path.join(d, "gemm_choices.txt") and
+          ran[0][ran[0].index("--keys") + 1] == gemm_choice.keys_path(c) and
+          c.results["gemm_choose"].startswith("| GEMM | beta |") and "1 keys, 1 recorded" in c.results["gemm_choose"],
+          (v, ran, c.results))
+    c.run = lambda *a, **k: fake_choose(*a, rows=(), **k)
+    check("choose: nothing recorded, no variant", gemm_choice.choose(c) == "", c.results)
+    c.left = lambda: 100
+    check("choose: too little time left, not run", gemm_choice.choose(c) == "" and
+          "time budget" in c.results["gemm_choose"], c.results)
+    c.left = lambda: 1000
+
+
+def fake_run2(name, cmd, timeout=None, env=None):
+    envs.append(dict(env))
+    rec = ', "gemm_choices": 3, "gemm_choices_refused": 0' if "C" in env else ""
+    return 0, '$ gpu_step\n{"ms_per_iter": 100.0, "tokens_per_s": 5' + rec + '}'
+
+
+c.run, envs = fake_run2, []
+c.bench_variants({"rows": [{"impl": "trident", "micro_batch": 8, "ms_per_iter": 110.0, "tokens_per_s": 4}]},
+                 "C=choices.txt")
+check("variants: the choices' run first, its row with the plans that used them",
+      envs[0] == {"BASE": "1", "C": "choices.txt"} and len(envs) == 3 and
+      "| C=choices.txt (3 plans recorded, 0 refused) | 100.00 | 5 | 1.10x |" in c.results["bench_variants"],
+      (envs, c.results))
+res["gemm_choose"] = "| GEMM | beta |"
+check("report.md: the candidates' table", "## cuBLASLt's candidates" in report.markdown(res) and
+      "| GEMM | beta |" in report.markdown(res), report.markdown(res))
 print(f"{'FAIL' if failures else 'ok'}: {failures} failures")
 sys.exit(1 if failures else 0)
