@@ -46,6 +46,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # scripts/, however this is run
 import gpu_check_cuda as cuda  # noqa: E402  (where nvcc, cudart, cuBLASLt and NCCL are)
 import gpu_check_gemm as gemm_choice  # noqa: E402  (the recorded cuBLASLt choices)
+import gpu_check_variants as variants  # noqa: E402  (the benchmark's variants)
 import gpu_check_ncu as ncu  # noqa: E402  (the kernels' hardware counters)
 import gpu_check_report as report  # noqa: E402  (report.md)
 
@@ -432,39 +433,8 @@ class Check:
             ("met" if t["met"] else "NOT met (see the per-op split)"), ""
 
     def bench_variants(self, b, first=""):
-        """trident's step again with one setting changed each (first, then --variants, e.g. the
-        GEMM mode or the staging size), at the benchmark's micro-batch: ms/iter side by side in
-        the report."""
-        row = next((r for r in b.get("rows", []) if r.get("impl") == "trident"), {})
-        if not self.a.variants or not row.get("micro_batch"):
-            return
-        exe = os.path.join(self.a.build, "benchmarks", "gpu_step")
-        lines = ["| trident with | ms/iter | tokens/s | vs the default |", "|---|---:|---:|---:|",
-                 f"| (the default) | {row.get('ms_per_iter', 0):.2f} | {row.get('tokens_per_s', 0):.0f} | 1.00x |"]
-        for v in [x for x in ([first] if first else []) + self.a.variants.split(";") if "=" in x]:
-            if self.left() < 45:
-                lines.append(f"| {v} | not run: the time budget ran out | | |")
-                continue
-            env = dict(self.env)
-            for setting in [x for x in v.split(",") if "=" in x]:  # (NAME=VALUE,NAME=VALUE: at once)
-                k, val = setting.split("=", 1)
-                env[k.strip()] = val.strip()
-            rc, out = self.run("bench-variants", [exe, "--json", "--micro-batch", str(row["micro_batch"]),
-                                                  "--iters", "10"], timeout=min(120, self.left() - 10), env=env)
-            text, r = out[out.rfind("$ "):], None
-            i = text.find('{"')
-            try:
-                r = json.JSONDecoder().raw_decode(text[i:])[0] if rc == 0 and i >= 0 else None
-            except ValueError:
-                r = None
-            if not r or not r.get("ms_per_iter"):
-                lines.append(f"| {v} | failed (exit {rc}) | | |")
-                continue
-            if r.get("gemm_choices") or r.get("gemm_choices_refused"):  # (the recorded ones used)
-                v += f" ({r.get('gemm_choices', 0)} plans recorded, {r.get('gemm_choices_refused', 0)} refused)"
-            lines.append(f"| {v} | {r['ms_per_iter']:.2f} | {r.get('tokens_per_s', 0):.0f} | "
-                         f"{row.get('ms_per_iter', 0) / r['ms_per_iter']:.2f}x |")
-        self.results["bench_variants"] = "\n".join(lines)
+        """trident's step again with settings changed (first, then --variants): gpu_check_variants.py"""
+        variants.run(self, b, first)
 
     def roofline(self, jout, b):
         """benchmarks/gpu_roofline.py's expectation beside the measured per-op split (issue 24),

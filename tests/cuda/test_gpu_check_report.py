@@ -89,15 +89,23 @@ envs = []
 
 def fake_run(name, cmd, timeout=None, env=None):
     envs.append(dict(env))
-    return 0, '$ gpu_step\n{"ms_per_iter": 100.0, "tokens_per_s": 5}'
+    ms = 120.0 if env.get("Y") else 100.0  # (X=2,Y=3 slower than the default, the others faster)
+    rec = ', "gemm_choices": 3, "gemm_choices_refused": 0' if "C" in env else ""
+    return 0, '$ gpu_step\n{"ms_per_iter": %.1f, "tokens_per_s": 5%s}' % (ms, rec)
 
 
+BENCH = {"rows": [{"impl": "trident", "micro_batch": 8, "ms_per_iter": 110.0, "tokens_per_s": 4, "mfu": 0.40},
+                  {"impl": "pytorch-eager", "tokens_per_s": 3.0},
+                  {"impl": "pytorch-compile", "tokens_per_s": 4.5}]}
 c.run = fake_run
-c.bench_variants({"rows": [{"impl": "trident", "micro_batch": 8, "ms_per_iter": 110.0, "tokens_per_s": 4}]})
+c.bench_variants(BENCH)
 check("variants: a run each, settings joined by ',' set at once, over the check's environment",
       envs == [{"BASE": "1", "X": "1"}, {"BASE": "1", "X": "2", "Y": "3"}], envs)
-check("variants: a row each beside the default",
-      "| X=2,Y=3 | 100.00 | 5 | 1.10x |" in c.results.get("bench_variants", ""), c.results)
+check("variants: a row each beside the default, with its MFU and its speed beside torch.compile's",
+      "| X=1 | 100.00 | 5 | 44.0% | 1.11x | 1.10x |" in c.results.get("bench_variants", "") and
+      "| X=2,Y=3 | 120.00 | 5 | 36.7% | 1.11x | 0.92x |" in c.results.get("bench_variants", "") and
+      "| (the default) | 110.00 | 4 | 40.0% | 0.89x | 1.00x |" in c.results.get("bench_variants", ""), c.results)
+check("variants: one faster entry, no combined run", "at once" not in c.results["bench_variants"], c.results)
 
 # the recorded cuBLASLt choices (gpu_check_gemm.py): gemm_choose on the bench run's keys, its
 # table into the report, its choices the first variant (with the plans that used them)
@@ -135,19 +143,21 @@ with tempfile.TemporaryDirectory() as d:
     c.left = lambda: 1000
 
 
-def fake_run2(name, cmd, timeout=None, env=None):
-    envs.append(dict(env))
-    rec = ', "gemm_choices": 3, "gemm_choices_refused": 0' if "C" in env else ""
-    return 0, '$ gpu_step\n{"ms_per_iter": 100.0, "tokens_per_s": 5' + rec + '}'
-
-
-c.run, envs = fake_run2, []
-c.bench_variants({"rows": [{"impl": "trident", "micro_batch": 8, "ms_per_iter": 110.0, "tokens_per_s": 4}]},
-                 "C=choices.txt")
+c.run, envs = fake_run, []
+c.bench_variants(BENCH, "C=choices.txt")
 check("variants: the choices' run first, its row with the plans that used them",
-      envs[0] == {"BASE": "1", "C": "choices.txt"} and len(envs) == 3 and
-      "| C=choices.txt (3 plans recorded, 0 refused) | 100.00 | 5 | 1.10x |" in c.results["bench_variants"],
+      envs[0] == {"BASE": "1", "C": "choices.txt"} and
+      "| C=choices.txt (3 plans recorded, 0 refused) | 100.00 | 5 | 44.0% | 1.11x | 1.10x |" in c.results["bench_variants"],
       (envs, c.results))
+check("variants: the faster entries again at once, last (not the slower one)",
+      len(envs) == 4 and envs[3] == {"BASE": "1", "C": "choices.txt", "X": "1"} and
+      "| all the faster ones at once: C=choices.txt,X=1 (3 plans recorded" in c.results["bench_variants"],
+      (envs, c.results))
+c.left = lambda: 30
+c.bench_variants(BENCH, "C=choices.txt")
+check("variants: no time left, each row says so", c.results["bench_variants"].count("not run: the time budget") == 3,
+      c.results)
+c.left = lambda: 1000
 res["gemm_choose"] = "| GEMM | beta |"
 check("report.md: the candidates' table", "## cuBLASLt's candidates" in report.markdown(res) and
       "| GEMM | beta |" in report.markdown(res), report.markdown(res))
