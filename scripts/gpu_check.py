@@ -505,22 +505,20 @@ def main():
     ap.add_argument("--jobs", type=int, default=0)
     ap.add_argument("--variants",
                     default="TRIDENT_CUDA_ATTENTION_BWD=fused;TRIDENT_CUDA_ATTENTION_BWD=fused,TRIDENT_CUDA_ATTENTION_KV=64;"
-                    "TRIDENT_CUDA_ATTENTION_KV=64;TRIDENT_CUDA_ATTENTION=wmma;"
-                    "TRIDENT_CUDA_HEAD=fp32;TRIDENT_CUDA_EPILOGUE=0;"
-                    "TRIDENT_CUDA_ACTIVATIONS=fp32;TRIDENT_CUDA_ATTENTION_OUT=fp32;TRIDENT_CUDA_ATTENTION_IN=fp32;"
-                    "TRIDENT_CUDA_NORM_BACKWARD=two-pass;TRIDENT_CUDA_GELU=separate;TRIDENT_CUDA_GEMM=fast;"
-                    "TRIDENT_CUDA_XENT=two-pass",
-                    help="after the benchmark, trident's step again with each NAME=VALUE set, ';'-separated "
-                    "(NAME=VALUE,NAME=VALUE: both at once) (default: the attention backward as one kernel (dK "
-                    "dV and dQ, S and dP computed once) instead of two, also with 64 query rows a step; the tensor-core attention's dK dV in steps of 64 query rows instead of 32 "
-                    "at head size 64; the former wmma attention kernels instead of flash_mma.cuh's; the head's logits "
-                    "in fp32 instead of bf16; the unfused linear layers (bias_add after the GEMM, a copied "
-                    "residual, the backward's two GEMMs converting the output gradient each, bias_backward "
-                    "apart); the MLP's and the norms' tensors in fp32 instead of bf16; the attention output "
-                    "in fp32 (and with it its input); the attention's input qkv and its gradient in fp32; the norms' "
-                    "backward in two passes (the input gradient, then the parameter sums); the GELU in passes of its "
-                    "own instead of the MLP's GEMMs' epilogues; cuBLASLt's fast-bf16 mode instead of staging; the "
-                    "head's cross-entropy in two ops instead of the fused one)")
+                    "TRIDENT_CUDA_ATTENTION_KV=64;COMBINE;"
+                    "TRIDENT_CUDA_XENT=two-pass;TRIDENT_CUDA_NORM_BACKWARD=two-pass;TRIDENT_CUDA_GEMM=fast;"
+                    "TRIDENT_CUDA_HEAD=fp32;TRIDENT_CUDA_EPILOGUE=0;TRIDENT_CUDA_ACTIVATIONS=fp32",
+                    help="after the benchmark (and the recorded GEMM choices, when gemm_choose found faster "
+                    "algorithms), trident's step again with each NAME=VALUE set, ';'-separated "
+                    "(NAME=VALUE,NAME=VALUE: both at once; COMBINE: the entries so far that beat the default, "
+                    "all at once) (default: the candidates for the defaults first: the attention backward as one "
+                    "kernel (dK dV and dQ, S and dP computed once) instead of two, also with 64 query rows a step; "
+                    "the tensor-core attention's dK dV in steps of 64 query rows instead of 32 at head size 64; "
+                    "then the switches back whose kernels changed since they were last timed or that cost the most: "
+                    "the head's cross-entropy in two ops instead of the fused one; the norms' backward in two passes; "
+                    "cuBLASLt's fast-bf16 mode instead of staging; the head's logits in fp32; the unfused linear "
+                    "layers; the MLP's and the norms' tensors in fp32. Others: TRIDENT_CUDA_ATTENTION=wmma, "
+                    "TRIDENT_CUDA_ATTENTION_OUT=fp32, TRIDENT_CUDA_ATTENTION_IN=fp32, TRIDENT_CUDA_GELU=separate)")
     ap.add_argument("--targets", default="", help="ninja targets of the build step, comma-separated "
                     "(default: everything; tests/gpu_bundle builds trident and the probe only)")
     ap.add_argument("--commit", default="", help="the commit to name in the report (where the tree has no .git)")

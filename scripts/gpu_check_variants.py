@@ -4,7 +4,9 @@ entry (NAME=VALUE, or NAME=VALUE,NAME=VALUE set at once), each row's ms/iter, to
 and speed beside the default's and torch.compile's (the same run's figures), so the report
 says which settings meet issue 24's targets. Then, where two or more entries were faster than
 the default by at least COMBINE_GAIN, one more run with all of them at once (the first entry
-wins a name set twice): the step the next defaults would give, measured in the same call."""
+wins a name set twice): the step the next defaults would give, measured in the same call. An
+entry COMBINE (no '=') runs it there, before the entries after it (the switches back, whose
+rows say what each change is worth), so a budget that runs out first loses those instead."""
 import json
 import os
 
@@ -39,7 +41,9 @@ def run(c, b, first=""):
 
     lines = ["| trident with | ms/iter | tokens/s | MFU | vs torch.compile | vs the default |",
              "|---|---:|---:|---:|---:|---:|", line("(the default)", base_ms, row.get("tokens_per_s", 0))]
-    entries = [x for x in ([first] if first else []) + c.a.variants.split(";") if "=" in x]
+    entries = [x for x in ([first] if first else []) + c.a.variants.split(";") if "=" in x or x == "COMBINE"]
+    if "COMBINE" not in entries:
+        entries.append("COMBINE")
     faster = []
 
     def one(entry, label=None):
@@ -65,14 +69,15 @@ def run(c, b, first=""):
         return r["ms_per_iter"]
 
     for e in entries:
-        ms = one(e)
-        if ms and ms < (1 - COMBINE_GAIN) * base_ms:
-            faster.append(e)
-    if len(faster) >= 2:
-        merged = {}
-        for e in faster:
-            for k, v in settings(e).items():
-                merged.setdefault(k, v)
-        one(",".join(f"{k}={v}" for k, v in merged.items()),
-            "all the faster ones at once: " + ",".join(f"{k}={v}" for k, v in merged.items()))
+        if e != "COMBINE":
+            ms = one(e)
+            if ms and ms < (1 - COMBINE_GAIN) * base_ms:
+                faster.append(e)
+        elif len(faster) >= 2:
+            merged = {}
+            for f in faster:
+                for k, v in settings(f).items():
+                    merged.setdefault(k, v)
+            both = ",".join(f"{k}={v}" for k, v in merged.items())
+            one(both, "all the faster ones at once: " + both)
     c.results["bench_variants"] = "\n".join(lines)

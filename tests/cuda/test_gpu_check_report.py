@@ -153,6 +153,11 @@ check("variants: the faster entries again at once, last (not the slower one)",
       len(envs) == 4 and envs[3] == {"BASE": "1", "C": "choices.txt", "X": "1"} and
       "| all the faster ones at once: C=choices.txt,X=1 (3 plans recorded" in c.results["bench_variants"],
       (envs, c.results))
+c.a.variants, envs = "A=1;B=2;COMBINE;Z=3", []
+c.bench_variants(BENCH)
+check("variants: COMBINE runs the faster entries so far at once, there, before the later ones",
+      [e.get("A", "") + e.get("B", "") + e.get("Z", "") for e in envs] == ["1", "2", "12", "3"], envs)
+c.a.variants = "X=1;X=2,Y=3;bad"
 c.left = lambda: 30
 c.bench_variants(BENCH, "C=choices.txt")
 check("variants: no time left, each row says so", c.results["bench_variants"].count("not run: the time budget") == 3,
