@@ -3,11 +3,13 @@
  *
  * A run with TRIDENT_CUDA_GEMM_KEYS=FILE lists each GEMM key it made a plan for (shape,
  * strides, alignments, epilogue, the beta of its first call). For each key this tool
- * allocates operands of that layout and alignment (random values), times the heuristic's
- * first N algorithms (the minimum over 3 rounds of a mean over >= 10 ms of calls), checks the
- * fastest against the heuristic's first on the same operands (beta 0: the largest difference
- * relative to the largest value, within 2^-7 for a bf16 output, 1e-3 for fp32), and records
- * it where it is at least --margin faster. Then TRIDENT_CUDA_GEMM_CHOICES=OUT makes trident
+ * allocates operands of that layout and alignment (random values), checks that its probe
+ * (gemm_internal.h) computes what trident's own call of the key computes, to the bit, times
+ * the heuristic's first N algorithms (the minimum over 3 rounds of a mean over >= 10 ms of
+ * calls; the first as trident's plans take it), checks the fastest's outputs (C, and the GELU
+ * forward's aux or BGRADB's column sums) against the heuristic first's on the same operands
+ * (beta 0: the largest difference relative to the largest value, within 2^-7 for bf16, 1e-3
+ * for fp32), and records it where it is at least --margin faster. Then TRIDENT_CUDA_GEMM_CHOICES=OUT makes trident
  * use them, and --inc writes them as kernels/cuda/gemm_choices.inc's compiled-in lines.
  * stdout: a Markdown table (each key's heuristic-first and best times, TFLOP/s, the choice).
  *   gemm_choose --keys FILE [--keys FILE ...] --out FILE [--inc FILE] [--candidates N]
@@ -142,16 +144,23 @@ static void buf_free(dev_buf *b)
     memset(b, 0, sizeof *b);
 }
 
+enum { OP_A, OP_B, OP_C, OP_CIN, OP_BIAS, OP_AUX, N_OPS };
 typedef struct {
-    dev_buf A, B, C, Cin, bias, aux;
+    dev_buf b[N_OPS]; /* A, B, C, Cin (beta != 0), bias (or BGRADB's sums), aux */
+    size_t nC, nBias, nAux; /* elements of C, the bias / sums and aux */
 } operands;
+
+static void operands_free(operands *o)
+{
+    for (int i = 0; i < N_OPS; i++)
+        buf_free(&o->b[i]);
+}
 
 /* ms per call of algo (min over 3 rounds of the mean over >= 10 ms of calls); -1 refused */
 static double time_algo(cu_gemm_probe *q, cudaStream_t st, const cublasLtMatmulAlgo_t *algo,
                         const operands *o, double beta)
 {
-    const void *cin = o->Cin.p ? o->Cin.p : NULL;
-    float b = (float)beta;
+    const dev_buf *b = o->b;
     cudaEvent_t e0, e1;
     if (cudaEventCreate(&e0) != cudaSuccess || cudaEventCreate(&e1) != cudaSuccess)
         return -1;
@@ -162,8 +171,8 @@ static double time_algo(cu_gemm_probe *q, cudaStream_t st, const cublasLtMatmulA
         cudaEventRecord(e0, st);
         int ok = 1;
         for (int r = 0; r < reps && ok; r++)
-            ok = !cu_gemm_probe_run(q, st, algo, 1.0f, o->A.p, o->B.p, b, cin, o->C.p, o->bias.p,
-                                    o->aux.p);
+            ok = !cu_gemm_probe_run(q, st, algo, 1.0f, b[OP_A].p, b[OP_B].p, (float)beta,
+                                    b[OP_CIN].p, b[OP_C].p, b[OP_BIAS].p, b[OP_AUX].p);
         cudaEventRecord(e1, st);
         if (!ok || cudaEventSynchronize(e1) != cudaSuccess ||
             cudaEventElapsedTime(&ms, e0, e1) != cudaSuccess) {
@@ -185,25 +194,57 @@ static double time_algo(cu_gemm_probe *q, cudaStream_t st, const cublasLtMatmulA
     return best;
 }
 
-/* The output C (as floats) after one call of algo with beta 0; NULL on failure. */
-static float *output_of(cu_gemm_probe *q, cudaStream_t st, const cublasLtMatmulAlgo_t *algo,
-                        const operands *o, const cu_gemm_key *k, size_t elems)
+/* Host floats of the device buffer's n elements (bf16 widened) appended at h + *at. */
+static int fetch(float *h, size_t *at, const dev_buf *b, size_t n, int bf16)
 {
-    if (cu_gemm_probe_run(q, st, algo, 1.0f, o->A.p, o->B.p, 0.0f, NULL, o->C.p, o->bias.p,
-                          o->aux.p) ||
-        cudaStreamSynchronize(st) != cudaSuccess)
+    if (cudaMemcpy(h + *at, b->p, n * (bf16 ? 2 : 4), cudaMemcpyDeviceToHost) != cudaSuccess)
+        return -1;
+    if (bf16) /* widen in place, from the end (element i's 4 bytes cover bf16 2i and 2i + 1) */
+        for (size_t i = n; i-- > 0;) {
+            uint32_t u = (uint32_t)((uint16_t *)(h + *at))[i] << 16;
+            memcpy(&h[*at + i], &u, 4);
+        }
+    *at += n;
+    return 0;
+}
+
+/* Every output of one call with beta 0 (C, then the GELU forward's aux or BGRADB's sums) as
+ * host floats, *n of them: by the probe on algo, or (q NULL) by trident's own call of the key
+ * (cu_gemm_key_run). NULL on failure. */
+static float *outputs_of(cu_gemm_probe *q, cudaStream_t st, const cublasLtMatmulAlgo_t *algo,
+                         const operands *o, const cu_gemm_key *k, size_t *n)
+{
+    const dev_buf *b = o->b;
+    size_t nx = k->gelu == CU_GELU_FORWARD ? o->nAux : k->gelu == CU_BGRADB ? o->nBias : 0;
+    int rc = q ? cu_gemm_probe_run(q, st, algo, 1.0f, b[OP_A].p, b[OP_B].p, 0.0f, NULL,
+                                   b[OP_C].p, b[OP_BIAS].p, b[OP_AUX].p)
+               : cu_gemm_key_run(st, k, 1.0f, b[OP_A].p, b[OP_B].p, 0.0f, NULL, b[OP_C].p,
+                                 b[OP_BIAS].p, b[OP_AUX].p);
+    if (rc || cudaStreamSynchronize(st) != cudaSuccess)
         return NULL;
-    float *h = malloc(elems * sizeof(float));
-    if (!h || cudaMemcpy(h, o->C.p, o->C.bytes, cudaMemcpyDeviceToHost) != cudaSuccess) {
+    float *h = malloc((o->nC + nx) * sizeof(float));
+    *n = 0;
+    if (!h || fetch(h, n, &b[OP_C], o->nC, k->out16) ||
+        (nx && fetch(h, n, k->gelu == CU_BGRADB ? &b[OP_BIAS] : &b[OP_AUX], nx,
+                     k->gelu == CU_GELU_FORWARD))) {
         free(h);
         return NULL;
     }
-    if (k->out16) /* widen bf16 in place, from the end */
-        for (size_t i = elems; i-- > 0;) {
-            uint32_t u = (uint32_t)((uint16_t *)h)[i] << 16;
-            memcpy(&h[i], &u, 4);
-        }
     return h;
+}
+
+/* The largest |x - r| over the largest |r| (NaN anywhere: infinity) */
+static double rel_diff(const float *x, const float *r, size_t n)
+{
+    double diff = 0, mx = 0;
+    for (size_t j = 0; j < n; j++) {
+        double d = fabs((double)x[j] - r[j]), a = fabs((double)r[j]);
+        if (d != d)
+            return INFINITY;
+        diff = d > diff ? d : diff;
+        mx = a > mx ? a : mx;
+    }
+    return mx > 0 ? diff / mx : diff > 0 ? INFINITY : 0;
 }
 
 int main(int argc, char **argv)
@@ -239,6 +280,11 @@ int main(int argc, char **argv)
     }
     if (!out || !n_keys)
         return usage("--out and at least one --keys file with keys are needed");
+    setvbuf(stdout, NULL, _IOLBF, 0); /* (a run stopped at a time limit keeps its rows) */
+    /* trident's own calls (the check against the probe) on the heuristic's first algorithms,
+     * and nothing listed */
+    setenv("TRIDENT_CUDA_GEMM_CHOICES", "none", 1);
+    unsetenv("TRIDENT_CUDA_GEMM_KEYS");
     if (tr_cuda_init()) {
         printf("SKIP: no usable GPU: %s\n", tr_errmsg());
         return 77;
@@ -272,50 +318,86 @@ int main(int argc, char **argv)
     double sum_first = 0, sum_chosen = 0;
     for (int i = 0; i < n_keys; i++) {
         const cu_gemm_key *k = &keys[i].key;
-        int es = k->mode == 1 ? 2 : 4, cs = k->out16 ? 2 : 4;
+        double beta = keys[i].beta;
+        int es = k->mode == CU_GEMM_BF16 ? 2 : 4, cs = k->out16 ? 2 : 4;
+        int has_aux = k->gelu == CU_GELU_FORWARD || k->gelu == CU_GELU_BACKWARD;
+        operands o;
+        memset(&o, 0, sizeof o);
         size_t nA = span(k->ta ? k->K : k->M, k->ta ? k->M : k->K, k->lda, k->batch, k->sA);
         size_t nB = span(k->tb ? k->N : k->K, k->tb ? k->K : k->N, k->ldb, k->batch, k->sB);
-        size_t nC = span(k->M, k->N, k->ldc, k->batch, k->sC);
-        size_t nAux = k->gelu == 1 || k->gelu == 2 ? span(k->M, k->N, k->ldAux, 1, 0) : 0;
-        size_t nBias = !k->bias ? 0 : k->gelu == 3 ? (size_t)k->M : (size_t)k->N;
-        double need = (double)(nA * es + nB * es + 2 * nC * cs + nAux * 2 + nBias * 4);
-        const char *epi = k->gelu == 1 ? "GELU" : k->gelu == 2 ? "dGELU" : k->gelu == 3 ? "BGRADB"
-                          : k->bias ? "bias" : "none";
-        char what[160];
-        snprintf(what, sizeof what, "%d x %d x %d%s%.0d; %s%s, %s%s", k->M, k->N, k->K,
-                 k->batch > 1 ? ", batch " : "", k->batch > 1 ? k->batch : 0, epi,
+        o.nC = span(k->M, k->N, k->ldc, k->batch, k->sC);
+        o.nAux = has_aux ? span(k->M, k->N, k->ldAux, 1, 0) : 0;
+        /* the bias: one a column of C (N), BGRADB's sums one a row (M, fp32) */
+        o.nBias = !k->bias ? 0 : k->gelu == CU_BGRADB ? (size_t)k->M : (size_t)k->N;
+        int bias_bytes = k->bias == 2 ? 2 : 4;
+        double need = (double)(nA * es + nB * es + 2 * o.nC * cs + o.nAux * 2 +
+                               o.nBias * bias_bytes);
+        const char *epi = k->gelu == CU_GELU_FORWARD    ? "GELU"
+                          : k->gelu == CU_GELU_BACKWARD ? "dGELU"
+                          : k->gelu == CU_BGRADB        ? "BGRADB"
+                          : k->bias                     ? "bias"
+                                                        : "none";
+        char what[160], batch[32] = "";
+        if (k->batch > 1)
+            snprintf(batch, sizeof batch, ", batch %d", k->batch);
+        snprintf(what, sizeof what, "%d x %d x %d%s; %s%s, %s%s", k->M, k->N, k->K, batch, epi,
                  k->out16 ? ", bf16 C" : "", k->ta ? "T" : "N", k->tb ? "T" : "N");
         if (need > cap_bytes) {
-            printf("| %s | %g | | not run: needs %.1f GiB | | | | |\n", what, keys[i].beta,
+            printf("| %s | %g | | not run: needs %.1f GiB | | | | |\n", what, beta,
                    need / (double)(1ull << 30));
             continue;
         }
-        operands o;
-        memset(&o, 0, sizeof o);
         cu_gemm_probe *q = cu_gemm_probe_make(k);
-        cublasLtMatmulAlgo_t algos[CU_GEMM_CANDIDATES];
-        int n = q ? cu_gemm_probe_candidates(q, n_cand, algos) : 0;
-        /* (bias: a bf16 bias takes 2 bytes an element; BGRADB's sums are fp32) */
-        int ok = n > 0 && !buf_make(&o.A, nA, es, k->alA, &seed) &&
-                 !buf_make(&o.B, nB, es, k->alB, &seed) &&
-                 !buf_make(&o.C, nC, cs, k->alC, &seed) &&
-                 (keys[i].beta == 0 || !buf_make(&o.Cin, nC, cs, k->alC, &seed)) &&
-                 (!nBias || !buf_make(&o.bias, nBias, k->bias == 2 ? 2 : 4,
-                                      k->alBias ? k->alBias : 256, &seed)) &&
-                 (!nAux || !buf_make(&o.aux, nAux, 2, k->alAux ? k->alAux : 256, &seed));
+        cublasLtMatmulAlgo_t algos[CU_GEMM_CANDIDATES], first;
+        /* candidate 0 is the heuristic's first as trident's plans ask for it (one result) */
+        int n = q && cu_gemm_probe_candidates(q, 1, &first) == 1
+                    ? cu_gemm_probe_candidates(q, n_cand, algos)
+                    : 0;
+        if (n > 0 && memcmp(&algos[0], &first, sizeof first)) {
+            int at = 1;
+            while (at < n && memcmp(&algos[at], &first, sizeof first))
+                at++;
+            if (at == n)
+                at = n < n_cand ? n++ : n - 1; /* (not among them: in, the last out) */
+            memmove(&algos[1], &algos[0], (size_t)at * sizeof *algos);
+            algos[0] = first;
+        }
+        int too_loose = k->alA < es || k->alB < es || k->alC < cs ||
+                        (k->bias && k->alBias < bias_bytes) || (has_aux && k->alAux < 2);
+        dev_buf *b = o.b;
+        int ok = n > 0 && !too_loose && !buf_make(&b[OP_A], nA, es, k->alA, &seed) &&
+                 !buf_make(&b[OP_B], nB, es, k->alB, &seed) &&
+                 !buf_make(&b[OP_C], o.nC, cs, k->alC, &seed) &&
+                 (beta == 0 || !buf_make(&b[OP_CIN], o.nC, cs, k->alC, &seed)) &&
+                 (!o.nBias || !buf_make(&b[OP_BIAS], o.nBias, bias_bytes, k->alBias, &seed)) &&
+                 (!o.nAux || !buf_make(&b[OP_AUX], o.nAux, 2, k->alAux, &seed));
+        /* the probe computes what trident's own call of the key does, to the bit */
+        size_t n_ref = 0, n_x = 0;
+        float *ref = ok ? outputs_of(q, st, &algos[0], &o, k, &n_ref) : NULL;
+        float *own = ref ? outputs_of(NULL, st, NULL, &o, k, &n_x) : NULL;
+        const char *why = too_loose ? "an alignment below its element's size"
+                          : n == 0  ? "no candidate"
+                          : !ok  ? "allocation"
+                          : !ref ? "the heuristic's first refused"
+                          : !own ? "trident's own call refused"
+                          : n_x != n_ref || memcmp(own, ref, n_ref * sizeof *ref)
+                              ? "the probe's output is not trident's call's"
+                              : NULL;
+        free(own);
         double t[CU_GEMM_CANDIDATES];
         int best = -1;
-        for (int c = 0; ok && c < n; c++) {
-            t[c] = time_algo(q, st, &algos[c], &o, keys[i].beta);
+        for (int c = 0; !why && c < n; c++) {
+            t[c] = time_algo(q, st, &algos[c], &o, beta);
             if (t[c] > 0 && (best < 0 || t[c] < t[best]))
                 best = c;
         }
-        if (!ok || best < 0 || t[0] <= 0) {
-            printf("| %s | %g | %d | failed (%s) | | | | |\n", what, keys[i].beta, n,
-                   n == 0 ? "no candidate" : !ok ? "allocation" : "the heuristic's first refused");
+        if (!why && (best < 0 || t[0] <= 0))
+            why = "the heuristic's first failed to run";
+        if (why) {
+            printf("| %s | %g | %d | failed (%s) | | | | |\n", what, beta, n, why);
             failed++;
-            for (dev_buf *b = &o.A; b <= &o.aux; b++)
-                buf_free(b);
+            free(ref);
+            operands_free(&o);
             cu_gemm_probe_free(q);
             continue;
         }
@@ -326,43 +408,39 @@ int main(int argc, char **argv)
                 chosen = 0;
         } else if (t[best] > (1.0 - margin) * t[0])
             chosen = 0;
+        /* the choice's outputs (C, aux, BGRADB's sums) beside the heuristic first's */
         double diff = 0;
+        int refused = 0;
         if (chosen != 0) {
-            float *r = output_of(q, st, &algos[0], &o, k, nC);
-            float *x = r ? output_of(q, st, &algos[chosen], &o, k, nC) : NULL;
-            double mx = 0;
-            for (size_t j = 0; x && j < nC; j++) {
-                double d = fabs((double)x[j] - r[j]), a = fabs((double)r[j]);
-                diff = d > diff || d != d ? d : diff;
-                mx = a > mx ? a : mx;
-            }
-            diff = x && mx > 0 ? diff / mx : INFINITY;
-            if (!(diff <= (k->out16 ? 1.0 / 128 : 1e-3)))
-                chosen = 0; /* (not recorded: the table says so) */
-            free(r);
+            size_t nc = 0;
+            float *x = outputs_of(q, st, &algos[chosen], &o, k, &nc);
+            diff = x && nc == n_ref ? rel_diff(x, ref, n_ref) : INFINITY;
+            if (!(diff <= (k->out16 || k->gelu == CU_GELU_FORWARD ? 1.0 / 128 : 1e-3)))
+                chosen = 0, refused = 1;
             free(x);
         }
+        free(ref);
         double flops = 2.0 * k->M * (double)k->N * k->K * k->batch;
-        char key_text[512], diff_text[32] = "";
-        if (diff > 0 || chosen != best)
-            snprintf(diff_text, sizeof diff_text, "%.2e%s", diff,
-                     chosen == 0 && best != 0 && diff > 0 ? " (refused)" : "");
-        printf("| %s | %g | %d | %.3f | %.3f (%d) | %.0f -> %.0f | %s | %s |\n", what, keys[i].beta,
-               n, t[0], t[best], best, flops / t[0] / 1e9, flops / t[best] / 1e9,
+        char diff_text[48] = "";
+        if (diff != 0 || refused)
+            snprintf(diff_text, sizeof diff_text, "%.2e%s", diff, refused ? " (refused)" : "");
+        printf("| %s | %g | %d | %.3f | %.3f (%d) | %.0f -> %.0f | %s | %s |\n", what, beta, n,
+               t[0], t[best], best, flops / t[0] / 1e9, flops / t[best] / 1e9,
                chosen ? "yes" : "no", diff_text);
         sum_first += t[0], sum_chosen += t[chosen];
         if (chosen) {
             uint64_t w[CU_GEMM_ALGO_WORDS];
+            char key_text[512];
             memcpy(w, &algos[chosen], sizeof w);
             cu_gemm_key_format(k, key_text, sizeof key_text);
             fprintf(fo, "choice %s", key_text);
             for (int j = 0; j < CU_GEMM_ALGO_WORDS; j++)
                 fprintf(fo, " %llx", (unsigned long long)w[j]);
             fprintf(fo, "  # %s: %.3f ms, the heuristic's first %.3f\n", what, t[chosen], t[0]);
+            fflush(fo);
             recorded++;
         }
-        for (dev_buf *b = &o.A; b <= &o.aux; b++)
-            buf_free(b);
+        operands_free(&o);
         cu_gemm_probe_free(q);
     }
     fclose(fo);
@@ -380,8 +458,8 @@ int main(int argc, char **argv)
         }
         fprintf(fi, "/* kernels/cuda/gemm_choices.inc — the compiled-in cuBLASLt algorithm "
                     "choices (kernels/cuda/gemm_choice.h's\n * text, one C string a line), "
-                    "written by benchmarks/gemm_choose --inc. Add a device's block; keep\n"
-                    " * the others. */\n");
+                    "written by benchmarks/gemm_choose --inc: one block a device and\n"
+                    " * cuBLASLt version (a new recording replaces its old block; keep the others). */\n");
         while (fgets(line, sizeof line, fr)) {
             line[strcspn(line, "\r\n")] = 0;
             fputc('"', fi);

@@ -56,6 +56,16 @@ int cu_gemm_key_parse(const char *s, cu_gemm_key *k, const char **end)
     if (!is_alignment(v[13], 0) || !is_alignment(v[14], 0) || !is_alignment(v[15], 0) ||
         !is_alignment(v[18], 1) || !is_alignment(v[20], 1))
         return -1;
+    /* across fields, what gemm_plan.c's keys are: strides only with a batch, a bias's and the
+     * aux matrix's alignment with them, BGRADB with its sums (its bias pointer), the GELU
+     * epilogues with a bf16 C and an aux matrix of rows a multiple of 8 elements >= N, DGELU
+     * with no bias (cu_matmul_gelu's rules) */
+    int batch1 = v[9] == 1, bias = (int)v[17], gelu = (int)v[19], aux = gelu == 1 || gelu == 2;
+    if ((batch1 && (v[10] || v[11] || v[12])) || (!bias != !v[18]) || (!aux != !v[20]) ||
+        (gelu == 3 && (bias != 1 || v[16])) ||
+        (aux && (!v[16] || v[21] < v[4] || v[21] % 8 || (gelu == 2 && bias))) ||
+        (!aux && v[21]) || (bias == 2 && !v[16]))
+        return -1;
     memset(k, 0, sizeof *k);
     k->mode = (int)v[0], k->ta = (int)v[1], k->tb = (int)v[2];
     k->M = (int)v[3], k->N = (int)v[4], k->K = (int)v[5];
@@ -119,9 +129,11 @@ int cu_gemm_choices_parse(const char *text, const char *origin, cu_gemm_choices 
         memcpy(line, p, len);
         line[len] = 0;
         p += len + (nl ? 1 : 0);
-        char *hash = strchr(line, '#');
-        if (hash)
-            *hash = 0;
+        for (char *h = line; (h = strchr(h, '#')); h++) /* a comment: '#' first or after a blank */
+            if (h == line || h[-1] == ' ' || h[-1] == '\t') {
+                *h = 0;
+                break;
+            }
         char *s = line;
         while (*s == ' ' || *s == '\t' || *s == '\r')
             s++;
@@ -164,7 +176,16 @@ int cu_gemm_choices_parse(const char *text, const char *origin, cu_gemm_choices 
                 cu_gemm_choices_free(t);
                 return fail(err, n_err, origin, line_no, "cublaslt: expected one version number");
             }
-            t->blocks[t->n_blocks - 1].version = (int)v;
+            cu_gemm_device *d = &t->blocks[t->n_blocks - 1];
+            for (int b = 0; b + 1 < t->n_blocks; b++)
+                if (t->blocks[b].version == (int)v && t->blocks[b].sms == d->sms &&
+                    !strcmp(t->blocks[b].name, d->name)) {
+                    cu_gemm_choices_free(t);
+                    return fail(err, n_err, origin, line_no,
+                                "cublaslt: a second block for this device and version (one a "
+                                "device and version: replace the old block)");
+                }
+            d->version = (int)v;
         } else if (!strncmp(s, "choice", 6) && (s[6] == ' ' || s[6] == '\t')) {
             cu_gemm_choice c;
             memset(&c, 0, sizeof c);

@@ -10,7 +10,8 @@
  *
  * A table applies only where it was recorded: the same device name, SM count and cuBLASLt
  * version (cublasLtMatmulAlgo_t is documented as serializable for one library version).
- * Text, one item a line; '#' starts a comment; a `device` line starts a block:
+ * Text, one item a line; '#' first or after a blank starts a comment; a `device` line starts
+ * a block (one a device name, SM count and cuBLASLt version):
  *   device <SM count> <name, to the end of the line>
  *   cublaslt <cublasLtGetVersion()>
  *   choice <the key's 22 integers, cu_gemm_key's order> <the algorithm's 8 words in hex>
@@ -41,8 +42,10 @@ typedef struct {
 /* The key as its 22 integers separated by spaces (no newline); buf of >= 512 bytes. */
 void cu_gemm_key_format(const cu_gemm_key *k, char *buf, size_t n);
 /* Reads 22 integers at s into *k (memset first); *end past them. 0, or -1 where s does not
- * hold 22 integers or one is out of its field's range (sizes < 0, alignments not a power of
- * two <= 256, flags outside their values). */
+ * hold 22 integers, one is out of its field's range (sizes < 1, alignments not a power of
+ * two <= 256, flags outside their values) or the fields disagree (gemm_plan.c makes no such
+ * key: strides without a batch, an epilogue without its pointers' alignment, a GELU
+ * epilogue without a bf16 C and an aux matrix of rows a multiple of 8 >= N, ...). */
 int cu_gemm_key_parse(const char *s, cu_gemm_key *k, const char **end);
 
 typedef struct {
@@ -52,7 +55,7 @@ typedef struct {
 } cu_gemm_choice;
 
 typedef struct {
-    char name[128];
+    char name[256];
     int sms, version; /* version 0: no cublaslt line (the block matches nothing) */
 } cu_gemm_device;
 
@@ -65,7 +68,8 @@ typedef struct {
 
 /* Parses a whole table's text into *t (zeroed first). 0, or -1 with "ORIGIN:LINE: what" in err
  * (a line that is none of the three items, a malformed key or algorithm, a choice before any
- * device line, the same key twice in a block, out of memory). */
+ * device line, the same key twice in a block, two blocks of one device and cuBLASLt version,
+ * out of memory). */
 int cu_gemm_choices_parse(const char *text, const char *origin, cu_gemm_choices *t, char *err,
                           size_t n_err);
 /* Keeps the rows recorded on this device and cuBLASLt version; returns how many. */

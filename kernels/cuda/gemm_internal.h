@@ -93,5 +93,10 @@ int cu_gemm_probe_run(cu_gemm_probe *q, cudaStream_t st, const cublasLtMatmulAlg
                       float alpha, const void *A, const void *B, float beta, const void *Cin,
                       void *C, const void *bias, const void *aux);
 void cu_gemm_probe_free(cu_gemm_probe *q);
+/* key k's GEMM as trident's own calls make it (the plan cache, a recorded choice and all):
+ * operands as cu_gemm_probe_run's; 0, or -1 (no algorithm, or a refused epilogue call) */
+int cu_gemm_key_run(cudaStream_t st, const cu_gemm_key *k, float alpha, const void *A,
+                    const void *B, float beta, const void *Cin, void *C, const void *bias,
+                    const void *aux);
 
 #endif

@@ -27,6 +27,7 @@ typedef cu_gemm_key plan_key; /* (gemm_choice.h: hashed and compared as bytes) *
 typedef struct {
     int used, none; /* none: cuBLASLt has no algorithm for this key (remembered) */
     int listed;     /* written to TRIDENT_CUDA_GEMM_KEYS's file */
+    int recorded;   /* its algorithm is the recorded one (gemm_choice.h) */
     plan_key key;
     cublasLtMatmulDesc_t desc;
     cublasLtMatrixLayout_t a, b, c;
@@ -293,7 +294,7 @@ static int plan_make(plan *p, const plan_key *k)
         memcpy(&p->algo, rec, sizeof p->algo);
         if (plan_accepts(p, &p->algo)) {
             G.chose++;
-            p->used = 1;
+            p->used = p->recorded = 1;
             return 0;
         }
         if (!G.refused_choice++) {
@@ -353,6 +354,67 @@ void cu_gemm_describe(char *buf, size_t n, const plan_key *k)
              k->gelu && k->gelu != CU_BGRADB ? ", GELU epilogue" : "");
 }
 
+/* Key k's GEMM on its cached plan: C = alpha op(A) op(B) + beta Cin [epilogue: bias (BGRADB:
+ * its column sums' output), aux]. A recorded algorithm that cuBLASLt refuses at the call (its
+ * check passed) gives way to the heuristic's first, for this call and the plan's later ones.
+ * 0, or -1 when there is no algorithm or an epilogue call was refused (nothing launched: the
+ * caller falls back); a failure of a plain call is noted. A key is listed (TRIDENT_CUDA_GEMM_
+ * KEYS) after its first call that ran. */
+static int run_key(cudaStream_t st, const plan_key *k, float alpha, const void *A, const void *B,
+                   float beta, const void *Cin, void *C, const void *bias, const void *aux)
+{
+    int epi = k->bias || k->gelu;
+    pthread_mutex_lock(&G.mu);
+    plan *p = plan_get(k);
+    cublasStatus_t s = CUBLAS_STATUS_NOT_SUPPORTED;
+    if (p && bias && /* the plan's descriptor is shared: its bias pointer set per call */
+        cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,
+                                       sizeof bias) != CUBLAS_STATUS_SUCCESS)
+        p = NULL;
+    if (p && aux && /* and its aux pointer */
+        cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux,
+                                       sizeof aux) != CUBLAS_STATUS_SUCCESS)
+        p = NULL;
+    if (p)
+        s = cublasLtMatmul(G.lt, p->desc, &alpha, B, p->a, A, p->b, &beta, Cin, p->c, C, p->c,
+                           &p->algo, G.workspace, LT_WORKSPACE, st);
+    if (p && s != CUBLAS_STATUS_SUCCESS && p->recorded) {
+        p->recorded = 0, G.refused_choice++;
+        if (plan_candidates(p, 1, &p->algo) == 1)
+            s = cublasLtMatmul(G.lt, p->desc, &alpha, B, p->a, A, p->b, &beta, Cin, p->c, C,
+                               p->c, &p->algo, G.workspace, LT_WORKSPACE, st);
+    }
+    if (p && s == CUBLAS_STATUS_SUCCESS && G.keys && !p->listed) {
+        char text[512]; /* (a cache reset may list a key again: readers dedupe) */
+        cu_gemm_key_format(k, text, sizeof text);
+        fprintf(G.keys, "key %s %g\n", text, (double)beta);
+        fflush(G.keys);
+        p->listed = 1;
+    }
+    if (p && s != CUBLAS_STATUS_SUCCESS && epi)
+        p->none = 1; /* refused: the key's later calls go straight to the fallback */
+    if (k->gelu == CU_GELU_FORWARD || k->gelu == CU_GELU_BACKWARD || k->gelu == CU_BGRADB)
+        G.epi_ran += s == CUBLAS_STATUS_SUCCESS, G.epi_refused += s != CUBLAS_STATUS_SUCCESS;
+    pthread_mutex_unlock(&G.mu);
+    if (!p)
+        return -1;
+    if (s != CUBLAS_STATUS_SUCCESS && epi)
+        return -1; /* the caller runs it without the epilogue (a refused call launches nothing) */
+    if (s != CUBLAS_STATUS_SUCCESS) {
+        char what[256];
+        cu_gemm_describe(what, sizeof what, k);
+        cu_note(cudaErrorUnknown, what);
+    }
+    return 0;
+}
+
+int cu_gemm_key_run(cudaStream_t st, const cu_gemm_key *k, float alpha, const void *A,
+                    const void *B, float beta, const void *Cin, void *C, const void *bias,
+                    const void *aux)
+{
+    return run_key(st, k, alpha, A, B, beta, Cin ? Cin : C, C, bias, aux);
+}
+
 /* One cuBLASLt call on operands already in the mode's element type, C fp32 or (out16) bf16:
  * C = alpha op(A) op(B) + beta Cin [+ bias], Cin (NULL: C itself) read as cuBLASLt's C and C
  * written as its D (the same layout), so a residual needs no copy into C first. Returns 0, or
@@ -380,42 +442,7 @@ static int matmul_epi(cudaStream_t st, cu_gemm_mode mode, int ta, int tb, int M,
         k.alC = al_in;
     k.alBias = bias ? alignment(bias, 0, out16 ? 2 : 4) : 0;
     k.gelu = gelu, k.alAux = aux ? alignment(aux, 0, 2) : 0, k.ldAux = aux ? ld_aux : 0;
-    pthread_mutex_lock(&G.mu);
-    plan *p = plan_get(&k);
-    if (p && G.keys && !p->listed) { /* (a cache reset may list a key again: readers dedupe) */
-        char text[512];
-        cu_gemm_key_format(&k, text, sizeof text);
-        fprintf(G.keys, "key %s %g\n", text, (double)beta);
-        fflush(G.keys);
-        p->listed = 1;
-    }
-    cublasStatus_t s = CUBLAS_STATUS_NOT_SUPPORTED;
-    if (p && bias && /* the plan's descriptor is shared: its bias pointer set per call */
-        cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,
-                                       sizeof bias) != CUBLAS_STATUS_SUCCESS)
-        p = NULL;
-    if (p && aux && /* and its aux pointer */
-        cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux,
-                                       sizeof aux) != CUBLAS_STATUS_SUCCESS)
-        p = NULL;
-    if (p)
-        s = cublasLtMatmul(G.lt, p->desc, &alpha, B, p->a, A, p->b, &beta, Cin, p->c, C, p->c,
-                           &p->algo, G.workspace, LT_WORKSPACE, st);
-    if (p && s != CUBLAS_STATUS_SUCCESS && (bias || gelu))
-        p->none = 1; /* refused: the key's later calls go straight to the fallback */
-    if (gelu)
-        G.epi_ran += s == CUBLAS_STATUS_SUCCESS, G.epi_refused += s != CUBLAS_STATUS_SUCCESS;
-    pthread_mutex_unlock(&G.mu);
-    if (!p)
-        return -1;
-    if (s != CUBLAS_STATUS_SUCCESS && (bias || gelu))
-        return -1; /* the caller runs it without the epilogue (a refused call launches nothing) */
-    if (s != CUBLAS_STATUS_SUCCESS) {
-        char what[256];
-        cu_gemm_describe(what, sizeof what, &k);
-        cu_note(cudaErrorUnknown, what);
-    }
-    return 0;
+    return run_key(st, &k, alpha, A, B, beta, Cin, C, bias, aux);
 }
 
 int cu_matmul_from(cudaStream_t st, cu_gemm_mode mode, int ta, int tb, int M, int N, int K,
@@ -536,6 +563,9 @@ int cu_gemm_probe_run(cu_gemm_probe *q, cudaStream_t st, const cublasLtMatmulAlg
                       void *C, const void *bias, const void *aux)
 {
     const plan *p = &q->p;
+    int needs_aux = p->key.gelu == CU_GELU_FORWARD || p->key.gelu == CU_GELU_BACKWARD;
+    if ((p->key.bias && !bias) || (needs_aux && !aux) || !A || !B || !C)
+        return -1; /* (the descriptor's stand-ins are no pointers to write through) */
     if (p->key.bias && /* (BGRADB's column sums too: its bias pointer) */
         cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,
                                        sizeof bias) != CUBLAS_STATUS_SUCCESS)
