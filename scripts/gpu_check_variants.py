@@ -3,8 +3,9 @@ only): trident's step again at the benchmark's micro-batch with settings changed
 entry (NAME=VALUE, or NAME=VALUE,NAME=VALUE set at once), each row's ms/iter, tokens/s, MFU
 and speed beside the default's and torch.compile's (the same run's figures), so the report
 says which settings meet issue 24's targets. Then, where two or more entries were faster than
-the default by at least COMBINE_GAIN, one more run with all of them at once (the first entry
-wins a name set twice): the step the next defaults would give, measured in the same call. An
+the default by at least COMBINE_GAIN, one more run with all of them at once (each entry
+goes in, fastest first, unless a faster one set one of its names: fused and fused with 64 rows
+are rivals, not parts): the step the next defaults would give, measured in the same call. An
 entry COMBINE (no '=') runs it there, before the entries after it (the switches back, whose
 rows say what each change is worth), so a budget that runs out first loses those instead."""
 import json
@@ -72,12 +73,14 @@ def run(c, b, first=""):
         if e != "COMBINE":
             ms = one(e)
             if ms and ms < (1 - COMBINE_GAIN) * base_ms:
-                faster.append(e)
+                faster.append((ms, e))
         elif len(faster) >= 2:
-            merged = {}
-            for f in faster:
-                for k, v in settings(f).items():
-                    merged.setdefault(k, v)
+            merged, parts = {}, 0
+            for _, f in sorted(faster):
+                if not any(k in merged for k in settings(f)):
+                    merged.update(settings(f))
+                    parts += 1
             both = ",".join(f"{k}={v}" for k, v in merged.items())
-            one(both, "all the faster ones at once: " + both)
+            if parts >= 2:
+                one(both, "all the faster ones at once: " + both)
     c.results["bench_variants"] = "\n".join(lines)

@@ -157,6 +157,23 @@ c.a.variants, envs = "A=1;B=2;COMBINE;Z=3", []
 c.bench_variants(BENCH)
 check("variants: COMBINE runs the faster entries so far at once, there, before the later ones",
       [e.get("A", "") + e.get("B", "") + e.get("Z", "") for e in envs] == ["1", "2", "12", "3"], envs)
+
+
+def fake_run3(name, cmd, timeout=None, env=None):
+    envs.append(dict(env))
+    ms = {("f", ""): 95.0, ("f", "64"): 99.0, ("", ""): 105.0}.get((env.get("A", ""), env.get("K", "")), 90.0)
+    return 0, '$ gpu_step\n{"ms_per_iter": %.1f, "tokens_per_s": 5}' % ms
+
+
+c.run, c.a.variants, envs = fake_run3, "A=f;A=f,K=64;COMBINE", []
+c.bench_variants(BENCH)
+check("variants: rivals (fused, fused with 64 rows) are not combined: the faster alone, no combined run",
+      len(envs) == 2 and "at once" not in c.results["bench_variants"], (envs, c.results))
+c.a.variants, envs = "A=f;A=f,K=64;Z=1;COMBINE", []
+c.bench_variants(BENCH)
+check("variants: the combined run takes the fastest of rivals and the others",
+      len(envs) == 4 and envs[3] == {"BASE": "1", "A": "f", "Z": "1"}, envs)
+c.run = fake_run
 c.a.variants = "X=1;X=2,Y=3;bad"
 c.left = lambda: 30
 c.bench_variants(BENCH, "C=choices.txt")
