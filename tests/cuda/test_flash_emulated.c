@@ -12,7 +12,8 @@
  * fp32 values (the same bits) and against "cpu-bf16"'s ops; one shape again with dK dV's
  * 64-row steps at head size 64 (TRIDENT_CUDA_ATTENTION_KV=64). The emulator is slow: the test
  * takes ~40 s. The GPU runs the same kernels in cuda-ops. Exit 0 when all agree, 1
- * otherwise. */
+ * otherwise. By hand, `--random N [SEED]` draws N shapes at random instead (random packed
+ * segments too; the two backward kernels, the fused one, 64-row steps). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -134,7 +135,7 @@ static void test_qkv16(const float *qkv, const float *dout, const float *al, con
     uint16_t *q16 = malloc(nq * 2), *o16 = malloc(no * 2), *eo16 = malloc(no * 2);
     uint16_t *fo16 = malloc(no * 2);
     float *qr = malloc(nq * 4), *lse = malloc(nl * 4), *lse_e = malloc(nl * 4);
-    float *lse_f = malloc(nl * 4), *o = malloc(no * 4), *eo = malloc(no * 4);
+    float *lse_f = malloc(nl * 4), *o = calloc(no, 4), *eo = calloc(no, 4);
     for (size_t i = 0; i < nq; i++)
         q16[i] = bf16_from_f32(qkv[i]), qr[i] = bf16_to_f32(q16[i]);
     twin->attention_forward_qkv16(NULL, o16, lse, q16, al, B, T, NH, NG, HS, seg);
@@ -190,8 +191,12 @@ static void test_shape(int B, int T, int NH, int NG, int HS, int use_alibi, int 
             for (int t = 0; t < T; t++) {
                 int i = b * T + t;
                 /* runs of 37, 66, ...: across the 64-row tiles; packed 2: one edge at 30, so
-                 * the forward's scan for a tile's start goes back past 512 positions */
-                seg[i] = packed == 2 ? t >= 30 : t / (37 + 29 * b);
+                 * the forward's scan for a tile's start goes back past 512 positions; packed
+                 * 3: a new segment at each position with chance 1/(3 + 50 b) (--random) */
+                rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
+                seg[i] = packed == 2   ? t >= 30
+                         : packed == 3 ? (t ? seg[i - 1] + (rng >> 33) % (3 + 50 * b) == 0 : 0)
+                                       : t / (37 + 29 * b);
                 starts[i] = t > 0 && seg[i] == seg[i - 1] ? starts[i - 1] : t;
             }
     }
@@ -242,8 +247,37 @@ static void test_shape(int B, int T, int NH, int NG, int HS, int use_alibi, int 
     free(seg), free(starts);
 }
 
-int main(void)
+/* --random N [SEED]: N shapes drawn at random (B, T 1..300, head sizes 16..128, groups,
+ * ALiBi, random packed segments), each through the two backward kernels, the fused one, and
+ * at head size 64 their 64-row steps; a stress run by hand, not in the suite (~10 s a shape) */
+static int random_shapes(int n, uint64_t seed)
 {
+    static const int hs[] = {16, 32, 64, 128};
+    uint64_t r = seed ? seed : 1;
+    for (int i = 0; i < n; i++) {
+        uint64_t x[8];
+        for (int j = 0; j < 8; j++)
+            r ^= r << 13, r ^= r >> 7, r ^= r << 17, x[j] = r >> 20;
+        int B = 1 + (int)(x[0] % 2), T = 1 + (int)(x[1] % 300), HS = hs[x[2] % 4];
+        int NG = 1 + (int)(x[3] % 2), NH = NG * (1 + (int)(x[4] % 3));
+        int alibi = (int)(x[5] % 2), packed = (int)(x[6] % 3) == 0 ? 0 : 3;
+        int mode = (int)(x[7] % 3); /* 0 two kernels, 1 fused, 2 fused or not with 64 rows */
+        emu_flash_fused(mode != 0 && (mode == 1 || x[7] % 2));
+        emu_flash_kv_rows(mode == 2 && HS == 64 ? 64 : 0);
+        printf("shape %d: B%d T%d NH%d NG%d HS%d alibi %d packed %d fused %d rows %d\n", i, B,
+               T, NH, NG, HS, alibi, packed, mode != 0 && (mode == 1 || x[7] % 2),
+               mode == 2 && HS == 64 ? 64 : 0);
+        fflush(stdout);
+        test_shape(B, T, NH, NG, HS, alibi, packed, 0);
+    }
+    printf("%d of %d checks agree\n", checks - failures, checks);
+    return failures ? 1 : 0;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc >= 3 && !strcmp(argv[1], "--random"))
+        return random_shapes(atoi(argv[2]), argc >= 4 ? strtoull(argv[3], NULL, 0) : 1);
     test_shape(1, 160, 2, 2, 64, 0, 0, 1);  /* GPT-2's head size, a partial third tile */
     test_shape(2, 64, 2, 2, 16, 0, 0, 2 | 4); /* one tile; the bf16 output's backward, qkv16 */
     test_shape(1, 70, 2, 2, 32, 0, 1, 0);   /* packed runs across the tile edge */
