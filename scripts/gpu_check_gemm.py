@@ -33,7 +33,8 @@ def choose(c):
     text = out[out.rfind("$ "):]
     table = "\n".join(l for l in text.splitlines() if l.startswith("|") or " keys, " in l)
     c.results["gemm_choose"] = table or f"benchmarks/gemm_choose exit {rc}: {text[-500:]}"
-    if rc not in (0, 1) or not os.path.isfile(out_txt):  # (1: some keys failed, the rest stand)
+    # (1: some keys failed, 124: stopped at its time; the rows it wrote stand either way)
+    if rc not in (0, 1, 124) or not os.path.isfile(out_txt):
         return ""
     rows = [l for l in open(out_txt).read().splitlines() if l.startswith("choice ")]
     return f"TRIDENT_CUDA_GEMM_CHOICES={out_txt}" if rows else ""
