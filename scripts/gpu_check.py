@@ -72,6 +72,7 @@ EXPECTED_TESTS = ("cuda-host-logic", "cuda-ops", "cuda-gpt-loss", "cuda-nccl-2",
                   "cuda-check-families", "cuda-nccl-ordered-2", "cuda-fused-ops",
                   "cuda-fused-ops-blocked")
 TAIL_LINES = 40
+KERNELS_RESERVE_S = 120  # ncu on the main kernels, which the switches back's variants leave it
 BENCH_RESERVE_S = 330  # the benchmark's time (three 124M runs, torch.compile's compilation, gemm_choose,
 #                        the first variants)
 
@@ -435,7 +436,7 @@ class Check:
 
     def bench_variants(self, b, first=""):
         """trident's step again with settings changed (first, then --variants): gpu_check_variants.py"""
-        variants.run(self, b, first)
+        variants.run(self, b, first, keep=KERNELS_RESERVE_S if self.asked("kernels") else 0)
 
     def roofline(self, jout, b):
         """benchmarks/gpu_roofline.py's expectation beside the measured per-op split (issue 24),

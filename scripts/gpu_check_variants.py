@@ -7,7 +7,8 @@ the default by at least COMBINE_GAIN, one more run with all of them at once (eac
 goes in, fastest first, unless a faster one set one of its names: fused and fused with 64 rows
 are rivals, not parts): the step the next defaults would give, measured in the same call. An
 entry COMBINE (no '=') runs it there, before the entries after it (the switches back, whose
-rows say what each change is worth), so a budget that runs out first loses those instead."""
+rows say what each change is worth), so a budget that runs out first loses those instead; and
+those run only while `keep` seconds (the kernels step's, after the benchmark) are left over."""
 import json
 import os
 
@@ -24,9 +25,10 @@ def settings(entry):
     return out
 
 
-def run(c, b, first=""):
+def run(c, b, first="", keep=0):
     """c: gpu_check's Check; b: benchmarks/gpu_step.sh's JSON; first: an entry run before the
-    --variants list. Sets c.results['bench_variants'] to the Markdown table."""
+    --variants list; keep: seconds the entries after COMBINE leave for the steps after.
+    Sets c.results['bench_variants'] to the Markdown table."""
     rows = b.get("rows", [])
     row = next((r for r in rows if r.get("impl") == "trident"), {})
     comp = next((r for r in rows if r.get("impl") == "pytorch-compile" and r.get("tokens_per_s")), {})
@@ -47,8 +49,10 @@ def run(c, b, first=""):
         entries.append("COMBINE")
     faster = []
 
+    after = []  # (set once COMBINE has passed: its entries also keep `keep` seconds)
+
     def one(entry, label=None):
-        if c.left() < MIN_LEFT:
+        if c.left() < MIN_LEFT + (keep if after else 0):
             lines.append(f"| {label or entry} | not run: the time budget ran out | | | | |")
             return None
         env = dict(c.env, **settings(entry))
@@ -74,7 +78,8 @@ def run(c, b, first=""):
             ms = one(e)
             if ms and ms < (1 - COMBINE_GAIN) * base_ms:
                 faster.append((ms, e))
-        elif len(faster) >= 2:
+            continue
+        if len(faster) >= 2:
             merged, parts = {}, 0
             for _, f in sorted(faster):
                 if not any(k in merged for k in settings(f)):
@@ -83,4 +88,5 @@ def run(c, b, first=""):
             both = ",".join(f"{k}={v}" for k, v in merged.items())
             if parts >= 2:
                 one(both, "all the faster ones at once: " + both)
+        after.append(1)
     c.results["bench_variants"] = "\n".join(lines)

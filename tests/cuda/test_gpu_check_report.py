@@ -82,7 +82,7 @@ check("report.md: the verdict, the step, the kernels' table",
 import gpu_check  # noqa: E402
 
 c = gpu_check.Check.__new__(gpu_check.Check)
-c.a = type("args", (), {"variants": "X=1;X=2,Y=3;bad", "build": "b"})()
+c.a = type("args", (), {"variants": "X=1;X=2,Y=3;bad", "build": "b", "skip": [], "only": []})()
 c.env, c.results, c.left = {"BASE": "1"}, {}, lambda: 1000
 envs = []
 
@@ -174,6 +174,17 @@ c.bench_variants(BENCH)
 check("variants: the combined run takes the fastest of rivals and the others",
       len(envs) == 4 and envs[3] == {"BASE": "1", "A": "f", "Z": "1"}, envs)
 c.run = fake_run
+c.run, c.a.variants, envs = fake_run, "A=1;COMBINE;Z=1;Y=1", []
+c.left = lambda: 100
+c.bench_variants(BENCH)
+check("variants: after COMBINE, the entries leave the kernels step its time (before it, not)",
+      len(envs) == 1 and c.results["bench_variants"].count("not run: the time budget") == 2, (envs, c.results))
+c.a.skip = ["kernels"]
+envs = []
+c.bench_variants(BENCH)
+check("variants: ... unless the kernels step is skipped", len(envs) == 3, envs)
+c.a.skip = []
+c.left = lambda: 1000
 c.a.variants = "X=1;X=2,Y=3;bad"
 c.left = lambda: 30
 c.bench_variants(BENCH, "C=choices.txt")
