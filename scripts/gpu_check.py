@@ -70,7 +70,8 @@ EXPECTED_TESTS = ("cuda-host-logic", "cuda-ops", "cuda-gpt-loss", "cuda-nccl-2",
                   "cuda-nccl-8", "cuda-nccl-hang", "cuda-train", "cuda-check-fp32-vs-cpu",
                   "cuda-check-bf16-vs-fp32-demo", "cuda-check-staged-3d-fp32", "cuda-check-checkpoint",
                   "cuda-check-families", "cuda-nccl-ordered-2", "cuda-fused-ops",
-                  "cuda-fused-ops-blocked")
+                  "cuda-fused-ops-blocked", "cuda-ops-fused-backward", "cuda-gpt-loss-fused-backward",
+                  "cuda-gemm-choose")
 TAIL_LINES = 40
 KERNELS_RESERVE_S = 120  # ncu on the main kernels, which the switches back's variants leave it
 BENCH_RESERVE_S = 330  # the benchmark's time (three 124M runs, torch.compile's compilation, gemm_choose,
