@@ -32,8 +32,9 @@
 //                              blocks started, 0 .. n - 1; the last of n sets *p back to 0
 //   fm_warp_wait(p, want)      (every lane of a warp) until the global int *p is want, set by
 //                              another block's fm_warp_post; the warp's later loads see what
-//                              that warp stored before it. After ~4 s of waiting: a trap (the
-//                              process's CUDA context is lost, an error kept: not a hang)
+//                              that warp stored before it (lane 0's acquire load, no fence).
+//                              After ~4 s of waiting: a trap (the process's CUDA context is
+//                              lost, an error kept: not a hang)
 //   fm_warp_post(p, v)         (every lane of a warp) *p = v, released: the lanes' earlier
 //                              global stores are seen by a warp whose fm_warp_wait sees v
 //   fm_exp2 fm_log fm_min      (fm_exp2: 2^x, the MUFU's approximation)
@@ -140,23 +141,35 @@ FM_DEV int fm_ticket(int *p, int n)
         atomicExch(p, 0);
     return t;
 }
+FM_DEV int fm_ld_acquire(const int *p)
+{
+    int v;
+    asm volatile("ld.acquire.gpu.global.b32 %0, [%1];\n" : "=r"(v) : "l"(p) : "memory");
+    return v;
+}
 FM_DEV void fm_warp_wait(const int *p, int want)
 {
-    if ((threadIdx.x & 31) == 0) {
+    // An acquire load, not a fence: sm_90 makes it the load and an L1 invalidation
+    // (CCTL.IVALL), where fence.acq_rel.gpu adds a MEMBAR.ALL.GPU, which waits for every
+    // memory operation the warp has in flight (the next tiles' cp.async among them) once a
+    // step. Mostly the flag is set already: one load. Else relaxed polls (an acquire each would
+    // drop the L1 each time), then the acquire again (still want: only this warp's post
+    // changes the flag next).
+    if ((threadIdx.x & 31) == 0 && fm_ld_acquire(p) != want) {
         unsigned ns = 32;
-        for (int polls = 0;; polls++) { // (relaxed polls: an acquire each would drop the L1)
+        for (int polls = 0;; polls++) {
             int v;
+            __nanosleep(ns);
+            ns = ns < 256 ? 2 * ns : ns;
             asm volatile("ld.relaxed.gpu.global.b32 %0, [%1];\n" : "=r"(v) : "l"(p) : "memory");
             if (v == want)
                 break;
             if (polls == 1 << 24) // (~4 s at 256 ns a poll)
                 __trap();
-            __nanosleep(ns);
-            ns = ns < 256 ? 2 * ns : ns;
         }
-        asm volatile("fence.acq_rel.gpu;\n" ::: "memory"); // (the acquire, once)
+        (void)fm_ld_acquire(p);
     }
-    __syncwarp();
+    __syncwarp(); // (lane 0's acquire, then the other lanes' loads)
 }
 FM_DEV void fm_warp_post(int *p, int v)
 {
