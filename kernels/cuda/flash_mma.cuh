@@ -111,7 +111,7 @@ FM_HD constexpr size_t backward_kv_bytes(int D, int BQ)
 FM_HD inline size_t fused_sums(const args &a, int D) { return (size_t)a.B * a.NH * a.T * D; }
 FM_HD inline size_t fused_flags(const args &a, int BQ)
 {
-    return (size_t)a.B * a.NH * ((a.T + BQ - 1) / BQ) * WARPS;
+    return (size_t)a.B * a.NH * ((a.T + BQ - 1) / BQ); // (one a head's query tile)
 }
 
 // the fused backward's: also the ticket's slot (4 ints) and dS^T (BN x (BQ + PAD) bf16)

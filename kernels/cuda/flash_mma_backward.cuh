@@ -10,6 +10,12 @@
 
 namespace fm {
 
+// The flag of head bh's query tile from q0 (the fused backward's turns; fused_flags of them)
+template <int BQ> FM_DEV int *turn_flag(const fused_args &a, int bh, int q0)
+{
+    return a.dq_flags + ((unsigned)bh * ((unsigned)(a.T + BQ - 1) / BQ) + (unsigned)q0 / BQ);
+}
+
 // The fused backward's dQ of a step: dQ (BQ query rows from q0 of head bh's batch x head) +=
 // dS K over key tile c, dS^T (BN keys x BQ queries, row stride BQ + PAD) in shared memory at
 // dSs and K at Ks (BN x LD). Warp w: the 16 rows 16 (w % RG) and the D / (4 / RG) columns
@@ -19,13 +25,14 @@ namespace fm {
 // ticket before this one (backward_kv's order), so a warp waits only on blocks that started
 // before it (no deadlock) and, going tile by tile, reach a tile (BN / BQ) R steps before it
 // does (no wait, mostly). Turn 0 starts from zeros, the others from the sums in
-// dq_acc (after the flag of (bh, tile, w) says turn); the last, c_first, writes dQ times the
-// scale into dqkv and sets the flag back to 0 (a tile's only adder: nothing to post), the
-// others store the sums and post turn + 1. Every sum in the same order: the same bits run to
-// run.
+// dq_acc (after the tile's flag, turn_flag, says turn); the last, c_first, writes dQ times
+// the scale into dqkv, the others store the sums. Returns what the block then posts to the
+// flag, once, after the step's barrier (fm_post: one release a block, not a fence a warp):
+// turn + 1, 0 from the last (the flag back to 0), or -1 (a tile's only adder: nothing to
+// post). Every sum in the same order: the same bits run to run.
 template <int D, int BQ, typename Q>
-FM_DEV void dq_add(const fused_args &a, const uint16_t *dSs, const uint16_t *Ks, int bh, int h,
-                   int q0, int c, bool last)
+FM_DEV int dq_add(const fused_args &a, const uint16_t *dSs, const uint16_t *Ks, int bh, int h,
+                  int q0, int c, bool last)
 {
     constexpr int RG = BQ / 16, DC = D * RG / WARPS, N8 = DC / 8, LD = D + PAD;
     static_assert(WARPS % RG == 0 && N8 % 2 == 0, "whole warps, n in pairs");
@@ -34,7 +41,7 @@ FM_DEV void dq_add(const fused_args &a, const uint16_t *dSs, const uint16_t *Ks,
     unsigned w = fm_tid() / 32, lane = fm_tid() & 31, T = a.T, uq0 = q0;
     int turn = (int)(uq0 / BN) - c;
     unsigned rg = w % RG, d0 = w / RG * DC, r = uq0 + 16 * rg + (lane >> 2); // rows r, r + 8
-    int *flag = a.dq_flags + (((unsigned)bh * ((T + BQ - 1) / BQ) + uq0 / BQ) * WARPS + w);
+    const int *flag = turn_flag<BQ>(a, bh, q0);
     float *sums = a.dq_acc + (size_t)(unsigned)bh * (T * D) + (r * D + d0 + 2 * (lane & 3));
     float prev[N8][4]; // the sums so far, loaded at once: their latency passes under the mma
     if (turn)
@@ -74,8 +81,7 @@ FM_DEV void dq_add(const fused_args &a, const uint16_t *dSs, const uint16_t *Ks,
                                  acc[n][2 * hf + 1]);
         }
     }
-    if (turn || !last)
-        fm_warp_post(flag, last ? 0 : turn + 1);
+    return turn || !last ? (last ? 0 : turn + 1) : -1;
 }
 
 // dK, dV of key tile fm_bidx() of (batch, group) fm_bidy(); Q: qkv's storage, dqkv's and
@@ -197,14 +203,19 @@ backward_kv(std::conditional_t<FUSED, fused_args, args> a)
                             fm_pack(dpt[n][2 * hf], dpt[n][2 * hf + 1]));
         mma_pb<BQ, D / 8>(dv, st, dOs, LD);  // dV += P^T dO
         mma_pb<BQ, D / 8>(dk, dpt, Qs, LD);  // dK += dS^T Q
+        int post = -1; // (FUSED: what the block posts to the tile's flag, dq_add's)
         if constexpr (FUSED) {
             fm_sync(); // every warp's dS^T is in dSs
-            dq_add<D, BQ, Q>(a, dSs, Ks, b * a.NH + h, h, q0, c, c == s0[0] / BN);
+            post = dq_add<D, BQ, Q>(a, dSs, Ks, b * a.NH + h, h, q0, c, c == s0[0] / BN);
         }
         if (k + 1 < steps)
             store_rows(k + 1); // (the other stage's figures: read by no one now)
         fm_cp_wait0(); // the next step's tiles have landed, every warp is done with these
         fm_sync();
+        if constexpr (FUSED) // every warp's sums are stored (the barrier): one release, by
+            if (post >= 0 && fm_tid() < 32) // warp 0 (a branch the others skip whole)
+                if (fm_tid() == 0)
+                    fm_post(turn_flag<BQ>(a, b * a.NH + h, q0), post);
         j = nj, t = nt;
     }
     if constexpr (FUSED) { // the tile again from the ticket's slot: a register less in the loop

@@ -35,8 +35,10 @@
 //                              that warp stored before it (lane 0's acquire load, no fence).
 //                              After ~4 s of waiting: a trap (the process's CUDA context is
 //                              lost, an error kept: not a hang)
-//   fm_warp_post(p, v)         (every lane of a warp) *p = v, released: the lanes' earlier
-//                              global stores are seen by a warp whose fm_warp_wait sees v
+//   fm_post(p, v)              (one thread, after a block barrier) *p = v, released: the
+//                              block's global stores before the barrier are seen by a warp
+//                              whose fm_warp_wait sees v (one release a block, where a fence a
+//                              warp would cost each warp a MEMBAR)
 //   fm_exp2 fm_log fm_min      (fm_exp2: 2^x, the MUFU's approximation)
 //   FM_DEV FM_HD FM_KERNEL     qualifiers of device, host-and-device, kernel functions
 //   FM_UNROLL FM_UNROLL_2      unroll a loop fully, by 2
@@ -171,11 +173,9 @@ FM_DEV void fm_warp_wait(const int *p, int want)
     }
     __syncwarp(); // (lane 0's acquire, then the other lanes' loads)
 }
-FM_DEV void fm_warp_post(int *p, int v)
+FM_DEV void fm_post(int *p, int v)
 {
-    __syncwarp(); // (the lanes' stores ordered before lane 0's release: no fence each lane)
-    if ((threadIdx.x & 31) == 0)
-        asm volatile("st.release.gpu.global.b32 [%0], %1;\n" ::"l"(p), "r"(v) : "memory");
+    asm volatile("st.release.gpu.global.b32 [%0], %1;\n" ::"l"(p), "r"(v) : "memory");
 }
 
 #endif

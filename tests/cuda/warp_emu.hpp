@@ -328,12 +328,7 @@ inline void fm_warp_wait(const int *p, int want)
                "a warp waits for a flag no block before it set (on the GPU: forever)");
     emu::my_warp().bar.arrive_and_wait();
 }
-inline void fm_warp_post(int *p, int v)
-{
-    emu::my_warp().bar.arrive_and_wait(); // (every lane's stores are done)
-    if ((emu::tid & 31) == 0)
-        __atomic_store_n(p, v, __ATOMIC_RELEASE);
-}
+inline void fm_post(int *p, int v) { __atomic_store_n(p, v, __ATOMIC_RELEASE); }
 
 // c += A B by the fragment layouts of mma.sync.m16n8k16.row.col (mma_prims.cuh).
 inline void fm_mma(float c[4], const uint32_t a[4], const uint32_t b[2])
