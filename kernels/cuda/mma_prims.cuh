@@ -31,8 +31,8 @@
 //   fm_ticket(p, n)            (one thread) atomicAdd(p, 1): the block's place in the order the
 //                              blocks started, 0 .. n - 1; the last of n sets *p back to 0
 //   fm_warp_wait(p, want)      (every lane of a warp) until the global int *p is want, set by
-//                              another block's fm_warp_post; the warp's later loads see what
-//                              that warp stored before it (lane 0's acquire load, no fence).
+//                              another block's fm_post; the warp's later loads see what that
+//                              block stored before its barrier (lane 0's acquire load, no fence).
 //                              After ~4 s of waiting: a trap (the process's CUDA context is
 //                              lost, an error kept: not a hang)
 //   fm_post(p, v)              (one thread, after a block barrier) *p = v, released: the
@@ -152,11 +152,11 @@ FM_DEV int fm_ld_acquire(const int *p)
 FM_DEV void fm_warp_wait(const int *p, int want)
 {
     // An acquire load, not a fence: sm_90 makes it the load and an L1 invalidation
-    // (CCTL.IVALL), where fence.acq_rel.gpu adds a MEMBAR.ALL.GPU, which waits for every
-    // memory operation the warp has in flight (the next tiles' cp.async among them) once a
-    // step. Mostly the flag is set already: one load. Else relaxed polls (an acquire each would
-    // drop the L1 each time), then the acquire again (still want: only this warp's post
-    // changes the flag next).
+    // (CCTL.IVALL), where fence.acq_rel.gpu adds a MEMBAR.ALL.GPU, a full fence that waits
+    // until the warp's earlier memory operations are performed (perhaps the next tiles'
+    // cp.async too), once a step. Mostly the flag is set already: one load. Else relaxed polls (an acquire each would
+    // drop the L1 each time), then the acquire again (still want: only this block's post,
+    // after its barrier, changes the flag next).
     if ((threadIdx.x & 31) == 0 && fm_ld_acquire(p) != want) {
         unsigned ns = 32;
         for (int polls = 0;; polls++) {

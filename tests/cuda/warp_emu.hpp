@@ -55,6 +55,7 @@ struct chunk_state {
 
 struct block {
     std::atomic<uint64_t> gen{1};
+    std::atomic<uint64_t> stored_gen{0}; // the generation of the block's latest fm_stcg2
     std::barrier<next_generation> bar{THREADS, next_generation{this}};
     warp w[THREADS / 32];
     unsigned char *smem = nullptr;
@@ -66,6 +67,7 @@ inline void next_generation::operator()() noexcept { b->gen.fetch_add(1); }
 
 inline thread_local block *cur;
 inline thread_local int tid;
+inline thread_local uint64_t waited_gen; // the generation of the thread's latest fm_warp_wait
 
 // cp.async copies not landed yet (the deferred blocks'): 16 bytes each, and whether a
 // commit has closed their group (wait_group waits for committed groups only)
@@ -302,14 +304,23 @@ inline void fm_cp_wait0()
 
 // The fp32 global scratch other blocks write (the fused backward's dQ sums): declared
 // readable by the test's launcher, 8 bytes aligned
+// Blocks run one after another here, so the sums are always complete when read: the order
+// the device needs is checked instead. A load of the sums needs a wait with no block barrier
+// since (the device's acquire, then the loads), and fm_post a block barrier after the
+// block's last store of them (the device's release covers the block's stores through it).
 inline void fm_ldcg2(const float *p, float v[2])
 {
     emu::check_global(p, 8);
+    emu::check(emu::waited_gen == emu::cur->gen.load(),
+               "sums loaded with no wait for the turn before them (since the last barrier)");
     std::memcpy(v, p, 8);
 }
 inline void fm_stcg2(float *p, float x, float y)
 {
     emu::check_global(p, 8);
+    uint64_t g = emu::cur->gen.load(), s = emu::cur->stored_gen.load();
+    while (s < g && !emu::cur->stored_gen.compare_exchange_weak(s, g)) {
+    }
     p[0] = x, p[1] = y;
 }
 // Blocks run one after another here, each to its end, in the order of their tickets: a flag
@@ -327,8 +338,14 @@ inline void fm_warp_wait(const int *p, int want)
     emu::check(__atomic_load_n(p, __ATOMIC_ACQUIRE) == want,
                "a warp waits for a flag no block before it set (on the GPU: forever)");
     emu::my_warp().bar.arrive_and_wait();
+    emu::waited_gen = emu::cur->gen.load();
 }
-inline void fm_post(int *p, int v) { __atomic_store_n(p, v, __ATOMIC_RELEASE); }
+inline void fm_post(int *p, int v)
+{
+    emu::check(emu::cur->stored_gen.load() < emu::cur->gen.load(),
+               "a turn posted with no block barrier after the block's stores of the sums");
+    __atomic_store_n(p, v, __ATOMIC_RELEASE);
+}
 
 // c += A B by the fragment layouts of mma.sync.m16n8k16.row.col (mma_prims.cuh).
 inline void fm_mma(float c[4], const uint32_t a[4], const uint32_t b[2])
