@@ -64,6 +64,11 @@ TR_MUST_CHECK int tr_pread_all(int fd, void *buf, size_t bytes, uint64_t off);
 TR_MUST_CHECK int tr_pwrite_all(int fd, const void *buf, size_t bytes, uint64_t off);
 /* The same at the file position (write(2)): 0, or -1 with errno. */
 TR_MUST_CHECK int tr_write_all(int fd, const void *buf, size_t bytes);
+/* A whole regular file of at most max_bytes into *text (malloc'd, NUL after its *n bytes; the
+ * caller frees it): TR_OK, or the error naming the file (TR_ERR_INVALID when it is missing,
+ * not a regular file or larger than `what`, e.g. "a JSON file of a model", may be). */
+TR_MUST_CHECK int tr_read_file(const char *path, size_t max_bytes, const char *what, char **text,
+                               size_t *n);
 /* Checked size arithmetic: return TR_ERR_INVALID on overflow. */
 TR_MUST_CHECK int tr_mul_size(size_t a, size_t b, size_t *out);
 

@@ -95,28 +95,12 @@ int hf_join(char *buf, size_t cap, const char *dir, const char *name)
 int hf_load_json(const char *path, size_t max_bytes, json_t **out)
 {
     *out = NULL;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return tr_fail(errno == ENOENT ? TR_ERR_INVALID : TR_ERR_IO, "cannot open %s: %s", path,
-                       strerror(errno));
-    struct stat st;
-    int rc = TR_OK;
-    char *text = NULL;
-    if (fstat(fd, &st))
-        rc = tr_fail(TR_ERR_IO, "cannot stat %s: %s", path, strerror(errno));
-    else if (!S_ISREG(st.st_mode))
-        rc = tr_fail(TR_ERR_INVALID, "%s: not a regular file", path);
-    else if ((uint64_t)st.st_size > max_bytes)
-        rc = tr_fail(TR_ERR_INVALID, "%s: %lld bytes, more than the %zu a JSON file of a model "
-                     "may have", path, (long long)st.st_size, max_bytes);
-    else if (!(text = malloc((size_t)st.st_size + 1)))
-        rc = tr_fail(TR_ERR_NOMEM, "out of memory reading %s", path);
-    else if (tr_pread_all(fd, text, (size_t)st.st_size, 0))
-        rc = tr_fail(TR_ERR_IO, "cannot read %s: %s", path, errno ? strerror(errno) : "short file");
-    close(fd);
+    char *text;
+    size_t n;
+    int rc = tr_read_file(path, max_bytes, "a JSON file of a model", &text, &n);
     if (!rc) {
         json_error_t err;
-        *out = json_loadb(text, (size_t)st.st_size, JSON_REJECT_DUPLICATES, &err);
+        *out = json_loadb(text, n, JSON_REJECT_DUPLICATES, &err);
         if (!*out)
             rc = tr_fail(TR_ERR_INVALID, "%s:%d:%d: %s", path, err.line, err.column,
                          json_error_code(&err) == json_error_duplicate_key

@@ -58,20 +58,13 @@ static int choices_load(const char *device, int sms)
     if (path && !strcmp(path, "none"))
         return TR_OK;
     if (path && *path) {
-        FILE *f = fopen(path, "rb");
-        long n = -1;
-        if (f && !fseek(f, 0, SEEK_END) && (n = ftell(f)) >= 0 && !fseek(f, 0, SEEK_SET) &&
-            n <= (64L << 20) && (text = malloc((size_t)n + 1)) &&
-            fread(text, 1, (size_t)n, f) == (size_t)n)
-            text[n] = 0;
-        else
-            free(text), text = NULL;
-        if (f)
-            fclose(f);
-        if (!text)
-            return tr_fail(TR_ERR_CONFIG, "cuda: TRIDENT_CUDA_GEMM_CHOICES=%s: cannot read it%s",
-                           path, n > (64L << 20) ? " (over 64 MiB)" : "");
-        if (memchr(text, 0, (size_t)n)) {
+        size_t n;
+        if (tr_read_file(path, (size_t)64 << 20, "a GEMM choices table", &text, &n)) {
+            snprintf(err, sizeof err, "%s", tr_errmsg()); /* (tr_fail rewrites the message) */
+            return tr_fail(TR_ERR_CONFIG, "cuda: TRIDENT_CUDA_GEMM_CHOICES=%s: cannot read it: %s",
+                           path, err);
+        }
+        if (memchr(text, 0, n)) {
             free(text);
             return tr_fail(TR_ERR_CONFIG, "cuda: TRIDENT_CUDA_GEMM_CHOICES=%s: not a text file",
                            path);

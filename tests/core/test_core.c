@@ -4,8 +4,10 @@
 #include <stddef.h>
 #include <cmocka.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "core/core.h"
 
@@ -85,6 +87,34 @@ static void test_json_writer(void **state)
     free(buf);
 }
 
+/* tr_read_file: a whole file with a NUL after it, and each refusal with its message */
+static void test_read_file(void **state)
+{
+    (void)state;
+    char dir[] = "/tmp/trident-read-XXXXXX", path[64], *text = (char *)1;
+    size_t n = 99;
+    assert_non_null(mkdtemp(dir));
+    snprintf(path, sizeof path, "%s/f.txt", dir);
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fputs("abc\ndef", f);
+    fclose(f);
+    assert_int_equal(tr_read_file(path, 7, "a test file", &text, &n), TR_OK);
+    assert_int_equal(n, 7);
+    assert_string_equal(text, "abc\ndef");
+    free(text);
+    assert_int_equal(tr_read_file(path, 6, "a test file", &text, &n), TR_ERR_INVALID);
+    assert_null(text);
+    assert_non_null(strstr(tr_errmsg(), "f.txt: 7 bytes, more than the 6 a test file may have"));
+    assert_int_equal(tr_read_file(dir, 100, "a test file", &text, &n), TR_ERR_INVALID);
+    assert_non_null(strstr(tr_errmsg(), "not a regular file"));
+    assert_int_equal(unlink(path), 0);
+    assert_int_equal(tr_read_file(path, 100, "a test file", &text, &n), TR_ERR_INVALID);
+    assert_non_null(strstr(tr_errmsg(), "cannot open"));
+    assert_null(text);
+    assert_int_equal(rmdir(dir), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -92,6 +122,7 @@ int main(void)
         cmocka_unit_test(test_init_normal_statistics),
         cmocka_unit_test(test_error_messages),
         cmocka_unit_test(test_json_writer),
+        cmocka_unit_test(test_read_file),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
