@@ -9,8 +9,9 @@
  * calls; the first as trident's plans take it), checks the fastest's outputs (C, and the GELU
  * forward's aux or BGRADB's column sums) against the heuristic first's on the same operands
  * (beta 0: the largest difference relative to the largest value, within 2^-7 for bf16, 1e-3
- * for fp32), and records it where it is at least --margin faster. Then TRIDENT_CUDA_GEMM_CHOICES=OUT makes trident
- * use them, and --inc writes them as kernels/cuda/gemm_choices.inc's compiled-in lines.
+ * for fp32), and records it where it is at least --margin faster. Then
+ * TRIDENT_CUDA_GEMM_CHOICES=OUT makes trident use them, and --inc writes them as
+ * kernels/cuda/gemm_choices.inc's compiled-in lines.
  * stdout: a Markdown table (each key's heuristic-first and best times, TFLOP/s, the choice).
  *   gemm_choose --keys FILE [--keys FILE ...] --out FILE [--inc FILE] [--candidates N]
  *               [--margin F] [--force-index I] [--max-gib G]
@@ -27,6 +28,7 @@
 #include <cuda_runtime_api.h>
 
 #include "core/core.h"
+#include "kernels/cuda/bf16.h"
 #include "kernels/cuda/cuda.h"
 #include "kernels/cuda/gemm_internal.h"
 
@@ -106,10 +108,23 @@ typedef struct {
     size_t bytes;
 } dev_buf;
 
-/* bytes at exactly alignment al (the lowest set bit of the address), random values of the
- * element type (bf16 or fp32 in [-1, 1)); 0 or -1 */
-static int buf_make(dev_buf *b, size_t elems, int elem_bytes, int al, uint64_t *seed)
+/* bytes at exactly alignment al (the lowest set bit of the address), filled with one fixed
+ * pattern of random values of the element type (bf16 or fp32 in [-1, 1)); 0 or -1 */
+static int buf_make(dev_buf *b, size_t elems, int elem_bytes, int al)
 {
+    enum { CHUNK = 1 << 22 };
+    static float f32[CHUNK];
+    static uint16_t b16[CHUNK];
+    static int made;
+    if (!made) { /* (once: the values only need to be numbers a GEMM meets) */
+        uint64_t r = 0x9e3779b97f4a7c15ull;
+        for (int i = 0; i < CHUNK; i++) { /* xorshift values in [-1, 1) */
+            r ^= r << 13, r ^= r >> 7, r ^= r << 17;
+            f32[i] = (float)((double)(r >> 11) / 4503599627370496.0 - 1.0);
+            b16[i] = bf16_from_f32(f32[i]);
+        }
+        made = 1;
+    }
     b->bytes = elems * (size_t)elem_bytes;
     if (cudaMalloc(&b->base, b->bytes + 256) != cudaSuccess) {
         (void)cudaGetLastError();
@@ -117,16 +132,6 @@ static int buf_make(dev_buf *b, size_t elems, int elem_bytes, int al, uint64_t *
         return -1;
     }
     b->p = (char *)b->base + (al < 256 ? al : 0);
-    enum { CHUNK = 1 << 22 };
-    static float f32[CHUNK];
-    static uint16_t b16[CHUNK];
-    for (int i = 0; i < CHUNK; i++) { /* xorshift values in [-1, 1) */
-        *seed ^= *seed << 13, *seed ^= *seed >> 7, *seed ^= *seed << 17;
-        f32[i] = (float)((double)(*seed >> 11) / 4503599627370496.0 - 1.0);
-        uint32_t u;
-        memcpy(&u, &f32[i], 4);
-        b16[i] = (uint16_t)(u >> 16);
-    }
     const char *src = elem_bytes == 2 ? (const char *)b16 : (const char *)f32;
     size_t chunk = (size_t)CHUNK * (size_t)elem_bytes;
     for (size_t off = 0; off < b->bytes; off += chunk) {
@@ -201,8 +206,9 @@ static int fetch(float *h, size_t *at, const dev_buf *b, size_t n, int bf16)
         return -1;
     if (bf16) /* widen in place, from the end (element i's 4 bytes cover bf16 2i and 2i + 1) */
         for (size_t i = n; i-- > 0;) {
-            uint32_t u = (uint32_t)((uint16_t *)(h + *at))[i] << 16;
-            memcpy(&h[*at + i], &u, 4);
+            uint16_t v;
+            memcpy(&v, (const char *)(h + *at) + 2 * i, 2);
+            h[*at + i] = bf16_to_f32(v);
         }
     *at += n;
     return 0;
@@ -313,7 +319,6 @@ int main(int argc, char **argv)
     printf("| GEMM (M x N x K, batch; epilogue) | beta | candidates | heuristic's first ms | "
            "best ms (candidate) | TFLOP/s first -> best | recorded | max difference |\n"
            "|---|---:|---:|---:|---:|---:|---|---:|\n");
-    uint64_t seed = 0x9e3779b97f4a7c15ull;
     int recorded = 0, failed = 0;
     double sum_first = 0, sum_chosen = 0;
     for (int i = 0; i < n_keys; i++) {
@@ -365,12 +370,12 @@ int main(int argc, char **argv)
         int too_loose = k->alA < es || k->alB < es || k->alC < cs ||
                         (k->bias && k->alBias < bias_bytes) || (has_aux && k->alAux < 2);
         dev_buf *b = o.b;
-        int ok = n > 0 && !too_loose && !buf_make(&b[OP_A], nA, es, k->alA, &seed) &&
-                 !buf_make(&b[OP_B], nB, es, k->alB, &seed) &&
-                 !buf_make(&b[OP_C], o.nC, cs, k->alC, &seed) &&
-                 (beta == 0 || !buf_make(&b[OP_CIN], o.nC, cs, k->alC, &seed)) &&
-                 (!o.nBias || !buf_make(&b[OP_BIAS], o.nBias, bias_bytes, k->alBias, &seed)) &&
-                 (!o.nAux || !buf_make(&b[OP_AUX], o.nAux, 2, k->alAux, &seed));
+        int ok = n > 0 && !too_loose && !buf_make(&b[OP_A], nA, es, k->alA) &&
+                 !buf_make(&b[OP_B], nB, es, k->alB) &&
+                 !buf_make(&b[OP_C], o.nC, cs, k->alC) &&
+                 (beta == 0 || !buf_make(&b[OP_CIN], o.nC, cs, k->alC)) &&
+                 (!o.nBias || !buf_make(&b[OP_BIAS], o.nBias, bias_bytes, k->alBias)) &&
+                 (!o.nAux || !buf_make(&b[OP_AUX], o.nAux, 2, k->alAux));
         /* the probe computes what trident's own call of the key does, to the bit */
         size_t n_ref = 0, n_x = 0;
         float *ref = ok ? outputs_of(q, st, &algos[0], &o, k, &n_ref) : NULL;
@@ -459,7 +464,8 @@ int main(int argc, char **argv)
         fprintf(fi, "/* kernels/cuda/gemm_choices.inc — the compiled-in cuBLASLt algorithm "
                     "choices (kernels/cuda/gemm_choice.h's\n * text, one C string a line), "
                     "written by benchmarks/gemm_choose --inc: one block a device and\n"
-                    " * cuBLASLt version (a new recording replaces its old block; keep the others). */\n");
+                    " * cuBLASLt version (a new recording replaces its old block; keep the "
+                    "others). */\n");
         while (fgets(line, sizeof line, fr)) {
             line[strcspn(line, "\r\n")] = 0;
             fputc('"', fi);

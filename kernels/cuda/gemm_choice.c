@@ -79,8 +79,11 @@ int cu_gemm_key_parse(const char *s, cu_gemm_key *k, const char **end)
     return 0;
 }
 
-static int fail(char *err, size_t n, const char *origin, int line, const char *fmt, ...)
+/* The parse's failure: *t freed (nothing kept), "ORIGIN:LINE: what" in err; -1. */
+static int fail(cu_gemm_choices *t, char *err, size_t n, const char *origin, int line,
+                const char *fmt, ...)
 {
+    cu_gemm_choices_free(t);
     int off = snprintf(err, n, "%s:%d: ", origin, line);
     if (off < 0 || (size_t)off >= n)
         return -1;
@@ -121,11 +124,9 @@ int cu_gemm_choices_parse(const char *text, const char *origin, cu_gemm_choices 
         const char *nl = strchr(p, '\n');
         size_t len = nl ? (size_t)(nl - p) : strlen(p);
         line_no++;
-        if (len >= sizeof line) {
-            cu_gemm_choices_free(t);
-            return fail(err, n_err, origin, line_no, "line longer than %zu characters",
+        if (len >= sizeof line)
+            return fail(t, err, n_err, origin, line_no, "line longer than %zu characters",
                         sizeof line - 1);
-        }
         memcpy(line, p, len);
         line[len] = 0;
         p += len + (nl ? 1 : 0);
@@ -146,96 +147,71 @@ int cu_gemm_choices_parse(const char *text, const char *origin, cu_gemm_choices 
         long long v;
         if (!strncmp(s, "device", 6) && (s[6] == ' ' || s[6] == '\t')) {
             rest = s + 6;
-            if (read_int(&rest, 1, 100000, &v)) {
-                cu_gemm_choices_free(t);
-                return fail(err, n_err, origin, line_no, "device: expected <SM count> <name>");
-            }
+            if (read_int(&rest, 1, 100000, &v))
+                return fail(t, err, n_err, origin, line_no, "device: expected <SM count> <name>");
             while (*rest == ' ' || *rest == '\t')
                 rest++;
-            if (!*rest || strlen(rest) >= sizeof t->blocks[0].name) {
-                cu_gemm_choices_free(t);
-                return fail(err, n_err, origin, line_no, "device: a name of 1-%zu characters",
+            if (!*rest || strlen(rest) >= sizeof t->blocks[0].name)
+                return fail(t, err, n_err, origin, line_no, "device: a name of 1-%zu characters",
                             sizeof t->blocks[0].name - 1);
-            }
-            if (grow((void **)&t->blocks, &cap_blocks, t->n_blocks + 1, sizeof *t->blocks)) {
-                cu_gemm_choices_free(t);
-                return fail(err, n_err, origin, line_no, "out of memory");
-            }
+            if (grow((void **)&t->blocks, &cap_blocks, t->n_blocks + 1, sizeof *t->blocks))
+                return fail(t, err, n_err, origin, line_no, "out of memory");
             cu_gemm_device *d = &t->blocks[t->n_blocks++];
             memset(d, 0, sizeof *d);
             d->sms = (int)v;
             snprintf(d->name, sizeof d->name, "%s", rest);
         } else if (!strncmp(s, "cublaslt", 8) && (s[8] == ' ' || s[8] == '\t')) {
             rest = s + 8;
-            if (!t->n_blocks || t->blocks[t->n_blocks - 1].version) {
-                cu_gemm_choices_free(t);
-                return fail(err, n_err, origin, line_no,
+            if (!t->n_blocks || t->blocks[t->n_blocks - 1].version)
+                return fail(t, err, n_err, origin, line_no,
                             "cublaslt: one a block, after its device line");
-            }
-            if (read_int(&rest, 1, 0x7fffffff, &v) || *rest) {
-                cu_gemm_choices_free(t);
-                return fail(err, n_err, origin, line_no, "cublaslt: expected one version number");
-            }
+            if (read_int(&rest, 1, 0x7fffffff, &v) || *rest)
+                return fail(t, err, n_err, origin, line_no,
+                            "cublaslt: expected one version number");
             cu_gemm_device *d = &t->blocks[t->n_blocks - 1];
             for (int b = 0; b + 1 < t->n_blocks; b++)
                 if (t->blocks[b].version == (int)v && t->blocks[b].sms == d->sms &&
-                    !strcmp(t->blocks[b].name, d->name)) {
-                    cu_gemm_choices_free(t);
-                    return fail(err, n_err, origin, line_no,
+                    !strcmp(t->blocks[b].name, d->name))
+                    return fail(t, err, n_err, origin, line_no,
                                 "cublaslt: a second block for this device and version (one a "
                                 "device and version: replace the old block)");
-                }
             d->version = (int)v;
         } else if (!strncmp(s, "choice", 6) && (s[6] == ' ' || s[6] == '\t')) {
             cu_gemm_choice c;
             memset(&c, 0, sizeof c);
-            if (!t->n_blocks) {
-                cu_gemm_choices_free(t);
-                return fail(err, n_err, origin, line_no, "choice before any device line");
-            }
-            if (cu_gemm_key_parse(s + 6, &c.key, &rest)) {
-                cu_gemm_choices_free(t);
-                return fail(err, n_err, origin, line_no,
+            if (!t->n_blocks)
+                return fail(t, err, n_err, origin, line_no, "choice before any device line");
+            if (cu_gemm_key_parse(s + 6, &c.key, &rest))
+                return fail(t, err, n_err, origin, line_no,
                             "choice: expected %d key integers in range, then %d hex words",
                             CU_GEMM_KEY_FIELDS, CU_GEMM_ALGO_WORDS);
-            }
             for (int w = 0; w < CU_GEMM_ALGO_WORDS; w++) {
                 while (*rest == ' ' || *rest == '\t')
                     rest++;
                 char *e;
                 errno = 0;
                 unsigned long long x = isxdigit((unsigned char)*rest) ? strtoull(rest, &e, 16) : 0;
-                if (!isxdigit((unsigned char)*rest) || errno || (*e && *e != ' ' && *e != '\t')) {
-                    cu_gemm_choices_free(t);
-                    return fail(err, n_err, origin, line_no,
+                if (!isxdigit((unsigned char)*rest) || errno || (*e && *e != ' ' && *e != '\t'))
+                    return fail(t, err, n_err, origin, line_no,
                                 "choice: algorithm word %d is not a 64-bit hex number", w + 1);
-                }
                 c.algo[w] = x, rest = e;
             }
             while (*rest == ' ' || *rest == '\t')
                 rest++;
-            if (*rest) {
-                cu_gemm_choices_free(t);
-                return fail(err, n_err, origin, line_no, "choice: unexpected text after the %d "
+            if (*rest)
+                return fail(t, err, n_err, origin, line_no, "choice: unexpected text after the %d "
                             "algorithm words", CU_GEMM_ALGO_WORDS);
-            }
             c.block = t->n_blocks - 1;
             for (int i = t->n - 1; i >= 0 && t->rows[i].block == c.block; i--)
-                if (same_key(&t->rows[i].key, &c.key)) {
-                    cu_gemm_choices_free(t);
-                    return fail(err, n_err, origin, line_no,
+                if (same_key(&t->rows[i].key, &c.key))
+                    return fail(t, err, n_err, origin, line_no,
                                 "choice: this key already has a choice (line order: one a key)");
-                }
-            if (grow((void **)&t->rows, &cap_rows, t->n + 1, sizeof *t->rows)) {
-                cu_gemm_choices_free(t);
-                return fail(err, n_err, origin, line_no, "out of memory");
-            }
+            if (grow((void **)&t->rows, &cap_rows, t->n + 1, sizeof *t->rows))
+                return fail(t, err, n_err, origin, line_no, "out of memory");
             t->rows[t->n++] = c;
-        } else {
-            cu_gemm_choices_free(t);
-            return fail(err, n_err, origin, line_no,
-                        "expected `device`, `cublaslt` or `choice` (see kernels/cuda/gemm_choice.h)");
-        }
+        } else
+            return fail(t, err, n_err, origin, line_no, "expected `device`, `cublaslt` or "
+                        "`choice` (see kernels/cuda/gemm_choice.h)");
     }
     return 0;
 }
