@@ -212,10 +212,9 @@ backward_kv(std::conditional_t<FUSED, fused_args, args> a)
             store_rows(k + 1); // (the other stage's figures: read by no one now)
         fm_cp_wait0(); // the next step's tiles have landed, every warp is done with these
         fm_sync();
-        if constexpr (FUSED) // every warp's sums are stored (the barrier): one release, by
-            if (post >= 0 && fm_tid() < 32) // warp 0 (a branch the others skip whole)
-                if (fm_tid() == 0)
-                    fm_post(turn_flag<BQ>(a, b * a.NH + h, q0), post);
+        if constexpr (FUSED) // every warp's sums are stored (the barrier): one release
+            if (post >= 0 && fm_tid() == 0)
+                fm_post(turn_flag<BQ>(a, b * a.NH + h, q0), post);
         j = nj, t = nt;
     }
     if constexpr (FUSED) { // the tile again from the ticket's slot: a register less in the loop

@@ -154,9 +154,9 @@ FM_DEV void fm_warp_wait(const int *p, int want)
     // An acquire load, not a fence: sm_90 makes it the load and an L1 invalidation
     // (CCTL.IVALL), where fence.acq_rel.gpu adds a MEMBAR.ALL.GPU, a full fence that waits
     // until the warp's earlier memory operations are performed (perhaps the next tiles'
-    // cp.async too), once a step. Mostly the flag is set already: one load. Else relaxed polls (an acquire each would
-    // drop the L1 each time), then the acquire again (still want: only this block's post,
-    // after its barrier, changes the flag next).
+    // cp.async too), once a step. Mostly the flag is set already: one load. Else relaxed
+    // polls (an acquire each would drop the L1 each time), then the acquire again (still
+    // want: only this block's post, after its barrier, changes the flag next).
     if ((threadIdx.x & 31) == 0 && fm_ld_acquire(p) != want) {
         unsigned ns = 32;
         for (int polls = 0;; polls++) {

@@ -303,11 +303,11 @@ inline void fm_cp_wait0()
 }
 
 // The fp32 global scratch other blocks write (the fused backward's dQ sums): declared
-// readable by the test's launcher, 8 bytes aligned
-// Blocks run one after another here, so the sums are always complete when read: the order
-// the device needs is checked instead. A load of the sums needs a wait with no block barrier
-// since (the device's acquire, then the loads), and fm_post a block barrier after the
-// block's last store of them (the device's release covers the block's stores through it).
+// readable by the test's launcher, 8 bytes aligned. Blocks run one after another here, so
+// the sums are always complete when read: the order the device needs is checked instead. A
+// load of the sums needs a wait with no block barrier since (the device's acquire, then the
+// loads), and fm_post a block barrier after the block's last store of them (the device's
+// release covers the block's stores through it).
 inline void fm_ldcg2(const float *p, float v[2])
 {
     emu::check_global(p, 8);
