@@ -398,6 +398,12 @@ class Check:
                         f"{len(fails)} failed, {len(skips)} skipped"), ""
 
     @staticmethod
+    def last_output(out):
+        """The last command's output in a run() log (a log holds each of its step's runs, each
+        after its "$ command" line)."""
+        return out[out.rfind("$ "):]
+
+    @staticmethod
     def summary_of(text):
         oks = [l.strip() for l in text.splitlines() if l.startswith("ok ")]
         return "; ".join(oks)[:300] if oks else ""

@@ -30,7 +30,7 @@ def choose(c):
     rc, out = c.run("gemm-choose", [exe, "--keys", keys, "--out", out_txt, "--inc",
                                     os.path.join(c.out, "gemm_choices.inc")],
                     timeout=min(240, c.left() - 100))
-    text = out[out.rfind("$ "):]
+    text = c.last_output(out)
     table = "\n".join(l for l in text.splitlines() if l.startswith("|") or " keys, " in l)
     c.results["gemm_choose"] = table or f"benchmarks/gemm_choose exit {rc}: {text[-500:]}"
     # (1: some keys failed, 124: stopped at its time; the rows it wrote stand either way)

@@ -122,7 +122,7 @@ def step(c):
                 break
             rc, out = c.run("kernels", command(tool, exe, pattern, extra),
                             timeout=min(120, c.left() - 10), env=run_env)
-            m = metrics(out[out.rfind("$ "):]) if rc == 0 else {}
+            m = metrics(c.last_output(out)) if rc == 0 else {}
         found.append((label, m or f"ncu exit {rc}, no figures (logs/kernels.log)"))
     c.results["kernels"] = table(found)
     n = sum(1 for _, m in found if isinstance(m, dict))

@@ -47,18 +47,16 @@ def run(c, b, first="", keep=0):
     entries = [x for x in ([first] if first else []) + c.a.variants.split(";") if "=" in x or x == "COMBINE"]
     if "COMBINE" not in entries:
         entries.append("COMBINE")
-    faster = []
+    faster, past_combine = [], False
 
-    after = []  # (set once COMBINE has passed: its entries also keep `keep` seconds)
-
-    def one(entry, label=None):
-        if c.left() < MIN_LEFT + (keep if after else 0):
+    def one(entry, label=None, reserve=0):
+        if c.left() < MIN_LEFT + reserve:
             lines.append(f"| {label or entry} | not run: the time budget ran out | | | | |")
             return None
         env = dict(c.env, **settings(entry))
         rc, out = c.run("bench-variants", [exe, "--json", "--micro-batch", str(row["micro_batch"]),
                                            "--iters", "10"], timeout=min(120, c.left() - 10), env=env)
-        text, r = out[out.rfind("$ "):], None
+        text, r = c.last_output(out), None
         i = text.find('{"')
         try:
             r = json.JSONDecoder().raw_decode(text[i:])[0] if rc == 0 and i >= 0 else None
@@ -75,7 +73,7 @@ def run(c, b, first="", keep=0):
 
     for e in entries:
         if e != "COMBINE":
-            ms = one(e)
+            ms = one(e, reserve=keep if past_combine else 0)
             if ms and ms < (1 - COMBINE_GAIN) * base_ms:
                 faster.append((ms, e))
             continue
@@ -88,5 +86,5 @@ def run(c, b, first="", keep=0):
             both = ",".join(f"{k}={v}" for k, v in merged.items())
             if parts >= 2:
                 one(both, "all the faster ones at once: " + both)
-        after.append(1)
+        past_combine = True
     c.results["bench_variants"] = "\n".join(lines)
