@@ -592,6 +592,10 @@ int main(int argc, char **argv)
         long n_chosen, n_refused; /* plans on recorded algorithms (kernels/cuda/gemm_choice.h) */
         tr_cuda_gemm_choice_counts(&n_chosen, &n_refused);
         printf(", \"gemm_choices\": %ld, \"gemm_choices_refused\": %ld", n_chosen, n_refused);
+        long dnn_ran, dnn_refused; /* cuDNN's attention (TRIDENT_CUDA_ATTENTION=cudnn) */
+        tr_cuda_cudnn_attention_counts(&dnn_ran, &dnn_refused);
+        printf(", \"cudnn_attention\": %ld, \"cudnn_attention_refused\": %ld", dnn_ran,
+               dnn_refused);
         if (profile) {
             printf(", \"profiled_ms_per_iter\": %.3f, \"ops\": [", prof_total);
             for (int o = 0, first = 1; o < N_OPS; o++) {

@@ -282,12 +282,30 @@ for m in "${modules[@]}"; do
   done
 done
 
+# ---- 4b. cuDNN's headers and its frontend's (header-only C++) for the CUDA build's cuDNN
+# attention, in cudnn/include/ (gpu_check.py passes it as -Dcudnn_include; the GPU image's
+# cuDNN wheel may hold the library without its headers; the frontend's headers include each
+# other as ../include/NAME, so the folder is named include); left out, with a warning, where
+# this machine has either missing (scripts/setup.sh fetches the frontend's)
+rm -rf "$prefix/cudnn"
+cudnn_h=$(ls /usr/local/cuda/include/cudnn*.h 2>/dev/null || true)
+if [ -n "$cudnn_h" ] && [ -f "$root/.deps/cudnn-frontend/include/cudnn_frontend.h" ]; then
+  mkdir -p "$prefix/cudnn/include"
+  cp $cudnn_h "$prefix/cudnn/include/"
+  cp -a "$root/.deps/cudnn-frontend/include/." "$prefix/cudnn/include/"
+  cudnn_note="cudnn headers $(awk '/#define CUDNN_(MAJOR|MINOR|PATCHLEVEL) / {printf "%s%s", s, $3; s="."}' /usr/local/cuda/include/cudnn_version.h), frontend $(cat "$root/.deps/cudnn-frontend/VERSION")"
+else
+  echo "gpu-bundle: WARNING: no cuDNN headers (/usr/local/cuda/include/cudnn.h) or frontend (.deps/cudnn-frontend: scripts/fetch_cudnn_frontend.py): the GPU build leaves cuDNN's attention out" >&2
+  cudnn_note="no cudnn headers"
+fi
+
 # ---- 5. manifest, archive, sizes
 rm -rf "$stage"
 {
   echo "trident GPU bundle (scripts/gpu-bundle.sh), made $(date -u +%Y-%m-%dT%H:%M:%SZ) on $(. /etc/os-release; echo "$PRETTY_NAME") $arch"
   echo "commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
   echo "modules ${modules[*]}"
+  echo "$cudnn_note"
   for f in "$dir"/debs/*.deb; do
     p=$(dpkg-deb -f "$f" Package)
     printf '%s\n' "${packages[@]}" | grep -qx "$p" && echo "package $p $(dpkg-deb -f "$f" Version)"

@@ -71,7 +71,7 @@ EXPECTED_TESTS = ("cuda-host-logic", "cuda-ops", "cuda-gpt-loss", "cuda-nccl-2",
                   "cuda-check-bf16-vs-fp32-demo", "cuda-check-staged-3d-fp32", "cuda-check-checkpoint",
                   "cuda-check-families", "cuda-nccl-ordered-2", "cuda-fused-ops",
                   "cuda-fused-ops-blocked", "cuda-ops-fused-backward", "cuda-gpt-loss-fused-backward",
-                  "cuda-gemm-choose")
+                  "cuda-gemm-choose", "cuda-attention-cudnn", "cuda-gpt-loss-cudnn")
 TAIL_LINES = 40
 KERNELS_RESERVE_S = 120  # ncu on the main kernels, which the switches back's variants leave it
 BENCH_RESERVE_S = 330  # the benchmark's time (three 124M runs, torch.compile's compilation, gemm_choose,
@@ -253,6 +253,12 @@ class Check:
         self.results["toolkit"] = {"nvcc": nvcc, "nvcc_version": nvcc_version, "nccl_version": nccl_version,
                                    **{k: v["lib"] for k, v in found.items()}, "folder": tk}
         where = "; ".join(f"{k} {v['lib']}" for k, v in found.items())
+        dnn = cuda.find_cudnn(roots)  # optional: TRIDENT_CUDA_ATTENTION=cudnn's library
+        if dnn:
+            self.lib_dirs.append(os.path.dirname(os.path.realpath(dnn[0])))
+            self.results["toolkit"]["cudnn"] = dnn[0]
+            self.cudnn_include = dnn[1]
+        where += f"; cudnn {dnn[0] if dnn else 'not found (cuDNN attention variants fall back)'}"
         return "PASS", f"nvcc {nvcc} ({nvcc_version}); NCCL {nccl_version}; {where}", detail
 
     # 3. the GPU, as the driver sees it (the probe after the build decides)
@@ -286,7 +292,15 @@ class Check:
         # on the way (OpenBLAS's libgfortran too), without LD_LIBRARY_PATH
         rpath = [os.path.join(self.prefix, "lib")] if self.prefix else []
         rpath += self.lib_dirs
-        opts.append("-Dc_link_args=" + ",".join(["-Wl", "--disable-new-dtags"] + [f"-rpath,{d}" for d in rpath]))
+        link = ",".join(["-Wl", "--disable-new-dtags"] + [f"-rpath,{d}" for d in rpath])
+        # (cpp too: with the cuDNN attention's C++ in the library, meson links with g++)
+        opts += ["-Dc_link_args=" + link, "-Dcpp_link_args=" + link]
+        # cuDNN's headers and its frontend's: the bundle's cudnn/include (gpu-bundle.sh), then
+        # the cuDNN wheel's own (meson.build builds the cuDNN attention where both are found)
+        dnn_inc = [d for d in (os.path.join(self.prefix, "cudnn", "include") if self.prefix else "",
+                               getattr(self, "cudnn_include", None) or "") if d and os.path.isdir(d)]
+        if dnn_inc:
+            opts.append("-Dcudnn_include=" + ",".join(dnn_inc))
         if os.path.isfile(os.path.join(build, "build.ninja")):
             cmd = ["meson", "setup", "--reconfigure", build] + opts
         else:
@@ -295,7 +309,8 @@ class Check:
         if rc != 0:
             return "FAIL", "meson setup failed", out
         m = re.search(r"CUDA backend\s*:\s*(\S+)", out)
-        return "PASS", f"{build}: CUDA backend {m.group(1) if m else '?'}{note}", ""
+        d = re.search(r"cuDNN attention\s*:\s*(\S+)", out)
+        return "PASS", f"{build}: CUDA backend {m.group(1) if m else '?'}, cuDNN attention {d.group(1) if d else '?'}{note}", ""
 
     def build(self):
         targets = [t for t in self.a.targets.split(",") if t] if self.a.targets else []
@@ -514,7 +529,8 @@ def main():
     ap.add_argument("--jobs", type=int, default=0)
     ap.add_argument("--variants",
                     default="TRIDENT_CUDA_ATTENTION_BWD=fused;TRIDENT_CUDA_ATTENTION_BWD=fused,TRIDENT_CUDA_ATTENTION_KV=64;"
-                    "TRIDENT_CUDA_ATTENTION_KV=64;COMBINE;"
+                    "TRIDENT_CUDA_ATTENTION_KV=64;TRIDENT_CUDA_ATTENTION=cudnn;TRIDENT_CUDA_ATTENTION=cudnn-backward;"
+                    "COMBINE;"
                     "TRIDENT_CUDA_XENT=two-pass;TRIDENT_CUDA_NORM_BACKWARD=two-pass;TRIDENT_CUDA_GEMM=fast;"
                     "TRIDENT_CUDA_HEAD=fp32;TRIDENT_CUDA_EPILOGUE=0;TRIDENT_CUDA_ACTIVATIONS=fp32",
                     help="after the benchmark (and the recorded GEMM choices, when gemm_choose found faster "
@@ -523,6 +539,7 @@ def main():
                     "all at once) (default: the candidates for the defaults first: the attention backward as one "
                     "kernel (dK dV and dQ, S and dP computed once) instead of two, also with 64 query rows a step; "
                     "the tensor-core attention's dK dV in steps of 64 query rows instead of 32 at head size 64; "
+                    "cuDNN's attention (its deterministic backward), both passes or the backward only; "
                     "then the switches back whose kernels changed since they were last timed or that cost the most: "
                     "the head's cross-entropy in two ops instead of the fused one; the norms' backward in two passes; "
                     "cuBLASLt's fast-bf16 mode instead of staging; the head's logits in fp32; the unfused linear "

@@ -99,6 +99,17 @@ def find_libraries(roots):
     return found, missing
 
 
+def find_cudnn(roots):
+    """(library file, include dir or None) of cuDNN (libcudnn.so.9, the pip wheel's nvidia/cudnn/
+    or the toolkit's), or None: optional, for the cuDNN attention (loaded at run time; its folder
+    goes on the programs' RPATH so that dlopen finds it)."""
+    for r in roots:
+        lb = lib_in(r, "cudnn")
+        if lb:
+            return lb[1], header_in(r, "cudnn.h")
+    return None
+
+
 def nccl_version(include):
     """MAJOR.MINOR.PATCH from include/nccl.h, '?' when it names none."""
     nccl_h = open(os.path.join(include, "nccl.h"), errors="replace").read()

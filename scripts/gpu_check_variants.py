@@ -68,6 +68,9 @@ def run(c, b, first="", keep=0):
         label = label or entry
         if r.get("gemm_choices") or r.get("gemm_choices_refused"):  # (the recorded ones used)
             label += f" ({r.get('gemm_choices', 0)} plans recorded, {r.get('gemm_choices_refused', 0)} refused)"
+        if r.get("cudnn_attention") or r.get("cudnn_attention_refused"):  # (whether cuDNN ran)
+            label += (f" (cuDNN ran {r.get('cudnn_attention', 0)} attention calls, "
+                      f"fell back on {r.get('cudnn_attention_refused', 0)})")
         lines.append(line(label, r["ms_per_iter"], r.get("tokens_per_s", 0)))
         return r["ms_per_iter"]
 

@@ -15,3 +15,9 @@ if [ ${#missing[@]} -gt 0 ]; then
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
+# The cuDNN frontend's headers for the CUDA build's cuDNN attention (opt-in; a build without
+# them leaves it out): only where a CUDA toolkit is
+if [ -x /usr/local/cuda/bin/nvcc ] || command -v nvcc >/dev/null 2>&1; then
+  python3 "$(dirname "$0")/fetch_cudnn_frontend.py" ||
+    echo "setup: WARNING: no cuDNN frontend headers: the CUDA build leaves cuDNN's attention out" >&2
+fi

@@ -61,6 +61,10 @@
 #include "core/core.h"
 #include "kernels/kernels.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 typedef enum { TR_CUDA_FP32 = 0, TR_CUDA_BF16 = 1 } tr_cuda_precision;
 
 /* ---------------------------------------------------------------- device and tables */
@@ -94,6 +98,13 @@ void tr_cuda_epilogue_counts(long *ran, long *refused);
  * gemm_choice.h's table: TRIDENT_CUDA_GEMM_CHOICES or the compiled-in one), and recorded
  * algorithms cuBLASLt refused (those plans took the heuristic's first), since the start. */
 void tr_cuda_gemm_choice_counts(long *chosen, long *refused);
+
+/* cuDNN's attention (TRIDENT_CUDA_ATTENTION=cudnn, kernels/cuda/attention_cudnn.h): the
+ * forward and backward calls it ran, and those it was asked for and could have taken but did
+ * not (its library missing, or a graph it refused: trident's kernels ran), since the start.
+ * Returns 1 when cuDNN is loaded, 0 when it is not (not asked for yet, or failed to load), -1
+ * in a build without its headers. */
+int tr_cuda_cudnn_attention_counts(long *ran, long *refused);
 
 /* Pure: the device for a process whose local rank is given as text (the value of the
  * variable named var_name, e.g. "LOCAL_RANK"; NULL or "" = 0) on a machine with
@@ -180,5 +191,9 @@ size_t tr_arena_largest_hole(const tr_arena *a);
 /* The capacity that serves these requests, made in order without frees: the sum of the
  * sizes each rounded up to align (0 counts as one unit). Saturates at SIZE_MAX. */
 size_t tr_arena_bytes_for(const size_t *sizes, size_t n, size_t align);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

@@ -254,6 +254,16 @@ int cu_flash_mma_backward(cudaStream_t st, float *dqkv, uint16_t *dqkv16, const 
                           const int32_t *starts, const float *dout, const uint16_t *dout16,
                           const float *qkv, const uint16_t *qkv16, const float *lse,
                           const float *alibi, int B, int T, int NH, int NG, int HS);
+/* ---- attention_cudnn.cpp: cuDNN's attention on kernels.h's attention_*_qkv16 tensors
+ * (attention_cudnn.h): 1 when it ran, 0 when the caller's kernels must run (not asked for by
+ * TRIDENT_CUDA_ATTENTION, a call it does not take, cuDNN missing or refusing; alibi and
+ * segments: whether the call has them). Builds without cuDNN's headers define both as 0. */
+int cu_cudnn_attention_forward(cudaStream_t st, uint16_t *out16, float *lse,
+                               const uint16_t *qkv16, int B, int T, int NH, int NG, int HS,
+                               int alibi, int segments);
+int cu_cudnn_attention_backward(cudaStream_t st, uint16_t *dqkv16, const uint16_t *dout16,
+                                const uint16_t *qkv16, const uint16_t *out16, const float *lse,
+                                int B, int T, int NH, int NG, int HS, int alibi, int segments);
 /* the same on the head's bf16-storage logits (kernels.h's xent_stats16, xent_loss_backward16) */
 void cu_xent_stats16(tr_stream s, float *maxv, float *sumexp, float *picked,
                      const uint16_t *logits16, const int32_t *targets, int N, int V, int n_valid,

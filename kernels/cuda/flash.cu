@@ -16,6 +16,8 @@
 // below makes their backward's row sums and segment starts too. O: the output's storage, fp32
 // or (bf16 mode, kernels.h's attention_*16) bf16 bits, written by forward, read by fa_prepare;
 // Q: qkv's and dqkv's, fp32 or (kernels.h's attention_*_qkv16, with O bf16) bf16 bits.
+// kernels.h's attention_*_qkv16 go to cuDNN's attention first where TRIDENT_CUDA_ATTENTION asks
+// for it and it takes the call (attention_cudnn.h).
 // Hooks: ALiBi slopes (score += slope_h (j - i)) and grouped key/value heads (qkv layout
 // (B, T, NG, R+2, HS)), as the CPU twin kernels/cpu/attention.c.
 // Shared memory: tiles of TILE x DP (DP = HS rounded up to 16, zero padded; rows past T
@@ -457,6 +459,9 @@ void cu_attention_forward_qkv16(tr_stream s, uint16_t *out16, float *lse, const 
                                 const float *alibi, int B, int T, int NH, int NG, int HS,
                                 const int32_t *segments)
 {
+    if (cu_cudnn_attention_forward(cu_stream(s), out16, lse, qkv16, B, T, NH, NG, HS, !!alibi,
+                                   !!segments))
+        return;
     fa_args a = make_args(B, T, NH, NG, HS, alibi, segments);
     a.out16 = out16, a.lse = lse, a.qkv16 = qkv16;
     forward<__nv_bfloat16, uint16_t, uint16_t>(s, a);
@@ -467,6 +472,9 @@ void cu_attention_backward_qkv16(tr_stream s, uint16_t *dqkv16, float *scratch,
                                  const uint16_t *out16, const float *lse, const float *alibi,
                                  int B, int T, int NH, int NG, int HS, const int32_t *segments)
 {
+    if (cu_cudnn_attention_backward(cu_stream(s), dqkv16, dout16, qkv16, out16, lse, B, T, NH,
+                                    NG, HS, !!alibi, !!segments))
+        return; // (no row sums: cuDNN makes its own)
     fa_args a = make_args(B, T, NH, NG, HS, alibi, segments);
     a.dqkv16 = dqkv16, a.D = scratch, a.dout16 = dout16, a.qkv16 = qkv16, a.out16_c = out16;
     a.lse_c = lse;

@@ -20,7 +20,10 @@
  *    past it, which takes the two ops).
  * --blocked (run with TRIDENT_CUDA_STAGING_MIB=1): shapes past the staging, so gemm_out16 works
  * in blocks of C and gemm_a16 and linear_forward in slabs of K.
- * Exit 77 (SKIP) without a GPU. */
+ * --attention-cudnn (run with TRIDENT_CUDA_ATTENTION=cudnn): the qkv16 attention pair on cuDNN
+ * (kernels/cuda/attention_cudnn.h) against "cpu-bf16"'s, its backward run twice for the same
+ * bits, and proof from tr_cuda_cudnn_attention_counts that cuDNN ran every call it takes.
+ * Exit 77 (SKIP) without a GPU (and in the cuDNN mode, where cuDNN's library does not load). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -32,6 +35,7 @@
 #include "tests/cuda/ops_check.h"
 
 const tr_kernels *TWIN;
+static int repeat_backward; /* test_attention_qkv16 runs the backward twice: the same bits */
 
 /* logits (n, V) = x (n, C) W^T (V, C), then dx = dl W and dW += dl^T x with dl bf16 */
 static void test_gemms(int n, int C, int V)
@@ -333,12 +337,67 @@ static void test_attention_qkv16(int B, int T, int NH, int NG, int HS, int alibi
     want = widen(dq16, nq);
     compare_back16("  its backward_qkv16's dqkv16", BF16, gdq, want, nq, TOL_BF16);
     free(want);
+    if (repeat_backward) {
+        uint16_t *again = dev(BF16, NULL, nq * 2), *h1 = malloc(nq * 2), *h2 = malloc(nq * 2);
+        BF16->attention_backward_qkv16(NULL, again, gscr, gdout, gq16, go, glse, gsl, B, T, NH,
+                                       NG, HS, NULL);
+        BF16->to_host(NULL, h1, gdq, nq * 2);
+        BF16->to_host(NULL, h2, again, nq * 2); /* (to_host waits for the stream) */
+        checks++;
+        if (memcmp(h1, h2, nq * 2))
+            failures++, fprintf(stderr, "FAIL   its backward_qkv16 twice: different bits\n");
+        else
+            printf("ok     its backward_qkv16 twice: the same bits\n");
+        BF16->free(again), free(h1), free(h2);
+    }
     BF16->free(gq16), BF16->free(go), BF16->free(gdout), BF16->free(glse), BF16->free(gdq);
     BF16->free(gscr);
     if (gsl)
         BF16->free(gsl);
     free(qkv), free(dout), free(sl), free(lse), free(dq16), free(scr), free(q16), free(o16);
     free(d16);
+}
+
+/* --attention-cudnn: the qkv16 pair on cuDNN where it takes the call (NG = NH, no ALiBi), on
+ * trident's kernels where it does not (groups and ALiBi), each backward twice. GPT-2's head
+ * size (a partial tile; batches and heads) must run on cuDNN: its 6 calls and the repeats'
+ * counted; head sizes 128 and 48 are checked whichever runs them (a cuDNN version may refuse
+ * a shape: its message says why, and trident's kernels must then give the same results). */
+static int run_attention_cudnn(void)
+{
+    repeat_backward = 1;
+    long ran0, refused0, ran, refused;
+    tr_cuda_cudnn_attention_counts(&ran0, &refused0);
+    test_attention_qkv16(1, 100, 2, 2, 64, 0);
+    int state = tr_cuda_cudnn_attention_counts(&ran, &refused);
+    if (state <= 0) {
+        printf("SKIP: %s\n", state < 0 ? "built without cuDNN's headers (meson.build's "
+                                          "cudnn_include)"
+                                        : "cuDNN's library does not load here "
+                                          "(libcudnn.so.9, or TRIDENT_CUDNN_LIBRARY=PATH)");
+        return 77;
+    }
+    test_attention_qkv16(2, 257, 4, 4, 64, 0);
+    tr_cuda_cudnn_attention_counts(&ran, &refused);
+    checks++;
+    if (ran - ran0 != 6 || refused != refused0) {
+        failures++;
+        fprintf(stderr, "FAIL cuDNN ran %ld of the 6 attention calls at head size 64, fell back "
+                        "on %ld (its messages above say why)\n", ran - ran0, refused - refused0);
+    } else {
+        printf("ok   cuDNN ran the 6 attention calls at head size 64\n");
+    }
+    ran0 = ran, refused0 = refused;
+    test_attention_qkv16(1, 130, 2, 2, 128, 0);
+    test_attention_qkv16(2, 70, 2, 2, 48, 0);
+    test_attention_qkv16(1, 130, 4, 2, 64, 1); /* groups, ALiBi: trident's kernels */
+    tr_cuda_cudnn_attention_counts(&ran, &refused);
+    printf("head sizes 128 and 48: cuDNN ran %ld of their 6 calls, fell back on %ld\n",
+           ran - ran0, refused - refused0);
+    if (tr_cuda_status())
+        failures++, fprintf(stderr, "FAIL %s\n", tr_errmsg());
+    printf("%d of %d checks agree\n", checks - failures, checks);
+    return failures ? 1 : 0;
 }
 
 /* the plans made on recorded GEMM algorithms (tests/cuda/test_gemm_choose.py reads it) */
@@ -385,6 +444,8 @@ int main(int argc, char **argv)
                         "has them; TRIDENT_CUDA_ATTENTION_OUT or _IN=fp32 set?)\n");
         return 1;
     }
+    if (argc > 1 && !strcmp(argv[1], "--attention-cudnn"))
+        return run_attention_cudnn();
     if (blocked) {
         test_gemms(600, 1024, 1000);
         test_mlp16(600, 1024, 1000);

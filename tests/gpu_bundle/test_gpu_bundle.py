@@ -10,7 +10,9 @@ point 4): a bundle that would fail on the GPU machine fails here first.
      with PKG_CONFIG_LIBDIR at the bundle alone (every dependency, cmocka's included, must
      resolve there) and build trident and the CUDA probe with CUDA (--targets: the library
      and every .cu file; the tests' own sources are the release build's). The steps bundle,
-     cuda-toolkit, configure and build must PASS.
+     cuda-toolkit, configure and build must PASS; where the bundle carries cuDNN's headers
+     (cudnn/include), with this machine's cudnn.h and cudnn_frontend.h hidden too, the
+     configure step must report the cuDNN attention built.
   3. Every library of the bundle that trident needs resolves inside the bundle (ldd: RPATH),
      and the binary trains 2 iterations on 2 ranks (OpenBLAS, UCX and libyaml of the bundle).
 SKIP (77) where this machine has no CUDA toolkit (the bundle is still made and verified).
@@ -60,6 +62,14 @@ for p in packages:
             real = os.path.realpath(f)
             if os.path.isfile(real):
                 hidden.add(real)
+# cuDNN's and its frontend's headers too: the GPU build must take them from the bundle's
+# cudnn/include (the GPU image's cuDNN wheel need not have them)
+cudnn_bundled = os.path.isfile(os.path.join(prefix, "cudnn", "include", "cudnn_frontend.h"))
+if cudnn_bundled:
+    for d in ("/usr/local/cuda/include", os.path.join(root, ".deps", "cudnn-frontend", "include")):
+        for h in ("cudnn.h", "cudnn_frontend.h"):
+            if os.path.isfile(os.path.join(d, h)):
+                hidden.add(os.path.realpath(os.path.join(d, h)))
 check_cmd = [os.path.join(root, "scripts", "gpu-check.sh"), "--bundle", bundle, "--build", build, "--out", results,
              "--only", "configure,build", "--jobs", "2", "--targets", "trident,tests/cuda/cuda_probe"]
 script = os.path.join(work, "in-namespace.sh")
@@ -87,6 +97,12 @@ for name in ("bundle", "cuda-toolkit", "configure", "build"):
     tt.check(f"gpu-check step {name}: {s['status']} {s['summary'][:150]}", s["status"] == "PASS", s.get("tail", ""))
 if tt.failures:
     tt.finish()
+conf = steps["configure"]["summary"]
+if cudnn_bundled:
+    tt.check(f"the GPU build has cuDNN's attention from the bundle's headers ({conf[:120]})",
+             "cuDNN attention yes" in conf)
+else:
+    print(f"NOTE: the bundle has no cuDNN headers (scripts/gpu-bundle.sh's warning): {conf[:120]}")
 if can_hide:
     # the hiding worked: inside the namespace one of the hidden headers reads empty
     probe = sorted(hidden)[0]

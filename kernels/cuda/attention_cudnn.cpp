@@ -1,0 +1,345 @@
+// cuDNN's fused attention for the bf16 mode (attention_cudnn.h: the switch, what it takes, the
+// layouts), through the cuDNN frontend's graph API with the library loaded at run time
+// (dlopen of libcudnn.so.9, or TRIDENT_CUDNN_LIBRARY=PATH): a build needs cuDNN's and the
+// frontend's headers only, and a machine without the library runs trident's own kernels.
+//   forward:  sdpa(Q, K, V; causal, scale 1/sqrt(HS)) -> O (bf16), stats = lse (fp32)
+//   backward: sdpa_backward(Q, K, V, O, dO, stats; deterministic) -> dQ, dK, dV (bf16)
+// One graph per (pass, B, T, NH, HS), built on first use and kept; one cudnnHandle_t, its
+// stream set on each call, under one mutex (graphs run one at a time; the workspace is one
+// device buffer grown to the largest graph's need, outside the arena, like flash_mma.cu's
+// scratch). A graph cuDNN refuses is remembered as refused: the caller's kernels run for
+// that shape from then on, and the reason is printed once per shape.
+#include "kernels/cuda/attention_cudnn.h"
+
+#include <cudnn.h>
+#include <dlfcn.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <tuple>
+#include <unordered_map>
+#include <vector>
+
+#define NV_CUDNN_FRONTEND_USE_DYNAMIC_LOADING 1
+#define CUDNN_FRONTEND_SKIP_JSON_LIB 1
+#include <cudnn_frontend.h>
+
+#include "kernels/cuda/cuda_internal.h"
+
+// The frontend's dynamic loading calls through this handle (its declaration is the frontend's).
+namespace cudnn_frontend {
+void *cudnn_dlhandle = nullptr;
+}
+
+namespace {
+
+namespace fe = cudnn_frontend;
+
+enum Uid : int64_t { Q = 1, K, V, O, STATS, DO, DQ, DK, DV };
+
+struct Entry {
+    std::shared_ptr<fe::graph::Graph> graph; // null: refused
+    int64_t workspace = 0;
+};
+
+std::mutex mu;
+cudnnHandle_t handle = nullptr;
+bool loaded = false, load_failed = false;
+std::map<std::tuple<int, int, int, int, int>, Entry> graphs;
+void *workspace = nullptr;
+size_t workspace_have = 0;
+long n_ran = 0, n_refused = 0; // tr_cuda_cudnn_attention_counts
+
+// dlopen cuDNN, once (mu held): NULL, or why not. NVRTC too where it loads (RTLD_GLOBAL, from
+// the program's RPATH): cuDNN compiles some attention engines at run time and dlopens it by
+// name, which then finds this copy whatever cuDNN's own search path holds.
+const char *load()
+{
+    static std::string failed;
+    if (fe::cudnn_dlhandle)
+        return nullptr;
+    if (!failed.empty())
+        return failed.c_str();
+    const char *lib = getenv("TRIDENT_CUDNN_LIBRARY");
+    void *h = dlopen(lib && *lib ? lib : "libcudnn.so.9", RTLD_NOW | RTLD_GLOBAL);
+    if (!h) {
+        const char *e = dlerror();
+        failed = std::string(lib && *lib ? lib : "libcudnn.so.9") + " does not load (" +
+                 (e ? e : "?") + ")";
+        return failed.c_str();
+    }
+    for (const char *nvrtc : {"libnvrtc.so.13", "libnvrtc.so.12"})
+        if (dlopen(nvrtc, RTLD_NOW | RTLD_GLOBAL))
+            break;
+    fe::cudnn_dlhandle = h;
+    return nullptr;
+}
+
+// load() and make the handle, once (mu held): false (said once) when either fails
+bool ready()
+{
+    if (loaded || load_failed)
+        return loaded;
+    const char *why = load();
+    if (why) {
+        fprintf(stderr, "trident: cuda: cuDNN attention asked for (TRIDENT_CUDA_ATTENTION) but "
+                        "%s: trident's own attention kernels run\n", why);
+        load_failed = true;
+        return false;
+    }
+    try {
+        cudnnStatus_t s = fe::detail::create_handle(&handle);
+        if (s != CUDNN_STATUS_SUCCESS) {
+            fprintf(stderr, "trident: cuda: cudnnCreate failed (%s): trident's own attention "
+                            "kernels run\n", fe::detail::get_error_string(s));
+            load_failed = true;
+            return false;
+        }
+    } catch (const std::exception &e) {
+        fprintf(stderr, "trident: cuda: cuDNN did not start (%s): trident's own attention "
+                        "kernels run\n", e.what());
+        load_failed = true;
+        return false;
+    }
+    loaded = true;
+    fprintf(stderr, "trident: cuda: attention on cuDNN %zu (frontend %d.%d.%d)\n",
+            (size_t)fe::detail::get_backend_version(), CUDNN_FRONTEND_MAJOR_VERSION,
+            CUDNN_FRONTEND_MINOR_VERSION, CUDNN_FRONTEND_PATCH_VERSION);
+    return true;
+}
+
+std::shared_ptr<fe::graph::Tensor_attributes> tensor(fe::graph::Graph &g, const char *name,
+                                                     int64_t uid, const tr_cudnn_view &v,
+                                                     fe::DataType_t type)
+{
+    return g.tensor(fe::graph::Tensor_attributes()
+                        .set_name(name)
+                        .set_uid(uid)
+                        .set_dim({v.dim[0], v.dim[1], v.dim[2], v.dim[3]})
+                        .set_stride({v.stride[0], v.stride[1], v.stride[2], v.stride[3]})
+                        .set_data_type(type));
+}
+
+void as_output(const std::shared_ptr<fe::graph::Tensor_attributes> &t, int64_t uid,
+               const tr_cudnn_view &v, fe::DataType_t type)
+{
+    t->set_output(true)
+        .set_uid(uid)
+        .set_dim({v.dim[0], v.dim[1], v.dim[2], v.dim[3]})
+        .set_stride({v.stride[0], v.stride[1], v.stride[2], v.stride[3]})
+        .set_data_type(type);
+}
+
+// The graph of one pass for (B, T, NH, HS); a null graph and the reason in `why` if cuDNN
+// refuses it at any stage.
+// With `device` (and its SM version sm) instead of the handle: built without a GPU, up to
+// cuDNN's support check (tr_cudnn_attention_check).
+std::shared_ptr<fe::graph::Graph> build(bool forward, int B, int T, int NH, int HS,
+                                        std::string &why,
+                                        std::shared_ptr<fe::DeviceProperties> device = nullptr,
+                                        int sm = 0)
+{
+    tr_cudnn_sdpa_layout l = tr_cudnn_sdpa_layout_of(B, T, NH, HS);
+    auto g = std::make_shared<fe::graph::Graph>();
+    if (device)
+        g->set_device_properties(device).set_sm_version(sm);
+    g->set_io_data_type(fe::DataType_t::BFLOAT16)
+        .set_intermediate_data_type(fe::DataType_t::FLOAT)
+        .set_compute_data_type(fe::DataType_t::FLOAT);
+    const auto bf16 = fe::DataType_t::BFLOAT16, f32 = fe::DataType_t::FLOAT;
+    auto q = tensor(*g, "Q", Q, l.q, bf16), k = tensor(*g, "K", K, l.k, bf16);
+    auto v = tensor(*g, "V", V, l.v, bf16);
+    float scale = 1.0f / sqrtf((float)HS);
+    if (forward) {
+        auto opt = fe::graph::SDPA_attributes()
+                       .set_name("trident_attention_forward")
+                       .set_generate_stats(true)
+                       .set_causal_mask(true)
+                       .set_attn_scale(scale);
+        auto [o, stats] = g->sdpa(q, k, v, opt);
+        as_output(o, O, l.o, bf16);
+        as_output(stats, STATS, l.stats, f32);
+    } else {
+        auto o = tensor(*g, "O", O, l.o, bf16), dout = tensor(*g, "dO", DO, l.o, bf16);
+        auto stats = tensor(*g, "stats", STATS, l.stats, f32);
+        auto opt = fe::graph::SDPA_backward_attributes()
+                       .set_name("trident_attention_backward")
+                       .set_causal_mask(true)
+                       .set_attn_scale(scale)
+                       .set_deterministic_algorithm(true);
+        auto [dq, dk, dv] = g->sdpa_backward(q, k, v, o, dout, stats, opt);
+        as_output(dq, DQ, l.q, bf16);
+        as_output(dk, DK, l.k, bf16);
+        as_output(dv, DV, l.v, bf16);
+    }
+    auto failed = [&](const char *stage, fe::error_t e) {
+        if (e.is_good())
+            return false;
+        why = std::string(stage) + ": " + e.get_message();
+        return true;
+    };
+    if (failed("validate", g->validate()) ||
+        failed("build_operation_graph",
+               device ? g->build_operation_graph() : g->build_operation_graph(handle)) ||
+        failed("create_execution_plans",
+               g->create_execution_plans({fe::HeurMode_t::A, fe::HeurMode_t::FALLBACK})) ||
+        failed("check_support", device ? g->check_support() : g->check_support(handle)) ||
+        (!device && failed("build_plans", g->build_plans(handle))))
+        return nullptr;
+    return g;
+}
+
+// The entry for the call's shape, built on first use (mu held)
+Entry &entry(bool forward, int B, int T, int NH, int HS)
+{
+    auto key = std::make_tuple(forward ? 0 : 1, B, T, NH, HS);
+    auto it = graphs.find(key);
+    if (it != graphs.end())
+        return it->second;
+    Entry &e = graphs[key];
+    std::string why;
+    try {
+        e.graph = build(forward, B, T, NH, HS, why);
+    } catch (const std::exception &x) {
+        e.graph = nullptr, why = x.what();
+    }
+    if (e.graph && e.graph->get_workspace_size(e.workspace).is_bad())
+        e.graph = nullptr, why = "get_workspace_size failed";
+    if (!e.graph)
+        fprintf(stderr, "trident: cuda: cuDNN refuses the attention %s of B %d T %d NH %d HS %d "
+                        "(%s): trident's own kernels run for it\n",
+                forward ? "forward" : "backward", B, T, NH, HS, why.c_str());
+    return e;
+}
+
+// Run the entry's graph on st with the pointers of `pack` (mu held): false when it did not
+int execute(cudaStream_t st, Entry &e, std::unordered_map<int64_t, void *> &pack,
+            const char *what)
+{
+    if ((size_t)e.workspace > workspace_have) {
+        if (workspace)
+            cu_note(cudaFree(workspace), what);
+        workspace = nullptr, workspace_have = 0;
+        if (cudaMalloc(&workspace, (size_t)e.workspace) != cudaSuccess) {
+            cudaGetLastError();
+            fprintf(stderr, "trident: cuda: no %lld bytes for cuDNN's attention workspace: "
+                            "trident's own kernels run\n", (long long)e.workspace);
+            e.graph = nullptr;
+            return n_refused++, 0;
+        }
+        workspace_have = (size_t)e.workspace;
+    }
+    try {
+        if (fe::detail::set_stream(handle, st) != CUDNN_STATUS_SUCCESS) {
+            fprintf(stderr, "trident: cuda: cudnnSetStream failed for %s\n", what);
+            return n_refused++, 0;
+        }
+        fe::error_t r = e.graph->execute(handle, pack, workspace);
+        if (r.is_bad()) {
+            fprintf(stderr, "trident: cuda: cuDNN's %s failed (%s): trident's own kernels run "
+                            "for this shape\n", what, r.get_message().c_str());
+            e.graph = nullptr;
+            return n_refused++, 0;
+        }
+    } catch (const std::exception &x) {
+        fprintf(stderr, "trident: cuda: cuDNN's %s threw (%s)\n", what, x.what());
+        e.graph = nullptr;
+        return n_refused++, 0;
+    }
+    cu_launched(what);
+    n_ran++;
+    return 1;
+}
+
+int asked(int pass)
+{
+    static const int passes = tr_cudnn_attention_passes(getenv("TRIDENT_CUDA_ATTENTION"));
+    return passes & pass;
+}
+
+void *at(const void *base, int64_t offset) // a view's start: offset elements of bf16
+{
+    return const_cast<uint16_t *>(static_cast<const uint16_t *>(base)) + offset;
+}
+
+} // namespace
+
+extern "C" {
+
+int cu_cudnn_attention_forward(cudaStream_t st, uint16_t *out16, float *lse,
+                               const uint16_t *qkv16, int B, int T, int NH, int NG, int HS,
+                               int alibi, int segments)
+{
+    if (!asked(TR_CUDNN_FORWARD) ||
+        tr_cudnn_attention_refusal(B, T, NH, NG, HS, alibi, segments,
+                                   (uintptr_t)out16 | (uintptr_t)qkv16 | (uintptr_t)lse))
+        return 0;
+    std::lock_guard<std::mutex> hold(mu);
+    Entry *e = ready() ? &entry(true, B, T, NH, HS) : nullptr;
+    if (!e || !e->graph)
+        return n_refused++, 0;
+    tr_cudnn_sdpa_layout l = tr_cudnn_sdpa_layout_of(B, T, NH, HS);
+    std::unordered_map<int64_t, void *> pack = {
+        {Q, at(qkv16, l.q.offset)}, {K, at(qkv16, l.k.offset)}, {V, at(qkv16, l.v.offset)},
+        {O, out16}, {STATS, lse}};
+    return execute(st, *e, pack, "attention_forward (cuDNN)");
+}
+
+int cu_cudnn_attention_backward(cudaStream_t st, uint16_t *dqkv16, const uint16_t *dout16,
+                                const uint16_t *qkv16, const uint16_t *out16, const float *lse,
+                                int B, int T, int NH, int NG, int HS, int alibi, int segments)
+{
+    uintptr_t p = (uintptr_t)dqkv16 | (uintptr_t)dout16 | (uintptr_t)qkv16 | (uintptr_t)out16;
+    if (!asked(TR_CUDNN_BACKWARD) ||
+        tr_cudnn_attention_refusal(B, T, NH, NG, HS, alibi, segments, p | (uintptr_t)lse))
+        return 0;
+    std::lock_guard<std::mutex> hold(mu);
+    Entry *e = ready() ? &entry(false, B, T, NH, HS) : nullptr;
+    if (!e || !e->graph)
+        return n_refused++, 0;
+    tr_cudnn_sdpa_layout l = tr_cudnn_sdpa_layout_of(B, T, NH, HS);
+    std::unordered_map<int64_t, void *> pack = {
+        {Q, at(qkv16, l.q.offset)},   {K, at(qkv16, l.k.offset)},
+        {V, at(qkv16, l.v.offset)},   {O, const_cast<uint16_t *>(out16)},
+        {DO, const_cast<uint16_t *>(dout16)}, {STATS, const_cast<float *>(lse)},
+        {DQ, at(dqkv16, l.q.offset)}, {DK, at(dqkv16, l.k.offset)},
+        {DV, at(dqkv16, l.v.offset)}};
+    return execute(st, *e, pack, "attention_backward (cuDNN)");
+}
+
+const char *tr_cudnn_attention_check(const char *device_json, int sm, int forward, int B, int T,
+                                     int NH, int HS)
+{
+    static std::string why;
+    std::lock_guard<std::mutex> hold(mu);
+    if (const char *e = load())
+        return why = e, why.c_str();
+    try {
+        auto device = std::make_shared<fe::DeviceProperties>();
+        std::vector<uint8_t> json(device_json, device_json + strlen(device_json));
+        fe::error_t e = device->deserialize(json);
+        if (e.is_bad())
+            return why = "the device's properties: " + e.get_message(), why.c_str();
+        why.clear();
+        if (!build(forward != 0, B, T, NH, HS, why, device, sm))
+            return why.c_str();
+    } catch (const std::exception &x) {
+        return why = x.what(), why.c_str();
+    }
+    return nullptr;
+}
+
+int tr_cuda_cudnn_attention_counts(long *ran, long *refused)
+{
+    std::lock_guard<std::mutex> hold(mu);
+    *ran = n_ran, *refused = n_refused;
+    return loaded ? 1 : 0;
+}
+
+} // extern "C"
