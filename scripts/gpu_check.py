@@ -258,7 +258,11 @@ class Check:
             self.lib_dirs.append(os.path.dirname(os.path.realpath(dnn[0])))
             self.results["toolkit"]["cudnn"] = dnn[0]
             self.cudnn_include = dnn[1]
+        nvrtc = cuda.find_nvrtc(roots)  # cuDNN's run-time compiled engines
+        if nvrtc:
+            self.lib_dirs.append(os.path.dirname(os.path.realpath(nvrtc)))
         where += f"; cudnn {dnn[0] if dnn else 'not found (cuDNN attention variants fall back)'}"
+        where += f"; nvrtc {nvrtc or 'not found'}"
         return "PASS", f"nvcc {nvcc} ({nvcc_version}); NCCL {nccl_version}; {where}", detail
 
     # 3. the GPU, as the driver sees it (the probe after the build decides)
@@ -292,9 +296,9 @@ class Check:
         # on the way (OpenBLAS's libgfortran too), without LD_LIBRARY_PATH
         rpath = [os.path.join(self.prefix, "lib")] if self.prefix else []
         rpath += self.lib_dirs
-        link = ",".join(["-Wl", "--disable-new-dtags"] + [f"-rpath,{d}" for d in rpath])
-        # (cpp too: with the cuDNN attention's C++ in the library, meson links with g++)
-        opts += ["-Dc_link_args=" + link, "-Dcpp_link_args=" + link]
+        # (meson.build gives these to the C++ link too: with the cuDNN attention's C++ file in
+        # the library, meson links every program with g++)
+        opts.append("-Dc_link_args=" + ",".join(["-Wl", "--disable-new-dtags"] + [f"-rpath,{d}" for d in rpath]))
         # cuDNN's headers and its frontend's: the bundle's cudnn/include (gpu-bundle.sh), then
         # the cuDNN wheel's own (meson.build builds the cuDNN attention where both are found)
         dnn_inc = [d for d in (os.path.join(self.prefix, "cudnn", "include") if self.prefix else "",

@@ -110,6 +110,16 @@ def find_cudnn(roots):
     return None
 
 
+def find_nvrtc(roots):
+    """libnvrtc.so* (the pip wheel's nvidia/cuda_nvrtc/ or the toolkit's), or None: cuDNN compiles
+    some attention engines with it at run time (attention_cudnn.cpp loads it from the RPATH)."""
+    for r in roots:
+        lb = lib_in(r, "nvrtc")
+        if lb:
+            return lb[1]
+    return None
+
+
 def nccl_version(include):
     """MAJOR.MINOR.PATCH from include/nccl.h, '?' when it names none."""
     nccl_h = open(os.path.join(include, "nccl.h"), errors="replace").read()
