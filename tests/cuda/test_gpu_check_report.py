@@ -91,6 +91,7 @@ def fake_run(name, cmd, timeout=None, env=None):
     envs.append(dict(env))
     ms = 120.0 if env.get("Y") else 100.0  # (X=2,Y=3 slower than the default, the others faster)
     rec = ', "gemm_choices": 3, "gemm_choices_refused": 0' if "C" in env else ""
+    rec += ', "cudnn_attention": 24, "cudnn_attention_refused": 0' if "D" in env else ""
     return 0, '$ gpu_step\n{"ms_per_iter": %.1f, "tokens_per_s": 5%s}' % (ms, rec)
 
 
@@ -153,6 +154,11 @@ check("variants: the faster entries again at once, last (not the slower one)",
       len(envs) == 4 and envs[3] == {"BASE": "1", "C": "choices.txt", "X": "1"} and
       "| all the faster ones at once: C=choices.txt,X=1 (3 plans recorded" in c.results["bench_variants"],
       (envs, c.results))
+c.a.variants, envs = "D=1", []
+c.bench_variants(BENCH)
+check("variants: a cuDNN run's row says how many attention calls cuDNN ran (gpu_step's counts)",
+      "| D=1 (cuDNN ran 24 attention calls, fell back on 0) | 100.00 |" in c.results["bench_variants"],
+      c.results)
 c.a.variants, envs = "A=1;B=2;COMBINE;Z=3", []
 c.bench_variants(BENCH)
 check("variants: COMBINE runs the faster entries so far at once, there, before the later ones",
