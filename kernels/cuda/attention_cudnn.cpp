@@ -7,8 +7,10 @@
 // One graph per (pass, B, T, NH, HS), built on first use and kept; one cudnnHandle_t, its
 // stream set on each call, under one mutex (graphs run one at a time; the workspace is one
 // device buffer grown to the largest graph's need, outside the arena, like flash_mma.cu's
-// scratch). A graph cuDNN refuses is remembered as refused: the caller's kernels run for
-// that shape from then on, and the reason is printed once per shape.
+// scratch; on Hopper the deterministic backward keeps dP there, B NH T^2 bf16: 3.2 GB at
+// gpt2-124m's micro-batch 128, or trident's kernels run where cudaMalloc cannot have it). A
+// graph cuDNN refuses is remembered as refused: the caller's kernels run for that shape from
+// then on, and the reason is printed once per shape.
 #include "kernels/cuda/attention_cudnn.h"
 
 #include <cudnn.h>
@@ -51,7 +53,9 @@ struct Entry {
 std::mutex mu;
 cudnnHandle_t handle = nullptr;
 bool loaded = false, load_failed = false;
-std::map<std::tuple<int, int, int, int, int>, Entry> graphs;
+// (on the heap, never destroyed: cuDNN's descriptors must not be freed after CUDA's own exit
+// handlers have run)
+auto &graphs = *new std::map<std::tuple<int, int, int, int, int>, Entry>;
 void *workspace = nullptr;
 size_t workspace_have = 0;
 long n_ran = 0, n_refused = 0; // tr_cuda_cudnn_attention_counts
@@ -77,6 +81,12 @@ const char *load()
     for (const char *nvrtc : {"libnvrtc.so.13", "libnvrtc.so.12"})
         if (dlopen(nvrtc, RTLD_NOW | RTLD_GLOBAL))
             break;
+    // The frontend dlopens a CUDA runtime of its own choosing (libcudart.so.12 before .13)
+    // unless told which: the one trident runs on, so that both see the same device
+    Dl_info cudart;
+    if (dladdr(reinterpret_cast<void *>(&cudaGetDevice), &cudart) && cudart.dli_fname &&
+        strstr(cudart.dli_fname, "libcudart"))
+        setenv("CUDNN_FRONTEND_CUDART_LIB_NAME", cudart.dli_fname, 0);
     fe::cudnn_dlhandle = h;
     return nullptr;
 }
@@ -188,8 +198,11 @@ std::shared_ptr<fe::graph::Graph> build(bool forward, int B, int T, int NH, int 
         failed("build_operation_graph",
                device ? g->build_operation_graph() : g->build_operation_graph(handle)) ||
         failed("create_execution_plans",
-               g->create_execution_plans({fe::HeurMode_t::A, fe::HeurMode_t::FALLBACK})) ||
-        failed("check_support", device ? g->check_support() : g->check_support(handle)) ||
+               g->create_execution_plans({fe::HeurMode_t::A, fe::HeurMode_t::FALLBACK})))
+        return nullptr;
+    // no engine cuDNN notes as non-deterministic, whichever pass: the same bits run to run
+    g->deselect_numeric_notes({fe::NumericalNote_t::NONDETERMINISTIC});
+    if (failed("check_support", device ? g->check_support() : g->check_support(handle)) ||
         (!device && failed("build_plans", g->build_plans(handle))))
         return nullptr;
     return g;
@@ -215,6 +228,10 @@ Entry &entry(bool forward, int B, int T, int NH, int HS)
         fprintf(stderr, "trident: cuda: cuDNN refuses the attention %s of B %d T %d NH %d HS %d "
                         "(%s): trident's own kernels run for it\n",
                 forward ? "forward" : "backward", B, T, NH, HS, why.c_str());
+    else
+        fprintf(stderr, "trident: cuda: cuDNN's attention %s for B %d T %d NH %d HS %d: "
+                        "workspace %.1f MiB\n", forward ? "forward" : "backward", B, T, NH, HS,
+                (double)e.workspace / (1 << 20));
     return e;
 }
 
