@@ -138,6 +138,12 @@ int main(int argc, char **argv)
            cpu.n, STEPS, tr_cuda_device(), tr_cuda_device_name());
     compare_runs(&cpu, &gf, 1e-4, 1e-4);
     compare_runs(&cpu, &gb, 2e-2, 5e-2);
+    long ran, refused; /* with TRIDENT_CUDA_ATTENTION=cudnn: whether cuDNN's attention ran */
+    if (tr_cuda_cudnn_attention_counts(&ran, &refused) > 0) {
+        printf("cuDNN ran %ld attention calls, fell back on %ld\n", ran, refused);
+        if (!ran)
+            failures++, fprintf(stderr, "FAIL cuDNN was asked for and loaded but ran nothing\n");
+    }
     for (int i = 0; i < 3; i++)
         run_free(runs[i]);
     free(tokens);
