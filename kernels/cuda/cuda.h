@@ -106,6 +106,13 @@ void tr_cuda_gemm_choice_counts(long *chosen, long *refused);
  * in a build without its headers. */
 int tr_cuda_cudnn_attention_counts(long *ran, long *refused);
 
+/* Pure: the TRIDENT_CUDA_* switches of an environment (envp: NAME=VALUE strings ending in
+ * NULL; NULL: this process's): TR_OK when each is a switch of the backend with a value it
+ * takes, else TR_ERR_CONFIG naming the variable and what it takes (a misspelt name or value
+ * would otherwise be ignored without a word). The backend's start refuses what this refuses.
+ * TRIDENT_CUDA_HOME (the toolkit's folder for scripts/gpu_check_cuda.py) is let through. */
+TR_MUST_CHECK int tr_cuda_check_switches(char *const *envp);
+
 /* Pure: the device for a process whose local rank is given as text (the value of the
  * variable named var_name, e.g. "LOCAL_RANK"; NULL or "" = 0) on a machine with
  * device_count devices: local_rank % device_count. *shared = 1 when local_rank >=

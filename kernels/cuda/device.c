@@ -53,6 +53,11 @@ static void init_fail(int rc, const char *fmt, const char *what, cudaError_t e)
 
 static void init_once(void)
 {
+    if (tr_cuda_check_switches(NULL)) { /* a misspelt TRIDENT_CUDA_* switch stops the start */
+        dev.rc = TR_ERR_CONFIG;
+        snprintf(dev.msg, sizeof dev.msg, "%s", tr_errmsg());
+        return;
+    }
     int count = 0;
     cudaError_t e = cudaGetDeviceCount(&count);
     if (e != cudaSuccess) {

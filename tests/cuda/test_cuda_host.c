@@ -512,6 +512,54 @@ static void test_nccl_route_ordered(void **state)
     }
 }
 
+/* ---------------------------------------------------------------- switches */
+
+/* tr_cuda_check_switches on a one-variable environment (beside an unrelated one) */
+static int check_env(const char *entry)
+{
+    char *envp[] = {(char *)"PATH=/usr/bin", (char *)entry, NULL};
+    return tr_cuda_check_switches(envp);
+}
+
+static void test_switches(void **state)
+{
+    (void)state;
+    static const char *const good[] = {
+        "TRIDENT_CUDA_ATTENTION=wmma", "TRIDENT_CUDA_ATTENTION=cudnn",
+        "TRIDENT_CUDA_ATTENTION=cudnn-backward", "TRIDENT_CUDA_ATTENTION=mma",
+        "TRIDENT_CUDA_ATTENTION_BWD=fused", "TRIDENT_CUDA_ATTENTION_BWD=split",
+        "TRIDENT_CUDA_ATTENTION_KV=64", "TRIDENT_CUDA_EPILOGUE=0", "TRIDENT_CUDA_GELU=separate",
+        "TRIDENT_CUDA_GEMM=fast", "TRIDENT_CUDA_HEAD=fp32", "TRIDENT_CUDA_ACTIVATIONS=fp32",
+        "TRIDENT_CUDA_NORM_BACKWARD=two-pass", "TRIDENT_CUDA_XENT=two-pass",
+        "TRIDENT_CUDA_ATTENTION_IN=fp32", "TRIDENT_CUDA_ATTENTION_OUT=bf16",
+        "TRIDENT_CUDA_STAGING_MIB=1", "TRIDENT_CUDA_GEMM_CHOICES=none",
+        "TRIDENT_CUDA_GEMM_KEYS=/tmp/keys.txt", "TRIDENT_CUDA_HOME=/usr/local/cuda",
+        "TRIDENT_CUDAX=1", /* not the prefix */ "OTHER=TRIDENT_CUDA_ATTENTION=x"};
+    for (size_t i = 0; i < sizeof good / sizeof *good; i++) {
+        if (check_env(good[i]))
+            fail_msg("%s refused: %s", good[i], tr_errmsg());
+    }
+    assert_int_equal(tr_cuda_check_switches((char *[]){NULL}), TR_OK);
+    static const char *const bad[] = {
+        "TRIDENT_CUDA_ATTENTION=cudnnn", "TRIDENT_CUDA_ATTENTION=", "TRIDENT_CUDA_ATTENTION",
+        "TRIDENT_CUDA_ATTENTION=CUDNN", "TRIDENT_CUDA_ATTENTION=cudnn ",
+        "TRIDENT_CUDA_ATTENTION_BWD=fuse", "TRIDENT_CUDA_ATTENTION_KV=48",
+        "TRIDENT_CUDA_EPILOGUE=no", "TRIDENT_CUDA_STAGING_MIB=0", "TRIDENT_CUDA_STAGING_MIB=-1",
+        "TRIDENT_CUDA_STAGING_MIB=1x", "TRIDENT_CUDA_STAGING_MIB= 1", "TRIDENT_CUDA_GEMM_KEYS=",
+        "TRIDENT_CUDA_ATTENTON=cudnn", "TRIDENT_CUDA_=1", "TRIDENT_CUDA_attention=cudnn"};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        if (check_env(bad[i]) != TR_ERR_CONFIG)
+            fail_msg("%s accepted", bad[i]);
+    }
+    assert_int_equal(check_env("TRIDENT_CUDA_ATTENTION=cudnnn"), TR_ERR_CONFIG);
+    assert_string_equal(tr_errmsg(), "cuda: TRIDENT_CUDA_ATTENTION=cudnnn: it takes "
+                                     "mma|wmma|cudnn|cudnn-forward|cudnn-backward");
+    assert_int_equal(check_env("TRIDENT_CUDA_ATTENTON=cudnn"), TR_ERR_CONFIG);
+    assert_non_null(strstr(tr_errmsg(), "TRIDENT_CUDA_ATTENTON is not a switch of the CUDA "
+                                        "backend"));
+    assert_non_null(strstr(tr_errmsg(), "ATTENTION_BWD"));
+}
+
 /* ---------------------------------------------------------------- dispatch */
 
 static void test_dispatch(void **state)
@@ -611,6 +659,7 @@ int main(void)
         cmocka_unit_test(test_nccl_group_mode),
         cmocka_unit_test(test_nccl_route),
         cmocka_unit_test(test_nccl_route_ordered),
+        cmocka_unit_test(test_switches),
         cmocka_unit_test(test_dispatch),
         cmocka_unit_test(test_comm_backend_choice),
     };
