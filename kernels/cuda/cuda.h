@@ -109,8 +109,9 @@ int tr_cuda_cudnn_attention_counts(long *ran, long *refused);
 /* Pure: the TRIDENT_CUDA_* switches of an environment (envp: NAME=VALUE strings ending in
  * NULL; NULL: this process's): TR_OK when each is a switch of the backend with a value it
  * takes, else TR_ERR_CONFIG naming the variable and what it takes (a misspelt name or value
- * would otherwise be ignored without a word). The backend's start refuses what this refuses.
- * TRIDENT_CUDA_HOME (the toolkit's folder for scripts/gpu_check_cuda.py) is let through. */
+ * would otherwise be ignored without a word); an empty value is the switch's default. The
+ * backend's start refuses what this refuses. TRIDENT_CUDA_HOME (the toolkit's folder for
+ * scripts/gpu_check_cuda.py) is let through. */
 TR_MUST_CHECK int tr_cuda_check_switches(char *const *envp);
 
 /* Pure: the device for a process whose local rank is given as text (the value of the

@@ -10,7 +10,7 @@
 extern char **environ;
 
 /* name (after TRIDENT_CUDA_), its values ('|'-separated; the default first), or "" for any
- * non-empty text, or "N" for a positive integer */
+ * text, or "N" for a positive integer; an empty value is the default for every switch */
 static const struct {
     const char *name, *values;
 } switches[] = {
@@ -65,14 +65,13 @@ static int check_one(const char *entry)
         if (strlen(switches[i].name) != len || strncmp(switches[i].name, name, len))
             continue;
         const char *values = switches[i].values;
-        if (!strcmp(values, "N") ? positive_integer(value)
-                                 : *values ? one_of(value, values) : *value != '\0')
+        if (!*value) /* (NAME= : the shell's way to unset it for one command) the default */
+            return TR_OK;
+        if (!strcmp(values, "N") ? positive_integer(value) : !*values || one_of(value, values))
             return TR_OK;
         return tr_fail(TR_ERR_CONFIG, "cuda: %.*s=%s: it takes %s", (int)(len + sizeof prefix - 1),
                        entry, value,
-                       !strcmp(values, "N") ? "a positive number (MiB)"
-                       : *values            ? values
-                                            : "a non-empty value");
+                       !strcmp(values, "N") ? "a positive number (MiB)" : values);
     }
     char known[512] = "";
     for (size_t i = 0; i < sizeof switches / sizeof *switches; i++) {

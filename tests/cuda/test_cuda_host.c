@@ -534,19 +534,22 @@ static void test_switches(void **state)
         "TRIDENT_CUDA_ATTENTION_IN=fp32", "TRIDENT_CUDA_ATTENTION_OUT=bf16",
         "TRIDENT_CUDA_STAGING_MIB=1", "TRIDENT_CUDA_GEMM_CHOICES=none",
         "TRIDENT_CUDA_GEMM_KEYS=/tmp/keys.txt", "TRIDENT_CUDA_HOME=/usr/local/cuda",
-        "TRIDENT_CUDAX=1", /* not the prefix */ "OTHER=TRIDENT_CUDA_ATTENTION=x"};
+        "TRIDENT_CUDAX=1", /* not the prefix */ "OTHER=TRIDENT_CUDA_ATTENTION=x",
+        "TRIDENT_CUDA_ATTENTION=", "TRIDENT_CUDA_GEMM_CHOICES=", "TRIDENT_CUDA_STAGING_MIB=",
+        "TRIDENT_CUDA_GEMM_KEYS="}; /* (empty: the default, as unset) */
     for (size_t i = 0; i < sizeof good / sizeof *good; i++) {
         if (check_env(good[i]))
             fail_msg("%s refused: %s", good[i], tr_errmsg());
     }
     assert_int_equal(tr_cuda_check_switches((char *[]){NULL}), TR_OK);
     static const char *const bad[] = {
-        "TRIDENT_CUDA_ATTENTION=cudnnn", "TRIDENT_CUDA_ATTENTION=", "TRIDENT_CUDA_ATTENTION",
-        "TRIDENT_CUDA_ATTENTION=CUDNN", "TRIDENT_CUDA_ATTENTION=cudnn ",
+        "TRIDENT_CUDA_ATTENTION=cudnnn", "TRIDENT_CUDA_ATTENTION=CUDNN",
+        "TRIDENT_CUDA_ATTENTION=cudnn ", "TRIDENT_CUDA_ATTENTION= cudnn",
         "TRIDENT_CUDA_ATTENTION_BWD=fuse", "TRIDENT_CUDA_ATTENTION_KV=48",
         "TRIDENT_CUDA_EPILOGUE=no", "TRIDENT_CUDA_STAGING_MIB=0", "TRIDENT_CUDA_STAGING_MIB=-1",
-        "TRIDENT_CUDA_STAGING_MIB=1x", "TRIDENT_CUDA_STAGING_MIB= 1", "TRIDENT_CUDA_GEMM_KEYS=",
-        "TRIDENT_CUDA_ATTENTON=cudnn", "TRIDENT_CUDA_=1", "TRIDENT_CUDA_attention=cudnn"};
+        "TRIDENT_CUDA_STAGING_MIB=1x", "TRIDENT_CUDA_STAGING_MIB= 1",
+        "TRIDENT_CUDA_ATTENTON=cudnn", "TRIDENT_CUDA_=1", "TRIDENT_CUDA_attention=cudnn",
+        "TRIDENT_CUDA_ATTENTON="}; /* (a misspelt name even when empty) */
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
         if (check_env(bad[i]) != TR_ERR_CONFIG)
             fail_msg("%s accepted", bad[i]);
