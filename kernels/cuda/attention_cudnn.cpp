@@ -6,8 +6,8 @@
 //   backward: sdpa_backward(Q, K, V, O, dO, stats; deterministic) -> dQ, dK, dV (bf16)
 // One graph per (pass, B, T, NH, HS), built on first use and kept; one cudnnHandle_t, its
 // stream set on each call, under one mutex (graphs run one at a time; the workspace is one
-// device buffer grown to the largest graph's need, outside the arena, like flash_mma.cu's
-// scratch; on Hopper the deterministic backward keeps dP there, B NH T^2 bf16: 3.2 GB at
+// device buffer grown to the largest graph's need, outside the arena (cu_grow_buffer, as
+// flash_mma.cu's scratch); on Hopper the deterministic backward keeps dP there, B NH T^2 bf16: 3.2 GB at
 // gpt2-124m's micro-batch 128, or trident's kernels run where cudaMalloc cannot have it). A
 // graph cuDNN refuses is remembered as refused: the caller's kernels run for that shape from
 // then on, and the reason is printed once per shape.
@@ -239,18 +239,11 @@ Entry &entry(bool forward, int B, int T, int NH, int HS)
 int execute(cudaStream_t st, Entry &e, std::unordered_map<int64_t, void *> &pack,
             const char *what)
 {
-    if ((size_t)e.workspace > workspace_have) {
-        if (workspace)
-            cu_note(cudaFree(workspace), what);
-        workspace = nullptr, workspace_have = 0;
-        if (cudaMalloc(&workspace, (size_t)e.workspace) != cudaSuccess) {
-            cudaGetLastError();
-            fprintf(stderr, "trident: cuda: no %lld bytes for cuDNN's attention workspace: "
-                            "trident's own kernels run\n", (long long)e.workspace);
-            e.graph = nullptr;
-            return n_refused++, 0;
-        }
-        workspace_have = (size_t)e.workspace;
+    if (!cu_grow_buffer(&workspace, &workspace_have, (size_t)e.workspace, 0, st, what)) {
+        fprintf(stderr, "trident: cuda: no %lld bytes for cuDNN's attention workspace: "
+                        "trident's own kernels run\n", (long long)e.workspace);
+        e.graph = nullptr;
+        return n_refused++, 0;
     }
     try {
         if (fe::detail::set_stream(handle, st) != CUDNN_STATUS_SUCCESS) {

@@ -56,6 +56,12 @@ void *cu_scratch(void);
 double *cu_host_scalar(void);
 /* The shared memory (bytes) one block may opt into past 48 KiB. */
 int cu_smem_optin(void);
+/* A device buffer of at least `bytes` outside the arena, grown as calls need (the smaller one
+ * freed first, which waits for the device; zeroed on st when zero): 1, or 0 when cudaMalloc
+ * cannot have it (the error cleared, *mem NULL, *have 0; the caller says so). `what` names
+ * the user in a failed free. */
+int cu_grow_buffer(void **mem, size_t *have, size_t bytes, int zero, cudaStream_t st,
+                   const char *what);
 /* 1 when the environment variable name is set to value (the TRIDENT_CUDA_* switches) */
 int cu_env_is(const char *name, const char *value);
 /* Chunks for a column reduction of N rows and `cols` columns with `arrays` partial arrays. */

@@ -55,29 +55,18 @@ template <int D> void forward_d(cudaStream_t st, const fm::args &m, bool in16)
         m.out16 ? forward_o<D, uint16_t>(st, m) : forward_o<D, float>(st, m);
 }
 
-// A device buffer of at least `bytes`, grown (and zeroed when `zero`) as calls need: false
-// when cudaMalloc fails (the error cleared, a warning once)
+// cu_grow_buffer for the fused backward's scratch: false, with a warning once, when
+// cudaMalloc cannot have it
 bool grow(void **mem, size_t *have, size_t bytes, bool zero, cudaStream_t st)
 {
-    if (bytes <= *have)
+    if (cu_grow_buffer(mem, have, bytes, zero, st, "attention_backward (fused): its scratch"))
         return true;
-    if (*mem)
-        cu_note(cudaFree(*mem), "attention_backward (fused): freeing its scratch");
-    *mem = nullptr, *have = 0;
-    if (cudaMalloc(mem, bytes) != cudaSuccess) {
-        (void)cudaGetLastError();
-        *mem = nullptr;
-        static bool told;
-        if (!told)
-            tr_warn("cuda: no %.1f MiB for the fused attention backward's scratch: the two "
-                    "kernels run instead", (double)bytes / 1048576.0);
-        told = true;
-        return false;
-    }
-    *have = bytes;
-    if (zero)
-        cu_note(cudaMemsetAsync(*mem, 0, bytes, st), "attention_backward (fused): zeroing");
-    return true;
+    static bool told;
+    if (!told)
+        tr_warn("cuda: no %.1f MiB for the fused attention backward's scratch: the two "
+                "kernels run instead", (double)bytes / 1048576.0);
+    told = true;
+    return false;
 }
 
 // The fused backward's scratch into m (dq_acc, dq_flags, ticket): the sums (not zeroed:

@@ -1,5 +1,6 @@
 /* Device memory of the CUDA table: allocation (from the arena once one is
- * reserved, else cudaMalloc), copies and fills on the op's stream. */
+ * reserved, else cudaMalloc), copies and fills on the op's stream; the kernels' own
+ * scratch buffers outside the arena, grown as calls need (cu_grow_buffer). */
 #include <pthread.h>
 #include <string.h>
 
@@ -128,4 +129,23 @@ void cu_zero(tr_stream s, void *dst, size_t bytes)
 void cu_synchronize(tr_stream s)
 {
     cu_note(cudaStreamSynchronize(cu_stream(s)), "synchronize");
+}
+
+int cu_grow_buffer(void **mem, size_t *have, size_t bytes, int zero, cudaStream_t st,
+                   const char *what)
+{
+    if (bytes <= *have)
+        return 1;
+    if (*mem)
+        cu_note(cudaFree(*mem), what);
+    *mem = NULL, *have = 0;
+    if (cudaMalloc(mem, bytes) != cudaSuccess) {
+        (void)cudaGetLastError();
+        *mem = NULL;
+        return 0;
+    }
+    *have = bytes;
+    if (zero)
+        cu_note(cudaMemsetAsync(*mem, 0, bytes, st), what);
+    return 1;
 }

@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/core.h"
 #include "kernels/cuda/attention_cudnn.h"
 #include "kernels/kernels.h"
 
@@ -21,13 +22,11 @@ static int64_t at(const tr_cudnn_view *v, int b, int h, int s, int d)
     return v->offset + b * v->stride[0] + h * v->stride[1] + s * v->stride[2] + d * v->stride[3];
 }
 
-static float *random_floats(size_t n, unsigned seed)
+static float *random_floats(size_t n, unsigned seed) /* uniform in [-1, 1) */
 {
     float *x = malloc(n * sizeof *x);
-    for (size_t i = 0; i < n; i++) {
-        seed = seed * 1664525u + 1013904223u;
-        x[i] = (float)((seed >> 8) * (1.0 / 16777216.0) * 2.0 - 1.0);
-    }
+    for (size_t i = 0; i < n; i++)
+        x[i] = (float)(2.0 * tr_rand_uniform(seed, 0, i) - 1.0);
     return x;
 }
 
