@@ -52,7 +52,7 @@ struct Entry {
 
 std::mutex mu;
 cudnnHandle_t handle = nullptr;
-bool loaded = false, load_failed = false;
+bool load_failed = false; // (loaded: handle set)
 // (on the heap, never destroyed: cuDNN's descriptors must not be freed after CUDA's own exit
 // handlers have run)
 auto &graphs = *new std::map<std::tuple<int, int, int, int, int>, Entry>;
@@ -71,11 +71,11 @@ const char *load()
     if (!failed.empty())
         return failed.c_str();
     const char *lib = getenv("TRIDENT_CUDNN_LIBRARY");
-    void *h = dlopen(lib && *lib ? lib : "libcudnn.so.9", RTLD_NOW | RTLD_GLOBAL);
+    lib = lib && *lib ? lib : "libcudnn.so.9";
+    void *h = dlopen(lib, RTLD_NOW | RTLD_GLOBAL);
     if (!h) {
         const char *e = dlerror();
-        failed = std::string(lib && *lib ? lib : "libcudnn.so.9") + " does not load (" +
-                 (e ? e : "?") + ")";
+        failed = std::string(lib) + " does not load (" + (e ? e : "?") + ")";
         return failed.c_str();
     }
     for (const char *nvrtc : {"libnvrtc.so.13", "libnvrtc.so.12"})
@@ -94,8 +94,8 @@ const char *load()
 // load() and make the handle, once (mu held): false (said once) when either fails
 bool ready()
 {
-    if (loaded || load_failed)
-        return loaded;
+    if (handle || load_failed)
+        return handle != nullptr;
     const char *why = load();
     if (why) {
         fprintf(stderr, "trident: cuda: cuDNN attention asked for (TRIDENT_CUDA_ATTENTION) but "
@@ -117,33 +117,35 @@ bool ready()
         load_failed = true;
         return false;
     }
-    loaded = true;
     fprintf(stderr, "trident: cuda: attention on cuDNN %zu (frontend %d.%d.%d)\n",
             (size_t)fe::detail::get_backend_version(), CUDNN_FRONTEND_MAJOR_VERSION,
             CUDNN_FRONTEND_MINOR_VERSION, CUDNN_FRONTEND_PATCH_VERSION);
     return true;
 }
 
-std::shared_ptr<fe::graph::Tensor_attributes> tensor(fe::graph::Graph &g, const char *name,
-                                                     int64_t uid, const tr_cudnn_view &v,
-                                                     fe::DataType_t type)
-{
-    return g.tensor(fe::graph::Tensor_attributes()
-                        .set_name(name)
-                        .set_uid(uid)
-                        .set_dim({v.dim[0], v.dim[1], v.dim[2], v.dim[3]})
-                        .set_stride({v.stride[0], v.stride[1], v.stride[2], v.stride[3]})
-                        .set_data_type(type));
-}
+using Tensor = std::shared_ptr<fe::graph::Tensor_attributes>;
 
-void as_output(const std::shared_ptr<fe::graph::Tensor_attributes> &t, int64_t uid,
-               const tr_cudnn_view &v, fe::DataType_t type)
+// t as the view v of a tensor of this type, the variant pack's pointer found by uid
+const Tensor &describe(const Tensor &t, int64_t uid, const tr_cudnn_view &v, fe::DataType_t type)
 {
-    t->set_output(true)
-        .set_uid(uid)
+    t->set_uid(uid)
         .set_dim({v.dim[0], v.dim[1], v.dim[2], v.dim[3]})
         .set_stride({v.stride[0], v.stride[1], v.stride[2], v.stride[3]})
         .set_data_type(type);
+    return t;
+}
+
+// an input of the graph
+Tensor tensor(fe::graph::Graph &g, const char *name, int64_t uid, const tr_cudnn_view &v,
+              fe::DataType_t type)
+{
+    return describe(g.tensor(fe::graph::Tensor_attributes().set_name(name)), uid, v, type);
+}
+
+// an output of the graph
+void as_output(const Tensor &t, int64_t uid, const tr_cudnn_view &v, fe::DataType_t type)
+{
+    describe(t, uid, v, type)->set_output(true);
 }
 
 // The graph of one pass for (B, T, NH, HS); a null graph and the reason in `why` if cuDNN
@@ -349,7 +351,7 @@ int tr_cuda_cudnn_attention_counts(long *ran, long *refused)
 {
     std::lock_guard<std::mutex> hold(mu);
     *ran = n_ran, *refused = n_refused;
-    return loaded ? 1 : 0;
+    return handle ? 1 : 0;
 }
 
 } // extern "C"
