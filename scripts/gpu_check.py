@@ -102,6 +102,7 @@ class Check:
         self.results = {}  # what steps found: toolkit, device, tests, bench
         self.env = dict(os.environ)
         self.prefix = None
+        self.cudnn_include = None  # cuDNN's own headers where its library was found (cuda-toolkit)
         self.no_gpu_reason = None
 
     def git(self, *args):
@@ -302,7 +303,7 @@ class Check:
         # cuDNN's headers and its frontend's: the bundle's cudnn/include (gpu-bundle.sh), then
         # the cuDNN wheel's own (meson.build builds the cuDNN attention where both are found)
         dnn_inc = [d for d in (os.path.join(self.prefix, "cudnn", "include") if self.prefix else "",
-                               getattr(self, "cudnn_include", None) or "") if d and os.path.isdir(d)]
+                               self.cudnn_include or "") if d and os.path.isdir(d)]
         if dnn_inc:
             opts.append("-Dcudnn_include=" + ",".join(dnn_inc))
         if os.path.isfile(os.path.join(build, "build.ninja")):
