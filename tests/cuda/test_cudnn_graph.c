@@ -5,7 +5,9 @@
  * them, proven before a GPU run. cuDNN's run-time compiled engines need a libcuda.so.1: the
  * driver's where there is one, else the toolkit's stub (argv[1]), loaded first.
  * Exit 77 (SKIP) where cuDNN's library does not load.
- * usage: test_cudnn_graph LIBCUDA_STUB */
+ * --missing PATH (run with TRIDENT_CUDNN_LIBRARY=PATH, a file that is not a library): the
+ * check must say that PATH does not load, and nothing else.
+ * usage: test_cudnn_graph LIBCUDA_STUB | test_cudnn_graph --missing PATH */
 #include <dlfcn.h>
 #include <stdio.h>
 #include <string.h>
@@ -25,6 +27,12 @@
 
 int main(int argc, char **argv)
 {
+    if (argc > 2 && !strcmp(argv[1], "--missing")) {
+        const char *why = tr_cudnn_attention_check("{}", 90, 1, 1, 64, 1, 64);
+        int ok = why && strstr(why, argv[2]) && strstr(why, "does not load");
+        printf("%s a library that does not load: %s\n", ok ? "ok  " : "FAIL", why ? why : "NULL");
+        return ok ? 0 : 1;
+    }
     if (!dlopen("libcuda.so.1", RTLD_NOW | RTLD_GLOBAL) &&
         !(argc > 1 && dlopen(argv[1], RTLD_NOW | RTLD_GLOBAL)))
         printf("note: no libcuda.so.1 and no stub (%s): cuDNN's run-time engines will refuse\n",
