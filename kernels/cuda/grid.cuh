@@ -38,47 +38,6 @@ static __device__ __forceinline__ float tr_cu_warp_max(float v)
     return v;
 }
 
-// Sums of exponentials relative to a running maximum (the online softmax): (m, s) += one value
-// v, and (m, s) += (m2, s2), a pair of its own (s == 0: empty).
-static __device__ __forceinline__ void tr_cu_online_one(float &m, float &s, float v)
-{
-    if (v > m) {
-        s = s * expf(m - v) + 1.0f;
-        m = v;
-    } else {
-        s += expf(v - m);
-    }
-}
-
-static __device__ __forceinline__ void tr_cu_online_add(float &m, float &s, float m2, float s2)
-{
-    float mn = fmaxf(m, m2);
-    s = (s == 0.0f ? 0.0f : s * expf(m - mn)) + (s2 == 0.0f ? 0.0f : s2 * expf(m2 - mn));
-    m = mn;
-}
-
-// The threads' (m, s) pairs combined over a block of THREADS (a multiple of 32, at most 1024):
-// within each warp, then warp 0 over the warps' pairs; thread 0 holds the block's. Every
-// thread of the block calls it (one barrier inside).
-template <int THREADS> static __device__ void tr_cu_block_online(float &m, float &s)
-{
-    __shared__ float part_m[THREADS / 32], part_s[THREADS / 32];
-    int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-    for (int o = 16; o > 0; o >>= 1)
-        tr_cu_online_add(m, s, __shfl_xor_sync(0xffffffffu, m, o),
-                         __shfl_xor_sync(0xffffffffu, s, o));
-    if (lane == 0)
-        part_m[warp] = m, part_s[warp] = s;
-    __syncthreads();
-    if (warp != 0)
-        return;
-    m = lane < THREADS / 32 ? part_m[lane] : -INFINITY;
-    s = lane < THREADS / 32 ? part_s[lane] : 0.0f;
-    for (int o = 16; o > 0; o >>= 1)
-        tr_cu_online_add(m, s, __shfl_xor_sync(0xffffffffu, m, o),
-                         __shfl_xor_sync(0xffffffffu, s, o));
-}
-
 // kernel opted into `bytes` of dynamic shared memory where they and its static bytes pass
 // 48 KiB (once per size it grows to: opted); false when the device refuses (nothing noted: the
 // caller falls back)

@@ -4,6 +4,8 @@
 
 #include "kernels/cuda/bf16.h"
 #include "kernels/cuda/grid.cuh"
+#include "kernels/cuda/mma_prims.cuh"
+#include "kernels/cuda/online_softmax.cuh"
 
 namespace {
 
@@ -208,7 +210,8 @@ __global__ void xent_stats_kernel(float *maxv, float *sumexp, float *picked, con
     float m = -INFINITY, s = 0.0f;
     for (int c = threadIdx.x; c < n_valid; c += XENT_THREADS)
         tr_cu_online_one(m, s, logit_at(x, c));
-    tr_cu_block_online<XENT_THREADS>(m, s);
+    __shared__ float part[2 * XENT_THREADS / 32];
+    tr_cu_block_online<XENT_THREADS>(m, s, part);
     if (threadIdx.x == 0) {
         long long col = (long long)targets[n] - v_start;
         maxv[n] = m;

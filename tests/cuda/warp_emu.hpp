@@ -1,6 +1,7 @@
-// tests/cuda: a host emulation of the primitives of kernels/cuda/mma_prims.cuh, so the tensor
-// core kernels written against them (flash_mma.cuh) run on a CPU. A block is 128 threads of
-// the host, one per lane; fm_sync is a barrier of the block, a shuffle or mma a
+// tests/cuda: a host emulation of the primitives of kernels/cuda/mma_prims.cuh, so the
+// kernels written against them (flash_mma.cuh's tensor-core attention, xent_fused.cuh's
+// cross-entropy row) run on a CPU. A block is 128 threads of the host (or launch's threads: a
+// multiple of 32, at most 256 where shared memory is tracked), one per lane; fm_sync is a barrier of the block, a shuffle or mma a
 // barrier of the warp around an exchange of the lanes' registers; mma.sync m16n8k16 is
 // rebuilt from the 32 lanes' fragments by the PTX layouts and multiplied in fp32. Blocks run
 // one after another. Shared memory starts as all-ones bytes (NaN as fp32 and bf16), so a read
@@ -32,7 +33,7 @@
 
 namespace emu {
 
-constexpr int THREADS = 128;
+constexpr int THREADS = 128; // a block's threads unless launch is given others
 
 struct warp {
     std::barrier<> bar{32};
@@ -56,8 +57,11 @@ struct chunk_state {
 struct block {
     std::atomic<uint64_t> gen{1};
     std::atomic<uint64_t> stored_gen{0}; // the generation of the block's latest fm_stcg2
-    std::barrier<next_generation> bar{THREADS, next_generation{this}};
-    warp w[THREADS / 32];
+    explicit block(int threads) : bar(threads, next_generation{this}), w(new warp[threads / 32])
+    {
+    }
+    std::barrier<next_generation> bar;
+    std::unique_ptr<warp[]> w;
     unsigned char *smem = nullptr;
     size_t smem_bytes = 0;
     int bx = 0, by = 0, gx = 0;
@@ -117,6 +121,7 @@ inline warp &my_warp() { return cur->w[tid / 32]; }
 
 inline chunk_state &chunk_of(const void *p)
 {
+    check(tid < 256, "shared memory tracked in blocks of 8 warps at most");
     return cur->chunks[(size_t)(static_cast<const unsigned char *>(p) - cur->smem) / 16];
 }
 
@@ -153,25 +158,27 @@ inline void track_landed(const void *p)
     chunk_of(p).writer.store(cur->gen.load() << 8 | (uint64_t)(tid / 32 + 1));
 }
 
-// Runs body() as a grid of gx x gy blocks of 128 threads with smem bytes of shared memory.
-template <class F> void launch(int gx, int gy, size_t smem, F body)
+// Runs body() as a grid of gx x gy blocks of `threads` threads with smem bytes of shared
+// memory.
+template <class F> void launch(int gx, int gy, size_t smem, F body, int threads = THREADS)
 {
+    check(threads > 0 && threads % 32 == 0 && threads <= 1024, "a block of whole warps");
     std::vector<unsigned char> mem(smem ? smem : 1);
     for (int by = 0; by < gy; by++)
         for (int bx = 0; bx < gx; bx++) {
-            block blk;
+            block blk(threads);
             blk.chunks.reset(new chunk_state[mem.size() / 16 + 1]);
             std::memset(mem.data(), 0xff, mem.size());
             blk.smem = mem.data(), blk.smem_bytes = smem, blk.bx = bx, blk.by = by, blk.gx = gx;
-            std::vector<std::thread> threads;
-            for (int t = 0; t < THREADS; t++)
-                threads.emplace_back([&blk, &body, t] {
+            std::vector<std::thread> lanes;
+            for (int t = 0; t < threads; t++)
+                lanes.emplace_back([&blk, &body, t] {
                     cur = &blk;
                     tid = t;
                     body();
                     check(pending.empty(), "cp.async copies never waited for");
                 });
-            for (auto &th : threads)
+            for (auto &th : lanes)
                 th.join();
         }
 }
@@ -191,7 +198,14 @@ inline float bf16_to_float(uint32_t h)
 #define FM_KERNEL_MIN(blocks) void
 #define FM_UNROLL
 #define FM_UNROLL_2
+#define FM_UNROLL_4
 #define FM_HD
+
+// CUDA's 16-byte vector type, which the kernels' 16-byte loads and stores move
+struct alignas(16) uint4 {
+    uint32_t x, y, z, w;
+};
+inline uint4 make_uint4(uint32_t x, uint32_t y, uint32_t z, uint32_t w) { return {x, y, z, w}; }
 
 inline int fm_tid() { return emu::tid; }
 inline int fm_bidx() { return emu::cur->bx; }
@@ -200,7 +214,12 @@ inline int fm_gridx() { return emu::cur->gx; }
 inline void fm_sync() { emu::cur->bar.arrive_and_wait(); }
 inline unsigned char *fm_shared() { return emu::cur->smem; }
 inline int fm_min(int a, int b) { return a < b ? a : b; }
-inline float fm_exp2(float x) { return std::exp2(x); }
+// the MUFU's ex2.approx.ftz: exact here, but with its flush of results under 2^-126 to 0
+inline float fm_exp2(float x)
+{
+    float y = std::exp2(x);
+    return y < 0x1p-126f ? 0.0f : y;
+}
 inline float fm_log(float x) { return std::log(x); }
 
 inline float fm_shfl_xor(float v, int m)
