@@ -14,7 +14,8 @@
  *    xent_loss_backward16) against "cpu-bf16"'s: the head's three GEMMs (logits = x W^T,
  *    dx = dlogits W, dW += dlogits^T x) with odd sizes and a beta = 1 accumulation, the
  *    cross-entropy on rows whose length is a multiple of 4 (vector path) and not (scalar),
- *    with padding columns, targets held elsewhere, loss weights, in place; the logits and
+ *    with padding columns, targets held elsewhere, loss weights, rows starting with -inf
+ *    logits, in place; the logits and
  *    dx GEMMs again on W converted once (narrow16, gemm_mixed16); and the two in one
  *    pass (xent_stats_loss_backward16: rows in shared memory, 16-byte and scalar, and a row
  *    past it, which takes the two ops).
@@ -24,6 +25,7 @@
  * (kernels/cuda/attention_cudnn.h) against "cpu-bf16"'s, its backward run twice for the same
  * bits, and proof from tr_cuda_cudnn_attention_counts that cuDNN ran every call it takes.
  * Exit 77 (SKIP) without a GPU (and in the cuDNN mode, where cuDNN's library does not load). */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -91,13 +93,18 @@ static void test_gemms(int n, int C, int V)
     free(x), free(W), free(dW), free(l16), free(dx);
 }
 
-/* stats and loss + backward (weighted, in place) on bf16 logits (N, V), n_valid columns */
-static void test_xent16(int N, int V, int n_valid, int v_start)
+/* stats and loss + backward (weighted, in place) on bf16 logits (N, V), n_valid columns, the
+ * first neg_inf columns of each row -inf */
+static void test_xent16(int N, int V, int n_valid, int v_start, int neg_inf)
 {
-    ops_check_group("xent16 N%d V%d n_valid %d v_start %d", N, V, n_valid, v_start);
+    ops_check_group("xent16 N%d V%d n_valid %d v_start %d -inf %d", N, V, n_valid, v_start,
+                    neg_inf);
     char what[96];
     size_t nl = (size_t)N * V;
     float *lf = host(nl, -8, 8), *weights = host((size_t)N, 0, 2);
+    for (int n = 0; n < N; n++)
+        for (int c = 0; c < neg_inf && c < V; c++)
+            lf[(size_t)n * V + c] = -INFINITY;
     uint16_t *l16 = narrow(lf, nl);
     int32_t *targets = malloc((size_t)N * sizeof *targets);
     for (int n = 0; n < N; n++) /* some held here, some on other ranks */
@@ -514,10 +521,12 @@ int main(int argc, char **argv)
     test_mlp16(33, 100, 40);
     test_gemms(37, 64, 1000);
     test_gemms(130, 96, 517); /* odd vocabulary */
-    test_xent16(37, 1000, 990, 500);
-    test_xent16(9, 517, 517, 0); /* rows not a multiple of 4: the scalar path */
-    test_xent16(5, 50304, 50257, 0);  /* GPT-2's padded vocabulary: 16-byte rows in shared memory */
-    test_xent16(3, 131072, 131000, 0); /* a row past the shared memory: the two ops */
+    test_xent16(37, 1000, 990, 500, 0);
+    test_xent16(9, 517, 517, 0, 0); /* rows not a multiple of 4: the scalar path */
+    test_xent16(9, 517, 517, 0, 5); /* ... whose threads' first values are -inf (no NaN) */
+    test_xent16(5, 50304, 50257, 0, 0); /* GPT-2's padded vocabulary: 16-byte rows in shared memory */
+    test_xent16(5, 50304, 50257, 0, 40); /* ... a thread's first 8 columns -inf */
+    test_xent16(3, 131072, 131000, 0, 0); /* a row past the shared memory: the two ops */
     if (tr_cuda_status()) {
         failures++;
         fprintf(stderr, "FAIL %s\n", tr_errmsg());
