@@ -535,7 +535,7 @@ def main():
     ap.add_argument("--variants",
                     default="TRIDENT_CUDA_ATTENTION=cudnn;TRIDENT_CUDA_ATTENTION=cudnn-backward;"
                     "TRIDENT_CUDA_ATTENTION_BWD=fused;TRIDENT_CUDA_ATTENTION_BWD=fused,TRIDENT_CUDA_ATTENTION_KV=64;"
-                    "COMBINE;"
+                    "COMBINE;TRIDENT_CUDA_ATTENTION=cudnn-nondeterministic;"
                     "TRIDENT_CUDA_XENT=two-pass;TRIDENT_CUDA_NORM_BACKWARD=two-pass;TRIDENT_CUDA_GEMM=fast;"
                     "TRIDENT_CUDA_HEAD=fp32;TRIDENT_CUDA_EPILOGUE=0;TRIDENT_CUDA_ACTIVATIONS=fp32",
                     help="after the benchmark (and the recorded GEMM choices, when gemm_choose found faster "
@@ -545,7 +545,8 @@ def main():
                     "deterministic backward), both passes or the backward only; the attention backward as one "
                     "kernel (dK dV and dQ, S and dP computed once) instead of two, also with 64 query rows a step "
                     "(64 rows alone, TRIDENT_CUDA_ATTENTION_KV=64, measured the same as 32 on the H200); "
-                    "then the switches back whose kernels changed since they were last timed or that cost the most: "
+                    "then cuDNN's attention with its non-deterministic backward (PyTorch's and Megatron-LM's "
+                    "default: what trident's determinism costs; never in the combined run); then the switches back whose kernels changed since they were last timed or that cost the most: "
                     "the head's cross-entropy in two ops instead of the fused one; the norms' backward in two passes; "
                     "cuBLASLt's fast-bf16 mode instead of staging; the head's logits in fp32; the unfused linear "
                     "layers; the MLP's and the norms' tensors in fp32. Others: TRIDENT_CUDA_ATTENTION=wmma, "

@@ -3,7 +3,8 @@
 // (dlopen of libcudnn.so.9, or TRIDENT_CUDNN_LIBRARY=PATH): a build needs cuDNN's and the
 // frontend's headers only, and a machine without the library runs trident's own kernels.
 //   forward:  sdpa(Q, K, V; causal, scale 1/sqrt(HS)) -> O (bf16), stats = lse (fp32)
-//   backward: sdpa_backward(Q, K, V, O, dO, stats; deterministic) -> dQ, dK, dV (bf16)
+//   backward: sdpa_backward(Q, K, V, O, dO, stats; deterministic unless the switch is
+//             cudnn-nondeterministic) -> dQ, dK, dV (bf16)
 // One graph per (pass, B, T, NH, HS), built on first use and kept; one cudnnHandle_t, its
 // stream set on each call, under one mutex (graphs run one at a time; the workspace is one
 // device buffer grown to the largest graph's need, outside the arena (cu_grow_buffer, as
@@ -148,15 +149,17 @@ void as_output(const Tensor &t, int64_t uid, const tr_cudnn_view &v, fe::DataTyp
     describe(t, uid, v, type)->set_output(true);
 }
 
-// The graph of one pass for (B, T, NH, HS); a null graph and the reason in `why` if cuDNN
-// refuses it at any stage.
+// The graph of one pass (TR_CUDNN_FORWARD, TR_CUDNN_BACKWARD [| TR_CUDNN_NONDETERMINISTIC])
+// for (B, T, NH, HS); a null graph and the reason in `why` if cuDNN refuses it at any stage.
 // With `device` (and its SM version sm) instead of the handle: built without a GPU, up to
 // cuDNN's support check (tr_cudnn_attention_check).
-std::shared_ptr<fe::graph::Graph> build(bool forward, int B, int T, int NH, int HS,
+std::shared_ptr<fe::graph::Graph> build(int pass, int B, int T, int NH, int HS,
                                         std::string &why,
                                         std::shared_ptr<fe::DeviceProperties> device = nullptr,
                                         int sm = 0)
 {
+    const bool forward = pass & TR_CUDNN_FORWARD;
+    const bool deterministic = !(pass & TR_CUDNN_NONDETERMINISTIC);
     tr_cudnn_sdpa_layout l = tr_cudnn_sdpa_layout_of(B, T, NH, HS);
     auto g = std::make_shared<fe::graph::Graph>();
     if (device)
@@ -184,7 +187,7 @@ std::shared_ptr<fe::graph::Graph> build(bool forward, int B, int T, int NH, int 
                        .set_name("trident_attention_backward")
                        .set_causal_mask(true)
                        .set_attn_scale(scale)
-                       .set_deterministic_algorithm(true);
+                       .set_deterministic_algorithm(deterministic);
         auto [dq, dk, dv] = g->sdpa_backward(q, k, v, o, dout, stats, opt);
         as_output(dq, DQ, l.q, bf16);
         as_output(dk, DK, l.k, bf16);
@@ -202,8 +205,10 @@ std::shared_ptr<fe::graph::Graph> build(bool forward, int B, int T, int NH, int 
         failed("create_execution_plans",
                g->create_execution_plans({fe::HeurMode_t::A, fe::HeurMode_t::FALLBACK})))
         return nullptr;
-    // no engine cuDNN notes as non-deterministic, whichever pass: the same bits run to run
-    g->deselect_numeric_notes({fe::NumericalNote_t::NONDETERMINISTIC});
+    // no engine cuDNN notes as non-deterministic unless the switch allows one: the same bits
+    // run to run
+    if (deterministic)
+        g->deselect_numeric_notes({fe::NumericalNote_t::NONDETERMINISTIC});
     if (failed("check_support", device ? g->check_support() : g->check_support(handle)) ||
         (!device && failed("build_plans", g->build_plans(handle))))
         return nullptr;
@@ -211,16 +216,19 @@ std::shared_ptr<fe::graph::Graph> build(bool forward, int B, int T, int NH, int 
 }
 
 // The entry for the call's shape, built on first use (mu held)
-Entry &entry(bool forward, int B, int T, int NH, int HS)
+Entry &entry(int pass, int B, int T, int NH, int HS)
 {
-    auto key = std::make_tuple(forward ? 0 : 1, B, T, NH, HS);
+    const char *name = pass & TR_CUDNN_FORWARD         ? "forward"
+                       : pass & TR_CUDNN_NONDETERMINISTIC ? "non-deterministic backward"
+                                                          : "backward";
+    auto key = std::make_tuple(pass, B, T, NH, HS);
     auto it = graphs.find(key);
     if (it != graphs.end())
         return it->second;
     Entry &e = graphs[key];
     std::string why;
     try {
-        e.graph = build(forward, B, T, NH, HS, why);
+        e.graph = build(pass, B, T, NH, HS, why);
     } catch (const std::exception &x) {
         e.graph = nullptr, why = x.what();
     }
@@ -229,10 +237,10 @@ Entry &entry(bool forward, int B, int T, int NH, int HS)
     if (!e.graph)
         fprintf(stderr, "trident: cuda: cuDNN refuses the attention %s of B %d T %d NH %d HS %d "
                         "(%s): trident's own kernels run for it\n",
-                forward ? "forward" : "backward", B, T, NH, HS, why.c_str());
+                name, B, T, NH, HS, why.c_str());
     else
         fprintf(stderr, "trident: cuda: cuDNN's attention %s for B %d T %d NH %d HS %d: "
-                        "workspace %.1f MiB\n", forward ? "forward" : "backward", B, T, NH, HS,
+                        "workspace %.1f MiB\n", name, B, T, NH, HS,
                 (double)e.workspace / (1 << 20));
     return e;
 }
@@ -293,7 +301,7 @@ int cu_cudnn_attention_forward(cudaStream_t st, uint16_t *out16, float *lse,
                                    (uintptr_t)out16 | (uintptr_t)qkv16 | (uintptr_t)lse))
         return 0;
     std::lock_guard<std::mutex> hold(mu);
-    Entry *e = ready() ? &entry(true, B, T, NH, HS) : nullptr;
+    Entry *e = ready() ? &entry(TR_CUDNN_FORWARD, B, T, NH, HS) : nullptr;
     if (!e || !e->graph)
         return n_refused++, 0;
     tr_cudnn_sdpa_layout l = tr_cudnn_sdpa_layout_of(B, T, NH, HS);
@@ -312,7 +320,9 @@ int cu_cudnn_attention_backward(cudaStream_t st, uint16_t *dqkv16, const uint16_
         tr_cudnn_attention_refusal(B, T, NH, NG, HS, alibi, segments, p | (uintptr_t)lse))
         return 0;
     std::lock_guard<std::mutex> hold(mu);
-    Entry *e = ready() ? &entry(false, B, T, NH, HS) : nullptr;
+    Entry *e = ready() ? &entry(TR_CUDNN_BACKWARD | asked(TR_CUDNN_NONDETERMINISTIC), B, T, NH,
+                                HS)
+                       : nullptr;
     if (!e || !e->graph)
         return n_refused++, 0;
     tr_cudnn_sdpa_layout l = tr_cudnn_sdpa_layout_of(B, T, NH, HS);
@@ -325,7 +335,7 @@ int cu_cudnn_attention_backward(cudaStream_t st, uint16_t *dqkv16, const uint16_
     return execute(st, *e, pack, "attention_backward (cuDNN)");
 }
 
-const char *tr_cudnn_attention_check(const char *device_json, int sm, int forward, int B, int T,
+const char *tr_cudnn_attention_check(const char *device_json, int sm, int pass, int B, int T,
                                      int NH, int HS)
 {
     static std::string why;
@@ -339,8 +349,15 @@ const char *tr_cudnn_attention_check(const char *device_json, int sm, int forwar
         if (e.is_bad())
             return why = "the device's properties: " + e.get_message(), why.c_str();
         why.clear();
-        if (!build(forward != 0, B, T, NH, HS, why, device, sm))
+        auto g = build(pass, B, T, NH, HS, why, device, sm);
+        if (!g)
             return why.c_str();
+        std::string engines, name; // the candidates, in cuDNN's order (printed: the record)
+        for (int64_t i = 0; i < g->get_execution_plan_count(); i++)
+            if (g->get_plan_name_at_index(i, name).is_good())
+                engines += (engines.empty() ? "" : ", ") + name;
+        fprintf(stderr, "trident: cuda: cuDNN's candidate engines at SM %d: %s\n", sm,
+                engines.c_str());
     } catch (const std::exception &x) {
         return why = x.what(), why.c_str();
     }

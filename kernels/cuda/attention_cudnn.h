@@ -6,6 +6,9 @@
  * unset, flash_mma.cu's kernels run. The backward asks cuDNN for its deterministic algorithm
  * (kernels.h's attention contract: the same bits run to run), and a call it does not take, or
  * a cuDNN that is missing or refuses the graph, runs trident's own kernels (said once).
+ * cudnn-nondeterministic: both passes, the backward free to take cuDNN's faster engines that
+ * add into dQ atomically (cuDNN's and PyTorch's default; Megatron-LM's unless its
+ * deterministic mode is asked for): the bits of dQ, and so of the run, may differ run to run.
  *
  * Layouts (kernels.h's attention_*_qkv16 with NG = NH): qkv16 (B, T, NH, 3, HS) bf16, out16 and
  * dout16 (B, T, NH, HS) bf16, lse (B, NH, T) fp32, the natural log of each query row's sum of
@@ -49,9 +52,10 @@ static inline tr_cudnn_sdpa_layout tr_cudnn_sdpa_layout_of(int B, int T, int NH,
     return l;
 }
 
-/* Which passes the switch asks cuDNN for (bit 1 forward, bit 2 backward) from the value of
- * TRIDENT_CUDA_ATTENTION (NULL: unset): 0 for anything else. */
-enum { TR_CUDNN_FORWARD = 1, TR_CUDNN_BACKWARD = 2 };
+/* Which passes the switch asks cuDNN for (bit 1 forward, bit 2 backward; bit 4: the backward
+ * may be non-deterministic) from the value of TRIDENT_CUDA_ATTENTION (NULL: unset): 0 for
+ * anything else. */
+enum { TR_CUDNN_FORWARD = 1, TR_CUDNN_BACKWARD = 2, TR_CUDNN_NONDETERMINISTIC = 4 };
 int tr_cudnn_attention_passes(const char *value);
 
 /* NULL when cuDNN can take the call, else why not: the grouped layout (NG != NH), ALiBi,
@@ -61,13 +65,14 @@ int tr_cudnn_attention_passes(const char *value);
 const char *tr_cudnn_attention_refusal(int B, int T, int NH, int NG, int HS, int alibi,
                                        int segments, uintptr_t pointers);
 
-/* Built with cuDNN's headers only (attention_cudnn.cpp): the forward (forward != 0) or the
- * backward graph of (B, T, NH, HS) built without a GPU for the device that device_json
+/* Built with cuDNN's headers only (attention_cudnn.cpp): the graph of one pass (pass:
+ * TR_CUDNN_FORWARD, TR_CUDNN_BACKWARD, or that | TR_CUDNN_NONDETERMINISTIC) of
+ * (B, T, NH, HS) built without a GPU for the device that device_json
  * describes (cuDNN's device-properties JSON) at SM version sm (90: Hopper), through cuDNN's
  * support check, which picks engines for that device: NULL when cuDNN supports it, else why
  * not (valid until the next call). cuDNN's library is loaded as for a run; its run-time
  * compiled engines need a libcuda.so.1 to get that far (the toolkit's stub will do). */
-const char *tr_cudnn_attention_check(const char *device_json, int sm, int forward, int B, int T,
+const char *tr_cudnn_attention_check(const char *device_json, int sm, int pass, int B, int T,
                                      int NH, int HS);
 
 #ifdef __cplusplus

@@ -13,6 +13,8 @@ int tr_cudnn_attention_passes(const char *value)
         return TR_CUDNN_FORWARD;
     if (!strcmp(value, "cudnn-backward"))
         return TR_CUDNN_BACKWARD;
+    if (!strcmp(value, "cudnn-nondeterministic"))
+        return TR_CUDNN_FORWARD | TR_CUDNN_BACKWARD | TR_CUDNN_NONDETERMINISTIC;
     return 0;
 }
 

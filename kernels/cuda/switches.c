@@ -15,7 +15,7 @@ static const struct {
     const char *name, *values;
 } switches[] = {
     {"ACTIVATIONS", "bf16|fp32"},
-    {"ATTENTION", "mma|wmma|cudnn|cudnn-forward|cudnn-backward"},
+    {"ATTENTION", "mma|wmma|cudnn|cudnn-forward|cudnn-backward|cudnn-nondeterministic"},
     {"ATTENTION_BWD", "split|fused"},
     {"ATTENTION_IN", "bf16|fp32"},
     {"ATTENTION_KV", "32|64"},

@@ -527,6 +527,7 @@ static void test_switches(void **state)
     static const char *const good[] = {
         "TRIDENT_CUDA_ATTENTION=wmma", "TRIDENT_CUDA_ATTENTION=cudnn",
         "TRIDENT_CUDA_ATTENTION=cudnn-backward", "TRIDENT_CUDA_ATTENTION=mma",
+        "TRIDENT_CUDA_ATTENTION=cudnn-nondeterministic",
         "TRIDENT_CUDA_ATTENTION_BWD=fused", "TRIDENT_CUDA_ATTENTION_BWD=split",
         "TRIDENT_CUDA_ATTENTION_KV=64", "TRIDENT_CUDA_EPILOGUE=0", "TRIDENT_CUDA_GELU=separate",
         "TRIDENT_CUDA_GEMM=fast", "TRIDENT_CUDA_HEAD=fp32", "TRIDENT_CUDA_ACTIVATIONS=fp32",
@@ -556,7 +557,8 @@ static void test_switches(void **state)
     }
     assert_int_equal(check_env("TRIDENT_CUDA_ATTENTION=cudnnn"), TR_ERR_CONFIG);
     assert_string_equal(tr_errmsg(), "cuda: TRIDENT_CUDA_ATTENTION=cudnnn: it takes "
-                                     "mma|wmma|cudnn|cudnn-forward|cudnn-backward");
+                                     "mma|wmma|cudnn|cudnn-forward|cudnn-backward|"
+                                     "cudnn-nondeterministic");
     assert_int_equal(check_env("TRIDENT_CUDA_ATTENTON=cudnn"), TR_ERR_CONFIG);
     assert_non_null(strstr(tr_errmsg(), "TRIDENT_CUDA_ATTENTON is not a switch of the CUDA "
                                         "backend"));

@@ -138,6 +138,9 @@ static void test_switch(void **state)
     assert_int_equal(tr_cudnn_attention_passes("cudnn"), TR_CUDNN_FORWARD | TR_CUDNN_BACKWARD);
     assert_int_equal(tr_cudnn_attention_passes("cudnn-forward"), TR_CUDNN_FORWARD);
     assert_int_equal(tr_cudnn_attention_passes("cudnn-backward"), TR_CUDNN_BACKWARD);
+    assert_int_equal(tr_cudnn_attention_passes("cudnn-nondeterministic"),
+                     TR_CUDNN_FORWARD | TR_CUDNN_BACKWARD | TR_CUDNN_NONDETERMINISTIC);
+    assert_int_equal(tr_cudnn_attention_passes("cudnn-nondeterministic "), 0);
 }
 
 static void test_refusals(void **state)
