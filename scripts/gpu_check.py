@@ -454,6 +454,7 @@ class Check:
         b = json.load(open(jout))
         self.results["bench"] = b
         self.roofline(jout, b)
+        self.write()  # (the benchmark kept should the device's time end during what follows)
         self.bench_variants(b, gemm_choice.choose(self))
         t = b["targets"]
         vs = f"{t['vs_compile']:.2f}x torch.compile" if t.get("vs_compile") else "torch.compile failed"

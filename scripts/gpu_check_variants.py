@@ -72,6 +72,8 @@ def run(c, b, first="", keep=0):
             label += (f" (cuDNN ran {r.get('cudnn_attention', 0)} attention calls, "
                       f"fell back on {r.get('cudnn_attention_refused', 0)})")
         lines.append(line(label, r["ms_per_iter"], r.get("tokens_per_s", 0)))
+        c.results["bench_variants"] = "\n".join(lines)
+        c.write()  # (each row kept as it comes: the device's time may end before the last)
         return r["ms_per_iter"]
 
     for e in entries:

@@ -99,7 +99,10 @@ BENCH = {"rows": [{"impl": "trident", "micro_batch": 8, "ms_per_iter": 110.0, "t
                   {"impl": "pytorch-eager", "tokens_per_s": 3.0},
                   {"impl": "pytorch-compile", "tokens_per_s": 4.5}]}
 c.run = fake_run
+writes = []  # the report as each row came (the rows written so far)
+c.write = lambda: writes.append(c.results.get("bench_variants", "").count("\n"))
 c.bench_variants(BENCH)
+check("variants: the report written after each row, not only at the end", writes == [3, 4], writes)
 check("variants: a run each, settings joined by ',' set at once, over the check's environment",
       envs == [{"BASE": "1", "X": "1"}, {"BASE": "1", "X": "2", "Y": "3"}], envs)
 check("variants: a row each beside the default, with its MFU and its speed beside torch.compile's",
