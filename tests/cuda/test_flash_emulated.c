@@ -11,7 +11,7 @@
  * qkv and writing dqkv in bf16 (kernels.h's attention_*_qkv16) against the same kernels on its
  * fp32 values (the same bits) and against "cpu-bf16"'s ops; one shape again with dK dV's
  * 64-row steps at head size 64 (TRIDENT_CUDA_ATTENTION_KV=64). The emulator is slow: the test
- * takes ~40 s. The GPU runs the same kernels in cuda-ops. Exit 0 when all agree, 1
+ * takes ~25 s. The GPU runs the same kernels in cuda-ops. Exit 0 when all agree, 1
  * otherwise. By hand, `--random N [SEED]` draws N shapes at random instead (random packed
  * segments too; the two backward kernels, the fused one, 64-row steps). */
 #include <math.h>

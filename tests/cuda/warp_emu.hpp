@@ -1,52 +1,67 @@
 // tests/cuda: a host emulation of the primitives of kernels/cuda/mma_prims.cuh, so the
 // kernels written against them (flash_mma.cuh's tensor-core attention, xent_fused.cuh's
-// cross-entropy row) run on a CPU. A block is 128 threads of the host (or launch's threads: a
-// multiple of 32, at most 256 where shared memory is tracked), one per lane; fm_sync is a barrier of the block, a shuffle or mma a
-// barrier of the warp around an exchange of the lanes' registers; mma.sync m16n8k16 is
-// rebuilt from the 32 lanes' fragments by the PTX layouts and multiplied in fp32. Blocks run
-// one after another. Shared memory starts as all-ones bytes (NaN as fp32 and bf16), so a read
-// before a write shows; a shared access outside the block's bytes, a misaligned one, or a
-// global load (16 bytes of fp32, 8 of bf16) outside the arrays the test declared
-// (emu::readable) or misaligned aborts. ldmatrix exchanges the lanes' row addresses as a
-// shuffle does. cp.async lands at once in half the blocks and only at the issuing thread's
-// fm_cp_wait0 in the other half (the two ends of what the GPU may do). Races in shared memory
-// abort, whatever the threads' timing: each 16-byte chunk keeps the barrier generation and
-// warp of its last write (a copy's at its wait) and the warps that read it in this
-// generation, and a read of a chunk another warp wrote since the last barrier, a write of one
-// another warp read or wrote since then, or a read of one whose copy has not been waited for
-// is reported (ldmatrix reads, cp.async and fm_st32 writes are tracked; the kernels' plain
-// loads and stores of small arrays are not). Slow (a barrier costs microseconds): for small
-// shapes in tests.
+// cross-entropy row) run on a CPU. A block is 128 threads (or launch's threads: a multiple of
+// 32, at most 256 where shared memory is tracked), each a fiber of the one host thread, run
+// in turn until it waits at a barrier or ends (in order in half the blocks, in reverse in the
+// others); fm_sync is a barrier of the block, a shuffle or mma a barrier of the warp around
+// an exchange of the lanes' registers, and lanes all waiting at barriers the others never
+// reach abort (the GPU would hang). mma.sync m16n8k16 is rebuilt from the 32 lanes'
+// fragments by the PTX layouts and multiplied in fp32. Blocks run one after another. Shared
+// memory starts as all-ones bytes (NaN as fp32 and bf16), so a read before a write shows; a
+// shared access outside the block's bytes, a misaligned one, or a global load (16 bytes of
+// fp32, 8 of bf16) outside the arrays the test declared (emu::readable) or misaligned aborts.
+// ldmatrix exchanges the lanes' row addresses as a shuffle does. cp.async lands at once in
+// half the blocks and only at the issuing thread's fm_cp_wait0 in the other half (the two
+// ends of what the GPU may do). Races in shared memory abort, whatever the lanes' order: each
+// 16-byte chunk keeps the barrier generation and warp of its last write (a copy's at its
+// wait) and the warps that read it in this generation, and a read of a chunk another warp
+// wrote since the last barrier, a write of one another warp read or wrote since then, or a
+// read of one whose copy has not been waited for is reported (ldmatrix reads, cp.async and
+// fm_st32 writes are tracked; the kernels' plain loads and stores of small arrays are not).
+// For small shapes in tests (a barrier costs a fiber switch a lane).
 #ifndef TR_TESTS_CUDA_WARP_EMU_HPP
 #define TR_TESTS_CUDA_WARP_EMU_HPP
 
+#include <sys/mman.h>
+#include <ucontext.h>
+
 #include <atomic>
-#include <barrier>
 #include <cmath>
-#include <memory>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <thread>
+#include <functional>
+#include <memory>
 #include <vector>
 
 namespace emu {
 
 constexpr int THREADS = 128; // a block's threads unless launch is given others
 
+inline void check(bool ok, const char *what);
+
+// A barrier of `count` lanes (launch's fibers, below): a lane that arrives before the last
+// switches to the scheduler until the last arrives; the last runs `done` (if any), releases
+// the others and goes on.
+struct barrier {
+    explicit barrier(int n, std::function<void()> on_done = nullptr)
+        : count(n), done(std::move(on_done))
+    {
+    }
+    void arrive_and_wait();
+    int count, arrived = 0;
+    std::function<void()> done;
+    std::vector<struct lane *> waiting;
+};
+
 struct warp {
-    std::barrier<> bar{32};
+    barrier bar{32};
     uint32_t a[32][4], b[32][2], u[32];
     float x[32];
     const uint16_t *p[32];
 };
 
-struct block;
-struct next_generation { // a barrier's completion: the block's generation advances
-    block *b;
-    void operator()() noexcept;
-};
 
 // Per 16-byte chunk of shared memory: writer = generation << 8 | 1 << 7 (a copy pending) |
 // warp + 1 (0: none yet); readers = generation << 8 | the warps' bits.
@@ -57,21 +72,21 @@ struct chunk_state {
 struct block {
     std::atomic<uint64_t> gen{1};
     std::atomic<uint64_t> stored_gen{0}; // the generation of the block's latest fm_stcg2
-    explicit block(int threads) : bar(threads, next_generation{this}), w(new warp[threads / 32])
+    explicit block(int threads)
+        : bar(threads, [this] { gen.fetch_add(1); }), w(new warp[threads / 32])
     {
     }
-    std::barrier<next_generation> bar;
+    barrier bar; // fm_sync's: its completion advances the block's generation
     std::unique_ptr<warp[]> w;
     unsigned char *smem = nullptr;
     size_t smem_bytes = 0;
     int bx = 0, by = 0, gx = 0;
     std::unique_ptr<chunk_state[]> chunks;
 };
-inline void next_generation::operator()() noexcept { b->gen.fetch_add(1); }
-
-inline thread_local block *cur;
-inline thread_local int tid;
-inline thread_local uint64_t waited_gen; // the generation of the thread's latest fm_warp_wait
+// The running lane's state (launch switches it with the lane)
+inline block *cur;
+inline int tid;
+inline uint64_t waited_gen; // the generation of the lane's latest fm_warp_wait
 
 // cp.async copies not landed yet (the deferred blocks'): 16 bytes each, and whether a
 // commit has closed their group (wait_group waits for committed groups only)
@@ -80,7 +95,7 @@ struct pending_copy {
     unsigned char bytes[16];
     bool committed;
 };
-inline thread_local std::vector<pending_copy> pending;
+inline std::vector<pending_copy> pending;
 inline bool deferred_copies() { return ((cur->bx + cur->by) & 1) == 0; }
 
 // The global memory the kernels may read with fm_ldg4 (the test's input arrays): a read
@@ -158,29 +173,109 @@ inline void track_landed(const void *p)
     chunk_of(p).writer.store(cur->gen.load() << 8 | (uint64_t)(tid / 32 + 1));
 }
 
+// A thread of the block: a fiber (ucontext) on its own stack, all of a block's in the one
+// host thread, switched at barriers (a futex a barrier per host thread was most of the time)
+struct lane {
+    ucontext_t ctx;
+    int tid = 0;
+    uint64_t waited_gen = 0;
+    std::vector<pending_copy> pending;
+    bool blocked = false, done = false;
+};
+inline ucontext_t scheduler;
+inline lane *running;
+inline const std::function<void()> *lane_body;
+
+inline void barrier::arrive_and_wait()
+{
+    if (++arrived == count) {
+        arrived = 0;
+        if (done)
+            done();
+        for (lane *l : waiting)
+            l->blocked = false;
+        waiting.clear();
+        return;
+    }
+    lane *me = running;
+    me->blocked = true;
+    waiting.push_back(me);
+    swapcontext(&me->ctx, &scheduler);
+}
+
+inline void lane_main()
+{
+    (*lane_body)();
+    check(pending.empty(), "cp.async copies never waited for");
+    running->done = true; // (uc_link: back to the scheduler)
+}
+
+// (getcontext and swapcontext return twice: kept out of launch's loops)
+[[gnu::noinline]] inline void lane_start(lane &l, int t, char *stack, size_t bytes)
+{
+    l.tid = t, l.waited_gen = 0, l.pending.clear(), l.blocked = l.done = false;
+    getcontext(&l.ctx);
+    l.ctx.uc_stack.ss_sp = stack;
+    l.ctx.uc_stack.ss_size = bytes;
+    l.ctx.uc_link = &scheduler;
+    makecontext(&l.ctx, lane_main, 0);
+}
+
+// Runs lane l until it waits at a barrier or ends (the running lane's state switched in)
+[[gnu::noinline]] inline void lane_resume(lane &l)
+{
+    running = &l, tid = l.tid, waited_gen = l.waited_gen;
+    pending.swap(l.pending);
+    swapcontext(&scheduler, &l.ctx);
+    l.waited_gen = waited_gen;
+    pending.swap(l.pending);
+}
+
 // Runs body() as a grid of gx x gy blocks of `threads` threads with smem bytes of shared
-// memory.
+// memory. A block's lanes run in turn, each until it waits at a barrier or ends; lanes all
+// waiting with none to run (a barrier some never reach) abort instead of hanging.
 template <class F> void launch(int gx, int gy, size_t smem, F body, int threads = THREADS)
 {
     check(threads > 0 && threads % 32 == 0 && threads <= 1024, "a block of whole warps");
     std::vector<unsigned char> mem(smem ? smem : 1);
+    const size_t page = 4096, stack_bytes = 256 * 1024; // + a guard page below each stack
+    const size_t span = stack_bytes + page;
+    void *stacks = mmap(nullptr, span * threads, PROT_READ | PROT_WRITE,
+                        MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    check(stacks != MAP_FAILED, "no memory for the lanes' stacks");
+    for (int t = 0; t < threads; t++)
+        mprotect(static_cast<char *>(stacks) + span * t, page, PROT_NONE);
+    std::function<void()> fn = body;
+    lane_body = &fn;
+    std::vector<lane> lanes(threads);
     for (int by = 0; by < gy; by++)
         for (int bx = 0; bx < gx; bx++) {
             block blk(threads);
             blk.chunks.reset(new chunk_state[mem.size() / 16 + 1]);
             std::memset(mem.data(), 0xff, mem.size());
             blk.smem = mem.data(), blk.smem_bytes = smem, blk.bx = bx, blk.by = by, blk.gx = gx;
-            std::vector<std::thread> lanes;
+            cur = &blk;
             for (int t = 0; t < threads; t++)
-                lanes.emplace_back([&blk, &body, t] {
-                    cur = &blk;
-                    tid = t;
-                    body();
-                    check(pending.empty(), "cp.async copies never waited for");
-                });
-            for (auto &th : lanes)
-                th.join();
+                lane_start(lanes[t], t, static_cast<char *>(stacks) + span * t + page,
+                           stack_bytes);
+            // lanes in order in half the blocks, in reverse in the others: a read that lacks
+            // the barrier before it finds the writer's data missing one way or the other
+            const bool reverse = (bx + by) & 1;
+            for (int left = threads; left > 0;) {
+                bool ran = false;
+                for (int i = 0; i < threads; i++) {
+                    lane &l = lanes[reverse ? threads - 1 - i : i];
+                    if (l.done || l.blocked)
+                        continue;
+                    lane_resume(l);
+                    ran = true;
+                    left -= l.done;
+                }
+                check(ran || left == 0, "every lane left waits at a barrier the others never "
+                                        "reach (on the GPU: a hang)");
+            }
         }
+    munmap(stacks, span * threads);
 }
 
 inline float bf16_to_float(uint32_t h)
