@@ -96,6 +96,36 @@ static int parse_int(const ydoc *d, const ysource *src, int idx, const char *wha
     return TR_OK;
 }
 
+/* The key at node k of a mapping checked as a plain name (a scalar, not null, no NUL byte)
+ * with a value after it, whose index goes to *v; `what` names the mapping in the error. */
+static int plain_key(const ydoc *d, const ysource *src, int k, const char *what, int *v)
+{
+    const ynode *key = &d->nodes[k];
+    char found[200], q[120];
+    if (key->next < 0)
+        return fail_node(src, key, "found a key without a value;", "allowed: key: value");
+    if (key->kind != YSCALAR || key->is_null || memchr(key->text, '\0', key->len)) {
+        snprintf(found, sizeof found, "found a key of %s that is %s;", what,
+                 ydescribe(key, q, sizeof q));
+        return fail_node(src, key, found, "allowed: a plain key name");
+    }
+    *v = key->next;
+    return TR_OK;
+}
+
+/* An error when `name` was already given in this mapping (seen: the names so far, n of them) */
+static int once(const ysource *src, const ynode *key, const char *name,
+                const char *const *seen, int n, const char *what)
+{
+    for (int i = 0; i < n; i++)
+        if (!strcmp(seen[i], name)) {
+            char found[300];
+            snprintf(found, sizeof found, "found %s '%.200s' twice;", what, name);
+            return fail_node(src, key, found, "each may appear once");
+        }
+    return TR_OK;
+}
+
 static int add_string(char ***list, int *n, char *s)
 {
     char **p = realloc(*list, (size_t)(*n + 1) * sizeof **list);
@@ -108,26 +138,42 @@ static int add_string(char ***list, int *n, char *s)
     return TR_OK;
 }
 
-/* Inline base: {section: {key: value}} -> "section.key=value" overrides. */
+/* Inline base: {section: {key: value}} -> "section.key=value" overrides, each key once. */
 static int inline_base(tr_grid_spec *g, const ydoc *d, const ysource *src, int idx)
 {
     for (int s = d->nodes[idx].first; s >= 0; s = d->nodes[d->nodes[s].next].next) {
-        int body = d->nodes[s].next;
+        int body, rc = plain_key(d, src, s, "base", &body);
+        if (rc)
+            return rc;
         if (d->nodes[body].kind != YMAPPING)
             return fail_node(src, &d->nodes[body], "found a section that is not a mapping;",
                              "allowed: key: value pairs");
         for (int k = d->nodes[body].first; k >= 0; k = d->nodes[d->nodes[k].next].next) {
-            char *value = NULL;
-            int rc = node_text(d, src, d->nodes[k].next, &value);
-            if (rc)
+            int v;
+            if ((rc = plain_key(d, src, k, "a base section", &v)))
                 return rc;
-            size_t len = strlen(d->nodes[s].text) + strlen(d->nodes[k].text) + strlen(value) + 3;
+            const char *section = d->nodes[s].text, *key = d->nodes[k].text;
+            size_t name_len = strlen(section) + strlen(key) + 1;
+            for (int i = 0; i < g->n_base_sets; i++) /* "section.key=" given before */
+                if (!strncmp(g->base_sets[i], section, strlen(section)) &&
+                    g->base_sets[i][strlen(section)] == '.' &&
+                    !strncmp(g->base_sets[i] + strlen(section) + 1, key, strlen(key)) &&
+                    g->base_sets[i][name_len] == '=') {
+                    char found[300];
+                    snprintf(found, sizeof found, "found base key '%.100s.%.100s' twice;",
+                             section, key);
+                    return fail_node(src, &d->nodes[k], found, "each may appear once");
+                }
+            char *value = NULL;
+            if ((rc = node_text(d, src, v, &value)))
+                return rc;
+            size_t len = name_len + strlen(value) + 2;
             char *set = malloc(len);
             if (!set) {
                 free(value);
                 return tr_fail(TR_ERR_NOMEM, "out of memory");
             }
-            snprintf(set, len, "%s.%s=%s", d->nodes[s].text, d->nodes[k].text, value);
+            snprintf(set, len, "%s.%s=%s", section, key, value);
             free(value);
             if ((rc = add_string(&g->base_sets, &g->n_base_sets, set)))
                 return rc;
@@ -142,12 +188,21 @@ static int parse_spec(tr_grid_spec *g, const ydoc *d, const ysource *src, const 
     if (root->kind != YMAPPING)
         return fail_node(src, root, "found a grid spec that is not a mapping;",
                          "allowed: sections base, grid, run");
-    int have_base = 0, have_grid = 0;
+    int have_base = 0, have_grid = 0, have_run = 0;
     for (int k = root->first; k >= 0; k = d->nodes[d->nodes[k].next].next) {
         const ynode *key = &d->nodes[k];
-        int v = key->next;
+        int v, rc = plain_key(d, src, k, "the grid spec", &v);
+        if (rc)
+            return rc;
         const ynode *val = &d->nodes[v];
-        int rc = TR_OK;
+        int *have = !strcmp(key->text, "base")   ? &have_base
+                    : !strcmp(key->text, "grid") ? &have_grid
+                    : !strcmp(key->text, "run")  ? &have_run
+                                                 : NULL;
+        if (have && *have) {
+            const char *name = key->text;
+            return once(src, key, name, &name, 1, "section");
+        }
         if (!strcmp(key->text, "base")) {
             have_base = 1;
             if (val->kind == YSCALAR) {
@@ -171,7 +226,15 @@ static int parse_spec(tr_grid_spec *g, const ydoc *d, const ysource *src, const 
                 return fail_node(src, val, "found a grid that is not a mapping;",
                                  "allowed: section.key: [values]");
             for (int a = val->first; a >= 0 && !rc; a = d->nodes[d->nodes[a].next].next) {
-                const ynode *ak = &d->nodes[a], *av = &d->nodes[ak->next];
+                int avi;
+                if ((rc = plain_key(d, src, a, "grid", &avi)))
+                    return rc;
+                const ynode *ak = &d->nodes[a], *av = &d->nodes[avi];
+                for (int i = 0; i < g->n_axes && !rc; i++)
+                    rc = once(src, ak, ak->text, (const char *const *)&g->axes[i].key, 1,
+                              "grid axis");
+                if (rc)
+                    return rc;
                 if (!strchr(ak->text, '.'))
                     return fail_node(src, ak, "found a grid key without a section;",
                                      "allowed: dotted keys like training.micro_batch_size");
@@ -207,8 +270,17 @@ static int parse_spec(tr_grid_spec *g, const ydoc *d, const ysource *src, const 
             if (val->kind != YMAPPING)
                 return fail_node(src, val, "found run settings that are not a mapping;",
                                  "allowed: world_size, iterations, warmup_iterations");
+            const char *seen[3];
+            int n_seen = 0;
             for (int r = val->first; r >= 0 && !rc; r = d->nodes[d->nodes[r].next].next) {
                 const ynode *rk = &d->nodes[r];
+                int rv;
+                if ((rc = plain_key(d, src, r, "run", &rv)))
+                    return rc;
+                if ((rc = once(src, rk, rk->text, seen, n_seen, "run setting")))
+                    return rc;
+                if (n_seen < 3)
+                    seen[n_seen++] = rk->text;
                 if (!strcmp(rk->text, "world_size"))
                     rc = parse_int(d, src, rk->next, "run.world_size", 1, 4096, &g->world_size);
                 else if (!strcmp(rk->text, "iterations"))

@@ -181,6 +181,20 @@ bad = {
     "bad-run.yaml": ("base: x.yaml\ngrid:\n  training.lr: [1]\nrun: {world_size: 0}\n", "world"),
     "unknown.yaml": ("base: x.yaml\ngrid:\n  training.lr: [1]\nextra: 1\n", "unknown section"),
     "garbage.yaml": ("\x00\x01[[[{", ""),
+    # keys that are not plain names (each crashed the parser once) and repeated ones
+    "list-key.yaml": ("[a]: 1\n", "a key of the grid spec that is a list"),
+    "map-axis-key.yaml": ("base: x.yaml\ngrid:\n  [training.lr]: [1]\n", "a key of grid that is a list"),
+    "map-run-key.yaml": ("base: x.yaml\ngrid:\n  training.lr: [1]\nrun:\n  {a: 1}: 2\n",
+                         "a key of run that is a mapping"),
+    "map-base-key.yaml": ("base:\n  {a: 1}: {lr: 1}\ngrid:\n  training.lr: [1]\n",
+                          "a key of base that is a mapping"),
+    "dup-base.yaml": ("base: x.yaml\nbase: y.yaml\ngrid:\n  training.lr: [1]\n", "section 'base' twice"),
+    "dup-axis.yaml": ("base: x.yaml\ngrid:\n  training.lr: [1]\n  training.lr: [2]\n",
+                      "grid axis 'training.lr' twice"),
+    "dup-run.yaml": ("base: x.yaml\ngrid:\n  training.lr: [1]\nrun: {iterations: 3, iterations: 4}\n",
+                     "run setting 'iterations' twice"),
+    "dup-base-key.yaml": ("base:\n  training: {lr: 1, lr: 2}\ngrid:\n  training.lr: [1]\n",
+                          "base key 'training.lr' twice"),
 }
 for name, (text, needle) in bad.items():
     path = tt.write(os.path.join(work, name), text)
