@@ -145,6 +145,9 @@ static int batch_positions(split_blend *s, uint64_t b, int GB)
                 best_err = err;
             }
         }
+        if (best < 0) /* (the counts add up to GB: not reached) */
+            return tr_fail(TR_ERR_INTERNAL, "data blend: batch %llu's counts fall short of %d",
+                           (unsigned long long)b, GB);
         s->pos_src[q] = best;
         s->pos_idx[q] = before[best] + (uint64_t)taken[best]++;
     }
@@ -187,10 +190,19 @@ static int make_blend(tr_data *d, int k, int first, int n, const double *w, cons
     if (!s->src || !s->w || !s->base || !s->frac || !s->extras || !s->order || !s->deficit ||
         !s->count)
         return fail_nomem();
-    double total = 0;
+    /* weights whose sum passes a double's range (each finite: 1e308 twice) scaled by the
+     * largest first; other sums as they are, so that every blend keeps its samples */
+    double total = 0, top = 0, scale = 1;
+    for (int i = 0; i < n; i++) {
+        double wi = w ? w[i] : (double)source_num_samples(d->src[first + i], k);
+        total += wi, top = fmax(top, wi);
+    }
+    if (!isfinite(total) && top > 0)
+        scale = 1 / top;
+    total = 0;
     for (int i = 0; i < n; i++) {
         uint64_t ns = source_num_samples(d->src[first + i], k);
-        double wi = w ? w[i] : (double)ns;
+        double wi = (w ? w[i] : (double)ns) * scale;
         if (ns == 0 && w && w[i] > 0 && k == TR_SPLIT_TRAIN && n > 1)
             return tr_fail(TR_ERR_CONFIG, "%s (weight %g) has no training sample of the sequence "
                            "length + 1 tokens", paths[i], w[i]);

@@ -102,6 +102,25 @@ static void test_weighted_blend(void **state)
     }
 }
 
+/* Weights each finite whose sum is not (1e308 twice: found by fuzzing, the blend then took
+ * every sample from the first source and indexed its counts at -1): their ratios as any */
+static void test_huge_weights(void **state)
+{
+    (void)state;
+    const char *p[3] = {make_source("h0", 10, 20), make_source("h1", 11, 30), make_source("h2", 12, 9)};
+    static const struct { int n, GB; double w[3], share[3]; } cases[] = {
+        {2, 16, {1e308, 1e308}, {0.5, 0.5}}, {3, 10, {1e308, 1.5e308, 5e307}, {0.5 / 1.5, 0.5, 0.5 / 3}}};
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        tr_data_spec sp = {.data_path = {p, cases[c].w, cases[c].n}, .format = "auto",
+                           .split = "100,0,0", .seq_length = S, .vocab_size = 256,
+                           .global_batch = cases[c].GB, .seed = 7};
+        tr_data *d;
+        assert_int_equal(tr_data_open_spec(&sp, &d), TR_OK);
+        check_batches(d, cases[c].n, cases[c].share, cases[c].GB, 200);
+        tr_data_close(d);
+    }
+}
+
 static void test_unweighted_and_split_lists(void **state)
 {
     (void)state;
@@ -170,6 +189,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_weighted_blend),
+        cmocka_unit_test(test_huge_weights),
         cmocka_unit_test(test_unweighted_and_split_lists),
         cmocka_unit_test(test_blend_errors),
     };
