@@ -157,7 +157,7 @@ int sft_open(const char *prefix, const char *split, int seq_length, int vocab_si
     d->T = seq_length;
     d->seed = seed;
     rc = indexed_open(prefix, vocab_size, &d->tok);
-    if (!rc && (rc = indexed_open(mask_prefix, 256, &d->mask)))
+    if (!rc && (rc = indexed_open(mask_prefix, 2, &d->mask))) /* (0 or 1 each) */
         tr_fail_context(rc, "the loss mask of an SFT dataset (written by `trident preprocess "
                             "--json-keys PROMPT,RESPONSE`)");
     free(mask_prefix);

@@ -188,7 +188,7 @@ static void test_bad_files(void **state)
 {
     (void)state;
     tr_data *d = NULL;
-    char other[300], cmd[2048];
+    char other[300], cmd[4096];
     /* a mask of other documents: named */
     snprintf(other, sizeof other, "%s/other", dir);
     snprintf(cmd, sizeof cmd, "cp %s.bin %s.bin && cp %s.idx %s.idx", prefix, other, prefix,
@@ -217,6 +217,26 @@ static void test_bad_files(void **state)
     assert_int_equal(system(cmd), 0);
     assert_int_equal(tr_data_open_sft(other, "1,0,0", T, 256, 1, 1, &d), TR_ERR_INVALID);
     assert_non_null(strstr(tr_errmsg(), "documents"));
+    assert_null(d);
+    /* a mask value that is neither 0 nor 1 (it would be a loss weight of 200: found by
+     * fuzzing): named */
+    snprintf(cmd, sizeof cmd, "cp %s.bin %s.bin && cp %s.idx %s.idx && cp %s_loss_mask.bin "
+             "%s_loss_mask.bin && cp %s_loss_mask.idx %s_loss_mask.idx", prefix, other, prefix,
+             other, prefix, other, prefix, other);
+    assert_int_equal(system(cmd), 0);
+    assert_int_equal(tr_data_open_sft(other, "1,0,0", T, 256, 1, 1, &d), TR_OK);
+    tr_data_close(d);
+    d = NULL;
+    char mask_bin[320];
+    snprintf(mask_bin, sizeof mask_bin, "%s_loss_mask.bin", other);
+    f = fopen(mask_bin, "r+b");
+    assert_non_null(f);
+    assert_int_equal(fseek(f, 5, SEEK_SET), 0);
+    assert_int_equal(fputc(200, f), 200);
+    fclose(f);
+    assert_int_not_equal(tr_data_open_sft(other, "1,0,0", T, 256, 1, 1, &d), TR_OK);
+    assert_non_null(strstr(tr_errmsg(), "loss mask"));
+    assert_non_null(strstr(tr_errmsg(), "200"));
     assert_null(d);
 }
 
