@@ -2,6 +2,7 @@
  * initialisation, binding, the grad-ready hook. */
 #include "model/gpt_internal.h"
 
+#include <float.h>
 #include <limits.h>
 #include <math.h>
 #include <stdio.h>
@@ -77,6 +78,19 @@ int tr_gpt_shape_from_config(const tr_config *cfg, int layer_first, int layer_co
                        "model.make_vocab_size_divisible_by x parallel.tensor_model_parallel_size "
                        "= %d x %d does not fit in an int",
                        m->vocab_size, m->make_vocab_size_divisible_by, tp);
+    /* the values the model keeps as float: past its range they would be infinity (a config,
+     * a checkpoint's manifest or an HF config.json may hold 1e300) */
+    const struct {
+        const char *key;
+        double v;
+    } as_float[] = {{"model.layernorm_epsilon", m->layernorm_epsilon},
+                    {"model.init_method_std", m->init_method_std},
+                    {"model.rotary_base", m->rotary_base},
+                    {"finetune.lora.alpha", cfg->finetune.lora_alpha}};
+    for (size_t i = 0; i < sizeof as_float / sizeof *as_float; i++)
+        if (!(fabs(as_float[i].v) <= FLT_MAX))
+            return tr_fail(TR_ERR_CONFIG, "%s is %g: past the largest float (%g), which the "
+                           "model keeps it as", as_float[i].key, as_float[i].v, (double)FLT_MAX);
     out->eps = (float)m->layernorm_epsilon;
     out->init_std = (float)m->init_method_std;
     out->seed = cfg->training.seed;

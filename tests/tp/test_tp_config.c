@@ -73,6 +73,16 @@ static void test_sequence_parallel_rows(void **state)
     assert_int_equal(tr_gpt_shape_from_config(&c, 0, 4, 4, &s), TR_ERR_CONFIG);
     expect_msg("tensor-parallel rank 4 is outside [0, 4)");
     tr_config_free(&c);
+    /* a value the model keeps as float past its range (found by fuzzing: 1e300 became inf) */
+    const char *big[2] = {"model.layernorm_epsilon=1e300", "model.init_method_std=1e39"};
+    const char *named[2] = {"model.layernorm_epsilon is 1e+300", "model.init_method_std is 1e+39"};
+    for (int i = 0; i < 2; i++) {
+        assert_int_equal(load(TP4, big[i], &c), TR_OK);
+        assert_int_equal(tr_gpt_shape_from_config(&c, 0, 4, 0, &s), TR_ERR_CONFIG);
+        expect_msg(named[i]);
+        expect_msg("past the largest float");
+        tr_config_free(&c);
+    }
 }
 
 static void test_padded_vocabulary(void **state)
