@@ -266,8 +266,8 @@ static int find_checked(const tr_st_set *set, const char *dir, const char *name,
     return TR_OK;
 }
 
-/* Every tensor of the set is one the model uses (tied lm_head of Bloom and rotary buffers
- * aside). */
+/* Every tensor of the set is one the model uses (rotary buffers aside; a tied model's
+ * lm_head.weight is checked against the embedding by check_tied_head). */
 static int check_all_used(const tr_st_set *set, const char *dir, tr_gpt *g, int family)
 {
     const tr_gpt_shape *s = tr_gpt_get_shape(g);
@@ -276,7 +276,7 @@ static int check_all_used(const tr_st_set *set, const char *dir, tr_gpt *g, int 
         const tr_st_tensor *st = tr_st_set_at(set, i, &f);
         const char *n = st->name;
         size_t len = strlen(n);
-        if ((family == TR_HF_BLOOM && !strcmp(n, "lm_head.weight")) ||
+        if ((!s->untie && !strcmp(n, "lm_head.weight")) ||
             (len > 9 && !strcmp(n + len - 9, ".inv_freq")))
             continue;
         int found = 0;
@@ -332,6 +332,45 @@ static int load_tensor(const tr_st_set *set, const char *dir, const tr_param_ten
     return rc;
 }
 
+/* A tied model (Bloom; Llama with tie_word_embeddings): lm_head.weight, when a file holds it,
+ * must be the embedding (wte, loaded) in shape and in value as float32, as GPT-2's is
+ * (gpt2_load.c); a different head cannot be represented. piece: V x C floats of scratch. */
+static int check_tied_head(const tr_st_set *set, tr_gpt *g, int family, const float *params,
+                           float *piece)
+{
+    const tr_gpt_shape *s = tr_gpt_get_shape(g);
+    tr_st_file *f = NULL;
+    const tr_st_tensor *head = tr_st_set_find(set, "lm_head.weight", &f);
+    if (s->untie || !head)
+        return TR_OK;
+    const tr_param_tensor *wte = NULL;
+    for (int i = 0; i < tr_gpt_num_tensors(g) && !wte; i++)
+        if (!strcmp(tr_gpt_tensor(g, i)->name, "wte"))
+            wte = tr_gpt_tensor(g, i);
+    fam_map m;
+    int rc = !wte ? tr_fail(TR_ERR_INTERNAL, "the model has no wte")
+             : family == TR_HF_LLAMA ? map_llama(wte, s, &m) : map_bloom(wte, &m);
+    if (rc)
+        return rc;
+    const char *emb = m.name[0];
+    tr_st_tensor want = {.ndim = 2, .shape = {(uint64_t)s->V, (uint64_t)s->C}};
+    if (head->ndim != 2 || head->shape[0] != want.shape[0] || head->shape[1] != want.shape[1])
+        return tr_fail(TR_ERR_INVALID, "%s: lm_head.weight is %s, %s %s: the model of "
+                       "config.json ties the head to the word embedding", tr_st_path(f),
+                       st_shape_text(head).text, emb, st_shape_text(&want).text);
+    if (head->dtype != TR_ST_F32 && head->dtype != TR_ST_F16 && head->dtype != TR_ST_BF16 &&
+        head->dtype != TR_ST_F64)
+        return tr_fail(TR_ERR_INVALID, "%s: tensor 'lm_head.weight' is %s; weights are F32, "
+                       "F16, BF16 or F64", tr_st_path(f), tr_st_dtype_name(head->dtype));
+    if ((rc = tr_st_read_f32(f, head, piece)))
+        return rc;
+    if (memcmp(piece, params + wte->offset, (size_t)s->V * (size_t)s->C * sizeof(float)))
+        return tr_fail(TR_ERR_INVALID, "%s: lm_head.weight differs from %s; the model of "
+                       "config.json ties the head to the word embedding (an untied head cannot "
+                       "be converted)", tr_st_path(f), emb);
+    return TR_OK;
+}
+
 int tr_hf_load_family(const char *dir, int family, tr_gpt *g, float *params)
 {
     const tr_gpt_shape *s = tr_gpt_get_shape(g);
@@ -354,6 +393,8 @@ int tr_hf_load_family(const char *dir, int family, tr_gpt *g, float *params)
         const tr_param_tensor *t = tr_gpt_tensor(g, i);
         rc = load_tensor(set, dir, t, s, family, params + t->offset, piece);
     }
+    if (!rc)
+        rc = check_tied_head(set, g, family, params, piece);
     free(piece);
     tr_st_set_close(set);
     return rc;

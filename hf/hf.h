@@ -162,7 +162,8 @@ TR_MUST_CHECK int tr_hf_load_gpt2(const char *dir, tr_gpt *g, float *params);
  * o_proj, down_proj, the norms, embed_tokens, lm_head (output_layer; tied when
  * tie_word_embeddings) the same layout. BloomForCausalLM: every tensor the same layout
  * (query_key_value is already (head, {q, k, v}, d)); word_embeddings_layernorm -> emb_ln;
- * lm_head tied. Unsupported settings (rope_scaling, attention_bias, pretraining_tp > 1,
+ * lm_head tied. A tied model's lm_head.weight, when a file holds it, must be the embedding
+ * (shape and float32 values, as GPT-2's), else it is refused. Unsupported settings (rope_scaling, attention_bias, pretraining_tp > 1,
  * apply_residual_connection_post_layernorm, hidden_act other than silu) are refused by name. */
 enum { TR_HF_GPT2, TR_HF_LLAMA, TR_HF_BLOOM };
 /* DIR/config.json: *family from model_type ("llama", "bloom"; anything else TR_HF_GPT2 with

@@ -14,6 +14,7 @@ usage: test_convert_cli.py TRIDENT WORKDIR HF_PROBE"""
 import json
 import os
 import random
+import shutil
 import struct
 import sys
 
@@ -132,6 +133,8 @@ def refused(what, args, out, cause, names=None):
     ok = rc == 2 and cause in se and all(n in se for n in (names or [])) and not os.path.exists(out)
     ok = ok and not leftovers(os.path.dirname(out))
     tt.check(f"refused: {what}", ok, f"exit {rc}, stderr {se.strip()!r}, output exists: {os.path.exists(out)}")
+    if os.path.isdir(out) and out != ck:  # a wrong acceptance must not fail the checks after it
+        shutil.rmtree(out)
 
 
 # ---------------------------------------------------------------- import and export
@@ -413,4 +416,77 @@ refused("an export with --config of a model transformers lacks",
             untie_embeddings_and_output_weights=True, add_bias_linear=False),
             training=dict(micro_batch_size=1, train_iters=1, lr=1e-3), data=dict(data_path="unused"))],
         bad_out, "neither GPT-2, Llama nor Bloom")
+
+# ---------------------------------------------------------------- Llama and Bloom: bad inputs a fuzzer found
+BC = {"architectures": ["BloomForCausalLM"], "model_type": "bloom", "hidden_size": C, "n_layer": L, "n_head": NH,
+      "vocab_size": V, "seq_length": P, "layer_norm_epsilon": 1e-5}
+
+
+def bloom_tensors():
+    t = [("transformer.word_embeddings.weight", "F32", (V, C), rand(V * C)),
+         ("transformer.word_embeddings_layernorm.weight", "F32", (C,), rand(C, 2)),
+         ("transformer.word_embeddings_layernorm.bias", "F32", (C,), rand(C))]
+    for i in range(L):
+        h = f"transformer.h.{i}."
+        t += [(h + "input_layernorm.weight", "F32", (C,), rand(C, 2)), (h + "input_layernorm.bias", "F32", (C,), rand(C)),
+              (h + "self_attention.query_key_value.weight", "F32", (3 * C, C), rand(3 * C * C)),
+              (h + "self_attention.query_key_value.bias", "F32", (3 * C,), rand(3 * C)),
+              (h + "self_attention.dense.weight", "F32", (C, C), rand(C * C)),
+              (h + "self_attention.dense.bias", "F32", (C,), rand(C)),
+              (h + "post_attention_layernorm.weight", "F32", (C,), rand(C, 2)),
+              (h + "post_attention_layernorm.bias", "F32", (C,), rand(C)),
+              (h + "mlp.dense_h_to_4h.weight", "F32", (4 * C, C), rand(4 * C * C)),
+              (h + "mlp.dense_h_to_4h.bias", "F32", (4 * C,), rand(4 * C)),
+              (h + "mlp.dense_4h_to_h.weight", "F32", (C, 4 * C), rand(4 * C * C)),
+              (h + "mlp.dense_4h_to_h.bias", "F32", (C,), rand(C))]
+    return t + [("transformer.ln_f.weight", "F32", (C,), rand(C, 2)), ("transformer.ln_f.bias", "F32", (C,), rand(C))]
+
+
+def same_checkpoint(a, b):
+    ra, rb = os.path.join(a, "release"), os.path.join(b, "release")
+    return os.path.isdir(ra) and os.path.isdir(rb) and sorted(os.listdir(ra)) == sorted(os.listdir(rb)) and all(
+        open(os.path.join(ra, f), "rb").read() == open(os.path.join(rb, f), "rb").read() for f in os.listdir(ra))
+
+
+bt = bloom_tensors()
+emb = bt[0][3]
+ck_bloom = os.path.join(work, "ck-bloom")
+rc, so, se = convert("--from", "hf", "--input", hf_folder("bloom", bt, BC), "--output", ck_bloom)
+tt.check("Bloom without lm_head.weight: imported", rc == 0 and "alibi" in so, se)
+ck_bloom_head = os.path.join(work, "ck-bloom-head")
+rc, so, se = convert("--from", "hf", "--input", hf_folder("bloom-head", bt + [("lm_head.weight", "F32", (V, C), emb)], BC),
+                     "--output", ck_bloom_head)
+tt.check("Bloom with lm_head.weight equal to the word embedding: imported, the same checkpoint",
+         rc == 0 and same_checkpoint(ck_bloom, ck_bloom_head), se)
+# the head is tied: one that is not the embedding cannot be represented (it used to be dropped)
+head_cases = [
+    ("Bloom: an lm_head.weight of other values", bt, BC, ("lm_head.weight", "F32", (V, C), rand(V * C)),
+     "lm_head.weight differs from transformer.word_embeddings.weight"),
+    ("Bloom: an lm_head.weight one value off", bt, BC,
+     ("lm_head.weight", "F32", (V, C), emb[:-1] + [emb[-1] + 1 / 1024]), "lm_head.weight differs"),
+    ("Bloom: an lm_head.weight of shape [3]", bt, BC, ("lm_head.weight", "F32", (3,), [0.0, 1.0, 2.0]),
+     "lm_head.weight is [3], transformer.word_embeddings.weight [50, 32]"),
+    ("Bloom: an lm_head.weight of the transposed shape", bt, BC, ("lm_head.weight", "F32", (C, V), emb),
+     "lm_head.weight is [32, 50]"),
+    ("Bloom: an integer lm_head.weight", bt, BC, ("lm_head.weight", "I64", (V, C), [0] * (V * C)),
+     "'lm_head.weight' is I64"),
+]
+lt_tied = [t for t in lt if t[0] != "lm_head.weight"]
+LC_tied = dict(LC, tie_word_embeddings=True)
+ck_lt = os.path.join(work, "ck-llama-tied")
+rc, so, se = convert("--from", "hf", "--input", hf_folder("llama-tied", lt_tied, LC_tied), "--output", ck_lt)
+tt.check("Llama with tie_word_embeddings, no lm_head.weight: imported", rc == 0, se)
+ck_lt2 = os.path.join(work, "ck-llama-tied-head")
+rc, so, se = convert("--from", "hf", "--input",
+                     hf_folder("llama-tied-head", lt_tied + [("lm_head.weight", "F32", (V, C), lt[0][3])], LC_tied),
+                     "--output", ck_lt2)
+tt.check("Llama with tie_word_embeddings and lm_head.weight equal to embed_tokens: imported, the same checkpoint",
+         rc == 0 and same_checkpoint(ck_lt, ck_lt2), se)
+head_cases.append(("Llama tied: an lm_head.weight of other values", lt_tied, LC_tied,
+                   ("lm_head.weight", "F32", (V, C), rand(V * C)), "lm_head.weight differs from model.embed_tokens.weight"))
+for what, tensors, config, head, cause in head_cases:
+    d = hf_folder("bad-head", tensors + [head], config)
+    out = os.path.join(work, "bad-out")
+    refused(what, ["--from", "hf", "--input", d, "--output", out], out, cause, [os.path.join(d, "model.safetensors")])
+
 tt.finish("convert-cli: all checks passed")
