@@ -110,7 +110,8 @@ int tr_hf_import(const char *hf_dir, const char *ckpt_dir, tr_model_config *mode
     int family = TR_HF_GPT2;
     int rc = tr_hf_read_family_config(hf_dir, &m, &family);
     if (!rc && family != TR_HF_GPT2) { /* Llama, Bloom */
-        if (!(rc = whole_model(&m, family, &g, &params)))
+        if (!(rc = hf_family_check_files(hf_dir, &m, family)) &&
+            !(rc = whole_model(&m, family, &g, &params)))
             rc = tr_hf_load_family(hf_dir, family, g, params);
         if (!rc && !(rc = out_begin(ckpt_dir, &o)))
             rc = out_end(&o, tr_checkpoint_save_model(o.tmp, g, params));

@@ -155,6 +155,39 @@ int tr_hf_read_family_config(const char *dir, tr_model_config *m, int *family)
     return rc;
 }
 
+/* Elements of the Llama / Bloom model of m (a double: any int sizes fit). */
+static double family_numel(const tr_model_config *m, int family)
+{
+    double C = m->hidden_size, V = m->vocab_size, L = m->num_layers;
+    if (family == TR_HF_BLOOM) /* embedding, its norm and ln_f; per layer qkv, dense, 4h MLP */
+        return V * C + 4 * C + L * (12 * C * C + 13 * C);
+    double HS = C / m->num_attention_heads, KV = 2.0 * m->num_query_groups * HS * C;
+    double F = m->ffn_hidden_size;
+    return V * C * (m->untie_embeddings_and_output_weights ? 2 : 1) + C +
+           L * (2 * C + 2 * C * C + KV + 3 * F * C);
+}
+
+int hf_family_check_files(const char *dir, const tr_model_config *m, int family)
+{
+    tr_st_set *set = NULL;
+    int rc = tr_st_set_open(dir, &set);
+    double bytes = 0; /* the data of every file, as their headers give it */
+    for (size_t i = 0; !rc && i < tr_st_set_count(set); i++) {
+        const tr_st_tensor *t = tr_st_set_at(set, i, NULL);
+        bytes += (double)(t->end - t->begin);
+    }
+    /* coarse: 2 bytes a parameter (F16 / BF16, the smallest weights read); the precise errors
+     * (a tensor missing, a wrong shape) come from the loading */
+    double n = family_numel(m, family);
+    if (!rc && 2.0 * n > bytes)
+        rc = tr_fail(TR_ERR_INVALID, "%s/config.json describes a %s model of %.0f parameters "
+                     "(%.0f bytes at least, at 2 bytes each); its safetensors weights hold %.0f "
+                     "bytes: config.json is not theirs", dir,
+                     family == TR_HF_LLAMA ? "Llama" : "Bloom", n, 2.0 * n, bytes);
+    tr_st_set_close(set);
+    return rc;
+}
+
 /* ------------------------------------------------------------------ names and layouts */
 
 enum { FAM_SAME, FAM_QKV, FAM_SWIGLU };

@@ -208,7 +208,9 @@ TR_MUST_CHECK int tr_hf_write_lora_adapter(const char *dir, tr_gpt *g, const flo
 TR_MUST_CHECK int tr_hf_merge_lora(tr_gpt *g, tr_gpt *plain, float *plain_params);
 
 /* HF GPT-2 folder -> trident release checkpoint at ckpt_dir; *model (may be NULL) gets the
- * model's sizes for the training config. */
+ * model's sizes for the training config. Before anything is allocated for the model, a
+ * config.json claiming far more parameters than the safetensors hold is refused (Llama /
+ * Bloom: more than the files' data bytes / 2). */
 TR_MUST_CHECK int tr_hf_import(const char *hf_dir, const char *ckpt_dir, tr_model_config *model);
 /* Whether dir is a Hugging Face model folder (config.json) rather than a trident checkpoint
  * (latest_checkpointed_iteration.txt). */

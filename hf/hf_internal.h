@@ -22,6 +22,10 @@ st_text st_shape_text(const tr_st_tensor *t);
  * GPT-2 of c's size and not far fewer elements than it has (a config.json that claims a
  * much larger model than the files hold is refused here, not by an allocation). */
 TR_MUST_CHECK int hf_gpt2_check_files(const char *dir, const tr_hf_gpt2_config *c);
+/* The same for a Llama / Bloom model m (tr_hf_read_family_config) before anything is
+ * allocated for it: the parameters config.json implies, at 2 bytes each, must not exceed the
+ * data of the safetensors file(s) of dir (their headers' sizes). */
+TR_MUST_CHECK int hf_family_check_files(const char *dir, const tr_model_config *m, int family);
 /* A small JSON file (at most max_bytes) parsed with jansson, duplicates refused; errors name
  * the file, line and column (TR_ERR_INVALID), or TR_ERR_IO. */
 TR_MUST_CHECK int hf_load_json(const char *path, size_t max_bytes, json_t **out);

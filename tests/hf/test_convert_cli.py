@@ -489,4 +489,30 @@ for what, tensors, config, head, cause in head_cases:
     out = os.path.join(work, "bad-out")
     refused(what, ["--from", "hf", "--input", d, "--output", out], out, cause, [os.path.join(d, "model.safetensors")])
 
+# a config.json of a far larger model than its weights is refused before anything is allocated
+# (4,194,304 layers of a 150-byte config used to cost 7.7 GB and 47 s; 2^26 layers 109 GB)
+big = [("Llama of 4194304 layers", lt, dict(LC, num_hidden_layers=1 << 22)),
+       ("Llama of 2^26 layers and hidden size 2^26", lt,
+        dict(LC, num_hidden_layers=1 << 26, hidden_size=1 << 26, num_attention_heads=1, num_key_value_heads=1,
+             intermediate_size=1 << 26, vocab_size=1 << 26)),
+       ("Llama of 2^26 vocabulary", lt, dict(LC, vocab_size=1 << 26)),
+       ("Bloom of 4194304 layers", bt, dict(BC, n_layer=1 << 22)),
+       ("Bloom of hidden size 2^20", bt, dict(BC, hidden_size=1 << 20))]
+for what, tensors, config in big:
+    d = hf_folder("bad-big", tensors, config)
+    out = os.path.join(work, "bad-out")
+    refused(f"config.json of a {what} with small weights", ["--from", "hf", "--input", d, "--output", out], out,
+            "config.json describes a", [os.path.join(d, "config.json"), "safetensors weights hold"])
+# the check counts every shard of an index: a sharded export imports again
+shards = os.path.join(work, "llama-shards")
+rc, so, se = convert("--to", "hf", "--input", ck_llama, "--output", shards, "--config", lcfg, "--max-shard-size", "8KB")
+n_shards = len([f for f in os.listdir(shards) if f.startswith("model-")]) if rc == 0 else 0
+ck_shards = os.path.join(work, "ck-llama-shards")
+rc2, so2, se2 = convert("--from", "hf", "--input", shards, "--output", ck_shards) if rc == 0 else (1, "", "")
+tt.check("Llama in shards: imported, the same checkpoint", rc2 == 0 and n_shards > 2 and same_checkpoint(ck_llama, ck_shards),
+         f"exit {rc}/{rc2} ({n_shards} shards): {se}{se2}")
+tt.write(os.path.join(shards, "config.json"), json.dumps(dict(LC, num_hidden_layers=64)))
+refused("config.json of 64 layers beside the shards of 2", ["--from", "hf", "--input", shards, "--output", bad_out], bad_out,
+        "config.json describes a Llama model", [os.path.join(shards, "config.json")])
+
 tt.finish("convert-cli: all checks passed")
