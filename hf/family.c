@@ -4,6 +4,7 @@
 #include "hf/hf_internal.h"
 
 #include <ctype.h>
+#include <float.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -32,9 +33,12 @@ static int get_num(json_t *root, const char *path, const char *key, double dflt,
     *out = dflt;
     if (!v)
         return TR_OK;
-    if (!json_is_number(v) || !(json_number_value(v) > 0))
-        return tr_fail(TR_ERR_INVALID, "%s: %s must be a positive number", path, key);
-    *out = json_number_value(v);
+    /* trident keeps it as a float32: a value float32 makes infinite or 0 is refused too */
+    double x = json_is_number(v) ? json_number_value(v) : -1.0;
+    if (!isfinite(x) || !(x > 0) || x > FLT_MAX || !((float)x > 0.0f))
+        return tr_fail(TR_ERR_INVALID, "%s: %s must be a positive number that float32 holds "
+                       "(%g to %g)", path, key, (double)FLT_TRUE_MIN, (double)FLT_MAX);
+    *out = x;
     return TR_OK;
 }
 

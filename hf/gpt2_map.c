@@ -80,7 +80,7 @@ static int check_architecture(json_t *root, const char *path, int n_embd)
     if (v && !json_is_null(v) && (!json_is_integer(v) || json_integer_value(v) != 4LL * n_embd))
         return config_error(path, "n_inner", "must be null or 4 x n_embd (trident's MLP is 4h)");
     v = json_object_get(root, "layer_norm_epsilon");
-    if (v && (!json_is_number(v) || fabs(json_number_value(v) - 1e-5) > 1e-12))
+    if (v && (!json_is_number(v) || !(fabs(json_number_value(v) - 1e-5) <= 1e-12)))
         return config_error(path, "layer_norm_epsilon", "must be 1e-5 (trident checkpoints do "
                                                         "not record another)");
     return TR_OK;

@@ -515,4 +515,24 @@ tt.write(os.path.join(shards, "config.json"), json.dumps(dict(LC, num_hidden_lay
 refused("config.json of 64 layers beside the shards of 2", ["--from", "hf", "--input", shards, "--output", bad_out], bad_out,
         "config.json describes a Llama model", [os.path.join(shards, "config.json")])
 
+# float fields are float32 in trident: a value float32 makes infinite (or 0) is refused by name
+for what, tensors, config, key in [
+        ("rms_norm_eps 1e39", lt, dict(LC, rms_norm_eps=1e39), "rms_norm_eps"),
+        ("rms_norm_eps 3.5e38 (past FLT_MAX)", lt, dict(LC, rms_norm_eps=3.5e38), "rms_norm_eps"),
+        ("rms_norm_eps 1e-50 (0 as float32)", lt, dict(LC, rms_norm_eps=1e-50), "rms_norm_eps"),
+        ("rope_theta 1e300", lt, dict(LC, rope_theta=1e300), "rope_theta"),
+        ("rope_theta a string", lt, dict(LC, rope_theta="1e4"), "rope_theta"),
+        ("Bloom layer_norm_epsilon 1e39", bt, dict(BC, layer_norm_epsilon=1e39), "layer_norm_epsilon"),
+        ("Bloom layer_norm_epsilon -1e-5", bt, dict(BC, layer_norm_epsilon=-1e-5), "layer_norm_epsilon"),
+        ("GPT-2 layer_norm_epsilon 1e39", base, dict(CONFIG, layer_norm_epsilon=1e39), "layer_norm_epsilon")]:
+    d = hf_folder("bad-float", tensors, config)
+    out = os.path.join(work, "bad-out")
+    refused(f"config.json: {what}", ["--from", "hf", "--input", d, "--output", out], out, key,
+            [os.path.join(d, "config.json")])
+d = hf_folder("bad-float", lt, LC)
+tt.write(os.path.join(d, "config.json"), json.dumps(dict(LC, rope_theta=float("inf"))))  # "Infinity": not JSON
+refused("config.json: rope_theta Infinity", ["--from", "hf", "--input", d, "--output", bad_out], bad_out, "config.json:1:")
+rc, so, se = convert("--from", "hf", "--input", hf_folder("llama-float-max", lt, dict(LC, rope_theta=3.0e38)),
+                     "--output", os.path.join(work, "ck-llama-float-max"))
+tt.check("rope_theta 3e38 (below FLT_MAX) is still imported", rc == 0, se)
 tt.finish("convert-cli: all checks passed")
