@@ -17,7 +17,7 @@
 #include "tokenizer/tok_internal.h"
 
 /* Shown in messages: a token, escaped and shortened. */
-static const char *show(const char *s, size_t len, char *buf, size_t cap)
+const char *tok_show(const char *s, size_t len, char *buf, size_t cap)
 {
     size_t o = 0;
     for (size_t i = 0; i < len && o + 8 < cap; i++) {
@@ -65,7 +65,7 @@ int add_vocab_object(tr_tokenizer *t, json_t *vocab, const char *file)
         if (!json_is_integer(value) || json_integer_value(value) < 0 ||
             json_integer_value(value) > TOK_MAX_ID) {
             rc = tr_fail(TR_ERR_INVALID, "%s: token '%s' has id %s; ids are integers from 0 to %d",
-                         file, show(key, klen, shown, sizeof shown),
+                         file, tok_show(key, klen, shown, sizeof shown),
                          json_is_integer(value) ? "out of range" : "that is not an integer",
                          TOK_MAX_ID);
             break;
@@ -84,7 +84,7 @@ int add_vocab_object(tr_tokenizer *t, json_t *vocab, const char *file)
             rc = tr_fail(TR_ERR_INVALID,
                          "%s: token '%s' is %s (a byte-level vocabulary spells every token in "
                          "GPT-2's 256-character byte alphabet)",
-                         file, show(key, klen, shown, sizeof shown),
+                         file, tok_show(key, klen, shown, sizeof shown),
                          rlen == 0 ? "empty" : "not in GPT-2's byte alphabet");
             break;
         }
@@ -93,7 +93,7 @@ int add_vocab_object(tr_tokenizer *t, json_t *vocab, const char *file)
         int dup;
         if ((rc = tok_pool_add(t, raw, (size_t)rlen, &off)) ||
             (rc = bmap_put(&t->vocab, t->pool, off, (uint32_t)rlen, id, &dup)) ||
-            (rc = tok_set_id(t, id, off, (uint32_t)rlen, show(key, klen, shown, sizeof shown))))
+            (rc = tok_set_id(t, id, off, (uint32_t)rlen, tok_show(key, klen, shown, sizeof shown))))
             break;
     }
     free(raw);
@@ -111,7 +111,7 @@ int add_merge(tr_tokenizer *t, const char *a, size_t la, const char *b, size_t l
     long rb = ra > 0 ? unmap_token(b, lb, buf + ra) : -1;
     if (ra <= 0 || rb <= 0)
         return tr_fail(TR_ERR_INVALID, "%s: %s: merge '%s' '%s': %s", file, where,
-                       show(a, la, shown, sizeof shown), show(b, lb, shown2, sizeof shown2),
+                       tok_show(a, la, shown, sizeof shown), tok_show(b, lb, shown2, sizeof shown2),
                        ra == 0 || rb == 0 ? "an empty part"
                                           : "a part outside GPT-2's byte alphabet");
     int32_t left = bmap_get(&t->vocab, t->pool, buf, (size_t)ra);
@@ -119,8 +119,8 @@ int add_merge(tr_tokenizer *t, const char *a, size_t la, const char *b, size_t l
     int32_t merged = bmap_get(&t->vocab, t->pool, buf, (size_t)(ra + rb));
     if (left < 0 || right < 0 || merged < 0)
         return tr_fail(TR_ERR_INVALID, "%s: %s: merge '%s' '%s': %s is not in the vocabulary",
-                       file, where, show(a, la, shown, sizeof shown),
-                       show(b, lb, shown2, sizeof shown2),
+                       file, where, tok_show(a, la, shown, sizeof shown),
+                       tok_show(b, lb, shown2, sizeof shown2),
                        left < 0 ? "the left part" : right < 0 ? "the right part" : "the merged token");
     return mmap_put(&t->merges, left, right, rank, merged);
 }

@@ -13,11 +13,15 @@
  *   post_processor  null | ByteLevel | TemplateProcessing {single, special_tokens} | Sequence
  *   decoder         null | ByteLevel
  *   truncation, padding: null
- * End of document: tokenizer_config.json's eos_token when that file is beside, else the first
- * added token among <|endoftext|>, <|end_of_text|>, </s>, <eos>. */
+ * End of document: tokenizer_config.json's eos_token when that file is beside (a string or an
+ * AddedToken object's "content"; it must name an added token or a vocabulary entry, and a file
+ * that is there but broken is an error), else the first added token among <|endoftext|>,
+ * <|end_of_text|>, </s>, <eos>. */
+#include <errno.h>
 #include <jansson.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "core/core.h"
 #include "tokenizer/tok_internal.h"
@@ -280,24 +284,56 @@ static int load_template(tr_tokenizer *t, const char *file, json_t *p, int depth
     return TR_OK;
 }
 
-/* tokenizer_config.json beside the file: its eos_token, if any (NULL otherwise). */
-static char *eos_from_config(const char *file)
+/* tokenizer_config.json beside the file: t->eod = the id of its eos_token, *have = 1; *have = 0
+ * when there is no such file or it names no eos_token. A file that is there but unreadable, not
+ * JSON (or repeats a key), not an object, whose eos_token is neither a string nor an AddedToken
+ * object {"content": "...", ...}, or names a token the tokenizer lacks, is an error: a wrong end
+ * of document would otherwise go unnoticed. */
+static int eos_from_config(tr_tokenizer *t, const char *file, int *have)
 {
+    *have = 0;
     const char *slash = strrchr(file, '/');
     size_t dir = slash ? (size_t)(slash - file) + 1 : 0;
     char *path = malloc(dir + sizeof "tokenizer_config.json");
     if (!path)
-        return NULL;
+        return tr_fail(TR_ERR_NOMEM, "out of memory reading %s", file);
     memcpy(path, file, dir);
     strcpy(path + dir, "tokenizer_config.json");
-    json_error_t err;
-    json_t *root = json_load_file(path, 0, &err), *eos = json_object_get(root, "eos_token");
-    free(path);
-    if (json_is_object(eos))
+    if (access(path, F_OK) && errno == ENOENT) {
+        free(path);
+        return TR_OK;
+    }
+    json_t *root;
+    int rc = load_json_file(path, "tokenizer_config.json", &root);
+    if (rc) {
+        free(path);
+        return rc;
+    }
+    json_t *eos = json_object_get(root, "eos_token");
+    if (!json_is_object(root))
+        rc = bad(path, "the file", "expected a JSON object (a tokenizer_config.json)");
+    else if (json_is_object(eos) && !json_is_string(json_object_get(eos, "content")))
+        rc = bad(path, "eos_token", "an object without a string \"content\" (an AddedToken "
+                                    "has one)");
+    else if (json_is_object(eos))
         eos = json_object_get(eos, "content");
-    char *name = json_is_string(eos) ? strdup(json_string_value(eos)) : NULL;
+    else if (eos && !json_is_string(eos))
+        rc = bad(path, "eos_token", "expected a token's text or an AddedToken object "
+                                    "{\"content\": ...}");
+    if (!rc && eos) {
+        const char *name = json_string_value(eos);
+        size_t len = json_string_length(eos);
+        char shown[160];
+        *have = 1;
+        t->eod = strlen(name) == len ? named_id(t, name) : -1;
+        if (t->eod < 0)
+            rc = tr_fail(TR_ERR_INVALID, "%s: eos_token '%s' is neither an added token nor in "
+                                         "the vocabulary of %s",
+                         path, tok_show(name, len, shown, sizeof shown), file);
+    }
     json_decref(root);
-    return name;
+    free(path);
+    return rc;
 }
 
 int load_hf(tr_tokenizer *t, const char *path)
@@ -339,11 +375,11 @@ int load_hf(tr_tokenizer *t, const char *path)
     json_decref(root);
     if (rc)
         return rc;
-    char *eos = eos_from_config(path);
+    int have;
+    if ((rc = eos_from_config(t, path, &have)))
+        return rc;
     static const char *const names[] = {"<|endoftext|>", "<|end_of_text|>", "</s>", "<eos>"};
-    t->eod = eos ? named_id(t, eos) : -1;
-    for (int i = 0; i < 4 && t->eod < 0 && !eos; i++)
+    for (int i = 0; i < 4 && t->eod < 0 && !have; i++)
         t->eod = named_id(t, names[i]);
-    free(eos);
     return TR_OK;
 }

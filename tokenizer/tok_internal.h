@@ -151,6 +151,9 @@ TR_MUST_CHECK int load_hf(tr_tokenizer *t, const char *path);
 /* Read a whole JSON file with jansson (duplicate keys refused); `what` names it in messages. */
 struct json_t;
 TR_MUST_CHECK int load_json_file(const char *path, const char *what, struct json_t **out);
+/* A token for messages: escaped (\xNN for bytes outside printable ASCII) and shortened to fit
+ * buf's cap bytes. */
+const char *tok_show(const char *s, size_t len, char *buf, size_t cap);
 /* Vocabulary object {token: id} and merge list into the tables (shared by both loaders);
  * file names the source in messages. */
 TR_MUST_CHECK int add_vocab_object(tr_tokenizer *t, struct json_t *vocab, const char *file);

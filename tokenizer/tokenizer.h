@@ -12,9 +12,12 @@
  *                          them), added tokens matched in the text before pre-tokenization
  *                          (leftmost-longest), the single template of a TemplateProcessing
  *                          post-processor (Llama-3's <|begin_of_text|>), ignore_merges; end of
- *                          document = eos_token of a tokenizer_config.json beside the file,
- *                          else the first added token named <|endoftext|>, <|end_of_text|>,
- *                          </s> or <eos>.
+ *                          document = eos_token of a tokenizer_config.json beside the file (a
+ *                          string or an AddedToken {"content": ...}; a file there that is not
+ *                          JSON, repeats a key, or whose eos_token has another shape or names
+ *                          no token is TR_ERR_INVALID naming it), else (no such file, or no
+ *                          eos_token in it) the first added token named <|endoftext|>,
+ *                          <|end_of_text|>, </s> or <eos>.
  *    Anything else in a file (a normalizer, a WordPiece model, a Metaspace pre-tokenizer,
  *    byte_fallback, dropout, ...) is refused with TR_ERR_INVALID naming the file and the
  *    field: a tokenizer that cannot be reproduced exactly is never used approximately.

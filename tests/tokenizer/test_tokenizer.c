@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "data/data.h"
@@ -365,6 +366,76 @@ static void test_malformed_files(void **state)
     free(good);
 }
 
+/* The end of document from a tokenizer_config.json beside tokenizer.json (in a folder of its
+ * own): its eos_token as a string or an AddedToken object, else (no file, or no eos_token in it)
+ * the first known name; a file that is there but broken (not JSON, a repeated key, not an
+ * object, an eos_token of another shape or naming no token) is refused naming the file. */
+static void test_tokenizer_config_eos(void **state)
+{
+    (void)state;
+    char cfg_dir[300], model[400], cfg[400];
+    snprintf(cfg_dir, sizeof cfg_dir, "%s/cfg", dir);
+    snprintf(model, sizeof model, "%s/tokenizer.json", cfg_dir);
+    snprintf(cfg, sizeof cfg, "%s/tokenizer_config.json", cfg_dir);
+    assert_int_equal(mkdir(cfg_dir, 0755), 0);
+    size_t len;
+    char *j = hf_text(&len), *at = strstr(j, "<|eot|>"); /* 260 becomes <|endoftext|> */
+    assert_non_null(at);
+    char *named = malloc(len + 32);
+    sprintf(named, "%.*s<|endoftext|>%s", (int)(at - j), j, at + strlen("<|eot|>"));
+    write_file(model, named, strlen(named));
+    free(named);
+    free(j);
+    tr_tokenizer_files f = {"HFTokenizer", NULL, NULL, model};
+    static const struct { const char *config; int32_t eod; } good[] = {
+        {NULL, 260}, /* no tokenizer_config.json: the first known name */
+        {"{\"eos_token\": \"<|bos|>\"}", 259},
+        {"{\"add_bos_token\": true, \"eos_token\": {\"__type\": \"AddedToken\", \"content\": "
+         "\"<|bos|>\", \"lstrip\": false, \"normalized\": false, \"rstrip\": false, "
+         "\"single_word\": false, \"special\": true}}", 259},
+        {"{\"eos_token\": \"abc\"}", 257}, /* a vocabulary entry */
+        {"{\"bos_token\": \"<|bos|>\"}", 260}, /* no eos_token: the first known name */
+    };
+    for (size_t c = 0; c < sizeof good / sizeof good[0]; c++) {
+        unlink(cfg);
+        if (good[c].config)
+            write_file(cfg, good[c].config, strlen(good[c].config));
+        tr_tokenizer *t = NULL;
+        int rc = tr_tokenizer_open(&f, &t);
+        if (rc)
+            fprintf(stderr, "config %zu: %s\n", c, tr_errmsg());
+        assert_int_equal(rc, TR_OK);
+        assert_int_equal(tr_tokenizer_eod(t), good[c].eod);
+        tr_tokenizer_free(t);
+    }
+    static const struct { const char *config, *needle; } bad[] = {
+        {"{\"eos_token\": \"<|eot_id|>\"", "not valid JSON"}, /* the fuzzer's truncated file */
+        {"", "not valid JSON"},
+        {"{\"eos_token\": \"<|bos|>\", \"eos_token\": \"<|bos|>\"}", "duplicate"},
+        {"{\"eos_token\": \"<|bos|>\", \"x\": 1, \"x\": 2}", "duplicate"},
+        {"[\"<|bos|>\"]", "expected a JSON object"},
+        {"{\"eos_token\": 260}", "eos_token"},
+        {"{\"eos_token\": null}", "eos_token"},
+        {"{\"eos_token\": [\"<|bos|>\"]}", "eos_token"},
+        {"{\"eos_token\": {\"id\": 259}}", "content"},
+        {"{\"eos_token\": {\"content\": 259}}", "content"},
+        {"{\"eos_token\": \"<|eot_id|>\"}", "neither an added token nor in the vocabulary"},
+        {"{\"eos_token\": {\"content\": \"<|eot_id|>\"}}", "'<|eot_id|>'"},
+        {"{\"eos_token\": \"\"}", "neither an added token"},
+        {"{\"eos_token\": \"<|bos|>\\u0000\"}", "not valid JSON"},
+    };
+    for (size_t c = 0; c < sizeof bad / sizeof bad[0]; c++) {
+        write_file(cfg, bad[c].config, strlen(bad[c].config));
+        expect_refused("HFTokenizer", NULL, NULL, model, bad[c].needle);
+        assert_non_null(strstr(tr_errmsg(), cfg)); /* the message names the file */
+        assert_int_equal(tr_tokenizer_open(&f, &(tr_tokenizer *){NULL}), TR_ERR_INVALID);
+    }
+    unlink(cfg); /* a folder in its place: an error too, not the fallback */
+    assert_int_equal(mkdir(cfg, 0755), 0);
+    expect_refused("HFTokenizer", NULL, NULL, model, "tokenizer_config.json");
+    rmdir(cfg);
+}
+
 /* A mutated copy of data: bytes flipped, inserted, deleted, or the end cut off. */
 static size_t mutate(const char *data, size_t n, char *out)
 {
@@ -481,7 +552,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_merges_match_naive), cmocka_unit_test(test_utf8_repair),
         cmocka_unit_test(test_hf_features), cmocka_unit_test(test_malformed_files),
-        cmocka_unit_test(test_fuzzed_files),
+        cmocka_unit_test(test_tokenizer_config_eos), cmocka_unit_test(test_fuzzed_files),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);

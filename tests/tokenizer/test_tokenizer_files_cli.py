@@ -1,0 +1,76 @@
+#!/usr/bin/python3
+"""Bad tokenizer files through the CLI (`trident preprocess --tokenizer-type HFTokenizer`): a
+small byte-level tokenizer.json written here opens and picks its end of document from a
+tokenizer_config.json beside it (a string or an AddedToken object); a tokenizer_config.json that
+is there but broken (cut short, a repeated key, an eos_token of another shape or naming no
+token) is a non-zero exit naming the file and the cause, never a silent fallback to
+<|endoftext|>.
+usage: test_tokenizer_files_cli.py TRIDENT WORKDIR"""
+import json
+import os
+import struct
+import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "common"))
+import trident_test as tt  # noqa: E402
+from trident_test import check  # noqa: E402
+
+trident, work = sys.argv[1], tt.fresh_dir(sys.argv[2])
+
+
+def byte_char(b):
+    """GPT-2's byte -> character map."""
+    printable = list(range(ord("!"), ord("~") + 1)) + list(range(0xA1, 0xAD)) + list(range(0xAE, 0x100))
+    if b in printable:
+        return chr(b)
+    return chr(256 + sum(1 for x in range(b) if x not in printable))
+
+
+vocab = {byte_char(b): b for b in range(256)}
+added = [{"id": 256, "content": "<|endoftext|>", "special": True},
+         {"id": 257, "content": "<|eot_id|>", "special": True}]
+tok = {"version": "1.0", "truncation": None, "padding": None, "added_tokens": added, "normalizer": None,
+       "pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": False, "use_regex": True},
+       "post_processor": None, "decoder": {"type": "ByteLevel"},
+       "model": {"type": "BPE", "dropout": None, "unk_token": None, "vocab": vocab, "merges": []}}
+tok_path = tt.write(os.path.join(work, "tokenizer.json"), json.dumps(tok))
+cfg_path = os.path.join(work, "tokenizer_config.json")
+corpus = tt.write(os.path.join(work, "corpus.jsonl"), json.dumps({"text": "ab"}) + "\n")
+
+
+def preprocess(tokenizer=tok_path):
+    prefix = os.path.join(work, "out")
+    for ext in (".bin", ".idx"):
+        if os.path.exists(prefix + "_text_document" + ext):
+            os.remove(prefix + "_text_document" + ext)
+    rc, _, err = tt.outputs([trident, "preprocess", "--input", corpus, "--output-prefix", prefix,
+                             "--append-eod", "--tokenizer-type", "HFTokenizer", "--tokenizer-model", tokenizer])
+    ids = None
+    if rc == 0:
+        with open(prefix + "_text_document.bin", "rb") as f:
+            raw = f.read()
+        ids = list(struct.unpack("<%dH" % (len(raw) // 2), raw))
+    return rc, err, ids
+
+
+for config, eod in [(None, 256), ('{"eos_token": "<|eot_id|>"}', 257),
+                    ('{"eos_token": {"__type": "AddedToken", "content": "<|eot_id|>", "special": true}}', 257)]:
+    if os.path.exists(cfg_path):
+        os.remove(cfg_path)
+    if config:
+        tt.write(cfg_path, config)
+    rc, err, ids = preprocess()
+    check(f"tokenizer_config.json {config}: exit 0, end of document {eod}", rc == 0 and ids == [97, 98, eod],
+          f"exit {rc}, ids {ids}, {err[-500:]}")
+
+for config, cause in [('{"eos_token": "<|eot_id|>"', "not valid JSON"),
+                      ('{"eos_token": "<|eot_id|>", "eos_token": "<|eot_id|>"}', "duplicate"),
+                      ('{"eos_token": 257}', "eos_token"),
+                      ('{"eos_token": {"id": 257}}', "content"),
+                      ('{"eos_token": "<|im_end|>"}', "neither an added token nor in the vocabulary")]:
+    tt.write(cfg_path, config)
+    rc, err, _ = preprocess()
+    check(f"tokenizer_config.json {config}: a non-zero exit naming the file and '{cause}'",
+          rc != 0 and cfg_path in err and cause in err, f"exit {rc}: {err[-500:]}")
+os.remove(cfg_path)
+tt.finish()
