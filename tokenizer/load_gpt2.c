@@ -2,7 +2,8 @@
  * reading JSON, a {token: id} vocabulary, one merge.
  *
  * vocab.json: one JSON object {"token": id, ...}; tokens are spelled in GPT-2's byte
- *   alphabet ("Ġthe" = " the"), ids are integers in [0, 2^31-1), each used once.
+ *   alphabet ("Ġthe" = " the"), ids are integers in [0, 2^24), each used once (the id table
+ *   is sized by the largest id: 2^24 keeps a tiny file from costing gigabytes).
  * merges.txt: one merge per line, "left right" (one space, both spelled in the alphabet),
  *   rank = position among the merges; lines starting "#version" are skipped, and so is an
  *   empty last line; the merged token must be in the vocabulary (tokenizers refuses such a
@@ -51,8 +52,8 @@ int add_vocab_object(tr_tokenizer *t, json_t *vocab, const char *file)
         return tr_fail(TR_ERR_INVALID, "%s: the vocabulary is not a JSON object {\"token\": id}",
                        file);
     size_t n = json_object_size(vocab);
-    if (n > TOK_MAX_ID)
-        return tr_fail(TR_ERR_INVALID, "%s: %zu tokens are too many", file, n);
+    if (n > TOK_ID_LIMIT)
+        return tr_fail(TR_ERR_INVALID, "%s: %zu tokens are too many (ids are below 2^24)", file, n);
     int rc = bmap_init(&t->vocab, (uint32_t)n);
     if (rc)
         return rc;
@@ -62,11 +63,15 @@ int add_vocab_object(tr_tokenizer *t, json_t *vocab, const char *file)
     json_t *value;
     json_object_foreach(vocab, key, value) {
         size_t klen = json_object_iter_key_len(json_object_key_to_iter(key));
-        if (!json_is_integer(value) || json_integer_value(value) < 0 ||
-            json_integer_value(value) > TOK_MAX_ID) {
-            rc = tr_fail(TR_ERR_INVALID, "%s: token '%s' has id %s; ids are integers from 0 to %d",
-                         file, tok_show(key, klen, shown, sizeof shown),
-                         json_is_integer(value) ? "out of range" : "that is not an integer",
+        if (!json_is_integer(value)) {
+            rc = tr_fail(TR_ERR_INVALID, "%s: token '%s' has an id that is not an integer", file,
+                         tok_show(key, klen, shown, sizeof shown));
+            break;
+        }
+        if (json_integer_value(value) < 0 || json_integer_value(value) > TOK_MAX_ID) {
+            rc = tr_fail(TR_ERR_INVALID, "%s: token '%s' has id %" JSON_INTEGER_FORMAT
+                                         ", out of range: ids are integers from 0 to %d (2^24 - 1)",
+                         file, tok_show(key, klen, shown, sizeof shown), json_integer_value(value),
                          TOK_MAX_ID);
             break;
         }

@@ -196,10 +196,19 @@ static int load_added(tr_tokenizer *t, const char *file, json_t *list)
         char where[64];
         snprintf(where, sizeof where, "added_tokens[%zu]", i);
         json_t *id = json_object_get(a, "id"), *content = json_object_get(a, "content");
-        if (!json_is_integer(id) || json_integer_value(id) < 0 || json_integer_value(id) > TOK_MAX_ID ||
-            !json_is_string(content) || json_string_length(content) == 0 ||
+        if (!json_is_integer(id) || json_integer_value(id) < 0 || !json_is_string(content) ||
+            json_string_length(content) == 0 ||
             strlen(json_string_value(content)) != json_string_length(content))
-            return bad(file, where, "expected {\"id\": 0 .. 2^31-2, \"content\": non-empty text}");
+            return bad(file, where, "expected {\"id\": 0 .. 2^24-1, \"content\": non-empty text}");
+        if (json_integer_value(id) > TOK_MAX_ID) {
+            char shown[160];
+            return tr_fail(TR_ERR_INVALID,
+                           "%s: %s: token '%s' has id %" JSON_INTEGER_FORMAT ", out of range: ids "
+                           "are integers from 0 to %d (2^24 - 1)",
+                           file, where, tok_show(json_string_value(content),
+                                                 json_string_length(content), shown, sizeof shown),
+                           json_integer_value(id), TOK_MAX_ID);
+        }
         if ((rc = must_be_false(file, where, a, "lstrip")) ||
             (rc = must_be_false(file, where, a, "rstrip")) ||
             (rc = must_be_false(file, where, a, "single_word")))

@@ -18,7 +18,12 @@
 
 enum { TOK_BYTES, TOK_GPT2, TOK_HF };
 
-#define TOK_MAX_ID 0x7ffffffe /* ids are int32 */
+/* Ids are below 2^24 (16,777,216; the largest real vocabularies have ~256k): the id table
+ * takes 12 bytes per id up to the largest, so a tiny file naming id 2^31-2 would cost ~26 GB.
+ * Every id from a file is checked against this before the table is sized, and
+ * tok_ids_reserve() refuses more. */
+#define TOK_ID_LIMIT (1 << 24)
+#define TOK_MAX_ID (TOK_ID_LIMIT - 1)
 #define TOK_MAX_STEPS 8       /* pre-tokenizer steps of a Sequence */
 #define TOK_MAX_TEMPLATE 8    /* special ids before / after the text in a template */
 #define TOK_NO_RANK UINT32_MAX
@@ -95,7 +100,7 @@ static inline int tok_grow(void *p, size_t n, size_t size)
 uint64_t tok_hash(const void *p, size_t n);
 /* Append bytes to the pool; *off is where they start. */
 TR_MUST_CHECK int tok_pool_add(tr_tokenizer *t, const void *bytes, size_t n, uint64_t *off);
-/* Size the id table for ids < n (holes until set). */
+/* Size the id table for ids < n (holes until set); n past TOK_ID_LIMIT is TR_ERR_INVALID. */
 TR_MUST_CHECK int tok_ids_reserve(tr_tokenizer *t, int32_t n);
 /* Give id its bytes (already in the pool at off). A second, different token for one id is
  * refused (naming `what`). */

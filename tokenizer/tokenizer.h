@@ -30,9 +30,12 @@
  *  - Input bytes that are not valid UTF-8 are replaced by U+FFFD, one per maximal invalid
  *    subpart (Python's bytes.decode("utf-8", "replace") and Rust's from_utf8_lossy), before
  *    anything else; the bytes tokenizer takes bytes as they are.
+ *  - Ids are below 2^24 (16,777,216; the largest real vocabularies have ~256k): the id table
+ *    is sized by the largest id, so a larger one (a vocabulary entry or an added token) is
+ *    refused, naming the file, the token and the id, before anything is allocated for it.
  *  - Every malformed file (not JSON, wrong shapes, a merge whose parts or result are not in
- *    the vocabulary, duplicate or negative ids, an id past 2^31-1, a regex PCRE2 rejects) is
- *    TR_ERR_INVALID with a message naming the file and what is wrong; a missing file is
+ *    the vocabulary, duplicate or negative ids, an id of 2^24 or more, a regex PCRE2 rejects)
+ *    is TR_ERR_INVALID with a message naming the file and what is wrong; a missing file is
  *    TR_ERR_IO. Never a crash.
  *  - A tr_tokenizer is read-only after opening and may be shared by threads; each thread
  *    encodes through its own tr_encoder (regex match data, merge cache, scratch). */

@@ -49,6 +49,9 @@ int tok_ids_reserve(tr_tokenizer *t, int32_t n)
 {
     if (n <= t->n_ids)
         return TR_OK;
+    if (n > TOK_ID_LIMIT) /* the loaders refuse such ids first, naming the token */
+        return tr_fail(TR_ERR_INVALID, "%s: token id %d is too large (ids are below 2^24 = %d)",
+                       t->source, (int)n - 1, TOK_ID_LIMIT);
     if (!tok_grow(&t->tok_off, (size_t)n, sizeof *t->tok_off) ||
         !tok_grow(&t->tok_len, (size_t)n, sizeof *t->tok_len))
         return tr_fail(TR_ERR_NOMEM, "out of memory for %d token ids of %s", (int)n, t->source);

@@ -304,7 +304,7 @@ static void test_malformed_files(void **state)
     snprintf(v, sizeof v, "%s", scratch("good.json"));
     static const struct { const char *vocab, *merges, *needle; } gpt2[] = {
         {"[1, 2]", NULL, "not a JSON object"},
-        {"{\"a\": -1}", NULL, "id out of range"},
+        {"{\"a\": -1}", NULL, "id -1, out of range"},
         {"{\"a\": 1.5}", NULL, "not an integer"},
         {"{\"a\": 1, \"a\": 2}", NULL, "not valid JSON"},
         {"{\"a\": 1, \"b\": 1}", NULL, "two different tokens"},
@@ -436,6 +436,71 @@ static void test_tokenizer_config_eos(void **state)
     rmdir(cfg);
 }
 
+/* Ids are below 2^24: the id table is sized by the largest id (12 bytes each), so a tiny file
+ * naming id 2^31-2 would cost ~26 GB. An added token, a tokenizer.json vocabulary entry and a
+ * vocab.json entry at 2^24 - 1 open (vocabulary 2^24: ~200 MB); at 2^24 and above they are
+ * refused naming the file, the token and the id. The cases go up from 2^24, so a loader that
+ * lost the cap fails at the first (~200 MB) and never reaches the gigabytes. */
+static void test_id_cap(void **state)
+{
+    (void)state;
+    size_t len;
+    char *good = hf_text(&len), *bad = malloc(len + 256);
+    const char *added = "{\"id\":260,\"content\":\"<|eot|>\"", *entry = "\"cab\":258";
+    char *at_added = strstr(good, added), *at_entry = strstr(good, entry);
+    assert_non_null(at_added);
+    assert_non_null(at_entry);
+    static const long long ids[] = {(1 << 24) - 1, 1 << 24, (1 << 24) + 1, 100000000, 2147483646,
+                                    2147483647, 1LL << 40};
+    for (int where = 0; where < 3; where++) {
+        for (size_t c = 0; c < sizeof ids / sizeof ids[0]; c++) {
+            const char *token = where == 0 ? "<|eot|>" : where == 1 ? "cab" : "<|endoftext|>";
+            char rep[96], needle[64], path[300], merges[300];
+            snprintf(path, sizeof path, "%s", scratch(where < 2 ? "big-id.json" : "big-id-v.json"));
+            snprintf(merges, sizeof merges, "%s", scratch("big-id-m.txt"));
+            if (where < 2) { /* tokenizer.json: the added token <|eot|>, or the entry "cab" */
+                char *at = where == 0 ? at_added : at_entry;
+                size_t from = strlen(where == 0 ? added : entry);
+                snprintf(rep, sizeof rep, where == 0 ? "{\"id\":%lld,\"content\":\"<|eot|>\""
+                                                     : "\"cab\":%lld", ids[c]);
+                sprintf(bad, "%.*s%s%s", (int)(at - good), good, rep, at + from);
+                write_file(path, bad, strlen(bad));
+            } else { /* vocab.json: the 256 bytes and <|endoftext|>; no merges */
+                char *v = malloc(1 << 16);
+                size_t vo = byte_vocab(v);
+                vo += (size_t)sprintf(v + vo, ",\"<|endoftext|>\":%lld}", ids[c]);
+                write_file(path, v, vo);
+                free(v);
+                write_file(merges, "", 0);
+            }
+            tr_tokenizer_files f = {where < 2 ? "HFTokenizer" : "GPT2BPETokenizer",
+                                    where < 2 ? NULL : path, where < 2 ? NULL : merges,
+                                    where < 2 ? path : NULL};
+            if (ids[c] < 1 << 24) {
+                tr_tokenizer *t = NULL;
+                int rc = tr_tokenizer_open(&f, &t);
+                if (rc)
+                    fprintf(stderr, "id %lld: %s\n", ids[c], tr_errmsg());
+                assert_int_equal(rc, TR_OK);
+                assert_int_equal(tr_tokenizer_vocab_size(t), 1 << 24);
+                size_t n;
+                const char *b = tr_token_bytes(t, (int32_t)ids[c], &n);
+                assert_non_null(b);
+                assert_memory_equal(b, token, n);
+                tr_tokenizer_free(t);
+                continue;
+            }
+            snprintf(needle, sizeof needle, "has id %lld, out of range", ids[c]);
+            expect_refused(f.type, f.vocab_file, f.merge_file, f.tokenizer_model, needle);
+            assert_non_null(strstr(tr_errmsg(), path));
+            snprintf(needle, sizeof needle, "token '%s'", token);
+            assert_non_null(strstr(tr_errmsg(), needle));
+        }
+    }
+    free(bad);
+    free(good);
+}
+
 /* A mutated copy of data: bytes flipped, inserted, deleted, or the end cut off. */
 static size_t mutate(const char *data, size_t n, char *out)
 {
@@ -552,7 +617,8 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_merges_match_naive), cmocka_unit_test(test_utf8_repair),
         cmocka_unit_test(test_hf_features), cmocka_unit_test(test_malformed_files),
-        cmocka_unit_test(test_tokenizer_config_eos), cmocka_unit_test(test_fuzzed_files),
+        cmocka_unit_test(test_tokenizer_config_eos), cmocka_unit_test(test_id_cap),
+        cmocka_unit_test(test_fuzzed_files),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);

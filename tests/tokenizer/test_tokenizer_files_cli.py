@@ -4,10 +4,12 @@ small byte-level tokenizer.json written here opens and picks its end of document
 tokenizer_config.json beside it (a string or an AddedToken object); a tokenizer_config.json that
 is there but broken (cut short, a repeated key, an eos_token of another shape or naming no
 token) is a non-zero exit naming the file and the cause, never a silent fallback to
-<|endoftext|>.
+<|endoftext|>; an id of 2^24 or more (an added token or a vocabulary entry) is a non-zero exit
+naming the file, the token and the id, at once and in little memory.
 usage: test_tokenizer_files_cli.py TRIDENT WORKDIR"""
 import json
 import os
+import resource
 import struct
 import sys
 
@@ -73,4 +75,25 @@ for config, cause in [('{"eos_token": "<|eot_id|>"', "not valid JSON"),
     check(f"tokenizer_config.json {config}: a non-zero exit naming the file and '{cause}'",
           rc != 0 and cfg_path in err and cause in err, f"exit {rc}: {err[-500:]}")
 os.remove(cfg_path)
+
+# Ids up from 2^24, stopping at the first failure: a loader without the cap spends ~200 MB on the
+# first two, 1.28 GB on the fuzzer's 1e8 (its RSS is checked: the table is never sized for it).
+os.makedirs(os.path.join(work, "big"), exist_ok=True)
+big_path = os.path.join(work, "big", "tokenizer.json")
+for what, big_id in [("added token", 1 << 24), ("vocabulary entry", 1 << 24), ("added token", 10**8)]:
+    big = json.loads(json.dumps(tok))
+    if what == "added token":
+        big["added_tokens"][1]["id"], token = big_id, "<|eot_id|>"
+    else:
+        big["model"]["vocab"]["ab"], token = big_id, "ab"
+    tt.write(big_path, json.dumps(big))
+    rc, _, err = tt.outputs([trident, "preprocess", "--input", corpus, "--output-prefix",
+                             os.path.join(work, "big", "out"), "--tokenizer-type", "HFTokenizer",
+                             "--tokenizer-model", big_path])
+    rss_mb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024  # the largest child so far
+    if not check(f"{what} with id {big_id}: a non-zero exit naming the file, the token and the id "
+                 f"(largest RSS {rss_mb:.0f} MB)",
+                 rc != 0 and big_path in err and f"'{token}' has id {big_id}" in err and rss_mb < 400,
+                 f"exit {rc}: {err[-500:]}"):
+        break
 tt.finish()
