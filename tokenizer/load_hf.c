@@ -294,7 +294,7 @@ static int load_template(tr_tokenizer *t, const char *file, json_t *p, int depth
 }
 
 /* tokenizer_config.json beside the file: t->eod = the id of its eos_token, *have = 1; *have = 0
- * when there is no such file or it names no eos_token. A file that is there but unreadable, not
+ * when there is no such file or it names no eos_token (none, or null). A file that is there but unreadable, not
  * JSON (or repeats a key), not an object, whose eos_token is neither a string nor an AddedToken
  * object {"content": "...", ...}, or names a token the tokenizer lacks, is an error: a wrong end
  * of document would otherwise go unnoticed. */
@@ -319,6 +319,8 @@ static int eos_from_config(tr_tokenizer *t, const char *file, int *have)
         return rc;
     }
     json_t *eos = json_object_get(root, "eos_token");
+    if (json_is_null(eos)) /* (as transformers writes a tokenizer without one) */
+        eos = NULL;
     if (!json_is_object(root))
         rc = bad(path, "the file", "expected a JSON object (a tokenizer_config.json)");
     else if (json_is_object(eos) && !json_is_string(json_object_get(eos, "content")))
