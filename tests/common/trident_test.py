@@ -17,6 +17,14 @@ import sys
 failures = []  # what each failed check was, in order
 
 
+def gpt2_byte_char(b):
+    """GPT-2's byte -> character map (the byte-level BPE's alphabet)."""
+    printable = list(range(ord("!"), ord("~") + 1)) + list(range(0xA1, 0xAD)) + list(range(0xAE, 0x100))
+    if b in printable:
+        return chr(b)
+    return chr(256 + sum(1 for x in range(b) if x not in printable))
+
+
 def check(what, ok, detail="", show=False):
     """Record one check and print 'ok   WHAT' or 'FAIL WHAT'; DETAIL follows, indented on a line
     of its own, on failure (and on success too when `show`). Returns ok."""

@@ -20,12 +20,7 @@ from trident_test import check  # noqa: E402
 trident, work = sys.argv[1], tt.fresh_dir(sys.argv[2])
 
 
-def byte_char(b):
-    """GPT-2's byte -> character map."""
-    printable = list(range(ord("!"), ord("~") + 1)) + list(range(0xA1, 0xAD)) + list(range(0xAE, 0x100))
-    if b in printable:
-        return chr(b)
-    return chr(256 + sum(1 for x in range(b) if x not in printable))
+byte_char = tt.gpt2_byte_char
 
 
 vocab = {byte_char(b): b for b in range(256)}
