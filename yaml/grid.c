@@ -113,17 +113,14 @@ static int plain_key(const ydoc *d, const ysource *src, int k, const char *what,
     return TR_OK;
 }
 
-/* An error when `name` was already given in this mapping (seen: the names so far, n of them) */
-static int once(const ysource *src, const ynode *key, const char *name,
-                const char *const *seen, int n, const char *what)
+/* The error for a name (its first len bytes) given twice in one mapping, at its second key */
+static int twice(const ysource *src, const ynode *key, const char *what, const char *name,
+                 size_t len)
 {
-    for (int i = 0; i < n; i++)
-        if (!strcmp(seen[i], name)) {
-            char found[300];
-            snprintf(found, sizeof found, "found %s '%.200s' twice;", what, name);
-            return fail_node(src, key, found, "each may appear once");
-        }
-    return TR_OK;
+    char found[300];
+    snprintf(found, sizeof found, "found %s '%.*s' twice;", what, (int)(len < 200 ? len : 200),
+             name);
+    return fail_node(src, key, found, "each may appear once");
 }
 
 static int add_string(char ***list, int *n, char *s)
@@ -152,29 +149,25 @@ static int inline_base(tr_grid_spec *g, const ydoc *d, const ysource *src, int i
             int v;
             if ((rc = plain_key(d, src, k, "a base section", &v)))
                 return rc;
-            const char *section = d->nodes[s].text, *key = d->nodes[k].text;
-            size_t name_len = strlen(section) + strlen(key) + 1;
-            for (int i = 0; i < g->n_base_sets; i++) /* "section.key=" given before */
-                if (!strncmp(g->base_sets[i], section, strlen(section)) &&
-                    g->base_sets[i][strlen(section)] == '.' &&
-                    !strncmp(g->base_sets[i] + strlen(section) + 1, key, strlen(key)) &&
-                    g->base_sets[i][name_len] == '=') {
-                    char found[300];
-                    snprintf(found, sizeof found, "found base key '%.100s.%.100s' twice;",
-                             section, key);
-                    return fail_node(src, &d->nodes[k], found, "each may appear once");
-                }
             char *value = NULL;
             if ((rc = node_text(d, src, v, &value)))
                 return rc;
+            /* set = "section.key=value"; its first name_len + 1 bytes, "section.key=", once */
+            size_t name_len = strlen(d->nodes[s].text) + strlen(d->nodes[k].text) + 1;
             size_t len = name_len + strlen(value) + 2;
             char *set = malloc(len);
             if (!set) {
                 free(value);
                 return tr_fail(TR_ERR_NOMEM, "out of memory");
             }
-            snprintf(set, len, "%s.%s=%s", section, key, value);
+            snprintf(set, len, "%s.%s=%s", d->nodes[s].text, d->nodes[k].text, value);
             free(value);
+            for (int i = 0; i < g->n_base_sets; i++)
+                if (!strncmp(g->base_sets[i], set, name_len + 1)) {
+                    rc = twice(src, &d->nodes[k], "base key", set, name_len);
+                    free(set);
+                    return rc;
+                }
             if ((rc = add_string(&g->base_sets, &g->n_base_sets, set)))
                 return rc;
         }
@@ -199,12 +192,9 @@ static int parse_spec(tr_grid_spec *g, const ydoc *d, const ysource *src, const 
                     : !strcmp(key->text, "grid") ? &have_grid
                     : !strcmp(key->text, "run")  ? &have_run
                                                  : NULL;
-        if (have && *have) {
-            const char *name = key->text;
-            return once(src, key, name, &name, 1, "section");
-        }
+        if (have && (*have)++)
+            return twice(src, key, "section", key->text, key->len);
         if (!strcmp(key->text, "base")) {
-            have_base = 1;
             if (val->kind == YSCALAR) {
                 /* relative to the grid file's folder */
                 const char *slash = strrchr(path, '/');
@@ -221,7 +211,6 @@ static int parse_spec(tr_grid_spec *g, const ydoc *d, const ysource *src, const 
                                "allowed: a config path or inline sections");
             }
         } else if (!strcmp(key->text, "grid")) {
-            have_grid = 1;
             if (val->kind != YMAPPING)
                 return fail_node(src, val, "found a grid that is not a mapping;",
                                  "allowed: section.key: [values]");
@@ -230,11 +219,9 @@ static int parse_spec(tr_grid_spec *g, const ydoc *d, const ysource *src, const 
                 if ((rc = plain_key(d, src, a, "grid", &avi)))
                     return rc;
                 const ynode *ak = &d->nodes[a], *av = &d->nodes[avi];
-                for (int i = 0; i < g->n_axes && !rc; i++)
-                    rc = once(src, ak, ak->text, (const char *const *)&g->axes[i].key, 1,
-                              "grid axis");
-                if (rc)
-                    return rc;
+                for (int i = 0; i < g->n_axes; i++)
+                    if (!strcmp(g->axes[i].key, ak->text))
+                        return twice(src, ak, "grid axis", ak->text, ak->len);
                 if (!strchr(ak->text, '.'))
                     return fail_node(src, ak, "found a grid key without a section;",
                                      "allowed: dotted keys like training.micro_batch_size");
@@ -270,26 +257,29 @@ static int parse_spec(tr_grid_spec *g, const ydoc *d, const ysource *src, const 
             if (val->kind != YMAPPING)
                 return fail_node(src, val, "found run settings that are not a mapping;",
                                  "allowed: world_size, iterations, warmup_iterations");
-            const char *seen[3];
-            int n_seen = 0;
+            const struct {
+                const char *name, *full;
+                int lo, hi, *out;
+            } settings[] = {{"world_size", "run.world_size", 1, 4096, &g->world_size},
+                            {"iterations", "run.iterations", 1, 1000000, &g->iterations},
+                            {"warmup_iterations", "run.warmup_iterations", 0, 1000000,
+                             &g->warmup_iterations}};
+            int given[3] = {0}, j;
             for (int r = val->first; r >= 0 && !rc; r = d->nodes[d->nodes[r].next].next) {
                 const ynode *rk = &d->nodes[r];
                 int rv;
                 if ((rc = plain_key(d, src, r, "run", &rv)))
                     return rc;
-                if ((rc = once(src, rk, rk->text, seen, n_seen, "run setting")))
-                    return rc;
-                if (n_seen < 3)
-                    seen[n_seen++] = rk->text;
-                if (!strcmp(rk->text, "world_size"))
-                    rc = parse_int(d, src, rk->next, "run.world_size", 1, 4096, &g->world_size);
-                else if (!strcmp(rk->text, "iterations"))
-                    rc = parse_int(d, src, rk->next, "run.iterations", 1, 1000000, &g->iterations);
-                else if (!strcmp(rk->text, "warmup_iterations"))
-                    rc = parse_int(d, src, rk->next, "run.warmup_iterations", 0, 1000000, &g->warmup_iterations);
-                else
+                for (j = 0; j < 3 && strcmp(rk->text, settings[j].name); j++) {
+                }
+                if (j == 3)
                     rc = fail_node(src, rk, "found an unknown run setting;",
                                    "allowed: world_size, iterations, warmup_iterations");
+                else if (given[j]++)
+                    rc = twice(src, rk, "run setting", rk->text, rk->len);
+                else
+                    rc = parse_int(d, src, rv, settings[j].full, settings[j].lo, settings[j].hi,
+                                   settings[j].out);
             }
         } else {
             rc = fail_node(src, key, "found an unknown section;", "allowed: base, grid, run");

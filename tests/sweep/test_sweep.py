@@ -191,6 +191,8 @@ bad = {
     "dup-base.yaml": ("base: x.yaml\nbase: y.yaml\ngrid:\n  training.lr: [1]\n", "section 'base' twice"),
     "dup-axis.yaml": ("base: x.yaml\ngrid:\n  training.lr: [1]\n  training.lr: [2]\n",
                       "grid axis 'training.lr' twice"),
+    "dup-run-section.yaml": ("base: x.yaml\ngrid:\n  training.lr: [1]\nrun: {iterations: 3}\nrun: {iterations: 4}\n",
+                             "section 'run' twice"),
     "dup-run.yaml": ("base: x.yaml\ngrid:\n  training.lr: [1]\nrun: {iterations: 3, iterations: 4}\n",
                      "run setting 'iterations' twice"),
     "dup-base-key.yaml": ("base:\n  training: {lr: 1, lr: 2}\ngrid:\n  training.lr: [1]\n",
