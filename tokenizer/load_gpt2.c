@@ -17,6 +17,14 @@
 #include "core/core.h"
 #include "tokenizer/tok_internal.h"
 
+int tok_bad_id(const char *file, const char *where, const char *s, size_t len, long long id)
+{
+    char shown[160];
+    return tr_fail(TR_ERR_INVALID, "%s: %s%stoken '%s' has id %lld, out of range: ids are "
+                   "integers from 0 to %d (2^24 - 1)", file, where ? where : "", where ? ": " : "",
+                   tok_show(s, len, shown, sizeof shown), id, TOK_MAX_ID);
+}
+
 /* Shown in messages: a token, escaped and shortened. */
 const char *tok_show(const char *s, size_t len, char *buf, size_t cap)
 {
@@ -69,10 +77,7 @@ int add_vocab_object(tr_tokenizer *t, json_t *vocab, const char *file)
             break;
         }
         if (json_integer_value(value) < 0 || json_integer_value(value) > TOK_MAX_ID) {
-            rc = tr_fail(TR_ERR_INVALID, "%s: token '%s' has id %" JSON_INTEGER_FORMAT
-                                         ", out of range: ids are integers from 0 to %d (2^24 - 1)",
-                         file, tok_show(key, klen, shown, sizeof shown), json_integer_value(value),
-                         TOK_MAX_ID);
+            rc = tok_bad_id(file, NULL, key, klen, (long long)json_integer_value(value));
             break;
         }
         if (klen + 1 > raw_cap) {

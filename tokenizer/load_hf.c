@@ -200,15 +200,9 @@ static int load_added(tr_tokenizer *t, const char *file, json_t *list)
             json_string_length(content) == 0 ||
             strlen(json_string_value(content)) != json_string_length(content))
             return bad(file, where, "expected {\"id\": 0 .. 2^24-1, \"content\": non-empty text}");
-        if (json_integer_value(id) > TOK_MAX_ID) {
-            char shown[160];
-            return tr_fail(TR_ERR_INVALID,
-                           "%s: %s: token '%s' has id %" JSON_INTEGER_FORMAT ", out of range: ids "
-                           "are integers from 0 to %d (2^24 - 1)",
-                           file, where, tok_show(json_string_value(content),
-                                                 json_string_length(content), shown, sizeof shown),
-                           json_integer_value(id), TOK_MAX_ID);
-        }
+        if (json_integer_value(id) > TOK_MAX_ID)
+            return tok_bad_id(file, where, json_string_value(content),
+                              json_string_length(content), (long long)json_integer_value(id));
         if ((rc = must_be_false(file, where, a, "lstrip")) ||
             (rc = must_be_false(file, where, a, "rstrip")) ||
             (rc = must_be_false(file, where, a, "single_word")))
@@ -294,10 +288,10 @@ static int load_template(tr_tokenizer *t, const char *file, json_t *p, int depth
 }
 
 /* tokenizer_config.json beside the file: t->eod = the id of its eos_token, *have = 1; *have = 0
- * when there is no such file or it names no eos_token (none, or null). A file that is there but unreadable, not
- * JSON (or repeats a key), not an object, whose eos_token is neither a string nor an AddedToken
- * object {"content": "...", ...}, or names a token the tokenizer lacks, is an error: a wrong end
- * of document would otherwise go unnoticed. */
+ * when there is no such file or it names no eos_token (none, or null). A file that is there
+ * but unreadable, not JSON (or repeats a key), not an object, whose eos_token is neither a
+ * string nor an AddedToken object {"content": "...", ...}, or names a token the tokenizer
+ * lacks, is an error: a wrong end of document would otherwise go unnoticed. */
 static int eos_from_config(tr_tokenizer *t, const char *file, int *have)
 {
     *have = 0;

@@ -159,6 +159,10 @@ TR_MUST_CHECK int load_json_file(const char *path, const char *what, struct json
 /* A token for messages: escaped (\xNN for bytes outside printable ASCII) and shortened to fit
  * buf's cap bytes. */
 const char *tok_show(const char *s, size_t len, char *buf, size_t cap);
+/* TR_ERR_INVALID for a token (s, len bytes) whose id is past TOK_MAX_ID or negative, naming
+ * file, where (NULL: nothing) the token and the id. */
+TR_MUST_CHECK int tok_bad_id(const char *file, const char *where, const char *s, size_t len,
+                             long long id);
 /* Vocabulary object {token: id} and merge list into the tables (shared by both loaders);
  * file names the source in messages. */
 TR_MUST_CHECK int add_vocab_object(tr_tokenizer *t, struct json_t *vocab, const char *file);

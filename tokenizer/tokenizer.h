@@ -16,7 +16,7 @@
  *                          string or an AddedToken {"content": ...}; a file there that is not
  *                          JSON, repeats a key, or whose eos_token has another shape or names
  *                          no token is TR_ERR_INVALID naming it), else (no such file, or no
- *                          eos_token in it) the first added token named <|endoftext|>,
+ *                          eos_token in it, or null) the first added token named <|endoftext|>,
  *                          <|end_of_text|>, </s> or <eos>.
  *    Anything else in a file (a normalizer, a WordPiece model, a Metaspace pre-tokenizer,
  *    byte_fallback, dropout, ...) is refused with TR_ERR_INVALID naming the file and the
