@@ -25,7 +25,6 @@
 #include <sys/mman.h>
 #include <ucontext.h>
 
-#include <atomic>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -66,14 +65,14 @@ struct warp {
 // Per 16-byte chunk of shared memory: writer = generation << 8 | 1 << 7 (a copy pending) |
 // warp + 1 (0: none yet); readers = generation << 8 | the warps' bits.
 struct chunk_state {
-    std::atomic<uint64_t> writer{0}, readers{0};
+    uint64_t writer = 0, readers = 0;
 };
 
 struct block {
-    std::atomic<uint64_t> gen{1};
-    std::atomic<uint64_t> stored_gen{0}; // the generation of the block's latest fm_stcg2
+    uint64_t gen = 1;
+    uint64_t stored_gen = 0; // the generation of the block's latest fm_stcg2
     explicit block(int threads)
-        : bar(threads, [this] { gen.fetch_add(1); }), w(new warp[threads / 32])
+        : bar(threads, [this] { gen++; }), w(new warp[threads / 32])
     {
     }
     barrier bar; // fm_sync's: its completion advances the block's generation
@@ -144,33 +143,30 @@ inline chunk_state &chunk_of(const void *p)
 inline void track_read(const void *p)
 {
     chunk_state &c = chunk_of(p);
-    uint64_t g = cur->gen.load(), w = (uint64_t)(tid / 32), wr = c.writer.load();
+    uint64_t g = cur->gen, w = (uint64_t)(tid / 32), wr = c.writer;
     check(!(wr & 0x80), "shared read of a chunk whose cp.async has not been waited for");
     check(wr >> 8 != g || (wr & 0x7f) == w + 1 || (wr & 0x7f) == 0,
           "shared read of a chunk another warp wrote since the last barrier");
-    uint64_t r = c.readers.load(), want;
-    do
-        want = (r >> 8 == g ? r : g << 8) | 1u << w;
-    while (!c.readers.compare_exchange_weak(r, want));
+    c.readers = (c.readers >> 8 == g ? c.readers : g << 8) | 1u << w;
 }
 
 // A write of the chunk at p by this thread's warp; pending: a cp.async issued now
 inline void track_write(const void *p, bool pending_copy)
 {
     chunk_state &c = chunk_of(p);
-    uint64_t g = cur->gen.load(), w = (uint64_t)(tid / 32), r = c.readers.load();
+    uint64_t g = cur->gen, w = (uint64_t)(tid / 32), r = c.readers;
     check(r >> 8 != g || (r & 0xff & ~(1u << w)) == 0,
           "shared write of a chunk another warp read since the last barrier");
-    uint64_t wr = c.writer.load(), ww = wr & 0x7f; // (another warp's copy in flight: a race too)
+    uint64_t wr = c.writer, ww = wr & 0x7f; // (another warp's copy in flight: a race too)
     check(ww == 0 || ww == w + 1 || (wr >> 8 != g && !(wr & 0x80)),
           "shared write of a chunk another warp wrote since the last barrier");
-    c.writer.store(g << 8 | (pending_copy ? 0x80 : 0) | (w + 1));
+    c.writer = g << 8 | (pending_copy ? 0x80 : 0) | (w + 1);
 }
 
 // A copy into the chunk at p has landed (its thread's wait): a write now
 inline void track_landed(const void *p)
 {
-    chunk_of(p).writer.store(cur->gen.load() << 8 | (uint64_t)(tid / 32 + 1));
+    chunk_of(p).writer = cur->gen << 8 | (uint64_t)(tid / 32 + 1);
 }
 
 // A thread of the block: a fiber (ucontext) on its own stack, all of a block's in the one
@@ -425,16 +421,14 @@ inline void fm_cp_wait0()
 inline void fm_ldcg2(const float *p, float v[2])
 {
     emu::check_global(p, 8);
-    emu::check(emu::waited_gen == emu::cur->gen.load(),
+    emu::check(emu::waited_gen == emu::cur->gen,
                "sums loaded with no wait for the turn before them (since the last barrier)");
     std::memcpy(v, p, 8);
 }
 inline void fm_stcg2(float *p, float x, float y)
 {
     emu::check_global(p, 8);
-    uint64_t g = emu::cur->gen.load(), s = emu::cur->stored_gen.load();
-    while (s < g && !emu::cur->stored_gen.compare_exchange_weak(s, g)) {
-    }
+    emu::cur->stored_gen = emu::cur->gen;
     p[0] = x, p[1] = y;
 }
 // Blocks run one after another here, each to its end, in the order of their tickets: a flag
@@ -442,23 +436,23 @@ inline void fm_stcg2(float *p, float x, float y)
 // that started after it), so the wait aborts instead.
 inline int fm_ticket(int *p, int n)
 {
-    int t = __atomic_fetch_add(p, 1, __ATOMIC_ACQ_REL);
+    int t = (*p)++;
     if (t == n - 1)
-        __atomic_store_n(p, 0, __ATOMIC_RELEASE);
+        *p = 0;
     return t;
 }
 inline void fm_warp_wait(const int *p, int want)
 {
-    emu::check(__atomic_load_n(p, __ATOMIC_ACQUIRE) == want,
+    emu::check(*p == want,
                "a warp waits for a flag no block before it set (on the GPU: forever)");
     emu::my_warp().bar.arrive_and_wait();
-    emu::waited_gen = emu::cur->gen.load();
+    emu::waited_gen = emu::cur->gen;
 }
 inline void fm_post(int *p, int v)
 {
-    emu::check(emu::cur->stored_gen.load() < emu::cur->gen.load(),
+    emu::check(emu::cur->stored_gen < emu::cur->gen,
                "a turn posted with no block barrier after the block's stores of the sums");
-    __atomic_store_n(p, v, __ATOMIC_RELEASE);
+    *p = v;
 }
 
 // c += A B by the fragment layouts of mma.sync.m16n8k16.row.col (mma_prims.cuh).
