@@ -8,10 +8,10 @@
 // One graph per (pass, B, T, NH, HS), built on first use and kept; one cudnnHandle_t, its
 // stream set on each call, under one mutex (graphs run one at a time; the workspace is one
 // device buffer grown to the largest graph's need, outside the arena (cu_grow_buffer, as
-// flash_mma.cu's scratch); on Hopper the deterministic backward keeps dP there, B NH T^2 bf16: 3.2 GB at
-// gpt2-124m's micro-batch 128, or trident's kernels run where cudaMalloc cannot have it). A
-// graph cuDNN refuses is remembered as refused: the caller's kernels run for that shape from
-// then on, and the reason is printed once per shape.
+// flash_mma.cu's scratch); on Hopper the deterministic backward keeps dP there, B NH T^2
+// bf16: 3.2 GB at gpt2-124m's micro-batch 128, or trident's kernels run where cudaMalloc
+// cannot have it). A graph cuDNN refuses is remembered as refused: the caller's kernels run
+// for that shape from then on, and the reason is printed once per shape.
 #include "kernels/cuda/attention_cudnn.h"
 
 #include <cudnn.h>
@@ -218,14 +218,14 @@ std::shared_ptr<fe::graph::Graph> build(int pass, int B, int T, int NH, int HS,
 // The entry for the call's shape, built on first use (mu held)
 Entry &entry(int pass, int B, int T, int NH, int HS)
 {
-    const char *name = pass & TR_CUDNN_FORWARD         ? "forward"
-                       : pass & TR_CUDNN_NONDETERMINISTIC ? "non-deterministic backward"
-                                                          : "backward";
     auto key = std::make_tuple(pass, B, T, NH, HS);
     auto it = graphs.find(key);
     if (it != graphs.end())
         return it->second;
     Entry &e = graphs[key];
+    const char *name = pass & TR_CUDNN_FORWARD         ? "forward"
+                       : pass & TR_CUDNN_NONDETERMINISTIC ? "non-deterministic backward"
+                                                          : "backward";
     std::string why;
     try {
         e.graph = build(pass, B, T, NH, HS, why);

@@ -1,6 +1,7 @@
-// kernels/cuda/ — internal: the row of the fused cross-entropy (xent_fused.cu's kernel, kernels.h's
-// xent_stats_loss_backward16), written on mma_prims.cuh's primitives so that tests/cuda's warp
-// emulator (warp_emu.hpp, included instead of them) runs the very source the GPU does.
+// kernels/cuda/ — internal: the row of the fused cross-entropy (xent_fused.cu's kernel,
+// kernels.h's xent_stats_loss_backward16), written on mma_prims.cuh's primitives so that
+// tests/cuda's warp emulator (warp_emu.hpp, included instead of them) runs the very source
+// the GPU does.
 //   xf::args                      a launch's arrays and sizes (below)
 //   xf::shared_bytes<THREADS>(V)  the dynamic shared memory a block of THREADS takes
 //   xf::row<THREADS>(a)           block fm_bidx()'s row, every thread of the block calling it
