@@ -186,10 +186,16 @@ tt.check("export in shards of 20 KB: index and shards hold every tensor",
          rc == 0 and len([f for f in files if f.startswith("model-")]) > 2 and got == want
          and set(index["weight_map"]) == set(want)
          and index["metadata"]["total_size"] == sum(len(v[2]) for v in want.values()), f"exit {rc}: {se} {files}")
+def same_checkpoint(a, b):
+    """Two checkpoints' release folders hold the same files with the same bytes."""
+    ra, rb = os.path.join(a, "release"), os.path.join(b, "release")
+    return os.path.isdir(ra) and os.path.isdir(rb) and sorted(os.listdir(ra)) == sorted(os.listdir(rb)) and all(
+        open(os.path.join(ra, f), "rb").read() == open(os.path.join(rb, f), "rb").read() for f in os.listdir(ra))
+
+
 ck2 = os.path.join(work, "ck-from-shards")
 rc, so, se = convert("--from", "hf", "--input", shard, "--output", ck2)
-same = rc == 0 and all(open(os.path.join(ck, "release", f), "rb").read() == open(os.path.join(ck2, "release", f), "rb").read()
-                       for f in os.listdir(os.path.join(ck, "release")))
+same = rc == 0 and same_checkpoint(ck, ck2)
 tt.check("import of the shards = import of the single file (every file of the checkpoint)", same, f"exit {rc}: {se}")
 
 def decoded(values, dtype):
@@ -440,12 +446,6 @@ def bloom_tensors():
               (h + "mlp.dense_4h_to_h.weight", "F32", (C, 4 * C), rand(4 * C * C)),
               (h + "mlp.dense_4h_to_h.bias", "F32", (C,), rand(C))]
     return t + [("transformer.ln_f.weight", "F32", (C,), rand(C, 2)), ("transformer.ln_f.bias", "F32", (C,), rand(C))]
-
-
-def same_checkpoint(a, b):
-    ra, rb = os.path.join(a, "release"), os.path.join(b, "release")
-    return os.path.isdir(ra) and os.path.isdir(rb) and sorted(os.listdir(ra)) == sorted(os.listdir(rb)) and all(
-        open(os.path.join(ra, f), "rb").read() == open(os.path.join(rb, f), "rb").read() for f in os.listdir(ra))
 
 
 bt = bloom_tensors()
