@@ -84,6 +84,14 @@ TR_MUST_CHECK int ckpt_read_manifest(const char *path, int iteration, ckpt_manif
 /* TR_ERR_INVALID naming both when the manifest's model is not mc's. */
 TR_MUST_CHECK int ckpt_same_model(const tr_model_config *mc, const ckpt_manifest *mf,
                                   const char *path);
+/* TR_ERR_INVALID naming every difference when the manifest's family line (if any) is not the
+ * switches of shape s (any stage's: each has the whole model's). */
+TR_MUST_CHECK int ckpt_same_family(const tr_gpt_shape *s, const ckpt_manifest *mf,
+                                   const char *path);
+/* TR_ERR_INVALID naming the first tensor of the manifest that the whole model g (its trainable
+ * tensors, or base 1: its base's) does not have. */
+TR_MUST_CHECK int ckpt_no_other_tensors(const ckpt_manifest *mf, const char *ckpt_dir,
+                                        tr_gpt *g, int base);
 /* TR_ERR_CONFIG naming every difference when the manifest's data line (if any) is not this
  * run's: seed, split, and the dataset's token and document counts. (Another global batch
  * size is fine: the data position is the consumed samples.) */

@@ -76,18 +76,33 @@ int ckpt_verify_tensor(const char *ckpt_dir, const ckpt_record *t, int n_arrays)
         return TR_ERR_NOMEM;
     }
     for (int a = 0; a < n_arrays && !rc; a++) {
-        uint64_t sum = 0;
+        uint64_t sum = 0, bad = numel; /* the first value that cannot be: its element */
+        float bad_value = 0;
         for (uint64_t i = 0; i < numel && !rc; i += CHUNK) {
             size_t n = numel - i < CHUNK ? (size_t)(numel - i) : CHUNK;
-            if (tr_pread_all(fd, buf, n * sizeof(float), (a * numel + i) * sizeof(float)))
-                rc = tr_fail(TR_ERR_IO, "cannot read %s: %s", path, errno ? strerror(errno) : "short file");
-            else
-                sum += ckpt_checksum(buf, i, n);
+            if (tr_pread_all(fd, buf, n * sizeof(float), (a * numel + i) * sizeof(float))) {
+                rc = tr_fail(TR_ERR_IO, "cannot read %s: %s", path,
+                             errno ? strerror(errno) : "short file");
+                break;
+            }
+            sum += ckpt_checksum(buf, i, n);
+            for (size_t j = 0; j < n && bad == numel; j++)
+                if (!isfinite(buf[j]) || (a == 2 && buf[j] < 0))
+                    bad = i + j, bad_value = buf[j];
         }
         if (!rc && sum != t->sum[a])
             rc = tr_fail(TR_ERR_INVALID, "checkpoint file %s: the checksum of its %s is %016" PRIx64
                          ", the manifest says %016" PRIx64 " (corrupt data)", path, ckpt_array_names[a], sum,
                          t->sum[a]);
+        /* a matching checksum says the file holds what was written, not that it is sound: a
+         * non-finite parameter or moment, or a negative exp_avg_sq (Adam takes its square
+         * root), would be trained on silently */
+        else if (!rc && bad < numel)
+            rc = tr_fail(TR_ERR_INVALID, "checkpoint file %s: its %s holds %g at element %" PRIu64
+                         " (row %" PRIu64 ", column %" PRIu64 "), where a checkpoint holds finite "
+                         "values%s (corrupt data)", path, ckpt_array_names[a], (double)bad_value,
+                         bad, bad / (uint64_t)t->cols, bad % (uint64_t)t->cols,
+                         a == 2 ? " >= 0" : "");
     }
     tr_free(buf);
     close(fd);
@@ -166,6 +181,9 @@ static int read_rank_pieces(tr_engine *e, const char *ckpt_dir, const ckpt_manif
             }
             close(r.fd);
         }
+    const tr_gpt_shape *s = tr_gpt_get_shape(e->chunks[0].model);
+    if (!rc && e->v == 1 && s->is_first && s->is_last) /* one stage: every tensor's name */
+        rc = ckpt_no_other_tensors(mf, ckpt_dir, e->chunks[0].model, 0);
     if (!rc) {
         e->k->to_device(NULL, e->params, params, e->n_params * sizeof(float));
         e->k->to_device(NULL, e->adam_m, m, shard * sizeof(float));
@@ -193,6 +211,8 @@ int tr_checkpoint_load(tr_engine *e, const char *dir, int *iteration)
         rc = ckpt_read_manifest(path, it, &mf);
     if (!rc)
         rc = ckpt_same_model(&e->cfg->model, &mf, path);
+    if (!rc)
+        rc = ckpt_same_family(tr_gpt_get_shape(e->chunks[0].model), &mf, path);
     if (!rc)
         rc = ckpt_same_data(e, &mf, path);
     if ((rc = tr_engine_agree(e, rc, "loading the checkpoint"))) {
@@ -245,6 +265,46 @@ int ckpt_same_data(const tr_engine *e, const ckpt_manifest *mf, const char *path
     return tr_fail(TR_ERR_CONFIG, "%s: resuming with other data than the checkpoint's run would "
                    "skip or repeat samples (it consumed %llu): %s; resume with its values, or "
                    "start a new run", path, mf->consumed_samples, diff + 2);
+}
+
+int ckpt_same_family(const tr_gpt_shape *s, const ckpt_manifest *mf, const char *path)
+{
+    if (!mf->has_family)
+        return TR_OK; /* written before the family line: nothing to compare */
+    ckpt_manifest my = {0};
+    ckpt_manifest_family(&my, s);
+    static const char *const norm[2] = {"LayerNorm", "RMSNorm"};
+    static const char *const pos[3] = {"learned_absolute", "rope", "alibi"};
+    char diff[1024] = "";
+    size_t n = 0;
+#define DIFF(cond, ...)                                                                            \
+    if ((cond) && n < sizeof diff)                                                                 \
+        n += (size_t)snprintf(diff + n, sizeof diff - n, __VA_ARGS__);
+    DIFF(my.rmsnorm != mf->rmsnorm, "; normalization %s (the checkpoint's: %s)", norm[my.rmsnorm],
+         norm[mf->rmsnorm])
+    DIFF(my.position != mf->position, "; position_embedding_type %s (the checkpoint's: %s)",
+         pos[my.position], pos[mf->position])
+    DIFF(my.position == 1 && mf->position == 1 && (my.rotary_dims != mf->rotary_dims ||
+                                                   (float)my.rotary_base != (float)mf->rotary_base),
+         "; %d rotary dimensions of base %g (the checkpoint's: %d of base %g)", my.rotary_dims,
+         my.rotary_base, mf->rotary_dims, mf->rotary_base)
+    DIFF(my.swiglu != mf->swiglu, "; swiglu %d (the checkpoint's: %d)", my.swiglu, mf->swiglu)
+    DIFF(my.ffn != mf->ffn, "; ffn_hidden_size %d (the checkpoint's: %d)", my.ffn, mf->ffn)
+    DIFF(my.query_groups != mf->query_groups, "; num_query_groups %d (the checkpoint's: %d)",
+         my.query_groups, mf->query_groups)
+    DIFF(my.untie != mf->untie, "; untie_embeddings_and_output_weights %d (the checkpoint's: %d)",
+         my.untie, mf->untie)
+    DIFF(my.linear_bias != mf->linear_bias, "; add_bias_linear %d (the checkpoint's: %d)",
+         my.linear_bias, mf->linear_bias)
+    DIFF(my.emb_ln != mf->emb_ln, "; embedding_layernorm %d (the checkpoint's: %d)", my.emb_ln,
+         mf->emb_ln)
+    /* not layernorm_epsilon: an imported Llama's release checkpoint says 1e-05 whatever its
+     * rms_norm_eps (hf/convert.c's whole_model), so its run's right value would be refused */
+#undef DIFF
+    if (!n)
+        return TR_OK;
+    return tr_fail(TR_ERR_INVALID, "%s: the checkpoint is of another model than the config's "
+                   "(its manifest's family line): %s", path, diff + 2);
 }
 
 int ckpt_same_model(const tr_model_config *mc, const ckpt_manifest *mf, const char *path)

@@ -4,6 +4,7 @@
 
 #include <errno.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -152,8 +153,13 @@ int ckpt_read_manifest(const char *path, int iteration, ckpt_manifest *out)
             if (sscanf(line, "data consumed_samples %llu global_batch_size %d seed %llu tokens %llu "
                              "documents %llu split %63s%n", &out->consumed_samples,
                        &out->global_batch_size, &out->seed, &out->tokens, &out->documents,
-                       out->split, &used) != 6 || line[used])
-                rc = manifest_error(path, ln, "expected the data line");
+                       out->split, &used) != 6 || line[used] || out->global_batch_size < 1 ||
+                /* each iteration takes from 1 to INT_MAX samples (a global batch) */
+                out->consumed_samples < (unsigned long long)iteration ||
+                out->consumed_samples > (unsigned long long)iteration * INT_MAX)
+                rc = manifest_error(path, ln, "expected the data line (a global_batch_size >= 1, "
+                                              "consumed_samples from the iteration to the "
+                                              "iteration x 2^31-1)");
         } else if (ln == 4 + out->has_data && !strncmp(line, "loss_scaler ", 12)) {
             int used = 0;
             out->has_scaler = 1;

@@ -67,6 +67,26 @@ static size_t saved_rows(const tr_gpt_shape *s, const tr_param_tensor *t)
     return t->vocab_rows && t->full_rows > s->V ? (size_t)s->V : (size_t)t->full_rows;
 }
 
+/* TR_ERR_INVALID naming a tensor of the manifest that the whole model g (its trainable
+ * tensors, or its base's) does not have: a checkpoint of another model (another LoRA
+ * target_modules) whose extra tensors would otherwise be dropped silently. */
+int ckpt_no_other_tensors(const ckpt_manifest *mf, const char *ckpt_dir, tr_gpt *g, int base)
+{
+    int n = base ? tr_gpt_num_base_tensors(g) : tr_gpt_num_tensors(g);
+    for (size_t j = 0; j < mf->n; j++) {
+        int found = 0;
+        for (int i = 0; i < n && !found; i++)
+            found = !strcmp(mf->tensors[j].name, base ? tr_gpt_base_tensor(g, i)->name
+                                                      : tr_gpt_tensor(g, i)->name);
+        if (!found)
+            return tr_fail(TR_ERR_INVALID, "checkpoint %s holds a tensor %s that the config's "
+                           "model does not have: it is of another model (%s)", ckpt_dir,
+                           mf->tensors[j].name, strstr(mf->tensors[j].name, ".lora_")
+                               ? "other finetune.lora.target_modules?" : "other model switches?");
+    }
+    return TR_OK;
+}
+
 /* The tensors of g's trainable table (base 0) or of its base (base 1; t->param set). */
 static int load_tensors(const char *dir, tr_gpt *g, const tr_kernels *k, float *params,
                         int *iteration, int base)
@@ -75,6 +95,11 @@ static int load_tensors(const char *dir, tr_gpt *g, const tr_kernels *k, float *
     char ckpt_dir[4200];
     ckpt_manifest mf = {0};
     int rc = open_latest(dir, ckpt_dir, sizeof ckpt_dir, &mf);
+    if (!rc) {
+        char path[4300];
+        if (!(rc = ckpt_join(path, sizeof path, ckpt_dir, "manifest.txt")))
+            rc = ckpt_same_family(s, &mf, path);
+    }
     int n_tensors = base ? tr_gpt_num_base_tensors(g) : tr_gpt_num_tensors(g);
     size_t n = 0;
     for (int i = 0; i < n_tensors; i++) {
@@ -125,6 +150,8 @@ static int load_tensors(const char *dir, tr_gpt *g, const tr_kernels *k, float *
         rc = ckpt_for_each_segment(t, s->tp_rank, rows, 0, t->numel, ckpt_read_segment, &r);
         close(r.fd);
     }
+    if (!rc && s->is_first && s->is_last) /* the whole model: it reads every tensor there is */
+        rc = ckpt_no_other_tensors(&mf, ckpt_dir, g, base);
     free(mf.tensors);
     if (!rc && !base)
         k->to_device(NULL, params, host, n * sizeof(float));

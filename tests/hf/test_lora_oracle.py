@@ -210,6 +210,22 @@ tt.check("--adapters-only: peft loads the adapter onto the base with trident's l
          and sorted(os.listdir(adapters)) == ["adapter_config.json", "adapter_model.safetensors"],
          f"max |diff| / max |logit| = {rel:.2e}; files {sorted(os.listdir(adapters))}", show=True)
 
+# a config of other target_modules than the run's: refused, where the export dropped the
+# other adapters silently before (found fuzzing T_LORA's inputs by hand)
+other = tt.write_config(path("lora-other.yaml"),
+    model=dict(num_layers=L, hidden_size=C, num_attention_heads=NH, seq_length=T,
+               max_position_embeddings=T, vocab_size=V),
+    training=dict(micro_batch_size=2, global_batch_size=8, train_iters=1, lr=1e-3),
+    data=dict(data_path=prefix),
+    finetune=dict(load=ck, lora=dict(rank=R, alpha=ALPHA, target_modules=["qkv"])))
+for mode in ("--adapters-only", "--merge-lora"):
+    out = path("hf-other")
+    rc, _, err = tt.outputs([trident, "convert", "--to", "hf", "--config", other, "--input",
+                             ck_lora, "--output", out, mode], timeout=120)
+    tt.check(f"{mode} with a config of other target_modules: non-zero exit naming the tensor",
+             rc != 0 and "holds a tensor layers.0.attn_proj.lora_A that the config's model does not "
+             "have" in err and not os.path.exists(out), f"rc={rc} {err[-800:]}")
+
 # ---------------------------------------------------------------- Llama (GQA) and Bloom exports
 def randomize(m):
     with torch.no_grad():

@@ -4,11 +4,13 @@ stops (training.exit_interval) and resumes continues exactly as the uninterrupte
 same losses bit for bit in the same layout, within 1e-5 relative when the resumed run uses
 another (DP, TP, PP) layout (the checkpoint holds whole tensors). Saves are atomic (a stale
 temporary directory from a crashed save changes nothing) and every bad checkpoint (a flipped
-byte, a truncated or missing tensor file, a garbled manifest or tracker, another model) stops
-the job with a non-zero exit naming the file and the cause, on every rank.
+byte, a truncated or missing tensor file, a garbled manifest or tracker, another model, other
+model switches, a tensor the model lacks, a NaN or a negative exp_avg_sq under matching
+checksums) stops the job with a non-zero exit naming the file and the cause, on every rank.
 usage: test_checkpoint.py TRIDENT WORKDIR [--quick]   (--quick: 2 ranks instead of 8)"""
 import os
 import shutil
+import struct
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "common"))
@@ -157,6 +159,57 @@ def rewrite_manifest(fn):
     return damage
 
 
+M64 = (1 << 64) - 1
+
+
+def mix64(x):
+    x ^= x >> 30
+    x = (x * 0xbf58476d1ce4e5b9) & M64
+    x ^= x >> 27
+    x = (x * 0x94d049bb133111eb) & M64
+    return x ^ (x >> 31)
+
+
+def checksum(words, first=0):
+    """train/checkpoint.c's ckpt_checksum of uint32 words (the floats' bits)."""
+    return sum(mix64(mix64(first + i) ^ w) for i, w in enumerate(words)) & M64
+
+
+def rewrite_tensor(name, fn, extra=None):
+    """Damage tensor file NAME's words (the three arrays, as uint32) with fn(words) and write
+    its manifest line's checksums to match (or, extra: a new tensor NAME made from the file
+    `extra`, added to the manifest): data a writer could have saved, which only a check of
+    the values themselves refuses."""
+    def damage(it, _):
+        src = os.path.join(it, extra or name)
+        raw = open(src, "rb").read()
+        words = list(struct.unpack(f"<{len(raw) // 4}I", raw))
+        fn(words)
+        open(os.path.join(it, name), "wb").write(struct.pack(f"<{len(words)}I", *words))
+        p = os.path.join(it, "manifest.txt")
+        lines = open(p).read().split("\n")
+        tensors = [ln for ln in lines if ln.startswith("tensor ")]
+        rows, cols = next(ln for ln in tensors if ln.split()[1] == (extra or name)).split()[2:4]
+        n = int(rows) * int(cols)
+        line = f"tensor {name} {rows} {cols} " + " ".join(
+            f"{checksum(words[a * n:(a + 1) * n]):016x}" for a in range(3))
+        tensors = sorted([ln for ln in tensors if ln.split()[1] != name] + [line],
+                         key=lambda ln: ln.split()[1].encode())
+        head = [ln for ln in lines if not ln.startswith(("tensor ", "tensors ", "end")) and ln]
+        text = "\n".join(head + [f"tensors {len(tensors)}"] + tensors + ["end", ""])
+        open(p, "w").write(text)
+    return damage
+
+
+NAN, MINUS_ONE = 0x7FC00000, 0xBF800000
+
+
+def set_word(i, bits):
+    def fn(words):
+        words[i if i >= 0 else len(words) + i] = bits
+    return fn
+
+
 BAD = [
     ("flipped-bit", flip_byte, ["layers.2.fc.weight", "checksum of its exp_avg"]),
     ("truncated", truncate, ["wpe", "truncated"]),
@@ -175,6 +228,16 @@ BAD = [
      ["manifest.txt:", "expected the family line"]),
     ("manifest-cut-family", rewrite_manifest(lambda t: t.replace(" eps 1e-05", "")),
      ["manifest.txt:", "expected the family line"]),
+    # found by fuzzing (T_CKPT, checksums recomputed): loaded without a word before
+    ("nan-parameter", rewrite_tensor("wpe", set_word(5, NAN)),
+     ["wpe", "its parameter holds nan at element 5"]),
+    ("negative-exp_avg_sq", rewrite_tensor("wpe", set_word(-1, MINUS_ONE)),
+     ["wpe", "its exp_avg_sq holds -1 at element 1023", ">= 0"]),
+    ("extra-tensor", rewrite_tensor("extra.weight", lambda w: None, extra="lnf.weight"),
+     ["extra.weight", "the config's model does not have"]),
+    ("manifest-consumed",
+     rewrite_manifest(lambda t: t.replace("consumed_samples 40 ", f"consumed_samples {2**64 - 1} ")),
+     ["manifest.txt:4", "consumed_samples from the iteration"]),
     ("tracker-garbage", lambda it, d: open(os.path.join(d, "latest_checkpointed_iteration.txt"), "w").write("five\n"),
      ["latest_checkpointed_iteration.txt", "iteration number"]),
     ("tracker-missing-iteration", lambda it, d: open(os.path.join(d, "latest_checkpointed_iteration.txt"), "w").write("7\n"),
@@ -188,6 +251,16 @@ for name, damage, want in BAD:
 rc, out, err = run("other-model", sets=[f"checkpoint.load={save_dir('ck-single')}", "model.hidden_size=32"], timeout=60)
 check("a checkpoint of another model: exit 2 naming both shapes",
       rc == 2 and "different model" in err and "hidden_size 64" in err, f"rc={rc} {err[-800:]}")
+# the same sizes, other switches (the manifest's family line): trained on before, silently
+# (rope: the learned positions dropped; RMSNorm, no linear biases: the biases dropped)
+for key, want in (("position_embedding_type=rope", "rope (the checkpoint's: learned_absolute)"),
+                  ("normalization=RMSNorm", "RMSNorm (the checkpoint's: LayerNorm)"),
+                  ("add_bias_linear=false", "0 (the checkpoint's: 1)")):
+    rc, out, err = run("other-family", sets=[f"checkpoint.load={save_dir('ck-single')}",
+                                             f"model.{key}"], timeout=60)
+    check(f"a checkpoint of other switches (model.{key}): exit 2 naming the difference",
+          rc == 2 and "another model than the config's" in err
+          and f"{key.split('=')[0]} {want}" in err, f"rc={rc} {err[-800:]}")
 # a damaged checkpoint under several ranks: every rank stops, the job exits non-zero, no hang
 world, tp, pp, extra = next(iter(LAYOUTS.values()))
 rc, out, err = run("bad-multi", world, tp, pp, extra + [f"checkpoint.load={save_dir('bad-flipped-bit')}"], timeout=120)
