@@ -74,12 +74,14 @@ static int out_end(const out_dir *o, int rc)
 /* ------------------------------------------------------------------ the whole model */
 
 /* One model holding every layer, no TP, bound to host memory *params (free with free()).
- * family: m's Llama / Bloom switches apply (else GPT-2). */
+ * family: m's Llama / Bloom switches apply (else GPT-2). It only maps parameters (it never runs
+ * a forward): T is 1, so nothing is sized by the sequence (rope tables: T positions); max_T
+ * stays the config's, which wpe's rows (GPT-2) and the saved model section need. */
 static int whole_model(const tr_model_config *m, int family, tr_gpt **g, float **params)
 {
     tr_gpt_shape s = {
         .num_layers = m->num_layers, .C = m->hidden_size, .NH = m->num_attention_heads,
-        .T = m->max_position_embeddings, .max_T = m->max_position_embeddings,
+        .T = 1, .max_T = m->max_position_embeddings,
         .V = m->vocab_size, .Vp = m->vocab_size, .eps = 1e-5f, .init_std = 0.02f,
         .layer_first = 0, .layer_count = m->num_layers, .is_first = 1, .is_last = 1,
         .tp_size = 1, .tp_rank = 0};

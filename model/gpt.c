@@ -317,9 +317,48 @@ static double alibi_slope(int n, int h)
     return pow(pow(2.0, -4.0 / p), 2 * (h - p) + 1);
 }
 
-/* The rope cos/sin tables of max(T, max_T) positions (angles as Hugging Face Llama makes
- * them, in fp32) and this rank's ALiBi slopes, in backend memory; the family's training ops
- * must exist in the backend. */
+int gpt_rope_reserve(tr_gpt *g, int positions)
+{
+    const tr_gpt_shape *s = &g->s;
+    const tr_kernels *k = g->k;
+    if (s->position != TR_POS_ROPE || positions <= g->rope_positions)
+        return TR_OK;
+    /* cos, sin: (positions, half) each; a row depends on its position only, so a longer
+     * table repeats a shorter one's rows bit for bit */
+    int half = s->rotary_dims / 2;
+    size_t n = (size_t)positions * half;
+    float *host = tr_alloc(2 * n * sizeof(float), "rotary tables");
+    float *cos_t = host ? k->alloc(n * sizeof(float)) : NULL;
+    float *sin_t = cos_t ? k->alloc(n * sizeof(float)) : NULL;
+    if (!sin_t) {
+        k->free(cos_t);
+        tr_free(host);
+        return tr_fail(TR_ERR_NOMEM, "out of memory for the rotary tables of %d positions "
+                       "(2 x %zu MiB)", positions, n * sizeof(float) >> 20);
+    }
+    for (int i = 0; i < half; i++) {
+        float inv_freq = (float)(1.0 / pow(s->rotary_base, (float)(2 * i) / (float)s->rotary_dims));
+        for (int t = 0; t < positions; t++) {
+            float angle = (float)t * inv_freq;
+            host[(size_t)t * half + i] = (float)cos(angle);
+            host[n + (size_t)t * half + i] = (float)sin(angle);
+        }
+    }
+    k->to_device(NULL, cos_t, host, n * sizeof(float));
+    k->to_device(NULL, sin_t, host + n, n * sizeof(float));
+    tr_free(host);
+    k->free(g->rope_cos);
+    k->free(g->rope_sin);
+    g->rope_cos = cos_t;
+    g->rope_sin = sin_t;
+    g->rope_positions = positions;
+    return TR_OK;
+}
+
+/* The rope cos/sin tables of the T training positions (angles as Hugging Face Llama makes
+ * them, in fp32; a generation cache of more positions grows them: gpt_rope_reserve) and this
+ * rank's ALiBi slopes, in backend memory; the family's training ops must exist in the
+ * backend. */
 static int family_tables(tr_gpt *g)
 {
     const tr_gpt_shape *s = &g->s;
@@ -338,28 +377,9 @@ static int family_tables(tr_gpt *g)
         if (ops[i].needed && !ops[i].op)
             return tr_fail(TR_ERR_CONFIG, "the %s backend has no %s kernels yet; this model "
                            "family runs on training.device cpu", k->name, ops[i].name);
-    if (s->position == TR_POS_ROPE) { /* every position generation may reach */
-        int half = s->rotary_dims / 2, positions = s->max_T > s->T ? s->max_T : s->T;
-        size_t n = (size_t)positions * half;
-        float *host = tr_alloc(2 * n * sizeof(float), "rotary tables");
-        g->rope_cos = k->alloc(n * sizeof(float));
-        g->rope_sin = k->alloc(n * sizeof(float));
-        if (!host || !g->rope_cos || !g->rope_sin) {
-            tr_free(host);
-            return tr_fail(TR_ERR_NOMEM, "out of memory for the rotary tables");
-        }
-        for (int i = 0; i < half; i++) {
-            float inv_freq = (float)(1.0 / pow(s->rotary_base, (float)(2 * i) / (float)s->rotary_dims));
-            for (int t = 0; t < positions; t++) {
-                float angle = (float)t * inv_freq;
-                host[(size_t)t * half + i] = (float)cos(angle);
-                host[n + (size_t)t * half + i] = (float)sin(angle);
-            }
-        }
-        k->to_device(NULL, g->rope_cos, host, n * sizeof(float));
-        k->to_device(NULL, g->rope_sin, host + n, n * sizeof(float));
-        tr_free(host);
-    }
+    int rc = gpt_rope_reserve(g, s->T); /* training positions are < T */
+    if (rc)
+        return rc;
     if (s->position == TR_POS_ALIBI) {
         float host[1024];
         if (g->NHl > 1024)

@@ -80,6 +80,9 @@ int tr_gpt_cache_create(tr_gpt *g, int B, int max_T, tr_gpt_cache **out)
     if (B < 1 || max_T < 1 || max_T > s->max_T)
         return tr_fail(TR_ERR_INVALID, "a cache of %d sequences of %d positions (the model "
                                        "has %d positions)", B, max_T, s->max_T);
+    int rc = gpt_rope_reserve(g, max_T); /* rope: positions 0 .. max_T - 1 of the cache */
+    if (rc)
+        return rc;
     tr_gpt_cache *c = tr_alloc(sizeof *c, "generation cache");
     if (!c)
         return TR_ERR_NOMEM;
@@ -154,7 +157,8 @@ static int layer_decode(tr_gpt_cache *c, int l, int n)
                                      layer_param(g, l, L_QKV_B), R, C, g->QKVl, NULL, NULL);
     if (rc)
         return rc;
-    if (g->s.position == TR_POS_ROPE) { /* positions past .. past + n - 1 of each sequence */
+    if (g->s.position == TR_POS_ROPE) { /* positions past .. past + n - 1 of each sequence
+                                          * (< c->max_T <= g->rope_positions) */
         size_t at = (size_t)c->len * (size_t)(g->s.rotary_dims / 2);
         k->rope(NULL, c->qkv, g->rope_cos + at, g->rope_sin + at, c->B, n, g->NGl,
                 g->NHl / g->NGl, HS, g->s.rotary_dims, 0, NULL);

@@ -95,7 +95,10 @@ struct tr_gpt {
     int Cl, NHl, Vl; /* this TP rank's share of C, NH and Vp */
     int HS, NG, NGl, QKVl, F, Fl, Fwl; /* see the top of this file */
     int slot[L_COUNT], per_layer; /* a layer tensor's place in its layer (-1: absent) */
-    float *rope_cos, *rope_sin;   /* rope: (T, rotary_dims/2) tables, backend memory */
+    float *rope_cos, *rope_sin;   /* rope: (rope_positions, rotary_dims/2) tables, backend
+                                   * memory: T positions from tr_gpt_create, grown by a
+                                   * longer generation cache (gpt_rope_reserve) */
+    int rope_positions;           /* positions the rope tables hold (0: none) */
     float *alibi;                 /* alibi: this rank's NHl slopes, backend memory */
     tr_param_tensor *tensors;
     int n_tensors;
@@ -293,6 +296,9 @@ TR_MUST_CHECK int gpt_init_tensors(tr_gpt *g, tr_param_tensor *tensors, int n, s
 void gpt_lora_free(tr_gpt *g);
 
 TR_MUST_CHECK int gpt_scratch_ensure(tr_gpt *g, int B);
+/* rope: tables of at least `positions` positions (larger ones replace the old, whose
+ * rows they repeat bit for bit); the old stay on TR_ERR_NOMEM. Other families: no-op. */
+TR_MUST_CHECK int gpt_rope_reserve(tr_gpt *g, int positions);
 /* Token rows per chunk of the head and loss of a micro-batch of B sequences
  * (tr_gpt_head_chunk_rows, or fewer: tr_gpt_set_head_chunk_rows). */
 int gpt_head_rows(const tr_gpt *g, int B);

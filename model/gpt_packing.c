@@ -21,10 +21,14 @@ int tr_gpt_acts_set_packing(tr_gpt_acts *a, const int32_t *segments, const int32
             return tr_fail(TR_ERR_NOMEM, "out of memory for packed-sequence ids of %d tokens", N);
     }
     int32_t *mem = a->packing_memory;
+    /* wpe has max_T rows; the rope tables hold T positions (tr_gpt_create; ids restarting per
+     * example in a row of T tokens are < T, and T <= max_T). ALiBi reads no ids. */
+    int rope = g->s.position == TR_POS_ROPE, limit = rope ? g->s.T : g->s.max_T;
     for (int n = 0; positions && n < N; n++)
-        if (positions[n] < 0 || positions[n] >= g->s.max_T)
-            return tr_fail(TR_ERR_INVALID, "position id %d of token %d is outside [0, %d) "
-                           "(max_position_embeddings)", positions[n], n, g->s.max_T);
+        if (positions[n] < 0 || positions[n] >= limit)
+            return tr_fail(TR_ERR_INVALID, "position id %d of token %d is outside [0, %d) (%s)",
+                           positions[n], n, limit, rope ? "the sequence length: rotary "
+                           "positions restart in each row" : "max_position_embeddings");
     a->segments = segments ? mem : NULL;
     a->positions = positions ? mem + N : NULL;
     a->loss_weights = loss_weights ? (float *)(mem + 2 * (size_t)N) : NULL;

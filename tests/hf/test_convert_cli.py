@@ -7,6 +7,7 @@ folders are written here with a small safetensors writer of our own.
     refused with exit 2 naming the file and the cause, and nothing appears at the output (no
     temporary folder left either);
   - usage errors, an output that exists, exports from a missing or damaged checkpoint;
+  - a Llama config of max_position_embeddings 2^26 imports and exports in little memory (peak RSS);
   - tr_hf_load_gpt2 straight from the HF folder into tensor-parallel shards (1, 2 and 4 ranks
     of `trident launch`) and into a last pipeline stage: each the slice of the whole model,
     the TP logits the whole model's (hf_probe load-check).
@@ -535,4 +536,34 @@ refused("config.json: rope_theta Infinity", ["--from", "hf", "--input", d, "--ou
 rc, so, se = convert("--from", "hf", "--input", hf_folder("llama-float-max", lt, dict(LC, rope_theta=3.0e38)),
                      "--output", os.path.join(work, "ck-llama-float-max"))
 tt.check("rope_theta 3e38 (below FLT_MAX) is still imported", rc == 0, se)
+
+# a conversion sizes nothing by max_position_embeddings where no parameter depends on it: the rope
+# tables of 2^26 positions cost 2 GiB on the host plus 2 GiB of kernel copies (they were made for
+# max_position_embeddings positions; a conversion runs no forward)
+PEAK = "import resource, subprocess, sys\n" \
+       "p = subprocess.run(sys.argv[1:], capture_output=True, text=True)\n" \
+       "sys.stderr.write(p.stderr)\n" \
+       "print(p.returncode, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)"
+
+
+def peak_rss(*args):
+    """(exit status, peak RSS in MB, stderr) of `trident convert ARGS` alone in a fresh process
+    (ru_maxrss of RUSAGE_CHILDREN is the largest of all children ever waited for)."""
+    p = tt.run([sys.executable, "-c", PEAK, trident, "convert", *args], timeout=300)
+    words = p.stdout.split()
+    return (int(words[0]), int(words[1]) / 1024, p.stderr) if len(words) == 2 else (-1, 0, p.stderr)
+
+
+long_ctx = hf_folder("llama-2p26-positions", lt, dict(LC, max_position_embeddings=1 << 26))
+ck_long = os.path.join(work, "ck-llama-2p26-positions")
+rc, mb, se = peak_rss("--from", "hf", "--input", long_ctx, "--output", ck_long)
+tt.check(f"Llama with max_position_embeddings 2^26: imported in {mb:.0f} MB peak RSS (< 400)",
+         rc == 0 and 0 < mb < 400, f"exit {rc}, {mb:.0f} MB: {se}")
+back_long = os.path.join(work, "llama-2p26-positions-back")
+rc, mb, se = peak_rss("--to", "hf", "--input", ck_long, "--output", back_long) if rc == 0 else (1, 0, "")
+ok = rc == 0 and 0 < mb < 400 and \
+    json.load(open(os.path.join(back_long, "config.json")))["max_position_embeddings"] == 1 << 26 and \
+    st_read(os.path.join(back_long, "model.safetensors")) == st_read(os.path.join(long_ctx, "model.safetensors"))
+tt.check(f"... and exported back in {mb:.0f} MB peak RSS, max_position_embeddings and the weights kept", ok,
+         f"exit {rc}, {mb:.0f} MB: {se}")
 tt.finish("convert-cli: all checks passed")

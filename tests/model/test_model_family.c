@@ -1,7 +1,8 @@
 /* model/: the Llama and Bloom families of the stage (issue 17): the tensor table each family
  * has (no biases, no wpe, untied output_layer, emb_ln, GQA's smaller qkv, SwiGLU's
  * interleaved fc), finite-difference gradients of the whole model, two pipeline stages
- * composing to the whole model, and generation with the key/value cache. */
+ * composing to the whole model, and generation with the key/value cache (also past the
+ * training length T, which the rope tables are first made for). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -44,9 +45,8 @@ typedef struct {
     float *params, *grads;
 } stage;
 
-static void stage_make(stage *st, int family, int first, int count, int B)
+static void stage_make_shape(stage *st, tr_gpt_shape s, int B)
 {
-    tr_gpt_shape s = family_shape(family, first, count);
     assert_int_equal(tr_gpt_create(&s, tr_kernels_cpu(), NULL, &st->g), TR_OK);
     size_t n = tr_gpt_num_params(st->g), counted = 0;
     assert_int_equal(tr_gpt_count_params(&s, &counted), TR_OK);
@@ -59,6 +59,11 @@ static void stage_make(stage *st, int family, int first, int count, int B)
     for (size_t i = 0; i < n; i++)
         st->params[i] += 0.05f * (float)sin(0.37 * (double)i);
     assert_int_equal(tr_gpt_acts_create(st->g, B, &st->a), TR_OK);
+}
+
+static void stage_make(stage *st, int family, int first, int count, int B)
+{
+    stage_make_shape(st, family_shape(family, first, count), B);
 }
 
 static void stage_free(stage *st)
@@ -261,6 +266,75 @@ static void test_generation(void **state)
     check_generation(MIXED);
 }
 
+/* Generation past the training length: a model of T = 5 (its rope tables hold 5 positions)
+ * with a cache of 12 gives the logits of the training forward of a model of T = 12 (the same
+ * parameters) at every position, fed at once or one at a time after a prefix of 3; its decode
+ * is bit for bit that of the T = 12 model (the grown tables repeat the rows of tables made for
+ * 12 positions), and its training forward is unchanged by the growth. */
+static void check_generation_past_T(int family)
+{
+    enum { B = 2, T = 5, TL = 12, V = 11 };
+    int32_t tokens[B * TL], targets[B * TL], short_tokens[B * T];
+    make_batch(B * TL, tokens, targets);
+    for (int b = 0; b < B; b++)
+        memcpy(short_tokens + b * T, tokens + b * TL, T * sizeof(int32_t));
+    tr_gpt_shape s = family_shape(family, 0, 3);
+    s.max_T = TL;
+    stage st, lt; /* T = 5 and T = 12 */
+    stage_make_shape(&st, s, B);
+    s.T = TL;
+    stage_make_shape(&lt, s, B);
+    size_t n = tr_gpt_num_params(st.g);
+    assert_int_equal(tr_gpt_num_params(lt.g), n);
+    assert_memory_equal(st.params, lt.params, n * sizeof(float));
+    static float want[B * TL * V], all[B * TL * V], all_l[B * TL * V], step[B * V];
+    static float short_before[B * T * V], short_after[B * T * V];
+    assert_int_equal(tr_gpt_forward_logits(lt.g, lt.a, tokens, want), TR_OK);
+    assert_int_equal(tr_gpt_forward_logits(st.g, st.a, short_tokens, short_before), TR_OK);
+    tr_gpt_cache *c = NULL, *cl = NULL;
+    assert_int_equal(tr_gpt_cache_create(st.g, B, TL, &c), TR_OK);
+    assert_int_equal(tr_gpt_cache_create(lt.g, B, TL, &cl), TR_OK);
+    assert_int_equal(tr_gpt_decode(c, tokens, TL, 1, all), TR_OK);
+    assert_int_equal(tr_gpt_decode(cl, tokens, TL, 1, all_l), TR_OK);
+    assert_memory_equal(all, all_l, sizeof all);
+    for (int i = 0; i < B * TL * V; i++)
+        if (fabsf(all[i] - want[i]) > 1e-5f * (1 + fabsf(want[i])))
+            fail_msg("family %d: cached logits[%d] %.7g past T, training forward of T = %d %.7g",
+                     family, i, all[i], TL, want[i]);
+    tr_gpt_cache_reset(c);
+    int32_t pre[2 * 3] = {tokens[0], tokens[1], tokens[2], tokens[TL], tokens[TL + 1],
+                          tokens[TL + 2]};
+    assert_int_equal(tr_gpt_decode(c, pre, 3, 0, step), TR_OK);
+    for (int p = 3; p < TL; p++) {
+        int32_t next[B] = {tokens[p], tokens[TL + p]};
+        assert_int_equal(tr_gpt_decode(c, next, 1, 0, step), TR_OK);
+        for (int b = 0; b < B; b++)
+            for (int v = 0; v < V; v++) {
+                float w = want[((size_t)b * TL + p) * V + v];
+                if (fabsf(step[b * V + v] - w) > 1e-5f * (1 + fabsf(w)))
+                    fail_msg("family %d: position %d one at a time %.7g, all at once %.7g",
+                             family, p, step[b * V + v], w);
+            }
+    }
+    /* a cache past the config's positions is still refused */
+    tr_gpt_cache *over = NULL;
+    assert_int_equal(tr_gpt_cache_create(st.g, B, TL + 1, &over), TR_ERR_INVALID);
+    assert_int_equal(tr_gpt_forward_logits(st.g, st.a, short_tokens, short_after), TR_OK);
+    assert_memory_equal(short_before, short_after, sizeof short_before);
+    tr_gpt_cache_free(c);
+    tr_gpt_cache_free(cl);
+    stage_free(&st);
+    stage_free(&lt);
+}
+
+static void test_generation_past_T(void **state)
+{
+    (void)state;
+    check_generation_past_T(LLAMA);
+    check_generation_past_T(MIXED);
+    check_generation_past_T(BLOOM);
+}
+
 /* Packed sequences: two examples in one row (segments, restarting positions) give each the
  * logits it has alone at the start of a row, for rope (positions restart) and ALiBi. */
 static void check_packing(int family)
@@ -282,6 +356,10 @@ static void check_packing(int family)
                 fail_msg("family %d: packed position %d logit %.7g, alone %.7g", family, t, got,
                          want);
         }
+    /* position id T (< max_T 6): no row of T tokens has it; past the rope tables' T rows */
+    pos[4] = T;
+    assert_int_equal(tr_gpt_acts_set_packing(st.a, seg, pos, NULL),
+                     family == LLAMA ? TR_ERR_INVALID : TR_OK);
     stage_free(&st);
 }
 
@@ -318,6 +396,7 @@ int main(void)
         cmocka_unit_test(test_finite_difference),
         cmocka_unit_test(test_stages_compose),
         cmocka_unit_test(test_generation),
+        cmocka_unit_test(test_generation_past_T),
         cmocka_unit_test(test_packing),
         cmocka_unit_test(test_bad_shapes),
     };
