@@ -70,8 +70,9 @@ int engine_sft_begin(tr_engine *e)
 
 int engine_sft_bind(tr_engine *e, tr_gpt_acts *a, const tr_gpt_shape *s)
 {
-    return tr_gpt_acts_set_packing(a, e->segments, s->is_first ? e->positions : NULL,
-                                   s->is_last ? e->weights : NULL);
+    /* positions on every stage: the first adds wpe's rows by them, and every stage's rotary
+     * layers rotate q and k by them (restarting in each packed example) */
+    return tr_gpt_acts_set_packing(a, e->segments, e->positions, s->is_last ? e->weights : NULL);
 }
 
 void engine_sft_account(tr_engine *e, float mean_loss)

@@ -5,7 +5,8 @@
   - data.dataset_type sft trains with the same losses (and val_loss) in one process and under
     DP2, TP2, PP2 and DP2 x TP2 x PP2 (relative difference <= 1e-5), the last with another
     micro-batch size: the loss is the mean over the learned tokens of the global batch; a run
-    stopped at a checkpoint resumes under PP2 with the same losses;
+    stopped at a checkpoint resumes under PP2 with the same losses; a Llama (rotary positions
+    restarting in each packed example, on every stage) under PP2 with the same bits;
   - a PyTorch reference (plain torch GPT-2 with the segment mask, restarting positions and
     per-token weights, from trident's initial weights and data/'s packed samples): iteration
     1's loss (<= 1e-6) and every gradient tensor (relative L2 <= 1e-5);
@@ -94,6 +95,23 @@ if base and first and resumed:
     check(f"stopped at 2, resumed under PP2: the losses of one run (worst {worst:.1e})",
           len(first[0]) + len(resumed[0]) == len(base[0]) and worst <= 1e-5,
           f"{first[0]} + {resumed[0]} vs {base[0]}")
+# Llama's rotary positions restart in each packed example on every stage, not only the first:
+# each stage's layers rotate q and k by the example's positions (PP2 gives the bits of one
+# process: the same positions, the same rotations; PP2 once rotated its second stage's layers by
+# the row's positions: the same scores in exact arithmetic, other bits in floats)
+LLAMA = ("model.normalization=RMSNorm", "model.position_embedding_type=rope", "model.swiglu=true",
+         "model.num_query_groups=2", "model.untie_embeddings_and_output_weights=true",
+         "model.add_bias_linear=false", "training.eval_interval=0")
+
+
+def losses_and_norms(name):
+    return [(x["loss"], x["grad_norm"]) for x in tt.metrics(path(name))]
+
+
+llama = train("llama-one", sets=LLAMA) and losses_and_norms("llama-one")
+got = train("llama-pp2", 2, None, 2, LLAMA) and losses_and_norms("llama-pp2")
+check("Llama PP2: the losses and gradient norms of one process, bit for bit",
+      llama and got and got == llama, f"{got} vs {llama}")
 unpacked = train("unpacked", sets=("data.sft_packing=false",))
 check("sft_packing false: trains (one example per sequence), another loss",
       unpacked and base and unpacked[0][0] != base[0][0], f"{unpacked} vs {base}")
