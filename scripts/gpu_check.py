@@ -104,6 +104,7 @@ class Check:
         self.prefix = None
         self.cudnn_include = None  # cuDNN's own headers where its library was found (cuda-toolkit)
         self.no_gpu_reason = None
+        self.compute_cap = None  # the GPU's, "90" on an H100 (gpu), for the build's -gencode
 
     def git(self, *args):
         try:
@@ -280,7 +281,13 @@ class Check:
             return "SKIP", self.no_gpu_reason, out
         self.results["gpu"] = lines
         self.info["device"] = lines[0].split(",")[0].strip()
-        return "PASS", "; ".join(lines), ""
+        # its compute capability (a query of its own: an older driver that lacks the field
+        # leaves the build on meson's default targets instead of failing this step)
+        rc, cap = self.run("gpu", [smi, "--query-gpu=compute_cap", "--format=csv,noheader"], timeout=60)
+        m = re.fullmatch(r"\s*(\d+)\.(\d+)\s*", cap.splitlines()[-1] if rc == 0 and cap.strip() else "")
+        if m:
+            self.compute_cap = m.group(1) + m.group(2)
+        return "PASS", "; ".join(lines) + (f"; compute capability {m.group(1)}.{m.group(2)}" if m else ""), ""
 
     # 4-5. configure and build
     def configure(self):
@@ -289,10 +296,17 @@ class Check:
         # the build step reports the warnings instead of stopping on the first
         opts = ["-Dbuildtype=release", "-Dcuda=enabled", f"-Dcudatoolkit={self.toolkit}", "-Dwerror=false"]
         note = ""
+        # machine code for this GPU alone (nvcc's front end runs once per target: the default's
+        # compute_80 PTX for other GPUs doubles the build's longest compile, flash_mma.cu)
+        arch = self.a.gencode or (f"arch=compute_{self.compute_cap},code=sm_{self.compute_cap}"
+                                  if self.compute_cap else "")
+        if arch:
+            opts.append("-Dgencode=" + json.dumps(arch.split(";")))
+            note = f"; nvcc -gencode {' '.join(arch.split(';'))}"
         if not os.path.exists("/usr/bin/python3") and shutil.which("python3") and os.geteuid() == 0:
             # the tests' meson files run their scripts with /usr/bin/python3 (stdlib only)
             os.symlink(shutil.which("python3"), "/usr/bin/python3")
-            note = f"; made /usr/bin/python3 -> {shutil.which('python3')} for the tests' meson files"
+            note += f"; made /usr/bin/python3 -> {shutil.which('python3')} for the tests' meson files"
         # RPATH (not RUNPATH): the bundle's and CUDA's libraries for every library loaded
         # on the way (OpenBLAS's libgfortran too), without LD_LIBRARY_PATH
         rpath = [os.path.join(self.prefix, "lib")] if self.prefix else []
@@ -555,6 +569,9 @@ def main():
                     "TRIDENT_CUDA_ATTENTION_OUT=fp32, TRIDENT_CUDA_ATTENTION_IN=fp32, TRIDENT_CUDA_GELU=separate)")
     ap.add_argument("--targets", default="", help="ninja targets of the build step, comma-separated "
                     "(default: everything; tests/gpu_bundle builds trident and the probe only)")
+    ap.add_argument("--gencode", default="", help="nvcc -gencode targets of the build, ';'-separated "
+                    "(default: the GPU's own compute capability, e.g. arch=compute_90,code=sm_90 on an "
+                    "H100; with no GPU, meson's default: sm_90 and compute_80 PTX)")
     ap.add_argument("--commit", default="", help="the commit to name in the report (where the tree has no .git)")
     a = ap.parse_args()
     for k in ("only", "skip"):
