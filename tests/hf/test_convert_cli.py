@@ -381,7 +381,8 @@ tt.check("Llama (GQA 4/2, untied): imported, the model section printed", rc == 0
 lcfg = tt.write_config(os.path.join(work, "llama.yaml"),
     model=dict(num_layers=L, hidden_size=C, num_attention_heads=NH, num_query_groups=2, seq_length=P,
                max_position_embeddings=P, vocab_size=V, normalization="RMSNorm", position_embedding_type="rope",
-               swiglu=True, ffn_hidden_size=48, untie_embeddings_and_output_weights=True, add_bias_linear=False),
+               swiglu=True, ffn_hidden_size=48, untie_embeddings_and_output_weights=True, add_bias_linear=False,
+               layernorm_epsilon=1e-6),
     training=dict(micro_batch_size=1, train_iters=1, lr=1e-3), data=dict(data_path="unused"))
 back = os.path.join(work, "llama-back")
 rc, so, se = convert("--to", "hf", "--input", ck_llama, "--output", back, "--config", lcfg)
@@ -394,6 +395,11 @@ same = rc == 0 and all(open(os.path.join(back, f), "rb").read() == open(os.path.
                        for f in ("model.safetensors", "config.json"))
 tt.check("Llama: HF -> trident -> HF without --config (the manifest's family line) gives the same files",
          same, se)
+# the manifest keeps rms_norm_eps (the import once recorded 1e-05 whatever the source said, and
+# an export without --config wrote that)
+eps = json.load(open(os.path.join(back2, "config.json"))).get("rms_norm_eps") if rc == 0 else None
+tt.check(f"Llama: rms_norm_eps 1e-6 imported and exported as such (exported {eps})", eps == 1e-6,
+         open(os.path.join(ck_llama, "release", "manifest.txt")).read()[:600])
 rc, so, se = tt.outputs([trident, "generate", ck_llama, "--prompt-ids", "1,2,3", "--max-new-tokens", "3",
                          "--temperature", "0"])
 tt.check("generate from the Llama checkpoint without --config: exit 0", rc == 0, se)
