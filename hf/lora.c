@@ -14,6 +14,7 @@
 #include "hf/hf_internal.h"
 
 #include <jansson.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -211,6 +212,15 @@ int tr_hf_merge_lora(tr_gpt *g, tr_gpt *plain, float *plain_params)
         /* W (out, in) += scale * B (out, r) @ A (r, in) */
         k->gemm(NULL, 0, 0, W->rows, W->cols, A->rows, scale, B->param, B->cols, A->param,
                 A->cols, 1.0f, plain_params + W->offset, W->cols);
+        /* finite adapters can still overflow: an infinite weight written without a word */
+        const float *w = plain_params + W->offset;
+        for (size_t j = 0; j < W->numel; j++)
+            if (!isfinite(w[j]))
+                return tr_fail(TR_ERR_INVALID, "merging %s and %s into %s gives %g at row %zu, "
+                               "column %zu: the adapters (times lora alpha / rank = %g) or the "
+                               "base hold values too large for a float", A->name, B->name, wname,
+                               (double)w[j], j / (size_t)W->cols, j % (size_t)W->cols,
+                               (double)scale);
     }
     return TR_OK;
 }

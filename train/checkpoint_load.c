@@ -298,8 +298,8 @@ int ckpt_same_family(const tr_gpt_shape *s, const ckpt_manifest *mf, const char 
          my.linear_bias, mf->linear_bias)
     DIFF(my.emb_ln != mf->emb_ln, "; embedding_layernorm %d (the checkpoint's: %d)", my.emb_ln,
          mf->emb_ln)
-    /* not layernorm_epsilon: an imported Llama's release checkpoint says 1e-05 whatever its
-     * rms_norm_eps (hf/convert.c's whole_model), so its run's right value would be refused */
+    DIFF((float)my.eps != (float)mf->eps, "; layernorm_epsilon %g (the checkpoint's: %g)", my.eps,
+         mf->eps)
 #undef DIFF
     if (!n)
         return TR_OK;

@@ -19,6 +19,7 @@ peft 0.7.1 and accelerate 0.25.0 are added to it without dependencies (pip would
 replace Debian's torch 1.13.0a0, which it reads as older than peft's torch>=1.13)."""
 import json
 import os
+import shutil
 import subprocess
 import sys
 
@@ -225,6 +226,43 @@ for mode in ("--adapters-only", "--merge-lora"):
     tt.check(f"{mode} with a config of other target_modules: non-zero exit naming the tensor",
              rc != 0 and "holds a tensor layers.0.attn_proj.lora_A that the config's model does not "
              "have" in err and not os.path.exists(out), f"rc={rc} {err[-800:]}")
+
+
+def mix64(x):
+    m = (1 << 64) - 1
+    x ^= x >> 30
+    x = (x * 0xbf58476d1ce4e5b9) & m
+    x ^= x >> 27
+    x = (x * 0x94d049bb133111eb) & m
+    return x ^ (x >> 31)
+
+
+# adapters finite but so large that W + (alpha / r) B A overflows (checksums recomputed, as a
+# run whose adapters blew up would have saved them): --merge-lora wrote infinite weights into
+# model.safetensors without a word (found fuzzing T_LORA's harness oracle by hand)
+huge = path("lora-huge")
+shutil.copytree(ck_lora, huge)
+tracker = int(open(os.path.join(huge, "latest_checkpointed_iteration.txt")).read())
+it_dir = os.path.join(huge, f"iter_{tracker:07d}")
+manifest = open(os.path.join(it_dir, "manifest.txt")).read().split("\n")
+for ab in "AB":
+    name = f"layers.0.attn_proj.lora_{ab}"
+    i = next(k for k, ln in enumerate(manifest) if ln.startswith(f"tensor {name} "))
+    rows, cols = map(int, manifest[i].split()[2:4])
+    words = np.fromfile(os.path.join(it_dir, name), dtype=np.uint32)
+    words[:rows * cols] = np.float32(3e38).view(np.uint32)
+    words.tofile(os.path.join(it_dir, name))
+    n = rows * cols
+    sums = [sum(mix64(mix64(j) ^ int(w)) for j, w in enumerate(words[a * n:(a + 1) * n])) & ((1 << 64) - 1)
+            for a in range(3)]
+    manifest[i] = f"tensor {name} {rows} {cols} " + " ".join(f"{x:016x}" for x in sums)
+open(os.path.join(it_dir, "manifest.txt"), "w").write("\n".join(manifest))
+out = path("hf-huge")
+rc, _, err = tt.outputs([trident, "convert", "--to", "hf", "--config", cfg_trained, "--input", huge,
+                         "--output", out, "--merge-lora"], timeout=120)
+tt.check("--merge-lora of adapters too large to merge: non-zero exit naming them, no output",
+         rc != 0 and "merging layers.0.attn_proj.lora_A and layers.0.attn_proj.lora_B" in err
+         and "too large" in err and not os.path.exists(out), f"rc={rc} {err[-800:]}")
 
 # ---------------------------------------------------------------- Llama (GQA) and Bloom exports
 def randomize(m):

@@ -255,7 +255,8 @@ check("a checkpoint of another model: exit 2 naming both shapes",
 # (rope: the learned positions dropped; RMSNorm, no linear biases: the biases dropped)
 for key, want in (("position_embedding_type=rope", "rope (the checkpoint's: learned_absolute)"),
                   ("normalization=RMSNorm", "RMSNorm (the checkpoint's: LayerNorm)"),
-                  ("add_bias_linear=false", "0 (the checkpoint's: 1)")):
+                  ("add_bias_linear=false", "0 (the checkpoint's: 1)"),
+                  ("layernorm_epsilon=0.001", "0.001 (the checkpoint's: 1e-05)")):
     rc, out, err = run("other-family", sets=[f"checkpoint.load={save_dir('ck-single')}",
                                              f"model.{key}"], timeout=60)
     check(f"a checkpoint of other switches (model.{key}): exit 2 naming the difference",
