@@ -109,7 +109,9 @@ static int send_request(tr_store *st, uint8_t op, const char *key, size_t klen,
     return rc;
 }
 
-/* Reads a response; *payload malloc'ed (NUL-terminated for convenience). */
+/* Reads a response; *payload malloc'ed (NUL-terminated for convenience). A header no store
+ * sends (an unknown status, a length over the cap) is TR_ERR_INVALID with the message set: the
+ * peer is not a trident store, or the stream is out of step. */
 static int read_response(tr_store *st, uint8_t *status, uint8_t **payload, size_t *len,
                          double deadline)
 {
@@ -119,10 +121,11 @@ static int read_response(tr_store *st, uint8_t *status, uint8_t **payload, size_
         return rc;
     *status = hdr[0];
     *len = store_get_u32(hdr + 1);
-    if (*len > TR_STORE_MAX_VALUE) {
-        errno = EPROTO;
-        return TR_ERR_COMM;
-    }
+    if (*status > STORE_ABORTED || *len > TR_STORE_MAX_VALUE)
+        return tr_fail(TR_ERR_INVALID,
+                       "store %s:%d sent a malformed reply (status %u, length %zu; at most %u): "
+                       "is MASTER_ADDR:MASTER_PORT a trident store of this version?",
+                       st->host, st->port, (unsigned)*status, *len, TR_STORE_MAX_VALUE);
     *payload = malloc(*len + 1);
     if (!*payload)
         return TR_ERR_NOMEM;
@@ -166,6 +169,8 @@ static int establish(tr_store *st, double deadline)
                 return TR_OK;
             }
             drop(st);
+            if (rc == TR_ERR_INVALID) /* not a store: waiting will not make it one */
+                return TR_ERR_COMM;
             if (!rc && (status == STORE_ERROR || status == STORE_ABORTED)) {
                 int r = tr_fail(TR_ERR_CONFIG, status == STORE_ERROR
                                                    ? "store %s:%d rejected this rank: %s"
@@ -246,9 +251,20 @@ static int check_key(const char *key)
     return TR_OK;
 }
 
-/* One request/response round trip; on OK returns the payload (malloc'ed). */
+/* A key in a message: its first 64 bytes, so that the server's reason after it survives. */
+#define KEY_FMT "'%.64s%s'"
+#define KEY_ARG(k) (k), strlen(k) > 64 ? "..." : ""
+
+static const char *op_name(uint8_t op)
+{
+    return op == STORE_OP_SET ? "set" : op == STORE_OP_GET ? "get" : op == STORE_OP_ADD ? "add"
+         : op == STORE_OP_WAIT ? "wait" : "check";
+}
+
+/* One request/response round trip; on OK returns the payload (malloc'ed), which must be
+ * `want` bytes long (-1: any length). */
 static int roundtrip(tr_store *st, uint8_t op, const char *key, const void *val, size_t vlen,
-                     uint8_t **payload, size_t *plen)
+                     long want, uint8_t **payload, size_t *plen)
 {
     double deadline = tr_now() + st->timeout_s;
     if (st->fd < 0) {
@@ -261,10 +277,14 @@ static int roundtrip(tr_store *st, uint8_t op, const char *key, const void *val,
     int rc = send_request(st, op, key, strlen(key), val, vlen, deadline);
     if (!rc)
         rc = read_response(st, &status, &msg, &len, deadline);
+    if (rc == TR_ERR_INVALID) {
+        drop(st);
+        return tr_fail_context(TR_ERR_COMM, "key " KEY_FMT, KEY_ARG(key));
+    }
     if (rc == TR_ERR_TIMEOUT) {
         drop(st);
-        return tr_fail(TR_ERR_TIMEOUT, "store %s:%d: no answer for key '%s' within %g s", st->host,
-                       st->port, key, st->timeout_s);
+        return tr_fail(TR_ERR_TIMEOUT, "store %s:%d: no answer for key " KEY_FMT " within %g s",
+                       st->host, st->port, KEY_ARG(key), st->timeout_s);
     }
     if (rc) {
         int e = errno;
@@ -276,11 +296,18 @@ static int roundtrip(tr_store *st, uint8_t op, const char *key, const void *val,
         int r = status == STORE_ABORTED
                     ? tr_fail(TR_ERR_CONFIG, "store %s:%d: the rendezvous was stopped: %s",
                               st->host, st->port, msg ? (char *)msg : "?")
-                    : tr_fail(TR_ERR_COMM, "store %s:%d refused the request on key '%s': %s",
-                              st->host, st->port, key, msg ? (char *)msg : "?");
+                    : tr_fail(TR_ERR_COMM, "store %s:%d refused the request on key " KEY_FMT ": %s",
+                              st->host, st->port, KEY_ARG(key), msg ? (char *)msg : "?");
         free(msg);
         drop(st);
         return r;
+    }
+    if (want >= 0 && len != (size_t)want) { /* out of step with the server: trust no more */
+        free(msg);
+        drop(st);
+        return tr_fail(TR_ERR_COMM, "store %s:%d: malformed answer to %s of key " KEY_FMT " (%zu "
+                                    "bytes, expected %ld)", st->host, st->port, op_name(op),
+                       KEY_ARG(key), len, want);
     }
     if (payload)
         *payload = msg, *plen = len;
@@ -299,7 +326,7 @@ int tr_store_set(tr_store *st, const char *key, const void *value, size_t len)
                        len, key);
     if (len && !value)
         return tr_fail(TR_ERR_INVALID, "store: NULL value");
-    return roundtrip(st, STORE_OP_SET, key, value, len, NULL, NULL);
+    return roundtrip(st, STORE_OP_SET, key, value, len, 0, NULL, NULL);
 }
 
 int tr_store_get(tr_store *st, const char *key, void **value, size_t *len)
@@ -310,7 +337,7 @@ int tr_store_get(tr_store *st, const char *key, void **value, size_t *len)
     if (rc)
         return rc;
     uint8_t *p = NULL;
-    rc = roundtrip(st, STORE_OP_GET, key, NULL, 0, &p, len);
+    rc = roundtrip(st, STORE_OP_GET, key, NULL, 0, -1, &p, len);
     if (rc)
         return rc;
     *value = p;
@@ -325,13 +352,9 @@ int tr_store_add(tr_store *st, const char *key, int64_t delta, int64_t *result)
     uint8_t buf[8], *p = NULL;
     size_t len = 0;
     store_put_i64(buf, delta);
-    rc = roundtrip(st, STORE_OP_ADD, key, buf, 8, &p, &len);
+    rc = roundtrip(st, STORE_OP_ADD, key, buf, 8, 8, &p, &len);
     if (rc)
         return rc;
-    if (len != 8) {
-        free(p);
-        return tr_fail(TR_ERR_COMM, "store %s:%d: malformed answer to add", st->host, st->port);
-    }
     if (result)
         *result = store_get_i64(p);
     free(p);
@@ -343,7 +366,7 @@ int tr_store_wait(tr_store *st, const char *const *keys, size_t nkeys)
     for (size_t i = 0; i < nkeys; i++) {
         int rc = check_key(keys[i]);
         if (!rc)
-            rc = roundtrip(st, STORE_OP_WAIT, keys[i], NULL, 0, NULL, NULL);
+            rc = roundtrip(st, STORE_OP_WAIT, keys[i], NULL, 0, 0, NULL, NULL);
         if (rc)
             return rc;
     }
@@ -358,10 +381,16 @@ int tr_store_check(tr_store *st, const char *key, int *exists)
         return rc;
     uint8_t *p = NULL;
     size_t len = 0;
-    rc = roundtrip(st, STORE_OP_CHECK, key, NULL, 0, &p, &len);
+    rc = roundtrip(st, STORE_OP_CHECK, key, NULL, 0, 1, &p, &len);
     if (rc)
         return rc;
-    *exists = len == 1 && p[0];
+    uint8_t answer = p[0];
     free(p);
+    if (answer > 1) {
+        drop(st);
+        return tr_fail(TR_ERR_COMM, "store %s:%d: malformed answer to check of key " KEY_FMT
+                                    " (%u)", st->host, st->port, KEY_ARG(key), (unsigned)answer);
+    }
+    *exists = answer;
     return TR_OK;
 }

@@ -4,6 +4,13 @@
  * oversized key/value, request before HELLO) gets an error reply and closes that connection
  * only; a wrong job token likewise.
  *
+ * Every connection the server drops for what its peer sent (a malformed frame, a wrong token,
+ * no HELLO within 10 s, a request cut off by the peer closing) is logged as a warning naming the
+ * peer's address and the reason, at most 20 lines per 10 s (then, and at the end, a count of
+ * those not shown), so rank 0's log says who sent what even under a flood. The store's cap of
+ * 512 MiB counts keys and a 64-byte overhead per entry besides values, so many keys with empty
+ * values fill it too.
+ *
  * Unauthenticated peers are bounded: any request but HELLO (at most ~2 KiB) is refused at its
  * header before its body is read, so a connection costs at most ~3 KiB until its HELLO passes;
  * at most 1024 such connections are kept (~3 MiB), each for at most 10 s, the oldest making
@@ -34,6 +41,9 @@
 #define MAX_UNAUTH 1024 /* connections without a good HELLO yet */
 #define NBUCKETS 1024
 #define MAX_TOTAL_BYTES ((size_t)512 << 20)
+#define ENTRY_OVERHEAD 64 /* bytes charged per entry besides its key and value (allocator, links) */
+#define LOG_WINDOW_S 10.0
+#define LOG_PER_WINDOW 20
 #define HELLO_TIMEOUT_S 10.0
 
 typedef struct entry {
@@ -46,6 +56,7 @@ typedef struct entry {
 typedef struct {
     int fd;
     int authed;
+    char peer[64]; /* "address:port" of the peer, for the log */
     double opened;
     uint8_t hdr[STORE_REQ_HDR];
     size_t hdr_got;
@@ -66,7 +77,7 @@ struct tr_store_server {
     pthread_t thread;
     int running;
     entry *buckets[NBUCKETS];
-    size_t total_bytes;
+    size_t total_bytes, max_bytes; /* values, keys and ENTRY_OVERHEAD per entry */
     conn **conns; /* cap slots, nconns used */
     int nconns, cap;
     int n_unauth; /* connections not authenticated yet */
@@ -74,7 +85,27 @@ struct tr_store_server {
     uint8_t *joined;       /* bit r: rank r has said hello */
     int n_joined;          /* distinct ranks joined; == world_size: formed */
     char aborted[512];     /* the reason the rendezvous was stopped, "" while it was not */
+    double log_window;     /* start of the current window of dropped-peer warnings */
+    int logged, unlogged;  /* warnings printed in it, and those held back */
 };
+
+/* Warn that the connection from c's peer is dropped, and why (rate-limited). */
+static void log_drop(tr_store_server *s, const conn *c, const char *why)
+{
+    double now = tr_now();
+    if (now - s->log_window >= LOG_WINDOW_S) {
+        if (s->unlogged)
+            tr_warn("store: %d more dropped connections not shown", s->unlogged);
+        s->log_window = now;
+        s->logged = s->unlogged = 0;
+    }
+    if (s->logged >= LOG_PER_WINDOW) {
+        s->unlogged++;
+        return;
+    }
+    s->logged++;
+    tr_warn("store: dropped the connection from %s: %s", c->peer, why);
+}
 
 static size_t bucket_of(const char *key)
 {
@@ -118,8 +149,9 @@ static int respond(conn *c, uint8_t status, const void *payload, size_t len)
     return 0;
 }
 
-static void respond_error_and_close(conn *c, const char *msg)
+static void respond_error_and_close(tr_store_server *s, conn *c, const char *msg)
 {
+    log_drop(s, c, msg);
     respond(c, STORE_ERROR, msg, strlen(msg));
     c->close_after_write = 1;
 }
@@ -180,8 +212,10 @@ static entry *put(tr_store_server *s, const char *key, const uint8_t *val, size_
 {
     entry *e = find(s, key);
     size_t old = e ? e->len : 0;
-    if (s->total_bytes - old + len > MAX_TOTAL_BYTES) {
-        *why = "store is full (512 MiB)";
+    /* a new entry costs its key and bookkeeping too: many keys with empty values fill it */
+    size_t add = e ? len : len + strlen(key) + 1 + ENTRY_OVERHEAD;
+    if (s->total_bytes - old + add > s->max_bytes) {
+        *why = "store is full: its keys and values reached its memory limit";
         return NULL;
     }
     uint8_t *copy = malloc(len ? len : 1);
@@ -209,7 +243,7 @@ static entry *put(tr_store_server *s, const char *key, const uint8_t *val, size_
     free(e->value);
     e->value = copy;
     e->len = len;
-    s->total_bytes = s->total_bytes - old + len;
+    s->total_bytes = s->total_bytes - old + add;
     return e;
 }
 
@@ -230,7 +264,7 @@ static void hello(tr_store_server *s, conn *c)
     uint32_t rank = STORE_NO_RANK, size = 0;
     if (nul) {
         if (c->vlen - slen - 1 != STORE_CLAIM_LEN) {
-            respond_error_and_close(c, "malformed hello");
+            respond_error_and_close(s, c, "malformed hello");
             return;
         }
         rank = store_get_u32(nul + 1);
@@ -248,7 +282,7 @@ static void hello(tr_store_server *s, conn *c)
                                       "refused", rank, size);
             abort_rendezvous(s, why);
         }
-        respond_error_and_close(c, "another job's identity: the store at this address serves "
+        respond_error_and_close(s, c, "another job's identity: the store at this address serves "
                                    "another job");
         return;
     }
@@ -269,7 +303,7 @@ static void hello(tr_store_server *s, conn *c)
         }
         snprintf(why, sizeof why, "this rank (%u) says WORLD_SIZE=%u but the job's rank 0 has "
                                   "WORLD_SIZE=%u", rank, size, w);
-        respond_error_and_close(c, why);
+        respond_error_and_close(s, c, why);
         return;
     }
     if (slot_open) {
@@ -291,7 +325,7 @@ static void handle(tr_store_server *s, conn *c)
         return;
     }
     if (!c->authed) {
-        respond_error_and_close(c, "hello expected first");
+        respond_error_and_close(s, c, "hello expected first");
         return;
     }
     if (s->aborted[0]) {
@@ -299,7 +333,7 @@ static void handle(tr_store_server *s, conn *c)
         return;
     }
     if (memchr(kbytes, 0, c->klen)) {
-        respond_error_and_close(c, "key contains a NUL byte");
+        respond_error_and_close(s, c, "key contains a NUL byte");
         return;
     }
     char key[TR_STORE_MAX_KEY + 1];
@@ -351,11 +385,11 @@ static void handle(tr_store_server *s, conn *c)
             c->parked_key = strdup(key);
             c->parked_op = c->op;
             if (!c->parked_key)
-                respond_error_and_close(c, "out of memory");
+                respond_error_and_close(s, c, "out of memory");
         }
         return;
     default:
-        respond_error_and_close(c, "unknown operation");
+        respond_error_and_close(s, c, "unknown operation");
     }
 }
 
@@ -375,12 +409,27 @@ static int on_readable(tr_store_server *s, conn *c)
             want = c->body_len - c->body_got;
         }
         ssize_t r = want ? recv(c->fd, dst, want, MSG_DONTWAIT) : 0;
-        if (want && r == 0)
+        if (want && r == 0) {
+            if (c->hdr_got > 0) { /* between requests a close is normal; inside one it is not */
+                char why[128];
+                if (c->hdr_got < STORE_REQ_HDR)
+                    snprintf(why, sizeof why, "closed in the middle of a request header (%zu of "
+                                              "%d bytes)", c->hdr_got, STORE_REQ_HDR);
+                else
+                    snprintf(why, sizeof why, "closed in the middle of a request (%zu of %zu "
+                                              "bytes after its header)", c->body_got, c->body_len);
+                log_drop(s, c, why);
+            }
             return -1;
+        }
         if (r < 0) {
             if (errno == EINTR)
                 continue;
-            return (errno == EAGAIN || errno == EWOULDBLOCK) ? 0 : -1;
+            if (errno == EAGAIN || errno == EWOULDBLOCK)
+                return 0;
+            if (c->hdr_got > 0)
+                log_drop(s, c, strerror(errno));
+            return -1;
         }
         if (c->hdr_got < STORE_REQ_HDR) {
             c->hdr_got += (size_t)r;
@@ -391,29 +440,31 @@ static int on_readable(tr_store_server *s, conn *c)
             c->klen = store_get_u32(c->hdr + 5);
             c->vlen = store_get_u32(c->hdr + 9);
             if (memcmp(c->hdr, STORE_MAGIC, 4)) {
-                respond_error_and_close(c, "bad magic: not a trident store client");
+                respond_error_and_close(s, c, "bad magic: not a trident store client");
                 return 0;
             }
             if (!store_valid_request(c->op, c->klen, c->vlen, &why)) {
-                respond_error_and_close(c, why);
+                respond_error_and_close(s, c, why);
                 return 0;
             }
             /* authenticate before reading anything large: a peer without a hello gets no
              * buffer for its body */
             if (!c->authed && c->op != STORE_OP_HELLO) {
-                respond_error_and_close(c, "hello expected first");
+                respond_error_and_close(s, c, "hello expected first");
                 return 0;
             }
             if (c->authed && c->op == STORE_OP_HELLO) {
-                respond_error_and_close(c, "duplicate hello");
+                respond_error_and_close(s, c, "duplicate hello");
                 return 0;
             }
             c->body_len = (size_t)c->klen + c->vlen;
             c->body_got = 0;
             free(c->body);
             c->body = malloc(c->body_len ? c->body_len : 1);
-            if (!c->body)
+            if (!c->body) {
+                log_drop(s, c, "out of memory for a request");
                 return -1;
+            }
         } else {
             c->body_got += (size_t)r;
         }
@@ -441,12 +492,21 @@ static int on_writable(conn *c)
     free(c->out);
     c->out = NULL;
     c->out_len = c->out_sent = 0;
-    return c->close_after_write ? -1 : 0;
+    if (!c->close_after_write)
+        return 0;
+    /* what the peer sent beyond the refused header: closing with it unread would send a reset
+     * that can overtake the error reply, so the peer would never read why */
+    uint8_t junk[4096];
+    for (int i = 0; i < 16 && recv(c->fd, junk, sizeof junk, MSG_DONTWAIT) > 0; i++) {
+    }
+    return -1;
 }
 
 static void accept_one(tr_store_server *s)
 {
-    int fd = accept4(s->listen_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    struct sockaddr_in a = {0};
+    socklen_t alen = sizeof a;
+    int fd = accept4(s->listen_fd, (struct sockaddr *)&a, &alen, SOCK_NONBLOCK | SOCK_CLOEXEC);
     if (fd < 0)
         return;
     int slot = s->nconns;
@@ -465,9 +525,13 @@ static void accept_one(tr_store_server *s)
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
     c->fd = fd;
     c->opened = tr_now();
-    if (slot < s->nconns)
+    char ip[INET_ADDRSTRLEN] = "?";
+    inet_ntop(AF_INET, &a.sin_addr, ip, sizeof ip);
+    snprintf(c->peer, sizeof c->peer, "%s:%u", ip, (unsigned)ntohs(a.sin_port));
+    if (slot < s->nconns) {
+        log_drop(s, s->conns[slot], "no hello yet, and a newcomer needs its slot");
         conn_free(s, s->conns[slot]);
-    else
+    } else
         s->nconns++;
     s->conns[slot] = c;
     s->n_unauth++;
@@ -509,11 +573,19 @@ static void *serve(void *arg)
                 drop = on_readable(s, c) < 0;
             if (!drop && c->out_len > c->out_sent)
                 drop = on_writable(c) < 0; /* reply right away when possible */
-            if (!drop && (re & (POLLERR | POLLHUP | POLLNVAL)))
+            if (!drop && (re & (POLLERR | POLLHUP | POLLNVAL))) {
+                if (c->hdr_got > 0)
+                    log_drop(s, c, "connection reset in the middle of a request");
                 drop = 1;
+            }
             if (!drop && (re & POLLRDHUP) && !(re & POLLIN) && c->out_len == c->out_sent)
                 drop = 1;
-            if (!drop && !c->authed && now - c->opened > HELLO_TIMEOUT_S)
+            if (!drop && !c->authed && now - c->opened > HELLO_TIMEOUT_S) {
+                log_drop(s, c, "no hello within 10 s");
+                drop = 1;
+            }
+            /* to be closed, nothing left to send (its error reply did not fit in memory) */
+            if (!drop && c->close_after_write && c->out_len == c->out_sent)
                 drop = 1;
             if (drop) {
                 conn_free(s, c);
@@ -578,6 +650,14 @@ static int bind_listen(tr_store_server *s, const char *host, int port)
 int tr_store_server_start(const char *bind_host, int port, const char *token,
                           const char *session, int world_size, tr_store_server **out)
 {
+    return store_server_start_capped(bind_host, port, token, session, world_size,
+                                     MAX_TOTAL_BYTES, out);
+}
+
+int store_server_start_capped(const char *bind_host, int port, const char *token,
+                              const char *session, int world_size, size_t max_bytes,
+                              tr_store_server **out)
+{
     *out = NULL;
     if (port < 0 || port > 65535)
         return tr_fail(TR_ERR_INVALID, "store: port %d out of range 0..65535", port);
@@ -595,6 +675,7 @@ int tr_store_server_start(const char *bind_host, int port, const char *token,
     strcpy(s->session, session);
     s->listen_fd = s->wake_pipe[0] = s->wake_pipe[1] = -1;
     s->world_size = world_size;
+    s->max_bytes = max_bytes;
     s->joined = calloc((size_t)world_size / 8 + 1, 1);
     s->cap = world_size + MAX_UNAUTH;
     s->conns = calloc((size_t)s->cap, sizeof *s->conns);
@@ -633,6 +714,8 @@ void tr_store_server_stop(tr_store_server *s)
         (void)w;
         pthread_join(s->thread, NULL);
     }
+    if (s->unlogged)
+        tr_warn("store: %d more dropped connections not shown", s->unlogged);
     for (int i = 0; i < s->nconns; i++)
         conn_free(s, s->conns[i]);
     free(s->conns);

@@ -31,6 +31,11 @@ void store_put_i64(uint8_t *p, int64_t v);
 int64_t store_get_i64(const uint8_t *p);
 /* 1 if (op, key length, value length) is a well-formed request; else 0 and *why. */
 int store_valid_request(uint8_t op, uint32_t klen, uint32_t vlen, const char **why);
+/* tr_store_server_start() whose keys and values (plus 64 bytes per entry) may take at most
+ * max_bytes (tr_store_server_start(): 512 MiB); for tests of the cap. */
+TR_MUST_CHECK int store_server_start_capped(const char *bind_host, int port, const char *token,
+                                            const char *session, int world_size,
+                                            size_t max_bytes, tr_store_server **out);
 TR_MUST_CHECK int store_write_all(int fd, const void *buf, size_t len, double deadline);
 TR_MUST_CHECK int store_read_all(int fd, void *buf, size_t len, double deadline);
 

@@ -2,6 +2,7 @@
  * retry, connect timeout, and a fuzz test that throws random, truncated and oversized frames
  * at a live server and then checks it still serves a good client. */
 #include "comm/comm.h"
+#include "comm/store/store_internal.h" /* store_server_start_capped() */
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -13,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <signal.h>
+#include <fcntl.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/time.h>
@@ -653,6 +655,315 @@ static void test_world_larger_than_1024(void **state)
     tr_store_server_stop(s);
 }
 
+/* ---------------------------------------------------------------- hostile peers */
+
+static int raw_connect_to(int p)
+{
+    int saved = port;
+    port = p;
+    int fd = raw_connect();
+    port = saved;
+    return fd;
+}
+
+/* "127.0.0.1:<local port of fd>": how the server names this peer. */
+static void peer_name(int fd, char *out, size_t n)
+{
+    struct sockaddr_in a;
+    socklen_t l = sizeof a;
+    assert_int_equal(getsockname(fd, (struct sockaddr *)&a, &l), 0);
+    snprintf(out, n, "127.0.0.1:%u", (unsigned)ntohs(a.sin_port));
+}
+
+/* Reads until the server closes (5 s at most): the reply bytes, NUL-terminated; -1 if the
+ * connection stayed open. */
+static ssize_t read_to_eof(int fd, uint8_t *buf, size_t cap)
+{
+    size_t got = 0;
+    struct pollfd p = {.fd = fd, .events = POLLIN};
+    while (poll(&p, 1, 5000) > 0) {
+        ssize_t r = recv(fd, buf + got, cap - 1 - got, 0);
+        if (r <= 0) {
+            buf[got] = 0;
+            return r == 0 ? (ssize_t)got : -1;
+        }
+        got += (size_t)r;
+        if (got == cap - 1)
+            return -1;
+    }
+    return -1;
+}
+
+/* stderr into a file for a while (the server thread logs there). */
+static int stderr_saved = -1, stderr_file = -1;
+
+static void capture_stderr(void)
+{
+    char path[] = "/tmp/test_store_log_XXXXXX";
+    stderr_file = mkstemp(path);
+    assert_true(stderr_file >= 0);
+    unlink(path);
+    fflush(stderr);
+    stderr_saved = dup(2);
+    dup2(stderr_file, 2);
+}
+
+/* A teardown too: a failed assertion leaves the test before it could give stderr back. */
+static int release_stderr(void **state)
+{
+    (void)state;
+    if (stderr_saved < 0)
+        return 0;
+    fflush(stderr);
+    dup2(stderr_saved, 2);
+    close(stderr_saved);
+    close(stderr_file);
+    stderr_saved = stderr_file = -1;
+    return 0;
+}
+
+/* Whether the captured log has a line with both a and b, within `wait` seconds. */
+static int log_has(const char *a, const char *b, double wait)
+{
+    static char text[1 << 16];
+    double t0 = tr_now();
+    do {
+        fflush(stderr);
+        ssize_t n = pread(stderr_file, text, sizeof text - 1, 0);
+        text[n > 0 ? n : 0] = 0;
+        for (char *line = strtok(text, "\n"); line; line = strtok(NULL, "\n"))
+            if (strstr(line, a) && strstr(line, b))
+                return 1;
+        usleep(20000);
+    } while (tr_now() - t0 < wait);
+    return 0;
+}
+
+/* Every hostile peer is dropped with a warning on the server naming its address and what it
+ * did; the bad ones get an error reply first; a good client is served all along. */
+static void test_bad_peers_logged_by_address(void **state)
+{
+    (void)state;
+    tr_store_server *s = NULL; /* its own server: the log's rate limit is fresh */
+    assert_int_equal(tr_store_server_start("127.0.0.1", 0, "tok", "s1", 0, &s), TR_OK);
+    int p = tr_store_server_port(s);
+    capture_stderr();
+    double t0 = tr_now();
+    int idle = raw_connect_to(p); /* connects and never says anything */
+    tr_store *good = NULL;
+    assert_int_equal(tr_store_connect("127.0.0.1", p, "tok", "s1", -1, 0, 5, &good), TR_OK);
+    char who[4][64], fail[256] = "";
+    uint8_t buf[256], resp[512];
+    size_t len;
+    int fd[4];
+    for (int i = 0; i < 4; i++) {
+        fd[i] = raw_connect_to(p);
+        assert_true(fd[i] >= 0);
+        peer_name(fd[i], who[i], sizeof who[i]);
+    }
+    /* 0: garbage with no magic */
+    assert_int_equal(send(fd[0], "GET / HTTP/1.1\r\n\r\n", 18, MSG_NOSIGNAL), 18);
+    /* 1: a good hello, then a header with a 4 GiB key */
+    len = 0;
+    put_frame(buf, &len, 1, 3, 2);
+    memcpy(buf + len, "toks1", 5);
+    len += 5;
+    put_frame(buf, &len, 2, 0xffffffffu, 0xffffffffu);
+    assert_int_equal(send(fd[1], buf, len, MSG_NOSIGNAL), (ssize_t)len);
+    /* 2: 5 bytes of a header, then close */
+    assert_int_equal(send(fd[2], "TRS1\x02", 5, MSG_NOSIGNAL), 5);
+    /* 3: a good hello and a set promising 100 bytes of value, 10 of them, then close */
+    len = 0;
+    put_frame(buf, &len, 1, 3, 2);
+    memcpy(buf + len, "toks1", 5);
+    len += 5;
+    put_frame(buf, &len, 2, 1, 100);
+    memset(buf + len, 'v', 11);
+    len += 11;
+    assert_int_equal(send(fd[3], buf, len, MSG_NOSIGNAL), (ssize_t)len);
+    ssize_t got = read_to_eof(fd[0], resp, sizeof resp);
+    assert_true(got > 5);
+    assert_int_equal(resp[0], 1); /* an error reply, then the server closed */
+    assert_non_null(strstr((char *)resp + 5, "bad magic"));
+    got = read_to_eof(fd[1], resp, sizeof resp);
+    assert_true(got > 10);
+    assert_int_equal(resp[0], 0);
+    assert_int_equal(resp[5], 1);
+    assert_non_null(strstr((char *)resp + 10, "key longer than 1 KiB"));
+    close(fd[2]);
+    struct pollfd pf = {.fd = fd[3], .events = POLLIN}; /* the hello's answer */
+    assert_true(poll(&pf, 1, 5000) > 0);
+    assert_int_equal(recv(fd[3], resp, 5, MSG_WAITALL), 5);
+    close(fd[3]);
+    assert_int_equal(tr_store_set(good, "k", "v", 1), TR_OK);
+    if (!log_has(who[0], "bad magic", 5))
+        snprintf(fail, sizeof fail, "no warning naming %s for bad magic", who[0]);
+    else if (!log_has(who[1], "key longer than 1 KiB", 5))
+        snprintf(fail, sizeof fail, "no warning naming %s for a 4 GiB key", who[1]);
+    else if (!log_has(who[2], "in the middle of a request header (5 of 13 bytes)", 5))
+        snprintf(fail, sizeof fail, "no warning naming %s for a cut header", who[2]);
+    else if (!log_has(who[3], "in the middle of a request (11 of 101 bytes", 5))
+        snprintf(fail, sizeof fail, "no warning naming %s for a cut body", who[3]);
+    /* the idle peer: dropped after 10 s without a hello, the good client served meanwhile */
+    char idle_who[64];
+    peer_name(idle, idle_who, sizeof idle_who);
+    assert_true(tr_now() - t0 < 9);
+    assert_int_equal(tr_store_set(good, "k2", "v", 1), TR_OK);
+    got = -1; /* 5 s at most per call: the drop comes within 10 to 11 s */
+    while (got < 0 && tr_now() - t0 < 14)
+        got = read_to_eof(idle, resp, sizeof resp);
+    double dt = tr_now() - t0;
+    if (!fail[0] && got != 0)
+        snprintf(fail, sizeof fail, "the idle peer was not dropped (%zd)", got);
+    if (!fail[0] && !log_has(idle_who, "no hello within 10 s", 3))
+        snprintf(fail, sizeof fail, "no warning naming %s for an idle peer", idle_who);
+    release_stderr(NULL);
+    close(idle);
+    close(fd[0]);
+    close(fd[1]);
+    if (fail[0])
+        fail_msg("%s", fail);
+    assert_true(dt > 9.5 && dt < 13.5);
+    assert_int_equal(tr_store_set(good, "k3", "v", 1), TR_OK);
+    tr_store_close(good);
+    tr_store_server_stop(s);
+}
+
+/* The store's memory cap counts keys too: many 1000-byte keys with empty values fill it (they
+ * took memory without bound before), and a full store still serves reads and replacements. */
+static void test_cap_counts_keys(void **state)
+{
+    (void)state;
+    tr_store_server *s = NULL;
+    assert_int_equal(store_server_start_capped("127.0.0.1", 0, "tok", "s1", 0, 64 << 10, &s),
+                     TR_OK);
+    tr_store *st = NULL;
+    assert_int_equal(tr_store_connect("127.0.0.1", tr_store_server_port(s), "tok", "s1", -1, 0, 5,
+                                      &st), TR_OK);
+    char key[1001];
+    memset(key, 'k', 1000);
+    key[1000] = 0;
+    int n = 0, rc = TR_OK;
+    for (; n < 1000 && rc == TR_OK; n++) {
+        snprintf(key, sizeof key, "%04d", n);
+        key[4] = 'k';
+        rc = tr_store_set(st, key, "", 0);
+    }
+    expect_error(rc, TR_ERR_COMM, "store is full");
+    assert_true(n > 50 && n < 70); /* 64 KiB over ~1 KiB per entry */
+    snprintf(key, sizeof key, "%04d", 0);
+    key[4] = 'k';
+    assert_int_equal(tr_store_set(st, key, "", 0), TR_OK); /* a replacement fits */
+    int exists = 0;
+    assert_int_equal(tr_store_check(st, key, &exists), TR_OK);
+    assert_int_equal(exists, 1);
+    tr_store_close(st);
+    tr_store_server_stop(s);
+}
+
+/* A fake store: answers each of the client's requests with the next scripted reply, then
+ * closes. */
+typedef struct {
+    int lfd;
+    const char *reply[2];
+    size_t rlen[2];
+} fake_arg;
+
+static void *fake_server(void *p)
+{
+    fake_arg *a = p;
+    int fd = accept(a->lfd, NULL, NULL);
+    if (fd < 0)
+        return NULL;
+    struct timeval tv = {.tv_sec = 5};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    for (int i = 0; i < 2 && a->reply[i]; i++) {
+        uint8_t h[13], junk[4096];
+        if (recv(fd, h, 13, MSG_WAITALL) != 13)
+            break;
+        size_t body = 0;
+        for (int b = 0; b < 4; b++)
+            body += ((size_t)h[5 + b] << (8 * b)) + ((size_t)h[9 + b] << (8 * b));
+        while (body > 0) {
+            ssize_t r = recv(fd, junk, body < sizeof junk ? body : sizeof junk, 0);
+            if (r <= 0)
+                goto out;
+            body -= (size_t)r;
+        }
+        if (send(fd, a->reply[i], a->rlen[i], MSG_NOSIGNAL) != (ssize_t)a->rlen[i])
+            break;
+    }
+out:
+    close(fd);
+    return NULL;
+}
+
+#define HELLO_OK "\0\0\0\0\0"
+
+/* A client whose hello gets reply r0 (HELLO_OK: a good one) and whose op (a check, a set, a
+ * get or a wait of key "k") then gets r1 must fail with `code` and a message holding `needle`
+ * within 1.5 s (the store's timeout is 3 s), not crash, hang or take the bytes for an answer. */
+static void expect_client_refuses(const char *r0, size_t l0, char op, const char *r1, size_t l1,
+                                  int code, const char *needle)
+{
+    int lfd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET};
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t al = sizeof a;
+    assert_int_equal(bind(lfd, (struct sockaddr *)&a, sizeof a), 0);
+    assert_int_equal(listen(lfd, 4), 0);
+    assert_int_equal(getsockname(lfd, (struct sockaddr *)&a, &al), 0);
+    fake_arg f = {.lfd = lfd, .reply = {r0, r1}, .rlen = {l0, l1}};
+    pthread_t t;
+    pthread_create(&t, NULL, fake_server, &f);
+    tr_store *st = NULL;
+    double t0 = tr_now();
+    int rc = tr_store_connect("127.0.0.1", ntohs(a.sin_port), "tok", "s1", -1, 0, 3, &st);
+    if (!rc) {
+        int exists = 0;
+        void *v = NULL;
+        size_t vlen = 0;
+        const char *keys[] = {"k"};
+        rc = op == 'c' ? tr_store_check(st, "k", &exists)
+           : op == 's' ? tr_store_set(st, "k", "v", 1)
+           : op == 'w' ? tr_store_wait(st, keys, 1)
+                       : tr_store_get(st, "k", &v, &vlen);
+        free(v);
+    }
+    double dt = tr_now() - t0;
+    char msg[512];
+    snprintf(msg, sizeof msg, "%s", rc ? tr_errmsg() : "(no error)");
+    tr_store_close(st);
+    shutdown(lfd, SHUT_RDWR); /* a fake that never got a connection stops waiting */
+    pthread_join(t, NULL);
+    close(lfd);
+    if (rc != code || !strstr(msg, needle) || dt > 1.5)
+        fail_msg("op '%c': rc %d after %.2f s: '%s'; wanted rc %d with '%s'", op, rc, dt, msg,
+                 code, needle);
+}
+
+static void test_client_refuses_malformed_replies(void **state)
+{
+    (void)state;
+    const char http[] = "HTTP/1.1 400 Bad Request\r\n\r\n";
+    /* another service at MASTER_PORT: said at once, not retried until the timeout */
+    expect_client_refuses(http, sizeof http - 1, 'c', NULL, 0, TR_ERR_COMM,
+                          "sent a malformed reply (status 72, length");
+    expect_client_refuses(HELLO_OK, 5, 'c', "\0\4\0\0\0\1\0\0\0", 9, TR_ERR_COMM,
+                          "malformed answer to check of key 'k' (4 bytes, expected 1)");
+    expect_client_refuses(HELLO_OK, 5, 'c', "\0\1\0\0\0\7", 6, TR_ERR_COMM,
+                          "malformed answer to check of key 'k' (7)");
+    expect_client_refuses(HELLO_OK, 5, 's', "\0\3\0\0\0abc", 8, TR_ERR_COMM,
+                          "malformed answer to set of key 'k' (3 bytes, expected 0)");
+    expect_client_refuses(HELLO_OK, 5, 'w', "\0\2\0\0\0ab", 7, TR_ERR_COMM,
+                          "malformed answer to wait of key 'k'");
+    expect_client_refuses(HELLO_OK, 5, 'g', "\0\xff\xff\xff\x7f", 5, TR_ERR_COMM,
+                          "malformed reply (status 0, length 2147483647; at most 1048576)");
+    expect_client_refuses(HELLO_OK, 5, 'g', "\x09\0\0\0\0", 5, TR_ERR_COMM,
+                          "malformed reply (status 9, length 0");
+    expect_client_refuses(HELLO_OK, 5, 'g', "\0\1\0", 3, TR_ERR_COMM, "connection lost");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -671,6 +982,9 @@ int main(void)
         cmocka_unit_test(test_foreign_rank_after_join_is_only_refused),
         cmocka_unit_test(test_drop_and_set_in_one_round),
         cmocka_unit_test(test_world_larger_than_1024),
+        cmocka_unit_test_teardown(test_bad_peers_logged_by_address, release_stderr),
+        cmocka_unit_test(test_cap_counts_keys),
+        cmocka_unit_test(test_client_refuses_malformed_replies),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
