@@ -32,7 +32,9 @@ int engine_scaler_update(engine_scaler *s, const tr_training_config *t, int over
         }
         return 1;
     }
-    if (s->dynamic && ++s->growth == t->loss_scale_window) {
+    /* (>=: a run resumed with a shorter window than the one its checkpoint counted against
+     * grows at its first clean step; == never grew again) */
+    if (s->dynamic && ++s->growth >= t->loss_scale_window) {
         s->growth = 0;
         s->hysteresis_left = t->hysteresis;
         s->scale *= 2.0;

@@ -240,6 +240,28 @@ tt.check(f"fp16 resumed from iteration 6: iterations 7-{ITERS} bit-identical to 
          f"exit {whole.returncode}/{first.returncode}/{resumed.returncode} {resumed.stderr[-500:]}\nwhole   {tail_a}\nresumed {tail_b}",
          show=True)
 
+# resumed with a shorter loss_scale_window than the checkpoint's clean-step count (5 of a window
+# of 3): the scale doubles at the first clean step, as from a count of 2; it once never grew again
+def resumed_with_growth(n):
+    edited = os.path.join(work, f"fp16-ck-growth{n}")
+    shutil.rmtree(edited, ignore_errors=True)
+    shutil.copytree(ck, edited)
+    man_path = os.path.join(edited, "iter_0000006", "manifest.txt")
+    text = open(man_path).read()
+    open(man_path, "w").write(re.sub(r"^(loss_scaler scale \S+ growth )\d+", rf"\g<1>{n}", text, flags=re.M))
+    name = f"fp16-resumed-growth{n}"
+    r = tt.run(tt.train_cmd(trident, config, tt.fresh_dir(os.path.join(work, name)),
+                            sets=fp16 + [f"checkpoint.load={edited}"], flags=["--quiet"]), timeout=120)
+    return r, [(m["iteration"], m["loss"], m.get("loss_scale")) for m in metrics(name)]
+
+
+r5, g5 = resumed_with_growth(5)
+r2, g2 = resumed_with_growth(2)
+grew = bool(g2) and any(s[2] > g2[0][2] for s in g2)
+tt.check("fp16 resumed with 5 clean steps counted against a window of 3: the run of a count of 2, bit for bit "
+         f"(its scale grows: {grew})", r5.returncode == 0 and r2.returncode == 0 and grew and g5 == g2,
+         f"exit {r5.returncode}/{r2.returncode} {r5.stderr[-300:]}\ncount 5 {g5}\ncount 2 {g2}", show=True)
+
 # a damaged loss_scaler line in a manifest: refused on load, naming the file and the line
 bad_ck = os.path.join(work, "fp16-ck-bad")
 shutil.rmtree(bad_ck, ignore_errors=True)
