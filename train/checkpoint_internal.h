@@ -89,9 +89,11 @@ TR_MUST_CHECK int ckpt_same_model(const tr_model_config *mc, const ckpt_manifest
 TR_MUST_CHECK int ckpt_same_family(const tr_gpt_shape *s, const ckpt_manifest *mf,
                                    const char *path);
 /* TR_ERR_INVALID naming the first tensor of the manifest that the whole model g (its trainable
- * tensors, or base 1: its base's) does not have. */
+ * tensors, or base 1: its base's) does not have. stage_only: g is one pipeline stage (or
+ * chunk), and only the manifest's tensors of its layers ("layers.N." with N in its range) are
+ * looked for; every layer is some stage's, and the family line fixes the other names. */
 TR_MUST_CHECK int ckpt_no_other_tensors(const ckpt_manifest *mf, const char *ckpt_dir,
-                                        tr_gpt *g, int base);
+                                        tr_gpt *g, int base, int stage_only);
 /* TR_ERR_CONFIG naming every difference when the manifest's data line (if any) is not this
  * run's: seed, split, and the dataset's token and document counts. (Another global batch
  * size is fine: the data position is the consumed samples.) */

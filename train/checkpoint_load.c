@@ -182,8 +182,9 @@ static int read_rank_pieces(tr_engine *e, const char *ckpt_dir, const ckpt_manif
             close(r.fd);
         }
     const tr_gpt_shape *s = tr_gpt_get_shape(e->chunks[0].model);
-    if (!rc && e->v == 1 && s->is_first && s->is_last) /* one stage: every tensor's name */
-        rc = ckpt_no_other_tensors(mf, ckpt_dir, e->chunks[0].model, 0);
+    int one_stage = e->v == 1 && s->is_first && s->is_last; /* all names, else its layers' */
+    for (int c = 0; c < e->v && !rc; c++)
+        rc = ckpt_no_other_tensors(mf, ckpt_dir, e->chunks[c].model, 0, !one_stage);
     if (!rc) {
         e->k->to_device(NULL, e->params, params, e->n_params * sizeof(float));
         e->k->to_device(NULL, e->adam_m, m, shard * sizeof(float));

@@ -70,10 +70,19 @@ static size_t saved_rows(const tr_gpt_shape *s, const tr_param_tensor *t)
 /* TR_ERR_INVALID naming a tensor of the manifest that the whole model g (its trainable
  * tensors, or its base's) does not have: a checkpoint of another model (another LoRA
  * target_modules) whose extra tensors would otherwise be dropped silently. */
-int ckpt_no_other_tensors(const ckpt_manifest *mf, const char *ckpt_dir, tr_gpt *g, int base)
+int ckpt_no_other_tensors(const ckpt_manifest *mf, const char *ckpt_dir, tr_gpt *g, int base,
+                          int stage_only)
 {
     int n = base ? tr_gpt_num_base_tensors(g) : tr_gpt_num_tensors(g);
+    const tr_gpt_shape *s = tr_gpt_get_shape(g);
     for (size_t j = 0; j < mf->n; j++) {
+        int layer, used = 0;
+        if (stage_only && (sscanf(mf->tensors[j].name, "layers.%d.%n", &layer, &used) != 1 ||
+                           !used))
+            continue; /* not a layer's */
+        if (stage_only && layer >= 0 && layer < s->num_layers &&
+            (layer < s->layer_first || layer >= s->layer_first + s->layer_count))
+            continue; /* another stage's layer (one the model has no stage of: every rank's) */
         int found = 0;
         for (int i = 0; i < n && !found; i++)
             found = !strcmp(mf->tensors[j].name, base ? tr_gpt_base_tensor(g, i)->name
@@ -151,7 +160,7 @@ static int load_tensors(const char *dir, tr_gpt *g, const tr_kernels *k, float *
         close(r.fd);
     }
     if (!rc && s->is_first && s->is_last) /* the whole model: it reads every tensor there is */
-        rc = ckpt_no_other_tensors(&mf, ckpt_dir, g, base);
+        rc = ckpt_no_other_tensors(&mf, ckpt_dir, g, base, 0);
     free(mf.tensors);
     if (!rc && !base)
         k->to_device(NULL, params, host, n * sizeof(float));

@@ -248,6 +248,14 @@ for name, damage, want in BAD:
     rc, out, err = run(f"bad-{name}", sets=[f"checkpoint.load={d}"], timeout=60)
     check(f"bad checkpoint ({name}): exit 2 naming {want}", rc == 2 and all(w in err for w in want),
           f"rc={rc} {err[-800:]}")
+# under PP2 no rank holds the whole model: each looks for the manifest's tensors of its own
+# layers (an extra tensor of layer 3, the second stage's, was dropped silently), and every rank
+# for those of a layer the model does not have (layer 9 of 4)
+for i, extra in enumerate(("layers.3.fc.lora_A.weight", "layers.9.fc.weight")):
+    d = damaged(f"extra-pp{i}", rewrite_tensor(extra, lambda w: None, extra="layers.3.fc.weight"))
+    rc, out, err = run(f"bad-extra-pp{i}", world=2, pp=2, sets=[f"checkpoint.load={d}"], timeout=60)
+    check(f"bad checkpoint (a tensor {extra} the model has not), resumed under PP2: exit 2 naming it",
+          rc == 2 and extra in err and "the config's model does not have" in err, f"rc={rc} {err[-800:]}")
 rc, out, err = run("other-model", sets=[f"checkpoint.load={save_dir('ck-single')}", "model.hidden_size=32"], timeout=60)
 check("a checkpoint of another model: exit 2 naming both shapes",
       rc == 2 and "different model" in err and "hidden_size 64" in err, f"rc={rc} {err[-800:]}")
