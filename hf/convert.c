@@ -83,7 +83,7 @@ static int whole_model(const tr_model_config *m, int family, tr_gpt **g, float *
         .num_layers = m->num_layers, .C = m->hidden_size, .NH = m->num_attention_heads,
         .T = 1, .max_T = m->max_position_embeddings,
         .V = m->vocab_size, .Vp = m->vocab_size, .init_std = 0.02f,
-        .eps = m->layernorm_epsilon > 0 ? (float)m->layernorm_epsilon : 1e-5f, /* (the manifest's) */
+        .eps = (float)m->layernorm_epsilon,
         .layer_first = 0, .layer_count = m->num_layers, .is_first = 1, .is_last = 1,
         .tp_size = 1, .tp_rank = 0};
     if (family != TR_HF_GPT2)

@@ -40,6 +40,7 @@ int tr_checkpoint_read_model(const char *dir, tr_model_config *model, int *itera
     model->num_attention_heads = mf.num_attention_heads;
     model->vocab_size = mf.vocab_size;
     model->max_position_embeddings = mf.max_position_embeddings;
+    model->layernorm_epsilon = 1e-5; /* GPT-2's, trident's only model before the family line */
     if (mf.has_family) { /* the switches, as the config keys say them (static strings) */
         static char layer_norm[] = "LayerNorm", rms_norm[] = "RMSNorm";
         static char learned[] = "learned_absolute", rope[] = "rope", alibi[] = "alibi";
@@ -76,13 +77,14 @@ int ckpt_no_other_tensors(const ckpt_manifest *mf, const char *ckpt_dir, tr_gpt 
     int n = base ? tr_gpt_num_base_tensors(g) : tr_gpt_num_tensors(g);
     const tr_gpt_shape *s = tr_gpt_get_shape(g);
     for (size_t j = 0; j < mf->n; j++) {
-        int layer, used = 0;
-        if (stage_only && (sscanf(mf->tensors[j].name, "layers.%d.%n", &layer, &used) != 1 ||
-                           !used))
-            continue; /* not a layer's */
-        if (stage_only && layer >= 0 && layer < s->num_layers &&
-            (layer < s->layer_first || layer >= s->layer_first + s->layer_count))
-            continue; /* another stage's layer (one the model has no stage of: every rank's) */
+        if (stage_only) {
+            int layer, used = 0;
+            if (sscanf(mf->tensors[j].name, "layers.%d.%n", &layer, &used) != 1 || !used)
+                continue; /* not a layer's */
+            if (layer >= 0 && layer < s->num_layers &&
+                (layer < s->layer_first || layer >= s->layer_first + s->layer_count))
+                continue; /* another stage's layer (one the model has no stage of: every rank's) */
+        }
         int found = 0;
         for (int i = 0; i < n && !found; i++)
             found = !strcmp(mf->tensors[j].name, base ? tr_gpt_base_tensor(g, i)->name
