@@ -213,6 +213,33 @@ static void test_stages_compose(void **state)
     check_stages_compose(BLOOM);
 }
 
+/* Two sequences of len tokens (B = 2, rows of tokens) fed to the emptied cache c as a prefix
+ * of `prefix` positions, then one position at a time: each position's logits are want's,
+ * (2, len, V), within 1e-5. */
+static void decode_one_at_a_time(tr_gpt_cache *c, int family, const int32_t *tokens, int len,
+                                 int prefix, const float *want, int V)
+{
+    enum { B = 2 };
+    int32_t pre[B * 16];
+    float step[B * 16];
+    assert_true(prefix <= 16 && V <= 16);
+    for (int b = 0; b < B; b++)
+        memcpy(pre + b * prefix, tokens + b * len, (size_t)prefix * sizeof(int32_t));
+    tr_gpt_cache_reset(c);
+    assert_int_equal(tr_gpt_decode(c, pre, prefix, 0, step), TR_OK);
+    for (int p = prefix; p < len; p++) {
+        int32_t next[B] = {tokens[p], tokens[len + p]};
+        assert_int_equal(tr_gpt_decode(c, next, 1, 0, step), TR_OK);
+        for (int b = 0; b < B; b++)
+            for (int v = 0; v < V; v++) {
+                float w = want[((size_t)b * len + p) * V + v];
+                if (fabsf(step[b * V + v] - w) > 1e-5f * (1 + fabsf(w)))
+                    fail_msg("family %d: position %d one at a time %.7g, all at once %.7g",
+                             family, p, step[b * V + v], w);
+            }
+    }
+}
+
 /* Generation: the cached forward of whole sequences gives the training forward's logits
  * (tr_gpt_forward_logits), and positions fed one at a time after a prefix give the same. */
 static void check_generation(int family)
@@ -222,7 +249,7 @@ static void check_generation(int family)
     make_batch(N, tokens, targets);
     stage st;
     stage_make(&st, family, 0, 3, B);
-    float want[10 * 11], all[10 * 11], step[2 * 11];
+    float want[10 * 11], all[10 * 11];
     assert_int_equal(tr_gpt_forward_logits(st.g, st.a, tokens, want), TR_OK);
     /* the head in chunks of 3 rows (10 rows: 4 chunks, the last of 1): the same logits */
     tr_gpt_set_head_chunk_rows(st.g, 3);
@@ -239,21 +266,7 @@ static void check_generation(int family)
         if (fabsf(all[i] - want[i]) > 1e-5f * (1 + fabsf(want[i])))
             fail_msg("family %d: cached logits[%d] %.7g, training forward %.7g", family, i,
                      all[i], want[i]);
-    /* a prefix of 2 positions, then one at a time: position p of sequence b */
-    tr_gpt_cache_reset(c);
-    int32_t pre[4] = {tokens[0], tokens[1], tokens[5], tokens[6]};
-    assert_int_equal(tr_gpt_decode(c, pre, 2, 0, step), TR_OK);
-    for (int p = 2; p < T; p++) {
-        int32_t next[2] = {tokens[p], tokens[T + p]};
-        assert_int_equal(tr_gpt_decode(c, next, 1, 0, step), TR_OK);
-        for (int b = 0; b < B; b++)
-            for (int v = 0; v < V; v++) {
-                float w = want[((size_t)b * T + p) * V + v];
-                if (fabsf(step[b * V + v] - w) > 1e-5f * (1 + fabsf(w)))
-                    fail_msg("family %d: position %d one at a time %.7g, all at once %.7g",
-                             family, p, step[b * V + v], w);
-            }
-    }
+    decode_one_at_a_time(c, family, tokens, T, 2, want, V); /* after a prefix of 2 */
     tr_gpt_cache_free(c);
     stage_free(&st);
 }
@@ -287,7 +300,7 @@ static void check_generation_past_T(int family)
     size_t n = tr_gpt_num_params(st.g);
     assert_int_equal(tr_gpt_num_params(lt.g), n);
     assert_memory_equal(st.params, lt.params, n * sizeof(float));
-    static float want[B * TL * V], all[B * TL * V], all_l[B * TL * V], step[B * V];
+    static float want[B * TL * V], all[B * TL * V], all_l[B * TL * V];
     static float short_before[B * T * V], short_after[B * T * V];
     assert_int_equal(tr_gpt_forward_logits(lt.g, lt.a, tokens, want), TR_OK);
     assert_int_equal(tr_gpt_forward_logits(st.g, st.a, short_tokens, short_before), TR_OK);
@@ -301,21 +314,7 @@ static void check_generation_past_T(int family)
         if (fabsf(all[i] - want[i]) > 1e-5f * (1 + fabsf(want[i])))
             fail_msg("family %d: cached logits[%d] %.7g past T, training forward of T = %d %.7g",
                      family, i, all[i], TL, want[i]);
-    tr_gpt_cache_reset(c);
-    int32_t pre[2 * 3] = {tokens[0], tokens[1], tokens[2], tokens[TL], tokens[TL + 1],
-                          tokens[TL + 2]};
-    assert_int_equal(tr_gpt_decode(c, pre, 3, 0, step), TR_OK);
-    for (int p = 3; p < TL; p++) {
-        int32_t next[B] = {tokens[p], tokens[TL + p]};
-        assert_int_equal(tr_gpt_decode(c, next, 1, 0, step), TR_OK);
-        for (int b = 0; b < B; b++)
-            for (int v = 0; v < V; v++) {
-                float w = want[((size_t)b * TL + p) * V + v];
-                if (fabsf(step[b * V + v] - w) > 1e-5f * (1 + fabsf(w)))
-                    fail_msg("family %d: position %d one at a time %.7g, all at once %.7g",
-                             family, p, step[b * V + v], w);
-            }
-    }
+    decode_one_at_a_time(c, family, tokens, TL, 3, want, V); /* after a prefix of 3 */
     /* a cache past the config's positions is still refused */
     tr_gpt_cache *over = NULL;
     assert_int_equal(tr_gpt_cache_create(st.g, B, TL + 1, &over), TR_ERR_INVALID);
