@@ -63,7 +63,8 @@ static int logits(const char *dir, const char *tokens_path, int B, int T, const 
         return fail(dir);
     tr_gpt_shape s = {.num_layers = m.num_layers, .C = m.hidden_size,
                       .NH = m.num_attention_heads, .T = T, .max_T = m.max_position_embeddings,
-                      .V = m.vocab_size, .Vp = tr_gpt_padded_vocab(&m, 1), .eps = 1e-5f,
+                      .V = m.vocab_size, .Vp = tr_gpt_padded_vocab(&m, 1),
+                      .eps = (float)m.layernorm_epsilon,
                       .layer_count = m.num_layers, .is_first = 1, .is_last = 1, .tp_size = 1};
     const tr_kernels *k = tr_kernels_cpu();
     tr_gpt *g = NULL;
@@ -184,12 +185,13 @@ static int batch(const char *config, const char *out, int n_sets, char **sets)
 }
 
 /* A model of the sizes of m on TP rank r of W, layers [first, first + count), bound to
- * fresh host memory filled from HF_DIR. */
+ * fresh host memory filled from HF_DIR. Only its weights are compared, so it is sized for one
+ * position (the position table still holds max_position_embeddings rows). */
 static int load_model(const char *dir, const tr_model_config *m, int W, int r, tr_comm *tp,
                       int first, int count, tr_gpt **g, float **params)
 {
     tr_gpt_shape s = {.num_layers = m->num_layers, .C = m->hidden_size,
-                      .NH = m->num_attention_heads, .T = m->max_position_embeddings,
+                      .NH = m->num_attention_heads, .T = 1,
                       .max_T = m->max_position_embeddings, .V = m->vocab_size,
                       .Vp = tr_gpt_padded_vocab(m, W), .eps = 1e-5f, .layer_first = first,
                       .layer_count = count, .is_first = first == 0,
