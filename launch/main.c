@@ -19,7 +19,7 @@ static void usage(FILE *f)
             "  generate CHECKPOINT_DIR --prompt TEXT [--temperature T] [--nproc N]\n"
             "                     continue a prompt with a trained model (key/value cache)\n"
             "  convert --from hf|--to hf --input DIR --output DIR\n"
-            "                     GPT-2 checkpoints from / to Hugging Face (safetensors)\n"
+            "                     GPT-2, Llama, Bloom checkpoints from / to Hugging Face\n"
             "  preprocess --input FILE... --output-prefix PREFIX\n"
             "                     turn text files into a Megatron indexed dataset\n"
             "  launch --nproc N [...] -- COMMAND...\n"
