@@ -1,5 +1,5 @@
-/* What `trident train` reports (see report.h): the console, metrics.jsonl, TensorBoard
- * events and summary.json, and the measurements behind them. */
+/* What `trident train` reports (see report.h): the console, metrics.jsonl and TensorBoard
+ * events, and the measurements behind them; summary.json is summary.c's. */
 #include "train/report.h"
 
 #include <errno.h>
@@ -10,26 +10,11 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <sys/file.h>
-#include <sys/resource.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "core/core.h"
 #include "train/engine_internal.h"
-
-/* What each rank reports to summary.json: peak memory, peak stored activations, and the
- * operations of the last iteration on each group (the communicators' counters). */
-enum { GROUP_TP, GROUP_DP, GROUP_PP, GROUP_EMBED, GROUP_MP, GROUP_WORLD, N_GROUPS };
-static const char *const group_names[N_GROUPS] = {"tp", "dp", "pp", "embedding", "model_parallel",
-                                                   "world"};
-/* this rank's figures, all-gathered for summary.json; STAT_MEM..: MiB by the planner's parts */
-enum { STAT_RSS, STAT_STORED, STAT_COLL, STAT_P2P = STAT_COLL + N_GROUPS, STAT_MEM, N_MEM = 6,
-       /* ZeRO: the last iteration's DP payload bytes by kind and all-gathers, stage 3's
-        * gathers over the run and the seconds waited for them */
-       STAT_DP_AR = STAT_MEM + N_MEM, STAT_DP_RS, STAT_DP_AG, STAT_DP_AG_OPS, STAT_Z_GATHERS,
-       STAT_Z_WAIT, N_STATS };
-static const char *const mem_names[N_MEM] = {"parameters", "gradients", "optimizer",
-                                              "activations", "other", "peak"};
 
 struct train_report {
     tr_engine *e;
@@ -46,8 +31,7 @@ struct train_report {
     double *iter_ms, *bubbles;  /* [iterations run]; bubbles when tracing */
     int ran;                    /* iterations run by this process */
     int run_lock, ckpt_lock;    /* rank 0: the locks on RUN_DIR and checkpoint.save (-1) */
-    tr_comm_counters before[N_GROUPS];
-    double mine[N_STATS];       /* this rank's summary figures */
+    train_summary *summary;     /* this rank's figures for summary.json */
 };
 
 FILE *train_open_file(const char *dir, const char *name, const char *mode)
@@ -148,170 +132,6 @@ static void format_duration(char *buf, size_t n, double seconds)
         snprintf(buf, n, "%ld:%02ld:%02ld", s / 3600, s / 60 % 60, s % 60);
     else
         snprintf(buf, n, "%ld:%02ld", s / 60, s % 60);
-}
-
-/* Peak resident memory of this process, MiB. */
-static double peak_rss_mb(void)
-{
-    struct rusage ru;
-    getrusage(RUSAGE_SELF, &ru);
-    return (double)ru.ru_maxrss / 1024.0;
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-/* Median of v[0..n) (0 when n is 0); v is not changed. -1 when out of memory. */
-static double median_of(const double *v, int n)
-{
-    if (n <= 0)
-        return 0;
-    double *sorted = malloc((size_t)n * sizeof *sorted);
-    if (!sorted)
-        return -1;
-    memcpy(sorted, v, (size_t)n * sizeof *sorted);
-    qsort(sorted, (size_t)n, sizeof *sorted, cmp_double);
-    double m = n % 2 ? sorted[n / 2] : 0.5 * (sorted[n / 2 - 1] + sorted[n / 2]);
-    free(sorted);
-    return m;
-}
-
-static void snapshot_counters(const tr_engine *e, tr_comm_counters out[N_GROUPS])
-{
-    const train_world *w = &e->world;
-    tr_comm *const comms[N_GROUPS] = {w->tp, w->dp, w->pp, w->embed, w->mp, w->world};
-    for (int g = 0; g < N_GROUPS; g++) {
-        memset(&out[g], 0, sizeof out[g]);
-        if (comms[g])
-            tr_comm_get_counters(comms[g], &out[g]);
-    }
-}
-
-/* Collectives per group and point-to-point operations (pipeline sends + receives) between
- * two snapshots, into stats[STAT_COLL ..]. */
-static void count_iteration(const tr_comm_counters before[N_GROUPS],
-                            const tr_comm_counters after[N_GROUPS], double *stats)
-{
-    static const tr_comm_opkind coll[] = {TR_COMM_OP_ALLREDUCE, TR_COMM_OP_REDUCE_SCATTER,
-                                          TR_COMM_OP_ALLGATHER, TR_COMM_OP_BROADCAST,
-                                          TR_COMM_OP_BARRIER};
-    for (int g = 0; g < N_GROUPS; g++) {
-        double n = 0;
-        for (size_t k = 0; k < sizeof coll / sizeof coll[0]; k++)
-            n += (double)(after[g].ops[coll[k]] - before[g].ops[coll[k]]);
-        stats[STAT_COLL + g] = n;
-    }
-    stats[STAT_DP_AR] = (double)(after[GROUP_DP].bytes[TR_COMM_OP_ALLREDUCE] -
-                                 before[GROUP_DP].bytes[TR_COMM_OP_ALLREDUCE]);
-    stats[STAT_DP_RS] = (double)(after[GROUP_DP].bytes[TR_COMM_OP_REDUCE_SCATTER] -
-                                 before[GROUP_DP].bytes[TR_COMM_OP_REDUCE_SCATTER]);
-    stats[STAT_DP_AG] = (double)(after[GROUP_DP].bytes[TR_COMM_OP_ALLGATHER] -
-                                 before[GROUP_DP].bytes[TR_COMM_OP_ALLGATHER]);
-    stats[STAT_DP_AG_OPS] = (double)(after[GROUP_DP].ops[TR_COMM_OP_ALLGATHER] -
-                                     before[GROUP_DP].ops[TR_COMM_OP_ALLGATHER]);
-    stats[STAT_P2P] = (double)(after[GROUP_PP].ops[TR_COMM_OP_SEND] - before[GROUP_PP].ops[TR_COMM_OP_SEND] +
-                               after[GROUP_PP].ops[TR_COMM_OP_RECV] - before[GROUP_PP].ops[TR_COMM_OP_RECV]);
-}
-
-/* RUN_DIR/summary.json, written by rank 0: what a sweep records of a run. */
-static int write_summary(const train_report *rep, double bubble, const double *stats)
-{
-    tr_engine *e = rep->e;
-    int n = rep->ran;
-    const char *dir = rep->opts->run_dir;
-    double median = median_of(rep->iter_ms, n);
-    if (median < 0)
-        return tr_fail(TR_ERR_NOMEM, "out of memory");
-    /* written whole under another name, then renamed: never a partial summary.json */
-    FILE *f = train_open_file(dir, "summary.json.tmp", "w");
-    if (!f)
-        return TR_ERR_IO;
-    tr_json j;
-    tr_json_begin(&j, f);
-    tr_json_object_begin(&j, NULL);
-    tr_json_int(&j, "world_size", e->world.size);
-    tr_json_int(&j, "data_parallel_size", e->D);
-    tr_json_int(&j, "tensor_model_parallel_size", e->world.topo.tp);
-    tr_json_int(&j, "pipeline_model_parallel_size", e->P);
-    tr_json_int(&j, "micro_batches_per_replica", e->M);
-    tr_json_int(&j, "iterations", n);
-    tr_json_double(&j, "median_ms_per_iter", median);
-    tr_json_double(&j, "tokens_per_s", median > 0 ? rep->tokens_per_iter / (median / 1e3) : 0);
-    tr_json_double(&j, "final_loss", rep->final_loss);
-    /* data-parallel reduction left waiting after backward (not hidden), per iteration */
-    tr_json_double(&j, "dp_exposed_ms_per_iter", n > 1 ? 1e3 * rep->dp_exposed / (n - 1) : 0);
-    tr_json_int(&j, "dp_buckets", tr_dp_num_buckets(e->dp));
-    /* rank 0's CPU kernel threads (OMP_NUM_THREADS, Slurm's share, or its cores) */
-    tr_json_int(&j, "cpu_threads_per_rank", tr_kernels_cpu_threads());
-    if (bubble >= 0)
-        tr_json_double(&j, "measured_bubble", bubble);
-    else
-        tr_json_null(&j, "measured_bubble");
-    tr_json_array_begin(&j, "peak_rss_mb_per_rank");
-    for (int r = 0; r < e->world.size; r++)
-        tr_json_double(&j, NULL, stats[r * N_STATS + STAT_RSS]);
-    tr_json_array_end(&j);
-    /* forwards whose backward had not run yet, at most at once (1F1B: P - stage) */
-    /* the allocator's bytes (MiB) by part; "other": the rest of the peak (communication and
-     * generation buffers, the planner's reserve); null where the backend does not count */
-    tr_json_array_begin(&j, "memory_mb_per_rank");
-    for (int r = 0; r < e->world.size; r++) {
-        const double *st = stats + r * N_STATS;
-        tr_json_object_begin(&j, NULL);
-        for (int m = 0; m < N_MEM; m++)
-            if (st[STAT_MEM + N_MEM - 1] > 0)
-                tr_json_double(&j, mem_names[m], st[STAT_MEM + m]);
-            else
-                tr_json_null(&j, mem_names[m]);
-        tr_json_object_end(&j);
-    }
-    tr_json_array_end(&j);
-    /* ZeRO (parallel.zero_stage): the last iteration's data-parallel payload bytes by kind
-     * and its all-gathers; stage 3's parameter gathers over the run and the seconds spent
-     * waiting for them (what prefetch did not hide) */
-    tr_json_int(&j, "zero_stage", tr_dp_zero_stage(e->dp));
-    tr_json_array_begin(&j, "zero_per_rank");
-    for (int r = 0; r < e->world.size; r++) {
-        const double *st = stats + r * N_STATS;
-        tr_json_object_begin(&j, NULL);
-        tr_json_int(&j, "dp_allreduce_bytes_last_iter", (long long)st[STAT_DP_AR]);
-        tr_json_int(&j, "dp_reduce_scatter_bytes_last_iter", (long long)st[STAT_DP_RS]);
-        tr_json_int(&j, "dp_allgather_bytes_last_iter", (long long)st[STAT_DP_AG]);
-        tr_json_int(&j, "dp_allgathers_last_iter", (long long)st[STAT_DP_AG_OPS]);
-        tr_json_int(&j, "param_gathers", (long long)st[STAT_Z_GATHERS]);
-        tr_json_double(&j, "param_gather_wait_s", st[STAT_Z_WAIT]);
-        tr_json_object_end(&j);
-    }
-    tr_json_array_end(&j);
-    tr_json_array_begin(&j, "peak_stored_activations_per_rank");
-    for (int r = 0; r < e->world.size; r++)
-        tr_json_int(&j, NULL, (long long)stats[r * N_STATS + STAT_STORED]);
-    tr_json_array_end(&j);
-    /* the last iteration's collectives per group and pipeline sends + receives, per rank */
-    tr_json_array_begin(&j, "comm_ops_last_iter_per_rank");
-    for (int r = 0; r < e->world.size; r++) {
-        const double *st = stats + r * N_STATS;
-        tr_json_object_begin(&j, NULL);
-        for (int g = 0; g < N_GROUPS; g++)
-            tr_json_int(&j, group_names[g], (long long)st[STAT_COLL + g]);
-        tr_json_int(&j, "pp_send_recv", (long long)st[STAT_P2P]);
-        tr_json_object_end(&j);
-    }
-    tr_json_array_end(&j);
-    tr_json_object_end(&j);
-    fputc('\n', f);
-    int rc = train_close_file(f, dir, "summary.json.tmp");
-    char tmp[4200], path[4200];
-    snprintf(tmp, sizeof tmp, "%s/summary.json.tmp", dir);
-    snprintf(path, sizeof path, "%s/summary.json", dir);
-    if (rc)
-        remove(tmp);
-    else if (rename(tmp, path))
-        rc = tr_fail(TR_ERR_IO, "cannot write %s: %s", path, strerror(errno));
-    return rc;
 }
 
 static void print_layout(tr_engine *e)
@@ -467,7 +287,7 @@ int train_report_open(tr_engine *e, const tr_train_options *opts, int start, int
         r->iter_ms = calloc(runs, sizeof *r->iter_ms);
         r->bubbles = calloc(runs, sizeof *r->bubbles);
     }
-    if (!r || !r->iter_ms || !r->bubbles) {
+    if (!r || !r->iter_ms || !r->bubbles || train_summary_create(&r->summary)) {
         train_report_close(r);
         return tr_fail(TR_ERR_NOMEM, "out of memory for the run's measurements");
     }
@@ -519,18 +339,15 @@ int train_report_open(tr_engine *e, const tr_train_options *opts, int start, int
 void train_report_iteration_begin(train_report *r, int it)
 {
     if (it == r->last)
-        snapshot_counters(r->e, r->before);
+        train_summary_last_iteration_begin(r->summary, r->e);
 }
 
 int train_report_measure(train_report *r, tr_step_stats *s, double secs)
 {
     tr_engine *e = r->e;
     int it = s->iteration;
-    if (it == r->last) {
-        tr_comm_counters after[N_GROUPS];
-        snapshot_counters(e, after);
-        count_iteration(r->before, after, r->mine);
-    }
+    if (it == r->last)
+        train_summary_last_iteration_end(r->summary, e);
     if (it > r->start + 1) { /* the first iteration of a process warms up */
         tr_dp_timing tm;
         tr_dp_get_timing(e->dp, &tm);
@@ -550,7 +367,7 @@ int train_report_measure(train_report *r, tr_step_stats *s, double secs)
     /* the mean time of this process's iterations so far, times those still to run */
     s->eta_s = r->train_time / (it - r->start) * (r->last - it);
     r->iter_ms[r->ran++] = s->ms_per_iter;
-    s->peak_rss_mb = peak_rss_mb();
+    s->peak_rss_mb = train_peak_rss_mb();
     return tr_comm_allreduce(e->world.world, &s->peak_rss_mb, &s->peak_rss_mb, 1, TR_COMM_F64,
                              TR_COMM_MAX);
 }
@@ -624,7 +441,7 @@ int train_report_finish(train_report *r)
     if (e->tracing && opts->run_dir) {
         /* median over the iterations after the first (which warms up), like ms/iter */
         int n = r->ran;
-        bubble = median_of(n > 1 ? r->bubbles + 1 : r->bubbles, n > 1 ? n - 1 : n);
+        bubble = train_median(n > 1 ? r->bubbles + 1 : r->bubbles, n > 1 ? n - 1 : n);
         rc = bubble < 0 ? tr_fail(TR_ERR_NOMEM, "out of memory") : train_trace_write(e, opts->run_dir);
         if (!rc && r->lead && !opts->quiet)
             printf("trident: trace of the last iteration in %s/trace.json; measured pipeline "
@@ -633,49 +450,18 @@ int train_report_finish(train_report *r)
                    100 * tr_pp_bubble_theory(e->P, e->M, e->schedule.kind, e->v));
     }
     if (!rc && opts->run_dir) {
-        r->mine[STAT_RSS] = peak_rss_mb();
-        r->mine[STAT_STORED] = e->stored_peak;
-        size_t peak = 0;
-        if (e->k->bytes_in_use) {
-            (void)e->k->bytes_in_use(&peak);
-            /* ZeRO-2/3: the windows' pages held at most at once (gathered layers, gradient
-             * buckets not yet reduced) are not the allocator's: added to their parts */
-            tr_dp_zero_stats zs;
-            tr_dp_get_zero_stats(e->dp, &zs);
-            peak += zs.param_resident_peak_bytes + zs.grad_live_peak_bytes;
-            r->mine[STAT_Z_GATHERS] = (double)zs.gathers;
-            r->mine[STAT_Z_WAIT] = zs.gather_wait_s;
-            double MiB = 1024.0 * 1024.0,
-                   parts[4] = {(double)(e->mem_params + zs.param_resident_peak_bytes),
-                               (double)(e->mem_grads + zs.grad_live_peak_bytes),
-                               (double)e->mem_optimizer, (double)e->mem_activations};
-            double sum = 0;
-            for (int m = 0; m < 4; m++) {
-                r->mine[STAT_MEM + m] = parts[m] / MiB;
-                sum += parts[m];
-            }
-            r->mine[STAT_MEM + 4] = (double)peak > sum ? ((double)peak - sum) / MiB : 0;
-            r->mine[STAT_MEM + 5] = (double)peak / MiB;
-        }
-        size_t n = (size_t)e->world.size * N_STATS;
-        double *stats = calloc(n, sizeof *stats);
-        rc = stats ? tr_comm_allgather(e->world.world, r->mine, stats, n, TR_COMM_F64)
-                   : tr_fail(TR_ERR_NOMEM, "out of memory");
-        if (!rc && r->lead)
-            rc = write_summary(r, bubble, stats);
-        free(stats);
+        train_summary_run run = {.dir = opts->run_dir, .lead = r->lead, .ran = r->ran,
+                                 .iter_ms = r->iter_ms, .tokens_per_iter = r->tokens_per_iter,
+                                 .final_loss = r->final_loss, .dp_exposed = r->dp_exposed,
+                                 .bubble = bubble};
+        rc = train_summary_write(r->summary, e, &run);
     }
     if (!rc && !opts->quiet && r->lead) {
-        const double *m = r->mine;
         char total[32];
         format_duration(total, sizeof total, tr_now() - r->t_train);
         printf("trident: trained %d iterations in %s\n", r->ran, total);
         if (e->world.size > 1)
-            printf("trident: the last iteration on rank 0: collectives tp %.0f, dp %.0f, pp %.0f, "
-                   "embedding %.0f, model-parallel %.0f, world %.0f; pipeline sends + receives "
-                   "%.0f\n", m[STAT_COLL + GROUP_TP], m[STAT_COLL + GROUP_DP],
-                   m[STAT_COLL + GROUP_PP], m[STAT_COLL + GROUP_EMBED], m[STAT_COLL + GROUP_MP],
-                   m[STAT_COLL + GROUP_WORLD], m[STAT_P2P]);
+            train_summary_print_operations(r->summary);
     }
     return rc;
 }
@@ -693,5 +479,6 @@ void train_report_close(train_report *r)
         close(r->ckpt_lock);
     free(r->iter_ms);
     free(r->bubbles);
+    train_summary_free(r->summary);
     free(r);
 }

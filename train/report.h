@@ -4,6 +4,7 @@
  *    RUN_DIR/metrics.jsonl (kept up to the resumed iteration and continued), TensorBoard
  *    events (logging.tensorboard_dir), RUN_DIR/summary.json at the end. Files are written
  *    by rank 0; what they hold is measured over every rank (collective calls say so).
+ *  summary.c: RUN_DIR/summary.json at the end.
  *  trace.c: the timeline of the last iteration (RUN_DIR/trace.json), the measured pipeline
  *    bubble, and the gradient dump that layout tests read.
  * Not part of train/'s contract; the engine's internals stay in engine_internal.h. */
@@ -43,6 +44,36 @@ FILE *train_open_file(const char *dir, const char *name, const char *mode);
  * write, the flush or the close failed (a full disk: the run stops rather than claiming
  * output it did not write). */
 TR_MUST_CHECK int train_close_file(FILE *f, const char *dir, const char *name);
+
+/* summary.c: RUN_DIR/summary.json, what a sweep records of a run: every rank's peak memory
+ * (by the planner's parts), stored activations, the last iteration's operations per group
+ * and ZeRO's traffic, all-gathered and written by rank 0 whole (a temporary, renamed). */
+typedef struct train_summary train_summary;
+typedef struct {
+    const char *dir;        /* RUN_DIR */
+    int lead;               /* rank 0: writes the file */
+    int ran;                /* iterations run by this process, their times in iter_ms */
+    const double *iter_ms;
+    double tokens_per_iter, final_loss;
+    double dp_exposed;      /* seconds of data-parallel wait after backward, iterations 2.. */
+    double bubble;          /* the measured pipeline bubble; < 0: not traced */
+} train_summary_run;
+TR_MUST_CHECK int train_summary_create(train_summary **out);
+void train_summary_free(train_summary *s);
+/* Around the last iteration: the groups' operation counts between the two calls. */
+void train_summary_last_iteration_begin(train_summary *s, const tr_engine *e);
+void train_summary_last_iteration_end(train_summary *s, const tr_engine *e);
+/* Collective, after the last iteration: measures this rank's memory, gathers every rank's
+ * figures, and rank 0 writes RUN_DIR/summary.json. */
+TR_MUST_CHECK int train_summary_write(train_summary *s, tr_engine *e,
+                                      const train_summary_run *run);
+/* The closing line: rank 0's collectives per group and pipeline sends + receives in the
+ * last iteration. */
+void train_summary_print_operations(const train_summary *s);
+/* Peak resident memory of this process, MiB; the median of v[0..n) (0 when n is 0, -1 when
+ * out of memory). */
+double train_peak_rss_mb(void);
+double train_median(const double *v, int n);
 
 /* tensorboard.c: one event file in DIR (created), its first record the file version; every
  * scalar one record, written whole. Status-returning calls fail with TR_ERR_IO naming the
