@@ -66,8 +66,8 @@ def meson_test_name(line):
 SELECTABLE = ("configure", "build", "tests", "bench", "kernels", "gemm")  # what --only chooses among
 # The tests of the cuda suite this check expects to find (tests/cuda/meson.build); one that
 # is missing from the build is a FAIL ("not registered"): e.g. no python3 at configure time.
-EXPECTED_TESTS = ("cuda-host-logic", "cuda-ops", "cuda-gpt-loss", "cuda-nccl-2", "cuda-nccl-4-staged",
-                  "cuda-nccl-8", "cuda-nccl-hang", "cuda-train", "cuda-check-fp32-vs-cpu",
+EXPECTED_TESTS = ("cuda-host-logic", "cuda-nccl-host-logic", "cuda-ops", "cuda-gpt-loss",
+                  "cuda-nccl-2", "cuda-nccl-4-staged", "cuda-nccl-8", "cuda-nccl-hang", "cuda-train", "cuda-check-fp32-vs-cpu",
                   "cuda-check-bf16-vs-fp32-demo", "cuda-check-staged-3d-fp32", "cuda-check-checkpoint",
                   "cuda-check-families", "cuda-nccl-ordered-2", "cuda-fused-ops",
                   "cuda-fused-ops-blocked", "cuda-ops-fused-backward", "cuda-gpt-loss-fused-backward",
