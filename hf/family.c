@@ -350,7 +350,7 @@ static int load_tensor(const tr_st_set *set, const char *dir, const tr_param_ten
         const tr_st_tensor *st;
         rc = find_checked(set, dir, m.name[k], m.rows[k], cols, &f, &st);
         if (!rc)
-            rc = tr_st_read_f32(f, st, m.kind == FAM_SAME ? dst : piece);
+            rc = hf_read_weight(f, st, m.kind == FAM_SAME ? dst : piece);
         if (rc || m.kind == FAM_SAME)
             continue;
         for (uint64_t r = 0; r < m.rows[k]; r++) {

@@ -3,6 +3,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <math.h>
 #include <ftw.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -151,5 +152,17 @@ int hf_sync_dir(const char *path)
         return tr_fail(TR_ERR_IO, "cannot open %s: %s", path, strerror(errno));
     int rc = fsync(fd) ? tr_fail(TR_ERR_IO, "cannot sync %s: %s", path, strerror(errno)) : TR_OK;
     close(fd);
+    return rc;
+}
+
+int hf_read_weight(tr_st_file *f, const tr_st_tensor *t, float *out)
+{
+    int rc = tr_st_read_f32(f, t, out);
+    for (size_t i = 0; !rc && i < t->numel; i++)
+        if (!isfinite(out[i]))
+            return tr_fail(TR_ERR_INVALID, "%s: tensor '%.200s' holds %g at element %zu (as "
+                           "float32%s): weights must be finite", tr_st_path(f), t->name,
+                           (double)out[i], i, t->dtype == TR_ST_F64 ? ", which its F64 value "
+                           "may exceed" : "");
     return rc;
 }

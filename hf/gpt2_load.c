@@ -189,7 +189,7 @@ static int load_tensor(const tr_st_set *s, const char *dir, const tr_param_tenso
     if (!rc)
         rc = check_tensor(f, st, &m);
     if (!rc)
-        rc = tr_st_read_f32(f, st, hf);
+        rc = hf_read_weight(f, st, hf);
     if (rc)
         return rc;
     int whole = t->split_dim < 0; /* convert straight into the parameters */

@@ -37,5 +37,10 @@ TR_MUST_CHECK int hf_join(char *buf, size_t cap, const char *dir, const char *na
 TR_MUST_CHECK int hf_remove_tree(const char *path);
 /* fsync of a folder */
 TR_MUST_CHECK int hf_sync_dir(const char *path);
+/* A weight tensor of f as floats (tr_st_read_f32), refused (TR_ERR_INVALID, naming the file,
+ * the tensor and the element) when a value is not finite: NaN or infinity in the file, or an
+ * F64 beyond float32's range. A checkpoint holds finite values only, so an import of such a
+ * tensor would write one that every reader refuses. */
+TR_MUST_CHECK int hf_read_weight(tr_st_file *f, const tr_st_tensor *t, float *out);
 
 #endif

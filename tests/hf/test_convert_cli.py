@@ -47,6 +47,8 @@ def encode(values, dtype):
         return struct.pack(f"<{len(values)}H", *(to_bf16(f32_bits(v)) for v in values))
     if dtype == "I64":
         return struct.pack(f"<{len(values)}q", *(int(v) for v in values))
+    if dtype == "F64":
+        return struct.pack(f"<{len(values)}d", *values)
     raise ValueError(dtype)
 
 
@@ -495,6 +497,30 @@ for what, tensors, config, head, cause in head_cases:
     d = hf_folder("bad-head", tensors + [head], config)
     out = os.path.join(work, "bad-out")
     refused(what, ["--from", "hf", "--input", d, "--output", out], out, cause, [os.path.join(d, "model.safetensors")])
+
+# a weight that is not finite (NaN or infinity in the file; an F64 beyond float32) used to be
+# imported into a checkpoint that every reader then refused ("holds nan ... corrupt data"): the
+# import exited 0 and the export of its checkpoint failed. Now refused naming the tensor.
+def with_value(tensors, name, value, dtype=None):
+    return [(n, dtype or dt, sh, v[:3] + [value] + v[4:]) if n == name else (n, dt, sh, v)
+            for n, dt, sh, v in tensors]
+
+
+for what, tensors, config, name in [
+    ("Llama: a NaN in q_proj", with_value(lt, "model.layers.1.self_attn.q_proj.weight", float("nan")), LC,
+     "model.layers.1.self_attn.q_proj.weight"),
+    ("Llama: an infinity in gate_proj", with_value(lt, "model.layers.0.mlp.gate_proj.weight", float("inf")), LC,
+     "model.layers.0.mlp.gate_proj.weight"),
+    ("Bloom: an F64 dense weight beyond float32", with_value(bt, "transformer.h.0.self_attention.dense.weight",
+                                                            1e300, "F64"), BC,
+     "transformer.h.0.self_attention.dense.weight"),
+    ("GPT-2: a NaN in c_attn", with_value(gpt2_tensors(), "transformer.h.0.attn.c_attn.weight", float("nan")),
+     None, "transformer.h.0.attn.c_attn.weight"),
+]:
+    d = hf_folder("bad-value", tensors, config)
+    out = os.path.join(work, "bad-out")
+    refused(f"{what} (weights must be finite)", ["--from", "hf", "--input", d, "--output", out], out,
+            "weights must be finite", [name, "at element 3"])
 
 # a config.json of a far larger model than its weights is refused before anything is allocated
 # (4,194,304 layers of a 150-byte config used to cost 7.7 GB and 47 s; 2^26 layers 109 GB)
