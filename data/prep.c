@@ -47,6 +47,7 @@ typedef struct {
     size_t doc_len, doc_cap;
     tr_preprocess_stats *st;
     double t0, last_report;
+    int write_failed;         /* a set's writing failed (a bad line, the output) */
 } pipeline;
 
 static void *run_job(void *arg)
@@ -161,6 +162,7 @@ static int write_set(pipeline *p, int s, int nb)
         else
             rc = write_batch(p, b);
     }
+    p->write_failed |= rc != TR_OK;
     for (int j = 0; j < nb; j++) {
         prep_batch *b = &set[j];
         for (size_t i = 0; i < b->n_items; i++) {
@@ -364,6 +366,20 @@ static void teardown(pipeline *p)
     free(p->doc);
 }
 
+/* A failure of the reading (an input that cannot be opened or read, a line too long), rc: the
+ * items read before it are encoded and written first, so that a bad line among them is the
+ * error, as it is when one worker's batch closed before the failure. Which batches are closed
+ * when reading fails depends on --workers; the error must not. */
+static int earlier_items_first(pipeline *p, int rc)
+{
+    char msg[1024];
+    snprintf(msg, sizeof msg, "%s", tr_errmsg());
+    int first = run_round(p);
+    if (!first)
+        first = land_flight(p, 1);
+    return first ? first : tr_fail(rc, "%s", msg);
+}
+
 int tr_preprocess(const tr_preprocess_options *o, tr_preprocess_stats *stats)
 {
     memset(stats, 0, sizeof *stats);
@@ -377,7 +393,7 @@ int tr_preprocess(const tr_preprocess_options *o, tr_preprocess_stats *stats)
         return tr_fail(TR_ERR_CONFIG, "preprocess: at most %d JSON keys", PREP_MAX_KEYS);
     pipeline p = {.sink = {doc_add, doc_end}, .st = stats, .t0 = tr_now(), .fly_set = -1};
     p.last_report = p.t0;
-    int rc = setup(&p, o);
+    int rc = setup(&p, o), set_up = rc == TR_OK;
     for (int i = 0; i < o->n_inputs && !rc; i++) {
         FILE *f = fopen(o->inputs[i], "rb");
         if (!f) {
@@ -390,6 +406,8 @@ int tr_preprocess(const tr_preprocess_options *o, tr_preprocess_stats *stats)
                             : text_documents(f, o->inputs[i], o->split_on_blank_lines, &p.sink);
         fclose(f);
     }
+    if (rc && set_up && !p.write_failed && rc != TR_ERR_NOMEM)
+        rc = earlier_items_first(&p, rc);
     if (!rc)
         rc = run_round(&p);
     if (!rc)

@@ -4,6 +4,7 @@
  * when append_eod and the document has ids. A text item is one sentence whose document
  * always ends with the EOD id. A line that cannot be read is marked bad, whole: no key of it
  * is kept. Runs on a worker thread: touches only the batch and the encoder. */
+#include <ctype.h>
 #include <jansson.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -65,12 +66,92 @@ const char *prep_json_kind(const void *v_)
     }
 }
 
+/* Length of the JSON number at s (RFC 8259's grammar), or 0. */
+static size_t number_length(const char *s, size_t n)
+{
+    size_t i = s[0] == '-';
+    if (i < n && s[i] == '0')
+        i++;
+    else if (i < n && s[i] >= '1' && s[i] <= '9')
+        while (i < n && s[i] >= '0' && s[i] <= '9')
+            i++;
+    else
+        return 0;
+    size_t mark = i;
+    if (i < n && s[i] == '.' && ++i < n && s[i] >= '0' && s[i] <= '9')
+        while (i < n && s[i] >= '0' && s[i] <= '9')
+            i++;
+    else
+        i = mark;
+    mark = i;
+    if (i < n && (s[i] == 'e' || s[i] == 'E')) {
+        i += i + 1 < n && (s[i + 1] == '+' || s[i + 1] == '-');
+        if (++i < n && s[i] >= '0' && s[i] <= '9')
+            while (i < n && s[i] >= '0' && s[i] <= '9')
+                i++;
+        else
+            i = mark;
+    }
+    return i;
+}
+
+static int is_word(char c) { return c && (isalnum((unsigned char)c) || strchr(".+-_", c)); }
+
+/* A copy of the line (malloc'ed; NULL: nothing to change or no memory) whose numbers and
+ * NaN / Infinity / -Infinity, outside strings, are 0. Python's json (Megatron's reader) takes
+ * every number (integers beyond int64, 1e400 as inf) and those literals; jansson refuses them
+ * ("too big integer", "real number overflow", "invalid token"), which refused whole lines
+ * (dropped them with --skip-bad-lines) over a field such as an id that no key reads. A token
+ * followed by a letter or a digit is left as it is (not a number: the line stays invalid). */
+static char *numbers_zeroed(const char *s, size_t n, size_t *out_len)
+{
+    char *t = malloc(n + 1);
+    size_t o = 0, changed = 0;
+    for (size_t i = 0; t && i < n;) {
+        if (s[i] == '"') { /* a string, escapes and all, copied */
+            size_t j = i + 1;
+            while (j < n && s[j] != '"')
+                j += s[j] == '\\' ? 2 : 1;
+            j = j < n ? j + 1 : n;
+            memcpy(t + o, s + i, j - i);
+            o += j - i, i = j;
+            continue;
+        }
+        static const char *const literal[] = {"NaN", "Infinity", "-Infinity"};
+        size_t len = number_length(s + i, n - i);
+        for (int k = 0; k < 3 && !len; k++) {
+            size_t l = strlen(literal[k]);
+            len = n - i >= l && !memcmp(s + i, literal[k], l) ? l : 0;
+        }
+        if (len && (i + len == n || !is_word(s[i + len]))) {
+            t[o++] = '0', i += len, changed++;
+            continue;
+        }
+        /* one character, or a word that is not a number whole (no number starts inside it) */
+        int word = is_word(s[i]);
+        do
+            t[o++] = s[i++];
+        while (word && i < n && is_word(s[i]));
+    }
+    if (t && !changed)
+        free(t), t = NULL;
+    *out_len = o;
+    return t;
+}
+
 /* One JSON line: every key's sentences, or *bad (the line is skipped whole). */
 static int encode_json(const prep_spec *spec, tr_encoder *e, prep_batch *b, size_t i, char **bad)
 {
     const prep_item *it = &b->items[i];
     json_error_t err;
     json_t *root = json_loadb(b->text + it->off, it->len, JSON_ALLOW_NUL, &err);
+    if (!root) { /* numbers jansson cannot hold, that Python's json reads? */
+        size_t n;
+        char *zeroed = numbers_zeroed(b->text + it->off, it->len, &n);
+        json_error_t again;
+        root = zeroed ? json_loadb(zeroed, n, JSON_ALLOW_NUL, &again) : NULL;
+        free(zeroed);
+    }
     if (!root) {
         *bad = message("%s (column %d): %s", strstr(err.text, "decode") ? "invalid UTF-8"
                        : "not valid JSON", err.column, err.text);

@@ -119,4 +119,39 @@ check("empty input: exit 0 with a warning", r.returncode == 0 and "0 documents" 
       and "no document" in r.stderr, r.stdout + r.stderr)
 check("empty input: valid empty dataset", documents(path("empty")) == [])
 
+
+# The error must not depend on --workers: a bad line among the first 4096 lines (one worker's
+# first batch) then a missing second input. One worker wrote its full batch before opening the
+# next input and named the bad line (exit 2); two or three were still filling their set and
+# named the missing input (exit 1). The items read before a failed read are written first.
+lines = [b'{"text": "document %d"}' % i for i in range(5000)]
+lines[10] = b'{"text": bad'
+tt.write(path("bad11.jsonl"), b"\n".join(lines) + b"\n")
+for workers in (1, 2, 3):
+    r = run("--input", path("bad11.jsonl"), path("missing.jsonl"), "--json-keys", "text",
+            "--output-prefix", path(f"w{workers}"), "--workers", str(workers))
+    check(f"--workers {workers}: a bad line before a missing input is the error (exit 2)",
+          r.returncode == 2 and "bad11.jsonl:11: not valid JSON" in r.stderr
+          and "missing" not in r.stderr, f"exit {r.returncode}: {r.stderr}")
+check("no output after the failure", not any(n.startswith("w") and "document" in n
+                                               for n in os.listdir(work)))
+
+# Numbers Python's json reads (Megatron's preprocess_data.py uses json.loads) and jansson
+# cannot hold: integers beyond int64 (a uint64 id), reals beyond double (1e400: inf), NaN,
+# Infinity, -Infinity. Such a line was "not valid JSON" (dropped with --skip-bad-lines).
+good = [b'{"id": 18446744073709551615, "text": "one"}', b'{"text": "two", "x": -1e400}',
+        b'{"text": "three", "x": [NaN, Infinity, -Infinity, 1' + b"0" * 400 + b']}']
+bad = [b'{"text": "a", "x": 01}', b'{"text": "a", "x": 1.}', b'{"text": "a", "x": +1}',
+       b'{"text": "a", "x": NaNa}', b'{"text": "a", "x": 1e5.5}', b'{"text": "a", "x": -NaN}']
+for line in good:
+    tt.write(path("num.jsonl"), line + b"\n")
+    r = run("--input", path("num.jsonl"), "--json-keys", "text", "--output-prefix", path("num"))
+    check(f"Python's json reads {line[:40]!r}: one document", r.returncode == 0 and
+          "1 documents" in r.stdout, f"exit {r.returncode}: {r.stderr}")
+for line in bad:
+    tt.write(path("num.jsonl"), line + b"\n")
+    r = run("--input", path("num.jsonl"), "--json-keys", "text", "--output-prefix", path("num"))
+    check(f"not a JSON number: {line!r} refused", r.returncode == 2 and
+          "num.jsonl:1: not valid JSON" in r.stderr, f"exit {r.returncode}: {r.stderr}")
+
 tt.finish()
