@@ -1,10 +1,10 @@
 /* Fuzz target blend: weighted data_path lists (tr_config_blend) over six llm.c shards of
- * 30..380 tokens, opened as a blended dataset (data/blend.c). Bytes 0..2: global batch
+ * 30..380 tokens, opened as a blended dataset (data/blend.c): whatever tr_config_blend accepts
+ * (weights whose sum overflows included) must open or be refused. Bytes 0..2: global batch
  * 1 + b0 % 64, sources 1 + b1 % 6, seq_length 1 + b2 % 8; then one little-endian double per
- * source (weight; 1.0 once the input runs out). After a successful open (weights with a finite
- * sum): in every split the first 3 global batches (up to 200 samples) read, each naming a
- * source in range, and seeking back to sample 0 works. */
-#include <math.h>
+ * source (weight; 1.0 once the input runs out). After a successful open: in every split the
+ * first 3 global batches (up to 200 samples) read, each naming a source in range, and seeking
+ * back to sample 0 works. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -71,9 +71,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     double *weights;
     int np;
     if (tr_config_blend(list, nl, &paths, &weights, &np)) return 0;
-    double total = 0;
-    for (int i = 0; weights && i < np; i++) total += weights[i];
-    if (isfinite(total)) check_blend(paths, weights, np, gb, seq);
+    check_blend(paths, weights, np, gb, seq);
     free(paths);
     free(weights);
     return 0;
