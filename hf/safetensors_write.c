@@ -5,6 +5,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -296,8 +297,18 @@ int tr_st_put_f32(tr_st_writer *w, const float *v)
     uint16_t *h = malloc(t->numel * sizeof *h + 1);
     if (!h)
         return tr_fail(TR_ERR_NOMEM, "out of memory converting '%.200s'", t->name);
-    for (size_t i = 0; i < t->numel; i++)
-        h[i] = t->dtype == TR_ST_BF16 ? tr_f32_to_bf16(v[i]) : tr_f32_to_f16(v[i]);
+    int bf16 = t->dtype == TR_ST_BF16;
+    for (size_t i = 0; i < t->numel; i++) {
+        h[i] = bf16 ? tr_f32_to_bf16(v[i]) : tr_f32_to_f16(v[i]);
+        /* a finite value beyond the format's largest rounds to infinity: refused, not written
+         * as inf (BF16's largest is 3.3895e38, below float32's; F16's 65504) */
+        if (isfinite(v[i]) && (h[i] & (bf16 ? 0x7f80u : 0x7c00u)) == (bf16 ? 0x7f80u : 0x7c00u)) {
+            free(h);
+            return tr_fail(TR_ERR_INVALID, "tensor '%.200s' holds %g at element %zu, beyond %s's "
+                           "range (it would be written as infinity): export it as F32",
+                           t->name, (double)v[i], i, tr_st_dtype_name(t->dtype));
+        }
+    }
     int rc = tr_st_put(w, h);
     free(h);
     return rc;

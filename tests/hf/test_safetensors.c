@@ -175,6 +175,19 @@ static void test_writer_refusals(void **state)
     assert_int_equal(tr_st_put(w, iv), TR_OK);
     assert_int_equal(tr_st_finish(w), TR_ERR_INVALID); /* one tensor never put: removed */
     assert_int_equal(access(path, F_OK), -1);
+    /* a finite float beyond BF16's (3.3895e38) or F16's (65504) largest was written as
+     * infinity (an export with --dtype bf16 of finite weights gave inf without a word) */
+    tr_st_tensor narrow[] = {{.name = "b", .dtype = TR_ST_BF16, .ndim = 1, .shape = {2}},
+                             {.name = "h", .dtype = TR_ST_F16, .ndim = 1, .shape = {2}}};
+    float big_b[2] = {1, 3.4e38f}, fine_b[2] = {-3.38e38f, 1}, big_h[2] = {70000.0f, 1};
+    assert_int_equal(tr_st_create(path, narrow, 2, NULL, &w), TR_OK);
+    assert_int_equal(tr_st_put_f32(w, big_b), TR_ERR_INVALID);
+    assert_non_null(strstr(tr_errmsg(), "'b' holds 3.4e+38 at element 1, beyond BF16's range"));
+    assert_int_equal(tr_st_put_f32(w, fine_b), TR_OK);
+    assert_int_equal(tr_st_put_f32(w, big_h), TR_ERR_INVALID);
+    assert_non_null(strstr(tr_errmsg(), "beyond F16's range"));
+    tr_st_abort(w);
+    assert_int_equal(access(path, F_OK), -1);
 }
 
 /* ------------------------------------------------------------------ float formats */
