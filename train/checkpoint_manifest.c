@@ -183,12 +183,12 @@ int ckpt_read_manifest(const char *path, int iteration, ckpt_manifest *out)
                 (unsigned)out->untie > 1 || (unsigned)out->linear_bias > 1 ||
                 (unsigned)out->emb_ln > 1 || !(out->eps > 0) || !isfinite(out->eps) ||
                 !isfinite(out->rotary_base) || out->rotary_base < 0 ||
-                /* rotary positions: a base the config allows (model.rotary_base >= 1); 0 was
+                /* rotary positions: a base the config allows (model.rotary_base > 0); 0 was
                  * exported as rope_theta 0 (NaN rotations in transformers) */
-                (out->position == 1 && !(out->rotary_base >= 1 && out->rotary_dims >= 1)))
+                (out->position == 1 && !(out->rotary_base > 0 && out->rotary_dims >= 1)))
                 rc = manifest_error(path, ln, "expected the family line (switches 0 or 1, position "
                                               "0-2, sizes >= 1, a finite eps > 0, rotary positions "
-                                              "of a rotary_base >= 1 and rotary_dims >= 1)");
+                                              "of a rotary_base > 0 and rotary_dims >= 1)");
         } else if (ln == 4 + out->has_data + out->has_scaler + out->has_family) {
             int used = 0;
             if (sscanf(line, "tensors %zu%n", &declared, &used) != 1 || line[used] || declared > 1000000)

@@ -524,7 +524,7 @@ for what, tensors, config, name in [
             "weights must be finite", [name, "at element 3"])
 
 # a checkpoint manifest whose family line gives rotary positions a rotary_base of 0 (no
-# config allows it: model.rotary_base >= 1) was exported as "rope_theta": 0.0 (NaN rotations in
+# config allows it: model.rotary_base > 0) was exported as "rope_theta": 0.0 (NaN rotations in
 # transformers; trident's own import refuses it); refused as a corrupt manifest
 ck_rope0 = os.path.join(work, "ck-llama-rope0")
 shutil.rmtree(ck_rope0, ignore_errors=True)
@@ -534,7 +534,7 @@ mtext = open(mpath).read()
 tt.write(mpath, re.sub(r"rotary_base \S+ ", "rotary_base 0 ", mtext))
 refused("a Llama checkpoint whose manifest says rotary_base 0",
         ["--to", "hf", "--input", ck_rope0, "--output", os.path.join(work, "rope0-out")],
-        os.path.join(work, "rope0-out"), "rotary_base >= 1", [mpath])
+        os.path.join(work, "rope0-out"), "rotary_base > 0", [mpath])
 
 # a config.json of a far larger model than its weights is refused before anything is allocated
 # (4,194,304 layers of a 150-byte config used to cost 7.7 GB and 47 s; 2^26 layers 109 GB)
