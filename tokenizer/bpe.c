@@ -238,7 +238,8 @@ static cache_slot *cache_find(bpe_cache *c, const char *w, size_t n, uint64_t h)
 static void cache_put(bpe_cache *c, const char *w, size_t n, uint64_t h, const int32_t *ids,
                       size_t m)
 {
-    if (c->n == CACHE_ENTRIES) { /* full: start again */
+    /* full (a SentencePiece-style pre-token may hold 3 ids a byte): start again */
+    if (c->n == CACHE_ENTRIES || c->vals_len + m > (uint32_t)CACHE_ENTRIES * CACHE_KEY) {
         memset(c->slot, 0, CACHE_SLOTS * sizeof *c->slot);
         c->n = c->keys_len = c->vals_len = 0;
     }
@@ -251,13 +252,53 @@ static void cache_put(bpe_cache *c, const char *w, size_t n, uint64_t h, const i
     c->n++;
 }
 
+/* A SentencePiece-style pre-token's symbols into sym (room for 3n): each character's token;
+ * for one without, its bytes' <0xHH> tokens (byte_fallback, when all exist; a ' ' is U+2581's
+ * three), else unk_id, consecutive ones fused with fuse_unk, else nothing. As tokenizers does,
+ * an unknown character's unk_id waits for the next character with a token (or the end), so
+ * fallback bytes between come first. Returns the count. */
+static size_t sp_symbols(const tr_tokenizer *t, const char *w, size_t n, int32_t *sym)
+{
+    size_t m = 0;
+    int unk_waiting = 0;
+    for (size_t i = 0, len; i < n; i += len) {
+        unsigned char c = (unsigned char)w[i];
+        len = c < 0x80 ? 1 : c < 0xE0 ? 2 : c < 0xF0 ? 3 : 4; /* the text is valid UTF-8 */
+        len = len <= n - i ? len : n - i;
+        int32_t id = bmap_get(&t->vocab, t->pool, w + i, len);
+        if (id >= 0) {
+            if (unk_waiting)
+                sym[m++] = t->unk_id;
+            unk_waiting = 0;
+            sym[m++] = id;
+            continue;
+        }
+        const unsigned char *b = c == ' ' ? (const unsigned char *)"\xE2\x96\x81"
+                                          : (const unsigned char *)w + i;
+        size_t nb = c == ' ' ? 3 : len, k = 0;
+        while (t->byte_fallback && k < nb && t->fallback_id[b[k]] >= 0)
+            k++;
+        if (t->byte_fallback && k == nb) {
+            for (k = 0; k < nb; k++)
+                sym[m++] = t->fallback_id[b[k]];
+        } else if (t->unk_id >= 0) {
+            if (unk_waiting && !t->fuse_unk)
+                sym[m++] = t->unk_id;
+            unk_waiting = 1;
+        }
+    }
+    if (unk_waiting)
+        sym[m++] = t->unk_id;
+    return m;
+}
+
 int bpe_word(const tr_tokenizer *t, bpe_cache *c, const char *w, size_t n, int32_t **ids,
              size_t *n_ids, size_t *cap)
 {
-    int rc = ids_reserve(ids, *n_ids, cap, n);
+    int rc = ids_reserve(ids, *n_ids, cap, t->sp ? 3 * n : n);
     if (rc)
         return rc;
-    if (n == 1) {
+    if (n == 1 && !t->sp) {
         (*ids)[(*n_ids)++] = t->byte_id[(unsigned char)w[0]];
         return TR_OK;
     }
@@ -278,14 +319,17 @@ int bpe_word(const tr_tokenizer *t, bpe_cache *c, const char *w, size_t n, int32
             return TR_OK;
         }
     }
-    if ((rc = scratch(c, n)))
+    if ((rc = scratch(c, t->sp ? 3 * n : n)))
         return rc;
-    for (size_t i = 0; i < n; i++)
-        c->sym[i] = t->byte_id[(unsigned char)w[i]];
-    size_t m;
-    if (n <= SCAN_MAX)
-        merge_scan(t, c, n, &m);
-    else if ((rc = merge_heap(t, c, n, &m)))
+    size_t s = n, m;
+    if (t->sp)
+        s = sp_symbols(t, w, n, c->sym);
+    else
+        for (size_t i = 0; i < n; i++)
+            c->sym[i] = t->byte_id[(unsigned char)w[i]];
+    if (s <= SCAN_MAX)
+        merge_scan(t, c, s, &m);
+    else if ((rc = merge_heap(t, c, s, &m)))
         return rc;
     memcpy(*ids + *n_ids, c->sym, m * sizeof **ids);
     *n_ids += m;

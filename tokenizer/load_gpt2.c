@@ -89,7 +89,15 @@ int add_vocab_object(tr_tokenizer *t, json_t *vocab, const char *file)
             }
             raw = p;
         }
-        long rlen = unmap_token(key, klen, raw);
+        long rlen = t->sp ? sp_unspace(key, klen, raw) : unmap_token(key, klen, raw);
+        if (rlen <= 0 && t->sp) {
+            rc = tr_fail(TR_ERR_INVALID,
+                         "%s: token '%s' is %s (a SentencePiece-style vocabulary spells a space "
+                         "U+2581)",
+                         file, tok_show(key, klen, shown, sizeof shown),
+                         rlen == 0 ? "empty" : "spelled with a space");
+            break;
+        }
         if (rlen <= 0) {
             rc = tr_fail(TR_ERR_INVALID,
                          "%s: token '%s' is %s (a byte-level vocabulary spells every token in "
@@ -117,12 +125,13 @@ int add_merge(tr_tokenizer *t, const char *a, size_t la, const char *b, size_t l
     if (la + lb > sizeof buf)
         return tr_fail(TR_ERR_INVALID, "%s: %s: a merge of %zu bytes is longer than any token",
                        file, where, la + lb);
-    long ra = unmap_token(a, la, buf);
-    long rb = ra > 0 ? unmap_token(b, lb, buf + ra) : -1;
+    long ra = t->sp ? sp_unspace(a, la, buf) : unmap_token(a, la, buf);
+    long rb = ra <= 0 ? -1 : t->sp ? sp_unspace(b, lb, buf + ra) : unmap_token(b, lb, buf + ra);
     if (ra <= 0 || rb <= 0)
         return tr_fail(TR_ERR_INVALID, "%s: %s: merge '%s' '%s': %s", file, where,
                        tok_show(a, la, shown, sizeof shown), tok_show(b, lb, shown2, sizeof shown2),
                        ra == 0 || rb == 0 ? "an empty part"
+                       : t->sp            ? "a part spelled with a space"
                                           : "a part outside GPT-2's byte alphabet");
     int32_t left = bmap_get(&t->vocab, t->pool, buf, (size_t)ra);
     int32_t right = bmap_get(&t->vocab, t->pool, buf + ra, (size_t)rb);

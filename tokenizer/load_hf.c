@@ -1,4 +1,5 @@
-/* A Hugging Face tokenizer.json whose model is byte-level BPE.
+/* A Hugging Face tokenizer.json whose model is byte-level BPE (the SentencePiece-style
+ * normalizer, Metaspace, byte fallback and decoder: load_sp.c).
  *
  * The parts read (anything else that changes ids is refused, naming the field):
  *   normalizer      null
@@ -132,7 +133,7 @@ static int load_model(tr_tokenizer *t, const char *file, json_t *m)
     static const char *const kinds[] = {"BPE", NULL};
     int which, rc;
     if ((rc = type_of(file, "model", m, kinds, &which)) ||
-        (rc = must_be_false(file, "model", m, "byte_fallback")))
+        (!t->sp && (rc = must_be_false(file, "model", m, "byte_fallback"))))
         return rc;
     static const char *const unset[] = {"dropout", "continuing_subword_prefix", "end_of_word_suffix"};
     for (int i = 0; i < 3; i++) {
@@ -142,7 +143,8 @@ static int load_model(tr_tokenizer *t, const char *file, json_t *m)
                                       "must be null (not a GPT-style byte-level BPE)");
     }
     t->ignore_merges = flag(m, "ignore_merges", 0);
-    if ((rc = add_vocab_object(t, json_object_get(m, "vocab"), file)) || (rc = tok_finish_bytes(t)))
+    if ((rc = add_vocab_object(t, json_object_get(m, "vocab"), file)) ||
+        (rc = t->sp ? sp_load_model(t, file, m) : tok_finish_bytes(t)))
         return rc;
     json_t *merges = json_object_get(m, "merges"), *item;
     if (!json_is_array(merges))
@@ -207,19 +209,27 @@ static int load_added(tr_tokenizer *t, const char *file, json_t *list)
             (rc = must_be_false(file, where, a, "rstrip")) ||
             (rc = must_be_false(file, where, a, "single_word")))
             return rc;
+        /* tokenizers matches a normalized added token in the normalized text, after the
+         * Prepend: only tokens matched in the raw text are reproduced */
+        if (t->sp && t->sp_prepend == SP_PREPEND_ALWAYS && flag(a, "normalized", 1))
+            return bad(file, where, "\"normalized\" is true with a normalizer (not supported)");
         added_token *x = &t->added[t->n_added++];
         x->len = json_string_length(content);
         x->id = (int32_t)json_integer_value(id);
         if (!(x->text = strdup(json_string_value(content))))
             return tr_fail(TR_ERR_NOMEM, "out of memory reading %s", file);
         t->added_first[(unsigned char)x->text[0]] = 1;
-        /* decoding gives the added token's text, whatever the vocabulary holds for its id */
+        /* decoding gives the added token's text (a SentencePiece-style decoder's Replace makes
+         * its U+2581 spaces), whatever the vocabulary holds for its id */
         uint64_t off;
-        if ((rc = tok_pool_add(t, x->text, x->len, &off)) ||
+        size_t dlen = t->sp ? sp_decoded_text(x->text, x->len, x->text) : x->len;
+        if ((rc = tok_pool_add(t, x->text, dlen, &off)) ||
             (rc = tok_ids_reserve(t, x->id + 1)))
             return rc;
         t->tok_off[x->id] = off;
-        t->tok_len[x->id] = (uint32_t)x->len;
+        t->tok_len[x->id] = (uint32_t)dlen;
+        if (t->sp)
+            memcpy(x->text, json_string_value(content), x->len + 1);
     }
     qsort(t->added, (size_t)t->n_added, sizeof *t->added, cmp_added);
     return TR_OK;
@@ -232,7 +242,14 @@ static int32_t named_id(const tr_tokenizer *t, const char *name)
     for (int i = 0; i < t->n_added; i++)
         if (!strcmp(t->added[i].text, name))
             return t->added[i].id;
-    return bmap_get(&t->vocab, t->pool, name, strlen(name));
+    size_t len = strlen(name);
+    if (!t->sp)
+        return bmap_get(&t->vocab, t->pool, name, len);
+    char *raw = malloc(len + 1);
+    long rlen = raw ? sp_unspace(name, len, raw) : -1;
+    int32_t id = rlen > 0 ? bmap_get(&t->vocab, t->pool, raw, (size_t)rlen) : -1;
+    free(raw);
+    return id;
 }
 
 static int load_template(tr_tokenizer *t, const char *file, json_t *p, int depth)
@@ -351,8 +368,10 @@ int load_hf(tr_tokenizer *t, const char *path)
         json_decref(root);
         return bad(path, "the file", "expected a JSON object (a tokenizers tokenizer.json)");
     }
+    int sp_pretok = 0; /* the pre_tokenizer is the SentencePiece-style one (load_sp.c) */
+    rc = sp_load_normalizer(t, path, root, &sp_pretok);
     static const char *const nulls[] = {"normalizer", "truncation", "padding"};
-    for (int i = 0; i < 3 && !rc; i++) {
+    for (int i = t->sp; i < 3 && !rc; i++) {
         json_t *v = json_object_get(root, nulls[i]);
         if (v && !json_is_null(v))
             rc = bad(path, nulls[i], "must be null (not supported)");
@@ -360,16 +379,19 @@ int load_hf(tr_tokenizer *t, const char *path)
     json_t *dec = json_object_get(root, "decoder");
     static const char *const decoders[] = {"ByteLevel", NULL};
     int which;
-    if (!rc && dec && !json_is_null(dec))
+    if (!rc && t->sp)
+        rc = sp_load_decoder(t, path, dec);
+    else if (!rc && dec && !json_is_null(dec))
         rc = type_of(path, "decoder", dec, decoders, &which);
     if (!rc)
         rc = load_model(t, path, json_object_get(root, "model"));
     if (!rc)
         rc = load_added(t, path, json_object_get(root, "added_tokens"));
-    if (!rc)
+    if (!rc && !sp_pretok)
         rc = load_pretok(t, path, json_object_get(root, "pre_tokenizer"), 0, &bytelevel);
-    if (!rc && !bytelevel)
+    if (!rc && !bytelevel && !t->sp)
         rc = bad(path, "pre_tokenizer", "has no ByteLevel step: the model does not work on bytes");
+
     if (!rc)
         rc = load_template(t, path, json_object_get(root, "post_processor"), 0);
     for (int i = 0; !rc && i < t->n_prefix + t->n_suffix; i++) {

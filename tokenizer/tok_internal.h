@@ -86,7 +86,21 @@ struct tr_tokenizer {
     int32_t prefix[TOK_MAX_TEMPLATE], suffix[TOK_MAX_TEMPLATE];
     int n_prefix, n_suffix;
     int32_t eod;
+    /* SentencePiece-style BPE (load_sp.c): the symbols are characters, not bytes, and U+2581
+     * is the files' space; the tables keep it as ' ' (the text's spaces and U+2581 are one
+     * symbol either way, as the normalizer or Metaspace makes them). */
+    int sp;
+    int sp_prepend;          /* SP_PREPEND_*: the space put before a segment of text */
+    int sp_split;            /* Metaspace split: a piece per space, the space starting it */
+    int byte_fallback;       /* a character without a token becomes its bytes' <0xHH> */
+    int fuse_unk;            /* consecutive unknown characters are one unk_id */
+    int32_t unk_id;          /* -1: none (an unknown character is dropped, as tokenizers does) */
+    int32_t fallback_id[256]; /* <0xHH> of each byte, -1 when missing */
+    int decode_bytes;        /* the decoder's ByteFallback: a token spelled <0xHH> is a byte */
+    int decode_strip;        /* leading spaces the decoder strips from the text (its Strip) */
 };
+
+enum { SP_PREPEND_NEVER, SP_PREPEND_ALWAYS, SP_PREPEND_UNLESS_SPACE, SP_PREPEND_FIRST };
 
 /* realloc *p to n items of `size` bytes; 0 (and *p unchanged) when that fails. */
 static inline int tok_grow(void *p, size_t n, size_t size)
@@ -150,11 +164,27 @@ long unmap_token(const char *s, size_t len, char *out);
  * the eod default. */
 TR_MUST_CHECK int tok_finish_bytes(tr_tokenizer *t);
 
-/* ---- load_gpt2.c, load_hf.c ---- */
+/* ---- load_gpt2.c, load_hf.c, load_sp.c ---- */
 TR_MUST_CHECK int load_gpt2(tr_tokenizer *t, const char *vocab_file, const char *merge_file);
 TR_MUST_CHECK int load_hf(tr_tokenizer *t, const char *path);
-/* Read a whole JSON file with jansson (duplicate keys refused); `what` names it in messages. */
 struct json_t;
+/* tokenizer.json's normalizer and pre_tokenizer when they make a SentencePiece-style BPE
+ * (t->sp = 1; *taken = 1: the pre_tokenizer is read here, not by load_hf); the model's
+ * byte_fallback / unk_token / fuse_unk (after the vocabulary); its decoder. */
+TR_MUST_CHECK int sp_load_normalizer(tr_tokenizer *t, const char *file, struct json_t *root,
+                                     int *taken);
+TR_MUST_CHECK int sp_load_model(tr_tokenizer *t, const char *file, struct json_t *model);
+TR_MUST_CHECK int sp_load_decoder(tr_tokenizer *t, const char *file, struct json_t *dec);
+/* A token as spelled in a SentencePiece vocabulary -> its text (U+2581 -> ' ') into out (room
+ * for len bytes); -1 when it holds a literal space, 0 when empty. */
+long sp_unspace(const char *s, size_t len, char *out);
+/* A text with U+2581 -> ' ' (the decoder's Replace) into out (may be s); its length. */
+size_t sp_decoded_text(const char *s, size_t len, char *out);
+/* The byte that ByteFallback's decoder reads in token s: "<0xHH>" (hex digits of either case,
+ * or '+' and one digit, as Rust's from_str_radix takes them), else -1. *exact: spelled as
+ * tokenizers spells a fallback byte when encoding ("<0x%02X>"). */
+int sp_byte_token(const char *s, size_t len, int *exact);
+/* Read a whole JSON file with jansson (duplicate keys refused); `what` names it in messages. */
 TR_MUST_CHECK int load_json_file(const char *path, const char *what, struct json_t **out);
 /* A token for messages: escaped (\xNN for bytes outside printable ASCII) and shortened to fit
  * buf's cap bytes. */
@@ -205,7 +235,9 @@ size_t utf8_invalid_len(const unsigned char *s, size_t len);
 typedef struct bpe_cache bpe_cache;
 TR_MUST_CHECK int bpe_cache_create(bpe_cache **out);
 void bpe_cache_free(bpe_cache *c);
-/* Ids of one pre-token appended to *ids (see tr_encode). */
+/* Ids of one pre-token appended to *ids (see tr_encode); a SentencePiece-style model's
+ * (t->sp) pre-token starts as its characters (their bytes' <0xHH> tokens, or unk_id, for
+ * those without a token). */
 TR_MUST_CHECK int bpe_word(const tr_tokenizer *t, bpe_cache *c, const char *w, size_t n,
                            int32_t **ids, size_t *n_ids, size_t *cap);
 /* Make room for `more` ids. */

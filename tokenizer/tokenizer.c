@@ -13,6 +13,8 @@ struct tr_encoder {
     bpe_cache *cache;
     char *clean; /* the text with invalid UTF-8 replaced, when it had some */
     size_t clean_cap;
+    char *norm; /* SentencePiece-style: a segment with its spaces, prepended one included */
+    size_t norm_cap;
     /* where the current tr_encode appends */
     int32_t **ids;
     size_t *n, *cap;
@@ -145,6 +147,7 @@ void tr_encoder_free(tr_encoder *e)
     pretok_state_free(&e->ps);
     bpe_cache_free(e->cache);
     free(e->clean);
+    free(e->norm);
     free(e);
 }
 
@@ -218,11 +221,50 @@ static const added_token *added_at(const tr_tokenizer *t, const char *text, size
     return NULL;
 }
 
+/* A SentencePiece-style segment (text between added tokens; at_start: it begins the text):
+ * U+2581 read as the space it stands for, the space the normalizer's Prepend or Metaspace's
+ * prepend_scheme puts first, then one piece, or (Metaspace split) a piece per space, each
+ * space starting its piece (tokenizers' MergedWithNext). */
+static int sp_segment(tr_encoder *e, const char *text, size_t len, int at_start)
+{
+    const tr_tokenizer *t = e->t;
+    int space_first = len && (text[0] == ' ' || (len >= 3 && !memcmp(text, "\xE2\x96\x81", 3)));
+    int prepend = t->sp_prepend == SP_PREPEND_ALWAYS ||
+                  (t->sp_prepend == SP_PREPEND_UNLESS_SPACE && !space_first) ||
+                  (t->sp_prepend == SP_PREPEND_FIRST && at_start && !space_first);
+    if (!len)
+        return TR_OK;
+    if (len + 1 > e->norm_cap) {
+        char *p = realloc(e->norm, len + 1);
+        if (!p)
+            return tr_fail(TR_ERR_NOMEM, "out of memory for a text of %zu bytes", len);
+        e->norm = p;
+        e->norm_cap = len + 1;
+    }
+    e->norm[0] = ' ';
+    size_t n = (size_t)prepend + sp_decoded_text(text, len, e->norm + prepend), start = 0;
+    int rc = TR_OK;
+    for (size_t i = 1; i < n && t->sp_split && !rc; i++)
+        if (e->norm[i] == ' ') {
+            rc = on_piece(e, e->norm + start, i - start);
+            start = i;
+        }
+    return rc ? rc : on_piece(e, e->norm + start, n - start);
+}
+
+/* The text between two added tokens (or the text's ends); at_start: it begins the text. */
+static int encode_segment(tr_encoder *e, const char *text, size_t len, int at_start)
+{
+    if (e->t->sp)
+        return sp_segment(e, text, len, at_start);
+    return pretokenize(e->t, &e->ps, 0, text, len, on_piece, e);
+}
+
 static int encode_text(tr_encoder *e, const char *text, size_t len)
 {
     const tr_tokenizer *t = e->t;
     if (!t->n_added)
-        return pretokenize(t, &e->ps, 0, text, len, on_piece, e);
+        return encode_segment(e, text, len, 1);
     size_t start = 0;
     int rc = TR_OK;
     for (size_t i = 0; i < len && !rc; i++) {
@@ -231,13 +273,13 @@ static int encode_text(tr_encoder *e, const char *text, size_t len)
         const added_token *a = added_at(t, text + i, len - i);
         if (!a)
             continue;
-        rc = pretokenize(t, &e->ps, 0, text + start, i - start, on_piece, e);
+        rc = encode_segment(e, text + start, i - start, start == 0);
         if (!rc)
             rc = append_ids(e, &a->id, 1);
         start = i + a->len;
         i = start - 1;
     }
-    return rc ? rc : pretokenize(t, &e->ps, 0, text + start, len - start, on_piece, e);
+    return rc ? rc : encode_segment(e, text + start, len - start, start == 0);
 }
 
 int tr_encode(tr_encoder *e, const char *text, size_t len, int add_special, int32_t **ids,
@@ -275,7 +317,46 @@ const char *tr_token_bytes(const tr_tokenizer *t, int32_t id, size_t *len)
     if (id < 0 || id >= t->n_ids || t->tok_len[id] == UINT32_MAX)
         return NULL;
     *len = t->tok_len[id];
-    return t->pool + t->tok_off[id];
+    const char *s = t->pool + t->tok_off[id];
+    int exact, b = t->decode_bytes && *len == 6 ? sp_byte_token(s, 6, &exact) : -1;
+    if (b >= 0) { /* ByteFallback: the byte it spells */
+        *len = 1;
+        return (const char *)all_bytes + b;
+    }
+    return s;
+}
+
+/* SentencePiece-style decoding (tokenizers' Replace, ByteFallback, Fuse, Strip): the tokens'
+ * text, each run of byte tokens as its bytes when they are valid UTF-8 and as one U+FFFD a
+ * token when not, then up to decode_strip leading spaces removed. */
+static int sp_decode(const tr_tokenizer *t, const int32_t *ids, size_t n, char *s, size_t *len)
+{
+    size_t o = 0, l;
+    for (size_t i = 0; i < n;) {
+        size_t run = 0, at = o;
+        const char *b;
+        while (i + run < n && (b = tr_token_bytes(t, ids[i + run], &l)) && l == 1 &&
+               t->tok_len[ids[i + run]] == 6 && t->decode_bytes) {
+            s[o++] = b[0];
+            run++;
+        }
+        if (run && utf8_valid_prefix((const unsigned char *)s + at, o - at) != o - at)
+            for (o = at; o < at + 3 * run; o += 3)
+                memcpy(s + o, "\xEF\xBF\xBD", 3);
+        if (run) {
+            i += run;
+            continue;
+        }
+        b = tr_token_bytes(t, ids[i++], &l);
+        memcpy(s + o, b, l);
+        o += l;
+    }
+    size_t cut = 0;
+    while (cut < o && cut < (size_t)t->decode_strip && s[cut] == ' ')
+        cut++;
+    memmove(s, s + cut, o - cut);
+    *len = o - cut;
+    return TR_OK;
 }
 
 int tr_decode(const tr_tokenizer *t, const int32_t *ids, size_t n, char **text, size_t *len)
@@ -287,15 +368,18 @@ int tr_decode(const tr_tokenizer *t, const int32_t *ids, size_t n, char **text, 
                                            "%s", (int)ids[i], i, t->source);
         total += l;
     }
-    char *s = malloc(total + 1);
+    char *s = malloc(3 * total + 1); /* (a byte token may become U+FFFD) */
     if (!s)
         return tr_fail(TR_ERR_NOMEM, "out of memory decoding %zu tokens", n);
     size_t o = 0;
-    for (size_t i = 0; i < n; i++) {
-        const char *b = tr_token_bytes(t, ids[i], &l);
-        memcpy(s + o, b, l);
-        o += l;
-    }
+    if (t->kind == TOK_HF && t->sp)
+        (void)sp_decode(t, ids, n, s, &o);
+    else
+        for (size_t i = 0; i < n; i++) {
+            const char *b = tr_token_bytes(t, ids[i], &l);
+            memcpy(s + o, b, l);
+            o += l;
+        }
     s[o] = '\0';
     *text = s;
     if (len)

@@ -1,4 +1,5 @@
-/* tokenizer/ — text <-> token ids: the byte-level tokenizer and byte-level BPE.
+/* tokenizer/ — text <-> token ids: the byte-level tokenizer, byte-level BPE and
+ * SentencePiece-style BPE.
  *
  * Contract:
  *  - Types (Megatron's --tokenizer-type names):
@@ -18,15 +19,25 @@
  *                          no token is TR_ERR_INVALID naming it), else (no such file, or no
  *                          eos_token in it, or null) the first added token named <|endoftext|>,
  *                          <|end_of_text|>, </s> or <eos>.
- *    Anything else in a file (a normalizer, a WordPiece model, a Metaspace pre-tokenizer,
- *    byte_fallback, dropout, ...) is refused with TR_ERR_INVALID naming the file and the
- *    field: a tokenizer that cannot be reproduced exactly is never used approximately.
+ *                          Or a SentencePiece-style BPE over characters (Llama-2, Mistral:
+ *                          what transformers' LlamaConverter writes): U+2581 for spaces from
+ *                          the normalizer Prepend "▁" + Replace " " -> "▁" (each segment
+ *                          between added tokens prepended) or a Metaspace pre-tokenizer
+ *                          (prepend_scheme always / first / never, split); a character without
+ *                          a token becomes its bytes' <0xHH> tokens (byte_fallback) or unk_token
+ *                          (fuse_unk); decoding as its decoder Replace "▁" -> " ", ByteFallback
+ *                          (a run of byte tokens that is not UTF-8: one U+FFFD a token), Fuse,
+ *                          Strip {start N} does, which is tokenizers' decode(ids,
+ *                          skip_special_tokens=False).
+ *    Anything else in a file (another normalizer, a WordPiece or Unigram model, dropout, ...)
+ *    is refused with TR_ERR_INVALID naming the file and the field: a tokenizer that cannot be
+ *    reproduced exactly is never used approximately.
  *  - Pre-tokenizer regexes run in PCRE2 (UTF, Unicode properties, JIT) with \s and \S
  *    replaced by the Unicode White_Space set, which is what Oniguruma (tokenizers) and Rust's
  *    regex (tiktoken) mean by them; a nested class [a[bc]] is flattened to a union, as
  *    Oniguruma reads it (Bloom's pattern).
  *  - Merges: the lowest-ranked adjacent pair first, the leftmost among equals, over the
- *    pre-token's bytes; results are cached per encoder.
+ *    pre-token's bytes (SentencePiece-style: its characters); results are cached per encoder.
  *  - Input bytes that are not valid UTF-8 are replaced by U+FFFD, one per maximal invalid
  *    subpart (Python's bytes.decode("utf-8", "replace") and Rust's from_utf8_lossy), before
  *    anything else; the bytes tokenizer takes bytes as they are.
@@ -81,8 +92,10 @@ void tr_encoder_free(tr_encoder *e);
 TR_MUST_CHECK int tr_encode(tr_encoder *e, const char *text, size_t len, int add_special,
                             int32_t **ids, size_t *n, size_t *cap);
 
-/* The bytes of token `id` (added tokens: their text), *len of them; NULL for an id outside
- * the vocabulary or a hole in it. Decoding = concatenating these. */
+/* The bytes of token `id` (added tokens: their text; SentencePiece-style: U+2581 as ' ', a
+ * byte-fallback token its byte), *len of them; NULL for an id outside the vocabulary or a hole
+ * in it. Decoding = concatenating these (SentencePiece-style: and the decoder's U+FFFD and
+ * Strip, see above). */
 const char *tr_token_bytes(const tr_tokenizer *t, int32_t id, size_t *len);
 /* The text of ids as a NUL-terminated malloc'ed string of *len bytes (len may be NULL);
  * ids outside the vocabulary are TR_ERR_INVALID. */

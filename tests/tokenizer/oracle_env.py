@@ -121,6 +121,41 @@ def llama3_style(base):
     return j
 
 
+SP = "\u2581"  # SentencePiece's space
+
+
+def llama2_style(trained, pre_tokenizer=None, byte_fallback=True):
+    """A tokenizer.json dict in Llama-2's shape (transformers' LlamaConverter) over the vocabulary
+    and merges of `trained` (a dict of a BPE tokenizer.json trained on SentencePiece-style text):
+    ids 0-2 <unk> <s> </s> (added, special), 3-258 the byte-fallback tokens <0x00>..<0xFF>, then
+    the trained tokens in order; BOS template; decoder Replace, ByteFallback, Fuse, Strip. With
+    pre_tokenizer None the normalizer is Llama-2's Prepend + Replace; with a Metaspace one
+    (transformers' legacy=False) there is no normalizer."""
+    order = sorted(trained["model"]["vocab"].items(), key=lambda kv: kv[1])
+    vocab = {"<unk>": 0, "<s>": 1, "</s>": 2}
+    for b in range(256):
+        vocab["<0x%02X>" % b] = 3 + b
+    for tok, _ in order:
+        vocab.setdefault(tok, len(vocab))
+    model = dict(trained["model"], vocab=vocab, unk_token="<unk>", fuse_unk=True,
+                 byte_fallback=byte_fallback)
+    replace = {"type": "Replace", "pattern": {"String": " "}, "content": SP}
+    normalizer = None if pre_tokenizer else {"type": "Sequence", "normalizers": [
+        {"type": "Prepend", "prepend": SP}, replace]}
+    bos = {"SpecialToken": {"id": "<s>", "type_id": 0}}
+    return {"version": "1.0", "truncation": None, "padding": None,
+            "added_tokens": [added_token(0, "<unk>"), added_token(1, "<s>"), added_token(2, "</s>")],
+            "normalizer": normalizer, "pre_tokenizer": pre_tokenizer,
+            "post_processor": {"type": "TemplateProcessing", "single": [bos, {"Sequence": {"id": "A", "type_id": 0}}],
+                               "pair": [bos, {"Sequence": {"id": "A", "type_id": 0}}, bos,
+                                        {"Sequence": {"id": "B", "type_id": 1}}],
+                               "special_tokens": {"<s>": {"id": "<s>", "ids": [1], "tokens": ["<s>"]}}},
+            "decoder": {"type": "Sequence", "decoders": [
+                {"type": "Replace", "pattern": {"String": SP}, "content": " "}, {"type": "ByteFallback"},
+                {"type": "Fuse"}, {"type": "Strip", "content": " ", "start": 1, "stop": 0}]},
+            "model": model}
+
+
 def fortune_files():
     """Every fortune file (Debian's fortunes package), .dat indexes and links left out."""
     files = sorted(f for f in glob.glob("/usr/share/games/fortunes/*")

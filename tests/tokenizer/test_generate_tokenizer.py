@@ -5,6 +5,10 @@ bytes, merges that spell a few words, <|endoftext|>), a JSON Lines corpus prepro
 against it), then `trident generate` with the tokenizer: --prompt is encoded with it (the same
 continuation as --prompt-ids of its ids), the text is decoded, and the greedy continuation is
 made of the corpus' words; a tokenizer larger than the model's vocabulary is refused (exit 2).
+The same from preprocess to generate with a SentencePiece-style tokenizer.json in Llama-2's shape
+(characters and U+2581 merged into the words, <0xHH> byte fallback, <s> template, </s> end of
+document): the prompt gets <s> and its words' tokens, a character outside the vocabulary its
+UTF-8 bytes, and the decoded text has spaces where the model's U+2581 are.
 usage: test_generate_tokenizer.py TRIDENT WORKDIR"""
 import json
 import os
@@ -114,4 +118,67 @@ check("a tokenizer larger than the model's vocabulary: exit 2", r.returncode == 
 r = tt.run([trident, "generate", ckpt, "--prompt", "alpha", "--tokenizer-type", "GPT2BPETokenizer"], timeout=60)
 check("a tokenizer without its files: exit 2 naming the flag", r.returncode == 2 and "needs --vocab-file" in r.stderr,
       r.stderr[-500:])
+
+# ---- SentencePiece-style (Llama-2's shape) ----
+SP = "\u2581"
+sp_vocab = {"<unk>": 0, "<s>": 1, "</s>": 2}
+for b in range(256):
+    sp_vocab["<0x%02X>" % b] = 3 + b
+sp_merges = []
+for w in words:  # "▁word" built left to right from its characters
+    chars = [SP] + list(w)
+    for ch in chars:
+        sp_vocab.setdefault(ch, len(sp_vocab))
+    cur = chars[0]
+    for ch in chars[1:]:
+        if cur + ch not in sp_vocab:
+            sp_merges.append(f"{cur} {ch}")
+            sp_vocab[cur + ch] = len(sp_vocab)
+        cur += ch
+bos = {"SpecialToken": {"id": "<s>", "type_id": 0}}
+sp_tok = {"version": "1.0", "truncation": None, "padding": None,
+          "added_tokens": [{"id": i, "content": c, "single_word": False, "lstrip": False, "rstrip": False,
+                            "normalized": False, "special": True} for i, c in enumerate(["<unk>", "<s>", "</s>"])],
+          "normalizer": {"type": "Sequence", "normalizers": [
+              {"type": "Prepend", "prepend": SP}, {"type": "Replace", "pattern": {"String": " "}, "content": SP}]},
+          "pre_tokenizer": None,
+          "post_processor": {"type": "TemplateProcessing", "single": [bos, {"Sequence": {"id": "A", "type_id": 0}}],
+                             "special_tokens": {"<s>": {"id": "<s>", "ids": [1], "tokens": ["<s>"]}}},
+          "decoder": {"type": "Sequence", "decoders": [
+              {"type": "Replace", "pattern": {"String": SP}, "content": " "}, {"type": "ByteFallback"},
+              {"type": "Fuse"}, {"type": "Strip", "content": " ", "start": 1, "stop": 0}]},
+          "model": {"type": "BPE", "dropout": None, "unk_token": "<unk>", "continuing_subword_prefix": None,
+                    "end_of_word_suffix": None, "fuse_unk": True, "byte_fallback": True, "ignore_merges": False,
+                    "vocab": sp_vocab, "merges": sp_merges}}
+sp_path = tt.write(os.path.join(work, "llama2-style.json"), json.dumps(sp_tok, ensure_ascii=False))
+spflags = ["--tokenizer-type", "HFTokenizer", "--tokenizer-model", sp_path]
+sp_prefix = os.path.join(work, "sp-corpus")
+rc, out, err = tt.outputs([trident, "preprocess", "--input", os.path.join(work, "corpus.jsonl"),
+                           "--output-prefix", sp_prefix, "--append-eod", "--workers", "2", *spflags])
+check("SentencePiece-style: preprocess exit 0", rc == 0, err)
+with open(sp_prefix + "_text_document.bin", "rb") as f:
+    raw = f.read()
+sp_ids = struct.unpack("<%dH" % (len(raw) // 2), raw)
+word_ids = {sp_vocab[SP + w] for w in words}
+check(f"SentencePiece-style: the corpus is <s>, its words' tokens and </s> ({len(sp_ids)} tokens)",
+      sp_ids.count(1) == 400 and sp_ids.count(2) == 400 and set(sp_ids) <= word_ids | {1, 2}, sorted(set(sp_ids))[:20])
+sp_ckpt = os.path.join(work, "sp-ckpt")
+sp_data = dict(data_path=sp_prefix + "_text_document", split="100,0,0",
+               tokenizer={"type": "HFTokenizer", "model": sp_path})
+sp_config = tt.write_config(os.path.join(work, "sp.yaml"), model=dict(model, vocab_size=len(sp_vocab)),
+                            training=dict(micro_batch_size=4, global_batch_size=8, train_iters=60, lr=3.0e-3),
+                            data=sp_data, checkpoint=dict(save=sp_ckpt))
+r = tt.run(tt.train_cmd(trident, sp_config, os.path.join(work, "sp-run"), flags=["--quiet"]), timeout=300)
+if check("SentencePiece-style: training exit 0", r.returncode == 0, r.stderr[-2000:]):
+    def sp_generate(prompt, n):
+        r = tt.run([trident, "generate", sp_ckpt, "--json", "--temperature", "0", "--max-new-tokens", str(n),
+                    "--prompt", prompt, *spflags], timeout=120)
+        return json.loads(r.stdout[r.stdout.index("{"):]) if r.returncode == 0 else {"error": r.stderr[-800:]}
+    got = sp_generate("alpha \u00e9", 1)
+    check("SentencePiece-style: the prompt is <s>, ▁alpha, ▁ and é's two bytes",
+          got.get("prompt_ids") == [1, sp_vocab[SP + "alpha"], sp_vocab[SP], 3 + 0xC3, 3 + 0xA9], got)
+    got = sp_generate("alpha beta", 24)
+    pieces = got.get("text", "").replace("</s>", " ").replace("<s>", " ").split()
+    check("SentencePiece-style: the continuation decodes to the corpus' words, spaced",
+          len(pieces) >= 3 and sum(p in words for p in pieces) >= len(pieces) - 1, got)
 tt.finish()

@@ -17,12 +17,18 @@ Tokenizers compared:
   bloom-trained   a tokenizer trained here by tokenizers on the fortunes with Bloom's
                   pre-tokenizer (merges saved as pairs), and the same with each Split
                   behavior (Removed, MergedWithPrevious, MergedWithNext, Contiguous, inverted)
+  llama2-style    a SentencePiece-style BPE trained here (80 characters kept, so the torture
+                  files' others fall back to <0xHH> bytes) in Llama-2's shape: Prepend + Replace
+                  normalizer; the same under Metaspace (first/always/never, split or not) and
+                  without byte_fallback (fused <unk>); and decoding: random id sequences (byte
+                  tokens valid and not, specials) and the encoded texts, against decode()
 The texts reach the references as Python's bytes.decode("utf-8", "replace") of the file. The
 10 MB line goes through gpt2-files (tokenizers takes ~7 s on it, one thread); the other Split
 behaviors see the torture files.
 usage: test_tokenizer_oracle.py TOK_ENCODE WORKDIR VENV"""
 import json
 import os
+import random
 import struct
 import subprocess
 import sys
@@ -39,13 +45,35 @@ tok_encode, work, venv = sys.argv[1], sys.argv[2], sys.argv[3]
 BLOOM_PATTERN = " ?[^(\\s|[.,!?\u2026\u3002\uff0c\u3001\u0964\u06d4\u060c])]+"
 
 oracle_env.enter(venv)
-from tokenizers import ByteLevelBPETokenizer, Regex, Tokenizer, models, pre_tokenizers, decoders, trainers  # noqa: E402
+from tokenizers import ByteLevelBPETokenizer, Regex, Tokenizer, models, normalizers, pre_tokenizers, decoders, trainers  # noqa: E402
 
 tt.fresh_dir(work)
 
 
 def path(name):
     return os.path.join(work, name)
+
+
+def trident_text(model, id_lists):
+    """tok_encode --decode's text of each id list (HFTokenizer on model), as Python str."""
+    names = []
+    for k, ids in enumerate(id_lists):
+        names.append(path(f"decode-{k}.bin"))
+        with open(names[-1], "wb") as f:
+            f.write(struct.pack("<%di" % len(ids), *ids))
+    p = subprocess.run([tok_encode, "HFTokenizer", "-", "-", model, "--decode"] + names,
+                       capture_output=True, timeout=600)
+    for n in names:
+        os.remove(n)
+    if p.returncode:
+        tt.check(f"{os.path.basename(model)}: tok_encode --decode runs", False, p.stderr.decode(errors="replace"))
+        return None
+    out, at, res = p.stdout, 0, []
+    for _ in id_lists:
+        n = struct.unpack_from("<q", out, at)[0]
+        res.append(out[at + 8:at + 8 + n].decode("utf-8", "surrogateescape"))
+        at += 8 + n
+    return res
 
 
 def trident_ids(kind, vocab, merges, model, files, special=False):
@@ -157,5 +185,42 @@ for behavior, invert in [("Isolated", False), ("Removed", False), ("MergedWithPr
     if mine:
         compare(f"{name} vs tokenizers", mine, [e.ids for e in ref.encode_batch(use_texts)], use_texts,
                 use_files, ref.decode)
+
+# ---- llama2-style: SentencePiece-style BPE (characters, byte fallback, U+2581 spaces) ----
+sp_base = Tokenizer(models.BPE(unk_token="<unk>", byte_fallback=True, fuse_unk=True))
+sp_base.normalizer = normalizers.Sequence([normalizers.Prepend(oracle_env.SP),
+                                           normalizers.Replace(" ", oracle_env.SP)])
+sp_base.train(fortunes[:8], trainers.BpeTrainer(vocab_size=3000, special_tokens=["<unk>", "<s>", "</s>"],
+                                                limit_alphabet=80, show_progress=False))
+trained = json.loads(sp_base.to_str())
+rng = random.Random(7)
+t0 = time.time()
+for name, pre, fallback in [
+        ("llama2-style", None, True),
+        ("llama2-style-metaspace-first", ("first", False), True),
+        ("llama2-style-metaspace-always-split", ("always", True), True),
+        ("llama2-style-metaspace-never-split", ("never", True), True),
+        ("llama2-style-no-fallback", None, False)]:
+    meta = pre and {"type": "Metaspace", "replacement": oracle_env.SP, "prepend_scheme": pre[0], "split": pre[1]}
+    tt.write(path(name + ".json"), json.dumps(oracle_env.llama2_style(trained, meta, fallback)))
+    ref = Tokenizer.from_file(path(name + ".json"))
+    pick = small if name == "llama2-style" else torture_small
+    use_files, use_texts = [files[i] for i in pick], [texts[i] for i in pick]
+    mine = trident_ids("HFTokenizer", None, None, path(name + ".json"), use_files, special=True)
+    if not mine:
+        continue
+    compare(f"{name} vs tokenizers", mine, [e.ids for e in ref.encode_batch(use_texts)], use_texts,
+            use_files, ref.decode)
+    V = ref.get_vocab_size()
+    lists = [[rng.choice([rng.randint(3, 258), rng.randint(0, 2), rng.randint(0, V - 1)])
+              for _ in range(rng.randint(0, 12))] for _ in range(500)]
+    lists += [[3 + 0xC3, 3 + 0xA9], [3 + 0xC3], [3 + 0x20, 300], [3 + 0xE2, 3 + 0x96, 3 + 0x81]] + mine
+    got = trident_text(path(name + ".json"), lists)
+    if got is not None:
+        bad = [f"{ids[:12]}: trident {g[:60]!r} vs {ref.decode(ids, skip_special_tokens=False)[:60]!r}"
+               for ids, g in zip(lists, got) if g != ref.decode(ids, skip_special_tokens=False)]
+        tt.check(f"{name}: decode() identical on {len(lists)} id lists ({len(mine)} of them the texts')",
+                 not bad, "\n     ".join(bad[:5]))
+print(f"     ({time.time() - t0:.1f} s)")
 
 tt.finish("tokenizer oracle: all ids identical")

@@ -1,7 +1,9 @@
 /* tok_encode: a test tool. `tok_encode TYPE VOCAB MERGES MODEL [--special] FILE...` encodes each
  * FILE whole (one text) and writes the ids as int32 little-endian to stdout, one file after
- * another, each preceded by its id count (int64). TYPE/VOCAB/MERGES/MODEL: "-" for none.
- * Exit 2 with the message when the tokenizer or a file is refused, 1 on other failures. */
+ * another, each preceded by its id count (int64). With --decode instead of --special, each FILE
+ * holds int32 ids and their decoded text is written, preceded by its length (int64).
+ * TYPE/VOCAB/MERGES/MODEL: "-" for none. Exit 2 with the message when the tokenizer or a file
+ * is refused, 1 on other failures. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -49,9 +51,11 @@ int main(int argc, char **argv)
         fprintf(stderr, "tok_encode: %s\n", tr_errmsg());
         return 1;
     }
-    int special = 0, first = 5;
+    int special = 0, decode = 0, first = 5;
     if (!strcmp(argv[5], "--special"))
         special = 1, first = 6;
+    else if (!strcmp(argv[5], "--decode"))
+        decode = 1, first = 6;
     int32_t *ids = NULL;
     size_t cap = 0;
     for (int i = first; i < argc; i++) {
@@ -60,6 +64,20 @@ int main(int argc, char **argv)
         if (!text) {
             fprintf(stderr, "tok_encode: cannot read %s\n", argv[i]);
             return 1;
+        }
+        if (decode) {
+            char *out;
+            size_t out_len;
+            if (tr_decode(t, (const int32_t *)(const void *)text, len / 4, &out, &out_len)) {
+                fprintf(stderr, "tok_encode: %s: %s\n", argv[i], tr_errmsg());
+                return 2;
+            }
+            int64_t count = (int64_t)out_len;
+            fwrite(&count, 8, 1, stdout);
+            fwrite(out, 1, out_len, stdout);
+            free(out);
+            free(text);
+            continue;
         }
         if (tr_encode(e, text, len, special, &ids, &n, &cap)) {
             fprintf(stderr, "tok_encode: %s: %s\n", argv[i], tr_errmsg());

@@ -1,0 +1,27 @@
+/* tests/tokenizer: what the tokenizer tests share: a scratch folder, a seeded generator, file
+ * writing, encoding with asserts, refused-file checks, and the mutations of the fuzzed-file
+ * tests (with exercise(): whatever opens encodes anything and decodes it back). */
+#ifndef TOK_TEST_UTIL_H
+#define TOK_TEST_UTIL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "tokenizer/tokenizer.h"
+
+extern char dir[256]; /* the test's scratch folder */
+uint32_t rnd(void);
+/* dir/name (four at a time stay valid). */
+const char *scratch(const char *name);
+void write_file(const char *path, const void *data, size_t n);
+/* The ids of text (malloc'ed, *n of them); asserts success. */
+int32_t *encode(tr_tokenizer *t, const char *text, size_t len, int special, size_t *n);
+/* Opening these files fails with a message containing needle (NULL: any), and no tokenizer. */
+void expect_refused(const char *type, const char *vocab, const char *merges, const char *model,
+                    const char *needle);
+/* A mutated copy of data (bytes flipped, inserted, deleted, or the end cut) into out (room for
+ * 12 n bytes); its length. */
+size_t mutate(const char *data, size_t n, char *out);
+void exercise(tr_tokenizer *t);
+
+#endif
