@@ -302,7 +302,10 @@ typedef struct tr_store_server tr_store_server;
  * or a client of this token claiming another world size, stops the rendezvous: every waiting
  * and later request fails (TR_ERR_CONFIG at the client) with the reason. 0: no checks. A peer
  * costs at most a few KiB until its token is accepted (1024 such peers at most); every rank
- * of world_size has room for its connection besides. */
+ * of world_size has room for its connection besides. A peer is dropped (and named in the log)
+ * when its HELLO has not come 10 s after it connected, or when a request it began has not
+ * arrived whole 10 s after its first byte; a rank waiting in a GET or WAIT, or quiet between
+ * requests, is never timed. */
 TR_MUST_CHECK int tr_store_server_start(const char *bind_host, int port, const char *token,
                           const char *session, int world_size, tr_store_server **out);
 int tr_store_server_port(const tr_store_server *s);
