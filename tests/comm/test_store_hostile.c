@@ -28,33 +28,6 @@
 
 #include <cmocka.h>
 
-static tr_store_server *server;
-static int port;
-
-static int setup(void **state)
-{
-    (void)state;
-    if (tr_store_server_start("127.0.0.1", 0, "tok", "s1", 0, &server))
-        return -1;
-    port = tr_store_server_port(server);
-    return 0;
-}
-
-static int teardown(void **state)
-{
-    (void)state;
-    tr_store_server_stop(server);
-    server = NULL;
-    return 0;
-}
-
-static tr_store *client(double timeout)
-{
-    tr_store *st = NULL;
-    if (tr_store_connect("127.0.0.1", port, "tok", "s1", -1, 0, timeout, &st))
-        fail_msg("connect: %s", tr_errmsg());
-    return st;
-}
 
 /* ---------------------------------------------------------------- fuzz */
 
@@ -600,5 +573,5 @@ int main(void)
         cmocka_unit_test_teardown(test_stalled_requests_dropped, release_stderr),
         cmocka_unit_test(test_parked_and_quiet_ranks_not_timed),
     };
-    return cmocka_run_group_tests(tests, setup, teardown);
+    return cmocka_run_group_tests(tests, store_setup, store_teardown);
 }

@@ -151,3 +151,33 @@ double cpu_seconds(void)
     return (double)u.ru_utime.tv_sec + (double)u.ru_utime.tv_usec * 1e-6 +
            (double)u.ru_stime.tv_sec + (double)u.ru_stime.tv_usec * 1e-6;
 }
+
+/* ---- the server of each test */
+
+tr_store_server *server;
+int port;
+
+int store_setup(void **state)
+{
+    (void)state;
+    if (tr_store_server_start("127.0.0.1", 0, "tok", "s1", 0, &server))
+        return -1;
+    port = tr_store_server_port(server);
+    return 0;
+}
+
+int store_teardown(void **state)
+{
+    (void)state;
+    tr_store_server_stop(server);
+    server = NULL;
+    return 0;
+}
+
+tr_store *client(double timeout)
+{
+    tr_store *st = NULL;
+    if (tr_store_connect("127.0.0.1", port, "tok", "s1", -1, 0, timeout, &st))
+        fail_msg("connect: %s", tr_errmsg());
+    return st;
+}

@@ -9,6 +9,13 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+/* The server of each test (token "tok", session "s1", any free port), started and stopped by
+ * the cmocka setup and teardown; client(): a rank-less connection to it. */
+extern tr_store_server *server;
+extern int port;
+int store_setup(void **state);
+int store_teardown(void **state);
+tr_store *client(double timeout);
 /* rc is `code` and tr_errmsg() holds needle (a cmocka failure otherwise). */
 void expect_error(int rc, int code, const char *needle);
 /* A blocking TCP connection to 127.0.0.1:p, or -1. */

@@ -108,3 +108,17 @@ void exercise(tr_tokenizer *t)
     }
 }
 
+int open_mutated(const char *type, const char *vocab, const char *merges, const char *model)
+{
+    tr_tokenizer_files f = {type, vocab, merges, model};
+    tr_tokenizer *t = NULL;
+    int rc = tr_tokenizer_open(&f, &t);
+    if (rc == TR_OK) {
+        exercise(t);
+        tr_tokenizer_free(t);
+        return 1;
+    }
+    assert_int_equal(rc, TR_ERR_INVALID);
+    assert_null(t);
+    return 0;
+}

@@ -23,5 +23,8 @@ void expect_refused(const char *type, const char *vocab, const char *merges, con
  * 12 n bytes); its length. */
 size_t mutate(const char *data, size_t n, char *out);
 void exercise(tr_tokenizer *t);
+/* Open a mutated file: 1 when it opened (and exercise() passed), 0 when it was refused as
+ * TR_ERR_INVALID (anything else fails the test). */
+int open_mutated(const char *type, const char *vocab, const char *merges, const char *model);
 
 #endif
