@@ -90,20 +90,14 @@ int add_vocab_object(tr_tokenizer *t, json_t *vocab, const char *file)
             raw = p;
         }
         long rlen = t->sp ? sp_unspace(key, klen, raw) : unmap_token(key, klen, raw);
-        if (rlen <= 0 && t->sp) {
-            rc = tr_fail(TR_ERR_INVALID,
-                         "%s: token '%s' is %s (a SentencePiece-style vocabulary spells a space "
-                         "U+2581)",
-                         file, tok_show(key, klen, shown, sizeof shown),
-                         rlen == 0 ? "empty" : "spelled with a space");
-            break;
-        }
         if (rlen <= 0) {
-            rc = tr_fail(TR_ERR_INVALID,
-                         "%s: token '%s' is %s (a byte-level vocabulary spells every token in "
-                         "GPT-2's 256-character byte alphabet)",
-                         file, tok_show(key, klen, shown, sizeof shown),
-                         rlen == 0 ? "empty" : "not in GPT-2's byte alphabet");
+            rc = tr_fail(TR_ERR_INVALID, "%s: token '%s' is %s (%s)", file,
+                         tok_show(key, klen, shown, sizeof shown),
+                         rlen == 0 ? "empty" : t->sp ? "spelled with a space"
+                                                     : "not in GPT-2's byte alphabet",
+                         t->sp ? "a SentencePiece-style vocabulary spells a space U+2581"
+                               : "a byte-level vocabulary spells every token in GPT-2's "
+                                 "256-character byte alphabet");
             break;
         }
         int32_t id = (int32_t)json_integer_value(value);

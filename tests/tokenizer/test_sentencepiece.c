@@ -14,7 +14,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "tok_test_util.h"
 #include "tokenizer/tokenizer.h"
@@ -233,20 +232,11 @@ static void test_fuzzed_files(void **state)
 
 int main(void)
 {
-    snprintf(dir, sizeof dir, "/tmp/trident-sp-test-%d", (int)getpid());
-    char cmd[300];
-    snprintf(cmd, sizeof cmd, "mkdir -p %s", dir);
-    if (system(cmd))
-        return 1;
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_llama2_shape),
         cmocka_unit_test(test_metaspace),
         cmocka_unit_test(test_refused),
         cmocka_unit_test(test_fuzzed_files),
     };
-    int rc = cmocka_run_group_tests(tests, NULL, NULL);
-    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-    if (system(cmd))
-        return 1;
-    return rc;
+    return tok_test_main("sp-test", tests, sizeof tests / sizeof tests[0]);
 }

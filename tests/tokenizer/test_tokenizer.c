@@ -503,20 +503,11 @@ static void test_fuzzed_files(void **state)
 
 int main(void)
 {
-    snprintf(dir, sizeof dir, "/tmp/trident-tok-test-%d", (int)getpid());
-    char cmd[300];
-    snprintf(cmd, sizeof cmd, "mkdir -p %s", dir);
-    if (system(cmd))
-        return 1;
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_merges_match_naive), cmocka_unit_test(test_utf8_repair),
         cmocka_unit_test(test_hf_features), cmocka_unit_test(test_malformed_files),
         cmocka_unit_test(test_tokenizer_config_eos), cmocka_unit_test(test_id_cap),
         cmocka_unit_test(test_fuzzed_files),
     };
-    int rc = cmocka_run_group_tests(tests, NULL, NULL);
-    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-    if (system(cmd))
-        return 1;
-    return rc;
+    return tok_test_main("tok-test", tests, sizeof tests / sizeof tests[0]);
 }

@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "tok_test_util.h"
 
@@ -121,4 +122,16 @@ int open_mutated(const char *type, const char *vocab, const char *merges, const 
     assert_int_equal(rc, TR_ERR_INVALID);
     assert_null(t);
     return 0;
+}
+
+int tok_test_main(const char *name, const struct CMUnitTest *tests, size_t n)
+{
+    snprintf(dir, sizeof dir, "/tmp/trident-%s-%d", name, (int)getpid());
+    char cmd[400];
+    snprintf(cmd, sizeof cmd, "mkdir -p %s", dir);
+    if (system(cmd))
+        return 1;
+    int rc = _cmocka_run_group_tests(name, tests, n, NULL, NULL);
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    return system(cmd) ? 1 : rc;
 }

@@ -26,5 +26,9 @@ void exercise(tr_tokenizer *t);
 /* Open a mutated file: 1 when it opened (and exercise() passed), 0 when it was refused as
  * TR_ERR_INVALID (anything else fails the test). */
 int open_mutated(const char *type, const char *vocab, const char *merges, const char *model);
+/* A test program's main: the scratch folder /tmp/trident-NAME-PID made, the tests run, the
+ * folder removed. */
+struct CMUnitTest;
+int tok_test_main(const char *name, const struct CMUnitTest *tests, size_t n);
 
 #endif
