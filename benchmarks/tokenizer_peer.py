@@ -1,8 +1,10 @@
 """The peers of benchmarks/tokenizer_speed.sh: tokens/s of tiktoken (encode_ordinary_batch) and
 Hugging Face tokenizers (encode_batch) with GPT-2's vocabulary on the texts of a JSON Lines file
-(its "text" fields, read before timing), on THREADS threads; best of REPEATS runs. Prints one
+(its "text" fields, read before timing), on THREADS threads; best of REPEATS runs. With a
+TOKENIZER_JSON (a SentencePiece-style one: tiktoken has no such model), tokenizers alone, on
+that file, with its template (encode_batch's default, as trident preprocess encodes). Prints one
 JSON object. tokenizers' thread pool size comes from RAYON_NUM_THREADS, set by the caller.
-usage: tokenizer_peer.py CORPUS.jsonl ENCODER_JSON VOCAB_BPE THREADS REPEATS"""
+usage: tokenizer_peer.py CORPUS.jsonl ENCODER_JSON VOCAB_BPE THREADS REPEATS [TOKENIZER_JSON]"""
 import json
 import os
 import sys
@@ -20,8 +22,9 @@ threads, repeats = int(threads), int(repeats)
 with open(corpus) as f:
     texts = [json.loads(line)["text"] for line in f]
 
-tik = oracle_env.tiktoken_encoding(encoder_json)
-hf = ByteLevelBPETokenizer(encoder_json, vocab_bpe)
+model = sys.argv[6] if len(sys.argv) > 6 else None
+tik = None if model else oracle_env.tiktoken_encoding(encoder_json)
+hf = tokenizers.Tokenizer.from_file(model) if model else ByteLevelBPETokenizer(encoder_json, vocab_bpe)
 
 
 def best(fn):
@@ -45,7 +48,7 @@ def run_tokenizers():
 
 out = {"texts": len(texts), "bytes": sum(len(t.encode()) for t in texts),
        "tiktoken_version": tiktoken.__version__, "tokenizers_version": tokenizers.__version__}
-for name, fn in (("tiktoken", run_tiktoken), ("tokenizers", run_tokenizers)):
+for name, fn in (("tiktoken", run_tiktoken), ("tokenizers", run_tokenizers))[1 if model else 0:]:
     tokens, seconds = best(fn)
     out[name] = {"tokens": tokens, "seconds": seconds, "tokens_per_s": tokens / seconds}
 print(json.dumps(out))

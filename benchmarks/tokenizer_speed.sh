@@ -6,18 +6,23 @@
 # (reading and parsing JSON, tokenizing, writing .bin/.idx); the peers' is encoding alone, the
 # texts already in memory. Best of 3. Prints tokens/s and the ratios. The peers and GPT-2's
 # files come into the build folder's tokenizer venv (tests/tokenizer/oracle_env.py).
+# --tokenizer llama2: instead a SentencePiece-style BPE in Llama-2's shape (characters, byte
+# fallback, <s> template), trained here by tokenizers on the same corpus (vocabulary 32000, as
+# Llama-2's), trident's HFTokenizer beside tokenizers alone (tiktoken has no such model).
 #
-#   benchmarks/tokenizer_speed.sh [--build DIR] [--repeat 4]
+#   benchmarks/tokenizer_speed.sh [--build DIR] [--repeat 4] [--tokenizer gpt2|llama2]
 set -euo pipefail
 cd "$(dirname "$0")/.."
-build=build repeat=4
+build=build repeat=4 kind=gpt2
 while [ $# -gt 0 ]; do
   case $1 in
     --build) build=$2; shift 2;;
     --repeat) repeat=$2; shift 2;;
-    *) echo "usage: $0 [--build DIR] [--repeat N]" >&2; exit 2;;
+    --tokenizer) kind=$2; shift 2;;
+    *) echo "usage: $0 [--build DIR] [--repeat N] [--tokenizer gpt2|llama2]" >&2; exit 2;;
   esac
 done
+case $kind in gpt2|llama2) ;; *) echo "--tokenizer: gpt2 or llama2" >&2; exit 2;; esac
 venv=$(realpath "$build")/tests/tokenizer/tokenizer-venv
 work=$(mktemp -d); trap 'rm -rf "$work"' EXIT
 # the venv and GPT-2's files, as the tests make them
@@ -43,30 +48,52 @@ with open(sys.argv[1], "w") as out:
         for d in docs:
             out.write(json.dumps({"text": d}) + "\n")
 PY
+tokflags=(--tokenizer-type GPT2BPETokenizer --vocab-file "$enc" --merge-file "$bpe")
+model=
+if [ "$kind" = llama2 ]; then
+  model=$work/llama2.json
+  "$py" - "$work/corpus.jsonl" "$model" <<'PY'
+import json, sys
+sys.path.insert(0, "tests/tokenizer")
+import oracle_env
+from tokenizers import Tokenizer, models, normalizers, trainers
+texts = [json.loads(line)["text"] for line in open(sys.argv[1])]
+t = Tokenizer(models.BPE(unk_token="<unk>", byte_fallback=True, fuse_unk=True))
+t.normalizer = normalizers.Sequence([normalizers.Prepend(oracle_env.SP), normalizers.Replace(" ", oracle_env.SP)])
+t.train_from_iterator(texts, trainers.BpeTrainer(vocab_size=32000 - 259, special_tokens=["<unk>", "<s>", "</s>"],
+                                                 limit_alphabet=200, show_progress=False))
+with open(sys.argv[2], "w") as f:
+    json.dump(oracle_env.llama2_style(json.loads(t.to_str())), f)
+PY
+  tokflags=(--tokenizer-type HFTokenizer --tokenizer-model "$model")
+fi
 for threads in 1 2; do
   best=
   for _ in 1 2 3; do
     s=$(date +%s.%N)
     "$build/trident" preprocess --input "$work/corpus.jsonl" --output-prefix "$work/out" \
-      --tokenizer-type GPT2BPETokenizer --vocab-file "$enc" --merge-file "$bpe" --workers "$threads" \
+      "${tokflags[@]}" --workers "$threads" \
       --append-eod --log-interval 0 > "$work/pp.txt"
     e=$(date +%s.%N)
     t=$(python3 -c "print($e - $s)")
     best=$(python3 -c "print(min(float('$t'), float('${best:-1e9}')))")
   done
   tokens=$(sed -E 's/.* documents, ([0-9]+) tokens.*/\1/' "$work/pp.txt")
-  peer=$(RAYON_NUM_THREADS=$threads "$py" benchmarks/tokenizer_peer.py "$work/corpus.jsonl" "$enc" "$bpe" "$threads" 3)
-  python3 - "$threads" "$tokens" "$best" "$peer" <<'PY'
+  peer=$(RAYON_NUM_THREADS=$threads "$py" benchmarks/tokenizer_peer.py "$work/corpus.jsonl" "$enc" "$bpe" "$threads" 3 $model)
+  python3 - "$threads" "$tokens" "$best" "$peer" "$kind" <<'PY'
 import json, subprocess, sys
 threads, tokens, seconds, peer = int(sys.argv[1]), int(sys.argv[2]), float(sys.argv[3]), json.loads(sys.argv[4])
+vocab = "GPT-2 vocabulary" if sys.argv[5] == "gpt2" else "Llama-2-style SentencePiece BPE, 32000 ids"
 cpu = [l.split(":", 1)[1].strip() for l in subprocess.run(["lscpu"], capture_output=True, text=True).stdout.splitlines()
        if l.startswith("Model name")][0]
 docs = peer["texts"]
 ours = (tokens - docs) / seconds  # without the EOD ids the peers do not make
-print(f"cpu: {cpu}; {threads} thread(s); {docs} texts, {peer['bytes'] / 1e6:.1f} MB, GPT-2 vocabulary "
+print(f"cpu: {cpu}; {threads} thread(s); {docs} texts, {peer['bytes'] / 1e6:.1f} MB, {vocab} "
       f"(tiktoken {peer['tiktoken_version']}, tokenizers {peer['tokenizers_version']})")
 print(f"  trident preprocess  {ours / 1e6:7.2f} M tokens/s  ({tokens - docs} tokens, {seconds:.2f} s, whole command)")
 for name in ("tiktoken", "tokenizers"):
+    if name not in peer:
+        continue
     p = peer[name]
     same = "same tokens" if p["tokens"] == tokens - docs else f"{p['tokens']} tokens (differs!)"
     print(f"  {name:18}  {p['tokens_per_s'] / 1e6:7.2f} M tokens/s  ({same}, {p['seconds']:.2f} s)   "

@@ -2,7 +2,8 @@
  *
  * A pre-token of n bytes starts as n single-byte tokens; the adjacent pair of lowest merge rank
  * (the leftmost of equals) is merged until no pair has a merge. Short pre-tokens scan the
- * pairs (n <= SCAN_MAX, O(n^2) but tiny); long ones use a heap of (rank, position) over a
+ * pairs (n <= SCAN_MAX, O(n^2) but tiny; SP_SCAN_MAX for a SentencePiece-style model, whose
+ * pre-token is a whole text); long ones use a heap of (rank, position) over a
  * linked list of symbols with stale entries skipped (O(n log n)), which picks the same pair
  * every time. Cache: pre-tokens of at most CACHE_KEY bytes -> their ids, in an
  * open-addressing table emptied whole when full (results never depend on it). */
@@ -13,6 +14,7 @@
 #include "tokenizer/tok_internal.h"
 
 #define SCAN_MAX 128
+#define SP_SCAN_MAX 16 /* a SentencePiece-style pre-token is often a whole text */
 #define CACHE_KEY 64
 #define CACHE_SLOTS (1u << 16)
 #define CACHE_ENTRIES (CACHE_SLOTS / 2)
@@ -327,7 +329,7 @@ int bpe_word(const tr_tokenizer *t, bpe_cache *c, const char *w, size_t n, int32
     else
         for (size_t i = 0; i < n; i++)
             c->sym[i] = t->byte_id[(unsigned char)w[i]];
-    if (s <= SCAN_MAX)
+    if (s <= (t->sp ? SP_SCAN_MAX : SCAN_MAX))
         merge_scan(t, c, s, &m);
     else if ((rc = merge_heap(t, c, s, &m)))
         return rc;
