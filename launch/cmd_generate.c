@@ -29,7 +29,8 @@ static void generate_usage(FILE *f)
             "A checkpoint's manifest records the model's family (Llama, Bloom); one written\n"
             "before it did needs --config (the run's config: its model section says the family).\n"
             "Tokens are bytes (the byte-level tokenizer of trident preprocess) unless a tokenizer\n"
-            "is given: then --prompt is encoded with it and the text decoded.\n"
+            "is given, or HF_DIR holds a tokenizer.json and no tokenizer option is given: then\n"
+            "--prompt is encoded with it and the text decoded.\n"
             "\n"
             "options:\n"
             "  --prompt TEXT          the prompt (bytes, or the tokenizer's encoding)\n"
@@ -463,6 +464,16 @@ int tr_cmd_generate(int argc, char **argv)
         return run_as_local_ranks("generate", nproc, 0, argc, argv);
     if (adopt_scheduler_identity("trident generate"))
         return 2;
+    /* a Hugging Face folder's own tokenizer.json, as from_pretrained takes it */
+    char hf_tokenizer[4200];
+    snprintf(hf_tokenizer, sizeof hf_tokenizer, "%s/tokenizer.json", o.dir);
+    if (!o.tok.type && !o.tok.vocab_file && !o.tok.merge_file && !o.tok.tokenizer_model &&
+        tr_hf_is_model_folder(o.dir) && !access(hf_tokenizer, F_OK)) {
+        o.tok.type = "HFTokenizer";
+        o.tok.tokenizer_model = hf_tokenizer;
+        fprintf(stderr, "trident generate: the tokenizer of %s (--tokenizer-type ByteLevel for "
+                        "bytes)\n", hf_tokenizer);
+    }
     if ((o.tok.type || o.tok.vocab_file || o.tok.merge_file || o.tok.tokenizer_model) &&
         (rc = tr_tokenizer_open(&o.tok, &o.tokenizer))) {
         fprintf(stderr, "trident generate: %s\n", tr_errmsg());

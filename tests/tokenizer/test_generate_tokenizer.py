@@ -8,7 +8,8 @@ made of the corpus' words; a tokenizer larger than the model's vocabulary is ref
 The same from preprocess to generate with a SentencePiece-style tokenizer.json in Llama-2's shape
 (characters and U+2581 merged into the words, <0xHH> byte fallback, <s> template, </s> end of
 document): the prompt gets <s> and its words' tokens, a character outside the vocabulary its
-UTF-8 bytes, and the decoded text has spaces where the model's U+2581 are.
+UTF-8 bytes, and the decoded text has spaces where the model's U+2581 are; exported as a
+Hugging Face folder with that tokenizer.json beside, `trident generate HF_DIR` uses it unasked.
 usage: test_generate_tokenizer.py TRIDENT WORKDIR"""
 import json
 import os
@@ -181,4 +182,19 @@ if check("SentencePiece-style: training exit 0", r.returncode == 0, r.stderr[-20
     pieces = got.get("text", "").replace("</s>", " ").replace("<s>", " ").split()
     check("SentencePiece-style: the continuation decodes to the corpus' words, spaced",
           len(pieces) >= 3 and sum(p in words for p in pieces) >= len(pieces) - 1, got)
+    # the same model as a Hugging Face folder with its tokenizer.json: generate takes it unasked
+    hf_dir = os.path.join(work, "sp-hf")
+    r = tt.run([trident, "convert", "--to", "hf", "--input", sp_ckpt, "--output", hf_dir], timeout=120)
+    if check("SentencePiece-style: convert --to hf exit 0", r.returncode == 0, r.stderr[-800:]):
+        tt.write(os.path.join(hf_dir, "tokenizer.json"), json.dumps(sp_tok, ensure_ascii=False))
+        r = tt.run([trident, "generate", hf_dir, "--json", "--temperature", "0", "--max-new-tokens", "24",
+                    "--prompt", "alpha beta"], timeout=120)
+        hf_got = json.loads(r.stdout[r.stdout.index("{"):]) if r.returncode == 0 else {"error": r.stderr[-800:]}
+        check("generate HF_DIR uses HF_DIR/tokenizer.json unasked (said on stderr): the same ids and text",
+              hf_got.get("prompt_ids") == got.get("prompt_ids") and hf_got.get("text") == got.get("text")
+              and "tokenizer.json" in r.stderr, f"{hf_got} vs {got}")
+        r = tt.run([trident, "generate", hf_dir, "--json", "--temperature", "0", "--max-new-tokens", "2",
+                    "--prompt", "alpha", "--tokenizer-type", "ByteLevel"], timeout=120)
+        raw = json.loads(r.stdout[r.stdout.index("{"):]) if r.returncode == 0 else {}
+        check("--tokenizer-type ByteLevel keeps bytes", raw.get("prompt_ids") == list(b"alpha"), r.stderr[-500:])
 tt.finish()
