@@ -71,6 +71,30 @@ static int out_end(const out_dir *o, int rc)
     return rc;
 }
 
+/* An export's out_end: first o->files copied in. */
+static int out_end_export(const out_dir *od, int rc, const tr_hf_export_options *o)
+{
+    char buf[1 << 16], path[4400];
+    for (const char *const *f = o->files; !rc && f && f[0]; f += 2) {
+        snprintf(path, sizeof path, "%s/%s", od->tmp, f[1]);
+        errno = 0;
+        FILE *in = fopen(f[0], "rb"), *out = in ? fopen(path, "wb") : NULL;
+        size_t got = 0;
+        int bad = !out;
+        while (!bad && (got = fread(buf, 1, sizeof buf, in)) > 0)
+            bad = fwrite(buf, 1, got, out) != got;
+        bad |= in && ferror(in);
+        if (out && fclose(out))
+            bad = 1;
+        if (bad)
+            rc = tr_fail(TR_ERR_IO, "cannot copy %s into %s: %s", f[0], path,
+                         errno ? strerror(errno) : "read or write failed");
+        if (in)
+            fclose(in);
+    }
+    return out_end(od, rc);
+}
+
 /* ------------------------------------------------------------------ the whole model */
 
 /* One model holding every layer, no TP, bound to host memory *params (free with free()).
@@ -312,14 +336,14 @@ int tr_hf_export(const char *ckpt_dir, const char *hf_dir, const tr_hf_export_op
         rc = tr_hf_write_family(od.tmp, family, g, params, &m, o);
         if (!rc)
             rc = write_generation_config(od.tmp, o);
-        rc = out_end(&od, rc);
+        rc = out_end_export(&od, rc, o);
     } else if (!rc && !(rc = out_begin(hf_dir, &od))) {
         rc = write_weights(od.tmp, g, params, o);
         if (!rc)
             rc = write_config(od.tmp, &m, o);
         if (!rc)
             rc = write_generation_config(od.tmp, o);
-        rc = out_end(&od, rc);
+        rc = out_end_export(&od, rc, o);
     }
     tr_gpt_free(g);
     free(params);
@@ -363,7 +387,7 @@ int tr_hf_export_lora(const char *ckpt_dir, const char *hf_dir, const tr_config 
         rc = tr_checkpoint_load_model(ckpt_dir, g, tr_kernels_cpu(), params, &it);
     }
     if (!rc && !merge && !(rc = out_begin(hf_dir, &od)))
-        rc = out_end(&od, tr_hf_write_lora_adapter(od.tmp, g, params));
+        rc = out_end_export(&od, tr_hf_write_lora_adapter(od.tmp, g, params), o);
     if (!rc && merge) {
         tr_gpt_shape ps = s;
         ps.lora_rank = 0;
@@ -387,7 +411,7 @@ int tr_hf_export_lora(const char *ckpt_dir, const char *hf_dir, const tr_config 
             }
             if (!rc)
                 rc = write_generation_config(od.tmp, o);
-            rc = out_end(&od, rc);
+            rc = out_end_export(&od, rc, o);
         }
     }
     tr_gpt_free(plain);

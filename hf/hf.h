@@ -194,6 +194,10 @@ struct tr_hf_export_options {
     /* the model section of the run (its family switches; sizes must be the checkpoint's);
      * NULL: GPT-2 of the checkpoint's sizes */
     const tr_model_config *model;
+    /* NULL, or pairs {source path, name in the folder, ..., NULL}: files copied into the
+     * folder before it appears (the run's tokenizer); one that cannot be read fails the export
+     * (TR_ERR_IO naming it) */
+    const char *const *files;
 };
 
 /* LoRA (hf/lora.c). A LoRA run's checkpoint (its adapters) with the run's config cfg

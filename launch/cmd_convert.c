@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <unistd.h>
 
 #include "core/core.h"
 #include "hf/hf.h"
@@ -44,7 +45,9 @@ static void convert_usage(FILE *f)
             "                         embedding_layernorm) say which model to write (default:\n"
             "                         the checkpoint manifest's family line; GPT-2 for one\n"
             "                         written before it). --from hf reads GPT-2, Llama and\n"
-            "                         Bloom folders.\n"
+            "                         Bloom folders. Its data.tokenizer's files go into the\n"
+            "                         folder too (tokenizer.json and a tokenizer_config.json\n"
+            "                         beside it, or vocab.json + merges.txt).\n"
             "  --merge-lora           --to hf with --config of a LoRA run (finetune.lora,\n"
             "                         finetune.load): the base with the adapters merged in\n"
             "  --adapters-only        --to hf with --config of a LoRA run: PEFT's\n"
@@ -183,6 +186,24 @@ int tr_cmd_convert(int argc, char **argv)
         have_cfg = 1;
         o.model = &cfg.model;
     }
+    /* the run's tokenizer goes with the export, as transformers' save_pretrained keeps it */
+    const char *files[7] = {NULL};
+    char tok_config[4200];
+    if (have_cfg && to && !strcmp(cfg.data.tokenizer_type, "HFTokenizer")) {
+        const char *slash = strrchr(cfg.data.tokenizer_model, '/');
+        snprintf(tok_config, sizeof tok_config, "%.*stokenizer_config.json",
+                 slash ? (int)(slash - cfg.data.tokenizer_model + 1) : 0,
+                 cfg.data.tokenizer_model);
+        int n = 0;
+        files[n++] = cfg.data.tokenizer_model, files[n++] = "tokenizer.json";
+        if (!access(tok_config, F_OK))
+            files[n++] = tok_config, files[n++] = "tokenizer_config.json";
+        o.files = files;
+    } else if (have_cfg && to && !strcmp(cfg.data.tokenizer_type, "GPT2BPETokenizer")) {
+        files[0] = cfg.data.vocab_file, files[1] = "vocab.json";
+        files[2] = cfg.data.merge_file, files[3] = "merges.txt";
+        o.files = files;
+    }
     double t0 = tr_now();
     tr_model_config m = {0};
     int iteration = 0;
@@ -190,6 +211,9 @@ int tr_cmd_convert(int argc, char **argv)
         rc = tr_hf_export_lora(input, output, &cfg, merge, &o, &iteration);
     else
         rc = from ? tr_hf_import(input, output, &m) : tr_hf_export(input, output, &o, &iteration);
+    int n_files = 0;
+    while (o.files && o.files[2 * n_files])
+        n_files++;
     if (have_cfg)
         tr_config_free(&cfg);
     if (rc) {
@@ -201,8 +225,9 @@ int tr_cmd_convert(int argc, char **argv)
                tr_now() - t0);
         print_model_section(&m);
     } else {
-        printf("trident convert: %s (iteration %d) -> %s (%s) in %.2f s\n", input, iteration,
-               output, o.bf16 ? "bf16" : "fp32", tr_now() - t0);
+        printf("trident convert: %s (iteration %d) -> %s (%s%s) in %.2f s\n", input, iteration,
+               output, o.bf16 ? "bf16" : "fp32",
+               n_files ? ", with the run's tokenizer" : "", tr_now() - t0);
     }
     return 0;
 }

@@ -9,7 +9,8 @@ The same from preprocess to generate with a SentencePiece-style tokenizer.json i
 (characters and U+2581 merged into the words, <0xHH> byte fallback, <s> template, </s> end of
 document): the prompt gets <s> and its words' tokens, a character outside the vocabulary its
 UTF-8 bytes, and the decoded text has spaces where the model's U+2581 are; exported as a
-Hugging Face folder with that tokenizer.json beside, `trident generate HF_DIR` uses it unasked.
+Hugging Face folder (convert --to hf --config: the run's tokenizer.json goes with it),
+`trident generate HF_DIR` uses that tokenizer unasked.
 usage: test_generate_tokenizer.py TRIDENT WORKDIR"""
 import json
 import os
@@ -184,15 +185,31 @@ if check("SentencePiece-style: training exit 0", r.returncode == 0, r.stderr[-20
           len(pieces) >= 3 and sum(p in words for p in pieces) >= len(pieces) - 1, got)
     # the same model as a Hugging Face folder with its tokenizer.json: generate takes it unasked
     hf_dir = os.path.join(work, "sp-hf")
-    r = tt.run([trident, "convert", "--to", "hf", "--input", sp_ckpt, "--output", hf_dir], timeout=120)
-    if check("SentencePiece-style: convert --to hf exit 0", r.returncode == 0, r.stderr[-800:]):
-        tt.write(os.path.join(hf_dir, "tokenizer.json"), json.dumps(sp_tok, ensure_ascii=False))
+    r = tt.run([trident, "convert", "--to", "hf", "--input", sp_ckpt, "--output", hf_dir, "--config", sp_config],
+               timeout=120)
+    with open(sp_path, "rb") as f, open(os.path.join(hf_dir, "tokenizer.json"), "rb") as g:
+        same = f.read() == g.read()
+    if check("convert --to hf --config: exit 0, the run's tokenizer.json copied into the folder",
+             r.returncode == 0 and same and "with the run's tokenizer" in r.stdout, r.stderr[-800:]):
         r = tt.run([trident, "generate", hf_dir, "--json", "--temperature", "0", "--max-new-tokens", "24",
                     "--prompt", "alpha beta"], timeout=120)
         hf_got = json.loads(r.stdout[r.stdout.index("{"):]) if r.returncode == 0 else {"error": r.stderr[-800:]}
         check("generate HF_DIR uses HF_DIR/tokenizer.json unasked (said on stderr): the same ids and text",
               hf_got.get("prompt_ids") == got.get("prompt_ids") and hf_got.get("text") == got.get("text")
               and "tokenizer.json" in r.stderr, f"{hf_got} vs {got}")
+        # a tokenizer_config.json beside it that cannot be read (a folder): nothing half-written
+        tokdir = os.path.join(work, "tokdir")
+        os.makedirs(os.path.join(tokdir, "tokenizer_config.json"), exist_ok=True)
+        tt.write(os.path.join(tokdir, "tokenizer.json"), json.dumps(sp_tok, ensure_ascii=False))
+        bad_config = tt.write_config(os.path.join(work, "sp-bad.yaml"), model=dict(model, vocab_size=len(sp_vocab)),
+                                     training=dict(micro_batch_size=4, global_batch_size=8, train_iters=60, lr=3.0e-3),
+                                     data=dict(sp_data, tokenizer={"type": "HFTokenizer",
+                                                                   "model": os.path.join(tokdir, "tokenizer.json")}))
+        r = tt.run([trident, "convert", "--to", "hf", "--input", sp_ckpt, "--output", hf_dir + "-2",
+                    "--config", bad_config], timeout=120)
+        check("a tokenizer file that cannot be read: convert exits 1 naming it, no folder left",
+              r.returncode == 1 and "tokenizer_config.json" in r.stderr and not os.path.exists(hf_dir + "-2")
+              and not any(n.startswith("sp-hf-2.tmp") for n in os.listdir(work)), r.stderr[-600:])
         r = tt.run([trident, "generate", hf_dir, "--json", "--temperature", "0", "--max-new-tokens", "2",
                     "--prompt", "alpha", "--tokenizer-type", "ByteLevel"], timeout=120)
         raw = json.loads(r.stdout[r.stdout.index("{"):]) if r.returncode == 0 else {}
