@@ -63,13 +63,7 @@ static char *sp_json(const char *normalizer, const char *pre_tokenizer, const ch
 static tr_tokenizer *open_json(const char *j, size_t len)
 {
     write_file(scratch("sp.json"), j, len);
-    tr_tokenizer_files f = {"HFTokenizer", NULL, NULL, scratch("sp.json")};
-    tr_tokenizer *t = NULL;
-    int rc = tr_tokenizer_open(&f, &t);
-    if (rc)
-        fprintf(stderr, "open: %s\n", tr_errmsg());
-    assert_int_equal(rc, TR_OK);
-    return t;
+    return open_ok("HFTokenizer", NULL, NULL, scratch("sp.json"));
 }
 
 static void expect_ids(tr_tokenizer *t, const char *text, const int32_t *want, size_t n_want)

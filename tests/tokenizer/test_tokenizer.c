@@ -74,13 +74,7 @@ static void write_gpt2(const char *const *merges, int n_merges, const char *voca
 
 static tr_tokenizer *open_gpt2(const char *vocab, const char *merges)
 {
-    tr_tokenizer_files f = {"GPT2BPETokenizer", vocab, merges, NULL};
-    tr_tokenizer *t = NULL;
-    int rc = tr_tokenizer_open(&f, &t);
-    if (rc)
-        fprintf(stderr, "open: %s\n", tr_errmsg());
-    assert_int_equal(rc, TR_OK);
-    return t;
+    return open_ok("GPT2BPETokenizer", vocab, merges, NULL);
 }
 
 /* Naive merging of a word over the test vocabulary (byte b = id b, merge r = id 256 + r, its

@@ -135,3 +135,14 @@ int tok_test_main(const char *name, const struct CMUnitTest *tests, size_t n)
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
     return system(cmd) ? 1 : rc;
 }
+
+tr_tokenizer *open_ok(const char *type, const char *vocab, const char *merges, const char *model)
+{
+    tr_tokenizer_files f = {type, vocab, merges, model};
+    tr_tokenizer *t = NULL;
+    int rc = tr_tokenizer_open(&f, &t);
+    if (rc)
+        fprintf(stderr, "open: %s\n", tr_errmsg());
+    assert_int_equal(rc, TR_OK);
+    return t;
+}

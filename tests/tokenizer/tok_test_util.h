@@ -16,6 +16,8 @@ const char *scratch(const char *name);
 void write_file(const char *path, const void *data, size_t n);
 /* The ids of text (malloc'ed, *n of them); asserts success. */
 int32_t *encode(tr_tokenizer *t, const char *text, size_t len, int special, size_t *n);
+/* Opening these files works (the message printed and the test failed if not). */
+tr_tokenizer *open_ok(const char *type, const char *vocab, const char *merges, const char *model);
 /* Opening these files fails with a message containing needle (NULL: any), and no tokenizer. */
 void expect_refused(const char *type, const char *vocab, const char *merges, const char *model,
                     const char *needle);
