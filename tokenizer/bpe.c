@@ -275,7 +275,7 @@ static size_t sp_symbols(const tr_tokenizer *t, const char *w, size_t n, int32_t
             sym[m++] = id;
             continue;
         }
-        const unsigned char *b = c == ' ' ? (const unsigned char *)"\xE2\x96\x81"
+        const unsigned char *b = c == ' ' ? (const unsigned char *)SP_SPACE
                                           : (const unsigned char *)w + i;
         size_t nb = c == ' ' ? 3 : len, k = 0;
         while (t->byte_fallback && k < nb && t->fallback_id[b[k]] >= 0)

@@ -27,7 +27,7 @@
 #include "core/core.h"
 #include "tokenizer/tok_internal.h"
 
-static int bad(const char *file, const char *field, const char *what)
+int hf_bad(const char *file, const char *field, const char *what)
 {
     return tr_fail(TR_ERR_INVALID, "%s: %s: %s", file, field, what);
 }
@@ -38,7 +38,7 @@ static int type_of(const char *file, const char *field, json_t *obj, const char 
 {
     json_t *ty = json_is_object(obj) ? json_object_get(obj, "type") : NULL;
     if (!json_is_string(ty))
-        return bad(file, field, "expected an object with a \"type\"");
+        return hf_bad(file, field, "expected an object with a \"type\"");
     for (int i = 0; names[i]; i++)
         if (!strcmp(json_string_value(ty), names[i])) {
             *which = i;
@@ -51,7 +51,7 @@ static int type_of(const char *file, const char *field, json_t *obj, const char 
     for (int i = 0; names[i]; i++)
         snprintf(what + strlen(what), sizeof what - strlen(what), " %s", names[i]);
     strncat(what, ")", sizeof what - strlen(what) - 1);
-    return bad(file, field, what);
+    return hf_bad(file, field, what);
 }
 
 /* A boolean option that must be false (or absent / null). */
@@ -62,10 +62,10 @@ static int must_be_false(const char *file, const char *field, json_t *obj, const
         return TR_OK;
     char what[160];
     snprintf(what, sizeof what, "\"%s\" is set; it is not supported", key);
-    return bad(file, field, what);
+    return hf_bad(file, field, what);
 }
 
-static int flag(json_t *obj, const char *key, int dflt)
+int hf_flag(json_t *obj, const char *key, int dflt)
 {
     json_t *v = json_object_get(obj, key);
     return json_is_boolean(v) ? json_is_true(v) : dflt;
@@ -75,7 +75,7 @@ static int add_step(tr_tokenizer *t, const char *file, pretok_step step)
 {
     if (t->n_steps == TOK_MAX_STEPS) {
         pcre2_code_free(step.re);
-        return bad(file, "pre_tokenizer", "more than 8 steps");
+        return hf_bad(file, "pre_tokenizer", "more than 8 steps");
     }
     t->steps[t->n_steps++] = step;
     return TR_OK;
@@ -92,8 +92,9 @@ static int load_pretok(tr_tokenizer *t, const char *file, json_t *p, int depth, 
     if ((rc = type_of(file, "pre_tokenizer", p, kinds, &which)))
         return rc;
     if (which == 0) {
-        pretok_step s = {.kind = STEP_BYTELEVEL, .add_prefix_space = flag(p, "add_prefix_space", 1)};
-        if (flag(p, "use_regex", 1) &&
+        pretok_step s = {.kind = STEP_BYTELEVEL,
+                         .add_prefix_space = hf_flag(p, "add_prefix_space", 1)};
+        if (hf_flag(p, "use_regex", 1) &&
             (rc = compile_pattern(gpt2_pattern, strlen(gpt2_pattern), 0, file, &s.re)))
             return rc;
         *bytelevel = 1;
@@ -103,14 +104,15 @@ static int load_pretok(tr_tokenizer *t, const char *file, json_t *p, int depth, 
         json_t *pat = json_object_get(p, "pattern"), *b = json_object_get(p, "behavior");
         json_t *re = json_object_get(pat, "Regex"), *lit = json_object_get(pat, "String");
         if (!json_is_string(re) && !json_is_string(lit))
-            return bad(file, "pre_tokenizer.pattern", "expected {\"Regex\": ...} or {\"String\": ...}");
-        pretok_step s = {.kind = STEP_SPLIT, .invert = flag(p, "invert", 0), .behavior = -1};
+            return hf_bad(file, "pre_tokenizer.pattern",
+                          "expected {\"Regex\": ...} or {\"String\": ...}");
+        pretok_step s = {.kind = STEP_SPLIT, .invert = hf_flag(p, "invert", 0), .behavior = -1};
         for (int i = 0; behaviors[i] && json_is_string(b); i++)
             if (!strcmp(json_string_value(b), behaviors[i]))
                 s.behavior = i;
         if (s.behavior < 0)
-            return bad(file, "pre_tokenizer.behavior", "expected Isolated, Removed, "
-                                                       "MergedWithPrevious, MergedWithNext or Contiguous");
+            return hf_bad(file, "pre_tokenizer.behavior", "expected Isolated, Removed, "
+                                                          "MergedWithPrevious, MergedWithNext or Contiguous");
         json_t *text = re ? re : lit;
         if ((rc = compile_pattern(json_string_value(text), json_string_length(text), !re, file, &s.re)))
             return rc;
@@ -118,7 +120,7 @@ static int load_pretok(tr_tokenizer *t, const char *file, json_t *p, int depth, 
     }
     json_t *list = json_object_get(p, "pretokenizers");
     if (!json_is_array(list) || depth > 4)
-        return bad(file, "pre_tokenizer.pretokenizers", "expected a list of pre-tokenizers");
+        return hf_bad(file, "pre_tokenizer.pretokenizers", "expected a list of pre-tokenizers");
     size_t i;
     json_t *item;
     json_array_foreach(list, i, item) {
@@ -139,16 +141,17 @@ static int load_model(tr_tokenizer *t, const char *file, json_t *m)
     for (int i = 0; i < 3; i++) {
         json_t *v = json_object_get(m, unset[i]);
         if (v && !json_is_null(v) && !(json_is_string(v) && !json_string_length(v)))
-            return bad(file, "model", "dropout, continuing_subword_prefix and end_of_word_suffix "
-                                      "must be null (not a GPT-style byte-level BPE)");
+            return hf_bad(file, "model", "dropout, continuing_subword_prefix and "
+                                         "end_of_word_suffix must be null (not a GPT-style "
+                                         "byte-level BPE)");
     }
-    t->ignore_merges = flag(m, "ignore_merges", 0);
+    t->ignore_merges = hf_flag(m, "ignore_merges", 0);
     if ((rc = add_vocab_object(t, json_object_get(m, "vocab"), file)) ||
         (rc = t->sp ? sp_load_model(t, file, m) : tok_finish_bytes(t)))
         return rc;
     json_t *merges = json_object_get(m, "merges"), *item;
     if (!json_is_array(merges))
-        return bad(file, "model.merges", "expected a list of merges");
+        return hf_bad(file, "model.merges", "expected a list of merges");
     if ((rc = mmap_init(&t->merges, (uint32_t)json_array_size(merges) + 1)))
         return rc;
     size_t i;
@@ -159,7 +162,7 @@ static int load_model(tr_tokenizer *t, const char *file, json_t *m)
             const char *s = json_string_value(item), *sp = strchr(s, ' ');
             size_t len = json_string_length(item);
             if (!sp || strchr(sp + 1, ' ') || strlen(s) != len)
-                return bad(file, where, "expected \"left right\" (two tokens, one space)");
+                return hf_bad(file, where, "expected \"left right\" (two tokens, one space)");
             rc = add_merge(t, s, (size_t)(sp - s), sp + 1, len - (size_t)(sp + 1 - s), (uint32_t)i,
                            file, where);
         } else if (json_is_array(item) && json_array_size(item) == 2 &&
@@ -168,7 +171,7 @@ static int load_model(tr_tokenizer *t, const char *file, json_t *m)
             rc = add_merge(t, json_string_value(a), json_string_length(a), json_string_value(b),
                            json_string_length(b), (uint32_t)i, file, where);
         } else {
-            return bad(file, where, "expected \"left right\" or [\"left\", \"right\"]");
+            return hf_bad(file, where, "expected \"left right\" or [\"left\", \"right\"]");
         }
         if (rc)
             return rc;
@@ -187,7 +190,7 @@ static int load_added(tr_tokenizer *t, const char *file, json_t *list)
     if (!list || json_is_null(list))
         return TR_OK;
     if (!json_is_array(list))
-        return bad(file, "added_tokens", "expected a list");
+        return hf_bad(file, "added_tokens", "expected a list");
     t->added = calloc(json_array_size(list) + 1, sizeof *t->added);
     if (!t->added)
         return tr_fail(TR_ERR_NOMEM, "out of memory reading %s", file);
@@ -201,7 +204,8 @@ static int load_added(tr_tokenizer *t, const char *file, json_t *list)
         if (!json_is_integer(id) || json_integer_value(id) < 0 || !json_is_string(content) ||
             json_string_length(content) == 0 ||
             strlen(json_string_value(content)) != json_string_length(content))
-            return bad(file, where, "expected {\"id\": 0 .. 2^24-1, \"content\": non-empty text}");
+            return hf_bad(file, where,
+                          "expected {\"id\": 0 .. 2^24-1, \"content\": non-empty text}");
         if (json_integer_value(id) > TOK_MAX_ID)
             return tok_bad_id(file, where, json_string_value(content),
                               json_string_length(content), (long long)json_integer_value(id));
@@ -211,8 +215,8 @@ static int load_added(tr_tokenizer *t, const char *file, json_t *list)
             return rc;
         /* tokenizers matches a normalized added token in the normalized text, after the
          * Prepend: only tokens matched in the raw text are reproduced */
-        if (t->sp && t->sp_prepend == SP_PREPEND_ALWAYS && flag(a, "normalized", 1))
-            return bad(file, where, "\"normalized\" is true with a normalizer (not supported)");
+        if (t->sp && t->sp_prepend == SP_PREPEND_ALWAYS && hf_flag(a, "normalized", 1))
+            return hf_bad(file, where, "\"normalized\" is true with a normalizer (not supported)");
         added_token *x = &t->added[t->n_added++];
         x->len = json_string_length(content);
         x->id = (int32_t)json_integer_value(id);
@@ -222,14 +226,13 @@ static int load_added(tr_tokenizer *t, const char *file, json_t *list)
         /* decoding gives the added token's text (a SentencePiece-style decoder's Replace makes
          * its U+2581 spaces), whatever the vocabulary holds for its id */
         uint64_t off;
-        size_t dlen = t->sp ? sp_decoded_text(x->text, x->len, x->text) : x->len;
-        if ((rc = tok_pool_add(t, x->text, dlen, &off)) ||
+        if ((rc = tok_pool_add(t, x->text, x->len, &off)) ||
             (rc = tok_ids_reserve(t, x->id + 1)))
             return rc;
         t->tok_off[x->id] = off;
-        t->tok_len[x->id] = (uint32_t)dlen;
-        if (t->sp)
-            memcpy(x->text, json_string_value(content), x->len + 1);
+        t->tok_len[x->id] = (uint32_t)(t->sp ? sp_decoded_text(t->pool + off, x->len,
+                                                               t->pool + off)
+                                             : x->len);
     }
     qsort(t->added, (size_t)t->n_added, sizeof *t->added, cmp_added);
     return TR_OK;
@@ -242,14 +245,8 @@ static int32_t named_id(const tr_tokenizer *t, const char *name)
     for (int i = 0; i < t->n_added; i++)
         if (!strcmp(t->added[i].text, name))
             return t->added[i].id;
-    size_t len = strlen(name);
-    if (!t->sp)
-        return bmap_get(&t->vocab, t->pool, name, len);
-    char *raw = malloc(len + 1);
-    long rlen = raw ? sp_unspace(name, len, raw) : -1;
-    int32_t id = rlen > 0 ? bmap_get(&t->vocab, t->pool, raw, (size_t)rlen) : -1;
-    free(raw);
-    return id;
+    return t->sp ? sp_vocab_get(t, name, strlen(name))
+                 : bmap_get(&t->vocab, t->pool, name, strlen(name));
 }
 
 static int load_template(tr_tokenizer *t, const char *file, json_t *p, int depth)
@@ -264,7 +261,7 @@ static int load_template(tr_tokenizer *t, const char *file, json_t *p, int depth
         size_t i;
         json_t *item, *list = json_object_get(p, "processors");
         if (!json_is_array(list) || depth > 4)
-            return bad(file, "post_processor.processors", "expected a list");
+            return hf_bad(file, "post_processor.processors", "expected a list");
         json_array_foreach(list, i, item) {
             if ((rc = load_template(t, file, item, depth + 1)))
                 return rc;
@@ -273,7 +270,7 @@ static int load_template(tr_tokenizer *t, const char *file, json_t *p, int depth
     }
     json_t *single = json_object_get(p, "single"), *specials = json_object_get(p, "special_tokens");
     if (!json_is_array(single))
-        return bad(file, "post_processor.single", "expected a list");
+        return hf_bad(file, "post_processor.single", "expected a list");
     int seen_text = 0;
     size_t i;
     json_t *item;
@@ -281,23 +278,23 @@ static int load_template(tr_tokenizer *t, const char *file, json_t *p, int depth
         json_t *sp = json_object_get(item, "SpecialToken"), *seq = json_object_get(item, "Sequence");
         if (seq) {
             if (seen_text++)
-                return bad(file, "post_processor.single", "the text appears twice");
+                return hf_bad(file, "post_processor.single", "the text appears twice");
             continue;
         }
         json_t *name = json_object_get(sp, "id");
         json_t *ids = json_object_get(json_object_get(specials, json_string_value(name)), "ids");
         if (!json_is_string(name) || !json_is_array(ids))
-            return bad(file, "post_processor.single", "a SpecialToken without its special_tokens "
-                                                      "entry");
+            return hf_bad(file, "post_processor.single",
+                          "a SpecialToken without its special_tokens entry");
         size_t k;
         json_t *v;
         json_array_foreach(ids, k, v) {
             int *n = seen_text ? &t->n_suffix : &t->n_prefix;
             int32_t *dst = seen_text ? t->suffix : t->prefix;
             if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) > TOK_MAX_ID)
-                return bad(file, "post_processor.special_tokens", "ids must be integers >= 0");
+                return hf_bad(file, "post_processor.special_tokens", "ids must be integers >= 0");
             if (*n == TOK_MAX_TEMPLATE)
-                return bad(file, "post_processor.single", "more than 8 special ids");
+                return hf_bad(file, "post_processor.single", "more than 8 special ids");
             dst[(*n)++] = (int32_t)json_integer_value(v);
         }
     }
@@ -333,15 +330,15 @@ static int eos_from_config(tr_tokenizer *t, const char *file, int *have)
     if (json_is_null(eos)) /* (as transformers writes a tokenizer without one) */
         eos = NULL;
     if (!json_is_object(root))
-        rc = bad(path, "the file", "expected a JSON object (a tokenizer_config.json)");
+        rc = hf_bad(path, "the file", "expected a JSON object (a tokenizer_config.json)");
     else if (json_is_object(eos) && !json_is_string(json_object_get(eos, "content")))
-        rc = bad(path, "eos_token", "an object without a string \"content\" (an AddedToken "
-                                    "has one)");
+        rc = hf_bad(path, "eos_token", "an object without a string \"content\" (an AddedToken "
+                                       "has one)");
     else if (json_is_object(eos))
         eos = json_object_get(eos, "content");
     else if (eos && !json_is_string(eos))
-        rc = bad(path, "eos_token", "expected a token's text or an AddedToken object "
-                                    "{\"content\": ...}");
+        rc = hf_bad(path, "eos_token", "expected a token's text or an AddedToken object "
+                                       "{\"content\": ...}");
     if (!rc && eos) {
         const char *name = json_string_value(eos);
         size_t len = json_string_length(eos);
@@ -366,15 +363,14 @@ int load_hf(tr_tokenizer *t, const char *path)
         return rc;
     if (!json_is_object(root)) {
         json_decref(root);
-        return bad(path, "the file", "expected a JSON object (a tokenizers tokenizer.json)");
+        return hf_bad(path, "the file", "expected a JSON object (a tokenizers tokenizer.json)");
     }
-    int sp_pretok = 0; /* the pre_tokenizer is the SentencePiece-style one (load_sp.c) */
-    rc = sp_load_normalizer(t, path, root, &sp_pretok);
+    rc = sp_load_normalizer(t, path, root); /* t->sp: it read the pre_tokenizer too */
     static const char *const nulls[] = {"normalizer", "truncation", "padding"};
     for (int i = t->sp; i < 3 && !rc; i++) {
         json_t *v = json_object_get(root, nulls[i]);
         if (v && !json_is_null(v))
-            rc = bad(path, nulls[i], "must be null (not supported)");
+            rc = hf_bad(path, nulls[i], "must be null (not supported)");
     }
     json_t *dec = json_object_get(root, "decoder");
     static const char *const decoders[] = {"ByteLevel", NULL};
@@ -387,17 +383,18 @@ int load_hf(tr_tokenizer *t, const char *path)
         rc = load_model(t, path, json_object_get(root, "model"));
     if (!rc)
         rc = load_added(t, path, json_object_get(root, "added_tokens"));
-    if (!rc && !sp_pretok)
+    if (!rc && !t->sp)
         rc = load_pretok(t, path, json_object_get(root, "pre_tokenizer"), 0, &bytelevel);
     if (!rc && !bytelevel && !t->sp)
-        rc = bad(path, "pre_tokenizer", "has no ByteLevel step: the model does not work on bytes");
+        rc = hf_bad(path, "pre_tokenizer",
+                    "has no ByteLevel step: the model does not work on bytes");
 
     if (!rc)
         rc = load_template(t, path, json_object_get(root, "post_processor"), 0);
     for (int i = 0; !rc && i < t->n_prefix + t->n_suffix; i++) {
         int32_t id = i < t->n_prefix ? t->prefix[i] : t->suffix[i - t->n_prefix];
         if (id >= t->n_ids || t->tok_len[id] == UINT32_MAX)
-            rc = bad(path, "post_processor", "a special id outside the vocabulary");
+            rc = hf_bad(path, "post_processor", "a special id outside the vocabulary");
     }
     json_decref(root);
     if (rc)

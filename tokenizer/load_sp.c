@@ -20,13 +20,6 @@
 #include "core/core.h"
 #include "tokenizer/tok_internal.h"
 
-#define SP_SPACE "\xE2\x96\x81" /* U+2581 */
-
-static int bad(const char *file, const char *field, const char *what)
-{
-    return tr_fail(TR_ERR_INVALID, "%s: %s: %s", file, field, what);
-}
-
 static const char *type_name(json_t *obj)
 {
     json_t *ty = json_is_object(obj) ? json_object_get(obj, "type") : NULL;
@@ -37,19 +30,15 @@ static const char *type_name(json_t *obj)
 static int is_string(json_t *obj, const char *key, const char *s)
 {
     json_t *v = json_object_get(obj, key);
-    return json_is_string(v) && json_string_length(v) == strlen(s) && !strcmp(json_string_value(v), s);
+    return json_is_string(v) && json_string_length(v) == strlen(s) &&
+           !strcmp(json_string_value(v), s);
 }
 
 /* A Replace of the String `from` by `to`. */
 static int is_replace(json_t *obj, const char *from, const char *to)
 {
-    return is_string(json_object_get(obj, "pattern"), "String", from) && is_string(obj, "content", to);
-}
-
-static int flag(json_t *obj, const char *key, int dflt)
-{
-    json_t *v = json_object_get(obj, key);
-    return json_is_boolean(v) ? json_is_true(v) : dflt;
+    return is_string(json_object_get(obj, "pattern"), "String", from) &&
+           is_string(obj, "content", to);
 }
 
 size_t sp_decoded_text(const char *s, size_t len, char *out)
@@ -66,6 +55,15 @@ size_t sp_decoded_text(const char *s, size_t len, char *out)
 long sp_unspace(const char *s, size_t len, char *out)
 {
     return memchr(s, ' ', len) ? -1 : (long)sp_decoded_text(s, len, out);
+}
+
+int32_t sp_vocab_get(const tr_tokenizer *t, const char *s, size_t len)
+{
+    char *raw = malloc(len + 1);
+    long rlen = raw ? sp_unspace(s, len, raw) : -1;
+    int32_t id = rlen > 0 ? bmap_get(&t->vocab, t->pool, raw, (size_t)rlen) : -1;
+    free(raw);
+    return id;
 }
 
 static int hex_digit(char c)
@@ -94,27 +92,30 @@ static int load_sp_normalizer(tr_tokenizer *t, const char *file, json_t *norm)
     const char *ty = type_name(norm);
     int is_seq = ty && !strcmp(ty, "Sequence"), prepend = 0, replace = 0;
     if (is_seq && !json_is_array(list))
-        return bad(file, "normalizer.normalizers", "expected a list");
+        return hf_bad(file, "normalizer.normalizers", "expected a list");
     size_t n = is_seq ? json_array_size(list) : 1;
     for (size_t i = 0; i < n; i++) {
         json_t *item = is_seq ? json_array_get(list, i) : norm;
         const char *kind = type_name(item);
-        if (kind && !strcmp(kind, "Prepend") && is_string(item, "prepend", SP_SPACE) && !prepend) {
+        if (kind && !strcmp(kind, "Prepend") && is_string(item, "prepend", SP_SPACE) &&
+            !prepend) {
             prepend = 1;
-        } else if (kind && !strcmp(kind, "Replace") && is_replace(item, " ", SP_SPACE) && !replace) {
+        } else if (kind && !strcmp(kind, "Replace") && is_replace(item, " ", SP_SPACE) &&
+                   !replace) {
             replace = 1;
         } else {
             char what[200];
-            snprintf(what, sizeof what, "a %.40s normalizer is not supported (a SentencePiece-style "
-                                        "BPE reproduced exactly takes Prepend \"\xE2\x96\x81\" and "
-                                        "Replace \" \" by \"\xE2\x96\x81\", once each)",
+            snprintf(what, sizeof what, "a %.40s normalizer is not supported (a "
+                                        "SentencePiece-style BPE reproduced exactly takes Prepend "
+                                        "\"" SP_SPACE "\" and Replace \" \" by \"" SP_SPACE "\", "
+                                        "once each)",
                      kind ? kind : "typeless");
-            return bad(file, "normalizer", what);
+            return hf_bad(file, "normalizer", what);
         }
     }
     if (!replace)
-        return bad(file, "normalizer", "has no Replace of \" \" by \"\xE2\x96\x81\": spaces would "
-                                       "reach the model as they are (not supported)");
+        return hf_bad(file, "normalizer", "has no Replace of \" \" by \"" SP_SPACE "\": spaces "
+                                          "would reach the model as they are (not supported)");
     t->sp_prepend = prepend ? SP_PREPEND_ALWAYS : SP_PREPEND_NEVER;
     return TR_OK;
 }
@@ -123,13 +124,14 @@ static int load_sp_normalizer(tr_tokenizer *t, const char *file, json_t *norm)
 static int load_metaspace(tr_tokenizer *t, const char *file, json_t *p)
 {
     if (!is_string(p, "replacement", SP_SPACE))
-        return bad(file, "pre_tokenizer.replacement", "must be \"\xE2\x96\x81\" (U+2581)");
+        return hf_bad(file, "pre_tokenizer.replacement", "must be \"" SP_SPACE "\" (U+2581)");
     json_t *scheme = json_object_get(p, "prepend_scheme");
     const char *s = json_is_string(scheme) ? json_string_value(scheme) : NULL;
     if (scheme && !json_is_null(scheme) && !s)
-        return bad(file, "pre_tokenizer.prepend_scheme", "expected always, first or never");
+        return hf_bad(file, "pre_tokenizer.prepend_scheme", "expected always, first or never");
     if (!s)
-        t->sp_prepend = flag(p, "add_prefix_space", 1) ? SP_PREPEND_UNLESS_SPACE : SP_PREPEND_NEVER;
+        t->sp_prepend = hf_flag(p, "add_prefix_space", 1) ? SP_PREPEND_UNLESS_SPACE
+                                                          : SP_PREPEND_NEVER;
     else if (!strcmp(s, "always"))
         t->sp_prepend = SP_PREPEND_UNLESS_SPACE;
     else if (!strcmp(s, "first"))
@@ -137,42 +139,41 @@ static int load_metaspace(tr_tokenizer *t, const char *file, json_t *p)
     else if (!strcmp(s, "never"))
         t->sp_prepend = SP_PREPEND_NEVER;
     else
-        return bad(file, "pre_tokenizer.prepend_scheme", "expected always, first or never");
-    t->sp_split = flag(p, "split", 1);
+        return hf_bad(file, "pre_tokenizer.prepend_scheme", "expected always, first or never");
+    t->sp_split = hf_flag(p, "split", 1);
     return TR_OK;
 }
 
-int sp_load_normalizer(tr_tokenizer *t, const char *file, json_t *root, int *taken)
+int sp_load_normalizer(tr_tokenizer *t, const char *file, json_t *root)
 {
-    json_t *norm = json_object_get(root, "normalizer"), *pre = json_object_get(root, "pre_tokenizer");
+    json_t *norm = json_object_get(root, "normalizer");
+    json_t *pre = json_object_get(root, "pre_tokenizer");
     const char *pre_type = type_name(pre);
     int has_norm = norm && !json_is_null(norm);
     int metaspace = pre_type && !strcmp(pre_type, "Metaspace");
-    *taken = 0;
     if (!has_norm && !metaspace)
         return TR_OK;
     if (has_norm && metaspace)
-        return bad(file, "normalizer", "a normalizer with a Metaspace pre-tokenizer is not "
-                                       "supported");
+        return hf_bad(file, "normalizer", "a normalizer with a Metaspace pre-tokenizer is not "
+                                          "supported");
     if (has_norm && pre && !json_is_null(pre))
-        return bad(file, "pre_tokenizer", "must be null with a normalizer (a SentencePiece-style "
-                                          "BPE takes each text whole)");
+        return hf_bad(file, "pre_tokenizer", "must be null with a normalizer (a "
+                                             "SentencePiece-style BPE takes each text whole)");
     int rc = has_norm ? load_sp_normalizer(t, file, norm) : load_metaspace(t, file, pre);
-    if (!rc)
-        t->sp = *taken = 1;
+    t->sp = !rc;
     return rc;
 }
 
 int sp_load_decoder(tr_tokenizer *t, const char *file, json_t *dec)
 {
     static const char *const order[] = {"Replace", "ByteFallback", "Fuse", "Strip"};
-    const char *need = "expected a Sequence of Replace \"\xE2\x96\x81\" by \" \", then "
+    const char *need = "expected a Sequence of Replace \"" SP_SPACE "\" by \" \", then "
                        "ByteFallback, Fuse and Strip {content \" \", stop 0} (each optional, in "
                        "this order; Strip after Fuse)";
     const char *ty = type_name(dec);
     json_t *list = json_object_get(dec, "decoders");
     if (!ty || strcmp(ty, "Sequence") || !json_is_array(list) || !json_array_size(list))
-        return bad(file, "decoder", need);
+        return hf_bad(file, "decoder", need);
     int at = 0, fuse = 0;
     size_t i;
     json_t *item;
@@ -182,10 +183,10 @@ int sp_load_decoder(tr_tokenizer *t, const char *file, json_t *dec)
         while (k < 4 && (!kind || strcmp(kind, order[k])))
             k++;
         if (k == 4 || (i == 0) != (k == 0))
-            return bad(file, "decoder", need);
+            return hf_bad(file, "decoder", need);
         at = k + 1;
         if (k == 0 && !is_replace(item, SP_SPACE, " "))
-            return bad(file, "decoder", need);
+            return hf_bad(file, "decoder", need);
         t->decode_bytes |= k == 1;
         fuse |= k == 2;
         if (k == 3) {
@@ -193,7 +194,7 @@ int sp_load_decoder(tr_tokenizer *t, const char *file, json_t *dec)
             if (!fuse || !is_string(item, "content", " ") || !json_is_integer(start) ||
                 json_integer_value(start) < 0 || json_integer_value(start) > 1 << 20 ||
                 !json_is_integer(stop) || json_integer_value(stop) != 0)
-                return bad(file, "decoder", need);
+                return hf_bad(file, "decoder", need);
             t->decode_strip = (int)json_integer_value(start);
         }
     }
@@ -212,18 +213,15 @@ int sp_load_model(tr_tokenizer *t, const char *file, json_t *m)
         if (b >= 0 && exact) /* (ids were checked with the vocabulary) */
             t->fallback_id[b] = (int32_t)json_integer_value(value);
     }
-    t->byte_fallback = flag(m, "byte_fallback", 0);
-    t->fuse_unk = flag(m, "fuse_unk", 0);
+    t->byte_fallback = hf_flag(m, "byte_fallback", 0);
+    t->fuse_unk = hf_flag(m, "fuse_unk", 0);
     t->unk_id = -1;
     json_t *unk = json_object_get(m, "unk_token");
     if (unk && !json_is_null(unk)) {
-        size_t len = json_is_string(unk) ? json_string_length(unk) : 0;
-        char *raw = len ? malloc(len) : NULL;
-        long rlen = raw ? sp_unspace(json_string_value(unk), len, raw) : -1;
-        t->unk_id = rlen > 0 ? bmap_get(&t->vocab, t->pool, raw, (size_t)rlen) : -1;
-        free(raw);
+        if (json_is_string(unk))
+            t->unk_id = sp_vocab_get(t, json_string_value(unk), json_string_length(unk));
         if (t->unk_id < 0)
-            return bad(file, "model.unk_token", "expected null or a token of the vocabulary");
+            return hf_bad(file, "model.unk_token", "expected null or a token of the vocabulary");
     }
     return TR_OK;
 }

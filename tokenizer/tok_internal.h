@@ -101,6 +101,7 @@ struct tr_tokenizer {
 };
 
 enum { SP_PREPEND_NEVER, SP_PREPEND_ALWAYS, SP_PREPEND_UNLESS_SPACE, SP_PREPEND_FIRST };
+#define SP_SPACE "\xE2\x96\x81" /* U+2581, SentencePiece's spelling of a space */
 
 /* realloc *p to n items of `size` bytes; 0 (and *p unchanged) when that fails. */
 static inline int tok_grow(void *p, size_t n, size_t size)
@@ -168,16 +169,21 @@ TR_MUST_CHECK int tok_finish_bytes(tr_tokenizer *t);
 TR_MUST_CHECK int load_gpt2(tr_tokenizer *t, const char *vocab_file, const char *merge_file);
 TR_MUST_CHECK int load_hf(tr_tokenizer *t, const char *path);
 struct json_t;
+/* load_hf.c's pieces load_sp.c shares: TR_ERR_INVALID "FILE: FIELD: WHAT"; obj[key] as a
+ * boolean, dflt when it is not one. */
+TR_MUST_CHECK int hf_bad(const char *file, const char *field, const char *what);
+int hf_flag(struct json_t *obj, const char *key, int dflt);
 /* tokenizer.json's normalizer and pre_tokenizer when they make a SentencePiece-style BPE
- * (t->sp = 1; *taken = 1: the pre_tokenizer is read here, not by load_hf); the model's
- * byte_fallback / unk_token / fuse_unk (after the vocabulary); its decoder. */
-TR_MUST_CHECK int sp_load_normalizer(tr_tokenizer *t, const char *file, struct json_t *root,
-                                     int *taken);
+ * (t->sp = 1: the pre_tokenizer is read here, not by load_hf); the model's byte_fallback /
+ * unk_token / fuse_unk (after the vocabulary); its decoder. */
+TR_MUST_CHECK int sp_load_normalizer(tr_tokenizer *t, const char *file, struct json_t *root);
 TR_MUST_CHECK int sp_load_model(tr_tokenizer *t, const char *file, struct json_t *model);
 TR_MUST_CHECK int sp_load_decoder(tr_tokenizer *t, const char *file, struct json_t *dec);
 /* A token as spelled in a SentencePiece vocabulary -> its text (U+2581 -> ' ') into out (room
  * for len bytes); -1 when it holds a literal space, 0 when empty. */
 long sp_unspace(const char *s, size_t len, char *out);
+/* The id of a SentencePiece vocabulary's token spelled s (len bytes), or -1. */
+int32_t sp_vocab_get(const tr_tokenizer *t, const char *s, size_t len);
 /* A text with U+2581 -> ' ' (the decoder's Replace) into out (may be s); its length. */
 size_t sp_decoded_text(const char *s, size_t len, char *out);
 /* The byte that ByteFallback's decoder reads in token s: "<0xHH>" (hex digits of either case,

@@ -228,7 +228,7 @@ static const added_token *added_at(const tr_tokenizer *t, const char *text, size
 static int sp_segment(tr_encoder *e, const char *text, size_t len, int at_start)
 {
     const tr_tokenizer *t = e->t;
-    int space_first = len && (text[0] == ' ' || (len >= 3 && !memcmp(text, "\xE2\x96\x81", 3)));
+    int space_first = len && (text[0] == ' ' || (len >= 3 && !memcmp(text, SP_SPACE, 3)));
     int prepend = t->sp_prepend == SP_PREPEND_ALWAYS ||
                   (t->sp_prepend == SP_PREPEND_UNLESS_SPACE && !space_first) ||
                   (t->sp_prepend == SP_PREPEND_FIRST && at_start && !space_first);
@@ -306,6 +306,14 @@ int tr_encode(tr_encoder *e, const char *text, size_t len, int add_special, int3
     return rc;
 }
 
+/* The byte that the decoder's ByteFallback reads in token id (a vocabulary id), or -1. */
+static int fallback_byte(const tr_tokenizer *t, int32_t id)
+{
+    int exact;
+    return t->decode_bytes && t->tok_len[id] == 6
+               ? sp_byte_token(t->pool + t->tok_off[id], 6, &exact) : -1;
+}
+
 const char *tr_token_bytes(const tr_tokenizer *t, int32_t id, size_t *len)
 {
     if (t->kind == TOK_BYTES) {
@@ -316,30 +324,22 @@ const char *tr_token_bytes(const tr_tokenizer *t, int32_t id, size_t *len)
     }
     if (id < 0 || id >= t->n_ids || t->tok_len[id] == UINT32_MAX)
         return NULL;
-    *len = t->tok_len[id];
-    const char *s = t->pool + t->tok_off[id];
-    int exact, b = t->decode_bytes && *len == 6 ? sp_byte_token(s, 6, &exact) : -1;
-    if (b >= 0) { /* ByteFallback: the byte it spells */
-        *len = 1;
-        return (const char *)all_bytes + b;
-    }
-    return s;
+    int b = fallback_byte(t, id);
+    *len = b >= 0 ? 1 : t->tok_len[id];
+    return b >= 0 ? (const char *)all_bytes + b : t->pool + t->tok_off[id];
 }
 
-/* SentencePiece-style decoding (tokenizers' Replace, ByteFallback, Fuse, Strip): the tokens'
- * text, each run of byte tokens as its bytes when they are valid UTF-8 and as one U+FFFD a
- * token when not, then up to decode_strip leading spaces removed. */
-static int sp_decode(const tr_tokenizer *t, const int32_t *ids, size_t n, char *s, size_t *len)
+/* SentencePiece-style decoding (tokenizers' Replace, ByteFallback, Fuse, Strip) of valid ids
+ * into s: the tokens' text, each run of byte tokens as its bytes when they are valid UTF-8 and
+ * as one U+FFFD a token when not, then up to decode_strip leading spaces removed. Returns the
+ * length. */
+static size_t sp_decode(const tr_tokenizer *t, const int32_t *ids, size_t n, char *s)
 {
     size_t o = 0, l;
     for (size_t i = 0; i < n;) {
         size_t run = 0, at = o;
-        const char *b;
-        while (i + run < n && (b = tr_token_bytes(t, ids[i + run], &l)) && l == 1 &&
-               t->tok_len[ids[i + run]] == 6 && t->decode_bytes) {
-            s[o++] = b[0];
-            run++;
-        }
+        for (int byte; i + run < n && (byte = fallback_byte(t, ids[i + run])) >= 0; run++)
+            s[o++] = (char)byte;
         if (run && utf8_valid_prefix((const unsigned char *)s + at, o - at) != o - at)
             for (o = at; o < at + 3 * run; o += 3)
                 memcpy(s + o, "\xEF\xBF\xBD", 3);
@@ -347,7 +347,7 @@ static int sp_decode(const tr_tokenizer *t, const int32_t *ids, size_t n, char *
             i += run;
             continue;
         }
-        b = tr_token_bytes(t, ids[i++], &l);
+        const char *b = tr_token_bytes(t, ids[i++], &l);
         memcpy(s + o, b, l);
         o += l;
     }
@@ -355,8 +355,7 @@ static int sp_decode(const tr_tokenizer *t, const int32_t *ids, size_t n, char *
     while (cut < o && cut < (size_t)t->decode_strip && s[cut] == ' ')
         cut++;
     memmove(s, s + cut, o - cut);
-    *len = o - cut;
-    return TR_OK;
+    return o - cut;
 }
 
 int tr_decode(const tr_tokenizer *t, const int32_t *ids, size_t n, char **text, size_t *len)
@@ -368,12 +367,12 @@ int tr_decode(const tr_tokenizer *t, const int32_t *ids, size_t n, char **text, 
                                            "%s", (int)ids[i], i, t->source);
         total += l;
     }
-    char *s = malloc(3 * total + 1); /* (a byte token may become U+FFFD) */
+    char *s = malloc((t->sp ? 3 : 1) * total + 1); /* (a byte token may become U+FFFD) */
     if (!s)
         return tr_fail(TR_ERR_NOMEM, "out of memory decoding %zu tokens", n);
     size_t o = 0;
-    if (t->kind == TOK_HF && t->sp)
-        (void)sp_decode(t, ids, n, s, &o);
+    if (t->sp)
+        o = sp_decode(t, ids, n, s);
     else
         for (size_t i = 0; i < n; i++) {
             const char *b = tr_token_bytes(t, ids[i], &l);
