@@ -54,6 +54,21 @@ def path(name):
     return os.path.join(work, name)
 
 
+def tok_encode_records(args, label, width):
+    """Run tok_encode; the payload bytes of each of its records (an int64 count, then count
+    items of `width` bytes), or None (a failed check) when it fails."""
+    p = subprocess.run([tok_encode] + args, capture_output=True, timeout=600)
+    if p.returncode:
+        tt.check(f"{label}: tok_encode runs", False, p.stderr.decode(errors="replace"))
+        return None
+    out, at, res = p.stdout, 0, []
+    while at < len(out):
+        n = struct.unpack_from("<q", out, at)[0]
+        res.append(out[at + 8:at + 8 + width * n])
+        at += 8 + width * n
+    return res
+
+
 def trident_text(model, id_lists):
     """tok_encode --decode's text of each id list (HFTokenizer on model), as Python str."""
     names = []
@@ -61,34 +76,18 @@ def trident_text(model, id_lists):
         names.append(path(f"decode-{k}.bin"))
         with open(names[-1], "wb") as f:
             f.write(struct.pack("<%di" % len(ids), *ids))
-    p = subprocess.run([tok_encode, "HFTokenizer", "-", "-", model, "--decode"] + names,
-                       capture_output=True, timeout=600)
+    res = tok_encode_records(["HFTokenizer", "-", "-", model, "--decode"] + names,
+                             f"{os.path.basename(model)} --decode", 1)
     for n in names:
         os.remove(n)
-    if p.returncode:
-        tt.check(f"{os.path.basename(model)}: tok_encode --decode runs", False, p.stderr.decode(errors="replace"))
-        return None
-    out, at, res = p.stdout, 0, []
-    for _ in id_lists:
-        n = struct.unpack_from("<q", out, at)[0]
-        res.append(out[at + 8:at + 8 + n].decode("utf-8", "surrogateescape"))
-        at += 8 + n
-    return res
+    return res and [r.decode("utf-8", "surrogateescape") for r in res]
 
 
 def trident_ids(kind, vocab, merges, model, files, special=False):
     """tok_encode's ids of each file (one process for all)."""
-    args = [tok_encode, kind, vocab or "-", merges or "-", model or "-"] + (["--special"] if special else []) + files
-    p = subprocess.run(args, capture_output=True, timeout=600)
-    if p.returncode:
-        tt.check(f"{kind} {os.path.basename(model or vocab)}: tok_encode runs", False, p.stderr.decode(errors="replace"))
-        return None
-    out, at, res = p.stdout, 0, []
-    for _ in files:
-        n = struct.unpack_from("<q", out, at)[0]
-        res.append(list(struct.unpack_from("<%di" % n, out, at + 8)))
-        at += 8 + 4 * n
-    return res
+    res = tok_encode_records([kind, vocab or "-", merges or "-", model or "-"] + (["--special"] if special else [])
+                             + files, f"{kind} {os.path.basename(model or vocab)}", 4)
+    return res and [list(struct.unpack("<%di" % (len(r) // 4), r)) for r in res]
 
 
 def compare(name, mine, theirs, texts, files, decode):

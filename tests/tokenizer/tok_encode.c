@@ -65,27 +65,17 @@ int main(int argc, char **argv)
             fprintf(stderr, "tok_encode: cannot read %s\n", argv[i]);
             return 1;
         }
-        if (decode) {
-            char *out;
-            size_t out_len;
-            if (tr_decode(t, (const int32_t *)(const void *)text, len / 4, &out, &out_len)) {
-                fprintf(stderr, "tok_encode: %s: %s\n", argv[i], tr_errmsg());
-                return 2;
-            }
-            int64_t count = (int64_t)out_len;
-            fwrite(&count, 8, 1, stdout);
-            fwrite(out, 1, out_len, stdout);
-            free(out);
-            free(text);
-            continue;
-        }
-        if (tr_encode(e, text, len, special, &ids, &n, &cap)) {
+        char *out = NULL; /* --decode: the text, n bytes; else the ids, n of them */
+        int failed = decode ? tr_decode(t, (const int32_t *)(const void *)text, len / 4, &out, &n)
+                            : tr_encode(e, text, len, special, &ids, &n, &cap);
+        if (failed) {
             fprintf(stderr, "tok_encode: %s: %s\n", argv[i], tr_errmsg());
             return 2;
         }
         int64_t count = (int64_t)n;
         fwrite(&count, 8, 1, stdout);
-        fwrite(ids, 4, n, stdout);
+        fwrite(decode ? (const void *)out : (const void *)ids, decode ? 1 : 4, n, stdout);
+        free(out);
         free(text);
     }
     free(ids);
