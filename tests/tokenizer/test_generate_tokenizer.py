@@ -74,9 +74,9 @@ ckpt = os.path.join(work, "ckpt")
 model = dict(num_layers=2, hidden_size=64, num_attention_heads=4, seq_length=32, max_position_embeddings=96,
              vocab_size=V)
 data = dict(data_path=data_prefix, split="100,0,0", tokenizer={"type": "HFTokenizer", "model": tok_path})
-config = tt.write_config(os.path.join(work, "small.yaml"), model=model,
-                         training=dict(micro_batch_size=4, global_batch_size=8, train_iters=60, lr=3.0e-3),
-                         data=data, checkpoint=dict(save=ckpt))
+training = dict(micro_batch_size=4, global_batch_size=8, train_iters=60, lr=3.0e-3)
+config = tt.write_config(os.path.join(work, "small.yaml"), model=model, training=training, data=data,
+                         checkpoint=dict(save=ckpt))
 r = tt.run(tt.train_cmd(trident, config, os.path.join(work, "run"), flags=["--quiet"]), timeout=300)
 if not check("training with data.tokenizer {type: HFTokenizer, model: ...}: exit 0", r.returncode == 0, r.stderr[-2000:]):
     tt.finish()
@@ -88,19 +88,21 @@ check("model.vocab_size 200 below the tokenizer's: exit 2 naming both",
       f"HFTokenizer ({V} ids)" in r.stderr, r.stderr[-800:])
 
 
-def generate_json(*args):
-    r = tt.run([trident, "generate", ckpt, "--json", "--temperature", "0", "--max-new-tokens", "24", *args],
-               timeout=120)
+def generate_json(folder, *args, new_tokens=24):
+    """`trident generate FOLDER --json` greedy: its JSON object, with its stderr under "stderr"
+    (or {"error": ...})."""
+    r = tt.run([trident, "generate", folder, "--json", "--temperature", "0", "--max-new-tokens", str(new_tokens),
+                *args], timeout=120)
     if r.returncode:
         return {"error": f"exit {r.returncode}: {r.stderr[-800:]}"}
-    return json.loads(r.stdout[r.stdout.index("{"):])
+    return dict(json.loads(r.stdout[r.stdout.index("{"):]), stderr=r.stderr)
 
 
-with_tok = generate_json("--prompt", "alpha beta", *tokflags)
+with_tok = generate_json(ckpt, "--prompt", "alpha beta", *tokflags)
 prompt_ids = with_tok.get("prompt_ids", [])
 check("--prompt is encoded with the tokenizer ('alpha' bytes, then ' beta' one token)",
       prompt_ids == [97, 108, 112, 104, 97, vocab[byte_char(32) + "beta"]], with_tok)
-by_ids = generate_json("--prompt-ids", ",".join(map(str, prompt_ids)), *tokflags)
+by_ids = generate_json(ckpt, "--prompt-ids", ",".join(map(str, prompt_ids)), *tokflags)
 check("--prompt-ids of those ids: the same continuation", by_ids.get("generated_ids") == with_tok.get("generated_ids"),
       f"{by_ids} vs {with_tok}")
 text = with_tok.get("text", "")
@@ -167,19 +169,15 @@ check(f"SentencePiece-style: the corpus is <s>, its words' tokens and </s> ({len
 sp_ckpt = os.path.join(work, "sp-ckpt")
 sp_data = dict(data_path=sp_prefix + "_text_document", split="100,0,0",
                tokenizer={"type": "HFTokenizer", "model": sp_path})
-sp_config = tt.write_config(os.path.join(work, "sp.yaml"), model=dict(model, vocab_size=len(sp_vocab)),
-                            training=dict(micro_batch_size=4, global_batch_size=8, train_iters=60, lr=3.0e-3),
-                            data=sp_data, checkpoint=dict(save=sp_ckpt))
+sp_model = dict(model, vocab_size=len(sp_vocab))
+sp_config = tt.write_config(os.path.join(work, "sp.yaml"), model=sp_model, training=training, data=sp_data,
+                            checkpoint=dict(save=sp_ckpt))
 r = tt.run(tt.train_cmd(trident, sp_config, os.path.join(work, "sp-run"), flags=["--quiet"]), timeout=300)
 if check("SentencePiece-style: training exit 0", r.returncode == 0, r.stderr[-2000:]):
-    def sp_generate(prompt, n):
-        r = tt.run([trident, "generate", sp_ckpt, "--json", "--temperature", "0", "--max-new-tokens", str(n),
-                    "--prompt", prompt, *spflags], timeout=120)
-        return json.loads(r.stdout[r.stdout.index("{"):]) if r.returncode == 0 else {"error": r.stderr[-800:]}
-    got = sp_generate("alpha \u00e9", 1)
+    got = generate_json(sp_ckpt, "--prompt", "alpha \u00e9", *spflags, new_tokens=1)
     check("SentencePiece-style: the prompt is <s>, ▁alpha, ▁ and é's two bytes",
           got.get("prompt_ids") == [1, sp_vocab[SP + "alpha"], sp_vocab[SP], 3 + 0xC3, 3 + 0xA9], got)
-    got = sp_generate("alpha beta", 24)
+    got = generate_json(sp_ckpt, "--prompt", "alpha beta", *spflags)
     pieces = got.get("text", "").replace("</s>", " ").replace("<s>", " ").split()
     check("SentencePiece-style: the continuation decodes to the corpus' words, spaced",
           len(pieces) >= 3 and sum(p in words for p in pieces) >= len(pieces) - 1, got)
@@ -191,18 +189,15 @@ if check("SentencePiece-style: training exit 0", r.returncode == 0, r.stderr[-20
         same = f.read() == g.read()
     if check("convert --to hf --config: exit 0, the run's tokenizer.json copied into the folder",
              r.returncode == 0 and same and "with the run's tokenizer" in r.stdout, r.stderr[-800:]):
-        r = tt.run([trident, "generate", hf_dir, "--json", "--temperature", "0", "--max-new-tokens", "24",
-                    "--prompt", "alpha beta"], timeout=120)
-        hf_got = json.loads(r.stdout[r.stdout.index("{"):]) if r.returncode == 0 else {"error": r.stderr[-800:]}
+        hf_got = generate_json(hf_dir, "--prompt", "alpha beta")
         check("generate HF_DIR uses HF_DIR/tokenizer.json unasked (said on stderr): the same ids and text",
               hf_got.get("prompt_ids") == got.get("prompt_ids") and hf_got.get("text") == got.get("text")
-              and "tokenizer.json" in r.stderr, f"{hf_got} vs {got}")
+              and "tokenizer.json" in hf_got.get("stderr", ""), f"{hf_got} vs {got}")
         # a tokenizer_config.json beside it that cannot be read (a folder): nothing half-written
         tokdir = os.path.join(work, "tokdir")
         os.makedirs(os.path.join(tokdir, "tokenizer_config.json"), exist_ok=True)
         tt.write(os.path.join(tokdir, "tokenizer.json"), json.dumps(sp_tok, ensure_ascii=False))
-        bad_config = tt.write_config(os.path.join(work, "sp-bad.yaml"), model=dict(model, vocab_size=len(sp_vocab)),
-                                     training=dict(micro_batch_size=4, global_batch_size=8, train_iters=60, lr=3.0e-3),
+        bad_config = tt.write_config(os.path.join(work, "sp-bad.yaml"), model=sp_model, training=training,
                                      data=dict(sp_data, tokenizer={"type": "HFTokenizer",
                                                                    "model": os.path.join(tokdir, "tokenizer.json")}))
         r = tt.run([trident, "convert", "--to", "hf", "--input", sp_ckpt, "--output", hf_dir + "-2",
@@ -210,8 +205,6 @@ if check("SentencePiece-style: training exit 0", r.returncode == 0, r.stderr[-20
         check("a tokenizer file that cannot be read: convert exits 1 naming it, no folder left",
               r.returncode == 1 and "tokenizer_config.json" in r.stderr and not os.path.exists(hf_dir + "-2")
               and not any(n.startswith("sp-hf-2.tmp") for n in os.listdir(work)), r.stderr[-600:])
-        r = tt.run([trident, "generate", hf_dir, "--json", "--temperature", "0", "--max-new-tokens", "2",
-                    "--prompt", "alpha", "--tokenizer-type", "ByteLevel"], timeout=120)
-        raw = json.loads(r.stdout[r.stdout.index("{"):]) if r.returncode == 0 else {}
-        check("--tokenizer-type ByteLevel keeps bytes", raw.get("prompt_ids") == list(b"alpha"), r.stderr[-500:])
+        raw = generate_json(hf_dir, "--prompt", "alpha", "--tokenizer-type", "ByteLevel", new_tokens=2)
+        check("--tokenizer-type ByteLevel keeps bytes", raw.get("prompt_ids") == list(b"alpha"), raw)
 tt.finish()
