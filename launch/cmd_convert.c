@@ -11,6 +11,7 @@
 #include "core/core.h"
 #include "hf/hf.h"
 #include "launch/args.h"
+#include "tokenizer/tokenizer.h"
 
 static void convert_usage(FILE *f)
 {
@@ -188,15 +189,12 @@ int tr_cmd_convert(int argc, char **argv)
     }
     /* the run's tokenizer goes with the export, as transformers' save_pretrained keeps it */
     const char *files[7] = {NULL};
-    char tok_config[4200];
+    char *tok_config = NULL;
     if (have_cfg && to && !strcmp(cfg.data.tokenizer_type, "HFTokenizer")) {
-        const char *slash = strrchr(cfg.data.tokenizer_model, '/');
-        snprintf(tok_config, sizeof tok_config, "%.*stokenizer_config.json",
-                 slash ? (int)(slash - cfg.data.tokenizer_model + 1) : 0,
-                 cfg.data.tokenizer_model);
+        tok_config = tr_tokenizer_config_path(cfg.data.tokenizer_model);
         int n = 0;
         files[n++] = cfg.data.tokenizer_model, files[n++] = "tokenizer.json";
-        if (!access(tok_config, F_OK))
+        if (tok_config && !access(tok_config, F_OK))
             files[n++] = tok_config, files[n++] = "tokenizer_config.json";
         o.files = files;
     } else if (have_cfg && to && !strcmp(cfg.data.tokenizer_type, "GPT2BPETokenizer")) {
@@ -211,9 +209,7 @@ int tr_cmd_convert(int argc, char **argv)
         rc = tr_hf_export_lora(input, output, &cfg, merge, &o, &iteration);
     else
         rc = from ? tr_hf_import(input, output, &m) : tr_hf_export(input, output, &o, &iteration);
-    int n_files = 0;
-    while (o.files && o.files[2 * n_files])
-        n_files++;
+    free(tok_config);
     if (have_cfg)
         tr_config_free(&cfg);
     if (rc) {
@@ -227,7 +223,7 @@ int tr_cmd_convert(int argc, char **argv)
     } else {
         printf("trident convert: %s (iteration %d) -> %s (%s%s) in %.2f s\n", input, iteration,
                output, o.bf16 ? "bf16" : "fp32",
-               n_files ? ", with the run's tokenizer" : "", tr_now() - t0);
+               o.files ? ", with the run's tokenizer" : "", tr_now() - t0);
     }
     return 0;
 }

@@ -309,13 +309,9 @@ static int load_template(tr_tokenizer *t, const char *file, json_t *p, int depth
 static int eos_from_config(tr_tokenizer *t, const char *file, int *have)
 {
     *have = 0;
-    const char *slash = strrchr(file, '/');
-    size_t dir = slash ? (size_t)(slash - file) + 1 : 0;
-    char *path = malloc(dir + sizeof "tokenizer_config.json");
+    char *path = tr_tokenizer_config_path(file);
     if (!path)
         return tr_fail(TR_ERR_NOMEM, "out of memory reading %s", file);
-    memcpy(path, file, dir);
-    strcpy(path + dir, "tokenizer_config.json");
     if (access(path, F_OK) && errno == ENOENT) {
         free(path);
         return TR_OK;
@@ -353,6 +349,18 @@ static int eos_from_config(tr_tokenizer *t, const char *file, int *have)
     json_decref(root);
     free(path);
     return rc;
+}
+
+char *tr_tokenizer_config_path(const char *tokenizer_json)
+{
+    const char *slash = strrchr(tokenizer_json, '/');
+    size_t dir = slash ? (size_t)(slash - tokenizer_json) + 1 : 0;
+    char *path = malloc(dir + sizeof "tokenizer_config.json");
+    if (path) {
+        memcpy(path, tokenizer_json, dir);
+        strcpy(path + dir, "tokenizer_config.json");
+    }
+    return path;
 }
 
 int load_hf(tr_tokenizer *t, const char *path)

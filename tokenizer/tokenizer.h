@@ -74,6 +74,10 @@ typedef struct {
 TR_MUST_CHECK int tr_tokenizer_open(const tr_tokenizer_files *files, tr_tokenizer **out);
 void tr_tokenizer_free(tr_tokenizer *t);
 
+/* The tokenizer_config.json beside a tokenizer.json (in its folder), where HFTokenizer reads
+ * the end of document: a malloc'ed path, or NULL when out of memory. */
+char *tr_tokenizer_config_path(const char *tokenizer_json);
+
 /* Ids are in [0, vocab_size): the largest id + 1 (added tokens included). */
 int tr_tokenizer_vocab_size(const tr_tokenizer *t);
 /* The end-of-document id, or -1 when the tokenizer has none. */
