@@ -5,6 +5,7 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <float.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -103,6 +104,16 @@ static int out_end_export(const out_dir *od, int rc, const tr_hf_export_options 
  * stays the config's, which wpe's rows (GPT-2) and the saved model section need. */
 static int whole_model(const tr_model_config *m, int family, tr_gpt **g, float **params)
 {
+    *g = NULL;
+    *params = NULL;
+    /* the model keeps the epsilon as a float32 and config.json says the double: one float32
+     * makes 0 (1e-50) would be exported as it is and then refused by the import (and be 0 in
+     * transformers' fp32 norms); a config's is refused here, a manifest's when it is read */
+    if (!((float)m->layernorm_epsilon > 0.0f) || !(m->layernorm_epsilon <= FLT_MAX))
+        return tr_fail(TR_ERR_CONFIG, "model.layernorm_epsilon is %g: not a positive float32 "
+                       "(%g to %g), which the model keeps it as; the exported config.json would "
+                       "say a value that is 0 or infinite to a float32 model", m->layernorm_epsilon,
+                       (double)FLT_TRUE_MIN, (double)FLT_MAX);
     tr_gpt_shape s = {
         .num_layers = m->num_layers, .C = m->hidden_size, .NH = m->num_attention_heads,
         .T = 1, .max_T = m->max_position_embeddings,
@@ -112,8 +123,6 @@ static int whole_model(const tr_model_config *m, int family, tr_gpt **g, float *
         .tp_size = 1, .tp_rank = 0};
     if (family != TR_HF_GPT2)
         tr_gpt_shape_family(m, &s);
-    *g = NULL;
-    *params = NULL;
     int rc = tr_gpt_create(&s, tr_kernels_cpu(), NULL, g);
     if (rc)
         return rc;

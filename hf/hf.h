@@ -203,7 +203,10 @@ struct tr_hf_export_options {
 /* LoRA (hf/lora.c). A LoRA run's checkpoint (its adapters) with the run's config cfg
  * (finetune.lora.*, and finetune.load: the base) -> hf_dir: merge 0: PEFT's adapter
  * (adapter_config.json + adapter_model.safetensors; GPT-2, Llama, Bloom); merge 1: the base with
- * W += (alpha/r) B A written as tr_hf_export writes a model (any family). */
+ * W += (alpha/r) B A written as tr_hf_export writes a model (any family). alpha, rank and
+ * target modules are the checkpoint's (its manifest's lora line): a cfg whose finetune.lora
+ * values differ is TR_ERR_CONFIG naming both; a checkpoint written before that line takes
+ * cfg's alpha with a warning. */
 TR_MUST_CHECK int tr_hf_export_lora(const char *ckpt_dir, const char *hf_dir, const tr_config *cfg,
                                     int merge, const tr_hf_export_options *o, int *iteration);
 /* PEFT's adapter files of g's adapters (whole model with LoRA, host params) into dir. */

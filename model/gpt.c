@@ -79,7 +79,10 @@ int tr_gpt_shape_from_config(const tr_config *cfg, int layer_first, int layer_co
                        "= %d x %d does not fit in an int",
                        m->vocab_size, m->make_vocab_size_divisible_by, tp);
     /* the values the model keeps as float: past its range they would be infinity (a config,
-     * a checkpoint's manifest or an HF config.json may hold 1e300) */
+     * a checkpoint's manifest or an HF config.json may hold 1e300), and below its smallest
+     * (about 1.4e-45) 0: an epsilon of 1e-50 would be a model of epsilon 0 whose exported
+     * config.json says 1e-50, which no float32 model (trident's import, transformers in fp32)
+     * computes with either */
     const struct {
         const char *key;
         double v;
@@ -87,10 +90,15 @@ int tr_gpt_shape_from_config(const tr_config *cfg, int layer_first, int layer_co
                     {"model.init_method_std", m->init_method_std},
                     {"model.rotary_base", m->rotary_base},
                     {"finetune.lora.alpha", cfg->finetune.lora_alpha}};
-    for (size_t i = 0; i < sizeof as_float / sizeof *as_float; i++)
+    for (size_t i = 0; i < sizeof as_float / sizeof *as_float; i++) {
         if (!(fabs(as_float[i].v) <= FLT_MAX))
             return tr_fail(TR_ERR_CONFIG, "%s is %g: past the largest float (%g), which the "
                            "model keeps it as", as_float[i].key, as_float[i].v, (double)FLT_MAX);
+        if (as_float[i].v != 0 && (float)as_float[i].v == 0.0f)
+            return tr_fail(TR_ERR_CONFIG, "%s is %g: below the smallest float (%g), which the "
+                           "model keeps it as, so it would be 0", as_float[i].key, as_float[i].v,
+                           (double)FLT_TRUE_MIN);
+    }
     out->eps = (float)m->layernorm_epsilon;
     out->init_std = (float)m->init_method_std;
     out->seed = cfg->training.seed;

@@ -5,7 +5,10 @@
  *   DIR/iter_000000K/manifest.txt             format, iteration, model shape, the data line
  *                                             (consumed samples, global batch, seed, the
  *                                             dataset's tokens and documents, split: a
- *                                             resume with other data is refused), and per
+ *                                             resume with other data is refused), the
+ *                                             family line (the model's switches), a LoRA
+ *                                             run's lora line (rank, alpha, target modules:
+ *                                             a resume or export with others is refused), and per
  *                                             tensor: name, rows, cols and a checksum of
  *                                             each array
  *   DIR/iter_000000K/NAME.bin                 three fp32 arrays of rows x cols (row-major):
@@ -356,6 +359,7 @@ static int write_manifest(tr_engine *e, const char *tmp_dir, int iteration, uint
             .scaler_hysteresis_left = sc->hysteresis_left, .skipped_iterations = sc->skipped};
         ckpt_split_text(e->cfg->data.split, mf.split, sizeof mf.split);
         ckpt_manifest_family(&mf, tr_gpt_get_shape(e->chunks[0].model));
+        ckpt_manifest_lora(&mf, tr_gpt_get_shape(e->chunks[0].model));
         rc = ckpt_write_manifest(path, &mf);
     }
     free(recs);

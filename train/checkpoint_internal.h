@@ -65,15 +65,26 @@ typedef struct {
     int has_family;
     int rmsnorm, position, rotary_dims, swiglu, ffn, query_groups, untie, linear_bias, emb_ln;
     double eps, rotary_base;
+    /* the lora line (a LoRA run's checkpoint, its adapters alone; absent from checkpoints
+     * written before it): finetune.lora.rank, .alpha and .target_modules (bit t of
+     * lora_targets: qkv, proj, fc1, fc2), so export and resume take the alpha the adapters
+     * were trained with instead of trusting a config's */
+    int has_lora, lora_rank, lora_targets;
+    double lora_alpha;
     ckpt_record *tensors;
     size_t n;
 } ckpt_manifest;
 /* Fill mf's family line from a stage's shape (every stage has the whole model's switches). */
 void ckpt_manifest_family(ckpt_manifest *mf, const tr_gpt_shape *s);
+/* Fill mf's lora line from a stage's shape when it has adapters (s->lora_rank >= 1). */
+void ckpt_manifest_lora(ckpt_manifest *mf, const tr_gpt_shape *s);
+/* The lora line's target list of a mask: "qkv,proj,fc1,fc2" (cap >= 20). */
+void ckpt_lora_targets_text(int mask, char *out, size_t cap);
 
 /* Write a manifest at path (fsync'd): the format line, the iteration, the model line, the data
- * line when mf->has_data, the loss-scaler line when mf->has_scaler, the tensors in the order
- * given (sorted by name), end. */
+ * line when mf->has_data, the loss-scaler line when mf->has_scaler, the family line when
+ * mf->has_family, the lora line when mf->has_lora, the tensors in the order given (sorted by
+ * name), end. */
 TR_MUST_CHECK int ckpt_write_manifest(const char *path, const ckpt_manifest *mf);
 /* The tracker's iteration in DIR: 0 for a release checkpoint, -1 when DIR has no checkpoint. */
 TR_MUST_CHECK int ckpt_read_tracker(const char *dir, int *iteration);
@@ -88,6 +99,16 @@ TR_MUST_CHECK int ckpt_same_model(const tr_model_config *mc, const ckpt_manifest
  * switches of shape s (any stage's: each has the whole model's). */
 TR_MUST_CHECK int ckpt_same_family(const tr_gpt_shape *s, const ckpt_manifest *mf,
                                    const char *path);
+/* The adapters of the manifest against shape s's finetune.lora settings (any stage's).
+ * Manifest with a lora line and s with adapters: TR_ERR_CONFIG naming each of rank, alpha and
+ * target modules that differ, both values (a resume or an export with another alpha would
+ * scale the trained adapters wrongly, silently). Manifest with a lora line, s without
+ * adapters: TR_ERR_CONFIG when refuse_plain, else TR_OK (the tensor checks then name what the
+ * checkpoint holds). Manifest without a lora line (written before it) whose tensors are
+ * adapters: TR_OK, and when warn, a warning that the config's finetune.lora.alpha is taken
+ * unchecked (the documented fallback). */
+TR_MUST_CHECK int ckpt_same_lora(const tr_gpt_shape *s, const ckpt_manifest *mf, const char *path,
+                                 int refuse_plain, int warn);
 /* TR_ERR_INVALID naming the first tensor of the manifest that the whole model g (its trainable
  * tensors, or base 1: its base's) does not have. stage_only: g is one pipeline stage (or
  * chunk), and only the manifest's tensors of its layers ("layers.N." with N in its range) are

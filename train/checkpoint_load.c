@@ -215,6 +215,9 @@ int tr_checkpoint_load(tr_engine *e, const char *dir, int *iteration)
     if (!rc)
         rc = ckpt_same_family(tr_gpt_get_shape(e->chunks[0].model), &mf, path);
     if (!rc)
+        rc = ckpt_same_lora(tr_gpt_get_shape(e->chunks[0].model), &mf, path, 1,
+                            e->world.rank == 0);
+    if (!rc)
         rc = ckpt_same_data(e, &mf, path);
     if ((rc = tr_engine_agree(e, rc, "loading the checkpoint"))) {
         free(mf.tensors);
@@ -306,6 +309,52 @@ int ckpt_same_family(const tr_gpt_shape *s, const ckpt_manifest *mf, const char 
         return TR_OK;
     return tr_fail(TR_ERR_INVALID, "%s: the checkpoint is of another model than the config's "
                    "(its manifest's family line): %s", path, diff + 2);
+}
+
+int ckpt_same_lora(const tr_gpt_shape *s, const ckpt_manifest *mf, const char *path,
+                   int refuse_plain, int warn)
+{
+    char have[32], want[32];
+    if (!mf->has_lora) {
+        int adapters = 0; /* written before the lora line: the config's alpha, unchecked */
+        for (size_t j = 0; j < mf->n && !adapters; j++)
+            adapters = strstr(mf->tensors[j].name, ".lora_A") != NULL;
+        if (adapters && s->lora_rank && warn)
+            tr_warn("%s has no lora line (a checkpoint written before trident recorded "
+                    "finetune.lora.alpha): the config's finetune.lora.alpha %g is taken as the "
+                    "one its adapters were trained with, unchecked", path, (double)s->lora_alpha);
+        return TR_OK;
+    }
+    ckpt_lora_targets_text(mf->lora_targets, have, sizeof have);
+    if (!s->lora_rank) {
+        if (!refuse_plain)
+            return TR_OK;
+        return tr_fail(TR_ERR_CONFIG, "%s: the checkpoint holds a LoRA run's adapters "
+                       "(finetune.lora.rank %d, alpha %g, target_modules [%s]); the config has "
+                       "no finetune.lora.rank: use the run's finetune.lora settings", path,
+                       mf->lora_rank, mf->lora_alpha, have);
+    }
+    ckpt_lora_targets_text(s->lora_targets, want, sizeof want);
+    char diff[512] = "";
+    size_t n = 0;
+#define DIFF(cond, ...)                                                                            \
+    if ((cond) && n < sizeof diff)                                                                 \
+        n += (size_t)snprintf(diff + n, sizeof diff - n, __VA_ARGS__);
+    DIFF(s->lora_rank != mf->lora_rank, "; finetune.lora.rank %d (the checkpoint's: %d)",
+         s->lora_rank, mf->lora_rank)
+    /* compared as the model keeps it: a float */
+    DIFF(s->lora_alpha != (float)mf->lora_alpha, "; finetune.lora.alpha %g (the checkpoint's: "
+         "%g)", (double)s->lora_alpha, mf->lora_alpha)
+    DIFF(s->lora_targets != mf->lora_targets, "; finetune.lora.target_modules [%s] (the "
+         "checkpoint's: [%s])", want, have)
+#undef DIFF
+    if (!n)
+        return TR_OK;
+    return tr_fail(TR_ERR_CONFIG, "%s: the config's LoRA settings are not those the checkpoint's "
+                   "adapters were trained with (its manifest's lora line): %s; with them a resume "
+                   "or an export would be another model (the adapters are scaled by alpha / rank, "
+                   "and only the configured targets' are read): use the run's values", path,
+                   diff + 2);
 }
 
 int ckpt_same_model(const tr_model_config *mc, const ckpt_manifest *mf, const char *path)

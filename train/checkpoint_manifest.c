@@ -3,6 +3,7 @@
 #include "train/checkpoint_internal.h"
 
 #include <errno.h>
+#include <float.h>
 #include <inttypes.h>
 #include <limits.h>
 #include <math.h>
@@ -32,11 +33,12 @@ static int manifest_error(const char *path, int line, const char *what)
 }
 
 /* The shortest decimal of a float that reads back as the same float (1e-05, not the double
- * 9.99999975e-06 of its exact value): what a config said. */
+ * 9.99999975e-06 of its exact value; 1e-44, not 9.80909e-45, for a subnormal one): what a
+ * config said. */
 static double float_decimal(float x)
 {
     char buf[32];
-    for (int digits = 6; digits < 9; digits++) {
+    for (int digits = 1; digits < 9; digits++) {
         snprintf(buf, sizeof buf, "%.*g", digits, (double)x);
         if ((float)strtod(buf, NULL) == x)
             return strtod(buf, NULL);
@@ -58,6 +60,49 @@ void ckpt_manifest_family(ckpt_manifest *mf, const tr_gpt_shape *s)
     mf->linear_bias = !s->no_linear_bias;
     mf->emb_ln = s->embedding_ln;
     mf->eps = float_decimal(s->eps);
+}
+
+/* finetune.lora.target_modules' names, bit t of the lora line's mask (model/gpt.c's order) */
+static const char *const lora_target_names[4] = {"qkv", "proj", "fc1", "fc2"};
+
+void ckpt_manifest_lora(ckpt_manifest *mf, const tr_gpt_shape *s)
+{
+    if (s->lora_rank < 1)
+        return;
+    mf->has_lora = 1;
+    mf->lora_rank = s->lora_rank;
+    mf->lora_targets = s->lora_targets;
+    mf->lora_alpha = float_decimal(s->lora_alpha);
+}
+
+void ckpt_lora_targets_text(int mask, char *out, size_t cap)
+{
+    size_t n = 0;
+    out[0] = '\0';
+    for (int t = 0; t < 4; t++)
+        if (mask & (1 << t))
+            n += (size_t)snprintf(out + n, cap - n, "%s%s", n ? "," : "", lora_target_names[t]);
+}
+
+/* A target list of the lora line: known names, each once, at least one; -1 when not. */
+static int lora_targets_parse(const char *text)
+{
+    int mask = 0;
+    const char *p = text;
+    while (*p) {
+        size_t len = strcspn(p, ",");
+        int found = -1;
+        for (int t = 0; t < 4 && found < 0; t++)
+            if (len == strlen(lora_target_names[t]) && !strncmp(p, lora_target_names[t], len))
+                found = t;
+        if (found < 0 || (mask & (1 << found)))
+            return -1;
+        mask |= 1 << found;
+        p += len;
+        if (*p == ',' && !*++p)
+            return -1; /* a trailing comma */
+    }
+    return mask ? mask : -1;
 }
 
 int ckpt_write_manifest(const char *path, const ckpt_manifest *mf)
@@ -83,6 +128,11 @@ int ckpt_write_manifest(const char *path, const ckpt_manifest *mf)
                    "eps %.9g\n", mf->rmsnorm, mf->position, mf->rotary_dims, mf->rotary_base,
                 mf->swiglu, mf->ffn, mf->query_groups, mf->untie, mf->linear_bias, mf->emb_ln,
                 mf->eps);
+    if (mf->has_lora) {
+        char targets[32];
+        ckpt_lora_targets_text(mf->lora_targets, targets, sizeof targets);
+        fprintf(f, "lora rank %d alpha %.9g targets %s\n", mf->lora_rank, mf->lora_alpha, targets);
+    }
     fprintf(f, "tensors %zu\n", mf->n);
     for (size_t i = 0; i < mf->n; i++)
         fprintf(f, "tensor %s %zu %d %016" PRIx64 " %016" PRIx64 " %016" PRIx64 "\n",
@@ -181,15 +231,32 @@ int ckpt_read_manifest(const char *path, int iteration, ckpt_manifest *out)
                 (unsigned)out->rmsnorm > 1 || (unsigned)out->position > 2 || out->rotary_dims < 0 ||
                 (unsigned)out->swiglu > 1 || out->ffn < 1 || out->query_groups < 1 ||
                 (unsigned)out->untie > 1 || (unsigned)out->linear_bias > 1 ||
-                (unsigned)out->emb_ln > 1 || !(out->eps > 0) || !isfinite(out->eps) ||
+                (unsigned)out->emb_ln > 1 || !isfinite(out->eps) ||
+                /* the model keeps it as a float: one that rounds to 0 (1e-50) would be
+                 * exported to config.json as it is and refused by the import */
+                !((float)out->eps > 0.0f) || out->eps > FLT_MAX ||
                 !isfinite(out->rotary_base) || out->rotary_base < 0 ||
                 /* rotary positions: a base the config allows (model.rotary_base > 0); 0 was
                  * exported as rope_theta 0 (NaN rotations in transformers) */
                 (out->position == 1 && !(out->rotary_base > 0 && out->rotary_dims >= 1)))
                 rc = manifest_error(path, ln, "expected the family line (switches 0 or 1, position "
-                                              "0-2, sizes >= 1, a finite eps > 0, rotary positions "
-                                              "of a rotary_base > 0 and rotary_dims >= 1)");
-        } else if (ln == 4 + out->has_data + out->has_scaler + out->has_family) {
+                                              "0-2, sizes >= 1, an eps > 0 that float32 holds "
+                                              "(1.4e-45 to 3.4e38), rotary positions of a "
+                                              "rotary_base > 0 and rotary_dims >= 1)");
+        } else if (ln == 4 + out->has_data + out->has_scaler + out->has_family &&
+                   !strncmp(line, "lora ", 5)) {
+            int used = 0;
+            char targets[64];
+            out->has_lora = 1;
+            if (sscanf(line, "lora rank %d alpha %lg targets %63s%n", &out->lora_rank,
+                       &out->lora_alpha, targets, &used) != 3 || line[used] ||
+                out->lora_rank < 1 || out->lora_rank > 65536 ||
+                !((float)out->lora_alpha > 0.0f) || !(out->lora_alpha <= FLT_MAX) ||
+                (out->lora_targets = lora_targets_parse(targets)) < 0)
+                rc = manifest_error(path, ln, "expected the lora line (rank 1-65536, an alpha "
+                                              "> 0 that float32 holds, targets: some of "
+                                              "qkv,proj,fc1,fc2 once each)");
+        } else if (ln == 4 + out->has_data + out->has_scaler + out->has_family + out->has_lora) {
             int used = 0;
             if (sscanf(line, "tensors %zu%n", &declared, &used) != 1 || line[used] || declared > 1000000)
                 rc = manifest_error(path, ln, "expected 'tensors N' (N <= 1000000)");

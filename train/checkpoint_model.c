@@ -110,6 +110,10 @@ static int load_tensors(const char *dir, tr_gpt *g, const tr_kernels *k, float *
         char path[4300];
         if (!(rc = ckpt_join(path, sizeof path, ckpt_dir, "manifest.txt")))
             rc = ckpt_same_family(s, &mf, path);
+        /* the adapters (export): the alpha they were trained with, not another config's; a
+         * LoRA checkpoint into a plain model is named by the tensor checks below */
+        if (!rc && !base)
+            rc = ckpt_same_lora(s, &mf, path, 0, 1);
     }
     int n_tensors = base ? tr_gpt_num_base_tensors(g) : tr_gpt_num_tensors(g);
     size_t n = 0;

@@ -96,7 +96,10 @@ TR_MUST_CHECK int tr_checkpoint_save(tr_engine *e, const char *dir, int iteratio
 /* Load DIR's latest checkpoint; *iteration = its iteration, 0 for a release checkpoint
  * (weights alone, e.g. imported by trident convert: Adam's moments zero, training starts at
  * iteration 1), -1 when DIR holds none. A corrupt, truncated or foreign checkpoint is
- * TR_ERR_INVALID naming the file. */
+ * TR_ERR_INVALID naming the file. A LoRA run's checkpoint records finetune.lora.rank, .alpha
+ * and .target_modules (the manifest's lora line): a config with others, or without LoRA, is
+ * TR_ERR_CONFIG naming both values; one written before that line loads with the config's
+ * alpha and a warning. */
 TR_MUST_CHECK int tr_checkpoint_load(tr_engine *e, const char *dir, int *iteration);
 /* checkpoint.async_save: completes the save being written in the background once every
  * rank's files are written (wait = 1: blocks until then). Collective; call it on every rank
@@ -115,7 +118,9 @@ TR_MUST_CHECK int tr_checkpoint_read_model(const char *dir, tr_model_config *mod
 /* The parameters of DIR's latest checkpoint into g, bound to `params` (device memory of
  * backend k): this TP rank's shards of every tensor of the stage, each file's size and its
  * parameters' checksum verified first (not the Adam moments, which it does not read); the
- * vocabulary's padding rows 0. Errors as tr_checkpoint_load. */
+ * vocabulary's padding rows 0. Errors as tr_checkpoint_load (g with LoRA adapters: its
+ * lora settings checked against the lora line as there; g without them: a LoRA checkpoint's
+ * missing base tensors are the error). */
 TR_MUST_CHECK int tr_checkpoint_load_model(const char *dir, tr_gpt *g, const tr_kernels *k,
                                            float *params, int *iteration);
 /* The base model of a LoRA fine-tuning (finetune.load): DIR's latest checkpoint into g's

@@ -5,7 +5,8 @@
   - memory (summary.json): the LoRA run's gradients and optimizer state are the adapters'
     alone (4 bytes, 8 bytes per adapter element), and its allocator peak is below full
     fine-tuning's by at least the base's gradients + optimizer state less the adapters';
-  - a LoRA run stopped at a checkpoint (the adapters) resumes with the same losses;
+  - a LoRA run stopped at a checkpoint (the adapters) resumes with the same losses, and is
+    refused (naming both values) with another finetune.lora.alpha than it was trained with;
   - bad settings are refused naming the key: an unknown target module, dropout 1, ZeRO-3,
     a missing base, a base checkpoint given as checkpoint.load (no adapters in it); generate
     from a LoRA checkpoint says what it holds and how to merge it.
@@ -148,6 +149,10 @@ p, half = train("half", ["training.train_iters=2", f"checkpoint.save={path('half
 p2, rest = train("rest", [f"checkpoint.load={path('half-ckpt')}"])
 check("a LoRA run stopped at iteration 2 resumes with the same losses (iterations 3, 4)",
       p.returncode == 0 and p2.returncode == 0 and rest == lora[2:], f"{half} + {rest} vs {lora}\n{p2.stderr[-800:]}")
+p, _ = train("rest-alpha", [f"checkpoint.load={path('half-ckpt')}", "finetune.lora.alpha=32"])
+check("... resuming it with another finetune.lora.alpha (32, trained with 16): refused naming both",
+      p.returncode in (1, 2) and "finetune.lora.alpha 32 (the checkpoint's: 16)" in p.stderr,
+      p.stderr[-800:])
 
 # ---- layouts (the layout matrix checks them all; here the SFT data under D2xT2 with SP)
 p, d2t2 = train("d2t2", ["parallel.sequence_parallel=true", "training.micro_batch_size=2"], 4, 2, 1)
