@@ -87,6 +87,19 @@ void fz_fixture_init(fz_fixture *x, const char *dir)
     }
 }
 
+void fz_fixture_init_files(fz_fixture *x, const char *dir, const char *const *names, int n)
+{
+    memset(x, 0, sizeof *x);
+    if (n > FZ_FIXTURE_FILES) abort();
+    snprintf(x->root, sizeof x->root, "%s", dir);
+    snprintf(x->iter_dir, sizeof x->iter_dir, "%s", dir);
+    for (x->n = 0; x->n < n; x->n++) {
+        fz_fixture_file *f = &x->file[x->n];
+        snprintf(f->path, sizeof f->path, "%s/%s", dir, names[x->n]);
+        f->data = fz_slurp(f->path, &f->size);
+    }
+}
+
 void fz_fixture_restore(fz_fixture *x)
 {
     for (int i = 0; i < x->n; i++) fz_write_path(x->file[i].path, x->file[i].data, x->file[i].size);

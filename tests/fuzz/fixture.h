@@ -1,4 +1,4 @@
-/* Checkpoint fixtures of the fuzz targets manifest, ckpt and lora (fixture.c).
+/* Checkpoint fixtures of the fuzz targets manifest, ckpt and lora* (fixture.c).
  *
  * fz_make_checkpoint() trains a tiny model from a committed YAML file of tests/fuzz/fixtures/
  * for a few steps and saves it, all by library calls, in the target's temporary folder.
@@ -35,6 +35,9 @@ void fz_fixture_config(const char *yaml, const char *const *overrides, int n, tr
 void fz_make_checkpoint(const tr_config *cfg, const char *dir, int steps);
 /* Reads the checkpoint in dir into x. */
 void fz_fixture_init(fz_fixture *x, const char *dir);
+/* Reads the n files `names` of folder dir (a Hugging Face folder: no tracker) into x, in
+ * that order: the numbering of the inputs. */
+void fz_fixture_init_files(fz_fixture *x, const char *dir, const char *const *names, int n);
 /* Writes every file back as it was. */
 void fz_fixture_restore(fz_fixture *x);
 /* Applies an input to the restored fixture. Byte 0: bit 0 recompute the manifest's checksums

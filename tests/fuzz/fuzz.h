@@ -20,6 +20,8 @@
  *   prep      JSONL -> tr_preprocess -> the output reopens (gpt or sft) and every sample reads,
  *             loss-mask weights are 0 or 1
  *   import    HF config.json + model.safetensors -> tr_hf_import (no crash)
+ *   roundtrip the same -> tr_hf_import -> tr_hf_export: what imports exports, every tensor
+ *             back with the same float32 values
  *   blend     weighted data_path lists -> blended dataset: samples read, sources in range
  *   yaml      config text -> tr_config_load_string; a loaded config writes, reloads and
  *             compares equal (round trip)
@@ -28,13 +30,17 @@
  *   ckpt      a checkpoint with one or two files replaced or patched -> tr_checkpoint_load:
  *             parameters and Adam's moments finite, exp_avg_sq >= 0
  *   lora      a LoRA checkpoint (or its base) patched -> tr_hf_export_lora: the written
- *             safetensors file opens and its values are finite
+ *             safetensors file opens, its values are finite, the adapters of the run's rank
+ *   lora-llama, lora-bloom  the same for a Llama and a Bloom (PEFT's split q/k/v and gate/up
+ *             adapters, Bloom's names), and a Hugging Face folder as the base (patched too)
  *
  * Several inputs in one: fz_split() cuts the bytes at "\n@@@\n" (tokenizer files, idx/bin,
  * config/safetensors). Fixtures (checkpoints) are made at run time from the small YAML files in
  * tests/fuzz/fixtures/ by library calls (fixture.c), in the target's temporary folder.
  *
- * Each target's files live in one mkdtemp folder under $TMPDIR (default /tmp), removed at exit.
+ * Each target's files live in one mkdtemp folder under $TMPDIR (default /dev/shm where it is a
+ * writable folder, else /tmp: checkpoints are saved with fsync, which on a disk made the
+ * checkpoint targets' replays 30 times slower), removed at exit.
  * Two builds: with replay_main.c (any compiler; `meson test fuzz-replay-TARGET` runs the
  * committed corpus tests/fuzz/corpus/TARGET), and with clang -fsanitize=fuzzer (meson option
  * fuzz; scripts/fuzz.sh TARGET SECONDS runs a campaign). */

@@ -38,7 +38,7 @@ const char *fz_dir(void)
 {
     if (g_dir[0]) return g_dir;
     const char *tmp = getenv("TMPDIR");
-    if (!tmp || !*tmp) tmp = "/tmp";
+    if (!tmp || !*tmp) tmp = access("/dev/shm", W_OK | X_OK) ? "/tmp" : "/dev/shm";
     snprintf(g_dir, sizeof g_dir, "%s/trident-fuzz-XXXXXX", tmp);
     if (!mkdtemp(g_dir)) {
         perror("mkdtemp");

@@ -1,0 +1,90 @@
+/* Fuzz target roundtrip: a Hugging Face model folder, config.json "\n@@@\n" model.safetensors
+ * (the import target's input), imported (tr_hf_import) and exported back (tr_hf_export, the
+ * family from the checkpoint's manifest). What trident imports it must export: an import that
+ * succeeds and an export that fails aborts, and every tensor of the input must come back as
+ * the same float32 values (F16 and BF16 inputs: their float32 values), bit for bit, except
+ * what the export leaves out on purpose (a tied lm_head, rotary inv_freq and GPT-2's
+ * causal-mask buffers); names the input gives without transformers' prefix are looked for
+ * with it. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "hf/hf.h"
+#include "fuzz.h"
+
+/* a tensor an import reads or skips and the export need not write */
+static int left_out(const char *name)
+{
+    return !strcmp(name, "lm_head.weight") || strstr(name, "inv_freq") ||
+           strstr(name, "attn.bias") || strstr(name, "attn.masked_bias");
+}
+
+/* the exported tensor of an input name, which the input may give without the model's prefix
+ * (the export writes transformers' prefixed names) */
+static const tr_st_tensor *exported(const tr_st_file *b, const char *name)
+{
+    static const char *const prefixes[] = {"", "transformer.", "model."};
+    char full[600];
+    for (int i = 0; i < 3; i++) {
+        snprintf(full, sizeof full, "%s%s", prefixes[i], name);
+        const tr_st_tensor *u = tr_st_find(b, full);
+        if (u) return u;
+    }
+    return NULL;
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    const uint8_t *part[2];
+    size_t len[2];
+    fz_split(data, size, part, len, 2);
+    fz_write("config.json", part[0], len[0]);
+    fz_write("model.safetensors", part[1], len[1]);
+    char ckpt[1024], back[1024], in_st[1100], out_st[1100];
+    fz_path(ckpt, sizeof ckpt, "ckpt");
+    fz_path(back, sizeof back, "back");
+    fz_rmtree(back);
+    tr_model_config m;
+    memset(&m, 0, sizeof m);
+    if (tr_hf_import(fz_dir(), ckpt, &m)) return 0;
+    tr_hf_export_options o = {.eos_token_id = -1};
+    if (tr_hf_export(ckpt, back, &o, NULL)) {
+        fprintf(stderr, "imported, but the export of the import failed: %s\n", tr_errmsg());
+        abort();
+    }
+    snprintf(in_st, sizeof in_st, "%s/model.safetensors", fz_dir());
+    snprintf(out_st, sizeof out_st, "%s/model.safetensors", back);
+    tr_st_file *a, *b;
+    if (tr_st_open(in_st, &a)) abort(); /* the import read it */
+    if (tr_st_open(out_st, &b)) {
+        fprintf(stderr, "the export wrote no readable %s: %s\n", out_st, tr_errmsg());
+        abort();
+    }
+    for (size_t i = 0; i < tr_st_count(a); i++) {
+        const tr_st_tensor *t = tr_st_at(a, i), *u = exported(b, t->name);
+        if (!u) {
+            if (left_out(t->name)) continue;
+            fprintf(stderr, "round trip: %s imported, not exported\n", t->name);
+            abort();
+        }
+        if (u->numel != t->numel) {
+            fprintf(stderr, "round trip: %s of %llu elements exported with %llu\n", t->name,
+                    (unsigned long long)t->numel, (unsigned long long)u->numel);
+            abort();
+        }
+        float *x = malloc(t->numel * sizeof(float) + 1), *y = malloc(u->numel * sizeof(float) + 1);
+        if (!x || !y || tr_st_read_f32(a, t, x) || tr_st_read_f32(b, u, y)) abort();
+        if (memcmp(x, y, t->numel * sizeof(float))) {
+            fprintf(stderr, "round trip: %s exported with other values\n", t->name);
+            abort();
+        }
+        free(x);
+        free(y);
+    }
+    tr_st_close(a);
+    tr_st_close(b);
+    FZ_IGNORE(tr_hf_remove_import(ckpt));
+    fz_rmtree(back);
+    return 0;
+}
