@@ -166,7 +166,16 @@ TR_MUST_CHECK int tr_preprocess_text(const char *const *inputs, int n_inputs, co
  *    last message is the assistant's]. Each piece is tokenized alone. Bad lines (not JSON,
  *    invalid UTF-8, a missing key, a wrong type, an unknown role, an empty response or
  *    assistant content, no assistant message) are TR_ERR_INVALID "FILE:LINE: ..." as above.
- *    The tokenizer must have an EOD (TR_ERR_CONFIG). append_eod is ignored (always). */
+ *    The tokenizer must have an EOD (TR_ERR_CONFIG). append_eod is ignored (always).
+ *    tr_preprocess_chat: tokenizer_model is the HFTokenizer's tokenizer.json (or NULL) and
+ *    template_name other than "chatml" (data/chat_template.h: chatml-hf, llama2, llama3,
+ *    mistral, mistral-v0.1, auto from the tokenizer_config.json beside tokenizer_model): the
+ *    conversation rendered as transformers' apply_chat_template renders it with the family's
+ *    official template, tokenized whole without the tokenizer's own template, no EOD: the
+ *    ids of apply_chat_template(messages, tokenize=True); mask 1 on the tokens of each
+ *    assistant reply and its end marker (an empty reply is taken: its end marker is
+ *    learned). A conversation the template refuses (roles that do not alternate, ...) is a
+ *    bad line; an unknown name or template is TR_ERR_CONFIG. */
 enum { TR_SFT_NONE = 0, TR_SFT_PAIR = 1, TR_SFT_CHAT = 2 };
 typedef struct {
     const char *const *inputs;
@@ -188,6 +197,9 @@ typedef struct {
     int dtype_code;            /* Megatron's: 8 uint16, 4 int32 */
 } tr_preprocess_stats;
 TR_MUST_CHECK int tr_preprocess(const tr_preprocess_options *o, tr_preprocess_stats *stats);
+/* tr_preprocess with chat lists written by the template template_name (NULL: "chatml"). */
+TR_MUST_CHECK int tr_preprocess_chat(const tr_preprocess_options *o, const char *template_name,
+                                     const char *tokenizer_model, tr_preprocess_stats *stats);
 
 /* Writers, for tests and tools: an indexed dataset of the given documents, and an llm.c
  * shard of the given tokens. */

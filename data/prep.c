@@ -46,6 +46,8 @@ typedef struct {
     char *doc;                /* the text document being collected */
     size_t doc_len, doc_cap;
     tr_preprocess_stats *st;
+    const char *chat_name, *tokenizer_model; /* tr_preprocess_chat's */
+    chat_template *chat;      /* TR_SFT_CHAT */
     double t0, last_report;
     int write_failed;         /* a set's writing failed (a bad line, the output) */
 } pipeline;
@@ -321,11 +323,22 @@ static int setup(pipeline *p, const tr_preprocess_options *o)
     p->n_out = o->sft ? 2 : o->n_json_keys ? o->n_json_keys : 1;
     p->spec = (prep_spec){o->json_keys, o->n_json_keys, o->sft,
                           o->n_json_keys && !o->sft ? o->append_eod : 1,
-                          !strcmp(tr_tokenizer_type(t), "HFTokenizer"), tr_tokenizer_eod(t)};
+                          !strcmp(tr_tokenizer_type(t), "HFTokenizer"), tr_tokenizer_eod(t),
+                          NULL, t};
     if (o->sft && o->n_json_keys != (o->sft == TR_SFT_PAIR ? 2 : 1))
         return tr_fail(TR_ERR_CONFIG, "preprocess: supervised fine-tuning takes %s",
                        o->sft == TR_SFT_PAIR ? "two JSON keys (PROMPT,RESPONSE)"
                                              : "one JSON key (the messages list)");
+    if (p->chat_name && o->sft != TR_SFT_CHAT)
+        return tr_fail(TR_ERR_CONFIG, "--chat-template is for chat lists (--sft --json-keys "
+                                      "MESSAGES)");
+    if (o->sft == TR_SFT_CHAT) { /* a rendered template ends replies itself: no EOD */
+        int rc = chat_template_open(p->chat_name, p->tokenizer_model, t, &p->chat);
+        if (rc)
+            return rc;
+        p->spec.chat = p->chat;
+        p->spec.append_eod = p->chat->kind == CHAT_CHATML_PIECES;
+    }
     p->st->dtype_code = V < 65500 ? DT_UINT16 : DT_INT32;
     if (p->spec.append_eod && p->spec.eod < 0)
         return tr_fail(TR_ERR_CONFIG, "the tokenizer (%s) has no end-of-document token to append%s",
@@ -364,6 +377,7 @@ static void teardown(pipeline *p)
     free(p->batch);
     free(p->enc);
     free(p->doc);
+    chat_template_free(p->chat);
 }
 
 /* A failure of the reading (an input that cannot be opened or read, a line too long), rc: the
@@ -382,6 +396,12 @@ static int earlier_items_first(pipeline *p, int rc)
 
 int tr_preprocess(const tr_preprocess_options *o, tr_preprocess_stats *stats)
 {
+    return tr_preprocess_chat(o, NULL, NULL, stats);
+}
+
+int tr_preprocess_chat(const tr_preprocess_options *o, const char *template_name,
+                       const char *tokenizer_model, tr_preprocess_stats *stats)
+{
     memset(stats, 0, sizeof *stats);
     if (o->n_inputs <= 0)
         return tr_fail(TR_ERR_INVALID, "preprocess: no input files");
@@ -391,7 +411,8 @@ int tr_preprocess(const tr_preprocess_options *o, tr_preprocess_stats *stats)
         return tr_fail(TR_ERR_INVALID, "preprocess: no tokenizer");
     if (o->n_json_keys > PREP_MAX_KEYS)
         return tr_fail(TR_ERR_CONFIG, "preprocess: at most %d JSON keys", PREP_MAX_KEYS);
-    pipeline p = {.sink = {doc_add, doc_end}, .st = stats, .t0 = tr_now(), .fly_set = -1};
+    pipeline p = {.sink = {doc_add, doc_end}, .st = stats, .t0 = tr_now(), .fly_set = -1,
+                  .chat_name = template_name, .tokenizer_model = tokenizer_model};
     p.last_report = p.t0;
     int rc = setup(&p, o), set_up = rc == TR_OK;
     for (int i = 0; i < o->n_inputs && !rc; i++) {

@@ -7,6 +7,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 
+#include "data/chat_template.h"
 #include "data/data.h"
 
 #define PREP_MAX_KEYS 16
@@ -49,6 +50,8 @@ typedef struct {
     int append_eod;
     int add_special;       /* HFTokenizer: the template (Megatron's HF tokenize does) */
     int32_t eod;
+    const chat_template *chat; /* TR_SFT_CHAT: how a conversation is written */
+    const tr_tokenizer *tok;
 } prep_spec;
 
 /* Grow *p (an array of *cap items of `size` bytes, doubling from 64) to hold `need`. */

@@ -44,6 +44,15 @@ static void preprocess_usage(FILE *f)
             "                           (learned when the assistant speaks last); same outputs.\n"
             "                           An empty response, a missing key, a wrong type or bad\n"
             "                           UTF-8 is an error naming FILE:LINE\n"
+            "  --chat-template NAME     with --sft --json-keys MESSAGES: chatml (the default,\n"
+            "                           above), or the ids of transformers' apply_chat_template\n"
+            "                           (no EOD; the assistant's replies and their end marker\n"
+            "                           learned) with the official template of chatml-hf,\n"
+            "                           llama2 (Llama-2-chat), llama3 (Llama-3-Instruct),\n"
+            "                           mistral (Mistral-7B-Instruct-v0.2, Mixtral) or\n"
+            "                           mistral-v0.1; auto: the one the chat_template of the\n"
+            "                           tokenizer_config.json beside --tokenizer-model is\n"
+            "                           (another template is an error)\n"
             "  --skip-bad-lines         skip (and count) JSON lines that cannot be read, instead\n"
             "                           of stopping at the first with its FILE:LINE\n"
             "tokenizer:\n"
@@ -73,7 +82,7 @@ typedef struct {
     const char **inputs, **keys;
     int n_inputs, n_keys, per_file, append_eod, workers, skip_bad, log_interval, sft;
     char *pair; /* --json-keys PROMPT,RESPONSE split in place (a copy) */
-    const char *prefix;
+    const char *prefix, *chat_template;
     tr_tokenizer_files tok;
 } pp_options;
 
@@ -86,7 +95,7 @@ static int ends_with(const char *s, const char *suffix)
 static int parse(arg_parser *a, pp_options *o)
 {
     enum { INPUT, OUTPUT_PREFIX, WORKERS, PER_FILE, APPEND_EOD, SPLIT_SENTENCES, JSON_KEYS,
-           TOK_TYPE, VOCAB, MERGES, TOK_MODEL, SKIP_BAD, LOG_INTERVAL, SFT };
+           TOK_TYPE, VOCAB, MERGES, TOK_MODEL, SKIP_BAD, LOG_INTERVAL, SFT, CHAT_TEMPLATE };
     static const arg_opt options[] = {
         [INPUT] = {"--input", ARG_VALUES, "file"},
         [OUTPUT_PREFIX] = {"--output-prefix", ARG_VALUE},
@@ -102,6 +111,7 @@ static int parse(arg_parser *a, pp_options *o)
         [SKIP_BAD] = {"--skip-bad-lines", ARG_FLAG},
         [LOG_INTERVAL] = {"--log-interval", ARG_VALUE},
         [SFT] = {"--sft", ARG_FLAG},
+        [CHAT_TEMPLATE] = {"--chat-template", ARG_VALUE},
         {NULL},
     };
     a->opts = options;
@@ -133,6 +143,8 @@ static int parse(arg_parser *a, pp_options *o)
             o->skip_bad = 1;
         else if (opt == SFT)
             o->sft = TR_SFT_CHAT;
+        else if (opt == CHAT_TEMPLATE)
+            o->chat_template = v;
         else if (opt == TOK_TYPE)
             o->tok.type = v;
         else if (opt == VOCAB)
@@ -176,13 +188,17 @@ static int parse(arg_parser *a, pp_options *o)
     } else if (!rc && o->sft && o->n_keys != 1) {
         rc = args_error(a, "--sft takes --json-keys MESSAGES (a chat list) or PROMPT,RESPONSE");
     }
+    if (!rc && o->chat_template && o->sft != TR_SFT_CHAT)
+        rc = args_error(a, "--chat-template is for chat lists: --sft --json-keys MESSAGES");
     for (int i = 0; i < o->n_keys && !rc && !o->sft; i++)
         if (strchr(o->keys[i], ','))
             rc = args_error(a, "--json-keys '%s': a PROMPT,RESPONSE pair is one argument alone",
                             o->keys[i]);
+    int own_eod = !o->chat_template || !strcmp(o->chat_template, "chatml");
     if (!rc && o->sft && o->append_eod)
-        fprintf(stderr, "trident preprocess: note: fine-tuning examples always end with EOD "
-                        "(--append-eod changes nothing)\n");
+        fprintf(stderr, "trident preprocess: note: %s (--append-eod changes nothing)\n",
+                o->sft == TR_SFT_PAIR || own_eod ? "fine-tuning examples always end with EOD"
+                                                 : "the chat template ends each reply itself");
     if (!rc && o->n_keys && o->per_file)
         rc = args_error(a, "--document-per-file is for text files, not JSON Lines (--json-keys)");
     if (!rc && o->n_keys > 16)
@@ -214,7 +230,7 @@ static int run(const pp_options *o)
                                     !o->per_file, t, o->append_eod, o->workers, o->skip_bad,
                                     o->log_interval, o->sft};
         tr_preprocess_stats s;
-        st = tr_preprocess(&po, &s);
+        st = tr_preprocess_chat(&po, o->chat_template, o->tok.tokenizer_model, &s);
         if (!st) {
             double dt = tr_now() - t0;
             printf("preprocess: %d file%s, %llu documents, %llu tokens (%s, %s, vocabulary %d) ",

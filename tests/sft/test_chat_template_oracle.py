@@ -1,0 +1,276 @@
+#!/usr/bin/python3
+"""`trident preprocess --sft --chat-template` against transformers 4.38.2: for each template
+(chatml-hf, llama2, llama3, mistral, mistral-v0.1), a small tokenizer of the family trained
+offline on fortunes (SentencePiece-style BPE with byte fallback in Llama-2's shape for
+llama2/mistral; byte-level BPE with Llama-3's regex or GPT-2's for llama3/chatml-hf) and a
+tokenizer_config.json holding the official template; a JSONL of varied conversations (system
+or not, multi-turn, unicode, spaces around, empty-ish content, U+2581, special-token text in the
+content) through `trident preprocess --chat-template auto` (and by name: the same files). The
+ids must equal tokenizer.apply_chat_template(messages, tokenize=True) and the loss mask must be
+1 exactly on the tokens whose offsets overlap an assistant reply: what
+apply_chat_template(prefix + [reply]) adds to apply_chat_template(prefix,
+add_generation_prompt=True), up to its end marker. Conversations the template raises on are
+refused by both, naming FILE:LINE.
+usage: test_chat_template_oracle.py TRIDENT WORKDIR VENV"""
+import json
+import os
+import random
+import struct
+import subprocess
+import sys
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "common"))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tokenizer"))
+import trident_test as tt  # noqa: E402
+from trident_test import check  # noqa: E402
+
+trident, work, venv = sys.argv[1:4]
+if os.environ.get("CHAT_ORACLE_VENV") != venv:  # run again inside the venv
+    py = tt.venv_python(venv, ["transformers==4.38.2", "tokenizers<0.19", "safetensors", "jinja2"],
+                        "transformers, jinja2")
+    os.environ["CHAT_ORACLE_VENV"] = venv
+    os.execv(py, [py, os.path.abspath(sys.argv[0]), *sys.argv[1:]])
+
+import oracle_env  # noqa: E402  (tests/tokenizer: Llama-2's tokenizer.json shape)
+from jinja2.exceptions import TemplateError  # noqa: E402
+from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers  # noqa: E402
+from transformers import PreTrainedTokenizerFast  # noqa: E402
+
+t_start = time.time()
+work = tt.fresh_dir(work)
+
+# The official templates, as the models' tokenizer_config.json hold them.
+LLAMA2 = ("{% if messages[0]['role'] == 'system' %}{% set loop_messages = messages[1:] %}{% set system_message = messages[0]['content'] %}{% else %}{% set loop_messages = messages %}{% set system_message = false %}{% endif %}{% for message in loop_messages %}{% if (message['role'] == 'user') != (loop.index0 % 2 == 0) %}{{ raise_exception('Conversation roles must alternate user/assistant/user/assistant/...') }}{% endif %}{% if loop.index0 == 0 and system_message != false %}{% set content = '<<SYS>>\\n' + system_message + '\\n<</SYS>>\\n\\n' + message['content'] %}{% else %}{% set content = message['content'] %}{% endif %}{% if message['role'] == 'user' %}{{ bos_token + '[INST] ' + content.strip() + ' [/INST]' }}{% elif message['role'] == 'assistant' %}{{ ' '  + content.strip() + ' ' + eos_token }}{% endif %}{% endfor %}")  # noqa: E501
+LLAMA3 = ("{% set loop_messages = messages %}{% for message in loop_messages %}{% set content = '<|start_header_id|>' + message['role'] + '<|end_header_id|>\n\n'+ message['content'] | trim + '<|eot_id|>' %}{% if loop.index0 == 0 %}{% set content = bos_token + content %}{% endif %}{{ content }}{% endfor %}{% if add_generation_prompt %}{{ '<|start_header_id|>assistant<|end_header_id|>\n\n' }}{% endif %}")  # noqa: E501
+MISTRAL = ("{{ bos_token }}{% for message in messages %}{% if (message['role'] == 'user') != (loop.index0 % 2 == 0) %}{{ raise_exception('Conversation roles must alternate user/assistant/user/assistant/...') }}{% endif %}{% if message['role'] == 'user' %}{{ '[INST] ' + message['content'] + ' [/INST]' }}{% elif message['role'] == 'assistant' %}{{ message['content'] + eos_token}}{% else %}{{ raise_exception('Only user and assistant roles are supported!') }}{% endif %}{% endfor %}")  # noqa: E501
+MISTRAL_V01 = MISTRAL.replace("eos_token}}", "eos_token + ' ' }}")
+CHATML = ("{% for message in messages %}{{'<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}")  # noqa: E501
+GEMMA = ("{{ bos_token }}{% if messages[0]['role'] == 'system' %}{{ raise_exception('System role not supported') }}{% endif %}{% for message in messages %}{% if (message['role'] == 'user') != (loop.index0 % 2 == 0) %}{{ raise_exception('Conversation roles must alternate user/assistant/user/assistant/...') }}{% endif %}{% if (message['role'] == 'assistant') %}{% set role = 'model' %}{% else %}{% set role = message['role'] %}{% endif %}{{ '<start_of_turn>' + role + '\n' + message['content'] | trim + '<end_of_turn>\n' }}{% endfor %}{% if add_generation_prompt %}{{'<start_of_turn>model\n'}}{% endif %}")  # noqa: E501
+
+fortunes = oracle_env.fortune_files()
+with open(fortunes[0], encoding="utf-8", errors="replace") as f:
+    sentences = [s.strip() for s in f.read().replace("\n%\n", "\n").split("\n") if s.strip()][:400]
+
+
+# ---- the tokenizers: trained on a few fortune files, the family's special tokens ----
+def sentencepiece_style(folders):
+    """Llama-2 / Mistral: BPE over characters, byte fallback, <unk> <s> </s>, the BOS template
+    (oracle_env.llama2_style); in folders[0] with Llama-2's Prepend + Replace normalizer, in
+    folders[1] with a Metaspace pre-tokenizer (prepend_scheme always; not "first": tokenizers
+    0.15, which transformers 4.38.2 pins, prepends to the first segment after a leading <s>,
+    where tokenizers 0.19+ and trident do not)."""
+    base = Tokenizer(models.BPE(unk_token="<unk>", byte_fallback=True, fuse_unk=True))
+    base.normalizer = normalizers.Sequence([normalizers.Prepend(oracle_env.SP),
+                                            normalizers.Replace(" ", oracle_env.SP)])
+    base.train(fortunes[:3], trainers.BpeTrainer(vocab_size=1200, special_tokens=["<unk>", "<s>", "</s>"],
+                                                  limit_alphabet=80, show_progress=False))
+    trained = json.loads(base.to_str())
+    write_tokenizer(folders[0], oracle_env.llama2_style(trained))
+    write_tokenizer(folders[1], oracle_env.llama2_style(trained, {
+        "type": "Metaspace", "replacement": oracle_env.SP, "add_prefix_space": True,
+        "prepend_scheme": "always"}))
+
+
+def byte_level(folder, specials, llama3_regex):
+    """Llama-3 (its regex, then ByteLevel without one, the BOS template) or GPT-2 style."""
+    tok = Tokenizer(models.BPE())
+    if llama3_regex:
+        tok.pre_tokenizer = pre_tokenizers.Sequence([
+            pre_tokenizers.Split(Regex(oracle_env.LLAMA3_PATTERN), "isolated"),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
+    else:
+        tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    tok.train(fortunes[:3], trainers.BpeTrainer(vocab_size=1200, special_tokens=specials, show_progress=False,
+                                                 initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    j = json.loads(tok.to_str())
+    if llama3_regex:
+        bos = {"SpecialToken": {"id": specials[0], "type_id": 0}}
+        j["post_processor"] = {
+            "type": "TemplateProcessing", "single": [bos, {"Sequence": {"id": "A", "type_id": 0}}],
+            "pair": [bos, {"Sequence": {"id": "A", "type_id": 0}}, {"Sequence": {"id": "B", "type_id": 1}}],
+            "special_tokens": {specials[0]: {"id": specials[0], "ids": [tok.token_to_id(specials[0])],
+                                             "tokens": [specials[0]]}}}
+    write_tokenizer(folder, j)
+
+
+def write_tokenizer(folder, j):
+    os.makedirs(folder, exist_ok=True)
+    with open(os.path.join(folder, "tokenizer.json"), "w") as f:
+        json.dump(j, f, ensure_ascii=False)
+
+
+def write_config(folder, template, bos, eos):
+    with open(os.path.join(folder, "tokenizer_config.json"), "w") as f:
+        json.dump({"tokenizer_class": "PreTrainedTokenizerFast", "bos_token": bos, "eos_token": eos,
+                   "chat_template": template}, f, indent=2)
+    return PreTrainedTokenizerFast.from_pretrained(folder)
+
+
+sp_dir, meta_dir, l3_dir, cm_dir = (os.path.join(work, n) for n in ("sp", "sp-meta", "llama3", "chatml"))
+sentencepiece_style([sp_dir, meta_dir])
+byte_level(l3_dir, ["<|begin_of_text|>", "<|end_of_text|>", "<|start_header_id|>", "<|end_header_id|>",
+                    "<|eot_id|>"], True)
+byte_level(cm_dir, ["<|endoftext|>", "<|im_start|>", "<|im_end|>"], False)
+print(f"tokenizers trained ({time.time() - t_start:.1f} s)")
+
+
+# ---- conversations ----
+rng = random.Random(20)
+ODD = ["", " ", "\n", "  padded both sides  ", "\ttab\t", "caf\u00e9 na\u00efve \u00fcber", "\u4e2d\u6587\u5b57",
+       "emoji \U0001F642\U0001F680 ok", "e\u0301 combining", "\u2581literal\u2581sp", " leading", "trailing ",
+       "\n\nnewlines\n\n", "\u00a0nbsp\u3000ideographic\u00a0", "x", "a  b   c", "</s> in text", "<s>",
+       "<|eot_id|>", "<|im_end|>", "[INST] nested [/INST]", "1234567 digits", "'s 'll contractions"]
+
+
+def text():
+    r = rng.random()
+    if r < 0.35:
+        return rng.choice(ODD)
+    s = " ".join(rng.choice(sentences) for _ in range(rng.randint(1, 3)))
+    if r < 0.5:
+        s = rng.choice([" ", "\n", "  ", ""]) + s + rng.choice([" ", "\n", "", "  \n"])
+    return s
+
+
+def conversation(system, first_assistant, turns):
+    msgs = [{"role": "system", "content": text()}] if system else []
+    role = "assistant" if first_assistant else "user"
+    for _ in range(turns):
+        msgs.append({"role": role, "content": text()})
+        role = "user" if role == "assistant" else "assistant"
+    if not any(m["role"] == "assistant" for m in msgs):
+        msgs.append({"role": "assistant", "content": text()})
+    return msgs
+
+
+def conversations(system_ok, assistant_first_ok, n=40):
+    """n conversations the template takes: the first two hold every ODD text."""
+    out = [[{"role": "user", "content": "Hello"}, {"role": "assistant", "content": "Hi there"}],
+           [{"role": ("user", "assistant")[j % 2], "content": t} for j, t in enumerate(ODD + ODD[:1])]]
+    for k in range(n - 2):
+        out.append(conversation(system_ok and k % 2 == 0, assistant_first_ok and k % 7 == 3, rng.randint(1, 6)))
+    return out
+
+
+FAMILIES = [  # name, folder, template, bos, eos, end marker, conversations
+    ("llama2", sp_dir, LLAMA2, "<s>", "</s>", "</s>", conversations(True, False)
+     + [[{"role": "user", "content": "q"}, {"role": "system", "content": "dropped at an odd turn"},
+         {"role": "user", "content": "q2"}, {"role": "assistant", "content": "a"}]]),
+    ("llama3", l3_dir, LLAMA3, "<|begin_of_text|>", "<|end_of_text|>", "<|eot_id|>", conversations(True, False)),
+    ("mistral", sp_dir, MISTRAL, "<s>", "</s>", "</s>", conversations(False, False)),
+    ("mistral-v0.1", sp_dir, MISTRAL_V01, "<s>", "</s>", "</s>", conversations(False, False)),
+    ("mistral", meta_dir, MISTRAL, "<s>", "</s>", "</s>", conversations(False, False, 20)),
+    ("llama2", meta_dir, LLAMA2, "<s>", "</s>", "</s>", conversations(True, False, 20)),
+    ("chatml-hf", cm_dir, CHATML, None, "<|im_end|>", "<|im_end|>", conversations(True, True)),
+]
+
+
+def indexed(prefix, fmt):
+    with open(prefix + ".idx", "rb") as f:
+        idx = f.read()
+    with open(prefix + ".bin", "rb") as f:
+        raw = f.read()
+    vals = struct.unpack("<%d%s" % (len(raw) // struct.calcsize(fmt), fmt), raw)
+    n = struct.unpack_from("<Q", idx, 18)[0]
+    out, at = [], 0
+    for s in struct.unpack_from("<%di" % n, idx, 34):
+        out.append(list(vals[at:at + s]))
+        at += s
+    return out
+
+
+def preprocess(folder, jsonl, prefix, template):
+    p = subprocess.run([trident, "preprocess", "--input", jsonl, "--output-prefix", prefix, "--json-keys",
+                        "messages", "--sft", "--chat-template", template, "--tokenizer-type", "HFTokenizer",
+                        "--tokenizer-model", os.path.join(folder, "tokenizer.json"), "--workers", "2"],
+                       capture_output=True, text=True, timeout=60)
+    return p.returncode, p.stderr
+
+
+def reference_mask(tok, msgs, end_marker):
+    """1 on the tokens whose offsets overlap a reply: what apply_chat_template(msgs[:k+1]) adds
+    to apply_chat_template(msgs[:k], add_generation_prompt=True), up to its end marker."""
+    full = tok.apply_chat_template(msgs, tokenize=False)
+    spans = []
+    for k, m in enumerate(msgs):
+        if m["role"] != "assistant":
+            continue
+        with_reply = tok.apply_chat_template(msgs[:k + 1], tokenize=False)
+        before = tok.apply_chat_template(msgs[:k], tokenize=False, add_generation_prompt=True)
+        assert full.startswith(with_reply) and with_reply.startswith(before), (msgs[:k + 1])
+        spans.append((len(before), with_reply.rindex(end_marker) + len(end_marker)))
+    enc = tok(full, add_special_tokens=False, return_offsets_mapping=True)
+    mask = [int(any(s < b and max(e, s + 1) > a for a, b in spans)) for s, e in enc["offset_mapping"]]
+    return enc["input_ids"], mask
+
+
+total = 0
+for name, folder, template, bos, eos, end_marker, convs in FAMILIES:
+    tok = write_config(folder, template, bos, eos)
+    label = name + ("" if folder != meta_dir else " (Metaspace)")
+    prefix = os.path.join(work, name + ("" if folder != meta_dir else "-meta"))
+    jsonl = tt.write(prefix + ".jsonl", "".join(json.dumps({"messages": c}) + "\n" for c in convs))
+    rc, err = preprocess(folder, jsonl, prefix, "auto")
+    if not check(f"{label}: preprocess --chat-template auto exits 0", rc == 0, err):
+        continue
+    rc2, err2 = preprocess(folder, jsonl, prefix + "-named", name)
+    check(f"{label}: --chat-template {name} writes the same files as auto", rc2 == 0 and all(
+        open(prefix + s, "rb").read() == open(prefix + "-named" + s, "rb").read()
+        for s in (".bin", ".idx", "_loss_mask.bin", "_loss_mask.idx")), err2)
+    ids, masks = indexed(prefix, "H"), indexed(prefix + "_loss_mask", "B")
+    bad_ids, bad_mask = [], []
+    for i, msgs in enumerate(convs):
+        want = tok.apply_chat_template(msgs, tokenize=True)
+        whole, want_mask = reference_mask(tok, msgs, end_marker)
+        assert whole == want
+        got = ids[i] if i < len(ids) else None
+        if got != want:
+            bad_ids.append(f"line {i + 1}: trident {got} vs apply_chat_template {want}\n       "
+                           f"{tok.apply_chat_template(msgs, tokenize=False)!r}")
+        elif masks[i] != want_mask:
+            toks = tok.convert_ids_to_tokens(want)
+            diff = [(j, toks[j], masks[i][j], want_mask[j]) for j in range(len(want)) if masks[i][j] != want_mask[j]]
+            bad_mask.append(f"line {i + 1}: (index, token, trident, reference) {diff[:6]}")
+    n_tok = sum(len(x) for x in ids)
+    total += len(convs)
+    check(f"{label}: ids == apply_chat_template(tokenize=True) on {len(convs)} conversations ({n_tok} tokens)",
+          len(ids) == len(convs) and not bad_ids, "\n     ".join(bad_ids[:3]))
+    check(f"{label}: loss mask == the tokens of the assistant's replies and end markers "
+          f"({sum(map(sum, masks))} learned)", not bad_mask, "\n     ".join(bad_mask[:3]))
+
+# ---- what the templates raise on: refused by both, naming FILE:LINE ----
+raising = [("llama2", LLAMA2, [{"role": "assistant", "content": "a"}, {"role": "user", "content": "b"}], "alternate"),
+           ("llama2", LLAMA2, [{"role": "user", "content": "a"}, {"role": "user", "content": "b"},
+                               {"role": "assistant", "content": "c"}], "alternate"),
+           ("mistral", MISTRAL, [{"role": "system", "content": "s"}, {"role": "user", "content": "a"},
+                                 {"role": "assistant", "content": "b"}], "alternate"),
+           ("mistral", MISTRAL, [{"role": "user", "content": "a"}, {"role": "system", "content": "s"},
+                                 {"role": "assistant", "content": "b"}], "Only user and assistant")]
+for name, template, msgs, words in raising:
+    tok = write_config(sp_dir, template, "<s>", "</s>")
+    try:
+        tok.apply_chat_template(msgs)
+        hf_raises = False
+    except TemplateError:
+        hf_raises = True
+    f = tt.write(os.path.join(work, "raise.jsonl"), json.dumps({"messages": [
+        {"role": "user", "content": "ok"}, {"role": "assistant", "content": "fine"}]}) + "\n"
+        + json.dumps({"messages": msgs}) + "\n")
+    rc, err = preprocess(sp_dir, f, os.path.join(work, "raise"), "auto")
+    check(f"{name}, roles {[m['role'] for m in msgs]}: apply_chat_template raises, trident exits 2 "
+          f"naming raise.jsonl:2", hf_raises and rc == 2 and "raise.jsonl:2:" in err and words in err,
+          f"hf raises {hf_raises}, rc {rc}: {err.strip()}")
+
+# ---- templates trident does not know, and a template for another family's tokenizer ----
+write_config(sp_dir, GEMMA, "<s>", "</s>")
+rc, err = preprocess(sp_dir, os.path.join(work, "mistral.jsonl"), os.path.join(work, "gemma"), "auto")
+check("auto, Gemma's template: exit 2 naming tokenizer_config.json", rc == 2 and
+      os.path.join(sp_dir, "tokenizer_config.json") in err and "none of the official templates" in err, err.strip())
+rc, err = preprocess(sp_dir, os.path.join(work, "mistral.jsonl"), os.path.join(work, "l3sp"), "llama3")
+check("llama3 with a Llama-2-style tokenizer: exit 2 (<|start_header_id|> is not one token)",
+      rc == 2 and "'<|start_header_id|>', which the HFTokenizer tokenizer makes" in err, err.strip())
+
+print(f"{total} conversations in {time.time() - t_start:.1f} s")
+tt.finish("chat templates: ids and masks equal transformers' apply_chat_template")
