@@ -87,35 +87,67 @@ static int too_long(const char *path, uint64_t doc_start)
                    path, (unsigned long long)doc_start, (unsigned long long)MAX_DOCUMENT_BYTES);
 }
 
-/* The next piece of a line: up to PIECE bytes, ending at its '\n' (kept) if it comes first.
- * *ended: the piece ends its line (a '\n', or the end of the file). Returns its length. */
-static size_t read_piece(FILE *f, char *buf, int *ended)
+/* A FILE read in blocks of PIECE bytes, so that a line's end is found with memchr (a
+ * getc per byte made a 2 GiB document cost seconds before its error). */
+typedef struct {
+    FILE *f;
+    size_t at, n; /* buf[at, n): read, not yet given out */
+    char buf[PIECE];
+} piece_reader;
+
+/* The next piece of a line: up to PIECE bytes, ending at its '\n' (kept) if it comes first,
+ * copied to out without its NUL bytes (*len of them are left). *ended: the piece ends its
+ * line (a '\n', or the end of the file). Returns the bytes it took from the file. */
+static size_t read_piece(piece_reader *r, char *out, size_t *len, int *ended)
 {
     size_t n = 0;
-    int c = 0;
-    while (n < PIECE && (c = getc_unlocked(f)) != EOF) {
-        buf[n++] = (char)c;
-        if (c == '\n')
-            break;
+    *len = 0;
+    while (n < PIECE) {
+        if (r->at == r->n) {
+            r->at = 0, r->n = fread(r->buf, 1, PIECE, r->f);
+            if (r->n == 0)
+                break;
+        }
+        const char *from = r->buf + r->at;
+        size_t avail = r->n - r->at < PIECE - n ? r->n - r->at : PIECE - n;
+        const char *nl = memchr(from, '\n', avail);
+        size_t take = nl ? (size_t)(nl - from) + 1 : avail;
+        if (!memchr(from, 0, take)) {
+            memcpy(out + *len, from, take);
+            *len += take;
+        } else {
+            for (size_t i = 0; i < take; i++) {
+                uint64_t word;
+                while (i + 8 <= take && (memcpy(&word, from + i, 8), word == 0))
+                    i += 8; /* (runs of NULs, /dev/zero: eight at a time) */
+                if (i < take && from[i] != 0)
+                    out[(*len)++] = from[i];
+            }
+        }
+        n += take, r->at += take;
+        if (nl) {
+            *ended = 1;
+            return n;
+        }
     }
-    *ended = n < PIECE || c == '\n';
+    *ended = n < PIECE;
     return n;
 }
 
 static int documents_by_blank_lines(doc_sink *w, FILE *f, const char *path)
 {
     char *line = malloc(PIECE);
-    if (!line)
+    piece_reader *r = malloc(sizeof *r);
+    if (!line || !r) {
+        free(line), free(r);
         return tr_fail(TR_ERR_NOMEM, "out of memory reading %s", path);
+    }
+    r->f = f, r->at = r->n = 0;
     int rc = TR_OK, ended = 1, mid_line = 0;
     uint64_t offset = 0, doc_start = 0;
-    size_t got;
+    size_t got, len; /* (NULs are dropped before the line is classified) */
     errno = 0;
-    while (!rc && (got = read_piece(f, line, &ended)) > 0) {
-        size_t len = 0; /* drop NULs in place before classifying the line */
-        for (size_t i = 0; i < got; i++)
-            if (line[i] != 0)
-                line[len++] = line[i];
+    while (!rc && (got = read_piece(r, line, &len, &ended)) > 0) {
         if (!mid_line && ended && is_separator(line, len)) {
             rc = w->end(w);
             doc_start = offset + got;
@@ -127,7 +159,7 @@ static int documents_by_blank_lines(doc_sink *w, FILE *f, const char *path)
         mid_line = !ended;
         offset += got;
     }
-    free(line);
+    free(line), free(r);
     if (!rc && ferror(f))
         rc = tr_fail(TR_ERR_IO, "cannot read %s: %s", path, strerror(errno ? errno : EIO));
     return rc ? rc : w->end(w);

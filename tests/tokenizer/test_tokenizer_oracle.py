@@ -23,8 +23,8 @@ Tokenizers compared:
                   without byte_fallback (fused <unk>); and decoding: random id sequences (byte
                   tokens valid and not, specials) and the encoded texts, against decode()
 The texts reach the references as Python's bytes.decode("utf-8", "replace") of the file. The
-10 MB line goes through gpt2-files (tokenizers takes ~7 s on it, one thread); the other Split
-behaviors see the torture files.
+10 MB line goes through gpt2-files against tiktoken alone (tokenizers takes 7-30 s on it, one
+thread, for the same ids); the other Split behaviors see the torture files.
 usage: test_tokenizer_oracle.py TOK_ENCODE WORKDIR VENV"""
 import json
 import os
@@ -124,10 +124,11 @@ encoder_json, vocab_bpe = oracle_env.gpt2_files(venv)
 # ---- gpt2-files: tokenizers and tiktoken ----
 t0 = time.time()
 hf = ByteLevelBPETokenizer(encoder_json, vocab_bpe)
-theirs = [e.ids for e in hf.encode_batch(texts)]
+small_files, small_texts = [files[i] for i in small], [texts[i] for i in small]
 mine = trident_ids("GPT2BPETokenizer", encoder_json, vocab_bpe, None, files)
 if mine:
-    compare("gpt2-files vs tokenizers", mine, theirs, texts, files, lambda ids: hf.decode(ids))
+    compare("gpt2-files vs tokenizers", [mine[i] for i in small], [e.ids for e in hf.encode_batch(small_texts)],
+            small_texts, small_files, lambda ids: hf.decode(ids))
     tik = oracle_env.tiktoken_encoding(encoder_json)
     compare("gpt2-files vs tiktoken gpt2", mine, tik.encode_ordinary_batch(texts), texts, files, tik.decode)
 print(f"     ({time.time() - t0:.1f} s)")
@@ -136,7 +137,6 @@ print(f"     ({time.time() - t0:.1f} s)")
 hf.add_special_tokens(["<|endoftext|>"])
 hf.save(path("gpt2-tokenizer.json"))
 gpt2_json = Tokenizer.from_file(path("gpt2-tokenizer.json"))
-small_files, small_texts = [files[i] for i in small], [texts[i] for i in small]
 mine = trident_ids("HFTokenizer", None, None, path("gpt2-tokenizer.json"), small_files, special=True)
 if mine:
     compare("gpt2-json vs tokenizers", mine, [e.ids for e in gpt2_json.encode_batch(small_texts)], small_texts,

@@ -106,10 +106,15 @@ def write_corpus(folder, seed=18, long_line_bytes=10 << 20):
     files["invalid"] = _with_invalid(rng, _mixed(rng, 3000)) + b"\xf0\x9f\x98"  # ends mid-sequence
     files["long-word"] = b"a" * 20000 + b" " + ("ab" * 5000).encode() + b" " + "\u00e9".encode() * 3000
     files["mixed"] = _mixed(rng, 20000).encode("utf-8", "surrogatepass")
-    # the long line: mixed text without newlines, invalid bytes included
+    # the long line: mixed text without newlines, invalid bytes included; past its first MiB
+    # the chunks come again in a random order (making each in Python costs ~3 s a MiB)
     chunks, size = [], 0
     while size < long_line_bytes:
-        c = _with_invalid(rng, _mixed(rng, 2000).replace("\n", " ").replace("\r", " "))
+        if size < 1 << 20:
+            c = _with_invalid(rng, _mixed(rng, 2000).replace("\n", " ").replace("\r", " "))
+            distinct = len(chunks) + 1
+        else:
+            c = chunks[rng.randrange(distinct)]
         chunks.append(c)
         size += len(c)
     files["long-line"] = b"".join(chunks)[:long_line_bytes]
