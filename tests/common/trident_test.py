@@ -7,6 +7,7 @@ A test finds this module from its own location:
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "common"))
     import trident_test as tt
 """
+import fcntl
 import json
 import os
 import random
@@ -183,14 +184,30 @@ def processes_with(marker):
     return found
 
 
+# The Hugging Face oracles' packages (tests/hf, tests/sft): one virtual environment holds them
+HF_PACKAGES = ["transformers==4.38.2", "tokenizers<0.19", "safetensors", "jinja2"]
+
+
 def venv_python(path, packages, import_name):
     """The Python of a virtual environment at path (made with Debian's /usr/bin/python3 and
     its site packages, so python3-torch stays importable) where `import_name` imports,
     pip-installing `packages` from PyPI the first time. Exits 1 with pip's message when they
-    cannot be installed."""
-    py = os.path.join(path, "bin", "python")
-    probe = [py, "-c", f"import {import_name}"]
-    if os.path.exists(py) and subprocess.run(probe, capture_output=True).returncode == 0:
+    cannot be installed. One process at a time makes it (PATH.lock): the tests that use it
+    and the oracle-venvs test, which makes them all first, may start at once."""
+    with open(path.rstrip("/") + ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        py = os.path.join(path, "bin", "python")
+        probe = [py, "-c", f"import {import_name}"]
+        if os.path.exists(py) and subprocess.run(probe, capture_output=True).returncode == 0:
+            return py
+        shutil.rmtree(path, ignore_errors=True)
+        steps = [["/usr/bin/python3", "-m", "venv", "--system-site-packages", path],
+                 [py, "-m", "pip", "install", "--quiet", "--disable-pip-version-check", *packages]]
+        for step in steps:
+            p = subprocess.run(step, capture_output=True, text=True, timeout=900)
+            if p.returncode:
+                print(f"FAIL: {' '.join(step)}: exit {p.returncode}\n{p.stdout[-1500:]}{p.stderr[-1500:]}")
+                sys.exit(1)
         return py
     shutil.rmtree(path, ignore_errors=True)
     steps = [["/usr/bin/python3", "-m", "venv", "--system-site-packages", path],

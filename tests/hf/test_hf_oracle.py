@@ -27,7 +27,7 @@ trident, probe, work, venv = sys.argv[1:5]
 try:
     import transformers  # noqa: F401
 except ImportError:  # run again with the virtual environment's Python
-    py = tt.venv_python(venv, ["transformers==4.38.2", "tokenizers<0.19", "safetensors"], "transformers")
+    py = tt.venv_python(venv, tt.HF_PACKAGES, "transformers")
     os.execv(py, [py, os.path.abspath(__file__), *sys.argv[1:]])
 
 import numpy as np  # noqa: E402

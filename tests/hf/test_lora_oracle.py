@@ -30,7 +30,7 @@ trident, probe, work, venv = sys.argv[1:5]
 try:
     import peft  # noqa: F401
 except ImportError:  # run again with the virtual environment's Python
-    py = tt.venv_python(venv, ["transformers==4.38.2", "tokenizers<0.19", "safetensors"], "transformers")
+    py = tt.venv_python(venv, tt.HF_PACKAGES, "transformers")
     if subprocess.run([py, "-c", "import peft"], capture_output=True).returncode:
         p = subprocess.run([py, "-m", "pip", "install", "--quiet", "--disable-pip-version-check", "--no-deps",
                             "peft==0.7.1", "accelerate==0.25.0"], capture_output=True, text=True, timeout=900)

@@ -27,8 +27,7 @@ from trident_test import check  # noqa: E402
 
 trident, work, venv = sys.argv[1:4]
 if os.environ.get("CHAT_ORACLE_VENV") != venv:  # run again inside the venv
-    py = tt.venv_python(venv, ["transformers==4.38.2", "tokenizers<0.19", "safetensors", "jinja2"],
-                        "transformers, jinja2")
+    py = tt.venv_python(venv, tt.HF_PACKAGES, "transformers, jinja2")  # (tests/hf's)
     os.environ["CHAT_ORACLE_VENV"] = venv
     os.execv(py, [py, os.path.abspath(sys.argv[0]), *sys.argv[1:]])
 
