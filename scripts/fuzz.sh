@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # One libFuzzer campaign of a tests/fuzz target: scripts/fuzz.sh TARGET SECONDS
 #   TARGET: st hfcfg import tokhf tokgpt2 idx llmc prep blend yaml grid manifest ckpt lora
+#           lora-llama lora-bloom roundtrip
 # Builds (clang, address + undefined sanitizers, -Dfuzz=enabled) in $FUZZ_BUILD (default
 # build-fuzz), then runs build-fuzz/tests/fuzz/fuzz-TARGET niced on a scratch corpus (new
 # inputs go there) seeded by the committed tests/fuzz/corpus/TARGET. Everything it writes is in
@@ -14,7 +15,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if [ $# -ne 2 ]; then
-  sed -n '2,3p' "$0"; exit 2
+  sed -n '2,4p' "$0"; exit 2
 fi
 target=$1 seconds=$2
 build=${FUZZ_BUILD:-build-fuzz}
@@ -39,7 +40,7 @@ nice -n 19 ninja -C "$build" "tests/fuzz/fuzz-$target" "tests/fuzz/fuzz_replay_$
 out=$build/fuzz-out/$target
 mkdir -p "$out/corpus" "$out/artifacts"
 case $target in
-  manifest|ckpt|lora) dict=tests/fuzz/dict/ckpt.dict ;;
+  manifest|ckpt|lora|lora-llama|lora-bloom) dict=tests/fuzz/dict/ckpt.dict ;;
   *) dict=tests/fuzz/dict/json.dict ;;
 esac
 echo "fuzz-$target for ${seconds}s: corpus $out/corpus + tests/fuzz/corpus/$target," \
