@@ -1,9 +1,8 @@
 #!/usr/bin/python3
-"""The oracle tests' virtual environments, made first (test oracle-venvs, priority 2): each pip
-install (~10-30 s, network and CPU) then runs beside other tests instead of inside an oracle
-test that holds the whole machine (tests/hf's run alone). A test that starts while its
-environment is being made waits on its lock (trident_test.venv_python); run alone, each test
-still makes its own.
+"""The oracle tests' virtual environments, made first (test oracle-venvs, priority 2), while
+other tests run: each pip install (~10-40 s, network and CPU) is then off the oracles' own
+time. A test that starts while its environment is being made waits on its lock
+(trident_test.venv_python); run alone, each test still makes its own.
 usage: make_venvs.py HF_VENV TOKENIZER_VENV TENSORBOARD_VENV"""
 import os
 import subprocess
