@@ -38,6 +38,9 @@ int cu_note(cudaError_t e, const char *what);
 void cu_launched(const char *what);
 /* 1 once an error has been kept. */
 int cu_failed(void);
+/* cuBLASLt is loaded on its first call (cublaslt_lazy.c): NULL once it is, else why it does
+ * not load (each of its functions then returns CUBLAS_STATUS_NOT_INITIALIZED). */
+const char *cu_cublaslt_error(void);
 
 /* The single-stream rule: the reduction scratch, the pinned scalar, the cuBLASLt workspace
  * and the bf16 staging are the backend's one copy each, so the ops that use them (gemm,

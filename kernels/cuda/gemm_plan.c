@@ -89,6 +89,9 @@ static int choices_load(const char *device, int sms)
 
 int cu_gemm_init(size_t staging_bytes, const char *device, int sms)
 {
+    const char *lt_error = cu_cublaslt_error(); /* (loads it: cublaslt_lazy.c) */
+    if (lt_error)
+        return tr_fail(TR_ERR_INTERNAL, "cuda: cuBLASLt: %s", lt_error);
     int rc = choices_load(device, sms);
     if (rc)
         return rc;
