@@ -209,12 +209,3 @@ def venv_python(path, packages, import_name):
                 print(f"FAIL: {' '.join(step)}: exit {p.returncode}\n{p.stdout[-1500:]}{p.stderr[-1500:]}")
                 sys.exit(1)
         return py
-    shutil.rmtree(path, ignore_errors=True)
-    steps = [["/usr/bin/python3", "-m", "venv", "--system-site-packages", path],
-             [py, "-m", "pip", "install", "--quiet", "--disable-pip-version-check", *packages]]
-    for step in steps:
-        p = subprocess.run(step, capture_output=True, text=True, timeout=900)
-        if p.returncode:
-            print(f"FAIL: {' '.join(step)}: exit {p.returncode}\n{p.stdout[-1500:]}{p.stderr[-1500:]}")
-            sys.exit(1)
-    return py
