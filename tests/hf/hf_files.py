@@ -1,0 +1,143 @@
+"""Hugging Face folders written by hand for `trident convert`'s tests (no PyTorch; they run
+in the sanitizer build too): a small safetensors writer and reader, a tiny GPT-2's tensors and
+config.json, and `trident convert` run with its refusal check.
+
+    import hf_files as hff
+    s = hff.Session(trident, work)
+    d = s.hf_folder("name", hff.gpt2_tensors())
+    rc, out, err = s.convert("--from", "hf", "--input", d, "--output", ck)
+"""
+import json
+import os
+import random
+import shutil
+import struct
+import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "common"))
+import trident_test as tt  # noqa: E402
+
+L, C, NH, P, V = 2, 32, 4, 16, 50
+
+
+def f32_bits(x):
+    return struct.unpack("<I", struct.pack("<f", x))[0]
+
+
+def to_bf16(bits):
+    """Round-to-nearest-even of a float32's bits to bfloat16 (no NaNs here)."""
+    return ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16) & 0xFFFF
+
+
+def encode(values, dtype):
+    if dtype == "F32":
+        return struct.pack(f"<{len(values)}f", *values)
+    if dtype == "F16":
+        return struct.pack(f"<{len(values)}e", *values)
+    if dtype == "BF16":
+        return struct.pack(f"<{len(values)}H", *(to_bf16(f32_bits(v)) for v in values))
+    if dtype == "I64":
+        return struct.pack(f"<{len(values)}q", *(int(v) for v in values))
+    if dtype == "F64":
+        return struct.pack(f"<{len(values)}d", *values)
+    raise ValueError(dtype)
+
+
+def st_bytes(tensors, header_edit=None, meta=True):
+    """tensors: list of (name, dtype, shape, values); returns the file's bytes."""
+    header, data = {}, b""
+    if meta:
+        header["__metadata__"] = {"format": "pt"}
+    for name, dtype, shape, values in tensors:
+        raw = encode(values, dtype)
+        header[name] = {"dtype": dtype, "shape": list(shape), "data_offsets": [len(data), len(data) + len(raw)]}
+        data += raw
+    if header_edit:
+        header = header_edit(header)
+    text = header if isinstance(header, bytes) else json.dumps(header, separators=(",", ":")).encode()
+    text += b" " * (-len(text) % 8)
+    return struct.pack("<Q", len(text)) + text + data
+
+
+def st_read(path):
+    """{name: (dtype, shape, raw bytes)} of a safetensors file."""
+    blob = open(path, "rb").read()
+    n = struct.unpack("<Q", blob[:8])[0]
+    header = json.loads(blob[8:8 + n])
+    header.pop("__metadata__", None)
+    return {k: (v["dtype"], v["shape"], blob[8 + n + v["data_offsets"][0]:8 + n + v["data_offsets"][1]])
+            for k, v in header.items()}
+
+
+rng = random.Random(16)
+
+
+def rand(n, scale=0.5):
+    # values exact in float16 so the F16 file holds the same numbers
+    return [round(rng.uniform(-scale, scale) * 1024) / 1024 for _ in range(n)]
+
+
+def gpt2_tensors(prefix="transformer.", dtype="F32", buffers=True, head=True, layers=L):
+    t = [(f"{prefix}wte.weight", dtype, (V, C), rand(V * C)),
+         (f"{prefix}wpe.weight", dtype, (P, C), rand(P * C))]
+    for i in range(layers):
+        h = f"{prefix}h.{i}."
+        t += [(h + "ln_1.weight", dtype, (C,), rand(C, 2)), (h + "ln_1.bias", dtype, (C,), rand(C)),
+              (h + "attn.c_attn.weight", dtype, (C, 3 * C), rand(C * 3 * C)),
+              (h + "attn.c_attn.bias", dtype, (3 * C,), rand(3 * C)),
+              (h + "attn.c_proj.weight", dtype, (C, C), rand(C * C)),
+              (h + "attn.c_proj.bias", dtype, (C,), rand(C)),
+              (h + "ln_2.weight", dtype, (C,), rand(C, 2)), (h + "ln_2.bias", dtype, (C,), rand(C)),
+              (h + "mlp.c_fc.weight", dtype, (C, 4 * C), rand(C * 4 * C)),
+              (h + "mlp.c_fc.bias", dtype, (4 * C,), rand(4 * C)),
+              (h + "mlp.c_proj.weight", dtype, (4 * C, C), rand(4 * C * C)),
+              (h + "mlp.c_proj.bias", dtype, (C,), rand(C))]
+        if buffers:
+            t.append((h + "attn.bias", dtype, (1, 1, P, P), [1.0] * (P * P)))
+    t += [(f"{prefix}ln_f.weight", dtype, (C,), rand(C, 2)), (f"{prefix}ln_f.bias", dtype, (C,), rand(C))]
+    if head:
+        t.append(("lm_head.weight", dtype, (V, C), t[0][3]))
+    return t
+
+
+CONFIG = {"architectures": ["GPT2LMHeadModel"], "model_type": "gpt2", "activation_function": "gelu_new",
+          "n_layer": L, "n_embd": C, "n_head": NH, "n_positions": P, "vocab_size": V,
+          "layer_norm_epsilon": 1e-05, "n_inner": None, "bos_token_id": V - 1, "eos_token_id": V - 1}
+
+
+def same_checkpoint(a, b):
+    """Two checkpoints' release folders hold the same files with the same bytes."""
+    ra, rb = os.path.join(a, "release"), os.path.join(b, "release")
+    return os.path.isdir(ra) and os.path.isdir(rb) and sorted(os.listdir(ra)) == sorted(os.listdir(rb)) and all(
+        open(os.path.join(ra, f), "rb").read() == open(os.path.join(rb, f), "rb").read() for f in os.listdir(ra))
+
+
+class Session:
+    """HF folders under WORK and `trident convert` runs of one test; `keep`: outputs a wrong
+    acceptance in refused() must not remove (a checkpoint later checks read)."""
+
+    def __init__(self, trident, work):
+        self.trident, self.work, self.keep = trident, work, set()
+
+    def hf_folder(self, name, tensors, config=None, raw=None):
+        d = tt.fresh_dir(os.path.join(self.work, name))
+        tt.write(os.path.join(d, "config.json"), json.dumps(config if config is not None else CONFIG))
+        tt.write(os.path.join(d, "model.safetensors"), raw if raw is not None else st_bytes(tensors))
+        return d
+
+    def convert(self, *args):
+        return tt.outputs([self.trident, "convert", *args], timeout=120)
+
+    def refused(self, what, args, out, cause, names=None):
+        """`trident convert ARGS` must exit 2 naming `names` (default: nothing) and `cause`, with
+        nothing at `out` and no temporary folder beside it."""
+        rc, so, se = self.convert(*args)
+        ok = rc == 2 and cause in se and all(n in se for n in (names or [])) and not os.path.exists(out)
+        ok = ok and not leftovers(os.path.dirname(out))
+        tt.check(f"refused: {what}", ok, f"exit {rc}, stderr {se.strip()!r}, output exists: {os.path.exists(out)}")
+        if os.path.isdir(out) and out not in self.keep:  # a wrong acceptance must not fail the checks after it
+            shutil.rmtree(out)
+
+
+def leftovers(parent):
+    return [n for n in os.listdir(parent) if ".tmp-" in n]
