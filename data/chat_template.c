@@ -521,6 +521,13 @@ int chat_render(const chat_template *ct, const chat_message *m, size_t n, const 
     }
 }
 
+int chat_render_generation_prompt(const chat_template *ct, chat_rendering *r)
+{
+    if (ct->kind == CHAT_LLAMA3)
+        return add_str(r, "<|start_header_id|>assistant<|end_header_id|>\n\n");
+    return add_str(r, ct->kind == CHAT_CHATML ? "<|im_start|>assistant\n" : NULL);
+}
+
 void chat_rendering_free(chat_rendering *r)
 {
     free(r->text);

@@ -1,5 +1,7 @@
 /* Chat templates of `trident preprocess --sft --json-keys MESSAGES --chat-template NAME`
- * (chat_template.c; prep_sft.c encodes with them). Not part of the library's contract.
+ * (chat_template.c; prep_sft.c encodes with them) and of `trident generate --chat-template NAME`
+ * (chat_prompt.c: one user turn and the generation prompt). Not part of the library's
+ * contract.
  *
  * Every template but `chatml` renders a conversation as transformers' apply_chat_template
  * (4.38.2) renders it with the model family's official Jinja template, and prep_sft.c
@@ -90,6 +92,22 @@ typedef struct {
 int chat_render(const chat_template *ct, const chat_message *m, size_t n, const char *key,
                 chat_rendering *r, char **bad);
 void chat_rendering_free(chat_rendering *r);
+
+/* Append to r what add_generation_prompt=True appends: llama3
+ * "<|start_header_id|>assistant<|end_header_id|>\n\n", chatml-hf "<|im_start|>assistant\n",
+ * llama2 / mistral nothing (their prompt ends with " [/INST]"). Fails only for memory. */
+int chat_render_generation_prompt(const chat_template *ct, chat_rendering *r);
+
+/* The prompt of `trident generate --chat-template` (chat_prompt.c): [a system message `system`
+ * when not NULL,] a user message `user`, rendered with ct plus the generation prompt and
+ * tokenized whole without t's post-processor template: the ids (*n of them, malloc'ed into *ids)
+ * of apply_chat_template(messages, add_generation_prompt=True, tokenize=True). *stop: the id of
+ * the template's end-of-reply marker (llama3 <|eot_id|>, chatml-hf <|im_end|>, llama2 / mistral
+ * EOS), after which generation stops. *bad (malloc'ed) when the template refuses the messages
+ * (mistral takes no system message). ct of CHAT_CHATML_PIECES (`chatml`, trident's training
+ * pieces, no apply_chat_template rendering) is refused: TR_ERR_CONFIG. */
+int chat_prompt_ids(const chat_template *ct, const tr_tokenizer *t, const char *system,
+                    const char *user, int32_t **ids, size_t *n, int32_t *stop, char **bad);
 
 /* The loss mask of ids[0..n), the tokens of r->text: mask[i] = 1 when token i's text overlaps
  * a reply. A token's text is found by walking r->text with tr_token_bytes: the bytes match

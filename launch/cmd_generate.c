@@ -11,6 +11,7 @@
 
 #include "comm/comm.h"
 #include "core/core.h"
+#include "data/chat_template.h"
 #include "hf/hf.h"
 #include "launch/args.h"
 #include "model/gpt.h"
@@ -42,7 +43,18 @@ static void generate_usage(FILE *f)
             "  --top-p P              ... and from the fewest whose probability reaches P\n"
             "                         (default 1 = all)\n"
             "  --seed S               sampling seed (default 1234): the same seed, the same text\n"
-            "  --eos-id ID            stop after generating this token (default: none)\n"
+            "  --eos-id ID            stop after generating this token (default: none; with\n"
+            "                         --chat-template the template's end-of-reply marker)\n"
+            "  --chat-template NAME   render --prompt as one user turn with the generation\n"
+            "                         prompt, as transformers' apply_chat_template(messages,\n"
+            "                         add_generation_prompt=True) gives the ids (chatml-hf,\n"
+            "                         llama2, llama3, mistral, mistral-v0.1, or auto: the\n"
+            "                         tokenizer_config.json beside the tokenizer.json; `chatml`,\n"
+            "                         preprocess's own pieces, is refused); needs an HFTokenizer.\n"
+            "                         Generation stops after the end-of-reply marker (llama3\n"
+            "                         <|eot_id|>, chatml-hf <|im_end|>, llama2 / mistral EOS) and\n"
+            "                         only the reply is printed, without the token it stopped at\n"
+            "  --system TEXT          a system message before the user turn (--chat-template)\n"
             "  --device cpu|cuda|cuda-fp32\n"
             "                         kernel backend (default cpu; cuda: bf16 products)\n"
             "  --json                 print one JSON object (prompt and generated token ids, text,\n"
@@ -55,29 +67,38 @@ static void generate_usage(FILE *f)
             "                         parallelism (N must divide the attention heads)\n"
             "  -h, --help             this text\n"
             "\n"
-            "Prints the prompt and its continuation on stdout as they are made, then on stderr the\n"
-            "prompt's time and the tokens per second of the generation.\n"
+            "Prints the prompt (with --chat-template not) and its continuation on stdout as they\n"
+            "are made, then on stderr the prompt's time and the tokens per second of the\n"
+            "generation.\n"
             "Exit status: 0 success, 1 runtime failure, 2 bad usage or input.\n");
 }
 
 typedef struct {
-    const char *dir, *prompt, *prompt_ids, *device, *config;
+    const char *dir, *prompt, *prompt_ids, *device, *config, *chat, *system;
     int max_new, top_k, eos_id, json;
     double temperature, top_p;
     uint64_t seed;
     tr_tokenizer_files tok;
     tr_tokenizer *tokenizer; /* NULL: bytes */
+    int32_t *chat_ids;       /* --chat-template: the rendered prompt's ids (n_chat), else NULL */
+    size_t n_chat;
+    int chat_stop;           /* --chat-template: the end-of-reply marker's id, else -1 */
 } gen_options;
 
 /* Prompt token ids from --prompt (bytes) or --prompt-ids; *n of them in *out (malloc'd). */
 static int prompt_tokens(const gen_options *o, int V, int32_t **out, int *n)
 {
-    size_t cap = o->prompt ? strlen(o->prompt) : strlen(o->prompt_ids) / 2 + 1;
+    size_t cap = o->chat_ids ? o->n_chat
+                 : o->prompt ? strlen(o->prompt)
+                             : strlen(o->prompt_ids) / 2 + 1;
     int32_t *ids = malloc((cap ? cap : 1) * sizeof *ids);
     if (!ids)
         return tr_fail(TR_ERR_NOMEM, "out of memory for the prompt");
     int count = 0;
-    if (o->prompt && o->tokenizer) { /* as preprocess encodes a document */
+    if (o->chat_ids) { /* rendered and tokenized by chat_prompt_ids */
+        memcpy(ids, o->chat_ids, o->n_chat * sizeof *ids);
+        count = (int)o->n_chat;
+    } else if (o->prompt && o->tokenizer) { /* as preprocess encodes a document */
         tr_encoder *e = NULL;
         size_t got = 0, c = cap ? cap : 1; /* ids holds c */
         int rc = tr_encoder_create(o->tokenizer, &e);
@@ -214,8 +235,9 @@ static void print_token(const tr_tokenizer *t, int32_t id)
         printf("<|%d|>", (int)id);
 }
 
+/* "text" is the generated tokens' text, less a last token `stop` (the chat marker; -1: none). */
 static void print_json(const tr_tokenizer *t, const int32_t *ids, int n_prompt, int n_total,
-                       double prompt_s, double gen_s)
+                       int32_t stop, double prompt_s, double gen_s)
 {
     tr_json j;
     tr_json_begin(&j, stdout);
@@ -229,12 +251,13 @@ static void print_json(const tr_tokenizer *t, const int32_t *ids, int n_prompt, 
         tr_json_int(&j, NULL, ids[i]);
     tr_json_array_end(&j);
     char *text = NULL;
-    if (t && !tr_decode(t, ids + n_prompt, (size_t)(n_total - n_prompt), &text, NULL)) {
+    int n_text = n_total - (stop >= 0 && n_total > n_prompt && ids[n_total - 1] == stop);
+    if (t && !tr_decode(t, ids + n_prompt, (size_t)(n_text - n_prompt), &text, NULL)) {
         tr_json_string(&j, "text", text);
         free(text);
-    } else if ((text = malloc((size_t)(n_total - n_prompt) * 12 + 1))) {
+    } else if ((text = malloc((size_t)(n_text - n_prompt) * 12 + 1))) {
         size_t len = 0;
-        for (int i = n_prompt; i < n_total; i++)
+        for (int i = n_prompt; i < n_text; i++)
             len += (size_t)(ids[i] < 256 && ids[i] > 0
                                 ? snprintf(text + len, 12, "%c", (char)ids[i])
                                 : snprintf(text + len, 12, "<|%d|>", (int)ids[i]));
@@ -262,7 +285,7 @@ static int generate(const gen_options *o, tr_gpt_cache *cache, int V, int lead, 
     tr_sampling s = {.temperature = o->temperature, .top_k = o->top_k, .top_p = o->top_p};
     int n = n_prompt, rc = TR_OK;
     double t0 = tr_now(), t1 = t0;
-    if (lead && !o->json) {
+    if (lead && !o->json && !o->chat_ids) { /* a chat prints only the reply */
         for (int i = 0; i < n_prompt; i++)
             print_token(o->tokenizer, ids[i]);
         fflush(stdout);
@@ -278,7 +301,7 @@ static int generate(const gen_options *o, tr_gpt_cache *cache, int V, int lead, 
         /* every TP rank has the same logits and draws the same token: no broadcast */
         double u = tr_rand_uniform(o->seed, 0x67656e6572617465ULL /* "generate" */, (uint64_t)step);
         ids[n++] = tr_sample_token(logits, V, &s, u, scratch);
-        if (lead && !o->json) {
+        if (lead && !o->json && !(o->chat_ids && ids[n - 1] == o->eos_id)) {
             print_token(o->tokenizer, ids[n - 1]);
             fflush(stdout);
         }
@@ -366,7 +389,8 @@ static int run_generate(const gen_options *o)
     if (!rc && rank == 0) {
         int made = n_total - n_prompt;
         if (o->json) {
-            print_json(o->tokenizer, ids, n_prompt, n_total, prompt_s, gen_s);
+            print_json(o->tokenizer, ids, n_prompt, n_total, o->chat_ids ? o->eos_id : -1,
+                       prompt_s, gen_s);
         } else {
             putchar('\n');
             fprintf(stderr, "trident generate: iteration %d of %s, %d tensor-parallel rank%s: "
@@ -388,10 +412,48 @@ static int run_generate(const gen_options *o)
     return rc;
 }
 
+/* --chat-template: o->chat_ids, o->n_chat and o->chat_stop (and --eos-id's default) from
+ * chat_prompt_ids. Needs an HFTokenizer (its tokenizer.json names the tokenizer_config.json).
+ * Returns the exit status: 0, 1 (I/O, memory) or 2 (bad usage or input), the error printed. */
+static int chat_prompt(gen_options *o)
+{
+    chat_template *ct = NULL;
+    char *bad = NULL;
+    int rc;
+    if (!o->tokenizer || strcmp(tr_tokenizer_type(o->tokenizer), "HFTokenizer")) {
+        fprintf(stderr, "trident generate: --chat-template needs a Hugging Face tokenizer: the "
+                        "tokenizer.json of HF_DIR, or --tokenizer-type HFTokenizer "
+                        "--tokenizer-model FILE\n");
+        return 2;
+    }
+    rc = chat_template_open(o->chat, o->tok.tokenizer_model, o->tokenizer, &ct);
+    if (!rc)
+        rc = chat_prompt_ids(ct, o->tokenizer, o->system, o->prompt, &o->chat_ids, &o->n_chat,
+                             &o->chat_stop, &bad);
+    chat_template_free(ct);
+    if (bad) {
+        fprintf(stderr, "trident generate: --chat-template %s%s: %s\n", o->chat,
+                o->system ? " with --system" : "", bad);
+        free(bad);
+        return 2;
+    }
+    if (rc) {
+        fprintf(stderr, "trident generate: %s\n", tr_errmsg());
+        return rc == TR_ERR_CONFIG || rc == TR_ERR_INVALID ? 2 : 1;
+    }
+    if (!o->n_chat) { /* cannot happen: every template writes markers */
+        fprintf(stderr, "trident generate: the rendered chat prompt is empty\n");
+        return 2;
+    }
+    if (o->eos_id < 0)
+        o->eos_id = o->chat_stop;
+    return 0;
+}
+
 int tr_cmd_generate(int argc, char **argv)
 {
     enum { PROMPT, PROMPT_IDS, MAX_NEW, TEMPERATURE, TOP_K, TOP_P, SEED, EOS, DEVICE, JSON, NPROC,
-           TOK_TYPE, VOCAB, MERGES, TOK_MODEL, CONFIG };
+           TOK_TYPE, VOCAB, MERGES, TOK_MODEL, CONFIG, CHAT, SYSTEM };
     static const arg_opt options[] = {
         [PROMPT] = {"--prompt", ARG_VALUE},       [PROMPT_IDS] = {"--prompt-ids", ARG_VALUE},
         [MAX_NEW] = {"--max-new-tokens", ARG_VALUE}, [TEMPERATURE] = {"--temperature", ARG_VALUE},
@@ -401,12 +463,13 @@ int tr_cmd_generate(int argc, char **argv)
         [NPROC] = {"--nproc", ARG_VALUE},         [TOK_TYPE] = {"--tokenizer-type", ARG_VALUE},
         [VOCAB] = {"--vocab-file", ARG_VALUE},    [MERGES] = {"--merge-file", ARG_VALUE},
         [TOK_MODEL] = {"--tokenizer-model", ARG_VALUE}, [CONFIG] = {"--config", ARG_VALUE},
+        [CHAT] = {"--chat-template", ARG_VALUE},  [SYSTEM] = {"--system", ARG_VALUE},
         {NULL},
     };
     arg_parser a = {.cmd = "trident generate", .opts = options, .usage = generate_usage,
                     .argc = argc, .argv = argv};
     gen_options o = {.max_new = 64, .temperature = 1.0, .top_p = 1.0, .seed = 1234,
-                     .eos_id = -1, .device = "cpu"};
+                     .eos_id = -1, .device = "cpu", .chat_stop = -1};
     const char *v;
     int rc = 0, nproc = 0, seed = 0, opt;
     while (!rc && (opt = args_next(&a, &v)) != ARGS_END) {
@@ -441,6 +504,10 @@ int tr_cmd_generate(int argc, char **argv)
             o.tok.tokenizer_model = v;
         else if (opt == CONFIG)
             o.config = v;
+        else if (opt == CHAT)
+            o.chat = v;
+        else if (opt == SYSTEM)
+            o.system = v;
         else if (opt == TEMPERATURE) {
             o.temperature = strtod(v, &end);
             if (end == v || *end || !isfinite(o.temperature) || o.temperature < 0)
@@ -458,6 +525,12 @@ int tr_cmd_generate(int argc, char **argv)
         rc = args_error(&a, "no checkpoint folder given (see trident generate --help)");
     if (!rc && !o.prompt == !o.prompt_ids)
         rc = args_error(&a, "give the prompt once: --prompt TEXT or --prompt-ids IDS");
+    if (!rc && o.system && !o.chat)
+        rc = args_error(&a, "--system needs --chat-template NAME (the system message is rendered "
+                            "by the chat template)");
+    if (!rc && o.chat && o.prompt_ids)
+        rc = args_error(&a, "--chat-template renders --prompt TEXT; it does not take --prompt-ids "
+                            "(give the rendered ids without --chat-template)");
     if (rc)
         return rc;
     if (nproc > 0)
@@ -479,7 +552,12 @@ int tr_cmd_generate(int argc, char **argv)
         fprintf(stderr, "trident generate: %s\n", tr_errmsg());
         return rc == TR_ERR_IO ? 1 : 2;
     }
+    if (o.chat && (rc = chat_prompt(&o))) {
+        tr_tokenizer_free(o.tokenizer);
+        return rc;
+    }
     rc = run_generate(&o);
+    free(o.chat_ids);
     tr_tokenizer_free(o.tokenizer);
     if (rc) {
         fprintf(stderr, "trident generate: %s\n", tr_errmsg());

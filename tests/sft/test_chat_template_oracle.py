@@ -11,6 +11,12 @@ ids must equal tokenizer.apply_chat_template(messages, tokenize=True) and the lo
 apply_chat_template(prefix + [reply]) adds to apply_chat_template(prefix,
 add_generation_prompt=True), up to its end marker. Conversations the template raises on are
 refused by both, naming FILE:LINE.
+`trident generate --chat-template NAME|auto [--system TEXT] --json --max-new-tokens 3` on a tiny
+GPT-2 folder written here (its greedy token fixed by ln_f's bias): the prompt ids equal
+apply_chat_template(messages, add_generation_prompt=True) for a few prompts with and without a
+system message (Mistral's system message: refused by both); generation stops right after the
+end-of-reply marker (llama3 <|eot_id|>, chatml-hf <|im_end|>, llama2 EOS) when the model makes it,
+and --eos-id overrides it.
 usage: test_chat_template_oracle.py TRIDENT WORKDIR VENV"""
 import json
 import os
@@ -205,10 +211,100 @@ def reference_mask(tok, msgs, end_marker):
     return enc["input_ids"], mask
 
 
+# ---- trident generate --chat-template: a tiny GPT-2 folder whose greedy token is `argmax` ----
+def tiny_gpt2(folder, vocab, argmax):
+    """config.json + model.safetensors (1 layer, 8 wide): ln_f's weight 0 and bias e0, so the
+    last hidden state is e0 at every position and the tied head's logits are wte[:, 0]: 4 for
+    `argmax`, below 0.1 elsewhere."""
+    c, npos, rnd = 8, 128, random.Random(argmax)
+    shapes = {"wte.weight": [vocab, c], "wpe.weight": [npos, c], "ln_f.weight": [c], "ln_f.bias": [c]}
+    for k, shape in [("ln_1.weight", [c]), ("ln_1.bias", [c]), ("attn.c_attn.weight", [c, 3 * c]),
+                     ("attn.c_attn.bias", [3 * c]), ("attn.c_proj.weight", [c, c]), ("attn.c_proj.bias", [c]),
+                     ("ln_2.weight", [c]), ("ln_2.bias", [c]), ("mlp.c_fc.weight", [c, 4 * c]),
+                     ("mlp.c_fc.bias", [4 * c]), ("mlp.c_proj.weight", [4 * c, c]), ("mlp.c_proj.bias", [c])]:
+        shapes["h.0." + k] = shape
+    data, header, at = [], {}, 0
+    for k, shape in shapes.items():
+        n = 1
+        for d in shape:
+            n *= d
+        v = [rnd.uniform(-0.1, 0.1) for _ in range(n)]
+        if ".ln_" in k or k.startswith("ln_"):
+            v = [1.0 if k.endswith("weight") else 0.0] * n
+        if k == "ln_f.weight":
+            v = [0.0] * n
+        if k == "ln_f.bias":
+            v = [1.0] + [0.0] * (c - 1)
+        if k == "wte.weight":
+            v[argmax * c] = 4.0
+        data.append(struct.pack("<%df" % n, *v))
+        header[k] = {"dtype": "F32", "shape": shape, "data_offsets": [at, at + 4 * n]}
+        at += 4 * n
+    os.makedirs(folder, exist_ok=True)
+    head = json.dumps(header).encode()
+    head += b" " * (-len(head) % 8)
+    with open(os.path.join(folder, "model.safetensors"), "wb") as f:
+        f.write(struct.pack("<Q", len(head)) + head + b"".join(data))
+    tt.write(os.path.join(folder, "config.json"), json.dumps({
+        "model_type": "gpt2", "architectures": ["GPT2LMHeadModel"], "n_layer": 1, "n_embd": c, "n_head": 2,
+        "n_positions": npos, "vocab_size": vocab, "bos_token_id": 0, "eos_token_id": 0}))
+    return folder
+
+
+def chat_generate(model, folder, template, prompt, system=None, extra=()):
+    cmd = [trident, "generate", model, "--tokenizer-type", "HFTokenizer", "--tokenizer-model",
+           os.path.join(folder, "tokenizer.json"), "--chat-template", template, "--prompt", prompt,
+           "--json", "--temperature", "0", "--max-new-tokens", "3", *extra] + (["--system", system] if system else [])
+    p = subprocess.run(cmd, capture_output=True, text=True, errors="replace", timeout=60)  # partial UTF-8
+    line = [x for x in p.stdout.splitlines() if x.startswith("{")]
+    return p.returncode, (json.loads(line[0]) if line else None), p.stderr
+
+
+GEN_PROMPTS = [("What is a pipeline bubble?", None), ("  padded: caf\u00e9 \u4e2d\u6587 ", "You are terse."),
+               ("two\nlines\n", "  sys with spaces \n")]
+GEN_WIDE = 2048  # above every tokenizer's vocabulary
+gen_model = tiny_gpt2(os.path.join(work, "gpt2-tiny"), GEN_WIDE, 100)
+
+
+def check_generate(name, label, folder, tok, end_marker):
+    """The prompt ids of trident generate --chat-template (by name, and auto once) =
+    apply_chat_template(..., add_generation_prompt=True), greedy (token 100) running its 3 tokens;
+    a model whose greedy token is the end marker stops right after it."""
+    t0, bad, n = time.time(), [], 0
+    assert len(tok) <= GEN_WIDE, len(tok)
+    for k, (prompt, system) in enumerate(GEN_PROMPTS):
+        msgs = ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": prompt}]
+        try:
+            want = tok.apply_chat_template(msgs, add_generation_prompt=True, tokenize=True)
+        except TemplateError:
+            want = None
+        for template in ([name, "auto"] if k == 0 else [name]):
+            rc, out, err = chat_generate(gen_model, folder, template, prompt, system)
+            n += 1
+            if want is None and not (rc == 2 and "raises" in err):
+                bad.append(f"{template} {msgs}: apply_chat_template raises, trident exit {rc} {err.strip()}")
+            elif want is not None and (rc or out["prompt_ids"] != want or out["generated_ids"] != [100] * 3):
+                bad.append(f"{template} {msgs}: exit {rc} {err.strip()[-300:]}\n       trident "
+                           f"{out and out['prompt_ids']} {out and out['generated_ids']}\n       "
+                           f"apply_chat_template {want}")
+    check(f"{label}: generate --chat-template prompt ids == apply_chat_template(add_generation_prompt=True) "
+          f"({n} runs, {time.time() - t0:.1f} s)", not bad, "\n     ".join(bad[:3]))
+    if name not in ("llama3", "chatml-hf", "llama2") or folder == meta_dir:
+        return
+    marker = tok.convert_tokens_to_ids(end_marker)
+    stopper = tiny_gpt2(os.path.join(work, "gpt2-stop-" + name), GEN_WIDE, marker)
+    rc, out, err = chat_generate(stopper, folder, name, "Hi")
+    rc2, out2, err2 = chat_generate(stopper, folder, name, "Hi", extra=["--eos-id", "100"])
+    check(f"{label}: generation stops right after {end_marker} (id {marker}), the text without it; "
+          f"--eos-id 100 runs past it", rc == 0 and out["generated_ids"] == [marker] and out["text"] == ""
+          and rc2 == 0 and out2["generated_ids"] == [marker] * 3, f"{err} {out} {err2} {out2}")
+
+
 total = 0
 for name, folder, template, bos, eos, end_marker, convs in FAMILIES:
     tok = write_config(folder, template, bos, eos)
     label = name + ("" if folder != meta_dir else " (Metaspace)")
+    check_generate(name, label, folder, tok, end_marker)
     prefix = os.path.join(work, name + ("" if folder != meta_dir else "-meta"))
     jsonl = tt.write(prefix + ".jsonl", "".join(json.dumps({"messages": c}) + "\n" for c in convs))
     rc, err = preprocess(folder, jsonl, prefix, "auto")
