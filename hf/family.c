@@ -81,6 +81,15 @@ static int read_llama(json_t *root, const char *path, tr_model_config *m)
                          "attention biases");
     if (!rc)
         rc = check_value(root, path, "pretraining_tp", json_integer(1), "must be 1");
+    /* Mistral's sliding window: full causal attention is the same only when the window spans
+     * every position (none in Mistral-7B v0.2 and later; v0.1's 4096 of 32768 does not) */
+    json_t *window = json_object_get(root, "sliding_window");
+    if (!rc && window && !json_is_null(window) &&
+        !(json_is_integer(window) && json_integer_value(window) >= m->max_position_embeddings))
+        rc = tr_fail(TR_ERR_INVALID, "%s: sliding_window is not supported: trident's attention "
+                     "is full causal, the same as a window only of max_position_embeddings (%d) "
+                     "or more (null: none, as in Mistral-7B v0.2 and later)", path,
+                     m->max_position_embeddings);
     json_t *tie = json_object_get(root, "tie_word_embeddings");
     m->normalization = "RMSNorm";
     m->position_embedding_type = "rope";
@@ -137,7 +146,7 @@ int tr_hf_read_family_config(const char *dir, tr_model_config *m, int *family)
         return rc;
     const char *type = json_string_value(json_object_get(root, "model_type"));
     *family = !type                   ? TR_HF_GPT2
-              : !strcmp(type, "llama") ? TR_HF_LLAMA
+              : !strcmp(type, "llama") || !strcmp(type, "mistral") ? TR_HF_LLAMA
               : !strcmp(type, "bloom") ? TR_HF_BLOOM
                                        : TR_HF_GPT2;
     memset(m, 0, sizeof *m);

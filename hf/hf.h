@@ -166,7 +166,9 @@ TR_MUST_CHECK int tr_hf_load_gpt2(const char *dir, tr_gpt *g, float *params);
  * (shape and float32 values, as GPT-2's), else it is refused. Unsupported settings (rope_scaling, attention_bias, pretraining_tp > 1,
  * apply_residual_connection_post_layernorm, hidden_act other than silu) are refused by name. */
 enum { TR_HF_GPT2, TR_HF_LLAMA, TR_HF_BLOOM };
-/* DIR/config.json: *family from model_type ("llama", "bloom"; anything else TR_HF_GPT2 with
+/* DIR/config.json: *family from model_type ("llama", "bloom"; "mistral" is TR_HF_LLAMA: the
+ * same model when its sliding_window is null or spans max_position_embeddings, refused
+ * otherwise, and exported as a Llama; anything else TR_HF_GPT2 with
  * *m untouched beyond zeroing: read it with tr_hf_read_gpt2_config); for Llama / Bloom *m is
  * the whole model section (seq_length = max_position_embeddings; Bloom's 2048 unless
  * config.json has seq_length). */

@@ -179,7 +179,7 @@ wrong = [
     ("another epsilon", base, dict(CONFIG, layer_norm_epsilon=1e-6), "layer_norm_epsilon"),
     ("no n_layer", base, {k: v for k, v in CONFIG.items() if k != "n_layer"}, "n_layer is missing"),
     ("a llama", base, dict(CONFIG, model_type="llama"), "num_hidden_layers is missing"),
-    ("a mistral", base, dict(CONFIG, model_type="mistral"), "model_type"),
+    ("a qwen2", base, dict(CONFIG, model_type="qwen2"), "model_type"),
     ("scale by layer", base, dict(CONFIG, scale_attn_by_inverse_layer_idx=True), "scale_attn_by_inverse_layer_idx"),
     ("untied embeddings in the config", base, dict(CONFIG, tie_word_embeddings=False), "tie_word_embeddings"),
     ("heads that do not divide n_embd", base, dict(CONFIG, n_head=5), "not a multiple of n_head"),
@@ -234,3 +234,5 @@ blob[100] ^= 0x40
 tt.write(victim, bytes(blob))
 refused("an export of a damaged checkpoint", ["--to", "hf", "--input", damaged, "--output", bad_out], bad_out,
         "checksum", [victim])
+
+tt.finish("convert-cli: all checks passed")

@@ -2,7 +2,9 @@
 """`trident convert` of Llama and Bloom folders end to end without PyTorch (it runs in the
 sanitizer build too; the folders are written by hf_files.py):
   - a Llama (grouped K/V heads, untied head) HF -> trident -> HF bit for bit, with --config
-    and from the manifest's family line alone; rms_norm_eps kept; generate from it;
+    and from the manifest's family line alone; rms_norm_eps kept; generate from it; the same
+    folder as a Mistral (sliding_window null or spanning the positions) the same checkpoint,
+    one whose window is shorter refused;
   - every Llama config and tensor trident does not take refused with exit 2 naming the cause;
   - Bloom with and without lm_head.weight; the bad inputs a fuzzer found in both families;
   - a Llama config of max_position_embeddings 2^26 imports and exports in little memory (peak RSS).
@@ -80,6 +82,18 @@ tt.check(f"Llama: rms_norm_eps 1e-6 imported and exported as such (exported {eps
 rc, so, se = tt.outputs([trident, "generate", ck_llama, "--prompt-ids", "1,2,3", "--max-new-tokens", "3",
                          "--temperature", "0"])
 tt.check("generate from the Llama checkpoint without --config: exit 0", rc == 0, se)
+# Mistral: a Llama when its sliding window spans every position (null, or >= the positions)
+MC = dict(LC, architectures=["MistralForCausalLM"], model_type="mistral", sliding_window=None)
+for what, cfg_m in (("sliding_window null", MC), (f"sliding_window {P}", dict(MC, sliding_window=P))):
+    ck_m = tt.fresh_dir(os.path.join(work, "ck-mistral")) and os.path.join(work, "ck-mistral", "ck")
+    rc, so, se = convert("--from", "hf", "--input", hf_folder("mistral", lt, cfg_m), "--output", ck_m)
+    tt.check(f"Mistral ({what}): imported, the Llama's checkpoint byte for byte",
+             rc == 0 and same_checkpoint(ck_llama, ck_m), se)
+for window in (P - 1, "4096"):
+    out = os.path.join(work, "bad-out")
+    refused(f"Mistral: sliding_window {window!r} (max_position_embeddings {P})",
+            ["--from", "hf", "--input", hf_folder("bad-mistral", lt, dict(MC, sliding_window=window)),
+             "--output", out], out, "sliding_window is not supported")
 for what, tensors, config, cause in [
     ("rope scaling", lt, dict(LC, rope_scaling={"type": "linear", "factor": 2.0}), "rope_scaling"),
     ("attention biases", lt, dict(LC, attention_bias=True), "attention_bias"),
@@ -286,4 +300,4 @@ ok = rc == 0 and 0 < mb < 400 and \
     st_read(os.path.join(back_long, "model.safetensors")) == st_read(os.path.join(long_ctx, "model.safetensors"))
 tt.check(f"... and exported back in {mb:.0f} MB peak RSS, max_position_embeddings and the weights kept", ok,
          f"exit {rc}, {mb:.0f} MB: {se}")
-tt.finish("convert-cli: all checks passed")
+tt.finish("convert-families-cli: all checks passed")

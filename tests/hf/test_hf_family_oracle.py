@@ -1,6 +1,7 @@
 #!/usr/bin/python3
 """Hugging Face transformers as the oracle of the Llama and Bloom families (issue 17). Small
-LlamaForCausalLM (4 query heads in 2 key/value groups: GQA; rope, RMSNorm, SwiGLU, untied head)
+LlamaForCausalLM (4 query heads in 2 key/value groups: GQA; rope, RMSNorm, SwiGLU, untied head),
+MistralForCausalLM without a sliding window (imported as a Llama; one process only)
 and BloomForCausalLM (6 heads: ALiBi slopes of a non-power-of-two head count; embedding
 LayerNorm) made here from configs with random weights (nothing downloaded), saved with
 save_pretrained, imported with `trident convert --from hf`; trident's logits match (1e-4
@@ -32,7 +33,8 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 from safetensors.torch import load_file  # noqa: E402
-from transformers import AutoModelForCausalLM, BloomConfig, BloomForCausalLM, LlamaConfig, LlamaForCausalLM  # noqa: E402
+from transformers import (AutoModelForCausalLM, BloomConfig, BloomForCausalLM, LlamaConfig, LlamaForCausalLM,  # noqa: E402
+                          MistralConfig, MistralForCausalLM)
 from transformers.utils import logging as hf_logging  # noqa: E402
 
 hf_logging.set_verbosity_error()
@@ -129,6 +131,15 @@ families.append(("llama-gqa", llama, lambda G, n: llama_grad(G, n, NH, NG, C // 
                  dict(normalization="RMSNorm", position_embedding_type="rope", swiglu=True, ffn_hidden_size=96,
                       num_query_groups=NG, untie_embeddings_and_output_weights=True, add_bias_linear=False,
                       layernorm_epsilon=1e-6, num_attention_heads=NH, hidden_size=C), 1 + 6 * L + 2))
+# Mistral-7B v0.2's shape: a Llama with no sliding window (trident imports it as one; its
+# layouts are the Llama's, so one process is enough)
+mistral = MistralForCausalLM(MistralConfig(hidden_size=C, intermediate_size=96, num_hidden_layers=L,
+                                           num_attention_heads=NH, num_key_value_heads=NG, max_position_embeddings=T,
+                                           vocab_size=V, rms_norm_eps=1e-5, rope_theta=1000000.0,
+                                           sliding_window=None, tie_word_embeddings=False)).eval()
+randomize(mistral)
+families.append(("mistral-no-window", mistral, lambda G, n: llama_grad(G, n, NH, NG, C // NH, C),
+                 dict(families[0][3], layernorm_epsilon=1e-5, rotary_base=1000000.0), 1 + 6 * L + 2))
 bloom = BloomForCausalLM(BloomConfig(hidden_size=48, n_layer=L, n_head=6, vocab_size=V,
                                      layer_norm_epsilon=1e-5)).eval()
 randomize(bloom)
@@ -142,7 +153,7 @@ for name, model, hf_grad, keys, n_tensors in families:
     ck = os.path.join(work, name + "-ck")
     out = convert(src, ck)
     tt.check(f"{name}: trident convert prints the family's model section",
-             ("rope" in out) if "llama" in name else ("alibi" in out and "embedding_layernorm: true" in out), out)
+             ("rope" in out) if "bloom" not in name else ("alibi" in out and "embedding_layernorm: true" in out), out)
     cfg = tt.write_config(os.path.join(work, name + ".yaml"),
         model={**dict(num_layers=L, seq_length=T, max_position_embeddings=T, vocab_size=V), **keys},
         training=dict(micro_batch_size=2, global_batch_size=8, train_iters=1, lr=1.0e-3, lr_warmup_iters=0,
@@ -195,7 +206,8 @@ for name, model, hf_grad, keys, n_tensors in families:
     hf_loss = F.cross_entropy(model(inputs).logits.reshape(-1, V), targets.reshape(-1))
     hf_loss.backward()
     G = {n: p.grad for n, p in model.named_parameters()}
-    layouts = [("1", 1, 1, 1, ())] + ([] if quick else [("D2xT2xP2-sp", 8, 2, 2, ("parallel.sequence_parallel=true",))])
+    layouts = [("1", 1, 1, 1, ())] + ([] if quick or name.startswith("mistral") else
+                                      [("D2xT2xP2-sp", 8, 2, 2, ("parallel.sequence_parallel=true",))])
     for lname, world, tp, pp, extra in layouts:
         run = os.path.join(work, f"{name}-{lname}")
         r = tt.run(tt.train_cmd(trident, cfg, run, world, tp, pp, list(extra),
