@@ -68,6 +68,9 @@ uint8_t *fz_slurp(const char *path, size_t *n);
 /* Cuts data at "\n@@@\n" into k parts (the last takes the rest; missing parts are empty).
  * Returns the number of parts found. */
 int fz_split(const uint8_t *data, size_t size, const uint8_t **part, size_t *len, int k);
+/* A Hugging Face model folder in fz_dir(): the input's config.json "\n@@@\n" model.safetensors
+ * (the import and roundtrip targets' input). */
+void fz_write_hf_folder(const uint8_t *data, size_t size);
 /* Aborts with a message when v[i] is not finite (or negative, with nonneg). */
 void fz_check_finite(const char *what, const float *v, size_t n, int nonneg);
 /* Removes a folder and everything below it (no error when it does not exist). */

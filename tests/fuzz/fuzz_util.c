@@ -133,3 +133,12 @@ void fz_must(int rc, const char *what)
     fprintf(stderr, "fuzz setup: %s: %s\n", what, tr_errmsg());
     abort();
 }
+
+void fz_write_hf_folder(const uint8_t *data, size_t size)
+{
+    const uint8_t *part[2];
+    size_t len[2];
+    fz_split(data, size, part, len, 2);
+    fz_write("config.json", part[0], len[0]);
+    fz_write("model.safetensors", part[1], len[1]);
+}

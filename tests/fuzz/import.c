@@ -9,11 +9,7 @@
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-    const uint8_t *part[2];
-    size_t len[2];
-    fz_split(data, size, part, len, 2);
-    fz_write("config.json", part[0], len[0]);
-    fz_write("model.safetensors", part[1], len[1]);
+    fz_write_hf_folder(data, size);
     char out[1024];
     fz_path(out, sizeof out, "ckpt");
     tr_model_config m;

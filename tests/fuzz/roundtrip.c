@@ -36,11 +36,7 @@ static const tr_st_tensor *exported(const tr_st_file *b, const char *name)
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-    const uint8_t *part[2];
-    size_t len[2];
-    fz_split(data, size, part, len, 2);
-    fz_write("config.json", part[0], len[0]);
-    fz_write("model.safetensors", part[1], len[1]);
+    fz_write_hf_folder(data, size);
     char ckpt[1024], back[1024], in_st[1100], out_st[1100];
     fz_path(ckpt, sizeof ckpt, "ckpt");
     fz_path(back, sizeof back, "back");

@@ -93,14 +93,7 @@ if check("trident convert --to hf exits 0", r.returncode == 0, r.stderr[-500:]):
 # --chat-template: a byte-level tokenizer.json (no merges: a token per byte, id = the byte) with
 # <|im_start|> 256 and <|im_end|> 257, so chatml-hf renders and fits the model's 384 ids
 def byte_level_tokenizer(folder):
-    bs = list(range(33, 127)) + list(range(161, 173)) + list(range(174, 256))
-    cs, n = bs[:], 0
-    for b in range(256):
-        if b not in bs:
-            bs.append(b)
-            cs.append(256 + n)
-            n += 1
-    vocab = {chr(c): b for b, c in zip(bs, cs)}
+    vocab = {tt.gpt2_byte_char(b): b for b in range(256)}
     added = [{"id": 256 + i, "content": t, "single_word": False, "lstrip": False, "rstrip": False,
               "normalized": False, "special": True} for i, t in enumerate(["<|im_start|>", "<|im_end|>"])]
     vocab.update({a["content"]: a["id"] for a in added})

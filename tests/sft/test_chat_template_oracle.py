@@ -39,7 +39,7 @@ if os.environ.get("CHAT_ORACLE_VENV") != venv:  # run again inside the venv
 
 import oracle_env  # noqa: E402  (tests/tokenizer: Llama-2's tokenizer.json shape)
 from jinja2.exceptions import TemplateError  # noqa: E402
-from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers  # noqa: E402
+from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers  # noqa: E402
 from transformers import PreTrainedTokenizerFast  # noqa: E402
 
 t_start = time.time()
@@ -65,12 +65,7 @@ def sentencepiece_style(folders):
     folders[1] with a Metaspace pre-tokenizer (prepend_scheme always; not "first": tokenizers
     0.15, which transformers 4.38.2 pins, prepends to the first segment after a leading <s>,
     where tokenizers 0.19+ and trident do not)."""
-    base = Tokenizer(models.BPE(unk_token="<unk>", byte_fallback=True, fuse_unk=True))
-    base.normalizer = normalizers.Sequence([normalizers.Prepend(oracle_env.SP),
-                                            normalizers.Replace(" ", oracle_env.SP)])
-    base.train(fortunes[:3], trainers.BpeTrainer(vocab_size=1200, special_tokens=["<unk>", "<s>", "</s>"],
-                                                  limit_alphabet=80, show_progress=False))
-    trained = json.loads(base.to_str())
+    trained = oracle_env.train_sentencepiece_style(fortunes[:3], 1200)
     write_tokenizer(folders[0], oracle_env.llama2_style(trained))
     write_tokenizer(folders[1], oracle_env.llama2_style(trained, {
         "type": "Metaspace", "replacement": oracle_env.SP, "add_prefix_space": True,

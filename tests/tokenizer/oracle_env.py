@@ -10,6 +10,7 @@ committed.
 import fcntl
 import glob
 import hashlib
+import json
 import os
 import subprocess
 import sys
@@ -72,16 +73,8 @@ def tiktoken_encoding(encoder_json, pattern=GPT2_PATTERN, name="gpt2", specials=
     """tiktoken's gpt2 encoding (tiktoken_ext.openai_public.gpt2) from GPT-2's local files:
     ranks are GPT-2's ids, tokens as raw bytes (GPT-2's byte alphabet undone). Call inside the
     venv."""
-    import json
     import tiktoken
-    bs = list(range(ord("!"), ord("~") + 1)) + list(range(0xA1, 0xAD)) + list(range(0xAE, 0x100))
-    cs, n = bs[:], 0
-    for b in range(256):
-        if b not in bs:
-            bs.append(b)
-            cs.append(256 + n)
-            n += 1
-    byte_of = {chr(c): b for b, c in zip(bs, cs)}
+    byte_of = {tt.gpt2_byte_char(b): b for b in range(256)}
     with open(encoder_json) as f:
         enc = json.load(f)
     ranks = {bytes(byte_of[c] for c in tok): i for tok, i in enc.items() if tok != "<|endoftext|>"}
@@ -152,6 +145,18 @@ def llama2_style(trained, pre_tokenizer=None, byte_fallback=True):
                 {"type": "Replace", "pattern": {"String": SP}, "content": " "}, {"type": "ByteFallback"},
                 {"type": "Fuse"}, {"type": "Strip", "content": " ", "start": 1, "stop": 0}]},
             "model": model}
+
+
+def train_sentencepiece_style(files, vocab_size):
+    """The dict of a BPE tokenizer.json trained by tokenizers on `files` as SentencePiece-style
+    text (Llama-2's Prepend + Replace normalizer, byte fallback, fused <unk>, 80 characters
+    kept, <unk> <s> </s>): llama2_style's `trained`. Call inside the venv."""
+    from tokenizers import Tokenizer, models, normalizers, trainers
+    base = Tokenizer(models.BPE(unk_token="<unk>", byte_fallback=True, fuse_unk=True))
+    base.normalizer = normalizers.Sequence([normalizers.Prepend(SP), normalizers.Replace(" ", SP)])
+    base.train(files, trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=["<unk>", "<s>", "</s>"],
+                                          limit_alphabet=80, show_progress=False))
+    return json.loads(base.to_str())
 
 
 def fortune_files():

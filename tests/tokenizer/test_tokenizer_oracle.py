@@ -45,7 +45,7 @@ tok_encode, work, venv = sys.argv[1], sys.argv[2], sys.argv[3]
 BLOOM_PATTERN = " ?[^(\\s|[.,!?\u2026\u3002\uff0c\u3001\u0964\u06d4\u060c])]+"
 
 oracle_env.enter(venv)
-from tokenizers import ByteLevelBPETokenizer, Regex, Tokenizer, models, normalizers, pre_tokenizers, decoders, trainers  # noqa: E402
+from tokenizers import ByteLevelBPETokenizer, Regex, Tokenizer, models, pre_tokenizers, decoders, trainers  # noqa: E402
 
 tt.fresh_dir(work)
 
@@ -186,12 +186,7 @@ for behavior, invert in [("Isolated", False), ("Removed", False), ("MergedWithPr
                 use_files, ref.decode)
 
 # ---- llama2-style: SentencePiece-style BPE (characters, byte fallback, U+2581 spaces) ----
-sp_base = Tokenizer(models.BPE(unk_token="<unk>", byte_fallback=True, fuse_unk=True))
-sp_base.normalizer = normalizers.Sequence([normalizers.Prepend(oracle_env.SP),
-                                           normalizers.Replace(" ", oracle_env.SP)])
-sp_base.train(fortunes[:8], trainers.BpeTrainer(vocab_size=3000, special_tokens=["<unk>", "<s>", "</s>"],
-                                                limit_alphabet=80, show_progress=False))
-trained = json.loads(sp_base.to_str())
+trained = oracle_env.train_sentencepiece_style(fortunes[:8], 3000)
 rng = random.Random(7)
 t0 = time.time()
 for name, pre, fallback in [
