@@ -255,7 +255,10 @@ int plan_time_model(const tr_config *cfg, const tr_plan_cluster *c, const tr_pp_
     r->param_gather_s = gather;
     r->optimizer_s = opt_max;
     r->embed_sync_s = 0;
-    if (P > 1) {
+    /* the tied word embedding's two copies (first and last stage); an untied output layer has
+     * none to keep equal (the engine's embedding ranges are the tied copies alone) */
+    int tied = !(m->normalization && m->untie_embeddings_and_output_weights);
+    if (P > 1 && tied) {
         int n0 = tr_topo_node_of(&topo, c->gpus_per_node, 0);
         int nl = tr_topo_node_of(&topo, c->gpus_per_node,
                                  tr_topo_rank(&topo, (tr_coords){.pp = P - 1}));
