@@ -1,6 +1,6 @@
-/* Llama (LlamaForCausalLM) and Bloom (BloomForCausalLM) folders of transformers into a
- * trident model (issue 17): config.json to the model section, and every tensor to trident's
- * layout (hf.h states the mappings). */
+/* The tensors of Llama (LlamaForCausalLM), Qwen2 (Qwen2ForCausalLM) and Bloom
+ * (BloomForCausalLM) folders of transformers to and from a trident model (issue 17), in
+ * trident's layout (hf.h states the mappings; config.json: family_config.c). */
 #include "hf/hf_internal.h"
 
 #include <ctype.h>
@@ -9,197 +9,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-/* ------------------------------------------------------------------ config.json */
-
-static int get_int(json_t *root, const char *path, const char *key, int dflt, int *out)
-{
-    json_t *v = json_object_get(root, key);
-    if (!v || json_is_null(v)) {
-        if (dflt < 0)
-            return tr_fail(TR_ERR_INVALID, "%s: %s is missing", path, key);
-        *out = dflt;
-        return TR_OK;
-    }
-    if (!json_is_integer(v) || json_integer_value(v) < 1 || json_integer_value(v) > (1 << 26))
-        return tr_fail(TR_ERR_INVALID, "%s: %s must be an integer in [1, 67108864]", path, key);
-    *out = (int)json_integer_value(v);
-    return TR_OK;
-}
-
-static int get_num(json_t *root, const char *path, const char *key, double dflt, double *out)
-{
-    json_t *v = json_object_get(root, key);
-    *out = dflt;
-    if (!v)
-        return TR_OK;
-    /* trident keeps it as a float32: a value float32 makes infinite or 0 is refused too */
-    double x = json_is_number(v) ? json_number_value(v) : -1.0;
-    if (!isfinite(x) || !(x > 0) || x > FLT_MAX || !((float)x > 0.0f))
-        return tr_fail(TR_ERR_INVALID, "%s: %s must be a positive number that float32 holds "
-                       "(%g to %g)", path, key, (double)FLT_TRUE_MIN, (double)FLT_MAX);
-    *out = x;
-    return TR_OK;
-}
-
-/* key absent, or equal to want (a JSON value: string, bool, null or integer) */
-static int check_value(json_t *root, const char *path, const char *key, json_t *want,
-                       const char *why)
-{
-    json_t *v = json_object_get(root, key);
-    int ok = !v || json_equal(v, want);
-    json_decref(want);
-    return ok ? TR_OK : tr_fail(TR_ERR_INVALID, "%s: %s is not supported: %s", path, key, why);
-}
-
-static int read_llama(json_t *root, const char *path, tr_model_config *m)
-{
-    int rc = get_int(root, path, "num_hidden_layers", -1, &m->num_layers);
-    if (!rc)
-        rc = get_int(root, path, "hidden_size", -1, &m->hidden_size);
-    if (!rc)
-        rc = get_int(root, path, "num_attention_heads", -1, &m->num_attention_heads);
-    if (!rc)
-        rc = get_int(root, path, "num_key_value_heads", m->num_attention_heads,
-                     &m->num_query_groups);
-    if (!rc)
-        rc = get_int(root, path, "intermediate_size", -1, &m->ffn_hidden_size);
-    if (!rc)
-        rc = get_int(root, path, "vocab_size", -1, &m->vocab_size);
-    if (!rc)
-        rc = get_int(root, path, "max_position_embeddings", 2048, &m->max_position_embeddings);
-    if (!rc)
-        rc = get_num(root, path, "rms_norm_eps", 1e-6, &m->layernorm_epsilon);
-    if (!rc)
-        rc = get_num(root, path, "rope_theta", 10000.0, &m->rotary_base);
-    if (!rc)
-        rc = check_value(root, path, "hidden_act", json_string("silu"), "trident's SwiGLU uses silu");
-    if (!rc)
-        rc = check_value(root, path, "rope_scaling", json_null(), "no rope scaling in trident");
-    if (!rc)
-        rc = check_value(root, path, "attention_bias", json_false(), "trident's Llama has no "
-                         "attention biases");
-    if (!rc)
-        rc = check_value(root, path, "pretraining_tp", json_integer(1), "must be 1");
-    /* Mistral's sliding window: full causal attention is the same only when the window spans
-     * every position (none in Mistral-7B v0.2 and later; v0.1's 4096 of 32768 does not) */
-    json_t *window = json_object_get(root, "sliding_window");
-    if (!rc && window && !json_is_null(window) &&
-        !(json_is_integer(window) && json_integer_value(window) >= m->max_position_embeddings))
-        rc = tr_fail(TR_ERR_INVALID, "%s: sliding_window is not supported: trident's attention "
-                     "is full causal, the same as a window only of max_position_embeddings (%d) "
-                     "or more (null: none, as in Mistral-7B v0.2 and later)", path,
-                     m->max_position_embeddings);
-    json_t *tie = json_object_get(root, "tie_word_embeddings");
-    m->normalization = "RMSNorm";
-    m->position_embedding_type = "rope";
-    m->rotary_percent = 1.0;
-    m->swiglu = 1;
-    m->untie_embeddings_and_output_weights = !(tie && json_is_true(tie));
-    m->add_bias_linear = 0;
-    m->embedding_layernorm = 0;
-    return rc;
-}
-
-static int read_bloom(json_t *root, const char *path, tr_model_config *m)
-{
-    int rc = get_int(root, path, "n_layer", -1, &m->num_layers);
-    const char *hkey = json_object_get(root, "hidden_size") ? "hidden_size" : "n_embed";
-    if (!rc)
-        rc = get_int(root, path, hkey, -1, &m->hidden_size);
-    if (!rc)
-        rc = get_int(root, path, "n_head", -1, &m->num_attention_heads);
-    if (!rc)
-        rc = get_int(root, path, "vocab_size", -1, &m->vocab_size);
-    if (!rc)
-        rc = get_int(root, path, "seq_length", 2048, &m->max_position_embeddings);
-    if (!rc)
-        rc = get_num(root, path, "layer_norm_epsilon", 1e-5, &m->layernorm_epsilon);
-    if (!rc)
-        rc = check_value(root, path, "apply_residual_connection_post_layernorm", json_false(),
-                         "trident's residual is taken before the LayerNorm");
-    if (!rc)
-        rc = check_value(root, path, "pretraining_tp", json_integer(1), "must be 1");
-    if (!rc)
-        rc = check_value(root, path, "tie_word_embeddings", json_true(), "Bloom's head is tied");
-    m->num_query_groups = m->num_attention_heads;
-    m->ffn_hidden_size = 4 * m->hidden_size;
-    m->normalization = "LayerNorm";
-    m->position_embedding_type = "alibi";
-    m->rotary_base = 10000.0;
-    m->rotary_percent = 1.0;
-    m->swiglu = 0;
-    m->untie_embeddings_and_output_weights = 0;
-    m->add_bias_linear = 1;
-    m->embedding_layernorm = 1;
-    return rc;
-}
-
-int tr_hf_read_family_config(const char *dir, tr_model_config *m, int *family)
-{
-    char path[4200];
-    json_t *root = NULL;
-    int rc = hf_join(path, sizeof path, dir, "config.json");
-    if (!rc)
-        rc = hf_load_json(path, 1 << 20, &root);
-    if (rc)
-        return rc;
-    const char *type = json_string_value(json_object_get(root, "model_type"));
-    *family = !type                   ? TR_HF_GPT2
-              : !strcmp(type, "llama") || !strcmp(type, "mistral") ? TR_HF_LLAMA
-              : !strcmp(type, "bloom") ? TR_HF_BLOOM
-                                       : TR_HF_GPT2;
-    memset(m, 0, sizeof *m);
-    m->make_vocab_size_divisible_by = 128;
-    m->init_method_std = 0.02;
-    if (*family == TR_HF_LLAMA)
-        rc = read_llama(root, path, m);
-    else if (*family == TR_HF_BLOOM)
-        rc = read_bloom(root, path, m);
-    if (!rc && *family != TR_HF_GPT2) {
-        m->seq_length = m->max_position_embeddings;
-        if (m->hidden_size % m->num_attention_heads ||
-            m->num_attention_heads % m->num_query_groups)
-            rc = tr_fail(TR_ERR_INVALID, "%s: %d heads (%d key/value heads) do not divide the "
-                         "hidden size %d", path, m->num_attention_heads, m->num_query_groups,
-                         m->hidden_size);
-    }
-    json_decref(root);
-    return rc;
-}
-
-/* Elements of the Llama / Bloom model of m (a double: any int sizes fit). */
-static double family_numel(const tr_model_config *m, int family)
-{
-    double C = m->hidden_size, V = m->vocab_size, L = m->num_layers;
-    if (family == TR_HF_BLOOM) /* embedding, its norm and ln_f; per layer qkv, dense, 4h MLP */
-        return V * C + 4 * C + L * (12 * C * C + 13 * C);
-    double HS = C / m->num_attention_heads, KV = 2.0 * m->num_query_groups * HS * C;
-    double F = m->ffn_hidden_size;
-    return V * C * (m->untie_embeddings_and_output_weights ? 2 : 1) + C +
-           L * (2 * C + 2 * C * C + KV + 3 * F * C);
-}
-
-int hf_family_check_files(const char *dir, const tr_model_config *m, int family)
-{
-    tr_st_set *set = NULL;
-    int rc = tr_st_set_open(dir, &set);
-    double bytes = 0; /* the data of every file, as their headers give it */
-    for (size_t i = 0; !rc && i < tr_st_set_count(set); i++) {
-        const tr_st_tensor *t = tr_st_set_at(set, i, NULL);
-        bytes += (double)(t->end - t->begin);
-    }
-    /* coarse: 2 bytes a parameter (F16 / BF16, the smallest weights read); the precise errors
-     * (a tensor missing, a wrong shape) come from the loading */
-    double n = family_numel(m, family);
-    if (!rc && 2.0 * n > bytes)
-        rc = tr_fail(TR_ERR_INVALID, "%s/config.json describes a %s model of %.0f parameters "
-                     "(%.0f bytes at least, at 2 bytes each); its safetensors weights hold %.0f "
-                     "bytes: config.json is not theirs", dir,
-                     family == TR_HF_LLAMA ? "Llama" : "Bloom", n, 2.0 * n, bytes);
-    tr_st_set_close(set);
-    return rc;
-}
 
 /* ------------------------------------------------------------------ names and layouts */
 
@@ -235,12 +44,12 @@ static int map_llama(const tr_param_tensor *t, const tr_gpt_shape *s, fam_map *m
         snprintf(m->name[0], sizeof m->name[0], "model.layers.%d.self_attn.o_proj.weight", l);
     else if (rest && !strcmp(rest, "fc_proj.weight"))
         snprintf(m->name[0], sizeof m->name[0], "model.layers.%d.mlp.down_proj.weight", l);
-    else if (rest && !strcmp(rest, "qkv.weight")) {
-        m->kind = FAM_QKV, m->n = 3;
-        const char *p[3] = {"q", "k", "v"};
+    else if (rest && (!strcmp(rest, "qkv.weight") || !strcmp(rest, "qkv.bias"))) {
+        m->kind = FAM_QKV, m->n = 3; /* (the bias: Qwen2's) */
+        const char *p[3] = {"q", "k", "v"}, *what = rest + 4;
         for (int i = 0; i < 3; i++)
-            snprintf(m->name[i], sizeof m->name[i], "model.layers.%d.self_attn.%s_proj.weight", l,
-                     p[i]);
+            snprintf(m->name[i], sizeof m->name[i], "model.layers.%d.self_attn.%s_proj.%s", l,
+                     p[i], what);
         m->rows[0] = (uint64_t)s->NH * HS, m->rows[1] = m->rows[2] = (uint64_t)NG * HS;
     } else if (rest && !strcmp(rest, "fc.weight")) {
         m->kind = FAM_SWIGLU, m->n = 2;
@@ -248,7 +57,8 @@ static int map_llama(const tr_param_tensor *t, const tr_gpt_shape *s, fam_map *m
         snprintf(m->name[1], sizeof m->name[1], "model.layers.%d.mlp.up_proj.weight", l);
         m->rows[0] = m->rows[1] = (uint64_t)F;
     } else
-        return tr_fail(TR_ERR_INTERNAL, "no Llama name for trident tensor '%s'", t->name);
+        return tr_fail(TR_ERR_INTERNAL, "no Llama / Qwen2 name for trident tensor '%s'",
+                       t->name);
     return TR_OK;
 }
 
@@ -291,6 +101,11 @@ static int map_bloom(const tr_param_tensor *t, fam_map *m)
     return TR_OK;
 }
 
+static int map_family(int family, const tr_param_tensor *t, const tr_gpt_shape *s, fam_map *m)
+{
+    return family == TR_HF_BLOOM ? map_bloom(t, m) : map_llama(t, s, m);
+}
+
 /* The set's tensor `name`, a float one of rows x cols (cols 1: a vector). */
 static int find_checked(const tr_st_set *set, const char *dir, const char *name, uint64_t rows,
                         uint64_t cols, tr_st_file **f, const tr_st_tensor **t)
@@ -329,15 +144,18 @@ static int check_all_used(const tr_st_set *set, const char *dir, tr_gpt *g, int 
         for (int j = 0; j < tr_gpt_num_tensors(g) && !found; j++) {
             fam_map m;
             const tr_param_tensor *t = tr_gpt_tensor(g, j);
-            if (family == TR_HF_LLAMA ? map_llama(t, s, &m) : map_bloom(t, &m))
+            if (map_family(family, t, s, &m))
                 return tr_fail(TR_ERR_INTERNAL, "%s", tr_errmsg());
             for (int k = 0; k < m.n; k++)
                 found |= !strcmp(m.name[k], n);
         }
+        int qkv_bias = family == TR_HF_LLAMA && strstr(n, ".self_attn.") &&
+                       len > 10 && !strcmp(n + len - 10, "_proj.bias") && !strstr(n, "o_proj");
         if (!found)
             return tr_fail(TR_ERR_INVALID, "%s: tensor '%.200s' is not part of the %s model "
-                           "%s/config.json describes", tr_st_path(f), n,
-                           family == TR_HF_LLAMA ? "Llama" : "Bloom", dir);
+                           "%s/config.json describes%s", tr_st_path(f), n,
+                           tr_hf_family_name(family), dir,
+                           qkv_bias ? " (q, k and v biases alone: a Qwen2, model_type qwen2)" : "");
     }
     return TR_OK;
 }
@@ -347,7 +165,7 @@ static int load_tensor(const tr_st_set *set, const char *dir, const tr_param_ten
                        const tr_gpt_shape *s, int family, float *dst, float *piece)
 {
     fam_map m;
-    int rc = family == TR_HF_LLAMA ? map_llama(t, s, &m) : map_bloom(t, &m);
+    int rc = map_family(family, t, s, &m);
     uint64_t cols = (uint64_t)t->full_cols;
     if (m.kind == FAM_SAME && t->vocab_rows)
         m.rows[0] = (uint64_t)s->V;
@@ -395,7 +213,7 @@ static int check_tied_head(const tr_st_set *set, tr_gpt *g, int family, const fl
             wte = tr_gpt_tensor(g, i);
     fam_map m;
     int rc = !wte ? tr_fail(TR_ERR_INTERNAL, "the model has no wte")
-             : family == TR_HF_LLAMA ? map_llama(wte, s, &m) : map_bloom(wte, &m);
+             : map_family(family, wte, s, &m);
     if (rc)
         return rc;
     const char *emb = m.name[0];
@@ -417,8 +235,8 @@ int tr_hf_load_family(const char *dir, int family, tr_gpt *g, float *params)
 {
     const tr_gpt_shape *s = tr_gpt_get_shape(g);
     if (s->tp_size != 1 || !s->is_first || !s->is_last)
-        return tr_fail(TR_ERR_INVALID, "Llama / Bloom folders load into a whole model (one "
-                       "stage, no tensor parallelism)");
+        return tr_fail(TR_ERR_INVALID, "Llama / Qwen2 / Bloom folders load into a whole model "
+                       "(one stage, no tensor parallelism)");
     tr_st_set *set = NULL;
     int rc = tr_st_set_open(dir, &set);
     if (!rc)
@@ -442,73 +260,6 @@ int tr_hf_load_family(const char *dir, int family, tr_gpt *g, float *params)
     return rc;
 }
 
-/* ------------------------------------------------------------------ export */
-
-int tr_hf_family_of(const tr_model_config *m)
-{
-    tr_gpt_shape s = {.C = m->hidden_size, .NH = m->num_attention_heads};
-    tr_gpt_shape_family(m, &s);
-    if (tr_gpt_is_gpt2(&s))
-        return TR_HF_GPT2;
-    int HS = m->num_attention_heads > 0 ? m->hidden_size / m->num_attention_heads : 0;
-    if (s.rmsnorm && s.position == TR_POS_ROPE && s.rotary_dims == HS && s.swiglu &&
-        s.no_linear_bias && !s.embedding_ln)
-        return TR_HF_LLAMA;
-    if (!s.rmsnorm && s.position == TR_POS_ALIBI && s.embedding_ln && !s.swiglu &&
-        !s.no_linear_bias && !s.untie && !s.ffn && !s.query_groups)
-        return TR_HF_BLOOM;
-    return -1;
-}
-
-static int write_family_config(const char *dir, int family, const tr_model_config *m,
-                               const tr_hf_export_options *o)
-{
-    json_t *root;
-    const char *dtype = o->bf16 ? "bfloat16" : "float32";
-    if (family == TR_HF_LLAMA)
-        root = json_pack("{s:[s], s:s, s:i, s:i, s:i, s:i, s:i, s:i, s:f, s:f, s:i, s:b, s:s,"
-                         " s:b, s:n, s:f, s:i, s:b, s:s, s:f}",
-                         "architectures", "LlamaForCausalLM", "model_type", "llama",
-                         "hidden_size", m->hidden_size, "intermediate_size", tr_model_ffn_hidden(m),
-                         "num_hidden_layers", m->num_layers, "num_attention_heads",
-                         m->num_attention_heads, "num_key_value_heads", m->num_query_groups,
-                         "max_position_embeddings", m->max_position_embeddings, "rms_norm_eps",
-                         m->layernorm_epsilon, "rope_theta", m->rotary_base, "vocab_size",
-                         m->vocab_size, "tie_word_embeddings",
-                         !m->untie_embeddings_and_output_weights, "hidden_act", "silu",
-                         "attention_bias", 0, "rope_scaling", "initializer_range", 0.02,
-                         "pretraining_tp", 1, "use_cache", 1, "torch_dtype", dtype,
-                         "attention_dropout", 0.0);
-    else
-        root = json_pack("{s:[s], s:s, s:i, s:i, s:i, s:i, s:f, s:b, s:f, s:f, s:i, s:b, s:b,"
-                         " s:s, s:i, s:f, s:b}",
-                         "architectures", "BloomForCausalLM", "model_type", "bloom",
-                         "hidden_size", m->hidden_size, "n_layer", m->num_layers, "n_head",
-                         m->num_attention_heads, "vocab_size", m->vocab_size,
-                         "layer_norm_epsilon", m->layernorm_epsilon,
-                         "apply_residual_connection_post_layernorm", 0, "attention_dropout", 0.0,
-                         "hidden_dropout", 0.0, "pretraining_tp", 1, "slow_but_exact", 0,
-                         "tie_word_embeddings", 1, "torch_dtype", dtype, "seq_length",
-                         m->max_position_embeddings, "initializer_range", 0.02, "use_cache", 1);
-    json_t *tok = o->eos_token_id >= 0 ? json_integer(o->eos_token_id) : json_null();
-    if (root && (json_object_set(root, "bos_token_id", tok) ||
-                 json_object_set(root, "eos_token_id", tok)))
-        root = (json_decref(root), NULL);
-    json_decref(tok);
-    char *text = root ? json_dumps(root, JSON_INDENT(2) | JSON_SORT_KEYS | JSON_REAL_PRECISION(12))
-                      : NULL;
-    json_decref(root);
-    if (!text)
-        return tr_fail(TR_ERR_NOMEM, "out of memory writing config.json");
-    size_t n = strlen(text);
-    char *t = realloc(text, n + 2);
-    if (t)
-        text = t, text[n] = '\n', text[n + 1] = '\0';
-    int rc = hf_write_text(dir, "config.json", text);
-    free(text);
-    return rc;
-}
-
 int tr_hf_write_family(const char *dir, int family, tr_gpt *g, const float *params,
                        const tr_model_config *m, const tr_hf_export_options *o)
 {
@@ -521,7 +272,7 @@ int tr_hf_write_family(const char *dir, int family, tr_gpt *g, const float *para
         rc = tr_fail(TR_ERR_NOMEM, "out of memory");
     for (int i = 0; i < n && !rc; i++) {
         const tr_param_tensor *t = tr_gpt_tensor(g, i);
-        if ((rc = family == TR_HF_LLAMA ? map_llama(t, s, &maps[i]) : map_bloom(t, &maps[i])))
+        if ((rc = map_family(family, t, s, &maps[i])))
             break;
         if (maps[i].kind == FAM_SAME && t->vocab_rows)
             maps[i].rows[0] = (uint64_t)s->V;
@@ -569,7 +320,7 @@ int tr_hf_write_family(const char *dir, int family, tr_gpt *g, const float *para
     if (w)
         rc = rc ? (tr_st_abort(w), rc) : tr_st_finish(w);
     if (!rc)
-        rc = write_family_config(dir, family, m, o);
+        rc = hf_write_family_config(dir, family, m, o);
     free(piece);
     free(list);
     free(maps);

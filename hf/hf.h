@@ -165,10 +165,15 @@ TR_MUST_CHECK int tr_hf_load_gpt2(const char *dir, tr_gpt *g, float *params);
  * lm_head tied. A tied model's lm_head.weight, when a file holds it, must be the embedding
  * (shape and float32 values, as GPT-2's), else it is refused. Unsupported settings (rope_scaling, attention_bias, pretraining_tp > 1,
  * apply_residual_connection_post_layernorm, hidden_act other than silu) are refused by name. */
-enum { TR_HF_GPT2, TR_HF_LLAMA, TR_HF_BLOOM };
-/* DIR/config.json: *family from model_type ("llama", "bloom"; "mistral" is TR_HF_LLAMA: the
- * same model when its sliding_window is null or spans max_position_embeddings, refused
- * otherwise, and exported as a Llama; anything else TR_HF_GPT2 with
+enum { TR_HF_GPT2, TR_HF_LLAMA, TR_HF_BLOOM, TR_HF_QWEN2 };
+/* "GPT-2", "Llama", "Bloom", "Qwen2" */
+const char *tr_hf_family_name(int family);
+/* DIR/config.json: *family from model_type ("llama", "qwen2", "bloom"; "mistral" is
+ * TR_HF_LLAMA: the same model when its sliding_window is null or spans
+ * max_position_embeddings, refused otherwise, and exported as a Llama; a Qwen2 is a Llama
+ * with add_qkv_bias (Qwen2ForCausalLM: q/k/v_proj.bias -> qkv.bias rows as the weights'),
+ * its window used only with use_sliding_window true, refused then unless it spans every
+ * position; anything else TR_HF_GPT2 with
  * *m untouched beyond zeroing: read it with tr_hf_read_gpt2_config); for Llama / Bloom *m is
  * the whole model section (seq_length = max_position_embeddings; Bloom's 2048 unless
  * config.json has seq_length). */
@@ -177,7 +182,8 @@ TR_MUST_CHECK int tr_hf_read_family_config(const char *dir, tr_model_config *m, 
  * host memory params; a missing, misshapen or foreign tensor refused by name. */
 TR_MUST_CHECK int tr_hf_load_family(const char *dir, int family, tr_gpt *g, float *params);
 /* Which HF family m is: TR_HF_GPT2, TR_HF_LLAMA (RMSNorm, rope over whole heads, SwiGLU, no
- * biases, no embedding norm; GQA and tying either way), TR_HF_BLOOM (LayerNorm, ALiBi,
+ * biases, no embedding norm; GQA and tying either way), TR_HF_QWEN2 (the same with
+ * add_qkv_bias), TR_HF_BLOOM (LayerNorm, ALiBi,
  * embedding norm, biases, GELU 4h, tied), or -1 when transformers has no such model. */
 int tr_hf_family_of(const tr_model_config *m);
 

@@ -26,6 +26,9 @@ TR_MUST_CHECK int hf_gpt2_check_files(const char *dir, const tr_hf_gpt2_config *
  * allocated for it: the parameters config.json implies, at 2 bytes each, must not exceed the
  * data of the safetensors file(s) of dir (their headers' sizes). */
 TR_MUST_CHECK int hf_family_check_files(const char *dir, const tr_model_config *m, int family);
+/* DIR/config.json of a Llama / Qwen2 / Bloom model m (family_config.c) */
+TR_MUST_CHECK int hf_write_family_config(const char *dir, int family, const tr_model_config *m,
+                                         const tr_hf_export_options *o);
 /* A small JSON file (at most max_bytes) parsed with jansson, duplicates refused; errors name
  * the file, line and column (TR_ERR_INVALID), or TR_ERR_IO. */
 TR_MUST_CHECK int hf_load_json(const char *path, size_t max_bytes, json_t **out);

@@ -19,9 +19,10 @@ static void convert_usage(FILE *f)
             "usage: trident convert --from hf --input HF_DIR --output CKPT_DIR\n"
             "       trident convert --to hf --input CKPT_DIR --output HF_DIR [options]\n"
             "\n"
-            "Converts GPT-2, Llama and Bloom checkpoints between Hugging Face transformers\n"
-            "(GPT2LMHeadModel, LlamaForCausalLM, BloomForCausalLM: config.json and\n"
-            "model.safetensors, or model.safetensors.index.json and its shards) and trident.\n"
+            "Converts GPT-2, Llama, Qwen2 and Bloom checkpoints between Hugging Face\n"
+            "transformers (GPT2LMHeadModel, LlamaForCausalLM (and Mistral), Qwen2ForCausalLM,\n"
+            "BloomForCausalLM: config.json and model.safetensors, or\n"
+            "model.safetensors.index.json and its shards) and trident.\n"
             "\n"
             "  --from hf   HF_DIR -> a trident checkpoint of the weights alone (CKPT_DIR/release,\n"
             "              the tracker saying 'release'): set checkpoint.load to CKPT_DIR and the\n"
@@ -42,13 +43,14 @@ static void convert_usage(FILE *f)
             "                         with model.safetensors.index.json; one file when it fits\n"
             "  --eos-id ID            --to hf: bos_token_id and eos_token_id (default null)\n"
             "  --config FILE          --to hf: the run's config; its model section's switches\n"
-            "                         (Llama: RMSNorm, rope, swiglu, ...; Bloom: alibi,\n"
-            "                         embedding_layernorm) say which model to write (default:\n"
-            "                         the checkpoint manifest's family line; GPT-2 for one\n"
-            "                         written before it). --from hf reads GPT-2, Llama and\n"
-            "                         Bloom folders. Its data.tokenizer's files go into the\n"
-            "                         folder too (tokenizer.json and a tokenizer_config.json\n"
-            "                         beside it, or vocab.json + merges.txt).\n"
+            "                         (Llama: RMSNorm, rope, swiglu, ...; Qwen2: a Llama with\n"
+            "                         add_qkv_bias; Bloom: alibi, embedding_layernorm) say\n"
+            "                         which model to write (default: the checkpoint\n"
+            "                         manifest's family line; GPT-2 for one written before\n"
+            "                         it). --from hf reads GPT-2, Llama, Qwen2 and Bloom\n"
+            "                         folders. Its data.tokenizer's files go into the folder\n"
+            "                         too (tokenizer.json and a tokenizer_config.json beside\n"
+            "                         it, or vocab.json + merges.txt).\n"
             "  --merge-lora           --to hf with --config of a LoRA run (finetune.lora,\n"
             "                         finetune.load): the base with the adapters merged in\n"
             "  --adapters-only        --to hf with --config of a LoRA run: PEFT's\n"
@@ -94,7 +96,7 @@ static void print_model_section(const tr_model_config *m)
            "  max_position_embeddings: %d\n",
            m->num_layers, m->hidden_size, m->num_attention_heads, m->vocab_size,
            m->max_position_embeddings);
-    if (m->normalization) /* Llama, Bloom */
+    if (m->normalization) /* Llama, Qwen2, Bloom */
         printf("  seq_length: %d\n"
                "  layernorm_epsilon: %.9g\n"
                "  normalization: %s\n"
@@ -109,6 +111,8 @@ static void print_model_section(const tr_model_config *m)
                m->swiglu ? "true" : "false", tr_model_ffn_hidden(m), m->num_query_groups,
                m->untie_embeddings_and_output_weights ? "true" : "false",
                m->add_bias_linear ? "true" : "false", m->embedding_layernorm ? "true" : "false");
+    if (m->normalization && m->add_qkv_bias && !m->add_bias_linear)
+        printf("  add_qkv_bias: true\n");
     if (m->normalization && !strcmp(m->position_embedding_type, "rope"))
         printf("  rotary_base: %.9g\n", m->rotary_base);
 }

@@ -25,10 +25,11 @@ static void generate_usage(FILE *f)
             "usage: trident generate CHECKPOINT_DIR|HF_DIR (--prompt TEXT | --prompt-ids IDS) [options]\n"
             "\n"
             "Continue a prompt with the model of CHECKPOINT_DIR's latest checkpoint (the\n"
-            "checkpoint.save folder of a run) or of a Hugging Face GPT-2, Llama or Bloom folder\n"
-            "(config.json + model.safetensors), one token at a time with a key/value cache.\n"
-            "A checkpoint's manifest records the model's family (Llama, Bloom); one written\n"
-            "before it did needs --config (the run's config: its model section says the family).\n"
+            "checkpoint.save folder of a run) or of a Hugging Face GPT-2, Llama, Qwen2 or Bloom\n"
+            "folder (config.json + model.safetensors), one token at a time with a key/value\n"
+            "cache. A checkpoint's manifest records the model's family (Llama, Bloom, ...); one\n"
+            "written before it did needs --config (the run's config: its model section says the\n"
+            "family).\n"
             "Tokens are bytes (the byte-level tokenizer of trident preprocess) unless a tokenizer\n"
             "is given, or HF_DIR holds a tokenizer.json and no tokenizer option is given: then\n"
             "--prompt is encoded with it and the text decoded.\n"
@@ -160,8 +161,10 @@ static void family_keys(const tr_model_config *m, char *buf, size_t cap)
                      m->add_bias_linear ? "true" : "false",
                      m->embedding_layernorm ? "true" : "false", m->layernorm_epsilon);
     if (n > 0 && (size_t)n < cap && !strcmp(m->position_embedding_type, "rope"))
-        snprintf(buf + n, cap - (size_t)n, ", rotary_base: %.9g, rotary_percent: %.9g",
-                 m->rotary_base, m->rotary_percent);
+        n += snprintf(buf + n, cap - (size_t)n, ", rotary_base: %.9g, rotary_percent: %.9g",
+                      m->rotary_base, m->rotary_percent);
+    if (n > 0 && (size_t)n < cap && m->add_qkv_bias && !m->add_bias_linear)
+        snprintf(buf + n, cap - (size_t)n, ", add_qkv_bias: true");
 }
 
 /* The model config of the checkpoint (or HF folder): its sizes (and, from --config or a
@@ -181,7 +184,7 @@ static int model_config(const gen_options *o, int world, tr_config *cfg, int *it
         if (!rc && *family == TR_HF_GPT2 && !(rc = tr_hf_read_gpt2_config(o->dir, &hc)))
             tr_hf_gpt2_model_config(&hc, &m);
         if (!rc && *family != TR_HF_GPT2 && world > 1)
-            rc = tr_fail(TR_ERR_INVALID, "%s: Llama and Bloom folders load into one rank (no "
+            rc = tr_fail(TR_ERR_INVALID, "%s: Llama, Qwen2 and Bloom folders load into one rank (no "
                          "--nproc); convert it first for tensor parallelism", o->dir);
     } else {
         rc = tr_checkpoint_read_model(o->dir, &m, iteration);

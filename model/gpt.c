@@ -34,6 +34,7 @@ void tr_gpt_shape_family(const tr_model_config *m, tr_gpt_shape *s)
     s->query_groups = m->num_query_groups == m->num_attention_heads ? 0 : m->num_query_groups;
     s->untie = m->untie_embeddings_and_output_weights;
     s->no_linear_bias = !m->add_bias_linear;
+    s->qkv_bias = s->no_linear_bias && m->add_qkv_bias;
     s->embedding_ln = m->embedding_layernorm;
 }
 
@@ -211,7 +212,7 @@ static void family_sizes(tr_gpt *g)
     g->per_layer = 0;
     for (int j = 0; j < L_COUNT; j++) {
         int is_bias = j == L_QKV_B || j == L_ATTPROJ_B || j == L_FC_B || j == L_FCPROJ_B;
-        int absent = (is_bias && s->no_linear_bias) ||
+        int absent = (is_bias && s->no_linear_bias && !(j == L_QKV_B && s->qkv_bias)) ||
                      (s->rmsnorm && (j == L_LN1_B || j == L_LN2_B));
         g->slot[j] = absent ? -1 : g->per_layer++;
     }

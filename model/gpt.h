@@ -8,8 +8,9 @@
  *    MLP (fc.weight (2F, C) with rows interleaved (feature, {gate, up}), so a row shard is
  *    whole features: gate and up column-parallel together), MLP width F; grouped-query
  *    attention (qkv rows (group, {q_0 .. q_R-1, k, v}, d), R = NH/NG: a TP shard is whole
- *    groups); untied output_layer (Vp, C) vocab-parallel; no linear biases; a norm after the
- *    word embedding (emb_ln, Bloom). Sequence parallelism works the same for every norm.
+ *    groups); untied output_layer (Vp, C) vocab-parallel; no linear biases, or qkv's alone
+ *    (Qwen2: added before the rotary positions); a norm after the word embedding (emb_ln,
+ *    Bloom). Sequence parallelism works the same for every norm.
  *  - Architecture: learned positions, pre-LN blocks (LN -> causal self-attention -> residual,
  *    LN -> MLP 4h with tanh-GELU -> residual), final LN, LM head tied to the token embedding,
  *    vocabulary padded up to a multiple of make_vocab_size_divisible_by x tp_size.
@@ -105,6 +106,8 @@ typedef struct {
     int query_groups;     /* NG (K/V heads); 0 = NH */
     int untie;            /* own output_layer instead of the tied wte */
     int no_linear_bias;   /* qkv, attn_proj, fc, fc_proj without biases */
+    int qkv_bias;         /* with no_linear_bias: qkv has its bias all the same (Qwen2;
+                           * model.add_qkv_bias); 0 when no_linear_bias is 0 */
     int embedding_ln;     /* emb_ln after the word embedding (positions) */
     /* LoRA fine-tuning (finetune.lora.*; rank 0 = none): see "LoRA" above */
     int lora_rank;

@@ -36,7 +36,7 @@ const char *tr_plan_link_name(tr_plan_link l)
  * strings set) is GPT-2, whatever its zeroed switches say. */
 typedef struct {
     double h, qkv, F, fc; /* hidden; qkv rows (h + 2 groups x head size); MLP width; fc rows */
-    int bias, rms, learned, emb_ln, untie;
+    int bias, qkv_bias, rms, learned, emb_ln, untie; /* qkv_bias: qkv's (with bias or alone) */
 } family;
 
 static family family_of(const tr_model_config *m)
@@ -50,6 +50,7 @@ static family family_of(const tr_model_config *m)
     f.F = tr_model_ffn_hidden(m);
     f.fc = loaded && m->swiglu ? 2 * f.F : f.F;
     f.bias = !loaded || m->add_bias_linear;
+    f.qkv_bias = f.bias || (loaded && m->add_qkv_bias);
     f.rms = loaded && !strcmp(m->normalization, "RMSNorm");
     f.learned = !m->position_embedding_type ||
                 !strcmp(m->position_embedding_type, "learned_absolute");
@@ -73,7 +74,9 @@ static double layer_params(const family *f, int tp)
     double h = f->h;
     double n = (f->qkv * h + h * h + f->fc * h + f->F * h) / tp;
     if (f->bias)
-        n += (f->qkv + f->fc) / tp + 2.0 * h;
+        n += f->fc / tp + 2.0 * h;
+    if (f->qkv_bias)
+        n += f->qkv / tp;
     return n + 2.0 * (f->rms ? h : 2.0 * h);
 }
 

@@ -58,6 +58,7 @@ void ckpt_manifest_family(ckpt_manifest *mf, const tr_gpt_shape *s)
     mf->query_groups = s->query_groups ? s->query_groups : s->NH;
     mf->untie = s->untie;
     mf->linear_bias = !s->no_linear_bias;
+    mf->qkv_bias = s->qkv_bias;
     mf->emb_ln = s->embedding_ln;
     mf->eps = float_decimal(s->eps);
 }
@@ -105,6 +106,12 @@ static int lora_targets_parse(const char *text)
     return mask ? mask : -1;
 }
 
+/* The family line's optional end, " qkv_bias 1" exactly: 1 when it is (and sets it). */
+static int qkv_bias_suffix(const char *rest, ckpt_manifest *out)
+{
+    return !strcmp(rest, " qkv_bias 1") && (out->qkv_bias = 1);
+}
+
 int ckpt_write_manifest(const char *path, const ckpt_manifest *mf)
 {
     FILE *f = fopen(path, "w");
@@ -125,9 +132,9 @@ int ckpt_write_manifest(const char *path, const ckpt_manifest *mf)
     if (mf->has_family)
         fprintf(f, "family rmsnorm %d position %d rotary_dims %d rotary_base %.9g swiglu %d "
                    "ffn %d query_groups %d untie %d linear_bias %d embedding_layernorm %d "
-                   "eps %.9g\n", mf->rmsnorm, mf->position, mf->rotary_dims, mf->rotary_base,
+                   "eps %.9g%s\n", mf->rmsnorm, mf->position, mf->rotary_dims, mf->rotary_base,
                 mf->swiglu, mf->ffn, mf->query_groups, mf->untie, mf->linear_bias, mf->emb_ln,
-                mf->eps);
+                mf->eps, mf->qkv_bias ? " qkv_bias 1" : "");
     if (mf->has_lora) {
         char targets[32];
         ckpt_lora_targets_text(mf->lora_targets, targets, sizeof targets);
@@ -227,7 +234,9 @@ int ckpt_read_manifest(const char *path, int iteration, ckpt_manifest *out)
                              "ffn %d query_groups %d untie %d linear_bias %d embedding_layernorm %d "
                              "eps %lg%n", &out->rmsnorm, &out->position, &out->rotary_dims,
                        &out->rotary_base, &out->swiglu, &out->ffn, &out->query_groups, &out->untie,
-                       &out->linear_bias, &out->emb_ln, &out->eps, &used) != 11 || line[used] ||
+                       &out->linear_bias, &out->emb_ln, &out->eps, &used) != 11 ||
+                (line[used] && !qkv_bias_suffix(line + used, out)) ||
+                (out->qkv_bias && out->linear_bias) ||
                 (unsigned)out->rmsnorm > 1 || (unsigned)out->position > 2 || out->rotary_dims < 0 ||
                 (unsigned)out->swiglu > 1 || out->ffn < 1 || out->query_groups < 1 ||
                 (unsigned)out->untie > 1 || (unsigned)out->linear_bias > 1 ||
@@ -242,7 +251,8 @@ int ckpt_read_manifest(const char *path, int iteration, ckpt_manifest *out)
                 rc = manifest_error(path, ln, "expected the family line (switches 0 or 1, position "
                                               "0-2, sizes >= 1, an eps > 0 that float32 holds "
                                               "(1.4e-45 to 3.4e38), rotary positions of a "
-                                              "rotary_base > 0 and rotary_dims >= 1)");
+                                              "rotary_base > 0 and rotary_dims >= 1, qkv_bias 1 "
+                                              "only with linear_bias 0)");
         } else if (ln == 4 + out->has_data + out->has_scaler + out->has_family &&
                    !strncmp(line, "lora ", 5)) {
             int used = 0;

@@ -54,6 +54,7 @@ int tr_checkpoint_read_model(const char *dir, tr_model_config *model, int *itera
         model->num_query_groups = mf.query_groups;
         model->untie_embeddings_and_output_weights = mf.untie;
         model->add_bias_linear = mf.linear_bias;
+        model->add_qkv_bias = mf.qkv_bias;
         model->embedding_layernorm = mf.emb_ln;
         model->layernorm_epsilon = mf.eps;
     }

@@ -33,8 +33,8 @@ typedef struct {
     double init_method_std;           /* default 0.02 */
     double layernorm_epsilon;         /* default 1e-5 */
     /* Model families (Megatron-LM's switches; the defaults are GPT-2): Llama = RMSNorm, rope,
-     * swiglu, untied output, no linear biases (num_query_groups < heads: GQA); Bloom = alibi,
-     * embedding_layernorm. */
+     * swiglu, untied output, no linear biases (num_query_groups < heads: GQA); Qwen2 = Llama
+     * with add_qkv_bias; Bloom = alibi, embedding_layernorm. */
     char *normalization;              /* "LayerNorm" (default) | "RMSNorm" */
     char *position_embedding_type;    /* "learned_absolute" (default) | "rope" | "alibi" */
     double rotary_base;               /* default 10000 (rope only) */
@@ -45,6 +45,8 @@ typedef struct {
     int num_query_groups;             /* default num_attention_heads; fewer = GQA */
     int untie_embeddings_and_output_weights; /* bool, default 0: own output_layer */
     int add_bias_linear;              /* bool, default 1: biases of qkv, projections, MLP */
+    int add_qkv_bias;                 /* bool, default 0: qkv's bias even without
+                                       * add_bias_linear (Qwen2) */
     int embedding_layernorm;          /* bool, default 0: LayerNorm after the word embedding */
 } tr_model_config;
 

@@ -76,6 +76,7 @@ const config_key_spec config_keys[] = {
     BOOL("model", "untie_embeddings_and_output_weights",
          model.untie_embeddings_and_output_weights, "false"),
     BOOL("model", "add_bias_linear", model.add_bias_linear, "true"),
+    BOOL("model", "add_qkv_bias", model.add_qkv_bias, "false"),
     BOOL("model", "embedding_layernorm", model.embedding_layernorm, "false"),
 
     INT("parallel", "tensor_model_parallel_size", parallel.tensor_model_parallel_size, 0, "1", 1,

@@ -4,7 +4,8 @@ sanitizer build too; the folders are written by hf_files.py):
   - a Llama (grouped K/V heads, untied head) HF -> trident -> HF bit for bit, with --config
     and from the manifest's family line alone; rms_norm_eps kept; generate from it; the same
     folder as a Mistral (sliding_window null or spanning the positions) the same checkpoint,
-    one whose window is shorter refused;
+    one whose window is shorter refused; a Qwen2 (the Llama with q, k and v biases) HF -> trident
+    -> HF bit for bit from the manifest alone, its window switch read, its bad inputs refused;
   - every Llama config and tensor trident does not take refused with exit 2 naming the cause;
   - Bloom with and without lm_head.weight; the bad inputs a fuzzer found in both families;
   - a Llama config of max_position_embeddings 2^26 imports and exports in little memory (peak RSS).
@@ -94,6 +95,46 @@ for window in (P - 1, "4096"):
     refused(f"Mistral: sliding_window {window!r} (max_position_embeddings {P})",
             ["--from", "hf", "--input", hf_folder("bad-mistral", lt, dict(MC, sliding_window=window)),
              "--output", out], out, "sliding_window is not supported")
+# Qwen2: the Llama with q, k and v biases; its sliding_window unused unless use_sliding_window
+QC = dict(LC, architectures=["Qwen2ForCausalLM"], model_type="qwen2", use_sliding_window=False, sliding_window=4,
+          max_window_layers=L, rope_theta=1e6)
+HS = C // NH
+qt = lt + [(f"model.layers.{i}.self_attn.{p}_proj.bias", "F32", (n,), rand(n))
+           for i in range(L) for p, n in (("q", C), ("k", 2 * HS), ("v", 2 * HS))]
+dq = hf_folder("qwen2", qt, QC)
+ck_qwen2 = os.path.join(work, "ck-qwen2")
+rc, so, se = convert("--from", "hf", "--input", dq, "--output", ck_qwen2)
+tt.check("Qwen2 (q/k/v biases, use_sliding_window false): imported, add_qkv_bias printed",
+         rc == 0 and "add_qkv_bias: true" in so and "add_bias_linear: false" in so, se + so)
+manifest = open(os.path.join(ck_qwen2, "release", "manifest.txt")).read() if rc == 0 else ""
+tt.check("Qwen2: the manifest's family line ends with qkv_bias 1",
+         any(line.startswith("family ") and line.endswith(" qkv_bias 1") for line in manifest.splitlines()),
+         manifest[:600])
+back_q = os.path.join(work, "qwen2-back")
+rc, so, se = convert("--to", "hf", "--input", ck_qwen2, "--output", back_q)
+qcfg = json.load(open(os.path.join(back_q, "config.json"))) if rc == 0 else {}
+tt.check("Qwen2: HF -> trident -> HF from the manifest alone is bit-exact, written as a Qwen2",
+         rc == 0 and st_read(os.path.join(back_q, "model.safetensors")) == st_read(os.path.join(dq, "model.safetensors"))
+         and qcfg.get("model_type") == "qwen2" and qcfg.get("architectures") == ["Qwen2ForCausalLM"]
+         and qcfg.get("use_sliding_window") is False and qcfg.get("rope_theta") == 1e6, f"{se}\n{qcfg}")
+rc, so, se = tt.outputs([trident, "generate", ck_qwen2, "--prompt-ids", "1,2,3", "--max-new-tokens", "3",
+                         "--temperature", "0"])
+tt.check("generate from the Qwen2 checkpoint without --config: exit 0", rc == 0, se)
+for what, tensors, config, cause in [
+    ("a binding sliding window", qt, dict(QC, use_sliding_window=True), "sliding_window is not supported"),
+    ("use_sliding_window 'no'", qt, dict(QC, use_sliding_window="no"), "use_sliding_window must be true or false"),
+    ("a missing v_proj bias", [t for t in qt if t[0] != "model.layers.1.self_attn.v_proj.bias"], QC,
+     "no tensor 'model.layers.1.self_attn.v_proj.bias'"),
+    ("a q_proj bias of the wrong size", [(n, dt, (C + 1,), rand(C + 1)) if n.endswith("0.self_attn.q_proj.bias")
+                                         else (n, dt, sh, v) for n, dt, sh, v in qt], QC,
+     "'model.layers.0.self_attn.q_proj.bias' is [33]"),
+    ("an o_proj bias (Qwen2 has none)", qt + [("model.layers.0.self_attn.o_proj.bias", "F32", (C,), rand(C))], QC,
+     "is not part of the Qwen2 model"),
+    ("a Llama folder with Qwen2's biases", qt, LC, "(q, k and v biases alone: a Qwen2, model_type qwen2)"),
+]:
+    d = hf_folder("bad-qwen2", tensors, config)
+    out = os.path.join(work, "bad-out")
+    refused(f"Qwen2: {what}", ["--from", "hf", "--input", d, "--output", out], out, cause)
 for what, tensors, config, cause in [
     ("rope scaling", lt, dict(LC, rope_scaling={"type": "linear", "factor": 2.0}), "rope_scaling"),
     ("attention biases", lt, dict(LC, attention_bias=True), "attention_bias"),
@@ -119,7 +160,7 @@ refused("an export with --config of a model transformers lacks",
             position_embedding_type="alibi", swiglu=True, ffn_hidden_size=48,
             untie_embeddings_and_output_weights=True, add_bias_linear=False),
             training=dict(micro_batch_size=1, train_iters=1, lr=1e-3), data=dict(data_path="unused"))],
-        bad_out, "neither GPT-2, Llama nor Bloom")
+        bad_out, "neither GPT-2, Llama, Qwen2 nor Bloom")
 
 # ---------------------------------------------------------------- Llama and Bloom: bad inputs a fuzzer found
 BC = {"architectures": ["BloomForCausalLM"], "model_type": "bloom", "hidden_size": C, "n_layer": L, "n_head": NH,
@@ -223,6 +264,19 @@ tt.write(mpath, re.sub(r"rotary_base \S+ ", "rotary_base 0 ", mtext))
 refused("a Llama checkpoint whose manifest says rotary_base 0",
         ["--to", "hf", "--input", ck_rope0, "--output", os.path.join(work, "rope0-out")],
         os.path.join(work, "rope0-out"), "rotary_base > 0", [mpath])
+# the family line's qkv_bias end: " qkv_bias 1" only, and only without linear biases
+qtext = open(os.path.join(ck_qwen2, "release", "manifest.txt")).read()
+for what, new in (("qkv_bias 2", qtext.replace(" qkv_bias 1", " qkv_bias 2")),
+                  ("qkv_bias 1 with linear_bias 1", qtext.replace("linear_bias 0", "linear_bias 1")),
+                  ("qkv_bias 1 and more", qtext.replace(" qkv_bias 1", " qkv_bias 1 x"))):
+    ck_bad = os.path.join(work, "ck-qwen2-bad")
+    shutil.rmtree(ck_bad, ignore_errors=True)
+    shutil.copytree(ck_qwen2, ck_bad)
+    mpath = os.path.join(ck_bad, "release", "manifest.txt")
+    tt.write(mpath, new)
+    refused(f"a Qwen2 checkpoint whose manifest says {what}",
+            ["--to", "hf", "--input", ck_bad, "--output", os.path.join(work, "qkv-out")],
+            os.path.join(work, "qkv-out"), "qkv_bias 1 only with linear_bias 0", [mpath])
 
 # a config.json of a far larger model than its weights is refused before anything is allocated
 # (4,194,304 layers of a 150-byte config used to cost 7.7 GB and 47 s; 2^26 layers 109 GB)

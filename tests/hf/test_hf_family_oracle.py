@@ -1,7 +1,8 @@
 #!/usr/bin/python3
 """Hugging Face transformers as the oracle of the Llama and Bloom families (issue 17). Small
 LlamaForCausalLM (4 query heads in 2 key/value groups: GQA; rope, RMSNorm, SwiGLU, untied head),
-MistralForCausalLM without a sliding window (imported as a Llama; one process only)
+MistralForCausalLM without a sliding window (imported as a Llama; one process only),
+Qwen2ForCausalLM (a Llama with q, k and v biases; GQA, tied head, its window switched off)
 and BloomForCausalLM (6 heads: ALiBi slopes of a non-power-of-two head count; embedding
 LayerNorm) made here from configs with random weights (nothing downloaded), saved with
 save_pretrained, imported with `trident convert --from hf`; trident's logits match (1e-4
@@ -34,7 +35,7 @@ import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 from safetensors.torch import load_file  # noqa: E402
 from transformers import (AutoModelForCausalLM, BloomConfig, BloomForCausalLM, LlamaConfig, LlamaForCausalLM,  # noqa: E402
-                          MistralConfig, MistralForCausalLM)
+                          MistralConfig, MistralForCausalLM, Qwen2Config, Qwen2ForCausalLM)
 from transformers.utils import logging as hf_logging  # noqa: E402
 
 hf_logging.set_verbosity_error()
@@ -84,12 +85,12 @@ def llama_grad(G, name, NH, NG, HS, C):
     if rest in simple:
         g = G[h + simple[rest]]
         return g.view(-1, 1) if g.dim() == 1 else g
-    if rest == "qkv.weight":  # rows (group, {q_0 .. q_R-1, k, v}, d)
-        R = NH // NG
-        q = G[h + "self_attn.q_proj.weight"].view(NG, R, HS, C)
-        k = G[h + "self_attn.k_proj.weight"].view(NG, 1, HS, C)
-        v = G[h + "self_attn.v_proj.weight"].view(NG, 1, HS, C)
-        return torch.cat([q, k, v], 1).reshape(-1, C)
+    if rest in ("qkv.weight", "qkv.bias"):  # rows (group, {q_0 .. q_R-1, k, v}, d); Qwen2's biases too
+        R, kind, cols = NH // NG, rest[4:], C if rest == "qkv.weight" else 1
+        q = G[h + "self_attn.q_proj." + kind].view(NG, R, HS, cols)
+        k = G[h + "self_attn.k_proj." + kind].view(NG, 1, HS, cols)
+        v = G[h + "self_attn.v_proj." + kind].view(NG, 1, HS, cols)
+        return torch.cat([q, k, v], 1).reshape(-1, cols)
     if rest == "fc.weight":  # rows (feature, {gate, up})
         return torch.stack([G[h + "mlp.gate_proj.weight"], G[h + "mlp.up_proj.weight"]], 1).reshape(-1, C)
     raise KeyError(name)
@@ -140,6 +141,16 @@ mistral = MistralForCausalLM(MistralConfig(hidden_size=C, intermediate_size=96, 
 randomize(mistral)
 families.append(("mistral-no-window", mistral, lambda G, n: llama_grad(G, n, NH, NG, C // NH, C),
                  dict(families[0][3], layernorm_epsilon=1e-5, rotary_base=1000000.0), 1 + 6 * L + 2))
+# Qwen2.5-0.5B's shape: a Llama with q, k and v biases and a tied head; use_sliding_window false
+# (its sliding_window, 4096 by default, then unused: trident imports it)
+qwen2 = Qwen2ForCausalLM(Qwen2Config(hidden_size=C, intermediate_size=96, num_hidden_layers=L,
+                                     num_attention_heads=NH, num_key_value_heads=NG, max_position_embeddings=T,
+                                     vocab_size=V, rms_norm_eps=1e-6, rope_theta=1000000.0,
+                                     tie_word_embeddings=True, use_sliding_window=False)).eval()
+randomize(qwen2)
+families.append(("qwen2-bias-tied", qwen2, lambda G, n: llama_grad(G, n, NH, NG, C // NH, C),
+                 dict(families[0][3], rotary_base=1000000.0, untie_embeddings_and_output_weights=False,
+                      add_qkv_bias=True), 1 + 7 * L + 1))
 bloom = BloomForCausalLM(BloomConfig(hidden_size=48, n_layer=L, n_head=6, vocab_size=V,
                                      layer_norm_epsilon=1e-5)).eval()
 randomize(bloom)
@@ -153,7 +164,8 @@ for name, model, hf_grad, keys, n_tensors in families:
     ck = os.path.join(work, name + "-ck")
     out = convert(src, ck)
     tt.check(f"{name}: trident convert prints the family's model section",
-             ("rope" in out) if "bloom" not in name else ("alibi" in out and "embedding_layernorm: true" in out), out)
+             ("rope" in out and ("add_qkv_bias: true" in out) == name.startswith("qwen2"))
+             if "bloom" not in name else ("alibi" in out and "embedding_layernorm: true" in out), out)
     cfg = tt.write_config(os.path.join(work, name + ".yaml"),
         model={**dict(num_layers=L, seq_length=T, max_position_embeddings=T, vocab_size=V), **keys},
         training=dict(micro_batch_size=2, global_batch_size=8, train_iters=1, lr=1.0e-3, lr_warmup_iters=0,
