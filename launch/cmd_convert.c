@@ -12,6 +12,7 @@
 #include "hf/hf.h"
 #include "launch/args.h"
 #include "tokenizer/tokenizer.h"
+#include "train/train.h"
 
 static void convert_usage(FILE *f)
 {
@@ -53,8 +54,10 @@ static void convert_usage(FILE *f)
             "                         it, or vocab.json + merges.txt).\n"
             "  --merge-lora           --to hf with --config of a LoRA run (finetune.lora,\n"
             "                         finetune.load): the base with the adapters merged in\n"
-            "  --adapters-only        --to hf with --config of a LoRA run: PEFT's\n"
-            "                         adapter_config.json + adapter_model.safetensors\n"
+            "  --adapters-only        --to hf of a LoRA run's checkpoint: PEFT's\n"
+            "                         adapter_config.json + adapter_model.safetensors (the\n"
+            "                         model and the adapters' rank, alpha and targets from\n"
+            "                         its manifest; --config for one saved before 2026-11-28)\n"
             "  -h, --help             this text\n"
             "\n"
             "Exit status: 0 success, 1 runtime failure (disk, memory), 2 bad usage or input (a\n"
@@ -117,6 +120,37 @@ static void print_model_section(const tr_model_config *m)
         printf("  rotary_base: %.9g\n", m->rotary_base);
 }
 
+/* The config of the LoRA run that saved checkpoint folder dir, from its manifest alone: the
+ * model (its family line) and finetune.lora's rank, alpha and targets (its lora line), every
+ * other key at the schema's default (what --adapters-only needs without --config). */
+static int adapter_config(const char *dir, tr_config *cfg)
+{
+    tr_model_config m = {0};
+    int rank = 0, it = 0;
+    double alpha = 0;
+    char targets[32], fam[600], text[2048];
+    int rc = tr_checkpoint_read_model(dir, &m, &it);
+    if (!rc)
+        rc = tr_checkpoint_read_lora(dir, &rank, &alpha, targets, sizeof targets);
+    if (!rc && !rank)
+        rc = tr_fail(TR_ERR_INVALID, "%s: the latest checkpoint's manifest has no lora line (not "
+                     "a LoRA run's, or saved before 2026-11-28): give the run's config "
+                     "(--config)", dir);
+    if (rc)
+        return rc;
+    tr_model_family_flow(&m, fam, sizeof fam);
+    snprintf(text, sizeof text,
+             "model: {num_layers: %d, hidden_size: %d, num_attention_heads: %d, vocab_size: %d,\n"
+             "        max_position_embeddings: %d, seq_length: %d%s}\n"
+             "training: {micro_batch_size: 1, train_iters: 1, lr: 1}\n"
+             "data: {data_path: none}\n"
+             "finetune: {lora: {rank: %d, alpha: %.9g, target_modules: %s}}\n",
+             m.num_layers, m.hidden_size, m.num_attention_heads, m.vocab_size,
+             m.max_position_embeddings, m.max_position_embeddings, fam, rank, alpha, targets);
+    rc = tr_config_load_string(text, strlen(text), dir, NULL, 0, cfg);
+    return rc ? tr_fail_context(rc, "the LoRA run of checkpoint %s", dir) : TR_OK;
+}
+
 int tr_cmd_convert(int argc, char **argv)
 {
     enum { FROM, TO, INPUT, OUTPUT, DTYPE, SHARD, EOS, CONFIG, MERGE, ADAPTERS };
@@ -176,15 +210,15 @@ int tr_cmd_convert(int argc, char **argv)
         rc = args_error(&a, "--dtype, --max-shard-size, --eos-id and --config apply to --to hf");
     if (!rc && merge && adapters)
         rc = args_error(&a, "--merge-lora and --adapters-only exclude each other");
-    if (!rc && (merge || adapters) && !config)
-        rc = args_error(&a, "%s needs --config: the LoRA run's config (finetune.lora, "
-                        "finetune.load)", merge ? "--merge-lora" : "--adapters-only");
+    if (!rc && merge && !config)
+        rc = args_error(&a, "--merge-lora needs --config: the LoRA run's config (finetune.lora, "
+                        "finetune.load: the base the adapters are merged into)");
     if (rc)
         return rc;
     tr_config cfg;
     int have_cfg = 0;
-    if (config) {
-        if ((rc = tr_config_load(config, NULL, 0, &cfg))) {
+    if (config || adapters) {
+        if ((rc = config ? tr_config_load(config, NULL, 0, &cfg) : adapter_config(input, &cfg))) {
             fprintf(stderr, "trident convert: %s\n", tr_errmsg());
             return 2;
         }
@@ -194,14 +228,14 @@ int tr_cmd_convert(int argc, char **argv)
     /* the run's tokenizer goes with the export, as transformers' save_pretrained keeps it */
     const char *files[7] = {NULL};
     char *tok_config = NULL;
-    if (have_cfg && to && !strcmp(cfg.data.tokenizer_type, "HFTokenizer")) {
+    if (config && to && !strcmp(cfg.data.tokenizer_type, "HFTokenizer")) {
         tok_config = tr_tokenizer_config_path(cfg.data.tokenizer_model);
         int n = 0;
         files[n++] = cfg.data.tokenizer_model, files[n++] = "tokenizer.json";
         if (tok_config && !access(tok_config, F_OK))
             files[n++] = tok_config, files[n++] = "tokenizer_config.json";
         o.files = files;
-    } else if (have_cfg && to && !strcmp(cfg.data.tokenizer_type, "GPT2BPETokenizer")) {
+    } else if (config && to && !strcmp(cfg.data.tokenizer_type, "GPT2BPETokenizer")) {
         files[0] = cfg.data.vocab_file, files[1] = "vocab.json";
         files[2] = cfg.data.merge_file, files[3] = "merges.txt";
         o.files = files;

@@ -144,29 +144,6 @@ static int prompt_tokens(const gen_options *o, int V, int32_t **out, int *n)
     return TR_OK;
 }
 
-/* The family switches of m as YAML flow keys (", normalization: RMSNorm, ..."), or "". */
-static void family_keys(const tr_model_config *m, char *buf, size_t cap)
-{
-    buf[0] = '\0';
-    if (!m->normalization)
-        return;
-    int n = snprintf(buf, cap,
-                     ", normalization: %s, position_embedding_type: %s, swiglu: %s, "
-                     "ffn_hidden_size: %d, num_query_groups: %d, "
-                     "untie_embeddings_and_output_weights: %s, add_bias_linear: %s, "
-                     "embedding_layernorm: %s, layernorm_epsilon: %.9g",
-                     m->normalization, m->position_embedding_type, m->swiglu ? "true" : "false",
-                     tr_model_ffn_hidden(m), m->num_query_groups,
-                     m->untie_embeddings_and_output_weights ? "true" : "false",
-                     m->add_bias_linear ? "true" : "false",
-                     m->embedding_layernorm ? "true" : "false", m->layernorm_epsilon);
-    if (n > 0 && (size_t)n < cap && !strcmp(m->position_embedding_type, "rope"))
-        n += snprintf(buf + n, cap - (size_t)n, ", rotary_base: %.9g, rotary_percent: %.9g",
-                      m->rotary_base, m->rotary_percent);
-    if (n > 0 && (size_t)n < cap && m->add_qkv_bias && !m->add_bias_linear)
-        snprintf(buf + n, cap - (size_t)n, ", add_qkv_bias: true");
-}
-
 /* The model config of the checkpoint (or HF folder): its sizes (and, from --config or a
  * Llama / Bloom folder, its family), every other key at the schema's default, tensor
  * parallelism over the whole world. *family: the HF folder's (TR_HF_GPT2 for a checkpoint). */
@@ -192,7 +169,7 @@ static int model_config(const gen_options *o, int world, tr_config *cfg, int *it
     if (rc)
         return rc;
     char fam[600];
-    family_keys(&m, fam, sizeof fam);
+    tr_model_family_flow(&m, fam, sizeof fam);
     if (o->config) { /* the run's model section: its family, the checkpoint's sizes */
         if ((rc = tr_config_load(o->config, NULL, 0, &run)))
             return rc;
@@ -204,7 +181,7 @@ static int model_config(const gen_options *o, int world, tr_config *cfg, int *it
                          "vocab_size %d, max_position_embeddings %d) is not %s's", o->config,
                          r->num_layers, r->hidden_size, r->num_attention_heads, r->vocab_size,
                          r->max_position_embeddings, o->dir);
-        family_keys(r, fam, sizeof fam);
+        tr_model_family_flow(r, fam, sizeof fam);
         tr_config_free(&run);
         if (rc)
             return rc;

@@ -63,6 +63,21 @@ int tr_checkpoint_read_model(const char *dir, tr_model_config *model, int *itera
     return TR_OK;
 }
 
+int tr_checkpoint_read_lora(const char *dir, int *rank, double *alpha, char *targets, size_t cap)
+{
+    char ckpt_dir[4200], list[32];
+    ckpt_manifest mf = {0};
+    int rc = open_latest(dir, ckpt_dir, sizeof ckpt_dir, &mf);
+    free(mf.tensors);
+    if (rc)
+        return rc;
+    *rank = mf.has_lora ? mf.lora_rank : 0;
+    *alpha = mf.has_lora ? mf.lora_alpha : 0.0;
+    ckpt_lora_targets_text(mf.has_lora ? mf.lora_targets : 0, list, sizeof list);
+    snprintf(targets, cap, "[%s]", list); /* "[qkv,proj]" */
+    return TR_OK;
+}
+
 /* Rows of t a checkpoint holds: the word embedding keeps its V real rows. */
 static size_t saved_rows(const tr_gpt_shape *s, const tr_param_tensor *t)
 {

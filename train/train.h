@@ -110,11 +110,17 @@ TR_MUST_CHECK int tr_checkpoint_poll(tr_engine *e, int wait);
  * (num_layers, hidden_size, num_attention_heads, vocab_size, max_position_embeddings), its
  * family switches where its manifest records them (normalization, position_embedding_type,
  * rotary_percent and _base, swiglu, ffn_hidden_size, num_query_groups, untie_embeddings_and_
- * output_weights, add_bias_linear, embedding_layernorm, layernorm_epsilon; the strings are
+ * output_weights, add_bias_linear, add_qkv_bias, embedding_layernorm, layernorm_epsilon; the
+ * strings are
  * static: do not free them; checkpoints written before the family line leave these
  * untouched) and its iteration. Other fields of *model untouched. */
 TR_MUST_CHECK int tr_checkpoint_read_model(const char *dir, tr_model_config *model,
                                            int *iteration);
+/* The lora line of DIR's latest checkpoint: *rank (0 when its manifest has none: no LoRA run,
+ * or one saved before the line), *alpha and its finetune.lora.target_modules as a YAML flow
+ * sequence ("[qkv,proj,fc1,fc2]", cap >= 32). */
+TR_MUST_CHECK int tr_checkpoint_read_lora(const char *dir, int *rank, double *alpha,
+                                          char *targets, size_t cap);
 /* The parameters of DIR's latest checkpoint into g, bound to `params` (device memory of
  * backend k): this TP rank's shards of every tensor of the stage, each file's size and its
  * parameters' checksum verified first (not the Adam moments, which it does not read); the

@@ -227,6 +227,10 @@ TR_MUST_CHECK int tr_config_load_string(const char *text, size_t len, const char
                           const char *const *overrides, int n_overrides, tr_config *out);
 /* Write the resolved config as YAML. */
 TR_MUST_CHECK int tr_config_write(const tr_config *c, FILE *f);
+/* The family switches of m as YAML flow-mapping entries (", normalization: RMSNorm, ...",
+ * every one the model section has), or "" for a model whose switches were never set (GPT-2
+ * by default): what a config text of the same model adds to its sizes. */
+void tr_model_family_flow(const tr_model_config *m, char *buf, size_t cap);
 /* 1 if every key of the two configs has the same value (source and marks are ignored). */
 int tr_config_equal(const tr_config *a, const tr_config *b);
 /* "FILE:LINE:COL" of a key (or "FILE" if the key came from a default, "--set KEY" if it came

@@ -164,3 +164,25 @@ int tr_config_equal(const tr_config *a, const tr_config *b)
     }
     return 1;
 }
+
+void tr_model_family_flow(const tr_model_config *m, char *buf, size_t cap)
+{
+    buf[0] = '\0';
+    if (!m->normalization)
+        return;
+    int n = snprintf(buf, cap,
+                     ", normalization: %s, position_embedding_type: %s, swiglu: %s, "
+                     "ffn_hidden_size: %d, num_query_groups: %d, "
+                     "untie_embeddings_and_output_weights: %s, add_bias_linear: %s, "
+                     "embedding_layernorm: %s, layernorm_epsilon: %.9g",
+                     m->normalization, m->position_embedding_type, m->swiglu ? "true" : "false",
+                     tr_model_ffn_hidden(m), m->num_query_groups,
+                     m->untie_embeddings_and_output_weights ? "true" : "false",
+                     m->add_bias_linear ? "true" : "false",
+                     m->embedding_layernorm ? "true" : "false", m->layernorm_epsilon);
+    if (n > 0 && (size_t)n < cap && !strcmp(m->position_embedding_type, "rope"))
+        n += snprintf(buf + n, cap - (size_t)n, ", rotary_base: %.9g, rotary_percent: %.9g",
+                      m->rotary_base, m->rotary_percent);
+    if (n > 0 && (size_t)n < cap && m->add_qkv_bias && !m->add_bias_linear)
+        snprintf(buf + n, cap - (size_t)n, ", add_qkv_bias: true");
+}

@@ -3,12 +3,14 @@
 rank, alpha, target modules), and `trident convert --to hf` exports with it (torch-free; both
 builds). A tiny Bloom base and a LoRA run of rank 2, alpha 4 on it, then:
   - the manifest's lora line says rank 2, alpha 4 and the four targets;
-  - --adapters-only writes lora_alpha 4; --merge-lora writes W + (4 / 2) B A (checked against
-    the adapters and the base's own export, element by element);
+  - --adapters-only writes lora_alpha 4, and without --config (the manifest's family and lora
+    lines alone) the same files; --merge-lora writes W + (4 / 2) B A (checked against the
+    adapters and the base's own export, element by element);
   - a config with alpha 8 (or rank 4, or other target modules) is refused at export, exit
     non-zero naming both values, nothing written; and at resume (checkpoint.load) likewise;
   - a checkpoint written before the lora line (the line removed) exports with the config's
-    alpha and a warning saying so; a damaged lora line is refused naming the manifest.
+    alpha and a warning saying so, and without --config is refused asking for it; a damaged lora
+    line is refused naming the manifest.
 usage: test_lora_alpha.py TRIDENT WORKDIR"""
 import json
 import os
@@ -78,6 +80,12 @@ p = export(run_cfg, "adapters", "--adapters-only")
 acfg = json.load(open(path("adapters/adapter_config.json"))) if p.returncode == 0 else {}
 check("--adapters-only: lora_alpha 4, r 2", acfg.get("lora_alpha") == 4 and acfg.get("r") == 2,
       f"{acfg} {p.stderr[-400:]}")
+p = tt.run([trident, "convert", "--to", "hf", "--input", path("lora"), "--output", path("adapters-nocfg"),
+            "--adapters-only"], timeout=60)
+same = p.returncode == 0 and all(open(path(f"adapters/{f}"), "rb").read() == open(path(f"adapters-nocfg/{f}"), "rb").read()
+                                 for f in ("adapter_config.json", "adapter_model.safetensors"))
+check("--adapters-only without --config (the manifest's lines): the same files as with it", same,
+      p.stderr[-400:])
 p = export(base_cfg, "base-hf", "--merge-lora")  # a config without LoRA: refused as before
 check("--merge-lora with a config without finetune.lora: refused", p.returncode != 0, p.stderr[-300:])
 p = tt.run([trident, "convert", "--to", "hf", "--config", base_cfg, "--input", path("base"), "--output",
@@ -131,6 +139,11 @@ acfg = json.load(open(path("old8/adapter_config.json"))) if p.returncode == 0 el
 check("no lora line (an older checkpoint): exported with the config's alpha 8, warning that it is unchecked",
       acfg.get("lora_alpha") == 8 and "no lora line" in p.stderr + p.stdout and "8" in p.stderr + p.stdout,
       f"{acfg} {p.stderr[-400:]}", show=True)
+p = tt.run([trident, "convert", "--to", "hf", "--input", path("lora"), "--output", path("old-nocfg"),
+            "--adapters-only"], timeout=60)
+check("no lora line and no --config: --adapters-only refused asking for the run's config, nothing written",
+      p.returncode == 2 and "no lora line" in p.stderr and "--config" in p.stderr
+      and not os.path.exists(path("old-nocfg")), p.stderr[-400:])
 tt.write(manifest, text.replace("lora rank 2 alpha 4 ", "lora rank 2 alpha -4 "))
 p = export(run_cfg, "damaged", "--adapters-only")
 check("a damaged lora line: exit non-zero naming the manifest's line",
