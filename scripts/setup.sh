@@ -3,7 +3,7 @@
 # already has every package does no network work.
 set -euo pipefail
 packages=(meson ninja-build pkg-config gcc g++ libyaml-dev libcmocka-dev libopenblas-dev libjansson-dev
-          libpcre2-dev libucx-dev ucx-utils fortunes python3-torch python3-numpy python3-venv iproute2
+          libpcre2-dev libutf8proc-dev libucx-dev ucx-utils fortunes python3-torch python3-numpy python3-venv iproute2
           openmpi-bin libopenmpi-dev chromium slurm-wlm munge)
 missing=()
 for p in "${packages[@]}"; do

@@ -2,15 +2,21 @@
  * normalizer, Metaspace, byte fallback and decoder: load_sp.c).
  *
  * The parts read (anything else that changes ids is refused, naming the field):
- *   normalizer      null
+ *   normalizer      null | NFC | Sequence {normalizers: [NFC, ...]} (Qwen2; utf8proc's NFC,
+ *                   normalize.c, applied to each piece of text between the added tokens
+ *                   matched in the raw text)
  *   pre_tokenizer   ByteLevel {add_prefix_space, use_regex} | Split {pattern: {Regex|String},
  *                   behavior, invert} | Sequence {pretokenizers: [...]}; a ByteLevel must be
  *                   among them (it is what makes the model see bytes)
  *   model           BPE {vocab {token: id}, merges ["a b", ...] or [["a", "b"], ...],
- *                   ignore_merges}; dropout, byte_fallback, continuing_subword_prefix and
- *                   end_of_word_suffix must be unset
- *   added_tokens    [{id, content, special, lstrip, rstrip, single_word}]: matched in the raw
- *                   text (lstrip / rstrip / single_word must be false)
+ *                   ignore_merges}; dropout and byte_fallback must be unset (null / false),
+ *                   continuing_subword_prefix and end_of_word_suffix unset or "" (Qwen2);
+ *                   unk_token and fuse_unk change nothing (every byte has a token)
+ *   added_tokens    [{id, content, special, lstrip, rstrip, single_word, normalized}]: as
+ *                   tokenizers' AddedVocabulary does, those with normalized false are matched in
+ *                   the raw text first, then those with normalized true (default) in each
+ *                   normalized piece between, NFC'd themselves when the normalizer is NFC
+ *                   (lstrip / rstrip / single_word must be false)
  *   post_processor  null | ByteLevel | TemplateProcessing {single, special_tokens} | Sequence
  *   decoder         null | ByteLevel
  *   truncation, padding: null
@@ -137,13 +143,19 @@ static int load_model(tr_tokenizer *t, const char *file, json_t *m)
     if ((rc = type_of(file, "model", m, kinds, &which)) ||
         (!t->sp && (rc = must_be_false(file, "model", m, "byte_fallback"))))
         return rc;
-    static const char *const unset[] = {"dropout", "continuing_subword_prefix", "end_of_word_suffix"};
+    /* unset: null (or absent); the two affixes also "", which tokenizers reads as none */
+    static const char *const unset[] = {"dropout", "continuing_subword_prefix",
+                                        "end_of_word_suffix"};
     for (int i = 0; i < 3; i++) {
         json_t *v = json_object_get(m, unset[i]);
-        if (v && !json_is_null(v) && !(json_is_string(v) && !json_string_length(v)))
-            return hf_bad(file, "model", "dropout, continuing_subword_prefix and "
-                                         "end_of_word_suffix must be null (not a GPT-style "
-                                         "byte-level BPE)");
+        if (v && !json_is_null(v) && !(i && json_is_string(v) && !json_string_length(v))) {
+            char field[64], what[200];
+            snprintf(field, sizeof field, "model.%s", unset[i]);
+            snprintf(what, sizeof what, "must be null%s (a GPT-style byte-level BPE; %s is not "
+                                        "supported)", i ? " or \"\"" : "",
+                     i ? "an affix on subwords" : "dropout");
+            return hf_bad(file, field, what);
+        }
     }
     t->ignore_merges = hf_flag(m, "ignore_merges", 0);
     if ((rc = add_vocab_object(t, json_object_get(m, "vocab"), file)) ||
@@ -182,7 +194,34 @@ static int load_model(tr_tokenizer *t, const char *file, json_t *m)
 static int cmp_added(const void *a, const void *b)
 {
     const added_token *x = a, *y = b;
-    return x->len != y->len ? (x->len < y->len ? 1 : -1) : (x->id > y->id) - (x->id < y->id);
+    return x->match_len != y->match_len ? (x->match_len < y->match_len ? 1 : -1)
+                                        : (x->id > y->id) - (x->id < y->id);
+}
+
+/* A normalized added token's text as the normalizer makes it (tokenizers normalizes those
+ * tokens' content to match them in normalized text): x->match its NFC when that differs. */
+static int added_match(tr_tokenizer *t, const char *file, added_token *x)
+{
+    if (!x->normalized || !t->nfc)
+        return TR_OK;
+    if (utf8_valid_prefix((const unsigned char *)x->text, x->len) != x->len)
+        return hf_bad(file, "added_tokens", "a token that is not UTF-8");
+    tok_nfc_buf b = {0};
+    const char *s;
+    size_t n;
+    int rc = tok_nfc(&b, x->text, x->len, &s, &n);
+    if (!rc && s != x->text) {
+        if (!(x->match = malloc(n + 1))) {
+            x->match = x->text;
+            rc = tr_fail(TR_ERR_NOMEM, "out of memory reading %s", file);
+        } else {
+            memcpy(x->match, s, n);
+            x->match[n] = '\0';
+            x->match_len = n;
+        }
+    }
+    tok_nfc_free(&b);
+    return rc;
 }
 
 static int load_added(tr_tokenizer *t, const char *file, json_t *list)
@@ -214,15 +253,24 @@ static int load_added(tr_tokenizer *t, const char *file, json_t *list)
             (rc = must_be_false(file, where, a, "single_word")))
             return rc;
         /* tokenizers matches a normalized added token in the normalized text, after the
-         * Prepend: only tokens matched in the raw text are reproduced */
-        if (t->sp && t->sp_prepend == SP_PREPEND_ALWAYS && hf_flag(a, "normalized", 1))
-            return hf_bad(file, where, "\"normalized\" is true with a normalizer (not supported)");
+         * Prepend: that is not reproduced (NFC alone is) */
+        int normalized = hf_flag(a, "normalized", 1);
+        if (t->sp && t->sp_prepend == SP_PREPEND_ALWAYS && normalized)
+            return hf_bad(file, where, "\"normalized\" is true with a Prepend normalizer (not "
+                                       "supported)");
         added_token *x = &t->added[t->n_added++];
         x->len = json_string_length(content);
         x->id = (int32_t)json_integer_value(id);
+        x->normalized = normalized;
         if (!(x->text = strdup(json_string_value(content))))
             return tr_fail(TR_ERR_NOMEM, "out of memory reading %s", file);
-        t->added_first[(unsigned char)x->text[0]] = 1;
+        x->match = x->text;
+        x->match_len = x->len;
+        if ((rc = added_match(t, file, x)))
+            return rc;
+        int kind = normalized ? ADDED_NORMALIZED : ADDED_RAW;
+        t->added_first[(unsigned char)x->match[0]] |= (uint8_t)kind;
+        t->added_kinds |= kind;
         /* decoding gives the added token's text (a SentencePiece-style decoder's Replace makes
          * its U+2581 spaces), whatever the vocabulary holds for its id */
         uint64_t off;
@@ -373,9 +421,10 @@ int load_hf(tr_tokenizer *t, const char *path)
         json_decref(root);
         return hf_bad(path, "the file", "expected a JSON object (a tokenizers tokenizer.json)");
     }
-    rc = sp_load_normalizer(t, path, root); /* t->sp: it read the pre_tokenizer too */
+    /* the normalizer (t->nfc, t->sp: it read the pre_tokenizer too) */
+    rc = sp_load_normalizer(t, path, root);
     static const char *const nulls[] = {"normalizer", "truncation", "padding"};
-    for (int i = t->sp; i < 3 && !rc; i++) {
+    for (int i = t->sp || t->nfc; i < 3 && !rc; i++) {
         json_t *v = json_object_get(root, nulls[i]);
         if (v && !json_is_null(v))
             rc = hf_bad(path, nulls[i], "must be null (not supported)");

@@ -3,9 +3,12 @@
  *
  * Read (anything else in these fields is refused, naming it):
  *   normalizer      Sequence of Prepend {"prepend": "▁"} and Replace {pattern {String " "},
- *                   content "▁"} (the Replace is required), with pre_tokenizer null; or
+ *                   content "▁"} (the Replace is required) and NFC (optional, anywhere: it
+ *                   commutes with the other two), with pre_tokenizer null; or
  *   pre_tokenizer   Metaspace {replacement "▁", prepend_scheme always|first|never (older files:
- *                   add_prefix_space), split}, with normalizer null
+ *                   add_prefix_space), split}, with normalizer null or NFC only
+ * A normalizer that is NFC alone, or a Sequence of NFC only, sets t->nfc and leaves the rest to
+ * load_hf.c (byte-level BPE) or to a Metaspace pre-tokenizer.
  *   model           BPE as load_hf.c reads it, plus byte_fallback, fuse_unk and unk_token (a
  *                   token of the vocabulary, or null)
  *   decoder         Sequence of Replace {pattern {String "▁"}, content " "}, then optionally
@@ -85,7 +88,7 @@ int sp_byte_token(const char *s, size_t len, int *exact)
     return hi * 16 + lo;
 }
 
-/* The normalizer: Prepend / Replace, alone or in a Sequence. */
+/* The normalizer: Prepend / Replace / NFC, alone or in a Sequence. */
 static int load_sp_normalizer(tr_tokenizer *t, const char *file, json_t *norm)
 {
     json_t *list = json_object_get(norm, "normalizers");
@@ -103,12 +106,14 @@ static int load_sp_normalizer(tr_tokenizer *t, const char *file, json_t *norm)
         } else if (kind && !strcmp(kind, "Replace") && is_replace(item, " ", SP_SPACE) &&
                    !replace) {
             replace = 1;
+        } else if (kind && !strcmp(kind, "NFC")) {
+            t->nfc = 1;
         } else {
-            char what[200];
-            snprintf(what, sizeof what, "a %.40s normalizer is not supported (a "
-                                        "SentencePiece-style BPE reproduced exactly takes Prepend "
-                                        "\"" SP_SPACE "\" and Replace \" \" by \"" SP_SPACE "\", "
-                                        "once each)",
+            char what[300];
+            snprintf(what, sizeof what, "a %.40s normalizer is not supported (supported: NFC, "
+                                        "alone or in a Sequence; for a SentencePiece-style BPE "
+                                        "also Prepend \"" SP_SPACE "\" and Replace \" \" by \""
+                                        SP_SPACE "\", once each)",
                      kind ? kind : "typeless");
             return hf_bad(file, "normalizer", what);
         }
@@ -144,22 +149,45 @@ static int load_metaspace(tr_tokenizer *t, const char *file, json_t *p)
     return TR_OK;
 }
 
+/* 1 when norm is NFC, or a non-empty Sequence of NFC only. */
+static int nfc_only(json_t *norm)
+{
+    const char *ty = type_name(norm);
+    json_t *list = json_object_get(norm, "normalizers"), *item;
+    if (ty && !strcmp(ty, "NFC"))
+        return 1;
+    if (!ty || strcmp(ty, "Sequence") || !json_is_array(list) || !json_array_size(list))
+        return 0;
+    size_t i;
+    json_array_foreach(list, i, item) {
+        const char *kind = type_name(item);
+        if (!kind || strcmp(kind, "NFC"))
+            return 0;
+    }
+    return 1;
+}
+
 int sp_load_normalizer(tr_tokenizer *t, const char *file, json_t *root)
 {
     json_t *norm = json_object_get(root, "normalizer");
     json_t *pre = json_object_get(root, "pre_tokenizer");
     const char *pre_type = type_name(pre);
-    int has_norm = norm && !json_is_null(norm);
+    t->nfc = nfc_only(norm);
+    int has_norm = norm && !json_is_null(norm) && !t->nfc;
     int metaspace = pre_type && !strcmp(pre_type, "Metaspace");
     if (!has_norm && !metaspace)
         return TR_OK;
+    /* the normalizer first: one that is not supported is named as such */
+    int rc = has_norm ? load_sp_normalizer(t, file, norm) : TR_OK;
+    if (rc)
+        return rc;
     if (has_norm && metaspace)
         return hf_bad(file, "normalizer", "a normalizer with a Metaspace pre-tokenizer is not "
                                           "supported");
     if (has_norm && pre && !json_is_null(pre))
         return hf_bad(file, "pre_tokenizer", "must be null with a normalizer (a "
                                              "SentencePiece-style BPE takes each text whole)");
-    int rc = has_norm ? load_sp_normalizer(t, file, norm) : load_metaspace(t, file, pre);
+    rc = has_norm ? TR_OK : load_metaspace(t, file, pre);
     t->sp = !rc;
     return rc;
 }

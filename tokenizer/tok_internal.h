@@ -63,6 +63,9 @@ typedef struct {
     char *text; /* raw text, NUL-terminated */
     size_t len;
     int32_t id;
+    int normalized; /* matched after the normalizer (in `match`), else in the raw text */
+    char *match;    /* normalized: the text NFC'd when the tokenizer has NFC (else = text) */
+    size_t match_len;
 } added_token;
 
 struct tr_tokenizer {
@@ -80,9 +83,12 @@ struct tr_tokenizer {
     int ignore_merges;    /* a pre-token that is a whole vocabulary entry is one token */
     pretok_step steps[TOK_MAX_STEPS];
     int n_steps;
-    added_token *added; /* sorted by length, longest first */
+    added_token *added; /* sorted by length (of `match`), longest first */
     int n_added;
-    uint8_t added_first[256]; /* 1 when some added token starts with this byte */
+    /* bit ADDED_RAW / ADDED_NORMALIZED: some added token of that kind starts with this byte */
+    uint8_t added_first[256];
+    int added_kinds; /* the bits of added_first that some token sets */
+    int nfc; /* the normalizer is NFC (alone, in a Sequence, or with a SentencePiece one) */
     int32_t prefix[TOK_MAX_TEMPLATE], suffix[TOK_MAX_TEMPLATE];
     int n_prefix, n_suffix;
     int32_t eod;
@@ -100,6 +106,7 @@ struct tr_tokenizer {
     int decode_strip;        /* leading spaces the decoder strips from the text (its Strip) */
 };
 
+enum { ADDED_RAW = 1, ADDED_NORMALIZED = 2 };
 enum { SP_PREPEND_NEVER, SP_PREPEND_ALWAYS, SP_PREPEND_UNLESS_SPACE, SP_PREPEND_FIRST };
 #define SP_SPACE "\xE2\x96\x81" /* U+2581, SentencePiece's spelling of a space */
 
@@ -173,8 +180,9 @@ struct json_t;
  * boolean, dflt when it is not one. */
 TR_MUST_CHECK int hf_bad(const char *file, const char *field, const char *what);
 int hf_flag(struct json_t *obj, const char *key, int dflt);
-/* tokenizer.json's normalizer and pre_tokenizer when they make a SentencePiece-style BPE
- * (t->sp = 1: the pre_tokenizer is read here, not by load_hf); the model's byte_fallback /
+/* tokenizer.json's normalizer (t->nfc = 1 when it has NFC) and pre_tokenizer when they make
+ * a SentencePiece-style BPE (t->sp = 1: the pre_tokenizer is read here, not by load_hf); any
+ * other non-null normalizer is refused, naming it; the model's byte_fallback /
  * unk_token / fuse_unk (after the vocabulary); its decoder. */
 TR_MUST_CHECK int sp_load_normalizer(tr_tokenizer *t, const char *file, struct json_t *root);
 TR_MUST_CHECK int sp_load_model(tr_tokenizer *t, const char *file, struct json_t *model);
@@ -236,6 +244,22 @@ TR_MUST_CHECK int pretokenize(const tr_tokenizer *t, pretok_state *s, int step, 
 size_t utf8_valid_prefix(const unsigned char *s, size_t len);
 /* Bytes of the maximal invalid subpart at s (>= 1); s starts an invalid sequence. */
 size_t utf8_invalid_len(const unsigned char *s, size_t len);
+
+/* ---- normalize.c ---- */
+/* Scratch for tok_nfc (per encoder; zeroed = empty). */
+typedef struct {
+    int32_t *cp; /* code points, then the result's bytes; room for cap + 1 */
+    size_t cap;
+    char *out; /* the result, when made of several pieces */
+    size_t out_len, out_cap;
+} tok_nfc_buf;
+/* The NFC of valid UTF-8 s[0 .. len) as tokenizers makes it (utf8proc: UTF8PROC_STABLE |
+ * UTF8PROC_COMPOSE, with the characters tokenizers' Unicode 9.0 tables lack kept as they are):
+ * *out is s itself when it is NFC by the quick check (pure ASCII among others), else b's
+ * bytes, valid until the next call with b. Fails only for memory. */
+TR_MUST_CHECK int tok_nfc(tok_nfc_buf *b, const char *s, size_t len, const char **out,
+                          size_t *out_len);
+void tok_nfc_free(tok_nfc_buf *b);
 
 /* ---- bpe.c ---- */
 typedef struct bpe_cache bpe_cache;

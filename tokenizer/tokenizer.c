@@ -1,4 +1,5 @@
-/* The tokenizer's front end: opening by type, encoding (UTF-8 repair, added tokens,
+/* The tokenizer's front end: opening by type, encoding (UTF-8 repair, added tokens matched in
+ * the raw text, the NFC normalizer, added tokens matched in the normalized text,
  * pre-tokenization, merges, template), decoding. */
 #include <pthread.h>
 #include <stdlib.h>
@@ -15,6 +16,7 @@ struct tr_encoder {
     size_t clean_cap;
     char *norm; /* SentencePiece-style: a segment with its spaces, prepended one included */
     size_t norm_cap;
+    tok_nfc_buf nfc; /* the NFC of a segment between raw-matched added tokens */
     /* where the current tr_encode appends */
     int32_t **ids;
     size_t *n, *cap;
@@ -97,8 +99,11 @@ void tr_tokenizer_free(tr_tokenizer *t)
         return;
     for (int k = 0; k < t->n_steps; k++)
         pcre2_code_free(t->steps[k].re);
-    for (int i = 0; i < t->n_added; i++)
+    for (int i = 0; i < t->n_added; i++) {
+        if (t->added[i].match != t->added[i].text)
+            free(t->added[i].match);
         free(t->added[i].text);
+    }
     free(t->added);
     bmap_free(&t->vocab);
     mmap_free(&t->merges);
@@ -148,6 +153,7 @@ void tr_encoder_free(tr_encoder *e)
     bpe_cache_free(e->cache);
     free(e->clean);
     free(e->norm);
+    tok_nfc_free(&e->nfc);
     free(e);
 }
 
@@ -210,12 +216,15 @@ static int repair_utf8(tr_encoder *e, const char **text, size_t *len)
     return TR_OK;
 }
 
-/* The added token starting at text (longest first), or NULL. */
-static const added_token *added_at(const tr_tokenizer *t, const char *text, size_t left)
+/* The added token of `kind` (ADDED_RAW or ADDED_NORMALIZED) starting at text (longest
+ * first), or NULL. */
+static const added_token *added_at(const tr_tokenizer *t, int kind, const char *text,
+                                   size_t left)
 {
     for (int i = 0; i < t->n_added; i++) {
         const added_token *a = &t->added[i];
-        if (a->len <= left && !memcmp(text, a->text, a->len))
+        if (a->normalized == (kind == ADDED_NORMALIZED) && a->match_len <= left &&
+            !memcmp(text, a->match, a->match_len))
             return a;
     }
     return NULL;
@@ -260,26 +269,41 @@ static int encode_segment(tr_encoder *e, const char *text, size_t len, int at_st
     return pretokenize(e->t, &e->ps, 0, text, len, on_piece, e);
 }
 
-static int encode_text(tr_encoder *e, const char *text, size_t len)
+typedef int (*segment_fn)(tr_encoder *e, const char *text, size_t len, int at_start);
+
+/* text cut at the added tokens of `kind` (tokenizers' split_with_indices: leftmost, the
+ * longest there), each token's id appended in its place and each piece between (empty ones
+ * too) given to next; at_start: text begins the whole text. */
+static int split_added(tr_encoder *e, int kind, const char *text, size_t len, int at_start,
+                       segment_fn next)
 {
     const tr_tokenizer *t = e->t;
-    if (!t->n_added)
-        return encode_segment(e, text, len, 1);
+    if (!(t->added_kinds & kind))
+        return next(e, text, len, at_start);
     size_t start = 0;
     int rc = TR_OK;
     for (size_t i = 0; i < len && !rc; i++) {
-        if (!t->added_first[(unsigned char)text[i]])
+        if (!(t->added_first[(unsigned char)text[i]] & kind))
             continue;
-        const added_token *a = added_at(t, text + i, len - i);
+        const added_token *a = added_at(t, kind, text + i, len - i);
         if (!a)
             continue;
-        rc = encode_segment(e, text + start, i - start, start == 0);
+        rc = next(e, text + start, i - start, at_start && start == 0);
         if (!rc)
             rc = append_ids(e, &a->id, 1);
-        start = i + a->len;
+        start = i + a->match_len;
         i = start - 1;
     }
-    return rc ? rc : encode_segment(e, text + start, len - start, start == 0);
+    return rc ? rc : next(e, text + start, len - start, at_start && start == 0);
+}
+
+/* A piece of the text between added tokens matched in the raw text: the normalizer (NFC),
+ * then the added tokens that are matched in normalized text (tokenizers'
+ * AddedVocabulary::extract_and_normalize). */
+static int normalize_segment(tr_encoder *e, const char *text, size_t len, int at_start)
+{
+    int rc = e->t->nfc ? tok_nfc(&e->nfc, text, len, &text, &len) : TR_OK;
+    return rc ? rc : split_added(e, ADDED_NORMALIZED, text, len, at_start, encode_segment);
 }
 
 int tr_encode(tr_encoder *e, const char *text, size_t len, int add_special, int32_t **ids,
@@ -300,7 +324,7 @@ int tr_encode(tr_encoder *e, const char *text, size_t len, int add_special, int3
     if (!rc && add_special)
         rc = append_ids(e, t->prefix, t->n_prefix);
     if (!rc)
-        rc = encode_text(e, text, len);
+        rc = split_added(e, ADDED_RAW, text, len, 1, normalize_segment);
     if (!rc && add_special)
         rc = append_ids(e, t->suffix, t->n_suffix);
     return rc;

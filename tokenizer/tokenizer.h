@@ -8,10 +8,14 @@
  *                          --merge-file): GPT-2's pre-tokenizer regex, no special tokens in
  *                          the text, end of document = the id of <|endoftext|>;
  *      "HFTokenizer"       a Hugging Face tokenizer.json (--tokenizer-model) whose model is
- *                          BPE over bytes (GPT-2, Bloom, Llama-3 style): its pre-tokenizers
+ *                          BPE over bytes (GPT-2, Bloom, Llama-3, Qwen2 style): an NFC
+ *                          normalizer (alone or in a Sequence; tokenizers' Unicode 9.0 NFC,
+ *                          see tokenizer/normalize.c) or none, its pre-tokenizers
  *                          (ByteLevel, Split with a Regex or String pattern, Sequence of
  *                          them), added tokens matched in the text before pre-tokenization
- *                          (leftmost-longest), the single template of a TemplateProcessing
+ *                          (leftmost-longest; as tokenizers does, those with "normalized":
+ *                          false in the raw text, then the others in each normalized piece
+ *                          between), the single template of a TemplateProcessing
  *                          post-processor (Llama-3's <|begin_of_text|>), ignore_merges; end of
  *                          document = eos_token of a tokenizer_config.json beside the file (a
  *                          string or an AddedToken {"content": ...}; a file there that is not
@@ -25,11 +29,13 @@
  *                          between added tokens prepended) or a Metaspace pre-tokenizer
  *                          (prepend_scheme always / first / never, split); a character without
  *                          a token becomes its bytes' <0xHH> tokens (byte_fallback) or unk_token
- *                          (fuse_unk); decoding as its decoder Replace "▁" -> " ", ByteFallback
+ *                          (fuse_unk); NFC allowed among the normalizers; decoding as its
+ *                          decoder Replace "▁" -> " ", ByteFallback
  *                          (a run of byte tokens that is not UTF-8: one U+FFFD a token), Fuse,
  *                          Strip {start N} does, which is tokenizers' decode(ids,
  *                          skip_special_tokens=False).
- *    Anything else in a file (another normalizer, a WordPiece or Unigram model, dropout, ...)
+ *    Anything else in a file (another normalizer such as NFD or NFKC, a WordPiece or Unigram
+ *    model, dropout, a non-empty continuing_subword_prefix, ...)
  *    is refused with TR_ERR_INVALID naming the file and the field: a tokenizer that cannot be
  *    reproduced exactly is never used approximately.
  *  - Pre-tokenizer regexes run in PCRE2 (UTF, Unicode properties, JIT) with \s and \S
@@ -40,7 +46,7 @@
  *    pre-token's bytes (SentencePiece-style: its characters); results are cached per encoder.
  *  - Input bytes that are not valid UTF-8 are replaced by U+FFFD, one per maximal invalid
  *    subpart (Python's bytes.decode("utf-8", "replace") and Rust's from_utf8_lossy), before
- *    anything else; the bytes tokenizer takes bytes as they are.
+ *    anything else (the normalizer included); the bytes tokenizer takes bytes as they are.
  *  - Ids are below 2^24 (16,777,216; the largest real vocabularies have ~256k): the id table
  *    is sized by the largest id, so a larger one (a vocabulary entry or an added token) is
  *    refused, naming the file, the token and the id, before anything is allocated for it.

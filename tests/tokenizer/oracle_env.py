@@ -159,6 +159,39 @@ def train_sentencepiece_style(files, vocab_size):
     return json.loads(base.to_str())
 
 
+QWEN2_PATTERN = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|"
+                 r"\s*[\r\n]+|\s+(?!\S)|\s+")
+QWEN2_ADDED = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+
+
+def train_qwen2_style(texts, vocab_size):
+    """The dict of a tokenizer.json in Qwen2's shape trained by tokenizers on `texts` (strings):
+    NFC normalizer, Split with Qwen2's regex then ByteLevel without one, ByteLevel
+    post-processor and decoder, the BPE model's fields as Qwen2's file spells them (the affixes
+    "", dropout and unk_token null, fuse_unk and byte_fallback false), and <|endoftext|>,
+    <|im_start|>, <|im_end|> added after the vocabulary (special, normalized false). Call inside
+    the venv."""
+    from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
+    tok = Tokenizer(models.BPE())
+    tok.normalizer = normalizers.NFC()
+    tok.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Split(Regex(QWEN2_PATTERN), "isolated"),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
+    tok.post_processor = processors.ByteLevel(trim_offsets=False)
+    tok.decoder = decoders.ByteLevel()
+    tok.train_from_iterator(texts, trainers.BpeTrainer(
+        vocab_size=vocab_size, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False))
+    j = json.loads(tok.to_str())
+    j["model"].update(continuing_subword_prefix="", end_of_word_suffix="", dropout=None, unk_token=None,
+                      fuse_unk=False, byte_fallback=False, ignore_merges=False)
+    j["pre_tokenizer"]["pretokenizers"][1].update(trim_offsets=False)
+    j["post_processor"].update(add_prefix_space=False, trim_offsets=False, use_regex=False)
+    j["decoder"].update(add_prefix_space=False, trim_offsets=False, use_regex=False)
+    n = len(j["model"]["vocab"])
+    j["added_tokens"] = [added_token(n + k, t) for k, t in enumerate(QWEN2_ADDED)]
+    return j
+
+
 def fortune_files():
     """Every fortune file (Debian's fortunes package), .dat indexes and links left out."""
     files = sorted(f for f in glob.glob("/usr/share/games/fortunes/*")

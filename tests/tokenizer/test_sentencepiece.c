@@ -165,7 +165,7 @@ static void test_refused(void **state)
     const char *replace_only = "{\"type\":\"Replace\",\"pattern\":{\"String\":\" \"},\"content\":\""
                                SP "\"}";
     const char *meta = "{\"type\":\"Metaspace\",\"replacement\":\"" SP "\"}";
-    expect_json_refused("{\"type\":\"NFC\"}", NULL, NULL, NULL, "normalizer: a NFC normalizer");
+    expect_json_refused("{\"type\":\"NFD\"}", NULL, NULL, NULL, "normalizer: a NFD normalizer");
     expect_json_refused("{\"type\":\"Prepend\",\"prepend\":\"" SP "\"}", NULL, NULL, NULL,
                         "has no Replace");
     expect_json_refused(replace_only, meta, NULL, NULL, "with a Metaspace pre-tokenizer");

@@ -22,6 +22,13 @@ Tokenizers compared:
                   normalizer; the same under Metaspace (first/always/never, split or not) and
                   without byte_fallback (fused <unk>); and decoding: random id sequences (byte
                   tokens valid and not, specials) and the encoded texts, against decode()
+  qwen2-style     a byte-level BPE trained here in Qwen2's shape (NFC normalizer, Qwen2's Split
+                  + ByteLevel, "" affixes, <|endoftext|> <|im_start|> <|im_end|>) on ~480 texts
+                  made of NFC cases (decomposed accents, jamo, exclusions and singletons,
+                  combining-class orders, marks newer than tokenizers' Unicode 9.0 tables, added
+                  tokens beside combining marks, CRLF, ASCII) and the torture files, with
+                  decode(); the same with normalized added tokens (matched after NFC), and
+                  llama2-style with NFC in its normalizer Sequence and with Metaspace
 The texts reach the references as Python's bytes.decode("utf-8", "replace") of the file. The
 10 MB line goes through gpt2-files against tiktoken alone (tokenizers takes 7-30 s on it, one
 thread, for the same ids); the other Split behaviors see the torture files.
@@ -215,6 +222,65 @@ for name, pre, fallback in [
                for ids, g in zip(lists, got) if g != ref.decode(ids, skip_special_tokens=False)]
         tt.check(f"{name}: decode() identical on {len(lists)} id lists ({len(mine)} of them the texts')",
                  not bad, "\n     ".join(bad[:5]))
+print(f"     ({time.time() - t0:.1f} s)")
+
+# ---- qwen2-style: NFC normalizer, Qwen2's Split + ByteLevel, added tokens, "" affixes ----
+NFC_PIECES = ["e\u0301", "E\u0301\u0301", "a\u0323\u0302", "a\u0302\u0323", "o\u0308\u0304", "q\u0307\u0323",
+              "\u1e9b\u0323", "A\u030a", "\u00c5", "\u212b", "\u2126", "\u0958", "\u0344", "\u0340", "\uf900",
+              "\u2000", "\u1100\u1161", "\u1100\u1161\u11a8", "\uac00\u11a8", "\u1100", "\u11a8", "\u0301",
+              "\u0323\u0301\u0302", "\u304b\u3099", "\u3099", "\u0b47\u0b3e", "\U00011347\U0001133e",
+              "\u00e9", "caf\u00e9", "cafe\u0301", "na\u0131\u0308ve", "\u00fc\u0301", "\u1e69\u0307",
+              "\u0061\u1df6\u0301", "\u0061\u0301\u1df6", "a\u1ac0\u0301", "\U00011935\U00011930",
+              "\u05d0\u05b8\u05bc", "\u0627\u0653", "\u0915\u093c", "\ufb2a", "\u2329", "\U0001d15e",
+              "\ud55c\uad6d\uc5b4", "\u4e2d\u6587", "\uff21\uff22", "\U0001F44D\U0001F3FD", "\u2764\ufe0f",
+              "<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|im_end|>\u0301", "e<|im_start|>\u0301",
+              " ", "  ", "\r\n", "\n", "\t", "hello", "World", "123", "4", "'s", "I'll", "don't", "?!", "...",
+              "\u00a0", "\u3000", "\u0085"]
+qrng = random.Random(11)
+nfc_texts = NFC_PIECES + ["".join(qrng.choice(NFC_PIECES) for _ in range(qrng.randint(1, 12)))
+                          for _ in range(400)]
+nfc_texts += ["".join(qrng.choice(NFC_PIECES) + qrng.choice(["", " ", "\n"]) for _ in range(3000)),
+              "The quick brown fox\r\njumps over the lazy dog.\r\n\r\n", texts[small[0]]]
+nfc_files = []
+for k, text in enumerate(nfc_texts):
+    nfc_files.append(path(f"nfc-{k}.txt"))
+    with open(nfc_files[-1], "wb") as f:
+        f.write(text.encode())
+t0 = time.time()
+qwen2 = oracle_env.train_qwen2_style([t for t in nfc_texts[:200]] * 3 + [texts[i] for i in small[:4]], 1500)
+n_vocab = len(qwen2["model"]["vocab"])
+# normalized added tokens: tokenizers matches their NFC in the NFC'd text
+normalized_added = dict(qwen2, added_tokens=qwen2["added_tokens"] + [
+    dict(oracle_env.added_token(n_vocab + 3, "<|cafe\u0301|>"), normalized=True),
+    dict(oracle_env.added_token(n_vocab + 4, "\u212b"), normalized=True, special=False)])
+nfc_texts_extra = ["<|cafe\u0301|>x<|caf\u00e9|>", "\u212b\u00c5A\u030a", "<|im_start|>\u212b<|im_end|>"]
+sp_nfc = oracle_env.llama2_style(trained)
+sp_nfc["normalizer"]["normalizers"].insert(1, {"type": "NFC"})
+sp_meta_nfc = oracle_env.llama2_style(trained, {"type": "Metaspace", "replacement": oracle_env.SP,
+                                               "prepend_scheme": "first", "split": True})
+sp_meta_nfc["normalizer"] = {"type": "Sequence", "normalizers": [{"type": "NFC"}, {"type": "NFC"}]}
+for name, j, use in [("qwen2-style", qwen2, nfc_files + [files[i] for i in torture_small]), ("qwen2-style-normalized-added", normalized_added,
+                     nfc_files[:len(NFC_PIECES) + 50]), ("llama2-style-nfc", sp_nfc, nfc_files),
+                     ("llama2-style-metaspace-nfc", sp_meta_nfc, nfc_files)]:
+    tt.write(path(name + ".json"), json.dumps(j))
+    if name == "qwen2-style-normalized-added":
+        for k, text in enumerate(nfc_texts_extra):
+            use = use + [path(f"nfc-extra-{k}.txt")]
+            tt.write(use[-1], text)
+    ref = Tokenizer.from_file(path(name + ".json"))
+    use_texts = read_texts(use)
+    mine = trident_ids("HFTokenizer", None, None, path(name + ".json"), use, special=True)
+    if not mine:
+        continue
+    compare(f"{name} vs tokenizers", mine, [e.ids for e in ref.encode_batch(use_texts)], use_texts, use,
+            ref.decode)
+    if name == "qwen2-style":
+        got = trident_text(path(name + ".json"), mine)
+        if got is not None:
+            bad = [f"{i}: trident {g[:60]!r} vs {ref.decode(ids, skip_special_tokens=False)[:60]!r}"
+                   for i, (ids, g) in enumerate(zip(mine, got)) if g != ref.decode(ids, skip_special_tokens=False)]
+            tt.check(f"{name}: decode() identical on the {len(mine)} texts' ids (the NFC'd texts)",
+                     not bad, "\n     ".join(bad[:5]))
 print(f"     ({time.time() - t0:.1f} s)")
 
 tt.finish("tokenizer oracle: all ids identical")

@@ -146,3 +146,38 @@ tr_tokenizer *open_ok(const char *type, const char *vocab, const char *merges, c
     assert_int_equal(rc, TR_OK);
     return t;
 }
+
+/* GPT-2's byte -> character map, written out as UTF-8 into out; returns bytes written. */
+size_t spell_byte(int b, char *out)
+{
+    int printable = (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || b >= 0xAE, cp = b;
+    if (!printable) {
+        cp = 256;
+        for (int x = 0; x < b; x++)
+            cp += !((x >= '!' && x <= '~') || (x >= 0xA1 && x <= 0xAC) || x >= 0xAE);
+    }
+    if (cp < 0x80) {
+        out[0] = (char)cp;
+        return 1;
+    }
+    out[0] = (char)(0xC0 | cp >> 6);
+    out[1] = (char)(0x80 | (cp & 63));
+    return 2;
+}
+
+/* "{" and the 256 byte tokens of a vocabulary object ("spelled byte": id), no closing brace. */
+size_t byte_vocab(char *v)
+{
+    size_t vo = (size_t)sprintf(v, "{");
+    for (int b = 0; b < 256; b++) {
+        char s[4];
+        size_t n = spell_byte(b, s);
+        vo += (size_t)sprintf(v + vo, "%s\"", b ? "," : "");
+        if (s[0] == '"' || s[0] == '\\')
+            v[vo++] = '\\';
+        memcpy(v + vo, s, n);
+        vo += n;
+        vo += (size_t)sprintf(v + vo, "\":%d", b);
+    }
+    return vo;
+}

@@ -30,6 +30,11 @@ void exercise(tr_tokenizer *t);
 int open_mutated(const char *type, const char *vocab, const char *merges, const char *model);
 /* A test program's main: the scratch folder /tmp/trident-NAME-PID made, the tests run, the
  * folder removed. */
+/* GPT-2's byte -> character map, written out as UTF-8 into out; returns bytes written. */
+size_t spell_byte(int b, char *out);
+/* "{" and the 256 byte tokens of a vocabulary object ("spelled byte": id), no closing brace;
+ * returns bytes written. */
+size_t byte_vocab(char *v);
 struct CMUnitTest;
 int tok_test_main(const char *name, const struct CMUnitTest *tests, size_t n);
 
