@@ -241,24 +241,12 @@ int hf_write_family_config(const char *dir, int family, const tr_model_config *m
 {
     json_t *root;
     const char *dtype = o->bf16 ? "bfloat16" : "float32";
-    if (family == TR_HF_LLAMA)
+    if (family == TR_HF_LLAMA || family == TR_HF_QWEN2) {
+        int qwen2 = family == TR_HF_QWEN2;
         root = json_pack("{s:[s], s:s, s:i, s:i, s:i, s:i, s:i, s:i, s:f, s:f, s:i, s:b, s:s,"
-                         " s:b, s:n, s:f, s:i, s:b, s:s, s:f}",
-                         "architectures", "LlamaForCausalLM", "model_type", "llama",
-                         "hidden_size", m->hidden_size, "intermediate_size", tr_model_ffn_hidden(m),
-                         "num_hidden_layers", m->num_layers, "num_attention_heads",
-                         m->num_attention_heads, "num_key_value_heads", m->num_query_groups,
-                         "max_position_embeddings", m->max_position_embeddings, "rms_norm_eps",
-                         m->layernorm_epsilon, "rope_theta", m->rotary_base, "vocab_size",
-                         m->vocab_size, "tie_word_embeddings",
-                         !m->untie_embeddings_and_output_weights, "hidden_act", "silu",
-                         "attention_bias", 0, "rope_scaling", "initializer_range", 0.02,
-                         "pretraining_tp", 1, "use_cache", 1, "torch_dtype", dtype,
-                         "attention_dropout", 0.0);
-    else if (family == TR_HF_QWEN2) /* (a window of every position: none, as use_sliding_window) */
-        root = json_pack("{s:[s], s:s, s:i, s:i, s:i, s:i, s:i, s:i, s:f, s:f, s:i, s:b, s:s,"
-                         " s:f, s:b, s:s, s:f, s:b, s:i, s:i}",
-                         "architectures", "Qwen2ForCausalLM", "model_type", "qwen2",
+                         " s:f, s:b, s:s, s:f}",
+                         "architectures", qwen2 ? "Qwen2ForCausalLM" : "LlamaForCausalLM",
+                         "model_type", qwen2 ? "qwen2" : "llama",
                          "hidden_size", m->hidden_size, "intermediate_size", tr_model_ffn_hidden(m),
                          "num_hidden_layers", m->num_layers, "num_attention_heads",
                          m->num_attention_heads, "num_key_value_heads", m->num_query_groups,
@@ -267,9 +255,18 @@ int hf_write_family_config(const char *dir, int family, const tr_model_config *m
                          m->vocab_size, "tie_word_embeddings",
                          !m->untie_embeddings_and_output_weights, "hidden_act", "silu",
                          "initializer_range", 0.02, "use_cache", 1, "torch_dtype", dtype,
-                         "attention_dropout", 0.0, "use_sliding_window", 0, "sliding_window",
-                         m->max_position_embeddings, "max_window_layers", m->num_layers);
-    else
+                         "attention_dropout", 0.0);
+        /* Llama's own keys; Qwen2's window over every position: none, as use_sliding_window */
+        json_t *own = !root ? NULL
+                      : qwen2 ? json_pack("{s:b, s:i, s:i}", "use_sliding_window", 0,
+                                          "sliding_window", m->max_position_embeddings,
+                                          "max_window_layers", m->num_layers)
+                              : json_pack("{s:b, s:n, s:i}", "attention_bias", 0, "rope_scaling",
+                                          "pretraining_tp", 1);
+        if (!own || json_object_update(root, own))
+            root = (json_decref(root), NULL);
+        json_decref(own);
+    } else
         root = json_pack("{s:[s], s:s, s:i, s:i, s:i, s:i, s:f, s:b, s:f, s:f, s:i, s:b, s:b,"
                          " s:s, s:i, s:f, s:b}",
                          "architectures", "BloomForCausalLM", "model_type", "bloom",
