@@ -35,10 +35,11 @@ int chat_prompt_ids(const chat_template *ct, const tr_tokenizer *t, const char *
     if (ct->kind == CHAT_CHATML_PIECES)
         return tr_fail(TR_ERR_CONFIG, "--chat-template chatml is trident's own training pieces, "
                                       "not a rendering of apply_chat_template: generate takes "
-                                      "chatml-hf, llama2, llama3, mistral, mistral-v0.1 or auto");
-    const char *end = ct->kind == CHAT_LLAMA3  ? "<|eot_id|>"
-                      : ct->kind == CHAT_CHATML ? "<|im_end|>"
-                                                : ct->eos;
+                                      "chatml-hf, llama2, llama3, mistral, mistral-v0.1, "
+                                      "qwen2, qwen2.5 or auto");
+    const char *end = ct->kind == CHAT_LLAMA3    ? "<|eot_id|>"
+                      : chat_is_chatml(ct->kind) ? "<|im_end|>"
+                                                 : ct->eos;
     if (!end)
         return tr_fail(TR_ERR_CONFIG, "--chat-template %s: no end-of-reply marker", ct->name);
     int rc = marker_id(t, end, stop);
@@ -47,8 +48,8 @@ int chat_prompt_ids(const chat_template *ct, const tr_tokenizer *t, const char *
     chat_message m[2];
     size_t k = 0;
     if (system)
-        m[k++] = (chat_message){CHAT_SYSTEM, system, strlen(system)};
-    m[k++] = (chat_message){CHAT_USER, user, strlen(user)};
+        m[k++] = (chat_message){CHAT_SYSTEM, system, strlen(system), 0};
+    m[k++] = (chat_message){CHAT_USER, user, strlen(user), 0};
     chat_rendering r = {0};
     rc = chat_render(ct, m, k, "messages", &r, bad);
     if (!rc && !*bad) /* add_generation_prompt=True: llama2 / mistral add nothing */

@@ -1,6 +1,5 @@
-/* Chat templates: which one (a name, or `auto` from tokenizer_config.json), rendering a
- * conversation as the official Jinja template does, and the loss mask of its tokens. See
- * chat_template.h for the contract. */
+/* Chat templates: which one (a name, or `auto` from tokenizer_config.json) and its markers
+ * (chat_render.c renders with it). See chat_template.h for the contract. */
 #include "data/chat_template.h"
 
 #include <errno.h>
@@ -57,6 +56,81 @@ static const char CHATML_DEFINED[] =
     "{% if not add_generation_prompt is defined %}{% set add_generation_prompt = false %}"
     "{% endif %}" CHATML_BODY;
 
+/* Qwen2-*-Instruct and Qwen1.5-*-Chat (the default system prompt before a first message that is
+ * not one). */
+static const char QWEN2_INSTRUCT[] =
+    "{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}{{ '<|im"
+    "_start|>system\n"
+    "You are a helpful assistant.<|im_end|>\n"
+    "' }}{% endif %}{{'<|im_start|>' + message['role'] + '\n"
+    "' + message['content'] + '<|im_end|>' + '\n"
+    "'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n"
+    "' }}{% endif %}";
+/* Qwen2.5-*-Instruct (Qwen/Qwen2.5-0.5B-Instruct's tokenizer_config.json at 7ae5576, the same in
+ * the 1.5B-72B): its tools / tool_calls / "tool" sections are refused by trident. */
+static const char QWEN25_INSTRUCT[] =
+    "{%- if tools %}\n"
+    "    {{- '<|im_start|>system\\n' }}\n"
+    "    {%- if messages[0]['role'] == 'system' %}\n"
+    "        {{- messages[0]['content'] }}\n"
+    "    {%- else %}\n"
+    "        {{- 'You are Qwen, created by Alibaba Cloud. You are a helpful assistant.' }}\n"
+    "    {%- endif %}\n"
+    "    {{- \"\\n\\n# Tools\\n\\nYou may call one or more functions to assist with the user quer"
+    "y.\\n\\nYou are provided with function signatures within <tools></tools> XML tags:\\n<tools>"
+    "\" }}\n"
+    "    {%- for tool in tools %}\n"
+    "        {{- \"\\n\" }}\n"
+    "        {{- tool | tojson }}\n"
+    "    {%- endfor %}\n"
+    "    {{- \"\\n</tools>\\n\\nFor each function call, return a json object with function name a"
+    "nd arguments within <tool_call></tool_call> XML tags:\\n<tool_call>\\n{\\\"name\\\": <functi"
+    "on-name>, \\\"arguments\\\": <args-json-object>}\\n</tool_call><|im_end|>\\n\" }}\n"
+    "{%- else %}\n"
+    "    {%- if messages[0]['role'] == 'system' %}\n"
+    "        {{- '<|im_start|>system\\n' + messages[0]['content'] + '<|im_end|>\\n' }}\n"
+    "    {%- else %}\n"
+    "        {{- '<|im_start|>system\\nYou are Qwen, created by Alibaba Cloud. You are a helpful "
+    "assistant.<|im_end|>\\n' }}\n"
+    "    {%- endif %}\n"
+    "{%- endif %}\n"
+    "{%- for message in messages %}\n"
+    "    {%- if (message.role == \"user\") or (message.role == \"system\" and not loop.first) or "
+    "(message.role == \"assistant\" and not message.tool_calls) %}\n"
+    "        {{- '<|im_start|>' + message.role + '\\n' + message.content + '<|im_end|>' + '\\n' }"
+    "}\n"
+    "    {%- elif message.role == \"assistant\" %}\n"
+    "        {{- '<|im_start|>' + message.role }}\n"
+    "        {%- if message.content %}\n"
+    "            {{- '\\n' + message.content }}\n"
+    "        {%- endif %}\n"
+    "        {%- for tool_call in message.tool_calls %}\n"
+    "            {%- if tool_call.function is defined %}\n"
+    "                {%- set tool_call = tool_call.function %}\n"
+    "            {%- endif %}\n"
+    "            {{- '\\n<tool_call>\\n{\"name\": \"' }}\n"
+    "            {{- tool_call.name }}\n"
+    "            {{- '\", \"arguments\": ' }}\n"
+    "            {{- tool_call.arguments | tojson }}\n"
+    "            {{- '}\\n</tool_call>' }}\n"
+    "        {%- endfor %}\n"
+    "        {{- '<|im_end|>\\n' }}\n"
+    "    {%- elif message.role == \"tool\" %}\n"
+    "        {%- if (loop.index0 == 0) or (messages[loop.index0 - 1].role != \"tool\") %}\n"
+    "            {{- '<|im_start|>user' }}\n"
+    "        {%- endif %}\n"
+    "        {{- '\\n<tool_response>\\n' }}\n"
+    "        {{- message.content }}\n"
+    "        {{- '\\n</tool_response>' }}\n"
+    "        {%- if loop.last or (messages[loop.index0 + 1].role != \"tool\") %}\n"
+    "            {{- '<|im_end|>\\n' }}\n"
+    "        {%- endif %}\n"
+    "    {%- endif %}\n"
+    "{%- endfor %}\n"
+    "{%- if add_generation_prompt %}\n"
+    "    {{- '<|im_start|>assistant\\n' }}\n"
+    "{%- endif %}\n";
+
 static const struct {
     const char *name;
     chat_kind kind;
@@ -72,9 +146,11 @@ static const struct {
     {"mistral", CHAT_MISTRAL, "<s>", "</s>", {MISTRAL_V02},
      "Mistral-7B-Instruct-v0.2, Mixtral-8x7B-Instruct-v0.1"},
     {"mistral-v0.1", CHAT_MISTRAL_V01, "<s>", "</s>", {MISTRAL_V01}, "Mistral-7B-Instruct-v0.1"},
+    {"qwen2", CHAT_QWEN2, NULL, NULL, {QWEN2_INSTRUCT}, "Qwen2-Instruct, Qwen1.5-Chat"},
+    {"qwen2.5", CHAT_QWEN25, NULL, NULL, {QWEN25_INSTRUCT}, "Qwen2.5-Instruct"},
 };
 #define N_KNOWN (sizeof known / sizeof known[0])
-#define NAMES "chatml, chatml-hf, llama2, llama3, mistral, mistral-v0.1 or auto"
+#define NAMES "chatml, chatml-hf, llama2, llama3, mistral, mistral-v0.1, qwen2, qwen2.5 or auto"
 
 /* ---- fingerprints ---- */
 
@@ -200,7 +276,8 @@ static int recognise(json_t *root, const char *path, size_t *which)
         return tr_fail(TR_ERR_NOMEM, "out of memory reading %s", path);
     return tr_fail(TR_ERR_CONFIG, "--chat-template auto: the \"chat_template\" of %s is none of "
                                   "the official templates trident renders (Llama-2-chat, "
-                                  "Llama-3-Instruct, Mistral-7B-Instruct-v0.1/v0.2, ChatML); "
+                                  "Llama-3-Instruct, Mistral-7B-Instruct-v0.1/v0.2, ChatML, "
+                                  "Qwen2-Instruct, Qwen2.5-Instruct); "
                                   "trident has no Jinja engine: give --chat-template NAME "
                                   "(" NAMES ") if it renders as one of them", path);
 }
@@ -240,7 +317,7 @@ static int read_config(chat_template *ct, const char *tokenizer_json, int is_aut
 static int check_markers(const chat_template *ct, const tr_tokenizer *t)
 {
     const char *markers[4] = {ct->bos, ct->eos};
-    if (ct->kind == CHAT_CHATML)
+    if (chat_is_chatml(ct->kind))
         markers[0] = "<|im_start|>", markers[1] = "<|im_end|>";
     else if (ct->kind == CHAT_LLAMA3)
         markers[1] = "<|start_header_id|>", markers[2] = "<|end_header_id|>",
@@ -307,279 +384,4 @@ void chat_template_free(chat_template *ct)
         free(ct->eos);
         free(ct);
     }
-}
-
-/* ---- rendering ---- */
-
-/* The code point at s[*i] (valid UTF-8, as jansson's strings are), *i moved past it. */
-static uint32_t next_char(const unsigned char *s, size_t n, size_t *i)
-{
-    uint32_t c = s[(*i)++];
-    int more = c >= 0xF0 ? 3 : c >= 0xE0 ? 2 : c >= 0xC0 ? 1 : 0;
-    c &= more == 3 ? 0x07 : more == 2 ? 0x0F : more == 1 ? 0x1F : 0x7F;
-    for (; more && *i < n; more--)
-        c = c << 6 | (s[(*i)++] & 0x3F);
-    return c;
-}
-
-/* Python's str.isspace(). */
-static int py_space(uint32_t c)
-{
-    return (c >= 0x09 && c <= 0x0D) || (c >= 0x1C && c <= 0x20) || c == 0x85 || c == 0xA0 ||
-           c == 0x1680 || (c >= 0x2000 && c <= 0x200A) || c == 0x2028 || c == 0x2029 ||
-           c == 0x202F || c == 0x205F || c == 0x3000;
-}
-
-/* Python's s.strip(): [*a, *b) of s[0..n). */
-static void py_strip(const char *s, size_t n, size_t *a, size_t *b)
-{
-    const unsigned char *u = (const unsigned char *)s;
-    size_t i = 0, at = 0;
-    while (i < n && (at = i, py_space(next_char(u, n, &i))))
-        at = i;
-    *a = at;
-    *b = at;
-    for (i = at; i < n;) /* the end of the last character that is not a space */
-        if (!py_space(next_char(u, n, &i)))
-            *b = i;
-}
-
-static int add(chat_rendering *r, const char *s, size_t n)
-{
-    int rc = prep_reserve((void **)&r->text, &r->cap, r->len + n + 1, 1);
-    if (!rc && n) {
-        memcpy(r->text + r->len, s, n);
-        r->len += n;
-    }
-    return rc;
-}
-
-static int add_str(chat_rendering *r, const char *s) { return s ? add(r, s, strlen(s)) : TR_OK; }
-
-static int add_stripped(chat_rendering *r, const char *s, size_t n)
-{
-    size_t a, b;
-    py_strip(s, n, &a, &b);
-    return add(r, s + a, b - a);
-}
-
-/* A reply from r->len - (what was added since `start`) to now. */
-static int reply(chat_rendering *r, size_t start)
-{
-    int rc = prep_reserve((void **)&r->reply, &r->cap_reply, r->n_reply + 1, sizeof *r->reply);
-    if (!rc) {
-        r->reply[r->n_reply][0] = start;
-        r->reply[r->n_reply++][1] = r->len;
-    }
-    return rc;
-}
-
-static const char *const role_name[] = {"system", "user", "assistant"};
-
-/* The error raise_exception(...) of the official template, for message "KEY"[i]. */
-static char *raised(const chat_template *ct, const char *key, size_t i, int role, int alternate)
-{
-    return prep_message("\"%s\"[%zu] is a %s message: the %s chat template raises \"%s\"", key, i,
-                        role_name[role], ct->name,
-                        alternate ? "Conversation roles must alternate user/assistant/user/"
-                                    "assistant/... (a user message first)"
-                                  : "Only user and assistant roles are supported!");
-}
-
-static int render_llama2(const chat_template *ct, const chat_message *m, size_t n,
-                         const char *key, chat_rendering *r, char **bad)
-{
-    size_t first = n && m[0].role == CHAT_SYSTEM; /* the system message, folded */
-    char *folded = NULL;
-    int rc = TR_OK;
-    for (size_t i = first; i < n && !rc; i++) {
-        size_t turn = i - first;
-        if ((m[i].role == CHAT_USER) != (turn % 2 == 0)) {
-            *bad = raised(ct, key, i, m[i].role, 1);
-            break;
-        }
-        const char *content = m[i].content;
-        size_t len = m[i].len;
-        if (turn == 0 && first) { /* '<<SYS>>\n' + system + '\n<</SYS>>\n\n' + content */
-            static const char open[] = "<<SYS>>\n", close[] = "\n<</SYS>>\n\n";
-            size_t lo = sizeof open - 1, lc = sizeof close - 1;
-            len = lo + m[0].len + lc + m[i].len;
-            if (!(folded = malloc(len)))
-                return tr_fail(TR_ERR_NOMEM, "out of memory");
-            memcpy(folded, open, lo);
-            memcpy(folded + lo, m[0].content, m[0].len);
-            memcpy(folded + lo + m[0].len, close, lc);
-            memcpy(folded + lo + m[0].len + lc, m[i].content, m[i].len);
-            content = folded;
-        }
-        if (m[i].role == CHAT_USER) {
-            rc = add_str(r, ct->bos);
-            if (!rc)
-                rc = add_str(r, "[INST] ");
-            if (!rc)
-                rc = add_stripped(r, content, len);
-            if (!rc)
-                rc = add_str(r, " [/INST]");
-        } else if (m[i].role == CHAT_ASSISTANT) {
-            size_t start = r->len;
-            rc = add_str(r, " ");
-            if (!rc)
-                rc = add_stripped(r, content, len);
-            if (!rc)
-                rc = add_str(r, " ");
-            if (!rc)
-                rc = add_str(r, ct->eos);
-            if (!rc)
-                rc = reply(r, start);
-        } /* a system message at an odd turn: the template writes nothing */
-        free(folded);
-        folded = NULL;
-    }
-    return rc;
-}
-
-static int render_llama3(const chat_template *ct, const chat_message *m, size_t n,
-                         chat_rendering *r)
-{
-    int rc = add_str(r, n ? ct->bos : NULL);
-    for (size_t i = 0; i < n && !rc; i++) {
-        rc = add_str(r, "<|start_header_id|>");
-        if (!rc)
-            rc = add_str(r, role_name[m[i].role]);
-        if (!rc)
-            rc = add_str(r, "<|end_header_id|>\n\n");
-        size_t start = r->len;
-        if (!rc)
-            rc = add_stripped(r, m[i].content, m[i].len);
-        if (!rc)
-            rc = add_str(r, "<|eot_id|>");
-        if (!rc && m[i].role == CHAT_ASSISTANT)
-            rc = reply(r, start);
-    }
-    return rc;
-}
-
-static int render_mistral(const chat_template *ct, const chat_message *m, size_t n,
-                          const char *key, chat_rendering *r, char **bad)
-{
-    int rc = add_str(r, ct->bos);
-    for (size_t i = 0; i < n && !rc; i++) {
-        if ((m[i].role == CHAT_USER) != (i % 2 == 0) || m[i].role == CHAT_SYSTEM) {
-            *bad = raised(ct, key, i, m[i].role, (m[i].role == CHAT_USER) != (i % 2 == 0));
-            break;
-        }
-        size_t start = r->len;
-        rc = add_str(r, m[i].role == CHAT_USER ? "[INST] " : NULL);
-        if (!rc)
-            rc = add(r, m[i].content, m[i].len);
-        if (!rc)
-            rc = add_str(r, m[i].role == CHAT_USER ? " [/INST]" : ct->eos);
-        if (!rc && m[i].role == CHAT_ASSISTANT)
-            rc = reply(r, start);
-        if (!rc && m[i].role == CHAT_ASSISTANT && ct->kind == CHAT_MISTRAL_V01)
-            rc = add_str(r, " ");
-    }
-    return rc;
-}
-
-static int render_chatml(const chat_message *m, size_t n, chat_rendering *r)
-{
-    int rc = TR_OK;
-    for (size_t i = 0; i < n && !rc; i++) {
-        rc = add_str(r, "<|im_start|>");
-        if (!rc)
-            rc = add_str(r, role_name[m[i].role]);
-        if (!rc)
-            rc = add_str(r, "\n");
-        size_t start = r->len;
-        if (!rc)
-            rc = add(r, m[i].content, m[i].len);
-        if (!rc)
-            rc = add_str(r, "<|im_end|>");
-        if (!rc && m[i].role == CHAT_ASSISTANT)
-            rc = reply(r, start);
-        if (!rc)
-            rc = add_str(r, "\n");
-    }
-    return rc;
-}
-
-int chat_render(const chat_template *ct, const chat_message *m, size_t n, const char *key,
-                chat_rendering *r, char **bad)
-{
-    r->len = r->n_reply = 0;
-    int rc = add(r, "", 0);
-    if (rc)
-        return rc;
-    switch (ct->kind) {
-    case CHAT_LLAMA2: return render_llama2(ct, m, n, key, r, bad);
-    case CHAT_LLAMA3: return render_llama3(ct, m, n, r);
-    case CHAT_MISTRAL:
-    case CHAT_MISTRAL_V01: return render_mistral(ct, m, n, key, r, bad);
-    case CHAT_CHATML: return render_chatml(m, n, r);
-    default: return tr_fail(TR_ERR_INTERNAL, "chat_render: the chatml pieces are prep_sft.c's");
-    }
-}
-
-int chat_render_generation_prompt(const chat_template *ct, chat_rendering *r)
-{
-    if (ct->kind == CHAT_LLAMA3)
-        return add_str(r, "<|start_header_id|>assistant<|end_header_id|>\n\n");
-    return add_str(r, ct->kind == CHAT_CHATML ? "<|im_start|>assistant\n" : NULL);
-}
-
-void chat_rendering_free(chat_rendering *r)
-{
-    free(r->text);
-    free(r->reply);
-    *r = (chat_rendering){0};
-}
-
-/* ---- the loss mask ---- */
-
-/* How many bytes of text[at..len) the token's bytes tok[0..n) stand for (a ' ' of the token
- * may be a U+2581 of the text), or SIZE_MAX when they do not. */
-static size_t fit(const char *tok, size_t n, const char *text, size_t at, size_t len)
-{
-    size_t j = at;
-    for (size_t k = 0; k < n; k++) {
-        if (j < len && text[j] == tok[k])
-            j++;
-        else if (tok[k] == ' ' && len - j >= 3 && !memcmp(text + j, "\xe2\x96\x81", 3))
-            j += 3;
-        else
-            return SIZE_MAX;
-    }
-    return j - at;
-}
-
-int chat_learned(const tr_tokenizer *t, const chat_rendering *r, const int32_t *ids, size_t n,
-                 int32_t *mask, char **bad)
-{
-    size_t at = 0, span = 0;
-    for (size_t i = 0; i < n; i++) {
-        size_t tl;
-        const char *tok = tr_token_bytes(t, ids[i], &tl);
-        size_t got = tok ? fit(tok, tl, r->text, at, r->len) : SIZE_MAX;
-        if (got == SIZE_MAX && tok && tl && tok[0] == ' ') /* SentencePiece's prepended U+2581 */
-            got = fit(tok + 1, tl - 1, r->text, at, r->len);
-        if (got == SIZE_MAX) {
-            *bad = prep_message("token %zu (id %d) of the rendered conversation is not its text "
-                                "at byte %zu (a character the tokenizer has no token for, "
-                                "without byte fallback?)", i, ids[i], at);
-            return TR_OK;
-        }
-        /* [start, end): the token's text; a lone prepended U+2581 goes with the next character */
-        size_t start = at, end = at + got;
-        if (end == start && at < r->len)
-            (void)next_char((const unsigned char *)r->text, r->len, &end);
-        while (span < r->n_reply && r->reply[span][1] <= start)
-            span++;
-        mask[i] = span < r->n_reply && r->reply[span][0] < end;
-        at += got;
-    }
-    if (at != r->len)
-        *bad = prep_message("the tokens of the rendered conversation end at byte %zu of its %zu",
-                            at, r->len);
-    return TR_OK;
 }

@@ -25,6 +25,14 @@
  *                "[INST] " CONTENT " [/INST]" and assistant CONTENT EOS, alternating from a
  *                user message; no system message.
  *  mistral-v0.1  Mistral-7B-Instruct-v0.1: the same with " " after each EOS.
+ *  qwen2         Qwen2-*-Instruct, Qwen1.5-*-Chat: chatml-hf's rendering, with
+ *                "<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n" first when the
+ *                first message is not a system message.
+ *  qwen2.5       Qwen2.5-*-Instruct without tools: the same with the default system prompt "You
+ *                are Qwen, created by Alibaba Cloud. You are a helpful assistant."; an assistant
+ *                message with tool_calls (rendered as <tool_call> blocks) is refused, as is the
+ *                "tool" role (no role but system, user or assistant is read); `tools` is never
+ *                passed.
  *  auto          the "chat_template" of the tokenizer_config.json beside the tokenizer.json,
  *                recognised as one of the official templates of the above by its fingerprint
  *                (the Jinja source with comments and the whitespace inside its tags dropped,
@@ -38,7 +46,8 @@
  * assistant. Learned (mask 1): every token whose text overlaps an assistant's reply, which
  * is what the model generates after apply_chat_template(..., add_generation_prompt=True):
  * llama2 " " strip(CONTENT) " " EOS; llama3 strip(CONTENT) "<|eot_id|>"; mistral CONTENT
- * EOS; chatml-hf CONTENT "<|im_end|>". */
+ * EOS; chatml-hf, qwen2, qwen2.5 CONTENT "<|im_end|>" (not the "\n" after it, nor a default
+ * system prompt). */
 #ifndef TR_CHAT_TEMPLATE_H
 #define TR_CHAT_TEMPLATE_H
 
@@ -54,7 +63,16 @@ typedef enum {
     CHAT_LLAMA3,
     CHAT_MISTRAL,
     CHAT_MISTRAL_V01,
+    CHAT_QWEN2,  /* chatml-hf with Qwen2-Instruct's default system prompt */
+    CHAT_QWEN25, /* the same with Qwen2.5-Instruct's; tool calls refused */
 } chat_kind;
+
+/* Whether templates of kind k write ChatML's markers <|im_start|> / <|im_end|> (chatml-hf and
+ * Qwen's). */
+static inline int chat_is_chatml(chat_kind k)
+{
+    return k == CHAT_CHATML || k == CHAT_QWEN2 || k == CHAT_QWEN25;
+}
 
 typedef struct {
     chat_kind kind;
@@ -75,6 +93,8 @@ typedef struct {
     int role;            /* CHAT_* */
     const char *content; /* UTF-8 (NUL bytes are text) */
     size_t len;
+    int tool_calls;      /* it has a "tool_calls" that Jinja takes as true (not null, false, 0,
+                          * "", [] or {}): qwen2.5 renders those calls, which trident refuses */
 } chat_message;
 
 /* A rendered conversation: its text, and each assistant reply's [start, end) byte range in it
@@ -94,18 +114,21 @@ int chat_render(const chat_template *ct, const chat_message *m, size_t n, const 
 void chat_rendering_free(chat_rendering *r);
 
 /* Append to r what add_generation_prompt=True appends: llama3
- * "<|start_header_id|>assistant<|end_header_id|>\n\n", chatml-hf "<|im_start|>assistant\n",
- * llama2 / mistral nothing (their prompt ends with " [/INST]"). Fails only for memory. */
+ * "<|start_header_id|>assistant<|end_header_id|>\n\n", chatml-hf / qwen2 / qwen2.5
+ * "<|im_start|>assistant\n", llama2 / mistral nothing (their prompt ends with " [/INST]").
+ * Fails only for memory. */
 int chat_render_generation_prompt(const chat_template *ct, chat_rendering *r);
 
 /* The prompt of `trident generate --chat-template` (chat_prompt.c): [a system message `system`
  * when not NULL,] a user message `user`, rendered with ct plus the generation prompt and
  * tokenized whole without t's post-processor template: the ids (*n of them, malloc'ed into *ids)
  * of apply_chat_template(messages, add_generation_prompt=True, tokenize=True). *stop: the id of
- * the template's end-of-reply marker (llama3 <|eot_id|>, chatml-hf <|im_end|>, llama2 / mistral
- * EOS), after which generation stops. *bad (malloc'ed) when the template refuses the messages
- * (mistral takes no system message). ct of CHAT_CHATML_PIECES (`chatml`, trident's training
- * pieces, no apply_chat_template rendering) is refused: TR_ERR_CONFIG. */
+ * the template's end-of-reply marker (llama3 <|eot_id|>, chatml-hf / qwen2 / qwen2.5
+ * <|im_end|>, llama2 / mistral EOS), after which generation stops. *bad (malloc'ed) when the
+ * template refuses the messages (mistral takes no system message). Without `system`, qwen2 and
+ * qwen2.5 write their default system prompt, as apply_chat_template does. ct of
+ * CHAT_CHATML_PIECES (`chatml`, trident's training pieces, no apply_chat_template rendering) is
+ * refused: TR_ERR_CONFIG. */
 int chat_prompt_ids(const chat_template *ct, const tr_tokenizer *t, const char *system,
                     const char *user, int32_t **ids, size_t *n, int32_t *stop, char **bad);
 

@@ -169,13 +169,13 @@ TR_MUST_CHECK int tr_preprocess_text(const char *const *inputs, int n_inputs, co
  *    The tokenizer must have an EOD (TR_ERR_CONFIG). append_eod is ignored (always).
  *    tr_preprocess_chat: tokenizer_model is the HFTokenizer's tokenizer.json (or NULL) and
  *    template_name other than "chatml" (data/chat_template.h: chatml-hf, llama2, llama3,
- *    mistral, mistral-v0.1, auto from the tokenizer_config.json beside tokenizer_model): the
- *    conversation rendered as transformers' apply_chat_template renders it with the family's
- *    official template, tokenized whole without the tokenizer's own template, no EOD: the
- *    ids of apply_chat_template(messages, tokenize=True); mask 1 on the tokens of each
- *    assistant reply and its end marker (an empty reply is taken: its end marker is
- *    learned). A conversation the template refuses (roles that do not alternate, ...) is a
- *    bad line; an unknown name or template is TR_ERR_CONFIG. */
+ *    mistral, mistral-v0.1, qwen2, qwen2.5, auto from the tokenizer_config.json beside
+ *    tokenizer_model): the conversation rendered as transformers' apply_chat_template renders
+ *    it with the family's official template, tokenized whole without the tokenizer's own
+ *    template, no EOD: the ids of apply_chat_template(messages, tokenize=True); mask 1 on
+ *    the tokens of each assistant reply and its end marker (an empty reply is taken: its end
+ *    marker is learned). A conversation the template refuses (roles that do not alternate,
+ *    ...) is a bad line; an unknown name or template is TR_ERR_CONFIG. */
 enum { TR_SFT_NONE = 0, TR_SFT_PAIR = 1, TR_SFT_CHAT = 2 };
 typedef struct {
     const char *const *inputs;

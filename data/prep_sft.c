@@ -88,6 +88,20 @@ static int encode_pair(const prep_spec *spec, tr_encoder *e, prep_batch *b, size
     return rc ? rc : finish(spec, b, i, start, 1);
 }
 
+/* Whether Jinja takes v as true (absent, null, false, 0, "", [] and {} are false). */
+static int jinja_true(json_t *v)
+{
+    if (json_is_array(v))
+        return json_array_size(v) > 0;
+    if (json_is_object(v))
+        return json_object_size(v) > 0;
+    if (json_is_string(v))
+        return json_string_length(v) > 0;
+    if (json_is_number(v))
+        return json_number_value(v) != 0;
+    return json_is_true(v);
+}
+
 /* The messages of the chat list `key` of root, checked, in *out (malloc'ed; *n of them), or
  * *bad. */
 static int read_messages(json_t *root, const char *key, chat_message **out, size_t *n, char **bad)
@@ -129,7 +143,8 @@ static int read_messages(json_t *root, const char *key, chat_message **out, size
         }
         m[j] = (chat_message){!strcmp(r, "system") ? CHAT_SYSTEM
                               : !strcmp(r, "user") ? CHAT_USER : CHAT_ASSISTANT,
-                              json_string_value(content), json_string_length(content)};
+                              json_string_value(content), json_string_length(content),
+                              jinja_true(json_object_get(msg, "tool_calls"))};
     }
     *out = m;
     *n = json_array_size(list);

@@ -1,8 +1,9 @@
 #!/usr/bin/python3
 """`trident preprocess --sft --chat-template` against transformers 4.38.2: for each template
-(chatml-hf, llama2, llama3, mistral, mistral-v0.1), a small tokenizer of the family trained
+(chatml-hf, llama2, llama3, mistral, mistral-v0.1, qwen2, qwen2.5), a small tokenizer of the family trained
 offline on fortunes (SentencePiece-style BPE with byte fallback in Llama-2's shape for
-llama2/mistral; byte-level BPE with Llama-3's regex or GPT-2's for llama3/chatml-hf) and a
+llama2/mistral; byte-level BPE with Llama-3's regex, GPT-2's or Qwen2's (without its NFC normalizer)
+for llama3/chatml-hf/qwen) and a
 tokenizer_config.json holding the official template; a JSONL of varied conversations (system
 or not, multi-turn, unicode, spaces around, empty-ish content, U+2581, special-token text in the
 content) through `trident preprocess --chat-template auto` (and by name: the same files). The
@@ -10,12 +11,13 @@ ids must equal tokenizer.apply_chat_template(messages, tokenize=True) and the lo
 1 exactly on the tokens whose offsets overlap an assistant reply: what
 apply_chat_template(prefix + [reply]) adds to apply_chat_template(prefix,
 add_generation_prompt=True), up to its end marker. Conversations the template raises on are
-refused by both, naming FILE:LINE.
+refused by both, naming FILE:LINE; qwen2.5's tool calls and "tool" messages, which transformers
+renders, are refused by trident naming FILE:LINE.
 `trident generate --chat-template NAME|auto [--system TEXT] --json --max-new-tokens 3` on a tiny
 GPT-2 folder written here (its greedy token fixed by ln_f's bias): the prompt ids equal
 apply_chat_template(messages, add_generation_prompt=True) for a few prompts with and without a
 system message (Mistral's system message: refused by both); generation stops right after the
-end-of-reply marker (llama3 <|eot_id|>, chatml-hf <|im_end|>, llama2 EOS) when the model makes it,
+end-of-reply marker (llama3 <|eot_id|>, chatml-hf and qwen <|im_end|>, llama2 EOS) when the model makes it,
 and --eos-id overrides it.
 usage: test_chat_template_oracle.py TRIDENT WORKDIR VENV"""
 import json
@@ -51,6 +53,13 @@ LLAMA3 = ("{% set loop_messages = messages %}{% for message in loop_messages %}{
 MISTRAL = ("{{ bos_token }}{% for message in messages %}{% if (message['role'] == 'user') != (loop.index0 % 2 == 0) %}{{ raise_exception('Conversation roles must alternate user/assistant/user/assistant/...') }}{% endif %}{% if message['role'] == 'user' %}{{ '[INST] ' + message['content'] + ' [/INST]' }}{% elif message['role'] == 'assistant' %}{{ message['content'] + eos_token}}{% else %}{{ raise_exception('Only user and assistant roles are supported!') }}{% endif %}{% endfor %}")  # noqa: E501
 MISTRAL_V01 = MISTRAL.replace("eos_token}}", "eos_token + ' ' }}")
 CHATML = ("{% for message in messages %}{{'<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}")  # noqa: E501
+# Qwen2-*-Instruct (and Qwen1.5-*-Chat); Qwen2.5-*-Instruct (Qwen/Qwen2.5-0.5B-Instruct at 7ae5576, as
+# guidance-ai/guidance's guidance/chat.py copies it; the same in lmdeploy's copy).
+QWEN2 = ("{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}{{ '<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n' }}{% endif %}{{'<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}")  # noqa: E501
+QWEN25 = ("{%- if tools %}\n    {{- '<|im_start|>system\\n' }}\n    {%- if messages[0]['role'] == 'system' %}\n        {{- messages[0]['content'] }}\n    {%- else %}\n        {{- 'You are Qwen, created by Alibaba Cloud. You are a helpful assistant.' }}\n    {%- endif %}\n    {{- \"\\n\\n# Tools\\n\\nYou may call one or more functions to assist with the user query.\\n\\nYou are provided with function signatures within <tools></tools> XML tags:\\n<tools>\" }}\n    {%- for tool in tools %}\n        {{- \"\\n\" }}\n        {{- tool | tojson }}\n    {%- endfor %}\n    {{- \"\\n</tools>\\n\\nFor each function call, return a json object with function name and arguments within <tool_call></tool_call> XML tags:\\n<tool_call>\\n{\\\"name\\\": <function-name>, \\\"arguments\\\": <args-json-object>}\\n</tool_call><|im_end|>\\n\" }}\n{%- else %}\n    {%- if messages[0]['role'] == 'system' %}\n        {{- '<|im_start|>system\\n' + messages[0]['content'] + '<|im_end|>\\n' }}\n    {%- else %}\n        {{- '<|im_start|>system\\nYou are Qwen, created by Alibaba Cloud. You are a helpful assistant.<|im_end|>\\n' }}\n    {%- endif %}\n{%- endif %}\n{%- for message in messages %}\n    {%- if (message.role == \"user\") or (message.role == \"system\" and not loop.first) or (message.role == \"assistant\" and not message.tool_calls) %}\n        {{- '<|im_start|>' + message.role + '\\n' + message.content + '<|im_end|>' + '\\n' }}\n    {%- elif message.role == \"assistant\" %}\n        {{- '<|im_start|>' + message.role }}\n        {%- if message.content %}\n            {{- '\\n' + message.content }}\n        {%- endif %}\n        {%- for tool_call in message.tool_calls %}\n            {%- if tool_call.function is defined %}\n                {%- set tool_call = tool_call.function %}\n            {%- endif %}\n            {{- '\\n<tool_call>\\n{\"name\": \"' }}\n            {{- tool_call.name }}\n            {{- '\", \"arguments\": ' }}\n            {{- tool_call.arguments | tojson }}\n            {{- '}\\n</tool_call>' }}\n        {%- endfor %}\n        {{- '<|im_end|>\\n' }}\n    {%- elif message.role == \"tool\" %}\n        {%- if (loop.index0 == 0) or (messages[loop.index0 - 1].role != \"tool\") %}\n            {{- '<|im_start|>user' }}\n        {%- endif %}\n        {{- '\\n<tool_response>\\n' }}\n        {{- message.content }}\n        {{- '\\n</tool_response>' }}\n        {%- if loop.last or (messages[loop.index0 + 1].role != \"tool\") %}\n            {{- '<|im_end|>\\n' }}\n        {%- endif %}\n    {%- endif %}\n{%- endfor %}\n{%- if add_generation_prompt %}\n    {{- '<|im_start|>assistant\\n' }}\n{%- endif %}\n")  # noqa: E501
+# Qwen2's pre-tokenizer regex (its tokenizer.json; its NFC normalizer left out here)
+QWEN2_PATTERN = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|"
+                 r"\s*[\r\n]+|\s+(?!\S)|\s+")
 GEMMA = ("{{ bos_token }}{% if messages[0]['role'] == 'system' %}{{ raise_exception('System role not supported') }}{% endif %}{% for message in messages %}{% if (message['role'] == 'user') != (loop.index0 % 2 == 0) %}{{ raise_exception('Conversation roles must alternate user/assistant/user/assistant/...') }}{% endif %}{% if (message['role'] == 'assistant') %}{% set role = 'model' %}{% else %}{% set role = message['role'] %}{% endif %}{{ '<start_of_turn>' + role + '\n' + message['content'] | trim + '<end_of_turn>\n' }}{% endfor %}{% if add_generation_prompt %}{{'<start_of_turn>model\n'}}{% endif %}")  # noqa: E501
 
 fortunes = oracle_env.fortune_files()
@@ -72,12 +81,13 @@ def sentencepiece_style(folders):
         "prepend_scheme": "always"}))
 
 
-def byte_level(folder, specials, llama3_regex):
-    """Llama-3 (its regex, then ByteLevel without one, the BOS template) or GPT-2 style."""
+def byte_level(folder, specials, llama3_regex, pattern=None):
+    """Llama-3 (its regex, then ByteLevel without one, the BOS template), Qwen2 (`pattern`, no
+    template) or GPT-2 style."""
     tok = Tokenizer(models.BPE())
-    if llama3_regex:
+    if llama3_regex or pattern:
         tok.pre_tokenizer = pre_tokenizers.Sequence([
-            pre_tokenizers.Split(Regex(oracle_env.LLAMA3_PATTERN), "isolated"),
+            pre_tokenizers.Split(Regex(pattern or oracle_env.LLAMA3_PATTERN), "isolated"),
             pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
     else:
         tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
@@ -108,11 +118,13 @@ def write_config(folder, template, bos, eos):
     return PreTrainedTokenizerFast.from_pretrained(folder)
 
 
-sp_dir, meta_dir, l3_dir, cm_dir = (os.path.join(work, n) for n in ("sp", "sp-meta", "llama3", "chatml"))
+sp_dir, meta_dir, l3_dir, cm_dir, qw_dir = (os.path.join(work, n) for n in ("sp", "sp-meta", "llama3", "chatml",
+                                                                             "qwen"))
 sentencepiece_style([sp_dir, meta_dir])
 byte_level(l3_dir, ["<|begin_of_text|>", "<|end_of_text|>", "<|start_header_id|>", "<|end_header_id|>",
                     "<|eot_id|>"], True)
 byte_level(cm_dir, ["<|endoftext|>", "<|im_start|>", "<|im_end|>"], False)
+byte_level(qw_dir, ["<|endoftext|>", "<|im_start|>", "<|im_end|>"], False, QWEN2_PATTERN)
 print(f"tokenizers trained ({time.time() - t_start:.1f} s)")
 
 
@@ -154,6 +166,12 @@ def conversations(system_ok, assistant_first_ok, n=40):
     return out
 
 
+QWEN_EXTRA = [  # a system message after the first; tool_calls that Jinja takes as false (rendered as none)
+    [{"role": "user", "content": "q"}, {"role": "system", "content": "later system"},
+     {"role": "assistant", "content": "a", "tool_calls": []}],
+    [{"role": "system", "content": ""}, {"role": "user", "content": ""},
+     {"role": "assistant", "content": "", "tool_calls": None}, {"role": "user", "content": "\u00e9\u4e2d"},
+     {"role": "assistant", "content": "\U0001F642 <|im_start|>", "tool_calls": {}}]]
 FAMILIES = [  # name, folder, template, bos, eos, end marker, conversations
     ("llama2", sp_dir, LLAMA2, "<s>", "</s>", "</s>", conversations(True, False)
      + [[{"role": "user", "content": "q"}, {"role": "system", "content": "dropped at an odd turn"},
@@ -164,6 +182,8 @@ FAMILIES = [  # name, folder, template, bos, eos, end marker, conversations
     ("mistral", meta_dir, MISTRAL, "<s>", "</s>", "</s>", conversations(False, False, 20)),
     ("llama2", meta_dir, LLAMA2, "<s>", "</s>", "</s>", conversations(True, False, 20)),
     ("chatml-hf", cm_dir, CHATML, None, "<|im_end|>", "<|im_end|>", conversations(True, True)),
+    ("qwen2", qw_dir, QWEN2, None, "<|im_end|>", "<|im_end|>", conversations(True, True) + QWEN_EXTRA),
+    ("qwen2.5", qw_dir, QWEN25, None, "<|im_end|>", "<|im_end|>", conversations(True, True) + QWEN_EXTRA),
 ]
 
 
@@ -198,9 +218,15 @@ def reference_mask(tok, msgs, end_marker):
         if m["role"] != "assistant":
             continue
         with_reply = tok.apply_chat_template(msgs[:k + 1], tokenize=False)
-        before = tok.apply_chat_template(msgs[:k], tokenize=False, add_generation_prompt=True)
+        try:
+            before = tok.apply_chat_template(msgs[:k], tokenize=False, add_generation_prompt=True)
+        except TemplateError:  # qwen2.5 reads messages[0]: no prompt before a first reply
+            before = None
+        end = with_reply.rindex(end_marker)
+        if k == 0 and (before is None or not with_reply.startswith(before)):
+            before = with_reply[:end - len(m["content"])]  # qwen: [] has no default system prompt
         assert full.startswith(with_reply) and with_reply.startswith(before), (msgs[:k + 1])
-        spans.append((len(before), with_reply.rindex(end_marker) + len(end_marker)))
+        spans.append((len(before), end + len(end_marker)))
     enc = tok(full, add_special_tokens=False, return_offsets_mapping=True)
     mask = [int(any(s < b and max(e, s + 1) > a for a, b in spans)) for s, e in enc["offset_mapping"]]
     return enc["input_ids"], mask
@@ -284,7 +310,7 @@ def check_generate(name, label, folder, tok, end_marker):
                            f"apply_chat_template {want}")
     check(f"{label}: generate --chat-template prompt ids == apply_chat_template(add_generation_prompt=True) "
           f"({n} runs, {time.time() - t0:.1f} s)", not bad, "\n     ".join(bad[:3]))
-    if name not in ("llama3", "chatml-hf", "llama2") or folder == meta_dir:
+    if name not in ("llama3", "chatml-hf", "llama2", "qwen2", "qwen2.5") or folder == meta_dir:
         return
     marker = tok.convert_tokens_to_ids(end_marker)
     stopper = tiny_gpt2(os.path.join(work, "gpt2-stop-" + name), GEN_WIDE, marker)
@@ -352,6 +378,27 @@ for name, template, msgs, words in raising:
     check(f"{name}, roles {[m['role'] for m in msgs]}: apply_chat_template raises, trident exits 2 "
           f"naming raise.jsonl:2", hf_raises and rc == 2 and "raise.jsonl:2:" in err and words in err,
           f"hf raises {hf_raises}, rc {rc}: {err.strip()}")
+
+# ---- qwen2.5's tool sections, which trident does not render: refused naming FILE:LINE ----
+tools = [("an assistant message with tool_calls", [
+    {"role": "user", "content": "weather?"},
+    {"role": "assistant", "content": "", "tool_calls": [
+        {"type": "function", "function": {"name": "get_weather", "arguments": {"city": "Paris"}}}]}],
+    ['"tool_calls"', "renders tool calls, which trident does not"]),
+    ("a tool message", [{"role": "user", "content": "weather?"}, {"role": "assistant", "content": "calling"},
+                        {"role": "tool", "content": "22 C"}, {"role": "assistant", "content": "22 C"}],
+     ['role is "tool" (system, user or assistant)'])]
+tok = write_config(qw_dir, QWEN25, None, "<|im_end|>")
+for what, msgs, words in tools:
+    rendered = tok.apply_chat_template(msgs, tokenize=False)  # transformers renders them
+    f = tt.write(os.path.join(work, "tools.jsonl"), json.dumps({"messages": [
+        {"role": "user", "content": "ok"}, {"role": "assistant", "content": "fine"}]}) + "\n"
+        + json.dumps({"messages": msgs}) + "\n")
+    for template in ("auto", "qwen2.5"):
+        rc, err = preprocess(qw_dir, f, os.path.join(work, "tools"), template)
+        check(f"qwen2.5 ({template}), {what} (apply_chat_template writes {rendered.count('<tool_')} "
+              f"<tool_...> tags): exit 2 naming tools.jsonl:2", rc == 2 and "tools.jsonl:2:" in err
+              and all(w in err for w in words), f"rc {rc}: {err.strip()}")
 
 # ---- templates trident does not know, and a template for another family's tokenizer ----
 write_config(sp_dir, GEMMA, "<s>", "</s>")

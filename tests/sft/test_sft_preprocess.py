@@ -206,8 +206,17 @@ rendered = {  # the conversation as the official templates render it: (text, lea
     "mistral": mistral,
     "mistral-v0.1": [mistral[0], mistral[1], (" " + mistral[2][0], 0), mistral[3], (" ", 0)],
 }
-for name, pieces in rendered.items():
-    msgs = conv[1:] if name.startswith("mistral") else conv
+chatml_tail = [(" hello\n<|im_end|>", 1), ("\n<|im_start|>user\nbye<|im_end|>\n<|im_start|>assistant\n", 0),
+               ("ok<|im_end|>", 1), ("\n", 0)]
+for name, system in [("qwen2", "You are a helpful assistant."),
+                     ("qwen2.5", "You are Qwen, created by Alibaba Cloud. You are a helpful assistant.")]:
+    # without a system message: the default one first (not learned); with one: chatml-hf's text
+    rendered[name] = [(f"<|im_start|>system\n{system}<|im_end|>\n<|im_start|>user\n hi <|im_end|>\n"
+                       "<|im_start|>assistant\n", 0)] + chatml_tail
+    rendered[name + "+system"] = rendered["chatml-hf"]
+for key, pieces in rendered.items():
+    name = key.split("+")[0]
+    msgs = conv[1:] if name.startswith("mistral") or key in ("qwen2", "qwen2.5") else conv
     rc, _, err = chat_preprocess(name, [{"messages": msgs}], "--chat-template", name)
     want_ids, want_mask = [], []
     for text, learned in pieces:
@@ -215,7 +224,8 @@ for name, pieces in rendered.items():
         want_ids += ids
         want_mask += [learned] * len(ids)
     docs = documents(path("tpl-" + name)) if rc == 0 else [([], [])]
-    check(f"--chat-template {name}: the official template's text, no EOD, the replies learned",
+    check(f"--chat-template {name}{', system message first' if '+' in key else ''}: the official "
+          "template's text, no EOD, the replies learned",
           rc == 0 and list(docs[0][0]) == want_ids and list(docs[0][1]) == want_mask,
           f"rc {rc} {err.strip()}\n     ids {list(docs[0][0])}\n    want {want_ids}\n     mask "
           f"{list(docs[0][1])}\n    want {want_mask}")
@@ -262,7 +272,12 @@ raising = [("llama2", [{"role": "user", "content": "a"}, {"role": "user", "conte
            ("llama2", [{"role": "assistant", "content": "a"}], "must alternate"),
            ("mistral", conv, "must alternate"),
            ("mistral", [conv[1], conv[0], conv[2]], "Only user and assistant roles are supported"),
-           ("llama3", [conv[0], conv[1]], "no assistant message")]
+           ("llama3", [conv[0], conv[1]], "no assistant message"),
+           # qwen2.5's tool sections, which transformers renders: refused by trident
+           ("qwen2.5", [conv[1], dict(conv[2], tool_calls=[{"type": "function", "function": {
+               "name": "f", "arguments": {}}}])], '"messages"[1] is an assistant message with "tool_calls"'),
+           ("qwen2.5", [conv[1], {"role": "tool", "content": "22 C"}, conv[2]],
+            '"messages"[1].role is "tool" (system, user or assistant)')]
 for name, msgs, msg in raising:
     rc, _, err = chat_preprocess("bad", [ok_line, {"messages": msgs}], "--chat-template", name)
     check(f"--chat-template {name}, roles {[m['role'] for m in msgs]}: exit 2 naming tpl.jsonl:2",
