@@ -57,7 +57,8 @@ static const char CHATML_DEFINED[] =
     "{% endif %}" CHATML_BODY;
 
 /* Qwen2-*-Instruct and Qwen1.5-*-Chat (the default system prompt before a first message that is
- * not one). */
+ * not one), as copies of them in several projects agree. Not the base models' (their "You are
+ * a helpful assistant" has no period), which `auto` refuses. */
 static const char QWEN2_INSTRUCT[] =
     "{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}{{ '<|im"
     "_start|>system\n"
@@ -66,8 +67,9 @@ static const char QWEN2_INSTRUCT[] =
     "' + message['content'] + '<|im_end|>' + '\n"
     "'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n"
     "' }}{% endif %}";
-/* Qwen2.5-*-Instruct (Qwen/Qwen2.5-0.5B-Instruct's tokenizer_config.json at 7ae5576, the same in
- * the 1.5B-72B): its tools / tool_calls / "tool" sections are refused by trident. */
+/* Qwen2.5-*-Instruct: Qwen/Qwen2.5-0.5B-Instruct's tokenizer_config.json at 7ae5576 (as the
+ * guidance library's guidance/chat.py copies it, and another copy for lmdeploy, the same; the
+ * other sizes' not compared here). Its tools / tool_calls / "tool" sections trident refuses. */
 static const char QWEN25_INSTRUCT[] =
     "{%- if tools %}\n"
     "    {{- '<|im_start|>system\\n' }}\n"
