@@ -1,59 +1,54 @@
-/* The NFC normalizer (Unicode canonical composition; Qwen2's tokenizer.json) in utf8proc, with a
- * fast path for text that is already NFC by a quick look at its characters, and tokenizers'
- * Unicode version kept.
+/* The NFC normalizer (Unicode canonical composition; Qwen2's tokenizer.json) in utf8proc, only
+ * where the text needs it, with tokenizers' Unicode version kept.
  *
  * tokenizers applies its normalizer to each piece of text between the added tokens matched in
  * the raw text (those with "normalized": false); tokenizer.c calls tok_nfc() on those pieces,
- * after the UTF-8 repair, so the text is always valid UTF-8 here. */
+ * after the UTF-8 repair, so the text is always valid UTF-8 here.
+ *
+ * "Safe" characters (below) are starters that NFC keeps and that compose with nothing before
+ * them: NFC(x s y) = NFC(x) NFC(s y) for such an s, so a text is cut before each one, and only
+ * the spans that hold another character (from the safe character before it, which may compose
+ * with what follows, to the next safe one) go through utf8proc; ASCII, Latin-1 and CJK text
+ * never does. */
 #include <string.h>
 #include <utf8proc.h>
 
 #include "core/core.h"
 #include "tokenizer/tok_internal.h"
 
-/* Characters with canonical combining class 0 whose NFC quick check is Yes (no decomposition
- * that NFC keeps, never the second of a composition pair), as inclusive ranges: a text made
- * only of them is NFC already (Unicode's quick-check algorithm answers YES). Checked against
- * Python's unicodedata (Unicode 14): every code point below U+0300 is one; CJK ideographs,
- * kana without the combining sound marks U+3099/U+309A, Hangul syllables (the trailing jamo
- * U+11A8.. that compose with them are not in the list), CJK punctuation before the combining
- * tone marks U+302A.., and the halfwidth and fullwidth forms. */
-static const uint32_t nfc_safe[][2] = {
-    {0x3000, 0x3029}, {0x3041, 0x3096}, {0x30A0, 0x30FF}, {0x4E00, 0x9FFF},
-    {0xAC00, 0xD7A3}, {0xFF00, 0xFFEF},
+/* Safe characters besides every code point below U+0300: combining class 0, NFC quick check
+ * Yes (no decomposition that NFC keeps, never the second of a composition pair, so never
+ * joined to what is before them), in tokenizers' Unicode 9.0 as in utf8proc's 15.0. Checked
+ * with Python's unicodedata (Unicode 14): CJK ideographs, Hangul syllables (the trailing
+ * jamo U+11A8.. that compose with them are not safe), kana without the combining sound marks
+ * U+3099/U+309A, CJK punctuation before the combining tone marks U+302A.., the halfwidth and
+ * fullwidth forms. Inclusive ranges. */
+static const uint32_t nfc_safe[][2] = { /* (the commonest first) */
+    {0x4E00, 0x9FFF}, {0xAC00, 0xD7A3}, {0x3041, 0x3096}, {0x30A0, 0x30FF},
+    {0x3000, 0x3029}, {0xFF00, 0xFFEF},
 };
 
-/* 1 when valid UTF-8 s[0 .. len) is made only of the characters above. */
-static int nfc_quick_yes(const unsigned char *s, size_t len)
+/* Bytes of the UTF-8 sequence led by c. */
+static size_t seq_len(unsigned char c)
 {
-    size_t i = 0;
-    while (i < len) {
-        if (i + 8 <= len) { /* 8 bytes below 0xCC (code points below U+0300) at once */
-            uint64_t v;
-            memcpy(&v, s + i, 8);
-            /* a byte >= 0x80 is checked one at a time below */
-            if (!(v & 0x8080808080808080ULL)) {
-                i += 8;
-                continue;
-            }
-        }
-        unsigned char c = s[i];
-        if (c < 0xCC) { /* ASCII, or a 2-byte lead of U+0080 .. U+02FF (its tail follows) */
-            i += c < 0x80 ? 1 : 2;
-            continue;
-        }
-        if (c < 0xE0 || c >= 0xF0) /* U+0300 .. U+07FF, or beyond the BMP */
-            return 0;
-        uint32_t cp = (uint32_t)(c & 0x0F) << 12 | (uint32_t)(s[i + 1] & 0x3F) << 6 |
-                      (uint32_t)(s[i + 2] & 0x3F);
-        int ok = 0;
-        for (size_t k = 0; k < sizeof nfc_safe / sizeof nfc_safe[0] && !ok; k++)
-            ok = cp >= nfc_safe[k][0] && cp <= nfc_safe[k][1];
-        if (!ok)
-            return 0;
-        i += 3;
-    }
-    return 1;
+    return c < 0x80 ? 1 : c < 0xE0 ? 2 : c < 0xF0 ? 3 : 4;
+}
+
+/* 1 when the character at s (valid UTF-8) is safe; *n: its bytes. */
+static int safe_at(const unsigned char *s, size_t *n)
+{
+    unsigned char c = s[0];
+    *n = seq_len(c);
+    if (c < 0xCC) /* ASCII, or U+0080 .. U+02FF */
+        return 1;
+    if (*n != 3) /* U+0300 .. U+07FF, or beyond the BMP */
+        return 0;
+    uint32_t cp = (uint32_t)(c & 0x0F) << 12 | (uint32_t)(s[1] & 0x3F) << 6 |
+                  (uint32_t)(s[2] & 0x3F);
+    for (size_t k = 0; k < sizeof nfc_safe / sizeof nfc_safe[0]; k++)
+        if (cp >= nfc_safe[k][0] && cp <= nfc_safe[k][1])
+            return 1;
+    return 0;
 }
 
 /* Code points that matter to NFC in utf8proc's Unicode (15.0) but that tokenizers' NFC (the
@@ -116,6 +111,10 @@ static int nfc_utf8proc(tok_nfc_buf *b, const char *s, size_t len, const char **
 {
     const utf8proc_option_t opts = UTF8PROC_STABLE | UTF8PROC_COMPOSE;
     utf8proc_ssize_t n;
+    *out = s;
+    *out_len = 0;
+    if (!len) /* (utf8proc_reencode writes a NUL into the buffer, which may not be there) */
+        return TR_OK;
     for (;;) { /* decomposed and reordered into b->cp (code points), grown until it fits */
         n = utf8proc_decompose((const utf8proc_uint8_t *)s, (utf8proc_ssize_t)len, b->cp,
                                (utf8proc_ssize_t)b->cap, opts);
@@ -143,6 +142,8 @@ static int nfc_utf8proc(tok_nfc_buf *b, const char *s, size_t len, const char **
 /* Append n bytes to b->out. */
 static int out_add(tok_nfc_buf *b, const char *s, size_t n)
 {
+    if (!n)
+        return TR_OK;
     if (b->out_len + n > b->out_cap) {
         size_t cap = 2 * (b->out_len + n);
         if (!tok_grow(&b->out, cap, 1))
@@ -154,36 +155,65 @@ static int out_add(tok_nfc_buf *b, const char *s, size_t n)
     return TR_OK;
 }
 
-int tok_nfc(tok_nfc_buf *b, const char *s, size_t len, const char **out, size_t *out_len)
+/* NFC of s[0 .. len) as tokenizers makes it, appended to b->out: utf8proc's on each run between
+ * the characters tokenizers does not know, those kept as they are. */
+static int nfc_append(tok_nfc_buf *b, const char *s, size_t len)
 {
-    *out = s;
-    *out_len = len;
-    if (nfc_quick_yes((const unsigned char *)s, len))
-        return TR_OK;
     const unsigned char *u = (const unsigned char *)s;
     size_t run = 0, i = 0, n;
-    int rc = TR_OK, split = 0;
-    b->out_len = 0;
-    while (i < len && !rc) { /* runs between tokenizers' unknown characters, NFC'd one by one */
+    const char *norm;
+    size_t norm_len;
+    int rc = TR_OK;
+    while (i < len && !rc) {
         if (u[i] < 0xDF || !is_newer(utf8_at(u + i, &n))) { /* (U+07FD is the first) */
-            i += u[i] < 0x80 ? 1 : u[i] < 0xE0 ? 2 : u[i] < 0xF0 ? 3 : 4;
+            i += seq_len(u[i]);
             continue;
         }
-        split = 1;
-        const char *norm;
-        size_t norm_len;
         if (!(rc = nfc_utf8proc(b, s + run, i - run, &norm, &norm_len)) &&
             !(rc = out_add(b, norm, norm_len)))
             rc = out_add(b, s + i, n);
         i += n;
         run = i;
     }
-    if (!split || rc)
-        return rc ? rc : nfc_utf8proc(b, s, len, out, out_len);
-    const char *norm;
-    size_t norm_len;
-    if ((rc = nfc_utf8proc(b, s + run, len - run, &norm, &norm_len)) ||
-        (rc = out_add(b, norm, norm_len)))
+    if (!rc && run < len && !(rc = nfc_utf8proc(b, s + run, len - run, &norm, &norm_len)))
+        rc = out_add(b, norm, norm_len);
+    return rc;
+}
+
+int tok_nfc(tok_nfc_buf *b, const char *s, size_t len, const char **out, size_t *out_len)
+{
+    const unsigned char *u = (const unsigned char *)s;
+    size_t i = 0, done = 0, safe = 0, n; /* safe: where the last safe character starts */
+    int rc = TR_OK, changed = 0;
+    *out = s;
+    *out_len = len;
+    b->out_len = 0;
+    while (i < len && !rc) {
+        if (i + 8 <= len) { /* 8 ASCII bytes at once */
+            uint64_t v;
+            memcpy(&v, u + i, 8);
+            if (!(v & 0x8080808080808080ULL)) {
+                safe = i + 7;
+                i += 8;
+                continue;
+            }
+        }
+        if (safe_at(u + i, &n)) {
+            safe = i;
+            i += n;
+            continue;
+        }
+        size_t end = i + n; /* the span [safe, end): up to the next safe character */
+        while (end < len && !safe_at(u + end, &n))
+            end += n;
+        if (!(rc = out_add(b, s + done, safe - done)))
+            rc = nfc_append(b, s + safe, end - safe);
+        changed = 1;
+        done = safe = i = end;
+    }
+    if (rc || !changed)
+        return rc;
+    if ((rc = out_add(b, s + done, len - done)))
         return rc;
     *out = b->out;
     *out_len = b->out_len;

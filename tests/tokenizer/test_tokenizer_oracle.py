@@ -23,10 +23,11 @@ Tokenizers compared:
                   without byte_fallback (fused <unk>); and decoding: random id sequences (byte
                   tokens valid and not, specials) and the encoded texts, against decode()
   qwen2-style     a byte-level BPE trained here in Qwen2's shape (NFC normalizer, Qwen2's Split
-                  + ByteLevel, "" affixes, <|endoftext|> <|im_start|> <|im_end|>) on ~480 texts
+                  + ByteLevel, "" affixes, <|endoftext|> <|im_start|> <|im_end|>) on ~780 texts
                   made of NFC cases (decomposed accents, jamo, exclusions and singletons,
                   combining-class orders, marks newer than tokenizers' Unicode 9.0 tables, added
-                  tokens beside combining marks, CRLF, ASCII) and the torture files, with
+                  tokens beside combining marks, CRLF, ASCII; 400 random mixes of them and 300
+                  of single code points) and the torture files, with
                   decode(); the same with normalized added tokens (matched after NFC), and
                   llama2-style with NFC in its normalizer Sequence and with Metaspace
 The texts reach the references as Python's bytes.decode("utf-8", "replace") of the file. The
@@ -239,6 +240,14 @@ NFC_PIECES = ["e\u0301", "E\u0301\u0301", "a\u0323\u0302", "a\u0302\u0323", "o\u
 qrng = random.Random(11)
 nfc_texts = NFC_PIECES + ["".join(qrng.choice(NFC_PIECES) for _ in range(qrng.randint(1, 12)))
                           for _ in range(400)]
+# and single code points in any order: starters that compose, marks of every class, jamo, kana
+NFC_CHARS = (list("aeiouAEOnsz ") + [chr(c) for c in [0xe9, 0xc5, 0xfc, 0x1b0, 0x3b1, 0x3b9, 0x415, 0x928,
+                                                     0x915, 0x93c, 0x94d, 0xb47, 0xb3e, 0xb57, 0xdd9, 0xdcf,
+                                                     0x1100, 0x1161, 0x11a8, 0xac00, 0xac01, 0x304b, 0x3099,
+                                                     0x309a, 0x4e2d, 0x302a, 0x1df6, 0x1ac0, 0x0898, 0xfb2a,
+                                                     0x1d15e, 0x11935, 0x11930, 0x2126, 0x212b, 0xf900]]
+             + [chr(c) for c in range(0x300, 0x370)] + ["\u0323", "\u0316", "\u0334", "\u05b0", "\u05bc"])
+nfc_texts += ["".join(qrng.choice(NFC_CHARS) for _ in range(qrng.randint(1, 16))) for _ in range(300)]
 nfc_texts += ["".join(qrng.choice(NFC_PIECES) + qrng.choice(["", " ", "\n"]) for _ in range(3000)),
               "The quick brown fox\r\njumps over the lazy dog.\r\n\r\n", texts[small[0]]]
 nfc_files = []
