@@ -423,6 +423,8 @@ int load_hf(tr_tokenizer *t, const char *path)
     }
     /* the normalizer (t->nfc, t->sp: it read the pre_tokenizer too) */
     rc = sp_load_normalizer(t, path, root);
+    if (!rc && t->nfc)
+        rc = tok_nfc_usable(path);
     static const char *const nulls[] = {"normalizer", "truncation", "padding"};
     for (int i = t->sp || t->nfc; i < 3 && !rc; i++) {
         json_t *v = json_object_get(root, nulls[i]);

@@ -220,6 +220,18 @@ int tok_nfc(tok_nfc_buf *b, const char *s, size_t len, const char **out, size_t 
     return TR_OK;
 }
 
+int tok_nfc_usable(const char *file)
+{
+    /* nfc_newer was found with utf8proc 2.8.0's Unicode 15.0 (15.1 adds no character NFC
+     * moves); another version has other characters tokenizers does not know */
+    const char *v = utf8proc_unicode_version();
+    if (!strncmp(v, "15.", 3))
+        return TR_OK;
+    return tr_fail(TR_ERR_INVALID, "%s: normalizer: NFC needs utf8proc with Unicode 15 (2.8 or "
+                                   "2.9) to give tokenizers' ids; this one has Unicode %s",
+                   file, v);
+}
+
 void tok_nfc_free(tok_nfc_buf *b)
 {
     free(b->cp);

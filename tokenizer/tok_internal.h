@@ -260,6 +260,9 @@ typedef struct {
 TR_MUST_CHECK int tok_nfc(tok_nfc_buf *b, const char *s, size_t len, const char **out,
                           size_t *out_len);
 void tok_nfc_free(tok_nfc_buf *b);
+/* TR_OK when the utf8proc linked has the Unicode version normalize.c's tables were made for,
+ * else TR_ERR_INVALID naming file (a tokenizer with NFC is then refused). */
+TR_MUST_CHECK int tok_nfc_usable(const char *file);
 
 /* ---- bpe.c ---- */
 typedef struct bpe_cache bpe_cache;
