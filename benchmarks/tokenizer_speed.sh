@@ -9,8 +9,11 @@
 # --tokenizer llama2: instead a SentencePiece-style BPE in Llama-2's shape (characters, byte
 # fallback, <s> template), trained here by tokenizers on the same corpus (vocabulary 32000, as
 # Llama-2's), trident's HFTokenizer beside tokenizers alone (tiktoken has no such model).
+# --tokenizer qwen2: a byte-level BPE in Qwen2's shape (NFC normalizer, Qwen2's split regex,
+# ByteLevel, <|endoftext|> <|im_start|> <|im_end|> added; oracle_env.train_qwen2_style) of
+# 50000 ids trained here on the same corpus, beside tokenizers alone.
 #
-#   benchmarks/tokenizer_speed.sh [--build DIR] [--repeat 4] [--tokenizer gpt2|llama2]
+#   benchmarks/tokenizer_speed.sh [--build DIR] [--repeat 4] [--tokenizer gpt2|llama2|qwen2]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=build repeat=4 kind=gpt2
@@ -19,10 +22,10 @@ while [ $# -gt 0 ]; do
     --build) build=$2; shift 2;;
     --repeat) repeat=$2; shift 2;;
     --tokenizer) kind=$2; shift 2;;
-    *) echo "usage: $0 [--build DIR] [--repeat N] [--tokenizer gpt2|llama2]" >&2; exit 2;;
+    *) echo "usage: $0 [--build DIR] [--repeat N] [--tokenizer gpt2|llama2|qwen2]" >&2; exit 2;;
   esac
 done
-case $kind in gpt2|llama2) ;; *) echo "--tokenizer: gpt2 or llama2" >&2; exit 2;; esac
+case $kind in gpt2|llama2|qwen2) ;; *) echo "--tokenizer: gpt2, llama2 or qwen2" >&2; exit 2;; esac
 venv=$(realpath "$build")/tests/tokenizer/tokenizer-venv
 work=$(mktemp -d); trap 'rm -rf "$work"' EXIT
 # the venv and GPT-2's files, as the tests make them
@@ -66,6 +69,17 @@ with open(sys.argv[2], "w") as f:
     json.dump(oracle_env.llama2_style(json.loads(t.to_str())), f)
 PY
   tokflags=(--tokenizer-type HFTokenizer --tokenizer-model "$model")
+elif [ "$kind" = qwen2 ]; then
+  model=$work/qwen2.json
+  "$py" - "$work/corpus.jsonl" "$model" <<'PY'
+import json, sys
+sys.path.insert(0, "tests/tokenizer")
+import oracle_env
+texts = [json.loads(line)["text"] for line in open(sys.argv[1])]
+with open(sys.argv[2], "w") as f:
+    json.dump(oracle_env.train_qwen2_style(texts, 50000), f)
+PY
+  tokflags=(--tokenizer-type HFTokenizer --tokenizer-model "$model")
 fi
 for threads in 1 2; do
   best=
@@ -83,7 +97,8 @@ for threads in 1 2; do
   python3 - "$threads" "$tokens" "$best" "$peer" "$kind" <<'PY'
 import json, subprocess, sys
 threads, tokens, seconds, peer = int(sys.argv[1]), int(sys.argv[2]), float(sys.argv[3]), json.loads(sys.argv[4])
-vocab = "GPT-2 vocabulary" if sys.argv[5] == "gpt2" else "Llama-2-style SentencePiece BPE, 32000 ids"
+vocab = {"gpt2": "GPT-2 vocabulary", "llama2": "Llama-2-style SentencePiece BPE, 32000 ids",
+         "qwen2": "Qwen2-style byte-level BPE with NFC, 50000 ids"}[sys.argv[5]]
 cpu = [l.split(":", 1)[1].strip() for l in subprocess.run(["lscpu"], capture_output=True, text=True).stdout.splitlines()
        if l.startswith("Model name")][0]
 docs = peer["texts"]
