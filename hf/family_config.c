@@ -50,10 +50,11 @@ static int check_value(json_t *root, const char *path, const char *key, json_t *
     return ok ? TR_OK : tr_fail(TR_ERR_INVALID, "%s: %s is not supported: %s", path, key, why);
 }
 
-/* Llama (and Mistral, the same model without a binding window) or, qwen2 1, Qwen2: a Llama
- * with q, k and v biases, whose config.json has no attention_bias and its own defaults
+/* Llama, Mistral (mistral 1: a Llama with a sliding_window) or, qwen2 1, Qwen2: a Llama with
+ * q, k and v biases, whose config.json has no attention_bias and its own defaults
  * (transformers 4.38's Qwen2Config: max_position_embeddings 32768) and window switch */
-static int read_llama(json_t *root, const char *path, int qwen2, tr_model_config *m)
+static int read_llama(json_t *root, const char *path, int qwen2, int mistral,
+                      tr_model_config *m)
 {
     int rc = get_int(root, path, "num_hidden_layers", -1, &m->num_layers);
     if (!rc)
@@ -83,20 +84,30 @@ static int read_llama(json_t *root, const char *path, int qwen2, tr_model_config
                          "attention biases (a Qwen2's q, k and v biases: model_type qwen2)");
     if (!rc)
         rc = check_value(root, path, "pretraining_tp", json_integer(1), "must be 1");
-    /* Mistral's sliding window: full causal attention is the same only when the window spans
-     * every position (none in Mistral-7B v0.2 and later; v0.1's 4096 of 32768 does not) */
-    json_t *window = json_object_get(root, "sliding_window");
+    /* The sliding window: Mistral's (a window of every position, or null, is none: Mistral-7B
+     * v0.2 and later; v0.1's 4096 of 32768 is kept as model.sliding_window, and sequences
+     * stay within it, where full causal attention is the windowed one); Qwen2's only with
+     * use_sliding_window (its lower layers alone, max_window_layers: refused unless it spans
+     * every position); a Llama's is not read by transformers */
+    json_t *window = mistral || qwen2 ? json_object_get(root, "sliding_window") : NULL;
     json_t *use_window = json_object_get(root, "use_sliding_window"); /* Qwen2's switch */
     if (!rc && qwen2 && use_window && !json_is_boolean(use_window))
         rc = tr_fail(TR_ERR_INVALID, "%s: use_sliding_window must be true or false", path);
     if (qwen2 && !(use_window && json_is_true(use_window)))
         window = NULL; /* (off: transformers ignores sliding_window) */
-    if (!rc && window && !json_is_null(window) &&
-        !(json_is_integer(window) && json_integer_value(window) >= m->max_position_embeddings))
-        rc = tr_fail(TR_ERR_INVALID, "%s: sliding_window is not supported: trident's attention "
-                     "is full causal, the same as a window only of max_position_embeddings (%d) "
-                     "or more (null: none, as in Mistral-7B v0.2 and later)", path,
-                     m->max_position_embeddings);
+    if (window && json_is_null(window))
+        window = NULL;
+    if (!rc && window && (!json_is_integer(window) || json_integer_value(window) < 1))
+        rc = tr_fail(TR_ERR_INVALID, "%s: sliding_window must be an integer >= 1 or null", path);
+    else if (!rc && window && json_integer_value(window) < m->max_position_embeddings) {
+        if (qwen2)
+            rc = tr_fail(TR_ERR_INVALID, "%s: sliding_window is not supported with "
+                         "use_sliding_window: trident's attention is full causal, the same as "
+                         "a window only of max_position_embeddings (%d) or more", path,
+                         m->max_position_embeddings);
+        else
+            m->sliding_window = (int)json_integer_value(window);
+    }
     json_t *tie = json_object_get(root, "tie_word_embeddings");
     m->normalization = "RMSNorm";
     m->position_embedding_type = "rope";
@@ -162,11 +173,11 @@ int tr_hf_read_family_config(const char *dir, tr_model_config *m, int *family)
     m->make_vocab_size_divisible_by = 128;
     m->init_method_std = 0.02;
     if (*family == TR_HF_LLAMA || *family == TR_HF_QWEN2)
-        rc = read_llama(root, path, *family == TR_HF_QWEN2, m);
+        rc = read_llama(root, path, *family == TR_HF_QWEN2, !strcmp(type, "mistral"), m);
     else if (*family == TR_HF_BLOOM)
         rc = read_bloom(root, path, m);
     if (!rc && *family != TR_HF_GPT2) {
-        m->seq_length = m->max_position_embeddings;
+        m->seq_length = tr_model_longest_seq(m);
         if (m->hidden_size % m->num_attention_heads ||
             m->num_attention_heads % m->num_query_groups)
             rc = tr_fail(TR_ERR_INVALID, "%s: %d heads (%d key/value heads) do not divide the "
@@ -179,8 +190,9 @@ int tr_hf_read_family_config(const char *dir, tr_model_config *m, int *family)
 
 const char *tr_hf_family_name(int family)
 {
-    return family == TR_HF_LLAMA   ? "Llama"
-           : family == TR_HF_QWEN2 ? "Qwen2"
+    return family == TR_HF_LLAMA     ? "Llama"
+           : family == TR_HF_QWEN2   ? "Qwen2"
+           : family == TR_HF_MISTRAL ? "Mistral"
            : family == TR_HF_BLOOM ? "Bloom"
                                    : "GPT-2";
 }
@@ -229,7 +241,9 @@ int tr_hf_family_of(const tr_model_config *m)
     int HS = m->num_attention_heads > 0 ? m->hidden_size / m->num_attention_heads : 0;
     if (s.rmsnorm && s.position == TR_POS_ROPE && s.rotary_dims == HS && s.swiglu &&
         s.no_linear_bias && !s.embedding_ln)
-        return s.qkv_bias ? TR_HF_QWEN2 : TR_HF_LLAMA;
+        return !m->sliding_window ? (s.qkv_bias ? TR_HF_QWEN2 : TR_HF_LLAMA)
+               : s.qkv_bias       ? -1 /* (a Qwen2 with a window: its import refuses it) */
+                                  : TR_HF_MISTRAL;
     if (!s.rmsnorm && s.position == TR_POS_ALIBI && s.embedding_ln && !s.swiglu &&
         !s.no_linear_bias && !s.untie && !s.ffn && !s.query_groups)
         return TR_HF_BLOOM;
@@ -241,12 +255,14 @@ int hf_write_family_config(const char *dir, int family, const tr_model_config *m
 {
     json_t *root;
     const char *dtype = o->bf16 ? "bfloat16" : "float32";
-    if (family == TR_HF_LLAMA || family == TR_HF_QWEN2) {
-        int qwen2 = family == TR_HF_QWEN2;
+    if (family == TR_HF_LLAMA || family == TR_HF_QWEN2 || family == TR_HF_MISTRAL) {
+        int qwen2 = family == TR_HF_QWEN2, mistral = family == TR_HF_MISTRAL;
         root = json_pack("{s:[s], s:s, s:i, s:i, s:i, s:i, s:i, s:i, s:f, s:f, s:i, s:b, s:s,"
                          " s:f, s:b, s:s, s:f}",
-                         "architectures", qwen2 ? "Qwen2ForCausalLM" : "LlamaForCausalLM",
-                         "model_type", qwen2 ? "qwen2" : "llama",
+                         "architectures", qwen2     ? "Qwen2ForCausalLM"
+                                          : mistral ? "MistralForCausalLM"
+                                                    : "LlamaForCausalLM",
+                         "model_type", qwen2 ? "qwen2" : mistral ? "mistral" : "llama",
                          "hidden_size", m->hidden_size, "intermediate_size", tr_model_ffn_hidden(m),
                          "num_hidden_layers", m->num_layers, "num_attention_heads",
                          m->num_attention_heads, "num_key_value_heads", m->num_query_groups,
@@ -256,13 +272,15 @@ int hf_write_family_config(const char *dir, int family, const tr_model_config *m
                          !m->untie_embeddings_and_output_weights, "hidden_act", "silu",
                          "initializer_range", 0.02, "use_cache", 1, "torch_dtype", dtype,
                          "attention_dropout", 0.0);
-        /* Llama's own keys; Qwen2's window over every position: none, as use_sliding_window */
+        /* Llama's own keys; Qwen2's window over every position: none, as use_sliding_window;
+         * Mistral's window */
         json_t *own = !root ? NULL
                       : qwen2 ? json_pack("{s:b, s:i, s:i}", "use_sliding_window", 0,
                                           "sliding_window", m->max_position_embeddings,
                                           "max_window_layers", m->num_layers)
-                              : json_pack("{s:b, s:n, s:i}", "attention_bias", 0, "rope_scaling",
-                                          "pretraining_tp", 1);
+                      : mistral ? json_pack("{s:i}", "sliding_window", m->sliding_window)
+                                : json_pack("{s:b, s:n, s:i}", "attention_bias", 0, "rope_scaling",
+                                            "pretraining_tp", 1);
         if (!own || json_object_update(root, own))
             root = (json_decref(root), NULL);
         json_decref(own);

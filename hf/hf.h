@@ -165,12 +165,13 @@ TR_MUST_CHECK int tr_hf_load_gpt2(const char *dir, tr_gpt *g, float *params);
  * lm_head tied. A tied model's lm_head.weight, when a file holds it, must be the embedding
  * (shape and float32 values, as GPT-2's), else it is refused. Unsupported settings (rope_scaling, attention_bias, pretraining_tp > 1,
  * apply_residual_connection_post_layernorm, hidden_act other than silu) are refused by name. */
-enum { TR_HF_GPT2, TR_HF_LLAMA, TR_HF_BLOOM, TR_HF_QWEN2 };
-/* "GPT-2", "Llama", "Bloom", "Qwen2" */
+enum { TR_HF_GPT2, TR_HF_LLAMA, TR_HF_BLOOM, TR_HF_QWEN2, TR_HF_MISTRAL };
+/* "GPT-2", "Llama", "Bloom", "Qwen2", "Mistral" */
 const char *tr_hf_family_name(int family);
 /* DIR/config.json: *family from model_type ("llama", "qwen2", "bloom"; "mistral" is
  * TR_HF_LLAMA: the same model when its sliding_window is null or spans
- * max_position_embeddings, refused otherwise, and exported as a Llama; a Qwen2 is a Llama
+ * max_position_embeddings, exported as a Llama; a shorter window is kept as
+ * model.sliding_window, seq_length within it, and exported as a Mistral; a Qwen2 is a Llama
  * with add_qkv_bias (Qwen2ForCausalLM: q/k/v_proj.bias -> qkv.bias rows as the weights'),
  * its window used only with use_sliding_window true, refused then unless it spans every
  * position; anything else TR_HF_GPT2 with
@@ -183,7 +184,7 @@ TR_MUST_CHECK int tr_hf_read_family_config(const char *dir, tr_model_config *m, 
 TR_MUST_CHECK int tr_hf_load_family(const char *dir, int family, tr_gpt *g, float *params);
 /* Which HF family m is: TR_HF_GPT2, TR_HF_LLAMA (RMSNorm, rope over whole heads, SwiGLU, no
  * biases, no embedding norm; GQA and tying either way), TR_HF_QWEN2 (the same with
- * add_qkv_bias), TR_HF_BLOOM (LayerNorm, ALiBi,
+ * add_qkv_bias), TR_HF_MISTRAL (a Llama with model.sliding_window), TR_HF_BLOOM (LayerNorm, ALiBi,
  * embedding norm, biases, GELU 4h, tied), or -1 when transformers has no such model. */
 int tr_hf_family_of(const tr_model_config *m);
 

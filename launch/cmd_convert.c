@@ -116,6 +116,8 @@ static void print_model_section(const tr_model_config *m)
                m->add_bias_linear ? "true" : "false", m->embedding_layernorm ? "true" : "false");
     if (m->normalization && m->add_qkv_bias && !m->add_bias_linear)
         printf("  add_qkv_bias: true\n");
+    if (m->normalization && m->sliding_window)
+        printf("  sliding_window: %d\n", m->sliding_window);
     if (m->normalization && !strcmp(m->position_embedding_type, "rope"))
         printf("  rotary_base: %.9g\n", m->rotary_base);
 }
@@ -146,7 +148,7 @@ static int adapter_config(const char *dir, tr_config *cfg)
              "data: {data_path: none}\n"
              "finetune: {lora: {rank: %d, alpha: %.9g, target_modules: %s}}\n",
              m.num_layers, m.hidden_size, m.num_attention_heads, m.vocab_size,
-             m.max_position_embeddings, m.max_position_embeddings, fam, rank, alpha, targets);
+             m.max_position_embeddings, tr_model_longest_seq(&m), fam, rank, alpha, targets);
     rc = tr_config_load_string(text, strlen(text), dir, NULL, 0, cfg);
     return rc ? tr_fail_context(rc, "the LoRA run of checkpoint %s", dir) : TR_OK;
 }

@@ -197,7 +197,7 @@ static int model_config(const gen_options *o, int world, tr_config *cfg, int *it
              "training: {micro_batch_size: 1, train_iters: 1, lr: 1, device: %s}\n"
              "data: {data_path: none}\n",
              m.num_layers, m.hidden_size, m.num_attention_heads, m.vocab_size,
-             m.max_position_embeddings, m.max_position_embeddings, fam, world, o->device);
+             m.max_position_embeddings, tr_model_longest_seq(&m), fam, world, o->device);
     rc = tr_config_load_string(text, strlen(text), o->dir, NULL, 0, cfg);
     if (rc)
         return tr_fail_context(rc, "the model of checkpoint %s on %d tensor-parallel ranks",
@@ -361,6 +361,11 @@ static int run_generate(const gen_options *o)
     if (!rc && total > shape.max_T)
         rc = tr_fail(TR_ERR_INVALID, "the prompt (%d tokens) and --max-new-tokens %d exceed the "
                                      "model's %d positions", n_prompt, o->max_new, shape.max_T);
+    if (!rc && shape.sliding_window && total > shape.sliding_window)
+        rc = tr_fail(TR_ERR_INVALID, "the prompt (%d tokens) and --max-new-tokens %d exceed the "
+                     "model's sliding window of %d positions: trident's attention is full "
+                     "causal, the model's only within its window", n_prompt, o->max_new,
+                     shape.sliding_window);
     if (!rc && !(ids = malloc((size_t)total * sizeof *ids)))
         rc = tr_fail(TR_ERR_NOMEM, "out of memory");
     if (!rc) {

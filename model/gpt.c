@@ -35,6 +35,7 @@ void tr_gpt_shape_family(const tr_model_config *m, tr_gpt_shape *s)
     s->untie = m->untie_embeddings_and_output_weights;
     s->no_linear_bias = !m->add_bias_linear;
     s->qkv_bias = s->no_linear_bias && m->add_qkv_bias;
+    s->sliding_window = m->sliding_window;
     s->embedding_ln = m->embedding_layernorm;
 }
 

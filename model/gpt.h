@@ -108,6 +108,9 @@ typedef struct {
     int no_linear_bias;   /* qkv, attn_proj, fc, fc_proj without biases */
     int qkv_bias;         /* with no_linear_bias: qkv has its bias all the same (Qwen2;
                            * model.add_qkv_bias); 0 when no_linear_bias is 0 */
+    int sliding_window;   /* model.sliding_window (0: none): recorded, not computed: the
+                           * config keeps seq_length within it, where full causal attention
+                           * is the windowed one */
     int embedding_ln;     /* emb_ln after the word embedding (positions) */
     /* LoRA fine-tuning (finetune.lora.*; rank 0 = none): see "LoRA" above */
     int lora_rank;

@@ -61,11 +61,12 @@ typedef struct {
     long skipped_iterations;
     /* the family line (absent from checkpoints written before it): the model's switches,
      * tr_gpt_shape's (position: 0 learned, 1 rope, 2 alibi; ffn / query_groups: the sizes
-     * themselves), so inference and export need no --config; " qkv_bias 1" at its end only
-     * for a model whose qkv alone has biases, so other lines read as before) */
+     * themselves), so inference and export need no --config; at its end " qkv_bias 1" only for
+     * a model whose qkv alone has biases and " sliding_window N" only for a model with a
+     * window, so other lines read as before) */
     int has_family;
     int rmsnorm, position, rotary_dims, swiglu, ffn, query_groups, untie, linear_bias, emb_ln;
-    int qkv_bias;
+    int qkv_bias, sliding_window;
     double eps, rotary_base;
     /* the lora line (a LoRA run's checkpoint, its adapters alone; absent from checkpoints
      * written before it): finetune.lora.rank, .alpha and .target_modules (bit t of

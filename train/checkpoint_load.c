@@ -302,6 +302,8 @@ int ckpt_same_family(const tr_gpt_shape *s, const ckpt_manifest *mf, const char 
          my.linear_bias, mf->linear_bias)
     DIFF(my.qkv_bias != mf->qkv_bias, "; add_qkv_bias %d (the checkpoint's: %d)", my.qkv_bias,
          mf->qkv_bias)
+    DIFF(my.sliding_window != mf->sliding_window, "; sliding_window %d (the checkpoint's: %d)",
+         my.sliding_window, mf->sliding_window)
     DIFF(my.emb_ln != mf->emb_ln, "; embedding_layernorm %d (the checkpoint's: %d)", my.emb_ln,
          mf->emb_ln)
     DIFF((float)my.eps != (float)mf->eps, "; layernorm_epsilon %g (the checkpoint's: %g)", my.eps,

@@ -2,6 +2,7 @@
  * validated line by line before a load (every bad line named FILE:LINE). */
 #include "train/checkpoint_internal.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <float.h>
 #include <inttypes.h>
@@ -59,6 +60,7 @@ void ckpt_manifest_family(ckpt_manifest *mf, const tr_gpt_shape *s)
     mf->untie = s->untie;
     mf->linear_bias = !s->no_linear_bias;
     mf->qkv_bias = s->qkv_bias;
+    mf->sliding_window = s->sliding_window;
     mf->emb_ln = s->embedding_ln;
     mf->eps = float_decimal(s->eps);
 }
@@ -106,10 +108,19 @@ static int lora_targets_parse(const char *text)
     return mask ? mask : -1;
 }
 
-/* The family line's optional end, " qkv_bias 1" exactly: 1 when it is (and sets it). */
-static int qkv_bias_suffix(const char *rest, ckpt_manifest *out)
+/* The family line's optional end: " qkv_bias 1", then " sliding_window N" (N >= 1), each
+ * at most once, nothing else; 1 when it is (and sets them). */
+static int family_suffix(const char *rest, ckpt_manifest *out)
 {
-    return !strcmp(rest, " qkv_bias 1") && (out->qkv_bias = 1);
+    if (!strncmp(rest, " qkv_bias 1", 11) && (rest[11] == '\0' || rest[11] == ' ')) {
+        out->qkv_bias = 1;
+        rest += 11;
+    }
+    int used = 0;
+    if (!*rest)
+        return 1;
+    return sscanf(rest, " sliding_window %d%n", &out->sliding_window, &used) == 1 &&
+           !rest[used] && out->sliding_window >= 1 && isdigit((unsigned char)rest[16]);
 }
 
 int ckpt_write_manifest(const char *path, const ckpt_manifest *mf)
@@ -129,12 +140,15 @@ int ckpt_write_manifest(const char *path, const ckpt_manifest *mf)
         fprintf(f, "loss_scaler scale %.17g growth %d hysteresis_left %d skipped %ld\n",
                 mf->loss_scale, mf->scaler_growth, mf->scaler_hysteresis_left,
                 mf->skipped_iterations);
+    char window[40] = "";
+    if (mf->sliding_window)
+        snprintf(window, sizeof window, " sliding_window %d", mf->sliding_window);
     if (mf->has_family)
         fprintf(f, "family rmsnorm %d position %d rotary_dims %d rotary_base %.9g swiglu %d "
                    "ffn %d query_groups %d untie %d linear_bias %d embedding_layernorm %d "
-                   "eps %.9g%s\n", mf->rmsnorm, mf->position, mf->rotary_dims, mf->rotary_base,
+                   "eps %.9g%s%s\n", mf->rmsnorm, mf->position, mf->rotary_dims, mf->rotary_base,
                 mf->swiglu, mf->ffn, mf->query_groups, mf->untie, mf->linear_bias, mf->emb_ln,
-                mf->eps, mf->qkv_bias ? " qkv_bias 1" : "");
+                mf->eps, mf->qkv_bias ? " qkv_bias 1" : "", window);
     if (mf->has_lora) {
         char targets[32];
         ckpt_lora_targets_text(mf->lora_targets, targets, sizeof targets);
@@ -235,7 +249,7 @@ int ckpt_read_manifest(const char *path, int iteration, ckpt_manifest *out)
                              "eps %lg%n", &out->rmsnorm, &out->position, &out->rotary_dims,
                        &out->rotary_base, &out->swiglu, &out->ffn, &out->query_groups, &out->untie,
                        &out->linear_bias, &out->emb_ln, &out->eps, &used) != 11 ||
-                (line[used] && !qkv_bias_suffix(line + used, out)) ||
+                (line[used] && !family_suffix(line + used, out)) ||
                 (out->qkv_bias && out->linear_bias) ||
                 (unsigned)out->rmsnorm > 1 || (unsigned)out->position > 2 || out->rotary_dims < 0 ||
                 (unsigned)out->swiglu > 1 || out->ffn < 1 || out->query_groups < 1 ||
@@ -252,7 +266,8 @@ int ckpt_read_manifest(const char *path, int iteration, ckpt_manifest *out)
                                               "0-2, sizes >= 1, an eps > 0 that float32 holds "
                                               "(1.4e-45 to 3.4e38), rotary positions of a "
                                               "rotary_base > 0 and rotary_dims >= 1, qkv_bias 1 "
-                                              "only with linear_bias 0)");
+                                              "only with linear_bias 0, then sliding_window N "
+                                              ">= 1)");
         } else if (ln == 4 + out->has_data + out->has_scaler + out->has_family &&
                    !strncmp(line, "lora ", 5)) {
             int used = 0;

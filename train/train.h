@@ -110,7 +110,8 @@ TR_MUST_CHECK int tr_checkpoint_poll(tr_engine *e, int wait);
  * (num_layers, hidden_size, num_attention_heads, vocab_size, max_position_embeddings), its
  * family switches where its manifest records them (normalization, position_embedding_type,
  * rotary_percent and _base, swiglu, ffn_hidden_size, num_query_groups, untie_embeddings_and_
- * output_weights, add_bias_linear, add_qkv_bias, embedding_layernorm, layernorm_epsilon; the
+ * output_weights, add_bias_linear, add_qkv_bias, sliding_window, embedding_layernorm,
+ * layernorm_epsilon; the
  * strings are
  * static: do not free them; checkpoints written before the family line leave these
  * untouched) and its iteration. Other fields of *model untouched. */

@@ -47,6 +47,10 @@ typedef struct {
     int add_bias_linear;              /* bool, default 1: biases of qkv, projections, MLP */
     int add_qkv_bias;                 /* bool, default 0: qkv's bias even without
                                        * add_bias_linear (Qwen2) */
+    int sliding_window;               /* default 0 = none; else the model's attention window
+                                       * (Mistral-7B v0.1's 4096): trident's attention is full
+                                       * causal, the same over sequences no longer than the
+                                       * window, so seq_length (and generation) must fit it */
     int embedding_layernorm;          /* bool, default 0: LayerNorm after the word embedding */
 } tr_model_config;
 
@@ -57,6 +61,14 @@ static inline int tr_model_ffn_hidden(const tr_model_config *m)
     if (m->ffn_hidden_size > 0)
         return m->ffn_hidden_size;
     return m->swiglu ? (int)(4.0 * m->hidden_size * 2 / 3 / 64) * 64 : 4 * m->hidden_size;
+}
+
+/* The longest sequence the model runs as trained: its positions, within its sliding window. */
+static inline int tr_model_longest_seq(const tr_model_config *m)
+{
+    return m->sliding_window && m->sliding_window < m->max_position_embeddings
+               ? m->sliding_window
+               : m->max_position_embeddings;
 }
 
 typedef struct {

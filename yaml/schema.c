@@ -77,6 +77,7 @@ const config_key_spec config_keys[] = {
          model.untie_embeddings_and_output_weights, "false"),
     BOOL("model", "add_bias_linear", model.add_bias_linear, "true"),
     BOOL("model", "add_qkv_bias", model.add_qkv_bias, "false"),
+    INT("model", "sliding_window", model.sliding_window, 0, "0", 0, 1 << 24),
     BOOL("model", "embedding_layernorm", model.embedding_layernorm, "false"),
 
     INT("parallel", "tensor_model_parallel_size", parallel.tensor_model_parallel_size, 0, "1", 1,

@@ -73,6 +73,13 @@ static int check_model_and_tp(const tr_config *c)
                    "allowed: max_position_embeddings >= seq_length",
                    m->max_position_embeddings, m->seq_length,
                    set_at(c, "model.seq_length", at, sizeof at));
+    if (m->sliding_window && m->sliding_window < m->seq_length)
+        return bad(c, "model.sliding_window", "model.seq_length",
+                   "model.sliding_window = %d is less than model.seq_length = %d%s; trident's "
+                   "attention is full causal, which is the model's windowed attention only over "
+                   "sequences no longer than the window: allowed: seq_length <= sliding_window",
+                   m->sliding_window, m->seq_length,
+                   set_at(c, "model.seq_length", at, sizeof at));
     return TR_OK;
 }
 

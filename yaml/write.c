@@ -184,5 +184,7 @@ void tr_model_family_flow(const tr_model_config *m, char *buf, size_t cap)
         n += snprintf(buf + n, cap - (size_t)n, ", rotary_base: %.9g, rotary_percent: %.9g",
                       m->rotary_base, m->rotary_percent);
     if (n > 0 && (size_t)n < cap && m->add_qkv_bias && !m->add_bias_linear)
-        snprintf(buf + n, cap - (size_t)n, ", add_qkv_bias: true");
+        n += snprintf(buf + n, cap - (size_t)n, ", add_qkv_bias: true");
+    if (n > 0 && (size_t)n < cap && m->sliding_window)
+        snprintf(buf + n, cap - (size_t)n, ", sliding_window: %d", m->sliding_window);
 }

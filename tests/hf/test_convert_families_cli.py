@@ -3,8 +3,9 @@
 sanitizer build too; the folders are written by hf_files.py):
   - a Llama (grouped K/V heads, untied head) HF -> trident -> HF bit for bit, with --config
     and from the manifest's family line alone; rms_norm_eps kept; generate from it; the same
-    folder as a Mistral (sliding_window null or spanning the positions) the same checkpoint,
-    one whose window is shorter refused; a Qwen2 (the Llama with q, k and v biases) HF -> trident
+    folder as a Mistral (sliding_window null or spanning the positions) the same checkpoint, one
+    whose window is shorter kept as model.sliding_window (round trip, generate and seq_length
+    within it), a window that is not a positive integer refused; a Qwen2 (the Llama with q, k and v biases) HF -> trident
     -> HF bit for bit from the manifest alone, its window switch read, its bad inputs refused;
   - every Llama config and tensor trident does not take refused with exit 2 naming the cause;
   - Bloom with and without lm_head.weight; the bad inputs a fuzzer found in both families;
@@ -90,11 +91,41 @@ for what, cfg_m in (("sliding_window null", MC), (f"sliding_window {P}", dict(MC
     rc, so, se = convert("--from", "hf", "--input", hf_folder("mistral", lt, cfg_m), "--output", ck_m)
     tt.check(f"Mistral ({what}): imported, the Llama's checkpoint byte for byte",
              rc == 0 and same_checkpoint(ck_llama, ck_m), se)
-for window in (P - 1, "4096"):
+# Mistral-7B v0.1's shape: a window shorter than the positions is kept (model.sliding_window),
+# sequences within it; exported as a Mistral with it
+W = P - 3
+dm = hf_folder("mistral-window", lt, dict(MC, sliding_window=W))
+ck_mw = os.path.join(work, "ck-mistral-window")
+rc, so, se = convert("--from", "hf", "--input", dm, "--output", ck_mw)
+tt.check(f"Mistral (sliding_window {W} of {P} positions): imported, the window and seq_length {W} printed",
+         rc == 0 and f"sliding_window: {W}" in so and f"seq_length: {W}" in so, se + so)
+back_mw = os.path.join(work, "mistral-window-back")
+rc, so, se = convert("--to", "hf", "--input", ck_mw, "--output", back_mw)
+mcfg = json.load(open(os.path.join(back_mw, "config.json"))) if rc == 0 else {}
+tt.check("Mistral with a window: HF -> trident -> HF from the manifest alone is bit-exact, a Mistral of that window",
+         rc == 0 and st_read(os.path.join(back_mw, "model.safetensors")) == st_read(os.path.join(dm, "model.safetensors"))
+         and mcfg.get("model_type") == "mistral" and mcfg.get("architectures") == ["MistralForCausalLM"]
+         and mcfg.get("sliding_window") == W, f"{se}\n{mcfg}")
+for n_new, ok in ((W - 3, True), (W - 2, False)):
+    rc, so, se = tt.outputs([trident, "generate", ck_mw, "--prompt-ids", "1,2,3", "--max-new-tokens", str(n_new),
+                             "--temperature", "0"])
+    tt.check(f"generate from it: 3 + {n_new} tokens {'within' if ok else 'beyond'} the window of {W}: "
+             f"{'exit 0' if ok else 'refused naming the window'}",
+             rc == 0 if ok else rc == 2 and f"sliding window of {W}" in se, se)
+mw_cfg = tt.write_config(os.path.join(work, "mistral-window.yaml"),
+    model=dict(num_layers=L, hidden_size=C, num_attention_heads=NH, num_query_groups=2, seq_length=W + 1,
+               max_position_embeddings=P, vocab_size=V, normalization="RMSNorm", position_embedding_type="rope",
+               swiglu=True, ffn_hidden_size=48, untie_embeddings_and_output_weights=True, add_bias_linear=False,
+               layernorm_epsilon=1e-6, sliding_window=W),
+    training=dict(micro_batch_size=1, train_iters=1, lr=1e-3), data=dict(data_path="unused"))
+rc, so, se = tt.outputs([trident, "train", mw_cfg])
+tt.check(f"a config of seq_length {W + 1} over a window of {W}: exit 2 naming both keys",
+         rc == 2 and "model.sliding_window" in se and "seq_length" in se, se)
+for window in ("4096", 0):
     out = os.path.join(work, "bad-out")
     refused(f"Mistral: sliding_window {window!r} (max_position_embeddings {P})",
             ["--from", "hf", "--input", hf_folder("bad-mistral", lt, dict(MC, sliding_window=window)),
-             "--output", out], out, "sliding_window is not supported")
+             "--output", out], out, "sliding_window must be an integer >= 1 or null")
 # Qwen2: the Llama with q, k and v biases; its sliding_window unused unless use_sliding_window
 QC = dict(LC, architectures=["Qwen2ForCausalLM"], model_type="qwen2", use_sliding_window=False, sliding_window=4,
           max_window_layers=L, rope_theta=1e6)
@@ -277,6 +308,18 @@ for what, new in (("qkv_bias 2", qtext.replace(" qkv_bias 1", " qkv_bias 2")),
     refused(f"a Qwen2 checkpoint whose manifest says {what}",
             ["--to", "hf", "--input", ck_bad, "--output", os.path.join(work, "qkv-out")],
             os.path.join(work, "qkv-out"), "qkv_bias 1 only with linear_bias 0", [mpath])
+# " sliding_window N": N >= 1, digits only, the line's end
+wtext = open(os.path.join(ck_mw, "release", "manifest.txt")).read()
+for what in ("sliding_window 0", "sliding_window -4", "sliding_window x", "sliding_window  13",
+             "sliding_window 13 9", "sliding_window"):
+    ck_bad = os.path.join(work, "ck-window-bad")
+    shutil.rmtree(ck_bad, ignore_errors=True)
+    shutil.copytree(ck_mw, ck_bad)
+    mpath = os.path.join(ck_bad, "release", "manifest.txt")
+    tt.write(mpath, wtext.replace(f" sliding_window {W}", " " + what))
+    refused(f"a Mistral checkpoint whose manifest says {what!r}",
+            ["--to", "hf", "--input", ck_bad, "--output", os.path.join(work, "window-out")],
+            os.path.join(work, "window-out"), "then sliding_window N >= 1", [mpath])
 
 # a config.json of a far larger model than its weights is refused before anything is allocated
 # (4,194,304 layers of a 150-byte config used to cost 7.7 GB and 47 s; 2^26 layers 109 GB)

@@ -1,7 +1,8 @@
 #!/usr/bin/python3
 """Hugging Face transformers as the oracle of the Llama and Bloom families (issue 17). Small
 LlamaForCausalLM (4 query heads in 2 key/value groups: GQA; rope, RMSNorm, SwiGLU, untied head),
-MistralForCausalLM without a sliding window (imported as a Llama; one process only),
+MistralForCausalLM without a sliding window (imported as a Llama; one process only) and with one
+(Mistral-7B v0.1's shape: a window of T of 2T positions, kept as model.sliding_window; one process),
 Qwen2ForCausalLM (a Llama with q, k and v biases; GQA, tied head, its window switched off)
 and BloomForCausalLM (6 heads: ALiBi slopes of a non-power-of-two head count; embedding
 LayerNorm) made here from configs with random weights (nothing downloaded), saved with
@@ -141,6 +142,17 @@ mistral = MistralForCausalLM(MistralConfig(hidden_size=C, intermediate_size=96, 
 randomize(mistral)
 families.append(("mistral-no-window", mistral, lambda G, n: llama_grad(G, n, NH, NG, C // NH, C),
                  dict(families[0][3], layernorm_epsilon=1e-5, rotary_base=1000000.0), 1 + 6 * L + 2))
+# Mistral-7B v0.1's shape: a window (T) shorter than the positions (2T); over sequences within it
+# full causal attention is the windowed one (trident keeps seq_length and generation there)
+mistral_w = MistralForCausalLM(MistralConfig(hidden_size=C, intermediate_size=96, num_hidden_layers=L,
+                                             num_attention_heads=NH, num_key_value_heads=NG,
+                                             max_position_embeddings=2 * T, vocab_size=V, rms_norm_eps=1e-5,
+                                             rope_theta=10000.0, sliding_window=T,
+                                             tie_word_embeddings=False)).eval()
+randomize(mistral_w)
+families.append(("mistral-window", mistral_w, lambda G, n: llama_grad(G, n, NH, NG, C // NH, C),
+                 dict(families[0][3], layernorm_epsilon=1e-5, max_position_embeddings=2 * T, sliding_window=T),
+                 1 + 6 * L + 2))
 # Qwen2.5-0.5B's shape: a Llama with q, k and v biases and a tied head; use_sliding_window false
 # (its sliding_window, 4096 by default, then unused: trident imports it)
 qwen2 = Qwen2ForCausalLM(Qwen2Config(hidden_size=C, intermediate_size=96, num_hidden_layers=L,
@@ -164,7 +176,8 @@ for name, model, hf_grad, keys, n_tensors in families:
     ck = os.path.join(work, name + "-ck")
     out = convert(src, ck)
     tt.check(f"{name}: trident convert prints the family's model section",
-             ("rope" in out and ("add_qkv_bias: true" in out) == name.startswith("qwen2"))
+             ("rope" in out and ("add_qkv_bias: true" in out) == name.startswith("qwen2")
+              and (f"sliding_window: {T}" in out) == (name == "mistral-window"))
              if "bloom" not in name else ("alibi" in out and "embedding_layernorm: true" in out), out)
     cfg = tt.write_config(os.path.join(work, name + ".yaml"),
         model={**dict(num_layers=L, seq_length=T, max_position_embeddings=T, vocab_size=V), **keys},
