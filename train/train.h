@@ -111,10 +111,8 @@ TR_MUST_CHECK int tr_checkpoint_poll(tr_engine *e, int wait);
  * family switches where its manifest records them (normalization, position_embedding_type,
  * rotary_percent and _base, swiglu, ffn_hidden_size, num_query_groups, untie_embeddings_and_
  * output_weights, add_bias_linear, add_qkv_bias, sliding_window, embedding_layernorm,
- * layernorm_epsilon; the
- * strings are
- * static: do not free them; checkpoints written before the family line leave these
- * untouched) and its iteration. Other fields of *model untouched. */
+ * layernorm_epsilon; the strings are static: do not free them; checkpoints written before the
+ * family line leave these untouched) and its iteration. Other fields of *model untouched. */
 TR_MUST_CHECK int tr_checkpoint_read_model(const char *dir, tr_model_config *model,
                                            int *iteration);
 /* The lora line of DIR's latest checkpoint: *rank (0 when its manifest has none: no LoRA run,
