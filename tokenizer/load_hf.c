@@ -422,11 +422,12 @@ int load_hf(tr_tokenizer *t, const char *path)
         return hf_bad(path, "the file", "expected a JSON object (a tokenizers tokenizer.json)");
     }
     /* the normalizer (t->nfc, t->sp: it read the pre_tokenizer too) */
-    rc = sp_load_normalizer(t, path, root);
+    int norm_read = 0;
+    rc = sp_load_normalizer(t, path, root, &norm_read);
     if (!rc && t->nfc)
         rc = tok_nfc_usable(path);
     static const char *const nulls[] = {"normalizer", "truncation", "padding"};
-    for (int i = t->sp || t->nfc; i < 3 && !rc; i++) {
+    for (int i = norm_read; i < 3 && !rc; i++) {
         json_t *v = json_object_get(root, nulls[i]);
         if (v && !json_is_null(v))
             rc = hf_bad(path, nulls[i], "must be null (not supported)");

@@ -149,15 +149,18 @@ static int load_metaspace(tr_tokenizer *t, const char *file, json_t *p)
     return TR_OK;
 }
 
-/* 1 when norm is NFC, or a non-empty Sequence of NFC only. */
-static int nfc_only(json_t *norm)
+/* 1 when norm is NFC, or a Sequence of NFC only (an empty one: nothing, as in tokenizers;
+ * *nfc 0 then, else 1). */
+static int nfc_only(json_t *norm, int *nfc)
 {
     const char *ty = type_name(norm);
     json_t *list = json_object_get(norm, "normalizers"), *item;
+    *nfc = 0;
     if (ty && !strcmp(ty, "NFC"))
-        return 1;
-    if (!ty || strcmp(ty, "Sequence") || !json_is_array(list) || !json_array_size(list))
+        return *nfc = 1;
+    if (!ty || strcmp(ty, "Sequence") || !json_is_array(list))
         return 0;
+    *nfc = json_array_size(list) > 0;
     size_t i;
     json_array_foreach(list, i, item) {
         const char *kind = type_name(item);
@@ -167,13 +170,14 @@ static int nfc_only(json_t *norm)
     return 1;
 }
 
-int sp_load_normalizer(tr_tokenizer *t, const char *file, json_t *root)
+int sp_load_normalizer(tr_tokenizer *t, const char *file, json_t *root, int *read)
 {
     json_t *norm = json_object_get(root, "normalizer");
     json_t *pre = json_object_get(root, "pre_tokenizer");
     const char *pre_type = type_name(pre);
-    t->nfc = nfc_only(norm);
-    int has_norm = norm && !json_is_null(norm) && !t->nfc;
+    int plain = norm && !json_is_null(norm) && nfc_only(norm, &t->nfc);
+    int has_norm = norm && !json_is_null(norm) && !plain;
+    *read = plain || has_norm;
     int metaspace = pre_type && !strcmp(pre_type, "Metaspace");
     if (!has_norm && !metaspace)
         return TR_OK;

@@ -180,11 +180,13 @@ struct json_t;
  * boolean, dflt when it is not one. */
 TR_MUST_CHECK int hf_bad(const char *file, const char *field, const char *what);
 int hf_flag(struct json_t *obj, const char *key, int dflt);
-/* tokenizer.json's normalizer (t->nfc = 1 when it has NFC) and pre_tokenizer when they make
- * a SentencePiece-style BPE (t->sp = 1: the pre_tokenizer is read here, not by load_hf); any
- * other non-null normalizer is refused, naming it; the model's byte_fallback /
- * unk_token / fuse_unk (after the vocabulary); its decoder. */
-TR_MUST_CHECK int sp_load_normalizer(tr_tokenizer *t, const char *file, struct json_t *root);
+/* tokenizer.json's normalizer (t->nfc = 1 when it has NFC; an empty Sequence does nothing)
+ * and pre_tokenizer when they make a SentencePiece-style BPE (t->sp = 1: the pre_tokenizer is
+ * read here, not by load_hf); any other non-null normalizer is refused, naming it; *read: 1
+ * when the normalizer was one of these (0: null, for the caller to check). The model's
+ * byte_fallback / unk_token / fuse_unk (after the vocabulary); its decoder. */
+TR_MUST_CHECK int sp_load_normalizer(tr_tokenizer *t, const char *file, struct json_t *root,
+                                     int *read);
 TR_MUST_CHECK int sp_load_model(tr_tokenizer *t, const char *file, struct json_t *model);
 TR_MUST_CHECK int sp_load_decoder(tr_tokenizer *t, const char *file, struct json_t *dec);
 /* A token as spelled in a SentencePiece vocabulary -> its text (U+2581 -> ' ') into out (room
