@@ -160,13 +160,13 @@ static int nfc_only(json_t *norm, int *nfc)
         return *nfc = 1;
     if (!ty || strcmp(ty, "Sequence") || !json_is_array(list))
         return 0;
-    *nfc = json_array_size(list) > 0;
     size_t i;
     json_array_foreach(list, i, item) {
         const char *kind = type_name(item);
         if (!kind || strcmp(kind, "NFC"))
             return 0;
     }
+    *nfc = json_array_size(list) > 0;
     return 1;
 }
 
