@@ -158,9 +158,7 @@ int tr_hf_read_family_config(const char *dir, tr_model_config *m, int *family)
 {
     char path[4200];
     json_t *root = NULL;
-    int rc = hf_join(path, sizeof path, dir, "config.json");
-    if (!rc)
-        rc = hf_load_json(path, 1 << 20, &root);
+    int rc = hf_load_config(dir, path, sizeof path, &root);
     if (rc)
         return rc;
     const char *type = json_string_value(json_object_get(root, "model_type"));

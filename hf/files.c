@@ -166,3 +166,9 @@ int hf_read_weight(tr_st_file *f, const tr_st_tensor *t, float *out)
                            "may exceed" : "");
     return rc;
 }
+
+int hf_load_config(const char *dir, char *path, size_t cap, json_t **out)
+{
+    int rc = hf_join(path, cap, dir, "config.json");
+    return rc ? rc : hf_load_json(path, 1 << 20, out);
+}

@@ -91,9 +91,7 @@ int tr_hf_read_gpt2_config(const char *dir, tr_hf_gpt2_config *out)
 {
     char path[4200];
     json_t *root = NULL;
-    int rc = hf_join(path, sizeof path, dir, "config.json");
-    if (!rc)
-        rc = hf_load_json(path, 1 << 20, &root);
+    int rc = hf_load_config(dir, path, sizeof path, &root);
     if (rc)
         return rc;
     tr_hf_gpt2_config c = {0};

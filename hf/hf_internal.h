@@ -32,6 +32,8 @@ TR_MUST_CHECK int hf_write_family_config(const char *dir, int family, const tr_m
 /* A small JSON file (at most max_bytes) parsed with jansson, duplicates refused; errors name
  * the file, line and column (TR_ERR_INVALID), or TR_ERR_IO. */
 TR_MUST_CHECK int hf_load_json(const char *path, size_t max_bytes, json_t **out);
+/* DIR/config.json (at most 1 MiB) parsed as hf_load_json does; its path into path (cap). */
+TR_MUST_CHECK int hf_load_config(const char *dir, char *path, size_t cap, json_t **out);
 /* text written to DIR/NAME (fsync'd) */
 TR_MUST_CHECK int hf_write_text(const char *dir, const char *name, const char *text);
 /* DIR/NAME into buf (TR_ERR_INVALID when it does not fit) */
