@@ -11,7 +11,11 @@
 
 #include <stdio.h>
 
+#include "comm/comm.h"
 #include "core/core.h"
+#include "model/gpt.h"
+#include "tokenizer/tokenizer.h"
+#include "yaml/config.h"
 
 typedef enum {
     ARG_FLAG,   /* no value */
@@ -72,5 +76,34 @@ int run_as_local_ranks(const char *subcommand, int nproc, int max_restarts, int 
 /* Under Slurm or Open MPI, publish the rank's identity in torchrun's names (RANK, WORLD_SIZE,
  * MASTER_ADDR, ...), which the communicator reads. 0, or 2 after a message prefixed `who`. */
 int adopt_scheduler_identity(const char *who);
+
+/* infer_model.c, for the subcommands that run a model for inference (generate, eval): the
+ * latest checkpoint of `dir` (a run's checkpoint.save folder; its manifest says the family,
+ * or `config`, the run's config, does) or a Hugging Face GPT-2 / Llama / Mistral / Qwen2 /
+ * Bloom folder, whole on one pipeline stage, split by tensor parallelism over every rank of
+ * the job (an HF family folder: one rank only), on kernel backend `device`. */
+typedef struct {
+    const char *dir, *config, *device; /* set by the caller */
+    tr_comm *world;
+    int rank, size;
+    tr_config cfg; /* the model section as the checkpoint holds it, defaults elsewhere */
+    int have_cfg;
+    const tr_kernels *k;
+    tr_gpt_shape shape;
+    tr_gpt *g;
+    float *params; /* the weights (k's memory), bound to g */
+    int iteration; /* the checkpoint's (0 for an HF folder) */
+    int family;    /* the HF folder's TR_HF_* (TR_HF_GPT2 for a checkpoint) */
+} infer_model;
+/* The communicator, config, model and weights: TR_OK, or the error (tr_errmsg) with what
+ * was made so far left for infer_model_close. */
+TR_MUST_CHECK int infer_model_open(infer_model *im);
+void infer_model_close(infer_model *im);
+/* The tokenizer of the options in *tok, or, when none is given and `dir` is an HF folder
+ * holding a tokenizer.json, that one (tok->type / tokenizer_model then point at `path`, a
+ * buffer of `cap` bytes, and a line on stderr says so); *out NULL when neither (bytes).
+ * Returns the exit status: 0, or 1 / 2 after the message prefixed `who`. */
+int infer_tokenizer_open(const char *who, const char *dir, tr_tokenizer_files *tok, char *path,
+                         size_t cap, tr_tokenizer **out);
 
 #endif

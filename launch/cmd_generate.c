@@ -7,12 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <unistd.h>
-
-#include "comm/comm.h"
 #include "core/core.h"
 #include "data/chat_template.h"
-#include "hf/hf.h"
 #include "launch/args.h"
 #include "model/gpt.h"
 #include "tokenizer/tokenizer.h"
@@ -147,64 +143,6 @@ static int prompt_tokens(const gen_options *o, int V, int32_t **out, int *n)
     return TR_OK;
 }
 
-/* The model config of the checkpoint (or HF folder): its sizes (and, from --config or a
- * Llama / Bloom folder, its family), every other key at the schema's default, tensor
- * parallelism over the whole world. *family: the HF folder's (TR_HF_GPT2 for a checkpoint). */
-static int model_config(const gen_options *o, int world, tr_config *cfg, int *iteration,
-                        int *family)
-{
-    tr_model_config m = {0};
-    tr_config run;
-    int rc;
-    *family = TR_HF_GPT2;
-    if (tr_hf_is_model_folder(o->dir)) {
-        tr_hf_gpt2_config hc;
-        *iteration = 0;
-        rc = tr_hf_read_family_config(o->dir, &m, family);
-        if (!rc && *family == TR_HF_GPT2 && !(rc = tr_hf_read_gpt2_config(o->dir, &hc)))
-            tr_hf_gpt2_model_config(&hc, &m);
-        if (!rc && *family != TR_HF_GPT2 && world > 1)
-            rc = tr_fail(TR_ERR_INVALID, "%s: Llama, Qwen2 and Bloom folders load into one rank (no "
-                         "--nproc); convert it first for tensor parallelism", o->dir);
-    } else {
-        rc = tr_checkpoint_read_model(o->dir, &m, iteration);
-    }
-    if (rc)
-        return rc;
-    char fam[600];
-    tr_model_family_flow(&m, fam, sizeof fam);
-    if (o->config) { /* the run's model section: its family, the checkpoint's sizes */
-        if ((rc = tr_config_load(o->config, NULL, 0, &run)))
-            return rc;
-        const tr_model_config *r = &run.model;
-        if (r->num_layers != m.num_layers || r->hidden_size != m.hidden_size ||
-            r->num_attention_heads != m.num_attention_heads || r->vocab_size != m.vocab_size ||
-            r->max_position_embeddings != m.max_position_embeddings)
-            rc = tr_fail(TR_ERR_INVALID, "%s: its model (num_layers %d, hidden_size %d, heads %d, "
-                         "vocab_size %d, max_position_embeddings %d) is not %s's", o->config,
-                         r->num_layers, r->hidden_size, r->num_attention_heads, r->vocab_size,
-                         r->max_position_embeddings, o->dir);
-        tr_model_family_flow(r, fam, sizeof fam);
-        tr_config_free(&run);
-        if (rc)
-            return rc;
-    }
-    char text[2048];
-    snprintf(text, sizeof text,
-             "model: {num_layers: %d, hidden_size: %d, num_attention_heads: %d, vocab_size: %d,\n"
-             "        max_position_embeddings: %d, seq_length: %d%s}\n"
-             "parallel: {tensor_model_parallel_size: %d}\n"
-             "training: {micro_batch_size: 1, train_iters: 1, lr: 1, device: %s}\n"
-             "data: {data_path: none}\n",
-             m.num_layers, m.hidden_size, m.num_attention_heads, m.vocab_size,
-             m.max_position_embeddings, tr_model_longest_seq(&m), fam, world, o->device);
-    rc = tr_config_load_string(text, strlen(text), o->dir, NULL, 0, cfg);
-    if (rc)
-        return tr_fail_context(rc, "the model of checkpoint %s on %d tensor-parallel ranks",
-                               o->dir, world);
-    return TR_OK;
-}
-
 /* One token as printed text: the tokenizer's bytes; without one a byte, or <|ID|> beyond. */
 static void print_token(const tr_tokenizer *t, int32_t id)
 {
@@ -301,56 +239,13 @@ static int generate(const gen_options *o, tr_gpt_cache *cache, int V, int lead, 
 
 static int run_generate(const gen_options *o)
 {
-    tr_comm_config cc = tr_comm_config_default();
-    cc.backend = strncmp(o->device, "cuda", 4) ? TR_COMM_BACKEND_UCX : TR_COMM_BACKEND_NCCL;
-    tr_comm *world = NULL;
-    tr_config cfg;
-    int have_cfg = 0, iteration = 0, n_prompt = 0, n_total = 0;
+    infer_model im = {.dir = o->dir, .config = o->config, .device = o->device};
+    int n_prompt = 0, n_total = 0;
     int32_t *ids = NULL, *prompt = NULL;
-    tr_gpt *g = NULL;
     tr_gpt_cache *cache = NULL;
-    float *params = NULL;
-    const tr_kernels *k = NULL;
     double prompt_s = 0, gen_s = 0;
-    int rc = tr_comm_init_world(&cc, &world);
-    if (rc)
-        return rc;
-    int rank = tr_comm_rank(world), size = tr_comm_size(world);
-    tr_log_set_rank(size > 1 ? rank : -1);
-    int family = TR_HF_GPT2;
-    if (!(rc = model_config(o, size, &cfg, &iteration, &family)))
-        have_cfg = 1;
-    tr_gpt_shape shape;
-    if (!rc && !(k = tr_kernels_get(o->device)))
-        rc = tr_fail_context(TR_ERR_CONFIG, "--device %s", o->device);
-    if (!rc)
-        rc = tr_gpt_shape_from_config(&cfg, 0, cfg.model.num_layers, rank, &shape);
-    if (!rc)
-        rc = tr_gpt_create(&shape, k, size > 1 ? world : NULL, &g);
-    if (!rc && !(params = k->alloc(tr_gpt_num_params(g) * sizeof(float))))
-        rc = tr_fail(TR_ERR_NOMEM, "out of memory for %zu parameters", tr_gpt_num_params(g));
-    if (!rc) {
-        tr_gpt_bind(g, params, NULL);
-        if (!tr_hf_is_model_folder(o->dir)) {
-            rc = tr_checkpoint_load_model(o->dir, g, k, params, &iteration);
-        } else { /* the HF weights through host memory (the parameters may be on a GPU) */
-            size_t bytes = tr_gpt_num_params(g) * sizeof(float);
-            float *host = strcmp(k->name, "cpu") ? malloc(bytes) : params;
-            if (!host)
-                rc = tr_fail(TR_ERR_NOMEM, "out of memory for %zu parameters", tr_gpt_num_params(g));
-            if (!rc && host != params)
-                tr_gpt_bind(g, host, NULL);
-            if (!rc)
-                rc = family == TR_HF_GPT2 ? tr_hf_load_gpt2(o->dir, g, host)
-                                          : tr_hf_load_family(o->dir, family, g, host);
-            if (host != params) {
-                tr_gpt_bind(g, params, NULL);
-                if (!rc)
-                    k->to_device(NULL, params, host, bytes);
-                free(host);
-            }
-        }
-    }
+    int rc = infer_model_open(&im);
+    const tr_gpt_shape shape = im.shape;
     if (!rc && o->tokenizer && tr_tokenizer_vocab_size(o->tokenizer) > shape.V)
         rc = tr_fail(TR_ERR_INVALID, "the tokenizer's %d ids do not fit the model's vocabulary of %d "
                      "(the checkpoint was trained with another tokenizer?)",
@@ -370,11 +265,11 @@ static int run_generate(const gen_options *o)
         rc = tr_fail(TR_ERR_NOMEM, "out of memory");
     if (!rc) {
         memcpy(ids, prompt, (size_t)n_prompt * sizeof *ids);
-        rc = tr_gpt_cache_create(g, 1, total, &cache);
+        rc = tr_gpt_cache_create(im.g, 1, total, &cache);
     }
     if (!rc)
-        rc = generate(o, cache, shape.V, rank == 0, ids, n_prompt, &n_total, &prompt_s, &gen_s);
-    if (!rc && rank == 0) {
+        rc = generate(o, cache, shape.V, im.rank == 0, ids, n_prompt, &n_total, &prompt_s, &gen_s);
+    if (!rc && im.rank == 0) {
         int made = n_total - n_prompt;
         if (o->json) {
             print_json(o->tokenizer, ids, n_prompt, n_total, o->chat_ids ? o->eos_id : -1,
@@ -383,20 +278,15 @@ static int run_generate(const gen_options *o)
             putchar('\n');
             fprintf(stderr, "trident generate: iteration %d of %s, %d tensor-parallel rank%s: "
                             "prompt of %d tokens in %.1f ms, %d tokens at %.1f tokens/s\n",
-                    iteration, o->dir, size, size > 1 ? "s" : "", n_prompt, prompt_s * 1e3, made,
+                    im.iteration, o->dir, im.size, im.size > 1 ? "s" : "", n_prompt, prompt_s * 1e3, made,
                     made > 1 ? (made - 1) / gen_s : 0.0);
         }
         fflush(stdout);
     }
     tr_gpt_cache_free(cache);
-    tr_gpt_free(g);
-    if (k)
-        k->free(params);
     free(ids);
     free(prompt);
-    if (have_cfg)
-        tr_config_free(&cfg);
-    tr_comm_destroy(world);
+    infer_model_close(&im);
     return rc;
 }
 
@@ -525,21 +415,10 @@ int tr_cmd_generate(int argc, char **argv)
         return run_as_local_ranks("generate", nproc, 0, argc, argv);
     if (adopt_scheduler_identity("trident generate"))
         return 2;
-    /* a Hugging Face folder's own tokenizer.json, as from_pretrained takes it */
     char hf_tokenizer[4200];
-    snprintf(hf_tokenizer, sizeof hf_tokenizer, "%s/tokenizer.json", o.dir);
-    if (!o.tok.type && !o.tok.vocab_file && !o.tok.merge_file && !o.tok.tokenizer_model &&
-        tr_hf_is_model_folder(o.dir) && !access(hf_tokenizer, F_OK)) {
-        o.tok.type = "HFTokenizer";
-        o.tok.tokenizer_model = hf_tokenizer;
-        fprintf(stderr, "trident generate: the tokenizer of %s (--tokenizer-type ByteLevel for "
-                        "bytes)\n", hf_tokenizer);
-    }
-    if ((o.tok.type || o.tok.vocab_file || o.tok.merge_file || o.tok.tokenizer_model) &&
-        (rc = tr_tokenizer_open(&o.tok, &o.tokenizer))) {
-        fprintf(stderr, "trident generate: %s\n", tr_errmsg());
-        return rc == TR_ERR_IO ? 1 : 2;
-    }
+    if ((rc = infer_tokenizer_open("trident generate", o.dir, &o.tok, hf_tokenizer,
+                                   sizeof hf_tokenizer, &o.tokenizer)))
+        return rc;
     if (o.chat && (rc = chat_prompt(&o))) {
         tr_tokenizer_free(o.tokenizer);
         return rc;

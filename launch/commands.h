@@ -15,5 +15,6 @@ TR_MUST_CHECK int tr_cmd_plan(int argc, char **argv);
 TR_MUST_CHECK int tr_cmd_sweep(int argc, char **argv);
 TR_MUST_CHECK int tr_cmd_generate(int argc, char **argv);
 TR_MUST_CHECK int tr_cmd_convert(int argc, char **argv);
+TR_MUST_CHECK int tr_cmd_eval(int argc, char **argv);
 
 #endif

@@ -18,6 +18,8 @@ static void usage(FILE *f)
             "                     train a model from one YAML config\n"
             "  generate CHECKPOINT_DIR --prompt TEXT [--temperature T] [--nproc N]\n"
             "                     continue a prompt with a trained model (key/value cache)\n"
+            "  eval CHECKPOINT_DIR (--input FILE... | --data-path PREFIX | --tasks FILE.jsonl)\n"
+            "                     perplexity, loglikelihood and multiple-choice accuracy\n"
             "  convert --from hf|--to hf --input DIR --output DIR\n"
             "                     GPT-2, Llama, Bloom checkpoints from / to Hugging Face\n"
             "  preprocess --input FILE... --output-prefix PREFIX\n"
@@ -60,7 +62,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "trident: TRIDENT_LOG_LEVEL: %s\n", tr_errmsg());
         return 2;
     }
-    if (!strcmp(cmd, "train") || !strcmp(cmd, "generate"))
+    if (!strcmp(cmd, "train") || !strcmp(cmd, "generate") || !strcmp(cmd, "eval"))
         prefer_avx512_blas_kernels(argv);
     if (!strcmp(cmd, "--help") || !strcmp(cmd, "-h") || !strcmp(cmd, "help")) {
         usage(stdout);
@@ -73,6 +75,7 @@ int main(int argc, char **argv)
         {"train", tr_cmd_train},   {"preprocess", tr_cmd_preprocess}, {"launch", tr_cmd_launch},
         {"topo", tr_cmd_topo},     {"schedule", tr_cmd_schedule}, {"plan", tr_cmd_plan},
         {"sweep", tr_cmd_sweep},   {"generate", tr_cmd_generate}, {"convert", tr_cmd_convert},
+        {"eval", tr_cmd_eval},
     };
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
         if (!strcmp(cmd, commands[i].name))

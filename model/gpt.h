@@ -296,6 +296,9 @@ TR_MUST_CHECK int tr_gpt_cache_create(tr_gpt *g, int B, int max_T, tr_gpt_cache 
 void tr_gpt_cache_free(tr_gpt_cache *c);
 int tr_gpt_cache_length(const tr_gpt_cache *c); /* positions cached so far */
 void tr_gpt_cache_reset(tr_gpt_cache *c);       /* forget them (new sequences) */
+/* Keep the first len positions (0 <= len <= the length; others are ignored), forget the rest:
+ * a shared prefix decoded once, then each of several continuations after it. */
+void tr_gpt_cache_truncate(tr_gpt_cache *c, int len);
 /* Forward n new positions of each of the B sequences (tokens: B*n host ids, sequence-major)
  * at positions [len, len + n), appending their keys and values. logits (host, V real
  * columns, no padding): all_positions ? (B, n, V) : (B, V) of the last new position. The

@@ -121,6 +121,11 @@ void tr_gpt_cache_free(tr_gpt_cache *c)
 
 int tr_gpt_cache_length(const tr_gpt_cache *c) { return c->len; }
 void tr_gpt_cache_reset(tr_gpt_cache *c) { c->len = 0; }
+void tr_gpt_cache_truncate(tr_gpt_cache *c, int len)
+{
+    if (len >= 0 && len < c->len)
+        c->len = len;
+}
 
 static int ensure_head(tr_gpt_cache *c, int rows)
 {

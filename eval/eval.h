@@ -1,0 +1,101 @@
+/* eval/ — how well a model predicts text: the log-likelihood of tokens, for the perplexity
+ * of text streams and datasets and for lm-evaluation-harness's loglikelihood requests
+ * (LAMBADA-style continuations, multiple choice). `trident eval` is its command line.
+ *
+ * Contract:
+ *  - A token's score is its log-probability under the model, log softmax (computed in double)
+ *    of the logits row of the position before it (tr_gpt_decode: the real vocabulary columns;
+ *    with tensor parallelism every rank gets the same rows). It is "greedy" when it is the
+ *    first maximum of that row (torch's argmax).
+ *  - An evaluator reads up to `context` tokens at once (its key/value cache) and scores them
+ *    in chunks of TR_EVAL_CHUNK positions, so no (context, V) logits exist at once.
+ *  - A stream (one text's ids) is scored in windows, Hugging Face's recipe for the
+ *    perplexity of fixed-length models: window k reads ids[begin, end), begin = k * stride,
+ *    end = min(begin + context, n), from position 0, and scores ids[j] for
+ *    j in [max(begin + 1, end of window k - 1), end); the last window is the first with
+ *    end = n. So every token but the first is scored once, with between context - stride and
+ *    context - 1 tokens before it (fewer near the stream's start).
+ *  - A request (tr_eval_request) is a context and one or more continuations; each
+ *    continuation's score is the sum of its tokens' scores after the context, the model
+ *    reading (context ids + continuation ids)[-(context + 1):][:-1] (left truncation, as
+ *    lm-evaluation-harness does). Continuations after the same context share its keys and
+ *    values (decoded once) when they fit whole: a reused prefix gives the logits a fresh
+ *    decode gives, up to rounding. */
+#ifndef TR_EVAL_H
+#define TR_EVAL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/core.h"
+#include "model/gpt.h"
+#include "tokenizer/tokenizer.h"
+
+#define TR_EVAL_CHUNK 128
+
+typedef struct tr_evaluator tr_evaluator;
+/* An evaluator of model g (whole on one pipeline stage) reading up to `context` tokens
+ * (<= the model's positions; the sliding window, if any, bounds it too). */
+TR_MUST_CHECK int tr_evaluator_create(tr_gpt *g, int context, tr_evaluator **out);
+void tr_evaluator_free(tr_evaluator *ev);
+int tr_evaluator_context(const tr_evaluator *ev);
+
+/* Scores of ids[first, n) given the tokens before them: logp[j - first] (and greedy[j - first]
+ * when greedy is not NULL) for ids[j], the model reading ids[0, n - 1) from position 0.
+ * Needs 1 <= first <= n and n - 1 <= context; ids < the model's vocabulary. The keys and
+ * values of the longest prefix shared with the previous call's ids (up to first - 1) are
+ * reused, not decoded again. */
+TR_MUST_CHECK int tr_eval_score(tr_evaluator *ev, const int32_t *ids, int n, int first,
+                                double *logp, unsigned char *greedy);
+/* Forget the cached keys and values (the next call decodes every position). */
+void tr_evaluator_reset(tr_evaluator *ev);
+
+/* Sums of a perplexity measurement. */
+typedef struct {
+    double nll;              /* sum of -logp over the scored tokens */
+    uint64_t tokens, windows, streams;
+} tr_eval_sums;
+/* One stream of n ids in windows of the evaluator's context, `stride` apart (1 <= stride <=
+ * context), added to *sums (streams += 1; windows: those that scored a token). */
+TR_MUST_CHECK int tr_eval_stream(tr_evaluator *ev, const int32_t *ids, size_t n, int stride,
+                                 tr_eval_sums *sums);
+
+/* A loglikelihood request: a continuation line (n_choices 1, label -1) or a multiple-choice
+ * line (label in [0, n_choices)). */
+typedef struct {
+    uint64_t line;     /* in its JSON Lines file, 1-based */
+    int32_t *ctx;      /* the context's ids (n_ctx >= 1) */
+    int n_ctx;
+    int n_choices, label;
+    int32_t **cont;    /* each continuation's ids (n_cont[i] >= 1) */
+    int *n_cont;
+    int64_t *chars;    /* each continuation's length in code points as the line gives it
+                        * (acc_norm's divisor; >= 1) */
+} tr_eval_request;
+typedef struct {
+    tr_eval_request *r;
+    size_t n;
+} tr_eval_tasks;
+/* The requests of a JSON Lines file (blank lines skipped; the first `limit`, 0 = all):
+ *   {"context": STR, "continuation": STR}  or  {"context": STR, "choices": [STR...],
+ *   "label": INT}  (other keys ignored).
+ * Ids as lm-evaluation-harness's _encode_pair makes them: the context's trailing whitespace
+ * (Python's str.isspace) moves to the front of the continuation, then ctx = encode(context),
+ * cont = encode(context + continuation)[len(ctx):]; with the tokenizer's template (special
+ * tokens) when `special`, else without; t NULL: one id per byte. Every id must be < vocab.
+ * A bad line is TR_ERR_INVALID "PATH:LINE: why" (not a JSON object, a missing or mistyped
+ * key, an empty context, both or neither of continuation and choices, a label out of range,
+ * an empty continuation or one of no tokens or of more than `context`); no request at all
+ * is too. */
+TR_MUST_CHECK int tr_eval_tasks_load(const char *path, const tr_tokenizer *t, int special,
+                                     int vocab, int context, size_t limit, tr_eval_tasks *out);
+void tr_eval_tasks_free(tr_eval_tasks *tasks);
+
+/* The scores of request r's continuations: ll[i] their log-likelihoods and greedy[i] 1 when
+ * every token of continuation i is greedy. */
+TR_MUST_CHECK int tr_eval_request_score(tr_evaluator *ev, const tr_eval_request *r, double *ll,
+                                        unsigned char *greedy);
+/* The first index of the largest of ll[i] (norm: ll[i] / chars[i]). */
+int tr_eval_argmax(const double *ll, const int64_t *chars, int n, int norm);
+
+#endif

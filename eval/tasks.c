@@ -1,0 +1,301 @@
+/* Loglikelihood requests from a JSON Lines file, encoded as lm-evaluation-harness encodes a
+ * (context, continuation) pair. */
+#include "eval/eval.h"
+
+#include <errno.h>
+#include <jansson.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+/* Python's str.isspace for code point c. */
+static int py_space(uint32_t c)
+{
+    return (c >= 0x09 && c <= 0x0d) || (c >= 0x1c && c <= 0x20) || c == 0x85 || c == 0xa0 ||
+           c == 0x1680 || (c >= 0x2000 && c <= 0x200a) || c == 0x2028 || c == 0x2029 ||
+           c == 0x202f || c == 0x205f || c == 0x3000;
+}
+
+/* Bytes of s[0, n) (valid UTF-8: jansson checked it) without its trailing whitespace. */
+static size_t rstrip_len(const char *s, size_t n)
+{
+    while (n > 0) {
+        size_t start = n - 1;
+        while (start > 0 && ((unsigned char)s[start] & 0xc0) == 0x80)
+            start--;
+        const unsigned char *u = (const unsigned char *)s + start;
+        uint32_t c = u[0] < 0x80   ? u[0]
+                     : u[0] < 0xe0 ? (uint32_t)(u[0] & 0x1f) << 6 | (u[1] & 0x3f)
+                     : u[0] < 0xf0 ? (uint32_t)(u[0] & 0x0f) << 12 | (uint32_t)(u[1] & 0x3f) << 6 |
+                                         (u[2] & 0x3f)
+                                   : (uint32_t)(u[0] & 0x07) << 18 | (uint32_t)(u[1] & 0x3f) << 12 |
+                                         (uint32_t)(u[2] & 0x3f) << 6 | (u[3] & 0x3f);
+        if (!py_space(c))
+            break;
+        n = start;
+    }
+    return n;
+}
+
+static int64_t code_points(const char *s, size_t n)
+{
+    int64_t count = 0;
+    for (size_t i = 0; i < n; i++)
+        count += ((unsigned char)s[i] & 0xc0) != 0x80;
+    return count;
+}
+
+typedef struct {
+    const tr_tokenizer *t;
+    tr_encoder *e;
+    int special, vocab;
+    int32_t *ids;
+    size_t n, cap;
+} encoding;
+
+/* Ids of text into enc->ids[0, enc->n). */
+static int encode(encoding *enc, const char *text, size_t len)
+{
+    enc->n = 0;
+    if (enc->t)
+        return tr_encode(enc->e, text, len, enc->special, &enc->ids, &enc->n, &enc->cap);
+    if (len > enc->cap) {
+        int32_t *p = realloc(enc->ids, len * sizeof *p);
+        if (!p)
+            return tr_fail(TR_ERR_NOMEM, "out of memory");
+        enc->ids = p;
+        enc->cap = len;
+    }
+    for (size_t i = 0; i < len; i++)
+        enc->ids[enc->n++] = (unsigned char)text[i];
+    return TR_OK;
+}
+
+static int32_t *copy_ids(const int32_t *ids, size_t n)
+{
+    int32_t *p = malloc((n ? n : 1) * sizeof *p);
+    if (p)
+        memcpy(p, ids, n * sizeof *p);
+    return p;
+}
+
+static void request_free(tr_eval_request *r)
+{
+    for (int i = 0; r->cont && i < r->n_choices; i++)
+        free(r->cont[i]);
+    free(r->cont);
+    free(r->n_cont);
+    free(r->chars);
+    free(r->ctx);
+    memset(r, 0, sizeof *r);
+}
+
+void tr_eval_tasks_free(tr_eval_tasks *tasks)
+{
+    for (size_t i = 0; i < tasks->n; i++)
+        request_free(&tasks->r[i]);
+    free(tasks->r);
+    tasks->r = NULL;
+    tasks->n = 0;
+}
+
+static int bad_line(const char *path, uint64_t line, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static int bad_line(const char *path, uint64_t line, const char *fmt, ...)
+{
+    char why[400];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(why, sizeof why, fmt, ap);
+    va_end(ap);
+    return tr_fail(TR_ERR_INVALID, "%s:%llu: %s", path, (unsigned long long)line, why);
+}
+
+static const char *kind(const json_t *v)
+{
+    switch (json_typeof(v)) {
+    case JSON_OBJECT: return "an object";
+    case JSON_ARRAY: return "a list";
+    case JSON_STRING: return "a string";
+    case JSON_INTEGER: return "an integer";
+    case JSON_REAL: return "a number";
+    case JSON_TRUE:
+    case JSON_FALSE: return "a boolean";
+    default: return "null";
+    }
+}
+
+/* Continuation i of r: the pair (context, text) encoded as _encode_pair does. ctx / n_ctx:
+ * the context without its trailing whitespace. */
+static int encode_choice(encoding *enc, const char *path, tr_eval_request *r, int i,
+                         const char *context, size_t n_ctx_bytes, size_t n_ws, const char *text,
+                         size_t len, int context_limit)
+{
+    if (len == 0)
+        return bad_line(path, r->line, "%s is empty",
+                        r->label < 0 ? "the continuation" : "a choice");
+    size_t whole_len = n_ctx_bytes + n_ws + len;
+    char *whole = malloc(whole_len + 1);
+    if (!whole)
+        return tr_fail(TR_ERR_NOMEM, "out of memory");
+    memcpy(whole, context, n_ctx_bytes + n_ws);
+    memcpy(whole + n_ctx_bytes + n_ws, text, len);
+    int rc = encode(enc, whole, whole_len);
+    free(whole);
+    if (rc)
+        return rc;
+    size_t m = enc->n > (size_t)r->n_ctx ? enc->n - (size_t)r->n_ctx : 0;
+    if (m == 0)
+        return bad_line(path, r->line, "%s has no tokens after the context's",
+                        r->label < 0 ? "the continuation" : "a choice");
+    if (m > (size_t)context_limit)
+        return bad_line(path, r->line, "%s is %zu tokens, more than the context of %d",
+                        r->label < 0 ? "the continuation" : "a choice", m, context_limit);
+    for (size_t j = 0; j < enc->n; j++)
+        if (enc->ids[j] >= enc->vocab)
+            return bad_line(path, r->line, "token %d is outside the model's vocabulary [0, %d)",
+                            enc->ids[j], enc->vocab);
+    r->n_cont[i] = (int)m;
+    r->chars[i] = code_points(text, len);
+    return (r->cont[i] = copy_ids(enc->ids + r->n_ctx, m)) ? TR_OK
+                                                            : tr_fail(TR_ERR_NOMEM, "out of memory");
+}
+
+/* One JSON object into r (r->line set). */
+static int parse_request(encoding *enc, const char *path, json_t *root, tr_eval_request *r,
+                         int context_limit)
+{
+    json_t *c = json_object_get(root, "context"), *cont = json_object_get(root, "continuation"),
+           *choices = json_object_get(root, "choices"), *label = json_object_get(root, "label");
+    if (!c)
+        return bad_line(path, r->line, "no key \"context\"");
+    if (!json_is_string(c))
+        return bad_line(path, r->line, "\"context\" is %s, not a string", kind(c));
+    if (!cont == !choices)
+        return bad_line(path, r->line, "%s: give \"continuation\" (a loglikelihood request) or "
+                        "\"choices\" with \"label\" (multiple choice)",
+                        cont ? "both \"continuation\" and \"choices\"" : "neither "
+                        "\"continuation\" nor \"choices\"");
+    if (cont && !json_is_string(cont))
+        return bad_line(path, r->line, "\"continuation\" is %s, not a string", kind(cont));
+    size_t n_choices = 1;
+    r->label = -1;
+    if (choices) {
+        if (!json_is_array(choices))
+            return bad_line(path, r->line, "\"choices\" is %s, not a list of strings",
+                            kind(choices));
+        n_choices = json_array_size(choices);
+        if (n_choices == 0 || n_choices > 1 << 20)
+            return bad_line(path, r->line, "\"choices\" holds %zu strings (1 or more)", n_choices);
+        for (size_t i = 0; i < n_choices; i++)
+            if (!json_is_string(json_array_get(choices, i)))
+                return bad_line(path, r->line, "\"choices\"[%zu] is %s, not a string", i,
+                                kind(json_array_get(choices, i)));
+        if (!label)
+            return bad_line(path, r->line, "no key \"label\" (the right choice's index)");
+        if (!json_is_integer(label))
+            return bad_line(path, r->line, "\"label\" is %s, not an integer", kind(label));
+        json_int_t l = json_integer_value(label);
+        if (l < 0 || (size_t)l >= n_choices)
+            return bad_line(path, r->line, "\"label\" %lld is not an index of the %zu choices",
+                            (long long)l, n_choices);
+        r->label = (int)l;
+    }
+    const char *ctx = json_string_value(c);
+    size_t ctx_len = json_string_length(c), kept = rstrip_len(ctx, ctx_len);
+    if (kept == 0)
+        return bad_line(path, r->line, "the context is empty%s: the first token would have "
+                        "nothing to be predicted from", ctx_len ? " (whitespace only)" : "");
+    int rc = encode(enc, ctx, kept);
+    if (rc)
+        return rc;
+    if (enc->n == 0)
+        return bad_line(path, r->line, "the context has no tokens");
+    if (enc->n > 1 << 30)
+        return bad_line(path, r->line, "the context has %zu tokens", enc->n);
+    r->n_ctx = (int)enc->n;
+    r->n_choices = (int)n_choices;
+    r->ctx = copy_ids(enc->ids, enc->n);
+    r->cont = calloc(n_choices, sizeof *r->cont);
+    r->n_cont = calloc(n_choices, sizeof *r->n_cont);
+    r->chars = calloc(n_choices, sizeof *r->chars);
+    if (!r->ctx || !r->cont || !r->n_cont || !r->chars)
+        return tr_fail(TR_ERR_NOMEM, "out of memory");
+    for (size_t i = 0; i < n_choices && !rc; i++) {
+        json_t *s = choices ? json_array_get(choices, i) : cont;
+        rc = encode_choice(enc, path, r, (int)i, ctx, kept, ctx_len - kept, json_string_value(s),
+                           json_string_length(s), context_limit);
+    }
+    return rc;
+}
+
+int tr_eval_tasks_load(const char *path, const tr_tokenizer *t, int special, int vocab,
+                       int context, size_t limit, tr_eval_tasks *out)
+{
+    memset(out, 0, sizeof *out);
+    struct stat st;
+    if (stat(path, &st) == 0 && S_ISDIR(st.st_mode))
+        return tr_fail(TR_ERR_INVALID, "%s: a folder, not a JSON Lines file", path);
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return tr_fail(TR_ERR_INVALID, "%s: %s", path, strerror(errno));
+    encoding enc = {.t = t, .special = special, .vocab = vocab};
+    int rc = t ? tr_encoder_create(t, &enc.e) : TR_OK;
+    char *line = NULL;
+    size_t cap = 0, room = 0;
+    ssize_t len;
+    uint64_t number = 0;
+    while (!rc && (!limit || out->n < limit) && (len = getline(&line, &cap, f)) >= 0) {
+        number++;
+        size_t n = (size_t)len;
+        while (n > 0 && (line[n - 1] == '\n' || line[n - 1] == '\r' || line[n - 1] == ' ' ||
+                         line[n - 1] == '\t'))
+            n--;
+        size_t lead = 0;
+        while (lead < n && (line[lead] == ' ' || line[lead] == '\t'))
+            lead++;
+        if (lead == n)
+            continue; /* a blank line */
+        json_error_t err;
+        json_t *root = json_loadb(line, n, JSON_ALLOW_NUL, &err);
+        if (!root) {
+            rc = bad_line(path, number, "not JSON: %s (column %d)", err.text, err.column);
+            break;
+        }
+        if (!json_is_object(root)) {
+            rc = bad_line(path, number, "the line is %s, not a JSON object", kind(root));
+            json_decref(root);
+            break;
+        }
+        if (out->n == room) {
+            size_t grow = room ? 2 * room : 64;
+            tr_eval_request *p = realloc(out->r, grow * sizeof *p);
+            if (!p) {
+                rc = tr_fail(TR_ERR_NOMEM, "out of memory for %zu requests", grow);
+                json_decref(root);
+                break;
+            }
+            out->r = p;
+            room = grow;
+        }
+        tr_eval_request *r = &out->r[out->n++];
+        memset(r, 0, sizeof *r);
+        r->line = number;
+        rc = parse_request(&enc, path, root, r, context);
+        json_decref(root);
+    }
+    if (!rc && ferror(f))
+        rc = tr_fail(TR_ERR_IO, "%s: read error", path);
+    if (!rc && out->n == 0)
+        rc = tr_fail(TR_ERR_INVALID, "%s: no requests (a JSON object per line: \"context\" with "
+                     "\"continuation\", or with \"choices\" and \"label\")", path);
+    fclose(f);
+    free(line);
+    free(enc.ids);
+    tr_encoder_free(enc.e);
+    if (rc)
+        tr_eval_tasks_free(out);
+    return rc;
+}

@@ -1,0 +1,492 @@
+/* `trident eval CHECKPOINT_DIR|HF_DIR (--input FILE... | --data-path PREFIX | --tasks FILE)`:
+ * the perplexity of text or of a dataset, and lm-evaluation-harness-style loglikelihood and
+ * multiple-choice requests, with a trained model or a Hugging Face folder (eval/). */
+#include "launch/commands.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/core.h"
+#include "data/data.h"
+#include "eval/eval.h"
+#include "launch/args.h"
+
+static void eval_usage(FILE *f)
+{
+    fprintf(f,
+            "usage: trident eval CHECKPOINT_DIR|HF_DIR (--input FILE... | --data-path PREFIX |\n"
+            "                    --tasks FILE.jsonl) [options]\n"
+            "\n"
+            "How well a model predicts text: the model of CHECKPOINT_DIR's latest checkpoint or\n"
+            "of a Hugging Face folder, loaded as trident generate loads it (the same tokenizer,\n"
+            "--config, --device and --nproc options; an HF folder's tokenizer.json is used when\n"
+            "no tokenizer option is given, else tokens are bytes).\n"
+            "\n"
+            "  --input FILE...      perplexity of text files, each one stream tokenized whole\n"
+            "                       (an HFTokenizer with its template, e.g. Llama's BOS, as\n"
+            "                       tokenizer(text) gives), scored in windows of --context\n"
+            "                       tokens --stride apart as Hugging Face's perplexity recipe:\n"
+            "                       each token once, the tokens of a window before the ones it\n"
+            "                       scores read as context; bits per byte of the files too\n"
+            "  --data-path PREFIX   perplexity of an indexed dataset (or llm.c shard) as training\n"
+            "                       reads it with seq_length = --context: every sample of the\n"
+            "                       split, the model reading its first C tokens\n"
+            "  --split A,B,C        --data-path: data.split (default 1,0,0: all of it in train)\n"
+            "  --split-name NAME    --data-path: train (default), valid or test\n"
+            "  --tasks FILE.jsonl   lm-evaluation-harness's loglikelihood requests, a JSON object\n"
+            "                       a line: {\"context\": S, \"continuation\": S} (its\n"
+            "                       log-likelihood; greedy: every token is the argmax, LAMBADA's\n"
+            "                       accuracy) or {\"context\": S, \"choices\": [S, ...], \"label\":\n"
+            "                       N} (multiple choice: acc, and acc_norm by length in\n"
+            "                       characters). A continuation is appended as given (\" Paris\");\n"
+            "                       the context's trailing whitespace moves to its front and the\n"
+            "                       ids are encode(context + continuation) past encode(context)\n"
+            "  --special-tokens     --tasks: encode with the tokenizer's template (e.g. a BOS);\n"
+            "                       default without, as lm-evaluation-harness does\n"
+            "  --context C          tokens the model reads at once (default: its positions, or\n"
+            "                       its sliding window when smaller)\n"
+            "  --stride S           --input: windows S tokens apart (default C: no overlap;\n"
+            "                       smaller: more context for each scored token, slower)\n"
+            "  --limit N            the first N files, samples or requests\n"
+            "  --json               one JSON object on stdout (per-request results included)\n"
+            "  --tokenizer-type T, --vocab-file F, --merge-file F, --tokenizer-model F,\n"
+            "  --config FILE, --device cpu|cuda|cuda-fp32, --nproc N\n"
+            "                       as in trident generate\n"
+            "  -h, --help           this text\n"
+            "\n"
+            "Prints the measurements on stdout (natural-log nll per token, perplexity = its exp,\n"
+            "bits per byte = nll / ln 2 per byte of the files), and the time on stderr.\n"
+            "Exit status: 0 success, 1 runtime failure, 2 bad usage or input.\n");
+}
+
+typedef struct {
+    const char *dir, *config, *device, *data_path, *split, *split_name, *tasks;
+    const char *const *inputs;
+    int n_inputs, context, stride, limit, special, json;
+    tr_tokenizer_files tok;
+    tr_tokenizer *tokenizer;
+} eval_options;
+
+typedef struct {
+    tr_eval_sums ppl;
+    int have_ppl;
+    uint64_t bytes;    /* --input: the files' sizes */
+    tr_eval_tasks tasks;
+    double *ll;        /* per request, per choice: log-likelihoods and greedy flags */
+    unsigned char *greedy;
+    size_t *first;     /* request i's choices start at ll[first[i]] */
+} eval_results;
+
+/* --input: each file one stream. */
+static int eval_files(const eval_options *o, tr_evaluator *ev, eval_results *res)
+{
+    tr_encoder *e = NULL;
+    int32_t *ids = NULL;
+    size_t cap = 0;
+    int rc = o->tokenizer ? tr_encoder_create(o->tokenizer, &e) : TR_OK;
+    int special = o->tokenizer && !strcmp(tr_tokenizer_type(o->tokenizer), "HFTokenizer");
+    for (int f = 0; f < o->n_inputs && (!o->limit || f < o->limit) && !rc; f++) {
+        char *text = NULL;
+        size_t len = 0, n = 0;
+        rc = tr_read_file(o->inputs[f], (size_t)1 << 34, "a text file", &text, &len);
+        if (!rc && e) {
+            rc = tr_encode(e, text, len, special, &ids, &n, &cap);
+        } else if (!rc) {
+            int32_t *p = len > cap ? realloc(ids, len * sizeof *p) : ids;
+            if (!p) {
+                rc = tr_fail(TR_ERR_NOMEM, "out of memory for %zu tokens", len);
+            } else {
+                ids = p;
+                cap = len > cap ? len : cap;
+                for (size_t i = 0; i < len; i++)
+                    ids[n++] = (unsigned char)text[i];
+            }
+        }
+        free(text);
+        res->bytes += len;
+        if (!rc)
+            rc = tr_eval_stream(ev, ids, n, o->stride, &res->ppl);
+        if (rc)
+            rc = tr_fail_context(rc, "%s", o->inputs[f]);
+    }
+    free(ids);
+    tr_encoder_free(e);
+    res->have_ppl = 1;
+    return rc;
+}
+
+/* --data-path: every sample of the split. */
+static int eval_dataset(const eval_options *o, int V, tr_evaluator *ev, eval_results *res)
+{
+    static const char *const names[3] = {"train", "valid", "test"};
+    int split = 0;
+    while (split < 3 && strcmp(o->split_name, names[split]))
+        split++;
+    tr_data *d = NULL;
+    int C = tr_evaluator_context(ev);
+    int rc = tr_data_open(o->data_path, "auto", o->split, C, V, 1234, &d);
+    uint64_t n = rc ? 0 : tr_data_num_samples(d, split);
+    if (!rc && n == 0)
+        rc = tr_fail(TR_ERR_INVALID, "%s: its %s split has no sample of %d + 1 tokens (split "
+                     "%s)", o->data_path, names[split], C, o->split);
+    if (o->limit && n > (uint64_t)o->limit)
+        n = (uint64_t)o->limit;
+    int32_t *ids = malloc(((size_t)C + 1) * sizeof *ids);
+    double *logp = malloc((size_t)C * sizeof *logp);
+    if (!rc && (!ids || !logp))
+        rc = tr_fail(TR_ERR_NOMEM, "out of memory");
+    for (uint64_t g = 0; g < n && !rc; g++) {
+        if (!(rc = tr_data_sample(d, split, g, ids)))
+            rc = tr_eval_score(ev, ids, C + 1, 1, logp, NULL);
+        for (int j = 0; !rc && j < C; j++)
+            res->ppl.nll -= logp[j];
+        res->ppl.tokens += rc ? 0 : (uint64_t)C;
+        res->ppl.windows += !rc;
+    }
+    res->ppl.streams = n;
+    res->have_ppl = 1;
+    free(ids);
+    free(logp);
+    tr_data_close(d);
+    return rc;
+}
+
+/* --tasks: every request's continuations. */
+static int eval_tasks(const eval_options *o, int V, tr_evaluator *ev, eval_results *res)
+{
+    int rc = tr_eval_tasks_load(o->tasks, o->tokenizer, o->special, V, tr_evaluator_context(ev),
+                                (size_t)o->limit, &res->tasks);
+    if (rc)
+        return rc;
+    size_t total = 0;
+    if (!(res->first = malloc(res->tasks.n * sizeof *res->first)))
+        return tr_fail(TR_ERR_NOMEM, "out of memory");
+    for (size_t i = 0; i < res->tasks.n; i++) {
+        res->first[i] = total;
+        total += (size_t)res->tasks.r[i].n_choices;
+    }
+    res->ll = malloc(total * sizeof *res->ll);
+    res->greedy = malloc(total);
+    if (!res->ll || !res->greedy)
+        return tr_fail(TR_ERR_NOMEM, "out of memory");
+    for (size_t i = 0; i < res->tasks.n && !rc; i++)
+        rc = tr_eval_request_score(ev, &res->tasks.r[i], res->ll + res->first[i],
+                                   res->greedy + res->first[i]);
+    return rc;
+}
+
+static double ratio(double a, double b) { return b > 0 ? a / b : NAN; }
+
+/* What the tasks' requests sum to. */
+typedef struct {
+    uint64_t ll_requests, ll_tokens, greedy, mc_requests, acc, acc_norm;
+    double ll_nll;
+} task_sums;
+
+static task_sums sum_tasks(const eval_results *res)
+{
+    task_sums s = {0};
+    for (size_t i = 0; i < res->tasks.n; i++) {
+        const tr_eval_request *r = &res->tasks.r[i];
+        const double *ll = res->ll + res->first[i];
+        if (r->label < 0) {
+            s.ll_requests++;
+            s.ll_tokens += (uint64_t)r->n_cont[0];
+            s.ll_nll -= ll[0];
+            s.greedy += res->greedy[res->first[i]];
+        } else {
+            s.mc_requests++;
+            s.acc += tr_eval_argmax(ll, r->chars, r->n_choices, 0) == r->label;
+            s.acc_norm += tr_eval_argmax(ll, r->chars, r->n_choices, 1) == r->label;
+        }
+    }
+    return s;
+}
+
+static void print_text(const eval_options *o, const infer_model *im, int C, int stride,
+                       const eval_results *res)
+{
+    printf("trident eval: iteration %d of %s, context %d", im->iteration, o->dir, C);
+    if (o->n_inputs)
+        printf(", stride %d", stride);
+    printf("\n");
+    if (res->have_ppl) {
+        const tr_eval_sums *p = &res->ppl;
+        double mean = ratio(p->nll, (double)p->tokens);
+        printf("perplexity: %llu %s, %llu tokens in %llu windows: nll %.4f/token, perplexity %.4f",
+               (unsigned long long)p->streams, o->n_inputs ? "streams" : "samples",
+               (unsigned long long)p->tokens, (unsigned long long)p->windows, mean, exp(mean));
+        if (o->n_inputs)
+            printf(", %.4f bits/byte", ratio(p->nll, (double)res->bytes * log(2.0)));
+        printf("\n");
+    }
+    if (res->tasks.n) {
+        task_sums s = sum_tasks(res);
+        double mean = ratio(s.ll_nll, (double)s.ll_tokens);
+        if (s.ll_requests)
+            printf("loglikelihood: %llu requests, %llu tokens: greedy accuracy %.4f, nll "
+                   "%.4f/token, perplexity %.4f\n", (unsigned long long)s.ll_requests,
+                   (unsigned long long)s.ll_tokens, ratio((double)s.greedy, (double)s.ll_requests),
+                   mean, exp(mean));
+        if (s.mc_requests)
+            printf("multiple choice: %llu requests: acc %.4f, acc_norm %.4f\n",
+                   (unsigned long long)s.mc_requests,
+                   ratio((double)s.acc, (double)s.mc_requests),
+                   ratio((double)s.acc_norm, (double)s.mc_requests));
+    }
+}
+
+static void print_json(const eval_options *o, const infer_model *im, int C, int stride,
+                       const eval_results *res)
+{
+    tr_json j;
+    tr_json_begin(&j, stdout);
+    tr_json_object_begin(&j, NULL);
+    tr_json_string(&j, "checkpoint", o->dir);
+    tr_json_int(&j, "iteration", im->iteration);
+    tr_json_int(&j, "context", C);
+    if (o->n_inputs)
+        tr_json_int(&j, "stride", stride);
+    else
+        tr_json_null(&j, "stride");
+    if (res->have_ppl) {
+        const tr_eval_sums *p = &res->ppl;
+        double mean = ratio(p->nll, (double)p->tokens);
+        tr_json_object_begin(&j, "perplexity");
+        tr_json_int(&j, "streams", (long long)p->streams);
+        tr_json_int(&j, "windows", (long long)p->windows);
+        tr_json_int(&j, "tokens", (long long)p->tokens);
+        tr_json_double(&j, "nll_sum", p->nll);
+        tr_json_double(&j, "nll_mean", mean);
+        tr_json_double(&j, "perplexity", exp(mean));
+        if (o->n_inputs) {
+            tr_json_int(&j, "bytes", (long long)res->bytes);
+            tr_json_double(&j, "bits_per_byte", ratio(p->nll, (double)res->bytes * log(2.0)));
+        } else {
+            tr_json_null(&j, "bytes");
+            tr_json_null(&j, "bits_per_byte");
+        }
+        tr_json_object_end(&j);
+    }
+    if (res->tasks.n) {
+        task_sums s = sum_tasks(res);
+        double mean = ratio(s.ll_nll, (double)s.ll_tokens);
+        tr_json_object_begin(&j, "tasks");
+        tr_json_int(&j, "requests", (long long)res->tasks.n);
+        tr_json_object_begin(&j, "loglikelihood");
+        tr_json_int(&j, "requests", (long long)s.ll_requests);
+        tr_json_int(&j, "tokens", (long long)s.ll_tokens);
+        tr_json_double(&j, "greedy_accuracy", ratio((double)s.greedy, (double)s.ll_requests));
+        tr_json_double(&j, "nll_mean", mean);
+        tr_json_double(&j, "perplexity", exp(mean));
+        tr_json_object_end(&j);
+        tr_json_object_begin(&j, "multiple_choice");
+        tr_json_int(&j, "requests", (long long)s.mc_requests);
+        tr_json_double(&j, "acc", ratio((double)s.acc, (double)s.mc_requests));
+        tr_json_double(&j, "acc_norm", ratio((double)s.acc_norm, (double)s.mc_requests));
+        tr_json_object_end(&j);
+        tr_json_array_begin(&j, "results");
+        for (size_t i = 0; i < res->tasks.n; i++) {
+            const tr_eval_request *r = &res->tasks.r[i];
+            const double *ll = res->ll + res->first[i];
+            const unsigned char *g = res->greedy + res->first[i];
+            tr_json_object_begin(&j, NULL);
+            tr_json_int(&j, "line", (long long)r->line);
+            tr_json_array_begin(&j, "loglikelihood");
+            for (int c = 0; c < r->n_choices; c++)
+                tr_json_double(&j, NULL, ll[c]);
+            tr_json_array_end(&j);
+            tr_json_array_begin(&j, "greedy");
+            for (int c = 0; c < r->n_choices; c++)
+                tr_json_bool(&j, NULL, g[c]);
+            tr_json_array_end(&j);
+            tr_json_array_begin(&j, "tokens");
+            for (int c = 0; c < r->n_choices; c++)
+                tr_json_int(&j, NULL, r->n_cont[c]);
+            tr_json_array_end(&j);
+            if (r->label >= 0) {
+                tr_json_int(&j, "label", r->label);
+                tr_json_int(&j, "pred", tr_eval_argmax(ll, r->chars, r->n_choices, 0));
+                tr_json_int(&j, "pred_norm", tr_eval_argmax(ll, r->chars, r->n_choices, 1));
+            }
+            tr_json_object_end(&j);
+        }
+        tr_json_array_end(&j);
+        tr_json_object_end(&j);
+    }
+    tr_json_object_end(&j);
+    putchar('\n');
+}
+
+static int run_eval(const eval_options *o)
+{
+    infer_model im = {.dir = o->dir, .config = o->config, .device = o->device};
+    tr_evaluator *ev = NULL;
+    eval_results res = {0};
+    double t0 = tr_now();
+    int rc = infer_model_open(&im);
+    int V = im.shape.V, C = o->context, stride = o->stride;
+    if (!rc && !C)
+        C = im.shape.sliding_window && im.shape.sliding_window < im.shape.max_T
+                ? im.shape.sliding_window
+                : im.shape.max_T;
+    if (!rc && !stride)
+        stride = C;
+    if (!rc && stride > C)
+        rc = tr_fail(TR_ERR_INVALID, "--stride %d is more than the context of %d tokens", stride,
+                     C);
+    if (!rc && o->tokenizer && tr_tokenizer_vocab_size(o->tokenizer) > V)
+        rc = tr_fail(TR_ERR_INVALID, "the tokenizer's %d ids do not fit the model's vocabulary of "
+                     "%d (the checkpoint was trained with another tokenizer?)",
+                     tr_tokenizer_vocab_size(o->tokenizer), V);
+    if (!rc)
+        rc = tr_evaluator_create(im.g, C, &ev);
+    eval_options with_stride = *o;
+    with_stride.stride = stride;
+    double t1 = tr_now();
+    if (!rc && o->n_inputs)
+        rc = eval_files(&with_stride, ev, &res);
+    else if (!rc && o->data_path)
+        rc = eval_dataset(o, V, ev, &res);
+    else if (!rc)
+        rc = eval_tasks(o, V, ev, &res);
+    if (!rc && im.rank == 0) {
+        if (o->json)
+            print_json(o, &im, C, stride, &res);
+        else
+            print_text(o, &im, C, stride, &res);
+        fflush(stdout);
+        fprintf(stderr, "trident eval: %d tensor-parallel rank%s, loaded in %.1f s, evaluated "
+                "in %.1f s\n", im.size, im.size > 1 ? "s" : "", t1 - t0, tr_now() - t1);
+    }
+    tr_evaluator_free(ev);
+    tr_eval_tasks_free(&res.tasks);
+    free(res.ll);
+    free(res.greedy);
+    free(res.first);
+    infer_model_close(&im);
+    return rc;
+}
+
+int tr_cmd_eval(int argc, char **argv)
+{
+    enum { INPUT, DATA, SPLIT, SPLIT_NAME, TASKS, SPECIAL, CONTEXT, STRIDE, LIMIT, JSON, DEVICE,
+           NPROC, TOK_TYPE, VOCAB, MERGES, TOK_MODEL, CONFIG };
+    static const arg_opt options[] = {
+        [INPUT] = {"--input", ARG_VALUES, "text file"}, [DATA] = {"--data-path", ARG_VALUE},
+        [SPLIT] = {"--split", ARG_VALUE},               [SPLIT_NAME] = {"--split-name", ARG_VALUE},
+        [TASKS] = {"--tasks", ARG_VALUE},               [SPECIAL] = {"--special-tokens", ARG_FLAG},
+        [CONTEXT] = {"--context", ARG_VALUE},           [STRIDE] = {"--stride", ARG_VALUE},
+        [LIMIT] = {"--limit", ARG_VALUE},               [JSON] = {"--json", ARG_FLAG},
+        [DEVICE] = {"--device", ARG_VALUE},             [NPROC] = {"--nproc", ARG_VALUE},
+        [TOK_TYPE] = {"--tokenizer-type", ARG_VALUE},   [VOCAB] = {"--vocab-file", ARG_VALUE},
+        [MERGES] = {"--merge-file", ARG_VALUE},         [TOK_MODEL] = {"--tokenizer-model", ARG_VALUE},
+        [CONFIG] = {"--config", ARG_VALUE},             {NULL},
+    };
+    arg_parser a = {.cmd = "trident eval", .opts = options, .usage = eval_usage, .argc = argc,
+                    .argv = argv};
+    eval_options o = {.device = "cpu"};
+    const char **inputs = calloc((size_t)argc + 1, sizeof *inputs);
+    if (!inputs) {
+        fprintf(stderr, "trident eval: out of memory\n");
+        return 1;
+    }
+    o.inputs = inputs;
+    const char *v;
+    int rc = 0, nproc = 0, opt;
+    while (!rc && (opt = args_next(&a, &v)) != ARGS_END) {
+        if (opt == ARGS_HELP || opt == ARGS_ERROR) {
+            free(inputs);
+            return opt == ARGS_HELP ? 0 : 2;
+        }
+        if (opt == INPUT)
+            inputs[o.n_inputs++] = v;
+        else if (opt == DATA)
+            o.data_path = v;
+        else if (opt == SPLIT)
+            o.split = v;
+        else if (opt == SPLIT_NAME)
+            o.split_name = v;
+        else if (opt == TASKS)
+            o.tasks = v;
+        else if (opt == SPECIAL)
+            o.special = 1;
+        else if (opt == CONTEXT)
+            rc = args_int(&a, "--context", v, 1, 1 << 24, &o.context);
+        else if (opt == STRIDE)
+            rc = args_int(&a, "--stride", v, 1, 1 << 24, &o.stride);
+        else if (opt == LIMIT)
+            rc = args_int(&a, "--limit", v, 1, 0x7fffffff, &o.limit);
+        else if (opt == JSON)
+            o.json = 1;
+        else if (opt == DEVICE)
+            o.device = v;
+        else if (opt == NPROC)
+            rc = args_int(&a, "--nproc", v, 1, 4096, &nproc);
+        else if (opt == TOK_TYPE)
+            o.tok.type = v;
+        else if (opt == VOCAB)
+            o.tok.vocab_file = v;
+        else if (opt == MERGES)
+            o.tok.merge_file = v;
+        else if (opt == TOK_MODEL)
+            o.tok.tokenizer_model = v;
+        else if (opt == CONFIG)
+            o.config = v;
+        else if (o.dir)
+            rc = args_error(&a, "more than one checkpoint folder given ('%s' and '%s')", o.dir, v);
+        else
+            o.dir = v;
+    }
+    int kinds = (o.n_inputs > 0) + !!o.data_path + !!o.tasks;
+    if (!rc && !o.dir)
+        rc = args_error(&a, "no checkpoint folder given (see trident eval --help)");
+    if (!rc && kinds != 1)
+        rc = args_error(&a, "give one of --input FILE..., --data-path PREFIX or --tasks FILE "
+                            "(%s)", kinds ? "more than one given" : "none given");
+    if (!rc && o.stride && !o.n_inputs)
+        rc = args_error(&a, "--stride is for --input (a dataset's samples do not overlap; "
+                            "requests are scored whole)");
+    if (!rc && o.stride && o.context && o.stride > o.context)
+        rc = args_error(&a, "--stride %d is more than --context %d", o.stride, o.context);
+    if (!rc && (o.split || o.split_name) && !o.data_path)
+        rc = args_error(&a, "--split and --split-name are for --data-path");
+    if (!rc && o.special && !o.tasks)
+        rc = args_error(&a, "--special-tokens is for --tasks (--input streams get the "
+                            "tokenizer's template already)");
+    if (!rc && o.split_name && strcmp(o.split_name, "train") && strcmp(o.split_name, "valid") &&
+        strcmp(o.split_name, "test"))
+        rc = args_error(&a, "--split-name is train, valid or test, not '%s'", o.split_name);
+    if (rc) {
+        free(inputs);
+        return rc;
+    }
+    if (!o.split)
+        o.split = "1,0,0";
+    if (!o.split_name)
+        o.split_name = "train";
+    if (nproc > 0) {
+        free(inputs);
+        return run_as_local_ranks("eval", nproc, 0, argc, argv);
+    }
+    if (adopt_scheduler_identity("trident eval")) {
+        free(inputs);
+        return 2;
+    }
+    char hf_tokenizer[4200];
+    if ((rc = infer_tokenizer_open("trident eval", o.dir, &o.tok, hf_tokenizer,
+                                   sizeof hf_tokenizer, &o.tokenizer))) {
+        free(inputs);
+        return rc;
+    }
+    rc = run_eval(&o);
+    tr_tokenizer_free(o.tokenizer);
+    free(inputs);
+    if (rc) {
+        fprintf(stderr, "trident eval: %s\n", tr_errmsg());
+        return rc == TR_ERR_CONFIG || rc == TR_ERR_INVALID ? 2 : 1;
+    }
+    return 0;
+}
