@@ -8,18 +8,21 @@
   staged-3d-fp32     (DP=2, TP=2, PP=2) as 8 ranks on ONE GPU (CUDA_VISIBLE_DEVICES pins them to
                      it, so every group stages through pinned host memory over UCX) vs one rank,
                      fp32: every iteration within 1e-4
-  families           the Llama (RMSNorm, rope, SwiGLU, GQA, untied) and Bloom (ALiBi, embedding
-                     norm) switches on the GPU vs the CPU: fp32 within 1e-4, bf16 within 2e-2 of
-                     the CPU's fp32 (the families' CUDA kernels: rope, RMSNorm, SwiGLU, GQA/ALiBi
-                     attention)
+  families           the Llama (RMSNorm, rope, SwiGLU, GQA, untied), Qwen2 (Llama with qkv's bias)
+                     and Bloom (ALiBi, embedding norm) switches on the GPU vs the CPU: fp32 within
+                     1e-4, bf16 within 2e-2 of the CPU's fp32 (the families' CUDA kernels: rope,
+                     RMSNorm, SwiGLU, GQA/ALiBi attention)
   checkpoint         a checkpoint saved on the GPU (iteration 5) resumes on the CPU, and one
                      saved on the CPU resumes on the GPU: iterations 6-10 within 1e-4 of the
                      uninterrupted runs on both backends (fp32); a bf16 run's checkpoint resumes
-                     on the CPU within 2e-2 of the CPU's own run
+                     on the CPU within 2e-2 of the CPU's own run; `trident eval` of the CPU's
+                     checkpoint on the dataset (the cached forward, in chunks) gives the CPU's
+                     nll within 1e-4 with --device cuda-fp32 and 2e-2 with cuda (bf16)
 usage: test_gpu_checks.py TRIDENT PROBE WORKDIR --check NAME [--emulate] [--quick]
 --emulate: no GPU needed: the "GPU" runs are CPU runs (device cpu, fp32), so every comparison
 holds by construction; this runs the checks' own logic (configs, commands, corpus, checkpoint
 folders, comparisons) on any machine. --quick: fewer iterations (with --emulate)."""
+import json
 import os
 import subprocess
 import sys
@@ -35,6 +38,7 @@ FAMILIES = {  # tests/layouts' family switches, for this check's 8-head model
               "model.untie_embeddings_and_output_weights=true", "model.add_bias_linear=false"],
     "bloom": ["model.position_embedding_type=alibi", "model.embedding_layernorm=true"],
 }
+FAMILIES["qwen2"] = FAMILIES["llama"] + ["model.add_qkv_bias=true"]  # qkv's bias before rope
 
 
 def parse(argv):
@@ -101,9 +105,10 @@ def compare(what, got, ref, tol, iterations=None):
 
 
 def small_config(trident, work, iters):
+    """The config and its dataset's prefix."""
     prefix = tt.make_corpus(trident, work, 11, ["kernel", "stream", "warp", "tensor", "pipe", "shard",
                                                 "bf16", "grad", "host", "stage"], 400, 3, 50)
-    return tt.write_config(os.path.join(work, "gpu.yaml"),
+    return prefix, tt.write_config(os.path.join(work, "gpu.yaml"),
         model=dict(num_layers=4, hidden_size=64, num_attention_heads=8, seq_length=32,
                    vocab_size=256, make_vocab_size_divisible_by=16),
         training=dict(micro_batch_size=2, global_batch_size=8, train_iters=iters, lr=2.0e-3,
@@ -152,7 +157,7 @@ def main():
         tt.finish()
 
     iters = 10
-    config = small_config(trident, work, iters)
+    prefix, config = small_config(trident, work, iters)
     r = Runner(trident, work, config, emulate)
     if check == "fp32-vs-cpu":
         cpu = r.run("cpu", "cpu", "fp32")
@@ -199,6 +204,21 @@ def main():
         resumed = r.run("cpu-from-bf16", "cpu", "fp32", sets=[f"checkpoint.load={ck('ck-bf16')}"])
         compare("bf16 GPU checkpoint resumed on the CPU vs the CPU's uninterrupted run", resumed, cpu_full,
                 2e-2, late)
+        # trident eval of a checkpoint: the cached forward on each backend
+        nll = {}
+        for device in ("cpu", "cuda-fp32", "cuda"):
+            cmd = [trident, "eval", ck("ck-cpu"), "--data-path", prefix, "--context", "32", "--limit", "64",
+                   "--json", "--device", "cpu" if emulate else device]
+            e = tt.run(cmd, timeout=300)
+            if tt.check(f"trident eval --device {device} exits 0", e.returncode == 0,
+                        f"exit {e.returncode}: {' '.join(cmd)}\n{e.stderr[-2000:]}"):
+                p = json.loads(e.stdout)["perplexity"]
+                nll[device] = p["nll_mean"]
+                print(f"     eval --device {device}: {p['tokens']} tokens, nll {p['nll_mean']:.6f}")
+        for device, tol in (("cuda-fp32", 1e-4), ("cuda", 2e-2)):
+            if device in nll and "cpu" in nll:
+                tt.check(f"eval --device {device} vs cpu: relative difference {rel(nll[device], nll['cpu']):.2e} "
+                         f"(tolerance {tol:.0e})", rel(nll[device], nll["cpu"]) <= tol)
     tt.finish()
 
 
