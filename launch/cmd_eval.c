@@ -106,9 +106,7 @@ static int eval_files(const eval_options *o, tr_evaluator *ev, eval_results *res
         }
         free(text);
         res->bytes += len;
-        if (!rc)
-            rc = tr_eval_stream(ev, ids, n, o->stride, &res->ppl);
-        if (rc)
+        if (!rc && (rc = tr_eval_stream(ev, ids, n, o->stride, &res->ppl)))
             rc = tr_fail_context(rc, "%s", o->inputs[f]);
     }
     free(ids);

@@ -31,6 +31,9 @@
  *             parameters and Adam's moments finite, exp_avg_sq >= 0
  *   lora      a LoRA checkpoint (or its base) patched -> tr_hf_export_lora: the written
  *             safetensors file opens, its values are finite, the adapters of the run's rank
+ *   evaltasks JSON Lines loglikelihood requests -> tr_eval_tasks_load (bytes) -> every
+ *             request scored by a tiny model: ids and lengths in range, log-likelihoods
+ *             finite and <= 0
  *   lora-llama, lora-bloom  the same for a Llama and a Bloom (PEFT's split q/k/v and gate/up
  *             adapters, Bloom's names), and a Hugging Face folder as the base (patched too)
  *
