@@ -179,11 +179,19 @@ if both:
     ps = ppl(result("--input short.txt", "--input", short))
     check("a file of N = 45 <= C bytes: N - 1 tokens in one window",
           ps.get("tokens") == 44 and ps.get("windows") == 1 and ps.get("bytes") == 45, ps)
-    pe = ppl(result("--input a.txt empty.txt one.txt", "--input", text_a, empty, one))
-    check("an empty and a one-byte file score nothing (the tokens and nll_sum of a.txt alone; "
-          "their bytes counted)", pe.get("streams") == 3 and pe.get("tokens") == pa.get("tokens")
-          and close(pe.get("nll_sum"), pa.get("nll_sum"), 1e-6) and pe.get("bytes") == na + 1,
-          f"{pe} vs {pa}")
+    for order in ((text_a, empty, one), (empty, one, text_a)):
+        names = " ".join(os.path.basename(x) for x in order)
+        pe = ppl(result(f"--input {names}", "--input", *order))
+        check(f"--input {names}: the empty and the one-byte file score nothing (the tokens and "
+              "nll_sum of a.txt alone; their bytes counted)",
+              pe.get("streams") == 3 and pe.get("tokens") == pa.get("tokens")
+              and close(pe.get("nll_sum"), pa.get("nll_sum"), 1e-6) and pe.get("bytes") == na + 1,
+              f"{pe} vs {pa}")
+    for name, f in (("empty.txt", empty), ("one.txt", one)):
+        pz = ppl(result(f"--input {name} alone", "--input", f))
+        check(f"--input {name} alone: 1 stream, 0 tokens, nll_mean and perplexity null",
+              pz.get("streams") == 1 and pz.get("tokens") == 0 and pz.get("nll_sum") == 0
+              and pz.get("nll_mean") is None and pz.get("perplexity") is None, pz)
     r = evaluate("--input", text_a, text_b)
     line = [x for x in r.stdout.splitlines() if x.startswith("perplexity:")]
     check("text output: a 'perplexity:' line with the streams and tokens",

@@ -13,7 +13,7 @@ run in float32, eval mode. Checked:
     windows: tokens and windows equal, nll_sum within 1e-5 relative, bytes the files' sizes;
   - --tasks (continuation and multiple-choice lines: contexts ending in spaces, a newline,
     U+00A0 (the whitespace move), unicode text, contexts + continuations longer than C (left
-    truncation), continuations the model's own greedy tokens), with and without
+    truncation), NUL characters, continuations the model's own greedy tokens), with and without
     --special-tokens: each choice's token count equal, loglikelihood within 1e-4 absolute,
     greedy flags, pred, pred_norm, label equal (a flag or pred is compared where the reference
     is not within 1e-4 of a tie), and the sections' counts and ratios;
@@ -78,7 +78,7 @@ texts = [" ".join(sentence(rng.randint(3, 12)) for _ in range(rng.randint(1, 4))
          for _ in range(400)]
 tt.write(path("train.txt"), "\n".join(texts) + "\n")
 file1 = tt.write(path("one.txt"), "\n".join(texts[:30]) + "\n\n  tail \u3000 spaces\n")
-file2 = tt.write(path("two.txt"), "\n".join(texts[30:40]))
+file2 = tt.write(path("two.txt"), "\n".join(texts[30:40]) + " NUL \x00 in\x00it")
 
 
 def randomize(model):
@@ -344,6 +344,7 @@ base_lines = [
     {"context": long_ctx, "choices": [" " + texts[45], " " + texts[46][:40], " cache"], "label": 0},
     {"context": "\u0394elta 12 345", "choices": ["!", "?", " end."], "label": 0,
      "source": "ignored"},
+    {"context": "Alpha\x00beta", "continuation": " gamma\x00 end"},
 ]
 
 
