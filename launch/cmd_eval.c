@@ -95,7 +95,7 @@ static int eval_files(const eval_options *o, tr_evaluator *ev, eval_results *res
             rc = tr_encode(e, text, len, special, &ids, &n, &cap);
         } else if (!rc) {
             int32_t *p = len > cap ? realloc(ids, len * sizeof *p) : ids;
-            if (!p) {
+            if (len > cap && !p) {
                 rc = tr_fail(TR_ERR_NOMEM, "out of memory for %zu tokens", len);
             } else {
                 ids = p;
