@@ -21,8 +21,9 @@ generated corpus and saved; then
     (a long context = its last C + 1 - k bytes), a continuation of exactly C tokens, pred =
     argmax, pred_norm = argmax of ll / code points, acc / acc_norm / greedy_accuracy / nll_mean
     from the results, a choice's ll = the same continuation line's, greedy = whether `trident
-    generate --temperature 0` gives the continuation, --limit, 2 ranks = 1; pred_norm divides
-    by code points (two choices ordered otherwise per byte), ties go to the first choice;
+    generate --temperature 0` gives the continuation, --limit, CRLF line ends, 2 ranks = 1;
+    pred_norm divides by code points (two choices ordered otherwise per byte), ties go to the
+    first choice;
   - text output: the perplexity, loglikelihood and multiple choice lines;
   - every refusal of the spec's list (exit 2, `FILE:LINE` and a word naming the problem) and bad
     usage (no input, two input kinds, --stride > --context, --stride with --data-path,
@@ -194,8 +195,10 @@ if both:
               and pz.get("nll_mean") is None and pz.get("perplexity") is None, pz)
     r = evaluate("--input", text_a, text_b)
     line = [x for x in r.stdout.splitlines() if x.startswith("perplexity:")]
-    check("text output: a 'perplexity:' line with the streams and tokens",
-          r.returncode == 0 and line and "2 streams" in line[0] and f"{want_t} tokens" in line[0],
+    check("text output: 'trident eval: iteration 60 of DIR, context 96, stride 96', then a "
+          "'perplexity:' line with the streams and tokens", r.returncode == 0
+          and r.stdout.startswith(f"trident eval: iteration 60 of {ckpt}, context {P}, stride {P}")
+          and line and "2 streams" in line[0] and f"{want_t} tokens" in line[0],
           f"exit {r.returncode}: {r.stdout!r} {r.stderr[-500:]!r}")
 
 # ---- the window arithmetic by hand: each window as a --tasks request ----
@@ -370,6 +373,13 @@ if t:
                   all(close(u, v, 1e-5) for u, v in zip(x["loglikelihood"], y["loglikelihood"]))
                   and x.get("greedy") == y.get("greedy") and x.get("pred") == y.get("pred")
                   for x, y in zip(r2, res)), f"{r2} vs {res}")
+    crlf = tt.write(path("tasks-crlf.jsonl"), open(tasks).read().replace("\n", "\r\n"))
+    tc = result("--tasks with CRLF line ends", "--tasks", crlf)
+    if tc:
+        def key(results):
+            return [(x.get("line"), x.get("tokens"), x.get("loglikelihood")) for x in results]
+        check("--tasks with CRLF line ends = with LF (lines, tokens, loglikelihoods)",
+              key(tc["tasks"]["results"]) == key(res), tc["tasks"]["results"])
     tl = result("--tasks --limit 2", "--tasks", tasks, "--limit", "2")
     if tl:
         check("--tasks --limit 2: the first 2 requests (lines 1 and 3)",

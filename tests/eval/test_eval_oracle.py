@@ -1,11 +1,13 @@
 #!/usr/bin/python3
 """`trident eval` against the same math in PyTorch with Hugging Face transformers 4.38.2 (the hf
-tests' virtual environment), on two folders made here with random weights (nothing downloaded):
-  gpt2   a GPT2LMHeadModel beside a byte-level BPE tokenizer.json that `tokenizers` trains here
-         on a generated corpus (vocabulary 350, no template);
-  llama  a LlamaForCausalLM with grouped-query attention (4 heads, 2 groups) beside a Llama-2
-         shaped tokenizer.json trained here (Prepend + Replace normalizer, byte fallback) whose
-         TemplateProcessing post-processor adds the BOS <s>.
+tests' virtual environment), on folders made here with random weights (nothing downloaded):
+  gpt2     a GPT2LMHeadModel beside a byte-level BPE tokenizer.json that `tokenizers` trains
+           here on a generated corpus (vocabulary 350, no template);
+  llama    a LlamaForCausalLM with grouped-query attention (4 heads, 2 groups) beside a Llama-2
+           shaped tokenizer.json trained here (Prepend + Replace normalizer, byte fallback)
+           whose TemplateProcessing post-processor adds the BOS <s>;
+  mistral  a MistralForCausalLM with a sliding window of 32 of its 64 positions (v0.1's
+           shape), the llama's tokenizer.
 The reference encoder is transformers' PreTrainedTokenizerFast(tokenizer_file=...), the models
 run in float32, eval mode. Checked:
   - --input of 2 files with (--context, --stride) = (C, C), (C, C/2), (C, 5), (40, 17): each file
@@ -19,8 +21,11 @@ run in float32, eval mode. Checked:
     is not within 1e-4 of a tie), and the sections' counts and ratios;
   - --data-path of an indexed dataset of the gpt2 tokenizer's ids written here (the whole of it,
     and --split 80,20,0 --split-name valid with --context 48): tokens, nll_sum within 1e-5;
-  - --input of `trident convert --from hf` of gpt2, its tokenizer given by --tokenizer-model:
-    the folder's numbers;
+  - mistral: the context defaults to the window (same numbers as PyTorch with strides 32, 16);
+    --context past the window is refused (exit 2);
+  - --input of `trident convert --from hf` of gpt2, its tokenizer given by --tokenizer-model,
+    and of the folder with the same BPE as GPT2BPETokenizer files: the folder's numbers; the
+    Llama folder with --nproc 2 is refused (exit 2);
   - a continuation that is not empty but adds no token (merged into the context's last one):
     refused with FILE:LINE.
 usage: test_eval_oracle.py TRIDENT WORKDIR VENV"""
@@ -46,7 +51,7 @@ except ImportError:  # run again with the virtual environment's Python
 import torch  # noqa: E402
 from tokenizers import ByteLevelBPETokenizer, Tokenizer, models, normalizers, trainers  # noqa: E402
 from transformers import (GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM,  # noqa: E402
-                          PreTrainedTokenizerFast)
+                          MistralConfig, MistralForCausalLM, PreTrainedTokenizerFast)
 from transformers.utils import logging as hf_logging  # noqa: E402
 
 import oracle_env  # noqa: E402  (tests/tokenizer: the Llama-2 shaped tokenizer.json)
@@ -119,14 +124,27 @@ randomize(llama)
 llama.save_pretrained(llama_dir)
 tt.write(os.path.join(llama_dir, "tokenizer.json"), json.dumps(sp, ensure_ascii=False))
 
+# ---- (c) Mistral-7B v0.1's shape: a sliding window (W) shorter than the positions (C) ----
+torch.manual_seed(33)
+W = 32
+mistral_dir = path("mistral")
+mistral = MistralForCausalLM(MistralConfig(
+    hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
+    num_key_value_heads=2, max_position_embeddings=C, vocab_size=(n_sp + 63) // 64 * 64,
+    rms_norm_eps=1e-5, rope_theta=10000.0, sliding_window=W, tie_word_embeddings=False,
+    bos_token_id=1, eos_token_id=2)).eval()
+randomize(mistral)
+mistral.save_pretrained(mistral_dir)
+tt.write(os.path.join(mistral_dir, "tokenizer.json"), json.dumps(sp, ensure_ascii=False))
+
 encoders = {}
-for name, folder in (("gpt2", gpt2_dir), ("llama", llama_dir)):
+for name, folder in (("gpt2", gpt2_dir), ("llama", llama_dir), ("mistral", mistral_dir)):
     encoders[name] = PreTrainedTokenizerFast(tokenizer_file=os.path.join(folder, "tokenizer.json"))
 with_bos = encoders["llama"]("a b")["input_ids"]
 check("the llama tokenizer adds BOS (1) with special tokens, not without",
       with_bos[0] == 1 and encoders["llama"]("a b", add_special_tokens=False)["input_ids"]
       == with_bos[1:], with_bos)
-models_ = {"gpt2": gpt2, "llama": llama}
+models_ = {"gpt2": gpt2, "llama": llama, "mistral": mistral}
 
 
 def encode(name, text, special):
@@ -275,6 +293,23 @@ for name, folder in (("gpt2", gpt2_dir), ("llama", llama_dir)):
         if name == "gpt2" and (context, stride) == (C, C // 2):
             gpt2_ppl = p
 
+# the sliding window bounds the default context; a longer one is refused
+for stride in (W, W // 2):
+    want = ref_perplexity("mistral", [file1, file2], W, stride)
+    got = evaluate(f"mistral (window {W} of {C} positions) --input --stride {stride}", mistral_dir,
+                   "--input", file1, file2, "--stride", str(stride))
+    if got:
+        p = got.get("perplexity") or {}
+        check(f"mistral --input --stride {stride}: the context defaults to the window ({W}); "
+              "tokens, windows equal, nll_sum within 1e-5 relative", got.get("context") == W
+              and p.get("tokens") == want["tokens"] and p.get("windows") == want["windows"]
+              and rel_close(p.get("nll_sum"), want["nll_sum"], 1e-5),
+              f"trident {got.get('context')} {p}\nreference {want}", show=True)
+rc, _, err = tt.outputs([trident, "eval", mistral_dir, "--input", file1, "--context", str(W + 1)],
+                        timeout=120)
+check(f"mistral --context {W + 1} (past the window): exit 2 naming the window",
+      rc == 2 and "window" in err, f"exit {rc}: {err[-600:]!r}")
+
 # the import of the GPT-2 folder, its tokenizer given as an option: the folder's numbers
 ck = path("gpt2-ck")
 rc, _, err = tt.outputs([trident, "convert", "--from", "hf", "--input", gpt2_dir, "--output", ck],
@@ -287,6 +322,21 @@ if check("trident convert --from hf of the gpt2 folder", rc == 0, err[-800:]) an
     check("--input of the import = of the folder (tokens, windows, nll_sum 1e-6 relative)",
           p.get("tokens") == gpt2_ppl.get("tokens") and p.get("windows") == gpt2_ppl.get("windows")
           and rel_close(p.get("nll_sum"), gpt2_ppl.get("nll_sum"), 1e-6), f"{p} vs {gpt2_ppl}")
+
+# the same BPE as GPT2BPETokenizer (vocab.json and merges.txt): plain encoding, the same numbers
+if gpt2_ppl:
+    vocab_json, merges_txt = bpe.save_model(tt.fresh_dir(path("gpt2-files")))
+    got = evaluate("gpt2 --input with GPT2BPETokenizer", gpt2_dir, "--input", file1, file2,
+                   "--stride", str(C // 2), "--tokenizer-type", "GPT2BPETokenizer",
+                   "--vocab-file", vocab_json, "--merge-file", merges_txt)
+    p = (got or {}).get("perplexity") or {}
+    check("--input with GPT2BPETokenizer (the same BPE's vocab.json, merges.txt) = with the "
+          "folder's tokenizer.json", p.get("tokens") == gpt2_ppl.get("tokens")
+          and p.get("windows") == gpt2_ppl.get("windows")
+          and rel_close(p.get("nll_sum"), gpt2_ppl.get("nll_sum"), 1e-6), f"{p} vs {gpt2_ppl}")
+rc, _, err = tt.outputs([trident, "eval", llama_dir, "--input", file1, "--nproc", "2"], timeout=120)
+check("a Llama folder with --nproc 2: exit 2 (family folders load into one rank)",
+      rc == 2 and "trident eval: " in err and "one rank" in err, f"exit {rc}: {err[-600:]!r}")
 
 # ---- --data-path: a Megatron indexed dataset of the gpt2 tokenizer's ids written here ----
 def write_indexed(prefix, docs):
