@@ -7,7 +7,9 @@ tests' virtual environment), on folders made here with random weights (nothing d
            shaped tokenizer.json trained here (Prepend + Replace normalizer, byte fallback)
            whose TemplateProcessing post-processor adds the BOS <s>;
   mistral  a MistralForCausalLM with a sliding window of 32 of its 64 positions (v0.1's
-           shape), the llama's tokenizer.
+           shape), the llama's tokenizer;
+  gpt2-long  a GPT2LMHeadModel of 300 positions, the gpt2 tokenizer: windows, contexts and
+           continuations past one chunk of logits rows (TR_EVAL_CHUNK, 128), unscored chunks.
 The reference encoder is transformers' PreTrainedTokenizerFast(tokenizer_file=...), the models
 run in float32, eval mode. Checked:
   - --input of 2 files with (--context, --stride) = (C, C), (C, C/2), (C, 5), (40, 17): each file
@@ -21,6 +23,8 @@ run in float32, eval mode. Checked:
     is not within 1e-4 of a tie), and the sections' counts and ratios;
   - --data-path of an indexed dataset of the gpt2 tokenizer's ids written here (the whole of it,
     and --split 80,20,0 --split-name valid with --context 48): tokens, nll_sum within 1e-5;
+  - gpt2-long: --input with (300, 300), (300, 150), (300, 41), (200, 130); --tasks with
+    contexts of 60-250 tokens and continuations of 135-260 (left truncated), shared by choices;
   - mistral: the context defaults to the window (same numbers as PyTorch with strides 32, 16);
     --context past the window is refused (exit 2);
   - --input of `trident convert --from hf` of gpt2, its tokenizer given by --tokenizer-model,
@@ -30,7 +34,6 @@ run in float32, eval mode. Checked:
     refused with FILE:LINE.
 usage: test_eval_oracle.py TRIDENT WORKDIR VENV"""
 import json
-import math
 import os
 import random
 import struct
@@ -235,11 +238,11 @@ def near_tie(values, i):
     return any(abs(values[i] - v) <= 1e-4 for k, v in enumerate(values) if k != i)
 
 
-def ref_tasks(name, lines, special):
+def ref_tasks(name, lines, special, context=C):
     out = []
     for n, x in lines:
         choices = x["choices"] if "choices" in x else [x["continuation"]]
-        r = [ref_loglikelihood(name, x["context"], c, special) for c in choices]
+        r = [ref_loglikelihood(name, x["context"], c, special, context) for c in choices]
         res = {"line": n, "loglikelihood": [v[0] for v in r], "greedy": [v[1] for v in r],
                "tokens": [v[2] for v in r], "decisive": [v[3] for v in r]}
         if "choices" in x:
@@ -427,71 +430,125 @@ def greedy_lines(name):
     return out
 
 
-for name, folder in (("gpt2", gpt2_dir), ("llama", llama_dir)):
-    lines = base_lines + greedy_lines(name)
-    body = ""
-    numbered = []
+def write_tasks(name, lines):
+    """NAME-tasks.jsonl of lines (a blank line after the third; ASCII and UTF-8 escapes
+    alternating): (its path, [(line number, object)])."""
+    body, numbered = "", []
     for i, x in enumerate(lines):
         if i == 3:
             body += "\n"  # a blank line: skipped, the numbering goes on
         body += json.dumps(x, ensure_ascii=i % 2 == 0) + "\n"
         numbered.append((body.count("\n"), x))
-    tasks = tt.write(path(f"{name}-tasks.jsonl"), body)
-    for special in (False, True):
-        flag = ["--special-tokens"] if special else []
-        what = f"{name} --tasks{' --special-tokens' if special else ''}"
-        want = ref_tasks(name, numbered, special)
-        too_long = [w["line"] for w in want if max(w["tokens"]) > C or min(w["tokens"]) < 1]
-        check(f"{what}: (the test's lines have continuations of 1..C tokens)", not too_long,
-              too_long)
-        truncated = [w["line"] for w, (_, x) in zip(want, numbered)
-                     if len(encode(name, x["context"], special)) + max(w["tokens"]) > C + 1]
-        check(f"{what}: (the test has lines beyond C + 1 tokens: left truncation)", truncated,
-              truncated)
-        cont = [w for w in want if "label" not in w]
-        mc = [w for w in want if "label" in w]
-        check(f"{what}: (some greedy flags are true: the model's own continuations)",
-              any(w["greedy"][0] for w in cont), [w["greedy"] for w in cont])
-        got = evaluate(what, folder, "--tasks", tasks, *flag)
-        if not got:
+    return tt.write(path(f"{name}-tasks.jsonl"), body), numbered
+
+
+def check_tasks(name, folder, tasks, numbered, special, context=C):
+    """trident eval --tasks against ref_tasks: every result and the sections."""
+    flag = ["--special-tokens"] if special else []
+    what = f"{name} --tasks{' --special-tokens' if special else ''}"
+    want = ref_tasks(name, numbered, special, context)
+    too_long = [w["line"] for w in want if max(w["tokens"]) > context or min(w["tokens"]) < 1]
+    check(f"{what}: (the test's lines have continuations of 1..{context} tokens)", not too_long,
+          too_long)
+    truncated = [w["line"] for w, (_, x) in zip(want, numbered)
+                 if len(encode(name, x["context"], special)) + max(w["tokens"]) > context + 1]
+    check(f"{what}: (the test has lines beyond {context} + 1 tokens: left truncation)", truncated,
+          truncated)
+    cont = [w for w in want if "label" not in w]
+    mc = [w for w in want if "label" in w]
+    check(f"{what}: (some greedy flags are true: the model's own continuations)",
+          any(w["greedy"][0] for w in cont), [w["greedy"] for w in cont])
+    got = evaluate(what, folder, "--tasks", tasks, *flag)
+    if not got:
+        return
+    ts = got.get("tasks") or {}
+    res = ts.get("results") or []
+    check(f"{what}: one result per line, the line numbers", [r.get("line") for r in res]
+          == [w["line"] for w in want], [r.get("line") for r in res])
+    worst, bad = 0.0, []
+    for r, w in zip(res, want):
+        lls = r.get("loglikelihood") or []
+        if r.get("tokens") != w["tokens"] or len(lls) != len(w["loglikelihood"]):
+            bad.append(f"line {w['line']}: tokens {r.get('tokens')} vs {w['tokens']}")
             continue
-        ts = got.get("tasks") or {}
-        res = ts.get("results") or []
-        check(f"{what}: one result per line, the line numbers", [r.get("line") for r in res]
-              == [w["line"] for w in want], [r.get("line") for r in res])
-        worst, bad = 0.0, []
-        for r, w in zip(res, want):
-            lls = r.get("loglikelihood") or []
-            if r.get("tokens") != w["tokens"] or len(lls) != len(w["loglikelihood"]):
-                bad.append(f"line {w['line']}: tokens {r.get('tokens')} vs {w['tokens']}")
-                continue
-            worst = max([worst] + [abs(a - b) for a, b in zip(lls, w["loglikelihood"])])
-            if [g for g, d in zip(r.get("greedy") or [], w["decisive"]) if d] != \
-                    [g for g, d in zip(w["greedy"], w["decisive"]) if d]:
-                bad.append(f"line {w['line']}: greedy {r.get('greedy')} vs {w['greedy']}")
-            if "label" in w and (r.get("label") != w["label"]
-                                 or (w["pred_decisive"] and r.get("pred") != w["pred"])
-                                 or (w["norm_decisive"] and r.get("pred_norm") != w["pred_norm"])):
-                bad.append(f"line {w['line']}: label/pred/pred_norm {r.get('label')}/"
-                           f"{r.get('pred')}/{r.get('pred_norm')} vs {w['label']}/{w['pred']}/"
-                           f"{w['pred_norm']}")
-        check(f"{what}: every choice's tokens, loglikelihood (1e-4), greedy, pred, pred_norm of "
-              f"{len(want)} lines", not bad and worst <= 1e-4 and len(res) == len(want),
-              f"max |ll diff| {worst:.2e}; {bad}", show=True)
-        ntok = sum(w["tokens"][0] for w in cont)
-        nll = -sum(w["loglikelihood"][0] for w in cont) / ntok
-        greedy_acc = sum(w["greedy"][0] for w in cont) / len(cont)
-        acc = sum(w["pred"] == w["label"] for w in mc) / len(mc)
-        acc_norm = sum(w["pred_norm"] == w["label"] for w in mc) / len(mc)
-        ls, ms = ts.get("loglikelihood") or {}, ts.get("multiple_choice") or {}
-        check(f"{what}: the sections (requests, tokens, greedy_accuracy, nll_mean, acc, acc_norm)",
-              ts.get("requests") == len(want) and ls.get("requests") == len(cont)
-              and ls.get("tokens") == ntok
-              and rel_close(ls.get("greedy_accuracy"), greedy_acc, 1e-9)
-              and rel_close(ls.get("nll_mean"), nll, 1e-5) and ms.get("requests") == len(mc)
-              and rel_close(ms.get("acc"), acc, 1e-9)
-              and rel_close(ms.get("acc_norm"), acc_norm, 1e-9),
-              f"trident {ls} {ms}; reference tokens {ntok} nll_mean {nll}")
+        worst = max([worst] + [abs(a - b) for a, b in zip(lls, w["loglikelihood"])])
+        if [g for g, d in zip(r.get("greedy") or [], w["decisive"]) if d] != \
+                [g for g, d in zip(w["greedy"], w["decisive"]) if d]:
+            bad.append(f"line {w['line']}: greedy {r.get('greedy')} vs {w['greedy']}")
+        if "label" in w and (r.get("label") != w["label"]
+                             or (w["pred_decisive"] and r.get("pred") != w["pred"])
+                             or (w["norm_decisive"] and r.get("pred_norm") != w["pred_norm"])):
+            bad.append(f"line {w['line']}: label/pred/pred_norm {r.get('label')}/"
+                       f"{r.get('pred')}/{r.get('pred_norm')} vs {w['label']}/{w['pred']}/"
+                       f"{w['pred_norm']}")
+    check(f"{what}: every choice's tokens, loglikelihood (1e-4), greedy, pred, pred_norm of "
+          f"{len(want)} lines", not bad and worst <= 1e-4 and len(res) == len(want),
+          f"max |ll diff| {worst:.2e}; {bad}", show=True)
+    ntok = sum(w["tokens"][0] for w in cont)
+    nll = -sum(w["loglikelihood"][0] for w in cont) / ntok
+    greedy_acc = sum(w["greedy"][0] for w in cont) / len(cont)
+    acc = sum(w["pred"] == w["label"] for w in mc) / len(mc)
+    acc_norm = sum(w["pred_norm"] == w["label"] for w in mc) / len(mc)
+    ls, ms = ts.get("loglikelihood") or {}, ts.get("multiple_choice") or {}
+    check(f"{what}: the sections (requests, tokens, greedy_accuracy, nll_mean, acc, acc_norm)",
+          ts.get("requests") == len(want) and ls.get("requests") == len(cont)
+          and ls.get("tokens") == ntok and rel_close(ls.get("greedy_accuracy"), greedy_acc, 1e-9)
+          and rel_close(ls.get("nll_mean"), nll, 1e-5) and ms.get("requests") == len(mc)
+          and rel_close(ms.get("acc"), acc, 1e-9) and rel_close(ms.get("acc_norm"), acc_norm, 1e-9),
+          f"trident {ls} {ms}; reference tokens {ntok} nll_mean {nll}")
+
+
+for name, folder in (("gpt2", gpt2_dir), ("llama", llama_dir)):
+    tasks, numbered = write_tasks(name, base_lines + greedy_lines(name))
+    for special in (False, True):
+        check_tasks(name, folder, tasks, numbered, special)
+
+
+# ---- past one chunk of logits rows (TR_EVAL_CHUNK 128): a GPT-2 of 300 positions ----
+def text_of(name, first, at_least):
+    """texts[first], texts[first + 1], ... joined until they are at least `at_least` tokens."""
+    out, k = "", first
+    while len(encode(name, out, False)) < at_least:
+        out += (" " if out else "") + texts[k]
+        k += 1
+    return out
+
+
+torch.manual_seed(34)
+L_POS = 300
+long_dir = path("gpt2-long")
+models_["gpt2-long"] = GPT2LMHeadModel(GPT2Config(
+    n_layer=2, n_embd=64, n_head=4, n_positions=L_POS, vocab_size=384, attn_pdrop=0.0,
+    embd_pdrop=0.0, resid_pdrop=0.0)).eval()
+randomize(models_["gpt2-long"])
+models_["gpt2-long"].save_pretrained(long_dir)
+bpe.save(os.path.join(long_dir, "tokenizer.json"))
+encoders["gpt2-long"] = encoders["gpt2"]
+for context, stride in ((L_POS, L_POS), (L_POS, 150), (L_POS, 41), (200, 130)):
+    want = ref_perplexity("gpt2-long", [file1, file2], context, stride)
+    got = evaluate(f"gpt2-long --input --context {context} --stride {stride}", long_dir,
+                   "--input", file1, file2, "--context", str(context), "--stride", str(stride))
+    p = (got or {}).get("perplexity") or {}
+    check(f"gpt2-long --input --context {context} --stride {stride}: tokens ({want['tokens']}), "
+          f"windows ({want['windows']}) equal, nll_sum within 1e-5 relative",
+          p.get("tokens") == want["tokens"] and p.get("windows") == want["windows"]
+          and rel_close(p.get("nll_sum"), want["nll_sum"], 1e-5), f"trident {p}\nreference {want}",
+          show=True)
+def long_text(first, at_least):
+    return text_of("gpt2-long", first, at_least)
+
+
+long_lines = [  # contexts and continuations of more than 128 tokens, shared long contexts
+    {"context": long_text(200, 250), "continuation": " " + long_text(230, 140)},
+    {"context": long_text(240, 200), "continuation": " " + long_text(260, 135)},
+    {"context": long_text(270, 140), "label": 1,
+     "choices": [" alpha", " " + long_text(280, 150), " beta gamma", " " + texts[290]]},
+    {"context": long_text(300, 60), "label": 0,
+     "choices": [" " + long_text(310, 250), " " + long_text(320, 260)]},
+]
+long_tasks, long_numbered = write_tasks("gpt2-long", long_lines + greedy_lines("gpt2-long"))
+check_tasks("gpt2-long", long_dir, long_tasks, long_numbered, False, L_POS)
+
 # a continuation that is not empty but has no tokens of its own (the context's last token absorbs
 # it: encode(context + continuation) is no longer than encode(context)): refused with FILE:LINE
 empty_cont = next((("The " + w[:k], w[k:]) for w in vocab_words for k in range(1, len(w))
