@@ -8,6 +8,7 @@ tests' virtual environment), on folders made here with random weights (nothing d
            whose TemplateProcessing post-processor adds the BOS <s>;
   mistral  a MistralForCausalLM with a sliding window of 32 of its 64 positions (v0.1's
            shape), the llama's tokenizer;
+  bloom    a BloomForCausalLM (ALiBi, 6 heads, embedding LayerNorm), the gpt2 tokenizer;
   gpt2-long  a GPT2LMHeadModel of 300 positions, the gpt2 tokenizer: windows, contexts and
            continuations past one chunk of logits rows (TR_EVAL_CHUNK, 128), unscored chunks.
 The reference encoder is transformers' PreTrainedTokenizerFast(tokenizer_file=...), the models
@@ -23,6 +24,8 @@ run in float32, eval mode. Checked:
     is not within 1e-4 of a tie), and the sections' counts and ratios;
   - --data-path of an indexed dataset of the gpt2 tokenizer's ids written here (the whole of it,
     and --split 80,20,0 --split-name valid with --context 48): tokens, nll_sum within 1e-5;
+  - bloom: --input (strides 64 and 7) and --tasks with --context 64; the default context is
+    its 2048 positions;
   - gpt2-long: --input with (300, 300), (300, 150), (300, 41), (200, 130); --tasks with
     contexts of 60-250 tokens and continuations of 135-260 (left truncated), shared by choices;
   - mistral: the context defaults to the window (same numbers as PyTorch with strides 32, 16);
@@ -53,8 +56,9 @@ except ImportError:  # run again with the virtual environment's Python
 
 import torch  # noqa: E402
 from tokenizers import ByteLevelBPETokenizer, Tokenizer, models, normalizers, trainers  # noqa: E402
-from transformers import (GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM,  # noqa: E402
-                          MistralConfig, MistralForCausalLM, PreTrainedTokenizerFast)
+from transformers import (BloomConfig, BloomForCausalLM, GPT2Config, GPT2LMHeadModel,  # noqa: E402
+                          LlamaConfig, LlamaForCausalLM, MistralConfig, MistralForCausalLM,
+                          PreTrainedTokenizerFast)
 from transformers.utils import logging as hf_logging  # noqa: E402
 
 import oracle_env  # noqa: E402  (tests/tokenizer: the Llama-2 shaped tokenizer.json)
@@ -442,8 +446,8 @@ def write_tasks(name, lines):
     return tt.write(path(f"{name}-tasks.jsonl"), body), numbered
 
 
-def check_tasks(name, folder, tasks, numbered, special, context=C):
-    """trident eval --tasks against ref_tasks: every result and the sections."""
+def check_tasks(name, folder, tasks, numbered, special, context=C, args=()):
+    """trident eval --tasks [ARGS] against ref_tasks: every result and the sections."""
     flag = ["--special-tokens"] if special else []
     what = f"{name} --tasks{' --special-tokens' if special else ''}"
     want = ref_tasks(name, numbered, special, context)
@@ -458,7 +462,7 @@ def check_tasks(name, folder, tasks, numbered, special, context=C):
     mc = [w for w in want if "label" in w]
     check(f"{what}: (some greedy flags are true: the model's own continuations)",
           any(w["greedy"][0] for w in cont), [w["greedy"] for w in cont])
-    got = evaluate(what, folder, "--tasks", tasks, *flag)
+    got = evaluate(what, folder, "--tasks", tasks, *flag, *args)
     if not got:
         return
     ts = got.get("tasks") or {}
@@ -502,6 +506,32 @@ for name, folder in (("gpt2", gpt2_dir), ("llama", llama_dir)):
     tasks, numbered = write_tasks(name, base_lines + greedy_lines(name))
     for special in (False, True):
         check_tasks(name, folder, tasks, numbered, special)
+
+
+# ---- Bloom (ALiBi, 6 heads, embedding LayerNorm; no position table: 2048 positions) ----
+torch.manual_seed(35)
+bloom_dir = path("bloom")
+models_["bloom"] = BloomForCausalLM(BloomConfig(hidden_size=48, n_layer=2, n_head=6, vocab_size=384,
+                                                layer_norm_epsilon=1e-5)).eval()
+randomize(models_["bloom"])
+models_["bloom"].save_pretrained(bloom_dir)
+bpe.save(os.path.join(bloom_dir, "tokenizer.json"))
+encoders["bloom"] = encoders["gpt2"]
+for stride in (C, 7):
+    want = ref_perplexity("bloom", [file1, file2], C, stride)
+    got = evaluate(f"bloom --input --context {C} --stride {stride}", bloom_dir,
+                   "--input", file1, file2, "--context", str(C), "--stride", str(stride))
+    p = (got or {}).get("perplexity") or {}
+    check(f"bloom --input --context {C} --stride {stride}: tokens ({want['tokens']}), windows "
+          f"({want['windows']}) equal, nll_sum within 1e-5 relative",
+          p.get("tokens") == want["tokens"] and p.get("windows") == want["windows"]
+          and rel_close(p.get("nll_sum"), want["nll_sum"], 1e-5), f"trident {p}\nreference {want}",
+          show=True)
+got = evaluate("bloom --input short", bloom_dir, "--input", file2, "--limit", "1")
+check("bloom: the context defaults to the 2048 positions", (got or {}).get("context") == 2048,
+      (got or {}).get("context"))
+tasks, numbered = write_tasks("bloom", base_lines + greedy_lines("bloom"))
+check_tasks("bloom", bloom_dir, tasks, numbered, False, C, ["--context", str(C)])
 
 
 # ---- past one chunk of logits rows (TR_EVAL_CHUNK 128): a GPT-2 of 300 positions ----
