@@ -79,9 +79,11 @@ int adopt_scheduler_identity(const char *who);
 
 /* infer_model.c, for the subcommands that run a model for inference (generate, eval): the
  * latest checkpoint of `dir` (a run's checkpoint.save folder; its manifest says the family,
- * or `config`, the run's config, does) or a Hugging Face GPT-2 / Llama / Mistral / Qwen2 /
- * Bloom folder, whole on one pipeline stage, split by tensor parallelism over every rank of
- * the job (an HF family folder: one rank only), on kernel backend `device`. */
+ * or `config`, the run's config, does; a LoRA run's adapters are merged into the config's
+ * finetune.load base, W += (alpha / r) B A, on the host) or a Hugging Face GPT-2 / Llama /
+ * Mistral / Qwen2 / Bloom folder, whole on one pipeline stage, split by tensor parallelism
+ * over every rank of the job (an HF family folder: one rank only), on kernel backend
+ * `device`. */
 typedef struct {
     const char *dir, *config, *device; /* set by the caller */
     tr_comm *world;

@@ -72,21 +72,119 @@ static int model_config(infer_model *im, int world)
     return TR_OK;
 }
 
-/* The weights: the checkpoint's, or the HF folder's through host memory (the parameters may
- * be on a GPU). */
+/* This TP rank's shard of whole tensor w (rows x cols, row-major) into t's elements at dst:
+ * checkpoints' slicing (split_dim 0: rows tp_rank * t->rows + r; 1: columns), 0 past w's
+ * rows or columns (the vocabulary's padding, which depends on the TP size). */
+static void copy_shard(const tr_param_tensor *t, int tp_rank, const tr_param_tensor *w,
+                       const float *whole, float *dst)
+{
+    for (size_t r = 0; r < (size_t)t->rows; r++) {
+        size_t R = t->split_dim == 0 ? (size_t)tp_rank * (size_t)t->rows + r : r;
+        for (size_t c = 0; c < (size_t)t->cols; c++) {
+            size_t C = t->split_dim == 1 ? (size_t)tp_rank * (size_t)t->cols + c : c;
+            dst[r * (size_t)t->cols + c] =
+                R < (size_t)w->rows && C < (size_t)w->cols ? whole[R * (size_t)w->cols + C] : 0.0f;
+        }
+    }
+}
+
+/* A LoRA run's checkpoint (its adapters alone): the base of --config's finetune.load with
+ * W += (alpha / r) B A, as `convert --merge-lora` makes it, built whole on the host, then this
+ * rank's shards into host (im->g's layout). */
+static int load_lora_merged(infer_model *im, float *host)
+{
+    tr_config run;
+    int rc = tr_config_load(im->config, NULL, 0, &run);
+    if (rc)
+        return rc;
+    tr_config one = run; /* the whole model on one rank (shallow: nothing freed here) */
+    one.parallel.tensor_model_parallel_size = 1;
+    one.parallel.sequence_parallel = 0;
+    const tr_kernels *cpu = tr_kernels_cpu();
+    tr_gpt_shape s, ps;
+    tr_gpt *lora = NULL, *plain = NULL;
+    float *adapters = NULL, *merged = NULL;
+    int it = 0;
+    rc = tr_gpt_shape_from_config(&one, 0, run.model.num_layers, 0, &s);
+    if (!rc && !s.lora_rank)
+        rc = tr_fail(TR_ERR_INVALID, "%s holds a LoRA run's adapters; %s has no "
+                     "finetune.lora.rank: give the run's config", im->dir, im->config);
+    if (!rc && !*run.finetune.load)
+        rc = tr_fail(TR_ERR_INVALID, "%s: no finetune.load, the base model the adapters of %s "
+                     "were trained on", im->config, im->dir);
+    s.recompute = s.recompute_attention = 0;
+    ps = s;
+    ps.lora_rank = 0;
+    if (!rc)
+        rc = tr_gpt_create(&s, cpu, NULL, &lora);
+    if (!rc && !(adapters = malloc(tr_gpt_num_params(lora) * sizeof(float) + 1)))
+        rc = tr_fail(TR_ERR_NOMEM, "out of memory for the adapters");
+    if (!rc) {
+        tr_gpt_bind(lora, adapters, NULL);
+        rc = tr_checkpoint_load_model(im->dir, lora, cpu, adapters, &it);
+    }
+    if (!rc)
+        rc = tr_hf_load_base(run.finetune.load, lora, cpu);
+    if (!rc)
+        rc = tr_gpt_create(&ps, cpu, NULL, &plain);
+    if (!rc && !(merged = malloc(tr_gpt_num_params(plain) * sizeof(float) + 1)))
+        rc = tr_fail(TR_ERR_NOMEM, "out of memory for %zu parameters", tr_gpt_num_params(plain));
+    if (!rc) {
+        tr_gpt_bind(plain, merged, NULL);
+        rc = tr_hf_merge_lora(lora, plain, merged);
+    }
+    if (!rc && tr_gpt_num_tensors(plain) != tr_gpt_num_tensors(im->g))
+        rc = tr_fail(TR_ERR_INVALID, "the merged model of %s has %d tensors, the model %d",
+                     im->config, tr_gpt_num_tensors(plain), tr_gpt_num_tensors(im->g));
+    for (int i = 0; !rc && i < tr_gpt_num_tensors(im->g); i++) {
+        const tr_param_tensor *t = tr_gpt_tensor(im->g, i), *w = tr_gpt_tensor(plain, i);
+        if (strcmp(t->name, w->name) || t->full_cols < w->cols)
+            rc = tr_fail(TR_ERR_INVALID, "the merged model's tensor %s is not the model's %s",
+                         w->name, t->name);
+        else
+            copy_shard(t, im->shape.tp_rank, w, merged + w->offset, host + t->offset);
+    }
+    if (!rc) {
+        im->iteration = it;
+        tr_info("%s: a LoRA run's adapters (rank %d, alpha %g) merged into the base %s",
+                    im->dir, s.lora_rank, (double)s.lora_alpha, run.finetune.load);
+    }
+    tr_gpt_free(plain);
+    tr_gpt_free(lora);
+    free(merged);
+    free(adapters);
+    tr_config_free(&run);
+    return rc;
+}
+
+/* The weights: the checkpoint's, a LoRA checkpoint's merged into its base, or the HF folder's,
+ * through host memory (the parameters may be on a GPU). */
 static int load_weights(infer_model *im)
 {
     const tr_kernels *k = im->k;
-    if (!tr_hf_is_model_folder(im->dir))
-        return tr_checkpoint_load_model(im->dir, im->g, k, im->params, &im->iteration);
+    int lora_rank = 0, hf = tr_hf_is_model_folder(im->dir);
+    double alpha;
+    char targets[64];
+    if (!hf) {
+        int rc = tr_checkpoint_read_lora(im->dir, &lora_rank, &alpha, targets, sizeof targets);
+        if (rc)
+            return rc;
+        if (!lora_rank)
+            return tr_checkpoint_load_model(im->dir, im->g, k, im->params, &im->iteration);
+        if (!im->config)
+            return tr_fail(TR_ERR_INVALID, "%s holds a LoRA run's adapters (rank %d): give the "
+                           "run's config (--config RUN.yaml), whose finetune.load is the base "
+                           "they are merged into", im->dir, lora_rank);
+    }
     size_t bytes = tr_gpt_num_params(im->g) * sizeof(float);
     float *host = strcmp(k->name, "cpu") ? malloc(bytes) : im->params;
     if (!host)
         return tr_fail(TR_ERR_NOMEM, "out of memory for %zu parameters", tr_gpt_num_params(im->g));
     if (host != im->params)
         tr_gpt_bind(im->g, host, NULL);
-    int rc = im->family == TR_HF_GPT2 ? tr_hf_load_gpt2(im->dir, im->g, host)
-                                      : tr_hf_load_family(im->dir, im->family, im->g, host);
+    int rc = !hf                       ? load_lora_merged(im, host)
+             : im->family == TR_HF_GPT2 ? tr_hf_load_gpt2(im->dir, im->g, host)
+                                        : tr_hf_load_family(im->dir, im->family, im->g, host);
     if (host != im->params) {
         tr_gpt_bind(im->g, im->params, NULL);
         if (!rc)

@@ -8,6 +8,10 @@ builds). A tiny Bloom base and a LoRA run of rank 2, alpha 4 on it, then:
     adapters and the base's own export, element by element);
   - a config with alpha 8 (or rank 4, or other target modules) is refused at export, exit
     non-zero naming both values, nothing written; and at resume (checkpoint.load) likewise;
+  - `trident eval` and `trident generate` of the LoRA checkpoint with the run's config (the
+    adapters merged into finetune.load's base on load) give the --merge-lora export's nll and
+    tokens, on 1 and 3 tensor-parallel ranks; without --config, or with a contradicting or
+    LoRA-less one, exit 2 naming what is missing;
   - a checkpoint written before the lora line (the line removed) exports with the config's
     alpha and a warning saying so, and without --config is refused asking for it; a damaged lora
     line is refused naming the manifest.
@@ -113,6 +117,45 @@ if p.returncode == 0:
     check("--merge-lora: every target W + (alpha 4 / rank 2) B A, within 1e-6",
           checked == 8 and worst <= 1e-6 and wrong > 1e-4,
           f"{checked} projections, max |W + 2 BA - merged| {worst:.1e} (with alpha 8: {wrong:.1e})", show=True)
+
+# ---- eval and generate of the LoRA checkpoint with the run's config: merged on load
+text_file = tt.write(path("eval.txt"), open(path("corpus.txt")).read()[:1500])
+
+
+def evaluated(*args):
+    p = tt.run([trident, "eval", *args, "--input", text_file, "--json"], timeout=120)
+    lines = [x[x.index("{"):] for x in p.stdout.splitlines() if "{" in x]
+    return (json.loads(lines[0])["perplexity"]["nll_sum"] if p.returncode == 0 and lines else
+            f"exit {p.returncode}: {p.stderr[-400:]}")
+
+
+merged_nll = evaluated(path("merged"))
+for n in (1, 3):
+    got = evaluated(path("lora"), "--config", run_cfg, *(["--nproc", str(n)] if n > 1 else []))
+    check(f"eval of the LoRA checkpoint with --config on {n} tensor-parallel rank(s) = eval of the "
+          f"--merge-lora export ({got} vs {merged_nll})", isinstance(got, float) and isinstance(merged_nll, float)
+          and abs(got - merged_nll) <= 1e-6 * abs(merged_nll), show=n == 1)
+
+
+def greedy(*args):
+    p = tt.run([trident, "generate", *args, "--prompt-ids", "5,17,33", "--max-new-tokens", "5",
+                "--temperature", "0", "--json"], timeout=120)
+    return json.loads(p.stdout)["generated_ids"] if p.returncode == 0 else f"exit {p.returncode}: {p.stderr[-300:]}"
+
+
+g_lora, g_merged = greedy(path("lora"), "--config", run_cfg), greedy(path("merged"))
+check(f"generate of the LoRA checkpoint with --config = of the merged export ({g_lora})",
+      isinstance(g_lora, list) and len(g_lora) == 5 and g_lora == g_merged, f"{g_lora} vs {g_merged}")
+p = tt.run([trident, "eval", path("lora"), "--input", text_file], timeout=60)
+check("eval of the LoRA checkpoint without --config: exit 2 asking for the run's config",
+      p.returncode == 2 and "--config" in p.stderr and "LoRA" in p.stderr, p.stderr[-300:])
+p = tt.run([trident, "eval", path("lora"), "--config", lora_config("alpha8", alpha=8.0), "--input", text_file],
+           timeout=60)
+check("eval of the LoRA checkpoint with an alpha 8 config: refused naming both values",
+      p.returncode == 2 and "finetune.lora.alpha 8" in p.stderr and "checkpoint's: 4" in p.stderr, p.stderr[-400:])
+p = tt.run([trident, "eval", path("lora"), "--config", base_cfg, "--input", text_file], timeout=60)
+check("eval of the LoRA checkpoint with a config without finetune.lora: exit 2 naming it",
+      p.returncode == 2 and "finetune.lora.rank" in p.stderr, p.stderr[-300:])
 
 # ---- a config that contradicts the checkpoint: refused at export and at resume, naming both
 for what, cfg, named in [("alpha 8", lora_config("alpha8", alpha=8.0), ["finetune.lora.alpha 8", "checkpoint's: 4"]),
