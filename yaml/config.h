@@ -98,7 +98,12 @@ typedef struct {
     double min_lr;         /* default 0, <= lr */
     int lr_warmup_iters;   /* default 0 */
     int lr_decay_iters;    /* default train_iters */
-    char *lr_decay_style;  /* "cosine" (default) | "linear" | "constant" */
+    char *lr_decay_style;  /* "cosine" (default) | "linear" | "constant" |
+                            * "inverse-square-root" | "WSD" */
+    int lr_wsd_decay_iters;    /* WSD: the anneal's iterations, ending at lr_decay_iters
+                                * (required; both wsd keys ignored by other styles) */
+    char *lr_wsd_decay_style;  /* WSD: "exponential" (default) | "linear" | "cosine" |
+                                * "minus_sqrt" */
     double clip_grad;      /* default 1.0; 0 disables */
     double weight_decay;   /* default 0.01 */
     double adam_beta1;     /* default 0.9 */

@@ -37,7 +37,9 @@ static const char *const normalizations[] = {"LayerNorm", "RMSNorm", NULL};
 static const char *const position_types[] = {"learned_absolute", "rope", "alibi", NULL};
 static const char *const schedules[] = {"1f1b", "gpipe", "interleaved", NULL};
 static const char *const orders[] = {"tp-dp-pp", "tp-pp-dp", NULL};
-static const char *const decay_styles[] = {"cosine", "linear", "constant", NULL};
+static const char *const decay_styles[] = {"cosine", "linear", "constant",
+                                           "inverse-square-root", "WSD", NULL};
+static const char *const wsd_styles[] = {"exponential", "linear", "cosine", "minus_sqrt", NULL};
 static const char *const recompute_modes[] = {"none", "selective", "full", NULL};
 static const char *const precisions[] = {"fp32", "bf16", "fp16", NULL};
 static const char *const devices[] = {"cpu", "cuda", NULL};
@@ -109,6 +111,9 @@ const config_key_spec config_keys[] = {
     INT("training", "lr_decay_iters", training.lr_decay_iters, 0, "=training.train_iters", 1,
         INT_MAX),
     ENUM("training", "lr_decay_style", training.lr_decay_style, "cosine", decay_styles),
+    INT("training", "lr_wsd_decay_iters", training.lr_wsd_decay_iters, 0, "0", 0, INT_MAX),
+    ENUM("training", "lr_wsd_decay_style", training.lr_wsd_decay_style, "exponential",
+         wsd_styles),
     DBL("training", "clip_grad", training.clip_grad, 0, "1.0", 0, 0, INF, 0),
     DBL("training", "weight_decay", training.weight_decay, 0, "0.01", 0, 0, INF, 0),
     DBL("training", "adam_beta1", training.adam_beta1, 0, "0.9", 0, 0, 1, 1),

@@ -209,6 +209,20 @@ static int check_training(const tr_config *c)
                    "training.min_lr = %g is greater than training.lr = %g%s; allowed: min_lr <= "
                    "lr",
                    t->min_lr, t->lr, set_at(c, "training.lr", at, sizeof at));
+    int wsd = !strcmp(t->lr_decay_style, "WSD");
+    int stable_from = t->lr_decay_iters > t->lr_warmup_iters ? t->lr_decay_iters - t->lr_warmup_iters
+                                                              : 0;
+    if (wsd && t->lr_wsd_decay_iters < 1)
+        return bad(c, "training.lr_decay_style", NULL,
+                   "training.lr_decay_style = WSD needs training.lr_wsd_decay_iters, the "
+                   "iterations of the anneal that ends at lr_decay_iters = %d; allowed: 1 to %d",
+                   t->lr_decay_iters, stable_from);
+    if (wsd && t->lr_wsd_decay_iters > stable_from)
+        return bad(c, "training.lr_wsd_decay_iters", NULL,
+                   "training.lr_wsd_decay_iters = %d is more than the %d iterations from the end "
+                   "of the warm-up (lr_warmup_iters = %d) to lr_decay_iters = %d; allowed: 1 to %d",
+                   t->lr_wsd_decay_iters, stable_from, t->lr_warmup_iters, t->lr_decay_iters,
+                   stable_from);
     if (t->min_loss_scale > t->initial_loss_scale)
         return bad(c, "training.min_loss_scale", "training.initial_loss_scale",
                    "training.min_loss_scale = %g is greater than training.initial_loss_scale = "

@@ -1,4 +1,5 @@
-/* train/: the learning-rate schedule on hand-computed points. */
+/* train/: the learning-rate schedule on hand-computed points; WSD and inverse-square-root
+ * against Megatron-LM's OptimizerParamScheduler.get_lr formulas (written out below). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -35,11 +36,63 @@ static void test_linear_and_constant(void **state)
     assert_true(tr_lr_at(&t, 3) == 2.0);
 }
 
+/* Megatron's WSD: coeff 1 until decay - wsd, then the anneal's coefficient of a = steps into
+ * it / wsd; lr = min + coeff (max - min). */
+static void test_wsd(void **state)
+{
+    (void)state;
+    tr_training_config t = {.lr = 1.0, .min_lr = 0.1, .lr_warmup_iters = 4,
+                            .lr_decay_iters = 24, .lr_decay_style = "WSD",
+                            .lr_wsd_decay_iters = 8, .lr_wsd_decay_style = "exponential"};
+    assert_true(fabs(tr_lr_at(&t, 2) - 0.5) < 1e-12);  /* warm-up */
+    assert_true(tr_lr_at(&t, 5) == 1.0);                /* stable */
+    assert_true(tr_lr_at(&t, 16) == 1.0);               /* the last stable iteration */
+    char *styles[] = {"exponential", "linear", "cosine", "minus_sqrt"};
+    for (int k = 0; k < 4; k++) {
+        t.lr_wsd_decay_style = styles[k];
+        for (int it = 17; it <= 24; it++) {
+            double a = (it - 16) / 8.0;
+            double coeff = k == 0 ? 2.0 * pow(0.5, a) - 1.0
+                           : k == 1 ? 1.0 - a
+                           : k == 2 ? 0.5 * (cos(M_PI * a) + 1.0)
+                                    : 1.0 - sqrt(a);
+            assert_true(fabs(tr_lr_at(&t, it) - (0.1 + coeff * 0.9)) < 1e-12);
+        }
+        assert_true(fabs(tr_lr_at(&t, 24) - 0.1) < 1e-12); /* every style ends at min_lr */
+        assert_true(tr_lr_at(&t, 30) == 0.1);
+    }
+    /* the halfway point of each: exponential 2^0.5 - 1, linear 0.5, cosine 0.5, 1 - 0.5^0.5 */
+    t.lr_wsd_decay_style = "exponential";
+    assert_true(fabs(tr_lr_at(&t, 20) - (0.1 + (sqrt(2.0) - 1.0) * 0.9)) < 1e-12);
+}
+
+/* Megatron's inverse-square-root: max lr * sqrt(max(warmup, 1) / max(it, 1)) and min_lr;
+ * min_lr after lr_decay_iters. */
+static void test_inverse_square_root(void **state)
+{
+    (void)state;
+    tr_training_config t = {.lr = 0.8, .min_lr = 0.05, .lr_warmup_iters = 4,
+                            .lr_decay_iters = 1000, .lr_decay_style = "inverse-square-root"};
+    assert_true(fabs(tr_lr_at(&t, 4) - 0.8) < 1e-12);
+    assert_true(fabs(tr_lr_at(&t, 16) - 0.4) < 1e-12);   /* 0.8 * sqrt(4 / 16) */
+    assert_true(fabs(tr_lr_at(&t, 400) - 0.08) < 1e-12); /* 0.8 * sqrt(4 / 400) */
+    assert_true(fabs(tr_lr_at(&t, 999) - 0.8 * sqrt(4.0 / 999)) < 1e-12); /* 0.0506 */
+    t.min_lr = 0.06;
+    assert_true(fabs(tr_lr_at(&t, 999) - 0.06) < 1e-12); /* the floor */
+    t.min_lr = 0.0;
+    assert_true(tr_lr_at(&t, 1000) == 0.0);
+    t.lr_warmup_iters = 0; /* no warm-up: sqrt(1 / it) */
+    assert_true(fabs(tr_lr_at(&t, 1) - 0.8) < 1e-12);
+    assert_true(fabs(tr_lr_at(&t, 25) - 0.16) < 1e-12);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_warmup_then_cosine),
         cmocka_unit_test(test_linear_and_constant),
+        cmocka_unit_test(test_wsd),
+        cmocka_unit_test(test_inverse_square_root),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

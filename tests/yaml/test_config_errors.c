@@ -197,6 +197,22 @@ static void test_inconsistent(void **state)
       "t.yaml:10:3: ",
       "training.min_lr = 0.002 is greater than training.lr = 0.001 (set at t.yaml:9:3); allowed: "
       "min_lr <= lr");
+    E(TR_T_MODEL "training:\n  micro_batch_size: 4\n  train_iters: 10\n  lr: 1e-3\n"
+                 "  lr_decay_style: WSD\n" TR_T_DATA,
+      "t.yaml:10:3: ",
+      "training.lr_decay_style = WSD needs training.lr_wsd_decay_iters, the iterations of the "
+      "anneal that ends at lr_decay_iters = 10; allowed: 1 to 10");
+    E(TR_T_MODEL "training:\n  micro_batch_size: 4\n  train_iters: 10\n  lr: 1e-3\n"
+                 "  lr_warmup_iters: 4\n  lr_decay_style: WSD\n  lr_wsd_decay_iters: 7\n" TR_T_DATA,
+      "t.yaml:12:3: ",
+      "training.lr_wsd_decay_iters = 7 is more than the 6 iterations from the end of the "
+      "warm-up (lr_warmup_iters = 4) to lr_decay_iters = 10; allowed: 1 to 6");
+    E(TR_T_MODEL "training:\n  micro_batch_size: 4\n  train_iters: 10\n  lr: 1e-3\n"
+                 "  lr_decay_style: WSD\n  lr_wsd_decay_iters: 2\n  lr_wsd_decay_style: sqrt\n"
+                 TR_T_DATA,
+      "t.yaml:12:23: ",
+      "training.lr_wsd_decay_style: found 'sqrt'; allowed: exponential, linear, cosine, "
+      "minus_sqrt");
     E(TR_T_REQUIRED "parallel:\n  pipeline_model_parallel_size: 2\n  pipeline_layers: [1, 2, 1]\n",
       "t.yaml:14:3: ",
       "parallel.pipeline_layers has 3 entries but parallel.pipeline_model_parallel_size = 2 (set "
