@@ -107,5 +107,11 @@ void infer_model_close(infer_model *im);
  * Returns the exit status: 0, or 1 / 2 after the message prefixed `who`. */
 int infer_tokenizer_open(const char *who, const char *dir, tr_tokenizer_files *tok, char *path,
                          size_t cap, tr_tokenizer **out);
+/* The options generate and eval share, by name: --config, --device, --nproc and the
+ * tokenizer's (--tokenizer-type, --vocab-file, --merge-file, --tokenizer-model) into *config,
+ * *device, *nproc and *tok. 1 when `flag` is one of them (*rc: --nproc's parse status), else
+ * 0. */
+int infer_shared_option(const arg_parser *a, const char *flag, const char *v, const char **config,
+                        const char **device, int *nproc, tr_tokenizer_files *tok, int *rc);
 
 #endif

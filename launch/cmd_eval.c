@@ -419,20 +419,9 @@ int tr_cmd_eval(int argc, char **argv)
             rc = args_int(&a, "--limit", v, 1, 0x7fffffff, &o.limit);
         else if (opt == JSON)
             o.json = 1;
-        else if (opt == DEVICE)
-            o.device = v;
-        else if (opt == NPROC)
-            rc = args_int(&a, "--nproc", v, 1, 4096, &nproc);
-        else if (opt == TOK_TYPE)
-            o.tok.type = v;
-        else if (opt == VOCAB)
-            o.tok.vocab_file = v;
-        else if (opt == MERGES)
-            o.tok.merge_file = v;
-        else if (opt == TOK_MODEL)
-            o.tok.tokenizer_model = v;
-        else if (opt == CONFIG)
-            o.config = v;
+        else if (opt >= 0 && infer_shared_option(&a, options[opt].name, v, &o.config, &o.device,
+                                                 &nproc, &o.tok, &rc))
+            ; /* (stored) */
         else if (o.dir)
             rc = args_error(&a, "more than one checkpoint folder given ('%s' and '%s')", o.dir, v);
         else

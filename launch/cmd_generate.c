@@ -368,22 +368,8 @@ int tr_cmd_generate(int argc, char **argv)
             rc = args_int(&a, "--seed", v, 0, 0x7fffffff, &seed), o.seed = (uint64_t)seed;
         else if (opt == EOS)
             rc = args_int(&a, "--eos-id", v, 0, 0x7fffffff, &o.eos_id);
-        else if (opt == NPROC)
-            rc = args_int(&a, "--nproc", v, 1, 4096, &nproc);
-        else if (opt == DEVICE)
-            o.device = v;
         else if (opt == JSON)
             o.json = 1;
-        else if (opt == TOK_TYPE)
-            o.tok.type = v;
-        else if (opt == VOCAB)
-            o.tok.vocab_file = v;
-        else if (opt == MERGES)
-            o.tok.merge_file = v;
-        else if (opt == TOK_MODEL)
-            o.tok.tokenizer_model = v;
-        else if (opt == CONFIG)
-            o.config = v;
         else if (opt == CHAT)
             o.chat = v;
         else if (opt == SYSTEM)
@@ -396,10 +382,14 @@ int tr_cmd_generate(int argc, char **argv)
             o.top_p = strtod(v, &end);
             if (end == v || *end || !(o.top_p > 0 && o.top_p <= 1))
                 rc = args_error(&a, "--top-p needs a number in (0, 1], got '%s'", v);
-        } else if (o.dir)
+        } else if (opt >= 0 && infer_shared_option(&a, options[opt].name, v, &o.config,
+                                                   &o.device, &nproc, &o.tok, &rc)) {
+            /* (stored) */
+        } else if (o.dir) {
             rc = args_error(&a, "more than one checkpoint folder given ('%s' and '%s')", o.dir, v);
-        else
+        } else {
             o.dir = v;
+        }
     }
     if (!rc && !o.dir)
         rc = args_error(&a, "no checkpoint folder given (see trident generate --help)");

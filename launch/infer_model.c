@@ -256,3 +256,25 @@ int infer_tokenizer_open(const char *who, const char *dir, tr_tokenizer_files *t
     }
     return 0;
 }
+
+int infer_shared_option(const arg_parser *a, const char *flag, const char *v, const char **config,
+                        const char **device, int *nproc, tr_tokenizer_files *tok, int *rc)
+{
+    if (!strcmp(flag, "--config"))
+        *config = v;
+    else if (!strcmp(flag, "--device"))
+        *device = v;
+    else if (!strcmp(flag, "--nproc"))
+        *rc = args_int(a, "--nproc", v, 1, 4096, nproc);
+    else if (!strcmp(flag, "--tokenizer-type"))
+        tok->type = v;
+    else if (!strcmp(flag, "--vocab-file"))
+        tok->vocab_file = v;
+    else if (!strcmp(flag, "--merge-file"))
+        tok->merge_file = v;
+    else if (!strcmp(flag, "--tokenizer-model"))
+        tok->tokenizer_model = v;
+    else
+        return 0;
+    return 1;
+}
