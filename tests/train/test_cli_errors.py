@@ -142,8 +142,8 @@ expect_error("range-bucket-file", t, at(t, "ddp_bucket_size_mb: "),
              ["parallel.ddp_bucket_size_mb: found '-1'; allowed: a number >= 0 and <= 1000000"])
 t = replace("  eval_interval: 0\n", "  eval_interval: 0\n  lr_decay_style: cosin\n")
 expect_error("enum", t, at(t, "lr_decay_style: "),
-             ["training.lr_decay_style: found 'cosin'; allowed: cosine, linear, constant "
-              "(did you mean 'cosine'?)"])
+             ["training.lr_decay_style: found 'cosin'; allowed: cosine, linear, constant, "
+              "inverse-square-root, WSD (did you mean 'cosine'?)"])
 
 # ---- config: missing required key (at its section, or 1:1 without the section) ----
 t = replace("  lr: 1.0e-3\n", "")
