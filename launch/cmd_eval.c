@@ -17,7 +17,7 @@ static void eval_usage(FILE *f)
 {
     fprintf(f,
             "usage: trident eval CHECKPOINT_DIR|HF_DIR (--input FILE... | --data-path PREFIX |\n"
-            "                    --tasks FILE.jsonl) [options]\n"
+            "                    --tasks FILE.jsonl...) [options]\n"
             "\n"
             "How well a model predicts text: the model of CHECKPOINT_DIR's latest checkpoint or\n"
             "of a Hugging Face folder, loaded as trident generate loads it (the same tokenizer,\n"
@@ -35,7 +35,8 @@ static void eval_usage(FILE *f)
             "                       split, the model reading its first C tokens\n"
             "  --split A,B,C        --data-path: data.split (default 1,0,0: all of it in train)\n"
             "  --split-name NAME    --data-path: train (default), valid or test\n"
-            "  --tasks FILE.jsonl   lm-evaluation-harness's loglikelihood requests, a JSON object\n"
+            "  --tasks FILE.jsonl...\n"
+            "                       lm-evaluation-harness's loglikelihood requests, a JSON object\n"
             "                       a line: {\"context\": S, \"continuation\": S} (its\n"
             "                       log-likelihood; greedy: every token is the argmax, LAMBADA's\n"
             "                       accuracy) or {\"context\": S, \"choices\": [S, ...], \"label\":\n"
@@ -49,34 +50,46 @@ static void eval_usage(FILE *f)
             "                       its sliding window when smaller)\n"
             "  --stride S           --input: windows S tokens apart (default C: no overlap;\n"
             "                       smaller: more context for each scored token, slower)\n"
-            "  --limit N            the first N files, samples or requests\n"
-            "  --json               one JSON object on stdout (per-request results included)\n"
+            "  --limit N            the first N --input files, samples, or requests of each\n"
+            "                       --tasks file\n"
+            "  --json               one JSON object on stdout (each file's figures and each\n"
+            "                       request's scores included)\n"
             "  --tokenizer-type T, --vocab-file F, --merge-file F, --tokenizer-model F,\n"
             "  --config FILE, --device cpu|cuda|cuda-fp32, --nproc N\n"
             "                       as in trident generate\n"
             "  -h, --help           this text\n"
             "\n"
-            "Prints the measurements on stdout (natural-log nll per token, perplexity = its exp,\n"
-            "bits per byte = nll / ln 2 per byte of the files), and the time on stderr.\n"
+            "Prints the measurements on stdout, each file's and (several) all of them together\n"
+            "(natural-log nll per token, perplexity = its exp, bits per byte = nll / ln 2 per\n"
+            "byte of the files; acc over all requests), and the time on stderr.\n"
             "Exit status: 0 success, 1 runtime failure, 2 bad usage or input.\n");
 }
 
 typedef struct {
-    const char *dir, *config, *device, *data_path, *split, *split_name, *tasks;
-    const char *const *inputs;
-    int n_inputs, context, stride, limit, special, json;
+    const char *dir, *config, *device, *data_path, *split, *split_name;
+    const char *const *inputs, *const *tasks;
+    int n_inputs, n_tasks, context, stride, limit, special, json;
     tr_tokenizer_files tok;
     tr_tokenizer *tokenizer;
 } eval_options;
 
+/* What one --input or --tasks file gave. */
 typedef struct {
-    tr_eval_sums ppl;
-    int have_ppl;
-    uint64_t bytes;    /* --input: the files' sizes */
-    tr_eval_tasks tasks;
-    double *ll;        /* per request, per choice: log-likelihoods and greedy flags */
+    const char *path;
+    tr_eval_sums ppl;      /* --input */
+    uint64_t bytes;
+    tr_eval_tasks tasks;   /* --tasks */
+    double *ll;            /* per request, per choice: log-likelihoods and greedy flags */
     unsigned char *greedy;
-    size_t *first;     /* request i's choices start at ll[first[i]] */
+    size_t *first;         /* request i's choices start at ll[first[i]] */
+} eval_file;
+
+typedef struct {
+    tr_eval_sums ppl;      /* --input (all files) or --data-path */
+    int have_ppl;
+    uint64_t bytes;        /* --input: the files' sizes */
+    eval_file *files;      /* --input or --tasks: each file's */
+    int n_files;
 } eval_results;
 
 /* --input: each file one stream. */
@@ -105,9 +118,16 @@ static int eval_files(const eval_options *o, tr_evaluator *ev, eval_results *res
             }
         }
         free(text);
-        res->bytes += len;
-        if (!rc && (rc = tr_eval_stream(ev, ids, n, o->stride, &res->ppl)))
+        eval_file *ef = &res->files[res->n_files++];
+        ef->path = o->inputs[f];
+        ef->bytes = len;
+        if (!rc && (rc = tr_eval_stream(ev, ids, n, o->stride, &ef->ppl)))
             rc = tr_fail_context(rc, "%s", o->inputs[f]);
+        res->bytes += len;
+        res->ppl.nll += ef->ppl.nll;
+        res->ppl.tokens += ef->ppl.tokens;
+        res->ppl.windows += ef->ppl.windows;
+        res->ppl.streams += ef->ppl.streams;
     }
     free(ids);
     tr_encoder_free(e);
@@ -151,27 +171,28 @@ static int eval_dataset(const eval_options *o, int V, tr_evaluator *ev, eval_res
     return rc;
 }
 
-/* --tasks: every request's continuations. */
+/* --tasks: every request's continuations, file by file. */
 static int eval_tasks(const eval_options *o, int V, tr_evaluator *ev, eval_results *res)
 {
-    int rc = tr_eval_tasks_load(o->tasks, o->tokenizer, o->special, V, tr_evaluator_context(ev),
-                                (size_t)o->limit, &res->tasks);
-    if (rc)
-        return rc;
-    size_t total = 0;
-    if (!(res->first = malloc(res->tasks.n * sizeof *res->first)))
-        return tr_fail(TR_ERR_NOMEM, "out of memory");
-    for (size_t i = 0; i < res->tasks.n; i++) {
-        res->first[i] = total;
-        total += (size_t)res->tasks.r[i].n_choices;
+    int rc = TR_OK;
+    for (int f = 0; f < o->n_tasks && !rc; f++) {
+        eval_file *ef = &res->files[res->n_files++];
+        ef->path = o->tasks[f];
+        rc = tr_eval_tasks_load(ef->path, o->tokenizer, o->special, V, tr_evaluator_context(ev),
+                                (size_t)o->limit, &ef->tasks);
+        size_t total = 0;
+        if (!rc && !(ef->first = malloc(ef->tasks.n * sizeof *ef->first)))
+            rc = tr_fail(TR_ERR_NOMEM, "out of memory");
+        for (size_t i = 0; !rc && i < ef->tasks.n; i++) {
+            ef->first[i] = total;
+            total += (size_t)ef->tasks.r[i].n_choices;
+        }
+        if (!rc && (!(ef->ll = malloc(total * sizeof *ef->ll)) || !(ef->greedy = malloc(total))))
+            rc = tr_fail(TR_ERR_NOMEM, "out of memory");
+        for (size_t i = 0; i < ef->tasks.n && !rc; i++)
+            rc = tr_eval_request_score(ev, &ef->tasks.r[i], ef->ll + ef->first[i],
+                                       ef->greedy + ef->first[i]);
     }
-    res->ll = malloc(total * sizeof *res->ll);
-    res->greedy = malloc(total);
-    if (!res->ll || !res->greedy)
-        return tr_fail(TR_ERR_NOMEM, "out of memory");
-    for (size_t i = 0; i < res->tasks.n && !rc; i++)
-        rc = tr_eval_request_score(ev, &res->tasks.r[i], res->ll + res->first[i],
-                                   res->greedy + res->first[i]);
     return rc;
 }
 
@@ -179,28 +200,59 @@ static double ratio(double a, double b) { return b > 0 ? a / b : NAN; }
 
 /* What the tasks' requests sum to. */
 typedef struct {
-    uint64_t ll_requests, ll_tokens, greedy, mc_requests, acc, acc_norm;
+    uint64_t requests, ll_requests, ll_tokens, greedy, mc_requests, acc, acc_norm;
     double ll_nll;
 } task_sums;
 
-static task_sums sum_tasks(const eval_results *res)
+/* Of files [first, end). */
+static task_sums sum_tasks(const eval_results *res, int first, int end)
 {
     task_sums s = {0};
-    for (size_t i = 0; i < res->tasks.n; i++) {
-        const tr_eval_request *r = &res->tasks.r[i];
-        const double *ll = res->ll + res->first[i];
-        if (r->label < 0) {
-            s.ll_requests++;
-            s.ll_tokens += (uint64_t)r->n_cont[0];
-            s.ll_nll -= ll[0];
-            s.greedy += res->greedy[res->first[i]];
-        } else {
-            s.mc_requests++;
-            s.acc += tr_eval_argmax(ll, r->chars, r->n_choices, 0) == r->label;
-            s.acc_norm += tr_eval_argmax(ll, r->chars, r->n_choices, 1) == r->label;
+    for (int f = first; f < end; f++) {
+        const eval_file *ef = &res->files[f];
+        for (size_t i = 0; i < ef->tasks.n; i++) {
+            const tr_eval_request *r = &ef->tasks.r[i];
+            const double *ll = ef->ll + ef->first[i];
+            s.requests++;
+            if (r->label < 0) {
+                s.ll_requests++;
+                s.ll_tokens += (uint64_t)r->n_cont[0];
+                s.ll_nll -= ll[0];
+                s.greedy += ef->greedy[ef->first[i]];
+            } else {
+                s.mc_requests++;
+                s.acc += tr_eval_argmax(ll, r->chars, r->n_choices, 0) == r->label;
+                s.acc_norm += tr_eval_argmax(ll, r->chars, r->n_choices, 1) == r->label;
+            }
         }
     }
     return s;
+}
+
+/* "WHAT: N streams, ... bits/byte" of perplexity sums p (bytes 0: a dataset's samples). */
+static void print_ppl_text(const char *what, const tr_eval_sums *p, int streams, uint64_t bytes)
+{
+    double mean = ratio(p->nll, (double)p->tokens);
+    printf("%s: %llu %s, %llu tokens in %llu windows: nll %.4f/token, perplexity %.4f", what,
+           (unsigned long long)p->streams, streams ? "streams" : "samples",
+           (unsigned long long)p->tokens, (unsigned long long)p->windows, mean, exp(mean));
+    if (streams)
+        printf(", %.4f bits/byte", ratio(p->nll, (double)bytes * log(2.0)));
+    printf("\n");
+}
+
+static void print_tasks_text(const char *what, const task_sums *s)
+{
+    double mean = ratio(s->ll_nll, (double)s->ll_tokens);
+    if (s->ll_requests)
+        printf("%sloglikelihood: %llu requests, %llu tokens: greedy accuracy %.4f, nll "
+               "%.4f/token, perplexity %.4f\n", what, (unsigned long long)s->ll_requests,
+               (unsigned long long)s->ll_tokens, ratio((double)s->greedy, (double)s->ll_requests),
+               mean, exp(mean));
+    if (s->mc_requests)
+        printf("%smultiple choice: %llu requests: acc %.4f, acc_norm %.4f\n", what,
+               (unsigned long long)s->mc_requests, ratio((double)s->acc, (double)s->mc_requests),
+               ratio((double)s->acc_norm, (double)s->mc_requests));
 }
 
 static void print_text(const eval_options *o, const infer_model *im, int C, int stride,
@@ -210,30 +262,93 @@ static void print_text(const eval_options *o, const infer_model *im, int C, int 
     if (o->n_inputs)
         printf(", stride %d", stride);
     printf("\n");
-    if (res->have_ppl) {
-        const tr_eval_sums *p = &res->ppl;
-        double mean = ratio(p->nll, (double)p->tokens);
-        printf("perplexity: %llu %s, %llu tokens in %llu windows: nll %.4f/token, perplexity %.4f",
-               (unsigned long long)p->streams, o->n_inputs ? "streams" : "samples",
-               (unsigned long long)p->tokens, (unsigned long long)p->windows, mean, exp(mean));
-        if (o->n_inputs)
-            printf(", %.4f bits/byte", ratio(p->nll, (double)res->bytes * log(2.0)));
-        printf("\n");
+    char what[4200];
+    for (int f = 0; f < res->n_files && res->n_files > 1; f++) {
+        const eval_file *ef = &res->files[f];
+        if (o->n_inputs) {
+            snprintf(what, sizeof what, "%s: perplexity", ef->path);
+            print_ppl_text(what, &ef->ppl, 1, ef->bytes);
+        } else {
+            task_sums s = sum_tasks(res, f, f + 1);
+            snprintf(what, sizeof what, "%s: ", ef->path);
+            print_tasks_text(what, &s);
+        }
     }
-    if (res->tasks.n) {
-        task_sums s = sum_tasks(res);
-        double mean = ratio(s.ll_nll, (double)s.ll_tokens);
-        if (s.ll_requests)
-            printf("loglikelihood: %llu requests, %llu tokens: greedy accuracy %.4f, nll "
-                   "%.4f/token, perplexity %.4f\n", (unsigned long long)s.ll_requests,
-                   (unsigned long long)s.ll_tokens, ratio((double)s.greedy, (double)s.ll_requests),
-                   mean, exp(mean));
-        if (s.mc_requests)
-            printf("multiple choice: %llu requests: acc %.4f, acc_norm %.4f\n",
-                   (unsigned long long)s.mc_requests,
-                   ratio((double)s.acc, (double)s.mc_requests),
-                   ratio((double)s.acc_norm, (double)s.mc_requests));
+    if (res->have_ppl)
+        print_ppl_text("perplexity", &res->ppl, o->n_inputs > 0, res->bytes);
+    if (o->n_tasks) {
+        task_sums s = sum_tasks(res, 0, res->n_files);
+        print_tasks_text(res->n_files > 1 ? "all: " : "", &s);
     }
+}
+
+static void json_ppl(tr_json *j, const char *key, const char *path, const tr_eval_sums *p,
+                     int streams, uint64_t bytes)
+{
+    double mean = ratio(p->nll, (double)p->tokens);
+    tr_json_object_begin(j, key);
+    if (path)
+        tr_json_string(j, "path", path);
+    tr_json_int(j, "streams", (long long)p->streams);
+    tr_json_int(j, "windows", (long long)p->windows);
+    tr_json_int(j, "tokens", (long long)p->tokens);
+    tr_json_double(j, "nll_sum", p->nll);
+    tr_json_double(j, "nll_mean", mean);
+    tr_json_double(j, "perplexity", exp(mean));
+    if (streams) {
+        tr_json_int(j, "bytes", (long long)bytes);
+        tr_json_double(j, "bits_per_byte", ratio(p->nll, (double)bytes * log(2.0)));
+    } else {
+        tr_json_null(j, "bytes");
+        tr_json_null(j, "bits_per_byte");
+    }
+}
+
+/* The summary of task sums s: requests, loglikelihood {...}, multiple_choice {...}. */
+static void json_task_sums(tr_json *j, const task_sums *s)
+{
+    double mean = ratio(s->ll_nll, (double)s->ll_tokens);
+    tr_json_int(j, "requests", (long long)s->requests);
+    tr_json_object_begin(j, "loglikelihood");
+    tr_json_int(j, "requests", (long long)s->ll_requests);
+    tr_json_int(j, "tokens", (long long)s->ll_tokens);
+    tr_json_double(j, "greedy_accuracy", ratio((double)s->greedy, (double)s->ll_requests));
+    tr_json_double(j, "nll_mean", mean);
+    tr_json_double(j, "perplexity", exp(mean));
+    tr_json_object_end(j);
+    tr_json_object_begin(j, "multiple_choice");
+    tr_json_int(j, "requests", (long long)s->mc_requests);
+    tr_json_double(j, "acc", ratio((double)s->acc, (double)s->mc_requests));
+    tr_json_double(j, "acc_norm", ratio((double)s->acc_norm, (double)s->mc_requests));
+    tr_json_object_end(j);
+}
+
+static void json_request(tr_json *j, int file, const eval_file *ef, size_t i)
+{
+    const tr_eval_request *r = &ef->tasks.r[i];
+    const double *ll = ef->ll + ef->first[i];
+    const unsigned char *g = ef->greedy + ef->first[i];
+    tr_json_object_begin(j, NULL);
+    tr_json_int(j, "file", file);
+    tr_json_int(j, "line", (long long)r->line);
+    tr_json_array_begin(j, "loglikelihood");
+    for (int c = 0; c < r->n_choices; c++)
+        tr_json_double(j, NULL, ll[c]);
+    tr_json_array_end(j);
+    tr_json_array_begin(j, "greedy");
+    for (int c = 0; c < r->n_choices; c++)
+        tr_json_bool(j, NULL, g[c]);
+    tr_json_array_end(j);
+    tr_json_array_begin(j, "tokens");
+    for (int c = 0; c < r->n_choices; c++)
+        tr_json_int(j, NULL, r->n_cont[c]);
+    tr_json_array_end(j);
+    if (r->label >= 0) {
+        tr_json_int(j, "label", r->label);
+        tr_json_int(j, "pred", tr_eval_argmax(ll, r->chars, r->n_choices, 0));
+        tr_json_int(j, "pred_norm", tr_eval_argmax(ll, r->chars, r->n_choices, 1));
+    }
+    tr_json_object_end(j);
 }
 
 static void print_json(const eval_options *o, const infer_model *im, int C, int stride,
@@ -250,67 +365,35 @@ static void print_json(const eval_options *o, const infer_model *im, int C, int 
     else
         tr_json_null(&j, "stride");
     if (res->have_ppl) {
-        const tr_eval_sums *p = &res->ppl;
-        double mean = ratio(p->nll, (double)p->tokens);
-        tr_json_object_begin(&j, "perplexity");
-        tr_json_int(&j, "streams", (long long)p->streams);
-        tr_json_int(&j, "windows", (long long)p->windows);
-        tr_json_int(&j, "tokens", (long long)p->tokens);
-        tr_json_double(&j, "nll_sum", p->nll);
-        tr_json_double(&j, "nll_mean", mean);
-        tr_json_double(&j, "perplexity", exp(mean));
-        if (o->n_inputs) {
-            tr_json_int(&j, "bytes", (long long)res->bytes);
-            tr_json_double(&j, "bits_per_byte", ratio(p->nll, (double)res->bytes * log(2.0)));
-        } else {
-            tr_json_null(&j, "bytes");
-            tr_json_null(&j, "bits_per_byte");
+        json_ppl(&j, "perplexity", NULL, &res->ppl, o->n_inputs > 0, res->bytes);
+        if (o->n_inputs) { /* each file's */
+            tr_json_array_begin(&j, "files");
+            for (int f = 0; f < res->n_files; f++) {
+                json_ppl(&j, NULL, res->files[f].path, &res->files[f].ppl, 1,
+                         res->files[f].bytes);
+                tr_json_object_end(&j);
+            }
+            tr_json_array_end(&j);
         }
         tr_json_object_end(&j);
     }
-    if (res->tasks.n) {
-        task_sums s = sum_tasks(res);
-        double mean = ratio(s.ll_nll, (double)s.ll_tokens);
+    if (o->n_tasks) {
+        task_sums all = sum_tasks(res, 0, res->n_files);
         tr_json_object_begin(&j, "tasks");
-        tr_json_int(&j, "requests", (long long)res->tasks.n);
-        tr_json_object_begin(&j, "loglikelihood");
-        tr_json_int(&j, "requests", (long long)s.ll_requests);
-        tr_json_int(&j, "tokens", (long long)s.ll_tokens);
-        tr_json_double(&j, "greedy_accuracy", ratio((double)s.greedy, (double)s.ll_requests));
-        tr_json_double(&j, "nll_mean", mean);
-        tr_json_double(&j, "perplexity", exp(mean));
-        tr_json_object_end(&j);
-        tr_json_object_begin(&j, "multiple_choice");
-        tr_json_int(&j, "requests", (long long)s.mc_requests);
-        tr_json_double(&j, "acc", ratio((double)s.acc, (double)s.mc_requests));
-        tr_json_double(&j, "acc_norm", ratio((double)s.acc_norm, (double)s.mc_requests));
-        tr_json_object_end(&j);
-        tr_json_array_begin(&j, "results");
-        for (size_t i = 0; i < res->tasks.n; i++) {
-            const tr_eval_request *r = &res->tasks.r[i];
-            const double *ll = res->ll + res->first[i];
-            const unsigned char *g = res->greedy + res->first[i];
+        json_task_sums(&j, &all);
+        tr_json_array_begin(&j, "files");
+        for (int f = 0; f < res->n_files; f++) {
+            task_sums s = sum_tasks(res, f, f + 1);
             tr_json_object_begin(&j, NULL);
-            tr_json_int(&j, "line", (long long)r->line);
-            tr_json_array_begin(&j, "loglikelihood");
-            for (int c = 0; c < r->n_choices; c++)
-                tr_json_double(&j, NULL, ll[c]);
-            tr_json_array_end(&j);
-            tr_json_array_begin(&j, "greedy");
-            for (int c = 0; c < r->n_choices; c++)
-                tr_json_bool(&j, NULL, g[c]);
-            tr_json_array_end(&j);
-            tr_json_array_begin(&j, "tokens");
-            for (int c = 0; c < r->n_choices; c++)
-                tr_json_int(&j, NULL, r->n_cont[c]);
-            tr_json_array_end(&j);
-            if (r->label >= 0) {
-                tr_json_int(&j, "label", r->label);
-                tr_json_int(&j, "pred", tr_eval_argmax(ll, r->chars, r->n_choices, 0));
-                tr_json_int(&j, "pred_norm", tr_eval_argmax(ll, r->chars, r->n_choices, 1));
-            }
+            tr_json_string(&j, "path", res->files[f].path);
+            json_task_sums(&j, &s);
             tr_json_object_end(&j);
         }
+        tr_json_array_end(&j);
+        tr_json_array_begin(&j, "results");
+        for (int f = 0; f < res->n_files; f++)
+            for (size_t i = 0; i < res->files[f].tasks.n; i++)
+                json_request(&j, f, &res->files[f], i);
         tr_json_array_end(&j);
         tr_json_object_end(&j);
     }
@@ -343,6 +426,9 @@ static int run_eval(const eval_options *o)
         rc = tr_evaluator_create(im.g, C, &ev);
     eval_options with_stride = *o;
     with_stride.stride = stride;
+    int n_files = o->n_inputs + o->n_tasks;
+    if (!rc && n_files && !(res.files = calloc((size_t)n_files, sizeof *res.files)))
+        rc = tr_fail(TR_ERR_NOMEM, "out of memory");
     double t1 = tr_now();
     if (!rc && o->n_inputs)
         rc = eval_files(&with_stride, ev, &res);
@@ -360,10 +446,13 @@ static int run_eval(const eval_options *o)
                 "in %.1f s\n", im.size, im.size > 1 ? "s" : "", t1 - t0, tr_now() - t1);
     }
     tr_evaluator_free(ev);
-    tr_eval_tasks_free(&res.tasks);
-    free(res.ll);
-    free(res.greedy);
-    free(res.first);
+    for (int f = 0; f < res.n_files; f++) {
+        tr_eval_tasks_free(&res.files[f].tasks);
+        free(res.files[f].ll);
+        free(res.files[f].greedy);
+        free(res.files[f].first);
+    }
+    free(res.files);
     infer_model_close(&im);
     return rc;
 }
@@ -375,7 +464,7 @@ int tr_cmd_eval(int argc, char **argv)
     static const arg_opt options[] = {
         [INPUT] = {"--input", ARG_VALUES, "text file"}, [DATA] = {"--data-path", ARG_VALUE},
         [SPLIT] = {"--split", ARG_VALUE},               [SPLIT_NAME] = {"--split-name", ARG_VALUE},
-        [TASKS] = {"--tasks", ARG_VALUE},               [SPECIAL] = {"--special-tokens", ARG_FLAG},
+        [TASKS] = {"--tasks", ARG_VALUES, "JSON Lines file"},               [SPECIAL] = {"--special-tokens", ARG_FLAG},
         [CONTEXT] = {"--context", ARG_VALUE},           [STRIDE] = {"--stride", ARG_VALUE},
         [LIMIT] = {"--limit", ARG_VALUE},               [JSON] = {"--json", ARG_FLAG},
         [DEVICE] = {"--device", ARG_VALUE},             [NPROC] = {"--nproc", ARG_VALUE},
@@ -387,16 +476,21 @@ int tr_cmd_eval(int argc, char **argv)
                     .argv = argv};
     eval_options o = {.device = "cpu"};
     const char **inputs = calloc((size_t)argc + 1, sizeof *inputs);
-    if (!inputs) {
+    const char **tasks = calloc((size_t)argc + 1, sizeof *tasks);
+    if (!inputs || !tasks) {
+        free(inputs);
+        free(tasks);
         fprintf(stderr, "trident eval: out of memory\n");
         return 1;
     }
     o.inputs = inputs;
+    o.tasks = tasks;
     const char *v;
     int rc = 0, nproc = 0, opt;
     while (!rc && (opt = args_next(&a, &v)) != ARGS_END) {
         if (opt == ARGS_HELP || opt == ARGS_ERROR) {
             free(inputs);
+            free(tasks);
             return opt == ARGS_HELP ? 0 : 2;
         }
         if (opt == INPUT)
@@ -408,7 +502,7 @@ int tr_cmd_eval(int argc, char **argv)
         else if (opt == SPLIT_NAME)
             o.split_name = v;
         else if (opt == TASKS)
-            o.tasks = v;
+            tasks[o.n_tasks++] = v;
         else if (opt == SPECIAL)
             o.special = 1;
         else if (opt == CONTEXT)
@@ -427,7 +521,7 @@ int tr_cmd_eval(int argc, char **argv)
         else
             o.dir = v;
     }
-    int kinds = (o.n_inputs > 0) + !!o.data_path + !!o.tasks;
+    int kinds = (o.n_inputs > 0) + !!o.data_path + (o.n_tasks > 0);
     if (!rc && !o.dir)
         rc = args_error(&a, "no checkpoint folder given (see trident eval --help)");
     if (!rc && kinds != 1)
@@ -440,7 +534,7 @@ int tr_cmd_eval(int argc, char **argv)
         rc = args_error(&a, "--stride %d is more than --context %d", o.stride, o.context);
     if (!rc && (o.split || o.split_name) && !o.data_path)
         rc = args_error(&a, "--split and --split-name are for --data-path");
-    if (!rc && o.special && !o.tasks)
+    if (!rc && o.special && !o.n_tasks)
         rc = args_error(&a, "--special-tokens is for --tasks (--input streams get the "
                             "tokenizer's template already)");
     if (!rc && o.split_name && strcmp(o.split_name, "train") && strcmp(o.split_name, "valid") &&
@@ -448,6 +542,7 @@ int tr_cmd_eval(int argc, char **argv)
         rc = args_error(&a, "--split-name is train, valid or test, not '%s'", o.split_name);
     if (rc) {
         free(inputs);
+        free(tasks);
         return rc;
     }
     if (!o.split)
@@ -456,21 +551,25 @@ int tr_cmd_eval(int argc, char **argv)
         o.split_name = "train";
     if (nproc > 0) {
         free(inputs);
+        free(tasks);
         return run_as_local_ranks("eval", nproc, 0, argc, argv);
     }
     if (adopt_scheduler_identity("trident eval")) {
         free(inputs);
+        free(tasks);
         return 2;
     }
     char hf_tokenizer[4200];
     if ((rc = infer_tokenizer_open("trident eval", o.dir, &o.tok, hf_tokenizer,
                                    sizeof hf_tokenizer, &o.tokenizer))) {
         free(inputs);
+        free(tasks);
         return rc;
     }
     rc = run_eval(&o);
     tr_tokenizer_free(o.tokenizer);
     free(inputs);
+    free(tasks);
     if (rc) {
         fprintf(stderr, "trident eval: %s\n", tr_errmsg());
         return rc == TR_ERR_CONFIG || rc == TR_ERR_INVALID ? 2 : 1;

@@ -5,7 +5,8 @@ generated corpus and saved; then
     (nll_sum 1e-5 relative, tokens and windows equal); a file of N <= C bytes: N - 1 tokens in
     one window; tokens and windows = what the spec's loop gives (computed here) for several
     --context / --stride; bytes = the files' sizes; nll_mean, perplexity and bits_per_byte
-    follow from nll_sum; two files = each alone added up, --limit 1 = the first alone, an
+    follow from nll_sum; two files = each alone added up (and "files" gives each one's),
+    --limit 1 = the first alone, an
     empty and a one-byte file score nothing;
   - the window arithmetic by hand: for every (--context, --stride) the nll_sum of a file with no
     whitespace equals minus the summed log-likelihoods of one --tasks request per window
@@ -21,7 +22,8 @@ generated corpus and saved; then
     (a long context = its last C + 1 - k bytes), a continuation of exactly C tokens, pred =
     argmax, pred_norm = argmax of ll / code points, acc / acc_norm / greedy_accuracy / nll_mean
     from the results, a choice's ll = the same continuation line's, greedy = whether `trident
-    generate --temperature 0` gives the continuation, --limit, CRLF line ends, 2 ranks = 1;
+    generate --temperature 0` gives the continuation, --limit, CRLF line ends, 2 ranks = 1,
+    two task files (each one's counts, results in file order);
     pred_norm divides by code points (two choices ordered otherwise per byte), ties go to the
     first choice;
   - text output: the perplexity, loglikelihood and multiple choice lines;
@@ -171,6 +173,11 @@ if both:
           close(pa.get("nll_sum", 0) + pb.get("nll_sum", 0), nll, 1e-6)
           and all(pa.get(k, 0) + pb.get(k, 0) == p.get(k) for k in ("tokens", "windows", "bytes")),
           f"{pa} + {pb} vs {p}")
+    files = p.get("files") or []
+    check("--input a b: each file's figures = each alone (path, nll_sum, tokens, bytes)",
+          len(files) == 2 and [f.get("path") for f in files] == [text_a, text_b]
+          and all(close(f.get("nll_sum"), q.get("nll_sum"), 1e-9) and f.get("tokens") == q.get("tokens")
+                  and f.get("bytes") == q.get("bytes") for f, q in zip(files, (pa, pb))), files)
     pl = ppl(result("--input a.txt --input b.txt --limit 1", "--input", text_a, "--input", text_b,
                     "--limit", "1"))
     check("--input given twice with --limit 1 = the first file alone",
@@ -380,6 +387,18 @@ if t:
             return [(x.get("line"), x.get("tokens"), x.get("loglikelihood")) for x in results]
         check("--tasks with CRLF line ends = with LF (lines, tokens, loglikelihoods)",
               key(tc["tasks"]["results"]) == key(res), tc["tasks"]["results"])
+    two = result("--tasks FILE FILE", "--tasks", tasks, crlf)
+    if two:
+        t = two["tasks"]
+        per = t.get("files") or []
+        check("--tasks of two files: results of file 0 then file 1, each file's counts, all = "
+              "their sum", [x.get("file") for x in t["results"]] == [0] * len(res) + [1] * len(res)
+              and len(per) == 2 and per[0].get("path") == tasks and per[1].get("path") == crlf
+              and t.get("requests") == 2 * len(res)
+              and t["multiple_choice"].get("requests") == 2 * per[0]["multiple_choice"]["requests"]
+              and close(t["multiple_choice"].get("acc"), per[0]["multiple_choice"].get("acc"), 1e-12)
+              and all(close(u, v, 1e-9) for x, y in zip(t["results"][len(res):], res)
+                      for u, v in zip(x["loglikelihood"], y["loglikelihood"])), t.get("files"))
     tl = result("--tasks --limit 2", "--tasks", tasks, "--limit", "2")
     if tl:
         check("--tasks --limit 2: the first 2 requests (lines 1 and 3)",
