@@ -172,9 +172,10 @@ static int load_weights(infer_model *im)
         if (!lora_rank)
             return tr_checkpoint_load_model(im->dir, im->g, k, im->params, &im->iteration);
         if (!im->config)
-            return tr_fail(TR_ERR_INVALID, "%s holds a LoRA run's adapters (rank %d): give the "
-                           "run's config (--config RUN.yaml), whose finetune.load is the base "
-                           "they are merged into", im->dir, lora_rank);
+            return tr_fail(TR_ERR_INVALID, "%s holds a LoRA run's adapters alone (rank %d): give "
+                           "the run's config (--config RUN.yaml), whose finetune.load is the base "
+                           "they are merged into (trident convert --to hf --merge-lora writes "
+                           "the merged model)", im->dir, lora_rank);
     }
     size_t bytes = tr_gpt_num_params(im->g) * sizeof(float);
     float *host = strcmp(k->name, "cpu") ? malloc(bytes) : im->params;

@@ -190,8 +190,9 @@ for what, extra, key in [
     check(f"refused: {what} (exit 2 or 1, naming {key})", p.returncode in (1, 2) and key in p.stderr,
           p.stderr[-600:])
 rc, so, se = tt.outputs([trident, "generate", path("lora-ckpt"), "--prompt-ids", "1,2,3", "--max-new-tokens", "2"])
-check("generate from a LoRA checkpoint: exit 2, saying it holds adapters and how to merge them",
-      rc == 2 and "adapters alone" in se and "--merge-lora" in se, se)
+check("generate from a LoRA checkpoint without --config: exit 2, saying it holds adapters, to give "
+      "the run's config and how to merge them", rc == 2 and "adapters alone" in se and "--config" in se
+      and "--merge-lora" in se, se)
 # ---- --merge-lora with a Hugging Face folder as the base: the same merged weights as with the checkpoint
 merged = {}
 for name, base in (("ckpt", path("base")), ("hf", path("base-hf"))):
