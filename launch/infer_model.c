@@ -63,7 +63,8 @@ static int model_config(infer_model *im, int world)
              "training: {micro_batch_size: 1, train_iters: 1, lr: 1, device: %s}\n"
              "data: {data_path: none}\n",
              m.num_layers, m.hidden_size, m.num_attention_heads, m.vocab_size,
-             m.max_position_embeddings, tr_model_longest_seq(&m), fam, world, im->device);
+             m.max_position_embeddings, tr_model_longest_seq(&m), fam, world,
+             strncmp(im->device, "cuda", 4) ? "cpu" : "cuda"); /* (the kernels: im->device's) */
     rc = tr_config_load_string(text, strlen(text), im->dir, NULL, 0, &im->cfg);
     if (rc)
         return tr_fail_context(rc, "the model of checkpoint %s on %d tensor-parallel ranks",
@@ -197,6 +198,14 @@ static int load_weights(infer_model *im)
 
 int infer_model_open(infer_model *im)
 {
+    static const char *const devices[] = {"cpu", "cuda", "cuda-fp32", "cpu-bf16", "cpu-fp16"};
+    size_t d = 0;
+    while (d < sizeof devices / sizeof *devices && strcmp(im->device, devices[d]))
+        d++;
+    if (d == sizeof devices / sizeof *devices)
+        return tr_fail(TR_ERR_CONFIG, "--device %s: no such kernel backend (cpu; cuda: bf16 "
+                       "products, cuda-fp32: fp32; cpu-bf16 / cpu-fp16: the CPU rounding to "
+                       "16-bit storage)", im->device);
     tr_comm_config cc = tr_comm_config_default();
     cc.backend = strncmp(im->device, "cuda", 4) ? TR_COMM_BACKEND_UCX : TR_COMM_BACKEND_NCCL;
     int rc = tr_comm_init_world(&cc, &im->world);

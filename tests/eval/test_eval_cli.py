@@ -515,6 +515,7 @@ cases = [
     (["--data-path", prefix, "--split", "1,2,3,4"], "split", "a bad --split (four weights)"),
     (["--input", text_a, "--nproc", "3"], "divide", "--nproc 3 of 4 heads"),
     (["--input", text_a, "--bogus"], "--bogus", "an unknown option"),
+    (["--input", text_a, "--device", "tpu"], "--device tpu", "an unknown --device"),
 ]
 for args, needle, what in cases:
     r = evaluate(*args)
