@@ -1,4 +1,5 @@
-/* Learning-rate schedule, Megatron-LM's: linear warm-up from 0, then the decay style until
+/* Learning-rate schedule, Megatron-LM's: linear warm-up from lr_warmup_init (default 0) over
+ * lr_warmup_iters (or lr_warmup_fraction of lr_decay_iters), then the decay style until
  * lr_decay_iters, min_lr after.
  *   cosine / linear: min_lr + coeff (lr - min_lr), coeff from the decay ratio
  *     r = (it - warmup) / (decay - warmup): 0.5 (1 + cos(pi r)) or 1 - r;
@@ -27,28 +28,27 @@ static double wsd_coeff(const char *style, double a)
 
 double tr_lr_at(const tr_training_config *t, int iteration)
 {
-    int warmup = t->lr_warmup_iters;
+    double warmup = tr_training_warmup(t);
     if (warmup > 0 && iteration <= warmup)
-        return t->lr * iteration / warmup;
+        return t->lr_warmup_init + (t->lr - t->lr_warmup_init) * iteration / warmup;
     if (!strcmp(t->lr_decay_style, "constant"))
         return t->lr;
-    int decay = t->lr_decay_iters > warmup ? t->lr_decay_iters : warmup;
+    double decay = t->lr_decay_iters > warmup ? t->lr_decay_iters : warmup;
     if (iteration >= decay)
         return t->min_lr;
     if (!strcmp(t->lr_decay_style, "inverse-square-root")) {
-        double lr = t->lr * sqrt((double)(warmup > 1 ? warmup : 1) /
-                                 (double)(iteration > 1 ? iteration : 1));
+        double lr = t->lr * sqrt((warmup > 1 ? warmup : 1) / (double)(iteration > 1 ? iteration : 1));
         return lr > t->min_lr ? lr : t->min_lr;
     }
     double coeff;
     if (!strcmp(t->lr_decay_style, "WSD")) {
-        int anneal_start = decay - t->lr_wsd_decay_iters;
+        double anneal_start = decay - t->lr_wsd_decay_iters;
         coeff = iteration <= anneal_start || t->lr_wsd_decay_iters < 1
                     ? 1.0
                     : wsd_coeff(t->lr_wsd_decay_style ? t->lr_wsd_decay_style : "exponential",
                                 (double)(iteration - anneal_start) / t->lr_wsd_decay_iters);
     } else {
-        double ratio = (double)(iteration - warmup) / (double)(decay - warmup);
+        double ratio = (iteration - warmup) / (decay - warmup);
         coeff = !strcmp(t->lr_decay_style, "linear") ? 1.0 - ratio
                                                      : 0.5 * (1.0 + cos(M_PI * ratio));
     }

@@ -10,7 +10,7 @@
  *    [(i-1)*GB, i*GB); micro-batch m takes [m*mb, (m+1)*mb) of it. Evaluation uses the
  *    validation samples [0, eval_iters*GB), the same at every evaluation, so val_loss values
  *    are comparable across a run.
- *  - LR: linear warm-up lr*i/warmup for i <= lr_warmup_iters, then decay (cosine by default)
+ *  - LR: linear warm-up from lr_warmup_init to lr over the warm-up, then decay (cosine by default)
  *    from lr to min_lr over iterations (warmup, lr_decay_iters], min_lr after.
  *  - AdamW with decoupled weight decay, none on biases and LN weights (tensor flag).
  *  - tr_train_run() is `trident train`: per iteration one line on stdout and one JSON object

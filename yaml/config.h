@@ -97,6 +97,8 @@ typedef struct {
     double lr;             /* required, > 0 */
     double min_lr;         /* default 0, <= lr */
     int lr_warmup_iters;   /* default 0 */
+    double lr_warmup_fraction; /* or the warm-up as this fraction of lr_decay_iters (0: unset) */
+    double lr_warmup_init;     /* the warm-up starts here (default 0), <= lr */
     int lr_decay_iters;    /* default train_iters */
     char *lr_decay_style;  /* "cosine" (default) | "linear" | "constant" |
                             * "inverse-square-root" | "WSD" */
@@ -131,6 +133,14 @@ typedef struct {
                               * the job saves (checkpoint.save) and exits 0 (Megatron's
                               * --exit-signal-handler) */
 } tr_training_config;
+
+/* The warm-up's length in iterations: lr_warmup_iters, or lr_warmup_fraction of
+ * lr_decay_iters (Megatron-LM's --lr-warmup-fraction; not rounded). */
+static inline double tr_training_warmup(const tr_training_config *t)
+{
+    return t->lr_warmup_fraction > 0 ? t->lr_warmup_fraction * t->lr_decay_iters
+                                     : (double)t->lr_warmup_iters;
+}
 
 typedef struct {
     /* Megatron's lists: [PATH], [W1, PATH1, W2, PATH2, ...] (weights normalized) or [PATH1,

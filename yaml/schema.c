@@ -108,6 +108,8 @@ const config_key_spec config_keys[] = {
     DBL("training", "lr", training.lr, 1, NULL, 0, 1, INF, 0),
     DBL("training", "min_lr", training.min_lr, 0, "0", 0, 0, INF, 0),
     INT("training", "lr_warmup_iters", training.lr_warmup_iters, 0, "0", 0, INT_MAX),
+    DBL("training", "lr_warmup_fraction", training.lr_warmup_fraction, 0, "0", 0, 0, 1, 0),
+    DBL("training", "lr_warmup_init", training.lr_warmup_init, 0, "0", 0, 0, INF, 0),
     INT("training", "lr_decay_iters", training.lr_decay_iters, 0, "=training.train_iters", 1,
         INT_MAX),
     ENUM("training", "lr_decay_style", training.lr_decay_style, "cosine", decay_styles),

@@ -1,5 +1,6 @@
 /* Checks that involve more than one key (single-key ranges and names are checked while
  * converting). Each message points at the key the user most likely set. */
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -209,9 +210,19 @@ static int check_training(const tr_config *c)
                    "training.min_lr = %g is greater than training.lr = %g%s; allowed: min_lr <= "
                    "lr",
                    t->min_lr, t->lr, set_at(c, "training.lr", at, sizeof at));
+    if (t->lr_warmup_fraction > 0 && t->lr_warmup_iters > 0)
+        return bad(c, "training.lr_warmup_fraction", "training.lr_warmup_iters",
+                   "training.lr_warmup_fraction = %g and training.lr_warmup_iters = %d%s both give "
+                   "the warm-up; allowed: one of them", t->lr_warmup_fraction, t->lr_warmup_iters,
+                   set_at(c, "training.lr_warmup_iters", at, sizeof at));
+    if (t->lr_warmup_init > t->lr)
+        return bad(c, "training.lr_warmup_init", "training.lr",
+                   "training.lr_warmup_init = %g is greater than training.lr = %g%s; allowed: "
+                   "lr_warmup_init <= lr", t->lr_warmup_init, t->lr,
+                   set_at(c, "training.lr", at, sizeof at));
     int wsd = !strcmp(t->lr_decay_style, "WSD");
-    int stable_from = t->lr_decay_iters > t->lr_warmup_iters ? t->lr_decay_iters - t->lr_warmup_iters
-                                                              : 0;
+    int warmup = (int)ceil(tr_training_warmup(t));
+    int stable_from = t->lr_decay_iters > warmup ? t->lr_decay_iters - warmup : 0;
     if (wsd && t->lr_wsd_decay_iters < 1)
         return bad(c, "training.lr_decay_style", NULL,
                    "training.lr_decay_style = WSD needs training.lr_wsd_decay_iters, the "
@@ -220,9 +231,8 @@ static int check_training(const tr_config *c)
     if (wsd && t->lr_wsd_decay_iters > stable_from)
         return bad(c, "training.lr_wsd_decay_iters", NULL,
                    "training.lr_wsd_decay_iters = %d is more than the %d iterations from the end "
-                   "of the warm-up (lr_warmup_iters = %d) to lr_decay_iters = %d; allowed: 1 to %d",
-                   t->lr_wsd_decay_iters, stable_from, t->lr_warmup_iters, t->lr_decay_iters,
-                   stable_from);
+                   "of the warm-up (%d iterations) to lr_decay_iters = %d; allowed: 1 to %d",
+                   t->lr_wsd_decay_iters, stable_from, warmup, t->lr_decay_iters, stable_from);
     if (t->min_loss_scale > t->initial_loss_scale)
         return bad(c, "training.min_loss_scale", "training.initial_loss_scale",
                    "training.min_loss_scale = %g is greater than training.initial_loss_scale = "

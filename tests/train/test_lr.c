@@ -86,6 +86,25 @@ static void test_inverse_square_root(void **state)
     assert_true(fabs(tr_lr_at(&t, 25) - 0.16) < 1e-12);
 }
 
+/* Megatron's --lr-warmup-fraction (warm-up = fraction * decay iterations, not rounded) and
+ * --lr-warmup-init (the warm-up's first value). */
+static void test_warmup_fraction_and_init(void **state)
+{
+    (void)state;
+    tr_training_config t = {.lr = 1.0, .min_lr = 0.0, .lr_warmup_fraction = 0.25,
+                            .lr_warmup_init = 0.2, .lr_decay_iters = 10,
+                            .lr_decay_style = "linear"};
+    /* warm-up 2.5 iterations: 0.2 + 0.8 * i / 2.5 */
+    assert_true(fabs(tr_lr_at(&t, 1) - 0.52) < 1e-12);
+    assert_true(fabs(tr_lr_at(&t, 2) - 0.84) < 1e-12);
+    /* then linear over (2.5, 10]: 1 - (i - 2.5) / 7.5 */
+    assert_true(fabs(tr_lr_at(&t, 3) - (1.0 - 0.5 / 7.5)) < 1e-12);
+    assert_true(fabs(tr_lr_at(&t, 10) - 0.0) < 1e-12);
+    t.lr_warmup_fraction = 0;
+    t.lr_warmup_iters = 4; /* iterations, from the init */
+    assert_true(fabs(tr_lr_at(&t, 2) - 0.6) < 1e-12);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -93,6 +112,7 @@ int main(void)
         cmocka_unit_test(test_linear_and_constant),
         cmocka_unit_test(test_wsd),
         cmocka_unit_test(test_inverse_square_root),
+        cmocka_unit_test(test_warmup_fraction_and_init),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

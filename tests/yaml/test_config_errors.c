@@ -206,7 +206,17 @@ static void test_inconsistent(void **state)
                  "  lr_warmup_iters: 4\n  lr_decay_style: WSD\n  lr_wsd_decay_iters: 7\n" TR_T_DATA,
       "t.yaml:12:3: ",
       "training.lr_wsd_decay_iters = 7 is more than the 6 iterations from the end of the "
-      "warm-up (lr_warmup_iters = 4) to lr_decay_iters = 10; allowed: 1 to 6");
+      "warm-up (4 iterations) to lr_decay_iters = 10; allowed: 1 to 6");
+    E(TR_T_MODEL "training:\n  micro_batch_size: 4\n  train_iters: 10\n  lr: 1e-3\n"
+                 "  lr_warmup_iters: 4\n  lr_warmup_fraction: 0.1\n" TR_T_DATA,
+      "t.yaml:11:3: ",
+      "training.lr_warmup_fraction = 0.1 and training.lr_warmup_iters = 4 (set at t.yaml:10:3) "
+      "both give the warm-up; allowed: one of them");
+    E(TR_T_MODEL "training:\n  micro_batch_size: 4\n  train_iters: 10\n  lr: 1e-3\n"
+                 "  lr_warmup_init: 2e-3\n" TR_T_DATA,
+      "t.yaml:10:3: ",
+      "training.lr_warmup_init = 0.002 is greater than training.lr = 0.001 (set at t.yaml:9:3); "
+      "allowed: lr_warmup_init <= lr");
     E(TR_T_MODEL "training:\n  micro_batch_size: 4\n  train_iters: 10\n  lr: 1e-3\n"
                  "  lr_decay_style: WSD\n  lr_wsd_decay_iters: 2\n  lr_wsd_decay_style: sqrt\n"
                  TR_T_DATA,
