@@ -274,6 +274,22 @@ def rel_close(a, b, rel):
     return isinstance(a, (int, float)) and abs(a - b) <= rel * max(abs(a), abs(b), 1e-30)
 
 
+def check_perplexity(name, folder, context, stride, args=None):
+    """`trident eval FOLDER --input file1 file2` (with --context and --stride, or `args`)
+    against ref_perplexity: tokens, windows equal, nll_sum within 1e-5. The JSON object, or
+    None."""
+    want = ref_perplexity(name, [file1, file2], context, stride)
+    args = ["--context", str(context), "--stride", str(stride)] if args is None else args
+    got = evaluate(f"{name} --input {' '.join(args)}", folder, "--input", file1, file2, *args)
+    p = (got or {}).get("perplexity") or {}
+    check(f"{name} --input {' '.join(args)}: context {context}, tokens ({want['tokens']}) and "
+          f"windows ({want['windows']}) equal, nll_sum within 1e-5 relative",
+          (got or {}).get("context") == context and p.get("tokens") == want["tokens"]
+          and p.get("windows") == want["windows"] and rel_close(p.get("nll_sum"), want["nll_sum"], 1e-5),
+          f"trident {(got or {}).get('context')} {p}\nreference {want}", show=True)
+    return got
+
+
 # ---- --input ----
 sizes = os.path.getsize(file1) + os.path.getsize(file2)
 gpt2_ppl = None
@@ -301,17 +317,8 @@ for name, folder in (("gpt2", gpt2_dir), ("llama", llama_dir)):
             gpt2_ppl = p
 
 # the sliding window bounds the default context; a longer one is refused
-for stride in (W, W // 2):
-    want = ref_perplexity("mistral", [file1, file2], W, stride)
-    got = evaluate(f"mistral (window {W} of {C} positions) --input --stride {stride}", mistral_dir,
-                   "--input", file1, file2, "--stride", str(stride))
-    if got:
-        p = got.get("perplexity") or {}
-        check(f"mistral --input --stride {stride}: the context defaults to the window ({W}); "
-              "tokens, windows equal, nll_sum within 1e-5 relative", got.get("context") == W
-              and p.get("tokens") == want["tokens"] and p.get("windows") == want["windows"]
-              and rel_close(p.get("nll_sum"), want["nll_sum"], 1e-5),
-              f"trident {got.get('context')} {p}\nreference {want}", show=True)
+for stride in (W, W // 2):  # the context defaults to the window
+    check_perplexity("mistral", mistral_dir, W, stride, ["--stride", str(stride)])
 rc, _, err = tt.outputs([trident, "eval", mistral_dir, "--input", file1, "--context", str(W + 1)],
                         timeout=120)
 check(f"mistral --context {W + 1} (past the window): exit 2 naming the window",
@@ -518,15 +525,7 @@ models_["bloom"].save_pretrained(bloom_dir)
 bpe.save(os.path.join(bloom_dir, "tokenizer.json"))
 encoders["bloom"] = encoders["gpt2"]
 for stride in (C, 7):
-    want = ref_perplexity("bloom", [file1, file2], C, stride)
-    got = evaluate(f"bloom --input --context {C} --stride {stride}", bloom_dir,
-                   "--input", file1, file2, "--context", str(C), "--stride", str(stride))
-    p = (got or {}).get("perplexity") or {}
-    check(f"bloom --input --context {C} --stride {stride}: tokens ({want['tokens']}), windows "
-          f"({want['windows']}) equal, nll_sum within 1e-5 relative",
-          p.get("tokens") == want["tokens"] and p.get("windows") == want["windows"]
-          and rel_close(p.get("nll_sum"), want["nll_sum"], 1e-5), f"trident {p}\nreference {want}",
-          show=True)
+    check_perplexity("bloom", bloom_dir, C, stride)
 got = evaluate("bloom --input short", bloom_dir, "--input", file2, "--limit", "1")
 check("bloom: the context defaults to the 2048 positions", (got or {}).get("context") == 2048,
       (got or {}).get("context"))
@@ -555,15 +554,9 @@ models_["gpt2-long"].save_pretrained(long_dir)
 bpe.save(os.path.join(long_dir, "tokenizer.json"))
 encoders["gpt2-long"] = encoders["gpt2"]
 for context, stride in ((L_POS, L_POS), (L_POS, 150), (L_POS, 41), (200, 130)):
-    want = ref_perplexity("gpt2-long", [file1, file2], context, stride)
-    got = evaluate(f"gpt2-long --input --context {context} --stride {stride}", long_dir,
-                   "--input", file1, file2, "--context", str(context), "--stride", str(stride))
-    p = (got or {}).get("perplexity") or {}
-    check(f"gpt2-long --input --context {context} --stride {stride}: tokens ({want['tokens']}), "
-          f"windows ({want['windows']}) equal, nll_sum within 1e-5 relative",
-          p.get("tokens") == want["tokens"] and p.get("windows") == want["windows"]
-          and rel_close(p.get("nll_sum"), want["nll_sum"], 1e-5), f"trident {p}\nreference {want}",
-          show=True)
+    check_perplexity("gpt2-long", long_dir, context, stride)
+
+
 def long_text(first, at_least):
     return text_of("gpt2-long", first, at_least)
 
