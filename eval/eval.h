@@ -56,9 +56,11 @@ typedef struct {
     uint64_t tokens, windows, streams;
 } tr_eval_sums;
 /* One stream of n ids in windows of the evaluator's context, `stride` apart (1 <= stride <=
- * context), added to *sums (streams += 1; windows: those that scored a token). */
+ * context), added to *sums (windows: those that scored a token). Part `part` of `parts`
+ * (data-parallel replicas; 0 of 1: all): only windows k with k % parts == part, and
+ * streams += 1 on part 0 alone, so the parts' sums add up to the whole's. */
 TR_MUST_CHECK int tr_eval_stream(tr_evaluator *ev, const int32_t *ids, size_t n, int stride,
-                                 tr_eval_sums *sums);
+                                 int part, int parts, tr_eval_sums *sums);
 
 /* A loglikelihood request: a continuation line (n_choices 1, label -1) or a multiple-choice
  * line (label in [0, n_choices)). */

@@ -110,21 +110,24 @@ int tr_eval_score(tr_evaluator *ev, const int32_t *ids, int n, int first, double
     return TR_OK;
 }
 
-int tr_eval_stream(tr_evaluator *ev, const int32_t *ids, size_t n, int stride, tr_eval_sums *sums)
+int tr_eval_stream(tr_evaluator *ev, const int32_t *ids, size_t n, int stride, int part,
+                   int parts, tr_eval_sums *sums)
 {
     if (stride < 1 || stride > ev->context)
         return tr_fail(TR_ERR_INVALID, "a stride of %d tokens with a context of %d", stride,
                        ev->context);
+    if (parts < 1 || part < 0 || part >= parts)
+        return tr_fail(TR_ERR_INVALID, "part %d of %d", part, parts);
     double *logp = malloc((size_t)ev->context * sizeof *logp);
     if (!logp)
         return tr_fail(TR_ERR_NOMEM, "out of memory");
     int rc = TR_OK;
-    size_t prev_end = 0;
-    sums->streams++;
-    for (size_t begin = 0; begin < n && !rc; begin += (size_t)stride) {
+    size_t prev_end = 0, k = 0;
+    sums->streams += part == 0;
+    for (size_t begin = 0; begin < n && !rc; begin += (size_t)stride, k++) {
         size_t end = begin + (size_t)ev->context < n ? begin + (size_t)ev->context : n;
         size_t first = begin + 1 > prev_end ? begin + 1 : prev_end;
-        if (first < end) {
+        if (first < end && k % (size_t)parts == (size_t)part) {
             rc = tr_eval_score(ev, ids + begin, (int)(end - begin), (int)(first - begin), logp,
                                NULL);
             for (size_t j = 0; !rc && j < end - first; j++)

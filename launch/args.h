@@ -82,12 +82,14 @@ int adopt_scheduler_identity(const char *who);
  * or `config`, the run's config, does; a LoRA run's adapters are merged into the config's
  * finetune.load base, W += (alpha / r) B A, on the host) or a Hugging Face GPT-2 / Llama /
  * Mistral / Qwen2 / Bloom folder, whole on one pipeline stage, split by tensor parallelism
- * over every rank of the job (an HF family folder: one rank only), on kernel backend
- * `device`. */
+ * over the size / data_parallel consecutive ranks of each replica (an HF family folder: no
+ * tensor parallelism), on kernel backend `device`. */
 typedef struct {
     const char *dir, *config, *device; /* set by the caller */
-    tr_comm *world;
-    int rank, size;
+    int data_parallel;                 /* set by the caller: model replicas (0, 1: one) */
+    tr_comm *world, *tp, *dp;          /* tp: this replica's ranks; dp: the replicas' ranks of
+                                        * this tp_rank (NULL on one rank) */
+    int rank, size, tp_rank, tp_size, dp_rank;
     tr_config cfg; /* the model section as the checkpoint holds it, defaults elsewhere */
     int have_cfg;
     const tr_kernels *k;

@@ -54,6 +54,10 @@ static void eval_usage(FILE *f)
             "                       --tasks file\n"
             "  --json               one JSON object on stdout (each file's figures and each\n"
             "                       request's scores included)\n"
+            "  --data-parallel D    D replicas of the model share the work (windows, samples,\n"
+            "                       requests), each over --nproc / D ranks by tensor\n"
+            "                       parallelism (default 1: one replica over all ranks); the\n"
+            "                       same figures, up to rounding\n"
             "  --tokenizer-type T, --vocab-file F, --merge-file F, --tokenizer-model F,\n"
             "  --config FILE, --device cpu|cuda|cuda-fp32, --nproc N\n"
             "                       as in trident generate\n"
@@ -68,7 +72,8 @@ static void eval_usage(FILE *f)
 typedef struct {
     const char *dir, *config, *device, *data_path, *split, *split_name;
     const char *const *inputs, *const *tasks;
-    int n_inputs, n_tasks, context, stride, limit, special, json;
+    int n_inputs, n_tasks, context, stride, limit, special, json, data_parallel;
+    int part, parts; /* this replica's share of the work: index % parts == part */
     tr_tokenizer_files tok;
     tr_tokenizer *tokenizer;
 } eval_options;
@@ -121,13 +126,9 @@ static int eval_files(const eval_options *o, tr_evaluator *ev, eval_results *res
         eval_file *ef = &res->files[res->n_files++];
         ef->path = o->inputs[f];
         ef->bytes = len;
-        if (!rc && (rc = tr_eval_stream(ev, ids, n, o->stride, &ef->ppl)))
+        if (!rc && (rc = tr_eval_stream(ev, ids, n, o->stride, o->part, o->parts, &ef->ppl)))
             rc = tr_fail_context(rc, "%s", o->inputs[f]);
-        res->bytes += len;
-        res->ppl.nll += ef->ppl.nll;
-        res->ppl.tokens += ef->ppl.tokens;
-        res->ppl.windows += ef->ppl.windows;
-        res->ppl.streams += ef->ppl.streams;
+        res->bytes += len; /* (the sums: gather_results) */
     }
     free(ids);
     tr_encoder_free(e);
@@ -155,7 +156,7 @@ static int eval_dataset(const eval_options *o, int V, tr_evaluator *ev, eval_res
     double *logp = malloc((size_t)C * sizeof *logp);
     if (!rc && (!ids || !logp))
         rc = tr_fail(TR_ERR_NOMEM, "out of memory");
-    for (uint64_t g = 0; g < n && !rc; g++) {
+    for (uint64_t g = (uint64_t)o->part; g < n && !rc; g += (uint64_t)o->parts) {
         if (!(rc = tr_data_sample(d, split, g, ids)))
             rc = tr_eval_score(ev, ids, C + 1, 1, logp, NULL);
         for (int j = 0; !rc && j < C; j++)
@@ -163,7 +164,7 @@ static int eval_dataset(const eval_options *o, int V, tr_evaluator *ev, eval_res
         res->ppl.tokens += rc ? 0 : (uint64_t)C;
         res->ppl.windows += !rc;
     }
-    res->ppl.streams = n;
+    res->ppl.streams = o->part == 0 ? n : 0; /* (summed over the replicas) */
     res->have_ppl = 1;
     free(ids);
     free(logp);
@@ -189,7 +190,11 @@ static int eval_tasks(const eval_options *o, int V, tr_evaluator *ev, eval_resul
         }
         if (!rc && (!(ef->ll = malloc(total * sizeof *ef->ll)) || !(ef->greedy = malloc(total))))
             rc = tr_fail(TR_ERR_NOMEM, "out of memory");
-        for (size_t i = 0; i < ef->tasks.n && !rc; i++)
+        if (!rc) { /* another replica's requests stay 0 here, summed over the replicas */
+            memset(ef->ll, 0, total * sizeof *ef->ll);
+            memset(ef->greedy, 0, total);
+        }
+        for (size_t i = (size_t)o->part; i < ef->tasks.n && !rc; i += (size_t)o->parts)
             rc = tr_eval_request_score(ev, &ef->tasks.r[i], ef->ll + ef->first[i],
                                        ef->greedy + ef->first[i]);
     }
@@ -401,9 +406,73 @@ static void print_json(const eval_options *o, const infer_model *im, int C, int 
     putchar('\n');
 }
 
+/* v[0, n) summed over the replicas (--data-parallel), on every rank; through the
+ * communicator's memory (the device's under NCCL). */
+static int sum_over_replicas(const infer_model *im, double *v, size_t n)
+{
+    if (!im->dp || tr_comm_size(im->dp) == 1 || n == 0)
+        return TR_OK;
+    double *d = im->k->alloc(n * sizeof *d);
+    if (!d)
+        return tr_fail(TR_ERR_NOMEM, "out of memory for %zu sums", n);
+    im->k->to_device(NULL, d, v, n * sizeof *d);
+    int rc = tr_comm_allreduce(im->dp, d, d, n, TR_COMM_F64, TR_COMM_SUM);
+    if (!rc)
+        im->k->to_host(NULL, v, d, n * sizeof *d);
+    im->k->free(d);
+    return rc;
+}
+
+static int sum_sums(const infer_model *im, tr_eval_sums *s)
+{
+    double v[4] = {s->nll, (double)s->tokens, (double)s->windows, (double)s->streams};
+    int rc = sum_over_replicas(im, v, 4);
+    *s = (tr_eval_sums){.nll = v[0], .tokens = (uint64_t)v[1], .windows = (uint64_t)v[2],
+                        .streams = (uint64_t)v[3]};
+    return rc;
+}
+
+/* Every replica's share of the results added up. */
+static int gather_results(const infer_model *im, eval_results *res)
+{
+    int rc = TR_OK;
+    if (res->have_ppl && !res->n_files)
+        rc = sum_sums(im, &res->ppl);
+    for (int f = 0; f < res->n_files && !rc; f++) {
+        eval_file *ef = &res->files[f];
+        if (res->have_ppl) {
+            rc = sum_sums(im, &ef->ppl);
+            continue;
+        }
+        size_t total = ef->tasks.n ? ef->first[ef->tasks.n - 1] +
+                                         (size_t)ef->tasks.r[ef->tasks.n - 1].n_choices
+                                   : 0;
+        double *g = malloc((total ? total : 1) * sizeof *g);
+        if (!g)
+            return tr_fail(TR_ERR_NOMEM, "out of memory");
+        for (size_t i = 0; i < total; i++)
+            g[i] = ef->greedy[i];
+        if (!(rc = sum_over_replicas(im, ef->ll, total)) && !(rc = sum_over_replicas(im, g, total)))
+            for (size_t i = 0; i < total; i++)
+                ef->greedy[i] = g[i] > 0.5;
+        free(g);
+    }
+    if (res->have_ppl && res->n_files) { /* the totals of the files' sums */
+        res->ppl = (tr_eval_sums){0};
+        for (int f = 0; f < res->n_files; f++) {
+            res->ppl.nll += res->files[f].ppl.nll;
+            res->ppl.tokens += res->files[f].ppl.tokens;
+            res->ppl.windows += res->files[f].ppl.windows;
+            res->ppl.streams += res->files[f].ppl.streams;
+        }
+    }
+    return rc;
+}
+
 static int run_eval(const eval_options *o)
 {
-    infer_model im = {.dir = o->dir, .config = o->config, .device = o->device};
+    infer_model im = {.dir = o->dir, .config = o->config, .device = o->device,
+                      .data_parallel = o->data_parallel};
     tr_evaluator *ev = NULL;
     eval_results res = {0};
     double t0 = tr_now();
@@ -424,8 +493,10 @@ static int run_eval(const eval_options *o)
                      tr_tokenizer_vocab_size(o->tokenizer), V);
     if (!rc)
         rc = tr_evaluator_create(im.g, C, &ev);
-    eval_options with_stride = *o;
+    eval_options with_stride = *o; /* and this replica's share */
     with_stride.stride = stride;
+    with_stride.part = im.dp_rank;
+    with_stride.parts = o->data_parallel > 1 ? o->data_parallel : 1;
     int n_files = o->n_inputs + o->n_tasks;
     if (!rc && n_files && !(res.files = calloc((size_t)n_files, sizeof *res.files)))
         rc = tr_fail(TR_ERR_NOMEM, "out of memory");
@@ -433,17 +504,20 @@ static int run_eval(const eval_options *o)
     if (!rc && o->n_inputs)
         rc = eval_files(&with_stride, ev, &res);
     else if (!rc && o->data_path)
-        rc = eval_dataset(o, V, ev, &res);
+        rc = eval_dataset(&with_stride, V, ev, &res);
     else if (!rc)
-        rc = eval_tasks(o, V, ev, &res);
+        rc = eval_tasks(&with_stride, V, ev, &res);
+    if (!rc)
+        rc = gather_results(&im, &res);
     if (!rc && im.rank == 0) {
         if (o->json)
             print_json(o, &im, C, stride, &res);
         else
             print_text(o, &im, C, stride, &res);
         fflush(stdout);
-        fprintf(stderr, "trident eval: %d tensor-parallel rank%s, loaded in %.1f s, evaluated "
-                "in %.1f s\n", im.size, im.size > 1 ? "s" : "", t1 - t0, tr_now() - t1);
+        fprintf(stderr, "trident eval: %d replica%s of %d tensor-parallel rank%s, loaded in "
+                "%.1f s, evaluated in %.1f s\n", im.size / im.tp_size, im.size > im.tp_size ? "s" : "",
+                im.tp_size, im.tp_size > 1 ? "s" : "", t1 - t0, tr_now() - t1);
     }
     tr_evaluator_free(ev);
     for (int f = 0; f < res.n_files; f++) {
@@ -460,7 +534,7 @@ static int run_eval(const eval_options *o)
 int tr_cmd_eval(int argc, char **argv)
 {
     enum { INPUT, DATA, SPLIT, SPLIT_NAME, TASKS, SPECIAL, CONTEXT, STRIDE, LIMIT, JSON, DEVICE,
-           NPROC, TOK_TYPE, VOCAB, MERGES, TOK_MODEL, CONFIG };
+           NPROC, TOK_TYPE, VOCAB, MERGES, TOK_MODEL, CONFIG, DATA_PARALLEL };
     static const arg_opt options[] = {
         [INPUT] = {"--input", ARG_VALUES, "text file"}, [DATA] = {"--data-path", ARG_VALUE},
         [SPLIT] = {"--split", ARG_VALUE},               [SPLIT_NAME] = {"--split-name", ARG_VALUE},
@@ -470,7 +544,8 @@ int tr_cmd_eval(int argc, char **argv)
         [DEVICE] = {"--device", ARG_VALUE},             [NPROC] = {"--nproc", ARG_VALUE},
         [TOK_TYPE] = {"--tokenizer-type", ARG_VALUE},   [VOCAB] = {"--vocab-file", ARG_VALUE},
         [MERGES] = {"--merge-file", ARG_VALUE},         [TOK_MODEL] = {"--tokenizer-model", ARG_VALUE},
-        [CONFIG] = {"--config", ARG_VALUE},             {NULL},
+        [CONFIG] = {"--config", ARG_VALUE},
+        [DATA_PARALLEL] = {"--data-parallel", ARG_VALUE}, {NULL},
     };
     arg_parser a = {.cmd = "trident eval", .opts = options, .usage = eval_usage, .argc = argc,
                     .argv = argv};
@@ -511,6 +586,8 @@ int tr_cmd_eval(int argc, char **argv)
             rc = args_int(&a, "--stride", v, 1, 1 << 24, &o.stride);
         else if (opt == LIMIT)
             rc = args_int(&a, "--limit", v, 1, 0x7fffffff, &o.limit);
+        else if (opt == DATA_PARALLEL)
+            rc = args_int(&a, "--data-parallel", v, 1, 4096, &o.data_parallel);
         else if (opt == JSON)
             o.json = 1;
         else if (opt >= 0 && infer_shared_option(&a, options[opt].name, v, &o.config, &o.device,

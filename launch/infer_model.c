@@ -30,8 +30,9 @@ static int model_config(infer_model *im, int world)
         if (!rc && im->family == TR_HF_GPT2 && !(rc = tr_hf_read_gpt2_config(im->dir, &hc)))
             tr_hf_gpt2_model_config(&hc, &m);
         if (!rc && im->family != TR_HF_GPT2 && world > 1)
-            rc = tr_fail(TR_ERR_INVALID, "%s: Llama, Qwen2 and Bloom folders load into one rank "
-                         "(no --nproc); convert it first for tensor parallelism", im->dir);
+            rc = tr_fail(TR_ERR_INVALID, "%s: Llama, Qwen2 and Bloom folders load whole into each "
+                         "rank (no tensor parallelism); convert it first to split it over %d "
+                         "ranks", im->dir, world);
     } else {
         rc = tr_checkpoint_read_model(im->dir, &m, &im->iteration);
     }
@@ -214,14 +215,26 @@ int infer_model_open(infer_model *im)
     im->rank = tr_comm_rank(im->world);
     im->size = tr_comm_size(im->world);
     tr_log_set_rank(im->size > 1 ? im->rank : -1);
-    rc = model_config(im, im->size);
+    int dp = im->data_parallel > 0 ? im->data_parallel : 1;
+    if (im->size % dp)
+        return tr_fail(TR_ERR_CONFIG, "--data-parallel %d does not divide the %d ranks", dp,
+                       im->size);
+    im->tp_size = im->size / dp;
+    im->tp_rank = im->rank % im->tp_size; /* a model replica: tp_size consecutive ranks */
+    im->dp_rank = im->rank / im->tp_size;
+    if (dp > 1 || im->tp_size > 1) {
+        if ((rc = tr_comm_split(im->world, im->rank / im->tp_size, im->rank, "tp", &im->tp)) ||
+            (rc = tr_comm_split(im->world, im->tp_rank, im->rank, "dp", &im->dp)))
+            return rc;
+    }
+    rc = model_config(im, im->tp_size);
     if (!rc && !(im->k = tr_kernels_get(im->device)))
         rc = tr_fail_context(TR_ERR_CONFIG, "--device %s", im->device);
     if (!rc)
-        rc = tr_gpt_shape_from_config(&im->cfg, 0, im->cfg.model.num_layers, im->rank,
+        rc = tr_gpt_shape_from_config(&im->cfg, 0, im->cfg.model.num_layers, im->tp_rank,
                                       &im->shape);
     if (!rc)
-        rc = tr_gpt_create(&im->shape, im->k, im->size > 1 ? im->world : NULL, &im->g);
+        rc = tr_gpt_create(&im->shape, im->k, im->tp_size > 1 ? im->tp : NULL, &im->g);
     if (!rc && !(im->params = im->k->alloc(tr_gpt_num_params(im->g) * sizeof(float))))
         rc = tr_fail(TR_ERR_NOMEM, "out of memory for %zu parameters", tr_gpt_num_params(im->g));
     if (!rc) {
@@ -238,7 +251,10 @@ void infer_model_close(infer_model *im)
         im->k->free(im->params);
     if (im->have_cfg)
         tr_config_free(&im->cfg);
+    tr_comm_destroy(im->dp);
+    tr_comm_destroy(im->tp);
     tr_comm_destroy(im->world);
+    im->dp = im->tp = NULL;
     im->g = NULL;
     im->params = NULL;
     im->have_cfg = 0;

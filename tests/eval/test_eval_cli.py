@@ -2,7 +2,8 @@
 """`trident eval` end to end, torch-free: a small byte-level model trained for 60 iterations on a
 generated corpus and saved; then
   - --input: the perplexity of two files is the same on 1, 2 and 4 tensor-parallel ranks
-    (nll_sum 1e-5 relative, tokens and windows equal); a file of N <= C bytes: N - 1 tokens in
+    (nll_sum 1e-5 relative, tokens and windows equal), and on 2, 4 and 3 ranks as 2, 2 and 3
+    --data-parallel replicas (each file's too; --data-parallel 3 of 2 ranks refused); a file of N <= C bytes: N - 1 tokens in
     one window; tokens and windows = what the spec's loop gives (computed here) for several
     --context / --stride; bytes = the files' sizes; nll_mean, perplexity and bits_per_byte
     follow from nll_sum; two files = each alone added up (and "files" gives each one's),
@@ -15,14 +16,15 @@ generated corpus and saved; then
   - --data-path on the training data with --context = seq_length: tokens = samples x C (the
     samples (tokens - 1) / C of the split, counted here from the .idx), a loss near the
     training's last ones (within a factor 1.5), bytes null; --split 90,10,0 --split-name valid
-    counts the last tenth of the documents; the same on 2 ranks;
+    counts the last tenth of the documents; the same on 2 ranks, and on 2 replicas;
   - --tasks: continuation and multiple-choice lines (blank lines skipped, line numbers kept):
     tokens per continuation (bytes), the whitespace move (ASCII spaces, U+00A0, U+3000, U+001F:
     Python's str.isspace) seen in the token counts and in equal log-likelihoods, left truncation
     (a long context = its last C + 1 - k bytes), a continuation of exactly C tokens, pred =
     argmax, pred_norm = argmax of ll / code points, acc / acc_norm / greedy_accuracy / nll_mean
     from the results, a choice's ll = the same continuation line's, greedy = whether `trident
-    generate --temperature 0` gives the continuation, --limit, CRLF line ends, 2 ranks = 1,
+    generate --temperature 0` gives the continuation, --limit, CRLF line ends, 2 ranks = 1 =
+    2 and 2x2 data-parallel replicas,
     two task files (each one's counts, results in file order);
     pred_norm divides by code points (two choices ordered otherwise per byte), ties go to the
     first choice;
@@ -162,6 +164,16 @@ if both:
           and close(p.get("bits_per_byte"), nll / ((na + nb) * math.log(2)), 1e-6), p)
     check("--input: the trained model does better than chance (nll_mean < ln 256 / 2)",
           0 < p.get("nll_mean", 99) < math.log(256) / 2, p)
+    for n, dp in ((2, 2), (4, 2), (3, 3)):
+        q = ppl(result(f"--input a.txt b.txt --nproc {n} --data-parallel {dp}", "--input", text_a,
+                       text_b, "--data-parallel", str(dp), nproc=n))
+        check(f"--input on {n} ranks as {dp} data-parallel replicas = on 1 (nll_sum 1e-5, tokens, "
+              "windows, streams)", close(q.get("nll_sum"), nll, 1e-5) and
+              all(q.get(k) == p.get(k) for k in ("tokens", "windows", "streams", "bytes")) and
+              [f.get("tokens") for f in q.get("files", [])] == [f.get("tokens") for f in p.get("files", [])],
+              f"{q} vs {p}")
+    r = evaluate("--input", text_a, "--data-parallel", "3", nproc=2)
+    check("--data-parallel 3 of 2 ranks: exit 2 naming it", refused(r, "--data-parallel 3"), how(r))
     for n in (2, 4):
         q = ppl(result(f"--input a.txt b.txt --nproc {n}", "--input", text_a, text_b, nproc=n))
         check(f"--input on {n} tensor-parallel ranks = on 1 (nll_sum 1e-5 relative, tokens, "
@@ -264,6 +276,11 @@ if d:
     check("--data-path: the loss is near the training's last losses (within a factor 1.5)",
           mean / 1.5 <= dp.get("nll_mean", -1) <= mean * 1.5,
           f"eval {dp.get('nll_mean')} training {last}")
+    dd = ppl(result("--data-path on 2 ranks as 2 replicas", "--data-path", prefix, "--context",
+                    str(T), "--data-parallel", "2", nproc=2))
+    check("--data-path on 2 data-parallel replicas = on 1 (nll_sum 1e-9, tokens, samples)",
+          close(dd.get("nll_sum"), dp.get("nll_sum"), 1e-9) and dd.get("tokens") == dp.get("tokens")
+          and dd.get("streams") == dp.get("streams"), f"{dd} vs {dp}")
     d2 = ppl(result("--data-path on 2 ranks", "--data-path", prefix, "--context", str(T), nproc=2))
     check("--data-path on 2 ranks = on 1", close(d2.get("nll_sum"), dp.get("nll_sum"), 1e-5)
           and d2.get("tokens") == dp.get("tokens"), f"{d2} vs {dp}")
@@ -372,6 +389,17 @@ if t:
           and close(lsec.get("nll_mean"), -sll / ntok, 1e-6)
           and close(lsec.get("perplexity"), math.exp(-sll / ntok), 1e-6),
           f"{lsec}; tokens {ntok} ll {sll}")
+    for n, dp in ((2, 2), (4, 2)):
+        td = result(f"--tasks --nproc {n} --data-parallel {dp}", "--tasks", tasks, "--data-parallel",
+                    str(dp), nproc=n)
+        if td:
+            rd = td["tasks"]["results"]
+            check(f"--tasks on {n} ranks as {dp} data-parallel replicas = on 1 (each request's "
+                  "ll 1e-5, greedy, pred; acc)", len(rd) == len(res) and all(
+                      all(close(u, v, 1e-5) for u, v in zip(x["loglikelihood"], y["loglikelihood"]))
+                      and x.get("greedy") == y.get("greedy") and x.get("pred") == y.get("pred")
+                      for x, y in zip(rd, res)) and td["tasks"]["multiple_choice"] == ts.get("multiple_choice"),
+                  f"{rd} vs {res}")
     t2 = result("--tasks --nproc 2", "--tasks", tasks, nproc=2)
     if t2:
         r2 = t2["tasks"]["results"]

@@ -32,7 +32,8 @@ run in float32, eval mode. Checked:
     --context past the window is refused (exit 2);
   - --input of `trident convert --from hf` of gpt2, its tokenizer given by --tokenizer-model,
     and of the folder with the same BPE as GPT2BPETokenizer files: the folder's numbers; the
-    Llama folder with --nproc 2 is refused (exit 2);
+    Llama folder with --nproc 2 is refused (exit 2), with --nproc 2 --data-parallel 2 (two whole
+    replicas) gives the reference's numbers;
   - a continuation that is not empty but adds no token (merged into the context's last one):
     refused with FILE:LINE.
 usage: test_eval_oracle.py TRIDENT WORKDIR VENV"""
@@ -261,10 +262,14 @@ def ref_tasks(name, lines, special, context=C):
 
 def evaluate(what, folder, *args):
     rc, out, err = tt.outputs([trident, "eval", folder, "--json", *args], timeout=300)
-    try:
-        got = json.loads(out) if rc == 0 else None
-    except ValueError:
-        got = None
+    got = None
+    for line in out.splitlines() if rc == 0 else []:  # (several ranks: "[r0] {...}")
+        try:
+            got = json.loads(line[line.index("{"):]) if "{" in line else None
+        except ValueError:
+            continue
+        if got is not None:
+            break
     check(f"{what}: exit 0 and a JSON object", isinstance(got, dict),
           f"exit {rc}: {out[-500:]!r} {err[-1500:]!r}")
     return got
@@ -349,8 +354,16 @@ if gpt2_ppl:
           and p.get("windows") == gpt2_ppl.get("windows")
           and rel_close(p.get("nll_sum"), gpt2_ppl.get("nll_sum"), 1e-6), f"{p} vs {gpt2_ppl}")
 rc, _, err = tt.outputs([trident, "eval", llama_dir, "--input", file1, "--nproc", "2"], timeout=120)
-check("a Llama folder with --nproc 2: exit 2 (family folders load into one rank)",
-      rc == 2 and "trident eval: " in err and "one rank" in err, f"exit {rc}: {err[-600:]!r}")
+check("a Llama folder with --nproc 2 (tensor parallelism): exit 2 (family folders load whole)",
+      rc == 2 and "trident eval: " in err and "no tensor parallelism" in err, f"exit {rc}: {err[-600:]!r}")
+# ... but two whole replicas share the work (--data-parallel 2): the numbers of one rank
+want = ref_perplexity("llama", [file1, file2], C, C // 2)
+got = evaluate("llama --input --nproc 2 --data-parallel 2", llama_dir, "--input", file1, file2,
+               "--context", str(C), "--stride", str(C // 2), "--nproc", "2", "--data-parallel", "2")
+p = (got or {}).get("perplexity") or {}
+check("a Llama folder on 2 ranks with --data-parallel 2: tokens, windows equal, nll_sum within 1e-5",
+      p.get("tokens") == want["tokens"] and p.get("windows") == want["windows"]
+      and rel_close(p.get("nll_sum"), want["nll_sum"], 1e-5), f"trident {p}\nreference {want}")
 
 # ---- --data-path: a Megatron indexed dataset of the gpt2 tokenizer's ids written here ----
 def write_indexed(prefix, docs):

@@ -6,7 +6,7 @@
  *    prefix with the previous one (reused keys and values) scores as a fresh one;
  *  - tr_eval_stream: Hugging Face's strided windows — the tokens scored, the windows, and
  *    the sum of every window scored on its own, for strides 1, 3, 8 = context; a stream of
- *    one token scores nothing;
+ *    one token scores nothing; three data-parallel parts add up to the whole;
  *  - tr_eval_request_score: a request longer than the context is scored on its last
  *    context + 1 ids (left truncation), choices after one context as each alone;
  *  - tr_eval_argmax: the first maximum, by length with norm. */
@@ -193,7 +193,7 @@ static void test_stream_windows(void **state)
     const int strides[] = {1, 3, CTX};
     for (int k = 0; k < 3; k++) {
         tr_eval_sums got = {0}, want = {0};
-        assert_int_equal(tr_eval_stream(ev, ids, N, strides[k], &got), TR_OK);
+        assert_int_equal(tr_eval_stream(ev, ids, N, strides[k], 0, 1, &got), TR_OK);
         windows_by_hand(m.g, ids, N, CTX, strides[k], &want);
         print_message("stride %d: %llu tokens in %llu windows, nll %.6f (by hand %.6f)\n",
                       strides[k], (unsigned long long)got.tokens,
@@ -204,12 +204,22 @@ static void test_stream_windows(void **state)
         assert_int_equal(got.streams, 1);
         assert_true(fabs(got.nll - want.nll) <= 1e-5 * fabs(want.nll));
     }
+    /* three data-parallel parts add up to the whole */
+    tr_eval_sums whole = {0}, parts = {0};
+    assert_int_equal(tr_eval_stream(ev, ids, N, 3, 0, 1, &whole), TR_OK);
+    for (int p = 0; p < 3; p++)
+        assert_int_equal(tr_eval_stream(ev, ids, N, 3, p, 3, &parts), TR_OK);
+    assert_int_equal(parts.tokens, whole.tokens);
+    assert_int_equal(parts.windows, whole.windows);
+    assert_int_equal(parts.streams, 1);
+    assert_true(fabs(parts.nll - whole.nll) <= 1e-9 * fabs(whole.nll));
+    assert_int_equal(tr_eval_stream(ev, ids, N, 3, 3, 3, &parts), TR_ERR_INVALID);
     tr_eval_sums one = {0};
-    assert_int_equal(tr_eval_stream(ev, ids, 1, 4, &one), TR_OK);
+    assert_int_equal(tr_eval_stream(ev, ids, 1, 4, 0, 1, &one), TR_OK);
     assert_int_equal(one.tokens, 0);
     assert_int_equal(one.windows, 0);
-    assert_int_equal(tr_eval_stream(ev, ids, N, CTX + 1, &one), TR_ERR_INVALID);
-    assert_int_equal(tr_eval_stream(ev, ids, N, 0, &one), TR_ERR_INVALID);
+    assert_int_equal(tr_eval_stream(ev, ids, N, CTX + 1, 0, 1, &one), TR_ERR_INVALID);
+    assert_int_equal(tr_eval_stream(ev, ids, N, 0, 0, 1, &one), TR_ERR_INVALID);
     tr_evaluator_free(ev);
     free_model(&m);
 }
