@@ -17,7 +17,9 @@
                      uninterrupted runs on both backends (fp32); a bf16 run's checkpoint resumes
                      on the CPU within 2e-2 of the CPU's own run; `trident eval` of the CPU's
                      checkpoint on the dataset (the cached forward, in chunks) gives the CPU's
-                     nll within 1e-4 with --device cuda-fp32 and 2e-2 with cuda (bf16)
+                     nll within 1e-4 with --device cuda-fp32 (also as 2 data-parallel replicas
+                     sharing the GPU: their sums all-reduced by NCCL through host staging) and
+                     2e-2 with cuda (bf16)
 usage: test_gpu_checks.py TRIDENT PROBE WORKDIR --check NAME [--emulate] [--quick]
 --emulate: no GPU needed: the "GPU" runs are CPU runs (device cpu, fp32), so every comparison
 holds by construction; this runs the checks' own logic (configs, commands, corpus, checkpoint
@@ -206,16 +208,18 @@ def main():
                 2e-2, late)
         # trident eval of a checkpoint: the cached forward on each backend
         nll = {}
-        for device in ("cpu", "cuda-fp32", "cuda"):
+        for device, extra in (("cpu", []), ("cuda-fp32", []), ("cuda", []),
+                              ("cuda-fp32 2 replicas", ["--nproc", "2", "--data-parallel", "2"])):
             cmd = [trident, "eval", ck("ck-cpu"), "--data-path", prefix, "--context", "32", "--limit", "64",
-                   "--json", "--device", "cpu" if emulate else device]
+                   "--json", "--device", "cpu" if emulate else device.split()[0], *extra]
             e = tt.run(cmd, timeout=300)
-            if tt.check(f"trident eval --device {device} exits 0", e.returncode == 0,
+            line = [x[x.index("{"):] for x in e.stdout.splitlines() if "{" in x]
+            if tt.check(f"trident eval --device {device} exits 0", e.returncode == 0 and line,
                         f"exit {e.returncode}: {' '.join(cmd)}\n{e.stderr[-2000:]}"):
-                p = json.loads(e.stdout)["perplexity"]
+                p = json.loads(line[0])["perplexity"]
                 nll[device] = p["nll_mean"]
                 print(f"     eval --device {device}: {p['tokens']} tokens, nll {p['nll_mean']:.6f}")
-        for device, tol in (("cuda-fp32", 1e-4), ("cuda", 2e-2)):
+        for device, tol in (("cuda-fp32", 1e-4), ("cuda", 2e-2), ("cuda-fp32 2 replicas", 1e-4)):
             if device in nll and "cpu" in nll:
                 tt.check(f"eval --device {device} vs cpu: relative difference {rel(nll[device], nll['cpu']):.2e} "
                          f"(tolerance {tol:.0e})", rel(nll[device], nll["cpu"]) <= tol)
