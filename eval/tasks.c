@@ -159,8 +159,9 @@ static int encode_choice(encoding *enc, const char *path, tr_eval_request *r, in
                             enc->ids[j], enc->vocab);
     r->n_cont[i] = (int)m;
     r->chars[i] = code_points(text, len);
-    return (r->cont[i] = copy_ids(enc->ids + r->n_ctx, m)) ? TR_OK
-                                                            : tr_fail(TR_ERR_NOMEM, "out of memory");
+    if (!(r->cont[i] = copy_ids(enc->ids + r->n_ctx, m)))
+        return tr_fail(TR_ERR_NOMEM, "out of memory");
+    return TR_OK;
 }
 
 /* One JSON object into r (r->line set). */

@@ -1,9 +1,8 @@
-/* `trident eval CHECKPOINT_DIR|HF_DIR (--input FILE... | --data-path PREFIX | --tasks FILE)`:
+/* `trident eval CHECKPOINT_DIR|HF_DIR (--input FILE... | --data-path PREFIX | --tasks FILE...)`:
  * the perplexity of text or of a dataset, and lm-evaluation-harness-style loglikelihood and
  * multiple-choice requests, with a trained model or a Hugging Face folder (eval/). */
 #include "launch/commands.h"
 
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,6 +11,7 @@
 #include "data/data.h"
 #include "eval/eval.h"
 #include "launch/args.h"
+#include "launch/eval_report.h"
 
 static void eval_usage(FILE *f)
 {
@@ -39,11 +39,12 @@ static void eval_usage(FILE *f)
             "                       lm-evaluation-harness's loglikelihood requests, a JSON object\n"
             "                       a line: {\"context\": S, \"continuation\": S} (its\n"
             "                       log-likelihood; greedy: every token is the argmax, LAMBADA's\n"
-            "                       accuracy) or {\"context\": S, \"choices\": [S, ...], \"label\":\n"
-            "                       N} (multiple choice: acc, and acc_norm by length in\n"
-            "                       characters). A continuation is appended as given (\" Paris\");\n"
-            "                       the context's trailing whitespace moves to its front and the\n"
-            "                       ids are encode(context + continuation) past encode(context)\n"
+            "                       accuracy) or {\"context\": S, \"choices\": [S, ...],\n"
+            "                       \"label\": N} (multiple choice: acc, and acc_norm by\n"
+            "                       length in characters). A continuation is appended as given\n"
+            "                       (\" Paris\"); the context's trailing whitespace moves to its\n"
+            "                       front and the ids are encode(context + continuation) past\n"
+            "                       encode(context)\n"
             "  --special-tokens     --tasks: encode with the tokenizer's template (e.g. a BOS);\n"
             "                       default without, as lm-evaluation-harness does\n"
             "  --context C          tokens the model reads at once (default: its positions, or\n"
@@ -69,33 +70,6 @@ static void eval_usage(FILE *f)
             "Exit status: 0 success, 1 runtime failure, 2 bad usage or input.\n");
 }
 
-typedef struct {
-    const char *dir, *config, *device, *data_path, *split, *split_name;
-    const char *const *inputs, *const *tasks;
-    int n_inputs, n_tasks, context, stride, limit, special, json, data_parallel;
-    int part, parts; /* this replica's share of the work: index % parts == part */
-    tr_tokenizer_files tok;
-    tr_tokenizer *tokenizer;
-} eval_options;
-
-/* What one --input or --tasks file gave. */
-typedef struct {
-    const char *path;
-    tr_eval_sums ppl;      /* --input */
-    uint64_t bytes;
-    tr_eval_tasks tasks;   /* --tasks */
-    double *ll;            /* per request, per choice: log-likelihoods and greedy flags */
-    unsigned char *greedy;
-    size_t *first;         /* request i's choices start at ll[first[i]] */
-} eval_file;
-
-typedef struct {
-    tr_eval_sums ppl;      /* --input (all files) or --data-path */
-    int have_ppl;
-    uint64_t bytes;        /* --input: the files' sizes */
-    eval_file *files;      /* --input or --tasks: each file's */
-    int n_files;
-} eval_results;
 
 /* --input: each file one stream. */
 static int eval_files(const eval_options *o, tr_evaluator *ev, eval_results *res)
@@ -200,212 +174,6 @@ static int eval_tasks(const eval_options *o, int V, tr_evaluator *ev, eval_resul
     }
     return rc;
 }
-
-static double ratio(double a, double b) { return b > 0 ? a / b : NAN; }
-
-/* What the tasks' requests sum to. */
-typedef struct {
-    uint64_t requests, ll_requests, ll_tokens, greedy, mc_requests, acc, acc_norm;
-    double ll_nll;
-} task_sums;
-
-/* Of files [first, end). */
-static task_sums sum_tasks(const eval_results *res, int first, int end)
-{
-    task_sums s = {0};
-    for (int f = first; f < end; f++) {
-        const eval_file *ef = &res->files[f];
-        for (size_t i = 0; i < ef->tasks.n; i++) {
-            const tr_eval_request *r = &ef->tasks.r[i];
-            const double *ll = ef->ll + ef->first[i];
-            s.requests++;
-            if (r->label < 0) {
-                s.ll_requests++;
-                s.ll_tokens += (uint64_t)r->n_cont[0];
-                s.ll_nll -= ll[0];
-                s.greedy += ef->greedy[ef->first[i]];
-            } else {
-                s.mc_requests++;
-                s.acc += tr_eval_argmax(ll, r->chars, r->n_choices, 0) == r->label;
-                s.acc_norm += tr_eval_argmax(ll, r->chars, r->n_choices, 1) == r->label;
-            }
-        }
-    }
-    return s;
-}
-
-/* "WHAT: N streams, ... bits/byte" of perplexity sums p (bytes 0: a dataset's samples). */
-static void print_ppl_text(const char *what, const tr_eval_sums *p, int streams, uint64_t bytes)
-{
-    double mean = ratio(p->nll, (double)p->tokens);
-    printf("%s: %llu %s, %llu tokens in %llu windows: nll %.4f/token, perplexity %.4f", what,
-           (unsigned long long)p->streams, streams ? "streams" : "samples",
-           (unsigned long long)p->tokens, (unsigned long long)p->windows, mean, exp(mean));
-    if (streams)
-        printf(", %.4f bits/byte", ratio(p->nll, (double)bytes * log(2.0)));
-    printf("\n");
-}
-
-static void print_tasks_text(const char *what, const task_sums *s)
-{
-    double mean = ratio(s->ll_nll, (double)s->ll_tokens);
-    if (s->ll_requests)
-        printf("%sloglikelihood: %llu requests, %llu tokens: greedy accuracy %.4f, nll "
-               "%.4f/token, perplexity %.4f\n", what, (unsigned long long)s->ll_requests,
-               (unsigned long long)s->ll_tokens, ratio((double)s->greedy, (double)s->ll_requests),
-               mean, exp(mean));
-    if (s->mc_requests)
-        printf("%smultiple choice: %llu requests: acc %.4f, acc_norm %.4f\n", what,
-               (unsigned long long)s->mc_requests, ratio((double)s->acc, (double)s->mc_requests),
-               ratio((double)s->acc_norm, (double)s->mc_requests));
-}
-
-static void print_text(const eval_options *o, const infer_model *im, int C, int stride,
-                       const eval_results *res)
-{
-    printf("trident eval: iteration %d of %s, context %d", im->iteration, o->dir, C);
-    if (o->n_inputs)
-        printf(", stride %d", stride);
-    printf("\n");
-    char what[4200];
-    for (int f = 0; f < res->n_files && res->n_files > 1; f++) {
-        const eval_file *ef = &res->files[f];
-        if (o->n_inputs) {
-            snprintf(what, sizeof what, "%s: perplexity", ef->path);
-            print_ppl_text(what, &ef->ppl, 1, ef->bytes);
-        } else {
-            task_sums s = sum_tasks(res, f, f + 1);
-            snprintf(what, sizeof what, "%s: ", ef->path);
-            print_tasks_text(what, &s);
-        }
-    }
-    if (res->have_ppl)
-        print_ppl_text("perplexity", &res->ppl, o->n_inputs > 0, res->bytes);
-    if (o->n_tasks) {
-        task_sums s = sum_tasks(res, 0, res->n_files);
-        print_tasks_text(res->n_files > 1 ? "all: " : "", &s);
-    }
-}
-
-static void json_ppl(tr_json *j, const char *key, const char *path, const tr_eval_sums *p,
-                     int streams, uint64_t bytes)
-{
-    double mean = ratio(p->nll, (double)p->tokens);
-    tr_json_object_begin(j, key);
-    if (path)
-        tr_json_string(j, "path", path);
-    tr_json_int(j, "streams", (long long)p->streams);
-    tr_json_int(j, "windows", (long long)p->windows);
-    tr_json_int(j, "tokens", (long long)p->tokens);
-    tr_json_double(j, "nll_sum", p->nll);
-    tr_json_double(j, "nll_mean", mean);
-    tr_json_double(j, "perplexity", exp(mean));
-    if (streams) {
-        tr_json_int(j, "bytes", (long long)bytes);
-        tr_json_double(j, "bits_per_byte", ratio(p->nll, (double)bytes * log(2.0)));
-    } else {
-        tr_json_null(j, "bytes");
-        tr_json_null(j, "bits_per_byte");
-    }
-}
-
-/* The summary of task sums s: requests, loglikelihood {...}, multiple_choice {...}. */
-static void json_task_sums(tr_json *j, const task_sums *s)
-{
-    double mean = ratio(s->ll_nll, (double)s->ll_tokens);
-    tr_json_int(j, "requests", (long long)s->requests);
-    tr_json_object_begin(j, "loglikelihood");
-    tr_json_int(j, "requests", (long long)s->ll_requests);
-    tr_json_int(j, "tokens", (long long)s->ll_tokens);
-    tr_json_double(j, "greedy_accuracy", ratio((double)s->greedy, (double)s->ll_requests));
-    tr_json_double(j, "nll_mean", mean);
-    tr_json_double(j, "perplexity", exp(mean));
-    tr_json_object_end(j);
-    tr_json_object_begin(j, "multiple_choice");
-    tr_json_int(j, "requests", (long long)s->mc_requests);
-    tr_json_double(j, "acc", ratio((double)s->acc, (double)s->mc_requests));
-    tr_json_double(j, "acc_norm", ratio((double)s->acc_norm, (double)s->mc_requests));
-    tr_json_object_end(j);
-}
-
-static void json_request(tr_json *j, int file, const eval_file *ef, size_t i)
-{
-    const tr_eval_request *r = &ef->tasks.r[i];
-    const double *ll = ef->ll + ef->first[i];
-    const unsigned char *g = ef->greedy + ef->first[i];
-    tr_json_object_begin(j, NULL);
-    tr_json_int(j, "file", file);
-    tr_json_int(j, "line", (long long)r->line);
-    tr_json_array_begin(j, "loglikelihood");
-    for (int c = 0; c < r->n_choices; c++)
-        tr_json_double(j, NULL, ll[c]);
-    tr_json_array_end(j);
-    tr_json_array_begin(j, "greedy");
-    for (int c = 0; c < r->n_choices; c++)
-        tr_json_bool(j, NULL, g[c]);
-    tr_json_array_end(j);
-    tr_json_array_begin(j, "tokens");
-    for (int c = 0; c < r->n_choices; c++)
-        tr_json_int(j, NULL, r->n_cont[c]);
-    tr_json_array_end(j);
-    if (r->label >= 0) {
-        tr_json_int(j, "label", r->label);
-        tr_json_int(j, "pred", tr_eval_argmax(ll, r->chars, r->n_choices, 0));
-        tr_json_int(j, "pred_norm", tr_eval_argmax(ll, r->chars, r->n_choices, 1));
-    }
-    tr_json_object_end(j);
-}
-
-static void print_json(const eval_options *o, const infer_model *im, int C, int stride,
-                       const eval_results *res)
-{
-    tr_json j;
-    tr_json_begin(&j, stdout);
-    tr_json_object_begin(&j, NULL);
-    tr_json_string(&j, "checkpoint", o->dir);
-    tr_json_int(&j, "iteration", im->iteration);
-    tr_json_int(&j, "context", C);
-    if (o->n_inputs)
-        tr_json_int(&j, "stride", stride);
-    else
-        tr_json_null(&j, "stride");
-    if (res->have_ppl) {
-        json_ppl(&j, "perplexity", NULL, &res->ppl, o->n_inputs > 0, res->bytes);
-        if (o->n_inputs) { /* each file's */
-            tr_json_array_begin(&j, "files");
-            for (int f = 0; f < res->n_files; f++) {
-                json_ppl(&j, NULL, res->files[f].path, &res->files[f].ppl, 1,
-                         res->files[f].bytes);
-                tr_json_object_end(&j);
-            }
-            tr_json_array_end(&j);
-        }
-        tr_json_object_end(&j);
-    }
-    if (o->n_tasks) {
-        task_sums all = sum_tasks(res, 0, res->n_files);
-        tr_json_object_begin(&j, "tasks");
-        json_task_sums(&j, &all);
-        tr_json_array_begin(&j, "files");
-        for (int f = 0; f < res->n_files; f++) {
-            task_sums s = sum_tasks(res, f, f + 1);
-            tr_json_object_begin(&j, NULL);
-            tr_json_string(&j, "path", res->files[f].path);
-            json_task_sums(&j, &s);
-            tr_json_object_end(&j);
-        }
-        tr_json_array_end(&j);
-        tr_json_array_begin(&j, "results");
-        for (int f = 0; f < res->n_files; f++)
-            for (size_t i = 0; i < res->files[f].tasks.n; i++)
-                json_request(&j, f, &res->files[f], i);
-        tr_json_array_end(&j);
-        tr_json_object_end(&j);
-    }
-    tr_json_object_end(&j);
-    putchar('\n');
-}
-
 /* v[0, n) summed over the replicas (--data-parallel), on every rank; through the
  * communicator's memory (the device's under NCCL). */
 static int sum_over_replicas(const infer_model *im, double *v, size_t n)
@@ -511,12 +279,13 @@ static int run_eval(const eval_options *o)
         rc = gather_results(&im, &res);
     if (!rc && im.rank == 0) {
         if (o->json)
-            print_json(o, &im, C, stride, &res);
+            eval_print_json(o, &im, C, stride, &res);
         else
-            print_text(o, &im, C, stride, &res);
+            eval_print_text(o, &im, C, stride, &res);
         fflush(stdout);
         fprintf(stderr, "trident eval: %d replica%s of %d tensor-parallel rank%s, loaded in "
-                "%.1f s, evaluated in %.1f s\n", im.size / im.tp_size, im.size > im.tp_size ? "s" : "",
+                "%.1f s, evaluated in %.1f s\n", im.size / im.tp_size,
+                im.size > im.tp_size ? "s" : "",
                 im.tp_size, im.tp_size > 1 ? "s" : "", t1 - t0, tr_now() - t1);
     }
     tr_evaluator_free(ev);
@@ -538,12 +307,14 @@ int tr_cmd_eval(int argc, char **argv)
     static const arg_opt options[] = {
         [INPUT] = {"--input", ARG_VALUES, "text file"}, [DATA] = {"--data-path", ARG_VALUE},
         [SPLIT] = {"--split", ARG_VALUE},               [SPLIT_NAME] = {"--split-name", ARG_VALUE},
-        [TASKS] = {"--tasks", ARG_VALUES, "JSON Lines file"},               [SPECIAL] = {"--special-tokens", ARG_FLAG},
+        [TASKS] = {"--tasks", ARG_VALUES, "JSON Lines file"},
+        [SPECIAL] = {"--special-tokens", ARG_FLAG},
         [CONTEXT] = {"--context", ARG_VALUE},           [STRIDE] = {"--stride", ARG_VALUE},
         [LIMIT] = {"--limit", ARG_VALUE},               [JSON] = {"--json", ARG_FLAG},
         [DEVICE] = {"--device", ARG_VALUE},             [NPROC] = {"--nproc", ARG_VALUE},
         [TOK_TYPE] = {"--tokenizer-type", ARG_VALUE},   [VOCAB] = {"--vocab-file", ARG_VALUE},
-        [MERGES] = {"--merge-file", ARG_VALUE},         [TOK_MODEL] = {"--tokenizer-model", ARG_VALUE},
+        [MERGES] = {"--merge-file", ARG_VALUE},
+        [TOK_MODEL] = {"--tokenizer-model", ARG_VALUE},
         [CONFIG] = {"--config", ARG_VALUE},
         [DATA_PARALLEL] = {"--data-parallel", ARG_VALUE}, {NULL},
     };

@@ -37,7 +37,8 @@ double tr_lr_at(const tr_training_config *t, int iteration)
     if (iteration >= decay)
         return t->min_lr;
     if (!strcmp(t->lr_decay_style, "inverse-square-root")) {
-        double lr = t->lr * sqrt((warmup > 1 ? warmup : 1) / (double)(iteration > 1 ? iteration : 1));
+        double lr = t->lr * sqrt((warmup > 1 ? warmup : 1) /
+                                 (double)(iteration > 1 ? iteration : 1));
         return lr > t->min_lr ? lr : t->min_lr;
     }
     double coeff;
