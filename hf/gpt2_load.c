@@ -152,19 +152,6 @@ static int check_tied_head(const tr_st_set *s, const char *dir, size_t vocab_num
 
 /* ------------------------------------------------------------------ loading */
 
-/* This TP rank's shard of the full tensor (full_rows x full_cols) into dst. */
-static void copy_shard(const tr_param_tensor *t, int tp_rank, const float *full, float *dst)
-{
-    size_t rows = (size_t)t->rows, cols = (size_t)t->cols, full_cols = (size_t)t->full_cols;
-    if (t->split_dim == 1)
-        for (size_t r = 0; r < rows; r++)
-            memcpy(dst + r * cols, full + r * full_cols + (size_t)tp_rank * cols,
-                   cols * sizeof(float));
-    else
-        memcpy(dst, full + (t->split_dim == 0 ? (size_t)tp_rank * rows * cols : 0),
-               rows * cols * sizeof(float));
-}
-
 static int same_model(const tr_hf_gpt2_config *c, const tr_gpt_shape *s, const char *dir)
 {
     if (c->n_layer == s->num_layers && c->n_embd == s->C && c->n_head == s->NH &&
@@ -200,7 +187,8 @@ static int load_tensor(const tr_st_set *s, const char *dir, const tr_param_tenso
     if ((rc = tr_hf_to_trident(&m, t, sh->NH, hf, out)))
         return rc;
     if (!whole)
-        copy_shard(t, sh->tp_rank, full, dst);
+        tr_param_copy_shard(t, sh->tp_rank, full, (size_t)t->full_rows, (size_t)t->full_cols,
+                            dst);
     return TR_OK;
 }
 

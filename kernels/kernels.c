@@ -23,6 +23,15 @@ void tr_kernels_without_bf16_storage(tr_kernels *t)
     t->attention_forward_qkv16 = NULL, t->attention_backward_qkv16 = NULL;
 }
 
+int tr_kernels_known(const char *name)
+{
+    static const char *const names[] = {"cpu", "cpu-bf16", "cpu-fp16", "cuda", "cuda-fp32"};
+    for (size_t i = 0; name && i < sizeof names / sizeof *names; i++)
+        if (!strcmp(name, names[i]))
+            return 1;
+    return 0;
+}
+
 const tr_kernels *tr_kernels_get(const char *name)
 {
     if (!name) {

@@ -412,6 +412,8 @@ float tr_round_fp16(float x);
 /* The table for a backend name ("cpu", "cpu-bf16", "cpu-fp16", "cuda", "cuda-fp32"); NULL
  * with the error set when the backend is unknown or not built in. */
 const tr_kernels *tr_kernels_get(const char *name);
+/* 1 when name is one of those backend names (built in or not), else 0; nothing is started. */
+int tr_kernels_known(const char *name);
 
 /* t with every optional bf16-storage op (the *16 ops) and the fused linear ops (whose y16,
  * dx16 and dy16 only those users pass) set NULL: the same table computing in fp32 storage

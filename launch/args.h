@@ -92,6 +92,8 @@ typedef struct {
     int rank, size, tp_rank, tp_size, dp_rank;
     tr_config cfg; /* the model section as the checkpoint holds it, defaults elsewhere */
     int have_cfg;
+    tr_config run; /* `config`, the run's (when given) */
+    int have_run;
     const tr_kernels *k;
     tr_gpt_shape shape;
     tr_gpt *g;

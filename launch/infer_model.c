@@ -20,7 +20,6 @@
 static int model_config(infer_model *im, int world)
 {
     tr_model_config m = {0};
-    tr_config run;
     int rc;
     im->family = TR_HF_GPT2;
     if (tr_hf_is_model_folder(im->dir)) {
@@ -41,9 +40,10 @@ static int model_config(infer_model *im, int world)
     char fam[600];
     tr_model_family_flow(&m, fam, sizeof fam);
     if (im->config) { /* the run's model section: its family, the checkpoint's sizes */
-        if ((rc = tr_config_load(im->config, NULL, 0, &run)))
+        if ((rc = tr_config_load(im->config, NULL, 0, &im->run)))
             return rc;
-        const tr_model_config *r = &run.model;
+        im->have_run = 1;
+        const tr_model_config *r = &im->run.model;
         if (r->num_layers != m.num_layers || r->hidden_size != m.hidden_size ||
             r->num_attention_heads != m.num_attention_heads || r->vocab_size != m.vocab_size ||
             r->max_position_embeddings != m.max_position_embeddings)
@@ -52,7 +52,6 @@ static int model_config(infer_model *im, int world)
                          r->num_layers, r->hidden_size, r->num_attention_heads, r->vocab_size,
                          r->max_position_embeddings, im->dir);
         tr_model_family_flow(r, fam, sizeof fam);
-        tr_config_free(&run);
         if (rc)
             return rc;
     }
@@ -74,32 +73,13 @@ static int model_config(infer_model *im, int world)
     return TR_OK;
 }
 
-/* This TP rank's shard of whole tensor w (rows x cols, row-major) into t's elements at dst:
- * checkpoints' slicing (split_dim 0: rows tp_rank * t->rows + r; 1: columns), 0 past w's
- * rows or columns (the vocabulary's padding, which depends on the TP size). */
-static void copy_shard(const tr_param_tensor *t, int tp_rank, const tr_param_tensor *w,
-                       const float *whole, float *dst)
-{
-    for (size_t r = 0; r < (size_t)t->rows; r++) {
-        size_t R = t->split_dim == 0 ? (size_t)tp_rank * (size_t)t->rows + r : r;
-        for (size_t c = 0; c < (size_t)t->cols; c++) {
-            size_t C = t->split_dim == 1 ? (size_t)tp_rank * (size_t)t->cols + c : c;
-            dst[r * (size_t)t->cols + c] =
-                R < (size_t)w->rows && C < (size_t)w->cols ? whole[R * (size_t)w->cols + C] : 0.0f;
-        }
-    }
-}
-
 /* A LoRA run's checkpoint (its adapters alone): the base of --config's finetune.load with
  * W += (alpha / r) B A, as `convert --merge-lora` makes it, built whole on the host, then this
  * rank's shards into host (im->g's layout). */
 static int load_lora_merged(infer_model *im, float *host)
 {
-    tr_config run;
-    int rc = tr_config_load(im->config, NULL, 0, &run);
-    if (rc)
-        return rc;
-    tr_config one = run; /* the whole model on one rank (shallow: nothing freed here) */
+    const tr_config *run = &im->run; /* (model_config loaded it) */
+    tr_config one = *run; /* the whole model on one rank (shallow: nothing freed here) */
     one.parallel.tensor_model_parallel_size = 1;
     one.parallel.sequence_parallel = 0;
     const tr_kernels *cpu = tr_kernels_cpu();
@@ -107,11 +87,11 @@ static int load_lora_merged(infer_model *im, float *host)
     tr_gpt *lora = NULL, *plain = NULL;
     float *adapters = NULL, *merged = NULL;
     int it = 0;
-    rc = tr_gpt_shape_from_config(&one, 0, run.model.num_layers, 0, &s);
+    int rc = tr_gpt_shape_from_config(&one, 0, run->model.num_layers, 0, &s);
     if (!rc && !s.lora_rank)
         rc = tr_fail(TR_ERR_INVALID, "%s holds a LoRA run's adapters; %s has no "
                      "finetune.lora.rank: give the run's config", im->dir, im->config);
-    if (!rc && !*run.finetune.load)
+    if (!rc && !*run->finetune.load)
         rc = tr_fail(TR_ERR_INVALID, "%s: no finetune.load, the base model the adapters of %s "
                      "were trained on", im->config, im->dir);
     s.recompute = s.recompute_attention = 0;
@@ -126,7 +106,7 @@ static int load_lora_merged(infer_model *im, float *host)
         rc = tr_checkpoint_load_model(im->dir, lora, cpu, adapters, &it);
     }
     if (!rc)
-        rc = tr_hf_load_base(run.finetune.load, lora, cpu);
+        rc = tr_hf_load_base(run->finetune.load, lora, cpu);
     if (!rc)
         rc = tr_gpt_create(&ps, cpu, NULL, &plain);
     if (!rc && !(merged = malloc(tr_gpt_num_params(plain) * sizeof(float) + 1)))
@@ -144,18 +124,18 @@ static int load_lora_merged(infer_model *im, float *host)
             rc = tr_fail(TR_ERR_INVALID, "the merged model's tensor %s is not the model's %s",
                          w->name, t->name);
         else
-            copy_shard(t, im->shape.tp_rank, w, merged + w->offset, host + t->offset);
+            tr_param_copy_shard(t, im->shape.tp_rank, merged + w->offset, (size_t)w->rows,
+                                (size_t)w->cols, host + t->offset);
     }
     if (!rc) {
         im->iteration = it;
         tr_info("%s: a LoRA run's adapters (rank %d, alpha %g) merged into the base %s",
-                    im->dir, s.lora_rank, (double)s.lora_alpha, run.finetune.load);
+                im->dir, s.lora_rank, (double)s.lora_alpha, run->finetune.load);
     }
     tr_gpt_free(plain);
     tr_gpt_free(lora);
     free(merged);
     free(adapters);
-    tr_config_free(&run);
     return rc;
 }
 
@@ -199,11 +179,7 @@ static int load_weights(infer_model *im)
 
 int infer_model_open(infer_model *im)
 {
-    static const char *const devices[] = {"cpu", "cuda", "cuda-fp32", "cpu-bf16", "cpu-fp16"};
-    size_t d = 0;
-    while (d < sizeof devices / sizeof *devices && strcmp(im->device, devices[d]))
-        d++;
-    if (d == sizeof devices / sizeof *devices)
+    if (!tr_kernels_known(im->device)) /* (before the communicator starts) */
         return tr_fail(TR_ERR_CONFIG, "--device %s: no such kernel backend (cpu; cuda: bf16 "
                        "products, cuda-fp32: fp32; cpu-bf16 / cpu-fp16: the CPU rounding to "
                        "16-bit storage)", im->device);
@@ -251,13 +227,15 @@ void infer_model_close(infer_model *im)
         im->k->free(im->params);
     if (im->have_cfg)
         tr_config_free(&im->cfg);
+    if (im->have_run)
+        tr_config_free(&im->run);
     tr_comm_destroy(im->dp);
     tr_comm_destroy(im->tp);
     tr_comm_destroy(im->world);
     im->dp = im->tp = NULL;
     im->g = NULL;
     im->params = NULL;
-    im->have_cfg = 0;
+    im->have_cfg = im->have_run = 0;
     im->world = NULL;
 }
 

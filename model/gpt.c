@@ -18,6 +18,21 @@ int tr_gpt_padded_vocab(const tr_model_config *m, int tp)
     return vp <= INT_MAX ? (int)vp : 0;
 }
 
+void tr_param_copy_shard(const tr_param_tensor *t, int tp_rank, const float *whole, size_t rows,
+                         size_t cols, float *dst)
+{
+    size_t R0 = t->split_dim == 0 ? (size_t)tp_rank * (size_t)t->rows : 0;
+    size_t C0 = t->split_dim == 1 ? (size_t)tp_rank * (size_t)t->cols : 0;
+    size_t tc = (size_t)t->cols;
+    for (size_t r = 0; r < (size_t)t->rows; r++) {
+        size_t n = R0 + r < rows && C0 < cols ? (cols - C0 < tc ? cols - C0 : tc) : 0;
+        if (n)
+            memcpy(dst + r * tc, whole + (R0 + r) * cols + C0, n * sizeof(float));
+        if (n < tc)
+            memset(dst + r * tc + n, 0, (tc - n) * sizeof(float));
+    }
+}
+
 void tr_gpt_shape_family(const tr_model_config *m, tr_gpt_shape *s)
 {
     s->rmsnorm = m->normalization && !strcmp(m->normalization, "RMSNorm");

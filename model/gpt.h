@@ -145,6 +145,12 @@ typedef struct {
     int count_in_norm;    /* 1 if this rank counts it in the global gradient norm */
     float *param, *grad;  /* views, valid after tr_gpt_bind() */
 } tr_param_tensor;
+/* TP rank tp_rank's shard of t cut from the whole tensor `whole` (rows x cols, row-major)
+ * into dst (t->rows x t->cols): split_dim 0 takes rows tp_rank * t->rows on, 1 columns
+ * tp_rank * t->cols on, -1 all; elements past whole's rows or columns (a vocabulary padded for
+ * another TP size) are 0. How checkpoints and Hugging Face tensors are sliced. */
+void tr_param_copy_shard(const tr_param_tensor *t, int tp_rank, const float *whole, size_t rows,
+                         size_t cols, float *dst);
 
 typedef struct tr_gpt tr_gpt;
 typedef struct tr_gpt_acts tr_gpt_acts;
