@@ -62,6 +62,12 @@ typedef struct {
 TR_MUST_CHECK int tr_eval_stream(tr_evaluator *ev, const int32_t *ids, size_t n, int stride,
                                  int part, int parts, tr_eval_sums *sums);
 
+/* Ids of text[0, len) into *ids, which holds *cap and is grown with realloc; *n of them
+ * (reset first): encoder e's (`special`: with its tokenizer's template), or without one
+ * (e NULL) one id per byte, NUL bytes included. */
+TR_MUST_CHECK int tr_eval_encode(tr_encoder *e, int special, const char *text, size_t len,
+                                 int32_t **ids, size_t *n, size_t *cap);
+
 /* A loglikelihood request: a continuation line (n_choices 1, label -1) or a multiple-choice
  * line (label in [0, n_choices)). */
 typedef struct {

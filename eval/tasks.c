@@ -48,29 +48,34 @@ static int64_t code_points(const char *s, size_t n)
 }
 
 typedef struct {
-    const tr_tokenizer *t;
-    tr_encoder *e;
+    tr_encoder *e;      /* NULL: one id per byte */
     int special, vocab;
     int32_t *ids;
     size_t n, cap;
 } encoding;
 
+int tr_eval_encode(tr_encoder *e, int special, const char *text, size_t len, int32_t **ids,
+                   size_t *n, size_t *cap)
+{
+    *n = 0;
+    if (e)
+        return tr_encode(e, text, len, special, ids, n, cap);
+    if (len > *cap) {
+        int32_t *p = realloc(*ids, len * sizeof *p);
+        if (!p)
+            return tr_fail(TR_ERR_NOMEM, "out of memory for %zu tokens", len);
+        *ids = p;
+        *cap = len;
+    }
+    for (size_t i = 0; i < len; i++)
+        (*ids)[(*n)++] = (unsigned char)text[i];
+    return TR_OK;
+}
+
 /* Ids of text into enc->ids[0, enc->n). */
 static int encode(encoding *enc, const char *text, size_t len)
 {
-    enc->n = 0;
-    if (enc->t)
-        return tr_encode(enc->e, text, len, enc->special, &enc->ids, &enc->n, &enc->cap);
-    if (len > enc->cap) {
-        int32_t *p = realloc(enc->ids, len * sizeof *p);
-        if (!p)
-            return tr_fail(TR_ERR_NOMEM, "out of memory");
-        enc->ids = p;
-        enc->cap = len;
-    }
-    for (size_t i = 0; i < len; i++)
-        enc->ids[enc->n++] = (unsigned char)text[i];
-    return TR_OK;
+    return tr_eval_encode(enc->e, enc->special, text, len, &enc->ids, &enc->n, &enc->cap);
 }
 
 static int32_t *copy_ids(const int32_t *ids, size_t n)
@@ -242,7 +247,7 @@ int tr_eval_tasks_load(const char *path, const tr_tokenizer *t, int special, int
     FILE *f = fopen(path, "rb");
     if (!f)
         return tr_fail(TR_ERR_INVALID, "%s: %s", path, strerror(errno));
-    encoding enc = {.t = t, .special = special, .vocab = vocab};
+    encoding enc = {.special = special, .vocab = vocab};
     int rc = t ? tr_encoder_create(t, &enc.e) : TR_OK;
     char *line = NULL;
     size_t cap = 0, room = 0;

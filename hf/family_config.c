@@ -191,8 +191,8 @@ const char *tr_hf_family_name(int family)
     return family == TR_HF_LLAMA     ? "Llama"
            : family == TR_HF_QWEN2   ? "Qwen2"
            : family == TR_HF_MISTRAL ? "Mistral"
-           : family == TR_HF_BLOOM ? "Bloom"
-                                   : "GPT-2";
+           : family == TR_HF_BLOOM   ? "Bloom"
+                                     : "GPT-2";
 }
 
 /* Elements of the Llama / Qwen2 / Bloom model of m (a double: any int sizes fit). */

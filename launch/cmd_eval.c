@@ -70,7 +70,6 @@ static void eval_usage(FILE *f)
             "Exit status: 0 success, 1 runtime failure, 2 bad usage or input.\n");
 }
 
-
 /* --input: each file one stream. */
 static int eval_files(const eval_options *o, tr_evaluator *ev, eval_results *res)
 {
@@ -83,19 +82,8 @@ static int eval_files(const eval_options *o, tr_evaluator *ev, eval_results *res
         char *text = NULL;
         size_t len = 0, n = 0;
         rc = tr_read_file(o->inputs[f], (size_t)1 << 34, "a text file", &text, &len);
-        if (!rc && e) {
-            rc = tr_encode(e, text, len, special, &ids, &n, &cap);
-        } else if (!rc) {
-            int32_t *p = len > cap ? realloc(ids, len * sizeof *p) : ids;
-            if (len > cap && !p) {
-                rc = tr_fail(TR_ERR_NOMEM, "out of memory for %zu tokens", len);
-            } else {
-                ids = p;
-                cap = len > cap ? len : cap;
-                for (size_t i = 0; i < len; i++)
-                    ids[n++] = (unsigned char)text[i];
-            }
-        }
+        if (!rc)
+            rc = tr_eval_encode(e, special, text, len, &ids, &n, &cap);
         free(text);
         eval_file *ef = &res->files[res->n_files++];
         ef->path = o->inputs[f];
@@ -162,18 +150,17 @@ static int eval_tasks(const eval_options *o, int V, tr_evaluator *ev, eval_resul
             ef->first[i] = total;
             total += (size_t)ef->tasks.r[i].n_choices;
         }
-        if (!rc && (!(ef->ll = malloc(total * sizeof *ef->ll)) || !(ef->greedy = malloc(total))))
+        ef->n_scores = total;
+        /* (another replica's requests stay 0 here, summed over the replicas) */
+        if (!rc && (!(ef->ll = calloc(total, sizeof *ef->ll)) || !(ef->greedy = calloc(total, 1))))
             rc = tr_fail(TR_ERR_NOMEM, "out of memory");
-        if (!rc) { /* another replica's requests stay 0 here, summed over the replicas */
-            memset(ef->ll, 0, total * sizeof *ef->ll);
-            memset(ef->greedy, 0, total);
-        }
         for (size_t i = (size_t)o->part; i < ef->tasks.n && !rc; i += (size_t)o->parts)
             rc = tr_eval_request_score(ev, &ef->tasks.r[i], ef->ll + ef->first[i],
                                        ef->greedy + ef->first[i]);
     }
     return rc;
 }
+
 /* v[0, n) summed over the replicas (--data-parallel), on every rank; through the
  * communicator's memory (the device's under NCCL). */
 static int sum_over_replicas(const infer_model *im, double *v, size_t n)
@@ -212,9 +199,7 @@ static int gather_results(const infer_model *im, eval_results *res)
             rc = sum_sums(im, &ef->ppl);
             continue;
         }
-        size_t total = ef->tasks.n ? ef->first[ef->tasks.n - 1] +
-                                         (size_t)ef->tasks.r[ef->tasks.n - 1].n_choices
-                                   : 0;
+        size_t total = ef->n_scores;
         double *g = malloc((total ? total : 1) * sizeof *g);
         if (!g)
             return tr_fail(TR_ERR_NOMEM, "out of memory");
@@ -247,9 +232,7 @@ static int run_eval(const eval_options *o)
     int rc = infer_model_open(&im);
     int V = im.shape.V, C = o->context, stride = o->stride;
     if (!rc && !C)
-        C = im.shape.sliding_window && im.shape.sliding_window < im.shape.max_T
-                ? im.shape.sliding_window
-                : im.shape.max_T;
+        C = tr_model_longest_seq(&im.cfg.model);
     if (!rc && !stride)
         stride = C;
     if (!rc && stride > C)

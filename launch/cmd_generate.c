@@ -280,8 +280,8 @@ static int run_generate(const gen_options *o)
             putchar('\n');
             fprintf(stderr, "trident generate: iteration %d of %s, %d tensor-parallel rank%s: "
                             "prompt of %d tokens in %.1f ms, %d tokens at %.1f tokens/s\n",
-                    im.iteration, o->dir, im.size, im.size > 1 ? "s" : "", n_prompt, prompt_s * 1e3, made,
-                    made > 1 ? (made - 1) / gen_s : 0.0);
+                    im.iteration, o->dir, im.size, im.size > 1 ? "s" : "", n_prompt,
+                    prompt_s * 1e3, made, made > 1 ? (made - 1) / gen_s : 0.0);
         }
         fflush(stdout);
     }

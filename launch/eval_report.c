@@ -66,7 +66,7 @@ static void print_tasks_text(const char *what, const task_sums *s)
 }
 
 void eval_print_text(const eval_options *o, const infer_model *im, int C, int stride,
-                       const eval_results *res)
+                     const eval_results *res)
 {
     printf("trident eval: iteration %d of %s, context %d", im->iteration, o->dir, C);
     if (o->n_inputs)
@@ -162,7 +162,7 @@ static void json_request(tr_json *j, int file, const eval_file *ef, size_t i)
 }
 
 void eval_print_json(const eval_options *o, const infer_model *im, int C, int stride,
-                       const eval_results *res)
+                     const eval_results *res)
 {
     tr_json j;
     tr_json_begin(&j, stdout);

@@ -27,6 +27,7 @@ typedef struct {
     double *ll;            /* per request, per choice: log-likelihoods and greedy flags */
     unsigned char *greedy;
     size_t *first;         /* request i's choices start at ll[first[i]] */
+    size_t n_scores;       /* of ll and greedy: every request's choices */
 } eval_file;
 
 typedef struct {
