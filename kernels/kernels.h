@@ -133,6 +133,12 @@ typedef struct tr_kernels {
     void (*rmsnorm_backward)(tr_stream s, float *dinp, float *dweight, const float *dout,
                              const float *inp, const float *weight, const float *rstd, int N,
                              int C);
+    /* GELU, exact (GPT-NeoX's; model.gelu_approximate none), gelu_forward / gelu_backward's
+     * contracts: gelu(x) = x Phi(x) = x erfc(-x / sqrt 2) / 2, gelu'(x) = Phi(x) + x phi(x),
+     * Phi and phi the standard normal distribution and density. */
+    void (*gelu_exact_forward)(tr_stream s, float *out, const float *inp, size_t n);
+    void (*gelu_exact_backward)(tr_stream s, float *dinp, const float *inp, const float *dout,
+                                size_t n);
     /* SwiGLU on n (gate, up) pairs stored interleaved, inp (n, 2):
      *   out[i] = silu(inp[2i]) * inp[2i+1]; backward: dinp (n, 2) overwritten. */
     void (*swiglu_forward)(tr_stream s, float *out, const float *inp, size_t n);
@@ -285,6 +291,15 @@ typedef struct tr_kernels {
     void (*gelu_backward16)(tr_stream s, uint16_t *dinp16, float *dbias, const float *inp,
                             const uint16_t *inp16, const float *dout, const uint16_t *dout16,
                             int N, int C);
+    /* gelu_exact_forward16, gelu_exact_backward16: gelu_forward16 / gelu_backward16 of the
+     * exact GELU (gelu_exact_forward's), the same contracts; set where those are and the
+     * backend has the exact GELU. No GEMM epilogue fuses the exact GELU: the model runs
+     * these beside linear_forward's y16 and linear_backward's dy16 instead. */
+    void (*gelu_exact_forward16)(tr_stream s, uint16_t *out16, const float *inp,
+                                 const uint16_t *inp16, size_t n);
+    void (*gelu_exact_backward16)(tr_stream s, uint16_t *dinp16, float *dbias, const float *inp,
+                                  const uint16_t *inp16, const float *dout,
+                                  const uint16_t *dout16, int N, int C);
     /* layernorm_backward16, rmsnorm_backward16: layernorm_backward / rmsnorm_backward reading
      * their output gradient dout16 in bf16 storage (QKV's and fc's input gradient at TP 1,
      * linear_backward's dx16), exactly as those ops on its widened values. */

@@ -52,13 +52,16 @@ void tr_gpt_shape_family(const tr_model_config *m, tr_gpt_shape *s)
     s->qkv_bias = s->no_linear_bias && m->add_qkv_bias;
     s->sliding_window = m->sliding_window;
     s->embedding_ln = m->embedding_layernorm;
+    s->parallel_residual = m->parallel_residual;
+    s->gelu_exact = !s->swiglu && m->gelu_approximate && !strcmp(m->gelu_approximate, "none");
 }
 
 int tr_gpt_is_gpt2(const tr_gpt_shape *s)
 {
     return !s->rmsnorm && s->position == TR_POS_LEARNED && !s->swiglu &&
            (!s->ffn || s->ffn == 4 * s->C) && (!s->query_groups || s->query_groups == s->NH) &&
-           !s->untie && !s->no_linear_bias && !s->embedding_ln;
+           !s->untie && !s->no_linear_bias && !s->embedding_ln && !s->parallel_residual &&
+           !s->gelu_exact;
 }
 
 int tr_gpt_shape_from_config(const tr_config *cfg, int layer_first, int layer_count,

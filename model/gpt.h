@@ -1,5 +1,5 @@
-/* model/ — GPT-2, Llama and Bloom: one pipeline stage's parameters and the forward/backward
- * of its layers.
+/* model/ — GPT-2, Llama, Bloom and GPT-NeoX: one pipeline stage's parameters and the
+ * forward/backward of its layers.
  *
  * Contract:
  *  - Families (the shape's family fields; all zero = GPT-2, exactly as below): RMSNorm for
@@ -10,7 +10,9 @@
  *    attention (qkv rows (group, {q_0 .. q_R-1, k, v}, d), R = NH/NG: a TP shard is whole
  *    groups); untied output_layer (Vp, C) vocab-parallel; no linear biases, or qkv's alone
  *    (Qwen2: added before the rotary positions); a norm after the word embedding (emb_ln,
- *    Bloom). Sequence parallelism works the same for every norm.
+ *    Bloom); parallel residual (GPT-NeoX: the MLP's norm reads the layer input x, and the
+ *    layer output is x + attention + MLP); the exact erf GELU (GPT-NeoX). Sequence
+ *    parallelism works the same for every norm.
  *  - Architecture: learned positions, pre-LN blocks (LN -> causal self-attention -> residual,
  *    LN -> MLP 4h with tanh-GELU -> residual), final LN, LM head tied to the token embedding,
  *    vocabulary padded up to a multiple of make_vocab_size_divisible_by x tp_size.
@@ -112,6 +114,9 @@ typedef struct {
                            * config keeps seq_length within it, where full causal attention
                            * is the windowed one */
     int embedding_ln;     /* emb_ln after the word embedding (positions) */
+    int parallel_residual; /* out = x + attn(ln1(x)) + mlp(ln2(x)) (GPT-NeoX, GPT-J) */
+    int gelu_exact;       /* the MLP's GELU is the exact x Phi(x) (model.gelu_approximate
+                           * none), not the tanh approximation */
     /* LoRA fine-tuning (finetune.lora.*; rank 0 = none): see "LoRA" above */
     int lora_rank;
     float lora_alpha;

@@ -304,6 +304,11 @@ int ckpt_same_family(const tr_gpt_shape *s, const ckpt_manifest *mf, const char 
          mf->qkv_bias)
     DIFF(my.sliding_window != mf->sliding_window, "; sliding_window %d (the checkpoint's: %d)",
          my.sliding_window, mf->sliding_window)
+    DIFF(my.parallel_residual != mf->parallel_residual,
+         "; parallel_residual %d (the checkpoint's: %d)", my.parallel_residual,
+         mf->parallel_residual)
+    DIFF(my.gelu_exact != mf->gelu_exact, "; gelu_approximate %s (the checkpoint's: %s)",
+         my.gelu_exact ? "none" : "tanh", mf->gelu_exact ? "none" : "tanh")
     DIFF(my.emb_ln != mf->emb_ln, "; embedding_layernorm %d (the checkpoint's: %d)", my.emb_ln,
          mf->emb_ln)
     DIFF((float)my.eps != (float)mf->eps, "; layernorm_epsilon %g (the checkpoint's: %g)", my.eps,

@@ -61,6 +61,8 @@ void ckpt_manifest_family(ckpt_manifest *mf, const tr_gpt_shape *s)
     mf->linear_bias = !s->no_linear_bias;
     mf->qkv_bias = s->qkv_bias;
     mf->sliding_window = s->sliding_window;
+    mf->parallel_residual = s->parallel_residual;
+    mf->gelu_exact = s->gelu_exact;
     mf->emb_ln = s->embedding_ln;
     mf->eps = float_decimal(s->eps);
 }
@@ -108,19 +110,33 @@ static int lora_targets_parse(const char *text)
     return mask ? mask : -1;
 }
 
-/* The family line's optional end: " qkv_bias 1", then " sliding_window N" (N >= 1), each
- * at most once, nothing else; 1 when it is (and sets them). */
+/* The family line's optional end: " qkv_bias 1", " sliding_window N" (N >= 1, digits),
+ * " parallel_residual 1", " gelu_exact 1", each at most once and in that order, nothing
+ * else; 1 when it is (and sets them). */
 static int family_suffix(const char *rest, ckpt_manifest *out)
 {
-    if (!strncmp(rest, " qkv_bias 1", 11) && (rest[11] == '\0' || rest[11] == ' ')) {
-        out->qkv_bias = 1;
-        rest += 11;
+    static const char *const flags[] = {" qkv_bias 1", NULL, " parallel_residual 1",
+                                        " gelu_exact 1"};
+    int *set[] = {&out->qkv_bias, NULL, &out->parallel_residual, &out->gelu_exact};
+    for (int i = 0; i < 4 && *rest; i++) {
+        if (!flags[i]) { /* sliding_window N */
+            int used = 0, n = 0;
+            if (strncmp(rest, " sliding_window ", 16) || !isdigit((unsigned char)rest[16]))
+                continue;
+            if (sscanf(rest, " sliding_window %d%n", &n, &used) != 1 || n < 1 ||
+                (rest[used] && rest[used] != ' '))
+                return 0;
+            out->sliding_window = n;
+            rest += used;
+            continue;
+        }
+        size_t len = strlen(flags[i]);
+        if (!strncmp(rest, flags[i], len) && (rest[len] == '\0' || rest[len] == ' ')) {
+            *set[i] = 1;
+            rest += len;
+        }
     }
-    int used = 0;
-    if (!*rest)
-        return 1;
-    return sscanf(rest, " sliding_window %d%n", &out->sliding_window, &used) == 1 &&
-           !rest[used] && out->sliding_window >= 1 && isdigit((unsigned char)rest[16]);
+    return !*rest;
 }
 
 int ckpt_write_manifest(const char *path, const ckpt_manifest *mf)
@@ -140,9 +156,13 @@ int ckpt_write_manifest(const char *path, const ckpt_manifest *mf)
         fprintf(f, "loss_scaler scale %.17g growth %d hysteresis_left %d skipped %ld\n",
                 mf->loss_scale, mf->scaler_growth, mf->scaler_hysteresis_left,
                 mf->skipped_iterations);
-    char window[40] = "";
+    char window[80] = "";
     if (mf->sliding_window)
         snprintf(window, sizeof window, " sliding_window %d", mf->sliding_window);
+    if (mf->parallel_residual)
+        strcat(window, " parallel_residual 1");
+    if (mf->gelu_exact)
+        strcat(window, " gelu_exact 1");
     if (mf->has_family)
         fprintf(f, "family rmsnorm %d position %d rotary_dims %d rotary_base %.9g swiglu %d "
                    "ffn %d query_groups %d untie %d linear_bias %d embedding_layernorm %d "
@@ -267,7 +287,7 @@ int ckpt_read_manifest(const char *path, int iteration, ckpt_manifest *out)
                                               "(1.4e-45 to 3.4e38), rotary positions of a "
                                               "rotary_base > 0 and rotary_dims >= 1, qkv_bias 1 "
                                               "only with linear_bias 0, then sliding_window N "
-                                              ">= 1)");
+                                              ">= 1, parallel_residual 1, gelu_exact 1)");
         } else if (ln == 4 + out->has_data + out->has_scaler + out->has_family &&
                    !strncmp(line, "lora ", 5)) {
             int used = 0;

@@ -44,6 +44,7 @@ int tr_checkpoint_read_model(const char *dir, tr_model_config *model, int *itera
     if (mf.has_family) { /* the switches, as the config keys say them (static strings) */
         static char layer_norm[] = "LayerNorm", rms_norm[] = "RMSNorm";
         static char learned[] = "learned_absolute", rope[] = "rope", alibi[] = "alibi";
+        static char gelu_tanh[] = "tanh", gelu_none[] = "none";
         model->normalization = mf.rmsnorm ? rms_norm : layer_norm;
         model->position_embedding_type = mf.position == 1 ? rope : mf.position == 2 ? alibi : learned;
         int hs = mf.hidden_size / mf.num_attention_heads;
@@ -57,6 +58,8 @@ int tr_checkpoint_read_model(const char *dir, tr_model_config *model, int *itera
         model->add_qkv_bias = mf.qkv_bias;
         model->sliding_window = mf.sliding_window;
         model->embedding_layernorm = mf.emb_ln;
+        model->parallel_residual = mf.parallel_residual;
+        model->gelu_approximate = mf.gelu_exact ? gelu_none : gelu_tanh;
         model->layernorm_epsilon = mf.eps;
     }
     if (iteration)

@@ -34,7 +34,8 @@ typedef struct {
     double layernorm_epsilon;         /* default 1e-5 */
     /* Model families (Megatron-LM's switches; the defaults are GPT-2): Llama = RMSNorm, rope,
      * swiglu, untied output, no linear biases (num_query_groups < heads: GQA); Qwen2 = Llama
-     * with add_qkv_bias; Bloom = alibi, embedding_layernorm. */
+     * with add_qkv_bias; Bloom = alibi, embedding_layernorm; GPT-NeoX (Pythia) = rope on a
+     * rotary_percent of each head, untied output, parallel_residual, gelu_approximate none. */
     char *normalization;              /* "LayerNorm" (default) | "RMSNorm" */
     char *position_embedding_type;    /* "learned_absolute" (default) | "rope" | "alibi" */
     double rotary_base;               /* default 10000 (rope only) */
@@ -52,6 +53,11 @@ typedef struct {
                                        * causal, the same over sequences no longer than the
                                        * window, so seq_length (and generation) must fit it */
     int embedding_layernorm;          /* bool, default 0: LayerNorm after the word embedding */
+    int parallel_residual;            /* bool, default 0: x + attn(ln1(x)) + mlp(ln2(x)) (GPT-J,
+                                       * GPT-NeoX's use_parallel_residual) instead of the
+                                       * attention's output feeding ln2 */
+    char *gelu_approximate;           /* "tanh" (default, GPT-2's) | "none" (the exact erf
+                                       * GELU of GPT-NeoX / BERT): PyTorch's F.gelu argument */
 } tr_model_config;
 
 /* The MLP's hidden width: ffn_hidden_size, or when 0 Megatron-LM's default: 4 x hidden_size,

@@ -35,6 +35,7 @@ const char *const config_sections[] = {"model", "parallel", "training", "data", 
 
 static const char *const normalizations[] = {"LayerNorm", "RMSNorm", NULL};
 static const char *const position_types[] = {"learned_absolute", "rope", "alibi", NULL};
+static const char *const gelu_approximations[] = {"tanh", "none", NULL};
 static const char *const schedules[] = {"1f1b", "gpipe", "interleaved", NULL};
 static const char *const orders[] = {"tp-dp-pp", "tp-pp-dp", NULL};
 static const char *const decay_styles[] = {"cosine", "linear", "constant",
@@ -81,6 +82,8 @@ const config_key_spec config_keys[] = {
     BOOL("model", "add_qkv_bias", model.add_qkv_bias, "false"),
     INT("model", "sliding_window", model.sliding_window, 0, "0", 0, 1 << 24),
     BOOL("model", "embedding_layernorm", model.embedding_layernorm, "false"),
+    BOOL("model", "parallel_residual", model.parallel_residual, "false"),
+    ENUM("model", "gelu_approximate", model.gelu_approximate, "tanh", gelu_approximations),
 
     INT("parallel", "tensor_model_parallel_size", parallel.tensor_model_parallel_size, 0, "1", 1,
         65536),

@@ -112,6 +112,11 @@ static int check_family(const tr_config *c)
                    "parallel.tensor_model_parallel_size = %d does not divide the MLP width "
                    "model.ffn_hidden_size = %d%s; tensor parallelism splits it evenly",
                    tp, ffn, set_at(c, "model.ffn_hidden_size", at, sizeof at));
+    if (m->swiglu && !strcmp(m->gelu_approximate, "none"))
+        return bad(c, "model.gelu_approximate", "model.swiglu",
+                   "model.gelu_approximate is 'none' but model.swiglu is true%s; the SwiGLU MLP "
+                   "has no GELU: allowed: gelu_approximate with swiglu false",
+                   set_at(c, "model.swiglu", at, sizeof at));
     /* a value other than the default (a written config carries the defaults) */
     const char *rope_keys[] = {"model.rotary_base", "model.rotary_percent"};
     int changed[] = {m->rotary_base != 10000.0, m->rotary_percent != 1.0};

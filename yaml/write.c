@@ -186,5 +186,9 @@ void tr_model_family_flow(const tr_model_config *m, char *buf, size_t cap)
     if (n > 0 && (size_t)n < cap && m->add_qkv_bias && !m->add_bias_linear)
         n += snprintf(buf + n, cap - (size_t)n, ", add_qkv_bias: true");
     if (n > 0 && (size_t)n < cap && m->sliding_window)
-        snprintf(buf + n, cap - (size_t)n, ", sliding_window: %d", m->sliding_window);
+        n += snprintf(buf + n, cap - (size_t)n, ", sliding_window: %d", m->sliding_window);
+    if (n > 0 && (size_t)n < cap && m->parallel_residual)
+        n += snprintf(buf + n, cap - (size_t)n, ", parallel_residual: true");
+    if (n > 0 && (size_t)n < cap && m->gelu_approximate && !strcmp(m->gelu_approximate, "none"))
+        snprintf(buf + n, cap - (size_t)n, ", gelu_approximate: none");
 }
