@@ -20,7 +20,31 @@ static void test_defaults_are_gpt2(void **state)
     assert_int_equal(c.model.untie_embeddings_and_output_weights, 0);
     assert_int_equal(c.model.add_bias_linear, 1);
     assert_int_equal(c.model.embedding_layernorm, 0);
+    assert_int_equal(c.model.parallel_residual, 0);
+    assert_string_equal(c.model.gelu_approximate, "tanh");
     tr_config_free(&c);
+}
+
+/* GPT-NeoX (Pythia): a quarter of each head rotated, parallel residual, exact GELU */
+static void test_neox(void **state)
+{
+    (void)state;
+    tr_config c;
+    const char *neox = WITH("  position_embedding_type: rope\n  rotary_percent: 0.25\n"
+                            "  untie_embeddings_and_output_weights: true\n"
+                            "  parallel_residual: true\n  gelu_approximate: none\n");
+    assert_int_equal(tr_t_load(neox, NULL, 0, &c), TR_OK);
+    assert_int_equal(c.model.parallel_residual, 1);
+    assert_string_equal(c.model.gelu_approximate, "none");
+    char flow[1024];
+    tr_model_family_flow(&c.model, flow, sizeof flow);
+    assert_non_null(strstr(flow, ", parallel_residual: true, gelu_approximate: none"));
+    tr_config_free(&c);
+    E(WITH("  gelu_approximate: erf\n"), "t.yaml:6:21: ", "tanh, none");
+    E(WITH("  parallel_residual: 2\n"), "t.yaml:6:22: ", "expected a boolean");
+    E(WITH("  swiglu: true\n  ffn_hidden_size: 64\n  gelu_approximate: none\n"), "t.yaml:8:3: ",
+      "model.gelu_approximate is 'none' but model.swiglu is true (set at t.yaml:6:3); the "
+      "SwiGLU MLP has no GELU");
 }
 
 static void test_llama_and_bloom(void **state)
@@ -105,6 +129,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_defaults_are_gpt2),
         cmocka_unit_test(test_llama_and_bloom),
+        cmocka_unit_test(test_neox),
         cmocka_unit_test(test_contradictions),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
