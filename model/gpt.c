@@ -396,6 +396,8 @@ static int family_tables(tr_gpt *g)
         {s->rmsnorm, (const void *)k->rmsnorm_backward, "RMSNorm"},
         {s->swiglu, (const void *)k->swiglu_forward, "SwiGLU"},
         {s->swiglu, (const void *)k->swiglu_backward, "SwiGLU"},
+        {s->gelu_exact, (const void *)k->gelu_exact_forward, "exact GELU"},
+        {s->gelu_exact, (const void *)k->gelu_exact_backward, "exact GELU"},
         {s->position == TR_POS_ROPE, (const void *)k->rope, "rotary embedding"},
         {uses_gqa_attention(g) || s->position == TR_POS_ALIBI,
          (const void *)k->attention_gqa_forward, "grouped-query / ALiBi attention"},

@@ -4,7 +4,6 @@
 
 #include "core/core.h"
 
-/* dres (Nl, C): on entry the gradient of the layer output, on exit of the layer input x. */
 /* The column-parallel QKV or fc layer's backward into sc->dln, its input ln kept by the
  * forward (bf16 storage where gpt_ln16). W, b: layer tensor slots; t: the LoRA target. */
 static int column_backward_of(tr_gpt *g, const layer_acts *L, int l, int B, const float *dy,
@@ -70,22 +69,25 @@ static int projection_then_attention(tr_gpt *g, const layer_acts *L, int l, cons
     return TR_OK;
 }
 
-static int layer_backward(tr_gpt *g, int l, const layer_acts *L, const float *x, float *dres,
-                          int B)
+/* The MLP's backward: residual3 = residual2 + fc_proj(act(fc(ln2(mlp_in)))) (mlp_in:
+ * residual2, or x with the parallel residual), from dres (Nl, C) = d residual3 through ln2
+ * into dres (+= d mlp_in). */
+static int mlp_backward(tr_gpt *g, int l, const layer_acts *L, const float *mlp_in, float *dres,
+                        int B)
 {
     const tr_kernels *k = g->k;
     const tr_tp *tp = &g->tp;
     gpt_scratch *sc = &g->scratch;
-    int T = g->s.T, C = g->s.C, N = B * T, r0, Nl, rc;
+    int C = g->s.C, N = B * g->s.T, r0, Nl, rc;
     gpt_rows(g, B, &r0, &Nl);
     const float *dln_own = sc->dln + (size_t)r0 * C; /* this rank's rows of dln */
     tr_tp_lora lo; /* LoRA adapters (NULL: none), each made right before its layer */
-    /* MLP: residual3 = residual2 + fc_proj(gelu(fc(ln2(residual2)))) */
     int dact16 = gpt_dact16(g); /* fc_proj's input gradient in bf16 storage */
     /* or straight through the GELU into fc's output gradient, in the GEMM (kernels.h's
      * linear_backward_gelu16, where fc's output and its gradient are bf16; fc's bias gradient
      * then with fc's weight gradient, its linear_backward's db) */
-    int through_gelu = dact16 && gpt_fch16(g) && g->k->linear_backward_gelu16;
+    int through_gelu = dact16 && gpt_fch16(g) && g->k->linear_backward_gelu16 &&
+                       gpt_gelu_in_gemm(g);
     if (through_gelu)
         rc = tr_tp_row_linear_backward_gelu16(tp, (uint16_t *)sc->dfch, NULL,
                                               layer_grad(g, l, L_FCPROJ_W),
@@ -119,10 +121,10 @@ static int layer_backward(tr_gpt *g, int l, const layer_acts *L, const float *x,
         int ln16 = gpt_ln16(g), fch16 = gpt_fch16(g);
         dln16 = gpt_dln16(g);
         if (!through_gelu) /* (else done in fc_proj's backward) */
-            k->gelu_backward16(NULL, dfch16, layer_grad(g, l, L_FC_B), fch16 ? NULL : L->fch,
-                               fch16 ? (const uint16_t *)L->fch : NULL,
-                               dact16 ? NULL : sc->dfch_gelu,
-                               dact16 ? (const uint16_t *)sc->dfch_gelu : NULL, N, g->Fl);
+            gpt_gelu_backward16(g)(NULL, dfch16, layer_grad(g, l, L_FC_B),
+                                   fch16 ? NULL : L->fch, fch16 ? (const uint16_t *)L->fch : NULL,
+                                   dact16 ? NULL : sc->dfch_gelu,
+                                   dact16 ? (const uint16_t *)sc->dfch_gelu : NULL, N, g->Fl);
         rc = tr_tp_column_linear_backward_dy16(tp, sc->dln, dln16 ? (uint16_t *)sc->dln : NULL,
                                                layer_grad(g, l, L_FC_W),
                                                through_gelu ? layer_grad(g, l, L_FC_B) : NULL,
@@ -134,23 +136,29 @@ static int layer_backward(tr_gpt *g, int l, const layer_acts *L, const float *x,
         if (g->s.swiglu)
             k->swiglu_backward(NULL, sc->dfch, L->fch, sc->dfch_gelu, (size_t)N * g->Fl);
         else
-            k->gelu_backward(NULL, sc->dfch, L->fch, sc->dfch_gelu, (size_t)N * g->Fl);
+            gpt_gelu_backward(g)(NULL, sc->dfch, L->fch, sc->dfch_gelu, (size_t)N * g->Fl);
         rc = column_backward_of(g, L, l, B, sc->dfch, L->ln2, L_FC_W, L_FC_B, g->Fwl,
                                 LORA_FC1);
     }
     if (rc)
         return rc;
     norm_backward(g, dres, layer_grad(g, l, L_LN2_W), layer_grad(g, l, L_LN2_B),
-                  dln16 ? NULL : dln_own, dln16 ? (const uint16_t *)sc->dln : NULL, L->residual2,
+                  dln16 ? NULL : dln_own, dln16 ? (const uint16_t *)sc->dln : NULL, mlp_in,
                   layer_param(g, l, L_LN2_W), L->ln2_mean, L->ln2_rstd, Nl);
-    /* attention: residual2 = x + attn_proj(attention(qkv(ln1(x)))) */
-    rc = projection_then_attention(g, L, l, dres, B);
-    if (rc)
-        return rc;
-    if (g->s.position == TR_POS_ROPE) /* to the gradient of the unrotated q and k */
-        k->rope(NULL, sc->dqkv, g->rope_cos, g->rope_sin, B, T, g->NGl, g->NHl / g->NGl, g->HS,
-                g->s.rotary_dims, 1, g->positions);
-    dln16 = 0;
+    return TR_OK;
+}
+
+/* The QKV layer's backward from sc->dqkv (the attention's, rotated back) through ln1 into
+ * dres (+= d x): residual2 = x + attn_proj(attention(qkv(ln1(x)))). */
+static int qkv_backward(tr_gpt *g, int l, const layer_acts *L, const float *x, float *dres,
+                        int B)
+{
+    const tr_tp *tp = &g->tp;
+    gpt_scratch *sc = &g->scratch;
+    int C = g->s.C, N = B * g->s.T, r0, Nl, rc;
+    gpt_rows(g, B, &r0, &Nl);
+    const float *dln_own = sc->dln + (size_t)r0 * C; /* this rank's rows of dln */
+    int dln16 = 0;
     if (gpt_qkv16(g)) { /* dqkv in bf16, read in place, QKV's bias gradient summed from it */
         int ln16 = gpt_ln16(g);
         dln16 = gpt_dln16(g);
@@ -170,6 +178,26 @@ static int layer_backward(tr_gpt *g, int l, const layer_acts *L, const float *x,
                   dln16 ? NULL : dln_own, dln16 ? (const uint16_t *)sc->dln : NULL, x,
                   layer_param(g, l, L_LN1_W), L->ln1_mean, L->ln1_rstd, Nl);
     return TR_OK;
+}
+
+/* dres (Nl, C): on entry the gradient of the layer output, on exit of the layer input x.
+ * Sequential: the MLP's backward first (it adds d residual2's part from ln2), then the
+ * attention's from the whole d residual2. Parallel residual (out = x + attn(ln1(x)) +
+ * mlp(ln2(x))): the attention projection reads d out before the MLP's norm adds to dres. */
+static int layer_backward(tr_gpt *g, int l, const layer_acts *L, const float *x, float *dres,
+                          int B)
+{
+    int rc, parallel = g->s.parallel_residual;
+    if (!parallel && (rc = mlp_backward(g, l, L, L->residual2, dres, B)))
+        return rc;
+    if ((rc = projection_then_attention(g, L, l, dres, B)))
+        return rc;
+    if (g->s.position == TR_POS_ROPE) /* to the gradient of the unrotated q and k */
+        g->k->rope(NULL, g->scratch.dqkv, g->rope_cos, g->rope_sin, B, g->s.T, g->NGl,
+                   g->NHl / g->NGl, g->HS, g->s.rotary_dims, 1, g->positions);
+    if (parallel && (rc = mlp_backward(g, l, L, x, dres, B)))
+        return rc;
+    return qkv_backward(g, l, L, x, dres, B);
 }
 
 int tr_gpt_backward(tr_gpt *g, tr_gpt_acts *a, const float *dhidden_out)

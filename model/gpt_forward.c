@@ -7,7 +7,6 @@
 
 #include "core/core.h"
 
-/* One transformer layer: x (Nl, C) -> L->residual3 (Nl, C). */
 /* y = column_linear(norm(x)) (the QKV or fc layer after its norm): ln keeps the norm's output,
  * this rank's rows at their place (the linear gathers the others under SP), in bf16 storage
  * where gpt_ln16; y16: y holds the output in bf16 storage (fc's where gpt_fch16, QKV's where
@@ -79,6 +78,7 @@ static int attention_then_projection(tr_gpt *g, const layer_acts *L, int l, cons
                                          g->scratch.wide, gpt_lora(g, L, l, LORA_PROJ, B, &lo));
 }
 
+/* One transformer layer: x (Nl, C) -> L->residual3 (Nl, C). */
 int gpt_layer_forward(tr_gpt *g, int l, layer_acts *L, const float *x, int B)
 {
     const tr_kernels *k = g->k;
@@ -96,17 +96,21 @@ int gpt_layer_forward(tr_gpt *g, int l, layer_acts *L, const float *x, int B)
     rc = attention_then_projection(g, L, l, x, B);
     if (rc)
         return rc;
-    /* MLP: residual3 = residual2 + fc_proj(act(fc(ln2(residual2)))), act GELU or SwiGLU */
-    int fch16 = gpt_fch16(g); /* fc's output in bf16, and its GELU made with it */
-    rc = norm_then_column(g, L, l, B, L->ln2, L->ln2_mean, L->ln2_rstd, L->residual2, L_LN2_W,
-                          L_LN2_B, L->fch, fch16, fch16 ? (uint16_t *)L->fch_gelu : NULL, L_FC_W,
-                          L_FC_B, g->Fwl, LORA_FC1);
+    /* MLP: residual3 = residual2 + fc_proj(act(fc(ln2(residual2)))), act GELU or SwiGLU;
+     * with the parallel residual ln2 reads the layer input x instead of residual2 */
+    const float *mlp_in = g->s.parallel_residual ? x : L->residual2;
+    int fch16 = gpt_fch16(g);                          /* fc's output in bf16 */
+    int gelu_with_fc = fch16 && gpt_gelu_in_gemm(g); /* its GELU made with it */
+    rc = norm_then_column(g, L, l, B, L->ln2, L->ln2_mean, L->ln2_rstd, mlp_in, L_LN2_W,
+                          L_LN2_B, L->fch, fch16, gelu_with_fc ? (uint16_t *)L->fch_gelu : NULL,
+                          L_FC_W, L_FC_B, g->Fwl, LORA_FC1);
     if (rc)
         return rc;
     if (gpt_gelu16(g)) { /* the GELU output in bf16 storage, read as it is by fc_proj */
         uint16_t *gelu16 = (uint16_t *)L->fch_gelu;
-        if (!fch16) /* (else made above) */
-            k->gelu_forward16(NULL, gelu16, L->fch, NULL, (size_t)N * g->Fl);
+        if (!gelu_with_fc) /* (else made above) */
+            gpt_gelu_forward16(g)(NULL, gelu16, fch16 ? NULL : L->fch,
+                                  fch16 ? (const uint16_t *)L->fch : NULL, (size_t)N * g->Fl);
         return tr_tp_row_linear_forward16(tp, L->residual3, L->residual2, gelu16,
                                           layer_param(g, l, L_FCPROJ_W),
                                           layer_param(g, l, L_FCPROJ_B), N, g->Fl, C,
@@ -115,7 +119,7 @@ int gpt_layer_forward(tr_gpt *g, int l, layer_acts *L, const float *x, int B)
     if (g->s.swiglu)
         k->swiglu_forward(NULL, L->fch_gelu, L->fch, (size_t)N * g->Fl);
     else
-        k->gelu_forward(NULL, L->fch_gelu, L->fch, (size_t)N * g->Fl);
+        gpt_gelu_forward(g)(NULL, L->fch_gelu, L->fch, (size_t)N * g->Fl);
     return tr_tp_row_linear_forward_lora(tp, L->residual3, L->residual2, L->fch_gelu,
                                          layer_param(g, l, L_FCPROJ_W),
                                          layer_param(g, l, L_FCPROJ_B), N, g->Fl, C,

@@ -178,8 +178,10 @@ static int layer_decode(tr_gpt_cache *c, int l, int n)
                                   layer_param(g, l, L_ATTPROJ_B), R, Cl, C, c->wide);
     if (rc)
         return rc;
-    norm_forward(g, c->ln, c->mean, c->rstd, c->res2, layer_param(g, l, L_LN2_W),
-                 layer_param(g, l, L_LN2_B), R);
+    /* the MLP's norm reads res2, or the layer input x (still in c->x) with the parallel
+     * residual */
+    norm_forward(g, c->ln, c->mean, c->rstd, g->s.parallel_residual ? c->x : c->res2,
+                 layer_param(g, l, L_LN2_W), layer_param(g, l, L_LN2_B), R);
     rc = tr_tp_column_linear_forward(tp, c->fch, c->ln, layer_param(g, l, L_FC_W),
                                      layer_param(g, l, L_FC_B), R, C, g->Fwl, NULL, NULL);
     if (rc)
@@ -187,7 +189,7 @@ static int layer_decode(tr_gpt_cache *c, int l, int n)
     if (g->s.swiglu)
         k->swiglu_forward(NULL, c->fch_gelu, c->fch, (size_t)R * g->Fl);
     else
-        k->gelu_forward(NULL, c->fch_gelu, c->fch, (size_t)R * g->Fl);
+        gpt_gelu_forward(g)(NULL, c->fch_gelu, c->fch, (size_t)R * g->Fl);
     return tr_tp_row_linear_forward(tp, c->x, c->res2, c->fch_gelu,
                                     layer_param(g, l, L_FCPROJ_W), layer_param(g, l, L_FCPROJ_B),
                                     R, g->Fl, C, c->wide);

@@ -131,12 +131,44 @@ struct tr_gpt {
     const int32_t *positions; /* the same micro-batch's restarting positions (rope), or NULL */
 };
 
+/* The MLP's GELU ops of the family's kind: the exact GELU where shape.gelu_exact (GPT-NeoX),
+ * else the tanh approximation; the bf16-storage ones NULL where the table lacks them. */
+typedef void (*gpt_gelu_fn)(tr_stream s, float *out, const float *inp, size_t n);
+typedef void (*gpt_dgelu_fn)(tr_stream s, float *dinp, const float *inp, const float *dout,
+                             size_t n);
+typedef void (*gpt_gelu16_fn)(tr_stream s, uint16_t *out16, const float *inp,
+                              const uint16_t *inp16, size_t n);
+typedef void (*gpt_dgelu16_fn)(tr_stream s, uint16_t *dinp16, float *dbias, const float *inp,
+                               const uint16_t *inp16, const float *dout,
+                               const uint16_t *dout16, int N, int C);
+static inline gpt_gelu_fn gpt_gelu_forward(const tr_gpt *g)
+{
+    return g->s.gelu_exact ? g->k->gelu_exact_forward : g->k->gelu_forward;
+}
+static inline gpt_dgelu_fn gpt_gelu_backward(const tr_gpt *g)
+{
+    return g->s.gelu_exact ? g->k->gelu_exact_backward : g->k->gelu_backward;
+}
+static inline gpt_gelu16_fn gpt_gelu_forward16(const tr_gpt *g)
+{
+    return g->s.gelu_exact ? g->k->gelu_exact_forward16 : g->k->gelu_forward16;
+}
+static inline gpt_dgelu16_fn gpt_gelu_backward16(const tr_gpt *g)
+{
+    return g->s.gelu_exact ? g->k->gelu_exact_backward16 : g->k->gelu_backward16;
+}
+
+/* Whether fc's GEMMs carry the GELU in their epilogues (kernels.h's linear_gelu_forward16 and
+ * linear_backward_gelu16, where the table has them): the tanh GELU only (no epilogue has the
+ * exact one). */
+static inline int gpt_gelu_in_gemm(const tr_gpt *g) { return !g->s.gelu_exact; }
+
 /* Whether the MLP's GELU output (layer_acts.fch_gelu, feeding fc_proj) is kept in bf16 storage:
  * the table has the ops (kernels.h: gelu_forward16, gemm_a16, gemm_b16), the family uses GELU
  * and no LoRA adapter reads it. Then fch_gelu holds N*Fl bf16 bits in half its floats. */
 static inline int gpt_gelu16(const tr_gpt *g)
 {
-    return g->k->gelu_forward16 && g->k->gemm_a16 && g->k->gemm_b16 && !g->s.swiglu &&
+    return gpt_gelu_forward16(g) && g->k->gemm_a16 && g->k->gemm_b16 && !g->s.swiglu &&
            !g->s.lora_rank;
 }
 
@@ -146,7 +178,7 @@ static inline int gpt_gelu16(const tr_gpt *g)
  * reads it. Then dfch holds N*Fl bf16 bits in half its floats. */
 static inline int gpt_dgelu16(const tr_gpt *g)
 {
-    return g->k->gelu_backward16 && g->k->linear_backward && !g->s.swiglu && !g->s.lora_rank;
+    return gpt_gelu_backward16(g) && g->k->linear_backward && !g->s.swiglu && !g->s.lora_rank;
 }
 
 /* Whether fc_proj's input gradient (scratch.dfch_gelu, the GELU's output gradient) is kept in

@@ -171,14 +171,31 @@ static const float *widened_at(const uint16_t *src, size_t n, float *w, size_t a
     return w + at;
 }
 
-static void s16_gelu_forward16(tr_stream s, uint16_t *out16, const float *inp,
-                               const uint16_t *inp16, size_t n)
+typedef void (*gelu_forward_fn)(tr_stream s, float *out, const float *inp, size_t n);
+typedef void (*gelu_backward_fn)(tr_stream s, float *dinp, const float *inp, const float *dout,
+                                 size_t n);
+
+/* gelu_forward16 of the table's GELU forward `gelu` (tanh or exact) */
+static void gelu_forward16_of(gelu_forward_fn gelu, tr_stream s, uint16_t *out16,
+                              const float *inp, const uint16_t *inp16, size_t n)
 {
     float *y = wide_buffer(inp16 ? 2 * n : n); /* the output, then a bf16 input widened */
     if (!y)
         return;
-    table->gelu_forward(s, y, inp16 ? widened_at(inp16, n, y, n) : inp, n);
+    gelu(s, y, inp16 ? widened_at(inp16, n, y, n) : inp, n);
     cpu_bf16_narrow(out16, y, n);
+}
+
+static void s16_gelu_forward16(tr_stream s, uint16_t *out16, const float *inp,
+                               const uint16_t *inp16, size_t n)
+{
+    gelu_forward16_of(table->gelu_forward, s, out16, inp, inp16, n);
+}
+
+static void s16_gelu_exact_forward16(tr_stream s, uint16_t *out16, const float *inp,
+                                     const uint16_t *inp16, size_t n)
+{
+    gelu_forward16_of(table->gelu_exact_forward, s, out16, inp, inp16, n);
 }
 
 static void s16_layernorm_forward16(tr_stream s, uint16_t *out16, float *mean, float *rstd,
@@ -343,9 +360,10 @@ static void s16_linear_backward(tr_stream s, float *dx, uint16_t *dx16, float *d
         table->bias_backward(s, db, g, N, OC);
 }
 
-static void s16_gelu_backward16(tr_stream s, uint16_t *dinp16, float *dbias, const float *inp,
-                                const uint16_t *inp16, const float *dout,
-                                const uint16_t *dout16, int N, int C)
+/* gelu_backward16 of the table's GELU backward `gelu` (tanh or exact) */
+static void gelu_backward16_of(gelu_backward_fn gelu, tr_stream s, uint16_t *dinp16,
+                               float *dbias, const float *inp, const uint16_t *inp16,
+                               const float *dout, const uint16_t *dout16, int N, int C)
 {
     size_t n = (size_t)N * C;
     /* the gradient, then the bf16 inputs widened */
@@ -354,10 +372,25 @@ static void s16_gelu_backward16(tr_stream s, uint16_t *dinp16, float *dbias, con
         return;
     const float *x = inp16 ? widened_at(inp16, n, d, n) : inp;
     const float *g = dout16 ? widened_at(dout16, n, d, inp16 ? 2 * n : n) : dout;
-    table->gelu_backward(s, d, x, g, n);
+    gelu(s, d, x, g, n);
     if (dbias)
         table->bias_backward(s, dbias, d, N, C);
     cpu_bf16_narrow(dinp16, d, n);
+}
+
+static void s16_gelu_backward16(tr_stream s, uint16_t *dinp16, float *dbias, const float *inp,
+                                const uint16_t *inp16, const float *dout,
+                                const uint16_t *dout16, int N, int C)
+{
+    gelu_backward16_of(table->gelu_backward, s, dinp16, dbias, inp, inp16, dout, dout16, N, C);
+}
+
+static void s16_gelu_exact_backward16(tr_stream s, uint16_t *dinp16, float *dbias,
+                                      const float *inp, const uint16_t *inp16, const float *dout,
+                                      const uint16_t *dout16, int N, int C)
+{
+    gelu_backward16_of(table->gelu_exact_backward, s, dinp16, dbias, inp, inp16, dout, dout16,
+                       N, C);
 }
 
 static void s16_layernorm_backward16(tr_stream s, float *dinp, float *dweight, float *dbias,
@@ -423,6 +456,9 @@ void cpu_bf16_storage_fill(tr_kernels *t)
     t->gelu_backward16 = s16_gelu_backward16;
     t->layernorm_backward16 = s16_layernorm_backward16;
     t->rmsnorm_backward16 = s16_rmsnorm_backward16;
+    if (t->gelu_exact_forward && t->gelu_exact_backward)
+        t->gelu_exact_forward16 = s16_gelu_exact_forward16,
+        t->gelu_exact_backward16 = s16_gelu_exact_backward16;
     t->linear_gelu_forward16 = s16_linear_gelu_forward16;
     t->linear_backward_gelu16 = s16_linear_backward_gelu16;
     t->linear_backward = s16_linear_backward; /* it reads dy16 */

@@ -121,6 +121,9 @@ void cpu_layernorm_backward(tr_stream s, float *dinp, float *dweight, float *dbi
 void cpu_gelu_forward(tr_stream s, float *out, const float *inp, size_t n);
 void cpu_gelu_backward(tr_stream s, float *dinp, const float *inp, const float *dout,
                           size_t n);
+void cpu_gelu_exact_forward(tr_stream s, float *out, const float *inp, size_t n);
+void cpu_gelu_exact_backward(tr_stream s, float *dinp, const float *inp, const float *dout,
+                             size_t n);
 
 /* attention.c */
 void cpu_attention_forward(tr_stream s, float *out, float *lse, const float *qkv, int B, int T,

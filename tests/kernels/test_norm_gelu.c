@@ -136,21 +136,34 @@ static double ref_gelu(double x, double *deriv, double *deriv_scale)
     return 0.5 * x * (1.0 + th);
 }
 
+/* The exact GELU x Phi(x) in double (libm's erfc), its derivative Phi(x) + x phi(x). */
+static double ref_gelu_exact(double x, double *deriv, double *deriv_scale)
+{
+    double phi_cdf = 0.5 * erfc(-x / sqrt(2.0)), density = exp(-0.5 * x * x) / sqrt(2.0 * M_PI);
+    *deriv = phi_cdf + x * density;
+    *deriv_scale = fabs(phi_cdf) + fabs(x * density);
+    return x * phi_cdf;
+}
+
 struct gelu_ctx {
     float *x, *out, *wt;
     size_t n;
+    int exact; /* the exact GELU's ops (gelu_exact_forward / _backward) */
 };
 
 static double gelu_loss(void *p)
 {
     struct gelu_ctx *c = p;
-    K->gelu_forward(NULL, c->out, c->x, c->n);
+    (c->exact ? K->gelu_exact_forward : K->gelu_forward)(NULL, c->out, c->x, c->n);
     return kt_dot(c->out, c->wt, c->n);
 }
 
-static void check_gelu(size_t n, float lo, float hi, int with_fd)
+/* The tanh GELU (exact 0) or the exact one against its double reference (the exact one's
+ * erfc is a fitted approximation: within 4e-6 relative, checked here), and its backward
+ * against the derivative and finite differences. */
+static void check_gelu(size_t n, float lo, float hi, int with_fd, int exact)
 {
-    struct gelu_ctx c = {kt_floats(n), kt_floats(n), kt_floats(n), n};
+    struct gelu_ctx c = {kt_floats(n), kt_floats(n), kt_floats(n), n, exact};
     kt_fill(c.x, n, lo, hi);
     if (n > 4) { /* exact values worth pinning */
         c.x[0] = 0.0f;
@@ -162,7 +175,7 @@ static void check_gelu(size_t n, float lo, float hi, int with_fd)
     double *ref = kt_doubles(n), *dref = kt_doubles(n), *dscale = kt_doubles(n);
     for (size_t i = 0; i < n; i++) {
         double d, ds;
-        ref[i] = ref_gelu(c.x[i], &d, &ds);
+        ref[i] = exact ? ref_gelu_exact(c.x[i], &d, &ds) : ref_gelu(c.x[i], &d, &ds);
         dref[i] = d * c.wt[i];
         dscale[i] = ds * fabs(c.wt[i]);
     }
@@ -171,9 +184,10 @@ static void check_gelu(size_t n, float lo, float hi, int with_fd)
         dx[i] = NAN; /* overwritten */
     gelu_loss(&c);
     /* fp32 rounding of u grows like |u| for large negative x, where gelu is tiny: atol */
-    kt_check("gelu out", c.out, ref, NULL, n, 1e-5, 1e-9);
-    K->gelu_backward(NULL, dx, c.x, c.wt, n);
-    kt_check("gelu dinp", dx, dref, dscale, n, 1e-5, 1e-9);
+    double rtol = exact ? 4e-6 : 1e-5;
+    kt_check(exact ? "exact gelu out" : "gelu out", c.out, ref, NULL, n, rtol, 1e-9);
+    (exact ? K->gelu_exact_backward : K->gelu_backward)(NULL, dx, c.x, c.wt, n);
+    kt_check(exact ? "exact gelu dinp" : "gelu dinp", dx, dref, dscale, n, rtol, 1e-9);
     if (with_fd) {
         double *fd = kt_doubles(n);
         kt_fd_grad(c.x, n, 1e-3f, gelu_loss, &c, fd);
@@ -186,10 +200,28 @@ static void check_gelu(size_t n, float lo, float hi, int with_fd)
 static void test_gelu(void **state)
 {
     (void)state;
-    check_gelu(91, -4.0f, 4.0f, 1);
-    check_gelu(1, -1.0f, 1.0f, 0);
-    check_gelu(0, -1.0f, 1.0f, 0);
-    check_gelu(200003, -12.0f, 12.0f, 0); /* split over threads, SIMD tails */
+    for (int exact = 0; exact < 2; exact++) {
+        check_gelu(91, -4.0f, 4.0f, 1, exact);
+        check_gelu(1, -1.0f, 1.0f, 0, exact);
+        check_gelu(0, -1.0f, 1.0f, 0, exact);
+        check_gelu(200003, -12.0f, 12.0f, 0, exact); /* split over threads, SIMD tails */
+    }
+}
+
+/* The exact GELU is not the tanh one: they differ by up to 4.7e-4 (at x = -2.7; so a model
+ * importing GPT-NeoX with the wrong one would be off by that much). */
+static void test_gelu_exact_is_not_tanh(void **state)
+{
+    (void)state;
+    float x[3] = {-2.7f, 1.0f, 2.5f}, exact[3], tanh_gelu[3];
+    K->gelu_exact_forward(NULL, exact, x, 3);
+    K->gelu_forward(NULL, tanh_gelu, x, 3);
+    assert_true(fabsf(exact[0] - tanh_gelu[0]) > 4e-4f);
+    /* gelu(-2.7) = -2.7 Phi(-2.7) = -0.0093540... (double: -2.7 * 0.5 erfc(2.7 / sqrt 2)) */
+    double want = -2.7 * 0.5 * erfc(2.7 / sqrt(2.0));
+    assert_true(fabs(exact[0] - want) < 1e-8);
+    for (int i = 0; i < 3; i++)
+        assert_true(fabsf(exact[i] - tanh_gelu[i]) < 5e-4f);
 }
 
 int main(void)
@@ -199,6 +231,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_layernorm),
         cmocka_unit_test(test_gelu),
+        cmocka_unit_test(test_gelu_exact_is_not_tanh),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -22,8 +22,11 @@ Model families (issue 17): groups llama and bloom run the same model with Llama'
 (RMSNorm, rope, SwiGLU, 8 heads in 4 query groups, untied output, no biases) or Bloom's (ALiBi,
 embedding LayerNorm) on three 8-rank layouts (T4xP2, D2xT2xP2 with SP, D4xT2 with ZeRO-3);
 --full runs every 8-rank layout (and T8 with SP: for Llama with 8 groups, its own base).
+Group neox does the same with GPT-NeoX's (rope on a quarter of each head, untied output, the
+parallel residual, the exact GELU).
 usage: test_layouts.py TRIDENT WORKDIR GROUP [--quick] [--full]
-GROUP: tp | pp | dp | matrix (world size 8, every factorisation) | llama | bloom | lora | all"""
+GROUP: tp | pp | dp | matrix (world size 8, every factorisation) | llama | bloom | neox | lora |
+       all"""
 import json
 import os
 import sys
@@ -42,6 +45,11 @@ FAMILIES = {
               "model.ffn_hidden_size=176", "model.num_query_groups=4",
               "model.untie_embeddings_and_output_weights=true", "model.add_bias_linear=false"],
     "bloom": ["model.position_embedding_type=alibi", "model.embedding_layernorm=true"],
+    # GPT-NeoX (Pythia): rope on a quarter of each head, untied output, the parallel residual
+    # (the MLP's norm reads the layer input), the exact GELU
+    "neox": ["model.position_embedding_type=rope", "model.rotary_percent=0.25",
+             "model.untie_embeddings_and_output_weights=true", "model.parallel_residual=true",
+             "model.gelu_approximate=none"],
     # LoRA fine-tuning (issue 20): rank-4 adapters on every linear of a frozen base; only the
     # adapters have gradients (iteration 1: B's; A's are 0 while B = 0), the losses follow A too
     "lora": ["finetune.lora.rank=4", "finetune.lora.alpha=8"],

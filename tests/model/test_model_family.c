@@ -1,4 +1,4 @@
-/* model/: the Llama and Bloom families of the stage (issue 17): the tensor table each family
+/* model/: the Llama, Bloom and GPT-NeoX families of the stage: the tensor table each family
  * has (no biases, no wpe, untied output_layer, emb_ln, GQA's smaller qkv, SwiGLU's
  * interleaved fc), finite-difference gradients of the whole model, two pipeline stages
  * composing to the whole model, and generation with the key/value cache (also past the
@@ -14,12 +14,13 @@
 #include "core/core.h"
 #include "model/gpt.h"
 
-enum { LLAMA, BLOOM, MIXED };
+enum { LLAMA, BLOOM, MIXED, NEOX };
 
 /* Llama: 4 heads in 2 groups of head size 4, rope, RMSNorm, SwiGLU of width 24, untied, no
  * biases. Bloom: 6 heads of size 2 (non-power-of-two ALiBi), embedding LayerNorm.
  * Mixed: rope on half of each head, multi-query (1 group), SwiGLU with biases, embedding
- * RMSNorm, learned positions off. */
+ * RMSNorm, learned positions off. GPT-NeoX: rope on half of each head, the parallel residual,
+ * the exact GELU of an MLP of width 40, untied. */
 static tr_gpt_shape family_shape(int family, int first, int count)
 {
     tr_gpt_shape s = {.num_layers = 3, .C = 16, .NH = 4, .T = 5, .max_T = 6, .V = 11, .Vp = 16,
@@ -30,9 +31,12 @@ static tr_gpt_shape family_shape(int family, int first, int count)
         s.swiglu = 1, s.ffn = 24, s.query_groups = 2, s.untie = 1, s.no_linear_bias = 1;
     } else if (family == BLOOM) {
         s.C = 12, s.NH = 6, s.position = TR_POS_ALIBI, s.embedding_ln = 1;
-    } else {
+    } else if (family == MIXED) {
         s.rmsnorm = 1, s.position = TR_POS_ROPE, s.rotary_dims = 2, s.rotary_base = 100.0f;
         s.swiglu = 1, s.query_groups = 1, s.embedding_ln = 1;
+    } else { /* GPT-NeoX: LayerNorm with biases, linear biases, untied */
+        s.position = TR_POS_ROPE, s.rotary_dims = 2, s.rotary_base = 10000.0f, s.untie = 1;
+        s.parallel_residual = 1, s.gelu_exact = 1, s.ffn = 40;
     }
     s.is_first = first == 0;
     s.is_last = first + count == s.num_layers;
@@ -163,6 +167,7 @@ static void test_finite_difference(void **state)
     check_finite_difference(LLAMA);
     check_finite_difference(BLOOM);
     check_finite_difference(MIXED);
+    check_finite_difference(NEOX);
 }
 
 /* Stages [0,1) and [1,3) chained give the whole model's loss and gradients. */
@@ -211,6 +216,7 @@ static void test_stages_compose(void **state)
     (void)state;
     check_stages_compose(LLAMA);
     check_stages_compose(BLOOM);
+    check_stages_compose(NEOX);
 }
 
 /* Two sequences of len tokens (B = 2, rows of tokens) fed to the emptied cache c as a prefix
@@ -277,6 +283,7 @@ static void test_generation(void **state)
     check_generation(LLAMA);
     check_generation(BLOOM);
     check_generation(MIXED);
+    check_generation(NEOX);
 }
 
 /* Generation past the training length: a model of T = 5 (its rope tables hold 5 positions)
@@ -332,6 +339,7 @@ static void test_generation_past_T(void **state)
     check_generation_past_T(LLAMA);
     check_generation_past_T(MIXED);
     check_generation_past_T(BLOOM);
+    check_generation_past_T(NEOX);
 }
 
 /* Packed sequences: two examples in one row (segments, restarting positions) give each the
@@ -358,7 +366,7 @@ static void check_packing(int family)
     /* position id T (< max_T 6): no row of T tokens has it; past the rope tables' T rows */
     pos[4] = T;
     assert_int_equal(tr_gpt_acts_set_packing(st.a, seg, pos, NULL),
-                     family == LLAMA ? TR_ERR_INVALID : TR_OK);
+                     family == LLAMA || family == NEOX ? TR_ERR_INVALID : TR_OK);
     stage_free(&st);
 }
 
@@ -367,6 +375,7 @@ static void test_packing(void **state)
     (void)state;
     check_packing(LLAMA);
     check_packing(BLOOM);
+    check_packing(NEOX);
 }
 
 /* Invalid family shapes are refused, not crashed on. */
