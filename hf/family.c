@@ -1,6 +1,7 @@
-/* The tensors of Llama (LlamaForCausalLM), Qwen2 (Qwen2ForCausalLM) and Bloom
- * (BloomForCausalLM) folders of transformers to and from a trident model (issue 17), in
- * trident's layout (hf.h states the mappings; config.json: family_config.c). */
+/* The tensors of Llama (LlamaForCausalLM), Qwen2 (Qwen2ForCausalLM), Bloom
+ * (BloomForCausalLM) and GPT-NeoX (GPTNeoXForCausalLM) folders of transformers to and from a
+ * trident model (issue 17), in trident's layout (hf.h states the mappings; config.json:
+ * family_config.c). */
 #include "hf/hf_internal.h"
 
 #include <ctype.h>
@@ -101,9 +102,70 @@ static int map_bloom(const tr_param_tensor *t, fam_map *m)
     return TR_OK;
 }
 
+/* GPT-NeoX: every tensor in trident's layout (query_key_value's rows, viewed by transformers
+ * as (heads, 3 * head_size), are (head, {q, k, v}, d)) */
+static int map_neox(const tr_param_tensor *t, fam_map *m)
+{
+    static const struct { const char *trident, *hf; } layer[] = {
+        {"ln1.weight", "input_layernorm.weight"},
+        {"ln1.bias", "input_layernorm.bias"},
+        {"qkv.weight", "attention.query_key_value.weight"},
+        {"qkv.bias", "attention.query_key_value.bias"},
+        {"attn_proj.weight", "attention.dense.weight"},
+        {"attn_proj.bias", "attention.dense.bias"},
+        {"ln2.weight", "post_attention_layernorm.weight"},
+        {"ln2.bias", "post_attention_layernorm.bias"},
+        {"fc.weight", "mlp.dense_h_to_4h.weight"},
+        {"fc.bias", "mlp.dense_h_to_4h.bias"},
+        {"fc_proj.weight", "mlp.dense_4h_to_h.weight"},
+        {"fc_proj.bias", "mlp.dense_4h_to_h.bias"}};
+    static const struct { const char *trident, *hf; } top[] = {
+        {"wte", "gpt_neox.embed_in.weight"},
+        {"output_layer", "embed_out.weight"},
+        {"lnf.weight", "gpt_neox.final_layer_norm.weight"},
+        {"lnf.bias", "gpt_neox.final_layer_norm.bias"}};
+    int l = -1, used = 0;
+    m->kind = FAM_SAME, m->n = 1;
+    m->rows[0] = (uint64_t)t->full_rows;
+    m->name[0][0] = '\0';
+    if (sscanf(t->name, "layers.%d.%n", &l, &used) == 1 && used > 0) {
+        for (size_t i = 0; i < sizeof layer / sizeof layer[0]; i++)
+            if (!strcmp(t->name + used, layer[i].trident))
+                snprintf(m->name[0], sizeof m->name[0], "gpt_neox.layers.%d.%s", l, layer[i].hf);
+    } else
+        for (size_t i = 0; i < sizeof top / sizeof top[0]; i++)
+            if (!strcmp(t->name, top[i].trident))
+                snprintf(m->name[0], sizeof m->name[0], "%s", top[i].hf);
+    if (!m->name[0][0])
+        return tr_fail(TR_ERR_INTERNAL, "no GPT-NeoX name for trident tensor '%s'", t->name);
+    return TR_OK;
+}
+
 static int map_family(int family, const tr_param_tensor *t, const tr_gpt_shape *s, fam_map *m)
 {
-    return family == TR_HF_BLOOM ? map_bloom(t, m) : map_llama(t, s, m);
+    return family == TR_HF_BLOOM  ? map_bloom(t, m)
+           : family == TR_HF_NEOX ? map_neox(t, m)
+                                  : map_llama(t, s, m);
+}
+
+/* The name of a family's output head (a tied model's may be in a file: check_tied_head) */
+static const char *head_name(int family)
+{
+    return family == TR_HF_NEOX ? "embed_out.weight" : "lm_head.weight";
+}
+
+/* A buffer (not a parameter) that older checkpoints of the family carry: rotary inverse
+ * frequencies; GPT-NeoX's causal mask and masked_bias (gpt_neox.layers.L.attention.bias,
+ * .masked_bias: Pythia's files, saved before transformers made them non-persistent) */
+static int ignored_buffer(int family, const char *n)
+{
+    size_t len = strlen(n);
+    int l = -1, used = 0;
+    if (len > 9 && !strcmp(n + len - 9, ".inv_freq"))
+        return 1;
+    if (family != TR_HF_NEOX || sscanf(n, "gpt_neox.layers.%d.%n", &l, &used) != 1 || !used)
+        return 0;
+    return !strcmp(n + used, "attention.bias") || !strcmp(n + used, "attention.masked_bias");
 }
 
 /* The set's tensor `name`, a float one of rows x cols (cols 1: a vector). */
@@ -127,8 +189,8 @@ static int find_checked(const tr_st_set *set, const char *dir, const char *name,
     return TR_OK;
 }
 
-/* Every tensor of the set is one the model uses (rotary buffers aside; a tied model's
- * lm_head.weight is checked against the embedding by check_tied_head). */
+/* Every tensor of the set is one the model uses (buffers aside: ignored_buffer; a tied model's
+ * head is checked against the embedding by check_tied_head). */
 static int check_all_used(const tr_st_set *set, const char *dir, tr_gpt *g, int family)
 {
     const tr_gpt_shape *s = tr_gpt_get_shape(g);
@@ -137,8 +199,7 @@ static int check_all_used(const tr_st_set *set, const char *dir, tr_gpt *g, int 
         const tr_st_tensor *st = tr_st_set_at(set, i, &f);
         const char *n = st->name;
         size_t len = strlen(n);
-        if ((!s->untie && !strcmp(n, "lm_head.weight")) ||
-            (len > 9 && !strcmp(n + len - 9, ".inv_freq")))
+        if ((!s->untie && !strcmp(n, head_name(family))) || ignored_buffer(family, n))
             continue;
         int found = 0;
         for (int j = 0; j < tr_gpt_num_tensors(g) && !found; j++) {
@@ -196,7 +257,8 @@ static int load_tensor(const tr_st_set *set, const char *dir, const tr_param_ten
     return rc;
 }
 
-/* A tied model (Bloom; Llama with tie_word_embeddings): lm_head.weight, when a file holds it,
+/* A tied model (Bloom; Llama, GPT-NeoX with tie_word_embeddings): its head (lm_head.weight;
+ * GPT-NeoX's embed_out.weight), when a file holds it,
  * must be the embedding (wte, loaded) in shape and in value as float32, as GPT-2's is
  * (gpt2_load.c); a different head cannot be represented. piece: V x C floats of scratch. */
 static int check_tied_head(const tr_st_set *set, tr_gpt *g, int family, const float *params,
@@ -204,7 +266,8 @@ static int check_tied_head(const tr_st_set *set, tr_gpt *g, int family, const fl
 {
     const tr_gpt_shape *s = tr_gpt_get_shape(g);
     tr_st_file *f = NULL;
-    const tr_st_tensor *head = tr_st_set_find(set, "lm_head.weight", &f);
+    const char *hname = head_name(family);
+    const tr_st_tensor *head = tr_st_set_find(set, hname, &f);
     if (s->untie || !head)
         return TR_OK;
     const tr_param_tensor *wte = NULL;
@@ -219,15 +282,15 @@ static int check_tied_head(const tr_st_set *set, tr_gpt *g, int family, const fl
     const char *emb = m.name[0];
     tr_st_tensor want = {.ndim = 2, .shape = {(uint64_t)s->V, (uint64_t)s->C}};
     if (head->ndim != 2 || head->shape[0] != want.shape[0] || head->shape[1] != want.shape[1])
-        return tr_fail(TR_ERR_INVALID, "%s: lm_head.weight is %s, %s %s: the model of "
-                       "config.json ties the head to the word embedding", tr_st_path(f),
+        return tr_fail(TR_ERR_INVALID, "%s: %s is %s, %s %s: the model of config.json ties "
+                       "the head to the word embedding", tr_st_path(f), hname,
                        st_shape_text(head).text, emb, st_shape_text(&want).text);
     if ((rc = tr_st_read_f32(f, head, piece))) /* (a dtype not a float's refused there) */
         return rc;
     if (memcmp(piece, params + wte->offset, (size_t)s->V * (size_t)s->C * sizeof(float)))
-        return tr_fail(TR_ERR_INVALID, "%s: lm_head.weight differs from %s; the model of "
-                       "config.json ties the head to the word embedding (an untied head cannot "
-                       "be converted)", tr_st_path(f), emb);
+        return tr_fail(TR_ERR_INVALID, "%s: %s differs from %s; the model of config.json "
+                       "ties the head to the word embedding (an untied head cannot be "
+                       "converted)", tr_st_path(f), hname, emb);
     return TR_OK;
 }
 
@@ -235,8 +298,8 @@ int tr_hf_load_family(const char *dir, int family, tr_gpt *g, float *params)
 {
     const tr_gpt_shape *s = tr_gpt_get_shape(g);
     if (s->tp_size != 1 || !s->is_first || !s->is_last)
-        return tr_fail(TR_ERR_INVALID, "Llama / Qwen2 / Bloom folders load into a whole model "
-                       "(one stage, no tensor parallelism)");
+        return tr_fail(TR_ERR_INVALID, "Llama / Qwen2 / Bloom / GPT-NeoX folders load into a "
+                       "whole model (one stage, no tensor parallelism)");
     tr_st_set *set = NULL;
     int rc = tr_st_set_open(dir, &set);
     if (!rc)

@@ -1,5 +1,5 @@
-/* Llama, Qwen2 and Bloom config.json files (issue 17): read into trident's model section and
- * written from it; which family a model is. The tensors: family.c. */
+/* Llama, Qwen2, Bloom and GPT-NeoX config.json files (issue 17): read into trident's model
+ * section and written from it; which family a model is. The tensors: family.c. */
 #include "hf/hf_internal.h"
 
 #include <float.h>
@@ -154,6 +154,95 @@ static int read_bloom(json_t *root, const char *path, tr_model_config *m)
     return rc;
 }
 
+/* key absent (*out = dflt) or a JSON true / false */
+static int get_bool(json_t *root, const char *path, const char *key, int dflt, int *out)
+{
+    json_t *v = json_object_get(root, key);
+    if (v && !json_is_boolean(v))
+        return tr_fail(TR_ERR_INVALID, "%s: %s must be true or false", path, key);
+    *out = v ? json_is_true(v) : dflt;
+    return TR_OK;
+}
+
+/* GPT-NeoX (GPTNeoXForCausalLM: Pythia, GPT-NeoX-20B): LayerNorm, rotary positions over the
+ * first int(head_size * rotary_pct) dimensions of each head, biases on every linear layer, a
+ * GELU MLP of intermediate_size, the parallel residual by default. An absent key takes
+ * transformers 4.38's GPTNeoXConfig default (rotary_pct 0.25, rotary_emb_base 10000,
+ * layer_norm_eps 1e-5, use_parallel_residual true, hidden_act gelu, tie_word_embeddings
+ * false, attention_bias true, 2048 positions); the sizes are required. */
+static int read_neox(json_t *root, const char *path, tr_model_config *m)
+{
+    int rc = get_int(root, path, "num_hidden_layers", -1, &m->num_layers);
+    if (!rc)
+        rc = get_int(root, path, "hidden_size", -1, &m->hidden_size);
+    if (!rc)
+        rc = get_int(root, path, "num_attention_heads", -1, &m->num_attention_heads);
+    if (!rc)
+        rc = get_int(root, path, "intermediate_size", -1, &m->ffn_hidden_size);
+    if (!rc)
+        rc = get_int(root, path, "vocab_size", -1, &m->vocab_size);
+    if (!rc)
+        rc = get_int(root, path, "max_position_embeddings", 2048, &m->max_position_embeddings);
+    if (!rc)
+        rc = get_num(root, path, "layer_norm_eps", 1e-5, &m->layernorm_epsilon);
+    if (!rc)
+        rc = get_num(root, path, "rotary_emb_base", 10000.0, &m->rotary_base);
+    double pct = 0.25;
+    if (!rc)
+        rc = get_num(root, path, "rotary_pct", 0.25, &pct);
+    if (!rc)
+        rc = check_value(root, path, "rope_scaling", json_null(), "no rope scaling in trident");
+    if (!rc)
+        rc = check_value(root, path, "attention_bias", json_true(), "trident's GPT-NeoX has "
+                         "biases on every linear layer (attention_bias false drops those of "
+                         "query_key_value and dense alone)");
+    int parallel = 1, tie = 0;
+    if (!rc)
+        rc = get_bool(root, path, "use_parallel_residual", 1, &parallel);
+    if (!rc)
+        rc = get_bool(root, path, "tie_word_embeddings", 0, &tie);
+    /* transformers' activations: gelu, gelu_python: x Phi(x) (erf); gelu_new,
+     * gelu_pytorch_tanh, gelu_fast, gelu_accurate: the tanh formula (gelu_fast's constant is
+     * sqrt(2/pi) to 10 digits) */
+    json_t *act = json_object_get(root, "hidden_act");
+    const char *a = !act ? "gelu" : json_is_string(act) ? json_string_value(act) : "";
+    int exact = !strcmp(a, "gelu") || !strcmp(a, "gelu_python");
+    if (!rc && !exact && strcmp(a, "gelu_new") && strcmp(a, "gelu_pytorch_tanh") &&
+        strcmp(a, "gelu_fast") && strcmp(a, "gelu_accurate"))
+        rc = tr_fail(TR_ERR_INVALID, "%s: hidden_act is not supported: trident's GPT-NeoX MLP "
+                     "uses GELU, exact (gelu, gelu_python) or the tanh approximation (gelu_new, "
+                     "gelu_pytorch_tanh, gelu_fast, gelu_accurate)", path);
+    /* transformers rotates int(head_size * rotary_pct) dimensions; trident keeps their share
+     * of the head (exact: head_size * rotary_percent is whole, also as the %.9g the
+     * config's text holds) */
+    int hs = m->num_attention_heads > 0 && m->hidden_size % m->num_attention_heads == 0
+                 ? m->hidden_size / m->num_attention_heads
+                 : 0; /* (not dividing: refused by the caller) */
+    if (!rc && hs && pct > 1.0)
+        rc = tr_fail(TR_ERR_INVALID, "%s: rotary_pct must be in (0, 1], not %g", path, pct);
+    if (!rc && hs) {
+        int rot = (int)(hs * pct);
+        char text[40];
+        snprintf(text, sizeof text, "%.9g", (double)rot / hs);
+        double kept = strtod(text, NULL);
+        if (rot < 2 || rot % 2 || hs * kept != (double)rot || (int)(hs * kept) != rot)
+            rc = tr_fail(TR_ERR_INVALID, "%s: rotary_pct %g of the head size %d rotates %d "
+                         "dimensions (int(head_size * rotary_pct)); trident rotates an even "
+                         "number >= 2 that is head_size * a 9-digit share", path, pct, hs, rot);
+        m->rotary_percent = kept;
+    }
+    m->num_query_groups = m->num_attention_heads;
+    m->normalization = "LayerNorm";
+    m->position_embedding_type = "rope";
+    m->swiglu = 0;
+    m->untie_embeddings_and_output_weights = !tie;
+    m->add_bias_linear = 1;
+    m->embedding_layernorm = 0;
+    m->parallel_residual = parallel;
+    m->gelu_approximate = exact ? "none" : "tanh";
+    return rc;
+}
+
 int tr_hf_read_family_config(const char *dir, tr_model_config *m, int *family)
 {
     char path[4200];
@@ -166,6 +255,7 @@ int tr_hf_read_family_config(const char *dir, tr_model_config *m, int *family)
               : !strcmp(type, "llama") || !strcmp(type, "mistral") ? TR_HF_LLAMA
               : !strcmp(type, "qwen2") ? TR_HF_QWEN2
               : !strcmp(type, "bloom") ? TR_HF_BLOOM
+              : !strcmp(type, "gpt_neox") ? TR_HF_NEOX
                                        : TR_HF_GPT2;
     memset(m, 0, sizeof *m);
     m->make_vocab_size_divisible_by = 128;
@@ -174,6 +264,8 @@ int tr_hf_read_family_config(const char *dir, tr_model_config *m, int *family)
         rc = read_llama(root, path, *family == TR_HF_QWEN2, !strcmp(type, "mistral"), m);
     else if (*family == TR_HF_BLOOM)
         rc = read_bloom(root, path, m);
+    else if (*family == TR_HF_NEOX)
+        rc = read_neox(root, path, m);
     if (!rc && *family != TR_HF_GPT2) {
         m->seq_length = tr_model_longest_seq(m);
         if (m->hidden_size % m->num_attention_heads ||
@@ -192,15 +284,22 @@ const char *tr_hf_family_name(int family)
            : family == TR_HF_QWEN2   ? "Qwen2"
            : family == TR_HF_MISTRAL ? "Mistral"
            : family == TR_HF_BLOOM   ? "Bloom"
+           : family == TR_HF_NEOX    ? "GPT-NeoX"
                                      : "GPT-2";
 }
 
-/* Elements of the Llama / Qwen2 / Bloom model of m (a double: any int sizes fit). */
+/* Elements of the Llama / Qwen2 / Bloom / GPT-NeoX model of m (a double: any int sizes fit). */
 static double family_numel(const tr_model_config *m, int family)
 {
     double C = m->hidden_size, V = m->vocab_size, L = m->num_layers;
     if (family == TR_HF_BLOOM) /* embedding, its norm and ln_f; per layer qkv, dense, 4h MLP */
         return V * C + 4 * C + L * (12 * C * C + 13 * C);
+    if (family == TR_HF_NEOX) { /* embed_in (embed_out), final norm; per layer 2 norms, qkv,
+                                 * dense, the MLP of F, their biases */
+        double F = m->ffn_hidden_size;
+        return V * C * (m->untie_embeddings_and_output_weights ? 2 : 1) + 2 * C +
+               L * (4 * C + 4 * C * C + 4 * C + 2 * F * C + F + C);
+    }
     double HS = C / m->num_attention_heads, KV = 2.0 * m->num_query_groups * HS * C;
     double F = m->ffn_hidden_size, qkv_bias = m->add_qkv_bias ? C + KV / C : 0;
     return V * C * (m->untie_embeddings_and_output_weights ? 2 : 1) + C +
@@ -245,6 +344,10 @@ int tr_hf_family_of(const tr_model_config *m)
     if (!s.rmsnorm && s.position == TR_POS_ALIBI && s.embedding_ln && !s.swiglu &&
         !s.no_linear_bias && !s.untie && !s.ffn && !s.query_groups)
         return TR_HF_BLOOM;
+    /* (a NeoX is not a GPT-2: learned positions; not a Llama: RMSNorm; not a Bloom: ALiBi) */
+    if (!s.rmsnorm && s.position == TR_POS_ROPE && !s.swiglu && !s.no_linear_bias &&
+        !s.embedding_ln && !s.query_groups && !m->sliding_window)
+        return TR_HF_NEOX;
     return -1;
 }
 
@@ -282,6 +385,22 @@ int hf_write_family_config(const char *dir, int family, const tr_model_config *m
         if (!own || json_object_update(root, own))
             root = (json_decref(root), NULL);
         json_decref(own);
+    } else if (family == TR_HF_NEOX) {
+        int exact = m->gelu_approximate && !strcmp(m->gelu_approximate, "none");
+        root = json_pack("{s:[s], s:s, s:i, s:i, s:i, s:i, s:i, s:i, s:f, s:f, s:f, s:b, s:b,"
+                         " s:s, s:f, s:f, s:s, s:b, s:f, s:b, s:n}",
+                         "architectures", "GPTNeoXForCausalLM", "model_type", "gpt_neox",
+                         "hidden_size", m->hidden_size, "intermediate_size", tr_model_ffn_hidden(m),
+                         "num_hidden_layers", m->num_layers, "num_attention_heads",
+                         m->num_attention_heads, "max_position_embeddings",
+                         m->max_position_embeddings, "vocab_size", m->vocab_size,
+                         "layer_norm_eps", m->layernorm_epsilon, "rotary_pct", m->rotary_percent,
+                         "rotary_emb_base", m->rotary_base, "use_parallel_residual",
+                         m->parallel_residual != 0, "tie_word_embeddings",
+                         !m->untie_embeddings_and_output_weights, "hidden_act",
+                         exact ? "gelu" : "gelu_pytorch_tanh", "attention_dropout", 0.0,
+                         "hidden_dropout", 0.0, "torch_dtype", dtype, "use_cache", 1,
+                         "initializer_range", 0.02, "attention_bias", 1, "rope_scaling");
     } else
         root = json_pack("{s:[s], s:s, s:i, s:i, s:i, s:i, s:f, s:b, s:f, s:f, s:i, s:b, s:b,"
                          " s:s, s:i, s:f, s:b}",

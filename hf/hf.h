@@ -162,13 +162,21 @@ TR_MUST_CHECK int tr_hf_load_gpt2(const char *dir, tr_gpt *g, float *params);
  * o_proj, down_proj, the norms, embed_tokens, lm_head (output_layer; tied when
  * tie_word_embeddings) the same layout. BloomForCausalLM: every tensor the same layout
  * (query_key_value is already (head, {q, k, v}, d)); word_embeddings_layernorm -> emb_ln;
- * lm_head tied. A tied model's lm_head.weight, when a file holds it, must be the embedding
+ * lm_head tied. GPTNeoXForCausalLM (Pythia): every tensor the same layout as well
+ * (query_key_value viewed as (heads, 3 * head_size) is (head, {q, k, v}, d)): embed_in -> wte,
+ * embed_out -> output_layer (tied: trident untie 0), attention.dense -> attn_proj,
+ * dense_h_to_4h / dense_4h_to_h -> fc / fc_proj, final_layer_norm -> lnf; the buffers older
+ * checkpoints carry (attention.bias, attention.masked_bias, rotary_emb.inv_freq) ignored;
+ * config.json's rotary_pct, rotary_emb_base, use_parallel_residual and hidden_act (gelu:
+ * gelu_approximate none; gelu_new, gelu_pytorch_tanh, gelu_fast: tanh) read into the switches.
+ * A tied model's head (lm_head.weight; GPT-NeoX's embed_out.weight), when a file holds it,
+ * must be the embedding
  * (shape and float32 values, as GPT-2's), else it is refused. Unsupported settings (rope_scaling, attention_bias, pretraining_tp > 1,
  * apply_residual_connection_post_layernorm, hidden_act other than silu) are refused by name. */
-enum { TR_HF_GPT2, TR_HF_LLAMA, TR_HF_BLOOM, TR_HF_QWEN2, TR_HF_MISTRAL };
-/* "GPT-2", "Llama", "Bloom", "Qwen2", "Mistral" */
+enum { TR_HF_GPT2, TR_HF_LLAMA, TR_HF_BLOOM, TR_HF_QWEN2, TR_HF_MISTRAL, TR_HF_NEOX };
+/* "GPT-2", "Llama", "Bloom", "Qwen2", "Mistral", "GPT-NeoX" */
 const char *tr_hf_family_name(int family);
-/* DIR/config.json: *family from model_type ("llama", "qwen2", "bloom"; "mistral" is
+/* DIR/config.json: *family from model_type ("llama", "qwen2", "bloom", "gpt_neox"; "mistral" is
  * TR_HF_LLAMA: the same model when its sliding_window is null or spans
  * max_position_embeddings, exported as a Llama; a shorter window is kept as
  * model.sliding_window, seq_length within it, and exported as a Mistral; a Qwen2 is a Llama
@@ -185,7 +193,9 @@ TR_MUST_CHECK int tr_hf_load_family(const char *dir, int family, tr_gpt *g, floa
 /* Which HF family m is: TR_HF_GPT2, TR_HF_LLAMA (RMSNorm, rope over whole heads, SwiGLU, no
  * biases, no embedding norm; GQA and tying either way), TR_HF_QWEN2 (the same with
  * add_qkv_bias), TR_HF_MISTRAL (a Llama with model.sliding_window), TR_HF_BLOOM (LayerNorm, ALiBi,
- * embedding norm, biases, GELU 4h, tied), or -1 when transformers has no such model. */
+ * embedding norm, biases, GELU 4h, tied), TR_HF_NEOX (LayerNorm, rope over any even share of
+ * the head, biases, GELU MLP of any width, no GQA, no embedding norm, either residual and
+ * GELU, tied or not), or -1 when transformers has no such model. */
 int tr_hf_family_of(const tr_model_config *m);
 
 /* ------------------------------------------------------------------ conversion */

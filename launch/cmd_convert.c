@@ -20,10 +20,10 @@ static void convert_usage(FILE *f)
             "usage: trident convert --from hf --input HF_DIR --output CKPT_DIR\n"
             "       trident convert --to hf --input CKPT_DIR --output HF_DIR [options]\n"
             "\n"
-            "Converts GPT-2, Llama, Qwen2 and Bloom checkpoints between Hugging Face\n"
-            "transformers (GPT2LMHeadModel, LlamaForCausalLM (and Mistral), Qwen2ForCausalLM,\n"
-            "BloomForCausalLM: config.json and model.safetensors, or\n"
-            "model.safetensors.index.json and its shards) and trident.\n"
+            "Converts GPT-2, Llama, Qwen2, Bloom and GPT-NeoX checkpoints between Hugging\n"
+            "Face transformers (GPT2LMHeadModel, LlamaForCausalLM (and Mistral),\n"
+            "Qwen2ForCausalLM, BloomForCausalLM, GPTNeoXForCausalLM (Pythia): config.json and\n"
+            "model.safetensors, or model.safetensors.index.json and its shards) and trident.\n"
             "\n"
             "  --from hf   HF_DIR -> a trident checkpoint of the weights alone (CKPT_DIR/release,\n"
             "              the tracker saying 'release'): set checkpoint.load to CKPT_DIR and the\n"
@@ -45,13 +45,14 @@ static void convert_usage(FILE *f)
             "  --eos-id ID            --to hf: bos_token_id and eos_token_id (default null)\n"
             "  --config FILE          --to hf: the run's config; its model section's switches\n"
             "                         (Llama: RMSNorm, rope, swiglu, ...; Qwen2: a Llama with\n"
-            "                         add_qkv_bias; Bloom: alibi, embedding_layernorm) say\n"
+            "                         add_qkv_bias; Bloom: alibi, embedding_layernorm;\n"
+            "                         GPT-NeoX: LayerNorm, rope, parallel_residual, ...) say\n"
             "                         which model to write (default: the checkpoint\n"
             "                         manifest's family line; GPT-2 for one written before\n"
-            "                         it). --from hf reads GPT-2, Llama, Qwen2 and Bloom\n"
-            "                         folders. Its data.tokenizer's files go into the folder\n"
-            "                         too (tokenizer.json and a tokenizer_config.json beside\n"
-            "                         it, or vocab.json + merges.txt).\n"
+            "                         it). --from hf reads GPT-2, Llama, Qwen2, Bloom and\n"
+            "                         GPT-NeoX folders. Its data.tokenizer's files go into the\n"
+            "                         folder too (tokenizer.json and a tokenizer_config.json\n"
+            "                         beside it, or vocab.json + merges.txt).\n"
             "  --merge-lora           --to hf with --config of a LoRA run (finetune.lora,\n"
             "                         finetune.load): the base with the adapters merged in\n"
             "  --adapters-only        --to hf of a LoRA run's checkpoint: PEFT's\n"
@@ -120,6 +121,13 @@ static void print_model_section(const tr_model_config *m)
         printf("  sliding_window: %d\n", m->sliding_window);
     if (m->normalization && !strcmp(m->position_embedding_type, "rope"))
         printf("  rotary_base: %.9g\n", m->rotary_base);
+    if (m->normalization && !strcmp(m->position_embedding_type, "rope") &&
+        m->rotary_percent != 1.0) /* GPT-NeoX's rotary_pct */
+        printf("  rotary_percent: %.9g\n", m->rotary_percent);
+    if (m->normalization && m->parallel_residual)
+        printf("  parallel_residual: true\n");
+    if (m->normalization && m->gelu_approximate && !strcmp(m->gelu_approximate, "none"))
+        printf("  gelu_approximate: none\n");
 }
 
 /* The config of the LoRA run that saved checkpoint folder dir, from its manifest alone: the

@@ -3,8 +3,8 @@
  * family from the checkpoint's manifest). What trident imports it must export: an import that
  * succeeds and an export that fails aborts, and every tensor of the input must come back as
  * the same float32 values (F16 and BF16 inputs: their float32 values), bit for bit, except
- * what the export leaves out on purpose (a tied lm_head, rotary inv_freq and GPT-2's
- * causal-mask buffers); names the input gives without transformers' prefix are looked for
+ * what the export leaves out on purpose (a tied lm_head or embed_out, rotary inv_freq and
+ * GPT-2's and GPT-NeoX's causal-mask buffers); names the input gives without transformers' prefix are looked for
  * with it. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -13,11 +13,14 @@
 #include "hf/hf.h"
 #include "fuzz.h"
 
-/* a tensor an import reads or skips and the export need not write */
+/* a tensor an import reads or skips and the export need not write (GPT-NeoX's tied head
+ * embed_out.weight, its causal-mask buffers attention.bias and attention.masked_bias) */
 static int left_out(const char *name)
 {
-    return !strcmp(name, "lm_head.weight") || strstr(name, "inv_freq") ||
-           strstr(name, "attn.bias") || strstr(name, "attn.masked_bias");
+    return !strcmp(name, "lm_head.weight") || !strcmp(name, "embed_out.weight") ||
+           strstr(name, "inv_freq") || strstr(name, "attn.bias") ||
+           strstr(name, "attn.masked_bias") || strstr(name, "attention.bias") ||
+           strstr(name, "attention.masked_bias");
 }
 
 /* the exported tensor of an input name, which the input may give without the model's prefix

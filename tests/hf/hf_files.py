@@ -40,6 +40,8 @@ def encode(values, dtype):
         return struct.pack(f"<{len(values)}q", *(int(v) for v in values))
     if dtype == "F64":
         return struct.pack(f"<{len(values)}d", *values)
+    if dtype == "BOOL":
+        return struct.pack(f"<{len(values)}?", *(bool(v) for v in values))
     raise ValueError(dtype)
 
 

@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""`trident convert` of Llama and Bloom folders end to end without PyTorch (it runs in the
+"""`trident convert` of Llama, Bloom and GPT-NeoX folders end to end without PyTorch (it runs in the
 sanitizer build too; the folders are written by hf_files.py):
   - a Llama (grouped K/V heads, untied head) HF -> trident -> HF bit for bit, with --config
     and from the manifest's family line alone; rms_norm_eps kept; generate from it; the same
@@ -9,7 +9,12 @@ sanitizer build too; the folders are written by hf_files.py):
     -> HF bit for bit from the manifest alone, its window switch read, its bad inputs refused;
   - every Llama config and tensor trident does not take refused with exit 2 naming the cause;
   - Bloom with and without lm_head.weight; the bad inputs a fuzzer found in both families;
-  - a Llama config of max_position_embeddings 2^26 imports and exports in little memory (peak RSS).
+  - a Llama config of max_position_embeddings 2^26 imports and exports in little memory (peak RSS);
+  - GPT-NeoX (Pythia's parallel residual and exact GELU, with the buffers older files carry; and
+    the sequential residual, a tanh GELU, tied) HF -> trident -> HF bit for bit from the manifest
+    alone, the switches printed and in the family line, generate of both, every hidden_act
+    read, the settings trident lacks and foreign or missing tensors refused, corrupt family
+    line ends refused.
 usage: test_convert_families_cli.py TRIDENT WORKDIR"""
 import json
 import os
@@ -191,7 +196,7 @@ refused("an export with --config of a model transformers lacks",
             position_embedding_type="alibi", swiglu=True, ffn_hidden_size=48,
             untie_embeddings_and_output_weights=True, add_bias_linear=False),
             training=dict(micro_batch_size=1, train_iters=1, lr=1e-3), data=dict(data_path="unused"))],
-        bad_out, "neither GPT-2, Llama, Qwen2 nor Bloom")
+        bad_out, "neither GPT-2, Llama, Qwen2, Bloom nor GPT-NeoX")
 
 # ---------------------------------------------------------------- Llama and Bloom: bad inputs a fuzzer found
 BC = {"architectures": ["BloomForCausalLM"], "model_type": "bloom", "hidden_size": C, "n_layer": L, "n_head": NH,
@@ -397,4 +402,184 @@ ok = rc == 0 and 0 < mb < 400 and \
     st_read(os.path.join(back_long, "model.safetensors")) == st_read(os.path.join(long_ctx, "model.safetensors"))
 tt.check(f"... and exported back in {mb:.0f} MB peak RSS, max_position_embeddings and the weights kept", ok,
          f"exit {rc}, {mb:.0f} MB: {se}")
+
+# ---------------------------------------------------------------- GPT-NeoX (Pythia) folders
+NF = 48
+NC = {"architectures": ["GPTNeoXForCausalLM"], "model_type": "gpt_neox", "hidden_size": C, "intermediate_size": NF,
+      "num_hidden_layers": L, "num_attention_heads": NH, "max_position_embeddings": P, "vocab_size": V,
+      "rotary_pct": 0.25, "rotary_emb_base": 10000, "layer_norm_eps": 1e-5, "use_parallel_residual": True,
+      "hidden_act": "gelu", "tie_word_embeddings": False, "attention_bias": True, "rope_scaling": None}
+
+
+def neox_tensors(head=True, buffers=False):
+    """A GPTNeoXForCausalLM's tensors; buffers: the causal mask (BOOL), masked_bias and inv_freq
+    each layer of an older checkpoint (Pythia's) carries."""
+    t = [("gpt_neox.embed_in.weight", "F32", (V, C), rand(V * C))]
+    for i in range(L):
+        h = f"gpt_neox.layers.{i}."
+        t += [(h + "input_layernorm.weight", "F32", (C,), rand(C, 2)), (h + "input_layernorm.bias", "F32", (C,), rand(C)),
+              (h + "post_attention_layernorm.weight", "F32", (C,), rand(C, 2)),
+              (h + "post_attention_layernorm.bias", "F32", (C,), rand(C)),
+              (h + "attention.query_key_value.weight", "F32", (3 * C, C), rand(3 * C * C)),
+              (h + "attention.query_key_value.bias", "F32", (3 * C,), rand(3 * C)),
+              (h + "attention.dense.weight", "F32", (C, C), rand(C * C)),
+              (h + "attention.dense.bias", "F32", (C,), rand(C)),
+              (h + "mlp.dense_h_to_4h.weight", "F32", (NF, C), rand(NF * C)),
+              (h + "mlp.dense_h_to_4h.bias", "F32", (NF,), rand(NF)),
+              (h + "mlp.dense_4h_to_h.weight", "F32", (C, NF), rand(NF * C)),
+              (h + "mlp.dense_4h_to_h.bias", "F32", (C,), rand(C))]
+        if buffers:
+            t += [(h + "attention.bias", "BOOL", (1, 1, P, P), [r >= c for r in range(P) for c in range(P)]),
+                  (h + "attention.masked_bias", "F32", (), [-1e9]),
+                  (h + "attention.rotary_emb.inv_freq", "F32", (1,), [1.0])]
+    t += [("gpt_neox.final_layer_norm.weight", "F32", (C,), rand(C, 2)),
+          ("gpt_neox.final_layer_norm.bias", "F32", (C,), rand(C))]
+    return t + ([("embed_out.weight", "F32", (V, C), rand(V * C))] if head else [])
+
+
+def params_only(path):
+    return {k: v for k, v in st_read(path).items()
+            if not k.endswith((".attention.bias", ".masked_bias", ".inv_freq"))}
+
+
+nt = neox_tensors(buffers=True)
+dn = hf_folder("neox", nt, NC)
+ck_neox = os.path.join(work, "ck-neox")
+rc, so, se = convert("--from", "hf", "--input", dn, "--output", ck_neox)
+tt.check("GPT-NeoX (Pythia's: parallel residual, exact GELU, rotary_pct 0.25, untied, the buffers of older files): "
+         "imported, its switches printed",
+         rc == 0 and all(k in so for k in ("normalization: LayerNorm", "position_embedding_type: rope",
+                                          "rotary_percent: 0.25", "parallel_residual: true",
+                                          "gelu_approximate: none", f"ffn_hidden_size: {NF}",
+                                          "untie_embeddings_and_output_weights: true", "add_bias_linear: true")),
+         se + so)
+manifest = open(os.path.join(ck_neox, "release", "manifest.txt")).read() if rc == 0 else ""
+fam = [line for line in manifest.splitlines() if line.startswith("family ")]
+tt.check("GPT-NeoX: the manifest's family line: rotary_dims 2, ends with parallel_residual 1 gelu_exact 1",
+         len(fam) == 1 and " rotary_dims 2 " in fam[0] and fam[0].endswith(" parallel_residual 1 gelu_exact 1"),
+         manifest[:600])
+ncfg = tt.write_config(os.path.join(work, "neox.yaml"),
+    model=dict(num_layers=L, hidden_size=C, num_attention_heads=NH, seq_length=P, max_position_embeddings=P,
+               vocab_size=V, normalization="LayerNorm", position_embedding_type="rope", rotary_percent=0.25,
+               ffn_hidden_size=NF, untie_embeddings_and_output_weights=True, parallel_residual=True,
+               gelu_approximate="none"),
+    training=dict(micro_batch_size=1, train_iters=1, lr=1e-3), data=dict(data_path="unused"))
+back_n = os.path.join(work, "neox-back")
+rc, so, se = convert("--to", "hf", "--input", ck_neox, "--output", back_n)
+ncfg_out = json.load(open(os.path.join(back_n, "config.json"))) if rc == 0 else {}
+want = {"model_type": "gpt_neox", "architectures": ["GPTNeoXForCausalLM"], "use_parallel_residual": True,
+        "hidden_act": "gelu", "rotary_pct": 0.25, "rotary_emb_base": 10000, "tie_word_embeddings": False,
+        "intermediate_size": NF, "layer_norm_eps": 1e-5, "attention_bias": True, "rope_scaling": None}
+tt.check("GPT-NeoX: HF -> trident -> HF from the manifest alone is bit-exact (the buffers left out), "
+         "a GPTNeoXForCausalLM of the same switches",
+         rc == 0 and st_read(os.path.join(back_n, "model.safetensors")) == params_only(os.path.join(dn, "model.safetensors"))
+         and all(ncfg_out.get(k) == v for k, v in want.items()),
+         f"{se}\n{ {k: ncfg_out.get(k) for k in want} }")
+back_n2 = os.path.join(work, "neox-back-config")
+rc, so, se = convert("--to", "hf", "--input", ck_neox, "--output", back_n2, "--config", ncfg)
+tt.check("GPT-NeoX: the export with --config gives the same files",
+         rc == 0 and all(open(os.path.join(back_n, f), "rb").read() == open(os.path.join(back_n2, f), "rb").read()
+                         for f in ("model.safetensors", "config.json")), se)
+for what, where in (("the checkpoint without --config", ck_neox), ("the HF folder", dn)):
+    rc, so, se = tt.outputs([trident, "generate", where, "--prompt-ids", "1,2,3", "--max-new-tokens", "3",
+                             "--temperature", "0"])
+    tt.check(f"generate from {what} (GPT-NeoX): exit 0", rc == 0, se)
+# the sequential residual, a tanh GELU and a tied head (no embed_out.weight; or one equal to embed_in)
+NC2 = dict(NC, use_parallel_residual=False, hidden_act="gelu_new", tie_word_embeddings=True, rotary_pct=0.5)
+nt2 = neox_tensors(head=False)
+dn2 = hf_folder("neox-seq", nt2, NC2)
+ck_neox2 = os.path.join(work, "ck-neox-seq")
+rc, so, se = convert("--from", "hf", "--input", dn2, "--output", ck_neox2)
+manifest = open(os.path.join(ck_neox2, "release", "manifest.txt")).read() if rc == 0 else ""
+fam = [line for line in manifest.splitlines() if line.startswith("family ")]
+tt.check("GPT-NeoX (sequential residual, gelu_new, tied, rotary_pct 0.5): imported, neither switch printed "
+         "nor in the manifest, rotary_dims 4",
+         rc == 0 and "parallel_residual" not in so and "gelu_approximate" not in so and "rotary_percent: 0.5" in so
+         and "untie_embeddings_and_output_weights: false" in so and len(fam) == 1 and " rotary_dims 4 " in fam[0]
+         and fam[0].endswith(" eps 1e-05"), se + so + manifest[:600])
+back_n3 = os.path.join(work, "neox-seq-back")
+rc, so, se = convert("--to", "hf", "--input", ck_neox2, "--output", back_n3)
+c3 = json.load(open(os.path.join(back_n3, "config.json"))) if rc == 0 else {}
+tt.check("GPT-NeoX sequential, tied: HF -> trident -> HF from the manifest alone is bit-exact (no embed_out), "
+         "use_parallel_residual false, hidden_act gelu_pytorch_tanh, tie_word_embeddings true",
+         rc == 0 and st_read(os.path.join(back_n3, "model.safetensors")) == st_read(os.path.join(dn2, "model.safetensors"))
+         and c3.get("use_parallel_residual") is False and c3.get("hidden_act") == "gelu_pytorch_tanh"
+         and c3.get("tie_word_embeddings") is True and c3.get("rotary_pct") == 0.5, f"{se}\n{c3}")
+for act in ("gelu_pytorch_tanh", "gelu_fast", "gelu_accurate"):
+    ck_a = os.path.join(work, "ck-neox-act-" + act)
+    rc, so, se = convert("--from", "hf", "--input", hf_folder("neox-act", nt2, dict(NC2, hidden_act=act)),
+                         "--output", ck_a)
+    tt.check(f"GPT-NeoX with hidden_act {act} (the tanh formula): the gelu_new import's checkpoint",
+             rc == 0 and same_checkpoint(ck_neox2, ck_a), se)
+ck_a = os.path.join(work, "ck-neox-gelu-python")
+rc, so, se = convert("--from", "hf", "--input", hf_folder("neox-act", nt2, dict(NC2, hidden_act="gelu_python")),
+                     "--output", ck_a)
+tt.check("GPT-NeoX with hidden_act gelu_python: the exact GELU", rc == 0 and "gelu_approximate: none" in so, se)
+ck_n2h = os.path.join(work, "ck-neox-seq-head")
+rc, so, se = convert("--from", "hf", "--input",
+                     hf_folder("neox-seq-head", nt2 + [("embed_out.weight", "F32", (V, C), nt2[0][3])], NC2),
+                     "--output", ck_n2h)
+tt.check("GPT-NeoX tied with embed_out.weight equal to embed_in: imported, the same checkpoint",
+         rc == 0 and same_checkpoint(ck_neox2, ck_n2h), se)
+# what trident cannot represent, and files that are not the model config.json describes
+nt_plain = neox_tensors()
+for what, tensors, config, cause in [
+    ("rope scaling", nt_plain, dict(NC, rope_scaling={"type": "linear", "factor": 2.0}), "rope_scaling"),
+    ("hidden_act relu", nt_plain, dict(NC, hidden_act="relu"), "hidden_act is not supported"),
+    ("hidden_act quick_gelu", nt_plain, dict(NC, hidden_act="quick_gelu"), "hidden_act is not supported"),
+    ("hidden_act 7", nt_plain, dict(NC, hidden_act=7), "hidden_act is not supported"),
+    ("rotary_pct 0.375 (3 rotated dimensions of 8: odd)", nt_plain, dict(NC, rotary_pct=0.375),
+     "rotary_pct 0.375 of the head size 8 rotates 3"),
+    ("rotary_pct 0.1 (0 rotated dimensions)", nt_plain, dict(NC, rotary_pct=0.1), "rotates 0"),
+    ("rotary_pct 1.5", nt_plain, dict(NC, rotary_pct=1.5), "rotary_pct must be in (0, 1]"),
+    ("rotary_pct 0", nt_plain, dict(NC, rotary_pct=0), "rotary_pct must be a positive number"),
+    ("rotary_pct a string", nt_plain, dict(NC, rotary_pct="0.25"), "rotary_pct must be a positive number"),
+    ("rotary_emb_base 0", nt_plain, dict(NC, rotary_emb_base=0), "rotary_emb_base must be a positive number"),
+    ("attention_bias false", nt_plain, dict(NC, attention_bias=False), "attention_bias is not supported"),
+    ("use_parallel_residual 'yes'", nt_plain, dict(NC, use_parallel_residual="yes"),
+     "use_parallel_residual must be true or false"),
+    ("tie_word_embeddings 1", nt_plain, dict(NC, tie_word_embeddings=1), "tie_word_embeddings must be true or false"),
+    ("heads that do not divide the hidden size", nt_plain, dict(NC, num_attention_heads=5), "do not divide"),
+    ("no intermediate_size", nt_plain, {k: v for k, v in NC.items() if k != "intermediate_size"},
+     "intermediate_size is missing"),
+    ("an unknown tensor", nt_plain + [("gpt_neox.layers.0.attention.extra", "F32", (2,), [0.0, 1.0])], NC,
+     "'gpt_neox.layers.0.attention.extra' is not part of the GPT-NeoX model"),
+    ("a mask buffer outside a layer", nt_plain + [("gpt_neox.attention.bias", "BOOL", (2,), [1, 1])], NC,
+     "'gpt_neox.attention.bias' is not part of the GPT-NeoX model"),
+    ("an lm_head.weight (GPT-NeoX's head is embed_out)", nt_plain + [("lm_head.weight", "F32", (V, C), rand(V * C))],
+     NC, "'lm_head.weight' is not part of the GPT-NeoX model"),
+    ("a missing dense bias", [t for t in nt_plain if t[0] != "gpt_neox.layers.1.attention.dense.bias"], NC,
+     "no tensor 'gpt_neox.layers.1.attention.dense.bias'"),
+    ("no embed_out.weight (untied)", [t for t in nt_plain if t[0] != "embed_out.weight"], NC,
+     "no tensor 'embed_out.weight'"),
+    ("a dense_h_to_4h of 4h rows (config says 48)",
+     [(n, dt, (4 * C, C), rand(4 * C * C)) if n.endswith("0.mlp.dense_h_to_4h.weight") else (n, dt, sh, v)
+      for n, dt, sh, v in nt_plain], NC, "'gpt_neox.layers.0.mlp.dense_h_to_4h.weight' is [128, 32]"),
+    ("a tied embed_out.weight of other values", nt2 + [("embed_out.weight", "F32", (V, C), rand(V * C))], NC2,
+     "embed_out.weight differs from gpt_neox.embed_in.weight"),
+    ("a tied embed_out.weight of shape [3]", nt2 + [("embed_out.weight", "F32", (3,), [0.0, 1.0, 2.0])], NC2,
+     "embed_out.weight is [3], gpt_neox.embed_in.weight [50, 32]"),
+    ("config.json of 4194304 layers", nt_plain, dict(NC, num_hidden_layers=1 << 22),
+     "config.json describes a GPT-NeoX model"),
+]:
+    d = hf_folder("bad-neox", tensors, config)
+    out = os.path.join(work, "bad-out")
+    refused(f"GPT-NeoX: {what}", ["--from", "hf", "--input", d, "--output", out], out, cause)
+# the family line's GPT-NeoX end: " parallel_residual 1" then " gelu_exact 1", each once
+ntext = open(os.path.join(ck_neox, "release", "manifest.txt")).read()
+for what, old, new in (("gelu_exact 2", " gelu_exact 1", " gelu_exact 2"),
+                       ("parallel_residual 1 parallel_residual 1", " parallel_residual 1",
+                        " parallel_residual 1 parallel_residual 1"),
+                       ("gelu_exact 1 parallel_residual 1 (the wrong order)", " parallel_residual 1 gelu_exact 1",
+                        " gelu_exact 1 parallel_residual 1"),
+                       ("parallel_residual 0", " parallel_residual 1", " parallel_residual 0"),
+                       ("gelu_exact 1 and more", " gelu_exact 1", " gelu_exact 1 x")):
+    ck_bad = os.path.join(work, "ck-neox-bad")
+    shutil.rmtree(ck_bad, ignore_errors=True)
+    shutil.copytree(ck_neox, ck_bad)
+    mpath = os.path.join(ck_bad, "release", "manifest.txt")
+    tt.write(mpath, ntext.replace(old, new))
+    refused(f"a GPT-NeoX checkpoint whose manifest says {what}",
+            ["--to", "hf", "--input", ck_bad, "--output", os.path.join(work, "neox-out")],
+            os.path.join(work, "neox-out"), "parallel_residual 1, gelu_exact 1", [mpath])
 tt.finish("convert-families-cli: all checks passed")
