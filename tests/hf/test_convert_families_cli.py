@@ -14,7 +14,8 @@ sanitizer build too; the folders are written by hf_files.py):
     the sequential residual, a tanh GELU, tied) HF -> trident -> HF bit for bit from the manifest
     alone, the switches printed and in the family line, generate of both, every hidden_act
     read, the settings trident lacks and foreign or missing tensors refused, corrupt family
-    line ends refused.
+    line ends refused; configs/pythia-410m.yaml and pythia-1.4b.yaml: the release's parameter
+    count in trident plan.
 usage: test_convert_families_cli.py TRIDENT WORKDIR"""
 import json
 import os
@@ -582,4 +583,19 @@ for what, old, new in (("gelu_exact 2", " gelu_exact 1", " gelu_exact 2"),
     refused(f"a GPT-NeoX checkpoint whose manifest says {what}",
             ["--to", "hf", "--input", ck_bad, "--output", os.path.join(work, "neox-out")],
             os.path.join(work, "neox-out"), "parallel_residual 1, gelu_exact 1", [mpath])
+# the shipped Pythia configs: the planner's parameter count is the release's (its JSON prints 9
+# digits: one layer and the rest by the per-layer difference, exact)
+root = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
+for cfg_name, release in (("pythia-410m.yaml", 405_334_016), ("pythia-1.4b.yaml", 1_414_647_808)):
+    counts = []
+    for layers in (1, 2):
+        rc, so, se = tt.outputs([trident, "plan", os.path.join(root, "configs", cfg_name), "--json", "--set",
+                                 f"model.num_layers={layers}"])
+        counts.append(json.loads(so)["parameters"] if rc == 0 else None)
+    rc, so, se = tt.outputs([trident, "plan", os.path.join(root, "configs", cfg_name), "--json"])
+    whole = json.loads(so)["parameters"] if rc == 0 else None
+    total = counts[0] + 23 * (counts[1] - counts[0]) if None not in counts else None
+    tt.check(f"configs/{cfg_name}: trident plan counts the release's {release:,} parameters",
+             total == release and whole is not None and f"{whole:.9g}" == f"{release:.9g}",
+             f"1 layer {counts[0]}, 2 layers {counts[1]} -> 24 layers {total}; the whole config {whole}; {se}")
 tt.finish("convert-families-cli: all checks passed")
