@@ -13,7 +13,8 @@ and every gradient, in one process and in D2xT2xP2 with sequence parallelism, ma
 transformers' on the same batch (loss 1e-5 relative, gradients relative L2 1e-4); and
 `trident convert --to hf --config` of the import is bit-exact to transformers' files and loads
 with from_pretrained (no missing or unexpected keys) to the same logits; greedy `trident
-generate` of the HF folder and of the import gives transformers' generate's tokens.
+generate` of the HF folder and of the import gives transformers' generate's tokens; for the
+GPT-NeoX folders `trident eval --input` (windows of T, stride T/2) gives transformers' nll.
 usage: test_hf_family_oracle.py TRIDENT HF_PROBE WORKDIR VENV [--quick]
 --quick: the one-process run only (the D2xT2xP2 run is the layout matrix's job too)."""
 import json
@@ -244,6 +245,30 @@ for name, model, hf_grad, keys, n_tensors in families:
         ours = json.loads(so)["generated_ids"] if rc == 0 else None
         tt.check(f"{name}: greedy trident generate of {what} = transformers' generate (12 tokens)",
                  ours == theirs, f"exit {rc} {se[-300:]}\ntrident      {ours}\ntransformers {theirs}")
+    if "neox" in name:  # trident eval of the folder: the perplexity recipe's windows, bytes as tokens
+        text_file = os.path.join(work, "eval.txt")
+        text = "the rotary query heads of a parallel residual group; " * 3
+        tt.write(text_file, text)
+        ids = list(text.encode())
+        nll, n_tok, prev_end = 0.0, 0, 0
+        with torch.no_grad():
+            for begin in range(0, len(ids), T // 2):
+                end = min(begin + T, len(ids))
+                lp = F.log_softmax(model(torch.tensor([ids[begin:end]])).logits[0].double(), -1)
+                for j in range(max(begin + 1, prev_end), end):
+                    nll -= lp[j - 1 - begin, ids[j]].item()
+                    n_tok += 1
+                prev_end = end
+                if end == len(ids):
+                    break
+        rc, so, se = tt.outputs([trident, "eval", src, "--input", text_file, "--context", str(T), "--stride",
+                                 str(T // 2), "--json"], timeout=120)
+        got = (json.loads(so[so.index("{"):]).get("perplexity") or {}) if rc == 0 and "{" in so else {}
+        rel = abs(got.get("nll_sum", float("inf")) - nll) / nll
+        tt.check(f"{name}: trident eval of the HF folder ({n_tok} tokens in windows of {T}, stride {T // 2}) "
+                 f"= transformers' nll", got.get("tokens") == n_tok and rel <= 1e-5,
+                 f"exit {rc} {se[-300:]}\ntrident {got}\ntransformers tokens {n_tok} nll_sum {nll:.6f}; "
+                 f"relative {rel:.1e}", show=True)
     back = os.path.join(work, name + "-back")
     rc, _, err = tt.outputs([trident, "convert", "--to", "hf", "--input", ck, "--output", back, "--config", cfg],
                             timeout=300)
