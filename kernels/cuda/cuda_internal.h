@@ -181,6 +181,15 @@ void cu_gelu_backward(tr_stream s, float *dinp, const float *inp, const float *d
 void cu_gelu_backward16(tr_stream s, uint16_t *dinp16, float *dbias, const float *inp,
                         const uint16_t *inp16, const float *dout, const uint16_t *dout16, int N,
                         int C);
+/* the exact GELU's four (kernels.h's gelu_exact_*: x normcdff(x)) */
+void cu_gelu_exact_forward(tr_stream s, float *out, const float *inp, size_t n);
+void cu_gelu_exact_backward(tr_stream s, float *dinp, const float *inp, const float *dout,
+                            size_t n);
+void cu_gelu_exact_forward16(tr_stream s, uint16_t *out16, const float *inp,
+                             const uint16_t *inp16, size_t n);
+void cu_gelu_exact_backward16(tr_stream s, uint16_t *dinp16, float *dbias, const float *inp,
+                              const uint16_t *inp16, const float *dout, const uint16_t *dout16,
+                              int N, int C);
 /* C[r, c] = beta * C[r, c] for a rows x cols block with row stride ldc (beta 0 writes 0). */
 void cu_scale_2d(cudaStream_t st, float *C, int rows, int cols, int ldc, float beta);
 /* Pack a rows x cols block (row stride ld) into contiguous bf16 (row stride cols). */

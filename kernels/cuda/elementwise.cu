@@ -110,24 +110,6 @@ __device__ __forceinline__ float gelu(float x)
     return x / (1.0f + expf(-2.0f * u));
 }
 
-__global__ void gelu_forward_kernel(float *out, const float *inp, size_t n)
-{
-    TR_CU_GRID_STRIDE(i, n)
-    out[i] = gelu(inp[i]);
-}
-
-// an input element as fp32: fp32 storage, or bf16 (kernels.h's inp16)
-__device__ __forceinline__ float widen(float x) { return x; }
-__device__ __forceinline__ float widen(uint16_t x) { return bf16_to_f32(x); }
-
-// the same stored bf16 (kernels.h's gelu_forward16), from an fp32 or a bf16 input
-template <class In>
-__global__ void gelu_forward16_kernel(uint16_t *out16, const In *inp, size_t n)
-{
-    TR_CU_GRID_STRIDE(i, n)
-    out16[i] = bf16_from_f32(gelu(widen(inp[i])));
-}
-
 // d gelu(x) / dx
 __device__ __forceinline__ float gelu_grad(float x)
 {
@@ -137,21 +119,55 @@ __device__ __forceinline__ float gelu_grad(float x)
     return sg + 2.0f * x * sg * (1.0f - sg) * du;
 }
 
-__global__ void gelu_backward_kernel(float *dinp, const float *inp, const float *dout, size_t n)
+// The GELU of either kind (kernels.h): Exact, x Phi(x) (gelu_exact_*, GPT-NeoX's), with
+// gelu'(x) = Phi(x) + x phi(x); else the tanh approximation above.
+template <bool Exact>
+__device__ __forceinline__ float gelu_value(float x)
 {
-    TR_CU_GRID_STRIDE(i, n) dinp[i] = gelu_grad(inp[i]) * dout[i];
+    return Exact ? x * normcdff(x) : gelu(x);
 }
 
-template <class In, class Dout>
+template <bool Exact>
+__device__ __forceinline__ float gelu_slope(float x)
+{
+    return Exact ? normcdff(x) + x * 0.39894228040143268f * expf(-0.5f * x * x) : gelu_grad(x);
+}
+
+template <bool Exact>
+__global__ void gelu_forward_kernel(float *out, const float *inp, size_t n)
+{
+    TR_CU_GRID_STRIDE(i, n)
+    out[i] = gelu_value<Exact>(inp[i]);
+}
+
+// an input element as fp32: fp32 storage, or bf16 (kernels.h's inp16)
+__device__ __forceinline__ float widen(float x) { return x; }
+__device__ __forceinline__ float widen(uint16_t x) { return bf16_to_f32(x); }
+
+// the same stored bf16 (kernels.h's gelu_forward16), from an fp32 or a bf16 input
+template <bool Exact, class In>
+__global__ void gelu_forward16_kernel(uint16_t *out16, const In *inp, size_t n)
+{
+    TR_CU_GRID_STRIDE(i, n)
+    out16[i] = bf16_from_f32(gelu_value<Exact>(widen(inp[i])));
+}
+
+template <bool Exact>
+__global__ void gelu_backward_kernel(float *dinp, const float *inp, const float *dout, size_t n)
+{
+    TR_CU_GRID_STRIDE(i, n) dinp[i] = gelu_slope<Exact>(inp[i]) * dout[i];
+}
+
+template <bool Exact, class In, class Dout>
 __global__ void gelu_backward16_kernel(uint16_t *dinp16, const In *inp, const Dout *dout,
                                        size_t n)
 {
     TR_CU_GRID_STRIDE(i, n)
-    dinp16[i] = bf16_from_f32(__fmul_rn(gelu_grad(widen(inp[i])), widen(dout[i])));
+    dinp16[i] = bf16_from_f32(__fmul_rn(gelu_slope<Exact>(widen(inp[i])), widen(dout[i])));
 }
 
 // gelu'(inp[i]) dout[i], stored bf16 in dinp16[i] (kernels.h's gelu_backward16)
-template <class In, class Dout>
+template <bool Exact, class In, class Dout>
 struct gelu_backward_value {
     const In *inp;
     const Dout *dout;
@@ -160,7 +176,7 @@ struct gelu_backward_value {
     {
         /* (__fmul_rn: never fused with the column sum's add, so the sum is of the stored
          * product, bias_backward's bits) */
-        float d = __fmul_rn(gelu_grad(widen(inp[i])), widen(dout[i]));
+        float d = __fmul_rn(gelu_slope<Exact>(widen(inp[i])), widen(dout[i]));
         dinp16[i] = bf16_from_f32(d);
         return d;
     }
@@ -287,18 +303,70 @@ void cu_bias_backward16(cudaStream_t st, float *dbias, const uint16_t *src16, in
 
 } // extern "C"
 
-template <class In, class Dout>
+template <bool Exact, class In, class Dout>
 static void gelu_backward16_of(tr_stream s, uint16_t *dinp16, float *dbias, const In *inp,
                                const Dout *dout, int N, int C)
 {
     size_t n = (size_t)N * (size_t)C;
     if (!dbias)
-        gelu_backward16_kernel<<<tr_cu_blocks(n), CU_THREADS, 0, cu_stream(s)>>>(dinp16, inp,
-                                                                                 dout, n);
+        gelu_backward16_kernel<Exact><<<tr_cu_blocks(n), CU_THREADS, 0, cu_stream(s)>>>(
+            dinp16, inp, dout, n);
     else
         column_sums(cu_shared_stream(s, "gelu_backward16"), dbias, N, C,
-                    gelu_backward_value<In, Dout>{inp, dout, dinp16});
-    cu_launched("gelu_backward16");
+                    gelu_backward_value<Exact, In, Dout>{inp, dout, dinp16});
+    cu_launched(Exact ? "gelu_exact_backward16" : "gelu_backward16");
+}
+
+template <bool Exact>
+static void gelu_backward16_any(tr_stream s, uint16_t *dinp16, float *dbias, const float *inp,
+                                const uint16_t *inp16, const float *dout,
+                                const uint16_t *dout16, int N, int C)
+{
+    if (N <= 0 || C <= 0)
+        return;
+    if (inp16 && dout16)
+        gelu_backward16_of<Exact>(s, dinp16, dbias, inp16, dout16, N, C);
+    else if (inp16)
+        gelu_backward16_of<Exact>(s, dinp16, dbias, inp16, dout, N, C);
+    else if (dout16)
+        gelu_backward16_of<Exact>(s, dinp16, dbias, inp, dout16, N, C);
+    else
+        gelu_backward16_of<Exact>(s, dinp16, dbias, inp, dout, N, C);
+}
+
+template <bool Exact>
+static void gelu_forward_any(tr_stream s, float *out, const float *inp, size_t n)
+{
+    if (!n)
+        return;
+    gelu_forward_kernel<Exact><<<tr_cu_blocks(n), CU_THREADS, 0, cu_stream(s)>>>(out, inp, n);
+    cu_launched(Exact ? "gelu_exact_forward" : "gelu_forward");
+}
+
+template <bool Exact>
+static void gelu_forward16_any(tr_stream s, uint16_t *out16, const float *inp,
+                               const uint16_t *inp16, size_t n)
+{
+    if (!n)
+        return;
+    if (inp16)
+        gelu_forward16_kernel<Exact><<<tr_cu_blocks(n), CU_THREADS, 0, cu_stream(s)>>>(
+            out16, inp16, n);
+    else
+        gelu_forward16_kernel<Exact><<<tr_cu_blocks(n), CU_THREADS, 0, cu_stream(s)>>>(
+            out16, inp, n);
+    cu_launched(Exact ? "gelu_exact_forward16" : "gelu_forward16");
+}
+
+template <bool Exact>
+static void gelu_backward_any(tr_stream s, float *dinp, const float *inp, const float *dout,
+                              size_t n)
+{
+    if (!n)
+        return;
+    gelu_backward_kernel<Exact><<<tr_cu_blocks(n), CU_THREADS, 0, cu_stream(s)>>>(dinp, inp,
+                                                                                  dout, n);
+    cu_launched(Exact ? "gelu_exact_backward" : "gelu_backward");
 }
 
 extern "C" {
@@ -307,46 +375,47 @@ void cu_gelu_backward16(tr_stream s, uint16_t *dinp16, float *dbias, const float
                         const uint16_t *inp16, const float *dout, const uint16_t *dout16, int N,
                         int C)
 {
-    if (N <= 0 || C <= 0)
-        return;
-    if (inp16 && dout16)
-        gelu_backward16_of(s, dinp16, dbias, inp16, dout16, N, C);
-    else if (inp16)
-        gelu_backward16_of(s, dinp16, dbias, inp16, dout, N, C);
-    else if (dout16)
-        gelu_backward16_of(s, dinp16, dbias, inp, dout16, N, C);
-    else
-        gelu_backward16_of(s, dinp16, dbias, inp, dout, N, C);
+    gelu_backward16_any<false>(s, dinp16, dbias, inp, inp16, dout, dout16, N, C);
+}
+
+void cu_gelu_exact_backward16(tr_stream s, uint16_t *dinp16, float *dbias, const float *inp,
+                              const uint16_t *inp16, const float *dout, const uint16_t *dout16,
+                              int N, int C)
+{
+    gelu_backward16_any<true>(s, dinp16, dbias, inp, inp16, dout, dout16, N, C);
 }
 
 void cu_gelu_forward(tr_stream s, float *out, const float *inp, size_t n)
 {
-    if (!n)
-        return;
-    gelu_forward_kernel<<<tr_cu_blocks(n), CU_THREADS, 0, cu_stream(s)>>>(out, inp, n);
-    cu_launched("gelu_forward");
+    gelu_forward_any<false>(s, out, inp, n);
+}
+
+void cu_gelu_exact_forward(tr_stream s, float *out, const float *inp, size_t n)
+{
+    gelu_forward_any<true>(s, out, inp, n);
 }
 
 void cu_gelu_forward16(tr_stream s, uint16_t *out16, const float *inp, const uint16_t *inp16,
                        size_t n)
 {
-    if (!n)
-        return;
-    if (inp16)
-        gelu_forward16_kernel<<<tr_cu_blocks(n), CU_THREADS, 0, cu_stream(s)>>>(out16, inp16, n);
-    else
-        gelu_forward16_kernel<<<tr_cu_blocks(n), CU_THREADS, 0, cu_stream(s)>>>(out16, inp, n);
-    cu_launched("gelu_forward16");
+    gelu_forward16_any<false>(s, out16, inp, inp16, n);
 }
 
-void cu_gelu_backward(tr_stream s, float *dinp, const float *inp, const float *dout,
-                         size_t n)
+void cu_gelu_exact_forward16(tr_stream s, uint16_t *out16, const float *inp,
+                             const uint16_t *inp16, size_t n)
 {
-    if (!n)
-        return;
-    gelu_backward_kernel<<<tr_cu_blocks(n), CU_THREADS, 0, cu_stream(s)>>>(dinp, inp, dout,
-                                                                                n);
-    cu_launched("gelu_backward");
+    gelu_forward16_any<true>(s, out16, inp, inp16, n);
+}
+
+void cu_gelu_backward(tr_stream s, float *dinp, const float *inp, const float *dout, size_t n)
+{
+    gelu_backward_any<false>(s, dinp, inp, dout, n);
+}
+
+void cu_gelu_exact_backward(tr_stream s, float *dinp, const float *inp, const float *dout,
+                            size_t n)
+{
+    gelu_backward_any<true>(s, dinp, inp, dout, n);
 }
 
 void cu_scale_2d(cudaStream_t st, float *C, int rows, int cols, int ldc, float beta)

@@ -435,7 +435,8 @@ int main(int argc, char **argv)
         F32->linear_forward || !BF16->gelu_forward16 || !BF16->gemm_b16 || F32->gemm_b16 ||
         !BF16->layernorm_forward16 || F32->layernorm_forward16 || !BF16->rmsnorm_forward16 ||
         !BF16->linear_backward || F32->linear_backward || !BF16->gelu_backward16 ||
-        F32->gelu_backward16) {
+        F32->gelu_backward16 || !BF16->gelu_exact_forward16 || !BF16->gelu_exact_backward16 ||
+        F32->gelu_exact_forward16 || !F32->gelu_exact_forward) {
         failures++;
         fprintf(stderr, "FAIL the bf16 table lacks its fused or bf16-storage ops "
                         "(or fp32 has them)\n");
@@ -490,6 +491,8 @@ int main(int argc, char **argv)
     test_gelu_backward16(96, 256, 64, 0);
     test_gelu_backward16(96, 256, 64, 1);
     test_gelu_backward16(2049, 100, 40, 1); /* row chunks of the column sums, odd columns */
+    test_gelu_exact16(96, 256);
+    test_gelu_exact16(2049, 100); /* row chunks of the column sums */
     test_dx16(96, 256, 64);
     test_dx16(33, 100, 40);
     test_fc_out16(96, 64, 256, 0, 1);

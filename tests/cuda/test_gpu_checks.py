@@ -8,10 +8,11 @@
   staged-3d-fp32     (DP=2, TP=2, PP=2) as 8 ranks on ONE GPU (CUDA_VISIBLE_DEVICES pins them to
                      it, so every group stages through pinned host memory over UCX) vs one rank,
                      fp32: every iteration within 1e-4
-  families           the Llama (RMSNorm, rope, SwiGLU, GQA, untied), Qwen2 (Llama with qkv's bias)
-                     and Bloom (ALiBi, embedding norm) switches on the GPU vs the CPU: fp32 within
-                     1e-4, bf16 within 2e-2 of the CPU's fp32 (the families' CUDA kernels: rope,
-                     RMSNorm, SwiGLU, GQA/ALiBi attention)
+  families           the Llama (RMSNorm, rope, SwiGLU, GQA, untied), Qwen2 (Llama with qkv's bias),
+                     Bloom (ALiBi, embedding norm) and GPT-NeoX (rope on a quarter of each head,
+                     parallel residual, exact GELU, untied) switches on the GPU vs the CPU: fp32
+                     within 1e-4, bf16 within 2e-2 of the CPU's fp32 (the families' CUDA
+                     kernels: rope, RMSNorm, SwiGLU, GQA/ALiBi attention, the exact GELU)
   checkpoint         a checkpoint saved on the GPU (iteration 5) resumes on the CPU, and one
                      saved on the CPU resumes on the GPU: iterations 6-10 within 1e-4 of the
                      uninterrupted runs on both backends (fp32); a bf16 run's checkpoint resumes
@@ -41,6 +42,9 @@ FAMILIES = {  # tests/layouts' family switches, for this check's 8-head model
     "bloom": ["model.position_embedding_type=alibi", "model.embedding_layernorm=true"],
 }
 FAMILIES["qwen2"] = FAMILIES["llama"] + ["model.add_qkv_bias=true"]  # qkv's bias before rope
+FAMILIES["neox"] = ["model.position_embedding_type=rope", "model.rotary_percent=0.25",
+                    "model.untie_embeddings_and_output_weights=true", "model.parallel_residual=true",
+                    "model.gelu_approximate=none"]
 
 
 def parse(argv):
