@@ -5,7 +5,8 @@
  *    its rows from (head, {q, k, v}, d) to ({q, k, v}, head, d) as c_attn's columns;
  *    attn_proj, fc, fc_proj are attn.c_proj, mlp.c_fc, mlp.c_proj in the same layout
  *    (Conv1D: fan_in_fan_out). Bloom: query_key_value, dense, dense_h_to_4h, dense_4h_to_h,
- *    all in trident's layout. Llama: the fused qkv's adapter becomes q_proj, k_proj and
+ *    all in trident's layout; GPT-NeoX: the same under gpt_neox.layers.L (attention.*,
+ *    mlp.*). Llama: the fused qkv's adapter becomes q_proj, k_proj and
  *    v_proj with the same A each and B's rows of each projection (from (group, {q.., k, v},
  *    d)), fc's becomes gate_proj and up_proj (B's rows from (feature, {gate, up})): the same
  *    function, exactly;
@@ -36,7 +37,7 @@ static int parse_adapter(const char *name, int *layer, char *ab)
     return -1;
 }
 
-enum { FAM_GPT2, FAM_LLAMA, FAM_BLOOM };
+enum { FAM_GPT2, FAM_LLAMA, FAM_BLOOM, FAM_NEOX };
 /* one tensor of PEFT's file: rows of trident adapter t (all, or picked by pick_row) */
 typedef struct {
     char name[128];
@@ -71,13 +72,17 @@ int tr_hf_write_lora_adapter(const char *dir, tr_gpt *g, const float *params)
         return tr_fail(TR_ERR_INVALID, "adapters are written from a whole model (one stage, TP 1)");
     int fam = tr_gpt_is_gpt2(s) ? FAM_GPT2
               : s->position == TR_POS_ROPE && s->rmsnorm && s->swiglu ? FAM_LLAMA
-              : s->position == TR_POS_ALIBI ? FAM_BLOOM : -1;
+              : s->position == TR_POS_ALIBI ? FAM_BLOOM
+              : s->position == TR_POS_ROPE && !s->rmsnorm && !s->swiglu ? FAM_NEOX
+                                                                       : -1;
     if (fam < 0)
-        return tr_fail(TR_ERR_INVALID, "PEFT adapters are written for GPT-2, Llama and Bloom "
-                       "models; this model's switches are none of them");
+        return tr_fail(TR_ERR_INVALID, "PEFT adapters are written for GPT-2, Llama, Bloom and "
+                       "GPT-NeoX models; this model's switches are none of them");
     static const char *const gpt2[4] = {"attn.c_attn", "attn.c_proj", "mlp.c_fc", "mlp.c_proj"};
     static const char *const bloom[4] = {"self_attention.query_key_value", "self_attention.dense",
                                          "mlp.dense_h_to_4h", "mlp.dense_4h_to_h"};
+    static const char *const neox[4] = {"attention.query_key_value", "attention.dense",
+                                        "mlp.dense_h_to_4h", "mlp.dense_4h_to_h"};
     static const char *const llama_qkv[3] = {"q_proj", "k_proj", "v_proj"};
     int n = tr_gpt_num_tensors(g), HS = s->C / s->NH, NG = s->query_groups ? s->query_groups : s->NH;
     peft_tensor *list = calloc((size_t)3 * n + 1, sizeof *list);
@@ -106,6 +111,9 @@ int tr_hf_write_lora_adapter(const char *dir, tr_gpt *g, const float *params)
             } else if (fam == FAM_BLOOM) {
                 snprintf(p->name, sizeof p->name, "base_model.model.transformer.h.%d.%s.lora_%c.weight",
                          layer, bloom[m], ab);
+            } else if (fam == FAM_NEOX) {
+                snprintf(p->name, sizeof p->name,
+                         "base_model.model.gpt_neox.layers.%d.%s.lora_%c.weight", layer, neox[m], ab);
             } else {
                 const char *mod = m == 0 ? llama_qkv[k] : m == 1 ? "o_proj" : m == 2 ? (k ? "up_proj" : "gate_proj")
                                                                             : "down_proj";
@@ -157,7 +165,9 @@ int tr_hf_write_lora_adapter(const char *dir, tr_gpt *g, const float *params)
     for (int m = 0; m < 4; m++)
         if (s->lora_targets & (1 << m)) {
             if (fam != FAM_LLAMA)
-                json_array_append_new(targets, json_string(fam == FAM_GPT2 ? gpt2[m] : bloom[m]));
+                json_array_append_new(targets, json_string(fam == FAM_GPT2    ? gpt2[m]
+                                                           : fam == FAM_NEOX ? neox[m]
+                                                                             : bloom[m]));
             else
                 for (int k = 0; k < 3 && llama_mods[m][k]; k++)
                     json_array_append_new(targets, json_string(llama_mods[m][k]));

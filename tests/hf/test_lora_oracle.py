@@ -10,9 +10,10 @@ written in PEFT's format (hf_probe lora-init) and loaded by peft onto the same m
     model with adapters (1e-4); --adapters-only: peft loads adapter_config.json +
     adapter_model.safetensors onto the base with the same logits, and peft's own model after
     its 5 steps gives them too;
-  - a GQA Llama and a 6-head Bloom imported from transformers, LoRA-trained in TP2: their
-    --adapters-only export in peft (Llama: q/k/v_proj and gate/up_proj from the fused layers'
-    adapters) and their --merge-lora export in transformers give trident's logits.
+  - a GQA Llama, a 6-head Bloom and a GPT-NeoX (Pythia's switches) imported from transformers,
+    LoRA-trained in TP2: their --adapters-only export in peft (Llama: q/k/v_proj and
+    gate/up_proj from the fused layers' adapters) and their --merge-lora export in
+    transformers give trident's logits.
 usage: test_lora_oracle.py TRIDENT HF_PROBE WORKDIR VENV
 The virtual environment is test_hf_oracle.py's (transformers 4.38.2 over Debian's torch 1.13);
 peft 0.7.1 and accelerate 0.25.0 are added to it without dependencies (pip would otherwise
@@ -43,7 +44,8 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 from peft import PeftModel  # noqa: E402
-from transformers import BloomConfig, BloomForCausalLM, GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM  # noqa: E402
+from transformers import (BloomConfig, BloomForCausalLM, GPT2Config, GPT2LMHeadModel, GPTNeoXConfig,  # noqa: E402
+                          GPTNeoXForCausalLM, LlamaConfig, LlamaForCausalLM)
 from transformers.utils import logging as hf_logging  # noqa: E402
 
 hf_logging.set_verbosity_error()
@@ -277,13 +279,20 @@ llama = LlamaForCausalLM(LlamaConfig(hidden_size=64, intermediate_size=96, num_h
                                      num_key_value_heads=2, max_position_embeddings=T, vocab_size=V,
                                      rms_norm_eps=1e-6, tie_word_embeddings=False))
 bloom = BloomForCausalLM(BloomConfig(hidden_size=48, n_layer=L, n_head=6, vocab_size=V, layer_norm_epsilon=1e-5))
+neox = GPTNeoXForCausalLM(GPTNeoXConfig(hidden_size=64, intermediate_size=160, num_hidden_layers=L,
+                                        num_attention_heads=4, max_position_embeddings=T, vocab_size=V,
+                                        rotary_pct=0.25, hidden_act="gelu", use_parallel_residual=True))
 FAMILIES = [("llama-gqa", llama, LlamaForCausalLM,
              dict(normalization="RMSNorm", position_embedding_type="rope", swiglu=True, ffn_hidden_size=96,
                   num_query_groups=2, untie_embeddings_and_output_weights=True, add_bias_linear=False,
                   layernorm_epsilon=1e-6, num_attention_heads=4, hidden_size=64, max_position_embeddings=T)),
             ("bloom", bloom, BloomForCausalLM,
              dict(position_embedding_type="alibi", embedding_layernorm=True, num_attention_heads=6, hidden_size=48,
-                  max_position_embeddings=2048))]
+                  max_position_embeddings=2048)),
+            ("neox", neox, GPTNeoXForCausalLM,
+             dict(normalization="LayerNorm", position_embedding_type="rope", rotary_percent=0.25, ffn_hidden_size=160,
+                  untie_embeddings_and_output_weights=True, parallel_residual=True, gelu_approximate="none",
+                  num_attention_heads=4, hidden_size=64, max_position_embeddings=T))]
 for fname, fmodel, cls, keys in FAMILIES:
     randomize(fmodel)
     fsrc, fck = path(fname + "-hf"), path(fname + "-base")
