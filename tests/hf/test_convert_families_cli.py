@@ -583,6 +583,23 @@ for what, old, new in (("gelu_exact 2", " gelu_exact 1", " gelu_exact 2"),
     refused(f"a GPT-NeoX checkpoint whose manifest says {what}",
             ["--to", "hf", "--input", ck_bad, "--output", os.path.join(work, "neox-out")],
             os.path.join(work, "neox-out"), "parallel_residual 1, gelu_exact 1", [mpath])
+# the released config.json files of Pythia-410M and -1.4B (transformers 4.24's keys; GPT-NeoX-20B's
+# of head size 96 and gelu_fast) describe
+# the release's parameters: with weights of a tiny model, the import's size check names the count
+PYTHIA = {"architectures": ["GPTNeoXForCausalLM"], "bos_token_id": 0, "eos_token_id": 0, "hidden_act": "gelu",
+          "initializer_range": 0.02, "layer_norm_eps": 1e-05, "max_position_embeddings": 2048,
+          "model_type": "gpt_neox", "num_attention_heads": 16, "num_hidden_layers": 24, "rotary_emb_base": 10000,
+          "rotary_pct": 0.25, "tie_word_embeddings": False, "torch_dtype": "float16",
+          "transformers_version": "4.24.0", "use_cache": True, "use_parallel_residual": True, "vocab_size": 50304}
+for what, size, release in (("Pythia-410M", dict(hidden_size=1024, intermediate_size=4096), 405334016),
+                            ("Pythia-1.4B", dict(hidden_size=2048, intermediate_size=8192), 1414647808),
+                            ("GPT-NeoX-20B", dict(hidden_size=6144, intermediate_size=24576, num_hidden_layers=44,
+                                                  num_attention_heads=64, vocab_size=50432, hidden_act="gelu_fast",
+                                                  bos_token_id=0, eos_token_id=0), 20554567680)):
+    d = hf_folder("pythia-config", nt_plain, dict(PYTHIA, **size))
+    refused(f"{what}'s config.json beside a tiny model's weights (its size: the release's {release:,} "
+            f"parameters)", ["--from", "hf", "--input", d, "--output", bad_out], bad_out,
+            f"describes a GPT-NeoX model of {release} parameters")
 # the shipped Pythia configs: the planner's parameter count is the release's (its JSON prints 9
 # digits: one layer and the rest by the per-layer difference, exact)
 root = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
