@@ -53,6 +53,7 @@ void tr_gpt_shape_family(const tr_model_config *m, tr_gpt_shape *s)
     s->sliding_window = m->sliding_window;
     s->embedding_ln = m->embedding_layernorm;
     s->parallel_residual = m->parallel_residual;
+    s->parallel_shared_norm = m->parallel_residual && m->parallel_shared_norm;
     s->gelu_exact = !s->swiglu && m->gelu_approximate && !strcmp(m->gelu_approximate, "none");
 }
 
@@ -61,7 +62,7 @@ int tr_gpt_is_gpt2(const tr_gpt_shape *s)
     return !s->rmsnorm && s->position == TR_POS_LEARNED && !s->swiglu &&
            (!s->ffn || s->ffn == 4 * s->C) && (!s->query_groups || s->query_groups == s->NH) &&
            !s->untie && !s->no_linear_bias && !s->embedding_ln && !s->parallel_residual &&
-           !s->gelu_exact;
+           !s->parallel_shared_norm && !s->gelu_exact;
 }
 
 int tr_gpt_shape_from_config(const tr_config *cfg, int layer_first, int layer_count,
@@ -198,6 +199,8 @@ static int check_shape(const tr_gpt_shape *s)
                        s->rotary_dims, s->C / s->NH);
     if (s->position < TR_POS_LEARNED || s->position > TR_POS_ALIBI)
         return tr_fail(TR_ERR_INVALID, "invalid position embedding type %d", s->position);
+    if (s->parallel_shared_norm && !s->parallel_residual)
+        return tr_fail(TR_ERR_INVALID, "a shared norm needs the parallel residual");
     return TR_OK;
 }
 
@@ -233,7 +236,10 @@ static void family_sizes(tr_gpt *g)
         int is_bias = j == L_QKV_B || j == L_ATTPROJ_B || j == L_FC_B || j == L_FCPROJ_B;
         int absent = (is_bias && s->no_linear_bias && !(j == L_QKV_B && s->qkv_bias)) ||
                      (s->rmsnorm && (j == L_LN1_B || j == L_LN2_B));
-        g->slot[j] = absent ? -1 : g->per_layer++;
+        if (s->parallel_shared_norm && (j == L_LN2_W || j == L_LN2_B))
+            g->slot[j] = g->slot[j == L_LN2_W ? L_LN1_W : L_LN1_B]; /* ln1's tensors */
+        else
+            g->slot[j] = absent ? -1 : g->per_layer++;
     }
 }
 
@@ -250,8 +256,8 @@ static void add_layers(tr_gpt *g)
     int split[L_COUNT] = {-1, -1, 0, 0, 1, -1, -1, -1, 0, 0, 1, -1};
     for (int i = 0; i < g->s.layer_count; i++)
         for (int j = 0; j < L_COUNT; j++) {
-            if (g->slot[j] < 0)
-                continue;
+            if (g->slot[j] < 0 || (g->s.parallel_shared_norm && (j == L_LN2_W || j == L_LN2_B)))
+                continue; /* absent, or ln1's (a shared norm) */
             char name[48];
             snprintf(name, sizeof name, "layers.%d.%s", g->s.layer_first + i, names[j]);
             int t = add_tensor(g, name, rows[j], cols[j], split[j]);

@@ -11,8 +11,10 @@
  *    groups); untied output_layer (Vp, C) vocab-parallel; no linear biases, or qkv's alone
  *    (Qwen2: added before the rotary positions); a norm after the word embedding (emb_ln,
  *    Bloom); parallel residual (GPT-NeoX: the MLP's norm reads the layer input x, and the
- *    layer output is x + attention + MLP); the exact erf GELU (GPT-NeoX). Sequence
- *    parallelism works the same for every norm.
+ *    layer output is x + attention + MLP), with one norm for both branches (Falcon-7B: the
+ *    layer has no ln2; ln1's parameters serve as ln2's, so its gradient gets both norms'
+ *    parts); the exact erf GELU (GPT-NeoX). Sequence parallelism works the same for every
+ *    norm.
  *  - Architecture: learned positions, pre-LN blocks (LN -> causal self-attention -> residual,
  *    LN -> MLP 4h with tanh-GELU -> residual), final LN, LM head tied to the token embedding,
  *    vocabulary padded up to a multiple of make_vocab_size_divisible_by x tp_size.
@@ -114,7 +116,9 @@ typedef struct {
                            * config keeps seq_length within it, where full causal attention
                            * is the windowed one */
     int embedding_ln;     /* emb_ln after the word embedding (positions) */
-    int parallel_residual; /* out = x + attn(ln1(x)) + mlp(ln2(x)) (GPT-NeoX, GPT-J) */
+    int parallel_residual; /* out = x + attn(ln1(x)) + mlp(ln2(x)) (GPT-NeoX, Falcon-40B) */
+    int parallel_shared_norm; /* with parallel_residual: no ln2, the MLP reads ln1 (its
+                               * parameters; Falcon-7B, GPT-J) */
     int gelu_exact;       /* the MLP's GELU is the exact x Phi(x) (model.gelu_approximate
                            * none), not the tanh approximation */
     /* LoRA fine-tuning (finetune.lora.*; rank 0 = none): see "LoRA" above */

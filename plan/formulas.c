@@ -37,6 +37,7 @@ const char *tr_plan_link_name(tr_plan_link l)
 typedef struct {
     double h, qkv, F, fc; /* hidden; qkv rows (h + 2 groups x head size); MLP width; fc rows */
     int bias, qkv_bias, rms, learned, emb_ln, untie; /* qkv_bias: qkv's (with bias or alone) */
+    int norms;                                       /* per layer: 2, or 1 (a shared norm) */
 } family;
 
 static family family_of(const tr_model_config *m)
@@ -56,6 +57,7 @@ static family family_of(const tr_model_config *m)
                 !strcmp(m->position_embedding_type, "learned_absolute");
     f.emb_ln = loaded && m->embedding_layernorm;
     f.untie = loaded && m->untie_embeddings_and_output_weights;
+    f.norms = loaded && m->parallel_residual && m->parallel_shared_norm ? 1 : 2;
     return f;
 }
 
@@ -77,7 +79,7 @@ static double layer_params(const family *f, int tp)
         n += f->fc / tp + 2.0 * h;
     if (f->qkv_bias)
         n += f->qkv / tp;
-    return n + 2.0 * (f->rms ? h : 2.0 * h);
+    return n + f->norms * (f->rms ? h : 2.0 * h);
 }
 
 double tr_plan_stage_params(const tr_model_config *m, int vocab_padded, int tp, int pp, int stage,

@@ -307,6 +307,9 @@ int ckpt_same_family(const tr_gpt_shape *s, const ckpt_manifest *mf, const char 
     DIFF(my.parallel_residual != mf->parallel_residual,
          "; parallel_residual %d (the checkpoint's: %d)", my.parallel_residual,
          mf->parallel_residual)
+    DIFF(my.parallel_shared_norm != mf->parallel_shared_norm,
+         "; parallel_shared_norm %d (the checkpoint's: %d)", my.parallel_shared_norm,
+         mf->parallel_shared_norm)
     DIFF(my.gelu_exact != mf->gelu_exact, "; gelu_approximate %s (the checkpoint's: %s)",
          my.gelu_exact ? "none" : "tanh", mf->gelu_exact ? "none" : "tanh")
     DIFF(my.emb_ln != mf->emb_ln, "; embedding_layernorm %d (the checkpoint's: %d)", my.emb_ln,

@@ -63,6 +63,7 @@ void ckpt_manifest_family(ckpt_manifest *mf, const tr_gpt_shape *s)
     mf->sliding_window = s->sliding_window;
     mf->parallel_residual = s->parallel_residual;
     mf->gelu_exact = s->gelu_exact;
+    mf->parallel_shared_norm = s->parallel_shared_norm;
     mf->emb_ln = s->embedding_ln;
     mf->eps = float_decimal(s->eps);
 }
@@ -111,14 +112,15 @@ static int lora_targets_parse(const char *text)
 }
 
 /* The family line's optional end: " qkv_bias 1", " sliding_window N" (N >= 1, digits),
- * " parallel_residual 1", " gelu_exact 1", each at most once and in that order, nothing
- * else; 1 when it is (and sets them). */
+ * " parallel_residual 1", " gelu_exact 1", " parallel_shared_norm 1", each at most once and
+ * in that order, nothing else; 1 when it is (and sets them). */
 static int family_suffix(const char *rest, ckpt_manifest *out)
 {
     static const char *const flags[] = {" qkv_bias 1", NULL, " parallel_residual 1",
-                                        " gelu_exact 1"};
-    int *set[] = {&out->qkv_bias, NULL, &out->parallel_residual, &out->gelu_exact};
-    for (int i = 0; i < 4 && *rest; i++) {
+                                        " gelu_exact 1", " parallel_shared_norm 1"};
+    int *set[] = {&out->qkv_bias, NULL, &out->parallel_residual, &out->gelu_exact,
+                  &out->parallel_shared_norm};
+    for (int i = 0; i < 5 && *rest; i++) {
         if (!flags[i]) { /* sliding_window N */
             int used = 0, n = 0;
             if (strncmp(rest, " sliding_window ", 16) || !isdigit((unsigned char)rest[16]))
@@ -163,6 +165,8 @@ int ckpt_write_manifest(const char *path, const ckpt_manifest *mf)
         strcat(window, " parallel_residual 1");
     if (mf->gelu_exact)
         strcat(window, " gelu_exact 1");
+    if (mf->parallel_shared_norm)
+        strcat(window, " parallel_shared_norm 1");
     if (mf->has_family)
         fprintf(f, "family rmsnorm %d position %d rotary_dims %d rotary_base %.9g swiglu %d "
                    "ffn %d query_groups %d untie %d linear_bias %d embedding_layernorm %d "
@@ -271,6 +275,7 @@ int ckpt_read_manifest(const char *path, int iteration, ckpt_manifest *out)
                        &out->linear_bias, &out->emb_ln, &out->eps, &used) != 11 ||
                 (line[used] && !family_suffix(line + used, out)) ||
                 (out->qkv_bias && out->linear_bias) ||
+                (out->parallel_shared_norm && !out->parallel_residual) ||
                 (unsigned)out->rmsnorm > 1 || (unsigned)out->position > 2 || out->rotary_dims < 0 ||
                 (unsigned)out->swiglu > 1 || out->ffn < 1 || out->query_groups < 1 ||
                 (unsigned)out->untie > 1 || (unsigned)out->linear_bias > 1 ||
@@ -287,7 +292,9 @@ int ckpt_read_manifest(const char *path, int iteration, ckpt_manifest *out)
                                               "(1.4e-45 to 3.4e38), rotary positions of a "
                                               "rotary_base > 0 and rotary_dims >= 1, qkv_bias 1 "
                                               "only with linear_bias 0, then sliding_window N "
-                                              ">= 1, parallel_residual 1, gelu_exact 1)");
+                                              ">= 1, parallel_residual 1, gelu_exact 1, "
+                                              "parallel_shared_norm 1 only with "
+                                              "parallel_residual 1)");
         } else if (ln == 4 + out->has_data + out->has_scaler + out->has_family &&
                    !strncmp(line, "lora ", 5)) {
             int used = 0;

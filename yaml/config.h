@@ -35,7 +35,9 @@ typedef struct {
     /* Model families (Megatron-LM's switches; the defaults are GPT-2): Llama = RMSNorm, rope,
      * swiglu, untied output, no linear biases (num_query_groups < heads: GQA); Qwen2 = Llama
      * with add_qkv_bias; Bloom = alibi, embedding_layernorm; GPT-NeoX (Pythia) = rope on a
-     * rotary_percent of each head, untied output, parallel_residual, gelu_approximate none. */
+     * rotary_percent of each head, untied output, parallel_residual, gelu_approximate none; Falcon
+     * = rope, GQA, no linear biases, parallel_residual (with parallel_shared_norm for
+     * Falcon-7B), gelu_approximate none. */
     char *normalization;              /* "LayerNorm" (default) | "RMSNorm" */
     char *position_embedding_type;    /* "learned_absolute" (default) | "rope" | "alibi" */
     double rotary_base;               /* default 10000 (rope only) */
@@ -56,6 +58,9 @@ typedef struct {
     int parallel_residual;            /* bool, default 0: x + attn(ln1(x)) + mlp(ln2(x)) (GPT-J,
                                        * GPT-NeoX's use_parallel_residual) instead of the
                                        * attention's output feeding ln2 */
+    int parallel_shared_norm;         /* bool, default 0: with parallel_residual, one norm (ln1)
+                                       * feeds both the attention and the MLP: x + attn(ln1(x))
+                                       * + mlp(ln1(x)) (Falcon-7B, GPT-J); the layer has no ln2 */
     char *gelu_approximate;           /* "tanh" (default, GPT-2's) | "none" (the exact erf
                                        * GELU of GPT-NeoX / BERT): PyTorch's F.gelu argument */
 } tr_model_config;

@@ -83,6 +83,7 @@ const config_key_spec config_keys[] = {
     INT("model", "sliding_window", model.sliding_window, 0, "0", 0, 1 << 24),
     BOOL("model", "embedding_layernorm", model.embedding_layernorm, "false"),
     BOOL("model", "parallel_residual", model.parallel_residual, "false"),
+    BOOL("model", "parallel_shared_norm", model.parallel_shared_norm, "false"),
     ENUM("model", "gelu_approximate", model.gelu_approximate, "tanh", gelu_approximations),
 
     INT("parallel", "tensor_model_parallel_size", parallel.tensor_model_parallel_size, 0, "1", 1,

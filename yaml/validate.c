@@ -112,6 +112,12 @@ static int check_family(const tr_config *c)
                    "parallel.tensor_model_parallel_size = %d does not divide the MLP width "
                    "model.ffn_hidden_size = %d%s; tensor parallelism splits it evenly",
                    tp, ffn, set_at(c, "model.ffn_hidden_size", at, sizeof at));
+    if (m->parallel_shared_norm && !m->parallel_residual)
+        return bad(c, "model.parallel_shared_norm", "model.parallel_residual",
+                   "model.parallel_shared_norm is true but model.parallel_residual is false%s; "
+                   "one norm feeds both branches only of a parallel residual: allowed: "
+                   "parallel_shared_norm with parallel_residual true",
+                   set_at(c, "model.parallel_residual", at, sizeof at));
     if (m->swiglu && !strcmp(m->gelu_approximate, "none"))
         return bad(c, "model.gelu_approximate", "model.swiglu",
                    "model.gelu_approximate is 'none' but model.swiglu is true%s; the SwiGLU MLP "

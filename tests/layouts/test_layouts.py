@@ -23,10 +23,11 @@ Model families (issue 17): groups llama and bloom run the same model with Llama'
 embedding LayerNorm) on three 8-rank layouts (T4xP2, D2xT2xP2 with SP, D4xT2 with ZeRO-3);
 --full runs every 8-rank layout (and T8 with SP: for Llama with 8 groups, its own base).
 Group neox does the same with GPT-NeoX's (rope on a quarter of each head, untied output, the
-parallel residual, the exact GELU).
+parallel residual, the exact GELU), group falcon with Falcon-7B's layer (rope, 4 query
+groups, the parallel residual with one norm for both branches, the exact GELU).
 usage: test_layouts.py TRIDENT WORKDIR GROUP [--quick] [--full]
-GROUP: tp | pp | dp | matrix (world size 8, every factorisation) | llama | bloom | neox | lora |
-       all"""
+GROUP: tp | pp | dp | matrix (world size 8, every factorisation) | llama | bloom | neox |
+       falcon | lora | all"""
 import json
 import os
 import sys
@@ -50,6 +51,13 @@ FAMILIES = {
     "neox": ["model.position_embedding_type=rope", "model.rotary_percent=0.25",
              "model.untie_embeddings_and_output_weights=true", "model.parallel_residual=true",
              "model.gelu_approximate=none"],
+    # Falcon-7B's layer: full rope, grouped queries, the parallel residual with one norm for both
+    # branches (ln1's gradient gets both parts), the exact GELU, tied. Linear biases on (Falcon's
+    # bias: true): without them this tiny model's 10 iterations amplify the layouts' rounding
+    # differences to a grad-norm gap of 4e-6 (limit 1e-5) on an Intel Xeon; with them 5e-7
+    "falcon": ["model.position_embedding_type=rope", "model.num_query_groups=4",
+               "model.parallel_residual=true", "model.parallel_shared_norm=true",
+               "model.gelu_approximate=none"],
     # LoRA fine-tuning (issue 20): rank-4 adapters on every linear of a frozen base; only the
     # adapters have gradients (iteration 1: B's; A's are 0 while B = 0), the losses follow A too
     "lora": ["finetune.lora.rank=4", "finetune.lora.alpha=8"],

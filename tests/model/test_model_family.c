@@ -14,13 +14,14 @@
 #include "core/core.h"
 #include "model/gpt.h"
 
-enum { LLAMA, BLOOM, MIXED, NEOX };
+enum { LLAMA, BLOOM, MIXED, NEOX, FALCON };
 
 /* Llama: 4 heads in 2 groups of head size 4, rope, RMSNorm, SwiGLU of width 24, untied, no
  * biases. Bloom: 6 heads of size 2 (non-power-of-two ALiBi), embedding LayerNorm.
  * Mixed: rope on half of each head, multi-query (1 group), SwiGLU with biases, embedding
  * RMSNorm, learned positions off. GPT-NeoX: rope on half of each head, the parallel residual,
- * the exact GELU of an MLP of width 40, untied. */
+ * the exact GELU of an MLP of width 40, untied. Falcon-7B: the parallel residual with one norm
+ * (ln1's tensors serve the MLP too: no ln2), multi-query, no linear biases, tied. */
 static tr_gpt_shape family_shape(int family, int first, int count)
 {
     tr_gpt_shape s = {.num_layers = 3, .C = 16, .NH = 4, .T = 5, .max_T = 6, .V = 11, .Vp = 16,
@@ -34,9 +35,13 @@ static tr_gpt_shape family_shape(int family, int first, int count)
     } else if (family == MIXED) {
         s.rmsnorm = 1, s.position = TR_POS_ROPE, s.rotary_dims = 2, s.rotary_base = 100.0f;
         s.swiglu = 1, s.query_groups = 1, s.embedding_ln = 1;
-    } else { /* GPT-NeoX: LayerNorm with biases, linear biases, untied */
+    } else if (family == NEOX) { /* LayerNorm with biases, linear biases, untied */
         s.position = TR_POS_ROPE, s.rotary_dims = 2, s.rotary_base = 10000.0f, s.untie = 1;
         s.parallel_residual = 1, s.gelu_exact = 1, s.ffn = 40;
+    } else { /* Falcon-7B: one norm for both branches, multi-query, no linear biases, tied */
+        s.position = TR_POS_ROPE, s.rotary_dims = 4, s.rotary_base = 10000.0f;
+        s.query_groups = 1, s.no_linear_bias = 1, s.parallel_residual = 1;
+        s.parallel_shared_norm = 1, s.gelu_exact = 1;
     }
     s.is_first = first == 0;
     s.is_last = first + count == s.num_layers;
@@ -122,6 +127,14 @@ static void test_tensor_tables(void **state)
     assert_true(find(st.g, "wte")->word_embedding); /* tied */
     assert_null(find(st.g, "output_layer"));
     stage_free(&st);
+    stage_make(&st, FALCON, 0, 3, 1); /* ln1 alone (with its bias), no linear biases */
+    assert_non_null(find(st.g, "layers.0.ln1.bias"));
+    assert_null(find(st.g, "layers.0.ln2.weight"));
+    assert_null(find(st.g, "layers.0.ln2.bias"));
+    assert_null(find(st.g, "layers.0.fc.bias"));
+    assert_int_equal(find(st.g, "layers.1.qkv.weight")->rows, 16 + 2 * 4);
+    assert_int_equal(tr_gpt_num_tensors(st.g), 1 + 3 * 6 + 2);
+    stage_free(&st);
 }
 
 /* d(mean loss)/d(param) by central differences on a few elements of every tensor. */
@@ -168,6 +181,7 @@ static void test_finite_difference(void **state)
     check_finite_difference(BLOOM);
     check_finite_difference(MIXED);
     check_finite_difference(NEOX);
+    check_finite_difference(FALCON);
 }
 
 /* Stages [0,1) and [1,3) chained give the whole model's loss and gradients. */
@@ -217,6 +231,7 @@ static void test_stages_compose(void **state)
     check_stages_compose(LLAMA);
     check_stages_compose(BLOOM);
     check_stages_compose(NEOX);
+    check_stages_compose(FALCON);
 }
 
 /* Two sequences of len tokens (B = 2, rows of tokens) fed to the emptied cache c as a prefix
@@ -284,6 +299,7 @@ static void test_generation(void **state)
     check_generation(BLOOM);
     check_generation(MIXED);
     check_generation(NEOX);
+    check_generation(FALCON);
 }
 
 /* Generation past the training length: a model of T = 5 (its rope tables hold 5 positions)
@@ -340,6 +356,7 @@ static void test_generation_past_T(void **state)
     check_generation_past_T(MIXED);
     check_generation_past_T(BLOOM);
     check_generation_past_T(NEOX);
+    check_generation_past_T(FALCON);
 }
 
 /* Packed sequences: two examples in one row (segments, restarting positions) give each the
@@ -366,7 +383,7 @@ static void check_packing(int family)
     /* position id T (< max_T 6): no row of T tokens has it; past the rope tables' T rows */
     pos[4] = T;
     assert_int_equal(tr_gpt_acts_set_packing(st.a, seg, pos, NULL),
-                     family == LLAMA || family == NEOX ? TR_ERR_INVALID : TR_OK);
+                     family == BLOOM ? TR_OK : TR_ERR_INVALID);
     stage_free(&st);
 }
 
@@ -376,6 +393,7 @@ static void test_packing(void **state)
     check_packing(LLAMA);
     check_packing(BLOOM);
     check_packing(NEOX);
+    check_packing(FALCON);
 }
 
 /* Invalid family shapes are refused, not crashed on. */
@@ -394,6 +412,9 @@ static void test_bad_shapes(void **state)
     assert_int_equal(tr_gpt_count_params(&s, &n), TR_ERR_INVALID);
     s = family_shape(LLAMA, 0, 3);
     s.tp_size = 4, s.query_groups = 2; /* 2 groups over 4 ranks */
+    assert_int_equal(tr_gpt_count_params(&s, &n), TR_ERR_INVALID);
+    s = family_shape(FALCON, 0, 3);
+    s.parallel_residual = 0; /* a shared norm without the parallel residual */
     assert_int_equal(tr_gpt_count_params(&s, &n), TR_ERR_INVALID);
 }
 

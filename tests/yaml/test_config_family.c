@@ -41,6 +41,17 @@ static void test_neox(void **state)
     assert_non_null(strstr(flow, ", parallel_residual: true, gelu_approximate: none"));
     tr_config_free(&c);
     E(WITH("  gelu_approximate: erf\n"), "t.yaml:6:21: ", "tanh, none");
+    E(WITH("  parallel_shared_norm: true\n"), "t.yaml:6:3: ",
+      "model.parallel_shared_norm is true but model.parallel_residual is false (default); one "
+      "norm feeds both branches only of a parallel residual");
+    const char *falcon = WITH("  position_embedding_type: rope\n  num_query_groups: 1\n"
+                              "  add_bias_linear: false\n  parallel_residual: true\n"
+                              "  parallel_shared_norm: true\n  gelu_approximate: none\n");
+    assert_int_equal(tr_t_load(falcon, NULL, 0, &c), TR_OK);
+    tr_model_family_flow(&c.model, flow, sizeof flow);
+    assert_non_null(strstr(flow, ", parallel_residual: true, parallel_shared_norm: true, "
+                                 "gelu_approximate: none"));
+    tr_config_free(&c);
     E(WITH("  parallel_residual: 2\n"), "t.yaml:6:22: ", "expected a boolean");
     E(WITH("  swiglu: true\n  ffn_hidden_size: 64\n  gelu_approximate: none\n"), "t.yaml:8:3: ",
       "model.gelu_approximate is 'none' but model.swiglu is true (set at t.yaml:6:3); the "
