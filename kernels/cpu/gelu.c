@@ -12,6 +12,14 @@ typedef struct {
     const float *inp, *dout;
 } gelu_args;
 
+/* range(lo, hi) over [0, n) on the backend's threads: out (or dinp), inp, dout (or NULL) */
+static void gelu_run(void (*range)(void *, size_t, size_t), float *out, const float *inp,
+                     const float *dout, size_t n)
+{
+    gelu_args g = {out, inp, dout};
+    cpu_for_ranges(n >= CPU_PAR_MIN, n, CPU_PIECE, range, &g);
+}
+
 static void gelu_forward_range(void *ctx, size_t lo, size_t hi)
 {
     const gelu_args *g = ctx;
@@ -28,8 +36,7 @@ static void gelu_forward_range(void *ctx, size_t lo, size_t hi)
 void cpu_gelu_forward(tr_stream s, float *out, const float *inp, size_t n)
 {
     (void)s;
-    gelu_args g = {out, inp, NULL};
-    cpu_for_ranges(n >= CPU_PAR_MIN, n, CPU_PIECE, gelu_forward_range, &g);
+    gelu_run(gelu_forward_range, out, inp, NULL, n);
 }
 
 static void gelu_backward_range(void *ctx, size_t lo, size_t hi)
@@ -51,8 +58,7 @@ void cpu_gelu_backward(tr_stream s, float *dinp, const float *inp, const float *
                           size_t n)
 {
     (void)s;
-    gelu_args g = {dinp, inp, dout};
-    cpu_for_ranges(n >= CPU_PAR_MIN, n, CPU_PIECE, gelu_backward_range, &g);
+    gelu_run(gelu_backward_range, dinp, inp, dout, n);
 }
 
 /* GELU, exact: gelu(x) = x Phi(x), Phi(x) = erfc(-x / sqrt 2) / 2, gelu'(x) = Phi(x) + x phi(x),
@@ -96,8 +102,7 @@ static void gelu_exact_forward_range(void *ctx, size_t lo, size_t hi)
 void cpu_gelu_exact_forward(tr_stream s, float *out, const float *inp, size_t n)
 {
     (void)s;
-    gelu_args g = {out, inp, NULL};
-    cpu_for_ranges(n >= CPU_PAR_MIN, n, CPU_PIECE, gelu_exact_forward_range, &g);
+    gelu_run(gelu_exact_forward_range, out, inp, NULL, n);
 }
 
 static void gelu_exact_backward_range(void *ctx, size_t lo, size_t hi)
@@ -117,6 +122,5 @@ void cpu_gelu_exact_backward(tr_stream s, float *dinp, const float *inp, const f
                              size_t n)
 {
     (void)s;
-    gelu_args g = {dinp, inp, dout};
-    cpu_for_ranges(n >= CPU_PAR_MIN, n, CPU_PIECE, gelu_exact_backward_range, &g);
+    gelu_run(gelu_exact_backward_range, dinp, inp, dout, n);
 }
