@@ -147,8 +147,10 @@ void plan_layer_cost_trident(const plan_cost_ctx *x, plan_cost *o)
      * (aux) beside its output and the GELU pass (read 2, write 2) goes; backward, fc_proj's
      * input-gradient GEMM reads the aux and writes fc's output gradient, the GELU's backward
      * pass (read 4, write 2) goes (fc's bias gradient rides in fc's weight-gradient GEMM:
-     * cuBLASLt's BGRADB epilogue, as QKV's) */
-    double gelu_fused = f16 > 0 ? T * F / t : 0;
+     * cuBLASLt's BGRADB epilogue, as QKV's); not the exact GELU (model.gelu_approximate
+     * none), which no epilogue has: its own passes */
+    int exact_gelu = m->gelu_approximate && !strcmp(m->gelu_approximate, "none");
+    double gelu_fused = f16 > 0 && !exact_gelu ? T * F / t : 0;
     double lin_f = tr_plan_stream_s(c, 2 * gelu_fused) + plan_trident_gemm_s(c, T, qkv / t, h, 0) +
                    plan_trident_gemm_s(c, T, h, h / t, row_copy) +
                    plan_trident_gemm_s(c, T, fc / t, h, 0) +
