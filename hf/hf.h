@@ -167,12 +167,14 @@ TR_MUST_CHECK int tr_hf_load_gpt2(const char *dir, tr_gpt *g, float *params);
  * embed_out -> output_layer (tied: trident untie 0), attention.dense -> attn_proj,
  * dense_h_to_4h / dense_4h_to_h -> fc / fc_proj, final_layer_norm -> lnf; the buffers older
  * checkpoints carry (attention.bias, attention.masked_bias, rotary_emb.inv_freq) ignored;
- * config.json's rotary_pct, rotary_emb_base, use_parallel_residual and hidden_act (gelu:
- * gelu_approximate none; gelu_new, gelu_pytorch_tanh, gelu_fast: tanh) read into the switches.
- * A tied model's head (lm_head.weight; GPT-NeoX's embed_out.weight), when a file holds it,
- * must be the embedding
- * (shape and float32 values, as GPT-2's), else it is refused. Unsupported settings (rope_scaling, attention_bias, pretraining_tp > 1,
- * apply_residual_connection_post_layernorm, hidden_act other than silu) are refused by name. */
+ * config.json's rotary_pct, rotary_emb_base, use_parallel_residual and hidden_act (gelu,
+ * gelu_python: gelu_approximate none; gelu_new, gelu_pytorch_tanh, gelu_fast, gelu_accurate:
+ * tanh) read into the switches. A tied model's head (lm_head.weight; GPT-NeoX's
+ * embed_out.weight), when a file holds it, must be the embedding (shape and float32 values,
+ * as GPT-2's), else it is refused. Unsupported settings (rope_scaling, attention_bias (a
+ * Llama's true, a GPT-NeoX's false), pretraining_tp > 1,
+ * apply_residual_connection_post_layernorm, a Llama's hidden_act other than silu, a GPT-NeoX's
+ * other than a GELU, a rotary_pct of an odd or fractional share) are refused by name. */
 enum { TR_HF_GPT2, TR_HF_LLAMA, TR_HF_BLOOM, TR_HF_QWEN2, TR_HF_MISTRAL, TR_HF_NEOX };
 /* "GPT-2", "Llama", "Bloom", "Qwen2", "Mistral", "GPT-NeoX" */
 const char *tr_hf_family_name(int family);
@@ -183,12 +185,12 @@ const char *tr_hf_family_name(int family);
  * with add_qkv_bias (Qwen2ForCausalLM: q/k/v_proj.bias -> qkv.bias rows as the weights'),
  * its window used only with use_sliding_window true, refused then unless it spans every
  * position; anything else TR_HF_GPT2 with
- * *m untouched beyond zeroing: read it with tr_hf_read_gpt2_config); for Llama / Bloom *m is
- * the whole model section (seq_length = max_position_embeddings; Bloom's 2048 unless
- * config.json has seq_length). */
+ * *m untouched beyond zeroing: read it with tr_hf_read_gpt2_config); for Llama / Bloom /
+ * GPT-NeoX *m is the whole model section (seq_length = max_position_embeddings; Bloom's 2048
+ * unless config.json has seq_length; GPT-NeoX's absent keys transformers 4.38's defaults). */
 TR_MUST_CHECK int tr_hf_read_family_config(const char *dir, tr_model_config *m, int *family);
-/* The weights of a Llama / Bloom folder into a whole model g (one stage, TP 1) bound to
- * host memory params; a missing, misshapen or foreign tensor refused by name. */
+/* The weights of a Llama / Qwen2 / Bloom / GPT-NeoX folder into a whole model g (one stage,
+ * TP 1) bound to host memory params; a missing, misshapen or foreign tensor refused by name. */
 TR_MUST_CHECK int tr_hf_load_family(const char *dir, int family, tr_gpt *g, float *params);
 /* Which HF family m is: TR_HF_GPT2, TR_HF_LLAMA (RMSNorm, rope over whole heads, SwiGLU, no
  * biases, no embedding norm; GQA and tying either way), TR_HF_QWEN2 (the same with
