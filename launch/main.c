@@ -21,7 +21,7 @@ static void usage(FILE *f)
             "  eval CHECKPOINT_DIR (--input FILE... | --data-path PREFIX | --tasks FILE.jsonl)\n"
             "                     perplexity, loglikelihood and multiple-choice accuracy\n"
             "  convert --from hf|--to hf --input DIR --output DIR\n"
-            "                     GPT-2, Llama, Bloom checkpoints from / to Hugging Face\n"
+            "                     GPT-2, Llama, Qwen2, Bloom, GPT-NeoX from / to Hugging Face\n"
             "  preprocess --input FILE... --output-prefix PREFIX\n"
             "                     turn text files into a Megatron indexed dataset\n"
             "  launch --nproc N [...] -- COMMAND...\n"

@@ -14,7 +14,9 @@ transformers' on the same batch (loss 1e-5 relative, gradients relative L2 1e-4)
 `trident convert --to hf --config` of the import is bit-exact to transformers' files and loads
 with from_pretrained (no missing or unexpected keys) to the same logits; greedy `trident
 generate` of the HF folder and of the import gives transformers' generate's tokens; for the
-GPT-NeoX folders `trident eval --input` (windows of T, stride T/2) gives transformers' nll.
+GPT-NeoX folders `trident eval --input` (windows of T, stride T/2) gives transformers' nll; a
+Pythia-shaped folder with a tokenizer.json in GPT-NeoX-20B's shape: generate --prompt and eval
+--input encode text as tokenizers does and continue / score it as transformers does.
 usage: test_hf_family_oracle.py TRIDENT HF_PROBE WORKDIR VENV [--quick]
 --quick: the one-process run only (the D2xT2xP2 run is the layout matrix's job too)."""
 import json
@@ -327,4 +329,63 @@ for name, model, hf_grad, keys, n_tensors in families:
         tt.check(f"{name} {lname}: every gradient ({len(grads)} tensors)",
                  not bad and worst <= 1e-4 and len(grads) == n_tensors,
                  f"worst relative L2 {worst:.2e} ({worst_name}); missing, NaN or misshapen: {bad}", show=True)
+
+# A folder in Pythia's shape with its tokenizer.json in GPT-NeoX-20B's (byte-level BPE, NFC
+# normalizer, ByteLevel pre-tokenizer without use_regex as tokenizers 0.12 wrote it, runs of
+# spaces as added tokens): `trident generate --prompt` and `trident eval --input` encode the
+# text as tokenizers does, and continue it / score it as transformers does
+from tokenizers import (AddedToken, Tokenizer, decoders, models, normalizers, pre_tokenizers,  # noqa: E402
+                        processors, trainers)
+
+texts = ["The quick brown fox jumps over the lazy dog.  Indented   code\n    def f(x):\n        return x\n",
+         "caf\u00e9 na\u00efve r\u00e9sum\u00e9 \u2014 \u201cquotes\u201d 1234567 tabs\tand\ttabs",
+         "Pythia rotary parallel residual GELU " * 5]
+bpe = Tokenizer(models.BPE())
+bpe.normalizer = normalizers.NFC()
+bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, trim_offsets=True)
+bpe.decoder = decoders.ByteLevel(add_prefix_space=False, trim_offsets=True)
+bpe.post_processor = processors.ByteLevel(add_prefix_space=False, trim_offsets=True)
+bpe.train_from_iterator(texts * 20, trainers.BpeTrainer(vocab_size=400, special_tokens=["<|endoftext|>", "<|padding|>"],
+                                                        initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+bpe.add_tokens([AddedToken(" " * n, normalized=True) for n in (24, 16, 8, 4, 2)])
+pythia_dir = os.path.join(work, "pythia-shaped-hf")
+os.makedirs(pythia_dir, exist_ok=True)
+tok_path = os.path.join(pythia_dir, "tokenizer.json")
+bpe.save(tok_path)
+tj = json.load(open(tok_path))
+tj["pre_tokenizer"].pop("use_regex", None)
+tt.write(tok_path, json.dumps(tj))
+torch.manual_seed(44)
+pythia = GPTNeoXForCausalLM(GPTNeoXConfig(hidden_size=C, intermediate_size=4 * C, num_hidden_layers=L,
+                                          num_attention_heads=NH, max_position_embeddings=128,
+                                          vocab_size=bpe.get_vocab_size(), rotary_pct=0.25)).eval()
+randomize(pythia)
+pythia.save_pretrained(pythia_dir)
+hf_tok = Tokenizer.from_file(tok_path)
+for text in texts + ["  two spaces", "x" + " " * 30 + "y"]:
+    want = hf_tok.encode(text).ids
+    with torch.no_grad():
+        theirs = pythia.generate(torch.tensor([want]), max_new_tokens=6, do_sample=False,
+                                 pad_token_id=1)[0, len(want):].tolist()
+    rc, so, se = tt.outputs([trident, "generate", pythia_dir, "--prompt", text, "--max-new-tokens", "6",
+                             "--temperature", "0", "--json"], timeout=120)
+    got = json.loads(so) if rc == 0 else {}
+    tt.check(f"Pythia-shaped folder with its tokenizer.json: generate --prompt {text[:24]!r}...: tokenizers' ids, "
+             f"transformers' 6 greedy tokens", got.get("prompt_ids") == want and got.get("generated_ids") == theirs,
+             f"exit {rc} {se[-300:]}\ntrident {got.get('prompt_ids')} -> {got.get('generated_ids')}\n"
+             f"hf      {want} -> {theirs}")
+eval_text = os.path.join(work, "pythia-eval.txt")
+tt.write(eval_text, texts[0] + texts[1])
+ids = hf_tok.encode(texts[0] + texts[1]).ids
+with torch.no_grad():
+    lp = F.log_softmax(pythia(torch.tensor([ids])).logits[0].double(), -1)
+nll = -sum(lp[j - 1, ids[j]].item() for j in range(1, len(ids)))
+rc, so, se = tt.outputs([trident, "eval", pythia_dir, "--input", eval_text, "--context", "128", "--json"],
+                        timeout=120)
+got = (json.loads(so[so.index("{"):]).get("perplexity") or {}) if rc == 0 and "{" in so else {}
+rel = abs(got.get("nll_sum", float("inf")) - nll) / nll
+tt.check(f"Pythia-shaped folder: trident eval --input with its tokenizer ({len(ids) - 1} tokens scored) = "
+         f"transformers' nll", got.get("tokens") == len(ids) - 1 and rel <= 1e-5,
+         f"exit {rc} {se[-300:]}\ntrident {got}\ntransformers {len(ids) - 1} tokens, nll_sum {nll:.6f}; "
+         f"relative {rel:.1e}", show=True)
 tt.finish("PASSED")
