@@ -485,6 +485,24 @@ for what, where in (("the checkpoint without --config", ck_neox), ("the HF folde
     rc, so, se = tt.outputs([trident, "generate", where, "--prompt-ids", "1,2,3", "--max-new-tokens", "3",
                              "--temperature", "0"])
     tt.check(f"generate from {what} (GPT-NeoX): exit 0", rc == 0, se)
+# in shards (model.safetensors.index.json) and in BF16: imported again, the same checkpoint / bf16's values
+shards_n = os.path.join(work, "neox-shards")
+rc, so, se = convert("--to", "hf", "--input", ck_neox, "--output", shards_n, "--max-shard-size", "8KB")
+n_shards = len([f for f in os.listdir(shards_n) if f.startswith("model-")]) if rc == 0 else 0
+ck_ns = os.path.join(work, "ck-neox-shards")
+rc2, so2, se2 = convert("--from", "hf", "--input", shards_n, "--output", ck_ns) if rc == 0 else (1, "", "")
+tt.check("GPT-NeoX in shards: imported, the same checkpoint", rc2 == 0 and n_shards > 2 and same_checkpoint(ck_neox, ck_ns),
+         f"exit {rc}/{rc2} ({n_shards} shards): {se}{se2}")
+bf16_n = os.path.join(work, "neox-bf16")
+rc, so, se = convert("--to", "hf", "--input", ck_neox, "--output", bf16_n, "--dtype", "bf16")
+ck_nb = os.path.join(work, "ck-neox-bf16")
+rc2, so2, se2 = convert("--from", "hf", "--input", bf16_n, "--output", ck_nb) if rc == 0 else (1, "", "")
+back_nb = os.path.join(work, "neox-bf16-back")
+rc3, so3, se3 = convert("--to", "hf", "--input", ck_nb, "--output", back_nb, "--dtype", "bf16") if rc2 == 0 else (1, "", "")
+tt.check("GPT-NeoX in BF16: exported, imported and exported again bit for bit, torch_dtype bfloat16",
+         rc3 == 0 and st_read(os.path.join(bf16_n, "model.safetensors")) == st_read(os.path.join(back_nb, "model.safetensors"))
+         and json.load(open(os.path.join(back_nb, "config.json"))).get("torch_dtype") == "bfloat16",
+         f"exit {rc}/{rc2}/{rc3}: {se}{se2}{se3}")
 # the sequential residual, a tanh GELU and a tied head (no embed_out.weight; or one equal to embed_in)
 NC2 = dict(NC, use_parallel_residual=False, hidden_act="gelu_new", tie_word_embeddings=True, rotary_pct=0.5)
 nt2 = neox_tensors(head=False)
