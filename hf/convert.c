@@ -324,8 +324,8 @@ int tr_hf_export(const char *ckpt_dir, const char *hf_dir, const tr_hf_export_op
                  : m.normalization ? tr_hf_family_of(&m) : TR_HF_GPT2;
     if (!rc && family < 0)
         rc = tr_fail(TR_ERR_INVALID, "the config's model (its normalization, position embedding, "
-                     "MLP and bias switches) is neither GPT-2, Llama, Qwen2, Bloom nor GPT-NeoX: "
-                     "transformers has no such model to export to");
+                     "MLP, bias and residual switches) is neither GPT-2, Llama, Qwen2, Bloom nor "
+                     "GPT-NeoX: transformers has no such model to export to");
     const tr_model_config *mc = o->model;
     if (!rc && mc && (mc->num_layers != m.num_layers || mc->hidden_size != m.hidden_size ||
                       mc->num_attention_heads != m.num_attention_heads ||

@@ -336,17 +336,20 @@ int tr_hf_family_of(const tr_model_config *m)
     if (tr_gpt_is_gpt2(&s))
         return TR_HF_GPT2;
     int HS = m->num_attention_heads > 0 ? m->hidden_size / m->num_attention_heads : 0;
+    /* transformers' Llama, Qwen2, Mistral and Bloom add attention and MLP in turn (Bloom with
+     * the tanh GELU); GPT-NeoX's parallel residual has two norms (one shared: Falcon's, GPT-J's) */
     if (s.rmsnorm && s.position == TR_POS_ROPE && s.rotary_dims == HS && s.swiglu &&
-        s.no_linear_bias && !s.embedding_ln)
+        s.no_linear_bias && !s.embedding_ln && !s.parallel_residual)
         return !m->sliding_window ? (s.qkv_bias ? TR_HF_QWEN2 : TR_HF_LLAMA)
                : s.qkv_bias       ? -1 /* (a Qwen2 with a window: its import refuses it) */
                                   : TR_HF_MISTRAL;
     if (!s.rmsnorm && s.position == TR_POS_ALIBI && s.embedding_ln && !s.swiglu &&
-        !s.no_linear_bias && !s.untie && !s.ffn && !s.query_groups)
+        !s.no_linear_bias && !s.untie && !s.ffn && !s.query_groups && !s.gelu_exact &&
+        !s.parallel_residual)
         return TR_HF_BLOOM;
     /* (a NeoX is not a GPT-2: learned positions; not a Llama: RMSNorm; not a Bloom: ALiBi) */
     if (!s.rmsnorm && s.position == TR_POS_ROPE && !s.swiglu && !s.no_linear_bias &&
-        !s.embedding_ln && !s.query_groups && !m->sliding_window)
+        !s.embedding_ln && !s.query_groups && !m->sliding_window && !s.parallel_shared_norm)
         return TR_HF_NEOX;
     return -1;
 }

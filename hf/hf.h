@@ -193,11 +193,13 @@ TR_MUST_CHECK int tr_hf_read_family_config(const char *dir, tr_model_config *m, 
  * TP 1) bound to host memory params; a missing, misshapen or foreign tensor refused by name. */
 TR_MUST_CHECK int tr_hf_load_family(const char *dir, int family, tr_gpt *g, float *params);
 /* Which HF family m is: TR_HF_GPT2, TR_HF_LLAMA (RMSNorm, rope over whole heads, SwiGLU, no
- * biases, no embedding norm; GQA and tying either way), TR_HF_QWEN2 (the same with
- * add_qkv_bias), TR_HF_MISTRAL (a Llama with model.sliding_window), TR_HF_BLOOM (LayerNorm, ALiBi,
- * embedding norm, biases, GELU 4h, tied), TR_HF_NEOX (LayerNorm, rope over any even share of
- * the head, biases, GELU MLP of any width, no GQA, no embedding norm, either residual and
- * GELU, tied or not), or -1 when transformers has no such model. */
+ * biases, no embedding norm, the sequential residual; GQA and tying either way), TR_HF_QWEN2
+ * (the same with add_qkv_bias), TR_HF_MISTRAL (a Llama with model.sliding_window),
+ * TR_HF_BLOOM (LayerNorm, ALiBi, embedding norm, biases, tanh GELU 4h, the sequential
+ * residual, tied), TR_HF_NEOX (LayerNorm, rope over any even share of the head, biases, GELU
+ * MLP of any width, no GQA, no embedding norm, either residual (the parallel one with two
+ * norms: not parallel_shared_norm) and GELU, tied or not), or -1 when transformers has no
+ * such model. */
 int tr_hf_family_of(const tr_model_config *m);
 
 /* ------------------------------------------------------------------ conversion */

@@ -70,11 +70,15 @@ int tr_hf_write_lora_adapter(const char *dir, tr_gpt *g, const float *params)
         return tr_fail(TR_ERR_INVALID, "the model has no LoRA adapters");
     if (s->tp_size != 1 || !s->is_first || !s->is_last)
         return tr_fail(TR_ERR_INVALID, "adapters are written from a whole model (one stage, TP 1)");
+    /* (the parallel residual: GPT-NeoX's alone, with two norms; the exact GELU not Bloom's) */
+    int seq = !s->parallel_residual;
     int fam = tr_gpt_is_gpt2(s) ? FAM_GPT2
-              : s->position == TR_POS_ROPE && s->rmsnorm && s->swiglu ? FAM_LLAMA
-              : s->position == TR_POS_ALIBI ? FAM_BLOOM
-              : s->position == TR_POS_ROPE && !s->rmsnorm && !s->swiglu ? FAM_NEOX
-                                                                       : -1;
+              : s->position == TR_POS_ROPE && s->rmsnorm && s->swiglu && seq ? FAM_LLAMA
+              : s->position == TR_POS_ALIBI && seq && !s->gelu_exact ? FAM_BLOOM
+              : s->position == TR_POS_ROPE && !s->rmsnorm && !s->swiglu &&
+                      !s->parallel_shared_norm
+                  ? FAM_NEOX
+                  : -1;
     if (fam < 0)
         return tr_fail(TR_ERR_INVALID, "PEFT adapters are written for GPT-2, Llama, Bloom and "
                        "GPT-NeoX models; this model's switches are none of them");

@@ -584,6 +584,29 @@ for what, tensors, config, cause in [
     d = hf_folder("bad-neox", tensors, config)
     out = os.path.join(work, "bad-out")
     refused(f"GPT-NeoX: {what}", ["--from", "hf", "--input", d, "--output", out], out, cause)
+# transformers has no model of these switches: the export refuses them rather than write a
+# folder of another model (a Llama's or Bloom's sequential residual, Bloom's tanh GELU,
+# GPT-NeoX's two norms)
+base_keys = dict(num_layers=L, hidden_size=C, num_attention_heads=NH, seq_length=P, max_position_embeddings=P,
+                 vocab_size=V)
+for what, ck_in, keys in (
+        ("the Llama with parallel_residual", ck_llama,
+         dict(num_query_groups=2, normalization="RMSNorm", position_embedding_type="rope", swiglu=True,
+              ffn_hidden_size=48, untie_embeddings_and_output_weights=True, add_bias_linear=False,
+              layernorm_epsilon=1e-6, parallel_residual=True)),
+        ("the Bloom with gelu_approximate none", ck_bloom,
+         dict(position_embedding_type="alibi", embedding_layernorm=True, gelu_approximate="none")),
+        ("the Bloom with parallel_residual", ck_bloom,
+         dict(position_embedding_type="alibi", embedding_layernorm=True, parallel_residual=True)),
+        ("the GPT-NeoX with parallel_shared_norm (one norm: Falcon's, GPT-J's)", ck_neox,
+         dict(normalization="LayerNorm", position_embedding_type="rope", rotary_percent=0.25, ffn_hidden_size=NF,
+              untie_embeddings_and_output_weights=True, parallel_residual=True, parallel_shared_norm=True,
+              gelu_approximate="none"))):
+    odd = tt.write_config(os.path.join(work, "odd-switches.yaml"), model=dict(base_keys, **keys),
+                          training=dict(micro_batch_size=1, train_iters=1, lr=1e-3), data=dict(data_path="unused"))
+    refused(f"an export with --config of {what}", ["--to", "hf", "--input", ck_in, "--output", bad_out,
+                                                     "--config", odd],
+            bad_out, "neither GPT-2, Llama, Qwen2, Bloom nor GPT-NeoX")
 # the family line's GPT-NeoX end: " parallel_residual 1" then " gelu_exact 1", each once
 ntext = open(os.path.join(ck_neox, "release", "manifest.txt")).read()
 for what, old, new in (("gelu_exact 2", " gelu_exact 1", " gelu_exact 2"),
