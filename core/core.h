@@ -86,7 +86,17 @@ double tr_rand_uniform(uint64_t seed, uint64_t stream, uint64_t index);
 /* Monotonic wall clock in seconds. */
 double tr_now(void);
 
-/* JSON writing: a tiny streaming writer (objects/arrays nest up to 32 deep). */
+/* UTF-8 (utf8.c), Unicode's well-formed sequences (no overlong forms, surrogates or code
+ * points past U+10FFFF):
+ *  tr_utf8_invalid_len: 0 when s[0, len) (len >= 1) starts with a well-formed sequence, else
+ *      the length of its maximal subpart (the bytes one U+FFFD replaces, as Python's and
+ *      tokenizers' lossy decoding do; at least 1);
+ *  tr_utf8_valid_prefix: the length of the longest well-formed prefix of s[0, len). */
+size_t tr_utf8_invalid_len(const unsigned char *s, size_t len);
+size_t tr_utf8_valid_prefix(const unsigned char *s, size_t len);
+
+/* JSON writing: a tiny streaming writer (objects/arrays nest up to 32 deep). Strings are
+ * written as valid JSON whatever their bytes: each ill-formed UTF-8 subpart as one \ufffd. */
 typedef struct {
     FILE *f;
     int depth;

@@ -2,6 +2,7 @@
 #include "core.h"
 
 #include <math.h>
+#include <string.h>
 
 void tr_json_begin(tr_json *j, FILE *f)
 {
@@ -13,8 +14,17 @@ void tr_json_begin(tr_json *j, FILE *f)
 static void write_string(FILE *f, const char *s)
 {
     fputc('"', f);
-    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
-        if (*p == '"' || *p == '\\')
+    size_t len = strlen(s);
+    for (const unsigned char *p = (const unsigned char *)s, *end = p + len; p < end; p++) {
+        size_t bad = *p >= 0x80 ? tr_utf8_invalid_len(p, (size_t)(end - p)) : 0;
+        if (bad) { /* an ill-formed subpart (a character cut short, a stray byte): U+FFFD */
+            fputs("\\ufffd", f);
+            p += bad - 1;
+        } else if (*p >= 0x80) { /* a whole multi-byte character */
+            size_t n = *p >= 0xF0 ? 4 : *p >= 0xE0 ? 3 : 2;
+            fwrite(p, 1, n, f);
+            p += n - 1;
+        } else if (*p == '"' || *p == '\\')
             fprintf(f, "\\%c", *p);
         else if (*p == '\n')
             fputs("\\n", f);

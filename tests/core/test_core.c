@@ -87,6 +87,44 @@ static void test_json_writer(void **state)
     free(buf);
 }
 
+/* JSON strings of any bytes are valid JSON: well-formed UTF-8 as it is, each ill-formed
+ * subpart (Unicode's maximal subpart: a character cut short, a stray continuation byte, an
+ * overlong form, a surrogate, past U+10FFFF) one \ufffd, as Python's errors="replace" decodes
+ * (generate --json of tokens that end inside a character printed raw 0xeb 0xe0 before) */
+static void test_json_utf8(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *in, *out;
+    } cases[] = {
+        {"caf\xc3\xa9 \xe4\xb8\xad \xf0\x9f\x98\x80", "\"caf\xc3\xa9 \xe4\xb8\xad \xf0\x9f\x98\x80\""},
+        {"\xeb\xe0", "\"\\ufffd\\ufffd\""},              /* two leads, each cut short */
+        {"a\xe4\xb8", "\"a\\ufffd\""},                   /* a 3-byte character's first 2 */
+        {"\x80x", "\"\\ufffdx\""},                       /* a stray continuation byte */
+        {"\xc0\xaf", "\"\\ufffd\\ufffd\""},              /* overlong '/' */
+        {"\xed\xa0\x80", "\"\\ufffd\\ufffd\\ufffd\""},   /* a surrogate */
+        {"\xf4\x90\x80\x80", "\"\\ufffd\\ufffd\\ufffd\\ufffd\""}, /* past U+10FFFF */
+        {"\xf0\x9f\x98", "\"\\ufffd\""},                 /* a 4-byte character's first 3 */
+        {"q\"\n\x01", "\"q\\\"\\n\\u0001\""},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char *buf = NULL;
+        size_t len = 0;
+        FILE *f = open_memstream(&buf, &len);
+        tr_json j;
+        tr_json_begin(&j, f);
+        tr_json_string(&j, NULL, cases[i].in);
+        fclose(f);
+        assert_string_equal(buf, cases[i].out);
+        free(buf);
+    }
+    const unsigned char ok[] = "abcdefghij\xc3\xa9", cut[] = "abcdefghij\xc3";
+    assert_int_equal(tr_utf8_valid_prefix(ok, sizeof ok - 1), sizeof ok - 1);
+    assert_int_equal(tr_utf8_valid_prefix(cut, sizeof cut - 1), 10);
+    assert_int_equal(tr_utf8_invalid_len((const unsigned char *)"\xe4\xb8", 2), 2);
+    assert_int_equal(tr_utf8_invalid_len((const unsigned char *)"\xe4\xb8\xad", 3), 0);
+}
+
 /* tr_read_file: a whole file with a NUL after it, and each refusal with its message */
 static void test_read_file(void **state)
 {
@@ -122,6 +160,7 @@ int main(void)
         cmocka_unit_test(test_init_normal_statistics),
         cmocka_unit_test(test_error_messages),
         cmocka_unit_test(test_json_writer),
+        cmocka_unit_test(test_json_utf8),
         cmocka_unit_test(test_read_file),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
