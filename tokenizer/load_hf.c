@@ -6,8 +6,10 @@
  *                   normalize.c, applied to each piece of text between the added tokens
  *                   matched in the raw text)
  *   pre_tokenizer   ByteLevel {add_prefix_space, use_regex} | Split {pattern: {Regex|String},
- *                   behavior, invert} | Sequence {pretokenizers: [...]}; a ByteLevel must be
- *                   among them (it is what makes the model see bytes)
+ *                   behavior, invert} | Punctuation {behavior} | Digits {individual_digits}
+ *                   | Sequence {pretokenizers: [...]}; one ByteLevel must be among them (it is
+ *                   what makes the model see bytes), and the steps after it see its alphabet
+ *                   (pretok.c)
  *   model           BPE {vocab {token: id}, merges ["a b", ...] or [["a", "b"], ...],
  *                   ignore_merges}; dropout and byte_fallback must be unset (null / false),
  *                   continuing_subword_prefix and end_of_word_suffix unset or "" (Qwen2);
@@ -87,17 +89,43 @@ static int add_step(tr_tokenizer *t, const char *file, pretok_step step)
     return TR_OK;
 }
 
-static int load_pretok(tr_tokenizer *t, const char *file, json_t *p, int depth, int *bytelevel)
+/* A Split's or Punctuation's "behavior" (tokenizers' SplitDelimiterBehavior): SPLIT_* in
+ * *out; absent is dflt (-1: required). */
+static int split_behavior(const char *file, const char *kind, json_t *p, int dflt, int *out)
 {
-    static const char *const kinds[] = {"ByteLevel", "Split", "Sequence", NULL};
     static const char *const behaviors[] = {"Isolated", "Removed", "MergedWithPrevious",
                                             "MergedWithNext", "Contiguous", NULL};
+    json_t *b = json_object_get(p, "behavior");
+    *out = b ? -1 : dflt;
+    for (int i = 0; behaviors[i] && json_is_string(b); i++)
+        if (!strcmp(json_string_value(b), behaviors[i]))
+            *out = i;
+    if (*out >= 0)
+        return TR_OK;
+    char what[240];
+    snprintf(what, sizeof what, "%s's behavior %s%.40s%s is not one of Isolated, Removed, "
+                                "MergedWithPrevious, MergedWithNext, Contiguous", kind,
+             json_is_string(b) ? "\"" : "", json_is_string(b) ? json_string_value(b)
+                                                               : b ? "(not a string)" : "(absent)",
+             json_is_string(b) ? "\"" : "");
+    return hf_bad(file, "pre_tokenizer.behavior", what);
+}
+
+/* A pre_tokenizer (nested Sequences flattened into t->steps). *bytelevel: a ByteLevel step
+ * was read; the steps after it are mapped (they see its alphabet, see tok_internal.h). */
+static int load_pretok(tr_tokenizer *t, const char *file, json_t *p, int depth, int *bytelevel)
+{
+    static const char *const kinds[] = {"ByteLevel", "Split", "Sequence", "Punctuation",
+                                        "Digits", NULL};
     int which, rc;
     if (json_is_null(p) && depth == 0)
         return TR_OK;
     if ((rc = type_of(file, "pre_tokenizer", p, kinds, &which)))
         return rc;
     if (which == 0) {
+        /* a second one would spell the first one's alphabet in its own: no vocabulary does */
+        if (*bytelevel)
+            return hf_bad(file, "pre_tokenizer", "a second ByteLevel step (not supported)");
         pretok_step s = {.kind = STEP_BYTELEVEL,
                          .add_prefix_space = hf_flag(p, "add_prefix_space", 1)};
         if (hf_flag(p, "use_regex", 1) &&
@@ -107,20 +135,35 @@ static int load_pretok(tr_tokenizer *t, const char *file, json_t *p, int depth, 
         return add_step(t, file, s);
     }
     if (which == 1) {
-        json_t *pat = json_object_get(p, "pattern"), *b = json_object_get(p, "behavior");
+        json_t *pat = json_object_get(p, "pattern");
         json_t *re = json_object_get(pat, "Regex"), *lit = json_object_get(pat, "String");
         if (!json_is_string(re) && !json_is_string(lit))
             return hf_bad(file, "pre_tokenizer.pattern",
                           "expected {\"Regex\": ...} or {\"String\": ...}");
-        pretok_step s = {.kind = STEP_SPLIT, .invert = hf_flag(p, "invert", 0), .behavior = -1};
-        for (int i = 0; behaviors[i] && json_is_string(b); i++)
-            if (!strcmp(json_string_value(b), behaviors[i]))
-                s.behavior = i;
-        if (s.behavior < 0)
-            return hf_bad(file, "pre_tokenizer.behavior", "expected Isolated, Removed, "
-                                                          "MergedWithPrevious, MergedWithNext or Contiguous");
+        pretok_step s = {.kind = STEP_SPLIT, .invert = hf_flag(p, "invert", 0),
+                         .mapped = *bytelevel};
+        if ((rc = split_behavior(file, "Split", p, -1, &s.behavior)))
+            return rc;
         json_t *text = re ? re : lit;
         if ((rc = compile_pattern(json_string_value(text), json_string_length(text), !re, file, &s.re)))
+            return rc;
+        return add_step(t, file, s);
+    }
+    if (which >= 3) {
+        /* Punctuation {behavior (default Isolated)}; Digits {individual_digits: Isolated when
+         * true, Contiguous when false}: tokenizers refuses a Digits without the boolean */
+        pretok_step s = {.kind = STEP_SPLIT, .mapped = *bytelevel};
+        if (which == 3) {
+            if ((rc = split_behavior(file, "Punctuation", p, SPLIT_ISOLATED, &s.behavior)))
+                return rc;
+        } else {
+            json_t *ind = json_object_get(p, "individual_digits");
+            if (!json_is_boolean(ind))
+                return hf_bad(file, "pre_tokenizer.individual_digits",
+                              "Digits needs true or false");
+            s.behavior = json_is_true(ind) ? SPLIT_ISOLATED : SPLIT_CONTIGUOUS;
+        }
+        if ((rc = compile_class(which == 3 ? CLASS_PUNCTUATION : CLASS_NUMERIC, file, &s.re)))
             return rc;
         return add_step(t, file, s);
     }

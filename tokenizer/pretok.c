@@ -1,16 +1,27 @@
 /* Pre-tokenization: a text -> pre-tokens through the tokenizer's steps (tokenizers'
- * Split and ByteLevel pre-tokenizers), regexes in PCRE2; and the UTF-8 checks.
+ * Split, ByteLevel, Punctuation and Digits pre-tokenizers), regexes in PCRE2; and the UTF-8
+ * checks.
  *
  * A step cuts each piece it is given into segments (start, end, is_match): the regex's
  * matches, left to right, and the gaps between them (tokenizers' find_matches; `invert`
  * flips is_match), then groups them by the step's behavior exactly as tokenizers does
  * (Isolated: each segment; Removed: the gaps; MergedWithPrevious / MergedWithNext: a match
  * joins the gap before / after it; Contiguous: runs of one kind), and hands each non-empty
- * group to the next step. The last step's pieces are the pre-tokens. */
+ * group to the next step. The last step's pieces are the pre-tokens.
+ *
+ * tokenizers' ByteLevel step rewrites its pieces in GPT-2's byte alphabet (each byte one
+ * character: '0' stays '0', the bytes of U+00B2 become U+00C2 and U+00B2), and the steps
+ * after it see that text. Here the pieces stay raw bytes; a step after a ByteLevel ("mapped")
+ * matches its regex on the piece spelled in that alphabet and maps the boundaries back (a
+ * character there is a byte here), so a Digits after ByteLevel splits U+00B2 (C2 B2) between
+ * its bytes, as tokenizers does. Punctuation and Digits are Splits on a character class made
+ * from tokenizers' own tables (pretok_classes.h): a match is one character, as their
+ * char-predicate patterns match. */
 #include <stdlib.h>
 #include <string.h>
 
 #include "core/core.h"
+#include "tokenizer/pretok_classes.h"
 #include "tokenizer/tok_internal.h"
 
 /* tokenizers' ByteLevel regex (tiktoken's gpt2 pattern is the same language). */
@@ -130,6 +141,32 @@ int compile_pattern(const char *pattern, size_t len, int literal, const char *fi
     return TR_OK;
 }
 
+int compile_class(int which, const char *file, pcre2_code **out)
+{
+    const uint32_t(*r)[2] = which == CLASS_PUNCTUATION ? punct_ranges : numeric_ranges;
+    size_t n = which == CLASS_PUNCTUATION ? sizeof punct_ranges / sizeof *punct_ranges
+                                          : sizeof numeric_ranges / sizeof *numeric_ranges;
+    char *p = malloc(32 * n + 3);
+    *out = NULL;
+    if (!p)
+        return tr_fail(TR_ERR_NOMEM, "out of memory reading %s", file);
+    size_t at = 0;
+    p[at++] = '[';
+    for (size_t i = 0; i < n; i++)
+        at += (size_t)sprintf(p + at, "\\x{%X}-\\x{%X}", (unsigned)r[i][0], (unsigned)r[i][1]);
+    p[at++] = ']';
+    int code;
+    PCRE2_SIZE where;
+    pcre2_code *re = pcre2_compile((PCRE2_SPTR)p, at, PCRE2_UTF, &code, &where, NULL);
+    free(p);
+    if (!re)
+        return tr_fail(TR_ERR_INVALID, "%s: the %s class: PCRE2 error %d", file,
+                       which == CLASS_PUNCTUATION ? "Punctuation" : "Digits", code);
+    (void)pcre2_jit_compile(re, PCRE2_JIT_COMPLETE);
+    *out = re;
+    return TR_OK;
+}
+
 /* ---- UTF-8 ---- */
 
 size_t utf8_valid_prefix(const unsigned char *s, size_t len)
@@ -208,6 +245,7 @@ void pretok_state_free(pretok_state *s)
         pcre2_match_data_free(s->md[k]);
         free(s->seg[k]);
         free(s->space[k]);
+        free(s->mapped[k]);
     }
     memset(s, 0, sizeof *s);
 }
@@ -256,24 +294,72 @@ static int next_match(const pretok_step *st, pcre2_match_data *md, const char *t
     return 1;
 }
 
-/* The regex's matches and the gaps between them, as tokenizers' find_matches lists them. */
-static int find_segments(const pretok_step *st, pretok_state *s, int k, const char *text,
-                         size_t len)
+/* A mapped step's subject: the piece in GPT-2's byte alphabet, into s->mapped[k]. */
+static int map_piece(pretok_state *s, int k, const char *text, size_t len, size_t *out_len)
+{
+    if (len > (SIZE_MAX - 1) / 2)
+        return tr_fail(TR_ERR_NOMEM, "out of memory for a text of %zu bytes", len);
+    if (2 * len + 1 > s->mapped_cap[k]) {
+        char *p = realloc(s->mapped[k], 2 * len + 1);
+        if (!p)
+            return tr_fail(TR_ERR_NOMEM, "out of memory for a text of %zu bytes", len);
+        s->mapped[k] = p;
+        s->mapped_cap[k] = 2 * len + 1;
+    }
+    unsigned char *o = (unsigned char *)s->mapped[k];
+    for (size_t i = 0; i < len; i++) {
+        uint32_t c = byte_char[(unsigned char)text[i]]; /* < 0x800: one or two bytes */
+        if (c < 0x80) {
+            *o++ = (unsigned char)c;
+        } else {
+            *o++ = (unsigned char)(0xC0 | c >> 6);
+            *o++ = (unsigned char)(0x80 | (c & 0x3F));
+        }
+    }
+    *out_len = (size_t)(o - (unsigned char *)s->mapped[k]);
+    return TR_OK;
+}
+
+/* Offsets in a step's subject -> offsets in its piece: the same for an unmapped step; for a
+ * mapped one, a forward walk (offsets come in order) counting characters, one per raw byte. */
+typedef struct {
+    const char *subject;
+    int mapped;
+    size_t at, raw; /* subject offset `at` is raw offset `raw` */
+} raw_walk;
+
+static size_t raw_of(raw_walk *w, size_t off)
+{
+    if (!w->mapped)
+        return off;
+    while (w->at < off) {
+        w->at += (unsigned char)w->subject[w->at] < 0x80 ? 1 : 2;
+        w->raw++;
+    }
+    return w->raw;
+}
+
+/* The regex's matches and the gaps between them, as tokenizers' find_matches lists them
+ * (offsets in the piece; the regex runs on w's subject, len bytes). */
+static int find_segments(const pretok_step *st, pretok_state *s, int k, raw_walk *w,
+                         size_t len, size_t raw_len)
 {
     size_t prev = 0, at = 0, a, b;
     int rc = TR_OK, m;
     s->n_seg[k] = 0;
-    while (!rc && (m = next_match(st, s->md[k], text, len, &at, &a, &b)) != 0) {
+    while (!rc && (m = next_match(st, s->md[k], w->subject, len, &at, &a, &b)) != 0) {
         if (m < 0)
             return TR_ERR_INVALID;
+        a = raw_of(w, a);
+        b = raw_of(w, b);
         if (prev != a)
             rc = add_segment(s, k, prev, a, st->invert);
         if (!rc)
             rc = add_segment(s, k, a, b, !st->invert);
         prev = b;
     }
-    if (!rc && prev != len)
-        rc = add_segment(s, k, prev, len, st->invert);
+    if (!rc && prev != raw_len)
+        rc = add_segment(s, k, prev, raw_len, st->invert);
     return rc;
 }
 
@@ -347,14 +433,22 @@ int pretokenize(const tr_tokenizer *t, pretok_state *s, int k, const char *text,
     if (!st->re)
         return pretokenize(t, s, k + 1, text, len, fn, ctx);
     int behavior = st->kind == STEP_BYTELEVEL ? SPLIT_ISOLATED : st->behavior, rc = TR_OK;
+    raw_walk w = {text, st->mapped, 0, 0};
+    size_t subject_len = len;
+    if (st->mapped && (rc = map_piece(s, k, text, len, &subject_len)))
+        return rc;
+    if (st->mapped)
+        w.subject = s->mapped[k];
     if (behavior == SPLIT_ISOLATED || behavior == SPLIT_REMOVED) { /* streamed, nothing kept */
         int keep_match = behavior == SPLIT_ISOLATED || st->invert;
         int keep_gap = behavior == SPLIT_ISOLATED || !st->invert;
         size_t prev = 0, at = 0, a, b;
         int m;
-        while (!rc && (m = next_match(st, s->md[k], text, len, &at, &a, &b)) != 0) {
+        while (!rc && (m = next_match(st, s->md[k], w.subject, subject_len, &at, &a, &b)) != 0) {
             if (m < 0)
                 return TR_ERR_INVALID;
+            a = raw_of(&w, a);
+            b = raw_of(&w, b);
             if (keep_gap && prev != a)
                 rc = pretokenize(t, s, k + 1, text + prev, a - prev, fn, ctx);
             if (!rc && keep_match)
@@ -365,7 +459,7 @@ int pretokenize(const tr_tokenizer *t, pretok_state *s, int k, const char *text,
             rc = pretokenize(t, s, k + 1, text + prev, len - prev, fn, ctx);
         return rc;
     }
-    rc = find_segments(st, s, k, text, len);
+    rc = find_segments(st, s, k, &w, subject_len, len);
     size_t n = rc ? 0 : group(s->seg[k], s->n_seg[k], behavior);
     for (size_t i = 0; i < n && !rc; i++) {
         segment g = s->seg[k][i]; /* deeper steps never touch step k's list */

@@ -49,7 +49,8 @@ typedef struct {
     uint32_t mask, n;
 } merge_map;
 
-/* A Split (regex) or ByteLevel pre-tokenizer step. */
+/* A Split (regex) or ByteLevel pre-tokenizer step. tokenizers' Punctuation and Digits are
+ * Splits on a class of single characters (pretok_classes.h), each character one match. */
 enum { STEP_SPLIT, STEP_BYTELEVEL };
 enum { SPLIT_ISOLATED, SPLIT_REMOVED, SPLIT_MERGED_PREV, SPLIT_MERGED_NEXT, SPLIT_CONTIGUOUS };
 typedef struct {
@@ -57,6 +58,10 @@ typedef struct {
     pcre2_code *re;       /* NULL: ByteLevel without its regex */
     int behavior, invert; /* Split */
     int add_prefix_space; /* ByteLevel */
+    /* a ByteLevel step came before: tokenizers runs this one on its output, the text spelled
+     * in GPT-2's byte alphabet (one character a byte), so the regex sees that spelling and
+     * the pieces may cut a character's bytes apart */
+    int mapped;
 } pretok_step;
 
 typedef struct {
@@ -222,7 +227,10 @@ extern const char *const gpt2_pattern;
  * source in messages. */
 TR_MUST_CHECK int compile_pattern(const char *pattern, size_t len, int literal, const char *file,
                                   pcre2_code **out);
-/* Called once per final pre-token. */
+/* The single-character classes of tokenizers' Punctuation and Digits pre-tokenizers. */
+enum { CLASS_PUNCTUATION, CLASS_NUMERIC };
+TR_MUST_CHECK int compile_class(int which, const char *file, pcre2_code **out);
+/* Called once per final pre-token (its bytes: not UTF-8 when a mapped step cut a character). */
 typedef int (*piece_fn)(void *ctx, const char *piece, size_t len);
 typedef struct {
     size_t start, end;
@@ -234,6 +242,8 @@ typedef struct { /* per step k */
     size_t n_seg[TOK_MAX_STEPS], cap_seg[TOK_MAX_STEPS];
     char *space[TOK_MAX_STEPS]; /* ByteLevel add_prefix_space: " " + the piece */
     size_t space_cap[TOK_MAX_STEPS];
+    char *mapped[TOK_MAX_STEPS]; /* a mapped step's piece in GPT-2's byte alphabet */
+    size_t mapped_cap[TOK_MAX_STEPS];
 } pretok_state;
 TR_MUST_CHECK int pretok_state_init(pretok_state *s, const tr_tokenizer *t);
 void pretok_state_free(pretok_state *s);

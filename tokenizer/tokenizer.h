@@ -8,11 +8,16 @@
  *                          --merge-file): GPT-2's pre-tokenizer regex, no special tokens in
  *                          the text, end of document = the id of <|endoftext|>;
  *      "HFTokenizer"       a Hugging Face tokenizer.json (--tokenizer-model) whose model is
- *                          BPE over bytes (GPT-2, Bloom, Llama-3, Qwen2 style): an NFC
- *                          normalizer (alone or in a Sequence; tokenizers' Unicode 9.0 NFC,
- *                          see tokenizer/normalize.c) or none, its pre-tokenizers
- *                          (ByteLevel, Split with a Regex or String pattern, Sequence of
- *                          them), added tokens matched in the text before pre-tokenization
+ *                          BPE over bytes (GPT-2, Bloom, Llama-3, Qwen2, Falcon, GPT-NeoX /
+ *                          Pythia style): an NFC normalizer (alone or in a Sequence;
+ *                          tokenizers' Unicode 9.0 NFC, see tokenizer/normalize.c) or none, its
+ *                          pre-tokenizers (ByteLevel, Split with a Regex or String pattern,
+ *                          Punctuation, Digits, Sequence of them; one ByteLevel, the steps
+ *                          after it seeing its byte alphabet as in tokenizers; Punctuation and
+ *                          Digits split on tokenizers' own character classes, which are
+ *                          neither PCRE2's \p{P} / \p{N} nor one Unicode version's, see
+ *                          tokenizer/pretok_classes.h), added tokens matched in the text
+ *                          before pre-tokenization
  *                          (leftmost-longest; as tokenizers does, those with "normalized":
  *                          false in the raw text, then the others in each normalized piece
  *                          between), the single template of a TemplateProcessing

@@ -192,6 +192,67 @@ def train_qwen2_style(texts, vocab_size):
     return j
 
 
+FALCON_ADDED = [">>TITLE<<", ">>ABSTRACT<<", ">>INTRODUCTION<<", ">>SUMMARY<<", ">>COMMENT<<",
+                ">>ANSWER<<", ">>QUESTION<<", ">>DOMAIN<<", ">>PREFIX<<", ">>SUFFIX<<", ">>MIDDLE<<",
+                "<|endoftext|>"]
+FALCON_PRE_TOKENIZER = {"type": "Sequence", "pretokenizers": [
+    {"type": "Punctuation", "behavior": "Contiguous"},
+    {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": True},
+    {"type": "Digits", "individual_digits": False},
+    {"type": "Split", "pattern": {"Regex": "[0-9][0-9][0-9]"}, "behavior": "Isolated", "invert": False}]}
+
+
+def _train_bytelevel(texts, vocab_size, normalizer, pre_tokenizer, specials):
+    """A BPE tokenizer.json dict trained by tokenizers on texts with that normalizer and
+    pre_tokenizer (dicts as the files spell them) and the byte alphabet, specials first."""
+    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+    j = json.loads(Tokenizer(models.BPE()).to_str())
+    j.update(normalizer=normalizer, pre_tokenizer=pre_tokenizer)
+    tok = Tokenizer.from_str(json.dumps(j))
+    tok.train_from_iterator(texts, trainers.BpeTrainer(
+        vocab_size=vocab_size, special_tokens=specials, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False))
+    return json.loads(tok.to_str())
+
+
+def falcon_style(texts, vocab_size):
+    """A tokenizer.json dict in the shape of tiiuae/falcon-7b's (and -40b's) trained here on
+    texts: no normalizer, the pre_tokenizer Sequence of Punctuation (Contiguous), ByteLevel
+    (use_regex), Digits (not individual) and Split "[0-9][0-9][0-9]" (Isolated), the BPE
+    model's fields as that file spells them, post_processor and decoder ByteLevel, and
+    >>TITLE<< ... >>MIDDLE<<, <|endoftext|> at ids 0-11 (in the vocabulary too; special,
+    normalized false). Call inside the venv."""
+    j = _train_bytelevel(texts, vocab_size, None, FALCON_PRE_TOKENIZER, FALCON_ADDED)
+    j["model"] = {"type": "BPE", "dropout": None, "unk_token": None, "continuing_subword_prefix": None,
+                  "end_of_word_suffix": None, "fuse_unk": False, "vocab": j["model"]["vocab"],
+                  "merges": j["model"]["merges"]}
+    j["added_tokens"] = [dict(added_token(i, t), special=True) for i, t in enumerate(FALCON_ADDED)]
+    j["post_processor"] = {"type": "ByteLevel", "add_prefix_space": True, "trim_offsets": False,
+                           "use_regex": True}
+    j["decoder"] = {"type": "ByteLevel", "add_prefix_space": True, "trim_offsets": True, "use_regex": True}
+    return j
+
+
+def neox_style(texts, vocab_size):
+    """A tokenizer.json dict in the shape of EleutherAI/gpt-neox-20b's (Pythia's) trained here
+    on texts: NFC normalizer, ByteLevel pre-tokenizer (add_prefix_space false, no use_regex
+    key), post_processor and decoder ByteLevel, the BPE model's fields as that file spells them
+    (merges as "a b" strings), <|endoftext|> and <|padding|> at ids 0 and 1 (in the vocabulary
+    too; special, normalized false) and after the vocabulary the runs of 24 down to 2 spaces
+    (special false, normalized true), as its ids 50254-50276 are. Call inside the venv."""
+    byte_level = {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True}
+    j = _train_bytelevel(texts, vocab_size, {"type": "NFC"}, byte_level, ["<|endoftext|>", "<|padding|>"])
+    n = len(j["model"]["vocab"])
+    j["model"] = {"type": "BPE", "dropout": None, "unk_token": None, "continuing_subword_prefix": None,
+                  "end_of_word_suffix": None, "fuse_unk": False, "vocab": j["model"]["vocab"],
+                  "merges": [m if isinstance(m, str) else " ".join(m) for m in j["model"]["merges"]]}
+    j["added_tokens"] = [added_token(0, "<|endoftext|>"), added_token(1, "<|padding|>")] + [
+        dict(added_token(n + k, " " * (24 - k)), special=False, normalized=True) for k in range(23)]
+    j["post_processor"] = dict(byte_level)
+    j["decoder"] = dict(byte_level)
+    return j
+
+
 def fortune_files():
     """Every fortune file (Debian's fortunes package), .dat indexes and links left out."""
     files = sorted(f for f in glob.glob("/usr/share/games/fortunes/*")

@@ -1,5 +1,6 @@
 /* tokenizer/: merges against a naive reference (short and long pre-tokens), UTF-8 repair as
- * Python's decode("utf-8", "replace"), added tokens and templates, decode(encode(x)) = x; and
+ * Python's decode("utf-8", "replace"), added tokens and templates, decode(encode(x)) = x,
+ * Falcon's Punctuation and Digits pre-tokenizers (and their refusals); and
  * malformed files (hand-made and fuzzed: flipped, inserted and deleted bytes, cuts) refused
  * with an error, never a crash, also for JSON Lines through tr_preprocess. Runs under the
  * sanitizers. */
@@ -272,6 +273,124 @@ static void test_malformed_files(void **state)
     free(good);
 }
 
+/* Falcon's pre-tokenizer (tiiuae/falcon-7b): Punctuation (Contiguous), ByteLevel, Digits (not
+ * individual), Split "[0-9][0-9][0-9]"; PRE replaced by the test's steps. */
+static const char *falcon_json =
+    "{\"version\":\"1.0\",\"truncation\":null,\"padding\":null,\"added_tokens\":[{\"id\":0,"
+    "\"content\":\">>TITLE<<\",\"special\":true,\"normalized\":false}],\"normalizer\":null,"
+    "\"pre_tokenizer\":{\"type\":\"Sequence\",\"pretokenizers\":[PRE]},\"post_processor\":"
+    "{\"type\":\"ByteLevel\",\"add_prefix_space\":true,\"trim_offsets\":false,\"use_regex\":true},"
+    "\"decoder\":{\"type\":\"ByteLevel\",\"add_prefix_space\":true,\"trim_offsets\":true,"
+    "\"use_regex\":true},\"model\":{\"type\":\"BPE\","
+    "\"dropout\":null,\"unk_token\":null,\"continuing_subword_prefix\":null,"
+    "\"end_of_word_suffix\":null,\"fuse_unk\":false,\"vocab\":VOCAB,\"merges\":[\"1 2\","
+    "\"12 3\",\"4 5\",\"123 4\",\", ,\",\"\u00c2 \u00b2\",\"\u00d0 \u00bc\",\"\u00d9 \u00a3\"]}}";
+static const char *falcon_pre =
+    "{\"type\":\"Punctuation\",\"behavior\":\"Contiguous\"},{\"type\":\"ByteLevel\","
+    "\"add_prefix_space\":false,\"trim_offsets\":true,\"use_regex\":true},{\"type\":\"Digits\","
+    "\"individual_digits\":false},{\"type\":\"Split\",\"pattern\":{\"Regex\":"
+    "\"[0-9][0-9][0-9]\"},\"behavior\":\"Isolated\",\"invert\":false}";
+
+/* falcon_json with `pre` as its steps, written to scratch(name): ids 0 >>TITLE<<, 1-256 the
+ * bytes (byte b is 1 + b), then 257 "12", 258 "123", 259 "45", 260 "1234", 261 ",,",
+ * 262 "\u00b2" (C2 B2), 263 "\u043c" (D0 BC), 264 "\u0663" (D9 A3). */
+static const char *write_falcon(const char *name, const char *pre)
+{
+    char *v = malloc(8192), *out = malloc(16384);
+    size_t vo = (size_t)sprintf(v, "{\">>TITLE<<\":0");
+    for (int b = 0; b < 256; b++) {
+        vo += (size_t)sprintf(v + vo, ",\"");
+        vo += spell_byte(b, v + vo);
+        if (b == '"' || b == '\\') { /* escaped in JSON */
+            v[vo - 1] = '\\';
+            v[vo++] = (char)b;
+        }
+        vo += (size_t)sprintf(v + vo, "\":%d", 1 + b);
+    }
+    sprintf(v + vo, ",\"12\":257,\"123\":258,\"45\":259,\"1234\":260,\",,\":261,"
+                    "\"\u00c2\u00b2\":262,\"\u00d0\u00bc\":263,\"\u00d9\u00a3\":264}");
+    const char *at_pre = strstr(falcon_json, "PRE"), *at_v = strstr(falcon_json, "VOCAB");
+    sprintf(out, "%.*s%s%.*s%s%s", (int)(at_pre - falcon_json), falcon_json, pre,
+            (int)(at_v - at_pre - 3), at_pre + 3, v, at_v + 5);
+    write_file(scratch(name), out, strlen(out));
+    free(v);
+    free(out);
+    return scratch(name);
+}
+
+static void expect_ids(tr_tokenizer *t, const char *text, const int32_t *want, size_t n_want)
+{
+    size_t n;
+    int32_t *ids = encode(t, text, strlen(text), 0, &n);
+    if (n != n_want || memcmp(ids, want, n * sizeof *ids)) {
+        fprintf(stderr, "'%s': got", text);
+        for (size_t i = 0; i < n; i++)
+            fprintf(stderr, " %d", ids[i]);
+        fprintf(stderr, "\n");
+    }
+    assert_int_equal(n, n_want);
+    assert_memory_equal(ids, want, n * sizeof *ids);
+    char *back;
+    assert_int_equal(tr_decode(t, ids, n, &back, NULL), TR_OK);
+    assert_string_equal(back, text);
+    free(back);
+    free(ids);
+}
+
+/* Punctuation and Digits (Falcon's Sequence; the figures are tokenizers 0.23.3's): punctuation
+ * runs one piece, digits cut in threes, and after ByteLevel the Digits step sees GPT-2's byte
+ * alphabet, where the second byte of "\u00b2" (C2 B2) and of "\u043c" (D0 BC) are the numeric
+ * U+00B2 and U+00BC: their merges never apply. Digits before ByteLevel: Unicode digits. And each
+ * refusal names its field. */
+static void test_punctuation_digits(void **state)
+{
+    (void)state;
+    tr_tokenizer *t = open_ok("HFTokenizer", NULL, NULL, write_falcon("falcon.json", falcon_pre));
+    const int32_t a = 1 + 'a', sp = 1 + ' ';
+    expect_ids(t, "12345", (int32_t[]){258, 259}, 2);              /* "123" "45", not "1234" */
+    expect_ids(t, "1234", (int32_t[]){258, 1 + '4'}, 2);
+    expect_ids(t, "a,,b", (int32_t[]){a, 261, 1 + 'b'}, 3);         /* Contiguous: ",," */
+    expect_ids(t, ">>TITLE<<12", (int32_t[]){0, 257}, 2);
+    expect_ids(t, "\u00b2\u043c\u0663", (int32_t[]){1 + 0xC2, 1 + 0xB2, 1 + 0xD0, 1 + 0xBC, 264},
+               5);
+    expect_ids(t, "x \u00b2", (int32_t[]){1 + 'x', sp, 1 + 0xC2, 1 + 0xB2}, 4);
+    tr_tokenizer_free(t);
+    /* Digits (individual) before ByteLevel: "\u0663" is a digit of its own, "12" two pieces */
+    t = open_ok("HFTokenizer", NULL, NULL, write_falcon("digits-first.json",
+        "{\"type\":\"Digits\",\"individual_digits\":true},{\"type\":\"ByteLevel\","
+        "\"add_prefix_space\":false,\"trim_offsets\":true,\"use_regex\":false}"));
+    expect_ids(t, "\u00b2\u043c\u066312", (int32_t[]){262, 263, 264, 1 + '1', 1 + '2'}, 5);
+    tr_tokenizer_free(t);
+    /* Punctuation's default is Isolated: ",," two pieces */
+    t = open_ok("HFTokenizer", NULL, NULL, write_falcon("punct-default.json",
+        "{\"type\":\"Punctuation\"},{\"type\":\"ByteLevel\",\"use_regex\":false,"
+        "\"add_prefix_space\":false,\"trim_offsets\":true}"));
+    expect_ids(t, "a,,1234", (int32_t[]){a, 1 + ',', 1 + ',', 260}, 4);
+    tr_tokenizer_free(t);
+    static const struct { const char *pre, *needle; } bad[] = {
+        {"{\"type\":\"Punctuation\",\"behavior\":\"Sideways\"},{\"type\":\"ByteLevel\"}",
+         "pre_tokenizer.behavior: Punctuation's behavior \"Sideways\" is not one of Isolated"},
+        {"{\"type\":\"Punctuation\",\"behavior\":\"contiguous\"},{\"type\":\"ByteLevel\"}",
+         "pre_tokenizer.behavior: Punctuation's behavior \"contiguous\""},
+        {"{\"type\":\"Punctuation\",\"behavior\":null},{\"type\":\"ByteLevel\"}",
+         "pre_tokenizer.behavior: Punctuation's behavior (not a string)"},
+        {"{\"type\":\"ByteLevel\"},{\"type\":\"Digits\",\"individual_digits\":\"true\"}",
+         "pre_tokenizer.individual_digits: Digits needs true or false"},
+        {"{\"type\":\"ByteLevel\"},{\"type\":\"Digits\",\"individual_digits\":1}",
+         "pre_tokenizer.individual_digits"},
+        {"{\"type\":\"ByteLevel\"},{\"type\":\"Digits\"}", "pre_tokenizer.individual_digits"},
+        {"{\"type\":\"Split\",\"pattern\":{\"String\":\"x\"}},{\"type\":\"ByteLevel\"}",
+         "pre_tokenizer.behavior: Split's behavior (absent)"},
+        {"{\"type\":\"ByteLevel\"},{\"type\":\"ByteLevel\"}", "a second ByteLevel"},
+        {"{\"type\":\"UnicodeScripts\"},{\"type\":\"ByteLevel\"}", "\"UnicodeScripts\" is not"},
+        {"{\"type\":\"Punctuation\"},{\"type\":\"Digits\",\"individual_digits\":false}",
+         "no ByteLevel"},
+    };
+    for (size_t c = 0; c < sizeof bad / sizeof bad[0]; c++)
+        expect_refused("HFTokenizer", NULL, NULL, write_falcon("bad-falcon.json", bad[c].pre),
+                       bad[c].needle);
+}
+
 /* The end of document from a tokenizer_config.json beside tokenizer.json (in a folder of its
  * own): its eos_token as a string or an AddedToken object, else (no file, or no eos_token in it)
  * the first known name; a file that is there but broken (not JSON, a repeated key, not an
@@ -464,7 +583,8 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_merges_match_naive), cmocka_unit_test(test_utf8_repair),
-        cmocka_unit_test(test_hf_features), cmocka_unit_test(test_malformed_files),
+        cmocka_unit_test(test_hf_features), cmocka_unit_test(test_punctuation_digits),
+        cmocka_unit_test(test_malformed_files),
         cmocka_unit_test(test_tokenizer_config_eos), cmocka_unit_test(test_id_cap),
         cmocka_unit_test(test_fuzzed_files),
     };

@@ -5,7 +5,8 @@ tokenizer_config.json beside it (a string or an AddedToken object); a tokenizer_
 is there but broken (cut short, a repeated key, an eos_token of another shape or naming no
 token) is a non-zero exit naming the file and the cause, never a silent fallback to
 <|endoftext|>; an id of 2^24 or more (an added token or a vocabulary entry) is a non-zero exit
-naming the file, the token and the id, at once and in little memory.
+naming the file, the token and the id, at once and in little memory; Falcon's pre-tokenizer
+opens, and its Punctuation or Digits with a bad field is exit 2 naming the file and the field.
 usage: test_tokenizer_files_cli.py TRIDENT WORKDIR"""
 import json
 import os
@@ -70,6 +71,32 @@ for config, cause in [('{"eos_token": "<|eot_id|>"', "not valid JSON"),
     check(f"tokenizer_config.json {config}: a non-zero exit naming the file and '{cause}'",
           rc != 0 and cfg_path in err and cause in err, f"exit {rc}: {err[-500:]}")
 os.remove(cfg_path)
+
+# Falcon's pre-tokenizer (Punctuation, ByteLevel, Digits, Split) opens and splits digits in
+# threes; a Punctuation behavior it does not know, a Digits without a boolean individual_digits:
+# exit 2 naming the file and the field.
+os.makedirs(os.path.join(work, "falcon"), exist_ok=True)
+falcon_path = os.path.join(work, "falcon", "tokenizer.json")
+falcon = dict(tok, pre_tokenizer={"type": "Sequence", "pretokenizers": [
+    {"type": "Punctuation", "behavior": "Contiguous"},
+    {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": True},
+    {"type": "Digits", "individual_digits": False},
+    {"type": "Split", "pattern": {"Regex": "[0-9][0-9][0-9]"}, "behavior": "Isolated", "invert": False}]})
+falcon["model"] = dict(tok["model"], vocab=dict(vocab, **{"12": 258, "123": 259}), merges=["1 2", "12 3"])
+tt.write(corpus, json.dumps({"text": "1231"}) + "\n")
+tt.write(falcon_path, json.dumps(falcon))
+rc, err, ids = preprocess(falcon_path)
+check("Falcon's pre-tokenizer: exit 0, '1231' as '123' '1'", rc == 0 and ids == [259, 49, 256], f"exit {rc}, ids {ids}, {err[-500:]}")
+for change, field in [(("Punctuation", 0, "behavior", "Sideways"), "pre_tokenizer.behavior: Punctuation's behavior"),
+                      (("Digits", 2, "individual_digits", "false"), "pre_tokenizer.individual_digits"),
+                      (("Digits", 2, "individual_digits", None), "pre_tokenizer.individual_digits")]:
+    bad = json.loads(json.dumps(falcon))
+    bad["pre_tokenizer"]["pretokenizers"][change[1]][change[2]] = change[3]
+    tt.write(falcon_path, json.dumps(bad))
+    rc, err, _ = preprocess(falcon_path)
+    check(f"{change[0]} with {change[2]} {change[3]!r}: exit 2 naming the file and '{field}'",
+          rc == 2 and f"{falcon_path}: {field}" in err, f"exit {rc}: {err[-500:]}")
+tt.write(corpus, json.dumps({"text": "ab"}) + "\n")
 
 # Ids up from 2^24, stopping at the first failure: a loader without the cap spends ~200 MB on the
 # first two, 1.28 GB on the fuzzer's 1e8 (its RSS is checked: the table is never sized for it).

@@ -30,6 +30,17 @@ Tokenizers compared:
                   of single code points) and the torture files, with
                   decode(); the same with normalized added tokens (matched after NFC), and
                   llama2-style with NFC in its normalizer Sequence and with Metaspace
+  falcon-style    trained here in tiiuae/falcon-7b's shape (Punctuation Contiguous, ByteLevel,
+                  Digits, Split "[0-9][0-9][0-9]"; >>TITLE<< ... <|endoftext|> at ids 0-11) on
+                  texts heavy in numbers (Unicode digits, superscripts, fractions), punctuation
+                  (ASCII, Unicode, some newer than tokenizers' tables) and runs of spaces
+                  (torture.digit_punct_space_texts), the torture files and 20 fortune files,
+                  with decode(); the same with each Punctuation behavior, individual digits,
+                  and Digits / ByteLevel / Punctuation / Split in another order; and the
+                  Punctuation and Digits classes checked over every code point
+  neox-style      trained here in EleutherAI/gpt-neox-20b's (Pythia's) shape: NFC, ByteLevel,
+                  merges as strings, <|endoftext|> <|padding|> at 0 and 1, runs of 24 down to
+                  2 spaces as normalized non-special added tokens; the same texts, decode()
 The texts reach the references as Python's bytes.decode("utf-8", "replace") of the file. The
 10 MB line goes through gpt2-files against tiktoken alone (tokenizers takes 7-30 s on it, one
 thread, for the same ids); the other Split behaviors see the torture files.
@@ -48,6 +59,7 @@ sys.path.insert(0, HERE)
 import trident_test as tt  # noqa: E402
 import oracle_env  # noqa: E402
 import torture  # noqa: E402
+import gen_pretok_classes  # noqa: E402
 
 tok_encode, work, venv = sys.argv[1], sys.argv[2], sys.argv[3]
 BLOOM_PATTERN = " ?[^(\\s|[.,!?\u2026\u3002\uff0c\u3001\u0964\u06d4\u060c])]+"
@@ -290,6 +302,53 @@ for name, j, use in [("qwen2-style", qwen2, nfc_files + [files[i] for i in tortu
                    for i, (ids, g) in enumerate(zip(mine, got)) if g != ref.decode(ids, skip_special_tokens=False)]
             tt.check(f"{name}: decode() identical on the {len(mine)} texts' ids (the NFC'd texts)",
                      not bad, "\n     ".join(bad[:5]))
+print(f"     ({time.time() - t0:.1f} s)")
+
+# ---- falcon-style and neox-style: Punctuation / Digits after and before ByteLevel, NFC with
+# normalized added runs of spaces ----
+t0 = time.time()
+with open(gen_pretok_classes.HEADER) as f:
+    tt.check("tokenizer/pretok_classes.h holds this tokenizers' Punctuation and Digits classes "
+             "(every code point)", f.read().split("\n", 2)[2] == gen_pretok_classes.header().split("\n", 2)[2],
+             "run tests/tokenizer/gen_pretok_classes.py VENV")
+dps_texts = torture.digit_punct_space_texts()
+dps_files = []
+for k, text in enumerate(dps_texts):
+    dps_files.append(path(f"dps-{k}.txt"))
+    tt.write(dps_files[-1], text)
+train_texts = dps_texts * 3 + [texts[i] for i in small[:6]]
+falcon = oracle_env.falcon_style(train_texts, 2500)
+neox = oracle_env.neox_style(train_texts, 2500)
+variants = [("falcon-style", falcon), ("neox-style", neox)]
+pretoks = falcon["pre_tokenizer"]["pretokenizers"]
+for behavior in ["Isolated", "Removed", "MergedWithPrevious", "MergedWithNext", None]:
+    punct = {"type": "Punctuation", "behavior": behavior} if behavior else {"type": "Punctuation"}
+    variants.append((f"falcon-style-punctuation-{behavior or 'default'}",
+                     dict(falcon, pre_tokenizer={"type": "Sequence", "pretokenizers": [punct] + pretoks[1:]})))
+variants.append(("falcon-style-individual-digits", dict(falcon, pre_tokenizer={
+    "type": "Sequence", "pretokenizers": pretoks[:2] + [{"type": "Digits", "individual_digits": True}] + pretoks[3:]})))
+# Digits before ByteLevel (Unicode digits), Punctuation after it (GPT-2's alphabet: the bytes
+# A1 A7 AB B6 B7 BB BF are punctuation there), a Split after it seeing that alphabet
+variants.append(("falcon-style-reordered", dict(falcon, pre_tokenizer={"type": "Sequence", "pretokenizers": [
+    {"type": "Digits", "individual_digits": False}, pretoks[1], {"type": "Punctuation", "behavior": "Isolated"},
+    {"type": "Split", "pattern": {"Regex": "\u00c2|\u00e2\u0122"}, "behavior": "MergedWithNext", "invert": False}]})))
+for name, j in variants:
+    tt.write(path(name + ".json"), json.dumps(j))
+    ref = Tokenizer.from_file(path(name + ".json"))
+    use = dps_files + ([files[i] for i in torture_small] + [files[i] for i in small[:20]]
+                       if name in ("falcon-style", "neox-style") else [files[i] for i in torture_small])
+    use_texts = read_texts(use)
+    mine = trident_ids("HFTokenizer", None, None, path(name + ".json"), use, special=True)
+    if not mine:
+        continue
+    compare(f"{name} vs tokenizers", mine, [e.ids for e in ref.encode_batch(use_texts)], use_texts, use,
+            ref.decode)
+    if name in ("falcon-style", "neox-style"):
+        got = trident_text(path(name + ".json"), mine)
+        if got is not None:
+            bad = [f"{i}: trident {g[:60]!r} vs {ref.decode(ids, skip_special_tokens=False)[:60]!r}"
+                   for i, (ids, g) in enumerate(zip(mine, got)) if g != ref.decode(ids, skip_special_tokens=False)]
+            tt.check(f"{name}: decode() identical on the {len(mine)} texts' ids", not bad, "\n     ".join(bad[:5]))
 print(f"     ({time.time() - t0:.1f} s)")
 
 tt.finish("tokenizer oracle: all ids identical")

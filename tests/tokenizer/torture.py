@@ -126,3 +126,45 @@ def write_corpus(folder, seed=18, long_line_bytes=10 << 20):
             f.write(data)
         paths.append(p)
     return paths
+
+
+# Numbers, punctuation and runs of spaces for the Punctuation and Digits pre-tokenizers
+# (Falcon's) and GPT-NeoX's added runs of spaces: 3+ digit numbers, Unicode digits and
+# fractions (Arabic-Indic, Devanagari, fullwidth, mathematical, superscripts, vulgar fractions,
+# Roman numerals, digits newer than PCRE2's or Python's tables), ASCII and Unicode punctuation
+# (and punctuation that the unicode_categories crate behind tokenizers' Punctuation is too old
+# to know), Latin-1 characters whose UTF-8 holds the bytes B2 B3 B9 BC BD BE (numeric in GPT-2's
+# byte alphabet: '\u043c' is D0 BC), Falcon's added tokens.
+DIGIT_PUNCT_PIECES = [
+    "1234567", "12,345.67", "3.14159265", "123456789012", "007", "1000000", "42", "9", "99.9%",
+    "\u0663\u0664\u0665", "\u0660\u0661\u0662\u0663\u0664\u0665\u0666\u0667\u0668\u0669",
+    "\u0966\u0967\u0968\u0969", "\uff11\uff12\uff13\uff14", "\U0001d7d9\U0001d7da\U0001d7db",
+    "\u00b2", "x\u00b2y", "10\u00b3", "\u00b9\u00b2\u00b3", "\u00bd", "\u00bc\u00be", "\u2153",
+    "12\u00bd3456", "\u00bd6789", "\u216b", "\u2160\u2161", "\u2460\u2461", "\u2070\u2074",
+    "\U00010d40\U00010d41", "\U000116d0\U000116d1", "\U00011bf0", "\U00011950\U00011951",
+    "\u043c and \u043c\u0438\u0440 999", "\u00bc\u043c\u00b2", "2024-01-31", "(555) 123-4567",
+    "$1,000,000.00", "1e-10", "0x1F", "#123", "A1B22C333D4444", "3/4", "1:23:45",
+    "\u00abquoted\u00bb", "\u2014", "\u2013", "\u2026", "\u3002", "\u3001", "\u00bfQu\u00e9?",
+    "\u00a1Hola!", "\u201ccurly\u201d", "\u2018single\u2019", "\u201elow\u201c", "\u2039\u203a",
+    "\u00a71.2", "\u00b6", "\u00b7", "\u2020\u2021", "\u203b", "\u3008\u3009", "\u3010\u3011",
+    "\u300c\u300d", "\uff08\uff09", "\uff01\uff1f", "\u203c", "\u2049", "\u061f", "\u060c",
+    "\u061d", "\u2e43", "\u2e4e\u2e4f", "\u2e52", "\u05be", "\u0589", "...", "!!!", "?!?", "---",
+    "***", "~~~", "@#$%^&*", "\\", "`code`", "{[()]}", "'s", "don't", "<|endoftext|>",
+    ">>TITLE<<", ">>ABSTRACT<<x", "a>>SUMMARY<<b", ">>COMMENT", "hello", "World", "caf\u00e9",
+    "\u4e2d\u6587", "\U0001f44d",
+]
+SPACE_PIECES = [" " * k for k in range(1, 31)] + ["\t  \t", "\n   \n", "\u00a0\u00a0", "\u3000  ",
+                                                 "  \u0301", " \r\n  "]
+
+
+def digit_punct_space_texts(seed=29, n=300):
+    """Texts of DIGIT_PUNCT_PIECES and SPACE_PIECES: each piece alone, then n random mixes."""
+    rng = random.Random(seed)
+    texts = DIGIT_PUNCT_PIECES + SPACE_PIECES + ["x" + s + "y" for s in SPACE_PIECES]
+    for _ in range(n):
+        parts = []
+        for _ in range(rng.randint(1, 16)):
+            parts.append(rng.choice(DIGIT_PUNCT_PIECES if rng.random() < 0.7 else SPACE_PIECES))
+            parts.append(rng.choice(["", "", " ", "  ", "\n", "    ", "a", "12"]))
+        texts.append("".join(parts))
+    return texts
