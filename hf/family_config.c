@@ -243,6 +243,99 @@ static int read_neox(json_t *root, const char *path, tr_model_config *m)
     return rc;
 }
 
+/* Falcon (FalconForCausalLM, model_type falcon: Falcon-7B, -40B, -180B): LayerNorm, rotary
+ * positions over whole heads (rope_theta), the exact GELU in an MLP of 4h, every linear layer
+ * with a bias or none (bias), the head tied unless tie_word_embeddings is false. Three layers
+ * (transformers 4.38's FalconDecoderLayer): new_decoder_architecture (Falcon-40B, -180B):
+ * ln_attn and ln_mlp, the parallel residual, num_kv_heads key/value groups; else
+ * parallel_attn (Falcon-7B): one input_layernorm feeding both (parallel_shared_norm), else
+ * input_layernorm and post_attention_layernorm in turn; those two have one key/value head
+ * (multi_query) or one per head. query_key_value is trident's qkv in all three (viewed as
+ * (group, R + 2, head_dim), (NH + 2, head_dim) and (NH, 3, head_dim)). Absent keys take
+ * FalconConfig's defaults (multi_query true, parallel_attn true, bias false,
+ * 2048 positions, rope_theta 10000, layer_norm_epsilon 1e-5); the sizes are required
+ * (n_embed, when not null, is hidden_size, as FalconConfig reads it). ALiBi and rope_scaling
+ * are refused by name, and so are the later transformers' keys 4.38 does not read
+ * (ffn_hidden_size other than 4h, activation other than gelu, num_ln_in_parallel_attn). */
+static int read_falcon(json_t *root, const char *path, tr_model_config *m)
+{
+    json_t *n_embed = json_object_get(root, "n_embed");
+    const char *hkey = n_embed && !json_is_null(n_embed) ? "n_embed" : "hidden_size";
+    int rc = get_int(root, path, "num_hidden_layers", -1, &m->num_layers);
+    if (!rc)
+        rc = get_int(root, path, hkey, -1, &m->hidden_size);
+    if (!rc)
+        rc = get_int(root, path, "num_attention_heads", -1, &m->num_attention_heads);
+    if (!rc)
+        rc = get_int(root, path, "vocab_size", -1, &m->vocab_size);
+    if (!rc)
+        rc = get_int(root, path, "max_position_embeddings", 2048, &m->max_position_embeddings);
+    if (!rc)
+        rc = get_num(root, path, "layer_norm_epsilon", 1e-5, &m->layernorm_epsilon);
+    if (!rc)
+        rc = get_num(root, path, "rope_theta", 10000.0, &m->rotary_base);
+    int alibi = 0, new_arch = 0, multi_query = 1, parallel = 1, bias = 0, tie = 1, kv = 0;
+    if (!rc)
+        rc = get_bool(root, path, "alibi", 0, &alibi);
+    if (!rc && alibi)
+        rc = tr_fail(TR_ERR_INVALID, "%s: alibi true is not supported: trident's ALiBi is "
+                     "Bloom's, not verified against Falcon's (its slopes added before the "
+                     "1/sqrt(head_dim) scaling); Falcon with rotary positions (alibi false) "
+                     "converts", path);
+    if (!rc)
+        rc = check_value(root, path, "rope_scaling", json_null(), "no rope scaling in trident");
+    if (!rc)
+        rc = get_bool(root, path, "new_decoder_architecture", 0, &new_arch);
+    if (!rc)
+        rc = get_bool(root, path, "multi_query", 1, &multi_query);
+    if (!rc)
+        rc = get_bool(root, path, "parallel_attn", 1, &parallel);
+    if (!rc)
+        rc = get_bool(root, path, "bias", 0, &bias);
+    if (!rc)
+        rc = get_bool(root, path, "tie_word_embeddings", 1, &tie);
+    if (!rc)
+        rc = check_value(root, path, "apply_residual_connection_post_layernorm", json_false(),
+                         "trident's residual is taken before the LayerNorm (transformers' "
+                         "Falcon does not read the key)");
+    if (!rc)
+        rc = get_int(root, path, "num_kv_heads", m->num_attention_heads, &kv);
+    /* keys of later transformers (Falcon2) that 4.38 does not read */
+    json_t *ffn = json_object_get(root, "ffn_hidden_size");
+    if (!rc && ffn && !json_is_null(ffn) &&
+        !(json_is_integer(ffn) && json_integer_value(ffn) == 4 * (json_int_t)m->hidden_size))
+        rc = tr_fail(TR_ERR_INVALID, "%s: ffn_hidden_size is not supported: transformers 4.38's "
+                     "Falcon MLP is 4 x hidden_size (%d) wide", path, 4 * m->hidden_size);
+    if (!rc)
+        rc = check_value(root, path, "activation", json_string("gelu"), "transformers 4.38's "
+                         "Falcon MLP uses the exact GELU (gelu)");
+    json_t *nln = json_object_get(root, "num_ln_in_parallel_attn");
+    if (!rc && nln && !json_is_null(nln))
+        rc = tr_fail(TR_ERR_INVALID, "%s: num_ln_in_parallel_attn is not supported: "
+                     "transformers 4.38's Falcon does not read it (new_decoder_architecture "
+                     "has ln_attn and ln_mlp; the older one input_layernorm alone)", path);
+    /* transformers' _split_heads: without the new architecture, query_key_value is (NH + 2,
+     * head_dim) with multi_query, else (NH, 3, head_dim): num_kv_heads must be NH there */
+    if (!rc && !new_arch && !multi_query && kv != m->num_attention_heads)
+        rc = tr_fail(TR_ERR_INVALID, "%s: num_kv_heads %d with new_decoder_architecture false "
+                     "and multi_query false is not supported: that query_key_value has one "
+                     "key/value head per attention head (%d), which transformers' Falcon "
+                     "reshapes to num_kv_heads", path, kv, m->num_attention_heads);
+    m->num_query_groups = new_arch ? kv : multi_query ? 1 : m->num_attention_heads;
+    m->ffn_hidden_size = 4 * m->hidden_size; /* (at most 2^28) */
+    m->normalization = "LayerNorm";
+    m->position_embedding_type = "rope";
+    m->rotary_percent = 1.0;
+    m->swiglu = 0;
+    m->untie_embeddings_and_output_weights = !tie;
+    m->add_bias_linear = bias;
+    m->embedding_layernorm = 0;
+    m->parallel_residual = new_arch || parallel;
+    m->parallel_shared_norm = !new_arch && parallel;
+    m->gelu_approximate = "none";
+    return rc;
+}
+
 int tr_hf_read_family_config(const char *dir, tr_model_config *m, int *family)
 {
     char path[4200];
@@ -256,16 +349,28 @@ int tr_hf_read_family_config(const char *dir, tr_model_config *m, int *family)
               : !strcmp(type, "qwen2") ? TR_HF_QWEN2
               : !strcmp(type, "bloom") ? TR_HF_BLOOM
               : !strcmp(type, "gpt_neox") ? TR_HF_NEOX
+              : !strcmp(type, "falcon") ? TR_HF_FALCON
                                        : TR_HF_GPT2;
     memset(m, 0, sizeof *m);
+    /* the Falcon of trust_remote_code (tiiuae's RWForCausalLM, before transformers 4.33): other
+     * keys (n_head, n_layer, n_head_kv, ...) that transformers' FalconConfig does not read */
+    if (type && (!strcmp(type, "RefinedWebModel") || !strcmp(type, "RefinedWeb")))
+        rc = tr_fail(TR_ERR_INVALID, "%s: model_type \"%s\" is not supported: it is the Falcon "
+                     "of trust_remote_code (RWForCausalLM); transformers' own is model_type "
+                     "\"falcon\" (FalconForCausalLM, FalconConfig's keys: num_hidden_layers, "
+                     "num_attention_heads, num_kv_heads, new_decoder_architecture, ...), which "
+                     "trident converts: use the model's config.json of transformers 4.33 or later",
+                     path, type);
     m->make_vocab_size_divisible_by = 128;
     m->init_method_std = 0.02;
-    if (*family == TR_HF_LLAMA || *family == TR_HF_QWEN2)
+    if (!rc && (*family == TR_HF_LLAMA || *family == TR_HF_QWEN2))
         rc = read_llama(root, path, *family == TR_HF_QWEN2, !strcmp(type, "mistral"), m);
-    else if (*family == TR_HF_BLOOM)
+    else if (!rc && *family == TR_HF_BLOOM)
         rc = read_bloom(root, path, m);
-    else if (*family == TR_HF_NEOX)
+    else if (!rc && *family == TR_HF_NEOX)
         rc = read_neox(root, path, m);
+    else if (!rc && *family == TR_HF_FALCON)
+        rc = read_falcon(root, path, m);
     if (!rc && *family != TR_HF_GPT2) {
         m->seq_length = tr_model_longest_seq(m);
         if (m->hidden_size % m->num_attention_heads ||
@@ -285,13 +390,25 @@ const char *tr_hf_family_name(int family)
            : family == TR_HF_MISTRAL ? "Mistral"
            : family == TR_HF_BLOOM   ? "Bloom"
            : family == TR_HF_NEOX    ? "GPT-NeoX"
+           : family == TR_HF_FALCON  ? "Falcon"
                                      : "GPT-2";
 }
 
-/* Elements of the Llama / Qwen2 / Bloom / GPT-NeoX model of m (a double: any int sizes fit). */
+/* Elements of the Llama / Qwen2 / Bloom / GPT-NeoX / Falcon model of m (a double: any int
+ * sizes fit). */
 static double family_numel(const tr_model_config *m, int family)
 {
     double C = m->hidden_size, V = m->vocab_size, L = m->num_layers;
+    if (family == TR_HF_FALCON) { /* word embeddings (lm_head), ln_f; per layer one or two
+                                   * norms, query_key_value of NH + 2 NG heads, dense, the 4h
+                                   * MLP, their biases with bias */
+        double HS = C / m->num_attention_heads;
+        double QKV = (m->num_attention_heads + 2.0 * m->num_query_groups) * HS;
+        double norms = m->parallel_residual && m->parallel_shared_norm ? 2 * C : 4 * C;
+        double biases = m->add_bias_linear ? QKV + C + 4 * C + C : 0;
+        return V * C * (m->untie_embeddings_and_output_weights ? 2 : 1) + 2 * C +
+               L * (norms + QKV * C + C * C + 8 * C * C + biases);
+    }
     if (family == TR_HF_BLOOM) /* embedding, its norm and ln_f; per layer qkv, dense, 4h MLP */
         return V * C + 4 * C + L * (12 * C * C + 13 * C);
     if (family == TR_HF_NEOX) { /* embed_in (embed_out), final norm; per layer 2 norms, qkv,
@@ -329,29 +446,61 @@ int hf_family_check_files(const char *dir, const tr_model_config *m, int family)
 
 /* ------------------------------------------------------------------ export */
 
+int hf_shape_family(const tr_gpt_shape *s)
+{
+    if (tr_gpt_is_gpt2(s))
+        return TR_HF_GPT2;
+    if (s->output_bias) /* an lm_head.bias: none of these families has one */
+        return -1;
+    int HS = s->NH > 0 ? s->C / s->NH : 0;
+    /* transformers' Llama, Qwen2, Mistral and Bloom add attention and MLP in turn (Bloom with
+     * the tanh GELU); GPT-NeoX's parallel residual has two norms (one shared: Falcon-7B's) */
+    if (s->rmsnorm && s->position == TR_POS_ROPE && s->rotary_dims == HS && s->swiglu &&
+        s->no_linear_bias && !s->embedding_ln && !s->parallel_residual)
+        return !s->sliding_window ? (s->qkv_bias ? TR_HF_QWEN2 : TR_HF_LLAMA)
+               : s->qkv_bias      ? -1 /* (a Qwen2 with a window: its import refuses it) */
+                                  : TR_HF_MISTRAL;
+    if (!s->rmsnorm && s->position == TR_POS_ALIBI && s->embedding_ln && !s->swiglu &&
+        !s->no_linear_bias && !s->untie && !s->ffn && !s->query_groups && !s->gelu_exact &&
+        !s->parallel_residual)
+        return TR_HF_BLOOM;
+    /* Falcon: LayerNorm, rope over whole heads, the exact GELU in a 4h MLP, biases on every
+     * linear layer or on none; it is what GPT-NeoX cannot be (no biases, GQA, one norm for
+     * both branches of the parallel residual), and GPT-NeoX keeps the rest */
+    if (!s->rmsnorm && s->position == TR_POS_ROPE && s->rotary_dims == HS && !s->swiglu &&
+        !s->ffn && s->gelu_exact && !s->embedding_ln && !s->sliding_window && !s->qkv_bias &&
+        (s->no_linear_bias || s->query_groups || s->parallel_shared_norm))
+        return TR_HF_FALCON;
+    /* (a NeoX is not a GPT-2: learned positions; not a Llama: RMSNorm; not a Bloom: ALiBi) */
+    if (!s->rmsnorm && s->position == TR_POS_ROPE && !s->swiglu && !s->no_linear_bias &&
+        !s->embedding_ln && !s->query_groups && !s->sliding_window && !s->parallel_shared_norm)
+        return TR_HF_NEOX;
+    return -1;
+}
+
 int tr_hf_family_of(const tr_model_config *m)
 {
     tr_gpt_shape s = {.C = m->hidden_size, .NH = m->num_attention_heads};
     tr_gpt_shape_family(m, &s);
-    if (tr_gpt_is_gpt2(&s))
-        return TR_HF_GPT2;
-    int HS = m->num_attention_heads > 0 ? m->hidden_size / m->num_attention_heads : 0;
-    /* transformers' Llama, Qwen2, Mistral and Bloom add attention and MLP in turn (Bloom with
-     * the tanh GELU); GPT-NeoX's parallel residual has two norms (one shared: Falcon's, GPT-J's) */
-    if (s.rmsnorm && s.position == TR_POS_ROPE && s.rotary_dims == HS && s.swiglu &&
-        s.no_linear_bias && !s.embedding_ln && !s.parallel_residual)
-        return !m->sliding_window ? (s.qkv_bias ? TR_HF_QWEN2 : TR_HF_LLAMA)
-               : s.qkv_bias       ? -1 /* (a Qwen2 with a window: its import refuses it) */
-                                  : TR_HF_MISTRAL;
-    if (!s.rmsnorm && s.position == TR_POS_ALIBI && s.embedding_ln && !s.swiglu &&
-        !s.no_linear_bias && !s.untie && !s.ffn && !s.query_groups && !s.gelu_exact &&
-        !s.parallel_residual)
-        return TR_HF_BLOOM;
-    /* (a NeoX is not a GPT-2: learned positions; not a Llama: RMSNorm; not a Bloom: ALiBi) */
-    if (!s.rmsnorm && s.position == TR_POS_ROPE && !s.swiglu && !s.no_linear_bias &&
-        !s.embedding_ln && !s.query_groups && !m->sliding_window && !s.parallel_shared_norm)
-        return TR_HF_NEOX;
-    return -1;
+    return hf_shape_family(&s);
+}
+
+int hf_falcon_check(const tr_model_config *m)
+{
+    int NH = m->num_attention_heads, NG = m->num_query_groups;
+    if (m->parallel_residual && !m->parallel_shared_norm) /* new_decoder_architecture */
+        return TR_OK;
+    if (NG == 1 || NG == NH)
+        return TR_OK;
+    return tr_fail(TR_ERR_INVALID, "model.num_query_groups %d of %d heads with %s cannot be "
+                   "exported: transformers' Falcon with %s (new_decoder_architecture false) has "
+                   "one key/value head (multi_query) or one per head; any number of groups is "
+                   "its new_decoder_architecture: model.parallel_residual true, "
+                   "model.parallel_shared_norm false (two norms)", NG, NH,
+                   m->parallel_residual ? "model.parallel_shared_norm true"
+                                        : "model.parallel_residual false",
+                   m->parallel_residual ? "one norm for both branches (parallel_attn true)"
+                                        : "the sequential residual (parallel_attn false)");
 }
 
 int hf_write_family_config(const char *dir, int family, const tr_model_config *m,
@@ -404,6 +553,23 @@ int hf_write_family_config(const char *dir, int family, const tr_model_config *m
                          exact ? "gelu" : "gelu_pytorch_tanh", "attention_dropout", 0.0,
                          "hidden_dropout", 0.0, "torch_dtype", dtype, "use_cache", 1,
                          "initializer_range", 0.02, "attention_bias", 1, "rope_scaling");
+    } else if (family == TR_HF_FALCON) {
+        /* the architecture flags that give trident's layer (hf_falcon_check: expressible) */
+        int new_arch = m->parallel_residual && !m->parallel_shared_norm;
+        root = json_pack("{s:[s], s:s, s:i, s:i, s:i, s:i, s:b, s:b, s:b, s:b, s:b, s:i, s:i,"
+                         " s:f, s:f, s:n, s:b, s:f, s:f, s:s, s:b, s:f}",
+                         "architectures", "FalconForCausalLM", "model_type", "falcon",
+                         "hidden_size", m->hidden_size, "num_hidden_layers", m->num_layers,
+                         "num_attention_heads", m->num_attention_heads, "num_kv_heads",
+                         m->num_query_groups, "new_decoder_architecture", new_arch,
+                         "multi_query", !new_arch && m->num_query_groups == 1, "parallel_attn",
+                         m->parallel_residual != 0, "bias", m->add_bias_linear != 0, "alibi", 0,
+                         "vocab_size", m->vocab_size, "max_position_embeddings",
+                         m->max_position_embeddings, "layer_norm_epsilon", m->layernorm_epsilon,
+                         "rope_theta", m->rotary_base, "rope_scaling", "tie_word_embeddings",
+                         !m->untie_embeddings_and_output_weights, "attention_dropout", 0.0,
+                         "hidden_dropout", 0.0, "torch_dtype", dtype, "use_cache", 1,
+                         "initializer_range", 0.02);
     } else
         root = json_pack("{s:[s], s:s, s:i, s:i, s:i, s:i, s:f, s:b, s:f, s:f, s:i, s:b, s:b,"
                          " s:s, s:i, s:f, s:b}",

@@ -48,6 +48,7 @@ void tr_gpt_shape_family(const tr_model_config *m, tr_gpt_shape *s)
     s->ffn = ffn == 4 * m->hidden_size ? 0 : ffn;
     s->query_groups = m->num_query_groups == m->num_attention_heads ? 0 : m->num_query_groups;
     s->untie = m->untie_embeddings_and_output_weights;
+    s->output_bias = s->untie && m->output_layer_bias;
     s->no_linear_bias = !m->add_bias_linear;
     s->qkv_bias = s->no_linear_bias && m->add_qkv_bias;
     s->sliding_window = m->sliding_window;
@@ -61,7 +62,8 @@ int tr_gpt_is_gpt2(const tr_gpt_shape *s)
 {
     return !s->rmsnorm && s->position == TR_POS_LEARNED && !s->swiglu &&
            (!s->ffn || s->ffn == 4 * s->C) && (!s->query_groups || s->query_groups == s->NH) &&
-           !s->untie && !s->no_linear_bias && !s->embedding_ln && !s->parallel_residual &&
+           !s->untie && !s->output_bias && !s->no_linear_bias && !s->embedding_ln &&
+           !s->parallel_residual &&
            !s->parallel_shared_norm && !s->gelu_exact;
 }
 
@@ -201,6 +203,8 @@ static int check_shape(const tr_gpt_shape *s)
         return tr_fail(TR_ERR_INVALID, "invalid position embedding type %d", s->position);
     if (s->parallel_shared_norm && !s->parallel_residual)
         return tr_fail(TR_ERR_INVALID, "a shared norm needs the parallel residual");
+    if (s->output_bias && !s->untie)
+        return tr_fail(TR_ERR_INVALID, "an output-layer bias needs the untied output layer");
     return TR_OK;
 }
 
@@ -275,6 +279,7 @@ static void add_tensors(tr_gpt *g)
     const tr_gpt_shape *s = &g->s;
     int C = s->C;
     g->wte = g->wpe = g->lnf_w = g->lnf_b = g->head_wte = g->emb_ln_w = g->emb_ln_b = -1;
+    g->head_bias = -1;
     family_sizes(g);
     if (s->is_first) {
         g->wte = add_tensor(g, "wte", s->Vp, C, 0);
@@ -304,6 +309,10 @@ static void add_tensors(tr_gpt *g)
         if (s->untie) { /* its own vocab-parallel output layer */
             g->head_wte = add_tensor(g, "output_layer", s->Vp, C, 0);
             g->tensors[g->head_wte].vocab_rows = 1;
+            if (s->output_bias) { /* split with the vocabulary rows */
+                g->head_bias = add_tensor(g, "output_layer.bias", s->Vp, 1, 0);
+                g->tensors[g->head_bias].vocab_rows = 1;
+            }
         } else if (s->is_first) {
             g->head_wte = g->wte;
         } else {

@@ -8,7 +8,8 @@
  *    MLP (fc.weight (2F, C) with rows interleaved (feature, {gate, up}), so a row shard is
  *    whole features: gate and up column-parallel together), MLP width F; grouped-query
  *    attention (qkv rows (group, {q_0 .. q_R-1, k, v}, d), R = NH/NG: a TP shard is whole
- *    groups); untied output_layer (Vp, C) vocab-parallel; no linear biases, or qkv's alone
+ *    groups); untied output_layer (Vp, C) vocab-parallel, with or without its bias (Vp); no
+ *    linear biases, or qkv's alone
  *    (Qwen2: added before the rotary positions); a norm after the word embedding (emb_ln,
  *    Bloom); parallel residual (GPT-NeoX: the MLP's norm reads the layer input x, and the
  *    layer output is x + attention + MLP), with one norm for both branches (Falcon-7B: the
@@ -109,6 +110,7 @@ typedef struct {
     int ffn;              /* MLP width F; 0 = 4C */
     int query_groups;     /* NG (K/V heads); 0 = NH */
     int untie;            /* own output_layer instead of the tied wte */
+    int output_bias;      /* with untie: output_layer.bias (Vp), vocab-parallel (Phi-2) */
     int no_linear_bias;   /* qkv, attn_proj, fc, fc_proj without biases */
     int qkv_bias;         /* with no_linear_bias: qkv has its bias all the same (Qwen2;
                            * model.add_qkv_bias); 0 when no_linear_bias is 0 */

@@ -207,6 +207,9 @@ static int head_compute(tr_gpt *g, tr_gpt_acts *a, const float *h, tr_param_tens
      * fine-tuning data), dlnf = dlogits @ wte (summed over ranks), dwte += dlogits^T @ lnf */
     tr_tp_head_chunks ch = {.logits = sc->logits, .stats = sc->xent_stats,
                             .rows = gpt_head_rows(g, B), .W16 = sc->head_w16};
+    if (g->head_bias >= 0) /* (frozen under LoRA: no gradient) */
+        ch.bias = g->tensors[g->head_bias].param,
+        ch.dbias = g->lora ? NULL : g->tensors[g->head_bias].grad;
     if (g->logits_out)
         ch.observe = logits_to_host, ch.observe_ctx = g;
     rc = tr_tp_vocab_head_loss(&g->tp, &ch, sc->losses, sc->dln, wte->grad, sc->lnf, wte->param,

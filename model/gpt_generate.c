@@ -239,7 +239,8 @@ int tr_gpt_decode(tr_gpt_cache *c, const int32_t *tokens, int n, int all_positio
     norm_forward(g, c->ln, c->mean, c->rstd, h, g->tensors[g->lnf_w].param,
                  g->lnf_b >= 0 ? g->tensors[g->lnf_b].param : NULL, rows);
     rc = tr_tp_column_linear_forward(&g->tp, c->logits, c->ln, g->tensors[g->head_wte].param,
-                                     NULL, rows, C, g->Vl, s->tp_size > 1 ? c->logits_full : NULL,
+                                     g->head_bias >= 0 ? g->tensors[g->head_bias].param : NULL,
+                                     rows, C, g->Vl, s->tp_size > 1 ? c->logits_full : NULL,
                                      c->gather);
     if (!rc) /* the host reads the logits: the TP gather must have completed */
         rc = tr_tp_flush(&g->tp);

@@ -105,6 +105,7 @@ struct tr_gpt {
     size_t n_params;
     /* indices into tensors; -1 where this stage does not hold it */
     int wte, wpe, lnf_w, lnf_b, head_wte; /* head_wte: the tied copy or output_layer */
+    int head_bias;                        /* output_layer.bias, or -1 */
     int emb_ln_w, emb_ln_b;
     int layer0; /* index of the first layer tensor; layer i tensor j = layer0 + i*L_COUNT + j */
     grad_range *layer_ranges;    /* per layer: its tensors */

@@ -38,6 +38,7 @@ typedef struct {
     double h, qkv, F, fc; /* hidden; qkv rows (h + 2 groups x head size); MLP width; fc rows */
     int bias, qkv_bias, rms, learned, emb_ln, untie; /* qkv_bias: qkv's (with bias or alone) */
     int norms;                                       /* per layer: 2, or 1 (a shared norm) */
+    int out_bias;                                    /* the untied output layer's bias */
 } family;
 
 static family family_of(const tr_model_config *m)
@@ -58,6 +59,7 @@ static family family_of(const tr_model_config *m)
     f.emb_ln = loaded && m->embedding_layernorm;
     f.untie = loaded && m->untie_embeddings_and_output_weights;
     f.norms = loaded && m->parallel_residual && m->parallel_shared_norm ? 1 : 2;
+    f.out_bias = f.untie && m->output_layer_bias;
     return f;
 }
 
@@ -99,6 +101,8 @@ double tr_plan_stage_params(const tr_model_config *m, int vocab_padded, int tp, 
         n += norm;
         if (pp > 1 || f.untie) /* the head's copy of wte, or the output layer */
             n += (double)vocab_padded * h / tp;
+        if (f.out_bias)
+            n += (double)vocab_padded / tp;
     }
     return n;
 }

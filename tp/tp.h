@@ -283,6 +283,11 @@ typedef struct {
     void (*observe)(void *ctx, int r0, int n, const float *logits);
     void *observe_ctx;
     uint16_t *W16; /* optional: Vl * C bf16, room for W converted once (bf16 storage only) */
+    /* optional: the logits' bias (Vl, this rank's columns) added to each chunk's logits, and
+     * dbias (Vl) += the column sums of their gradient (NULL: frozen); the head then runs in
+     * fp32 (no bf16-storage head op takes a bias) */
+    const float *bias;
+    float *dbias;
 } tr_tp_head_chunks;
 
 /* x (N, C) as column_linear_forward's (under SP this rank's rows at their place, the others

@@ -78,7 +78,7 @@ int tr_tp_vocab_cross_entropy_backward(const tr_tp *tp, float *dlogits, const fl
 static int head_in_bf16(const tr_kernels *k, const tr_tp_head_chunks *ch)
 {
     return k->gemm_out16 && k->gemm_a16 && k->xent_stats16 && k->xent_loss_backward16 &&
-           !ch->observe;
+           !ch->observe && !ch->bias;
 }
 
 /* W16: W converted once (ch->W16 where the table has the pair; else NULL) */
@@ -144,6 +144,8 @@ static int head_chunk(const tr_tp *tp, const tr_tp_head_chunks *ch, float *losse
                         v_start);
     } else {
         k->gemm(NULL, 0, 1, n, Vl, C, 1.0f, xr, C, W, C, 0.0f, lg, Vl);
+        if (ch->bias)
+            k->bias_add(NULL, lg, ch->bias, n, Vl);
         if (ch->observe)
             ch->observe(ch->observe_ctx, r0, n, lg);
         k->xent_stats(NULL, maxv, sumexp, picked, lg, targets + r0, n, Vl, n_valid, v_start);
@@ -167,6 +169,8 @@ static int head_chunk(const tr_tp *tp, const tr_tp_head_chunks *ch, float *losse
     else
         k->xent_loss_backward(NULL, losses + r0, lg, lg, maxv, sumexp, picked, targets + r0, wr,
                               n, Vl, n_valid, v_start, scale);
+    if (scale != 0.0f && ch->dbias) /* (padding columns' gradient is 0) */
+        k->bias_backward(NULL, ch->dbias, lg, n, Vl);
     return head_chunk_backward(k, dx, dW, lg, xr, W, W16, r0, n, C, Vl, half, scale);
 }
 

@@ -307,6 +307,8 @@ int ckpt_same_family(const tr_gpt_shape *s, const ckpt_manifest *mf, const char 
     DIFF(my.parallel_residual != mf->parallel_residual,
          "; parallel_residual %d (the checkpoint's: %d)", my.parallel_residual,
          mf->parallel_residual)
+    DIFF(my.output_bias != mf->output_bias, "; output_layer_bias %d (the checkpoint's: %d)",
+         my.output_bias, mf->output_bias)
     DIFF(my.parallel_shared_norm != mf->parallel_shared_norm,
          "; parallel_shared_norm %d (the checkpoint's: %d)", my.parallel_shared_norm,
          mf->parallel_shared_norm)

@@ -64,6 +64,7 @@ void ckpt_manifest_family(ckpt_manifest *mf, const tr_gpt_shape *s)
     mf->parallel_residual = s->parallel_residual;
     mf->gelu_exact = s->gelu_exact;
     mf->parallel_shared_norm = s->parallel_shared_norm;
+    mf->output_bias = s->output_bias;
     mf->emb_ln = s->embedding_ln;
     mf->eps = float_decimal(s->eps);
 }
@@ -112,15 +113,16 @@ static int lora_targets_parse(const char *text)
 }
 
 /* The family line's optional end: " qkv_bias 1", " sliding_window N" (N >= 1, digits),
- * " parallel_residual 1", " gelu_exact 1", " parallel_shared_norm 1", each at most once and
- * in that order, nothing else; 1 when it is (and sets them). */
+ * " parallel_residual 1", " gelu_exact 1", " parallel_shared_norm 1", " output_bias 1", each
+ * at most once and in that order, nothing else; 1 when it is (and sets them). */
 static int family_suffix(const char *rest, ckpt_manifest *out)
 {
     static const char *const flags[] = {" qkv_bias 1", NULL, " parallel_residual 1",
-                                        " gelu_exact 1", " parallel_shared_norm 1"};
+                                        " gelu_exact 1", " parallel_shared_norm 1",
+                                        " output_bias 1"};
     int *set[] = {&out->qkv_bias, NULL, &out->parallel_residual, &out->gelu_exact,
-                  &out->parallel_shared_norm};
-    for (int i = 0; i < 5 && *rest; i++) {
+                  &out->parallel_shared_norm, &out->output_bias};
+    for (int i = 0; i < 6 && *rest; i++) {
         if (!flags[i]) { /* sliding_window N */
             int used = 0, n = 0;
             if (strncmp(rest, " sliding_window ", 16) || !isdigit((unsigned char)rest[16]))
@@ -158,21 +160,23 @@ int ckpt_write_manifest(const char *path, const ckpt_manifest *mf)
         fprintf(f, "loss_scaler scale %.17g growth %d hysteresis_left %d skipped %ld\n",
                 mf->loss_scale, mf->scaler_growth, mf->scaler_hysteresis_left,
                 mf->skipped_iterations);
-    char window[80] = "";
+    char suffix[160] = ""; /* every one: at most 96 bytes */
     if (mf->sliding_window)
-        snprintf(window, sizeof window, " sliding_window %d", mf->sliding_window);
+        snprintf(suffix, sizeof suffix, " sliding_window %d", mf->sliding_window);
     if (mf->parallel_residual)
-        strcat(window, " parallel_residual 1");
+        strcat(suffix, " parallel_residual 1");
     if (mf->gelu_exact)
-        strcat(window, " gelu_exact 1");
+        strcat(suffix, " gelu_exact 1");
     if (mf->parallel_shared_norm)
-        strcat(window, " parallel_shared_norm 1");
+        strcat(suffix, " parallel_shared_norm 1");
+    if (mf->output_bias)
+        strcat(suffix, " output_bias 1");
     if (mf->has_family)
         fprintf(f, "family rmsnorm %d position %d rotary_dims %d rotary_base %.9g swiglu %d "
                    "ffn %d query_groups %d untie %d linear_bias %d embedding_layernorm %d "
                    "eps %.9g%s%s\n", mf->rmsnorm, mf->position, mf->rotary_dims, mf->rotary_base,
                 mf->swiglu, mf->ffn, mf->query_groups, mf->untie, mf->linear_bias, mf->emb_ln,
-                mf->eps, mf->qkv_bias ? " qkv_bias 1" : "", window);
+                mf->eps, mf->qkv_bias ? " qkv_bias 1" : "", suffix);
     if (mf->has_lora) {
         char targets[32];
         ckpt_lora_targets_text(mf->lora_targets, targets, sizeof targets);
@@ -276,6 +280,7 @@ int ckpt_read_manifest(const char *path, int iteration, ckpt_manifest *out)
                 (line[used] && !family_suffix(line + used, out)) ||
                 (out->qkv_bias && out->linear_bias) ||
                 (out->parallel_shared_norm && !out->parallel_residual) ||
+                (out->output_bias && !out->untie) ||
                 (unsigned)out->rmsnorm > 1 || (unsigned)out->position > 2 || out->rotary_dims < 0 ||
                 (unsigned)out->swiglu > 1 || out->ffn < 1 || out->query_groups < 1 ||
                 (unsigned)out->untie > 1 || (unsigned)out->linear_bias > 1 ||
@@ -294,7 +299,8 @@ int ckpt_read_manifest(const char *path, int iteration, ckpt_manifest *out)
                                               "only with linear_bias 0, then sliding_window N "
                                               ">= 1, parallel_residual 1, gelu_exact 1, "
                                               "parallel_shared_norm 1 only with "
-                                              "parallel_residual 1)");
+                                              "parallel_residual 1, output_bias 1 only with "
+                                              "untie 1)");
         } else if (ln == 4 + out->has_data + out->has_scaler + out->has_family &&
                    !strncmp(line, "lora ", 5)) {
             int used = 0;

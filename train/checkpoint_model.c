@@ -60,6 +60,7 @@ int tr_checkpoint_read_model(const char *dir, tr_model_config *model, int *itera
         model->embedding_layernorm = mf.emb_ln;
         model->parallel_residual = mf.parallel_residual;
         model->parallel_shared_norm = mf.parallel_shared_norm;
+        model->output_layer_bias = mf.output_bias;
         model->gelu_approximate = mf.gelu_exact ? gelu_none : gelu_tanh;
         model->layernorm_epsilon = mf.eps;
     }

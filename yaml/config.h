@@ -47,6 +47,8 @@ typedef struct {
                                        * int(8h/3 / 64) x 64 (tr_model_ffn_hidden) */
     int num_query_groups;             /* default num_attention_heads; fewer = GQA */
     int untie_embeddings_and_output_weights; /* bool, default 0: own output_layer */
+    int output_layer_bias;            /* bool, default 0: the untied output layer has a bias
+                                       * (Phi-2's, GPT-J's lm_head.bias) */
     int add_bias_linear;              /* bool, default 1: biases of qkv, projections, MLP */
     int add_qkv_bias;                 /* bool, default 0: qkv's bias even without
                                        * add_bias_linear (Qwen2) */

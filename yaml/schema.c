@@ -78,6 +78,7 @@ const config_key_spec config_keys[] = {
         65536),
     BOOL("model", "untie_embeddings_and_output_weights",
          model.untie_embeddings_and_output_weights, "false"),
+    BOOL("model", "output_layer_bias", model.output_layer_bias, "false"),
     BOOL("model", "add_bias_linear", model.add_bias_linear, "true"),
     BOOL("model", "add_qkv_bias", model.add_qkv_bias, "false"),
     INT("model", "sliding_window", model.sliding_window, 0, "0", 0, 1 << 24),

@@ -112,6 +112,12 @@ static int check_family(const tr_config *c)
                    "parallel.tensor_model_parallel_size = %d does not divide the MLP width "
                    "model.ffn_hidden_size = %d%s; tensor parallelism splits it evenly",
                    tp, ffn, set_at(c, "model.ffn_hidden_size", at, sizeof at));
+    if (m->output_layer_bias && !m->untie_embeddings_and_output_weights)
+        return bad(c, "model.output_layer_bias", "model.untie_embeddings_and_output_weights",
+                   "model.output_layer_bias is true but the output layer is the word embedding "
+                   "(untie_embeddings_and_output_weights false%s): allowed: output_layer_bias "
+                   "with untie_embeddings_and_output_weights true",
+                   set_at(c, "model.untie_embeddings_and_output_weights", at, sizeof at));
     if (m->parallel_shared_norm && !m->parallel_residual)
         return bad(c, "model.parallel_shared_norm", "model.parallel_residual",
                    "model.parallel_shared_norm is true but model.parallel_residual is false%s; "

@@ -189,6 +189,8 @@ void tr_model_family_flow(const tr_model_config *m, char *buf, size_t cap)
         n += snprintf(buf + n, cap - (size_t)n, ", sliding_window: %d", m->sliding_window);
     if (n > 0 && (size_t)n < cap && m->parallel_residual)
         n += snprintf(buf + n, cap - (size_t)n, ", parallel_residual: true");
+    if (n > 0 && (size_t)n < cap && m->output_layer_bias)
+        n += snprintf(buf + n, cap - (size_t)n, ", output_layer_bias: true");
     if (n > 0 && (size_t)n < cap && m->parallel_shared_norm)
         n += snprintf(buf + n, cap - (size_t)n, ", parallel_shared_norm: true");
     if (n > 0 && (size_t)n < cap && m->gelu_approximate && !strcmp(m->gelu_approximate, "none"))

@@ -10,8 +10,9 @@
                      fp32: every iteration within 1e-4
   families           the Llama (RMSNorm, rope, SwiGLU, GQA, untied), Qwen2 (Llama with qkv's bias),
                      Bloom (ALiBi, embedding norm), GPT-NeoX (rope on a quarter of each head,
-                     parallel residual, exact GELU, untied) and Falcon (GQA, no biases, parallel
-                     residual with one norm, exact GELU) switches on the GPU vs the CPU: fp32
+                     parallel residual, exact GELU, untied), Falcon (GQA, no biases, parallel
+                     residual with one norm, exact GELU) and Phi-2 (one norm, the output layer's
+                     bias: the head in fp32) switches on the GPU vs the CPU: fp32
                      within 1e-4, bf16 within 2e-2 of the CPU's fp32 (the families' CUDA
                      kernels: rope, RMSNorm, SwiGLU, GQA/ALiBi attention, the exact GELU)
   checkpoint         a checkpoint saved on the GPU (iteration 5) resumes on the CPU, and one
@@ -49,6 +50,9 @@ FAMILIES["neox"] = ["model.position_embedding_type=rope", "model.rotary_percent=
 FAMILIES["falcon"] = ["model.position_embedding_type=rope", "model.num_query_groups=2",
                       "model.add_bias_linear=false", "model.parallel_residual=true",
                       "model.parallel_shared_norm=true", "model.gelu_approximate=none"]
+FAMILIES["phi"] = ["model.position_embedding_type=rope", "model.rotary_percent=0.5",
+                   "model.untie_embeddings_and_output_weights=true", "model.output_layer_bias=true",
+                   "model.parallel_residual=true", "model.parallel_shared_norm=true"]
 
 
 def parse(argv):

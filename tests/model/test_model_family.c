@@ -14,14 +14,16 @@
 #include "core/core.h"
 #include "model/gpt.h"
 
-enum { LLAMA, BLOOM, MIXED, NEOX, FALCON };
+enum { LLAMA, BLOOM, MIXED, NEOX, FALCON, PHI };
 
 /* Llama: 4 heads in 2 groups of head size 4, rope, RMSNorm, SwiGLU of width 24, untied, no
  * biases. Bloom: 6 heads of size 2 (non-power-of-two ALiBi), embedding LayerNorm.
  * Mixed: rope on half of each head, multi-query (1 group), SwiGLU with biases, embedding
  * RMSNorm, learned positions off. GPT-NeoX: rope on half of each head, the parallel residual,
  * the exact GELU of an MLP of width 40, untied. Falcon-7B: the parallel residual with one norm
- * (ln1's tensors serve the MLP too: no ln2), multi-query, no linear biases, tied. */
+ * (ln1's tensors serve the MLP too: no ln2), multi-query, no linear biases, tied. Phi-2: the
+ * parallel residual with one norm, rope on half of each head, the tanh GELU, an untied output
+ * layer with a bias (vocab-parallel, padding rows included). */
 static tr_gpt_shape family_shape(int family, int first, int count)
 {
     tr_gpt_shape s = {.num_layers = 3, .C = 16, .NH = 4, .T = 5, .max_T = 6, .V = 11, .Vp = 16,
@@ -38,10 +40,13 @@ static tr_gpt_shape family_shape(int family, int first, int count)
     } else if (family == NEOX) { /* LayerNorm with biases, linear biases, untied */
         s.position = TR_POS_ROPE, s.rotary_dims = 2, s.rotary_base = 10000.0f, s.untie = 1;
         s.parallel_residual = 1, s.gelu_exact = 1, s.ffn = 40;
-    } else { /* Falcon-7B: one norm for both branches, multi-query, no linear biases, tied */
+    } else if (family == FALCON) { /* one norm for both branches, multi-query, no biases */
         s.position = TR_POS_ROPE, s.rotary_dims = 4, s.rotary_base = 10000.0f;
         s.query_groups = 1, s.no_linear_bias = 1, s.parallel_residual = 1;
         s.parallel_shared_norm = 1, s.gelu_exact = 1;
+    } else { /* Phi-2: one norm, rope on half of each head, tanh GELU, the head's bias */
+        s.position = TR_POS_ROPE, s.rotary_dims = 2, s.rotary_base = 10000.0f, s.untie = 1;
+        s.output_bias = 1, s.parallel_residual = 1, s.parallel_shared_norm = 1;
     }
     s.is_first = first == 0;
     s.is_last = first + count == s.num_layers;
@@ -135,6 +140,12 @@ static void test_tensor_tables(void **state)
     assert_int_equal(find(st.g, "layers.1.qkv.weight")->rows, 16 + 2 * 4);
     assert_int_equal(tr_gpt_num_tensors(st.g), 1 + 3 * 6 + 2);
     stage_free(&st);
+    stage_make(&st, PHI, 0, 3, 1); /* the head's bias: Vp rows, no weight decay */
+    tr_param_tensor *hb = find(st.g, "output_layer.bias");
+    assert_non_null(hb);
+    assert_true(hb->rows == 16 && hb->cols == 1 && hb->vocab_rows && !hb->weight_decay);
+    assert_int_equal(tr_gpt_num_tensors(st.g), 1 + 3 * 10 + 2 + 2);
+    stage_free(&st);
 }
 
 /* d(mean loss)/d(param) by central differences on a few elements of every tensor. */
@@ -182,6 +193,7 @@ static void test_finite_difference(void **state)
     check_finite_difference(MIXED);
     check_finite_difference(NEOX);
     check_finite_difference(FALCON);
+    check_finite_difference(PHI);
 }
 
 /* Stages [0,1) and [1,3) chained give the whole model's loss and gradients. */
@@ -232,6 +244,7 @@ static void test_stages_compose(void **state)
     check_stages_compose(BLOOM);
     check_stages_compose(NEOX);
     check_stages_compose(FALCON);
+    check_stages_compose(PHI);
 }
 
 /* Two sequences of len tokens (B = 2, rows of tokens) fed to the emptied cache c as a prefix
@@ -300,6 +313,7 @@ static void test_generation(void **state)
     check_generation(MIXED);
     check_generation(NEOX);
     check_generation(FALCON);
+    check_generation(PHI);
 }
 
 /* Generation past the training length: a model of T = 5 (its rope tables hold 5 positions)
@@ -357,6 +371,7 @@ static void test_generation_past_T(void **state)
     check_generation_past_T(BLOOM);
     check_generation_past_T(NEOX);
     check_generation_past_T(FALCON);
+    check_generation_past_T(PHI);
 }
 
 /* Packed sequences: two examples in one row (segments, restarting positions) give each the
@@ -394,6 +409,7 @@ static void test_packing(void **state)
     check_packing(BLOOM);
     check_packing(NEOX);
     check_packing(FALCON);
+    check_packing(PHI);
 }
 
 /* Invalid family shapes are refused, not crashed on. */
@@ -415,6 +431,9 @@ static void test_bad_shapes(void **state)
     assert_int_equal(tr_gpt_count_params(&s, &n), TR_ERR_INVALID);
     s = family_shape(FALCON, 0, 3);
     s.parallel_residual = 0; /* a shared norm without the parallel residual */
+    assert_int_equal(tr_gpt_count_params(&s, &n), TR_ERR_INVALID);
+    s = family_shape(PHI, 0, 3);
+    s.untie = 0; /* the head's bias on the tied word embedding */
     assert_int_equal(tr_gpt_count_params(&s, &n), TR_ERR_INVALID);
 }
 

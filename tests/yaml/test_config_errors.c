@@ -14,7 +14,8 @@ static void test_unknown_keys_and_sections(void **state)
       "num_attention_heads, seq_length, max_position_embeddings, vocab_size, "
       "make_vocab_size_divisible_by, init_method_std, layernorm_epsilon, normalization, "
       "position_embedding_type, rotary_base, rotary_percent, swiglu, ffn_hidden_size, "
-      "num_query_groups, untie_embeddings_and_output_weights, add_bias_linear, "
+      "num_query_groups, untie_embeddings_and_output_weights, output_layer_bias, "
+      "add_bias_linear, "
       "add_qkv_bias, sliding_window, embedding_layernorm, parallel_residual, "
       "parallel_shared_norm, gelu_approximate (did you mean 'hidden_size'?)");
     E(TR_T_REQUIRED "parallel:\n  tensor_parallel_size: 2\n", "t.yaml:13:3: ",

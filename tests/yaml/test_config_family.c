@@ -44,6 +44,10 @@ static void test_neox(void **state)
     E(WITH("  parallel_shared_norm: true\n"), "t.yaml:6:3: ",
       "model.parallel_shared_norm is true but model.parallel_residual is false (default); one "
       "norm feeds both branches only of a parallel residual");
+    E(WITH("  output_layer_bias: true\n"), "t.yaml:6:3: ",
+      "model.output_layer_bias is true but the output layer is the word embedding "
+      "(untie_embeddings_and_output_weights false (default)): allowed: output_layer_bias "
+      "with untie_embeddings_and_output_weights true");
     const char *falcon = WITH("  position_embedding_type: rope\n  num_query_groups: 1\n"
                               "  add_bias_linear: false\n  parallel_residual: true\n"
                               "  parallel_shared_norm: true\n  gelu_approximate: none\n");
@@ -51,6 +55,15 @@ static void test_neox(void **state)
     tr_model_family_flow(&c.model, flow, sizeof flow);
     assert_non_null(strstr(flow, ", parallel_residual: true, parallel_shared_norm: true, "
                                  "gelu_approximate: none"));
+    tr_config_free(&c);
+    const char *phi = WITH("  position_embedding_type: rope\n  rotary_percent: 0.5\n"
+                           "  untie_embeddings_and_output_weights: true\n"
+                           "  output_layer_bias: true\n  parallel_residual: true\n"
+                           "  parallel_shared_norm: true\n");
+    assert_int_equal(tr_t_load(phi, NULL, 0, &c), TR_OK);
+    tr_model_family_flow(&c.model, flow, sizeof flow);
+    assert_non_null(strstr(flow, ", parallel_residual: true, output_layer_bias: true, "
+                                 "parallel_shared_norm: true"));
     tr_config_free(&c);
     E(WITH("  parallel_residual: 2\n"), "t.yaml:6:22: ", "expected a boolean");
     E(WITH("  swiglu: true\n  ffn_hidden_size: 64\n  gelu_approximate: none\n"), "t.yaml:8:3: ",
