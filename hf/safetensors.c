@@ -55,30 +55,6 @@ int st_dtype_from_name(const char *name, tr_st_dtype *out)
     return 0;
 }
 
-/* Offset of the first byte that is not part of valid UTF-8 (overlong forms, surrogates and
- * code points past U+10FFFF included), or n when all of it is. */
-size_t st_utf8_invalid_at(const unsigned char *s, size_t n)
-{
-    size_t i = 0;
-    while (i < n) {
-        unsigned c = s[i];
-        size_t len = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
-        if (!len || i + len > n)
-            return i;
-        uint32_t cp = len == 1 ? c : len == 2 ? c & 0x1f : len == 3 ? c & 0x0f : c & 0x07;
-        for (size_t k = 1; k < len; k++) {
-            if ((s[i + k] & 0xc0) != 0x80)
-                return i;
-            cp = cp << 6 | (s[i + k] & 0x3f);
-        }
-        static const uint32_t min_cp[5] = {0, 0, 0x80, 0x800, 0x10000};
-        if (cp < min_cp[len] || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff))
-            return i;
-        i += len;
-    }
-    return n;
-}
-
 /* ------------------------------------------------------------------ the header */
 
 static int bad(const tr_st_file *f, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -206,7 +182,7 @@ static int check_tiling(const tr_st_file *f)
 /* The JSON header text (n bytes) into f's tables. */
 static int parse_header(tr_st_file *f, const char *text, size_t n)
 {
-    size_t bad_at = st_utf8_invalid_at((const unsigned char *)text, n);
+    size_t bad_at = tr_utf8_valid_prefix((const unsigned char *)text, n);
     if (bad_at < n)
         return bad(f, "the header is not UTF-8 (byte %zu of it)", bad_at);
     if (n == 0 || text[0] != '{')
