@@ -247,7 +247,7 @@ static int added_match(tr_tokenizer *t, const char *file, added_token *x)
 {
     if (!x->normalized || !t->nfc)
         return TR_OK;
-    if (utf8_valid_prefix((const unsigned char *)x->text, x->len) != x->len)
+    if (tr_utf8_valid_prefix((const unsigned char *)x->text, x->len) != x->len)
         return hf_bad(file, "added_tokens", "a token that is not UTF-8");
     tok_nfc_buf b = {0};
     const char *s;

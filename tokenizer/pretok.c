@@ -167,65 +167,6 @@ int compile_class(int which, const char *file, pcre2_code **out)
     return TR_OK;
 }
 
-/* ---- UTF-8 ---- */
-
-size_t utf8_valid_prefix(const unsigned char *s, size_t len)
-{
-    size_t i = 0;
-    while (i < len) {
-        if (i + 8 <= len) { /* 8 ASCII bytes at once */
-            uint64_t v;
-            memcpy(&v, s + i, 8);
-            if (!(v & 0x8080808080808080ULL)) {
-                i += 8;
-                continue;
-            }
-        }
-        if (s[i] < 0x80) {
-            i++;
-            continue;
-        }
-        size_t n = utf8_invalid_len(s + i, len - i);
-        if (n)
-            return i;
-        /* valid multi-byte sequence: its length from the lead byte */
-        i += s[i] >= 0xF0 ? 4 : s[i] >= 0xE0 ? 3 : 2;
-    }
-    return len;
-}
-
-size_t utf8_invalid_len(const unsigned char *s, size_t len)
-{
-    /* Unicode's table of well-formed sequences; returns 0 when s starts a valid one, else the
-     * maximal subpart (the lead and the continuation bytes that still fit) */
-    unsigned char c = s[0];
-    int need;
-    unsigned char lo = 0x80, hi = 0xBF;
-    if (c < 0x80)
-        return 0;
-    if (c < 0xC2 || c > 0xF4)
-        return 1;
-    if (c < 0xE0)
-        need = 1;
-    else if (c < 0xF0) {
-        need = 2;
-        lo = c == 0xE0 ? 0xA0 : 0x80;
-        hi = c == 0xED ? 0x9F : 0xBF;
-    } else {
-        need = 3;
-        lo = c == 0xF0 ? 0x90 : 0x80;
-        hi = c == 0xF4 ? 0x8F : 0xBF;
-    }
-    size_t i = 1;
-    for (int k = 0; k < need; k++, i++) {
-        if (i >= len || s[i] < lo || s[i] > hi)
-            return i;
-        lo = 0x80;
-        hi = 0xBF;
-    }
-    return 0;
-}
-
 /* ---- steps ---- */
 
 int pretok_state_init(pretok_state *s, const tr_tokenizer *t)

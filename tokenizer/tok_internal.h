@@ -251,12 +251,6 @@ void pretok_state_free(pretok_state *s);
 TR_MUST_CHECK int pretokenize(const tr_tokenizer *t, pretok_state *s, int step, const char *text,
                               size_t len, piece_fn fn, void *ctx);
 
-/* ---- utf8 (pretok.c) ---- */
-/* Length of the valid UTF-8 prefix of s. */
-size_t utf8_valid_prefix(const unsigned char *s, size_t len);
-/* Bytes of the maximal invalid subpart at s (>= 1); s starts an invalid sequence. */
-size_t utf8_invalid_len(const unsigned char *s, size_t len);
-
 /* ---- normalize.c ---- */
 /* Scratch for tok_nfc (per encoder; zeroed = empty). */
 typedef struct {

@@ -177,16 +177,16 @@ static int append_ids(tr_encoder *e, const int32_t *src, int k)
 static int repair_utf8(tr_encoder *e, const char **text, size_t *len)
 {
     const unsigned char *s = (const unsigned char *)*text;
-    size_t n = *len, ok = utf8_valid_prefix(s, n);
+    size_t n = *len, ok = tr_utf8_valid_prefix(s, n);
     if (ok == n)
         return TR_OK;
     size_t need = 1; /* the repaired length: each maximal invalid subpart becomes 3 bytes */
     for (size_t i = ok; i < n;) {
-        size_t good = utf8_valid_prefix(s + i, n - i), bad = 0;
+        size_t good = tr_utf8_valid_prefix(s + i, n - i), bad = 0;
         i += good;
         need += good;
         if (i < n) {
-            bad = utf8_invalid_len(s + i, n - i);
+            bad = tr_utf8_invalid_len(s + i, n - i);
             i += bad;
             need += 3;
         }
@@ -201,12 +201,12 @@ static int repair_utf8(tr_encoder *e, const char **text, size_t *len)
     }
     size_t i = 0, o = 0;
     while (i < n) {
-        size_t good = utf8_valid_prefix(s + i, n - i);
+        size_t good = tr_utf8_valid_prefix(s + i, n - i);
         memcpy(e->clean + o, s + i, good);
         o += good;
         i += good;
         if (i < n) {
-            i += utf8_invalid_len(s + i, n - i);
+            i += tr_utf8_invalid_len(s + i, n - i);
             memcpy(e->clean + o, "\xEF\xBF\xBD", 3);
             o += 3;
         }
@@ -364,7 +364,7 @@ static size_t sp_decode(const tr_tokenizer *t, const int32_t *ids, size_t n, cha
         size_t run = 0, at = o;
         for (int byte; i + run < n && (byte = fallback_byte(t, ids[i + run])) >= 0; run++)
             s[o++] = (char)byte;
-        if (run && utf8_valid_prefix((const unsigned char *)s + at, o - at) != o - at)
+        if (run && tr_utf8_valid_prefix((const unsigned char *)s + at, o - at) != o - at)
             for (o = at; o < at + 3 * run; o += 3)
                 memcpy(s + o, "\xEF\xBF\xBD", 3);
         if (run) {
