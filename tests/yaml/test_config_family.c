@@ -25,8 +25,21 @@ static void test_defaults_are_gpt2(void **state)
     tr_config_free(&c);
 }
 
-/* GPT-NeoX (Pythia): a quarter of each head rotated, parallel residual, exact GELU */
-static void test_neox(void **state)
+/* The config `text` loads and its family flow entries (tr_model_family_flow) hold `want`. */
+static void expect_flow(const char *text, const char *want)
+{
+    tr_config c;
+    char flow[1024];
+    assert_int_equal(tr_t_load(text, NULL, 0, &c), TR_OK);
+    tr_model_family_flow(&c.model, flow, sizeof flow);
+    if (!strstr(flow, want))
+        fail_msg("family flow '%s' lacks '%s'", flow, want);
+    tr_config_free(&c);
+}
+
+/* GPT-NeoX (Pythia): a quarter of each head rotated, parallel residual, exact GELU; Falcon-7B
+ * (one norm for both branches) and Phi-2 (that, and the output layer's bias) */
+static void test_neox_falcon_phi(void **state)
 {
     (void)state;
     tr_config c;
@@ -36,10 +49,17 @@ static void test_neox(void **state)
     assert_int_equal(tr_t_load(neox, NULL, 0, &c), TR_OK);
     assert_int_equal(c.model.parallel_residual, 1);
     assert_string_equal(c.model.gelu_approximate, "none");
-    char flow[1024];
-    tr_model_family_flow(&c.model, flow, sizeof flow);
-    assert_non_null(strstr(flow, ", parallel_residual: true, gelu_approximate: none"));
     tr_config_free(&c);
+    expect_flow(neox, ", parallel_residual: true, gelu_approximate: none");
+    expect_flow(WITH("  position_embedding_type: rope\n  num_query_groups: 1\n"
+                     "  add_bias_linear: false\n  parallel_residual: true\n"
+                     "  parallel_shared_norm: true\n  gelu_approximate: none\n"),
+                ", parallel_residual: true, parallel_shared_norm: true, gelu_approximate: none");
+    expect_flow(WITH("  position_embedding_type: rope\n  rotary_percent: 0.5\n"
+                     "  untie_embeddings_and_output_weights: true\n"
+                     "  output_layer_bias: true\n  parallel_residual: true\n"
+                     "  parallel_shared_norm: true\n"),
+                ", parallel_residual: true, output_layer_bias: true, parallel_shared_norm: true");
     E(WITH("  gelu_approximate: erf\n"), "t.yaml:6:21: ", "tanh, none");
     E(WITH("  parallel_shared_norm: true\n"), "t.yaml:6:3: ",
       "model.parallel_shared_norm is true but model.parallel_residual is false (default); one "
@@ -48,23 +68,6 @@ static void test_neox(void **state)
       "model.output_layer_bias is true but the output layer is the word embedding "
       "(untie_embeddings_and_output_weights false (default)): allowed: output_layer_bias "
       "with untie_embeddings_and_output_weights true");
-    const char *falcon = WITH("  position_embedding_type: rope\n  num_query_groups: 1\n"
-                              "  add_bias_linear: false\n  parallel_residual: true\n"
-                              "  parallel_shared_norm: true\n  gelu_approximate: none\n");
-    assert_int_equal(tr_t_load(falcon, NULL, 0, &c), TR_OK);
-    tr_model_family_flow(&c.model, flow, sizeof flow);
-    assert_non_null(strstr(flow, ", parallel_residual: true, parallel_shared_norm: true, "
-                                 "gelu_approximate: none"));
-    tr_config_free(&c);
-    const char *phi = WITH("  position_embedding_type: rope\n  rotary_percent: 0.5\n"
-                           "  untie_embeddings_and_output_weights: true\n"
-                           "  output_layer_bias: true\n  parallel_residual: true\n"
-                           "  parallel_shared_norm: true\n");
-    assert_int_equal(tr_t_load(phi, NULL, 0, &c), TR_OK);
-    tr_model_family_flow(&c.model, flow, sizeof flow);
-    assert_non_null(strstr(flow, ", parallel_residual: true, output_layer_bias: true, "
-                                 "parallel_shared_norm: true"));
-    tr_config_free(&c);
     E(WITH("  parallel_residual: 2\n"), "t.yaml:6:22: ", "expected a boolean");
     E(WITH("  swiglu: true\n  ffn_hidden_size: 64\n  gelu_approximate: none\n"), "t.yaml:8:3: ",
       "model.gelu_approximate is 'none' but model.swiglu is true (set at t.yaml:6:3); the "
@@ -153,7 +156,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_defaults_are_gpt2),
         cmocka_unit_test(test_llama_and_bloom),
-        cmocka_unit_test(test_neox),
+        cmocka_unit_test(test_neox_falcon_phi),
         cmocka_unit_test(test_contradictions),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
