@@ -324,8 +324,10 @@ int tr_hf_export(const char *ckpt_dir, const char *hf_dir, const tr_hf_export_op
                  : m.normalization ? tr_hf_family_of(&m) : TR_HF_GPT2;
     if (!rc && family < 0)
         rc = tr_fail(TR_ERR_INVALID, "the config's model (its normalization, position embedding, "
-                     "MLP, bias and residual switches) is neither GPT-2, Llama, Qwen2, Bloom nor "
-                     "GPT-NeoX: transformers has no such model to export to");
+                     "MLP, bias and residual switches) is neither GPT-2, Llama, Qwen2, Bloom, "
+                     "GPT-NeoX nor Falcon: transformers has no such model to export to");
+    if (!rc && family == TR_HF_FALCON) /* (before anything is read) */
+        rc = hf_falcon_check(o->model ? o->model : &m);
     const tr_model_config *mc = o->model;
     if (!rc && mc && (mc->num_layers != m.num_layers || mc->hidden_size != m.hidden_size ||
                       mc->num_attention_heads != m.num_attention_heads ||
@@ -383,8 +385,10 @@ int tr_hf_export_lora(const char *ckpt_dir, const char *hf_dir, const tr_config 
         rc = tr_fail(TR_ERR_INVALID, "--merge-lora needs the base model: finetune.load in the "
                      "config");
     if (!rc && family < 0)
-        rc = tr_fail(TR_ERR_INVALID, "the config's model is neither GPT-2, Llama, Qwen2, Bloom "
-                     "nor GPT-NeoX: transformers has no such model to export to");
+        rc = tr_fail(TR_ERR_INVALID, "the config's model is neither GPT-2, Llama, Qwen2, Bloom, "
+                     "GPT-NeoX nor Falcon: transformers has no such model to export to");
+    if (!rc && merge && family == TR_HF_FALCON)
+        rc = hf_falcon_check(mc);
     s.recompute = s.recompute_attention = 0;
     if (!rc)
         rc = tr_gpt_create(&s, tr_kernels_cpu(), NULL, &g);

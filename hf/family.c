@@ -1,7 +1,7 @@
 /* The tensors of Llama (LlamaForCausalLM), Qwen2 (Qwen2ForCausalLM), Bloom
- * (BloomForCausalLM) and GPT-NeoX (GPTNeoXForCausalLM) folders of transformers to and from a
- * trident model (issue 17), in trident's layout (hf.h states the mappings; config.json:
- * family_config.c). */
+ * (BloomForCausalLM), GPT-NeoX (GPTNeoXForCausalLM) and Falcon (FalconForCausalLM) folders of
+ * transformers to and from a trident model (issue 17), in trident's layout (hf.h states the
+ * mappings; config.json: family_config.c). */
 #include "hf/hf_internal.h"
 
 #include <ctype.h>
@@ -141,11 +141,43 @@ static int map_neox(const tr_param_tensor *t, fam_map *m)
     return TR_OK;
 }
 
+/* Falcon: Bloom's names under transformer.h.L (self_attention.*, mlp.*), lm_head.weight; the
+ * norms by the architecture (the shape's): new_decoder_architecture's ln_attn and ln_mlp (the
+ * parallel residual with two norms), else input_layernorm and, with the sequential residual,
+ * post_attention_layernorm. Every tensor in trident's layout: query_key_value's rows are
+ * (group, {q_0 .. q_R-1, k, v}, d) in all three (transformers' _split_heads). */
+static int map_falcon(const tr_param_tensor *t, const tr_gpt_shape *s, fam_map *m)
+{
+    int new_arch = s->parallel_residual && !s->parallel_shared_norm;
+    int l = -1, used = 0;
+    const char *rest = NULL;
+    if (sscanf(t->name, "layers.%d.%n", &l, &used) == 1 && used > 0)
+        rest = t->name + used;
+    if (rest && (!strncmp(rest, "ln1.", 4) || !strncmp(rest, "ln2.", 4))) {
+        const char *norm = rest[2] == '1' ? (new_arch ? "ln_attn" : "input_layernorm")
+                                          : (new_arch ? "ln_mlp" : "post_attention_layernorm");
+        m->kind = FAM_SAME, m->n = 1;
+        m->rows[0] = (uint64_t)t->full_rows;
+        snprintf(m->name[0], sizeof m->name[0], "transformer.h.%d.%s.%s", l, norm, rest + 4);
+        return TR_OK;
+    }
+    if (!strcmp(t->name, "output_layer")) {
+        m->kind = FAM_SAME, m->n = 1;
+        m->rows[0] = (uint64_t)t->full_rows;
+        snprintf(m->name[0], sizeof m->name[0], "lm_head.weight");
+        return TR_OK;
+    }
+    if (map_bloom(t, m) || !strncmp(t->name, "emb_ln.", 7))
+        return tr_fail(TR_ERR_INTERNAL, "no Falcon name for trident tensor '%s'", t->name);
+    return TR_OK;
+}
+
 static int map_family(int family, const tr_param_tensor *t, const tr_gpt_shape *s, fam_map *m)
 {
-    return family == TR_HF_BLOOM  ? map_bloom(t, m)
-           : family == TR_HF_NEOX ? map_neox(t, m)
-                                  : map_llama(t, s, m);
+    return family == TR_HF_BLOOM    ? map_bloom(t, m)
+           : family == TR_HF_NEOX   ? map_neox(t, m)
+           : family == TR_HF_FALCON ? map_falcon(t, s, m)
+                                    : map_llama(t, s, m);
 }
 
 /* The name of a family's output head (a tied model's may be in a file: check_tied_head) */
@@ -212,11 +244,22 @@ static int check_all_used(const tr_st_set *set, const char *dir, tr_gpt *g, int 
         }
         int qkv_bias = family == TR_HF_LLAMA && strstr(n, ".self_attn.") &&
                        len > 10 && !strcmp(n + len - 10, "_proj.bias") && !strstr(n, "o_proj");
+        int norm = family == TR_HF_FALCON &&
+                   (strstr(n, ".ln_attn.") || strstr(n, ".ln_mlp.") ||
+                    strstr(n, ".input_layernorm.") || strstr(n, ".post_attention_layernorm."));
+        int bias = family == TR_HF_FALCON && len > 5 && !strcmp(n + len - 5, ".bias") &&
+                   !strstr(n, "ln") && s->no_linear_bias;
         if (!found)
             return tr_fail(TR_ERR_INVALID, "%s: tensor '%.200s' is not part of the %s model "
                            "%s/config.json describes%s", tr_st_path(f), n,
                            tr_hf_family_name(family), dir,
-                           qkv_bias ? " (q, k and v biases alone: a Qwen2, model_type qwen2)" : "");
+                           qkv_bias ? " (q, k and v biases alone: a Qwen2, model_type qwen2)"
+                           : norm ? " (its norms say another Falcon layer: "
+                                    "new_decoder_architecture true has ln_attn and ln_mlp, "
+                                    "parallel_attn true one input_layernorm, parallel_attn "
+                                    "false input_layernorm and post_attention_layernorm)"
+                           : bias ? " (config.json's bias is false)"
+                                  : "");
     }
     return TR_OK;
 }
@@ -298,8 +341,8 @@ int tr_hf_load_family(const char *dir, int family, tr_gpt *g, float *params)
 {
     const tr_gpt_shape *s = tr_gpt_get_shape(g);
     if (s->tp_size != 1 || !s->is_first || !s->is_last)
-        return tr_fail(TR_ERR_INVALID, "Llama / Qwen2 / Bloom / GPT-NeoX folders load into a "
-                       "whole model (one stage, no tensor parallelism)");
+        return tr_fail(TR_ERR_INVALID, "Llama / Qwen2 / Bloom / GPT-NeoX / Falcon folders load "
+                       "into a whole model (one stage, no tensor parallelism)");
     tr_st_set *set = NULL;
     int rc = tr_st_set_open(dir, &set);
     if (!rc)
@@ -327,6 +370,11 @@ int tr_hf_write_family(const char *dir, int family, tr_gpt *g, const float *para
                        const tr_model_config *m, const tr_hf_export_options *o)
 {
     const tr_gpt_shape *s = tr_gpt_get_shape(g);
+    if (family == TR_HF_FALCON) {
+        int rc = hf_falcon_check(m);
+        if (rc)
+            return rc;
+    }
     int n = tr_gpt_num_tensors(g), total = 0, rc = TR_OK;
     fam_map *maps = calloc((size_t)n + 1, sizeof *maps);
     tr_st_tensor *list = calloc(3 * (size_t)n + 1, sizeof *list);

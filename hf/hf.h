@@ -169,16 +169,34 @@ TR_MUST_CHECK int tr_hf_load_gpt2(const char *dir, tr_gpt *g, float *params);
  * checkpoints carry (attention.bias, attention.masked_bias, rotary_emb.inv_freq) ignored;
  * config.json's rotary_pct, rotary_emb_base, use_parallel_residual and hidden_act (gelu,
  * gelu_python: gelu_approximate none; gelu_new, gelu_pytorch_tanh, gelu_fast, gelu_accurate:
- * tanh) read into the switches. A tied model's head (lm_head.weight; GPT-NeoX's
- * embed_out.weight), when a file holds it, must be the embedding (shape and float32 values,
- * as GPT-2's), else it is refused. Unsupported settings (rope_scaling, attention_bias (a
- * Llama's true, a GPT-NeoX's false), pretraining_tp > 1,
+ * tanh) read into the switches. FalconForCausalLM (Falcon-7B, -40B, -180B): every tensor the
+ * same layout too (query_key_value is trident's qkv rows (group, {q_0 .. q_R-1, k, v}, d) as
+ * transformers' _split_heads views it: (group, R + 2, d) in the new decoder architecture,
+ * (NH + 2, d) with multi_query, (NH, 3, d) otherwise): word_embeddings -> wte, lm_head ->
+ * output_layer (tied unless tie_word_embeddings is false), ln_f -> lnf,
+ * self_attention.query_key_value / .dense -> qkv / attn_proj, mlp.dense_h_to_4h /
+ * .dense_4h_to_h -> fc / fc_proj, and the norms by config.json's architecture:
+ * new_decoder_architecture true (Falcon-40B, -180B): ln_attn -> ln1, ln_mlp -> ln2,
+ * model.parallel_residual, num_kv_heads groups; else parallel_attn true (Falcon-7B): one
+ * input_layernorm -> ln1 with model.parallel_shared_norm (no ln2); else input_layernorm,
+ * post_attention_layernorm -> ln1, ln2 in turn; those two have 1 key/value group
+ * (multi_query) or one per head. bias -> add_bias_linear (every linear layer or none),
+ * rope_theta -> rotary_base over whole heads, layer_norm_epsilon, the exact GELU
+ * (gelu_approximate none) in a 4h MLP; FalconConfig's defaults for absent keys (multi_query,
+ * parallel_attn and tie_word_embeddings true, bias false). A tied model's head
+ * (lm_head.weight; GPT-NeoX's embed_out.weight), when a file holds it, must be the embedding
+ * (shape and float32 values, as GPT-2's), else it is refused. Unsupported settings
+ * (rope_scaling, attention_bias (a Llama's true, a GPT-NeoX's false), pretraining_tp > 1,
  * apply_residual_connection_post_layernorm, a Llama's hidden_act other than silu, a GPT-NeoX's
- * other than a GELU, a rotary_pct of an odd or fractional share) are refused by name. */
-enum { TR_HF_GPT2, TR_HF_LLAMA, TR_HF_BLOOM, TR_HF_QWEN2, TR_HF_MISTRAL, TR_HF_NEOX };
-/* "GPT-2", "Llama", "Bloom", "Qwen2", "Mistral", "GPT-NeoX" */
+ * other than a GELU, a rotary_pct of an odd or fractional share, a Falcon's alibi true,
+ * num_kv_heads other than the heads without the new architecture or multi_query, later
+ * transformers' ffn_hidden_size / activation / num_ln_in_parallel_attn; model_type
+ * RefinedWebModel / RefinedWeb: trust_remote_code's Falcon) are refused by name. */
+enum { TR_HF_GPT2, TR_HF_LLAMA, TR_HF_BLOOM, TR_HF_QWEN2, TR_HF_MISTRAL, TR_HF_NEOX, TR_HF_FALCON };
+/* "GPT-2", "Llama", "Bloom", "Qwen2", "Mistral", "GPT-NeoX", "Falcon" */
 const char *tr_hf_family_name(int family);
-/* DIR/config.json: *family from model_type ("llama", "qwen2", "bloom", "gpt_neox"; "mistral" is
+/* DIR/config.json: *family from model_type ("llama", "qwen2", "bloom", "gpt_neox", "falcon";
+ * "mistral" is
  * TR_HF_LLAMA: the same model when its sliding_window is null or spans
  * max_position_embeddings, exported as a Llama; a shorter window is kept as
  * model.sliding_window, seq_length within it, and exported as a Mistral; a Qwen2 is a Llama
@@ -187,10 +205,12 @@ const char *tr_hf_family_name(int family);
  * position; anything else TR_HF_GPT2 with
  * *m untouched beyond zeroing: read it with tr_hf_read_gpt2_config); for Llama / Bloom /
  * GPT-NeoX *m is the whole model section (seq_length = max_position_embeddings; Bloom's 2048
- * unless config.json has seq_length; GPT-NeoX's absent keys transformers 4.38's defaults). */
+ * unless config.json has seq_length; GPT-NeoX's and Falcon's absent keys transformers 4.38's
+ * defaults). */
 TR_MUST_CHECK int tr_hf_read_family_config(const char *dir, tr_model_config *m, int *family);
-/* The weights of a Llama / Qwen2 / Bloom / GPT-NeoX folder into a whole model g (one stage,
- * TP 1) bound to host memory params; a missing, misshapen or foreign tensor refused by name. */
+/* The weights of a Llama / Qwen2 / Bloom / GPT-NeoX / Falcon folder into a whole model g (one
+ * stage, TP 1) bound to host memory params; a missing, misshapen or foreign tensor refused
+ * by name. */
 TR_MUST_CHECK int tr_hf_load_family(const char *dir, int family, tr_gpt *g, float *params);
 /* Which HF family m is: TR_HF_GPT2, TR_HF_LLAMA (RMSNorm, rope over whole heads, SwiGLU, no
  * biases, no embedding norm, the sequential residual; GQA and tying either way), TR_HF_QWEN2
@@ -198,15 +218,21 @@ TR_MUST_CHECK int tr_hf_load_family(const char *dir, int family, tr_gpt *g, floa
  * TR_HF_BLOOM (LayerNorm, ALiBi, embedding norm, biases, tanh GELU 4h, the sequential
  * residual, tied), TR_HF_NEOX (LayerNorm, rope over any even share of the head, biases, GELU
  * MLP of any width, no GQA, no embedding norm, either residual (the parallel one with two
- * norms: not parallel_shared_norm) and GELU, tied or not), or -1 when transformers has no
- * such model. */
+ * norms: not parallel_shared_norm) and GELU, tied or not), TR_HF_FALCON (LayerNorm, rope over
+ * whole heads, the exact GELU in a 4h MLP, no embedding norm, biases on all linear layers or
+ * none, tied or not, and what GPT-NeoX cannot be: no biases, GQA or parallel_shared_norm;
+ * exported with new_decoder_architecture for the parallel residual with two norms,
+ * parallel_attn for one shared norm, neither for the sequential residual, the latter two only
+ * with 1 key/value group (multi_query) or one per head: the export refuses others by name),
+ * or -1 when transformers has no such model. */
 int tr_hf_family_of(const tr_model_config *m);
 
 /* ------------------------------------------------------------------ conversion */
 
 typedef struct tr_hf_export_options tr_hf_export_options;
-/* Writes a Llama / Bloom model g (whole, TP 1) of m into dir: the safetensors (q/k/v_proj and
- * gate/up_proj cut from trident's rows, the padding removed) and config.json. */
+/* Writes a Llama / Qwen2 / Mistral / Bloom / GPT-NeoX / Falcon model g (whole, TP 1) of m into
+ * dir: the safetensors (q/k/v_proj and gate/up_proj cut from trident's rows, the padding
+ * removed) and config.json; a Falcon transformers cannot express refused first. */
 TR_MUST_CHECK int tr_hf_write_family(const char *dir, int family, tr_gpt *g, const float *params,
                                      const tr_model_config *m, const tr_hf_export_options *o);
 
@@ -225,8 +251,9 @@ struct tr_hf_export_options {
 
 /* LoRA (hf/lora.c). A LoRA run's checkpoint (its adapters) with the run's config cfg
  * (finetune.lora.*, and finetune.load: the base) -> hf_dir: merge 0: PEFT's adapter
- * (adapter_config.json + adapter_model.safetensors; GPT-2, Llama, Bloom); merge 1: the base with
- * W += (alpha/r) B A written as tr_hf_export writes a model (any family). alpha, rank and
+ * (adapter_config.json + adapter_model.safetensors; GPT-2, Llama, Bloom, GPT-NeoX, Falcon);
+ * merge 1: the base with W += (alpha/r) B A written as tr_hf_export writes a model (any
+ * family). alpha, rank and
  * target modules are the checkpoint's (its manifest's lora line): a cfg whose finetune.lora
  * values differ is TR_ERR_CONFIG naming both; a checkpoint written before that line takes
  * cfg's alpha with a warning. */

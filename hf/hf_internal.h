@@ -26,7 +26,13 @@ TR_MUST_CHECK int hf_gpt2_check_files(const char *dir, const tr_hf_gpt2_config *
  * allocated for it: the parameters config.json implies, at 2 bytes each, must not exceed the
  * data of the safetensors file(s) of dir (their headers' sizes). */
 TR_MUST_CHECK int hf_family_check_files(const char *dir, const tr_model_config *m, int family);
-/* DIR/config.json of a Llama / Qwen2 / Bloom model m (family_config.c) */
+/* tr_hf_family_of of a model's shape (its family fields): the TR_HF_* it exports as, or -1 */
+int hf_shape_family(const tr_gpt_shape *s);
+/* A Falcon model m (TR_HF_FALCON) that transformers' FalconConfig can express: with one norm
+ * (parallel_shared_norm) or the sequential residual its key/value heads are 1 or all
+ * (TR_ERR_INVALID naming the switches otherwise). */
+TR_MUST_CHECK int hf_falcon_check(const tr_model_config *m);
+/* DIR/config.json of a Llama / Qwen2 / Bloom / GPT-NeoX / Falcon model m (family_config.c) */
 TR_MUST_CHECK int hf_write_family_config(const char *dir, int family, const tr_model_config *m,
                                          const tr_hf_export_options *o);
 /* A small JSON file (at most max_bytes) parsed with jansson, duplicates refused; errors name

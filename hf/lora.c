@@ -6,10 +6,10 @@
  *    attn_proj, fc, fc_proj are attn.c_proj, mlp.c_fc, mlp.c_proj in the same layout
  *    (Conv1D: fan_in_fan_out). Bloom: query_key_value, dense, dense_h_to_4h, dense_4h_to_h,
  *    all in trident's layout; GPT-NeoX: the same under gpt_neox.layers.L (attention.*,
- *    mlp.*). Llama: the fused qkv's adapter becomes q_proj, k_proj and
- *    v_proj with the same A each and B's rows of each projection (from (group, {q.., k, v},
- *    d)), fc's becomes gate_proj and up_proj (B's rows from (feature, {gate, up})): the same
- *    function, exactly;
+ *    mlp.*); Falcon: Bloom's names (transformer.h.L.self_attention.*, mlp.*). Llama: the
+ *    fused qkv's adapter becomes q_proj, k_proj and v_proj with the same A each and B's rows
+ *    of each projection (from (group, {q.., k, v}, d)), fc's becomes gate_proj and up_proj
+ *    (B's rows from (feature, {gate, up})): the same function, exactly;
  *  - the merged model: W += (alpha / r) B A in trident's layout on the base (finetune.load),
  *    then written as `trident convert --to hf` writes a model (any family). */
 #include "hf/hf_internal.h"
@@ -37,7 +37,7 @@ static int parse_adapter(const char *name, int *layer, char *ab)
     return -1;
 }
 
-enum { FAM_GPT2, FAM_LLAMA, FAM_BLOOM, FAM_NEOX };
+enum { FAM_GPT2, FAM_LLAMA, FAM_BLOOM, FAM_NEOX, FAM_FALCON };
 /* one tensor of PEFT's file: rows of trident adapter t (all, or picked by pick_row) */
 typedef struct {
     char name[128];
@@ -70,9 +70,11 @@ int tr_hf_write_lora_adapter(const char *dir, tr_gpt *g, const float *params)
         return tr_fail(TR_ERR_INVALID, "the model has no LoRA adapters");
     if (s->tp_size != 1 || !s->is_first || !s->is_last)
         return tr_fail(TR_ERR_INVALID, "adapters are written from a whole model (one stage, TP 1)");
-    /* (the parallel residual: GPT-NeoX's alone, with two norms; the exact GELU not Bloom's) */
+    /* (the parallel residual: GPT-NeoX's and Falcon's; the exact GELU not Bloom's; Falcon:
+     * what GPT-NeoX cannot be, tr_hf_family_of's rule) */
     int seq = !s->parallel_residual;
     int fam = tr_gpt_is_gpt2(s) ? FAM_GPT2
+              : hf_shape_family(s) == TR_HF_FALCON ? FAM_FALCON
               : s->position == TR_POS_ROPE && s->rmsnorm && s->swiglu && seq ? FAM_LLAMA
               : s->position == TR_POS_ALIBI && seq && !s->gelu_exact ? FAM_BLOOM
               : s->position == TR_POS_ROPE && !s->rmsnorm && !s->swiglu &&
@@ -80,8 +82,8 @@ int tr_hf_write_lora_adapter(const char *dir, tr_gpt *g, const float *params)
                   ? FAM_NEOX
                   : -1;
     if (fam < 0)
-        return tr_fail(TR_ERR_INVALID, "PEFT adapters are written for GPT-2, Llama, Bloom and "
-                       "GPT-NeoX models; this model's switches are none of them");
+        return tr_fail(TR_ERR_INVALID, "PEFT adapters are written for GPT-2, Llama, Bloom, "
+                       "GPT-NeoX and Falcon models; this model's switches are none of them");
     static const char *const gpt2[4] = {"attn.c_attn", "attn.c_proj", "mlp.c_fc", "mlp.c_proj"};
     static const char *const bloom[4] = {"self_attention.query_key_value", "self_attention.dense",
                                          "mlp.dense_h_to_4h", "mlp.dense_4h_to_h"};
@@ -112,7 +114,7 @@ int tr_hf_write_lora_adapter(const char *dir, tr_gpt *g, const float *params)
                 snprintf(p->name, sizeof p->name, "base_model.model.transformer.h.%d.%s.lora_%c.weight",
                          layer, gpt2[m], ab);
                 p->kind = m == 0 && ab == 'B';
-            } else if (fam == FAM_BLOOM) {
+            } else if (fam == FAM_BLOOM || fam == FAM_FALCON) {
                 snprintf(p->name, sizeof p->name, "base_model.model.transformer.h.%d.%s.lora_%c.weight",
                          layer, bloom[m], ab);
             } else if (fam == FAM_NEOX) {

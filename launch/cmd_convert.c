@@ -20,10 +20,11 @@ static void convert_usage(FILE *f)
             "usage: trident convert --from hf --input HF_DIR --output CKPT_DIR\n"
             "       trident convert --to hf --input CKPT_DIR --output HF_DIR [options]\n"
             "\n"
-            "Converts GPT-2, Llama, Qwen2, Bloom and GPT-NeoX checkpoints between Hugging\n"
-            "Face transformers (GPT2LMHeadModel, LlamaForCausalLM (and Mistral),\n"
-            "Qwen2ForCausalLM, BloomForCausalLM, GPTNeoXForCausalLM (Pythia): config.json and\n"
-            "model.safetensors, or model.safetensors.index.json and its shards) and trident.\n"
+            "Converts GPT-2, Llama, Qwen2, Bloom, GPT-NeoX and Falcon checkpoints between\n"
+            "Hugging Face transformers (GPT2LMHeadModel, LlamaForCausalLM (and Mistral),\n"
+            "Qwen2ForCausalLM, BloomForCausalLM, GPTNeoXForCausalLM (Pythia),\n"
+            "FalconForCausalLM (Falcon-7B, -40B, -180B): config.json and model.safetensors, or\n"
+            "model.safetensors.index.json and its shards) and trident.\n"
             "\n"
             "  --from hf   HF_DIR -> a trident checkpoint of the weights alone (CKPT_DIR/release,\n"
             "              the tracker saying 'release'): set checkpoint.load to CKPT_DIR and the\n"
@@ -46,13 +47,15 @@ static void convert_usage(FILE *f)
             "  --config FILE          --to hf: the run's config; its model section's switches\n"
             "                         (Llama: RMSNorm, rope, swiglu, ...; Qwen2: a Llama with\n"
             "                         add_qkv_bias; Bloom: alibi, embedding_layernorm;\n"
-            "                         GPT-NeoX: LayerNorm, rope, parallel_residual, ...) say\n"
-            "                         which model to write (default: the checkpoint\n"
-            "                         manifest's family line; GPT-2 for one written before\n"
-            "                         it). --from hf reads GPT-2, Llama, Qwen2, Bloom and\n"
-            "                         GPT-NeoX folders. Its data.tokenizer's files go into the\n"
-            "                         folder too (tokenizer.json and a tokenizer_config.json\n"
-            "                         beside it, or vocab.json + merges.txt).\n"
+            "                         GPT-NeoX: LayerNorm, rope, parallel_residual, ...;\n"
+            "                         Falcon: the exact GELU with no linear biases, GQA or\n"
+            "                         parallel_shared_norm) say which model to write\n"
+            "                         (default: the checkpoint manifest's family line; GPT-2\n"
+            "                         for one written before it). --from hf reads GPT-2,\n"
+            "                         Llama, Qwen2, Bloom, GPT-NeoX and Falcon folders. Its\n"
+            "                         data.tokenizer's files go into the folder too\n"
+            "                         (tokenizer.json and a tokenizer_config.json beside it,\n"
+            "                         or vocab.json + merges.txt).\n"
             "  --merge-lora           --to hf with --config of a LoRA run (finetune.lora,\n"
             "                         finetune.load): the base with the adapters merged in\n"
             "  --adapters-only        --to hf of a LoRA run's checkpoint: PEFT's\n"
@@ -126,6 +129,8 @@ static void print_model_section(const tr_model_config *m)
         printf("  rotary_percent: %.9g\n", m->rotary_percent);
     if (m->normalization && m->parallel_residual)
         printf("  parallel_residual: true\n");
+    if (m->normalization && m->parallel_residual && m->parallel_shared_norm) /* Falcon-7B's */
+        printf("  parallel_shared_norm: true\n");
     if (m->normalization && m->gelu_approximate && !strcmp(m->gelu_approximate, "none"))
         printf("  gelu_approximate: none\n");
 }

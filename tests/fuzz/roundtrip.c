@@ -4,8 +4,8 @@
  * succeeds and an export that fails aborts, and every tensor of the input must come back as
  * the same float32 values (F16 and BF16 inputs: their float32 values), bit for bit, except
  * what the export leaves out on purpose (a tied lm_head or embed_out, rotary inv_freq and
- * GPT-2's and GPT-NeoX's causal-mask buffers); names the input gives without transformers' prefix are looked for
- * with it. */
+ * GPT-2's and GPT-NeoX's causal-mask buffers); names the input gives without transformers'
+ * prefix are looked for with it, a Falcon's that GPT-NeoX's export writes by GPT-NeoX's names. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,16 +23,50 @@ static int left_out(const char *name)
            strstr(name, "attention.masked_bias");
 }
 
+/* A Falcon tensor's name in GPT-NeoX's form (into out; 0 when it has none): a Falcon with
+ * biases and a key/value head per attention head, two norms or the sequential residual, is
+ * GPT-NeoX's model too (rope over whole heads), which the export writes as GPTNeoXForCausalLM */
+static int falcon_as_neox(const char *name, char *out, size_t cap)
+{
+    static const char *const pairs[][2] = {
+        {"transformer.word_embeddings.", "gpt_neox.embed_in."},
+        {"transformer.ln_f.", "gpt_neox.final_layer_norm."},
+        {"lm_head.", "embed_out."},
+        {"transformer.h.", "gpt_neox.layers."}};
+    static const char *const parts[][2] = {
+        {".ln_attn.", ".input_layernorm."},
+        {".ln_mlp.", ".post_attention_layernorm."},
+        {".self_attention.", ".attention."}};
+    for (size_t i = 0; i < sizeof pairs / sizeof pairs[0]; i++) {
+        size_t n = strlen(pairs[i][0]);
+        if (strncmp(name, pairs[i][0], n)) continue;
+        char mid[600];
+        snprintf(mid, sizeof mid, "%s%s", pairs[i][1], name + n);
+        for (size_t j = 0; j < sizeof parts / sizeof parts[0]; j++) {
+            char *at = strstr(mid, parts[j][0]);
+            if (!at) continue;
+            char rest[600];
+            snprintf(rest, sizeof rest, "%s", at + strlen(parts[j][0]));
+            snprintf(at, sizeof mid - (size_t)(at - mid), "%s%s", parts[j][1], rest);
+            break;
+        }
+        snprintf(out, cap, "%s", mid);
+        return 1;
+    }
+    return 0;
+}
+
 /* the exported tensor of an input name, which the input may give without the model's prefix
- * (the export writes transformers' prefixed names) */
+ * (the export writes transformers' prefixed names), or a Falcon's as GPT-NeoX's */
 static const tr_st_tensor *exported(const tr_st_file *b, const char *name)
 {
     static const char *const prefixes[] = {"", "transformer.", "model."};
-    char full[600];
+    char full[600], neox[700];
     for (int i = 0; i < 3; i++) {
         snprintf(full, sizeof full, "%s%s", prefixes[i], name);
         const tr_st_tensor *u = tr_st_find(b, full);
         if (u) return u;
+        if (falcon_as_neox(full, neox, sizeof neox) && (u = tr_st_find(b, neox))) return u;
     }
     return NULL;
 }

@@ -197,7 +197,7 @@ refused("an export with --config of a model transformers lacks",
             position_embedding_type="alibi", swiglu=True, ffn_hidden_size=48,
             untie_embeddings_and_output_weights=True, add_bias_linear=False),
             training=dict(micro_batch_size=1, train_iters=1, lr=1e-3), data=dict(data_path="unused"))],
-        bad_out, "neither GPT-2, Llama, Qwen2, Bloom nor GPT-NeoX")
+        bad_out, "neither GPT-2, Llama, Qwen2, Bloom, GPT-NeoX nor Falcon")
 
 # ---------------------------------------------------------------- Llama and Bloom: bad inputs a fuzzer found
 BC = {"architectures": ["BloomForCausalLM"], "model_type": "bloom", "hidden_size": C, "n_layer": L, "n_head": NH,
@@ -606,7 +606,7 @@ for what, ck_in, keys in (
                           training=dict(micro_batch_size=1, train_iters=1, lr=1e-3), data=dict(data_path="unused"))
     refused(f"an export with --config of {what}", ["--to", "hf", "--input", ck_in, "--output", bad_out,
                                                      "--config", odd],
-            bad_out, "neither GPT-2, Llama, Qwen2, Bloom nor GPT-NeoX")
+            bad_out, "neither GPT-2, Llama, Qwen2, Bloom, GPT-NeoX nor Falcon")
 # the family line's GPT-NeoX end: " parallel_residual 1" then " gelu_exact 1", each once
 ntext = open(os.path.join(ck_neox, "release", "manifest.txt")).read()
 for what, old, new in (("gelu_exact 2", " gelu_exact 1", " gelu_exact 2"),
@@ -656,4 +656,260 @@ for cfg_name, release in (("pythia-410m.yaml", 405_334_016), ("pythia-1.4b.yaml"
     tt.check(f"configs/{cfg_name}: trident plan counts the release's {release:,} parameters",
              total == release and whole is not None and f"{whole:.9g}" == f"{release:.9g}",
              f"1 layer {counts[0]}, 2 layers {counts[1]} -> 24 layers {total}; the whole config {whole}; {se}")
+# ---------------------------------------------------------------- Falcon folders
+# FalconForCausalLM's three layers: new_decoder_architecture (Falcon-40B, -180B: ln_attn and
+# ln_mlp, num_kv_heads groups), parallel_attn (Falcon-7B: one input_layernorm for both branches,
+# parallel_shared_norm) and the sequential one (input_layernorm, post_attention_layernorm); the
+# latter two with one key/value head (multi_query) or one per head. query_key_value is trident's
+# qkv rows in all three.
+FC = {"architectures": ["FalconForCausalLM"], "model_type": "falcon", "hidden_size": C, "num_hidden_layers": L,
+      "num_attention_heads": NH, "num_kv_heads": 2, "new_decoder_architecture": True, "multi_query": True,
+      "parallel_attn": True, "bias": False, "alibi": False, "max_position_embeddings": P, "vocab_size": V,
+      "layer_norm_epsilon": 1e-5, "rope_theta": 10000.0, "rope_scaling": None}
+
+
+def falcon_tensors(arch, nh=NH, ng=2, bias=False, head=False, c=C):
+    """A FalconForCausalLM's tensors: arch "new" (ln_attn, ln_mlp), "shared" (input_layernorm
+    alone), "seq" (input_layernorm, post_attention_layernorm); ng key/value heads."""
+    hs = c // nh
+    qkv = (nh + 2 * ng) * hs
+    t = [("transformer.word_embeddings.weight", "F32", (V, c), rand(V * c))]
+    norms = {"new": ("ln_attn", "ln_mlp"), "shared": ("input_layernorm",),
+             "seq": ("input_layernorm", "post_attention_layernorm")}[arch]
+    for i in range(L):
+        h = f"transformer.h.{i}."
+        for n in norms:
+            t += [(h + n + ".weight", "F32", (c,), rand(c, 2)), (h + n + ".bias", "F32", (c,), rand(c))]
+        for name, rows, cols in (("self_attention.query_key_value", qkv, c), ("self_attention.dense", c, c),
+                                 ("mlp.dense_h_to_4h", 4 * c, c), ("mlp.dense_4h_to_h", c, 4 * c)):
+            t.append((h + name + ".weight", "F32", (rows, cols), rand(rows * cols)))
+            if bias:
+                t.append((h + name + ".bias", "F32", (rows,), rand(rows)))
+    t += [("transformer.ln_f.weight", "F32", (c,), rand(c, 2)), ("transformer.ln_f.bias", "F32", (c,), rand(c))]
+    return t + ([("lm_head.weight", "F32", (V, c), rand(V * c))] if head else [])
+
+
+def family_line(ck):
+    text = open(os.path.join(ck, "release", "manifest.txt")).read()
+    return ([line for line in text.splitlines() if line.startswith("family ")] or [""])[0]
+
+
+# Falcon-7B's shape has 71 heads: an odd head count here (3 heads of 8 in a hidden size of 24)
+FC7 = dict(FC, hidden_size=24, num_attention_heads=3, new_decoder_architecture=False, num_kv_heads=3)
+FCS = dict(FC, new_decoder_architecture=False, parallel_attn=False, bias=True, tie_word_embeddings=False,
+           num_kv_heads=NH)
+falcon_cases = [  # name, tensors, config, switches printed, config.json written back
+    ("new_decoder_architecture, 2 key/value groups of 4 heads, no biases, tied", falcon_tensors("new"), FC,
+     ["num_query_groups: 2", "parallel_residual: true", "add_bias_linear: false", "gelu_approximate: none",
+      "untie_embeddings_and_output_weights: false", f"ffn_hidden_size: {4 * C}"], ["parallel_shared_norm"],
+     " parallel_residual 1 gelu_exact 1",
+     dict(new_decoder_architecture=True, num_kv_heads=2, bias=False, tie_word_embeddings=True, parallel_attn=True)),
+    ("Falcon-7B's layer (parallel_attn, one input_layernorm, multi_query), 3 heads, no biases, tied",
+     falcon_tensors("shared", nh=3, ng=1, c=24), FC7,
+     ["num_query_groups: 1", "parallel_residual: true", "parallel_shared_norm: true", "add_bias_linear: false"],
+     [], " parallel_residual 1 gelu_exact 1 parallel_shared_norm 1",
+     dict(new_decoder_architecture=False, multi_query=True, parallel_attn=True, num_kv_heads=1)),
+    ("parallel_attn without multi_query (one key/value head per head), no biases", falcon_tensors("shared", ng=NH),
+     dict(FC, new_decoder_architecture=False, multi_query=False, num_kv_heads=NH),
+     ["num_query_groups: 4", "parallel_shared_norm: true"], [], " parallel_shared_norm 1",
+     dict(new_decoder_architecture=False, multi_query=False, parallel_attn=True, num_kv_heads=NH)),
+    ("the sequential layer (parallel_attn false), multi_query, biases, untied",
+     falcon_tensors("seq", ng=1, bias=True, head=True), FCS,
+     ["num_query_groups: 1", "add_bias_linear: true", "untie_embeddings_and_output_weights: true",
+      "gelu_approximate: none"], ["parallel_residual", "parallel_shared_norm"], " eps 1e-05 gelu_exact 1",
+     dict(new_decoder_architecture=False, multi_query=True, parallel_attn=False, bias=True, tie_word_embeddings=False)),
+    ("the sequential layer without multi_query and biases", falcon_tensors("seq", ng=NH),
+     dict(FCS, multi_query=False, bias=False, tie_word_embeddings=True),
+     ["num_query_groups: 4", "add_bias_linear: false"], ["parallel_residual"], " gelu_exact 1",
+     dict(new_decoder_architecture=False, multi_query=False, parallel_attn=False, num_kv_heads=NH)),
+]
+ck_falcon = {}
+for i, (what, tensors, config, printed, absent, line_end, written) in enumerate(falcon_cases):
+    d = hf_folder(f"falcon-{i}", tensors, config)
+    ck = os.path.join(work, f"ck-falcon-{i}")
+    ck_falcon[i] = ck
+    rc, so, se = convert("--from", "hf", "--input", d, "--output", ck)
+    fam = family_line(ck) if rc == 0 else ""
+    tt.check(f"Falcon ({what}): imported, the switches printed and in the manifest's family line",
+             rc == 0 and all(p in so for p in printed) and not any(a + ":" in so for a in absent)
+             and fam.endswith(line_end) and "rotary_percent" not in so, f"{se}{so}\n{fam}")
+    back_f = os.path.join(work, f"falcon-{i}-back")
+    rc, so, se = convert("--to", "hf", "--input", ck, "--output", back_f)
+    fc_out = json.load(open(os.path.join(back_f, "config.json"))) if rc == 0 else {}
+    want = dict(written, architectures=["FalconForCausalLM"], model_type="falcon", alibi=False,
+                hidden_size=config["hidden_size"], num_attention_heads=config["num_attention_heads"],
+                layer_norm_epsilon=1e-5, rope_theta=10000.0)
+    tt.check(f"Falcon ({what}): HF -> trident -> HF from the manifest alone is bit-exact, a FalconForCausalLM of "
+             f"the same architecture", rc == 0 and st_read(os.path.join(back_f, "model.safetensors")) ==
+             st_read(os.path.join(d, "model.safetensors")) and all(fc_out.get(k) == v for k, v in want.items()),
+             f"{se}\n{ {k: fc_out.get(k) for k in want} }")
+    for where in (ck, d):
+        rc, so, se = tt.outputs([trident, "generate", where, "--prompt-ids", "1,2,3", "--max-new-tokens", "3",
+                                 "--temperature", "0"])
+        tt.check(f"Falcon ({what}): generate from {'the checkpoint' if where == ck else 'the HF folder'}: exit 0",
+                 rc == 0, se)
+# Falcon-7B's released config.json keys (FalconConfig's defaults left out: multi_query, parallel_attn,
+# bias; transformers 4.27's apply_residual_connection_post_layernorm false, bos/eos 11), n_embed
+# for hidden_size: the same checkpoint as the explicit one
+FC7_release = {k: v for k, v in FC7.items() if k not in ("multi_query", "parallel_attn", "bias", "num_kv_heads",
+                                                          "new_decoder_architecture", "hidden_size")}
+FC7_release.update(n_embed=24, apply_residual_connection_post_layernorm=False, bos_token_id=11, eos_token_id=11,
+                   hidden_dropout=0.0, attention_dropout=0.0, torch_dtype="bfloat16",
+                   transformers_version="4.27.4", use_cache=True)
+ck7 = os.path.join(work, "ck-falcon-7b-defaults")
+rc, so, se = convert("--from", "hf", "--input", hf_folder("falcon-7b-defaults", falcon_cases[1][1], FC7_release),
+                     "--output", ck7)
+tt.check("Falcon-7B's config.json keys (defaults absent, n_embed): the same checkpoint",
+         rc == 0 and same_checkpoint(ck_falcon[1], ck7), se)
+# a tied lm_head.weight equal to the word embedding is the same model
+ft = falcon_cases[0][1]
+ck_fh = os.path.join(work, "ck-falcon-head")
+rc, so, se = convert("--from", "hf", "--input", hf_folder("falcon-head", ft + [("lm_head.weight", "F32", (V, C),
+                                                                               ft[0][3])], FC), "--output", ck_fh)
+tt.check("Falcon tied with lm_head.weight equal to word_embeddings: imported, the same checkpoint",
+         rc == 0 and same_checkpoint(ck_falcon[0], ck_fh), se)
+# new_decoder_architecture with biases and a key/value head per head is GPT-NeoX's model too (rope
+# over whole heads, two norms, the parallel residual, the exact GELU): GPT-NeoX keeps exporting it
+fnb = falcon_tensors("new", ng=NH, bias=True, head=True)
+dfn = hf_folder("falcon-new-bias", fnb, dict(FC, num_kv_heads=NH, bias=True, tie_word_embeddings=False))
+ck_fn = os.path.join(work, "ck-falcon-new-bias")
+rc, so, se = convert("--from", "hf", "--input", dfn, "--output", ck_fn)
+back_fn = os.path.join(work, "falcon-new-bias-back")
+rc2, so2, se2 = convert("--to", "hf", "--input", ck_fn, "--output", back_fn) if rc == 0 else (1, "", "")
+cn = json.load(open(os.path.join(back_fn, "config.json"))) if rc2 == 0 else {}
+tt.check("Falcon new_decoder_architecture with biases and 4 of 4 key/value heads: imported; exported as the "
+         "same model in GPT-NeoX's form (rotary_pct 1, use_parallel_residual, gelu)",
+         rc2 == 0 and cn.get("model_type") == "gpt_neox" and cn.get("rotary_pct") == 1.0
+         and cn.get("use_parallel_residual") is True and cn.get("hidden_act") == "gelu", f"{se}{se2}\n{cn}")
+# what trident cannot represent, and files that are not the model config.json describes
+f7 = falcon_cases[1][1]
+fs = falcon_cases[3][1]
+for what, tensors, config, cause in [
+    ("alibi true", ft, dict(FC, alibi=True), "alibi true is not supported"),
+    ("alibi 'no'", ft, dict(FC, alibi="no"), "alibi must be true or false"),
+    ("rope scaling", ft, dict(FC, rope_scaling={"type": "linear", "factor": 2.0}), "rope_scaling is not supported"),
+    ("model_type RefinedWebModel (trust_remote_code's Falcon)", ft, dict(FC, model_type="RefinedWebModel"),
+     "model_type \"RefinedWebModel\" is not supported: it is the Falcon of trust_remote_code"),
+    ("model_type RefinedWeb", ft, dict(FC, model_type="RefinedWeb"), "model_type \"falcon\" (FalconForCausalLM"),
+    ("new_decoder_architecture 1", ft, dict(FC, new_decoder_architecture=1),
+     "new_decoder_architecture must be true or false"),
+    ("multi_query 'yes'", f7, dict(FC7, multi_query="yes"), "multi_query must be true or false"),
+    ("parallel_attn null", f7, dict(FC7, parallel_attn=None), "parallel_attn must be true or false"),
+    ("bias 0", ft, dict(FC, bias=0), "bias must be true or false"),
+    ("apply_residual_connection_post_layernorm true", ft, dict(FC, apply_residual_connection_post_layernorm=True),
+     "apply_residual_connection_post_layernorm is not supported"),
+    ("num_kv_heads 3 without the new architecture or multi_query", falcon_tensors("shared", ng=NH),
+     dict(FC, new_decoder_architecture=False, multi_query=False, num_kv_heads=3),
+     "num_kv_heads 3 with new_decoder_architecture false and multi_query false is not supported"),
+    ("num_kv_heads 3 of 4 heads (new architecture)", ft, dict(FC, num_kv_heads=3), "do not divide"),
+    ("num_kv_heads 0", ft, dict(FC, num_kv_heads=0), "num_kv_heads must be an integer"),
+    ("ffn_hidden_size 64 (a later transformers' key)", ft, dict(FC, ffn_hidden_size=64), "ffn_hidden_size"),
+    ("activation relu", ft, dict(FC, activation="relu"), "activation is not supported"),
+    ("num_ln_in_parallel_attn 1 (Falcon2's)", ft, dict(FC, num_ln_in_parallel_attn=1), "num_ln_in_parallel_attn"),
+    ("layer_norm_epsilon 0", ft, dict(FC, layer_norm_epsilon=0), "layer_norm_epsilon must be a positive number"),
+    ("no num_hidden_layers", ft, {k: v for k, v in FC.items() if k != "num_hidden_layers"},
+     "num_hidden_layers is missing"),
+    ("a new_decoder_architecture folder without ln_mlp", [t for t in ft if ".ln_mlp." not in t[0]], FC,
+     "no tensor 'transformer.h.0.ln_mlp.weight'"),
+    ("Falcon-7B's files (input_layernorm) under new_decoder_architecture true",
+     falcon_tensors("shared", ng=2), FC, "(its norms say another Falcon layer: new_decoder_architecture true has "
+                                         "ln_attn and ln_mlp"),
+    ("a post_attention_layernorm in a parallel_attn folder", f7 + [
+        ("transformer.h.0.post_attention_layernorm.weight", "F32", (24,), rand(24, 2))], FC7,
+     "'transformer.h.0.post_attention_layernorm.weight' is not part of the Falcon model"),
+    ("biases with bias false", falcon_tensors("new", bias=True), FC, "(config.json's bias is false)"),
+    ("a missing dense bias (bias true)", [t for t in fs if t[0] != "transformer.h.1.self_attention.dense.bias"],
+     FCS, "no tensor 'transformer.h.1.self_attention.dense.bias'"),
+    ("a query_key_value of 4 + 2 heads' rows under multi_query false",
+     falcon_tensors("shared", ng=1), dict(FC, new_decoder_architecture=False, multi_query=False, num_kv_heads=NH),
+     "'transformer.h.0.self_attention.query_key_value.weight' is [48, 32]; the model of config.json has [96, 32]"),
+    ("no lm_head.weight (untied)", [t for t in fs if t[0] != "lm_head.weight"], FCS, "no tensor 'lm_head.weight'"),
+    ("a tied lm_head.weight of other values", ft + [("lm_head.weight", "F32", (V, C), rand(V * C))], FC,
+     "lm_head.weight differs from transformer.word_embeddings.weight"),
+    ("an unknown tensor", ft + [("transformer.h.0.self_attention.extra", "F32", (2,), [0.0, 1.0])], FC,
+     "'transformer.h.0.self_attention.extra' is not part of the Falcon model"),
+    ("config.json of 4194304 layers", ft, dict(FC, num_hidden_layers=1 << 22), "config.json describes a Falcon model"),
+]:
+    d = hf_folder("bad-falcon", tensors, config)
+    out = os.path.join(work, "bad-out")
+    refused(f"Falcon: {what}", ["--from", "hf", "--input", d, "--output", out], out, cause)
+# exports transformers' FalconConfig cannot express (one norm or the sequential residual with
+# key/value groups neither 1 nor all heads), and one norm with a model not Falcon's (the tanh
+# GELU): refused naming the switches
+falcon_keys = dict(num_layers=L, hidden_size=C, num_attention_heads=NH, seq_length=P, max_position_embeddings=P,
+                   vocab_size=V, normalization="LayerNorm", position_embedding_type="rope", add_bias_linear=False,
+                   gelu_approximate="none", num_query_groups=2)
+for what, keys, cause in (
+        ("parallel_shared_norm with 2 key/value groups of 4 heads", dict(parallel_residual=True,
+                                                                         parallel_shared_norm=True),
+         "model.num_query_groups 2 of 4 heads with model.parallel_shared_norm true cannot be exported"),
+        ("the sequential residual with 2 key/value groups of 4 heads", dict(parallel_residual=False),
+         "model.num_query_groups 2 of 4 heads with model.parallel_residual false cannot be exported"),
+        ("parallel_shared_norm with the tanh GELU", dict(parallel_residual=True, parallel_shared_norm=True,
+                                                         num_query_groups=1, gelu_approximate="tanh"),
+         "neither GPT-2, Llama, Qwen2, Bloom, GPT-NeoX nor Falcon"),
+        ("no linear biases with an MLP of 3h", dict(parallel_residual=True, ffn_hidden_size=3 * C),
+         "neither GPT-2, Llama, Qwen2, Bloom, GPT-NeoX nor Falcon")):
+    odd = tt.write_config(os.path.join(work, "odd-falcon.yaml"), model=dict(falcon_keys, **keys),
+                          training=dict(micro_batch_size=1, train_iters=1, lr=1e-3), data=dict(data_path="unused"))
+    refused(f"an export with --config of {what}", ["--to", "hf", "--input", ck_falcon[0], "--output", bad_out,
+                                                     "--config", odd], bad_out, cause)
+# the family line's parallel_shared_norm end: once, after gelu_exact, only with parallel_residual
+ftext = open(os.path.join(ck_falcon[1], "release", "manifest.txt")).read()
+for what, old, new in (("parallel_shared_norm 1 without parallel_residual 1", " parallel_residual 1 gelu_exact 1",
+                        " gelu_exact 1"),
+                       ("parallel_shared_norm 1 twice", " parallel_shared_norm 1",
+                        " parallel_shared_norm 1 parallel_shared_norm 1"),
+                       ("parallel_shared_norm 1 before gelu_exact 1", " gelu_exact 1 parallel_shared_norm 1",
+                        " parallel_shared_norm 1 gelu_exact 1"),
+                       ("parallel_shared_norm 2", " parallel_shared_norm 1", " parallel_shared_norm 2"),
+                       ("parallel_shared_norm 1 and more", " parallel_shared_norm 1", " parallel_shared_norm 1 x")):
+    ck_bad = os.path.join(work, "ck-falcon-bad")
+    shutil.rmtree(ck_bad, ignore_errors=True)
+    shutil.copytree(ck_falcon[1], ck_bad)
+    mpath = os.path.join(ck_bad, "release", "manifest.txt")
+    tt.write(mpath, ftext.replace(old, new))
+    refused(f"a Falcon checkpoint whose manifest says {what}",
+            ["--to", "hf", "--input", ck_bad, "--output", os.path.join(work, "falcon-out")],
+            os.path.join(work, "falcon-out"), "parallel_shared_norm 1 only with parallel_residual 1", [mpath])
+# the released config.json files of Falcon-7B, -40B and -180B describe the releases' parameters:
+# with a tiny model's weights, the import's size check names the count
+F7B = {"alibi": False, "apply_residual_connection_post_layernorm": False, "architectures": ["FalconForCausalLM"],
+       "attention_dropout": 0.0, "bias": False, "bos_token_id": 11, "eos_token_id": 11, "hidden_dropout": 0.0,
+       "hidden_size": 4544, "initializer_range": 0.02, "layer_norm_epsilon": 1e-05, "model_type": "falcon",
+       "multi_query": True, "new_decoder_architecture": False, "num_attention_heads": 71, "num_hidden_layers": 32,
+       "parallel_attn": True, "torch_dtype": "bfloat16", "use_cache": True, "vocab_size": 65024}
+F40B = dict(F7B, hidden_size=8192, num_attention_heads=128, num_hidden_layers=60, num_kv_heads=8,
+            new_decoder_architecture=True)
+F180B = dict(F40B, hidden_size=14848, num_attention_heads=232, num_hidden_layers=80)
+for what, cfg_r, release in (("Falcon-7B", F7B, 6921720704), ("Falcon-40B", F40B, 41303293952),
+                             ("Falcon-180B", F180B, 178557088768)):
+    d = hf_folder("falcon-config", ft, cfg_r)
+    refused(f"{what}'s config.json beside a tiny model's weights (its size: the release's {release:,} parameters)",
+            ["--from", "hf", "--input", d, "--output", bad_out], bad_out,
+            f"describes a Falcon model of {release} parameters")
+# the shipped Falcon configs: plan --json prints 9 digits, and Falcon-40B's layer and embedding
+# are each past 1e9 together: one layer's count with vocabularies of 128 and 256 rows (exact), the
+# row (C) from their difference, the layer from the first less 128 rows and ln_f (2C), then
+# the configs' vocabulary and layers (one rank: no padding of 128 or 256 rows); and the whole
+# config's count to 9 digits
+for cfg_name, release, layers_all in (("falcon-7b.yaml", 6_921_720_704, 32), ("falcon-40b.yaml", 41_303_293_952, 60)):
+    path = os.path.join(root, "configs", cfg_name)
+    counts = []
+    for vocab in (128, 256):
+        rc, so, se = tt.outputs([trident, "plan", path, "--json", "--set", "model.num_layers=1", "--set",
+                                 f"model.vocab_size={vocab}", "--set", "parallel.pipeline_model_parallel_size=1",
+                                 "--set", "parallel.tensor_model_parallel_size=1", "--set",
+                                 "parallel.sequence_parallel=false"])
+        counts.append(int(json.loads(so)["parameters"]) if rc == 0 else None)
+    rc, so, se = tt.outputs([trident, "plan", path, "--json"])
+    whole = json.loads(so)["parameters"] if rc == 0 else None
+    total = None
+    if None not in counts:
+        row = (counts[1] - counts[0]) // 128
+        layer = counts[0] - 128 * row - 2 * row
+        total = 65024 * row + 2 * row + layers_all * layer
+    tt.check(f"configs/{cfg_name}: trident plan counts the release's {release:,} parameters",
+             total == release and whole is not None and f"{whole:.9g}" == f"{release:.9g}",
+             f"1 layer, vocabulary 128 / 256: {counts} -> {total}; the whole config {whole}; {se}")
 tt.finish("convert-families-cli: all checks passed")

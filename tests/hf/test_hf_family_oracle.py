@@ -17,8 +17,10 @@ generate` of the HF folder and of the import gives transformers' generate's toke
 GPT-NeoX folders `trident eval --input` (windows of T, stride T/2) gives transformers' nll; a
 Pythia-shaped folder with a tokenizer.json in GPT-NeoX-20B's shape: generate --prompt and eval
 --input encode text as tokenizers does and continue / score it as transformers does.
-usage: test_hf_family_oracle.py TRIDENT HF_PROBE WORKDIR VENV [--quick]
---quick: the one-process run only (the D2xT2xP2 run is the layout matrix's job too)."""
+usage: test_hf_family_oracle.py TRIDENT HF_PROBE WORKDIR VENV [--quick] [--only=TEXT]
+--quick: the one-process run only (the D2xT2xP2 run is the layout matrix's job too).
+--only=TEXT: the models whose names hold TEXT alone (e.g. falcon; the Pythia tokenizer case
+runs with pythia)."""
 import json
 import os
 import subprocess
@@ -29,6 +31,7 @@ import trident_test as tt  # noqa: E402
 
 trident, probe, work, venv = sys.argv[1:5]
 quick = "--quick" in sys.argv[5:]
+only = next((a[len("--only="):] for a in sys.argv[5:] if a.startswith("--only=")), "")
 try:
     import transformers  # noqa: F401
 except ImportError:  # run again with the virtual environment's Python
@@ -39,8 +42,8 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 from safetensors.torch import load_file  # noqa: E402
-from transformers import (AutoModelForCausalLM, BloomConfig, BloomForCausalLM, GPTNeoXConfig,  # noqa: E402
-                          GPTNeoXForCausalLM, LlamaConfig, LlamaForCausalLM, MistralConfig, MistralForCausalLM,
+from transformers import (AutoModelForCausalLM, BloomConfig, BloomForCausalLM, FalconConfig,  # noqa: E402
+                          FalconForCausalLM, GPTNeoXConfig, GPTNeoXForCausalLM, LlamaConfig, LlamaForCausalLM, MistralConfig, MistralForCausalLM,
                           Qwen2Config, Qwen2ForCausalLM)
 from transformers.utils import logging as hf_logging  # noqa: E402
 
@@ -131,11 +134,29 @@ def neox_grad(G, name):
     return g.view(-1, 1) if g.dim() == 1 else g
 
 
+def falcon_grad(G, name, new_arch):
+    """transformers' gradient of trident tensor `name` of the Falcon (every layout trident's; the
+    norms' names by the architecture)."""
+    top = {"wte": "transformer.word_embeddings.weight", "output_layer": "lm_head.weight",
+           "lnf.weight": "transformer.ln_f.weight", "lnf.bias": "transformer.ln_f.bias"}
+    if name in top:
+        g = G[top[name]]
+    else:
+        layer, rest = name.split(".", 2)[1:]
+        part, kind = rest.rsplit(".", 1)
+        hf = {"ln1": "ln_attn" if new_arch else "input_layernorm",
+              "ln2": "ln_mlp" if new_arch else "post_attention_layernorm",
+              "qkv": "self_attention.query_key_value", "attn_proj": "self_attention.dense",
+              "fc": "mlp.dense_h_to_4h", "fc_proj": "mlp.dense_4h_to_h"}[part]
+        g = G[f"transformer.h.{layer}.{hf}.{kind}"]
+    return g.view(-1, 1) if g.dim() == 1 else g
+
+
 def randomize(model):
     with torch.no_grad():  # every tensor away from its initial value (norms 1 and 0, biases 0)
         for name, p in model.named_parameters():
             p.copy_(1.0 + 0.2 * torch.randn_like(p) if "layernorm" in name or name.endswith("norm.weight")
-                    or "ln_f" in name else 0.1 * torch.randn_like(p))
+                    or "ln_f" in name or ".ln_" in name else 0.1 * torch.randn_like(p))
 
 
 prefix = tt.make_corpus(trident, work, 17, ["llama", "bloom", "rotary", "alibi", "group", "query", "head"],
@@ -207,6 +228,33 @@ for nname, parallel, act, pct, tied in (("neox-parallel-gelu", True, "gelu", 0.2
                           num_attention_heads=NH, hidden_size=C, parallel_residual=parallel,
                           gelu_approximate="none" if act == "gelu" else "tanh"), (3 if tied else 4) + 12 * L))
 
+# Falcon (FalconForCausalLM): Falcon-40B's new decoder architecture (ln_attn and ln_mlp, the
+# parallel residual, 8 heads in 2 key/value groups, no biases, tied); Falcon-7B's (one
+# input_layernorm for both branches: parallel_shared_norm, multi_query: one key/value head, an odd
+# head count: 5 of 8, no biases, tied); the sequential layer (parallel_attn false: input_layernorm
+# and post_attention_layernorm, multi_query, biases, untied). TP must divide the key/value groups:
+# the multi_query ones train in D4xP2
+for fname, fkw, NHf, NGf, Cf, new_arch, shared, bias, tied in (
+        ("falcon-40b-new-arch-gqa", dict(new_decoder_architecture=True, num_kv_heads=2), 8, 2, 64, True, False,
+         False, True),
+        ("falcon-7b-shared-norm-mq", dict(new_decoder_architecture=False, multi_query=True, parallel_attn=True), 5, 1,
+         40, False, True, False, True),
+        ("falcon-sequential-bias-untied", dict(new_decoder_architecture=False, multi_query=True,
+                                               parallel_attn=False), 4, 1, C, False, False, True, False)):
+    falcon = FalconForCausalLM(FalconConfig(hidden_size=Cf, num_hidden_layers=L, num_attention_heads=NHf,
+                                            max_position_embeddings=T, vocab_size=V, layer_norm_epsilon=1e-5,
+                                            rope_theta=10000.0, bias=bias, tie_word_embeddings=tied,
+                                            **fkw)).eval()
+    randomize(falcon)
+    families.append((fname, falcon, lambda G, n, a=new_arch: falcon_grad(G, n, a),
+                     dict(normalization="LayerNorm", position_embedding_type="rope", num_attention_heads=NHf,
+                          num_query_groups=NGf, hidden_size=Cf, untie_embeddings_and_output_weights=not tied,
+                          add_bias_linear=bias, layernorm_epsilon=1e-5, parallel_residual=new_arch or shared,
+                          parallel_shared_norm=shared, gelu_approximate="none"),
+                     (3 if tied else 4) + ((2 if shared else 4) + (8 if bias else 4)) * L))
+
+if only:
+    families = [f for f in families if only in f[0]]
 for name, model, hf_grad, keys, n_tensors in families:
     src = os.path.join(work, name + "-hf")
     model.save_pretrained(src)
@@ -215,6 +263,14 @@ for name, model, hf_grad, keys, n_tensors in families:
     neox_ok = "neox" not in name or (("parallel_residual: true" in out) == keys["parallel_residual"] and
                                      ("gelu_approximate: none" in out) == (keys["gelu_approximate"] == "none") and
                                      f"rotary_percent: {keys['rotary_percent']}" in out)
+    if "falcon" in name:  # the architecture's switches
+        neox_ok = (("parallel_residual: true" in out) == keys["parallel_residual"] and
+                   ("parallel_shared_norm: true" in out) == keys["parallel_shared_norm"] and
+                   "gelu_approximate: none" in out and "rotary_percent" not in out and
+                   f"num_query_groups: {keys['num_query_groups']}" in out and
+                   f"add_bias_linear: {str(keys['add_bias_linear']).lower()}" in out and
+                   f"untie_embeddings_and_output_weights: {str(keys['untie_embeddings_and_output_weights']).lower()}"
+                   in out and f"ffn_hidden_size: {4 * keys['hidden_size']}" in out)
     tt.check(f"{name}: trident convert prints the family's model section",
              ("rope" in out and ("add_qkv_bias: true" in out) == name.startswith("qwen2")
               and (f"sliding_window: {T}" in out) == (name == "mistral-window") and neox_ok)
@@ -247,7 +303,7 @@ for name, model, hf_grad, keys, n_tensors in families:
         ours = json.loads(so)["generated_ids"] if rc == 0 else None
         tt.check(f"{name}: greedy trident generate of {what} = transformers' generate (12 tokens)",
                  ours == theirs, f"exit {rc} {se[-300:]}\ntrident      {ours}\ntransformers {theirs}")
-    if "neox" in name:  # trident eval of the folder: the perplexity recipe's windows, bytes as tokens
+    if "neox" in name or "falcon" in name:  # trident eval of the folder: perplexity windows, byte tokens
         text_file = os.path.join(work, "eval.txt")
         text = "the rotary query heads of a parallel residual group; " * 3
         tt.write(text_file, text)
@@ -303,6 +359,7 @@ for name, model, hf_grad, keys, n_tensors in families:
     hf_loss.backward()
     G = {n: p.grad for n, p in model.named_parameters()}
     layouts = [("1", 1, 1, 1, ())] + ([] if quick or name.startswith("mistral") else
+                                      [("D4xP2", 8, 1, 2, ())] if keys.get("num_query_groups") == 1 else
                                       [("D2xT2xP2-sp", 8, 2, 2, ("parallel.sequence_parallel=true",))])
     for lname, world, tp, pp, extra in layouts:
         run = os.path.join(work, f"{name}-{lname}")
@@ -334,6 +391,8 @@ for name, model, hf_grad, keys, n_tensors in families:
 # normalizer, ByteLevel pre-tokenizer without use_regex as tokenizers 0.12 wrote it, runs of
 # spaces as added tokens): `trident generate --prompt` and `trident eval --input` encode the
 # text as tokenizers does, and continue it / score it as transformers does
+if only and only not in "pythia-shaped":
+    tt.finish("PASSED")
 from tokenizers import (AddedToken, Tokenizer, decoders, models, normalizers, pre_tokenizers,  # noqa: E402
                         processors, trainers)
 
