@@ -1,4 +1,5 @@
 /* What `trident plan` prints: a text report for people and JSON for programs. */
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -193,7 +194,7 @@ static void json_result_fields(tr_json *j, const tr_plan_result *r)
     const tr_plan_memory *mm = &r->memory;
     json_layout(j, "layout", &r->layout);
     tr_json_int(j, "world_size", r->world);
-    tr_json_double(j, "parameters", r->n_params);
+    tr_json_int(j, "parameters", llround(r->n_params)); /* exact: %.9g rounded 1,414,647,808 */
     tr_json_int(j, "vocab_padded", r->vocab_padded);
     tr_json_double(j, "step_time_s", r->step_time_s);
     tr_json_double(j, "tokens_per_s", r->tokens_per_s);
