@@ -10,10 +10,11 @@ written in PEFT's format (hf_probe lora-init) and loaded by peft onto the same m
     model with adapters (1e-4); --adapters-only: peft loads adapter_config.json +
     adapter_model.safetensors onto the base with the same logits, and peft's own model after
     its 5 steps gives them too;
-  - a GQA Llama, a 6-head Bloom and a GPT-NeoX (Pythia's switches) imported from transformers,
-    LoRA-trained in TP2: their --adapters-only export in peft (Llama: q/k/v_proj and
-    gate/up_proj from the fused layers' adapters) and their --merge-lora export in
-    transformers give trident's logits.
+  - a GQA Llama, a 6-head Bloom, a GPT-NeoX (Pythia's switches) and a Falcon-40B-shaped Falcon
+    (8 heads in 2 key/value groups) imported from transformers, LoRA-trained in TP2, and a
+    Falcon-7B-shaped one (one norm, multi_query, 5 heads) in DP2: their --adapters-only export
+    in peft (Llama: q/k/v_proj and gate/up_proj from the fused layers' adapters) and their
+    --merge-lora export in transformers give trident's logits.
 usage: test_lora_oracle.py TRIDENT HF_PROBE WORKDIR VENV
 The virtual environment is test_hf_oracle.py's (transformers 4.38.2 over Debian's torch 1.13);
 peft 0.7.1 and accelerate 0.25.0 are added to it without dependencies (pip would otherwise
@@ -44,8 +45,8 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 from peft import PeftModel  # noqa: E402
-from transformers import (BloomConfig, BloomForCausalLM, GPT2Config, GPT2LMHeadModel, GPTNeoXConfig,  # noqa: E402
-                          GPTNeoXForCausalLM, LlamaConfig, LlamaForCausalLM)
+from transformers import (BloomConfig, BloomForCausalLM, FalconConfig, FalconForCausalLM, GPT2Config,  # noqa: E402
+                          GPT2LMHeadModel, GPTNeoXConfig, GPTNeoXForCausalLM, LlamaConfig, LlamaForCausalLM)
 from transformers.utils import logging as hf_logging  # noqa: E402
 
 hf_logging.set_verbosity_error()
@@ -271,7 +272,8 @@ tt.check("--merge-lora of adapters too large to merge: non-zero exit naming them
 def randomize(m):
     with torch.no_grad():
         for n, p in m.named_parameters():
-            p.copy_(1.0 + 0.2 * torch.randn_like(p) if "norm" in n or "ln_f" in n else 0.1 * torch.randn_like(p))
+            p.copy_(1.0 + 0.2 * torch.randn_like(p) if "norm" in n or "ln_f" in n or ".ln_" in n
+                    else 0.1 * torch.randn_like(p))
 
 
 torch.manual_seed(21)
@@ -282,6 +284,16 @@ bloom = BloomForCausalLM(BloomConfig(hidden_size=48, n_layer=L, n_head=6, vocab_
 neox = GPTNeoXForCausalLM(GPTNeoXConfig(hidden_size=64, intermediate_size=160, num_hidden_layers=L,
                                         num_attention_heads=4, max_position_embeddings=T, vocab_size=V,
                                         rotary_pct=0.25, hidden_act="gelu", use_parallel_residual=True))
+# Falcon-40B's layer (ln_attn, ln_mlp, 8 heads in 2 key/value groups, no biases) in TP2; Falcon-7B's
+# (one input_layernorm, one key/value head: TP must divide the groups) in DP2
+falcon40 = FalconForCausalLM(FalconConfig(hidden_size=64, num_hidden_layers=L, num_attention_heads=8, num_kv_heads=2,
+                                          new_decoder_architecture=True, bias=False, max_position_embeddings=T,
+                                          vocab_size=V))
+falcon7 = FalconForCausalLM(FalconConfig(hidden_size=40, num_hidden_layers=L, num_attention_heads=5,
+                                         new_decoder_architecture=False, multi_query=True, parallel_attn=True,
+                                         bias=False, max_position_embeddings=T, vocab_size=V))
+FALCON_KEYS = dict(normalization="LayerNorm", position_embedding_type="rope", add_bias_linear=False,
+                   parallel_residual=True, gelu_approximate="none", max_position_embeddings=T)
 FAMILIES = [("llama-gqa", llama, LlamaForCausalLM,
              dict(normalization="RMSNorm", position_embedding_type="rope", swiglu=True, ffn_hidden_size=96,
                   num_query_groups=2, untie_embeddings_and_output_weights=True, add_bias_linear=False,
@@ -292,7 +304,11 @@ FAMILIES = [("llama-gqa", llama, LlamaForCausalLM,
             ("neox", neox, GPTNeoXForCausalLM,
              dict(normalization="LayerNorm", position_embedding_type="rope", rotary_percent=0.25, ffn_hidden_size=160,
                   untie_embeddings_and_output_weights=True, parallel_residual=True, gelu_approximate="none",
-                  num_attention_heads=4, hidden_size=64, max_position_embeddings=T))]
+                  num_attention_heads=4, hidden_size=64, max_position_embeddings=T)),
+            ("falcon-40b-gqa", falcon40, FalconForCausalLM,
+             dict(FALCON_KEYS, num_attention_heads=8, num_query_groups=2, hidden_size=64)),
+            ("falcon-7b-shared-norm-mq", falcon7, FalconForCausalLM,
+             dict(FALCON_KEYS, num_attention_heads=5, num_query_groups=1, hidden_size=40, parallel_shared_norm=True))]
 for fname, fmodel, cls, keys in FAMILIES:
     randomize(fmodel)
     fsrc, fck = path(fname + "-hf"), path(fname + "-base")
@@ -306,8 +322,10 @@ for fname, fmodel, cls, keys in FAMILIES:
         parallel=dict(comm_timeout_s=120),
         checkpoint=dict(save=path(fname + "-lora")),
         finetune=dict(load=fck, lora=dict(rank=R, alpha=ALPHA)))
-    r = tt.run(tt.train_cmd(trident, fcfg, path(fname + "-run"), 2, 2, 1, flags=["--quiet"]), timeout=300)
-    if not tt.check(f"{fname}: LoRA training in TP2 exit 0", r.returncode == 0, r.stderr[-2000:]):
+    tp = 1 if keys.get("num_query_groups") == 1 else 2
+    r = tt.run(tt.train_cmd(trident, fcfg, path(fname + "-run"), 2, tp, 1, flags=["--quiet"]), timeout=300)
+    if not tt.check(f"{fname}: LoRA training in {'TP2' if tp == 2 else 'DP2'} exit 0", r.returncode == 0,
+                    r.stderr[-2000:]):
         continue
     trained = tt.write_config(path(fname + "-trained.yaml"),
         model={**dict(num_layers=L, seq_length=T, vocab_size=V), **keys},
