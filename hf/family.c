@@ -172,11 +172,20 @@ static int map_falcon(const tr_param_tensor *t, const tr_gpt_shape *s, fam_map *
     return TR_OK;
 }
 
+/* Phi: family_phi.c's names (q/k/v_proj cut as a Llama's) */
+static int map_phi(const tr_param_tensor *t, const tr_gpt_shape *s, fam_map *m)
+{
+    int qkv = 0, rc = hf_phi_map(t, s, m->name, m->rows, &qkv);
+    m->kind = qkv ? FAM_QKV : FAM_SAME, m->n = qkv ? 3 : 1;
+    return rc;
+}
+
 static int map_family(int family, const tr_param_tensor *t, const tr_gpt_shape *s, fam_map *m)
 {
     return family == TR_HF_BLOOM    ? map_bloom(t, m)
            : family == TR_HF_NEOX   ? map_neox(t, m)
            : family == TR_HF_FALCON ? map_falcon(t, s, m)
+           : family == TR_HF_PHI    ? map_phi(t, s, m)
                                     : map_llama(t, s, m);
 }
 

@@ -350,6 +350,7 @@ int tr_hf_read_family_config(const char *dir, tr_model_config *m, int *family)
               : !strcmp(type, "bloom") ? TR_HF_BLOOM
               : !strcmp(type, "gpt_neox") ? TR_HF_NEOX
               : !strcmp(type, "falcon") ? TR_HF_FALCON
+              : !strcmp(type, "phi") ? TR_HF_PHI
                                        : TR_HF_GPT2;
     memset(m, 0, sizeof *m);
     /* the Falcon of trust_remote_code (tiiuae's RWForCausalLM, before transformers 4.33): other
@@ -371,6 +372,8 @@ int tr_hf_read_family_config(const char *dir, tr_model_config *m, int *family)
         rc = read_neox(root, path, m);
     else if (!rc && *family == TR_HF_FALCON)
         rc = read_falcon(root, path, m);
+    else if (!rc && *family == TR_HF_PHI)
+        rc = hf_read_phi(root, path, m);
     if (!rc && *family != TR_HF_GPT2) {
         m->seq_length = tr_model_longest_seq(m);
         if (m->hidden_size % m->num_attention_heads ||
@@ -391,6 +394,7 @@ const char *tr_hf_family_name(int family)
            : family == TR_HF_BLOOM   ? "Bloom"
            : family == TR_HF_NEOX    ? "GPT-NeoX"
            : family == TR_HF_FALCON  ? "Falcon"
+           : family == TR_HF_PHI     ? "Phi"
                                      : "GPT-2";
 }
 
@@ -398,6 +402,8 @@ const char *tr_hf_family_name(int family)
  * sizes fit). */
 static double family_numel(const tr_model_config *m, int family)
 {
+    if (family == TR_HF_PHI)
+        return hf_phi_numel(m);
     double C = m->hidden_size, V = m->vocab_size, L = m->num_layers;
     if (family == TR_HF_FALCON) { /* word embeddings (lm_head), ln_f; per layer one or two
                                    * norms, query_key_value of NH + 2 NG heads, dense, the 4h
@@ -450,8 +456,8 @@ int hf_shape_family(const tr_gpt_shape *s)
 {
     if (tr_gpt_is_gpt2(s))
         return TR_HF_GPT2;
-    if (s->output_bias) /* an lm_head.bias: none of these families has one */
-        return -1;
+    if (s->output_bias) /* an lm_head.bias: Phi's alone */
+        return hf_phi_shape(s);
     int HS = s->NH > 0 ? s->C / s->NH : 0;
     /* transformers' Llama, Qwen2, Mistral and Bloom add attention and MLP in turn (Bloom with
      * the tanh GELU); GPT-NeoX's parallel residual has two norms (one shared: Falcon-7B's) */
@@ -508,6 +514,8 @@ int hf_write_family_config(const char *dir, int family, const tr_model_config *m
 {
     json_t *root;
     const char *dtype = o->bf16 ? "bfloat16" : "float32";
+    if (family == TR_HF_PHI)
+        return hf_write_phi_config(dir, m, o);
     if (family == TR_HF_LLAMA || family == TR_HF_QWEN2 || family == TR_HF_MISTRAL) {
         int qwen2 = family == TR_HF_QWEN2, mistral = family == TR_HF_MISTRAL;
         root = json_pack("{s:[s], s:s, s:i, s:i, s:i, s:i, s:i, s:i, s:f, s:f, s:i, s:b, s:s,"

@@ -192,8 +192,17 @@ TR_MUST_CHECK int tr_hf_load_gpt2(const char *dir, tr_gpt *g, float *params);
  * num_kv_heads other than the heads without the new architecture or multi_query, later
  * transformers' ffn_hidden_size / activation / num_ln_in_parallel_attn; model_type
  * RefinedWebModel / RefinedWeb: trust_remote_code's Falcon) are refused by name. */
-enum { TR_HF_GPT2, TR_HF_LLAMA, TR_HF_BLOOM, TR_HF_QWEN2, TR_HF_MISTRAL, TR_HF_NEOX, TR_HF_FALCON };
-/* "GPT-2", "Llama", "Bloom", "Qwen2", "Mistral", "GPT-NeoX", "Falcon" */
+/* PhiForCausalLM (Phi-1, Phi-1.5, Phi-2; model_type phi; hf/family_phi.c): q_proj, k_proj,
+ * v_proj (weights and biases) -> qkv rows as a Llama's; embed_tokens -> wte, input_layernorm
+ * -> ln1 (one norm: parallel_residual + parallel_shared_norm), self_attn.dense -> attn_proj,
+ * mlp.fc1 / fc2 -> fc / fc_proj, final_layernorm -> lnf, lm_head.weight / .bias ->
+ * output_layer / output_layer.bias (untied, output_layer_bias); partial_rotary_factor ->
+ * rotary_percent (int(head_dim * f) even >= 2), rope_theta, layer_norm_eps, hidden_act (gelu,
+ * gelu_python: none; gelu_new, gelu_pytorch_tanh, gelu_fast, gelu_accurate: tanh);
+ * tie_word_embeddings true, qk_layernorm true and rope_scaling refused by name. */
+enum { TR_HF_GPT2, TR_HF_LLAMA, TR_HF_BLOOM, TR_HF_QWEN2, TR_HF_MISTRAL, TR_HF_NEOX, TR_HF_FALCON,
+       TR_HF_PHI };
+/* "GPT-2", "Llama", "Bloom", "Qwen2", "Mistral", "GPT-NeoX", "Falcon", "Phi" */
 const char *tr_hf_family_name(int family);
 /* DIR/config.json: *family from model_type ("llama", "qwen2", "bloom", "gpt_neox", "falcon";
  * "mistral" is

@@ -32,6 +32,16 @@ int hf_shape_family(const tr_gpt_shape *s);
  * (parallel_shared_norm) or the sequential residual its key/value heads are 1 or all
  * (TR_ERR_INVALID naming the switches otherwise). */
 TR_MUST_CHECK int hf_falcon_check(const tr_model_config *m);
+/* Phi (family_phi.c): config.json's keys into m (the whole model section but seq_length);
+ * the parameters of m; its config.json; TR_HF_PHI for a shape of Phi's switches, else -1;
+ * the HF name(s) of trident tensor t (*qkv 1: q_proj, k_proj, v_proj of rows[0..2] rows) */
+TR_MUST_CHECK int hf_read_phi(json_t *root, const char *path, tr_model_config *m);
+double hf_phi_numel(const tr_model_config *m);
+TR_MUST_CHECK int hf_write_phi_config(const char *dir, const tr_model_config *m,
+                                      const tr_hf_export_options *o);
+int hf_phi_shape(const tr_gpt_shape *s);
+TR_MUST_CHECK int hf_phi_map(const tr_param_tensor *t, const tr_gpt_shape *s, char name[3][112],
+                             uint64_t rows[3], int *qkv);
 /* DIR/config.json of a Llama / Qwen2 / Bloom / GPT-NeoX / Falcon model m (family_config.c) */
 TR_MUST_CHECK int hf_write_family_config(const char *dir, int family, const tr_model_config *m,
                                          const tr_hf_export_options *o);

@@ -133,6 +133,8 @@ static void print_model_section(const tr_model_config *m)
         printf("  parallel_shared_norm: true\n");
     if (m->normalization && m->gelu_approximate && !strcmp(m->gelu_approximate, "none"))
         printf("  gelu_approximate: none\n");
+    if (m->normalization && m->untie_embeddings_and_output_weights && m->output_layer_bias)
+        printf("  output_layer_bias: true\n"); /* Phi's lm_head.bias */
 }
 
 /* The config of the LoRA run that saved checkpoint folder dir, from its manifest alone: the

@@ -1,0 +1,247 @@
+/* Phi (PhiForCausalLM of transformers 4.38: Phi-1, Phi-1.5, Phi-2) to and from a trident model:
+ * config.json both ways, the tensors' names, which models are Phi. family.c and
+ * family_config.c dispatch here (hf.h states the mapping).
+ *
+ * transformers' PhiDecoderLayer: out = x + dense(attn(ln(x))) + fc2(gelu(fc1(ln(x)))) with one
+ * input_layernorm (trident: parallel_residual + parallel_shared_norm, no ln2), q_proj, k_proj,
+ * v_proj with biases (num_key_value_heads groups: GQA), rotary positions over the first
+ * int(partial_rotary_factor * head_dim) dimensions of each head (rotate_half), final_layernorm,
+ * an untied lm_head with a bias (trident's output_layer_bias). */
+#include "hf/hf_internal.h"
+
+#include <float.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ------------------------------------------------------------------ config.json */
+
+/* key absent or null (*out = dflt; dflt < 0: required) or an integer in [1, 2^26] */
+static int phi_int(json_t *root, const char *path, const char *key, int dflt, int *out)
+{
+    json_t *v = json_object_get(root, key);
+    if (!v || json_is_null(v)) {
+        if (dflt < 0)
+            return tr_fail(TR_ERR_INVALID, "%s: %s is missing", path, key);
+        *out = dflt;
+        return TR_OK;
+    }
+    if (!json_is_integer(v) || json_integer_value(v) < 1 || json_integer_value(v) > (1 << 26))
+        return tr_fail(TR_ERR_INVALID, "%s: %s must be an integer in [1, 67108864]", path, key);
+    *out = (int)json_integer_value(v);
+    return TR_OK;
+}
+
+/* key absent (*out = dflt) or a positive number float32 holds (trident keeps it as one) */
+static int phi_num(json_t *root, const char *path, const char *key, double dflt, double *out)
+{
+    json_t *v = json_object_get(root, key);
+    *out = dflt;
+    if (!v)
+        return TR_OK;
+    double x = json_is_number(v) ? json_number_value(v) : -1.0;
+    if (!isfinite(x) || !(x > 0) || x > FLT_MAX || !((float)x > 0.0f))
+        return tr_fail(TR_ERR_INVALID, "%s: %s must be a positive number that float32 holds "
+                       "(%g to %g)", path, key, (double)FLT_TRUE_MIN, (double)FLT_MAX);
+    *out = x;
+    return TR_OK;
+}
+
+/* key absent (*out = dflt) or a JSON true / false */
+static int phi_bool(json_t *root, const char *path, const char *key, int dflt, int *out)
+{
+    json_t *v = json_object_get(root, key);
+    if (v && !json_is_boolean(v))
+        return tr_fail(TR_ERR_INVALID, "%s: %s must be true or false", path, key);
+    *out = v ? json_is_true(v) : dflt;
+    return TR_OK;
+}
+
+int hf_read_phi(json_t *root, const char *path, tr_model_config *m)
+{
+    int rc = phi_int(root, path, "num_hidden_layers", -1, &m->num_layers);
+    if (!rc)
+        rc = phi_int(root, path, "hidden_size", -1, &m->hidden_size);
+    if (!rc)
+        rc = phi_int(root, path, "num_attention_heads", -1, &m->num_attention_heads);
+    if (!rc) /* (null: as many as the heads, PhiConfig's) */
+        rc = phi_int(root, path, "num_key_value_heads", m->num_attention_heads,
+                     &m->num_query_groups);
+    if (!rc)
+        rc = phi_int(root, path, "intermediate_size", -1, &m->ffn_hidden_size);
+    if (!rc)
+        rc = phi_int(root, path, "vocab_size", -1, &m->vocab_size);
+    if (!rc)
+        rc = phi_int(root, path, "max_position_embeddings", 2048, &m->max_position_embeddings);
+    if (!rc)
+        rc = phi_num(root, path, "layer_norm_eps", 1e-5, &m->layernorm_epsilon);
+    if (!rc)
+        rc = phi_num(root, path, "rope_theta", 10000.0, &m->rotary_base);
+    double factor = 0.5;
+    if (!rc)
+        rc = phi_num(root, path, "partial_rotary_factor", 0.5, &factor);
+    json_t *scaling = json_object_get(root, "rope_scaling");
+    if (!rc && scaling && !json_is_null(scaling))
+        rc = tr_fail(TR_ERR_INVALID, "%s: rope_scaling is not supported: no rope scaling in "
+                     "trident (null converts)", path);
+    int qk_ln = 0, tie = 0;
+    if (!rc)
+        rc = phi_bool(root, path, "qk_layernorm", 0, &qk_ln);
+    if (!rc && qk_ln)
+        rc = tr_fail(TR_ERR_INVALID, "%s: qk_layernorm true is not supported: trident's "
+                     "attention has no LayerNorm of the queries and keys (q_layernorm, "
+                     "k_layernorm)", path);
+    if (!rc)
+        rc = phi_bool(root, path, "tie_word_embeddings", 0, &tie);
+    if (!rc && tie)
+        rc = tr_fail(TR_ERR_INVALID, "%s: tie_word_embeddings true is not supported: "
+                     "transformers' tied Phi head keeps its own lm_head.bias, and trident's head "
+                     "has a bias only when untied (model.output_layer_bias with "
+                     "untie_embeddings_and_output_weights)", path);
+    /* transformers' activations: gelu, gelu_python: x Phi(x) (erf); gelu_new,
+     * gelu_pytorch_tanh, gelu_fast, gelu_accurate: the tanh formula */
+    json_t *act = json_object_get(root, "hidden_act");
+    const char *a = !act ? "gelu_new" : json_is_string(act) ? json_string_value(act) : "";
+    int exact = !strcmp(a, "gelu") || !strcmp(a, "gelu_python");
+    if (!rc && !exact && strcmp(a, "gelu_new") && strcmp(a, "gelu_pytorch_tanh") &&
+        strcmp(a, "gelu_fast") && strcmp(a, "gelu_accurate"))
+        rc = tr_fail(TR_ERR_INVALID, "%s: hidden_act is not supported: trident's Phi MLP uses "
+                     "GELU, the tanh approximation (gelu_new, gelu_pytorch_tanh, gelu_fast, "
+                     "gelu_accurate) or exact (gelu, gelu_python)", path);
+    /* transformers rotates int(partial_rotary_factor * head_dim) dimensions; trident keeps
+     * their share of the head (exact: head_dim * rotary_percent is whole, also as the %.9g
+     * the config's text holds) */
+    int hs = m->num_attention_heads > 0 && m->hidden_size % m->num_attention_heads == 0
+                 ? m->hidden_size / m->num_attention_heads
+                 : 0; /* (not dividing: refused by the caller) */
+    if (!rc && hs && factor > 1.0)
+        rc = tr_fail(TR_ERR_INVALID, "%s: partial_rotary_factor must be in (0, 1], not %g", path,
+                     factor);
+    if (!rc && hs) {
+        int rot = (int)(factor * hs);
+        char text[40];
+        snprintf(text, sizeof text, "%.9g", (double)rot / hs);
+        double kept = strtod(text, NULL);
+        if (rot < 2 || rot % 2 || hs * kept != (double)rot || (int)(hs * kept) != rot)
+            rc = tr_fail(TR_ERR_INVALID, "%s: partial_rotary_factor %g of the head size %d "
+                         "rotates %d dimensions (int(partial_rotary_factor * head_dim)); trident "
+                         "rotates an even number >= 2 that is head_dim * a 9-digit share", path,
+                         factor, hs, rot);
+        m->rotary_percent = kept;
+    }
+    m->normalization = "LayerNorm";
+    m->position_embedding_type = "rope";
+    m->swiglu = 0;
+    m->untie_embeddings_and_output_weights = 1;
+    m->output_layer_bias = 1;
+    m->add_bias_linear = 1;
+    m->embedding_layernorm = 0;
+    m->parallel_residual = 1;
+    m->parallel_shared_norm = 1;
+    m->gelu_approximate = exact ? "none" : "tanh";
+    return rc;
+}
+
+double hf_phi_numel(const tr_model_config *m)
+{
+    double C = m->hidden_size, V = m->vocab_size, L = m->num_layers, F = m->ffn_hidden_size;
+    double HS = C / m->num_attention_heads, QKV = C + 2.0 * m->num_query_groups * HS;
+    /* embed_tokens, lm_head and its bias, final_layernorm; per layer input_layernorm, q/k/v,
+     * dense, fc1, fc2 with their biases */
+    return 2 * V * C + V + 2 * C + L * (2 * C + QKV * C + QKV + C * C + C + 2 * F * C + F + C);
+}
+
+int hf_write_phi_config(const char *dir, const tr_model_config *m, const tr_hf_export_options *o)
+{
+    int exact = m->gelu_approximate && !strcmp(m->gelu_approximate, "none");
+    json_t *root = json_pack(
+        "{s:[s], s:s, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:f, s:f, s:f, s:f, s:s, s:f, s:b, s:b,"
+        " s:f, s:n, s:f, s:b, s:s}",
+        "architectures", "PhiForCausalLM", "model_type", "phi", "vocab_size", m->vocab_size,
+        "hidden_size", m->hidden_size, "intermediate_size", tr_model_ffn_hidden(m),
+        "num_hidden_layers", m->num_layers, "num_attention_heads", m->num_attention_heads,
+        "num_key_value_heads", m->num_query_groups, "max_position_embeddings",
+        m->max_position_embeddings, "layer_norm_eps", m->layernorm_epsilon, "resid_pdrop", 0.0,
+        "embd_pdrop", 0.0, "attention_dropout", 0.0, "hidden_act", exact ? "gelu" : "gelu_new",
+        "initializer_range", 0.02, "use_cache", 1, "tie_word_embeddings", 0, "rope_theta",
+        m->rotary_base, "rope_scaling", "partial_rotary_factor", m->rotary_percent,
+        "qk_layernorm", 0, "torch_dtype", o->bf16 ? "bfloat16" : "float32");
+    json_t *tok = o->eos_token_id >= 0 ? json_integer(o->eos_token_id) : json_null();
+    if (root && (json_object_set(root, "bos_token_id", tok) ||
+                 json_object_set(root, "eos_token_id", tok)))
+        root = (json_decref(root), NULL);
+    json_decref(tok);
+    char *text = root ? json_dumps(root, JSON_INDENT(2) | JSON_SORT_KEYS | JSON_REAL_PRECISION(12))
+                      : NULL;
+    json_decref(root);
+    if (!text)
+        return tr_fail(TR_ERR_NOMEM, "out of memory writing config.json");
+    size_t n = strlen(text);
+    char *t = realloc(text, n + 2);
+    if (t)
+        text = t, text[n] = '\n', text[n + 1] = '\0';
+    int rc = hf_write_text(dir, "config.json", text);
+    free(text);
+    return rc;
+}
+
+/* ------------------------------------------------------------------ which models, the names */
+
+int hf_phi_shape(const tr_gpt_shape *s)
+{
+    /* LayerNorm, rope over any even share of the head, a GELU MLP of any width, biases on
+     * every linear layer, GQA or not, one norm feeding both branches of the parallel residual,
+     * the untied head with its bias; no embedding norm, no window */
+    return !s->rmsnorm && s->position == TR_POS_ROPE && !s->swiglu && !s->no_linear_bias &&
+                   s->untie && s->output_bias && s->parallel_residual &&
+                   s->parallel_shared_norm && !s->embedding_ln && !s->sliding_window
+               ? TR_HF_PHI
+               : -1;
+}
+
+int hf_phi_map(const tr_param_tensor *t, const tr_gpt_shape *s, char name[3][112],
+               uint64_t rows[3], int *qkv)
+{
+    static const struct { const char *trident, *hf; } layer[] = {
+        {"ln1.weight", "input_layernorm.weight"},
+        {"ln1.bias", "input_layernorm.bias"},
+        {"attn_proj.weight", "self_attn.dense.weight"},
+        {"attn_proj.bias", "self_attn.dense.bias"},
+        {"fc.weight", "mlp.fc1.weight"},
+        {"fc.bias", "mlp.fc1.bias"},
+        {"fc_proj.weight", "mlp.fc2.weight"},
+        {"fc_proj.bias", "mlp.fc2.bias"}};
+    static const struct { const char *trident, *hf; } top[] = {
+        {"wte", "model.embed_tokens.weight"},
+        {"output_layer", "lm_head.weight"},
+        {"output_layer.bias", "lm_head.bias"},
+        {"lnf.weight", "model.final_layernorm.weight"},
+        {"lnf.bias", "model.final_layernorm.bias"}};
+    int l = -1, used = 0;
+    *qkv = 0;
+    rows[0] = (uint64_t)t->full_rows;
+    name[0][0] = '\0';
+    if (sscanf(t->name, "layers.%d.%n", &l, &used) == 1 && used > 0) {
+        const char *rest = t->name + used;
+        if (!strcmp(rest, "qkv.weight") || !strcmp(rest, "qkv.bias")) {
+            /* rows (group, {q_0 .. q_R-1, k, v}, d) from q_proj, k_proj, v_proj (Llama's) */
+            int HS = s->C / s->NH, NG = s->query_groups ? s->query_groups : s->NH;
+            const char *p[3] = {"q", "k", "v"};
+            for (int i = 0; i < 3; i++)
+                snprintf(name[i], 112, "model.layers.%d.self_attn.%s_proj.%s", l, p[i], rest + 4);
+            rows[0] = (uint64_t)s->NH * HS, rows[1] = rows[2] = (uint64_t)NG * HS;
+            *qkv = 1;
+            return TR_OK;
+        }
+        for (size_t i = 0; i < sizeof layer / sizeof layer[0]; i++)
+            if (!strcmp(rest, layer[i].trident))
+                snprintf(name[0], 112, "model.layers.%d.%s", l, layer[i].hf);
+    } else
+        for (size_t i = 0; i < sizeof top / sizeof top[0]; i++)
+            if (!strcmp(t->name, top[i].trident))
+                snprintf(name[0], 112, "%s", top[i].hf);
+    if (!name[0][0])
+        return tr_fail(TR_ERR_INTERNAL, "no Phi name for trident tensor '%s'", t->name);
+    return TR_OK;
+}

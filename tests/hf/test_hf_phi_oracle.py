@@ -1,0 +1,244 @@
+#!/usr/bin/python3
+"""Hugging Face transformers 4.38.2 as the oracle of Phi (PhiForCausalLM: Phi-1, Phi-1.5, Phi-2).
+Two tiny PhiForCausalLM made here from configs with random weights (nothing downloaded): 4 query
+heads in 2 key/value groups (GQA), partial_rotary_factor 0.5, gelu_new; and Phi-2's head size 10
+with partial_rotary_factor 0.4 (4 rotated dimensions), a key/value head per head, the exact GELU.
+Each is saved with save_pretrained and imported with `trident convert --from hf` (its switches
+printed); trident's logits match transformers' (1e-4 relative to the largest); greedy `trident
+generate` of the folder and of the import gives transformers' generate's tokens; `trident eval
+--input` of the folder (windows of T, stride T/2) gives transformers' nll; `trident convert --to hf
+--config` of the import is bit-exact to transformers' files and loads as PhiForCausalLM with no
+missing or unexpected keys, to the same logits; trident's loss of iteration 1 and every gradient
+(lm_head.bias's too), in one process and in D2xT2xP2 with sequence parallelism, match
+transformers' on the same batch (loss 1e-5 relative, gradients relative L2 1e-4).
+usage: test_hf_phi_oracle.py TRIDENT HF_PROBE WORKDIR VENV [--quick]
+--quick: the one-process run only."""
+import json
+import os
+import subprocess
+import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "common"))
+import trident_test as tt  # noqa: E402
+
+trident, probe, work, venv = sys.argv[1:5]
+quick = "--quick" in sys.argv[5:]
+try:
+    import transformers  # noqa: F401
+except ImportError:  # run again with the virtual environment's Python
+    py = tt.venv_python(venv, tt.HF_PACKAGES, "transformers")
+    os.execv(py, [py, os.path.abspath(__file__), *sys.argv[1:]])
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+from safetensors.torch import load_file  # noqa: E402
+from transformers import AutoModelForCausalLM, PhiConfig, PhiForCausalLM  # noqa: E402
+from transformers.utils import logging as hf_logging  # noqa: E402
+
+hf_logging.set_verbosity_error()
+hf_logging.disable_progress_bar()
+torch.set_num_threads(2)
+work = tt.fresh_dir(work)
+L, V, T = 2, 300, 32  # V: byte tokens fit, and TP pads it
+
+
+def gather_grads(d):
+    """Whole tensors by name from every rank's dump (shards placed)."""
+    full = {}
+    for fn in sorted(f for f in os.listdir(d) if f.endswith(".json")):
+        meta = json.load(open(os.path.join(d, fn)))
+        flat = np.fromfile(os.path.join(d, fn[:-5] + ".bin"), dtype=np.float32)
+        owned = np.zeros(flat.shape, dtype=bool)
+        for off, cnt in meta["owned"]:
+            owned[off:off + cnt] = True
+        flat = np.where(owned, flat, np.nan)
+        for t in meta["tensors"]:
+            part = flat[t["offset"]:t["offset"] + t["rows"] * t["cols"]].reshape(t["rows"], t["cols"])
+            whole = full.setdefault(t["name"], np.full((t["full_rows"], t["full_cols"]), np.nan))
+            r, c = (meta["tp_rank"] * t["rows"], 0) if t["split_dim"] == 0 else (0, meta["tp_rank"] * t["cols"]) \
+                if t["split_dim"] == 1 else (0, 0)
+            view = whole[r:r + t["rows"], c:c + t["cols"]]
+            view[~np.isnan(part)] = part[~np.isnan(part)]
+    return full
+
+
+def phi_grad(G, name, NH, NG, HS, C):
+    """transformers' gradient of trident tensor `name` of the Phi, in trident's layout."""
+    top = {"wte": "model.embed_tokens.weight", "output_layer": "lm_head.weight", "output_layer.bias": "lm_head.bias",
+           "lnf.weight": "model.final_layernorm.weight", "lnf.bias": "model.final_layernorm.bias"}
+    if name in top:
+        g = G[top[name]]
+        return g.view(-1, 1) if g.dim() == 1 else g
+    layer, rest = name.split(".", 2)[1:]
+    h = f"model.layers.{layer}."
+    if rest in ("qkv.weight", "qkv.bias"):  # rows (group, {q_0 .. q_R-1, k, v}, d)
+        R, kind, cols = NH // NG, rest[4:], C if rest == "qkv.weight" else 1
+        q = G[h + "self_attn.q_proj." + kind].view(NG, R, HS, cols)
+        k = G[h + "self_attn.k_proj." + kind].view(NG, 1, HS, cols)
+        v = G[h + "self_attn.v_proj." + kind].view(NG, 1, HS, cols)
+        return torch.cat([q, k, v], 1).reshape(-1, cols)
+    part, kind = rest.rsplit(".", 1)
+    hf = {"ln1": "input_layernorm", "attn_proj": "self_attn.dense", "fc": "mlp.fc1", "fc_proj": "mlp.fc2"}[part]
+    g = G[f"{h}{hf}.{kind}"]
+    return g.view(-1, 1) if g.dim() == 1 else g
+
+
+def randomize(model):
+    with torch.no_grad():  # every tensor away from its initial value (norms 1 and 0, biases 0)
+        for name, p in model.named_parameters():
+            p.copy_(1.0 + 0.2 * torch.randn_like(p) if "layernorm.weight" in name else 0.1 * torch.randn_like(p))
+
+
+prefix = tt.make_corpus(trident, work, 17, ["phi", "rotary", "partial", "group", "query", "head", "bias"],
+                        300, 5, 50)
+
+models = []
+torch.manual_seed(17)
+# (name, C, NH, NG, partial_rotary_factor, hidden_act, intermediate_size)
+for name, C, NH, NG, factor, act, ffn in (("phi-gqa-rotary-0.5-gelu-new", 64, 4, 2, 0.5, "gelu_new", 160),
+                                          ("phi-2-head-10-rotary-0.4-gelu", 40, 4, 4, 0.4, "gelu", 4 * 40)):
+    model = PhiForCausalLM(PhiConfig(vocab_size=V, hidden_size=C, intermediate_size=ffn, num_hidden_layers=L,
+                                     num_attention_heads=NH, num_key_value_heads=NG, max_position_embeddings=T,
+                                     partial_rotary_factor=factor, hidden_act=act, layer_norm_eps=1e-5,
+                                     rope_theta=10000.0)).eval()
+    randomize(model)
+    HS = C // NH
+    keys = dict(normalization="LayerNorm", position_embedding_type="rope", rotary_percent=factor,
+                ffn_hidden_size=ffn, num_query_groups=NG, untie_embeddings_and_output_weights=True,
+                output_layer_bias=True, parallel_residual=True, parallel_shared_norm=True,
+                layernorm_epsilon=1e-5, num_attention_heads=NH, hidden_size=C,
+                gelu_approximate="none" if act == "gelu" else "tanh")
+    models.append((name, model, lambda G, n, a=(NH, NG, HS, C): phi_grad(G, n, *a), keys, 5 + 10 * L,
+                   int(HS * factor)))
+
+for name, model, hf_grad, keys, n_tensors, rot in models:
+    src = os.path.join(work, name + "-hf")
+    model.save_pretrained(src)
+    ck = os.path.join(work, name + "-ck")
+    rc, out, err = tt.outputs([trident, "convert", "--from", "hf", "--input", src, "--output", ck], timeout=300)
+    if not tt.check(f"trident convert --from hf {name}", rc == 0, err):
+        tt.finish()
+    want_lines = ["normalization: LayerNorm", "position_embedding_type: rope", f"rotary_percent: {keys['rotary_percent']}",
+                  "parallel_residual: true", "parallel_shared_norm: true", "output_layer_bias: true",
+                  "untie_embeddings_and_output_weights: true", "add_bias_linear: true",
+                  f"num_query_groups: {keys['num_query_groups']}", f"ffn_hidden_size: {keys['ffn_hidden_size']}"]
+    tt.check(f"{name}: trident convert prints Phi's model section",
+             all(w in out for w in want_lines) and
+             ("gelu_approximate: none" in out) == (keys["gelu_approximate"] == "none"), out)
+    fam = [ln for ln in open(os.path.join(ck, "release", "manifest.txt")).read().splitlines() if ln.startswith("family ")]
+    tt.check(f"{name}: the manifest's family line: rotary_dims {rot}, ends with parallel_shared_norm 1 output_bias 1",
+             len(fam) == 1 and f" rotary_dims {rot} " in fam[0] and fam[0].endswith(" parallel_shared_norm 1 output_bias 1"),
+             str(fam))
+    cfg = tt.write_config(os.path.join(work, name + ".yaml"),
+        model={**dict(num_layers=L, seq_length=T, max_position_embeddings=T, vocab_size=V), **keys},
+        training=dict(micro_batch_size=2, global_batch_size=8, train_iters=1, lr=1.0e-3, lr_warmup_iters=0,
+                      weight_decay=0.01, clip_grad=1.0, seed=3),
+        data=dict(data_path=prefix, split="95,5,0"),
+        checkpoint=dict(load=ck),
+        parallel=dict(comm_timeout_s=120))
+    tokens = torch.randint(0, V, (3, T), generator=torch.Generator().manual_seed(1))
+    tokens.numpy().astype(np.int32).tofile(os.path.join(work, "tokens.bin"))
+    lfile = os.path.join(work, name + "-logits.bin")
+    rc = subprocess.run([probe, "logits-config", cfg, os.path.join(work, "tokens.bin"), "3", lfile]).returncode
+    if tt.check(f"{name}: hf_probe logits-config", rc == 0):
+        ours = torch.from_numpy(np.fromfile(lfile, dtype=np.float32).reshape(3, T, V))
+        with torch.no_grad():
+            ref = model(tokens).logits
+        rel = ((ours - ref).abs().max() / ref.abs().max()).item()
+        tt.check(f"{name}: logits of 3 x {T} tokens after import", rel <= 1e-4,
+                 f"max |diff| / max |logit| = {rel:.2e}", show=True)
+    prompt = [5, 17, 200, 3, 42]
+    model.generation_config.eos_token_id = None  # (PhiConfig's eos 2: trident generates past it)
+    with torch.no_grad():
+        theirs = model.generate(torch.tensor([prompt]), max_new_tokens=12, do_sample=False,
+                                pad_token_id=0)[0, len(prompt):].tolist()
+    for what, where, extra in (("the HF folder", src, []), ("the import with --config", ck, ["--config", cfg])):
+        rc, so, se = tt.outputs([trident, "generate", where, *extra, "--prompt-ids", ",".join(map(str, prompt)),
+                                 "--max-new-tokens", "12", "--temperature", "0", "--json"], timeout=120)
+        ours = json.loads(so)["generated_ids"] if rc == 0 else None
+        tt.check(f"{name}: greedy trident generate of {what} = transformers' generate (12 tokens: {theirs})",
+                 ours == theirs, f"exit {rc} {se[-300:]}\ntrident      {ours}\ntransformers {theirs}")
+    # trident eval of the folder: perplexity windows of T, stride T/2, byte tokens
+    text_file = os.path.join(work, "eval.txt")
+    text = "the partial rotary query heads of one shared norm; " * 3
+    tt.write(text_file, text)
+    ids = list(text.encode())
+    nll, n_tok, prev_end = 0.0, 0, 0
+    with torch.no_grad():
+        for begin in range(0, len(ids), T // 2):
+            end = min(begin + T, len(ids))
+            lp = F.log_softmax(model(torch.tensor([ids[begin:end]])).logits[0].double(), -1)
+            for j in range(max(begin + 1, prev_end), end):
+                nll -= lp[j - 1 - begin, ids[j]].item()
+                n_tok += 1
+            prev_end = end
+            if end == len(ids):
+                break
+    rc, so, se = tt.outputs([trident, "eval", src, "--input", text_file, "--context", str(T), "--stride",
+                             str(T // 2), "--json"], timeout=120)
+    got = (json.loads(so[so.index("{"):]).get("perplexity") or {}) if rc == 0 and "{" in so else {}
+    rel = abs(got.get("nll_sum", float("inf")) - nll) / nll
+    tt.check(f"{name}: trident eval of the HF folder ({n_tok} tokens in windows of {T}, stride {T // 2}) "
+             f"= transformers' nll", got.get("tokens") == n_tok and rel <= 1e-5,
+             f"exit {rc} {se[-300:]}\ntrident {got}\ntransformers tokens {n_tok} nll_sum {nll:.6f}; "
+             f"relative {rel:.1e}", show=True)
+    back = os.path.join(work, name + "-back")
+    rc, _, err = tt.outputs([trident, "convert", "--to", "hf", "--input", ck, "--output", back, "--config", cfg],
+                            timeout=300)
+    if tt.check(f"{name}: trident convert --to hf --config", rc == 0, err):
+        a, b = load_file(os.path.join(src, "model.safetensors")), load_file(os.path.join(back, "model.safetensors"))
+        tt.check(f"{name}: HF -> trident -> HF is bit-exact (fp32, lm_head.bias included)",
+                 set(a) == set(b) and "lm_head.bias" in b and all(torch.equal(a[k], b[k]) for k in a),
+                 f"keys only on one side: {sorted(set(a) ^ set(b))}; differing: "
+                 f"{[k for k in a if k in b and not torch.equal(a[k], b[k])]}")
+        loaded, info = AutoModelForCausalLM.from_pretrained(back, output_loading_info=True)
+        probe_tokens = torch.randint(0, V, (2, T), generator=torch.Generator().manual_seed(2))
+        with torch.no_grad():
+            ref = model(probe_tokens).logits
+            diff = ((loaded.eval()(probe_tokens).logits - ref).abs().max()).item()
+        same_cfg = all(getattr(loaded.config, k) == getattr(model.config, k) for k in
+                       ("hidden_act", "partial_rotary_factor", "num_key_value_heads", "intermediate_size",
+                        "rope_theta", "layer_norm_eps", "tie_word_embeddings", "qk_layernorm"))
+        tt.check(f"{name}: the export loads as {type(loaded).__name__} with no missing or unexpected keys, the "
+                 f"same config values, the same logits",
+                 type(loaded).__name__ == "PhiForCausalLM" and not info["missing_keys"]
+                 and not info["unexpected_keys"] and same_cfg and diff == 0,
+                 f"{info}; config {loaded.config}; max |logit diff| {diff:.2e}")
+    batch_file = os.path.join(work, name + "-batch.bin")
+    subprocess.run([probe, "batch", cfg, batch_file], check=True)
+    batch = torch.from_numpy(np.fromfile(batch_file, dtype=np.int32).astype(np.int64)).view(4, 2, 2, T)
+    inputs, targets = batch[:, 0].reshape(8, T), batch[:, 1].reshape(8, T)
+    model.zero_grad()
+    hf_loss = F.cross_entropy(model(inputs).logits.reshape(-1, V), targets.reshape(-1))
+    hf_loss.backward()
+    G = {n: p.grad for n, p in model.named_parameters()}
+    layouts = [("1", 1, 1, 1, ())] + ([] if quick else
+                                      [("D2xT2xP2-sp", 8, 2, 2, ("parallel.sequence_parallel=true",))])
+    for lname, world, tp, pp, extra in layouts:
+        run = os.path.join(work, f"{name}-{lname}")
+        r = tt.run(tt.train_cmd(trident, cfg, run, world, tp, pp, list(extra),
+                                flags=["--quiet", "--dump-grads", os.path.join(run, "grads")]), timeout=600)
+        if not tt.check(f"{name} {lname}: trident train from the import", r.returncode == 0,
+                        f"exit {r.returncode}\n{r.stdout[-1500:]}\n{r.stderr[-2500:]}"):
+            continue
+        loss = tt.losses(run)[0]
+        rel_loss = abs(loss - hf_loss.item()) / hf_loss.item()
+        tt.check(f"{name} {lname}: loss of iteration 1", rel_loss <= 1e-5,
+                 f"trident {loss:.7f} transformers {hf_loss.item():.7f} relative {rel_loss:.1e}", show=True)
+        grads = gather_grads(os.path.join(run, "grads"))
+        worst, worst_name, bad = 0.0, "", []
+        for tname, g in grads.items():
+            want = hf_grad(G, tname).detach().double().numpy()
+            got = g[:want.shape[0]]
+            if np.isnan(got).any() or got.shape != want.shape:
+                bad.append(tname)
+                continue
+            rel_g = np.linalg.norm(got - want) / max(np.linalg.norm(want), 1e-30)
+            if rel_g > worst:
+                worst, worst_name = rel_g, tname
+        tt.check(f"{name} {lname}: every gradient ({len(grads)} tensors, output_layer.bias among them)",
+                 not bad and worst <= 1e-4 and len(grads) == n_tensors and "output_layer.bias" in grads,
+                 f"worst relative L2 {worst:.2e} ({worst_name}); missing, NaN or misshapen: {bad}; "
+                 f"{len(grads)} of {n_tensors}", show=True)
+tt.finish("PASSED")
