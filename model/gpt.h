@@ -46,7 +46,8 @@
  *    qkv and fc are column-parallel (rows split: whole heads per rank), attn_proj and fc_proj
  *    row-parallel (columns split; their bias replicated), wte vocab-parallel (rows split,
  *    Vp % T == 0), LayerNorms and wpe replicated. Two all-reduces forward and two backward
- *    per layer; the embedding one all-reduce; the loss two (max; sumexp + target logit)
+ *    per layer (the parallel residual: one forward, the attention projection's and fc_proj's
+ *    partial products summed before it, as GPT-NeoX does); the embedding one all-reduce; the loss two (max; sumexp + target logit)
  *    forward and one backward. Every TP rank gets the same loss. A shard's element (r, c) is
  *    element (r + row0, c) or (r, c + col0) of the full tensor, initialised as such.
  *  - Sequence parallelism (sequence_parallel, T > 1): the residual stream, LayerNorms and

@@ -48,8 +48,10 @@ static int norm_then_column(tr_gpt *g, const layer_acts *L, int l, int B, float 
 
 /* L->residual2 (Nl, C) = x + attn_proj(attention(L->qkv)): the attention output kept in
  * L->atty, in bf16 storage where gpt_atty16 (the projection's GEMMs read it in place); qkv
- * read in bf16 storage where gpt_qkv16. */
-static int attention_then_projection(tr_gpt *g, const layer_acts *L, int l, const float *x, int B)
+ * read in bf16 storage where gpt_qkv16. sum (N, C) instead (not NULL: the parallel residual
+ * under TP): the projection's partial product there, without its bias and reduction. */
+static int attention_then_projection(tr_gpt *g, const layer_acts *L, int l, const float *x, int B,
+                                     float *sum)
 {
     const tr_kernels *k = g->k;
     int T = g->s.T, C = g->s.C, Cl = g->Cl, N = B * T;
@@ -65,6 +67,8 @@ static int attention_then_projection(tr_gpt *g, const layer_acts *L, int l, cons
         else
             k->attention_forward16(NULL, atty16, L->lse, L->qkv, B, T, g->NHl, g->HS,
                                    g->segments);
+        if (sum)
+            return tr_tp_row_linear_partial16(&g->tp, sum, 0, atty16, W, N, Cl, C);
         return tr_tp_row_linear_forward16(&g->tp, L->residual2, x, atty16, W, b, N, Cl, C,
                                           g->scratch.wide);
     }
@@ -74,8 +78,11 @@ static int attention_then_projection(tr_gpt *g, const layer_acts *L, int l, cons
     else
         k->attention_forward(NULL, L->atty, L->lse, L->qkv, B, T, g->NHl, g->HS, g->segments);
     tr_tp_lora lo; /* the LoRA adapter (NULL: none), made right before its layer */
+    const tr_tp_lora *adapter = gpt_lora(g, L, l, LORA_PROJ, B, &lo);
+    if (sum)
+        return tr_tp_row_linear_partial_lora(&g->tp, sum, 0, L->atty, W, N, Cl, C, adapter);
     return tr_tp_row_linear_forward_lora(&g->tp, L->residual2, x, L->atty, W, b, N, Cl, C,
-                                         g->scratch.wide, gpt_lora(g, L, l, LORA_PROJ, B, &lo));
+                                         g->scratch.wide, adapter);
 }
 
 /* One transformer layer: x (Nl, C) -> L->residual3 (Nl, C). */
@@ -93,7 +100,12 @@ int gpt_layer_forward(tr_gpt *g, int l, layer_acts *L, const float *x, int B)
     if (g->s.position == TR_POS_ROPE) /* q and k rotated in place: qkv keeps the roped ones */
         k->rope(NULL, L->qkv, g->rope_cos, g->rope_sin, B, T, g->NGl, g->NHl / g->NGl, g->HS,
                 g->s.rotary_dims, 0, g->positions);
-    rc = attention_then_projection(g, L, l, x, B);
+    /* the parallel residual under TP: the attention projection's and fc_proj's partial
+     * products summed in scratch.wide (nothing between them uses it: the column-parallel fc
+     * gathers in place) and reduced once, residual3 = x + reduce(sum) + their biases (no
+     * residual2); else each row-parallel layer reduces its own */
+    float *sum = g->s.parallel_residual && g->s.tp_size > 1 ? g->scratch.wide : NULL;
+    rc = attention_then_projection(g, L, l, x, B, sum);
     if (rc)
         return rc;
     /* MLP: residual3 = residual2 + fc_proj(act(fc(ln2(residual2)))), act GELU or SwiGLU;
@@ -111,19 +123,31 @@ int gpt_layer_forward(tr_gpt *g, int l, layer_acts *L, const float *x, int B)
         if (!gelu_with_fc) /* (else made above) */
             gpt_gelu_forward16(g)(NULL, gelu16, fch16 ? NULL : L->fch,
                                   fch16 ? (const uint16_t *)L->fch : NULL, (size_t)N * g->Fl);
-        return tr_tp_row_linear_forward16(tp, L->residual3, L->residual2, gelu16,
-                                          layer_param(g, l, L_FCPROJ_W),
-                                          layer_param(g, l, L_FCPROJ_B), N, g->Fl, C,
-                                          g->scratch.wide);
+        if (!sum)
+            return tr_tp_row_linear_forward16(tp, L->residual3, L->residual2, gelu16,
+                                              layer_param(g, l, L_FCPROJ_W),
+                                              layer_param(g, l, L_FCPROJ_B), N, g->Fl, C,
+                                              g->scratch.wide);
+        rc = tr_tp_row_linear_partial16(tp, sum, 1, gelu16, layer_param(g, l, L_FCPROJ_W), N,
+                                        g->Fl, C);
+    } else {
+        if (g->s.swiglu)
+            k->swiglu_forward(NULL, L->fch_gelu, L->fch, (size_t)N * g->Fl);
+        else
+            gpt_gelu_forward(g)(NULL, L->fch_gelu, L->fch, (size_t)N * g->Fl);
+        const tr_tp_lora *adapter = gpt_lora(g, L, l, LORA_FC2, B, &lo);
+        if (!sum)
+            return tr_tp_row_linear_forward_lora(tp, L->residual3, L->residual2, L->fch_gelu,
+                                                 layer_param(g, l, L_FCPROJ_W),
+                                                 layer_param(g, l, L_FCPROJ_B), N, g->Fl, C,
+                                                 g->scratch.wide, adapter);
+        rc = tr_tp_row_linear_partial_lora(tp, sum, 1, L->fch_gelu,
+                                           layer_param(g, l, L_FCPROJ_W), N, g->Fl, C, adapter);
     }
-    if (g->s.swiglu)
-        k->swiglu_forward(NULL, L->fch_gelu, L->fch, (size_t)N * g->Fl);
-    else
-        gpt_gelu_forward(g)(NULL, L->fch_gelu, L->fch, (size_t)N * g->Fl);
-    return tr_tp_row_linear_forward_lora(tp, L->residual3, L->residual2, L->fch_gelu,
-                                         layer_param(g, l, L_FCPROJ_W),
-                                         layer_param(g, l, L_FCPROJ_B), N, g->Fl, C,
-                                         g->scratch.wide, gpt_lora(g, L, l, LORA_FC2, B, &lo));
+    if (rc)
+        return rc;
+    return tr_tp_row_reduce(tp, L->residual3, x, sum, layer_param(g, l, L_ATTPROJ_B),
+                            layer_param(g, l, L_FCPROJ_B), N, C);
 }
 
 /* out (Nl, C) += wpe[position of each held row]; rows r0.. of the flattened (B, T). */

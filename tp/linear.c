@@ -303,6 +303,51 @@ static int row_forward(const tr_tp *tp, float *y, const float *residual, row_inp
     return TR_OK;
 }
 
+static int row_partial(const tr_tp *tp, float *sum, int accumulate, row_input x,
+                       const float *W, int N, int ICl, int OC, const tr_tp_lora *lora)
+{
+    if (tp->size == 1)
+        return tr_fail(TR_ERR_INTERNAL, "a row-parallel partial sum needs tensor parallelism");
+    gemm_in_Wt(tp->k, sum, x, W, N, ICl, OC, accumulate ? 1.0f : 0.0f);
+    if (lora) /* the adapter's partial rides on the same reduction */
+        lora_forward(tp->k, sum, x.f, lora, N, ICl, OC);
+    return TR_OK;
+}
+
+int tr_tp_row_linear_partial_lora(const tr_tp *tp, float *sum, int accumulate, const float *x,
+                                  const float *W, int N, int ICl, int OC,
+                                  const tr_tp_lora *lora)
+{
+    row_input in = {x, NULL};
+    return row_partial(tp, sum, accumulate, in, W, N, ICl, OC, lora);
+}
+
+int tr_tp_row_linear_partial16(const tr_tp *tp, float *sum, int accumulate,
+                               const uint16_t *x16, const float *W, int N, int ICl, int OC)
+{
+    row_input in = {NULL, x16};
+    return row_partial(tp, sum, accumulate, in, W, N, ICl, OC, NULL);
+}
+
+int tr_tp_row_reduce(const tr_tp *tp, float *y, const float *residual, float *sum,
+                     const float *b1, const float *b2, int N, int OC)
+{
+    const tr_kernels *k = tp->k;
+    int first, count;
+    tr_tp_rows(tp, N, &first, &count);
+    float *reduced = residual ? sum + (size_t)first * OC : y;
+    int rc = tr_tp_reduce_scatter_to_sequence_region_forward(tp, sum, reduced, N, OC);
+    if (rc)
+        return rc;
+    if (residual)
+        k->add(NULL, y, residual, reduced, (size_t)count * OC);
+    if (b1)
+        k->bias_add(NULL, y, b1, count, OC);
+    if (b2)
+        k->bias_add(NULL, y, b2, count, OC);
+    return TR_OK;
+}
+
 int tr_tp_row_linear_forward_lora(const tr_tp *tp, float *y, const float *residual,
                                   const float *x, const float *W, const float *b, int N,
                                   int ICl, int OC, float *scratch, const tr_tp_lora *lora)

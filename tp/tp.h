@@ -176,6 +176,20 @@ TR_MUST_CHECK int tr_tp_row_linear_forward_lora(const tr_tp *tp, float *y, const
 TR_MUST_CHECK int tr_tp_row_linear_backward_lora(const tr_tp *tp, float *dx, float *dW, float *db,
                                    const float *dy, const float *x, const float *W, int N,
                                    int ICl, int OC, float *scratch, const tr_tp_lora *lora);
+/* The parallel residual's two row-parallel layers (attention projection and fc_proj) with one
+ * reduction instead of two (T > 1): each tr_tp_row_linear_partial* puts this rank's partial
+ * product x W^T (and its adapter's) into sum (N, OC) (accumulate 0: overwrite, 1: add; no
+ * communication), then tr_tp_row_reduce gives y (Nl, OC) = residual + reduce(sum) + b1 + b2
+ * (residual, b1, b2 may be NULL; sum is scratch after). Equal to the two
+ * tr_tp_row_linear_forward within fp32 rounding. */
+TR_MUST_CHECK int tr_tp_row_linear_partial_lora(const tr_tp *tp, float *sum, int accumulate,
+                                                const float *x, const float *W, int N, int ICl,
+                                                int OC, const tr_tp_lora *lora);
+TR_MUST_CHECK int tr_tp_row_linear_partial16(const tr_tp *tp, float *sum, int accumulate,
+                                             const uint16_t *x16, const float *W, int N,
+                                             int ICl, int OC);
+TR_MUST_CHECK int tr_tp_row_reduce(const tr_tp *tp, float *y, const float *residual,
+                                   float *sum, const float *b1, const float *b2, int N, int OC);
 /* The column-parallel linear on an input in bf16 storage (x16 (N, IC) bf16 bits, IC even: the
  * LayerNorm outputs where the table has layernorm_forward16, gemm_a16 and gemm_b16; no
  * adapter): as tr_tp_column_linear_forward / _backward; under SP the rows are gathered as

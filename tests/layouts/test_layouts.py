@@ -252,6 +252,14 @@ if group == "lora":  # adapters on a Llama (GQA's qkv and SwiGLU's interleaved f
     if base_llama is not None:
         cases.append((name,))
         compare(name, run(name, 8, 2, 2, "parallel.sequence_parallel=true", *FAMILIES["llama"]), base_llama)
+    # adapters on GPT-NeoX's layer: the attention projection's and fc_proj's adapters ride on
+    # their shared reduction (tp/'s row partial products), with dropout
+    NEOX_DROP = FAMILIES["neox"] + ["finetune.lora.dropout=0.2"]
+    base_neox = None if quick else run("lora-neox-single", 1, 1, 1, *NEOX_DROP)
+    name = "lora-neox-d2-t2-p2-sp"
+    if base_neox is not None:
+        cases.append((name,))
+        compare(name, run(name, 8, 2, 2, "parallel.sequence_parallel=true", *NEOX_DROP), base_neox)
     # dropout on the adapters' inputs: the mask of (sample, position, feature) is layout-free
     DROP = ["finetune.lora.dropout=0.2"]
     base_drop = run("lora-dropout-single", 1, 1, 1, *DROP)

@@ -1,9 +1,12 @@
 /* The GPT stage split over T tensor-parallel ranks against the unsplit model (T = 1, built
  * locally on every rank), run by `trident launch --nproc W`:
- *   tp_model_check [--tp T] [--sp] [--head-rows R] [--weights] [--timeout S]
+ *   tp_model_check [--tp T] [--sp] [--head-rows R] [--weights] [--parallel-residual]
+ *                  [--timeout S]
  * (T divides W; default T = W). --head-rows: the split model's head and loss run in chunks of
  * R token rows (tr_gpt_set_head_chunk_rows; the reference in one chunk), so every chunk's
- * statistics are all-reduced; --weights: per-token loss weights (packed fine-tuning data).
+ * statistics are all-reduced; --weights: per-token loss weights (packed fine-tuning data);
+ * --parallel-residual: GPT-NeoX's layer (parallel residual, exact GELU), whose attention
+ * projection and fc_proj share one reduction forward (3 collectives a layer, not 4).
  * The world is cut into W/T TP groups (consecutive ranks), each checked on its own. Checks:
  *  - initialisation: every shard is bit for bit the matching slice of the T = 1 tensor, with
  *    the right split_dim / full shape / flags;
@@ -31,6 +34,7 @@ enum { LAYERS = 3, B = 2, SEQ = 6, N = B * SEQ, C = 16, V = 27, M = 2 };
 static tr_comm *tpc; /* this rank's TP group (NULL when T == 1) */
 static int T = 1, t = 0, sp = 0;
 static int head_rows = 0, weighted = 0, chunks = 1; /* chunks: of the split model's head */
+static int pres = 0; /* --parallel-residual */
 static float weights[N];
 static const tr_kernels *kernels; /* make()'s table (NULL: "cpu") */
 
@@ -48,6 +52,7 @@ static void make(model *m, int first, int count, int tp_size)
                       .tp_rank = tp_size > 1 ? t : 0, .sequence_parallel = sp};
     s.is_first = first == 0;
     s.is_last = first + count == LAYERS;
+    s.parallel_residual = s.gelu_exact = pres;
     OK(tr_gpt_create(&s, kernels ? kernels : tr_kernels_cpu(), tp_size > 1 ? tpc : NULL, &m->g));
     size_t n = tr_gpt_num_params(m->g);
     m->params = tc_floats(n);
@@ -142,19 +147,23 @@ static void step(model *m, int mb, float scale, float *loss)
 
 static void check_counts(const tr_comm_counters *c, int micro_batches)
 {
-    /* the loss: per head chunk 2 (max; sums of exponentials and target logits) */
-    uint64_t per_mb_ar = sp ? 2 * chunks : 4 * LAYERS + 1 + 2 * chunks + 1;
-    /* SP: per layer 2 all-gathers + 2 reduce-scatters forward and again backward; the
-     * embedding a reduce-scatter forward, an all-gather backward; the head an all-gather
-     * forward, a reduce-scatter backward */
-    uint64_t per_mb_sp = sp ? 4 * LAYERS + 2 : 0;
+    /* the loss: per head chunk 2 (max; sums of exponentials and target logits); a layer 2
+     * forward (the parallel residual: 1) and 2 backward */
+    uint64_t fwd = pres ? 1 : 2;
+    uint64_t per_mb_ar = sp ? 2 * (uint64_t)chunks : (fwd + 2) * LAYERS + 1 + 2 * chunks + 1;
+    /* SP: per layer 2 all-gathers + 2 reduce-scatters (the parallel residual: 1) forward, 2
+     * and 2 backward; the embedding a reduce-scatter forward, an all-gather backward; the
+     * head an all-gather forward, a reduce-scatter backward */
+    uint64_t per_mb_ag = sp ? 4 * LAYERS + 2 : 0, per_mb_rs = sp ? (fwd + 2) * LAYERS + 2 : 0;
     uint64_t ar = c->ops[TR_COMM_OP_ALLREDUCE], ag = c->ops[TR_COMM_OP_ALLGATHER],
              rs = c->ops[TR_COMM_OP_REDUCE_SCATTER];
     CHECK(ar == per_mb_ar * micro_batches, "%llu all-reduces, expected %llu",
           (unsigned long long)ar, (unsigned long long)(per_mb_ar * micro_batches));
-    CHECK(ag == per_mb_sp * micro_batches && rs == per_mb_sp * micro_batches,
-          "%llu all-gathers and %llu reduce-scatters, expected %llu each", (unsigned long long)ag,
-          (unsigned long long)rs, (unsigned long long)(per_mb_sp * micro_batches));
+    CHECK(ag == per_mb_ag * micro_batches && rs == per_mb_rs * micro_batches,
+          "%llu all-gathers and %llu reduce-scatters, expected %llu and %llu",
+          (unsigned long long)ag, (unsigned long long)rs,
+          (unsigned long long)(per_mb_ag * micro_batches),
+          (unsigned long long)(per_mb_rs * micro_batches));
     if (tc_rank == 0)
         printf("T=%d%s, %d layers, %d micro-batches: %llu all-reduces, %llu all-gathers, "
                "%llu reduce-scatters per iteration\n", T, sp ? " SP" : "", LAYERS,
@@ -227,22 +236,25 @@ static void check_whole(model *tpm, model *ref)
     if (sp)
         finalize_grads(tpm);
     check_grads(tpm, ref);
-    /* an evaluation forward: per layer 2 all-reduces (SP: 2 all-gathers, 2 reduce-scatters),
-     * the embedding 1 (SP: a reduce-scatter), the loss 2 per chunk (SP: plus the final LN's
-     * gather) */
+    /* an evaluation forward: per layer 2 all-reduces (SP: 2 all-gathers, 2 reduce-scatters;
+     * the parallel residual: 1 all-reduce or reduce-scatter), the embedding 1 (SP: a
+     * reduce-scatter), the loss 2 per chunk (SP: plus the final LN's gather) */
     if (tpc) {
         tr_comm_reset_counters(tpc);
         float l;
         step(tpm, 0, 0.0f, &l);
         CHECK(l == loss_tp[0], "evaluation loss %.9g vs %.9g", l, loss_tp[0]);
         tr_comm_get_counters(tpc, &c);
-        uint64_t ar = sp ? 2 * chunks : 2 * LAYERS + 1 + 2 * chunks, gs = sp ? 2 * LAYERS + 1 : 0;
+        uint64_t fwd = pres ? 1 : 2;
+        uint64_t ar = sp ? 2 * (uint64_t)chunks : fwd * LAYERS + 1 + 2 * chunks;
+        uint64_t gs = sp ? 2 * LAYERS + 1 : 0, rs = sp ? fwd * LAYERS + 1 : 0;
         CHECK(c.ops[TR_COMM_OP_ALLREDUCE] == ar && c.ops[TR_COMM_OP_ALLGATHER] == gs &&
-                  c.ops[TR_COMM_OP_REDUCE_SCATTER] == gs,
-              "evaluation forward: %llu all-reduces (expected %llu), %llu all-gathers and %llu "
-              "reduce-scatters (expected %llu)", (unsigned long long)c.ops[TR_COMM_OP_ALLREDUCE],
-              (unsigned long long)ar, (unsigned long long)c.ops[TR_COMM_OP_ALLGATHER],
-              (unsigned long long)c.ops[TR_COMM_OP_REDUCE_SCATTER], (unsigned long long)gs);
+                  c.ops[TR_COMM_OP_REDUCE_SCATTER] == rs,
+              "evaluation forward: %llu all-reduces (expected %llu), %llu all-gathers (expected "
+              "%llu) and %llu reduce-scatters (expected %llu)",
+              (unsigned long long)c.ops[TR_COMM_OP_ALLREDUCE], (unsigned long long)ar,
+              (unsigned long long)c.ops[TR_COMM_OP_ALLGATHER], (unsigned long long)gs,
+              (unsigned long long)c.ops[TR_COMM_OP_REDUCE_SCATTER], (unsigned long long)rs);
     }
 }
 
@@ -332,6 +344,8 @@ int main(int argc, char **argv)
             head_rows = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--weights"))
             weighted = 1;
+        else if (!strcmp(argv[i], "--parallel-residual"))
+            pres = 1;
         else if (!strcmp(argv[i], "--timeout") && i + 1 < argc)
             timeout_s = atof(argv[++i]);
     }
@@ -361,9 +375,10 @@ int main(int argc, char **argv)
     unmake(&tpm);
     unmake(&ref);
     check_bf16_storage();
-    char name[64];
-    snprintf(name, sizeof name, "tp_model_check T=%d%s%s%s", T, sp ? " --sp" : "",
-             head_rows ? " (chunked head)" : "", weighted ? " (loss weights)" : "");
+    char name[96];
+    snprintf(name, sizeof name, "tp_model_check T=%d%s%s%s%s", T, sp ? " --sp" : "",
+             head_rows ? " (chunked head)" : "", weighted ? " (loss weights)" : "",
+             pres ? " (parallel residual)" : "");
     int rc = finish(world, name, t0);
     tr_comm_destroy(tpc);
     tr_comm_destroy(world);
