@@ -60,8 +60,8 @@ static int check_architecture(json_t *root, const char *path, int n_embd)
     json_t *v = json_object_get(root, "model_type");
     if (v && (!json_is_string(v) || strcmp(json_string_value(v), "gpt2")))
         return config_error(path, "model_type", "is not \"gpt2\", \"llama\", \"mistral\", "
-                                                "\"qwen2\", \"bloom\", \"gpt_neox\" or "
-                                                "\"falcon\" (the families trident converts)");
+                                                "\"qwen2\", \"bloom\", \"gpt_neox\", \"falcon\" "
+                                                "or \"phi\" (the families trident converts)");
     if ((v = json_object_get(root, "architectures")) && !json_is_null(v)) {
         int ok = 0;
         for (size_t i = 0; json_is_array(v) && i < json_array_size(v); i++) {

@@ -204,8 +204,8 @@ enum { TR_HF_GPT2, TR_HF_LLAMA, TR_HF_BLOOM, TR_HF_QWEN2, TR_HF_MISTRAL, TR_HF_N
        TR_HF_PHI };
 /* "GPT-2", "Llama", "Bloom", "Qwen2", "Mistral", "GPT-NeoX", "Falcon", "Phi" */
 const char *tr_hf_family_name(int family);
-/* DIR/config.json: *family from model_type ("llama", "qwen2", "bloom", "gpt_neox", "falcon";
- * "mistral" is
+/* DIR/config.json: *family from model_type ("llama", "qwen2", "bloom", "gpt_neox", "falcon",
+ * "phi"; "mistral" is
  * TR_HF_LLAMA: the same model when its sliding_window is null or spans
  * max_position_embeddings, exported as a Llama; a shorter window is kept as
  * model.sliding_window, seq_length within it, and exported as a Mistral; a Qwen2 is a Llama
@@ -214,10 +214,10 @@ const char *tr_hf_family_name(int family);
  * position; anything else TR_HF_GPT2 with
  * *m untouched beyond zeroing: read it with tr_hf_read_gpt2_config); for Llama / Bloom /
  * GPT-NeoX *m is the whole model section (seq_length = max_position_embeddings; Bloom's 2048
- * unless config.json has seq_length; GPT-NeoX's and Falcon's absent keys transformers 4.38's
- * defaults). */
+ * unless config.json has seq_length; GPT-NeoX's, Falcon's and Phi's absent keys transformers
+ * 4.38's defaults, the sizes required). */
 TR_MUST_CHECK int tr_hf_read_family_config(const char *dir, tr_model_config *m, int *family);
-/* The weights of a Llama / Qwen2 / Bloom / GPT-NeoX / Falcon folder into a whole model g (one
+/* The weights of a Llama / Qwen2 / Bloom / GPT-NeoX / Falcon / Phi folder into a whole model g (one
  * stage, TP 1) bound to host memory params; a missing, misshapen or foreign tensor refused
  * by name. */
 TR_MUST_CHECK int tr_hf_load_family(const char *dir, int family, tr_gpt *g, float *params);
@@ -233,14 +233,17 @@ TR_MUST_CHECK int tr_hf_load_family(const char *dir, int family, tr_gpt *g, floa
  * exported with new_decoder_architecture for the parallel residual with two norms,
  * parallel_attn for one shared norm, neither for the sequential residual, the latter two only
  * with 1 key/value group (multi_query) or one per head: the export refuses others by name),
- * or -1 when transformers has no such model. */
+ * TR_HF_PHI (the output layer's bias with LayerNorm, rope over any even share of the head, a
+ * GELU MLP of any width, biases, GQA or not, the parallel residual with one shared norm, no
+ * embedding norm: hf_phi_shape; any other model with that bias -1), or -1 when transformers
+ * has no such model. */
 int tr_hf_family_of(const tr_model_config *m);
 
 /* ------------------------------------------------------------------ conversion */
 
 typedef struct tr_hf_export_options tr_hf_export_options;
-/* Writes a Llama / Qwen2 / Mistral / Bloom / GPT-NeoX / Falcon model g (whole, TP 1) of m into
- * dir: the safetensors (q/k/v_proj and gate/up_proj cut from trident's rows, the padding
+/* Writes a Llama / Qwen2 / Mistral / Bloom / GPT-NeoX / Falcon / Phi model g (whole, TP 1) of m
+ * into dir: the safetensors (q/k/v_proj and gate/up_proj cut from trident's rows, the padding
  * removed) and config.json; a Falcon transformers cannot express refused first. */
 TR_MUST_CHECK int tr_hf_write_family(const char *dir, int family, tr_gpt *g, const float *params,
                                      const tr_model_config *m, const tr_hf_export_options *o);
@@ -260,7 +263,8 @@ struct tr_hf_export_options {
 
 /* LoRA (hf/lora.c). A LoRA run's checkpoint (its adapters) with the run's config cfg
  * (finetune.lora.*, and finetune.load: the base) -> hf_dir: merge 0: PEFT's adapter
- * (adapter_config.json + adapter_model.safetensors; GPT-2, Llama, Bloom, GPT-NeoX, Falcon);
+ * (adapter_config.json + adapter_model.safetensors; GPT-2, Llama, Bloom, GPT-NeoX, Falcon,
+ * Phi);
  * merge 1: the base with W += (alpha/r) B A written as tr_hf_export writes a model (any
  * family). alpha, rank and
  * target modules are the checkpoint's (its manifest's lora line): a cfg whose finetune.lora

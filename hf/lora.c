@@ -6,7 +6,8 @@
  *    attn_proj, fc, fc_proj are attn.c_proj, mlp.c_fc, mlp.c_proj in the same layout
  *    (Conv1D: fan_in_fan_out). Bloom: query_key_value, dense, dense_h_to_4h, dense_4h_to_h,
  *    all in trident's layout; GPT-NeoX: the same under gpt_neox.layers.L (attention.*,
- *    mlp.*); Falcon: Bloom's names (transformer.h.L.self_attention.*, mlp.*). Llama: the
+ *    mlp.*); Falcon: Bloom's names (transformer.h.L.self_attention.*, mlp.*); Phi: Llama's
+ *    q_proj, k_proj, v_proj, then self_attn.dense, mlp.fc1, mlp.fc2 as they are. Llama: the
  *    fused qkv's adapter becomes q_proj, k_proj and v_proj with the same A each and B's rows
  *    of each projection (from (group, {q.., k, v}, d)), fc's becomes gate_proj and up_proj
  *    (B's rows from (feature, {gate, up})): the same function, exactly;
@@ -37,7 +38,7 @@ static int parse_adapter(const char *name, int *layer, char *ab)
     return -1;
 }
 
-enum { FAM_GPT2, FAM_LLAMA, FAM_BLOOM, FAM_NEOX, FAM_FALCON };
+enum { FAM_GPT2, FAM_LLAMA, FAM_BLOOM, FAM_NEOX, FAM_FALCON, FAM_PHI };
 /* one tensor of PEFT's file: rows of trident adapter t (all, or picked by pick_row) */
 typedef struct {
     char name[128];
@@ -75,6 +76,7 @@ int tr_hf_write_lora_adapter(const char *dir, tr_gpt *g, const float *params)
     int seq = !s->parallel_residual;
     int fam = tr_gpt_is_gpt2(s) ? FAM_GPT2
               : hf_shape_family(s) == TR_HF_FALCON ? FAM_FALCON
+              : hf_shape_family(s) == TR_HF_PHI ? FAM_PHI
               : s->position == TR_POS_ROPE && s->rmsnorm && s->swiglu && seq ? FAM_LLAMA
               : s->position == TR_POS_ALIBI && seq && !s->gelu_exact ? FAM_BLOOM
               : s->position == TR_POS_ROPE && !s->rmsnorm && !s->swiglu &&
@@ -83,13 +85,14 @@ int tr_hf_write_lora_adapter(const char *dir, tr_gpt *g, const float *params)
                   : -1;
     if (fam < 0)
         return tr_fail(TR_ERR_INVALID, "PEFT adapters are written for GPT-2, Llama, Bloom, "
-                       "GPT-NeoX and Falcon models; this model's switches are none of them");
+                       "GPT-NeoX, Falcon and Phi models; this model's switches are none of them");
     static const char *const gpt2[4] = {"attn.c_attn", "attn.c_proj", "mlp.c_fc", "mlp.c_proj"};
     static const char *const bloom[4] = {"self_attention.query_key_value", "self_attention.dense",
                                          "mlp.dense_h_to_4h", "mlp.dense_4h_to_h"};
     static const char *const neox[4] = {"attention.query_key_value", "attention.dense",
                                         "mlp.dense_h_to_4h", "mlp.dense_4h_to_h"};
     static const char *const llama_qkv[3] = {"q_proj", "k_proj", "v_proj"};
+    static const char *const phi[4] = {"", "dense", "fc1", "fc2"}; /* (qkv: llama_qkv) */
     int n = tr_gpt_num_tensors(g), HS = s->C / s->NH, NG = s->query_groups ? s->query_groups : s->NH;
     peft_tensor *list = calloc((size_t)3 * n + 1, sizeof *list);
     int np = 0, rc = list ? TR_OK : tr_fail(TR_ERR_NOMEM, "out of memory");
@@ -104,7 +107,9 @@ int tr_hf_write_lora_adapter(const char *dir, tr_gpt *g, const float *params)
             break;
         }
         most = t->numel > most ? t->numel : most;
-        int parts = fam == FAM_LLAMA && m == 0 ? 3 : fam == FAM_LLAMA && m == 2 ? 2 : 1;
+        int parts = (fam == FAM_LLAMA || fam == FAM_PHI) && m == 0 ? 3
+                    : fam == FAM_LLAMA && m == 2                 ? 2
+                                                                 : 1;
         for (int k = 0; k < parts; k++) {
             peft_tensor *p = &list[np++];
             p->t = t;
@@ -121,14 +126,17 @@ int tr_hf_write_lora_adapter(const char *dir, tr_gpt *g, const float *params)
                 snprintf(p->name, sizeof p->name,
                          "base_model.model.gpt_neox.layers.%d.%s.lora_%c.weight", layer, neox[m], ab);
             } else {
-                const char *mod = m == 0 ? llama_qkv[k] : m == 1 ? "o_proj" : m == 2 ? (k ? "up_proj" : "gate_proj")
-                                                                            : "down_proj";
+                const char *mod = m == 0           ? llama_qkv[k]
+                                  : fam == FAM_PHI ? phi[m]
+                                  : m == 1         ? "o_proj"
+                                  : m == 2         ? (k ? "up_proj" : "gate_proj")
+                                                   : "down_proj";
                 snprintf(p->name, sizeof p->name, "base_model.model.model.layers.%d.%s.%s.lora_%c.weight",
                          layer, m < 2 ? "self_attn" : "mlp", mod, ab);
                 if (ab == 'B' && m == 0) { /* each projection's rows of the fused qkv */
                     p->kind = 2;
                     p->rows = (k == 0 ? s->NH : NG) * HS;
-                } else if (ab == 'B' && m == 2) {
+                } else if (ab == 'B' && m == 2 && fam == FAM_LLAMA) {
                     p->kind = 3;
                     p->rows = t->rows / 2;
                 } /* A: the fused layer's one A, the same for each projection */
@@ -170,9 +178,10 @@ int tr_hf_write_lora_adapter(const char *dir, tr_gpt *g, const float *params)
     json_t *targets = json_array();
     for (int m = 0; m < 4; m++)
         if (s->lora_targets & (1 << m)) {
-            if (fam != FAM_LLAMA)
+            if (fam != FAM_LLAMA && !(fam == FAM_PHI && m == 0))
                 json_array_append_new(targets, json_string(fam == FAM_GPT2    ? gpt2[m]
                                                            : fam == FAM_NEOX ? neox[m]
+                                                           : fam == FAM_PHI  ? phi[m]
                                                                              : bloom[m]));
             else
                 for (int k = 0; k < 3 && llama_mods[m][k]; k++)

@@ -29,7 +29,7 @@ static int model_config(infer_model *im, int world)
         if (!rc && im->family == TR_HF_GPT2 && !(rc = tr_hf_read_gpt2_config(im->dir, &hc)))
             tr_hf_gpt2_model_config(&hc, &m);
         if (!rc && im->family != TR_HF_GPT2 && world > 1)
-            rc = tr_fail(TR_ERR_INVALID, "%s: Llama, Qwen2, Bloom, GPT-NeoX and Falcon folders "
+            rc = tr_fail(TR_ERR_INVALID, "%s: Llama, Qwen2, Bloom, GPT-NeoX, Falcon and Phi folders "
                          "load whole into each rank (no tensor parallelism); convert it first to "
                          "split it over %d ranks", im->dir, world);
     } else {

@@ -47,6 +47,7 @@ import torch.nn.functional as F  # noqa: E402
 from peft import PeftModel  # noqa: E402
 from transformers import (BloomConfig, BloomForCausalLM, FalconConfig, FalconForCausalLM, GPT2Config,  # noqa: E402
                           GPT2LMHeadModel, GPTNeoXConfig, GPTNeoXForCausalLM, LlamaConfig, LlamaForCausalLM)
+from transformers import PhiConfig, PhiForCausalLM  # noqa: E402
 from transformers.utils import logging as hf_logging  # noqa: E402
 
 hf_logging.set_verbosity_error()
@@ -292,6 +293,11 @@ falcon40 = FalconForCausalLM(FalconConfig(hidden_size=64, num_hidden_layers=L, n
 falcon7 = FalconForCausalLM(FalconConfig(hidden_size=40, num_hidden_layers=L, num_attention_heads=5,
                                          new_decoder_architecture=False, multi_query=True, parallel_attn=True,
                                          bias=False, max_position_embeddings=T, vocab_size=V))
+# Phi-2's layer (one input_layernorm, q/k/v_proj of 4 heads in 2 key/value groups, rotary over 0.4 of
+# a head of 16 (6 dimensions), lm_head.bias) in TP2
+phi = PhiForCausalLM(PhiConfig(hidden_size=64, intermediate_size=160, num_hidden_layers=L, num_attention_heads=4,
+                               num_key_value_heads=2, partial_rotary_factor=0.4, max_position_embeddings=T,
+                               vocab_size=V))
 FALCON_KEYS = dict(normalization="LayerNorm", position_embedding_type="rope", add_bias_linear=False,
                    parallel_residual=True, gelu_approximate="none", max_position_embeddings=T)
 FAMILIES = [("llama-gqa", llama, LlamaForCausalLM,
@@ -308,7 +314,12 @@ FAMILIES = [("llama-gqa", llama, LlamaForCausalLM,
             ("falcon-40b-gqa", falcon40, FalconForCausalLM,
              dict(FALCON_KEYS, num_attention_heads=8, num_query_groups=2, hidden_size=64)),
             ("falcon-7b-shared-norm-mq", falcon7, FalconForCausalLM,
-             dict(FALCON_KEYS, num_attention_heads=5, num_query_groups=1, hidden_size=40, parallel_shared_norm=True))]
+             dict(FALCON_KEYS, num_attention_heads=5, num_query_groups=1, hidden_size=40, parallel_shared_norm=True)),
+            ("phi-gqa", phi, PhiForCausalLM,
+             dict(normalization="LayerNorm", position_embedding_type="rope", rotary_percent=0.375, ffn_hidden_size=160,
+                  num_query_groups=2, untie_embeddings_and_output_weights=True, output_layer_bias=True,
+                  parallel_residual=True, parallel_shared_norm=True, num_attention_heads=4, hidden_size=64,
+                  max_position_embeddings=T))]
 for fname, fmodel, cls, keys in FAMILIES:
     randomize(fmodel)
     fsrc, fck = path(fname + "-hf"), path(fname + "-base")
