@@ -107,10 +107,12 @@ void plan_layer_cost_trident(const plan_cost_ctx *x, plan_cost *o)
     tr_plan_layer_dims(m, &qkv, &F, &fc);
     double R = T * h * 4 / (sp ? t : 1); /* a layernorm-region fp32 tensor, bytes */
     double gelu_in = fc > F ? 2.0 : 1.0;  /* SwiGLU reads gate and up */
-    double tp_parts = 2 * x->ar_tp;
+    /* a layer's two reductions each way; the parallel residual's forward one (the projections'
+     * partial products summed first: tp/'s tr_tp_row_reduce) */
+    double tp_back = 2 * x->ar_tp, tp_parts = (m->parallel_residual ? 1 : 2) * x->ar_tp;
     plan_cost_clear(o);
     o->f[TR_PLAN_PART_TP] = tp_parts;
-    o->b[TR_PLAN_PART_TP] = tp_parts;
+    o->b[TR_PLAN_PART_TP] = tp_back;
     /* the GELU output in bf16 storage (model/gpt_internal.h's gpt_gelu16; the time model
      * assumes no LoRA): fc_proj reads it without converting it, forward and weight gradient,
      * and GELU writes 2 bytes less */
