@@ -129,6 +129,8 @@ int main(int argc, char **argv)
     float *h = buf(nh), *hg = buf(nh), *dh = buf(nh);
     BEST("gelu forward (1024x3072)", 0, K->gelu_forward(NULL, hg, h, nh));
     BEST("gelu backward", 0, K->gelu_backward(NULL, dh, h, hg, nh));
+    BEST("exact gelu forward (1024x3072)", 0, K->gelu_exact_forward(NULL, hg, h, nh));
+    BEST("exact gelu backward", 0, K->gelu_exact_backward(NULL, dh, h, hg, nh));
     BEST("bias_add (1024x3072)", 0, K->bias_add(NULL, h, bb, N, 3 * C));
     BEST("bias_backward (1024x768)", 0, K->bias_backward(NULL, dw, dout, N, C));
     BEST("copy 1024x768", 0, K->copy(NULL, y, x, (size_t)N * C * sizeof(float)));
