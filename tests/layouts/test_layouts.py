@@ -23,7 +23,7 @@ Model families (issue 17): groups llama and bloom run the same model with Llama'
 embedding LayerNorm) on three 8-rank layouts (T4xP2, D2xT2xP2 with SP, D4xT2 with ZeRO-3);
 --full runs every 8-rank layout (and T8 with SP: for Llama with 8 groups, its own base).
 Group neox does the same with GPT-NeoX's (rope on a quarter of each head, untied output, the
-parallel residual, the exact GELU), group falcon with Falcon-7B's layer (rope, 4 query
+parallel residual, the exact GELU; also D2xT2xP2 with SP and full recompute), group falcon with Falcon-7B's layer (rope, 4 query
 groups, the parallel residual with one norm for both branches, the exact GELU), group phi with
 Phi-2's (rope on half of each head, one norm, the output layer's bias).
 usage: test_layouts.py TRIDENT WORKDIR GROUP [--quick] [--full]
@@ -244,6 +244,9 @@ if family:
         cases.append((f"{group}-d4-t2-zero2", 8, 2, 1, "parallel.zero_stage=2"))
     else:
         cases.append((f"{group}-d4-t2-zero3", 8, 2, 1, "parallel.zero_stage=3"))
+    if group == "neox":  # full recompute rebuilds the layer (its one reduction) in backward
+        cases.append((f"{group}-d2-t2-p2-sp-recompute", 8, 2, 2, "parallel.sequence_parallel=true",
+                      "training.recompute=full"))
 for name, world, tp, pp, *extra in cases:
     compare(name, run(name, world, tp, pp, *extra), base)
 if group == "lora":  # adapters on a Llama (GQA's qkv and SwiGLU's interleaved fc split over TP)
