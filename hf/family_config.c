@@ -350,7 +350,7 @@ int tr_hf_read_family_config(const char *dir, tr_model_config *m, int *family)
               : !strcmp(type, "bloom") ? TR_HF_BLOOM
               : !strcmp(type, "gpt_neox") ? TR_HF_NEOX
               : !strcmp(type, "falcon") ? TR_HF_FALCON
-              : !strcmp(type, "phi") ? TR_HF_PHI
+              : !strcmp(type, "phi") || !strcmp(type, "phi-msft") ? TR_HF_PHI
                                        : TR_HF_GPT2;
     memset(m, 0, sizeof *m);
     /* the Falcon of trust_remote_code (tiiuae's RWForCausalLM, before transformers 4.33): other

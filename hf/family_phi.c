@@ -60,6 +60,16 @@ static int phi_bool(json_t *root, const char *path, const char *key, int dflt, i
 
 int hf_read_phi(json_t *root, const char *path, tr_model_config *m)
 {
+    /* microsoft/phi-* of trust_remote_code before transformers 4.37 (PhiForCausalLM of
+     * modeling_phi.py in the repository: transformer.embd.wte, layers.L.mixer.Wqkv, n_embd) */
+    const char *type = json_string_value(json_object_get(root, "model_type"));
+    if (type && strcmp(type, "phi"))
+        return tr_fail(TR_ERR_INVALID, "%s: model_type \"%s\" is not supported: it is the Phi of "
+                       "trust_remote_code (its own modeling_phi.py and names: layers.L.mixer.Wqkv, "
+                       "n_embd, ...); transformers' own is model_type \"phi\" (PhiForCausalLM, "
+                       "PhiConfig's keys: hidden_size, partial_rotary_factor, ...), which trident "
+                       "converts: use the model's config.json and weights of transformers 4.37 or "
+                       "later", path, type);
     int rc = phi_int(root, path, "num_hidden_layers", -1, &m->num_layers);
     if (!rc)
         rc = phi_int(root, path, "hidden_size", -1, &m->hidden_size);

@@ -205,6 +205,8 @@ for what, tensors, config, cause in [
      pt + [("model.layers.1.post_attention_layernorm.weight", "F32", (C,), rand(C))], PC,
      "'model.layers.1.post_attention_layernorm.weight' is not part of the Phi model"),
     ("config.json of 4194304 layers", pt, dict(PC, num_hidden_layers=1 << 22), "config.json describes a Phi model"),
+    ("model_type phi-msft (trust_remote_code's Phi)", pt, dict(PC, model_type="phi-msft"),
+     "model_type \"phi-msft\" is not supported"),
 ]:
     d = hf_folder("bad-phi", tensors, config)
     refused(f"Phi: {what}", ["--from", "hf", "--input", d, "--output", bad_out], bad_out, cause)
