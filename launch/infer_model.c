@@ -15,8 +15,8 @@
 #include "yaml/config.h"
 
 /* The model config of the checkpoint (or HF folder): its sizes (and, from --config or a
- * Llama / Bloom folder, its family), every other key at the schema's default, tensor
- * parallelism over the whole world. */
+ * family folder, its family), every other key at the schema's default, tensor parallelism
+ * over the model replica's ranks. */
 static int model_config(infer_model *im, int world)
 {
     tr_model_config m = {0};
@@ -28,10 +28,6 @@ static int model_config(infer_model *im, int world)
         rc = tr_hf_read_family_config(im->dir, &m, &im->family);
         if (!rc && im->family == TR_HF_GPT2 && !(rc = tr_hf_read_gpt2_config(im->dir, &hc)))
             tr_hf_gpt2_model_config(&hc, &m);
-        if (!rc && im->family != TR_HF_GPT2 && world > 1)
-            rc = tr_fail(TR_ERR_INVALID, "%s: Llama, Qwen2, Bloom, GPT-NeoX, Falcon and Phi folders "
-                         "load whole into each rank (no tensor parallelism); convert it first to "
-                         "split it over %d ranks", im->dir, world);
     } else {
         rc = tr_checkpoint_read_model(im->dir, &m, &im->iteration);
     }
@@ -139,6 +135,40 @@ static int load_lora_merged(infer_model *im, float *host)
     return rc;
 }
 
+/* A family folder (Llama, Qwen2, Bloom, GPT-NeoX, Falcon, Phi) into this rank's shards (host
+ * memory bound to im->g): the whole model read into a one-rank twin on the host, each tensor's
+ * shard cut from it (tr_param_copy_shard: rows or columns, the vocabulary padded for this TP
+ * size). One rank: read straight in. */
+static int load_family_shards(infer_model *im, float *host)
+{
+    if (im->shape.tp_size == 1)
+        return tr_hf_load_family(im->dir, im->family, im->g, host);
+    tr_gpt_shape ws = im->shape;
+    ws.tp_size = 1, ws.tp_rank = 0, ws.sequence_parallel = 0;
+    tr_gpt *whole = NULL;
+    float *wp = NULL;
+    int rc = tr_gpt_create(&ws, tr_kernels_cpu(), NULL, &whole);
+    if (!rc && !(wp = malloc(tr_gpt_num_params(whole) * sizeof(float) + 1)))
+        rc = tr_fail(TR_ERR_NOMEM, "out of memory for the %zu parameters of %s",
+                     tr_gpt_num_params(whole), im->dir);
+    if (!rc) {
+        tr_gpt_bind(whole, wp, NULL);
+        rc = tr_hf_load_family(im->dir, im->family, whole, wp);
+    }
+    for (int i = 0; !rc && i < tr_gpt_num_tensors(im->g); i++) {
+        const tr_param_tensor *t = tr_gpt_tensor(im->g, i), *w = tr_gpt_tensor(whole, i);
+        if (i >= tr_gpt_num_tensors(whole) || strcmp(t->name, w->name))
+            rc = tr_fail(TR_ERR_INTERNAL, "%s: the whole model's tensor %d is not %s", im->dir,
+                         i, t->name);
+        else
+            tr_param_copy_shard(t, im->shape.tp_rank, wp + w->offset, (size_t)w->rows,
+                                (size_t)w->cols, host + t->offset);
+    }
+    tr_gpt_free(whole);
+    free(wp);
+    return rc;
+}
+
 /* The weights: the checkpoint's, a LoRA checkpoint's merged into its base, or the HF folder's,
  * through host memory (the parameters may be on a GPU). */
 static int load_weights(infer_model *im)
@@ -167,7 +197,7 @@ static int load_weights(infer_model *im)
         tr_gpt_bind(im->g, host, NULL);
     int rc = !hf                       ? load_lora_merged(im, host)
              : im->family == TR_HF_GPT2 ? tr_hf_load_gpt2(im->dir, im->g, host)
-                                        : tr_hf_load_family(im->dir, im->family, im->g, host);
+                                        : load_family_shards(im, host);
     if (host != im->params) {
         tr_gpt_bind(im->g, im->params, NULL);
         if (!rc)
