@@ -5,22 +5,27 @@ MistralForCausalLM without a sliding window (imported as a Llama; one process on
 (Mistral-7B v0.1's shape: a window of T of 2T positions, kept as model.sliding_window; one process),
 Qwen2ForCausalLM (a Llama with q, k and v biases; GQA, tied head, its window switched off),
 BloomForCausalLM (6 heads: ALiBi slopes of a non-power-of-two head count; embedding
-LayerNorm) and GPTNeoXForCausalLM (Pythia's parallel residual, exact GELU, rotary_pct 0.25,
-untied; and the sequential residual, gelu_new, rotary_pct 0.5, tied) made here from configs with random weights (nothing downloaded), saved with
+LayerNorm), GPTNeoXForCausalLM (Pythia's parallel residual, exact GELU, rotary_pct 0.25,
+untied; and the sequential residual, gelu_new, rotary_pct 0.5, tied) and FalconForCausalLM
+(Falcon-40B's new_decoder_architecture with 8 heads in 2 key/value groups; Falcon-7B's one
+input_layernorm and multi_query with 5 heads; the sequential layer with biases, untied) made
+here from configs with random weights (nothing downloaded), saved with
 save_pretrained, imported with `trident convert --from hf`; trident's logits match (1e-4
 relative to the largest); then trident's loss of iteration 1
 and every gradient, in one process and in D2xT2xP2 with sequence parallelism, match
-transformers' on the same batch (loss 1e-5 relative, gradients relative L2 1e-4); and
+transformers' on the same batch (loss 1e-5 relative, gradients relative L2 1e-4; the
+multi_query Falcons in D4xP2: TP must divide the key/value groups); and
 `trident convert --to hf --config` of the import is bit-exact to transformers' files and loads
 with from_pretrained (no missing or unexpected keys) to the same logits; greedy `trident
 generate` of the HF folder and of the import gives transformers' generate's tokens; for the
-GPT-NeoX folders `trident eval --input` (windows of T, stride T/2) gives transformers' nll; a
-Pythia-shaped folder with a tokenizer.json in GPT-NeoX-20B's shape: generate --prompt and eval
+GPT-NeoX and Falcon folders `trident eval --input` (windows of T, stride T/2) gives
+transformers' nll; a Pythia-shaped folder with a tokenizer.json in GPT-NeoX-20B's shape and a
+Falcon-7B-shaped one with a tokenizer.json in tiiuae/falcon-7b's: generate --prompt and eval
 --input encode text as tokenizers does and continue / score it as transformers does.
 usage: test_hf_family_oracle.py TRIDENT HF_PROBE WORKDIR VENV [--quick] [--only=TEXT]
 --quick: the one-process run only (the D2xT2xP2 run is the layout matrix's job too).
---only=TEXT: the models whose names hold TEXT alone (e.g. falcon; the Pythia tokenizer case
-runs with pythia)."""
+--only=TEXT: the models whose names hold TEXT alone (e.g. falcon; the tokenizer cases run with
+pythia or falcon)."""
 import json
 import os
 import subprocess
@@ -391,6 +396,55 @@ for name, model, hf_grad, keys, n_tensors in families:
 # normalizer, ByteLevel pre-tokenizer without use_regex as tokenizers 0.12 wrote it, runs of
 # spaces as added tokens): `trident generate --prompt` and `trident eval --input` encode the
 # text as tokenizers does, and continue it / score it as transformers does
+# A folder in Falcon-7B's shape (one input_layernorm, multi_query; 5 heads) with a tokenizer.json in
+# tiiuae/falcon-7b's shape (tests/tokenizer/oracle_env.py's: Punctuation, ByteLevel, Digits and a
+# Split of 3 digits; >>TITLE<< ... <|endoftext|>), trained here by tokenizers: `trident generate
+# --prompt` and `trident eval --input` encode the text as tokenizers does, and continue it / score
+# it as transformers does
+if not only or only in "falcon-shaped":
+    from tokenizers import Tokenizer  # noqa: E402
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tokenizer"))
+    import oracle_env  # noqa: E402
+    ftexts = ["Falcon-7B: 1,500B tokens (RefinedWeb), 32 layers; 71 heads! Is it 2023-05-25?",
+              "x=12345678; y = (x * 3.25) / 7 -- 'quoted' \"double\" [brackets] {braces} ... done.",
+              "the parallel attention and MLP share one layer norm; multi-query keys, values " * 3]
+    fdir = tt.fresh_dir(os.path.join(work, "falcon-shaped-hf"))
+    tt.write(os.path.join(fdir, "tokenizer.json"), json.dumps(oracle_env.falcon_style(ftexts * 20, 600)))
+    ftok = Tokenizer.from_file(os.path.join(fdir, "tokenizer.json"))
+    torch.manual_seed(45)
+    ftm = FalconForCausalLM(FalconConfig(hidden_size=40, num_hidden_layers=L, num_attention_heads=5,
+                                         new_decoder_architecture=False, multi_query=True, parallel_attn=True,
+                                         bias=False, max_position_embeddings=128,
+                                         vocab_size=ftok.get_vocab_size())).eval()
+    randomize(ftm)
+    ftm.save_pretrained(fdir)
+    for text in ftexts + ["  two spaces and 1234567 digits", ">>TITLE<<Falcon<|endoftext|>"]:
+        want = ftok.encode(text).ids
+        with torch.no_grad():
+            theirs = ftm.generate(torch.tensor([want]), max_new_tokens=6, do_sample=False,
+                                  pad_token_id=11)[0, len(want):].tolist()
+        rc, so, se = tt.outputs([trident, "generate", fdir, "--prompt", text, "--max-new-tokens", "6",
+                                 "--temperature", "0", "--json"], timeout=120)
+        got = json.loads(so) if rc == 0 else {}
+        tt.check(f"Falcon-7B-shaped folder with its tokenizer.json: generate --prompt {text[:24]!r}...: tokenizers' "
+                 f"ids, transformers' 6 greedy tokens",
+                 got.get("prompt_ids") == want and got.get("generated_ids") == theirs,
+                 f"exit {rc} {se[-300:]}\ntrident {got.get('prompt_ids')} -> {got.get('generated_ids')}\n"
+                 f"hf      {want} -> {theirs}")
+    feval = os.path.join(work, "falcon-eval.txt")
+    tt.write(feval, ftexts[0] + ftexts[1])
+    ids = ftok.encode(ftexts[0] + ftexts[1]).ids
+    with torch.no_grad():
+        lp = F.log_softmax(ftm(torch.tensor([ids])).logits[0].double(), -1)
+    nll = -sum(lp[j - 1, ids[j]].item() for j in range(1, len(ids)))
+    rc, so, se = tt.outputs([trident, "eval", fdir, "--input", feval, "--context", "128", "--json"], timeout=120)
+    got = (json.loads(so[so.index("{"):]).get("perplexity") or {}) if rc == 0 and "{" in so else {}
+    rel = abs(got.get("nll_sum", float("inf")) - nll) / nll
+    tt.check(f"Falcon-7B-shaped folder: trident eval --input with its tokenizer ({len(ids) - 1} tokens scored) = "
+             f"transformers' nll", got.get("tokens") == len(ids) - 1 and rel <= 1e-5,
+             f"exit {rc} {se[-300:]}\ntrident {got}\ntransformers {len(ids) - 1} tokens, nll_sum {nll:.6f}; "
+             f"relative {rel:.1e}", show=True)
+
 if only and only not in "pythia-shaped":
     tt.finish("PASSED")
 from tokenizers import (AddedToken, Tokenizer, decoders, models, normalizers, pre_tokenizers,  # noqa: E402
