@@ -748,6 +748,25 @@ for i, (what, tensors, config, printed, absent, line_end, written) in enumerate(
                                  "--temperature", "0"])
         tt.check(f"Falcon ({what}): generate from {'the checkpoint' if where == ck else 'the HF folder'}: exit 0",
                  rc == 0, se)
+# in shards (model.safetensors.index.json) and in BF16 (Falcon-7B's layer): imported again, the
+# same checkpoint / bf16's values bit for bit
+shards_f = os.path.join(work, "falcon-shards")
+rc, so, se = convert("--to", "hf", "--input", ck_falcon[1], "--output", shards_f, "--max-shard-size", "4KB")
+n_shards = len([f for f in os.listdir(shards_f) if f.startswith("model-")]) if rc == 0 else 0
+ck_fs = os.path.join(work, "ck-falcon-shards")
+rc2, so2, se2 = convert("--from", "hf", "--input", shards_f, "--output", ck_fs) if rc == 0 else (1, "", "")
+tt.check("Falcon-7B's layer in shards: imported, the same checkpoint",
+         rc2 == 0 and n_shards > 2 and same_checkpoint(ck_falcon[1], ck_fs), f"exit {rc}/{rc2} ({n_shards} shards): {se}{se2}")
+bf16_f = os.path.join(work, "falcon-bf16")
+rc, so, se = convert("--to", "hf", "--input", ck_falcon[1], "--output", bf16_f, "--dtype", "bf16")
+ck_fb = os.path.join(work, "ck-falcon-bf16")
+rc2, so2, se2 = convert("--from", "hf", "--input", bf16_f, "--output", ck_fb) if rc == 0 else (1, "", "")
+back_fb = os.path.join(work, "falcon-bf16-back")
+rc3, so3, se3 = convert("--to", "hf", "--input", ck_fb, "--output", back_fb, "--dtype", "bf16") if rc2 == 0 else (1, "", "")
+tt.check("Falcon-7B's layer in BF16: exported, imported and exported again bit for bit, torch_dtype bfloat16",
+         rc3 == 0 and st_read(os.path.join(bf16_f, "model.safetensors")) == st_read(os.path.join(back_fb, "model.safetensors"))
+         and json.load(open(os.path.join(back_fb, "config.json"))).get("torch_dtype") == "bfloat16",
+         f"exit {rc}/{rc2}/{rc3}: {se}{se2}{se3}")
 # Falcon-7B's released config.json keys (FalconConfig's defaults left out: multi_query, parallel_attn,
 # bias; transformers 4.27's apply_residual_connection_post_layernorm false, bos/eos 11), n_embed
 # for hidden_size: the same checkpoint as the explicit one
