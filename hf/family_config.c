@@ -10,7 +10,7 @@
 
 /* ------------------------------------------------------------------ config.json */
 
-static int get_int(json_t *root, const char *path, const char *key, int dflt, int *out)
+int hf_get_int(json_t *root, const char *path, const char *key, int dflt, int *out)
 {
     json_t *v = json_object_get(root, key);
     if (!v || json_is_null(v)) {
@@ -25,7 +25,7 @@ static int get_int(json_t *root, const char *path, const char *key, int dflt, in
     return TR_OK;
 }
 
-static int get_num(json_t *root, const char *path, const char *key, double dflt, double *out)
+int hf_get_num(json_t *root, const char *path, const char *key, double dflt, double *out)
 {
     json_t *v = json_object_get(root, key);
     *out = dflt;
@@ -37,6 +37,15 @@ static int get_num(json_t *root, const char *path, const char *key, double dflt,
         return tr_fail(TR_ERR_INVALID, "%s: %s must be a positive number that float32 holds "
                        "(%g to %g)", path, key, (double)FLT_TRUE_MIN, (double)FLT_MAX);
     *out = x;
+    return TR_OK;
+}
+
+int hf_get_bool(json_t *root, const char *path, const char *key, int dflt, int *out)
+{
+    json_t *v = json_object_get(root, key);
+    if (v && !json_is_boolean(v))
+        return tr_fail(TR_ERR_INVALID, "%s: %s must be true or false", path, key);
+    *out = v ? json_is_true(v) : dflt;
     return TR_OK;
 }
 
@@ -56,25 +65,25 @@ static int check_value(json_t *root, const char *path, const char *key, json_t *
 static int read_llama(json_t *root, const char *path, int qwen2, int mistral,
                       tr_model_config *m)
 {
-    int rc = get_int(root, path, "num_hidden_layers", -1, &m->num_layers);
+    int rc = hf_get_int(root, path, "num_hidden_layers", -1, &m->num_layers);
     if (!rc)
-        rc = get_int(root, path, "hidden_size", -1, &m->hidden_size);
+        rc = hf_get_int(root, path, "hidden_size", -1, &m->hidden_size);
     if (!rc)
-        rc = get_int(root, path, "num_attention_heads", -1, &m->num_attention_heads);
+        rc = hf_get_int(root, path, "num_attention_heads", -1, &m->num_attention_heads);
     if (!rc)
-        rc = get_int(root, path, "num_key_value_heads", m->num_attention_heads,
+        rc = hf_get_int(root, path, "num_key_value_heads", m->num_attention_heads,
                      &m->num_query_groups);
     if (!rc)
-        rc = get_int(root, path, "intermediate_size", -1, &m->ffn_hidden_size);
+        rc = hf_get_int(root, path, "intermediate_size", -1, &m->ffn_hidden_size);
     if (!rc)
-        rc = get_int(root, path, "vocab_size", -1, &m->vocab_size);
+        rc = hf_get_int(root, path, "vocab_size", -1, &m->vocab_size);
     if (!rc)
-        rc = get_int(root, path, "max_position_embeddings", qwen2 ? 32768 : 2048,
+        rc = hf_get_int(root, path, "max_position_embeddings", qwen2 ? 32768 : 2048,
                      &m->max_position_embeddings);
     if (!rc)
-        rc = get_num(root, path, "rms_norm_eps", 1e-6, &m->layernorm_epsilon);
+        rc = hf_get_num(root, path, "rms_norm_eps", 1e-6, &m->layernorm_epsilon);
     if (!rc)
-        rc = get_num(root, path, "rope_theta", 10000.0, &m->rotary_base);
+        rc = hf_get_num(root, path, "rope_theta", 10000.0, &m->rotary_base);
     if (!rc)
         rc = check_value(root, path, "hidden_act", json_string("silu"), "trident's SwiGLU uses silu");
     if (!rc)
@@ -122,18 +131,18 @@ static int read_llama(json_t *root, const char *path, int qwen2, int mistral,
 
 static int read_bloom(json_t *root, const char *path, tr_model_config *m)
 {
-    int rc = get_int(root, path, "n_layer", -1, &m->num_layers);
+    int rc = hf_get_int(root, path, "n_layer", -1, &m->num_layers);
     const char *hkey = json_object_get(root, "hidden_size") ? "hidden_size" : "n_embed";
     if (!rc)
-        rc = get_int(root, path, hkey, -1, &m->hidden_size);
+        rc = hf_get_int(root, path, hkey, -1, &m->hidden_size);
     if (!rc)
-        rc = get_int(root, path, "n_head", -1, &m->num_attention_heads);
+        rc = hf_get_int(root, path, "n_head", -1, &m->num_attention_heads);
     if (!rc)
-        rc = get_int(root, path, "vocab_size", -1, &m->vocab_size);
+        rc = hf_get_int(root, path, "vocab_size", -1, &m->vocab_size);
     if (!rc)
-        rc = get_int(root, path, "seq_length", 2048, &m->max_position_embeddings);
+        rc = hf_get_int(root, path, "seq_length", 2048, &m->max_position_embeddings);
     if (!rc)
-        rc = get_num(root, path, "layer_norm_epsilon", 1e-5, &m->layernorm_epsilon);
+        rc = hf_get_num(root, path, "layer_norm_epsilon", 1e-5, &m->layernorm_epsilon);
     if (!rc)
         rc = check_value(root, path, "apply_residual_connection_post_layernorm", json_false(),
                          "trident's residual is taken before the LayerNorm");
@@ -154,16 +163,6 @@ static int read_bloom(json_t *root, const char *path, tr_model_config *m)
     return rc;
 }
 
-/* key absent (*out = dflt) or a JSON true / false */
-static int get_bool(json_t *root, const char *path, const char *key, int dflt, int *out)
-{
-    json_t *v = json_object_get(root, key);
-    if (v && !json_is_boolean(v))
-        return tr_fail(TR_ERR_INVALID, "%s: %s must be true or false", path, key);
-    *out = v ? json_is_true(v) : dflt;
-    return TR_OK;
-}
-
 /* GPT-NeoX (GPTNeoXForCausalLM: Pythia, GPT-NeoX-20B): LayerNorm, rotary positions over the
  * first int(head_size * rotary_pct) dimensions of each head, biases on every linear layer, a
  * GELU MLP of intermediate_size, the parallel residual by default. An absent key takes
@@ -172,24 +171,24 @@ static int get_bool(json_t *root, const char *path, const char *key, int dflt, i
  * false, attention_bias true, 2048 positions); the sizes are required. */
 static int read_neox(json_t *root, const char *path, tr_model_config *m)
 {
-    int rc = get_int(root, path, "num_hidden_layers", -1, &m->num_layers);
+    int rc = hf_get_int(root, path, "num_hidden_layers", -1, &m->num_layers);
     if (!rc)
-        rc = get_int(root, path, "hidden_size", -1, &m->hidden_size);
+        rc = hf_get_int(root, path, "hidden_size", -1, &m->hidden_size);
     if (!rc)
-        rc = get_int(root, path, "num_attention_heads", -1, &m->num_attention_heads);
+        rc = hf_get_int(root, path, "num_attention_heads", -1, &m->num_attention_heads);
     if (!rc)
-        rc = get_int(root, path, "intermediate_size", -1, &m->ffn_hidden_size);
+        rc = hf_get_int(root, path, "intermediate_size", -1, &m->ffn_hidden_size);
     if (!rc)
-        rc = get_int(root, path, "vocab_size", -1, &m->vocab_size);
+        rc = hf_get_int(root, path, "vocab_size", -1, &m->vocab_size);
     if (!rc)
-        rc = get_int(root, path, "max_position_embeddings", 2048, &m->max_position_embeddings);
+        rc = hf_get_int(root, path, "max_position_embeddings", 2048, &m->max_position_embeddings);
     if (!rc)
-        rc = get_num(root, path, "layer_norm_eps", 1e-5, &m->layernorm_epsilon);
+        rc = hf_get_num(root, path, "layer_norm_eps", 1e-5, &m->layernorm_epsilon);
     if (!rc)
-        rc = get_num(root, path, "rotary_emb_base", 10000.0, &m->rotary_base);
+        rc = hf_get_num(root, path, "rotary_emb_base", 10000.0, &m->rotary_base);
     double pct = 0.25;
     if (!rc)
-        rc = get_num(root, path, "rotary_pct", 0.25, &pct);
+        rc = hf_get_num(root, path, "rotary_pct", 0.25, &pct);
     if (!rc)
         rc = check_value(root, path, "rope_scaling", json_null(), "no rope scaling in trident");
     if (!rc)
@@ -198,9 +197,9 @@ static int read_neox(json_t *root, const char *path, tr_model_config *m)
                          "query_key_value and dense alone)");
     int parallel = 1, tie = 0;
     if (!rc)
-        rc = get_bool(root, path, "use_parallel_residual", 1, &parallel);
+        rc = hf_get_bool(root, path, "use_parallel_residual", 1, &parallel);
     if (!rc)
-        rc = get_bool(root, path, "tie_word_embeddings", 0, &tie);
+        rc = hf_get_bool(root, path, "tie_word_embeddings", 0, &tie);
     /* transformers' activations: gelu, gelu_python: x Phi(x) (erf); gelu_new,
      * gelu_pytorch_tanh, gelu_fast, gelu_accurate: the tanh formula (gelu_fast's constant is
      * sqrt(2/pi) to 10 digits) */
@@ -261,22 +260,22 @@ static int read_falcon(json_t *root, const char *path, tr_model_config *m)
 {
     json_t *n_embed = json_object_get(root, "n_embed");
     const char *hkey = n_embed && !json_is_null(n_embed) ? "n_embed" : "hidden_size";
-    int rc = get_int(root, path, "num_hidden_layers", -1, &m->num_layers);
+    int rc = hf_get_int(root, path, "num_hidden_layers", -1, &m->num_layers);
     if (!rc)
-        rc = get_int(root, path, hkey, -1, &m->hidden_size);
+        rc = hf_get_int(root, path, hkey, -1, &m->hidden_size);
     if (!rc)
-        rc = get_int(root, path, "num_attention_heads", -1, &m->num_attention_heads);
+        rc = hf_get_int(root, path, "num_attention_heads", -1, &m->num_attention_heads);
     if (!rc)
-        rc = get_int(root, path, "vocab_size", -1, &m->vocab_size);
+        rc = hf_get_int(root, path, "vocab_size", -1, &m->vocab_size);
     if (!rc)
-        rc = get_int(root, path, "max_position_embeddings", 2048, &m->max_position_embeddings);
+        rc = hf_get_int(root, path, "max_position_embeddings", 2048, &m->max_position_embeddings);
     if (!rc)
-        rc = get_num(root, path, "layer_norm_epsilon", 1e-5, &m->layernorm_epsilon);
+        rc = hf_get_num(root, path, "layer_norm_epsilon", 1e-5, &m->layernorm_epsilon);
     if (!rc)
-        rc = get_num(root, path, "rope_theta", 10000.0, &m->rotary_base);
+        rc = hf_get_num(root, path, "rope_theta", 10000.0, &m->rotary_base);
     int alibi = 0, new_arch = 0, multi_query = 1, parallel = 1, bias = 0, tie = 1, kv = 0;
     if (!rc)
-        rc = get_bool(root, path, "alibi", 0, &alibi);
+        rc = hf_get_bool(root, path, "alibi", 0, &alibi);
     if (!rc && alibi)
         rc = tr_fail(TR_ERR_INVALID, "%s: alibi true is not supported: trident's ALiBi is "
                      "Bloom's, not verified against Falcon's (its slopes added before the "
@@ -285,21 +284,21 @@ static int read_falcon(json_t *root, const char *path, tr_model_config *m)
     if (!rc)
         rc = check_value(root, path, "rope_scaling", json_null(), "no rope scaling in trident");
     if (!rc)
-        rc = get_bool(root, path, "new_decoder_architecture", 0, &new_arch);
+        rc = hf_get_bool(root, path, "new_decoder_architecture", 0, &new_arch);
     if (!rc)
-        rc = get_bool(root, path, "multi_query", 1, &multi_query);
+        rc = hf_get_bool(root, path, "multi_query", 1, &multi_query);
     if (!rc)
-        rc = get_bool(root, path, "parallel_attn", 1, &parallel);
+        rc = hf_get_bool(root, path, "parallel_attn", 1, &parallel);
     if (!rc)
-        rc = get_bool(root, path, "bias", 0, &bias);
+        rc = hf_get_bool(root, path, "bias", 0, &bias);
     if (!rc)
-        rc = get_bool(root, path, "tie_word_embeddings", 1, &tie);
+        rc = hf_get_bool(root, path, "tie_word_embeddings", 1, &tie);
     if (!rc)
         rc = check_value(root, path, "apply_residual_connection_post_layernorm", json_false(),
                          "trident's residual is taken before the LayerNorm (transformers' "
                          "Falcon does not read the key)");
     if (!rc)
-        rc = get_int(root, path, "num_kv_heads", m->num_attention_heads, &kv);
+        rc = hf_get_int(root, path, "num_kv_heads", m->num_attention_heads, &kv);
     /* keys of later transformers (Falcon2) that 4.38 does not read */
     json_t *ffn = json_object_get(root, "ffn_hidden_size");
     if (!rc && ffn && !json_is_null(ffn) &&
@@ -509,6 +508,27 @@ int hf_falcon_check(const tr_model_config *m)
                                         : "the sequential residual (parallel_attn false)");
 }
 
+int hf_write_config_json(const char *dir, json_t *root, const tr_hf_export_options *o)
+{
+    json_t *tok = o->eos_token_id >= 0 ? json_integer(o->eos_token_id) : json_null();
+    if (root && (json_object_set(root, "bos_token_id", tok) ||
+                 json_object_set(root, "eos_token_id", tok)))
+        root = (json_decref(root), NULL);
+    json_decref(tok);
+    char *text = root ? json_dumps(root, JSON_INDENT(2) | JSON_SORT_KEYS | JSON_REAL_PRECISION(12))
+                      : NULL;
+    json_decref(root);
+    if (!text)
+        return tr_fail(TR_ERR_NOMEM, "out of memory writing config.json");
+    size_t n = strlen(text);
+    char *t = realloc(text, n + 2);
+    if (t)
+        text = t, text[n] = '\n', text[n + 1] = '\0';
+    int rc = hf_write_text(dir, "config.json", text);
+    free(text);
+    return rc;
+}
+
 int hf_write_family_config(const char *dir, int family, const tr_model_config *m,
                            const tr_hf_export_options *o)
 {
@@ -589,22 +609,6 @@ int hf_write_family_config(const char *dir, int family, const tr_model_config *m
                          "hidden_dropout", 0.0, "pretraining_tp", 1, "slow_but_exact", 0,
                          "tie_word_embeddings", 1, "torch_dtype", dtype, "seq_length",
                          m->max_position_embeddings, "initializer_range", 0.02, "use_cache", 1);
-    json_t *tok = o->eos_token_id >= 0 ? json_integer(o->eos_token_id) : json_null();
-    if (root && (json_object_set(root, "bos_token_id", tok) ||
-                 json_object_set(root, "eos_token_id", tok)))
-        root = (json_decref(root), NULL);
-    json_decref(tok);
-    char *text = root ? json_dumps(root, JSON_INDENT(2) | JSON_SORT_KEYS | JSON_REAL_PRECISION(12))
-                      : NULL;
-    json_decref(root);
-    if (!text)
-        return tr_fail(TR_ERR_NOMEM, "out of memory writing config.json");
-    size_t n = strlen(text);
-    char *t = realloc(text, n + 2);
-    if (t)
-        text = t, text[n] = '\n', text[n + 1] = '\0';
-    int rc = hf_write_text(dir, "config.json", text);
-    free(text);
-    return rc;
+    return hf_write_config_json(dir, root, o);
 }
 

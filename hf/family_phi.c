@@ -9,54 +9,11 @@
  * an untied lm_head with a bias (trident's output_layer_bias). */
 #include "hf/hf_internal.h"
 
-#include <float.h>
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 /* ------------------------------------------------------------------ config.json */
-
-/* key absent or null (*out = dflt; dflt < 0: required) or an integer in [1, 2^26] */
-static int phi_int(json_t *root, const char *path, const char *key, int dflt, int *out)
-{
-    json_t *v = json_object_get(root, key);
-    if (!v || json_is_null(v)) {
-        if (dflt < 0)
-            return tr_fail(TR_ERR_INVALID, "%s: %s is missing", path, key);
-        *out = dflt;
-        return TR_OK;
-    }
-    if (!json_is_integer(v) || json_integer_value(v) < 1 || json_integer_value(v) > (1 << 26))
-        return tr_fail(TR_ERR_INVALID, "%s: %s must be an integer in [1, 67108864]", path, key);
-    *out = (int)json_integer_value(v);
-    return TR_OK;
-}
-
-/* key absent (*out = dflt) or a positive number float32 holds (trident keeps it as one) */
-static int phi_num(json_t *root, const char *path, const char *key, double dflt, double *out)
-{
-    json_t *v = json_object_get(root, key);
-    *out = dflt;
-    if (!v)
-        return TR_OK;
-    double x = json_is_number(v) ? json_number_value(v) : -1.0;
-    if (!isfinite(x) || !(x > 0) || x > FLT_MAX || !((float)x > 0.0f))
-        return tr_fail(TR_ERR_INVALID, "%s: %s must be a positive number that float32 holds "
-                       "(%g to %g)", path, key, (double)FLT_TRUE_MIN, (double)FLT_MAX);
-    *out = x;
-    return TR_OK;
-}
-
-/* key absent (*out = dflt) or a JSON true / false */
-static int phi_bool(json_t *root, const char *path, const char *key, int dflt, int *out)
-{
-    json_t *v = json_object_get(root, key);
-    if (v && !json_is_boolean(v))
-        return tr_fail(TR_ERR_INVALID, "%s: %s must be true or false", path, key);
-    *out = v ? json_is_true(v) : dflt;
-    return TR_OK;
-}
 
 int hf_read_phi(json_t *root, const char *path, tr_model_config *m)
 {
@@ -70,40 +27,40 @@ int hf_read_phi(json_t *root, const char *path, tr_model_config *m)
                        "PhiConfig's keys: hidden_size, partial_rotary_factor, ...), which trident "
                        "converts: use the model's config.json and weights of transformers 4.37 or "
                        "later", path, type);
-    int rc = phi_int(root, path, "num_hidden_layers", -1, &m->num_layers);
+    int rc = hf_get_int(root, path, "num_hidden_layers", -1, &m->num_layers);
     if (!rc)
-        rc = phi_int(root, path, "hidden_size", -1, &m->hidden_size);
+        rc = hf_get_int(root, path, "hidden_size", -1, &m->hidden_size);
     if (!rc)
-        rc = phi_int(root, path, "num_attention_heads", -1, &m->num_attention_heads);
+        rc = hf_get_int(root, path, "num_attention_heads", -1, &m->num_attention_heads);
     if (!rc) /* (null: as many as the heads, PhiConfig's) */
-        rc = phi_int(root, path, "num_key_value_heads", m->num_attention_heads,
+        rc = hf_get_int(root, path, "num_key_value_heads", m->num_attention_heads,
                      &m->num_query_groups);
     if (!rc)
-        rc = phi_int(root, path, "intermediate_size", -1, &m->ffn_hidden_size);
+        rc = hf_get_int(root, path, "intermediate_size", -1, &m->ffn_hidden_size);
     if (!rc)
-        rc = phi_int(root, path, "vocab_size", -1, &m->vocab_size);
+        rc = hf_get_int(root, path, "vocab_size", -1, &m->vocab_size);
     if (!rc)
-        rc = phi_int(root, path, "max_position_embeddings", 2048, &m->max_position_embeddings);
+        rc = hf_get_int(root, path, "max_position_embeddings", 2048, &m->max_position_embeddings);
     if (!rc)
-        rc = phi_num(root, path, "layer_norm_eps", 1e-5, &m->layernorm_epsilon);
+        rc = hf_get_num(root, path, "layer_norm_eps", 1e-5, &m->layernorm_epsilon);
     if (!rc)
-        rc = phi_num(root, path, "rope_theta", 10000.0, &m->rotary_base);
+        rc = hf_get_num(root, path, "rope_theta", 10000.0, &m->rotary_base);
     double factor = 0.5;
     if (!rc)
-        rc = phi_num(root, path, "partial_rotary_factor", 0.5, &factor);
+        rc = hf_get_num(root, path, "partial_rotary_factor", 0.5, &factor);
     json_t *scaling = json_object_get(root, "rope_scaling");
     if (!rc && scaling && !json_is_null(scaling))
         rc = tr_fail(TR_ERR_INVALID, "%s: rope_scaling is not supported: no rope scaling in "
                      "trident (null converts)", path);
     int qk_ln = 0, tie = 0;
     if (!rc)
-        rc = phi_bool(root, path, "qk_layernorm", 0, &qk_ln);
+        rc = hf_get_bool(root, path, "qk_layernorm", 0, &qk_ln);
     if (!rc && qk_ln)
         rc = tr_fail(TR_ERR_INVALID, "%s: qk_layernorm true is not supported: trident's "
                      "attention has no LayerNorm of the queries and keys (q_layernorm, "
                      "k_layernorm)", path);
     if (!rc)
-        rc = phi_bool(root, path, "tie_word_embeddings", 0, &tie);
+        rc = hf_get_bool(root, path, "tie_word_embeddings", 0, &tie);
     if (!rc && tie)
         rc = tr_fail(TR_ERR_INVALID, "%s: tie_word_embeddings true is not supported: "
                      "transformers' tied Phi head keeps its own lm_head.bias, and trident's head "
@@ -177,23 +134,7 @@ int hf_write_phi_config(const char *dir, const tr_model_config *m, const tr_hf_e
         "initializer_range", 0.02, "use_cache", 1, "tie_word_embeddings", 0, "rope_theta",
         m->rotary_base, "rope_scaling", "partial_rotary_factor", m->rotary_percent,
         "qk_layernorm", 0, "torch_dtype", o->bf16 ? "bfloat16" : "float32");
-    json_t *tok = o->eos_token_id >= 0 ? json_integer(o->eos_token_id) : json_null();
-    if (root && (json_object_set(root, "bos_token_id", tok) ||
-                 json_object_set(root, "eos_token_id", tok)))
-        root = (json_decref(root), NULL);
-    json_decref(tok);
-    char *text = root ? json_dumps(root, JSON_INDENT(2) | JSON_SORT_KEYS | JSON_REAL_PRECISION(12))
-                      : NULL;
-    json_decref(root);
-    if (!text)
-        return tr_fail(TR_ERR_NOMEM, "out of memory writing config.json");
-    size_t n = strlen(text);
-    char *t = realloc(text, n + 2);
-    if (t)
-        text = t, text[n] = '\n', text[n + 1] = '\0';
-    int rc = hf_write_text(dir, "config.json", text);
-    free(text);
-    return rc;
+    return hf_write_config_json(dir, root, o);
 }
 
 /* ------------------------------------------------------------------ which models, the names */

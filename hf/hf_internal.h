@@ -42,6 +42,20 @@ TR_MUST_CHECK int hf_write_phi_config(const char *dir, const tr_model_config *m,
 int hf_phi_shape(const tr_gpt_shape *s);
 TR_MUST_CHECK int hf_phi_map(const tr_param_tensor *t, const tr_gpt_shape *s, char name[3][112],
                              uint64_t rows[3], int *qkv);
+/* config.json readers (family_config.c), shared by every family: root's key into *out, or
+ * TR_ERR_INVALID naming path and key. hf_get_int: absent or null takes dflt (dflt < 0: the key
+ * is required), else an integer in [1, 2^26]. hf_get_num: absent takes dflt, else a positive
+ * number that float32 holds (trident keeps it as one). hf_get_bool: absent takes dflt, else
+ * true or false. */
+TR_MUST_CHECK int hf_get_int(json_t *root, const char *path, const char *key, int dflt, int *out);
+TR_MUST_CHECK int hf_get_num(json_t *root, const char *path, const char *key, double dflt,
+                             double *out);
+TR_MUST_CHECK int hf_get_bool(json_t *root, const char *path, const char *key, int dflt,
+                              int *out);
+/* DIR/config.json from root (owned: released here; NULL: out of memory) with o's bos and eos
+ * token ids (null when o->eos_token_id < 0), sorted keys, 2-space indent, a final newline */
+TR_MUST_CHECK int hf_write_config_json(const char *dir, json_t *root,
+                                       const tr_hf_export_options *o);
 /* DIR/config.json of a Llama / Qwen2 / Bloom / GPT-NeoX / Falcon model m (family_config.c) */
 TR_MUST_CHECK int hf_write_family_config(const char *dir, int family, const tr_model_config *m,
                                          const tr_hf_export_options *o);
