@@ -63,9 +63,38 @@ static int map_llama(const tr_param_tensor *t, const tr_gpt_shape *s, fam_map *m
     return TR_OK;
 }
 
+/* a trident tensor name and its HF one */
+typedef struct {
+    const char *trident, *hf;
+} fam_name;
+
+/* t's one HF tensor in trident's layout (FAM_SAME): layers.L.X is layer_prefix L.Y for the
+ * {X, Y} of layer, any other name top_prefix Y for that of top; TR_ERR_INTERNAL naming the
+ * family when there is none */
+static int map_table(const tr_param_tensor *t, fam_map *m, const fam_name *layer, size_t n_layer,
+                     const char *layer_prefix, const fam_name *top, size_t n_top,
+                     const char *top_prefix, const char *family)
+{
+    int l = -1, used = 0;
+    m->kind = FAM_SAME, m->n = 1;
+    m->rows[0] = (uint64_t)t->full_rows;
+    m->name[0][0] = '\0';
+    if (sscanf(t->name, "layers.%d.%n", &l, &used) == 1 && used > 0) {
+        for (size_t i = 0; i < n_layer; i++)
+            if (!strcmp(t->name + used, layer[i].trident))
+                snprintf(m->name[0], sizeof m->name[0], "%s%d.%s", layer_prefix, l, layer[i].hf);
+    } else
+        for (size_t i = 0; i < n_top; i++)
+            if (!strcmp(t->name, top[i].trident))
+                snprintf(m->name[0], sizeof m->name[0], "%s%s", top_prefix, top[i].hf);
+    if (!m->name[0][0])
+        return tr_fail(TR_ERR_INTERNAL, "no %s name for trident tensor '%s'", family, t->name);
+    return TR_OK;
+}
+
 static int map_bloom(const tr_param_tensor *t, fam_map *m)
 {
-    static const struct { const char *trident, *hf; } layer[] = {
+    static const fam_name layer[] = {
         {"ln1.weight", "input_layernorm.weight"},
         {"ln1.bias", "input_layernorm.bias"},
         {"qkv.weight", "self_attention.query_key_value.weight"},
@@ -78,35 +107,22 @@ static int map_bloom(const tr_param_tensor *t, fam_map *m)
         {"fc.bias", "mlp.dense_h_to_4h.bias"},
         {"fc_proj.weight", "mlp.dense_4h_to_h.weight"},
         {"fc_proj.bias", "mlp.dense_4h_to_h.bias"}};
-    static const struct { const char *trident, *hf; } top[] = {
+    static const fam_name top[] = {
         {"wte", "word_embeddings.weight"},
         {"emb_ln.weight", "word_embeddings_layernorm.weight"},
         {"emb_ln.bias", "word_embeddings_layernorm.bias"},
         {"lnf.weight", "ln_f.weight"},
         {"lnf.bias", "ln_f.bias"}};
-    int l = -1, used = 0;
-    m->kind = FAM_SAME, m->n = 1;
-    m->rows[0] = (uint64_t)t->full_rows;
-    m->name[0][0] = '\0';
     /* qkv rows are (head, {q, k, v}, d) in both: query_key_value is trident's layout */
-    if (sscanf(t->name, "layers.%d.%n", &l, &used) == 1 && used > 0) {
-        for (size_t i = 0; i < sizeof layer / sizeof layer[0]; i++)
-            if (!strcmp(t->name + used, layer[i].trident))
-                snprintf(m->name[0], sizeof m->name[0], "transformer.h.%d.%s", l, layer[i].hf);
-    } else
-        for (size_t i = 0; i < sizeof top / sizeof top[0]; i++)
-            if (!strcmp(t->name, top[i].trident))
-                snprintf(m->name[0], sizeof m->name[0], "transformer.%s", top[i].hf);
-    if (!m->name[0][0])
-        return tr_fail(TR_ERR_INTERNAL, "no Bloom name for trident tensor '%s'", t->name);
-    return TR_OK;
+    return map_table(t, m, layer, sizeof layer / sizeof layer[0], "transformer.h.", top,
+                     sizeof top / sizeof top[0], "transformer.", "Bloom");
 }
 
 /* GPT-NeoX: every tensor in trident's layout (query_key_value's rows, viewed by transformers
  * as (heads, 3 * head_size), are (head, {q, k, v}, d)) */
 static int map_neox(const tr_param_tensor *t, fam_map *m)
 {
-    static const struct { const char *trident, *hf; } layer[] = {
+    static const fam_name layer[] = {
         {"ln1.weight", "input_layernorm.weight"},
         {"ln1.bias", "input_layernorm.bias"},
         {"qkv.weight", "attention.query_key_value.weight"},
@@ -119,26 +135,13 @@ static int map_neox(const tr_param_tensor *t, fam_map *m)
         {"fc.bias", "mlp.dense_h_to_4h.bias"},
         {"fc_proj.weight", "mlp.dense_4h_to_h.weight"},
         {"fc_proj.bias", "mlp.dense_4h_to_h.bias"}};
-    static const struct { const char *trident, *hf; } top[] = {
+    static const fam_name top[] = {
         {"wte", "gpt_neox.embed_in.weight"},
         {"output_layer", "embed_out.weight"},
         {"lnf.weight", "gpt_neox.final_layer_norm.weight"},
         {"lnf.bias", "gpt_neox.final_layer_norm.bias"}};
-    int l = -1, used = 0;
-    m->kind = FAM_SAME, m->n = 1;
-    m->rows[0] = (uint64_t)t->full_rows;
-    m->name[0][0] = '\0';
-    if (sscanf(t->name, "layers.%d.%n", &l, &used) == 1 && used > 0) {
-        for (size_t i = 0; i < sizeof layer / sizeof layer[0]; i++)
-            if (!strcmp(t->name + used, layer[i].trident))
-                snprintf(m->name[0], sizeof m->name[0], "gpt_neox.layers.%d.%s", l, layer[i].hf);
-    } else
-        for (size_t i = 0; i < sizeof top / sizeof top[0]; i++)
-            if (!strcmp(t->name, top[i].trident))
-                snprintf(m->name[0], sizeof m->name[0], "%s", top[i].hf);
-    if (!m->name[0][0])
-        return tr_fail(TR_ERR_INTERNAL, "no GPT-NeoX name for trident tensor '%s'", t->name);
-    return TR_OK;
+    return map_table(t, m, layer, sizeof layer / sizeof layer[0], "gpt_neox.layers.", top,
+                     sizeof top / sizeof top[0], "", "GPT-NeoX");
 }
 
 /* Falcon: Bloom's names under transformer.h.L (self_attention.*, mlp.*), lm_head.weight; the
