@@ -143,3 +143,65 @@ class Session:
 
 def leftovers(parent):
     return [n for n in os.listdir(parent) if ".tmp-" in n]
+
+
+# ---------------------------------------------------------------- the transformers oracles' helpers
+# (numpy and torch imported by each: the convert tests above run without them)
+
+def gather_grads(d):
+    """Whole tensors by name from every rank's dump of --dump-grads in folder d (shards placed,
+    ZeRO-1's unowned parts NaN)."""
+    import numpy as np
+    full = {}
+    for fn in sorted(f for f in os.listdir(d) if f.endswith(".json")):
+        meta = json.load(open(os.path.join(d, fn)))
+        flat = np.fromfile(os.path.join(d, fn[:-5] + ".bin"), dtype=np.float32)
+        owned = np.zeros(flat.shape, dtype=bool)
+        for off, cnt in meta["owned"]:
+            owned[off:off + cnt] = True
+        flat = np.where(owned, flat, np.nan)
+        for t in meta["tensors"]:
+            part = flat[t["offset"]:t["offset"] + t["rows"] * t["cols"]].reshape(t["rows"], t["cols"])
+            whole = full.setdefault(t["name"], np.full((t["full_rows"], t["full_cols"]), np.nan))
+            r, c = (meta["tp_rank"] * t["rows"], 0) if t["split_dim"] == 0 else (0, meta["tp_rank"] * t["cols"]) \
+                if t["split_dim"] == 1 else (0, 0)
+            view = whole[r:r + t["rows"], c:c + t["cols"]]
+            view[~np.isnan(part)] = part[~np.isnan(part)]
+    return full
+
+
+def worst_grad(grads, want_of):
+    """grads: gather_grads'; want_of(name): transformers' gradient of trident tensor name in
+    trident's layout (numpy). (worst relative L2 over the tensors, its name, the names whose
+    rows up to want's are NaN or misshapen)."""
+    import numpy as np
+    worst, worst_name, bad = 0.0, "", []
+    for tname, g in grads.items():
+        want = want_of(tname)
+        got = g[:want.shape[0]]
+        if np.isnan(got).any() or got.shape != want.shape:
+            bad.append(tname)
+            continue
+        rel_g = np.linalg.norm(got - want) / max(np.linalg.norm(want), 1e-30)
+        if rel_g > worst:
+            worst, worst_name = rel_g, tname
+    return worst, worst_name, bad
+
+
+def window_nll(model, ids, T):
+    """transformers' model's summed nll of token ids in windows of T at stride T // 2, each token
+    scored once with the most context it gets (trident eval --context T --stride T/2): (nll, tokens)."""
+    import torch
+    import torch.nn.functional as F
+    nll, n_tok, prev_end = 0.0, 0, 0
+    with torch.no_grad():
+        for begin in range(0, len(ids), T // 2):
+            end = min(begin + T, len(ids))
+            lp = F.log_softmax(model(torch.tensor([ids[begin:end]])).logits[0].double(), -1)
+            for j in range(max(begin + 1, prev_end), end):
+                nll -= lp[j - 1 - begin, ids[j]].item()
+                n_tok += 1
+            prev_end = end
+            if end == len(ids):
+                break
+    return nll, n_tok

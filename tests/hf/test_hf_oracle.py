@@ -22,6 +22,7 @@ import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "common"))
 import trident_test as tt  # noqa: E402
+import hf_files as hff  # noqa: E402
 
 trident, probe, work, venv = sys.argv[1:5]
 try:
@@ -165,26 +166,6 @@ def hf_grad_as_trident(name):
     raise KeyError(name)
 
 
-def gather_grads(d):
-    """Whole tensors by name from every rank's dump (shards placed, ZeRO-1's unowned parts NaN)."""
-    full = {}
-    for fn in sorted(f for f in os.listdir(d) if f.endswith(".json")):
-        meta = json.load(open(os.path.join(d, fn)))
-        flat = np.fromfile(os.path.join(d, fn[:-5] + ".bin"), dtype=np.float32)
-        owned = np.zeros(flat.shape, dtype=bool)
-        for off, cnt in meta["owned"]:
-            owned[off:off + cnt] = True
-        flat = np.where(owned, flat, np.nan)
-        for t in meta["tensors"]:
-            part = flat[t["offset"]:t["offset"] + t["rows"] * t["cols"]].reshape(t["rows"], t["cols"])
-            whole = full.setdefault(t["name"], np.full((t["full_rows"], t["full_cols"]), np.nan))
-            r, c = (meta["tp_rank"] * t["rows"], 0) if t["split_dim"] == 0 else (0, meta["tp_rank"] * t["cols"]) \
-                if t["split_dim"] == 1 else (0, 0)
-            view = whole[r:r + t["rows"], c:c + t["cols"]]
-            view[~np.isnan(part)] = part[~np.isnan(part)]
-    return full
-
-
 def train_3d(name, iters, extra=(), flags=()):
     out = os.path.join(work, name)
     r = tt.run(tt.train_cmd(trident, cfg, out, 8, 2, 2, [f"training.train_iters={iters}", *extra],
@@ -202,7 +183,7 @@ for name, extra in [("grads-3d", ()),
     rel_loss = abs(loss - hf_loss.item()) / hf_loss.item()
     tt.check(f"{name}: loss of iteration 1", rel_loss <= 1e-5,
              f"trident {loss:.7f} transformers {hf_loss.item():.7f} relative {rel_loss:.1e}", show=True)
-    grads = gather_grads(os.path.join(out, "grads"))
+    grads = hff.gather_grads(os.path.join(out, "grads"))
     worst, worst_name, bad = 0.0, "", []
     for tname, g in grads.items():
         want = hf_grad_as_trident(tname).detach().double().numpy()

@@ -20,6 +20,7 @@ import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "common"))
 import trident_test as tt  # noqa: E402
+import hf_files as hff  # noqa: E402
 
 trident, probe, work, venv = sys.argv[1:5]
 quick = "--quick" in sys.argv[5:]
@@ -41,26 +42,6 @@ hf_logging.disable_progress_bar()
 torch.set_num_threads(2)
 work = tt.fresh_dir(work)
 L, V, T = 2, 300, 32  # V: byte tokens fit, and TP pads it
-
-
-def gather_grads(d):
-    """Whole tensors by name from every rank's dump (shards placed)."""
-    full = {}
-    for fn in sorted(f for f in os.listdir(d) if f.endswith(".json")):
-        meta = json.load(open(os.path.join(d, fn)))
-        flat = np.fromfile(os.path.join(d, fn[:-5] + ".bin"), dtype=np.float32)
-        owned = np.zeros(flat.shape, dtype=bool)
-        for off, cnt in meta["owned"]:
-            owned[off:off + cnt] = True
-        flat = np.where(owned, flat, np.nan)
-        for t in meta["tensors"]:
-            part = flat[t["offset"]:t["offset"] + t["rows"] * t["cols"]].reshape(t["rows"], t["cols"])
-            whole = full.setdefault(t["name"], np.full((t["full_rows"], t["full_cols"]), np.nan))
-            r, c = (meta["tp_rank"] * t["rows"], 0) if t["split_dim"] == 0 else (0, meta["tp_rank"] * t["cols"]) \
-                if t["split_dim"] == 1 else (0, 0)
-            view = whole[r:r + t["rows"], c:c + t["cols"]]
-            view[~np.isnan(part)] = part[~np.isnan(part)]
-    return full
 
 
 def phi_grad(G, name, NH, NG, HS, C):
@@ -164,17 +145,7 @@ for name, model, hf_grad, keys, n_tensors, rot in models:
     text = "the partial rotary query heads of one shared norm; " * 3
     tt.write(text_file, text)
     ids = list(text.encode())
-    nll, n_tok, prev_end = 0.0, 0, 0
-    with torch.no_grad():
-        for begin in range(0, len(ids), T // 2):
-            end = min(begin + T, len(ids))
-            lp = F.log_softmax(model(torch.tensor([ids[begin:end]])).logits[0].double(), -1)
-            for j in range(max(begin + 1, prev_end), end):
-                nll -= lp[j - 1 - begin, ids[j]].item()
-                n_tok += 1
-            prev_end = end
-            if end == len(ids):
-                break
+    nll, n_tok = hff.window_nll(model, ids, T)
     rc, so, se = tt.outputs([trident, "eval", src, "--input", text_file, "--context", str(T), "--stride",
                              str(T // 2), "--json"], timeout=120)
     got = (json.loads(so[so.index("{"):]).get("perplexity") or {}) if rc == 0 and "{" in so else {}
@@ -226,17 +197,8 @@ for name, model, hf_grad, keys, n_tensors, rot in models:
         rel_loss = abs(loss - hf_loss.item()) / hf_loss.item()
         tt.check(f"{name} {lname}: loss of iteration 1", rel_loss <= 1e-5,
                  f"trident {loss:.7f} transformers {hf_loss.item():.7f} relative {rel_loss:.1e}", show=True)
-        grads = gather_grads(os.path.join(run, "grads"))
-        worst, worst_name, bad = 0.0, "", []
-        for tname, g in grads.items():
-            want = hf_grad(G, tname).detach().double().numpy()
-            got = g[:want.shape[0]]
-            if np.isnan(got).any() or got.shape != want.shape:
-                bad.append(tname)
-                continue
-            rel_g = np.linalg.norm(got - want) / max(np.linalg.norm(want), 1e-30)
-            if rel_g > worst:
-                worst, worst_name = rel_g, tname
+        grads = hff.gather_grads(os.path.join(run, "grads"))
+        worst, worst_name, bad = hff.worst_grad(grads, lambda tname: hf_grad(G, tname).detach().double().numpy())
         tt.check(f"{name} {lname}: every gradient ({len(grads)} tensors, output_layer.bias among them)",
                  not bad and worst <= 1e-4 and len(grads) == n_tensors and "output_layer.bias" in grads,
                  f"worst relative L2 {worst:.2e} ({worst_name}); missing, NaN or misshapen: {bad}; "
