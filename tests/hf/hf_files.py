@@ -1,6 +1,8 @@
 """Hugging Face folders written by hand for `trident convert`'s tests (no PyTorch; they run
 in the sanitizer build too): a small safetensors writer and reader, a tiny GPT-2's tensors and
-config.json, and `trident convert` run with its refusal check.
+config.json, and `trident convert` run with its refusal check, an export's round trips in
+shards and in BF16 (Session.shards_check, bf16_check); at the end, the transformers oracles'
+helpers (gather_grads, worst_grad, window_nll: numpy and torch imported inside them).
 
     import hf_files as hff
     s = hff.Session(trident, work)
@@ -139,6 +141,34 @@ class Session:
         tt.check(f"refused: {what}", ok, f"exit {rc}, stderr {se.strip()!r}, output exists: {os.path.exists(out)}")
         if os.path.isdir(out) and out not in self.keep:  # a wrong acceptance must not fail the checks after it
             shutil.rmtree(out)
+
+    def shards_check(self, text, ck, name, max_size, *extra):
+        """Checkpoint ck exported (--to hf, with extra) in shards of max_size to WORK/NAME-shards
+        and imported again to WORK/ck-NAME-shards: one check, `text`, that more than 2 shards
+        give the same checkpoint. The shards' folder."""
+        shards = os.path.join(self.work, name + "-shards")
+        rc, so, se = self.convert("--to", "hf", "--input", ck, "--output", shards, *extra, "--max-shard-size", max_size)
+        n_shards = len([f for f in os.listdir(shards) if f.startswith("model-")]) if rc == 0 else 0
+        ck_s = os.path.join(self.work, "ck-" + name + "-shards")
+        rc2, so2, se2 = self.convert("--from", "hf", "--input", shards, "--output", ck_s) if rc == 0 else (1, "", "")
+        tt.check(text, rc2 == 0 and n_shards > 2 and same_checkpoint(ck, ck_s),
+                 f"exit {rc}/{rc2} ({n_shards} shards): {se}{se2}")
+        return shards
+
+    def bf16_check(self, text, ck, name):
+        """Checkpoint ck exported in BF16 to WORK/NAME-bf16, imported (WORK/ck-NAME-bf16) and
+        exported in BF16 again (WORK/NAME-bf16-back): one check, `text`, that the two exports'
+        tensors are the same bytes and the second's config.json has torch_dtype bfloat16."""
+        bf16 = os.path.join(self.work, name + "-bf16")
+        rc, so, se = self.convert("--to", "hf", "--input", ck, "--output", bf16, "--dtype", "bf16")
+        ck_b = os.path.join(self.work, "ck-" + name + "-bf16")
+        rc2, so2, se2 = self.convert("--from", "hf", "--input", bf16, "--output", ck_b) if rc == 0 else (1, "", "")
+        back = os.path.join(self.work, name + "-bf16-back")
+        rc3, so3, se3 = self.convert("--to", "hf", "--input", ck_b, "--output", back, "--dtype", "bf16") \
+            if rc2 == 0 else (1, "", "")
+        tt.check(text, rc3 == 0 and st_read(os.path.join(bf16, "model.safetensors")) == st_read(os.path.join(back, "model.safetensors"))
+                 and json.load(open(os.path.join(back, "config.json"))).get("torch_dtype") == "bfloat16",
+                 f"exit {rc}/{rc2}/{rc3}: {se}{se2}{se3}")
 
 
 def leftovers(parent):

@@ -342,13 +342,8 @@ for what, tensors, config in big:
     refused(f"config.json of a {what} with small weights", ["--from", "hf", "--input", d, "--output", out], out,
             "config.json describes a", [os.path.join(d, "config.json"), "safetensors weights hold"])
 # the check counts every shard of an index: a sharded export imports again
-shards = os.path.join(work, "llama-shards")
-rc, so, se = convert("--to", "hf", "--input", ck_llama, "--output", shards, "--config", lcfg, "--max-shard-size", "8KB")
-n_shards = len([f for f in os.listdir(shards) if f.startswith("model-")]) if rc == 0 else 0
-ck_shards = os.path.join(work, "ck-llama-shards")
-rc2, so2, se2 = convert("--from", "hf", "--input", shards, "--output", ck_shards) if rc == 0 else (1, "", "")
-tt.check("Llama in shards: imported, the same checkpoint", rc2 == 0 and n_shards > 2 and same_checkpoint(ck_llama, ck_shards),
-         f"exit {rc}/{rc2} ({n_shards} shards): {se}{se2}")
+shards = session.shards_check("Llama in shards: imported, the same checkpoint", ck_llama, "llama", "8KB",
+                              "--config", lcfg)
 tt.write(os.path.join(shards, "config.json"), json.dumps(dict(LC, num_hidden_layers=64)))
 refused("config.json of 64 layers beside the shards of 2", ["--from", "hf", "--input", shards, "--output", bad_out], bad_out,
         "config.json describes a Llama model", [os.path.join(shards, "config.json")])
@@ -486,23 +481,9 @@ for what, where in (("the checkpoint without --config", ck_neox), ("the HF folde
                              "--temperature", "0"])
     tt.check(f"generate from {what} (GPT-NeoX): exit 0", rc == 0, se)
 # in shards (model.safetensors.index.json) and in BF16: imported again, the same checkpoint / bf16's values
-shards_n = os.path.join(work, "neox-shards")
-rc, so, se = convert("--to", "hf", "--input", ck_neox, "--output", shards_n, "--max-shard-size", "8KB")
-n_shards = len([f for f in os.listdir(shards_n) if f.startswith("model-")]) if rc == 0 else 0
-ck_ns = os.path.join(work, "ck-neox-shards")
-rc2, so2, se2 = convert("--from", "hf", "--input", shards_n, "--output", ck_ns) if rc == 0 else (1, "", "")
-tt.check("GPT-NeoX in shards: imported, the same checkpoint", rc2 == 0 and n_shards > 2 and same_checkpoint(ck_neox, ck_ns),
-         f"exit {rc}/{rc2} ({n_shards} shards): {se}{se2}")
-bf16_n = os.path.join(work, "neox-bf16")
-rc, so, se = convert("--to", "hf", "--input", ck_neox, "--output", bf16_n, "--dtype", "bf16")
-ck_nb = os.path.join(work, "ck-neox-bf16")
-rc2, so2, se2 = convert("--from", "hf", "--input", bf16_n, "--output", ck_nb) if rc == 0 else (1, "", "")
-back_nb = os.path.join(work, "neox-bf16-back")
-rc3, so3, se3 = convert("--to", "hf", "--input", ck_nb, "--output", back_nb, "--dtype", "bf16") if rc2 == 0 else (1, "", "")
-tt.check("GPT-NeoX in BF16: exported, imported and exported again bit for bit, torch_dtype bfloat16",
-         rc3 == 0 and st_read(os.path.join(bf16_n, "model.safetensors")) == st_read(os.path.join(back_nb, "model.safetensors"))
-         and json.load(open(os.path.join(back_nb, "config.json"))).get("torch_dtype") == "bfloat16",
-         f"exit {rc}/{rc2}/{rc3}: {se}{se2}{se3}")
+session.shards_check("GPT-NeoX in shards: imported, the same checkpoint", ck_neox, "neox", "8KB")
+session.bf16_check("GPT-NeoX in BF16: exported, imported and exported again bit for bit, torch_dtype bfloat16",
+                   ck_neox, "neox")
 # the sequential residual, a tanh GELU and a tied head (no embed_out.weight; or one equal to embed_in)
 NC2 = dict(NC, use_parallel_residual=False, hidden_act="gelu_new", tie_word_embeddings=True, rotary_pct=0.5)
 nt2 = neox_tensors(head=False)
@@ -750,23 +731,9 @@ for i, (what, tensors, config, printed, absent, line_end, written) in enumerate(
                  rc == 0, se)
 # in shards (model.safetensors.index.json) and in BF16 (Falcon-7B's layer): imported again, the
 # same checkpoint / bf16's values bit for bit
-shards_f = os.path.join(work, "falcon-shards")
-rc, so, se = convert("--to", "hf", "--input", ck_falcon[1], "--output", shards_f, "--max-shard-size", "4KB")
-n_shards = len([f for f in os.listdir(shards_f) if f.startswith("model-")]) if rc == 0 else 0
-ck_fs = os.path.join(work, "ck-falcon-shards")
-rc2, so2, se2 = convert("--from", "hf", "--input", shards_f, "--output", ck_fs) if rc == 0 else (1, "", "")
-tt.check("Falcon-7B's layer in shards: imported, the same checkpoint",
-         rc2 == 0 and n_shards > 2 and same_checkpoint(ck_falcon[1], ck_fs), f"exit {rc}/{rc2} ({n_shards} shards): {se}{se2}")
-bf16_f = os.path.join(work, "falcon-bf16")
-rc, so, se = convert("--to", "hf", "--input", ck_falcon[1], "--output", bf16_f, "--dtype", "bf16")
-ck_fb = os.path.join(work, "ck-falcon-bf16")
-rc2, so2, se2 = convert("--from", "hf", "--input", bf16_f, "--output", ck_fb) if rc == 0 else (1, "", "")
-back_fb = os.path.join(work, "falcon-bf16-back")
-rc3, so3, se3 = convert("--to", "hf", "--input", ck_fb, "--output", back_fb, "--dtype", "bf16") if rc2 == 0 else (1, "", "")
-tt.check("Falcon-7B's layer in BF16: exported, imported and exported again bit for bit, torch_dtype bfloat16",
-         rc3 == 0 and st_read(os.path.join(bf16_f, "model.safetensors")) == st_read(os.path.join(back_fb, "model.safetensors"))
-         and json.load(open(os.path.join(back_fb, "config.json"))).get("torch_dtype") == "bfloat16",
-         f"exit {rc}/{rc2}/{rc3}: {se}{se2}{se3}")
+session.shards_check("Falcon-7B's layer in shards: imported, the same checkpoint", ck_falcon[1], "falcon", "4KB")
+session.bf16_check("Falcon-7B's layer in BF16: exported, imported and exported again bit for bit, torch_dtype "
+                   "bfloat16", ck_falcon[1], "falcon")
 # Falcon-7B's released config.json keys (FalconConfig's defaults left out: multi_query, parallel_attn,
 # bias; transformers 4.27's apply_residual_connection_post_layernorm false, bos/eos 11), n_embed
 # for hidden_size: the same checkpoint as the explicit one

@@ -105,24 +105,9 @@ for what, where in (("the checkpoint without --config", ck), ("the HF folder", d
                              "--temperature", "0"])
     tt.check(f"generate from {what} (Phi): exit 0", rc == 0, se)
 # in shards (model.safetensors.index.json) and in BF16
-shards = os.path.join(work, "phi-shards")
-rc, so, se = convert("--to", "hf", "--input", ck, "--output", shards, "--max-shard-size", "8KB")
-n_shards = len([f for f in os.listdir(shards) if f.startswith("model-")]) if rc == 0 else 0
-ck_s = os.path.join(work, "ck-phi-shards")
-rc2, so2, se2 = convert("--from", "hf", "--input", shards, "--output", ck_s) if rc == 0 else (1, "", "")
-tt.check("Phi in shards: imported, the same checkpoint", rc2 == 0 and n_shards > 2 and same_checkpoint(ck, ck_s),
-         f"exit {rc}/{rc2} ({n_shards} shards): {se}{se2}")
-bf16 = os.path.join(work, "phi-bf16")
-rc, so, se = convert("--to", "hf", "--input", ck, "--output", bf16, "--dtype", "bf16")
-ck_b = os.path.join(work, "ck-phi-bf16")
-rc2, so2, se2 = convert("--from", "hf", "--input", bf16, "--output", ck_b) if rc == 0 else (1, "", "")
-back_b = os.path.join(work, "phi-bf16-back")
-rc3, so3, se3 = convert("--to", "hf", "--input", ck_b, "--output", back_b, "--dtype", "bf16") if rc2 == 0 else (1, "", "")
-tt.check("Phi in BF16: exported, imported (the size check at 2 bytes a parameter passes) and exported again bit "
-         "for bit, torch_dtype bfloat16",
-         rc3 == 0 and st_read(os.path.join(bf16, "model.safetensors")) == st_read(os.path.join(back_b, "model.safetensors"))
-         and json.load(open(os.path.join(back_b, "config.json"))).get("torch_dtype") == "bfloat16",
-         f"exit {rc}/{rc2}/{rc3}: {se}{se2}{se3}")
+session.shards_check("Phi in shards: imported, the same checkpoint", ck, "phi", "8KB")
+session.bf16_check("Phi in BF16: exported, imported (the size check at 2 bytes a parameter passes) and exported again bit "
+                   "for bit, torch_dtype bfloat16", ck, "phi")
 # the tanh GELU by every name; the exact one; num_key_value_heads null; PhiConfig's defaults
 for act in ("gelu_pytorch_tanh", "gelu_fast", "gelu_accurate"):
     ck_a = os.path.join(work, "ck-phi-act-" + act)
