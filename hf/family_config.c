@@ -217,19 +217,9 @@ static int read_neox(json_t *root, const char *path, tr_model_config *m)
     int hs = m->num_attention_heads > 0 && m->hidden_size % m->num_attention_heads == 0
                  ? m->hidden_size / m->num_attention_heads
                  : 0; /* (not dividing: refused by the caller) */
-    if (!rc && hs && pct > 1.0)
-        rc = tr_fail(TR_ERR_INVALID, "%s: rotary_pct must be in (0, 1], not %g", path, pct);
-    if (!rc && hs) {
-        int rot = (int)(hs * pct);
-        char text[40];
-        snprintf(text, sizeof text, "%.9g", (double)rot / hs);
-        double kept = strtod(text, NULL);
-        if (rot < 2 || rot % 2 || hs * kept != (double)rot || (int)(hs * kept) != rot)
-            rc = tr_fail(TR_ERR_INVALID, "%s: rotary_pct %g of the head size %d rotates %d "
-                         "dimensions (int(head_size * rotary_pct)); trident rotates an even "
-                         "number >= 2 that is head_size * a 9-digit share", path, pct, hs, rot);
-        m->rotary_percent = kept;
-    }
+    if (!rc && hs)
+        rc = hf_rotary_share(path, "rotary_pct", "head_size * rotary_pct", "head_size", pct, hs,
+                             &m->rotary_percent);
     m->num_query_groups = m->num_attention_heads;
     m->normalization = "LayerNorm";
     m->position_embedding_type = "rope";
@@ -506,6 +496,22 @@ int hf_falcon_check(const tr_model_config *m)
                                         : "model.parallel_residual false",
                    m->parallel_residual ? "one norm for both branches (parallel_attn true)"
                                         : "the sequential residual (parallel_attn false)");
+}
+
+int hf_rotary_share(const char *path, const char *key, const char *formula, const char *dim,
+                    double factor, int hs, double *kept)
+{
+    if (factor > 1.0)
+        return tr_fail(TR_ERR_INVALID, "%s: %s must be in (0, 1], not %g", path, key, factor);
+    int rot = (int)(factor * hs);
+    char text[40];
+    snprintf(text, sizeof text, "%.9g", (double)rot / hs);
+    *kept = strtod(text, NULL);
+    if (rot < 2 || rot % 2 || hs * *kept != (double)rot || (int)(hs * *kept) != rot)
+        return tr_fail(TR_ERR_INVALID, "%s: %s %g of the head size %d rotates %d dimensions "
+                       "(int(%s)); trident rotates an even number >= 2 that is %s * a 9-digit "
+                       "share", path, key, factor, hs, rot, formula, dim);
+    return TR_OK;
 }
 
 int hf_write_config_json(const char *dir, json_t *root, const tr_hf_export_options *o)

@@ -82,21 +82,9 @@ int hf_read_phi(json_t *root, const char *path, tr_model_config *m)
     int hs = m->num_attention_heads > 0 && m->hidden_size % m->num_attention_heads == 0
                  ? m->hidden_size / m->num_attention_heads
                  : 0; /* (not dividing: refused by the caller) */
-    if (!rc && hs && factor > 1.0)
-        rc = tr_fail(TR_ERR_INVALID, "%s: partial_rotary_factor must be in (0, 1], not %g", path,
-                     factor);
-    if (!rc && hs) {
-        int rot = (int)(factor * hs);
-        char text[40];
-        snprintf(text, sizeof text, "%.9g", (double)rot / hs);
-        double kept = strtod(text, NULL);
-        if (rot < 2 || rot % 2 || hs * kept != (double)rot || (int)(hs * kept) != rot)
-            rc = tr_fail(TR_ERR_INVALID, "%s: partial_rotary_factor %g of the head size %d "
-                         "rotates %d dimensions (int(partial_rotary_factor * head_dim)); trident "
-                         "rotates an even number >= 2 that is head_dim * a 9-digit share", path,
-                         factor, hs, rot);
-        m->rotary_percent = kept;
-    }
+    if (!rc && hs)
+        rc = hf_rotary_share(path, "partial_rotary_factor", "partial_rotary_factor * head_dim",
+                             "head_dim", factor, hs, &m->rotary_percent);
     m->normalization = "LayerNorm";
     m->position_embedding_type = "rope";
     m->swiglu = 0;

@@ -52,6 +52,13 @@ TR_MUST_CHECK int hf_get_num(json_t *root, const char *path, const char *key, do
                              double *out);
 TR_MUST_CHECK int hf_get_bool(json_t *root, const char *path, const char *key, int dflt,
                               int *out);
+/* The share of a head of hs dimensions that rotary positions cover, for transformers' factor
+ * (config.json's key; it rotates int(formula) = int(factor * hs) dimensions): into *kept that
+ * count / hs as the %.9g a config's text holds, or TR_ERR_INVALID naming path, key, formula and
+ * dim (the head size's name) when factor > 1 (*kept untouched) or the count is not an even
+ * number >= 2 that hs * *kept gives back exactly. */
+TR_MUST_CHECK int hf_rotary_share(const char *path, const char *key, const char *formula,
+                                  const char *dim, double factor, int hs, double *kept);
 /* DIR/config.json from root (owned: released here; NULL: out of memory) with o's bos and eos
  * token ids (null when o->eos_token_id < 0), sorted keys, 2-space indent, a final newline */
 TR_MUST_CHECK int hf_write_config_json(const char *dir, json_t *root,
