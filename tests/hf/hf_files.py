@@ -2,7 +2,8 @@
 in the sanitizer build too): a small safetensors writer and reader, a tiny GPT-2's tensors and
 config.json, and `trident convert` run with its refusal check, an export's round trips in
 shards and in BF16 (Session.shards_check, bf16_check); at the end, the transformers oracles'
-helpers (gather_grads, worst_grad, window_nll: numpy and torch imported inside them).
+helpers (gather_grads, worst_grad, window_nll, logits_check, eval_check: numpy and torch
+imported inside them).
 
     import hf_files as hff
     s = hff.Session(trident, work)
@@ -235,3 +236,40 @@ def window_nll(model, ids, T):
             if end == len(ids):
                 break
     return nll, n_tok
+
+
+def logits_check(probe, cfg, work, name, model, T, V):
+    """hf_probe logits-config of trident config cfg on 3 x T random tokens (seed 1; WORK/tokens.bin,
+    WORK/NAME-logits.bin) against transformers' model's logits: two checks (the probe ran; max |diff|
+    / max |logit| <= 1e-4)."""
+    import subprocess
+    import numpy as np
+    import torch
+    tokens = torch.randint(0, V, (3, T), generator=torch.Generator().manual_seed(1))
+    tokens.numpy().astype(np.int32).tofile(os.path.join(work, "tokens.bin"))
+    lfile = os.path.join(work, name + "-logits.bin")
+    rc = subprocess.run([probe, "logits-config", cfg, os.path.join(work, "tokens.bin"), "3", lfile]).returncode
+    if tt.check(f"{name}: hf_probe logits-config", rc == 0):
+        ours = torch.from_numpy(np.fromfile(lfile, dtype=np.float32).reshape(3, T, V))
+        with torch.no_grad():
+            ref = model(tokens).logits
+        rel = ((ours - ref).abs().max() / ref.abs().max()).item()
+        tt.check(f"{name}: logits of 3 x {T} tokens after import", rel <= 1e-4,
+                 f"max |diff| / max |logit| = {rel:.2e}", show=True)
+
+
+def eval_check(trident, src, work, name, model, text, T):
+    """trident eval of the HF folder src on text (WORK/eval.txt; byte tokens, windows of T, stride
+    T // 2) against window_nll of transformers' model: one check (the same tokens, nll within 1e-5)."""
+    text_file = os.path.join(work, "eval.txt")
+    tt.write(text_file, text)
+    ids = list(text.encode())
+    nll, n_tok = window_nll(model, ids, T)
+    rc, so, se = tt.outputs([trident, "eval", src, "--input", text_file, "--context", str(T), "--stride",
+                             str(T // 2), "--json"], timeout=120)
+    got = (json.loads(so[so.index("{"):]).get("perplexity") or {}) if rc == 0 and "{" in so else {}
+    rel = abs(got.get("nll_sum", float("inf")) - nll) / nll
+    tt.check(f"{name}: trident eval of the HF folder ({n_tok} tokens in windows of {T}, stride {T // 2}) "
+             f"= transformers' nll", got.get("tokens") == n_tok and rel <= 1e-5,
+             f"exit {rc} {se[-300:]}\ntrident {got}\ntransformers tokens {n_tok} nll_sum {nll:.6f}; "
+             f"relative {rel:.1e}", show=True)

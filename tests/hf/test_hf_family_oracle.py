@@ -268,17 +268,7 @@ for name, model, hf_grad, keys, n_tensors in families:
         data=dict(data_path=prefix, split="95,5,0"),
         checkpoint=dict(load=ck),
         parallel=dict(comm_timeout_s=120))
-    tokens = torch.randint(0, V, (3, T), generator=torch.Generator().manual_seed(1))
-    tokens.numpy().astype(np.int32).tofile(os.path.join(work, "tokens.bin"))
-    lfile = os.path.join(work, name + "-logits.bin")
-    rc = subprocess.run([probe, "logits-config", cfg, os.path.join(work, "tokens.bin"), "3", lfile]).returncode
-    if tt.check(f"{name}: hf_probe logits-config", rc == 0):
-        ours = torch.from_numpy(np.fromfile(lfile, dtype=np.float32).reshape(3, T, V))
-        with torch.no_grad():
-            ref = model(tokens).logits
-        rel = ((ours - ref).abs().max() / ref.abs().max()).item()
-        tt.check(f"{name}: logits of 3 x {T} tokens after import", rel <= 1e-4,
-                 f"max |diff| / max |logit| = {rel:.2e}", show=True)
+    hff.logits_check(probe, cfg, work, name, model, T, V)
     prompt = [5, 17, 200, 3, 42]
     with torch.no_grad():
         theirs = model.generate(torch.tensor([prompt]), max_new_tokens=12, do_sample=False,
@@ -290,19 +280,8 @@ for name, model, hf_grad, keys, n_tensors in families:
         tt.check(f"{name}: greedy trident generate of {what} = transformers' generate (12 tokens)",
                  ours == theirs, f"exit {rc} {se[-300:]}\ntrident      {ours}\ntransformers {theirs}")
     if "neox" in name or "falcon" in name:  # trident eval of the folder: perplexity windows, byte tokens
-        text_file = os.path.join(work, "eval.txt")
-        text = "the rotary query heads of a parallel residual group; " * 3
-        tt.write(text_file, text)
-        ids = list(text.encode())
-        nll, n_tok = hff.window_nll(model, ids, T)
-        rc, so, se = tt.outputs([trident, "eval", src, "--input", text_file, "--context", str(T), "--stride",
-                                 str(T // 2), "--json"], timeout=120)
-        got = (json.loads(so[so.index("{"):]).get("perplexity") or {}) if rc == 0 and "{" in so else {}
-        rel = abs(got.get("nll_sum", float("inf")) - nll) / nll
-        tt.check(f"{name}: trident eval of the HF folder ({n_tok} tokens in windows of {T}, stride {T // 2}) "
-                 f"= transformers' nll", got.get("tokens") == n_tok and rel <= 1e-5,
-                 f"exit {rc} {se[-300:]}\ntrident {got}\ntransformers tokens {n_tok} nll_sum {nll:.6f}; "
-                 f"relative {rel:.1e}", show=True)
+        hff.eval_check(trident, src, work, name, model, "the rotary query heads of a parallel residual group; " * 3,
+                       T)
     back = os.path.join(work, name + "-back")
     rc, _, err = tt.outputs([trident, "convert", "--to", "hf", "--input", ck, "--output", back, "--config", cfg],
                             timeout=300)
