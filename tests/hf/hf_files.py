@@ -2,8 +2,8 @@
 in the sanitizer build too): a small safetensors writer and reader, a tiny GPT-2's tensors and
 config.json, and `trident convert` run with its refusal check, an export's round trips in
 shards and in BF16 (Session.shards_check, bf16_check); at the end, the transformers oracles'
-helpers (gather_grads, worst_grad, window_nll, logits_check, eval_check: numpy and torch
-imported inside them).
+helpers (gather_grads, worst_grad, window_nll, logits_check, eval_check, batch_grads,
+train_grads: numpy and torch imported inside them).
 
     import hf_files as hff
     s = hff.Session(trident, work)
@@ -273,3 +273,37 @@ def eval_check(trident, src, work, name, model, text, T):
              f"= transformers' nll", got.get("tokens") == n_tok and rel <= 1e-5,
              f"exit {rc} {se[-300:]}\ntrident {got}\ntransformers tokens {n_tok} nll_sum {nll:.6f}; "
              f"relative {rel:.1e}", show=True)
+
+
+def batch_grads(probe, cfg, work, name, model, T, V):
+    """transformers' loss of trident's first batch of config cfg (hf_probe batch: 8 x T tokens,
+    WORK/NAME-batch.bin) on model, and its gradients after backward: (loss, {parameter: grad})."""
+    import subprocess
+    import numpy as np
+    import torch
+    import torch.nn.functional as F
+    batch_file = os.path.join(work, name + "-batch.bin")
+    subprocess.run([probe, "batch", cfg, batch_file], check=True)
+    batch = torch.from_numpy(np.fromfile(batch_file, dtype=np.int32).astype(np.int64)).view(4, 2, 2, T)
+    inputs, targets = batch[:, 0].reshape(8, T), batch[:, 1].reshape(8, T)
+    model.zero_grad()
+    hf_loss = F.cross_entropy(model(inputs).logits.reshape(-1, V), targets.reshape(-1))
+    hf_loss.backward()
+    return hf_loss, {n: p.grad for n, p in model.named_parameters()}
+
+
+def train_grads(trident, cfg, work, name, lname, world, tp, pp, extra, hf_loss):
+    """One iteration of trident train of cfg in layout lname (world ranks, TP tp, PP pp, extra
+    settings; WORK/NAME-LNAME) with its gradients dumped: the train check and, when it ran, the
+    loss check against hf_loss. gather_grads of the dump, or None when train failed."""
+    run = os.path.join(work, f"{name}-{lname}")
+    r = tt.run(tt.train_cmd(trident, cfg, run, world, tp, pp, list(extra),
+                            flags=["--quiet", "--dump-grads", os.path.join(run, "grads")]), timeout=600)
+    if not tt.check(f"{name} {lname}: trident train from the import", r.returncode == 0,
+                    f"exit {r.returncode}\n{r.stdout[-1500:]}\n{r.stderr[-2500:]}"):
+        return None
+    loss = tt.losses(run)[0]
+    rel_loss = abs(loss - hf_loss.item()) / hf_loss.item()
+    tt.check(f"{name} {lname}: loss of iteration 1", rel_loss <= 1e-5,
+             f"trident {loss:.7f} transformers {hf_loss.item():.7f} relative {rel_loss:.1e}", show=True)
+    return gather_grads(os.path.join(run, "grads"))

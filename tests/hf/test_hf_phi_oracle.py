@@ -15,7 +15,6 @@ usage: test_hf_phi_oracle.py TRIDENT HF_PROBE WORKDIR VENV [--quick]
 --quick: the one-process run only."""
 import json
 import os
-import subprocess
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "common"))
@@ -30,9 +29,7 @@ except ImportError:  # run again with the virtual environment's Python
     py = tt.venv_python(venv, tt.HF_PACKAGES, "transformers")
     os.execv(py, [py, os.path.abspath(__file__), *sys.argv[1:]])
 
-import numpy as np  # noqa: E402
 import torch  # noqa: E402
-import torch.nn.functional as F  # noqa: E402
 from safetensors.torch import load_file  # noqa: E402
 from transformers import AutoModelForCausalLM, PhiConfig, PhiForCausalLM  # noqa: E402
 from transformers.utils import logging as hf_logging  # noqa: E402
@@ -154,28 +151,13 @@ for name, model, hf_grad, keys, n_tensors, rot in models:
                  type(loaded).__name__ == "PhiForCausalLM" and not info["missing_keys"]
                  and not info["unexpected_keys"] and same_cfg and diff == 0,
                  f"{info}; config {loaded.config}; max |logit diff| {diff:.2e}")
-    batch_file = os.path.join(work, name + "-batch.bin")
-    subprocess.run([probe, "batch", cfg, batch_file], check=True)
-    batch = torch.from_numpy(np.fromfile(batch_file, dtype=np.int32).astype(np.int64)).view(4, 2, 2, T)
-    inputs, targets = batch[:, 0].reshape(8, T), batch[:, 1].reshape(8, T)
-    model.zero_grad()
-    hf_loss = F.cross_entropy(model(inputs).logits.reshape(-1, V), targets.reshape(-1))
-    hf_loss.backward()
-    G = {n: p.grad for n, p in model.named_parameters()}
+    hf_loss, G = hff.batch_grads(probe, cfg, work, name, model, T, V)
     layouts = [("1", 1, 1, 1, ())] + ([] if quick else
                                       [("D2xT2xP2-sp", 8, 2, 2, ("parallel.sequence_parallel=true",))])
     for lname, world, tp, pp, extra in layouts:
-        run = os.path.join(work, f"{name}-{lname}")
-        r = tt.run(tt.train_cmd(trident, cfg, run, world, tp, pp, list(extra),
-                                flags=["--quiet", "--dump-grads", os.path.join(run, "grads")]), timeout=600)
-        if not tt.check(f"{name} {lname}: trident train from the import", r.returncode == 0,
-                        f"exit {r.returncode}\n{r.stdout[-1500:]}\n{r.stderr[-2500:]}"):
+        grads = hff.train_grads(trident, cfg, work, name, lname, world, tp, pp, extra, hf_loss)
+        if grads is None:
             continue
-        loss = tt.losses(run)[0]
-        rel_loss = abs(loss - hf_loss.item()) / hf_loss.item()
-        tt.check(f"{name} {lname}: loss of iteration 1", rel_loss <= 1e-5,
-                 f"trident {loss:.7f} transformers {hf_loss.item():.7f} relative {rel_loss:.1e}", show=True)
-        grads = hff.gather_grads(os.path.join(run, "grads"))
         worst, worst_name, bad = hff.worst_grad(grads, lambda tname: hf_grad(G, tname).detach().double().numpy())
         tt.check(f"{name} {lname}: every gradient ({len(grads)} tensors, output_layer.bias among them)",
                  not bad and worst <= 1e-4 and len(grads) == n_tensors and "output_layer.bias" in grads,
