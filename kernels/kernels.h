@@ -144,6 +144,13 @@ typedef struct tr_kernels {
     void (*swiglu_forward)(tr_stream s, float *out, const float *inp, size_t n);
     void (*swiglu_backward)(tr_stream s, float *dinp, const float *inp, const float *dout,
                             size_t n);
+    /* GeGLU on n (gate, up) pairs stored interleaved, inp (n, 2) (swiglu's layout):
+     *   out[i] = gelu(inp[2i]) * inp[2i+1], gelu the tanh approximation (gelu_forward's) or,
+     *   exact != 0, the exact x Phi(x) (gelu_exact_forward's); backward: dinp (n, 2)
+     *   overwritten: dgate = dout * up * gelu'(gate), dup = dout * gelu(gate). */
+    void (*geglu_forward)(tr_stream s, float *out, const float *inp, size_t n, int exact);
+    void (*geglu_backward)(tr_stream s, float *dinp, const float *inp, const float *dout,
+                           size_t n, int exact);
     /* Rotary position embedding in place on qkv (B, T, NG, R+2, HS) (layout of
      * attention_gqa): units 0..R of each group (query heads and key head; not the value) are
      * rotated on their first rot dims, Hugging Face Llama's rotate_half pairing (i, i + rot/2)

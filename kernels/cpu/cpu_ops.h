@@ -58,6 +58,73 @@ static inline float cpu_expf(float x)
     return x < -87.3f ? 0.0f : e;
 }
 
+/* GELU's scalar pieces, shared by gelu.c's ops and family.c's GeGLU so that GeGLU's gelu(gate)
+ * equals gelu_forward's (gelu_exact_forward's) bit for bit on the same input.
+ * Tanh approximation (GPT-2's), in the equivalent sigmoid form:
+ *   gelu(x) = 0.5 x (1 + tanh(u)) = x * sig(2u),  u = sqrt(2/pi) (x + 0.044715 x^3),
+ *   gelu'(x) = sig(2u) + 2 x sig(2u) (1 - sig(2u)) u'(x),  u' = sqrt(2/pi) (1 + 3*0.044715 x^2),
+ * which needs one exp per element and keeps full relative accuracy for large negative x. */
+#define CPU_SQRT_2_OVER_PI 0.7978845608028654f
+#define CPU_GELU_K 0.044715f
+
+static inline float cpu_gelu_tanh(float x)
+{
+    float u = CPU_SQRT_2_OVER_PI * (x + CPU_GELU_K * x * x * x);
+    return x / (1.0f + cpu_expf(-2.0f * u));
+}
+
+/* gelu'(x); value: NULL, or set to gelu(x), cpu_gelu_tanh's bits (the same exp) */
+static inline float cpu_gelu_tanh_slope(float x, float *value)
+{
+    float u = CPU_SQRT_2_OVER_PI * (x + CPU_GELU_K * x * x * x);
+    float du = CPU_SQRT_2_OVER_PI * (1.0f + 3.0f * CPU_GELU_K * x * x);
+    float den = 1.0f + cpu_expf(-2.0f * u);
+    float sg = 1.0f / den;
+    if (value)
+        *value = x / den;
+    return sg + 2.0f * x * sg * (1.0f - sg) * du;
+}
+
+/* GELU, exact: gelu(x) = x Phi(x), Phi(x) = erfc(-x / sqrt 2) / 2, gelu'(x) = Phi(x) + x phi(x),
+ * phi(x) = exp(-x^2 / 2) / sqrt(2 pi). cpu_gelu_phi returns Phi(x) and, density not NULL, sets
+ * it to phi(x). erfc(z) for z = |x| / sqrt 2 >= 0 as
+ *   erfc(z) = t exp(-z^2 + P(t)),  t = 1 / (1 + z/2),
+ * P of degree 9 fitted (Chebyshev least squares, in double against mpmath) to
+ * log(erfc(z) / t) + z^2 over t in (0, 1]: relative error 1.0e-7 in double for every z >= 0,
+ * so both Phi(x) = 1 - erfc(z)/2 (x >= 0) and Phi(x) = erfc(z)/2 (x < 0) keep their relative
+ * accuracy; in float32 gelu is within 2e-6 relative of the exact value for x > -5 (beyond,
+ * it is below 1.5e-6 in size). Branch-free: one division and one exp (two with the density). */
+static inline float cpu_gelu_phi(float x, float *density)
+{
+    float z = (x < 0.0f ? -x : x) * 0.70710678118654752f;
+    float t = 1.0f / CPU_FMA(0.5f, z, 1.0f);
+    float p = 1.7087277768e-01f;
+    p = CPU_FMA(p, t, -8.2215223445e-01f);
+    p = CPU_FMA(p, t, 1.4885158893e+00f);
+    p = CPU_FMA(p, t, -1.1352040004e+00f);
+    p = CPU_FMA(p, t, 2.7886808451e-01f);
+    p = CPU_FMA(p, t, -1.8628806168e-01f);
+    p = CPU_FMA(p, t, 9.6784189494e-02f);
+    p = CPU_FMA(p, t, 3.7409195972e-01f);
+    p = CPU_FMA(p, t, 1.0000236802e+00f);
+    p = CPU_FMA(p, t, -1.2655122251e+00f);
+    float half_erfc = 0.5f * t * cpu_expf(p - z * z);
+    if (density)
+        *density = 0.39894228040143268f * cpu_expf(-z * z);
+    return x < 0.0f ? half_erfc : 1.0f - half_erfc;
+}
+
+static inline float cpu_gelu_exact(float x) { return x * cpu_gelu_phi(x, NULL); }
+
+/* gelu'(x) = Phi(x) + x phi(x); value: NULL, or set to gelu(x), cpu_gelu_exact's bits */
+static inline float cpu_gelu_exact_slope(float x, float *value)
+{
+    float density, phi = cpu_gelu_phi(x, &density);
+    if (value)
+        *value = x * phi;
+    return CPU_FMA(x, density, phi);
+}
+
 /* pool.c: fn(ctx, lo, hi) over [0, count) in pieces of `per` items (the last shorter), on
  * the team when `parallel`, else in order on the caller: the same cut either way. */
 void cpu_for_ranges(int parallel, size_t count, size_t per,
@@ -146,7 +213,7 @@ void cpu_attention_gqa_decode(tr_stream s, float *out, float *kcache, float *vca
                               float *scores, const float *qkv, const float *alibi, int B, int n,
                               int past, int max_T, int NH, int NG, int HS);
 
-/* family.c: RMSNorm, SwiGLU, rotary embedding */
+/* family.c: RMSNorm, SwiGLU, GeGLU, rotary embedding */
 void cpu_rmsnorm_forward(tr_stream s, float *out, float *rstd, const float *inp,
                          const float *weight, int N, int C, float eps);
 void cpu_rmsnorm_backward(tr_stream s, float *dinp, float *dweight, const float *dout,
@@ -154,6 +221,9 @@ void cpu_rmsnorm_backward(tr_stream s, float *dinp, float *dweight, const float 
 void cpu_swiglu_forward(tr_stream s, float *out, const float *inp, size_t n);
 void cpu_swiglu_backward(tr_stream s, float *dinp, const float *inp, const float *dout,
                          size_t n);
+void cpu_geglu_forward(tr_stream s, float *out, const float *inp, size_t n, int exact);
+void cpu_geglu_backward(tr_stream s, float *dinp, const float *inp, const float *dout, size_t n,
+                        int exact);
 void cpu_rope(tr_stream s, float *qkv, const float *cos, const float *sin, int B, int T, int NG,
               int R, int HS, int rot, int inverse, const int32_t *positions);
 

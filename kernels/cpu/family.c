@@ -1,5 +1,5 @@
-/* Ops of the Llama and Bloom families (kernels.h, "model families"): RMSNorm, SwiGLU and
- * rotary position embedding. Same rules as the rest of the backend: pieces cut by the sizes
+/* Ops of the Llama, Bloom and Gemma families (kernels.h, "model families"): RMSNorm, SwiGLU,
+ * GeGLU and rotary position embedding. Same rules as the rest of the backend: pieces cut by the sizes
  * alone, row statistics in double, parameter gradients reduced over rows by column blocks
  * (no per-thread partials), so results do not depend on the thread count. */
 #include "kernels/cpu/cpu_ops.h"
@@ -143,6 +143,72 @@ void cpu_swiglu_backward(tr_stream s, float *dinp, const float *inp, const float
     (void)s;
     swiglu_args a = {dinp, inp, dout};
     cpu_for_ranges(n >= CPU_PAR_MIN, n, CPU_PIECE, swiglu_backward_range, &a);
+}
+
+/* ------------------------------------------------------------------ GeGLU
+ * out = gelu(g) * u; d/dg = u gelu'(g), d/du = gelu(g). The GELU's value and slope are
+ * cpu_ops.h's, gelu.c's: gelu(g) here equals gelu_forward's (gelu_exact_forward's) bits. */
+static void geglu_forward_range(void *ctx, size_t lo, size_t hi)
+{
+    const swiglu_args *a = ctx;
+    float *restrict out = a->out;
+    const float *restrict in = a->inp;
+#pragma omp simd simdlen(CPU_SIMDLEN)
+    for (size_t i = lo; i < hi; i++)
+        out[i] = cpu_gelu_tanh(in[2 * i]) * in[2 * i + 1];
+}
+
+static void geglu_exact_forward_range(void *ctx, size_t lo, size_t hi)
+{
+    const swiglu_args *a = ctx;
+    float *restrict out = a->out;
+    const float *restrict in = a->inp;
+#pragma omp simd simdlen(CPU_SIMDLEN)
+    for (size_t i = lo; i < hi; i++)
+        out[i] = cpu_gelu_exact(in[2 * i]) * in[2 * i + 1];
+}
+
+void cpu_geglu_forward(tr_stream s, float *out, const float *inp, size_t n, int exact)
+{
+    (void)s;
+    swiglu_args a = {out, inp, NULL};
+    cpu_for_ranges(n >= CPU_PAR_MIN, n, CPU_PIECE,
+                   exact ? geglu_exact_forward_range : geglu_forward_range, &a);
+}
+
+static void geglu_backward_range(void *ctx, size_t lo, size_t hi)
+{
+    const swiglu_args *a = ctx;
+    float *restrict din = a->out;
+    const float *restrict in = a->inp, *restrict dout = a->dout;
+#pragma omp simd simdlen(CPU_SIMDLEN)
+    for (size_t i = lo; i < hi; i++) {
+        float gelu, slope = cpu_gelu_tanh_slope(in[2 * i], &gelu);
+        din[2 * i] = dout[i] * in[2 * i + 1] * slope;
+        din[2 * i + 1] = dout[i] * gelu;
+    }
+}
+
+static void geglu_exact_backward_range(void *ctx, size_t lo, size_t hi)
+{
+    const swiglu_args *a = ctx;
+    float *restrict din = a->out;
+    const float *restrict in = a->inp, *restrict dout = a->dout;
+#pragma omp simd simdlen(CPU_SIMDLEN)
+    for (size_t i = lo; i < hi; i++) {
+        float gelu, slope = cpu_gelu_exact_slope(in[2 * i], &gelu);
+        din[2 * i] = dout[i] * in[2 * i + 1] * slope;
+        din[2 * i + 1] = dout[i] * gelu;
+    }
+}
+
+void cpu_geglu_backward(tr_stream s, float *dinp, const float *inp, const float *dout, size_t n,
+                        int exact)
+{
+    (void)s;
+    swiglu_args a = {dinp, inp, dout};
+    cpu_for_ranges(n >= CPU_PAR_MIN, n, CPU_PIECE,
+                   exact ? geglu_exact_backward_range : geglu_backward_range, &a);
 }
 
 /* ------------------------------------------------------------------ rotary embedding

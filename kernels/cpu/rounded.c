@@ -216,6 +216,18 @@ static size_t span(int rows, int cols, int ld)
         tr_kernels_cpu()->swiglu_backward(s, dinp, inp, dout, n);                                  \
         round_##FMT##_n(dinp, 2 * n);                                                              \
     }                                                                                              \
+    static void FMT##_geglu_forward(tr_stream s, float *out, const float *inp, size_t n,           \
+                                    int exact)                                                     \
+    {                                                                                              \
+        tr_kernels_cpu()->geglu_forward(s, out, inp, n, exact);                                    \
+        round_##FMT##_n(out, n);                                                                   \
+    }                                                                                              \
+    static void FMT##_geglu_backward(tr_stream s, float *dinp, const float *inp,                   \
+                                     const float *dout, size_t n, int exact)                       \
+    {                                                                                              \
+        tr_kernels_cpu()->geglu_backward(s, dinp, inp, dout, n, exact);                            \
+        round_##FMT##_n(dinp, 2 * n);                                                              \
+    }                                                                                              \
     static void FMT##_rope(tr_stream s, float *qkv, const float *cos, const float *sin, int B,     \
                            int T, int NG, int R, int HS, int rot, int inverse,                     \
                            const int32_t *positions)                                               \
@@ -313,6 +325,8 @@ ROUNDED_TABLE(fp16)
             t.rmsnorm_backward = FMT##_rmsnorm_backward;                                           \
         if (t.swiglu_forward)                                                                      \
             t.swiglu_forward = FMT##_swiglu_forward, t.swiglu_backward = FMT##_swiglu_backward;    \
+        if (t.geglu_forward)                                                                       \
+            t.geglu_forward = FMT##_geglu_forward, t.geglu_backward = FMT##_geglu_backward;        \
         if (t.rope)                                                                                \
             t.rope = FMT##_rope;                                                                   \
         if (t.attention_gqa_forward)                                                               \
