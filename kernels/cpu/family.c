@@ -1,7 +1,7 @@
 /* Ops of the Llama, Bloom and Gemma families (kernels.h, "model families"): RMSNorm, SwiGLU,
- * GeGLU and rotary position embedding. Same rules as the rest of the backend: pieces cut by the sizes
- * alone, row statistics in double, parameter gradients reduced over rows by column blocks
- * (no per-thread partials), so results do not depend on the thread count. */
+ * GeGLU and rotary position embedding. Same rules as the rest of the backend: pieces cut by
+ * the sizes alone, row statistics in double, parameter gradients reduced over rows by column
+ * blocks (no per-thread partials), so results do not depend on the thread count. */
 #include "kernels/cpu/cpu_ops.h"
 
 #include <math.h>

@@ -29,7 +29,8 @@ static int32_t ids[N];
 /* Outputs of one run, compared across runs */
 typedef struct {
     float *gemm[4], *ln_out, *ln_mean, *ln_rstd, *ln_dx, *ln_dw, *ln_db, *gelu, *dgelu, *att_out,
-        *att, *dqkv, *datt, *maxv, *sumexp, *dlogits, *dtable, *dwpe, *dbias, *params, *m, *v;
+        *att, *dqkv, *datt, *maxv, *sumexp, *dlogits, *dtable, *dwpe, *dbias, *params, *m, *v,
+        *geglu[2], *dgeglu[2];
     double sumsq;
 } run_out;
 
@@ -55,6 +56,11 @@ static void run_all(run_out *o)
     o->gelu = kt_floats(ng), o->dgelu = kt_floats(ng);
     K->gelu_forward(NULL, o->gelu, big_a, ng);
     K->gelu_backward(NULL, o->dgelu, big_a, big_b, ng);
+    for (int e = 0; e < 2; e++) { /* GeGLU on ng / 2 (gate, up) pairs, tanh and exact GELU */
+        o->geglu[e] = kt_floats(ng / 2), o->dgeglu[e] = kt_floats(ng);
+        K->geglu_forward(NULL, o->geglu[e], big_a, ng / 2, e);
+        K->geglu_backward(NULL, o->dgeglu[e], big_a, big_b, ng / 2, e);
+    }
     o->att_out = kt_floats(N * C), o->att = kt_floats(B * NH * T); /* lse */
     K->attention_forward(NULL, o->att_out, o->att, qkv, B, T, NH, HS, NULL);
     o->dqkv = kt_floats(N * 3 * C), o->datt = kt_floats(B * (NH + 1) * T);
@@ -90,6 +96,10 @@ static void compare(const run_out *a, const run_out *b)
     kt_check_same("layernorm dbias", a->ln_db, b->ln_db, C);
     kt_check_same("gelu", a->gelu, b->gelu, ng);
     kt_check_same("gelu backward", a->dgelu, b->dgelu, ng);
+    for (int e = 0; e < 2; e++) {
+        kt_check_same("geglu", a->geglu[e], b->geglu[e], ng / 2);
+        kt_check_same("geglu backward", a->dgeglu[e], b->dgeglu[e], ng);
+    }
     kt_check_same("attention out", a->att_out, b->att_out, N * C);
     kt_check_same("attention lse", a->att, b->att, B * NH * T);
     kt_check_same("attention row sums", a->datt, b->datt, B * NH * T);

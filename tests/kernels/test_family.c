@@ -1,12 +1,13 @@
-/* kernels/: the Llama and Bloom ops (RMSNorm, SwiGLU, rotary embedding, attention with
- * grouped query heads and ALiBi) against double-precision references written as plain
- * loops, and their backwards against finite differences. Bloom's ALiBi slopes are made as
- * transformers makes them, for a power-of-two and a non-power-of-two head count. */
+/* kernels/: the Llama, Bloom and Gemma ops (RMSNorm, SwiGLU, GeGLU, rotary embedding,
+ * attention with grouped query heads and ALiBi) against double-precision references written
+ * as plain loops, and their backwards against finite differences. Bloom's ALiBi slopes are
+ * made as transformers makes them, for a power-of-two and a non-power-of-two head count. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <cmocka.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -125,6 +126,158 @@ static void test_swiglu(void **state)
     (void)state;
     check_swiglu(37, 1);
     check_swiglu(100003, 0);
+}
+
+/* ------------------------------------------------------------------ GeGLU (Gemma's MLP)
+ * out = gelu(gate) * up on swiglu's interleaved (n, 2) layout, the tanh GELU or (exact) the
+ * exact x Phi(x). References in double as test_norm_gelu.c's; gelu(gate) must also be
+ * gelu_forward's (gelu_exact_forward's) own bits, and dgate gelu_backward's given dout * up. */
+static double ref_gelu(int exact, double x, double *deriv, double *deriv_scale)
+{
+    double a, b, value;
+    if (exact) {
+        double cdf = 0.5 * erfc(-x / sqrt(2.0)), density = exp(-0.5 * x * x) / sqrt(2.0 * M_PI);
+        a = cdf, b = x * density, value = x * cdf;
+    } else {
+        double k = sqrt(2.0 / M_PI), u = k * (x + 0.044715 * x * x * x);
+        double du = k * (1.0 + 3.0 * 0.044715 * x * x), th = tanh(u);
+        a = 0.5 * (1.0 + th), b = 0.5 * x * (1.0 - th * th) * du, value = 0.5 * x * (1.0 + th);
+    }
+    *deriv = a + b;
+    *deriv_scale = fabs(a) + fabs(b);
+    return value;
+}
+
+typedef struct {
+    float *out, *x, *gw;
+    size_t n;
+    int exact;
+} gg_ctx;
+
+static double gg_loss(void *p)
+{
+    gg_ctx *c = p;
+    K->geglu_forward(NULL, c->out, c->x, c->n, c->exact);
+    return kt_dot(c->out, c->gw, c->n);
+}
+
+static void check_geglu(size_t n, int fd, int exact)
+{
+    const char *kind = exact ? "exact" : "tanh";
+    char what[96];
+    float *x = kt_floats(2 * n), *out = kt_floats(n), *dout = kt_floats(n);
+    float *dx = kt_floats(2 * n);
+    double *ref = kt_doubles(n), *rdx = kt_doubles(2 * n), *scale = kt_doubles(2 * n);
+    kt_fill(x, 2 * n, -8, 8);
+    kt_fill(dout, n, -1, 1);
+    /* gates worth pinning: 0, the ends of the range, beyond it (the exp's clamps), a small
+     * negative; and an up of 0 and of 8 */
+    static const float gates[] = {0.0f, -8.0f, 8.0f, -30.0f, 30.0f, -0.75f, 1e-3f};
+    for (size_t k = 0; k < sizeof gates / sizeof *gates && k < n; k++)
+        x[2 * k] = gates[k];
+    if (n > 9)
+        x[2 * 8 + 1] = 0.0f, x[2 * 9 + 1] = 8.0f;
+    for (size_t i = 0; i < n; i++) {
+        double u = x[2 * i + 1], d, ds, gl = ref_gelu(exact, x[2 * i], &d, &ds);
+        ref[i] = gl * u;
+        rdx[2 * i] = dout[i] * u * d;
+        scale[2 * i] = fabs(dout[i] * u) * ds;
+        rdx[2 * i + 1] = dout[i] * gl;
+    }
+    for (size_t i = 0; i < 2 * n; i++)
+        dx[i] = NAN; /* overwritten */
+    double rtol = exact ? 4e-6 : 1e-5;
+    K->geglu_forward(NULL, out, x, n, exact);
+    snprintf(what, sizeof what, "geglu (%s) forward", kind);
+    kt_check(what, out, ref, NULL, n, rtol, 1e-9);
+    K->geglu_backward(NULL, dx, x, dout, n, exact);
+    snprintf(what, sizeof what, "geglu (%s) backward", kind);
+    kt_check(what, dx, rdx, scale, 2 * n, rtol, 1e-9);
+
+    /* the same bits as the GELU ops: gelu(gate) * up, dout * gelu(gate), and dgate is
+     * gelu_backward's with dout * up as its output gradient */
+    float *gate = kt_floats(n), *gl = kt_floats(n), *dgl = kt_floats(n), *dg = kt_floats(n);
+    float *want = kt_floats(2 * n), *got = kt_floats(n);
+    for (size_t i = 0; i < n; i++)
+        gate[i] = x[2 * i], dg[i] = dout[i] * x[2 * i + 1];
+    (exact ? K->gelu_exact_forward : K->gelu_forward)(NULL, gl, gate, n);
+    (exact ? K->gelu_exact_backward : K->gelu_backward)(NULL, dgl, gate, dg, n);
+    for (size_t i = 0; i < n; i++) {
+        got[i] = out[i];
+        want[i] = gl[i] * x[2 * i + 1];
+    }
+    snprintf(what, sizeof what, "geglu (%s) out vs gelu_forward * up", kind);
+    kt_check_same(what, got, want, n);
+    for (size_t i = 0; i < n; i++) {
+        want[2 * i] = dgl[i];
+        want[2 * i + 1] = dout[i] * gl[i];
+    }
+    snprintf(what, sizeof what, "geglu (%s) dinp vs gelu_backward, dout * gelu_forward", kind);
+    kt_check_same(what, dx, want, 2 * n);
+    for (size_t i = 0; i < n; i++)
+        x[2 * i + 1] = 1.0f; /* up = 1: out is gelu(gate) itself */
+    K->geglu_forward(NULL, out, x, n, exact);
+    snprintf(what, sizeof what, "geglu (%s) with up 1 vs gelu_forward", kind);
+    kt_check_same(what, out, gl, n);
+    free(gate), free(gl), free(dgl), free(dg), free(want), free(got);
+
+    if (fd) {
+        kt_fill(x, 2 * n, -8, 8);
+        for (size_t k = 0; k < sizeof gates / sizeof *gates && k < n; k++)
+            if (fabsf(gates[k]) < 10.0f) /* a step across the clamps is not a derivative */
+                x[2 * k] = gates[k];
+        K->geglu_backward(NULL, dx, x, dout, n, exact);
+        gg_ctx c = {out, x, dout, n, exact};
+        double *g = kt_doubles(2 * n);
+        kt_fd_grad(x, 2 * n, 1e-2f, gg_loss, &c, g);
+        snprintf(what, sizeof what, "geglu (%s) vs finite differences", kind);
+        kt_check_fd(what, dx, g, 2 * n, 1e-2, 1e-3);
+        free(g);
+    }
+    free(x), free(out), free(dout), free(dx), free(ref), free(rdx), free(scale);
+}
+
+static void test_geglu(void **state)
+{
+    (void)state;
+    for (int exact = 0; exact < 2; exact++) {
+        check_geglu(37, 1, exact);
+        check_geglu(1, 0, exact);
+        check_geglu(0, 0, exact);
+        check_geglu(100003, 0, exact); /* split over threads, SIMD tails */
+    }
+}
+
+/* The rounded tables (cpu-bf16, cpu-fp16) carry geglu: the fp32 op's results, rounded. */
+static void test_geglu_rounded(void **state)
+{
+    (void)state;
+    const char *formats[] = {"bf16", "fp16"};
+    float (*round1[])(float) = {tr_round_bf16, tr_round_fp16};
+    size_t n = 41;
+    float *x = kt_floats(2 * n), *dout = kt_floats(n), *a = kt_floats(2 * n);
+    float *b = kt_floats(2 * n);
+    kt_fill(x, 2 * n, -4, 4);
+    kt_fill(dout, n, -1, 1);
+    for (int f = 0; f < 2; f++) {
+        const tr_kernels *R = tr_kernels_cpu_rounded(formats[f]);
+        assert_non_null(R);
+        assert_non_null(R->geglu_forward);
+        assert_non_null(R->geglu_backward);
+        for (int exact = 0; exact < 2; exact++) {
+            K->geglu_forward(NULL, a, x, n, exact);
+            for (size_t i = 0; i < n; i++)
+                a[i] = round1[f](a[i]);
+            R->geglu_forward(NULL, b, x, n, exact);
+            kt_check_same("rounded geglu forward", b, a, n);
+            K->geglu_backward(NULL, a, x, dout, n, exact);
+            for (size_t i = 0; i < 2 * n; i++)
+                a[i] = round1[f](a[i]);
+            R->geglu_backward(NULL, b, x, dout, n, exact);
+            kt_check_same("rounded geglu backward", b, a, 2 * n);
+        }
+    }
+    free(x), free(dout), free(a), free(b);
 }
 
 /* ------------------------------------------------------------------ rotary embedding
@@ -356,6 +509,7 @@ int main(void)
     kt_seed(17);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_rmsnorm),     cmocka_unit_test(test_swiglu),
+        cmocka_unit_test(test_geglu),       cmocka_unit_test(test_geglu_rounded),
         cmocka_unit_test(test_rope),        cmocka_unit_test(test_alibi_slopes),
         cmocka_unit_test(test_attention),
     };
