@@ -40,7 +40,7 @@ void tr_gpt_shape_family(const tr_model_config *m, tr_gpt_shape *s)
                   : !strcmp(m->position_embedding_type, "rope")  ? TR_POS_ROPE
                   : !strcmp(m->position_embedding_type, "alibi") ? TR_POS_ALIBI
                                                                  : TR_POS_LEARNED;
-    int hs = m->num_attention_heads > 0 ? m->hidden_size / m->num_attention_heads : 0;
+    int hs = tr_model_head_size(m);
     s->rotary_dims = s->position == TR_POS_ROPE ? (int)(hs * m->rotary_percent) : 0;
     s->rotary_base = s->position == TR_POS_ROPE ? (float)m->rotary_base : 0.0f;
     s->swiglu = m->swiglu;
@@ -56,6 +56,15 @@ void tr_gpt_shape_family(const tr_model_config *m, tr_gpt_shape *s)
     s->parallel_residual = m->parallel_residual;
     s->parallel_shared_norm = m->parallel_residual && m->parallel_shared_norm;
     s->gelu_exact = !s->swiglu && m->gelu_approximate && !strcmp(m->gelu_approximate, "none");
+    s->geglu = !s->swiglu && m->geglu;
+    s->kv_channels = m->kv_channels > 0 && m->num_attention_heads > 0 &&
+                             m->kv_channels * m->num_attention_heads != m->hidden_size
+                         ? m->kv_channels
+                         : 0;
+    s->layernorm_1p = m->apply_layernorm_1p;
+    s->embedding_multiplier = m->embedding_multiplier != 1.0 && m->embedding_multiplier != 0
+                                  ? (float)m->embedding_multiplier
+                                  : 0.0f;
 }
 
 int tr_gpt_is_gpt2(const tr_gpt_shape *s)
@@ -63,8 +72,8 @@ int tr_gpt_is_gpt2(const tr_gpt_shape *s)
     return !s->rmsnorm && s->position == TR_POS_LEARNED && !s->swiglu &&
            (!s->ffn || s->ffn == 4 * s->C) && (!s->query_groups || s->query_groups == s->NH) &&
            !s->untie && !s->output_bias && !s->no_linear_bias && !s->embedding_ln &&
-           !s->parallel_residual &&
-           !s->parallel_shared_norm && !s->gelu_exact;
+           !s->parallel_residual && !s->parallel_shared_norm && !s->gelu_exact &&
+           !s->kv_channels && !s->layernorm_1p && !s->embedding_multiplier && !s->geglu;
 }
 
 int tr_gpt_shape_from_config(const tr_config *cfg, int layer_first, int layer_count,
@@ -112,6 +121,7 @@ int tr_gpt_shape_from_config(const tr_config *cfg, int layer_first, int layer_co
     } as_float[] = {{"model.layernorm_epsilon", m->layernorm_epsilon},
                     {"model.init_method_std", m->init_method_std},
                     {"model.rotary_base", m->rotary_base},
+                    {"model.embedding_multiplier", m->embedding_multiplier},
                     {"finetune.lora.alpha", cfg->finetune.lora_alpha}};
     for (size_t i = 0; i < sizeof as_float / sizeof *as_float; i++) {
         if (!(fabs(as_float[i].v) <= FLT_MAX))
@@ -180,7 +190,8 @@ static grad_range tensors_range(const tr_gpt *g, int first, int last)
 
 static int check_shape(const tr_gpt_shape *s)
 {
-    if (s->C < 1 || s->NH < 1 || s->C % s->NH || s->T < 1 || s->max_T < s->T || s->V < 1 ||
+    if (s->C < 1 || s->NH < 1 || (!s->kv_channels && s->C % s->NH) || s->kv_channels < 0 ||
+        s->T < 1 || s->max_T < s->T || s->V < 1 ||
         s->Vp < s->V || s->layer_count < 1)
         return tr_fail(TR_ERR_INVALID, "invalid GPT shape (C=%d NH=%d T=%d max_T=%d V=%d Vp=%d)",
                        s->C, s->NH, s->T, s->max_T, s->V, s->Vp);
@@ -196,15 +207,20 @@ static int check_shape(const tr_gpt_shape *s)
         return tr_fail(TR_ERR_INVALID, "invalid family shape: %d query groups for %d heads, "
                        "MLP width %d, tensor-parallel size %d", ng, s->NH, f, s->tp_size);
     if (s->position == TR_POS_ROPE &&
-        (s->rotary_dims < 2 || s->rotary_dims % 2 || s->rotary_dims > s->C / s->NH))
+        (s->rotary_dims < 2 || s->rotary_dims % 2 || s->rotary_dims > tr_gpt_head_size(s)))
         return tr_fail(TR_ERR_INVALID, "invalid rotary dimensions %d for head size %d",
-                       s->rotary_dims, s->C / s->NH);
+                       s->rotary_dims, tr_gpt_head_size(s));
     if (s->position < TR_POS_LEARNED || s->position > TR_POS_ALIBI)
         return tr_fail(TR_ERR_INVALID, "invalid position embedding type %d", s->position);
     if (s->parallel_shared_norm && !s->parallel_residual)
         return tr_fail(TR_ERR_INVALID, "a shared norm needs the parallel residual");
     if (s->output_bias && !s->untie)
         return tr_fail(TR_ERR_INVALID, "an output-layer bias needs the untied output layer");
+    if (s->geglu && s->swiglu)
+        return tr_fail(TR_ERR_INVALID, "the gated MLP is SwiGLU or GeGLU, not both");
+    if (!(fabsf(s->embedding_multiplier) <= FLT_MAX))
+        return tr_fail(TR_ERR_INVALID, "invalid embedding multiplier %g",
+                       (double)s->embedding_multiplier);
     return TR_OK;
 }
 
@@ -228,13 +244,15 @@ static void family_sizes(tr_gpt *g)
     g->Cl = s->C / s->tp_size;
     g->NHl = s->NH / s->tp_size;
     g->Vl = s->Vp / s->tp_size;
-    g->HS = s->C / s->NH;
+    g->HS = tr_gpt_head_size(s);
+    g->A = s->NH * g->HS;
+    g->Al = g->A / s->tp_size;
     g->NG = s->query_groups ? s->query_groups : s->NH;
     g->NGl = g->NG / s->tp_size;
     g->QKVl = (g->NHl + 2 * g->NGl) * g->HS;
     g->F = s->ffn ? s->ffn : 4 * s->C;
     g->Fl = g->F / s->tp_size;
-    g->Fwl = s->swiglu ? 2 * g->Fl : g->Fl;
+    g->Fwl = tr_gpt_gated_mlp(s) ? 2 * g->Fl : g->Fl;
     g->per_layer = 0;
     for (int j = 0; j < L_COUNT; j++) {
         int is_bias = j == L_QKV_B || j == L_ATTPROJ_B || j == L_FC_B || j == L_FCPROJ_B;
@@ -253,9 +271,9 @@ static void add_layers(tr_gpt *g)
         "ln1.weight",   "ln1.bias",     "qkv.weight", "qkv.bias", "attn_proj.weight",
         "attn_proj.bias", "ln2.weight", "ln2.bias",   "fc.weight", "fc.bias",
         "fc_proj.weight", "fc_proj.bias"};
-    int C = g->s.C, qkv = C + 2 * g->NG * g->HS, fc = g->s.swiglu ? 2 * g->F : g->F;
+    int C = g->s.C, qkv = g->A + 2 * g->NG * g->HS, fc = tr_gpt_gated_mlp(&g->s) ? 2 * g->F : g->F;
     int rows[L_COUNT] = {C, C, qkv, qkv, C, C, C, C, fc, fc, C, C};
-    int cols[L_COUNT] = {1, 1, C, 1, C, 1, 1, 1, C, 1, g->F, 1};
+    int cols[L_COUNT] = {1, 1, C, 1, g->A, 1, 1, 1, C, 1, g->F, 1};
     /* column-parallel qkv, fc (weight and bias rows); row-parallel projections (columns) */
     int split[L_COUNT] = {-1, -1, 0, 0, 1, -1, -1, -1, 0, 0, 1, -1};
     for (int i = 0; i < g->s.layer_count; i++)
@@ -411,8 +429,10 @@ static int family_tables(tr_gpt *g)
         {s->rmsnorm, (const void *)k->rmsnorm_backward, "RMSNorm"},
         {s->swiglu, (const void *)k->swiglu_forward, "SwiGLU"},
         {s->swiglu, (const void *)k->swiglu_backward, "SwiGLU"},
-        {s->gelu_exact, (const void *)k->gelu_exact_forward, "exact GELU"},
-        {s->gelu_exact, (const void *)k->gelu_exact_backward, "exact GELU"},
+        {s->geglu, (const void *)k->geglu_forward, "GeGLU"},
+        {s->geglu, (const void *)k->geglu_backward, "GeGLU"},
+        {s->gelu_exact && !s->geglu, (const void *)k->gelu_exact_forward, "exact GELU"},
+        {s->gelu_exact && !s->geglu, (const void *)k->gelu_exact_backward, "exact GELU"},
         {s->position == TR_POS_ROPE, (const void *)k->rope, "rotary embedding"},
         {uses_gqa_attention(g) || s->position == TR_POS_ALIBI,
          (const void *)k->attention_gqa_forward, "grouped-query / ALiBi attention"},
@@ -425,6 +445,17 @@ static int family_tables(tr_gpt *g)
     int rc = gpt_rope_reserve(g, s->T); /* training positions are < T */
     if (rc)
         return rc;
+    if (s->layernorm_1p) { /* C ones, then the C floats norm_scale writes 1 + weight into */
+        float *ones = tr_alloc((size_t)s->C * sizeof(float), "norm offset staging");
+        if (!ones || !(g->norm_1p = k->alloc(2 * (size_t)s->C * sizeof(float)))) {
+            tr_free(ones);
+            return tr_fail(TR_ERR_NOMEM, "out of memory for the norms' 1 + weight scale");
+        }
+        for (int c = 0; c < s->C; c++)
+            ones[c] = 1.0f;
+        k->to_device(NULL, g->norm_1p, ones, (size_t)s->C * sizeof(float));
+        tr_free(ones);
+    }
     if (s->position == TR_POS_ALIBI) {
         float host[1024];
         if (g->NHl > 1024)
@@ -492,6 +523,7 @@ void tr_gpt_free(tr_gpt *g)
     g->k->free(g->rope_cos);
     g->k->free(g->rope_sin);
     g->k->free(g->alibi);
+    g->k->free(g->norm_1p);
     tr_free(g->losses_host);
     gpt_lora_free(g);
     tr_free(g->layer_ranges);
@@ -540,7 +572,8 @@ void tr_gpt_bind(tr_gpt *g, float *params, float *grads)
     }
 }
 
-/* Initial value std of a tensor: LN weights 1, biases 0, output projections scaled. */
+/* Initial value std of a tensor: LN weights 1 (0 with apply_layernorm_1p: the norm scales by
+ * 1 + weight), biases 0, output projections scaled. */
 static int init_kind(const char *name, int cols, float *std, const tr_gpt_shape *s)
 {
     size_t n = strlen(name);
@@ -554,7 +587,7 @@ static int init_kind(const char *name, int cols, float *std, const tr_gpt_shape 
         return 0; /* zeros */
     if (strstr(name, "ln") == name || strstr(name, ".ln") || !strncmp(name, "lnf", 3) ||
         !strncmp(name, "emb_ln", 6))
-        return 1; /* ones */
+        return s->layernorm_1p ? 0 : 1; /* ones (the scale 1 + 0 with the 1p offset) */
     *std = s->init_std;
     if (strstr(name, "attn_proj.weight") || strstr(name, "fc_proj.weight"))
         *std = s->init_std / sqrtf(2.0f * (float)s->num_layers);
@@ -633,5 +666,6 @@ int gpt_init_tensors(tr_gpt *g, tr_param_tensor *tensors, int n, size_t offset, 
 
 double tr_gpt_flops_per_token(const tr_gpt_shape *s, double n_params_total)
 {
-    return 6.0 * n_params_total + 12.0 * s->num_layers * (double)s->C * s->T;
+    return 6.0 * n_params_total +
+           12.0 * s->num_layers * (double)s->NH * (double)tr_gpt_head_size(s) * s->T;
 }

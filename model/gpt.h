@@ -123,7 +123,13 @@ typedef struct {
     int parallel_shared_norm; /* with parallel_residual: no ln2, the MLP reads ln1 (its
                                * parameters; Falcon-7B, GPT-J) */
     int gelu_exact;       /* the MLP's GELU is the exact x Phi(x) (model.gelu_approximate
-                           * none), not the tanh approximation */
+                           * none), not the tanh approximation (GELU and GeGLU MLPs) */
+    int kv_channels;      /* the head size where it is not C / NH (model.kv_channels; Gemma-7B's
+                           * 256 of hidden 3072, 16 heads), else 0: tr_gpt_head_size */
+    int layernorm_1p;     /* every norm scales by 1 + weight (model.apply_layernorm_1p) */
+    float embedding_multiplier; /* the embedding stage's output times this
+                                 * (model.embedding_multiplier), or 0 where that is 1 */
+    int geglu;            /* MLP = fc_proj(gelu(gate) * up), fc as swiglu's (gate, up) pairs */
     /* LoRA fine-tuning (finetune.lora.*; rank 0 = none): see "LoRA" above */
     int lora_rank;
     float lora_alpha;
@@ -139,6 +145,14 @@ enum { TR_LORA_QKV = 1, TR_LORA_PROJ = 2, TR_LORA_FC1 = 4, TR_LORA_FC2 = 8 };
 enum { TR_POS_LEARNED = 0, TR_POS_ROPE = 1, TR_POS_ALIBI = 2 };
 /* GPT-2 exactly (no family field set): generation and the GPT-2 converter need it. */
 int tr_gpt_is_gpt2(const tr_gpt_shape *s);
+/* The head size HS: kv_channels, or C / NH. The attention is NH x HS wide (qkv's query rows,
+ * attn_proj's columns), key and value heads NG x HS each. */
+static inline int tr_gpt_head_size(const tr_gpt_shape *s)
+{
+    return s->kv_channels ? s->kv_channels : s->NH > 0 ? s->C / s->NH : 0;
+}
+/* Whether the MLP is gated (fc = (gate, up) pairs, 2F rows): SwiGLU or GeGLU. */
+static inline int tr_gpt_gated_mlp(const tr_gpt_shape *s) { return s->swiglu || s->geglu; }
 
 typedef struct {
     char name[48];

@@ -38,14 +38,14 @@ static size_t layer_acts_floats(const tr_gpt *g, int B)
 {
     int first, Nl_;
     gpt_rows(g, B, &first, &Nl_);
-    size_t N = (size_t)B * g->s.T, Nl = (size_t)Nl_, C = g->s.C, Cl = g->Cl;
+    size_t N = (size_t)B * g->s.T, Nl = (size_t)Nl_, C = g->s.C, Al = g->Al;
     size_t lse = (size_t)B * g->NHl * g->s.T; /* fused attention: no T x T tensor */
     size_t Q = (size_t)g->QKVl, Fw = (size_t)g->Fwl, F = (size_t)g->Fl;
     size_t lora = g->lora ? 4 * N * (size_t)g->s.lora_rank : 0;
     size_t ln1 = input_shared(g, LORA_QKV) ? 0 : ln_floats(g, N * C);
     size_t ln2 = input_shared(g, LORA_FC1) ? 0 : ln_floats(g, N * C);
     size_t gelu = input_shared(g, LORA_FC2) ? 0 : gelu_floats(g, N * F);
-    size_t atty = atty_floats(g, N * Cl);
+    size_t atty = atty_floats(g, N * Al);
     size_t sizes[] = {ln1,    Nl,     Nl, qkv_floats(g, N * Q), atty, lse, Nl * C,
                       ln2,    Nl,     Nl, fch_floats(g, N * Fw), gelu, Nl * C, lora};
     size_t total = 0;
@@ -59,7 +59,7 @@ static void layer_acts_carve(const tr_gpt *g, int B, layer_acts *L, float **c, i
 {
     int first, Nl_;
     gpt_rows(g, B, &first, &Nl_);
-    size_t N = (size_t)B * g->s.T, Nl = (size_t)Nl_, C = g->s.C, Cl = g->Cl;
+    size_t N = (size_t)B * g->s.T, Nl = (size_t)Nl_, C = g->s.C, Al = g->Al;
     size_t lse = (size_t)B * g->NHl * g->s.T;
     memset(L, 0, sizeof *L);
     if (!only_output) { /* a NULL input: the scratch's frozen_* (layer_acts_for) */
@@ -67,7 +67,7 @@ static void layer_acts_carve(const tr_gpt *g, int B, layer_acts *L, float **c, i
         L->ln1_mean = take(c, Nl);
         L->ln1_rstd = take(c, Nl);
         L->qkv = take(c, qkv_floats(g, N * (size_t)g->QKVl));
-        L->atty = take(c, atty_floats(g, N * Cl));
+        L->atty = take(c, atty_floats(g, N * Al));
         L->lse = take(c, lse);
         L->residual2 = take(c, Nl * C);
         L->ln2 = input_shared(g, LORA_FC1) ? NULL : take(c, ln_floats(g, N * C));
@@ -96,19 +96,19 @@ static size_t scratch_floats(const tr_gpt *g, int B)
     const tr_gpt_shape *s = &g->s;
     int first, Nl;
     gpt_rows(g, B, &first, &Nl);
-    size_t N = (size_t)B * s->T, C = s->C, Cl = g->Cl, Vl = s->is_last ? g->Vl : 0;
+    size_t N = (size_t)B * s->T, C = s->C, Al = g->Al, Vl = s->is_last ? g->Vl : 0;
     size_t att = (size_t)B * (g->NHl + 1) * s->T; /* attention backward's scratch */
     size_t wide = s->tp_size > 1 ? N * C : 0;
     size_t Q = (size_t)g->QKVl, Fw = (size_t)g->Fwl, F = (size_t)g->Fl;
     size_t lora = g->lora ? N * (size_t)s->lora_rank : 0;
-    size_t drop = g->lora && s->lora_dropout > 0 ? N * (size_t)(s->C > g->Fl ? s->C : g->Fl) : 0;
+    size_t drop = g->lora && s->lora_dropout > 0 ? N * gpt_lora_widest_input(g) : 0;
     size_t frozen_ln1 = input_shared(g, LORA_QKV) ? N * C : 0;
     size_t frozen_ln2 = input_shared(g, LORA_FC1) ? N * C : 0;
     size_t frozen_gelu = input_shared(g, LORA_FC2) ? N * F : 0;
     size_t R = (size_t)tr_gpt_head_chunk_rows((int)N, (int)Vl); /* one chunk of the logits */
     size_t sizes[] = {N,      N * C,      Nl,  Nl,     R * Vl,     8 * R,      head_w16_floats(g),
                       N,
-                      N * C,  wide,       qkv_floats(g, N * Q), N * Cl, att, N * Fw, N * F,
+                      N * C,  wide,       qkv_floats(g, N * Q), N * Al, att, N * Fw, N * F,
                       lora, drop, drop, frozen_ln1, frozen_ln2, frozen_gelu};
     size_t total = 0;
     for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++)
@@ -161,7 +161,7 @@ int gpt_scratch_ensure(tr_gpt *g, int B)
     const tr_gpt_shape *s = &g->s;
     int first, Nl;
     gpt_rows(g, B, &first, &Nl);
-    size_t N = (size_t)B * s->T, C = s->C, Cl = g->Cl, Vl = s->is_last ? g->Vl : 0;
+    size_t N = (size_t)B * s->T, C = s->C, Al = g->Al, Vl = s->is_last ? g->Vl : 0;
     size_t att = (size_t)B * (g->NHl + 1) * s->T;
     size_t wide = s->tp_size > 1 ? N * C : 0;
     size_t total = scratch_floats(g, B);
@@ -184,12 +184,12 @@ int gpt_scratch_ensure(tr_gpt *g, int B)
     sc->dln = take(&c, N * C);
     sc->wide = take(&c, wide);
     sc->dqkv = take(&c, qkv_floats(g, N * (size_t)g->QKVl));
-    sc->datty = take(&c, N * Cl);
+    sc->datty = take(&c, N * Al);
     sc->att_rowsum = take(&c, att);
     sc->dfch = take(&c, N * (size_t)g->Fwl);
     sc->dfch_gelu = take(&c, N * (size_t)g->Fl);
     sc->lora_dh = g->lora ? take(&c, N * (size_t)s->lora_rank) : NULL;
-    size_t wide_in = (size_t)(s->C > g->Fl ? s->C : g->Fl) * N, drop = g->lora && s->lora_dropout > 0;
+    size_t wide_in = gpt_lora_widest_input(g) * N, drop = g->lora && s->lora_dropout > 0;
     sc->lora_mask = drop ? take(&c, wide_in) : NULL;
     sc->lora_xd = drop ? take(&c, wide_in) : NULL;
     if (drop && !(g->lora_mask_host = tr_alloc(wide_in * sizeof(float), "dropout mask")))

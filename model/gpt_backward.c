@@ -29,16 +29,16 @@ static int projection_then_attention(tr_gpt *g, const layer_acts *L, int l, cons
 {
     const tr_kernels *k = g->k;
     gpt_scratch *sc = &g->scratch;
-    int T = g->s.T, C = g->s.C, Cl = g->Cl, N = B * T, rc;
+    int T = g->s.T, C = g->s.C, Al = g->Al, N = B * T, rc;
     float *dW = layer_grad(g, l, L_ATTPROJ_W), *db = layer_grad(g, l, L_ATTPROJ_B);
     const float *W = layer_param(g, l, L_ATTPROJ_W);
     if (gpt_atty16(g)) {
         const uint16_t *atty16 = (const uint16_t *)L->atty;
         int qkv16 = gpt_qkv16(g); /* qkv, its gradient and the output's gradient bf16 too */
         rc = qkv16 ? tr_tp_row_linear_backward16_dx16(&g->tp, (uint16_t *)sc->datty, dW, db, dres,
-                                                       atty16, W, N, Cl, C, sc->wide)
+                                                       atty16, W, N, Al, C, sc->wide)
                    : tr_tp_row_linear_backward16(&g->tp, sc->datty, dW, db, dres, atty16, W, N,
-                                                 Cl, C, sc->wide);
+                                                 Al, C, sc->wide);
         if (rc)
             return rc;
         if (qkv16)
@@ -56,7 +56,7 @@ static int projection_then_attention(tr_gpt *g, const layer_acts *L, int l, cons
         return TR_OK;
     }
     tr_tp_lora lo; /* the LoRA adapter (NULL: none), made right before its layer */
-    rc = tr_tp_row_linear_backward_lora(&g->tp, sc->datty, dW, db, dres, L->atty, W, N, Cl, C,
+    rc = tr_tp_row_linear_backward_lora(&g->tp, sc->datty, dW, db, dres, L->atty, W, N, Al, C,
                                         sc->wide, gpt_lora(g, L, l, LORA_PROJ, B, &lo));
     if (rc)
         return rc;
@@ -135,6 +135,9 @@ static int mlp_backward(tr_gpt *g, int l, const layer_acts *L, const float *mlp_
     } else {
         if (g->s.swiglu)
             k->swiglu_backward(NULL, sc->dfch, L->fch, sc->dfch_gelu, (size_t)N * g->Fl);
+        else if (g->s.geglu)
+            k->geglu_backward(NULL, sc->dfch, L->fch, sc->dfch_gelu, (size_t)N * g->Fl,
+                              g->s.gelu_exact);
         else
             gpt_gelu_backward(g)(NULL, sc->dfch, L->fch, sc->dfch_gelu, (size_t)N * g->Fl);
         rc = column_backward_of(g, L, l, B, sc->dfch, L->ln2, L_FC_W, L_FC_B, g->Fwl,
@@ -245,6 +248,13 @@ int tr_gpt_backward(tr_gpt *g, tr_gpt_acts *a, const float *dhidden_out)
             norm_backward(g, d, g->tensors[g->emb_ln_w].grad,
                           g->emb_ln_b >= 0 ? g->tensors[g->emb_ln_b].grad : NULL, dres, NULL,
                           a->emb, g->tensors[g->emb_ln_w].param, a->emb_mean, a->emb_rstd, Nl);
+            demb = d;
+        }
+        if (s->embedding_multiplier) { /* d emb = m d (m emb), in the free dln rows */
+            float *d = g->scratch.dln;
+            if (demb != d)
+                k->copy(NULL, d, demb, (size_t)Nl * C * sizeof(float));
+            k->scale(NULL, d, s->embedding_multiplier, (size_t)Nl * C);
             demb = d;
         }
         rc = tr_tp_vocab_embedding_backward(&g->tp, g->tensors[g->wte].grad, demb, a->tokens, N,

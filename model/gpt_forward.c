@@ -20,13 +20,12 @@ static int norm_then_column(tr_gpt *g, const layer_acts *L, int l, int B, float 
     gpt_rows(g, B, &r0, &Nl);
     if (gpt_ln16(g)) {
         uint16_t *ln16 = (uint16_t *)ln;
+        const float *w = norm_scale(g, layer_param(g, l, nw));
         if (g->s.rmsnorm)
-            g->k->rmsnorm_forward16(NULL, ln16 + (size_t)r0 * C, rstd, x, layer_param(g, l, nw),
-                                    Nl, C, g->s.eps);
+            g->k->rmsnorm_forward16(NULL, ln16 + (size_t)r0 * C, rstd, x, w, Nl, C, g->s.eps);
         else
-            g->k->layernorm_forward16(NULL, ln16 + (size_t)r0 * C, mean, rstd, x,
-                                      layer_param(g, l, nw), layer_param(g, l, nb), Nl, C,
-                                      g->s.eps);
+            g->k->layernorm_forward16(NULL, ln16 + (size_t)r0 * C, mean, rstd, x, w,
+                                      layer_param(g, l, nb), Nl, C, g->s.eps);
         if (y16)
             return tr_tp_column_linear_forward_out16(&g->tp, (uint16_t *)y, act16, NULL, ln16,
                                                      layer_param(g, l, W), layer_param(g, l, b),
@@ -54,7 +53,7 @@ static int attention_then_projection(tr_gpt *g, const layer_acts *L, int l, cons
                                      float *sum)
 {
     const tr_kernels *k = g->k;
-    int T = g->s.T, C = g->s.C, Cl = g->Cl, N = B * T;
+    int T = g->s.T, C = g->s.C, Al = g->Al, N = B * T;
     const float *W = layer_param(g, l, L_ATTPROJ_W), *b = layer_param(g, l, L_ATTPROJ_B);
     if (gpt_atty16(g)) {
         uint16_t *atty16 = (uint16_t *)L->atty;
@@ -68,8 +67,8 @@ static int attention_then_projection(tr_gpt *g, const layer_acts *L, int l, cons
             k->attention_forward16(NULL, atty16, L->lse, L->qkv, B, T, g->NHl, g->HS,
                                    g->segments);
         if (sum)
-            return tr_tp_row_linear_partial16(&g->tp, sum, 0, atty16, W, N, Cl, C);
-        return tr_tp_row_linear_forward16(&g->tp, L->residual2, x, atty16, W, b, N, Cl, C,
+            return tr_tp_row_linear_partial16(&g->tp, sum, 0, atty16, W, N, Al, C);
+        return tr_tp_row_linear_forward16(&g->tp, L->residual2, x, atty16, W, b, N, Al, C,
                                           g->scratch.wide);
     }
     if (uses_gqa_attention(g))
@@ -80,8 +79,8 @@ static int attention_then_projection(tr_gpt *g, const layer_acts *L, int l, cons
     tr_tp_lora lo; /* the LoRA adapter (NULL: none), made right before its layer */
     const tr_tp_lora *adapter = gpt_lora(g, L, l, LORA_PROJ, B, &lo);
     if (sum)
-        return tr_tp_row_linear_partial_lora(&g->tp, sum, 0, L->atty, W, N, Cl, C, adapter);
-    return tr_tp_row_linear_forward_lora(&g->tp, L->residual2, x, L->atty, W, b, N, Cl, C,
+        return tr_tp_row_linear_partial_lora(&g->tp, sum, 0, L->atty, W, N, Al, C, adapter);
+    return tr_tp_row_linear_forward_lora(&g->tp, L->residual2, x, L->atty, W, b, N, Al, C,
                                          g->scratch.wide, adapter);
 }
 
@@ -108,7 +107,7 @@ int gpt_layer_forward(tr_gpt *g, int l, layer_acts *L, const float *x, int B)
     rc = attention_then_projection(g, L, l, x, B, sum);
     if (rc)
         return rc;
-    /* MLP: residual3 = residual2 + fc_proj(act(fc(ln2(residual2)))), act GELU or SwiGLU;
+    /* MLP: residual3 = residual2 + fc_proj(act(fc(ln2(residual2)))), act GELU, SwiGLU or GeGLU;
      * with the parallel residual ln2 reads the layer input x instead of residual2 */
     const float *mlp_in = g->s.parallel_residual ? x : L->residual2;
     int fch16 = gpt_fch16(g);                          /* fc's output in bf16 */
@@ -133,6 +132,8 @@ int gpt_layer_forward(tr_gpt *g, int l, layer_acts *L, const float *x, int B)
     } else {
         if (g->s.swiglu)
             k->swiglu_forward(NULL, L->fch_gelu, L->fch, (size_t)N * g->Fl);
+        else if (g->s.geglu)
+            k->geglu_forward(NULL, L->fch_gelu, L->fch, (size_t)N * g->Fl, g->s.gelu_exact);
         else
             gpt_gelu_forward(g)(NULL, L->fch_gelu, L->fch, (size_t)N * g->Fl);
         const tr_tp_lora *adapter = gpt_lora(g, L, l, LORA_FC2, B, &lo);
@@ -318,6 +319,8 @@ int tr_gpt_forward(tr_gpt *g, tr_gpt_acts *a, const int32_t *tokens, const float
             gpt_add_position_ids(g, a, emb, g->scratch.dln, r0, Nl);
         else
             add_positions(g, emb, r0, Nl);
+        if (s->embedding_multiplier) /* Gemma's sqrt(hidden_size) */
+            k->scale(NULL, emb, s->embedding_multiplier, (size_t)Nl * C);
         if (s->embedding_ln) /* Bloom's word_embeddings_layernorm */
             norm_forward(g, a->stage_in, a->emb_mean, a->emb_rstd, emb,
                          g->tensors[g->emb_ln_w].param,

@@ -2,7 +2,7 @@
  * keys and values of earlier positions are kept), the logits over the whole vocabulary on
  * every tensor-parallel rank, and sampling (greedy, temperature, top-k, top-p).
  * Sizes: B sequences, n new positions per call, R = B*n rows, L = past + n cached positions,
- * C hidden, l = this TP rank's share (Cl = C/tp, NHl = NH/tp, Vl = Vp/tp), HS head size. */
+ * C hidden, l = this TP rank's share (Al = NH HS/tp, NHl = NH/tp, Vl = Vp/tp), HS head size. */
 #include "model/gpt_internal.h"
 
 #include <math.h>
@@ -21,7 +21,7 @@ struct tr_gpt_cache {
     float *ln;         /* (B*max_T, C) layernorm output (also the last rows for the head) */
     float *mean, *rstd;/* (B*max_T) */
     float *qkv;        /* (B*max_T, QKVl) */
-    float *atty;       /* (B*max_T, Cl) */
+    float *atty;       /* (B*max_T, Al) */
     float *fch, *fch_gelu; /* (B*max_T, Fwl), (B*max_T, Fl) */
     float *scores;     /* (B, NHl, max_T, max_T) */
     float *wide;       /* (B*max_T, C): TP scratch of the embedding and row-parallel layers */
@@ -44,9 +44,9 @@ static float *take(float **cursor, size_t count)
 static size_t cache_layout(tr_gpt_cache *c, int carve)
 {
     const tr_gpt *g = c->g;
-    size_t R = (size_t)c->B * c->max_T, C = g->s.C, Cl = g->Cl, HS = C / g->s.NH;
+    size_t R = (size_t)c->B * c->max_T, C = g->s.C, Al = g->Al, HS = g->HS;
     size_t kv = (size_t)g->s.layer_count * c->B * g->NGl * c->max_T * HS;
-    size_t sizes[] = {kv, kv, R, R * C, R * C, R * C, R, R, R * (size_t)g->QKVl, R * Cl,
+    size_t sizes[] = {kv, kv, R, R * C, R * C, R * C, R, R, R * (size_t)g->QKVl, R * Al,
                       R * (size_t)g->Fwl, R * (size_t)g->Fl,
                       (size_t)c->B * g->NHl * c->max_T * c->max_T, g->s.tp_size > 1 ? R * C : 0};
     float **dst[] = {&c->k, &c->v, (float **)&c->ids, &c->x, &c->res2, &c->ln, &c->mean,
@@ -154,7 +154,7 @@ static int layer_decode(tr_gpt_cache *c, int l, int n)
     tr_gpt *g = c->g;
     const tr_kernels *k = g->k;
     const tr_tp *tp = &g->tp;
-    int C = g->s.C, Cl = g->Cl, HS = C / g->s.NH, R = c->B * n, rc;
+    int C = g->s.C, Al = g->Al, HS = g->HS, R = c->B * n, rc;
     size_t kv = (size_t)c->B * g->NGl * c->max_T * HS * l;
     norm_forward(g, c->ln, c->mean, c->rstd, c->x, layer_param(g, l, L_LN1_W),
                  layer_param(g, l, L_LN1_B), R);
@@ -175,7 +175,7 @@ static int layer_decode(tr_gpt_cache *c, int l, int n)
         k->attention_decode(NULL, c->atty, c->k + kv, c->v + kv, c->scores, c->qkv, c->B, n,
                             c->len, c->max_T, g->NHl, HS);
     rc = tr_tp_row_linear_forward(tp, c->res2, c->x, c->atty, layer_param(g, l, L_ATTPROJ_W),
-                                  layer_param(g, l, L_ATTPROJ_B), R, Cl, C, c->wide);
+                                  layer_param(g, l, L_ATTPROJ_B), R, Al, C, c->wide);
     if (rc)
         return rc;
     /* the MLP's norm reads res2, or the layer input x (still in c->x) with the parallel
@@ -188,6 +188,8 @@ static int layer_decode(tr_gpt_cache *c, int l, int n)
         return rc;
     if (g->s.swiglu)
         k->swiglu_forward(NULL, c->fch_gelu, c->fch, (size_t)R * g->Fl);
+    else if (g->s.geglu)
+        k->geglu_forward(NULL, c->fch_gelu, c->fch, (size_t)R * g->Fl, g->s.gelu_exact);
     else
         gpt_gelu_forward(g)(NULL, c->fch_gelu, c->fch, (size_t)R * g->Fl);
     return tr_tp_row_linear_forward(tp, c->x, c->res2, c->fch_gelu,
@@ -220,6 +222,8 @@ int tr_gpt_decode(tr_gpt_cache *c, const int32_t *tokens, int n, int all_positio
         return rc;
     if (s->position == TR_POS_LEARNED)
         k->position_forward(NULL, c->x, g->tensors[g->wpe].param + (size_t)c->len * C, B, n, C);
+    if (s->embedding_multiplier) /* Gemma's sqrt(hidden_size) */
+        k->scale(NULL, c->x, s->embedding_multiplier, (size_t)R * C);
     if (s->embedding_ln) { /* Bloom: the norm of the embeddings (res2 is free until the layers) */
         k->copy(NULL, c->res2, c->x, (size_t)R * C * sizeof(float));
         norm_forward(g, c->x, c->mean, c->rstd, c->res2, g->tensors[g->emb_ln_w].param,

@@ -1,9 +1,10 @@
 /* model/ internals shared by gpt.c, gpt_acts.c, gpt_forward.c and gpt_backward.c. Not part
  * of the contract.
  * Sizes: B micro-batch, T sequence, N = B*T token rows, Nl the rows this rank holds (N, or
- * N/tp under sequence parallelism), C hidden, suffix "l" = this TP rank's share (Cl = C/tp,
+ * N/tp under sequence parallelism), C hidden, HS head size, A = NH HS the attention's width
+ * (C unless model.kv_channels), suffix "l" = this TP rank's share (Cl = C/tp, Al = A/tp,
  * NHl = NH/tp, Vl = Vp/tp, NGl = NG/tp query groups, QKVl = (NHl + 2 NGl) HS qkv columns,
- * Fl = F/tp MLP features, Fwl = Fl (2 Fl with SwiGLU: gate and up) fc columns). */
+ * Fl = F/tp MLP features, Fwl = Fl (2 Fl with SwiGLU or GeGLU: gate and up) fc columns). */
 #ifndef TR_GPT_INTERNAL_H
 #define TR_GPT_INTERNAL_H
 
@@ -23,7 +24,7 @@ typedef struct {
     float *ln1, *ln1_mean, *ln1_rstd; /* (N, C), (Nl), (Nl) */
     float *qkv;                       /* (N, QKVl): (B, T, NGl, R+2, HS), roped (bf16 storage
                                        * where gpt_qkv16) */
-    float *atty;                      /* (N, Cl) attention output; backward reads it too (bf16
+    float *atty;                      /* (N, Al) attention output; backward reads it too (bf16
                                        * storage where gpt_atty16) */
     float *lse;                       /* (B, NHl, T) log-sum-exp of each query row's scores */
     float *residual2;                 /* (Nl, C) = input + attention */
@@ -67,12 +68,12 @@ typedef struct {
     float *dln;                   /* (N, C) input gradient of the column-parallel layers */
     float *wide;                  /* (N, C) tp > 1: row-parallel partials, SP gathers */
     float *dqkv;                  /* (N, QKVl) (bf16 storage where gpt_qkv16) */
-    float *datty;                 /* (N, Cl) */
+    float *datty;                 /* (N, Al) */
     float *att_rowsum;            /* (B, NHl + 1, T) attention backward's scratch */
     float *dfch;                  /* (N, Fwl) */
     float *dfch_gelu;             /* (N, Fl) */
     float *lora_dh;               /* LoRA: (N, r) */
-    float *lora_mask, *lora_xd;   /* LoRA dropout: (N, max(C, Fl)) each */
+    float *lora_mask, *lora_xd;   /* LoRA dropout: (N, gpt_lora_widest_input) each */
     /* LoRA: the input of a frozen linear without an adapter is read only by its weight
      * gradient, which a frozen base does not have: such an input (ln1: (N, C) of qkv, ln2:
      * (N, C) of fc, fch_gelu: (N, Fl) of fc_proj) lives here, one layer at a time, instead of
@@ -94,12 +95,15 @@ struct tr_gpt {
     tr_tp tp;
     int Cl, NHl, Vl; /* this TP rank's share of C, NH and Vp */
     int HS, NG, NGl, QKVl, F, Fl, Fwl; /* see the top of this file */
+    int A, Al;       /* the attention's width NH x HS (C unless kv_channels), this rank's */
     int slot[L_COUNT], per_layer; /* a layer tensor's place in its layer (-1: absent) */
     float *rope_cos, *rope_sin;   /* rope: (rope_positions, rotary_dims/2) tables, backend
                                    * memory: T positions from tr_gpt_create, grown by a
                                    * longer generation cache (gpt_rope_reserve) */
     int rope_positions;           /* positions the rope tables hold (0: none) */
     float *alibi;                 /* alibi: this rank's NHl slopes, backend memory */
+    float *norm_1p;               /* apply_layernorm_1p: (2, C) backend floats, C ones and the
+                                   * scale 1 + weight of the norm being run (norm_scale) */
     tr_param_tensor *tensors;
     int n_tensors;
     size_t n_params;
@@ -125,7 +129,7 @@ struct tr_gpt {
     int n_lora, lora_per_layer, lora_slot[4];
     size_t n_lora_params;
     float *base_params, *base_vector_grads;
-    float *lora_mask_host;        /* dropout: (N, max(C, Fl)) staging of the mask */
+    float *lora_mask_host;        /* dropout: (N, gpt_lora_widest_input) staging of the mask */
     int dropout_on;               /* of the micro-batch being run (its acts') */
     uint64_t dropout_sample;
     const int32_t *segments; /* of the micro-batch being run (its acts'), NULL: whole rows */
@@ -169,7 +173,7 @@ static inline int gpt_gelu_in_gemm(const tr_gpt *g) { return !g->s.gelu_exact; }
  * and no LoRA adapter reads it. Then fch_gelu holds N*Fl bf16 bits in half its floats. */
 static inline int gpt_gelu16(const tr_gpt *g)
 {
-    return gpt_gelu_forward16(g) && g->k->gemm_a16 && g->k->gemm_b16 && !g->s.swiglu &&
+    return gpt_gelu_forward16(g) && g->k->gemm_a16 && g->k->gemm_b16 && !tr_gpt_gated_mlp(&g->s) &&
            !g->s.lora_rank;
 }
 
@@ -179,7 +183,8 @@ static inline int gpt_gelu16(const tr_gpt *g)
  * reads it. Then dfch holds N*Fl bf16 bits in half its floats. */
 static inline int gpt_dgelu16(const tr_gpt *g)
 {
-    return gpt_gelu_backward16(g) && g->k->linear_backward && !g->s.swiglu && !g->s.lora_rank;
+    return gpt_gelu_backward16(g) && g->k->linear_backward && !tr_gpt_gated_mlp(&g->s) &&
+           !g->s.lora_rank;
 }
 
 /* Whether fc_proj's input gradient (scratch.dfch_gelu, the GELU's output gradient) is kept in
@@ -234,10 +239,23 @@ static inline float *layer_grad(tr_gpt *g, int layer, int which)
     return j < 0 ? NULL : g->tensors[g->layer0 + layer * g->per_layer + j].grad;
 }
 
-/* LayerNorm or RMSNorm of Nl rows (mean unused, bias NULL for RMSNorm). */
+/* The scale a norm applies: its weight w, or with apply_layernorm_1p 1 + w, made in
+ * g->norm_1p's second row for this call (the next norm_scale overwrites it; same stream). */
+static inline const float *norm_scale(const tr_gpt *g, const float *w)
+{
+    if (!g->s.layernorm_1p)
+        return w;
+    float *scale = g->norm_1p + g->s.C;
+    g->k->add(NULL, scale, g->norm_1p, w, (size_t)g->s.C);
+    return scale;
+}
+
+/* LayerNorm or RMSNorm of Nl rows (mean unused, bias NULL for RMSNorm); w the weight (the
+ * scale norm_scale makes of it). */
 static inline void norm_forward(const tr_gpt *g, float *out, float *mean, float *rstd,
                                 const float *x, const float *w, const float *b, int Nl)
 {
+    w = norm_scale(g, w);
     if (g->s.rmsnorm)
         g->k->rmsnorm_forward(NULL, out, rstd, x, w, Nl, g->s.C, g->s.eps);
     else
@@ -252,6 +270,7 @@ static inline void norm_backward(const tr_gpt *g, float *dx, float *dw, float *d
 {
     const tr_kernels *k = g->k;
     int C = g->s.C;
+    w = norm_scale(g, w); /* d(1 + w) = dw: the weight's gradient as it is */
     if (g->s.rmsnorm && dout16)
         k->rmsnorm_backward16(NULL, dx, dw, dout16, x, w, rstd, Nl, C);
     else if (g->s.rmsnorm)
@@ -271,14 +290,14 @@ static inline int uses_gqa_attention(const tr_gpt *g)
 /* Whether the attention output (layer_acts.atty, feeding the attention projection; its backward
  * reads it again) is kept in bf16 storage: the table has the bf16-output attention ops of the
  * family's layout (kernels.h: attention_forward16 / _backward16, or the attention_gqa_ pair
- * where uses_gqa_attention), gemm_a16 and gemm_b16, no LoRA adapter reads it and Cl is even.
- * Then atty holds N*Cl bf16 bits in half its floats. */
+ * where uses_gqa_attention), gemm_a16 and gemm_b16, no LoRA adapter reads it and Al is even.
+ * Then atty holds N*Al bf16 bits in half its floats. */
 static inline int gpt_atty16(const tr_gpt *g)
 {
     const tr_kernels *k = g->k;
     int ops = uses_gqa_attention(g) ? k->attention_gqa_forward16 && k->attention_gqa_backward16
                   : k->attention_forward16 && k->attention_backward16;
-    return ops && k->gemm_a16 && k->gemm_b16 && !g->s.lora_rank && g->Cl % 2 == 0;
+    return ops && k->gemm_a16 && k->gemm_b16 && !g->s.lora_rank && g->Al % 2 == 0;
 }
 
 /* Whether qkv (layer_acts.qkv, QKV's output and the attention's input; its backward reads it
@@ -288,7 +307,7 @@ static inline int gpt_atty16(const tr_gpt *g)
  * linear_backward that reads dqkv (dy16, with QKV's bias gradient), and no rope rotates them in
  * place (fp32 there). Then qkv and dqkv hold N*QKVl bf16 bits in half their floats, and the
  * attention output's gradient datty (the projection's linear_backward writes it as dx16, the
- * attention backward reads it) N*Cl in half its floats. */
+ * attention backward reads it) N*Al in half its floats. */
 static inline int gpt_qkv16(const tr_gpt *g)
 {
     const tr_kernels *k = g->k;
@@ -313,6 +332,14 @@ static inline int params_use(tr_gpt *g, int what, grad_range r)
 static inline void gpt_rows(const tr_gpt *g, int B, int *first, int *count)
 {
     tr_tp_rows(&g->tp, B * g->s.T, first, count);
+}
+
+/* The widest input an adapter reads on this rank: max(C, Al, Fl) (qkv's and fc's C, the
+ * row-parallel attn_proj's Al and fc_proj's Fl). */
+static inline size_t gpt_lora_widest_input(const tr_gpt *g)
+{
+    int w = g->s.C > g->Al ? g->s.C : g->Al;
+    return (size_t)(w > g->Fl ? w : g->Fl);
 }
 
 /* LoRA targets (tr_gpt_shape.lora_targets bit 1 << target) */

@@ -45,9 +45,9 @@ int gpt_lora_setup(tr_gpt *g)
                        "adapter tensor table");
     if (!g->lora)
         return TR_ERR_NOMEM;
-    int qkv = C + 2 * g->NG * g->HS, fc = s->swiglu ? 2 * g->F : g->F;
+    int qkv = g->A + 2 * g->NG * g->HS, fc = tr_gpt_gated_mlp(s) ? 2 * g->F : g->F;
     /* per target: in, out features; column-parallel (1) or row-parallel (0) base */
-    int in[4] = {C, C, C, g->F}, out[4] = {qkv, C, fc, C}, column[4] = {1, 0, 1, 0};
+    int in[4] = {C, g->A, C, g->F}, out[4] = {qkv, C, fc, C}, column[4] = {1, 0, 1, 0};
     for (int l = 0; l < s->layer_count; l++) {
         int first = g->n_lora;
         for (int t = 0; t < 4; t++) {
@@ -123,7 +123,7 @@ static void dropout_mask(tr_gpt *g, int l, int t, int B)
 {
     const tr_gpt_shape *s = &g->s;
     int T = s->T, N = B * T, column = t == LORA_QKV || t == LORA_FC1;
-    int IC = t == LORA_FC2 ? g->F : s->C;
+    int IC = t == LORA_FC2 ? g->F : t == LORA_PROJ ? g->A : s->C;
     int ICl = column ? IC : IC / s->tp_size, col0 = column ? 0 : s->tp_rank * ICl;
     float keep = 1.0f / (1.0f - s->lora_dropout), *m = g->lora_mask_host;
     uint32_t threshold = (uint32_t)((double)s->lora_dropout * 4294967296.0);

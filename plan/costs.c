@@ -46,8 +46,9 @@ void plan_lora_cost(const plan_cost_ctx *x, double T,
     const tr_plan_cluster *c = x->c;
     double qkv, F, fc, h = x->m->hidden_size, t = x->L->tp, r = x->ft ? x->ft->lora_rank : 0;
     tr_plan_layer_dims(x->m, &qkv, &F, &fc);
+    double aw = tr_plan_attention_width(x->m);
     /* this rank's in and out features of each target (column-parallel: out split; row: in) */
-    double in[4] = {h, h / t, h, F / t}, out[4] = {qkv / t, h, fc / t, h};
+    double in[4] = {h, aw / t, h, F / t}, out[4] = {qkv / t, h, fc / t, h};
     *fwd = *bwd = 0;
     for (int k = 0; plan_lora(x) && k < 4; k++) {
         if (!plan_lora_target(x->ft, k))
@@ -81,7 +82,7 @@ void plan_layer_cost(const plan_cost_ctx *x, plan_cost *o)
             double qkv, F, fc, T = (double)L->micro_batch * m->seq_length;
             tr_plan_layer_dims(m, &qkv, &F, &fc);
             plan_lora_cost(x, T, gemm_flops, &af, &ab);
-            b1 += -2 * T * h * (qkv + h + fc + F) / t + ab;
+            b1 += -2 * T * h * (qkv + tr_plan_attention_width(m) + fc + F) / t + ab;
             f1 += af;
         }
         o->f[TR_PLAN_PART_GEMM] = f1 / x->rate;
@@ -90,23 +91,25 @@ void plan_layer_cost(const plan_cost_ctx *x, plan_cost *o)
             o->b[TR_PLAN_PART_RECOMPUTE] = f1 / x->rate;
             o->b[TR_PLAN_PART_TP] += 2 * x->ar_tp;
         } else if (L->recompute == TR_PLAN_RECOMPUTE_SELECTIVE && !L->trident_kernels) {
-            o->b[TR_PLAN_PART_RECOMPUTE] = 4.0 * b * s * s * h / t / x->rate;
+            o->b[TR_PLAN_PART_RECOMPUTE] = 4.0 * b * s * s * tr_plan_attention_width(m) / t /
+                                           x->rate;
         }
         return;
     }
     double T = b * s, e = L->bf16 ? 2.0 : 4.0;
     double qkv, F, fc; /* GPT-2: 3h, 4h, 4h; GQA's smaller qkv, SwiGLU's 2F-wide fc */
     tr_plan_layer_dims(m, &qkv, &F, &fc);
+    double aw = tr_plan_attention_width(m);  /* heads x head size */
     double R = T * h * e / (sp ? t : 1);      /* layernorm-region tensor, bytes */
     double mask = L->dropout ? R / e : 0;     /* one byte per element */
     double I = T * fc / t * e;                /* the MLP's intermediate, bytes */
-    double heads = b * a / t, d = h / a;      /* batched attention */
+    double heads = b * a / t, d = aw / a;     /* batched attention */
     double S = heads * s * s;                 /* scores, elements */
 
-    double lin_f = gemm_f(c, T, qkv / t, h) + gemm_f(c, T, h, h / t) +
+    double lin_f = gemm_f(c, T, qkv / t, h) + gemm_f(c, T, h, aw / t) +
                    gemm_f(c, T, fc / t, h) + gemm_f(c, T, h, F / t);
     int frozen = plan_lora(x);
-    double lin_b = gemm_b_of(c, T, qkv / t, h, frozen) + gemm_b_of(c, T, h, h / t, frozen) +
+    double lin_b = gemm_b_of(c, T, qkv / t, h, frozen) + gemm_b_of(c, T, h, aw / t, frozen) +
                    gemm_b_of(c, T, fc / t, h, frozen) + gemm_b_of(c, T, h, F / t, frozen);
     double ad_f, ad_b;
     plan_lora_cost(x, T, gemm_acc_s, &ad_f, &ad_b);
@@ -126,7 +129,7 @@ void plan_layer_cost(const plan_cost_ctx *x, plan_cost *o)
                   tr_plan_stream_s(c, 3 * I) +
                   tr_plan_stream_s(c, (qkv + fc) * T / t * e + 2 * R);
     if (!L->grad_accum_fused && !frozen) /* dW in 16 bits, then added into the fp32 buffer */
-        el_b += tr_plan_stream_s(c, 10.0 * ((qkv + h + fc + F) * h / t));
+        el_b += tr_plan_stream_s(c, 10.0 * ((qkv + aw + fc + F) * h / t));
     o->f[TR_PLAN_PART_GEMM] = lin_f;
     o->f[TR_PLAN_PART_ATTENTION] = att_gemm_f + att_el_f;
     o->f[TR_PLAN_PART_ELEMENTWISE] = el_f;

@@ -101,7 +101,8 @@ void plan_layer_cost_trident(const plan_cost_ctx *x, plan_cost *o)
     const tr_plan_layout *L = x->L;
     const tr_plan_cluster *c = x->c;
     double s = m->seq_length, b = L->micro_batch, h = m->hidden_size, a = m->num_attention_heads;
-    double t = L->tp, T = b * s, d = h / a, heads = b * a / t;
+    double aw = tr_plan_attention_width(m); /* heads x head size (h unless kv_channels) */
+    double t = L->tp, T = b * s, d = aw / a, heads = b * a / t;
     int sp = L->sequence_parallel && L->tp > 1, row_copy = L->tp == 1;
     double qkv, F, fc;
     tr_plan_layer_dims(m, &qkv, &F, &fc);
@@ -128,10 +129,10 @@ void plan_layer_cost_trident(const plan_cost_ctx *x, plan_cost *o)
     /* the norms' outputs likewise (gpt_ln16): QKV and fc read them without converting them,
      * forward and weight gradient, and the norms write 2 bytes less */
     double l16 = (int)h % 2 == 0 && !lora ? 2 * T * h : 0;
-    /* and the attention output (gpt_atty16: h/t even): the projection reads it without
+    /* and the attention output (gpt_atty16: aw/t even): the projection reads it without
      * converting it, forward and weight gradient; attention writes it, and its backward reads
      * it, 2 bytes an element less */
-    double a16 = (long)(h / t) % 2 == 0 && !lora ? T * h / t : 0;
+    double a16 = (long)(aw / t) % 2 == 0 && !lora ? T * aw / t : 0;
     /* and its input qkv and their gradient dqkv (gpt_qkv16: where the attention output is, and
      * no rope rotates them in place): QKV's GEMM writes qkv 2 bytes an element less, the
      * attention reads it 2 bytes less in forward and in each of its backward's two kernels and
@@ -142,7 +143,7 @@ void plan_layer_cost_trident(const plan_cost_ctx *x, plan_cost *o)
     /* and with them the attention output's gradient (the projection's linear_backward writes
      * it bf16, dx16: 2 bytes an element less; the attention backward reads it 2 less in its
      * row sums and in each of its two kernels) */
-    double dat16 = q16 > 0 ? T * h / t : 0;
+    double dat16 = q16 > 0 ? T * aw / t : 0;
     /* QKV, projection, fc, fc_proj (the row-parallel two onto the residual) */
     /* the GELU in the GEMMs' epilogues (kernels.h's linear_gelu_forward16 and
      * linear_backward_gelu16, where fc's output is bf16): fc's GEMM writes its bf16 input
@@ -154,7 +155,7 @@ void plan_layer_cost_trident(const plan_cost_ctx *x, plan_cost *o)
     int exact_gelu = m->gelu_approximate && !strcmp(m->gelu_approximate, "none");
     double gelu_fused = f16 > 0 && !exact_gelu ? T * F / t : 0;
     double lin_f = tr_plan_stream_s(c, 2 * gelu_fused) + plan_trident_gemm_s(c, T, qkv / t, h, 0) +
-                   plan_trident_gemm_s(c, T, h, h / t, row_copy) +
+                   plan_trident_gemm_s(c, T, h, aw / t, row_copy) +
                    plan_trident_gemm_s(c, T, fc / t, h, 0) +
                    plan_trident_gemm_s(c, T, h, F / t, row_copy) - tr_plan_stream_s(c, 6 * g16) -
                    tr_plan_stream_s(c, 6 * l16) - tr_plan_stream_s(c, 6 * a16) -
@@ -169,7 +170,7 @@ void plan_layer_cost_trident(const plan_cost_ctx *x, plan_cost *o)
      * norms' backward reads them 2 less */
     double dln16 = (t == 1 && q16 > 0 ? T * h : 0) + (t == 1 && dg16 > 0 ? T * h : 0);
     double lin_b = tr_plan_stream_s(c, 2 * gelu_fused) + linear_b(c, T, qkv / t, h) +
-                   linear_b(c, T, h, h / t) +
+                   linear_b(c, T, h, aw / t) +
                    linear_b(c, T, fc / t, h) + linear_b(c, T, h, F / t) -
                    tr_plan_stream_s(c, 6 * g16) - tr_plan_stream_s(c, 6 * l16) -
                    tr_plan_stream_s(c, 6 * T * qkv / t) -
@@ -181,7 +182,7 @@ void plan_layer_cost_trident(const plan_cost_ctx *x, plan_cost *o)
         double ad_f, ad_b;
         plan_lora_cost(x, T, adapter_gemm_s, &ad_f, &ad_b);
         lin_f += ad_f;
-        lin_b = plan_trident_gemm_s(c, T, h, qkv / t, 0) + plan_trident_gemm_s(c, T, h / t, h, 0) +
+        lin_b = plan_trident_gemm_s(c, T, h, qkv / t, 0) + plan_trident_gemm_s(c, T, aw / t, h, 0) +
                 plan_trident_gemm_s(c, T, h, fc / t, 0) + plan_trident_gemm_s(c, T, F / t, h, 0) +
                 ad_b;
     }

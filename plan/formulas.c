@@ -35,7 +35,8 @@ const char *tr_plan_link_name(tr_plan_link l)
 /* The family switches of m (model.* keys). A config not made by the loader (no family
  * strings set) is GPT-2, whatever its zeroed switches say. */
 typedef struct {
-    double h, qkv, F, fc; /* hidden; qkv rows (h + 2 groups x head size); MLP width; fc rows */
+    double h, qkv, F, fc; /* hidden; qkv rows (a + 2 groups x head size); MLP width; fc rows */
+    double a;             /* the attention's width: heads x head size (h unless kv_channels) */
     int bias, qkv_bias, rms, learned, emb_ln, untie; /* qkv_bias: qkv's (with bias or alone) */
     int norms;                                       /* per layer: 2, or 1 (a shared norm) */
     int out_bias;                                    /* the untied output layer's bias */
@@ -47,10 +48,12 @@ static family family_of(const tr_model_config *m)
     int loaded = m->normalization != NULL;
     int heads = m->num_attention_heads > 0 ? m->num_attention_heads : 1;
     int groups = m->num_query_groups > 0 ? m->num_query_groups : heads;
+    double hs = loaded && m->kv_channels > 0 ? m->kv_channels : (double)m->hidden_size / heads;
     f.h = m->hidden_size;
-    f.qkv = f.h + 2.0 * groups * (f.h / heads);
+    f.a = heads * hs;
+    f.qkv = f.a + 2.0 * groups * hs;
     f.F = tr_model_ffn_hidden(m);
-    f.fc = loaded && m->swiglu ? 2 * f.F : f.F;
+    f.fc = loaded && (m->swiglu || m->geglu) ? 2 * f.F : f.F;
     f.bias = !loaded || m->add_bias_linear;
     f.qkv_bias = f.bias || (loaded && m->add_qkv_bias);
     f.rms = loaded && !strcmp(m->normalization, "RMSNorm");
@@ -71,12 +74,17 @@ void tr_plan_layer_dims(const tr_model_config *m, double *qkv, double *ffn, doub
     *fc = f.fc;
 }
 
+double tr_plan_attention_width(const tr_model_config *m)
+{
+    return family_of(m).a;
+}
+
 /* GPT-2: 12h^2/t + 7h/t + 6h; in general the qkv, projection and MLP matrices split over t,
  * their column-parallel biases too, the row-parallel biases and the norms whole. */
 static double layer_params(const family *f, int tp)
 {
     double h = f->h;
-    double n = (f->qkv * h + h * h + f->fc * h + f->F * h) / tp;
+    double n = (f->qkv * h + f->a * h + f->fc * h + f->F * h) / tp;
     if (f->bias)
         n += f->fc / tp + 2.0 * h;
     if (f->qkv_bias)
@@ -124,7 +132,7 @@ double tr_plan_stage_adapters(const tr_config *cfg, int tp, int layers)
     family f = family_of(&cfg->model);
     double r = ft->lora_rank, h = f.h, t = tp, n = 0;
     /* A + B per target: column-parallel (qkv, fc1) A whole, B split; row-parallel A split */
-    double each[4] = {r * h + f.qkv * r / t, r * h / t + h * r, r * h + f.fc * r / t,
+    double each[4] = {r * h + f.qkv * r / t, r * f.a / t + h * r, r * h + f.fc * r / t,
                       r * f.F / t + h * r};
     for (int k = 0; k < 4; k++)
         n += plan_lora_target(ft, k) ? each[k] : 0;
@@ -176,7 +184,7 @@ double tr_plan_layer_forward_flops_model(const tr_model_config *m, int s, int b)
 {
     family f = family_of(m);
     double S = s, B = b, h = f.h;
-    return 2.0 * B * S * (f.qkv * h + h * h + f.fc * h + f.F * h) + 4.0 * B * S * S * h;
+    return 2.0 * B * S * (f.qkv * h + f.a * h + f.fc * h + f.F * h) + 4.0 * B * S * S * f.a;
 }
 
 double tr_plan_model_flops(const tr_model_config *m, int vocab_padded, int global_batch)
@@ -190,11 +198,11 @@ double tr_plan_model_flops(const tr_model_config *m, int vocab_padded, int globa
 double tr_plan_hardware_flops(const tr_model_config *m, int vocab_padded, int global_batch,
                               tr_plan_recompute rc)
 {
-    double extra = 0, s = m->seq_length, h = m->hidden_size;
+    double extra = 0, s = m->seq_length;
     if (rc == TR_PLAN_RECOMPUTE_FULL)
         extra = m->num_layers * tr_plan_layer_forward_flops_model(m, m->seq_length, global_batch);
     else if (rc == TR_PLAN_RECOMPUTE_SELECTIVE)
-        extra = m->num_layers * 4.0 * global_batch * s * s * h;
+        extra = m->num_layers * 4.0 * global_batch * s * s * tr_plan_attention_width(m);
     return tr_plan_model_flops(m, vocab_padded, global_batch) + extra;
 }
 

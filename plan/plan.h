@@ -309,6 +309,9 @@ double tr_plan_layer_forward_flops_model(const tr_model_config *m, int s, int b)
 /* A layer's matrix widths for m's family: qkv rows (3h; GQA h + 2 groups x head size), the
  * MLP width F (4h unless ffn_hidden_size) and fc's rows (F; 2F with SwiGLU's gate and up). */
 void tr_plan_layer_dims(const tr_model_config *m, double *qkv, double *ffn, double *fc);
+/* The attention's width for m: heads x head size (h, unless model.kv_channels sets the head
+ * size: Gemma-7B's 16 x 256 of hidden 3072): Q's rows, the projection's input. */
+double tr_plan_attention_width(const tr_model_config *m);
 /* Per step, all ranks: model FLOPs (3 x forward) and hardware FLOPs (with recompute). */
 double tr_plan_model_flops(const tr_model_config *m, int vocab_padded, int global_batch);
 double tr_plan_hardware_flops(const tr_model_config *m, int vocab_padded, int global_batch,

@@ -239,7 +239,8 @@ static void memory_model(const tr_config *cfg, const tr_plan_cluster *c,
     int act16 = L->bf16 && !L->trident_kernels;
     /* but the GELU output that feeds fc_proj, kept in bf16 storage (model/gpt_internal.h's
      * gpt_gelu16: bf16 on trident's kernels, GELU, no LoRA): 2 bytes an element less */
-    double gelu16 = L->trident_kernels && L->bf16 && !m->swiglu && !cfg->finetune.lora_rank &&
+    double gelu16 = L->trident_kernels && L->bf16 && !m->swiglu && !m->geglu &&
+                            !cfg->finetune.lora_rank &&
                             stored != TR_PLAN_RECOMPUTE_FULL
                         ? 2.0 * s * b * (double)tr_model_ffn_hidden(m) / t
                         : 0;
@@ -252,11 +253,12 @@ static void memory_model(const tr_config *cfg, const tr_plan_cluster *c,
                           stored != TR_PLAN_RECOMPUTE_FULL && h % 2 == 0
                       ? 2 * 2.0 * s * b * h / (sp_split ? t : 1)
                       : 0;
-    /* and the attention output that feeds the projection (gpt_atty16: h/t even): 2 bytes of
-     * its (s b, h/t) */
+    /* and the attention output that feeds the projection (gpt_atty16: aw/t even, aw = heads x
+     * head size): 2 bytes of its (s b, aw/t) */
+    double aw = tr_plan_attention_width(m);
     double atty16 = L->trident_kernels && L->bf16 && !cfg->finetune.lora_rank &&
-                            stored != TR_PLAN_RECOMPUTE_FULL && (h / t) % 2 == 0
-                        ? 2.0 * s * b * h / t
+                            stored != TR_PLAN_RECOMPUTE_FULL && (long)(aw / t) % 2 == 0
+                        ? 2.0 * s * b * aw / t
                         : 0;
     /* and its input qkv (gpt_qkv16: where the attention output is and no rope rotates it): 2
      * bytes of its (s b, qkv/t) (GPT-2: qkv = 3h) */

@@ -63,14 +63,16 @@ typedef struct {
      * tr_gpt_shape's (position: 0 learned, 1 rope, 2 alibi; ffn / query_groups: the sizes
      * themselves), so inference and export need no --config; at its end " qkv_bias 1" only for
      * a model whose qkv alone has biases, " sliding_window N" only for a model with a
-     * window, " parallel_residual 1", " gelu_exact 1", " parallel_shared_norm 1" and
-     * " output_bias 1" only for models with them (GPT-NeoX, Falcon, Phi), in that order, so
-     * other lines read as before) */
+     * window, " parallel_residual 1", " gelu_exact 1", " parallel_shared_norm 1",
+     * " output_bias 1", " kv_channels N" (a head size other than hidden / heads),
+     * " layernorm_1p 1", " embedding_multiplier X" (float32's %.9g, not 1) and " geglu 1" only
+     * for models with them (GPT-NeoX, Falcon, Phi, Gemma), in that order, so other lines read
+     * as before) */
     int has_family;
     int rmsnorm, position, rotary_dims, swiglu, ffn, query_groups, untie, linear_bias, emb_ln;
     int qkv_bias, sliding_window, parallel_residual, gelu_exact, parallel_shared_norm;
-    int output_bias;
-    double eps, rotary_base;
+    int output_bias, kv_channels, layernorm_1p, geglu;
+    double eps, rotary_base, embedding_multiplier; /* the multiplier: 0 where it is 1 */
     /* the lora line (a LoRA run's checkpoint, its adapters alone; absent from checkpoints
      * written before it): finetune.lora.rank, .alpha and .target_modules (bit t of
      * lora_targets: qkv, proj, fc1, fc2), so export and resume take the alpha the adapters

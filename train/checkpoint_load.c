@@ -316,6 +316,15 @@ int ckpt_same_family(const tr_gpt_shape *s, const ckpt_manifest *mf, const char 
          my.gelu_exact ? "none" : "tanh", mf->gelu_exact ? "none" : "tanh")
     DIFF(my.emb_ln != mf->emb_ln, "; embedding_layernorm %d (the checkpoint's: %d)", my.emb_ln,
          mf->emb_ln)
+    DIFF(my.kv_channels != mf->kv_channels, "; kv_channels %d (the checkpoint's: %d; 0: hidden "
+         "/ heads)", my.kv_channels, mf->kv_channels)
+    DIFF(my.layernorm_1p != mf->layernorm_1p, "; apply_layernorm_1p %d (the checkpoint's: %d)",
+         my.layernorm_1p, mf->layernorm_1p)
+    DIFF((float)my.embedding_multiplier != (float)mf->embedding_multiplier,
+         "; embedding_multiplier %g (the checkpoint's: %g)",
+         my.embedding_multiplier ? my.embedding_multiplier : 1.0,
+         mf->embedding_multiplier ? mf->embedding_multiplier : 1.0)
+    DIFF(my.geglu != mf->geglu, "; geglu %d (the checkpoint's: %d)", my.geglu, mf->geglu)
     DIFF((float)my.eps != (float)mf->eps, "; layernorm_epsilon %g (the checkpoint's: %g)", my.eps,
          mf->eps)
 #undef DIFF

@@ -65,6 +65,10 @@ void ckpt_manifest_family(ckpt_manifest *mf, const tr_gpt_shape *s)
     mf->gelu_exact = s->gelu_exact;
     mf->parallel_shared_norm = s->parallel_shared_norm;
     mf->output_bias = s->output_bias;
+    mf->kv_channels = s->kv_channels;
+    mf->layernorm_1p = s->layernorm_1p;
+    mf->embedding_multiplier = s->embedding_multiplier ? float_decimal(s->embedding_multiplier) : 0;
+    mf->geglu = s->geglu;
     mf->emb_ln = s->embedding_ln;
     mf->eps = float_decimal(s->eps);
 }
@@ -112,33 +116,49 @@ static int lora_targets_parse(const char *text)
     return mask ? mask : -1;
 }
 
-/* The family line's optional end: " qkv_bias 1", " sliding_window N" (N >= 1, digits),
- * " parallel_residual 1", " gelu_exact 1", " parallel_shared_norm 1", " output_bias 1", each
- * at most once and in that order, nothing else; 1 when it is (and sets them). */
+/* The family line's optional end: " qkv_bias 1", " sliding_window N", " parallel_residual 1",
+ * " gelu_exact 1", " parallel_shared_norm 1", " output_bias 1", " kv_channels N",
+ * " layernorm_1p 1", " embedding_multiplier X", " geglu 1" (N >= 1 in digits, X a finite
+ * float32 > 0 other than 1), each at most once and in that order, nothing else; 1 when it is
+ * (and sets them). */
 static int family_suffix(const char *rest, ckpt_manifest *out)
 {
-    static const char *const flags[] = {" qkv_bias 1", NULL, " parallel_residual 1",
-                                        " gelu_exact 1", " parallel_shared_norm 1",
-                                        " output_bias 1"};
-    int *set[] = {&out->qkv_bias, NULL, &out->parallel_residual, &out->gelu_exact,
-                  &out->parallel_shared_norm, &out->output_bias};
-    for (int i = 0; i < 6 && *rest; i++) {
-        if (!flags[i]) { /* sliding_window N */
-            int used = 0, n = 0;
-            if (strncmp(rest, " sliding_window ", 16) || !isdigit((unsigned char)rest[16]))
-                continue;
-            if (sscanf(rest, " sliding_window %d%n", &n, &used) != 1 || n < 1 ||
-                (rest[used] && rest[used] != ' '))
+    enum { FLAG, COUNT, SCALE }; /* " NAME 1", " NAME N", " NAME X" */
+    static const struct {
+        const char *name;
+        int kind;
+    } keys[] = {{"qkv_bias", FLAG},          {"sliding_window", COUNT},
+                {"parallel_residual", FLAG}, {"gelu_exact", FLAG},
+                {"parallel_shared_norm", FLAG}, {"output_bias", FLAG},
+                {"kv_channels", COUNT},      {"layernorm_1p", FLAG},
+                {"embedding_multiplier", SCALE}, {"geglu", FLAG}};
+    int *set[] = {&out->qkv_bias,    &out->sliding_window, &out->parallel_residual,
+                  &out->gelu_exact,  &out->parallel_shared_norm, &out->output_bias,
+                  &out->kv_channels, &out->layernorm_1p, NULL, &out->geglu};
+    for (size_t i = 0; i < sizeof keys / sizeof keys[0] && *rest; i++) {
+        size_t len = strlen(keys[i].name);
+        if (rest[0] != ' ' || strncmp(rest + 1, keys[i].name, len) || rest[1 + len] != ' ')
+            continue; /* absent: the next key may follow */
+        const char *v = rest + 2 + len;
+        int used = 0, n = 0;
+        double x = 0;
+        if (keys[i].kind == FLAG) {
+            if (*v != '1')
                 return 0;
-            out->sliding_window = n;
-            rest += used;
-            continue;
+            used = 1, *set[i] = 1;
+        } else if (keys[i].kind == COUNT) {
+            if (!isdigit((unsigned char)*v) || sscanf(v, "%d%n", &n, &used) != 1 || n < 1)
+                return 0;
+            *set[i] = n;
+        } else {
+            if (sscanf(v, "%lg%n", &x, &used) != 1 || !isfinite(x) || !((float)x > 0.0f) ||
+                x > FLT_MAX || (float)x == 1.0f)
+                return 0;
+            out->embedding_multiplier = x;
         }
-        size_t len = strlen(flags[i]);
-        if (!strncmp(rest, flags[i], len) && (rest[len] == '\0' || rest[len] == ' ')) {
-            *set[i] = 1;
-            rest += len;
-        }
+        if (v[used] && v[used] != ' ')
+            return 0;
+        rest = v + used;
     }
     return !*rest;
 }
@@ -160,7 +180,7 @@ int ckpt_write_manifest(const char *path, const ckpt_manifest *mf)
         fprintf(f, "loss_scaler scale %.17g growth %d hysteresis_left %d skipped %ld\n",
                 mf->loss_scale, mf->scaler_growth, mf->scaler_hysteresis_left,
                 mf->skipped_iterations);
-    char suffix[160] = ""; /* every one: at most 96 bytes */
+    char suffix[320] = ""; /* every one: at most 200 bytes */
     if (mf->sliding_window)
         snprintf(suffix, sizeof suffix, " sliding_window %d", mf->sliding_window);
     if (mf->parallel_residual)
@@ -171,6 +191,16 @@ int ckpt_write_manifest(const char *path, const ckpt_manifest *mf)
         strcat(suffix, " parallel_shared_norm 1");
     if (mf->output_bias)
         strcat(suffix, " output_bias 1");
+    if (mf->kv_channels)
+        snprintf(suffix + strlen(suffix), sizeof suffix - strlen(suffix), " kv_channels %d",
+                 mf->kv_channels);
+    if (mf->layernorm_1p)
+        strcat(suffix, " layernorm_1p 1");
+    if (mf->embedding_multiplier)
+        snprintf(suffix + strlen(suffix), sizeof suffix - strlen(suffix),
+                 " embedding_multiplier %.9g", mf->embedding_multiplier);
+    if (mf->geglu)
+        strcat(suffix, " geglu 1");
     if (mf->has_family)
         fprintf(f, "family rmsnorm %d position %d rotary_dims %d rotary_base %.9g swiglu %d "
                    "ffn %d query_groups %d untie %d linear_bias %d embedding_layernorm %d "
@@ -280,7 +310,7 @@ int ckpt_read_manifest(const char *path, int iteration, ckpt_manifest *out)
                 (line[used] && !family_suffix(line + used, out)) ||
                 (out->qkv_bias && out->linear_bias) ||
                 (out->parallel_shared_norm && !out->parallel_residual) ||
-                (out->output_bias && !out->untie) ||
+                (out->output_bias && !out->untie) || (out->geglu && out->swiglu) ||
                 (unsigned)out->rmsnorm > 1 || (unsigned)out->position > 2 || out->rotary_dims < 0 ||
                 (unsigned)out->swiglu > 1 || out->ffn < 1 || out->query_groups < 1 ||
                 (unsigned)out->untie > 1 || (unsigned)out->linear_bias > 1 ||
@@ -300,7 +330,9 @@ int ckpt_read_manifest(const char *path, int iteration, ckpt_manifest *out)
                                               ">= 1, parallel_residual 1, gelu_exact 1, "
                                               "parallel_shared_norm 1 only with "
                                               "parallel_residual 1, output_bias 1 only with "
-                                              "untie 1)");
+                                              "untie 1, kv_channels N >= 1, layernorm_1p 1, "
+                                              "embedding_multiplier X (a float32 > 0, not 1), "
+                                              "geglu 1 only with swiglu 0)");
         } else if (ln == 4 + out->has_data + out->has_scaler + out->has_family &&
                    !strncmp(line, "lora ", 5)) {
             int used = 0;

@@ -47,7 +47,7 @@ int tr_checkpoint_read_model(const char *dir, tr_model_config *model, int *itera
         static char gelu_tanh[] = "tanh", gelu_none[] = "none";
         model->normalization = mf.rmsnorm ? rms_norm : layer_norm;
         model->position_embedding_type = mf.position == 1 ? rope : mf.position == 2 ? alibi : learned;
-        int hs = mf.hidden_size / mf.num_attention_heads;
+        int hs = mf.kv_channels ? mf.kv_channels : mf.hidden_size / mf.num_attention_heads;
         model->rotary_percent = mf.position == 1 && hs > 0 ? (double)mf.rotary_dims / hs : 1.0;
         model->rotary_base = mf.position == 1 ? mf.rotary_base : 10000.0;
         model->swiglu = mf.swiglu;
@@ -62,6 +62,10 @@ int tr_checkpoint_read_model(const char *dir, tr_model_config *model, int *itera
         model->parallel_shared_norm = mf.parallel_shared_norm;
         model->output_layer_bias = mf.output_bias;
         model->gelu_approximate = mf.gelu_exact ? gelu_none : gelu_tanh;
+        model->kv_channels = mf.kv_channels;
+        model->apply_layernorm_1p = mf.layernorm_1p;
+        model->embedding_multiplier = mf.embedding_multiplier ? mf.embedding_multiplier : 1.0;
+        model->geglu = mf.geglu;
         model->layernorm_epsilon = mf.eps;
     }
     if (iteration)

@@ -24,7 +24,8 @@
 
 typedef struct {
     int num_layers;                   /* required, >= 1 */
-    int hidden_size;                  /* required, >= 1, divisible by num_attention_heads */
+    int hidden_size;                  /* required, >= 1, divisible by num_attention_heads
+                                       * unless kv_channels is set */
     int num_attention_heads;          /* required, >= 1 */
     int seq_length;                   /* required, >= 1 */
     int max_position_embeddings;      /* default seq_length; >= seq_length */
@@ -37,7 +38,9 @@ typedef struct {
      * with add_qkv_bias; Bloom = alibi, embedding_layernorm; GPT-NeoX (Pythia) = rope on a
      * rotary_percent of each head, untied output, parallel_residual, gelu_approximate none; Falcon
      * = rope, GQA, no linear biases, parallel_residual (with parallel_shared_norm for
-     * Falcon-7B), gelu_approximate none. */
+     * Falcon-7B), gelu_approximate none; Gemma = Llama with geglu, apply_layernorm_1p, the
+     * embedding times sqrt(hidden_size) (embedding_multiplier), tied, and (Gemma-7B) heads of
+     * kv_channels 256 wider than hidden_size / heads. */
     char *normalization;              /* "LayerNorm" (default) | "RMSNorm" */
     char *position_embedding_type;    /* "learned_absolute" (default) | "rope" | "alibi" */
     double rotary_base;               /* default 10000 (rope only) */
@@ -64,16 +67,37 @@ typedef struct {
                                        * feeds both the attention and the MLP: x + attn(ln1(x))
                                        * + mlp(ln1(x)) (Falcon-7B, GPT-J); the layer has no ln2 */
     char *gelu_approximate;           /* "tanh" (default, GPT-2's) | "none" (the exact erf
-                                       * GELU of GPT-NeoX / BERT): PyTorch's F.gelu argument */
+                                       * GELU of GPT-NeoX / BERT): PyTorch's F.gelu argument;
+                                       * the GELU of geglu too */
+    int kv_channels;                  /* default 0 = hidden_size / num_attention_heads: the
+                                       * head size (Megatron's --kv-channels); the attention
+                                       * is num_attention_heads x kv_channels wide */
+    int apply_layernorm_1p;           /* bool, default 0: every norm scales by 1 + weight,
+                                       * its weights start at 0 (Megatron's
+                                       * --apply-layernorm-1p; Gemma's RMSNorm) */
+    double embedding_multiplier;      /* default 1.0: the embedding stage's output (words +
+                                       * positions) times this (Gemma's sqrt(hidden_size)) */
+    int geglu;                        /* bool, default 0: MLP = down(gelu(gate x) * up x),
+                                       * the GELU of gelu_approximate; as swiglu's widths */
 } tr_model_config;
 
+/* The head size: model.kv_channels, or hidden_size / num_attention_heads. */
+static inline int tr_model_head_size(const tr_model_config *m)
+{
+    return m->kv_channels > 0          ? m->kv_channels
+           : m->num_attention_heads > 0 ? m->hidden_size / m->num_attention_heads
+                                        : 0;
+}
+
 /* The MLP's hidden width: ffn_hidden_size, or when 0 Megatron-LM's default: 4 x hidden_size,
- * with swiglu int(4h x 2/3 / 64) x 64 (the three matrices cost about what 4h's two do). */
+ * with swiglu (or geglu) int(4h x 2/3 / 64) x 64 (the three matrices cost about what 4h's two
+ * do). */
 static inline int tr_model_ffn_hidden(const tr_model_config *m)
 {
     if (m->ffn_hidden_size > 0)
         return m->ffn_hidden_size;
-    return m->swiglu ? (int)(4.0 * m->hidden_size * 2 / 3 / 64) * 64 : 4 * m->hidden_size;
+    return m->swiglu || m->geglu ? (int)(4.0 * m->hidden_size * 2 / 3 / 64) * 64
+                                 : 4 * m->hidden_size;
 }
 
 /* The longest sequence the model runs as trained: its positions, within its sliding window. */

@@ -86,6 +86,10 @@ const config_key_spec config_keys[] = {
     BOOL("model", "parallel_residual", model.parallel_residual, "false"),
     BOOL("model", "parallel_shared_norm", model.parallel_shared_norm, "false"),
     ENUM("model", "gelu_approximate", model.gelu_approximate, "tanh", gelu_approximations),
+    INT("model", "kv_channels", model.kv_channels, 0, "0", 0, 65536),
+    BOOL("model", "apply_layernorm_1p", model.apply_layernorm_1p, "false"),
+    DBL("model", "embedding_multiplier", model.embedding_multiplier, 0, "1.0", 0, 1, INF, 0),
+    BOOL("model", "geglu", model.geglu, "false"),
 
     INT("parallel", "tensor_model_parallel_size", parallel.tensor_model_parallel_size, 0, "1", 1,
         65536),

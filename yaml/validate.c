@@ -50,10 +50,11 @@ static int check_model_and_tp(const tr_config *c)
     const tr_model_config *m = &c->model;
     int tp = c->parallel.tensor_model_parallel_size;
     char at[1300], eg[64];
-    if (m->hidden_size % m->num_attention_heads)
+    if (!m->kv_channels && m->hidden_size % m->num_attention_heads)
         return bad(c, "model.hidden_size", "model.num_attention_heads",
                    "model.hidden_size = %d is not a multiple of model.num_attention_heads = %d%s; "
-                   "hidden_size must be divisible by num_attention_heads (%s)",
+                   "hidden_size must be divisible by num_attention_heads (%s), or "
+                   "model.kv_channels set to the head size",
                    m->hidden_size, m->num_attention_heads,
                    set_at(c, "model.num_attention_heads", at, sizeof at),
                    multiples(m->hidden_size, m->num_attention_heads, eg, sizeof eg));
@@ -103,10 +104,16 @@ static int check_family(const tr_config *c)
                    "model.num_query_groups = %d%s; each tensor-parallel rank holds whole query "
                    "groups (their key/value heads)", tp, groups,
                    set_at(c, "model.num_query_groups", at, sizeof at));
+    if (m->swiglu && m->geglu)
+        return bad(c, "model.geglu", "model.swiglu",
+                   "model.geglu and model.swiglu are both true%s; the gated MLP has one "
+                   "activation: allowed: at most one of them",
+                   set_at(c, "model.swiglu", at, sizeof at));
     if (ffn < 1)
-        return bad(c, "model.ffn_hidden_size", "model.swiglu",
-                   "model.swiglu with hidden_size %d gives Megatron's default MLP width "
-                   "int(8h/3 / 64) x 64 = 0; set model.ffn_hidden_size", m->hidden_size);
+        return bad(c, "model.ffn_hidden_size", m->geglu ? "model.geglu" : "model.swiglu",
+                   "model.%s with hidden_size %d gives Megatron's default MLP width "
+                   "int(8h/3 / 64) x 64 = 0; set model.ffn_hidden_size",
+                   m->geglu ? "geglu" : "swiglu", m->hidden_size);
     if (ffn % tp)
         return bad(c, "parallel.tensor_model_parallel_size", "model.ffn_hidden_size",
                    "parallel.tensor_model_parallel_size = %d does not divide the MLP width "
@@ -140,7 +147,7 @@ static int check_family(const tr_config *c)
                        m->position_embedding_type,
                        set_at(c, "model.position_embedding_type", at, sizeof at));
     if (rope) {
-        int hs = m->hidden_size / heads;
+        int hs = tr_model_head_size(m);
         double dims = hs * m->rotary_percent;
         int rot = (int)dims;
         if (rot != dims || rot < 2 || rot % 2)

@@ -194,5 +194,14 @@ void tr_model_family_flow(const tr_model_config *m, char *buf, size_t cap)
     if (n > 0 && (size_t)n < cap && m->parallel_shared_norm)
         n += snprintf(buf + n, cap - (size_t)n, ", parallel_shared_norm: true");
     if (n > 0 && (size_t)n < cap && m->gelu_approximate && !strcmp(m->gelu_approximate, "none"))
-        snprintf(buf + n, cap - (size_t)n, ", gelu_approximate: none");
+        n += snprintf(buf + n, cap - (size_t)n, ", gelu_approximate: none");
+    if (n > 0 && (size_t)n < cap && m->kv_channels)
+        n += snprintf(buf + n, cap - (size_t)n, ", kv_channels: %d", m->kv_channels);
+    if (n > 0 && (size_t)n < cap && m->apply_layernorm_1p)
+        n += snprintf(buf + n, cap - (size_t)n, ", apply_layernorm_1p: true");
+    if (n > 0 && (size_t)n < cap && m->embedding_multiplier != 1.0)
+        n += snprintf(buf + n, cap - (size_t)n, ", embedding_multiplier: %.17g",
+                      m->embedding_multiplier);
+    if (n > 0 && (size_t)n < cap && m->geglu)
+        snprintf(buf + n, cap - (size_t)n, ", geglu: true");
 }

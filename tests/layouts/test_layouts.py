@@ -25,10 +25,13 @@ embedding LayerNorm) on three 8-rank layouts (T4xP2, D2xT2xP2 with SP, D4xT2 wit
 Group neox does the same with GPT-NeoX's (rope on a quarter of each head, untied output, the
 parallel residual, the exact GELU; also D2xT2xP2 with SP and full recompute), group falcon with Falcon-7B's layer (rope, 4 query
 groups, the parallel residual with one norm for both branches, the exact GELU), group phi with
-Phi-2's (rope on half of each head, one norm, the output layer's bias).
+Phi-2's (rope on half of each head, one norm, the output layer's bias), group gemma with Gemma's
+(heads of kv_channels 12, the attention 96 wide of hidden 64, GeGLU, RMSNorm scaling by
+1 + weight, the embedding times 8, tied; also rank-4 LoRA with dropout in D2xT2xP2 with SP:
+the attention projection's adapter reads the 96-wide attention output).
 usage: test_layouts.py TRIDENT WORKDIR GROUP [--quick] [--full]
 GROUP: tp | pp | dp | matrix (world size 8, every factorisation) | llama | bloom | neox |
-       falcon | phi | lora | all"""
+       falcon | phi | gemma | lora | all"""
 import json
 import os
 import sys
@@ -67,6 +70,12 @@ FAMILIES = {
     "phi": ["model.position_embedding_type=rope", "model.rotary_percent=0.5",
             "model.untie_embeddings_and_output_weights=true", "model.output_layer_bias=true",
             "model.parallel_residual=true", "model.parallel_shared_norm=true", "training.seed=7"],
+    # Gemma's layer: heads of 12 (kv_channels; 8 x 12 = 96 of hidden 64), 4 query groups,
+    # GeGLU (the tanh GELU), RMSNorm scaling by 1 + weight, the embedding times sqrt(64), tied
+    "gemma": ["model.normalization=RMSNorm", "model.position_embedding_type=rope",
+              "model.kv_channels=12", "model.num_query_groups=4", "model.geglu=true",
+              "model.apply_layernorm_1p=true", "model.embedding_multiplier=8",
+              "model.add_bias_linear=false"],
     # LoRA fine-tuning (issue 20): rank-4 adapters on every linear of a frozen base; only the
     # adapters have gradients (iteration 1: B's; A's are 0 while B = 0), the losses follow A too
     "lora": ["finetune.lora.rank=4", "finetune.lora.alpha=8"],
@@ -249,6 +258,13 @@ if family:
                       "training.recompute=full"))
 for name, world, tp, pp, *extra in cases:
     compare(name, run(name, world, tp, pp, *extra), base)
+if group == "gemma" and not quick:  # adapters with dropout: attn_proj's input is 96 wide
+    GEMMA_LORA = ["finetune.lora.rank=4", "finetune.lora.alpha=8", "finetune.lora.dropout=0.2"]
+    base_lora = run("gemma-lora-single", 1, 1, 1, *GEMMA_LORA)
+    name = "gemma-lora-d2-t2-p2-sp"
+    cases.append((name,))
+    if base_lora is not None:
+        compare(name, run(name, 8, 2, 2, "parallel.sequence_parallel=true", *GEMMA_LORA), base_lora)
 if group == "lora":  # adapters on a Llama (GQA's qkv and SwiGLU's interleaved fc split over TP)
     base_llama = None if quick else run("lora-llama-single", 1, 1, 1, *FAMILIES["llama"])
     name = "lora-llama-d2-t2-p2-sp"

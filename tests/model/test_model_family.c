@@ -14,7 +14,7 @@
 #include "core/core.h"
 #include "model/gpt.h"
 
-enum { LLAMA, BLOOM, MIXED, NEOX, FALCON, PHI };
+enum { LLAMA, BLOOM, MIXED, NEOX, FALCON, PHI, GEMMA };
 
 /* Llama: 4 heads in 2 groups of head size 4, rope, RMSNorm, SwiGLU of width 24, untied, no
  * biases. Bloom: 6 heads of size 2 (non-power-of-two ALiBi), embedding LayerNorm.
@@ -23,7 +23,9 @@ enum { LLAMA, BLOOM, MIXED, NEOX, FALCON, PHI };
  * the exact GELU of an MLP of width 40, untied. Falcon-7B: the parallel residual with one norm
  * (ln1's tensors serve the MLP too: no ln2), multi-query, no linear biases, tied. Phi-2: the
  * parallel residual with one norm, rope on half of each head, the tanh GELU, an untied output
- * layer with a bias (vocab-parallel, padding rows included). */
+ * layer with a bias (vocab-parallel, padding rows included). Gemma: heads of size 6 (kv_channels:
+ * the attention 24 wide of hidden 16), rope over the whole head, 2 groups, RMSNorm scaling by
+ * 1 + weight, the embedding times 4, GeGLU with the exact GELU, tied, no biases. */
 static tr_gpt_shape family_shape(int family, int first, int count)
 {
     tr_gpt_shape s = {.num_layers = 3, .C = 16, .NH = 4, .T = 5, .max_T = 6, .V = 11, .Vp = 16,
@@ -44,6 +46,10 @@ static tr_gpt_shape family_shape(int family, int first, int count)
         s.position = TR_POS_ROPE, s.rotary_dims = 4, s.rotary_base = 10000.0f;
         s.query_groups = 1, s.no_linear_bias = 1, s.parallel_residual = 1;
         s.parallel_shared_norm = 1, s.gelu_exact = 1;
+    } else if (family == GEMMA) {
+        s.rmsnorm = 1, s.position = TR_POS_ROPE, s.rotary_dims = 6, s.rotary_base = 10000.0f;
+        s.kv_channels = 6, s.query_groups = 2, s.geglu = 1, s.gelu_exact = 1, s.ffn = 24;
+        s.no_linear_bias = 1, s.layernorm_1p = 1, s.embedding_multiplier = 4.0f;
     } else { /* Phi-2: one norm, rope on half of each head, tanh GELU, the head's bias */
         s.position = TR_POS_ROPE, s.rotary_dims = 2, s.rotary_base = 10000.0f, s.untie = 1;
         s.output_bias = 1, s.parallel_residual = 1, s.parallel_shared_norm = 1;
@@ -146,6 +152,17 @@ static void test_tensor_tables(void **state)
     assert_true(hb->rows == 16 && hb->cols == 1 && hb->vocab_rows && !hb->weight_decay);
     assert_int_equal(tr_gpt_num_tensors(st.g), 1 + 3 * 10 + 2 + 2);
     stage_free(&st);
+    stage_make(&st, GEMMA, 0, 3, 1); /* the attention NH x 6 = 24 wide, norms start at 0 */
+    assert_int_equal(find(st.g, "layers.1.qkv.weight")->rows, 24 + 2 * 2 * 6);
+    assert_int_equal(find(st.g, "layers.1.qkv.weight")->cols, 16);
+    assert_int_equal(find(st.g, "layers.1.attn_proj.weight")->rows, 16);
+    assert_int_equal(find(st.g, "layers.1.attn_proj.weight")->cols, 24);
+    assert_int_equal(find(st.g, "layers.1.fc.weight")->rows, 2 * 24);
+    assert_int_equal(tr_gpt_num_tensors(st.g), 1 + 3 * 6 + 1);
+    assert_int_equal(tr_gpt_init_params(st.g), TR_OK);
+    assert_true(find(st.g, "layers.0.ln1.weight")->param[3] == 0.0f); /* the scale 1 + 0 */
+    assert_true(find(st.g, "lnf.weight")->param[0] == 0.0f);
+    stage_free(&st);
 }
 
 /* d(mean loss)/d(param) by central differences on a few elements of every tensor. */
@@ -194,6 +211,7 @@ static void test_finite_difference(void **state)
     check_finite_difference(NEOX);
     check_finite_difference(FALCON);
     check_finite_difference(PHI);
+    check_finite_difference(GEMMA);
 }
 
 /* Stages [0,1) and [1,3) chained give the whole model's loss and gradients. */
@@ -245,6 +263,7 @@ static void test_stages_compose(void **state)
     check_stages_compose(NEOX);
     check_stages_compose(FALCON);
     check_stages_compose(PHI);
+    check_stages_compose(GEMMA);
 }
 
 /* Two sequences of len tokens (B = 2, rows of tokens) fed to the emptied cache c as a prefix
@@ -314,6 +333,7 @@ static void test_generation(void **state)
     check_generation(NEOX);
     check_generation(FALCON);
     check_generation(PHI);
+    check_generation(GEMMA);
 }
 
 /* Generation past the training length: a model of T = 5 (its rope tables hold 5 positions)
@@ -372,6 +392,7 @@ static void test_generation_past_T(void **state)
     check_generation_past_T(NEOX);
     check_generation_past_T(FALCON);
     check_generation_past_T(PHI);
+    check_generation_past_T(GEMMA);
 }
 
 /* Packed sequences: two examples in one row (segments, restarting positions) give each the
@@ -410,6 +431,7 @@ static void test_packing(void **state)
     check_packing(NEOX);
     check_packing(FALCON);
     check_packing(PHI);
+    check_packing(GEMMA);
 }
 
 /* Invalid family shapes are refused, not crashed on. */
@@ -434,6 +456,15 @@ static void test_bad_shapes(void **state)
     assert_int_equal(tr_gpt_count_params(&s, &n), TR_ERR_INVALID);
     s = family_shape(PHI, 0, 3);
     s.untie = 0; /* the head's bias on the tied word embedding */
+    assert_int_equal(tr_gpt_count_params(&s, &n), TR_ERR_INVALID);
+    s = family_shape(GEMMA, 0, 3);
+    s.swiglu = 1; /* two gated activations */
+    assert_int_equal(tr_gpt_count_params(&s, &n), TR_ERR_INVALID);
+    s = family_shape(GEMMA, 0, 3);
+    s.rotary_dims = 8; /* more than the head size 6 */
+    assert_int_equal(tr_gpt_count_params(&s, &n), TR_ERR_INVALID);
+    s = family_shape(GEMMA, 0, 3);
+    s.embedding_multiplier = INFINITY;
     assert_int_equal(tr_gpt_count_params(&s, &n), TR_ERR_INVALID);
 }
 

@@ -74,6 +74,37 @@ static void test_neox_falcon_phi(void **state)
       "SwiGLU MLP has no GELU");
 }
 
+/* Gemma: heads of kv_channels wider than hidden / heads, GeGLU, norms scaling by 1 + weight,
+ * the embedding multiplied; each switch written back, the contradictions named */
+static void test_gemma(void **state)
+{
+    (void)state;
+    tr_config c;
+    const char *gemma = WITH("  normalization: RMSNorm\n  position_embedding_type: rope\n"
+                             "  geglu: true\n  ffn_hidden_size: 96\n  kv_channels: 24\n"
+                             "  apply_layernorm_1p: true\n  embedding_multiplier: 8\n"
+                             "  gelu_approximate: none\n  add_bias_linear: false\n");
+    const char *ov[] = {"model.hidden_size=66"}; /* not 4 heads' multiple: kv_channels set */
+    assert_int_equal(tr_t_load(gemma, ov, 1, &c), TR_OK);
+    assert_int_equal(tr_model_head_size(&c.model), 24);
+    assert_true(c.model.geglu && c.model.apply_layernorm_1p && c.model.embedding_multiplier == 8);
+    tr_model_config mm = c.model;
+    mm.ffn_hidden_size = 0, mm.hidden_size = 3072; /* GeGLU's default width: swiglu's 8h/3 */
+    assert_int_equal(tr_model_ffn_hidden(&mm), 8192);
+    tr_config_free(&c);
+    expect_flow(gemma, ", gelu_approximate: none, kv_channels: 24, apply_layernorm_1p: true, "
+                       "embedding_multiplier: 8, geglu: true");
+    /* without kv_channels, hidden_size must still divide into the heads */
+    tr_t_expect(TR_T_REQUIRED, ov, 1, "", "or model.kv_channels set to the head size");
+    E(WITH("  swiglu: true\n  geglu: true\n  ffn_hidden_size: 64\n"), "t.yaml:7:3: ",
+      "model.geglu and model.swiglu are both true (set at t.yaml:6:3); the gated MLP has one "
+      "activation");
+    E(WITH("  embedding_multiplier: 0\n"), "t.yaml:6:25: ", "embedding_multiplier");
+    E(WITH("  kv_channels: -1\n"), "t.yaml:6:16: ", "kv_channels");
+    E(WITH("  position_embedding_type: rope\n  kv_channels: 5\n"), "t.yaml:",
+      "model.rotary_percent = 1 of the head size 5 gives 5 rotated dimensions");
+}
+
 static void test_llama_and_bloom(void **state)
 {
     (void)state;
@@ -157,6 +188,7 @@ int main(void)
         cmocka_unit_test(test_defaults_are_gpt2),
         cmocka_unit_test(test_llama_and_bloom),
         cmocka_unit_test(test_neox_falcon_phi),
+        cmocka_unit_test(test_gemma),
         cmocka_unit_test(test_contradictions),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
