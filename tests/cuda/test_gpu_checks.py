@@ -11,10 +11,12 @@
   families           the Llama (RMSNorm, rope, SwiGLU, GQA, untied), Qwen2 (Llama with qkv's bias),
                      Bloom (ALiBi, embedding norm), GPT-NeoX (rope on a quarter of each head,
                      parallel residual, exact GELU, untied), Falcon (GQA, no biases, parallel
-                     residual with one norm, exact GELU) and Phi-2 (one norm, the output layer's
-                     bias: the head in fp32) switches on the GPU vs the CPU: fp32
-                     within 1e-4, bf16 within 2e-2 of the CPU's fp32 (the families' CUDA
-                     kernels: rope, RMSNorm, SwiGLU, GQA/ALiBi attention, the exact GELU)
+                     residual with one norm, exact GELU), Phi-2 (one norm, the output layer's
+                     bias: the head in fp32) and Gemma (heads of kv_channels 16, GeGLU with the
+                     exact GELU, norms scaling by 1 + weight, the embedding times 8) switches on
+                     the GPU vs the CPU: fp32 within 1e-4, bf16 within 2e-2 of the CPU's fp32
+                     (the families' CUDA kernels: rope, RMSNorm, SwiGLU, GeGLU, GQA/ALiBi
+                     attention, the exact GELU)
   checkpoint         a checkpoint saved on the GPU (iteration 5) resumes on the CPU, and one
                      saved on the CPU resumes on the GPU: iterations 6-10 within 1e-4 of the
                      uninterrupted runs on both backends (fp32); a bf16 run's checkpoint resumes
@@ -53,6 +55,10 @@ FAMILIES["falcon"] = ["model.position_embedding_type=rope", "model.num_query_gro
 FAMILIES["phi"] = ["model.position_embedding_type=rope", "model.rotary_percent=0.5",
                    "model.untie_embeddings_and_output_weights=true", "model.output_layer_bias=true",
                    "model.parallel_residual=true", "model.parallel_shared_norm=true"]
+FAMILIES["gemma"] = ["model.normalization=RMSNorm", "model.position_embedding_type=rope",
+                     "model.kv_channels=16", "model.num_query_groups=4", "model.geglu=true",
+                     "model.gelu_approximate=none", "model.apply_layernorm_1p=true",
+                     "model.embedding_multiplier=8", "model.add_bias_linear=false"]
 
 
 def parse(argv):
