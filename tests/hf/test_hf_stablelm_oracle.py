@@ -1,0 +1,175 @@
+#!/usr/bin/python3
+"""Hugging Face transformers 4.38.2 as the oracle of StableLM (StableLmForCausalLM: StableLM-3B-4E1T,
+StableLM-2). Two tiny StableLmForCausalLM made here from configs with random weights (nothing
+downloaded): 4 query heads in 2 key/value groups (GQA), use_qkv_bias true, partial_rotary_factor 0.5,
+untied; and a key/value head per head, no q/k/v biases, partial_rotary_factor 0.25 (4 of 16
+dimensions rotated), the head tied. Each is saved with save_pretrained and imported with `trident
+convert --from hf` (its switches printed); trident's logits match transformers' (1e-4 relative to the
+largest); greedy `trident generate` of the folder and of the import gives transformers' generate's
+tokens; `trident eval --input` of the folder (windows of T, stride T/2) gives transformers' nll;
+`trident convert --to hf --config` of the import is bit-exact to transformers' files and loads as
+StableLmForCausalLM with no missing or unexpected keys, to the same logits; trident's loss of
+iteration 1 and every gradient (the LayerNorm biases' too), in one process and in D2xT2xP2 with
+sequence parallelism, match transformers' on the same batch (loss 1e-5 relative, gradients relative
+L2 1e-4).
+usage: test_hf_stablelm_oracle.py TRIDENT HF_PROBE WORKDIR VENV [--quick]
+--quick: the one-process run only."""
+import json
+import os
+import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "common"))
+import trident_test as tt  # noqa: E402
+import hf_files as hff  # noqa: E402
+
+trident, probe, work, venv = sys.argv[1:5]
+quick = "--quick" in sys.argv[5:]
+try:
+    import transformers  # noqa: F401
+except ImportError:  # run again with the virtual environment's Python
+    py = tt.venv_python(venv, tt.HF_PACKAGES, "transformers")
+    os.execv(py, [py, os.path.abspath(__file__), *sys.argv[1:]])
+
+import torch  # noqa: E402
+from safetensors.torch import load_file  # noqa: E402
+from transformers import AutoModelForCausalLM, StableLmConfig, StableLmForCausalLM  # noqa: E402
+from transformers.utils import logging as hf_logging  # noqa: E402
+
+hf_logging.set_verbosity_error()
+hf_logging.disable_progress_bar()
+torch.set_num_threads(2)
+work = tt.fresh_dir(work)
+L, V, T = 2, 300, 32  # V: byte tokens fit, and TP pads it
+
+
+def stablelm_grad(G, name, NH, NG, HS, C):
+    """transformers' gradient of trident tensor `name` of the StableLM, in trident's layout (a tied
+    model's wte: embed_tokens', the head's part included)."""
+    top = {"wte": "model.embed_tokens.weight", "output_layer": "lm_head.weight", "lnf.weight": "model.norm.weight",
+           "lnf.bias": "model.norm.bias"}
+    if name in top:
+        g = G[top[name]]
+        return g.view(-1, 1) if g.dim() == 1 else g
+    layer, rest = name.split(".", 2)[1:]
+    h = f"model.layers.{layer}."
+    if rest in ("qkv.weight", "qkv.bias"):  # rows (group, {q_0 .. q_R-1, k, v}, d)
+        R, kind, cols = NH // NG, rest[4:], C if rest == "qkv.weight" else 1
+        q = G[h + "self_attn.q_proj." + kind].view(NG, R, HS, cols)
+        k = G[h + "self_attn.k_proj." + kind].view(NG, 1, HS, cols)
+        v = G[h + "self_attn.v_proj." + kind].view(NG, 1, HS, cols)
+        return torch.cat([q, k, v], 1).reshape(-1, cols)
+    if rest == "fc.weight":  # rows (feature, {gate, up})
+        return torch.stack([G[h + "mlp.gate_proj.weight"], G[h + "mlp.up_proj.weight"]], 1).reshape(-1, C)
+    part, kind = rest.rsplit(".", 1)
+    hf = {"ln1": "input_layernorm", "ln2": "post_attention_layernorm", "attn_proj": "self_attn.o_proj",
+          "fc_proj": "mlp.down_proj"}[part]
+    g = G[f"{h}{hf}.{kind}"]
+    return g.view(-1, 1) if g.dim() == 1 else g
+
+
+def randomize(model):
+    with torch.no_grad():  # every tensor away from its initial value (norms 1 and 0, biases 0)
+        for name, p in model.named_parameters():
+            p.copy_(1.0 + 0.2 * torch.randn_like(p) if "norm.weight" in name else 0.1 * torch.randn_like(p))
+
+
+prefix = tt.make_corpus(trident, work, 17, ["stable", "rotary", "partial", "group", "query", "head", "bias"],
+                        300, 5, 50)
+
+models = []
+torch.manual_seed(17)
+# (name, C, NH, NG, partial_rotary_factor, use_qkv_bias, tie_word_embeddings, intermediate_size)
+for name, C, NH, NG, factor, qkv_bias, tie, ffn in (
+        ("stablelm-gqa-qkv-bias-rotary-0.5", 64, 4, 2, 0.5, True, False, 160),
+        ("stablelm-rotary-0.25-tied", 64, 4, 4, 0.25, False, True, 96)):
+    model = StableLmForCausalLM(StableLmConfig(vocab_size=V, hidden_size=C, intermediate_size=ffn,
+                                               num_hidden_layers=L, num_attention_heads=NH, num_key_value_heads=NG,
+                                               max_position_embeddings=T, partial_rotary_factor=factor,
+                                               use_qkv_bias=qkv_bias, tie_word_embeddings=tie, layer_norm_eps=1e-5,
+                                               rope_theta=10000.0)).eval()
+    randomize(model)
+    HS = C // NH
+    keys = dict(normalization="LayerNorm", position_embedding_type="rope", rotary_percent=factor, swiglu=True,
+                ffn_hidden_size=ffn, num_query_groups=NG, untie_embeddings_and_output_weights=not tie,
+                add_bias_linear=False, add_qkv_bias=qkv_bias, layernorm_epsilon=1e-5, num_attention_heads=NH,
+                hidden_size=C)
+    n_tensors = 3 + (0 if tie else 1) + L * (8 + (1 if qkv_bias else 0))
+    models.append((name, model, lambda G, n, a=(NH, NG, HS, C): stablelm_grad(G, n, *a), keys, n_tensors,
+                   int(HS * factor)))
+
+for name, model, hf_grad, keys, n_tensors, rot in models:
+    src = os.path.join(work, name + "-hf")
+    model.save_pretrained(src)
+    ck = os.path.join(work, name + "-ck")
+    rc, out, err = tt.outputs([trident, "convert", "--from", "hf", "--input", src, "--output", ck], timeout=300)
+    if not tt.check(f"trident convert --from hf {name}", rc == 0, err):
+        tt.finish()
+    tie, qkv_bias = not keys["untie_embeddings_and_output_weights"], keys["add_qkv_bias"]
+    want_lines = ["normalization: LayerNorm", "position_embedding_type: rope", f"rotary_percent: {keys['rotary_percent']}",
+                  "swiglu: true", f"untie_embeddings_and_output_weights: {'false' if tie else 'true'}",
+                  "add_bias_linear: false", f"num_query_groups: {keys['num_query_groups']}",
+                  f"ffn_hidden_size: {keys['ffn_hidden_size']}"]
+    tt.check(f"{name}: trident convert prints StableLM's model section",
+             all(w in out for w in want_lines) and ("add_qkv_bias: true" in out) == qkv_bias and
+             "parallel_residual: true" not in out, out)
+    fam = [ln for ln in open(os.path.join(ck, "release", "manifest.txt")).read().splitlines() if ln.startswith("family ")]
+    tt.check(f"{name}: the manifest's family line: rmsnorm 0, rotary_dims {rot}, swiglu 1, linear_bias 0",
+             len(fam) == 1 and all(f" {k} " in fam[0] + " " for k in ("rmsnorm 0", f"rotary_dims {rot}", "swiglu 1",
+                                                                      "linear_bias 0")) and
+             (" qkv_bias 1" in fam[0]) == qkv_bias, str(fam))
+    cfg = tt.write_config(os.path.join(work, name + ".yaml"),
+        model={**dict(num_layers=L, seq_length=T, max_position_embeddings=T, vocab_size=V), **keys},
+        training=dict(micro_batch_size=2, global_batch_size=8, train_iters=1, lr=1.0e-3, lr_warmup_iters=0,
+                      weight_decay=0.01, clip_grad=1.0, seed=3),
+        data=dict(data_path=prefix, split="95,5,0"),
+        checkpoint=dict(load=ck),
+        parallel=dict(comm_timeout_s=120))
+    hff.logits_check(probe, cfg, work, name, model, T, V)
+    prompt = [5, 17, 200, 3, 42]
+    model.generation_config.eos_token_id = None  # (StableLmConfig's eos 0: trident generates past it)
+    with torch.no_grad():
+        theirs = model.generate(torch.tensor([prompt]), max_new_tokens=12, do_sample=False,
+                                pad_token_id=0)[0, len(prompt):].tolist()
+    for what, where, extra in (("the HF folder", src, []), ("the import with --config", ck, ["--config", cfg])):
+        rc, so, se = tt.outputs([trident, "generate", where, *extra, "--prompt-ids", ",".join(map(str, prompt)),
+                                 "--max-new-tokens", "12", "--temperature", "0", "--json"], timeout=120)
+        ours = json.loads(so)["generated_ids"] if rc == 0 else None
+        tt.check(f"{name}: greedy trident generate of {what} = transformers' generate (12 tokens: {theirs})",
+                 ours == theirs, f"exit {rc} {se[-300:]}\ntrident      {ours}\ntransformers {theirs}")
+    # trident eval of the folder: perplexity windows of T, stride T/2, byte tokens
+    hff.eval_check(trident, src, work, name, model, "the partial rotary query heads with their biases; " * 3, T)
+    back = os.path.join(work, name + "-back")
+    rc, _, err = tt.outputs([trident, "convert", "--to", "hf", "--input", ck, "--output", back, "--config", cfg],
+                            timeout=300)
+    if tt.check(f"{name}: trident convert --to hf --config", rc == 0, err):
+        a, b = load_file(os.path.join(src, "model.safetensors")), load_file(os.path.join(back, "model.safetensors"))
+        tt.check(f"{name}: HF -> trident -> HF is bit-exact (fp32, the LayerNorm biases included)",
+                 set(a) == set(b) and "model.norm.bias" in b and all(torch.equal(a[k], b[k]) for k in a),
+                 f"keys only on one side: {sorted(set(a) ^ set(b))}; differing: "
+                 f"{[k for k in a if k in b and not torch.equal(a[k], b[k])]}")
+        loaded, info = AutoModelForCausalLM.from_pretrained(back, output_loading_info=True)
+        probe_tokens = torch.randint(0, V, (2, T), generator=torch.Generator().manual_seed(2))
+        with torch.no_grad():
+            ref = model(probe_tokens).logits
+            diff = ((loaded.eval()(probe_tokens).logits - ref).abs().max()).item()
+        same_cfg = all(getattr(loaded.config, k) == getattr(model.config, k) for k in
+                       ("hidden_act", "partial_rotary_factor", "num_key_value_heads", "intermediate_size",
+                        "rope_theta", "layer_norm_eps", "tie_word_embeddings", "use_qkv_bias", "rope_scaling"))
+        tt.check(f"{name}: the export loads as {type(loaded).__name__} with no missing or unexpected keys, the "
+                 f"same config values, the same logits",
+                 type(loaded).__name__ == "StableLmForCausalLM" and not info["missing_keys"]
+                 and not info["unexpected_keys"] and same_cfg and diff == 0,
+                 f"{info}; config {loaded.config}; max |logit diff| {diff:.2e}")
+    hf_loss, G = hff.batch_grads(probe, cfg, work, name, model, T, V)
+    layouts = [("1", 1, 1, 1, ())] + ([] if quick else
+                                      [("D2xT2xP2-sp", 8, 2, 2, ("parallel.sequence_parallel=true",))])
+    for lname, world, tp, pp, extra in layouts:
+        grads = hff.train_grads(trident, cfg, work, name, lname, world, tp, pp, extra, hf_loss)
+        if grads is None:
+            continue
+        worst, worst_name, bad = hff.worst_grad(grads, lambda tname: hf_grad(G, tname).detach().double().numpy())
+        tt.check(f"{name} {lname}: every gradient ({len(grads)} tensors, lnf.bias among them)",
+                 not bad and worst <= 1e-4 and len(grads) == n_tensors and "lnf.bias" in grads,
+                 f"worst relative L2 {worst:.2e} ({worst_name}); missing, NaN or misshapen: {bad}; "
+                 f"{len(grads)} of {n_tensors}", show=True)
+tt.finish("PASSED")
