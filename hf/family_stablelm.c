@@ -20,60 +20,25 @@
 
 int hf_read_stablelm(json_t *root, const char *path, tr_model_config *m)
 {
-    int rc = hf_get_int(root, path, "num_hidden_layers", -1, &m->num_layers);
-    if (!rc)
-        rc = hf_get_int(root, path, "hidden_size", -1, &m->hidden_size);
-    if (!rc)
-        rc = hf_get_int(root, path, "num_attention_heads", -1, &m->num_attention_heads);
-    if (!rc) /* (absent: StableLmConfig's 32) */
-        rc = hf_get_int(root, path, "num_key_value_heads", 32, &m->num_query_groups);
-    if (!rc)
-        rc = hf_get_int(root, path, "intermediate_size", -1, &m->ffn_hidden_size);
-    if (!rc)
-        rc = hf_get_int(root, path, "vocab_size", -1, &m->vocab_size);
-    if (!rc)
-        rc = hf_get_int(root, path, "max_position_embeddings", 4096, &m->max_position_embeddings);
-    if (!rc)
-        rc = hf_get_num(root, path, "layer_norm_eps", 1e-5, &m->layernorm_epsilon);
-    if (!rc)
-        rc = hf_get_num(root, path, "rope_theta", 10000.0, &m->rotary_base);
-    double factor = 0.25;
-    if (!rc)
-        rc = hf_get_num(root, path, "partial_rotary_factor", 0.25, &factor);
-    json_t *scaling = json_object_get(root, "rope_scaling");
-    if (!rc && scaling && !json_is_null(scaling))
-        rc = tr_fail(TR_ERR_INVALID, "%s: rope_scaling is not supported: no rope scaling in "
-                     "trident (null converts)", path);
+    /* (StableLmConfig's defaults: 32 key/value heads, 4096 positions, a quarter of each head
+     * rotated) */
+    int rc = hf_read_phi_keys(root, path, 32, 4096, 0.25, m);
     json_t *act = json_object_get(root, "hidden_act");
     if (!rc && act && !(json_is_string(act) && !strcmp(json_string_value(act), "silu")))
         rc = tr_fail(TR_ERR_INVALID, "%s: hidden_act is not supported: trident's SwiGLU uses "
                      "silu", path);
-    int qkv_bias = 0, tie = 0, qk_ln = 0, parallel = 0;
+    int qkv_bias = 0, tie = 0, parallel = 0;
     if (!rc)
         rc = hf_get_bool(root, path, "use_qkv_bias", 0, &qkv_bias);
     if (!rc)
         rc = hf_get_bool(root, path, "tie_word_embeddings", 0, &tie);
-    /* keys of later transformers (StableLM-2-12B's) that 4.38 does not read */
-    if (!rc)
-        rc = hf_get_bool(root, path, "qk_layernorm", 0, &qk_ln);
-    if (!rc && qk_ln)
-        rc = tr_fail(TR_ERR_INVALID, "%s: qk_layernorm true is not supported: trident's "
-                     "attention has no LayerNorm of the queries and keys (transformers 4.38's "
-                     "StableLM has none either)", path);
+    /* a key of later transformers (StableLM-2-12B's, as qk_layernorm) that 4.38 does not read */
     if (!rc)
         rc = hf_get_bool(root, path, "use_parallel_residual", 0, &parallel);
     if (!rc && parallel)
         rc = tr_fail(TR_ERR_INVALID, "%s: use_parallel_residual true is not supported: "
                      "transformers 4.38's StableLM adds attention and MLP in turn (trident's "
                      "parallel residual with the SwiGLU MLP is no StableLM of that version)", path);
-    /* transformers rotates int(partial_rotary_factor * head_dim) dimensions; trident keeps
-     * their share of the head (hf_rotary_share) */
-    int hs = m->num_attention_heads > 0 && m->hidden_size % m->num_attention_heads == 0
-                 ? m->hidden_size / m->num_attention_heads
-                 : 0; /* (not dividing: refused by the caller) */
-    if (!rc && hs)
-        rc = hf_rotary_share(path, "partial_rotary_factor", "partial_rotary_factor * head_dim",
-                             "head_dim", factor, hs, &m->rotary_percent);
     m->normalization = "LayerNorm";
     m->position_embedding_type = "rope";
     m->swiglu = 1;
