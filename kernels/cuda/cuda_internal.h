@@ -80,7 +80,7 @@ int cu_norm_backward_fused(cudaStream_t st, float *dinp, float *dweight, float *
                            const float *weight, const float *mean, const float *rstd, int N,
                            int C);
 
-/* ---- family.cu: RMSNorm, SwiGLU, rotary embedding (kernels.h, "model families") */
+/* ---- family.cu: RMSNorm, SwiGLU, GeGLU, rotary embedding (kernels.h, "model families") */
 void cu_rmsnorm_forward(tr_stream s, float *out, float *rstd, const float *inp,
                         const float *weight, int N, int C, float eps);
 void cu_rmsnorm_backward(tr_stream s, float *dinp, float *dweight, const float *dout,
@@ -90,6 +90,9 @@ void cu_rmsnorm_backward16(tr_stream s, float *dinp, float *dweight, const uint1
                            int C);
 void cu_swiglu_forward(tr_stream s, float *out, const float *inp, size_t n);
 void cu_swiglu_backward(tr_stream s, float *dinp, const float *inp, const float *dout, size_t n);
+void cu_geglu_forward(tr_stream s, float *out, const float *inp, size_t n, int exact);
+void cu_geglu_backward(tr_stream s, float *dinp, const float *inp, const float *dout, size_t n,
+                       int exact);
 void cu_rope(tr_stream s, float *qkv, const float *cos, const float *sin, int B, int T, int NG,
              int R, int HS, int rot, int inverse, const int32_t *positions);
 /* rows of B*NH*T scores (T each): row (b, h, t) += slope_h * (j - t) for keys j <= t */

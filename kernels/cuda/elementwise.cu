@@ -2,6 +2,7 @@
 // Column reductions (bias gradient) run in two stages with a fixed order: partial sums of
 // row chunks into the scratch, then the chunks added in order, so results repeat run to run.
 #include "kernels/cuda/bf16.h"
+#include "kernels/cuda/gelu.cuh"
 #include "kernels/cuda/grid.cuh"
 
 namespace {
@@ -98,39 +99,6 @@ __global__ void colsum_finish_kernel(float *dst, const float *partial, int R, in
     for (int r = 0; r < R; r++)
         t += partial[(size_t)r * C + c];
     dst[c] += t;
-}
-
-#define SQRT_2_OVER_PI 0.7978845608028654f
-#define GELU_K 0.044715f
-
-// gelu(x) = x sig(2u), u = sqrt(2/pi)(x + 0.044715 x^3): the CPU backend's sigmoid form
-__device__ __forceinline__ float gelu(float x)
-{
-    float u = SQRT_2_OVER_PI * (x + GELU_K * x * x * x);
-    return x / (1.0f + expf(-2.0f * u));
-}
-
-// d gelu(x) / dx
-__device__ __forceinline__ float gelu_grad(float x)
-{
-    float u = SQRT_2_OVER_PI * (x + GELU_K * x * x * x);
-    float du = SQRT_2_OVER_PI * (1.0f + 3.0f * GELU_K * x * x);
-    float sg = 1.0f / (1.0f + expf(-2.0f * u));
-    return sg + 2.0f * x * sg * (1.0f - sg) * du;
-}
-
-// The GELU of either kind (kernels.h): Exact, x Phi(x) (gelu_exact_*, GPT-NeoX's), with
-// gelu'(x) = Phi(x) + x phi(x); else the tanh approximation above.
-template <bool Exact>
-__device__ __forceinline__ float gelu_value(float x)
-{
-    return Exact ? x * normcdff(x) : gelu(x);
-}
-
-template <bool Exact>
-__device__ __forceinline__ float gelu_slope(float x)
-{
-    return Exact ? normcdff(x) + x * 0.39894228040143268f * expf(-0.5f * x * x) : gelu_grad(x);
 }
 
 template <bool Exact>

@@ -1,7 +1,9 @@
-// The Llama / Bloom ops of kernels.h on the GPU: RMSNorm, SwiGLU, rotary embedding, and the
-// ALiBi bias that attention_gqa.c adds to the scores (fp32 storage, as every op here).
+// The Llama / Bloom / Gemma ops of kernels.h on the GPU: RMSNorm, SwiGLU, GeGLU, rotary
+// embedding, and the ALiBi bias that attention_gqa.c adds to the scores (fp32 storage, as
+// every op here).
 // Compiled, never yet run: tests/cuda compares each op with its CPU twin on a GPU.
 #include "kernels/cuda/bf16.h"
+#include "kernels/cuda/gelu.cuh"
 #include "kernels/cuda/grid.cuh"
 
 namespace {
@@ -110,6 +112,25 @@ __global__ void swiglu_backward_kernel(float *dinp, const float *inp, const floa
         float g = inp[2 * i], u = inp[2 * i + 1], sg = 1.0f / (1.0f + expf(-g));
         dinp[2 * i] = dout[i] * u * sg * (1.0f + g * (1.0f - sg));
         dinp[2 * i + 1] = dout[i] * g * sg;
+    }
+}
+
+// GeGLU: out = gelu(g) u, gelu of either kind (gelu.cuh: elementwise.cu's gelu kernels' own);
+// dinp (n, 2): d/dg = dout u gelu'(g), d/du = dout gelu(g)
+template <bool Exact>
+__global__ void geglu_forward_kernel(float *out, const float *inp, size_t n)
+{
+    TR_CU_GRID_STRIDE(i, n) out[i] = gelu_value<Exact>(inp[2 * i]) * inp[2 * i + 1];
+}
+
+template <bool Exact>
+__global__ void geglu_backward_kernel(float *dinp, const float *inp, const float *dout, size_t n)
+{
+    TR_CU_GRID_STRIDE(i, n)
+    {
+        float g = inp[2 * i], u = inp[2 * i + 1];
+        dinp[2 * i] = dout[i] * u * gelu_slope<Exact>(g);
+        dinp[2 * i + 1] = dout[i] * gelu_value<Exact>(g);
     }
 }
 
@@ -259,6 +280,32 @@ void cu_swiglu_backward(tr_stream s, float *dinp, const float *inp, const float 
         return;
     swiglu_backward_kernel<<<tr_cu_blocks(n), CU_THREADS, 0, cu_stream(s)>>>(dinp, inp, dout, n);
     cu_launched("swiglu_backward");
+}
+
+void cu_geglu_forward(tr_stream s, float *out, const float *inp, size_t n, int exact)
+{
+    if (!n)
+        return;
+    if (exact)
+        geglu_forward_kernel<true><<<tr_cu_blocks(n), CU_THREADS, 0, cu_stream(s)>>>(out, inp, n);
+    else
+        geglu_forward_kernel<false><<<tr_cu_blocks(n), CU_THREADS, 0, cu_stream(s)>>>(out, inp,
+                                                                                      n);
+    cu_launched(exact ? "geglu_exact_forward" : "geglu_forward");
+}
+
+void cu_geglu_backward(tr_stream s, float *dinp, const float *inp, const float *dout, size_t n,
+                       int exact)
+{
+    if (!n)
+        return;
+    if (exact)
+        geglu_backward_kernel<true><<<tr_cu_blocks(n), CU_THREADS, 0, cu_stream(s)>>>(
+            dinp, inp, dout, n);
+    else
+        geglu_backward_kernel<false><<<tr_cu_blocks(n), CU_THREADS, 0, cu_stream(s)>>>(
+            dinp, inp, dout, n);
+    cu_launched(exact ? "geglu_exact_backward" : "geglu_backward");
 }
 
 void cu_rope(tr_stream s, float *qkv, const float *cos, const float *sin, int B, int T, int NG,

@@ -24,6 +24,7 @@
     .position_backward = cu_position_backward, .adamw = cu_adamw, .sumsq = cu_sumsq,       \
     .rmsnorm_forward = cu_rmsnorm_forward, .rmsnorm_backward = cu_rmsnorm_backward,        \
     .swiglu_forward = cu_swiglu_forward, .swiglu_backward = cu_swiglu_backward,            \
+    .geglu_forward = cu_geglu_forward, .geglu_backward = cu_geglu_backward,                \
     .gelu_exact_forward = cu_gelu_exact_forward,                                          \
     .gelu_exact_backward = cu_gelu_exact_backward, .rope = cu_rope
 

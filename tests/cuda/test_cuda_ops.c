@@ -157,17 +157,22 @@ static void test_layernorm(const tr_kernels *k, int N, int C)
 
 static void test_family(const tr_kernels *k, int N, int C)
 {
-    ops_check_group("rmsnorm, swiglu, rope %dx%d [%s]", N, C, k->name);
+    ops_check_group("rmsnorm, swiglu, geglu, rope %dx%d [%s]", N, C, k->name);
     size_t nc = (size_t)N * C;
     float *x = host(nc, -3, 3), *w = host((size_t)C, 0.5f, 1.5f), *dy = host(nc, -1, 1);
     float *dx0 = host(nc, -1, 1), *dw0 = host((size_t)C, -1, 1);
     float *out = malloc(nc * 4), *rstd = malloc((size_t)N * 4);
     float *dx = host_copy(dx0, nc), *dw = host_copy(dw0, (size_t)C), *sw = malloc(nc * 2),
           *dsw = malloc(nc * 4);
+    float *gg[2] = {malloc(nc * 2), malloc(nc * 2)}, *dgg[2] = {malloc(nc * 4), malloc(nc * 4)};
     CPU->rmsnorm_forward(NULL, out, rstd, x, w, N, C, 1e-6f);
     CPU->rmsnorm_backward(NULL, dx, dw, dy, x, w, rstd, N, C);
     CPU->swiglu_forward(NULL, sw, x, nc / 2);
     CPU->swiglu_backward(NULL, dsw, x, dy, nc / 2);
+    for (int e = 0; e < 2; e++) { /* GeGLU, tanh GELU (e 0) and exact (e 1) */
+        CPU->geglu_forward(NULL, gg[e], x, nc / 2, e);
+        CPU->geglu_backward(NULL, dgg[e], x, dy, nc / 2, e);
+    }
     float *gx = dev(k, x, nc * 4), *gw = dev(k, w, (size_t)C * 4), *gdy = dev(k, dy, nc * 4);
     float *gout = dev(k, NULL, nc * 4), *grstd = dev(k, NULL, (size_t)N * 4);
     float *gdx = dev(k, dx0, nc * 4), *gdw = dev(k, dw0, (size_t)C * 4);
@@ -176,6 +181,12 @@ static void test_family(const tr_kernels *k, int N, int C)
     k->rmsnorm_backward(NULL, gdx, gdw, gdy, gx, gw, grstd, N, C);
     k->swiglu_forward(NULL, gsw, gx, nc / 2);
     k->swiglu_backward(NULL, gdsw, gx, gdy, nc / 2);
+    float *ggg[2], *gdgg[2];
+    for (int e = 0; e < 2; e++) {
+        ggg[e] = dev(k, NULL, nc * 2), gdgg[e] = dev(k, NULL, nc * 4);
+        k->geglu_forward(NULL, ggg[e], gx, nc / 2, e);
+        k->geglu_backward(NULL, gdgg[e], gx, gdy, nc / 2, e);
+    }
     char what[64];
 #define CMP(name, d, ref, n)                                                                   \
     snprintf(what, sizeof what, "%s %dx%d", name, N, C);                                       \
@@ -186,6 +197,10 @@ static void test_family(const tr_kernels *k, int N, int C)
     CMP("rmsnorm dweight", gdw, dw, (size_t)C);
     CMP("swiglu out", gsw, sw, nc / 2);
     CMP("swiglu dinp", gdsw, dsw, nc);
+    CMP("geglu out", ggg[0], gg[0], nc / 2);
+    CMP("geglu dinp", gdgg[0], dgg[0], nc);
+    CMP("geglu (exact) out", ggg[1], gg[1], nc / 2);
+    CMP("geglu (exact) dinp", gdgg[1], dgg[1], nc);
     /* rope on qkv rows of (NG 2, R 2 + 2, HS 16), rot 12, T = 8 positions, N / 8 sequences */
     int T = 8, NG = 2, R = 2, HS = 16, rot = 12, B = N / T;
     size_t nq = (size_t)B * T * NG * (R + 2) * HS, half = (size_t)rot / 2;
@@ -203,6 +218,8 @@ static void test_family(const tr_kernels *k, int N, int C)
     k->free(gdw), k->free(gsw), k->free(gdsw), k->free(gq), k->free(gcs), k->free(gsn);
     free(x), free(w), free(dy), free(dx0), free(dw0), free(out), free(rstd), free(dx), free(dw);
     free(sw), free(dsw), free(q), free(cs), free(sn);
+    for (int e = 0; e < 2; e++)
+        k->free(ggg[e]), k->free(gdgg[e]), free(gg[e]), free(dgg[e]);
 }
 
 /* ---------------------------------------------------------------- cross-entropy */
