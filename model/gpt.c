@@ -62,6 +62,19 @@ void tr_gpt_shape_family(const tr_model_config *m, tr_gpt_shape *s)
                          ? m->kv_channels
                          : 0;
     s->layernorm_1p = m->apply_layernorm_1p;
+    s->rope_scaling = s->position != TR_POS_ROPE                    ? TR_ROPE_SCALING_NONE
+                      : m->use_rope_scaling                         ? TR_ROPE_SCALING_LLAMA3
+                      : m->rotary_seq_len_interpolation_factor != 1.0 &&
+                              m->rotary_seq_len_interpolation_factor > 0 ? TR_ROPE_SCALING_LINEAR
+                                                                         : TR_ROPE_SCALING_NONE;
+    if (s->rope_scaling == TR_ROPE_SCALING_LINEAR)
+        s->rope_factor = (float)m->rotary_seq_len_interpolation_factor;
+    if (s->rope_scaling == TR_ROPE_SCALING_LLAMA3) {
+        s->rope_factor = (float)m->rope_scaling_factor;
+        s->rope_low_freq_factor = (float)m->rope_scaling_low_freq_factor;
+        s->rope_high_freq_factor = (float)m->rope_scaling_high_freq_factor;
+        s->rope_original_positions = m->rope_scaling_original_max_position_embeddings;
+    }
     s->embedding_multiplier = m->embedding_multiplier != 1.0 && m->embedding_multiplier != 0
                                   ? (float)m->embedding_multiplier
                                   : 0.0f;
@@ -73,7 +86,8 @@ int tr_gpt_is_gpt2(const tr_gpt_shape *s)
            (!s->ffn || s->ffn == 4 * s->C) && (!s->query_groups || s->query_groups == s->NH) &&
            !s->untie && !s->output_bias && !s->no_linear_bias && !s->embedding_ln &&
            !s->parallel_residual && !s->parallel_shared_norm && !s->gelu_exact &&
-           !s->kv_channels && !s->layernorm_1p && !s->embedding_multiplier && !s->geglu;
+           !s->kv_channels && !s->layernorm_1p && !s->embedding_multiplier && !s->geglu &&
+           !s->rope_scaling;
 }
 
 int tr_gpt_shape_from_config(const tr_config *cfg, int layer_first, int layer_count,
@@ -221,6 +235,16 @@ static int check_shape(const tr_gpt_shape *s)
     if (!(fabsf(s->embedding_multiplier) <= FLT_MAX))
         return tr_fail(TR_ERR_INVALID, "invalid embedding multiplier %g",
                        (double)s->embedding_multiplier);
+    if (s->rope_scaling < TR_ROPE_SCALING_NONE || s->rope_scaling > TR_ROPE_SCALING_LLAMA3 ||
+        (s->rope_scaling && (s->position != TR_POS_ROPE || !(s->rope_factor > 0) ||
+                             !(s->rope_factor <= FLT_MAX))) ||
+        (s->rope_scaling == TR_ROPE_SCALING_LLAMA3 &&
+         (!(s->rope_low_freq_factor > 0) || !(s->rope_high_freq_factor > s->rope_low_freq_factor) ||
+          !(s->rope_high_freq_factor <= FLT_MAX) || s->rope_original_positions < 1)))
+        return tr_fail(TR_ERR_INVALID, "invalid rope scaling (kind %d, factor %g, frequency "
+                       "factors %g and %g, %d original positions)", s->rope_scaling,
+                       (double)s->rope_factor, (double)s->rope_low_freq_factor,
+                       (double)s->rope_high_freq_factor, s->rope_original_positions);
     return TR_OK;
 }
 
@@ -378,6 +402,25 @@ static double alibi_slope(int n, int h)
     return pow(pow(2.0, -4.0 / p), 2 * (h - p) + 1);
 }
 
+float tr_gpt_rope_inv_freq(const tr_gpt_shape *s, int i)
+{
+    float inv_freq = (float)(1.0 / pow(s->rotary_base, (float)(2 * i) / (float)s->rotary_dims));
+    if (s->rope_scaling != TR_ROPE_SCALING_LLAMA3)
+        return inv_freq;
+    /* transformers' _compute_llama3_parameters: long wavelengths (low frequencies) divided by
+     * the factor, short ones kept, those between blended by where the original context puts
+     * them */
+    double factor = s->rope_factor, low = s->rope_low_freq_factor,
+           high = s->rope_high_freq_factor, original = s->rope_original_positions;
+    double wavelen = 2.0 * M_PI / inv_freq;
+    if (wavelen > original / low)
+        return (float)(inv_freq / factor);
+    if (wavelen < original / high)
+        return inv_freq;
+    double smooth = (original / wavelen - low) / (high - low);
+    return (float)((1.0 - smooth) * inv_freq / factor + smooth * inv_freq);
+}
+
 int gpt_rope_reserve(tr_gpt *g, int positions)
 {
     const tr_gpt_shape *s = &g->s;
@@ -398,9 +441,13 @@ int gpt_rope_reserve(tr_gpt *g, int positions)
                        "(2 x %zu MiB)", positions, n * sizeof(float) >> 20);
     }
     for (int i = 0; i < half; i++) {
-        float inv_freq = (float)(1.0 / pow(s->rotary_base, (float)(2 * i) / (float)s->rotary_dims));
+        float inv_freq = tr_gpt_rope_inv_freq(s, i);
         for (int t = 0; t < positions; t++) {
-            float angle = (float)t * inv_freq;
+            /* linear interpolation: the position t / factor (transformers' linear scaling
+             * divides the float positions first) */
+            float pos = s->rope_scaling == TR_ROPE_SCALING_LINEAR ? (float)t / s->rope_factor
+                                                                  : (float)t;
+            float angle = pos * inv_freq;
             host[(size_t)t * half + i] = (float)cos(angle);
             host[n + (size_t)t * half + i] = (float)sin(angle);
         }

@@ -130,6 +130,10 @@ typedef struct {
     float embedding_multiplier; /* the embedding stage's output times this
                                  * (model.embedding_multiplier), or 0 where that is 1 */
     int geglu;            /* MLP = fc_proj(gelu(gate) * up), fc as swiglu's (gate, up) pairs */
+    int rope_scaling;     /* TR_ROPE_SCALING_*: rope's positions or frequencies scaled */
+    float rope_factor;    /* linear: position t rotated as t / factor; llama3: its factor */
+    float rope_low_freq_factor, rope_high_freq_factor; /* llama3 */
+    int rope_original_positions;                       /* llama3 */
     /* LoRA fine-tuning (finetune.lora.*; rank 0 = none): see "LoRA" above */
     int lora_rank;
     float lora_alpha;
@@ -143,6 +147,12 @@ typedef struct {
 enum { TR_LORA_QKV = 1, TR_LORA_PROJ = 2, TR_LORA_FC1 = 4, TR_LORA_FC2 = 8 };
 
 enum { TR_POS_LEARNED = 0, TR_POS_ROPE = 1, TR_POS_ALIBI = 2 };
+/* rope scaling: none, linear position interpolation (model.rotary_seq_len_interpolation_factor),
+ * Llama 3.1's frequency scaling (model.use_rope_scaling) */
+enum { TR_ROPE_SCALING_NONE = 0, TR_ROPE_SCALING_LINEAR = 1, TR_ROPE_SCALING_LLAMA3 = 2 };
+/* The inverse frequency theta_i of rotary pair i of a shape's rope (its base, dims and
+ * scaling): Hugging Face's inv_freq, float32. */
+float tr_gpt_rope_inv_freq(const tr_gpt_shape *s, int i);
 /* GPT-2 exactly (no family field set): generation and the GPT-2 converter need it. */
 int tr_gpt_is_gpt2(const tr_gpt_shape *s);
 /* The head size HS: kv_channels, or C / NH. The attention is NH x HS wide (qkv's query rows,

@@ -65,13 +65,17 @@ typedef struct {
      * a model whose qkv alone has biases, " sliding_window N" only for a model with a
      * window, " parallel_residual 1", " gelu_exact 1", " parallel_shared_norm 1",
      * " output_bias 1", " kv_channels N" (a head size other than hidden / heads),
-     * " layernorm_1p 1", " embedding_multiplier X" (float32's %.9g, not 1) and " geglu 1" only
-     * for models with them (GPT-NeoX, Falcon, Phi, Gemma), in that order, so other lines read
-     * as before) */
+     * " layernorm_1p 1", " embedding_multiplier X" (float32's %.9g, not 1), " geglu 1",
+     * " rope_linear F" (linear position interpolation) or " rope_llama3 F L H N" (Llama 3.1's
+     * factor, low and high frequency factors, original positions) only for models with them
+     * (GPT-NeoX, Falcon, Phi, Gemma, Llama 3.1), in that order, so other lines read as
+     * before) */
     int has_family;
     int rmsnorm, position, rotary_dims, swiglu, ffn, query_groups, untie, linear_bias, emb_ln;
     int qkv_bias, sliding_window, parallel_residual, gelu_exact, parallel_shared_norm;
     int output_bias, kv_channels, layernorm_1p, geglu;
+    int rope_scaling, rope_original; /* TR_ROPE_SCALING_*; llama3's original positions */
+    double rope_factor, rope_low, rope_high; /* float32's values */
     double eps, rotary_base, embedding_multiplier; /* the multiplier: 0 where it is 1 */
     /* the lora line (a LoRA run's checkpoint, its adapters alone; absent from checkpoints
      * written before it): finetune.lora.rank, .alpha and .target_modules (bit t of

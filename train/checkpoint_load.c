@@ -325,6 +325,12 @@ int ckpt_same_family(const tr_gpt_shape *s, const ckpt_manifest *mf, const char 
          my.embedding_multiplier ? my.embedding_multiplier : 1.0,
          mf->embedding_multiplier ? mf->embedding_multiplier : 1.0)
     DIFF(my.geglu != mf->geglu, "; geglu %d (the checkpoint's: %d)", my.geglu, mf->geglu)
+    DIFF(my.rope_scaling != mf->rope_scaling || (float)my.rope_factor != (float)mf->rope_factor ||
+             (float)my.rope_low != (float)mf->rope_low ||
+             (float)my.rope_high != (float)mf->rope_high || my.rope_original != mf->rope_original,
+         "; rope scaling %s factor %g (the checkpoint's: %s factor %g)",
+         my.rope_scaling == 2 ? "llama3" : my.rope_scaling ? "linear" : "none", my.rope_factor,
+         mf->rope_scaling == 2 ? "llama3" : mf->rope_scaling ? "linear" : "none", mf->rope_factor)
     DIFF((float)my.eps != (float)mf->eps, "; layernorm_epsilon %g (the checkpoint's: %g)", my.eps,
          mf->eps)
 #undef DIFF

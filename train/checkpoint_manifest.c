@@ -69,6 +69,14 @@ void ckpt_manifest_family(ckpt_manifest *mf, const tr_gpt_shape *s)
     mf->layernorm_1p = s->layernorm_1p;
     mf->embedding_multiplier = s->embedding_multiplier ? float_decimal(s->embedding_multiplier) : 0;
     mf->geglu = s->geglu;
+    mf->rope_scaling = s->rope_scaling;
+    if (s->rope_scaling)
+        mf->rope_factor = float_decimal(s->rope_factor);
+    if (s->rope_scaling == TR_ROPE_SCALING_LLAMA3) {
+        mf->rope_low = float_decimal(s->rope_low_freq_factor);
+        mf->rope_high = float_decimal(s->rope_high_freq_factor);
+        mf->rope_original = s->rope_original_positions;
+    }
     mf->emb_ln = s->embedding_ln;
     mf->eps = float_decimal(s->eps);
 }
@@ -118,12 +126,13 @@ static int lora_targets_parse(const char *text)
 
 /* The family line's optional end: " qkv_bias 1", " sliding_window N", " parallel_residual 1",
  * " gelu_exact 1", " parallel_shared_norm 1", " output_bias 1", " kv_channels N",
- * " layernorm_1p 1", " embedding_multiplier X", " geglu 1" (N >= 1 in digits, X a finite
- * float32 > 0 other than 1), each at most once and in that order, nothing else; 1 when it is
- * (and sets them). */
+ * " layernorm_1p 1", " embedding_multiplier X", " geglu 1", " rope_linear X" or
+ * " rope_llama3 X X X N" (N >= 1 in digits, X a finite float32 > 0; the multiplier and the
+ * linear factor not 1, llama3's high frequency factor above its low one), each at most once
+ * and in that order, nothing else; 1 when it is (and sets them). */
 static int family_suffix(const char *rest, ckpt_manifest *out)
 {
-    enum { FLAG, COUNT, SCALE }; /* " NAME 1", " NAME N", " NAME X" */
+    enum { FLAG, COUNT, SCALE, LINEAR, LLAMA3 }; /* " NAME 1", " NAME N", " NAME X", ... */
     static const struct {
         const char *name;
         int kind;
@@ -131,10 +140,11 @@ static int family_suffix(const char *rest, ckpt_manifest *out)
                 {"parallel_residual", FLAG}, {"gelu_exact", FLAG},
                 {"parallel_shared_norm", FLAG}, {"output_bias", FLAG},
                 {"kv_channels", COUNT},      {"layernorm_1p", FLAG},
-                {"embedding_multiplier", SCALE}, {"geglu", FLAG}};
+                {"embedding_multiplier", SCALE}, {"geglu", FLAG},
+                {"rope_linear", LINEAR},     {"rope_llama3", LLAMA3}};
     int *set[] = {&out->qkv_bias,    &out->sliding_window, &out->parallel_residual,
                   &out->gelu_exact,  &out->parallel_shared_norm, &out->output_bias,
-                  &out->kv_channels, &out->layernorm_1p, NULL, &out->geglu};
+                  &out->kv_channels, &out->layernorm_1p, NULL, &out->geglu, NULL, NULL};
     for (size_t i = 0; i < sizeof keys / sizeof keys[0] && *rest; i++) {
         size_t len = strlen(keys[i].name);
         if (rest[0] != ' ' || strncmp(rest + 1, keys[i].name, len) || rest[1 + len] != ' ')
@@ -150,11 +160,23 @@ static int family_suffix(const char *rest, ckpt_manifest *out)
             if (!isdigit((unsigned char)*v) || sscanf(v, "%d%n", &n, &used) != 1 || n < 1)
                 return 0;
             *set[i] = n;
+        } else if (keys[i].kind == LLAMA3) {
+            double lo = 0, hi = 0;
+            if (out->rope_scaling ||
+                sscanf(v, "%lg %lg %lg %d%n", &x, &lo, &hi, &n, &used) != 4 || !isfinite(x) ||
+                !((float)x > 0.0f) || x > FLT_MAX || !((float)lo > 0.0f) || !(hi <= FLT_MAX) ||
+                !((float)hi > (float)lo) || n < 1)
+                return 0;
+            out->rope_scaling = 2, out->rope_factor = x, out->rope_low = lo;
+            out->rope_high = hi, out->rope_original = n;
         } else {
             if (sscanf(v, "%lg%n", &x, &used) != 1 || !isfinite(x) || !((float)x > 0.0f) ||
                 x > FLT_MAX || (float)x == 1.0f)
                 return 0;
-            out->embedding_multiplier = x;
+            if (keys[i].kind == LINEAR)
+                out->rope_scaling = 1, out->rope_factor = x;
+            else
+                out->embedding_multiplier = x;
         }
         if (v[used] && v[used] != ' ')
             return 0;
@@ -180,7 +202,7 @@ int ckpt_write_manifest(const char *path, const ckpt_manifest *mf)
         fprintf(f, "loss_scaler scale %.17g growth %d hysteresis_left %d skipped %ld\n",
                 mf->loss_scale, mf->scaler_growth, mf->scaler_hysteresis_left,
                 mf->skipped_iterations);
-    char suffix[320] = ""; /* every one: at most 200 bytes */
+    char suffix[400] = ""; /* every one: at most 280 bytes */
     if (mf->sliding_window)
         snprintf(suffix, sizeof suffix, " sliding_window %d", mf->sliding_window);
     if (mf->parallel_residual)
@@ -201,6 +223,13 @@ int ckpt_write_manifest(const char *path, const ckpt_manifest *mf)
                  " embedding_multiplier %.9g", mf->embedding_multiplier);
     if (mf->geglu)
         strcat(suffix, " geglu 1");
+    if (mf->rope_scaling == 1)
+        snprintf(suffix + strlen(suffix), sizeof suffix - strlen(suffix), " rope_linear %.9g",
+                 mf->rope_factor);
+    if (mf->rope_scaling == 2)
+        snprintf(suffix + strlen(suffix), sizeof suffix - strlen(suffix),
+                 " rope_llama3 %.9g %.9g %.9g %d", mf->rope_factor, mf->rope_low, mf->rope_high,
+                 mf->rope_original);
     if (mf->has_family)
         fprintf(f, "family rmsnorm %d position %d rotary_dims %d rotary_base %.9g swiglu %d "
                    "ffn %d query_groups %d untie %d linear_bias %d embedding_layernorm %d "
@@ -311,6 +340,7 @@ int ckpt_read_manifest(const char *path, int iteration, ckpt_manifest *out)
                 (out->qkv_bias && out->linear_bias) ||
                 (out->parallel_shared_norm && !out->parallel_residual) ||
                 (out->output_bias && !out->untie) || (out->geglu && out->swiglu) ||
+                (out->rope_scaling && out->position != 1) ||
                 (unsigned)out->rmsnorm > 1 || (unsigned)out->position > 2 || out->rotary_dims < 0 ||
                 (unsigned)out->swiglu > 1 || out->ffn < 1 || out->query_groups < 1 ||
                 (unsigned)out->untie > 1 || (unsigned)out->linear_bias > 1 ||
@@ -332,7 +362,8 @@ int ckpt_read_manifest(const char *path, int iteration, ckpt_manifest *out)
                                               "parallel_residual 1, output_bias 1 only with "
                                               "untie 1, kv_channels N >= 1, layernorm_1p 1, "
                                               "embedding_multiplier X (a float32 > 0, not 1), "
-                                              "geglu 1 only with swiglu 0)");
+                                              "geglu 1 only with swiglu 0, rope_linear X or "
+                                              "rope_llama3 X X X N only with position 1)");
         } else if (ln == 4 + out->has_data + out->has_scaler + out->has_family &&
                    !strncmp(line, "lora ", 5)) {
             int used = 0;

@@ -66,6 +66,13 @@ int tr_checkpoint_read_model(const char *dir, tr_model_config *model, int *itera
         model->apply_layernorm_1p = mf.layernorm_1p;
         model->embedding_multiplier = mf.embedding_multiplier ? mf.embedding_multiplier : 1.0;
         model->geglu = mf.geglu;
+        model->rotary_seq_len_interpolation_factor = mf.rope_scaling == 1 ? mf.rope_factor : 1.0;
+        model->use_rope_scaling = mf.rope_scaling == 2;
+        model->rope_scaling_factor = mf.rope_scaling == 2 ? mf.rope_factor : 8.0;
+        model->rope_scaling_low_freq_factor = mf.rope_scaling == 2 ? mf.rope_low : 1.0;
+        model->rope_scaling_high_freq_factor = mf.rope_scaling == 2 ? mf.rope_high : 4.0;
+        model->rope_scaling_original_max_position_embeddings =
+            mf.rope_scaling == 2 ? mf.rope_original : 8192;
         model->layernorm_epsilon = mf.eps;
     }
     if (iteration)

@@ -79,6 +79,17 @@ typedef struct {
                                        * positions) times this (Gemma's sqrt(hidden_size)) */
     int geglu;                        /* bool, default 0: MLP = down(gelu(gate x) * up x),
                                        * the GELU of gelu_approximate; as swiglu's widths */
+    /* rope scaling (Megatron's switches; rope only, one kind at a time): linear position
+     * interpolation, position t rotated as t / factor (Hugging Face's rope_scaling "linear"),
+     * or Llama 3.1's frequency scaling (rope_type "llama3"): wavelengths past
+     * original / low_freq_factor divided by factor, below original / high_freq_factor kept,
+     * in between blended */
+    double rotary_seq_len_interpolation_factor; /* default 1.0: none */
+    int use_rope_scaling;             /* bool, default 0: Llama 3.1's scaling */
+    double rope_scaling_factor;       /* default 8.0 (Llama 3.1's; 3.2's 32) */
+    double rope_scaling_low_freq_factor;  /* default 1.0 */
+    double rope_scaling_high_freq_factor; /* default 4.0, > low_freq_factor */
+    int rope_scaling_original_max_position_embeddings; /* default 8192 */
 } tr_model_config;
 
 /* The head size: model.kv_channels, or hidden_size / num_attention_heads. */

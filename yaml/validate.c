@@ -137,15 +137,32 @@ static int check_family(const tr_config *c)
                    "has no GELU: allowed: gelu_approximate with swiglu false",
                    set_at(c, "model.swiglu", at, sizeof at));
     /* a value other than the default (a written config carries the defaults) */
-    const char *rope_keys[] = {"model.rotary_base", "model.rotary_percent"};
-    int changed[] = {m->rotary_base != 10000.0, m->rotary_percent != 1.0};
-    for (int i = 0; i < 2; i++)
+    const char *rope_keys[] = {"model.rotary_base", "model.rotary_percent",
+                               "model.rotary_seq_len_interpolation_factor",
+                               "model.use_rope_scaling"};
+    int changed[] = {m->rotary_base != 10000.0, m->rotary_percent != 1.0,
+                     m->rotary_seq_len_interpolation_factor != 1.0, m->use_rope_scaling};
+    for (int i = 0; i < 4; i++)
         if (!rope && changed[i])
             return bad(c, rope_keys[i], NULL,
                        "%s is set but model.position_embedding_type is '%s'%s; rotary settings "
                        "need position_embedding_type: rope", rope_keys[i],
                        m->position_embedding_type,
                        set_at(c, "model.position_embedding_type", at, sizeof at));
+    if (m->use_rope_scaling && m->rotary_seq_len_interpolation_factor != 1.0)
+        return bad(c, "model.use_rope_scaling", "model.rotary_seq_len_interpolation_factor",
+                   "model.use_rope_scaling is true and model.rotary_seq_len_interpolation_factor "
+                   "is %g%s; one rope scaling at a time: Llama 3.1's frequency scaling or the "
+                   "linear position interpolation", m->rotary_seq_len_interpolation_factor,
+                   set_at(c, "model.rotary_seq_len_interpolation_factor", at, sizeof at));
+    if (m->use_rope_scaling &&
+        !(m->rope_scaling_high_freq_factor > m->rope_scaling_low_freq_factor))
+        return bad(c, "model.rope_scaling_high_freq_factor", "model.rope_scaling_low_freq_factor",
+                   "model.rope_scaling_high_freq_factor = %g is not above "
+                   "model.rope_scaling_low_freq_factor = %g%s; the scaling blends the "
+                   "wavelengths between original / high and original / low",
+                   m->rope_scaling_high_freq_factor, m->rope_scaling_low_freq_factor,
+                   set_at(c, "model.rope_scaling_low_freq_factor", at, sizeof at));
     if (rope) {
         int hs = tr_model_head_size(m);
         double dims = hs * m->rotary_percent;

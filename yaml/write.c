@@ -199,9 +199,21 @@ void tr_model_family_flow(const tr_model_config *m, char *buf, size_t cap)
         n += snprintf(buf + n, cap - (size_t)n, ", kv_channels: %d", m->kv_channels);
     if (n > 0 && (size_t)n < cap && m->apply_layernorm_1p)
         n += snprintf(buf + n, cap - (size_t)n, ", apply_layernorm_1p: true");
-    if (n > 0 && (size_t)n < cap && m->embedding_multiplier != 1.0)
+    if (n > 0 && (size_t)n < cap && m->embedding_multiplier != 1.0 && m->embedding_multiplier)
         n += snprintf(buf + n, cap - (size_t)n, ", embedding_multiplier: %.17g",
                       m->embedding_multiplier);
     if (n > 0 && (size_t)n < cap && m->geglu)
-        snprintf(buf + n, cap - (size_t)n, ", geglu: true");
+        n += snprintf(buf + n, cap - (size_t)n, ", geglu: true");
+    if (n > 0 && (size_t)n < cap && m->rotary_seq_len_interpolation_factor != 1.0 &&
+        m->rotary_seq_len_interpolation_factor)
+        n += snprintf(buf + n, cap - (size_t)n, ", rotary_seq_len_interpolation_factor: %.17g",
+                      m->rotary_seq_len_interpolation_factor);
+    if (n > 0 && (size_t)n < cap && m->use_rope_scaling)
+        snprintf(buf + n, cap - (size_t)n,
+                 ", use_rope_scaling: true, rope_scaling_factor: %.17g, "
+                 "rope_scaling_low_freq_factor: %.17g, rope_scaling_high_freq_factor: %.17g, "
+                 "rope_scaling_original_max_position_embeddings: %d",
+                 m->rope_scaling_factor, m->rope_scaling_low_freq_factor,
+                 m->rope_scaling_high_freq_factor,
+                 m->rope_scaling_original_max_position_embeddings);
 }

@@ -14,7 +14,7 @@
 #include "core/core.h"
 #include "model/gpt.h"
 
-enum { LLAMA, BLOOM, MIXED, NEOX, FALCON, PHI, GEMMA };
+enum { LLAMA, BLOOM, MIXED, NEOX, FALCON, PHI, GEMMA, LLAMA_LINEAR, LLAMA3 };
 
 /* Llama: 4 heads in 2 groups of head size 4, rope, RMSNorm, SwiGLU of width 24, untied, no
  * biases. Bloom: 6 heads of size 2 (non-power-of-two ALiBi), embedding LayerNorm.
@@ -25,15 +25,22 @@ enum { LLAMA, BLOOM, MIXED, NEOX, FALCON, PHI, GEMMA };
  * parallel residual with one norm, rope on half of each head, the tanh GELU, an untied output
  * layer with a bias (vocab-parallel, padding rows included). Gemma: heads of size 6 (kv_channels:
  * the attention 24 wide of hidden 16), rope over the whole head, 2 groups, RMSNorm scaling by
- * 1 + weight, the embedding times 4, GeGLU with the exact GELU, tied, no biases. */
+ * 1 + weight, the embedding times 4, GeGLU with the exact GELU, tied, no biases. Llama with
+ * rope scaling: linear position interpolation (positions / 4), Llama 3.1's frequencies. */
 static tr_gpt_shape family_shape(int family, int first, int count)
 {
     tr_gpt_shape s = {.num_layers = 3, .C = 16, .NH = 4, .T = 5, .max_T = 6, .V = 11, .Vp = 16,
                       .eps = 1e-5f, .init_std = 0.3f, .seed = 99, .layer_first = first,
                       .layer_count = count, .tp_size = 1};
-    if (family == LLAMA) {
+    if (family == LLAMA || family == LLAMA_LINEAR || family == LLAMA3) {
         s.rmsnorm = 1, s.position = TR_POS_ROPE, s.rotary_dims = 4, s.rotary_base = 10000.0f;
         s.swiglu = 1, s.ffn = 24, s.query_groups = 2, s.untie = 1, s.no_linear_bias = 1;
+        if (family == LLAMA_LINEAR)
+            s.rope_scaling = TR_ROPE_SCALING_LINEAR, s.rope_factor = 4.0f;
+        if (family == LLAMA3) /* base 10: wavelengths 6.3 (kept) and 19.9 (blended) */
+            s.rope_scaling = TR_ROPE_SCALING_LLAMA3, s.rope_factor = 8.0f, s.rotary_base = 10.0f,
+            s.rope_low_freq_factor = 1.0f, s.rope_high_freq_factor = 4.0f,
+            s.rope_original_positions = 32;
     } else if (family == BLOOM) {
         s.C = 12, s.NH = 6, s.position = TR_POS_ALIBI, s.embedding_ln = 1;
     } else if (family == MIXED) {
@@ -334,6 +341,8 @@ static void test_generation(void **state)
     check_generation(FALCON);
     check_generation(PHI);
     check_generation(GEMMA);
+    check_generation(LLAMA_LINEAR);
+    check_generation(LLAMA3);
 }
 
 /* Generation past the training length: a model of T = 5 (its rope tables hold 5 positions)
@@ -393,6 +402,8 @@ static void test_generation_past_T(void **state)
     check_generation_past_T(FALCON);
     check_generation_past_T(PHI);
     check_generation_past_T(GEMMA);
+    check_generation_past_T(LLAMA_LINEAR);
+    check_generation_past_T(LLAMA3);
 }
 
 /* Packed sequences: two examples in one row (segments, restarting positions) give each the
@@ -466,6 +477,31 @@ static void test_bad_shapes(void **state)
     s = family_shape(GEMMA, 0, 3);
     s.embedding_multiplier = INFINITY;
     assert_int_equal(tr_gpt_count_params(&s, &n), TR_ERR_INVALID);
+    s = family_shape(LLAMA3, 0, 3);
+    s.rope_high_freq_factor = 1.0f; /* not above the low one */
+    assert_int_equal(tr_gpt_count_params(&s, &n), TR_ERR_INVALID);
+    s = family_shape(LLAMA_LINEAR, 0, 3);
+    s.position = TR_POS_LEARNED, s.rotary_dims = 0; /* scaling without rope */
+    assert_int_equal(tr_gpt_count_params(&s, &n), TR_ERR_INVALID);
+}
+
+/* Rope scaling's frequencies: linear keeps them (its positions are divided), Llama 3.1's
+ * divides the long wavelengths by the factor, keeps the short ones and blends between. */
+static void test_rope_scaling_frequencies(void **state)
+{
+    (void)state;
+    tr_gpt_shape plain = family_shape(LLAMA, 0, 3), lin = family_shape(LLAMA_LINEAR, 0, 3);
+    for (int i = 0; i < 2; i++)
+        assert_true(tr_gpt_rope_inv_freq(&plain, i) == tr_gpt_rope_inv_freq(&lin, i));
+    tr_gpt_shape l3 = family_shape(LLAMA3, 0, 3);
+    /* rotary dims 4 of base 10: inv_freq 1 (wavelength 2 pi < 32 / 4: kept) and 10^-0.5
+     * (wavelength 19.87 between 8 and 32: blended by s = (32 / 19.87 - 1) / 3) */
+    assert_true(tr_gpt_rope_inv_freq(&l3, 0) == 1.0f);
+    double f1 = 1.0 / sqrt(10.0), w = 2 * M_PI / (float)f1, sm = (32 / w - 1) / 3;
+    double want = (1 - sm) * (float)f1 / 8 + sm * (float)f1;
+    assert_true(fabs(tr_gpt_rope_inv_freq(&l3, 1) - want) <= 1e-7 * want);
+    l3.rope_original_positions = 8; /* now 19.87 > 8 / 1: divided by the factor */
+    assert_true(tr_gpt_rope_inv_freq(&l3, 1) == (float)((float)f1 / 8.0));
 }
 
 int main(void)
@@ -478,6 +514,7 @@ int main(void)
         cmocka_unit_test(test_generation_past_T),
         cmocka_unit_test(test_packing),
         cmocka_unit_test(test_bad_shapes),
+        cmocka_unit_test(test_rope_scaling_frequencies),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

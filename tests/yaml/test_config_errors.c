@@ -18,7 +18,9 @@ static void test_unknown_keys_and_sections(void **state)
       "add_bias_linear, "
       "add_qkv_bias, sliding_window, embedding_layernorm, parallel_residual, "
       "parallel_shared_norm, gelu_approximate, kv_channels, apply_layernorm_1p, "
-      "embedding_multiplier, geglu (did you mean 'hidden_size'?)");
+      "embedding_multiplier, geglu, rotary_seq_len_interpolation_factor, use_rope_scaling, "
+      "rope_scaling_factor, rope_scaling_low_freq_factor, rope_scaling_high_freq_factor, "
+      "rope_scaling_original_max_position_embeddings (did you mean 'hidden_size'?)");
     E(TR_T_REQUIRED "parallel:\n  tensor_parallel_size: 2\n", "t.yaml:13:3: ",
       "(did you mean 'tensor_model_parallel_size'?)");
     E("model:\n  lr: 0.1\n", "t.yaml:2:3: ",

@@ -105,6 +105,40 @@ static void test_gemma(void **state)
       "model.rotary_percent = 1 of the head size 5 gives 5 rotated dimensions");
 }
 
+/* Rope scaling: Llama 3.1's frequencies or linear position interpolation, one at a time, with
+ * rope only; written back in the family flow */
+static void test_rope_scaling(void **state)
+{
+    (void)state;
+    tr_config c;
+    const char *l31 = WITH("  position_embedding_type: rope\n  use_rope_scaling: true\n"
+                           "  rope_scaling_factor: 32\n");
+    assert_int_equal(tr_t_load(l31, NULL, 0, &c), TR_OK);
+    assert_true(c.model.use_rope_scaling && c.model.rope_scaling_factor == 32 &&
+                c.model.rope_scaling_low_freq_factor == 1 &&
+                c.model.rope_scaling_high_freq_factor == 4 &&
+                c.model.rope_scaling_original_max_position_embeddings == 8192);
+    tr_config_free(&c);
+    expect_flow(l31, ", use_rope_scaling: true, rope_scaling_factor: 32, "
+                     "rope_scaling_low_freq_factor: 1, rope_scaling_high_freq_factor: 4, "
+                     "rope_scaling_original_max_position_embeddings: 8192");
+    expect_flow(WITH("  position_embedding_type: rope\n"
+                     "  rotary_seq_len_interpolation_factor: 4\n"),
+                ", rotary_seq_len_interpolation_factor: 4");
+    E(WITH("  use_rope_scaling: true\n"), "t.yaml:6:3: ",
+      "model.use_rope_scaling is set but model.position_embedding_type is 'learned_absolute'");
+    E(WITH("  rotary_seq_len_interpolation_factor: 2\n"), "t.yaml:6:3: ",
+      "rotary settings need position_embedding_type: rope");
+    E(WITH("  position_embedding_type: rope\n  use_rope_scaling: true\n"
+           "  rotary_seq_len_interpolation_factor: 2\n"), "t.yaml:7:3: ",
+      "one rope scaling at a time");
+    E(WITH("  position_embedding_type: rope\n  use_rope_scaling: true\n"
+           "  rope_scaling_high_freq_factor: 1\n"), "t.yaml:8:3: ",
+      "model.rope_scaling_high_freq_factor = 1 is not above model.rope_scaling_low_freq_factor "
+      "= 1 (default)");
+    E(WITH("  rope_scaling_factor: 0\n"), "t.yaml:6:24: ", "rope_scaling_factor");
+}
+
 static void test_llama_and_bloom(void **state)
 {
     (void)state;
@@ -189,6 +223,7 @@ int main(void)
         cmocka_unit_test(test_llama_and_bloom),
         cmocka_unit_test(test_neox_falcon_phi),
         cmocka_unit_test(test_gemma),
+        cmocka_unit_test(test_rope_scaling),
         cmocka_unit_test(test_contradictions),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
