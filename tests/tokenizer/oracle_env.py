@@ -115,35 +115,45 @@ def llama3_style(base):
 SP = "\u2581"  # SentencePiece's space
 
 
-def llama2_style(trained, pre_tokenizer=None, byte_fallback=True):
+def llama2_style(trained, pre_tokenizer=None, byte_fallback=True, gemma=False):
     """A tokenizer.json dict in Llama-2's shape (transformers' LlamaConverter) over the vocabulary
     and merges of `trained` (a dict of a BPE tokenizer.json trained on SentencePiece-style text):
     ids 0-2 <unk> <s> </s> (added, special), 3-258 the byte-fallback tokens <0x00>..<0xFF>, then
     the trained tokens in order; BOS template; decoder Replace, ByteFallback, Fuse, Strip. With
     pre_tokenizer None the normalizer is Llama-2's Prepend + Replace; with a Metaspace one
-    (transformers' legacy=False) there is no normalizer."""
+    (transformers' legacy=False) there is no normalizer. gemma: Gemma's shape instead
+    (transformers 4.38's GemmaConvert): ids 0-3 <pad> <eos> <bos> <unk>, then <start_of_turn> and
+    <end_of_turn> (added, not special), the byte tokens (<0x09> written as a tab), the trained
+    tokens; the normalizer Replace alone (no space prepended), no pre-tokenizer, <bos> template,
+    decoder Replace, ByteFallback, Fuse."""
     order = sorted(trained["model"]["vocab"].items(), key=lambda kv: kv[1])
-    vocab = {"<unk>": 0, "<s>": 1, "</s>": 2}
+    specials = ["<pad>", "<eos>", "<bos>", "<unk>"] if gemma else ["<unk>", "<s>", "</s>"]
+    vocab = {t: i for i, t in enumerate(specials + (["<start_of_turn>", "<end_of_turn>"] if gemma else []))}
     for b in range(256):
-        vocab["<0x%02X>" % b] = 3 + b
+        vocab["\t" if gemma and b == 9 else "<0x%02X>" % b] = len(vocab)
     for tok, _ in order:
         vocab.setdefault(tok, len(vocab))
     model = dict(trained["model"], vocab=vocab, unk_token="<unk>", fuse_unk=True,
                  byte_fallback=byte_fallback)
     replace = {"type": "Replace", "pattern": {"String": " "}, "content": SP}
-    normalizer = None if pre_tokenizer else {"type": "Sequence", "normalizers": [
+    normalizer = replace if gemma else None if pre_tokenizer else {"type": "Sequence", "normalizers": [
         {"type": "Prepend", "prepend": SP}, replace]}
-    bos = {"SpecialToken": {"id": "<s>", "type_id": 0}}
+    b = specials[2 if gemma else 1]
+    bos = {"SpecialToken": {"id": b, "type_id": 0}}
+    added = [added_token(i, t) for i, t in enumerate(specials)]
+    if gemma:
+        added += [dict(added_token(4 + i, t), special=False)
+                  for i, t in enumerate(["<start_of_turn>", "<end_of_turn>"])]
     return {"version": "1.0", "truncation": None, "padding": None,
-            "added_tokens": [added_token(0, "<unk>"), added_token(1, "<s>"), added_token(2, "</s>")],
+            "added_tokens": added,
             "normalizer": normalizer, "pre_tokenizer": pre_tokenizer,
             "post_processor": {"type": "TemplateProcessing", "single": [bos, {"Sequence": {"id": "A", "type_id": 0}}],
                                "pair": [bos, {"Sequence": {"id": "A", "type_id": 0}}, bos,
                                         {"Sequence": {"id": "B", "type_id": 1}}],
-                               "special_tokens": {"<s>": {"id": "<s>", "ids": [1], "tokens": ["<s>"]}}},
+                               "special_tokens": {b: {"id": b, "ids": [vocab[b]], "tokens": [b]}}},
             "decoder": {"type": "Sequence", "decoders": [
                 {"type": "Replace", "pattern": {"String": SP}, "content": " "}, {"type": "ByteFallback"},
-                {"type": "Fuse"}, {"type": "Strip", "content": " ", "start": 1, "stop": 0}]},
+                {"type": "Fuse"}] + ([] if gemma else [{"type": "Strip", "content": " ", "start": 1, "stop": 0}])},
             "model": model}
 
 

@@ -20,8 +20,10 @@ Tokenizers compared:
   llama2-style    a SentencePiece-style BPE trained here (80 characters kept, so the torture
                   files' others fall back to <0xHH> bytes) in Llama-2's shape: Prepend + Replace
                   normalizer; the same under Metaspace (first/always/never, split or not) and
-                  without byte_fallback (fused <unk>); and decoding: random id sequences (byte
-                  tokens valid and not, specials) and the encoded texts, against decode()
+                  without byte_fallback (fused <unk>); in Gemma's shape (Replace alone: no space
+                  prepended, no pre-tokenizer; <pad> <eos> <bos> <unk>, a tab for <0x09>); and
+                  decoding: random id sequences (byte tokens valid and not, specials) and the
+                  encoded texts, against decode()
   qwen2-style     a byte-level BPE trained here in Qwen2's shape (NFC normalizer, Qwen2's Split
                   + ByteLevel, "" affixes, <|endoftext|> <|im_start|> <|im_end|>) on ~780 texts
                   made of NFC cases (decomposed accents, jamo, exclusions and singletons,
@@ -215,9 +217,10 @@ for name, pre, fallback in [
         ("llama2-style-metaspace-first", ("first", False), True),
         ("llama2-style-metaspace-always-split", ("always", True), True),
         ("llama2-style-metaspace-never-split", ("never", True), True),
-        ("llama2-style-no-fallback", None, False)]:
+        ("llama2-style-no-fallback", None, False),
+        ("gemma-style", None, True)]:
     meta = pre and {"type": "Metaspace", "replacement": oracle_env.SP, "prepend_scheme": pre[0], "split": pre[1]}
-    tt.write(path(name + ".json"), json.dumps(oracle_env.llama2_style(trained, meta, fallback)))
+    tt.write(path(name + ".json"), json.dumps(oracle_env.llama2_style(trained, meta, fallback, name == "gemma-style")))
     ref = Tokenizer.from_file(path(name + ".json"))
     pick = small if name == "llama2-style" else torture_small
     use_files, use_texts = [files[i] for i in pick], [texts[i] for i in pick]
