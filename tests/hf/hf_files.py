@@ -2,8 +2,9 @@
 in the sanitizer build too): a small safetensors writer and reader, a tiny GPT-2's tensors and
 config.json, and `trident convert` run with its refusal check, an export's round trips in
 shards and in BF16 (Session.shards_check, bf16_check); at the end, the transformers oracles'
-helpers (gather_grads, worst_grad, window_nll, logits_check, eval_check, batch_grads,
-train_grads: numpy and torch imported inside them).
+helpers (gather_grads, worst_grad, llama_grad, window_nll, logits_check, eval_check,
+generate_check, roundtrip_check, batch_grads, train_grads: numpy and torch imported inside
+them).
 
     import hf_files as hff
     s = hff.Session(trident, work)
@@ -219,6 +220,32 @@ def worst_grad(grads, want_of):
     return worst, worst_name, bad
 
 
+def llama_grad(G, name, NH, NG, HS, C):
+    """transformers' gradient (G: {parameter: grad}) of trident tensor `name` of a Llama, Qwen2,
+    Mistral or Gemma (their names), in trident's layout (torch)."""
+    import torch
+    top = {"wte": "model.embed_tokens.weight", "output_layer": "lm_head.weight", "lnf.weight": "model.norm.weight"}
+    if name in top:
+        g = G[top[name]]
+        return g.view(-1, 1) if g.dim() == 1 else g
+    layer, rest = name.split(".", 2)[1:]
+    h = f"model.layers.{layer}."
+    simple = {"ln1.weight": "input_layernorm.weight", "ln2.weight": "post_attention_layernorm.weight",
+              "attn_proj.weight": "self_attn.o_proj.weight", "fc_proj.weight": "mlp.down_proj.weight"}
+    if rest in simple:
+        g = G[h + simple[rest]]
+        return g.view(-1, 1) if g.dim() == 1 else g
+    if rest in ("qkv.weight", "qkv.bias"):  # rows (group, {q_0 .. q_R-1, k, v}, d); Qwen2's biases too
+        R, kind, cols = NH // NG, rest[4:], C if rest == "qkv.weight" else 1
+        q = G[h + "self_attn.q_proj." + kind].view(NG, R, HS, cols)
+        k = G[h + "self_attn.k_proj." + kind].view(NG, 1, HS, cols)
+        v = G[h + "self_attn.v_proj." + kind].view(NG, 1, HS, cols)
+        return torch.cat([q, k, v], 1).reshape(-1, cols)
+    if rest == "fc.weight":  # rows (feature, {gate, up})
+        return torch.stack([G[h + "mlp.gate_proj.weight"], G[h + "mlp.up_proj.weight"]], 1).reshape(-1, C)
+    raise KeyError(name)
+
+
 def window_nll(model, ids, T):
     """transformers' model's summed nll of token ids in windows of T at stride T // 2, each token
     scored once with the most context it gets (trident eval --context T --stride T/2): (nll, tokens)."""
@@ -273,6 +300,53 @@ def eval_check(trident, src, work, name, model, text, T):
              f"= transformers' nll", got.get("tokens") == n_tok and rel <= 1e-5,
              f"exit {rc} {se[-300:]}\ntrident {got}\ntransformers tokens {n_tok} nll_sum {nll:.6f}; "
              f"relative {rel:.1e}", show=True)
+
+
+def generate_check(trident, name, model, places, prompt=(5, 17, 200, 3, 42), n=12):
+    """transformers' greedy generate of n tokens after prompt on model against `trident generate`
+    of each (what, folder, extra arguments) of places: one check each."""
+    import torch
+    with torch.no_grad():
+        theirs = model.generate(torch.tensor([list(prompt)]), max_new_tokens=n, do_sample=False,
+                                pad_token_id=0)[0, len(prompt):].tolist()
+    for what, where, extra in places:
+        rc, so, se = tt.outputs([trident, "generate", where, *extra, "--prompt-ids", ",".join(map(str, prompt)),
+                                 "--max-new-tokens", str(n), "--temperature", "0", "--json"], timeout=120)
+        ours = json.loads(so)["generated_ids"] if rc == 0 else None
+        tt.check(f"{name}: greedy trident generate of {what} = transformers' generate ({n} tokens: {theirs})",
+                 ours == theirs, f"exit {rc} {se[-300:]}\ntrident      {ours}\ntransformers {theirs}")
+
+
+def roundtrip_check(trident, src, ck, cfg, work, name, model, T, V, same_keys, must=()):
+    """`trident convert --to hf --config cfg` of checkpoint ck into WORK/NAME-back against
+    transformers' save_pretrained folder src: it runs; its tensors are src's bit for bit (the
+    names of `must` among them); it loads as model's class with no missing or unexpected keys,
+    the config values of same_keys equal and the same logits on 2 x T tokens: three checks."""
+    import torch
+    from safetensors.torch import load_file
+    from transformers import AutoModelForCausalLM
+    back = os.path.join(work, name + "-back")
+    rc, _, err = tt.outputs([trident, "convert", "--to", "hf", "--input", ck, "--output", back, "--config", cfg],
+                            timeout=300)
+    if not tt.check(f"{name}: trident convert --to hf --config", rc == 0, err):
+        return
+    a, b = load_file(os.path.join(src, "model.safetensors")), load_file(os.path.join(back, "model.safetensors"))
+    named = "".join(", " + m for m in must) + (" included" if must else "")
+    tt.check(f"{name}: HF -> trident -> HF is bit-exact (fp32{named})",
+             set(a) == set(b) and all(m in b for m in must) and all(torch.equal(a[k], b[k]) for k in a),
+             f"keys only on one side: {sorted(set(a) ^ set(b))}; differing: "
+             f"{[k for k in a if k in b and not torch.equal(a[k], b[k])]}")
+    loaded, info = AutoModelForCausalLM.from_pretrained(back, output_loading_info=True)
+    probe_tokens = torch.randint(0, V, (2, T), generator=torch.Generator().manual_seed(2))
+    with torch.no_grad():
+        ref = model(probe_tokens).logits
+        diff = ((loaded.eval()(probe_tokens).logits - ref).abs().max()).item()
+    kind = type(model).__name__
+    same_cfg = all(getattr(loaded.config, k) == getattr(model.config, k) for k in same_keys)
+    tt.check(f"{name}: the export loads as {type(loaded).__name__} with no missing or unexpected keys, the "
+             f"same config values, the same logits",
+             type(loaded).__name__ == kind and not info["missing_keys"] and not info["unexpected_keys"]
+             and same_cfg and diff == 0, f"{info}; config {loaded.config}; max |logit diff| {diff:.2e}")
 
 
 def batch_grads(probe, cfg, work, name, model, T, V):

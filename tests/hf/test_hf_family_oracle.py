@@ -65,30 +65,6 @@ def convert(src, ck):
     return out
 
 
-def llama_grad(G, name, NH, NG, HS, C):
-    """transformers' gradient of trident tensor `name` of the Llama, in trident's layout."""
-    top = {"wte": "model.embed_tokens.weight", "output_layer": "lm_head.weight", "lnf.weight": "model.norm.weight"}
-    if name in top:
-        g = G[top[name]]
-        return g.view(-1, 1) if g.dim() == 1 else g
-    layer, rest = name.split(".", 2)[1:]
-    h = f"model.layers.{layer}."
-    simple = {"ln1.weight": "input_layernorm.weight", "ln2.weight": "post_attention_layernorm.weight",
-              "attn_proj.weight": "self_attn.o_proj.weight", "fc_proj.weight": "mlp.down_proj.weight"}
-    if rest in simple:
-        g = G[h + simple[rest]]
-        return g.view(-1, 1) if g.dim() == 1 else g
-    if rest in ("qkv.weight", "qkv.bias"):  # rows (group, {q_0 .. q_R-1, k, v}, d); Qwen2's biases too
-        R, kind, cols = NH // NG, rest[4:], C if rest == "qkv.weight" else 1
-        q = G[h + "self_attn.q_proj." + kind].view(NG, R, HS, cols)
-        k = G[h + "self_attn.k_proj." + kind].view(NG, 1, HS, cols)
-        v = G[h + "self_attn.v_proj." + kind].view(NG, 1, HS, cols)
-        return torch.cat([q, k, v], 1).reshape(-1, cols)
-    if rest == "fc.weight":  # rows (feature, {gate, up})
-        return torch.stack([G[h + "mlp.gate_proj.weight"], G[h + "mlp.up_proj.weight"]], 1).reshape(-1, C)
-    raise KeyError(name)
-
-
 def bloom_grad(G, name):
     top = {"wte": "word_embeddings.weight", "emb_ln.weight": "word_embeddings_layernorm.weight",
            "emb_ln.bias": "word_embeddings_layernorm.bias", "lnf.weight": "ln_f.weight", "lnf.bias": "ln_f.bias"}
@@ -154,7 +130,7 @@ llama = LlamaForCausalLM(LlamaConfig(hidden_size=C, intermediate_size=96, num_hi
                                      vocab_size=V, rms_norm_eps=1e-6, rope_theta=10000.0,
                                      tie_word_embeddings=False)).eval()
 randomize(llama)
-families.append(("llama-gqa", llama, lambda G, n: llama_grad(G, n, NH, NG, C // NH, C),
+families.append(("llama-gqa", llama, lambda G, n: hff.llama_grad(G, n, NH, NG, C // NH, C),
                  dict(normalization="RMSNorm", position_embedding_type="rope", swiglu=True, ffn_hidden_size=96,
                       num_query_groups=NG, untie_embeddings_and_output_weights=True, add_bias_linear=False,
                       layernorm_epsilon=1e-6, num_attention_heads=NH, hidden_size=C), 1 + 6 * L + 2))
@@ -165,7 +141,7 @@ mistral = MistralForCausalLM(MistralConfig(hidden_size=C, intermediate_size=96, 
                                            vocab_size=V, rms_norm_eps=1e-5, rope_theta=1000000.0,
                                            sliding_window=None, tie_word_embeddings=False)).eval()
 randomize(mistral)
-families.append(("mistral-no-window", mistral, lambda G, n: llama_grad(G, n, NH, NG, C // NH, C),
+families.append(("mistral-no-window", mistral, lambda G, n: hff.llama_grad(G, n, NH, NG, C // NH, C),
                  dict(families[0][3], layernorm_epsilon=1e-5, rotary_base=1000000.0), 1 + 6 * L + 2))
 # Mistral-7B v0.1's shape: a window (T) shorter than the positions (2T); over sequences within it
 # full causal attention is the windowed one (trident keeps seq_length and generation there)
@@ -175,7 +151,7 @@ mistral_w = MistralForCausalLM(MistralConfig(hidden_size=C, intermediate_size=96
                                              rope_theta=10000.0, sliding_window=T,
                                              tie_word_embeddings=False)).eval()
 randomize(mistral_w)
-families.append(("mistral-window", mistral_w, lambda G, n: llama_grad(G, n, NH, NG, C // NH, C),
+families.append(("mistral-window", mistral_w, lambda G, n: hff.llama_grad(G, n, NH, NG, C // NH, C),
                  dict(families[0][3], layernorm_epsilon=1e-5, max_position_embeddings=2 * T, sliding_window=T),
                  1 + 6 * L + 2))
 # Qwen2.5-0.5B's shape: a Llama with q, k and v biases and a tied head; use_sliding_window false
@@ -185,7 +161,7 @@ qwen2 = Qwen2ForCausalLM(Qwen2Config(hidden_size=C, intermediate_size=96, num_hi
                                      vocab_size=V, rms_norm_eps=1e-6, rope_theta=1000000.0,
                                      tie_word_embeddings=True, use_sliding_window=False)).eval()
 randomize(qwen2)
-families.append(("qwen2-bias-tied", qwen2, lambda G, n: llama_grad(G, n, NH, NG, C // NH, C),
+families.append(("qwen2-bias-tied", qwen2, lambda G, n: hff.llama_grad(G, n, NH, NG, C // NH, C),
                  dict(families[0][3], rotary_base=1000000.0, untie_embeddings_and_output_weights=False,
                       add_qkv_bias=True), 1 + 7 * L + 1))
 bloom = BloomForCausalLM(BloomConfig(hidden_size=48, n_layer=L, n_head=6, vocab_size=V,

@@ -13,7 +13,6 @@ missing or unexpected keys, to the same logits; trident's loss of iteration 1 an
 transformers' on the same batch (loss 1e-5 relative, gradients relative L2 1e-4).
 usage: test_hf_phi_oracle.py TRIDENT HF_PROBE WORKDIR VENV [--quick]
 --quick: the one-process run only."""
-import json
 import os
 import sys
 
@@ -30,8 +29,7 @@ except ImportError:  # run again with the virtual environment's Python
     os.execv(py, [py, os.path.abspath(__file__), *sys.argv[1:]])
 
 import torch  # noqa: E402
-from safetensors.torch import load_file  # noqa: E402
-from transformers import AutoModelForCausalLM, PhiConfig, PhiForCausalLM  # noqa: E402
+from transformers import PhiConfig, PhiForCausalLM  # noqa: E402
 from transformers.utils import logging as hf_logging  # noqa: E402
 
 hf_logging.set_verbosity_error()
@@ -116,41 +114,14 @@ for name, model, hf_grad, keys, n_tensors, rot in models:
         checkpoint=dict(load=ck),
         parallel=dict(comm_timeout_s=120))
     hff.logits_check(probe, cfg, work, name, model, T, V)
-    prompt = [5, 17, 200, 3, 42]
     model.generation_config.eos_token_id = None  # (PhiConfig's eos 2: trident generates past it)
-    with torch.no_grad():
-        theirs = model.generate(torch.tensor([prompt]), max_new_tokens=12, do_sample=False,
-                                pad_token_id=0)[0, len(prompt):].tolist()
-    for what, where, extra in (("the HF folder", src, []), ("the import with --config", ck, ["--config", cfg])):
-        rc, so, se = tt.outputs([trident, "generate", where, *extra, "--prompt-ids", ",".join(map(str, prompt)),
-                                 "--max-new-tokens", "12", "--temperature", "0", "--json"], timeout=120)
-        ours = json.loads(so)["generated_ids"] if rc == 0 else None
-        tt.check(f"{name}: greedy trident generate of {what} = transformers' generate (12 tokens: {theirs})",
-                 ours == theirs, f"exit {rc} {se[-300:]}\ntrident      {ours}\ntransformers {theirs}")
+    hff.generate_check(trident, name, model, (("the HF folder", src, []),
+                                              ("the import with --config", ck, ["--config", cfg])))
     # trident eval of the folder: perplexity windows of T, stride T/2, byte tokens
     hff.eval_check(trident, src, work, name, model, "the partial rotary query heads of one shared norm; " * 3, T)
-    back = os.path.join(work, name + "-back")
-    rc, _, err = tt.outputs([trident, "convert", "--to", "hf", "--input", ck, "--output", back, "--config", cfg],
-                            timeout=300)
-    if tt.check(f"{name}: trident convert --to hf --config", rc == 0, err):
-        a, b = load_file(os.path.join(src, "model.safetensors")), load_file(os.path.join(back, "model.safetensors"))
-        tt.check(f"{name}: HF -> trident -> HF is bit-exact (fp32, lm_head.bias included)",
-                 set(a) == set(b) and "lm_head.bias" in b and all(torch.equal(a[k], b[k]) for k in a),
-                 f"keys only on one side: {sorted(set(a) ^ set(b))}; differing: "
-                 f"{[k for k in a if k in b and not torch.equal(a[k], b[k])]}")
-        loaded, info = AutoModelForCausalLM.from_pretrained(back, output_loading_info=True)
-        probe_tokens = torch.randint(0, V, (2, T), generator=torch.Generator().manual_seed(2))
-        with torch.no_grad():
-            ref = model(probe_tokens).logits
-            diff = ((loaded.eval()(probe_tokens).logits - ref).abs().max()).item()
-        same_cfg = all(getattr(loaded.config, k) == getattr(model.config, k) for k in
-                       ("hidden_act", "partial_rotary_factor", "num_key_value_heads", "intermediate_size",
-                        "rope_theta", "layer_norm_eps", "tie_word_embeddings", "qk_layernorm"))
-        tt.check(f"{name}: the export loads as {type(loaded).__name__} with no missing or unexpected keys, the "
-                 f"same config values, the same logits",
-                 type(loaded).__name__ == "PhiForCausalLM" and not info["missing_keys"]
-                 and not info["unexpected_keys"] and same_cfg and diff == 0,
-                 f"{info}; config {loaded.config}; max |logit diff| {diff:.2e}")
+    hff.roundtrip_check(trident, src, ck, cfg, work, name, model, T, V,
+                        ("hidden_act", "partial_rotary_factor", "num_key_value_heads", "intermediate_size",
+                         "rope_theta", "layer_norm_eps", "tie_word_embeddings", "qk_layernorm"), must=("lm_head.bias",))
     hf_loss, G = hff.batch_grads(probe, cfg, work, name, model, T, V)
     layouts = [("1", 1, 1, 1, ())] + ([] if quick else
                                       [("D2xT2xP2-sp", 8, 2, 2, ("parallel.sequence_parallel=true",))])
