@@ -30,6 +30,9 @@ int hf_read_gemma(json_t *root, const char *path, tr_model_config *m)
     /* (absent: GemmaConfig's head_dim 256, tied) */
     int head_dim = 0, tie = 1;
     int rc = hf_get_int(root, path, "head_dim", 256, &head_dim);
+    if (!rc && head_dim % 2) /* (rotate_half turns pairs of the head's dimensions) */
+        rc = tr_fail(TR_ERR_INVALID, "%s: head_dim %d is odd: Gemma's rotary positions turn "
+                     "the head's dimensions in pairs", path, head_dim);
     if (!rc)
         rc = hf_get_bool(root, path, "tie_word_embeddings", 1, &tie);
     if (!rc && !tie)

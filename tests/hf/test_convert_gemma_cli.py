@@ -202,6 +202,7 @@ for what, tensors, config, cause in [
     ("tie_word_embeddings 1", gt, gemma_json(tie_word_embeddings=1), "tie_word_embeddings must be true or false"),
     ("head_dim 0", gt, gemma_json(head_dim=0), "head_dim must be an integer"),
     ("head_dim 2.5", gt, gemma_json(head_dim=2.5), "head_dim must be an integer"),
+    ("head_dim 15 (odd: no rotary pairs)", gt, gemma_json(head_dim=15), "head_dim 15 is odd"),
     ("pretraining_tp 2", gt, gemma_json(pretraining_tp=2), "pretraining_tp is not supported"),
     ("rms_norm_eps 0", gt, gemma_json(rms_norm_eps=0), "rms_norm_eps must be a positive number"),
     ("3 key/value heads of 4", gt, gemma_json(num_key_value_heads=3), "do not divide"),
