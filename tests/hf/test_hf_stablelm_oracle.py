@@ -6,15 +6,19 @@ untied; and a key/value head per head, no q/k/v biases, partial_rotary_factor 0.
 dimensions rotated), the head tied. Each is saved with save_pretrained and imported with `trident
 convert --from hf` (its switches printed); trident's logits match transformers' (1e-4 relative to the
 largest); greedy `trident generate` of the folder and of the import gives transformers' generate's
-tokens; `trident eval --input` of the folder (windows of T, stride T/2) gives transformers' nll;
-`trident convert --to hf --config` of the import is bit-exact to transformers' files and loads as
+tokens (the folder's stop token, eos_token_id of generation_config.json, as transformers takes it:
+also one the tokens reach); `trident eval --input` of the folder (windows of T, stride T/2) gives
+transformers' nll; `trident convert --to hf --config` of the import is bit-exact to transformers'
+files and loads as
 StableLmForCausalLM with no missing or unexpected keys, to the same logits; trident's loss of
 iteration 1 and every gradient (the LayerNorm biases' too), in one process and in D2xT2xP2 with
 sequence parallelism, match transformers' on the same batch (loss 1e-5 relative, gradients relative
 L2 1e-4).
 usage: test_hf_stablelm_oracle.py TRIDENT HF_PROBE WORKDIR VENV [--quick]
 --quick: the one-process run only."""
+import json
 import os
+import shutil
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "common"))
@@ -111,9 +115,29 @@ for name, model, hf_grad, keys, n_tensors, rot in models:
         checkpoint=dict(load=ck),
         parallel=dict(comm_timeout_s=120))
     hff.logits_check(probe, cfg, work, name, model, T, V)
-    model.generation_config.eos_token_id = None  # (StableLmConfig's eos 0: trident generates past it)
+    # transformers stops at StableLmConfig's eos 0, trident generate of the folder too (its
+    # generation_config.json's eos_token_id), of the import with --eos-id 0
     hff.generate_check(trident, name, model, (("the HF folder", src, []), ("the import with --config", ck,
-                                                                             ["--config", cfg])))
+                                                                             ["--config", cfg, "--eos-id", "0"])))
+    # a stop token the greedy tokens reach (the 4th): transformers' generate stops there, and trident
+    # generate of the folder whose generation_config.json names it (a list: its first id)
+    prompt = [5, 17, 200, 3, 42]
+    with torch.no_grad():
+        free = model.generate(torch.tensor([prompt]), max_new_tokens=12, do_sample=False, pad_token_id=0,
+                              eos_token_id=None)[0, len(prompt):].tolist()
+        theirs = model.generate(torch.tensor([prompt]), max_new_tokens=12, do_sample=False, pad_token_id=0,
+                                eos_token_id=free[3])[0, len(prompt):].tolist()
+    stop_dir = os.path.join(work, name + "-stop")
+    shutil.rmtree(stop_dir, ignore_errors=True)
+    shutil.copytree(src, stop_dir)
+    gpath = os.path.join(stop_dir, "generation_config.json")
+    tt.write(gpath, json.dumps({**json.load(open(gpath)), "eos_token_id": [free[3], 1]}))
+    rc, so, se = tt.outputs([trident, "generate", stop_dir, "--prompt-ids", ",".join(map(str, prompt)),
+                             "--max-new-tokens", "12", "--temperature", "0", "--json"], timeout=120)
+    ours = json.loads(so)["generated_ids"] if rc == 0 else None
+    tt.check(f"{name}: generation_config.json's eos_token_id [{free[3]}, 1]: trident generate of the folder stops "
+             f"where transformers' does ({len(theirs)} of 12 tokens)", ours == theirs and len(theirs) < 12,
+             f"exit {rc} {se[-300:]}\ntrident      {ours}\ntransformers {theirs}")
     # trident eval of the folder: perplexity windows of T, stride T/2, byte tokens
     hff.eval_check(trident, src, work, name, model, "the partial rotary query heads with their biases; " * 3, T)
     hff.roundtrip_check(trident, src, ck, cfg, work, name, model, T, V,
