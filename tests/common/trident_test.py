@@ -193,7 +193,8 @@ def venv_python(path, packages, import_name):
     its site packages, so python3-torch stays importable) where `import_name` imports,
     pip-installing `packages` from PyPI the first time. Exits 1 with pip's message when they
     cannot be installed. One process at a time makes it (PATH.lock): the tests that use it
-    and the oracle-venvs test, which makes them all first, may start at once."""
+    and the oracle-venvs test, which makes them all first, may start at once. (pip's
+    --no-compile: the modules a test imports are byte-compiled then, not all of them here.)"""
     with open(path.rstrip("/") + ".lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         py = os.path.join(path, "bin", "python")
@@ -202,7 +203,8 @@ def venv_python(path, packages, import_name):
             return py
         shutil.rmtree(path, ignore_errors=True)
         steps = [["/usr/bin/python3", "-m", "venv", "--system-site-packages", path],
-                 [py, "-m", "pip", "install", "--quiet", "--disable-pip-version-check", *packages]]
+                 [py, "-m", "pip", "install", "--quiet", "--disable-pip-version-check", "--no-compile",
+                  *packages]]
         for step in steps:
             p = subprocess.run(step, capture_output=True, text=True, timeout=900)
             if p.returncode:
