@@ -2,9 +2,9 @@
 in the sanitizer build too): a small safetensors writer and reader, a tiny GPT-2's tensors and
 config.json, and `trident convert` run with its refusal check, an export's round trips in
 shards and in BF16 (Session.shards_check, bf16_check); at the end, the transformers oracles'
-helpers (gather_grads, worst_grad, llama_grad, window_nll, logits_check, eval_check,
-generate_check, roundtrip_check, batch_grads, train_grads: numpy and torch imported inside
-them).
+helpers (oracle_start, gather_grads, worst_grad, llama_grad, window_nll, logits_check,
+eval_check, generate_check, roundtrip_check, batch_grads, train_grads, grads_check: numpy, torch and
+transformers imported inside them).
 
     import hf_files as hff
     s = hff.Session(trident, work)
@@ -179,6 +179,25 @@ def leftovers(parent):
 
 # ---------------------------------------------------------------- the transformers oracles' helpers
 # (numpy and torch imported by each: the convert tests above run without them)
+
+def oracle_start(argv):
+    """The start of a transformers oracle run as `SCRIPT TRIDENT HF_PROBE WORKDIR VENV [--quick]`:
+    the script runs again under VENV's Python (made by tt.venv_python) unless transformers
+    imports; then transformers' logging quiet, torch on 2 threads, WORKDIR made fresh.
+    (trident, hf_probe, workdir, quick)."""
+    trident, probe, work, venv = argv[1:5]
+    try:
+        import transformers  # noqa: F401
+    except ImportError:
+        py = tt.venv_python(venv, tt.HF_PACKAGES, "transformers")
+        os.execv(py, [py, os.path.abspath(argv[0]), *argv[1:]])
+    import torch
+    from transformers.utils import logging as hf_logging
+    hf_logging.set_verbosity_error()
+    hf_logging.disable_progress_bar()
+    torch.set_num_threads(2)
+    return trident, probe, tt.fresh_dir(work), "--quick" in argv[5:]
+
 
 def gather_grads(d):
     """Whole tensors by name from every rank's dump of --dump-grads in folder d (shards placed,
@@ -381,3 +400,19 @@ def train_grads(trident, cfg, work, name, lname, world, tp, pp, extra, hf_loss):
     tt.check(f"{name} {lname}: loss of iteration 1", rel_loss <= 1e-5,
              f"trident {loss:.7f} transformers {hf_loss.item():.7f} relative {rel_loss:.1e}", show=True)
     return gather_grads(os.path.join(run, "grads"))
+
+
+def grads_check(trident, cfg, work, name, layouts, hf_loss, want_of, n_tensors, what="", must=()):
+    """train_grads of each (lname, world, tp, pp, extra) of layouts against transformers' gradients
+    (want_of(trident name): torch, trident's layout): one check of each layout that trained, that
+    every gradient is within relative L2 1e-4, n_tensors of them, the names of must among them
+    (`what`: the check's words after the count)."""
+    for lname, world, tp, pp, extra in layouts:
+        grads = train_grads(trident, cfg, work, name, lname, world, tp, pp, extra, hf_loss)
+        if grads is None:
+            continue
+        worst, worst_name, bad = worst_grad(grads, lambda tname: want_of(tname).detach().double().numpy())
+        tt.check(f"{name} {lname}: every gradient ({len(grads)} tensors{what})",
+                 not bad and worst <= 1e-4 and len(grads) == n_tensors and all(m in grads for m in must),
+                 f"worst relative L2 {worst:.2e} ({worst_name}); missing, NaN or misshapen: {bad}; "
+                 f"{len(grads)} of {n_tensors}", show=True)

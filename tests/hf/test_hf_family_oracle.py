@@ -283,14 +283,7 @@ for name, model, hf_grad, keys, n_tensors in families:
     layouts = [("1", 1, 1, 1, ())] + ([] if quick or name.startswith("mistral") else
                                       [("D4xP2", 8, 1, 2, ())] if keys.get("num_query_groups") == 1 else
                                       [("D2xT2xP2-sp", 8, 2, 2, ("parallel.sequence_parallel=true",))])
-    for lname, world, tp, pp, extra in layouts:
-        grads = hff.train_grads(trident, cfg, work, name, lname, world, tp, pp, extra, hf_loss)
-        if grads is None:
-            continue
-        worst, worst_name, bad = hff.worst_grad(grads, lambda tname: hf_grad(G, tname).detach().double().numpy())
-        tt.check(f"{name} {lname}: every gradient ({len(grads)} tensors)",
-                 not bad and worst <= 1e-4 and len(grads) == n_tensors,
-                 f"worst relative L2 {worst:.2e} ({worst_name}); missing, NaN or misshapen: {bad}", show=True)
+    hff.grads_check(trident, cfg, work, name, layouts, hf_loss, lambda t: hf_grad(G, t), n_tensors)
 
 # A folder in Pythia's shape with its tokenizer.json in GPT-NeoX-20B's (byte-level BPE, NFC
 # normalizer, ByteLevel pre-tokenizer without use_regex as tokenizers 0.12 wrote it, runs of

@@ -8,12 +8,12 @@ every other tensor random (the embedding small: greedy generate varies). Each is
 save_pretrained and imported with `trident convert --from hf` (its switches printed:
 apply_layernorm_1p, embedding_multiplier (float)sqrt(hidden), geglu, kv_channels); trident's logits
 match transformers' (1e-4 relative to the largest); greedy `trident generate` of the folder and of
-the import gives transformers' generate's tokens; `trident eval --input` of the folder (windows of
-T, stride T/2) gives transformers' nll; `trident convert --to hf --config` of the import is
-bit-exact to transformers' files and loads as GemmaForCausalLM with no missing or unexpected keys,
-to the same logits; trident's loss of iteration 1 and every gradient, in one process and (model a)
-in D2xT2xP2 with sequence parallelism, match transformers' on the same batch (loss 1e-5 relative,
-gradients relative L2 1e-4).
+the import gives transformers' generate's tokens (both stopping at GemmaConfig's eos 1); `trident
+eval --input` of the folder (windows of T, stride T/2) gives transformers' nll; `trident convert
+--to hf --config` of the import is bit-exact to transformers' files and loads as GemmaForCausalLM
+with no missing or unexpected keys, to the same logits; trident's loss of iteration 1 and every
+gradient, in one process and (model a) in D2xT2xP2 with sequence parallelism, match transformers'
+on the same batch (loss 1e-5 relative, gradients relative L2 1e-4).
 usage: test_hf_gemma_oracle.py TRIDENT HF_PROBE WORKDIR VENV [--quick]
 --quick: the one-process run only."""
 import os
@@ -24,22 +24,10 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 import trident_test as tt  # noqa: E402
 import hf_files as hff  # noqa: E402
 
-trident, probe, work, venv = sys.argv[1:5]
-quick = "--quick" in sys.argv[5:]
-try:
-    import transformers  # noqa: F401
-except ImportError:  # run again with the virtual environment's Python
-    py = tt.venv_python(venv, tt.HF_PACKAGES, "transformers")
-    os.execv(py, [py, os.path.abspath(__file__), *sys.argv[1:]])
-
+trident, probe, work, quick = hff.oracle_start(sys.argv)
 import torch  # noqa: E402
 from transformers import GemmaConfig, GemmaForCausalLM  # noqa: E402
-from transformers.utils import logging as hf_logging  # noqa: E402
 
-hf_logging.set_verbosity_error()
-hf_logging.disable_progress_bar()
-torch.set_num_threads(2)
-work = tt.fresh_dir(work)
 L, V, T, F = 2, 300, 32, 96  # V: byte tokens fit, and TP pads it
 
 
@@ -95,9 +83,10 @@ for name, C, NH, NG, HS, act, wide in (("gemma-head-32-of-64-gqa-gelu", 64, 4, 2
         checkpoint=dict(load=ck),
         parallel=dict(comm_timeout_s=120))
     hff.logits_check(probe, cfg, work, name, model, T, V)
-    model.generation_config.eos_token_id = None  # (GemmaConfig's eos 1: trident generates past it)
+    # transformers stops at GemmaConfig's eos 1, trident generate of the folder too (its
+    # generation_config.json's eos_token_id), of the import with --eos-id 1
     hff.generate_check(trident, name, model, (("the HF folder", src, []),
-                                              ("the import with --config", ck, ["--config", cfg])))
+                                              ("the import with --config", ck, ["--config", cfg, "--eos-id", "1"])))
     hff.eval_check(trident, src, work, name, model, "the geglu heads scale the embedding by its root; " * 3, T)
     hff.roundtrip_check(trident, src, ck, cfg, work, name, model, T, V,
                         ("hidden_act", "head_dim", "num_key_value_heads", "intermediate_size", "rope_theta",
@@ -105,14 +94,6 @@ for name, C, NH, NG, HS, act, wide in (("gemma-head-32-of-64-gqa-gelu", 64, 4, 2
     hf_loss, G = hff.batch_grads(probe, cfg, work, name, model, T, V)
     layouts = [("1", 1, 1, 1, ())] + ([("D2xT2xP2-sp", 8, 2, 2, ("parallel.sequence_parallel=true",))]
                                       if wide and not quick else [])
-    for lname, world, tp, pp, extra in layouts:
-        grads = hff.train_grads(trident, cfg, work, name, lname, world, tp, pp, extra, hf_loss)
-        if grads is None:
-            continue
-        worst, worst_name, bad = hff.worst_grad(
-            grads, lambda tname: hff.llama_grad(G, tname, NH, NG, HS, C).detach().double().numpy())
-        tt.check(f"{name} {lname}: every gradient ({len(grads)} tensors; wte's with the tied head's part)",
-                 not bad and worst <= 1e-4 and len(grads) == 2 + 6 * L,
-                 f"worst relative L2 {worst:.2e} ({worst_name}); missing, NaN or misshapen: {bad}; "
-                 f"{len(grads)} of {2 + 6 * L}", show=True)
+    hff.grads_check(trident, cfg, work, name, layouts, hf_loss, lambda t: hff.llama_grad(G, t, NH, NG, HS, C),
+                    2 + 6 * L, "; wte's with the tied head's part")
 tt.finish("PASSED")
