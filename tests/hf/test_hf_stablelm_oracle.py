@@ -147,13 +147,6 @@ for name, model, hf_grad, keys, n_tensors, rot in models:
     hf_loss, G = hff.batch_grads(probe, cfg, work, name, model, T, V)
     layouts = [("1", 1, 1, 1, ())] + ([] if quick else
                                       [("D2xT2xP2-sp", 8, 2, 2, ("parallel.sequence_parallel=true",))])
-    for lname, world, tp, pp, extra in layouts:
-        grads = hff.train_grads(trident, cfg, work, name, lname, world, tp, pp, extra, hf_loss)
-        if grads is None:
-            continue
-        worst, worst_name, bad = hff.worst_grad(grads, lambda tname: hf_grad(G, tname).detach().double().numpy())
-        tt.check(f"{name} {lname}: every gradient ({len(grads)} tensors, lnf.bias among them)",
-                 not bad and worst <= 1e-4 and len(grads) == n_tensors and "lnf.bias" in grads,
-                 f"worst relative L2 {worst:.2e} ({worst_name}); missing, NaN or misshapen: {bad}; "
-                 f"{len(grads)} of {n_tensors}", show=True)
+    hff.grads_check(trident, cfg, work, name, layouts, hf_loss, lambda t: hf_grad(G, t), n_tensors,
+                    ", lnf.bias among them", must=("lnf.bias",))
 tt.finish("PASSED")
