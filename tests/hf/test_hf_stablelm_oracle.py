@@ -25,22 +25,10 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 import trident_test as tt  # noqa: E402
 import hf_files as hff  # noqa: E402
 
-trident, probe, work, venv = sys.argv[1:5]
-quick = "--quick" in sys.argv[5:]
-try:
-    import transformers  # noqa: F401
-except ImportError:  # run again with the virtual environment's Python
-    py = tt.venv_python(venv, tt.HF_PACKAGES, "transformers")
-    os.execv(py, [py, os.path.abspath(__file__), *sys.argv[1:]])
-
+trident, probe, work, quick = hff.oracle_start(sys.argv)
 import torch  # noqa: E402
 from transformers import StableLmConfig, StableLmForCausalLM  # noqa: E402
-from transformers.utils import logging as hf_logging  # noqa: E402
 
-hf_logging.set_verbosity_error()
-hf_logging.disable_progress_bar()
-torch.set_num_threads(2)
-work = tt.fresh_dir(work)
 L, V, T = 2, 300, 32  # V: byte tokens fit, and TP pads it
 
 
