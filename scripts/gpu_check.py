@@ -569,8 +569,8 @@ def main():
                     "layers; the MLP's and the norms' tensors in fp32. Others: TRIDENT_CUDA_ATTENTION=wmma, "
                     "TRIDENT_CUDA_ATTENTION_OUT=fp32, TRIDENT_CUDA_ATTENTION_IN=fp32, TRIDENT_CUDA_GELU=separate)")
     ap.add_argument("--build-timeout", type=float, default=900,
-                    help="seconds the build step may take (tests/gpu_bundle's build, niced beside CI's "
-                    "other work, gets longer)")
+                    help="seconds the build step may take (tests/gpu_bundle's build, at the idle "
+                    "priority beside CI's other work, gets longer)")
     ap.add_argument("--targets", default="", help="ninja targets of the build step, comma-separated "
                     "(default: everything; tests/gpu_bundle builds trident and the probe only)")
     ap.add_argument("--gencode", default="", help="nvcc -gencode targets of the build, ';'-separated "

@@ -41,9 +41,9 @@ broke() { failed=$((failed+1)); status=1; }
 rel_ok=0; configure release build --buildtype=release '-Dgencode=["arch=compute_90,code=sm_90"]' && rel_ok=1
 # The gpu-bundle test (a Debian download and a second CUDA build, ~2.5 min of one core) runs
 # in the background from here to the end, beside the release build and both suites' tests;
-# its compiles at nice 19 take the CPU time the tests leave (multi-rank tests run alone and
-# wait on each other). Its own log: build/meson-logs/gpu-bundle.*. (Not with TEST_ARGS, which
-# picks tests.)
+# its compiles at the idle priority (chrt --idle) take the CPU time the tests and the sanitizer
+# build leave (multi-rank tests run alone and leave a core partly idle). Its own log:
+# build/meson-logs/gpu-bundle.*. (Not with TEST_ARGS, which picks tests.)
 bundle_pid=""
 if [ $rel_ok = 1 ] && [ -z "${TEST_ARGS:-}" ]; then
   meson test -C build --no-rebuild --print-errorlogs --logbase gpu-bundle gpu-bundle \
