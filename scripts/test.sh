@@ -72,7 +72,7 @@ if [ -n "$bundle_pid" ]; then
   echo "== release tests: gpu-bundle (in the background since the release build began)"
   wait $bundle_pid || status=1
   cat build.gpu-bundle.log
-  count build/meson-logs/gpu-bundle
+  if [ -f build/meson-logs/gpu-bundle.txt ]; then count build/meson-logs/gpu-bundle; else broke; fi
 fi
 # each skip's reason: the first "SKIP..." line the test printed, skips grouped by reason
 skip_reasons() {
