@@ -27,7 +27,7 @@ static int map_llama(const tr_param_tensor *t, const tr_gpt_shape *s, fam_map *m
     const char *rest = NULL;
     if (sscanf(t->name, "layers.%d.%n", &l, &used) == 1 && used > 0)
         rest = t->name + used;
-    int HS = s->C / s->NH, NG = s->query_groups ? s->query_groups : s->NH;
+    int HS = tr_gpt_head_size(s), NG = s->query_groups ? s->query_groups : s->NH;
     int F = s->ffn ? s->ffn : 4 * s->C;
     m->kind = FAM_SAME, m->n = 1;
     m->rows[0] = (uint64_t)t->full_rows;
@@ -175,6 +175,20 @@ static int map_falcon(const tr_param_tensor *t, const tr_gpt_shape *s, fam_map *
     return TR_OK;
 }
 
+/* StableLM: the Llama's names with the LayerNorm biases (input_layernorm.bias,
+ * post_attention_layernorm.bias, model.norm.bias) */
+static int map_stablelm(const tr_param_tensor *t, const tr_gpt_shape *s, fam_map *m)
+{
+    static const fam_name layer[] = {{"ln1.bias", "input_layernorm.bias"},
+                                     {"ln2.bias", "post_attention_layernorm.bias"}};
+    static const fam_name top[] = {{"lnf.bias", "norm.bias"}};
+    const char *dot = strrchr(t->name, '.');
+    if (dot && !strcmp(dot, ".bias") && dot - t->name >= 3 && !strncmp(dot - 3, "ln", 2))
+        return map_table(t, m, layer, sizeof layer / sizeof layer[0], "model.layers.", top,
+                         sizeof top / sizeof top[0], "model.", "StableLM");
+    return map_llama(t, s, m);
+}
+
 /* Phi: family_phi.c's names (q/k/v_proj cut as a Llama's) */
 static int map_phi(const tr_param_tensor *t, const tr_gpt_shape *s, fam_map *m)
 {
@@ -189,6 +203,7 @@ static int map_family(int family, const tr_param_tensor *t, const tr_gpt_shape *
            : family == TR_HF_NEOX   ? map_neox(t, m)
            : family == TR_HF_FALCON ? map_falcon(t, s, m)
            : family == TR_HF_PHI    ? map_phi(t, s, m)
+           : family == TR_HF_STABLELM ? map_stablelm(t, s, m)
                                     : map_llama(t, s, m);
 }
 
@@ -254,7 +269,8 @@ static int check_all_used(const tr_st_set *set, const char *dir, tr_gpt *g, int 
             for (int k = 0; k < m.n; k++)
                 found |= !strcmp(m.name[k], n);
         }
-        int qkv_bias = family == TR_HF_LLAMA && strstr(n, ".self_attn.") &&
+        int qkv_bias = (family == TR_HF_LLAMA || family == TR_HF_STABLELM) &&
+                       strstr(n, ".self_attn.") &&
                        len > 10 && !strcmp(n + len - 10, "_proj.bias") && !strstr(n, "o_proj");
         int norm = family == TR_HF_FALCON &&
                    (strstr(n, ".ln_attn.") || strstr(n, ".ln_mlp.") ||
@@ -265,7 +281,9 @@ static int check_all_used(const tr_st_set *set, const char *dir, tr_gpt *g, int 
             return tr_fail(TR_ERR_INVALID, "%s: tensor '%.200s' is not part of the %s model "
                            "%s/config.json describes%s", tr_st_path(f), n,
                            tr_hf_family_name(family), dir,
-                           qkv_bias ? " (q, k and v biases alone: a Qwen2, model_type qwen2)"
+                           qkv_bias && family == TR_HF_STABLELM
+                               ? " (q, k and v biases: config.json's use_qkv_bias is false)"
+                           : qkv_bias ? " (q, k and v biases alone: a Qwen2, model_type qwen2)"
                            : norm ? " (its norms say another Falcon layer: "
                                     "new_decoder_architecture true has ln_attn and ln_mlp, "
                                     "parallel_attn true one input_layernorm, parallel_attn "
@@ -287,7 +305,7 @@ static int load_tensor(const tr_st_set *set, const char *dir, const tr_param_ten
         m.rows[0] = (uint64_t)s->V;
     size_t full = (size_t)t->full_rows * (size_t)t->full_cols;
     memset(dst, 0, full * sizeof(float));
-    int HS = s->C / s->NH, NG = s->query_groups ? s->query_groups : s->NH, R = s->NH / NG;
+    int HS = tr_gpt_head_size(s), NG = s->query_groups ? s->query_groups : s->NH, R = s->NH / NG;
     for (int k = 0; !rc && k < m.n; k++) {
         tr_st_file *f;
         const tr_st_tensor *st;
@@ -415,7 +433,7 @@ int tr_hf_write_family(const char *dir, int family, tr_gpt *g, const float *para
         rc = tr_fail(TR_ERR_NOMEM, "out of memory for a tensor of %zu floats", most);
     if (!rc)
         rc = tr_st_create_sharded(dir, list, (size_t)total, meta, o->max_shard_bytes, &w);
-    int HS = s->C / s->NH, NG = s->query_groups ? s->query_groups : s->NH, R = s->NH / NG;
+    int HS = tr_gpt_head_size(s), NG = s->query_groups ? s->query_groups : s->NH, R = s->NH / NG;
     for (int i = 0; i < n && !rc; i++) {
         const tr_param_tensor *t = tr_gpt_tensor(g, i);
         const float *src = params + t->offset;

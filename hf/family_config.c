@@ -59,40 +59,58 @@ static int check_value(json_t *root, const char *path, const char *key, json_t *
     return ok ? TR_OK : tr_fail(TR_ERR_INVALID, "%s: %s is not supported: %s", path, key, why);
 }
 
-/* Llama, Mistral (mistral 1: a Llama with a sliding_window) or, qwen2 1, Qwen2: a Llama with
- * q, k and v biases, whose config.json has no attention_bias and its own defaults
- * (transformers 4.38's Qwen2Config: max_position_embeddings 32768) and window switch */
-static int read_llama(json_t *root, const char *path, int qwen2, int mistral,
+/* Llama, Mistral (mistral 1: a Llama with a sliding_window) or, family TR_HF_QWEN2, Qwen2: a
+ * Llama with q, k and v biases, whose config.json has no attention_bias and its own defaults
+ * (transformers 4.38's Qwen2Config: max_position_embeddings 32768) and window switch; or,
+ * TR_HF_GEMMA, Gemma: these keys (8192 positions by default) and hf_read_gemma's */
+static int read_llama(json_t *root, const char *path, int family, int mistral,
                       tr_model_config *m)
 {
+    int qwen2 = family == TR_HF_QWEN2, gemma = family == TR_HF_GEMMA;
     int rc = hf_get_int(root, path, "num_hidden_layers", -1, &m->num_layers);
     if (!rc)
         rc = hf_get_int(root, path, "hidden_size", -1, &m->hidden_size);
     if (!rc)
         rc = hf_get_int(root, path, "num_attention_heads", -1, &m->num_attention_heads);
     if (!rc)
-        rc = hf_get_int(root, path, "num_key_value_heads", m->num_attention_heads,
-                     &m->num_query_groups);
+        rc = hf_get_int(root, path, "num_key_value_heads", gemma ? 16 : m->num_attention_heads,
+                        &m->num_query_groups); /* (GemmaConfig's default: 16) */
     if (!rc)
         rc = hf_get_int(root, path, "intermediate_size", -1, &m->ffn_hidden_size);
     if (!rc)
         rc = hf_get_int(root, path, "vocab_size", -1, &m->vocab_size);
     if (!rc)
-        rc = hf_get_int(root, path, "max_position_embeddings", qwen2 ? 32768 : 2048,
-                     &m->max_position_embeddings);
+        rc = hf_get_int(root, path, "max_position_embeddings",
+                        qwen2 ? 32768 : gemma ? 8192 : 2048, &m->max_position_embeddings);
     if (!rc)
         rc = hf_get_num(root, path, "rms_norm_eps", 1e-6, &m->layernorm_epsilon);
     if (!rc)
         rc = hf_get_num(root, path, "rope_theta", 10000.0, &m->rotary_base);
-    if (!rc)
+    if (!rc && !gemma) /* (Gemma's GELU: hf_read_gemma) */
         rc = check_value(root, path, "hidden_act", json_string("silu"), "trident's SwiGLU uses silu");
-    if (!rc)
-        rc = check_value(root, path, "rope_scaling", json_null(), "no rope scaling in trident");
+    if (!rc) /* (Llama's alone: transformers 4.38's Qwen2, Mistral and Gemma have none) */
+        rc = family == TR_HF_LLAMA && !mistral
+                 ? hf_read_rope_scaling(root, path, m)
+                 : check_value(root, path, "rope_scaling", json_null(),
+                               "no rope scaling in trident's Qwen2, Mistral or Gemma");
     if (!rc && !qwen2)
-        rc = check_value(root, path, "attention_bias", json_false(), "trident's Llama has no "
-                         "attention biases (a Qwen2's q, k and v biases: model_type qwen2)");
+        rc = check_value(root, path, "attention_bias", json_false(),
+                         gemma ? "trident's Gemma has no attention biases"
+                               : "trident's Llama has no attention biases (a Qwen2's q, k and v "
+                                 "biases: model_type qwen2)");
     if (!rc)
         rc = check_value(root, path, "pretraining_tp", json_integer(1), "must be 1");
+    /* later transformers' keys 4.38 does not read (a Llama 3.1 folder saved by 4.43 has
+     * mlp_bias): refused unless they say what trident computes */
+    if (!rc)
+        rc = check_value(root, path, "mlp_bias", json_false(), "trident's MLP here has no biases");
+    json_t *head_dim = gemma ? NULL : json_object_get(root, "head_dim"); /* (Gemma's: its own) */
+    if (!rc && head_dim && !json_is_null(head_dim) &&
+        !(json_is_integer(head_dim) && m->num_attention_heads > 0 &&
+          json_integer_value(head_dim) * m->num_attention_heads == m->hidden_size))
+        rc = tr_fail(TR_ERR_INVALID, "%s: head_dim is not supported unless it is hidden_size / "
+                     "num_attention_heads (%d / %d): transformers 4.38's Llama, Qwen2 and Mistral "
+                     "have no head_dim", path, m->hidden_size, m->num_attention_heads);
     /* The sliding window: Mistral's (a window of every position, or null, is none: Mistral-7B
      * v0.2 and later; v0.1's 4096 of 32768 is kept as model.sliding_window, and sequences
      * stay within it, where full causal attention is the windowed one); Qwen2's only with
@@ -126,6 +144,8 @@ static int read_llama(json_t *root, const char *path, int qwen2, int mistral,
     m->add_bias_linear = 0;
     m->add_qkv_bias = qwen2;
     m->embedding_layernorm = 0;
+    if (!rc && gemma)
+        rc = hf_read_gemma(root, path, m);
     return rc;
 }
 
@@ -200,26 +220,14 @@ static int read_neox(json_t *root, const char *path, tr_model_config *m)
         rc = hf_get_bool(root, path, "use_parallel_residual", 1, &parallel);
     if (!rc)
         rc = hf_get_bool(root, path, "tie_word_embeddings", 0, &tie);
-    /* transformers' activations: gelu, gelu_python: x Phi(x) (erf); gelu_new,
-     * gelu_pytorch_tanh, gelu_fast, gelu_accurate: the tanh formula (gelu_fast's constant is
-     * sqrt(2/pi) to 10 digits) */
-    json_t *act = json_object_get(root, "hidden_act");
-    const char *a = !act ? "gelu" : json_is_string(act) ? json_string_value(act) : "";
-    int exact = !strcmp(a, "gelu") || !strcmp(a, "gelu_python");
-    if (!rc && !exact && strcmp(a, "gelu_new") && strcmp(a, "gelu_pytorch_tanh") &&
-        strcmp(a, "gelu_fast") && strcmp(a, "gelu_accurate"))
-        rc = tr_fail(TR_ERR_INVALID, "%s: hidden_act is not supported: trident's GPT-NeoX MLP "
-                     "uses GELU, exact (gelu, gelu_python) or the tanh approximation (gelu_new, "
-                     "gelu_pytorch_tanh, gelu_fast, gelu_accurate)", path);
+    int exact = 0; /* (gelu_fast's constant is sqrt(2/pi) to 10 digits: the tanh formula) */
+    if (!rc)
+        rc = hf_gelu_act(root, path, "hidden_act", "gelu", "GPT-NeoX MLP", &exact);
     /* transformers rotates int(head_size * rotary_pct) dimensions; trident keeps their share
      * of the head (exact: head_size * rotary_percent is whole, also as the %.9g the
      * config's text holds) */
-    int hs = m->num_attention_heads > 0 && m->hidden_size % m->num_attention_heads == 0
-                 ? m->hidden_size / m->num_attention_heads
-                 : 0; /* (not dividing: refused by the caller) */
-    if (!rc && hs)
-        rc = hf_rotary_share(path, "rotary_pct", "head_size * rotary_pct", "head_size", pct, hs,
-                             &m->rotary_percent);
+    if (!rc)
+        rc = hf_rotary_share(path, "rotary_pct", "head_size * rotary_pct", "head_size", pct, m);
     m->num_query_groups = m->num_attention_heads;
     m->normalization = "LayerNorm";
     m->position_embedding_type = "rope";
@@ -340,6 +348,8 @@ int tr_hf_read_family_config(const char *dir, tr_model_config *m, int *family)
               : !strcmp(type, "gpt_neox") ? TR_HF_NEOX
               : !strcmp(type, "falcon") ? TR_HF_FALCON
               : !strcmp(type, "phi") || !strcmp(type, "phi-msft") ? TR_HF_PHI
+              : !strcmp(type, "stablelm") ? TR_HF_STABLELM
+              : !strcmp(type, "gemma") ? TR_HF_GEMMA
                                        : TR_HF_GPT2;
     memset(m, 0, sizeof *m);
     /* the Falcon of trust_remote_code (tiiuae's RWForCausalLM, before transformers 4.33): other
@@ -353,8 +363,9 @@ int tr_hf_read_family_config(const char *dir, tr_model_config *m, int *family)
                      path, type);
     m->make_vocab_size_divisible_by = 128;
     m->init_method_std = 0.02;
-    if (!rc && (*family == TR_HF_LLAMA || *family == TR_HF_QWEN2))
-        rc = read_llama(root, path, *family == TR_HF_QWEN2, !strcmp(type, "mistral"), m);
+    m->embedding_multiplier = 1.0;
+    if (!rc && (*family == TR_HF_LLAMA || *family == TR_HF_QWEN2 || *family == TR_HF_GEMMA))
+        rc = read_llama(root, path, *family, !strcmp(type, "mistral"), m);
     else if (!rc && *family == TR_HF_BLOOM)
         rc = read_bloom(root, path, m);
     else if (!rc && *family == TR_HF_NEOX)
@@ -363,9 +374,11 @@ int tr_hf_read_family_config(const char *dir, tr_model_config *m, int *family)
         rc = read_falcon(root, path, m);
     else if (!rc && *family == TR_HF_PHI)
         rc = hf_read_phi(root, path, m);
+    else if (!rc && *family == TR_HF_STABLELM)
+        rc = hf_read_stablelm(root, path, m);
     if (!rc && *family != TR_HF_GPT2) {
         m->seq_length = tr_model_longest_seq(m);
-        if (m->hidden_size % m->num_attention_heads ||
+        if ((!m->kv_channels && m->hidden_size % m->num_attention_heads) ||
             m->num_attention_heads % m->num_query_groups)
             rc = tr_fail(TR_ERR_INVALID, "%s: %d heads (%d key/value heads) do not divide the "
                          "hidden size %d", path, m->num_attention_heads, m->num_query_groups,
@@ -384,6 +397,8 @@ const char *tr_hf_family_name(int family)
            : family == TR_HF_NEOX    ? "GPT-NeoX"
            : family == TR_HF_FALCON  ? "Falcon"
            : family == TR_HF_PHI     ? "Phi"
+           : family == TR_HF_STABLELM ? "StableLM"
+           : family == TR_HF_GEMMA   ? "Gemma"
                                      : "GPT-2";
 }
 
@@ -393,6 +408,8 @@ static double family_numel(const tr_model_config *m, int family)
 {
     if (family == TR_HF_PHI)
         return hf_phi_numel(m);
+    if (family == TR_HF_STABLELM)
+        return hf_stablelm_numel(m);
     double C = m->hidden_size, V = m->vocab_size, L = m->num_layers;
     if (family == TR_HF_FALCON) { /* word embeddings (lm_head), ln_f; per layer one or two
                                    * norms, query_key_value of NH + 2 NG heads, dense, the 4h
@@ -412,10 +429,12 @@ static double family_numel(const tr_model_config *m, int family)
         return V * C * (m->untie_embeddings_and_output_weights ? 2 : 1) + 2 * C +
                L * (4 * C + 4 * C * C + 4 * C + 2 * F * C + F + C);
     }
-    double HS = C / m->num_attention_heads, KV = 2.0 * m->num_query_groups * HS * C;
-    double F = m->ffn_hidden_size, qkv_bias = m->add_qkv_bias ? C + KV / C : 0;
+    /* Llama, Qwen2, Gemma: q_proj and o_proj of A = NH x head size, k_proj and v_proj (KV) */
+    double HS = tr_model_head_size(m), A = m->num_attention_heads * HS;
+    double KV = 2.0 * m->num_query_groups * HS * C;
+    double F = m->ffn_hidden_size, qkv_bias = m->add_qkv_bias ? A + KV / C : 0;
     return V * C * (m->untie_embeddings_and_output_weights ? 2 : 1) + C +
-           L * (2 * C + 2 * C * C + KV + 3 * F * C + qkv_bias);
+           L * (2 * C + 2 * A * C + KV + 3 * F * C + qkv_bias);
 }
 
 int hf_family_check_files(const char *dir, const tr_model_config *m, int family)
@@ -445,9 +464,18 @@ int hf_shape_family(const tr_gpt_shape *s)
 {
     if (tr_gpt_is_gpt2(s))
         return TR_HF_GPT2;
+    if (s->rope_scaling) { /* rope_scaling ("linear", Llama 3.1's "llama3"): a Llama's alone */
+        tr_gpt_shape plain = *s;
+        plain.rope_scaling = 0;
+        return hf_shape_family(&plain) == TR_HF_LLAMA ? TR_HF_LLAMA : -1;
+    }
+    /* Gemma's switches (a head size other than C / NH, norms of 1 + weight, the embedding's
+     * scale, GeGLU) are no other family's: a model with any of them is a Gemma or nothing */
+    if (s->kv_channels || s->layernorm_1p || s->embedding_multiplier || s->geglu)
+        return hf_gemma_shape(s);
     if (s->output_bias) /* an lm_head.bias: Phi's alone */
         return hf_phi_shape(s);
-    int HS = s->NH > 0 ? s->C / s->NH : 0;
+    int HS = tr_gpt_head_size(s);
     /* transformers' Llama, Qwen2, Mistral and Bloom add attention and MLP in turn (Bloom with
      * the tanh GELU); GPT-NeoX's parallel residual has two norms (one shared: Falcon-7B's) */
     if (s->rmsnorm && s->position == TR_POS_ROPE && s->rotary_dims == HS && s->swiglu &&
@@ -470,7 +498,7 @@ int hf_shape_family(const tr_gpt_shape *s)
     if (!s->rmsnorm && s->position == TR_POS_ROPE && !s->swiglu && !s->no_linear_bias &&
         !s->embedding_ln && !s->query_groups && !s->sliding_window && !s->parallel_shared_norm)
         return TR_HF_NEOX;
-    return -1;
+    return hf_stablelm_shape(s); /* (LayerNorm with SwiGLU: no other family's) */
 }
 
 int tr_hf_family_of(const tr_model_config *m)
@@ -499,8 +527,13 @@ int hf_falcon_check(const tr_model_config *m)
 }
 
 int hf_rotary_share(const char *path, const char *key, const char *formula, const char *dim,
-                    double factor, int hs, double *kept)
+                    double factor, tr_model_config *m)
 {
+    int heads = m->num_attention_heads;
+    int hs = heads > 0 && m->hidden_size % heads == 0 ? m->hidden_size / heads : 0;
+    double *kept = &m->rotary_percent;
+    if (!hs)
+        return TR_OK;
     if (factor > 1.0)
         return tr_fail(TR_ERR_INVALID, "%s: %s must be in (0, 1], not %g", path, key, factor);
     int rot = (int)(factor * hs);
@@ -512,6 +545,20 @@ int hf_rotary_share(const char *path, const char *key, const char *formula, cons
                        "(int(%s)); trident rotates an even number >= 2 that is %s * a 9-digit "
                        "share", path, key, factor, hs, rot, formula, dim);
     return TR_OK;
+}
+
+int hf_gelu_act(json_t *root, const char *path, const char *key, const char *dflt,
+                const char *what, int *exact)
+{
+    json_t *act = json_object_get(root, key);
+    const char *a = !act ? dflt : json_is_string(act) ? json_string_value(act) : "";
+    *exact = !strcmp(a, "gelu") || !strcmp(a, "gelu_python");
+    if (*exact || !strcmp(a, "gelu_new") || !strcmp(a, "gelu_pytorch_tanh") ||
+        !strcmp(a, "gelu_fast") || !strcmp(a, "gelu_accurate"))
+        return TR_OK;
+    return tr_fail(TR_ERR_INVALID, "%s: %s is not supported: trident's %s uses GELU, exact "
+                   "(gelu, gelu_python) or the tanh approximation (gelu_new, gelu_pytorch_tanh, "
+                   "gelu_fast, gelu_accurate)", path, key, what);
 }
 
 int hf_write_config_json(const char *dir, json_t *root, const tr_hf_export_options *o)
@@ -542,6 +589,10 @@ int hf_write_family_config(const char *dir, int family, const tr_model_config *m
     const char *dtype = o->bf16 ? "bfloat16" : "float32";
     if (family == TR_HF_PHI)
         return hf_write_phi_config(dir, m, o);
+    if (family == TR_HF_STABLELM)
+        return hf_write_stablelm_config(dir, m, o);
+    if (family == TR_HF_GEMMA)
+        return hf_write_gemma_config(dir, m, o);
     if (family == TR_HF_LLAMA || family == TR_HF_QWEN2 || family == TR_HF_MISTRAL) {
         int qwen2 = family == TR_HF_QWEN2, mistral = family == TR_HF_MISTRAL;
         root = json_pack("{s:[s], s:s, s:i, s:i, s:i, s:i, s:i, s:i, s:f, s:f, s:i, s:b, s:s,"
@@ -566,8 +617,8 @@ int hf_write_family_config(const char *dir, int family, const tr_model_config *m
                                           "sliding_window", m->max_position_embeddings,
                                           "max_window_layers", m->num_layers)
                       : mistral ? json_pack("{s:i}", "sliding_window", m->sliding_window)
-                                : json_pack("{s:b, s:n, s:i}", "attention_bias", 0, "rope_scaling",
-                                            "pretraining_tp", 1);
+                                : json_pack("{s:b, s:o, s:i}", "attention_bias", 0, "rope_scaling",
+                                            hf_rope_scaling_json(m), "pretraining_tp", 1);
         if (!own || json_object_update(root, own))
             root = (json_decref(root), NULL);
         json_decref(own);

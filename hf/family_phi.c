@@ -15,6 +15,50 @@
 
 /* ------------------------------------------------------------------ config.json */
 
+int hf_read_phi_keys(json_t *root, const char *path, int kv, int positions, double factor,
+                     tr_model_config *m)
+{
+    int rc = hf_get_int(root, path, "num_hidden_layers", -1, &m->num_layers);
+    if (!rc)
+        rc = hf_get_int(root, path, "hidden_size", -1, &m->hidden_size);
+    if (!rc)
+        rc = hf_get_int(root, path, "num_attention_heads", -1, &m->num_attention_heads);
+    if (!rc)
+        rc = hf_get_int(root, path, "num_key_value_heads", kv ? kv : m->num_attention_heads,
+                        &m->num_query_groups);
+    if (!rc)
+        rc = hf_get_int(root, path, "intermediate_size", -1, &m->ffn_hidden_size);
+    if (!rc)
+        rc = hf_get_int(root, path, "vocab_size", -1, &m->vocab_size);
+    if (!rc)
+        rc = hf_get_int(root, path, "max_position_embeddings", positions,
+                        &m->max_position_embeddings);
+    if (!rc)
+        rc = hf_get_num(root, path, "layer_norm_eps", 1e-5, &m->layernorm_epsilon);
+    if (!rc)
+        rc = hf_get_num(root, path, "rope_theta", 10000.0, &m->rotary_base);
+    if (!rc)
+        rc = hf_get_num(root, path, "partial_rotary_factor", factor, &factor);
+    json_t *scaling = json_object_get(root, "rope_scaling");
+    if (!rc && scaling && !json_is_null(scaling))
+        rc = tr_fail(TR_ERR_INVALID, "%s: rope_scaling is not supported: no rope scaling in "
+                     "trident (null converts)", path);
+    int qk_ln = 0;
+    if (!rc)
+        rc = hf_get_bool(root, path, "qk_layernorm", 0, &qk_ln);
+    if (!rc && qk_ln)
+        rc = tr_fail(TR_ERR_INVALID, "%s: qk_layernorm true is not supported: trident's "
+                     "attention has no LayerNorm of the queries and keys (q_layernorm, "
+                     "k_layernorm)", path);
+    /* transformers rotates int(partial_rotary_factor * head_dim) dimensions; trident keeps
+     * their share of the head (exact: head_dim * rotary_percent is whole, also as the %.9g
+     * the config's text holds) */
+    if (!rc)
+        rc = hf_rotary_share(path, "partial_rotary_factor", "partial_rotary_factor * head_dim",
+                             "head_dim", factor, m);
+    return rc;
+}
+
 int hf_read_phi(json_t *root, const char *path, tr_model_config *m)
 {
     /* microsoft/phi-* of trust_remote_code before transformers 4.37 (PhiForCausalLM of
@@ -27,38 +71,9 @@ int hf_read_phi(json_t *root, const char *path, tr_model_config *m)
                        "PhiConfig's keys: hidden_size, partial_rotary_factor, ...), which trident "
                        "converts: use the model's config.json and weights of transformers 4.37 or "
                        "later", path, type);
-    int rc = hf_get_int(root, path, "num_hidden_layers", -1, &m->num_layers);
-    if (!rc)
-        rc = hf_get_int(root, path, "hidden_size", -1, &m->hidden_size);
-    if (!rc)
-        rc = hf_get_int(root, path, "num_attention_heads", -1, &m->num_attention_heads);
-    if (!rc) /* (null: as many as the heads, PhiConfig's) */
-        rc = hf_get_int(root, path, "num_key_value_heads", m->num_attention_heads,
-                     &m->num_query_groups);
-    if (!rc)
-        rc = hf_get_int(root, path, "intermediate_size", -1, &m->ffn_hidden_size);
-    if (!rc)
-        rc = hf_get_int(root, path, "vocab_size", -1, &m->vocab_size);
-    if (!rc)
-        rc = hf_get_int(root, path, "max_position_embeddings", 2048, &m->max_position_embeddings);
-    if (!rc)
-        rc = hf_get_num(root, path, "layer_norm_eps", 1e-5, &m->layernorm_epsilon);
-    if (!rc)
-        rc = hf_get_num(root, path, "rope_theta", 10000.0, &m->rotary_base);
-    double factor = 0.5;
-    if (!rc)
-        rc = hf_get_num(root, path, "partial_rotary_factor", 0.5, &factor);
-    json_t *scaling = json_object_get(root, "rope_scaling");
-    if (!rc && scaling && !json_is_null(scaling))
-        rc = tr_fail(TR_ERR_INVALID, "%s: rope_scaling is not supported: no rope scaling in "
-                     "trident (null converts)", path);
-    int qk_ln = 0, tie = 0;
-    if (!rc)
-        rc = hf_get_bool(root, path, "qk_layernorm", 0, &qk_ln);
-    if (!rc && qk_ln)
-        rc = tr_fail(TR_ERR_INVALID, "%s: qk_layernorm true is not supported: trident's "
-                     "attention has no LayerNorm of the queries and keys (q_layernorm, "
-                     "k_layernorm)", path);
+    /* (PhiConfig's defaults: a key/value head per head, 2048 positions, half of each head
+     * rotated) */
+    int rc = hf_read_phi_keys(root, path, 0, 2048, 0.5, m), tie = 0;
     if (!rc)
         rc = hf_get_bool(root, path, "tie_word_embeddings", 0, &tie);
     if (!rc && tie)
@@ -66,25 +81,9 @@ int hf_read_phi(json_t *root, const char *path, tr_model_config *m)
                      "transformers' tied Phi head keeps its own lm_head.bias, and trident's head "
                      "has a bias only when untied (model.output_layer_bias with "
                      "untie_embeddings_and_output_weights)", path);
-    /* transformers' activations: gelu, gelu_python: x Phi(x) (erf); gelu_new,
-     * gelu_pytorch_tanh, gelu_fast, gelu_accurate: the tanh formula */
-    json_t *act = json_object_get(root, "hidden_act");
-    const char *a = !act ? "gelu_new" : json_is_string(act) ? json_string_value(act) : "";
-    int exact = !strcmp(a, "gelu") || !strcmp(a, "gelu_python");
-    if (!rc && !exact && strcmp(a, "gelu_new") && strcmp(a, "gelu_pytorch_tanh") &&
-        strcmp(a, "gelu_fast") && strcmp(a, "gelu_accurate"))
-        rc = tr_fail(TR_ERR_INVALID, "%s: hidden_act is not supported: trident's Phi MLP uses "
-                     "GELU, the tanh approximation (gelu_new, gelu_pytorch_tanh, gelu_fast, "
-                     "gelu_accurate) or exact (gelu, gelu_python)", path);
-    /* transformers rotates int(partial_rotary_factor * head_dim) dimensions; trident keeps
-     * their share of the head (exact: head_dim * rotary_percent is whole, also as the %.9g
-     * the config's text holds) */
-    int hs = m->num_attention_heads > 0 && m->hidden_size % m->num_attention_heads == 0
-                 ? m->hidden_size / m->num_attention_heads
-                 : 0; /* (not dividing: refused by the caller) */
-    if (!rc && hs)
-        rc = hf_rotary_share(path, "partial_rotary_factor", "partial_rotary_factor * head_dim",
-                             "head_dim", factor, hs, &m->rotary_percent);
+    int exact = 0;
+    if (!rc)
+        rc = hf_gelu_act(root, path, "hidden_act", "gelu_new", "Phi MLP", &exact);
     m->normalization = "LayerNorm";
     m->position_embedding_type = "rope";
     m->swiglu = 0;
@@ -165,7 +164,7 @@ int hf_phi_map(const tr_param_tensor *t, const tr_gpt_shape *s, char name[3][112
         const char *rest = t->name + used;
         if (!strcmp(rest, "qkv.weight") || !strcmp(rest, "qkv.bias")) {
             /* rows (group, {q_0 .. q_R-1, k, v}, d) from q_proj, k_proj, v_proj (Llama's) */
-            int HS = s->C / s->NH, NG = s->query_groups ? s->query_groups : s->NH;
+            int HS = tr_gpt_head_size(s), NG = s->query_groups ? s->query_groups : s->NH;
             const char *p[3] = {"q", "k", "v"};
             for (int i = 0; i < 3; i++)
                 snprintf(name[i], 112, "model.layers.%d.self_attn.%s_proj.%s", l, p[i], rest + 4);

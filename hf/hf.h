@@ -200,12 +200,30 @@ TR_MUST_CHECK int tr_hf_load_gpt2(const char *dir, tr_gpt *g, float *params);
  * rotary_percent (int(head_dim * f) even >= 2), rope_theta, layer_norm_eps, hidden_act (gelu,
  * gelu_python: none; gelu_new, gelu_pytorch_tanh, gelu_fast, gelu_accurate: tanh);
  * tie_word_embeddings true, qk_layernorm true and rope_scaling refused by name. */
+/* StableLmForCausalLM (StableLM-3B-4E1T, StableLM-2; model_type stablelm;
+ * hf/family_stablelm.c): a Llama's names and layouts with LayerNorm: input_layernorm,
+ * post_attention_layernorm and model.norm .bias -> ln1, ln2, lnf .bias; partial_rotary_factor ->
+ * rotary_percent (int(head_dim * f) even >= 2), use_qkv_bias -> add_qkv_bias (q/k/v_proj.bias),
+ * layer_norm_eps, rope_theta, tie_word_embeddings; rope_scaling, hidden_act other than silu and
+ * later transformers' qk_layernorm true and use_parallel_residual true refused by name. */
+/* GemmaForCausalLM (Gemma-2B, -7B; model_type gemma; hf/family_gemma.c): a Llama's names and
+ * layouts (q/k/v_proj of head_dim rows a head, gate_proj / up_proj -> fc rows (feature, {gate,
+ * up}), o_proj NH x head_dim columns), tied (lm_head, when a file holds it, the embedding), no
+ * biases; config.json: the Llama's keys (8192 positions, 16 key/value heads by default), head_dim
+ * -> kv_channels (0 when it is hidden_size / num_attention_heads), the norms' weights copied as
+ * they are under apply_layernorm_1p (GemmaRMSNorm's x (1 + weight)), embedding_multiplier
+ * (float)sqrt(hidden_size), geglu with the GELU of hidden_activation when present and not null,
+ * else of hidden_act (absent: gelu): gelu, gelu_python -> gelu_approximate none;
+ * gelu_pytorch_tanh, gelu_new, gelu_fast, gelu_accurate -> tanh; others refused naming the key
+ * read; exported with both keys the same ("gelu" or "gelu_pytorch_tanh"). attention_bias true,
+ * tie_word_embeddings false and rope_scaling refused by name. */
 enum { TR_HF_GPT2, TR_HF_LLAMA, TR_HF_BLOOM, TR_HF_QWEN2, TR_HF_MISTRAL, TR_HF_NEOX, TR_HF_FALCON,
-       TR_HF_PHI };
-/* "GPT-2", "Llama", "Bloom", "Qwen2", "Mistral", "GPT-NeoX", "Falcon", "Phi" */
+       TR_HF_PHI, TR_HF_STABLELM, TR_HF_GEMMA };
+/* "GPT-2", "Llama", "Bloom", "Qwen2", "Mistral", "GPT-NeoX", "Falcon", "Phi", "StableLM",
+ * "Gemma" */
 const char *tr_hf_family_name(int family);
 /* DIR/config.json: *family from model_type ("llama", "qwen2", "bloom", "gpt_neox", "falcon",
- * "phi"; "mistral" is
+ * "phi", "stablelm", "gemma"; "mistral" is
  * TR_HF_LLAMA: the same model when its sliding_window is null or spans
  * max_position_embeddings, exported as a Llama; a shorter window is kept as
  * model.sliding_window, seq_length within it, and exported as a Mistral; a Qwen2 is a Llama
@@ -214,8 +232,8 @@ const char *tr_hf_family_name(int family);
  * position; anything else TR_HF_GPT2 with
  * *m untouched beyond zeroing: read it with tr_hf_read_gpt2_config); for Llama / Bloom /
  * GPT-NeoX *m is the whole model section (seq_length = max_position_embeddings; Bloom's 2048
- * unless config.json has seq_length; GPT-NeoX's, Falcon's and Phi's absent keys transformers
- * 4.38's defaults, the sizes required). */
+ * unless config.json has seq_length; GPT-NeoX's, Falcon's, Phi's and Gemma's absent keys
+ * transformers 4.38's defaults, the sizes required; embedding_multiplier 1 but Gemma's). */
 TR_MUST_CHECK int tr_hf_read_family_config(const char *dir, tr_model_config *m, int *family);
 /* The weights of a Llama / Qwen2 / Bloom / GPT-NeoX / Falcon / Phi folder into a whole model g (one
  * stage, TP 1) bound to host memory params; a missing, misshapen or foreign tensor refused
@@ -235,8 +253,14 @@ TR_MUST_CHECK int tr_hf_load_family(const char *dir, int family, tr_gpt *g, floa
  * with 1 key/value group (multi_query) or one per head: the export refuses others by name),
  * TR_HF_PHI (the output layer's bias with LayerNorm, rope over any even share of the head, a
  * GELU MLP of any width, biases, GQA or not, the parallel residual with one shared norm, no
- * embedding norm: hf_phi_shape; any other model with that bias -1), or -1 when transformers
- * has no such model. */
+ * embedding norm: hf_phi_shape; any other model with that bias -1), TR_HF_STABLELM (LayerNorm,
+ * rope over any even share of the head, SwiGLU of any width, no linear biases (q, k and v
+ * either way), GQA and tying either way, the sequential residual, no embedding norm, no
+ * window: hf_stablelm_shape), TR_HF_GEMMA (RMSNorm with layernorm_1p, rope over whole heads of
+ * any size (kv_channels), GeGLU of any width, no biases, GQA or not, tied, embedding_multiplier
+ * (float)sqrt(C), the sequential residual, no embedding norm, no window: hf_gemma_shape; any
+ * other model with kv_channels, layernorm_1p, embedding_multiplier or geglu -1), or -1 when
+ * transformers has no such model. */
 int tr_hf_family_of(const tr_model_config *m);
 
 /* ------------------------------------------------------------------ conversion */
@@ -285,6 +309,13 @@ TR_MUST_CHECK int tr_hf_import(const char *hf_dir, const char *ckpt_dir, tr_mode
 /* Whether dir is a Hugging Face model folder (config.json) rather than a trident checkpoint
  * (latest_checkpointed_iteration.txt). */
 int tr_hf_is_model_folder(const char *dir);
+/* The token transformers' generate stops at for HF folder dir: eos_token_id of its
+ * generation_config.json when that file exists, else of its config.json (the file's path into
+ * from, cap bytes): an integer, or the first of a list (transformers stops at any of them);
+ * *eos -1 for null, an empty list or no key. Any other value (a string, a negative number, a
+ * list whose first element is not an id) is TR_ERR_INVALID naming the file; its JSON errors
+ * and TR_ERR_IO as hf_load_json's. */
+TR_MUST_CHECK int tr_hf_eos_token_id(const char *dir, int *eos, char *from, size_t cap);
 /* The folder of this process's under TMPDIR (else /tmp) that a passing import goes to. */
 void tr_hf_temp_import_dir(char *buf, size_t cap);
 /* tr_hf_import into ckpt_dir after removing what an earlier import left there (a failure

@@ -36,12 +36,35 @@ TR_MUST_CHECK int hf_falcon_check(const tr_model_config *m);
  * the parameters of m; its config.json; TR_HF_PHI for a shape of Phi's switches, else -1;
  * the HF name(s) of trident tensor t (*qkv 1: q_proj, k_proj, v_proj of rows[0..2] rows) */
 TR_MUST_CHECK int hf_read_phi(json_t *root, const char *path, tr_model_config *m);
+/* The keys Phi and StableLM share (PhiConfig's and StableLmConfig's names) into m: the sizes
+ * (num_hidden_layers, hidden_size, num_attention_heads, intermediate_size, vocab_size:
+ * required), num_key_value_heads (absent or null: kv; 0: as many as the heads),
+ * max_position_embeddings (absent: positions), layer_norm_eps (1e-5), rope_theta (10000),
+ * partial_rotary_factor (absent: factor) as rotary_percent (hf_rotary_share); rope_scaling
+ * other than null and qk_layernorm true refused by name */
+TR_MUST_CHECK int hf_read_phi_keys(json_t *root, const char *path, int kv, int positions,
+                                   double factor, tr_model_config *m);
 double hf_phi_numel(const tr_model_config *m);
 TR_MUST_CHECK int hf_write_phi_config(const char *dir, const tr_model_config *m,
                                       const tr_hf_export_options *o);
 int hf_phi_shape(const tr_gpt_shape *s);
 TR_MUST_CHECK int hf_phi_map(const tr_param_tensor *t, const tr_gpt_shape *s, char name[3][112],
                              uint64_t rows[3], int *qkv);
+/* StableLM (family_stablelm.c): config.json's keys into m (the whole model section but
+ * seq_length); the parameters of m; its config.json; TR_HF_STABLELM for a shape of its switches,
+ * else -1 (the names: family.c, the Llama's and the LayerNorm biases) */
+TR_MUST_CHECK int hf_read_stablelm(json_t *root, const char *path, tr_model_config *m);
+double hf_stablelm_numel(const tr_model_config *m);
+TR_MUST_CHECK int hf_write_stablelm_config(const char *dir, const tr_model_config *m,
+                                           const tr_hf_export_options *o);
+int hf_stablelm_shape(const tr_gpt_shape *s);
+/* Gemma (family_gemma.c): called by the Llama reader (family_config.c) after the keys it shares,
+ * Gemma's own into m (head_dim, the activation, tying, the switches); its config.json;
+ * TR_HF_GEMMA for a shape of its switches, else -1 (the names: family.c, the Llama's) */
+TR_MUST_CHECK int hf_read_gemma(json_t *root, const char *path, tr_model_config *m);
+TR_MUST_CHECK int hf_write_gemma_config(const char *dir, const tr_model_config *m,
+                                        const tr_hf_export_options *o);
+int hf_gemma_shape(const tr_gpt_shape *s);
 /* config.json readers (family_config.c), shared by every family: root's key into *out, or
  * TR_ERR_INVALID naming path and key. hf_get_int: absent or null takes dflt (dflt < 0: the key
  * is required), else an integer in [1, 2^26]. hf_get_num: absent takes dflt, else a positive
@@ -52,13 +75,27 @@ TR_MUST_CHECK int hf_get_num(json_t *root, const char *path, const char *key, do
                              double *out);
 TR_MUST_CHECK int hf_get_bool(json_t *root, const char *path, const char *key, int dflt,
                               int *out);
-/* The share of a head of hs dimensions that rotary positions cover, for transformers' factor
- * (config.json's key; it rotates int(formula) = int(factor * hs) dimensions): into *kept that
- * count / hs as the %.9g a config's text holds, or TR_ERR_INVALID naming path, key, formula and
- * dim (the head size's name) when factor > 1 (*kept untouched) or the count is not an even
- * number >= 2 that hs * *kept gives back exactly. */
+/* rope_scaling.c: a Llama config.json's rope_scaling (null or absent: none; "linear": its
+ * factor into m->rotary_seq_len_interpolation_factor; "llama3": m->use_rope_scaling and its
+ * four numbers; any other kind refused, naming it) into m; and m's as config.json's value
+ * (null where none; NULL when out of memory). */
+TR_MUST_CHECK int hf_read_rope_scaling(json_t *root, const char *path, tr_model_config *m);
+json_t *hf_rope_scaling_json(const tr_model_config *m);
+/* The share of a head of m (hs = hidden_size / num_attention_heads dimensions) that rotary
+ * positions cover, for transformers' factor (config.json's key; it rotates int(formula) =
+ * int(factor * hs) dimensions): into m->rotary_percent that count / hs as the %.9g a config's
+ * text holds, or TR_ERR_INVALID naming path, key, formula and dim (the head size's name) when
+ * factor > 1 (rotary_percent untouched) or the count is not an even number >= 2 that
+ * hs * rotary_percent gives back exactly. Heads that do not divide the hidden size: TR_OK,
+ * nothing set (the caller refuses them). */
 TR_MUST_CHECK int hf_rotary_share(const char *path, const char *key, const char *formula,
-                                  const char *dim, double factor, int hs, double *kept);
+                                  const char *dim, double factor, tr_model_config *m);
+/* transformers' GELU named by root's key (absent: dflt) into *exact: 1 for gelu and gelu_python
+ * (x Phi(x), erf), 0 for gelu_new, gelu_pytorch_tanh, gelu_fast and gelu_accurate (the tanh
+ * formula); any other value TR_ERR_INVALID "PATH: KEY is not supported: trident's WHAT uses
+ * GELU, ..." naming them. */
+TR_MUST_CHECK int hf_gelu_act(json_t *root, const char *path, const char *key, const char *dflt,
+                              const char *what, int *exact);
 /* DIR/config.json from root (owned: released here; NULL: out of memory) with o's bos and eos
  * token ids (null when o->eos_token_id < 0), sorted keys, 2-space indent, a final newline */
 TR_MUST_CHECK int hf_write_config_json(const char *dir, json_t *root,

@@ -49,7 +49,8 @@ typedef struct {
 /* trident row of HF row h of a peft tensor (see kind) */
 static size_t pick_row(const tr_gpt_shape *s, const peft_tensor *p, size_t h)
 {
-    int NH = s->NH, HS = s->C / s->NH, NG = s->query_groups ? s->query_groups : NH, R = NH / NG;
+    int NH = s->NH, HS = tr_gpt_head_size(s), NG = s->query_groups ? s->query_groups : NH;
+    int R = NH / NG;
     if (p->kind == 1) { /* HF (qkv, head, d) <- trident (head, qkv, d) */
         size_t q = h / ((size_t)NH * HS), hd = h % ((size_t)NH * HS);
         return ((hd / HS) * 3 + q) * HS + hd % HS;
@@ -75,8 +76,11 @@ int tr_hf_write_lora_adapter(const char *dir, tr_gpt *g, const float *params)
      * what GPT-NeoX cannot be, tr_hf_family_of's rule) */
     int seq = !s->parallel_residual;
     int fam = tr_gpt_is_gpt2(s) ? FAM_GPT2
+              : hf_shape_family(s) == TR_HF_GEMMA ? FAM_LLAMA /* (Llama's names) */
+              : s->kv_channels || s->layernorm_1p || s->embedding_multiplier || s->geglu ? -1
               : hf_shape_family(s) == TR_HF_FALCON ? FAM_FALCON
               : hf_shape_family(s) == TR_HF_PHI ? FAM_PHI
+              : hf_shape_family(s) == TR_HF_STABLELM ? FAM_LLAMA /* (the Llama's names) */
               : s->position == TR_POS_ROPE && s->rmsnorm && s->swiglu && seq ? FAM_LLAMA
               : s->position == TR_POS_ALIBI && seq && !s->gelu_exact ? FAM_BLOOM
               : s->position == TR_POS_ROPE && !s->rmsnorm && !s->swiglu &&
@@ -85,7 +89,8 @@ int tr_hf_write_lora_adapter(const char *dir, tr_gpt *g, const float *params)
                   : -1;
     if (fam < 0)
         return tr_fail(TR_ERR_INVALID, "PEFT adapters are written for GPT-2, Llama, Bloom, "
-                       "GPT-NeoX, Falcon and Phi models; this model's switches are none of them");
+                       "GPT-NeoX, Falcon, Phi, StableLM and Gemma models; this model's switches "
+                       "are none of them");
     static const char *const gpt2[4] = {"attn.c_attn", "attn.c_proj", "mlp.c_fc", "mlp.c_proj"};
     static const char *const bloom[4] = {"self_attention.query_key_value", "self_attention.dense",
                                          "mlp.dense_h_to_4h", "mlp.dense_4h_to_h"};
@@ -93,7 +98,8 @@ int tr_hf_write_lora_adapter(const char *dir, tr_gpt *g, const float *params)
                                         "mlp.dense_h_to_4h", "mlp.dense_4h_to_h"};
     static const char *const llama_qkv[3] = {"q_proj", "k_proj", "v_proj"};
     static const char *const phi[4] = {"", "dense", "fc1", "fc2"}; /* (qkv: llama_qkv) */
-    int n = tr_gpt_num_tensors(g), HS = s->C / s->NH, NG = s->query_groups ? s->query_groups : s->NH;
+    int n = tr_gpt_num_tensors(g), HS = tr_gpt_head_size(s);
+    int NG = s->query_groups ? s->query_groups : s->NH;
     peft_tensor *list = calloc((size_t)3 * n + 1, sizeof *list);
     int np = 0, rc = list ? TR_OK : tr_fail(TR_ERR_NOMEM, "out of memory");
     size_t most = 0;

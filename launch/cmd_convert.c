@@ -137,6 +137,25 @@ static void print_model_section(const tr_model_config *m)
         printf("  gelu_approximate: none\n");
     if (m->normalization && m->untie_embeddings_and_output_weights && m->output_layer_bias)
         printf("  output_layer_bias: true\n"); /* Phi's lm_head.bias */
+    if (m->normalization && m->kv_channels) /* Gemma's switches */
+        printf("  kv_channels: %d\n", m->kv_channels);
+    if (m->normalization && m->apply_layernorm_1p)
+        printf("  apply_layernorm_1p: true\n");
+    if (m->normalization && m->embedding_multiplier && m->embedding_multiplier != 1.0)
+        printf("  embedding_multiplier: %.9g\n", m->embedding_multiplier);
+    if (m->normalization && m->geglu)
+        printf("  geglu: true\n");
+    if (m->normalization && m->rotary_seq_len_interpolation_factor &&
+        m->rotary_seq_len_interpolation_factor != 1.0) /* rope_scaling "linear" */
+        printf("  rotary_seq_len_interpolation_factor: %.9g\n",
+               m->rotary_seq_len_interpolation_factor);
+    if (m->normalization && m->use_rope_scaling) /* Llama 3.1's rope_scaling "llama3" */
+        printf("  use_rope_scaling: true\n  rope_scaling_factor: %.9g\n"
+               "  rope_scaling_low_freq_factor: %.9g\n  rope_scaling_high_freq_factor: %.9g\n"
+               "  rope_scaling_original_max_position_embeddings: %d\n",
+               m->rope_scaling_factor, m->rope_scaling_low_freq_factor,
+               m->rope_scaling_high_freq_factor,
+               m->rope_scaling_original_max_position_embeddings);
 }
 
 /* The config of the LoRA run that saved checkpoint folder dir, from its manifest alone: the

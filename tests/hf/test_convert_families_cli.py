@@ -173,7 +173,8 @@ for what, tensors, config, cause in [
     out = os.path.join(work, "bad-out")
     refused(f"Qwen2: {what}", ["--from", "hf", "--input", d, "--output", out], out, cause)
 for what, tensors, config, cause in [
-    ("rope scaling", lt, dict(LC, rope_scaling={"type": "linear", "factor": 2.0}), "rope_scaling"),
+    ("dynamic rope scaling", lt, dict(LC, rope_scaling={"type": "dynamic", "factor": 2.0}),
+     "rope_scaling of type 'dynamic'"),
     ("attention biases", lt, dict(LC, attention_bias=True), "attention_bias"),
     ("a gelu MLP", lt, dict(LC, hidden_act="gelu"), "hidden_act"),
     ("key/value heads that do not divide the heads", lt, dict(LC, num_key_value_heads=3), "do not divide"),

@@ -10,8 +10,9 @@ written in PEFT's format (hf_probe lora-init) and loaded by peft onto the same m
     model with adapters (1e-4); --adapters-only: peft loads adapter_config.json +
     adapter_model.safetensors onto the base with the same logits, and peft's own model after
     its 5 steps gives them too;
-  - a GQA Llama, a 6-head Bloom, a GPT-NeoX (Pythia's switches) and a Falcon-40B-shaped Falcon
-    (8 heads in 2 key/value groups) imported from transformers, LoRA-trained in TP2, and a
+  - a GQA Llama, a 6-head Bloom, a GPT-NeoX (Pythia's switches), a Falcon-40B-shaped Falcon
+    (8 heads in 2 key/value groups), a Phi, a GQA StableLM with q/k/v biases and a Gemma (heads of
+    32 in a hidden size of 64, GeGLU) imported from transformers, LoRA-trained in TP2, and a
     Falcon-7B-shaped one (one norm, multi_query, 5 heads) in DP2: their --adapters-only export
     in peft (Llama: q/k/v_proj and gate/up_proj from the fused layers' adapters) and their
     --merge-lora export in transformers give trident's logits.
@@ -47,7 +48,8 @@ import torch.nn.functional as F  # noqa: E402
 from peft import PeftModel  # noqa: E402
 from transformers import (BloomConfig, BloomForCausalLM, FalconConfig, FalconForCausalLM, GPT2Config,  # noqa: E402
                           GPT2LMHeadModel, GPTNeoXConfig, GPTNeoXForCausalLM, LlamaConfig, LlamaForCausalLM)
-from transformers import PhiConfig, PhiForCausalLM  # noqa: E402
+from transformers import PhiConfig, PhiForCausalLM, StableLmConfig, StableLmForCausalLM  # noqa: E402
+from transformers import GemmaConfig, GemmaForCausalLM  # noqa: E402
 from transformers.utils import logging as hf_logging  # noqa: E402
 
 hf_logging.set_verbosity_error()
@@ -298,6 +300,16 @@ falcon7 = FalconForCausalLM(FalconConfig(hidden_size=40, num_hidden_layers=L, nu
 phi = PhiForCausalLM(PhiConfig(hidden_size=64, intermediate_size=160, num_hidden_layers=L, num_attention_heads=4,
                                num_key_value_heads=2, partial_rotary_factor=0.4, max_position_embeddings=T,
                                vocab_size=V))
+# StableLM's layer (LayerNorm with SwiGLU, q/k/v_proj with biases of 4 heads in 2 key/value groups,
+# rotary over a quarter of a head of 16) in TP2: the Llama's adapter names
+stablelm = StableLmForCausalLM(StableLmConfig(hidden_size=64, intermediate_size=96, num_hidden_layers=L,
+                                              num_attention_heads=4, num_key_value_heads=2, use_qkv_bias=True,
+                                              partial_rotary_factor=0.25, max_position_embeddings=T, vocab_size=V))
+# Gemma's layer (4 heads of head_dim 32 in a hidden size of 64: kv_channels, 2 key/value groups,
+# GeGLU, norms of 1 + weight, the embedding times 8, tied) in TP2: the Llama's adapter names, q/k/v
+# split by the head size
+gemma = GemmaForCausalLM(GemmaConfig(hidden_size=64, intermediate_size=96, num_hidden_layers=L, num_attention_heads=4,
+                                     num_key_value_heads=2, head_dim=32, max_position_embeddings=T, vocab_size=V))
 FALCON_KEYS = dict(normalization="LayerNorm", position_embedding_type="rope", add_bias_linear=False,
                    parallel_residual=True, gelu_approximate="none", max_position_embeddings=T)
 FAMILIES = [("llama-gqa", llama, LlamaForCausalLM,
@@ -319,7 +331,17 @@ FAMILIES = [("llama-gqa", llama, LlamaForCausalLM,
              dict(normalization="LayerNorm", position_embedding_type="rope", rotary_percent=0.375, ffn_hidden_size=160,
                   num_query_groups=2, untie_embeddings_and_output_weights=True, output_layer_bias=True,
                   parallel_residual=True, parallel_shared_norm=True, num_attention_heads=4, hidden_size=64,
-                  max_position_embeddings=T))]
+                  max_position_embeddings=T)),
+            ("stablelm-gqa", stablelm, StableLmForCausalLM,
+             dict(normalization="LayerNorm", position_embedding_type="rope", rotary_percent=0.25, swiglu=True,
+                  ffn_hidden_size=96, num_query_groups=2, untie_embeddings_and_output_weights=True,
+                  add_bias_linear=False, add_qkv_bias=True, num_attention_heads=4, hidden_size=64,
+                  max_position_embeddings=T)),
+            ("gemma-head-32-gqa", gemma, GemmaForCausalLM,
+             dict(normalization="RMSNorm", position_embedding_type="rope", geglu=True, gelu_approximate="none",
+                  ffn_hidden_size=96, num_query_groups=2, kv_channels=32, apply_layernorm_1p=True,
+                  embedding_multiplier=8.0, add_bias_linear=False, layernorm_epsilon=1e-6, num_attention_heads=4,
+                  hidden_size=64, max_position_embeddings=T))]
 for fname, fmodel, cls, keys in FAMILIES:
     randomize(fmodel)
     fsrc, fck = path(fname + "-hf"), path(fname + "-base")
