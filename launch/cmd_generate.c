@@ -9,6 +9,7 @@
 
 #include "core/core.h"
 #include "data/chat_template.h"
+#include "hf/hf.h"
 #include "launch/args.h"
 #include "model/gpt.h"
 #include "tokenizer/tokenizer.h"
@@ -22,10 +23,10 @@ static void generate_usage(FILE *f)
             "\n"
             "Continue a prompt with the model of CHECKPOINT_DIR's latest checkpoint (the\n"
             "checkpoint.save folder of a run) or of a Hugging Face GPT-2, Llama, Qwen2, Bloom,\n"
-            "GPT-NeoX, Falcon or Phi folder (config.json + model.safetensors), one token at a\n"
-            "time with a key/value cache. A checkpoint's manifest records the model's family\n"
-            "(Llama, Bloom, ...); one written before it did needs --config (the run's config:\n"
-            "its model section says the family).\n"
+            "GPT-NeoX, Falcon, Phi or StableLM folder (config.json + model.safetensors), one\n"
+            "token at a time with a key/value cache. A checkpoint's manifest records the model's\n"
+            "family (Llama, Bloom, ...); one written before it did needs --config (the run's\n"
+            "config: its model section says the family).\n"
             "Tokens are bytes (the byte-level tokenizer of trident preprocess) unless a tokenizer\n"
             "is given, or HF_DIR holds a tokenizer.json and no tokenizer option is given: then\n"
             "--prompt is encoded with it and the text decoded.\n"
@@ -40,8 +41,11 @@ static void generate_usage(FILE *f)
             "  --top-p P              ... and from the fewest whose probability reaches P\n"
             "                         (default 1 = all)\n"
             "  --seed S               sampling seed (default 1234): the same seed, the same text\n"
-            "  --eos-id ID            stop after generating this token (default: none; with\n"
-            "                         --chat-template the template's end-of-reply marker)\n"
+            "  --eos-id ID            stop after generating this token; -1: none (default: with\n"
+            "                         --chat-template the template's end-of-reply marker; of an\n"
+            "                         HF_DIR its generation_config.json's eos_token_id, else its\n"
+            "                         config.json's, as transformers' generate stops (a list's\n"
+            "                         first id alone: trident stops at one token); else none)\n"
             "  --chat-template NAME   render --prompt as one user turn with the generation\n"
             "                         prompt, as transformers' apply_chat_template(messages,\n"
             "                         add_generation_prompt=True) gives the ids (chatml-hf,\n"
@@ -78,6 +82,8 @@ static void generate_usage(FILE *f)
 typedef struct {
     const char *dir, *prompt, *prompt_ids, *device, *config, *chat, *system;
     int max_new, top_k, eos_id, json;
+    int eos_given;           /* --eos-id given (-1: no stop token) */
+    char eos_from[4200];     /* the HF folder's file eos_id was read from, else "" */
     double temperature, top_p;
     uint64_t seed;
     tr_tokenizer_files tok;
@@ -252,6 +258,10 @@ static int run_generate(const gen_options *o)
         rc = tr_fail(TR_ERR_INVALID, "the tokenizer's %d ids do not fit the model's vocabulary of %d "
                      "(the checkpoint was trained with another tokenizer?)",
                      tr_tokenizer_vocab_size(o->tokenizer), shape.V);
+    if (!rc && o->eos_from[0] && o->eos_id >= shape.V)
+        rc = tr_fail(TR_ERR_INVALID, "%s: eos_token_id %d is outside the model's vocabulary "
+                     "[0, %d) (--eos-id sets the stop token, -1 none)", o->eos_from, o->eos_id,
+                     shape.V);
     if (!rc)
         rc = prompt_tokens(o, shape.V, &prompt, &n_prompt);
     int total = n_prompt + o->max_new;
@@ -325,7 +335,7 @@ static int chat_prompt(gen_options *o)
         fprintf(stderr, "trident generate: the rendered chat prompt is empty\n");
         return 2;
     }
-    if (o->eos_id < 0)
+    if (o->eos_id < 0 && !o->eos_given)
         o->eos_id = o->chat_stop;
     return 0;
 }
@@ -367,7 +377,7 @@ int tr_cmd_generate(int argc, char **argv)
         else if (opt == SEED)
             rc = args_int(&a, "--seed", v, 0, 0x7fffffff, &seed), o.seed = (uint64_t)seed;
         else if (opt == EOS)
-            rc = args_int(&a, "--eos-id", v, 0, 0x7fffffff, &o.eos_id);
+            rc = args_int(&a, "--eos-id", v, -1, 0x7fffffff, &o.eos_id), o.eos_given = 1;
         else if (opt == JSON)
             o.json = 1;
         else if (opt == CHAT)
@@ -414,6 +424,14 @@ int tr_cmd_generate(int argc, char **argv)
     if (o.chat && (rc = chat_prompt(&o))) {
         tr_tokenizer_free(o.tokenizer);
         return rc;
+    }
+    /* an HF folder's stop token, as transformers' generate takes it */
+    if (!o.eos_given && o.eos_id < 0 && tr_hf_is_model_folder(o.dir) &&
+        (rc = tr_hf_eos_token_id(o.dir, &o.eos_id, o.eos_from, sizeof o.eos_from))) {
+        fprintf(stderr, "trident generate: %s\n", tr_errmsg());
+        free(o.chat_ids);
+        tr_tokenizer_free(o.tokenizer);
+        return rc == TR_ERR_IO ? 1 : 2;
     }
     rc = run_generate(&o);
     free(o.chat_ids);

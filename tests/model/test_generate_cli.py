@@ -9,6 +9,10 @@ and saved; then
   - bad usage and bad input exit 2 naming the problem: no folder, a folder with no checkpoint,
     a corrupt tensor file, a prompt and max-new-tokens past max_position_embeddings, token
     ids outside the vocabulary, malformed ids, both prompt forms, bad sampling values;
+  - the model as an HF folder (trident convert --to hf): the same greedy tokens; it stops at
+    generation_config.json's eos_token_id, else config.json's (a list: its first id; null or []:
+    no stop), --eos-id over it (-1: none); an eos_token_id that is not a token id, or past the
+    vocabulary: exit 2 naming the file;
   - --chat-template chatml-hf with a byte-level tokenizer.json written here (<|im_start|> 256,
     <|im_end|> 257; the model has 384 ids): the prompt ids are ChatML's (with and without
     --system), generation ends at the first <|im_end|>, text mode prints only the reply; a
@@ -89,6 +93,56 @@ if check("trident convert --to hf exits 0", r.returncode == 0, r.stderr[-500:]):
     line = [x for x in out.stdout.splitlines() if x.startswith("{")]
     hf = json.loads(line[0])["generated_ids"] if line else out.stderr[-500:]
     check("generate from the HF folder = from the checkpoint (greedy)", hf == greedy[1], f"{hf} vs {greedy[1]}")
+    # the folder's stop token, as transformers' generate takes it: generation_config.json's
+    # eos_token_id when the file exists, else config.json's (a list: its first id)
+    stop = greedy[1][5] if isinstance(greedy[1], list) else 0
+    upto = greedy[1][:greedy[1].index(stop) + 1] if isinstance(greedy[1], list) else []
+    eos_dir = os.path.join(work, "hf-eos")
+    base_cfg = json.load(open(os.path.join(hf_dir, "config.json")))
+
+    def eos_folder(gen_eos="absent", cfg_eos="absent"):
+        shutil.rmtree(eos_dir, ignore_errors=True)
+        shutil.copytree(hf_dir, eos_dir)
+        gpath = os.path.join(eos_dir, "generation_config.json")
+        os.remove(gpath)
+        if gen_eos != "absent":
+            tt.write(gpath, json.dumps({"eos_token_id": gen_eos}))
+        tt.write(os.path.join(eos_dir, "config.json"), json.dumps(
+            {**{k: v for k, v in base_cfg.items() if k != "eos_token_id"},
+             **({} if cfg_eos == "absent" else {"eos_token_id": cfg_eos})}))
+        return eos_dir
+
+    def folder_generated(folder, *extra):
+        r = tt.run([trident, "generate", folder, "--json", "--prompt", prompt, "--max-new-tokens", "40",
+                    "--temperature", "0", *extra], timeout=120)
+        line = [x for x in r.stdout.splitlines() if x.startswith("{")]
+        return json.loads(line[0])["generated_ids"] if r.returncode == 0 and line else f"exit {r.returncode}: " \
+            f"{r.stderr[-500:]}"
+
+    for what, gen_eos, cfg_eos, extra, want in (
+            (f"generation_config.json's eos_token_id {stop}: it stops there", stop, "absent", [], upto),
+            (f"generation_config.json's [{stop}, 7]: the first id", [stop, 7], 5, [], upto),
+            (f"no generation_config.json, config.json's {stop}", "absent", stop, [], upto),
+            (f"generation_config.json's null before config.json's {stop}: no stop", None, stop, [],
+             greedy[1]),
+            ("generation_config.json's []: no stop", [], "absent", [], greedy[1]),
+            (f"--eos-id -1 over the folder's {stop}: no stop", stop, "absent", ["--eos-id", "-1"], greedy[1]),
+            (f"--eos-id {greedy[1][2] if upto else 0} over the folder's {stop}", stop, "absent",
+             ["--eos-id", str(greedy[1][2] if upto else 0)], greedy[1][:greedy[1].index(greedy[1][2]) + 1]
+             if upto else [])):
+        got = folder_generated(eos_folder(gen_eos, cfg_eos), *extra)
+        check(f"generate of an HF folder with {what}", isinstance(got, list) and got == want,
+              f"{got} vs {want}")
+    for what, gen_eos, cfg_eos, needle in (
+            ("a string", "3", "absent", "generation_config.json: eos_token_id must be a token id"),
+            ("-1", -1, "absent", "generation_config.json: eos_token_id must be a token id"),
+            ("a list of a string", ["a"], "absent", "generation_config.json: eos_token_id must be a token id"),
+            ("1.5 in config.json", "absent", 1.5, "config.json: eos_token_id must be a token id"),
+            ("999 (the model has 384 ids)", 999, "absent",
+             "generation_config.json: eos_token_id 999 is outside the model's vocabulary [0, 384)")):
+        r = tt.run([trident, "generate", eos_folder(gen_eos, cfg_eos), "--prompt", "a"], timeout=120)
+        check(f"generate of an HF folder whose eos_token_id is {what}: exit 2 naming it",
+              r.returncode == 2 and needle in r.stderr, f"exit {r.returncode}: {r.stderr[-600:]}")
 
 # --chat-template: a byte-level tokenizer.json (no merges: a token per byte, id = the byte) with
 # <|im_start|> 256 and <|im_end|> 257, so chatml-hf renders and fits the model's 384 ids
