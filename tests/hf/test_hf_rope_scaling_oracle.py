@@ -121,8 +121,9 @@ for name, rs in (("llama-linear-4", {"type": "linear", "factor": 4.0}), ("llama3
         data=dict(data_path=prefix, split="95,5,0"),
         checkpoint=dict(load=ck))
     hff.logits_check(probe, cfg, work, name, model, T, V)
-    model.generation_config.eos_token_id = None
-    hff.generate_check(trident, name, model, (("the HF folder", src, []), ("the import", ck, [])))
+    model.generation_config.eos_token_id = None  # (and trident's stop token off: the folder has eos 2)
+    hff.generate_check(trident, name, model, (("the HF folder", src, ["--eos-id", "-1"]),
+                                              ("the import", ck, ["--eos-id", "-1"])))
     if native:
         hff.roundtrip_check(trident, src, ck, cfg, work, name, model, T, V,
                             ("rope_scaling", "rope_theta", "num_key_value_heads", "intermediate_size"))
