@@ -173,10 +173,10 @@ int hf_load_config(const char *dir, char *path, size_t cap, json_t **out)
     return rc ? rc : hf_load_json(path, 1 << 20, out);
 }
 
-int tr_hf_eos_token_id(const char *dir, int *eos, char *from, size_t cap)
+int tr_hf_eos_token_ids(const char *dir, int *eos, int *n, char *from, size_t cap)
 {
     json_t *root = NULL;
-    *eos = -1;
+    *n = 0;
     int rc = hf_join(from, cap, dir, "generation_config.json");
     if (!rc && access(from, F_OK)) /* (no such file: config.json's) */
         rc = hf_join(from, cap, dir, "config.json");
@@ -185,14 +185,19 @@ int tr_hf_eos_token_id(const char *dir, int *eos, char *from, size_t cap)
     if (rc)
         return rc;
     json_t *v = json_object_get(root, "eos_token_id");
-    if (json_is_array(v)) /* (transformers stops at any of them) */
-        v = json_array_size(v) ? json_array_get(v, 0) : NULL;
-    if (v && !json_is_null(v) &&
-        (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) > 0x7fffffff))
-        rc = tr_fail(TR_ERR_INVALID, "%s: eos_token_id must be a token id (an integer >= 0), a "
-                     "list of them or null", from);
-    else if (v && !json_is_null(v))
-        *eos = (int)json_integer_value(v);
+    size_t count = !v || json_is_null(v) ? 0 : json_is_array(v) ? json_array_size(v) : 1;
+    if (count > TR_HF_MAX_EOS)
+        rc = tr_fail(TR_ERR_INVALID, "%s: eos_token_id lists %zu tokens; trident stops at %d at "
+                     "most", from, count, TR_HF_MAX_EOS);
+    for (size_t i = 0; !rc && i < count; i++) { /* (transformers stops at any of them) */
+        json_t *id = json_is_array(v) ? json_array_get(v, i) : v;
+        if (!json_is_integer(id) || json_integer_value(id) < 0 ||
+            json_integer_value(id) > 0x7fffffff)
+            rc = tr_fail(TR_ERR_INVALID, "%s: eos_token_id must be a token id (an integer >= 0), "
+                         "a list of them or null", from);
+        else
+            eos[(*n)++] = (int)json_integer_value(id);
+    }
     json_decref(root);
     return rc;
 }

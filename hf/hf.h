@@ -309,13 +309,16 @@ TR_MUST_CHECK int tr_hf_import(const char *hf_dir, const char *ckpt_dir, tr_mode
 /* Whether dir is a Hugging Face model folder (config.json) rather than a trident checkpoint
  * (latest_checkpointed_iteration.txt). */
 int tr_hf_is_model_folder(const char *dir);
-/* The token transformers' generate stops at for HF folder dir: eos_token_id of its
+/* The tokens transformers' generate stops at for HF folder dir: eos_token_id of its
  * generation_config.json when that file exists, else of its config.json (the file's path into
- * from, cap bytes): an integer, or the first of a list (transformers stops at any of them);
- * *eos -1 for null, an empty list or no key. Any other value (a string, a negative number, a
- * list whose first element is not an id) is TR_ERR_INVALID naming the file; its JSON errors
+ * from, cap bytes): an integer, or a list of them (Llama 3's instruct models: end of text, of
+ * message and of turn; it stops at any), into eos[0 .. *n) (at most TR_HF_MAX_EOS; *n 0 for
+ * null, an empty list or no key). Any other value (a string, a negative number, a list with
+ * one, a list longer than TR_HF_MAX_EOS) is TR_ERR_INVALID naming the file; its JSON errors
  * and TR_ERR_IO as hf_load_json's. */
-TR_MUST_CHECK int tr_hf_eos_token_id(const char *dir, int *eos, char *from, size_t cap);
+#define TR_HF_MAX_EOS 16
+TR_MUST_CHECK int tr_hf_eos_token_ids(const char *dir, int *eos, int *n, char *from,
+                                      size_t cap);
 /* The folder of this process's under TMPDIR (else /tmp) that a passing import goes to. */
 void tr_hf_temp_import_dir(char *buf, size_t cap);
 /* tr_hf_import into ckpt_dir after removing what an earlier import left there (a failure

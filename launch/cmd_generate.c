@@ -41,11 +41,12 @@ static void generate_usage(FILE *f)
             "  --top-p P              ... and from the fewest whose probability reaches P\n"
             "                         (default 1 = all)\n"
             "  --seed S               sampling seed (default 1234): the same seed, the same text\n"
-            "  --eos-id ID            stop after generating this token; -1: none (default: with\n"
-            "                         --chat-template the template's end-of-reply marker; of an\n"
-            "                         HF_DIR its generation_config.json's eos_token_id, else its\n"
-            "                         config.json's, as transformers' generate stops (a list's\n"
-            "                         first id alone: trident stops at one token); else none)\n"
+            "  --eos-id ID[,ID...]    stop after generating any of these tokens (at most 16);\n"
+            "                         -1: none (default: with --chat-template the template's\n"
+            "                         end-of-reply marker; of an HF_DIR its\n"
+            "                         generation_config.json's eos_token_id (an id or a list),\n"
+            "                         else its config.json's, as transformers' generate stops;\n"
+            "                         else none)\n"
             "  --chat-template NAME   render --prompt as one user turn with the generation\n"
             "                         prompt, as transformers' apply_chat_template(messages,\n"
             "                         add_generation_prompt=True) gives the ids (chatml-hf,\n"
@@ -81,9 +82,10 @@ static void generate_usage(FILE *f)
 
 typedef struct {
     const char *dir, *prompt, *prompt_ids, *device, *config, *chat, *system;
-    int max_new, top_k, eos_id, json;
+    int max_new, top_k, json;
+    int eos[TR_HF_MAX_EOS], n_eos; /* the stop tokens */
     int eos_given;           /* --eos-id given (-1: no stop token) */
-    char eos_from[4200];     /* the HF folder's file eos_id was read from, else "" */
+    char eos_from[4200];     /* the HF folder's file eos was read from, else "" */
     double temperature, top_p;
     uint64_t seed;
     tr_tokenizer_files tok;
@@ -201,6 +203,40 @@ static void print_json(const tr_tokenizer *t, const int32_t *ids, int n_prompt, 
 }
 
 /* Prefill the prompt, then one token per step; ids: room for n_prompt + max_new. */
+/* Whether id is one of the stop tokens. */
+static int is_stop(const gen_options *o, int id)
+{
+    for (int i = 0; i < o->n_eos; i++)
+        if (o->eos[i] == id)
+            return 1;
+    return 0;
+}
+
+/* --eos-id's value: -1 (none), or token ids separated by commas, into o->eos. */
+static int eos_ids(const arg_parser *a, const char *text, gen_options *o)
+{
+    o->n_eos = 0;
+    if (!strcmp(text, "-1"))
+        return 0;
+    char buf[512];
+    if (strlen(text) >= sizeof buf)
+        return args_error(a, "--eos-id is too long (%zu characters)", strlen(text));
+    snprintf(buf, sizeof buf, "%s", text);
+    char *save = NULL;
+    for (char *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+        int id;
+        if (o->n_eos == TR_HF_MAX_EOS || !args_parse_int(t, 0, 0x7fffffff, &id))
+            return args_error(a, "--eos-id needs a token id (an integer >= 0), up to %d of them "
+                              "separated by commas, or -1 for none; got '%s'", TR_HF_MAX_EOS,
+                              text);
+        o->eos[o->n_eos++] = id;
+    }
+    if (!o->n_eos || text[strlen(text) - 1] == ',' || text[0] == ',' || strstr(text, ",,"))
+        return args_error(a, "--eos-id needs a token id (an integer >= 0), up to %d of them "
+                          "separated by commas, or -1 for none; got '%s'", TR_HF_MAX_EOS, text);
+    return 0;
+}
+
 static int generate(const gen_options *o, tr_gpt_cache *cache, int V, int lead, int32_t *ids,
                     int n_prompt, int *n_total, double *prompt_s, double *gen_s)
 {
@@ -230,11 +266,11 @@ static int generate(const gen_options *o, tr_gpt_cache *cache, int V, int lead, 
         /* every TP rank has the same logits and draws the same token: no broadcast */
         double u = tr_rand_uniform(o->seed, 0x67656e6572617465ULL /* "generate" */, (uint64_t)step);
         ids[n++] = tr_sample_token(logits, V, &s, u, scratch);
-        if (lead && !o->json && !(o->chat_ids && ids[n - 1] == o->eos_id)) {
+        if (lead && !o->json && !(o->chat_ids && is_stop(o, ids[n - 1]))) {
             print_token(o->tokenizer, ids[n - 1]);
             fflush(stdout);
         }
-        if (ids[n - 1] == o->eos_id)
+        if (is_stop(o, ids[n - 1]))
             break;
     }
     *prompt_s = t1 - t0;
@@ -258,10 +294,11 @@ static int run_generate(const gen_options *o)
         rc = tr_fail(TR_ERR_INVALID, "the tokenizer's %d ids do not fit the model's vocabulary of %d "
                      "(the checkpoint was trained with another tokenizer?)",
                      tr_tokenizer_vocab_size(o->tokenizer), shape.V);
-    if (!rc && o->eos_from[0] && o->eos_id >= shape.V)
-        rc = tr_fail(TR_ERR_INVALID, "%s: eos_token_id %d is outside the model's vocabulary "
-                     "[0, %d) (--eos-id sets the stop token, -1 none)", o->eos_from, o->eos_id,
-                     shape.V);
+    for (int i = 0; !rc && o->eos_from[0] && i < o->n_eos; i++)
+        if (o->eos[i] >= shape.V)
+            rc = tr_fail(TR_ERR_INVALID, "%s: eos_token_id %d is outside the model's vocabulary "
+                         "[0, %d) (--eos-id sets the stop tokens, -1 none)", o->eos_from,
+                         o->eos[i], shape.V);
     if (!rc)
         rc = prompt_tokens(o, shape.V, &prompt, &n_prompt);
     int total = n_prompt + o->max_new;
@@ -284,7 +321,9 @@ static int run_generate(const gen_options *o)
     if (!rc && im.rank == 0) {
         int made = n_total - n_prompt;
         if (o->json) {
-            print_json(o->tokenizer, ids, n_prompt, n_total, o->chat_ids ? o->eos_id : -1,
+            int last = ids[n_total - 1];
+            print_json(o->tokenizer, ids, n_prompt, n_total,
+                       o->chat_ids && n_total > n_prompt && is_stop(o, last) ? last : -1,
                        prompt_s, gen_s);
         } else {
             putchar('\n');
@@ -335,8 +374,8 @@ static int chat_prompt(gen_options *o)
         fprintf(stderr, "trident generate: the rendered chat prompt is empty\n");
         return 2;
     }
-    if (o->eos_id < 0 && !o->eos_given)
-        o->eos_id = o->chat_stop;
+    if (!o->n_eos && !o->eos_given && o->chat_stop >= 0)
+        o->eos[o->n_eos++] = o->chat_stop;
     return 0;
 }
 
@@ -359,7 +398,7 @@ int tr_cmd_generate(int argc, char **argv)
     arg_parser a = {.cmd = "trident generate", .opts = options, .usage = generate_usage,
                     .argc = argc, .argv = argv};
     gen_options o = {.max_new = 64, .temperature = 1.0, .top_p = 1.0, .seed = 1234,
-                     .eos_id = -1, .device = "cpu", .chat_stop = -1};
+                     .device = "cpu", .chat_stop = -1};
     const char *v;
     int rc = 0, nproc = 0, seed = 0, opt;
     while (!rc && (opt = args_next(&a, &v)) != ARGS_END) {
@@ -377,7 +416,7 @@ int tr_cmd_generate(int argc, char **argv)
         else if (opt == SEED)
             rc = args_int(&a, "--seed", v, 0, 0x7fffffff, &seed), o.seed = (uint64_t)seed;
         else if (opt == EOS)
-            rc = args_int(&a, "--eos-id", v, -1, 0x7fffffff, &o.eos_id), o.eos_given = 1;
+            rc = eos_ids(&a, v, &o), o.eos_given = 1;
         else if (opt == JSON)
             o.json = 1;
         else if (opt == CHAT)
@@ -426,8 +465,8 @@ int tr_cmd_generate(int argc, char **argv)
         return rc;
     }
     /* an HF folder's stop token, as transformers' generate takes it */
-    if (!o.eos_given && o.eos_id < 0 && tr_hf_is_model_folder(o.dir) &&
-        (rc = tr_hf_eos_token_id(o.dir, &o.eos_id, o.eos_from, sizeof o.eos_from))) {
+    if (!o.eos_given && !o.n_eos && tr_hf_is_model_folder(o.dir) &&
+        (rc = tr_hf_eos_token_ids(o.dir, o.eos, &o.n_eos, o.eos_from, sizeof o.eos_from))) {
         fprintf(stderr, "trident generate: %s\n", tr_errmsg());
         free(o.chat_ids);
         tr_tokenizer_free(o.tokenizer);

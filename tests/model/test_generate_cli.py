@@ -10,7 +10,7 @@ and saved; then
     a corrupt tensor file, a prompt and max-new-tokens past max_position_embeddings, token
     ids outside the vocabulary, malformed ids, both prompt forms, bad sampling values;
   - the model as an HF folder (trident convert --to hf): the same greedy tokens; it stops at
-    generation_config.json's eos_token_id, else config.json's (a list: its first id; null or []:
+    generation_config.json's eos_token_id, else config.json's (a list: any of its ids; null or []:
     no stop), --eos-id over it (-1: none); an eos_token_id that is not a token id, or past the
     vocabulary: exit 2 naming the file;
   - --chat-template chatml-hf with a byte-level tokenizer.json written here (<|im_start|> 256,
@@ -94,7 +94,7 @@ if check("trident convert --to hf exits 0", r.returncode == 0, r.stderr[-500:]):
     hf = json.loads(line[0])["generated_ids"] if line else out.stderr[-500:]
     check("generate from the HF folder = from the checkpoint (greedy)", hf == greedy[1], f"{hf} vs {greedy[1]}")
     # the folder's stop token, as transformers' generate takes it: generation_config.json's
-    # eos_token_id when the file exists, else config.json's (a list: its first id)
+    # eos_token_id when the file exists, else config.json's (a list: it stops at any of them)
     stop = greedy[1][5] if isinstance(greedy[1], list) else 0
     upto = greedy[1][:greedy[1].index(stop) + 1] if isinstance(greedy[1], list) else []
     eos_dir = os.path.join(work, "hf-eos")
@@ -121,7 +121,10 @@ if check("trident convert --to hf exits 0", r.returncode == 0, r.stderr[-500:]):
 
     for what, gen_eos, cfg_eos, extra, want in (
             (f"generation_config.json's eos_token_id {stop}: it stops there", stop, "absent", [], upto),
-            (f"generation_config.json's [{stop}, 7]: the first id", [stop, 7], 5, [], upto),
+            (f"generation_config.json's [7, {stop}]: any of them (Llama 3's list)", [7, stop], 5, [],
+             greedy[1][:min(greedy[1].index(t) for t in (7, stop) if t in greedy[1]) + 1] if upto else []),
+            (f"--eos-id 7,{stop} over the folder's null: any of them", None, "absent", ["--eos-id", f"7,{stop}"],
+             greedy[1][:min(greedy[1].index(t) for t in (7, stop) if t in greedy[1]) + 1] if upto else []),
             (f"no generation_config.json, config.json's {stop}", "absent", stop, [], upto),
             (f"generation_config.json's null before config.json's {stop}: no stop", None, stop, [],
              greedy[1]),
@@ -139,10 +142,17 @@ if check("trident convert --to hf exits 0", r.returncode == 0, r.stderr[-500:]):
             ("a list of a string", ["a"], "absent", "generation_config.json: eos_token_id must be a token id"),
             ("1.5 in config.json", "absent", 1.5, "config.json: eos_token_id must be a token id"),
             ("999 (the model has 384 ids)", 999, "absent",
-             "generation_config.json: eos_token_id 999 is outside the model's vocabulary [0, 384)")):
+             "generation_config.json: eos_token_id 999 is outside the model's vocabulary [0, 384)"),
+            ("a list with 999 second", [3, 999], "absent",
+             "generation_config.json: eos_token_id 999 is outside the model's vocabulary [0, 384)"),
+            ("a list of 17", list(range(17)), "absent", "generation_config.json: eos_token_id lists 17 tokens")):
         r = tt.run([trident, "generate", eos_folder(gen_eos, cfg_eos), "--prompt", "a"], timeout=120)
         check(f"generate of an HF folder whose eos_token_id is {what}: exit 2 naming it",
               r.returncode == 2 and needle in r.stderr, f"exit {r.returncode}: {r.stderr[-600:]}")
+    for bad in ("1,,2", "1,", ",1", "-2", "a", ",".join(["1"] * 17)):
+        r = tt.run([trident, "generate", hf_dir, "--prompt", "a", "--eos-id", bad], timeout=120)
+        check(f"--eos-id {bad[:20]}: exit 2 naming the option",
+              r.returncode == 2 and "--eos-id needs a token id" in r.stderr, f"exit {r.returncode}: {r.stderr[-400:]}")
 
 # --chat-template: a byte-level tokenizer.json (no merges: a token per byte, id = the byte) with
 # <|im_start|> 256 and <|im_end|> 257, so chatml-hf renders and fits the model's 384 ids
