@@ -17,11 +17,10 @@ report's Markdown gpu_check_report.py's.
 
 usage: scripts/gpu-check.sh [--out DIR] [--bundle DIR] [--build DIR] [--budget SECONDS]
                             [--skip STEP,...] [--only STEP,...] [--jobs N] [--commit HASH]
-                            [--targets NINJA_TARGET,...] [--build-timeout SECONDS]
+                            [--targets NINJA_TARGET,...]
   --bundle  the bundle folder (default .gpu); --build the build folder (default build-gpu)
   --budget  seconds for the whole run (default 1200); steps that would not fit are SKIPped
             and a running one is stopped at the end of the budget
-  --build-timeout  seconds the build step may take (default 900; within the budget)
   --only    among configure, build, tests, bench, kernels, gemm (bundle, cuda-toolkit, gpu and
             probe always run: they set up and find what the others need), e.g. --only bench
             after a full run
@@ -335,7 +334,7 @@ class Check:
     def build(self):
         targets = [t for t in self.a.targets.split(",") if t] if self.a.targets else []
         rc, out = self.run("build", ["ninja", "-C", self.a.build] + (["-j", str(self.a.jobs)] if self.a.jobs else [])
-                           + targets, timeout=self.a.build_timeout)
+                           + targets, timeout=900)
         if rc == 124:
             return "FAIL", "the time budget ran out during the build", out
         if rc != 0:
@@ -568,9 +567,6 @@ def main():
                     "cuBLASLt's fast-bf16 mode instead of staging; the head's logits in fp32; the unfused linear "
                     "layers; the MLP's and the norms' tensors in fp32. Others: TRIDENT_CUDA_ATTENTION=wmma, "
                     "TRIDENT_CUDA_ATTENTION_OUT=fp32, TRIDENT_CUDA_ATTENTION_IN=fp32, TRIDENT_CUDA_GELU=separate)")
-    ap.add_argument("--build-timeout", type=float, default=900,
-                    help="seconds the build step may take (tests/gpu_bundle's build, at the idle "
-                    "priority beside CI's other work, gets longer)")
     ap.add_argument("--targets", default="", help="ninja targets of the build step, comma-separated "
                     "(default: everything; tests/gpu_bundle builds trident and the probe only)")
     ap.add_argument("--gencode", default="", help="nvcc -gencode targets of the build, ';'-separated "
