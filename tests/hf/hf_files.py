@@ -199,6 +199,16 @@ def oracle_start(argv):
     return trident, probe, tt.fresh_dir(work), "--quick" in argv[5:]
 
 
+def randomize(model, is_norm):
+    """Every parameter of model away from its initial value (norm weights 1, the rest 0 or
+    small): a norm's weight (is_norm(name)) 1 + 0.2 N(0, 1), every other 0.1 N(0, 1), from torch's
+    global generator."""
+    import torch
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            p.copy_(1.0 + 0.2 * torch.randn_like(p) if is_norm(name) else 0.1 * torch.randn_like(p))
+
+
 def gather_grads(d):
     """Whole tensors by name from every rank's dump of --dump-grads in folder d (shards placed,
     ZeRO-1's unowned parts NaN)."""

@@ -30,21 +30,10 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 import trident_test as tt  # noqa: E402
 import hf_files as hff  # noqa: E402
 
-trident, probe, work, venv = sys.argv[1:5]
-try:
-    import transformers  # noqa: F401
-except ImportError:  # run again with the virtual environment's Python
-    py = tt.venv_python(venv, tt.HF_PACKAGES, "transformers")
-    os.execv(py, [py, os.path.abspath(__file__), *sys.argv[1:]])
-
+trident, probe, work, _ = hff.oracle_start(sys.argv)
 import torch  # noqa: E402
 from transformers import LlamaConfig, LlamaForCausalLM  # noqa: E402
-from transformers.utils import logging as hf_logging  # noqa: E402
 
-hf_logging.set_verbosity_error()
-hf_logging.disable_progress_bar()
-torch.set_num_threads(2)
-work = tt.fresh_dir(work)
 L, V, T, C, NH, NG = 2, 300, 32, 64, 4, 2
 HS = C // NH
 LLAMA3 = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
@@ -64,12 +53,6 @@ def llama3_inv_freq(inv_freq, rs):
     return torch.where(medium, smoothed, out)
 
 
-def randomize(model):
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            p.copy_(1.0 + 0.2 * torch.randn_like(p) if "norm" in name else 0.1 * torch.randn_like(p))
-
-
 prefix = tt.make_corpus(trident, work, 19, ["rope", "scaling", "linear", "llama", "wavelength"], 300, 5, 50)
 torch.manual_seed(19)
 for name, rs in (("llama-linear-4", {"type": "linear", "factor": 4.0}), ("llama3.1-scaling", LLAMA3)):
@@ -78,7 +61,7 @@ for name, rs in (("llama-linear-4", {"type": "linear", "factor": 4.0}), ("llama3
                                          num_attention_heads=NH, num_key_value_heads=NG, max_position_embeddings=T,
                                          rms_norm_eps=1e-5, rope_scaling=rs if native else None,
                                          tie_word_embeddings=False)).eval()
-    randomize(model)
+    hff.randomize(model, lambda name: "norm" in name)
     if not native:  # Llama 3.1's frequencies in every layer's rotary embedding
         regimes = set()
         for layer in model.model.layers:
