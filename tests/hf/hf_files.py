@@ -2,9 +2,9 @@
 in the sanitizer build too): a small safetensors writer and reader, a tiny GPT-2's tensors and
 config.json, and `trident convert` run with its refusal check, an export's round trips in
 shards and in BF16 (Session.shards_check, bf16_check); at the end, the transformers oracles'
-helpers (oracle_start, gather_grads, worst_grad, llama_grad, window_nll, logits_check,
-eval_check, generate_check, roundtrip_check, batch_grads, train_grads, grads_check: numpy, torch and
-transformers imported inside them).
+helpers (oracle_start, randomize, oracle_import, family_lines, oracle_config, gather_grads,
+worst_grad, llama_grad, window_nll, logits_check, eval_check, generate_check, roundtrip_check,
+batch_grads, train_grads, grads_check: numpy, torch and transformers imported inside them).
 
     import hf_files as hff
     s = hff.Session(trident, work)
@@ -207,6 +207,39 @@ def randomize(model, is_norm):
     with torch.no_grad():
         for name, p in model.named_parameters():
             p.copy_(1.0 + 0.2 * torch.randn_like(p) if is_norm(name) else 0.1 * torch.randn_like(p))
+
+
+def oracle_import(trident, work, name, model):
+    """transformers' model saved with save_pretrained to WORK/NAME-hf and imported with `trident
+    convert --from hf` into WORK/NAME-ck: one check; the run ends at its failure. (the folder, the
+    checkpoint, convert's stdout)."""
+    src = os.path.join(work, name + "-hf")
+    model.save_pretrained(src)
+    ck = os.path.join(work, name + "-ck")
+    rc, out, err = tt.outputs([trident, "convert", "--from", "hf", "--input", src, "--output", ck],
+                              timeout=300)
+    if not tt.check(f"trident convert --from hf {name}", rc == 0, err):
+        tt.finish()
+    return src, ck, out
+
+
+def family_lines(ck):
+    """The 'family ...' lines of checkpoint ck's release manifest."""
+    return [ln for ln in open(os.path.join(ck, "release", "manifest.txt")).read().splitlines()
+            if ln.startswith("family ")]
+
+
+def oracle_config(work, name, L, T, V, keys, prefix, ck):
+    """WORK/NAME.yaml: trident's config of an oracle's model (L layers, T positions and tokens a
+    sequence, V tokens, then `keys`, which may override those), one iteration of 8 sequences in
+    micro-batches of 2 on the corpus `prefix`, loading checkpoint ck. Its path."""
+    return tt.write_config(os.path.join(work, name + ".yaml"),
+        model={**dict(num_layers=L, seq_length=T, max_position_embeddings=T, vocab_size=V), **keys},
+        training=dict(micro_batch_size=2, global_batch_size=8, train_iters=1, lr=1.0e-3, lr_warmup_iters=0,
+                      weight_decay=0.01, clip_grad=1.0, seed=3),
+        data=dict(data_path=prefix, split="95,5,0"),
+        checkpoint=dict(load=ck),
+        parallel=dict(comm_timeout_s=120))
 
 
 def gather_grads(d):

@@ -34,27 +34,15 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 import trident_test as tt  # noqa: E402
 import hf_files as hff  # noqa: E402
 
-trident, probe, work, venv = sys.argv[1:5]
-quick = "--quick" in sys.argv[5:]
+trident, probe, work, quick = hff.oracle_start(sys.argv)
 only = next((a[len("--only="):] for a in sys.argv[5:] if a.startswith("--only=")), "")
-try:
-    import transformers  # noqa: F401
-except ImportError:  # run again with the virtual environment's Python
-    py = tt.venv_python(venv, tt.HF_PACKAGES, "transformers")
-    os.execv(py, [py, os.path.abspath(__file__), *sys.argv[1:]])
-
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 from safetensors.torch import load_file  # noqa: E402
 from transformers import (AutoModelForCausalLM, BloomConfig, BloomForCausalLM, FalconConfig,  # noqa: E402
                           FalconForCausalLM, GPTNeoXConfig, GPTNeoXForCausalLM, LlamaConfig, LlamaForCausalLM, MistralConfig, MistralForCausalLM,
                           Qwen2Config, Qwen2ForCausalLM)
-from transformers.utils import logging as hf_logging  # noqa: E402
 
-hf_logging.set_verbosity_error()
-hf_logging.disable_progress_bar()
-torch.set_num_threads(2)
-work = tt.fresh_dir(work)
 L, V, T = 2, 300, 32  # V: byte tokens fit, and TP pads it
 
 
@@ -113,10 +101,9 @@ def falcon_grad(G, name, new_arch):
 
 
 def randomize(model):
-    with torch.no_grad():  # every tensor away from its initial value (norms 1 and 0, biases 0)
-        for name, p in model.named_parameters():
-            p.copy_(1.0 + 0.2 * torch.randn_like(p) if "layernorm" in name or name.endswith("norm.weight")
-                    or "ln_f" in name or ".ln_" in name else 0.1 * torch.randn_like(p))
+    """hf_files.randomize, the families' norms by name (their biases drawn as the weights are)."""
+    hff.randomize(model, lambda name: "layernorm" in name or name.endswith("norm.weight") or "ln_f" in name
+                  or ".ln_" in name)
 
 
 prefix = tt.make_corpus(trident, work, 17, ["llama", "bloom", "rotary", "alibi", "group", "query", "head"],
@@ -235,13 +222,7 @@ for name, model, hf_grad, keys, n_tensors in families:
              ("rope" in out and ("add_qkv_bias: true" in out) == name.startswith("qwen2")
               and (f"sliding_window: {T}" in out) == (name == "mistral-window") and neox_ok)
              if "bloom" not in name else ("alibi" in out and "embedding_layernorm: true" in out), out)
-    cfg = tt.write_config(os.path.join(work, name + ".yaml"),
-        model={**dict(num_layers=L, seq_length=T, max_position_embeddings=T, vocab_size=V), **keys},
-        training=dict(micro_batch_size=2, global_batch_size=8, train_iters=1, lr=1.0e-3, lr_warmup_iters=0,
-                      weight_decay=0.01, clip_grad=1.0, seed=3),
-        data=dict(data_path=prefix, split="95,5,0"),
-        checkpoint=dict(load=ck),
-        parallel=dict(comm_timeout_s=120))
+    cfg = hff.oracle_config(work, name, L, T, V, keys, prefix, ck)
     hff.logits_check(probe, cfg, work, name, model, T, V)
     prompt = [5, 17, 200, 3, 42]
     with torch.no_grad():

@@ -56,32 +56,20 @@ for name, C, NH, NG, HS, act, wide in (("gemma-head-32-of-64-gqa-gelu", 64, 4, 2
                 add_bias_linear=False, layernorm_epsilon=1e-6, num_attention_heads=NH, hidden_size=C,
                 apply_layernorm_1p=True, embedding_multiplier=mult, **({"kv_channels": kv} if kv else {}),
                 gelu_approximate="none" if act == "gelu" else "tanh")
-    src = os.path.join(work, name + "-hf")
-    model.save_pretrained(src)
-    ck = os.path.join(work, name + "-ck")
-    rc, out, err = tt.outputs([trident, "convert", "--from", "hf", "--input", src, "--output", ck], timeout=300)
-    if not tt.check(f"trident convert --from hf {name}", rc == 0, err):
-        tt.finish()
+    src, ck, out = hff.oracle_import(trident, work, name, model)
     want_lines = ["normalization: RMSNorm", "position_embedding_type: rope", "swiglu: false", "geglu: true",
                   "apply_layernorm_1p: true", f"embedding_multiplier: {mult:.9g}", f"num_query_groups: {NG}",
                   f"ffn_hidden_size: {F}", "untie_embeddings_and_output_weights: false", "add_bias_linear: false"]
     tt.check(f"{name}: trident convert prints Gemma's model section (kv_channels {kv or 'absent'})",
              all(w in out for w in want_lines) and (f"kv_channels: {kv}" in out if kv else "kv_channels" not in out)
              and ("gelu_approximate: none" in out) == (act == "gelu"), out)
-    fam = [ln for ln in open(os.path.join(ck, "release", "manifest.txt")).read().splitlines()
-           if ln.startswith("family ")]
+    fam = hff.family_lines(ck)
     ending = (f" kv_channels {kv}" if kv else "") + " layernorm_1p 1 embedding_multiplier "
     tt.check(f"{name}: the manifest's family line: rotary_dims {HS}, query_groups {NG}, untie 0, ends with"
              f"{ending}X geglu 1", len(fam) == 1 and f" rotary_dims {HS} " in fam[0] and " untie 0 " in fam[0]
              and f" query_groups {NG} " in fam[0] and ending in fam[0] and fam[0].endswith(" geglu 1")
              and (" gelu_exact 1 " in fam[0]) == (act == "gelu"), str(fam))
-    cfg = tt.write_config(os.path.join(work, name + ".yaml"),
-        model={**dict(num_layers=L, seq_length=T, max_position_embeddings=T, vocab_size=V), **keys},
-        training=dict(micro_batch_size=2, global_batch_size=8, train_iters=1, lr=1.0e-3, lr_warmup_iters=0,
-                      weight_decay=0.01, clip_grad=1.0, seed=3),
-        data=dict(data_path=prefix, split="95,5,0"),
-        checkpoint=dict(load=ck),
-        parallel=dict(comm_timeout_s=120))
+    cfg = hff.oracle_config(work, name, L, T, V, keys, prefix, ck)
     hff.logits_check(probe, cfg, work, name, model, T, V)
     # transformers stops at GemmaConfig's eos 1, trident generate of the folder too (its
     # generation_config.json's eos_token_id), of the import with --eos-id 1

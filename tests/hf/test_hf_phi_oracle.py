@@ -20,22 +20,10 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 import trident_test as tt  # noqa: E402
 import hf_files as hff  # noqa: E402
 
-trident, probe, work, venv = sys.argv[1:5]
-quick = "--quick" in sys.argv[5:]
-try:
-    import transformers  # noqa: F401
-except ImportError:  # run again with the virtual environment's Python
-    py = tt.venv_python(venv, tt.HF_PACKAGES, "transformers")
-    os.execv(py, [py, os.path.abspath(__file__), *sys.argv[1:]])
-
+trident, probe, work, quick = hff.oracle_start(sys.argv)
 import torch  # noqa: E402
 from transformers import PhiConfig, PhiForCausalLM  # noqa: E402
-from transformers.utils import logging as hf_logging  # noqa: E402
 
-hf_logging.set_verbosity_error()
-hf_logging.disable_progress_bar()
-torch.set_num_threads(2)
-work = tt.fresh_dir(work)
 L, V, T = 2, 300, 32  # V: byte tokens fit, and TP pads it
 
 
@@ -60,12 +48,6 @@ def phi_grad(G, name, NH, NG, HS, C):
     return g.view(-1, 1) if g.dim() == 1 else g
 
 
-def randomize(model):
-    with torch.no_grad():  # every tensor away from its initial value (norms 1 and 0, biases 0)
-        for name, p in model.named_parameters():
-            p.copy_(1.0 + 0.2 * torch.randn_like(p) if "layernorm.weight" in name else 0.1 * torch.randn_like(p))
-
-
 prefix = tt.make_corpus(trident, work, 17, ["phi", "rotary", "partial", "group", "query", "head", "bias"],
                         300, 5, 50)
 
@@ -78,7 +60,7 @@ for name, C, NH, NG, factor, act, ffn in (("phi-gqa-rotary-0.5-gelu-new", 64, 4,
                                      num_attention_heads=NH, num_key_value_heads=NG, max_position_embeddings=T,
                                      partial_rotary_factor=factor, hidden_act=act, layer_norm_eps=1e-5,
                                      rope_theta=10000.0)).eval()
-    randomize(model)
+    hff.randomize(model, lambda pname: "layernorm.weight" in pname)
     HS = C // NH
     keys = dict(normalization="LayerNorm", position_embedding_type="rope", rotary_percent=factor,
                 ffn_hidden_size=ffn, num_query_groups=NG, untie_embeddings_and_output_weights=True,
@@ -89,12 +71,7 @@ for name, C, NH, NG, factor, act, ffn in (("phi-gqa-rotary-0.5-gelu-new", 64, 4,
                    int(HS * factor)))
 
 for name, model, hf_grad, keys, n_tensors, rot in models:
-    src = os.path.join(work, name + "-hf")
-    model.save_pretrained(src)
-    ck = os.path.join(work, name + "-ck")
-    rc, out, err = tt.outputs([trident, "convert", "--from", "hf", "--input", src, "--output", ck], timeout=300)
-    if not tt.check(f"trident convert --from hf {name}", rc == 0, err):
-        tt.finish()
+    src, ck, out = hff.oracle_import(trident, work, name, model)
     want_lines = ["normalization: LayerNorm", "position_embedding_type: rope", f"rotary_percent: {keys['rotary_percent']}",
                   "parallel_residual: true", "parallel_shared_norm: true", "output_layer_bias: true",
                   "untie_embeddings_and_output_weights: true", "add_bias_linear: true",
@@ -102,17 +79,11 @@ for name, model, hf_grad, keys, n_tensors, rot in models:
     tt.check(f"{name}: trident convert prints Phi's model section",
              all(w in out for w in want_lines) and
              ("gelu_approximate: none" in out) == (keys["gelu_approximate"] == "none"), out)
-    fam = [ln for ln in open(os.path.join(ck, "release", "manifest.txt")).read().splitlines() if ln.startswith("family ")]
+    fam = hff.family_lines(ck)
     tt.check(f"{name}: the manifest's family line: rotary_dims {rot}, ends with parallel_shared_norm 1 output_bias 1",
              len(fam) == 1 and f" rotary_dims {rot} " in fam[0] and fam[0].endswith(" parallel_shared_norm 1 output_bias 1"),
              str(fam))
-    cfg = tt.write_config(os.path.join(work, name + ".yaml"),
-        model={**dict(num_layers=L, seq_length=T, max_position_embeddings=T, vocab_size=V), **keys},
-        training=dict(micro_batch_size=2, global_batch_size=8, train_iters=1, lr=1.0e-3, lr_warmup_iters=0,
-                      weight_decay=0.01, clip_grad=1.0, seed=3),
-        data=dict(data_path=prefix, split="95,5,0"),
-        checkpoint=dict(load=ck),
-        parallel=dict(comm_timeout_s=120))
+    cfg = hff.oracle_config(work, name, L, T, V, keys, prefix, ck)
     hff.logits_check(probe, cfg, work, name, model, T, V)
     # transformers stops at PhiConfig's eos 2, trident generate of the folder too (its
     # generation_config.json's eos_token_id), of the import with --eos-id 2

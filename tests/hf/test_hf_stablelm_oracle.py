@@ -45,12 +45,6 @@ def stablelm_grad(G, name, NH, NG, HS, C):
     return hff.llama_grad(G, name, NH, NG, HS, C)
 
 
-def randomize(model):
-    with torch.no_grad():  # every tensor away from its initial value (norms 1 and 0, biases 0)
-        for name, p in model.named_parameters():
-            p.copy_(1.0 + 0.2 * torch.randn_like(p) if "norm.weight" in name else 0.1 * torch.randn_like(p))
-
-
 prefix = tt.make_corpus(trident, work, 17, ["stable", "rotary", "partial", "group", "query", "head", "bias"],
                         300, 5, 50)
 
@@ -65,7 +59,7 @@ for name, C, NH, NG, factor, qkv_bias, tie, ffn in (
                                                max_position_embeddings=T, partial_rotary_factor=factor,
                                                use_qkv_bias=qkv_bias, tie_word_embeddings=tie, layer_norm_eps=1e-5,
                                                rope_theta=10000.0)).eval()
-    randomize(model)
+    hff.randomize(model, lambda pname: "norm.weight" in pname)
     HS = C // NH
     keys = dict(normalization="LayerNorm", position_embedding_type="rope", rotary_percent=factor, swiglu=True,
                 ffn_hidden_size=ffn, num_query_groups=NG, untie_embeddings_and_output_weights=not tie,
@@ -76,12 +70,7 @@ for name, C, NH, NG, factor, qkv_bias, tie, ffn in (
                    int(HS * factor)))
 
 for name, model, hf_grad, keys, n_tensors, rot in models:
-    src = os.path.join(work, name + "-hf")
-    model.save_pretrained(src)
-    ck = os.path.join(work, name + "-ck")
-    rc, out, err = tt.outputs([trident, "convert", "--from", "hf", "--input", src, "--output", ck], timeout=300)
-    if not tt.check(f"trident convert --from hf {name}", rc == 0, err):
-        tt.finish()
+    src, ck, out = hff.oracle_import(trident, work, name, model)
     tie, qkv_bias = not keys["untie_embeddings_and_output_weights"], keys["add_qkv_bias"]
     want_lines = ["normalization: LayerNorm", "position_embedding_type: rope", f"rotary_percent: {keys['rotary_percent']}",
                   "swiglu: true", f"untie_embeddings_and_output_weights: {'false' if tie else 'true'}",
@@ -90,18 +79,12 @@ for name, model, hf_grad, keys, n_tensors, rot in models:
     tt.check(f"{name}: trident convert prints StableLM's model section",
              all(w in out for w in want_lines) and ("add_qkv_bias: true" in out) == qkv_bias and
              "parallel_residual: true" not in out, out)
-    fam = [ln for ln in open(os.path.join(ck, "release", "manifest.txt")).read().splitlines() if ln.startswith("family ")]
+    fam = hff.family_lines(ck)
     tt.check(f"{name}: the manifest's family line: rmsnorm 0, rotary_dims {rot}, swiglu 1, linear_bias 0",
              len(fam) == 1 and all(f" {k} " in fam[0] + " " for k in ("rmsnorm 0", f"rotary_dims {rot}", "swiglu 1",
                                                                       "linear_bias 0")) and
              (" qkv_bias 1" in fam[0]) == qkv_bias, str(fam))
-    cfg = tt.write_config(os.path.join(work, name + ".yaml"),
-        model={**dict(num_layers=L, seq_length=T, max_position_embeddings=T, vocab_size=V), **keys},
-        training=dict(micro_batch_size=2, global_batch_size=8, train_iters=1, lr=1.0e-3, lr_warmup_iters=0,
-                      weight_decay=0.01, clip_grad=1.0, seed=3),
-        data=dict(data_path=prefix, split="95,5,0"),
-        checkpoint=dict(load=ck),
-        parallel=dict(comm_timeout_s=120))
+    cfg = hff.oracle_config(work, name, L, T, V, keys, prefix, ck)
     hff.logits_check(probe, cfg, work, name, model, T, V)
     # transformers stops at StableLmConfig's eos 0, trident generate of the folder too (its
     # generation_config.json's eos_token_id), of the import with --eos-id 0
