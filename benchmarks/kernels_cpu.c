@@ -131,6 +131,11 @@ int main(int argc, char **argv)
     BEST("gelu backward", 0, K->gelu_backward(NULL, dh, h, hg, nh));
     BEST("exact gelu forward (1024x3072)", 0, K->gelu_exact_forward(NULL, hg, h, nh));
     BEST("exact gelu backward", 0, K->gelu_exact_backward(NULL, dh, h, hg, nh));
+    /* GeGLU (Gemma's MLP) on 1024 x 3072 (gate, up) pairs: h's (N, 2 x 1536) read as pairs */
+    BEST("geglu forward (1024x3072 pairs, tanh)", 0, K->geglu_forward(NULL, hg, h, nh / 2, 0));
+    BEST("geglu backward (tanh)", 0, K->geglu_backward(NULL, dh, h, hg, nh / 2, 0));
+    BEST("geglu forward (exact)", 0, K->geglu_forward(NULL, hg, h, nh / 2, 1));
+    BEST("geglu backward (exact)", 0, K->geglu_backward(NULL, dh, h, hg, nh / 2, 1));
     BEST("bias_add (1024x3072)", 0, K->bias_add(NULL, h, bb, N, 3 * C));
     BEST("bias_backward (1024x768)", 0, K->bias_backward(NULL, dw, dout, N, C));
     BEST("copy 1024x768", 0, K->copy(NULL, y, x, (size_t)N * C * sizeof(float)));
