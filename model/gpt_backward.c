@@ -75,7 +75,6 @@ static int projection_then_attention(tr_gpt *g, const layer_acts *L, int l, cons
 static int mlp_backward(tr_gpt *g, int l, const layer_acts *L, const float *mlp_in, float *dres,
                         int B)
 {
-    const tr_kernels *k = g->k;
     const tr_tp *tp = &g->tp;
     gpt_scratch *sc = &g->scratch;
     int C = g->s.C, N = B * g->s.T, r0, Nl, rc;
@@ -133,13 +132,7 @@ static int mlp_backward(tr_gpt *g, int l, const layer_acts *L, const float *mlp_
                                                ln16 ? (const uint16_t *)L->ln2 : NULL,
                                                layer_param(g, l, L_FC_W), N, C, g->Fwl);
     } else {
-        if (g->s.swiglu)
-            k->swiglu_backward(NULL, sc->dfch, L->fch, sc->dfch_gelu, (size_t)N * g->Fl);
-        else if (g->s.geglu)
-            k->geglu_backward(NULL, sc->dfch, L->fch, sc->dfch_gelu, (size_t)N * g->Fl,
-                              g->s.gelu_exact);
-        else
-            gpt_gelu_backward(g)(NULL, sc->dfch, L->fch, sc->dfch_gelu, (size_t)N * g->Fl);
+        gpt_mlp_act_backward(g, sc->dfch, L->fch, sc->dfch_gelu, (size_t)N * g->Fl);
         rc = column_backward_of(g, L, l, B, sc->dfch, L->ln2, L_FC_W, L_FC_B, g->Fwl,
                                 LORA_FC1);
     }

@@ -130,12 +130,7 @@ int gpt_layer_forward(tr_gpt *g, int l, layer_acts *L, const float *x, int B)
         rc = tr_tp_row_linear_partial16(tp, sum, 1, gelu16, layer_param(g, l, L_FCPROJ_W), N,
                                         g->Fl, C);
     } else {
-        if (g->s.swiglu)
-            k->swiglu_forward(NULL, L->fch_gelu, L->fch, (size_t)N * g->Fl);
-        else if (g->s.geglu)
-            k->geglu_forward(NULL, L->fch_gelu, L->fch, (size_t)N * g->Fl, g->s.gelu_exact);
-        else
-            gpt_gelu_forward(g)(NULL, L->fch_gelu, L->fch, (size_t)N * g->Fl);
+        gpt_mlp_act_forward(g, L->fch_gelu, L->fch, (size_t)N * g->Fl);
         const tr_tp_lora *adapter = gpt_lora(g, L, l, LORA_FC2, B, &lo);
         if (!sum)
             return tr_tp_row_linear_forward_lora(tp, L->residual3, L->residual2, L->fch_gelu,

@@ -186,12 +186,7 @@ static int layer_decode(tr_gpt_cache *c, int l, int n)
                                      layer_param(g, l, L_FC_B), R, C, g->Fwl, NULL, NULL);
     if (rc)
         return rc;
-    if (g->s.swiglu)
-        k->swiglu_forward(NULL, c->fch_gelu, c->fch, (size_t)R * g->Fl);
-    else if (g->s.geglu)
-        k->geglu_forward(NULL, c->fch_gelu, c->fch, (size_t)R * g->Fl, g->s.gelu_exact);
-    else
-        gpt_gelu_forward(g)(NULL, c->fch_gelu, c->fch, (size_t)R * g->Fl);
+    gpt_mlp_act_forward(g, c->fch_gelu, c->fch, (size_t)R * g->Fl);
     return tr_tp_row_linear_forward(tp, c->x, c->res2, c->fch_gelu,
                                     layer_param(g, l, L_FCPROJ_W), layer_param(g, l, L_FCPROJ_B),
                                     R, g->Fl, C, c->wide);

@@ -163,6 +163,28 @@ static inline gpt_dgelu16_fn gpt_gelu_backward16(const tr_gpt *g)
     return g->s.gelu_exact ? g->k->gelu_exact_backward16 : g->k->gelu_backward16;
 }
 
+/* The MLP's activation on n features in fp32: out (n) from fc's output inp (n, or n pairs
+ * (gate, up) for SwiGLU and GeGLU), and its backward into dinp. */
+static inline void gpt_mlp_act_forward(const tr_gpt *g, float *out, const float *inp, size_t n)
+{
+    if (g->s.swiglu)
+        g->k->swiglu_forward(NULL, out, inp, n);
+    else if (g->s.geglu)
+        g->k->geglu_forward(NULL, out, inp, n, g->s.gelu_exact);
+    else
+        gpt_gelu_forward(g)(NULL, out, inp, n);
+}
+static inline void gpt_mlp_act_backward(const tr_gpt *g, float *dinp, const float *inp,
+                                        const float *dout, size_t n)
+{
+    if (g->s.swiglu)
+        g->k->swiglu_backward(NULL, dinp, inp, dout, n);
+    else if (g->s.geglu)
+        g->k->geglu_backward(NULL, dinp, inp, dout, n, g->s.gelu_exact);
+    else
+        gpt_gelu_backward(g)(NULL, dinp, inp, dout, n);
+}
+
 /* Whether fc's GEMMs carry the GELU in their epilogues (kernels.h's linear_gelu_forward16 and
  * linear_backward_gelu16, where the table has them): the tanh GELU only (no epilogue has the
  * exact one). */
@@ -173,8 +195,8 @@ static inline int gpt_gelu_in_gemm(const tr_gpt *g) { return !g->s.gelu_exact; }
  * and no LoRA adapter reads it. Then fch_gelu holds N*Fl bf16 bits in half its floats. */
 static inline int gpt_gelu16(const tr_gpt *g)
 {
-    return gpt_gelu_forward16(g) && g->k->gemm_a16 && g->k->gemm_b16 && !tr_gpt_gated_mlp(&g->s) &&
-           !g->s.lora_rank;
+    return gpt_gelu_forward16(g) && g->k->gemm_a16 && g->k->gemm_b16 &&
+           !tr_gpt_gated_mlp(&g->s) && !g->s.lora_rank;
 }
 
 /* Whether fc's output gradient (the GELU's input gradient, scratch.dfch) is kept in bf16
