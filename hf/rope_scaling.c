@@ -7,11 +7,9 @@
 #include <stdio.h>
 #include <string.h>
 
-/* obj's key: a positive number float32 holds (hf_get_num's rule), required */
-static int scaling_num(json_t *obj, const char *path, const char *key, double *out)
+/* obj's key: a positive number float32 holds (hf_get_num's rule), required; where names obj */
+static int scaling_num(json_t *obj, const char *where, const char *key, double *out)
 {
-    char where[600];
-    snprintf(where, sizeof where, "%s: rope_scaling", path);
     if (!json_object_get(obj, key))
         return tr_fail(TR_ERR_INVALID, "%s: %s is missing", where, key);
     return hf_get_num(obj, where, key, 1.0, out);
@@ -34,22 +32,22 @@ int hf_read_rope_scaling(json_t *root, const char *path, tr_model_config *m)
     if (!k)
         return tr_fail(TR_ERR_INVALID, "%s: rope_scaling has no rope_type (or type) string",
                        path);
+    char where[600]; /* (what the messages name) */
+    snprintf(where, sizeof where, "%s: rope_scaling", path);
     int rc;
     if (!strcmp(k, "linear")) {
         double factor;
-        if ((rc = scaling_num(rs, path, "factor", &factor)))
+        if ((rc = scaling_num(rs, where, "factor", &factor)))
             return rc;
         m->rotary_seq_len_interpolation_factor = factor;
         return TR_OK;
     }
     if (!strcmp(k, "llama3")) {
         double factor, low, high;
-        if ((rc = scaling_num(rs, path, "factor", &factor)) ||
-            (rc = scaling_num(rs, path, "low_freq_factor", &low)) ||
-            (rc = scaling_num(rs, path, "high_freq_factor", &high)))
+        if ((rc = scaling_num(rs, where, "factor", &factor)) ||
+            (rc = scaling_num(rs, where, "low_freq_factor", &low)) ||
+            (rc = scaling_num(rs, where, "high_freq_factor", &high)))
             return rc;
-        char where[600];
-        snprintf(where, sizeof where, "%s: rope_scaling", path);
         int orig = 0;
         if ((rc = hf_get_int(rs, where, "original_max_position_embeddings", -1, &orig)))
             return rc;

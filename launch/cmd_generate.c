@@ -212,29 +212,27 @@ static int is_stop(const gen_options *o, int id)
     return 0;
 }
 
-/* --eos-id's value: -1 (none), or token ids separated by commas, into o->eos. */
+/* --eos-id's value: -1 (none), or token ids separated by commas (no empty one), into o->eos. */
 static int eos_ids(const arg_parser *a, const char *text, gen_options *o)
 {
     o->n_eos = 0;
     if (!strcmp(text, "-1"))
         return 0;
-    char buf[512];
-    if (strlen(text) >= sizeof buf)
-        return args_error(a, "--eos-id is too long (%zu characters)", strlen(text));
-    snprintf(buf, sizeof buf, "%s", text);
-    char *save = NULL;
-    for (char *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+    for (const char *p = text;; p++) { /* each field up to the next comma or the end */
+        const char *end = strchr(p, ',');
+        size_t len = end ? (size_t)(end - p) : strlen(p);
+        char field[16];
         int id;
-        if (o->n_eos == TR_HF_MAX_EOS || !args_parse_int(t, 0, 0x7fffffff, &id))
+        if (o->n_eos == TR_HF_MAX_EOS || len == 0 || len >= sizeof field ||
+            (memcpy(field, p, len), field[len] = '\0', !args_parse_int(field, 0, 0x7fffffff, &id)))
             return args_error(a, "--eos-id needs a token id (an integer >= 0), up to %d of them "
                               "separated by commas, or -1 for none; got '%s'", TR_HF_MAX_EOS,
                               text);
         o->eos[o->n_eos++] = id;
+        if (!end)
+            return 0;
+        p = end;
     }
-    if (!o->n_eos || text[strlen(text) - 1] == ',' || text[0] == ',' || strstr(text, ",,"))
-        return args_error(a, "--eos-id needs a token id (an integer >= 0), up to %d of them "
-                          "separated by commas, or -1 for none; got '%s'", TR_HF_MAX_EOS, text);
-    return 0;
 }
 
 static int generate(const gen_options *o, tr_gpt_cache *cache, int V, int lead, int32_t *ids,

@@ -279,6 +279,7 @@ int ckpt_same_family(const tr_gpt_shape *s, const ckpt_manifest *mf, const char 
     ckpt_manifest_family(&my, s);
     static const char *const norm[2] = {"LayerNorm", "RMSNorm"};
     static const char *const pos[3] = {"learned_absolute", "rope", "alibi"};
+    static const char *const rope_kind[3] = {"none", "linear", "llama3"}; /* TR_ROPE_SCALING_* */
     char diff[1024] = "";
     size_t n = 0;
 #define DIFF(cond, ...)                                                                            \
@@ -329,8 +330,7 @@ int ckpt_same_family(const tr_gpt_shape *s, const ckpt_manifest *mf, const char 
              (float)my.rope_low != (float)mf->rope_low ||
              (float)my.rope_high != (float)mf->rope_high || my.rope_original != mf->rope_original,
          "; rope scaling %s factor %g (the checkpoint's: %s factor %g)",
-         my.rope_scaling == 2 ? "llama3" : my.rope_scaling ? "linear" : "none", my.rope_factor,
-         mf->rope_scaling == 2 ? "llama3" : mf->rope_scaling ? "linear" : "none", mf->rope_factor)
+         rope_kind[my.rope_scaling], my.rope_factor, rope_kind[mf->rope_scaling], mf->rope_factor)
     DIFF((float)my.eps != (float)mf->eps, "; layernorm_epsilon %g (the checkpoint's: %g)", my.eps,
          mf->eps)
 #undef DIFF

@@ -167,14 +167,14 @@ static int family_suffix(const char *rest, ckpt_manifest *out)
                 !((float)x > 0.0f) || x > FLT_MAX || !((float)lo > 0.0f) || !(hi <= FLT_MAX) ||
                 !((float)hi > (float)lo) || n < 1)
                 return 0;
-            out->rope_scaling = 2, out->rope_factor = x, out->rope_low = lo;
+            out->rope_scaling = TR_ROPE_SCALING_LLAMA3, out->rope_factor = x, out->rope_low = lo;
             out->rope_high = hi, out->rope_original = n;
         } else {
             if (sscanf(v, "%lg%n", &x, &used) != 1 || !isfinite(x) || !((float)x > 0.0f) ||
                 x > FLT_MAX || (float)x == 1.0f)
                 return 0;
             if (keys[i].kind == LINEAR)
-                out->rope_scaling = 1, out->rope_factor = x;
+                out->rope_scaling = TR_ROPE_SCALING_LINEAR, out->rope_factor = x;
             else
                 out->embedding_multiplier = x;
         }
@@ -223,10 +223,10 @@ int ckpt_write_manifest(const char *path, const ckpt_manifest *mf)
                  " embedding_multiplier %.9g", mf->embedding_multiplier);
     if (mf->geglu)
         strcat(suffix, " geglu 1");
-    if (mf->rope_scaling == 1)
+    if (mf->rope_scaling == TR_ROPE_SCALING_LINEAR)
         snprintf(suffix + strlen(suffix), sizeof suffix - strlen(suffix), " rope_linear %.9g",
                  mf->rope_factor);
-    if (mf->rope_scaling == 2)
+    if (mf->rope_scaling == TR_ROPE_SCALING_LLAMA3)
         snprintf(suffix + strlen(suffix), sizeof suffix - strlen(suffix),
                  " rope_llama3 %.9g %.9g %.9g %d", mf->rope_factor, mf->rope_low, mf->rope_high,
                  mf->rope_original);

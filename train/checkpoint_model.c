@@ -47,7 +47,8 @@ int tr_checkpoint_read_model(const char *dir, tr_model_config *model, int *itera
         static char gelu_tanh[] = "tanh", gelu_none[] = "none";
         model->normalization = mf.rmsnorm ? rms_norm : layer_norm;
         model->position_embedding_type = mf.position == 1 ? rope : mf.position == 2 ? alibi : learned;
-        int hs = mf.kv_channels ? mf.kv_channels : mf.hidden_size / mf.num_attention_heads;
+        model->kv_channels = mf.kv_channels;
+        int hs = tr_model_head_size(model);
         model->rotary_percent = mf.position == 1 && hs > 0 ? (double)mf.rotary_dims / hs : 1.0;
         model->rotary_base = mf.position == 1 ? mf.rotary_base : 10000.0;
         model->swiglu = mf.swiglu;
@@ -62,17 +63,18 @@ int tr_checkpoint_read_model(const char *dir, tr_model_config *model, int *itera
         model->parallel_shared_norm = mf.parallel_shared_norm;
         model->output_layer_bias = mf.output_bias;
         model->gelu_approximate = mf.gelu_exact ? gelu_none : gelu_tanh;
-        model->kv_channels = mf.kv_channels;
         model->apply_layernorm_1p = mf.layernorm_1p;
         model->embedding_multiplier = mf.embedding_multiplier ? mf.embedding_multiplier : 1.0;
         model->geglu = mf.geglu;
-        model->rotary_seq_len_interpolation_factor = mf.rope_scaling == 1 ? mf.rope_factor : 1.0;
-        model->use_rope_scaling = mf.rope_scaling == 2;
-        model->rope_scaling_factor = mf.rope_scaling == 2 ? mf.rope_factor : 8.0;
-        model->rope_scaling_low_freq_factor = mf.rope_scaling == 2 ? mf.rope_low : 1.0;
-        model->rope_scaling_high_freq_factor = mf.rope_scaling == 2 ? mf.rope_high : 4.0;
-        model->rope_scaling_original_max_position_embeddings =
-            mf.rope_scaling == 2 ? mf.rope_original : 8192;
+        /* rope scaling: the manifest's kind, else the keys' defaults */
+        int llama3 = mf.rope_scaling == TR_ROPE_SCALING_LLAMA3;
+        model->rotary_seq_len_interpolation_factor =
+            mf.rope_scaling == TR_ROPE_SCALING_LINEAR ? mf.rope_factor : 1.0;
+        model->use_rope_scaling = llama3;
+        model->rope_scaling_factor = llama3 ? mf.rope_factor : 8.0;
+        model->rope_scaling_low_freq_factor = llama3 ? mf.rope_low : 1.0;
+        model->rope_scaling_high_freq_factor = llama3 ? mf.rope_high : 4.0;
+        model->rope_scaling_original_max_position_embeddings = llama3 ? mf.rope_original : 8192;
         model->layernorm_epsilon = mf.eps;
     }
     if (iteration)
