@@ -17,13 +17,15 @@ import gives transformers' tokens; `trident convert --to hf` of the import is bi
 transformers' tensors and writes the same rope_scaling (linear: it loads as LlamaForCausalLM with
 the same logits). Refused, naming the key: rope_scaling of type "dynamic" or "yarn", a missing
 factor, llama3's high_freq_factor not above its low one, a rope_scaling that is not an object,
-and rope_scaling on a Qwen2; later transformers' Llama keys that say otherwise than 4.38
+and rope_scaling on a Qwen2; a manifest's family line whose rope-scaling end is not one kind, once,
+last, with finite factors, on rope; later transformers' Llama keys that say otherwise than 4.38
 computes: mlp_bias true, a head_dim other than hidden / heads. configs/llama3.1-8b.yaml (Llama 3.1's scaling): `trident plan` counts the
 release's 8,030,261,248 parameters.
 usage: test_hf_rope_scaling_oracle.py TRIDENT HF_PROBE WORKDIR VENV"""
 import json
 import math
 import os
+import shutil
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "common"))
@@ -121,6 +123,31 @@ for name, rs in (("llama-linear-4", {"type": "linear", "factor": 4.0}), ("llama3
                      set(a) == set(b) and all(torch.equal(a[k], b[k]) for k in a))
             got = json.load(open(os.path.join(back, "config.json"))).get("rope_scaling")
             tt.check(f"{name}: the export's rope_scaling is the folder's", got == rs, f"{got} != {rs}")
+
+# the family line's rope-scaling end: one kind, once, last, finite factors (llama3's high above
+# its low), only on rope: anything else is a corrupt manifest, refused naming it
+for name, good_end, bad_ends in (
+        ("llama-linear-4", " rope_linear 4", (" rope_linear 1", " rope_linear -2", " rope_linear inf",
+                                              " rope_linear 4 rope_linear 4", " rope_linear 4 rope_llama3 8 1 4 64")),
+        ("llama3.1-scaling", " rope_llama3 8 1 4 64", (" rope_llama3 8 4 1 64", " rope_llama3 8 1 4 0",
+                                                       " rope_llama3 nan 1 4 64", " rope_llama3 8 1 4",
+                                                       " rope_llama3 8 1 4 64 geglu 1"))):
+    ck = os.path.join(work, name + "-ck")
+    mtext = open(os.path.join(ck, "release", "manifest.txt")).read()
+    for bad_end in bad_ends + (("position 1", "position 0"),):
+        ck_bad = os.path.join(work, "ck-bad")
+        tt.fresh_dir(ck_bad)
+        os.rmdir(ck_bad)
+        shutil.copytree(ck, ck_bad)
+        mpath = os.path.join(ck_bad, "release", "manifest.txt")
+        old, new = bad_end if isinstance(bad_end, tuple) else (good_end, bad_end)
+        tt.write(mpath, mtext.replace(" " + old if isinstance(bad_end, tuple) else old,
+                                      " " + new if isinstance(bad_end, tuple) else new))
+        what = f"{new} (learned positions)" if isinstance(bad_end, tuple) else bad_end.strip()
+        rc, _, err = tt.outputs([trident, "convert", "--to", "hf", "--input", ck_bad, "--output",
+                                 os.path.join(work, "bad-out")], timeout=120)
+        tt.check(f"refused: a manifest of {name} ending '{what}' (exit 2, naming the family line)",
+                 rc == 2 and "expected the family line" in err and mpath in err, f"exit {rc}: {err[-400:]}")
 
 # refusals, naming the key
 good = os.path.join(work, "llama-linear-4-hf")
