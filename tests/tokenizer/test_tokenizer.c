@@ -297,6 +297,7 @@ static const char *falcon_pre =
 static const char *write_falcon(const char *name, const char *pre)
 {
     char *v = malloc(8192), *out = malloc(16384);
+    if (!v || !out) abort();
     size_t vo = (size_t)sprintf(v, "{\">>TITLE<<\":0");
     for (int b = 0; b < 256; b++) {
         vo += (size_t)sprintf(v + vo, ",\"");
@@ -407,6 +408,7 @@ static void test_tokenizer_config_eos(void **state)
     char *j = hf_text(&len), *at = strstr(j, "<|eot|>"); /* 260 becomes <|endoftext|> */
     assert_non_null(at);
     char *named = malloc(len + 32);
+    if (!named) abort();
     sprintf(named, "%.*s<|endoftext|>%s", (int)(at - j), j, at + strlen("<|eot|>"));
     write_file(model, named, strlen(named));
     free(named);
@@ -471,6 +473,7 @@ static void test_id_cap(void **state)
     (void)state;
     size_t len;
     char *good = hf_text(&len), *bad = malloc(len + 256);
+    if (!bad) abort();
     const char *added = "{\"id\":260,\"content\":\"<|eot|>\"", *entry = "\"cab\":258";
     char *at_added = strstr(good, added), *at_entry = strstr(good, entry);
     assert_non_null(at_added);
