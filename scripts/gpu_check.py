@@ -17,7 +17,7 @@ report's Markdown gpu_check_report.py's.
 
 usage: scripts/gpu-check.sh [--out DIR] [--bundle DIR] [--build DIR] [--budget SECONDS]
                             [--skip STEP,...] [--only STEP,...] [--jobs N] [--commit HASH]
-                            [--targets NINJA_TARGET,...]
+                            [--targets NINJA_TARGET,...] [--buildtype release|plain]
   --bundle  the bundle folder (default .gpu); --build the build folder (default build-gpu)
   --budget  seconds for the whole run (default 1200); steps that would not fit are SKIPped
             and a running one is stopped at the end of the budget
@@ -294,7 +294,7 @@ class Check:
         build = self.a.build
         # werror off: the image's gcc may be newer than Debian 12's and warn about new things;
         # the build step reports the warnings instead of stopping on the first
-        opts = ["-Dbuildtype=release", "-Dcuda=enabled", f"-Dcudatoolkit={self.toolkit}", "-Dwerror=false"]
+        opts = [f"-Dbuildtype={self.a.buildtype}", "-Dcuda=enabled", f"-Dcudatoolkit={self.toolkit}", "-Dwerror=false"]
         note = ""
         # machine code for this GPU alone (nvcc's front end runs once per target: the default's
         # compute_80 PTX for other GPUs doubles the build's longest compile, flash_mma.cu)
@@ -572,6 +572,9 @@ def main():
     ap.add_argument("--gencode", default="", help="nvcc -gencode targets of the build, ';'-separated "
                     "(default: the GPU's own compute capability, e.g. arch=compute_90,code=sm_90 on an "
                     "H100; with no GPU, meson's default: sm_90 and compute_80 PTX)")
+    ap.add_argument("--buildtype", default="release", choices=["release", "plain"],
+                    help="meson's buildtype of the build step (default release; tests/gpu_bundle builds "
+                    "plain: its C at -O0, a third of the compile time, the .cu files at nvcc's -O3 either way)")
     ap.add_argument("--commit", default="", help="the commit to name in the report (where the tree has no .git)")
     a = ap.parse_args()
     for k in ("only", "skip"):

@@ -11,7 +11,9 @@ point 4): a bundle that would fail on the GPU machine fails here first.
      resolve there) and build trident and the CUDA probe with CUDA (--targets: the library
      and every .cu file; the tests' own sources are the release build's), as PTX for sm_80
      and later (--gencode: the default's second target; scripts/test.sh's release build
-     compiles its first, sm_90's machine code, so CI compiles each once). The steps bundle,
+     compiles its first, sm_90's machine code, so CI compiles each once; --buildtype plain:
+     its C at -O0, a third of the release's compile time, the release build compiles it
+     optimized and warns). The steps bundle,
      cuda-toolkit, configure and build must PASS; where the bundle carries cuDNN's headers
      (cudnn/include), with this machine's cudnn.h and cudnn_frontend.h hidden too, the
      configure step must report the cuDNN attention built.
@@ -74,7 +76,7 @@ if cudnn_bundled:
                 hidden.add(os.path.realpath(os.path.join(d, h)))
 check_cmd = [os.path.join(root, "scripts", "gpu-check.sh"), "--bundle", bundle, "--build", build, "--out", results,
              "--only", "configure,build", "--jobs", "2", "--targets", "trident,tests/cuda/cuda_probe",
-             "--gencode", "arch=compute_80,code=compute_80"]
+             "--gencode", "arch=compute_80,code=compute_80", "--buildtype", "plain"]
 script = os.path.join(work, "in-namespace.sh")
 with open(script, "w") as f:
     f.write("#!/bin/bash\nset -e\n")
