@@ -197,9 +197,18 @@ static int map_phi(const tr_param_tensor *t, const tr_gpt_shape *s, fam_map *m)
     return rc;
 }
 
+/* GPT-BigCode: family_bigcode.c's names, every tensor in trident's layout */
+static int map_bigcode(const tr_param_tensor *t, fam_map *m)
+{
+    m->kind = FAM_SAME, m->n = 1;
+    m->rows[0] = (uint64_t)t->full_rows;
+    return hf_bigcode_map(t, m->name[0]);
+}
+
 static int map_family(int family, const tr_param_tensor *t, const tr_gpt_shape *s, fam_map *m)
 {
-    return family == TR_HF_BLOOM    ? map_bloom(t, m)
+    return family == TR_HF_BIGCODE  ? map_bigcode(t, m)
+           : family == TR_HF_BLOOM  ? map_bloom(t, m)
            : family == TR_HF_NEOX   ? map_neox(t, m)
            : family == TR_HF_FALCON ? map_falcon(t, s, m)
            : family == TR_HF_PHI    ? map_phi(t, s, m)

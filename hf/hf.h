@@ -217,13 +217,24 @@ TR_MUST_CHECK int tr_hf_load_gpt2(const char *dir, tr_gpt *g, float *params);
  * gelu_pytorch_tanh, gelu_new, gelu_fast, gelu_accurate -> tanh; others refused naming the key
  * read; exported with both keys the same ("gelu" or "gelu_pytorch_tanh"). attention_bias true,
  * tie_word_embeddings false and rope_scaling refused by name. */
+/* GPTBigCodeForCausalLM (StarCoder, StarCoderBase, SantaCoder; model_type gpt_bigcode;
+ * hf/family_bigcode.c): GPT-2's names under transformer. with nn.Linear weights [out, in], every
+ * tensor in trident's layout: c_attn's rows are [Q | K | V] of one key/value head with
+ * multi_query (model.num_query_groups 1), else (head, {q, k, v}, d) (groups = heads); wte, wpe,
+ * ln_1, ln_2, attn.c_attn / c_proj, mlp.c_fc / c_proj, ln_f -> wte, wpe, ln1, ln2, qkv /
+ * attn_proj, fc / fc_proj, lnf; lm_head tied unless tie_word_embeddings is false
+ * (output_layer); n_inner (null: 4 n_embd) -> ffn_hidden_size, n_positions, layer_norm_epsilon,
+ * activation_function (gelu, gelu_python: gelu_approximate none; gelu_pytorch_tanh, gelu_new,
+ * gelu_fast, gelu_accurate: tanh). scale_attn_weights false, add_cross_attention true, another
+ * activation and n_embd not divisible by n_head refused by name (attention_softmax_in_fp32 and
+ * scale_attention_softmax_in_fp32 change nothing in float32). */
 enum { TR_HF_GPT2, TR_HF_LLAMA, TR_HF_BLOOM, TR_HF_QWEN2, TR_HF_MISTRAL, TR_HF_NEOX, TR_HF_FALCON,
-       TR_HF_PHI, TR_HF_STABLELM, TR_HF_GEMMA };
+       TR_HF_PHI, TR_HF_STABLELM, TR_HF_GEMMA, TR_HF_BIGCODE };
 /* "GPT-2", "Llama", "Bloom", "Qwen2", "Mistral", "GPT-NeoX", "Falcon", "Phi", "StableLM",
- * "Gemma" */
+ * "Gemma", "GPTBigCode" */
 const char *tr_hf_family_name(int family);
 /* DIR/config.json: *family from model_type ("llama", "qwen2", "bloom", "gpt_neox", "falcon",
- * "phi", "stablelm", "gemma"; "mistral" is
+ * "phi", "stablelm", "gemma", "gpt_bigcode"; "mistral" is
  * TR_HF_LLAMA: the same model when its sliding_window is null or spans
  * max_position_embeddings, exported as a Llama; a shorter window is kept as
  * model.sliding_window, seq_length within it, and exported as a Mistral; a Qwen2 is a Llama
@@ -259,7 +270,10 @@ TR_MUST_CHECK int tr_hf_load_family(const char *dir, int family, tr_gpt *g, floa
  * window: hf_stablelm_shape), TR_HF_GEMMA (RMSNorm with layernorm_1p, rope over whole heads of
  * any size (kv_channels), GeGLU of any width, no biases, GQA or not, tied, embedding_multiplier
  * (float)sqrt(C), the sequential residual, no embedding norm, no window: hf_gemma_shape; any
- * other model with kv_channels, layernorm_1p, embedding_multiplier or geglu -1), or -1 when
+ * other model with kv_channels, layernorm_1p, embedding_multiplier or geglu -1), TR_HF_BIGCODE
+ * (learned positions with LayerNorm, biases, a GELU MLP of any width, one key/value group or
+ * one per head, tied or not, the sequential residual: hf_bigcode_shape; GPT-2 first: a model
+ * that GPT-2 expresses (a group per head, the tanh GELU in 4C, tied) stays GPT-2), or -1 when
  * transformers has no such model. */
 int tr_hf_family_of(const tr_model_config *m);
 
@@ -288,7 +302,7 @@ struct tr_hf_export_options {
 /* LoRA (hf/lora.c). A LoRA run's checkpoint (its adapters) with the run's config cfg
  * (finetune.lora.*, and finetune.load: the base) -> hf_dir: merge 0: PEFT's adapter
  * (adapter_config.json + adapter_model.safetensors; GPT-2, Llama, Bloom, GPT-NeoX, Falcon,
- * Phi);
+ * Phi, StableLM, Gemma, GPTBigCode);
  * merge 1: the base with W += (alpha/r) B A written as tr_hf_export writes a model (any
  * family). alpha, rank and
  * target modules are the checkpoint's (its manifest's lora line): a cfg whose finetune.lora

@@ -65,6 +65,16 @@ TR_MUST_CHECK int hf_read_gemma(json_t *root, const char *path, tr_model_config 
 TR_MUST_CHECK int hf_write_gemma_config(const char *dir, const tr_model_config *m,
                                         const tr_hf_export_options *o);
 int hf_gemma_shape(const tr_gpt_shape *s);
+/* GPT-BigCode (family_bigcode.c): config.json's keys into m (the whole model section but
+ * seq_length); the parameters of m; its config.json; TR_HF_BIGCODE for a shape of its switches
+ * (GPT-2's among them: test tr_gpt_is_gpt2 first), else -1; the HF name of trident tensor t
+ * (every one in trident's layout) */
+TR_MUST_CHECK int hf_read_bigcode(json_t *root, const char *path, tr_model_config *m);
+double hf_bigcode_numel(const tr_model_config *m);
+TR_MUST_CHECK int hf_write_bigcode_config(const char *dir, const tr_model_config *m,
+                                          const tr_hf_export_options *o);
+int hf_bigcode_shape(const tr_gpt_shape *s);
+TR_MUST_CHECK int hf_bigcode_map(const tr_param_tensor *t, char name[112]);
 /* config.json readers (family_config.c), shared by every family: root's key into *out, or
  * TR_ERR_INVALID naming path and key. hf_get_int: absent or null takes dflt (dflt < 0: the key
  * is required), else an integer in [1, 2^26]. hf_get_num: absent takes dflt, else a positive

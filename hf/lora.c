@@ -4,10 +4,12 @@
  *    base_model.model.transformer.h.L.attn.c_attn.lora_A.weight (r, C), lora_B (3C, r) with
  *    its rows from (head, {q, k, v}, d) to ({q, k, v}, head, d) as c_attn's columns;
  *    attn_proj, fc, fc_proj are attn.c_proj, mlp.c_fc, mlp.c_proj in the same layout
- *    (Conv1D: fan_in_fan_out). Bloom: query_key_value, dense, dense_h_to_4h, dense_4h_to_h,
- *    all in trident's layout; GPT-NeoX: the same under gpt_neox.layers.L (attention.*,
- *    mlp.*); Falcon: Bloom's names (transformer.h.L.self_attention.*, mlp.*); Phi: Llama's
- *    q_proj, k_proj, v_proj, then self_attn.dense, mlp.fc1, mlp.fc2 as they are. Llama: the
+ *    (Conv1D: fan_in_fan_out); GPT-BigCode: GPT-2's names, every adapter in trident's layout
+ *    (nn.Linear; c_attn's rows are trident's qkv rows). Bloom: query_key_value, dense,
+ *    dense_h_to_4h, dense_4h_to_h, all in trident's layout; GPT-NeoX: the same under
+ *    gpt_neox.layers.L (attention.*, mlp.*); Falcon: Bloom's names
+ *    (transformer.h.L.self_attention.*, mlp.*); Phi: Llama's q_proj, k_proj, v_proj, then
+ *    self_attn.dense, mlp.fc1, mlp.fc2 as they are. Llama: the
  *    fused qkv's adapter becomes q_proj, k_proj and v_proj with the same A each and B's rows
  *    of each projection (from (group, {q.., k, v}, d)), fc's becomes gate_proj and up_proj
  *    (B's rows from (feature, {gate, up})): the same function, exactly;
@@ -38,7 +40,7 @@ static int parse_adapter(const char *name, int *layer, char *ab)
     return -1;
 }
 
-enum { FAM_GPT2, FAM_LLAMA, FAM_BLOOM, FAM_NEOX, FAM_FALCON, FAM_PHI };
+enum { FAM_GPT2, FAM_LLAMA, FAM_BLOOM, FAM_NEOX, FAM_FALCON, FAM_PHI, FAM_BIGCODE };
 /* one tensor of PEFT's file: rows of trident adapter t (all, or picked by pick_row) */
 typedef struct {
     char name[128];
@@ -76,6 +78,7 @@ int tr_hf_write_lora_adapter(const char *dir, tr_gpt *g, const float *params)
      * what GPT-NeoX cannot be, tr_hf_family_of's rule) */
     int seq = !s->parallel_residual;
     int fam = tr_gpt_is_gpt2(s) ? FAM_GPT2
+              : hf_shape_family(s) == TR_HF_BIGCODE ? FAM_BIGCODE
               : hf_shape_family(s) == TR_HF_GEMMA ? FAM_LLAMA /* (Llama's names) */
               : s->kv_channels || s->layernorm_1p || s->embedding_multiplier || s->geglu ? -1
               : hf_shape_family(s) == TR_HF_FALCON ? FAM_FALCON
@@ -89,8 +92,8 @@ int tr_hf_write_lora_adapter(const char *dir, tr_gpt *g, const float *params)
                   : -1;
     if (fam < 0)
         return tr_fail(TR_ERR_INVALID, "PEFT adapters are written for GPT-2, Llama, Bloom, "
-                       "GPT-NeoX, Falcon, Phi, StableLM and Gemma models; this model's switches "
-                       "are none of them");
+                       "GPT-NeoX, Falcon, Phi, StableLM, Gemma and GPTBigCode models; this "
+                       "model's switches are none of them");
     static const char *const gpt2[4] = {"attn.c_attn", "attn.c_proj", "mlp.c_fc", "mlp.c_proj"};
     static const char *const bloom[4] = {"self_attention.query_key_value", "self_attention.dense",
                                          "mlp.dense_h_to_4h", "mlp.dense_4h_to_h"};
@@ -121,10 +124,10 @@ int tr_hf_write_lora_adapter(const char *dir, tr_gpt *g, const float *params)
             p->t = t;
             p->rows = t->rows;
             p->part = k;
-            if (fam == FAM_GPT2) {
+            if (fam == FAM_GPT2 || fam == FAM_BIGCODE) { /* (BigCode's: trident's rows) */
                 snprintf(p->name, sizeof p->name, "base_model.model.transformer.h.%d.%s.lora_%c.weight",
                          layer, gpt2[m], ab);
-                p->kind = m == 0 && ab == 'B';
+                p->kind = fam == FAM_GPT2 && m == 0 && ab == 'B';
             } else if (fam == FAM_BLOOM || fam == FAM_FALCON) {
                 snprintf(p->name, sizeof p->name, "base_model.model.transformer.h.%d.%s.lora_%c.weight",
                          layer, bloom[m], ab);
@@ -185,7 +188,8 @@ int tr_hf_write_lora_adapter(const char *dir, tr_gpt *g, const float *params)
     for (int m = 0; m < 4; m++)
         if (s->lora_targets & (1 << m)) {
             if (fam != FAM_LLAMA && !(fam == FAM_PHI && m == 0))
-                json_array_append_new(targets, json_string(fam == FAM_GPT2    ? gpt2[m]
+                json_array_append_new(targets, json_string(fam == FAM_GPT2 || fam == FAM_BIGCODE
+                                                               ? gpt2[m]
                                                            : fam == FAM_NEOX ? neox[m]
                                                            : fam == FAM_PHI  ? phi[m]
                                                                              : bloom[m]));

@@ -13,7 +13,7 @@ written in PEFT's format (hf_probe lora-init) and loaded by peft onto the same m
   - a GQA Llama, a 6-head Bloom, a GPT-NeoX (Pythia's switches), a Falcon-40B-shaped Falcon
     (8 heads in 2 key/value groups), a Phi, a GQA StableLM with q/k/v biases and a Gemma (heads of
     32 in a hidden size of 64, GeGLU) imported from transformers, LoRA-trained in TP2, and a
-    Falcon-7B-shaped one (one norm, multi_query, 5 heads) in DP2: their --adapters-only export
+    Falcon-7B-shaped one (one norm, multi_query, 5 heads) and a multi-query GPT-BigCode in DP2: their --adapters-only export
     in peft (Llama: q/k/v_proj and gate/up_proj from the fused layers' adapters) and their
     --merge-lora export in transformers give trident's logits.
 usage: test_lora_oracle.py TRIDENT HF_PROBE WORKDIR VENV
@@ -49,7 +49,7 @@ from peft import PeftModel  # noqa: E402
 from transformers import (BloomConfig, BloomForCausalLM, FalconConfig, FalconForCausalLM, GPT2Config,  # noqa: E402
                           GPT2LMHeadModel, GPTNeoXConfig, GPTNeoXForCausalLM, LlamaConfig, LlamaForCausalLM)
 from transformers import PhiConfig, PhiForCausalLM, StableLmConfig, StableLmForCausalLM  # noqa: E402
-from transformers import GemmaConfig, GemmaForCausalLM  # noqa: E402
+from transformers import GemmaConfig, GemmaForCausalLM, GPTBigCodeConfig, GPTBigCodeForCausalLM  # noqa: E402
 from transformers.utils import logging as hf_logging  # noqa: E402
 
 hf_logging.set_verbosity_error()
@@ -310,6 +310,10 @@ stablelm = StableLmForCausalLM(StableLmConfig(hidden_size=64, intermediate_size=
 # split by the head size
 gemma = GemmaForCausalLM(GemmaConfig(hidden_size=64, intermediate_size=96, num_hidden_layers=L, num_attention_heads=4,
                                      num_key_value_heads=2, head_dim=32, max_position_embeddings=T, vocab_size=V))
+# GPT-BigCode's layer (StarCoder's multi_query: 4 query heads, one key/value head; nn.Linear, so
+# GPT-2's names without fan_in_fan_out, c_attn's rows trident's) in DP2
+bigcode = GPTBigCodeForCausalLM(GPTBigCodeConfig(n_embd=64, n_layer=L, n_head=4, n_positions=T, vocab_size=V,
+                                                 multi_query=True))
 FALCON_KEYS = dict(normalization="LayerNorm", position_embedding_type="rope", add_bias_linear=False,
                    parallel_residual=True, gelu_approximate="none", max_position_embeddings=T)
 FAMILIES = [("llama-gqa", llama, LlamaForCausalLM,
@@ -341,7 +345,10 @@ FAMILIES = [("llama-gqa", llama, LlamaForCausalLM,
              dict(normalization="RMSNorm", position_embedding_type="rope", geglu=True, gelu_approximate="none",
                   ffn_hidden_size=96, num_query_groups=2, kv_channels=32, apply_layernorm_1p=True,
                   embedding_multiplier=8.0, add_bias_linear=False, layernorm_epsilon=1e-6, num_attention_heads=4,
-                  hidden_size=64, max_position_embeddings=T))]
+                  hidden_size=64, max_position_embeddings=T)),
+            ("bigcode-multi-query", bigcode, GPTBigCodeForCausalLM,
+             dict(normalization="LayerNorm", position_embedding_type="learned_absolute", num_query_groups=1,
+                  num_attention_heads=4, hidden_size=64, max_position_embeddings=T))]
 for fname, fmodel, cls, keys in FAMILIES:
     randomize(fmodel)
     fsrc, fck = path(fname + "-hf"), path(fname + "-base")
