@@ -18,7 +18,7 @@ from trident_test import check  # noqa: E402
 
 trident, work = sys.argv[1], tt.fresh_dir(sys.argv[2])
 prefix = tt.make_corpus(trident, work, 41, ["term", "signal", "save", "exit"], 300, 3, 30)
-ITERS = 1000  # the signal comes after 10-200 of them: 800 to spare
+ITERS = 500  # the signal comes after 10-200 of them: 300 to spare
 config = tt.write_config(os.path.join(work, "small.yaml"),
     model=dict(num_layers=2, hidden_size=32, num_attention_heads=2, seq_length=16),
     training=dict(micro_batch_size=2, global_batch_size=4, train_iters=ITERS, lr=1.0e-3),
