@@ -122,6 +122,8 @@ static void print_model_section(const tr_model_config *m)
                m->add_bias_linear ? "true" : "false", m->embedding_layernorm ? "true" : "false");
     if (m->normalization && m->add_qkv_bias && !m->add_bias_linear)
         printf("  add_qkv_bias: true\n");
+    if (m->normalization && m->add_mlp_bias && !m->add_bias_linear)
+        printf("  add_mlp_bias: true\n"); /* GPT-J's fc_in / fc_out biases */
     if (m->normalization && m->sliding_window)
         printf("  sliding_window: %d\n", m->sliding_window);
     if (m->normalization && !strcmp(m->position_embedding_type, "rope"))

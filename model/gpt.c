@@ -51,6 +51,7 @@ void tr_gpt_shape_family(const tr_model_config *m, tr_gpt_shape *s)
     s->output_bias = s->untie && m->output_layer_bias;
     s->no_linear_bias = !m->add_bias_linear;
     s->qkv_bias = s->no_linear_bias && m->add_qkv_bias;
+    s->mlp_bias = s->no_linear_bias && m->add_mlp_bias;
     s->sliding_window = m->sliding_window;
     s->embedding_ln = m->embedding_layernorm;
     s->parallel_residual = m->parallel_residual;
@@ -280,7 +281,9 @@ static void family_sizes(tr_gpt *g)
     g->per_layer = 0;
     for (int j = 0; j < L_COUNT; j++) {
         int is_bias = j == L_QKV_B || j == L_ATTPROJ_B || j == L_FC_B || j == L_FCPROJ_B;
-        int absent = (is_bias && s->no_linear_bias && !(j == L_QKV_B && s->qkv_bias)) ||
+        int kept = (j == L_QKV_B && s->qkv_bias) ||
+                   ((j == L_FC_B || j == L_FCPROJ_B) && s->mlp_bias); /* without linear ones */
+        int absent = (is_bias && s->no_linear_bias && !kept) ||
                      (s->rmsnorm && (j == L_LN1_B || j == L_LN2_B));
         if (s->parallel_shared_norm && (j == L_LN2_W || j == L_LN2_B))
             g->slot[j] = g->slot[j == L_LN2_W ? L_LN1_W : L_LN1_B]; /* ln1's tensors */

@@ -115,6 +115,8 @@ typedef struct {
     int no_linear_bias;   /* qkv, attn_proj, fc, fc_proj without biases */
     int qkv_bias;         /* with no_linear_bias: qkv has its bias all the same (Qwen2;
                            * model.add_qkv_bias); 0 when no_linear_bias is 0 */
+    int mlp_bias;         /* with no_linear_bias: fc and fc_proj have their biases all the
+                           * same (GPT-J; model.add_mlp_bias); 0 when no_linear_bias is 0 */
     int sliding_window;   /* model.sliding_window (0: none): recorded, not computed: the
                            * config keeps seq_length within it, where full causal attention
                            * is the windowed one */

@@ -38,6 +38,7 @@ typedef struct {
     double h, qkv, F, fc; /* hidden; qkv rows (a + 2 groups x head size); MLP width; fc rows */
     double a;             /* the attention's width: heads x head size (h unless kv_channels) */
     int bias, qkv_bias, rms, learned, emb_ln, untie; /* qkv_bias: qkv's (with bias or alone) */
+    int mlp_bias;                                    /* fc's and fc_proj's (with bias or alone) */
     int norms;                                       /* per layer: 2, or 1 (a shared norm) */
     int out_bias;                                    /* the untied output layer's bias */
 } family;
@@ -56,6 +57,7 @@ static family family_of(const tr_model_config *m)
     f.fc = loaded && (m->swiglu || m->geglu) ? 2 * f.F : f.F;
     f.bias = !loaded || m->add_bias_linear;
     f.qkv_bias = f.bias || (loaded && m->add_qkv_bias);
+    f.mlp_bias = f.bias || (loaded && m->add_mlp_bias);
     f.rms = loaded && !strcmp(m->normalization, "RMSNorm");
     f.learned = !m->position_embedding_type ||
                 !strcmp(m->position_embedding_type, "learned_absolute");
@@ -85,8 +87,10 @@ static double layer_params(const family *f, int tp)
 {
     double h = f->h;
     double n = (f->qkv * h + f->a * h + f->fc * h + f->F * h) / tp;
-    if (f->bias)
-        n += f->fc / tp + 2.0 * h;
+    if (f->bias) /* attn_proj's */
+        n += h;
+    if (f->mlp_bias)
+        n += f->fc / tp + h;
     if (f->qkv_bias)
         n += f->qkv / tp;
     return n + f->norms * (f->rms ? h : 2.0 * h);

@@ -303,6 +303,8 @@ int ckpt_same_family(const tr_gpt_shape *s, const ckpt_manifest *mf, const char 
          my.linear_bias, mf->linear_bias)
     DIFF(my.qkv_bias != mf->qkv_bias, "; add_qkv_bias %d (the checkpoint's: %d)", my.qkv_bias,
          mf->qkv_bias)
+    DIFF(my.mlp_bias != mf->mlp_bias, "; add_mlp_bias %d (the checkpoint's: %d)", my.mlp_bias,
+         mf->mlp_bias)
     DIFF(my.sliding_window != mf->sliding_window, "; sliding_window %d (the checkpoint's: %d)",
          my.sliding_window, mf->sliding_window)
     DIFF(my.parallel_residual != mf->parallel_residual,

@@ -60,6 +60,7 @@ void ckpt_manifest_family(ckpt_manifest *mf, const tr_gpt_shape *s)
     mf->untie = s->untie;
     mf->linear_bias = !s->no_linear_bias;
     mf->qkv_bias = s->qkv_bias;
+    mf->mlp_bias = s->mlp_bias;
     mf->sliding_window = s->sliding_window;
     mf->parallel_residual = s->parallel_residual;
     mf->gelu_exact = s->gelu_exact;
@@ -127,9 +128,9 @@ static int lora_targets_parse(const char *text)
 /* The family line's optional end: " qkv_bias 1", " sliding_window N", " parallel_residual 1",
  * " gelu_exact 1", " parallel_shared_norm 1", " output_bias 1", " kv_channels N",
  * " layernorm_1p 1", " embedding_multiplier X", " geglu 1", " rope_linear X" or
- * " rope_llama3 X X X N" (N >= 1 in digits, X a finite float32 > 0; the multiplier and the
- * linear factor not 1, llama3's high frequency factor above its low one), each at most once
- * and in that order, nothing else; 1 when it is (and sets them). */
+ * " rope_llama3 X X X N", " mlp_bias 1" (N >= 1 in digits, X a finite float32 > 0; the
+ * multiplier and the linear factor not 1, llama3's high frequency factor above its low one),
+ * each at most once and in that order, nothing else; 1 when it is (and sets them). */
 static int family_suffix(const char *rest, ckpt_manifest *out)
 {
     enum { FLAG, COUNT, SCALE, LINEAR, LLAMA3 }; /* " NAME 1", " NAME N", " NAME X", ... */
@@ -141,10 +142,12 @@ static int family_suffix(const char *rest, ckpt_manifest *out)
                 {"parallel_shared_norm", FLAG}, {"output_bias", FLAG},
                 {"kv_channels", COUNT},      {"layernorm_1p", FLAG},
                 {"embedding_multiplier", SCALE}, {"geglu", FLAG},
-                {"rope_linear", LINEAR},     {"rope_llama3", LLAMA3}};
+                {"rope_linear", LINEAR},     {"rope_llama3", LLAMA3},
+                {"mlp_bias", FLAG}};
     int *set[] = {&out->qkv_bias,    &out->sliding_window, &out->parallel_residual,
                   &out->gelu_exact,  &out->parallel_shared_norm, &out->output_bias,
-                  &out->kv_channels, &out->layernorm_1p, NULL, &out->geglu, NULL, NULL};
+                  &out->kv_channels, &out->layernorm_1p, NULL, &out->geglu, NULL, NULL,
+                  &out->mlp_bias};
     for (size_t i = 0; i < sizeof keys / sizeof keys[0] && *rest; i++) {
         size_t len = strlen(keys[i].name);
         if (rest[0] != ' ' || strncmp(rest + 1, keys[i].name, len) || rest[1 + len] != ' ')
@@ -202,7 +205,7 @@ int ckpt_write_manifest(const char *path, const ckpt_manifest *mf)
         fprintf(f, "loss_scaler scale %.17g growth %d hysteresis_left %d skipped %ld\n",
                 mf->loss_scale, mf->scaler_growth, mf->scaler_hysteresis_left,
                 mf->skipped_iterations);
-    char suffix[400] = ""; /* every one: at most 280 bytes */
+    char suffix[400] = ""; /* every one: at most 292 bytes */
     if (mf->sliding_window)
         snprintf(suffix, sizeof suffix, " sliding_window %d", mf->sliding_window);
     if (mf->parallel_residual)
@@ -230,6 +233,8 @@ int ckpt_write_manifest(const char *path, const ckpt_manifest *mf)
         snprintf(suffix + strlen(suffix), sizeof suffix - strlen(suffix),
                  " rope_llama3 %.9g %.9g %.9g %d", mf->rope_factor, mf->rope_low, mf->rope_high,
                  mf->rope_original);
+    if (mf->mlp_bias)
+        strcat(suffix, " mlp_bias 1");
     if (mf->has_family)
         fprintf(f, "family rmsnorm %d position %d rotary_dims %d rotary_base %.9g swiglu %d "
                    "ffn %d query_groups %d untie %d linear_bias %d embedding_layernorm %d "
@@ -337,7 +342,7 @@ int ckpt_read_manifest(const char *path, int iteration, ckpt_manifest *out)
                        &out->rotary_base, &out->swiglu, &out->ffn, &out->query_groups, &out->untie,
                        &out->linear_bias, &out->emb_ln, &out->eps, &used) != 11 ||
                 (line[used] && !family_suffix(line + used, out)) ||
-                (out->qkv_bias && out->linear_bias) ||
+                (out->qkv_bias && out->linear_bias) || (out->mlp_bias && out->linear_bias) ||
                 (out->parallel_shared_norm && !out->parallel_residual) ||
                 (out->output_bias && !out->untie) || (out->geglu && out->swiglu) ||
                 (out->rope_scaling && out->position != 1) ||
@@ -363,7 +368,8 @@ int ckpt_read_manifest(const char *path, int iteration, ckpt_manifest *out)
                                               "untie 1, kv_channels N >= 1, layernorm_1p 1, "
                                               "embedding_multiplier X (a float32 > 0, not 1), "
                                               "geglu 1 only with swiglu 0, rope_linear X or "
-                                              "rope_llama3 X X X N only with position 1)");
+                                              "rope_llama3 X X X N only with position 1, "
+                                              "mlp_bias 1 only with linear_bias 0)");
         } else if (ln == 4 + out->has_data + out->has_scaler + out->has_family &&
                    !strncmp(line, "lora ", 5)) {
             int used = 0;

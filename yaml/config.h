@@ -40,7 +40,9 @@ typedef struct {
      * = rope, GQA, no linear biases, parallel_residual (with parallel_shared_norm for
      * Falcon-7B), gelu_approximate none; Gemma = Llama with geglu, apply_layernorm_1p, the
      * embedding times sqrt(hidden_size) (embedding_multiplier), tied, and (Gemma-7B) heads of
-     * kv_channels 256 wider than hidden_size / heads. */
+     * kv_channels 256 wider than hidden_size / heads; GPT-J = rope on a rotary_percent of each
+     * head, parallel_residual with parallel_shared_norm, no linear biases but add_mlp_bias,
+     * untied output with output_layer_bias. */
     char *normalization;              /* "LayerNorm" (default) | "RMSNorm" */
     char *position_embedding_type;    /* "learned_absolute" (default) | "rope" | "alibi" */
     double rotary_base;               /* default 10000 (rope only) */
@@ -55,6 +57,10 @@ typedef struct {
     int add_bias_linear;              /* bool, default 1: biases of qkv, projections, MLP */
     int add_qkv_bias;                 /* bool, default 0: qkv's bias even without
                                        * add_bias_linear (Qwen2) */
+    int add_mlp_bias;                 /* bool, default 0: fc's and fc_proj's biases even
+                                       * without add_bias_linear (GPT-J: the attention without
+                                       * biases, the MLP with them); no effect with
+                                       * add_bias_linear, as add_qkv_bias */
     int sliding_window;               /* default 0 = none; else the model's attention window
                                        * (Mistral-7B v0.1's 4096): trident's attention is full
                                        * causal, the same over sequences no longer than the

@@ -81,6 +81,7 @@ const config_key_spec config_keys[] = {
     BOOL("model", "output_layer_bias", model.output_layer_bias, "false"),
     BOOL("model", "add_bias_linear", model.add_bias_linear, "true"),
     BOOL("model", "add_qkv_bias", model.add_qkv_bias, "false"),
+    BOOL("model", "add_mlp_bias", model.add_mlp_bias, "false"),
     INT("model", "sliding_window", model.sliding_window, 0, "0", 0, 1 << 24),
     BOOL("model", "embedding_layernorm", model.embedding_layernorm, "false"),
     BOOL("model", "parallel_residual", model.parallel_residual, "false"),

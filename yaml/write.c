@@ -185,6 +185,8 @@ void tr_model_family_flow(const tr_model_config *m, char *buf, size_t cap)
                       m->rotary_base, m->rotary_percent);
     if (n > 0 && (size_t)n < cap && m->add_qkv_bias && !m->add_bias_linear)
         n += snprintf(buf + n, cap - (size_t)n, ", add_qkv_bias: true");
+    if (n > 0 && (size_t)n < cap && m->add_mlp_bias && !m->add_bias_linear)
+        n += snprintf(buf + n, cap - (size_t)n, ", add_mlp_bias: true");
     if (n > 0 && (size_t)n < cap && m->sliding_window)
         n += snprintf(buf + n, cap - (size_t)n, ", sliding_window: %d", m->sliding_window);
     if (n > 0 && (size_t)n < cap && m->parallel_residual)

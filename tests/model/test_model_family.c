@@ -14,7 +14,7 @@
 #include "core/core.h"
 #include "model/gpt.h"
 
-enum { LLAMA, BLOOM, MIXED, NEOX, FALCON, PHI, GEMMA, LLAMA_LINEAR, LLAMA3 };
+enum { LLAMA, BLOOM, MIXED, NEOX, FALCON, PHI, GEMMA, LLAMA_LINEAR, LLAMA3, GPTJ };
 
 /* Llama: 4 heads in 2 groups of head size 4, rope, RMSNorm, SwiGLU of width 24, untied, no
  * biases. Bloom: 6 heads of size 2 (non-power-of-two ALiBi), embedding LayerNorm.
@@ -26,7 +26,8 @@ enum { LLAMA, BLOOM, MIXED, NEOX, FALCON, PHI, GEMMA, LLAMA_LINEAR, LLAMA3 };
  * layer with a bias (vocab-parallel, padding rows included). Gemma: heads of size 6 (kv_channels:
  * the attention 24 wide of hidden 16), rope over the whole head, 2 groups, RMSNorm scaling by
  * 1 + weight, the embedding times 4, GeGLU with the exact GELU, tied, no biases. Llama with
- * rope scaling: linear position interpolation (positions / 4), Llama 3.1's frequencies. */
+ * rope scaling: linear position interpolation (positions / 4), Llama 3.1's frequencies. GPT-J:
+ * Phi-2's layer with the MLP's biases alone (add_mlp_bias: no qkv or attn_proj bias). */
 static tr_gpt_shape family_shape(int family, int first, int count)
 {
     tr_gpt_shape s = {.num_layers = 3, .C = 16, .NH = 4, .T = 5, .max_T = 6, .V = 11, .Vp = 16,
@@ -60,6 +61,8 @@ static tr_gpt_shape family_shape(int family, int first, int count)
     } else { /* Phi-2: one norm, rope on half of each head, tanh GELU, the head's bias */
         s.position = TR_POS_ROPE, s.rotary_dims = 2, s.rotary_base = 10000.0f, s.untie = 1;
         s.output_bias = 1, s.parallel_residual = 1, s.parallel_shared_norm = 1;
+        if (family == GPTJ)
+            s.no_linear_bias = 1, s.mlp_bias = 1;
     }
     s.is_first = first == 0;
     s.is_last = first + count == s.num_layers;
@@ -170,6 +173,13 @@ static void test_tensor_tables(void **state)
     assert_true(find(st.g, "layers.0.ln1.weight")->param[3] == 0.0f); /* the scale 1 + 0 */
     assert_true(find(st.g, "lnf.weight")->param[0] == 0.0f);
     stage_free(&st);
+    stage_make(&st, GPTJ, 0, 3, 1); /* fc's and fc_proj's biases without the attention's */
+    assert_null(find(st.g, "layers.0.qkv.bias"));
+    assert_null(find(st.g, "layers.0.attn_proj.bias"));
+    assert_int_equal(find(st.g, "layers.2.fc.bias")->rows, 4 * 16);
+    assert_int_equal(find(st.g, "layers.2.fc_proj.bias")->rows, 16);
+    assert_int_equal(tr_gpt_num_tensors(st.g), 1 + 3 * 8 + 2 + 2);
+    stage_free(&st);
 }
 
 /* d(mean loss)/d(param) by central differences on a few elements of every tensor. */
@@ -219,6 +229,7 @@ static void test_finite_difference(void **state)
     check_finite_difference(FALCON);
     check_finite_difference(PHI);
     check_finite_difference(GEMMA);
+    check_finite_difference(GPTJ);
 }
 
 /* Stages [0,1) and [1,3) chained give the whole model's loss and gradients. */
@@ -271,6 +282,7 @@ static void test_stages_compose(void **state)
     check_stages_compose(FALCON);
     check_stages_compose(PHI);
     check_stages_compose(GEMMA);
+    check_stages_compose(GPTJ);
 }
 
 /* Two sequences of len tokens (B = 2, rows of tokens) fed to the emptied cache c as a prefix
@@ -341,6 +353,7 @@ static void test_generation(void **state)
     check_generation(FALCON);
     check_generation(PHI);
     check_generation(GEMMA);
+    check_generation(GPTJ);
     check_generation(LLAMA_LINEAR);
     check_generation(LLAMA3);
 }
@@ -402,6 +415,7 @@ static void test_generation_past_T(void **state)
     check_generation_past_T(FALCON);
     check_generation_past_T(PHI);
     check_generation_past_T(GEMMA);
+    check_generation_past_T(GPTJ);
     check_generation_past_T(LLAMA_LINEAR);
     check_generation_past_T(LLAMA3);
 }
@@ -443,6 +457,7 @@ static void test_packing(void **state)
     check_packing(FALCON);
     check_packing(PHI);
     check_packing(GEMMA);
+    check_packing(GPTJ);
 }
 
 /* Invalid family shapes are refused, not crashed on. */

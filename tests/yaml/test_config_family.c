@@ -105,6 +105,34 @@ static void test_gemma(void **state)
       "model.rotary_percent = 1 of the head size 5 gives 5 rotated dimensions");
 }
 
+/* GPT-J: the MLP's biases without the attention's (add_mlp_bias); with add_bias_linear it
+ * changes nothing and is not written back, as add_qkv_bias */
+static void test_gptj(void **state)
+{
+    (void)state;
+    tr_config c;
+    const char *gptj = WITH("  position_embedding_type: rope\n  rotary_percent: 0.5\n"
+                            "  untie_embeddings_and_output_weights: true\n"
+                            "  output_layer_bias: true\n  parallel_residual: true\n"
+                            "  parallel_shared_norm: true\n  add_bias_linear: false\n"
+                            "  add_mlp_bias: true\n");
+    assert_int_equal(tr_t_load(gptj, NULL, 0, &c), TR_OK);
+    assert_true(c.model.add_mlp_bias && !c.model.add_bias_linear && !c.model.add_qkv_bias);
+    tr_config_free(&c);
+    assert_int_equal(tr_t_load(TR_T_REQUIRED, NULL, 0, &c), TR_OK);
+    assert_int_equal(c.model.add_mlp_bias, 0);
+    tr_config_free(&c);
+    expect_flow(gptj, ", add_bias_linear: false,");
+    expect_flow(gptj, ", add_mlp_bias: true, parallel_residual: true");
+    const char *ov[] = {"model.add_bias_linear=true"};
+    assert_int_equal(tr_t_load(gptj, ov, 1, &c), TR_OK);
+    char flow[1024];
+    tr_model_family_flow(&c.model, flow, sizeof flow);
+    assert_null(strstr(flow, "add_mlp_bias"));
+    tr_config_free(&c);
+    E(WITH("  add_mlp_bias: 1.5\n"), "t.yaml:6:17: ", "expected a boolean");
+}
+
 /* Rope scaling: Llama 3.1's frequencies or linear position interpolation, one at a time, with
  * rope only; written back in the family flow */
 static void test_rope_scaling(void **state)
@@ -223,6 +251,7 @@ int main(void)
         cmocka_unit_test(test_llama_and_bloom),
         cmocka_unit_test(test_neox_falcon_phi),
         cmocka_unit_test(test_gemma),
+        cmocka_unit_test(test_gptj),
         cmocka_unit_test(test_rope_scaling),
         cmocka_unit_test(test_contradictions),
     };
