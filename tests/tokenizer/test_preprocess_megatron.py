@@ -83,12 +83,12 @@ def megatron_files(docs, key, vocab_size):
 # ---- the corpus: fortunes as documents, plus sentences lists, empty texts, torture text ----
 rng = random.Random(18)
 records = []
-for f in oracle_env.fortune_files()[:12]:
+for f in oracle_env.fortune_files()[:5]:
     with open(f, "rb") as fh:
         for doc in fh.read().decode("utf-8", "replace").split("\n%\n"):
             records.append({"text": doc, "title": os.path.basename(f)})
 tdir = path("torture")
-for p in torture.write_corpus(tdir, seed=5, long_line_bytes=1 << 20):
+for p in torture.write_corpus(tdir, seed=5, long_line_bytes=1 << 18):
     with open(p, "rb") as fh:
         text = fh.read().decode("utf-8", "replace")
     records.append({"title": os.path.basename(p), "text": text, "extra": [1, 2]})
