@@ -13,7 +13,7 @@
 
 /* ------------------------------------------------------------------ names and layouts */
 
-enum { FAM_SAME, FAM_QKV, FAM_SWIGLU };
+enum { FAM_SAME, FAM_QKV, FAM_SWIGLU, FAM_QKV_ROT }; /* ROT: GPT-J's q, k rows */
 
 typedef struct {
     int kind, n;          /* layout; number of HF tensors */
@@ -205,9 +205,20 @@ static int map_bigcode(const tr_param_tensor *t, fam_map *m)
     return hf_bigcode_map(t, m->name[0]);
 }
 
+/* GPT-J: family_gptj.c's names; q_proj's and k_proj's rotary rows interleaved (FAM_QKV_ROT) */
+static int map_gptj(const tr_param_tensor *t, const tr_gpt_shape *s, fam_map *m)
+{
+    int qkv = 0, rc = hf_gptj_map(t, m->name, &qkv);
+    m->kind = qkv ? FAM_QKV_ROT : FAM_SAME, m->n = qkv ? 3 : 1;
+    m->rows[0] = qkv ? (uint64_t)s->C : (uint64_t)t->full_rows;
+    m->rows[1] = m->rows[2] = (uint64_t)s->C;
+    return rc;
+}
+
 static int map_family(int family, const tr_param_tensor *t, const tr_gpt_shape *s, fam_map *m)
 {
     return family == TR_HF_BIGCODE  ? map_bigcode(t, m)
+           : family == TR_HF_GPTJ   ? map_gptj(t, s, m)
            : family == TR_HF_BLOOM  ? map_bloom(t, m)
            : family == TR_HF_NEOX   ? map_neox(t, m)
            : family == TR_HF_FALCON ? map_falcon(t, s, m)
@@ -224,13 +235,16 @@ static const char *head_name(int family)
 
 /* A buffer (not a parameter) that older checkpoints of the family carry: rotary inverse
  * frequencies; GPT-NeoX's causal mask and masked_bias (gpt_neox.layers.L.attention.bias,
- * .masked_bias: Pythia's files, saved before transformers made them non-persistent) */
+ * .masked_bias: Pythia's files, saved before transformers made them non-persistent); GPT-J's
+ * (transformer.h.L.attn.bias, .masked_bias: gpt-j-6b's files) */
 static int ignored_buffer(int family, const char *n)
 {
     size_t len = strlen(n);
     int l = -1, used = 0;
     if (len > 9 && !strcmp(n + len - 9, ".inv_freq"))
         return 1;
+    if (family == TR_HF_GPTJ && sscanf(n, "transformer.h.%d.%n", &l, &used) == 1 && used)
+        return !strcmp(n + used, "attn.bias") || !strcmp(n + used, "attn.masked_bias");
     if (family != TR_HF_NEOX || sscanf(n, "gpt_neox.layers.%d.%n", &l, &used) != 1 || !used)
         return 0;
     return !strcmp(n + used, "attention.bias") || !strcmp(n + used, "attention.masked_bias");
@@ -329,6 +343,8 @@ static int load_tensor(const tr_st_set *set, const char *dir, const tr_param_ten
                 to = 2 * r + (uint64_t)k;
             else { /* rows (group, {q_0 .. q_R-1, k, v}, d) */
                 uint64_t unit = r / (uint64_t)HS, d = r % (uint64_t)HS;
+                if (m.kind == FAM_QKV_ROT && k < 2) /* GPT-J's interleaved pairs */
+                    d = hf_gptj_rotary_row(d, s->rotary_dims);
                 uint64_t g = k == 0 ? unit / (uint64_t)R : unit;
                 uint64_t u = k == 0 ? unit % (uint64_t)R : (uint64_t)(R + k - 1);
                 to = (g * (uint64_t)(R + 2) + u) * (uint64_t)HS + d;
@@ -458,6 +474,8 @@ int tr_hf_write_family(const char *dir, int family, tr_gpt *g, const float *para
                     from = 2 * r + (uint64_t)k;
                 else {
                     uint64_t unit = r / (uint64_t)HS, d = r % (uint64_t)HS;
+                    if (maps[i].kind == FAM_QKV_ROT && k < 2)
+                        d = hf_gptj_rotary_row(d, s->rotary_dims);
                     uint64_t gr = k == 0 ? unit / (uint64_t)R : unit;
                     uint64_t u = k == 0 ? unit % (uint64_t)R : (uint64_t)(R + k - 1);
                     from = (gr * (uint64_t)(R + 2) + u) * (uint64_t)HS + d;

@@ -228,13 +228,24 @@ TR_MUST_CHECK int tr_hf_load_gpt2(const char *dir, tr_gpt *g, float *params);
  * gelu_fast, gelu_accurate: tanh). scale_attn_weights false, add_cross_attention true, another
  * activation and n_embd not divisible by n_head refused by name (attention_softmax_in_fp32 and
  * scale_attention_softmax_in_fp32 change nothing in float32). */
+/* GPTJForCausalLM (GPT-J-6B; model_type gptj; hf/family_gptj.c): transformer.wte -> wte,
+ * h.L.ln_1 -> ln1 (one norm: parallel_residual + parallel_shared_norm), attn.q_proj / k_proj /
+ * v_proj (no biases) -> qkv rows (head, {q, k, v}, d) with each head's first rotary_dim rows of
+ * q and k from GPT-J's interleaved pairs (rotate_every_two: row 2i -> i, 2i + 1 -> rotary_dim/2
+ * + i) into trident's halves (rotate_half), attn.out_proj (no bias) -> attn_proj, mlp.fc_in /
+ * fc_out with biases -> fc / fc_proj (add_bias_linear false, add_mlp_bias), ln_f -> lnf,
+ * lm_head.weight / .bias -> output_layer / output_layer.bias (untied, output_layer_bias);
+ * rotary_dim -> rotary_percent (even, at most the head size; base 10000), n_inner (null:
+ * 4 n_embd), n_positions, layer_norm_epsilon, activation_function (gelu, gelu_python: none;
+ * gelu_new, gelu_pytorch_tanh, gelu_fast, gelu_accurate: tanh); rotary_dim null, an odd one or
+ * one past the head, another activation and tie_word_embeddings true refused by name. */
 enum { TR_HF_GPT2, TR_HF_LLAMA, TR_HF_BLOOM, TR_HF_QWEN2, TR_HF_MISTRAL, TR_HF_NEOX, TR_HF_FALCON,
-       TR_HF_PHI, TR_HF_STABLELM, TR_HF_GEMMA, TR_HF_BIGCODE };
+       TR_HF_PHI, TR_HF_STABLELM, TR_HF_GEMMA, TR_HF_BIGCODE, TR_HF_GPTJ };
 /* "GPT-2", "Llama", "Bloom", "Qwen2", "Mistral", "GPT-NeoX", "Falcon", "Phi", "StableLM",
- * "Gemma", "GPTBigCode" */
+ * "Gemma", "GPTBigCode", "GPT-J" */
 const char *tr_hf_family_name(int family);
 /* DIR/config.json: *family from model_type ("llama", "qwen2", "bloom", "gpt_neox", "falcon",
- * "phi", "stablelm", "gemma", "gpt_bigcode"; "mistral" is
+ * "phi", "stablelm", "gemma", "gpt_bigcode", "gptj"; "mistral" is
  * TR_HF_LLAMA: the same model when its sliding_window is null or spans
  * max_position_embeddings, exported as a Llama; a shorter window is kept as
  * model.sliding_window, seq_length within it, and exported as a Mistral; a Qwen2 is a Llama
@@ -273,8 +284,12 @@ TR_MUST_CHECK int tr_hf_load_family(const char *dir, int family, tr_gpt *g, floa
  * other model with kv_channels, layernorm_1p, embedding_multiplier or geglu -1), TR_HF_BIGCODE
  * (learned positions with LayerNorm, biases, a GELU MLP of any width, one key/value group or
  * one per head, tied or not, the sequential residual: hf_bigcode_shape; GPT-2 first: a model
- * that GPT-2 expresses (a group per head, the tanh GELU in 4C, tied) stays GPT-2), or -1 when
- * transformers has no such model. */
+ * that GPT-2 expresses (a group per head, the tanh GELU in 4C, tied) stays GPT-2), TR_HF_GPTJ
+ * (add_mlp_bias, no other family's: LayerNorm, rope of base 10000 over any even share of the
+ * head, a GELU MLP of any width with biases and an attention without them, a key/value head
+ * per head, the parallel residual with one shared norm, untied with the output layer's bias:
+ * hf_gptj_shape; any other model with add_mlp_bias -1), or -1 when transformers has no such
+ * model. */
 int tr_hf_family_of(const tr_model_config *m);
 
 /* ------------------------------------------------------------------ conversion */

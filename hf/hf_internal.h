@@ -75,6 +75,18 @@ TR_MUST_CHECK int hf_write_bigcode_config(const char *dir, const tr_model_config
                                           const tr_hf_export_options *o);
 int hf_bigcode_shape(const tr_gpt_shape *s);
 TR_MUST_CHECK int hf_bigcode_map(const tr_param_tensor *t, char name[112]);
+/* GPT-J (family_gptj.c): config.json's keys into m (the whole model section but seq_length);
+ * the parameters of m; its config.json; TR_HF_GPTJ for a shape of its switches, else -1; the
+ * HF name(s) of trident tensor t (*qkv 1: q_proj, k_proj, v_proj of C rows each); the trident
+ * row (of a head's) of HF row d of GPT-J's q_proj or k_proj head (rotate_every_two's pairs
+ * into rotate_half's: 2i -> i, 2i + 1 -> rotary_dims / 2 + i; d >= rotary_dims unchanged) */
+TR_MUST_CHECK int hf_read_gptj(json_t *root, const char *path, tr_model_config *m);
+double hf_gptj_numel(const tr_model_config *m);
+TR_MUST_CHECK int hf_write_gptj_config(const char *dir, const tr_model_config *m,
+                                       const tr_hf_export_options *o);
+int hf_gptj_shape(const tr_gpt_shape *s);
+TR_MUST_CHECK int hf_gptj_map(const tr_param_tensor *t, char name[3][112], int *qkv);
+uint64_t hf_gptj_rotary_row(uint64_t d, int rotary_dims);
 /* config.json readers (family_config.c), shared by every family: root's key into *out, or
  * TR_ERR_INVALID naming path and key. hf_get_int: absent or null takes dflt (dflt < 0: the key
  * is required), else an integer in [1, 2^26]. hf_get_num: absent takes dflt, else a positive
