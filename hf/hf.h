@@ -317,7 +317,7 @@ struct tr_hf_export_options {
 /* LoRA (hf/lora.c). A LoRA run's checkpoint (its adapters) with the run's config cfg
  * (finetune.lora.*, and finetune.load: the base) -> hf_dir: merge 0: PEFT's adapter
  * (adapter_config.json + adapter_model.safetensors; GPT-2, Llama, Bloom, GPT-NeoX, Falcon,
- * Phi, StableLM, Gemma, GPTBigCode);
+ * Phi, StableLM, Gemma, GPTBigCode, GPT-J);
  * merge 1: the base with W += (alpha/r) B A written as tr_hf_export writes a model (any
  * family). alpha, rank and
  * target modules are the checkpoint's (its manifest's lora line): a cfg whose finetune.lora

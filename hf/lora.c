@@ -9,7 +9,10 @@
  *    dense_h_to_4h, dense_4h_to_h, all in trident's layout; GPT-NeoX: the same under
  *    gpt_neox.layers.L (attention.*, mlp.*); Falcon: Bloom's names
  *    (transformer.h.L.self_attention.*, mlp.*); Phi: Llama's q_proj, k_proj, v_proj, then
- *    self_attn.dense, mlp.fc1, mlp.fc2 as they are. Llama: the
+ *    self_attn.dense, mlp.fc1, mlp.fc2 as they are; GPT-J: transformer.h.L.attn.q_proj,
+ *    k_proj, v_proj cut as a Llama's with q's and k's rotary rows of each head interleaved as
+ *    the import reads them (hf_gptj_rotary_row), then attn.out_proj, mlp.fc_in, mlp.fc_out as
+ *    they are. Llama: the
  *    fused qkv's adapter becomes q_proj, k_proj and v_proj with the same A each and B's rows
  *    of each projection (from (group, {q.., k, v}, d)), fc's becomes gate_proj and up_proj
  *    (B's rows from (feature, {gate, up})): the same function, exactly;
@@ -40,12 +43,13 @@ static int parse_adapter(const char *name, int *layer, char *ab)
     return -1;
 }
 
-enum { FAM_GPT2, FAM_LLAMA, FAM_BLOOM, FAM_NEOX, FAM_FALCON, FAM_PHI, FAM_BIGCODE };
+enum { FAM_GPT2, FAM_LLAMA, FAM_BLOOM, FAM_NEOX, FAM_FALCON, FAM_PHI, FAM_BIGCODE, FAM_GPTJ };
 /* one tensor of PEFT's file: rows of trident adapter t (all, or picked by pick_row) */
 typedef struct {
     char name[128];
     const tr_param_tensor *t;
-    int rows, kind, part; /* kind: 0 as is, 1 GPT-2 qkv rows, 2 Llama q/k/v part, 3 gate/up */
+    int rows, kind, part; /* kind: 0 as is, 1 GPT-2 qkv rows, 2 Llama q/k/v part, 3 gate/up,
+                           * 4 GPT-J's q/k/v part (2 with q's and k's rotary rows interleaved) */
 } peft_tensor;
 
 /* trident row of HF row h of a peft tensor (see kind) */
@@ -57,8 +61,11 @@ static size_t pick_row(const tr_gpt_shape *s, const peft_tensor *p, size_t h)
         size_t q = h / ((size_t)NH * HS), hd = h % ((size_t)NH * HS);
         return ((hd / HS) * 3 + q) * HS + hd % HS;
     }
-    if (p->kind == 2) { /* q_proj (head, d), k/v_proj (group, d) <- (group, {q.., k, v}, d) */
+    if (p->kind == 2 || p->kind == 4) { /* q_proj (head, d), k/v_proj (group, d) <- (group,
+                                          * {q.., k, v}, d) */
         size_t head = h / HS, d = h % HS;
+        if (p->kind == 4 && p->part < 2) /* GPT-J's rotate_every_two pairs */
+            d = (size_t)hf_gptj_rotary_row(d, s->rotary_dims);
         size_t g = p->part == 0 ? head / R : head, j = p->part == 0 ? head % R : (size_t)(R + p->part - 1);
         return (g * (R + 2) + j) * HS + d;
     }
@@ -79,6 +86,7 @@ int tr_hf_write_lora_adapter(const char *dir, tr_gpt *g, const float *params)
     int seq = !s->parallel_residual;
     int fam = tr_gpt_is_gpt2(s) ? FAM_GPT2
               : hf_shape_family(s) == TR_HF_BIGCODE ? FAM_BIGCODE
+              : hf_shape_family(s) == TR_HF_GPTJ ? FAM_GPTJ
               : hf_shape_family(s) == TR_HF_GEMMA ? FAM_LLAMA /* (Llama's names) */
               : s->kv_channels || s->layernorm_1p || s->embedding_multiplier || s->geglu ? -1
               : hf_shape_family(s) == TR_HF_FALCON ? FAM_FALCON
@@ -92,7 +100,7 @@ int tr_hf_write_lora_adapter(const char *dir, tr_gpt *g, const float *params)
                   : -1;
     if (fam < 0)
         return tr_fail(TR_ERR_INVALID, "PEFT adapters are written for GPT-2, Llama, Bloom, "
-                       "GPT-NeoX, Falcon, Phi, StableLM, Gemma and GPTBigCode models; this "
+                       "GPT-NeoX, Falcon, Phi, StableLM, Gemma, GPTBigCode and GPT-J models; this "
                        "model's switches are none of them");
     static const char *const gpt2[4] = {"attn.c_attn", "attn.c_proj", "mlp.c_fc", "mlp.c_proj"};
     static const char *const bloom[4] = {"self_attention.query_key_value", "self_attention.dense",
@@ -101,6 +109,7 @@ int tr_hf_write_lora_adapter(const char *dir, tr_gpt *g, const float *params)
                                         "mlp.dense_h_to_4h", "mlp.dense_4h_to_h"};
     static const char *const llama_qkv[3] = {"q_proj", "k_proj", "v_proj"};
     static const char *const phi[4] = {"", "dense", "fc1", "fc2"}; /* (qkv: llama_qkv) */
+    static const char *const gptj[4] = {"", "out_proj", "fc_in", "fc_out"}; /* (attn., mlp.) */
     int n = tr_gpt_num_tensors(g), HS = tr_gpt_head_size(s);
     int NG = s->query_groups ? s->query_groups : s->NH;
     peft_tensor *list = calloc((size_t)3 * n + 1, sizeof *list);
@@ -116,9 +125,9 @@ int tr_hf_write_lora_adapter(const char *dir, tr_gpt *g, const float *params)
             break;
         }
         most = t->numel > most ? t->numel : most;
-        int parts = (fam == FAM_LLAMA || fam == FAM_PHI) && m == 0 ? 3
-                    : fam == FAM_LLAMA && m == 2                 ? 2
-                                                                 : 1;
+        int parts = (fam == FAM_LLAMA || fam == FAM_PHI || fam == FAM_GPTJ) && m == 0 ? 3
+                    : fam == FAM_LLAMA && m == 2                                       ? 2
+                                                                                       : 1;
         for (int k = 0; k < parts; k++) {
             peft_tensor *p = &list[np++];
             p->t = t;
@@ -131,6 +140,12 @@ int tr_hf_write_lora_adapter(const char *dir, tr_gpt *g, const float *params)
             } else if (fam == FAM_BLOOM || fam == FAM_FALCON) {
                 snprintf(p->name, sizeof p->name, "base_model.model.transformer.h.%d.%s.lora_%c.weight",
                          layer, bloom[m], ab);
+            } else if (fam == FAM_GPTJ) { /* q/k/v_proj cut as a Llama's, the rest as is */
+                snprintf(p->name, sizeof p->name,
+                         "base_model.model.transformer.h.%d.%s.%s.lora_%c.weight", layer,
+                         m < 2 ? "attn" : "mlp", m == 0 ? llama_qkv[k] : gptj[m], ab);
+                if (ab == 'B' && m == 0)
+                    p->kind = 4, p->rows = s->C;
             } else if (fam == FAM_NEOX) {
                 snprintf(p->name, sizeof p->name,
                          "base_model.model.gpt_neox.layers.%d.%s.lora_%c.weight", layer, neox[m], ab);
@@ -187,11 +202,12 @@ int tr_hf_write_lora_adapter(const char *dir, tr_gpt *g, const float *params)
     json_t *targets = json_array();
     for (int m = 0; m < 4; m++)
         if (s->lora_targets & (1 << m)) {
-            if (fam != FAM_LLAMA && !(fam == FAM_PHI && m == 0))
+            if (fam != FAM_LLAMA && !((fam == FAM_PHI || fam == FAM_GPTJ) && m == 0))
                 json_array_append_new(targets, json_string(fam == FAM_GPT2 || fam == FAM_BIGCODE
                                                                ? gpt2[m]
                                                            : fam == FAM_NEOX ? neox[m]
                                                            : fam == FAM_PHI  ? phi[m]
+                                                           : fam == FAM_GPTJ ? gptj[m]
                                                                              : bloom[m]));
             else
                 for (int k = 0; k < 3 && llama_mods[m][k]; k++)
