@@ -1,12 +1,15 @@
 /* The GPT stage split over T tensor-parallel ranks against the unsplit model (T = 1, built
  * locally on every rank), run by `trident launch --nproc W`:
  *   tp_model_check [--tp T] [--sp] [--head-rows R] [--weights] [--parallel-residual]
- *                  [--timeout S]
+ *                  [--mlp-bias] [--timeout S]
  * (T divides W; default T = W). --head-rows: the split model's head and loss run in chunks of
  * R token rows (tr_gpt_set_head_chunk_rows; the reference in one chunk), so every chunk's
  * statistics are all-reduced; --weights: per-token loss weights (packed fine-tuning data);
  * --parallel-residual: GPT-NeoX's layer (parallel residual, exact GELU), whose attention
- * projection and fc_proj share one reduction forward (3 collectives a layer, not 4).
+ * projection and fc_proj share one reduction forward (3 collectives a layer, not 4);
+ * --mlp-bias: with it, GPT-J's (one norm for both branches, the tanh GELU, no attention biases
+ * but fc's and fc_proj's: model.add_mlp_bias), the reduction adding fc_proj's bias alone; its
+ * biases are set off 0 (a function of the name and whole row) so their forward counts.
  * The world is cut into W/T TP groups (consecutive ranks), each checked on its own. Checks:
  *  - initialisation: every shard is bit for bit the matching slice of the T = 1 tensor, with
  *    the right split_dim / full shape / flags;
@@ -34,7 +37,7 @@ enum { LAYERS = 3, B = 2, SEQ = 6, N = B * SEQ, C = 16, V = 27, M = 2 };
 static tr_comm *tpc; /* this rank's TP group (NULL when T == 1) */
 static int T = 1, t = 0, sp = 0;
 static int head_rows = 0, weighted = 0, chunks = 1; /* chunks: of the split model's head */
-static int pres = 0; /* --parallel-residual */
+static int pres = 0, mlp_bias = 0; /* --parallel-residual, --mlp-bias */
 static float weights[N];
 static const tr_kernels *kernels; /* make()'s table (NULL: "cpu") */
 
@@ -53,12 +56,25 @@ static void make(model *m, int first, int count, int tp_size)
     s.is_first = first == 0;
     s.is_last = first + count == LAYERS;
     s.parallel_residual = s.gelu_exact = pres;
+    if (mlp_bias) /* GPT-J's layer */
+        s.parallel_shared_norm = s.no_linear_bias = s.mlp_bias = 1, s.gelu_exact = 0;
     OK(tr_gpt_create(&s, kernels ? kernels : tr_kernels_cpu(), tp_size > 1 ? tpc : NULL, &m->g));
     size_t n = tr_gpt_num_params(m->g);
     m->params = tc_floats(n);
     m->grads = tc_floats(n);
     tr_gpt_bind(m->g, m->params, m->grads);
     OK(tr_gpt_init_params(m->g));
+    for (int i = 0; mlp_bias && i < tr_gpt_num_tensors(m->g); i++) { /* biases off 0, by name and
+                                                                      * whole row, as T = 1's */
+        tr_param_tensor *p = tr_gpt_tensor(m->g, i);
+        unsigned h = 5;
+        for (const char *c = p->name; *c; c++)
+            h = h * 31u + (unsigned char)*c;
+        int r0 = p->split_dim == 0 ? (tp_size > 1 ? t : 0) * p->rows : 0;
+        if (strstr(p->name, ".bias"))
+            for (int r = 0; r < p->rows; r++)
+                p->param[r] = 0.1f * sinf(0.37f * (float)(r0 + r) + (float)(h % 97u));
+    }
     OK(tr_gpt_acts_create(m->g, B, &m->a));
 }
 
@@ -346,6 +362,8 @@ int main(int argc, char **argv)
             weighted = 1;
         else if (!strcmp(argv[i], "--parallel-residual"))
             pres = 1;
+        else if (!strcmp(argv[i], "--mlp-bias"))
+            pres = mlp_bias = 1;
         else if (!strcmp(argv[i], "--timeout") && i + 1 < argc)
             timeout_s = atof(argv[++i]);
     }
@@ -378,7 +396,9 @@ int main(int argc, char **argv)
     char name[96];
     snprintf(name, sizeof name, "tp_model_check T=%d%s%s%s%s", T, sp ? " --sp" : "",
              head_rows ? " (chunked head)" : "", weighted ? " (loss weights)" : "",
-             pres ? " (parallel residual)" : "");
+             mlp_bias ? " (GPT-J: parallel residual, MLP biases)"
+             : pres   ? " (parallel residual)"
+                      : "");
     int rc = finish(world, name, t0);
     tr_comm_destroy(tpc);
     tr_comm_destroy(world);
