@@ -6,7 +6,7 @@ sanitizer build too; the folders are written by hf_files.py):
     HF -> trident -> HF bit for bit from the manifest's family line alone (it ends with
     ' output_bias 1 mlp_bias 1'), their switches printed, config.json's keys back; generate of the
     folder; the causal-mask buffers of older files (attn.bias, attn.masked_bias) ignored;
-    GPTJConfig's defaults for absent keys;
+    shards and BF16 both ways; GPTJConfig's defaults for absent keys;
   - every setting trident cannot represent refused with exit 2 naming the key (rotary_dim null,
     odd, past the head, a string; another activation_function; tie_word_embeddings true; n_embd not
     divisible by n_head), and files that are not the model config.json describes (a q_proj.bias);
@@ -96,6 +96,8 @@ rc, so, se = tt.outputs([trident, "generate", d4, "--prompt-ids", "1,2,3", "--ma
                          "--temperature", "0", "--json"], timeout=120)
 tt.check("gptj-rot4: trident generate of the folder", rc == 0 and len(json.loads(so)["generated_ids"]) >= 1,
          f"exit {rc} {se[-500:]}")
+session.shards_check("GPT-J in shards: imported, the same checkpoint", ck4, "gptj", "8KB")
+session.bf16_check("GPT-J in BF16: exported, imported and exported again, the same bytes", ck4, "gptj")
 roundtrip("gptj-rot8", gptj_tensors(ffn=3 * C, buffers=True),
           dict(GJ, rotary_dim=HS, n_inner=3 * C, activation_function="gelu"),
           [f"ffn_hidden_size: {3 * C}", "gelu_approximate: none", "add_mlp_bias: true"],
