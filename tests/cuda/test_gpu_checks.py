@@ -59,6 +59,11 @@ FAMILIES["gemma"] = ["model.normalization=RMSNorm", "model.position_embedding_ty
                      "model.kv_channels=16", "model.num_query_groups=4", "model.geglu=true",
                      "model.gelu_approximate=none", "model.apply_layernorm_1p=true",
                      "model.embedding_multiplier=8", "model.add_bias_linear=false"]
+FAMILIES["gptj"] = ["model.position_embedding_type=rope", "model.rotary_percent=0.25",
+                    "model.untie_embeddings_and_output_weights=true", "model.output_layer_bias=true",
+                    "model.parallel_residual=true", "model.parallel_shared_norm=true",
+                    "model.add_bias_linear=false", "model.add_mlp_bias=true"]
+FAMILIES["bigcode"] = ["model.num_query_groups=1"]  # GPT-2's layer with one key/value head (MQA)
 
 
 def parse(argv):
