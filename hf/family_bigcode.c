@@ -23,23 +23,7 @@ int hf_read_bigcode(json_t *root, const char *path, tr_model_config *m)
 {
     /* (GPTBigCodeConfig's defaults for the others: 1024 positions, n_inner null (4 n_embd),
      * gelu_pytorch_tanh, epsilon 1e-5, multi_query true, tied) */
-    int rc = hf_get_int(root, path, "n_layer", -1, &m->num_layers);
-    if (!rc)
-        rc = hf_get_int(root, path, "n_embd", -1, &m->hidden_size);
-    if (!rc)
-        rc = hf_get_int(root, path, "n_head", -1, &m->num_attention_heads);
-    if (!rc)
-        rc = hf_get_int(root, path, "vocab_size", -1, &m->vocab_size);
-    if (!rc)
-        rc = hf_get_int(root, path, "n_positions", 1024, &m->max_position_embeddings);
-    if (!rc)
-        rc = hf_get_int(root, path, "n_inner", 4 * m->hidden_size, &m->ffn_hidden_size);
-    if (!rc)
-        rc = hf_get_num(root, path, "layer_norm_epsilon", 1e-5, &m->layernorm_epsilon);
-    if (!rc && m->hidden_size % m->num_attention_heads)
-        rc = tr_fail(TR_ERR_INVALID, "%s: n_embd %d is not divisible by n_head %d (transformers' "
-                     "GPTBigCodeAttention refuses it too)", path, m->hidden_size,
-                     m->num_attention_heads);
+    int rc = hf_read_gpt_dims(root, path, 1024, "GPTBigCodeAttention", m);
     int exact = 0, multi_query = 1, tie = 1, scale = 1, cross = 0, fp32 = 1;
     if (!rc)
         rc = hf_gelu_act(root, path, "activation_function", "gelu_pytorch_tanh",

@@ -577,6 +577,29 @@ int hf_gelu_act(json_t *root, const char *path, const char *key, const char *dfl
                    "gelu_fast, gelu_accurate)", path, key, what);
 }
 
+int hf_read_gpt_dims(json_t *root, const char *path, int positions, const char *attention,
+                     tr_model_config *m)
+{
+    int rc = hf_get_int(root, path, "n_layer", -1, &m->num_layers);
+    if (!rc)
+        rc = hf_get_int(root, path, "n_embd", -1, &m->hidden_size);
+    if (!rc)
+        rc = hf_get_int(root, path, "n_head", -1, &m->num_attention_heads);
+    if (!rc)
+        rc = hf_get_int(root, path, "vocab_size", -1, &m->vocab_size);
+    if (!rc)
+        rc = hf_get_int(root, path, "n_positions", positions, &m->max_position_embeddings);
+    if (!rc)
+        rc = hf_get_int(root, path, "n_inner", 4 * m->hidden_size, &m->ffn_hidden_size);
+    if (!rc)
+        rc = hf_get_num(root, path, "layer_norm_epsilon", 1e-5, &m->layernorm_epsilon);
+    if (!rc && m->hidden_size % m->num_attention_heads)
+        rc = tr_fail(TR_ERR_INVALID, "%s: n_embd %d is not divisible by n_head %d (transformers' "
+                     "%s refuses it too)", path, m->hidden_size, m->num_attention_heads,
+                     attention);
+    return rc;
+}
+
 int hf_write_config_json(const char *dir, json_t *root, const tr_hf_export_options *o)
 {
     json_t *tok = o->eos_token_id >= 0 ? json_integer(o->eos_token_id) : json_null();

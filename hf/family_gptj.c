@@ -24,23 +24,7 @@ int hf_read_gptj(json_t *root, const char *path, tr_model_config *m)
 {
     /* (GPTJConfig's defaults for the others: 2048 positions, rotary_dim 64, n_inner null
      * (4 n_embd), gelu_new, epsilon 1e-5, untied) */
-    int rc = hf_get_int(root, path, "n_layer", -1, &m->num_layers);
-    if (!rc)
-        rc = hf_get_int(root, path, "n_embd", -1, &m->hidden_size);
-    if (!rc)
-        rc = hf_get_int(root, path, "n_head", -1, &m->num_attention_heads);
-    if (!rc)
-        rc = hf_get_int(root, path, "vocab_size", -1, &m->vocab_size);
-    if (!rc)
-        rc = hf_get_int(root, path, "n_positions", 2048, &m->max_position_embeddings);
-    if (!rc)
-        rc = hf_get_int(root, path, "n_inner", 4 * m->hidden_size, &m->ffn_hidden_size);
-    if (!rc)
-        rc = hf_get_num(root, path, "layer_norm_epsilon", 1e-5, &m->layernorm_epsilon);
-    if (!rc && m->hidden_size % m->num_attention_heads)
-        rc = tr_fail(TR_ERR_INVALID, "%s: n_embd %d is not divisible by n_head %d (transformers' "
-                     "GPTJAttention refuses it too)", path, m->hidden_size,
-                     m->num_attention_heads);
+    int rc = hf_read_gpt_dims(root, path, 2048, "GPTJAttention", m);
     int hs = rc ? 0 : m->hidden_size / m->num_attention_heads, rot = 0;
     json_t *rd = json_object_get(root, "rotary_dim");
     if (!rc && rd && json_is_null(rd))

@@ -118,6 +118,12 @@ TR_MUST_CHECK int hf_rotary_share(const char *path, const char *key, const char 
  * GELU, ..." naming them. */
 TR_MUST_CHECK int hf_gelu_act(json_t *root, const char *path, const char *key, const char *dflt,
                               const char *what, int *exact);
+/* GPT-2's dimension keys of a config.json (GPT-BigCode's, GPT-J's) into m: n_layer, n_embd,
+ * n_head, vocab_size (required), n_positions (absent: positions), n_inner (absent or null:
+ * 4 n_embd), layer_norm_epsilon (1e-5); n_embd not divisible by n_head refused naming
+ * transformers' `attention` class, which refuses it too. */
+TR_MUST_CHECK int hf_read_gpt_dims(json_t *root, const char *path, int positions,
+                                   const char *attention, tr_model_config *m);
 /* DIR/config.json from root (owned: released here; NULL: out of memory) with o's bos and eos
  * token ids (null when o->eos_token_id < 0), sorted keys, 2-space indent, a final newline */
 TR_MUST_CHECK int hf_write_config_json(const char *dir, json_t *root,
