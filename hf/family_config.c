@@ -476,6 +476,8 @@ int hf_shape_family(const tr_gpt_shape *s)
 {
     if (tr_gpt_is_gpt2(s))
         return TR_HF_GPT2;
+    if (s->no_norm_bias) /* LayerNorms without biases: no family's yet */
+        return -1;
     if (s->mlp_bias) /* the MLP's biases without the attention's: GPT-J's alone */
         return hf_gptj_shape(s);
     if (s->position == TR_POS_LEARNED) /* (no other family's): GPT-BigCode or nothing */

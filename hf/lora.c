@@ -84,7 +84,8 @@ int tr_hf_write_lora_adapter(const char *dir, tr_gpt *g, const float *params)
     /* (the parallel residual: GPT-NeoX's and Falcon's; the exact GELU not Bloom's; Falcon:
      * what GPT-NeoX cannot be, tr_hf_family_of's rule) */
     int seq = !s->parallel_residual;
-    int fam = tr_gpt_is_gpt2(s) ? FAM_GPT2
+    int fam = s->no_norm_bias ? -1 /* (no family's yet) */
+              : tr_gpt_is_gpt2(s) ? FAM_GPT2
               : hf_shape_family(s) == TR_HF_BIGCODE ? FAM_BIGCODE
               : hf_shape_family(s) == TR_HF_GPTJ ? FAM_GPTJ
               : hf_shape_family(s) == TR_HF_GEMMA ? FAM_LLAMA /* (Llama's names) */

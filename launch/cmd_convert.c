@@ -146,6 +146,8 @@ static void print_model_section(const tr_model_config *m)
         printf("  kv_channels: %d\n", m->kv_channels);
     if (m->normalization && m->apply_layernorm_1p)
         printf("  apply_layernorm_1p: true\n");
+    if (m->normalization && m->no_layernorm_bias && strcmp(m->normalization, "RMSNorm"))
+        printf("  layernorm_bias: false\n"); /* MPT's norms */
     if (m->normalization && m->embedding_multiplier && m->embedding_multiplier != 1.0)
         printf("  embedding_multiplier: %.9g\n", m->embedding_multiplier);
     if (m->normalization && m->geglu)

@@ -63,6 +63,7 @@ void tr_gpt_shape_family(const tr_model_config *m, tr_gpt_shape *s)
                          ? m->kv_channels
                          : 0;
     s->layernorm_1p = m->apply_layernorm_1p;
+    s->no_norm_bias = !s->rmsnorm && m->no_layernorm_bias;
     s->rope_scaling = s->position != TR_POS_ROPE                    ? TR_ROPE_SCALING_NONE
                       : m->use_rope_scaling                         ? TR_ROPE_SCALING_LLAMA3
                       : m->rotary_seq_len_interpolation_factor != 1.0 &&
@@ -88,7 +89,7 @@ int tr_gpt_is_gpt2(const tr_gpt_shape *s)
            !s->untie && !s->output_bias && !s->no_linear_bias && !s->embedding_ln &&
            !s->parallel_residual && !s->parallel_shared_norm && !s->gelu_exact &&
            !s->kv_channels && !s->layernorm_1p && !s->embedding_multiplier && !s->geglu &&
-           !s->rope_scaling;
+           !s->rope_scaling && !s->no_norm_bias;
 }
 
 int tr_gpt_shape_from_config(const tr_config *cfg, int layer_first, int layer_count,
@@ -284,7 +285,7 @@ static void family_sizes(tr_gpt *g)
         int kept = (j == L_QKV_B && s->qkv_bias) ||
                    ((j == L_FC_B || j == L_FCPROJ_B) && s->mlp_bias); /* without linear ones */
         int absent = (is_bias && s->no_linear_bias && !kept) ||
-                     (s->rmsnorm && (j == L_LN1_B || j == L_LN2_B));
+                     ((s->rmsnorm || s->no_norm_bias) && (j == L_LN1_B || j == L_LN2_B));
         if (s->parallel_shared_norm && (j == L_LN2_W || j == L_LN2_B))
             g->slot[j] = g->slot[j == L_LN2_W ? L_LN1_W : L_LN1_B]; /* ln1's tensors */
         else
@@ -336,7 +337,7 @@ static void add_tensors(tr_gpt *g)
         if (s->embedding_ln) {
             g->emb_ln_w = add_tensor(g, "emb_ln.weight", C, 1, -1);
             g->tensors[g->emb_ln_w].tp_grad_allreduce = g->s.sequence_parallel;
-            if (!s->rmsnorm) {
+            if (!s->rmsnorm && !s->no_norm_bias) {
                 g->emb_ln_b = add_tensor(g, "emb_ln.bias", C, 1, -1);
                 g->tensors[g->emb_ln_b].tp_grad_allreduce = g->s.sequence_parallel;
             }
@@ -347,7 +348,7 @@ static void add_tensors(tr_gpt *g)
     if (s->is_last) {
         g->lnf_w = add_tensor(g, "lnf.weight", C, 1, -1);
         g->tensors[g->lnf_w].tp_grad_allreduce = g->s.sequence_parallel;
-        if (!s->rmsnorm) {
+        if (!s->rmsnorm && !s->no_norm_bias) {
             g->lnf_b = add_tensor(g, "lnf.bias", C, 1, -1);
             g->tensors[g->lnf_b].tp_grad_allreduce = g->s.sequence_parallel;
         }
@@ -506,6 +507,10 @@ static int family_tables(tr_gpt *g)
         k->to_device(NULL, g->norm_1p, ones, (size_t)s->C * sizeof(float));
         tr_free(ones);
     }
+    /* layernorm_bias false: C zeros the LayerNorm kernels read as the bias, C floats their bias
+     * gradient accumulates into (a sink never read) */
+    if (s->no_norm_bias && !(g->norm_zero = k->alloc(2 * (size_t)s->C * sizeof(float))))
+        return tr_fail(TR_ERR_NOMEM, "out of memory for the norms' zero bias");
     if (s->position == TR_POS_ALIBI) {
         float host[1024];
         if (g->NHl > 1024)
@@ -574,6 +579,7 @@ void tr_gpt_free(tr_gpt *g)
     g->k->free(g->rope_sin);
     g->k->free(g->alibi);
     g->k->free(g->norm_1p);
+    g->k->free(g->norm_zero);
     tr_free(g->losses_host);
     gpt_lora_free(g);
     tr_free(g->layer_ranges);

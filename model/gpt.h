@@ -129,6 +129,9 @@ typedef struct {
     int kv_channels;      /* the head size where it is not C / NH (model.kv_channels; Gemma-7B's
                            * 256 of hidden 3072, 16 heads), else 0: tr_gpt_head_size */
     int layernorm_1p;     /* every norm scales by 1 + weight (model.apply_layernorm_1p) */
+    int no_norm_bias;     /* LayerNorm without its bias (model.layernorm_bias false; MPT):
+                           * ln1, ln2, lnf and emb_ln have no bias tensor, the kernels get C
+                           * zeros and a gradient sink; 0 with RMSNorm */
     float embedding_multiplier; /* the embedding stage's output times this
                                  * (model.embedding_multiplier), or 0 where that is 1 */
     int geglu;            /* MLP = fc_proj(gelu(gate) * up), fc as swiglu's (gate, up) pairs */

@@ -25,7 +25,7 @@ static int norm_then_column(tr_gpt *g, const layer_acts *L, int l, int B, float 
             g->k->rmsnorm_forward16(NULL, ln16 + (size_t)r0 * C, rstd, x, w, Nl, C, g->s.eps);
         else
             g->k->layernorm_forward16(NULL, ln16 + (size_t)r0 * C, mean, rstd, x, w,
-                                      layer_param(g, l, nb), Nl, C, g->s.eps);
+                                      norm_bias(g, layer_param(g, l, nb)), Nl, C, g->s.eps);
         if (y16)
             return tr_tp_column_linear_forward_out16(&g->tp, (uint16_t *)y, act16, NULL, ln16,
                                                      layer_param(g, l, W), layer_param(g, l, b),

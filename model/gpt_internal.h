@@ -104,6 +104,8 @@ struct tr_gpt {
     float *alibi;                 /* alibi: this rank's NHl slopes, backend memory */
     float *norm_1p;               /* apply_layernorm_1p: (2, C) backend floats, C ones and the
                                    * scale 1 + weight of the norm being run (norm_scale) */
+    float *norm_zero;             /* no_norm_bias: (2, C) backend floats, C zeros (the bias)
+                                   * and C the bias gradient sinks into (norm_bias) */
     tr_param_tensor *tensors;
     int n_tensors;
     size_t n_params;
@@ -272,6 +274,18 @@ static inline const float *norm_scale(const tr_gpt *g, const float *w)
     return scale;
 }
 
+/* The bias a LayerNorm adds: b, or C zeros without norm biases (no_norm_bias: b is NULL) */
+static inline const float *norm_bias(const tr_gpt *g, const float *b)
+{
+    return g->s.no_norm_bias ? g->norm_zero : b;
+}
+
+/* Where a LayerNorm's bias gradient goes: db, or the sink without norm biases */
+static inline float *norm_bias_grad(const tr_gpt *g, float *db)
+{
+    return g->s.no_norm_bias ? g->norm_zero + g->s.C : db;
+}
+
 /* LayerNorm or RMSNorm of Nl rows (mean unused, bias NULL for RMSNorm); w the weight (the
  * scale norm_scale makes of it). */
 static inline void norm_forward(const tr_gpt *g, float *out, float *mean, float *rstd,
@@ -281,7 +295,8 @@ static inline void norm_forward(const tr_gpt *g, float *out, float *mean, float 
     if (g->s.rmsnorm)
         g->k->rmsnorm_forward(NULL, out, rstd, x, w, Nl, g->s.C, g->s.eps);
     else
-        g->k->layernorm_forward(NULL, out, mean, rstd, x, w, b, Nl, g->s.C, g->s.eps);
+        g->k->layernorm_forward(NULL, out, mean, rstd, x, w, norm_bias(g, b), Nl, g->s.C,
+                                g->s.eps);
 }
 
 /* dx += ..., dw += ..., db += ... (db unused for RMSNorm); the output gradient dout fp32, or
@@ -293,6 +308,7 @@ static inline void norm_backward(const tr_gpt *g, float *dx, float *dw, float *d
     const tr_kernels *k = g->k;
     int C = g->s.C;
     w = norm_scale(g, w); /* d(1 + w) = dw: the weight's gradient as it is */
+    db = norm_bias_grad(g, db);
     if (g->s.rmsnorm && dout16)
         k->rmsnorm_backward16(NULL, dx, dw, dout16, x, w, rstd, Nl, C);
     else if (g->s.rmsnorm)

@@ -41,6 +41,7 @@ typedef struct {
     int mlp_bias;                                    /* fc's and fc_proj's (with bias or alone) */
     int norms;                                       /* per layer: 2, or 1 (a shared norm) */
     int out_bias;                                    /* the untied output layer's bias */
+    int norm_bias;                                   /* LayerNorm's bias (not RMSNorm's) */
 } family;
 
 static family family_of(const tr_model_config *m)
@@ -65,6 +66,7 @@ static family family_of(const tr_model_config *m)
     f.untie = loaded && m->untie_embeddings_and_output_weights;
     f.norms = loaded && m->parallel_residual && m->parallel_shared_norm ? 1 : 2;
     f.out_bias = f.untie && m->output_layer_bias;
+    f.norm_bias = !f.rms && (!loaded || !m->no_layernorm_bias);
     return f;
 }
 
@@ -93,14 +95,14 @@ static double layer_params(const family *f, int tp)
         n += f->fc / tp + h;
     if (f->qkv_bias)
         n += f->qkv / tp;
-    return n + f->norms * (f->rms ? h : 2.0 * h);
+    return n + f->norms * (f->norm_bias ? 2.0 * h : h);
 }
 
 double tr_plan_stage_params(const tr_model_config *m, int vocab_padded, int tp, int pp, int stage,
                             int layers)
 {
     family f = family_of(m);
-    double h = m->hidden_size, norm = f.rms ? h : 2.0 * h;
+    double h = m->hidden_size, norm = f.norm_bias ? 2.0 * h : h;
     double n = layers * layer_params(&f, tp);
     if (stage == 0) {
         n += (double)vocab_padded * h / tp;

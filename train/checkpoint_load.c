@@ -305,6 +305,8 @@ int ckpt_same_family(const tr_gpt_shape *s, const ckpt_manifest *mf, const char 
          mf->qkv_bias)
     DIFF(my.mlp_bias != mf->mlp_bias, "; add_mlp_bias %d (the checkpoint's: %d)", my.mlp_bias,
          mf->mlp_bias)
+    DIFF(my.no_norm_bias != mf->no_norm_bias, "; layernorm_bias %d (the checkpoint's: %d)",
+         !my.no_norm_bias, !mf->no_norm_bias)
     DIFF(my.sliding_window != mf->sliding_window, "; sliding_window %d (the checkpoint's: %d)",
          my.sliding_window, mf->sliding_window)
     DIFF(my.parallel_residual != mf->parallel_residual,

@@ -61,6 +61,7 @@ void ckpt_manifest_family(ckpt_manifest *mf, const tr_gpt_shape *s)
     mf->linear_bias = !s->no_linear_bias;
     mf->qkv_bias = s->qkv_bias;
     mf->mlp_bias = s->mlp_bias;
+    mf->no_norm_bias = s->no_norm_bias;
     mf->sliding_window = s->sliding_window;
     mf->parallel_residual = s->parallel_residual;
     mf->gelu_exact = s->gelu_exact;
@@ -128,12 +129,13 @@ static int lora_targets_parse(const char *text)
 /* The family line's optional end: " qkv_bias 1", " sliding_window N", " parallel_residual 1",
  * " gelu_exact 1", " parallel_shared_norm 1", " output_bias 1", " kv_channels N",
  * " layernorm_1p 1", " embedding_multiplier X", " geglu 1", " rope_linear X" or
- * " rope_llama3 X X X N", " mlp_bias 1" (N >= 1 in digits, X a finite float32 > 0; the
+ * " rope_llama3 X X X N", " mlp_bias 1", " layernorm_bias 0" (N >= 1 in digits, X a finite float32 > 0; the
  * multiplier and the linear factor not 1, llama3's high frequency factor above its low one),
  * each at most once and in that order, nothing else; 1 when it is (and sets them). */
 static int family_suffix(const char *rest, ckpt_manifest *out)
 {
-    enum { FLAG, COUNT, SCALE, LINEAR, LLAMA3 }; /* " NAME 1", " NAME N", " NAME X", ... */
+    enum { FLAG, COUNT, SCALE, LINEAR, LLAMA3, OFF }; /* " NAME 1", " NAME N", " NAME X", ...,
+                                                       * " NAME 0" */
     static const struct {
         const char *name;
         int kind;
@@ -143,11 +145,11 @@ static int family_suffix(const char *rest, ckpt_manifest *out)
                 {"kv_channels", COUNT},      {"layernorm_1p", FLAG},
                 {"embedding_multiplier", SCALE}, {"geglu", FLAG},
                 {"rope_linear", LINEAR},     {"rope_llama3", LLAMA3},
-                {"mlp_bias", FLAG}};
+                {"mlp_bias", FLAG},          {"layernorm_bias", OFF}};
     int *set[] = {&out->qkv_bias,    &out->sliding_window, &out->parallel_residual,
                   &out->gelu_exact,  &out->parallel_shared_norm, &out->output_bias,
                   &out->kv_channels, &out->layernorm_1p, NULL, &out->geglu, NULL, NULL,
-                  &out->mlp_bias};
+                  &out->mlp_bias, &out->no_norm_bias};
     for (size_t i = 0; i < sizeof keys / sizeof keys[0] && *rest; i++) {
         size_t len = strlen(keys[i].name);
         if (rest[0] != ' ' || strncmp(rest + 1, keys[i].name, len) || rest[1 + len] != ' ')
@@ -155,8 +157,8 @@ static int family_suffix(const char *rest, ckpt_manifest *out)
         const char *v = rest + 2 + len;
         int used = 0, n = 0;
         double x = 0;
-        if (keys[i].kind == FLAG) {
-            if (*v != '1')
+        if (keys[i].kind == FLAG || keys[i].kind == OFF) {
+            if (*v != (keys[i].kind == FLAG ? '1' : '0'))
                 return 0;
             used = 1, *set[i] = 1;
         } else if (keys[i].kind == COUNT) {
@@ -205,7 +207,7 @@ int ckpt_write_manifest(const char *path, const ckpt_manifest *mf)
         fprintf(f, "loss_scaler scale %.17g growth %d hysteresis_left %d skipped %ld\n",
                 mf->loss_scale, mf->scaler_growth, mf->scaler_hysteresis_left,
                 mf->skipped_iterations);
-    char suffix[400] = ""; /* every one: at most 292 bytes */
+    char suffix[400] = ""; /* every one: at most 309 bytes */
     if (mf->sliding_window)
         snprintf(suffix, sizeof suffix, " sliding_window %d", mf->sliding_window);
     if (mf->parallel_residual)
@@ -235,6 +237,8 @@ int ckpt_write_manifest(const char *path, const ckpt_manifest *mf)
                  mf->rope_original);
     if (mf->mlp_bias)
         strcat(suffix, " mlp_bias 1");
+    if (mf->no_norm_bias)
+        strcat(suffix, " layernorm_bias 0");
     if (mf->has_family)
         fprintf(f, "family rmsnorm %d position %d rotary_dims %d rotary_base %.9g swiglu %d "
                    "ffn %d query_groups %d untie %d linear_bias %d embedding_layernorm %d "
@@ -343,6 +347,7 @@ int ckpt_read_manifest(const char *path, int iteration, ckpt_manifest *out)
                        &out->linear_bias, &out->emb_ln, &out->eps, &used) != 11 ||
                 (line[used] && !family_suffix(line + used, out)) ||
                 (out->qkv_bias && out->linear_bias) || (out->mlp_bias && out->linear_bias) ||
+                (out->no_norm_bias && out->rmsnorm) ||
                 (out->parallel_shared_norm && !out->parallel_residual) ||
                 (out->output_bias && !out->untie) || (out->geglu && out->swiglu) ||
                 (out->rope_scaling && out->position != 1) ||
@@ -369,7 +374,8 @@ int ckpt_read_manifest(const char *path, int iteration, ckpt_manifest *out)
                                               "embedding_multiplier X (a float32 > 0, not 1), "
                                               "geglu 1 only with swiglu 0, rope_linear X or "
                                               "rope_llama3 X X X N only with position 1, "
-                                              "mlp_bias 1 only with linear_bias 0)");
+                                              "mlp_bias 1 only with linear_bias 0, "
+                                              "layernorm_bias 0 only with rmsnorm 0)");
         } else if (ln == 4 + out->has_data + out->has_scaler + out->has_family &&
                    !strncmp(line, "lora ", 5)) {
             int used = 0;

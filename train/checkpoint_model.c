@@ -58,6 +58,7 @@ int tr_checkpoint_read_model(const char *dir, tr_model_config *model, int *itera
         model->add_bias_linear = mf.linear_bias;
         model->add_qkv_bias = mf.qkv_bias;
         model->add_mlp_bias = mf.mlp_bias;
+        model->no_layernorm_bias = mf.no_norm_bias;
         model->sliding_window = mf.sliding_window;
         model->embedding_layernorm = mf.emb_ln;
         model->parallel_residual = mf.parallel_residual;

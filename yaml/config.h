@@ -78,6 +78,10 @@ typedef struct {
     int kv_channels;                  /* default 0 = hidden_size / num_attention_heads: the
                                        * head size (Megatron's --kv-channels); the attention
                                        * is num_attention_heads x kv_channels wide */
+    int no_layernorm_bias;            /* model.layernorm_bias (bool, default true) negated, so
+                                       * a zeroed config has the biases: 1 = LayerNorm without
+                                       * its bias (ln1, ln2, the final and the embedding norm;
+                                       * MPT's no_bias); no effect with RMSNorm */
     int apply_layernorm_1p;           /* bool, default 0: every norm scales by 1 + weight,
                                        * its weights start at 0 (Megatron's
                                        * --apply-layernorm-1p; Gemma's RMSNorm) */

@@ -84,6 +84,8 @@ typedef struct {
     /* Extra check on a string value: returns NULL if fine, else what is allowed. */
     const char *(*check_string)(const char *value);
     int allow_empty; /* strings: "" is a value (an unset path), not an error */
+    int negate;      /* KEY_BOOL: the field holds the key's negation (a zeroed config is the
+                      * default true: model.layernorm_bias in no_layernorm_bias) */
 } config_key_spec;
 
 extern const config_key_spec config_keys[];

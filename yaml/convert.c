@@ -445,8 +445,12 @@ int config_set_field(tr_config *cfg, const config_key_spec *spec, const ydoc *do
         return parse_uint64(&f, node, field);
     case KEY_DOUBLE:
         return parse_double(&f, node, field);
-    case KEY_BOOL:
-        return parse_bool(&f, node, field);
+    case KEY_BOOL: {
+        int rc = parse_bool(&f, node, field);
+        if (!rc && spec->negate)
+            *(int *)field = !*(int *)field;
+        return rc;
+    }
     case KEY_STRING:
         return parse_string(&f, node, field);
     case KEY_STRING_LIST:

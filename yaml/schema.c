@@ -89,6 +89,8 @@ const config_key_spec config_keys[] = {
     ENUM("model", "gelu_approximate", model.gelu_approximate, "tanh", gelu_approximations),
     INT("model", "kv_channels", model.kv_channels, 0, "0", 0, 65536),
     BOOL("model", "apply_layernorm_1p", model.apply_layernorm_1p, "false"),
+    {.section = "model", .key = "layernorm_bias", .type = KEY_BOOL,
+     .offset = F(model.no_layernorm_bias), .def = "true", .negate = 1},
     DBL("model", "embedding_multiplier", model.embedding_multiplier, 0, "1.0", 0, 1, INF, 0),
     BOOL("model", "geglu", model.geglu, "false"),
     DBL("model", "rotary_seq_len_interpolation_factor", model.rotary_seq_len_interpolation_factor,

@@ -59,7 +59,7 @@ static void write_value(FILE *f, const tr_config *c, const config_key_spec *s)
         write_double(f, *(const double *)field);
         break;
     case KEY_BOOL:
-        fputs(*(const int *)field ? "true" : "false", f);
+        fputs(!*(const int *)field != !s->negate ? "true" : "false", f);
         break;
     case KEY_STRING:
         write_string(f, *(char *const *)field);
@@ -201,6 +201,8 @@ void tr_model_family_flow(const tr_model_config *m, char *buf, size_t cap)
         n += snprintf(buf + n, cap - (size_t)n, ", kv_channels: %d", m->kv_channels);
     if (n > 0 && (size_t)n < cap && m->apply_layernorm_1p)
         n += snprintf(buf + n, cap - (size_t)n, ", apply_layernorm_1p: true");
+    if (n > 0 && (size_t)n < cap && m->no_layernorm_bias && strcmp(m->normalization, "RMSNorm"))
+        n += snprintf(buf + n, cap - (size_t)n, ", layernorm_bias: false");
     if (n > 0 && (size_t)n < cap && m->embedding_multiplier != 1.0 && m->embedding_multiplier)
         n += snprintf(buf + n, cap - (size_t)n, ", embedding_multiplier: %.17g",
                       m->embedding_multiplier);

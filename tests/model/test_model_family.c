@@ -14,7 +14,8 @@
 #include "core/core.h"
 #include "model/gpt.h"
 
-enum { LLAMA, BLOOM, MIXED, NEOX, FALCON, PHI, GEMMA, LLAMA_LINEAR, LLAMA3, GPTJ };
+enum { LLAMA, BLOOM, MIXED, NEOX, FALCON, PHI, GEMMA, LLAMA_LINEAR, LLAMA3, GPTJ, MPT,
+       BLOOM_NO_NORM_BIAS };
 
 /* Llama: 4 heads in 2 groups of head size 4, rope, RMSNorm, SwiGLU of width 24, untied, no
  * biases. Bloom: 6 heads of size 2 (non-power-of-two ALiBi), embedding LayerNorm.
@@ -27,7 +28,10 @@ enum { LLAMA, BLOOM, MIXED, NEOX, FALCON, PHI, GEMMA, LLAMA_LINEAR, LLAMA3, GPTJ
  * the attention 24 wide of hidden 16), rope over the whole head, 2 groups, RMSNorm scaling by
  * 1 + weight, the embedding times 4, GeGLU with the exact GELU, tied, no biases. Llama with
  * rope scaling: linear position interpolation (positions / 4), Llama 3.1's frequencies. GPT-J:
- * Phi-2's layer with the MLP's biases alone (add_mlp_bias: no qkv or attn_proj bias). */
+ * Phi-2's layer with the MLP's biases alone (add_mlp_bias: no qkv or attn_proj bias). MPT:
+ * Bloom's ALiBi (6 heads) without the embedding norm, LayerNorms without biases
+ * (layernorm_bias false), no linear biases, the exact GELU; Bloom's with its norms' biases
+ * off (the embedding norm's too). */
 static tr_gpt_shape family_shape(int family, int first, int count)
 {
     tr_gpt_shape s = {.num_layers = 3, .C = 16, .NH = 4, .T = 5, .max_T = 6, .V = 11, .Vp = 16,
@@ -42,8 +46,12 @@ static tr_gpt_shape family_shape(int family, int first, int count)
             s.rope_scaling = TR_ROPE_SCALING_LLAMA3, s.rope_factor = 8.0f, s.rotary_base = 10.0f,
             s.rope_low_freq_factor = 1.0f, s.rope_high_freq_factor = 4.0f,
             s.rope_original_positions = 32;
-    } else if (family == BLOOM) {
+    } else if (family == BLOOM || family == BLOOM_NO_NORM_BIAS) {
         s.C = 12, s.NH = 6, s.position = TR_POS_ALIBI, s.embedding_ln = 1;
+        s.no_norm_bias = family == BLOOM_NO_NORM_BIAS;
+    } else if (family == MPT) {
+        s.C = 12, s.NH = 6, s.position = TR_POS_ALIBI, s.no_norm_bias = 1, s.no_linear_bias = 1;
+        s.gelu_exact = 1;
     } else if (family == MIXED) {
         s.rmsnorm = 1, s.position = TR_POS_ROPE, s.rotary_dims = 2, s.rotary_base = 100.0f;
         s.swiglu = 1, s.query_groups = 1, s.embedding_ln = 1;
@@ -180,6 +188,20 @@ static void test_tensor_tables(void **state)
     assert_int_equal(find(st.g, "layers.2.fc_proj.bias")->rows, 16);
     assert_int_equal(tr_gpt_num_tensors(st.g), 1 + 3 * 8 + 2 + 2);
     stage_free(&st);
+    stage_make(&st, MPT, 0, 3, 1); /* the norms' weights alone, no linear biases, tied */
+    assert_null(find(st.g, "layers.0.ln1.bias"));
+    assert_null(find(st.g, "layers.1.ln2.bias"));
+    assert_null(find(st.g, "lnf.bias"));
+    assert_null(find(st.g, "layers.0.fc.bias"));
+    assert_non_null(find(st.g, "layers.2.ln2.weight"));
+    assert_int_equal(tr_gpt_num_tensors(st.g), 1 + 3 * 6 + 1);
+    stage_free(&st);
+    stage_make(&st, BLOOM_NO_NORM_BIAS, 0, 3, 1); /* the embedding norm's bias off too */
+    assert_non_null(find(st.g, "emb_ln.weight"));
+    assert_null(find(st.g, "emb_ln.bias"));
+    assert_non_null(find(st.g, "layers.0.qkv.bias"));
+    assert_int_equal(tr_gpt_num_tensors(st.g), 2 + 3 * 10 + 1);
+    stage_free(&st);
 }
 
 /* d(mean loss)/d(param) by central differences on a few elements of every tensor. */
@@ -230,6 +252,8 @@ static void test_finite_difference(void **state)
     check_finite_difference(PHI);
     check_finite_difference(GEMMA);
     check_finite_difference(GPTJ);
+    check_finite_difference(MPT);
+    check_finite_difference(BLOOM_NO_NORM_BIAS);
 }
 
 /* Stages [0,1) and [1,3) chained give the whole model's loss and gradients. */
@@ -283,6 +307,7 @@ static void test_stages_compose(void **state)
     check_stages_compose(PHI);
     check_stages_compose(GEMMA);
     check_stages_compose(GPTJ);
+    check_stages_compose(MPT);
 }
 
 /* Two sequences of len tokens (B = 2, rows of tokens) fed to the emptied cache c as a prefix
@@ -354,6 +379,8 @@ static void test_generation(void **state)
     check_generation(PHI);
     check_generation(GEMMA);
     check_generation(GPTJ);
+    check_generation(MPT);
+    check_generation(BLOOM_NO_NORM_BIAS);
     check_generation(LLAMA_LINEAR);
     check_generation(LLAMA3);
 }
@@ -416,6 +443,7 @@ static void test_generation_past_T(void **state)
     check_generation_past_T(PHI);
     check_generation_past_T(GEMMA);
     check_generation_past_T(GPTJ);
+    check_generation_past_T(MPT);
     check_generation_past_T(LLAMA_LINEAR);
     check_generation_past_T(LLAMA3);
 }
@@ -444,7 +472,7 @@ static void check_packing(int family)
     /* position id T (< max_T 6): no row of T tokens has it; past the rope tables' T rows */
     pos[4] = T;
     assert_int_equal(tr_gpt_acts_set_packing(st.a, seg, pos, NULL),
-                     family == BLOOM ? TR_OK : TR_ERR_INVALID);
+                     family == BLOOM || family == MPT ? TR_OK : TR_ERR_INVALID);
     stage_free(&st);
 }
 
@@ -458,6 +486,7 @@ static void test_packing(void **state)
     check_packing(PHI);
     check_packing(GEMMA);
     check_packing(GPTJ);
+    check_packing(MPT);
 }
 
 /* Invalid family shapes are refused, not crashed on. */

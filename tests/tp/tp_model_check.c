@@ -1,7 +1,7 @@
 /* The GPT stage split over T tensor-parallel ranks against the unsplit model (T = 1, built
  * locally on every rank), run by `trident launch --nproc W`:
  *   tp_model_check [--tp T] [--sp] [--head-rows R] [--weights] [--parallel-residual]
- *                  [--mlp-bias] [--timeout S]
+ *                  [--mlp-bias] [--no-norm-bias] [--timeout S]
  * (T divides W; default T = W). --head-rows: the split model's head and loss run in chunks of
  * R token rows (tr_gpt_set_head_chunk_rows; the reference in one chunk), so every chunk's
  * statistics are all-reduced; --weights: per-token loss weights (packed fine-tuning data);
@@ -9,7 +9,10 @@
  * projection and fc_proj share one reduction forward (3 collectives a layer, not 4);
  * --mlp-bias: with it, GPT-J's (one norm for both branches, the tanh GELU, no attention biases
  * but fc's and fc_proj's: model.add_mlp_bias), the reduction adding fc_proj's bias alone; its
- * biases are set off 0 (a function of the name and whole row) so their forward counts.
+ * biases are set off 0 (a function of the name and whole row) so their forward counts;
+ * --no-norm-bias: MPT's layer (ALiBi, LayerNorms without biases: model.layernorm_bias false,
+ * no linear biases, the exact GELU), the norms reading C zeros and sinking their bias
+ * gradients.
  * The world is cut into W/T TP groups (consecutive ranks), each checked on its own. Checks:
  *  - initialisation: every shard is bit for bit the matching slice of the T = 1 tensor, with
  *    the right split_dim / full shape / flags;
@@ -38,6 +41,7 @@ static tr_comm *tpc; /* this rank's TP group (NULL when T == 1) */
 static int T = 1, t = 0, sp = 0;
 static int head_rows = 0, weighted = 0, chunks = 1; /* chunks: of the split model's head */
 static int pres = 0, mlp_bias = 0; /* --parallel-residual, --mlp-bias */
+static int no_norm_bias = 0;       /* --no-norm-bias */
 static float weights[N];
 static const tr_kernels *kernels; /* make()'s table (NULL: "cpu") */
 
@@ -58,6 +62,8 @@ static void make(model *m, int first, int count, int tp_size)
     s.parallel_residual = s.gelu_exact = pres;
     if (mlp_bias) /* GPT-J's layer */
         s.parallel_shared_norm = s.no_linear_bias = s.mlp_bias = 1, s.gelu_exact = 0;
+    if (no_norm_bias) /* MPT's layer */
+        s.position = TR_POS_ALIBI, s.no_norm_bias = s.no_linear_bias = s.gelu_exact = 1;
     OK(tr_gpt_create(&s, kernels ? kernels : tr_kernels_cpu(), tp_size > 1 ? tpc : NULL, &m->g));
     size_t n = tr_gpt_num_params(m->g);
     m->params = tc_floats(n);
@@ -364,6 +370,8 @@ int main(int argc, char **argv)
             pres = 1;
         else if (!strcmp(argv[i], "--mlp-bias"))
             pres = mlp_bias = 1;
+        else if (!strcmp(argv[i], "--no-norm-bias"))
+            no_norm_bias = 1;
         else if (!strcmp(argv[i], "--timeout") && i + 1 < argc)
             timeout_s = atof(argv[++i]);
     }
@@ -396,9 +404,10 @@ int main(int argc, char **argv)
     char name[96];
     snprintf(name, sizeof name, "tp_model_check T=%d%s%s%s%s", T, sp ? " --sp" : "",
              head_rows ? " (chunked head)" : "", weighted ? " (loss weights)" : "",
-             mlp_bias ? " (GPT-J: parallel residual, MLP biases)"
-             : pres   ? " (parallel residual)"
-                      : "");
+             mlp_bias       ? " (GPT-J: parallel residual, MLP biases)"
+             : no_norm_bias ? " (MPT: ALiBi, no norm or linear biases)"
+             : pres         ? " (parallel residual)"
+                            : "");
     int rc = finish(world, name, t0);
     tr_comm_destroy(tpc);
     tr_comm_destroy(world);

@@ -133,6 +133,48 @@ static void test_gptj(void **state)
     E(WITH("  add_mlp_bias: 1.5\n"), "t.yaml:6:17: ", "expected a boolean");
 }
 
+/* MPT: LayerNorms without biases (layernorm_bias false, held negated in no_layernorm_bias so a
+ * zeroed config has them), written back in the family flow and by tr_config_write; no effect
+ * with RMSNorm (not written back then) */
+static void test_mpt(void **state)
+{
+    (void)state;
+    tr_config c;
+    const char *mpt = WITH("  position_embedding_type: alibi\n  add_bias_linear: false\n"
+                           "  gelu_approximate: none\n  layernorm_bias: false\n");
+    assert_int_equal(tr_t_load(mpt, NULL, 0, &c), TR_OK);
+    assert_true(c.model.no_layernorm_bias && !c.model.add_bias_linear);
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    assert_int_equal(tr_config_write(&c, f), TR_OK);
+    fclose(f);
+    assert_non_null(strstr(text, "layernorm_bias: false"));
+    free(text);
+    tr_config_free(&c);
+    assert_int_equal(tr_t_load(TR_T_REQUIRED, NULL, 0, &c), TR_OK);
+    assert_int_equal(c.model.no_layernorm_bias, 0);
+    text = NULL;
+    f = open_memstream(&text, &len);
+    assert_int_equal(tr_config_write(&c, f), TR_OK);
+    fclose(f);
+    assert_non_null(strstr(text, "layernorm_bias: true"));
+    free(text);
+    tr_config_free(&c);
+    expect_flow(mpt, ", gelu_approximate: none, layernorm_bias: false");
+    const char *ov[] = {"model.normalization=RMSNorm"};
+    assert_int_equal(tr_t_load(mpt, ov, 1, &c), TR_OK);
+    char flow[1024];
+    tr_model_family_flow(&c.model, flow, sizeof flow);
+    assert_null(strstr(flow, "layernorm_bias"));
+    tr_config_free(&c);
+    const char *on[] = {"model.layernorm_bias=true"};
+    assert_int_equal(tr_t_load(mpt, on, 1, &c), TR_OK);
+    assert_int_equal(c.model.no_layernorm_bias, 0);
+    tr_config_free(&c);
+    E(WITH("  layernorm_bias: 1.5\n"), "t.yaml:6:19: ", "expected a boolean");
+}
+
 /* Rope scaling: Llama 3.1's frequencies or linear position interpolation, one at a time, with
  * rope only; written back in the family flow */
 static void test_rope_scaling(void **state)
@@ -252,6 +294,7 @@ int main(void)
         cmocka_unit_test(test_neox_falcon_phi),
         cmocka_unit_test(test_gemma),
         cmocka_unit_test(test_gptj),
+        cmocka_unit_test(test_mpt),
         cmocka_unit_test(test_rope_scaling),
         cmocka_unit_test(test_contradictions),
     };
