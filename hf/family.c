@@ -13,7 +13,8 @@
 
 /* ------------------------------------------------------------------ names and layouts */
 
-enum { FAM_SAME, FAM_QKV, FAM_SWIGLU, FAM_QKV_ROT }; /* ROT: GPT-J's q, k rows */
+/* ROT: GPT-J's q, k rows; FUSED: one tensor of rows [Q | K | V] (MPT's Wqkv) */
+enum { FAM_SAME, FAM_QKV, FAM_SWIGLU, FAM_QKV_ROT, FAM_QKV_FUSED };
 
 typedef struct {
     int kind, n;          /* layout; number of HF tensors */
@@ -215,9 +216,37 @@ static int map_gptj(const tr_param_tensor *t, const tr_gpt_shape *s, fam_map *m)
     return rc;
 }
 
+/* MPT: family_mpt.c's names; Wqkv's [Q | K | V] rows (FAM_QKV_FUSED) */
+static int map_mpt(const tr_param_tensor *t, fam_map *m)
+{
+    int qkv = 0, rc = hf_mpt_map(t, m->name[0], &qkv);
+    m->kind = qkv ? FAM_QKV_FUSED : FAM_SAME, m->n = 1;
+    m->rows[0] = (uint64_t)t->full_rows;
+    return rc;
+}
+
+/* The trident qkv row (rows (group, {q_0 .. q_R-1, k, v}, d)) of row r of HF block k (0: q of
+ * NH heads, 1: k, 2: v of NG) */
+static uint64_t qkv_row(uint64_t r, int k, int HS, int R)
+{
+    uint64_t unit = r / (uint64_t)HS, d = r % (uint64_t)HS;
+    uint64_t g = k == 0 ? unit / (uint64_t)R : unit;
+    uint64_t u = k == 0 ? unit % (uint64_t)R : (uint64_t)(R + k - 1);
+    return (g * (uint64_t)(R + 2) + u) * (uint64_t)HS + d;
+}
+
+/* The trident qkv row of row r of a fused [Q (NH heads) | K | V (NG each)] tensor */
+static uint64_t fused_qkv_row(uint64_t r, int HS, int NH, int NG)
+{
+    uint64_t q = (uint64_t)NH * HS, kv = (uint64_t)NG * HS;
+    int k = r < q ? 0 : 1 + (int)((r - q) / kv);
+    return qkv_row(k == 0 ? r : (r - q) % kv, k, HS, NH / NG);
+}
+
 static int map_family(int family, const tr_param_tensor *t, const tr_gpt_shape *s, fam_map *m)
 {
     return family == TR_HF_BIGCODE  ? map_bigcode(t, m)
+           : family == TR_HF_MPT    ? map_mpt(t, m)
            : family == TR_HF_GPTJ   ? map_gptj(t, s, m)
            : family == TR_HF_BLOOM  ? map_bloom(t, m)
            : family == TR_HF_NEOX   ? map_neox(t, m)
@@ -337,6 +366,12 @@ static int load_tensor(const tr_st_set *set, const char *dir, const tr_param_ten
             rc = hf_read_weight(f, st, m.kind == FAM_SAME ? dst : piece);
         if (rc || m.kind == FAM_SAME)
             continue;
+        if (m.kind == FAM_QKV_FUSED) { /* MPT's Wqkv */
+            for (uint64_t r = 0; r < m.rows[0]; r++)
+                memcpy(dst + fused_qkv_row(r, HS, s->NH, NG) * cols, piece + r * cols,
+                       cols * sizeof(float));
+            continue;
+        }
         for (uint64_t r = 0; r < m.rows[k]; r++) {
             uint64_t to;
             if (m.kind == FAM_SWIGLU) /* rows (feature, {gate, up}) */
@@ -466,6 +501,13 @@ int tr_hf_write_family(const char *dir, int family, tr_gpt *g, const float *para
         for (int k = 0; k < maps[i].n && !rc; k++) {
             if (maps[i].kind == FAM_SAME) { /* the first rows as they are */
                 rc = tr_st_put_f32(w, src);
+                continue;
+            }
+            if (maps[i].kind == FAM_QKV_FUSED) { /* MPT's Wqkv */
+                for (uint64_t r = 0; r < maps[i].rows[0]; r++)
+                    memcpy(piece + r * cols, src + fused_qkv_row(r, HS, s->NH, NG) * cols,
+                           cols * sizeof(float));
+                rc = tr_st_put_f32(w, piece);
                 continue;
             }
             for (uint64_t r = 0; r < maps[i].rows[k]; r++) {

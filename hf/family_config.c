@@ -352,6 +352,7 @@ int tr_hf_read_family_config(const char *dir, tr_model_config *m, int *family)
               : !strcmp(type, "gemma") ? TR_HF_GEMMA
               : !strcmp(type, "gpt_bigcode") ? TR_HF_BIGCODE
               : !strcmp(type, "gptj") ? TR_HF_GPTJ
+              : !strcmp(type, "mpt") ? TR_HF_MPT
                                        : TR_HF_GPT2;
     memset(m, 0, sizeof *m);
     /* the Falcon of trust_remote_code (tiiuae's RWForCausalLM, before transformers 4.33): other
@@ -382,6 +383,8 @@ int tr_hf_read_family_config(const char *dir, tr_model_config *m, int *family)
         rc = hf_read_bigcode(root, path, m);
     else if (!rc && *family == TR_HF_GPTJ)
         rc = hf_read_gptj(root, path, m);
+    else if (!rc && *family == TR_HF_MPT)
+        rc = hf_read_mpt(root, path, m);
     if (!rc && *family != TR_HF_GPT2) {
         m->seq_length = tr_model_longest_seq(m);
         if ((!m->kv_channels && m->hidden_size % m->num_attention_heads) ||
@@ -407,6 +410,7 @@ const char *tr_hf_family_name(int family)
            : family == TR_HF_GEMMA   ? "Gemma"
            : family == TR_HF_BIGCODE ? "GPTBigCode"
            : family == TR_HF_GPTJ    ? "GPT-J"
+           : family == TR_HF_MPT     ? "MPT"
                                      : "GPT-2";
 }
 
@@ -422,6 +426,8 @@ static double family_numel(const tr_model_config *m, int family)
         return hf_bigcode_numel(m);
     if (family == TR_HF_GPTJ)
         return hf_gptj_numel(m);
+    if (family == TR_HF_MPT)
+        return hf_mpt_numel(m);
     double C = m->hidden_size, V = m->vocab_size, L = m->num_layers;
     if (family == TR_HF_FALCON) { /* word embeddings (lm_head), ln_f; per layer one or two
                                    * norms, query_key_value of NH + 2 NG heads, dense, the 4h
@@ -476,8 +482,8 @@ int hf_shape_family(const tr_gpt_shape *s)
 {
     if (tr_gpt_is_gpt2(s))
         return TR_HF_GPT2;
-    if (s->no_norm_bias) /* LayerNorms without biases: no family's yet */
-        return -1;
+    if (s->no_norm_bias) /* LayerNorms without biases: MPT's alone (Bloom's have them) */
+        return hf_mpt_shape(s);
     if (s->mlp_bias) /* the MLP's biases without the attention's: GPT-J's alone */
         return hf_gptj_shape(s);
     if (s->position == TR_POS_LEARNED) /* (no other family's): GPT-BigCode or nothing */
@@ -638,6 +644,8 @@ int hf_write_family_config(const char *dir, int family, const tr_model_config *m
         return hf_write_bigcode_config(dir, m, o);
     if (family == TR_HF_GPTJ)
         return hf_write_gptj_config(dir, m, o);
+    if (family == TR_HF_MPT)
+        return hf_write_mpt_config(dir, m, o);
     if (family == TR_HF_LLAMA || family == TR_HF_QWEN2 || family == TR_HF_MISTRAL) {
         int qwen2 = family == TR_HF_QWEN2, mistral = family == TR_HF_MISTRAL;
         root = json_pack("{s:[s], s:s, s:i, s:i, s:i, s:i, s:i, s:i, s:f, s:f, s:i, s:b, s:s,"

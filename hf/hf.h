@@ -239,13 +239,24 @@ TR_MUST_CHECK int tr_hf_load_gpt2(const char *dir, tr_gpt *g, float *params);
  * 4 n_embd), n_positions, layer_norm_epsilon, activation_function (gelu, gelu_python: none;
  * gelu_new, gelu_pytorch_tanh, gelu_fast, gelu_accurate: tanh); rotary_dim null, an odd one or
  * one past the head, another activation and tie_word_embeddings true refused by name. */
+/* MptForCausalLM (MPT-7B, MPT-30B; model_type mpt; hf/family_mpt.c): transformer.wte -> wte
+ * (lm_head tied), blocks.L.norm_1 / norm_2 (weights alone) -> ln1 / ln2 (layernorm_bias
+ * false), attn.Wqkv ([Q | K | V] rows, each (head, d)) -> qkv rows (head, {q, k, v}, d),
+ * attn.out_proj -> attn_proj, ffn.up_proj / down_proj -> fc / fc_proj (no linear biases, the
+ * exact GELU in 4 d_model), norm_f -> lnf; ALiBi (alibi_bias_max 8: Bloom's slopes); d_model,
+ * n_heads, n_layers, vocab_size, max_seq_len, layer_norm_epsilon. transformers 4.38 reads
+ * neither no_bias, expansion_ratio nor most of attn_config: no_bias false, expansion_ratio
+ * other than 4, tie_word_embeddings false, logit_scale, norm_type other than a LayerNorm,
+ * ffn_config of another ffn_type, attn_config's attn_type other than multihead_attention,
+ * alibi false, alibi_bias_max other than 8, qk_ln, clip_qkv, prefix_lm, kv_n_heads other than
+ * n_heads and softmax_scale other than 1/sqrt(head_dim) refused by name. */
 enum { TR_HF_GPT2, TR_HF_LLAMA, TR_HF_BLOOM, TR_HF_QWEN2, TR_HF_MISTRAL, TR_HF_NEOX, TR_HF_FALCON,
-       TR_HF_PHI, TR_HF_STABLELM, TR_HF_GEMMA, TR_HF_BIGCODE, TR_HF_GPTJ };
+       TR_HF_PHI, TR_HF_STABLELM, TR_HF_GEMMA, TR_HF_BIGCODE, TR_HF_GPTJ, TR_HF_MPT };
 /* "GPT-2", "Llama", "Bloom", "Qwen2", "Mistral", "GPT-NeoX", "Falcon", "Phi", "StableLM",
- * "Gemma", "GPTBigCode", "GPT-J" */
+ * "Gemma", "GPTBigCode", "GPT-J", "MPT" */
 const char *tr_hf_family_name(int family);
 /* DIR/config.json: *family from model_type ("llama", "qwen2", "bloom", "gpt_neox", "falcon",
- * "phi", "stablelm", "gemma", "gpt_bigcode", "gptj"; "mistral" is
+ * "phi", "stablelm", "gemma", "gpt_bigcode", "gptj", "mpt"; "mistral" is
  * TR_HF_LLAMA: the same model when its sliding_window is null or spans
  * max_position_embeddings, exported as a Llama; a shorter window is kept as
  * model.sliding_window, seq_length within it, and exported as a Mistral; a Qwen2 is a Llama
@@ -288,8 +299,10 @@ TR_MUST_CHECK int tr_hf_load_family(const char *dir, int family, tr_gpt *g, floa
  * (add_mlp_bias, no other family's: LayerNorm, rope of base 10000 over any even share of the
  * head, a GELU MLP of any width with biases and an attention without them, a key/value head
  * per head, the parallel residual with one shared norm, untied with the output layer's bias:
- * hf_gptj_shape; any other model with add_mlp_bias -1), or -1 when transformers has no such
- * model. */
+ * hf_gptj_shape; any other model with add_mlp_bias -1), TR_HF_MPT (layernorm_bias false, no
+ * other family's: LayerNorm, ALiBi, the exact GELU in 4C, no linear biases, a key/value head
+ * per head, tied, the sequential residual, no embedding norm: hf_mpt_shape; any other model
+ * without norm biases -1), or -1 when transformers has no such model. */
 int tr_hf_family_of(const tr_model_config *m);
 
 /* ------------------------------------------------------------------ conversion */

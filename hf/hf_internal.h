@@ -87,6 +87,15 @@ TR_MUST_CHECK int hf_write_gptj_config(const char *dir, const tr_model_config *m
 int hf_gptj_shape(const tr_gpt_shape *s);
 TR_MUST_CHECK int hf_gptj_map(const tr_param_tensor *t, char name[3][112], int *qkv);
 uint64_t hf_gptj_rotary_row(uint64_t d, int rotary_dims);
+/* MPT (family_mpt.c): config.json's keys into m (the whole model section but seq_length); the
+ * parameters of m; its config.json; TR_HF_MPT for a shape of its switches, else -1; the HF name
+ * of trident tensor t (*qkv 1: Wqkv, [Q | K | V] rows) */
+TR_MUST_CHECK int hf_read_mpt(json_t *root, const char *path, tr_model_config *m);
+double hf_mpt_numel(const tr_model_config *m);
+TR_MUST_CHECK int hf_write_mpt_config(const char *dir, const tr_model_config *m,
+                                      const tr_hf_export_options *o);
+int hf_mpt_shape(const tr_gpt_shape *s);
+TR_MUST_CHECK int hf_mpt_map(const tr_param_tensor *t, char name[112], int *qkv);
 /* config.json readers (family_config.c), shared by every family: root's key into *out, or
  * TR_ERR_INVALID naming path and key. hf_get_int: absent or null takes dflt (dflt < 0: the key
  * is required), else an integer in [1, 2^26]. hf_get_num: absent takes dflt, else a positive
