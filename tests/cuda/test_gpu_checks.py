@@ -64,6 +64,9 @@ FAMILIES["gptj"] = ["model.position_embedding_type=rope", "model.rotary_percent=
                     "model.parallel_residual=true", "model.parallel_shared_norm=true",
                     "model.add_bias_linear=false", "model.add_mlp_bias=true"]
 FAMILIES["bigcode"] = ["model.num_query_groups=1"]  # GPT-2's layer with one key/value head (MQA)
+# MPT's: ALiBi, no linear biases, LayerNorms without biases (C zeros and a gradient sink), exact GELU
+FAMILIES["mpt"] = ["model.position_embedding_type=alibi", "model.add_bias_linear=false",
+                   "model.layernorm_bias=false", "model.gelu_approximate=none"]
 
 
 def parse(argv):
