@@ -12,7 +12,9 @@
  *    self_attn.dense, mlp.fc1, mlp.fc2 as they are; GPT-J: transformer.h.L.attn.q_proj,
  *    k_proj, v_proj cut as a Llama's with q's and k's rotary rows of each head interleaved as
  *    the import reads them (hf_gptj_rotary_row), then attn.out_proj, mlp.fc_in, mlp.fc_out as
- *    they are. Llama: the
+ *    they are; MPT: transformer.blocks.L.attn.Wqkv (lora_B's rows as GPT-2's c_attn's:
+ *    ({q, k, v}, head, d), nn.Linear: no fan_in_fan_out), attn.out_proj, ffn.up_proj,
+ *    ffn.down_proj as they are. Llama: the
  *    fused qkv's adapter becomes q_proj, k_proj and v_proj with the same A each and B's rows
  *    of each projection (from (group, {q.., k, v}, d)), fc's becomes gate_proj and up_proj
  *    (B's rows from (feature, {gate, up})): the same function, exactly;
@@ -43,7 +45,8 @@ static int parse_adapter(const char *name, int *layer, char *ab)
     return -1;
 }
 
-enum { FAM_GPT2, FAM_LLAMA, FAM_BLOOM, FAM_NEOX, FAM_FALCON, FAM_PHI, FAM_BIGCODE, FAM_GPTJ };
+enum { FAM_GPT2, FAM_LLAMA, FAM_BLOOM, FAM_NEOX, FAM_FALCON, FAM_PHI, FAM_BIGCODE, FAM_GPTJ,
+       FAM_MPT };
 /* one tensor of PEFT's file: rows of trident adapter t (all, or picked by pick_row) */
 typedef struct {
     char name[128];
@@ -84,7 +87,7 @@ int tr_hf_write_lora_adapter(const char *dir, tr_gpt *g, const float *params)
     /* (the parallel residual: GPT-NeoX's and Falcon's; the exact GELU not Bloom's; Falcon:
      * what GPT-NeoX cannot be, tr_hf_family_of's rule) */
     int seq = !s->parallel_residual;
-    int fam = s->no_norm_bias ? -1 /* (no family's yet) */
+    int fam = s->no_norm_bias ? (hf_shape_family(s) == TR_HF_MPT ? FAM_MPT : -1)
               : tr_gpt_is_gpt2(s) ? FAM_GPT2
               : hf_shape_family(s) == TR_HF_BIGCODE ? FAM_BIGCODE
               : hf_shape_family(s) == TR_HF_GPTJ ? FAM_GPTJ
@@ -101,8 +104,8 @@ int tr_hf_write_lora_adapter(const char *dir, tr_gpt *g, const float *params)
                   : -1;
     if (fam < 0)
         return tr_fail(TR_ERR_INVALID, "PEFT adapters are written for GPT-2, Llama, Bloom, "
-                       "GPT-NeoX, Falcon, Phi, StableLM, Gemma, GPTBigCode and GPT-J models; this "
-                       "model's switches are none of them");
+                       "GPT-NeoX, Falcon, Phi, StableLM, Gemma, GPTBigCode, GPT-J and MPT models; "
+                       "this model's switches are none of them");
     static const char *const gpt2[4] = {"attn.c_attn", "attn.c_proj", "mlp.c_fc", "mlp.c_proj"};
     static const char *const bloom[4] = {"self_attention.query_key_value", "self_attention.dense",
                                          "mlp.dense_h_to_4h", "mlp.dense_4h_to_h"};
@@ -111,6 +114,8 @@ int tr_hf_write_lora_adapter(const char *dir, tr_gpt *g, const float *params)
     static const char *const llama_qkv[3] = {"q_proj", "k_proj", "v_proj"};
     static const char *const phi[4] = {"", "dense", "fc1", "fc2"}; /* (qkv: llama_qkv) */
     static const char *const gptj[4] = {"", "out_proj", "fc_in", "fc_out"}; /* (attn., mlp.) */
+    static const char *const mpt[4] = {"attn.Wqkv", "attn.out_proj", "ffn.up_proj",
+                                       "ffn.down_proj"};
     int n = tr_gpt_num_tensors(g), HS = tr_gpt_head_size(s);
     int NG = s->query_groups ? s->query_groups : s->NH;
     peft_tensor *list = calloc((size_t)3 * n + 1, sizeof *list);
@@ -138,6 +143,11 @@ int tr_hf_write_lora_adapter(const char *dir, tr_gpt *g, const float *params)
                 snprintf(p->name, sizeof p->name, "base_model.model.transformer.h.%d.%s.lora_%c.weight",
                          layer, gpt2[m], ab);
                 p->kind = fam == FAM_GPT2 && m == 0 && ab == 'B';
+            } else if (fam == FAM_MPT) { /* Wqkv's B rows ({q, k, v}, head, d) as GPT-2's */
+                snprintf(p->name, sizeof p->name,
+                         "base_model.model.transformer.blocks.%d.%s.lora_%c.weight", layer, mpt[m],
+                         ab);
+                p->kind = m == 0 && ab == 'B';
             } else if (fam == FAM_BLOOM || fam == FAM_FALCON) {
                 snprintf(p->name, sizeof p->name, "base_model.model.transformer.h.%d.%s.lora_%c.weight",
                          layer, bloom[m], ab);
@@ -209,6 +219,7 @@ int tr_hf_write_lora_adapter(const char *dir, tr_gpt *g, const float *params)
                                                            : fam == FAM_NEOX ? neox[m]
                                                            : fam == FAM_PHI  ? phi[m]
                                                            : fam == FAM_GPTJ ? gptj[m]
+                                                           : fam == FAM_MPT  ? mpt[m]
                                                                              : bloom[m]));
             else
                 for (int k = 0; k < 3 && llama_mods[m][k]; k++)
