@@ -42,7 +42,8 @@ typedef struct {
      * embedding times sqrt(hidden_size) (embedding_multiplier), tied, and (Gemma-7B) heads of
      * kv_channels 256 wider than hidden_size / heads; GPT-J = rope on a rotary_percent of each
      * head, parallel_residual with parallel_shared_norm, no linear biases but add_mlp_bias,
-     * untied output with output_layer_bias. */
+     * untied output with output_layer_bias; MPT = alibi, no linear biases, layernorm_bias
+     * false, gelu_approximate none, tied. */
     char *normalization;              /* "LayerNorm" (default) | "RMSNorm" */
     char *position_embedding_type;    /* "learned_absolute" (default) | "rope" | "alibi" */
     double rotary_base;               /* default 10000 (rope only) */
