@@ -14,6 +14,7 @@ batch_grads, train_grads, grads_check: numpy, torch and transformers imported in
 import json
 import os
 import random
+import re
 import shutil
 import struct
 import sys
@@ -144,6 +145,23 @@ class Session:
         if os.path.isdir(out) and out not in self.keep:  # a wrong acceptance must not fail the checks after it
             shutil.rmtree(out)
 
+    def manifest_refused(self, family, ck, edits, cause):
+        """For each (what, old, new) of edits: a copy of checkpoint ck (WORK/ck-NAME-bad, NAME
+        the family lowered) whose manifest has old replaced by new is refused by the export (to
+        WORK/NAME-out) naming the manifest and `cause`: "a FAMILY checkpoint whose manifest says
+        WHAT"."""
+        text = open(os.path.join(ck, "release", "manifest.txt")).read()
+        name = family.lower().replace("-", "")
+        ck_bad = os.path.join(self.work, f"ck-{name}-bad")
+        out = os.path.join(self.work, f"{name}-out")
+        for what, old, new in edits:
+            shutil.rmtree(ck_bad, ignore_errors=True)
+            shutil.copytree(ck, ck_bad)
+            mpath = os.path.join(ck_bad, "release", "manifest.txt")
+            tt.write(mpath, text.replace(old, new))
+            self.refused(f"a {family} checkpoint whose manifest says {what}",
+                         ["--to", "hf", "--input", ck_bad, "--output", out], out, cause, [mpath])
+
     def shards_check(self, text, ck, name, max_size, *extra):
         """Checkpoint ck exported (--to hf, with extra) in shards of max_size to WORK/NAME-shards
         and imported again to WORK/ck-NAME-shards: one check, `text`, that more than 2 shards
@@ -171,6 +189,26 @@ class Session:
         tt.check(text, rc3 == 0 and st_read(os.path.join(bf16, "model.safetensors")) == st_read(os.path.join(back, "model.safetensors"))
                  and json.load(open(os.path.join(back, "config.json"))).get("torch_dtype") == "bfloat16",
                  f"exit {rc}/{rc2}/{rc3}: {se}{se2}{se3}")
+
+
+def plan_count_check(trident, config, release):
+    """configs/CONFIG: `trident plan` counts `release` parameters (transformers' count): one layer
+    and the rest by the per-layer difference (of one pipeline stage), exact whatever digits the
+    JSON prints, and the whole config's count to the 9 digits it prints."""
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "configs", config)
+    layers = int(re.search(r"(?m)^\s+num_layers:\s*(\d+)", open(path).read()).group(1))
+    counts, err = [], ""
+    for n in (1, 2, None):
+        rc, so, se = tt.outputs([trident, "plan", path, "--json"] +
+                                (["--set", f"model.num_layers={n}", "--set",
+                                  "parallel.pipeline_model_parallel_size=1"] if n else []))
+        counts.append(json.loads(so)["parameters"] if rc == 0 else None)
+        err += se
+    one, two, whole = counts
+    total = one + (layers - 1) * (two - one) if None not in (one, two) else None
+    tt.check(f"configs/{config}: trident plan counts transformers' {release:,} parameters",
+             total == release and whole is not None and f"{whole:.9g}" == f"{release:.9g}",
+             f"1 layer {one}, 2 layers {two} -> {layers} layers {total}; the whole config {whole}; {err}")
 
 
 def leftovers(parent):

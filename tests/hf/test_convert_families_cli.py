@@ -26,8 +26,8 @@ import sys
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "common"))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import trident_test as tt  # noqa: E402
-from hf_files import (C, CONFIG, L, NH, P, V, Session, gpt2_tensors, rand, same_checkpoint,  # noqa: E402
-                      st_read)
+from hf_files import (C, CONFIG, L, NH, P, V, Session, gpt2_tensors, plan_count_check, rand,  # noqa: E402
+                      same_checkpoint, st_read)
 
 trident, work = sys.argv[1], tt.fresh_dir(sys.argv[2])
 session = Session(trident, work)
@@ -590,22 +590,15 @@ for what, ck_in, keys in (
                                                      "--config", odd],
             bad_out, "neither GPT-2, Llama, Qwen2, Bloom, GPT-NeoX, Falcon, Phi, StableLM, Gemma, GPTBigCode, GPT-J nor MPT")
 # the family line's GPT-NeoX end: " parallel_residual 1" then " gelu_exact 1", each once
-ntext = open(os.path.join(ck_neox, "release", "manifest.txt")).read()
-for what, old, new in (("gelu_exact 2", " gelu_exact 1", " gelu_exact 2"),
-                       ("parallel_residual 1 parallel_residual 1", " parallel_residual 1",
-                        " parallel_residual 1 parallel_residual 1"),
-                       ("gelu_exact 1 parallel_residual 1 (the wrong order)", " parallel_residual 1 gelu_exact 1",
-                        " gelu_exact 1 parallel_residual 1"),
-                       ("parallel_residual 0", " parallel_residual 1", " parallel_residual 0"),
-                       ("gelu_exact 1 and more", " gelu_exact 1", " gelu_exact 1 x")):
-    ck_bad = os.path.join(work, "ck-neox-bad")
-    shutil.rmtree(ck_bad, ignore_errors=True)
-    shutil.copytree(ck_neox, ck_bad)
-    mpath = os.path.join(ck_bad, "release", "manifest.txt")
-    tt.write(mpath, ntext.replace(old, new))
-    refused(f"a GPT-NeoX checkpoint whose manifest says {what}",
-            ["--to", "hf", "--input", ck_bad, "--output", os.path.join(work, "neox-out")],
-            os.path.join(work, "neox-out"), "parallel_residual 1, gelu_exact 1", [mpath])
+session.manifest_refused("GPT-NeoX", ck_neox, (
+    ("gelu_exact 2", " gelu_exact 1", " gelu_exact 2"),
+    ("parallel_residual 1 parallel_residual 1", " parallel_residual 1",
+     " parallel_residual 1 parallel_residual 1"),
+    ("gelu_exact 1 parallel_residual 1 (the wrong order)", " parallel_residual 1 gelu_exact 1",
+     " gelu_exact 1 parallel_residual 1"),
+    ("parallel_residual 0", " parallel_residual 1", " parallel_residual 0"),
+    ("gelu_exact 1 and more", " gelu_exact 1", " gelu_exact 1 x")),
+    "parallel_residual 1, gelu_exact 1")
 # the released config.json files of Pythia-410M and -1.4B (transformers 4.24's keys; GPT-NeoX-20B's
 # of head size 96 and gelu_fast) describe
 # the release's parameters: with weights of a tiny model, the import's size check names the count
@@ -623,21 +616,9 @@ for what, size, release in (("Pythia-410M", dict(hidden_size=1024, intermediate_
     refused(f"{what}'s config.json beside a tiny model's weights (its size: the release's {release:,} "
             f"parameters)", ["--from", "hf", "--input", d, "--output", bad_out], bad_out,
             f"describes a GPT-NeoX model of {release} parameters")
-# the shipped Pythia configs: the planner's parameter count is the release's (its JSON prints 9
-# digits: one layer and the rest by the per-layer difference, exact)
-root = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
+# the shipped Pythia configs: the planner's parameter count is the release's
 for cfg_name, release in (("pythia-410m.yaml", 405_334_016), ("pythia-1.4b.yaml", 1_414_647_808)):
-    counts = []
-    for layers in (1, 2):
-        rc, so, se = tt.outputs([trident, "plan", os.path.join(root, "configs", cfg_name), "--json", "--set",
-                                 f"model.num_layers={layers}"])
-        counts.append(json.loads(so)["parameters"] if rc == 0 else None)
-    rc, so, se = tt.outputs([trident, "plan", os.path.join(root, "configs", cfg_name), "--json"])
-    whole = json.loads(so)["parameters"] if rc == 0 else None
-    total = counts[0] + 23 * (counts[1] - counts[0]) if None not in counts else None
-    tt.check(f"configs/{cfg_name}: trident plan counts the release's {release:,} parameters",
-             total == release and whole is not None and f"{whole:.9g}" == f"{release:.9g}",
-             f"1 layer {counts[0]}, 2 layers {counts[1]} -> 24 layers {total}; the whole config {whole}; {se}")
+    plan_count_check(trident, cfg_name, release)
 # ---------------------------------------------------------------- Falcon folders
 # FalconForCausalLM's three layers: new_decoder_architecture (Falcon-40B, -180B: ln_attn and
 # ln_mlp, num_kv_heads groups), parallel_attn (Falcon-7B: one input_layernorm for both branches,
@@ -842,23 +823,16 @@ for what, keys, cause in (
     refused(f"an export with --config of {what}", ["--to", "hf", "--input", ck_falcon[0], "--output", bad_out,
                                                      "--config", odd], bad_out, cause)
 # the family line's parallel_shared_norm end: once, after gelu_exact, only with parallel_residual
-ftext = open(os.path.join(ck_falcon[1], "release", "manifest.txt")).read()
-for what, old, new in (("parallel_shared_norm 1 without parallel_residual 1", " parallel_residual 1 gelu_exact 1",
-                        " gelu_exact 1"),
-                       ("parallel_shared_norm 1 twice", " parallel_shared_norm 1",
-                        " parallel_shared_norm 1 parallel_shared_norm 1"),
-                       ("parallel_shared_norm 1 before gelu_exact 1", " gelu_exact 1 parallel_shared_norm 1",
-                        " parallel_shared_norm 1 gelu_exact 1"),
-                       ("parallel_shared_norm 2", " parallel_shared_norm 1", " parallel_shared_norm 2"),
-                       ("parallel_shared_norm 1 and more", " parallel_shared_norm 1", " parallel_shared_norm 1 x")):
-    ck_bad = os.path.join(work, "ck-falcon-bad")
-    shutil.rmtree(ck_bad, ignore_errors=True)
-    shutil.copytree(ck_falcon[1], ck_bad)
-    mpath = os.path.join(ck_bad, "release", "manifest.txt")
-    tt.write(mpath, ftext.replace(old, new))
-    refused(f"a Falcon checkpoint whose manifest says {what}",
-            ["--to", "hf", "--input", ck_bad, "--output", os.path.join(work, "falcon-out")],
-            os.path.join(work, "falcon-out"), "parallel_shared_norm 1 only with parallel_residual 1", [mpath])
+session.manifest_refused("Falcon", ck_falcon[1], (
+    ("parallel_shared_norm 1 without parallel_residual 1", " parallel_residual 1 gelu_exact 1",
+     " gelu_exact 1"),
+    ("parallel_shared_norm 1 twice", " parallel_shared_norm 1",
+     " parallel_shared_norm 1 parallel_shared_norm 1"),
+    ("parallel_shared_norm 1 before gelu_exact 1", " gelu_exact 1 parallel_shared_norm 1",
+     " parallel_shared_norm 1 gelu_exact 1"),
+    ("parallel_shared_norm 2", " parallel_shared_norm 1", " parallel_shared_norm 2"),
+    ("parallel_shared_norm 1 and more", " parallel_shared_norm 1", " parallel_shared_norm 1 x")),
+    "parallel_shared_norm 1 only with parallel_residual 1")
 # the released config.json files of Falcon-7B, -40B and -180B describe the releases' parameters:
 # with a tiny model's weights, the import's size check names the count
 F7B = {"alibi": False, "apply_residual_connection_post_layernorm": False, "architectures": ["FalconForCausalLM"],
@@ -875,11 +849,7 @@ for what, cfg_r, release in (("Falcon-7B", F7B, 6921720704), ("Falcon-40B", F40B
     refused(f"{what}'s config.json beside a tiny model's weights (its size: the release's {release:,} parameters)",
             ["--from", "hf", "--input", d, "--output", bad_out], bad_out,
             f"describes a Falcon model of {release} parameters")
-# the shipped Falcon configs: trident plan counts the releases' parameters (plan --json prints the
-# exact integer)
+# the shipped Falcon configs: trident plan counts the releases' parameters
 for cfg_name, release in (("falcon-7b.yaml", 6_921_720_704), ("falcon-40b.yaml", 41_303_293_952)):
-    rc, so, se = tt.outputs([trident, "plan", os.path.join(root, "configs", cfg_name), "--json"])
-    whole = json.loads(so)["parameters"] if rc == 0 else None
-    tt.check(f"configs/{cfg_name}: trident plan counts the release's {release:,} parameters", whole == release,
-             f"plan: {whole}; {se}")
+    plan_count_check(trident, cfg_name, release)
 tt.finish("convert-families-cli: all checks passed")

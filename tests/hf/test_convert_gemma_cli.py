@@ -24,14 +24,13 @@ usage: test_convert_gemma_cli.py TRIDENT WORKDIR"""
 import json
 import math
 import os
-import shutil
 import struct
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "common"))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import trident_test as tt  # noqa: E402
-from hf_files import C, L, NH, P, V, Session, rand, same_checkpoint, st_read  # noqa: E402
+from hf_files import C, L, NH, P, V, Session, plan_count_check, rand, same_checkpoint, st_read  # noqa: E402
 
 trident, work = sys.argv[1], tt.fresh_dir(sys.argv[2])
 session = Session(trident, work)
@@ -239,25 +238,19 @@ for what, keys in (("a Llama with kv_channels 16", dict(llama, kv_channels=HS)),
 # the family line's Gemma end: each switch once, in order, kv_channels >= 1, a finite multiplier
 gtext = open(os.path.join(ck, "release", "manifest.txt")).read()
 mult_text = gtext.split(" embedding_multiplier ")[1].split()[0]
-for what, old, new in (("geglu 1 twice", " geglu 1", " geglu 1 geglu 1"),
-                       ("kv_channels twice", f" kv_channels {HS}", f" kv_channels {HS} kv_channels {HS}"),
-                       ("layernorm_1p 1 before kv_channels", f" kv_channels {HS} layernorm_1p 1",
-                        f" layernorm_1p 1 kv_channels {HS}"),
-                       ("geglu 1 before embedding_multiplier", f" embedding_multiplier {mult_text} geglu 1",
-                        f" geglu 1 embedding_multiplier {mult_text}"),
-                       ("kv_channels 0", f" kv_channels {HS}", " kv_channels 0"),
-                       ("kv_channels -16", f" kv_channels {HS}", " kv_channels -16"),
-                       ("embedding_multiplier inf", f" embedding_multiplier {mult_text}", " embedding_multiplier inf"),
-                       ("embedding_multiplier nan", f" embedding_multiplier {mult_text}", " embedding_multiplier nan"),
-                       ("layernorm_1p 2", " layernorm_1p 1", " layernorm_1p 2")):
-    ck_bad = os.path.join(work, "ck-gemma-bad")
-    shutil.rmtree(ck_bad, ignore_errors=True)
-    shutil.copytree(ck, ck_bad)
-    mpath = os.path.join(ck_bad, "release", "manifest.txt")
-    tt.write(mpath, gtext.replace(old, new))
-    refused(f"a Gemma checkpoint whose manifest says {what}",
-            ["--to", "hf", "--input", ck_bad, "--output", os.path.join(work, "gemma-out")],
-            os.path.join(work, "gemma-out"), "expected the family line", [mpath])
+session.manifest_refused("Gemma", ck, (
+    ("geglu 1 twice", " geglu 1", " geglu 1 geglu 1"),
+    ("kv_channels twice", f" kv_channels {HS}", f" kv_channels {HS} kv_channels {HS}"),
+    ("layernorm_1p 1 before kv_channels", f" kv_channels {HS} layernorm_1p 1",
+     f" layernorm_1p 1 kv_channels {HS}"),
+    ("geglu 1 before embedding_multiplier", f" embedding_multiplier {mult_text} geglu 1",
+     f" geglu 1 embedding_multiplier {mult_text}"),
+    ("kv_channels 0", f" kv_channels {HS}", " kv_channels 0"),
+    ("kv_channels -16", f" kv_channels {HS}", " kv_channels -16"),
+    ("embedding_multiplier inf", f" embedding_multiplier {mult_text}", " embedding_multiplier inf"),
+    ("embedding_multiplier nan", f" embedding_multiplier {mult_text}", " embedding_multiplier nan"),
+    ("layernorm_1p 2", " layernorm_1p 1", " layernorm_1p 2")),
+    "expected the family line")
 # Gemma-7B's released config.json (with the later hidden_activation) beside a tiny model's
 # weights: the import's size check names the release's parameter count
 GEMMA7B = {"architectures": ["GemmaForCausalLM"], "attention_bias": False, "attention_dropout": 0.0,
@@ -270,20 +263,7 @@ GEMMA7B = {"architectures": ["GemmaForCausalLM"], "attention_bias": False, "atte
 refused("Gemma-7B's config.json beside a tiny model's weights (its size: the release's 8,537,680,896 parameters)",
         ["--from", "hf", "--input", hf_folder("gemma7b-config", gt, GEMMA7B), "--output", bad_out], bad_out,
         "describes a Gemma model of 8537680896 parameters")
-# configs/gemma-2b.yaml, gemma-7b.yaml: the planner's parameter count is the release's (its JSON
-# prints 9 digits: one layer and the rest by the per-layer difference, exact)
-root = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
-for cname, layers_all, release in (("gemma-2b", 18, 2_506_172_416), ("gemma-7b", 28, 8_537_680_896)):
-    counts = []
-    for layers in (1, 2):
-        rc, so, se = tt.outputs([trident, "plan", os.path.join(root, "configs", cname + ".yaml"), "--json", "--set",
-                                 f"model.num_layers={layers}"])
-        counts.append(json.loads(so)["parameters"] if rc == 0 else None)
-    rc, so, se = tt.outputs([trident, "plan", os.path.join(root, "configs", cname + ".yaml"), "--json"])
-    whole = json.loads(so)["parameters"] if rc == 0 else None
-    total = counts[0] + (layers_all - 1) * (counts[1] - counts[0]) if None not in counts else None
-    tt.check(f"configs/{cname}.yaml: trident plan counts the release's {release:,} parameters",
-             total == release and whole is not None and f"{whole:.9g}" == f"{release:.9g}",
-             f"1 layer {counts[0]}, 2 layers {counts[1]} -> {layers_all} layers {total}; the whole config {whole}; "
-             f"{se}")
+# configs/gemma-2b.yaml, gemma-7b.yaml: the planner's parameter count is the release's
+for cname, release in (("gemma-2b.yaml", 2_506_172_416), ("gemma-7b.yaml", 8_537_680_896)):
+    plan_count_check(trident, cname, release)
 tt.finish("convert-gemma-cli: all checks passed")

@@ -26,7 +26,7 @@ import sys
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "common"))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import trident_test as tt  # noqa: E402
-from hf_files import C, L, P, V, Session, rand, st_read  # noqa: E402
+from hf_files import C, L, P, V, Session, plan_count_check, rand, st_read  # noqa: E402
 
 trident, work = sys.argv[1], tt.fresh_dir(sys.argv[2])
 session = Session(trident, work)
@@ -157,19 +157,12 @@ for what, keys in (("add_mlp_bias with learned positions", dict(position_embeddi
             bad_out, "GPTBigCode, GPT-J nor MPT: transformers has no such model to export to")
 
 # the family line's GPT-J end: mlp_bias 1 once, last, only without linear biases
-gtext = open(os.path.join(ck4, "release", "manifest.txt")).read()
-for what, old, new in (("mlp_bias 1 twice", " mlp_bias 1", " mlp_bias 1 mlp_bias 1"),
-                       ("mlp_bias 2", " mlp_bias 1", " mlp_bias 2"),
-                       ("mlp_bias 1 before output_bias 1", " output_bias 1 mlp_bias 1", " mlp_bias 1 output_bias 1"),
-                       ("mlp_bias 1 with linear_bias 1", " linear_bias 0 ", " linear_bias 1 ")):
-    ck_bad = os.path.join(work, "ck-gptj-bad")
-    shutil.rmtree(ck_bad, ignore_errors=True)
-    shutil.copytree(ck4, ck_bad)
-    mpath = os.path.join(ck_bad, "release", "manifest.txt")
-    tt.write(mpath, gtext.replace(old, new))
-    refused(f"a GPT-J checkpoint whose manifest says {what}",
-            ["--to", "hf", "--input", ck_bad, "--output", os.path.join(work, "gptj-out")],
-            os.path.join(work, "gptj-out"), "expected the family line", [mpath])
+session.manifest_refused("GPT-J", ck4, (
+    ("mlp_bias 1 twice", " mlp_bias 1", " mlp_bias 1 mlp_bias 1"),
+    ("mlp_bias 2", " mlp_bias 1", " mlp_bias 2"),
+    ("mlp_bias 1 before output_bias 1", " output_bias 1 mlp_bias 1", " mlp_bias 1 output_bias 1"),
+    ("mlp_bias 1 with linear_bias 1", " linear_bias 0 ", " linear_bias 1 ")),
+    "expected the family line")
 # a run from the import without add_mlp_bias: the difference named
 shard = os.path.join(work, "tokens.bin")  # an llm.c shard of tokens below V
 with open(shard, "wb") as f:
@@ -181,19 +174,6 @@ rc, so, se = tt.outputs([trident, "train", cfg, "--run-dir", os.path.join(work, 
 tt.check("a run from the GPT-J import without add_mlp_bias names the difference",
          rc != 0 and "add_mlp_bias 0 (the checkpoint's: 1)" in se, f"exit {rc} {se[-600:]}")
 
-# configs/gptj-6b.yaml: the planner's count is transformers' (its JSON prints 9 digits: one layer and
-# the rest by the per-layer difference, exact)
-root = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
-release = 6_050_882_784
-counts = []
-for layers in (1, 2):
-    rc, so, se = tt.outputs([trident, "plan", os.path.join(root, "configs", "gptj-6b.yaml"), "--json",
-                             "--set", f"model.num_layers={layers}"])
-    counts.append(json.loads(so)["parameters"] if rc == 0 else None)
-rc, so, se = tt.outputs([trident, "plan", os.path.join(root, "configs", "gptj-6b.yaml"), "--json"])
-whole = json.loads(so)["parameters"] if rc == 0 else None
-total = counts[0] + 27 * (counts[1] - counts[0]) if None not in counts else None
-tt.check(f"configs/gptj-6b.yaml: trident plan counts transformers' {release:,} parameters",
-         total == release and whole is not None and f"{whole:.9g}" == f"{release:.9g}",
-         f"1 layer {counts[0]}, 2 layers {counts[1]} -> 28 layers {total}; the whole config {whole}; {se}")
+# configs/gptj-6b.yaml: the planner's count is transformers'
+plan_count_check(trident, "gptj-6b.yaml", 6_050_882_784)
 tt.finish("convert-gptj-cli: all checks passed")

@@ -19,14 +19,13 @@ sanitizer build too; the folders are written by hf_files.py):
 usage: test_convert_mpt_cli.py TRIDENT WORKDIR"""
 import json
 import os
-import shutil
 import struct
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "common"))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import trident_test as tt  # noqa: E402
-from hf_files import C, L, P, V, Session, rand, st_read  # noqa: E402
+from hf_files import C, L, P, V, Session, plan_count_check, rand, st_read  # noqa: E402
 
 trident, work = sys.argv[1], tt.fresh_dir(sys.argv[2])
 session = Session(trident, work)
@@ -151,20 +150,13 @@ for what, keys in (("layernorm_bias false with learned positions", dict(position
             bad_out, "GPT-J nor MPT: transformers has no such model to export to")
 
 # the family line's MPT end: layernorm_bias 0 once, last, only with LayerNorm
-mtext = open(os.path.join(ck, "release", "manifest.txt")).read()
-for what, old, new in (("layernorm_bias 0 twice", " layernorm_bias 0", " layernorm_bias 0 layernorm_bias 0"),
-                       ("layernorm_bias 1", " layernorm_bias 0", " layernorm_bias 1"),
-                       ("layernorm_bias 0 before gelu_exact 1", " gelu_exact 1 layernorm_bias 0",
-                        " layernorm_bias 0 gelu_exact 1"),
-                       ("layernorm_bias 0 with rmsnorm 1", "family rmsnorm 0 ", "family rmsnorm 1 ")):
-    ck_bad = os.path.join(work, "ck-mpt-bad")
-    shutil.rmtree(ck_bad, ignore_errors=True)
-    shutil.copytree(ck, ck_bad)
-    mpath = os.path.join(ck_bad, "release", "manifest.txt")
-    tt.write(mpath, mtext.replace(old, new))
-    refused(f"an MPT checkpoint whose manifest says {what}",
-            ["--to", "hf", "--input", ck_bad, "--output", os.path.join(work, "mpt-out")],
-            os.path.join(work, "mpt-out"), "expected the family line", [mpath])
+session.manifest_refused("MPT", ck, (
+    ("layernorm_bias 0 twice", " layernorm_bias 0", " layernorm_bias 0 layernorm_bias 0"),
+    ("layernorm_bias 1", " layernorm_bias 0", " layernorm_bias 1"),
+    ("layernorm_bias 0 before gelu_exact 1", " gelu_exact 1 layernorm_bias 0",
+     " layernorm_bias 0 gelu_exact 1"),
+    ("layernorm_bias 0 with rmsnorm 1", "family rmsnorm 0 ", "family rmsnorm 1 ")),
+    "expected the family line")
 # a run from the import with the norms' biases: the difference named
 shard = os.path.join(work, "tokens.bin")  # an llm.c shard of tokens below V
 with open(shard, "wb") as f:
@@ -176,19 +168,6 @@ rc, so, se = tt.outputs([trident, "train", cfg, "--run-dir", os.path.join(work, 
 tt.check("a run from the MPT import with layernorm_bias true names the difference",
          rc != 0 and "layernorm_bias 1 (the checkpoint's: 0)" in se, f"exit {rc} {se[-600:]}")
 
-# configs/mpt-7b.yaml: the planner's count is transformers' (one layer and the rest by the per-layer
-# difference, exact whatever digits the JSON prints)
-root = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
-release = 6_649_286_656
-counts = []
-for layers in (1, 2):
-    rc, so, se = tt.outputs([trident, "plan", os.path.join(root, "configs", "mpt-7b.yaml"), "--json",
-                             "--set", f"model.num_layers={layers}"])
-    counts.append(json.loads(so)["parameters"] if rc == 0 else None)
-rc, so, se = tt.outputs([trident, "plan", os.path.join(root, "configs", "mpt-7b.yaml"), "--json"])
-whole = json.loads(so)["parameters"] if rc == 0 else None
-total = counts[0] + 31 * (counts[1] - counts[0]) if None not in counts else None
-tt.check(f"configs/mpt-7b.yaml: trident plan counts transformers' {release:,} parameters",
-         total == release and whole is not None and f"{whole:.9g}" == f"{release:.9g}",
-         f"1 layer {counts[0]}, 2 layers {counts[1]} -> 32 layers {total}; the whole config {whole}; {se}")
+# configs/mpt-7b.yaml: the planner's count is transformers'
+plan_count_check(trident, "mpt-7b.yaml", 6_649_286_656)
 tt.finish("convert-mpt-cli: all checks passed")

@@ -18,13 +18,12 @@ PyTorch (it runs in the sanitizer build too; the folders are written by hf_files
 usage: test_convert_phi_cli.py TRIDENT WORKDIR"""
 import json
 import os
-import shutil
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "common"))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import trident_test as tt  # noqa: E402
-from hf_files import C, L, NH, P, V, Session, rand, same_checkpoint, st_read  # noqa: E402
+from hf_files import C, L, NH, P, V, Session, plan_count_check, rand, same_checkpoint, st_read  # noqa: E402
 
 trident, work = sys.argv[1], tt.fresh_dir(sys.argv[2])
 session = Session(trident, work)
@@ -212,21 +211,14 @@ for what, keys in (("two norms (parallel_shared_norm false)", dict(parallel_shar
             ["--to", "hf", "--input", ck, "--output", bad_out, "--config", odd], bad_out,
             "transformers has no such model to export to")
 # the family line's Phi end: ' output_bias 1' once, last, only with untie 1
-ptext = open(os.path.join(ck, "release", "manifest.txt")).read()
-for what, old, new in (("output_bias 1 without untie", " untie 1 ", " untie 0 "),
-                       ("output_bias 1 twice", " output_bias 1", " output_bias 1 output_bias 1"),
-                       ("output_bias 1 before parallel_shared_norm 1", " parallel_shared_norm 1 output_bias 1",
-                        " output_bias 1 parallel_shared_norm 1"),
-                       ("output_bias 2", " output_bias 1", " output_bias 2"),
-                       ("output_bias 1 and more", " output_bias 1", " output_bias 1 x")):
-    ck_bad = os.path.join(work, "ck-phi-bad")
-    shutil.rmtree(ck_bad, ignore_errors=True)
-    shutil.copytree(ck, ck_bad)
-    mpath = os.path.join(ck_bad, "release", "manifest.txt")
-    tt.write(mpath, ptext.replace(old, new))
-    refused(f"a Phi checkpoint whose manifest says {what}",
-            ["--to", "hf", "--input", ck_bad, "--output", os.path.join(work, "phi-out")],
-            os.path.join(work, "phi-out"), "output_bias 1 only with untie 1", [mpath])
+session.manifest_refused("Phi", ck, (
+    ("output_bias 1 without untie", " untie 1 ", " untie 0 "),
+    ("output_bias 1 twice", " output_bias 1", " output_bias 1 output_bias 1"),
+    ("output_bias 1 before parallel_shared_norm 1", " parallel_shared_norm 1 output_bias 1",
+     " output_bias 1 parallel_shared_norm 1"),
+    ("output_bias 2", " output_bias 1", " output_bias 2"),
+    ("output_bias 1 and more", " output_bias 1", " output_bias 1 x")),
+    "output_bias 1 only with untie 1")
 # Phi-2's released config.json (transformers 4.37's) beside a tiny model's weights: the import's
 # size check names the release's parameter count
 PHI2 = {"architectures": ["PhiForCausalLM"], "attention_dropout": 0.0, "bos_token_id": 50256, "embd_pdrop": 0.0,
@@ -239,19 +231,6 @@ PHI2 = {"architectures": ["PhiForCausalLM"], "attention_dropout": 0.0, "bos_toke
 refused("Phi-2's config.json beside a tiny model's weights (its size: the release's 2,779,683,840 parameters)",
         ["--from", "hf", "--input", hf_folder("phi2-config", pt, PHI2), "--output", bad_out], bad_out,
         "describes a Phi model of 2779683840 parameters")
-# configs/phi-2.yaml: the planner's parameter count is the release's (its JSON prints 9 digits:
-# one layer and the rest by the per-layer difference, exact)
-root = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
-release = 2_779_683_840
-counts = []
-for layers in (1, 2):
-    rc, so, se = tt.outputs([trident, "plan", os.path.join(root, "configs", "phi-2.yaml"), "--json", "--set",
-                             f"model.num_layers={layers}"])
-    counts.append(json.loads(so)["parameters"] if rc == 0 else None)
-rc, so, se = tt.outputs([trident, "plan", os.path.join(root, "configs", "phi-2.yaml"), "--json"])
-whole = json.loads(so)["parameters"] if rc == 0 else None
-total = counts[0] + 31 * (counts[1] - counts[0]) if None not in counts else None
-tt.check(f"configs/phi-2.yaml: trident plan counts the release's {release:,} parameters",
-         total == release and whole is not None and f"{whole:.9g}" == f"{release:.9g}",
-         f"1 layer {counts[0]}, 2 layers {counts[1]} -> 32 layers {total}; the whole config {whole}; {se}")
+# configs/phi-2.yaml: the planner's parameter count is the release's
+plan_count_check(trident, "phi-2.yaml", 2_779_683_840)
 tt.finish("convert-phi-cli: all checks passed")
