@@ -225,9 +225,7 @@ static int map_mpt(const tr_param_tensor *t, fam_map *m)
     return rc;
 }
 
-/* The trident qkv row (rows (group, {q_0 .. q_R-1, k, v}, d)) of row r of HF block k (0: q of
- * NH heads, 1: k, 2: v of NG) */
-static uint64_t qkv_row(uint64_t r, int k, int HS, int R)
+uint64_t hf_qkv_row(uint64_t r, int k, int HS, int R)
 {
     uint64_t unit = r / (uint64_t)HS, d = r % (uint64_t)HS;
     uint64_t g = k == 0 ? unit / (uint64_t)R : unit;
@@ -235,12 +233,22 @@ static uint64_t qkv_row(uint64_t r, int k, int HS, int R)
     return (g * (uint64_t)(R + 2) + u) * (uint64_t)HS + d;
 }
 
-/* The trident qkv row of row r of a fused [Q (NH heads) | K | V (NG each)] tensor */
-static uint64_t fused_qkv_row(uint64_t r, int HS, int NH, int NG)
+/* The trident row of row r of HF tensor k of a map of `kind` (not FAM_SAME): SwiGLU's rows
+ * (feature, {gate, up}); q/k/v_proj's (k: 0 q, 1 k, 2 v), GPT-J's with q's and k's rotary
+ * pairs interleaved; a fused [Q (NH heads) | K | V (NG each)] tensor's (k 0) */
+static uint64_t trident_row(int kind, int k, uint64_t r, const tr_gpt_shape *s)
 {
-    uint64_t q = (uint64_t)NH * HS, kv = (uint64_t)NG * HS;
-    int k = r < q ? 0 : 1 + (int)((r - q) / kv);
-    return qkv_row(k == 0 ? r : (r - q) % kv, k, HS, NH / NG);
+    int HS = tr_gpt_head_size(s), NG = s->query_groups ? s->query_groups : s->NH;
+    if (kind == FAM_SWIGLU)
+        return 2 * r + (uint64_t)k;
+    if (kind == FAM_QKV_FUSED) { /* MPT's Wqkv: which block, then its row */
+        uint64_t q = (uint64_t)s->NH * HS, kv = (uint64_t)NG * HS;
+        k = r < q ? 0 : 1 + (int)((r - q) / kv);
+        r = k == 0 ? r : (r - q) % kv;
+    } else if (kind == FAM_QKV_ROT && k < 2) { /* GPT-J's interleaved pairs */
+        r = r - r % (uint64_t)HS + hf_gptj_rotary_row(r % (uint64_t)HS, s->rotary_dims);
+    }
+    return hf_qkv_row(r, k, HS, s->NH / NG);
 }
 
 static int map_family(int family, const tr_param_tensor *t, const tr_gpt_shape *s, fam_map *m)
@@ -357,7 +365,6 @@ static int load_tensor(const tr_st_set *set, const char *dir, const tr_param_ten
         m.rows[0] = (uint64_t)s->V;
     size_t full = (size_t)t->full_rows * (size_t)t->full_cols;
     memset(dst, 0, full * sizeof(float));
-    int HS = tr_gpt_head_size(s), NG = s->query_groups ? s->query_groups : s->NH, R = s->NH / NG;
     for (int k = 0; !rc && k < m.n; k++) {
         tr_st_file *f;
         const tr_st_tensor *st;
@@ -366,26 +373,9 @@ static int load_tensor(const tr_st_set *set, const char *dir, const tr_param_ten
             rc = hf_read_weight(f, st, m.kind == FAM_SAME ? dst : piece);
         if (rc || m.kind == FAM_SAME)
             continue;
-        if (m.kind == FAM_QKV_FUSED) { /* MPT's Wqkv */
-            for (uint64_t r = 0; r < m.rows[0]; r++)
-                memcpy(dst + fused_qkv_row(r, HS, s->NH, NG) * cols, piece + r * cols,
-                       cols * sizeof(float));
-            continue;
-        }
-        for (uint64_t r = 0; r < m.rows[k]; r++) {
-            uint64_t to;
-            if (m.kind == FAM_SWIGLU) /* rows (feature, {gate, up}) */
-                to = 2 * r + (uint64_t)k;
-            else { /* rows (group, {q_0 .. q_R-1, k, v}, d) */
-                uint64_t unit = r / (uint64_t)HS, d = r % (uint64_t)HS;
-                if (m.kind == FAM_QKV_ROT && k < 2) /* GPT-J's interleaved pairs */
-                    d = hf_gptj_rotary_row(d, s->rotary_dims);
-                uint64_t g = k == 0 ? unit / (uint64_t)R : unit;
-                uint64_t u = k == 0 ? unit % (uint64_t)R : (uint64_t)(R + k - 1);
-                to = (g * (uint64_t)(R + 2) + u) * (uint64_t)HS + d;
-            }
-            memcpy(dst + to * cols, piece + r * cols, cols * sizeof(float));
-        }
+        for (uint64_t r = 0; r < m.rows[k]; r++)
+            memcpy(dst + trident_row(m.kind, k, r, s) * cols, piece + r * cols,
+                   cols * sizeof(float));
     }
     return rc;
 }
@@ -493,7 +483,6 @@ int tr_hf_write_family(const char *dir, int family, tr_gpt *g, const float *para
         rc = tr_fail(TR_ERR_NOMEM, "out of memory for a tensor of %zu floats", most);
     if (!rc)
         rc = tr_st_create_sharded(dir, list, (size_t)total, meta, o->max_shard_bytes, &w);
-    int HS = tr_gpt_head_size(s), NG = s->query_groups ? s->query_groups : s->NH, R = s->NH / NG;
     for (int i = 0; i < n && !rc; i++) {
         const tr_param_tensor *t = tr_gpt_tensor(g, i);
         const float *src = params + t->offset;
@@ -503,27 +492,9 @@ int tr_hf_write_family(const char *dir, int family, tr_gpt *g, const float *para
                 rc = tr_st_put_f32(w, src);
                 continue;
             }
-            if (maps[i].kind == FAM_QKV_FUSED) { /* MPT's Wqkv */
-                for (uint64_t r = 0; r < maps[i].rows[0]; r++)
-                    memcpy(piece + r * cols, src + fused_qkv_row(r, HS, s->NH, NG) * cols,
-                           cols * sizeof(float));
-                rc = tr_st_put_f32(w, piece);
-                continue;
-            }
-            for (uint64_t r = 0; r < maps[i].rows[k]; r++) {
-                uint64_t from;
-                if (maps[i].kind == FAM_SWIGLU)
-                    from = 2 * r + (uint64_t)k;
-                else {
-                    uint64_t unit = r / (uint64_t)HS, d = r % (uint64_t)HS;
-                    if (maps[i].kind == FAM_QKV_ROT && k < 2)
-                        d = hf_gptj_rotary_row(d, s->rotary_dims);
-                    uint64_t gr = k == 0 ? unit / (uint64_t)R : unit;
-                    uint64_t u = k == 0 ? unit % (uint64_t)R : (uint64_t)(R + k - 1);
-                    from = (gr * (uint64_t)(R + 2) + u) * (uint64_t)HS + d;
-                }
-                memcpy(piece + r * cols, src + from * cols, cols * sizeof(float));
-            }
+            for (uint64_t r = 0; r < maps[i].rows[k]; r++)
+                memcpy(piece + r * cols, src + trident_row(maps[i].kind, k, r, s) * cols,
+                       cols * sizeof(float));
             rc = tr_st_put_f32(w, piece);
         }
     }

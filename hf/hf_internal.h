@@ -65,6 +65,10 @@ TR_MUST_CHECK int hf_read_gemma(json_t *root, const char *path, tr_model_config 
 TR_MUST_CHECK int hf_write_gemma_config(const char *dir, const tr_model_config *m,
                                         const tr_hf_export_options *o);
 int hf_gemma_shape(const tr_gpt_shape *s);
+/* family.c: the trident qkv row (rows (group, {q_0 .. q_R-1, k, v}, d), R query heads a
+ * group, heads of HS) of row r of HF tensor k (0: q_proj (head, d), 1: k_proj, 2: v_proj
+ * (group, d)) */
+uint64_t hf_qkv_row(uint64_t r, int k, int HS, int R);
 /* GPT-BigCode (family_bigcode.c): config.json's keys into m (the whole model section but
  * seq_length); the parameters of m; its config.json; TR_HF_BIGCODE for a shape of its switches
  * (GPT-2's among them: test tr_gpt_is_gpt2 first), else -1; the HF name of trident tensor t

@@ -66,11 +66,9 @@ static size_t pick_row(const tr_gpt_shape *s, const peft_tensor *p, size_t h)
     }
     if (p->kind == 2 || p->kind == 4) { /* q_proj (head, d), k/v_proj (group, d) <- (group,
                                           * {q.., k, v}, d) */
-        size_t head = h / HS, d = h % HS;
         if (p->kind == 4 && p->part < 2) /* GPT-J's rotate_every_two pairs */
-            d = (size_t)hf_gptj_rotary_row(d, s->rotary_dims);
-        size_t g = p->part == 0 ? head / R : head, j = p->part == 0 ? head % R : (size_t)(R + p->part - 1);
-        return (g * (R + 2) + j) * HS + d;
+            h = h - h % HS + (size_t)hf_gptj_rotary_row(h % HS, s->rotary_dims);
+        return (size_t)hf_qkv_row(h, p->part, HS, R);
     }
     if (p->kind == 3) /* gate / up rows f <- trident (f, {gate, up}) */
         return 2 * h + (size_t)p->part;
@@ -87,15 +85,16 @@ int tr_hf_write_lora_adapter(const char *dir, tr_gpt *g, const float *params)
     /* (the parallel residual: GPT-NeoX's and Falcon's; the exact GELU not Bloom's; Falcon:
      * what GPT-NeoX cannot be, tr_hf_family_of's rule) */
     int seq = !s->parallel_residual;
-    int fam = s->no_norm_bias ? (hf_shape_family(s) == TR_HF_MPT ? FAM_MPT : -1)
+    int shape = hf_shape_family(s);
+    int fam = s->no_norm_bias ? (shape == TR_HF_MPT ? FAM_MPT : -1)
               : tr_gpt_is_gpt2(s) ? FAM_GPT2
-              : hf_shape_family(s) == TR_HF_BIGCODE ? FAM_BIGCODE
-              : hf_shape_family(s) == TR_HF_GPTJ ? FAM_GPTJ
-              : hf_shape_family(s) == TR_HF_GEMMA ? FAM_LLAMA /* (Llama's names) */
+              : shape == TR_HF_BIGCODE ? FAM_BIGCODE
+              : shape == TR_HF_GPTJ ? FAM_GPTJ
+              : shape == TR_HF_GEMMA ? FAM_LLAMA /* (Llama's names) */
               : s->kv_channels || s->layernorm_1p || s->embedding_multiplier || s->geglu ? -1
-              : hf_shape_family(s) == TR_HF_FALCON ? FAM_FALCON
-              : hf_shape_family(s) == TR_HF_PHI ? FAM_PHI
-              : hf_shape_family(s) == TR_HF_STABLELM ? FAM_LLAMA /* (the Llama's names) */
+              : shape == TR_HF_FALCON ? FAM_FALCON
+              : shape == TR_HF_PHI ? FAM_PHI
+              : shape == TR_HF_STABLELM ? FAM_LLAMA /* (the Llama's names) */
               : s->position == TR_POS_ROPE && s->rmsnorm && s->swiglu && seq ? FAM_LLAMA
               : s->position == TR_POS_ALIBI && seq && !s->gelu_exact ? FAM_BLOOM
               : s->position == TR_POS_ROPE && !s->rmsnorm && !s->swiglu &&

@@ -129,9 +129,10 @@ static int lora_targets_parse(const char *text)
 /* The family line's optional end: " qkv_bias 1", " sliding_window N", " parallel_residual 1",
  * " gelu_exact 1", " parallel_shared_norm 1", " output_bias 1", " kv_channels N",
  * " layernorm_1p 1", " embedding_multiplier X", " geglu 1", " rope_linear X" or
- * " rope_llama3 X X X N", " mlp_bias 1", " layernorm_bias 0" (N >= 1 in digits, X a finite float32 > 0; the
- * multiplier and the linear factor not 1, llama3's high frequency factor above its low one),
- * each at most once and in that order, nothing else; 1 when it is (and sets them). */
+ * " rope_llama3 X X X N", " mlp_bias 1", " layernorm_bias 0" (N >= 1 in digits, X a finite
+ * float32 > 0; the multiplier and the linear factor not 1, llama3's high frequency factor above
+ * its low one), each at most once and in that order, nothing else; 1 when it is (and sets
+ * them). */
 static int family_suffix(const char *rest, ckpt_manifest *out)
 {
     enum { FLAG, COUNT, SCALE, LINEAR, LLAMA3, OFF }; /* " NAME 1", " NAME N", " NAME X", ...,
