@@ -8,11 +8,13 @@
  * --parallel-residual: GPT-NeoX's layer (parallel residual, exact GELU), whose attention
  * projection and fc_proj share one reduction forward (3 collectives a layer, not 4);
  * --mlp-bias: with it, GPT-J's (one norm for both branches, the tanh GELU, no attention biases
- * but fc's and fc_proj's: model.add_mlp_bias), the reduction adding fc_proj's bias alone; its
- * biases are set off 0 (a function of the name and whole row) so their forward counts;
+ * but fc's and fc_proj's: model.add_mlp_bias), the reduction adding fc_proj's bias alone;
  * --no-norm-bias: MPT's layer (ALiBi, LayerNorms without biases: model.layernorm_bias false,
  * no linear biases, the exact GELU), the norms reading C zeros and sinking their bias
  * gradients.
+ * Every run sets its biases off 0 (a function of the name and whole row, the same in every
+ * layout) so that each one's forward counts: a split layer that dropped or doubled a bias
+ * would pass with the zeros tr_gpt_init_params gives them.
  * The world is cut into W/T TP groups (consecutive ranks), each checked on its own. Checks:
  *  - initialisation: every shard is bit for bit the matching slice of the T = 1 tensor, with
  *    the right split_dim / full shape / flags;
@@ -70,8 +72,8 @@ static void make(model *m, int first, int count, int tp_size)
     m->grads = tc_floats(n);
     tr_gpt_bind(m->g, m->params, m->grads);
     OK(tr_gpt_init_params(m->g));
-    for (int i = 0; mlp_bias && i < tr_gpt_num_tensors(m->g); i++) { /* biases off 0, by name and
-                                                                      * whole row, as T = 1's */
+    for (int i = 0; i < tr_gpt_num_tensors(m->g); i++) { /* biases off 0 (by name and whole
+                                                          * row, as T = 1's) so each counts */
         tr_param_tensor *p = tr_gpt_tensor(m->g, i);
         unsigned h = 5;
         for (const char *c = p->name; *c; c++)
