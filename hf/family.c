@@ -13,8 +13,11 @@
 
 /* ------------------------------------------------------------------ names and layouts */
 
-/* ROT: GPT-J's q, k rows; FUSED: one tensor of rows [Q | K | V] (MPT's Wqkv) */
-enum { FAM_SAME, FAM_QKV, FAM_SWIGLU, FAM_QKV_ROT, FAM_QKV_FUSED };
+/* ROT: GPT-J's q, k rows; FUSED: one tensor of rows [Q | K | V] (MPT's Wqkv); POS_OFFSET: OPT's
+ * embed_positions, trident's rows after POS_OFFSET_ROWS that no position reads */
+enum { FAM_SAME, FAM_QKV, FAM_SWIGLU, FAM_QKV_ROT, FAM_QKV_FUSED, FAM_POS_OFFSET };
+enum { POS_OFFSET_ROWS = 2 }; /* (OPTLearnedPositionalEmbedding's offset) */
+#define NO_ROW UINT64_MAX /* trident_row of an HF row that is no trident row's */
 
 typedef struct {
     int kind, n;          /* layout; number of HF tensors */
@@ -225,6 +228,17 @@ static int map_mpt(const tr_param_tensor *t, fam_map *m)
     return rc;
 }
 
+/* OPT: family_opt.c's names; q/k/v_proj as a Llama's (FAM_QKV), embed_positions' offset rows */
+static int map_opt(const tr_param_tensor *t, const tr_gpt_shape *s, fam_map *m)
+{
+    int qkv = 0, rc = hf_opt_map(t, m->name, &qkv);
+    int wpe = !strcmp(t->name, "wpe");
+    m->kind = qkv ? FAM_QKV : wpe ? FAM_POS_OFFSET : FAM_SAME, m->n = qkv ? 3 : 1;
+    m->rows[0] = qkv ? (uint64_t)s->C : (uint64_t)t->full_rows + (wpe ? POS_OFFSET_ROWS : 0);
+    m->rows[1] = m->rows[2] = (uint64_t)s->C;
+    return rc;
+}
+
 uint64_t hf_qkv_row(uint64_t r, int k, int HS, int R)
 {
     uint64_t unit = r / (uint64_t)HS, d = r % (uint64_t)HS;
@@ -235,10 +249,13 @@ uint64_t hf_qkv_row(uint64_t r, int k, int HS, int R)
 
 /* The trident row of row r of HF tensor k of a map of `kind` (not FAM_SAME): SwiGLU's rows
  * (feature, {gate, up}); q/k/v_proj's (k: 0 q, 1 k, 2 v), GPT-J's with q's and k's rotary
- * pairs interleaved; a fused [Q (NH heads) | K | V (NG each)] tensor's (k 0) */
+ * pairs interleaved; a fused [Q (NH heads) | K | V (NG each)] tensor's (k 0); OPT's positions
+ * r - 2 (NO_ROW for its first 2) */
 static uint64_t trident_row(int kind, int k, uint64_t r, const tr_gpt_shape *s)
 {
     int HS = tr_gpt_head_size(s), NG = s->query_groups ? s->query_groups : s->NH;
+    if (kind == FAM_POS_OFFSET)
+        return r < POS_OFFSET_ROWS ? NO_ROW : r - POS_OFFSET_ROWS;
     if (kind == FAM_SWIGLU)
         return 2 * r + (uint64_t)k;
     if (kind == FAM_QKV_FUSED) { /* MPT's Wqkv: which block, then its row */
@@ -255,6 +272,7 @@ static int map_family(int family, const tr_param_tensor *t, const tr_gpt_shape *
 {
     return family == TR_HF_BIGCODE  ? map_bigcode(t, m)
            : family == TR_HF_MPT    ? map_mpt(t, m)
+           : family == TR_HF_OPT    ? map_opt(t, s, m)
            : family == TR_HF_GPTJ   ? map_gptj(t, s, m)
            : family == TR_HF_BLOOM  ? map_bloom(t, m)
            : family == TR_HF_NEOX   ? map_neox(t, m)
@@ -354,6 +372,12 @@ static int check_all_used(const tr_st_set *set, const char *dir, tr_gpt *g, int 
     return TR_OK;
 }
 
+/* Floats of scratch for any HF piece of trident tensor t (OPT's positions: 2 rows more) */
+static size_t piece_floats(const tr_param_tensor *t)
+{
+    return t->numel + (size_t)POS_OFFSET_ROWS * (size_t)t->full_cols;
+}
+
 /* One trident tensor (whole, TP 1) from its HF pieces; vocabulary padding rows 0. */
 static int load_tensor(const tr_st_set *set, const char *dir, const tr_param_tensor *t,
                        const tr_gpt_shape *s, int family, float *dst, float *piece)
@@ -373,9 +397,11 @@ static int load_tensor(const tr_st_set *set, const char *dir, const tr_param_ten
             rc = hf_read_weight(f, st, m.kind == FAM_SAME ? dst : piece);
         if (rc || m.kind == FAM_SAME)
             continue;
-        for (uint64_t r = 0; r < m.rows[k]; r++)
-            memcpy(dst + trident_row(m.kind, k, r, s) * cols, piece + r * cols,
-                   cols * sizeof(float));
+        for (uint64_t r = 0; r < m.rows[k]; r++) {
+            uint64_t to = trident_row(m.kind, k, r, s);
+            if (to != NO_ROW) /* (OPT's position rows that no position reads: dropped) */
+                memcpy(dst + to * cols, piece + r * cols, cols * sizeof(float));
+        }
     }
     return rc;
 }
@@ -429,7 +455,7 @@ int tr_hf_load_family(const char *dir, int family, tr_gpt *g, float *params)
         rc = check_all_used(set, dir, g, family);
     size_t most = 0;
     for (int i = 0; i < tr_gpt_num_tensors(g); i++) {
-        size_t n = tr_gpt_tensor(g, i)->numel;
+        size_t n = piece_floats(tr_gpt_tensor(g, i));
         most = n > most ? n : most;
     }
     float *piece = rc ? NULL : malloc(most * sizeof(float) + 1);
@@ -474,7 +500,7 @@ int tr_hf_write_family(const char *dir, int family, tr_gpt *g, const float *para
                                            .ndim = cols > 1 ? 2 : 1,
                                            .shape = {maps[i].rows[k], cols}};
         }
-        most = t->numel > most ? t->numel : most;
+        most = piece_floats(t) > most ? piece_floats(t) : most;
     }
     static const char *const meta[] = {"format", "pt", NULL};
     tr_st_writer *w = NULL;
@@ -492,9 +518,13 @@ int tr_hf_write_family(const char *dir, int family, tr_gpt *g, const float *para
                 rc = tr_st_put_f32(w, src);
                 continue;
             }
-            for (uint64_t r = 0; r < maps[i].rows[k]; r++)
-                memcpy(piece + r * cols, src + trident_row(maps[i].kind, k, r, s) * cols,
-                       cols * sizeof(float));
+            for (uint64_t r = 0; r < maps[i].rows[k]; r++) {
+                uint64_t from = trident_row(maps[i].kind, k, r, s);
+                if (from == NO_ROW) /* OPT's 2 position rows that no position reads: zeros */
+                    memset(piece + r * cols, 0, cols * sizeof(float));
+                else
+                    memcpy(piece + r * cols, src + from * cols, cols * sizeof(float));
+            }
             rc = tr_st_put_f32(w, piece);
         }
     }

@@ -353,6 +353,7 @@ int tr_hf_read_family_config(const char *dir, tr_model_config *m, int *family)
               : !strcmp(type, "gpt_bigcode") ? TR_HF_BIGCODE
               : !strcmp(type, "gptj") ? TR_HF_GPTJ
               : !strcmp(type, "mpt") ? TR_HF_MPT
+              : !strcmp(type, "opt") ? TR_HF_OPT
                                        : TR_HF_GPT2;
     memset(m, 0, sizeof *m);
     /* the Falcon of trust_remote_code (tiiuae's RWForCausalLM, before transformers 4.33): other
@@ -385,6 +386,8 @@ int tr_hf_read_family_config(const char *dir, tr_model_config *m, int *family)
         rc = hf_read_gptj(root, path, m);
     else if (!rc && *family == TR_HF_MPT)
         rc = hf_read_mpt(root, path, m);
+    else if (!rc && *family == TR_HF_OPT)
+        rc = hf_read_opt(root, path, m);
     if (!rc && *family != TR_HF_GPT2) {
         m->seq_length = tr_model_longest_seq(m);
         if ((!m->kv_channels && m->hidden_size % m->num_attention_heads) ||
@@ -411,6 +414,7 @@ const char *tr_hf_family_name(int family)
            : family == TR_HF_BIGCODE ? "GPTBigCode"
            : family == TR_HF_GPTJ    ? "GPT-J"
            : family == TR_HF_MPT     ? "MPT"
+           : family == TR_HF_OPT     ? "OPT"
                                      : "GPT-2";
 }
 
@@ -428,6 +432,8 @@ static double family_numel(const tr_model_config *m, int family)
         return hf_gptj_numel(m);
     if (family == TR_HF_MPT)
         return hf_mpt_numel(m);
+    if (family == TR_HF_OPT)
+        return hf_opt_numel(m);
     double C = m->hidden_size, V = m->vocab_size, L = m->num_layers;
     if (family == TR_HF_FALCON) { /* word embeddings (lm_head), ln_f; per layer one or two
                                    * norms, query_key_value of NH + 2 NG heads, dense, the 4h
@@ -486,8 +492,10 @@ int hf_shape_family(const tr_gpt_shape *s)
         return hf_mpt_shape(s);
     if (s->mlp_bias) /* the MLP's biases without the attention's: GPT-J's alone */
         return hf_gptj_shape(s);
-    if (s->position == TR_POS_LEARNED) /* (no other family's): GPT-BigCode or nothing */
-        return hf_bigcode_shape(s);
+    if (s->position == TR_POS_LEARNED) { /* GPT-BigCode's shapes first, then OPT's (no biases) */
+        int bigcode = hf_bigcode_shape(s);
+        return bigcode >= 0 ? bigcode : hf_opt_shape(s);
+    }
     if (s->rope_scaling) { /* rope_scaling ("linear", Llama 3.1's "llama3"): a Llama's alone */
         tr_gpt_shape plain = *s;
         plain.rope_scaling = 0;
@@ -646,6 +654,8 @@ int hf_write_family_config(const char *dir, int family, const tr_model_config *m
         return hf_write_gptj_config(dir, m, o);
     if (family == TR_HF_MPT)
         return hf_write_mpt_config(dir, m, o);
+    if (family == TR_HF_OPT)
+        return hf_write_opt_config(dir, m, o);
     if (family == TR_HF_LLAMA || family == TR_HF_QWEN2 || family == TR_HF_MISTRAL) {
         int qwen2 = family == TR_HF_QWEN2, mistral = family == TR_HF_MISTRAL;
         root = json_pack("{s:[s], s:s, s:i, s:i, s:i, s:i, s:i, s:i, s:f, s:f, s:i, s:b, s:s,"

@@ -250,13 +250,27 @@ TR_MUST_CHECK int tr_hf_load_gpt2(const char *dir, tr_gpt *g, float *params);
  * ffn_config of another ffn_type, attn_config's attn_type other than multihead_attention,
  * alibi false, alibi_bias_max other than 8, qk_ln, clip_qkv, prefix_lm, kv_n_heads other than
  * n_heads and softmax_scale other than 1/sqrt(head_dim) refused by name. */
+/* OPTForCausalLM (OPT-125m .. OPT-66b; model_type opt; hf/family_opt.c):
+ * model.decoder.embed_tokens -> wte, embed_positions (max_position_embeddings + 2 rows, position t
+ * at row t + 2) -> wpe without its first 2 rows (exported as zeros), layers.L.self_attn_layer_norm
+ * -> ln1, self_attn.q_proj / k_proj / v_proj (+ biases) -> qkv rows (head, {q, k, v}, d),
+ * self_attn.out_proj -> attn_proj, final_layer_norm -> ln2, fc1 / fc2 -> fc / fc_proj,
+ * model.decoder.final_layer_norm -> lnf, lm_head.weight tied unless tie_word_embeddings is false
+ * (output_layer, no bias); hidden_size, num_attention_heads, num_hidden_layers, ffn_dim,
+ * vocab_size, max_position_embeddings (OPTConfig's defaults when absent), activation_function
+ * (gelu, gelu_python: gelu_approximate none; gelu_new, gelu_pytorch_tanh, gelu_fast,
+ * gelu_accurate: tanh), enable_bias false -> add_bias_linear false (the norms keep theirs);
+ * do_layer_norm_before false and word_embed_proj_dim other than hidden_size (OPT-350m's),
+ * _remove_final_layer_norm true, layer_norm_elementwise_affine false, another activation and
+ * hidden_size not divisible by the heads refused by name. */
 enum { TR_HF_GPT2, TR_HF_LLAMA, TR_HF_BLOOM, TR_HF_QWEN2, TR_HF_MISTRAL, TR_HF_NEOX, TR_HF_FALCON,
-       TR_HF_PHI, TR_HF_STABLELM, TR_HF_GEMMA, TR_HF_BIGCODE, TR_HF_GPTJ, TR_HF_MPT };
+       TR_HF_PHI, TR_HF_STABLELM, TR_HF_GEMMA, TR_HF_BIGCODE, TR_HF_GPTJ, TR_HF_MPT,
+       TR_HF_OPT };
 /* "GPT-2", "Llama", "Bloom", "Qwen2", "Mistral", "GPT-NeoX", "Falcon", "Phi", "StableLM",
- * "Gemma", "GPTBigCode", "GPT-J", "MPT" */
+ * "Gemma", "GPTBigCode", "GPT-J", "MPT", "OPT" */
 const char *tr_hf_family_name(int family);
 /* DIR/config.json: *family from model_type ("llama", "qwen2", "bloom", "gpt_neox", "falcon",
- * "phi", "stablelm", "gemma", "gpt_bigcode", "gptj", "mpt"; "mistral" is
+ * "phi", "stablelm", "gemma", "gpt_bigcode", "gptj", "mpt", "opt"; "mistral" is
  * TR_HF_LLAMA: the same model when its sliding_window is null or spans
  * max_position_embeddings, exported as a Llama; a shorter window is kept as
  * model.sliding_window, seq_length within it, and exported as a Mistral; a Qwen2 is a Llama
@@ -302,7 +316,10 @@ TR_MUST_CHECK int tr_hf_load_family(const char *dir, int family, tr_gpt *g, floa
  * hf_gptj_shape; any other model with add_mlp_bias -1), TR_HF_MPT (layernorm_bias false, no
  * other family's: LayerNorm, ALiBi, the exact GELU in 4C, no linear biases, a key/value head
  * per head, tied, the sequential residual, no embedding norm: hf_mpt_shape; any other model
- * without norm biases -1), or -1 when transformers has no such model. */
+ * without norm biases -1), TR_HF_OPT (learned positions with LayerNorm that neither GPT-2 nor
+ * GPT-BigCode takes: a GELU MLP of any width, biases on every linear layer or none, a key/value
+ * head per head, tied or untied without a head bias, the sequential residual, no embedding
+ * norm: hf_opt_shape), or -1 when transformers has no such model. */
 int tr_hf_family_of(const tr_model_config *m);
 
 /* ------------------------------------------------------------------ conversion */

@@ -100,6 +100,16 @@ TR_MUST_CHECK int hf_write_mpt_config(const char *dir, const tr_model_config *m,
                                       const tr_hf_export_options *o);
 int hf_mpt_shape(const tr_gpt_shape *s);
 TR_MUST_CHECK int hf_mpt_map(const tr_param_tensor *t, char name[112], int *qkv);
+/* OPT (family_opt.c): config.json's keys into m (the whole model section but seq_length); the
+ * parameters of m (embed_positions' 2 extra rows among them); its config.json; TR_HF_OPT for a
+ * shape of its switches, else -1 (GPT-2's and GPT-BigCode's: test those first); the HF name(s)
+ * of trident tensor t (*qkv 1: q_proj, k_proj, v_proj of C rows each) */
+TR_MUST_CHECK int hf_read_opt(json_t *root, const char *path, tr_model_config *m);
+double hf_opt_numel(const tr_model_config *m);
+TR_MUST_CHECK int hf_write_opt_config(const char *dir, const tr_model_config *m,
+                                      const tr_hf_export_options *o);
+int hf_opt_shape(const tr_gpt_shape *s);
+TR_MUST_CHECK int hf_opt_map(const tr_param_tensor *t, char name[3][112], int *qkv);
 /* config.json readers (family_config.c), shared by every family: root's key into *out, or
  * TR_ERR_INVALID naming path and key. hf_get_int: absent or null takes dflt (dflt < 0: the key
  * is required), else an integer in [1, 2^26]. hf_get_num: absent takes dflt, else a positive
