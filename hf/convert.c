@@ -325,7 +325,7 @@ int tr_hf_export(const char *ckpt_dir, const char *hf_dir, const tr_hf_export_op
     if (!rc && family < 0)
         rc = tr_fail(TR_ERR_INVALID, "the config's model (its normalization, position embedding, "
                      "MLP, bias and residual switches) is neither GPT-2, Llama, Qwen2, Bloom, "
-                     "GPT-NeoX, Falcon, Phi, StableLM, Gemma, GPTBigCode, GPT-J nor MPT: "
+                     "GPT-NeoX, Falcon, Phi, StableLM, Gemma, GPTBigCode, GPT-J, MPT nor OPT: "
                      "transformers has no such model to export to");
     if (!rc && family == TR_HF_FALCON) /* (before anything is read) */
         rc = hf_falcon_check(o->model ? o->model : &m);
@@ -387,7 +387,7 @@ int tr_hf_export_lora(const char *ckpt_dir, const char *hf_dir, const tr_config 
                      "config");
     if (!rc && family < 0)
         rc = tr_fail(TR_ERR_INVALID, "the config's model is neither GPT-2, Llama, Qwen2, Bloom, "
-                     "GPT-NeoX, Falcon, Phi, StableLM, Gemma, GPTBigCode, GPT-J nor MPT: "
+                     "GPT-NeoX, Falcon, Phi, StableLM, Gemma, GPTBigCode, GPT-J, MPT nor OPT: "
                      "transformers has no such model to export to");
     if (!rc && merge && family == TR_HF_FALCON)
         rc = hf_falcon_check(mc);

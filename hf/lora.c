@@ -14,7 +14,8 @@
  *    the import reads them (hf_gptj_rotary_row), then attn.out_proj, mlp.fc_in, mlp.fc_out as
  *    they are; MPT: transformer.blocks.L.attn.Wqkv (lora_B's rows as GPT-2's c_attn's:
  *    ({q, k, v}, head, d), nn.Linear: no fan_in_fan_out), attn.out_proj, ffn.up_proj,
- *    ffn.down_proj as they are. Llama: the
+ *    ffn.down_proj as they are; OPT: model.decoder.layers.L.self_attn.q_proj, k_proj, v_proj cut
+ *    as a Llama's, then self_attn.out_proj, fc1, fc2 as they are. Llama: the
  *    fused qkv's adapter becomes q_proj, k_proj and v_proj with the same A each and B's rows
  *    of each projection (from (group, {q.., k, v}, d)), fc's becomes gate_proj and up_proj
  *    (B's rows from (feature, {gate, up})): the same function, exactly;
@@ -46,7 +47,7 @@ static int parse_adapter(const char *name, int *layer, char *ab)
 }
 
 enum { FAM_GPT2, FAM_LLAMA, FAM_BLOOM, FAM_NEOX, FAM_FALCON, FAM_PHI, FAM_BIGCODE, FAM_GPTJ,
-       FAM_MPT };
+       FAM_MPT, FAM_OPT };
 /* one tensor of PEFT's file: rows of trident adapter t (all, or picked by pick_row) */
 typedef struct {
     char name[128];
@@ -89,6 +90,7 @@ int tr_hf_write_lora_adapter(const char *dir, tr_gpt *g, const float *params)
     int fam = s->no_norm_bias ? (shape == TR_HF_MPT ? FAM_MPT : -1)
               : tr_gpt_is_gpt2(s) ? FAM_GPT2
               : shape == TR_HF_BIGCODE ? FAM_BIGCODE
+              : shape == TR_HF_OPT ? FAM_OPT
               : shape == TR_HF_GPTJ ? FAM_GPTJ
               : shape == TR_HF_GEMMA ? FAM_LLAMA /* (Llama's names) */
               : s->kv_channels || s->layernorm_1p || s->embedding_multiplier || s->geglu ? -1
@@ -103,7 +105,8 @@ int tr_hf_write_lora_adapter(const char *dir, tr_gpt *g, const float *params)
                   : -1;
     if (fam < 0)
         return tr_fail(TR_ERR_INVALID, "PEFT adapters are written for GPT-2, Llama, Bloom, "
-                       "GPT-NeoX, Falcon, Phi, StableLM, Gemma, GPTBigCode, GPT-J and MPT models; "
+                       "GPT-NeoX, Falcon, Phi, StableLM, Gemma, GPTBigCode, GPT-J, MPT and OPT "
+                       "models; "
                        "this model's switches are none of them");
     static const char *const gpt2[4] = {"attn.c_attn", "attn.c_proj", "mlp.c_fc", "mlp.c_proj"};
     static const char *const bloom[4] = {"self_attention.query_key_value", "self_attention.dense",
@@ -115,6 +118,7 @@ int tr_hf_write_lora_adapter(const char *dir, tr_gpt *g, const float *params)
     static const char *const gptj[4] = {"", "out_proj", "fc_in", "fc_out"}; /* (attn., mlp.) */
     static const char *const mpt[4] = {"attn.Wqkv", "attn.out_proj", "ffn.up_proj",
                                        "ffn.down_proj"};
+    static const char *const opt[4] = {"", "out_proj", "fc1", "fc2"}; /* (self_attn.: qkv, 1) */
     int n = tr_gpt_num_tensors(g), HS = tr_gpt_head_size(s);
     int NG = s->query_groups ? s->query_groups : s->NH;
     peft_tensor *list = calloc((size_t)3 * n + 1, sizeof *list);
@@ -130,9 +134,11 @@ int tr_hf_write_lora_adapter(const char *dir, tr_gpt *g, const float *params)
             break;
         }
         most = t->numel > most ? t->numel : most;
-        int parts = (fam == FAM_LLAMA || fam == FAM_PHI || fam == FAM_GPTJ) && m == 0 ? 3
-                    : fam == FAM_LLAMA && m == 2                                       ? 2
-                                                                                       : 1;
+        int parts = (fam == FAM_LLAMA || fam == FAM_PHI || fam == FAM_GPTJ || fam == FAM_OPT) &&
+                            m == 0
+                        ? 3
+                    : fam == FAM_LLAMA && m == 2 ? 2
+                                                 : 1;
         for (int k = 0; k < parts; k++) {
             peft_tensor *p = &list[np++];
             p->t = t;
@@ -156,6 +162,12 @@ int tr_hf_write_lora_adapter(const char *dir, tr_gpt *g, const float *params)
                          m < 2 ? "attn" : "mlp", m == 0 ? llama_qkv[k] : gptj[m], ab);
                 if (ab == 'B' && m == 0)
                     p->kind = 4, p->rows = s->C;
+            } else if (fam == FAM_OPT) { /* q/k/v_proj cut as a Llama's, the rest as is */
+                snprintf(p->name, sizeof p->name,
+                         "base_model.model.model.decoder.layers.%d.%s%s.lora_%c.weight", layer,
+                         m < 2 ? "self_attn." : "", m == 0 ? llama_qkv[k] : opt[m], ab);
+                if (ab == 'B' && m == 0)
+                    p->kind = 2, p->rows = s->C;
             } else if (fam == FAM_NEOX) {
                 snprintf(p->name, sizeof p->name,
                          "base_model.model.gpt_neox.layers.%d.%s.lora_%c.weight", layer, neox[m], ab);
@@ -212,13 +224,15 @@ int tr_hf_write_lora_adapter(const char *dir, tr_gpt *g, const float *params)
     json_t *targets = json_array();
     for (int m = 0; m < 4; m++)
         if (s->lora_targets & (1 << m)) {
-            if (fam != FAM_LLAMA && !((fam == FAM_PHI || fam == FAM_GPTJ) && m == 0))
+            if (fam != FAM_LLAMA &&
+                !((fam == FAM_PHI || fam == FAM_GPTJ || fam == FAM_OPT) && m == 0))
                 json_array_append_new(targets, json_string(fam == FAM_GPT2 || fam == FAM_BIGCODE
                                                                ? gpt2[m]
                                                            : fam == FAM_NEOX ? neox[m]
                                                            : fam == FAM_PHI  ? phi[m]
                                                            : fam == FAM_GPTJ ? gptj[m]
                                                            : fam == FAM_MPT  ? mpt[m]
+                                                           : fam == FAM_OPT  ? opt[m]
                                                                              : bloom[m]));
             else
                 for (int k = 0; k < 3 && llama_mods[m][k]; k++)

@@ -117,7 +117,7 @@ odd = tt.write_config(os.path.join(work, "odd-groups.yaml"), model=dict(
     training=dict(micro_batch_size=1, train_iters=1, lr=1e-3), data=dict(data_path="unused"))
 refused("an export with --config of learned positions with 2 key/value groups of 4 heads",
         ["--to", "hf", "--input", ck_mq, "--output", bad_out, "--config", odd], bad_out,
-        "Gemma, GPTBigCode, GPT-J nor MPT: transformers has no such model to export to")
+        "Gemma, GPTBigCode, GPT-J, MPT nor OPT: transformers has no such model to export to")
 
 # config.json settings trident cannot represent: exit 2 naming the key
 for what, edit, cause in (

@@ -198,7 +198,7 @@ refused("an export with --config of a model transformers lacks",
             position_embedding_type="alibi", swiglu=True, ffn_hidden_size=48,
             untie_embeddings_and_output_weights=True, add_bias_linear=False),
             training=dict(micro_batch_size=1, train_iters=1, lr=1e-3), data=dict(data_path="unused"))],
-        bad_out, "neither GPT-2, Llama, Qwen2, Bloom, GPT-NeoX, Falcon, Phi, StableLM, Gemma, GPTBigCode, GPT-J nor MPT")
+        bad_out, "neither GPT-2, Llama, Qwen2, Bloom, GPT-NeoX, Falcon, Phi, StableLM, Gemma, GPTBigCode, GPT-J, MPT nor OPT")
 
 # ---------------------------------------------------------------- Llama and Bloom: bad inputs a fuzzer found
 BC = {"architectures": ["BloomForCausalLM"], "model_type": "bloom", "hidden_size": C, "n_layer": L, "n_head": NH,
@@ -588,7 +588,7 @@ for what, ck_in, keys in (
                           training=dict(micro_batch_size=1, train_iters=1, lr=1e-3), data=dict(data_path="unused"))
     refused(f"an export with --config of {what}", ["--to", "hf", "--input", ck_in, "--output", bad_out,
                                                      "--config", odd],
-            bad_out, "neither GPT-2, Llama, Qwen2, Bloom, GPT-NeoX, Falcon, Phi, StableLM, Gemma, GPTBigCode, GPT-J nor MPT")
+            bad_out, "neither GPT-2, Llama, Qwen2, Bloom, GPT-NeoX, Falcon, Phi, StableLM, Gemma, GPTBigCode, GPT-J, MPT nor OPT")
 # the family line's GPT-NeoX end: " parallel_residual 1" then " gelu_exact 1", each once
 session.manifest_refused("GPT-NeoX", ck_neox, (
     ("gelu_exact 2", " gelu_exact 1", " gelu_exact 2"),
@@ -815,9 +815,9 @@ for what, keys, cause in (
          "model.num_query_groups 2 of 4 heads with model.parallel_residual false cannot be exported"),
         ("parallel_shared_norm with the tanh GELU", dict(parallel_residual=True, parallel_shared_norm=True,
                                                          num_query_groups=1, gelu_approximate="tanh"),
-         "neither GPT-2, Llama, Qwen2, Bloom, GPT-NeoX, Falcon, Phi, StableLM, Gemma, GPTBigCode, GPT-J nor MPT"),
+         "neither GPT-2, Llama, Qwen2, Bloom, GPT-NeoX, Falcon, Phi, StableLM, Gemma, GPTBigCode, GPT-J, MPT nor OPT"),
         ("no linear biases with an MLP of 3h", dict(parallel_residual=True, ffn_hidden_size=3 * C),
-         "neither GPT-2, Llama, Qwen2, Bloom, GPT-NeoX, Falcon, Phi, StableLM, Gemma, GPTBigCode, GPT-J nor MPT")):
+         "neither GPT-2, Llama, Qwen2, Bloom, GPT-NeoX, Falcon, Phi, StableLM, Gemma, GPTBigCode, GPT-J, MPT nor OPT")):
     odd = tt.write_config(os.path.join(work, "odd-falcon.yaml"), model=dict(falcon_keys, **keys),
                           training=dict(micro_batch_size=1, train_iters=1, lr=1e-3), data=dict(data_path="unused"))
     refused(f"an export with --config of {what}", ["--to", "hf", "--input", ck_falcon[0], "--output", bad_out,

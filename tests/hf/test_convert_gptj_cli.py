@@ -154,7 +154,7 @@ for what, keys in (("add_mlp_bias with learned positions", dict(position_embeddi
                                                                        parallel_shared_norm=False))):
     refused(f"an export with --config of {what}",
             ["--to", "hf", "--input", ck4, "--output", bad_out, "--config", gptj_config("odd", **keys)],
-            bad_out, "GPTBigCode, GPT-J nor MPT: transformers has no such model to export to")
+            bad_out, "GPTBigCode, GPT-J, MPT nor OPT: transformers has no such model to export to")
 
 # the family line's GPT-J end: mlp_bias 1 once, last, only without linear biases
 session.manifest_refused("GPT-J", ck4, (

@@ -147,7 +147,7 @@ for what, keys in (("layernorm_bias false with learned positions", dict(position
                    ("layernorm_bias false with an embedding norm", dict(embedding_layernorm=True))):
     refused(f"an export with --config of {what}",
             ["--to", "hf", "--input", ck, "--output", bad_out, "--config", mpt_config("odd", **keys)],
-            bad_out, "GPT-J nor MPT: transformers has no such model to export to")
+            bad_out, "MPT nor OPT: transformers has no such model to export to")
 
 # the family line's MPT end: layernorm_bias 0 once, last, only with LayerNorm
 session.manifest_refused("MPT", ck, (
