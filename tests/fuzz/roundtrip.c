@@ -5,7 +5,11 @@
  * the same float32 values (F16 and BF16 inputs: their float32 values), bit for bit, except
  * what the export leaves out on purpose (a tied lm_head or embed_out, rotary inv_freq and
  * GPT-2's and GPT-NeoX's causal-mask buffers); names the input gives without transformers'
- * prefix are looked for with it, a Falcon's that GPT-NeoX's export writes by GPT-NeoX's names. */
+ * prefix are looked for with it, a Falcon's that GPT-NeoX's export writes by GPT-NeoX's names.
+ * OPT: embed_positions' first 2 rows (no position reads them) come back as zeros, the rest as
+ * they were; an OPT that GPT-2 or GPT-BigCode expresses (GELU with biases) exports as that
+ * family, whose tensors are compared by convert-opt-cli (exported, imported: the same
+ * checkpoint), not here. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -88,6 +92,18 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     }
     snprintf(in_st, sizeof in_st, "%s/model.safetensors", fz_dir());
     snprintf(out_st, sizeof out_st, "%s/model.safetensors", back);
+    tr_model_config mc;
+    int fam_in = -1, fam_out = -1;
+    if (tr_hf_read_family_config(fz_dir(), &mc, &fam_in)) abort(); /* the import read it */
+    if (tr_hf_read_family_config(back, &mc, &fam_out)) {
+        fprintf(stderr, "the export wrote a config.json it cannot read: %s\n", tr_errmsg());
+        abort();
+    }
+    if (fam_in == TR_HF_OPT && fam_out != TR_HF_OPT) { /* (GPT-2's or GPT-BigCode's names) */
+        FZ_IGNORE(tr_hf_remove_import(ckpt));
+        fz_rmtree(back);
+        return 0;
+    }
     tr_st_file *a, *b;
     if (tr_st_open(in_st, &a)) abort(); /* the import read it */
     if (tr_st_open(out_st, &b)) {
@@ -108,6 +124,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         }
         float *x = malloc(t->numel * sizeof(float) + 1), *y = malloc(u->numel * sizeof(float) + 1);
         if (!x || !y || tr_st_read_f32(a, t, x) || tr_st_read_f32(b, u, y)) abort();
+        /* OPT's position rows 0 and 1: zeros in the export */
+        size_t skip = fam_in == TR_HF_OPT && strstr(t->name, "embed_positions") && t->ndim == 2
+                          ? 2 * (size_t)t->shape[1]
+                          : 0;
+        for (size_t k = 0; k < skip && k < u->numel; k++)
+            x[k] = 0.0f;
         if (memcmp(x, y, t->numel * sizeof(float))) {
             fprintf(stderr, "round trip: %s exported with other values\n", t->name);
             abort();
