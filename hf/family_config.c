@@ -40,6 +40,11 @@ int hf_get_num(json_t *root, const char *path, const char *key, double dflt, dou
     return TR_OK;
 }
 
+int hf_refuse(const char *path, const char *key, const char *why)
+{
+    return tr_fail(TR_ERR_INVALID, "%s: %s is not supported: %s", path, key, why);
+}
+
 int hf_get_bool(json_t *root, const char *path, const char *key, int dflt, int *out)
 {
     json_t *v = json_object_get(root, key);

@@ -25,11 +25,6 @@
 
 /* ------------------------------------------------------------------ config.json */
 
-static int refuse(const char *path, const char *key, const char *why)
-{
-    return tr_fail(TR_ERR_INVALID, "%s: %s is not supported: %s", path, key, why);
-}
-
 /* attn_config (absent or null: MptAttentionConfig's defaults), hs the head size */
 static int read_attn_config(json_t *root, const char *path, int heads, int hs)
 {
@@ -40,32 +35,32 @@ static int read_attn_config(json_t *root, const char *path, int heads, int hs)
         return tr_fail(TR_ERR_INVALID, "%s: attn_config must be an object", path);
     json_t *v = json_object_get(a, "attn_type");
     if (v && !(json_is_string(v) && !strcmp(json_string_value(v), "multihead_attention")))
-        return refuse(path, "attn_config.attn_type other than \"multihead_attention\"",
-                      "transformers 4.38's MptAttention has a key and value head per head");
+        return hf_refuse(path, "attn_config.attn_type other than \"multihead_attention\"",
+                         "transformers 4.38's MptAttention has a key and value head per head");
     if ((v = json_object_get(a, "alibi")) && !json_is_true(v))
-        return refuse(path, "attn_config.alibi false",
-                      "transformers 4.38's MPT always adds ALiBi (a model trained with "
-                      "learned positions instead would be another model)");
+        return hf_refuse(path, "attn_config.alibi false",
+                         "transformers 4.38's MPT always adds ALiBi (a model trained with "
+                         "learned positions instead would be another model)");
     if ((v = json_object_get(a, "alibi_bias_max")) &&
         !(json_is_number(v) && json_number_value(v) == 8))
-        return refuse(path, "attn_config.alibi_bias_max other than 8",
-                      "transformers 4.38's MPT and trident's ALiBi use slopes of 8");
+        return hf_refuse(path, "attn_config.alibi_bias_max other than 8",
+                         "transformers 4.38's MPT and trident's ALiBi use slopes of 8");
     if ((v = json_object_get(a, "qk_ln")) && !json_is_false(v))
-        return refuse(path, "attn_config.qk_ln true",
-                      "neither transformers 4.38's MPT nor trident normalises queries and keys");
+        return hf_refuse(path, "attn_config.qk_ln true",
+                         "neither transformers 4.38's MPT nor trident normalises queries and keys");
     if ((v = json_object_get(a, "clip_qkv")) && !json_is_null(v))
-        return refuse(path, "attn_config.clip_qkv other than null",
-                      "neither transformers 4.38's MPT nor trident clips q, k and v");
+        return hf_refuse(path, "attn_config.clip_qkv other than null",
+                         "neither transformers 4.38's MPT nor trident clips q, k and v");
     if ((v = json_object_get(a, "prefix_lm")) && !json_is_false(v))
-        return refuse(path, "attn_config.prefix_lm true", "trident's attention is causal");
+        return hf_refuse(path, "attn_config.prefix_lm true", "trident's attention is causal");
     if ((v = json_object_get(a, "softmax_scale")) && !json_is_null(v) &&
         !(json_is_number(v) && fabs(json_number_value(v) * sqrt((double)hs) - 1) < 1e-6))
-        return refuse(path, "attn_config.softmax_scale other than null or 1/sqrt(head_dim)",
-                      "trident's attention scales the scores by 1/sqrt(head_dim)");
+        return hf_refuse(path, "attn_config.softmax_scale other than null or 1/sqrt(head_dim)",
+                         "trident's attention scales the scores by 1/sqrt(head_dim)");
     if ((v = json_object_get(a, "kv_n_heads")) &&
         !(json_is_integer(v) && json_integer_value(v) == heads))
-        return refuse(path, "attn_config.kv_n_heads other than n_heads",
-                      "transformers 4.38's MptAttention has a key and value head per head");
+        return hf_refuse(path, "attn_config.kv_n_heads other than n_heads",
+                         "transformers 4.38's MptAttention has a key and value head per head");
     return TR_OK;
 }
 
@@ -90,35 +85,35 @@ int hf_read_mpt(json_t *root, const char *path, tr_model_config *m)
                      m->num_attention_heads);
     json_t *v = json_object_get(root, "expansion_ratio");
     if (!rc && v && !(json_is_number(v) && json_number_value(v) == 4))
-        rc = refuse(path, "expansion_ratio other than 4",
-                    "transformers 4.38's MptMLP is 4 d_model wide whatever it says");
+        rc = hf_refuse(path, "expansion_ratio other than 4",
+                       "transformers 4.38's MptMLP is 4 d_model wide whatever it says");
     int no_bias = 1, tie = 1;
     if (!rc)
         rc = hf_get_bool(root, path, "no_bias", 1, &no_bias);
     if (!rc && !no_bias)
-        rc = refuse(path, "no_bias false", "transformers 4.38's MPT has no biases (its norms' "
-                    "and linear layers' are None whatever no_bias says, and a checkpoint's "
-                    "biases would be dropped)");
+        rc = hf_refuse(path, "no_bias false", "transformers 4.38's MPT has no biases (its norms' "
+                       "and linear layers' are None whatever no_bias says, and a checkpoint's "
+                       "biases would be dropped)");
     if (!rc)
         rc = hf_get_bool(root, path, "tie_word_embeddings", 1, &tie);
     if (!rc && !tie)
-        rc = refuse(path, "tie_word_embeddings false",
-                    "MptForCausalLM's lm_head is the word embedding");
+        rc = hf_refuse(path, "tie_word_embeddings false",
+                       "MptForCausalLM's lm_head is the word embedding");
     if (!rc && (v = json_object_get(root, "logit_scale")) && !json_is_null(v))
-        rc = refuse(path, "logit_scale other than null",
-                    "transformers 4.38's MPT does not scale the logits");
+        rc = hf_refuse(path, "logit_scale other than null",
+                       "transformers 4.38's MPT does not scale the logits");
     if (!rc && (v = json_object_get(root, "norm_type")) &&
         !(json_is_string(v) && (!strcmp(json_string_value(v), "low_precision_layernorm") ||
                                 !strcmp(json_string_value(v), "layernorm"))))
-        rc = refuse(path, "norm_type other than \"low_precision_layernorm\" or \"layernorm\"",
-                    "transformers 4.38's MPT and trident's use LayerNorm");
+        rc = hf_refuse(path, "norm_type other than \"low_precision_layernorm\" or \"layernorm\"",
+                       "transformers 4.38's MPT and trident's use LayerNorm");
     json_t *ffn = json_object_get(root, "ffn_config");
     if (!rc && ffn && !json_is_null(ffn) &&
         !(json_is_object(ffn) &&
           (!(v = json_object_get(ffn, "ffn_type")) ||
            (json_is_string(v) && !strcmp(json_string_value(v), "mptmlp")))))
-        rc = refuse(path, "ffn_config.ffn_type other than \"mptmlp\"",
-                    "transformers 4.38's MptMLP is up_proj, the exact GELU, down_proj");
+        rc = hf_refuse(path, "ffn_config.ffn_type other than \"mptmlp\"",
+                       "transformers 4.38's MptMLP is up_proj, the exact GELU, down_proj");
     if (!rc)
         rc = read_attn_config(root, path, m->num_attention_heads,
                               m->hidden_size / m->num_attention_heads);

@@ -23,11 +23,6 @@
 
 /* ------------------------------------------------------------------ config.json */
 
-static int refuse(const char *path, const char *key, const char *why)
-{
-    return tr_fail(TR_ERR_INVALID, "%s: %s is not supported: %s", path, key, why);
-}
-
 int hf_read_opt(json_t *root, const char *path, tr_model_config *m)
 {
     /* (OPTConfig's defaults: opt-125m's sizes, 2048 positions, relu, enable_bias, tied) */
@@ -50,9 +45,9 @@ int hf_read_opt(json_t *root, const char *path, tr_model_config *m)
     if (!rc)
         rc = hf_get_bool(root, path, "do_layer_norm_before", 1, &pre_ln);
     if (!rc && !pre_ln)
-        rc = refuse(path, "do_layer_norm_before false",
-                    "OPT-350m's post-LN layer (the norms after each residual addition); trident's "
-                    "layer normalises its input (pre-LN)");
+        rc = hf_refuse(path, "do_layer_norm_before false",
+                       "OPT-350m's post-LN layer (the norms after each residual addition); "
+                       "trident's layer normalises its input (pre-LN)");
     if (!rc)
         rc = hf_get_int(root, path, "word_embed_proj_dim", m->hidden_size, &proj);
     if (!rc && proj != m->hidden_size)
@@ -62,13 +57,13 @@ int hf_read_opt(json_t *root, const char *path, tr_model_config *m)
     if (!rc)
         rc = hf_get_bool(root, path, "_remove_final_layer_norm", 0, &remove_lnf);
     if (!rc && remove_lnf)
-        rc = refuse(path, "_remove_final_layer_norm true",
-                    "trident's model ends with the final LayerNorm");
+        rc = hf_refuse(path, "_remove_final_layer_norm true",
+                       "trident's model ends with the final LayerNorm");
     if (!rc)
         rc = hf_get_bool(root, path, "layer_norm_elementwise_affine", 1, &affine);
     if (!rc && !affine)
-        rc = refuse(path, "layer_norm_elementwise_affine false",
-                    "trident's LayerNorms have a weight and a bias");
+        rc = hf_refuse(path, "layer_norm_elementwise_affine false",
+                       "trident's LayerNorms have a weight and a bias");
     if (!rc)
         rc = hf_get_bool(root, path, "enable_bias", 1, &bias);
     if (!rc)
@@ -78,9 +73,9 @@ int hf_read_opt(json_t *root, const char *path, tr_model_config *m)
     if (!rc && !(act && json_is_string(act) && !strcmp(json_string_value(act), "relu")))
         rc = hf_gelu_act(root, path, "activation_function", "relu", "OPT MLP", &exact);
     else if (!rc) /* relu: OPT's default, every released OPT's (model.relu: not yet built) */
-        rc = refuse(path, "activation_function relu",
-                    "trident's MLP has no ReLU yet (model.relu); OPT's GELUs (gelu, gelu_new) "
-                    "are converted");
+        rc = hf_refuse(path, "activation_function relu",
+                       "trident's MLP has no ReLU yet (model.relu); OPT's GELUs (gelu, gelu_new) "
+                       "are converted");
     m->num_query_groups = m->num_attention_heads;
     m->layernorm_epsilon = 1e-5; /* (OPT's nn.LayerNorm default; config.json has no key) */
     m->normalization = "LayerNorm";

@@ -120,6 +120,8 @@ TR_MUST_CHECK int hf_get_num(json_t *root, const char *path, const char *key, do
                              double *out);
 TR_MUST_CHECK int hf_get_bool(json_t *root, const char *path, const char *key, int dflt,
                               int *out);
+/* TR_ERR_INVALID "PATH: KEY is not supported: WHY" (a config.json value a family refuses) */
+TR_MUST_CHECK int hf_refuse(const char *path, const char *key, const char *why);
 /* rope_scaling.c: a Llama config.json's rope_scaling (null or absent: none; "linear": its
  * factor into m->rotary_seq_len_interpolation_factor; "llama3": m->use_rope_scaling and its
  * four numbers; any other kind refused, naming it) into m; and m's as config.json's value
