@@ -19,6 +19,7 @@ void tr_kernels_without_bf16_storage(tr_kernels *t)
     t->layernorm_backward16 = NULL, t->rmsnorm_backward16 = NULL;
     t->linear_gelu_forward16 = NULL, t->linear_backward_gelu16 = NULL;
     t->gelu_exact_forward16 = NULL, t->gelu_exact_backward16 = NULL;
+    t->relu_forward16 = NULL, t->relu_backward16 = NULL;
     t->attention_forward16 = NULL, t->attention_backward16 = NULL;
     t->attention_gqa_forward16 = NULL, t->attention_gqa_backward16 = NULL;
     t->attention_forward_qkv16 = NULL, t->attention_backward_qkv16 = NULL;

@@ -139,6 +139,12 @@ typedef struct tr_kernels {
     void (*gelu_exact_forward)(tr_stream s, float *out, const float *inp, size_t n);
     void (*gelu_exact_backward)(tr_stream s, float *dinp, const float *inp, const float *dout,
                                 size_t n);
+    /* ReLU (OPT's; model.relu), gelu_forward / gelu_backward's contracts: relu(x) = max(x, 0)
+     * (NaN kept), relu'(x) = 1 where x > 0, else 0 (0 at x = 0, as PyTorch): dinp = dout where
+     * inp > 0, else 0 (a select, so an infinite dout where inp <= 0 still gives 0). */
+    void (*relu_forward)(tr_stream s, float *out, const float *inp, size_t n);
+    void (*relu_backward)(tr_stream s, float *dinp, const float *inp, const float *dout,
+                          size_t n);
     /* SwiGLU on n (gate, up) pairs stored interleaved, inp (n, 2):
      *   out[i] = silu(inp[2i]) * inp[2i+1]; backward: dinp (n, 2) overwritten. */
     void (*swiglu_forward)(tr_stream s, float *out, const float *inp, size_t n);
@@ -307,6 +313,15 @@ typedef struct tr_kernels {
     void (*gelu_exact_backward16)(tr_stream s, uint16_t *dinp16, float *dbias, const float *inp,
                                   const uint16_t *inp16, const float *dout,
                                   const uint16_t *dout16, int N, int C);
+    /* relu_forward16, relu_backward16: gelu_forward16 / gelu_backward16 of ReLU
+     * (relu_forward's), the same contracts (dbias += the column sums of the unrounded
+     * dout where inp > 0); set where those are and the backend has relu_forward. No GEMM
+     * epilogue: the model runs them beside linear_forward's y16 and linear_backward's dy16. */
+    void (*relu_forward16)(tr_stream s, uint16_t *out16, const float *inp, const uint16_t *inp16,
+                           size_t n);
+    void (*relu_backward16)(tr_stream s, uint16_t *dinp16, float *dbias, const float *inp,
+                            const uint16_t *inp16, const float *dout, const uint16_t *dout16,
+                            int N, int C);
     /* layernorm_backward16, rmsnorm_backward16: layernorm_backward / rmsnorm_backward reading
      * their output gradient dout16 in bf16 storage (QKV's and fc's input gradient at TP 1,
      * linear_backward's dx16), exactly as those ops on its widened values. */

@@ -141,7 +141,8 @@ static void print_model_section(const tr_model_config *m)
         printf("  parallel_residual: true\n");
     if (m->normalization && m->parallel_residual && m->parallel_shared_norm) /* Falcon-7B's */
         printf("  parallel_shared_norm: true\n");
-    if (m->normalization && m->gelu_approximate && !strcmp(m->gelu_approximate, "none"))
+    if (m->normalization && !m->relu && m->gelu_approximate &&
+        !strcmp(m->gelu_approximate, "none"))
         printf("  gelu_approximate: none\n");
     if (m->normalization && m->untie_embeddings_and_output_weights && m->output_layer_bias)
         printf("  output_layer_bias: true\n"); /* Phi's lm_head.bias */
@@ -155,6 +156,8 @@ static void print_model_section(const tr_model_config *m)
         printf("  embedding_multiplier: %.9g\n", m->embedding_multiplier);
     if (m->normalization && m->geglu)
         printf("  geglu: true\n");
+    if (m->normalization && m->relu)
+        printf("  relu: true\n"); /* OPT's MLP */
     if (m->normalization && m->rotary_seq_len_interpolation_factor &&
         m->rotary_seq_len_interpolation_factor != 1.0) /* rope_scaling "linear" */
         printf("  rotary_seq_len_interpolation_factor: %.9g\n",

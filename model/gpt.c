@@ -56,7 +56,9 @@ void tr_gpt_shape_family(const tr_model_config *m, tr_gpt_shape *s)
     s->embedding_ln = m->embedding_layernorm;
     s->parallel_residual = m->parallel_residual;
     s->parallel_shared_norm = m->parallel_residual && m->parallel_shared_norm;
-    s->gelu_exact = !s->swiglu && m->gelu_approximate && !strcmp(m->gelu_approximate, "none");
+    s->relu = m->relu;
+    s->gelu_exact = !s->swiglu && !s->relu && m->gelu_approximate &&
+                    !strcmp(m->gelu_approximate, "none");
     s->geglu = !s->swiglu && m->geglu;
     s->kv_channels = m->kv_channels > 0 && m->num_attention_heads > 0 &&
                              m->kv_channels * m->num_attention_heads != m->hidden_size
@@ -89,7 +91,7 @@ int tr_gpt_is_gpt2(const tr_gpt_shape *s)
            !s->untie && !s->output_bias && !s->no_linear_bias && !s->embedding_ln &&
            !s->parallel_residual && !s->parallel_shared_norm && !s->gelu_exact &&
            !s->kv_channels && !s->layernorm_1p && !s->embedding_multiplier && !s->geglu &&
-           !s->rope_scaling && !s->no_norm_bias;
+           !s->rope_scaling && !s->no_norm_bias && !s->relu;
 }
 
 int tr_gpt_shape_from_config(const tr_config *cfg, int layer_first, int layer_count,
@@ -234,6 +236,8 @@ static int check_shape(const tr_gpt_shape *s)
         return tr_fail(TR_ERR_INVALID, "an output-layer bias needs the untied output layer");
     if (s->geglu && s->swiglu)
         return tr_fail(TR_ERR_INVALID, "the gated MLP is SwiGLU or GeGLU, not both");
+    if (s->relu && (tr_gpt_gated_mlp(s) || s->gelu_exact))
+        return tr_fail(TR_ERR_INVALID, "a ReLU MLP is neither gated (SwiGLU, GeGLU) nor GELU");
     if (!(fabsf(s->embedding_multiplier) <= FLT_MAX))
         return tr_fail(TR_ERR_INVALID, "invalid embedding multiplier %g",
                        (double)s->embedding_multiplier);
@@ -484,6 +488,8 @@ static int family_tables(tr_gpt *g)
         {s->geglu, (const void *)k->geglu_backward, "GeGLU"},
         {s->gelu_exact && !s->geglu, (const void *)k->gelu_exact_forward, "exact GELU"},
         {s->gelu_exact && !s->geglu, (const void *)k->gelu_exact_backward, "exact GELU"},
+        {s->relu, (const void *)k->relu_forward, "ReLU"},
+        {s->relu, (const void *)k->relu_backward, "ReLU"},
         {s->position == TR_POS_ROPE, (const void *)k->rope, "rotary embedding"},
         {uses_gqa_attention(g) || s->position == TR_POS_ALIBI,
          (const void *)k->attention_gqa_forward, "grouped-query / ALiBi attention"},

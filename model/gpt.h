@@ -135,6 +135,8 @@ typedef struct {
     float embedding_multiplier; /* the embedding stage's output times this
                                  * (model.embedding_multiplier), or 0 where that is 1 */
     int geglu;            /* MLP = fc_proj(gelu(gate) * up), fc as swiglu's (gate, up) pairs */
+    int relu;             /* the MLP's activation is ReLU, max(x, 0) (model.relu; OPT); not
+                           * gated; gelu_exact 0 then */
     int rope_scaling;     /* TR_ROPE_SCALING_*: rope's positions or frequencies scaled */
     float rope_factor;    /* linear: position t rotated as t / factor; llama3: its factor */
     float rope_low_freq_factor, rope_high_freq_factor; /* llama3 */

@@ -138,8 +138,9 @@ struct tr_gpt {
     const int32_t *positions; /* the same micro-batch's restarting positions (rope), or NULL */
 };
 
-/* The MLP's GELU ops of the family's kind: the exact GELU where shape.gelu_exact (GPT-NeoX),
- * else the tanh approximation; the bf16-storage ones NULL where the table lacks them. */
+/* The MLP's elementwise activation ops of the family's kind: ReLU where shape.relu (OPT), the
+ * exact GELU where shape.gelu_exact (GPT-NeoX), else the tanh approximation (the "GELU" of the
+ * names below is whichever it is); the bf16-storage ones NULL where the table lacks them. */
 typedef void (*gpt_gelu_fn)(tr_stream s, float *out, const float *inp, size_t n);
 typedef void (*gpt_dgelu_fn)(tr_stream s, float *dinp, const float *inp, const float *dout,
                              size_t n);
@@ -150,19 +151,27 @@ typedef void (*gpt_dgelu16_fn)(tr_stream s, uint16_t *dinp16, float *dbias, cons
                                const uint16_t *dout16, int N, int C);
 static inline gpt_gelu_fn gpt_gelu_forward(const tr_gpt *g)
 {
-    return g->s.gelu_exact ? g->k->gelu_exact_forward : g->k->gelu_forward;
+    return g->s.relu         ? g->k->relu_forward
+           : g->s.gelu_exact ? g->k->gelu_exact_forward
+                             : g->k->gelu_forward;
 }
 static inline gpt_dgelu_fn gpt_gelu_backward(const tr_gpt *g)
 {
-    return g->s.gelu_exact ? g->k->gelu_exact_backward : g->k->gelu_backward;
+    return g->s.relu         ? g->k->relu_backward
+           : g->s.gelu_exact ? g->k->gelu_exact_backward
+                             : g->k->gelu_backward;
 }
 static inline gpt_gelu16_fn gpt_gelu_forward16(const tr_gpt *g)
 {
-    return g->s.gelu_exact ? g->k->gelu_exact_forward16 : g->k->gelu_forward16;
+    return g->s.relu         ? g->k->relu_forward16
+           : g->s.gelu_exact ? g->k->gelu_exact_forward16
+                             : g->k->gelu_forward16;
 }
 static inline gpt_dgelu16_fn gpt_gelu_backward16(const tr_gpt *g)
 {
-    return g->s.gelu_exact ? g->k->gelu_exact_backward16 : g->k->gelu_backward16;
+    return g->s.relu         ? g->k->relu_backward16
+           : g->s.gelu_exact ? g->k->gelu_exact_backward16
+                             : g->k->gelu_backward16;
 }
 
 /* The MLP's activation on n features in fp32: out (n) from fc's output inp (n, or n pairs
@@ -189,8 +198,8 @@ static inline void gpt_mlp_act_backward(const tr_gpt *g, float *dinp, const floa
 
 /* Whether fc's GEMMs carry the GELU in their epilogues (kernels.h's linear_gelu_forward16 and
  * linear_backward_gelu16, where the table has them): the tanh GELU only (no epilogue has the
- * exact one). */
-static inline int gpt_gelu_in_gemm(const tr_gpt *g) { return !g->s.gelu_exact; }
+ * exact one or ReLU). */
+static inline int gpt_gelu_in_gemm(const tr_gpt *g) { return !g->s.gelu_exact && !g->s.relu; }
 
 /* Whether the MLP's GELU output (layer_acts.fch_gelu, feeding fc_proj) is kept in bf16 storage:
  * the table has the ops (kernels.h: gelu_forward16, gemm_a16, gemm_b16), the family uses GELU

@@ -151,9 +151,9 @@ void plan_layer_cost_trident(const plan_cost_ctx *x, plan_cost *o)
      * input-gradient GEMM reads the aux and writes fc's output gradient, the GELU's backward
      * pass (read 4, write 2) goes (fc's bias gradient rides in fc's weight-gradient GEMM:
      * cuBLASLt's BGRADB epilogue, as QKV's); not the exact GELU (model.gelu_approximate
-     * none), which no epilogue has: its own passes */
-    int exact_gelu = m->gelu_approximate && !strcmp(m->gelu_approximate, "none");
-    double gelu_fused = f16 > 0 && !exact_gelu ? T * F / t : 0;
+     * none) nor ReLU (model.relu), which no epilogue of trident's has: their own passes */
+    int own_pass = m->relu || (m->gelu_approximate && !strcmp(m->gelu_approximate, "none"));
+    double gelu_fused = f16 > 0 && !own_pass ? T * F / t : 0;
     double lin_f = tr_plan_stream_s(c, 2 * gelu_fused) + plan_trident_gemm_s(c, T, qkv / t, h, 0) +
                    plan_trident_gemm_s(c, T, h, aw / t, row_copy) +
                    plan_trident_gemm_s(c, T, fc / t, h, 0) +

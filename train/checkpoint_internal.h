@@ -68,14 +68,15 @@ typedef struct {
      * " layernorm_1p 1", " embedding_multiplier X" (float32's %.9g, not 1), " geglu 1",
      * " rope_linear F" (linear position interpolation) or " rope_llama3 F L H N" (Llama 3.1's
      * factor, low and high frequency factors, original positions) and " mlp_bias 1" (a model
-     * whose MLP alone has biases), " layernorm_bias 0" (LayerNorms without biases) only for
-     * models with them (GPT-NeoX, Falcon, Phi, Gemma, Llama 3.1, GPT-J, MPT), in that order, so
-     * other lines read as before) */
+     * whose MLP alone has biases), " layernorm_bias 0" (LayerNorms without biases), " relu 1"
+     * (the MLP's ReLU) only for models with them (GPT-NeoX, Falcon, Phi, Gemma, Llama 3.1,
+     * GPT-J, MPT, OPT), in that order, so other lines read as before) */
     int has_family;
     int rmsnorm, position, rotary_dims, swiglu, ffn, query_groups, untie, linear_bias, emb_ln;
     int qkv_bias, sliding_window, parallel_residual, gelu_exact, parallel_shared_norm;
     int output_bias, kv_channels, layernorm_1p, geglu, mlp_bias;
     int no_norm_bias; /* " layernorm_bias 0": model.layernorm_bias false */
+    int relu;         /* " relu 1": model.relu */
     int rope_scaling, rope_original; /* TR_ROPE_SCALING_*; llama3's original positions */
     double rope_factor, rope_low, rope_high; /* float32's values */
     double eps, rotary_base, embedding_multiplier; /* the multiplier: 0 where it is 1 */

@@ -68,6 +68,7 @@ int tr_checkpoint_read_model(const char *dir, tr_model_config *model, int *itera
         model->apply_layernorm_1p = mf.layernorm_1p;
         model->embedding_multiplier = mf.embedding_multiplier ? mf.embedding_multiplier : 1.0;
         model->geglu = mf.geglu;
+        model->relu = mf.relu;
         /* rope scaling: the manifest's kind, else the keys' defaults */
         int llama3 = mf.rope_scaling == TR_ROPE_SCALING_LLAMA3;
         model->rotary_seq_len_interpolation_factor =

@@ -43,7 +43,7 @@ typedef struct {
      * kv_channels 256 wider than hidden_size / heads; GPT-J = rope on a rotary_percent of each
      * head, parallel_residual with parallel_shared_norm, no linear biases but add_mlp_bias,
      * untied output with output_layer_bias; MPT = alibi, no linear biases, layernorm_bias
-     * false, gelu_approximate none, tied. */
+     * false, gelu_approximate none, tied; OPT = GPT-2 with relu. */
     char *normalization;              /* "LayerNorm" (default) | "RMSNorm" */
     char *position_embedding_type;    /* "learned_absolute" (default) | "rope" | "alibi" */
     double rotary_base;               /* default 10000 (rope only) */
@@ -90,6 +90,9 @@ typedef struct {
                                        * positions) times this (Gemma's sqrt(hidden_size)) */
     int geglu;                        /* bool, default 0: MLP = down(gelu(gate x) * up x),
                                        * the GELU of gelu_approximate; as swiglu's widths */
+    int relu;                         /* bool, default 0: the MLP's activation is ReLU,
+                                       * max(x, 0) (OPT's); not with swiglu or geglu;
+                                       * gelu_approximate then means nothing */
     /* rope scaling (Megatron's switches; rope only, one kind at a time): linear position
      * interpolation, position t rotated as t / factor (Hugging Face's rope_scaling "linear"),
      * or Llama 3.1's frequency scaling (rope_type "llama3"): wavelengths past

@@ -93,6 +93,7 @@ const config_key_spec config_keys[] = {
      .offset = F(model.no_layernorm_bias), .def = "true", .negate = 1},
     DBL("model", "embedding_multiplier", model.embedding_multiplier, 0, "1.0", 0, 1, INF, 0),
     BOOL("model", "geglu", model.geglu, "false"),
+    BOOL("model", "relu", model.relu, "false"),
     DBL("model", "rotary_seq_len_interpolation_factor", model.rotary_seq_len_interpolation_factor,
         0, "1.0", 0, 1, INF, 0),
     BOOL("model", "use_rope_scaling", model.use_rope_scaling, "false"),

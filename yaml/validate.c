@@ -109,6 +109,11 @@ static int check_family(const tr_config *c)
                    "model.geglu and model.swiglu are both true%s; the gated MLP has one "
                    "activation: allowed: at most one of them",
                    set_at(c, "model.swiglu", at, sizeof at));
+    if (m->relu && (m->swiglu || m->geglu))
+        return bad(c, "model.relu", m->geglu ? "model.geglu" : "model.swiglu",
+                   "model.relu and model.%s are both true%s; the MLP has one activation: "
+                   "allowed: relu with swiglu and geglu false", m->geglu ? "geglu" : "swiglu",
+                   set_at(c, m->geglu ? "model.geglu" : "model.swiglu", at, sizeof at));
     if (ffn < 1)
         return bad(c, "model.ffn_hidden_size", m->geglu ? "model.geglu" : "model.swiglu",
                    "model.%s with hidden_size %d gives Megatron's default MLP width "

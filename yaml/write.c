@@ -195,7 +195,8 @@ void tr_model_family_flow(const tr_model_config *m, char *buf, size_t cap)
         n += snprintf(buf + n, cap - (size_t)n, ", output_layer_bias: true");
     if (n > 0 && (size_t)n < cap && m->parallel_shared_norm)
         n += snprintf(buf + n, cap - (size_t)n, ", parallel_shared_norm: true");
-    if (n > 0 && (size_t)n < cap && m->gelu_approximate && !strcmp(m->gelu_approximate, "none"))
+    if (n > 0 && (size_t)n < cap && !m->relu && m->gelu_approximate &&
+        !strcmp(m->gelu_approximate, "none"))
         n += snprintf(buf + n, cap - (size_t)n, ", gelu_approximate: none");
     if (n > 0 && (size_t)n < cap && m->kv_channels)
         n += snprintf(buf + n, cap - (size_t)n, ", kv_channels: %d", m->kv_channels);
@@ -208,6 +209,8 @@ void tr_model_family_flow(const tr_model_config *m, char *buf, size_t cap)
                       m->embedding_multiplier);
     if (n > 0 && (size_t)n < cap && m->geglu)
         n += snprintf(buf + n, cap - (size_t)n, ", geglu: true");
+    if (n > 0 && (size_t)n < cap && m->relu)
+        n += snprintf(buf + n, cap - (size_t)n, ", relu: true");
     if (n > 0 && (size_t)n < cap && m->rotary_seq_len_interpolation_factor != 1.0 &&
         m->rotary_seq_len_interpolation_factor)
         n += snprintf(buf + n, cap - (size_t)n, ", rotary_seq_len_interpolation_factor: %.17g",

@@ -1,14 +1,15 @@
 /* The bf16-storage ops of "cpu-bf16" (kernels.h: the chunked head's gemm_out16, gemm_a16,
  * xent_stats16, xent_loss_backward16 and the two in one, xent_stats_loss_backward16; the layers'
- * GEMM inputs' gelu_forward16, layernorm_forward16, rmsnorm_forward16, gemm_b16; the backward's
- * gelu_backward16 and the linear_backward that reads its output), the twin of the CUDA bf16
- * mode's: each widens its bf16 input into a staging buffer (exact), runs the table's own
- * fp32-storage op, whose outputs are already rounded to bf16, and packs the kept result back
- * (exact again). So bf16 storage gives "cpu-bf16"'s bits; what it tests is the path: the halved
- * buffers, the strides, the aliasing of logits and their gradient. Staging is per thread, grown as
- * needed (out of memory: the op leaves its output untouched and says so on stderr, once). The
- * attention output's attention_forward16 / _gqa_forward16 and their backwards (kernels.h)
- * likewise, and attention_forward_qkv16 / _backward_qkv16, which read qkv in bf16 too. */
+ * GEMM inputs' gelu_forward16 (and the exact GELU's and ReLU's), layernorm_forward16,
+ * rmsnorm_forward16, gemm_b16; the backward's gelu_backward16 (likewise) and the linear_backward
+ * that reads its output), the twin of the CUDA bf16 mode's: each widens its bf16 input into a
+ * staging buffer (exact), runs the table's own fp32-storage op, whose outputs are already
+ * rounded to bf16, and packs the kept result back (exact again). So bf16 storage gives
+ * "cpu-bf16"'s bits; what it tests is the path: the halved buffers, the strides, the aliasing of
+ * logits and their gradient. Staging is per thread, grown as needed (out of memory: the op
+ * leaves its output untouched and says so on stderr, once). The attention output's
+ * attention_forward16 / _gqa_forward16 and their backwards (kernels.h) likewise, and
+ * attention_forward_qkv16 / _backward_qkv16, which read qkv in bf16 too. */
 #include "kernels/cpu/cpu_ops.h"
 
 #include <pthread.h>
@@ -175,7 +176,7 @@ typedef void (*gelu_forward_fn)(tr_stream s, float *out, const float *inp, size_
 typedef void (*gelu_backward_fn)(tr_stream s, float *dinp, const float *inp, const float *dout,
                                  size_t n);
 
-/* gelu_forward16 of the table's GELU forward `gelu` (tanh or exact) */
+/* gelu_forward16 of the table's activation forward `gelu` (GELU tanh or exact, ReLU) */
 static void gelu_forward16_of(gelu_forward_fn gelu, tr_stream s, uint16_t *out16,
                               const float *inp, const uint16_t *inp16, size_t n)
 {
@@ -196,6 +197,12 @@ static void s16_gelu_exact_forward16(tr_stream s, uint16_t *out16, const float *
                                      const uint16_t *inp16, size_t n)
 {
     gelu_forward16_of(table->gelu_exact_forward, s, out16, inp, inp16, n);
+}
+
+static void s16_relu_forward16(tr_stream s, uint16_t *out16, const float *inp,
+                               const uint16_t *inp16, size_t n)
+{
+    gelu_forward16_of(table->relu_forward, s, out16, inp, inp16, n);
 }
 
 static void s16_layernorm_forward16(tr_stream s, uint16_t *out16, float *mean, float *rstd,
@@ -360,7 +367,7 @@ static void s16_linear_backward(tr_stream s, float *dx, uint16_t *dx16, float *d
         table->bias_backward(s, db, g, N, OC);
 }
 
-/* gelu_backward16 of the table's GELU backward `gelu` (tanh or exact) */
+/* gelu_backward16 of the table's activation backward `gelu` (GELU tanh or exact, ReLU) */
 static void gelu_backward16_of(gelu_backward_fn gelu, tr_stream s, uint16_t *dinp16,
                                float *dbias, const float *inp, const uint16_t *inp16,
                                const float *dout, const uint16_t *dout16, int N, int C)
@@ -391,6 +398,13 @@ static void s16_gelu_exact_backward16(tr_stream s, uint16_t *dinp16, float *dbia
 {
     gelu_backward16_of(table->gelu_exact_backward, s, dinp16, dbias, inp, inp16, dout, dout16,
                        N, C);
+}
+
+static void s16_relu_backward16(tr_stream s, uint16_t *dinp16, float *dbias, const float *inp,
+                                const uint16_t *inp16, const float *dout,
+                                const uint16_t *dout16, int N, int C)
+{
+    gelu_backward16_of(table->relu_backward, s, dinp16, dbias, inp, inp16, dout, dout16, N, C);
 }
 
 static void s16_layernorm_backward16(tr_stream s, float *dinp, float *dweight, float *dbias,
@@ -459,6 +473,8 @@ void cpu_bf16_storage_fill(tr_kernels *t)
     if (t->gelu_exact_forward && t->gelu_exact_backward)
         t->gelu_exact_forward16 = s16_gelu_exact_forward16,
         t->gelu_exact_backward16 = s16_gelu_exact_backward16;
+    if (t->relu_forward && t->relu_backward)
+        t->relu_forward16 = s16_relu_forward16, t->relu_backward16 = s16_relu_backward16;
     t->linear_gelu_forward16 = s16_linear_gelu_forward16;
     t->linear_backward_gelu16 = s16_linear_backward_gelu16;
     t->linear_backward = s16_linear_backward; /* it reads dy16 */

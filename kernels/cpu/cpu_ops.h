@@ -184,13 +184,15 @@ void cpu_layernorm_backward(tr_stream s, float *dinp, float *dweight, float *dbi
                                const float *dout, const float *inp, const float *weight,
                                const float *mean, const float *rstd, int N, int C);
 
-/* gelu.c */
+/* gelu.c: GELU (both kinds) and ReLU */
 void cpu_gelu_forward(tr_stream s, float *out, const float *inp, size_t n);
 void cpu_gelu_backward(tr_stream s, float *dinp, const float *inp, const float *dout,
                           size_t n);
 void cpu_gelu_exact_forward(tr_stream s, float *out, const float *inp, size_t n);
 void cpu_gelu_exact_backward(tr_stream s, float *dinp, const float *inp, const float *dout,
                              size_t n);
+void cpu_relu_forward(tr_stream s, float *out, const float *inp, size_t n);
+void cpu_relu_backward(tr_stream s, float *dinp, const float *inp, const float *dout, size_t n);
 
 /* attention.c */
 void cpu_attention_forward(tr_stream s, float *out, float *lse, const float *qkv, int B, int T,

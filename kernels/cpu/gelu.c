@@ -1,6 +1,7 @@
-/* GELU, the tanh approximation (GPT-2's) and the exact one (GPT-NeoX's), elementwise on the
- * backend's threads; the scalar formulas (and their accuracy) are cpu_ops.h's cpu_gelu_tanh,
- * cpu_gelu_tanh_slope, cpu_gelu_exact and cpu_gelu_exact_slope, which GeGLU shares. */
+/* The MLP's elementwise activations on the backend's threads: GELU, the tanh approximation
+ * (GPT-2's) and the exact one (GPT-NeoX's), whose scalar formulas (and their accuracy) are
+ * cpu_ops.h's cpu_gelu_tanh, cpu_gelu_tanh_slope, cpu_gelu_exact and cpu_gelu_exact_slope, which
+ * GeGLU shares; and ReLU (OPT's): max(x, 0) with NaN kept, slope 1 where x > 0, else 0. */
 #include "kernels/cpu/cpu_ops.h"
 
 typedef struct {
@@ -80,4 +81,36 @@ void cpu_gelu_exact_backward(tr_stream s, float *dinp, const float *inp, const f
 {
     (void)s;
     gelu_run(gelu_exact_backward_range, dinp, inp, dout, n);
+}
+
+static void relu_forward_range(void *ctx, size_t lo, size_t hi)
+{
+    const gelu_args *g = ctx;
+    float *restrict out = g->out;
+    const float *restrict inp = g->inp;
+#pragma omp simd simdlen(CPU_SIMDLEN)
+    for (size_t i = lo; i < hi; i++)
+        out[i] = inp[i] < 0.0f ? 0.0f : inp[i]; /* (NaN is not < 0: kept) */
+}
+
+void cpu_relu_forward(tr_stream s, float *out, const float *inp, size_t n)
+{
+    (void)s;
+    gelu_run(relu_forward_range, out, inp, NULL, n);
+}
+
+static void relu_backward_range(void *ctx, size_t lo, size_t hi)
+{
+    const gelu_args *g = ctx;
+    float *restrict dinp = g->out;
+    const float *restrict inp = g->inp, *restrict dout = g->dout;
+#pragma omp simd simdlen(CPU_SIMDLEN)
+    for (size_t i = lo; i < hi; i++)
+        dinp[i] = inp[i] > 0.0f ? dout[i] : 0.0f;
+}
+
+void cpu_relu_backward(tr_stream s, float *dinp, const float *inp, const float *dout, size_t n)
+{
+    (void)s;
+    gelu_run(relu_backward_range, dinp, inp, dout, n);
 }

@@ -172,6 +172,17 @@ static size_t span(int rows, int cols, int ld)
         tr_kernels_cpu()->gelu_exact_backward(s, dinp, inp, dout, n);                              \
         round_##FMT##_n(dinp, n);                                                                  \
     }                                                                                              \
+    static void FMT##_relu_forward(tr_stream s, float *out, const float *inp, size_t n)            \
+    {                                                                                              \
+        tr_kernels_cpu()->relu_forward(s, out, inp, n);                                            \
+        round_##FMT##_n(out, n);                                                                   \
+    }                                                                                              \
+    static void FMT##_relu_backward(tr_stream s, float *dinp, const float *inp,                    \
+                                    const float *dout, size_t n)                                   \
+    {                                                                                              \
+        tr_kernels_cpu()->relu_backward(s, dinp, inp, dout, n);                                    \
+        round_##FMT##_n(dinp, n);                                                                  \
+    }                                                                                              \
     static void FMT##_attention_forward(tr_stream s, float *out, float *lse, const float *qkv,     \
                                         int B, int T, int NH, int HS, const int32_t *segments)     \
     {                                                                                              \
@@ -318,6 +329,8 @@ ROUNDED_TABLE(fp16)
         t.gelu_backward = FMT##_gelu_backward;                                                     \
         t.gelu_exact_forward = FMT##_gelu_exact_forward;                                           \
         t.gelu_exact_backward = FMT##_gelu_exact_backward;                                         \
+        if (t.relu_forward)                                                                        \
+            t.relu_forward = FMT##_relu_forward, t.relu_backward = FMT##_relu_backward;            \
         t.attention_forward = FMT##_attention_forward;                                             \
         t.attention_backward = FMT##_attention_backward;                                           \
         if (t.rmsnorm_forward)                                                                     \

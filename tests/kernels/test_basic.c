@@ -21,14 +21,14 @@ static void test_backend_lookup(void **state)
     assert_ptr_equal(cpu, tr_kernels_cpu());
     assert_string_equal(cpu->name, "cpu");
     /* every slot of the table is filled but the bf16-storage ops (the head's seven, four for
-     * the layers' GEMM inputs, gelu_backward16, the exact GELU's two, the norms' two
-     * backwards, the MLP's two GELU fusions, the attention output's four, the attention
+     * the layers' GEMM inputs, gelu_backward16, the exact GELU's two, ReLU's two, the norms'
+     * two backwards, the MLP's two GELU fusions, the attention output's four, the attention
      * input's two), which only the 16-bit tables have ("cpu-bf16", not "cpu-fp16") */
     const void *const *slot = (const void *const *)&cpu->alloc;
     size_t slots = (sizeof(tr_kernels) - offsetof(tr_kernels, alloc)) / sizeof(void *);
     size_t first16 = (offsetof(tr_kernels, gemm_out16) - offsetof(tr_kernels, alloc)) / sizeof(void *);
     for (size_t i = 0; i < slots; i++)
-        if (i < first16 || i >= first16 + 24)
+        if (i < first16 || i >= first16 + 26)
             assert_non_null(slot[i]);
         else
             assert_null(slot[i]);
@@ -171,9 +171,52 @@ static void test_linear_backward(void **state)
     free(x), free(W), free(dy), free(dx), free(dW), free(want_dx), free(want_dW);
 }
 
-/* "cpu-bf16"'s exact-GELU ops in bf16 storage: the bf16 rounding of gelu_exact_forward /
- * gelu_exact_backward's values (and the bias gradient their sum), from fp32 or bf16 inputs;
- * "cpu-fp16" (no bf16 storage) has none, "cpu" has the fp32 pair. */
+typedef void (*act_fn)(tr_stream s, float *out, const float *inp, size_t n);
+typedef void (*dact_fn)(tr_stream s, float *dinp, const float *inp, const float *dout, size_t n);
+typedef void (*act16_fn)(tr_stream s, uint16_t *out16, const float *inp, const uint16_t *inp16,
+                         size_t n);
+typedef void (*dact16_fn)(tr_stream s, uint16_t *dinp16, float *dbias, const float *inp,
+                          const uint16_t *inp16, const float *dout, const uint16_t *dout16,
+                          int N, int C);
+
+/* An activation's bf16-storage pair of "cpu-bf16" (fwd16, bwd16) against its fp32-storage pair
+ * (fwd, bwd) there: the bf16 rounding of their values (and the bias gradient their sum), from
+ * fp32 or bf16 inputs in [-4, 4] (pre[0] = 0: ReLU's kink) */
+static void check_act16(const char *what, act_fn fwd, dact_fn bwd, act16_fn fwd16,
+                        dact16_fn bwd16)
+{
+    const tr_kernels *b16 = tr_kernels_get("cpu-bf16");
+    const int N = 7, F = 13;
+    size_t nf = (size_t)N * F;
+    float *pre = kt_floats(nf), *dout = kt_floats(nf), *y = kt_floats(nf), *d = kt_floats(nf);
+    float *db = kt_floats((size_t)F), *want_db = kt_floats((size_t)F);
+    uint16_t *pre16 = malloc(nf * sizeof *pre16), *g16 = malloc(nf * sizeof *g16);
+    kt_seed(95);
+    kt_fill(pre, nf, -4, 4), kt_fill(dout, nf, -1, 1), kt_fill(db, (size_t)F, -1, 1);
+    pre[0] = 0.0f;
+    for (size_t i = 0; i < nf; i++) /* values bf16 holds, so both input kinds agree */
+        pre16[i] = bf16_from_f32(pre[i]), pre[i] = bf16_to_f32(pre16[i]);
+    memcpy(want_db, db, (size_t)F * sizeof(float));
+    fwd(NULL, y, pre, nf);
+    bwd(NULL, d, pre, dout, nf);
+    b16->bias_backward(NULL, want_db, d, N, F);
+    for (int from16 = 0; from16 < 2; from16++) {
+        fwd16(NULL, g16, from16 ? NULL : pre, from16 ? pre16 : NULL, nf);
+        for (size_t i = 0; i < nf; i++)
+            if (g16[i] != bf16_from_f32(y[i]))
+                fail_msg("%s forward16 [%zu]", what, i);
+        bwd16(NULL, g16, from16 ? NULL : db, from16 ? NULL : pre, from16 ? pre16 : NULL, dout,
+              NULL, N, F);
+        for (size_t i = 0; i < nf; i++)
+            if (g16[i] != bf16_from_f32(d[i]))
+                fail_msg("%s backward16 [%zu]", what, i);
+    }
+    kt_check_same(what, db, want_db, (size_t)F);
+    free(pre), free(dout), free(y), free(d), free(db), free(want_db), free(pre16), free(g16);
+}
+
+/* "cpu-bf16"'s exact-GELU ops in bf16 storage (check_act16); "cpu-fp16" (no bf16 storage) has
+ * none, "cpu" has the fp32 pair. */
 static void test_gelu_exact16(void **state)
 {
     (void)state;
@@ -183,30 +226,32 @@ static void test_gelu_exact16(void **state)
                 !cpu->gelu_exact_forward16 && b16->gelu_exact_forward16 &&
                 b16->gelu_exact_backward16 && !f16->gelu_exact_forward16 &&
                 !f16->gelu_exact_backward16 && f16->gelu_exact_forward);
-    const int N = 7, F = 13;
-    size_t nf = (size_t)N * F;
-    float *pre = kt_floats(nf), *dout = kt_floats(nf), *y = kt_floats(nf), *d = kt_floats(nf);
-    float *db = kt_floats((size_t)F), *want_db = kt_floats((size_t)F);
-    uint16_t *pre16 = malloc(nf * sizeof *pre16), *g16 = malloc(nf * sizeof *g16);
-    kt_seed(95);
-    kt_fill(pre, nf, -4, 4), kt_fill(dout, nf, -1, 1), kt_fill(db, (size_t)F, -1, 1);
-    for (size_t i = 0; i < nf; i++) /* values bf16 holds, so both input kinds agree */
-        pre16[i] = bf16_from_f32(pre[i]), pre[i] = bf16_to_f32(pre16[i]);
-    memcpy(want_db, db, (size_t)F * sizeof(float));
-    b16->gelu_exact_forward(NULL, y, pre, nf);
-    b16->gelu_exact_backward(NULL, d, pre, dout, nf);
-    b16->bias_backward(NULL, want_db, d, N, F);
-    for (int from16 = 0; from16 < 2; from16++) {
-        b16->gelu_exact_forward16(NULL, g16, from16 ? NULL : pre, from16 ? pre16 : NULL, nf);
-        for (size_t i = 0; i < nf; i++)
-            assert_int_equal(g16[i], bf16_from_f32(y[i]));
-        b16->gelu_exact_backward16(NULL, g16, from16 ? NULL : db, from16 ? NULL : pre,
-                                   from16 ? pre16 : NULL, dout, NULL, N, F);
-        for (size_t i = 0; i < nf; i++)
-            assert_int_equal(g16[i], bf16_from_f32(d[i]));
-    }
-    kt_check_same("gelu_exact_backward16 dbias", db, want_db, (size_t)F);
-    free(pre), free(dout), free(y), free(d), free(db), free(want_db), free(pre16), free(g16);
+    check_act16("gelu_exact", b16->gelu_exact_forward, b16->gelu_exact_backward,
+                b16->gelu_exact_forward16, b16->gelu_exact_backward16);
+}
+
+/* ReLU likewise; and the rounded tables' fp32-storage ReLU is the "cpu" one's rounded (exact
+ * on bf16 inputs: ReLU keeps or zeroes them) */
+static void test_relu16(void **state)
+{
+    (void)state;
+    const tr_kernels *b16 = tr_kernels_get("cpu-bf16"), *f16 = tr_kernels_get("cpu-fp16");
+    const tr_kernels *cpu = tr_kernels_cpu();
+    assert_true(cpu->relu_forward && cpu->relu_backward && !cpu->relu_forward16 &&
+                !cpu->relu_backward16 && b16->relu_forward16 && b16->relu_backward16 &&
+                !f16->relu_forward16 && !f16->relu_backward16 && f16->relu_forward &&
+                b16->relu_forward != cpu->relu_forward && f16->relu_backward != cpu->relu_backward);
+    check_act16("relu", b16->relu_forward, b16->relu_backward, b16->relu_forward16,
+                b16->relu_backward16);
+    const size_t n = 5;
+    float x[5] = {1.0f + 0x1p-12f, -1.0f, 0.0f, 3.0f, 1e-3f};
+    float dout[5] = {1, 1, 1, 1.0f + 0x1p-12f, 1};
+    float y[5], d[5];
+    b16->relu_forward(NULL, y, x, n);
+    f16->relu_backward(NULL, d, x, dout, n);
+    float yw[5] = {1.0f, 0, 0, 3.0f, tr_round_bf16(1e-3f)}, dw[5] = {1, 0, 0, 1, 1};
+    kt_check_same("cpu-bf16 relu_forward", y, yw, n);
+    kt_check_same("cpu-fp16 relu_backward", d, dw, n);
 }
 
 /* "cpu-bf16"'s gelu_backward16 (the input gradient stored bf16, the bias gradient summed in
@@ -552,7 +597,7 @@ int main(void)
         cmocka_unit_test(test_backend_lookup), cmocka_unit_test(test_memory),
         cmocka_unit_test(test_linear_forward), cmocka_unit_test(test_linear_backward),
         cmocka_unit_test(test_gelu_backward16),
-        cmocka_unit_test(test_gelu_exact16),
+        cmocka_unit_test(test_gelu_exact16),   cmocka_unit_test(test_relu16),
         cmocka_unit_test(test_bf16_table_fp32_linear),
         cmocka_unit_test(test_elementwise),    cmocka_unit_test(test_bias),
         cmocka_unit_test(test_gemm),           cmocka_unit_test(test_gemm_gradients),

@@ -1,4 +1,4 @@
-/* kernels/: layernorm and GELU, forward and backward, against double references and
+/* kernels/: layernorm, GELU and ReLU, forward and backward, against double references and
  * finite differences. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -224,6 +224,63 @@ static void test_gelu_exact_is_not_tanh(void **state)
         assert_true(fabsf(exact[i] - tanh_gelu[i]) < 5e-4f);
 }
 
+static double relu_loss(void *p)
+{
+    struct gelu_ctx *c = p;
+    K->relu_forward(NULL, c->out, c->x, c->n);
+    return kt_dot(c->out, c->wt, c->n);
+}
+
+/* ReLU: out = max(x, 0) and dinp = dout where x > 0, else 0, exactly (no rounding: equality),
+ * over n = 91, 1, 0 and 200003 (threads, SIMD tails); x = 0 pinned (out 0, slope 0, as
+ * PyTorch), -0.75, +-30 and a NaN (kept in out, slope 0); an infinite dout where x <= 0 gives
+ * 0, not NaN. Finite differences (n = 91): the kink is at 0, so every input is moved at least
+ * 0.05 away from it and the step is 1e-3: no central difference straddles the kink. */
+static void check_relu(size_t n, float lo, float hi, int with_fd)
+{
+    struct gelu_ctx c = {kt_floats(n), kt_floats(n), kt_floats(n), n, 0};
+    kt_fill(c.x, n, lo, hi);
+    kt_fill(c.wt, n, -1, 1);
+    if (with_fd)
+        for (size_t i = 0; i < n; i++)
+            if (fabsf(c.x[i]) < 0.05f)
+                c.x[i] = c.x[i] < 0 ? -0.05f : 0.05f;
+    if (n > 5 && !with_fd) {
+        c.x[0] = 0.0f, c.x[1] = -30.0f, c.x[2] = 30.0f, c.x[3] = -0.75f, c.x[4] = NAN;
+        c.wt[1] = INFINITY, c.wt[0] = -INFINITY; /* dout where x <= 0 */
+    }
+    float *dx = kt_floats(n), *want = kt_floats(n), *dwant = kt_floats(n);
+    for (size_t i = 0; i < n; i++) {
+        dx[i] = NAN; /* overwritten */
+        want[i] = isnan(c.x[i]) ? c.x[i] : c.x[i] > 0 ? c.x[i] : 0.0f;
+        dwant[i] = c.x[i] > 0 ? c.wt[i] : 0.0f;
+    }
+    K->relu_forward(NULL, c.out, c.x, n);
+    K->relu_backward(NULL, dx, c.x, c.wt, n);
+    kt_check_same("relu out", c.out, want, n);
+    kt_check_same("relu dinp", dx, dwant, n);
+    if (n > 5 && !with_fd)
+        assert_true(c.out[0] == 0.0f && isnan(c.out[4]) && dx[0] == 0.0f && dx[1] == 0.0f &&
+                    dx[4] == 0.0f && dx[2] == c.wt[2]);
+    if (with_fd) {
+        double *fd = kt_doubles(n);
+        kt_fd_grad(c.x, n, 1e-3f, relu_loss, &c, fd);
+        kt_check_fd("relu dinp vs finite differences", dx, fd, n, 1e-3, 1e-4);
+        free(fd);
+    }
+    free(c.x), free(c.out), free(c.wt), free(dx), free(want), free(dwant);
+}
+
+static void test_relu(void **state)
+{
+    (void)state;
+    check_relu(91, -2.0f, 2.0f, 1);
+    check_relu(91, -2.0f, 2.0f, 0);
+    check_relu(1, -1.0f, 1.0f, 0);
+    check_relu(0, -1.0f, 1.0f, 0);
+    check_relu(200003, -12.0f, 12.0f, 0);
+}
+
 int main(void)
 {
     K = tr_kernels_cpu();
@@ -232,6 +289,7 @@ int main(void)
         cmocka_unit_test(test_layernorm),
         cmocka_unit_test(test_gelu),
         cmocka_unit_test(test_gelu_exact_is_not_tanh),
+        cmocka_unit_test(test_relu),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

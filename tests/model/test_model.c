@@ -134,8 +134,8 @@ static void test_stages_compose(void **state)
 /* bf16 storage ("cpu-bf16" with kernels.h's bf16-storage ops: the LayerNorm and GELU outputs,
  * the attention output and the head's logits in half their buffers) against the same table
  * without them (fp32 storage of values its ops round to bf16): the loss and every gradient bit
- * for bit, GELU and SwiGLU, LayerNorm and RMSNorm, GPT-2's attention and grouped heads with
- * ALiBi. */
+ * for bit, GELU, SwiGLU and ReLU (model.relu: relu_forward16 / relu_backward16), LayerNorm and
+ * RMSNorm, GPT-2's attention and grouped heads with ALiBi. */
 static void test_bf16_storage_same_bits(void **state)
 {
     (void)state;
@@ -147,8 +147,9 @@ static void test_bf16_storage_same_bits(void **state)
     tr_kernels full = *half;
     tr_kernels_without_bf16_storage(&full);
     /* GPT-2; SwiGLU; SwiGLU and RMSNorm; GELU with one key/value head for both and ALiBi;
-     * GPT-2 with full recompute (the backward rebuilds each layer's bf16 tensors) */
-    for (int family = 0; family < 5; family++) {
+     * GPT-2 with full recompute (the backward rebuilds each layer's bf16 tensors); ReLU, and
+     * with full recompute */
+    for (int family = 0; family < 7; family++) {
         float loss[2];
         float *grads[2];
         size_t n = 0;
@@ -158,7 +159,8 @@ static void test_bf16_storage_same_bits(void **state)
             s.rmsnorm = family == 2;
             if (family == 3)
                 s.query_groups = 1, s.position = TR_POS_ALIBI;
-            s.recompute = family == 4;
+            s.recompute = family == 4 || family == 6;
+            s.relu = family >= 5;
             tr_gpt *g;
             tr_gpt_acts *a;
             assert_int_equal(tr_gpt_create(&s, i ? &full : half, NULL, &g), TR_OK);

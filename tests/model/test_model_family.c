@@ -1,4 +1,4 @@
-/* model/: the Llama, Bloom and GPT-NeoX families of the stage: the tensor table each family
+/* model/: the Llama, Bloom, GPT-NeoX (and the other) families of the stage: the tensor table each family
  * has (no biases, no wpe, untied output_layer, emb_ln, GQA's smaller qkv, SwiGLU's
  * interleaved fc), finite-difference gradients of the whole model, two pipeline stages
  * composing to the whole model, and generation with the key/value cache (also past the
@@ -8,6 +8,7 @@
 #include <stddef.h>
 #include <cmocka.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -15,7 +16,7 @@
 #include "model/gpt.h"
 
 enum { LLAMA, BLOOM, MIXED, NEOX, FALCON, PHI, GEMMA, LLAMA_LINEAR, LLAMA3, GPTJ, MPT,
-       BLOOM_NO_NORM_BIAS };
+       BLOOM_NO_NORM_BIAS, OPT };
 
 /* Llama: 4 heads in 2 groups of head size 4, rope, RMSNorm, SwiGLU of width 24, untied, no
  * biases. Bloom: 6 heads of size 2 (non-power-of-two ALiBi), embedding LayerNorm.
@@ -31,7 +32,8 @@ enum { LLAMA, BLOOM, MIXED, NEOX, FALCON, PHI, GEMMA, LLAMA_LINEAR, LLAMA3, GPTJ
  * Phi-2's layer with the MLP's biases alone (add_mlp_bias: no qkv or attn_proj bias). MPT:
  * Bloom's ALiBi (6 heads) without the embedding norm, LayerNorms without biases
  * (layernorm_bias false), no linear biases, the exact GELU; Bloom's with its norms' biases
- * off (the embedding norm's too). */
+ * off (the embedding norm's too). OPT: GPT-2's (LayerNorm, learned positions, biases, tied)
+ * with the MLP's ReLU. */
 static tr_gpt_shape family_shape(int family, int first, int count)
 {
     tr_gpt_shape s = {.num_layers = 3, .C = 16, .NH = 4, .T = 5, .max_T = 6, .V = 11, .Vp = 16,
@@ -52,6 +54,8 @@ static tr_gpt_shape family_shape(int family, int first, int count)
     } else if (family == MPT) {
         s.C = 12, s.NH = 6, s.position = TR_POS_ALIBI, s.no_norm_bias = 1, s.no_linear_bias = 1;
         s.gelu_exact = 1;
+    } else if (family == OPT) {
+        s.relu = 1;
     } else if (family == MIXED) {
         s.rmsnorm = 1, s.position = TR_POS_ROPE, s.rotary_dims = 2, s.rotary_base = 100.0f;
         s.swiglu = 1, s.query_groups = 1, s.embedding_ln = 1;
@@ -77,6 +81,40 @@ static tr_gpt_shape family_shape(int family, int first, int count)
     return s;
 }
 
+/* OPT's stages run on the CPU table with a watched relu_forward: plain, or recording the sign
+ * pattern (x > 0) of every input it gets, in call order, or replaying it: out = x where the
+ * recorded x was > 0, else 0 (the ReLU frozen at the recorded point, a smooth function whose
+ * derivative there is ReLU's wherever no input is exactly 0; relu_crossed counts the inputs
+ * whose own sign differs from the replayed one) */
+enum { RELU_PLAIN, RELU_RECORD, RELU_REPLAY };
+static int relu_mode;
+static unsigned char relu_mask[1 << 14];
+static size_t relu_at, relu_crossed;
+
+static void watched_relu_forward(tr_stream st, float *out, const float *inp, size_t n)
+{
+    assert_true(relu_mode == RELU_PLAIN || relu_at + n <= sizeof relu_mask);
+    if (relu_mode != RELU_REPLAY)
+        tr_kernels_cpu()->relu_forward(st, out, inp, n);
+    for (size_t i = 0; relu_mode == RELU_RECORD && i < n; i++)
+        relu_mask[relu_at + i] = inp[i] > 0;
+    for (size_t i = 0; relu_mode == RELU_REPLAY && i < n; i++) {
+        relu_crossed += relu_mask[relu_at + i] != (inp[i] > 0);
+        out[i] = relu_mask[relu_at + i] ? inp[i] : 0.0f;
+    }
+    relu_at += relu_mode == RELU_PLAIN ? 0 : n;
+}
+
+static const tr_kernels *stage_kernels(const tr_gpt_shape *s)
+{
+    static tr_kernels watched;
+    if (!s->relu)
+        return tr_kernels_cpu();
+    watched = *tr_kernels_cpu();
+    watched.relu_forward = watched_relu_forward;
+    return &watched;
+}
+
 typedef struct {
     tr_gpt *g;
     tr_gpt_acts *a;
@@ -85,7 +123,7 @@ typedef struct {
 
 static void stage_make_shape(stage *st, tr_gpt_shape s, int B)
 {
-    assert_int_equal(tr_gpt_create(&s, tr_kernels_cpu(), NULL, &st->g), TR_OK);
+    assert_int_equal(tr_gpt_create(&s, stage_kernels(&s), NULL, &st->g), TR_OK);
     size_t n = tr_gpt_num_params(st->g), counted = 0;
     assert_int_equal(tr_gpt_count_params(&s, &counted), TR_OK);
     assert_int_equal(counted, n);
@@ -202,9 +240,22 @@ static void test_tensor_tables(void **state)
     assert_non_null(find(st.g, "layers.0.qkv.bias"));
     assert_int_equal(tr_gpt_num_tensors(st.g), 2 + 3 * 10 + 1);
     stage_free(&st);
+    stage_make(&st, OPT, 0, 3, 1); /* GPT-2's table: wpe, every bias, tied; not GPT-2 */
+    assert_non_null(find(st.g, "wpe"));
+    assert_non_null(find(st.g, "layers.1.fc.bias"));
+    assert_int_equal(find(st.g, "layers.1.fc.weight")->rows, 4 * 16);
+    assert_null(find(st.g, "output_layer"));
+    assert_int_equal(tr_gpt_num_tensors(st.g), 2 + 3 * 12 + 2);
+    assert_false(tr_gpt_is_gpt2(tr_gpt_get_shape(st.g)));
+    stage_free(&st);
 }
 
-/* d(mean loss)/d(param) by central differences on a few elements of every tensor. */
+/* d(mean loss)/d(param) by central differences on a few elements of every tensor. ReLU's kink
+ * (OPT): a step of h = 1e-2 moves some of the 3 x 10 x 64 ReLU inputs across 0 for most
+ * elements (a central difference across the kink is not the derivative), so the differences
+ * are of the loss with each ReLU frozen at the unperturbed forward's sign pattern (RELU_REPLAY),
+ * smooth, whose derivative at that point is the model's: the backward under test runs the
+ * real relu_backward on the real forward's inputs. */
 static void check_finite_difference(int family)
 {
     const int B = 2, T = 5, BT = B * T;
@@ -213,7 +264,11 @@ static void check_finite_difference(int family)
     stage st;
     stage_make(&st, family, 0, 3, B);
     float loss;
+    relu_mode = RELU_RECORD, relu_at = 0, relu_crossed = 0;
     assert_int_equal(tr_gpt_forward(st.g, st.a, tokens, NULL, targets, 1.0f / BT, &loss), 0);
+    size_t recorded = relu_at;
+    assert_true(family != OPT || recorded == 3 * 10 * 64);
+    relu_mode = RELU_REPLAY;
     assert_int_equal(tr_gpt_backward(st.g, st.a, NULL), 0);
     assert_true(loss > 1.5f && loss < 4.0f);
     int checked = 0;
@@ -224,10 +279,11 @@ static void check_finite_difference(int family)
             if (t->vocab_rows && e >= (size_t)11 * t->cols)
                 e %= (size_t)11 * t->cols; /* padded rows have zero gradient; test real ones */
             float keep = t->param[e], h = 1e-2f, lp, lm;
-            t->param[e] = keep + h;
+            t->param[e] = keep + h, relu_at = 0;
             assert_int_equal(tr_gpt_forward(st.g, st.a, tokens, NULL, targets, 0.0f, &lp), TR_OK);
-            t->param[e] = keep - h;
+            t->param[e] = keep - h, relu_at = 0;
             assert_int_equal(tr_gpt_forward(st.g, st.a, tokens, NULL, targets, 0.0f, &lm), TR_OK);
+            assert_true(relu_at == recorded);
             t->param[e] = keep;
             double fd = ((double)lp - lm) / (2.0 * h), an = t->grad[e];
             double err = fabs(fd - an) / fmax(fabs(fd) + fabs(an), 1e-3);
@@ -238,6 +294,10 @@ static void check_finite_difference(int family)
         }
     }
     assert_true(checked > 60);
+    if (getenv("TRIDENT_TEST_VERBOSE"))
+        printf("family %d: %d differences; %zu ReLU inputs crossed 0 in their steps\n", family,
+               checked, relu_crossed);
+    relu_mode = RELU_PLAIN;
     stage_free(&st);
 }
 
@@ -254,6 +314,7 @@ static void test_finite_difference(void **state)
     check_finite_difference(GPTJ);
     check_finite_difference(MPT);
     check_finite_difference(BLOOM_NO_NORM_BIAS);
+    check_finite_difference(OPT);
 }
 
 /* Stages [0,1) and [1,3) chained give the whole model's loss and gradients. */
@@ -308,6 +369,7 @@ static void test_stages_compose(void **state)
     check_stages_compose(GEMMA);
     check_stages_compose(GPTJ);
     check_stages_compose(MPT);
+    check_stages_compose(OPT);
 }
 
 /* Two sequences of len tokens (B = 2, rows of tokens) fed to the emptied cache c as a prefix
@@ -383,6 +445,7 @@ static void test_generation(void **state)
     check_generation(BLOOM_NO_NORM_BIAS);
     check_generation(LLAMA_LINEAR);
     check_generation(LLAMA3);
+    check_generation(OPT);
 }
 
 /* Generation past the training length: a model of T = 5 (its rope tables hold 5 positions)
@@ -446,6 +509,7 @@ static void test_generation_past_T(void **state)
     check_generation_past_T(MPT);
     check_generation_past_T(LLAMA_LINEAR);
     check_generation_past_T(LLAMA3);
+    check_generation_past_T(OPT);
 }
 
 /* Packed sequences: two examples in one row (segments, restarting positions) give each the
@@ -526,6 +590,12 @@ static void test_bad_shapes(void **state)
     assert_int_equal(tr_gpt_count_params(&s, &n), TR_ERR_INVALID);
     s = family_shape(LLAMA_LINEAR, 0, 3);
     s.position = TR_POS_LEARNED, s.rotary_dims = 0; /* scaling without rope */
+    assert_int_equal(tr_gpt_count_params(&s, &n), TR_ERR_INVALID);
+    s = family_shape(OPT, 0, 3);
+    s.geglu = 1, s.ffn = 24; /* ReLU and a gated MLP; ReLU and the exact GELU */
+    assert_int_equal(tr_gpt_count_params(&s, &n), TR_ERR_INVALID);
+    s = family_shape(OPT, 0, 3);
+    s.gelu_exact = 1;
     assert_int_equal(tr_gpt_count_params(&s, &n), TR_ERR_INVALID);
 }
 

@@ -175,6 +175,51 @@ static void test_mpt(void **state)
     E(WITH("  layernorm_bias: 1.5\n"), "t.yaml:6:19: ", "expected a boolean");
 }
 
+/* OPT: GPT-2's switches with the MLP's ReLU (model.relu), loaded, written back (the family
+ * flow, tr_config_write), gelu_approximate then left out of the flow; refused with either
+ * gated MLP, naming both keys, and as a non-boolean */
+static void test_opt(void **state)
+{
+    (void)state;
+    tr_config c;
+    const char *opt = WITH("  relu: true\n");
+    assert_int_equal(tr_t_load(opt, NULL, 0, &c), TR_OK);
+    assert_int_equal(c.model.relu, 1);
+    assert_int_equal(tr_model_ffn_hidden(&c.model), 256); /* 4h, as GPT-2's */
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    assert_int_equal(tr_config_write(&c, f), TR_OK);
+    fclose(f);
+    assert_non_null(strstr(text, "relu: true"));
+    free(text);
+    tr_config_free(&c);
+    assert_int_equal(tr_t_load(TR_T_REQUIRED, NULL, 0, &c), TR_OK);
+    assert_int_equal(c.model.relu, 0);
+    char flow[1024];
+    tr_model_family_flow(&c.model, flow, sizeof flow);
+    assert_null(strstr(flow, "relu"));
+    tr_config_free(&c);
+    expect_flow(opt, ", layernorm_epsilon: 1e-05, relu: true");
+    const char *none[] = {"model.gelu_approximate=none"};
+    assert_int_equal(tr_t_load(opt, none, 1, &c), TR_OK);
+    tr_model_family_flow(&c.model, flow, sizeof flow);
+    assert_null(strstr(flow, "gelu_approximate"));
+    tr_config_free(&c);
+    const char *on[] = {"model.relu=true"};
+    assert_int_equal(tr_t_load(TR_T_REQUIRED, on, 1, &c), TR_OK);
+    assert_int_equal(c.model.relu, 1);
+    tr_config_free(&c);
+    E(WITH("  relu: true\n  swiglu: true\n  ffn_hidden_size: 64\n"), "t.yaml:6:3: ",
+      "model.relu and model.swiglu are both true (set at t.yaml:7:3); the MLP has one "
+      "activation: allowed: relu with swiglu and geglu false");
+    E(WITH("  geglu: true\n  ffn_hidden_size: 64\n  relu: true\n"), "t.yaml:8:3: ",
+      "model.relu and model.geglu are both true (set at t.yaml:6:3)");
+    E(WITH("  relu: max\n"), "t.yaml:6:9: ", "expected a boolean");
+    tr_t_expect(TR_T_REQUIRED, (const char *[]){"model.relu=2"}, 1, "--set model.relu",
+                "expected a boolean");
+}
+
 /* Rope scaling: Llama 3.1's frequencies or linear position interpolation, one at a time, with
  * rope only; written back in the family flow */
 static void test_rope_scaling(void **state)
@@ -295,6 +340,7 @@ int main(void)
         cmocka_unit_test(test_gemma),
         cmocka_unit_test(test_gptj),
         cmocka_unit_test(test_mpt),
+        cmocka_unit_test(test_opt),
         cmocka_unit_test(test_rope_scaling),
         cmocka_unit_test(test_contradictions),
     };
