@@ -1,7 +1,7 @@
 /* The GPT stage split over T tensor-parallel ranks against the unsplit model (T = 1, built
  * locally on every rank), run by `trident launch --nproc W`:
  *   tp_model_check [--tp T] [--sp] [--head-rows R] [--weights] [--parallel-residual]
- *                  [--mlp-bias] [--no-norm-bias] [--timeout S]
+ *                  [--mlp-bias] [--no-norm-bias] [--relu] [--timeout S]
  * (T divides W; default T = W). --head-rows: the split model's head and loss run in chunks of
  * R token rows (tr_gpt_set_head_chunk_rows; the reference in one chunk), so every chunk's
  * statistics are all-reduced; --weights: per-token loss weights (packed fine-tuning data);
@@ -11,7 +11,8 @@
  * but fc's and fc_proj's: model.add_mlp_bias), the reduction adding fc_proj's bias alone;
  * --no-norm-bias: MPT's layer (ALiBi, LayerNorms without biases: model.layernorm_bias false,
  * no linear biases, the exact GELU), the norms reading C zeros and sinking their bias
- * gradients.
+ * gradients; --relu: OPT's (GPT-2's layer with the MLP's ReLU: model.relu), each rank's ReLU
+ * on its own columns of fc's output.
  * Every run sets its biases off 0 (a function of the name and whole row, the same in every
  * layout) so that each one's forward counts: a split layer that dropped or doubled a bias
  * would pass with the zeros tr_gpt_init_params gives them.
@@ -44,6 +45,7 @@ static int T = 1, t = 0, sp = 0;
 static int head_rows = 0, weighted = 0, chunks = 1; /* chunks: of the split model's head */
 static int pres = 0, mlp_bias = 0; /* --parallel-residual, --mlp-bias */
 static int no_norm_bias = 0;       /* --no-norm-bias */
+static int relu = 0;               /* --relu */
 static float weights[N];
 static const tr_kernels *kernels; /* make()'s table (NULL: "cpu") */
 
@@ -66,6 +68,7 @@ static void make(model *m, int first, int count, int tp_size)
         s.parallel_shared_norm = s.no_linear_bias = s.mlp_bias = 1, s.gelu_exact = 0;
     if (no_norm_bias) /* MPT's layer */
         s.position = TR_POS_ALIBI, s.no_norm_bias = s.no_linear_bias = s.gelu_exact = 1;
+    s.relu = relu; /* OPT's */
     OK(tr_gpt_create(&s, kernels ? kernels : tr_kernels_cpu(), tp_size > 1 ? tpc : NULL, &m->g));
     size_t n = tr_gpt_num_params(m->g);
     m->params = tc_floats(n);
@@ -374,6 +377,8 @@ int main(int argc, char **argv)
             pres = mlp_bias = 1;
         else if (!strcmp(argv[i], "--no-norm-bias"))
             no_norm_bias = 1;
+        else if (!strcmp(argv[i], "--relu"))
+            relu = 1;
         else if (!strcmp(argv[i], "--timeout") && i + 1 < argc)
             timeout_s = atof(argv[++i]);
     }
@@ -408,6 +413,7 @@ int main(int argc, char **argv)
              head_rows ? " (chunked head)" : "", weighted ? " (loss weights)" : "",
              mlp_bias       ? " (GPT-J: parallel residual, MLP biases)"
              : no_norm_bias ? " (MPT: ALiBi, no norm or linear biases)"
+             : relu         ? " (OPT: ReLU)"
              : pres         ? " (parallel residual)"
                             : "");
     int rc = finish(world, name, t0);
