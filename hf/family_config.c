@@ -491,6 +491,8 @@ int hf_family_check_files(const char *dir, const tr_model_config *m, int family)
 
 int hf_shape_family(const tr_gpt_shape *s)
 {
+    if (s->relu) /* a ReLU MLP: OPT's alone */
+        return hf_opt_shape(s);
     if (tr_gpt_is_gpt2(s))
         return TR_HF_GPT2;
     if (s->no_norm_bias) /* LayerNorms without biases: MPT's alone (Bloom's have them) */

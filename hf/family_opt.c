@@ -4,7 +4,8 @@
  *
  * transformers 4.38's OPTDecoderLayer with do_layer_norm_before (every released OPT but 350m):
  * h = x + out_proj(attn(self_attn_layer_norm(x))), out = h + fc2(act(fc1(final_layer_norm(h))))
- * (trident's sequential pre-LN layer: ln1, ln2); q_proj, k_proj, v_proj, out_proj, fc1, fc2 with
+ * (trident's sequential pre-LN layer: ln1, ln2), act ReLU (activation_function relu, OPT's
+ * default: model.relu) or a GELU; q_proj, k_proj, v_proj, out_proj, fc1, fc2 with
  * biases unless enable_bias is false; the LayerNorms always with theirs; q_proj's output (its
  * bias included) times head_dim^-0.5 before q k^T: trident's scaled scores, the same model.
  * Learned positions: embed_positions has max_position_embeddings + 2 rows and position t reads
@@ -69,13 +70,10 @@ int hf_read_opt(json_t *root, const char *path, tr_model_config *m)
     if (!rc)
         rc = hf_get_bool(root, path, "tie_word_embeddings", 1, &tie);
     json_t *act = json_object_get(root, "activation_function");
-    int exact = 0;
-    if (!rc && !(act && json_is_string(act) && !strcmp(json_string_value(act), "relu")))
-        rc = hf_gelu_act(root, path, "activation_function", "relu", "OPT MLP", &exact);
-    else if (!rc) /* relu: OPT's default, every released OPT's (model.relu: not yet built) */
-        rc = hf_refuse(path, "activation_function relu",
-                       "trident's MLP has no ReLU yet (model.relu); OPT's GELUs (gelu, gelu_new) "
-                       "are converted");
+    int exact = 0, relu = !act || (json_is_string(act) && !strcmp(json_string_value(act), "relu"));
+    if (!rc && !relu) /* (relu: OPT's default, every released OPT's) */
+        rc = hf_gelu_act(root, path, "activation_function", "relu",
+                         "OPT MLP, when not ReLU (relu),", &exact);
     m->num_query_groups = m->num_attention_heads;
     m->layernorm_epsilon = 1e-5; /* (OPT's nn.LayerNorm default; config.json has no key) */
     m->normalization = "LayerNorm";
@@ -87,6 +85,7 @@ int hf_read_opt(json_t *root, const char *path, tr_model_config *m)
     m->add_bias_linear = bias;
     m->embedding_layernorm = 0;
     m->parallel_residual = 0;
+    m->relu = relu;
     m->gelu_approximate = exact ? "none" : "tanh";
     return rc;
 }
@@ -112,7 +111,8 @@ int hf_write_opt_config(const char *dir, const tr_model_config *m, const tr_hf_e
         "max_position_embeddings", m->max_position_embeddings, "hidden_size", m->hidden_size,
         "word_embed_proj_dim", m->hidden_size, "num_hidden_layers", m->num_layers,
         "num_attention_heads", m->num_attention_heads, "ffn_dim", tr_model_ffn_hidden(m),
-        "activation_function", exact ? "gelu" : "gelu_new", "do_layer_norm_before", 1,
+        "activation_function", m->relu ? "relu" : exact ? "gelu" : "gelu_new",
+        "do_layer_norm_before", 1,
         "enable_bias", m->add_bias_linear != 0, "layer_norm_elementwise_affine", 1,
         "_remove_final_layer_norm", 0, "tie_word_embeddings",
         !m->untie_embeddings_and_output_weights, "dropout", 0.0, "attention_dropout", 0.0,
@@ -125,10 +125,11 @@ int hf_write_opt_config(const char *dir, const tr_model_config *m, const tr_hf_e
 
 int hf_opt_shape(const tr_gpt_shape *s)
 {
-    /* LayerNorm with biases, learned positions, a GELU MLP of any width, biases on every linear
-     * layer or none, a key/value head per head, tied or untied without a head bias, the
-     * sequential residual; no embedding norm, no window, none of Gemma's switches (GPT-2's and
-     * GPT-BigCode's shapes, which include the ones with biases, are tested for first) */
+    /* LayerNorm with biases, learned positions, a ReLU or GELU MLP of any width, biases on
+     * every linear layer or none, a key/value head per head, tied or untied without a head
+     * bias, the sequential residual; no embedding norm, no window, none of Gemma's switches
+     * (GPT-2's and GPT-BigCode's shapes, which include the GELU ones with biases, are tested
+     * for first) */
     return !s->rmsnorm && !s->no_norm_bias && s->position == TR_POS_LEARNED && !s->swiglu &&
                    !s->geglu && !s->qkv_bias && !s->mlp_bias &&
                    (!s->query_groups || s->query_groups == s->NH) && !s->output_bias &&

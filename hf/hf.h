@@ -258,8 +258,8 @@ TR_MUST_CHECK int tr_hf_load_gpt2(const char *dir, tr_gpt *g, float *params);
  * model.decoder.final_layer_norm -> lnf, lm_head.weight tied unless tie_word_embeddings is false
  * (output_layer, no bias); hidden_size, num_attention_heads, num_hidden_layers, ffn_dim,
  * vocab_size, max_position_embeddings (OPTConfig's defaults when absent), activation_function
- * (gelu, gelu_python: gelu_approximate none; gelu_new, gelu_pytorch_tanh, gelu_fast,
- * gelu_accurate: tanh), enable_bias false -> add_bias_linear false (the norms keep theirs);
+ * (relu, the default: model.relu; gelu, gelu_python: gelu_approximate none; gelu_new,
+ * gelu_pytorch_tanh, gelu_fast, gelu_accurate: tanh), enable_bias false -> add_bias_linear false (the norms keep theirs);
  * do_layer_norm_before false and word_embed_proj_dim other than hidden_size (OPT-350m's),
  * _remove_final_layer_norm true, layer_norm_elementwise_affine false, another activation and
  * hidden_size not divisible by the heads refused by name. */
@@ -316,10 +316,11 @@ TR_MUST_CHECK int tr_hf_load_family(const char *dir, int family, tr_gpt *g, floa
  * hf_gptj_shape; any other model with add_mlp_bias -1), TR_HF_MPT (layernorm_bias false, no
  * other family's: LayerNorm, ALiBi, the exact GELU in 4C, no linear biases, a key/value head
  * per head, tied, the sequential residual, no embedding norm: hf_mpt_shape; any other model
- * without norm biases -1), TR_HF_OPT (learned positions with LayerNorm that neither GPT-2 nor
- * GPT-BigCode takes: a GELU MLP of any width, biases on every linear layer or none, a key/value
- * head per head, tied or untied without a head bias, the sequential residual, no embedding
- * norm: hf_opt_shape), or -1 when transformers has no such model. */
+ * without norm biases -1), TR_HF_OPT (model.relu, no other family's, and the GELU models with
+ * learned positions that neither GPT-2 nor GPT-BigCode takes (no linear biases): LayerNorm, a
+ * ReLU or GELU MLP of any width, biases on every linear layer or none, a key/value head per
+ * head, tied or untied without a head bias, the sequential residual, no embedding norm:
+ * hf_opt_shape; any other model with relu -1), or -1 when transformers has no such model. */
 int tr_hf_family_of(const tr_model_config *m);
 
 /* ------------------------------------------------------------------ conversion */

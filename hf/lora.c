@@ -88,6 +88,7 @@ int tr_hf_write_lora_adapter(const char *dir, tr_gpt *g, const float *params)
     int seq = !s->parallel_residual;
     int shape = hf_shape_family(s);
     int fam = s->no_norm_bias ? (shape == TR_HF_MPT ? FAM_MPT : -1)
+              : s->relu ? (shape == TR_HF_OPT ? FAM_OPT : -1)
               : tr_gpt_is_gpt2(s) ? FAM_GPT2
               : shape == TR_HF_BIGCODE ? FAM_BIGCODE
               : shape == TR_HF_OPT ? FAM_OPT

@@ -15,7 +15,7 @@ written in PEFT's format (hf_probe lora-init) and loaded by peft onto the same m
     32 in a hidden size of 64, GeGLU) imported from transformers, LoRA-trained in TP2, and a
     Falcon-7B-shaped one (one norm, multi_query, 5 heads) and a multi-query GPT-BigCode in DP2, a GPT-J
     (rotary_dim 4 of a head of 16) in TP2, an MPT (6 heads, no biases) in TP2, an OPT (learned positions
-    at embed_positions' row t + 2, no linear biases, untied) in TP2: their --adapters-only export
+    at embed_positions' row t + 2, ReLU, biases, tied) in TP2: their --adapters-only export
     in peft (Llama, OPT: q/k/v_proj and Llama's gate/up_proj from the fused layers' adapters) and their
     --merge-lora export in transformers give trident's logits.
 usage: test_lora_oracle.py TRIDENT HF_PROBE WORKDIR VENV
@@ -325,11 +325,10 @@ gptj = GPTJForCausalLM(GPTJConfig(n_embd=64, n_layer=L, n_head=4, rotary_dim=4, 
 # MPT's layer (norms without biases, no linear biases, ALiBi of 6 heads, the exact GELU, tied) in TP2:
 # Wqkv's lora_B rows ({q, k, v}, head, d) as GPT-2's c_attn's, nn.Linear
 mpt = MptForCausalLM(MptConfig(d_model=48, n_layers=L, n_heads=6, max_seq_len=T, vocab_size=V))
-# OPT's layer (self_attn_layer_norm, q/k/v_proj and out_proj, fc1 / fc2 of ffn_dim 96, embed_positions'
-# 2 offset rows, no linear biases, untied, gelu_new) in TP2: q/k/v_proj cut from the fused qkv's adapter
+# OPT's layer (self_attn_layer_norm, q/k/v_proj and out_proj, fc1 / fc2 of ffn_dim 96 with ReLU,
+# embed_positions' 2 offset rows, biases, tied) in TP2: q/k/v_proj cut from the fused qkv's adapter
 opt = OPTForCausalLM(OPTConfig(hidden_size=64, num_hidden_layers=L, num_attention_heads=4, ffn_dim=96,
-                               max_position_embeddings=T, vocab_size=V, activation_function="gelu_new",
-                               enable_bias=False, tie_word_embeddings=False))
+                               max_position_embeddings=T, vocab_size=V))
 FALCON_KEYS = dict(normalization="LayerNorm", position_embedding_type="rope", add_bias_linear=False,
                    parallel_residual=True, gelu_approximate="none", max_position_embeddings=T)
 FAMILIES = [("llama-gqa", llama, LlamaForCausalLM,
@@ -374,10 +373,9 @@ FAMILIES = [("llama-gqa", llama, LlamaForCausalLM,
              dict(normalization="LayerNorm", position_embedding_type="alibi", add_bias_linear=False,
                   layernorm_bias=False, gelu_approximate="none", num_attention_heads=6, hidden_size=48,
                   max_position_embeddings=T)),
-            ("opt-nobias", opt, OPTForCausalLM,
+            ("opt-relu", opt, OPTForCausalLM,
              dict(normalization="LayerNorm", position_embedding_type="learned_absolute", ffn_hidden_size=96,
-                  add_bias_linear=False, untie_embeddings_and_output_weights=True, num_attention_heads=4,
-                  hidden_size=64, max_position_embeddings=T))]
+                  relu=True, num_attention_heads=4, hidden_size=64, max_position_embeddings=T))]
 for fname, fmodel, cls, keys in FAMILIES:
     randomize(fmodel)
     fsrc, fck = path(fname + "-hf"), path(fname + "-base")
