@@ -305,11 +305,39 @@ static int ignored_buffer(int family, const char *n)
     return !strcmp(n + used, "attention.bias") || !strcmp(n + used, "attention.masked_bias");
 }
 
-/* The set's tensor `name`, a float one of rows x cols (cols 1: a vector). */
-static int find_checked(const tr_st_set *set, const char *dir, const char *name, uint64_t rows,
-                        uint64_t cols, tr_st_file **f, const tr_st_tensor **t)
+/* The prefix of a family's names that its files may leave out: OPTForCausalLM's base model
+ * (model.), which the released facebook/opt-* files do not have (OPTModel's names: decoder.*,
+ * no lm_head); NULL for the others */
+static const char *base_prefix(int family)
 {
+    return family == TR_HF_OPT ? "model." : NULL;
+}
+
+/* HF name `name` of the family is the set's name n: the same, or without base_prefix */
+static int same_name(int family, const char *name, const char *n)
+{
+    const char *p = base_prefix(family);
+    size_t len = p ? strlen(p) : 0;
+    return !strcmp(name, n) || (p && !strncmp(name, p, len) && !strcmp(name + len, n));
+}
+
+/* The set's tensor `name` (or the family's without base_prefix; not both), a float one of
+ * rows x cols (cols 1: a vector). */
+static int find_checked(const tr_st_set *set, const char *dir, int family, const char *name,
+                        uint64_t rows, uint64_t cols, tr_st_file **f, const tr_st_tensor **t)
+{
+    const char *p = base_prefix(family);
+    const char *alt = p && !strncmp(name, p, strlen(p)) ? name + strlen(p) : NULL;
+    tr_st_file *f2 = NULL;
+    const tr_st_tensor *short_name = alt ? tr_st_set_find(set, alt, &f2) : NULL;
     *t = tr_st_set_find(set, name, f);
+    if (*t && short_name)
+        return tr_fail(TR_ERR_INVALID, "%s holds both '%s' and '%s'", dir, name, alt);
+    if (short_name)
+        *t = short_name, *f = f2;
+    if (!*t && alt)
+        return tr_fail(TR_ERR_INVALID, "%s: no tensor '%s' (nor '%s'): not a complete "
+                       "checkpoint of the model config.json describes", dir, name, alt);
     if (!*t)
         return tr_fail(TR_ERR_INVALID, "%s: no tensor '%s': not a complete checkpoint of the "
                        "model config.json describes", dir, name);
@@ -345,7 +373,7 @@ static int check_all_used(const tr_st_set *set, const char *dir, tr_gpt *g, int 
             if (map_family(family, t, s, &m))
                 return tr_fail(TR_ERR_INTERNAL, "%s", tr_errmsg());
             for (int k = 0; k < m.n; k++)
-                found |= !strcmp(m.name[k], n);
+                found |= same_name(family, m.name[k], n);
         }
         int qkv_bias = (family == TR_HF_LLAMA || family == TR_HF_STABLELM) &&
                        strstr(n, ".self_attn.") &&
@@ -392,7 +420,7 @@ static int load_tensor(const tr_st_set *set, const char *dir, const tr_param_ten
     for (int k = 0; !rc && k < m.n; k++) {
         tr_st_file *f;
         const tr_st_tensor *st;
-        rc = find_checked(set, dir, m.name[k], m.rows[k], cols, &f, &st);
+        rc = find_checked(set, dir, family, m.name[k], m.rows[k], cols, &f, &st);
         if (!rc)
             rc = hf_read_weight(f, st, m.kind == FAM_SAME ? dst : piece);
         if (rc || m.kind == FAM_SAME)

@@ -5,7 +5,8 @@ sanitizer build too; the folders are written by hf_files.py):
     from the manifest's family line alone (it ends with ' relu 1'), embed_positions' first 2 rows
     (OPTLearnedPositionalEmbedding's offset, read by no position) zeros both ways and dropped on
     import when they are not, its switches printed, config.json's keys back; generate of the
-    folder; shards and BF16 both ways; OPTConfig's defaults for absent keys (relu, enable_bias,
+    folder; shards and BF16 both ways; OPTModel's names (decoder.*: the released files') the
+    same, both names of a tensor or neither refused; OPTConfig's defaults for absent keys (relu, enable_bias,
     tied, 2048 positions); without linear biases, untied, gelu_new: round trip as OPT too; with
     biases and gelu_new, GPT-BigCode's shape, exported as GPTBigCode, which imports to the same
     checkpoint;
@@ -99,8 +100,23 @@ rc, so, se = convert("--from", "hf", "--input", hf_folder("opt-offset", ot_off, 
 back_off = os.path.join(work, "opt-offset-back")
 rc2, so2, se2 = convert("--to", "hf", "--input", ck_off, "--output", back_off) if rc == 0 else (1, "", "")
 tt.check("embed_positions' first 2 rows are dropped on import and exported as zeros (the same checkpoint)",
-         rc2 == 0 and st_read(os.path.join(back_off, "model.safetensors")) == st_read(os.path.join(d, "model.safetensors")),
+         rc2 == 0 and
+         st_read(os.path.join(back_off, "model.safetensors")) == st_read(os.path.join(d, "model.safetensors")),
          f"exit {rc}/{rc2} {se}{se2}")
+# the released facebook/opt-* files' names: OPTModel's (decoder.*, no model. prefix, no lm_head)
+ck_base = os.path.join(work, "ck-base-names")
+rc, so, se = convert("--from", "hf", "--input", hf_folder("opt-base-names", [(n[len("model."):], *r) for n, *r in ot],
+                                                          OPT), "--output", ck_base)
+tt.check("OPTModel's names (decoder.*, as facebook/opt-* files hold them) import to the same checkpoint",
+         rc == 0 and same_checkpoint(ck, ck_base), se)
+LNF = "model.decoder.final_layer_norm.weight"
+refused("OPT: a folder holding model.decoder.final_layer_norm.weight and decoder.final_layer_norm.weight",
+        ["--from", "hf", "--input", hf_folder("bad-opt", ot + [(LNF[len("model."):], "F32", (C,), rand(C))], OPT),
+         "--output", bad_out],
+        bad_out, "holds both 'model.decoder.final_layer_norm.weight' and 'decoder.final_layer_norm.weight'")
+refused("OPT: no final_layer_norm.weight under either name",
+        ["--from", "hf", "--input", hf_folder("bad-opt", [t for t in ot if t[0] != LNF], OPT), "--output", bad_out],
+        bad_out, "no tensor 'model.decoder.final_layer_norm.weight' (nor 'decoder.final_layer_norm.weight')")
 # OPTConfig's defaults for absent keys (2048 positions, relu, enable_bias, tied, pre-LN)
 lean = {k: v for k, v in OPT.items() if k not in ("max_position_embeddings", "enable_bias", "tie_word_embeddings",
                                                   "word_embed_proj_dim", "do_layer_norm_before", "activation_function",
@@ -151,9 +167,9 @@ for what, edit, cause in (
          "hidden_size 32 is not divisible by num_attention_heads 5")):
     refused(f"OPT: {what}", ["--from", "hf", "--input", hf_folder("bad-opt", ot, dict(OPT, **edit)), "--output",
                              bad_out], bad_out, cause)
+fc1_bias = [("model.decoder.layers.0.fc1.bias", "F32", (F,), rand(F))]
 refused("OPT: a fc1.bias with enable_bias false",
-        ["--from", "hf", "--input", hf_folder("bad-opt", nt + [("model.decoder.layers.0.fc1.bias", "F32", (F,), rand(F))],
-                                              NOBIAS), "--output", bad_out],
+        ["--from", "hf", "--input", hf_folder("bad-opt", nt + fc1_bias, NOBIAS), "--output", bad_out],
         bad_out, "tensor 'model.decoder.layers.0.fc1.bias' is not part of the OPT model")
 refused("OPT: embed_positions of max_position_embeddings rows (no offset rows)",
         ["--from", "hf", "--input", hf_folder("bad-opt", opt_tensors(positions=P + 1), OPT), "--output", bad_out],

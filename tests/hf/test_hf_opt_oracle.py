@@ -5,7 +5,8 @@ positions (embed_positions: T + 2 rows, position t at row t + 2; its first 2 row
 reads, zeroed here as the export writes them): every released OPT's shape (ReLU, model.relu, in
 ffn_dim 4 x hidden, biases, tied); and without linear biases (enable_bias false), untied, the exact
 GELU in ffn_dim 3 x hidden. Each is saved with save_pretrained and imported with `trident convert
---from hf`; trident's logits match transformers' (1e-4 relative to the largest); greedy `trident
+--from hf` (the first's OPTModel too, whose names, decoder.* without lm_head, the released
+facebook/opt-* files have: the same checkpoint); trident's logits match transformers' (1e-4 relative to the largest); greedy `trident
 generate` of the folder gives transformers' generate's tokens; `trident convert --to hf --config`
 of the import is bit-exact to transformers' files and loads as OPTForCausalLM with no missing or
 unexpected keys, to the same logits; trident's loss of iteration 1 and every gradient, in one
@@ -79,6 +80,13 @@ for name, act, bias, tied, ffn, two in (
     tt.check(f"{name}: trident convert prints OPT's model section",
              all(w in out for w in want_lines) and ("gelu_approximate: none" in out) == (act == "gelu") and
              ("relu: true" in out) == (act == "relu"), out)
+    if act == "relu":  # the released facebook/opt-* files are OPTModel's (decoder.*, no lm_head)
+        base, ck_base = os.path.join(work, name + "-base-hf"), ck + "-base"
+        model.model.save_pretrained(base)
+        rc, _, err = tt.outputs([trident, "convert", "--from", "hf", "--input", base, "--output", ck_base],
+                                timeout=300)
+        tt.check(f"{name}: OPTModel's save_pretrained folder (decoder.*) imports to the same checkpoint",
+                 rc == 0 and hff.same_checkpoint(ck, ck_base), err)
     cfg = hff.oracle_config(work, name, L, T, V, keys, prefix, ck)
     hff.logits_check(probe, cfg, work, name, model, T, V)
     hff.generate_check(trident, name, model, (("the HF folder", src, []),))
