@@ -162,6 +162,23 @@ class Session:
             self.refused(f"a {family} checkpoint whose manifest says {what}",
                          ["--to", "hf", "--input", ck_bad, "--output", out], out, cause, [mpath])
 
+    def resume_refused(self, family, what, model, ck, cause):
+        """`trident train` of model section `model` from checkpoint ck (one iteration on an llm.c
+        shard of 400 tokens below V, WORK/tokens.bin) must fail naming `cause`, the difference
+        from the checkpoint: one check, "a run from the FAMILY import with WHAT names the
+        difference"."""
+        shard = os.path.join(self.work, "tokens.bin")
+        with open(shard, "wb") as f:
+            f.write(struct.pack("<256i", 20240520, 1, 400, *([0] * 253)) +
+                    struct.pack("<400H", *(i % V for i in range(400))))
+        cfg = tt.write_config(os.path.join(self.work, "resume.yaml"), model=model,
+                              training=dict(micro_batch_size=1, global_batch_size=1, train_iters=1, lr=1e-3),
+                              data=dict(data_path=shard), checkpoint=dict(load=ck))
+        rc, so, se = tt.outputs([self.trident, "train", cfg, "--run-dir", os.path.join(self.work, "resume-run")],
+                                timeout=120)
+        tt.check(f"a run from the {family} import with {what} names the difference", rc != 0 and cause in se,
+                 f"exit {rc} {se[-600:]}")
+
     def shards_check(self, text, ck, name, max_size, *extra):
         """Checkpoint ck exported (--to hf, with extra) in shards of max_size to WORK/NAME-shards
         and imported again to WORK/ck-NAME-shards: one check, `text`, that more than 2 shards
