@@ -193,6 +193,15 @@ void cu_gelu_exact_forward16(tr_stream s, uint16_t *out16, const float *inp,
 void cu_gelu_exact_backward16(tr_stream s, uint16_t *dinp16, float *dbias, const float *inp,
                               const uint16_t *inp16, const float *dout, const uint16_t *dout16,
                               int N, int C);
+/* ReLU's four (kernels.h's relu_*: max(x, 0), the backward a select), the GELU's kernels of
+ * elementwise.cu with ReLU's value and slope */
+void cu_relu_forward(tr_stream s, float *out, const float *inp, size_t n);
+void cu_relu_backward(tr_stream s, float *dinp, const float *inp, const float *dout, size_t n);
+void cu_relu_forward16(tr_stream s, uint16_t *out16, const float *inp, const uint16_t *inp16,
+                       size_t n);
+void cu_relu_backward16(tr_stream s, uint16_t *dinp16, float *dbias, const float *inp,
+                        const uint16_t *inp16, const float *dout, const uint16_t *dout16, int N,
+                        int C);
 /* C[r, c] = beta * C[r, c] for a rows x cols block with row stride ldc (beta 0 writes 0). */
 void cu_scale_2d(cudaStream_t st, float *C, int rows, int cols, int ldc, float beta);
 /* Pack a rows x cols block (row stride ld) into contiguous bf16 (row stride cols). */

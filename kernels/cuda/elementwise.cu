@@ -1,4 +1,4 @@
-// Elementwise ops, bias, GELU and the bf16 conversions of the CUDA table (grid-stride loops).
+// Elementwise ops, bias, the MLP's activations (GELU, ReLU) and the bf16 conversions of the CUDA table (grid-stride loops).
 // Column reductions (bias gradient) run in two stages with a fixed order: partial sums of
 // row chunks into the scratch, then the chunks added in order, so results repeat run to run.
 #include "kernels/cuda/bf16.h"
@@ -101,50 +101,51 @@ __global__ void colsum_finish_kernel(float *dst, const float *partial, int R, in
     dst[c] += t;
 }
 
-template <bool Exact>
-__global__ void gelu_forward_kernel(float *out, const float *inp, size_t n)
+template <int Kind>
+__global__ void act_forward_kernel(float *out, const float *inp, size_t n)
 {
     TR_CU_GRID_STRIDE(i, n)
-    out[i] = gelu_value<Exact>(inp[i]);
+    out[i] = act_value<Kind>(inp[i]);
 }
 
 // an input element as fp32: fp32 storage, or bf16 (kernels.h's inp16)
 __device__ __forceinline__ float widen(float x) { return x; }
 __device__ __forceinline__ float widen(uint16_t x) { return bf16_to_f32(x); }
 
-// the same stored bf16 (kernels.h's gelu_forward16), from an fp32 or a bf16 input
-template <bool Exact, class In>
-__global__ void gelu_forward16_kernel(uint16_t *out16, const In *inp, size_t n)
+// the same stored bf16 (kernels.h's gelu_forward16, relu_forward16), from an fp32 or a bf16
+// input
+template <int Kind, class In>
+__global__ void act_forward16_kernel(uint16_t *out16, const In *inp, size_t n)
 {
     TR_CU_GRID_STRIDE(i, n)
-    out16[i] = bf16_from_f32(gelu_value<Exact>(widen(inp[i])));
+    out16[i] = bf16_from_f32(act_value<Kind>(widen(inp[i])));
 }
 
-template <bool Exact>
-__global__ void gelu_backward_kernel(float *dinp, const float *inp, const float *dout, size_t n)
+template <int Kind>
+__global__ void act_backward_kernel(float *dinp, const float *inp, const float *dout, size_t n)
 {
-    TR_CU_GRID_STRIDE(i, n) dinp[i] = gelu_slope<Exact>(inp[i]) * dout[i];
+    TR_CU_GRID_STRIDE(i, n) dinp[i] = act_backward<Kind>(inp[i], dout[i]);
 }
 
-template <bool Exact, class In, class Dout>
-__global__ void gelu_backward16_kernel(uint16_t *dinp16, const In *inp, const Dout *dout,
+template <int Kind, class In, class Dout>
+__global__ void act_backward16_kernel(uint16_t *dinp16, const In *inp, const Dout *dout,
                                        size_t n)
 {
     TR_CU_GRID_STRIDE(i, n)
-    dinp16[i] = bf16_from_f32(__fmul_rn(gelu_slope<Exact>(widen(inp[i])), widen(dout[i])));
+    dinp16[i] = bf16_from_f32(act_backward<Kind>(widen(inp[i]), widen(dout[i])));
 }
 
-// gelu'(inp[i]) dout[i], stored bf16 in dinp16[i] (kernels.h's gelu_backward16)
-template <bool Exact, class In, class Dout>
-struct gelu_backward_value {
+// act'(inp[i]) dout[i], stored bf16 in dinp16[i] (kernels.h's gelu_backward16, relu_backward16)
+template <int Kind, class In, class Dout>
+struct act_backward_value {
     const In *inp;
     const Dout *dout;
     uint16_t *dinp16;
     __device__ float operator()(size_t i) const
     {
-        /* (__fmul_rn: never fused with the column sum's add, so the sum is of the stored
-         * product, bias_backward's bits) */
-        float d = __fmul_rn(gelu_slope<Exact>(widen(inp[i])), widen(dout[i]));
+        /* (act_backward rounds its product once: never fused with the column sum's add, so
+         * the sum is of the stored product, bias_backward's bits) */
+        float d = act_backward<Kind>(widen(inp[i]), widen(dout[i]));
         dinp16[i] = bf16_from_f32(d);
         return d;
     }
@@ -271,70 +272,82 @@ void cu_bias_backward16(cudaStream_t st, float *dbias, const uint16_t *src16, in
 
 } // extern "C"
 
-template <bool Exact, class In, class Dout>
-static void gelu_backward16_of(tr_stream s, uint16_t *dinp16, float *dbias, const In *inp,
+// the op's name (kernels.h) of activation Kind: which 0 forward, 1 forward16, 2 backward,
+// 3 backward16
+static const char *act_op(int kind, int which)
+{
+    static const char *const names[3][4] = {
+        {"gelu_forward", "gelu_forward16", "gelu_backward", "gelu_backward16"},
+        {"gelu_exact_forward", "gelu_exact_forward16", "gelu_exact_backward",
+         "gelu_exact_backward16"},
+        {"relu_forward", "relu_forward16", "relu_backward", "relu_backward16"}};
+    return names[kind][which];
+}
+
+template <int Kind, class In, class Dout>
+static void act_backward16_of(tr_stream s, uint16_t *dinp16, float *dbias, const In *inp,
                                const Dout *dout, int N, int C)
 {
     size_t n = (size_t)N * (size_t)C;
     if (!dbias)
-        gelu_backward16_kernel<Exact><<<tr_cu_blocks(n), CU_THREADS, 0, cu_stream(s)>>>(
+        act_backward16_kernel<Kind><<<tr_cu_blocks(n), CU_THREADS, 0, cu_stream(s)>>>(
             dinp16, inp, dout, n);
     else
-        column_sums(cu_shared_stream(s, "gelu_backward16"), dbias, N, C,
-                    gelu_backward_value<Exact, In, Dout>{inp, dout, dinp16});
-    cu_launched(Exact ? "gelu_exact_backward16" : "gelu_backward16");
+        column_sums(cu_shared_stream(s, act_op(Kind, 3)), dbias, N, C,
+                    act_backward_value<Kind, In, Dout>{inp, dout, dinp16});
+    cu_launched(act_op(Kind, 3));
 }
 
-template <bool Exact>
-static void gelu_backward16_any(tr_stream s, uint16_t *dinp16, float *dbias, const float *inp,
+template <int Kind>
+static void act_backward16_any(tr_stream s, uint16_t *dinp16, float *dbias, const float *inp,
                                 const uint16_t *inp16, const float *dout,
                                 const uint16_t *dout16, int N, int C)
 {
     if (N <= 0 || C <= 0)
         return;
     if (inp16 && dout16)
-        gelu_backward16_of<Exact>(s, dinp16, dbias, inp16, dout16, N, C);
+        act_backward16_of<Kind>(s, dinp16, dbias, inp16, dout16, N, C);
     else if (inp16)
-        gelu_backward16_of<Exact>(s, dinp16, dbias, inp16, dout, N, C);
+        act_backward16_of<Kind>(s, dinp16, dbias, inp16, dout, N, C);
     else if (dout16)
-        gelu_backward16_of<Exact>(s, dinp16, dbias, inp, dout16, N, C);
+        act_backward16_of<Kind>(s, dinp16, dbias, inp, dout16, N, C);
     else
-        gelu_backward16_of<Exact>(s, dinp16, dbias, inp, dout, N, C);
+        act_backward16_of<Kind>(s, dinp16, dbias, inp, dout, N, C);
 }
 
-template <bool Exact>
-static void gelu_forward_any(tr_stream s, float *out, const float *inp, size_t n)
+template <int Kind>
+static void act_forward_any(tr_stream s, float *out, const float *inp, size_t n)
 {
     if (!n)
         return;
-    gelu_forward_kernel<Exact><<<tr_cu_blocks(n), CU_THREADS, 0, cu_stream(s)>>>(out, inp, n);
-    cu_launched(Exact ? "gelu_exact_forward" : "gelu_forward");
+    act_forward_kernel<Kind><<<tr_cu_blocks(n), CU_THREADS, 0, cu_stream(s)>>>(out, inp, n);
+    cu_launched(act_op(Kind, 0));
 }
 
-template <bool Exact>
-static void gelu_forward16_any(tr_stream s, uint16_t *out16, const float *inp,
+template <int Kind>
+static void act_forward16_any(tr_stream s, uint16_t *out16, const float *inp,
                                const uint16_t *inp16, size_t n)
 {
     if (!n)
         return;
     if (inp16)
-        gelu_forward16_kernel<Exact><<<tr_cu_blocks(n), CU_THREADS, 0, cu_stream(s)>>>(
+        act_forward16_kernel<Kind><<<tr_cu_blocks(n), CU_THREADS, 0, cu_stream(s)>>>(
             out16, inp16, n);
     else
-        gelu_forward16_kernel<Exact><<<tr_cu_blocks(n), CU_THREADS, 0, cu_stream(s)>>>(
+        act_forward16_kernel<Kind><<<tr_cu_blocks(n), CU_THREADS, 0, cu_stream(s)>>>(
             out16, inp, n);
-    cu_launched(Exact ? "gelu_exact_forward16" : "gelu_forward16");
+    cu_launched(act_op(Kind, 1));
 }
 
-template <bool Exact>
-static void gelu_backward_any(tr_stream s, float *dinp, const float *inp, const float *dout,
+template <int Kind>
+static void act_backward_any(tr_stream s, float *dinp, const float *inp, const float *dout,
                               size_t n)
 {
     if (!n)
         return;
-    gelu_backward_kernel<Exact><<<tr_cu_blocks(n), CU_THREADS, 0, cu_stream(s)>>>(dinp, inp,
+    act_backward_kernel<Kind><<<tr_cu_blocks(n), CU_THREADS, 0, cu_stream(s)>>>(dinp, inp,
                                                                                   dout, n);
-    cu_launched(Exact ? "gelu_exact_backward" : "gelu_backward");
+    cu_launched(act_op(Kind, 2));
 }
 
 extern "C" {
@@ -343,47 +356,70 @@ void cu_gelu_backward16(tr_stream s, uint16_t *dinp16, float *dbias, const float
                         const uint16_t *inp16, const float *dout, const uint16_t *dout16, int N,
                         int C)
 {
-    gelu_backward16_any<false>(s, dinp16, dbias, inp, inp16, dout, dout16, N, C);
+    act_backward16_any<TR_CU_ACT_GELU_TANH>(s, dinp16, dbias, inp, inp16, dout, dout16, N, C);
 }
 
 void cu_gelu_exact_backward16(tr_stream s, uint16_t *dinp16, float *dbias, const float *inp,
                               const uint16_t *inp16, const float *dout, const uint16_t *dout16,
                               int N, int C)
 {
-    gelu_backward16_any<true>(s, dinp16, dbias, inp, inp16, dout, dout16, N, C);
+    act_backward16_any<TR_CU_ACT_GELU_EXACT>(s, dinp16, dbias, inp, inp16, dout, dout16, N, C);
 }
 
 void cu_gelu_forward(tr_stream s, float *out, const float *inp, size_t n)
 {
-    gelu_forward_any<false>(s, out, inp, n);
+    act_forward_any<TR_CU_ACT_GELU_TANH>(s, out, inp, n);
 }
 
 void cu_gelu_exact_forward(tr_stream s, float *out, const float *inp, size_t n)
 {
-    gelu_forward_any<true>(s, out, inp, n);
+    act_forward_any<TR_CU_ACT_GELU_EXACT>(s, out, inp, n);
 }
 
 void cu_gelu_forward16(tr_stream s, uint16_t *out16, const float *inp, const uint16_t *inp16,
                        size_t n)
 {
-    gelu_forward16_any<false>(s, out16, inp, inp16, n);
+    act_forward16_any<TR_CU_ACT_GELU_TANH>(s, out16, inp, inp16, n);
 }
 
 void cu_gelu_exact_forward16(tr_stream s, uint16_t *out16, const float *inp,
                              const uint16_t *inp16, size_t n)
 {
-    gelu_forward16_any<true>(s, out16, inp, inp16, n);
+    act_forward16_any<TR_CU_ACT_GELU_EXACT>(s, out16, inp, inp16, n);
 }
 
 void cu_gelu_backward(tr_stream s, float *dinp, const float *inp, const float *dout, size_t n)
 {
-    gelu_backward_any<false>(s, dinp, inp, dout, n);
+    act_backward_any<TR_CU_ACT_GELU_TANH>(s, dinp, inp, dout, n);
 }
 
 void cu_gelu_exact_backward(tr_stream s, float *dinp, const float *inp, const float *dout,
                             size_t n)
 {
-    gelu_backward_any<true>(s, dinp, inp, dout, n);
+    act_backward_any<TR_CU_ACT_GELU_EXACT>(s, dinp, inp, dout, n);
+}
+
+void cu_relu_forward(tr_stream s, float *out, const float *inp, size_t n)
+{
+    act_forward_any<TR_CU_ACT_RELU>(s, out, inp, n);
+}
+
+void cu_relu_backward(tr_stream s, float *dinp, const float *inp, const float *dout, size_t n)
+{
+    act_backward_any<TR_CU_ACT_RELU>(s, dinp, inp, dout, n);
+}
+
+void cu_relu_forward16(tr_stream s, uint16_t *out16, const float *inp, const uint16_t *inp16,
+                       size_t n)
+{
+    act_forward16_any<TR_CU_ACT_RELU>(s, out16, inp, inp16, n);
+}
+
+void cu_relu_backward16(tr_stream s, uint16_t *dinp16, float *dbias, const float *inp,
+                        const uint16_t *inp16, const float *dout, const uint16_t *dout16, int N,
+                        int C)
+{
+    act_backward16_any<TR_CU_ACT_RELU>(s, dinp16, dbias, inp, inp16, dout, dout16, N, C);
 }
 
 void cu_scale_2d(cudaStream_t st, float *C, int rows, int cols, int ldc, float beta)

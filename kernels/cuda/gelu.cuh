@@ -1,5 +1,6 @@
 // kernels/cuda/ — internal to the .cu files: the GELU's value and slope on the device, shared
-// by elementwise.cu's gelu kernels and family.cu's GeGLU so that both compute the same GELU.
+// by elementwise.cu's activation kernels and family.cu's GeGLU so that both compute the same
+// GELU; and the MLP's activations of either GELU or ReLU for elementwise.cu.
 #ifndef TR_KERNELS_CUDA_GELU_CUH
 #define TR_KERNELS_CUDA_GELU_CUH
 
@@ -35,6 +36,26 @@ static __device__ __forceinline__ float gelu_slope(float x)
 {
     return Exact ? normcdff(x) + x * 0.39894228040143268f * expf(-0.5f * x * x)
                  : tr_cu_gelu_grad(x);
+}
+
+// The MLP's elementwise activation of kind Kind (elementwise.cu's kernels): the tanh GELU, the
+// exact GELU or ReLU (kernels.h's relu_*: max(x, 0) with NaN kept; the backward a select, dout
+// where x > 0, else 0, so an infinite dout at x <= 0 gives 0, never NaN).
+enum { TR_CU_ACT_GELU_TANH = 0, TR_CU_ACT_GELU_EXACT = 1, TR_CU_ACT_RELU = 2 };
+
+template <int Kind>
+static __device__ __forceinline__ float act_value(float x)
+{
+    return Kind == TR_CU_ACT_RELU ? (x < 0.0f ? 0.0f : x)
+                                  : gelu_value<Kind == TR_CU_ACT_GELU_EXACT>(x);
+}
+
+// act'(x) dout, rounded once (__fmul_rn: never fused with a later add, e.g. a column sum's)
+template <int Kind>
+static __device__ __forceinline__ float act_backward(float x, float dout)
+{
+    return Kind == TR_CU_ACT_RELU ? (x > 0.0f ? dout : 0.0f)
+                                  : __fmul_rn(gelu_slope<Kind == TR_CU_ACT_GELU_EXACT>(x), dout);
 }
 
 #endif

@@ -26,7 +26,8 @@
     .swiglu_forward = cu_swiglu_forward, .swiglu_backward = cu_swiglu_backward,            \
     .geglu_forward = cu_geglu_forward, .geglu_backward = cu_geglu_backward,                \
     .gelu_exact_forward = cu_gelu_exact_forward,                                          \
-    .gelu_exact_backward = cu_gelu_exact_backward, .rope = cu_rope
+    .gelu_exact_backward = cu_gelu_exact_backward, .relu_forward = cu_relu_forward,      \
+    .relu_backward = cu_relu_backward, .rope = cu_rope
 
 /* not const: TRIDENT_CUDA_HEAD=fp32 takes the head's bf16-storage ops out (the head's logits
  * then stay fp32, as before they existed), TRIDENT_CUDA_EPILOGUE=0 the fused linear_forward
@@ -58,6 +59,8 @@ static tr_kernels cuda_bf16_table = {
     .gelu_backward16 = cu_gelu_backward16,
     .gelu_exact_forward16 = cu_gelu_exact_forward16,
     .gelu_exact_backward16 = cu_gelu_exact_backward16,
+    .relu_forward16 = cu_relu_forward16,
+    .relu_backward16 = cu_relu_backward16,
     .layernorm_backward16 = cu_layernorm_backward16,
     .rmsnorm_backward16 = cu_rmsnorm_backward16,
     .linear_gelu_forward16 = cu_linear_gelu_forward16,
@@ -103,14 +106,16 @@ static void table_choices(void)
         cuda_bf16_table.xent_loss_backward16 = NULL,
         cuda_bf16_table.xent_stats_loss_backward16 = NULL, cuda_bf16_table.narrow16 = NULL,
         cuda_bf16_table.gemm_mixed16 = NULL;
-    if (unfused) /* (gelu_backward16 goes too: its output needs linear_backward) */
+    if (unfused) /* (the activations' backward16 go too: their output needs linear_backward) */
         cuda_bf16_table.linear_forward = NULL, cuda_bf16_table.linear_backward = NULL,
-        cuda_bf16_table.gelu_backward16 = NULL, cuda_bf16_table.gelu_exact_backward16 = NULL;
+        cuda_bf16_table.gelu_backward16 = NULL, cuda_bf16_table.gelu_exact_backward16 = NULL,
+        cuda_bf16_table.relu_backward16 = NULL;
     if (act32) /* (gemm_a16 stays: the head's backward reads it) */
         cuda_bf16_table.gelu_forward16 = NULL, cuda_bf16_table.gemm_b16 = NULL,
         cuda_bf16_table.layernorm_forward16 = NULL, cuda_bf16_table.rmsnorm_forward16 = NULL,
         cuda_bf16_table.gelu_backward16 = NULL, cuda_bf16_table.layernorm_backward16 = NULL,
         cuda_bf16_table.gelu_exact_forward16 = NULL, cuda_bf16_table.gelu_exact_backward16 = NULL,
+        cuda_bf16_table.relu_forward16 = NULL, cuda_bf16_table.relu_backward16 = NULL,
         cuda_bf16_table.rmsnorm_backward16 = NULL;
     if (out32) /* the attention output in fp32 again */
         cuda_bf16_table.attention_forward16 = NULL, cuda_bf16_table.attention_backward16 = NULL,

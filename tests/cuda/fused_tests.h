@@ -16,6 +16,7 @@ void test_linear(int N, int IC, int OC, int with_bias, int boff, int residual_mo
 void test_linear_backward(int N, int IC, int OC, int with_db);
 void test_gelu_backward16(int N, int F, int C, int x_bf16);
 void test_gelu_exact16(int N, int F);
+void test_relu16(int N, int F);
 void test_linear_backward_dy16_db(int N, int IC, int OC, int x_bf16);
 void test_linear16(int N, int IC, int OC, int separate_residual);
 void test_dx16(int N, int IC, int OC);

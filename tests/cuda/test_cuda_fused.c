@@ -436,7 +436,8 @@ int main(int argc, char **argv)
         !BF16->layernorm_forward16 || F32->layernorm_forward16 || !BF16->rmsnorm_forward16 ||
         !BF16->linear_backward || F32->linear_backward || !BF16->gelu_backward16 ||
         F32->gelu_backward16 || !BF16->gelu_exact_forward16 || !BF16->gelu_exact_backward16 ||
-        F32->gelu_exact_forward16 || !F32->gelu_exact_forward) {
+        F32->gelu_exact_forward16 || !F32->gelu_exact_forward || !BF16->relu_forward16 ||
+        !BF16->relu_backward16 || F32->relu_forward16 || !F32->relu_forward) {
         failures++;
         fprintf(stderr, "FAIL the bf16 table lacks its fused or bf16-storage ops "
                         "(or fp32 has them)\n");
@@ -493,6 +494,8 @@ int main(int argc, char **argv)
     test_gelu_backward16(2049, 100, 40, 1); /* row chunks of the column sums, odd columns */
     test_gelu_exact16(96, 256);
     test_gelu_exact16(2049, 100); /* row chunks of the column sums */
+    test_relu16(96, 256);
+    test_relu16(2049, 100);
     test_dx16(96, 256, 64);
     test_dx16(33, 100, 40);
     test_fc_out16(96, 64, 256, 0, 1);

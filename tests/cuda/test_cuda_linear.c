@@ -117,40 +117,67 @@ void test_gelu_backward16(int N, int F, int C, int x_bf16)
     free(d16);
 }
 
-/* The exact GELU's bf16-storage ops (GPT-NeoX's MLP): gelu_exact_forward16 from fp32 and bf16
- * inputs, gelu_exact_backward16 with fc's bias gradient, against "cpu"'s fp32 ops */
-void test_gelu_exact16(int N, int F)
+typedef void (*act_fn)(tr_stream s, float *out, const float *inp, size_t n);
+typedef void (*dact_fn)(tr_stream s, float *dinp, const float *inp, const float *dout, size_t n);
+typedef void (*act16_fn)(tr_stream s, uint16_t *out16, const float *inp, const uint16_t *inp16,
+                         size_t n);
+typedef void (*dact16_fn)(tr_stream s, uint16_t *dinp16, float *dbias, const float *inp,
+                          const uint16_t *inp16, const float *dout, const uint16_t *dout16,
+                          int N, int C);
+
+/* An MLP activation's bf16-storage pair of the bf16 table (fwd16 from fp32 and bf16 inputs,
+ * bwd16 with fc's bias gradient) against "cpu"'s fp32 pair (fwd, bwd) */
+static void check_act16(const char *name, act_fn fwd, dact_fn bwd, act16_fn fwd16,
+                        dact16_fn bwd16, int N, int F)
 {
-    ops_check_group("gelu_exact16 N%d F%d", N, F);
+    ops_check_group("%s16 N%d F%d", name, N, F);
     char what[96];
     size_t nf = (size_t)N * F;
     float *pre = host(nf, -4, 4), *dout = host(nf, -1, 1), *y = malloc(nf * 4);
     float *d = malloc(nf * 4), *db = host((size_t)F, -1, 1);
+    pre[0] = 0.0f; /* ReLU's kink: value 0, slope 0 */
     uint16_t *pre16 = narrow(pre, nf);
     float *pre_w = widen(pre16, nf); /* the bf16 input's values */
     float *gpre = dev(BF16, pre, nf * 4), *gdout = dev(BF16, dout, nf * 4);
     float *gdb = dev(BF16, db, (size_t)F * 4);
     uint16_t *gpre16 = dev(BF16, pre16, nf * 2), *g16 = dev(BF16, NULL, nf * 2);
-    CPU->gelu_exact_forward(NULL, y, pre, nf);
-    BF16->gelu_exact_forward16(NULL, g16, gpre, NULL, nf);
+    fwd(NULL, y, pre, nf);
+    fwd16(NULL, g16, gpre, NULL, nf);
     float *got = back16(BF16, g16, nf);
-    compare("gelu_exact_forward16 (fp32 input)", BF16, got, y, nf, TOL_BF16);
+    snprintf(what, sizeof what, "%s_forward16 (fp32 input)", name);
+    compare(what, BF16, got, y, nf, TOL_BF16);
     free(got);
-    CPU->gelu_exact_forward(NULL, y, pre_w, nf);
-    BF16->gelu_exact_forward16(NULL, g16, NULL, gpre16, nf);
+    fwd(NULL, y, pre_w, nf);
+    fwd16(NULL, g16, NULL, gpre16, nf);
     got = back16(BF16, g16, nf);
-    compare("gelu_exact_forward16 (bf16 input)", BF16, got, y, nf, TOL_BF16);
+    snprintf(what, sizeof what, "%s_forward16 (bf16 input)", name);
+    compare(what, BF16, got, y, nf, TOL_BF16);
     free(got);
-    CPU->gelu_exact_backward(NULL, d, pre, dout, nf);
+    bwd(NULL, d, pre, dout, nf);
     CPU->bias_backward(NULL, db, d, N, F);
-    BF16->gelu_exact_backward16(NULL, g16, gdb, gpre, NULL, gdout, NULL, N, F);
-    snprintf(what, sizeof what, "gelu_exact_backward16 dbias %d rows", N);
+    bwd16(NULL, g16, gdb, gpre, NULL, gdout, NULL, N, F);
+    snprintf(what, sizeof what, "%s_backward16 dbias %d rows", name, N);
     compare_back(what, BF16, gdb, db, (size_t)F, TOL_FP32);
     got = back16(BF16, g16, nf);
-    compare("gelu_exact_backward16 dinp", BF16, got, d, nf, TOL_BF16);
+    snprintf(what, sizeof what, "%s_backward16 dinp", name);
+    compare(what, BF16, got, d, nf, TOL_BF16);
     free(got);
     BF16->free(gpre), BF16->free(gdout), BF16->free(gdb), BF16->free(gpre16), BF16->free(g16);
     free(pre), free(dout), free(y), free(d), free(db), free(pre16), free(pre_w);
+}
+
+/* The exact GELU's bf16-storage ops (GPT-NeoX's MLP) */
+void test_gelu_exact16(int N, int F)
+{
+    check_act16("gelu_exact", CPU->gelu_exact_forward, CPU->gelu_exact_backward,
+                BF16->gelu_exact_forward16, BF16->gelu_exact_backward16, N, F);
+}
+
+/* ReLU's (OPT's MLP) */
+void test_relu16(int N, int F)
+{
+    check_act16("relu", CPU->relu_forward, CPU->relu_backward, BF16->relu_forward16,
+                BF16->relu_backward16, N, F);
 }
 
 /* linear_backward from a bf16 dy16 WITH a bias gradient (QKV's, from attention_backward_qkv16:

@@ -97,6 +97,16 @@ static void test_elementwise(const tr_kernels *k)
     CPU->gelu_exact_backward(NULL, ref, b, a, n);
     k->gelu_exact_backward(NULL, dout, db, da, n);
     compare_back("gelu_exact_backward", k, dout, ref, n, TOL_FP32);
+    /* ReLU: the same select on both, exactly (b[0] = 0 and a NaN pinned: value 0 / NaN kept,
+     * slope 0) */
+    b[0] = 0.0f, b[1] = NAN;
+    k->to_device(NULL, db, b, 2 * 4);
+    CPU->relu_forward(NULL, ref, b, n);
+    k->relu_forward(NULL, dout, db, n);
+    compare_back("relu_forward", k, dout, ref, n, 0);
+    CPU->relu_backward(NULL, ref, b, a, n);
+    k->relu_backward(NULL, dout, db, da, n);
+    compare_back("relu_backward", k, dout, ref, n, 0);
     /* bias over (N, C) */
     int N = 1000, C = 333;
     float *x = host((size_t)N * C, -1, 1), *bias = host((size_t)C, -1, 1);

@@ -13,10 +13,11 @@
                      parallel residual, exact GELU, untied), Falcon (GQA, no biases, parallel
                      residual with one norm, exact GELU), Phi-2 (one norm, the output layer's
                      bias: the head in fp32) and Gemma (heads of kv_channels 16, GeGLU with the
-                     exact GELU, norms scaling by 1 + weight, the embedding times 8) switches on
+                     exact GELU, norms scaling by 1 + weight, the embedding times 8) switches,
+                     GPT-J's, GPT-BigCode's, MPT's and OPT's (GPT-2's with the MLP's ReLU) on
                      the GPU vs the CPU: fp32 within 1e-4, bf16 within 2e-2 of the CPU's fp32
                      (the families' CUDA kernels: rope, RMSNorm, SwiGLU, GeGLU, GQA/ALiBi
-                     attention, the exact GELU)
+                     attention, the exact GELU, ReLU)
   checkpoint         a checkpoint saved on the GPU (iteration 5) resumes on the CPU, and one
                      saved on the CPU resumes on the GPU: iterations 6-10 within 1e-4 of the
                      uninterrupted runs on both backends (fp32); a bf16 run's checkpoint resumes
@@ -67,6 +68,9 @@ FAMILIES["bigcode"] = ["model.num_query_groups=1"]  # GPT-2's layer with one key
 # MPT's: ALiBi, no linear biases, LayerNorms without biases (C zeros and a gradient sink), exact GELU
 FAMILIES["mpt"] = ["model.position_embedding_type=alibi", "model.add_bias_linear=false",
                    "model.layernorm_bias=false", "model.gelu_approximate=none"]
+# OPT's: GPT-2's (LayerNorm, learned positions, biases, tied) with the MLP's ReLU (relu_forward16 /
+# relu_backward16 in bf16, beside fc's GEMMs: no epilogue)
+FAMILIES["opt"] = ["model.relu=true"]
 
 
 def parse(argv):
