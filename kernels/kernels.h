@@ -20,6 +20,18 @@
 
 typedef void *tr_stream;
 
+/* The signatures of the MLP's elementwise activations in the table below (gelu_*, gelu_exact_*,
+ * relu_*: forward, backward, and their bf16-storage forward16, backward16), for code that picks
+ * one of them */
+typedef void (*tr_act_fn)(tr_stream s, float *out, const float *inp, size_t n);
+typedef void (*tr_act_backward_fn)(tr_stream s, float *dinp, const float *inp, const float *dout,
+                                   size_t n);
+typedef void (*tr_act16_fn)(tr_stream s, uint16_t *out16, const float *inp,
+                            const uint16_t *inp16, size_t n);
+typedef void (*tr_act_backward16_fn)(tr_stream s, uint16_t *dinp16, float *dbias,
+                                     const float *inp, const uint16_t *inp16, const float *dout,
+                                     const uint16_t *dout16, int N, int C);
+
 typedef struct tr_kernels {
     const char *name; /* "cpu" | "cuda" */
 

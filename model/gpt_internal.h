@@ -141,33 +141,25 @@ struct tr_gpt {
 /* The MLP's elementwise activation ops of the family's kind: ReLU where shape.relu (OPT), the
  * exact GELU where shape.gelu_exact (GPT-NeoX), else the tanh approximation (the "GELU" of the
  * names below is whichever it is); the bf16-storage ones NULL where the table lacks them. */
-typedef void (*gpt_gelu_fn)(tr_stream s, float *out, const float *inp, size_t n);
-typedef void (*gpt_dgelu_fn)(tr_stream s, float *dinp, const float *inp, const float *dout,
-                             size_t n);
-typedef void (*gpt_gelu16_fn)(tr_stream s, uint16_t *out16, const float *inp,
-                              const uint16_t *inp16, size_t n);
-typedef void (*gpt_dgelu16_fn)(tr_stream s, uint16_t *dinp16, float *dbias, const float *inp,
-                               const uint16_t *inp16, const float *dout,
-                               const uint16_t *dout16, int N, int C);
-static inline gpt_gelu_fn gpt_gelu_forward(const tr_gpt *g)
+static inline tr_act_fn gpt_gelu_forward(const tr_gpt *g)
 {
     return g->s.relu         ? g->k->relu_forward
            : g->s.gelu_exact ? g->k->gelu_exact_forward
                              : g->k->gelu_forward;
 }
-static inline gpt_dgelu_fn gpt_gelu_backward(const tr_gpt *g)
+static inline tr_act_backward_fn gpt_gelu_backward(const tr_gpt *g)
 {
     return g->s.relu         ? g->k->relu_backward
            : g->s.gelu_exact ? g->k->gelu_exact_backward
                              : g->k->gelu_backward;
 }
-static inline gpt_gelu16_fn gpt_gelu_forward16(const tr_gpt *g)
+static inline tr_act16_fn gpt_gelu_forward16(const tr_gpt *g)
 {
     return g->s.relu         ? g->k->relu_forward16
            : g->s.gelu_exact ? g->k->gelu_exact_forward16
                              : g->k->gelu_forward16;
 }
-static inline gpt_dgelu16_fn gpt_gelu_backward16(const tr_gpt *g)
+static inline tr_act_backward16_fn gpt_gelu_backward16(const tr_gpt *g)
 {
     return g->s.relu         ? g->k->relu_backward16
            : g->s.gelu_exact ? g->k->gelu_exact_backward16

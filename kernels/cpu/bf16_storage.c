@@ -172,12 +172,9 @@ static const float *widened_at(const uint16_t *src, size_t n, float *w, size_t a
     return w + at;
 }
 
-typedef void (*gelu_forward_fn)(tr_stream s, float *out, const float *inp, size_t n);
-typedef void (*gelu_backward_fn)(tr_stream s, float *dinp, const float *inp, const float *dout,
-                                 size_t n);
 
 /* gelu_forward16 of the table's activation forward `gelu` (GELU tanh or exact, ReLU) */
-static void gelu_forward16_of(gelu_forward_fn gelu, tr_stream s, uint16_t *out16,
+static void gelu_forward16_of(tr_act_fn gelu, tr_stream s, uint16_t *out16,
                               const float *inp, const uint16_t *inp16, size_t n)
 {
     float *y = wide_buffer(inp16 ? 2 * n : n); /* the output, then a bf16 input widened */
@@ -368,7 +365,7 @@ static void s16_linear_backward(tr_stream s, float *dx, uint16_t *dx16, float *d
 }
 
 /* gelu_backward16 of the table's activation backward `gelu` (GELU tanh or exact, ReLU) */
-static void gelu_backward16_of(gelu_backward_fn gelu, tr_stream s, uint16_t *dinp16,
+static void gelu_backward16_of(tr_act_backward_fn gelu, tr_stream s, uint16_t *dinp16,
                                float *dbias, const float *inp, const uint16_t *inp16,
                                const float *dout, const uint16_t *dout16, int N, int C)
 {

@@ -117,18 +117,10 @@ void test_gelu_backward16(int N, int F, int C, int x_bf16)
     free(d16);
 }
 
-typedef void (*act_fn)(tr_stream s, float *out, const float *inp, size_t n);
-typedef void (*dact_fn)(tr_stream s, float *dinp, const float *inp, const float *dout, size_t n);
-typedef void (*act16_fn)(tr_stream s, uint16_t *out16, const float *inp, const uint16_t *inp16,
-                         size_t n);
-typedef void (*dact16_fn)(tr_stream s, uint16_t *dinp16, float *dbias, const float *inp,
-                          const uint16_t *inp16, const float *dout, const uint16_t *dout16,
-                          int N, int C);
-
 /* An MLP activation's bf16-storage pair of the bf16 table (fwd16 from fp32 and bf16 inputs,
  * bwd16 with fc's bias gradient) against "cpu"'s fp32 pair (fwd, bwd) */
-static void check_act16(const char *name, act_fn fwd, dact_fn bwd, act16_fn fwd16,
-                        dact16_fn bwd16, int N, int F)
+static void check_act16(const char *name, tr_act_fn fwd, tr_act_backward_fn bwd,
+                        tr_act16_fn fwd16, tr_act_backward16_fn bwd16, int N, int F)
 {
     ops_check_group("%s16 N%d F%d", name, N, F);
     char what[96];

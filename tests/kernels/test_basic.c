@@ -171,19 +171,11 @@ static void test_linear_backward(void **state)
     free(x), free(W), free(dy), free(dx), free(dW), free(want_dx), free(want_dW);
 }
 
-typedef void (*act_fn)(tr_stream s, float *out, const float *inp, size_t n);
-typedef void (*dact_fn)(tr_stream s, float *dinp, const float *inp, const float *dout, size_t n);
-typedef void (*act16_fn)(tr_stream s, uint16_t *out16, const float *inp, const uint16_t *inp16,
-                         size_t n);
-typedef void (*dact16_fn)(tr_stream s, uint16_t *dinp16, float *dbias, const float *inp,
-                          const uint16_t *inp16, const float *dout, const uint16_t *dout16,
-                          int N, int C);
-
 /* An activation's bf16-storage pair of "cpu-bf16" (fwd16, bwd16) against its fp32-storage pair
  * (fwd, bwd) there: the bf16 rounding of their values (and the bias gradient their sum), from
  * fp32 or bf16 inputs in [-4, 4] (pre[0] = 0: ReLU's kink) */
-static void check_act16(const char *what, act_fn fwd, dact_fn bwd, act16_fn fwd16,
-                        dact16_fn bwd16)
+static void check_act16(const char *what, tr_act_fn fwd, tr_act_backward_fn bwd,
+                        tr_act16_fn fwd16, tr_act_backward16_fn bwd16)
 {
     const tr_kernels *b16 = tr_kernels_get("cpu-bf16");
     const int N = 7, F = 13;
