@@ -305,12 +305,13 @@ static int ignored_buffer(int family, const char *n)
     return !strcmp(n + used, "attention.bias") || !strcmp(n + used, "attention.masked_bias");
 }
 
-/* The prefix of a family's names that its files may leave out: OPTForCausalLM's base model
- * (model.), which the released facebook/opt-* files do not have (OPTModel's names: decoder.*,
- * no lm_head); NULL for the others */
+/* The prefix of a family's names that its files may leave out, the base model's, where the
+ * released files are the base model's state (no lm_head: tied): OPTForCausalLM's model.
+ * (facebook/opt-*: decoder.*), BloomForCausalLM's transformer. (bigscience/bloom*: h.N.*,
+ * word_embeddings.*); NULL for the others */
 static const char *base_prefix(int family)
 {
-    return family == TR_HF_OPT ? "model." : NULL;
+    return family == TR_HF_OPT ? "model." : family == TR_HF_BLOOM ? "transformer." : NULL;
 }
 
 /* HF name `name` of the family is the set's name n: the same, or without base_prefix */

@@ -207,6 +207,12 @@ for name, model, hf_grad, keys, n_tensors in families:
     model.save_pretrained(src)
     ck = os.path.join(work, name + "-ck")
     out = convert(src, ck)
+    if "bloom" in name:  # the released bigscience/bloom* files are BloomModel's (h.N.*, no lm_head)
+        base = os.path.join(work, name + "-base-hf")
+        model.transformer.save_pretrained(base)
+        convert(base, ck + "-base")
+        tt.check(f"{name}: BloomModel's save_pretrained folder (h.N.*) imports to the same checkpoint",
+                 hff.same_checkpoint(ck, ck + "-base"))
     neox_ok = "neox" not in name or (("parallel_residual: true" in out) == keys["parallel_residual"] and
                                      ("gelu_approximate: none" in out) == (keys["gelu_approximate"] == "none") and
                                      f"rotary_percent: {keys['rotary_percent']}" in out)
