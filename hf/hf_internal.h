@@ -110,7 +110,7 @@ TR_MUST_CHECK int hf_write_opt_config(const char *dir, const tr_model_config *m,
                                       const tr_hf_export_options *o);
 int hf_opt_shape(const tr_gpt_shape *s);
 TR_MUST_CHECK int hf_opt_map(const tr_param_tensor *t, char name[3][112], int *qkv);
-/* config.json readers (family_config.c), shared by every family: root's key into *out, or
+/* config.json readers (config_keys.c), shared by every family: root's key into *out, or
  * TR_ERR_INVALID naming path and key. hf_get_int: absent or null takes dflt (dflt < 0: the key
  * is required), else an integer in [1, 2^26]. hf_get_num: absent takes dflt, else a positive
  * number that float32 holds (trident keeps it as one). hf_get_bool: absent takes dflt, else
