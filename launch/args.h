@@ -105,12 +105,18 @@ typedef struct {
  * was made so far left for infer_model_close. */
 TR_MUST_CHECK int infer_model_open(infer_model *im);
 void infer_model_close(infer_model *im);
-/* The tokenizer of the options in *tok, or, when none is given and `dir` is an HF folder
- * holding a tokenizer.json, that one (tok->type / tokenizer_model then point at `path`, a
- * buffer of `cap` bytes, and a line on stderr says so); *out NULL when neither (bytes).
- * Returns the exit status: 0, or 1 / 2 after the message prefixed `who`. */
-int infer_tokenizer_open(const char *who, const char *dir, tr_tokenizer_files *tok, char *path,
-                         size_t cap, tr_tokenizer **out);
+/* The files infer_tokenizer_open found in an HF folder (*tok points into them). */
+typedef struct {
+    char model[4200], vocab[4200], merges[4200], config[4200];
+} infer_tok_paths;
+/* The tokenizer of the options in *tok, or, when none is given and `dir` is an HF folder, the
+ * folder's: its tokenizer.json (HFTokenizer), else its vocab.json + merges.txt
+ * (GPT2BPETokenizer, with the tokenizer_config.json beside them as config_file when there is
+ * one: add_bos_token's BOS); tok's paths then point into *p and a line on stderr says so;
+ * *out NULL when neither (bytes). Returns the exit status: 0, or 1 / 2 after the message
+ * prefixed `who`. */
+int infer_tokenizer_open(const char *who, const char *dir, tr_tokenizer_files *tok,
+                         infer_tok_paths *p, tr_tokenizer **out);
 /* The options generate and eval share, by name: --config, --device, --nproc and the
  * tokenizer's (--tokenizer-type, --vocab-file, --merge-file, --tokenizer-model) into *config,
  * *device, *nproc and *tok. 1 when `flag` is one of them (*rc: --nproc's parse status), else

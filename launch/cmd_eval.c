@@ -21,11 +21,11 @@ static void eval_usage(FILE *f)
             "\n"
             "How well a model predicts text: the model of CHECKPOINT_DIR's latest checkpoint or\n"
             "of a Hugging Face folder, loaded as trident generate loads it (the same tokenizer,\n"
-            "--config, --device and --nproc options; an HF folder's tokenizer.json is used when\n"
-            "no tokenizer option is given, else tokens are bytes).\n"
+            "--config, --device and --nproc options; an HF folder's tokenizer.json, else its\n"
+            "vocab.json + merges.txt, is used when no tokenizer option is given, else bytes).\n"
             "\n"
             "  --input FILE...      perplexity of text files, each one stream tokenized whole\n"
-            "                       (an HFTokenizer with its template, e.g. Llama's BOS, as\n"
+            "                       (with the tokenizer's template, e.g. Llama's BOS, as\n"
             "                       tokenizer(text) gives), scored in windows of --context\n"
             "                       tokens --stride apart as Hugging Face's perplexity recipe:\n"
             "                       each token once, the tokens of a window before the ones it\n"
@@ -77,7 +77,10 @@ static int eval_files(const eval_options *o, tr_evaluator *ev, eval_results *res
     int32_t *ids = NULL;
     size_t cap = 0;
     int rc = o->tokenizer ? tr_encoder_create(o->tokenizer, &e) : TR_OK;
-    int special = o->tokenizer && !strcmp(tr_tokenizer_type(o->tokenizer), "HFTokenizer");
+    /* each file as tokenizer(text) gives it, which HF's perplexity recipe scores: with the
+     * template (an HFTokenizer's, e.g. Llama's BOS; a GPT2BPETokenizer's tokenizer_config.json
+     * add_bos_token, OPT's </s>: one BOS at the start of the stream, as for Llama) */
+    int special = o->tokenizer != NULL;
     for (int f = 0; f < o->n_inputs && (!o->limit || f < o->limit) && !rc; f++) {
         char *text = NULL;
         size_t len = 0, n = 0;
@@ -390,9 +393,8 @@ int tr_cmd_eval(int argc, char **argv)
         free(tasks);
         return 2;
     }
-    char hf_tokenizer[4200];
-    if ((rc = infer_tokenizer_open("trident eval", o.dir, &o.tok, hf_tokenizer,
-                                   sizeof hf_tokenizer, &o.tokenizer))) {
+    infer_tok_paths hf_tokenizer;
+    if ((rc = infer_tokenizer_open("trident eval", o.dir, &o.tok, &hf_tokenizer, &o.tokenizer))) {
         free(inputs);
         free(tasks);
         return rc;

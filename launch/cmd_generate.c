@@ -28,7 +28,8 @@ static void generate_usage(FILE *f)
             "family (Llama, Bloom, ...); one written before it did needs --config (the run's\n"
             "config: its model section says the family).\n"
             "Tokens are bytes (the byte-level tokenizer of trident preprocess) unless a tokenizer\n"
-            "is given, or HF_DIR holds a tokenizer.json and no tokenizer option is given: then\n"
+            "is given, or HF_DIR holds a tokenizer.json (else GPT-2's vocab.json + merges.txt,\n"
+            "with tokenizer_config.json's add_bos_token) and no tokenizer option is given: then\n"
             "--prompt is encoded with it and the text decoded.\n"
             "\n"
             "options:\n"
@@ -108,13 +109,12 @@ static int prompt_tokens(const gen_options *o, int V, int32_t **out, int *n)
     if (o->chat_ids) { /* rendered and tokenized by chat_prompt_ids */
         memcpy(ids, o->chat_ids, o->n_chat * sizeof *ids);
         count = (int)o->n_chat;
-    } else if (o->prompt && o->tokenizer) { /* as preprocess encodes a document */
+    } else if (o->prompt && o->tokenizer) { /* as tokenizer(text) gives: with its template */
         tr_encoder *e = NULL;
         size_t got = 0, c = cap ? cap : 1; /* ids holds c */
         int rc = tr_encoder_create(o->tokenizer, &e);
         if (!rc)
-            rc = tr_encode(e, o->prompt, strlen(o->prompt),
-                           !strcmp(tr_tokenizer_type(o->tokenizer), "HFTokenizer"), &ids, &got, &c);
+            rc = tr_encode(e, o->prompt, strlen(o->prompt), 1, &ids, &got, &c);
         tr_encoder_free(e);
         if (rc) {
             free(ids);
@@ -454,9 +454,8 @@ int tr_cmd_generate(int argc, char **argv)
         return run_as_local_ranks("generate", nproc, 0, argc, argv);
     if (adopt_scheduler_identity("trident generate"))
         return 2;
-    char hf_tokenizer[4200];
-    if ((rc = infer_tokenizer_open("trident generate", o.dir, &o.tok, hf_tokenizer,
-                                   sizeof hf_tokenizer, &o.tokenizer)))
+    infer_tok_paths hf_tokenizer;
+    if ((rc = infer_tokenizer_open("trident generate", o.dir, &o.tok, &hf_tokenizer, &o.tokenizer)))
         return rc;
     if (o.chat && (rc = chat_prompt(&o))) {
         tr_tokenizer_free(o.tokenizer);

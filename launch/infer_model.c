@@ -269,18 +269,37 @@ void infer_model_close(infer_model *im)
     im->world = NULL;
 }
 
+/* dir/name into buf; 1 when that file exists. */
+static int folder_file(const char *dir, const char *name, char *buf, size_t cap)
+{
+    snprintf(buf, cap, "%s/%s", dir, name);
+    return !access(buf, F_OK);
+}
+
 int infer_tokenizer_open(const char *who, const char *dir, tr_tokenizer_files *tok,
-                         char *path, size_t cap, tr_tokenizer **out)
+                         infer_tok_paths *p, tr_tokenizer **out)
 {
     *out = NULL;
-    /* a Hugging Face folder's own tokenizer.json, as from_pretrained takes it */
-    snprintf(path, cap, "%s/tokenizer.json", dir);
+    /* a Hugging Face folder's own tokenizer, as from_pretrained takes it: tokenizer.json, else
+     * GPT-2's slow files (GPT2Tokenizer; OPT's folders) with tokenizer_config.json's BOS */
     if (!tok->type && !tok->vocab_file && !tok->merge_file && !tok->tokenizer_model &&
-        tr_hf_is_model_folder(dir) && !access(path, F_OK)) {
-        tok->type = "HFTokenizer";
-        tok->tokenizer_model = path;
-        fprintf(stderr, "%s: the tokenizer of %s (--tokenizer-type ByteLevel for bytes)\n", who,
-                path);
+        tr_hf_is_model_folder(dir)) {
+        if (folder_file(dir, "tokenizer.json", p->model, sizeof p->model)) {
+            tok->type = "HFTokenizer";
+            tok->tokenizer_model = p->model;
+        } else if (folder_file(dir, "vocab.json", p->vocab, sizeof p->vocab) &&
+                   folder_file(dir, "merges.txt", p->merges, sizeof p->merges)) {
+            tok->type = "GPT2BPETokenizer";
+            tok->vocab_file = p->vocab;
+            tok->merge_file = p->merges;
+            if (folder_file(dir, "tokenizer_config.json", p->config, sizeof p->config))
+                tok->config_file = p->config;
+        }
+        if (tok->type)
+            fprintf(stderr, "%s: the tokenizer of %s%s%s (--tokenizer-type ByteLevel for bytes)\n",
+                    who, tok->tokenizer_model ? p->model : p->vocab,
+                    tok->tokenizer_model ? "" : " + merges.txt",
+                    tok->config_file ? " + tokenizer_config.json" : "");
     }
     int rc = TR_OK;
     if ((tok->type || tok->vocab_file || tok->merge_file || tok->tokenizer_model) &&

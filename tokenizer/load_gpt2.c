@@ -46,7 +46,10 @@ int load_json_file(const char *path, const char *what, json_t **out)
     FILE *f = fopen(path, "rb");
     if (!f)
         return tr_fail(TR_ERR_IO, "cannot open %s %s: %s", what, path, strerror(errno));
-    *out = json_loadf(f, JSON_REJECT_DUPLICATES, &err);
+    /* tokenizer_config.json: numbers as doubles, so transformers' saved "model_max_length":
+     * 1000000000000000019884624838656 (no limit) loads; no integer is read from it */
+    int real = !strcmp(what, "tokenizer_config.json") ? JSON_DECODE_INT_AS_REAL : 0;
+    *out = json_loadf(f, JSON_REJECT_DUPLICATES | real, &err);
     fclose(f);
     if (!*out)
         return tr_fail(TR_ERR_INVALID, "%s:%d:%d: %s is not valid JSON: %s", path, err.line,

@@ -25,7 +25,9 @@
  * End of document: tokenizer_config.json's eos_token when that file is beside (a string or an
  * AddedToken object's "content"; it must name an added token or a vocabulary entry, and a file
  * that is there but broken is an error), else the first added token among <|endoftext|>,
- * <|end_of_text|>, </s>, <eos>. */
+ * <|end_of_text|>, </s>, <eos>.
+ * Also GPT2BPETokenizer's config_file (gpt2_bos_from_config): its add_bos_token / bos_token read
+ * as the eos_token here is. */
 #include <errno.h>
 #include <jansson.h>
 #include <stdlib.h>
@@ -392,6 +394,41 @@ static int load_template(tr_tokenizer *t, const char *file, json_t *p, int depth
     return TR_OK;
 }
 
+/* root[key] of the tokenizer_config.json `path`: a token's text or an AddedToken object
+ * {"content": "...", ...}; *name NULL when the key is absent or null, else that JSON string. */
+static int config_token_name(const char *path, json_t *root, const char *key, json_t **name)
+{
+    json_t *v = json_object_get(root, key);
+    *name = NULL;
+    if (!v || json_is_null(v)) /* (as transformers writes a tokenizer without one) */
+        return TR_OK;
+    if (json_is_object(v) && !json_is_string(json_object_get(v, "content")))
+        return hf_bad(path, key, "an object without a string \"content\" (an AddedToken has one)");
+    if (json_is_object(v))
+        v = json_object_get(v, "content");
+    else if (!json_is_string(v))
+        return hf_bad(path, key, "expected a token's text or an AddedToken object "
+                                 "{\"content\": ...}");
+    *name = v;
+    return TR_OK;
+}
+
+/* The id of `name` (a JSON string read as root[key] of `path`) in t, whose files are `file`;
+ * one it lacks is TR_ERR_INVALID naming path, key and file. */
+static int config_token_id(const tr_tokenizer *t, const char *path, const char *key,
+                           json_t *name, const char *file, int32_t *id)
+{
+    const char *s = json_string_value(name);
+    size_t len = json_string_length(name);
+    char shown[160];
+    *id = strlen(s) == len ? named_id(t, s) : -1;
+    if (*id < 0)
+        return tr_fail(TR_ERR_INVALID, "%s: %s '%s' is neither an added token nor in the "
+                                       "vocabulary of %s",
+                       path, key, tok_show(s, len, shown, sizeof shown), file);
+    return TR_OK;
+}
+
 /* tokenizer_config.json beside the file: t->eod = the id of its eos_token, *have = 1; *have = 0
  * when there is no such file or it names no eos_token (none, or null). A file that is there
  * but unreadable, not JSON (or repeats a key), not an object, whose eos_token is neither a
@@ -407,38 +444,54 @@ static int eos_from_config(tr_tokenizer *t, const char *file, int *have)
         free(path);
         return TR_OK;
     }
-    json_t *root;
+    json_t *root, *eos = NULL;
     int rc = load_json_file(path, "tokenizer_config.json", &root);
     if (rc) {
         free(path);
         return rc;
     }
-    json_t *eos = json_object_get(root, "eos_token");
-    if (json_is_null(eos)) /* (as transformers writes a tokenizer without one) */
-        eos = NULL;
     if (!json_is_object(root))
         rc = hf_bad(path, "the file", "expected a JSON object (a tokenizer_config.json)");
-    else if (json_is_object(eos) && !json_is_string(json_object_get(eos, "content")))
-        rc = hf_bad(path, "eos_token", "an object without a string \"content\" (an AddedToken "
-                                       "has one)");
-    else if (json_is_object(eos))
-        eos = json_object_get(eos, "content");
-    else if (eos && !json_is_string(eos))
-        rc = hf_bad(path, "eos_token", "expected a token's text or an AddedToken object "
-                                       "{\"content\": ...}");
+    else
+        rc = config_token_name(path, root, "eos_token", &eos);
     if (!rc && eos) {
-        const char *name = json_string_value(eos);
-        size_t len = json_string_length(eos);
-        char shown[160];
         *have = 1;
-        t->eod = strlen(name) == len ? named_id(t, name) : -1;
-        if (t->eod < 0)
-            rc = tr_fail(TR_ERR_INVALID, "%s: eos_token '%s' is neither an added token nor in "
-                                         "the vocabulary of %s",
-                         path, tok_show(name, len, shown, sizeof shown), file);
+        rc = config_token_id(t, path, "eos_token", eos, file, &t->eod);
     }
     json_decref(root);
     free(path);
+    return rc;
+}
+
+int gpt2_bos_from_config(tr_tokenizer *t, const char *path)
+{
+    json_t *root, *add, *bos = NULL;
+    int rc = load_json_file(path, "tokenizer_config.json", &root);
+    if (rc)
+        return rc;
+    add = json_object_get(root, "add_bos_token");
+    if (!json_is_object(root))
+        rc = hf_bad(path, "the file", "expected a JSON object (a tokenizer_config.json)");
+    else if (add && !json_is_boolean(add))
+        rc = hf_bad(path, "add_bos_token", "expected true or false");
+    else if (json_is_true(json_object_get(root, "add_prefix_space")))
+        rc = hf_bad(path, "add_prefix_space", "true is not supported (GPT2BPETokenizer encodes "
+                                              "the text as it is)");
+    else if (json_is_true(add) && json_is_null(json_object_get(root, "bos_token")))
+        rc = hf_bad(path, "bos_token", "null, but add_bos_token is true");
+    else if (json_is_true(add))
+        rc = config_token_name(path, root, "bos_token", &bos);
+    if (!rc && json_is_true(add)) {
+        json_t *dflt = bos ? NULL : json_string("<|endoftext|>"); /* GPT2Tokenizer's default */
+        if (!bos && !dflt)
+            rc = tr_fail(TR_ERR_NOMEM, "out of memory reading %s", path);
+        if (!rc)
+            rc = config_token_id(t, path, "bos_token", bos ? bos : dflt, t->source,
+                                 &t->prefix[0]);
+        t->n_prefix = !rc;
+        json_decref(dflt);
+    }
+    json_decref(root);
     return rc;
 }
 

@@ -180,6 +180,9 @@ TR_MUST_CHECK int tok_finish_bytes(tr_tokenizer *t);
 /* ---- load_gpt2.c, load_hf.c, load_sp.c ---- */
 TR_MUST_CHECK int load_gpt2(tr_tokenizer *t, const char *vocab_file, const char *merge_file);
 TR_MUST_CHECK int load_hf(tr_tokenizer *t, const char *path);
+/* tr_tokenizer_files.config_file of a GPT2BPETokenizer (load_hf.c): add_bos_token's BOS as
+ * t->prefix (see tokenizer.h). */
+TR_MUST_CHECK int gpt2_bos_from_config(tr_tokenizer *t, const char *path);
 struct json_t;
 /* load_hf.c's pieces load_sp.c shares: TR_ERR_INVALID "FILE: FIELD: WHAT"; obj[key] as a
  * boolean, dflt when it is not one. */

@@ -42,6 +42,9 @@ static int check_files(const tr_tokenizer_files *f, int kind)
         {f->merge_file, "--merge-file (data.tokenizer.merge_file)", kind == TOK_GPT2},
         {f->tokenizer_model, "--tokenizer-model (data.tokenizer.model)", kind == TOK_HF},
     };
+    if (given(f->config_file) && kind != TOK_GPT2)
+        return tr_fail(TR_ERR_CONFIG, "a tokenizer_config.json (%s) is read by GPT2BPETokenizer "
+                       "only, not by %s", f->config_file, names[kind]);
     for (int i = 0; i < 3; i++) {
         if (use[i].needed && !given(use[i].value))
             return tr_fail(TR_ERR_CONFIG, "tokenizer %s needs %s", names[kind], use[i].flag);
@@ -82,6 +85,8 @@ int tr_tokenizer_open(const tr_tokenizer_files *files, tr_tokenizer **out)
             rc = compile_pattern(gpt2_pattern, strlen(gpt2_pattern), 0, t->source, &s.re);
             t->steps[t->n_steps++] = s;
         }
+        if (!rc && given(files->config_file))
+            rc = gpt2_bos_from_config(t, files->config_file);
     } else if (kind == TOK_HF) {
         rc = load_hf(t, files->tokenizer_model);
     }

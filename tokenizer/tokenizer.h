@@ -6,7 +6,15 @@
  *      "ByteLevel"         token = byte value, vocabulary 256, end of document 0 (trident's own);
  *      "GPT2BPETokenizer"  GPT-2's vocab.json + merges.txt (Megatron's --vocab-file /
  *                          --merge-file): GPT-2's pre-tokenizer regex, no special tokens in
- *                          the text, end of document = the id of <|endoftext|>;
+ *                          the text, end of document = the id of <|endoftext|>; with a
+ *                          config_file (a tokenizer_config.json, as transformers'
+ *                          GPT2Tokenizer reads it: OPT's folders) whose add_bos_token is true,
+ *                          add_special's template is its bos_token's id before the text
+ *                          (bos_token a string or an AddedToken {"content": ...}, absent:
+ *                          <|endoftext|>; add_bos_token absent or false: no template);
+ *                          add_bos_token not a boolean, bos_token null or of another shape or
+ *                          not in vocab.json, add_prefix_space true (not reproduced) or a file
+ *                          that is not a JSON object: TR_ERR_INVALID naming the file and key;
  *      "HFTokenizer"       a Hugging Face tokenizer.json (--tokenizer-model) whose model is
  *                          BPE over bytes (GPT-2, Bloom, Llama-3, Qwen2, Falcon, GPT-NeoX /
  *                          Pythia style): an NFC normalizer (alone or in a Sequence;
@@ -78,10 +86,12 @@ typedef struct {
     const char *vocab_file;      /* GPT2BPETokenizer: vocab.json (GPT-2's encoder.json) */
     const char *merge_file;      /* GPT2BPETokenizer: merges.txt (GPT-2's vocab.bpe) */
     const char *tokenizer_model; /* HFTokenizer: tokenizer.json */
+    const char *config_file;     /* GPT2BPETokenizer, optional: tokenizer_config.json (BOS) */
 } tr_tokenizer_files;
 
-/* Open a tokenizer. A missing file for the type, or a file given that the type does not use,
- * is TR_ERR_CONFIG naming the flag; see above for the others. */
+/* Open a tokenizer. A missing file for the type, or a file given that the type does not use
+ * (config_file: any type but GPT2BPETokenizer), is TR_ERR_CONFIG naming the flag; see above
+ * for the others. */
 TR_MUST_CHECK int tr_tokenizer_open(const tr_tokenizer_files *files, tr_tokenizer **out);
 void tr_tokenizer_free(tr_tokenizer *t);
 
@@ -103,7 +113,8 @@ void tr_encoder_free(tr_encoder *e);
 /* Token ids of text[0 .. len) (any bytes; NUL bytes are text) appended to *ids, which holds
  * *n ids in room for *cap and is grown with realloc. add_special: apply the post-processor's
  * template (HFTokenizer; what tokenizers' encode(add_special_tokens=True) and Megatron's
- * HFTokenizer do). Fails only for memory. */
+ * HFTokenizer do; GPT2BPETokenizer: config_file's BOS, GPT2Tokenizer's add_bos_token; none
+ * for ByteLevel). Fails only for memory. */
 TR_MUST_CHECK int tr_encode(tr_encoder *e, const char *text, size_t len, int add_special,
                             int32_t **ids, size_t *n, size_t *cap);
 

@@ -39,7 +39,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "usage: tok_encode TYPE VOCAB MERGES MODEL [--special] FILE...\n");
         return 2;
     }
-    tr_tokenizer_files files = {opt(argv[1]), opt(argv[2]), opt(argv[3]), opt(argv[4])};
+    tr_tokenizer_files files = {opt(argv[1]), opt(argv[2]), opt(argv[3]), opt(argv[4]), NULL};
     tr_tokenizer *t;
     tr_encoder *e;
     int rc = tr_tokenizer_open(&files, &t);
