@@ -113,8 +113,10 @@ def write_tokenizer(folder, j):
 
 def write_config(folder, template, bos, eos):
     with open(os.path.join(folder, "tokenizer_config.json"), "w") as f:
+        # (model_max_length: transformers' save_pretrained writes int(1e30) where the model set
+        # none, as Llama 2's and Llama 3's files hold it: past JSON readers' 64-bit integers)
         json.dump({"tokenizer_class": "PreTrainedTokenizerFast", "bos_token": bos, "eos_token": eos,
-                   "chat_template": template}, f, indent=2)
+                   "chat_template": template, "model_max_length": int(1e30)}, f, indent=2)
     return PreTrainedTokenizerFast.from_pretrained(folder)
 
 
