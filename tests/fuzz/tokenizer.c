@@ -1,5 +1,6 @@
 /* Fuzz targets tokhf and tokgpt2 (tokenizer/): built twice, FUZZ_TOK_GPT2 selecting
- * vocab.json "\n@@@\n" merges.txt "\n@@@\n" TEXT (GPT2BPETokenizer), otherwise
+ * vocab.json "\n@@@\n" merges.txt "\n@@@\n" TEXT (GPT2BPETokenizer; with four parts, vocab.json,
+ * merges.txt, a tokenizer_config.json (its add_bos_token / bos_token) and TEXT), otherwise
  * tokenizer.json "\n@@@\n" tokenizer_config.json "\n@@@\n" TEXT (HFTokenizer). After a
  * successful open: a fixed text and TEXT encode to ids in [0, vocab), which decode. */
 #include <stdlib.h>
@@ -9,12 +10,18 @@
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-    const uint8_t *part[3];
-    size_t len[3];
-    fz_split(data, size, part, len, 3);
+    const uint8_t *part[4];
+    size_t len[4];
     tr_tokenizer_files tf = {0};
     char a[1024], b[1024];
 #ifdef FUZZ_TOK_GPT2
+    char c[1024];
+    if (fz_split(data, size, part, len, 4) == 4) { /* the config's part, then the text */
+        fz_write("tokenizer_config.json", part[2], len[2]);
+        fz_path(c, sizeof c, "tokenizer_config.json");
+        tf.config_file = c;
+        part[2] = part[3], len[2] = len[3];
+    }
     fz_write("vocab.json", part[0], len[0]);
     fz_write("merges.txt", part[1], len[1]);
     fz_path(a, sizeof a, "vocab.json");
@@ -23,6 +30,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     tf.vocab_file = a;
     tf.merge_file = b;
 #else
+    fz_split(data, size, part, len, 3);
     fz_write("tokenizer.json", part[0], len[0]);
     fz_write("tokenizer_config.json", part[1], len[1]);
     fz_path(a, sizeof a, "tokenizer.json");
