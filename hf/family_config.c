@@ -63,13 +63,19 @@ static int read_llama(json_t *root, const char *path, int family, int mistral,
      * mlp_bias): refused unless they say what trident computes */
     if (!rc)
         rc = check_value(root, path, "mlp_bias", json_false(), "trident's MLP here has no biases");
-    json_t *head_dim = gemma ? NULL : json_object_get(root, "head_dim"); /* (Gemma's: its own) */
-    if (!rc && head_dim && !json_is_null(head_dim) &&
-        !(json_is_integer(head_dim) && m->num_attention_heads > 0 &&
-          json_integer_value(head_dim) * m->num_attention_heads == m->hidden_size))
+    /* head_dim (Gemma's: hf_read_gemma): transformers reads Mistral's from 4.43 (Mistral-Nemo:
+     * 128 in hidden 5120 of 32 heads) -> kv_channels; Llama's from 4.45 only, Qwen2's not in
+     * 4.44: theirs must be hidden_size / num_attention_heads */
+    json_t *head_dim = gemma ? NULL : json_object_get(root, "head_dim");
+    if (!rc && mistral)
+        rc = hf_read_head_dim(root, path, 0, "Mistral", m);
+    else if (!rc && head_dim && !json_is_null(head_dim) &&
+             !(json_is_integer(head_dim) && m->num_attention_heads > 0 &&
+               json_integer_value(head_dim) * m->num_attention_heads == m->hidden_size))
         rc = tr_fail(TR_ERR_INVALID, "%s: head_dim is not supported unless it is hidden_size / "
-                     "num_attention_heads (%d / %d): transformers 4.38's Llama, Qwen2 and Mistral "
-                     "have no head_dim", path, m->hidden_size, m->num_attention_heads);
+                     "num_attention_heads (%d / %d): transformers 4.44's %s has no head_dim "
+                     "(Mistral's is read: model_type mistral)", path, m->hidden_size,
+                     m->num_attention_heads, qwen2 ? "Qwen2" : "Llama");
     /* The sliding window: Mistral's (a window of every position, or null, is none: Mistral-7B
      * v0.2 and later; v0.1's 4096 of 32768 is kept as model.sliding_window, and sequences
      * stay within it, where full causal attention is the windowed one); Qwen2's only with
@@ -443,6 +449,14 @@ int hf_family_check_files(const char *dir, const tr_model_config *m, int family)
 
 /* ------------------------------------------------------------------ export */
 
+/* transformers' Llama, Qwen2 and Mistral: RMSNorm, rope over whole heads, SwiGLU, no linear
+ * biases (q, k and v either way), no embedding norm, the sequential residual */
+static int llama_like(const tr_gpt_shape *s)
+{
+    return s->rmsnorm && s->position == TR_POS_ROPE && s->rotary_dims == tr_gpt_head_size(s) &&
+           s->swiglu && s->no_linear_bias && !s->embedding_ln && !s->parallel_residual;
+}
+
 int hf_shape_family(const tr_gpt_shape *s)
 {
     if (s->relu) /* a ReLU MLP: OPT's alone */
@@ -462,17 +476,20 @@ int hf_shape_family(const tr_gpt_shape *s)
         plain.rope_scaling = 0;
         return hf_shape_family(&plain) == TR_HF_LLAMA ? TR_HF_LLAMA : -1;
     }
-    /* Gemma's switches (a head size other than C / NH, norms of 1 + weight, the embedding's
-     * scale, GeGLU) are no other family's: a model with any of them is a Gemma or nothing */
-    if (s->kv_channels || s->layernorm_1p || s->embedding_multiplier || s->geglu)
+    /* Gemma's switches (norms of 1 + weight, the embedding's scale, GeGLU) are no other
+     * family's: a model with any of them is a Gemma or nothing; a head size other than C / NH
+     * (kv_channels) without them is a Mistral's (head_dim, read by transformers from 4.43,
+     * Llama's only from 4.45; 4.38 cannot load such an export) or nothing */
+    if (s->layernorm_1p || s->embedding_multiplier || s->geglu)
         return hf_gemma_shape(s);
+    if (s->kv_channels)
+        return llama_like(s) && !s->qkv_bias ? TR_HF_MISTRAL : -1;
     if (s->output_bias) /* an lm_head.bias: Phi's alone */
         return hf_phi_shape(s);
     int HS = tr_gpt_head_size(s);
     /* transformers' Llama, Qwen2, Mistral and Bloom add attention and MLP in turn (Bloom with
      * the tanh GELU); GPT-NeoX's parallel residual has two norms (one shared: Falcon-7B's) */
-    if (s->rmsnorm && s->position == TR_POS_ROPE && s->rotary_dims == HS && s->swiglu &&
-        s->no_linear_bias && !s->embedding_ln && !s->parallel_residual)
+    if (llama_like(s))
         return !s->sliding_window ? (s->qkv_bias ? TR_HF_QWEN2 : TR_HF_LLAMA)
                : s->qkv_bias      ? -1 /* (a Qwen2 with a window: its import refuses it) */
                                   : TR_HF_MISTRAL;
@@ -561,7 +578,10 @@ int hf_write_family_config(const char *dir, int family, const tr_model_config *m
                       : qwen2 ? json_pack("{s:b, s:i, s:i}", "use_sliding_window", 0,
                                           "sliding_window", m->max_position_embeddings,
                                           "max_window_layers", m->num_layers)
-                      : mistral ? json_pack("{s:i}", "sliding_window", m->sliding_window)
+                      : mistral ? json_pack("{s:o, s:i}", "sliding_window",
+                                            m->sliding_window ? json_integer(m->sliding_window)
+                                                              : json_null(),
+                                            "head_dim", tr_model_head_size(m))
                                 : json_pack("{s:b, s:o, s:i}", "attention_bias", 0, "rope_scaling",
                                             hf_rope_scaling_json(m), "pretraining_tp", 1);
         if (!own || json_object_update(root, own))

@@ -25,14 +25,27 @@
  * float32 */
 static float gemma_multiplier(int C) { return (float)sqrt((double)C); }
 
+int hf_read_head_dim(json_t *root, const char *path, int dflt, const char *family,
+                     tr_model_config *m)
+{
+    int C = m->hidden_size, NH = m->num_attention_heads, head_dim = 0;
+    json_t *v = json_object_get(root, "head_dim");
+    if (!dflt && (!v || json_is_null(v)))
+        return TR_OK; /* (C / NH) */
+    int rc = hf_get_int(root, path, "head_dim", dflt, &head_dim);
+    if (!rc && head_dim % 2) /* (rotate_half turns pairs of the head's dimensions) */
+        rc = tr_fail(TR_ERR_INVALID, "%s: head_dim %d is odd: %s's rotary positions turn "
+                     "the head's dimensions in pairs", path, head_dim, family);
+    if (!rc)
+        m->kv_channels = NH > 0 && C % NH == 0 && head_dim == C / NH ? 0 : head_dim;
+    return rc;
+}
+
 int hf_read_gemma(json_t *root, const char *path, tr_model_config *m)
 {
     /* (absent: GemmaConfig's head_dim 256, tied) */
-    int head_dim = 0, tie = 1;
-    int rc = hf_get_int(root, path, "head_dim", 256, &head_dim);
-    if (!rc && head_dim % 2) /* (rotate_half turns pairs of the head's dimensions) */
-        rc = tr_fail(TR_ERR_INVALID, "%s: head_dim %d is odd: Gemma's rotary positions turn "
-                     "the head's dimensions in pairs", path, head_dim);
+    int tie = 1;
+    int rc = hf_read_head_dim(root, path, 256, "Gemma", m);
     if (!rc)
         rc = hf_get_bool(root, path, "tie_word_embeddings", 1, &tie);
     if (!rc && !tie)
@@ -48,10 +61,8 @@ int hf_read_gemma(json_t *root, const char *path, tr_model_config *m)
     if (!rc)
         rc = hf_gelu_act(root, path, key, "gelu", "Gemma MLP (GeGLU)", &exact);
     /* (the Llama reader's switches stand: RMSNorm, rope over whole heads, no biases) */
-    int C = m->hidden_size, NH = m->num_attention_heads;
-    m->kv_channels = NH > 0 && C % NH == 0 && head_dim == C / NH ? 0 : head_dim;
     m->apply_layernorm_1p = 1;
-    m->embedding_multiplier = gemma_multiplier(C);
+    m->embedding_multiplier = gemma_multiplier(m->hidden_size);
     m->swiglu = 0;
     m->geglu = 1;
     m->gelu_approximate = exact ? "none" : "tanh";

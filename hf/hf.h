@@ -273,7 +273,10 @@ const char *tr_hf_family_name(int family);
  * "phi", "stablelm", "gemma", "gpt_bigcode", "gptj", "mpt", "opt"; "mistral" is
  * TR_HF_LLAMA: the same model when its sliding_window is null or spans
  * max_position_embeddings, exported as a Llama; a shorter window is kept as
- * model.sliding_window, seq_length within it, and exported as a Mistral; a Qwen2 is a Llama
+ * model.sliding_window, seq_length within it, and exported as a Mistral; Mistral's head_dim
+ * (transformers 4.43's; Mistral-Nemo's 128 in hidden 5120 of 32 heads), even, is
+ * model.kv_channels where it is not hidden_size / num_attention_heads, exported as a Mistral
+ * with head_dim (a Llama's or Qwen2's head_dim other than that is refused); a Qwen2 is a Llama
  * with add_qkv_bias (Qwen2ForCausalLM: q/k/v_proj.bias -> qkv.bias rows as the weights'),
  * its window used only with use_sliding_window true, refused then unless it spans every
  * position; anything else TR_HF_GPT2 with
@@ -288,7 +291,8 @@ TR_MUST_CHECK int tr_hf_read_family_config(const char *dir, tr_model_config *m, 
 TR_MUST_CHECK int tr_hf_load_family(const char *dir, int family, tr_gpt *g, float *params);
 /* Which HF family m is: TR_HF_GPT2, TR_HF_LLAMA (RMSNorm, rope over whole heads, SwiGLU, no
  * biases, no embedding norm, the sequential residual; GQA and tying either way), TR_HF_QWEN2
- * (the same with add_qkv_bias), TR_HF_MISTRAL (a Llama with model.sliding_window),
+ * (the same with add_qkv_bias), TR_HF_MISTRAL (a Llama with model.sliding_window or
+ * kv_channels, no q/k/v biases),
  * TR_HF_BLOOM (LayerNorm, ALiBi, embedding norm, biases, tanh GELU 4h, the sequential
  * residual, tied), TR_HF_NEOX (LayerNorm, rope over any even share of the head, biases, GELU
  * MLP of any width, no GQA, no embedding norm, either residual (the parallel one with two

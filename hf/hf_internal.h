@@ -61,6 +61,11 @@ int hf_stablelm_shape(const tr_gpt_shape *s);
 /* Gemma (family_gemma.c): called by the Llama reader (family_config.c) after the keys it shares,
  * Gemma's own into m (head_dim, the activation, tying, the switches); its config.json;
  * TR_HF_GEMMA for a shape of its switches, else -1 (the names: family.c, the Llama's) */
+/* config.json's head_dim (absent or null: dflt; dflt 0: hidden_size / num_attention_heads), an
+ * integer >= 1 and even (rotate_half turns pairs; else refused naming family) -> m->kv_channels,
+ * 0 where it is hidden_size / num_attention_heads (Gemma's, Mistral's: family_gemma.c) */
+TR_MUST_CHECK int hf_read_head_dim(json_t *root, const char *path, int dflt, const char *family,
+                                   tr_model_config *m);
 TR_MUST_CHECK int hf_read_gemma(json_t *root, const char *path, tr_model_config *m);
 TR_MUST_CHECK int hf_write_gemma_config(const char *dir, const tr_model_config *m,
                                         const tr_hf_export_options *o);

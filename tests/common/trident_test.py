@@ -186,6 +186,9 @@ def processes_with(marker):
 
 # The Hugging Face oracles' packages (tests/hf, tests/sft): one virtual environment holds them
 HF_PACKAGES = ["transformers==4.38.2", "tokenizers<0.19", "safetensors", "jinja2"]
+# a later transformers, the oracle of what 4.38 does not read (Mistral's head_dim: from 4.43;
+# 4.44.2 still runs on Debian's torch 1.13): its own environment (tests/hf's hf-new-venv)
+HF_NEW_PACKAGES = ["transformers==4.44.2", "tokenizers<0.20", "safetensors"]
 
 
 def venv_python(path, packages, import_name):

@@ -237,16 +237,16 @@ def leftovers(parent):
 # ---------------------------------------------------------------- the transformers oracles' helpers
 # (numpy and torch imported by each: the convert tests above run without them)
 
-def oracle_start(argv):
+def oracle_start(argv, packages=None):
     """The start of a transformers oracle run as `SCRIPT TRIDENT HF_PROBE WORKDIR VENV [--quick]`:
-    the script runs again under VENV's Python (made by tt.venv_python) unless transformers
-    imports; then transformers' logging quiet, torch on 2 threads, WORKDIR made fresh.
+    the script runs again under VENV's Python (made by tt.venv_python with packages, else
+    tt.HF_PACKAGES) unless transformers imports; then transformers' logging quiet, torch on 2 threads, WORKDIR made fresh.
     (trident, hf_probe, workdir, quick)."""
     trident, probe, work, venv = argv[1:5]
     try:
         import transformers  # noqa: F401
     except ImportError:
-        py = tt.venv_python(venv, tt.HF_PACKAGES, "transformers")
+        py = tt.venv_python(venv, packages or tt.HF_PACKAGES, "transformers")
         os.execv(py, [py, os.path.abspath(argv[0]), *argv[1:]])
     import torch
     from transformers.utils import logging as hf_logging

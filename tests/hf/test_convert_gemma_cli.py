@@ -223,7 +223,8 @@ for what, tensors, config, cause in [
 # transformers has no such model: Gemma's switches on another family, or a Gemma without its others
 llama = dict(gkeys, kv_channels=None, geglu=None, swiglu=True, apply_layernorm_1p=None, embedding_multiplier=None,
              gelu_approximate=None)
-for what, keys in (("a Llama with kv_channels 16", dict(llama, kv_channels=HS)),
+for what, keys in (("a Llama with kv_channels 16 and q/k/v biases (a Mistral's head_dim has none)",
+                    dict(llama, kv_channels=HS, add_qkv_bias=True)),
                    ("a Llama with apply_layernorm_1p", dict(llama, apply_layernorm_1p=True)),
                    ("a Llama with embedding_multiplier", dict(llama, embedding_multiplier=MULT)),
                    ("a Gemma with the embedding times 2", dict(embedding_multiplier=2.0)),
