@@ -37,6 +37,27 @@ static void expect_flow(const char *text, const char *want)
     tr_config_free(&c);
 }
 
+/* The config `text` with the overrides ov[0..n) loads and its family flow names no `key`. */
+static void expect_flow_lacks(const char *text, const char *const *ov, int n, const char *key)
+{
+    tr_config c;
+    char flow[1024];
+    assert_int_equal(tr_t_load(text, ov, n, &c), TR_OK);
+    tr_model_family_flow(&c.model, flow, sizeof flow);
+    if (strstr(flow, key))
+        fail_msg("family flow '%s' names '%s'", flow, key);
+    tr_config_free(&c);
+}
+
+/* c as tr_config_write writes it holds `want`. */
+static void expect_written(const tr_config *c, const char *want)
+{
+    char *text = tr_t_write(c, NULL);
+    if (!strstr(text, want))
+        fail_msg("the written config lacks '%s':\n%s", want, text);
+    free(text);
+}
+
 /* GPT-NeoX (Pythia): a quarter of each head rotated, parallel residual, exact GELU; Falcon-7B
  * (one norm for both branches) and Phi-2 (that, and the output layer's bias) */
 static void test_neox_falcon_phi(void **state)
@@ -125,11 +146,7 @@ static void test_gptj(void **state)
     expect_flow(gptj, ", add_bias_linear: false,");
     expect_flow(gptj, ", add_mlp_bias: true, parallel_residual: true");
     const char *ov[] = {"model.add_bias_linear=true"};
-    assert_int_equal(tr_t_load(gptj, ov, 1, &c), TR_OK);
-    char flow[1024];
-    tr_model_family_flow(&c.model, flow, sizeof flow);
-    assert_null(strstr(flow, "add_mlp_bias"));
-    tr_config_free(&c);
+    expect_flow_lacks(gptj, ov, 1, "add_mlp_bias");
     E(WITH("  add_mlp_bias: 1.5\n"), "t.yaml:6:17: ", "expected a boolean");
 }
 
@@ -144,30 +161,15 @@ static void test_mpt(void **state)
                            "  gelu_approximate: none\n  layernorm_bias: false\n");
     assert_int_equal(tr_t_load(mpt, NULL, 0, &c), TR_OK);
     assert_true(c.model.no_layernorm_bias && !c.model.add_bias_linear);
-    char *text = NULL;
-    size_t len = 0;
-    FILE *f = open_memstream(&text, &len);
-    assert_int_equal(tr_config_write(&c, f), TR_OK);
-    fclose(f);
-    assert_non_null(strstr(text, "layernorm_bias: false"));
-    free(text);
+    expect_written(&c, "layernorm_bias: false");
     tr_config_free(&c);
     assert_int_equal(tr_t_load(TR_T_REQUIRED, NULL, 0, &c), TR_OK);
     assert_int_equal(c.model.no_layernorm_bias, 0);
-    text = NULL;
-    f = open_memstream(&text, &len);
-    assert_int_equal(tr_config_write(&c, f), TR_OK);
-    fclose(f);
-    assert_non_null(strstr(text, "layernorm_bias: true"));
-    free(text);
+    expect_written(&c, "layernorm_bias: true");
     tr_config_free(&c);
     expect_flow(mpt, ", gelu_approximate: none, layernorm_bias: false");
     const char *ov[] = {"model.normalization=RMSNorm"};
-    assert_int_equal(tr_t_load(mpt, ov, 1, &c), TR_OK);
-    char flow[1024];
-    tr_model_family_flow(&c.model, flow, sizeof flow);
-    assert_null(strstr(flow, "layernorm_bias"));
-    tr_config_free(&c);
+    expect_flow_lacks(mpt, ov, 1, "layernorm_bias");
     const char *on[] = {"model.layernorm_bias=true"};
     assert_int_equal(tr_t_load(mpt, on, 1, &c), TR_OK);
     assert_int_equal(c.model.no_layernorm_bias, 0);
@@ -186,26 +188,15 @@ static void test_opt(void **state)
     assert_int_equal(tr_t_load(opt, NULL, 0, &c), TR_OK);
     assert_int_equal(c.model.relu, 1);
     assert_int_equal(tr_model_ffn_hidden(&c.model), 256); /* 4h, as GPT-2's */
-    char *text = NULL;
-    size_t len = 0;
-    FILE *f = open_memstream(&text, &len);
-    assert_int_equal(tr_config_write(&c, f), TR_OK);
-    fclose(f);
-    assert_non_null(strstr(text, "relu: true"));
-    free(text);
+    expect_written(&c, "relu: true");
     tr_config_free(&c);
     assert_int_equal(tr_t_load(TR_T_REQUIRED, NULL, 0, &c), TR_OK);
     assert_int_equal(c.model.relu, 0);
-    char flow[1024];
-    tr_model_family_flow(&c.model, flow, sizeof flow);
-    assert_null(strstr(flow, "relu"));
     tr_config_free(&c);
+    expect_flow_lacks(TR_T_REQUIRED, NULL, 0, "relu");
     expect_flow(opt, ", layernorm_epsilon: 1e-05, relu: true");
     const char *none[] = {"model.gelu_approximate=none"};
-    assert_int_equal(tr_t_load(opt, none, 1, &c), TR_OK);
-    tr_model_family_flow(&c.model, flow, sizeof flow);
-    assert_null(strstr(flow, "gelu_approximate"));
-    tr_config_free(&c);
+    expect_flow_lacks(opt, none, 1, "gelu_approximate");
     const char *on[] = {"model.relu=true"};
     assert_int_equal(tr_t_load(TR_T_REQUIRED, on, 1, &c), TR_OK);
     assert_int_equal(c.model.relu, 1);
@@ -271,11 +262,8 @@ static void test_llama_and_bloom(void **state)
     assert_int_equal(c.model.num_query_groups, 2);
     assert_true(c.model.rotary_base == 500000.0 && c.model.layernorm_epsilon == 1e-6);
     /* the resolved config writes and reloads to the same values */
-    char *text = NULL;
-    size_t len = 0;
-    FILE *f = open_memstream(&text, &len);
-    assert_int_equal(tr_config_write(&c, f), TR_OK);
-    fclose(f);
+    size_t len;
+    char *text = tr_t_write(&c, &len);
     tr_config d;
     assert_int_equal(tr_config_load_string(text, len, "w.yaml", NULL, 0, &d), TR_OK);
     assert_string_equal(d.model.position_embedding_type, "rope");

@@ -99,11 +99,8 @@ static int load_any(const char *text, size_t len)
         return rc;
     }
     expect_valid(&c);
-    char *out = NULL;
-    size_t out_len = 0;
-    FILE *f = open_memstream(&out, &out_len);
-    assert_int_equal(tr_config_write(&c, f), TR_OK);
-    fclose(f);
+    size_t out_len;
+    char *out = tr_t_write(&c, &out_len);
     tr_config back;
     int rc2 = tr_config_load_string(out, out_len, "written", NULL, 0, &back);
     if (rc2)

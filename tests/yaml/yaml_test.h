@@ -47,6 +47,20 @@ static inline int tr_t_load(const char *text, const char *const *ov, int n, tr_c
     return tr_config_load_string(text, strlen(text), "t.yaml", ov, n, c);
 }
 
+/* c as tr_config_write writes it: the text (the caller frees it), its length in *len when len */
+static inline char *tr_t_write(const tr_config *c, size_t *len)
+{
+    char *text = NULL;
+    size_t n = 0;
+    FILE *f = open_memstream(&text, &n);
+    assert_non_null(f);
+    assert_int_equal(tr_config_write(c, f), TR_OK);
+    fclose(f);
+    if (len)
+        *len = n;
+    return text;
+}
+
 static inline int tr_t_is_zero(const tr_config *c)
 {
     static const tr_config zero;
