@@ -299,13 +299,8 @@ static int read_config(chat_template *ct, const char *tokenizer_json, int is_aut
         free(path);
         return rc;
     }
-    json_error_t err;
-    /* numbers as doubles: transformers writes model_max_length int(1e30) where the model set
-     * none (Llama 2's and 3's files), past jansson's integers; no integer is read here */
-    json_t *root = json_load_file(path, JSON_REJECT_DUPLICATES | JSON_DECODE_INT_AS_REAL, &err);
-    int rc = TR_OK;
-    if (!json_is_object(root))
-        rc = tr_fail(TR_ERR_INVALID, "%s: %s", path, root ? "not a JSON object" : err.text);
+    json_t *root = NULL;
+    int rc = tr_tokenizer_config_load(path, &root);
     if (!rc && is_auto)
         rc = recognise(root, path, which);
     if (!rc && known[*which].bos && token_text(root, "bos_token"))

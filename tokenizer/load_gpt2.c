@@ -40,16 +40,13 @@ const char *tok_show(const char *s, size_t len, char *buf, size_t cap)
     return buf;
 }
 
-int load_json_file(const char *path, const char *what, json_t **out)
+int load_json_file(const char *path, const char *what, size_t flags, json_t **out)
 {
     json_error_t err;
     FILE *f = fopen(path, "rb");
     if (!f)
         return tr_fail(TR_ERR_IO, "cannot open %s %s: %s", what, path, strerror(errno));
-    /* tokenizer_config.json: numbers as doubles, so transformers' saved "model_max_length":
-     * 1000000000000000019884624838656 (no limit) loads; no integer is read from it */
-    int real = !strcmp(what, "tokenizer_config.json") ? JSON_DECODE_INT_AS_REAL : 0;
-    *out = json_loadf(f, JSON_REJECT_DUPLICATES | real, &err);
+    *out = json_loadf(f, JSON_REJECT_DUPLICATES | flags, &err);
     fclose(f);
     if (!*out)
         return tr_fail(TR_ERR_INVALID, "%s:%d:%d: %s is not valid JSON: %s", path, err.line,
@@ -190,7 +187,7 @@ static int load_merges_txt(tr_tokenizer *t, const char *path)
 int load_gpt2(tr_tokenizer *t, const char *vocab_file, const char *merge_file)
 {
     json_t *root;
-    int rc = load_json_file(vocab_file, "--vocab-file", &root);
+    int rc = load_json_file(vocab_file, "--vocab-file", 0, &root);
     if (rc)
         return rc;
     rc = add_vocab_object(t, root, vocab_file);

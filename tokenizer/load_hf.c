@@ -445,15 +445,12 @@ static int eos_from_config(tr_tokenizer *t, const char *file, int *have)
         return TR_OK;
     }
     json_t *root, *eos = NULL;
-    int rc = load_json_file(path, "tokenizer_config.json", &root);
+    int rc = tr_tokenizer_config_load(path, &root);
     if (rc) {
         free(path);
         return rc;
     }
-    if (!json_is_object(root))
-        rc = hf_bad(path, "the file", "expected a JSON object (a tokenizer_config.json)");
-    else
-        rc = config_token_name(path, root, "eos_token", &eos);
+    rc = config_token_name(path, root, "eos_token", &eos);
     if (!rc && eos) {
         *have = 1;
         rc = config_token_id(t, path, "eos_token", eos, file, &t->eod);
@@ -466,13 +463,11 @@ static int eos_from_config(tr_tokenizer *t, const char *file, int *have)
 int gpt2_bos_from_config(tr_tokenizer *t, const char *path)
 {
     json_t *root, *add, *bos = NULL;
-    int rc = load_json_file(path, "tokenizer_config.json", &root);
+    int rc = tr_tokenizer_config_load(path, &root);
     if (rc)
         return rc;
     add = json_object_get(root, "add_bos_token");
-    if (!json_is_object(root))
-        rc = hf_bad(path, "the file", "expected a JSON object (a tokenizer_config.json)");
-    else if (add && !json_is_boolean(add))
+    if (add && !json_is_boolean(add))
         rc = hf_bad(path, "add_bos_token", "expected true or false");
     else if (json_is_true(json_object_get(root, "add_prefix_space")))
         rc = hf_bad(path, "add_prefix_space", "true is not supported (GPT2BPETokenizer encodes "
@@ -495,6 +490,19 @@ int gpt2_bos_from_config(tr_tokenizer *t, const char *path)
     return rc;
 }
 
+int tr_tokenizer_config_load(const char *path, struct json_t **root)
+{
+    /* (numbers as doubles: transformers' saved "model_max_length":
+     * 1000000000000000019884624838656 (no limit) is past jansson's integers) */
+    int rc = load_json_file(path, "tokenizer_config.json", JSON_DECODE_INT_AS_REAL, root);
+    if (!rc && !json_is_object(*root)) {
+        json_decref(*root);
+        *root = NULL;
+        rc = hf_bad(path, "the file", "expected a JSON object (a tokenizer_config.json)");
+    }
+    return rc;
+}
+
 char *tr_tokenizer_config_path(const char *tokenizer_json)
 {
     const char *slash = strrchr(tokenizer_json, '/');
@@ -510,7 +518,7 @@ char *tr_tokenizer_config_path(const char *tokenizer_json)
 int load_hf(tr_tokenizer *t, const char *path)
 {
     json_t *root;
-    int rc = load_json_file(path, "--tokenizer-model", &root), bytelevel = 0;
+    int rc = load_json_file(path, "--tokenizer-model", 0, &root), bytelevel = 0;
     if (rc)
         return rc;
     if (!json_is_object(root)) {

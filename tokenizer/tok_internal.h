@@ -208,8 +208,10 @@ size_t sp_decoded_text(const char *s, size_t len, char *out);
  * or '+' and one digit, as Rust's from_str_radix takes them), else -1. *exact: spelled as
  * tokenizers spells a fallback byte when encoding ("<0x%02X>"). */
 int sp_byte_token(const char *s, size_t len, int *exact);
-/* Read a whole JSON file with jansson (duplicate keys refused); `what` names it in messages. */
-TR_MUST_CHECK int load_json_file(const char *path, const char *what, struct json_t **out);
+/* Read a whole JSON file with jansson (duplicate keys refused, and jansson's decoding flags);
+ * `what` names it in messages. */
+TR_MUST_CHECK int load_json_file(const char *path, const char *what, size_t flags,
+                                 struct json_t **out);
 /* A token for messages: escaped (\xNN for bytes outside printable ASCII) and shortened to fit
  * buf's cap bytes. */
 const char *tok_show(const char *s, size_t len, char *buf, size_t cap);

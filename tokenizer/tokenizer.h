@@ -99,6 +99,13 @@ void tr_tokenizer_free(tr_tokenizer *t);
  * the end of document: a malloc'ed path, or NULL when out of memory. */
 char *tr_tokenizer_config_path(const char *tokenizer_json);
 
+/* A tokenizer_config.json as every reader takes it (the end of document here, GPT2BPETokenizer's
+ * BOS, the chat templates): *root a JSON object (duplicate keys refused) whose numbers load as
+ * doubles, since transformers writes model_max_length int(1e30) where the model set none (no
+ * integer is read from it); else TR_ERR_IO or TR_ERR_INVALID naming path, *root NULL. */
+struct json_t;
+TR_MUST_CHECK int tr_tokenizer_config_load(const char *path, struct json_t **root);
+
 /* Ids are in [0, vocab_size): the largest id + 1 (added tokens included). */
 int tr_tokenizer_vocab_size(const tr_tokenizer *t);
 /* The end-of-document id, or -1 when the tokenizer has none. */
