@@ -137,6 +137,8 @@ typedef struct {
     int geglu;            /* MLP = fc_proj(gelu(gate) * up), fc as swiglu's (gate, up) pairs */
     int relu;             /* the MLP's activation is ReLU, max(x, 0) (model.relu; OPT); not
                            * gated; gelu_exact 0 then */
+    int hf_phi3;          /* model.hf_family phi3: exported as Phi-3 (fused qkv_proj,
+                           * gate_up_proj); recorded, not computed */
     int rope_scaling;     /* TR_ROPE_SCALING_*: rope's positions or frequencies scaled */
     float rope_factor;    /* linear: position t rotated as t / factor; llama3: its factor */
     float rope_low_freq_factor, rope_high_freq_factor; /* llama3 */
