@@ -13,9 +13,11 @@
 
 /* ------------------------------------------------------------------ names and layouts */
 
-/* ROT: GPT-J's q, k rows; FUSED: one tensor of rows [Q | K | V] (MPT's Wqkv); POS_OFFSET: OPT's
- * embed_positions, trident's rows after POS_OFFSET_ROWS that no position reads */
-enum { FAM_SAME, FAM_QKV, FAM_SWIGLU, FAM_QKV_ROT, FAM_QKV_FUSED, FAM_POS_OFFSET };
+/* ROT: GPT-J's q, k rows; FUSED: one tensor of rows [Q | K | V] (MPT's Wqkv, Phi-3's qkv_proj);
+ * POS_OFFSET: OPT's embed_positions, trident's rows after POS_OFFSET_ROWS that no position
+ * reads; SWIGLU_FUSED: one tensor of rows [gate | up] (Phi-3's gate_up_proj) */
+enum { FAM_SAME, FAM_QKV, FAM_SWIGLU, FAM_QKV_ROT, FAM_QKV_FUSED, FAM_POS_OFFSET,
+       FAM_SWIGLU_FUSED };
 enum { POS_OFFSET_ROWS = 2 }; /* (OPTLearnedPositionalEmbedding's offset) */
 #define NO_ROW UINT64_MAX /* trident_row of an HF row that is no trident row's */
 
@@ -239,6 +241,18 @@ static int map_opt(const tr_param_tensor *t, const tr_gpt_shape *s, fam_map *m)
     return rc;
 }
 
+/* Phi-3: family_phi3.c's fused qkv_proj (FAM_QKV_FUSED) and gate_up_proj (FAM_SWIGLU_FUSED),
+ * the Llama's other names */
+static int map_phi3(const tr_param_tensor *t, const tr_gpt_shape *s, fam_map *m)
+{
+    int fused = hf_phi3_map(t, m->name[0]);
+    if (!fused)
+        return map_llama(t, s, m);
+    m->kind = fused == 1 ? FAM_QKV_FUSED : FAM_SWIGLU_FUSED, m->n = 1;
+    m->rows[0] = (uint64_t)t->full_rows;
+    return TR_OK;
+}
+
 uint64_t hf_qkv_row(uint64_t r, int k, int HS, int R)
 {
     uint64_t unit = r / (uint64_t)HS, d = r % (uint64_t)HS;
@@ -247,10 +261,24 @@ uint64_t hf_qkv_row(uint64_t r, int k, int HS, int R)
     return (g * (uint64_t)(R + 2) + u) * (uint64_t)HS + d;
 }
 
+uint64_t hf_fused_qkv_row(uint64_t r, const tr_gpt_shape *s)
+{
+    int HS = tr_gpt_head_size(s), NG = s->query_groups ? s->query_groups : s->NH;
+    uint64_t q = (uint64_t)s->NH * HS, kv = (uint64_t)NG * HS;
+    int k = r < q ? 0 : 1 + (int)((r - q) / kv); /* which block, then its row */
+    return hf_qkv_row(k == 0 ? r : (r - q) % kv, k, HS, s->NH / NG);
+}
+
+uint64_t hf_fused_swiglu_row(uint64_t r, const tr_gpt_shape *s)
+{
+    uint64_t F = (uint64_t)(s->ffn ? s->ffn : 4 * s->C);
+    return 2 * (r % F) + r / F;
+}
+
 /* The trident row of row r of HF tensor k of a map of `kind` (not FAM_SAME): SwiGLU's rows
  * (feature, {gate, up}); q/k/v_proj's (k: 0 q, 1 k, 2 v), GPT-J's with q's and k's rotary
- * pairs interleaved; a fused [Q (NH heads) | K | V (NG each)] tensor's (k 0); OPT's positions
- * r - 2 (NO_ROW for its first 2) */
+ * pairs interleaved; a fused [Q (NH heads) | K | V (NG each)] or [gate | up] tensor's (k 0);
+ * OPT's positions r - 2 (NO_ROW for its first 2) */
 static uint64_t trident_row(int kind, int k, uint64_t r, const tr_gpt_shape *s)
 {
     int HS = tr_gpt_head_size(s), NG = s->query_groups ? s->query_groups : s->NH;
@@ -258,13 +286,12 @@ static uint64_t trident_row(int kind, int k, uint64_t r, const tr_gpt_shape *s)
         return r < POS_OFFSET_ROWS ? NO_ROW : r - POS_OFFSET_ROWS;
     if (kind == FAM_SWIGLU)
         return 2 * r + (uint64_t)k;
-    if (kind == FAM_QKV_FUSED) { /* MPT's Wqkv: which block, then its row */
-        uint64_t q = (uint64_t)s->NH * HS, kv = (uint64_t)NG * HS;
-        k = r < q ? 0 : 1 + (int)((r - q) / kv);
-        r = k == 0 ? r : (r - q) % kv;
-    } else if (kind == FAM_QKV_ROT && k < 2) { /* GPT-J's interleaved pairs */
+    if (kind == FAM_SWIGLU_FUSED)
+        return hf_fused_swiglu_row(r, s);
+    if (kind == FAM_QKV_FUSED)
+        return hf_fused_qkv_row(r, s);
+    if (kind == FAM_QKV_ROT && k < 2) /* GPT-J's interleaved pairs */
         r = r - r % (uint64_t)HS + hf_gptj_rotary_row(r % (uint64_t)HS, s->rotary_dims);
-    }
     return hf_qkv_row(r, k, HS, s->NH / NG);
 }
 
@@ -279,6 +306,7 @@ static int map_family(int family, const tr_param_tensor *t, const tr_gpt_shape *
            : family == TR_HF_FALCON ? map_falcon(t, s, m)
            : family == TR_HF_PHI    ? map_phi(t, s, m)
            : family == TR_HF_STABLELM ? map_stablelm(t, s, m)
+           : family == TR_HF_PHI3   ? map_phi3(t, s, m)
                                     : map_llama(t, s, m);
 }
 

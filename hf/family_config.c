@@ -319,6 +319,7 @@ int tr_hf_read_family_config(const char *dir, tr_model_config *m, int *family)
               : !strcmp(type, "gptj") ? TR_HF_GPTJ
               : !strcmp(type, "mpt") ? TR_HF_MPT
               : !strcmp(type, "opt") ? TR_HF_OPT
+              : !strcmp(type, "phi3") ? TR_HF_PHI3
                                        : TR_HF_GPT2;
     memset(m, 0, sizeof *m);
     /* the Falcon of trust_remote_code (tiiuae's RWForCausalLM, before transformers 4.33): other
@@ -353,6 +354,8 @@ int tr_hf_read_family_config(const char *dir, tr_model_config *m, int *family)
         rc = hf_read_mpt(root, path, m);
     else if (!rc && *family == TR_HF_OPT)
         rc = hf_read_opt(root, path, m);
+    else if (!rc && *family == TR_HF_PHI3)
+        rc = hf_read_phi3(root, path, m);
     if (!rc && *family != TR_HF_GPT2) {
         m->seq_length = tr_model_longest_seq(m);
         if ((!m->kv_channels && m->hidden_size % m->num_attention_heads) ||
@@ -380,6 +383,7 @@ const char *tr_hf_family_name(int family)
            : family == TR_HF_GPTJ    ? "GPT-J"
            : family == TR_HF_MPT     ? "MPT"
            : family == TR_HF_OPT     ? "OPT"
+           : family == TR_HF_PHI3    ? "Phi3"
                                      : "GPT-2";
 }
 
@@ -418,7 +422,8 @@ static double family_numel(const tr_model_config *m, int family)
         return V * C * (m->untie_embeddings_and_output_weights ? 2 : 1) + 2 * C +
                L * (4 * C + 4 * C * C + 4 * C + 2 * F * C + F + C);
     }
-    /* Llama, Qwen2, Gemma: q_proj and o_proj of A = NH x head size, k_proj and v_proj (KV) */
+    /* Llama, Qwen2, Gemma, Phi-3: q_proj and o_proj of A = NH x head size, k_proj and v_proj
+     * (KV; Phi-3's fused with q_proj) */
     double HS = tr_model_head_size(m), A = m->num_attention_heads * HS;
     double KV = 2.0 * m->num_query_groups * HS * C;
     double F = m->ffn_hidden_size, qkv_bias = m->add_qkv_bias ? A + KV / C : 0;
@@ -459,6 +464,8 @@ static int llama_like(const tr_gpt_shape *s)
 
 int hf_shape_family(const tr_gpt_shape *s)
 {
+    if (s->hf_phi3) /* model.hf_family phi3: a Phi-3 or nothing */
+        return hf_phi3_shape(s);
     if (s->relu) /* a ReLU MLP: OPT's alone */
         return hf_opt_shape(s);
     if (tr_gpt_is_gpt2(s))
@@ -555,6 +562,8 @@ int hf_write_family_config(const char *dir, int family, const tr_model_config *m
         return hf_write_mpt_config(dir, m, o);
     if (family == TR_HF_OPT)
         return hf_write_opt_config(dir, m, o);
+    if (family == TR_HF_PHI3)
+        return hf_write_phi3_config(dir, m, o);
     if (family == TR_HF_LLAMA || family == TR_HF_QWEN2 || family == TR_HF_MISTRAL) {
         int qwen2 = family == TR_HF_QWEN2, mistral = family == TR_HF_MISTRAL;
         root = json_pack("{s:[s], s:s, s:i, s:i, s:i, s:i, s:i, s:i, s:f, s:f, s:i, s:b, s:s,"

@@ -265,12 +265,12 @@ TR_MUST_CHECK int tr_hf_load_gpt2(const char *dir, tr_gpt *g, float *params);
  * hidden_size not divisible by the heads refused by name. */
 enum { TR_HF_GPT2, TR_HF_LLAMA, TR_HF_BLOOM, TR_HF_QWEN2, TR_HF_MISTRAL, TR_HF_NEOX, TR_HF_FALCON,
        TR_HF_PHI, TR_HF_STABLELM, TR_HF_GEMMA, TR_HF_BIGCODE, TR_HF_GPTJ, TR_HF_MPT,
-       TR_HF_OPT };
+       TR_HF_OPT, TR_HF_PHI3 };
 /* "GPT-2", "Llama", "Bloom", "Qwen2", "Mistral", "GPT-NeoX", "Falcon", "Phi", "StableLM",
- * "Gemma", "GPTBigCode", "GPT-J", "MPT", "OPT" */
+ * "Gemma", "GPTBigCode", "GPT-J", "MPT", "OPT", "Phi3" */
 const char *tr_hf_family_name(int family);
 /* DIR/config.json: *family from model_type ("llama", "qwen2", "bloom", "gpt_neox", "falcon",
- * "phi", "stablelm", "gemma", "gpt_bigcode", "gptj", "mpt", "opt"; "mistral" is
+ * "phi", "stablelm", "gemma", "gpt_bigcode", "gptj", "mpt", "opt", "phi3"; "mistral" is
  * TR_HF_LLAMA: the same model when its sliding_window is null or spans
  * max_position_embeddings, exported as a Llama; a shorter window is kept as
  * model.sliding_window, seq_length within it, and exported as a Mistral; Mistral's head_dim
@@ -285,6 +285,15 @@ const char *tr_hf_family_name(int family);
  * unless config.json has seq_length; GPT-NeoX's, Falcon's, Phi's and Gemma's absent keys
  * transformers 4.38's defaults, the sizes required; embedding_multiplier 1 but Gemma's). */
 TR_MUST_CHECK int tr_hf_read_family_config(const char *dir, tr_model_config *m, int *family);
+/* Phi3ForCausalLM (Phi-3-mini-4k, Phi-3-medium-4k; model_type phi3; hf/family_phi3.c): a
+ * Llama's names and layouts but self_attn.qkv_proj (rows [q; k; v]: heads x d, kv_heads x d,
+ * kv_heads x d) -> qkv rows and mlp.gate_up_proj (rows [gate; up]) -> fc rows (feature, {gate,
+ * up}); config.json as a Llama's with Phi3Config's defaults, model.hf_family phi3 (a Llama's
+ * switches export as Phi-3 only with it); sliding_window checked and not kept (transformers
+ * 4.44's eager and sdpa attention ignore it), exported null; tie_word_embeddings either way;
+ * rope_scaling (Phi-3-128k's, Phi-3.5's longrope), partial_rotary_factor other than 1,
+ * hidden_act other than silu, attention_bias / mlp_bias true and head_dim other than hidden /
+ * heads refused by name. */
 /* The weights of a Llama / Qwen2 / Bloom / GPT-NeoX / Falcon / Phi folder into a whole model g (one
  * stage, TP 1) bound to host memory params; a missing, misshapen or foreign tensor refused
  * by name. */
@@ -324,7 +333,9 @@ TR_MUST_CHECK int tr_hf_load_family(const char *dir, int family, tr_gpt *g, floa
  * learned positions that neither GPT-2 nor GPT-BigCode takes (no linear biases): LayerNorm, a
  * ReLU or GELU MLP of any width, biases on every linear layer or none, a key/value head per
  * head, tied or untied without a head bias, the sequential residual, no embedding norm:
- * hf_opt_shape; any other model with relu -1), or -1 when transformers has no such model. */
+ * hf_opt_shape; any other model with relu -1), TR_HF_PHI3 (model.hf_family phi3, a Llama's
+ * switches without a window, scaling or heads other than C / NH: hf_phi3_shape; any other
+ * model with it -1), or -1 when transformers has no such model. */
 int tr_hf_family_of(const tr_model_config *m);
 
 /* ------------------------------------------------------------------ conversion */

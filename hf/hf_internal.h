@@ -115,6 +115,21 @@ TR_MUST_CHECK int hf_write_opt_config(const char *dir, const tr_model_config *m,
                                       const tr_hf_export_options *o);
 int hf_opt_shape(const tr_gpt_shape *s);
 TR_MUST_CHECK int hf_opt_map(const tr_param_tensor *t, char name[3][112], int *qkv);
+/* Phi-3 (family_phi3.c): config.json's keys into m (the whole model section but seq_length;
+ * model.hf_family "phi3"); its config.json; TR_HF_PHI3 for a shape of a Llama's switches with
+ * hf_phi3, else -1; the HF name of trident tensor t where it is fused (1: qkv_proj, rows
+ * [Q | K | V], hf_fused_qkv_row; 2: gate_up_proj, rows [gate | up], hf_fused_swiglu_row), else
+ * 0 (a Llama's name) */
+TR_MUST_CHECK int hf_read_phi3(json_t *root, const char *path, tr_model_config *m);
+TR_MUST_CHECK int hf_write_phi3_config(const char *dir, const tr_model_config *m,
+                                       const tr_hf_export_options *o);
+int hf_phi3_shape(const tr_gpt_shape *s);
+int hf_phi3_map(const tr_param_tensor *t, char name[112]);
+/* family.c: the trident qkv row of row r of a fused [Q (NH heads) | K | V (NG heads each)]
+ * tensor (MPT's Wqkv, Phi-3's qkv_proj, PEFT's lora_B of them); the trident fc row of row r
+ * of a fused [gate (F rows) | up (F rows)] tensor of s (Phi-3's gate_up_proj) */
+uint64_t hf_fused_qkv_row(uint64_t r, const tr_gpt_shape *s);
+uint64_t hf_fused_swiglu_row(uint64_t r, const tr_gpt_shape *s);
 /* config.json readers (config_keys.c), shared by every family: root's key into *out, or
  * TR_ERR_INVALID naming path and key. hf_get_int: absent or null takes dflt (dflt < 0: the key
  * is required), else an integer in [1, 2^26]. hf_get_num: absent takes dflt, else a positive

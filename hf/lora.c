@@ -15,7 +15,9 @@
  *    they are; MPT: transformer.blocks.L.attn.Wqkv (lora_B's rows as GPT-2's c_attn's:
  *    ({q, k, v}, head, d), nn.Linear: no fan_in_fan_out), attn.out_proj, ffn.up_proj,
  *    ffn.down_proj as they are; OPT: model.decoder.layers.L.self_attn.q_proj, k_proj, v_proj cut
- *    as a Llama's, then self_attn.out_proj, fc1, fc2 as they are. Llama: the
+ *    as a Llama's, then self_attn.out_proj, fc1, fc2 as they are; Phi-3: the fused qkv's
+ *    adapter is one on self_attn.qkv_proj (lora_B's rows [Q | K | V] as the weight's), fc's
+ *    one on mlp.gate_up_proj (lora_B's rows [gate | up]), o_proj, down_proj. Llama: the
  *    fused qkv's adapter becomes q_proj, k_proj and v_proj with the same A each and B's rows
  *    of each projection (from (group, {q.., k, v}, d)), fc's becomes gate_proj and up_proj
  *    (B's rows from (feature, {gate, up})): the same function, exactly;
@@ -47,13 +49,14 @@ static int parse_adapter(const char *name, int *layer, char *ab)
 }
 
 enum { FAM_GPT2, FAM_LLAMA, FAM_BLOOM, FAM_NEOX, FAM_FALCON, FAM_PHI, FAM_BIGCODE, FAM_GPTJ,
-       FAM_MPT, FAM_OPT };
+       FAM_MPT, FAM_OPT, FAM_PHI3 };
 /* one tensor of PEFT's file: rows of trident adapter t (all, or picked by pick_row) */
 typedef struct {
     char name[128];
     const tr_param_tensor *t;
-    int rows, kind, part; /* kind: 0 as is, 1 GPT-2 qkv rows, 2 Llama q/k/v part, 3 gate/up,
-                           * 4 GPT-J's q/k/v part (2 with q's and k's rotary rows interleaved) */
+    int rows, kind, part; /* kind: 0 as is, 1 [Q | K | V] qkv rows (GPT-2's, MPT's, Phi-3's),
+                           * 2 Llama q/k/v part, 3 gate/up, 4 GPT-J's q/k/v part (2 with q's
+                           * and k's rotary rows interleaved), 5 [gate | up] rows (Phi-3's) */
 } peft_tensor;
 
 /* trident row of HF row h of a peft tensor (see kind) */
@@ -61,10 +64,10 @@ static size_t pick_row(const tr_gpt_shape *s, const peft_tensor *p, size_t h)
 {
     int NH = s->NH, HS = tr_gpt_head_size(s), NG = s->query_groups ? s->query_groups : NH;
     int R = NH / NG;
-    if (p->kind == 1) { /* HF (qkv, head, d) <- trident (head, qkv, d) */
-        size_t q = h / ((size_t)NH * HS), hd = h % ((size_t)NH * HS);
-        return ((hd / HS) * 3 + q) * HS + hd % HS;
-    }
+    if (p->kind == 1) /* HF [Q (NH heads) | K | V (NG each)] <- trident (group, {q.., k, v}, d) */
+        return (size_t)hf_fused_qkv_row(h, s);
+    if (p->kind == 5) /* HF [gate | up] <- trident (f, {gate, up}) */
+        return (size_t)hf_fused_swiglu_row(h, s);
     if (p->kind == 2 || p->kind == 4) { /* q_proj (head, d), k/v_proj (group, d) <- (group,
                                           * {q.., k, v}, d) */
         if (p->kind == 4 && p->part < 2) /* GPT-J's rotate_every_two pairs */
@@ -87,7 +90,9 @@ int tr_hf_write_lora_adapter(const char *dir, tr_gpt *g, const float *params)
      * what GPT-NeoX cannot be, tr_hf_family_of's rule) */
     int seq = !s->parallel_residual;
     int shape = hf_shape_family(s);
-    int fam = s->no_norm_bias ? (shape == TR_HF_MPT ? FAM_MPT : -1)
+    int fam = shape == TR_HF_PHI3 ? FAM_PHI3
+              : s->hf_phi3 ? -1
+              : s->no_norm_bias ? (shape == TR_HF_MPT ? FAM_MPT : -1)
               : s->relu ? (shape == TR_HF_OPT ? FAM_OPT : -1)
               : tr_gpt_is_gpt2(s) ? FAM_GPT2
               : shape == TR_HF_BIGCODE ? FAM_BIGCODE
@@ -106,8 +111,8 @@ int tr_hf_write_lora_adapter(const char *dir, tr_gpt *g, const float *params)
                   : -1;
     if (fam < 0)
         return tr_fail(TR_ERR_INVALID, "PEFT adapters are written for GPT-2, Llama, Bloom, "
-                       "GPT-NeoX, Falcon, Phi, StableLM, Gemma, GPTBigCode, GPT-J, MPT and OPT "
-                       "models; "
+                       "GPT-NeoX, Falcon, Phi, StableLM, Gemma, GPTBigCode, GPT-J, MPT, OPT and "
+                       "Phi3 models; "
                        "this model's switches are none of them");
     static const char *const gpt2[4] = {"attn.c_attn", "attn.c_proj", "mlp.c_fc", "mlp.c_proj"};
     static const char *const bloom[4] = {"self_attention.query_key_value", "self_attention.dense",
@@ -120,6 +125,7 @@ int tr_hf_write_lora_adapter(const char *dir, tr_gpt *g, const float *params)
     static const char *const mpt[4] = {"attn.Wqkv", "attn.out_proj", "ffn.up_proj",
                                        "ffn.down_proj"};
     static const char *const opt[4] = {"", "out_proj", "fc1", "fc2"}; /* (self_attn.: qkv, 1) */
+    static const char *const phi3[4] = {"qkv_proj", "o_proj", "gate_up_proj", "down_proj"};
     int n = tr_gpt_num_tensors(g), HS = tr_gpt_head_size(s);
     int NG = s->query_groups ? s->query_groups : s->NH;
     peft_tensor *list = calloc((size_t)3 * n + 1, sizeof *list);
@@ -169,6 +175,11 @@ int tr_hf_write_lora_adapter(const char *dir, tr_gpt *g, const float *params)
                          m < 2 ? "self_attn." : "", m == 0 ? llama_qkv[k] : opt[m], ab);
                 if (ab == 'B' && m == 0)
                     p->kind = 2, p->rows = s->C;
+            } else if (fam == FAM_PHI3) { /* B's rows as the fused weights' */
+                snprintf(p->name, sizeof p->name,
+                         "base_model.model.model.layers.%d.%s.%s.lora_%c.weight", layer,
+                         m < 2 ? "self_attn" : "mlp", phi3[m], ab);
+                p->kind = ab != 'B' ? 0 : m == 0 ? 1 : m == 2 ? 5 : 0;
             } else if (fam == FAM_NEOX) {
                 snprintf(p->name, sizeof p->name,
                          "base_model.model.gpt_neox.layers.%d.%s.lora_%c.weight", layer, neox[m], ab);
@@ -234,6 +245,7 @@ int tr_hf_write_lora_adapter(const char *dir, tr_gpt *g, const float *params)
                                                            : fam == FAM_GPTJ ? gptj[m]
                                                            : fam == FAM_MPT  ? mpt[m]
                                                            : fam == FAM_OPT  ? opt[m]
+                                                           : fam == FAM_PHI3 ? phi3[m]
                                                                              : bloom[m]));
             else
                 for (int k = 0; k < 3 && llama_mods[m][k]; k++)

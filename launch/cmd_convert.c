@@ -58,7 +58,8 @@ static void convert_usage(FILE *f)
             "                         biases but add_mlp_bias; MPT: alibi with the exact\n"
             "                         GELU, no linear biases, layernorm_bias false; OPT:\n"
             "                         learned positions with relu, or without linear\n"
-            "                         biases) say which model to write\n"
+            "                         biases; Phi-3: a Llama's with hf_family phi3) say\n"
+            "                         which model to write\n"
             "                         (default: the checkpoint manifest's family line; GPT-2\n"
             "                         for one written before it). --from hf reads the\n"
             "                         folders of each family above. Its\n"
@@ -159,6 +160,8 @@ static void print_model_section(const tr_model_config *m)
         printf("  geglu: true\n");
     if (m->normalization && m->relu)
         printf("  relu: true\n"); /* OPT's MLP */
+    if (m->normalization && m->hf_family && strcmp(m->hf_family, "auto"))
+        printf("  hf_family: %s\n", m->hf_family); /* Phi-3's fused tensors on export */
     if (m->normalization && m->rotary_seq_len_interpolation_factor &&
         m->rotary_seq_len_interpolation_factor != 1.0) /* rope_scaling "linear" */
         printf("  rotary_seq_len_interpolation_factor: %.9g\n",

@@ -69,14 +69,16 @@ typedef struct {
      * " rope_linear F" (linear position interpolation) or " rope_llama3 F L H N" (Llama 3.1's
      * factor, low and high frequency factors, original positions) and " mlp_bias 1" (a model
      * whose MLP alone has biases), " layernorm_bias 0" (LayerNorms without biases), " relu 1"
-     * (the MLP's ReLU) only for models with them (GPT-NeoX, Falcon, Phi, Gemma, Llama 3.1,
-     * GPT-J, MPT, OPT), in that order, so other lines read as before) */
+     * (the MLP's ReLU), " hf_family phi3" (model.hf_family) only for models with them
+     * (GPT-NeoX, Falcon, Phi, Gemma, Llama 3.1, GPT-J, MPT, OPT, Phi-3), in that order, so
+     * other lines read as before) */
     int has_family;
     int rmsnorm, position, rotary_dims, swiglu, ffn, query_groups, untie, linear_bias, emb_ln;
     int qkv_bias, sliding_window, parallel_residual, gelu_exact, parallel_shared_norm;
     int output_bias, kv_channels, layernorm_1p, geglu, mlp_bias;
     int no_norm_bias; /* " layernorm_bias 0": model.layernorm_bias false */
     int relu;         /* " relu 1": model.relu */
+    int hf_phi3;      /* " hf_family phi3": model.hf_family phi3 */
     int rope_scaling, rope_original; /* TR_ROPE_SCALING_*; llama3's original positions */
     double rope_factor, rope_low, rope_high; /* float32's values */
     double eps, rotary_base, embedding_multiplier; /* the multiplier: 0 where it is 1 */

@@ -331,6 +331,8 @@ int ckpt_same_family(const tr_gpt_shape *s, const ckpt_manifest *mf, const char 
          mf->embedding_multiplier ? mf->embedding_multiplier : 1.0)
     DIFF(my.geglu != mf->geglu, "; geglu %d (the checkpoint's: %d)", my.geglu, mf->geglu)
     DIFF(my.relu != mf->relu, "; relu %d (the checkpoint's: %d)", my.relu, mf->relu)
+    DIFF(my.hf_phi3 != mf->hf_phi3, "; hf_family %s (the checkpoint's: %s)",
+         my.hf_phi3 ? "phi3" : "auto", mf->hf_phi3 ? "phi3" : "auto")
     DIFF(my.rope_scaling != mf->rope_scaling || (float)my.rope_factor != (float)mf->rope_factor ||
              (float)my.rope_low != (float)mf->rope_low ||
              (float)my.rope_high != (float)mf->rope_high || my.rope_original != mf->rope_original,

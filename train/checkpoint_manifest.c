@@ -72,6 +72,7 @@ void ckpt_manifest_family(ckpt_manifest *mf, const tr_gpt_shape *s)
     mf->embedding_multiplier = s->embedding_multiplier ? float_decimal(s->embedding_multiplier) : 0;
     mf->geglu = s->geglu;
     mf->relu = s->relu;
+    mf->hf_phi3 = s->hf_phi3;
     mf->rope_scaling = s->rope_scaling;
     if (s->rope_scaling)
         mf->rope_factor = float_decimal(s->rope_factor);
@@ -130,14 +131,16 @@ static int lora_targets_parse(const char *text)
 /* The family line's optional end: " qkv_bias 1", " sliding_window N", " parallel_residual 1",
  * " gelu_exact 1", " parallel_shared_norm 1", " output_bias 1", " kv_channels N",
  * " layernorm_1p 1", " embedding_multiplier X", " geglu 1", " rope_linear X" or
- * " rope_llama3 X X X N", " mlp_bias 1", " layernorm_bias 0", " relu 1" (N >= 1 in digits, X a finite
+ * " rope_llama3 X X X N", " mlp_bias 1", " layernorm_bias 0", " relu 1", " hf_family phi3"
+ * (N >= 1 in digits, X a finite
  * float32 > 0; the multiplier and the linear factor not 1, llama3's high frequency factor above
  * its low one), each at most once and in that order, nothing else; 1 when it is (and sets
  * them). */
 static int family_suffix(const char *rest, ckpt_manifest *out)
 {
-    enum { FLAG, COUNT, SCALE, LINEAR, LLAMA3, OFF }; /* " NAME 1", " NAME N", " NAME X", ...,
-                                                       * " NAME 0" */
+    enum { FLAG, COUNT, SCALE, LINEAR, LLAMA3, OFF, PHI3 }; /* " NAME 1", " NAME N",
+                                                             * " NAME X", ..., " NAME 0",
+                                                             * " NAME phi3" */
     static const struct {
         const char *name;
         int kind;
@@ -148,11 +151,11 @@ static int family_suffix(const char *rest, ckpt_manifest *out)
                 {"embedding_multiplier", SCALE}, {"geglu", FLAG},
                 {"rope_linear", LINEAR},     {"rope_llama3", LLAMA3},
                 {"mlp_bias", FLAG},          {"layernorm_bias", OFF},
-                {"relu", FLAG}};
+                {"relu", FLAG},              {"hf_family", PHI3}};
     int *set[] = {&out->qkv_bias,    &out->sliding_window, &out->parallel_residual,
                   &out->gelu_exact,  &out->parallel_shared_norm, &out->output_bias,
                   &out->kv_channels, &out->layernorm_1p, NULL, &out->geglu, NULL, NULL,
-                  &out->mlp_bias, &out->no_norm_bias, &out->relu};
+                  &out->mlp_bias, &out->no_norm_bias, &out->relu, &out->hf_phi3};
     for (size_t i = 0; i < sizeof keys / sizeof keys[0] && *rest; i++) {
         size_t len = strlen(keys[i].name);
         if (rest[0] != ' ' || strncmp(rest + 1, keys[i].name, len) || rest[1 + len] != ' ')
@@ -160,7 +163,11 @@ static int family_suffix(const char *rest, ckpt_manifest *out)
         const char *v = rest + 2 + len;
         int used = 0, n = 0;
         double x = 0;
-        if (keys[i].kind == FLAG || keys[i].kind == OFF) {
+        if (keys[i].kind == PHI3) {
+            if (strncmp(v, "phi3", 4))
+                return 0;
+            used = 4, *set[i] = 1;
+        } else if (keys[i].kind == FLAG || keys[i].kind == OFF) {
             if (*v != (keys[i].kind == FLAG ? '1' : '0'))
                 return 0;
             used = 1, *set[i] = 1;
@@ -210,7 +217,7 @@ int ckpt_write_manifest(const char *path, const ckpt_manifest *mf)
         fprintf(f, "loss_scaler scale %.17g growth %d hysteresis_left %d skipped %ld\n",
                 mf->loss_scale, mf->scaler_growth, mf->scaler_hysteresis_left,
                 mf->skipped_iterations);
-    char suffix[400] = ""; /* every one: at most 316 bytes */
+    char suffix[400] = ""; /* every one: at most 331 bytes */
     if (mf->sliding_window)
         snprintf(suffix, sizeof suffix, " sliding_window %d", mf->sliding_window);
     if (mf->parallel_residual)
@@ -244,6 +251,8 @@ int ckpt_write_manifest(const char *path, const ckpt_manifest *mf)
         strcat(suffix, " layernorm_bias 0");
     if (mf->relu)
         strcat(suffix, " relu 1");
+    if (mf->hf_phi3)
+        strcat(suffix, " hf_family phi3");
     if (mf->has_family)
         fprintf(f, "family rmsnorm %d position %d rotary_dims %d rotary_base %.9g swiglu %d "
                    "ffn %d query_groups %d untie %d linear_bias %d embedding_layernorm %d "
@@ -357,6 +366,8 @@ int ckpt_read_manifest(const char *path, int iteration, ckpt_manifest *out)
                 (out->output_bias && !out->untie) || (out->geglu && out->swiglu) ||
                 (out->relu && (out->swiglu || out->geglu || out->gelu_exact)) ||
                 (out->rope_scaling && out->position != 1) ||
+                (out->hf_phi3 && (!out->rmsnorm || out->position != 1 || !out->swiglu ||
+                                  out->linear_bias || out->qkv_bias)) ||
                 (unsigned)out->rmsnorm > 1 || (unsigned)out->position > 2 || out->rotary_dims < 0 ||
                 (unsigned)out->swiglu > 1 || out->ffn < 1 || out->query_groups < 1 ||
                 (unsigned)out->untie > 1 || (unsigned)out->linear_bias > 1 ||
@@ -383,7 +394,9 @@ int ckpt_read_manifest(const char *path, int iteration, ckpt_manifest *out)
                                               "mlp_bias 1 only with linear_bias 0, "
                                               "layernorm_bias 0 only with rmsnorm 0, relu 1 "
                                               "only with swiglu 0 and no gelu_exact or "
-                                              "geglu)");
+                                              "geglu, hf_family phi3 only with rmsnorm 1, "
+                                              "position 1, swiglu 1 and no linear or qkv "
+                                              "bias)");
         } else if (ln == 4 + out->has_data + out->has_scaler + out->has_family &&
                    !strncmp(line, "lora ", 5)) {
             int used = 0;

@@ -45,6 +45,7 @@ int tr_checkpoint_read_model(const char *dir, tr_model_config *model, int *itera
         static char layer_norm[] = "LayerNorm", rms_norm[] = "RMSNorm";
         static char learned[] = "learned_absolute", rope[] = "rope", alibi[] = "alibi";
         static char gelu_tanh[] = "tanh", gelu_none[] = "none";
+        static char hf_auto[] = "auto", hf_phi3[] = "phi3";
         model->normalization = mf.rmsnorm ? rms_norm : layer_norm;
         model->position_embedding_type = mf.position == 1 ? rope : mf.position == 2 ? alibi : learned;
         model->kv_channels = mf.kv_channels;
@@ -69,6 +70,7 @@ int tr_checkpoint_read_model(const char *dir, tr_model_config *model, int *itera
         model->embedding_multiplier = mf.embedding_multiplier ? mf.embedding_multiplier : 1.0;
         model->geglu = mf.geglu;
         model->relu = mf.relu;
+        model->hf_family = mf.hf_phi3 ? hf_phi3 : hf_auto;
         /* rope scaling: the manifest's kind, else the keys' defaults */
         int llama3 = mf.rope_scaling == TR_ROPE_SCALING_LLAMA3;
         model->rotary_seq_len_interpolation_factor =

@@ -104,6 +104,9 @@ typedef struct {
     double rope_scaling_low_freq_factor;  /* default 1.0 */
     double rope_scaling_high_freq_factor; /* default 4.0, > low_freq_factor */
     int rope_scaling_original_max_position_embeddings; /* default 8192 */
+    char *hf_family;                  /* "auto" (default: the switches decide) | "phi3": a Llama's
+                                       * switches exported as Phi-3 (Phi3ForCausalLM: fused
+                                       * qkv_proj, gate_up_proj); recorded, not computed */
 } tr_model_config;
 
 /* The head size: model.kv_channels, or hidden_size / num_attention_heads. */

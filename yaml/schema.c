@@ -36,6 +36,7 @@ const char *const config_sections[] = {"model", "parallel", "training", "data", 
 static const char *const normalizations[] = {"LayerNorm", "RMSNorm", NULL};
 static const char *const position_types[] = {"learned_absolute", "rope", "alibi", NULL};
 static const char *const gelu_approximations[] = {"tanh", "none", NULL};
+static const char *const hf_families[] = {"auto", "phi3", NULL};
 static const char *const schedules[] = {"1f1b", "gpipe", "interleaved", NULL};
 static const char *const orders[] = {"tp-dp-pp", "tp-pp-dp", NULL};
 static const char *const decay_styles[] = {"cosine", "linear", "constant",
@@ -104,6 +105,7 @@ const config_key_spec config_keys[] = {
         0, 1, INF, 0),
     INT("model", "rope_scaling_original_max_position_embeddings",
         model.rope_scaling_original_max_position_embeddings, 0, "8192", 1, 1 << 24),
+    ENUM("model", "hf_family", model.hf_family, "auto", hf_families),
 
     INT("parallel", "tensor_model_parallel_size", parallel.tensor_model_parallel_size, 0, "1", 1,
         65536),

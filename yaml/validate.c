@@ -168,6 +168,15 @@ static int check_family(const tr_config *c)
                    "wavelengths between original / high and original / low",
                    m->rope_scaling_high_freq_factor, m->rope_scaling_low_freq_factor,
                    set_at(c, "model.rope_scaling_low_freq_factor", at, sizeof at));
+    /* Phi-3's layer is a Llama's: RMSNorm, rope over whole heads, SwiGLU, no linear biases */
+    int phi3 = m->hf_family && !strcmp(m->hf_family, "phi3");
+    if (phi3 && (strcmp(m->normalization, "RMSNorm") || !rope || m->rotary_percent != 1.0 ||
+                 !m->swiglu || m->add_bias_linear || m->add_qkv_bias))
+        return bad(c, "model.hf_family", NULL,
+                   "model.hf_family is 'phi3' but the model is not a Llama's layer%s; allowed: "
+                   "phi3 with normalization RMSNorm, position_embedding_type rope, "
+                   "rotary_percent 1, swiglu true, add_bias_linear and add_qkv_bias false",
+                   set_at(c, "model.hf_family", at, sizeof at));
     if (rope) {
         int hs = tr_model_head_size(m);
         double dims = hs * m->rotary_percent;

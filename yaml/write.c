@@ -211,6 +211,8 @@ void tr_model_family_flow(const tr_model_config *m, char *buf, size_t cap)
         n += snprintf(buf + n, cap - (size_t)n, ", geglu: true");
     if (n > 0 && (size_t)n < cap && m->relu)
         n += snprintf(buf + n, cap - (size_t)n, ", relu: true");
+    if (n > 0 && (size_t)n < cap && m->hf_family && strcmp(m->hf_family, "auto"))
+        n += snprintf(buf + n, cap - (size_t)n, ", hf_family: %s", m->hf_family);
     if (n > 0 && (size_t)n < cap && m->rotary_seq_len_interpolation_factor != 1.0 &&
         m->rotary_seq_len_interpolation_factor)
         n += snprintf(buf + n, cap - (size_t)n, ", rotary_seq_len_interpolation_factor: %.17g",

@@ -211,6 +211,39 @@ static void test_opt(void **state)
                 "expected a boolean");
 }
 
+/* Phi-3: a Llama's switches with hf_family phi3 (recorded, not computed), written back in the
+ * family flow; refused with any other layer */
+static void test_phi3(void **state)
+{
+    (void)state;
+    tr_config c;
+#define LLAMA_LAYER                                                                            \
+    "  normalization: RMSNorm\n  position_embedding_type: rope\n  swiglu: true\n"              \
+    "  ffn_hidden_size: 176\n  add_bias_linear: false\n"
+    const char *phi3 = WITH(LLAMA_LAYER "  hf_family: phi3\n");
+    assert_int_equal(tr_t_load(phi3, NULL, 0, &c), TR_OK);
+    assert_string_equal(c.model.hf_family, "phi3");
+    expect_written(&c, "hf_family: \"phi3\"");
+    tr_config_free(&c);
+    assert_int_equal(tr_t_load(TR_T_REQUIRED, NULL, 0, &c), TR_OK);
+    assert_string_equal(c.model.hf_family, "auto");
+    tr_config_free(&c);
+    expect_flow(phi3, ", layernorm_epsilon: 1e-05, rotary_base: 10000, rotary_percent: 1, "
+                      "hf_family: phi3");
+    expect_flow_lacks(WITH(LLAMA_LAYER), NULL, 0, "hf_family");
+    E(WITH("  hf_family: phi3\n"), "t.yaml:6:3: ",
+      "model.hf_family is 'phi3' but the model is not a Llama's layer (set at t.yaml:6:3); "
+      "allowed: phi3 with normalization RMSNorm, position_embedding_type rope, rotary_percent 1, "
+      "swiglu true, add_bias_linear and add_qkv_bias false");
+    E(WITH(LLAMA_LAYER "  rotary_percent: 0.5\n  hf_family: phi3\n"), "t.yaml:12:3: ",
+      "model.hf_family is 'phi3' but the model is not a Llama's layer");
+    E(WITH(LLAMA_LAYER "  add_qkv_bias: true\n  hf_family: phi3\n"), "t.yaml:12:3: ",
+      "model.hf_family is 'phi3' but the model is not a Llama's layer");
+    E(WITH(LLAMA_LAYER "  hf_family: phi4\n"), "t.yaml:11:14: ",
+      "model.hf_family: found 'phi4'; allowed: auto, phi3");
+#undef LLAMA_LAYER
+}
+
 /* Rope scaling: Llama 3.1's frequencies or linear position interpolation, one at a time, with
  * rope only; written back in the family flow */
 static void test_rope_scaling(void **state)
@@ -329,6 +362,7 @@ int main(void)
         cmocka_unit_test(test_gptj),
         cmocka_unit_test(test_mpt),
         cmocka_unit_test(test_opt),
+        cmocka_unit_test(test_phi3),
         cmocka_unit_test(test_rope_scaling),
         cmocka_unit_test(test_contradictions),
     };
