@@ -3,8 +3,8 @@
 oracle's own environment, tt.HF_NEW_PACKAGES). Tiny Phi3ForCausalLM made here from configs with random
 weights (nothing downloaded), 4 heads of 12 in hidden 48: 2 key/value heads (GQA), untied, and a
 sliding_window of T / 2 below max_position_embeddings T (Phi-3-mini-4k's 2047 of 4096), which
-transformers' eager and sdpa attention do not read (checked: their logits are one another's, and
-trident's full causal attention's); and one key/value head per head, tied. Each is saved with
+transformers' eager attention (Debian's torch 1.13 has no sdpa) does not read: its logits over all T
+positions are trident's full causal attention's; and one key/value head per head, tied. Each is saved with
 save_pretrained and imported with `trident convert --from hf` (hf_family: phi3 printed, ' hf_family
 phi3' in the manifest's family line); trident's logits match transformers' (1e-4 relative to the
 largest); greedy `trident generate` of the folder gives transformers' tokens; `trident convert --to hf
@@ -109,14 +109,6 @@ for name, NG, tied, window, two, lora in (
     tt.check(f"{name}: transformers' qkv_proj is {(NH + 2 * NG) * HS} x {C}, gate_up_proj {2 * F} x {C}",
              tuple(model.model.layers[0].self_attn.qkv_proj.weight.shape) == ((NH + 2 * NG) * HS, C)
              and tuple(model.model.layers[0].mlp.gate_up_proj.weight.shape) == (2 * F, C))
-    if window:  # transformers 4.44's eager and sdpa attention: full causal whatever sliding_window says
-        eager = Phi3ForCausalLM(Phi3Config(**hf_cfg, attn_implementation="eager")).eval()
-        eager.load_state_dict(model.state_dict())
-        tokens = torch.randint(0, V, (2, T), generator=torch.Generator().manual_seed(5))
-        with torch.no_grad():
-            d = (eager(tokens).logits - model(tokens).logits).abs().max().item()
-        tt.check(f"{name}: transformers' eager and {model.config._attn_implementation} attention agree with "
-                 f"sliding_window {window} of {T} positions", d <= 1e-5, f"max |diff| {d:.1e}", show=True)
     src, ck, out = hff.oracle_import(trident, work, name, model)
     want_lines = ["normalization: RMSNorm", "swiglu: true", f"ffn_hidden_size: {F}", f"num_query_groups: {NG}",
                   "hf_family: phi3", "untie_embeddings_and_output_weights: " + ("false" if tied else "true"),
