@@ -14,9 +14,27 @@
  *    number, more than TR_ST_MAX_DIMS dimensions, a byte count other than the shape times the
  *    dtype's size, offsets out of order, past the data, overlapping or leaving bytes of the data
  *    to no tensor (the data must be exactly the tensors' bytes, as safetensors requires).
- *  - A folder's weights are model.safetensors, or model.safetensors.index.json
+ *  - A folder's weights are, the first present of: model.safetensors.index.json
  *    ({"metadata": {...}, "weight_map": {NAME: FILE}}) and the shards it names (plain file
- *    names in the folder); every tensor of a shard must be in the map, for that shard.
+ *    names in the folder), model.safetensors, pytorch_model.bin.index.json (the same format,
+ *    shards read by tr_pt_open), pytorch_model.bin; every tensor of a shard must be in the map,
+ *    for that shard.
+ *  - tr_pt_open() reads a torch.save'd state dict (pytorch_model.bin) as a tr_st_file: a ZIP
+ *    archive (PyTorch >= 1.6; ZIP64 too) whose entries are STORED, ARCHIVE/data.pkl, the
+ *    storages ARCHIVE/data/KEY, ARCHIVE/byteorder (when present) "little"; or a legacy file
+ *    (magic, protocol 1001, sys_info little_endian True, the pickle, the storage keys, per key
+ *    an 8-byte count and the bytes; pickle protocol 2). The pickle runs under an allowlist (as
+ *    torch.load(weights_only=True)): the opcodes Python writes for such a dict, the globals
+ *    collections.OrderedDict, torch._utils._rebuild_tensor_v2 / _rebuild_parameter and the
+ *    storages torch.{Float,Half,BFloat16,Double,Long,Int,Short,Char,Byte,Bool}Storage (F32, F16,
+ *    BF16, F64, I64, I32, I16, I8, U8, BOOL); any other opcode or global is refused naming it
+ *    and its byte, before anything runs. The top object must be a dict of string keys to
+ *    tensors (a non-tensor value is refused naming its key; an OrderedDict's _metadata is
+ *    ignored); each tensor row-major contiguous (strides of dimensions of 1 free), inside its
+ *    storage, and the storage's bytes inside the file. Tensors may share a storage (tied
+ *    weights). Limits, each an error: a pickle of 256 MiB, 2^17 stack values, 64 open marks,
+ *    2^24 objects, strings of 1 MiB, 2^20 ZIP entries. Its tensors' begin / end are file
+ *    offsets (tr_st_at: in file order; tr_st_meta: NULL). CRCs are not checked.
  *  - Writing: tensors are written in the order given, after a header padded with spaces to a
  *    multiple of 8 bytes; tr_st_put_f32() converts floats to the tensor's dtype (F32, F16, BF16:
  *    round to nearest even). A folder writer splits the tensors into shards of at most
@@ -84,7 +102,11 @@ TR_MUST_CHECK int tr_st_read(tr_st_file *f, const tr_st_tensor *t, void *out);
 /* The tensor as numel floats: F32, F16, BF16 and F64 (rounded); other dtypes TR_ERR_INVALID. */
 TR_MUST_CHECK int tr_st_read_f32(tr_st_file *f, const tr_st_tensor *t, float *out);
 
-/* A folder's weights: model.safetensors, or the index and its shards. */
+/* A pytorch_model.bin (torch.save of a state dict), read as described above. */
+TR_MUST_CHECK int tr_pt_open(const char *path, tr_st_file **out);
+
+/* A folder's weights: model.safetensors, or the index and its shards, or the same of
+ * pytorch_model.bin. */
 typedef struct tr_st_set tr_st_set;
 TR_MUST_CHECK int tr_st_set_open(const char *dir, tr_st_set **out);
 void tr_st_set_close(tr_st_set *s);
@@ -263,6 +285,15 @@ TR_MUST_CHECK int tr_hf_load_gpt2(const char *dir, tr_gpt *g, float *params);
  * do_layer_norm_before false and word_embed_proj_dim other than hidden_size (OPT-350m's),
  * _remove_final_layer_norm true, layer_norm_elementwise_affine false, another activation and
  * hidden_size not divisible by the heads refused by name. */
+/* Phi3ForCausalLM (Phi-3-mini-4k, Phi-3-medium-4k; model_type phi3; hf/family_phi3.c): a
+ * Llama's names and layouts but self_attn.qkv_proj (rows [q; k; v]: heads x d, kv_heads x d,
+ * kv_heads x d) -> qkv rows and mlp.gate_up_proj (rows [gate; up]) -> fc rows (feature, {gate,
+ * up}); config.json as a Llama's with Phi3Config's defaults, model.hf_family phi3 (a Llama's
+ * switches export as Phi-3 only with it); sliding_window checked and not kept (transformers
+ * 4.44's eager and sdpa attention ignore it), exported null; tie_word_embeddings either way;
+ * rope_scaling (Phi-3-128k's, Phi-3.5's longrope), partial_rotary_factor other than 1,
+ * hidden_act other than silu, attention_bias / mlp_bias true and head_dim other than hidden /
+ * heads refused by name. */
 enum { TR_HF_GPT2, TR_HF_LLAMA, TR_HF_BLOOM, TR_HF_QWEN2, TR_HF_MISTRAL, TR_HF_NEOX, TR_HF_FALCON,
        TR_HF_PHI, TR_HF_STABLELM, TR_HF_GEMMA, TR_HF_BIGCODE, TR_HF_GPTJ, TR_HF_MPT,
        TR_HF_OPT, TR_HF_PHI3 };
@@ -285,15 +316,6 @@ const char *tr_hf_family_name(int family);
  * unless config.json has seq_length; GPT-NeoX's, Falcon's, Phi's and Gemma's absent keys
  * transformers 4.38's defaults, the sizes required; embedding_multiplier 1 but Gemma's). */
 TR_MUST_CHECK int tr_hf_read_family_config(const char *dir, tr_model_config *m, int *family);
-/* Phi3ForCausalLM (Phi-3-mini-4k, Phi-3-medium-4k; model_type phi3; hf/family_phi3.c): a
- * Llama's names and layouts but self_attn.qkv_proj (rows [q; k; v]: heads x d, kv_heads x d,
- * kv_heads x d) -> qkv rows and mlp.gate_up_proj (rows [gate; up]) -> fc rows (feature, {gate,
- * up}); config.json as a Llama's with Phi3Config's defaults, model.hf_family phi3 (a Llama's
- * switches export as Phi-3 only with it); sliding_window checked and not kept (transformers
- * 4.44's eager and sdpa attention ignore it), exported null; tie_word_embeddings either way;
- * rope_scaling (Phi-3-128k's, Phi-3.5's longrope), partial_rotary_factor other than 1,
- * hidden_act other than silu, attention_bias / mlp_bias true and head_dim other than hidden /
- * heads refused by name. */
 /* The weights of a Llama / Qwen2 / Bloom / GPT-NeoX / Falcon / Phi folder into a whole model g (one
  * stage, TP 1) bound to host memory params; a missing, misshapen or foreign tensor refused
  * by name. */

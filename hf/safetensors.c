@@ -1,6 +1,7 @@
 /* safetensors reading: the header validated whole at open (hf.h lists what is refused), then
  * tensors read with pread (no mapping: a file cut short later is an error, not a SIGBUS). */
 #include "hf/hf_internal.h"
+#include "hf/pt_internal.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -15,7 +16,7 @@
 struct tr_st_file {
     char *path;
     int fd;
-    uint64_t data_start, data_bytes; /* file offset of the data, its length */
+    uint64_t data_start, data_bytes; /* file offset of the data, its length (.bin: 0, 0) */
     tr_st_tensor *tensors;           /* [n], data order */
     const tr_st_tensor **by_name;    /* [n], sorted by name */
     size_t n;
@@ -148,13 +149,16 @@ static int cmp_begin(const void *a, const void *b)
 {
     const tr_st_tensor *x = a, *y = b;
     return x->begin != y->begin ? (x->begin < y->begin ? -1 : 1)
-                                : x->end != y->end ? (x->end < y->end ? -1 : 1) : 0;
+           : x->end != y->end   ? (x->end < y->end ? -1 : 1)
+                                : strcmp(x->name, y->name);
 }
 
 static int cmp_name(const void *a, const void *b)
 {
     return strcmp((*(const tr_st_tensor *const *)a)->name, (*(const tr_st_tensor *const *)b)->name);
 }
+
+static int index_names(tr_st_file *f);
 
 /* The tensors, sorted by offset, must tile the data exactly. */
 static int check_tiling(const tr_st_file *f)
@@ -220,11 +224,44 @@ static int parse_header(tr_st_file *f, const char *text, size_t n)
     qsort(f->tensors, f->n, sizeof *f->tensors, cmp_begin);
     if ((rc = check_tiling(f)))
         return rc;
+    return index_names(f);
+}
+
+/* The by-name index of f's tensors; a name given twice is refused. */
+static int index_names(tr_st_file *f)
+{
     if (!(f->by_name = calloc(f->n + 1, sizeof *f->by_name)))
         return tr_fail(TR_ERR_NOMEM, "out of memory reading %s", f->path);
     for (size_t i = 0; i < f->n; i++)
         f->by_name[i] = &f->tensors[i];
     qsort(f->by_name, f->n, sizeof *f->by_name, cmp_name);
+    for (size_t i = 1; i < f->n; i++)
+        if (!strcmp(f->by_name[i]->name, f->by_name[i - 1]->name))
+            return tr_fail(TR_ERR_INVALID, "%s: tensor '%.200s' is given twice", f->path,
+                           f->by_name[i]->name);
+    return TR_OK;
+}
+
+int st_file_adopt(const char *path, int fd, tr_st_tensor *t, size_t n, tr_st_file **out)
+{
+    *out = NULL;
+    tr_st_file *f = calloc(1, sizeof *f);
+    if (!f || !(f->path = strdup(path))) {
+        for (size_t i = 0; i < n; i++)
+            free((char *)t[i].name);
+        free(t);
+        free(f);
+        close(fd);
+        return tr_fail(TR_ERR_NOMEM, "out of memory opening %s", path);
+    }
+    f->fd = fd, f->tensors = t, f->n = n; /* data_start 0: begin and end are file offsets */
+    qsort(f->tensors, f->n, sizeof *f->tensors, cmp_begin);
+    int rc = index_names(f);
+    if (rc) {
+        tr_st_close(f);
+        return rc;
+    }
+    *out = f;
     return TR_OK;
 }
 

@@ -1,5 +1,5 @@
-/* A folder's weights: model.safetensors, or model.safetensors.index.json and its shards, as one
- * table of tensors by name. */
+/* A folder's weights: model.safetensors, or model.safetensors.index.json and its shards, or the
+ * same of pytorch_model.bin, as one table of tensors by name. */
 #include "hf/hf_internal.h"
 
 #include <errno.h>
@@ -98,8 +98,9 @@ static int check_shard(const char *index, json_t *map, tr_st_file *f, const char
     return TR_OK;
 }
 
-/* The shards of the index at path (folder dir) into s. */
-static int open_index(tr_st_set *s, const char *dir, const char *path)
+/* The shards of the index at path (folder dir) into s, each opened by open_file. */
+static int open_index(tr_st_set *s, const char *dir, const char *path,
+                      int (*open_file)(const char *, tr_st_file **))
 {
     json_t *root = NULL;
     int rc = hf_load_json(path, TR_ST_MAX_HEADER, &root);
@@ -135,7 +136,7 @@ static int open_index(tr_st_set *s, const char *dir, const char *path)
         if (seen || (rc = hf_join(shard, sizeof shard, dir, file)))
             continue;
         opened[n_opened++] = file;
-        if ((rc = tr_st_open(shard, &f)))
+        if ((rc = open_file(shard, &f)))
             rc = tr_fail_context(rc, "a shard of %s", path);
         else if (!(rc = check_shard(path, map, f, file)))
             rc = add_file(s, f);
@@ -163,25 +164,33 @@ int tr_st_set_open(const char *dir, tr_st_set **out)
     tr_st_set *s = calloc(1, sizeof *s);
     if (!s)
         return tr_fail(TR_ERR_NOMEM, "out of memory");
-    char index[4200], single[4200], bin[4200];
-    int rc = hf_join(index, sizeof index, dir, INDEX_NAME);
-    if (!rc)
-        rc = hf_join(single, sizeof single, dir, "model.safetensors");
-    if (!rc)
-        rc = hf_join(bin, sizeof bin, dir, "pytorch_model.bin");
+    /* the first present, in this order */
+    static const struct {
+        const char *name;
+        int index;
+        int (*open)(const char *, tr_st_file **);
+    } kinds[] = {
+        {INDEX_NAME, 1, tr_st_open},
+        {"model.safetensors", 0, tr_st_open},
+        {"pytorch_model.bin.index.json", 1, tr_pt_open},
+        {"pytorch_model.bin", 0, tr_pt_open},
+    };
+    char path[4200];
     struct stat st;
-    tr_st_file *f = NULL;
-    if (rc) {
-    } else if (!stat(index, &st)) {
-        rc = open_index(s, dir, index);
-    } else if (!stat(single, &st)) {
-        if (!(rc = tr_st_open(single, &f)))
+    int rc = TR_OK, found = 0;
+    for (size_t k = 0; !rc && !found && k < sizeof kinds / sizeof kinds[0]; k++) {
+        if ((rc = hf_join(path, sizeof path, dir, kinds[k].name)) || stat(path, &st))
+            continue;
+        found = 1;
+        tr_st_file *f = NULL;
+        if (kinds[k].index)
+            rc = open_index(s, dir, path, kinds[k].open);
+        else if (!(rc = kinds[k].open(path, &f)))
             rc = add_file(s, f);
-    } else {
-        rc = tr_fail(TR_ERR_INVALID, "%s holds neither model.safetensors nor " INDEX_NAME "%s",
-                     dir, stat(bin, &st) ? "" : " (pytorch_model.bin is not read: save the model "
-                     "with safe_serialization=True)");
     }
+    if (!rc && !found)
+        rc = tr_fail(TR_ERR_INVALID, "%s holds no weights: none of " INDEX_NAME ", "
+                     "model.safetensors, pytorch_model.bin.index.json, pytorch_model.bin", dir);
     if (rc) {
         tr_st_set_close(s);
         return rc;

@@ -201,7 +201,7 @@ os.remove(os.path.join(d, "model.safetensors"))
 tt.write(os.path.join(d, "config.json"), json.dumps(CONFIG))
 tt.write(os.path.join(d, "pytorch_model.bin"), b"PK")
 refused("a folder with pytorch_model.bin only", ["--from", "hf", "--input", d, "--output", os.path.join(work, "bad-out")],
-        os.path.join(work, "bad-out"), "pytorch_model.bin is not read")
+        os.path.join(work, "bad-out"), "pytorch_model.bin: neither a ZIP archive")
 tt.write(os.path.join(d, "model.safetensors.index.json"), json.dumps({"weight_map": {first: "model-1.safetensors"}}))
 refused("an index naming a missing shard", ["--from", "hf", "--input", d, "--output", os.path.join(work, "bad-out")],
         os.path.join(work, "bad-out"), "model-1.safetensors")

@@ -520,7 +520,7 @@ static void test_shards(void **state)
     path_of(empty, sizeof empty, "nothing");
     assert_int_equal(mkdir(empty, 0755), 0);
     assert_int_equal(tr_st_set_open(empty, &s), TR_ERR_INVALID);
-    assert_non_null(strstr(tr_errmsg(), "neither model.safetensors"));
+    assert_non_null(strstr(tr_errmsg(), "holds no weights: none of model.safetensors"));
 }
 
 /* ------------------------------------------------------------------ GPT-2 layouts */
