@@ -98,14 +98,12 @@ static int out_end_export(const out_dir *od, int rc, const tr_hf_export_options 
 
 /* ------------------------------------------------------------------ the whole model */
 
-/* One model holding every layer, no TP, bound to host memory *params (free with free()).
- * family: m's Llama / Bloom switches apply (else GPT-2). It only maps parameters (it never runs
- * a forward): T is 1, so nothing is sized by the sequence (rope tables: T positions); max_T
- * stays the config's, which wpe's rows (GPT-2) and the saved model section need. */
-static int whole_model(const tr_model_config *m, int family, tr_gpt **g, float **params)
+/* The shape of one model holding every layer, no TP. family: m's Llama / Bloom switches apply
+ * (else GPT-2). It only maps parameters (it never runs a forward): T is 1, so nothing is sized
+ * by the sequence (rope tables: T positions); max_T stays the config's, which wpe's rows
+ * (GPT-2) and the saved model section need. */
+static int whole_shape(const tr_model_config *m, int family, tr_gpt_shape *s)
 {
-    *g = NULL;
-    *params = NULL;
     /* the model keeps the epsilon as a float32 and config.json says the double: one float32
      * makes 0 (1e-50) would be exported as it is and then refused by the import (and be 0 in
      * transformers' fp32 norms); a config's is refused here, a manifest's when it is read */
@@ -114,7 +112,7 @@ static int whole_model(const tr_model_config *m, int family, tr_gpt **g, float *
                        "(%g to %g), which the model keeps it as; the exported config.json would "
                        "say a value that is 0 or infinite to a float32 model", m->layernorm_epsilon,
                        (double)FLT_TRUE_MIN, (double)FLT_MAX);
-    tr_gpt_shape s = {
+    *s = (tr_gpt_shape){
         .num_layers = m->num_layers, .C = m->hidden_size, .NH = m->num_attention_heads,
         .T = 1, .max_T = m->max_position_embeddings,
         .V = m->vocab_size, .Vp = m->vocab_size, .init_std = 0.02f,
@@ -122,8 +120,19 @@ static int whole_model(const tr_model_config *m, int family, tr_gpt **g, float *
         .layer_first = 0, .layer_count = m->num_layers, .is_first = 1, .is_last = 1,
         .tp_size = 1, .tp_rank = 0};
     if (family != TR_HF_GPT2)
-        tr_gpt_shape_family(m, &s);
-    int rc = tr_gpt_create(&s, tr_kernels_cpu(), NULL, g);
+        tr_gpt_shape_family(m, s);
+    return TR_OK;
+}
+
+/* whole_shape's model bound to host memory *params (free with free()). */
+static int whole_model(const tr_model_config *m, int family, tr_gpt **g, float **params)
+{
+    *g = NULL;
+    *params = NULL;
+    tr_gpt_shape s;
+    int rc = whole_shape(m, family, &s);
+    if (!rc)
+        rc = tr_gpt_create(&s, tr_kernels_cpu(), NULL, g);
     if (rc)
         return rc;
     size_t n = tr_gpt_num_params(*g);
@@ -173,6 +182,37 @@ int tr_hf_import(const char *hf_dir, const char *ckpt_dir, tr_model_config *mode
     free(params);
     if (!rc && model)
         tr_hf_gpt2_model_config(&c, model);
+    return rc;
+}
+
+int tr_hf_import_lora(const char *hf_dir, const char *peft_dir, const char *ckpt_dir,
+                      tr_model_config *model, tr_hf_lora_import *info)
+{
+    tr_hf_gpt2_config c;
+    tr_model_config m = {0};
+    tr_gpt_shape s;
+    tr_gpt *g = NULL;
+    float *params = NULL;
+    out_dir o;
+    int family = TR_HF_GPT2;
+    int rc = tr_hf_read_family_config(hf_dir, &m, &family);
+    if (!rc && family == TR_HF_GPT2 && !(rc = tr_hf_read_gpt2_config(hf_dir, &c)))
+        tr_hf_gpt2_model_config(&c, &m);
+    if (!rc)
+        rc = whole_shape(&m, family, &s);
+    if (!rc) /* the adapters first: refused before the base is read */
+        rc = hf_lora_read(peft_dir, &s, &g, &params, info);
+    if (!rc && !(rc = out_begin(ckpt_dir, &o))) {
+        char base[4300];
+        rc = tr_checkpoint_save_model(o.tmp, g, params);
+        tr_gpt_free(g), g = NULL;
+        free(params), params = NULL;
+        if (!rc && !(rc = hf_join(base, sizeof base, o.tmp, "base")))
+            rc = tr_hf_import(hf_dir, base, model);
+        rc = out_end(&o, rc);
+    }
+    tr_gpt_free(g);
+    free(params);
     return rc;
 }
 

@@ -398,6 +398,25 @@ TR_MUST_CHECK int tr_hf_write_lora_adapter(const char *dir, tr_gpt *g, const flo
 /* plain (the same shape without LoRA, bound to plain_params) := g's base + its adapters. */
 TR_MUST_CHECK int tr_hf_merge_lora(tr_gpt *g, tr_gpt *plain, float *plain_params);
 
+/* PEFT's LoRA adapters of a Hugging Face base (hf/lora_read.c): what was read. trident's
+ * adapter has rank = peft_rank x blocks and alpha = peft_alpha x blocks (the same scale):
+ * blocks > 1 where a fused layer's PEFT modules (q/k/v_proj, gate/up_proj) have different
+ * A matrices, each one a block of A (exactly PEFT's sum). targets: TR_LORA_* bits. */
+typedef struct {
+    int rank, targets, blocks, peft_rank;
+    double alpha, peft_alpha, dropout;
+    char base_name[256]; /* base_model_name_or_path (informational) */
+} tr_hf_lora_import;
+/* `trident convert --from hf --adapters PEFT_DIR`: HF base folder hf_dir + PEFT_DIR
+ * (adapter_config.json, adapter_model.safetensors or adapter_model.bin) -> ckpt_dir: a LoRA
+ * run's release checkpoint of the adapters (the manifest's lora line: rank, alpha, targets)
+ * and ckpt_dir/base, the base's release checkpoint (tr_hf_import). *model gets the model
+ * section (as tr_hf_import's), *info the adapters'. A refused adapter_config.json key, a
+ * missing, extra or misshapen tensor: TR_ERR_INVALID naming the file and the key or tensor. */
+TR_MUST_CHECK int tr_hf_import_lora(const char *hf_dir, const char *peft_dir,
+                                    const char *ckpt_dir, tr_model_config *model,
+                                    tr_hf_lora_import *info);
+
 /* HF GPT-2 folder -> trident release checkpoint at ckpt_dir; *model (may be NULL) gets the
  * model's sizes for the training config. Before anything is allocated for the model, a
  * config.json claiming far more parameters than the safetensors hold is refused (Llama /

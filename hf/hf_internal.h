@@ -130,6 +130,33 @@ int hf_phi3_map(const tr_param_tensor *t, char name[112]);
  * of a fused [gate (F rows) | up (F rows)] tensor of s (Phi-3's gate_up_proj) */
 uint64_t hf_fused_qkv_row(uint64_t r, const tr_gpt_shape *s);
 uint64_t hf_fused_swiglu_row(uint64_t r, const tr_gpt_shape *s);
+/* LoRA adapters under PEFT's names (lora.c), for both directions (tr_hf_write_lora_adapter,
+ * lora_read.c). The naming family of a shape (HF_LORA_*, or -1: no PEFT names for it): */
+enum { HF_LORA_GPT2, HF_LORA_LLAMA, HF_LORA_BLOOM, HF_LORA_NEOX, HF_LORA_FALCON, HF_LORA_PHI,
+       HF_LORA_BIGCODE, HF_LORA_GPTJ, HF_LORA_MPT, HF_LORA_OPT, HF_LORA_PHI3 };
+int hf_lora_family(const tr_gpt_shape *s);
+/* "layers.L.MODULE.lora_X" -> layer L, X ('A' or 'B') and the module's index m (0 qkv,
+ * 1 attn_proj, 2 fc, 3 fc_proj); -1 when not one. */
+int hf_lora_parse(const char *name, int *layer, char *ab);
+/* One PEFT tensor of a trident adapter: its name ("base_model.model.PATH.lora_X.weight"), its
+ * rows (A: the rank; B: its projection's) and how they map (hf_lora_row; kind 0 as they are,
+ * 1 [Q | K | V] (GPT-2's c_attn, MPT's Wqkv, Phi-3's qkv_proj), 2 a Llama's q/k/v part,
+ * 3 gate/up part, 4 GPT-J's q/k/v part, 5 [gate | up] (Phi-3's); part: q 0, k 1, v 2, gate 0,
+ * up 1). */
+typedef struct {
+    char name[128];
+    int rows, kind, part;
+} hf_lora_part;
+/* The PEFT tensors of trident adapter layers.L.<m>.lora_<ab> of `rows` rows, in a model of shape
+ * s of naming family fam: 3 (q/k/v_proj of a fused qkv), 2 (gate/up_proj of a fused fc) or 1. */
+int hf_lora_parts(const tr_gpt_shape *s, int fam, int layer, int m, char ab, int rows,
+                  hf_lora_part out[3]);
+/* The trident row of row h of PEFT tensor p (every row of B; A's rows are its own). */
+size_t hf_lora_row(const tr_gpt_shape *s, const hf_lora_part *p, size_t h);
+/* lora_read.c: PEFT_DIR's adapters onto a whole model of shape base (no LoRA; one stage, TP 1):
+ * *g (a LoRA model of the adapters' rank, alpha and targets) bound to host *params (free()) */
+TR_MUST_CHECK int hf_lora_read(const char *peft_dir, const tr_gpt_shape *base, tr_gpt **g,
+                               float **params, tr_hf_lora_import *info);
 /* config.json readers (config_keys.c), shared by every family: root's key into *out, or
  * TR_ERR_INVALID naming path and key. hf_get_int: absent or null takes dflt (dflt < 0: the key
  * is required), else an integer in [1, 2^26]. hf_get_num: absent takes dflt, else a positive

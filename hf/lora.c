@@ -36,8 +36,7 @@
 
 static const char *const lora_modules[4] = {"qkv", "attn_proj", "fc", "fc_proj"};
 
-/* "layers.L.MODULE.lora_X" -> layer L, module index, X ('A' or 'B'); -1 when not one. */
-static int parse_adapter(const char *name, int *layer, char *ab)
+int hf_lora_parse(const char *name, int *layer, char *ab)
 {
     char mod[32];
     if (sscanf(name, "layers.%d.%31[a-z_].lora_%c", layer, mod, ab) != 3)
@@ -48,19 +47,8 @@ static int parse_adapter(const char *name, int *layer, char *ab)
     return -1;
 }
 
-enum { FAM_GPT2, FAM_LLAMA, FAM_BLOOM, FAM_NEOX, FAM_FALCON, FAM_PHI, FAM_BIGCODE, FAM_GPTJ,
-       FAM_MPT, FAM_OPT, FAM_PHI3 };
-/* one tensor of PEFT's file: rows of trident adapter t (all, or picked by pick_row) */
-typedef struct {
-    char name[128];
-    const tr_param_tensor *t;
-    int rows, kind, part; /* kind: 0 as is, 1 [Q | K | V] qkv rows (GPT-2's, MPT's, Phi-3's),
-                           * 2 Llama q/k/v part, 3 gate/up, 4 GPT-J's q/k/v part (2 with q's
-                           * and k's rotary rows interleaved), 5 [gate | up] rows (Phi-3's) */
-} peft_tensor;
-
-/* trident row of HF row h of a peft tensor (see kind) */
-static size_t pick_row(const tr_gpt_shape *s, const peft_tensor *p, size_t h)
+/* trident row of PEFT row h of part p (see hf_lora_part's kind) */
+size_t hf_lora_row(const tr_gpt_shape *s, const hf_lora_part *p, size_t h)
 {
     int NH = s->NH, HS = tr_gpt_head_size(s), NG = s->query_groups ? s->query_groups : NH;
     int R = NH / NG;
@@ -79,6 +67,108 @@ static size_t pick_row(const tr_gpt_shape *s, const peft_tensor *p, size_t h)
     return h;
 }
 
+int hf_lora_family(const tr_gpt_shape *s)
+{
+    /* (the parallel residual: GPT-NeoX's and Falcon's; the exact GELU not Bloom's; Falcon:
+     * what GPT-NeoX cannot be, tr_hf_family_of's rule) */
+    int seq = !s->parallel_residual;
+    int shape = hf_shape_family(s);
+    return shape == TR_HF_PHI3 ? HF_LORA_PHI3
+           : s->hf_phi3 ? -1
+           : s->no_norm_bias ? (shape == TR_HF_MPT ? HF_LORA_MPT : -1)
+           : s->relu ? (shape == TR_HF_OPT ? HF_LORA_OPT : -1)
+           : tr_gpt_is_gpt2(s) ? HF_LORA_GPT2
+           : shape == TR_HF_BIGCODE ? HF_LORA_BIGCODE
+           : shape == TR_HF_OPT ? HF_LORA_OPT
+           : shape == TR_HF_GPTJ ? HF_LORA_GPTJ
+           : shape == TR_HF_GEMMA ? HF_LORA_LLAMA /* (Llama's names) */
+           : s->kv_channels || s->layernorm_1p || s->embedding_multiplier || s->geglu ? -1
+           : shape == TR_HF_FALCON ? HF_LORA_FALCON
+           : shape == TR_HF_PHI ? HF_LORA_PHI
+           : shape == TR_HF_STABLELM ? HF_LORA_LLAMA /* (the Llama's names) */
+           : s->position == TR_POS_ROPE && s->rmsnorm && s->swiglu && seq ? HF_LORA_LLAMA
+           : s->position == TR_POS_ALIBI && seq && !s->gelu_exact ? HF_LORA_BLOOM
+           : s->position == TR_POS_ROPE && !s->rmsnorm && !s->swiglu && !s->parallel_shared_norm
+               ? HF_LORA_NEOX
+               : -1;
+}
+
+static const char *const gpt2[4] = {"attn.c_attn", "attn.c_proj", "mlp.c_fc", "mlp.c_proj"};
+static const char *const bloom[4] = {"self_attention.query_key_value", "self_attention.dense",
+                                     "mlp.dense_h_to_4h", "mlp.dense_4h_to_h"};
+static const char *const neox[4] = {"attention.query_key_value", "attention.dense",
+                                    "mlp.dense_h_to_4h", "mlp.dense_4h_to_h"};
+static const char *const llama_qkv[3] = {"q_proj", "k_proj", "v_proj"};
+static const char *const phi[4] = {"", "dense", "fc1", "fc2"}; /* (qkv: llama_qkv) */
+static const char *const gptj[4] = {"", "out_proj", "fc_in", "fc_out"}; /* (attn., mlp.) */
+static const char *const mpt[4] = {"attn.Wqkv", "attn.out_proj", "ffn.up_proj",
+                                   "ffn.down_proj"};
+static const char *const opt[4] = {"", "out_proj", "fc1", "fc2"}; /* (self_attn.: qkv, 1) */
+static const char *const phi3[4] = {"qkv_proj", "o_proj", "gate_up_proj", "down_proj"};
+
+int hf_lora_parts(const tr_gpt_shape *s, int fam, int layer, int m, char ab, int rows,
+                  hf_lora_part out[3])
+{
+    int HS = tr_gpt_head_size(s), NG = s->query_groups ? s->query_groups : s->NH;
+    int parts = (fam == HF_LORA_LLAMA || fam == HF_LORA_PHI || fam == HF_LORA_GPTJ ||
+                 fam == HF_LORA_OPT) && m == 0
+                    ? 3
+                : fam == HF_LORA_LLAMA && m == 2 ? 2
+                                                 : 1;
+    for (int k = 0; k < parts; k++) {
+        hf_lora_part *p = &out[k];
+        *p = (hf_lora_part){.rows = rows, .part = k};
+        if (fam == HF_LORA_GPT2 || fam == HF_LORA_BIGCODE) { /* (BigCode's: trident's rows) */
+            snprintf(p->name, sizeof p->name, "base_model.model.transformer.h.%d.%s.lora_%c.weight",
+                     layer, gpt2[m], ab);
+            p->kind = fam == HF_LORA_GPT2 && m == 0 && ab == 'B';
+        } else if (fam == HF_LORA_MPT) { /* Wqkv's B rows ({q, k, v}, head, d) as GPT-2's */
+            snprintf(p->name, sizeof p->name,
+                     "base_model.model.transformer.blocks.%d.%s.lora_%c.weight", layer, mpt[m], ab);
+            p->kind = m == 0 && ab == 'B';
+        } else if (fam == HF_LORA_BLOOM || fam == HF_LORA_FALCON) {
+            snprintf(p->name, sizeof p->name, "base_model.model.transformer.h.%d.%s.lora_%c.weight",
+                     layer, bloom[m], ab);
+        } else if (fam == HF_LORA_GPTJ) { /* q/k/v_proj cut as a Llama's, the rest as is */
+            snprintf(p->name, sizeof p->name,
+                     "base_model.model.transformer.h.%d.%s.%s.lora_%c.weight", layer,
+                     m < 2 ? "attn" : "mlp", m == 0 ? llama_qkv[k] : gptj[m], ab);
+            if (ab == 'B' && m == 0)
+                p->kind = 4, p->rows = s->C;
+        } else if (fam == HF_LORA_OPT) { /* q/k/v_proj cut as a Llama's, the rest as is */
+            snprintf(p->name, sizeof p->name,
+                     "base_model.model.model.decoder.layers.%d.%s%s.lora_%c.weight", layer,
+                     m < 2 ? "self_attn." : "", m == 0 ? llama_qkv[k] : opt[m], ab);
+            if (ab == 'B' && m == 0)
+                p->kind = 2, p->rows = s->C;
+        } else if (fam == HF_LORA_PHI3) { /* B's rows as the fused weights' */
+            snprintf(p->name, sizeof p->name,
+                     "base_model.model.model.layers.%d.%s.%s.lora_%c.weight", layer,
+                     m < 2 ? "self_attn" : "mlp", phi3[m], ab);
+            p->kind = ab != 'B' ? 0 : m == 0 ? 1 : m == 2 ? 5 : 0;
+        } else if (fam == HF_LORA_NEOX) {
+            snprintf(p->name, sizeof p->name,
+                     "base_model.model.gpt_neox.layers.%d.%s.lora_%c.weight", layer, neox[m], ab);
+        } else {
+            const char *mod = m == 0               ? llama_qkv[k]
+                              : fam == HF_LORA_PHI ? phi[m]
+                              : m == 1             ? "o_proj"
+                              : m == 2             ? (k ? "up_proj" : "gate_proj")
+                                                   : "down_proj";
+            snprintf(p->name, sizeof p->name, "base_model.model.model.layers.%d.%s.%s.lora_%c.weight",
+                     layer, m < 2 ? "self_attn" : "mlp", mod, ab);
+            if (ab == 'B' && m == 0) { /* each projection's rows of the fused qkv */
+                p->kind = 2;
+                p->rows = (k == 0 ? s->NH : NG) * HS;
+            } else if (ab == 'B' && m == 2 && fam == HF_LORA_LLAMA) {
+                p->kind = 3;
+                p->rows = rows / 2;
+            } /* A: the fused layer's one A, the same for each projection */
+        }
+    }
+    return parts;
+}
+
 int tr_hf_write_lora_adapter(const char *dir, tr_gpt *g, const float *params)
 {
     const tr_gpt_shape *s = tr_gpt_get_shape(g);
@@ -86,127 +176,41 @@ int tr_hf_write_lora_adapter(const char *dir, tr_gpt *g, const float *params)
         return tr_fail(TR_ERR_INVALID, "the model has no LoRA adapters");
     if (s->tp_size != 1 || !s->is_first || !s->is_last)
         return tr_fail(TR_ERR_INVALID, "adapters are written from a whole model (one stage, TP 1)");
-    /* (the parallel residual: GPT-NeoX's and Falcon's; the exact GELU not Bloom's; Falcon:
-     * what GPT-NeoX cannot be, tr_hf_family_of's rule) */
-    int seq = !s->parallel_residual;
-    int shape = hf_shape_family(s);
-    int fam = shape == TR_HF_PHI3 ? FAM_PHI3
-              : s->hf_phi3 ? -1
-              : s->no_norm_bias ? (shape == TR_HF_MPT ? FAM_MPT : -1)
-              : s->relu ? (shape == TR_HF_OPT ? FAM_OPT : -1)
-              : tr_gpt_is_gpt2(s) ? FAM_GPT2
-              : shape == TR_HF_BIGCODE ? FAM_BIGCODE
-              : shape == TR_HF_OPT ? FAM_OPT
-              : shape == TR_HF_GPTJ ? FAM_GPTJ
-              : shape == TR_HF_GEMMA ? FAM_LLAMA /* (Llama's names) */
-              : s->kv_channels || s->layernorm_1p || s->embedding_multiplier || s->geglu ? -1
-              : shape == TR_HF_FALCON ? FAM_FALCON
-              : shape == TR_HF_PHI ? FAM_PHI
-              : shape == TR_HF_STABLELM ? FAM_LLAMA /* (the Llama's names) */
-              : s->position == TR_POS_ROPE && s->rmsnorm && s->swiglu && seq ? FAM_LLAMA
-              : s->position == TR_POS_ALIBI && seq && !s->gelu_exact ? FAM_BLOOM
-              : s->position == TR_POS_ROPE && !s->rmsnorm && !s->swiglu &&
-                      !s->parallel_shared_norm
-                  ? FAM_NEOX
-                  : -1;
+    int fam = hf_lora_family(s);
     if (fam < 0)
         return tr_fail(TR_ERR_INVALID, "PEFT adapters are written for GPT-2, Llama, Bloom, "
                        "GPT-NeoX, Falcon, Phi, StableLM, Gemma, GPTBigCode, GPT-J, MPT, OPT and "
                        "Phi3 models; "
                        "this model's switches are none of them");
-    static const char *const gpt2[4] = {"attn.c_attn", "attn.c_proj", "mlp.c_fc", "mlp.c_proj"};
-    static const char *const bloom[4] = {"self_attention.query_key_value", "self_attention.dense",
-                                         "mlp.dense_h_to_4h", "mlp.dense_4h_to_h"};
-    static const char *const neox[4] = {"attention.query_key_value", "attention.dense",
-                                        "mlp.dense_h_to_4h", "mlp.dense_4h_to_h"};
-    static const char *const llama_qkv[3] = {"q_proj", "k_proj", "v_proj"};
-    static const char *const phi[4] = {"", "dense", "fc1", "fc2"}; /* (qkv: llama_qkv) */
-    static const char *const gptj[4] = {"", "out_proj", "fc_in", "fc_out"}; /* (attn., mlp.) */
-    static const char *const mpt[4] = {"attn.Wqkv", "attn.out_proj", "ffn.up_proj",
-                                       "ffn.down_proj"};
-    static const char *const opt[4] = {"", "out_proj", "fc1", "fc2"}; /* (self_attn.: qkv, 1) */
-    static const char *const phi3[4] = {"qkv_proj", "o_proj", "gate_up_proj", "down_proj"};
-    int n = tr_gpt_num_tensors(g), HS = tr_gpt_head_size(s);
-    int NG = s->query_groups ? s->query_groups : s->NH;
-    peft_tensor *list = calloc((size_t)3 * n + 1, sizeof *list);
+    int n = tr_gpt_num_tensors(g);
+    /* one tensor of PEFT's file: rows of trident adapter t (all, or picked by hf_lora_row) */
+    struct peft_tensor {
+        hf_lora_part p;
+        const tr_param_tensor *t;
+    } *list = calloc((size_t)3 * n + 1, sizeof *list);
     int np = 0, rc = list ? TR_OK : tr_fail(TR_ERR_NOMEM, "out of memory");
     size_t most = 0;
     for (int i = 0; i < n && !rc; i++) {
         const tr_param_tensor *t = tr_gpt_tensor(g, i);
         int layer;
         char ab;
-        int m = parse_adapter(t->name, &layer, &ab);
+        int m = hf_lora_parse(t->name, &layer, &ab);
         if (m < 0) {
             rc = tr_fail(TR_ERR_INVALID, "tensor %s is not a LoRA adapter", t->name);
             break;
         }
         most = t->numel > most ? t->numel : most;
-        int parts = (fam == FAM_LLAMA || fam == FAM_PHI || fam == FAM_GPTJ || fam == FAM_OPT) &&
-                            m == 0
-                        ? 3
-                    : fam == FAM_LLAMA && m == 2 ? 2
-                                                 : 1;
-        for (int k = 0; k < parts; k++) {
-            peft_tensor *p = &list[np++];
-            p->t = t;
-            p->rows = t->rows;
-            p->part = k;
-            if (fam == FAM_GPT2 || fam == FAM_BIGCODE) { /* (BigCode's: trident's rows) */
-                snprintf(p->name, sizeof p->name, "base_model.model.transformer.h.%d.%s.lora_%c.weight",
-                         layer, gpt2[m], ab);
-                p->kind = fam == FAM_GPT2 && m == 0 && ab == 'B';
-            } else if (fam == FAM_MPT) { /* Wqkv's B rows ({q, k, v}, head, d) as GPT-2's */
-                snprintf(p->name, sizeof p->name,
-                         "base_model.model.transformer.blocks.%d.%s.lora_%c.weight", layer, mpt[m],
-                         ab);
-                p->kind = m == 0 && ab == 'B';
-            } else if (fam == FAM_BLOOM || fam == FAM_FALCON) {
-                snprintf(p->name, sizeof p->name, "base_model.model.transformer.h.%d.%s.lora_%c.weight",
-                         layer, bloom[m], ab);
-            } else if (fam == FAM_GPTJ) { /* q/k/v_proj cut as a Llama's, the rest as is */
-                snprintf(p->name, sizeof p->name,
-                         "base_model.model.transformer.h.%d.%s.%s.lora_%c.weight", layer,
-                         m < 2 ? "attn" : "mlp", m == 0 ? llama_qkv[k] : gptj[m], ab);
-                if (ab == 'B' && m == 0)
-                    p->kind = 4, p->rows = s->C;
-            } else if (fam == FAM_OPT) { /* q/k/v_proj cut as a Llama's, the rest as is */
-                snprintf(p->name, sizeof p->name,
-                         "base_model.model.model.decoder.layers.%d.%s%s.lora_%c.weight", layer,
-                         m < 2 ? "self_attn." : "", m == 0 ? llama_qkv[k] : opt[m], ab);
-                if (ab == 'B' && m == 0)
-                    p->kind = 2, p->rows = s->C;
-            } else if (fam == FAM_PHI3) { /* B's rows as the fused weights' */
-                snprintf(p->name, sizeof p->name,
-                         "base_model.model.model.layers.%d.%s.%s.lora_%c.weight", layer,
-                         m < 2 ? "self_attn" : "mlp", phi3[m], ab);
-                p->kind = ab != 'B' ? 0 : m == 0 ? 1 : m == 2 ? 5 : 0;
-            } else if (fam == FAM_NEOX) {
-                snprintf(p->name, sizeof p->name,
-                         "base_model.model.gpt_neox.layers.%d.%s.lora_%c.weight", layer, neox[m], ab);
-            } else {
-                const char *mod = m == 0           ? llama_qkv[k]
-                                  : fam == FAM_PHI ? phi[m]
-                                  : m == 1         ? "o_proj"
-                                  : m == 2         ? (k ? "up_proj" : "gate_proj")
-                                                   : "down_proj";
-                snprintf(p->name, sizeof p->name, "base_model.model.model.layers.%d.%s.%s.lora_%c.weight",
-                         layer, m < 2 ? "self_attn" : "mlp", mod, ab);
-                if (ab == 'B' && m == 0) { /* each projection's rows of the fused qkv */
-                    p->kind = 2;
-                    p->rows = (k == 0 ? s->NH : NG) * HS;
-                } else if (ab == 'B' && m == 2 && fam == FAM_LLAMA) {
-                    p->kind = 3;
-                    p->rows = t->rows / 2;
-                } /* A: the fused layer's one A, the same for each projection */
-            }
-        }
+        hf_lora_part parts[3];
+        int k = hf_lora_parts(s, fam, layer, m, ab, t->rows, parts);
+        for (int j = 0; j < k; j++)
+            list[np++] = (struct peft_tensor){.p = parts[j], .t = t};
     }
     tr_st_tensor *st = rc ? NULL : calloc((size_t)np + 1, sizeof *st);
     if (!rc && !st)
         rc = tr_fail(TR_ERR_NOMEM, "out of memory");
     for (int i = 0; i < np && !rc; i++)
-        st[i] = (tr_st_tensor){.name = list[i].name, .dtype = TR_ST_F32, .ndim = 2,
-                               .shape = {(uint64_t)list[i].rows, (uint64_t)list[i].t->cols}};
+        st[i] = (tr_st_tensor){.name = list[i].p.name, .dtype = TR_ST_F32, .ndim = 2,
+                               .shape = {(uint64_t)list[i].p.rows, (uint64_t)list[i].t->cols}};
     static const char *const meta[] = {"format", "pt", NULL};
     tr_st_writer *w = NULL;
     float *hf = rc ? NULL : malloc(most * sizeof(float) + 1);
@@ -217,10 +221,11 @@ int tr_hf_write_lora_adapter(const char *dir, tr_gpt *g, const float *params)
     if (!rc)
         rc = tr_st_create(path, st, (size_t)np, meta, &w);
     for (int i = 0; i < np && !rc; i++) {
-        const peft_tensor *p = &list[i];
-        int c = p->t->cols;
+        const hf_lora_part *p = &list[i].p;
+        const tr_param_tensor *t = list[i].t;
+        int c = t->cols;
         for (int h = 0; h < p->rows; h++)
-            memcpy(hf + (size_t)h * c, params + p->t->offset + pick_row(s, p, (size_t)h) * c,
+            memcpy(hf + (size_t)h * c, params + t->offset + hf_lora_row(s, p, (size_t)h) * c,
                    (size_t)c * sizeof(float));
         rc = tr_st_put_f32(w, hf);
     }
@@ -236,16 +241,16 @@ int tr_hf_write_lora_adapter(const char *dir, tr_gpt *g, const float *params)
     json_t *targets = json_array();
     for (int m = 0; m < 4; m++)
         if (s->lora_targets & (1 << m)) {
-            if (fam != FAM_LLAMA &&
-                !((fam == FAM_PHI || fam == FAM_GPTJ || fam == FAM_OPT) && m == 0))
-                json_array_append_new(targets, json_string(fam == FAM_GPT2 || fam == FAM_BIGCODE
+            if (fam != HF_LORA_LLAMA &&
+                !((fam == HF_LORA_PHI || fam == HF_LORA_GPTJ || fam == HF_LORA_OPT) && m == 0))
+                json_array_append_new(targets, json_string(fam == HF_LORA_GPT2 || fam == HF_LORA_BIGCODE
                                                                ? gpt2[m]
-                                                           : fam == FAM_NEOX ? neox[m]
-                                                           : fam == FAM_PHI  ? phi[m]
-                                                           : fam == FAM_GPTJ ? gptj[m]
-                                                           : fam == FAM_MPT  ? mpt[m]
-                                                           : fam == FAM_OPT  ? opt[m]
-                                                           : fam == FAM_PHI3 ? phi3[m]
+                                                           : fam == HF_LORA_NEOX ? neox[m]
+                                                           : fam == HF_LORA_PHI  ? phi[m]
+                                                           : fam == HF_LORA_GPTJ ? gptj[m]
+                                                           : fam == HF_LORA_MPT  ? mpt[m]
+                                                           : fam == HF_LORA_OPT  ? opt[m]
+                                                           : fam == HF_LORA_PHI3 ? phi3[m]
                                                                              : bloom[m]));
             else
                 for (int k = 0; k < 3 && llama_mods[m][k]; k++)
@@ -256,7 +261,7 @@ int tr_hf_write_lora_adapter(const char *dir, tr_gpt *g, const float *params)
         " s:n}",
         "base_model_name_or_path", "peft_type", "LORA", "task_type", "CAUSAL_LM", "r",
         s->lora_rank, "lora_alpha", (double)s->lora_alpha, "lora_dropout", 0.0, "target_modules",
-        targets, "fan_in_fan_out", fam == FAM_GPT2, "bias", "none", "inference_mode", 1,
+        targets, "fan_in_fan_out", fam == HF_LORA_GPT2, "bias", "none", "inference_mode", 1,
         "init_lora_weights", 1, "modules_to_save", "layers_to_transform", "layers_pattern",
         "rank_pattern", "alpha_pattern", "revision", "auto_mapping");
     char *text = root ? json_dumps(root, JSON_INDENT(2) | JSON_SORT_KEYS) : NULL;
@@ -285,8 +290,8 @@ int tr_hf_merge_lora(tr_gpt *g, tr_gpt *plain, float *plain_params)
         const tr_param_tensor *A = tr_gpt_tensor(g, i), *B = tr_gpt_tensor(g, i + 1);
         int layer, mA, mB;
         char ab;
-        mA = parse_adapter(A->name, &layer, &ab);
-        mB = parse_adapter(B->name, &layer, &ab);
+        mA = hf_lora_parse(A->name, &layer, &ab);
+        mB = hf_lora_parse(B->name, &layer, &ab);
         if (mA < 0 || mA != mB)
             return tr_fail(TR_ERR_INVALID, "adapter tensors %s, %s out of order", A->name, B->name);
         char wname[48];

@@ -105,6 +105,13 @@ typedef struct {
  * was made so far left for infer_model_close. */
 TR_MUST_CHECK int infer_model_open(infer_model *im);
 void infer_model_close(infer_model *im);
+/* PEFT adapters imported by `convert --adapters`: 1 when dir's latest checkpoint is a LoRA
+ * run's and dir/base (into base) holds a checkpoint, the base. */
+int infer_lora_base(const char *dir, char *base, size_t cap);
+/* The config of the LoRA run of checkpoint folder dir from its manifest alone: the model (its
+ * family line), finetune.lora's rank, alpha and targets (its lora line) and finetune.load base
+ * (NULL: none), every other key at the schema's default. */
+TR_MUST_CHECK int infer_lora_run_config(const char *dir, const char *base, tr_config *cfg);
 /* The files infer_tokenizer_open found in an HF folder (*tok points into them). */
 typedef struct {
     char model[4200], vocab[4200], merges[4200], config[4200];

@@ -18,6 +18,7 @@ static void convert_usage(FILE *f)
 {
     fprintf(f,
             "usage: trident convert --from hf --input HF_DIR --output CKPT_DIR\n"
+            "       trident convert --from hf --input HF_DIR --adapters PEFT_DIR --output CKPT_DIR\n"
             "       trident convert --to hf --input CKPT_DIR --output HF_DIR [options]\n"
             "\n"
             "Converts GPT-2, Llama, Qwen2, Bloom, GPT-NeoX, Falcon, Phi, StableLM, Gemma,\n"
@@ -34,6 +35,11 @@ static void convert_usage(FILE *f)
             "              the tracker saying 'release'): set checkpoint.load to CKPT_DIR and the\n"
             "              printed model section in the config, and training starts at iteration\n"
             "              1 from these weights, in any layout. F32, F16, BF16 weights are read.\n"
+            "  --adapters PEFT_DIR  --from hf: PEFT's LoRA adapters of HF_DIR (adapter_config.json,\n"
+            "              adapter_model.safetensors or .bin) -> CKPT_DIR holds them as a LoRA\n"
+            "              run's checkpoint, CKPT_DIR/base the base; the printed finetune and\n"
+            "              checkpoint sections continue them (train), and generate, eval and\n"
+            "              --to hf --merge-lora / --adapters-only read CKPT_DIR\n"
             "  --to hf     the latest checkpoint of CKPT_DIR -> HF_DIR: config.json,\n"
             "              generation_config.json, model.safetensors (the vocabulary's padding\n"
             "              removed), which AutoModelForCausalLM.from_pretrained(HF_DIR) loads.\n"
@@ -175,50 +181,37 @@ static void print_model_section(const tr_model_config *m)
                m->rope_scaling_original_max_position_embeddings);
 }
 
-/* The config of the LoRA run that saved checkpoint folder dir, from its manifest alone: the
- * model (its family line) and finetune.lora's rank, alpha and targets (its lora line), every
- * other key at the schema's default (what --adapters-only needs without --config). */
-static int adapter_config(const char *dir, tr_config *cfg)
+/* finetune and checkpoint sections of a run that continues PEFT adapters imported into dir */
+static void print_lora_sections(const char *dir, const tr_hf_lora_import *li)
 {
-    tr_model_config m = {0};
-    int rank = 0, it = 0;
-    double alpha = 0;
-    char targets[32], fam[600], text[2048];
-    int rc = tr_checkpoint_read_model(dir, &m, &it);
-    if (!rc)
-        rc = tr_checkpoint_read_lora(dir, &rank, &alpha, targets, sizeof targets);
-    if (!rc && !rank)
-        rc = tr_fail(TR_ERR_INVALID, "%s: the latest checkpoint's manifest has no lora line (not "
-                     "a LoRA run's, or saved before 2026-11-28): give the run's config "
-                     "(--config)", dir);
-    if (rc)
-        return rc;
-    tr_model_family_flow(&m, fam, sizeof fam);
-    snprintf(text, sizeof text,
-             "model: {num_layers: %d, hidden_size: %d, num_attention_heads: %d, vocab_size: %d,\n"
-             "        max_position_embeddings: %d, seq_length: %d%s}\n"
-             "training: {micro_batch_size: 1, train_iters: 1, lr: 1}\n"
-             "data: {data_path: none}\n"
-             "finetune: {lora: {rank: %d, alpha: %.9g, target_modules: %s}}\n",
-             m.num_layers, m.hidden_size, m.num_attention_heads, m.vocab_size,
-             m.max_position_embeddings, tr_model_longest_seq(&m), fam, rank, alpha, targets);
-    rc = tr_config_load_string(text, strlen(text), dir, NULL, 0, cfg);
-    return rc ? tr_fail_context(rc, "the LoRA run of checkpoint %s", dir) : TR_OK;
+    static const char *const names[4] = {"qkv", "proj", "fc1", "fc2"};
+    printf("finetune:\n  load: %s/base\n  lora:\n    rank: %d\n    alpha: %.9g\n"
+           "    dropout: %.9g\n    target_modules: [", dir, li->rank, li->alpha, li->dropout);
+    for (int t = 0, n = 0; t < 4; t++)
+        if (li->targets & (1 << t))
+            printf("%s%s", n++ ? ", " : "", names[t]);
+    printf("]\ncheckpoint:\n  load: %s\n", dir);
+    if (li->blocks > 1)
+        printf("# PEFT's rank-%d adapters of a fused layer's projections have %d different A\n"
+               "# matrices: trident holds them exactly as one adapter of rank %d, alpha %.9g\n",
+               li->peft_rank, li->blocks, li->rank, li->alpha);
 }
 
 int tr_cmd_convert(int argc, char **argv)
 {
-    enum { FROM, TO, INPUT, OUTPUT, DTYPE, SHARD, EOS, CONFIG, MERGE, ADAPTERS };
+    enum { FROM, TO, INPUT, OUTPUT, DTYPE, SHARD, EOS, CONFIG, MERGE, ADAPTERS, PEFT };
     static const arg_opt options[] = {
         [FROM] = {"--from", ARG_VALUE},   [TO] = {"--to", ARG_VALUE},
         [INPUT] = {"--input", ARG_VALUE}, [OUTPUT] = {"--output", ARG_VALUE},
         [DTYPE] = {"--dtype", ARG_VALUE}, [SHARD] = {"--max-shard-size", ARG_VALUE},
         [EOS] = {"--eos-id", ARG_VALUE},  [CONFIG] = {"--config", ARG_VALUE},
-        [MERGE] = {"--merge-lora", ARG_FLAG}, [ADAPTERS] = {"--adapters-only", ARG_FLAG}, {NULL},
+        [MERGE] = {"--merge-lora", ARG_FLAG}, [ADAPTERS] = {"--adapters-only", ARG_FLAG},
+        [PEFT] = {"--adapters", ARG_VALUE}, {NULL},
     };
     arg_parser a = {.cmd = "trident convert", .opts = options, .usage = convert_usage,
                     .argc = argc, .argv = argv};
     const char *from = NULL, *to = NULL, *input = NULL, *output = NULL, *config = NULL, *v;
+    const char *peft = NULL;
     tr_hf_export_options o = {.max_shard_bytes = 5000000000ULL, .eos_token_id = -1};
     int rc = 0, opt, export_opts = 0, merge = 0, adapters = 0;
     while (!rc && (opt = args_next(&a, &v)) != ARGS_END) {
@@ -236,6 +229,8 @@ int tr_cmd_convert(int argc, char **argv)
             input = v;
         else if (opt == OUTPUT)
             output = v;
+        else if (opt == PEFT)
+            peft = v;
         else if (opt == DTYPE) {
             export_opts = 1;
             if (strcmp(v, "fp32") && strcmp(v, "bf16"))
@@ -263,17 +258,22 @@ int tr_cmd_convert(int argc, char **argv)
         rc = args_error(&a, "--input and --output are both needed");
     if (!rc && from && export_opts)
         rc = args_error(&a, "--dtype, --max-shard-size, --eos-id and --config apply to --to hf");
+    if (!rc && to && peft)
+        rc = args_error(&a, "--adapters PEFT_DIR applies to --from hf");
     if (!rc && merge && adapters)
         rc = args_error(&a, "--merge-lora and --adapters-only exclude each other");
-    if (!rc && merge && !config)
+    char base[4200];
+    int imported = to && input && !config && infer_lora_base(input, base, sizeof base);
+    if (!rc && merge && !config && !imported)
         rc = args_error(&a, "--merge-lora needs --config: the LoRA run's config (finetune.lora, "
                         "finetune.load: the base the adapters are merged into)");
     if (rc)
         return rc;
     tr_config cfg;
     int have_cfg = 0;
-    if (config || adapters) {
-        if ((rc = config ? tr_config_load(config, NULL, 0, &cfg) : adapter_config(input, &cfg))) {
+    if (config || adapters || merge) {
+        if ((rc = config ? tr_config_load(config, NULL, 0, &cfg)
+                         : infer_lora_run_config(input, imported ? base : NULL, &cfg))) {
             fprintf(stderr, "trident convert: %s\n", tr_errmsg());
             return 2;
         }
@@ -298,7 +298,10 @@ int tr_cmd_convert(int argc, char **argv)
     double t0 = tr_now();
     tr_model_config m = {0};
     int iteration = 0;
-    if (merge || adapters)
+    tr_hf_lora_import li;
+    if (peft)
+        rc = tr_hf_import_lora(input, peft, output, &m, &li);
+    else if (merge || adapters)
         rc = tr_hf_export_lora(input, output, &cfg, merge, &o, &iteration);
     else
         rc = from ? tr_hf_import(input, output, &m) : tr_hf_export(input, output, &o, &iteration);
@@ -309,7 +312,12 @@ int tr_cmd_convert(int argc, char **argv)
         fprintf(stderr, "trident convert: %s\n", tr_errmsg());
         return rc == TR_ERR_INVALID || rc == TR_ERR_CONFIG ? 2 : 1;
     }
-    if (from) {
+    if (from && peft) {
+        printf("trident convert: %s + %s -> %s (the adapters' release checkpoint; %s/base: the "
+               "base's) in %.2f s\n", input, peft, output, output, tr_now() - t0);
+        print_model_section(&m);
+        print_lora_sections(output, &li);
+    } else if (from) {
         printf("trident convert: %s -> %s (release checkpoint) in %.2f s\n", input, output,
                tr_now() - t0);
         print_model_section(&m);

@@ -14,6 +14,55 @@
 #include "train/train.h"
 #include "yaml/config.h"
 
+int infer_lora_base(const char *dir, char *base, size_t cap)
+{
+    char tracker[4400];
+    snprintf(tracker, sizeof tracker, "%s/base/latest_checkpointed_iteration.txt", dir);
+    if (snprintf(base, cap, "%s/base", dir) >= (int)cap || access(tracker, F_OK))
+        return 0;
+    int rank = 0;
+    double alpha;
+    char targets[64];
+    return !tr_checkpoint_read_lora(dir, &rank, &alpha, targets, sizeof targets) && rank > 0;
+}
+
+int infer_lora_run_config(const char *dir, const char *base, tr_config *cfg)
+{
+    tr_model_config m = {0};
+    int rank = 0, it = 0;
+    double alpha = 0;
+    char targets[32], fam[600], load[4400] = "", text[6000];
+    int rc = tr_checkpoint_read_model(dir, &m, &it);
+    if (!rc)
+        rc = tr_checkpoint_read_lora(dir, &rank, &alpha, targets, sizeof targets);
+    if (!rc && !rank)
+        rc = tr_fail(TR_ERR_INVALID, "%s: the latest checkpoint's manifest has no lora line (not "
+                     "a LoRA run's, or saved before 2026-11-28): give the run's config "
+                     "(--config)", dir);
+    if (rc)
+        return rc;
+    if (base) { /* a YAML double-quoted string */
+        size_t n = snprintf(load, sizeof load, "load: \"");
+        for (const char *p = base; *p && n + 4 < sizeof load; p++) {
+            if (*p == '"' || *p == '\\')
+                load[n++] = '\\';
+            load[n++] = *p;
+        }
+        snprintf(load + n, sizeof load - n, "\", ");
+    }
+    tr_model_family_flow(&m, fam, sizeof fam);
+    snprintf(text, sizeof text,
+             "model: {num_layers: %d, hidden_size: %d, num_attention_heads: %d, vocab_size: %d,\n"
+             "        max_position_embeddings: %d, seq_length: %d%s}\n"
+             "training: {micro_batch_size: 1, train_iters: 1, lr: 1}\n"
+             "data: {data_path: none}\n"
+             "finetune: {%slora: {rank: %d, alpha: %.9g, target_modules: %s}}\n",
+             m.num_layers, m.hidden_size, m.num_attention_heads, m.vocab_size,
+             m.max_position_embeddings, tr_model_longest_seq(&m), fam, load, rank, alpha, targets);
+    rc = tr_config_load_string(text, strlen(text), dir, NULL, 0, cfg);
+    return rc ? tr_fail_context(rc, "the LoRA run of checkpoint %s", dir) : TR_OK;
+}
+
 /* The model config of the checkpoint (or HF folder): its sizes (and, from --config or a
  * family folder, its family), every other key at the schema's default, tensor parallelism
  * over the model replica's ranks. */
@@ -30,6 +79,13 @@ static int model_config(infer_model *im, int world)
             tr_hf_gpt2_model_config(&hc, &m);
     } else {
         rc = tr_checkpoint_read_model(im->dir, &m, &im->iteration);
+    }
+    char base[4200];
+    if (!rc && !im->config && infer_lora_base(im->dir, base, sizeof base)) {
+        /* imported PEFT adapters (convert --adapters): the run from the manifest, DIR/base */
+        if ((rc = infer_lora_run_config(im->dir, base, &im->run)))
+            return rc;
+        im->have_run = 1;
     }
     if (rc)
         return rc;
@@ -75,6 +131,7 @@ static int model_config(infer_model *im, int world)
 static int load_lora_merged(infer_model *im, float *host)
 {
     const tr_config *run = &im->run; /* (model_config loaded it) */
+    const char *config = im->config ? im->config : "its manifest";
     tr_config one = *run; /* the whole model on one rank (shallow: nothing freed here) */
     one.parallel.tensor_model_parallel_size = 1;
     one.parallel.sequence_parallel = 0;
@@ -86,10 +143,10 @@ static int load_lora_merged(infer_model *im, float *host)
     int rc = tr_gpt_shape_from_config(&one, 0, run->model.num_layers, 0, &s);
     if (!rc && !s.lora_rank)
         rc = tr_fail(TR_ERR_INVALID, "%s holds a LoRA run's adapters; %s has no "
-                     "finetune.lora.rank: give the run's config", im->dir, im->config);
+                     "finetune.lora.rank: give the run's config", im->dir, config);
     if (!rc && !*run->finetune.load)
         rc = tr_fail(TR_ERR_INVALID, "%s: no finetune.load, the base model the adapters of %s "
-                     "were trained on", im->config, im->dir);
+                     "were trained on", config, im->dir);
     s.recompute = s.recompute_attention = 0;
     ps = s;
     ps.lora_rank = 0;
@@ -113,7 +170,7 @@ static int load_lora_merged(infer_model *im, float *host)
     }
     if (!rc && tr_gpt_num_tensors(plain) != tr_gpt_num_tensors(im->g))
         rc = tr_fail(TR_ERR_INVALID, "the merged model of %s has %d tensors, the model %d",
-                     im->config, tr_gpt_num_tensors(plain), tr_gpt_num_tensors(im->g));
+                     config, tr_gpt_num_tensors(plain), tr_gpt_num_tensors(im->g));
     for (int i = 0; !rc && i < tr_gpt_num_tensors(im->g); i++) {
         const tr_param_tensor *t = tr_gpt_tensor(im->g, i), *w = tr_gpt_tensor(plain, i);
         if (strcmp(t->name, w->name) || t->full_cols < w->cols)
@@ -183,7 +240,7 @@ static int load_weights(infer_model *im)
             return rc;
         if (!lora_rank)
             return tr_checkpoint_load_model(im->dir, im->g, k, im->params, &im->iteration);
-        if (!im->config)
+        if (!im->have_run)
             return tr_fail(TR_ERR_INVALID, "%s holds a LoRA run's adapters alone (rank %d): give "
                            "the run's config (--config RUN.yaml), whose finetune.load is the base "
                            "they are merged into (trident convert --to hf --merge-lora writes "
