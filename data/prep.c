@@ -323,7 +323,9 @@ static int setup(pipeline *p, const tr_preprocess_options *o)
     p->n_out = o->sft ? 2 : o->n_json_keys ? o->n_json_keys : 1;
     p->spec = (prep_spec){o->json_keys, o->n_json_keys, o->sft,
                           o->n_json_keys && !o->sft ? o->append_eod : 1,
-                          !strcmp(tr_tokenizer_type(t), "HFTokenizer"), tr_tokenizer_eod(t),
+                          !strcmp(tr_tokenizer_type(t), "HFTokenizer") ||
+                              !strcmp(tr_tokenizer_type(t), "Llama2Tokenizer"),
+                          tr_tokenizer_eod(t),
                           NULL, t};
     if (o->sft && o->n_json_keys != (o->sft == TR_SFT_PAIR ? 2 : 1))
         return tr_fail(TR_ERR_CONFIG, "preprocess: supervised fine-tuning takes %s",

@@ -48,7 +48,8 @@ typedef struct {
     int sft;               /* TR_SFT_NONE, or SFT examples (prep_sft.c): out[0] ids, out[1]
                             * their loss mask (0/1 as ids) */
     int append_eod;
-    int add_special;       /* HFTokenizer: the template (Megatron's HF tokenize does) */
+    int add_special;       /* HFTokenizer: the template (Megatron's HF tokenize does);
+                            * Llama2Tokenizer: its BOS */
     int32_t eod;
     const chat_template *chat; /* TR_SFT_CHAT: how a conversation is written */
     const tr_tokenizer *tok;

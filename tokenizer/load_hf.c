@@ -236,7 +236,7 @@ static int load_model(tr_tokenizer *t, const char *file, json_t *m)
     return TR_OK;
 }
 
-static int cmp_added(const void *a, const void *b)
+int tok_cmp_added(const void *a, const void *b)
 {
     const added_token *x = a, *y = b;
     return x->match_len != y->match_len ? (x->match_len < y->match_len ? 1 : -1)
@@ -327,7 +327,7 @@ static int load_added(tr_tokenizer *t, const char *file, json_t *list)
                                                                t->pool + off)
                                              : x->len);
     }
-    qsort(t->added, (size_t)t->n_added, sizeof *t->added, cmp_added);
+    qsort(t->added, (size_t)t->n_added, sizeof *t->added, tok_cmp_added);
     return TR_OK;
 }
 

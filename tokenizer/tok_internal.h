@@ -16,7 +16,7 @@
 
 #include "tokenizer/tokenizer.h"
 
-enum { TOK_BYTES, TOK_GPT2, TOK_HF };
+enum { TOK_BYTES, TOK_GPT2, TOK_HF, TOK_LLAMA2, TOK_GPT_SP }; /* the last two: load_spm.c */
 
 /* Ids are below 2^24 (16,777,216; the largest real vocabularies have ~256k): the id table
  * takes 12 bytes per id up to the largest, so a tiny file naming id 2^31-2 would cost ~26 GB.
@@ -109,6 +109,11 @@ struct tr_tokenizer {
     int32_t fallback_id[256]; /* <0xHH> of each byte, -1 when missing */
     int decode_bytes;        /* the decoder's ByteFallback: a token spelled <0xHH> is a byte */
     int decode_strip;        /* leading spaces the decoder strips from the text (its Strip) */
+    /* sentencepiece's own model file (load_spm.c; sp is 1 too): each id's piece type, the
+     * normalizer's switches; the tables hold each id's text as decoding gives it (a BYTE
+     * piece its byte, CONTROL nothing, UNKNOWN the unk surface) */
+    uint8_t *spm_type; /* NULL: not such a model */
+    int spm_dummy_prefix, spm_remove_spaces;
 };
 
 enum { ADDED_RAW = 1, ADDED_NORMALIZED = 2 };
@@ -224,6 +229,46 @@ TR_MUST_CHECK int tok_bad_id(const char *file, const char *where, const char *s,
 TR_MUST_CHECK int add_vocab_object(tr_tokenizer *t, struct json_t *vocab, const char *file);
 TR_MUST_CHECK int add_merge(tr_tokenizer *t, const char *a, size_t la, const char *b,
                             size_t lb, uint32_t rank, const char *file, const char *where);
+/* qsort order of t->added: the longest match first, then by id. */
+int tok_cmp_added(const void *a, const void *b);
+
+/* ---- spm_proto.c, load_spm.c: sentencepiece's tokenizer.model ---- */
+enum { SPM_NORMAL = 1, SPM_UNKNOWN, SPM_CONTROL, SPM_USER_DEFINED, SPM_UNUSED, SPM_BYTE };
+typedef struct {
+    const char *s; /* into the file's bytes, not NUL-terminated */
+    size_t len;
+} spm_str;
+typedef struct {
+    spm_str piece;
+    float score;
+    int type; /* SPM_* */
+} spm_piece;
+typedef struct {
+    spm_str name;
+    size_t charsmap_len; /* precompiled_charsmap's bytes (0: none, the identity) */
+    int add_dummy_prefix, remove_extra_whitespaces, escape_whitespaces;
+} spm_normalizer;
+/* The fields of a ModelProto that encoding and decoding depend on (defaults as the proto's). */
+typedef struct {
+    spm_piece *pieces; /* id = index */
+    int n_pieces, cap_pieces;
+    int model_type; /* trainer_spec: 1 UNIGRAM, 2 BPE, 3 WORD, 4 CHAR */
+    int byte_fallback, whitespace_as_suffix;
+    spm_str unk_surface, bos_piece, eos_piece;
+    spm_normalizer norm, denorm;
+    int has_denorm;
+} spm_model;
+/* The ModelProto in data[0 .. len) into *m (m->pieces malloc'ed, even on failure; the strings
+ * point into data); TR_ERR_INVALID naming file, the field and the byte for bad bytes. */
+TR_MUST_CHECK int spm_parse(const uint8_t *data, size_t len, const char *file, spm_model *m);
+/* A tokenizer.model into t (kind TOK_LLAMA2: BOS as the template). */
+TR_MUST_CHECK int load_spm(tr_tokenizer *t, const char *path);
+/* sentencepiece's normalizer (identity rule) of valid UTF-8 s[0 .. n) into out (room for n + 1
+ * bytes), spelled as the tables spell text (U+2581 as ' '); its length. */
+size_t spm_normalize(const tr_tokenizer *t, const char *s, size_t n, char *out);
+/* sentencepiece's decode of valid ids into s (room for spm_decoded_cap bytes); its length. */
+size_t spm_decoded_cap(const tr_tokenizer *t, const int32_t *ids, size_t n);
+size_t spm_decode(const tr_tokenizer *t, const int32_t *ids, size_t n, char *s);
 
 /* ---- pretok.c ---- */
 /* GPT-2's pre-tokenizer regex (tokenizers' ByteLevel, tiktoken's gpt2). */

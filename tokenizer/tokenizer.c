@@ -33,24 +33,28 @@ static const unsigned char all_bytes[256] = {
 
 static int given(const char *s) { return s && s[0]; }
 
+/* Megatron's names, by TOK_* */
+static const char *const type_names[] = {"ByteLevel", "GPT2BPETokenizer", "HFTokenizer",
+                                         "Llama2Tokenizer", "GPTSentencePieceTokenizer"};
+
 /* Which files a type needs: each needed one given, no other. */
 static int check_files(const tr_tokenizer_files *f, int kind)
 {
-    static const char *const names[3] = {"ByteLevel", "GPT2BPETokenizer", "HFTokenizer"};
     struct { const char *value, *flag; int needed; } use[3] = {
         {f->vocab_file, "--vocab-file (data.tokenizer.vocab_file)", kind == TOK_GPT2},
         {f->merge_file, "--merge-file (data.tokenizer.merge_file)", kind == TOK_GPT2},
-        {f->tokenizer_model, "--tokenizer-model (data.tokenizer.model)", kind == TOK_HF},
+        {f->tokenizer_model, "--tokenizer-model (data.tokenizer.model)", kind >= TOK_HF},
     };
     if (given(f->config_file) && kind != TOK_GPT2)
         return tr_fail(TR_ERR_CONFIG, "a tokenizer_config.json (%s) is read by GPT2BPETokenizer "
-                       "only, not by %s", f->config_file, names[kind]);
+                       "only, not by %s", f->config_file, type_names[kind]);
     for (int i = 0; i < 3; i++) {
         if (use[i].needed && !given(use[i].value))
-            return tr_fail(TR_ERR_CONFIG, "tokenizer %s needs %s", names[kind], use[i].flag);
+            return tr_fail(TR_ERR_CONFIG, "tokenizer %s needs %s", type_names[kind],
+                           use[i].flag);
         if (!use[i].needed && given(use[i].value))
             return tr_fail(TR_ERR_CONFIG, "%s is not used by tokenizer %s", use[i].flag,
-                           names[kind]);
+                           type_names[kind]);
     }
     return TR_OK;
 }
@@ -59,18 +63,19 @@ int tr_tokenizer_open(const tr_tokenizer_files *files, tr_tokenizer **out)
 {
     *out = NULL;
     const char *type = given(files->type) ? files->type : "ByteLevel";
-    int kind = !strcmp(type, "ByteLevel") ? TOK_BYTES
-               : !strcmp(type, "GPT2BPETokenizer") ? TOK_GPT2
-               : !strcmp(type, "HFTokenizer") ? TOK_HF : -1;
+    int kind = -1;
+    for (int k = 0; k < 5; k++)
+        kind = !strcmp(type, type_names[k]) ? k : kind;
     if (kind < 0)
         return tr_fail(TR_ERR_CONFIG, "tokenizer type '%s' is not one of ByteLevel, "
-                                      "GPT2BPETokenizer, HFTokenizer", type);
+                                      "GPT2BPETokenizer, HFTokenizer, Llama2Tokenizer, "
+                                      "GPTSentencePieceTokenizer", type);
     int rc = check_files(files, kind);
     if (rc)
         return rc;
     pthread_once(&byte_map_once, byte_map_init);
     tr_tokenizer *t = calloc(1, sizeof *t);
-    const char *src = kind == TOK_GPT2 ? files->vocab_file : kind == TOK_HF ? files->tokenizer_model
+    const char *src = kind == TOK_GPT2 ? files->vocab_file : kind >= TOK_HF ? files->tokenizer_model
                                                                              : "ByteLevel";
     if (!t || !(t->source = strdup(src))) {
         free(t);
@@ -89,6 +94,8 @@ int tr_tokenizer_open(const tr_tokenizer_files *files, tr_tokenizer **out)
             rc = gpt2_bos_from_config(t, files->config_file);
     } else if (kind == TOK_HF) {
         rc = load_hf(t, files->tokenizer_model);
+    } else if (kind != TOK_BYTES) {
+        rc = load_spm(t, files->tokenizer_model);
     }
     if (rc) {
         tr_tokenizer_free(t);
@@ -116,6 +123,7 @@ void tr_tokenizer_free(tr_tokenizer *t)
     free(t->tok_off);
     free(t->tok_len);
     free(t->source);
+    free(t->spm_type);
     free(t);
 }
 
@@ -128,8 +136,7 @@ int32_t tr_tokenizer_eod(const tr_tokenizer *t) { return t->eod; }
 
 const char *tr_tokenizer_type(const tr_tokenizer *t)
 {
-    return t->kind == TOK_BYTES ? "ByteLevel" : t->kind == TOK_GPT2 ? "GPT2BPETokenizer"
-                                                                    : "HFTokenizer";
+    return type_names[t->kind];
 }
 
 int tr_encoder_create(const tr_tokenizer *t, tr_encoder **out)
@@ -178,7 +185,13 @@ static int append_ids(tr_encoder *e, const int32_t *src, int k)
     return rc;
 }
 
-/* text with every maximal invalid UTF-8 subpart replaced by U+FFFD (EF BF BD). */
+/* text with every maximal invalid UTF-8 subpart replaced by U+FFFD (EF BF BD); sentencepiece's
+ * own models: every byte of one, as its normalizer does. */
+static size_t invalid_len(const tr_tokenizer *t, const unsigned char *s, size_t n)
+{
+    return t->spm_type ? 1 : tr_utf8_invalid_len(s, n);
+}
+
 static int repair_utf8(tr_encoder *e, const char **text, size_t *len)
 {
     const unsigned char *s = (const unsigned char *)*text;
@@ -191,7 +204,7 @@ static int repair_utf8(tr_encoder *e, const char **text, size_t *len)
         i += good;
         need += good;
         if (i < n) {
-            bad = tr_utf8_invalid_len(s + i, n - i);
+            bad = invalid_len(e->t, s + i, n - i);
             i += bad;
             need += 3;
         }
@@ -211,7 +224,7 @@ static int repair_utf8(tr_encoder *e, const char **text, size_t *len)
         o += good;
         i += good;
         if (i < n) {
-            i += tr_utf8_invalid_len(s + i, n - i);
+            i += invalid_len(e->t, s + i, n - i);
             memcpy(e->clean + o, "\xEF\xBF\xBD", 3);
             o += 3;
         }
@@ -235,6 +248,19 @@ static const added_token *added_at(const tr_tokenizer *t, int kind, const char *
     return NULL;
 }
 
+/* e->norm with room for a segment of len bytes (and the space put first). */
+static int norm_room(tr_encoder *e, size_t len)
+{
+    if (len + 1 <= e->norm_cap)
+        return TR_OK;
+    char *p = realloc(e->norm, len + 1);
+    if (!p)
+        return tr_fail(TR_ERR_NOMEM, "out of memory for a text of %zu bytes", len);
+    e->norm = p;
+    e->norm_cap = len + 1;
+    return TR_OK;
+}
+
 /* A SentencePiece-style segment (text between added tokens; at_start: it begins the text):
  * U+2581 read as the space it stands for, the space the normalizer's Prepend or Metaspace's
  * prepend_scheme puts first, then one piece, or (Metaspace split) a piece per space, each
@@ -248,13 +274,8 @@ static int sp_segment(tr_encoder *e, const char *text, size_t len, int at_start)
                   (t->sp_prepend == SP_PREPEND_FIRST && at_start && !space_first);
     if (!len)
         return TR_OK;
-    if (len + 1 > e->norm_cap) {
-        char *p = realloc(e->norm, len + 1);
-        if (!p)
-            return tr_fail(TR_ERR_NOMEM, "out of memory for a text of %zu bytes", len);
-        e->norm = p;
-        e->norm_cap = len + 1;
-    }
+    if (norm_room(e, len))
+        return TR_ERR_NOMEM;
     e->norm[0] = ' ';
     size_t n = (size_t)prepend + sp_decoded_text(text, len, e->norm + prepend), start = 0;
     int rc = TR_OK;
@@ -311,6 +332,22 @@ static int normalize_segment(tr_encoder *e, const char *text, size_t len, int at
     return rc ? rc : split_added(e, ADDED_NORMALIZED, text, len, at_start, encode_segment);
 }
 
+/* A piece of sentencepiece's normalized text between user-defined pieces. */
+static int spm_segment(tr_encoder *e, const char *text, size_t len, int at_start)
+{
+    (void)at_start;
+    return len ? on_piece(e, text, len) : TR_OK;
+}
+
+/* sentencepiece's own model: the whole text normalized, then cut at the user-defined pieces. */
+static int spm_encode(tr_encoder *e, const char *text, size_t len)
+{
+    if (norm_room(e, len))
+        return TR_ERR_NOMEM;
+    size_t n = spm_normalize(e->t, text, len, e->norm);
+    return split_added(e, ADDED_NORMALIZED, e->norm, n, 1, spm_segment);
+}
+
 int tr_encode(tr_encoder *e, const char *text, size_t len, int add_special, int32_t **ids,
               size_t *n, size_t *cap)
 {
@@ -329,7 +366,8 @@ int tr_encode(tr_encoder *e, const char *text, size_t len, int add_special, int3
     if (!rc && add_special)
         rc = append_ids(e, t->prefix, t->n_prefix);
     if (!rc)
-        rc = split_added(e, ADDED_RAW, text, len, 1, normalize_segment);
+        rc = t->spm_type ? spm_encode(e, text, len)
+                         : split_added(e, ADDED_RAW, text, len, 1, normalize_segment);
     if (!rc && add_special)
         rc = append_ids(e, t->suffix, t->n_suffix);
     return rc;
@@ -396,11 +434,14 @@ int tr_decode(const tr_tokenizer *t, const int32_t *ids, size_t n, char **text, 
                                            "%s", (int)ids[i], i, t->source);
         total += l;
     }
-    char *s = malloc((t->sp ? 3 : 1) * total + 1); /* (a byte token may become U+FFFD) */
+    /* (a byte token may become U+FFFD) */
+    char *s = malloc(t->spm_type ? spm_decoded_cap(t, ids, n) : (t->sp ? 3 : 1) * total + 1);
     if (!s)
         return tr_fail(TR_ERR_NOMEM, "out of memory decoding %zu tokens", n);
     size_t o = 0;
-    if (t->sp)
+    if (t->spm_type)
+        o = spm_decode(t, ids, n, s);
+    else if (t->sp)
         o = sp_decode(t, ids, n, s);
     else
         for (size_t i = 0; i < n; i++) {

@@ -47,6 +47,21 @@
  *                          (a run of byte tokens that is not UTF-8: one U+FFFD a token), Fuse,
  *                          Strip {start N} does, which is tokenizers' decode(ids,
  *                          skip_special_tokens=False).
+ *      "Llama2Tokenizer", "GPTSentencePieceTokenizer"
+ *                          a sentencepiece tokenizer.model (--tokenizer-model; Meta's Llama-2,
+ *                          Mistral): its ModelProto read by hand (tokenizer/spm_proto.c), a BPE
+ *                          model with the identity normalizer (add_dummy_prefix and
+ *                          remove_extra_whitespaces honoured), encoded and decoded as the
+ *                          sentencepiece library does (tokenizer/load_spm.c: merges by score,
+ *                          leftmost among equals; user-defined pieces first; byte fallback or
+ *                          one unk a run; invalid UTF-8 input one U+FFFD a byte); end of
+ *                          document = its eos_piece's id (-1 when that is not a CONTROL
+ *                          piece); Llama2Tokenizer's add_special puts bos_piece's id first
+ *                          (Megatron's _Llama2Tokenizer.tokenize(bos=True)),
+ *                          GPTSentencePieceTokenizer's nothing. Refused (TR_ERR_INVALID naming
+ *                          the file and the field): malformed protobuf, UNIGRAM / WORD / CHAR,
+ *                          another normalizer (nmt_nfkc, ...), files whose ids sentencepiece
+ *                          would make otherwise than these merges (see load_spm.c).
  *    Anything else in a file (another normalizer such as NFD or NFKC, a WordPiece or Unigram
  *    model, dropout, a non-empty continuing_subword_prefix, ...)
  *    is refused with TR_ERR_INVALID naming the file and the field: a tokenizer that cannot be
@@ -82,10 +97,11 @@ typedef struct tr_encoder tr_encoder;
 
 /* Which files a tokenizer is made from (unused ones NULL). */
 typedef struct {
-    const char *type;            /* "ByteLevel" (also NULL or ""), "GPT2BPETokenizer", "HFTokenizer" */
+    const char *type;            /* "ByteLevel" (also NULL or ""), "GPT2BPETokenizer", "HFTokenizer",
+                                  * "Llama2Tokenizer", "GPTSentencePieceTokenizer" */
     const char *vocab_file;      /* GPT2BPETokenizer: vocab.json (GPT-2's encoder.json) */
     const char *merge_file;      /* GPT2BPETokenizer: merges.txt (GPT-2's vocab.bpe) */
-    const char *tokenizer_model; /* HFTokenizer: tokenizer.json */
+    const char *tokenizer_model; /* HFTokenizer: tokenizer.json; the last two: tokenizer.model */
     const char *config_file;     /* GPT2BPETokenizer, optional: tokenizer_config.json (BOS) */
 } tr_tokenizer_files;
 
@@ -110,7 +126,7 @@ TR_MUST_CHECK int tr_tokenizer_config_load(const char *path, struct json_t **roo
 int tr_tokenizer_vocab_size(const tr_tokenizer *t);
 /* The end-of-document id, or -1 when the tokenizer has none. */
 int32_t tr_tokenizer_eod(const tr_tokenizer *t);
-/* "ByteLevel", "GPT2BPETokenizer" or "HFTokenizer". */
+/* The type's name, as tr_tokenizer_files.type gives it. */
 const char *tr_tokenizer_type(const tr_tokenizer *t);
 
 /* Per-thread encoding state. */

@@ -221,7 +221,8 @@ typedef struct {
     /* data.tokenizer: {type, vocab_file, merge_file, model} (Megatron's --tokenizer-type,
      * --vocab-file, --merge-file, --tokenizer-model): type "none" (default: the dataset's ids
      * as they are, no text) | "ByteLevel" | "GPT2BPETokenizer" (vocab_file, merge_file) |
-     * "HFTokenizer" (model: a tokenizer.json); with one, model.vocab_size must hold its ids */
+     * "HFTokenizer" (model: a tokenizer.json) | "Llama2Tokenizer" | "GPTSentencePieceTokenizer"
+     * (model: a sentencepiece tokenizer.model); with one, model.vocab_size must hold its ids */
     char *tokenizer_type;
     char *vocab_file, *merge_file, *tokenizer_model; /* "" = none */
     /* "gpt" (default: token streams cut into samples) | "sft" (supervised fine-tuning:

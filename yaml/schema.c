@@ -48,6 +48,7 @@ static const char *const devices[] = {"cpu", "cuda", NULL};
 static const char *const data_formats[] = {"auto", "megatron", "llmc", NULL};
 static const char *const dataset_types[] = {"gpt", "sft", NULL};
 static const char *const tokenizer_types[] = {"none", "ByteLevel", "GPT2BPETokenizer", "HFTokenizer",
+                                              "Llama2Tokenizer", "GPTSentencePieceTokenizer",
                                               NULL};
 static const char *const log_levels[] = {"debug", "info", "warning", "error", NULL};
 static const char *const cluster_presets[] = {"none", "a100-80gb", "h100-80gb", "h200", "cpu-host",

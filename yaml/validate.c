@@ -355,7 +355,9 @@ static int check_data(const tr_config *c)
                    "sft (dataset_type is %s)", d->dataset_type);
     }
     int type = !strcmp(d->tokenizer_type, "GPT2BPETokenizer") ? 1
-               : !strcmp(d->tokenizer_type, "HFTokenizer") ? 2 : 0;
+               : !strcmp(d->tokenizer_type, "HFTokenizer") ||
+                       !strcmp(d->tokenizer_type, "Llama2Tokenizer") ||
+                       !strcmp(d->tokenizer_type, "GPTSentencePieceTokenizer") ? 2 : 0;
     struct { const char *key, *value; int needed; } files[] = {
         {"data.tokenizer.vocab_file", d->vocab_file, type == 1},
         {"data.tokenizer.merge_file", d->merge_file, type == 1},

@@ -15,6 +15,7 @@
  *   hfcfg     config.json -> family -> model config (no check beyond "no crash")
  *   tokhf     tokenizer.json: encoding a fixed text and the input gives ids in [0, vocab)
  *   tokgpt2   vocab.json + merges.txt: same
+ *   tokspm    sentencepiece's tokenizer.model (Llama2Tokenizer / GPTSentencePieceTokenizer): same
  *   idx       Megatron .idx/.bin: every sample reads, tokens in [0, vocab), samples locate
  *   llmc      llm.c shard: same
  *   prep      JSONL -> tr_preprocess -> the output reopens (gpt or sft) and every sample reads,

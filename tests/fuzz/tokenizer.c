@@ -1,4 +1,6 @@
-/* Fuzz targets tokhf and tokgpt2 (tokenizer/): built twice, FUZZ_TOK_GPT2 selecting
+/* Fuzz targets tokhf, tokgpt2 and tokspm (tokenizer/): built three times, FUZZ_TOK_SPM selecting
+ * tokenizer.model "\n@@@\n" TEXT (sentencepiece's protobuf: Llama2Tokenizer for an input of
+ * odd length, else GPTSentencePieceTokenizer), FUZZ_TOK_GPT2 selecting
  * vocab.json "\n@@@\n" merges.txt "\n@@@\n" TEXT (GPT2BPETokenizer; with four parts, vocab.json,
  * merges.txt, a tokenizer_config.json (its add_bos_token / bos_token) and TEXT), otherwise
  * tokenizer.json "\n@@@\n" tokenizer_config.json "\n@@@\n" TEXT (HFTokenizer). After a
@@ -14,7 +16,16 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     size_t len[4];
     tr_tokenizer_files tf = {0};
     char a[1024], b[1024];
-#ifdef FUZZ_TOK_GPT2
+#if defined(FUZZ_TOK_SPM)
+    if (fz_split(data, size, part, len, 2) < 2)
+        part[1] = (const uint8_t *)"", len[1] = 0;
+    part[2] = part[1], len[2] = len[1]; /* the text */
+    fz_write("tokenizer.model", part[0], len[0]);
+    fz_path(a, sizeof a, "tokenizer.model");
+    (void)b;
+    tf.type = size & 1 ? "Llama2Tokenizer" : "GPTSentencePieceTokenizer";
+    tf.tokenizer_model = a;
+#elif defined(FUZZ_TOK_GPT2)
     char c[1024];
     if (fz_split(data, size, part, len, 4) == 4) { /* the config's part, then the text */
         fz_write("tokenizer_config.json", part[2], len[2]);

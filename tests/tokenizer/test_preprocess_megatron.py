@@ -23,6 +23,7 @@ import trident_test as tt  # noqa: E402
 from trident_test import check  # noqa: E402
 import oracle_env  # noqa: E402
 import torture  # noqa: E402
+from megatron_ref import megatron_encode, megatron_files  # noqa: E402
 
 trident, work, venv = sys.argv[1], sys.argv[2], sys.argv[3]
 oracle_env.enter(venv)
@@ -34,50 +35,6 @@ encoder_json, vocab_bpe = oracle_env.gpt2_files(venv)
 
 def path(name):
     return os.path.join(work, name)
-
-
-# ---- Megatron's reference, in Python ----
-def megatron_encode(lines, keys, tokenize, eod, append_eod):
-    """tools/preprocess_data.py's Encoder.encode over every line."""
-    docs = []
-    for line in lines:
-        data = json.loads(line)
-        ids, lens = {}, {}
-        for key in keys:
-            text = data[key]
-            sentences = text if isinstance(text, list) else [text]
-            doc_ids, sentence_lens = [], []
-            for sentence in sentences:
-                sentence_ids = tokenize(sentence)
-                if len(sentence_ids) > 0:
-                    doc_ids.extend(sentence_ids)
-                    sentence_lens.append(len(sentence_ids))
-            if len(doc_ids) > 0 and append_eod:
-                doc_ids.append(eod)
-                sentence_lens[-1] += 1
-            ids[key], lens[key] = doc_ids, sentence_lens
-        docs.append((ids, lens))
-    return docs
-
-
-def megatron_files(docs, key, vocab_size):
-    """IndexedDatasetBuilder.add_document for each document, then finalize: (bin, idx) bytes."""
-    code, fmt, itemsize = (8, "H", 2) if vocab_size < 65500 else (4, "i", 4)  # DType.optimal_dtype
-    data, sequence_lengths, document_indices = bytearray(), [], [0]
-    for ids, lens in docs:
-        data += struct.pack("<%d%s" % (len(ids[key]), fmt), *ids[key])
-        sequence_lengths.extend(lens[key])
-        document_indices.append(len(sequence_lengths))
-    pointers, cur = [], 0
-    for length in sequence_lengths:
-        pointers.append(cur)
-        cur += length * itemsize
-    idx = (b"MMIDIDX\x00\x00" + struct.pack("<Q", 1) + struct.pack("<B", code)
-           + struct.pack("<Q", len(sequence_lengths)) + struct.pack("<Q", len(document_indices))
-           + struct.pack("<%di" % len(sequence_lengths), *sequence_lengths)
-           + struct.pack("<%dq" % len(pointers), *pointers)
-           + struct.pack("<%dq" % len(document_indices), *document_indices))
-    return bytes(data), idx
 
 
 # ---- the corpus: fortunes as documents, plus sentences lists, empty texts, torture text ----
