@@ -14,6 +14,11 @@
  * adapters' checkpoint, 1 the base checkpoint, 2 the Hugging Face base (which finetune.load
  * then names), 3 the adapters with the Hugging Face base.
  *
+ * lora-llama, lora-bloom, byte 0 of 0x08..0x0f (bits 3-7 exactly 00001): PEFT's import
+ * (tr_hf_import_lora, hf/lora_read.c) of the adapters' --adapters-only export (written once at
+ * start: adapter_config.json, adapter_model.safetensors, which the input patches) onto the Hugging
+ * Face base; an import that succeeds must hold rank = PEFT's rank x blocks in its lora line.
+ *
  * The rest goes to fz_fixture_apply. After a successful export the written file opens, every
  * value in it is finite, and each adapter has the run's rank. */
 #include <stdio.h>
@@ -30,6 +35,9 @@
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     static fz_fixture adapters, base, hf;
+#ifdef FUZZ_LORA_FAMILY
+    static fz_fixture peft; /* PEFT's files of the adapters */
+#endif
     static tr_config cfg, cfg_hf;
     static char out[1024];
     if (!out[0]) {
@@ -50,6 +58,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         fz_fixture_config(FUZZ_LORA_FAMILY, overrides, 3, &cfg);
         snprintf(set, sizeof set, "finetune.load=%s", hf_dir);
         fz_fixture_config(FUZZ_LORA_FAMILY, overrides, 3, &cfg_hf);
+        char peft_dir[1024];
+        fz_path(peft_dir, sizeof peft_dir, "peft");
+        fz_make_checkpoint(&cfg, lora_dir, 2);
+        fz_must(tr_hf_export_lora(lora_dir, peft_dir, &cfg, 0, &o, NULL), "the PEFT adapters");
+        static const char *const peft_files[] = {"adapter_config.json", "adapter_model.safetensors"};
+        fz_fixture_init_files(&peft, peft_dir, peft_files, 2);
 #else
         (void)hf_dir;
         fz_fixture_config("ckpt.yaml", NULL, 0, &base_cfg);
@@ -58,7 +72,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         fz_fixture_config("lora.yaml", overrides, 1, &cfg);
 #endif
         tr_config_free(&base_cfg);
+#ifndef FUZZ_LORA_FAMILY
         fz_make_checkpoint(&cfg, lora_dir, 2);
+#endif
         fz_fixture_init(&adapters, lora_dir);
         fz_fixture_init(&base, base_dir);
         fz_path(out, sizeof out, "out");
@@ -67,6 +83,24 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 #ifdef FUZZ_LORA_FAMILY
     int merge = data[0] & 1, which = (data[0] >> 1) & 3;
     fz_fixture_restore(&hf);
+    if ((data[0] & 0xf8) == 0x08) {
+        tr_model_config m;
+        tr_hf_lora_import li;
+        int rank = 0;
+        double alpha;
+        char targets[64];
+        fz_fixture_restore(&peft);
+        fz_fixture_apply(&peft, data + 1, size - 1);
+        fz_rmtree(out);
+        if (tr_hf_import_lora(hf.root, peft.root, out, &m, &li)) return 0;
+        if (tr_checkpoint_read_lora(out, &rank, &alpha, targets, sizeof targets) ||
+            rank != li.rank || li.rank != li.peft_rank * li.blocks) {
+            fprintf(stderr, "the import's lora line says rank %d; PEFT's %d in %d blocks\n", rank,
+                    li.peft_rank, li.blocks);
+            abort();
+        }
+        return 0;
+    }
 #else
     int merge = data[0] & 1, which = (data[0] >> 1) & 1;
 #endif

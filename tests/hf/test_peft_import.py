@@ -179,6 +179,9 @@ cfg0 = json.load(open(os.path.join(good, "adapter_config.json")))
 tensors = load_file(os.path.join(good, "adapter_model.safetensors"))
 
 
+last_error = [""]
+
+
 def refused(what, want, config=None, drop=None, add=None, base="llama"):
     d = path("bad")
     shutil.rmtree(d, ignore_errors=True)
@@ -192,17 +195,22 @@ def refused(what, want, config=None, drop=None, add=None, base="llama"):
     shutil.rmtree(path("bad-ck"), ignore_errors=True)
     rc, out, err = tt.outputs([trident, "convert", "--from", "hf", "--input", bases[base], "--adapters", d,
                                "--output", path("bad-ck")], timeout=60)
+    last_error[0] = err
     tt.check(f"refused: {what}", rc == 2 and want in err and "Traceback" not in err and
              not os.path.exists(path("bad-ck")), f"rc {rc}: {err}")
 
 
 q = "base_model.model.model.layers.0.self_attn.q_proj.lora_A.weight"
-for key, value in (("peft_type", "PREFIX_TUNING"), ("bias", "all"), ("bias", "lora_only"), ("use_rslora", True),
-                   ("use_dora", True), ("modules_to_save", ["lm_head"]), ("layers_to_transform", [0]),
-                   ("rank_pattern", {"q_proj": 8}), ("alpha_pattern", {"q_proj": 8}), ("task_type", "SEQ_CLS"),
-                   ("target_modules", "^.*attn.*$"), ("target_modules", None), ("r", 2.5), ("lora_alpha", 0),
-                   ("lora_dropout", 1.0), ("layer_replication", [[0, 1]]), ("some_new_key", 3)):
-    refused(f"{key} {value!r}", f"adapter_config.json: {key}", {key: value})
+for key, value, why in (("peft_type", "PREFIX_TUNING", "LORA"), ("bias", "all", "lora_only"),
+                        ("bias", "lora_only", "lora_only"), ("use_rslora", True, "sqrt"), ("use_dora", True, "DoRA"),
+                        ("modules_to_save", ["lm_head"], "full copies"), ("layers_to_transform", [0], "every layer"),
+                        ("rank_pattern", {"q_proj": 8}, "one rank"), ("alpha_pattern", {"q_proj": 8}, "one alpha"),
+                        ("task_type", "SEQ_CLS", "CAUSAL_LM"), ("target_modules", "^.*attn.*$", "regular expression"),
+                        ("target_modules", None, "the list"), ("r", 2.5, "integer"), ("lora_alpha", 0, "positive"),
+                        ("lora_dropout", 1.0, "probability"), ("layer_replication", [[0, 1]], "replicate"),
+                        ("some_new_key", 3, "does not know")):
+    refused(f"{key} {value!r}", f"adapter_config.json: {key} is not supported: ", {key: value})
+    tt.check(f"... because {why}", why in last_error[0], last_error[0])
 refused("a target trident does not adapt", "'lm_head'", {"target_modules": ["q_proj", "v_proj", "lm_head"]})
 refused("a missing tensor", q, drop=q)
 refused("an extra tensor", "k_proj.lora_A", add={q.replace("q_proj", "k_proj"): tensors[q].clone()})
