@@ -191,6 +191,20 @@ HF_PACKAGES = ["transformers==4.38.2", "tokenizers<0.19", "safetensors", "jinja2
 HF_NEW_PACKAGES = ["transformers==4.44.2", "tokenizers<0.20", "safetensors"]
 
 
+def peft_python(venv):
+    """venv_python of HF_PACKAGES with peft 0.7.1 and accelerate 0.25.0 added without their
+    dependencies (pip would otherwise replace Debian's torch 1.13.0a0, which it reads as older
+    than peft's torch>=1.13). Exits 1 with pip's message when they cannot be installed."""
+    py = venv_python(venv, HF_PACKAGES, "transformers")
+    if subprocess.run([py, "-c", "import peft"], capture_output=True).returncode:
+        p = subprocess.run([py, "-m", "pip", "install", "--quiet", "--disable-pip-version-check", "--no-deps",
+                            "peft==0.7.1", "accelerate==0.25.0"], capture_output=True, text=True, timeout=900)
+        if p.returncode:
+            print(f"FAIL: pip install peft==0.7.1: exit {p.returncode}\n{p.stdout[-1500:]}{p.stderr[-1500:]}")
+            sys.exit(1)
+    return py
+
+
 def venv_python(path, packages, import_name):
     """The Python of a virtual environment at path (made with Debian's /usr/bin/python3 and
     its site packages, so python3-torch stays importable) where `import_name` imports,

@@ -35,13 +35,7 @@ trident, probe, work, venv = sys.argv[1:5]
 try:
     import peft  # noqa: F401
 except ImportError:  # run again with the virtual environment's Python
-    py = tt.venv_python(venv, tt.HF_PACKAGES, "transformers")
-    if subprocess.run([py, "-c", "import peft"], capture_output=True).returncode:
-        p = subprocess.run([py, "-m", "pip", "install", "--quiet", "--disable-pip-version-check", "--no-deps",
-                            "peft==0.7.1", "accelerate==0.25.0"], capture_output=True, text=True, timeout=900)
-        if p.returncode:
-            print(f"FAIL: pip install peft==0.7.1: exit {p.returncode}\n{p.stdout[-1500:]}{p.stderr[-1500:]}")
-            sys.exit(1)
+    py = tt.peft_python(venv)
     os.execv(py, [py, os.path.abspath(__file__), *sys.argv[1:]])
 
 import numpy as np  # noqa: E402
