@@ -58,8 +58,9 @@ typedef struct {
 
 typedef struct pt_pickle pt_pickle;
 /* Run the pickle in buf[0, n) (what: "data.pkl" for messages) under the allowlist of what
- * torch.save writes for a state dict; *used: the bytes up to STOP. legacy: persistent ids of 6
- * fields (pre-1.6 files). TR_ERR_INVALID naming the opcode / GLOBAL / limit and its byte. */
+ * torch.save writes for a state dict; *used: the bytes up to STOP (on failure: SIZE_MAX when
+ * the bytes ended first, else 0). legacy: persistent ids of 6 fields (pre-1.6 files).
+ * TR_ERR_INVALID naming the opcode / GLOBAL / limit and its byte. */
 TR_MUST_CHECK int pt_pickle_run(const char *path, const char *what, const unsigned char *buf,
                                 size_t n, int legacy, pt_pickle **out, size_t *used);
 void pt_pickle_free(pt_pickle *p);

@@ -112,11 +112,12 @@ static int cmp_key(const void *a, const void *b)
 }
 
 /* The pickles of a legacy file in buf[0, n): the tensors and storage keys; *data: the offset
- * of the first storage's count. */
+ * of the first storage's count (on failure: UINT64_MAX when buf ended first). */
 static int legacy_pickles(const char *path, const unsigned char *buf, size_t n, pt_tensor **pt,
                           size_t *n_pt, char ***keys, size_t *n_keys, uint64_t *data)
 {
     size_t at = sizeof legacy_magic, used = 0;
+    *data = 0;
     if (n < at + sizeof legacy_proto || memcmp(buf + at, legacy_proto, sizeof legacy_proto))
         return pt_bad(path, "a legacy torch.save file of a protocol other than 1001");
     at += sizeof legacy_proto;
@@ -125,16 +126,17 @@ static int legacy_pickles(const char *path, const unsigned char *buf, size_t n, 
     if (!rc)
         rc = pt_pickle_sys_info(p);
     pt_pickle_free(p), p = NULL;
-    at += used;
-    if (!rc)
+    if (!rc) {
+        at += used;
         rc = state_dict(path, "the pickle", buf + at, n - at, 1, pt, n_pt, &used);
-    if (rc)
-        return rc;
-    at += used;
-    if (!(rc = pt_pickle_run(path, "the storage keys", buf + at, n - at, 1, &p, &used)))
-        rc = pt_pickle_keys(p, keys, n_keys);
-    pt_pickle_free(p);
-    *data = at + used;
+    }
+    if (!rc) {
+        at += used;
+        if (!(rc = pt_pickle_run(path, "the storage keys", buf + at, n - at, 1, &p, &used)))
+            rc = pt_pickle_keys(p, keys, n_keys);
+        pt_pickle_free(p);
+    }
+    *data = !rc ? at + used : used == SIZE_MAX ? UINT64_MAX : 0;
     return rc;
 }
 
@@ -217,7 +219,7 @@ static int open_legacy(const char *path, int fd, uint64_t size, pt_tensor **pt, 
         if (!rc)
             rc = legacy_pickles(path, buf, n, pt, n_pt, &keys, &n_keys, &data);
         free(buf);
-        if (!rc || rc != TR_ERR_INVALID || n == size || cap >= PT_MAX_PICKLE)
+        if (!rc || data != UINT64_MAX || n == size || cap >= PT_MAX_PICKLE)
             break;
         pt_tensors_free(*pt, *n_pt), *pt = NULL, *n_pt = 0;
         for (size_t i = 0; i < n_keys; i++)

@@ -73,6 +73,7 @@ struct pt_pickle {
     uint32_t top; /* the object STOP returned */
     size_t at;    /* the current opcode's byte */
     int legacy;
+    int ran_out; /* the error is the end of the bytes */
 };
 
 int pt_bad(const char *path, const char *fmt, ...)
@@ -385,8 +386,10 @@ typedef struct {
 
 static int take(pt_pickle *p, cursor *c, size_t k, const unsigned char **out)
 {
-    if (k > c->n - c->at)
+    if (k > c->n - c->at) {
+        p->ran_out = 1;
         return fail(p, "the pickle ends inside %s (truncated)", op_name(c->b[p->at]));
+    }
     *out = c->b + c->at;
     c->at += k;
     return TR_OK;
@@ -433,8 +436,10 @@ static int global_lines(pt_pickle *p, cursor *c)
     const char *nl1 = memchr(s, '\n', left < 512 ? left : 512);
     const char *nl2 = nl1 ? memchr(nl1 + 1, '\n', (size_t)(s + (left < 512 ? left : 512) -
                                                            nl1 - 1)) : NULL;
-    if (!nl2)
+    if (!nl2) {
+        p->ran_out = left < 512;
         return fail(p, "GLOBAL's module and name are not two lines (truncated?)");
+    }
     c->at += (size_t)(nl2 + 1 - s);
     return global(p, s, (size_t)(nl1 - s), nl1 + 1, (size_t)(nl2 - nl1 - 1));
 }
@@ -644,14 +649,17 @@ int pt_pickle_run(const char *path, const char *what, const unsigned char *buf, 
     int rc = TR_OK, stop = 0;
     while (!rc && !stop) {
         p->at = c.at;
-        if (c.at >= n)
+        if (c.at >= n) {
+            p->ran_out = 1;
             rc = fail(p, "the pickle ends without STOP (truncated)");
-        else
+        } else {
             rc = step(p, &c, &stop);
+        }
     }
     free(p->stack);
     p->stack = NULL;
     if (rc) {
+        *used = p->ran_out ? SIZE_MAX : 0;
         pt_pickle_free(p);
         return rc;
     }

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One libFuzzer campaign of a tests/fuzz target: scripts/fuzz.sh TARGET SECONDS
-#   TARGET: st hfcfg import tokhf tokgpt2 idx llmc prep blend yaml grid manifest ckpt lora
+#   TARGET: st pt hfcfg import tokhf tokgpt2 idx llmc prep blend yaml grid manifest ckpt lora
 #           lora-llama lora-bloom roundtrip
 # Builds (clang, address + undefined sanitizers, -Dfuzz=enabled) in $FUZZ_BUILD (default
 # build-fuzz), then runs build-fuzz/tests/fuzz/fuzz-TARGET niced on a scratch corpus (new
@@ -41,6 +41,7 @@ out=$build/fuzz-out/$target
 mkdir -p "$out/corpus" "$out/artifacts"
 case $target in
   manifest|ckpt|lora|lora-llama|lora-bloom) dict=tests/fuzz/dict/ckpt.dict ;;
+  pt) dict=tests/fuzz/dict/pt.dict ;;
   *) dict=tests/fuzz/dict/json.dict ;;
 esac
 echo "fuzz-$target for ${seconds}s: corpus $out/corpus + tests/fuzz/corpus/$target," \

@@ -390,6 +390,40 @@ static void test_pool_moves(void **state)
     }
 }
 
+/* A legacy file whose pickle passes 1 MiB, the first read of one: read again, whole (names of
+ * 7 to 12 and of 3000 bytes: the first read ends between opcodes or inside an argument). */
+static void test_legacy_long_pickle(void **state)
+{
+    (void)state;
+    for (int round = 0; round < 7; round++) {
+        int n = round == 6 ? 400 : 12000;
+        size_t len = round == 6 ? 3000 : 7 + (size_t)round;
+        tspec *t = calloc((size_t)n, sizeof *t);
+        char *names = calloc((size_t)n, len + 1);
+        for (int i = 0; i < n; i++) {
+            t[i] = good[i % 2];
+            char *name = names + (size_t)i * (len + 1);
+            memset(name, 'x', len);
+            snprintf(name + len - 6, 7, "%06u", (unsigned)i % 1000000u);
+            t[i].name = name;
+        }
+        buf lg = {0};
+        legacy_of(&lg, t, n, 6, "little");
+        assert_true(lg.n > (1u << 20) + 1000);
+        char path[512];
+        path_of(path, sizeof path, "long.bin");
+        write_bytes(path, lg.b, lg.n);
+        tr_st_file *f = NULL;
+        assert_int_equal(tr_pt_open(path, &f), TR_OK);
+        assert_int_equal(tr_st_count(f), n);
+        float v[6];
+        assert_int_equal(tr_st_read_f32(f, tr_st_find(f, t[n - 1].name), v), TR_OK);
+        assert_true(v[0] == 1 && v[3] == -1);
+        tr_st_close(f);
+        free(lg.b), free(t), free(names);
+    }
+}
+
 /* path holds bytes b; tr_pt_open refuses it with cause in the message. */
 static void expect_refused(const char *what, const void *b, size_t n, const char *cause)
 {
@@ -750,7 +784,8 @@ int main(void)
         cmocka_unit_test(test_reads),          cmocka_unit_test(test_pool_moves),
         cmocka_unit_test(test_pickle_refusals),
         cmocka_unit_test(test_tensor_refusals), cmocka_unit_test(test_zip_refusals),
-        cmocka_unit_test(test_legacy_refusals), cmocka_unit_test(test_fuzz),
+        cmocka_unit_test(test_legacy_refusals), cmocka_unit_test(test_legacy_long_pickle),
+        cmocka_unit_test(test_fuzz),
     };
     int failed = cmocka_run_group_tests(tests, NULL, NULL);
     if (nftw(dir, rm_one, 16, FTW_DEPTH | FTW_PHYS))
