@@ -1,0 +1,153 @@
+/* model/ family tests' fixture (family_fixture.h): each family's small shape, stages made
+ * from them with every parameter moved off its initial value, OPT's watched ReLU. */
+#include "family_fixture.h"
+
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <cmocka.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Llama: 4 heads in 2 groups of head size 4, rope, RMSNorm, SwiGLU of width 24, untied, no
+ * biases. Bloom: 6 heads of size 2 (non-power-of-two ALiBi), embedding LayerNorm.
+ * Mixed: rope on half of each head, multi-query (1 group), SwiGLU with biases, embedding
+ * RMSNorm, learned positions off. GPT-NeoX: rope on half of each head, the parallel residual,
+ * the exact GELU of an MLP of width 40, untied. Falcon-7B: the parallel residual with one norm
+ * (ln1's tensors serve the MLP too: no ln2), multi-query, no linear biases, tied. Phi-2: the
+ * parallel residual with one norm, rope on half of each head, the tanh GELU, an untied output
+ * layer with a bias (vocab-parallel, padding rows included). Gemma: heads of size 6 (kv_channels:
+ * the attention 24 wide of hidden 16), rope over the whole head, 2 groups, RMSNorm scaling by
+ * 1 + weight, the embedding times 4, GeGLU with the exact GELU, tied, no biases. Llama with
+ * rope scaling: linear position interpolation (positions / 4), Llama 3.1's frequencies. GPT-J:
+ * Phi-2's layer with the MLP's biases alone (add_mlp_bias: no qkv or attn_proj bias). MPT:
+ * Bloom's ALiBi (6 heads) without the embedding norm, LayerNorms without biases
+ * (layernorm_bias false), no linear biases, the exact GELU; Bloom's with its norms' biases
+ * off (the embedding norm's too). OPT: GPT-2's (LayerNorm, learned positions, biases, tied)
+ * with the MLP's ReLU. */
+tr_gpt_shape family_shape(int family, int first, int count)
+{
+    tr_gpt_shape s = {.num_layers = 3, .C = 16, .NH = 4, .T = 5, .max_T = 6, .V = 11, .Vp = 16,
+                      .eps = 1e-5f, .init_std = 0.3f, .seed = 99, .layer_first = first,
+                      .layer_count = count, .tp_size = 1};
+    if (family == LLAMA || family == LLAMA_LINEAR || family == LLAMA3) {
+        s.rmsnorm = 1, s.position = TR_POS_ROPE, s.rotary_dims = 4, s.rotary_base = 10000.0f;
+        s.swiglu = 1, s.ffn = 24, s.query_groups = 2, s.untie = 1, s.no_linear_bias = 1;
+        if (family == LLAMA_LINEAR)
+            s.rope_scaling = TR_ROPE_SCALING_LINEAR, s.rope_factor = 4.0f;
+        if (family == LLAMA3) /* base 10: wavelengths 6.3 (kept) and 19.9 (blended) */
+            s.rope_scaling = TR_ROPE_SCALING_LLAMA3, s.rope_factor = 8.0f, s.rotary_base = 10.0f,
+            s.rope_low_freq_factor = 1.0f, s.rope_high_freq_factor = 4.0f,
+            s.rope_original_positions = 32;
+    } else if (family == BLOOM || family == BLOOM_NO_NORM_BIAS) {
+        s.C = 12, s.NH = 6, s.position = TR_POS_ALIBI, s.embedding_ln = 1;
+        s.no_norm_bias = family == BLOOM_NO_NORM_BIAS;
+    } else if (family == MPT) {
+        s.C = 12, s.NH = 6, s.position = TR_POS_ALIBI, s.no_norm_bias = 1, s.no_linear_bias = 1;
+        s.gelu_exact = 1;
+    } else if (family == OPT) {
+        s.relu = 1;
+    } else if (family == MIXED) {
+        s.rmsnorm = 1, s.position = TR_POS_ROPE, s.rotary_dims = 2, s.rotary_base = 100.0f;
+        s.swiglu = 1, s.query_groups = 1, s.embedding_ln = 1;
+    } else if (family == NEOX) { /* LayerNorm with biases, linear biases, untied */
+        s.position = TR_POS_ROPE, s.rotary_dims = 2, s.rotary_base = 10000.0f, s.untie = 1;
+        s.parallel_residual = 1, s.gelu_exact = 1, s.ffn = 40;
+    } else if (family == FALCON) { /* one norm for both branches, multi-query, no biases */
+        s.position = TR_POS_ROPE, s.rotary_dims = 4, s.rotary_base = 10000.0f;
+        s.query_groups = 1, s.no_linear_bias = 1, s.parallel_residual = 1;
+        s.parallel_shared_norm = 1, s.gelu_exact = 1;
+    } else if (family == GEMMA) {
+        s.rmsnorm = 1, s.position = TR_POS_ROPE, s.rotary_dims = 6, s.rotary_base = 10000.0f;
+        s.kv_channels = 6, s.query_groups = 2, s.geglu = 1, s.gelu_exact = 1, s.ffn = 24;
+        s.no_linear_bias = 1, s.layernorm_1p = 1, s.embedding_multiplier = 4.0f;
+    } else { /* Phi-2: one norm, rope on half of each head, tanh GELU, the head's bias */
+        s.position = TR_POS_ROPE, s.rotary_dims = 2, s.rotary_base = 10000.0f, s.untie = 1;
+        s.output_bias = 1, s.parallel_residual = 1, s.parallel_shared_norm = 1;
+        if (family == GPTJ)
+            s.no_linear_bias = 1, s.mlp_bias = 1;
+    }
+    s.is_first = first == 0;
+    s.is_last = first + count == s.num_layers;
+    return s;
+}
+
+/* OPT's stages run on the CPU table with a watched relu_forward: plain, or recording the sign
+ * pattern (x > 0) of every input it gets, in call order, or replaying it: out = x where the
+ * recorded x was > 0, else 0 (the ReLU frozen at the recorded point, a smooth function whose
+ * derivative there is ReLU's wherever no input is exactly 0; relu_crossed counts the inputs
+ * whose own sign differs from the replayed one) */
+int relu_mode;
+static unsigned char relu_mask[1 << 14];
+size_t relu_at, relu_crossed;
+
+static void watched_relu_forward(tr_stream st, float *out, const float *inp, size_t n)
+{
+    assert_true(relu_mode == RELU_PLAIN || relu_at + n <= sizeof relu_mask);
+    if (relu_mode != RELU_REPLAY)
+        tr_kernels_cpu()->relu_forward(st, out, inp, n);
+    for (size_t i = 0; relu_mode == RELU_RECORD && i < n; i++)
+        relu_mask[relu_at + i] = inp[i] > 0;
+    for (size_t i = 0; relu_mode == RELU_REPLAY && i < n; i++) {
+        relu_crossed += relu_mask[relu_at + i] != (inp[i] > 0);
+        out[i] = relu_mask[relu_at + i] ? inp[i] : 0.0f;
+    }
+    relu_at += relu_mode == RELU_PLAIN ? 0 : n;
+}
+
+static const tr_kernels *stage_kernels(const tr_gpt_shape *s)
+{
+    static tr_kernels watched;
+    if (!s->relu)
+        return tr_kernels_cpu();
+    watched = *tr_kernels_cpu();
+    watched.relu_forward = watched_relu_forward;
+    return &watched;
+}
+
+
+void stage_make_shape(stage *st, tr_gpt_shape s, int B)
+{
+    assert_int_equal(tr_gpt_create(&s, stage_kernels(&s), NULL, &st->g), TR_OK);
+    size_t n = tr_gpt_num_params(st->g), counted = 0;
+    assert_int_equal(tr_gpt_count_params(&s, &counted), TR_OK);
+    assert_int_equal(counted, n);
+    st->params = calloc(n, sizeof(float));
+    st->grads = calloc(n, sizeof(float));
+    tr_gpt_bind(st->g, st->params, st->grads);
+    assert_int_equal(tr_gpt_init_params(st->g), TR_OK);
+    /* every tensor away from its initial value (norm weights 1, biases 0) */
+    for (size_t i = 0; i < n; i++)
+        st->params[i] += 0.05f * (float)sin(0.37 * (double)i);
+    assert_int_equal(tr_gpt_acts_create(st->g, B, &st->a), TR_OK);
+}
+
+void stage_make(stage *st, int family, int first, int count, int B)
+{
+    stage_make_shape(st, family_shape(family, first, count), B);
+}
+
+void stage_free(stage *st)
+{
+    tr_gpt_acts_free(st->a);
+    tr_gpt_free(st->g);
+    free(st->params);
+    free(st->grads);
+}
+
+tr_param_tensor *find(tr_gpt *g, const char *name)
+{
+    for (int i = 0; i < tr_gpt_num_tensors(g); i++)
+        if (!strcmp(tr_gpt_tensor(g, i)->name, name))
+            return tr_gpt_tensor(g, i);
+    return NULL;
+}
+
+void make_batch(int n, int32_t *tokens, int32_t *targets)
+{
+    for (int i = 0; i < n; i++) {
+        tokens[i] = (int32_t)((i * 7 + 3) % 11);
+        targets[i] = (int32_t)((i * 5 + 1) % 11);
+    }
+}
