@@ -474,7 +474,8 @@ static void test_pickle_refusals(void **state)
         {"os.system", B("\x80\x02" "cos\nsystem\nX\x02\0\0\0lsR."),
          "pickle calls GLOBAL 'os.system', which is not a tensor or a dict (only state dicts "
          "are read)"},
-        {"builtins.eval by STACK_GLOBAL", B("\x80\x04\x8c\x08" "builtins\x8c\x04" "eval\x93."), "GLOBAL 'builtins.eval'"},
+        {"builtins.eval by STACK_GLOBAL", B("\x80\x04\x8c\x08" "builtins\x8c\x04" "eval\x93."),
+         "GLOBAL 'builtins.eval'"},
         {"memo get unset", B("\x80\x02h\x05."), "memo get of index 5, which is not set"},
         {"memo put out of order", B("\x80\x02Nq\x03."), "memo index 3 out of order"},
         {"stack underflow", B("\x80\x02" "0."), "stack underflow"},

@@ -1,0 +1,290 @@
+/* torch.save's objects in the restricted unpickler (torch_pickle.h): the allowed globals
+ * (OrderedDict, _rebuild_tensor_v2, _rebuild_parameter, the storage classes), what calling
+ * them and a persistent id make, and the pickle's result read as a state dict (tensors checked
+ * contiguous and inside their storage), legacy sys_info or a list of storage keys. */
+#include "hf/torch_pickle.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* the allowed globals */
+static const struct {
+    const char *module, *name;
+    int what;
+} globals[] = {
+    {"collections", "OrderedDict", G_ORDERED_DICT},
+    {"torch._utils", "_rebuild_tensor_v2", G_REBUILD_V2},
+    {"torch._utils", "_rebuild_parameter", G_REBUILD_PARAMETER},
+    {"torch", "FloatStorage", TR_ST_F32},   {"torch", "HalfStorage", TR_ST_F16},
+    {"torch", "BFloat16Storage", TR_ST_BF16}, {"torch", "DoubleStorage", TR_ST_F64},
+    {"torch", "LongStorage", TR_ST_I64},    {"torch", "IntStorage", TR_ST_I32},
+    {"torch", "ShortStorage", TR_ST_I16},   {"torch", "CharStorage", TR_ST_I8},
+    {"torch", "ByteStorage", TR_ST_U8},     {"torch", "BoolStorage", TR_ST_BOOL},
+};
+
+/* printable text of untrusted bytes for a message */
+static void printable(char *out, size_t cap, const char *s, size_t n)
+{
+    size_t k = 0;
+    for (size_t i = 0; i < n && k + 5 < cap; i++) {
+        unsigned char c = (unsigned char)s[i];
+        k += (size_t)snprintf(out + k, cap - k, c >= 32 && c < 127 ? "%c" : "\\x%02x", c);
+    }
+    out[k] = '\0';
+}
+
+int pk_global(pt_pickle *p, const char *mod, size_t ml, const char *name, size_t nl)
+{
+    for (size_t i = 0; i < sizeof globals / sizeof globals[0]; i++)
+        if (strlen(globals[i].module) == ml && !memcmp(globals[i].module, mod, ml) &&
+            strlen(globals[i].name) == nl && !memcmp(globals[i].name, name, nl)) {
+            uint32_t o = 0;
+            int rc = pk_new_obj(p, O_GLOBAL, &o);
+            if (!rc)
+                p->objs[o].sub = (uint8_t)globals[i].what;
+            return rc ? rc : pk_push(p, o);
+        }
+    char m[160], n[160];
+    printable(m, sizeof m, mod, ml);
+    printable(n, sizeof n, name, nl);
+    return pk_fail(p, "pickle calls GLOBAL '%s.%s', which is not a tensor or a dict (only state "
+                   "dicts are read)", m, n);
+}
+
+static int is_int(const pt_pickle *p, uint32_t o, int64_t *v)
+{
+    if (p->objs[o].kind != O_INT && p->objs[o].kind != O_BOOL)
+        return 0;
+    *v = p->objs[o].kind == O_INT ? p->objs[o].u.i : p->objs[o].sub;
+    return 1;
+}
+
+/* _rebuild_tensor_v2(storage, storage_offset, size, stride, requires_grad, backward_hooks
+ * [, metadata]): a tensor object (checked when the state dict names it). */
+static int rebuild_tensor(pt_pickle *p, const obj *args, uint32_t *out)
+{
+    const uint32_t *a = args->u.items;
+    if (args->len != 6 && args->len != 7)
+        return pk_fail(p, "_rebuild_tensor_v2 takes 6 or 7 arguments, not %u", args->len);
+    if (p->objs[a[0]].kind != O_STORAGE)
+        return pk_fail(p, "_rebuild_tensor_v2's storage is %s", pk_kind_of(p, a[0]));
+    raw_tensor t = {.storage = a[0]};
+    if (!is_int(p, a[1], &t.offset))
+        return pk_fail(p, "_rebuild_tensor_v2's storage_offset is %s", pk_kind_of(p, a[1]));
+    const obj *size = &p->objs[a[2]], *stride = &p->objs[a[3]];
+    if (size->kind != O_TUPLE || stride->kind != O_TUPLE || size->len != stride->len)
+        return pk_fail(p, "_rebuild_tensor_v2's size and stride are not two tuples of one length");
+    if (size->len > TR_ST_MAX_DIMS)
+        return pk_fail(p, "a tensor of %u dimensions (at most %d are read)", size->len,
+                       TR_ST_MAX_DIMS);
+    t.ndim = (int)size->len;
+    for (int d = 0; d < t.ndim; d++)
+        if (!is_int(p, size->u.items[d], &t.size[d]) ||
+            !is_int(p, stride->u.items[d], &t.stride[d]))
+            return pk_fail(p, "_rebuild_tensor_v2's size or stride holds a value other than an "
+                           "int");
+    if (p->objs[a[5]].kind != O_DICT || (args->len == 7 && p->objs[a[6]].kind != O_DICT &&
+                                         p->objs[a[6]].kind != O_NONE))
+        return pk_fail(p, "_rebuild_tensor_v2's backward_hooks or metadata is not a dict");
+    if (pk_grow((void **)&p->tensors, &p->cap_tensors, p->n_tensors + 1, sizeof t))
+        return pk_nomem(p);
+    int rc = pk_new_obj(p, O_TENSOR, out);
+    if (!rc) {
+        p->tensors[p->n_tensors] = t;
+        p->objs[*out].u.tensor = (uint32_t)p->n_tensors++;
+    }
+    return rc;
+}
+
+/* REDUCE / NEWOBJ: callable f with the tuple args -> the result on the stack. */
+int pk_call(pt_pickle *p, uint32_t f, uint32_t args, const char *op)
+{
+    const obj *a = &p->objs[args];
+    if (p->objs[f].kind != O_GLOBAL)
+        return pk_fail(p, "%s calls %s, not an allowed class or function", op, pk_kind_of(p, f));
+    if (a->kind != O_TUPLE)
+        return pk_fail(p, "%s's arguments are %s, not a tuple", op, pk_kind_of(p, args));
+    uint32_t r = 0;
+    int rc = TR_OK;
+    switch (p->objs[f].sub) {
+    case G_ORDERED_DICT:
+        if (a->len)
+            return pk_fail(p, "OrderedDict is called with arguments");
+        rc = pk_new_obj(p, O_DICT, &r);
+        break;
+    case G_REBUILD_V2:
+        if (strcmp(op, "REDUCE"))
+            return pk_fail(p, "%s of _rebuild_tensor_v2", op);
+        rc = rebuild_tensor(p, a, &r);
+        break;
+    case G_REBUILD_PARAMETER: /* (data, requires_grad, backward_hooks): the tensor */
+        if (strcmp(op, "REDUCE") || a->len != 3 || p->objs[a->u.items[0]].kind != O_TENSOR)
+            return pk_fail(p, "_rebuild_parameter is not given (tensor, requires_grad, hooks)");
+        r = a->u.items[0];
+        break;
+    default:
+        return pk_fail(p, "%s calls a storage class (storages come from persistent ids)", op);
+    }
+    return rc ? rc : pk_push(p, r);
+}
+
+/* BINPERSID: ('storage', STORAGE_CLASS, key, location, numel) (+ view_metadata None in
+ * legacy files) -> a storage object. */
+int pk_persistent(pt_pickle *p, uint32_t pid)
+{
+    const obj *t = &p->objs[pid];
+    unsigned want = p->legacy ? 6 : 5;
+    if (t->kind != O_TUPLE || t->len != want)
+        return pk_fail(p, "a persistent id is not a tuple of %u values", want);
+    const uint32_t *a = t->u.items;
+    const obj *tag = &p->objs[a[0]], *cls = &p->objs[a[1]];
+    if (tag->kind != O_STR || strcmp(tag->u.s, "storage"))
+        return pk_fail(p, "a persistent id other than ('storage', ...)");
+    if (cls->kind != O_GLOBAL || cls->sub >= G_ORDERED_DICT)
+        return pk_fail(p, "a persistent id's storage type is not a torch storage class");
+    int64_t numel;
+    if (p->objs[a[2]].kind != O_STR || p->objs[a[3]].kind != O_STR || !is_int(p, a[4], &numel) ||
+        numel < 0)
+        return pk_fail(p, "a persistent id's key, location or size is not a string, a string and "
+                       "an int >= 0");
+    if (p->legacy && p->objs[a[5]].kind != O_NONE)
+        return pk_fail(p, "a storage view (view_metadata) in a persistent id");
+    uint8_t dtype = cls->sub;
+    uint32_t s = 0, key = a[2];
+    int rc = pk_new_obj(p, O_STORAGE, &s); /* moves the objects: t, tag and cls are stale */
+    if (!rc) {
+        p->objs[s].sub = dtype;
+        p->objs[s].u.st.key = key, p->objs[s].u.st.numel = numel;
+        rc = pk_push(p, s);
+    }
+    return rc;
+}
+
+/* ------------------------------------------------------------------ results */
+
+static int valid_name(const obj *s)
+{
+    return s->kind == O_STR && !memchr(s->u.s, 0, s->len) &&
+           tr_utf8_valid_prefix((const unsigned char *)s->u.s, s->len) == s->len;
+}
+
+/* Raw tensor r named name into t: sizes, contiguity, inside its storage. */
+static int check_tensor(pt_pickle *p, const raw_tensor *r, const char *name, pt_tensor *t)
+{
+    const obj *s = &p->objs[r->storage], *key = &p->objs[s->u.st.key];
+    if (!valid_name(key))
+        return pt_bad(p->path, "tensor '%.200s': its storage key is not a name", name);
+    uint64_t numel = 1, want = 1, esize = tr_st_dtype_size((tr_st_dtype)s->sub);
+    for (int d = 0; d < r->ndim; d++)
+        if (r->size[d] < 0 || r->stride[d] < 0)
+            return pt_bad(p->path, "tensor '%.200s' has a negative size or stride", name);
+        else if (r->size[d] && numel > UINT64_MAX / 2 / esize / (uint64_t)r->size[d])
+            return pt_bad(p->path, "tensor '%.200s': its size overflows", name);
+        else
+            numel *= (uint64_t)r->size[d];
+    /* row-major: stride[d] = product of the sizes after d (any for a dimension of 1) */
+    for (int d = r->ndim - 1; numel && d >= 0; d--) {
+        if (r->size[d] != 1 && (uint64_t)r->stride[d] != want)
+            return pt_bad(p->path, "tensor '%.200s' is not contiguous (stride %lld of dimension "
+                          "%d, %llu for row-major order): save it after .contiguous()", name,
+                          (long long)r->stride[d], d, (unsigned long long)want);
+        want *= (uint64_t)r->size[d];
+    }
+    if (r->offset < 0 || (numel && ((uint64_t)r->offset > (uint64_t)s->u.st.numel ||
+                                    numel > (uint64_t)s->u.st.numel - (uint64_t)r->offset)))
+        return pt_bad(p->path, "tensor '%.200s' (%llu elements at %lld) runs past its storage "
+                      "'%.200s' of %lld", name, (unsigned long long)numel, (long long)r->offset,
+                      key->u.s, (long long)s->u.st.numel);
+    *t = (pt_tensor){.dtype = (tr_st_dtype)s->sub, .storage_numel = (uint64_t)s->u.st.numel,
+                     .offset = (uint64_t)r->offset, .ndim = r->ndim, .numel = numel};
+    for (int d = 0; d < r->ndim; d++)
+        t->shape[d] = (uint64_t)r->size[d];
+    if (!(t->name = strdup(name)) || !(t->key = strdup(key->u.s)))
+        return tr_fail(TR_ERR_NOMEM, "out of memory reading %s", p->path);
+    return TR_OK;
+}
+
+int pt_pickle_state(pt_pickle *p, pt_tensor **out, size_t *n_out)
+{
+    *out = NULL, *n_out = 0;
+    const obj *d = &p->objs[p->top];
+    if (d->kind != O_DICT)
+        return pt_bad(p->path, "the pickle holds %s, not a state dict", pk_kind_name(d->kind));
+    size_t n = d->len / 2;
+    pt_tensor *t = calloc(n + 1, sizeof *t);
+    if (!t)
+        return tr_fail(TR_ERR_NOMEM, "out of memory reading %s", p->path);
+    int rc = TR_OK;
+    for (size_t i = 0; i < n && !rc; i++) {
+        const obj *k = &p->objs[d->u.items[2 * i]], *v = &p->objs[d->u.items[2 * i + 1]];
+        if (!valid_name(k))
+            rc = pt_bad(p->path, "the state dict has a key that is %s", k->kind == O_STR ?
+                        "not UTF-8 or holds a NUL" : pk_kind_name(k->kind));
+        else if (v->kind != O_TENSOR)
+            rc = pt_bad(p->path, "state dict entry '%.200s' is %s, not a tensor (only tensors "
+                        "are read)", k->u.s, pk_kind_name(v->kind));
+        else if (!(rc = check_tensor(p, &p->tensors[v->u.tensor], k->u.s, &t[i])))
+            (*n_out)++;
+    }
+    if (rc) {
+        pt_tensors_free(t, *n_out);
+        *n_out = 0;
+        return rc;
+    }
+    *out = t;
+    return TR_OK;
+}
+
+void pt_tensors_free(pt_tensor *t, size_t n)
+{
+    for (size_t i = 0; t && i < n; i++)
+        free(t[i].name), free(t[i].key);
+    free(t);
+}
+
+int pt_pickle_sys_info(pt_pickle *p)
+{
+    const obj *d = &p->objs[p->top];
+    for (uint32_t i = 0; d->kind == O_DICT && i + 1 < d->len; i += 2) {
+        const obj *k = &p->objs[d->u.items[i]], *v = &p->objs[d->u.items[i + 1]];
+        if (k->kind == O_STR && !strcmp(k->u.s, "little_endian")) {
+            if (v->kind == O_BOOL && v->sub)
+                return TR_OK;
+            return pt_bad(p->path, "a legacy torch.save file of a big-endian machine "
+                          "(sys_info little_endian is not True); only little-endian ones are "
+                          "read");
+        }
+    }
+    return pt_bad(p->path, "a legacy torch.save file without sys_info's little_endian");
+}
+
+int pt_pickle_keys(pt_pickle *p, char ***keys, size_t *n)
+{
+    *keys = NULL, *n = 0;
+    const obj *l = &p->objs[p->top];
+    if (l->kind != O_LIST)
+        return pt_bad(p->path, "the legacy storage keys are %s, not a list", pk_kind_name(l->kind));
+    char **k = calloc(l->len + 1, sizeof *k);
+    if (!k)
+        return tr_fail(TR_ERR_NOMEM, "out of memory reading %s", p->path);
+    int rc = TR_OK;
+    for (uint32_t i = 0; i < l->len && !rc; i++) {
+        const obj *s = &p->objs[l->u.items[i]];
+        if (!valid_name(s))
+            rc = pt_bad(p->path, "legacy storage key %u is not a name", i);
+        else if (!(k[i] = strdup(s->u.s)))
+            rc = tr_fail(TR_ERR_NOMEM, "out of memory reading %s", p->path);
+        else
+            (*n)++;
+    }
+    if (rc) {
+        for (size_t i = 0; i < *n; i++)
+            free(k[i]);
+        free(k);
+        *n = 0;
+        return rc;
+    }
+    *keys = k;
+    return TR_OK;
+}
