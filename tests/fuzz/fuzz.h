@@ -12,6 +12,8 @@
  * the target checks what the reader promises and abort()s when it does not hold:
  *
  *   st        every tensor of a safetensors file reads as f32 (small ones) and is found by name
+ *   pt        a pytorch_model.bin (torch.save ZIP or legacy file, hf/torch_bin.c): every tensor
+ *             (small ones) reads, as f32 where a float, inside the file, found by name
  *   hfcfg     config.json -> family -> model config (no check beyond "no crash")
  *   tokhf     tokenizer.json: encoding a fixed text and the input gives ids in [0, vocab)
  *   tokgpt2   vocab.json + merges.txt: same
