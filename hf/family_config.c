@@ -445,7 +445,7 @@ int hf_family_check_files(const char *dir, const tr_model_config *m, int family)
     double n = family_numel(m, family);
     if (!rc && 2.0 * n > bytes)
         rc = tr_fail(TR_ERR_INVALID, "%s/config.json describes a %s model of %.0f parameters "
-                     "(%.0f bytes at least, at 2 bytes each); its safetensors weights hold %.0f "
+                     "(%.0f bytes at least, at 2 bytes each); its weights hold %.0f "
                      "bytes: config.json is not theirs", dir,
                      tr_hf_family_name(family), n, 2.0 * n, bytes);
     tr_st_set_close(set);

@@ -341,7 +341,7 @@ for what, tensors, config in big:
     d = hf_folder("bad-big", tensors, config)
     out = os.path.join(work, "bad-out")
     refused(f"config.json of a {what} with small weights", ["--from", "hf", "--input", d, "--output", out], out,
-            "config.json describes a", [os.path.join(d, "config.json"), "safetensors weights hold"])
+            "config.json describes a", [os.path.join(d, "config.json"), "its weights hold"])
 # the check counts every shard of an index: a sharded export imports again
 shards = session.shards_check("Llama in shards: imported, the same checkpoint", ck_llama, "llama", "8KB",
                               "--config", lcfg)
