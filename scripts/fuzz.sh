@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One libFuzzer campaign of a tests/fuzz target: scripts/fuzz.sh TARGET SECONDS
-#   TARGET: st pt hfcfg import tokhf tokgpt2 idx llmc prep blend yaml grid manifest ckpt lora
+#   TARGET: st pt hfcfg import tokhf tokgpt2 tokspm idx llmc prep blend yaml grid manifest ckpt lora
 #           lora-llama lora-bloom roundtrip
 # Builds (clang, address + undefined sanitizers, -Dfuzz=enabled) in $FUZZ_BUILD (default
 # build-fuzz), then runs build-fuzz/tests/fuzz/fuzz-TARGET niced on a scratch corpus (new
