@@ -401,9 +401,13 @@ int plan_evaluate(const tr_config *cfg, const tr_plan_layout *layout, int world,
     out->model_tflops_per_gpu = out->model_flops / out->step_time_s / world / 1e12;
     double peak_rank = c->peak_flops / (c->device == TR_PLAN_DEVICE_CPU ? ranks_per_node : 1);
     out->mfu = out->model_tflops_per_gpu * 1e12 / peak_rank;
-    out->train_tokens = train_tokens > 0 ? train_tokens
-                                         : (double)cfg->training.train_iters *
-                                               cfg->training.global_batch_size * m->seq_length;
+    /* sample-based training: its samples (a ramp-up's smaller batches are timed as steps of
+     * the final batch, which is what the layout is planned for) */
+    const tr_training_config *t = &cfg->training;
+    out->train_tokens = train_tokens > 0             ? train_tokens
+                        : tr_training_by_samples(t) ? (double)t->train_samples * m->seq_length
+                                                    : (double)t->train_iters *
+                                                          t->global_batch_size * m->seq_length;
     out->time_to_train_s = out->train_tokens / out->tokens_per_s;
 done:
     tr_free(part);

@@ -91,6 +91,11 @@ void tr_plan_print(FILE *f, const tr_config *cfg, const tr_plan_cluster *c, cons
             : L->zero_stage == 2                     ? ", ZeRO-2 (optimizer and gradients sharded)"
                                                      : ", distributed optimizer (ZeRO-1)",
             L->sequence_parallel && L->tp > 1 ? ", sequence parallel" : "");
+    const tr_training_config *t = &cfg->training;
+    if (t->n_rampup_batch_size == 3)
+        fprintf(f, "batch ramp-up: from %d by %d over %d samples; planned at the final global "
+                   "batch %d\n", t->rampup_batch_size[0], t->rampup_batch_size[1],
+                t->rampup_batch_size[2], t->global_batch_size);
     fprintf(f, "links: TP %s, PP %s, DP %s; runtime %s (P2P %s%s, gradient accumulation %s)%s\n",
             tr_plan_link_name(r->tp_link), tr_plan_link_name(r->pp_link),
             tr_plan_link_name(r->dp_link),

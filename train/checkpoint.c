@@ -356,7 +356,8 @@ static int write_manifest(tr_engine *e, const char *tmp_dir, int iteration, uint
             .tokens = (unsigned long long)tr_data_num_tokens(e->data),
             .documents = (unsigned long long)tr_data_num_documents(e->data), .tensors = recs,
             .n = m, .has_scaler = sc->on, .loss_scale = sc->scale, .scaler_growth = sc->growth,
-            .scaler_hysteresis_left = sc->hysteresis_left, .skipped_iterations = sc->skipped};
+            .scaler_hysteresis_left = sc->hysteresis_left, .skipped_iterations = sc->skipped,
+            .skipped_samples = (unsigned long long)sc->skipped_samples};
         ckpt_split_text(e->cfg->data.split, mf.split, sizeof mf.split);
         ckpt_manifest_family(&mf, tr_gpt_get_shape(e->chunks[0].model));
         ckpt_manifest_lora(&mf, tr_gpt_get_shape(e->chunks[0].model));

@@ -59,6 +59,9 @@ typedef struct {
     double loss_scale;
     int scaler_growth, scaler_hysteresis_left;
     long skipped_iterations;
+    /* their samples: written (" skipped_samples N" at the line's end) only when not
+     * skipped_iterations x global_batch_size (a ramp-up's), which reading assumes without it */
+    unsigned long long skipped_samples;
     /* the family line (absent from checkpoints written before it): the model's switches,
      * tr_gpt_shape's (position: 0 learned, 1 rope, 2 alibi; ffn / query_groups: the sizes
      * themselves), so inference and export need no --config; at its end " qkv_bias 1" only for

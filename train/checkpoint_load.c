@@ -237,6 +237,13 @@ int tr_checkpoint_load(tr_engine *e, const char *dir, int *iteration)
             e->scaler.scale = mf.loss_scale, e->scaler.growth = mf.scaler_growth,
             e->scaler.hysteresis_left = mf.scaler_hysteresis_left;
         e->scaler.skipped = mf.skipped_iterations; /* Adam's steps and the LR: it - skipped */
+        /* a sample-based LR: consumed - the skipped steps' samples (written when a ramp-up
+         * made them other than skipped x the batch) */
+        e->scaler.skipped_samples =
+            mf.skipped_samples != ~0ull ? mf.skipped_samples
+                                        : (uint64_t)mf.skipped_iterations *
+                                              (uint64_t)(mf.has_data ? mf.global_batch_size
+                                                                     : e->cfg->training.global_batch_size);
     }
     free(mf.tensors);
     if (!rc)

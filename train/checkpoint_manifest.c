@@ -213,10 +213,15 @@ int ckpt_write_manifest(const char *path, const ckpt_manifest *mf)
         fprintf(f, "data consumed_samples %llu global_batch_size %d seed %llu tokens %llu "
                    "documents %llu split %s\n", mf->consumed_samples, mf->global_batch_size,
                 mf->seed, mf->tokens, mf->documents, mf->split);
-    if (mf->has_scaler)
-        fprintf(f, "loss_scaler scale %.17g growth %d hysteresis_left %d skipped %ld\n",
+    if (mf->has_scaler) {
+        fprintf(f, "loss_scaler scale %.17g growth %d hysteresis_left %d skipped %ld",
                 mf->loss_scale, mf->scaler_growth, mf->scaler_hysteresis_left,
                 mf->skipped_iterations);
+        if (mf->skipped_samples !=
+            (unsigned long long)mf->skipped_iterations * (unsigned long long)mf->global_batch_size)
+            fprintf(f, " skipped_samples %llu", mf->skipped_samples);
+        fputc('\n', f);
+    }
     char suffix[400] = ""; /* every one: at most 331 bytes */
     if (mf->sliding_window)
         snprintf(suffix, sizeof suffix, " sliding_window %d", mf->sliding_window);
@@ -344,13 +349,22 @@ int ckpt_read_manifest(const char *path, int iteration, ckpt_manifest *out)
         } else if (ln == 4 + out->has_data && !strncmp(line, "loss_scaler ", 12)) {
             int used = 0;
             out->has_scaler = 1;
+            int more = 0;
+            out->skipped_samples = ~0ull; /* none given: skipped x the data line's batch */
             if (sscanf(line, "loss_scaler scale %lg growth %d hysteresis_left %d skipped %ld%n",
                        &out->loss_scale, &out->scaler_growth, &out->scaler_hysteresis_left,
-                       &out->skipped_iterations, &used) != 4 || line[used] ||
+                       &out->skipped_iterations, &used) != 4 ||
+                (line[used] && (sscanf(line + used, " skipped_samples %llu%n",
+                                       &out->skipped_samples, &more) != 1 ||
+                                line[used + more] || line[used] != ' ' ||
+                                out->skipped_samples == ~0ull)) ||
                 !(out->loss_scale > 0) || !isfinite(out->loss_scale) || out->scaler_growth < 0 ||
-                out->skipped_iterations < 0 || out->skipped_iterations > iteration)
+                out->skipped_iterations < 0 || out->skipped_iterations > iteration ||
+                (out->skipped_samples != ~0ull && out->has_data &&
+                 out->skipped_samples > out->consumed_samples))
                 rc = manifest_error(path, ln, "expected the loss_scaler line (a finite scale > 0, "
-                                              "counts >= 0, skipped <= the iteration)");
+                                              "counts >= 0, skipped <= the iteration, then "
+                                              "optionally skipped_samples N <= consumed_samples)");
         } else if (ln == 4 + out->has_data + out->has_scaler && !strncmp(line, "family ", 7)) {
             int used = 0;
             out->has_family = 1;

@@ -88,7 +88,7 @@ static int create_slots(tr_engine *e)
         engine_chunk *ch = &e->chunks[c];
         ch->slots = tr_alloc((size_t)e->n_slots * sizeof *ch->slots, "activation slots");
         ch->slot_busy = tr_alloc((size_t)e->n_slots * sizeof(int), "activation slots");
-        ch->slot_of_mb = tr_alloc((size_t)e->M * sizeof(int), "activation slots");
+        ch->slot_of_mb = tr_alloc((size_t)e->M_max * sizeof(int), "activation slots");
         if (!ch->slots || !ch->slot_busy || !ch->slot_of_mb)
             return TR_ERR_NOMEM;
         for (int s = 0; s < e->n_slots; s++) {
@@ -235,7 +235,10 @@ int tr_engine_create(const tr_config *cfg, tr_engine **out)
     e->D = e->world.topo.dp;
     e->mb = t->micro_batch_size;
     e->T = cfg->model.seq_length;
-    e->M = t->global_batch_size / (e->mb * e->D);
+    /* the final global batch's micro-batches: slots and the schedule's checks are made for
+     * it (a ramp-up's smaller batches need no more); the first iteration sets its own */
+    e->M = e->M_max = t->global_batch_size / (e->mb * e->D);
+    e->batch = t->global_batch_size;
     e->loss_scale = 1.0f / ((float)e->M * (float)e->mb * (float)e->T);
     engine_scaler_init(&e->scaler, t);
     if ((rc = tr_data_open_config(cfg, &e->data)))
@@ -254,12 +257,11 @@ int tr_engine_create(const tr_config *cfg, tr_engine **out)
                      e->T + 1, cfg->data.split);
         goto fail;
     }
-    tr_pp_kind kind;
     if ((rc = tr_pp_partition_from_config(cfg, &e->partition)) ||
-        (rc = tr_pp_kind_parse(cfg->parallel.pipeline_schedule, &kind)))
+        (rc = tr_pp_kind_parse(cfg->parallel.pipeline_schedule, &e->kind)))
         goto fail;
     e->v = e->partition.v;
-    rc = tr_pp_schedule_build(e->P, e->stage, e->M, kind, e->v, &e->schedule);
+    rc = tr_pp_schedule_build(e->P, e->stage, e->M, e->kind, e->v, &e->schedule);
     if (rc) {
         tr_fail_context(rc, "%s", tr_config_where(cfg, "parallel.pipeline_schedule"));
         goto fail;

@@ -27,6 +27,8 @@ typedef struct {
     double scale;
     int growth, hysteresis_left;
     long skipped;
+    uint64_t skipped_samples; /* their global batches: a sample-based LR schedule counts
+                               * consumed_samples - skipped_samples (Megatron's scheduler) */
 } engine_scaler;
 void engine_scaler_init(engine_scaler *s, const tr_training_config *t);
 /* After the norm of the scaled gradients: 1 when this step is to be skipped (overflow). */
@@ -51,7 +53,11 @@ struct tr_engine {
     float *shard_grads, *shard_params; /* stage >= 2 / 3: tr_dp_shard_numel each */
     tr_dp_range *units;         /* stage 3: gather units (a layer, or one other tensor) */
     int n_units;
-    int mb, T, M;               /* micro-batch size, sequence, micro-batches per iteration */
+    int mb, T, M;               /* micro-batch size, sequence, micro-batches this iteration */
+    int M_max;                  /* of the final global batch (slots, evaluation) */
+    int batch;                  /* this iteration's global batch (training.rampup_batch_size:
+                                 * Megatron's of consumed_samples; else global_batch_size) */
+    tr_pp_kind kind;            /* the pipeline schedule's */
     float loss_scale;           /* d(rank-local mean loss)/d(token loss) */
     engine_scaler scaler;       /* fp16 loss scaling (loss_scale.c); scale 1 otherwise */
     int n_slots;                /* per chunk: in flight + one being received + one being sent */
@@ -111,6 +117,10 @@ TR_MUST_CHECK int engine_sft_bind(tr_engine *e, tr_gpt_acts *a, const tr_gpt_sha
 void engine_sft_account(tr_engine *e, float mean_loss);
 /* The job's loss: the last stages' weighted sums over their weights, one world all-reduce. */
 TR_MUST_CHECK int engine_sft_loss(tr_engine *e, double sum, double weight, double *out);
+
+/* The global batch of the iteration starting at consumed_samples: e->batch, e->M and, when M
+ * changed, the stage's schedule rebuilt for it (step.c). */
+TR_MUST_CHECK int engine_begin_batch(tr_engine *e);
 
 /* Fill a slot's micro-batch tokens (inputs and targets of mb*T each). */
 TR_MUST_CHECK int engine_load_micro_batch(tr_engine *e, int micro_batch, int32_t *inputs, int32_t *targets);

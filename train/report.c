@@ -76,6 +76,7 @@ static int write_metrics(FILE *f, const char *dir, const tr_step_stats *s)
         tr_json_double(&j, "val_loss", s->val_loss);
     tr_json_double(&j, "eta_s", s->eta_s);
     tr_json_int(&j, "consumed_samples", (long long)s->consumed_samples);
+    tr_json_int(&j, "global_batch_size", s->global_batch_size);
     if (s->loss_scale != 1.0 || s->skipped_iterations) { /* fp16 loss scaling */
         tr_json_double(&j, "loss_scale", s->loss_scale);
         tr_json_int(&j, "skipped_iterations", s->skipped_iterations);
@@ -323,11 +324,16 @@ int train_report_open(tr_engine *e, const tr_train_options *opts, int start, int
     r->tokens_per_iter = (double)cfg->training.global_batch_size * cfg->model.seq_length;
     r->flops_per_iter = tr_gpt_flops_per_token(shape, n_params) * r->tokens_per_iter;
     if (!opts->quiet && r->lead) {
+        const tr_training_config *t = &cfg->training;
+        char ramp[160] = "";
+        if (t->n_rampup_batch_size)
+            snprintf(ramp, sizeof ramp, " (ramp-up from %d by %d over %d samples)",
+                     t->rampup_batch_size[0], t->rampup_batch_size[1], t->rampup_batch_size[2]);
         printf("trident: %d layers, hidden %d, %d heads, seq %d, vocab %d (padded %d): %.2fM "
-               "parameters; global batch %d; set up in %.2f s\n",
+               "parameters; global batch %d%s; %lld iterations; set up in %.2f s\n",
                cfg->model.num_layers, cfg->model.hidden_size, cfg->model.num_attention_heads,
                cfg->model.seq_length, cfg->model.vocab_size, shape->Vp, n_params / 1e6,
-               cfg->training.global_batch_size, tr_now() - t0);
+               t->global_batch_size, ramp, tr_training_iterations(t), tr_now() - t0);
         print_layout(e);
         fflush(stdout);
     }
@@ -360,8 +366,10 @@ int train_report_measure(train_report *r, tr_step_stats *s, double secs)
     r->train_time += secs;
     r->final_loss = s->loss;
     s->ms_per_iter = secs * 1e3;
-    s->tokens_per_s = r->tokens_per_iter / secs;
-    s->gflops = r->flops_per_iter / secs / 1e9 / e->world.size;
+    /* a ramp-up's iteration runs its own global batch, not the final one */
+    double share = (double)s->global_batch_size / e->cfg->training.global_batch_size;
+    s->tokens_per_s = r->tokens_per_iter * share / secs;
+    s->gflops = r->flops_per_iter * share / secs / 1e9 / e->world.size;
     if (e->cfg->logging.peak_gflops > 0)
         s->mfu = s->gflops / e->cfg->logging.peak_gflops;
     /* the mean time of this process's iterations so far, times those still to run */
@@ -389,6 +397,7 @@ static int record_tensorboard(train_report *r, const tr_step_stats *s)
         {"peak-memory-mb", s->peak_rss_mb, 1},
         {"mfu", s->mfu, s->mfu > 0},
         {"lm loss validation", s->val_loss, s->evaluated},
+        {"batch-size", s->global_batch_size, 1},
     };
     double wall = wall_time();
     for (size_t i = 0; i < sizeof scalars / sizeof scalars[0]; i++) {
@@ -418,10 +427,13 @@ void train_report_print(train_report *r, const tr_step_stats *s)
     const tr_training_config *t = &r->e->cfg->training;
     char eta[32];
     format_duration(eta, sizeof eta, s->eta_s);
-    printf("iter %5d/%d (%3d%%) | loss %.4f | lr %.3e | grad_norm %.3f | %.1f ms | %.0f tok/s | "
+    long long total = tr_training_iterations(t);
+    printf("iter %5d/%lld (%3d%%) | loss %.4f | lr %.3e | grad_norm %.3f | %.1f ms | %.0f tok/s | "
            "%.1f GFLOP/s/rank | eta %s",
-           s->iteration, t->train_iters, 100 * s->iteration / t->train_iters, s->loss, s->lr,
+           s->iteration, total, (int)(100 * s->iteration / total), s->loss, s->lr,
            s->grad_norm, s->ms_per_iter, s->tokens_per_s, s->gflops, eta);
+    if (t->n_rampup_batch_size)
+        printf(" | batch %d", s->global_batch_size);
     if (s->mfu > 0)
         printf(" | MFU %.1f%%", 100 * s->mfu);
     if (r->e->world.size > 1)

@@ -34,34 +34,41 @@ static int install_exit_signal_handler(void)
     return TR_OK;
 }
 
-/* Validation every eval_interval iterations and after the last one. */
-static int should_eval(const tr_training_config *t, int it)
+/* Validation every eval_interval iterations and after the last one (of `total`). */
+static int should_eval(const tr_training_config *t, int it, int total)
 {
-    return t->eval_interval > 0 && (it % t->eval_interval == 0 || it == t->train_iters);
+    return t->eval_interval > 0 && (it % t->eval_interval == 0 || it == total);
 }
 
-/* A checkpoint every save_interval iterations and when this process stops. */
-static int should_save(const tr_checkpoint_config *ck, int it, int last)
+/* A checkpoint every save_interval iterations and when this process stops; with a ramp-up
+ * also before the global batch grows (Megatron saves when the number of micro-batches
+ * changes, so a job can restart on more nodes for the larger batches). */
+static int should_save(const tr_config *cfg, const tr_engine *e, int it, int last)
 {
-    return *ck->save && (it == last || (ck->save_interval > 0 && it % ck->save_interval == 0));
+    const tr_checkpoint_config *ck = &cfg->checkpoint;
+    const tr_training_config *t = &cfg->training;
+    int grows = t->n_rampup_batch_size &&
+                tr_training_batch_at(t, e->consumed_samples) != e->batch;
+    return *ck->save &&
+           (it == last || grows || (ck->save_interval > 0 && it % ck->save_interval == 0));
 }
 
 /* A console line every log_interval iterations, on the first and the last, and with a
  * validation loss. */
-static int should_log(const tr_config *cfg, const tr_step_stats *s)
+static int should_log(const tr_config *cfg, const tr_step_stats *s, int total)
 {
     int every = cfg->logging.log_interval > 0 ? cfg->logging.log_interval : 1;
     int it = s->iteration;
-    return it % every == 0 || it == 1 || it == cfg->training.train_iters || s->evaluated;
+    return it % every == 0 || it == 1 || it == total || s->evaluated;
 }
 
-/* The last iteration this process runs: train_iters, or the next exit_interval. */
-static int last_iteration(const tr_training_config *t, int start)
+/* The last iteration this process runs: the run's `total`, or the next exit_interval. */
+static int last_iteration(const tr_training_config *t, int start, int total)
 {
     if (t->exit_interval <= 0)
-        return t->train_iters;
+        return total;
     long long next_exit = (start / t->exit_interval + 1) * (long long)t->exit_interval;
-    return next_exit < t->train_iters ? (int)next_exit : t->train_iters;
+    return next_exit < total ? (int)next_exit : total;
 }
 
 /* finetune.load naming a Hugging Face folder: the lead rank imports it (tr_hf_import, as
@@ -162,6 +169,8 @@ int tr_train_run(const tr_config *cfg, const tr_train_options *opts)
     tr_engine *e = NULL;
     train_report *report = NULL;
     int start = 0, last = 0;
+    /* train_iters, or Megatron's count of train_samples (the config checked it fits an int) */
+    int total = (int)tr_training_iterations(t);
     int rc = tr_engine_create(cfg, &e);
     if (rc)
         return rc;
@@ -169,7 +178,7 @@ int tr_train_run(const tr_config *cfg, const tr_train_options *opts)
     if (t->exit_signal_handler)
         rc = install_exit_signal_handler();
     if (!rc && !(rc = resume(e, cfg, opts->run_dir, lead, opts->quiet, &start))) {
-        last = last_iteration(t, start);
+        last = last_iteration(t, start, total);
         rc = train_report_open(e, opts, start, last, t0, &report);
     }
     for (int it = start + 1; it <= last && !rc; it++) {
@@ -188,19 +197,19 @@ int tr_train_run(const tr_config *cfg, const tr_train_options *opts)
             rc = tr_engine_optimizer_step(e, it, &s);
         if (!rc)
             rc = train_report_measure(report, &s, tr_now() - t_iter);
-        if (!rc && should_eval(t, it)) {
+        if (!rc && should_eval(t, it, total)) {
             rc = tr_engine_evaluate(e, &s.val_loss);
             s.evaluated = 1;
         }
         if (!rc)
             rc = train_report_record(report, &s);
-        if (!rc && should_log(cfg, &s))
+        if (!rc && should_log(cfg, &s, total))
             train_report_print(report, &s);
         /* a stop request on any rank ends the run after this iteration, on every rank */
         int stop = 0;
         if (!rc && t->exit_signal_handler)
             rc = tr_engine_any_rank(e, stop_requested, &stop);
-        if (!rc && (should_save(ck, it, last) || (stop && *ck->save)))
+        if (!rc && (should_save(cfg, e, it, last) || (stop && *ck->save)))
             rc = save(e, ck, it, lead, opts->quiet);
         if (!rc) /* a save written in the background: finished once every rank's part is */
             rc = tr_checkpoint_poll(e, it == last || stop);
@@ -211,7 +220,7 @@ int tr_train_run(const tr_config *cfg, const tr_train_options *opts)
             last = it;
             break;
         }
-        if (!rc && it == last && last < t->train_iters && lead && !opts->quiet)
+        if (!rc && it == last && last < total && lead && !opts->quiet)
             printf("trident: exiting after iteration %d (training.exit_interval %d)\n", it,
                    t->exit_interval);
     }

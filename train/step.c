@@ -42,7 +42,7 @@ static void slots_reset(tr_engine *e)
     for (int c = 0; c < e->v; c++) {
         for (int s = 0; s < e->n_slots; s++)
             e->chunks[c].slot_busy[s] = 0;
-        for (int m = 0; m < e->M; m++)
+        for (int m = 0; m < e->M_max; m++)
             e->chunks[c].slot_of_mb[m] = -1;
     }
 }
@@ -191,15 +191,41 @@ static void trace_grad_reductions(tr_engine *e)
         tr_pp_trace_add(&e->trace, TR_PP_SPAN_GRAD_WAIT, 0, t.t_finish_begin, t.t_finish_end);
 }
 
-int tr_engine_forward_backward(tr_engine *e, int iteration, double *loss_out)
+int engine_begin_batch(tr_engine *e)
 {
     const tr_training_config *t = &e->cfg->training;
+    int batch = tr_training_batch_at(t, e->consumed_samples), M = batch / (e->mb * e->D);
+    if (batch % (e->mb * e->D) || M < 1 || M > e->M_max) /* world.c checked the ramp's steps */
+        return tr_fail(TR_ERR_INTERNAL, "global batch %d after %llu samples: not %d to %d "
+                       "micro-batches of %d x data-parallel %d", batch,
+                       (unsigned long long)e->consumed_samples, 1, e->M_max, e->mb, e->D);
+    e->batch = batch;
+    /* the loss of the iteration is the mean over its own samples' tokens */
+    e->loss_scale = 1.0f / ((float)M * (float)e->mb * (float)e->T);
+    if (M == e->M)
+        return TR_OK;
+    tr_pp_schedule s;
+    int rc = tr_pp_schedule_build(e->P, e->stage, M, e->kind, e->v, &s);
+    if (rc)
+        return tr_fail_context(rc, "%s: the pipeline schedule of a global batch of %d",
+                               tr_config_where(e->cfg, "training.rampup_batch_size"), batch);
+    tr_pp_schedule_free(&e->schedule);
+    e->schedule = s;
+    e->M = M;
+    e->stored_limit = tr_pp_peak_activations(&e->schedule);
+    return TR_OK;
+}
+
+int tr_engine_forward_backward(tr_engine *e, int iteration, double *loss_out)
+{
+    (void)iteration;
+    int rc = engine_begin_batch(e);
+    if (rc)
+        return rc;
     if (e->zero < 2) /* ZeRO-2/3: every reduced bucket's window was given back as zeros */
         e->k->zero(NULL, e->grads, e->n_params * sizeof(float));
     e->split = TR_SPLIT_TRAIN;
-    (void)iteration;
-    e->first_sample = e->consumed_samples +
-                      (uint64_t)e->dp_rank * (uint64_t)(t->global_batch_size / e->D);
+    e->first_sample = e->consumed_samples + (uint64_t)e->dp_rank * (uint64_t)(e->batch / e->D);
     e->loss_sum = 0;
     e->weight_sum = 0;
     e->stored = 0;
@@ -214,7 +240,7 @@ int tr_engine_forward_backward(tr_engine *e, int iteration, double *loss_out)
     };
     if (e->tracing)
         tr_pp_trace_clear(&e->trace);
-    int rc = e->sft ? engine_sft_begin(e) : TR_OK; /* the loss scale: 1 / learned tokens */
+    rc = e->sft ? engine_sft_begin(e) : TR_OK; /* the loss scale: 1 / learned tokens */
     if (!rc)
         rc = tr_dp_start(e->dp, e->M);
     if (!rc)
@@ -275,7 +301,11 @@ int tr_engine_optimizer_step(tr_engine *e, int iteration, tr_step_stats *stats)
         return tr_fail(TR_ERR_INVALID, "iteration %d: the gradient norm is %g (training diverged)",
                        iteration, norm);
     norm /= scale;
-    adamw_ctx c = {.e = e, .lr = (float)tr_lr_at(t, step),
+    /* sample-based: Megatron's scheduler counts the samples of the steps taken, this one's
+     * global batch included (the LR it logs for this iteration) */
+    uint64_t lr_samples = e->consumed_samples + (uint64_t)e->batch - e->scaler.skipped_samples;
+    double lr = tr_lr_of_step(t, step, lr_samples);
+    adamw_ctx c = {.e = e, .lr = (float)lr,
                    .grad_scale = (float)(tr_dp_clip_factor(norm, t->clip_grad) / scale),
                    .step = step};
     for (int ci = 0; ci < e->v && !rc && !skip; ci++) {
@@ -292,12 +322,16 @@ int tr_engine_optimizer_step(tr_engine *e, int iteration, tr_step_stats *stats)
     if (e->tracing)
         tr_pp_trace_add(&e->trace, TR_PP_SPAN_OPTIMIZER, iteration, t_start, tr_now());
     stats->iteration = iteration;
-    stats->lr = tr_lr_at(t, step);
+    stats->lr = lr;
     stats->grad_norm = norm;
     stats->loss_scale = scale;
     stats->skipped_iterations = e->scaler.skipped;
-    if (!rc)
-        e->consumed_samples += (uint64_t)t->global_batch_size;
+    stats->global_batch_size = e->batch;
+    if (!rc) {
+        e->consumed_samples += (uint64_t)e->batch;
+        if (skip)
+            e->scaler.skipped_samples += (uint64_t)e->batch;
+    }
     stats->consumed_samples = (double)e->consumed_samples;
     return rc;
 }
@@ -316,12 +350,14 @@ int tr_engine_evaluate(tr_engine *e, double *val_loss)
     e->split = TR_SPLIT_VALID;
     e->weight_sum = 0; /* sft: over every evaluation batch */
     engine_set_grad_hooks(e, 0); /* forward only: nothing reaches dp/ */
+    /* the final global batch (M_max micro-batches) whatever the ramp-up's is now, so val_loss
+     * values stay comparable across the run */
     for (int it = 0; it < t->eval_iters && !rc; it++) {
         e->first_sample = (uint64_t)it * t->global_batch_size +
                           (uint64_t)e->dp_rank * (uint64_t)(t->global_batch_size / e->D);
         e->loss_sum = 0;
         slots_reset(e);
-        for (int mb = 0; mb < e->M && !rc; mb++) {
+        for (int mb = 0; mb < e->M_max && !rc; mb++) {
             for (int c = 0; c < e->v && !rc; c++) {
                 int vs = c * P + e->stage;
                 tr_gpt_acts *a = slot_acquire(e, c, 0);
@@ -337,7 +373,7 @@ int tr_engine_evaluate(tr_engine *e, double *val_loss)
             }
             e->first_sample += (uint64_t)e->mb;
         }
-        sum += e->loss_sum / e->M;
+        sum += e->loss_sum / e->M_max;
         sft_sum += e->loss_sum;
     }
     engine_set_grad_hooks(e, 1);

@@ -7,7 +7,9 @@
  *    batch's micro-batches; gradients of the MEAN token loss of the global batch) followed by
  *    tr_engine_optimizer_step() (global-norm clipping, LR schedule, AdamW).
  *  - Global batch of iteration i (1-based) = train samples with global index
- *    [(i-1)*GB, i*GB); micro-batch m takes [m*mb, (m+1)*mb) of it. Evaluation uses the
+ *    [C, C + GB) where C = the samples consumed before it ((i-1)*GB without a ramp-up; with
+ *    training.rampup_batch_size GB is Megatron's batch of C and the micro-batches per
+ *    iteration vary); micro-batch m takes [m*mb, (m+1)*mb) of it. Evaluation uses the
  *    validation samples [0, eval_iters*GB), the same at every evaluation, so val_loss values
  *    are comparable across a run.
  *  - LR: linear warm-up from lr_warmup_init to lr over the warm-up, then decay (cosine by default)
@@ -47,6 +49,8 @@ typedef struct {
     double peak_rss_mb; /* the largest peak resident memory of any rank, MiB */
     double mfu;         /* gflops / logging.peak_gflops, 0 when no peak is configured */
     double consumed_samples; /* training samples consumed after this iteration */
+    int global_batch_size;   /* this iteration's (a ramp-up's: Megatron's of the samples
+                              * consumed before it) */
     double eta_s;       /* the mean time of this process's iterations so far times those
                          * still to run (0 after the last) */
     double loss_scale;  /* fp16: the scale this iteration's backward ran with (1 otherwise) */
@@ -139,6 +143,13 @@ TR_MUST_CHECK int tr_checkpoint_load_base(const char *dir, tr_gpt *g, const tr_k
 TR_MUST_CHECK int tr_checkpoint_save_model(const char *dir, tr_gpt *g, const float *params);
 
 double tr_lr_at(const tr_training_config *t, int iteration);
+/* Sample-based training: the LR once the optimizer steps so far (this one included) have
+ * taken `samples` (the sum of their global batches; skipped fp16 steps not counted). */
+double tr_lr_at_samples(const tr_training_config *t, uint64_t samples);
+/* The LR of optimizer step `step` (1-based, skipped steps not counted), whose steps up to
+ * and including it took `samples`: tr_lr_at_samples with train_samples, else tr_lr_at. This
+ * is the value Megatron logs at that iteration (its scheduler's after the step). */
+double tr_lr_of_step(const tr_training_config *t, int step, uint64_t samples);
 
 TR_MUST_CHECK int tr_train_run(const tr_config *cfg, const tr_train_options *opts);
 

@@ -222,6 +222,27 @@ int world_create(const tr_config *cfg, train_world *out)
                      out->size, tp, pp);
         goto fail;
     }
+    /* a ramp-up: every batch of it whole micro-batches on every replica (Megatron's rule:
+     * start and increment multiples of micro_batch_size x DP), and with the interleaved
+     * schedule every batch's micro-batches a multiple of the pipeline size, as the final
+     * one's must be (tr_pp_validate) */
+    const tr_training_config *t = &cfg->training;
+    int interleaved = !strcmp(cfg->parallel.pipeline_schedule, "interleaved");
+    long long unit = (long long)mb * dp * (interleaved ? pp : 1);
+    for (int i = 0; i < 2 && t->n_rampup_batch_size == 3 && !rc; i++)
+        if (t->rampup_batch_size[i] % unit)
+            rc = tr_fail(TR_ERR_CONFIG,
+                         "%s: the %s %d of training.rampup_batch_size is not a multiple of "
+                         "micro_batch_size %d x data-parallel size %d%s = %lld (world %d / (tp "
+                         "%d x pp %d)); every global batch of the ramp must split into whole "
+                         "micro-batches on every replica%s",
+                         tr_config_where(cfg, "training.rampup_batch_size"),
+                         i ? "increment" : "start", t->rampup_batch_size[i], mb, dp,
+                         interleaved ? " x pipeline size" : "", unit, out->size, tp, pp,
+                         interleaved ? ", a multiple of the pipeline size of them (the "
+                                       "interleaved schedule's rule)" : "");
+    if (rc)
+        goto fail;
     if ((rc = split_group(out, TR_GROUP_TP, "tp", &out->tp)) ||
         (rc = split_group(out, TR_GROUP_DP, "dp", &out->dp)) ||
         (rc = split_group(out, TR_GROUP_PP, "pp", &out->pp)) ||

@@ -157,14 +157,28 @@ typedef struct {
 
 typedef struct {
     int micro_batch_size;  /* required, >= 1 */
-    int global_batch_size; /* default micro_batch_size; multiple of it */
-    int train_iters;       /* required, >= 1 */
+    int global_batch_size; /* default micro_batch_size; multiple of it; with a ramp-up the
+                            * batch after it (the final one) */
+    int train_iters;       /* iteration-based training: the iterations; 0 = sample-based
+                            * (train_samples); exactly one of the two */
+    /* Sample-based training (Megatron's --train-samples, --lr-decay-samples,
+     * --lr-warmup-samples, --lr-wsd-decay-samples, --rampup-batch-size); 0 = unset. Not with
+     * train_iters and the iteration-based LR keys (Megatron refuses the mix). */
+    uint64_t train_samples;        /* the run's iterations: Megatron's update_train_iters */
+    uint64_t lr_decay_samples;     /* default train_samples */
+    uint64_t lr_warmup_samples;    /* default 0 (or lr_warmup_fraction of the decay) */
+    uint64_t lr_wsd_decay_samples; /* WSD: the anneal's samples, ending at lr_decay_samples */
+    int rampup_batch_size[3];      /* [start, increment, ramp samples]: the global batch grows
+                                    * from start by increment, one step each ramp / ((global -
+                                    * start) / increment) consumed samples, to global after
+                                    * ramp samples (sample-based training only) */
+    int n_rampup_batch_size;       /* 0 (no ramp-up) or 3 */
     double lr;             /* required, > 0 */
     double min_lr;         /* default 0, <= lr */
     int lr_warmup_iters;   /* default 0 */
     double lr_warmup_fraction; /* or the warm-up as this fraction of lr_decay_iters (0: unset) */
     double lr_warmup_init;     /* the warm-up starts here (default 0), <= lr */
-    int lr_decay_iters;    /* default train_iters */
+    int lr_decay_iters;    /* default train_iters (0 with sample-based training) */
     char *lr_decay_style;  /* "cosine" (default) | "linear" | "constant" |
                             * "inverse-square-root" | "WSD" */
     int lr_wsd_decay_iters;    /* WSD: the anneal's iterations, ending at lr_decay_iters
@@ -205,6 +219,35 @@ static inline double tr_training_warmup(const tr_training_config *t)
 {
     return t->lr_warmup_fraction > 0 ? t->lr_warmup_fraction * t->lr_decay_iters
                                      : (double)t->lr_warmup_iters;
+}
+
+/* Sample-based training: train_samples given (train_iters 0). */
+static inline int tr_training_by_samples(const tr_training_config *t)
+{
+    return t->train_samples > 0;
+}
+
+/* The global batch of the iteration that starts after `consumed` training samples: Megatron's
+ * RampupBatchsizeNumMicroBatchesCalculator (start + increment x int(consumed / (ramp /
+ * increments)) up to ramp samples, global_batch_size after), or global_batch_size without a
+ * ramp-up (yaml/rampup.c). */
+int tr_training_batch_at(const tr_training_config *t, uint64_t consumed);
+/* The run's iterations: train_iters, or from train_samples Megatron's update_train_iters
+ * (train_samples / global without a ramp-up; with one, the ramp's iterations while consumed
+ * <= ramp samples, then the whole final batches of what is left, floor division, so it may
+ * be < 1 when train_samples ends inside the ramp: the config refuses that). */
+long long tr_training_iterations(const tr_training_config *t);
+/* Sample-based LR schedule's lengths in samples (Megatron's get_optimizer_param_scheduler):
+ * decay = lr_decay_samples or train_samples; warm-up = lr_warmup_samples, or
+ * lr_warmup_fraction of the decay (not rounded). */
+static inline double tr_training_decay_samples(const tr_training_config *t)
+{
+    return (double)(t->lr_decay_samples ? t->lr_decay_samples : t->train_samples);
+}
+static inline double tr_training_warmup_samples(const tr_training_config *t)
+{
+    return t->lr_warmup_fraction > 0 ? t->lr_warmup_fraction * tr_training_decay_samples(t)
+                                     : (double)t->lr_warmup_samples;
 }
 
 typedef struct {

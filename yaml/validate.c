@@ -1,5 +1,6 @@
 /* Checks that involve more than one key (single-key ranges and names are checked while
  * converting). Each message points at the key the user most likely set. */
+#include <limits.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -275,7 +276,7 @@ static int check_training(const tr_config *c)
                    "training.lr_warmup_init = %g is greater than training.lr = %g%s; allowed: "
                    "lr_warmup_init <= lr", t->lr_warmup_init, t->lr,
                    set_at(c, "training.lr", at, sizeof at));
-    int wsd = !strcmp(t->lr_decay_style, "WSD");
+    int wsd = !strcmp(t->lr_decay_style, "WSD") && !tr_training_by_samples(t);
     int warmup = (int)ceil(tr_training_warmup(t));
     int stable_from = t->lr_decay_iters > warmup ? t->lr_decay_iters - warmup : 0;
     if (wsd && t->lr_wsd_decay_iters < 1)
@@ -299,6 +300,123 @@ static int check_training(const tr_config *c)
                    "training.eval_iters = 0 with training.eval_interval = %d; allowed: "
                    "eval_iters >= 1 when evaluating (or eval_interval: 0)",
                    t->eval_interval);
+    return TR_OK;
+}
+
+/* Iteration- or sample-based training, as Megatron's validate_args allows them: train_iters
+ * or train_samples (one); the other kind's LR keys and the batch ramp-up refused. */
+static int check_length(const tr_config *c)
+{
+    const tr_training_config *t = &c->training;
+    char at[1300];
+    if (!t->train_iters && !t->train_samples) { /* where the loader puts a missing key */
+        char loc[1200];
+        if (config_find_mark(c, "training"))
+            snprintf(loc, sizeof loc, "%s", tr_config_where(c, "training"));
+        else
+            snprintf(loc, sizeof loc, "%s:1:1", c->source ? c->source : "<config>");
+        return tr_fail(TR_ERR_CONFIG, "%s: missing required key training.train_iters; add it to "
+                       "section 'training' (an integer >= 1), or training.train_samples for "
+                       "sample-based training", loc);
+    }
+    if (t->train_iters && t->train_samples)
+        return bad(c, "training.train_samples", "training.train_iters",
+                   "training.train_samples = %llu and training.train_iters = %d%s both give the "
+                   "run's length; allowed: one of them (Megatron: iteration- or sample-based)",
+                   (unsigned long long)t->train_samples, t->train_iters,
+                   set_at(c, "training.train_iters", at, sizeof at));
+    struct { const char *key; int set; } by_samples[] = {
+        {"training.lr_decay_samples", t->lr_decay_samples > 0},
+        {"training.lr_warmup_samples", t->lr_warmup_samples > 0},
+        {"training.lr_wsd_decay_samples", t->lr_wsd_decay_samples > 0},
+        {"training.rampup_batch_size", t->n_rampup_batch_size > 0}};
+    struct { const char *key; int set; } by_iters[] = {
+        {"training.lr_decay_iters", t->lr_decay_iters > 0},
+        {"training.lr_warmup_iters", t->lr_warmup_iters > 0},
+        {"training.lr_wsd_decay_iters", t->lr_wsd_decay_iters > 0}};
+    if (t->train_iters) {
+        for (int i = 0; i < 4; i++)
+            if (by_samples[i].set)
+                return bad(c, by_samples[i].key, NULL,
+                           "%s is for sample-based training, but training.train_iters = %d%s "
+                           "makes this run iteration-based; allowed: train_samples instead of "
+                           "train_iters, or the iteration keys (Megatron refuses the mix)%s",
+                           by_samples[i].key, t->train_iters,
+                           set_at(c, "training.train_iters", at, sizeof at),
+                           i == 3 ? "; a batch-size ramp-up needs train_samples" : "");
+        if (t->lr_decay_iters < 1)
+            return bad(c, "training.lr_decay_iters", NULL,
+                       "training.lr_decay_iters = 0; allowed: an integer >= 1 (default "
+                       "train_iters)");
+        return TR_OK;
+    }
+    for (int i = 0; i < 3; i++)
+        if (by_iters[i].set)
+            return bad(c, by_iters[i].key, NULL,
+                       "%s is for iteration-based training, but training.train_samples = %llu%s "
+                       "makes this run sample-based; allowed: the *_samples keys (Megatron "
+                       "refuses the mix)", by_iters[i].key, (unsigned long long)t->train_samples,
+                       set_at(c, "training.train_samples", at, sizeof at));
+    if (t->lr_warmup_fraction > 0 && t->lr_warmup_samples > 0)
+        return bad(c, "training.lr_warmup_fraction", "training.lr_warmup_samples",
+                   "training.lr_warmup_fraction = %g and training.lr_warmup_samples = %llu%s both "
+                   "give the warm-up; allowed: one of them", t->lr_warmup_fraction,
+                   (unsigned long long)t->lr_warmup_samples,
+                   set_at(c, "training.lr_warmup_samples", at, sizeof at));
+    if (t->n_rampup_batch_size) {
+        const int *r = t->rampup_batch_size;
+        int g = t->global_batch_size;
+        if (t->n_rampup_batch_size != 3)
+            return bad(c, "training.rampup_batch_size", NULL,
+                       "training.rampup_batch_size has %d entries; allowed: [start, increment, "
+                       "ramp samples] (Megatron's --rampup-batch-size)", t->n_rampup_batch_size);
+        if (r[0] >= g)
+            return bad(c, "training.rampup_batch_size", "training.global_batch_size",
+                       "training.rampup_batch_size starts at %d, not below "
+                       "training.global_batch_size = %d%s; allowed: a start below the global "
+                       "batch the ramp grows to (without a ramp: drop the key)", r[0], g,
+                       set_at(c, "training.global_batch_size", at, sizeof at));
+        if ((g - r[0]) % r[1])
+            return bad(c, "training.rampup_batch_size", "training.global_batch_size",
+                       "training.rampup_batch_size: global_batch_size - start = %d - %d = %d is "
+                       "not a multiple of the increment %d%s; the ramp reaches the global batch "
+                       "in whole increments (Megatron's rule)", g, r[0], g - r[0], r[1],
+                       set_at(c, "training.global_batch_size", at, sizeof at));
+        if (r[0] % t->micro_batch_size || r[1] % t->micro_batch_size)
+            return bad(c, "training.rampup_batch_size", "training.micro_batch_size",
+                       "training.rampup_batch_size: the %s %d is not a multiple of "
+                       "training.micro_batch_size = %d%s; every batch of the ramp is whole "
+                       "micro-batches", r[0] % t->micro_batch_size ? "start" : "increment",
+                       r[0] % t->micro_batch_size ? r[0] : r[1], t->micro_batch_size,
+                       set_at(c, "training.micro_batch_size", at, sizeof at));
+    }
+    long long iters = tr_training_iterations(t);
+    if (iters < 1 || iters > INT_MAX)
+        return bad(c, "training.train_samples", NULL,
+                   "training.train_samples = %llu gives %lld iterations (Megatron's count%s); "
+                   "allowed: 1 to %d iterations", (unsigned long long)t->train_samples, iters,
+                   t->n_rampup_batch_size ? ": the ramp-up's, then whole global batches of the "
+                                            "rest" : ": train_samples / global_batch_size",
+                   INT_MAX);
+    /* the LR schedule in samples (Megatron's OptimizerParamScheduler asserts) */
+    double decay = tr_training_decay_samples(t), warmup = tr_training_warmup_samples(t);
+    if (!(warmup < decay))
+        return bad(c, t->lr_warmup_fraction > 0 ? "training.lr_warmup_fraction"
+                                                : "training.lr_warmup_samples",
+                   "training.lr_decay_samples",
+                   "the warm-up of %.17g samples is not shorter than the decay's %.17g "
+                   "(lr_decay_samples, default train_samples); allowed: warm-up < decay", warmup,
+                   decay);
+    if (!strcmp(t->lr_decay_style, "WSD")) {
+        double room = decay - warmup;
+        if (t->lr_wsd_decay_samples < 1 || (double)t->lr_wsd_decay_samples > room)
+            return bad(c, t->lr_wsd_decay_samples ? "training.lr_wsd_decay_samples"
+                                                  : "training.lr_decay_style", NULL,
+                       "training.lr_decay_style = WSD needs training.lr_wsd_decay_samples, the "
+                       "samples of the anneal that ends at the decay's %.17g, from 1 to the %.17g "
+                       "after the warm-up (got %llu)", decay, room,
+                       (unsigned long long)t->lr_wsd_decay_samples);
+    }
     return TR_OK;
 }
 
@@ -431,6 +549,8 @@ int config_validate(const tr_config *c)
         rc = check_family(c);
     if (!rc)
         rc = check_pipeline(c);
+    if (!rc)
+        rc = check_length(c);
     if (!rc)
         rc = check_training(c);
     if (!rc)

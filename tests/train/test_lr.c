@@ -79,8 +79,9 @@ static void test_inverse_square_root(void **state)
     assert_true(fabs(tr_lr_at(&t, 999) - 0.8 * sqrt(4.0 / 999)) < 1e-12); /* 0.0506 */
     t.min_lr = 0.06;
     assert_true(fabs(tr_lr_at(&t, 999) - 0.06) < 1e-12); /* the floor */
-    t.min_lr = 0.0;
-    assert_true(tr_lr_at(&t, 1000) == 0.0);
+    t.min_lr = 0.0; /* Megatron: min_lr only past lr_decay_iters (num_steps > decay) */
+    assert_true(fabs(tr_lr_at(&t, 1000) - 0.8 * sqrt(4.0 / 1000)) < 1e-12);
+    assert_true(tr_lr_at(&t, 1001) == 0.0);
     t.lr_warmup_iters = 0; /* no warm-up: sqrt(1 / it) */
     assert_true(fabs(tr_lr_at(&t, 1) - 0.8) < 1e-12);
     assert_true(fabs(tr_lr_at(&t, 25) - 0.16) < 1e-12);

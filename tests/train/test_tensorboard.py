@@ -97,7 +97,7 @@ board = read_board(tb)
 tags = {"lm loss": "loss", "learning-rate": "lr", "grad-norm": "grad_norm",
         "iteration-time-ms": "ms_per_iter", "tokens-per-second": "tokens_per_s",
         "gflops-per-rank": "gflops", "peak-memory-mb": "peak_rss_mb", "mfu": "mfu",
-        "lm loss validation": "val_loss"}
+        "lm loss validation": "val_loss", "batch-size": "global_batch_size"}
 check("the scalar tags", set(board) == set(tags), f"{sorted(board)}")
 f32 = lambda x: struct.unpack("<f", struct.pack("<f", x))[0]  # noqa: E731
 for tag, key in tags.items():

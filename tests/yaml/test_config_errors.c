@@ -104,7 +104,7 @@ static void test_out_of_range(void **state)
       "model.hidden_size: found '99999999999999999999'; allowed: an integer from 1 to 1048576");
     E("model:\n  hidden_size: 4294967360\n", "t.yaml:2:16: ", "found '4294967360'; allowed:");
     E(TR_T_MODEL "training:\n  train_iters: 2147483648\n", "t.yaml:7:16: ",
-      "training.train_iters: found '2147483648'; allowed: an integer >= 1");
+      "training.train_iters: found '2147483648'; allowed: an integer >= 0");
     E(TR_T_MODEL "training:\n  lr: 0\n", "t.yaml:7:7: ",
       "training.lr: found '0'; allowed: a number > 0");
     E(TR_T_MODEL "training:\n  lr: -1e-3\n", "t.yaml:7:7: ", "found '-1e-3'; allowed: a number > 0");
@@ -183,6 +183,69 @@ static void test_missing_required(void **state)
     E(TR_T_MODEL TR_T_TRAINING, "t.yaml:1:1: ",
       "missing required key data.data_path; add it to section 'data' (a dataset prefix");
     E(TR_T_MODEL TR_T_TRAINING "data:\n", "t.yaml:10:1: ", "missing required key data.data_path");
+}
+
+/* Sample-based training and the batch ramp-up: Megatron's exclusions and the ramp's rules. */
+#define SB(lines) TR_T_MODEL "training:\n  micro_batch_size: 2\n  lr: 1e-3\n" lines TR_T_DATA
+static void test_sample_based(void **state)
+{
+    (void)state;
+    E(SB("  global_batch_size: 8\n"), "t.yaml:6:1: ",
+      "missing required key training.train_iters; add it to section 'training' (an integer >= "
+      "1), or training.train_samples for sample-based training");
+    E(SB("  train_iters: 10\n  train_samples: 80\n"), "t.yaml:10:3: ",
+      "training.train_samples = 80 and training.train_iters = 10 (set at t.yaml:9:3) both give "
+      "the run's length; allowed: one of them");
+    E(SB("  train_iters: 10\n  lr_decay_samples: 80\n"), "t.yaml:10:3: ",
+      "training.lr_decay_samples is for sample-based training, but training.train_iters = 10 "
+      "(set at t.yaml:9:3) makes this run iteration-based");
+    E(SB("  train_iters: 10\n  global_batch_size: 8\n  rampup_batch_size: [2, 2, 40]\n"),
+      "t.yaml:11:3: ", "a batch-size ramp-up needs train_samples");
+    E(SB("  train_samples: 80\n  lr_warmup_iters: 2\n"), "t.yaml:10:3: ",
+      "training.lr_warmup_iters is for iteration-based training, but training.train_samples = "
+      "80 (set at t.yaml:9:3) makes this run sample-based");
+    E(SB("  train_samples: 80\n  lr_decay_iters: 20\n"), "t.yaml:10:3: ",
+      "training.lr_decay_iters is for iteration-based training");
+    E(SB("  train_samples: 80\n  lr_wsd_decay_iters: 2\n"), "t.yaml:10:3: ",
+      "training.lr_wsd_decay_iters is for iteration-based training");
+    E(SB("  train_samples: 80\n  lr_warmup_samples: 8\n  lr_warmup_fraction: 0.1\n"),
+      "t.yaml:11:3: ", "training.lr_warmup_fraction = 0.1 and training.lr_warmup_samples = 8 "
+      "(set at t.yaml:10:3) both give the warm-up");
+    E(SB("  train_samples: 80\n  global_batch_size: 8\n  rampup_batch_size: [2, 2]\n"),
+      "t.yaml:11:3: ", "training.rampup_batch_size has 2 entries; allowed: [start, increment, "
+      "ramp samples]");
+    E(SB("  train_samples: 80\n  global_batch_size: 8\n  rampup_batch_size: [2, 2, 4, 4]\n"),
+      "t.yaml:11:22: ", "found a list of 4 entries; allowed: at most 3");
+    E(SB("  train_samples: 80\n  global_batch_size: 8\n  rampup_batch_size: [2, 0, 40]\n"),
+      "t.yaml:11:26: ", "training.rampup_batch_size[1]: found '0'; allowed: an integer >= 1");
+    E(SB("  train_samples: 80\n  global_batch_size: 8\n  rampup_batch_size: [8, 2, 40]\n"),
+      "t.yaml:11:3: ", "training.rampup_batch_size starts at 8, not below "
+      "training.global_batch_size = 8 (set at t.yaml:10:3)");
+    E(SB("  train_samples: 80\n  global_batch_size: 8\n  rampup_batch_size: [2, 4, 40]\n"),
+      "t.yaml:11:3: ", "global_batch_size - start = 8 - 2 = 6 is not a multiple of the "
+      "increment 4 (set at t.yaml:10:3)");
+    E(SB("  train_samples: 80\n  global_batch_size: 8\n  rampup_batch_size: [3, 1, 40]\n"),
+      "t.yaml:11:3: ", "training.rampup_batch_size: the start 3 is not a multiple of "
+      "training.micro_batch_size = 2 (set at t.yaml:7:3)");
+    /* Megatron's count: the ramp's 1 iteration (2 samples > ramp 1), then (1 - 2) // 8 = -1 */
+    E(SB("  train_samples: 1\n  global_batch_size: 8\n  rampup_batch_size: [2, 2, 1]\n"),
+      "t.yaml:9:3: ", "training.train_samples = 1 gives 0 iterations (Megatron's count: the "
+      "ramp-up's, then whole global batches of the rest); allowed: 1 to 2147483647");
+    E(SB("  train_samples: 7\n  global_batch_size: 8\n"), "t.yaml:9:3: ",
+      "training.train_samples = 7 gives 0 iterations (Megatron's count: train_samples / "
+      "global_batch_size)");
+    E(SB("  train_samples: 80\n  lr_warmup_samples: 80\n"), "t.yaml:10:3: ",
+      "the warm-up of 80 samples is not shorter than the decay's 80 (lr_decay_samples, default "
+      "train_samples)");
+    E(SB("  train_samples: 80\n  lr_decay_style: WSD\n"), "t.yaml:10:3: ",
+      "training.lr_decay_style = WSD needs training.lr_wsd_decay_samples, the samples of the "
+      "anneal that ends at the decay's 80, from 1 to the 80 after the warm-up (got 0)");
+    E(SB("  train_samples: 80\n  lr_warmup_samples: 8\n  lr_decay_style: WSD\n"
+         "  lr_wsd_decay_samples: 73\n"), "t.yaml:12:3: ", "from 1 to the 72 after the warm-up "
+      "(got 73)");
+    E(SB("  train_samples: 80\n  train_iters: 0\n  lr_decay_iters: 0\n"
+         "  lr_warmup_samples: -1\n"), "t.yaml:12:22: ",
+      "training.lr_warmup_samples: expected a non-negative integer, found '-1'");
 }
 
 static void test_inconsistent(void **state)
@@ -359,6 +422,7 @@ int main(void)
         cmocka_unit_test(test_out_of_range),
         cmocka_unit_test(test_strings_and_names),
         cmocka_unit_test(test_missing_required),
+        cmocka_unit_test(test_sample_based),
         cmocka_unit_test(test_inconsistent),
         cmocka_unit_test(test_document_shape),
         cmocka_unit_test(test_override_errors),
