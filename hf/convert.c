@@ -17,12 +17,7 @@
 
 /* ------------------------------------------------------------------ the output folder */
 
-typedef struct {
-    char final[4096], tmp[4200], parent[4096];
-} out_dir;
-
-/* OUTPUT must not exist, or be an empty folder; makes its parents and OUTPUT.tmp-PID. */
-static int out_begin(const char *output, out_dir *o)
+int hf_out_begin(const char *output, hf_out_dir *o)
 {
     size_t n = strlen(output);
     while (n > 1 && output[n - 1] == '/')
@@ -58,8 +53,7 @@ static int out_begin(const char *output, out_dir *o)
     return rc;
 }
 
-/* rc == 0: OUTPUT.tmp-PID becomes OUTPUT; else it is removed. Returns rc or the rename's. */
-static int out_end(const out_dir *o, int rc)
+int hf_out_end(const hf_out_dir *o, int rc)
 {
     if (!rc)
         rc = hf_sync_dir(o->tmp);
@@ -73,7 +67,7 @@ static int out_end(const out_dir *o, int rc)
 }
 
 /* An export's out_end: first o->files copied in. */
-static int out_end_export(const out_dir *od, int rc, const tr_hf_export_options *o)
+static int out_end_export(const hf_out_dir *od, int rc, const tr_hf_export_options *o)
 {
     char buf[1 << 16], path[4400];
     for (const char *const *f = o->files; !rc && f && f[0]; f += 2) {
@@ -93,7 +87,7 @@ static int out_end_export(const out_dir *od, int rc, const tr_hf_export_options 
         if (in)
             fclose(in);
     }
-    return out_end(od, rc);
+    return hf_out_end(od, rc);
 }
 
 /* ------------------------------------------------------------------ the whole model */
@@ -124,8 +118,7 @@ static int whole_shape(const tr_model_config *m, int family, tr_gpt_shape *s)
     return TR_OK;
 }
 
-/* whole_shape's model bound to host memory *params (free with free()). */
-static int whole_model(const tr_model_config *m, int family, tr_gpt **g, float **params)
+int hf_whole_model(const tr_model_config *m, int family, tr_gpt **g, float **params)
 {
     *g = NULL;
     *params = NULL;
@@ -151,15 +144,15 @@ int tr_hf_import(const char *hf_dir, const char *ckpt_dir, tr_model_config *mode
     tr_model_config m = {0};
     tr_gpt *g = NULL;
     float *params = NULL;
-    out_dir o;
+    hf_out_dir o;
     int family = TR_HF_GPT2;
     int rc = tr_hf_read_family_config(hf_dir, &m, &family);
     if (!rc && family != TR_HF_GPT2) { /* Llama, Bloom */
         if (!(rc = hf_family_check_files(hf_dir, &m, family)) &&
-            !(rc = whole_model(&m, family, &g, &params)))
+            !(rc = hf_whole_model(&m, family, &g, &params)))
             rc = tr_hf_load_family(hf_dir, family, g, params);
-        if (!rc && !(rc = out_begin(ckpt_dir, &o)))
-            rc = out_end(&o, tr_checkpoint_save_model(o.tmp, g, params));
+        if (!rc && !(rc = hf_out_begin(ckpt_dir, &o)))
+            rc = hf_out_end(&o, tr_checkpoint_save_model(o.tmp, g, params));
         tr_gpt_free(g);
         free(params);
         if (!rc && model)
@@ -172,12 +165,12 @@ int tr_hf_import(const char *hf_dir, const char *ckpt_dir, tr_model_config *mode
         rc = hf_gpt2_check_files(hf_dir, &c);
     if (!rc) {
         tr_hf_gpt2_model_config(&c, &m);
-        rc = whole_model(&m, TR_HF_GPT2, &g, &params);
+        rc = hf_whole_model(&m, TR_HF_GPT2, &g, &params);
     }
     if (!rc)
         rc = tr_hf_load_gpt2(hf_dir, g, params);
-    if (!rc && !(rc = out_begin(ckpt_dir, &o)))
-        rc = out_end(&o, tr_checkpoint_save_model(o.tmp, g, params));
+    if (!rc && !(rc = hf_out_begin(ckpt_dir, &o)))
+        rc = hf_out_end(&o, tr_checkpoint_save_model(o.tmp, g, params));
     tr_gpt_free(g);
     free(params);
     if (!rc && model)
@@ -193,7 +186,7 @@ int tr_hf_import_lora(const char *hf_dir, const char *peft_dir, const char *ckpt
     tr_gpt_shape s;
     tr_gpt *g = NULL;
     float *params = NULL;
-    out_dir o;
+    hf_out_dir o;
     int family = TR_HF_GPT2;
     int rc = tr_hf_read_family_config(hf_dir, &m, &family);
     if (!rc && family == TR_HF_GPT2 && !(rc = tr_hf_read_gpt2_config(hf_dir, &c)))
@@ -202,14 +195,14 @@ int tr_hf_import_lora(const char *hf_dir, const char *peft_dir, const char *ckpt
         rc = whole_shape(&m, family, &s);
     if (!rc) /* the adapters first: refused before the base is read */
         rc = hf_lora_read(peft_dir, &s, &g, &params, info);
-    if (!rc && !(rc = out_begin(ckpt_dir, &o))) {
+    if (!rc && !(rc = hf_out_begin(ckpt_dir, &o))) {
         char base[4300];
         rc = tr_checkpoint_save_model(o.tmp, g, params);
         tr_gpt_free(g), g = NULL;
         free(params), params = NULL;
         if (!rc && !(rc = hf_join(base, sizeof base, o.tmp, "base")))
             rc = tr_hf_import(hf_dir, base, model);
-        rc = out_end(&o, rc);
+        rc = hf_out_end(&o, rc);
     }
     tr_gpt_free(g);
     free(params);
@@ -356,7 +349,7 @@ int tr_hf_export(const char *ckpt_dir, const char *hf_dir, const tr_hf_export_op
     tr_gpt *g = NULL;
     float *params = NULL;
     int it = 0;
-    out_dir od;
+    hf_out_dir od;
     int rc = tr_checkpoint_read_model(ckpt_dir, &m, &it);
     /* the config's family, else the checkpoint's (its manifest's family line; GPT-2 for a
      * checkpoint written before that line) */
@@ -381,15 +374,15 @@ int tr_hf_export(const char *ckpt_dir, const char *hf_dir, const tr_hf_export_op
     if (!rc && family != TR_HF_GPT2 && mc)
         m = *mc;
     if (!rc)
-        rc = whole_model(&m, family, &g, &params);
+        rc = hf_whole_model(&m, family, &g, &params);
     if (!rc)
         rc = tr_checkpoint_load_model(ckpt_dir, g, tr_kernels_cpu(), params, &it);
-    if (!rc && family != TR_HF_GPT2 && !(rc = out_begin(hf_dir, &od))) {
+    if (!rc && family != TR_HF_GPT2 && !(rc = hf_out_begin(hf_dir, &od))) {
         rc = tr_hf_write_family(od.tmp, family, g, params, &m, o);
         if (!rc)
             rc = write_generation_config(od.tmp, o);
         rc = out_end_export(&od, rc, o);
-    } else if (!rc && !(rc = out_begin(hf_dir, &od))) {
+    } else if (!rc && !(rc = hf_out_begin(hf_dir, &od))) {
         rc = write_weights(od.tmp, g, params, o);
         if (!rc)
             rc = write_config(od.tmp, &m, o);
@@ -417,7 +410,7 @@ int tr_hf_export_lora(const char *ckpt_dir, const char *hf_dir, const tr_config 
     tr_gpt *g = NULL, *plain = NULL;
     float *params = NULL, *merged = NULL;
     int it = 0, family = tr_hf_family_of(mc);
-    out_dir od;
+    hf_out_dir od;
     int rc = tr_gpt_shape_from_config(&one, 0, mc->num_layers, 0, &s);
     if (!rc && !s.lora_rank)
         rc = tr_fail(TR_ERR_INVALID, "--merge-lora and --adapters-only need the run's config "
@@ -441,7 +434,7 @@ int tr_hf_export_lora(const char *ckpt_dir, const char *hf_dir, const tr_config 
         tr_gpt_bind(g, params, NULL);
         rc = tr_checkpoint_load_model(ckpt_dir, g, tr_kernels_cpu(), params, &it);
     }
-    if (!rc && !merge && !(rc = out_begin(hf_dir, &od)))
+    if (!rc && !merge && !(rc = hf_out_begin(hf_dir, &od)))
         rc = out_end_export(&od, tr_hf_write_lora_adapter(od.tmp, g, params), o);
     if (!rc && merge) {
         tr_gpt_shape ps = s;
@@ -456,7 +449,7 @@ int tr_hf_export_lora(const char *ckpt_dir, const char *hf_dir, const tr_config 
         }
         if (!rc)
             rc = tr_hf_merge_lora(g, plain, merged);
-        if (!rc && !(rc = out_begin(hf_dir, &od))) {
+        if (!rc && !(rc = hf_out_begin(hf_dir, &od))) {
             if (family == TR_HF_GPT2) {
                 rc = write_weights(od.tmp, plain, merged, o);
                 if (!rc)

@@ -7,6 +7,19 @@
 
 #include "hf/hf.h"
 
+/* convert.c: an output folder written whole or not at all. hf_out_begin: OUTPUT must not exist,
+ * or be an empty folder; makes its parents and OUTPUT.tmp-PID. hf_out_end: rc == 0:
+ * OUTPUT.tmp-PID becomes OUTPUT, else it is removed; returns rc or the rename's. */
+typedef struct {
+    char final[4096], tmp[4200], parent[4096];
+} hf_out_dir;
+TR_MUST_CHECK int hf_out_begin(const char *output, hf_out_dir *o);
+TR_MUST_CHECK int hf_out_end(const hf_out_dir *o, int rc);
+/* convert.c: a model of m holding every layer (one stage, TP 1; family TR_HF_GPT2: GPT-2's
+ * shape of m's sizes, else m's switches) bound to host memory *params (free()). */
+TR_MUST_CHECK int hf_whole_model(const tr_model_config *m, int family, tr_gpt **g,
+                                 float **params);
+
 /* The dtype named `name` ("F32"): 1, or 0 for no dtype of that name. */
 int st_dtype_from_name(const char *name, tr_st_dtype *out);
 /* Offset of the first byte that is not valid UTF-8, or n. */

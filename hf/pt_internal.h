@@ -57,21 +57,67 @@ typedef struct {
 } pt_tensor;
 
 typedef struct pt_pickle pt_pickle;
+/* pt_pickle_run's flags. PT_LEGACY: persistent ids of 6 fields (pre-1.6 files). PT_OBJECTS:
+ * what a training checkpoint holds beside tensors is read too (Megatron-LM's
+ * model_optim_rng.pt): argparse.Namespace (a dict of its attributes, BUILD's state), and as
+ * opaque values never interpreted nor called: numpy arrays, dtypes and scalars
+ * (numpy.core.multiarray / numpy._core.multiarray _reconstruct and scalar, numpy ndarray and
+ * dtype), _codecs.encode's bytes, io.BytesIO, torch.Size, torch's dtypes, builtins set,
+ * megatron.* enums; tensors with state (_rebuild_parameter_with_state, _rebuild_from_type_v2
+ * of torch.Tensor / Parameter). Every other global stays refused. */
+enum { PT_LEGACY = 1, PT_OBJECTS = 2 };
 /* Run the pickle in buf[0, n) (what: "data.pkl" for messages) under the allowlist of what
- * torch.save writes for a state dict; *used: the bytes up to STOP (on failure: SIZE_MAX when
- * the bytes ended first, else 0). legacy: persistent ids of 6 fields (pre-1.6 files).
- * TR_ERR_INVALID naming the opcode / GLOBAL / limit and its byte. */
+ * torch.save writes for a state dict (flags: PT_*); *used: the bytes up to STOP (on failure:
+ * SIZE_MAX when the bytes ended first, else 0). TR_ERR_INVALID naming the opcode / GLOBAL /
+ * limit and its byte. */
 TR_MUST_CHECK int pt_pickle_run(const char *path, const char *what, const unsigned char *buf,
-                                size_t n, int legacy, pt_pickle **out, size_t *used);
+                                size_t n, int flags, pt_pickle **out, size_t *used);
 void pt_pickle_free(pt_pickle *p);
 /* The top object as a state dict: string key -> tensor (checked: contiguous, inside its
  * storage); *t[*n] malloc'd (pt_tensors_free). */
 TR_MUST_CHECK int pt_pickle_state(pt_pickle *p, pt_tensor **t, size_t *n);
 void pt_tensors_free(pt_tensor *t, size_t n);
+/* The same of dict d; nested 1: dicts inside it too, named "OUTER.INNER" (Megatron's legacy
+ * model: language_model.embedding.word_embeddings.weight), and entries named "_extra_state"
+ * or "*._extra_state" skipped whatever they hold (Transformer Engine's and megatron-core's
+ * extra state); at most PT_MAX_DEPTH dicts deep, names of PT_MAX_NAME bytes. */
+#define PT_MAX_DEPTH 16
+#define PT_MAX_NAME 1024
+TR_MUST_CHECK int pt_pickle_state_of(pt_pickle *p, uint32_t d, int nested, pt_tensor **t,
+                                     size_t *n);
 /* The top object as legacy sys_info: a dict whose little_endian is True. */
 TR_MUST_CHECK int pt_pickle_sys_info(pt_pickle *p);
 /* The top object as a list of strings (a legacy file's storage keys); *keys[*n] malloc'd. */
 TR_MUST_CHECK int pt_pickle_keys(pt_pickle *p, char ***keys, size_t *n);
+
+/* The values of a pickle run with PT_OBJECTS (torch_state.c), by object index: the top one,
+ * each one's kind (PT_V_*; a storage, a class or a torch dtype is PT_V_OPAQUE) and its name for
+ * messages ("an int", "a Namespace"); a dict's or Namespace's value of a string key (1 found;
+ * the last one of a key given twice, as Python keeps it); an int (not a bool), a bool, a float
+ * or int as a double (1: it is one); a string (UTF-8, no NUL; else NULL); the items of a tuple
+ * or list (a dict's entries count in pt_value_len). */
+enum { PT_V_NONE, PT_V_BOOL, PT_V_INT, PT_V_FLOAT, PT_V_STR, PT_V_BYTES, PT_V_TUPLE, PT_V_LIST,
+       PT_V_DICT, PT_V_NAMESPACE, PT_V_TENSOR, PT_V_OPAQUE };
+uint32_t pt_pickle_top(const pt_pickle *p);
+int pt_value_kind(const pt_pickle *p, uint32_t v);
+const char *pt_value_kind_name(const pt_pickle *p, uint32_t v);
+int pt_value_get(const pt_pickle *p, uint32_t d, const char *key, uint32_t *v);
+int pt_value_int(const pt_pickle *p, uint32_t v, int64_t *out);
+int pt_value_bool(const pt_pickle *p, uint32_t v, int *out);
+int pt_value_number(const pt_pickle *p, uint32_t v, double *out);
+const char *pt_value_str(const pt_pickle *p, uint32_t v);
+size_t pt_value_len(const pt_pickle *p, uint32_t v);
+uint32_t pt_value_item(const pt_pickle *p, uint32_t v, size_t i);
+
+/* A torch.save'd ZIP archive's objects (torch_bin.c): its pickle run with PT_OBJECTS, kept
+ * open to read the tensors of any of its state dicts. */
+typedef struct pt_objects pt_objects;
+TR_MUST_CHECK int pt_objects_open(const char *path, pt_objects **out);
+pt_pickle *pt_objects_pickle(pt_objects *f);
+/* Dict d of f (pt_pickle_state_of, nested) as a tr_st_file of its own (tensors' begin / end
+ * file offsets; closed apart from f). */
+TR_MUST_CHECK int pt_objects_state(pt_objects *f, uint32_t d, tr_st_file **out);
+void pt_objects_close(pt_objects *f);
 
 /* ------------------------------------------------------------------ into a tr_st_file */
 

@@ -39,37 +39,35 @@ static int storage_fits(const char *path, const pt_tensor *t, const char *what, 
     return TR_OK;
 }
 
-/* The state dict pickle `what` in buf[0, n) (legacy or not) into t[*n_t]; *used: its bytes. */
+/* The state dict pickle `what` in buf[0, n) (flags: PT_LEGACY or 0) into t[*n_t]; *used: its bytes. */
 static int state_dict(const char *path, const char *what, const unsigned char *buf, size_t n,
-                      int legacy, pt_tensor **t, size_t *n_t, size_t *used)
+                      int flags, pt_tensor **t, size_t *n_t, size_t *used)
 {
     pt_pickle *p = NULL;
-    int rc = pt_pickle_run(path, what, buf, n, legacy, &p, used);
+    int rc = pt_pickle_run(path, what, buf, n, flags, &p, used);
     if (!rc)
         rc = pt_pickle_state(p, t, n_t);
     pt_pickle_free(p);
     return rc;
 }
 
-static int open_zip(const char *path, int fd, uint64_t size, pt_tensor **pt, size_t *n_pt,
-                    tr_st_tensor **out)
+/* data.pkl of the archive z in fd, run with flags (PT_*) into *p. */
+static int zip_pickle(const char *path, int fd, const pt_zip *z, int flags, pt_pickle **p)
 {
-    pt_zip z;
-    int rc = pt_zip_open(fd, size, path, &z);
-    if (rc)
-        return rc;
-    const pt_zip_entry *pkl = pt_zip_find(&z, "data.pkl"), *order = pt_zip_find(&z, "byteorder");
+    const pt_zip_entry *pkl = pt_zip_find(z, "data.pkl"), *order = pt_zip_find(z, "byteorder");
     unsigned char *buf = NULL;
     char bo[8] = "";
+    int rc = TR_OK;
+    *p = NULL;
     if (order && order->size <= 6)
         rc = pt_read_at(fd, path, bo, (size_t)order->size, order->offset);
     if (rc) {
     } else if (!pkl) {
         rc = pt_bad(path, "the ZIP archive has no %.200s/data.pkl (not a torch.save file)",
-                    z.archive);
+                    z->archive);
     } else if (order && strcmp(bo, "little")) {
         rc = pt_bad(path, "%.200s/byteorder is '%s': only little-endian archives are read",
-                    z.archive, order->size <= 6 ? bo : "(longer than 'little')");
+                    z->archive, order->size <= 6 ? bo : "(longer than 'little')");
     } else if (pkl->size > PT_MAX_PICKLE) {
         rc = pt_bad(path, "data.pkl is %llu bytes (at most %u are read)",
                     (unsigned long long)pkl->size, PT_MAX_PICKLE);
@@ -77,22 +75,46 @@ static int open_zip(const char *path, int fd, uint64_t size, pt_tensor **pt, siz
         rc = tr_fail(TR_ERR_NOMEM, "out of memory reading %s", path);
     } else if (!(rc = pt_read_at(fd, path, buf, (size_t)pkl->size, pkl->offset))) {
         size_t used;
-        rc = state_dict(path, "data.pkl", buf, (size_t)pkl->size, 0, pt, n_pt, &used);
+        rc = pt_pickle_run(path, "data.pkl", buf, (size_t)pkl->size, flags, p, &used);
     }
     free(buf);
-    if (!rc && !(*out = calloc(*n_pt + 1, sizeof **out)))
-        rc = tr_fail(TR_ERR_NOMEM, "out of memory reading %s", path);
-    for (size_t i = 0; !rc && i < *n_pt; i++) {
-        pt_tensor *t = &(*pt)[i];
+    return rc;
+}
+
+/* The tensors pt[0, n) of archive z as tr_st_tensors *out (each storage data/KEY, inside it). */
+static int zip_tensors(const char *path, const pt_zip *z, pt_tensor *pt, size_t n,
+                       tr_st_tensor **out)
+{
+    int rc = TR_OK;
+    if (!(*out = calloc(n + 1, sizeof **out)))
+        return tr_fail(TR_ERR_NOMEM, "out of memory reading %s", path);
+    for (size_t i = 0; !rc && i < n; i++) {
+        pt_tensor *t = &pt[i];
         char rel[300];
         snprintf(rel, sizeof rel, "data/%.250s", t->key);
-        const pt_zip_entry *e = strlen(t->key) <= 250 ? pt_zip_find(&z, rel) : NULL;
+        const pt_zip_entry *e = strlen(t->key) <= 250 ? pt_zip_find(z, rel) : NULL;
         if (!e)
             rc = pt_bad(path, "tensor '%.200s': its storage %.200s/data/%.200s is not in the "
-                        "archive", t->name, z.archive, t->key);
+                        "archive", t->name, z->archive, t->key);
         else if (!(rc = storage_fits(path, t, e->name, e->size)))
             (*out)[i] = st_tensor(t, e->offset);
     }
+    return rc;
+}
+
+static int open_zip(const char *path, int fd, uint64_t size, pt_tensor **pt, size_t *n_pt,
+                    tr_st_tensor **out)
+{
+    pt_zip z;
+    pt_pickle *p = NULL;
+    int rc = pt_zip_open(fd, size, path, &z);
+    if (rc)
+        return rc;
+    if (!(rc = zip_pickle(path, fd, &z, 0, &p)))
+        rc = pt_pickle_state(p, pt, n_pt);
+    pt_pickle_free(p);
+    if (!rc)
+        rc = zip_tensors(path, &z, *pt, *n_pt, out);
     pt_zip_free(&z);
     return rc;
 }
@@ -122,17 +144,17 @@ static int legacy_pickles(const char *path, const unsigned char *buf, size_t n, 
         return pt_bad(path, "a legacy torch.save file of a protocol other than 1001");
     at += sizeof legacy_proto;
     pt_pickle *p = NULL;
-    int rc = pt_pickle_run(path, "sys_info", buf + at, n - at, 1, &p, &used);
+    int rc = pt_pickle_run(path, "sys_info", buf + at, n - at, PT_LEGACY, &p, &used);
     if (!rc)
         rc = pt_pickle_sys_info(p);
     pt_pickle_free(p), p = NULL;
     if (!rc) {
         at += used;
-        rc = state_dict(path, "the pickle", buf + at, n - at, 1, pt, n_pt, &used);
+        rc = state_dict(path, "the pickle", buf + at, n - at, PT_LEGACY, pt, n_pt, &used);
     }
     if (!rc) {
         at += used;
-        if (!(rc = pt_pickle_run(path, "the storage keys", buf + at, n - at, 1, &p, &used)))
+        if (!(rc = pt_pickle_run(path, "the storage keys", buf + at, n - at, PT_LEGACY, &p, &used)))
             rc = pt_pickle_keys(p, keys, n_keys);
         pt_pickle_free(p);
     }
@@ -238,28 +260,42 @@ static int open_legacy(const char *path, int fd, uint64_t size, pt_tensor **pt, 
 
 /* ------------------------------------------------------------------ tr_pt_open */
 
-int tr_pt_open(const char *path, tr_st_file **out)
+/* path opened for reading: *fd, *size and its first bytes head[0, PT_HEAD) (zeros past the end) */
+enum { PT_HEAD = sizeof legacy_magic };
+static int open_file(const char *path, int *fd, uint64_t *size, unsigned char *head)
 {
-    *out = NULL;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
+    *fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (*fd < 0)
         return tr_fail(errno == ENOENT ? TR_ERR_INVALID : TR_ERR_IO, "cannot open %s: %s", path,
                        strerror(errno));
     struct stat st;
-    unsigned char head[sizeof legacy_magic] = {0};
     int rc = TR_OK;
-    if (fstat(fd, &st))
+    memset(head, 0, PT_HEAD);
+    if (fstat(*fd, &st))
         rc = tr_fail(TR_ERR_IO, "cannot stat %s: %s", path, strerror(errno));
     else if (!S_ISREG(st.st_mode))
         rc = pt_bad(path, "not a regular file");
-    uint64_t size = (uint64_t)st.st_size;
-    if (!rc && size >= 4)
-        rc = pt_read_at(fd, path, head, size < sizeof head ? (size_t)size : sizeof head, 0);
+    *size = rc ? 0 : (uint64_t)st.st_size;
+    if (!rc && *size >= 4)
+        rc = pt_read_at(*fd, path, head, *size < PT_HEAD ? (size_t)*size : PT_HEAD, 0);
+    if (rc)
+        close(*fd), *fd = -1;
+    return rc;
+}
+
+int tr_pt_open(const char *path, tr_st_file **out)
+{
+    *out = NULL;
+    int fd = -1;
+    uint64_t size = 0;
+    unsigned char head[PT_HEAD];
+    int rc = open_file(path, &fd, &size, head);
+    if (rc)
+        return rc;
     pt_tensor *pt = NULL;
     size_t n_pt = 0;
     tr_st_tensor *t = NULL;
-    if (rc) {
-    } else if (size >= 4 && !memcmp(head, "PK\3\4", 4)) {
+    if (size >= 4 && !memcmp(head, "PK\3\4", 4)) {
         rc = open_zip(path, fd, size, &pt, &n_pt, &t);
     } else if (size >= sizeof head && !memcmp(head, legacy_magic, sizeof head)) {
         rc = open_legacy(path, fd, size, &pt, &n_pt, &t);
@@ -277,4 +313,81 @@ int tr_pt_open(const char *path, tr_st_file **out)
     }
     pt_tensors_free(pt, n_pt);
     return st_file_adopt(path, fd, t, n_pt, out);
+}
+
+/* ------------------------------------------------------------------ objects (PT_OBJECTS) */
+
+struct pt_objects {
+    char *path;
+    int fd;
+    pt_zip z;
+    pt_pickle *p;
+};
+
+int pt_objects_open(const char *path, pt_objects **out)
+{
+    *out = NULL;
+    pt_objects *f = calloc(1, sizeof *f);
+    if (!f || !(f->path = strdup(path))) {
+        free(f);
+        return tr_fail(TR_ERR_NOMEM, "out of memory reading %s", path);
+    }
+    uint64_t size = 0;
+    unsigned char head[PT_HEAD];
+    int rc = open_file(path, &f->fd, &size, head), zip = 0;
+    if (!rc && (size < 4 || memcmp(head, "PK\3\4", 4)))
+        rc = pt_bad(path, "not a ZIP archive (torch.save since PyTorch 1.6%s)",
+                    size >= sizeof head && !memcmp(head, legacy_magic, sizeof head)
+                        ? ": a legacy torch.save file, which is read for state dicts alone"
+                        : "; not a torch.save file");
+    if (!rc && !(rc = pt_zip_open(f->fd, size, path, &f->z)))
+        zip = 1;
+    if (!rc)
+        rc = zip_pickle(path, f->fd, &f->z, PT_OBJECTS, &f->p);
+    if (rc) {
+        if (zip)
+            pt_zip_free(&f->z);
+        if (f->fd >= 0)
+            close(f->fd);
+        free(f->path);
+        free(f);
+        return rc;
+    }
+    *out = f;
+    return TR_OK;
+}
+
+pt_pickle *pt_objects_pickle(pt_objects *f) { return f->p; }
+
+int pt_objects_state(pt_objects *f, uint32_t d, tr_st_file **out)
+{
+    pt_tensor *pt = NULL;
+    size_t n = 0;
+    tr_st_tensor *t = NULL;
+    *out = NULL;
+    int rc = pt_pickle_state_of(f->p, d, 1, &pt, &n), fd = -1;
+    if (!rc)
+        rc = zip_tensors(f->path, &f->z, pt, n, &t);
+    if (!rc && (fd = dup(f->fd)) < 0)
+        rc = tr_fail(TR_ERR_IO, "cannot reopen %s: %s", f->path, strerror(errno));
+    if (rc) {
+        for (size_t i = 0; t && i < n; i++)
+            free((char *)t[i].name);
+        free(t);
+        pt_tensors_free(pt, n);
+        return rc;
+    }
+    pt_tensors_free(pt, n);
+    return st_file_adopt(f->path, fd, t, n, out);
+}
+
+void pt_objects_close(pt_objects *f)
+{
+    if (!f)
+        return;
+    pt_pickle_free(f->p);
+    pt_zip_free(&f->z);
+    close(f->fd);
+    free(f->path);
+    free(f);
 }

@@ -12,7 +12,7 @@
 
 static const char *const kind_names[] = {"None", "a bool", "an int", "a float", "a string",
                                          "bytes", "a tuple", "a list", "a dict", "a class",
-                                         "a storage", "a tensor"};
+                                         "a storage", "a tensor", "an opaque object"};
 
 const char *pk_kind_name(int kind)
 {
@@ -116,8 +116,7 @@ static int need(pt_pickle *p, size_t k, const char *op)
     return TR_OK;
 }
 
-/* Append items[0, n) to container c (a list or a dict). */
-static int add_items(pt_pickle *p, uint32_t c, const uint32_t *items, size_t n)
+int pk_add_items(pt_pickle *p, uint32_t c, const uint32_t *items, size_t n)
 {
     int rc = count_items(p, n);
     obj *o = &p->objs[c];
@@ -138,7 +137,7 @@ static int make_tuple(pt_pickle *p, size_t from)
     size_t n = p->sp - from;
     int rc = pk_new_obj(p, O_TUPLE, &t);
     if (!rc && n)
-        rc = add_items(p, t, p->stack + from, n);
+        rc = pk_add_items(p, t, p->stack + from, n);
     p->sp = from;
     return rc ? rc : pk_push(p, t);
 }
@@ -327,7 +326,7 @@ static int step(pt_pickle *p, cursor *c, int *stop)
         if (op == 'd' && (p->sp - from) % 2)
             return pk_fail(p, "DICT of an odd number of values");
         if (!(rc = pk_new_obj(p, op == 'l' ? O_LIST : O_DICT, &l)) && p->sp > from)
-            rc = add_items(p, l, p->stack + from, p->sp - from);
+            rc = pk_add_items(p, l, p->stack + from, p->sp - from);
         p->sp = from;
         return rc ? rc : pk_push(p, l);
     }
@@ -338,7 +337,7 @@ static int step(pt_pickle *p, cursor *c, int *stop)
         uint32_t tgt = p->stack[p->sp - k - 1];
         if (p->objs[tgt].kind != (op == 'a' ? O_LIST : O_DICT))
             return pk_fail(p, "%s to %s", op_name(op), pk_kind_of(p, tgt));
-        rc = add_items(p, tgt, p->stack + p->sp - k, k);
+        rc = pk_add_items(p, tgt, p->stack + p->sp - k, k);
         p->sp -= k;
         return rc;
     }
@@ -353,7 +352,7 @@ static int step(pt_pickle *p, cursor *c, int *stop)
         if (op == 'u' && (p->sp - from) % 2)
             return pk_fail(p, "SETITEMS of an odd number of values");
         if (p->sp > from)
-            rc = add_items(p, tgt, p->stack + from, p->sp - from);
+            rc = pk_add_items(p, tgt, p->stack + from, p->sp - from);
         p->sp = from;
         return rc;
     }
@@ -415,14 +414,11 @@ static int step(pt_pickle *p, cursor *c, int *stop)
             return rc;
         p->sp -= 2;
         return pk_call(p, p->stack[p->sp], p->stack[p->sp + 1], op_name(op));
-    case 'b': /* BUILD: a dict's state (OrderedDict's _metadata) is ignored */
+    case 'b': /* BUILD: pk_build */
         if ((rc = need(p, 2, "BUILD")))
             return rc;
-        if (p->objs[p->stack[p->sp - 2]].kind != O_DICT)
-            return pk_fail(p, "BUILD of %s (only a dict's state is accepted, and ignored)",
-                           pk_kind_of(p, p->stack[p->sp - 2]));
         p->sp--;
-        return TR_OK;
+        return pk_build(p, p->stack[p->sp - 1], p->stack[p->sp]);
     case 'Q':
         if ((rc = need(p, 1, "BINPERSID")))
             return rc;
@@ -439,7 +435,7 @@ static int step(pt_pickle *p, cursor *c, int *stop)
 }
 
 int pt_pickle_run(const char *path, const char *what, const unsigned char *buf, size_t n,
-                  int legacy, pt_pickle **out, size_t *used)
+                  int flags, pt_pickle **out, size_t *used)
 {
     *out = NULL;
     if (n > PT_MAX_PICKLE)
@@ -449,7 +445,8 @@ int pt_pickle_run(const char *path, const char *what, const unsigned char *buf, 
         free(p);
         return tr_fail(TR_ERR_NOMEM, "out of memory reading %s", path);
     }
-    p->path = path, p->what = what, p->legacy = legacy;
+    p->path = path, p->what = what, p->legacy = !!(flags & PT_LEGACY);
+    p->objects = !!(flags & PT_OBJECTS);
     cursor c = {buf, n, 0};
     int rc = TR_OK, stop = 0;
     while (!rc && !stop) {

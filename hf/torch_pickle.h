@@ -6,15 +6,22 @@
 
 #include "hf/pt_internal.h"
 
+/* O_OPAQUE: a value of PT_OBJECTS' wider allowlist that is never interpreted (a numpy array, a
+ * torch dtype, an enum member, ...) */
 enum { O_NONE, O_BOOL, O_INT, O_FLOAT, O_STR, O_BYTES, O_TUPLE, O_LIST, O_DICT, O_GLOBAL,
-       O_STORAGE, O_TENSOR };
+       O_STORAGE, O_TENSOR, O_OPAQUE };
 
-/* the allowed globals */
-enum { G_ORDERED_DICT = 100, G_REBUILD_V2, G_REBUILD_PARAMETER }; /* below 100: storages */
+/* the allowed globals (below 100: storages). PT_OBJECTS only: argparse.Namespace (an O_DICT of
+ * sub 1: BUILD's dict gives its attributes), classes and functions whose call is an O_OPAQUE
+ * (OPAQUE_CALL), values used as they are (OPAQUE_VALUE: torch dtypes), torch.Tensor and
+ * Parameter as _rebuild_from_type_v2's types, and the rebuilds of tensors with state */
+enum { G_ORDERED_DICT = 100, G_REBUILD_V2, G_REBUILD_PARAMETER, G_NAMESPACE, G_OPAQUE_CALL,
+       G_OPAQUE_VALUE, G_TENSOR_TYPE, G_REBUILD_PARAMETER_STATE, G_REBUILD_FROM_TYPE };
 
 typedef struct {
     uint8_t kind;
-    uint8_t sub;  /* O_GLOBAL: G_* or a dtype; O_STORAGE: its dtype; O_BOOL: the value */
+    uint8_t sub;  /* O_GLOBAL: G_* or a dtype; O_STORAGE: its dtype; O_BOOL: the value;
+                   * O_DICT: 1 for an argparse.Namespace */
     uint32_t len; /* O_STR / O_BYTES: bytes; containers: items (a dict: 2 per entry) */
     uint32_t cap;
     union {
@@ -53,6 +60,7 @@ struct pt_pickle {
     uint32_t top; /* the object STOP returned */
     size_t at;    /* the current opcode's byte */
     int legacy;
+    int objects; /* PT_OBJECTS: the wider allowlist */
     int ran_out; /* the error is the end of the bytes */
 };
 
@@ -73,5 +81,10 @@ TR_MUST_CHECK int pk_global(pt_pickle *p, const char *mod, size_t ml, const char
                             size_t nl);
 TR_MUST_CHECK int pk_call(pt_pickle *p, uint32_t f, uint32_t args, const char *op);
 TR_MUST_CHECK int pk_persistent(pt_pickle *p, uint32_t pid);
+/* BUILD of object o with state: a dict's state (OrderedDict's _metadata) and an opaque object's
+ * are ignored, a Namespace's dict is its attributes; anything else refused */
+TR_MUST_CHECK int pk_build(pt_pickle *p, uint32_t o, uint32_t state);
+/* torch_pickle.c: append items[0, n) to container c (a list, a dict or a Namespace) */
+TR_MUST_CHECK int pk_add_items(pt_pickle *p, uint32_t c, const uint32_t *items, size_t n);
 
 #endif

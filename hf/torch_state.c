@@ -4,24 +4,58 @@
  * contiguous and inside their storage), legacy sys_info or a list of storage keys. */
 #include "hf/torch_pickle.h"
 
+#include <ctype.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-/* the allowed globals */
+/* the allowed globals; objects: under PT_OBJECTS only */
 static const struct {
     const char *module, *name;
-    int what;
+    int what, objects;
 } globals[] = {
-    {"collections", "OrderedDict", G_ORDERED_DICT},
-    {"torch._utils", "_rebuild_tensor_v2", G_REBUILD_V2},
-    {"torch._utils", "_rebuild_parameter", G_REBUILD_PARAMETER},
-    {"torch", "FloatStorage", TR_ST_F32},   {"torch", "HalfStorage", TR_ST_F16},
-    {"torch", "BFloat16Storage", TR_ST_BF16}, {"torch", "DoubleStorage", TR_ST_F64},
-    {"torch", "LongStorage", TR_ST_I64},    {"torch", "IntStorage", TR_ST_I32},
-    {"torch", "ShortStorage", TR_ST_I16},   {"torch", "CharStorage", TR_ST_I8},
-    {"torch", "ByteStorage", TR_ST_U8},     {"torch", "BoolStorage", TR_ST_BOOL},
+    {"collections", "OrderedDict", G_ORDERED_DICT, 0},
+    {"torch._utils", "_rebuild_tensor_v2", G_REBUILD_V2, 0},
+    {"torch._utils", "_rebuild_parameter", G_REBUILD_PARAMETER, 0},
+    {"torch", "FloatStorage", TR_ST_F32, 0},   {"torch", "HalfStorage", TR_ST_F16, 0},
+    {"torch", "BFloat16Storage", TR_ST_BF16, 0}, {"torch", "DoubleStorage", TR_ST_F64, 0},
+    {"torch", "LongStorage", TR_ST_I64, 0},    {"torch", "IntStorage", TR_ST_I32, 0},
+    {"torch", "ShortStorage", TR_ST_I16, 0},   {"torch", "CharStorage", TR_ST_I8, 0},
+    {"torch", "ByteStorage", TR_ST_U8, 0},     {"torch", "BoolStorage", TR_ST_BOOL, 0},
+    /* a training checkpoint's other objects */
+    {"argparse", "Namespace", G_NAMESPACE, 1},
+    {"torch._utils", "_rebuild_parameter_with_state", G_REBUILD_PARAMETER_STATE, 1},
+    {"torch._tensor", "_rebuild_from_type_v2", G_REBUILD_FROM_TYPE, 1},
+    {"torch", "Tensor", G_TENSOR_TYPE, 1},
+    {"torch.nn.parameter", "Parameter", G_TENSOR_TYPE, 1},
+    {"numpy.core.multiarray", "_reconstruct", G_OPAQUE_CALL, 1},
+    {"numpy._core.multiarray", "_reconstruct", G_OPAQUE_CALL, 1},
+    {"numpy.core.multiarray", "scalar", G_OPAQUE_CALL, 1},
+    {"numpy._core.multiarray", "scalar", G_OPAQUE_CALL, 1},
+    {"numpy", "ndarray", G_OPAQUE_CALL, 1},   {"numpy", "dtype", G_OPAQUE_CALL, 1},
+    {"_codecs", "encode", G_OPAQUE_CALL, 1},  {"_io", "BytesIO", G_OPAQUE_CALL, 1},
+    {"io", "BytesIO", G_OPAQUE_CALL, 1},      {"torch", "Size", G_OPAQUE_CALL, 1},
+    {"builtins", "set", G_OPAQUE_CALL, 1},
+    {"torch", "float32", G_OPAQUE_VALUE, 1},  {"torch", "float16", G_OPAQUE_VALUE, 1},
+    {"torch", "bfloat16", G_OPAQUE_VALUE, 1}, {"torch", "float64", G_OPAQUE_VALUE, 1},
+    {"torch", "int64", G_OPAQUE_VALUE, 1},    {"torch", "int32", G_OPAQUE_VALUE, 1},
+    {"torch", "uint8", G_OPAQUE_VALUE, 1},    {"torch", "int8", G_OPAQUE_VALUE, 1},
+    {"torch", "bool", G_OPAQUE_VALUE, 1},
 };
+
+/* A Megatron enum (megatron.PATH CLASS of identifiers): its members are opaque values. */
+static int megatron_enum(const char *mod, size_t ml, const char *name, size_t nl)
+{
+    if (ml <= 9 || memcmp(mod, "megatron.", 9) || nl == 0)
+        return 0;
+    for (size_t i = 0; i < ml; i++)
+        if (!(isalnum((unsigned char)mod[i]) || mod[i] == '_' || mod[i] == '.'))
+            return 0;
+    for (size_t i = 0; i < nl; i++)
+        if (!(isalnum((unsigned char)name[i]) || name[i] == '_'))
+            return 0;
+    return 1;
+}
 
 /* printable text of untrusted bytes for a message */
 static void printable(char *out, size_t cap, const char *s, size_t n)
@@ -36,20 +70,26 @@ static void printable(char *out, size_t cap, const char *s, size_t n)
 
 int pk_global(pt_pickle *p, const char *mod, size_t ml, const char *name, size_t nl)
 {
-    for (size_t i = 0; i < sizeof globals / sizeof globals[0]; i++)
+    int what = -1;
+    for (size_t i = 0; i < sizeof globals / sizeof globals[0] && what < 0; i++)
         if (strlen(globals[i].module) == ml && !memcmp(globals[i].module, mod, ml) &&
-            strlen(globals[i].name) == nl && !memcmp(globals[i].name, name, nl)) {
-            uint32_t o = 0;
-            int rc = pk_new_obj(p, O_GLOBAL, &o);
-            if (!rc)
-                p->objs[o].sub = (uint8_t)globals[i].what;
-            return rc ? rc : pk_push(p, o);
-        }
+            strlen(globals[i].name) == nl && !memcmp(globals[i].name, name, nl) &&
+            (p->objects || !globals[i].objects))
+            what = globals[i].what;
+    if (what < 0 && p->objects && megatron_enum(mod, ml, name, nl))
+        what = G_OPAQUE_CALL;
+    if (what >= 0) {
+        uint32_t o = 0;
+        int rc = pk_new_obj(p, O_GLOBAL, &o);
+        if (!rc)
+            p->objs[o].sub = (uint8_t)what;
+        return rc ? rc : pk_push(p, o);
+    }
     char m[160], n[160];
     printable(m, sizeof m, mod, ml);
     printable(n, sizeof n, name, nl);
-    return pk_fail(p, "pickle calls GLOBAL '%s.%s', which is not a tensor or a dict (only state "
-                   "dicts are read)", m, n);
+    return pk_fail(p, "pickle calls GLOBAL '%s.%s', which is not a tensor or a dict (only %s "
+                   "are read)", m, n, p->objects ? "a training checkpoint's values" : "state dicts");
 }
 
 static int is_int(const pt_pickle *p, uint32_t o, int64_t *v)
@@ -123,10 +163,52 @@ int pk_call(pt_pickle *p, uint32_t f, uint32_t args, const char *op)
             return pk_fail(p, "_rebuild_parameter is not given (tensor, requires_grad, hooks)");
         r = a->u.items[0];
         break;
+    case G_REBUILD_PARAMETER_STATE: /* (data, requires_grad, hooks, state): the tensor */
+        if (strcmp(op, "REDUCE") || a->len != 4 || p->objs[a->u.items[0]].kind != O_TENSOR)
+            return pk_fail(p, "_rebuild_parameter_with_state is not given (tensor, "
+                           "requires_grad, hooks, state)");
+        r = a->u.items[0];
+        break;
+    case G_REBUILD_FROM_TYPE: { /* (func, type, args, state): func(*args) of torch's types */
+        const uint32_t *i = a->u.items;
+        if (strcmp(op, "REDUCE") || a->len != 4 || p->objs[i[0]].kind != O_GLOBAL ||
+            (p->objs[i[0]].sub != G_REBUILD_V2 && p->objs[i[0]].sub != G_REBUILD_PARAMETER) ||
+            p->objs[i[1]].kind != O_GLOBAL || p->objs[i[1]].sub != G_TENSOR_TYPE)
+            return pk_fail(p, "_rebuild_from_type_v2 is not given (_rebuild_tensor_v2 or "
+                           "_rebuild_parameter, torch.Tensor or Parameter, args, state): a "
+                           "tensor subclass is not read");
+        return pk_call(p, i[0], i[2], op);
+    }
+    case G_NAMESPACE: /* an empty Namespace; BUILD gives its attributes */
+        if (a->len)
+            return pk_fail(p, "argparse.Namespace is called with arguments");
+        if (!(rc = pk_new_obj(p, O_DICT, &r)))
+            p->objs[r].sub = 1;
+        break;
+    case G_OPAQUE_CALL: /* never called: its result is never looked at */
+        rc = pk_new_obj(p, O_OPAQUE, &r);
+        break;
+    case G_OPAQUE_VALUE:
+    case G_TENSOR_TYPE:
+        return pk_fail(p, "%s calls a torch dtype or tensor type", op);
     default:
         return pk_fail(p, "%s calls a storage class (storages come from persistent ids)", op);
     }
     return rc ? rc : pk_push(p, r);
+}
+
+int pk_build(pt_pickle *p, uint32_t o, uint32_t state)
+{
+    const obj *x = &p->objs[o], *st = &p->objs[state];
+    if (x->kind == O_OPAQUE || (x->kind == O_DICT && !x->sub))
+        return TR_OK; /* OrderedDict's _metadata; an opaque object's state */
+    if (x->kind != O_DICT)
+        return pk_fail(p, "BUILD of %s (only a dict's, a Namespace's or an opaque object's state "
+                       "is accepted)", pk_kind_of(p, o));
+    if (st->kind != O_DICT || st->sub || state == o)
+        return pk_fail(p, "BUILD of a Namespace with %s, not a dict of its attributes",
+                       state == o ? "itself" : pk_kind_of(p, state));
+    return st->len ? pk_add_items(p, o, st->u.items, st->len) : TR_OK;
 }
 
 /* BINPERSID: ('storage', STORAGE_CLASS, key, location, numel) (+ view_metadata None in
@@ -205,35 +287,110 @@ static int check_tensor(pt_pickle *p, const raw_tensor *r, const char *name, pt_
     return TR_OK;
 }
 
-int pt_pickle_state(pt_pickle *p, pt_tensor **out, size_t *n_out)
+/* "_extra_state", or a name ending in ".\_extra_state" (Transformer Engine's and megatron-core's
+ * modules' extra state: None, bytes, an io.BytesIO or a tensor; skipped) */
+static int extra_state(const char *name)
+{
+    size_t n = strlen(name), k = strlen("_extra_state");
+    return n >= k && !strcmp(name + n - k, "_extra_state") && (n == k || name[n - k - 1] == '.');
+}
+
+/* Raw tensor r named name checked onto (*t)[*n] (*cap of them). */
+static int add_tensor(pt_pickle *p, const raw_tensor *r, const char *name, pt_tensor **t,
+                      size_t *cap, size_t *n)
+{
+    if (pk_grow((void **)t, cap, *n + 1, sizeof **t))
+        return tr_fail(TR_ERR_NOMEM, "out of memory reading %s", p->path);
+    memset(&(*t)[*n], 0, sizeof **t);
+    int rc = check_tensor(p, r, name, &(*t)[*n]);
+    if (!rc)
+        (*n)++;
+    return rc;
+}
+
+/* One level of a nested state dict being walked: dict d, its next entry, the name prefix's
+ * length in the name buffer. */
+typedef struct {
+    uint32_t d, next;
+    size_t prefix;
+} walk_level;
+
+int pt_pickle_state_of(pt_pickle *p, uint32_t top, int nested, pt_tensor **out, size_t *n_out)
 {
     *out = NULL, *n_out = 0;
-    const obj *d = &p->objs[p->top];
+    const obj *d = &p->objs[top];
     if (d->kind != O_DICT)
         return pt_bad(p->path, "the pickle holds %s, not a state dict", pk_kind_name(d->kind));
-    size_t n = d->len / 2;
-    pt_tensor *t = calloc(n + 1, sizeof *t);
-    if (!t)
-        return tr_fail(TR_ERR_NOMEM, "out of memory reading %s", p->path);
-    int rc = TR_OK;
-    for (size_t i = 0; i < n && !rc; i++) {
-        const obj *k = &p->objs[d->u.items[2 * i]], *v = &p->objs[d->u.items[2 * i + 1]];
-        if (!valid_name(k))
-            rc = pt_bad(p->path, "the state dict has a key that is %s", k->kind == O_STR ?
-                        "not UTF-8 or holds a NUL" : pk_kind_name(k->kind));
-        else if (v->kind != O_TENSOR)
+    size_t cap = 0, n_t = 0;
+    pt_tensor *t = NULL;
+    char name[PT_MAX_NAME + 1] = "";
+    walk_level lv[PT_MAX_DEPTH];
+    int depth = 1, rc = TR_OK;
+    lv[0] = (walk_level){top, 0, 0};
+    while (depth > 0 && !rc) {
+        walk_level *w = &lv[depth - 1];
+        const obj *dict = &p->objs[w->d];
+        if (w->next * 2 >= dict->len) {
+            depth--;
+            continue;
+        }
+        const obj *k = &p->objs[dict->u.items[2 * w->next]];
+        uint32_t vi = dict->u.items[2 * w->next + 1];
+        const obj *v = &p->objs[vi];
+        w->next++;
+        name[w->prefix] = '\0';
+        if (!valid_name(k)) {
+            rc = pt_bad(p->path, "the state dict %s%shas a key that is %s", name,
+                        *name ? " " : "", k->kind == O_STR ? "not UTF-8 or holds a NUL"
+                                                          : pk_kind_name(k->kind));
+            break;
+        }
+        if (!nested) { /* the key as it is, of any length */
+            if (v->kind != O_TENSOR)
+                rc = pt_bad(p->path, "state dict entry '%.200s' is %s, not a tensor (only "
+                            "tensors are read)", k->u.s, pk_kind_name(v->kind));
+            else
+                rc = add_tensor(p, &p->tensors[v->u.tensor], k->u.s, &t, &cap, &n_t);
+            continue;
+        }
+        if (w->prefix + (w->prefix ? 1 : 0) + k->len > PT_MAX_NAME) {
+            rc = pt_bad(p->path, "state dict entry '%.200s.%.100s' has a name of more than %d "
+                        "bytes", name, k->u.s, PT_MAX_NAME);
+            break;
+        }
+        size_t at = w->prefix;
+        if (at)
+            name[at++] = '.';
+        memcpy(name + at, k->u.s, k->len + 1);
+        if (extra_state(name))
+            continue;
+        if (v->kind == O_DICT && !v->sub) {
+            if (depth == PT_MAX_DEPTH)
+                rc = pt_bad(p->path, "state dict entry '%.200s' nests dicts more than %d deep",
+                            name, PT_MAX_DEPTH);
+            else
+                lv[depth++] = (walk_level){vi, 0, at + k->len};
+            continue;
+        }
+        if (v->kind != O_TENSOR)
             rc = pt_bad(p->path, "state dict entry '%.200s' is %s, not a tensor (only tensors "
-                        "are read)", k->u.s, pk_kind_name(v->kind));
-        else if (!(rc = check_tensor(p, &p->tensors[v->u.tensor], k->u.s, &t[i])))
-            (*n_out)++;
+                        "are read)", name, pk_kind_name(v->kind));
+        else
+            rc = add_tensor(p, &p->tensors[v->u.tensor], name, &t, &cap, &n_t);
     }
     if (rc) {
-        pt_tensors_free(t, *n_out);
-        *n_out = 0;
+        pt_tensors_free(t, n_t);
         return rc;
     }
-    *out = t;
+    if (!t && !(t = calloc(1, sizeof *t)))
+        return tr_fail(TR_ERR_NOMEM, "out of memory reading %s", p->path);
+    *out = t, *n_out = n_t;
     return TR_OK;
+}
+
+int pt_pickle_state(pt_pickle *p, pt_tensor **out, size_t *n_out)
+{
+    return pt_pickle_state_of(p, p->top, 0, out, n_out);
 }
 
 void pt_tensors_free(pt_tensor *t, size_t n)
@@ -287,4 +444,80 @@ int pt_pickle_keys(pt_pickle *p, char ***keys, size_t *n)
     }
     *keys = k;
     return TR_OK;
+}
+
+/* ------------------------------------------------------------------ values (PT_OBJECTS) */
+
+uint32_t pt_pickle_top(const pt_pickle *p) { return p->top; }
+
+int pt_value_kind(const pt_pickle *p, uint32_t v)
+{
+    static const int kinds[] = {
+        [O_NONE] = PT_V_NONE,     [O_BOOL] = PT_V_BOOL,     [O_INT] = PT_V_INT,
+        [O_FLOAT] = PT_V_FLOAT,   [O_STR] = PT_V_STR,       [O_BYTES] = PT_V_BYTES,
+        [O_TUPLE] = PT_V_TUPLE,   [O_LIST] = PT_V_LIST,     [O_DICT] = PT_V_DICT,
+        [O_GLOBAL] = PT_V_OPAQUE, [O_STORAGE] = PT_V_OPAQUE, [O_TENSOR] = PT_V_TENSOR,
+        [O_OPAQUE] = PT_V_OPAQUE};
+    const obj *o = &p->objs[v];
+    return o->kind == O_DICT && o->sub ? PT_V_NAMESPACE : kinds[o->kind];
+}
+
+const char *pt_value_kind_name(const pt_pickle *p, uint32_t v)
+{
+    const obj *o = &p->objs[v];
+    return o->kind == O_DICT && o->sub ? "a Namespace" : pk_kind_name(o->kind);
+}
+
+int pt_value_get(const pt_pickle *p, uint32_t d, const char *key, uint32_t *v)
+{
+    const obj *o = &p->objs[d];
+    size_t kl = strlen(key);
+    int found = 0;
+    for (uint32_t i = 0; o->kind == O_DICT && i + 1 < o->len; i += 2) { /* the last one wins */
+        const obj *k = &p->objs[o->u.items[i]];
+        if (k->kind == O_STR && k->len == kl && !memcmp(k->u.s, key, kl))
+            *v = o->u.items[i + 1], found = 1;
+    }
+    return found;
+}
+
+int pt_value_int(const pt_pickle *p, uint32_t v, int64_t *out)
+{
+    if (p->objs[v].kind != O_INT)
+        return 0;
+    *out = p->objs[v].u.i;
+    return 1;
+}
+
+int pt_value_bool(const pt_pickle *p, uint32_t v, int *out)
+{
+    if (p->objs[v].kind != O_BOOL)
+        return 0;
+    *out = p->objs[v].sub;
+    return 1;
+}
+
+int pt_value_number(const pt_pickle *p, uint32_t v, double *out)
+{
+    const obj *o = &p->objs[v];
+    if (o->kind != O_FLOAT && o->kind != O_INT)
+        return 0;
+    *out = o->kind == O_FLOAT ? o->u.f : (double)o->u.i;
+    return 1;
+}
+
+const char *pt_value_str(const pt_pickle *p, uint32_t v)
+{
+    return valid_name(&p->objs[v]) ? p->objs[v].u.s : NULL;
+}
+
+size_t pt_value_len(const pt_pickle *p, uint32_t v)
+{
+    const obj *o = &p->objs[v];
+    return o->kind == O_TUPLE || o->kind == O_LIST ? o->len : o->kind == O_DICT ? o->len / 2 : 0;
+}
+
+uint32_t pt_value_item(const pt_pickle *p, uint32_t v, size_t i)
+{
+    return p->objs[v].u.items[i];
 }

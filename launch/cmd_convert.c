@@ -10,6 +10,7 @@
 
 #include "core/core.h"
 #include "hf/hf.h"
+#include "hf/megatron.h"
 #include "launch/args.h"
 #include "tokenizer/tokenizer.h"
 #include "train/train.h"
@@ -20,6 +21,8 @@ static void convert_usage(FILE *f)
             "usage: trident convert --from hf --input HF_DIR --output CKPT_DIR\n"
             "       trident convert --from hf --input HF_DIR --adapters PEFT_DIR --output CKPT_DIR\n"
             "       trident convert --to hf --input CKPT_DIR --output HF_DIR [options]\n"
+            "       trident convert --from megatron --input SAVE_DIR --output CKPT_DIR\n"
+            "                       [--iteration N]\n"
             "\n"
             "Converts GPT-2, Llama, Qwen2, Bloom, GPT-NeoX, Falcon, Phi, StableLM, Gemma,\n"
             "GPTBigCode, GPT-J, MPT and OPT checkpoints between Hugging Face transformers\n"
@@ -35,6 +38,12 @@ static void convert_usage(FILE *f)
             "              the tracker saying 'release'): set checkpoint.load to CKPT_DIR and the\n"
             "              printed model section in the config, and training starts at iteration\n"
             "              1 from these weights, in any layout. F32, F16, BF16 weights are read.\n"
+            "  --from megatron  SAVE_DIR, a Megatron-LM --save folder (--ckpt-format torch:\n"
+            "              latest_checkpointed_iteration.txt, iter_NNNNNNN/mp_rank_TT[_PPP]/\n"
+            "              model_optim_rng.pt; megatron-core's or the legacy GPT model's names,\n"
+            "              any tensor / pipeline / virtual-pipeline layout) -> the same release\n"
+            "              checkpoint; its args give the printed model section\n"
+            "  --iteration N  --from megatron: iter_000000N instead of the tracker's\n"
             "  --adapters PEFT_DIR  --from hf: PEFT's LoRA adapters of HF_DIR (adapter_config.json,\n"
             "              adapter_model.safetensors or .bin) -> CKPT_DIR holds them as a LoRA\n"
             "              run's checkpoint, CKPT_DIR/base the base; the printed finetune and\n"
@@ -199,31 +208,36 @@ static void print_lora_sections(const char *dir, const tr_hf_lora_import *li)
 
 int tr_cmd_convert(int argc, char **argv)
 {
-    enum { FROM, TO, INPUT, OUTPUT, DTYPE, SHARD, EOS, CONFIG, MERGE, ADAPTERS, PEFT };
+    enum { FROM, TO, INPUT, OUTPUT, DTYPE, SHARD, EOS, CONFIG, MERGE, ADAPTERS, PEFT, ITER };
     static const arg_opt options[] = {
         [FROM] = {"--from", ARG_VALUE},   [TO] = {"--to", ARG_VALUE},
         [INPUT] = {"--input", ARG_VALUE}, [OUTPUT] = {"--output", ARG_VALUE},
         [DTYPE] = {"--dtype", ARG_VALUE}, [SHARD] = {"--max-shard-size", ARG_VALUE},
         [EOS] = {"--eos-id", ARG_VALUE},  [CONFIG] = {"--config", ARG_VALUE},
         [MERGE] = {"--merge-lora", ARG_FLAG}, [ADAPTERS] = {"--adapters-only", ARG_FLAG},
-        [PEFT] = {"--adapters", ARG_VALUE}, {NULL},
+        [PEFT] = {"--adapters", ARG_VALUE}, [ITER] = {"--iteration", ARG_VALUE}, {NULL},
     };
     arg_parser a = {.cmd = "trident convert", .opts = options, .usage = convert_usage,
                     .argc = argc, .argv = argv};
     const char *from = NULL, *to = NULL, *input = NULL, *output = NULL, *config = NULL, *v;
     const char *peft = NULL;
     tr_hf_export_options o = {.max_shard_bytes = 5000000000ULL, .eos_token_id = -1};
-    int rc = 0, opt, export_opts = 0, merge = 0, adapters = 0;
+    int rc = 0, opt, export_opts = 0, merge = 0, adapters = 0, megatron = 0, mlm_iter = -1;
     while (!rc && (opt = args_next(&a, &v)) != ARGS_END) {
         if (opt == ARGS_HELP || opt == ARGS_ERROR)
             return opt == ARGS_HELP ? 0 : 2;
         if (opt == ARGS_POSITIONAL)
             rc = args_error(&a, "unexpected argument '%s' (folders go after --input and "
                                 "--output)", v);
+        else if (opt == FROM && !strcmp(v, "megatron"))
+            from = v, megatron = 1;
+        else if (opt == ITER)
+            rc = args_int(&a, "--iteration", v, 0, 9999999, &mlm_iter);
         else if (opt == FROM || opt == TO) {
             if (strcmp(v, "hf"))
-                rc = args_error(&a, "%s needs 'hf' (the one other format), got '%s'",
-                                opt == FROM ? "--from" : "--to", v);
+                rc = args_error(&a, opt == FROM ? "%s needs 'hf' or 'megatron', got '%s'"
+                                                : "%s needs 'hf' (the one format written), got "
+                                                  "'%s'", opt == FROM ? "--from" : "--to", v);
             *(opt == FROM ? &from : &to) = v;
         } else if (opt == INPUT)
             input = v;
@@ -258,8 +272,10 @@ int tr_cmd_convert(int argc, char **argv)
         rc = args_error(&a, "--input and --output are both needed");
     if (!rc && from && export_opts)
         rc = args_error(&a, "--dtype, --max-shard-size, --eos-id and --config apply to --to hf");
-    if (!rc && to && peft)
+    if (!rc && (to || megatron) && peft)
         rc = args_error(&a, "--adapters PEFT_DIR applies to --from hf");
+    if (!rc && !megatron && mlm_iter >= 0)
+        rc = args_error(&a, "--iteration N applies to --from megatron");
     if (!rc && merge && adapters)
         rc = args_error(&a, "--merge-lora and --adapters-only exclude each other");
     char base[4200];
@@ -299,7 +315,10 @@ int tr_cmd_convert(int argc, char **argv)
     tr_model_config m = {0};
     int iteration = 0;
     tr_hf_lora_import li;
-    if (peft)
+    tr_megatron_info mi;
+    if (megatron)
+        rc = tr_megatron_import(input, mlm_iter, output, &m, &mi);
+    else if (peft)
         rc = tr_hf_import_lora(input, peft, output, &m, &li);
     else if (merge || adapters)
         rc = tr_hf_export_lora(input, output, &cfg, merge, &o, &iteration);
@@ -312,7 +331,22 @@ int tr_cmd_convert(int argc, char **argv)
         fprintf(stderr, "trident convert: %s\n", tr_errmsg());
         return rc == TR_ERR_INVALID || rc == TR_ERR_CONFIG ? 2 : 1;
     }
-    if (from && peft) {
+    if (megatron) {
+        char which[64], chunks[48] = "";
+        snprintf(which, sizeof which, mi.release ? "release" : "iteration %d", mi.iteration);
+        if (mi.vp > 1)
+            snprintf(chunks, sizeof chunks, ", %d virtual chunks", mi.vp);
+        printf("trident convert: %s (Megatron-LM %s, checkpoint_version %.1f, %s names, TP %d, "
+               "PP %d%s) -> %s (release checkpoint) in %.2f s\n", input, which, mi.version,
+               mi.mcore ? "megatron-core" : "legacy model", mi.tp, mi.pp, chunks, output,
+               tr_now() - t0);
+        if (m.vocab_size != mi.padded_vocab)
+            printf("# the real vocabulary (args.vocab_size %d) of the %d padded rows is kept\n",
+                   m.vocab_size, mi.padded_vocab);
+        print_model_section(&m);
+        printf("  make_vocab_size_divisible_by: %d\n  init_method_std: %.9g\n",
+               m.make_vocab_size_divisible_by, m.init_method_std);
+    } else if (from && peft) {
         printf("trident convert: %s + %s -> %s (the adapters' release checkpoint; %s/base: the "
                "base's) in %.2f s\n", input, peft, output, output, tr_now() - t0);
         print_model_section(&m);

@@ -211,7 +211,10 @@ bad_out = os.path.join(work, "bad-out")
 for what, args, cause in [
         ("no arguments", [], "give the direction once"),
         ("both directions", ["--from", "hf", "--to", "hf", "--input", src, "--output", bad_out], "give the direction once"),
-        ("another format", ["--from", "megatron", "--input", src, "--output", bad_out], "--from needs 'hf'"),
+        ("another format", ["--from", "nemo", "--input", src, "--output", bad_out], "--from needs 'hf' or 'megatron'"),
+        ("megatron written", ["--to", "megatron", "--input", src, "--output", bad_out], "--to needs 'hf'"),
+        ("--iteration without megatron", ["--from", "hf", "--input", src, "--output", bad_out, "--iteration", "3"],
+         "--iteration N applies to --from megatron"),
         ("no output", ["--from", "hf", "--input", src], "--input and --output are both needed"),
         ("a bad dtype", ["--to", "hf", "--input", ck, "--output", bad_out, "--dtype", "fp16"], "--dtype needs fp32 or bf16"),
         ("an export option on import", ["--from", "hf", "--input", src, "--output", bad_out, "--dtype", "bf16"], "apply to --to hf"),

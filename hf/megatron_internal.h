@@ -1,0 +1,26 @@
+/* hf/ internal: Megatron-LM checkpoints (megatron_args.c: the args; megatron.c: the files and
+ * their tensors). Not part of the contract (hf/megatron.h). */
+#ifndef TR_HF_MEGATRON_INTERNAL_H
+#define TR_HF_MEGATRON_INTERNAL_H
+
+#include "hf/megatron.h"
+#include "hf/pt_internal.h"
+
+#define MLM_MAX_VP 64 /* virtual pipeline chunks per stage */
+
+/* What a file's args say. */
+typedef struct {
+    tr_model_config m; /* the model section (strings are literals) */
+    int tp, pp, vp;
+    int padded_vocab;
+} mlm_args;
+
+/* args (a Namespace) of the file at path into *a; TR_ERR_INVALID "PATH: args.KEY ..." for a
+ * key of the wrong type or one trident cannot represent. */
+TR_MUST_CHECK int mlm_read_args(pt_pickle *p, uint32_t args, const char *path, mlm_args *a);
+/* The model's keys of args b (file path_b) equal to a's (file path_a): else TR_ERR_INVALID
+ * naming the key and both files. */
+TR_MUST_CHECK int mlm_same_args(pt_pickle *pa, uint32_t a, const char *path_a, pt_pickle *pb,
+                                uint32_t b, const char *path_b);
+
+#endif

@@ -1,0 +1,242 @@
+"""megatron-core 0.8.0 GPT models on the CPU, saved as Megatron-LM's save_checkpoint saves them
+(--ckpt-format torch: megatron/training/checkpointing.py's get_checkpoint_name, the tracker,
+the dict of args, checkpoint_version 3.0, iteration, model / model0.., optimizer,
+opt_param_scheduler, rng_state), with their logits for test_megatron_oracle.py.
+usage: megatron_ref.py OUT RANK WORLD PORT
+  WORLD 1: TP 1 models (a GPT-2-like one with the exact GELU, a Llama-like one), the Llama-like
+           one over PP 2 x 2 virtual chunks (one process: parallel_state's pipeline ranks
+           patched, the chunks' forward chained), and the GPT-2-like one under the legacy
+           model's nested names
+  WORLD 2: rank RANK of TP 2 (gloo): the GPT-2-like one with the fused bias-GELU (tanh) under
+           megatron-core's and the legacy model's names, the Llama-like one
+Each model: OUT/NAME/save (the --save folder), OUT/NAME/logits.f32 ([2, 16, V]) for the int32
+tokens OUT/tokens.i32 ([2, 16]), written by rank 0."""
+import argparse
+import contextlib
+import io
+import os
+import random
+import sys
+import zlib
+
+import numpy as np
+import torch
+
+out, rank, world, port = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+torch.cuda.current_device = lambda: "cpu"  # megatron.core.utils' global buffer asks for it
+os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"] = "127.0.0.1", port
+torch.distributed.init_process_group("gloo", rank=rank, world_size=world)
+torch.set_num_threads(1)
+import torch.nn.functional as F  # noqa: E402
+from megatron.core import parallel_state, tensor_parallel  # noqa: E402
+
+parallel_state.initialize_model_parallel(world, 1)
+tensor_parallel.get_cuda_rng_tracker().fork = lambda *a, **k: contextlib.nullcontext()
+import megatron.core.transformer.transformer_block as tblock  # noqa: E402
+from megatron.core.models.gpt import GPTModel  # noqa: E402
+from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec  # noqa: E402
+from megatron.core.transformer.transformer_config import TransformerConfig  # noqa: E402
+
+V, B, T = 128, 2, 16
+
+
+class RMSNorm(torch.nn.Module):
+    """megatron-core 0.8's local spec has RMSNorm only through apex / Transformer Engine."""
+
+    def __init__(self, config, hidden_size, eps=1e-5):
+        super().__init__()
+        self.eps = eps
+        self.weight = torch.nn.Parameter(torch.ones(hidden_size))
+
+    def forward(self, x):
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * self.weight
+
+
+FAMILIES = {
+    # GPT-2-like: LayerNorm, learned positions, GELU, biases, tied
+    "gpt": dict(cfg=dict(num_layers=2, hidden_size=64, num_attention_heads=4, ffn_hidden_size=256),
+                model=dict(position_embedding_type="learned_absolute",
+                           share_embeddings_and_output_weights=True),
+                args=dict(normalization="LayerNorm", position_embedding_type="learned_absolute",
+                          swiglu=False, add_bias_linear=True, group_query_attention=False,
+                          num_query_groups=None, untie_embeddings_and_output_weights=False)),
+    # Llama-like: RMSNorm, rope, SwiGLU, GQA, untied, no biases
+    "llama": dict(cfg=dict(num_layers=4, hidden_size=64, num_attention_heads=4, num_query_groups=2,
+                           ffn_hidden_size=96, gated_linear_unit=True, activation_func=F.silu,
+                           normalization="RMSNorm", add_bias_linear=False),
+                  model=dict(position_embedding_type="rope", share_embeddings_and_output_weights=False,
+                             rotary_base=10000),
+                  args=dict(normalization="RMSNorm", position_embedding_type="rope", swiglu=True,
+                            add_bias_linear=False, group_query_attention=True, num_query_groups=2,
+                            untie_embeddings_and_output_weights=True, rotary_base=10000,
+                            rotary_percent=1.0)),
+}
+
+
+def build(family, fusion, pre=True, post=True):
+    f = FAMILIES[family]
+    cfg = TransformerConfig(**f["cfg"], use_cpu_initialization=True, hidden_dropout=0.0,
+                            attention_dropout=0.0, bias_activation_fusion=fusion)
+    spec = get_gpt_layer_local_spec()
+    if cfg.normalization == "RMSNorm":
+        spec.submodules.input_layernorm = spec.submodules.pre_mlp_layernorm = RMSNorm
+        tblock.LayerNormImpl = RMSNorm
+    m = GPTModel(config=cfg, transformer_layer_spec=spec, vocab_size=V, max_sequence_length=32,
+                 pre_process=pre, post_process=post, **f["model"])
+    # every parameter away from its initial value: a TP-split one per rank, a replicated one the
+    # same on every rank, each pipeline chunk's its own (the seed of the first layer's number)
+    first = m.decoder.layers[0].layer_number if len(m.decoder.layers) else 0
+    with torch.no_grad():
+        for name, p in m.named_parameters():
+            split = getattr(p, "tensor_model_parallel", False)
+            g = torch.Generator().manual_seed(zlib.crc32(name.encode()) + (rank if split else 0) +
+                                              1000 * first)
+            base = 1.0 if name.endswith("norm.weight") else 0.0
+            p.copy_(base + 0.1 * torch.randn(p.shape, generator=g))
+    return m.eval()
+
+
+def args_of(family, fusion, tp, pp, vp):
+    """Megatron-LM's args as arguments.py and validate_args leave them (the model's keys)."""
+    f = FAMILIES[family]
+    c = f["cfg"]
+    return argparse.Namespace(
+        num_layers=c["num_layers"], hidden_size=c["hidden_size"], ffn_hidden_size=c["ffn_hidden_size"],
+        num_attention_heads=c["num_attention_heads"], kv_channels=c["hidden_size"] // c["num_attention_heads"],
+        seq_length=T, max_position_embeddings=32, padded_vocab_size=V, make_vocab_size_divisible_by=128,
+        vocab_size=None, norm_epsilon=1e-5, apply_layernorm_1p=False, openai_gelu=False, onnx_safe=None,
+        bias_gelu_fusion=fusion, squared_relu=False, rotary_interleaved=False,
+        rotary_seq_len_interpolation_factor=None, use_rope_scaling=False, add_qkv_bias=False,
+        tensor_model_parallel_size=tp, pipeline_model_parallel_size=pp,
+        virtual_pipeline_model_parallel_size=vp if vp > 1 else None, num_experts=None,
+        expert_model_parallel_size=1, qk_layernorm=False, params_dtype=torch.float32,
+        transformer_impl="local", use_mcore_models=True, init_method_std=0.02, rank=rank,
+        tokenizer_type="GPT2BPETokenizer", data_path=["1.0", "corpus_text_document"], lr=3e-4,
+        **f["args"])
+
+
+def legacy_names(sd):
+    """megatron-core's names -> the legacy GPTModel's nested state_dict_for_save_checkpoint."""
+    lm = {"embedding": {}, "encoder": {}}
+    rename = [("self_attention.linear_qkv.", "self_attention.query_key_value."),
+              ("self_attention.linear_proj.", "self_attention.dense."),
+              ("pre_mlp_layernorm.", "post_attention_norm."), ("input_layernorm.", "input_norm."),
+              ("mlp.linear_fc1.", "mlp.dense_h_to_4h."), ("mlp.linear_fc2.", "mlp.dense_4h_to_h.")]
+    for k, v in sd.items():
+        if k.endswith("_extra_state"):
+            continue
+        if k.startswith("embedding."):
+            part, rest = k[len("embedding."):].split(".", 1)
+            lm["embedding"].setdefault(part, {})[rest] = v
+        elif k.startswith("decoder.final_layernorm."):
+            lm["encoder"]["final_norm." + k.rsplit(".", 1)[1]] = v
+        elif k.startswith("decoder.layers."):
+            k = k[len("decoder."):]
+            for a, b in rename:
+                k = k.replace(a, b)
+            lm["encoder"][k] = v
+        elif k.startswith("output_layer."):
+            lm.setdefault("output_layer", {})[k.split(".", 1)[1]] = v
+    return {"language_model": lm}
+
+
+def save(save_dir, args, chunks, tp_rank, pp_rank, pp, legacy=False):
+    """One rank's model_optim_rng.pt where save_checkpoint puts it, and the tracker."""
+    name = f"mp_rank_{tp_rank:02d}" if pp == 1 else f"mp_rank_{tp_rank:02d}_{pp_rank:03d}"
+    path = os.path.join(save_dir, "iter_0000010", name, "model_optim_rng.pt")
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    sd = {"args": args, "checkpoint_version": 3.0, "iteration": 10}
+    params = []
+    for i, m in enumerate(chunks):
+        state = m.state_dict_for_save_checkpoint()
+        sd["model" if len(chunks) == 1 else f"model{i}"] = legacy_names(state) if legacy else state
+        params += [q.detach().clone().requires_grad_() for q in m.parameters()]  # (the model's
+    opt = torch.optim.Adam(params, lr=3e-4)  # own stay as they are)
+    opt.zero_grad()
+    for p in params:
+        p.grad = torch.ones_like(p)
+    opt.step()  # its state: exp_avg, exp_avg_sq, step (tensors of the optimizer's dict)
+    sd["optimizer"] = {"optimizer": opt.state_dict(), "fp32_from_fp16_params": [],
+                       "grad_scaler": None}
+    sd["opt_param_scheduler"] = {"max_lr": 3e-4, "num_steps": 640, "decay_style": "cosine"}
+    sd["rng_state"] = [{"random_rng_state": random.getstate(), "np_rng_state": np.random.get_state(),
+                        "torch_rng_state": torch.get_rng_state(), "cuda_rng_state": torch.get_rng_state(),
+                        "rng_tracker_states": {"model-parallel-rng": torch.get_rng_state()}}]
+    sd["num_floating_point_operations_so_far"] = 12345.0
+    sd["extra"] = {"bytes": io.BytesIO(b"te extra state"), "size": torch.Size([2, 3]),
+                   "scalar": np.float64(1.5)}
+    torch.save(sd, path)
+    with open(os.path.join(save_dir, "latest_checkpointed_iteration.txt"), "w") as f:
+        f.write("10")
+
+
+def run(m, ids):
+    pos = torch.arange(T).unsqueeze(0).expand(B, -1)
+    mask = torch.tril(torch.ones(1, 1, T, T)) < 0.5
+    with torch.no_grad():
+        y = m(ids, pos, mask)
+    if world > 1 and m.post_process:  # the vocabulary-parallel logits gathered (gloo has no
+        parts = [torch.empty_like(y) for _ in range(world)]  # all_gather_into_tensor)
+        torch.distributed.all_gather(parts, y.contiguous())
+        y = torch.cat(parts, -1)
+    return y
+
+
+def write(name, logits):
+    if rank == 0:
+        logits.float().numpy().astype("<f4").tofile(os.path.join(out, name, "logits.f32"))
+
+
+torch.manual_seed(3)
+ids = torch.randint(0, V, (B, T))
+if rank == 0:
+    ids.numpy().astype("<i4").tofile(os.path.join(out, "tokens.i32"))
+
+if world == 1:
+    for family, fusion in (("gpt", False), ("llama", False)):
+        name = f"{family}-tp1"
+        m = build(family, fusion)
+        save(os.path.join(out, name, "save"), args_of(family, fusion, 1, 1, 1), [m], 0, 0, 1)
+        write(name, run(m, ids))
+        if family == "gpt":
+            save(os.path.join(out, "gpt-tp1-legacy", "save"), args_of(family, fusion, 1, 1, 1), [m],
+                 0, 0, 1, legacy=True)
+            write("gpt-tp1-legacy", run(m, ids))
+    # PP 2 x 2 virtual chunks in one process: the chunks (v, p) in the pipeline's order
+    state = {"pp": 0, "vp": 0}
+    parallel_state.get_pipeline_model_parallel_world_size = lambda: 2
+    parallel_state.get_pipeline_model_parallel_rank = lambda: state["pp"]
+    parallel_state.get_virtual_pipeline_model_parallel_world_size = lambda: 2
+    parallel_state.get_virtual_pipeline_model_parallel_rank = lambda: state["vp"]
+    parallel_state.is_pipeline_first_stage = lambda ignore_virtual=False: state["pp"] == 0 and (
+        ignore_virtual or state["vp"] == 0)
+    parallel_state.is_pipeline_last_stage = lambda ignore_virtual=False: state["pp"] == 1 and (
+        ignore_virtual or state["vp"] == 1)
+    chunks = {}
+    for v in range(2):
+        for p in range(2):
+            state["pp"], state["vp"] = p, v
+            chunks[(p, v)] = build("llama", False, pre=(p, v) == (0, 0), post=(p, v) == (1, 1))
+    hidden = None
+    for v in range(2):
+        for p in range(2):
+            m = chunks[(p, v)]
+            if hidden is not None:
+                m.set_input_tensor(hidden)
+            hidden = run(m, ids)
+    name = "llama-pp2-vp2"
+    for p in range(2):
+        save(os.path.join(out, name, "save"), args_of("llama", False, 1, 2, 2),
+             [chunks[(p, 0)], chunks[(p, 1)]], 0, p, 2)
+    write(name, hidden)
+else:
+    for family, fusion in (("gpt", True), ("llama", False)):
+        name = f"{family}-tp2"
+        m = build(family, fusion)
+        save(os.path.join(out, name, "save"), args_of(family, fusion, 2, 1, 1), [m], rank, 0, 1)
+        write(name, run(m, ids))
+        if family == "gpt":
+            save(os.path.join(out, "gpt-tp2-legacy", "save"), args_of(family, fusion, 2, 1, 1), [m],
+                 rank, 0, 1, legacy=True)
+            write("gpt-tp2-legacy", run(m, ids))
+torch.distributed.barrier()

@@ -1,0 +1,175 @@
+#!/usr/bin/python3
+"""`trident convert --from megatron` against megatron-core 0.8.0 (its own venv, Debian's torch): the
+models of megatron_ref.py (a GPT-2-like one with the exact GELU at TP 1 and the fused bias-GELU at TP 2,
+a Llama-like one (RMSNorm, rope, SwiGLU, GQA, untied, no biases) at TP 1, TP 2 and PP 2 x 2 virtual
+chunks, the GPT-2-like ones also under the legacy model's nested names), saved as Megatron-LM's
+save_checkpoint saves them, imported; trident's logits (hf_probe logits-config of the printed model
+section) equal megatron-core's within 1e-5 of the largest; the legacy names give the same checkpoint,
+byte for byte. Refused with exit 2 naming the file: a missing rank file, an extra rank folder, args
+that disagree, MoE, a truncated file, a pickle calling os.system (not run), a missing, an extra and a
+misshapen tensor, a bad tracker, a missing iteration.
+usage: test_megatron_oracle.py TRIDENT HF_PROBE WORKDIR VENV"""
+import os
+import shutil
+import socket
+import subprocess
+import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "common"))
+import trident_test as tt  # noqa: E402
+import hf_files as hff  # noqa: E402
+
+trident, probe, work, venv = sys.argv[1:5]
+work = tt.fresh_dir(work)
+py = tt.venv_python(venv, ["megatron-core==0.8.0"], "megatron.core")
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+
+ref = os.path.join(os.path.dirname(os.path.abspath(__file__)), "megatron_ref.py")
+env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONWARNINGS="ignore")
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return str(s.getsockname()[1])
+
+
+# the references: TP 1 (and PP 2 x 2 chunks) in one process, TP 2 as two gloo ranks
+port1, port2 = free_port(), free_port()
+procs = [subprocess.Popen([py, ref, work, "0", "1", port1], env=env, stdout=subprocess.PIPE,
+                          stderr=subprocess.STDOUT, text=True)]
+procs += [subprocess.Popen([py, ref, work, str(r), "2", port2], env=env, stdout=subprocess.PIPE,
+                           stderr=subprocess.STDOUT, text=True) for r in range(2)]
+for p in procs:
+    out = p.communicate(timeout=240)[0]
+    if not tt.check(f"megatron_ref.py {' '.join(p.args[3:5])}", p.returncode == 0, out[-2000:]):
+        tt.finish()
+tokens = os.path.join(work, "tokens.i32")
+
+
+def convert(save, ck, *extra):
+    return tt.outputs([trident, "convert", "--from", "megatron", "--input", save, "--output", ck, *extra],
+                      timeout=120)
+
+
+def section(out):
+    """the printed model section's keys"""
+    keys = {}
+    for line in out[out.index("model:\n") + 7:].splitlines():
+        if line.startswith("  ") and ": " in line:
+            k, v = line.strip().split(": ", 1)
+            keys[k] = v
+    return keys
+
+
+def logits_of(name, out, ck):
+    cfg = tt.write(os.path.join(work, name + ".yaml"), out[out.index("model:\n"):] +
+                   "training:\n  micro_batch_size: 2\n  train_iters: 1\n  lr: 0.001\n"
+                   f"data:\n  data_path: unused\ncheckpoint:\n  load: {ck}\n")
+    lfile = os.path.join(work, name + ".logits")
+    p = subprocess.run([probe, "logits-config", cfg, tokens, "2", lfile], capture_output=True, text=True)
+    return np.fromfile(lfile, "<f4") if p.returncode == 0 else p.stderr
+
+
+want = {"gpt-tp1": {"gelu_approximate": "none", "untie_embeddings_and_output_weights": "false",
+                    "add_bias_linear": "true", "normalization": "LayerNorm"},
+        "gpt-tp2": {"untie_embeddings_and_output_weights": "false", "add_bias_linear": "true"},
+        "llama-tp1": {"normalization": "RMSNorm", "position_embedding_type": "rope", "swiglu": "true",
+                      "ffn_hidden_size": "96", "num_query_groups": "2", "num_layers": "4",
+                      "untie_embeddings_and_output_weights": "true", "add_bias_linear": "false",
+                      "rotary_base": "10000"}}
+want["gpt-tp1-legacy"], want["gpt-tp2-legacy"] = want["gpt-tp1"], want["gpt-tp2"]
+want["llama-tp2"] = want["llama-pp2-vp2"] = want["llama-tp1"]
+cks = {}
+for name, keys in want.items():
+    ck = cks[name] = os.path.join(work, name + "-ck")
+    rc, out, err = convert(os.path.join(work, name, "save"), ck)
+    if not tt.check(f"{name}: trident convert --from megatron", rc == 0, err[-800:]):
+        continue
+    got = section(out)
+    bad = {k: (v, got.get(k)) for k, v in keys.items() if got.get(k) != v}
+    if "gpt-tp2" in name and "gelu_approximate" in got:
+        bad["gelu_approximate"] = ("absent (tanh)", got["gelu_approximate"])
+    tt.check(f"{name}: the printed model section", not bad, f"(want, got): {bad}\n{out}")
+    ours, theirs = logits_of(name, out, ck), np.fromfile(os.path.join(work, name, "logits.f32"), "<f4")
+    if tt.check(f"{name}: hf_probe logits-config", not isinstance(ours, str), ours):
+        rel = float(np.abs(ours - theirs).max() / np.abs(theirs).max())
+        tt.check(f"{name}: trident's logits = megatron-core's", ours.shape == theirs.shape and rel <= 1e-5,
+                 f"max |diff| / max |logit| = {rel:.1e}", show=True)
+for tp in (1, 2):
+    a, b = cks[f"gpt-tp{tp}"], cks[f"gpt-tp{tp}-legacy"]
+    tt.check(f"gpt-tp{tp}: the legacy model's names give megatron-core's checkpoint, byte for byte",
+             os.path.isdir(a) and os.path.isdir(b) and hff.same_checkpoint(a, b))
+rc, out, err = convert(os.path.join(work, "llama-tp1", "save"), os.path.join(work, "it10"), "--iteration", "10")
+tt.check("--iteration 10: the same checkpoint as the tracker's",
+         rc == 0 and hff.same_checkpoint(cks["llama-tp1"], os.path.join(work, "it10")), err)
+
+
+# ------------------------------------------------------------------ refusals
+def variant(src, name):
+    dst = os.path.join(work, "bad", name)
+    shutil.copytree(os.path.join(work, src, "save"), dst)
+    return dst
+
+
+def rank_file(save, rank="mp_rank_00"):
+    return os.path.join(save, "iter_0000010", rank, "model_optim_rng.pt")
+
+
+def edit(path, change):
+    sd = torch.load(path)
+    change(sd)
+    torch.save(sd, path)
+
+
+def refused(what, save, *needles, extra=()):
+    rc, out, err = convert(save, os.path.join(work, "bad", "out-" + os.path.basename(save)), *extra)
+    tt.check(f"refused: {what}", rc == 2 and all(n in err for n in needles),
+             f"exit {rc}: {err[-600:]}", show=True)
+
+
+s = variant("gpt-tp2", "missing-rank")
+shutil.rmtree(os.path.join(s, "iter_0000010", "mp_rank_01"))
+refused("a missing rank file", s, "mp_rank_01/model_optim_rng.pt", "missing")
+s = variant("gpt-tp1", "extra-rank")
+shutil.copytree(os.path.join(s, "iter_0000010", "mp_rank_00"), os.path.join(s, "iter_0000010", "mp_rank_01"))
+refused("an extra rank folder", s, "mp_rank_01", "rank folder")
+s = variant("gpt-tp2", "args-differ")
+edit(rank_file(s, "mp_rank_01"), lambda sd: setattr(sd["args"], "hidden_size", 128))
+refused("args that disagree", s, "mp_rank_01/model_optim_rng.pt", "args.hidden_size", "mp_rank_00")
+s = variant("llama-tp1", "moe")
+edit(rank_file(s), lambda sd: setattr(sd["args"], "num_experts", 8))
+refused("MoE (num_experts)", s, rank_file(s), "args.num_experts")
+s = variant("llama-tp1", "truncated")
+with open(rank_file(s), "r+b") as f:
+    f.truncate(os.path.getsize(rank_file(s)) // 2)
+refused("a truncated file", s, rank_file(s))
+mark = os.path.join(work, "bad", "pwned")
+
+
+class Evil:
+    def __reduce__(self):
+        return (os.system, (f"touch {mark}",))
+
+
+s = variant("llama-tp1", "hostile")
+edit(rank_file(s), lambda sd: sd["rng_state"].append(Evil()))
+refused("a pickle calling os.system", s, rank_file(s), "GLOBAL 'posix.system'")
+tt.check("the os.system pickle's command did not run", not os.path.exists(mark))
+s = variant("llama-tp1", "missing-tensor")
+edit(rank_file(s), lambda sd: sd["model"].pop("decoder.layers.1.mlp.linear_fc2.weight"))
+refused("a missing tensor", s, rank_file(s), "decoder.layers.1.mlp.linear_fc2.weight", "missing")
+s = variant("llama-tp1", "extra-tensor")
+edit(rank_file(s), lambda sd: sd["model"].__setitem__("decoder.layers.0.mlp.extra.weight", torch.zeros(2)))
+refused("an extra tensor", s, rank_file(s), "decoder.layers.0.mlp.extra.weight", "not part of the model")
+s = variant("llama-tp1", "shape")
+edit(rank_file(s), lambda sd: sd["model"].__setitem__("decoder.layers.0.mlp.linear_fc2.weight",
+                                                      torch.zeros(64, 95)))
+refused("a misshapen tensor", s, rank_file(s), "decoder.layers.0.mlp.linear_fc2.weight", "[64, 95]",
+        "[64, 96]")
+s = variant("llama-tp1", "tracker")
+tt.write(os.path.join(s, "latest_checkpointed_iteration.txt"), "ten\n")
+refused("a tracker that is neither an iteration nor release", s, "latest_checkpointed_iteration.txt")
+refused("a missing iteration", os.path.join(work, "llama-tp1", "save"), "iter_0000011", extra=("--iteration", "11"))
+tt.finish("megatron-oracle: passed")
