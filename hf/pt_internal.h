@@ -62,7 +62,8 @@ typedef struct pt_pickle pt_pickle;
  * model_optim_rng.pt): argparse.Namespace (a dict of its attributes, BUILD's state), and as
  * opaque values never interpreted nor called: numpy arrays, dtypes and scalars
  * (numpy.core.multiarray / numpy._core.multiarray _reconstruct and scalar, numpy ndarray and
- * dtype), _codecs.encode's bytes, io.BytesIO, torch.Size, torch's dtypes, builtins set,
+ * dtype), _codecs.encode's bytes, io.BytesIO, torch.Size, torch's dtypes, builtins (or
+ * protocol 2's __builtin__) set and bytes,
  * megatron.* enums; tensors with state (_rebuild_parameter_with_state, _rebuild_from_type_v2
  * of torch.Tensor / Parameter). Every other global stays refused. */
 enum { PT_LEGACY = 1, PT_OBJECTS = 2 };

@@ -14,6 +14,9 @@
  *   st        every tensor of a safetensors file reads as f32 (small ones) and is found by name
  *   pt        a pytorch_model.bin (torch.save ZIP or legacy file, hf/torch_bin.c): every tensor
  *             (small ones) reads, as f32 where a float, inside the file, found by name
+ *   megatron  a Megatron-LM rank file (model_optim_rng.pt, PT_OBJECTS' allowlist) as the one
+ *             rank of a --save folder -> tr_megatron_import: a passing import's checkpoint reads
+ *             back with the model section it reported
  *   hfcfg     config.json -> family -> model config (no check beyond "no crash")
  *   tokhf     tokenizer.json: encoding a fixed text and the input gives ids in [0, vocab)
  *   tokgpt2   vocab.json + merges.txt: same
