@@ -303,21 +303,27 @@ static int check_training(const tr_config *c)
     return TR_OK;
 }
 
+/* Where the loader puts a missing key of `section`: the section, or the file's start. */
+static const char *missing_at(const tr_config *c, const char *section, char *loc, size_t cap)
+{
+    if (config_find_mark(c, section))
+        snprintf(loc, cap, "%s", tr_config_where(c, section));
+    else
+        snprintf(loc, cap, "%s:1:1", c->source ? c->source : "<config>");
+    return loc;
+}
+
 /* Iteration- or sample-based training, as Megatron's validate_args allows them: train_iters
  * or train_samples (one); the other kind's LR keys and the batch ramp-up refused. */
 static int check_length(const tr_config *c)
 {
     const tr_training_config *t = &c->training;
     char at[1300];
-    if (!t->train_iters && !t->train_samples) { /* where the loader puts a missing key */
+    if (!t->train_iters && !t->train_samples) {
         char loc[1200];
-        if (config_find_mark(c, "training"))
-            snprintf(loc, sizeof loc, "%s", tr_config_where(c, "training"));
-        else
-            snprintf(loc, sizeof loc, "%s:1:1", c->source ? c->source : "<config>");
         return tr_fail(TR_ERR_CONFIG, "%s: missing required key training.train_iters; add it to "
                        "section 'training' (an integer >= 1), or training.train_samples for "
-                       "sample-based training", loc);
+                       "sample-based training", missing_at(c, "training", loc, sizeof loc));
     }
     if (t->train_iters && t->train_samples)
         return bad(c, "training.train_samples", "training.train_iters",
@@ -424,15 +430,12 @@ static int check_length(const tr_config *c)
 static int check_data(const tr_config *c)
 {
     const tr_data_config *d = &c->data;
-    if (!d->n_data_path && !d->n_train_data_path) { /* where the loader puts a missing key */
+    if (!d->n_data_path && !d->n_train_data_path) {
         char loc[1200];
-        if (config_find_mark(c, "data"))
-            snprintf(loc, sizeof loc, "%s", tr_config_where(c, "data"));
-        else
-            snprintf(loc, sizeof loc, "%s:1:1", c->source ? c->source : "<config>");
         return tr_fail(TR_ERR_CONFIG, "%s: missing required key data.data_path; add it to section "
                        "'data' (a dataset prefix, or Megatron's blend [0.3, prefixA, 0.7, prefixB]; "
-                       "or data.train_data_path with valid_data_path / test_data_path)", loc);
+                       "or data.train_data_path with valid_data_path / test_data_path)",
+                       missing_at(c, "data", loc, sizeof loc));
     }
     if (d->n_data_path && (d->n_train_data_path || d->n_valid_data_path || d->n_test_data_path))
         return bad(c, "data.train_data_path", "data.data_path", "data.data_path and data.train_data_path"

@@ -28,6 +28,12 @@ static void test_batch_at(void **state)
                      {13, 8}, {1000, 8}};
     for (size_t i = 0; i < sizeof want / sizeof want[0]; i++)
         assert_int_equal(tr_training_batch_at(&t, (uint64_t)want[i][0]), want[i][1]);
+    /* at consumed == ramp Megatron's float division decides: 9 / (9 / 7) = 6.9999... -> 6
+     * increments, not the global batch */
+    tr_training_config f = {.global_batch_size = 16, .rampup_batch_size = {2, 2, 9},
+                            .n_rampup_batch_size = 3};
+    assert_int_equal(tr_training_batch_at(&f, 9), 14);
+    assert_int_equal(tr_training_batch_at(&f, 10), 16);
     t.n_rampup_batch_size = 0; /* no ramp-up: the global batch throughout */
     assert_int_equal(tr_training_batch_at(&t, 0), 8);
     /* Bloom-176B: 192 by 16 to 2048 over 9,765,625 samples: 116 increments of 84,186.4 */

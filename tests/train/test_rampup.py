@@ -182,7 +182,8 @@ prefix = tt.make_corpus(trident, work, 23, ["ramp", "batch", "grow", "sample", "
                                             "loss", "rate"], 300, 3, 40)
 TRAIN = dict(micro_batch_size=1, global_batch_size=8, train_samples=60,
              rampup_batch_size=[2, 2, 16], lr=3.0e-3, min_lr=3.0e-4, lr_warmup_samples=10,
-             lr_decay_samples=50, weight_decay=0.1, clip_grad=1.0, seed=11)
+             lr_decay_samples=50, weight_decay=0.1, clip_grad=1.0, seed=11, eval_interval=4,
+             eval_iters=1)
 config = tt.write_config(os.path.join(work, "ramp.yaml"),
                          model=dict(num_layers=4, hidden_size=32, num_attention_heads=4,
                                     seq_length=16, vocab_size=256, make_vocab_size_divisible_by=16),
@@ -214,6 +215,16 @@ if single:
           tt.run([trident, "plan", os.path.join(work, "single", "config.yaml"),
                   "--world-size", "1", "--set", "cluster.preset=h100-80gb"]).returncode == 0)
 
+# the ramp's first iteration is a plain run of global batch 2: its loss and gradient norm (the
+# gradient is of the mean over the iteration's own samples, not the final batch's)
+first, _ = train("batch2", sets=("training.global_batch_size=2", "training.rampup_batch_size=[]",
+                                 "training.train_samples=2"))
+if first and single:
+    check("iteration 1 (batch 2) equals a run of global batch 2: loss, grad_norm and lr",
+          (first[0]["loss"], first[0]["grad_norm"], first[0]["lr"]) ==
+          (single[0]["loss"], single[0]["grad_norm"], single[0]["lr"]),
+          f"{first[0]} vs {single[0]}")
+
 layouts = [("dp2", 2, 1, 1, ()), ("tp2", 2, 2, 1, ()), ("pp2", 2, 1, 2, ()),
            ("pp2-interleaved", 2, 1, 2, ("parallel.pipeline_schedule=interleaved",
                                          "parallel.virtual_pipeline_model_parallel_size=2"))]
@@ -224,7 +235,9 @@ elif single:
 for name, world, tp, pp, sets in layouts:
     m, _ = train(name, world, tp, pp, sets)
     if m and single:
-        worst = max(abs(a["loss"] - b["loss"]) / abs(b["loss"]) for a, b in zip(m, single))
+        # and val_loss (evaluation on the final global batch whatever the ramp's is)
+        worst = max(abs(a[k] - b[k]) / abs(b[k]) for a, b in zip(m, single)
+                    for k in ("loss", "val_loss") if k in b)
         check(f"{name}: the loss of each of {len(m)} iterations within 1e-5 of one process's "
               f"(worst {worst:.1e}); the same batches",
               len(m) == len(single) and worst <= 1e-5 and
