@@ -38,7 +38,11 @@ hf_logging.set_verbosity_error()
 torch.set_num_threads(2)
 work = tt.fresh_dir(work)
 L, T, V, R = 2, 16, 300, 4
-TOL = 1e-6
+# Relative to the largest logit, for every comparison: the merge (W + s B A), the adapters'
+# rank k r and the layers' sums run in other orders than torch's, with OpenBLAS's kernel of the
+# CPU (SkylakeX, Haswell, Zen), so agreement is to fp32 rounding, not to the bit; a wrong row,
+# block or scale is off by O(1)
+TOL = 1e-5
 
 
 def path(*names):
@@ -79,7 +83,7 @@ def make_adapter(base, name, shared=False, **kw):
     with torch.no_grad():
         for n, p in pm.named_parameters():
             if "lora_" in n:
-                p.copy_(0.3 * torch.randn_like(p))
+                p.copy_(0.15 * torch.randn_like(p))
         if shared:  # k_proj, v_proj take q_proj's A, up_proj gate_proj's (trident's export)
             mods = dict(pm.named_modules())
             for n, mod in mods.items():
@@ -149,7 +153,7 @@ for name, base, kw, rank, bitwise in cases:
     tt.check(f"{name}: rank {rank} printed", f"rank: {rank}\n" in out, out)
     # trident's forward against torch's: float32 sums in another order, a few ulps of the largest
     # logit; the exact checks are the exports' below
-    close(f"{name}: trident's logits vs PeftModel's", ours(ck, out), want, 1e-5)
+    close(f"{name}: trident's logits vs PeftModel's", ours(ck, out), want)
     convert("--to", "hf", "--input", ck, "--output", path(f"{name}-merged"), "--merge-lora")
     close(f"{name}: --merge-lora in transformers vs peft's merge_and_unload", hf_logits(path(f"{name}-merged")),
           want_merged)
