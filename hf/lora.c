@@ -82,6 +82,7 @@ int hf_lora_family(const tr_gpt_shape *s)
            : shape == TR_HF_OPT ? HF_LORA_OPT
            : shape == TR_HF_GPTJ ? HF_LORA_GPTJ
            : shape == TR_HF_GEMMA ? HF_LORA_LLAMA /* (Llama's names) */
+           : shape == TR_HF_MISTRAL && s->kv_channels ? HF_LORA_LLAMA /* (head_dim) */
            : s->kv_channels || s->layernorm_1p || s->embedding_multiplier || s->geglu ? -1
            : shape == TR_HF_FALCON ? HF_LORA_FALCON
            : shape == TR_HF_PHI ? HF_LORA_PHI
@@ -179,8 +180,8 @@ int tr_hf_write_lora_adapter(const char *dir, tr_gpt *g, const float *params)
     int fam = hf_lora_family(s);
     if (fam < 0)
         return tr_fail(TR_ERR_INVALID, "PEFT adapters are written for GPT-2, Llama, Bloom, "
-                       "GPT-NeoX, Falcon, Phi, StableLM, Gemma, GPTBigCode, GPT-J, MPT, OPT and "
-                       "Phi3 models; "
+                       "GPT-NeoX, Falcon, Phi, StableLM, Gemma, GPTBigCode, GPT-J, MPT, OPT, "
+                       "Phi3 and Mistral models; "
                        "this model's switches are none of them");
     int n = tr_gpt_num_tensors(g);
     /* one tensor of PEFT's file: rows of trident adapter t (all, or picked by hf_lora_row) */

@@ -4,7 +4,8 @@ config.json, and `trident convert` run with its refusal check, an export's round
 shards and in BF16 (Session.shards_check, bf16_check); at the end, the transformers oracles'
 helpers (oracle_start, randomize, oracle_import, family_lines, oracle_config, gather_grads,
 worst_grad, llama_grad, window_nll, logits_check, eval_check, generate_check, roundtrip_check,
-batch_grads, train_grads, grads_check: numpy, torch and transformers imported inside them).
+batch_grads, train_grads, grads_check, lora_merge_check: numpy, torch and transformers imported
+inside them).
 
     import hf_files as hff
     s = hff.Session(trident, work)
@@ -516,3 +517,50 @@ def grads_check(trident, cfg, work, name, layouts, hf_loss, want_of, n_tensors, 
                  not bad and worst <= 1e-4 and len(grads) == n_tensors and all(m in grads for m in must),
                  f"worst relative L2 {worst:.2e} ({worst_name}); missing, NaN or misshapen: {bad}; "
                  f"{len(grads)} of {n_tensors}", show=True)
+
+
+def lora_merge_check(trident, work, name, cfg, ck, src, L, modules, family):
+    """A LoRA run of cfg's model from checkpoint ck (rank 2, alpha 4, every target, two
+    iterations), exported --adapters-only and --merge-lora: adapter_config.json's r and alpha, the
+    adapters exactly at model.layers.N.M for each M of modules (the family's PEFT names), and W
+    (src's model.safetensors) + (4 / 2) B A the --merge-lora export's tensor within 1e-6 (so
+    lora_B's rows are in the family's order), with B A moved off 0."""
+    from safetensors.torch import load_file
+    run_cfg = tt.write(os.path.join(work, name + "-lora.yaml"),
+                       open(cfg).read().replace(f'  load: "{ck}"\n', f'  save: "{ck}-lora"\n')
+                       .replace("  train_iters: 1\n", "  train_iters: 2\n") +  # (lr 0 at the last)
+                       f'finetune:\n  load: "{ck}"\n'
+                       "  lora: {rank: 2, alpha: 4.0, target_modules: [qkv, proj, fc1, fc2]}\n")
+    r = tt.run(tt.train_cmd(trident, run_cfg, os.path.join(work, name + "-lora-run"), flags=["--quiet"]),
+               timeout=300)
+    if not tt.check(f"{name}: a LoRA run from the import", r.returncode == 0, r.stderr[-1500:]):
+        return
+    outs = {}
+    for how in ("adapters-only", "merge-lora"):
+        outs[how] = os.path.join(work, f"{name}-{how}")
+        rc, _, err = tt.outputs([trident, "convert", "--to", "hf", "--config", run_cfg, "--input", ck + "-lora",
+                                 "--output", outs[how], "--" + how], timeout=300)
+        tt.check(f"{name}: convert --to hf --{how}", rc == 0, err)
+    if not all(os.path.exists(os.path.join(d, f)) for d, f in ((outs["adapters-only"], "adapter_config.json"),
+                                                                (outs["merge-lora"], "model.safetensors"))):
+        return
+    acfg = json.load(open(os.path.join(outs["adapters-only"], "adapter_config.json")))
+    targets = sorted({m.split(".")[-1] for m in modules})
+    tt.check(f"{name}: adapter_config.json targets {family}'s {', '.join(targets)}, r 2, lora_alpha 4",
+             sorted(acfg.get("target_modules") or []) == targets and acfg.get("r") == 2 and
+             acfg.get("lora_alpha") == 4, str(acfg))
+    a = load_file(os.path.join(outs["adapters-only"], "adapter_model.safetensors"))
+    base, merged = load_file(os.path.join(src, "model.safetensors")), \
+        load_file(os.path.join(outs["merge-lora"], "model.safetensors"))
+    want = {f"model.layers.{i}.{m}" for i in range(L) for m in modules}
+    got = {k[len("base_model.model."):-len(".lora_A.weight")] for k in a if k.endswith(".lora_A.weight")}
+    worst, moved = 0.0, 0.0
+    for mod in sorted(got & want):
+        A, B = a[f"base_model.model.{mod}.lora_A.weight"], a[f"base_model.model.{mod}.lora_B.weight"]
+        W = base[mod + ".weight"]
+        worst = max(worst, ((W + 2.0 * B @ A) - merged[mod + ".weight"]).abs().max().item())
+        moved = max(moved, (B @ A).abs().max().item())
+    tt.check(f"{name}: --adapters-only's {len(got)} adapters under {family}'s names: W + (4 / 2) B A is "
+             f"the --merge-lora export's tensor within 1e-6", got == want and len(a) == 2 * len(want)
+             and worst <= 1e-6 and moved > 1e-6,
+             f"names {sorted(got ^ want)}; max |W + 2 BA - merged| {worst:.1e}; max |BA| {moved:.1e}", show=True)

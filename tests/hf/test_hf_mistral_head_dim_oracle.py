@@ -9,7 +9,9 @@ line); trident's logits match transformers' (1e-4 relative to the largest); gree
 generate` of the folder gives transformers' tokens; `trident convert --to hf --config` of the import
 is bit-exact to transformers' files, writes head_dim and loads as MistralForCausalLM with no missing
 or unexpected keys, to the same logits; trident's loss of iteration 1 and every gradient (one
-process) match transformers' on the same batch (loss 1e-5 relative, gradients relative L2 1e-4).
+process) match transformers' on the same batch (loss 1e-5 relative, gradients relative L2 1e-4); a LoRA
+run's --adapters-only export has the Llama's PEFT names with q/k/v_proj split by head_dim, and W + (4 /
+2) B A of each is the --merge-lora export's tensor (1e-6).
 usage: test_hf_mistral_head_dim_oracle.py TRIDENT HF_PROBE WORKDIR VENV"""
 import os
 import sys
@@ -55,4 +57,7 @@ hff.roundtrip_check(trident, src, ck, cfg, work, name, model, T, V,
 hf_loss, G = hff.batch_grads(probe, cfg, work, name, model, T, V)
 hff.grads_check(trident, cfg, work, name, [("1", 1, 1, 1, ())], hf_loss,
                 lambda t: hff.llama_grad(G, t, NH, NG, HS, C), 3 + 6 * L)
+hff.lora_merge_check(trident, work, name, cfg, ck, src, L,
+                     ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
+                      "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj"), "Mistral")
 tt.finish("PASSED")

@@ -28,7 +28,6 @@ import hf_files as hff  # noqa: E402
 trident, probe, work, quick = hff.oracle_start(sys.argv, tt.HF_NEW_PACKAGES)
 import torch  # noqa: E402
 import transformers  # noqa: E402
-from safetensors.torch import load_file  # noqa: E402
 from transformers import Phi3Config, Phi3ForCausalLM  # noqa: E402
 
 L, V, T, F, C, NH = 2, 300, 32, 80, 48, 4  # V: byte tokens fit
@@ -49,49 +48,6 @@ def phi3_grad(G, name, NG):
         gate, up = G[h + "mlp.gate_up_proj.weight"].chunk(2)
         split.update({h + "mlp.gate_proj.weight": gate, h + "mlp.up_proj.weight": up})
     return hff.llama_grad(split, name, NH, NG, HS, C)
-
-
-def lora_check(name, cfg, ck, src):
-    """A LoRA run of cfg's model from checkpoint ck (rank 2, alpha 4, every target, two iterations):
-    --adapters-only's names and targets; W (src's) + 2 B A = the --merge-lora export's tensor."""
-    run_cfg = tt.write(os.path.join(work, name + "-lora.yaml"),
-                       open(cfg).read().replace(f'  load: "{ck}"\n', f'  save: "{ck}-lora"\n')
-                       .replace("  train_iters: 1\n", "  train_iters: 2\n") +  # (lr 0 at the last)
-                       f'finetune:\n  load: "{ck}"\n'
-                       "  lora: {rank: 2, alpha: 4.0, target_modules: [qkv, proj, fc1, fc2]}\n")
-    r = tt.run(tt.train_cmd(trident, run_cfg, os.path.join(work, name + "-lora-run"), flags=["--quiet"]),
-               timeout=300)
-    if not tt.check(f"{name}: a LoRA run from the import", r.returncode == 0, r.stderr[-1500:]):
-        return
-    outs = {}
-    for how in ("adapters-only", "merge-lora"):
-        outs[how] = os.path.join(work, f"{name}-{how}")
-        rc, _, err = tt.outputs([trident, "convert", "--to", "hf", "--config", run_cfg, "--input", ck + "-lora",
-                                 "--output", outs[how], "--" + how], timeout=300)
-        tt.check(f"{name}: convert --to hf --{how}", rc == 0, err)
-    if not all(os.path.exists(os.path.join(d, f)) for d, f in ((outs["adapters-only"], "adapter_config.json"),
-                                                                (outs["merge-lora"], "model.safetensors"))):
-        return
-    acfg = json.load(open(os.path.join(outs["adapters-only"], "adapter_config.json")))
-    tt.check(f"{name}: adapter_config.json targets Phi-3's qkv_proj, o_proj, gate_up_proj, down_proj",
-             acfg.get("target_modules") == ["qkv_proj", "o_proj", "gate_up_proj", "down_proj"]
-             and acfg.get("r") == 2 and acfg.get("lora_alpha") == 4, str(acfg))
-    a = load_file(os.path.join(outs["adapters-only"], "adapter_model.safetensors"))
-    base, merged = load_file(os.path.join(src, "model.safetensors")), \
-        load_file(os.path.join(outs["merge-lora"], "model.safetensors"))
-    want = {f"model.layers.{i}.{m}" for i in range(L)
-            for m in ("self_attn.qkv_proj", "self_attn.o_proj", "mlp.gate_up_proj", "mlp.down_proj")}
-    got = {k[len("base_model.model."):-len(".lora_A.weight")] for k in a if k.endswith(".lora_A.weight")}
-    worst, moved = 0.0, 0.0
-    for mod in sorted(got & want):
-        A, B = a[f"base_model.model.{mod}.lora_A.weight"], a[f"base_model.model.{mod}.lora_B.weight"]
-        W = base[mod + ".weight"]
-        worst = max(worst, ((W + 2.0 * B @ A) - merged[mod + ".weight"]).abs().max().item())
-        moved = max(moved, (B @ A).abs().max().item())
-    tt.check(f"{name}: --adapters-only's {len(got)} adapters under Phi-3's names: W + (4 / 2) B A is the "
-             f"--merge-lora export's tensor within 1e-6", got == want and len(a) == 2 * len(want)
-             and worst <= 1e-6 and moved > 1e-6,
-             f"names {sorted(got ^ want)}; max |W + 2 BA - merged| {worst:.1e}; max |BA| {moved:.1e}", show=True)
 
 
 prefix = tt.make_corpus(trident, work, 31, ["fused", "qkv", "gate", "up", "phi", "mini"], 300, 5, 50)
@@ -137,5 +93,7 @@ for name, NG, tied, window, two, lora in (
     layouts = [("1", 1, 1, 1, ())] + ([] if quick else [two])
     hff.grads_check(trident, cfg, work, name, layouts, hf_loss, lambda t: phi3_grad(G, t, NG), n_tensors)
     if lora:
-        lora_check(name, cfg, ck, src)
+        hff.lora_merge_check(trident, work, name, cfg, ck, src, L,
+                             ("self_attn.qkv_proj", "self_attn.o_proj", "mlp.gate_up_proj", "mlp.down_proj"),
+                             "Phi-3")
 tt.finish("PASSED")
