@@ -118,6 +118,19 @@ static int whole_shape(const tr_model_config *m, int family, tr_gpt_shape *s)
     return TR_OK;
 }
 
+int hf_config_sizes_match(const char *ckpt_dir, const tr_model_config *m,
+                          const tr_model_config *mc)
+{
+    if (mc->num_layers != m->num_layers || mc->hidden_size != m->hidden_size ||
+        mc->num_attention_heads != m->num_attention_heads || mc->vocab_size != m->vocab_size ||
+        mc->max_position_embeddings != m->max_position_embeddings)
+        return tr_fail(TR_ERR_INVALID, "%s holds a model of num_layers %d, hidden_size %d, "
+                       "num_attention_heads %d, vocab_size %d, max_position_embeddings %d; the "
+                       "config's model differs", ckpt_dir, m->num_layers, m->hidden_size,
+                       m->num_attention_heads, m->vocab_size, m->max_position_embeddings);
+    return TR_OK;
+}
+
 int hf_whole_model(const tr_model_config *m, int family, tr_gpt **g, float **params)
 {
     *g = NULL;
@@ -363,14 +376,8 @@ int tr_hf_export(const char *ckpt_dir, const char *hf_dir, const tr_hf_export_op
     if (!rc && family == TR_HF_FALCON) /* (before anything is read) */
         rc = hf_falcon_check(o->model ? o->model : &m);
     const tr_model_config *mc = o->model;
-    if (!rc && mc && (mc->num_layers != m.num_layers || mc->hidden_size != m.hidden_size ||
-                      mc->num_attention_heads != m.num_attention_heads ||
-                      mc->vocab_size != m.vocab_size ||
-                      mc->max_position_embeddings != m.max_position_embeddings))
-        rc = tr_fail(TR_ERR_INVALID, "%s holds a model of num_layers %d, hidden_size %d, "
-                     "num_attention_heads %d, vocab_size %d, max_position_embeddings %d; the "
-                     "config's model differs", ckpt_dir, m.num_layers, m.hidden_size,
-                     m.num_attention_heads, m.vocab_size, m.max_position_embeddings);
+    if (!rc && mc)
+        rc = hf_config_sizes_match(ckpt_dir, &m, mc);
     if (!rc && family != TR_HF_GPT2 && mc)
         m = *mc;
     if (!rc)

@@ -15,6 +15,10 @@ typedef struct {
 } hf_out_dir;
 TR_MUST_CHECK int hf_out_begin(const char *output, hf_out_dir *o);
 TR_MUST_CHECK int hf_out_end(const hf_out_dir *o, int rc);
+/* convert.c: the config's model mc has the sizes of checkpoint ckpt_dir's m (num_layers,
+ * hidden_size, heads, vocab_size, max_position_embeddings), else TR_ERR_INVALID naming them. */
+TR_MUST_CHECK int hf_config_sizes_match(const char *ckpt_dir, const tr_model_config *m,
+                                        const tr_model_config *mc);
 /* convert.c: a model of m holding every layer (one stage, TP 1; family TR_HF_GPT2: GPT-2's
  * shape of m's sizes, else m's switches) bound to host memory *params (free()). */
 TR_MUST_CHECK int hf_whole_model(const tr_model_config *m, int family, tr_gpt **g,

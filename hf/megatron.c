@@ -266,18 +266,8 @@ static int find_layers(mlm_ckpt *k)
     return TR_OK;
 }
 
-/* How the TP shards of a tensor make the whole one: replicated (rank 0's), rows (column- and
- * vocabulary-parallel), columns (row-parallel), SwiGLU's per-rank [gate_r; up_r] rows. */
-enum { MLM_REP, MLM_ROWS, MLM_COLS, MLM_GLU };
-
-typedef struct {
-    const char *trident;
-    const char *names[2]; /* alternatives: megatron-core's or the legacy model's */
-    int split;
-} mlm_name;
-
 /* per layer: megatron-core's names, then the legacy model's */
-static const mlm_name layer_names[2][12] = {
+const mlm_name mlm_layer_names[2][MLM_LAYER_NAMES] = {
     {{"ln1.weight", {"input_layernorm.weight", "self_attention.linear_qkv.layer_norm_weight"}, MLM_REP},
      {"ln1.bias", {"input_layernorm.bias", "self_attention.linear_qkv.layer_norm_bias"}, MLM_REP},
      {"qkv.weight", {"self_attention.linear_qkv.weight"}, MLM_ROWS},
@@ -304,7 +294,7 @@ static const mlm_name layer_names[2][12] = {
      {"fc_proj.bias", {"mlp.dense_4h_to_h.bias"}, MLM_REP}}};
 
 /* outside the layers (after the top prefix); lnf's legacy names after the layers' folder */
-static const mlm_name top_names[2][5] = {
+const mlm_name mlm_top_names[2][MLM_TOP_NAMES] = {
     {{"wte", {"embedding.word_embeddings.weight"}, MLM_ROWS},
      {"wpe", {"embedding.position_embeddings.weight"}, MLM_REP},
      {"lnf.weight", {"decoder.final_layernorm.weight"}, MLM_REP},
@@ -329,9 +319,9 @@ static int find_source(const mlm_ckpt *k, const tr_param_tensor *t, int swiglu, 
     const mlm_name *m = NULL;
     memset(s, 0, sizeof *s);
     if (sscanf(t->name, "layers.%d.%n", &l, &used) == 1 && used > 0) {
-        for (int i = 0; i < 12 && !m; i++)
-            if (!strcmp(t->name + used, layer_names[legacy][i].trident))
-                m = &layer_names[legacy][i];
+        for (int i = 0; i < MLM_LAYER_NAMES && !m; i++)
+            if (!strcmp(t->name + used, mlm_layer_names[legacy][i].trident))
+                m = &mlm_layer_names[legacy][i];
         for (int c = 0; c < k->vp && m && !s->names[0][0]; c++)
             for (int p = 0; p < k->pp; p++) {
                 const mlm_file *r = &k->files[p * k->tp];
@@ -344,9 +334,9 @@ static int find_source(const mlm_ckpt *k, const tr_param_tensor *t, int swiglu, 
                 }
             }
     } else {
-        for (int i = 0; i < 5 && !m; i++)
-            if (!strcmp(t->name, top_names[legacy][i].trident))
-                m = &top_names[legacy][i];
+        for (int i = 0; i < MLM_TOP_NAMES && !m; i++)
+            if (!strcmp(t->name, mlm_top_names[legacy][i].trident))
+                m = &mlm_top_names[legacy][i];
         int last = m && (!strncmp(t->name, "lnf.", 4) || !strcmp(t->name, "output_layer"));
         s->p = last ? k->pp - 1 : 0, s->c = last ? k->vp - 1 : 0;
         /* the legacy final norm is in the layers' folder (language_model.encoder.final_norm) */

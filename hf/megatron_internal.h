@@ -8,6 +8,23 @@
 
 #define MLM_MAX_VP 64 /* virtual pipeline chunks per stage */
 
+/* How the TP shards of a tensor make the whole one: replicated (rank 0's), rows (column- and
+ * vocabulary-parallel), columns (row-parallel), SwiGLU's per-rank [gate_r; up_r] rows. */
+enum { MLM_REP, MLM_ROWS, MLM_COLS, MLM_GLU };
+
+typedef struct {
+    const char *trident;
+    const char *names[2]; /* alternatives: megatron-core's or the legacy model's */
+    int split;
+} mlm_name;
+
+/* megatron.c: trident's names -> Megatron-LM's ([0] megatron-core's, [1] the legacy model's),
+ * per layer (after "layers.N.") and outside the layers */
+#define MLM_LAYER_NAMES 12
+#define MLM_TOP_NAMES 5
+extern const mlm_name mlm_layer_names[2][MLM_LAYER_NAMES];
+extern const mlm_name mlm_top_names[2][MLM_TOP_NAMES];
+
 /* What a file's args say. */
 typedef struct {
     tr_model_config m; /* the model section (strings are literals) */

@@ -23,6 +23,8 @@ static void convert_usage(FILE *f)
             "       trident convert --to hf --input CKPT_DIR --output HF_DIR [options]\n"
             "       trident convert --from megatron --input SAVE_DIR --output CKPT_DIR\n"
             "                       [--iteration N]\n"
+            "       trident convert --to megatron --input CKPT_DIR --output SAVE_DIR\n"
+            "                       [--tp T] [--pp P] [--config FILE]\n"
             "\n"
             "Converts GPT-2, Llama, Qwen2, Bloom, GPT-NeoX, Falcon, Phi, StableLM, Gemma,\n"
             "GPTBigCode, GPT-J, MPT and OPT checkpoints between Hugging Face transformers\n"
@@ -44,6 +46,13 @@ static void convert_usage(FILE *f)
             "              any tensor / pipeline / virtual-pipeline layout) -> the same release\n"
             "              checkpoint; its args give the printed model section\n"
             "  --iteration N  --from megatron: iter_000000N instead of the tracker's\n"
+            "  --to megatron  the latest checkpoint of CKPT_DIR -> SAVE_DIR, Megatron-LM's\n"
+            "              --ckpt-format torch folder (the tracker 'release',\n"
+            "              release/mp_rank_TT[_PPP]/model_optim_rng.pt: args, megatron-core's\n"
+            "              names, F32, no optimizer: Megatron-LM loads it with --finetune or\n"
+            "              --no-load-optim --no-load-rng); --config FILE gives the model's\n"
+            "              switches (as for --to hf)\n"
+            "  --tp T, --pp P  --to megatron: tensor / pipeline-parallel sizes (default 1)\n"
             "  --adapters PEFT_DIR  --from hf: PEFT's LoRA adapters of HF_DIR (adapter_config.json,\n"
             "              adapter_model.safetensors or .bin) -> CKPT_DIR holds them as a LoRA\n"
             "              run's checkpoint, CKPT_DIR/base the base; the printed finetune and\n"
@@ -208,14 +217,16 @@ static void print_lora_sections(const char *dir, const tr_hf_lora_import *li)
 
 int tr_cmd_convert(int argc, char **argv)
 {
-    enum { FROM, TO, INPUT, OUTPUT, DTYPE, SHARD, EOS, CONFIG, MERGE, ADAPTERS, PEFT, ITER };
+    enum { FROM, TO, INPUT, OUTPUT, DTYPE, SHARD, EOS, CONFIG, MERGE, ADAPTERS, PEFT, ITER, TP,
+           PP };
     static const arg_opt options[] = {
         [FROM] = {"--from", ARG_VALUE},   [TO] = {"--to", ARG_VALUE},
         [INPUT] = {"--input", ARG_VALUE}, [OUTPUT] = {"--output", ARG_VALUE},
         [DTYPE] = {"--dtype", ARG_VALUE}, [SHARD] = {"--max-shard-size", ARG_VALUE},
         [EOS] = {"--eos-id", ARG_VALUE},  [CONFIG] = {"--config", ARG_VALUE},
         [MERGE] = {"--merge-lora", ARG_FLAG}, [ADAPTERS] = {"--adapters-only", ARG_FLAG},
-        [PEFT] = {"--adapters", ARG_VALUE}, [ITER] = {"--iteration", ARG_VALUE}, {NULL},
+        [PEFT] = {"--adapters", ARG_VALUE}, [ITER] = {"--iteration", ARG_VALUE},
+        [TP] = {"--tp", ARG_VALUE}, [PP] = {"--pp", ARG_VALUE}, {NULL},
     };
     arg_parser a = {.cmd = "trident convert", .opts = options, .usage = convert_usage,
                     .argc = argc, .argv = argv};
@@ -223,6 +234,7 @@ int tr_cmd_convert(int argc, char **argv)
     const char *peft = NULL;
     tr_hf_export_options o = {.max_shard_bytes = 5000000000ULL, .eos_token_id = -1};
     int rc = 0, opt, export_opts = 0, merge = 0, adapters = 0, megatron = 0, mlm_iter = -1;
+    int to_mlm = 0, tp = 0, pp = 0, hf_only = 0;
     while (!rc && (opt = args_next(&a, &v)) != ARGS_END) {
         if (opt == ARGS_HELP || opt == ARGS_ERROR)
             return opt == ARGS_HELP ? 0 : 2;
@@ -231,13 +243,16 @@ int tr_cmd_convert(int argc, char **argv)
                                 "--output)", v);
         else if (opt == FROM && !strcmp(v, "megatron"))
             from = v, megatron = 1;
+        else if (opt == TO && !strcmp(v, "megatron"))
+            to = v, to_mlm = 1;
+        else if (opt == TP || opt == PP)
+            rc = args_int(&a, opt == TP ? "--tp" : "--pp", v, 1, 4096, opt == TP ? &tp : &pp);
         else if (opt == ITER)
             rc = args_int(&a, "--iteration", v, 0, 9999999, &mlm_iter);
         else if (opt == FROM || opt == TO) {
             if (strcmp(v, "hf"))
                 rc = args_error(&a, opt == FROM ? "%s needs 'hf' or 'megatron', got '%s'"
-                                                : "%s needs 'hf' (the one format written), got "
-                                                  "'%s'", opt == FROM ? "--from" : "--to", v);
+                                                : "%s needs 'hf' or 'megatron', got '%s'", opt == FROM ? "--from" : "--to", v);
             *(opt == FROM ? &from : &to) = v;
         } else if (opt == INPUT)
             input = v;
@@ -246,12 +261,12 @@ int tr_cmd_convert(int argc, char **argv)
         else if (opt == PEFT)
             peft = v;
         else if (opt == DTYPE) {
-            export_opts = 1;
+            export_opts = hf_only = 1;
             if (strcmp(v, "fp32") && strcmp(v, "bf16"))
                 rc = args_error(&a, "--dtype needs fp32 or bf16, got '%s'", v);
             o.bf16 = !strcmp(v, "bf16");
         } else if (opt == SHARD) {
-            export_opts = 1;
+            export_opts = hf_only = 1;
             if (!parse_size(v, &o.max_shard_bytes))
                 rc = args_error(&a, "--max-shard-size needs a size such as 5GB, 200MB or "
                                     "1048576, got '%s'", v);
@@ -262,12 +277,13 @@ int tr_cmd_convert(int argc, char **argv)
             export_opts = 1;
             *(opt == MERGE ? &merge : &adapters) = 1;
         } else if (opt == EOS) {
-            export_opts = 1;
+            export_opts = hf_only = 1;
             rc = args_int(&a, "--eos-id", v, 0, 0x7fffffff, &o.eos_token_id);
         }
     }
     if (!rc && !from == !to)
-        rc = args_error(&a, "give the direction once: --from hf (import) or --to hf (export)");
+        rc = args_error(&a, "give the direction once: --from hf|megatron (import) or --to hf|megatron "
+                            "(export)");
     if (!rc && (!input || !output))
         rc = args_error(&a, "--input and --output are both needed");
     if (!rc && from && export_opts)
@@ -276,6 +292,11 @@ int tr_cmd_convert(int argc, char **argv)
         rc = args_error(&a, "--adapters PEFT_DIR applies to --from hf");
     if (!rc && !megatron && mlm_iter >= 0)
         rc = args_error(&a, "--iteration N applies to --from megatron");
+    if (!rc && !to_mlm && (tp || pp))
+        rc = args_error(&a, "--tp and --pp apply to --to megatron");
+    if (!rc && to_mlm && (merge || adapters || hf_only))
+        rc = args_error(&a, "--to megatron takes --config, --tp and --pp (not --dtype, "
+                        "--max-shard-size, --eos-id, --merge-lora or --adapters-only)");
     if (!rc && merge && adapters)
         rc = args_error(&a, "--merge-lora and --adapters-only exclude each other");
     char base[4200];
@@ -318,6 +339,9 @@ int tr_cmd_convert(int argc, char **argv)
     tr_megatron_info mi;
     if (megatron)
         rc = tr_megatron_import(input, mlm_iter, output, &m, &mi);
+    else if (to_mlm)
+        rc = tr_megatron_export(input, output, tp ? tp : 1, pp ? pp : 1,
+                                config ? &cfg.model : NULL, &iteration);
     else if (peft)
         rc = tr_hf_import_lora(input, peft, output, &m, &li);
     else if (merge || adapters)
@@ -346,6 +370,10 @@ int tr_cmd_convert(int argc, char **argv)
         print_model_section(&m);
         printf("  make_vocab_size_divisible_by: %d\n  init_method_std: %.9g\n",
                m.make_vocab_size_divisible_by, m.init_method_std);
+    } else if (to_mlm) {
+        printf("trident convert: %s (iteration %d) -> %s (Megatron-LM release, TP %d, PP %d, "
+               "megatron-core names, fp32) in %.2f s\n", input, iteration, output, tp ? tp : 1,
+               pp ? pp : 1, tr_now() - t0);
     } else if (from && peft) {
         printf("trident convert: %s + %s -> %s (the adapters' release checkpoint; %s/base: the "
                "base's) in %.2f s\n", input, peft, output, output, tr_now() - t0);

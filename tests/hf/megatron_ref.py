@@ -2,7 +2,7 @@
 (--ckpt-format torch: megatron/training/checkpointing.py's get_checkpoint_name, the tracker,
 the dict of args, checkpoint_version 3.0, iteration, model / model0.., optimizer,
 opt_param_scheduler, rng_state), with their logits for test_megatron_oracle.py.
-usage: megatron_ref.py OUT RANK WORLD PORT
+usage: megatron_ref.py OUT RANK WORLD PORT [SAVE LOGITS]
   WORLD 1: TP 1 models (a GPT-2-like one with the exact GELU, a Llama-like one), the Llama-like
            one over PP 2 x 2 virtual chunks (one process: parallel_state's pipeline ranks
            patched, the chunks' forward chained), and the GPT-2-like one under the legacy
@@ -10,7 +10,10 @@ usage: megatron_ref.py OUT RANK WORLD PORT
   WORLD 2: rank RANK of TP 2 (gloo): the GPT-2-like one with the fused bias-GELU (tanh) under
            megatron-core's and the legacy model's names, the Llama-like one
 Each model: OUT/NAME/save (the --save folder), OUT/NAME/logits.f32 ([2, 16, V]) for the int32
-tokens OUT/tokens.i32 ([2, 16]), written by rank 0."""
+tokens OUT/tokens.i32 ([2, 16]), written by rank 0.
+With SAVE (a `trident convert --to megatron` folder, TP WORLD, PP 1): megatron-core's GPTModel of
+SAVE's args (as Megatron-LM's core_transformer_config_from_args makes it) loads each rank's
+model with load_state_dict(strict=True); rank 0 writes the logits to LOGITS."""
 import argparse
 import contextlib
 import io
@@ -73,16 +76,21 @@ FAMILIES = {
 }
 
 
-def build(family, fusion, pre=True, post=True):
-    f = FAMILIES[family]
-    cfg = TransformerConfig(**f["cfg"], use_cpu_initialization=True, hidden_dropout=0.0,
-                            attention_dropout=0.0, bias_activation_fusion=fusion)
+def gpt_model(cfg, vocab, max_len, pre, post, **kw):
+    """megatron-core's GPTModel of TransformerConfig cfg, local spec (RMSNorm: ours)"""
     spec = get_gpt_layer_local_spec()
     if cfg.normalization == "RMSNorm":
         spec.submodules.input_layernorm = spec.submodules.pre_mlp_layernorm = RMSNorm
         tblock.LayerNormImpl = RMSNorm
-    m = GPTModel(config=cfg, transformer_layer_spec=spec, vocab_size=V, max_sequence_length=32,
-                 pre_process=pre, post_process=post, **f["model"])
+    return GPTModel(config=cfg, transformer_layer_spec=spec, vocab_size=vocab,
+                    max_sequence_length=max_len, pre_process=pre, post_process=post, **kw)
+
+
+def build(family, fusion, pre=True, post=True):
+    f = FAMILIES[family]
+    cfg = TransformerConfig(**f["cfg"], use_cpu_initialization=True, hidden_dropout=0.0,
+                            attention_dropout=0.0, bias_activation_fusion=fusion)
+    m = gpt_model(cfg, V, 32, pre, post, **f["model"])
     # every parameter away from its initial value: a TP-split one per rank, a replicated one the
     # same on every rank, each pipeline chunk's its own (the seed of the first layer's number)
     first = m.decoder.layers[0].layer_number if len(m.decoder.layers) else 0
@@ -192,7 +200,30 @@ ids = torch.randint(0, V, (B, T))
 if rank == 0:
     ids.numpy().astype("<i4").tofile(os.path.join(out, "tokens.i32"))
 
-if world == 1:
+if len(sys.argv) > 6:  # load an exported SAVE
+    save_dir, logits_path = sys.argv[5:7]
+    sd = torch.load(os.path.join(save_dir, "release", f"mp_rank_{rank:02d}", "model_optim_rng.pt"),
+                    weights_only=False)
+    a = sd["args"]
+    assert a.tensor_model_parallel_size == world and a.pipeline_model_parallel_size == 1
+    act = F.silu if a.swiglu else (lambda x: F.gelu(x, approximate="tanh")) if a.openai_gelu else F.gelu
+    cfg = TransformerConfig(
+        num_layers=a.num_layers, hidden_size=a.hidden_size, num_attention_heads=a.num_attention_heads,
+        num_query_groups=a.num_query_groups if a.group_query_attention else None,
+        ffn_hidden_size=a.ffn_hidden_size, kv_channels=a.kv_channels, gated_linear_unit=a.swiglu,
+        activation_func=act, bias_activation_fusion=a.bias_gelu_fusion, normalization=a.normalization,
+        layernorm_epsilon=a.norm_epsilon, add_bias_linear=a.add_bias_linear, add_qkv_bias=a.add_qkv_bias,
+        apply_query_key_layer_scaling=False, use_cpu_initialization=True, hidden_dropout=0.0,
+        attention_dropout=0.0, params_dtype=a.params_dtype)
+    m = gpt_model(cfg, a.padded_vocab_size, a.max_position_embeddings, True, True,
+                  position_embedding_type=a.position_embedding_type, rotary_base=int(a.rotary_base),
+                  rotary_percent=a.rotary_percent,
+                  share_embeddings_and_output_weights=not a.untie_embeddings_and_output_weights)
+    m.load_state_dict(sd["model"], strict=True)
+    y = run(m.eval(), ids)[..., :a.vocab_size]
+    if rank == 0:
+        y.float().numpy().astype("<f4").tofile(logits_path)
+elif world == 1:
     for family, fusion in (("gpt", False), ("llama", False)):
         name = f"{family}-tp1"
         m = build(family, fusion)

@@ -8,6 +8,11 @@ section) equal megatron-core's within 1e-5 of the largest; the legacy names give
 byte for byte. Refused with exit 2 naming the file: a missing rank file, an extra rank folder, args
 that disagree, MoE, a truncated file, a pickle calling os.system (not run), a missing, an extra and a
 misshapen tensor, a bad tracker, a missing iteration.
+Export (`--to megatron`) of the imports gpt-tp1 (exact GELU), gpt-tp2 (bias-GELU) and llama-tp1 at
+TP 1, TP 2 (and llama at TP 2 x PP 2): imported back, the same checkpoint bit for bit; megatron-core's
+GPTModel of the exported args loads each rank's model strictly (TP 2: two gloo ranks) and its logits
+equal trident's within 1e-5 of the largest. Refused with exit 2 and no output: --tp 3, --pp 3, a
+parallel_residual and an alibi model.
 usage: test_megatron_oracle.py TRIDENT HF_PROBE WORKDIR VENV"""
 import os
 import shutil
@@ -104,6 +109,61 @@ for tp in (1, 2):
 rc, out, err = convert(os.path.join(work, "llama-tp1", "save"), os.path.join(work, "it10"), "--iteration", "10")
 tt.check("--iteration 10: the same checkpoint as the tracker's",
          rc == 0 and hff.same_checkpoint(cks["llama-tp1"], os.path.join(work, "it10")), err)
+
+
+# ------------------------------------------------------------------ export (--to megatron)
+def export(name, save, *extra):
+    return tt.outputs([trident, "convert", "--to", "megatron", "--input", cks[name], "--output", save,
+                       *extra], timeout=120)
+
+
+loads = []
+for name, layouts in (("gpt-tp1", ((1, 1),)), ("gpt-tp2", ((2, 1),)),
+                      ("llama-tp1", ((1, 1), (2, 1), (2, 2)))):
+    for tp, pp in layouts:
+        what = f"{name} --to megatron --tp {tp} --pp {pp}"
+        save = os.path.join(work, "export", f"{name}-tp{tp}-pp{pp}")
+        rc, out, err = export(name, save, "--tp", str(tp), "--pp", str(pp), "--config",
+                              os.path.join(work, name + ".yaml"))
+        if not tt.check(what, rc == 0, err[-800:]):
+            continue
+        rc, out, err = convert(save, save + "-back")
+        tt.check(f"{what}, --from megatron: the same checkpoint, bit for bit",
+                 rc == 0 and hff.same_checkpoint(cks[name], save + "-back"), err[-800:])
+        if pp == 1:  # megatron-core loads it (one process per TP rank)
+            port = free_port()
+            loads.append((what, name, save, [subprocess.Popen(
+                [py, ref, os.path.join(work, "export"), str(r), str(tp), port, save, save + ".logits"],
+                env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for r in range(tp)]))
+for what, name, save, ps in loads:
+    outs = [p.communicate(timeout=240)[0] for p in ps]
+    if not tt.check(f"{what}: megatron-core's GPTModel loads it (strict)", all(p.returncode == 0 for p in ps),
+                    "".join(o[-1500:] for o in outs)):
+        continue
+    theirs, ours = np.fromfile(save + ".logits", "<f4"), np.fromfile(os.path.join(work, name + ".logits"), "<f4")
+    rel = float(np.abs(ours - theirs).max() / np.abs(ours).max()) if ours.shape == theirs.shape else 1.0
+    tt.check(f"{what}: megatron-core's logits = trident's", rel <= 1e-5,
+             f"max |diff| / max |logit| = {rel:.1e}", show=True)
+
+
+def export_refused(what, name, needles, *extra, yaml_edit=None):
+    cfg = os.path.join(work, name + ".yaml")
+    if yaml_edit:
+        with open(cfg) as f:
+            cfg = tt.write(os.path.join(work, "bad", what.split()[0] + ".yaml"), yaml_edit(f.read()))
+    save = os.path.join(work, "bad", "export-" + what.split()[0])
+    rc, out, err = export(name, save, "--config", cfg, *extra)
+    tt.check(f"--to megatron refused: {what}", rc == 2 and all(n in err for n in needles) and
+             not os.path.exists(save), f"exit {rc}: {err[-600:]}", show=True)
+
+
+os.makedirs(os.path.join(work, "bad"), exist_ok=True)
+export_refused("tp3 (4 heads)", "llama-tp1", ["num_attention_heads 4", "--tp 3"], "--tp", "3")
+export_refused("pp3 (4 layers)", "llama-tp1", ["num_layers 4", "--pp 3"], "--pp", "3")
+export_refused("parallel_residual", "gpt-tp1", ["parallel_residual", "GPTModel cannot hold it"],
+               yaml_edit=lambda y: y.replace("model:\n", "model:\n  parallel_residual: true\n", 1))
+export_refused("alibi", "gpt-tp1", ["position_embedding_type alibi", "GPTModel cannot hold it"],
+               yaml_edit=lambda y: y.replace("learned_absolute", "alibi", 1))
 
 
 # ------------------------------------------------------------------ refusals
