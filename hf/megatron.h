@@ -75,15 +75,17 @@ TR_MUST_CHECK int tr_megatron_import(const char *save_dir, int iteration, const 
  * whole or not at all) as Megatron-LM's --ckpt-format torch folder: the tracker "release",
  * release/mp_rank_TT[_PPP]/model_optim_rng.pt per (tensor, pipeline) rank, each a torch.save
  * ZIP (hf/torch_write.h) of {args (Namespace: the model's keys mlm_read_args reads, the sizes
- * tp, pp, padded_vocab_size of tp, params_dtype torch.float32, transformer_impl local),
- * checkpoint_version 3.0, iteration, model (megatron-core's names, local spec: F32 shards as
+ * tp, pp, padded_vocab_size of tp, params_dtype torch.float32, transformer_impl local; bf16:
+ * args.bf16 True, params_dtype torch.bfloat16), checkpoint_version 3.0, iteration, model
+ * (megatron-core's names, local spec: F32 shards (bf16: BF16, rounded to nearest even) as
  * the import merges them, stage p holding layers [p L/pp, (p+1) L/pp) numbered from 0, a tied
  * model's last stage its own output_layer.weight when pp > 1)}; no optimizer or RNG state.
  * TR_ERR_INVALID: a model GPTModel cannot be (alibi, parallel_residual, embedding_layernorm,
  * geglu, relu, output_layer_bias, add_mlp_bias alone, LayerNorm without bias,
  * embedding_multiplier, sliding_window) named; heads, groups, ffn not divisible by tp, layers
- * by pp; a rank file past 4 GiB (no ZIP64). *iteration: the checkpoint's. */
+ * by pp. *iteration: the checkpoint's. */
 TR_MUST_CHECK int tr_megatron_export(const char *ckpt_dir, const char *save_dir, int tp, int pp,
-                                     const tr_model_config *config_model, int *iteration);
+                                     int bf16, const tr_model_config *config_model,
+                                     int *iteration);
 
 #endif

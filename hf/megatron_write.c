@@ -94,7 +94,8 @@ static int check_layout(const tr_model_config *m, int tp, int pp)
 }
 
 /* args: Megatron-LM's names for the model (megatron_args.c reads them back) */
-static void write_args(ptw *w, const tr_model_config *m, int tp, int pp, int iteration)
+static void write_args(ptw *w, const tr_model_config *m, int tp, int pp, int bf16,
+                       int iteration)
 {
     int tanh = !strcmp(m->gelu_approximate, "tanh") && !m->swiglu;
     ptw_str(w, "args");
@@ -140,7 +141,7 @@ static void write_args(ptw *w, const tr_model_config *m, int tp, int pp, int ite
                  {"apply_residual_connection_post_layernorm", 0},
                  {"use_mcore_models", 1},
                  {"fp16", 0},
-                 {"bf16", 0}};
+                 {"bf16", bf16}};
     for (size_t i = 0; i < sizeof bools / sizeof bools[0]; i++) {
         ptw_str(w, bools[i].key);
         ptw_bool(w, bools[i].v);
@@ -174,7 +175,7 @@ static void write_args(ptw *w, const tr_model_config *m, int tp, int pp, int ite
     ptw_str(w, "num_experts");
     ptw_none(w);
     ptw_str(w, "params_dtype");
-    ptw_global(w, "torch", "float32");
+    ptw_global(w, "torch", bf16 ? "bfloat16" : "float32");
     ptw_namespace_end(w);
 }
 
@@ -242,17 +243,27 @@ static void extra_state(ptw *w, const char *name)
     ptw_none(w);
 }
 
-/* One rank file: args, version, iteration, the stage's shards. */
+/* The n floats at buf as bf16 (rounded to nearest even) in buf's first 2 n bytes. */
+static void to_bf16_in_place(float *buf, size_t n)
+{
+    unsigned char *out = (unsigned char *)buf;
+    for (size_t i = 0; i < n; i++) { /* writes bytes 2i, 2i + 1: floats before i, read */
+        uint16_t h = tr_f32_to_bf16(buf[i]);
+        memcpy(out + 2 * i, &h, 2);
+    }
+}
+
+/* One rank file: args, version, iteration, the stage's shards (bf16: BF16). */
 static int write_rank(const char *path, tr_gpt *g, const float *params,
-                      const tr_model_config *m, int tp, int pp, int t, int p, int iteration,
-                      float *buf)
+                      const tr_model_config *m, int tp, int pp, int bf16, int t, int p,
+                      int iteration, float *buf)
 {
     ptw *w;
     int rc = ptw_open(path, &w);
     if (rc)
         return rc;
     ptw_dict_begin(w);
-    write_args(w, m, tp, pp, iteration);
+    write_args(w, m, tp, pp, bf16, iteration);
     ptw_str(w, "checkpoint_version");
     ptw_float(w, 3.0);
     ptw_str(w, "iteration");
@@ -281,8 +292,11 @@ static int write_rank(const char *path, tr_gpt *g, const float *params,
             cut(x, split, t, tp, x->vocab_rows ? Rv : (size_t)x->full_rows, params + x->offset,
                 buf, &rows, &cols);
             uint64_t shape[2] = {rows, cols};
+            if (bf16)
+                to_bf16_in_place(buf, rows * cols);
             ptw_str(w, name);
-            rc = ptw_tensor(w, TR_ST_F32, x->full_cols > 1 ? 2 : 1, shape, buf);
+            rc = ptw_tensor(w, bf16 ? TR_ST_BF16 : TR_ST_F32, x->full_cols > 1 ? 2 : 1, shape,
+                            buf);
             extra_state(w, name);
         }
     }
@@ -302,7 +316,7 @@ static int make_dir(const char *path)
 
 /* SAVE (the temporary folder): the tracker, release/mp_rank_TT[_PPP]/model_optim_rng.pt */
 static int write_save(const char *dir, tr_gpt *g, const float *params, const tr_model_config *m,
-                      int tp, int pp, int iteration)
+                      int tp, int pp, int bf16, int iteration)
 {
     char path[4400];
     snprintf(path, sizeof path, "%s/latest_checkpointed_iteration.txt", dir);
@@ -327,14 +341,14 @@ static int write_save(const char *dir, tr_gpt *g, const float *params, const tr_
                            : snprintf(path, sizeof path, "%s/release/mp_rank_%02d", dir, t);
             if (!(rc = make_dir(path))) {
                 snprintf(path + k, sizeof path - (size_t)k, "/model_optim_rng.pt");
-                rc = write_rank(path, g, params, m, tp, pp, t, p, iteration, buf);
+                rc = write_rank(path, g, params, m, tp, pp, bf16, t, p, iteration, buf);
             }
         }
     free(buf);
     return rc;
 }
 
-int tr_megatron_export(const char *ckpt_dir, const char *save_dir, int tp, int pp,
+int tr_megatron_export(const char *ckpt_dir, const char *save_dir, int tp, int pp, int bf16,
                        const tr_model_config *config_model, int *iteration)
 {
     tr_model_config m = {0};
@@ -359,7 +373,7 @@ int tr_megatron_export(const char *ckpt_dir, const char *save_dir, int tp, int p
     if (!rc)
         rc = tr_checkpoint_load_model(ckpt_dir, g, tr_kernels_cpu(), params, &it);
     if (!rc && !(rc = hf_out_begin(save_dir, &o)))
-        rc = hf_out_end(&o, write_save(o.tmp, g, params, &m, tp, pp, it));
+        rc = hf_out_end(&o, write_save(o.tmp, g, params, &m, tp, pp, bf16, it));
     tr_gpt_free(g);
     free(params);
     if (!rc && iteration)

@@ -10,7 +10,8 @@
 
 #define ARCHIVE "archive"
 #define ALIGN 64                      /* data entries start at multiples of this (as torch's) */
-#define ZIP32_MAX 0xffffffffull       /* past this ZIP64 would be needed */
+#define ZIP32_MAX 0xffffffffull       /* a size or offset from this on is ZIP64's */
+#define ZIP64_ENV "TRIDENT_TEST_FORCE_ZIP64" /* 1: every ZIP64 record, whatever the sizes */
 
 typedef struct {
     char *name;
@@ -27,6 +28,7 @@ struct ptw {
     ptw_entry *e;
     size_t n_e, cap_e;
     int keys;  /* storages written */
+    int zip64; /* 1: every entry and the end with ZIP64's records (tests) */
     int error; /* the first error's code (its message set) */
 };
 
@@ -182,19 +184,14 @@ static void put(ptw *w, const void *b, size_t n)
     w->at += n;
 }
 
-/* Entry ARCHIVE/rel of n bytes: its local header (padded so the bytes start aligned) and its
- * bytes. */
+/* Entry ARCHIVE/rel of n bytes: its local header (a ZIP64 extra field of both sizes where n
+ * needs it, then padding so the bytes start aligned) and its bytes. */
 static void entry(ptw *w, const char *rel, const void *data, size_t n)
 {
     if (w->error)
         return;
     char name[256];
     int nl = snprintf(name, sizeof name, ARCHIVE "/%s", rel);
-    if (w->at + 30 + (uint64_t)nl + 4 + ALIGN + n > ZIP32_MAX) {
-        fail_once(w, tr_fail(TR_ERR_INVALID, "%s: past 4 GiB at %s (ZIP64 is not written: "
-                             "use more tensor- or pipeline-parallel ranks)", w->path, name));
-        return;
-    }
     if (w->n_e == w->cap_e) {
         size_t cap = w->cap_e ? 2 * w->cap_e : 64;
         ptw_entry *e = realloc(w->e, cap * sizeof *e);
@@ -211,19 +208,26 @@ static void entry(ptw *w, const char *rel, const void *data, size_t n)
     }
     w->n_e++;
     e->crc = crc32_of(data, n, 0), e->size = n, e->header = w->at;
+    int big = w->zip64 || n >= ZIP32_MAX;
+    size_t x64 = big ? 20 : 0; /* ID 1, 16, uncompressed and compressed size */
     /* an extra field of padding (ID 'FB', as torch's writer) aligns the data */
-    size_t pad = (size_t)((ALIGN - (w->at + 30 + (uint64_t)nl + 4) % ALIGN) % ALIGN);
-    unsigned char h[30 + 256 + 4 + ALIGN] = {0};
+    size_t pad = (size_t)((ALIGN - (w->at + 30 + (uint64_t)nl + x64 + 4) % ALIGN) % ALIGN);
+    unsigned char h[30 + 256 + 20 + 4 + ALIGN] = {0}, *x = h + 30 + nl;
     le_put(h, 0x04034b50u, 4);
-    le_put(h + 4, 20, 2);            /* version needed */
+    le_put(h + 4, big ? 45 : 20, 2); /* version needed: 4.5 for ZIP64 */
     le_put(h + 14, e->crc, 4);
-    le_put(h + 18, n, 4), le_put(h + 22, n, 4);
+    le_put(h + 18, big ? ZIP32_MAX : n, 4), le_put(h + 22, big ? ZIP32_MAX : n, 4);
     le_put(h + 26, (uint64_t)nl, 2);
-    le_put(h + 28, 4 + pad, 2);
+    le_put(h + 28, x64 + 4 + pad, 2);
     memcpy(h + 30, name, (size_t)nl);
-    h[30 + nl] = 'F', h[31 + nl] = 'B';
-    le_put(h + 32 + nl, pad, 2);
-    put(w, h, 30 + (size_t)nl + 4 + pad);
+    if (big) {
+        le_put(x, 1, 2), le_put(x + 2, 16, 2);
+        le_put(x + 4, n, 8), le_put(x + 12, n, 8);
+        x += 20;
+    }
+    x[0] = 'F', x[1] = 'B';
+    le_put(x + 2, pad, 2);
+    put(w, h, 30 + (size_t)nl + x64 + 4 + pad);
     put(w, data, n);
 }
 
@@ -241,6 +245,8 @@ int ptw_open(const char *path, ptw **out)
         free(w);
         return rc;
     }
+    const char *z = getenv(ZIP64_ENV);
+    w->zip64 = z && !strcmp(z, "1");
     emit(w, "\x80\x02", 2); /* PROTO 2 */
     *out = w;
     return w->error;
@@ -286,31 +292,56 @@ int ptw_tensor(ptw *w, tr_st_dtype dtype, int ndim, const uint64_t *shape, const
     return w->error;
 }
 
-/* The central directory and its end record. */
+/* The central directory (a ZIP64 extra field of the sizes and offset past 32 bits, in that
+ * order) and its end record (after ZIP64's end record and locator where the count, size or
+ * offset passes the end record's fields). */
 static void directory(ptw *w)
 {
     uint64_t start = w->at;
     for (size_t i = 0; i < w->n_e && !w->error; i++) {
         const ptw_entry *e = &w->e[i];
-        size_t nl = strlen(e->name);
-        unsigned char c[46] = {0};
+        size_t nl = strlen(e->name), nx = 0;
+        int big_size = w->zip64 || e->size >= ZIP32_MAX;
+        int big_off = w->zip64 || e->header >= ZIP32_MAX;
+        unsigned char c[46] = {0}, x[4 + 24];
+        if (big_size)
+            le_put(x + 4 + nx, e->size, 8), le_put(x + 12 + nx, e->size, 8), nx += 16;
+        if (big_off)
+            le_put(x + 4 + nx, e->header, 8), nx += 8;
+        le_put(x, 1, 2), le_put(x + 2, nx, 2);
         le_put(c, 0x02014b50u, 4);
-        le_put(c + 4, 20, 2), le_put(c + 6, 20, 2);
+        le_put(c + 4, nx ? 45 : 20, 2), le_put(c + 6, nx ? 45 : 20, 2);
         le_put(c + 16, e->crc, 4);
-        le_put(c + 20, e->size, 4), le_put(c + 24, e->size, 4);
+        le_put(c + 20, big_size ? ZIP32_MAX : e->size, 4);
+        le_put(c + 24, big_size ? ZIP32_MAX : e->size, 4);
         le_put(c + 28, nl, 2);
-        le_put(c + 42, e->header, 4);
+        le_put(c + 30, nx ? 4 + nx : 0, 2);
+        le_put(c + 42, big_off ? ZIP32_MAX : e->header, 4);
         put(w, c, 46);
         put(w, e->name, nl);
+        if (nx)
+            put(w, x, 4 + nx);
     }
-    uint64_t size = w->at - start;
-    if (!w->error && (w->at > ZIP32_MAX - 22 || w->n_e > 0xffff))
-        fail_once(w, tr_fail(TR_ERR_INVALID, "%s: past 4 GiB or 65535 entries (ZIP64 is not "
-                             "written: use more tensor- or pipeline-parallel ranks)", w->path));
+    uint64_t size = w->at - start, n = w->n_e;
+    int big = w->zip64 || n >= 0xffff || size >= ZIP32_MAX || start >= ZIP32_MAX;
+    if (big) {
+        uint64_t rec = w->at;
+        unsigned char r[56] = {0}, l[20] = {0};
+        le_put(r, 0x06064b50u, 4);
+        le_put(r + 4, 56 - 12, 8); /* the record's size after this field */
+        le_put(r + 12, 45, 2), le_put(r + 14, 45, 2);
+        le_put(r + 24, n, 8), le_put(r + 32, n, 8);
+        le_put(r + 40, size, 8), le_put(r + 48, start, 8);
+        put(w, r, 56);
+        le_put(l, 0x07064b50u, 4);
+        le_put(l + 8, rec, 8);
+        le_put(l + 16, 1, 4); /* disks */
+        put(w, l, 20);
+    }
     unsigned char end[22] = {0};
     le_put(end, 0x06054b50u, 4);
-    le_put(end + 8, w->n_e, 2), le_put(end + 10, w->n_e, 2);
-    le_put(end + 12, size, 4), le_put(end + 16, start, 4);
+    le_put(end + 8, big ? 0xffff : n, 2), le_put(end + 10, big ? 0xffff : n, 2);
+    le_put(end + 12, big ? ZIP32_MAX : size, 4), le_put(end + 16, big ? ZIP32_MAX : start, 4);
     put(w, end, 22);
 }
 
@@ -320,8 +351,6 @@ int ptw_close(ptw *w, int rc)
         return rc;
     if (!rc) {
         op(w, '.'); /* STOP */
-        if (!w->error && w->n > UINT32_MAX)
-            fail_once(w, tr_fail(TR_ERR_INVALID, "%s: a pickle past 4 GiB", w->path));
         entry(w, "data.pkl", w->pkl, w->n);
         entry(w, "version", "3\n", 2);
         entry(w, "byteorder", "little", 6);

@@ -3,8 +3,11 @@
  * reader (tr_pt_open, pt_objects_open) read. The pickle (protocol 2) is built in calls made in
  * its order: each value is pushed as the pickle machine would push it. Tensors' bytes go to
  * the file as they are given (entries 64-byte aligned, CRC-32 recorded); data.pkl, version,
- * byteorder and the central directory at ptw_close. No ZIP64: an archive reaching 4 GiB is
- * refused naming the file (more tensor- or pipeline-parallel ranks make smaller files). */
+ * byteorder and the central directory at ptw_close. ZIP64 (APPNOTE 4.5.3) where a size or
+ * offset reaches 4 GiB or the entries 65535: the extended information extra field of an
+ * entry's local header and directory entry, the ZIP64 end record and locator. Tests set the
+ * environment variable TRIDENT_TEST_FORCE_ZIP64=1 (read at ptw_open; a variable, not a call,
+ * so that it reaches a `trident convert` run as a subprocess) to write every ZIP64 record. */
 #ifndef TR_HF_TORCH_WRITE_H
 #define TR_HF_TORCH_WRITE_H
 

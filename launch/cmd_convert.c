@@ -1,5 +1,6 @@
-/* `trident convert --from hf | --to hf --input DIR --output DIR`: GPT-2 checkpoints between
- * Hugging Face transformers (safetensors) and trident. */
+/* `trident convert --from hf|megatron | --to hf|megatron --input DIR --output DIR`: checkpoints
+ * between trident and Hugging Face transformers (safetensors, pytorch_model.bin, PEFT adapters)
+ * or Megatron-LM (--ckpt-format torch), both ways. */
 #include "launch/commands.h"
 
 #include <stdio.h>
@@ -49,9 +50,9 @@ static void convert_usage(FILE *f)
             "  --to megatron  the latest checkpoint of CKPT_DIR -> SAVE_DIR, Megatron-LM's\n"
             "              --ckpt-format torch folder (the tracker 'release',\n"
             "              release/mp_rank_TT[_PPP]/model_optim_rng.pt: args, megatron-core's\n"
-            "              names, F32, no optimizer: Megatron-LM loads it with --finetune or\n"
-            "              --no-load-optim --no-load-rng); --config FILE gives the model's\n"
-            "              switches (as for --to hf)\n"
+            "              names, F32 (or BF16 by --dtype), no optimizer: Megatron-LM loads\n"
+            "              it with --finetune or --no-load-optim --no-load-rng); --config FILE\n"
+            "              gives the model's switches (as for --to hf)\n"
             "  --tp T, --pp P  --to megatron: tensor / pipeline-parallel sizes (default 1)\n"
             "  --adapters PEFT_DIR  --from hf: PEFT's LoRA adapters of HF_DIR (adapter_config.json,\n"
             "              adapter_model.safetensors or .bin) -> CKPT_DIR holds them as a LoRA\n"
@@ -67,7 +68,8 @@ static void convert_usage(FILE *f)
             "  --output DIR           the folder to write: it must not exist (or be empty); it\n"
             "                         is written as DIR.tmp-PID and renamed at the end, so it\n"
             "                         appears complete or not at all\n"
-            "  --dtype fp32|bf16      --to hf: the weights' type (default fp32)\n"
+            "  --dtype fp32|bf16      --to hf, --to megatron: the weights' type (default fp32;\n"
+            "                         megatron's bf16: args.bf16, params_dtype bfloat16)\n"
             "  --max-shard-size SIZE  --to hf: shards of at most SIZE (bytes, or with KB, MB,\n"
             "                         GB, KiB, MiB, GiB; default 5GB, transformers' default)\n"
             "                         with model.safetensors.index.json; one file when it fits\n"
@@ -261,7 +263,7 @@ int tr_cmd_convert(int argc, char **argv)
         else if (opt == PEFT)
             peft = v;
         else if (opt == DTYPE) {
-            export_opts = hf_only = 1;
+            export_opts = 1; /* --to hf and --to megatron */
             if (strcmp(v, "fp32") && strcmp(v, "bf16"))
                 rc = args_error(&a, "--dtype needs fp32 or bf16, got '%s'", v);
             o.bf16 = !strcmp(v, "bf16");
@@ -295,7 +297,7 @@ int tr_cmd_convert(int argc, char **argv)
     if (!rc && !to_mlm && (tp || pp))
         rc = args_error(&a, "--tp and --pp apply to --to megatron");
     if (!rc && to_mlm && (merge || adapters || hf_only))
-        rc = args_error(&a, "--to megatron takes --config, --tp and --pp (not --dtype, "
+        rc = args_error(&a, "--to megatron takes --config, --dtype, --tp and --pp (not "
                         "--max-shard-size, --eos-id, --merge-lora or --adapters-only)");
     if (!rc && merge && adapters)
         rc = args_error(&a, "--merge-lora and --adapters-only exclude each other");
@@ -340,7 +342,7 @@ int tr_cmd_convert(int argc, char **argv)
     if (megatron)
         rc = tr_megatron_import(input, mlm_iter, output, &m, &mi);
     else if (to_mlm)
-        rc = tr_megatron_export(input, output, tp ? tp : 1, pp ? pp : 1,
+        rc = tr_megatron_export(input, output, tp ? tp : 1, pp ? pp : 1, o.bf16,
                                 config ? &cfg.model : NULL, &iteration);
     else if (peft)
         rc = tr_hf_import_lora(input, peft, output, &m, &li);
@@ -372,8 +374,8 @@ int tr_cmd_convert(int argc, char **argv)
                m.make_vocab_size_divisible_by, m.init_method_std);
     } else if (to_mlm) {
         printf("trident convert: %s (iteration %d) -> %s (Megatron-LM release, TP %d, PP %d, "
-               "megatron-core names, fp32) in %.2f s\n", input, iteration, output, tp ? tp : 1,
-               pp ? pp : 1, tr_now() - t0);
+               "megatron-core names, %s) in %.2f s\n", input, iteration, output, tp ? tp : 1,
+               pp ? pp : 1, o.bf16 ? "bf16" : "fp32", tr_now() - t0);
     } else if (from && peft) {
         printf("trident convert: %s + %s -> %s (the adapters' release checkpoint; %s/base: the "
                "base's) in %.2f s\n", input, peft, output, output, tr_now() - t0);

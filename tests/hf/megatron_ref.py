@@ -220,6 +220,9 @@ if len(sys.argv) > 6:  # load an exported SAVE
                   rotary_percent=a.rotary_percent,
                   share_embeddings_and_output_weights=not a.untie_embeddings_and_output_weights)
     m.load_state_dict(sd["model"], strict=True)
+    if a.bf16:  # built of bfloat16 parameters, run in float32 (the values exactly the bf16 ones)
+        assert not a.fp16 and all(p.dtype == torch.bfloat16 for p in m.parameters() if p.dim() > 1)
+        m = m.float()
     y = run(m.eval(), ids)[..., :a.vocab_size]
     if rank == 0:
         y.float().numpy().astype("<f4").tofile(logits_path)

@@ -11,7 +11,12 @@ misshapen tensor, a bad tracker, a missing iteration.
 Export (`--to megatron`) of the imports gpt-tp1 (exact GELU), gpt-tp2 (bias-GELU) and llama-tp1 at
 TP 1, TP 2 (and llama at TP 2 x PP 2): imported back, the same checkpoint bit for bit; megatron-core's
 GPTModel of the exported args loads each rank's model strictly (TP 2: two gloo ranks) and its logits
-equal trident's within 1e-5 of the largest. Refused with exit 2 and no output: --tp 3, --pp 3, a
+equal trident's within 1e-5 of the largest. llama-tp1 at TP 2 with --dtype bf16: BF16 tensors (the
+fp32 export's rounded to nearest even), args.bf16 and params_dtype bfloat16; megatron-core's GPTModel
+of bfloat16 parameters loads it strictly and, cast to float32, its logits equal trident's of the
+import of it (the bf16-rounded checkpoint, which exports to the same tensors) within 1e-5.
+gpt-tp1 exported with TRIDENT_TEST_FORCE_ZIP64=1 (every ZIP64 record): torch.load reads the same
+objects as the plain export's and the import is the same checkpoint bit for bit. Refused with exit 2 and no output: --tp 3, --pp 3, a
 parallel_residual and an alibi model.
 usage: test_megatron_oracle.py TRIDENT HF_PROBE WORKDIR VENV"""
 import os
@@ -132,15 +137,79 @@ for name, layouts in (("gpt-tp1", ((1, 1),)), ("gpt-tp2", ((2, 1),)),
                  rc == 0 and hff.same_checkpoint(cks[name], save + "-back"), err[-800:])
         if pp == 1:  # megatron-core loads it (one process per TP rank)
             port = free_port()
-            loads.append((what, name, save, [subprocess.Popen(
+            loads.append((what, name, name, save, [subprocess.Popen(
                 [py, ref, os.path.join(work, "export"), str(r), str(tp), port, save, save + ".logits"],
                 env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for r in range(tp)]))
-for what, name, save, ps in loads:
+
+
+def pt_load(path):
+    return torch.load(path, map_location="cpu", weights_only=False)
+
+
+def rank_tensors(save, rank):
+    return pt_load(os.path.join(save, "release", rank, "model_optim_rng.pt"))["model"]
+
+
+# bf16: llama-tp1 at TP 2
+what, save = "llama-tp1 --to megatron --tp 2 --dtype bf16", os.path.join(work, "export", "llama-bf16")
+rc, out, err = export("llama-tp1", save, "--tp", "2", "--dtype", "bf16", "--config",
+                      os.path.join(work, "llama-tp1.yaml"))
+if tt.check(what, rc == 0 and "bf16" in out, err[-800:]):
+    f32 = os.path.join(work, "export", "llama-tp1-tp2-pp1")
+    for rank in ("mp_rank_00", "mp_rank_01"):
+        sd = pt_load(os.path.join(save, "release", rank, "model_optim_rng.pt"))
+        want = rank_tensors(f32, rank)
+        bad = [k for k, v in sd["model"].items() if v is not None and not (
+            v.dtype == torch.bfloat16 and torch.equal(v.view(torch.int16), want[k].bfloat16().view(torch.int16)))]
+        a = sd["args"]
+        tt.check(f"{what}: {rank}'s tensors are BF16, the fp32 export's rounded; args.bf16, params_dtype",
+                 not bad and a.bf16 is True and a.fp16 is False and a.params_dtype == torch.bfloat16,
+                 f"bad tensors {bad[:5]}, bf16 {a.bf16}, fp16 {a.fp16}, params_dtype {a.params_dtype}")
+    rc, iout, err = convert(save, save + "-back")
+    if tt.check(f"{what}, --from megatron", rc == 0, err[-800:]):
+        cks["llama-bf16"] = save + "-back"
+        rc, out, err = export("llama-bf16", save + "-again", "--tp", "2", "--dtype", "bf16", "--config",
+                              os.path.join(work, "llama-tp1.yaml"))
+        same = rc == 0 and all(torch.equal(v.view(torch.int16), rank_tensors(save, r)[k].view(torch.int16))
+                               for r in ("mp_rank_00", "mp_rank_01")
+                               for k, v in rank_tensors(save + "-again", r).items() if v is not None)
+        tt.check(f"{what}: the import is the bf16-rounded checkpoint (exported again: the same tensors)",
+                 same, err[-800:])
+        logits_of("llama-bf16", iout, save + "-back")
+        port = free_port()
+        loads.append((what, "llama-tp1", "llama-bf16", save, [subprocess.Popen(
+            [py, ref, os.path.join(work, "export"), str(r), "2", port, save, save + ".logits"],
+            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for r in range(2)]))
+
+# ZIP64: every record forced on a small export
+what, save = "gpt-tp1 --to megatron, ZIP64 forced", os.path.join(work, "export", "gpt-zip64")
+rc, out, err = tt.outputs([trident, "convert", "--to", "megatron", "--input", cks["gpt-tp1"], "--output", save,
+                           "--config", os.path.join(work, "gpt-tp1.yaml")], timeout=120,
+                          env=dict(os.environ, TRIDENT_TEST_FORCE_ZIP64="1"))
+if tt.check(what, rc == 0, err[-800:]):
+    path = os.path.join(save, "release", "mp_rank_00", "model_optim_rng.pt")
+    with open(path, "rb") as f:
+        raw = f.read()
+    plain = pt_load(os.path.join(work, "export", "gpt-tp1-tp1-pp1", "release", "mp_rank_00", "model_optim_rng.pt"))
+    try:
+        z = pt_load(path)
+    except RuntimeError as e:
+        z = {"args": str(e), "model": {}}
+    same = isinstance(z["args"], type(plain["args"])) and vars(z["args"]) == vars(plain["args"]) and z["model"].keys() == plain["model"].keys() and all(
+        (v is None and plain["model"][k] is None) or torch.equal(v, plain["model"][k]) for k, v in z["model"].items())
+    tt.check(f"{what}: torch.load reads the plain export's objects (ZIP64 end record, locator)",
+             same and raw.count(b"PK\x06\x06") == 1 and raw.count(b"PK\x06\x07") == 1, z["args"])
+    rc, out, err = convert(save, save + "-back")
+    tt.check(f"{what}, --from megatron: the same checkpoint, bit for bit",
+             rc == 0 and hff.same_checkpoint(cks["gpt-tp1"], save + "-back"), err[-800:])
+
+for what, name, ours_name, save, ps in loads:
     outs = [p.communicate(timeout=240)[0] for p in ps]
     if not tt.check(f"{what}: megatron-core's GPTModel loads it (strict)", all(p.returncode == 0 for p in ps),
                     "".join(o[-1500:] for o in outs)):
         continue
-    theirs, ours = np.fromfile(save + ".logits", "<f4"), np.fromfile(os.path.join(work, name + ".logits"), "<f4")
+    theirs = np.fromfile(save + ".logits", "<f4")
+    ours = np.fromfile(os.path.join(work, ours_name + ".logits"), "<f4")
     rel = float(np.abs(ours - theirs).max() / np.abs(ours).max()) if ours.shape == theirs.shape else 1.0
     tt.check(f"{what}: megatron-core's logits = trident's", rel <= 1e-5,
              f"max |diff| / max |logit| = {rel:.1e}", show=True)

@@ -1,8 +1,9 @@
 /* hf/torch_write.c: a torch.save archive written and read back by trident's reader
  * (pt_objects_open): a dict holding an argparse.Namespace (ints small and past 32 bits, bools,
  * a float, a string, None, a torch dtype), a tuple, an F32 and a BF16 tensor (their bytes
- * exact, each entry 64-byte aligned); ptw_open refuses an existing file; ptw_close with an
- * error removes the file. */
+ * exact, each entry 64-byte aligned), and again with TRIDENT_TEST_FORCE_ZIP64=1 (every ZIP64
+ * record: the entries' extra fields, the end record and locator); ptw_open refuses an existing
+ * file; ptw_close with an error removes the file. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -56,10 +57,9 @@ static void write_file(void)
     assert_int_equal(ptw_close(w, TR_OK), TR_OK);
 }
 
-static void test_round_trip(void **state)
+/* The file write_file wrote, read back. */
+static void check_file(void)
 {
-    (void)state;
-    write_file();
     pt_objects *o;
     assert_int_equal(pt_objects_open(path, &o), TR_OK);
     pt_pickle *p = pt_objects_pickle(o);
@@ -108,6 +108,65 @@ static void test_round_trip(void **state)
     pt_objects_close(o);
 }
 
+static void test_round_trip(void **state)
+{
+    (void)state;
+    write_file();
+    check_file();
+}
+
+static unsigned char file[1 << 16];
+static size_t file_n;
+
+static uint32_t le32(size_t i)
+{
+    return (uint32_t)(file[i] | file[i + 1] << 8 | file[i + 2] << 16 | (uint32_t)file[i + 3] << 24);
+}
+
+/* Occurrences of the 4-byte little-endian signature sig in the file. */
+static int count_sig(uint32_t sig)
+{
+    FILE *f = fopen(path, "rb");
+    assert_non_null(f);
+    file_n = fread(file, 1, sizeof file, f);
+    fclose(f);
+    int k = 0;
+    for (size_t i = 0; i + 4 <= file_n; i++)
+        k += le32(i) == sig;
+    return k;
+}
+
+/* Every local header's sizes and every directory entry's sizes and offset all ones (ZIP64's
+ * extra field holds them): the entries (count_sig read the file). */
+static int all_fields_zip64(void)
+{
+    int k = 0;
+    for (size_t i = 0; i + 46 <= file_n; i++)
+        if (le32(i) == 0x04034b50u) {
+            assert_true(le32(i + 18) == 0xffffffffu && le32(i + 22) == 0xffffffffu);
+        } else if (le32(i) == 0x02014b50u) {
+            assert_true(le32(i + 20) == 0xffffffffu && le32(i + 24) == 0xffffffffu &&
+                        le32(i + 42) == 0xffffffffu);
+            assert_int_equal(file[i + 30], 4 + 24); /* the extra field: 3 values */
+            k++;
+        }
+    return k;
+}
+
+static void test_zip64(void **state)
+{
+    (void)state;
+    write_file();
+    assert_int_equal(count_sig(0x06064b50u), 0); /* small: no ZIP64 end record */
+    setenv("TRIDENT_TEST_FORCE_ZIP64", "1", 1);
+    write_file();
+    unsetenv("TRIDENT_TEST_FORCE_ZIP64");
+    assert_int_equal(count_sig(0x06064b50u), 1); /* the ZIP64 end record */
+    assert_int_equal(count_sig(0x07064b50u), 1); /* its locator */
+    assert_int_equal(all_fields_zip64(), 5); /* 2 tensors, data.pkl, version, byteorder */
+    check_file(); /* the directory's sizes and offsets from the extra fields, aligned */
+}
+
 static void test_refusals(void **state)
 {
     (void)state;
@@ -128,6 +187,7 @@ int main(void)
 {
     snprintf(path, sizeof path, "/tmp/trident-torch-write-%d.pt", (int)getpid());
     const struct CMUnitTest tests[] = {cmocka_unit_test(test_round_trip),
+                                       cmocka_unit_test(test_zip64),
                                        cmocka_unit_test(test_refusals)};
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     unlink(path);
