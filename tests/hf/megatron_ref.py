@@ -3,17 +3,19 @@
 the dict of args, checkpoint_version 3.0, iteration, model / model0.., optimizer,
 opt_param_scheduler, rng_state), with their logits for test_megatron_oracle.py.
 usage: megatron_ref.py OUT RANK WORLD PORT [SAVE LOGITS]
-  WORLD 1: TP 1 models (a GPT-2-like one with the exact GELU, a Llama-like one), the Llama-like
-           one over PP 2 x 2 virtual chunks (one process: parallel_state's pipeline ranks
-           patched, the chunks' forward chained), and the GPT-2-like one under the legacy
-           model's nested names
+  WORLD 1: TP 1 models (a GPT-2-like one with the exact GELU, a Llama-like one, llama-kv: heads
+           of kv_channels 24, rotary_percent 0.5, rotary_base 500000, saved as 'release'), the
+           Llama-like one over PP 2 x 2 virtual chunks (one process: parallel_state's pipeline
+           ranks patched, the chunks' forward chained), the tied GPT-2-like one over PP 2 (the
+           head's copy on the last stage) and under the legacy model's nested names
   WORLD 2: rank RANK of TP 2 (gloo): the GPT-2-like one with the fused bias-GELU (tanh) under
            megatron-core's and the legacy model's names, the Llama-like one
 Each model: OUT/NAME/save (the --save folder), OUT/NAME/logits.f32 ([2, 16, V]) for the int32
 tokens OUT/tokens.i32 ([2, 16]), written by rank 0.
-With SAVE (a `trident convert --to megatron` folder, TP WORLD, PP 1): megatron-core's GPTModel of
-SAVE's args (as Megatron-LM's core_transformer_config_from_args makes it) loads each rank's
-model with load_state_dict(strict=True); rank 0 writes the logits to LOGITS."""
+With SAVE (a `trident convert --to megatron` folder, TP WORLD and PP 1, or TP 1 and PP 2 in one
+process): megatron-core's GPTModel of SAVE's args (as Megatron-LM's core_transformer_config_from_args
+makes it) loads each rank's model with load_state_dict(strict=True); rank 0 writes the logits to
+LOGITS."""
 import argparse
 import contextlib
 import io
@@ -74,14 +76,21 @@ FAMILIES = {
                             untie_embeddings_and_output_weights=True, rotary_base=10000,
                             rotary_percent=1.0)),
 }
+# Llama-like with heads of 24 (not hidden / heads), rope on half of them, base 500000
+FAMILIES["llama-kv"] = dict(cfg=dict(FAMILIES["llama"]["cfg"], kv_channels=24),
+                            model=dict(FAMILIES["llama"]["model"], rotary_base=500000, rotary_percent=0.5),
+                            args=dict(FAMILIES["llama"]["args"], rotary_base=500000, rotary_percent=0.5))
+
+
+LAYER_NORM = tblock.LayerNormImpl  # the final norm's (a GPT-2-like one built after a Llama-like one)
 
 
 def gpt_model(cfg, vocab, max_len, pre, post, **kw):
     """megatron-core's GPTModel of TransformerConfig cfg, local spec (RMSNorm: ours)"""
     spec = get_gpt_layer_local_spec()
+    tblock.LayerNormImpl = RMSNorm if cfg.normalization == "RMSNorm" else LAYER_NORM
     if cfg.normalization == "RMSNorm":
         spec.submodules.input_layernorm = spec.submodules.pre_mlp_layernorm = RMSNorm
-        tblock.LayerNormImpl = RMSNorm
     return GPTModel(config=cfg, transformer_layer_spec=spec, vocab_size=vocab,
                     max_sequence_length=max_len, pre_process=pre, post_process=post, **kw)
 
@@ -110,7 +119,7 @@ def args_of(family, fusion, tp, pp, vp):
     c = f["cfg"]
     return argparse.Namespace(
         num_layers=c["num_layers"], hidden_size=c["hidden_size"], ffn_hidden_size=c["ffn_hidden_size"],
-        num_attention_heads=c["num_attention_heads"], kv_channels=c["hidden_size"] // c["num_attention_heads"],
+        num_attention_heads=c["num_attention_heads"], kv_channels=c.get("kv_channels", c["hidden_size"] // c["num_attention_heads"]),
         seq_length=T, max_position_embeddings=32, padded_vocab_size=V, make_vocab_size_divisible_by=128,
         vocab_size=None, norm_epsilon=1e-5, apply_layernorm_1p=False, openai_gelu=False, onnx_safe=None,
         bias_gelu_fusion=fusion, squared_relu=False, rotary_interleaved=False,
@@ -148,10 +157,11 @@ def legacy_names(sd):
     return {"language_model": lm}
 
 
-def save(save_dir, args, chunks, tp_rank, pp_rank, pp, legacy=False):
-    """One rank's model_optim_rng.pt where save_checkpoint puts it, and the tracker."""
+def save(save_dir, args, chunks, tp_rank, pp_rank, pp, legacy=False, release=False):
+    """One rank's model_optim_rng.pt where save_checkpoint puts it (release: in release/), and the
+    tracker."""
     name = f"mp_rank_{tp_rank:02d}" if pp == 1 else f"mp_rank_{tp_rank:02d}_{pp_rank:03d}"
-    path = os.path.join(save_dir, "iter_0000010", name, "model_optim_rng.pt")
+    path = os.path.join(save_dir, "release" if release else "iter_0000010", name, "model_optim_rng.pt")
     os.makedirs(os.path.dirname(path), exist_ok=True)
     sd = {"args": args, "checkpoint_version": 3.0, "iteration": 10}
     params = []
@@ -175,7 +185,7 @@ def save(save_dir, args, chunks, tp_rank, pp_rank, pp, legacy=False):
                    "scalar": np.float64(1.5)}
     torch.save(sd, path)
     with open(os.path.join(save_dir, "latest_checkpointed_iteration.txt"), "w") as f:
-        f.write("10")
+        f.write("release" if release else "10")
 
 
 def run(m, ids):
@@ -190,6 +200,20 @@ def run(m, ids):
     return y
 
 
+def patch_pipeline(state, vp):
+    """parallel_state as stage state["pp"] (chunk state["vp"]) of PP 2 x vp virtual chunks (None:
+    none) in one process; a tied head's copy is not all-reduced (the caller copies it)"""
+    parallel_state.get_pipeline_model_parallel_world_size = lambda: 2
+    parallel_state.get_pipeline_model_parallel_rank = lambda: state["pp"]
+    parallel_state.get_virtual_pipeline_model_parallel_world_size = lambda: vp
+    parallel_state.get_virtual_pipeline_model_parallel_rank = lambda: state["vp"]
+    parallel_state.is_pipeline_first_stage = lambda ignore_virtual=False: state["pp"] == 0 and (
+        ignore_virtual or state["vp"] == 0)
+    parallel_state.is_pipeline_last_stage = lambda ignore_virtual=False: state["pp"] == 1 and (
+        ignore_virtual or state["vp"] == (vp or 1) - 1)
+    parallel_state.is_rank_in_embedding_group = lambda ignore_virtual=False: False
+
+
 def write(name, logits):
     if rank == 0:
         logits.float().numpy().astype("<f4").tofile(os.path.join(out, name, "logits.f32"))
@@ -202,10 +226,13 @@ if rank == 0:
 
 if len(sys.argv) > 6:  # load an exported SAVE
     save_dir, logits_path = sys.argv[5:7]
-    sd = torch.load(os.path.join(save_dir, "release", f"mp_rank_{rank:02d}", "model_optim_rng.pt"),
-                    weights_only=False)
-    a = sd["args"]
-    assert a.tensor_model_parallel_size == world and a.pipeline_model_parallel_size == 1
+    def rank_file(p, pp):
+        name = f"mp_rank_{rank:02d}" if pp == 1 else f"mp_rank_{rank:02d}_{p:03d}"
+        return torch.load(os.path.join(save_dir, "release", name, "model_optim_rng.pt"), weights_only=False)
+
+    a = rank_file(0, 1 if os.path.isdir(os.path.join(save_dir, "release", "mp_rank_00")) else 2)["args"]
+    pp = a.pipeline_model_parallel_size
+    assert a.tensor_model_parallel_size == world and (pp == 1 or (pp == 2 and world == 1))
     act = F.silu if a.swiglu else (lambda x: F.gelu(x, approximate="tanh")) if a.openai_gelu else F.gelu
     cfg = TransformerConfig(
         num_layers=a.num_layers, hidden_size=a.hidden_size, num_attention_heads=a.num_attention_heads,
@@ -215,22 +242,32 @@ if len(sys.argv) > 6:  # load an exported SAVE
         layernorm_epsilon=a.norm_epsilon, add_bias_linear=a.add_bias_linear, add_qkv_bias=a.add_qkv_bias,
         apply_query_key_layer_scaling=False, use_cpu_initialization=True, hidden_dropout=0.0,
         attention_dropout=0.0, params_dtype=a.params_dtype)
-    m = gpt_model(cfg, a.padded_vocab_size, a.max_position_embeddings, True, True,
-                  position_embedding_type=a.position_embedding_type, rotary_base=int(a.rotary_base),
-                  rotary_percent=a.rotary_percent,
-                  share_embeddings_and_output_weights=not a.untie_embeddings_and_output_weights)
-    m.load_state_dict(sd["model"], strict=True)
-    if a.bf16:  # built of bfloat16 parameters, run in float32 (the values exactly the bf16 ones)
-        assert not a.fp16 and all(p.dtype == torch.bfloat16 for p in m.parameters() if p.dim() > 1)
-        m = m.float()
-    y = run(m.eval(), ids)[..., :a.vocab_size]
+    state = {"pp": 0, "vp": 0}
+    if pp == 2:  # the stages in one process, chained
+        patch_pipeline(state, None)
+    y = None
+    for p in range(pp):
+        state["pp"] = p
+        m = gpt_model(cfg, a.padded_vocab_size, a.max_position_embeddings, p == 0, p == pp - 1,
+                      position_embedding_type=a.position_embedding_type, rotary_base=int(a.rotary_base),
+                      rotary_percent=a.rotary_percent,
+                      share_embeddings_and_output_weights=not a.untie_embeddings_and_output_weights)
+        m.load_state_dict(rank_file(p, pp)["model"], strict=True)
+        if a.bf16:  # built of bfloat16 parameters, run in float32 (the values exactly the bf16 ones)
+            assert not a.fp16 and all(q.dtype == torch.bfloat16 for q in m.parameters() if q.dim() > 1)
+            m = m.float()
+        if y is not None:
+            m.set_input_tensor(y)
+        y = run(m.eval(), ids)
+    y = y[..., :a.vocab_size]
     if rank == 0:
         y.float().numpy().astype("<f4").tofile(logits_path)
 elif world == 1:
-    for family, fusion in (("gpt", False), ("llama", False)):
+    for family, fusion in (("gpt", False), ("llama", False), ("llama-kv", False)):
         name = f"{family}-tp1"
         m = build(family, fusion)
-        save(os.path.join(out, name, "save"), args_of(family, fusion, 1, 1, 1), [m], 0, 0, 1)
+        save(os.path.join(out, name, "save"), args_of(family, fusion, 1, 1, 1), [m], 0, 0, 1,
+             release=family == "llama-kv")
         write(name, run(m, ids))
         if family == "gpt":
             save(os.path.join(out, "gpt-tp1-legacy", "save"), args_of(family, fusion, 1, 1, 1), [m],
@@ -238,14 +275,7 @@ elif world == 1:
             write("gpt-tp1-legacy", run(m, ids))
     # PP 2 x 2 virtual chunks in one process: the chunks (v, p) in the pipeline's order
     state = {"pp": 0, "vp": 0}
-    parallel_state.get_pipeline_model_parallel_world_size = lambda: 2
-    parallel_state.get_pipeline_model_parallel_rank = lambda: state["pp"]
-    parallel_state.get_virtual_pipeline_model_parallel_world_size = lambda: 2
-    parallel_state.get_virtual_pipeline_model_parallel_rank = lambda: state["vp"]
-    parallel_state.is_pipeline_first_stage = lambda ignore_virtual=False: state["pp"] == 0 and (
-        ignore_virtual or state["vp"] == 0)
-    parallel_state.is_pipeline_last_stage = lambda ignore_virtual=False: state["pp"] == 1 and (
-        ignore_virtual or state["vp"] == 1)
+    patch_pipeline(state, 2)
     chunks = {}
     for v in range(2):
         for p in range(2):
@@ -263,6 +293,24 @@ elif world == 1:
         save(os.path.join(out, name, "save"), args_of("llama", False, 1, 2, 2),
              [chunks[(p, 0)], chunks[(p, 1)]], 0, p, 2)
     write(name, hidden)
+    # the tied GPT-2-like one over PP 2: the head's copy on the last stage = the embedding (as the
+    # embedding group's all-reduce of Megatron-LM's start leaves it)
+    state["pp"], state["vp"] = 0, 0
+    patch_pipeline(state, None)
+    stages = []
+    for p in range(2):
+        state["pp"] = p
+        stages.append(build("gpt", False, pre=p == 0, post=p == 1))
+    with torch.no_grad():
+        stages[1].output_layer.weight.copy_(stages[0].embedding.word_embeddings.weight)
+    hidden = None
+    for p in range(2):
+        state["pp"] = p
+        if hidden is not None:
+            stages[p].set_input_tensor(hidden)
+        hidden = run(stages[p], ids)
+        save(os.path.join(out, "gpt-pp2", "save"), args_of("gpt", False, 1, 2, 1), [stages[p]], 0, p, 2)
+    write("gpt-pp2", hidden)
 else:
     for family, fusion in (("gpt", True), ("llama", False)):
         name = f"{family}-tp2"

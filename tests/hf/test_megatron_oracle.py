@@ -2,15 +2,18 @@
 """`trident convert --from megatron` against megatron-core 0.8.0 (its own venv, Debian's torch): the
 models of megatron_ref.py (a GPT-2-like one with the exact GELU at TP 1 and the fused bias-GELU at TP 2,
 a Llama-like one (RMSNorm, rope, SwiGLU, GQA, untied, no biases) at TP 1, TP 2 and PP 2 x 2 virtual
-chunks, the GPT-2-like ones also under the legacy model's nested names), saved as Megatron-LM's
+chunks, llama-kv-tp1 (kv_channels 24 != 64 / 4, rotary_percent 0.5, rotary_base 500000, the tracker
+'release'), gpt-pp2 (the tied GPT-2-like one at PP 2: the head's copy on the last stage), the
+GPT-2-like ones also under the legacy model's nested names), saved as Megatron-LM's
 save_checkpoint saves them, imported; trident's logits (hf_probe logits-config of the printed model
 section) equal megatron-core's within 1e-5 of the largest; the legacy names give the same checkpoint,
 byte for byte. Refused with exit 2 naming the file: a missing rank file, an extra rank folder, args
 that disagree, MoE, a truncated file, a pickle calling os.system (not run), a missing, an extra and a
 misshapen tensor, a bad tracker, a missing iteration.
 Export (`--to megatron`) of the imports gpt-tp1 (exact GELU), gpt-tp2 (bias-GELU) and llama-tp1 at
-TP 1, TP 2 (and llama at TP 2 x PP 2): imported back, the same checkpoint bit for bit; megatron-core's
-GPTModel of the exported args loads each rank's model strictly (TP 2: two gloo ranks) and its logits
+TP 1, TP 2 (and llama at TP 2 x PP 2), llama-kv-tp1 at TP 1, gpt-pp2 at PP 2: imported back, the same
+checkpoint bit for bit; megatron-core's GPTModel of the exported args loads each rank's model
+strictly (TP 2: two gloo ranks; PP 2: both stages in one process, chained) and its logits
 equal trident's within 1e-5 of the largest. llama-tp1 at TP 2 with --dtype bf16: BF16 tensors (the
 fp32 export's rounded to nearest even), args.bf16 and params_dtype bfloat16; megatron-core's GPTModel
 of bfloat16 parameters loads it strictly and, cast to float32, its logits equal trident's of the
@@ -91,6 +94,8 @@ want = {"gpt-tp1": {"gelu_approximate": "none", "untie_embeddings_and_output_wei
                       "rotary_base": "10000"}}
 want["gpt-tp1-legacy"], want["gpt-tp2-legacy"] = want["gpt-tp1"], want["gpt-tp2"]
 want["llama-tp2"] = want["llama-pp2-vp2"] = want["llama-tp1"]
+want["llama-kv-tp1"] = dict(want["llama-tp1"], kv_channels="24", rotary_percent="0.5", rotary_base="500000")
+want["gpt-pp2"] = want["gpt-tp1"]
 cks = {}
 for name, keys in want.items():
     ck = cks[name] = os.path.join(work, name + "-ck")
@@ -124,7 +129,8 @@ def export(name, save, *extra):
 
 loads = []
 for name, layouts in (("gpt-tp1", ((1, 1),)), ("gpt-tp2", ((2, 1),)),
-                      ("llama-tp1", ((1, 1), (2, 1), (2, 2)))):
+                      ("llama-tp1", ((1, 1), (2, 1), (2, 2))), ("llama-kv-tp1", ((1, 1),)),
+                      ("gpt-pp2", ((1, 2),))):
     for tp, pp in layouts:
         what = f"{name} --to megatron --tp {tp} --pp {pp}"
         save = os.path.join(work, "export", f"{name}-tp{tp}-pp{pp}")
@@ -135,7 +141,7 @@ for name, layouts in (("gpt-tp1", ((1, 1),)), ("gpt-tp2", ((2, 1),)),
         rc, out, err = convert(save, save + "-back")
         tt.check(f"{what}, --from megatron: the same checkpoint, bit for bit",
                  rc == 0 and hff.same_checkpoint(cks[name], save + "-back"), err[-800:])
-        if pp == 1:  # megatron-core loads it (one process per TP rank)
+        if pp == 1 or tp == 1:  # megatron-core loads it (one process per TP rank)
             port = free_port()
             loads.append((what, name, name, save, [subprocess.Popen(
                 [py, ref, os.path.join(work, "export"), str(r), str(tp), port, save, save + ".logits"],
