@@ -395,26 +395,22 @@ static int shard(const mlm_ckpt *k, const mlm_source *s, int t, size_t rows, siz
 static int merge(const mlm_ckpt *k, const tr_param_tensor *t, const mlm_source *s, float *dst,
                  float *buf)
 {
-    int vocab = t->vocab_rows, TP = k->tp;
-    size_t R = vocab ? (size_t)k->a.padded_vocab : (size_t)t->full_rows;
+    int TP = k->tp;
+    size_t R = t->vocab_rows ? (size_t)k->a.padded_vocab : (size_t)t->full_rows;
     size_t C = t->full_cols > 1 ? (size_t)t->full_cols : 0; /* 0: a vector (cols 1) */
     size_t cols = C ? C : 1;
-    (void)vocab;
     int rc = TR_OK;
     for (int r = 0; r < TP && !rc; r++) {
-        size_t sr = s->split == MLM_COLS || s->split == MLM_REP ? R : R / TP;
-        size_t sc = s->split == MLM_COLS ? C / TP : C;
+        size_t sr = mlm_shard_rows(s->split, R, TP), sc = mlm_shard_cols(s->split, C, TP);
         tr_st_file *f;
         const tr_st_tensor *x;
         if ((rc = shard(k, s, r, sr, sc, &f, &x)) || (s->split == MLM_REP && r > 0))
             continue;
         if ((rc = hf_read_weight(f, x, buf)))
             break;
-        size_t scols = sc ? sc : 1, half = sr / 2;
+        size_t scols = sc ? sc : 1;
         for (size_t i = 0; i < sr; i++) {
-            size_t row = s->split == MLM_ROWS ? r * sr + i
-                         : s->split == MLM_GLU ? 2 * (r * half + i % half) + i / half
-                                               : i; /* GLU: [gate_r; up_r] -> (f, {g, u}) */
+            size_t row = mlm_whole_row(s->split, r, sr, i);
             if (row >= (size_t)t->full_rows)
                 continue; /* the vocabulary's padding */
             memcpy(dst + row * cols + (s->split == MLM_COLS ? r * scols : 0), buf + i * scols,

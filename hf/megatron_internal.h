@@ -12,6 +12,26 @@
  * vocabulary-parallel), columns (row-parallel), SwiGLU's per-rank [gate_r; up_r] rows. */
 enum { MLM_REP, MLM_ROWS, MLM_COLS, MLM_GLU };
 
+/* Rank r's shard (of tp) of a whole tensor of R rows and C columns split as split: its rows,
+ * its columns, and the whole tensor's row that its row i holds (MLM_GLU: trident's rows
+ * (f, {gate, up}) <-> the shard's [gate_r; up_r]). Both directions use them: megatron.c's
+ * merge and megatron_write.c's cut. */
+static inline size_t mlm_shard_rows(int split, size_t R, int tp)
+{
+    return split == MLM_COLS || split == MLM_REP ? R : R / (size_t)tp;
+}
+static inline size_t mlm_shard_cols(int split, size_t C, int tp)
+{
+    return split == MLM_COLS ? C / (size_t)tp : C;
+}
+static inline size_t mlm_whole_row(int split, int r, size_t sr, size_t i)
+{
+    size_t half = sr / 2;
+    return split == MLM_ROWS  ? (size_t)r * sr + i
+           : split == MLM_GLU ? 2 * ((size_t)r * half + i % half) + i / half
+                              : i;
+}
+
 typedef struct {
     const char *trident;
     const char *names[2]; /* alternatives: megatron-core's or the legacy model's */

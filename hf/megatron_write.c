@@ -185,12 +185,9 @@ static void cut(const tr_param_tensor *t, int split, int r, int tp, size_t R, co
                 float *dst, size_t *rows, size_t *cols)
 {
     size_t C = (size_t)t->full_cols;
-    size_t sr = split == MLM_COLS || split == MLM_REP ? R : R / (size_t)tp;
-    size_t sc = split == MLM_COLS ? C / (size_t)tp : C, half = sr / 2;
+    size_t sr = mlm_shard_rows(split, R, tp), sc = mlm_shard_cols(split, C, tp);
     for (size_t i = 0; i < sr; i++) {
-        size_t row = split == MLM_ROWS  ? (size_t)r * sr + i
-                     : split == MLM_GLU ? 2 * ((size_t)r * half + i % half) + i / half
-                                        : i; /* GLU: trident's (f, {g, u}) -> [gate_r; up_r] */
+        size_t row = mlm_whole_row(split, r, sr, i);
         if (row >= (size_t)t->full_rows)
             memset(dst + i * sc, 0, sc * sizeof(float)); /* the vocabulary's padding */
         else
