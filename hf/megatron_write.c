@@ -5,6 +5,7 @@
 #include "hf/torch_write.h"
 
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -240,14 +241,22 @@ static void extra_state(ptw *w, const char *name)
     ptw_none(w);
 }
 
-/* The n floats at buf as bf16 (rounded to nearest even) in buf's first 2 n bytes. */
-static void to_bf16_in_place(float *buf, size_t n)
+/* The n floats at buf as bf16 (rounded to nearest even) in buf's first 2 n bytes. A finite
+ * value beyond BF16's largest (3.3895e38) would round to infinity: refused, as the safetensors
+ * writer refuses it, naming the tensor (`name`, Megatron's) and the element. */
+static int to_bf16_in_place(float *buf, size_t n, const char *name)
 {
     unsigned char *out = (unsigned char *)buf;
     for (size_t i = 0; i < n; i++) { /* writes bytes 2i, 2i + 1: floats before i, read */
-        uint16_t h = tr_f32_to_bf16(buf[i]);
+        float v = buf[i];
+        uint16_t h = tr_f32_to_bf16(v);
+        if (isfinite(v) && (h & 0x7f80u) == 0x7f80u)
+            return tr_fail(TR_ERR_INVALID, "tensor '%.200s' holds %g at element %zu, beyond "
+                           "BF16's range (it would be written as infinity): export it with "
+                           "--dtype fp32", name, (double)v, i);
         memcpy(out + 2 * i, &h, 2);
     }
+    return TR_OK;
 }
 
 /* One rank file: args, version, iteration, the stage's shards (bf16: BF16). */
@@ -289,8 +298,8 @@ static int write_rank(const char *path, tr_gpt *g, const float *params,
             cut(x, split, t, tp, x->vocab_rows ? Rv : (size_t)x->full_rows, params + x->offset,
                 buf, &rows, &cols);
             uint64_t shape[2] = {rows, cols};
-            if (bf16)
-                to_bf16_in_place(buf, rows * cols);
+            if (bf16 && (rc = to_bf16_in_place(buf, rows * cols, name)))
+                break;
             ptw_str(w, name);
             rc = ptw_tensor(w, bf16 ? TR_ST_BF16 : TR_ST_F32, x->full_cols > 1 ? 2 : 1, shape,
                             buf);

@@ -246,4 +246,19 @@ tt.write(victim, bytes(blob))
 refused("an export of a damaged checkpoint", ["--to", "hf", "--input", damaged, "--output", bad_out], bad_out,
         "checksum", [victim])
 
+# a finite weight beyond BF16's largest (3.3895e38) would be written as infinity: both bf16
+# exports refuse it, naming the tensor, and write nothing (--to megatron used to write inf)
+huge = [(n, d, s, [3.4e38] + list(v[1:]) if n == "transformer.h.1.mlp.c_fc.weight" else v) for n, d, s, v in base]
+ck_huge = os.path.join(work, "ck-huge")
+rc, so, se = convert("--from", "hf", "--input", hf_folder("hf-huge", huge), "--output", ck_huge)
+tt.check("import of a weight of 3.4e38 (finite in F32)", rc == 0, f"exit {rc}: {se}")
+refused("--to megatron --dtype bf16 of a weight beyond BF16's range",
+        ["--to", "megatron", "--input", ck_huge, "--output", bad_out, "--dtype", "bf16"], bad_out,
+        "'decoder.layers.1.mlp.linear_fc1.weight' holds 3.4e+38 at element 0, beyond BF16's range")
+refused("--to hf --dtype bf16 of a weight beyond BF16's range",
+        ["--to", "hf", "--input", ck_huge, "--output", bad_out, "--dtype", "bf16"], bad_out,
+        "holds 3.4e+38 at element 0, beyond BF16's range")
+rc, so, se = convert("--to", "megatron", "--input", ck_huge, "--output", os.path.join(work, "mlm-huge-f32"))
+tt.check("the same checkpoint exports as fp32", rc == 0, f"exit {rc}: {se}")
+
 tt.finish("convert-cli: all checks passed")
