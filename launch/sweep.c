@@ -300,6 +300,59 @@ static int run_point(const char *self, int world, const char *dir, char *reason,
     return TR_ERR_COMM;
 }
 
+/* The overrides a point is measured with: the run's iterations, a trace, no evaluation. A
+ * sample-based base (train_samples) is measured the same way, as run.iterations steps of its
+ * final global batch: its lengths in samples become iterations of that batch (the LR's warm-up,
+ * decay and WSD anneal; rounded, at least 1) and a batch ramp-up is dropped, since the layout is
+ * planned and compared at the final batch (as `trident plan` does). `converted` says whether
+ * that happened. */
+typedef struct {
+    char buf[4][64]; /* the numbers' overrides */
+    const char *set[12];
+    int n, n_buf, converted;
+} measure_sets;
+
+static void measure_add(measure_sets *m, const char *key, double value)
+{
+    char *b = m->buf[m->n_buf++];
+    snprintf(b, sizeof m->buf[0], "%s=%.0f", key, value);
+    m->set[m->n++] = b;
+}
+
+static void measure_overrides(const tr_grid_spec *g, size_t i, measure_sets *m)
+{
+    memset(m, 0, sizeof *m);
+    measure_add(m, "training.train_iters", g->iterations);
+    m->set[m->n++] = "logging.trace=true";
+    m->set[m->n++] = "training.eval_interval=0";
+    tr_config base;
+    if (tr_grid_point_config(g, i, NULL, 0, &base))
+        return; /* the point's own error is reported with the overrides above */
+    const tr_training_config *t = &base.training;
+    double gb = t->global_batch_size > 0 ? t->global_batch_size : 1;
+    if (tr_training_by_samples(t)) {
+        m->converted = 1;
+        m->set[m->n++] = "training.train_samples=0";
+        double decay = t->lr_decay_samples ? (double)t->lr_decay_samples : (double)t->train_samples;
+        m->set[m->n++] = "training.lr_decay_samples=0";
+        measure_add(m, "training.lr_decay_iters", fmax(1, round(decay / gb)));
+        if (t->lr_warmup_samples) {
+            m->set[m->n++] = "training.lr_warmup_samples=0";
+            measure_add(m, "training.lr_warmup_iters", fmax(1, round(t->lr_warmup_samples / gb)));
+        }
+        if (t->lr_wsd_decay_samples) {
+            m->set[m->n++] = "training.lr_wsd_decay_samples=0";
+            measure_add(m, "training.lr_wsd_decay_iters",
+                        fmax(1, round(t->lr_wsd_decay_samples / gb)));
+        }
+    }
+    if (t->n_rampup_batch_size) {
+        m->converted = 1;
+        m->set[m->n++] = "training.rampup_batch_size=[]";
+    }
+    tr_config_free(&base);
+}
+
 int tr_sweep_run(const tr_sweep_options *o, tr_sweep_point **points_out, size_t *n_out)
 {
     *points_out = NULL;
@@ -342,15 +395,22 @@ int tr_sweep_run(const tr_sweep_options *o, tr_sweep_point **points_out, size_t 
         tr_grid_free(&g);
         return rc;
     }
-    char iters[64];
-    snprintf(iters, sizeof iters, "training.train_iters=%d", g.iterations);
-    const char *extra[] = {iters, "logging.trace=true", "training.eval_interval=0"};
+    int said_converted = 0;
     for (size_t i = 0; i < n; i++) {
         tr_sweep_point *pt = &pts[i];
         pt->index = (int)i;
         pt->bubble = NAN;
         tr_config cfg;
-        if (tr_grid_point_config(&g, i, extra, 3, &cfg)) {
+        measure_sets ms;
+        measure_overrides(&g, i, &ms);
+        if (ms.converted && !said_converted && o->log) {
+            fprintf(o->log, "sweep: the base is sample-based or ramps its batch up: each point "
+                            "runs %d iterations of its final global batch (ramp-up off; the "
+                            "LR schedule's samples as iterations of that batch)\n",
+                    g.iterations);
+            said_converted = 1;
+        }
+        if (tr_grid_point_config(&g, i, ms.set, ms.n, &cfg)) {
             pt->status = TR_POINT_SKIPPED;
             snprintf(pt->reason, sizeof pt->reason, "%s", tr_errmsg());
         } else {

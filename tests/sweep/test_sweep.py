@@ -135,6 +135,30 @@ if len(rows) == 2:
 
 # The shipped 8-rank grid, dry run: 48 points, the 25 skips each with the reason its layout
 # implies (configs/tiny.yaml: 4 heads, 4 layers, global batch 16), the other 23 would run.
+# a sample-based base with a batch ramp-up (Bloom's kind of config) is measured as run.iterations
+# steps of its final batch: its points ran (they used to be skipped: train_iters and train_samples
+# both set), the ramp-up off and the LR's samples as iterations of the final batch
+samples_grid = tt.write(os.path.join(work, "grid-samples.yaml"), f"""base:
+  model: {{num_layers: 2, hidden_size: 32, num_attention_heads: 2, seq_length: 16}}
+  training: {{micro_batch_size: 1, global_batch_size: 4, lr: 1.0e-3, train_samples: 4000,
+             lr_warmup_samples: 404, lr_decay_samples: 3000, rampup_batch_size: [2, 2, 40]}}
+  data: {{data_path: {prefix}, split: "90,10,0"}}
+grid:
+  training.micro_batch_size: [1]
+run: {{world_size: 1, iterations: 3, warmup_iterations: 1}}
+""")
+out_s = os.path.join(work, "out-samples")
+r = tt.run([trident, "sweep", samples_grid, "--out", out_s], timeout=300)
+rows = list(csv.DictReader(open(os.path.join(out_s, "results.csv")))) if r.returncode == 0 else []
+check("sample-based base with a ramp-up: its point ran", len(rows) == 1 and rows[0]["status"] == "ok",
+      r.stdout[-1000:] + r.stderr[-500:])
+check("sample-based base: the sweep says how it measures it",
+      "each point runs 3 iterations of its final global batch (ramp-up off" in r.stdout, r.stdout[-600:])
+point_yaml = open(os.path.join(out_s, "point-000", "point.yaml")).read() if rows else ""
+for want in ("train_iters: 3", "train_samples: 0", "rampup_batch_size: []", "lr_decay_iters: 750",
+             "lr_warmup_iters: 101"):
+    check(f"sample-based base: the point's config has {want}", want in point_yaml, point_yaml[:400])
+
 r = tt.run([trident, "sweep", shipped_grid, "--dry-run"], timeout=120, cwd=work)
 check("shipped grid dry run exits 0", r.returncode == 0, r.stderr[-500:])
 pat = re.compile(r"^sweep: point (\d+): parallel\.tensor_model_parallel_size=(\d+) "
