@@ -417,6 +417,40 @@ typedef struct tr_kernels {
     void (*position_forward)(tr_stream s, float *out, const float *wpe, int B, int T, int C);
     void (*position_backward)(tr_stream s, float *dwpe, const float *dout, int B, int T, int C);
 
+    /* --- mixture of experts (model.num_experts > 0); NULL where a backend lacks them ---
+     * N token rows, E experts, k experts per token (1 <= k <= E), M = N k routed rows.
+     * moe_router_forward, per row n of logits (N, E) (fp32 always):
+     *   probs (N, E) = softmax over all E; lse (N) = log sum_e exp(logits[n, e]);
+     *   idx (N, k) int32 = the k largest logits in descending order, ties to the lower
+     *   expert index; weights (N, k) = pre_softmax ? probs[n, idx[n, j]] (not renormalised)
+     *   : the softmax of the k chosen logits (Mixtral's weights).
+     * moe_router_backward: dlogits (N, E) OVERWRITTEN with the gradient of
+     *   sum_{n,j} dweights[n, j] weights[n, j]  (dweights (N, k))
+     *   + sum_{n,e} aux_grad[e] probs[n, e]     (aux_grad (E) or NULL: the load-balancing
+     *                                           loss's gradient with respect to probs)
+     *   + z_grad sum_n lse[n]^2                 (the z-loss; z_grad 0: none)
+     *   through the forward above (its idx, weights, probs, lse). */
+    void (*moe_router_forward)(tr_stream s, int32_t *idx, float *weights, float *probs,
+                               float *lse, const float *logits, int N, int E, int k,
+                               int pre_softmax);
+    void (*moe_router_backward)(tr_stream s, float *dlogits, const float *dweights,
+                                const int32_t *idx, const float *weights, const float *probs,
+                                const float *lse, const float *aux_grad, float z_grad, int N,
+                                int E, int k, int pre_softmax);
+    /* gather_rows: out (M, C) row i = src row idx[i] (idx (M) int32, rows of src). */
+    void (*gather_rows)(tr_stream s, float *out, const float *src, const int32_t *idx, int M,
+                        int C);
+    /* scatter_add_rows: out row idx[i] += w[i] * src row i (src (M, C); w (M) or NULL: 1)
+     * for i = 0 .. M-1 in that order: a row's contributions are summed in i order (the same
+     * bits on every backend and thread count). Accumulates into out.
+     * scatter_add_rows_backward: dsrc (M, C) row i = w[i] * dout row idx[i] (OVERWRITTEN);
+     * dw (M, or NULL) [i] = dout row idx[i] . src row i (OVERWRITTEN). */
+    void (*scatter_add_rows)(tr_stream s, float *out, const float *src, const int32_t *idx,
+                             const float *w, int M, int C);
+    void (*scatter_add_rows_backward)(tr_stream s, float *dsrc, float *dw, const float *dout,
+                                      const float *src, const int32_t *idx, const float *w,
+                                      int M, int C);
+
     /* --- optimizer and norms ---
      * AdamW on n elements: m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2;
      * p -= lr * (m_hat / (sqrt(v_hat) + eps) + wd * p), m_hat = m/(1-b1^t), v_hat = v/(1-b2^t).
@@ -450,7 +484,8 @@ void tr_kernels_cpu_parallel_for(size_t n, void (*fn)(void *ctx, size_t i), void
  * outputs it keeps (activations, activation gradients, parameter gradients; accumulating ops
  * round the sum) to the format. fp16 overflows to infinity past 65504. Unrounded: the fp32
  * statistics (mean, rstd, row max, sum of exponentials, attention's lse, losses), the
- * cross-entropy's other pieces, generation, AdamW (fp32 master weights and moments) and sumsq;
+ * cross-entropy's other pieces, the MoE router's ops and the routing weights' gradient (fp32,
+ * as Megatron's router), generation, AdamW (fp32 master weights and moments) and sumsq;
  * attention's probabilities (recomputed inside its ops) stay fp32 too. The GEMMs of the
  * CUDA backend's bf16 mode read their operands the same way (its twin on a CPU). */
 const tr_kernels *tr_kernels_cpu_rounded(const char *format);

@@ -176,6 +176,21 @@ void cpu_bf16_widen(float *dst, const uint16_t *src, size_t n);
  * wrapping t's own gemm, gelu_forward, xent_stats and xent_loss_backward ("cpu-bf16"). */
 void cpu_bf16_storage_fill(tr_kernels *t);
 
+/* moe.c: the mixture-of-experts ops (kernels.h) */
+void cpu_moe_router_forward(tr_stream s, int32_t *idx, float *weights, float *probs, float *lse,
+                            const float *logits, int N, int E, int k, int pre_softmax);
+void cpu_moe_router_backward(tr_stream s, float *dlogits, const float *dweights,
+                             const int32_t *idx, const float *weights, const float *probs,
+                             const float *lse, const float *aux_grad, float z_grad, int N, int E,
+                             int k, int pre_softmax);
+void cpu_gather_rows(tr_stream s, float *out, const float *src, const int32_t *idx, int M,
+                     int C);
+void cpu_scatter_add_rows(tr_stream s, float *out, const float *src, const int32_t *idx,
+                          const float *w, int M, int C);
+void cpu_scatter_add_rows_backward(tr_stream s, float *dsrc, float *dw, const float *dout,
+                                   const float *src, const int32_t *idx, const float *w, int M,
+                                   int C);
+
 /* layernorm.c */
 void cpu_layernorm_forward(tr_stream s, float *out, float *mean, float *rstd,
                               const float *inp, const float *weight, const float *bias, int N,

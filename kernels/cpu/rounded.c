@@ -299,6 +299,20 @@ static size_t span(int rows, int cols, int ld)
         tr_kernels_cpu()->embedding_backward(s, dtable, dout, ids, N, C, v_start, V);              \
         round_##FMT##_n(dtable, (size_t)V * C);                                                    \
     }                                                                                              \
+    static void FMT##_scatter_add_rows(tr_stream s, float *out, const float *src,                  \
+                                       const int32_t *idx, const float *w, int M, int C)           \
+    {                                                                                              \
+        tr_kernels_cpu()->scatter_add_rows(s, out, src, idx, w, M, C);                             \
+        for (int i = 0; i < M; i++) /* the rows it wrote (a row rounded twice: the same) */       \
+            round_##FMT##_n(out + (size_t)idx[i] * C, (size_t)C);                                  \
+    }                                                                                              \
+    static void FMT##_scatter_add_rows_backward(tr_stream s, float *dsrc, float *dw,               \
+                                                const float *dout, const float *src,               \
+                                                const int32_t *idx, const float *w, int M, int C)  \
+    {                                                                                              \
+        tr_kernels_cpu()->scatter_add_rows_backward(s, dsrc, dw, dout, src, idx, w, M, C);         \
+        round_##FMT##_n(dsrc, (size_t)M * C); /* dw: the router's, fp32 */                        \
+    }                                                                                              \
     static void FMT##_position_forward(tr_stream s, float *out, const float *wpe, int B, int T,    \
                                        int C)                                                      \
     {                                                                                              \
@@ -351,6 +365,8 @@ ROUNDED_TABLE(fp16)
         t.embedding_backward = FMT##_embedding_backward;                                           \
         t.position_forward = FMT##_position_forward;                                               \
         t.position_backward = FMT##_position_backward;                                             \
+        t.scatter_add_rows = FMT##_scatter_add_rows;                                               \
+        t.scatter_add_rows_backward = FMT##_scatter_add_rows_backward;                             \
     } while (0)
 
 static tr_kernels bf16_table, fp16_table;

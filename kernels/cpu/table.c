@@ -61,6 +61,11 @@ static const tr_kernels cpu_table = {
     .embedding_backward = cpu_embedding_backward,
     .position_forward = cpu_position_forward,
     .position_backward = cpu_position_backward,
+    .moe_router_forward = cpu_moe_router_forward,
+    .moe_router_backward = cpu_moe_router_backward,
+    .gather_rows = cpu_gather_rows,
+    .scatter_add_rows = cpu_scatter_add_rows,
+    .scatter_add_rows_backward = cpu_scatter_add_rows_backward,
     .adamw = cpu_adamw,
     .sumsq = cpu_sumsq,
 };
