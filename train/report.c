@@ -259,6 +259,10 @@ static int open_files(train_report *r)
         tr_warn("training.exit_interval %d without checkpoint.save: the run stops after "
                 "iteration %d and nothing is saved to resume from",
                 cfg->training.exit_interval, r->last);
+    if (!rc && cfg->training.exit_duration_in_mins > 0 && !*cfg->checkpoint.save)
+        tr_warn("training.exit_duration_in_mins %g without checkpoint.save: the run stops after "
+                "that time and nothing is saved to resume from",
+                cfg->training.exit_duration_in_mins);
     if (dir && !rc) {
         rc = lock_dir(dir, "run directory", &r->run_lock);
         FILE *cf = rc ? NULL : train_open_file(dir, "config.yaml", "w");

@@ -205,18 +205,29 @@ int tr_train_run(const tr_config *cfg, const tr_train_options *opts)
             rc = train_report_record(report, &s);
         if (!rc && should_log(cfg, &s, total))
             train_report_print(report, &s);
-        /* a stop request on any rank ends the run after this iteration, on every rank */
-        int stop = 0;
+        /* a stop request on any rank, or the time limit passed on any rank, ends the run
+         * after this iteration, on every rank */
+        int signalled = 0, expired = 0;
         if (!rc && t->exit_signal_handler)
-            rc = tr_engine_any_rank(e, stop_requested, &stop);
+            rc = tr_engine_any_rank(e, stop_requested, &signalled);
+        if (!rc && t->exit_duration_in_mins > 0)
+            rc = tr_engine_any_rank(e, (tr_now() - t0) / 60 > t->exit_duration_in_mins, &expired);
+        int stop = signalled || expired;
         if (!rc && (should_save(cfg, e, it, last) || (stop && *ck->save)))
             rc = save(e, ck, it, lead, opts->quiet);
         if (!rc) /* a save written in the background: finished once every rank's part is */
             rc = tr_checkpoint_poll(e, it == last || stop);
         if (!rc && stop) {
-            if (lead && !opts->quiet)
-                printf("trident: SIGTERM: stopped after iteration %d%s\n", it,
+            if (lead && !opts->quiet) {
+                char why[96];
+                if (signalled)
+                    snprintf(why, sizeof why, "SIGTERM");
+                else
+                    snprintf(why, sizeof why, "training.exit_duration_in_mins %g: %.2f minutes",
+                             t->exit_duration_in_mins, (tr_now() - t0) / 60);
+                printf("trident: %s: stopped after iteration %d%s\n", why, it,
                        *ck->save ? " (checkpoint saved)" : " (no checkpoint.save: nothing saved)");
+            }
             last = it;
             break;
         }

@@ -223,6 +223,10 @@ static inline double tr_training_warmup(const tr_training_config *t)
 
 /* Sample-based training: train_samples given (train_iters 0). */
 static inline int tr_training_by_samples(const tr_training_config *t)
+    double exit_duration_in_mins; /* default 0 = never; else stop after the iteration in which
+                                   * this many minutes have passed since `trident train`
+                                   * started on any rank (checkpoint first; Megatron's
+                                   * --exit-duration-in-mins) */
 {
     return t->train_samples > 0;
 }

@@ -186,6 +186,7 @@ const config_key_spec config_keys[] = {
     BOOL("data", "sft_packing", data.sft_packing, "true"),
     /* the tokenizer: a nested mapping, data: {tokenizer: {type: ..., vocab_file: ...}} */
     ENUM("data", "tokenizer.type", data.tokenizer_type, "none", tokenizer_types),
+    DBL("training", "exit_duration_in_mins", training.exit_duration_in_mins, 0, "0", 0, 0, 1e9, 0),
     {.section = "data", .key = "tokenizer.vocab_file", .type = KEY_STRING,
      .offset = F(data.vocab_file), .def = "", .allow_empty = 1},
     {.section = "data", .key = "tokenizer.merge_file", .type = KEY_STRING,

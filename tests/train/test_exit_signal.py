@@ -4,6 +4,9 @@
 iteration in progress, the job saves a checkpoint there and exits 0; resumed, it trains to the
 end with per-iteration losses bit-identical to an uninterrupted run. Without the handler, the
 same SIGTERM stops the job with a non-zero status and saves nothing.
+training.exit_duration_in_mins (Megatron's --exit-duration-in-mins): a limit already passed after
+the first iteration (1e-9 minutes) stops both ranks there with a checkpoint, exit 0; resumed with
+a limit never reached, the run ends with the uninterrupted run's losses bit for bit.
 usage: test_exit_signal.py TRIDENT WORKDIR"""
 import os
 import random
@@ -62,4 +65,19 @@ rc, out, err, run_dir, ck = interrupted("term-off", False, at)
 check("without the handler: a non-zero exit and no checkpoint",
       rc != 0 and not os.path.exists(os.path.join(ck, "latest_checkpointed_iteration.txt")),
       f"exit {rc}: {err[-400:]}")
+
+dur_dir, dur_ck = os.path.join(work, "duration"), os.path.join(work, "duration-ck")
+r = tt.run(tt.train_cmd(trident, config, dur_dir, world=2,
+                        sets=[f"checkpoint.save={dur_ck}", "training.exit_duration_in_mins=1e-9"]), timeout=300)
+saved = open(os.path.join(dur_ck, "latest_checkpointed_iteration.txt")).read().strip() \
+    if os.path.exists(os.path.join(dur_ck, "latest_checkpointed_iteration.txt")) else None
+check("exit_duration_in_mins passed: exit 0 after iteration 1, its checkpoint saved, says why",
+      r.returncode == 0 and saved == "1" and len(tt.losses(dur_dir)) == 1 and
+      "training.exit_duration_in_mins 1e-09" in r.stdout and "stopped after iteration 1 (checkpoint saved)" in r.stdout,
+      f"exit {r.returncode}, saved {saved}: {r.stdout[-400:]} {r.stderr[-400:]}")
+r = tt.run(tt.train_cmd(trident, config, dur_dir, world=2, flags=["--quiet"],
+                        sets=[f"checkpoint.load={dur_ck}", f"checkpoint.save={dur_ck}",
+                              "training.exit_duration_in_mins=1e6"]), timeout=300)
+check("resumed with a limit never reached: to the end, losses bit-identical to the uninterrupted run",
+      r.returncode == 0 and tt.losses(dur_dir) == want, f"exit {r.returncode}: {r.stderr[-400:]}")
 tt.finish()
