@@ -66,8 +66,8 @@ int hf_out_end(const hf_out_dir *o, int rc)
     return rc;
 }
 
-/* An export's out_end: first o->files copied in. */
-static int out_end_export(const hf_out_dir *od, int rc, const tr_hf_export_options *o)
+/* An export's out_end: first o->files copied in (hf_internal.h). */
+int hf_out_end_export(const hf_out_dir *od, int rc, const tr_hf_export_options *o)
 {
     char buf[1 << 16], path[4400];
     for (const char *const *f = o->files; !rc && f && f[0]; f += 2) {
@@ -388,14 +388,14 @@ int tr_hf_export(const char *ckpt_dir, const char *hf_dir, const tr_hf_export_op
         rc = tr_hf_write_family(od.tmp, family, g, params, &m, o);
         if (!rc)
             rc = write_generation_config(od.tmp, o);
-        rc = out_end_export(&od, rc, o);
+        rc = hf_out_end_export(&od, rc, o);
     } else if (!rc && !(rc = hf_out_begin(hf_dir, &od))) {
         rc = write_weights(od.tmp, g, params, o);
         if (!rc)
             rc = write_config(od.tmp, &m, o);
         if (!rc)
             rc = write_generation_config(od.tmp, o);
-        rc = out_end_export(&od, rc, o);
+        rc = hf_out_end_export(&od, rc, o);
     }
     tr_gpt_free(g);
     free(params);
@@ -442,7 +442,7 @@ int tr_hf_export_lora(const char *ckpt_dir, const char *hf_dir, const tr_config 
         rc = tr_checkpoint_load_model(ckpt_dir, g, tr_kernels_cpu(), params, &it);
     }
     if (!rc && !merge && !(rc = hf_out_begin(hf_dir, &od)))
-        rc = out_end_export(&od, tr_hf_write_lora_adapter(od.tmp, g, params), o);
+        rc = hf_out_end_export(&od, tr_hf_write_lora_adapter(od.tmp, g, params), o);
     if (!rc && merge) {
         tr_gpt_shape ps = s;
         ps.lora_rank = 0;
@@ -466,7 +466,7 @@ int tr_hf_export_lora(const char *ckpt_dir, const char *hf_dir, const tr_config 
             }
             if (!rc)
                 rc = write_generation_config(od.tmp, o);
-            rc = out_end_export(&od, rc, o);
+            rc = hf_out_end_export(&od, rc, o);
         }
     }
     tr_gpt_free(plain);

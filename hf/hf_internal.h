@@ -15,6 +15,8 @@ typedef struct {
 } hf_out_dir;
 TR_MUST_CHECK int hf_out_begin(const char *output, hf_out_dir *o);
 TR_MUST_CHECK int hf_out_end(const hf_out_dir *o, int rc);
+/* hf_out_end after copying o->files into o->tmp (TR_ERR_IO naming one that cannot be read) */
+TR_MUST_CHECK int hf_out_end_export(const hf_out_dir *od, int rc, const tr_hf_export_options *o);
 /* convert.c: the config's model mc has the sizes of checkpoint ckpt_dir's m (num_layers,
  * hidden_size, heads, vocab_size, max_position_embeddings), else TR_ERR_INVALID naming them. */
 TR_MUST_CHECK int hf_config_sizes_match(const char *ckpt_dir, const tr_model_config *m,
@@ -238,5 +240,8 @@ TR_MUST_CHECK int hf_sync_dir(const char *path);
  * F64 beyond float32's range. A checkpoint holds finite values only, so an import of such a
  * tensor would write one that every reader refuses. */
 TR_MUST_CHECK int hf_read_weight(tr_st_file *f, const tr_st_tensor *t, float *out);
+/* megatron_write.c: the n floats at buf as bf16 (rounded to nearest even) in buf's first 2 n
+ * bytes; a finite value beyond BF16's range refused naming tensor `name` and the element. */
+TR_MUST_CHECK int hf_bf16_in_place(float *buf, size_t n, const char *name);
 
 #endif

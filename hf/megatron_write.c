@@ -244,7 +244,7 @@ static void extra_state(ptw *w, const char *name)
 /* The n floats at buf as bf16 (rounded to nearest even) in buf's first 2 n bytes. A finite
  * value beyond BF16's largest (3.3895e38) would round to infinity: refused, as the safetensors
  * writer refuses it, naming the tensor (`name`, Megatron's) and the element. */
-static int to_bf16_in_place(float *buf, size_t n, const char *name)
+int hf_bf16_in_place(float *buf, size_t n, const char *name)
 {
     unsigned char *out = (unsigned char *)buf;
     for (size_t i = 0; i < n; i++) { /* writes bytes 2i, 2i + 1: floats before i, read */
@@ -298,7 +298,7 @@ static int write_rank(const char *path, tr_gpt *g, const float *params,
             cut(x, split, t, tp, x->vocab_rows ? Rv : (size_t)x->full_rows, params + x->offset,
                 buf, &rows, &cols);
             uint64_t shape[2] = {rows, cols};
-            if (bf16 && (rc = to_bf16_in_place(buf, rows * cols, name)))
+            if (bf16 && (rc = hf_bf16_in_place(buf, rows * cols, name)))
                 break;
             ptw_str(w, name);
             rc = ptw_tensor(w, bf16 ? TR_ST_BF16 : TR_ST_F32, x->full_cols > 1 ? 2 : 1, shape,

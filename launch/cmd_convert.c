@@ -12,6 +12,7 @@
 #include "core/core.h"
 #include "hf/hf.h"
 #include "hf/megatron.h"
+#include "hf/meta.h"
 #include "launch/args.h"
 #include "tokenizer/tokenizer.h"
 #include "train/train.h"
@@ -26,6 +27,9 @@ static void convert_usage(FILE *f)
             "                       [--iteration N]\n"
             "       trident convert --to megatron --input CKPT_DIR --output SAVE_DIR\n"
             "                       [--tp T] [--pp P] [--config FILE]\n"
+            "       trident convert --from meta --input META_DIR --output CKPT_DIR\n"
+            "       trident convert --to meta --input CKPT_DIR --output META_DIR [--mp N]\n"
+            "                       [--dtype fp32|bf16]\n"
             "\n"
             "Converts GPT-2, Llama, Qwen2, Bloom, GPT-NeoX, Falcon, Phi, StableLM, Gemma,\n"
             "GPTBigCode, GPT-J, MPT and OPT checkpoints between Hugging Face transformers\n"
@@ -54,6 +58,14 @@ static void convert_usage(FILE *f)
             "              it with --finetune or --no-load-optim --no-load-rng); --config FILE\n"
             "              gives the model's switches (as for --to hf)\n"
             "  --tp T, --pp P  --to megatron: tensor / pipeline-parallel sizes (default 1)\n"
+            "  --from meta  META_DIR, Meta's own Llama download (Llama 1, 2, 3, 3.1, 3.2, Code\n"
+            "              Llama: params.json, consolidated.NN.pth per model-parallel rank,\n"
+            "              tokenizer.model) -> the same release checkpoint (tokenizer.model\n"
+            "              copied beside it); the printed model section is its params.json\n"
+            "  --to meta   a Llama checkpoint -> META_DIR in Meta's format (params.json,\n"
+            "              consolidated.NN.pth, its tokenizer.model when it has one), which\n"
+            "              Meta's reference code and llama-stack load\n"
+            "  --mp N      --to meta: model-parallel files (default 1)\n"
             "  --adapters PEFT_DIR  --from hf: PEFT's LoRA adapters of HF_DIR (adapter_config.json,\n"
             "              adapter_model.safetensors or .bin) -> CKPT_DIR holds them as a LoRA\n"
             "              run's checkpoint, CKPT_DIR/base the base; the printed finetune and\n"
@@ -220,7 +232,7 @@ static void print_lora_sections(const char *dir, const tr_hf_lora_import *li)
 int tr_cmd_convert(int argc, char **argv)
 {
     enum { FROM, TO, INPUT, OUTPUT, DTYPE, SHARD, EOS, CONFIG, MERGE, ADAPTERS, PEFT, ITER, TP,
-           PP };
+           PP, MP };
     static const arg_opt options[] = {
         [FROM] = {"--from", ARG_VALUE},   [TO] = {"--to", ARG_VALUE},
         [INPUT] = {"--input", ARG_VALUE}, [OUTPUT] = {"--output", ARG_VALUE},
@@ -228,7 +240,8 @@ int tr_cmd_convert(int argc, char **argv)
         [EOS] = {"--eos-id", ARG_VALUE},  [CONFIG] = {"--config", ARG_VALUE},
         [MERGE] = {"--merge-lora", ARG_FLAG}, [ADAPTERS] = {"--adapters-only", ARG_FLAG},
         [PEFT] = {"--adapters", ARG_VALUE}, [ITER] = {"--iteration", ARG_VALUE},
-        [TP] = {"--tp", ARG_VALUE}, [PP] = {"--pp", ARG_VALUE}, {NULL},
+        [TP] = {"--tp", ARG_VALUE}, [PP] = {"--pp", ARG_VALUE}, [MP] = {"--mp", ARG_VALUE},
+        {NULL},
     };
     arg_parser a = {.cmd = "trident convert", .opts = options, .usage = convert_usage,
                     .argc = argc, .argv = argv};
@@ -236,7 +249,7 @@ int tr_cmd_convert(int argc, char **argv)
     const char *peft = NULL;
     tr_hf_export_options o = {.max_shard_bytes = 5000000000ULL, .eos_token_id = -1};
     int rc = 0, opt, export_opts = 0, merge = 0, adapters = 0, megatron = 0, mlm_iter = -1;
-    int to_mlm = 0, tp = 0, pp = 0, hf_only = 0;
+    int to_mlm = 0, tp = 0, pp = 0, hf_only = 0, meta = 0, to_meta = 0, mp = 0;
     while (!rc && (opt = args_next(&a, &v)) != ARGS_END) {
         if (opt == ARGS_HELP || opt == ARGS_ERROR)
             return opt == ARGS_HELP ? 0 : 2;
@@ -247,14 +260,18 @@ int tr_cmd_convert(int argc, char **argv)
             from = v, megatron = 1;
         else if (opt == TO && !strcmp(v, "megatron"))
             to = v, to_mlm = 1;
+        else if ((opt == FROM || opt == TO) && !strcmp(v, "meta"))
+            *(opt == FROM ? &from : &to) = v, *(opt == FROM ? &meta : &to_meta) = 1;
+        else if (opt == MP)
+            rc = args_int(&a, "--mp", v, 1, 1024, &mp);
         else if (opt == TP || opt == PP)
             rc = args_int(&a, opt == TP ? "--tp" : "--pp", v, 1, 4096, opt == TP ? &tp : &pp);
         else if (opt == ITER)
             rc = args_int(&a, "--iteration", v, 0, 9999999, &mlm_iter);
         else if (opt == FROM || opt == TO) {
             if (strcmp(v, "hf"))
-                rc = args_error(&a, opt == FROM ? "%s needs 'hf' or 'megatron', got '%s'"
-                                                : "%s needs 'hf' or 'megatron', got '%s'", opt == FROM ? "--from" : "--to", v);
+                rc = args_error(&a, "%s needs 'hf', 'megatron' or 'meta', got '%s'",
+                                opt == FROM ? "--from" : "--to", v);
             *(opt == FROM ? &from : &to) = v;
         } else if (opt == INPUT)
             input = v;
@@ -284,13 +301,13 @@ int tr_cmd_convert(int argc, char **argv)
         }
     }
     if (!rc && !from == !to)
-        rc = args_error(&a, "give the direction once: --from hf|megatron (import) or --to hf|megatron "
-                            "(export)");
+        rc = args_error(&a, "give the direction once: --from hf|megatron|meta (import) or --to "
+                            "hf|megatron|meta (export)");
     if (!rc && (!input || !output))
         rc = args_error(&a, "--input and --output are both needed");
     if (!rc && from && export_opts)
         rc = args_error(&a, "--dtype, --max-shard-size, --eos-id and --config apply to --to hf");
-    if (!rc && (to || megatron) && peft)
+    if (!rc && (to || megatron || meta) && peft)
         rc = args_error(&a, "--adapters PEFT_DIR applies to --from hf");
     if (!rc && !megatron && mlm_iter >= 0)
         rc = args_error(&a, "--iteration N applies to --from megatron");
@@ -299,6 +316,11 @@ int tr_cmd_convert(int argc, char **argv)
     if (!rc && to_mlm && (merge || adapters || hf_only))
         rc = args_error(&a, "--to megatron takes --config, --dtype, --tp and --pp (not "
                         "--max-shard-size, --eos-id, --merge-lora or --adapters-only)");
+    if (!rc && !to_meta && mp)
+        rc = args_error(&a, "--mp applies to --to meta");
+    if (!rc && to_meta && (merge || adapters || hf_only || config))
+        rc = args_error(&a, "--to meta takes --dtype and --mp (not --config, --max-shard-size, "
+                        "--eos-id, --merge-lora or --adapters-only)");
     if (!rc && merge && adapters)
         rc = args_error(&a, "--merge-lora and --adapters-only exclude each other");
     char base[4200];
@@ -339,7 +361,12 @@ int tr_cmd_convert(int argc, char **argv)
     int iteration = 0;
     tr_hf_lora_import li;
     tr_megatron_info mi;
-    if (megatron)
+    tr_meta_info fi;
+    if (meta)
+        rc = tr_meta_import(input, output, &m, &fi);
+    else if (to_meta)
+        rc = tr_meta_export(input, output, mp ? mp : 1, o.bf16, &iteration, &fi);
+    else if (megatron)
         rc = tr_megatron_import(input, mlm_iter, output, &m, &mi);
     else if (to_mlm)
         rc = tr_megatron_export(input, output, tp ? tp : 1, pp ? pp : 1, o.bf16,
@@ -357,7 +384,19 @@ int tr_cmd_convert(int argc, char **argv)
         fprintf(stderr, "trident convert: %s\n", tr_errmsg());
         return rc == TR_ERR_INVALID || rc == TR_ERR_CONFIG ? 2 : 1;
     }
-    if (megatron) {
+    if (meta || to_meta) {
+        printf("trident convert: %s (%s) -> %s (%s) in %.2f s\n", input,
+               meta ? "Meta's Llama" : "checkpoint", output, meta ? "release checkpoint"
+               : "Meta's Llama", tr_now() - t0);
+        printf("# %d model-parallel file%s, %s weights%s%s\n", fi.mp, fi.mp > 1 ? "s" : "",
+               fi.dtype, !fi.tied ? "" : meta ? ", tied head (no output.weight)"
+                                             : ", tied head (output.weight: the embedding's copy)",
+               fi.tokenizer ? ", tokenizer.model copied" : "");
+        if (meta)
+            print_model_section(&m);
+        if (meta && fi.tokenizer) /* (sentencepiece's, or Llama 3's tiktoken file) */
+            printf("# generate / eval: --tokenizer-model %s/tokenizer.model\n", output);
+    } else if (megatron) {
         char which[64], chunks[48] = "";
         snprintf(which, sizeof which, mi.release ? "release" : "iteration %d", mi.iteration);
         if (mi.vp > 1)

@@ -211,9 +211,9 @@ bad_out = os.path.join(work, "bad-out")
 for what, args, cause in [
         ("no arguments", [], "give the direction once"),
         ("both directions", ["--from", "hf", "--to", "hf", "--input", src, "--output", bad_out], "give the direction once"),
-        ("another format", ["--from", "nemo", "--input", src, "--output", bad_out], "--from needs 'hf' or 'megatron'"),
+        ("another format", ["--from", "nemo", "--input", src, "--output", bad_out], "--from needs 'hf', 'megatron'"),
         ("another format written", ["--to", "nemo", "--input", src, "--output", bad_out],
-         "--to needs 'hf' or 'megatron'"),
+         "--to needs 'hf', 'megatron'"),
         ("--tp without --to megatron", ["--to", "hf", "--input", src, "--output", bad_out, "--tp", "2"],
          "--tp and --pp apply to --to megatron"),
         ("--max-shard-size with --to megatron", ["--to", "megatron", "--input", src, "--output", bad_out,

@@ -1,0 +1,71 @@
+/* hf/ internal: Meta's Llama checkpoints (meta.c: params.json and the import; meta_write.c: the
+ * export). Both directions share the tensor table and the row mapping here. Not part of the
+ * contract (hf/meta.h). */
+#ifndef TR_HF_META_INTERNAL_H
+#define TR_HF_META_INTERNAL_H
+
+#include "hf/hf_internal.h"
+#include "hf/meta.h"
+
+/* How Meta's MP ranks split a tensor: replicated, rows (column-parallel), columns
+ * (row-parallel, and ParallelEmbedding's embedding dimension). */
+enum { META_REP, META_ROWS, META_COLS };
+/* How a Meta tensor's rows land in trident's: as they are; q/k/v (k 0, 1, 2) into qkv's rows
+ * (group, {q_0 .. q_R-1, k, v}, d), q's and k's rotary pairs made halves; gate / up (k 0, 1)
+ * into fc's rows (feature, {gate, up}). */
+enum { META_SAME, META_QKV, META_GLU };
+/* A size of the model: dim, heads x head size, kv heads x head size, the FFN, the vocabulary,
+ * none (a vector). */
+enum { META_D_C, META_D_Q, META_D_KV, META_D_F, META_D_V, META_D_NONE };
+
+typedef struct {
+    const char *meta;    /* after "layers.N." for a layer's */
+    const char *trident; /* after "layers.N." for a layer's */
+    int split, kind, k;
+    int rows, cols;      /* META_D_* of the whole tensor */
+} meta_part;
+
+/* In Meta's order (consolidated.NN.pth's): per layer, and outside the layers. */
+#define META_LAYER_PARTS 9
+#define META_TOP_PARTS 3
+extern const meta_part meta_layer_parts[META_LAYER_PARTS];
+extern const meta_part meta_top_parts[META_TOP_PARTS];
+
+typedef struct {
+    int L, C, NH, NKV, HS, F, V;
+    int mp;
+} meta_dims;
+
+static inline size_t meta_dim(const meta_dims *d, int which)
+{
+    return which == META_D_C    ? (size_t)d->C
+           : which == META_D_Q  ? (size_t)d->NH * (size_t)d->HS
+           : which == META_D_KV ? (size_t)d->NKV * (size_t)d->HS
+           : which == META_D_F  ? (size_t)d->F
+           : which == META_D_V  ? (size_t)d->V
+                                : 0;
+}
+/* One MP rank's rows and columns of part p (cols 0: a vector); the whole tensor's row that
+ * rank s's row i is, and the column its column 0 is. */
+static inline size_t meta_shard_rows(const meta_part *p, const meta_dims *d)
+{
+    return meta_dim(d, p->rows) / (p->split == META_ROWS ? (size_t)d->mp : 1);
+}
+static inline size_t meta_shard_cols(const meta_part *p, const meta_dims *d)
+{
+    return meta_dim(d, p->cols) / (p->split == META_COLS ? (size_t)d->mp : 1);
+}
+static inline size_t meta_whole_row(const meta_part *p, const meta_dims *d, int s, size_t i)
+{
+    return p->split == META_ROWS ? (size_t)s * meta_shard_rows(p, d) + i : i;
+}
+static inline size_t meta_whole_col(const meta_part *p, const meta_dims *d, int s)
+{
+    return p->split == META_COLS ? (size_t)s * meta_shard_cols(p, d) : 0;
+}
+/* The row of trident's tensor that row r of the whole Meta tensor p is. */
+uint64_t meta_trident_row(const meta_part *p, const meta_dims *d, uint64_t r);
+/* The trident model's sizes as meta_dims for mp ranks. */
+void meta_dims_of(const tr_model_config *m, int mp, meta_dims *d);
+
+#endif
