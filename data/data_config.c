@@ -12,8 +12,8 @@ static int check_tokenizer(const tr_config *cfg)
     const tr_data_config *dc = &cfg->data;
     if (!strcmp(dc->tokenizer_type, "none"))
         return TR_OK;
-    tr_tokenizer_files f = {dc->tokenizer_type, dc->vocab_file, dc->merge_file, dc->tokenizer_model,
-                            NULL};
+    tr_tokenizer_files f = {.type = dc->tokenizer_type, .vocab_file = dc->vocab_file,
+                            .merge_file = dc->merge_file, .tokenizer_model = dc->tokenizer_model};
     tr_tokenizer *t;
     int rc = tr_tokenizer_open(&f, &t);
     if (rc)

@@ -324,7 +324,8 @@ static int setup(pipeline *p, const tr_preprocess_options *o)
     p->spec = (prep_spec){o->json_keys, o->n_json_keys, o->sft,
                           o->n_json_keys && !o->sft ? o->append_eod : 1,
                           !strcmp(tr_tokenizer_type(t), "HFTokenizer") ||
-                              !strcmp(tr_tokenizer_type(t), "Llama2Tokenizer"),
+                              !strcmp(tr_tokenizer_type(t), "Llama2Tokenizer") ||
+                              !strcmp(tr_tokenizer_type(t), "Llama3Tokenizer"),
                           tr_tokenizer_eod(t),
                           NULL, t};
     if (o->sft && o->n_json_keys != (o->sft == TR_SFT_PAIR ? 2 : 1))

@@ -49,7 +49,7 @@ typedef struct {
                             * their loss mask (0/1 as ids) */
     int append_eod;
     int add_special;       /* HFTokenizer: the template (Megatron's HF tokenize does);
-                            * Llama2Tokenizer: its BOS */
+                            * Llama2Tokenizer, Llama3Tokenizer: its BOS */
     int32_t eod;
     const chat_template *chat; /* TR_SFT_CHAT: how a conversation is written */
     const tr_tokenizer *tok;

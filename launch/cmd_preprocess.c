@@ -60,15 +60,26 @@ static void preprocess_usage(FILE *f)
             "tokenizer:\n"
             "  --tokenizer-type T       ByteLevel (default: token = byte, vocabulary 256, NUL\n"
             "                           bytes dropped, end of document 0), GPT2BPETokenizer,\n"
-            "                           HFTokenizer, Llama2Tokenizer or\n"
-            "                           GPTSentencePieceTokenizer\n"
+            "                           HFTokenizer, Llama2Tokenizer,\n"
+            "                           GPTSentencePieceTokenizer, TikTokenizer or\n"
+            "                           Llama3Tokenizer\n"
             "  --vocab-file FILE        GPT2BPETokenizer: vocab.json (GPT-2's encoder.json)\n"
             "  --merge-file FILE        GPT2BPETokenizer: merges.txt (GPT-2's vocab.bpe)\n"
             "  --tokenizer-model FILE   HFTokenizer: a byte-level BPE tokenizer.json (its\n"
             "                           template is applied, as Megatron's HF tokenizer does);\n"
             "                           Llama2Tokenizer, GPTSentencePieceTokenizer: a\n"
             "                           sentencepiece BPE tokenizer.model (Llama2Tokenizer puts\n"
-            "                           its BOS first; end of document: its EOS)\n"
+            "                           its BOS first; end of document: its EOS);\n"
+            "                           TikTokenizer: a tiktoken rank file (Megatron's JSON or\n"
+            "                           'base64 rank' lines); Llama3Tokenizer: Meta's Llama 3\n"
+            "                           tokenizer.model (<|begin_of_text|> first)\n"
+            "  --tiktoken-pattern P     TikTokenizer: Megatron's regex v1 or v2 (needed)\n"
+            "  --tiktoken-num-special-tokens S\n"
+            "                           TikTokenizer: ids 0..S-1 are special (default 1000)\n"
+            "  --tiktoken-special-tokens T...\n"
+            "                           TikTokenizer: the first special tokens (default <unk>\n"
+            "                           <s> </s>; these three must be among them; </s> ends\n"
+            "                           documents)\n"
             "output:\n"
             "  --output-prefix PREFIX   where the files go (written atomically, through .tmp)\n"
             "  --append-eod             JSON Lines: end each document with the tokenizer's end-of-\n"
@@ -90,6 +101,7 @@ typedef struct {
     char *pair; /* --json-keys PROMPT,RESPONSE split in place (a copy) */
     const char *prefix, *chat_template;
     tr_tokenizer_files tok;
+    const char **specials; /* --tiktoken-special-tokens */
 } pp_options;
 
 static int ends_with(const char *s, const char *suffix)
@@ -101,7 +113,8 @@ static int ends_with(const char *s, const char *suffix)
 static int parse(arg_parser *a, pp_options *o)
 {
     enum { INPUT, OUTPUT_PREFIX, WORKERS, PER_FILE, APPEND_EOD, SPLIT_SENTENCES, JSON_KEYS,
-           TOK_TYPE, VOCAB, MERGES, TOK_MODEL, SKIP_BAD, LOG_INTERVAL, SFT, CHAT_TEMPLATE };
+           TOK_TYPE, VOCAB, MERGES, TOK_MODEL, SKIP_BAD, LOG_INTERVAL, SFT, CHAT_TEMPLATE,
+           TIK_PATTERN, TIK_NUM, TIK_SPECIALS };
     static const arg_opt options[] = {
         [INPUT] = {"--input", ARG_VALUES, "file"},
         [OUTPUT_PREFIX] = {"--output-prefix", ARG_VALUE},
@@ -118,6 +131,9 @@ static int parse(arg_parser *a, pp_options *o)
         [LOG_INTERVAL] = {"--log-interval", ARG_VALUE},
         [SFT] = {"--sft", ARG_FLAG},
         [CHAT_TEMPLATE] = {"--chat-template", ARG_VALUE},
+        [TIK_PATTERN] = {"--tiktoken-pattern", ARG_VALUE},
+        [TIK_NUM] = {"--tiktoken-num-special-tokens", ARG_VALUE},
+        [TIK_SPECIALS] = {"--tiktoken-special-tokens", ARG_VALUES, "token"},
         {NULL},
     };
     a->opts = options;
@@ -159,6 +175,15 @@ static int parse(arg_parser *a, pp_options *o)
             o->tok.merge_file = v;
         else if (opt == TOK_MODEL)
             o->tok.tokenizer_model = v;
+        else if (opt == TIK_PATTERN)
+            o->tok.tiktoken_pattern = v;
+        else if (opt == TIK_NUM)
+            rc = args_int(a, "--tiktoken-num-special-tokens", v, 3, (1 << 24) - 1,
+                          &o->tok.tiktoken_num_special_tokens);
+        else if (opt == TIK_SPECIALS) {
+            o->specials[o->tok.n_tiktoken_special_tokens++] = v;
+            o->tok.tiktoken_special_tokens = o->specials;
+        }
         else if (opt == SPLIT_SENTENCES)
             rc = args_error(a, "--split-sentences is not supported (no sentence splitter: give "
                                "each document's sentences as a JSON list instead)");
@@ -273,13 +298,15 @@ int tr_cmd_preprocess(int argc, char **argv)
     pp_options o = {.workers = 1, .log_interval = 10};
     o.inputs = calloc((size_t)argc + 1, sizeof *o.inputs);
     o.keys = calloc((size_t)argc + 1, sizeof *o.keys);
-    int rc = !o.inputs || !o.keys ? 1 : parse(&a, &o);
-    if (!o.inputs || !o.keys)
+    o.specials = calloc((size_t)argc + 1, sizeof *o.specials);
+    int rc = !o.inputs || !o.keys || !o.specials ? 1 : parse(&a, &o);
+    if (!o.inputs || !o.keys || !o.specials)
         fprintf(stderr, "trident preprocess: out of memory\n");
     else if (rc == 0)
         rc = run(&o);
     free(o.inputs);
     free(o.keys);
+    free(o.specials);
     free(o.pair);
     return rc < 0 ? 0 : rc;
 }

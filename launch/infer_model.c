@@ -337,8 +337,14 @@ int infer_tokenizer_open(const char *who, const char *dir, tr_tokenizer_files *t
                          infer_tok_paths *p, tr_tokenizer **out)
 {
     *out = NULL;
+    const char *type;
+    /* --tokenizer-model alone: Meta's Llama 3 tokenizer.model is read as Llama3Tokenizer */
+    if (!tok->type && tok->tokenizer_model &&
+        (type = tr_tokenizer_model_type(tok->tokenizer_model)) && !strcmp(type, "Llama3Tokenizer"))
+        tok->type = type;
     /* a Hugging Face folder's own tokenizer, as from_pretrained takes it: tokenizer.json, else
-     * GPT-2's slow files (GPT2Tokenizer; OPT's folders) with tokenizer_config.json's BOS */
+     * GPT-2's slow files (GPT2Tokenizer; OPT's folders) with tokenizer_config.json's BOS, else
+     * a tokenizer.model in tiktoken's format (Meta's Llama 3 download: Llama3Tokenizer) */
     if (!tok->type && !tok->vocab_file && !tok->merge_file && !tok->tokenizer_model &&
         tr_hf_is_model_folder(dir)) {
         if (folder_file(dir, "tokenizer.json", p->model, sizeof p->model)) {
@@ -351,6 +357,10 @@ int infer_tokenizer_open(const char *who, const char *dir, tr_tokenizer_files *t
             tok->merge_file = p->merges;
             if (folder_file(dir, "tokenizer_config.json", p->config, sizeof p->config))
                 tok->config_file = p->config;
+        } else if (folder_file(dir, "tokenizer.model", p->model, sizeof p->model) &&
+                   (type = tr_tokenizer_model_type(p->model)) && !strcmp(type, "Llama3Tokenizer")) {
+            tok->type = type;
+            tok->tokenizer_model = p->model;
         }
         if (tok->type)
             fprintf(stderr, "%s: the tokenizer of %s%s%s (--tokenizer-type ByteLevel for bytes)\n",

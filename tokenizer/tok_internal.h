@@ -16,7 +16,9 @@
 
 #include "tokenizer/tokenizer.h"
 
-enum { TOK_BYTES, TOK_GPT2, TOK_HF, TOK_LLAMA2, TOK_GPT_SP }; /* the last two: load_spm.c */
+enum { TOK_BYTES, TOK_GPT2, TOK_HF, TOK_LLAMA2, TOK_GPT_SP, /* these two: load_spm.c */
+       TOK_TIKTOKEN, TOK_LLAMA3, /* load_tiktoken.c */
+       TOK_KINDS };
 
 /* Ids are below 2^24 (16,777,216; the largest real vocabularies have ~256k): the id table
  * takes 12 bytes per id up to the largest, so a tiny file naming id 2^31-2 would cost ~26 GB.
@@ -269,6 +271,15 @@ size_t spm_normalize(const tr_tokenizer *t, const char *s, size_t n, char *out);
 /* sentencepiece's decode of valid ids into s (room for spm_decoded_cap bytes); its length. */
 size_t spm_decoded_cap(const tr_tokenizer *t, const int32_t *ids, size_t n);
 size_t spm_decode(const tr_tokenizer *t, const int32_t *ids, size_t n, char *s);
+
+/* ---- load_tiktoken.c: tiktoken's rank files ---- */
+enum { TIK_NONE, TIK_TEXT, TIK_JSON };
+/* What data[0 .. n) looks like: tiktoken's "base64 rank" lines (TIK_TEXT, from its first
+ * line), a JSON list (TIK_JSON, Megatron's), or neither. */
+int tiktoken_sniff(const char *data, size_t n);
+/* f->tokenizer_model into t (kind TOK_TIKTOKEN or TOK_LLAMA3): the ranks, the merges, the
+ * special tokens and the pattern of the type (see tokenizer.h). */
+TR_MUST_CHECK int load_tiktoken(tr_tokenizer *t, const tr_tokenizer_files *f);
 
 /* ---- pretok.c ---- */
 /* GPT-2's pre-tokenizer regex (tokenizers' ByteLevel, tiktoken's gpt2). */

@@ -34,8 +34,9 @@ static const unsigned char all_bytes[256] = {
 static int given(const char *s) { return s && s[0]; }
 
 /* Megatron's names, by TOK_* */
-static const char *const type_names[] = {"ByteLevel", "GPT2BPETokenizer", "HFTokenizer",
-                                         "Llama2Tokenizer", "GPTSentencePieceTokenizer"};
+static const char *const type_names[TOK_KINDS] = {
+    "ByteLevel", "GPT2BPETokenizer", "HFTokenizer", "Llama2Tokenizer", "GPTSentencePieceTokenizer",
+    "TikTokenizer", "Llama3Tokenizer"};
 
 /* Which files a type needs: each needed one given, no other. */
 static int check_files(const tr_tokenizer_files *f, int kind)
@@ -48,6 +49,10 @@ static int check_files(const tr_tokenizer_files *f, int kind)
     if (given(f->config_file) && kind != TOK_GPT2)
         return tr_fail(TR_ERR_CONFIG, "a tokenizer_config.json (%s) is read by GPT2BPETokenizer "
                        "only, not by %s", f->config_file, type_names[kind]);
+    if (kind != TOK_TIKTOKEN && (given(f->tiktoken_pattern) || f->tiktoken_num_special_tokens ||
+                                 f->tiktoken_special_tokens))
+        return tr_fail(TR_ERR_CONFIG, "the --tiktoken-* options are read by TikTokenizer only, not "
+                       "by %s", type_names[kind]);
     for (int i = 0; i < 3; i++) {
         if (use[i].needed && !given(use[i].value))
             return tr_fail(TR_ERR_CONFIG, "tokenizer %s needs %s", type_names[kind],
@@ -64,12 +69,13 @@ int tr_tokenizer_open(const tr_tokenizer_files *files, tr_tokenizer **out)
     *out = NULL;
     const char *type = given(files->type) ? files->type : "ByteLevel";
     int kind = -1;
-    for (int k = 0; k < 5; k++)
+    for (int k = 0; k < TOK_KINDS; k++)
         kind = !strcmp(type, type_names[k]) ? k : kind;
     if (kind < 0)
         return tr_fail(TR_ERR_CONFIG, "tokenizer type '%s' is not one of ByteLevel, "
                                       "GPT2BPETokenizer, HFTokenizer, Llama2Tokenizer, "
-                                      "GPTSentencePieceTokenizer", type);
+                                      "GPTSentencePieceTokenizer, TikTokenizer, Llama3Tokenizer",
+                       type);
     int rc = check_files(files, kind);
     if (rc)
         return rc;
@@ -94,6 +100,8 @@ int tr_tokenizer_open(const tr_tokenizer_files *files, tr_tokenizer **out)
             rc = gpt2_bos_from_config(t, files->config_file);
     } else if (kind == TOK_HF) {
         rc = load_hf(t, files->tokenizer_model);
+    } else if (kind == TOK_TIKTOKEN || kind == TOK_LLAMA3) {
+        rc = load_tiktoken(t, files);
     } else if (kind != TOK_BYTES) {
         rc = load_spm(t, files->tokenizer_model);
     }
@@ -348,6 +356,52 @@ static int spm_encode(tr_encoder *e, const char *text, size_t len)
     return split_added(e, ADDED_NORMALIZED, e->norm, n, 1, spm_segment);
 }
 
+/* Python's str.isspace (bidirectional class WS, B or S, or category Zs). */
+static int py_isspace(uint32_t c)
+{
+    return (c >= 0x09 && c <= 0x0D) || (c >= 0x1C && c <= 0x20) || c == 0x85 || c == 0xA0 ||
+           c == 0x1680 || (c >= 0x2000 && c <= 0x200A) || c == 0x2028 || c == 0x2029 ||
+           c == 0x202F || c == 0x205F || c == 0x3000;
+}
+
+/* Meta's Llama 3 encode: the text (valid UTF-8) cut into pieces of 400,000 characters, each
+ * cut again before the character that makes a run of str.isspace characters, or of other
+ * ones, longer than 25,000; tiktoken encodes each piece on its own (special tokens matched
+ * inside it). */
+#define META_PIECE_CHARS 400000
+#define META_RUN_CHARS 25000
+static int llama3_encode(tr_encoder *e, const char *text, size_t len)
+{
+    size_t start = 0, chars = 0, run = 0;
+    int rc = TR_OK, run_space = 0;
+    for (size_t i = 0; i < len && !rc;) {
+        if (chars == META_PIECE_CHARS) {
+            rc = split_added(e, ADDED_RAW, text + start, i - start, 1, normalize_segment);
+            start = i;
+            chars = 0;
+        }
+        const unsigned char *p = (const unsigned char *)text + i;
+        size_t k = p[0] < 0x80 ? 1 : p[0] < 0xE0 ? 2 : p[0] < 0xF0 ? 3 : 4;
+        uint32_t c = k == 1 ? p[0] : k == 2 ? (p[0] & 0x1Fu) << 6 | (p[1] & 0x3F)
+                   : k == 3 ? (p[0] & 0x0Fu) << 12 | (p[1] & 0x3Fu) << 6 | (p[2] & 0x3F)
+                            : 0x10000; /* (not a space) */
+        int space = py_isspace(c);
+        if (chars == 0)
+            run_space = space, run = 0;
+        if (space != run_space) {
+            run_space = space;
+            run = 1;
+        } else if (++run > META_RUN_CHARS && !rc) {
+            rc = split_added(e, ADDED_RAW, text + start, i - start, 1, normalize_segment);
+            start = i;
+            run = 1;
+        }
+        chars++;
+        i += k;
+    }
+    return rc ? rc : split_added(e, ADDED_RAW, text + start, len - start, 1, normalize_segment);
+}
+
 int tr_encode(tr_encoder *e, const char *text, size_t len, int add_special, int32_t **ids,
               size_t *n, size_t *cap)
 {
@@ -366,8 +420,9 @@ int tr_encode(tr_encoder *e, const char *text, size_t len, int add_special, int3
     if (!rc && add_special)
         rc = append_ids(e, t->prefix, t->n_prefix);
     if (!rc)
-        rc = t->spm_type ? spm_encode(e, text, len)
-                         : split_added(e, ADDED_RAW, text, len, 1, normalize_segment);
+        rc = t->spm_type           ? spm_encode(e, text, len)
+             : t->kind == TOK_LLAMA3 ? llama3_encode(e, text, len)
+                                     : split_added(e, ADDED_RAW, text, len, 1, normalize_segment);
     if (!rc && add_special)
         rc = append_ids(e, t->suffix, t->n_suffix);
     return rc;

@@ -62,6 +62,36 @@
  *                          the file and the field): malformed protobuf, UNIGRAM / WORD / CHAR,
  *                          another normalizer (nmt_nfkc, ...), files whose ids sentencepiece
  *                          would make otherwise than these merges (see load_spm.c).
+ *      "TikTokenizer"      Megatron's CustomTikTokenizer (--tokenizer-model, --tiktoken-pattern
+ *                          v1|v2, --tiktoken-num-special-tokens S (default 1000),
+ *                          --tiktoken-special-tokens, default <unk> <s> </s>): a tiktoken rank
+ *                          file (tokenizer/load_tiktoken.c: tiktoken's "base64 rank" lines or
+ *                          Megatron's JSON list of {rank, token_bytes, token_str}, the first 256
+ *                          the bytes in order); ids 0..S-1 the special tokens (the list, which
+ *                          must hold <unk> <s> </s> once each, then <SPECIAL_i>), the file's
+ *                          whole rank table after them (Megatron with --vocab-size S + N; no
+ *                          cut to --vocab-size); Megatron's v1 / v2 regex; special tokens in the
+ *                          text are text (Megatron's tokenize is tiktoken's encode_ordinary);
+ *                          add_special adds nothing; end of document </s>.
+ *      "Llama3Tokenizer"   Meta's Llama 3 tokenizer.model (--tokenizer-model; llama-models'
+ *                          llama3/tokenizer.py): the file's N ranks as ids, then Meta's 256
+ *                          special tokens (<|begin_of_text|> N, <|end_of_text|> N+1, ...,
+ *                          <|eot_id|> N+9, <|python_tag|> N+10, <|image|> N+11, then
+ *                          <|reserved_special_token_2|> ...: the Llama 3.1-3.3 names), Llama-3's
+ *                          regex; the special tokens are matched in the text (tiktoken's
+ *                          encode(allowed_special="all"), what Meta's Hugging Face tokenizer.json
+ *                          does); the text cut first as Meta's encode cuts it (400,000
+ *                          characters, then runs of over 25,000 str.isspace or other characters);
+ *                          add_special puts <|begin_of_text|> first; end of document
+ *                          <|end_of_text|>.
+ *                          Both: merges as tiktoken's _byte_pair_merge (the lowest rank of a
+ *                          concatenation, leftmost; a piece that is a token is that token);
+ *                          decoding gives the tokens' bytes (a special token its text).
+ *                          Refused (TR_ERR_INVALID naming file:line, a JSON file's element):
+ *                          an empty file, bad base64, a rank that is not a decimal number or is
+ *                          2^24 or more, a rank given twice, ranks that are not 0..N-1, a token
+ *                          given twice, a line over 4096 bytes, a byte without its token; a bad
+ *                          pattern name or special token list is TR_ERR_CONFIG.
  *    Anything else in a file (another normalizer such as NFD or NFKC, a WordPiece or Unigram
  *    model, dropout, a non-empty continuing_subword_prefix, ...)
  *    is refused with TR_ERR_INVALID naming the file and the field: a tokenizer that cannot be
@@ -98,11 +128,17 @@ typedef struct tr_encoder tr_encoder;
 /* Which files a tokenizer is made from (unused ones NULL). */
 typedef struct {
     const char *type;            /* "ByteLevel" (also NULL or ""), "GPT2BPETokenizer", "HFTokenizer",
-                                  * "Llama2Tokenizer", "GPTSentencePieceTokenizer" */
+                                  * "Llama2Tokenizer", "GPTSentencePieceTokenizer",
+                                  * "TikTokenizer", "Llama3Tokenizer" */
     const char *vocab_file;      /* GPT2BPETokenizer: vocab.json (GPT-2's encoder.json) */
     const char *merge_file;      /* GPT2BPETokenizer: merges.txt (GPT-2's vocab.bpe) */
-    const char *tokenizer_model; /* HFTokenizer: tokenizer.json; the last two: tokenizer.model */
+    const char *tokenizer_model; /* HFTokenizer: tokenizer.json; the others: tokenizer.model */
     const char *config_file;     /* GPT2BPETokenizer, optional: tokenizer_config.json (BOS) */
+    /* TikTokenizer only (Megatron's flags): "v1" | "v2"; S (0: 1000); the list (NULL: default) */
+    const char *tiktoken_pattern;
+    int tiktoken_num_special_tokens;
+    const char *const *tiktoken_special_tokens;
+    int n_tiktoken_special_tokens;
 } tr_tokenizer_files;
 
 /* Open a tokenizer. A missing file for the type, or a file given that the type does not use
@@ -110,6 +146,11 @@ typedef struct {
  * for the others. */
 TR_MUST_CHECK int tr_tokenizer_open(const tr_tokenizer_files *files, tr_tokenizer **out);
 void tr_tokenizer_free(tr_tokenizer *t);
+
+/* The type that reads a tokenizer.model, from its first bytes: "Llama3Tokenizer" for tiktoken's
+ * "base64 rank" lines (Meta's Llama 3 download), else "Llama2Tokenizer" (sentencepiece's
+ * protobuf); NULL when the file cannot be read. */
+const char *tr_tokenizer_model_type(const char *path);
 
 /* The tokenizer_config.json beside a tokenizer.json (in its folder), where HFTokenizer reads
  * the end of document: a malloc'ed path, or NULL when out of memory. */

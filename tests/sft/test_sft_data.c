@@ -43,7 +43,7 @@ static int setup(void **state)
         fprintf(f, "{\"prompt\": \"%s\", \"response\": \"%s\"}\n", prompts[k], responses[k]);
     }
     fclose(f);
-    tr_tokenizer_files tf = {"ByteLevel", NULL, NULL, NULL, NULL};
+    tr_tokenizer_files tf = {.type = "ByteLevel"};
     tr_tokenizer *t;
     assert_int_equal(tr_tokenizer_open(&tf, &t), TR_OK);
     const char *inputs[] = {jsonl}, *keys[] = {"prompt", "response"};
@@ -196,7 +196,7 @@ static void test_bad_files(void **state)
     assert_int_equal(system(cmd), 0);
     assert_int_not_equal(tr_data_open_sft(other, "1,0,0", T, 256, 1, 1, &d), TR_OK);
     assert_non_null(strstr(tr_errmsg(), "loss mask"));
-    tr_tokenizer_files tf = {"ByteLevel", NULL, NULL, NULL, NULL};
+    tr_tokenizer_files tf = {.type = "ByteLevel"};
     tr_tokenizer *t;
     assert_int_equal(tr_tokenizer_open(&tf, &t), TR_OK);
     char jsonl[300], p2[300];

@@ -182,7 +182,7 @@ static void test_hf_features(void **state)
     char *j = hf_text(&len);
     write_file(scratch("tok.json"), j, len);
     free(j);
-    tr_tokenizer_files f = {"HFTokenizer", NULL, NULL, scratch("tok.json"), NULL};
+    tr_tokenizer_files f = {.type = "HFTokenizer", .tokenizer_model = scratch("tok.json")};
     tr_tokenizer *t;
     assert_int_equal(tr_tokenizer_open(&f, &t), TR_OK);
     assert_int_equal(tr_tokenizer_vocab_size(t), 261);
@@ -413,7 +413,7 @@ static void test_tokenizer_config_eos(void **state)
     write_file(model, named, strlen(named));
     free(named);
     free(j);
-    tr_tokenizer_files f = {"HFTokenizer", NULL, NULL, model, NULL};
+    tr_tokenizer_files f = {.type = "HFTokenizer", .tokenizer_model = model};
     static const struct { const char *config; int32_t eod; } good[] = {
         {NULL, 260}, /* no tokenizer_config.json: the first known name */
         {"{\"eos_token\": \"<|bos|>\"}", 259},
@@ -503,7 +503,7 @@ static void test_id_cap(void **state)
             }
             tr_tokenizer_files f = {where < 2 ? "HFTokenizer" : "GPT2BPETokenizer",
                                     where < 2 ? NULL : path, where < 2 ? NULL : merges,
-                                    where < 2 ? path : NULL, NULL};
+                                    where < 2 ? path : NULL, NULL, NULL, 0, NULL, 0};
             if (ids[c] < 1 << 24) {
                 tr_tokenizer *t = NULL;
                 int rc = tr_tokenizer_open(&f, &t);
@@ -561,7 +561,8 @@ static void test_fuzzed_files(void **state)
     assert_true(refused > 100 && opened > 20);
     /* JSON Lines: fuzzed lines are bad lines, never a crash */
     const char *good = "{\"text\": \"abc cab\", \"n\": [1, 2.5, null]}\n{\"text\": [\"a\", \"\"]}\n";
-    tr_tokenizer_files fl = {"GPT2BPETokenizer", scratch("fz.json"), scratch("fz.txt"), NULL, NULL};
+    tr_tokenizer_files fl = {.type = "GPT2BPETokenizer", .vocab_file = scratch("fz.json"),
+                             .merge_file = scratch("fz.txt")};
     tr_tokenizer *t;
     assert_int_equal(tr_tokenizer_open(&fl, &t), TR_OK);
     for (int trial = 0; trial < 200; trial++) {

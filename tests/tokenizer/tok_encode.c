@@ -1,8 +1,10 @@
-/* tok_encode: a test tool. `tok_encode TYPE VOCAB MERGES MODEL [--special] FILE...` encodes each
+/* tok_encode: a test tool. `tok_encode TYPE VOCAB MERGES MODEL [TIKTOKEN...] [--special] FILE...`
+ * encodes each
  * FILE whole (one text) and writes the ids as int32 little-endian to stdout, one file after
  * another, each preceded by its id count (int64). With --decode instead of --special, each FILE
  * holds int32 ids and their decoded text is written, preceded by its length (int64).
- * TYPE/VOCAB/MERGES/MODEL: "-" for none. Exit 2 with the message when the tokenizer or a file
+ * TYPE/VOCAB/MERGES/MODEL: "-" for none. TIKTOKEN: --tiktoken-pattern P,
+ * --tiktoken-num-special-tokens S, --tiktoken-special-tokens A,B,C (TikTokenizer's). Exit 2 with the message when the tokenizer or a file
  * is refused, 1 on other failures. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -39,7 +41,24 @@ int main(int argc, char **argv)
         fprintf(stderr, "usage: tok_encode TYPE VOCAB MERGES MODEL [--special] FILE...\n");
         return 2;
     }
-    tr_tokenizer_files files = {opt(argv[1]), opt(argv[2]), opt(argv[3]), opt(argv[4]), NULL};
+    tr_tokenizer_files files = {.type = opt(argv[1]), .vocab_file = opt(argv[2]),
+                                .merge_file = opt(argv[3]), .tokenizer_model = opt(argv[4])};
+    const char *specials[64];
+    int first = 5;
+    for (; first + 1 < argc && !strncmp(argv[first], "--tiktoken-", 11); first += 2) {
+        const char *flag = argv[first] + 11;
+        if (!strcmp(flag, "pattern"))
+            files.tiktoken_pattern = argv[first + 1];
+        else if (!strcmp(flag, "num-special-tokens"))
+            files.tiktoken_num_special_tokens = atoi(argv[first + 1]);
+        else /* special-tokens: comma-separated, in place */
+            for (char *s = argv[first + 1], *c; s && files.n_tiktoken_special_tokens < 64; s = c) {
+                if ((c = strchr(s, ',')))
+                    *c++ = '\0';
+                specials[files.n_tiktoken_special_tokens++] = s;
+                files.tiktoken_special_tokens = specials;
+            }
+    }
     tr_tokenizer *t;
     tr_encoder *e;
     int rc = tr_tokenizer_open(&files, &t);
@@ -51,11 +70,11 @@ int main(int argc, char **argv)
         fprintf(stderr, "tok_encode: %s\n", tr_errmsg());
         return 1;
     }
-    int special = 0, decode = 0, first = 5;
-    if (!strcmp(argv[5], "--special"))
-        special = 1, first = 6;
-    else if (!strcmp(argv[5], "--decode"))
-        decode = 1, first = 6;
+    int special = 0, decode = 0;
+    if (first < argc && !strcmp(argv[first], "--special"))
+        special = 1, first++;
+    else if (first < argc && !strcmp(argv[first], "--decode"))
+        decode = 1, first++;
     int32_t *ids = NULL;
     size_t cap = 0;
     for (int i = first; i < argc; i++) {

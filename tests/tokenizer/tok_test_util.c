@@ -53,7 +53,8 @@ int32_t *encode(tr_tokenizer *t, const char *text, size_t len, int special, size
 void expect_refused(const char *type, const char *vocab, const char *merges, const char *model,
                     const char *needle)
 {
-    tr_tokenizer_files f = {type, vocab, merges, model, NULL};
+    tr_tokenizer_files f = {.type = type, .vocab_file = vocab, .merge_file = merges,
+                            .tokenizer_model = model};
     tr_tokenizer *t = NULL;
     int rc = tr_tokenizer_open(&f, &t);
     if (rc == TR_OK || (needle && !strstr(tr_errmsg(), needle)))
@@ -111,7 +112,8 @@ void exercise(tr_tokenizer *t)
 
 int open_mutated(const char *type, const char *vocab, const char *merges, const char *model)
 {
-    tr_tokenizer_files f = {type, vocab, merges, model, NULL};
+    tr_tokenizer_files f = {.type = type, .vocab_file = vocab, .merge_file = merges,
+                            .tokenizer_model = model};
     tr_tokenizer *t = NULL;
     int rc = tr_tokenizer_open(&f, &t);
     if (rc == TR_OK) {
@@ -138,7 +140,8 @@ int tok_test_main(const char *name, const struct CMUnitTest *tests, size_t n)
 
 tr_tokenizer *open_ok(const char *type, const char *vocab, const char *merges, const char *model)
 {
-    tr_tokenizer_files f = {type, vocab, merges, model, NULL};
+    tr_tokenizer_files f = {.type = type, .vocab_file = vocab, .merge_file = merges,
+                            .tokenizer_model = model};
     tr_tokenizer *t = NULL;
     int rc = tr_tokenizer_open(&f, &t);
     if (rc)
