@@ -149,14 +149,20 @@ static void close_rank(mlm_file *r)
 }
 
 /* The iteration's folder, its rank files opened, their args read and compared. */
+/* SAVE/release or SAVE/iter_NNNNNNN */
+static void iteration_dir(char *dir, size_t cap, const char *save, int iteration, int release)
+{
+    if (release)
+        snprintf(dir, cap, "%s/release", save);
+    else
+        snprintf(dir, cap, "%s/iter_%07d", save, iteration);
+}
+
 static int open_ranks(const char *save, int iteration, int release, mlm_ckpt *k,
                       tr_megatron_info *info)
 {
     char dir[4300], first[4400];
-    if (release)
-        snprintf(dir, sizeof dir, "%s/release", save);
-    else
-        snprintf(dir, sizeof dir, "%s/iter_%07d", save, iteration);
+    iteration_dir(dir, sizeof dir, save, iteration, release);
     struct stat st;
     if (stat(dir, &st) || !S_ISDIR(st.st_mode))
         return tr_fail(TR_ERR_INVALID, "%s: no such checkpoint folder (iteration %s)", dir,
@@ -476,6 +482,15 @@ int tr_megatron_import(const char *save_dir, int iteration, const char *ckpt_dir
     if (iteration < 0)
         rc = read_tracker(save_dir, &iteration, &release);
     in.iteration = iteration, in.release = release;
+    char dir[4300], json[4400];
+    struct stat st;
+    iteration_dir(dir, sizeof dir, save_dir, iteration, release);
+    snprintf(json, sizeof json, "%s/metadata.json", dir);
+    if (!rc && !stat(json, &st)) { /* --ckpt-format torch_dist (megatron_dist.c) */
+        if (!(rc = mlm_dist_import(dir, ckpt_dir, model, &in)) && info)
+            *info = in;
+        return rc;
+    }
     if (!rc)
         rc = open_ranks(save_dir, iteration, release, &k, &in);
     if (!rc)

@@ -64,6 +64,7 @@ typedef struct {
     int mcore;            /* 1: megatron-core names, 0: the legacy model's */
     int padded_vocab;     /* the embedding's rows in the files */
     double version;       /* checkpoint_version */
+    int dist;             /* 1: a --ckpt-format torch_dist save */
 } tr_megatron_info;
 
 /* SAVE (iteration < 0: its tracker's) -> release checkpoint ckpt_dir. */

@@ -60,4 +60,10 @@ TR_MUST_CHECK int mlm_read_args(pt_pickle *p, uint32_t args, const char *path, m
 TR_MUST_CHECK int mlm_same_args(pt_pickle *pa, uint32_t a, const char *path_a, pt_pickle *pb,
                                 uint32_t b, const char *path_b);
 
+/* megatron_dist.c: the --ckpt-format torch_dist save in folder dir (the iteration's: it holds
+ * metadata.json) -> release checkpoint ckpt_dir (megatron.h); *info's tp, pp, vp, padded_vocab,
+ * iteration, version, mcore and dist set, *model (when not NULL) the model section. */
+TR_MUST_CHECK int mlm_dist_import(const char *dir, const char *ckpt_dir, tr_model_config *model,
+                                  tr_megatron_info *info);
+
 #endif

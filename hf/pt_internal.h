@@ -32,6 +32,11 @@ typedef struct {
 /* The central directory of the archive in fd (file_size bytes; path names it in messages),
  * ZIP64 included; every entry STORED, inside the file, named once. */
 TR_MUST_CHECK int pt_zip_open(int fd, uint64_t file_size, const char *path, pt_zip *z);
+/* The same of the archive that is bytes [base, base + size) of fd (torch.distributed.checkpoint's
+ * .distcp files: one torch.save archive per chunk, each at an offset); entries' offsets are
+ * file offsets. */
+TR_MUST_CHECK int pt_zip_open_at(int fd, uint64_t base, uint64_t size, const char *path,
+                                 pt_zip *z);
 /* Entry ARCHIVE/rel, or NULL. */
 const pt_zip_entry *pt_zip_find(const pt_zip *z, const char *rel);
 void pt_zip_free(pt_zip *z);
@@ -66,7 +71,13 @@ typedef struct pt_pickle pt_pickle;
  * protocol 2's __builtin__) set and bytes,
  * megatron.* enums; tensors with state (_rebuild_parameter_with_state, _rebuild_from_type_v2
  * of torch.Tensor / Parameter). Every other global stays refused. */
-enum { PT_LEGACY = 1, PT_OBJECTS = 2 };
+/* PT_DCP (with PT_OBJECTS): a torch.distributed.checkpoint .metadata pickle (torch 2.x): the
+ * dataclasses of torch.distributed.checkpoint.metadata (Metadata, TensorStorageMetadata,
+ * BytesStorageMetadata, ChunkStorageMetadata, MetadataIndex, StorageMeta) and filesystem's
+ * _StorageInfo as objects of attributes (BUILD's dict; pt_value_class names them), its
+ * TensorProperties, _MEM_FORMAT_ENCODING, torch.serialization._get_layout and pathlib's
+ * PosixPath as opaque values. Under PT_OBJECTS torch.Size((ints)) is its tuple of ints. */
+enum { PT_LEGACY = 1, PT_OBJECTS = 2, PT_DCP = 4 };
 /* Run the pickle in buf[0, n) (what: "data.pkl" for messages) under the allowlist of what
  * torch.save writes for a state dict (flags: PT_*); *used: the bytes up to STOP (on failure:
  * SIZE_MAX when the bytes ended first, else 0). TR_ERR_INVALID naming the opcode / GLOBAL /
@@ -78,6 +89,9 @@ void pt_pickle_free(pt_pickle *p);
  * storage); *t[*n] malloc'd (pt_tensors_free). */
 TR_MUST_CHECK int pt_pickle_state(pt_pickle *p, pt_tensor **t, size_t *n);
 void pt_tensors_free(pt_tensor *t, size_t n);
+/* The top object as one tensor (torch.save(tensor)), called name (checked as a state dict's:
+ * contiguous, inside its storage); t->name and t->key malloc'd after a success. */
+TR_MUST_CHECK int pt_pickle_tensor(pt_pickle *p, const char *name, pt_tensor *t);
 /* The same of dict d; nested 1: dicts inside it too, named "OUTER.INNER" (Megatron's legacy
  * model: language_model.embedding.word_embeddings.weight), and entries named "_extra_state"
  * or "*._extra_state" skipped whatever they hold (Transformer Engine's and megatron-core's
@@ -109,6 +123,11 @@ int pt_value_number(const pt_pickle *p, uint32_t v, double *out);
 const char *pt_value_str(const pt_pickle *p, uint32_t v);
 size_t pt_value_len(const pt_pickle *p, uint32_t v);
 uint32_t pt_value_item(const pt_pickle *p, uint32_t v, size_t i);
+/* The class of an object of attributes (PT_V_NAMESPACE): PT_C_*; else PT_C_NONE. Its
+ * attributes are pt_value_get's keys. */
+enum { PT_C_NONE, PT_C_NAMESPACE, PT_C_METADATA, PT_C_TENSOR_MD, PT_C_BYTES_MD, PT_C_CHUNK,
+       PT_C_INDEX, PT_C_STORAGE_META, PT_C_STORAGE_INFO, PT_C_COUNT };
+int pt_value_class(const pt_pickle *p, uint32_t v);
 
 /* A torch.save'd ZIP archive's objects (torch_bin.c): its pickle run with PT_OBJECTS, kept
  * open to read the tensors of any of its state dicts. */
@@ -119,6 +138,11 @@ pt_pickle *pt_objects_pickle(pt_objects *f);
  * file offsets; closed apart from f). */
 TR_MUST_CHECK int pt_objects_state(pt_objects *f, uint32_t d, tr_st_file **out);
 void pt_objects_close(pt_objects *f);
+/* The torch.save'd tensor (torch.save(tensor), as torch.distributed.checkpoint's FileSystemWriter
+ * writes each chunk) that is bytes [base, base + size) of fd (file path) as a tr_st_file of its
+ * own holding that one tensor, named name (fd is dup'd). */
+TR_MUST_CHECK int pt_tensor_at(int fd, const char *path, uint64_t base, uint64_t size,
+                               const char *name, tr_st_file **out);
 
 /* ------------------------------------------------------------------ into a tr_st_file */
 

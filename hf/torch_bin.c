@@ -391,3 +391,34 @@ void pt_objects_close(pt_objects *f)
     free(f->path);
     free(f);
 }
+
+/* ------------------------------------------------------------------ one tensor at an offset */
+
+int pt_tensor_at(int fd, const char *path, uint64_t base, uint64_t size, const char *name,
+                 tr_st_file **out)
+{
+    *out = NULL;
+    pt_zip z;
+    pt_pickle *p = NULL;
+    pt_tensor pt = {0};
+    tr_st_tensor *t = NULL;
+    int rc = pt_zip_open_at(fd, base, size, path, &z), dfd = -1;
+    if (rc)
+        return rc;
+    if (!(rc = zip_pickle(path, fd, &z, 0, &p)))
+        rc = pt_pickle_tensor(p, name, &pt);
+    pt_pickle_free(p);
+    if (!rc)
+        rc = zip_tensors(path, &z, &pt, 1, &t);
+    pt_zip_free(&z);
+    if (!rc && (dfd = dup(fd)) < 0)
+        rc = tr_fail(TR_ERR_IO, "cannot reopen %s: %s", path, strerror(errno));
+    free(pt.name), free(pt.key);
+    if (rc) {
+        if (t)
+            free((char *)t[0].name);
+        free(t);
+        return rc;
+    }
+    return st_file_adopt(path, dfd, t, 1, out);
+}

@@ -446,7 +446,7 @@ int pt_pickle_run(const char *path, const char *what, const unsigned char *buf, 
         return tr_fail(TR_ERR_NOMEM, "out of memory reading %s", path);
     }
     p->path = path, p->what = what, p->legacy = !!(flags & PT_LEGACY);
-    p->objects = !!(flags & PT_OBJECTS);
+    p->objects = !!(flags & PT_OBJECTS), p->dcp = !!(flags & PT_DCP);
     cursor c = {buf, n, 0};
     int rc = TR_OK, stop = 0;
     while (!rc && !stop) {

@@ -16,12 +16,13 @@ enum { O_NONE, O_BOOL, O_INT, O_FLOAT, O_STR, O_BYTES, O_TUPLE, O_LIST, O_DICT, 
  * (OPAQUE_CALL), values used as they are (OPAQUE_VALUE: torch dtypes), torch.Tensor and
  * Parameter as _rebuild_from_type_v2's types, and the rebuilds of tensors with state */
 enum { G_ORDERED_DICT = 100, G_REBUILD_V2, G_REBUILD_PARAMETER, G_NAMESPACE, G_OPAQUE_CALL,
-       G_OPAQUE_VALUE, G_TENSOR_TYPE, G_REBUILD_PARAMETER_STATE, G_REBUILD_FROM_TYPE };
+       G_OPAQUE_VALUE, G_TENSOR_TYPE, G_REBUILD_PARAMETER_STATE, G_REBUILD_FROM_TYPE, G_SIZE,
+       G_CLASS = 120 /* + PT_C_*: a dataclass of PT_DCP (an O_DICT of sub PT_C_*) */ };
 
 typedef struct {
     uint8_t kind;
     uint8_t sub;  /* O_GLOBAL: G_* or a dtype; O_STORAGE: its dtype; O_BOOL: the value;
-                   * O_DICT: 1 for an argparse.Namespace */
+                   * O_DICT: PT_C_* for an object of attributes (argparse.Namespace, ...) */
     uint32_t len; /* O_STR / O_BYTES: bytes; containers: items (a dict: 2 per entry) */
     uint32_t cap;
     union {
@@ -61,6 +62,7 @@ struct pt_pickle {
     size_t at;    /* the current opcode's byte */
     int legacy;
     int objects; /* PT_OBJECTS: the wider allowlist */
+    int dcp;     /* PT_DCP: torch.distributed.checkpoint's Metadata classes too */
     int ran_out; /* the error is the end of the bytes */
 };
 

@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* the allowed globals; objects: under PT_OBJECTS only */
+/* the allowed globals; objects: 1 under PT_OBJECTS only, 2 under PT_DCP only */
 static const struct {
     const char *module, *name;
     int what, objects;
@@ -34,7 +34,7 @@ static const struct {
     {"numpy._core.multiarray", "scalar", G_OPAQUE_CALL, 1},
     {"numpy", "ndarray", G_OPAQUE_CALL, 1},   {"numpy", "dtype", G_OPAQUE_CALL, 1},
     {"_codecs", "encode", G_OPAQUE_CALL, 1},  {"_io", "BytesIO", G_OPAQUE_CALL, 1},
-    {"io", "BytesIO", G_OPAQUE_CALL, 1},      {"torch", "Size", G_OPAQUE_CALL, 1},
+    {"io", "BytesIO", G_OPAQUE_CALL, 1},      {"torch", "Size", G_SIZE, 1},
     {"builtins", "set", G_OPAQUE_CALL, 1},    {"__builtin__", "set", G_OPAQUE_CALL, 1},
     {"builtins", "bytes", G_OPAQUE_CALL, 1},  {"__builtin__", "bytes", G_OPAQUE_CALL, 1},
     {"torch", "float32", G_OPAQUE_VALUE, 1},  {"torch", "float16", G_OPAQUE_VALUE, 1},
@@ -42,7 +42,23 @@ static const struct {
     {"torch", "int64", G_OPAQUE_VALUE, 1},    {"torch", "int32", G_OPAQUE_VALUE, 1},
     {"torch", "uint8", G_OPAQUE_VALUE, 1},    {"torch", "int8", G_OPAQUE_VALUE, 1},
     {"torch", "bool", G_OPAQUE_VALUE, 1},
+    /* torch.distributed.checkpoint's .metadata */
+    {"torch.distributed.checkpoint.metadata", "Metadata", G_CLASS + PT_C_METADATA, 2},
+    {"torch.distributed.checkpoint.metadata", "TensorStorageMetadata", G_CLASS + PT_C_TENSOR_MD, 2},
+    {"torch.distributed.checkpoint.metadata", "BytesStorageMetadata", G_CLASS + PT_C_BYTES_MD, 2},
+    {"torch.distributed.checkpoint.metadata", "ChunkStorageMetadata", G_CLASS + PT_C_CHUNK, 2},
+    {"torch.distributed.checkpoint.metadata", "MetadataIndex", G_CLASS + PT_C_INDEX, 2},
+    {"torch.distributed.checkpoint.metadata", "StorageMeta", G_CLASS + PT_C_STORAGE_META, 2},
+    {"torch.distributed.checkpoint.filesystem", "_StorageInfo", G_CLASS + PT_C_STORAGE_INFO, 2},
+    {"torch.distributed.checkpoint.metadata", "TensorProperties", G_OPAQUE_CALL, 2},
+    {"torch.distributed.checkpoint.metadata", "_MEM_FORMAT_ENCODING", G_OPAQUE_CALL, 2},
+    {"torch.serialization", "_get_layout", G_OPAQUE_CALL, 2},
+    {"pathlib", "PosixPath", G_OPAQUE_CALL, 2},
 };
+
+static const char *const class_names[PT_C_COUNT] = {
+    NULL, "Namespace", "Metadata", "TensorStorageMetadata", "BytesStorageMetadata",
+    "ChunkStorageMetadata", "MetadataIndex", "StorageMeta", "_StorageInfo"};
 
 /* A Megatron enum (megatron.PATH CLASS of identifiers): its members are opaque values. */
 static int megatron_enum(const char *mod, size_t ml, const char *name, size_t nl)
@@ -75,7 +91,7 @@ int pk_global(pt_pickle *p, const char *mod, size_t ml, const char *name, size_t
     for (size_t i = 0; i < sizeof globals / sizeof globals[0] && what < 0; i++)
         if (strlen(globals[i].module) == ml && !memcmp(globals[i].module, mod, ml) &&
             strlen(globals[i].name) == nl && !memcmp(globals[i].name, name, nl) &&
-            (p->objects || !globals[i].objects))
+            globals[i].objects <= (p->dcp && p->objects ? 2 : p->objects))
             what = globals[i].what;
     if (what < 0 && p->objects && megatron_enum(mod, ml, name, nl))
         what = G_OPAQUE_CALL;
@@ -90,7 +106,9 @@ int pk_global(pt_pickle *p, const char *mod, size_t ml, const char *name, size_t
     printable(m, sizeof m, mod, ml);
     printable(n, sizeof n, name, nl);
     return pk_fail(p, "pickle calls GLOBAL '%s.%s', which is not a tensor or a dict (only %s "
-                   "are read)", m, n, p->objects ? "a training checkpoint's values" : "state dicts");
+                   "are read)", m, n, p->dcp       ? "a distributed checkpoint's metadata"
+                                     : p->objects ? "a training checkpoint's values"
+                                                  : "state dicts");
 }
 
 static int is_int(const pt_pickle *p, uint32_t o, int64_t *v)
@@ -189,10 +207,29 @@ int pk_call(pt_pickle *p, uint32_t f, uint32_t args, const char *op)
     case G_OPAQUE_CALL: /* never called: its result is never looked at */
         rc = pk_new_obj(p, O_OPAQUE, &r);
         break;
+    case G_SIZE: { /* torch.Size((ints)): the tuple */
+        int64_t v;
+        const obj *t = a->len == 1 ? &p->objs[a->u.items[0]] : NULL;
+        for (uint32_t i = 0; t && t->kind == O_TUPLE && i < t->len; i++)
+            if (!is_int(p, t->u.items[i], &v))
+                t = NULL;
+        if (!t || t->kind != O_TUPLE)
+            return pk_fail(p, "torch.Size is not given one tuple of ints");
+        r = a->u.items[0];
+        break;
+    }
     case G_OPAQUE_VALUE:
     case G_TENSOR_TYPE:
         return pk_fail(p, "%s calls a torch dtype or tensor type", op);
     default:
+        if (p->objs[f].sub > G_CLASS && p->objs[f].sub < G_CLASS + PT_C_COUNT) {
+            uint8_t c = (uint8_t)(p->objs[f].sub - G_CLASS);
+            if (a->len) /* (a dataclass: NEWOBJ of no arguments, BUILD's dict) */
+                return pk_fail(p, "%s is called with arguments", class_names[c]);
+            if (!(rc = pk_new_obj(p, O_DICT, &r)))
+                p->objs[r].sub = c;
+            break;
+        }
         return pk_fail(p, "%s calls a storage class (storages come from persistent ids)", op);
     }
     return rc ? rc : pk_push(p, r);
@@ -389,6 +426,16 @@ int pt_pickle_state_of(pt_pickle *p, uint32_t top, int nested, pt_tensor **out, 
     return TR_OK;
 }
 
+int pt_pickle_tensor(pt_pickle *p, const char *name, pt_tensor *t)
+{
+    memset(t, 0, sizeof *t);
+    const obj *o = &p->objs[p->top];
+    if (o->kind != O_TENSOR)
+        return pt_bad(p->path, "%.200s: the pickle holds %s, not a tensor", name,
+                      pk_kind_name(o->kind));
+    return check_tensor(p, &p->tensors[o->u.tensor], name, t);
+}
+
 int pt_pickle_state(pt_pickle *p, pt_tensor **out, size_t *n_out)
 {
     return pt_pickle_state_of(p, p->top, 0, out, n_out);
@@ -466,7 +513,16 @@ int pt_value_kind(const pt_pickle *p, uint32_t v)
 const char *pt_value_kind_name(const pt_pickle *p, uint32_t v)
 {
     const obj *o = &p->objs[v];
-    return o->kind == O_DICT && o->sub ? "a Namespace" : pk_kind_name(o->kind);
+    static const char *const names[PT_C_COUNT] = {
+        NULL, "a Namespace", "a Metadata", "a TensorStorageMetadata", "a BytesStorageMetadata",
+        "a ChunkStorageMetadata", "a MetadataIndex", "a StorageMeta", "a _StorageInfo"};
+    return o->kind == O_DICT && o->sub ? names[o->sub] : pk_kind_name(o->kind);
+}
+
+int pt_value_class(const pt_pickle *p, uint32_t v)
+{
+    const obj *o = &p->objs[v];
+    return o->kind == O_DICT ? o->sub : PT_C_NONE;
 }
 
 int pt_value_get(const pt_pickle *p, uint32_t d, const char *key, uint32_t *v)

@@ -39,7 +39,7 @@ int pt_read_at(int fd, const char *path, void *buf, size_t n, uint64_t off)
 }
 
 /* The end of central directory record: its offset (the last signature in the tail). */
-static int find_eocd(int fd, uint64_t size, const char *path, uint64_t *at)
+static int find_eocd(int fd, uint64_t base, uint64_t size, const char *path, uint64_t *at)
 {
     if (size < EOCD_LEN)
         return pt_bad(path, "%llu bytes: too short for a ZIP archive", (unsigned long long)size);
@@ -47,7 +47,7 @@ static int find_eocd(int fd, uint64_t size, const char *path, uint64_t *at)
     unsigned char *b = malloc(tail);
     if (!b)
         return tr_fail(TR_ERR_NOMEM, "out of memory reading %s", path);
-    int rc = pt_read_at(fd, path, b, tail, size - tail);
+    int rc = pt_read_at(fd, path, b, tail, base + size - tail);
     for (size_t i = tail - EOCD_LEN + 1; !rc && i-- > 0;)
         if (le(b + i, 4) == EOCD_SIG && i + EOCD_LEN + le(b + i + 20, 2) == tail) {
             *at = size - tail + i;
@@ -59,14 +59,15 @@ static int find_eocd(int fd, uint64_t size, const char *path, uint64_t *at)
 }
 
 /* The central directory's entry count, offset and size (ZIP64 where the record says so). */
-static int read_directory_place(int fd, uint64_t size, const char *path, uint64_t *count,
+static int read_directory_place(int fd, uint64_t base, uint64_t size, const char *path,
+                                uint64_t *count,
                                 uint64_t *cd_off, uint64_t *cd_size)
 {
     uint64_t at = 0;
     unsigned char e[EOCD64_LEN];
-    int rc = find_eocd(fd, size, path, &at);
+    int rc = find_eocd(fd, base, size, path, &at);
     if (!rc)
-        rc = pt_read_at(fd, path, e, EOCD_LEN, at);
+        rc = pt_read_at(fd, path, e, EOCD_LEN, base + at);
     if (rc)
         return rc;
     if (le(e + 4, 2) || le(e + 6, 2) || le(e + 8, 2) != le(e + 10, 2))
@@ -74,7 +75,7 @@ static int read_directory_place(int fd, uint64_t size, const char *path, uint64_
     *count = le(e + 10, 2), *cd_size = le(e + 12, 4), *cd_off = le(e + 16, 4);
     if (*count == 0xffff || *cd_size == 0xffffffffu || *cd_off == 0xffffffffu) {
         unsigned char l[LOC64_LEN];
-        if (at < LOC64_LEN || (rc = pt_read_at(fd, path, l, LOC64_LEN, at - LOC64_LEN)))
+        if (at < LOC64_LEN || (rc = pt_read_at(fd, path, l, LOC64_LEN, base + at - LOC64_LEN)))
             return rc ? rc : pt_bad(path, "no ZIP64 end of central directory locator");
         if (le(l, 4) != LOC64_SIG)
             return pt_bad(path, "no ZIP64 end of central directory locator");
@@ -84,7 +85,7 @@ static int read_directory_place(int fd, uint64_t size, const char *path, uint64_
         if (r > at - LOC64_LEN || at - LOC64_LEN - r < EOCD64_LEN)
             return pt_bad(path, "the ZIP64 end of central directory record at %llu is out of "
                           "place", (unsigned long long)r);
-        if ((rc = pt_read_at(fd, path, e, EOCD64_LEN, r)))
+        if ((rc = pt_read_at(fd, path, e, EOCD64_LEN, base + r)))
             return rc;
         if (le(e, 4) != EOCD64_SIG)
             return pt_bad(path, "no ZIP64 end of central directory record at %llu",
@@ -136,9 +137,10 @@ static int cmp_entry(const void *a, const void *b)
     return strcmp(((const pt_zip_entry *)a)->name, ((const pt_zip_entry *)b)->name);
 }
 
-/* Central directory entry at c (avail bytes of the directory left) into e; *len: its bytes. */
-static int read_entry(int fd, uint64_t size, const char *path, const unsigned char *c,
-                      size_t avail, pt_zip_entry *e, size_t *len)
+/* Central directory entry at c (avail bytes of the directory left) into e; *len: its bytes;
+ * offsets relative to the archive's first byte, file offset base. */
+static int read_entry(int fd, uint64_t base, uint64_t size, const char *path,
+                      const unsigned char *c, size_t avail, pt_zip_entry *e, size_t *len)
 {
     if (avail < CEN_LEN || le(c, 4) != CEN_SIG)
         return pt_bad(path, "a broken ZIP central directory entry");
@@ -169,7 +171,7 @@ static int read_entry(int fd, uint64_t size, const char *path, const unsigned ch
     if (off > size || size - off < LOC_LEN)
         return pt_bad(path, "ZIP entry '%.200s': its local header at %llu is past the end of the "
                       "file", e->name, (unsigned long long)off);
-    if ((rc = pt_read_at(fd, path, l, LOC_LEN, off)))
+    if ((rc = pt_read_at(fd, path, l, LOC_LEN, base + off)))
         return rc;
     size_t lnl = (size_t)le(l + 26, 2), lxl = (size_t)le(l + 28, 2);
     if (le(l, 4) != LOC_SIG || lnl != nl)
@@ -184,7 +186,7 @@ static int read_entry(int fd, uint64_t size, const char *path, const unsigned ch
     char *lname = malloc(nl + 1);
     if (!lname)
         return tr_fail(TR_ERR_NOMEM, "out of memory reading %s", path);
-    rc = pt_read_at(fd, path, lname, nl, off + LOC_LEN);
+    rc = pt_read_at(fd, path, lname, nl, base + off + LOC_LEN);
     if (!rc && memcmp(lname, e->name, nl))
         rc = pt_bad(path, "ZIP entry '%.200s': its local header names another file", e->name);
     free(lname);
@@ -193,9 +195,14 @@ static int read_entry(int fd, uint64_t size, const char *path, const unsigned ch
 
 int pt_zip_open(int fd, uint64_t size, const char *path, pt_zip *z)
 {
+    return pt_zip_open_at(fd, 0, size, path, z);
+}
+
+int pt_zip_open_at(int fd, uint64_t base, uint64_t size, const char *path, pt_zip *z)
+{
     memset(z, 0, sizeof *z);
     uint64_t count = 0, cd_off = 0, cd_size = 0;
-    int rc = read_directory_place(fd, size, path, &count, &cd_off, &cd_size);
+    int rc = read_directory_place(fd, base, size, path, &count, &cd_off, &cd_size);
     if (rc)
         return rc;
     if (count == 0)
@@ -205,11 +212,13 @@ int pt_zip_open(int fd, uint64_t size, const char *path, pt_zip *z)
     if (!cd || !z->entries)
         rc = tr_fail(TR_ERR_NOMEM, "out of memory for the ZIP directory of %s", path);
     if (!rc)
-        rc = pt_read_at(fd, path, cd, (size_t)cd_size, cd_off);
+        rc = pt_read_at(fd, path, cd, (size_t)cd_size, base + cd_off);
     size_t at = 0;
     for (uint64_t i = 0; !rc && i < count; i++) {
         size_t len = 0;
-        rc = read_entry(fd, size, path, cd + at, (size_t)cd_size - at, &z->entries[i], &len);
+        rc = read_entry(fd, base, size, path, cd + at, (size_t)cd_size - at, &z->entries[i],
+                        &len);
+        z->entries[i].offset += base; /* (inside [base, base + size): no overflow) */
         z->n++;
         at += len;
     }

@@ -1,0 +1,278 @@
+"""Makes tests/hf/fixtures/torch_dist/: tiny megatron-core 0.8.0 GPT models saved as Megatron-LM
+saves them with --ckpt-format torch_dist (and, from the same weights, with --ckpt-format torch),
+with megatron-core's logits for fixed tokens. test_torch_dist.py reads them; CI runs no torch 2.
+
+Run once, by hand, with a venv outside the repository (torch 2.x's distributed checkpoint on the
+CPU, gloo; megatron_ref.py's patches: CUDA device, RNG tracker):
+    python3 -m venv /tmp/venv-tdist
+    /tmp/venv-tdist/bin/pip install torch==2.4.1 megatron-core==0.8.0 numpy psutil
+    /tmp/venv-tdist/bin/python tests/hf/make_torch_dist_fixtures.py tests/hf/fixtures/torch_dist
+
+Each model NAME: NAME/dist (the --save folder: latest_checkpointed_iteration.txt "10",
+iter_0000010/ as megatron.core.dist_checkpointing.save(state, dir, ('torch_dist', 1)) writes it:
+metadata.json, common.pt (args, checkpoint_version 3.0, iteration, ...), .metadata,
+__R_T.distcp per rank R and writer thread T), NAME/torch (the same weights as model_optim_rng.pt per rank, the legacy
+format) and NAME/logits.f32 ([B, T, V] float32) for the int32 tokens tokens.i32 ([B, T]).
+  gpt-tp1:   GPT-2-like (LayerNorm, learned positions, exact GELU, biases, tied), TP 1; its
+             save also holds rng_state (a ShardedObject) and an optimizer-like state
+             (optimizer.state.exp_avg.* ShardedTensors) that an import ignores
+  llama-tp2: Llama-like (RMSNorm, rope, SwiGLU, GQA, untied, no biases), TP 2 (two gloo ranks)
+  llama-pp2: the same shape, PP 2 (two gloo ranks, the hidden state sent from stage 0 to 1)
+and bad/*.metadata: gpt-tp1's .metadata edited (chunks that overlap, leave a gap, run outside;
+no model tensor; a chunk without storage; a path outside the folder; a length past the file's
+end; a missing and an extra model tensor) for the refusals.
+megatron-core 0.8.0 under torch 2.4 needs one patch to save (MCoreSavePlanner adds every
+ShardedObject twice to the coordinator's plan: worker() says why) and psutil.
+usage: make_torch_dist_fixtures.py OUT"""
+import argparse
+import contextlib
+import os
+import shutil
+import socket
+import sys
+import zlib
+
+import torch
+import torch.multiprocessing as mp
+import torch.nn.functional as F
+
+V, B, T = 32, 2, 8
+TOKENS_SEED = 5
+
+
+class RMSNorm(torch.nn.Module):
+    """megatron-core 0.8's local spec has RMSNorm only through apex / Transformer Engine."""
+
+    def __init__(self, config, hidden_size, eps=1e-5):
+        super().__init__()
+        self.eps = eps
+        self.weight = torch.nn.Parameter(torch.ones(hidden_size))
+
+    def forward(self, x):
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * self.weight
+
+
+FAMILIES = {
+    "gpt": dict(cfg=dict(num_layers=2, hidden_size=16, num_attention_heads=4, ffn_hidden_size=32),
+                model=dict(position_embedding_type="learned_absolute",
+                           share_embeddings_and_output_weights=True),
+                args=dict(normalization="LayerNorm", position_embedding_type="learned_absolute",
+                          swiglu=False, add_bias_linear=True, group_query_attention=False,
+                          num_query_groups=None, untie_embeddings_and_output_weights=False)),
+    "llama": dict(cfg=dict(num_layers=2, hidden_size=16, num_attention_heads=4, num_query_groups=2,
+                           ffn_hidden_size=24, gated_linear_unit=True, activation_func=F.silu,
+                           normalization="RMSNorm", add_bias_linear=False),
+                  model=dict(position_embedding_type="rope",
+                             share_embeddings_and_output_weights=False, rotary_base=10000),
+                  args=dict(normalization="RMSNorm", position_embedding_type="rope", swiglu=True,
+                            add_bias_linear=False, group_query_attention=True, num_query_groups=2,
+                            untie_embeddings_and_output_weights=True, rotary_base=10000,
+                            rotary_percent=1.0)),
+}
+MODELS = {"gpt-tp1": ("gpt", 1, 1), "llama-tp2": ("llama", 2, 1), "llama-pp2": ("llama", 1, 2)}
+
+
+def args_of(family, tp, pp, rank):
+    """Megatron-LM's args as arguments.py and validate_args leave them (the model's keys)."""
+    f = FAMILIES[family]
+    c = f["cfg"]
+    return argparse.Namespace(
+        num_layers=c["num_layers"], hidden_size=c["hidden_size"],
+        ffn_hidden_size=c["ffn_hidden_size"], num_attention_heads=c["num_attention_heads"],
+        kv_channels=c["hidden_size"] // c["num_attention_heads"], seq_length=T,
+        max_position_embeddings=16, padded_vocab_size=V, make_vocab_size_divisible_by=32,
+        vocab_size=None, norm_epsilon=1e-5, apply_layernorm_1p=False, openai_gelu=False,
+        onnx_safe=None, bias_gelu_fusion=False, squared_relu=False, rotary_interleaved=False,
+        rotary_seq_len_interpolation_factor=None, use_rope_scaling=False, add_qkv_bias=False,
+        tensor_model_parallel_size=tp, pipeline_model_parallel_size=pp,
+        virtual_pipeline_model_parallel_size=None, num_experts=None,
+        expert_model_parallel_size=1, qk_layernorm=False, params_dtype=torch.float32,
+        transformer_impl="local", use_mcore_models=True, init_method_std=0.02, rank=rank,
+        ckpt_format="torch_dist", use_dist_ckpt=True, tokenizer_type="GPT2BPETokenizer", lr=3e-4,
+        **f["args"])
+
+
+def build(family, rank, pre, post):
+    from megatron.core.models.gpt import GPTModel
+    from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
+    from megatron.core.transformer.transformer_config import TransformerConfig
+    import megatron.core.transformer.transformer_block as tblock
+    f = FAMILIES[family]
+    cfg = TransformerConfig(**f["cfg"], use_cpu_initialization=True, hidden_dropout=0.0,
+                            attention_dropout=0.0, bias_activation_fusion=False)
+    spec = get_gpt_layer_local_spec()
+    if cfg.normalization == "RMSNorm":
+        tblock.LayerNormImpl = RMSNorm
+        spec.submodules.input_layernorm = spec.submodules.pre_mlp_layernorm = RMSNorm
+    m = GPTModel(config=cfg, transformer_layer_spec=spec, vocab_size=V, max_sequence_length=16,
+                 pre_process=pre, post_process=post, **f["model"])
+    # every parameter away from its initial value: a TP-split one per rank, a replicated one the
+    # same on every rank, each stage's its own (seeded by its first layer's number)
+    first = m.decoder.layers[0].layer_number if len(m.decoder.layers) else 0
+    with torch.no_grad():
+        for name, p in m.named_parameters():
+            split = getattr(p, "tensor_model_parallel", False)
+            g = torch.Generator().manual_seed(zlib.crc32(name.encode()) + (rank if split else 0) +
+                                              1000 * first)
+            base = 1.0 if name.endswith("norm.weight") else 0.0
+            p.copy_(base + 0.1 * torch.randn(p.shape, generator=g))
+    return m.eval()
+
+
+def torch_format(save, args, m, tp_rank, pp_rank, pp):
+    """--ckpt-format torch: mp_rank_TT[_PPP]/model_optim_rng.pt (no optimizer)"""
+    name = f"mp_rank_{tp_rank:02d}" if pp == 1 else f"mp_rank_{tp_rank:02d}_{pp_rank:03d}"
+    path = os.path.join(save, "iter_0000010", name, "model_optim_rng.pt")
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    torch.save({"args": args, "checkpoint_version": 3.0, "iteration": 10,
+                "model": m.state_dict_for_save_checkpoint()}, path)
+    with open(os.path.join(save, "latest_checkpointed_iteration.txt"), "w") as f:
+        f.write("10")
+
+
+def dist_format(save, args, m, tp, pp, tp_rank, pp_rank, extra):
+    """--ckpt-format torch_dist as Megatron-LM's save_checkpoint writes it (generate_state_dict:
+    args, checkpoint_version, iteration, model's sharded_state_dict, rng_state's ShardedObject)"""
+    from megatron.core import dist_checkpointing
+    from megatron.core.dist_checkpointing.mapping import ShardedObject, ShardedTensor
+    d = os.path.join(save, "iter_0000010")
+    os.makedirs(d, exist_ok=True)
+    torch.distributed.barrier()
+    sd = {"args": args, "checkpoint_version": 3.0, "iteration": 10,
+          "num_floating_point_operations_so_far": 0.0, "model": m.sharded_state_dict()}
+    if extra:
+        sd["rng_state"] = ShardedObject("rng_state", [{"random_rng_state": (3, (1, 2), None)}],
+                                        (pp, tp), (pp_rank, tp_rank), replica_id=0)
+        opt = {}
+        for k, v in m.sharded_state_dict().items():
+            if isinstance(v, ShardedTensor) and k.startswith("decoder.final_layernorm"):
+                opt[k] = ShardedTensor.from_rank_offsets("optimizer.state.exp_avg." + v.key,
+                                                         torch.full_like(v.data, 0.5),
+                                                         replica_id=0)
+        sd["optimizer"] = {"state": opt, "param_groups": [{"lr": 3e-4}]}
+    dist_checkpointing.save(sd, d, ("torch_dist", 1))
+    if torch.distributed.get_rank() == 0:
+        with open(os.path.join(save, "latest_checkpointed_iteration.txt"), "w") as f:
+            f.write("10")
+
+
+def worker(rank, world, port, out, names):
+    torch.cuda.current_device = lambda: "cpu"  # megatron.core.utils' global buffer asks for it
+    torch.cuda.synchronize = lambda *a, **k: None  # dist_checkpointing.save's async caller
+    os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"] = "127.0.0.1", port
+    torch.distributed.init_process_group("gloo", rank=rank, world_size=world)
+    torch.set_num_threads(1)
+    from megatron.core import parallel_state, tensor_parallel
+    from megatron.core.dist_checkpointing.strategies import torch as mcore_torch
+    # torch 2.4's local save plan already holds every rank's BytesIO (ShardedObject) items;
+    # megatron-core 0.8.0 adds them again (torch <= 2.3's gap) and the global plan asserts
+    mcore_torch.MCoreSavePlanner._add_non_coordinator_iobytes_request = lambda self, plan: None
+    torch.manual_seed(TOKENS_SEED)
+    ids = torch.randint(0, V, (B, T))
+    pos = torch.arange(T).unsqueeze(0).expand(B, -1)
+    mask = torch.tril(torch.ones(1, 1, T, T)) < 0.5
+    if rank == 0:
+        ids.numpy().astype("<i4").tofile(os.path.join(out, "tokens.i32"))
+    for name in names:
+        family, tp, pp = MODELS[name]
+        assert tp * pp == world
+        parallel_state.initialize_model_parallel(tp, pp)
+        tensor_parallel.get_cuda_rng_tracker().fork = lambda *a, **k: contextlib.nullcontext()
+        tp_rank = parallel_state.get_tensor_model_parallel_rank()
+        pp_rank = parallel_state.get_pipeline_model_parallel_rank()
+        m = build(family, rank, pp_rank == 0, pp_rank == pp - 1)
+        args = args_of(family, tp, pp, rank)
+        torch_format(os.path.join(out, name, "torch"), args, m, tp_rank, pp_rank, pp)
+        dist_format(os.path.join(out, name, "dist"), args, m, tp, pp, tp_rank, pp_rank,
+                    name == "gpt-tp1")
+        with torch.no_grad():
+            if pp_rank > 0:  # the stage before's hidden state [T, B, C]
+                h = torch.empty(T, B, FAMILIES[family]["cfg"]["hidden_size"])
+                torch.distributed.recv(h, rank - tp)
+                m.set_input_tensor(h)
+            y = m(ids, pos, mask)
+            if pp_rank < pp - 1:
+                torch.distributed.send(y.contiguous(), rank + tp)
+            elif tp > 1:  # the vocabulary-parallel logits gathered
+                parts = [torch.empty_like(y) for _ in range(tp)]
+                torch.distributed.all_gather(parts, y.contiguous(),
+                                             group=parallel_state.get_tensor_model_parallel_group())
+                y = torch.cat(parts, -1)
+            if pp_rank == pp - 1 and tp_rank == 0:
+                y.float().numpy().astype("<f4").tofile(os.path.join(out, name, "logits.f32"))
+        parallel_state.destroy_model_parallel()
+        torch.distributed.barrier()
+    torch.distributed.destroy_process_group()
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return str(s.getsockname()[1])
+
+
+def bad_metadata(out):
+    """gpt-tp1's .metadata edited (bad/NAME.metadata) for test_torch_dist.py's refusals"""
+    import copy
+    import dataclasses
+    import pickle
+    d = os.path.join(out, "bad")
+    os.makedirs(d, exist_ok=True)
+    with open(os.path.join(out, "gpt-tp1", "dist", "iter_0000010", ".metadata"), "rb") as f:
+        good = pickle.load(f)
+    qkv = "decoder.layers.self_attention.linear_qkv.weight"
+    proj = "decoder.layers.self_attention.linear_proj.weight"
+    fc2 = "decoder.layers.mlp.linear_fc2.weight"
+
+    def index(md, fqn, layer):
+        return next(k for k in md.storage_data if k.fqn == fqn and k.offset[0] == layer)
+
+    def overlap(md):  # layer 1's chunk placed at layer 0
+        md.state_dict_metadata[qkv].chunks[1].offsets = torch.Size([0, 0, 0])
+
+    def gap(md):
+        del md.state_dict_metadata[proj].chunks[1]
+
+    def outside(md):
+        c = md.state_dict_metadata[fc2].chunks[1]
+        c.sizes = torch.Size([2] + list(c.sizes)[1:])
+
+    def optimizer_only(md):
+        for k in list(md.state_dict_metadata):
+            if not k.startswith(("optimizer.", "rng_state")):
+                del md.state_dict_metadata[k]
+
+    def no_storage(md):
+        del md.storage_data[index(md, proj, 1)]
+
+    def bad_path(md):
+        md.storage_data[index(md, fc2, 0)].relative_path = "../__0_0.distcp"
+
+    def past_end(md):
+        md.storage_data[index(md, fc2, 1)].length = 1 << 30
+
+    def missing(md):
+        del md.state_dict_metadata[fc2]
+
+    def extra(md):
+        k = "decoder.layers.self_attention.linear_extra.weight"
+        md.state_dict_metadata[k] = md.state_dict_metadata[qkv]
+        for i in [i for i in md.storage_data if i.fqn == qkv]:
+            md.storage_data[dataclasses.replace(i, fqn=k)] = md.storage_data[i]
+
+    for edit in (overlap, gap, outside, optimizer_only, no_storage, bad_path, past_end, missing,
+                 extra):
+        md = copy.deepcopy(good)
+        edit(md)
+        with open(os.path.join(d, edit.__name__.replace("_", "-") + ".metadata"), "wb") as f:
+            pickle.dump(md, f)
+
+
+if __name__ == "__main__":
+    out = sys.argv[1]
+    for name in list(MODELS) + ["bad"]:
+        shutil.rmtree(os.path.join(out, name), ignore_errors=True)
+    os.makedirs(out, exist_ok=True)
+    mp.spawn(worker, args=(1, free_port(), out, ["gpt-tp1"]), nprocs=1)
+    mp.spawn(worker, args=(2, free_port(), out, ["llama-tp2", "llama-pp2"]), nprocs=2)
+    bad_metadata(out)
