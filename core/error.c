@@ -3,7 +3,7 @@
 
 #include <string.h>
 
-static _Thread_local char error_message[1024];
+static _Thread_local char error_message[2048];
 
 int tr_fail(int code, const char *fmt, ...)
 {

@@ -64,6 +64,14 @@ static int check_shape(const tr_gpt_shape *s)
         return tr_fail(TR_ERR_INVALID, "a shared norm needs the parallel residual");
     if (s->output_bias && !s->untie)
         return tr_fail(TR_ERR_INVALID, "an output-layer bias needs the untied output layer");
+    if (s->num_experts < 0 || s->num_experts > 1024 ||
+        (s->num_experts && (s->moe_topk < 1 || s->moe_topk > s->num_experts ||
+                            s->parallel_residual || s->lora_rank ||
+                            !(s->moe_aux_coeff >= 0) || !(s->moe_z_coeff >= 0))))
+        return tr_fail(TR_ERR_INVALID, "invalid mixture of experts: %d experts, top-%d (1 .. "
+                       "experts; not with the parallel residual or LoRA), coefficients %g and %g",
+                       s->num_experts, s->moe_topk, (double)s->moe_aux_coeff,
+                       (double)s->moe_z_coeff);
     if (s->geglu && s->swiglu)
         return tr_fail(TR_ERR_INVALID, "the gated MLP is SwiGLU or GeGLU, not both");
     if (s->relu && (tr_gpt_gated_mlp(s) || s->gelu_exact))
@@ -113,44 +121,67 @@ static void family_sizes(tr_gpt *g)
     g->F = s->ffn ? s->ffn : 4 * s->C;
     g->Fl = g->F / s->tp_size;
     g->Fwl = tr_gpt_gated_mlp(s) ? 2 * g->Fl : g->Fl;
-    g->per_layer = 0;
+    g->per_layer = g->per_expert = 0;
     for (int j = 0; j < L_COUNT; j++) {
         int is_bias = j == L_QKV_B || j == L_ATTPROJ_B || j == L_FC_B || j == L_FCPROJ_B;
         int kept = (j == L_QKV_B && s->qkv_bias) ||
                    ((j == L_FC_B || j == L_FCPROJ_B) && s->mlp_bias); /* without linear ones */
         int absent = (is_bias && s->no_linear_bias && !kept) ||
-                     ((s->rmsnorm || s->no_norm_bias) && (j == L_LN1_B || j == L_LN2_B));
+                     ((s->rmsnorm || s->no_norm_bias) && (j == L_LN1_B || j == L_LN2_B)) ||
+                     (j == L_ROUTER_W && !s->num_experts);
         if (s->parallel_shared_norm && (j == L_LN2_W || j == L_LN2_B))
             g->slot[j] = g->slot[j == L_LN2_W ? L_LN1_W : L_LN1_B]; /* ln1's tensors */
         else
             g->slot[j] = absent ? -1 : g->per_layer++;
+        g->per_expert += j >= L_FC_W && !absent; /* the MLP's tensors: one expert's */
     }
+    if (s->num_experts) /* experts 1 .. E-1 after expert 0's slots */
+        g->per_layer += (s->num_experts - 1) * g->per_expert;
 }
 
 static void add_layers(tr_gpt *g)
 {
     static const char *names[L_COUNT] = {
         "ln1.weight",   "ln1.bias",     "qkv.weight", "qkv.bias", "attn_proj.weight",
-        "attn_proj.bias", "ln2.weight", "ln2.bias",   "fc.weight", "fc.bias",
+        "attn_proj.bias", "ln2.weight", "ln2.bias",   "router.weight", "fc.weight", "fc.bias",
         "fc_proj.weight", "fc_proj.bias"};
     int C = g->s.C, qkv = g->A + 2 * g->NG * g->HS, fc = tr_gpt_gated_mlp(&g->s) ? 2 * g->F : g->F;
-    int rows[L_COUNT] = {C, C, qkv, qkv, C, C, C, C, fc, fc, C, C};
-    int cols[L_COUNT] = {1, 1, C, 1, g->A, 1, 1, 1, C, 1, g->F, 1};
+    int rows[L_COUNT] = {C, C, qkv, qkv, C, C, C, C, g->s.num_experts, fc, fc, C, C};
+    int cols[L_COUNT] = {1, 1, C, 1, g->A, 1, 1, 1, C, C, 1, g->F, 1};
     /* column-parallel qkv, fc (weight and bias rows); row-parallel projections (columns) */
-    int split[L_COUNT] = {-1, -1, 0, 0, 1, -1, -1, -1, 0, 0, 1, -1};
-    for (int i = 0; i < g->s.layer_count; i++)
+    int split[L_COUNT] = {-1, -1, 0, 0, 1, -1, -1, -1, -1, 0, 0, 1, -1};
+    int E = g->s.num_experts;
+    for (int i = 0; i < g->s.layer_count; i++) {
+        int layer = g->s.layer_first + i;
         for (int j = 0; j < L_COUNT; j++) {
-            if (g->slot[j] < 0 || (g->s.parallel_shared_norm && (j == L_LN2_W || j == L_LN2_B)))
-                continue; /* absent, or ln1's (a shared norm) */
+            if (g->slot[j] < 0 || (g->s.parallel_shared_norm && (j == L_LN2_W || j == L_LN2_B)) ||
+                (E && j >= L_FC_W))
+                continue; /* absent, ln1's (a shared norm), or the experts' (below) */
             char name[48];
-            snprintf(name, sizeof name, "layers.%d.%s", g->s.layer_first + i, names[j]);
+            snprintf(name, sizeof name, "layers.%d.%s", layer, names[j]);
             int t = add_tensor(g, name, rows[j], cols[j], split[j]);
-            /* under SP, LN and row-parallel bias gradients are sums over this rank's rows */
-            g->tensors[t].tp_grad_allreduce = g->s.sequence_parallel && split[j] < 0;
+            /* under SP, LN and row-parallel bias gradients are sums over this rank's rows; the
+             * router's, under any TP, a sum of each rank's share of the experts' outputs */
+            g->tensors[t].tp_grad_allreduce =
+                j == L_ROUTER_W ? g->s.tp_size > 1 : g->s.sequence_parallel && split[j] < 0;
         }
+        /* every expert's MLP, in index order; its fc_proj bias gradient is made from the whole
+         * output gradient (gathered under SP) on every rank: not partial */
+        for (int e = 0; e < E; e++)
+            for (int j = L_FC_W; j < L_COUNT; j++) {
+                if (g->slot[j] < 0)
+                    continue;
+                char name[48];
+                snprintf(name, sizeof name, "layers.%d.experts.%d.%s", layer, e, names[j]);
+                add_tensor(g, name, rows[j], cols[j], split[j]);
+            }
+    }
 }
 
-static int max_tensors(const tr_gpt_shape *s) { return 8 + s->layer_count * L_COUNT; }
+static int max_tensors(const tr_gpt_shape *s)
+{
+    return 8 + s->layer_count * (L_COUNT + 4 * s->num_experts);
+}
 
 /* The tensor table of g->s (the embeddings, the layers, the final LN and the head's copy of
  * wte) and each tensor's offset in the flat buffers; g->tensors holds max_tensors(&g->s). */
@@ -320,6 +351,11 @@ static int family_tables(tr_gpt *g)
         {s->gelu_exact && !s->geglu, (const void *)k->gelu_exact_backward, "exact GELU"},
         {s->relu, (const void *)k->relu_forward, "ReLU"},
         {s->relu, (const void *)k->relu_backward, "ReLU"},
+        {s->num_experts > 0, (const void *)k->moe_router_forward, "mixture-of-experts"},
+        {s->num_experts > 0, (const void *)k->moe_router_backward, "mixture-of-experts"},
+        {s->num_experts > 0, (const void *)k->gather_rows, "mixture-of-experts"},
+        {s->num_experts > 0, (const void *)k->scatter_add_rows, "mixture-of-experts"},
+        {s->num_experts > 0, (const void *)k->scatter_add_rows_backward, "mixture-of-experts"},
         {s->position == TR_POS_ROPE, (const void *)k->rope, "rotary embedding"},
         {uses_gqa_attention(g) || s->position == TR_POS_ALIBI,
          (const void *)k->attention_gqa_forward, "grouped-query / ALiBi attention"},
@@ -417,6 +453,7 @@ void tr_gpt_free(tr_gpt *g)
     g->k->free(g->norm_1p);
     g->k->free(g->norm_zero);
     tr_free(g->losses_host);
+    gpt_moe_host_free(g);
     gpt_lora_free(g);
     tr_free(g->layer_ranges);
     tr_free(g->tensors);

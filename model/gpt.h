@@ -69,7 +69,22 @@
  *    with the weight's columns and B's gradient is all-reduced). A ~ N(0, 1/(3 in)) by the
  *    Philox scheme (the variance of PEFT's kaiming-uniform), B = 0. Base weights get no
  *    gradient (norm and bias vectors accumulate into a small sink that is never read); the
- *    embedding's backward is skipped. The grad-ready ranges are each layer's adapters. */
+ *    embedding's backward is skipped. The grad-ready ranges are each layer's adapters.
+ *  - Mixture of experts (num_experts E > 0, model/gpt_moe.c; Megatron-core 0.8's MoE layer,
+ *    dropless): every layer's MLP is a router "layers.L.router.weight" (E, C) (replicated over
+ *    TP; its gradient all-reduced over TP: tp_grad_allreduce) and E experts
+ *    "layers.L.experts.e.fc.weight" / "fc_proj.weight" (+ biases) of the dense MLP's shapes
+ *    and TP splits; no dense fc / fc_proj. ln2's N rows (gathered under SP) give the logits
+ *    h Wr^T (N, E), each token its top-k experts (ties to the lower index) with weights (the
+ *    softmax of the k logits, or with moe_pre_softmax the softmax over all E at them); each
+ *    expert in index order runs its MLP on its tokens' rows and the weighted outputs are
+ *    summed into (N, C), reduced over TP once (reduce-scattered under SP) with the residual,
+ *    as fc_proj's. The expert's fc_proj bias is added inside the weighted sum (on TP rank 0).
+ *    Losses (moe_aux_loss: Megatron's switch load balancing, per layer and micro-batch over
+ *    its N tokens: coeff E / (N^2 k) sum_e (sum_n probs[n, e]) tokens[e]; z-loss: z_coeff
+ *    mean_n lse_n^2) join the objective with the weight of the micro-batch's mean LM loss
+ *    (loss_grad_scale x N: Megatron's MoEAuxLossAutoScaler); the loss reported is the LM
+ *    loss. tr_gpt_acts_moe_loss gives the losses without their coefficients. */
 #ifndef TR_GPT_H
 #define TR_GPT_H
 
@@ -151,6 +166,13 @@ typedef struct {
                            * kept elements / (1 - p)) while training; the mask of element
                            * (token, feature) is Philox of (seed, layer, target, sample,
                            * position, global feature): the same in every layout */
+    /* mixture of experts (model.num_experts; 0 = dense): see "Mixture of experts" above */
+    int num_experts;      /* E */
+    int moe_topk;         /* k, 1 .. E */
+    int moe_pre_softmax;  /* weights = the softmax over all E at the chosen experts */
+    int moe_aux_loss;     /* model.moe_router_load_balancing_type aux_loss: the balancing
+                           * loss is computed (weighted by moe_aux_coeff) and reported */
+    float moe_aux_coeff, moe_z_coeff;
 } tr_gpt_shape;
 
 enum { TR_LORA_QKV = 1, TR_LORA_PROJ = 2, TR_LORA_FC1 = 4, TR_LORA_FC2 = 8 };
@@ -307,6 +329,13 @@ TR_MUST_CHECK int tr_gpt_acts_set_packing(tr_gpt_acts *a, const int32_t *segment
  * its row b is sample first_sample + b of the run (the mask's key; recompute and backward
  * regenerate it). Off (evaluation, tools): no dropout. */
 void tr_gpt_acts_set_dropout(tr_gpt_acts *a, int on, uint64_t first_sample);
+
+/* Mixture of experts: a loss of the micro-batch that last ran forward with `a`, summed over
+ * this stage's layers, without its coefficient: which 0 the load-balancing loss (Megatron's
+ * logged load_balancing_loss: 1 when every expert gets its share; 0 with
+ * moe_router_load_balancing_type none), 1 the z-loss (mean_n lse_n^2). 0 without experts. */
+enum { TR_GPT_MOE_BALANCING = 0, TR_GPT_MOE_Z = 1 };
+double tr_gpt_acts_moe_loss(const tr_gpt_acts *a, int which);
 
 /* Forward one micro-batch.
  *   first stage: `tokens` (B*T host ints < V, all of them on every TP rank);

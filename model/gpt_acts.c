@@ -33,6 +33,32 @@ static size_t fch_floats(const tr_gpt *g, size_t n) { return gpt_fch16(g) ? (n +
 static size_t atty_floats(const tr_gpt *g, size_t n) { return gpt_atty16(g) ? (n + 1) / 2 : n; }
 static size_t qkv_floats(const tr_gpt *g, size_t n) { return gpt_qkv16(g) ? (n + 1) / 2 : n; }
 
+/* Floats of a layer's router and routed rows (MoE; M = N k): probs, lse, idx, weights, the
+ * routed rows' token, slot and weight, their inputs and outputs (fch and fch_gelu: M rows). */
+static size_t moe_acts_floats(const tr_gpt *g, int B)
+{
+    if (!g->s.num_experts)
+        return 0;
+    size_t N = (size_t)B * g->s.T, E = (size_t)g->s.num_experts, M = N * g->s.moe_topk;
+    size_t C = (size_t)g->s.C;
+    return padded(N * E) + padded(N) + 2 * padded(M) + 3 * padded(M) + 2 * padded(M * C);
+}
+
+static void moe_acts_carve(const tr_gpt *g, int B, layer_acts *L, float **c)
+{
+    size_t N = (size_t)B * g->s.T, E = (size_t)g->s.num_experts, M = N * g->s.moe_topk;
+    size_t C = (size_t)g->s.C;
+    L->moe_probs = take(c, N * E);
+    L->moe_lse = take(c, N);
+    L->moe_idx = (int32_t *)take(c, M);
+    L->moe_weights = take(c, M);
+    L->moe_tok = (int32_t *)take(c, M);
+    L->moe_slot = (int32_t *)take(c, M);
+    L->moe_w = take(c, M);
+    L->moe_x = take(c, M * C);
+    L->moe_y = take(c, M * C);
+}
+
 /* Floats of one layer's activations (everything of layer_acts). */
 static size_t layer_acts_floats(const tr_gpt *g, int B)
 {
@@ -46,9 +72,10 @@ static size_t layer_acts_floats(const tr_gpt *g, int B)
     size_t ln2 = input_shared(g, LORA_FC1) ? 0 : ln_floats(g, N * C);
     size_t gelu = input_shared(g, LORA_FC2) ? 0 : gelu_floats(g, N * F);
     size_t atty = atty_floats(g, N * Al);
+    size_t R = g->s.num_experts ? (size_t)g->s.moe_topk : 1; /* MLP rows per token */
     size_t sizes[] = {ln1,    Nl,     Nl, qkv_floats(g, N * Q), atty, lse, Nl * C,
-                      ln2,    Nl,     Nl, fch_floats(g, N * Fw), gelu, Nl * C, lora};
-    size_t total = 0;
+                      ln2,    Nl,     Nl, fch_floats(g, R * N * Fw), R * gelu, Nl * C, lora};
+    size_t total = moe_acts_floats(g, B);
     for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++)
         total += padded(sizes[i]);
     return total;
@@ -73,9 +100,13 @@ static void layer_acts_carve(const tr_gpt *g, int B, layer_acts *L, float **c, i
         L->ln2 = input_shared(g, LORA_FC1) ? NULL : take(c, ln_floats(g, N * C));
         L->ln2_mean = take(c, Nl);
         L->ln2_rstd = take(c, Nl);
-        L->fch = take(c, fch_floats(g, N * (size_t)g->Fwl));
-        L->fch_gelu = input_shared(g, LORA_FC2) ? NULL : take(c, gelu_floats(g, N * g->Fl));
+        size_t R = g->s.num_experts ? (size_t)g->s.moe_topk : 1; /* MLP rows per token */
+        L->fch = take(c, fch_floats(g, R * N * (size_t)g->Fwl));
+        L->fch_gelu =
+            input_shared(g, LORA_FC2) ? NULL : take(c, R * gelu_floats(g, N * g->Fl));
         L->lora_h = g->lora ? take(c, 4 * N * (size_t)g->s.lora_rank) : NULL;
+        if (g->s.num_experts)
+            moe_acts_carve(g, B, L, c);
     }
     L->residual3 = take(c, Nl * C);
 }
@@ -89,6 +120,32 @@ static size_t head_w16_floats(const tr_gpt *g)
     if (!g->s.is_last || !k->narrow16 || !k->gemm_mixed16)
         return 0;
     return ((size_t)g->Vl * g->s.C + 1) / 2;
+}
+
+/* Floats of the MoE scratch (gpt_scratch.moe_*; M = N k). */
+static size_t moe_scratch_floats(const tr_gpt *g, int B)
+{
+    if (!g->s.num_experts)
+        return 0;
+    size_t N = (size_t)B * g->s.T, E = (size_t)g->s.num_experts, M = N * g->s.moe_topk;
+    size_t C = (size_t)g->s.C;
+    return 2 * padded(N * E) + padded(N * C) + padded(M * C) + padded(M * (size_t)g->Fwl) +
+           padded(M * (size_t)g->Fl) + 2 * padded(M) + padded(E);
+}
+
+static void moe_scratch_carve(const tr_gpt *g, int B, gpt_scratch *sc, float **c)
+{
+    size_t N = (size_t)B * g->s.T, E = (size_t)g->s.num_experts, M = N * g->s.moe_topk;
+    size_t C = (size_t)g->s.C;
+    sc->moe_logits = take(c, N * E);
+    sc->moe_sum = take(c, N * C);
+    sc->moe_dx = take(c, M * C);
+    sc->moe_dfch = take(c, M * (size_t)g->Fwl);
+    sc->moe_dact = take(c, M * (size_t)g->Fl);
+    sc->moe_dlogits = take(c, N * E);
+    sc->moe_dweights = take(c, M);
+    sc->moe_dw = take(c, M);
+    sc->moe_aux_grad = take(c, E);
 }
 
 static size_t scratch_floats(const tr_gpt *g, int B)
@@ -110,7 +167,7 @@ static size_t scratch_floats(const tr_gpt *g, int B)
                       N,
                       N * C,  wide,       qkv_floats(g, N * Q), N * Al, att, N * Fw, N * F,
                       lora, drop, drop, frozen_ln1, frozen_ln2, frozen_gelu};
-    size_t total = 0;
+    size_t total = moe_scratch_floats(g, B);
     for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++)
         total += padded(sizes[i]);
     return total;
@@ -165,6 +222,7 @@ int gpt_scratch_ensure(tr_gpt *g, int B)
     size_t att = (size_t)B * (g->NHl + 1) * s->T;
     size_t wide = s->tp_size > 1 ? N * C : 0;
     size_t total = scratch_floats(g, B);
+    int rc;
     sc->memory = g->k->alloc(total * sizeof(float));
     g->losses_host = tr_alloc(N * sizeof(float), "loss staging");
     if (!sc->memory || !g->losses_host)
@@ -197,6 +255,11 @@ int gpt_scratch_ensure(tr_gpt *g, int B)
     sc->frozen_ln1 = input_shared(g, LORA_QKV) ? take(&c, N * C) : NULL;
     sc->frozen_ln2 = input_shared(g, LORA_FC1) ? take(&c, N * C) : NULL;
     sc->frozen_fch_gelu = input_shared(g, LORA_FC2) ? take(&c, N * (size_t)g->Fl) : NULL;
+    if (s->num_experts) {
+        moe_scratch_carve(g, B, sc, &c);
+        if ((rc = gpt_moe_host_ensure(g, (int)N)))
+            return rc;
+    }
     if (s->recompute) {
         sc->layer_memory = g->k->alloc(layer_acts_floats(g, B) * sizeof(float));
         if (!sc->layer_memory)
@@ -246,6 +309,18 @@ int tr_gpt_acts_create(tr_gpt *g, int B, tr_gpt_acts **out)
     a->dres = take(&c, Nl * C);
     for (int l = 0; l < s->layer_count; l++)
         layer_acts_carve(g, B, &a->layers[l], &c, s->recompute);
+    if (s->num_experts) { /* host: each layer's losses and expert counts */
+        size_t E = (size_t)s->num_experts, n = (size_t)s->layer_count;
+        a->moe_host = tr_alloc(n * (E * sizeof(int) + 2 * sizeof(double)), "expert counts");
+        if (!a->moe_host) {
+            tr_gpt_acts_free(a);
+            return TR_ERR_NOMEM;
+        }
+        for (size_t l = 0; l < n; l++) {
+            a->layers[l].moe_losses = (double *)a->moe_host + 2 * l;
+            a->layers[l].moe_counts = (int *)((double *)a->moe_host + 2 * n) + l * E;
+        }
+    }
     if (emb_ln_floats(g, B)) {
         a->emb = take(&c, Nl * C);
         a->emb_mean = take(&c, Nl);
@@ -262,6 +337,7 @@ void tr_gpt_acts_free(tr_gpt_acts *a)
     a->g->k->free(a->memory);
     a->g->k->free(a->packing_memory);
     tr_free(a->loss_weights_host);
+    tr_free(a->moe_host);
     tr_free(a->layers);
     tr_free(a);
 }
@@ -288,3 +364,11 @@ const float *tr_gpt_acts_output(const tr_gpt_acts *a)
 }
 
 const float *tr_gpt_acts_input_grad(const tr_gpt_acts *a) { return a->dres; }
+
+double tr_gpt_acts_moe_loss(const tr_gpt_acts *a, int which)
+{
+    double sum = 0;
+    for (int l = 0; a->moe_host && l < a->g->s.layer_count; l++)
+        sum += a->layers[l].moe_losses[which != 0];
+    return sum;
+}

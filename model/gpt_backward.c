@@ -184,7 +184,8 @@ static int layer_backward(tr_gpt *g, int l, const layer_acts *L, const float *x,
                           int B)
 {
     int rc, parallel = g->s.parallel_residual;
-    if (!parallel && (rc = mlp_backward(g, l, L, L->residual2, dres, B)))
+    if (g->s.num_experts ? (rc = gpt_moe_backward(g, l, L, dres, B))
+                         : !parallel && (rc = mlp_backward(g, l, L, L->residual2, dres, B)))
         return rc;
     if ((rc = projection_then_attention(g, L, l, dres, B)))
         return rc;
@@ -206,6 +207,7 @@ int tr_gpt_backward(tr_gpt *g, tr_gpt_acts *a, const float *dhidden_out)
     g->positions = a->positions;
     g->dropout_on = a->dropout_on;
     g->dropout_sample = a->dropout_sample;
+    g->moe_aux_weight = a->moe_aux_weight;
     if (!s->is_last && !dhidden_out)
         return tr_fail(TR_ERR_INVALID, "a stage before the last needs the output gradient");
     /* work in place in a->dres; the last stage's head already left its gradient there */

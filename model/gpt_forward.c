@@ -107,6 +107,8 @@ int gpt_layer_forward(tr_gpt *g, int l, layer_acts *L, const float *x, int B)
     rc = attention_then_projection(g, L, l, x, B, sum);
     if (rc)
         return rc;
+    if (g->s.num_experts) /* residual3 = residual2 + the experts' (gpt_moe.c) */
+        return gpt_moe_forward(g, l, L, B);
     /* MLP: residual3 = residual2 + fc_proj(act(fc(ln2(residual2)))), act GELU, SwiGLU or GeGLU;
      * with the parallel residual ln2 reads the layer input x instead of residual2 */
     const float *mlp_in = g->s.parallel_residual ? x : L->residual2;
@@ -291,6 +293,8 @@ int tr_gpt_forward(tr_gpt *g, tr_gpt_acts *a, const int32_t *tokens, const float
     g->positions = a->positions;
     g->dropout_on = a->dropout_on;
     g->dropout_sample = a->dropout_sample;
+    /* MoE: the aux losses weigh as the micro-batch's mean loss does (backward reads it) */
+    g->moe_aux_weight = a->moe_aux_weight = loss_grad_scale * (float)N;
     if (s->is_last && (!targets || !loss_out))
         return tr_fail(TR_ERR_INVALID, "the last stage needs targets and a loss output");
     if (s->is_first) {

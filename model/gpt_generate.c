@@ -29,6 +29,12 @@ struct tr_gpt_cache {
     int head_rows;
     float *logits, *logits_full, *gather; /* (rows, Vl), (rows, Vp), (tp*rows*Vl) */
     float *host;                          /* (rows, Vp) host */
+    /* mixture of experts (gpt_moe_mlp on R rows; fch and fch_gelu then k R rows): the
+     * routing's buffers, (R, E) logits, (R, C) the weighted sum, host counts and losses */
+    layer_acts moe;
+    float *moe_logits, *moe_sum;
+    int *moe_counts;
+    double moe_losses[2];
 };
 
 static size_t padded(size_t count) { return (count + 15) & ~(size_t)15; }
@@ -46,11 +52,17 @@ static size_t cache_layout(tr_gpt_cache *c, int carve)
     const tr_gpt *g = c->g;
     size_t R = (size_t)c->B * c->max_T, C = g->s.C, Al = g->Al, HS = g->HS;
     size_t kv = (size_t)g->s.layer_count * c->B * g->NGl * c->max_T * HS;
+    size_t E = (size_t)g->s.num_experts, M = E ? R * g->s.moe_topk : 0, X = E ? M : R;
+    layer_acts *m = &c->moe;
     size_t sizes[] = {kv, kv, R, R * C, R * C, R * C, R, R, R * (size_t)g->QKVl, R * Al,
-                      R * (size_t)g->Fwl, R * (size_t)g->Fl,
-                      (size_t)c->B * g->NHl * c->max_T * c->max_T, g->s.tp_size > 1 ? R * C : 0};
+                      X * (size_t)g->Fwl, X * (size_t)g->Fl,
+                      (size_t)c->B * g->NHl * c->max_T * c->max_T, g->s.tp_size > 1 ? R * C : 0,
+                      R * E, E ? R : 0, M, M, M, M, M, M * C, M * C, R * E, E ? R * C : 0};
     float **dst[] = {&c->k, &c->v, (float **)&c->ids, &c->x, &c->res2, &c->ln, &c->mean,
-                     &c->rstd, &c->qkv, &c->atty, &c->fch, &c->fch_gelu, &c->scores, &c->wide};
+                     &c->rstd, &c->qkv, &c->atty, &c->fch, &c->fch_gelu, &c->scores, &c->wide,
+                     &m->moe_probs, &m->moe_lse, (float **)&m->moe_idx, &m->moe_weights,
+                     (float **)&m->moe_tok, (float **)&m->moe_slot, &m->moe_w, &m->moe_x,
+                     &m->moe_y, &c->moe_logits, &c->moe_sum};
     size_t total = 0;
     float *cursor = c->memory;
     for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
@@ -95,6 +107,17 @@ int tr_gpt_cache_create(tr_gpt *g, int B, int max_T, tr_gpt_cache **out)
                        floats * sizeof(float) >> 20);
     }
     cache_layout(c, 1);
+    if (s->num_experts) { /* the router's host values (gpt_moe_mlp) */
+        c->moe.fch = c->fch, c->moe.fch_gelu = c->fch_gelu;
+        c->moe.moe_counts = c->moe_counts =
+            tr_alloc((size_t)s->num_experts * sizeof(int), "expert counts");
+        c->moe.moe_losses = c->moe_losses;
+        rc = c->moe_counts ? gpt_moe_host_ensure(g, B * max_T) : TR_ERR_NOMEM;
+        if (rc) {
+            tr_gpt_cache_free(c);
+            return rc;
+        }
+    }
     *out = c;
     return TR_OK;
 }
@@ -116,6 +139,7 @@ void tr_gpt_cache_free(tr_gpt_cache *c)
         return;
     free_head(c);
     c->g->k->free(c->memory);
+    tr_free(c->moe_counts);
     tr_free(c);
 }
 
@@ -182,6 +206,10 @@ static int layer_decode(tr_gpt_cache *c, int l, int n)
      * residual */
     norm_forward(g, c->ln, c->mean, c->rstd, g->s.parallel_residual ? c->x : c->res2,
                  layer_param(g, l, L_LN2_W), layer_param(g, l, L_LN2_B), R);
+    if (g->s.num_experts) { /* each new token routed to its experts (gpt_moe.c) */
+        rc = gpt_moe_mlp(g, l, &c->moe, c->ln, R, c->moe_logits, c->moe_sum);
+        return rc ? rc : tr_tp_row_reduce(tp, c->x, c->res2, c->moe_sum, NULL, NULL, R, C);
+    }
     rc = tr_tp_column_linear_forward(tp, c->fch, c->ln, layer_param(g, l, L_FC_W),
                                      layer_param(g, l, L_FC_B), R, C, g->Fwl, NULL, NULL);
     if (rc)

@@ -15,8 +15,10 @@
  * lack some (biases): tr_gpt.slot maps each to its place in the layer, or -1. */
 enum {
     L_LN1_W, L_LN1_B, L_QKV_W, L_QKV_B, L_ATTPROJ_W, L_ATTPROJ_B,
-    L_LN2_W, L_LN2_B, L_FC_W, L_FC_B, L_FCPROJ_W, L_FCPROJ_B, L_COUNT
+    L_LN2_W, L_LN2_B, L_ROUTER_W, L_FC_W, L_FC_B, L_FCPROJ_W, L_FCPROJ_B, L_COUNT
 };
+/* Mixture of experts: L_ROUTER_W is present, and the L_FC_W .. L_FCPROJ_B slots are expert 0's;
+ * expert e's are tr_gpt.per_expert places further each (expert_param). Dense: no router. */
 
 /* Saved activations of one layer for one micro-batch. ln1/ln2 hold all N rows (under SP
  * this rank writes its rows and the column-parallel layer gathers the rest in place). */
@@ -34,6 +36,17 @@ typedef struct {
                                        * where gpt_gelu16) */
     float *residual3;                 /* (Nl, C) = layer output */
     float *lora_h;                    /* LoRA: (4, N, r) x A^T of each target */
+    /* mixture of experts (gpt_moe.c; M = N k routed rows sorted by expert, then token): fch
+     * and fch_gelu then hold the experts' (M, Fwl) and (M, Fl) */
+    float *moe_probs, *moe_lse;       /* (N, E) softmax over every expert, (N) log-sum-exp */
+    int32_t *moe_idx;                 /* (N, k) chosen experts */
+    float *moe_weights;               /* (N, k) their routing weights */
+    int32_t *moe_tok, *moe_slot;      /* (M) routed row i's token n, and its n k + j */
+    float *moe_w;                     /* (M) routed row i's weight */
+    float *moe_x, *moe_y;             /* (M, C) experts' inputs (ln2 rows) and outputs */
+    int *moe_counts;                  /* host (E): tokens of each expert */
+    double *moe_losses;               /* host (2): the layer's load-balancing loss and z-loss,
+                                       * without their coefficients */
 } layer_acts;
 
 struct tr_gpt_acts {
@@ -52,6 +65,8 @@ struct tr_gpt_acts {
     void *packing_memory;
     int dropout_on;           /* LoRA dropout (tr_gpt_acts_set_dropout) */
     uint64_t dropout_sample;
+    void *moe_host;           /* MoE: host (layers, 2) losses, then (layers, E) counts */
+    float moe_aux_weight;     /* MoE: the aux losses' weight of this micro-batch's forward */
 };
 
 /* Scratch shared by all micro-batches (used only inside one forward or backward call). */
@@ -80,6 +95,12 @@ typedef struct {
      * in every layer's activations (layer_forward writes and reads it; backward never reads
      * it). NULL where every layer keeps its own. */
     float *frozen_ln1, *frozen_ln2, *frozen_fch_gelu;
+    /* mixture of experts (gpt_moe.c): (N, E) logits, (N, C) the weighted sum (forward) or the
+     * gathered output gradient (backward), (M, C) routed rows' gradients, (M, Fwl), (M, Fl)
+     * the experts' activation gradients, (N, E) dlogits, (N k) dweights, (M) routed weights'
+     * gradients, (E) the balancing loss's gradient */
+    float *moe_logits, *moe_sum, *moe_dx, *moe_dfch, *moe_dact, *moe_dlogits, *moe_dweights;
+    float *moe_dw, *moe_aux_grad;
     float *layer_memory;          /* recompute: one layer's full activations, rebuilt in */
     layer_acts layer;          /* backward from the layer's stored input */
 } gpt_scratch;
@@ -97,6 +118,14 @@ struct tr_gpt {
     int HS, NG, NGl, QKVl, F, Fl, Fwl; /* see the top of this file */
     int A, Al;       /* the attention's width NH x HS (C unless kv_channels), this rank's */
     int slot[L_COUNT], per_layer; /* a layer tensor's place in its layer (-1: absent) */
+    int per_expert;               /* MoE: tensors of one expert (its fc, fc_proj, biases) */
+    /* MoE host staging (gpt_moe.c): (N, k) chosen experts, (2 M) routed rows' token and
+     * slot, (N, E) probabilities, (E) the balancing loss's gradient; the micro-batch's
+     * aux-loss weight (loss_grad_scale x N) */
+    int32_t *moe_idx_host, *moe_perm_host;
+    float *moe_probs_host, *moe_aux_host;
+    int moe_host_rows;            /* rows the staging holds */
+    float moe_aux_weight;
     float *rope_cos, *rope_sin;   /* rope: (rope_positions, rotary_dims/2) tables, backend
                                    * memory: T positions from tr_gpt_create, grown by a
                                    * longer generation cache (gpt_rope_reserve) */
@@ -137,6 +166,13 @@ struct tr_gpt {
     const int32_t *segments; /* of the micro-batch being run (its acts'), NULL: whole rows */
     const int32_t *positions; /* the same micro-batch's restarting positions (rope), or NULL */
 };
+
+/* MoE: expert e's tensor `which` (L_FC_W .. L_FCPROJ_B) of layer l; NULL where absent */
+static inline tr_param_tensor *expert_tensor(tr_gpt *g, int layer, int e, int which)
+{
+    int j = g->slot[which];
+    return j < 0 ? NULL : &g->tensors[g->layer0 + layer * g->per_layer + j + e * g->per_expert];
+}
 
 /* The MLP's elementwise activation ops of the family's kind: ReLU where shape.relu (OPT), the
  * exact GELU where shape.gelu_exact (GPT-NeoX), else the tanh approximation (the "GELU" of the
@@ -199,7 +235,7 @@ static inline int gpt_gelu_in_gemm(const tr_gpt *g) { return !g->s.gelu_exact &&
 static inline int gpt_gelu16(const tr_gpt *g)
 {
     return gpt_gelu_forward16(g) && g->k->gemm_a16 && g->k->gemm_b16 &&
-           !tr_gpt_gated_mlp(&g->s) && !g->s.lora_rank;
+           !tr_gpt_gated_mlp(&g->s) && !g->s.lora_rank && !g->s.num_experts;
 }
 
 /* Whether fc's output gradient (the GELU's input gradient, scratch.dfch) is kept in bf16
@@ -209,7 +245,7 @@ static inline int gpt_gelu16(const tr_gpt *g)
 static inline int gpt_dgelu16(const tr_gpt *g)
 {
     return gpt_gelu_backward16(g) && g->k->linear_backward && !tr_gpt_gated_mlp(&g->s) &&
-           !g->s.lora_rank;
+           !g->s.lora_rank && !g->s.num_experts;
 }
 
 /* Whether fc_proj's input gradient (scratch.dfch_gelu, the GELU's output gradient) is kept in
@@ -234,7 +270,8 @@ static inline int gpt_ln16(const tr_gpt *g)
 {
     int norm16 = g->s.rmsnorm ? g->k->rmsnorm_forward16 != NULL
                               : g->k->layernorm_forward16 != NULL;
-    return norm16 && g->k->gemm_a16 && g->k->gemm_b16 && !g->s.lora_rank && g->s.C % 2 == 0;
+    return norm16 && g->k->gemm_a16 && g->k->gemm_b16 && !g->s.lora_rank && g->s.C % 2 == 0 &&
+           !g->s.num_experts; /* (the experts' gathers and GEMMs read ln2 in fp32) */
 }
 
 /* Whether the norms' output gradient (scratch.dln, QKV's and fc's input gradient) is kept in
@@ -248,7 +285,7 @@ static inline int gpt_dln16(const tr_gpt *g)
     int norm16 = g->s.rmsnorm ? g->k->rmsnorm_backward16 != NULL
                               : g->k->layernorm_backward16 != NULL;
     return norm16 && g->k->linear_backward && g->s.tp_size == 1 && !g->s.lora_rank &&
-           g->s.C % 2 == 0;
+           g->s.C % 2 == 0 && !g->s.num_experts;
 }
 
 /* NULL where the family has no such tensor (a bias) */
@@ -395,6 +432,19 @@ TR_MUST_CHECK int gpt_init_tensors(tr_gpt *g, tr_param_tensor *tensors, int n, s
 void gpt_lora_free(tr_gpt *g);
 
 TR_MUST_CHECK int gpt_scratch_ensure(tr_gpt *g, int B);
+/* gpt_moe.c: the MoE MLP of layer l, residual3 = residual2 + moe(ln2(residual2)) (forward),
+ * and from dres = d residual3 through ln2 into dres (+= d residual2) (backward). */
+TR_MUST_CHECK int gpt_moe_forward(tr_gpt *g, int l, const layer_acts *L, int B);
+TR_MUST_CHECK int gpt_moe_backward(tr_gpt *g, int l, const layer_acts *L, float *dres, int B);
+/* gpt_moe.c: the router and the experts on N rows h (N, C) (all of them, the same on every
+ * TP rank): L's moe_* (its counts and losses), fch and fch_gelu written; sum (N, C) = this
+ * rank's partial weighted sum of the experts' outputs (reduce it over TP); logits (N, E)
+ * scratch. The training forward's and generation's. */
+TR_MUST_CHECK int gpt_moe_mlp(tr_gpt *g, int l, const layer_acts *L, const float *h, int N,
+                              float *logits, float *sum);
+/* gpt_moe.c: the host staging of N rows at least (NULL-safe free in tr_gpt_free) */
+TR_MUST_CHECK int gpt_moe_host_ensure(tr_gpt *g, int N);
+void gpt_moe_host_free(tr_gpt *g);
 /* rope: tables of at least `positions` positions (larger ones replace the old, whose
  * rows they repeat bit for bit); the old stay on TR_ERR_NOMEM. Other families: no-op. */
 TR_MUST_CHECK int gpt_rope_reserve(tr_gpt *g, int positions);
@@ -413,6 +463,8 @@ static inline layer_acts layer_acts_for(const tr_gpt *g, const tr_gpt_acts *a, i
     if (g->s.recompute) {
         L = g->scratch.layer;
         L.residual3 = a->layers[l].residual3;
+        L.moe_counts = a->layers[l].moe_counts; /* host values of the micro-batch's own */
+        L.moe_losses = a->layers[l].moe_losses;
     }
     /* LoRA: inputs kept one layer at a time (the scratch may have been re-made since) */
     if (!L.ln1)

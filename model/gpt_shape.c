@@ -67,6 +67,15 @@ void tr_gpt_shape_family(const tr_model_config *m, tr_gpt_shape *s)
     s->embedding_multiplier = m->embedding_multiplier != 1.0 && m->embedding_multiplier != 0
                                   ? (float)m->embedding_multiplier
                                   : 0.0f;
+    s->num_experts = m->num_experts;
+    if (s->num_experts) {
+        s->moe_topk = m->moe_router_topk;
+        s->moe_pre_softmax = m->moe_router_pre_softmax;
+        s->moe_aux_loss = !m->moe_router_load_balancing_type ||
+                          !strcmp(m->moe_router_load_balancing_type, "aux_loss");
+        s->moe_aux_coeff = s->moe_aux_loss ? (float)m->moe_aux_loss_coeff : 0.0f;
+        s->moe_z_coeff = (float)m->moe_z_loss_coeff;
+    }
 }
 
 int tr_gpt_is_gpt2(const tr_gpt_shape *s)
@@ -76,7 +85,7 @@ int tr_gpt_is_gpt2(const tr_gpt_shape *s)
            !s->untie && !s->output_bias && !s->no_linear_bias && !s->embedding_ln &&
            !s->parallel_residual && !s->parallel_shared_norm && !s->gelu_exact &&
            !s->kv_channels && !s->layernorm_1p && !s->embedding_multiplier && !s->geglu &&
-           !s->rope_scaling && !s->no_norm_bias && !s->relu && !s->hf_phi3;
+           !s->rope_scaling && !s->no_norm_bias && !s->relu && !s->hf_phi3 && !s->num_experts;
 }
 
 int tr_gpt_shape_from_config(const tr_config *cfg, int layer_first, int layer_count,
@@ -165,6 +174,12 @@ int tr_gpt_shape_from_config(const tr_config *cfg, int layer_first, int layer_co
 
 double tr_gpt_flops_per_token(const tr_gpt_shape *s, double n_params_total)
 {
+    if (s->num_experts) { /* a token runs k of the E experts: the others' parameters idle */
+        double F = s->ffn ? s->ffn : 4.0 * s->C, fc = tr_gpt_gated_mlp(s) ? 2 * F : F;
+        int biases = !s->no_linear_bias || s->mlp_bias;
+        double expert = fc * s->C + (double)s->C * F + (biases ? fc + s->C : 0);
+        n_params_total -= (double)s->num_layers * (s->num_experts - s->moe_topk) * expert;
+    }
     return 6.0 * n_params_total +
            12.0 * s->num_layers * (double)s->NH * (double)tr_gpt_head_size(s) * s->T;
 }

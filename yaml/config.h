@@ -107,6 +107,19 @@ typedef struct {
     char *hf_family;                  /* "auto" (default: the switches decide) | "phi3": a Llama's
                                        * switches exported as Phi-3 (Phi3ForCausalLM: fused
                                        * qkv_proj, gate_up_proj); recorded, not computed */
+    /* Mixture of experts (Megatron-core's --num-experts ...; Mixtral = Llama with num_experts 8,
+     * moe_router_topk 2): every layer's MLP is num_experts MLPs of the dense one's shape (its
+     * width, activation and biases) and a router (model/gpt.h "Mixture of experts") */
+    int num_experts;                  /* default 0 = dense */
+    int moe_router_topk;              /* default 2, 1 .. num_experts: experts per token */
+    double moe_aux_loss_coeff;        /* default 0: the load-balancing loss's weight */
+    double moe_z_loss_coeff;          /* default 0: the router z-loss's weight */
+    char *moe_router_load_balancing_type; /* "aux_loss" (default) | "none" */
+    int moe_router_pre_softmax;       /* bool, default 0: top-k of the logits, softmax over
+                                       * the k; 1: softmax over all, then top-k (not
+                                       * renormalised) */
+    int moe_shared_expert_intermediate_size; /* default 0; shared experts are not built: > 0
+                                              * is refused */
 } tr_model_config;
 
 /* The head size: model.kv_channels, or hidden_size / num_attention_heads. */
@@ -153,6 +166,8 @@ typedef struct {
                                        * gather before computing this one */
     double comm_timeout_s;            /* default 300 */
     char *order;                      /* "tp-dp-pp" (default) | "tp-pp-dp" */
+    int expert_model_parallel_size;   /* default 1; experts are replicated over data-parallel
+                                       * ranks (expert parallelism is not built: > 1 refused) */
 } tr_parallel_config;
 
 typedef struct {
@@ -208,6 +223,10 @@ typedef struct {
     int hysteresis;
     char *device;          /* "cpu" (default) | "cuda": the kernel backend */
     int exit_interval;     /* default 0 = never; else stop after iteration N (checkpoint first) */
+    double exit_duration_in_mins; /* default 0 = never; else stop after the iteration in which
+                                   * this many minutes have passed since `trident train`
+                                   * started on any rank (checkpoint first; Megatron's
+                                   * --exit-duration-in-mins) */
     int exit_signal_handler; /* bool, default 0: on SIGTERM every rank finishes the iteration,
                               * the job saves (checkpoint.save) and exits 0 (Megatron's
                               * --exit-signal-handler) */
@@ -223,10 +242,6 @@ static inline double tr_training_warmup(const tr_training_config *t)
 
 /* Sample-based training: train_samples given (train_iters 0). */
 static inline int tr_training_by_samples(const tr_training_config *t)
-    double exit_duration_in_mins; /* default 0 = never; else stop after the iteration in which
-                                   * this many minutes have passed since `trident train`
-                                   * started on any rank (checkpoint first; Megatron's
-                                   * --exit-duration-in-mins) */
 {
     return t->train_samples > 0;
 }

@@ -118,5 +118,13 @@ const tr_config_mark *config_find_mark(const tr_config *c, const char *dotted_ke
 
 /* ---- validate.c: checks that involve several keys ---- */
 TR_MUST_CHECK int config_validate(const tr_config *cfg);
+/* TR_ERR_CONFIG with "WHERE: message", WHERE the first of k1, k2 that was written in the file
+ * or by --set (else k1). */
+int config_bad(const tr_config *c, const char *k1, const char *k2, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+/* " (set at FILE:L:C)" for a key that was written, " (default)" for one that was not. */
+const char *config_set_at(const tr_config *c, const char *key, char *buf, size_t cap);
+/* validate_moe.c: the mixture-of-experts keys against each other and what is not built */
+TR_MUST_CHECK int config_check_moe(const tr_config *cfg);
 
 #endif

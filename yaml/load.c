@@ -36,7 +36,7 @@ typedef struct {
 static int fail_loc(const char *loc, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static int fail_loc(const char *loc, const char *fmt, ...)
 {
-    char what[900];
+    char what[1900];
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(what, sizeof what, fmt, ap);
@@ -79,7 +79,7 @@ static int unknown_section(const char *loc, const char *name, size_t len)
 static int unknown_key(const char *loc, const char *section, const char *name, size_t len)
 {
     const char *names[128] = {0};
-    char q[160], allowed[800], hint[200] = "";
+    char q[160], allowed[1600], hint[200] = "";
     int n = 0;
     size_t o = 0;
     allowed[0] = '\0';

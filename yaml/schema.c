@@ -37,6 +37,7 @@ static const char *const normalizations[] = {"LayerNorm", "RMSNorm", NULL};
 static const char *const position_types[] = {"learned_absolute", "rope", "alibi", NULL};
 static const char *const gelu_approximations[] = {"tanh", "none", NULL};
 static const char *const hf_families[] = {"auto", "phi3", NULL};
+static const char *const moe_balancing[] = {"aux_loss", "none", NULL};
 static const char *const schedules[] = {"1f1b", "gpipe", "interleaved", NULL};
 static const char *const orders[] = {"tp-dp-pp", "tp-pp-dp", NULL};
 static const char *const decay_styles[] = {"cosine", "linear", "constant",
@@ -107,6 +108,15 @@ const config_key_spec config_keys[] = {
     INT("model", "rope_scaling_original_max_position_embeddings",
         model.rope_scaling_original_max_position_embeddings, 0, "8192", 1, 1 << 24),
     ENUM("model", "hf_family", model.hf_family, "auto", hf_families),
+    INT("model", "num_experts", model.num_experts, 0, "0", 0, 1024),
+    INT("model", "moe_router_topk", model.moe_router_topk, 0, "2", 1, 1024),
+    DBL("model", "moe_aux_loss_coeff", model.moe_aux_loss_coeff, 0, "0", 0, 0, INF, 0),
+    DBL("model", "moe_z_loss_coeff", model.moe_z_loss_coeff, 0, "0", 0, 0, INF, 0),
+    ENUM("model", "moe_router_load_balancing_type", model.moe_router_load_balancing_type,
+         "aux_loss", moe_balancing),
+    BOOL("model", "moe_router_pre_softmax", model.moe_router_pre_softmax, "false"),
+    INT("model", "moe_shared_expert_intermediate_size", model.moe_shared_expert_intermediate_size,
+        0, "0", 0, 1 << 24),
 
     INT("parallel", "tensor_model_parallel_size", parallel.tensor_model_parallel_size, 0, "1", 1,
         65536),
@@ -126,6 +136,8 @@ const config_key_spec config_keys[] = {
     BOOL("parallel", "zero_prefetch", parallel.zero_prefetch, "true"),
     DBL("parallel", "comm_timeout_s", parallel.comm_timeout_s, 0, "300", 0, 1, 1e9, 0),
     ENUM("parallel", "order", parallel.order, "tp-dp-pp", orders),
+    INT("parallel", "expert_model_parallel_size", parallel.expert_model_parallel_size, 0, "1", 1,
+        65536),
 
     INT("training", "micro_batch_size", training.micro_batch_size, 1, NULL, 1, 1 << 20),
     INT("training", "global_batch_size", training.global_batch_size, 0,
@@ -173,6 +185,7 @@ const config_key_spec config_keys[] = {
     INT("training", "hysteresis", training.hysteresis, 0, "2", 1, INT_MAX),
     ENUM("training", "device", training.device, "cpu", devices),
     INT("training", "exit_interval", training.exit_interval, 0, "0", 0, INT_MAX),
+    DBL("training", "exit_duration_in_mins", training.exit_duration_in_mins, 0, "0", 0, 0, 1e9, 0),
     BOOL("training", "exit_signal_handler", training.exit_signal_handler, "false"),
 
     /* lists (a string is a list of one); data_path or train_data_path (validate.c) */
@@ -186,7 +199,6 @@ const config_key_spec config_keys[] = {
     BOOL("data", "sft_packing", data.sft_packing, "true"),
     /* the tokenizer: a nested mapping, data: {tokenizer: {type: ..., vocab_file: ...}} */
     ENUM("data", "tokenizer.type", data.tokenizer_type, "none", tokenizer_types),
-    DBL("training", "exit_duration_in_mins", training.exit_duration_in_mins, 0, "0", 0, 0, 1e9, 0),
     {.section = "data", .key = "tokenizer.vocab_file", .type = KEY_STRING,
      .offset = F(data.vocab_file), .def = "", .allow_empty = 1},
     {.section = "data", .key = "tokenizer.merge_file", .type = KEY_STRING,

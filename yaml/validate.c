@@ -10,10 +10,10 @@
 #include "core/core.h"
 #include "yaml/config_internal.h"
 
-/* Fails at the first of k1, k2 that was written in the file or by --set (else k1). */
-static int bad(const tr_config *c, const char *k1, const char *k2, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-static int bad(const tr_config *c, const char *k1, const char *k2, const char *fmt, ...)
+#define bad config_bad
+#define set_at config_set_at
+
+int config_bad(const tr_config *c, const char *k1, const char *k2, const char *fmt, ...)
 {
     const char *key = !config_find_mark(c, k1) && k2 && config_find_mark(c, k2) ? k2 : k1;
     char loc[1200], what[800];
@@ -25,8 +25,7 @@ static int bad(const tr_config *c, const char *k1, const char *k2, const char *f
     return tr_fail(TR_ERR_CONFIG, "%s: %s", loc, what);
 }
 
-/* " (set at FILE:L:C)" for a key that was written, "" (" (default)") for one that was not. */
-static const char *set_at(const tr_config *c, const char *key, char *buf, size_t cap)
+const char *config_set_at(const tr_config *c, const char *key, char *buf, size_t cap)
 {
     if (config_find_mark(c, key))
         snprintf(buf, cap, " (set at %s)", tr_config_where(c, key));
@@ -548,6 +547,8 @@ int config_validate(const tr_config *c)
     int rc = check_model_and_tp(c);
     if (!rc)
         rc = check_zero(c);
+    if (!rc)
+        rc = config_check_moe(c);
     if (!rc)
         rc = check_family(c);
     if (!rc)

@@ -217,6 +217,15 @@ void tr_model_family_flow(const tr_model_config *m, char *buf, size_t cap)
         m->rotary_seq_len_interpolation_factor)
         n += snprintf(buf + n, cap - (size_t)n, ", rotary_seq_len_interpolation_factor: %.17g",
                       m->rotary_seq_len_interpolation_factor);
+    if (n > 0 && (size_t)n < cap && m->num_experts)
+        n += snprintf(buf + n, cap - (size_t)n,
+                      ", num_experts: %d, moe_router_topk: %d, moe_router_pre_softmax: %s, "
+                      "moe_router_load_balancing_type: %s, moe_aux_loss_coeff: %.17g, "
+                      "moe_z_loss_coeff: %.17g",
+                      m->num_experts, m->moe_router_topk, m->moe_router_pre_softmax ? "true" : "false",
+                      m->moe_router_load_balancing_type ? m->moe_router_load_balancing_type
+                                                        : "aux_loss",
+                      m->moe_aux_loss_coeff, m->moe_z_loss_coeff);
     if (n > 0 && (size_t)n < cap && m->use_rope_scaling)
         snprintf(buf + n, cap - (size_t)n,
                  ", use_rope_scaling: true, rope_scaling_factor: %.17g, "

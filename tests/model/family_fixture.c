@@ -25,7 +25,8 @@
  * Bloom's ALiBi (6 heads) without the embedding norm, LayerNorms without biases
  * (layernorm_bias false), no linear biases, the exact GELU; Bloom's with its norms' biases
  * off (the embedding norm's too). OPT: GPT-2's (LayerNorm, learned positions, biases, tied)
- * with the MLP's ReLU. */
+ * with the MLP's ReLU. Mixtral: Llama's with 4 experts, top-2, aux and z losses on; an MoE
+ * GPT-2: 3 GELU experts with biases, top-1 of the softmax over all. */
 tr_gpt_shape family_shape(int family, int first, int count)
 {
     tr_gpt_shape s = {.num_layers = 3, .C = 16, .NH = 4, .T = 5, .max_T = 6, .V = 11, .Vp = 16,
@@ -48,6 +49,15 @@ tr_gpt_shape family_shape(int family, int first, int count)
         s.gelu_exact = 1;
     } else if (family == OPT) {
         s.relu = 1;
+    } else if (family == MIXTRAL) { /* Llama's layer with 4 SwiGLU experts, top-2 */
+        s.rmsnorm = 1, s.position = TR_POS_ROPE, s.rotary_dims = 4, s.rotary_base = 10000.0f;
+        s.swiglu = 1, s.ffn = 24, s.query_groups = 2, s.untie = 1, s.no_linear_bias = 1;
+        s.num_experts = 4, s.moe_topk = 2, s.moe_aux_loss = 1;
+        s.moe_aux_coeff = 1e-2f, s.moe_z_coeff = 1e-3f;
+    } else if (family == MOE_GPT) { /* GPT-2's layer (biases) with 3 GELU experts, top-1 of
+                                     * the softmax over all (large coefficients: seen) */
+        s.num_experts = 3, s.moe_topk = 1, s.moe_pre_softmax = 1, s.moe_aux_loss = 1;
+        s.moe_aux_coeff = 2.0f, s.moe_z_coeff = 1.0f, s.ffn = 24;
     } else if (family == MIXED) {
         s.rmsnorm = 1, s.position = TR_POS_ROPE, s.rotary_dims = 2, s.rotary_base = 100.0f;
         s.swiglu = 1, s.query_groups = 1, s.embedding_ln = 1;
@@ -96,13 +106,47 @@ static void watched_relu_forward(tr_stream st, float *out, const float *inp, siz
     relu_at += relu_mode == RELU_PLAIN ? 0 : n;
 }
 
+/* The MoE router watched the same way (router_mode): recording every call's chosen experts, or
+ * replaying them: the experts of the recorded call, their weights made from this call's
+ * logits (the routing frozen; router_crossed counts choices that differ from the replayed) */
+int router_mode;
+static int32_t router_idx[1 << 12];
+size_t router_at, router_crossed;
+
+static void watched_router_forward(tr_stream st, int32_t *idx, float *weights, float *probs,
+                                   float *lse, const float *logits, int N, int E, int k, int pre)
+{
+    size_t n = (size_t)N * k;
+    assert_true(router_mode == RELU_PLAIN || router_at + n <= sizeof router_idx / sizeof *idx);
+    tr_kernels_cpu()->moe_router_forward(st, idx, weights, probs, lse, logits, N, E, k, pre);
+    for (size_t i = 0; router_mode == RELU_RECORD && i < n; i++)
+        router_idx[router_at + i] = idx[i];
+    for (int r = 0; router_mode == RELU_REPLAY && r < N; r++) {
+        const int32_t *want = router_idx + router_at + (size_t)r * k;
+        double sum = 0;
+        for (int j = 0; j < k; j++) {
+            router_crossed += idx[r * k + j] != want[j];
+            idx[r * k + j] = want[j];
+            sum += exp((double)logits[r * E + want[j]] - logits[r * E + want[0]]);
+        }
+        for (int j = 0; j < k; j++)
+            weights[r * k + j] =
+                pre ? probs[r * E + want[j]]
+                    : (float)(exp((double)logits[r * E + want[j]] - logits[r * E + want[0]]) / sum);
+    }
+    router_at += router_mode == RELU_PLAIN ? 0 : n;
+}
+
 static const tr_kernels *stage_kernels(const tr_gpt_shape *s)
 {
     static tr_kernels watched;
-    if (!s->relu)
+    if (!s->relu && !s->num_experts)
         return tr_kernels_cpu();
     watched = *tr_kernels_cpu();
-    watched.relu_forward = watched_relu_forward;
+    if (s->relu)
+        watched.relu_forward = watched_relu_forward;
+    if (s->num_experts)
+        watched.moe_router_forward = watched_router_forward;
     return &watched;
 }
 

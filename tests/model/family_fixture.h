@@ -3,7 +3,7 @@
  * weights 1, biases 0), the tensor of a name, a batch of tokens and targets, and OPT's ReLU
  * watched on the CPU table: RELU_PLAIN, RELU_RECORD (the sign pattern of every input, in call
  * order, into relu_at) or RELU_REPLAY (the ReLU frozen at the recorded pattern; relu_crossed
- * counts inputs whose sign differs from it). */
+ * counts inputs whose sign differs from it); likewise the MoE router's choices. */
 #ifndef TR_TEST_FAMILY_FIXTURE_H
 #define TR_TEST_FAMILY_FIXTURE_H
 
@@ -14,13 +14,17 @@
 #include "model/gpt.h"
 
 enum { LLAMA, BLOOM, MIXED, NEOX, FALCON, PHI, GEMMA, LLAMA_LINEAR, LLAMA3, GPTJ, MPT,
-       BLOOM_NO_NORM_BIAS, OPT };
+       BLOOM_NO_NORM_BIAS, OPT, MIXTRAL, MOE_GPT };
 
 tr_gpt_shape family_shape(int family, int first, int count);
 
 enum { RELU_PLAIN, RELU_RECORD, RELU_REPLAY };
 extern int relu_mode;
 extern size_t relu_at, relu_crossed;
+/* The MoE router's chosen experts watched the same way (router_mode, router_at, router_crossed:
+ * choices that differed from the replayed ones) */
+extern int router_mode;
+extern size_t router_at, router_crossed;
 
 typedef struct {
     tr_gpt *g;

@@ -21,7 +21,10 @@ static void test_unknown_keys_and_sections(void **state)
       "embedding_multiplier, geglu, relu, rotary_seq_len_interpolation_factor, "
       "use_rope_scaling, "
       "rope_scaling_factor, rope_scaling_low_freq_factor, rope_scaling_high_freq_factor, "
-      "rope_scaling_original_max_position_embeddings, hf_family (did you mean 'hidden_size'?)");
+      "rope_scaling_original_max_position_embeddings, hf_family, num_experts, moe_router_topk, "
+      "moe_aux_loss_coeff, moe_z_loss_coeff, moe_router_load_balancing_type, "
+      "moe_router_pre_softmax, moe_shared_expert_intermediate_size (did you mean "
+      "'hidden_size'?)");
     E(TR_T_REQUIRED "parallel:\n  tensor_parallel_size: 2\n", "t.yaml:13:3: ",
       "(did you mean 'tensor_model_parallel_size'?)");
     E("model:\n  lr: 0.1\n", "t.yaml:2:3: ",

@@ -1,5 +1,5 @@
-/* yaml/: the model-family keys (issue 17): GPT-2 defaults, a Llama and a Bloom config, and
- * every contradictory combination named with its place. */
+/* yaml/: the model-family keys (issue 17): GPT-2 defaults, a Llama and a Bloom config, the
+ * mixture-of-experts keys, and every contradictory combination named with its place. */
 #include "yaml_test.h"
 
 #define E(text, where, what) tr_t_expect(text, NULL, 0, where, what)
@@ -352,6 +352,55 @@ static void test_contradictions(void **state)
     tr_t_expect(TR_T_REQUIRED, ov, 1, "--set model.num_query_groups", "does not divide");
 }
 
+/* Mixture of experts: Mixtral's keys load and flow, each contradiction and what is not built
+ * named with its place */
+static void test_moe(void **state)
+{
+    (void)state;
+    tr_config c;
+    const char *mixtral = WITH("  normalization: RMSNorm\n  position_embedding_type: rope\n"
+                               "  swiglu: true\n  num_experts: 8\n  moe_router_topk: 2\n"
+                               "  moe_aux_loss_coeff: 0.01\n");
+    assert_int_equal(tr_t_load(mixtral, NULL, 0, &c), TR_OK);
+    assert_true(c.model.num_experts == 8 && c.model.moe_router_topk == 2);
+    assert_true(c.model.moe_aux_loss_coeff == 0.01 && c.model.moe_z_loss_coeff == 0);
+    assert_string_equal(c.model.moe_router_load_balancing_type, "aux_loss");
+    assert_int_equal(c.parallel.expert_model_parallel_size, 1);
+    tr_config_free(&c);
+    expect_flow(mixtral, ", num_experts: 8, moe_router_topk: 2, moe_router_pre_softmax: false, "
+                         "moe_router_load_balancing_type: aux_loss, moe_aux_loss_coeff: 0.01, "
+                         "moe_z_loss_coeff: 0");
+    expect_flow_lacks(TR_T_REQUIRED, NULL, 0, "num_experts");
+    E(WITH("  num_experts: 4\n  moe_router_topk: 5\n"), "t.yaml:7:3: ",
+      "model.moe_router_topk = 5 is more than model.num_experts = 4 (set at t.yaml:6:3); "
+      "allowed: 1 .. num_experts");
+    E(WITH("  num_experts: 4\n  moe_router_topk: 1\n"), "t.yaml:7:3: ",
+      "model.moe_router_topk = 1 with model.moe_router_pre_softmax false");
+    E(WITH("  num_experts: 4\n  moe_aux_loss_coeff: 0.1\n"
+           "  moe_router_load_balancing_type: none\n"), "t.yaml:7:3: ",
+      "model.moe_aux_loss_coeff = 0.1 with model.moe_router_load_balancing_type none (set at "
+      "t.yaml:8:3)");
+    E(WITH("  moe_router_topk: 1\n"), "t.yaml:6:3: ",
+      "model.moe_router_topk is set but model.num_experts is 0 (default)");
+    E(WITH("  moe_z_loss_coeff: 0.001\n"), "t.yaml:6:3: ",
+      "model.moe_z_loss_coeff is set but model.num_experts is 0 (default)");
+    E(WITH("  moe_router_load_balancing_type: sinkhorn\n"), "t.yaml:6:35: ", "aux_loss, none");
+    E(WITH("  num_experts: 4\n  moe_shared_expert_intermediate_size: 64\n"), "t.yaml:7:3: ",
+      "model.moe_shared_expert_intermediate_size = 64: shared experts are not built");
+    E(WITH("  num_experts: 4\n  parallel_residual: true\n"), "t.yaml:7:3: ",
+      "model.parallel_residual with model.num_experts 4 is not built");
+    E(WITH("  num_experts: 4\n") "parallel:\n  expert_model_parallel_size: 2\n", "t.yaml:14:3: ",
+      "parallel.expert_model_parallel_size = 2: expert parallelism is not built");
+    E(WITH("  num_experts: 4\n") "finetune:\n  lora:\n    rank: 4\n", "t.yaml:15:5: ",
+      "LoRA fine-tuning (finetune.lora.rank 4) of a mixture of experts (model.num_experts 4) is "
+      "not built");
+    const char *cuda[] = {"training.device=cuda"};
+    tr_t_expect(WITH("  num_experts: 4\n"), cuda, 1, "--set training.device: ",
+                "training.device cuda with model.num_experts 4: the CUDA backend has no "
+                "mixture-of-experts kernels yet");
+    E(WITH("  num_experts: 1025\n"), "t.yaml:6:16: ", "model.num_experts");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -365,6 +414,7 @@ int main(void)
         cmocka_unit_test(test_phi3),
         cmocka_unit_test(test_rope_scaling),
         cmocka_unit_test(test_contradictions),
+        cmocka_unit_test(test_moe),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

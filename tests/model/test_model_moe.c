@@ -1,0 +1,235 @@
+/* model/: the mixture-of-experts stage (model/gpt_moe.c): its tensor table, finite-difference
+ * gradients of the whole objective (the LM loss plus the load-balancing and z losses, router
+ * included), two pipeline stages composing to the whole model, full recompute, the same
+ * bits run to run, and generation's cached forward. Shapes: tests/model/family_fixture.c's MIXTRAL and MOE_GPT. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <cmocka.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/core.h"
+#include "model/gpt.h"
+
+#include "family_fixture.h"
+
+enum { B = 2, BT = 10 };
+
+static void test_tensor_table(void **state)
+{
+    (void)state;
+    stage st;
+    stage_make(&st, MIXTRAL, 0, 3, 1);
+    assert_null(find(st.g, "layers.0.fc.weight"));
+    assert_null(find(st.g, "layers.0.fc_proj.weight"));
+    tr_param_tensor *r = find(st.g, "layers.1.router.weight");
+    assert_non_null(r);
+    assert_true(r->rows == 4 && r->cols == 16 && r->weight_decay && r->split_dim == -1);
+    assert_int_equal(find(st.g, "layers.2.experts.3.fc.weight")->rows, 2 * 24);
+    assert_int_equal(find(st.g, "layers.2.experts.3.fc_proj.weight")->cols, 24);
+    assert_null(find(st.g, "layers.2.experts.4.fc.weight"));
+    assert_null(find(st.g, "layers.0.experts.0.fc.bias"));
+    /* wte, per layer ln1 qkv attn_proj ln2 router + 4 x (fc, fc_proj), lnf, output_layer */
+    assert_int_equal(tr_gpt_num_tensors(st.g), 1 + 3 * (5 + 8) + 2);
+    assert_false(tr_gpt_is_gpt2(tr_gpt_get_shape(st.g)));
+    stage_free(&st);
+    stage_make(&st, MOE_GPT, 0, 3, 1); /* every expert has the dense MLP's biases */
+    assert_int_equal(find(st.g, "layers.0.experts.2.fc.bias")->rows, 24);
+    assert_int_equal(find(st.g, "layers.0.experts.2.fc_proj.bias")->rows, 16);
+    assert_int_equal(tr_gpt_num_tensors(st.g), 2 + 3 * (9 + 3 * 4) + 2);
+    stage_free(&st);
+}
+
+/* The objective the backward differentiates with loss_grad_scale 1 / BT: the mean LM loss
+ * plus each layer's coefficient-weighted balancing and z losses. The differences are taken
+ * with the routing frozen at the unperturbed forward's choices (the fixture's router_mode
+ * RELU_REPLAY: top-k is piecewise constant, and a step that changes a choice is not the
+ * derivative), a smooth function whose derivative there is the model's. */
+static double objective(stage *st, const int32_t *tokens, const int32_t *targets)
+{
+    const tr_gpt_shape *s = tr_gpt_get_shape(st->g);
+    float loss;
+    assert_int_equal(tr_gpt_forward(st->g, st->a, tokens, NULL, targets, 0.0f, &loss), TR_OK);
+    return loss + s->moe_aux_coeff * tr_gpt_acts_moe_loss(st->a, TR_GPT_MOE_BALANCING) +
+           s->moe_z_coeff * tr_gpt_acts_moe_loss(st->a, TR_GPT_MOE_Z);
+}
+
+static void check_finite_difference(int family, int recompute)
+{
+    int32_t tokens[BT], targets[BT];
+    make_batch(BT, tokens, targets);
+    tr_gpt_shape shape = family_shape(family, 0, 3);
+    shape.recompute = recompute;
+    stage st;
+    stage_make_shape(&st, shape, B);
+    float loss;
+    router_mode = RELU_RECORD, router_at = 0, router_crossed = 0;
+    assert_int_equal(tr_gpt_forward(st.g, st.a, tokens, NULL, targets, 1.0f / BT, &loss), 0);
+    size_t recorded = router_at;
+    assert_int_equal(recorded, (size_t)3 * BT * shape.moe_topk);
+    router_mode = RELU_PLAIN; /* (recompute routes again in the backward, layers reversed) */
+    assert_int_equal(tr_gpt_backward(st.g, st.a, NULL), 0);
+    router_mode = RELU_REPLAY;
+    double lb = tr_gpt_acts_moe_loss(st.a, TR_GPT_MOE_BALANCING);
+    assert_true(lb > 3 * 0.9 && lb < 3 * 3.0); /* 1 per layer when balanced, at most E */
+    assert_true(tr_gpt_acts_moe_loss(st.a, TR_GPT_MOE_Z) > 0);
+    int checked = 0, router = 0;
+    for (int i = 0; i < tr_gpt_num_tensors(st.g); i++) {
+        tr_param_tensor *t = tr_gpt_tensor(st.g, i);
+        for (int s = 0; s < 4; s++) {
+            size_t e = (size_t)(s * 7919 + i * 31) % t->numel;
+            if (t->vocab_rows && e >= (size_t)11 * t->cols)
+                e %= (size_t)11 * t->cols; /* padded rows have zero gradient; test real ones */
+            float keep = t->param[e], h = 5e-3f;
+            t->param[e] = keep + h, router_at = 0;
+            double lp = objective(&st, tokens, targets);
+            t->param[e] = keep - h, router_at = 0;
+            double lm = objective(&st, tokens, targets);
+            t->param[e] = keep;
+            double fd = (lp - lm) / (2.0 * h), an = t->grad[e];
+            double err = fabs(fd - an) / fmax(fabs(fd) + fabs(an), 5e-3);
+            if (err > 3e-2)
+                fail_msg("family %d %s[%zu]: finite difference %.6g vs backward %.6g", family,
+                         t->name, e, fd, an);
+            checked++;
+            router += strstr(t->name, "router") != NULL && fabs(an) > 1e-4;
+        }
+    }
+    assert_true(checked > 100);
+    if (getenv("TRIDENT_TEST_VERBOSE"))
+        printf("family %d: %d differences; %zu routing choices crossed in their steps\n", family,
+               checked, router_crossed);
+    router_mode = RELU_PLAIN;
+    assert_true(router >= 6); /* the router's gradient checked where it is not ~0 */
+    stage_free(&st);
+}
+
+static void test_finite_difference(void **state)
+{
+    (void)state;
+    check_finite_difference(MIXTRAL, 0);
+    check_finite_difference(MOE_GPT, 0);
+    check_finite_difference(MIXTRAL, 1); /* full recompute rebuilds the routing */
+}
+
+/* Stages [0,1) and [1,3) chained give the whole model's loss, losses and gradients. */
+static void check_stages_compose(int family)
+{
+    int32_t tokens[BT], targets[BT];
+    make_batch(BT, tokens, targets);
+    stage whole, s0, s1;
+    stage_make(&whole, family, 0, 3, B);
+    stage_make(&s0, family, 0, 1, B);
+    stage_make(&s1, family, 1, 2, B);
+    for (int k = 0; k < 2; k++) {
+        stage *part = k ? &s1 : &s0;
+        for (int i = 0; i < tr_gpt_num_tensors(part->g); i++) {
+            tr_param_tensor *t = tr_gpt_tensor(part->g, i), *w = find(whole.g, t->name);
+            assert_non_null(w);
+            memcpy(t->param, w->param, t->numel * sizeof(float));
+        }
+    }
+    float scale = 1.0f / BT, loss_whole = 0, loss_split = 0;
+    assert_int_equal(tr_gpt_forward(whole.g, whole.a, tokens, NULL, targets, scale, &loss_whole), 0);
+    assert_int_equal(tr_gpt_backward(whole.g, whole.a, NULL), 0);
+    assert_int_equal(tr_gpt_forward(s0.g, s0.a, tokens, NULL, NULL, scale, NULL), 0);
+    assert_int_equal(tr_gpt_forward(s1.g, s1.a, NULL, tr_gpt_acts_output(s0.a), targets, scale,
+                                    &loss_split), 0);
+    assert_int_equal(tr_gpt_backward(s1.g, s1.a, NULL), 0);
+    assert_int_equal(tr_gpt_backward(s0.g, s0.a, tr_gpt_acts_input_grad(s1.a)), 0);
+    assert_true(loss_whole == loss_split);
+    for (int which = 0; which < 2; which++) { /* (summed over layers in another order) */
+        double w = tr_gpt_acts_moe_loss(whole.a, which);
+        assert_true(fabs(w - tr_gpt_acts_moe_loss(s0.a, which) - tr_gpt_acts_moe_loss(s1.a, which))
+                    <= 1e-12 * w);
+    }
+    for (int i = 0; i < tr_gpt_num_tensors(whole.g); i++) {
+        tr_param_tensor *w = tr_gpt_tensor(whole.g, i);
+        tr_param_tensor *a = find(s0.g, w->name), *b = find(s1.g, w->name);
+        for (size_t e = 0; e < w->numel; e++) {
+            float got = (a ? a->grad[e] : 0.0f) + (b ? b->grad[e] : 0.0f);
+            assert_true(fabsf(got - w->grad[e]) <= 1e-6f + 1e-5f * fabsf(w->grad[e]));
+        }
+    }
+    stage_free(&whole);
+    stage_free(&s0);
+    stage_free(&s1);
+}
+
+static void test_stages_compose(void **state)
+{
+    (void)state;
+    check_stages_compose(MIXTRAL);
+    check_stages_compose(MOE_GPT);
+}
+
+/* The same gradients bit for bit run to run, and with recompute as without. */
+static void test_deterministic(void **state)
+{
+    (void)state;
+    int32_t tokens[BT], targets[BT];
+    make_batch(BT, tokens, targets);
+    float *grads[3];
+    size_t n = 0;
+    for (int run = 0; run < 3; run++) {
+        tr_gpt_shape shape = family_shape(MIXTRAL, 0, 3);
+        shape.recompute = run == 2;
+        stage st;
+        stage_make_shape(&st, shape, B);
+        float loss;
+        assert_int_equal(tr_gpt_forward(st.g, st.a, tokens, NULL, targets, 1.0f / BT, &loss), 0);
+        assert_int_equal(tr_gpt_backward(st.g, st.a, NULL), 0);
+        n = tr_gpt_num_params(st.g);
+        grads[run] = malloc(n * sizeof(float));
+        memcpy(grads[run], st.grads, n * sizeof(float));
+        stage_free(&st);
+    }
+    assert_memory_equal(grads[0], grads[1], n * sizeof(float));
+    assert_memory_equal(grads[0], grads[2], n * sizeof(float));
+    for (int run = 0; run < 3; run++)
+        free(grads[run]);
+}
+
+/* Generation's cached forward routes each new token: all positions at once and one at a time
+ * give the training forward's logits. */
+static void test_generate(void **state)
+{
+    (void)state;
+    int32_t tokens[BT], targets[BT];
+    make_batch(BT, tokens, targets);
+    stage st;
+    stage_make(&st, MIXTRAL, 0, 3, B);
+    const int V = 11, T = BT / B;
+    float want[BT * 11], got[BT * 11], one[B * 11];
+    assert_int_equal(tr_gpt_forward_logits(st.g, st.a, tokens, want), TR_OK);
+    tr_gpt_cache *c;
+    assert_int_equal(tr_gpt_cache_create(st.g, B, T, &c), TR_OK);
+    assert_int_equal(tr_gpt_decode(c, tokens, T, 1, got), TR_OK);
+    for (int i = 0; i < BT * V; i++)
+        assert_true(fabsf(got[i] - want[i]) <= 1e-5f);
+    tr_gpt_cache_reset(c);
+    for (int t = 0; t < T; t++) {
+        int32_t step[B] = {tokens[t], tokens[T + t]};
+        assert_int_equal(tr_gpt_decode(c, step, 1, 0, one), TR_OK);
+        for (int b = 0; b < B; b++)
+            for (int v = 0; v < V; v++)
+                assert_true(fabsf(one[b * V + v] - want[(b * T + t) * V + v]) <= 1e-5f);
+    }
+    tr_gpt_cache_free(c);
+    stage_free(&st);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_tensor_table),
+        cmocka_unit_test(test_finite_difference),
+        cmocka_unit_test(test_stages_compose),
+        cmocka_unit_test(test_deterministic),
+        cmocka_unit_test(test_generate),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
