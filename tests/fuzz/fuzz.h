@@ -17,6 +17,9 @@
  *   megatron  a Megatron-LM rank file (model_optim_rng.pt, PT_OBJECTS' allowlist) as the one
  *             rank of a --save folder -> tr_megatron_import: a passing import's checkpoint reads
  *             back with the model section it reported
+ *   meta      params.json of a Meta Llama folder (its consolidated.00.pth a fixture) ->
+ *             tr_meta_import: a passing import's checkpoint reads back with the model section it
+ *             reported, of the fixture's sizes
  *   hfcfg     config.json -> family -> model config (no check beyond "no crash")
  *   tokhf     tokenizer.json: encoding a fixed text and the input gives ids in [0, vocab)
  *   tokgpt2   vocab.json + merges.txt: same

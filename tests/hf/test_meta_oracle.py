@@ -10,12 +10,12 @@ layers split them) are converted by the script's write_model and by trident:
 - llama1-mp2-fp32: no n_kv_heads over 2 files (the script's path for Llama 1 13B);
 - llama31-mp1-bf16: rope_theta 500000, use_scaled_rope, ffn_dim_multiplier 1.3.
 
-The script cannot take every case as it is, so the test bends it and says where: no low_cpu_mem_usage
-(that needs accelerate), vocab 32000
-(without a tokenizer it writes 32000), MP 1 without GQA and MP 2 with n_kv_heads = MP (4.38.2's
-permute of wk and num_local_key_value_heads hold only there), from_pretrained forced to float32
-for the fp32 cases (it reloads in bfloat16), and for 3.1 the config.json's rope_scaling (llama3)
-and max_position_embeddings set afterwards (4.38.2 knows neither). Checks: trident's import of the
+The script cannot take every case as it is, so the test bends it and says where: its tokenizer
+class a stub of vocab_size 256 (it takes the vocabulary from the tokenizer, 32000 without one), its
+reload without low_cpu_mem_usage (that needs accelerate) and in float32 for the fp32 cases (it
+reloads in bfloat16), MP 1 without GQA and MP 2 with n_kv_heads = MP (4.38.2's permute of wk and
+num_local_key_value_heads hold only there), and for 3.1 the config.json's rope_scaling (llama3) and
+max_position_embeddings set afterwards (4.38.2 knows neither). Checks: trident's import of the
 Meta folder is trident's import of the script's HF folder byte for byte (manifest included);
 logits of the checkpoint (hf_probe logits-config) within 1e-5 of LlamaForCausalLM's (the Llama 2
 cases; 3.1's rope is hf-rope-scaling-oracle's); `--to meta` at the same MP gives back every tensor
@@ -38,7 +38,21 @@ from safetensors.torch import load_file  # noqa: E402
 from transformers import LlamaForCausalLM  # noqa: E402
 import transformers.models.llama.convert_llama_weights_to_hf as conv  # noqa: E402
 
-V = 32000  # what write_model takes without a tokenizer
+V = 256  # the stub tokenizer's vocab_size, which write_model takes
+
+
+class StubTokenizer:
+    """what write_model asks of its tokenizer class: vocab_size, save_pretrained"""
+    vocab_size = V
+
+    def __init__(self, path):
+        pass
+
+    def save_pretrained(self, d):
+        pass
+
+
+conv.LlamaTokenizer = conv.LlamaTokenizerFast = StubTokenizer
 COLS = ("attention.wo.weight", "feed_forward.w2.weight", "tok_embeddings.weight")  # split on dim 1
 ROWS = ("attention.wq.weight", "attention.wk.weight", "attention.wv.weight", "feed_forward.w1.weight",
         "feed_forward.w3.weight", "output.weight")
@@ -107,7 +121,7 @@ def script_hf(meta, name, mp, fp32, version, config_edit=None):
         old, sys.stdout = sys.stdout, null
         try:
             conv.write_model(model_path=out, input_base_path=meta, model_size={1: "7B", 2: "13B"}[mp],
-                             tokenizer_path=None, safe_serialization=True, llama_version=version)
+                             tokenizer_path="stub", safe_serialization=True, llama_version=version)
         finally:
             sys.stdout = old
     if config_edit:
