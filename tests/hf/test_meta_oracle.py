@@ -20,10 +20,13 @@ Meta folder is trident's import of the script's HF folder byte for byte (manifes
 logits of the checkpoint (hf_probe logits-config) within 1e-5 of LlamaForCausalLM's (the Llama 2
 cases; 3.1's rope is hf-rope-scaling-oracle's); `--to meta` at the same MP gives back every tensor
 bit for bit (rope.freqs aside), and params.json the same sizes; the export (MP 1 -> 2 too) loads
-with torch.load and gives the script the same HF model, tensor for tensor.
+with torch.load and gives the script the same HF model, tensor for tensor. Tensors trident refuses
+naming the file and the tensor (torch.save'd edits of a folder): one of no Llama, an integer weight,
+one file's shard misshapen, output.weight in one file only, a norm of another size, a NaN.
 usage: test_meta_oracle.py TRIDENT HF_PROBE WORKDIR VENV"""
 import json
 import os
+import shutil
 import subprocess
 import sys
 
@@ -249,4 +252,41 @@ for i, (name, params, mp, dtype, version, freqs, logits, edit) in enumerate(CASE
     if name == "llama2-mp1-fp32":  # the same model cut for 2 files: the same HF model
         whole2 = dict(whole)
         export_check(name, ck_meta, whole2, params, 2, False, hf, fp32, version)
+# tensors trident refuses, naming the file and the tensor (torch.save'd edits of llama2-mp2-gqa-bf16's
+# files): exit 2, nothing written
+src = os.path.join(work, "llama2-mp2-gqa-bf16-meta")
+
+
+def tensor_refused(what, rank, edit, cause):
+    d = os.path.join(work, "bad-meta")
+    shutil.rmtree(d, ignore_errors=True)
+    shutil.copytree(src, d)
+    path = os.path.join(d, f"consolidated.{rank:02d}.pth")
+    sd = torch.load(path)
+    edit(sd)
+    torch.save(sd, path)
+    out = os.path.join(work, "bad-ck")
+    rc, so, se = tt.outputs([trident, "convert", "--from", "meta", "--input", d, "--output", out], timeout=120)
+    tt.check(f"refused: {what}", rc == 2 and cause in se and path in se and not os.path.exists(out),
+             f"exit {rc}: {se.strip()}")
+
+
+def nan_at(sd, name):
+    sd[name][1, 2] = float("nan")
+
+
+tensor_refused("a tensor of no Llama", 1, lambda sd: sd.update({"layers.0.attention.wq.bias": torch.zeros(16)}),
+               "tensor layers.0.attention.wq.bias is not part of the Llama params.json describes")
+tensor_refused("an integer weight", 0, lambda sd: sd.update({"norm.weight": sd["norm.weight"].long()}),
+               "tensor norm.weight is I64, not a F32, BF16 or F16 weight")
+tensor_refused("one file's wo a column short", 1,
+               lambda sd: sd.update({"layers.1.attention.wo.weight": sd["layers.1.attention.wo.weight"][:, 1:].clone()}),
+               "tensor layers.1.attention.wo.weight is [32, 15], params.json makes it [32, 16] on each of 2")
+tensor_refused("the second file without output.weight", 1, lambda sd: sd.pop("output.weight"),
+               "tensor output.weight is missing")
+tensor_refused("the second file's norm of another size", 1,
+               lambda sd: sd.update({"norm.weight": torch.ones(31, dtype=torch.bfloat16)}),
+               "tensor norm.weight is [31], params.json makes it [32]")
+tensor_refused("a NaN in a weight", 1, lambda sd: nan_at(sd, "layers.0.feed_forward.w2.weight"),
+               "layers.0.feed_forward.w2.weight")
 tt.finish("PASSED")
