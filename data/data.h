@@ -154,7 +154,12 @@ TR_MUST_CHECK int tr_preprocess_text(const char *const *inputs, int n_inputs, co
  *    else int32. The tokenizer's EOD must exist where one is appended (TR_ERR_CONFIG).
  *  - workers threads encode batches of lines; they are written in input order, so the files
  *    are byte-identical for any number of workers.
- *  - progress_s > 0: a progress line on stderr at most that often (documents, MB/s, tokens/s). */
+ *  - progress_s > 0: a progress line on stderr at most that often (documents, MB/s, tokens/s).
+ *  - Inputs are told by their first bytes (data/prep_input.h), here and in tr_preprocess_text:
+ *    gzip and zstd files are read decompressed (a truncated or corrupt stream is
+ *    TR_ERR_INVALID naming the file and the byte); a Parquet file (JSON keys only) is read
+ *    row by row, each row the JSON line of its key columns (a null is JSON's null), so the
+ *    output is that of the same documents as JSON Lines ("FILE:ROW: ..." for a bad row). */
 /*  - Supervised fine-tuning (sft != TR_SFT_NONE, JSON Lines): each line one example, written
  *    as ONE document of one sequence to PREFIX.bin/.idx (ids) and the same document's loss
  *    mask to PREFIX_loss_mask.bin/.idx (uint8, one value per id: 1 = the token is learned,

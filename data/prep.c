@@ -15,6 +15,7 @@
 
 #include "core/core.h"
 #include "data/data_internal.h"
+#include "data/prep_input.h"
 #include "data/prep_internal.h"
 
 #define MAX_WORKERS 256
@@ -282,8 +283,8 @@ static int read_json_lines(pipeline *p, FILE *f, const char *path)
                 return tr_fail(TR_ERR_INVALID, "%s:%llu: a line longer than %llu bytes", path,
                                (unsigned long long)lineno + 1, (unsigned long long)MAX_LINE_BYTES);
         }
-        if (c == EOF && p->doc_len == 0)
-            break;
+        if (c == EOF && (p->doc_len == 0 || ferror(f)))
+            break; /* (a line cut by a read error is not a line) */
         lineno++;
         p->st->lines++;
         if (blank) {
@@ -296,6 +297,14 @@ static int read_json_lines(pipeline *p, FILE *f, const char *path)
     if (!rc && ferror(f))
         rc = tr_fail(TR_ERR_IO, "cannot read %s: %s", path, strerror(errno ? errno : EIO));
     return rc;
+}
+
+/* A Parquet row, as its JSON line (prep_input_rows), into the current batch. */
+static int add_row(void *ctx, const char *line, size_t len, uint64_t row)
+{
+    pipeline *p = ctx;
+    p->st->lines++;
+    return add_item(p, line, len, row);
 }
 
 static char *output_prefix(const tr_preprocess_options *o, int k)
@@ -419,16 +428,20 @@ int tr_preprocess_chat(const tr_preprocess_options *o, const char *template_name
     p.last_report = p.t0;
     int rc = setup(&p, o), set_up = rc == TR_OK;
     for (int i = 0; i < o->n_inputs && !rc; i++) {
-        FILE *f = fopen(o->inputs[i], "rb");
-        if (!f) {
-            rc = tr_fail(TR_ERR_IO, "cannot open input %s: %s", o->inputs[i], strerror(errno));
+        prep_input *in; /* plain, gzip, zstd or Parquet */
+        if ((rc = prep_input_open(o->inputs[i], &in)))
             break;
-        }
         p.file = i;
         errno = 0;
-        rc = o->n_json_keys ? read_json_lines(&p, f, o->inputs[i])
-                            : text_documents(f, o->inputs[i], o->split_on_blank_lines, &p.sink);
-        fclose(f);
+        FILE *f = prep_input_file(in);
+        if (prep_input_kind_of(in) == PREP_IN_PARQUET)
+            rc = o->n_json_keys ? prep_input_rows(in, o->json_keys, o->n_json_keys, add_row, &p)
+                                : tr_fail(TR_ERR_CONFIG, "%s is a Parquet file: name the "
+                                          "columns to read with --json-keys", o->inputs[i]);
+        else
+            rc = o->n_json_keys ? read_json_lines(&p, f, o->inputs[i])
+                                : text_documents(f, o->inputs[i], o->split_on_blank_lines, &p.sink);
+        rc = prep_input_close(in, rc);
     }
     if (rc && set_up && !p.write_failed && rc != TR_ERR_NOMEM)
         rc = earlier_items_first(&p, rc);

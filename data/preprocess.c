@@ -18,6 +18,7 @@
 #include <string.h>
 
 #include "core/core.h"
+#include "data/prep_input.h"
 
 /* The byte-level sink: bytes -> tokens, NULs dropped; a document opens when there is
  * anything to add, and only an open one is closed (with TR_EOD_TOKEN). */
@@ -202,13 +203,14 @@ int tr_preprocess_text(const char *const *inputs, int n_inputs, const char *outp
         return rc;
     byte_sink bs = {{append_bytes, close_document}, &w};
     for (int i = 0; i < n_inputs && !rc; i++) {
-        FILE *f = fopen(inputs[i], "rb");
-        if (!f) {
-            rc = tr_fail(TR_ERR_IO, "cannot open input %s: %s", inputs[i], strerror(errno));
+        prep_input *in; /* plain, gzip or zstd */
+        if ((rc = prep_input_open(inputs[i], &in)))
             break;
-        }
-        rc = text_documents(f, inputs[i], split_on_blank_lines, &bs.sink);
-        fclose(f);
+        rc = prep_input_kind_of(in) == PREP_IN_PARQUET
+                 ? tr_fail(TR_ERR_CONFIG, "%s is a Parquet file: name the columns to read with "
+                           "--json-keys", inputs[i])
+                 : text_documents(prep_input_file(in), inputs[i], split_on_blank_lines, &bs.sink);
+        rc = prep_input_close(in, rc);
     }
     if (!rc)
         rc = iw_finish(&w);

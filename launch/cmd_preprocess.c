@@ -1,5 +1,5 @@
-/* `trident preprocess --input FILE... --output-prefix PREFIX [options]`: JSON Lines or text
- * files -> Megatron indexed datasets, with Megatron's tools/preprocess_data.py flags
+/* `trident preprocess --input FILE... --output-prefix PREFIX [options]`: JSON Lines (plain,
+ * gzip or zstd), Parquet or text files -> Megatron indexed datasets, with Megatron's tools/preprocess_data.py flags
  * (--json-keys, --tokenizer-type, --vocab-file, --merge-file, --tokenizer-model, --append-eod,
  * --workers). Text files with the byte-level tokenizer take the streaming path of
  * tr_preprocess_text; everything else goes through tr_preprocess. */
@@ -19,15 +19,21 @@ static void preprocess_usage(FILE *f)
     fprintf(f,
             "usage: trident preprocess --input FILE [FILE...] --output-prefix PREFIX [options]\n"
             "\n"
-            "Turn JSON Lines or text files into Megatron indexed datasets (.bin + .idx), as\n"
-            "Megatron-LM's tools/preprocess_data.py does.\n"
+            "Turn JSON Lines, Parquet or text files into Megatron indexed datasets (.bin +\n"
+            ".idx), as Megatron-LM's tools/preprocess_data.py does.\n"
             "\n"
             "input:\n"
-            "  --input FILE [FILE...]   files, in order; may be repeated, or --input=FILE\n"
+            "  --input FILE [FILE...]   files, in order; may be repeated, or --input=FILE.\n"
+            "                           gzip (.gz) and zstd (.zst) files are decompressed as they\n"
+            "                           are read (told by their first bytes); a Parquet file\n"
+            "                           (Hugging Face datasets' data/*.parquet) is read row by row,\n"
+            "                           each row as the JSON line of its --json-keys columns\n"
+            "                           (flat string columns; a null value is JSON's null)\n"
             "  --json-keys KEY [KEY...] JSON Lines: each line an object whose KEYs hold a string\n"
             "                           or a list of strings (sentences); KEY goes to\n"
-            "                           PREFIX_KEY_document.bin/.idx. Default when every input\n"
-            "                           ends in .json or .jsonl: text\n"
+            "                           PREFIX_KEY_document.bin/.idx. Parquet: the columns. Default\n"
+            "                           when every input ends in .json, .jsonl (either maybe with\n"
+            "                           .gz or .zst after it) or .parquet: text\n"
             "  --document-per-file      text files: each file is one document (default: documents\n"
             "                           are separated by blank lines, i.e. empty or whitespace-\n"
             "                           only lines, and by lines that are exactly \"%%\", the\n"
@@ -108,6 +114,17 @@ static int ends_with(const char *s, const char *suffix)
 {
     size_t ls = strlen(s), lx = strlen(suffix);
     return ls >= lx && !strcmp(s + ls - lx, suffix);
+}
+
+/* JSON Lines, compressed or not, or Parquet: --json-keys defaults to text. */
+static int keyed_input(const char *s)
+{
+    static const char *const ext[] = {".json", ".jsonl", ".json.gz", ".jsonl.gz", ".json.zst",
+                                      ".jsonl.zst", ".parquet"};
+    for (size_t i = 0; i < sizeof ext / sizeof ext[0]; i++)
+        if (ends_with(s, ext[i]))
+            return 1;
+    return 0;
 }
 
 static int parse(arg_parser *a, pp_options *o)
@@ -197,7 +214,7 @@ static int parse(arg_parser *a, pp_options *o)
                                            : "missing --output-prefix PREFIX");
     int all_json = o->n_inputs > 0;
     for (int i = 0; i < o->n_inputs; i++)
-        all_json &= ends_with(o->inputs[i], ".json") || ends_with(o->inputs[i], ".jsonl");
+        all_json &= keyed_input(o->inputs[i]);
     if (!rc && o->sft && o->n_keys == 0)
         rc = args_error(a, "--sft needs --json-keys MESSAGES (or PROMPT,RESPONSE)");
     if (!rc && o->n_keys == 0 && all_json)

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One libFuzzer campaign of a tests/fuzz target: scripts/fuzz.sh TARGET SECONDS
-#   TARGET: st pt hfcfg import tokhf tokgpt2 tokspm idx llmc prep blend yaml grid manifest ckpt lora
-#           lora-llama lora-bloom roundtrip
+#   TARGET: st pt hfcfg import tokhf tokgpt2 tokspm idx llmc prep parquet blend yaml grid manifest
+#           ckpt lora lora-llama lora-bloom roundtrip
 # Builds (clang, address + undefined sanitizers, -Dfuzz=enabled) in $FUZZ_BUILD (default
 # build-fuzz), then runs build-fuzz/tests/fuzz/fuzz-TARGET niced on a scratch corpus (new
 # inputs go there) seeded by the committed tests/fuzz/corpus/TARGET. Everything it writes is in
@@ -42,6 +42,7 @@ mkdir -p "$out/corpus" "$out/artifacts"
 case $target in
   manifest|ckpt|lora|lora-llama|lora-bloom) dict=tests/fuzz/dict/ckpt.dict ;;
   pt) dict=tests/fuzz/dict/pt.dict ;;
+  parquet) dict=tests/fuzz/dict/parquet.dict ;;
   *) dict=tests/fuzz/dict/json.dict ;;
 esac
 echo "fuzz-$target for ${seconds}s: corpus $out/corpus + tests/fuzz/corpus/$target," \

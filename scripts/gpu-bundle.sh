@@ -47,7 +47,7 @@ skip_modules='^(threads|openmp|cuda|mpi|dl|intl|iconv)$'
 # module -> development package, where dpkg -S cannot tell (the module is not installed here)
 declare -A module_pkg=([yaml-0.1]=libyaml-dev [openblas]=libopenblas-pthread-dev [ucx]=libucx-dev
   [cmocka]=libcmocka-dev [jansson]=libjansson-dev [libpcre2-8]=libpcre2-dev
-  [libutf8proc]=libutf8proc-dev)
+  [libutf8proc]=libutf8proc-dev [zlib]=zlib1g-dev [libzstd]=libzstd-dev)
 # what every GPU image has (glibc, libgcc, libstdc++): never carried
 base_sonames='^(linux-vdso\.so\.1|ld-linux-x86-64\.so\.2|libc\.so\.6|libm\.so\.6|libmvec\.so\.1|libpthread\.so\.0|libdl\.so\.2|librt\.so\.1|libresolv\.so\.2|libutil\.so\.1|libgcc_s\.so\.1|libstdc\+\+\.so\.6)$'
 base_packages='^(libc6|libgcc-s1|libstdc\+\+6|gcc-12-base|libc-dev|libc6-dev)$'

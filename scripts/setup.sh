@@ -4,7 +4,8 @@
 set -euo pipefail
 packages=(meson ninja-build pkg-config gcc g++ libyaml-dev libcmocka-dev libopenblas-dev libjansson-dev
           libpcre2-dev libutf8proc-dev libucx-dev ucx-utils fortunes python3-torch python3-numpy python3-venv iproute2
-          openmpi-bin libopenmpi-dev chromium slurm-wlm munge)
+          openmpi-bin libopenmpi-dev chromium slurm-wlm munge
+          zlib1g-dev libzstd-dev zstd)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")

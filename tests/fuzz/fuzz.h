@@ -28,6 +28,8 @@
  *   llmc      llm.c shard: same
  *   prep      JSONL -> tr_preprocess -> the output reopens (gpt or sft) and every sample reads,
  *             loss-mask weights are 0 or 1
+ *   parquet   a Parquet file (or gzip / zstd JSON Lines: any input preprocess tells by its
+ *             first bytes) -> tr_preprocess of one or two columns -> the outputs reopen
  *   import    HF config.json + model.safetensors -> tr_hf_import (no crash)
  *   roundtrip the same -> tr_hf_import -> tr_hf_export: what imports exports, every tensor
  *             back with the same float32 values
