@@ -394,8 +394,11 @@ int tr_cmd_convert(int argc, char **argv)
                fi.tokenizer ? ", tokenizer.model copied" : "");
         if (meta)
             print_model_section(&m);
-        if (meta && fi.tokenizer) /* (sentencepiece's, or Llama 3's tiktoken file) */
-            printf("# generate / eval: --tokenizer-model %s/tokenizer.model\n", output);
+        char tok[4200];
+        snprintf(tok, sizeof tok, "%s/tokenizer.model", output);
+        const char *type = meta && fi.tokenizer ? tr_tokenizer_model_type(tok) : NULL;
+        if (type) /* (sentencepiece's: Llama2Tokenizer; Llama 3's tiktoken file: Llama3Tokenizer) */
+            printf("# generate / eval: --tokenizer-type %s --tokenizer-model %s\n", type, tok);
     } else if (megatron) {
         char which[64], chunks[48] = "";
         snprintf(which, sizeof which, mi.release ? "release" : "iteration %d", mi.iteration);

@@ -4,7 +4,8 @@ without PyTorch (it runs in the sanitizer build too): Meta folders are written b
 export of a Llama HF folder (hf_files.py's writer) and then broken by hand.
   - HF -> trident -> Meta (MP 1, MP 2, BF16) -> trident: the same checkpoint; a tied Llama's
     export carries output.weight, its import the same model untied; tokenizer.model copied both
-    ways; params.json's FFN keys give the width;
+    ways, its type (sentencepiece's, Llama 3's tiktoken) named for generate / eval; params.json's
+    FFN keys give the width;
   - every bad input refused with exit 2 naming the key, the file or the tensor, nothing written:
     params.json's (missing, a missing or bad key, MoE / vision / unknown keys, sizes the tensors
     disagree with), the files' (a gap, a missing or foreign name, one that is not torch.save's,
@@ -79,6 +80,16 @@ for mp in (1, 2):
     tt.check(f"MP {mp}: HF -> trident -> Meta -> trident is the same checkpoint; tokenizer.model copied",
              same_checkpoint(ck, back) and read(os.path.join(back, "tokenizer.model")) == tok and
              f"{mp} model-parallel file" in so and "tokenizer.model copied" in so, so)
+    if mp == 1:
+        tt.check("the import names the tokenizer's type for generate / eval (sentencepiece's protobuf)",
+                 "--tokenizer-type Llama2Tokenizer --tokenizer-model " + os.path.join(back, "tokenizer.model") in so,
+                 so)
+tiktoken = os.path.join(work, "meta-tiktoken")
+shutil.copytree(meta[1], tiktoken)
+tt.write(os.path.join(tiktoken, "tokenizer.model"), "IQ== 0\nIg== 1\nIw== 2\n")  # Llama 3's base64-rank lines
+so = run("--from meta with Llama 3's tiktoken file", "--from", "meta", "--input", tiktoken, "--output",
+         os.path.join(work, "ck-tiktoken"))
+tt.check("... named Llama3Tokenizer for generate / eval", "--tokenizer-type Llama3Tokenizer" in so, so)
 params = json.load(open(os.path.join(meta[1], "params.json")))
 h = int(2 * 4 * C / 3)
 tt.check("params.json: Meta's keys; multiple_of and ffn_dim_multiplier give the FFN width",
