@@ -11,6 +11,7 @@
 
 #include "core/core.h"
 #include "hf/hf.h"
+#include "hf/llmc.h"
 #include "hf/megatron.h"
 #include "hf/meta.h"
 #include "launch/args.h"
@@ -29,6 +30,9 @@ static void convert_usage(FILE *f)
             "                       [--tp T] [--pp P] [--config FILE]\n"
             "       trident convert --from meta --input META_DIR --output CKPT_DIR\n"
             "       trident convert --to meta --input CKPT_DIR --output META_DIR [--mp N]\n"
+            "                       [--dtype fp32|bf16]\n"
+            "       trident convert --from llmc --input FILE.bin --output CKPT_DIR\n"
+            "       trident convert --to llmc --input CKPT_DIR --output FILE.bin\n"
             "                       [--dtype fp32|bf16]\n"
             "\n"
             "Converts GPT-2, Llama, Qwen2, Bloom, GPT-NeoX, Falcon, Phi, StableLM, Gemma,\n"
@@ -66,6 +70,13 @@ static void convert_usage(FILE *f)
             "              consolidated.NN.pth, its tokenizer.model when it has one), which\n"
             "              Meta's reference code and llama-stack load\n"
             "  --mp N      --to meta: model-parallel files (default 1)\n"
+            "  --from llmc  FILE.bin, llm.c's GPT-2 model checkpoint (gpt2_124M.bin,\n"
+            "              gpt2_124M_bf16.bin, train_gpt2.cu's model_NNNNNNNN.bin) -> the same\n"
+            "              release checkpoint (the padded vocabulary's rows dropped)\n"
+            "  --to llmc   a GPT-2 checkpoint -> FILE.bin in llm.c's format (the vocabulary\n"
+            "              padded to a multiple of 128): fp32 (version 3) for train_gpt2.c and\n"
+            "              train_gpt2.cu built with PRECISION=FP32, --dtype bf16 (version 5) for\n"
+            "              train_gpt2.cu's default bf16 build\n"
             "  --adapters PEFT_DIR  --from hf: PEFT's LoRA adapters of HF_DIR (adapter_config.json,\n"
             "              adapter_model.safetensors or .bin) -> CKPT_DIR holds them as a LoRA\n"
             "              run's checkpoint, CKPT_DIR/base the base; the printed finetune and\n"
@@ -250,6 +261,7 @@ int tr_cmd_convert(int argc, char **argv)
     tr_hf_export_options o = {.max_shard_bytes = 5000000000ULL, .eos_token_id = -1};
     int rc = 0, opt, export_opts = 0, merge = 0, adapters = 0, megatron = 0, mlm_iter = -1;
     int to_mlm = 0, tp = 0, pp = 0, hf_only = 0, meta = 0, to_meta = 0, mp = 0;
+    int llmc = 0, to_llmc = 0;
     while (!rc && (opt = args_next(&a, &v)) != ARGS_END) {
         if (opt == ARGS_HELP || opt == ARGS_ERROR)
             return opt == ARGS_HELP ? 0 : 2;
@@ -262,6 +274,8 @@ int tr_cmd_convert(int argc, char **argv)
             to = v, to_mlm = 1;
         else if ((opt == FROM || opt == TO) && !strcmp(v, "meta"))
             *(opt == FROM ? &from : &to) = v, *(opt == FROM ? &meta : &to_meta) = 1;
+        else if ((opt == FROM || opt == TO) && !strcmp(v, "llmc"))
+            *(opt == FROM ? &from : &to) = v, *(opt == FROM ? &llmc : &to_llmc) = 1;
         else if (opt == MP)
             rc = args_int(&a, "--mp", v, 1, 1024, &mp);
         else if (opt == TP || opt == PP)
@@ -270,7 +284,7 @@ int tr_cmd_convert(int argc, char **argv)
             rc = args_int(&a, "--iteration", v, 0, 9999999, &mlm_iter);
         else if (opt == FROM || opt == TO) {
             if (strcmp(v, "hf"))
-                rc = args_error(&a, "%s needs 'hf', 'megatron' or 'meta', got '%s'",
+                rc = args_error(&a, "%s needs 'hf', 'megatron', 'meta' or 'llmc', got '%s'",
                                 opt == FROM ? "--from" : "--to", v);
             *(opt == FROM ? &from : &to) = v;
         } else if (opt == INPUT)
@@ -301,13 +315,13 @@ int tr_cmd_convert(int argc, char **argv)
         }
     }
     if (!rc && !from == !to)
-        rc = args_error(&a, "give the direction once: --from hf|megatron|meta (import) or --to "
-                            "hf|megatron|meta (export)");
+        rc = args_error(&a, "give the direction once: --from hf|megatron|meta|llmc (import) or "
+                            "--to hf|megatron|meta|llmc (export)");
     if (!rc && (!input || !output))
         rc = args_error(&a, "--input and --output are both needed");
     if (!rc && from && export_opts)
         rc = args_error(&a, "--dtype, --max-shard-size, --eos-id and --config apply to --to hf");
-    if (!rc && (to || megatron || meta) && peft)
+    if (!rc && (to || megatron || meta || llmc) && peft)
         rc = args_error(&a, "--adapters PEFT_DIR applies to --from hf");
     if (!rc && !megatron && mlm_iter >= 0)
         rc = args_error(&a, "--iteration N applies to --from megatron");
@@ -321,6 +335,9 @@ int tr_cmd_convert(int argc, char **argv)
     if (!rc && to_meta && (merge || adapters || hf_only || config))
         rc = args_error(&a, "--to meta takes --dtype and --mp (not --config, --max-shard-size, "
                         "--eos-id, --merge-lora or --adapters-only)");
+    if (!rc && to_llmc && (merge || adapters || hf_only || config))
+        rc = args_error(&a, "--to llmc takes --dtype (not --config, --max-shard-size, --eos-id, "
+                        "--merge-lora or --adapters-only)");
     if (!rc && merge && adapters)
         rc = args_error(&a, "--merge-lora and --adapters-only exclude each other");
     char base[4200];
@@ -362,7 +379,12 @@ int tr_cmd_convert(int argc, char **argv)
     tr_hf_lora_import li;
     tr_megatron_info mi;
     tr_meta_info fi;
-    if (meta)
+    tr_llmc_info ci;
+    if (llmc)
+        rc = tr_llmc_import(input, output, &m, &ci);
+    else if (to_llmc)
+        rc = tr_llmc_export(input, output, o.bf16, &iteration, &ci);
+    else if (meta)
         rc = tr_meta_import(input, output, &m, &fi);
     else if (to_meta)
         rc = tr_meta_export(input, output, mp ? mp : 1, o.bf16, &iteration, &fi);
@@ -384,7 +406,18 @@ int tr_cmd_convert(int argc, char **argv)
         fprintf(stderr, "trident convert: %s\n", tr_errmsg());
         return rc == TR_ERR_INVALID || rc == TR_ERR_CONFIG ? 2 : 1;
     }
-    if (meta || to_meta) {
+    if (llmc || to_llmc) {
+        if (llmc)
+            printf("trident convert: %s (llm.c GPT-2, version %d: %s, padded vocabulary %d) -> %s "
+                   "(release checkpoint) in %.2f s\n", input, ci.version,
+                   ci.version == 5 ? "bf16" : "fp32", ci.padded_vocab, output, tr_now() - t0);
+        else
+            printf("trident convert: %s (iteration %d) -> %s (llm.c GPT-2, version %d: %s, padded "
+                   "vocabulary %d) in %.2f s\n", input, iteration, output, ci.version,
+                   ci.version == 5 ? "bf16" : "fp32", ci.padded_vocab, tr_now() - t0);
+        if (llmc)
+            print_model_section(&m);
+    } else if (meta || to_meta) {
         printf("trident convert: %s (%s) -> %s (%s) in %.2f s\n", input,
                meta ? "Meta's Llama" : "checkpoint", output, meta ? "release checkpoint"
                : "Meta's Llama", tr_now() - t0);

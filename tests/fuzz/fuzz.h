@@ -26,6 +26,9 @@
  *   tokspm    sentencepiece's tokenizer.model (Llama2Tokenizer / GPTSentencePieceTokenizer): same
  *   idx       Megatron .idx/.bin: every sample reads, tokens in [0, vocab), samples locate
  *   llmc      llm.c shard: same
+ *   llmcmodel llm.c's GPT-2 model file -> tr_llmc_import: the checkpoint reads back with the
+ *             model section reported, and exports to the input's bytes where its unread parts
+ *             are zero
  *   prep      JSONL -> tr_preprocess -> the output reopens (gpt or sft) and every sample reads,
  *             loss-mask weights are 0 or 1
  *   parquet   a Parquet file (or gzip / zstd JSON Lines: any input preprocess tells by its
