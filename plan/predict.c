@@ -327,6 +327,11 @@ int plan_evaluate(const tr_config *cfg, const tr_plan_layout *layout, int world,
                   tr_plan_result *out, tr_plan_explain *ex)
 {
     memset(out, 0, sizeof *out);
+    if (cfg->model.num_experts) /* the layer kernel by kernel is the dense MLP's */
+        return tr_fail(TR_ERR_CONFIG, "%s: trident plan does not model a mixture of experts "
+                       "(model.num_experts %d: the router, the routed rows' gathers and the "
+                       "experts' GEMMs of k of E experts per token are not in its layer)",
+                       tr_config_where(cfg, "model.num_experts"), cfg->model.num_experts);
     int rc = check_layout(cfg, layout, world);
     if (rc)
         return rc;

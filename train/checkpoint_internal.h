@@ -72,9 +72,9 @@ typedef struct {
      * " rope_linear F" (linear position interpolation) or " rope_llama3 F L H N" (Llama 3.1's
      * factor, low and high frequency factors, original positions) and " mlp_bias 1" (a model
      * whose MLP alone has biases), " layernorm_bias 0" (LayerNorms without biases), " relu 1"
-     * (the MLP's ReLU), " hf_family phi3" (model.hf_family) only for models with them
-     * (GPT-NeoX, Falcon, Phi, Gemma, Llama 3.1, GPT-J, MPT, OPT, Phi-3), in that order, so
-     * other lines read as before) */
+     * (the MLP's ReLU), " hf_family phi3" (model.hf_family), " experts ..." (mixture of
+     * experts) only for models with them (GPT-NeoX, Falcon, Phi, Gemma, Llama 3.1, GPT-J, MPT,
+     * OPT, Phi-3, Mixtral), in that order, so other lines read as before) */
     int has_family;
     int rmsnorm, position, rotary_dims, swiglu, ffn, query_groups, untie, linear_bias, emb_ln;
     int qkv_bias, sliding_window, parallel_residual, gelu_exact, parallel_shared_norm;
@@ -82,6 +82,11 @@ typedef struct {
     int no_norm_bias; /* " layernorm_bias 0": model.layernorm_bias false */
     int relu;         /* " relu 1": model.relu */
     int hf_phi3;      /* " hf_family phi3": model.hf_family phi3 */
+    /* " experts E K P A X Z" (a mixture of experts, last): num_experts, moe_router_topk,
+     * moe_router_pre_softmax, load balancing aux_loss (1) or none (0), moe_aux_loss_coeff and
+     * moe_z_loss_coeff (float32's %.9g) */
+    int moe_experts, moe_topk, moe_pre_softmax, moe_aux_loss;
+    double moe_aux_coeff, moe_z_coeff;
     int rope_scaling, rope_original; /* TR_ROPE_SCALING_*; llama3's original positions */
     double rope_factor, rope_low, rope_high; /* float32's values */
     double eps, rotary_base, embedding_multiplier; /* the multiplier: 0 where it is 1 */

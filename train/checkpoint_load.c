@@ -347,6 +347,12 @@ int ckpt_same_family(const tr_gpt_shape *s, const ckpt_manifest *mf, const char 
          rope_kind[my.rope_scaling], my.rope_factor, rope_kind[mf->rope_scaling], mf->rope_factor)
     DIFF((float)my.eps != (float)mf->eps, "; layernorm_epsilon %g (the checkpoint's: %g)", my.eps,
          mf->eps)
+    DIFF(my.moe_experts != mf->moe_experts || my.moe_topk != mf->moe_topk ||
+             my.moe_pre_softmax != mf->moe_pre_softmax || my.moe_aux_loss != mf->moe_aux_loss,
+         "; num_experts %d top-%d pre_softmax %d balancing %s (the checkpoint's: %d top-%d "
+         "pre_softmax %d balancing %s)", my.moe_experts, my.moe_topk, my.moe_pre_softmax,
+         my.moe_aux_loss ? "aux_loss" : "none", mf->moe_experts, mf->moe_topk,
+         mf->moe_pre_softmax, mf->moe_aux_loss ? "aux_loss" : "none")
 #undef DIFF
     if (!n)
         return TR_OK;

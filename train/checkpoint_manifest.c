@@ -73,6 +73,12 @@ void ckpt_manifest_family(ckpt_manifest *mf, const tr_gpt_shape *s)
     mf->geglu = s->geglu;
     mf->relu = s->relu;
     mf->hf_phi3 = s->hf_phi3;
+    if (s->num_experts) {
+        mf->moe_experts = s->num_experts, mf->moe_topk = s->moe_topk;
+        mf->moe_pre_softmax = s->moe_pre_softmax, mf->moe_aux_loss = s->moe_aux_loss;
+        mf->moe_aux_coeff = float_decimal(s->moe_aux_coeff);
+        mf->moe_z_coeff = float_decimal(s->moe_z_coeff);
+    }
     mf->rope_scaling = s->rope_scaling;
     if (s->rope_scaling)
         mf->rope_factor = float_decimal(s->rope_factor);
@@ -131,16 +137,17 @@ static int lora_targets_parse(const char *text)
 /* The family line's optional end: " qkv_bias 1", " sliding_window N", " parallel_residual 1",
  * " gelu_exact 1", " parallel_shared_norm 1", " output_bias 1", " kv_channels N",
  * " layernorm_1p 1", " embedding_multiplier X", " geglu 1", " rope_linear X" or
- * " rope_llama3 X X X N", " mlp_bias 1", " layernorm_bias 0", " relu 1", " hf_family phi3"
- * (N >= 1 in digits, X a finite
+ * " rope_llama3 X X X N", " mlp_bias 1", " layernorm_bias 0", " relu 1", " hf_family phi3",
+ * " experts E K P A X Z" (1 <= K <= E <= 1024, P and A 0 or 1, X and Z finite >= 0; X 0
+ * with A 0) (N >= 1 in digits, X a finite
  * float32 > 0; the multiplier and the linear factor not 1, llama3's high frequency factor above
  * its low one), each at most once and in that order, nothing else; 1 when it is (and sets
  * them). */
 static int family_suffix(const char *rest, ckpt_manifest *out)
 {
-    enum { FLAG, COUNT, SCALE, LINEAR, LLAMA3, OFF, PHI3 }; /* " NAME 1", " NAME N",
-                                                             * " NAME X", ..., " NAME 0",
-                                                             * " NAME phi3" */
+    enum { FLAG, COUNT, SCALE, LINEAR, LLAMA3, OFF, PHI3, MOE }; /* " NAME 1", " NAME N",
+                                                                  * " NAME X", ..., " NAME 0",
+                                                                  * " NAME phi3", experts' */
     static const struct {
         const char *name;
         int kind;
@@ -151,11 +158,12 @@ static int family_suffix(const char *rest, ckpt_manifest *out)
                 {"embedding_multiplier", SCALE}, {"geglu", FLAG},
                 {"rope_linear", LINEAR},     {"rope_llama3", LLAMA3},
                 {"mlp_bias", FLAG},          {"layernorm_bias", OFF},
-                {"relu", FLAG},              {"hf_family", PHI3}};
+                {"relu", FLAG},              {"hf_family", PHI3},
+                {"experts", MOE}};
     int *set[] = {&out->qkv_bias,    &out->sliding_window, &out->parallel_residual,
                   &out->gelu_exact,  &out->parallel_shared_norm, &out->output_bias,
                   &out->kv_channels, &out->layernorm_1p, NULL, &out->geglu, NULL, NULL,
-                  &out->mlp_bias, &out->no_norm_bias, &out->relu, &out->hf_phi3};
+                  &out->mlp_bias, &out->no_norm_bias, &out->relu, &out->hf_phi3, NULL};
     for (size_t i = 0; i < sizeof keys / sizeof keys[0] && *rest; i++) {
         size_t len = strlen(keys[i].name);
         if (rest[0] != ' ' || strncmp(rest + 1, keys[i].name, len) || rest[1 + len] != ' ')
@@ -167,6 +175,16 @@ static int family_suffix(const char *rest, ckpt_manifest *out)
             if (strncmp(v, "phi3", 4))
                 return 0;
             used = 4, *set[i] = 1;
+        } else if (keys[i].kind == MOE) {
+            int E = 0, K = 0, P = 0, A = 0;
+            double z = 0;
+            if (!isdigit((unsigned char)*v) ||
+                sscanf(v, "%d %d %d %d %lg %lg%n", &E, &K, &P, &A, &x, &z, &used) != 6 ||
+                E < 1 || E > 1024 || K < 1 || K > E || (unsigned)P > 1 || (unsigned)A > 1 ||
+                !(x >= 0 && x <= FLT_MAX) || !(z >= 0 && z <= FLT_MAX) || (!A && x != 0))
+                return 0;
+            out->moe_experts = E, out->moe_topk = K, out->moe_pre_softmax = P;
+            out->moe_aux_loss = A, out->moe_aux_coeff = x, out->moe_z_coeff = z;
         } else if (keys[i].kind == FLAG || keys[i].kind == OFF) {
             if (*v != (keys[i].kind == FLAG ? '1' : '0'))
                 return 0;
@@ -222,7 +240,7 @@ int ckpt_write_manifest(const char *path, const ckpt_manifest *mf)
             fprintf(f, " skipped_samples %llu", mf->skipped_samples);
         fputc('\n', f);
     }
-    char suffix[400] = ""; /* every one: at most 331 bytes */
+    char suffix[480] = ""; /* every one: at most 411 bytes */
     if (mf->sliding_window)
         snprintf(suffix, sizeof suffix, " sliding_window %d", mf->sliding_window);
     if (mf->parallel_residual)
@@ -258,6 +276,10 @@ int ckpt_write_manifest(const char *path, const ckpt_manifest *mf)
         strcat(suffix, " relu 1");
     if (mf->hf_phi3)
         strcat(suffix, " hf_family phi3");
+    if (mf->moe_experts)
+        snprintf(suffix + strlen(suffix), sizeof suffix - strlen(suffix),
+                 " experts %d %d %d %d %.9g %.9g", mf->moe_experts, mf->moe_topk,
+                 mf->moe_pre_softmax, mf->moe_aux_loss, mf->moe_aux_coeff, mf->moe_z_coeff);
     if (mf->has_family)
         fprintf(f, "family rmsnorm %d position %d rotary_dims %d rotary_base %.9g swiglu %d "
                    "ffn %d query_groups %d untie %d linear_bias %d embedding_layernorm %d "
@@ -410,7 +432,9 @@ int ckpt_read_manifest(const char *path, int iteration, ckpt_manifest *out)
                                               "only with swiglu 0 and no gelu_exact or "
                                               "geglu, hf_family phi3 only with rmsnorm 1, "
                                               "position 1, swiglu 1 and no linear or qkv "
-                                              "bias)");
+                                              "bias, experts E K P A X Z with 1 <= K <= E <= "
+                                              "1024, P and A 0 or 1, coefficients >= 0 (X 0 "
+                                              "with A 0))");
         } else if (ln == 4 + out->has_data + out->has_scaler + out->has_family &&
                    !strncmp(line, "lora ", 5)) {
             int used = 0;

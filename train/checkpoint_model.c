@@ -81,6 +81,14 @@ int tr_checkpoint_read_model(const char *dir, tr_model_config *model, int *itera
         model->rope_scaling_high_freq_factor = llama3 ? mf.rope_high : 4.0;
         model->rope_scaling_original_max_position_embeddings = llama3 ? mf.rope_original : 8192;
         model->layernorm_epsilon = mf.eps;
+        static char aux_loss[] = "aux_loss", no_balancing[] = "none";
+        model->num_experts = mf.moe_experts; /* (else the keys' defaults) */
+        model->moe_router_topk = mf.moe_experts ? mf.moe_topk : 2;
+        model->moe_router_pre_softmax = mf.moe_pre_softmax;
+        model->moe_router_load_balancing_type =
+            mf.moe_experts && !mf.moe_aux_loss ? no_balancing : aux_loss;
+        model->moe_aux_loss_coeff = mf.moe_aux_coeff;
+        model->moe_z_loss_coeff = mf.moe_z_coeff;
     }
     if (iteration)
         *iteration = mf.iteration;

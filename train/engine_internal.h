@@ -68,6 +68,10 @@ struct tr_engine {
     int stored_peak;            /* the most seen over the run */
     int32_t *sample, *inputs, *targets; /* host staging, one micro-batch */
     double loss_sum;            /* last stage: sum of micro-batch losses this iteration */
+    /* mixture of experts: this rank's layers' load-balancing losses summed over the
+     * iteration's micro-batches, and the global batch's (Megatron's logged value: summed over
+     * layers, averaged over micro-batches and data-parallel replicas) */
+    double moe_balancing_sum, moe_balancing;
     /* data.dataset_type sft (engine_sft.c): the micro-batch's packing (host staging), the
      * last stage's sum of loss weights (loss_sum then sums weighted losses) */
     int sft;

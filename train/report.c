@@ -64,6 +64,8 @@ static int write_metrics(FILE *f, const char *dir, const tr_step_stats *s)
     tr_json_object_begin(&j, NULL);
     tr_json_int(&j, "iteration", s->iteration);
     tr_json_double(&j, "loss", s->loss);
+    if (s->has_balancing) /* a mixture of experts' (Megatron's name) */
+        tr_json_double(&j, "load_balancing_loss", s->load_balancing_loss);
     tr_json_double(&j, "lr", s->lr);
     tr_json_double(&j, "grad_norm", s->grad_norm);
     tr_json_double(&j, "ms_per_iter", s->ms_per_iter);
@@ -444,6 +446,8 @@ void train_report_print(train_report *r, const tr_step_stats *s)
         printf(" | peak %.0f MiB/rank", s->peak_rss_mb);
     if (s->evaluated)
         printf(" | val_loss %.4f", s->val_loss);
+    if (s->has_balancing)
+        printf(" | load_balancing_loss %.4f", s->load_balancing_loss);
     printf("\n");
     fflush(stdout);
 }

@@ -90,6 +90,8 @@ static int stage_forward(tr_engine *e, int chunk, int mb, float grad_scale, cons
         engine_sft_account(e, loss); /* loss_sum += weighted sum of the token losses */
     else
         e->loss_sum += loss;
+    if (e->split == TR_SPLIT_TRAIN) /* (0 without experts) */
+        e->moe_balancing_sum += tr_gpt_acts_moe_loss(a, TR_GPT_MOE_BALANCING);
     if (output)
         *output = s->is_last ? NULL : tr_gpt_acts_output(a);
     return TR_OK;
@@ -173,6 +175,24 @@ static int global_loss(tr_engine *e, double local_mean, double *out)
     return rc;
 }
 
+/* Whether the model reports a load-balancing loss (experts with the aux_loss balancing). */
+static int moe_balancing_on(const tr_engine *e)
+{
+    const tr_model_config *m = &e->cfg->model;
+    return m->num_experts > 0 && (!m->moe_router_load_balancing_type ||
+                                  strcmp(m->moe_router_load_balancing_type, "none"));
+}
+
+/* The global batch's load-balancing loss: every stage's layers (TP rank 0 of each) summed,
+ * averaged over the M micro-batches and the data-parallel replicas. */
+static int moe_balancing(tr_engine *e)
+{
+    double v = e->world.groups.coords.tp == 0 ? e->moe_balancing_sum / ((double)e->M * e->D) : 0;
+    int rc = tr_comm_allreduce(e->world.world, &v, &v, 1, TR_COMM_F64, TR_COMM_SUM);
+    e->moe_balancing = v;
+    return rc;
+}
+
 /* The trace's data-parallel spans: each bucket's reduction from its start to when dp saw it
  * complete, and the wait after backward (what backward did not hide). */
 static void trace_grad_reductions(tr_engine *e)
@@ -228,6 +248,7 @@ int tr_engine_forward_backward(tr_engine *e, int iteration, double *loss_out)
     e->first_sample = e->consumed_samples + (uint64_t)e->dp_rank * (uint64_t)(e->batch / e->D);
     e->loss_sum = 0;
     e->weight_sum = 0;
+    e->moe_balancing_sum = 0;
     e->stored = 0;
     slots_reset(e);
     tr_pp_stage_ops ops = {
@@ -256,6 +277,8 @@ int tr_engine_forward_backward(tr_engine *e, int iteration, double *loss_out)
     if (!rc)
         rc = e->sft ? engine_sft_loss(e, e->loss_sum, e->weight_sum, loss_out)
                     : global_loss(e, e->loss_sum / e->M, loss_out);
+    if (!rc && moe_balancing_on(e))
+        rc = moe_balancing(e);
     return rc;
 }
 
@@ -326,6 +349,8 @@ int tr_engine_optimizer_step(tr_engine *e, int iteration, tr_step_stats *stats)
     stats->grad_norm = norm;
     stats->loss_scale = scale;
     stats->skipped_iterations = e->scaler.skipped;
+    stats->has_balancing = moe_balancing_on(e);
+    stats->load_balancing_loss = e->moe_balancing;
     stats->global_batch_size = e->batch;
     if (!rc) {
         e->consumed_samples += (uint64_t)e->batch;

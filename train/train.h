@@ -55,6 +55,10 @@ typedef struct {
                          * still to run (0 after the last) */
     double loss_scale;  /* fp16: the scale this iteration's backward ran with (1 otherwise) */
     long skipped_iterations; /* fp16: optimizer steps skipped for an overflow so far */
+    int has_balancing;       /* a mixture of experts with the aux_loss balancing: */
+    double load_balancing_loss; /* its load-balancing loss without the coefficient, summed
+                                 * over layers, averaged over the global batch's micro-batches
+                                 * (Megatron's load_balancing_loss) */
 } tr_step_stats;
 
 typedef struct {

@@ -24,7 +24,8 @@ int config_check_moe(const tr_config *c)
                           "model.moe_router_pre_softmax"};
     int changed[] = {m->moe_router_topk != 2, m->moe_aux_loss_coeff != 0.0,
                      m->moe_z_loss_coeff != 0.0,
-                     strcmp(m->moe_router_load_balancing_type, "aux_loss") != 0,
+                     m->moe_router_load_balancing_type &&
+                         strcmp(m->moe_router_load_balancing_type, "aux_loss") != 0,
                      m->moe_router_pre_softmax};
     if (m->num_experts == 0) {
         for (int i = 0; i < 5; i++)
@@ -66,7 +67,7 @@ int config_check_moe(const tr_config *c)
                           "model.parallel_residual with model.num_experts %d is not built: the "
                           "experts' layer is the sequential one; allowed: parallel_residual "
                           "false with experts", m->num_experts);
-    if (!strcmp(c->training.device, "cuda"))
+    if (c->training.device && !strcmp(c->training.device, "cuda"))
         return config_bad(c, "training.device", "model.num_experts",
                           "training.device cuda with model.num_experts %d: the CUDA backend has "
                           "no mixture-of-experts kernels yet; allowed: device cpu with experts",
