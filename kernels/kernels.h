@@ -444,7 +444,10 @@ typedef struct tr_kernels {
      * for i = 0 .. M-1 in that order: a row's contributions are summed in i order (the same
      * bits on every backend and thread count). Accumulates into out.
      * scatter_add_rows_backward: dsrc (M, C) row i = w[i] * dout row idx[i] (OVERWRITTEN);
-     * dw (M, or NULL) [i] = dout row idx[i] . src row i (OVERWRITTEN). */
+     * dw (M, or NULL) [i] = dout row idx[i] . src row i (OVERWRITTEN).
+     * CUDA (kernels/cuda/moe.cu): fp32 in both tables (the bf16 mode's storage ops round no
+     * output, cpu-bf16's do); the scatter's bits are the CPU's; past 64 routed rows it sorts
+     * idx in a scratch of its own: compute stream only; k outside 1 .. E is refused. */
     void (*scatter_add_rows)(tr_stream s, float *out, const float *src, const int32_t *idx,
                              const float *w, int M, int C);
     void (*scatter_add_rows_backward)(tr_stream s, float *dsrc, float *dw, const float *dout,

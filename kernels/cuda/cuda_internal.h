@@ -5,7 +5,8 @@
  * copies), gemm.c (cuBLASLt GEMMs and their plan cache), linear.c (the fused linear ops, on
  * gemm.c's calls and staging: gemm_internal.h), attention.c (attention from GEMMs
  * and the softmax kernels), table.c (the two tables); elementwise.cu, layernorm.cu,
- * softmax.cu (attention softmax and cross-entropy), embedding.cu, optimizer.cu.
+ * softmax.cu (attention softmax and cross-entropy), embedding.cu, moe.cu (mixture of
+ * experts), optimizer.cu.
  * Sizes as in kernels.h. Every launcher takes the tr_stream of the op (NULL = the compute
  * stream) and notes a launch error under its op's name. */
 #ifndef TR_KERNELS_CUDA_INTERNAL_H
@@ -34,6 +35,8 @@ extern "C" {
 cudaStream_t cu_stream(tr_stream s);
 /* Keep the first error (logged once); what names the op. Returns 1 if e is an error. */
 int cu_note(cudaError_t e, const char *what);
+/* Keep an op's own error (printf format: an argument it refuses, named), as cu_note does. */
+void cu_keep_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* After a launch: cu_note(cudaGetLastError(), what). */
 void cu_launched(const char *what);
 /* 1 once an error has been kept. */
@@ -315,6 +318,20 @@ void cu_embedding_backward(tr_stream s, float *dtable, const float *dout,
                               const int32_t *ids, int N, int C, int v_start, int V);
 void cu_position_forward(tr_stream s, float *out, const float *wpe, int B, int T, int C);
 void cu_position_backward(tr_stream s, float *dwpe, const float *dout, int B, int T, int C);
+
+/* ---- moe.cu: the mixture-of-experts ops (kernels.h; moe.cuh the threads' bodies) */
+void cu_moe_router_forward(tr_stream s, int32_t *idx, float *weights, float *probs, float *lse,
+                           const float *logits, int N, int E, int k, int pre_softmax);
+void cu_moe_router_backward(tr_stream s, float *dlogits, const float *dweights,
+                            const int32_t *idx, const float *weights, const float *probs,
+                            const float *lse, const float *aux_grad, float z_grad, int N, int E,
+                            int k, int pre_softmax);
+void cu_gather_rows(tr_stream s, float *out, const float *src, const int32_t *idx, int M, int C);
+void cu_scatter_add_rows(tr_stream s, float *out, const float *src, const int32_t *idx,
+                         const float *w, int M, int C);
+void cu_scatter_add_rows_backward(tr_stream s, float *dsrc, float *dw, const float *dout,
+                                  const float *src, const int32_t *idx, const float *w, int M,
+                                  int C);
 
 /* ---- optimizer.cu */
 void cu_adamw(tr_stream s, float *params, const float *grads, float *m, float *v, size_t n,

@@ -149,8 +149,7 @@ cudaStream_t cu_stream(tr_stream s)
 void tr_cuda_use_device(void) { cu_stream(NULL); }
 
 /* Keep the first error seen inside an op (logged once); later ones are dropped. */
-static void keep_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static void keep_error(const char *fmt, ...)
+void cu_keep_error(const char *fmt, ...)
 {
     pthread_mutex_lock(&dev.err_mu);
     int first = !dev.failed;
@@ -170,9 +169,10 @@ cudaStream_t cu_shared_stream(tr_stream s, const char *op)
 {
     cudaStream_t st = cu_stream(s);
     if (st != dev.stream)
-        keep_error("cuda: %s on a stream other than the compute stream: it uses the backend's "
-                   "shared scratch and workspace, which serve the compute stream only",
-                   op);
+        cu_keep_error("cuda: %s on a stream other than the compute stream: it uses the "
+                      "backend's shared scratch and workspace, which serve the compute stream "
+                      "only",
+                      op);
     return st;
 }
 
@@ -180,8 +180,8 @@ int cu_note(cudaError_t e, const char *what)
 {
     if (e == cudaSuccess)
         return 0;
-    keep_error("CUDA error in %s on GPU %d: %s (error %d)", what, dev.device,
-               cudaGetErrorString(e), (int)e);
+    cu_keep_error("CUDA error in %s on GPU %d: %s (error %d)", what, dev.device,
+                  cudaGetErrorString(e), (int)e);
     return 1;
 }
 

@@ -27,7 +27,11 @@
     .geglu_forward = cu_geglu_forward, .geglu_backward = cu_geglu_backward,                \
     .gelu_exact_forward = cu_gelu_exact_forward,                                          \
     .gelu_exact_backward = cu_gelu_exact_backward, .relu_forward = cu_relu_forward,      \
-    .relu_backward = cu_relu_backward, .rope = cu_rope
+    .relu_backward = cu_relu_backward, .rope = cu_rope,                                     \
+    .moe_router_forward = cu_moe_router_forward,                                          \
+    .moe_router_backward = cu_moe_router_backward, .gather_rows = cu_gather_rows,          \
+    .scatter_add_rows = cu_scatter_add_rows,                                              \
+    .scatter_add_rows_backward = cu_scatter_add_rows_backward
 
 /* not const: TRIDENT_CUDA_HEAD=fp32 takes the head's bf16-storage ops out (the head's logits
  * then stay fp32, as before they existed), TRIDENT_CUDA_EPILOGUE=0 the fused linear_forward

@@ -544,6 +544,8 @@ int main(int argc, char **argv)
         return cuda_unusable(); /* SKIP without a GPU, FAIL with one */
     BF16 = tr_kernels_get("cuda");
     printf("GPU %d: %s\n", tr_cuda_device(), tr_cuda_device_name());
+    if (argc > 1 && strcmp(argv[1], "--moe-refusal") == 0)
+        return test_moe_refusal(F32);
     if (argc > 1 && strcmp(argv[1], "--attention") == 0) {
         test_flash_all(BF16);
         return finish();
@@ -576,6 +578,8 @@ int main(int argc, char **argv)
     test_attention_decode(BF16, 2, 3, 5, 16, 4, 16);
     test_xent(F32);
     test_embedding(F32);
+    test_moe(F32);
+    test_moe(BF16);
     test_optimizer(F32);
     return finish();
 }
