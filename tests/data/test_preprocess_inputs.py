@@ -91,6 +91,16 @@ bad[20:30] = b"\x00" * 10
 tt.write(path("corrupt.jsonl.gz"), bytes(bad))
 refused("gzip corrupt", path("corrupt.jsonl.gz"), "corrupt gzip data at byte")
 
+# a pipe (--input /dev/stdin): the first bytes read to tell the format are not lost
+q, want = preprocess(tt.write(path("ref-stdin.jsonl"), plain), "ref-stdin", "--json-keys", "text")
+for name, data in (("plain", plain), ("gzip", gzip.compress(plain))):
+    prefix = path(f"stdin-{name}")
+    p = subprocess.run([trident, "preprocess", "--input", "/dev/stdin", "--output-prefix", prefix,
+                        "--json-keys", "text"], input=data, capture_output=True, timeout=60)
+    check(f"{name} JSON Lines from a pipe (/dev/stdin)", p.returncode == 0 and q.returncode == 0 and all(
+        open(f"{prefix}_text_document{e}", "rb").read() == open(f"{want}_text_document{e}", "rb").read()
+        for e in (".bin", ".idx")), p.stderr[-300:])
+
 # text files (no --json-keys), byte-level streaming path: a gzip file reads as its text
 text = b"one\ntwo\n\nthree\n"
 tt.write(path("t.txt"), text)
@@ -149,7 +159,7 @@ broken = [
      "GZIP data shorter than the page header says"),
     ("LZ4_RAW", dict(codec_id=7), None, "compression LZ4_RAW is not supported"),
     ("BROTLI", dict(codec_id=4), None, "compression BROTLI is not supported"),
-    ("DELTA_BYTE_ARRAY", dict(encoding=7), None, "encoding DELTA_BYTE_ARRAY is not supported"),
+    ("BYTE_STREAM_SPLIT", dict(encoding=9), None, "encoding BYTE_STREAM_SPLIT is not supported"),
     ("a chunk outside the file", dict(data_page_offset=10**9), None, "byte range is not inside"),
     ("a list column", dict(list_column="text"), None, 'column "text" is a nested column'),
 ]
