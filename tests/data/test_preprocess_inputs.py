@@ -135,6 +135,15 @@ for name, kw in [("plain", {}), ("dictionary", {"dictionary": True}), ("gzip", {
                 keys=("text", "other"), extra=("--skip-bad-lines",))
 pw.write(path("required.parquet"), [("text", ["a", "b", "", "c"], "string")], optional=False)
 same_output("parquet, a REQUIRED column", path("required.parquet"), rows(("text", ["a", "b", "", "c"])))
+prompts, responses = ["Q: one?", "Q: ünï?", "Q: three"], ["A: 1", "A: ✓", "A: \"3\""]
+pw.write(path("sft.parquet"), [("prompt", prompts, "string"), ("response", responses, "string")])
+tt.write(path("sft.jsonl"), "".join(l + "\n" for l in rows(("prompt", prompts), ("response", responses))))
+p, o1 = preprocess(path("sft.parquet"), "sft-pq", "--json-keys", "prompt,response")
+q, o2 = preprocess(path("sft.jsonl"), "sft-json", "--json-keys", "prompt,response")
+check("parquet prompt/response columns (--json-keys PROMPT,RESPONSE): the JSON Lines' ids and mask",
+      p.returncode == 0 and q.returncode == 0 and
+      all(open(o1 + x, "rb").read() == open(o2 + x, "rb").read()
+          for x in (".bin", ".idx", "_loss_mask.bin", "_loss_mask.idx")), p.stderr[-300:])
 p, _ = preprocess(path("plain.parquet"), "nulls", "--json-keys", "text")
 check("a null value is JSON's null: refused without --skip-bad-lines, naming the row",
       p.returncode == 2 and 'plain.parquet:2: "text" is null' in p.stderr, p.stderr[-300:])
