@@ -253,6 +253,18 @@ static int map_phi3(const tr_param_tensor *t, const tr_gpt_shape *s, fam_map *m)
     return TR_OK;
 }
 
+/* Mixtral: family_mixtral.c's router and experts (w1 / w3 as gate / up_proj: FAM_SWIGLU), the
+ * Llama's other names */
+static int map_mixtral(const tr_param_tensor *t, const tr_gpt_shape *s, fam_map *m)
+{
+    int n = hf_mixtral_map(t, m->name);
+    if (!n)
+        return map_llama(t, s, m);
+    m->kind = n == 2 ? FAM_SWIGLU : FAM_SAME, m->n = n;
+    m->rows[0] = m->rows[1] = (uint64_t)(n == 2 ? t->full_rows / 2 : t->full_rows);
+    return TR_OK;
+}
+
 uint64_t hf_qkv_row(uint64_t r, int k, int HS, int R)
 {
     uint64_t unit = r / (uint64_t)HS, d = r % (uint64_t)HS;
@@ -307,6 +319,7 @@ static int map_family(int family, const tr_param_tensor *t, const tr_gpt_shape *
            : family == TR_HF_PHI    ? map_phi(t, s, m)
            : family == TR_HF_STABLELM ? map_stablelm(t, s, m)
            : family == TR_HF_PHI3   ? map_phi3(t, s, m)
+           : family == TR_HF_MIXTRAL ? map_mixtral(t, s, m)
                                     : map_llama(t, s, m);
 }
 

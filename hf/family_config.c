@@ -21,37 +21,46 @@ static int check_value(json_t *root, const char *path, const char *key, json_t *
 /* Llama, Mistral (mistral 1: a Llama with a sliding_window) or, family TR_HF_QWEN2, Qwen2: a
  * Llama with q, k and v biases, whose config.json has no attention_bias and its own defaults
  * (transformers 4.38's Qwen2Config: max_position_embeddings 32768) and window switch; or,
- * TR_HF_GEMMA, Gemma: these keys (8192 positions by default) and hf_read_gemma's */
+ * TR_HF_GEMMA, Gemma: these keys (8192 positions by default) and hf_read_gemma's; or,
+ * TR_HF_MIXTRAL (with mistral 1), Mixtral: a Mistral's keys of MixtralConfig's defaults and
+ * hf_read_mixtral's */
 static int read_llama(json_t *root, const char *path, int family, int mistral,
                       tr_model_config *m)
 {
     int qwen2 = family == TR_HF_QWEN2, gemma = family == TR_HF_GEMMA;
+    int mixtral = family == TR_HF_MIXTRAL;
     int rc = hf_get_int(root, path, "num_hidden_layers", -1, &m->num_layers);
     if (!rc)
         rc = hf_get_int(root, path, "hidden_size", -1, &m->hidden_size);
     if (!rc)
         rc = hf_get_int(root, path, "num_attention_heads", -1, &m->num_attention_heads);
+    /* (GemmaConfig's default: 16; MixtralConfig's 8, null taking the heads) */
+    int kv = gemma ? 16
+             : mixtral && !json_object_get(root, "num_key_value_heads") ? 8
+                                                                         : m->num_attention_heads;
     if (!rc)
-        rc = hf_get_int(root, path, "num_key_value_heads", gemma ? 16 : m->num_attention_heads,
-                        &m->num_query_groups); /* (GemmaConfig's default: 16) */
+        rc = hf_get_int(root, path, "num_key_value_heads", kv, &m->num_query_groups);
     if (!rc)
         rc = hf_get_int(root, path, "intermediate_size", -1, &m->ffn_hidden_size);
     if (!rc)
         rc = hf_get_int(root, path, "vocab_size", -1, &m->vocab_size);
     if (!rc)
         rc = hf_get_int(root, path, "max_position_embeddings",
-                        qwen2 ? 32768 : gemma ? 8192 : 2048, &m->max_position_embeddings);
+                        qwen2 ? 32768 : gemma ? 8192 : mixtral ? 131072 : 2048,
+                        &m->max_position_embeddings);
     if (!rc)
-        rc = hf_get_num(root, path, "rms_norm_eps", 1e-6, &m->layernorm_epsilon);
+        rc = hf_get_num(root, path, "rms_norm_eps", mixtral ? 1e-5 : 1e-6,
+                        &m->layernorm_epsilon);
     if (!rc)
-        rc = hf_get_num(root, path, "rope_theta", 10000.0, &m->rotary_base);
+        rc = hf_get_num(root, path, "rope_theta", mixtral ? 1e6 : 10000.0, &m->rotary_base);
     if (!rc && !gemma) /* (Gemma's GELU: hf_read_gemma) */
         rc = check_value(root, path, "hidden_act", json_string("silu"), "trident's SwiGLU uses silu");
     if (!rc) /* (Llama's alone: transformers 4.38's Qwen2, Mistral and Gemma have none) */
         rc = family == TR_HF_LLAMA && !mistral
                  ? hf_read_rope_scaling(root, path, m)
                  : check_value(root, path, "rope_scaling", json_null(),
-                               "no rope scaling in trident's Qwen2, Mistral or Gemma");
+                               "no rope scaling in trident's Qwen2, Mistral, Mixtral or "
+                               "Gemma");
     if (!rc && !qwen2)
         rc = check_value(root, path, "attention_bias", json_false(),
                          gemma ? "trident's Gemma has no attention biases"
@@ -68,7 +77,7 @@ static int read_llama(json_t *root, const char *path, int family, int mistral,
      * 4.44: theirs must be hidden_size / num_attention_heads */
     json_t *head_dim = gemma ? NULL : json_object_get(root, "head_dim");
     if (!rc && mistral)
-        rc = hf_read_head_dim(root, path, 0, "Mistral", m);
+        rc = hf_read_head_dim(root, path, 0, mixtral ? "Mixtral" : "Mistral", m);
     else if (!rc && head_dim && !json_is_null(head_dim) &&
              !(json_is_integer(head_dim) && m->num_attention_heads > 0 &&
                json_integer_value(head_dim) * m->num_attention_heads == m->hidden_size))
@@ -111,6 +120,8 @@ static int read_llama(json_t *root, const char *path, int family, int mistral,
     m->embedding_layernorm = 0;
     if (!rc && gemma)
         rc = hf_read_gemma(root, path, m);
+    if (!rc && mixtral)
+        rc = hf_read_mixtral(root, path, m);
     return rc;
 }
 
@@ -320,6 +331,7 @@ int tr_hf_read_family_config(const char *dir, tr_model_config *m, int *family)
               : !strcmp(type, "mpt") ? TR_HF_MPT
               : !strcmp(type, "opt") ? TR_HF_OPT
               : !strcmp(type, "phi3") ? TR_HF_PHI3
+              : !strcmp(type, "mixtral") ? TR_HF_MIXTRAL
                                        : TR_HF_GPT2;
     memset(m, 0, sizeof *m);
     /* the Falcon of trust_remote_code (tiiuae's RWForCausalLM, before transformers 4.33): other
@@ -334,8 +346,10 @@ int tr_hf_read_family_config(const char *dir, tr_model_config *m, int *family)
     m->make_vocab_size_divisible_by = 128;
     m->init_method_std = 0.02;
     m->embedding_multiplier = 1.0;
-    if (!rc && (*family == TR_HF_LLAMA || *family == TR_HF_QWEN2 || *family == TR_HF_GEMMA))
-        rc = read_llama(root, path, *family, !strcmp(type, "mistral"), m);
+    if (!rc && (*family == TR_HF_LLAMA || *family == TR_HF_QWEN2 || *family == TR_HF_GEMMA ||
+                *family == TR_HF_MIXTRAL))
+        rc = read_llama(root, path, *family,
+                        !strcmp(type, "mistral") || *family == TR_HF_MIXTRAL, m);
     else if (!rc && *family == TR_HF_BLOOM)
         rc = read_bloom(root, path, m);
     else if (!rc && *family == TR_HF_NEOX)
@@ -384,6 +398,7 @@ const char *tr_hf_family_name(int family)
            : family == TR_HF_MPT     ? "MPT"
            : family == TR_HF_OPT     ? "OPT"
            : family == TR_HF_PHI3    ? "Phi3"
+           : family == TR_HF_MIXTRAL ? "Mixtral"
                                      : "GPT-2";
 }
 
@@ -423,12 +438,13 @@ static double family_numel(const tr_model_config *m, int family)
                L * (4 * C + 4 * C * C + 4 * C + 2 * F * C + F + C);
     }
     /* Llama, Qwen2, Gemma, Phi-3: q_proj and o_proj of A = NH x head size, k_proj and v_proj
-     * (KV; Phi-3's fused with q_proj) */
+     * (KV; Phi-3's fused with q_proj); Mixtral: E experts' MLPs and the router (E, C) */
     double HS = tr_model_head_size(m), A = m->num_attention_heads * HS;
-    double KV = 2.0 * m->num_query_groups * HS * C;
+    double KV = 2.0 * m->num_query_groups * HS * C, E = m->num_experts;
     double F = m->ffn_hidden_size, qkv_bias = m->add_qkv_bias ? A + KV / C : 0;
+    double mlp = E > 0 ? E * (3 * F * C + C) : 3 * F * C;
     return V * C * (m->untie_embeddings_and_output_weights ? 2 : 1) + C +
-           L * (2 * C + 2 * A * C + KV + 3 * F * C + qkv_bias);
+           L * (2 * C + 2 * A * C + KV + mlp + qkv_bias);
 }
 
 int hf_family_check_files(const char *dir, const tr_model_config *m, int family)
@@ -464,6 +480,15 @@ static int llama_like(const tr_gpt_shape *s)
 
 int hf_shape_family(const tr_gpt_shape *s)
 {
+    if (s->num_experts) { /* a Mixtral (Mistral's layer, its MLP the experts') or nothing */
+        tr_gpt_shape dense = *s;
+        dense.num_experts = 0;
+        int d = hf_shape_family(&dense);
+        return (d == TR_HF_LLAMA || d == TR_HF_MISTRAL) && !s->rope_scaling &&
+                       !s->moe_pre_softmax && s->moe_topk >= 2
+                   ? TR_HF_MIXTRAL
+                   : -1;
+    }
     if (s->hf_phi3) /* model.hf_family phi3: a Phi-3 or nothing */
         return hf_phi3_shape(s);
     if (s->relu) /* a ReLU MLP: OPT's alone */
@@ -564,6 +589,8 @@ int hf_write_family_config(const char *dir, int family, const tr_model_config *m
         return hf_write_opt_config(dir, m, o);
     if (family == TR_HF_PHI3)
         return hf_write_phi3_config(dir, m, o);
+    if (family == TR_HF_MIXTRAL)
+        return hf_write_mixtral_config(dir, m, o);
     if (family == TR_HF_LLAMA || family == TR_HF_QWEN2 || family == TR_HF_MISTRAL) {
         int qwen2 = family == TR_HF_QWEN2, mistral = family == TR_HF_MISTRAL;
         root = json_pack("{s:[s], s:s, s:i, s:i, s:i, s:i, s:i, s:i, s:f, s:f, s:i, s:b, s:s,"

@@ -296,12 +296,20 @@ TR_MUST_CHECK int tr_hf_load_gpt2(const char *dir, tr_gpt *g, float *params);
  * heads refused by name. */
 enum { TR_HF_GPT2, TR_HF_LLAMA, TR_HF_BLOOM, TR_HF_QWEN2, TR_HF_MISTRAL, TR_HF_NEOX, TR_HF_FALCON,
        TR_HF_PHI, TR_HF_STABLELM, TR_HF_GEMMA, TR_HF_BIGCODE, TR_HF_GPTJ, TR_HF_MPT,
-       TR_HF_OPT, TR_HF_PHI3 };
+       TR_HF_OPT, TR_HF_PHI3, TR_HF_MIXTRAL };
+/* MixtralForCausalLM (Mixtral-8x7B, -8x22B; model_type mixtral; hf/family_mixtral.c): a
+ * Mistral's attention and norms, every layer's MLP block_sparse_moe: gate.weight (E, C) ->
+ * layers.L.router.weight, experts.e.w1 (gate) / w3 (up) -> layers.L.experts.e.fc rows (feature,
+ * {gate, up}), experts.e.w2 -> experts.e.fc_proj; num_local_experts -> model.num_experts,
+ * num_experts_per_tok -> moe_router_topk (2 .. E), router_aux_loss_coef -> moe_aux_loss_coeff
+ * (recorded: transformers adds it only with output_router_logits), moe_router_pre_softmax false
+ * (Mixtral's softmax over all, top-k, renormalised is the softmax of the k logits);
+ * router_jitter_noise other than 0, rope_scaling and top-1 refused by name. */
 /* "GPT-2", "Llama", "Bloom", "Qwen2", "Mistral", "GPT-NeoX", "Falcon", "Phi", "StableLM",
- * "Gemma", "GPTBigCode", "GPT-J", "MPT", "OPT", "Phi3" */
+ * "Gemma", "GPTBigCode", "GPT-J", "MPT", "OPT", "Phi3", "Mixtral" */
 const char *tr_hf_family_name(int family);
 /* DIR/config.json: *family from model_type ("llama", "qwen2", "bloom", "gpt_neox", "falcon",
- * "phi", "stablelm", "gemma", "gpt_bigcode", "gptj", "mpt", "opt", "phi3"; "mistral" is
+ * "phi", "stablelm", "gemma", "gpt_bigcode", "gptj", "mpt", "opt", "phi3", "mixtral"; "mistral" is
  * TR_HF_LLAMA: the same model when its sliding_window is null or spans
  * max_position_embeddings, exported as a Llama; a shorter window is kept as
  * model.sliding_window, seq_length within it, and exported as a Mistral; Mistral's head_dim
@@ -357,7 +365,9 @@ TR_MUST_CHECK int tr_hf_load_family(const char *dir, int family, tr_gpt *g, floa
  * head, tied or untied without a head bias, the sequential residual, no embedding norm:
  * hf_opt_shape; any other model with relu -1), TR_HF_PHI3 (model.hf_family phi3, a Llama's
  * switches without a window, scaling or heads other than C / NH: hf_phi3_shape; any other
- * model with it -1), or -1 when transformers has no such model. */
+ * model with it -1), TR_HF_MIXTRAL (model.num_experts: a Llama's or Mistral's switches without
+ * rope scaling, top-k 2 or more, no pre_softmax; any other model with experts -1), or -1 when
+ * transformers has no such model. */
 int tr_hf_family_of(const tr_model_config *m);
 
 /* ------------------------------------------------------------------ conversion */

@@ -144,6 +144,15 @@ TR_MUST_CHECK int hf_write_phi3_config(const char *dir, const tr_model_config *m
                                        const tr_hf_export_options *o);
 int hf_phi3_shape(const tr_gpt_shape *s);
 int hf_phi3_map(const tr_param_tensor *t, char name[112]);
+/* Mixtral (family_mixtral.c): called by the Llama reader (family_config.c, which reads the
+ * rest as a Mistral's) for the expert keys into m (num_experts, moe_router_topk,
+ * moe_aux_loss_coeff; top-1, top-k > experts and router_jitter_noise refused by name); its
+ * config.json; the HF name(s) of trident tensor t where it is the router or an expert's (1: one
+ * name, gate or w2; 2: w1 and w3, fc's (feature, {gate, up}) rows), else 0 (a Llama's name) */
+TR_MUST_CHECK int hf_read_mixtral(json_t *root, const char *path, tr_model_config *m);
+TR_MUST_CHECK int hf_write_mixtral_config(const char *dir, const tr_model_config *m,
+                                          const tr_hf_export_options *o);
+int hf_mixtral_map(const tr_param_tensor *t, char name[2][112]);
 /* family.c: the trident qkv row of row r of a fused [Q (NH heads) | K | V (NG heads each)]
  * tensor (MPT's Wqkv, Phi-3's qkv_proj, PEFT's lora_B of them); the trident fc row of row r
  * of a fused [gate (F rows) | up (F rows)] tensor of s (Phi-3's gate_up_proj) */

@@ -107,7 +107,8 @@ static void convert_usage(FILE *f)
             "                         biases but add_mlp_bias; MPT: alibi with the exact\n"
             "                         GELU, no linear biases, layernorm_bias false; OPT:\n"
             "                         learned positions with relu, or without linear\n"
-            "                         biases; Phi-3: a Llama's with hf_family phi3) say\n"
+            "                         biases; Phi-3: a Llama's with hf_family phi3;\n"
+            "                         Mixtral: a Llama's or Mistral's with num_experts) say\n"
             "                         which model to write\n"
             "                         (default: the checkpoint manifest's family line; GPT-2\n"
             "                         for one written before it). --from hf reads the\n"
@@ -215,6 +216,12 @@ static void print_model_section(const tr_model_config *m)
         m->rotary_seq_len_interpolation_factor != 1.0) /* rope_scaling "linear" */
         printf("  rotary_seq_len_interpolation_factor: %.9g\n",
                m->rotary_seq_len_interpolation_factor);
+    if (m->normalization && m->num_experts) /* Mixtral's experts */
+        printf("  num_experts: %d\n  moe_router_topk: %d\n  moe_router_pre_softmax: %s\n"
+               "  moe_aux_loss_coeff: %.9g\n", m->num_experts, m->moe_router_topk,
+               m->moe_router_pre_softmax ? "true" : "false", m->moe_aux_loss_coeff);
+    if (m->normalization && m->num_experts && m->moe_z_loss_coeff != 0.0)
+        printf("  moe_z_loss_coeff: %.9g\n", m->moe_z_loss_coeff);
     if (m->normalization && m->use_rope_scaling) /* Llama 3.1's rope_scaling "llama3" */
         printf("  use_rope_scaling: true\n  rope_scaling_factor: %.9g\n"
                "  rope_scaling_low_freq_factor: %.9g\n  rope_scaling_high_freq_factor: %.9g\n"
@@ -427,10 +434,6 @@ int tr_cmd_convert(int argc, char **argv)
                fi.tokenizer ? ", tokenizer.model copied" : "");
         if (meta)
             print_model_section(&m);
-        if (to_meta && fi.positions != fi.import_positions) /* (no max_seq_len in params.json) */
-            printf("# the model has %d positions; an import of %s takes %d (Meta's default for "
-                   "its rope): set model.max_position_embeddings to %d in the run's config\n",
-                   fi.positions, output, fi.import_positions, fi.positions);
         char tok[4200];
         snprintf(tok, sizeof tok, "%s/tokenizer.model", output);
         const char *type = meta && fi.tokenizer ? tr_tokenizer_model_type(tok) : NULL;

@@ -3,10 +3,9 @@
 without PyTorch (it runs in the sanitizer build too): Meta folders are written by trident's own
 export of a Llama HF folder (hf_files.py's writer) and then broken by hand.
   - HF -> trident -> Meta (MP 1, MP 2, BF16) -> trident: the same checkpoint; a tied Llama's
-    export carries output.weight, its import the same model untied (and 4096 positions where the
-    model had 2048: the export says so); tokenizer.model copied both
+    export carries output.weight, its import the same model untied; tokenizer.model copied both
     ways, its type (sentencepiece's, Llama 3's tiktoken) named for generate / eval; params.json's
-    FFN keys give the width; the positions without max_seq_len (Meta's defaults by rope) or with;
+    FFN keys give the width;
   - every bad input refused with exit 2 naming the key, the file or the tensor, nothing written:
     params.json's (missing, a missing or bad key, MoE / vision / unknown keys, sizes the tensors
     disagree with), the files' (a gap, a missing or foreign name, one that is not torch.save's,
@@ -114,20 +113,13 @@ tt.check("BF16: the export's import exports (at MP 2) and imports to the same ch
 # a tied Llama: output.weight is the embedding's copy; its import computes the same (untied)
 tied = os.path.join(work, "ck-tied")
 run("tied Llama imported", "--from", "hf", "--input",
-    session.hf_folder("llama-tied", llama_tensors(head=False),
-                      dict(CFG, tie_word_embeddings=True, max_position_embeddings=2048)),
+    session.hf_folder("llama-tied", llama_tensors(head=False), dict(CFG, tie_word_embeddings=True)),
     "--output", tied)
 meta_tied = os.path.join(work, "meta-tied")
 so = run("--to meta of a tied Llama", "--to", "meta", "--input", tied, "--output", meta_tied)
 so2 = run("... imported", "--from", "meta", "--input", meta_tied, "--output", os.path.join(work, "ck-tied-back"))
 tt.check("tied: the export says output.weight is the embedding's copy; the import is untied",
          "output.weight: the embedding's copy" in so and "untie_embeddings_and_output_weights: true" in so2,
-         so + so2)
-tt.check("2048 positions: the export says its import takes 4096 (no max_seq_len); the import does",
-         f"the model has 2048 positions; an import of {meta_tied} takes 4096" in so and
-         "max_position_embeddings: 4096" in so2 and "takes" not in run("an export of 4096 positions", "--to", "meta",
-                                                                      "--input", ck, "--output",
-                                                                      os.path.join(work, "meta-4096")),
          so + so2)
 
 # ---------------------------------------------------------------- bad Meta folders
@@ -154,18 +146,6 @@ def bad_folder(name, src=meta[1], params_edit=None, drop=(), rename=(), files=No
     for f, data in (files or {}).items():
         tt.write(os.path.join(d, f), data)
     return d
-
-
-# the positions without max_seq_len: Meta's defaults by rope (Llama 3, Code Llama, 3.1), else max_seq_len
-for what, edit, want in (("rope_theta 500000 (Llama 3)", {"rope_theta": 500000.0}, 8192),
-                         ("rope_theta 1e6 (Code Llama)", {"rope_theta": 1000000}, 16384),
-                         ("use_scaled_rope (Llama 3.1)", {"rope_theta": 500000.0, "use_scaled_rope": True}, 131072),
-                         ("max_seq_len 1000", {"max_seq_len": 1000}, 1000)):
-    out = os.path.join(work, "ck-positions")
-    shutil.rmtree(out, ignore_errors=True)
-    so = run(f"--from meta with {what}", "--from", "meta", "--input", bad_folder("positions", params_edit=edit),
-             "--output", out)
-    tt.check(f"{what}: max_position_embeddings {want}", f"max_position_embeddings: {want}\n" in so, so)
 
 
 def meta_refused(what, d, cause, names=()):
