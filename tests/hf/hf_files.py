@@ -113,6 +113,26 @@ CONFIG = {"architectures": ["GPT2LMHeadModel"], "model_type": "gpt2", "activatio
           "layer_norm_epsilon": 1e-05, "n_inner": None, "bos_token_id": V - 1, "eos_token_id": V - 1}
 
 
+def llama_tensors(C, L, NH, NKV, F, V, head=True):
+    """A LlamaForCausalLM's tensors (F32, from rand): hidden C, L layers, NH heads, NKV key/value
+    heads, FFN F, vocabulary V, lm_head.weight unless tied (head False)."""
+    HS = C // NH
+    t = [("model.embed_tokens.weight", "F32", (V, C), rand(V * C))]
+    for i in range(L):
+        h = f"model.layers.{i}."
+        t += [(h + "input_layernorm.weight", "F32", (C,), rand(C, 2)),
+              (h + "self_attn.q_proj.weight", "F32", (C, C), rand(C * C)),
+              (h + "self_attn.k_proj.weight", "F32", (NKV * HS, C), rand(NKV * HS * C)),
+              (h + "self_attn.v_proj.weight", "F32", (NKV * HS, C), rand(NKV * HS * C)),
+              (h + "self_attn.o_proj.weight", "F32", (C, C), rand(C * C)),
+              (h + "post_attention_layernorm.weight", "F32", (C,), rand(C, 2)),
+              (h + "mlp.gate_proj.weight", "F32", (F, C), rand(F * C)),
+              (h + "mlp.up_proj.weight", "F32", (F, C), rand(F * C)),
+              (h + "mlp.down_proj.weight", "F32", (C, F), rand(F * C))]
+    t.append(("model.norm.weight", "F32", (C,), rand(C, 2)))
+    return t + ([("lm_head.weight", "F32", (V, C), rand(V * C))] if head else [])
+
+
 def same_checkpoint(a, b):
     """Two checkpoints' release folders hold the same files with the same bytes."""
     ra, rb = os.path.join(a, "release"), os.path.join(b, "release")

@@ -28,6 +28,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import trident_test as tt  # noqa: E402
 from hf_files import (C, CONFIG, L, NH, P, V, Session, gpt2_tensors, plan_count_check, rand,  # noqa: E402
                       same_checkpoint, st_read)
+from hf_files import llama_tensors as hf_llama_tensors  # noqa: E402
 
 trident, work = sys.argv[1], tt.fresh_dir(sys.argv[2])
 session = Session(trident, work)
@@ -43,20 +44,7 @@ LC = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size
 
 
 def llama_tensors():
-    HS = C // NH
-    t = [("model.embed_tokens.weight", "F32", (V, C), rand(V * C))]
-    for i in range(L):
-        h = f"model.layers.{i}."
-        t += [(h + "input_layernorm.weight", "F32", (C,), rand(C, 2)),
-              (h + "self_attn.q_proj.weight", "F32", (C, C), rand(C * C)),
-              (h + "self_attn.k_proj.weight", "F32", (2 * HS, C), rand(2 * HS * C)),
-              (h + "self_attn.v_proj.weight", "F32", (2 * HS, C), rand(2 * HS * C)),
-              (h + "self_attn.o_proj.weight", "F32", (C, C), rand(C * C)),
-              (h + "post_attention_layernorm.weight", "F32", (C,), rand(C, 2)),
-              (h + "mlp.gate_proj.weight", "F32", (48, C), rand(48 * C)),
-              (h + "mlp.up_proj.weight", "F32", (48, C), rand(48 * C)),
-              (h + "mlp.down_proj.weight", "F32", (C, 48), rand(48 * C))]
-    return t + [("model.norm.weight", "F32", (C,), rand(C, 2)), ("lm_head.weight", "F32", (V, C), rand(V * C))]
+    return hf_llama_tensors(C, L, NH, 2, 48, V)
 
 
 lt = llama_tensors()

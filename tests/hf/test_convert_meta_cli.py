@@ -3,9 +3,10 @@
 without PyTorch (it runs in the sanitizer build too): Meta folders are written by trident's own
 export of a Llama HF folder (hf_files.py's writer) and then broken by hand.
   - HF -> trident -> Meta (MP 1, MP 2, BF16) -> trident: the same checkpoint; a tied Llama's
-    export carries output.weight, its import the same model untied; tokenizer.model copied both
+    export carries output.weight, its import the same model untied (and 4096 positions where the
+    model had 2048: the export says so); tokenizer.model copied both
     ways, its type (sentencepiece's, Llama 3's tiktoken) named for generate / eval; params.json's
-    FFN keys give the width;
+    FFN keys give the width; the positions without max_seq_len (Meta's defaults by rope) or with;
   - every bad input refused with exit 2 naming the key, the file or the tensor, nothing written:
     params.json's (missing, a missing or bad key, MoE / vision / unknown keys, sizes the tensors
     disagree with), the files' (a gap, a missing or foreign name, one that is not torch.save's,
@@ -20,7 +21,8 @@ import sys
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "common"))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import trident_test as tt  # noqa: E402
-from hf_files import Session, gpt2_tensors, rand, same_checkpoint  # noqa: E402
+from hf_files import Session, gpt2_tensors, same_checkpoint  # noqa: E402
+from hf_files import llama_tensors as hf_llama_tensors  # noqa: E402
 
 trident, work = sys.argv[1], tt.fresh_dir(sys.argv[2])
 session = Session(trident, work)
@@ -35,21 +37,7 @@ CFG = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_siz
 
 
 def llama_tensors(head=True):
-    HS = C // NH
-    t = [("model.embed_tokens.weight", "F32", (V, C), rand(V * C))]
-    for i in range(L):
-        h = f"model.layers.{i}."
-        t += [(h + "input_layernorm.weight", "F32", (C,), rand(C, 2)),
-              (h + "self_attn.q_proj.weight", "F32", (C, C), rand(C * C)),
-              (h + "self_attn.k_proj.weight", "F32", (NKV * HS, C), rand(NKV * HS * C)),
-              (h + "self_attn.v_proj.weight", "F32", (NKV * HS, C), rand(NKV * HS * C)),
-              (h + "self_attn.o_proj.weight", "F32", (C, C), rand(C * C)),
-              (h + "post_attention_layernorm.weight", "F32", (C,), rand(C, 2)),
-              (h + "mlp.gate_proj.weight", "F32", (F, C), rand(F * C)),
-              (h + "mlp.up_proj.weight", "F32", (F, C), rand(F * C)),
-              (h + "mlp.down_proj.weight", "F32", (C, F), rand(F * C))]
-    t.append(("model.norm.weight", "F32", (C,), rand(C, 2)))
-    return t + ([("lm_head.weight", "F32", (V, C), rand(V * C))] if head else [])
+    return hf_llama_tensors(C, L, NH, NKV, F, V, head)
 
 
 def read(path):
@@ -113,13 +101,20 @@ tt.check("BF16: the export's import exports (at MP 2) and imports to the same ch
 # a tied Llama: output.weight is the embedding's copy; its import computes the same (untied)
 tied = os.path.join(work, "ck-tied")
 run("tied Llama imported", "--from", "hf", "--input",
-    session.hf_folder("llama-tied", llama_tensors(head=False), dict(CFG, tie_word_embeddings=True)),
+    session.hf_folder("llama-tied", llama_tensors(head=False),
+                      dict(CFG, tie_word_embeddings=True, max_position_embeddings=2048)),
     "--output", tied)
 meta_tied = os.path.join(work, "meta-tied")
 so = run("--to meta of a tied Llama", "--to", "meta", "--input", tied, "--output", meta_tied)
 so2 = run("... imported", "--from", "meta", "--input", meta_tied, "--output", os.path.join(work, "ck-tied-back"))
 tt.check("tied: the export says output.weight is the embedding's copy; the import is untied",
          "output.weight: the embedding's copy" in so and "untie_embeddings_and_output_weights: true" in so2,
+         so + so2)
+tt.check("2048 positions: the export says its import takes 4096 (no max_seq_len); the import does",
+         f"the model has 2048 positions; an import of {meta_tied} takes 4096" in so and
+         "max_position_embeddings: 4096" in so2 and "takes" not in run("an export of 4096 positions", "--to", "meta",
+                                                                      "--input", ck, "--output",
+                                                                      os.path.join(work, "meta-4096")),
          so + so2)
 
 # ---------------------------------------------------------------- bad Meta folders
@@ -146,6 +141,18 @@ def bad_folder(name, src=meta[1], params_edit=None, drop=(), rename=(), files=No
     for f, data in (files or {}).items():
         tt.write(os.path.join(d, f), data)
     return d
+
+
+# the positions without max_seq_len: Meta's defaults by rope (Llama 3, Code Llama, 3.1), else max_seq_len
+for what, edit, want in (("rope_theta 500000 (Llama 3)", {"rope_theta": 500000.0}, 8192),
+                         ("rope_theta 1e6 (Code Llama)", {"rope_theta": 1000000}, 16384),
+                         ("use_scaled_rope (Llama 3.1)", {"rope_theta": 500000.0, "use_scaled_rope": True}, 131072),
+                         ("max_seq_len 1000", {"max_seq_len": 1000}, 1000)):
+    out = os.path.join(work, "ck-positions")
+    shutil.rmtree(out, ignore_errors=True)
+    so = run(f"--from meta with {what}", "--from", "meta", "--input", bad_folder("positions", params_edit=edit),
+             "--output", out)
+    tt.check(f"{what}: max_position_embeddings {want}", f"max_position_embeddings: {want}\n" in so, so)
 
 
 def meta_refused(what, d, cause, names=()):
