@@ -18,6 +18,8 @@
 #define PLAIN 0
 #define PLAIN_DICTIONARY 2
 #define RLE 3
+#define DELTA_LENGTH_BYTE_ARRAY 6
+#define DELTA_BYTE_ARRAY 7
 #define RLE_DICTIONARY 8
 #define MAX_PAGE_BYTES ((int64_t)1 << 30)
 #define FIRST_HEADER_BYTES 4096
@@ -159,6 +161,43 @@ static int plain_values(const pq_reader *r, const pq_col *c, const uint8_t *p, s
     return TR_OK;
 }
 
+/* DELTA_LENGTH_BYTE_ARRAY (lengths, then the bytes one after another) or DELTA_BYTE_ARRAY
+ * (prefix lengths: bytes shared with the value before; suffix lengths; the suffixes). */
+static int delta_values(const pq_reader *r, pq_col *c, int64_t enc, const uint8_t *p,
+                        size_t len, pq_value *out, size_t n)
+{
+    int64_t *a = malloc((2 * n + 1) * sizeof *a), *prefix = a, *suffix = a + n;
+    if (!a)
+        return tr_fail(TR_ERR_NOMEM, "out of memory for a Parquet page of %zu values", n);
+    size_t used = 0, used2 = 0;
+    const char *why = pq_delta_decode(p, len, enc == DELTA_BYTE_ARRAY ? prefix : suffix, n, &used);
+    if (!why && enc == DELTA_BYTE_ARRAY)
+        why = pq_delta_decode(p + used, len - used, suffix, n, &used2);
+    const uint8_t *data = p + used + used2;
+    size_t left = why ? 0 : len - used - used2, total = 0, prev = 0;
+    for (size_t i = 0; i < n && !why; i++) { /* lengths checked, joined size counted */
+        int64_t pre = enc == DELTA_BYTE_ARRAY ? prefix[i] : 0;
+        if (suffix[i] < 0 || (uint64_t)suffix[i] > left || pre < 0 || (uint64_t)pre > prev)
+            why = "a DELTA length past the page (or past the value before)";
+        else if ((prev = (size_t)pre + (size_t)suffix[i]) > (size_t)MAX_PAGE_BYTES - total)
+            why = "DELTA_BYTE_ARRAY values of more than 1 GiB in a page";
+        else
+            left -= (size_t)suffix[i], total += prev;
+    }
+    int rc = why ? col_fail(r, c, why)
+                 : grow((void **)&c->joined, &c->joined_cap, total ? total : 1, 1);
+    for (size_t i = 0, at = 0; i < n && !rc; i++) {
+        size_t pre = enc == DELTA_BYTE_ARRAY ? (size_t)prefix[i] : 0, suf = (size_t)suffix[i];
+        if (pre)
+            memcpy(c->joined + at, out[i - 1].s, pre);
+        memcpy(c->joined + at + pre, data, suf);
+        out[i] = (pq_value){(const char *)c->joined + at, pre + suf};
+        data += suf, at += pre + suf;
+    }
+    free(a);
+    return rc;
+}
+
 static int read_dictionary(pq_reader *r, pq_col *c, const page_header *h, const uint8_t *body)
 {
     if (c->dict || c->data_seen)
@@ -218,10 +257,12 @@ static int data_values(pq_reader *r, pq_col *c, const page_header *h, const uint
                 return col_fail(r, c, "a dictionary index past the dictionary");
             v[i] = c->dict[c->idx[i]];
         }
+    } else if (h->encoding == DELTA_LENGTH_BYTE_ARRAY || h->encoding == DELTA_BYTE_ARRAY) {
+        rc = delta_values(r, c, h->encoding, p, len, v, non_null);
     } else {
-        char why[96];
-        snprintf(why, sizeof why, "encoding %s is not supported (PLAIN and RLE_DICTIONARY are)",
-                 encoding_name(h->encoding));
+        char why[160];
+        snprintf(why, sizeof why, "encoding %s is not supported (PLAIN, RLE_DICTIONARY, "
+                 "DELTA_LENGTH_BYTE_ARRAY and DELTA_BYTE_ARRAY are)", encoding_name(h->encoding));
         return col_fail(r, c, why);
     }
     if (rc)
@@ -399,7 +440,7 @@ void pq_close(pq_reader *r)
     for (int k = 0; k < r->n_cols; k++) {
         pq_col *c = &r->col[k];
         col_reset(c);
-        free(c->raw), free(c->page), free(c->vals), free(c->levels), free(c->idx);
+        free(c->raw), free(c->page), free(c->joined), free(c->vals), free(c->levels), free(c->idx);
     }
     if (r->fd >= 0)
         close(r->fd);

@@ -1,8 +1,9 @@
 /* Parquet string columns, read row by row (data/parquet*.c), for `trident preprocess`.
  *
  * Supported: a flat schema's top-level BYTE_ARRAY columns (UTF8 / STRING or no annotation),
- * REQUIRED or OPTIONAL (nulls); data pages v1 and v2, dictionary pages; encodings PLAIN and
- * RLE_DICTIONARY / PLAIN_DICTIONARY; codecs UNCOMPRESSED, SNAPPY, GZIP, ZSTD. Anything else
+ * REQUIRED or OPTIONAL (nulls); data pages v1 and v2, dictionary pages; encodings PLAIN,
+ * RLE_DICTIONARY / PLAIN_DICTIONARY, DELTA_LENGTH_BYTE_ARRAY and DELTA_BYTE_ARRAY (Spark's
+ * v2 writer); codecs UNCOMPRESSED, SNAPPY, GZIP, ZSTD. Anything else
  * (a nested or repeated column, LZ4 / BROTLI / LZO, another encoding) is refused by name.
  * Only the wanted columns' pages are read (by offset); memory: one page per column and its
  * dictionary. Every length and count is checked against the bytes that hold it: a malformed
@@ -45,6 +46,10 @@ void pq_struct_end(pq_thrift *t);
 /* ---- RLE / bit-packing hybrid (parquet_thrift.c): n values of bit_width bits into out. 0 on
  * success; else a static message (a run past the bytes, a zero-length run, width > 32). */
 const char *pq_rle_decode(const uint8_t *p, size_t len, int bit_width, uint32_t *out, size_t n);
+
+/* ---- DELTA_BINARY_PACKED (parquet_thrift.c): n values into out, *used the bytes they took;
+ * else a static message. */
+const char *pq_delta_decode(const uint8_t *p, size_t len, int64_t *out, size_t n, size_t *used);
 
 /* ---- codecs (parquet_codec.c): exactly `want` bytes into out; else a static message */
 enum { PQ_CODEC_UNCOMPRESSED = 0, PQ_CODEC_SNAPPY = 1, PQ_CODEC_GZIP = 2, PQ_CODEC_ZSTD = 6 };

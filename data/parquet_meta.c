@@ -201,8 +201,8 @@ static int check_chunk(pq_reader *r, size_t g, pq_col *c, pq_chunk *ch, int64_t 
                        "SNAPPY, GZIP and ZSTD are)", r->path, what, pq_codec_name((int)ch->codec));
     if (ch->num_values != rows)
         return bad(r, what, "its value count is not its row group's row count");
-    int64_t start = ch->data_offset;
-    if (ch->dict_offset >= 4 && ch->dict_offset < start)
+    int64_t start = ch->data_offset; /* (pyarrow writes 0 for a chunk of no data page) */
+    if (ch->dict_offset >= 4 && (ch->dict_offset < start || start < 4))
         start = ch->dict_offset;
     if (start < 4 || ch->size < 0 || ch->size > r->meta_at - start)
         return bad(r, what, "its byte range is not inside the file's data");

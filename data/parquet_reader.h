@@ -30,8 +30,8 @@ typedef struct {
     pq_value *dict;
     size_t n_dict;
     /* the page being read: values (nulls included) pointing into page */
-    uint8_t *raw, *page;
-    size_t raw_cap, page_cap;
+    uint8_t *raw, *page, *joined;  /* joined: DELTA_BYTE_ARRAY's values, prefixes restored */
+    size_t raw_cap, page_cap, joined_cap;
     pq_value *vals;
     uint32_t *levels, *idx;
     size_t n_vals, at, vals_cap;

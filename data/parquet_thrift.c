@@ -278,3 +278,61 @@ const char *pq_rle_decode(const uint8_t *p, size_t len, int bit_width, uint32_t 
     }
     return NULL;
 }
+
+/* ---- DELTA_BINARY_PACKED: a header (block size, miniblocks per block, value count, first
+ * value), then blocks: a min delta, each miniblock's bit width, the miniblocks' deltas
+ * bit-packed (the last block's unused miniblocks have a width byte and no bytes). */
+
+static uint64_t bits_at(const uint8_t *q, size_t bit, int bw)
+{
+    uint64_t v = 0;
+    for (int b = 0; b < bw;) {
+        int off = (int)(bit & 7), take = 8 - off < bw - b ? 8 - off : bw - b;
+        v |= (uint64_t)((q[bit >> 3] >> off) & ((1u << take) - 1)) << b;
+        b += take, bit += (size_t)take;
+    }
+    return v;
+}
+
+const char *pq_delta_decode(const uint8_t *p, size_t len, int64_t *out, size_t n, size_t *used)
+{
+    size_t at = 0;
+    uint64_t block, minis, count, first;
+    if (!rle_varint(p, len, &at, &block) || !rle_varint(p, len, &at, &minis) ||
+        !rle_varint(p, len, &at, &count) || !rle_varint(p, len, &at, &first))
+        return "a DELTA_BINARY_PACKED header past its bytes";
+    if (!minis || minis > 1024 || block % minis || block / minis % 8 || !block ||
+        block > (1u << 20))
+        return "a DELTA_BINARY_PACKED block size that is not a multiple of 8 per miniblock";
+    if (count != n)
+        return "a DELTA_BINARY_PACKED value count that disagrees with the page";
+    size_t per_mini = (size_t)(block / minis), i = 0;
+    uint64_t v = (first >> 1) ^ -(first & 1);
+    if (n)
+        out[i++] = (int64_t)v;
+    while (i < n) {
+        uint64_t zmin;
+        if (!rle_varint(p, len, &at, &zmin))
+            return "a DELTA_BINARY_PACKED block past its bytes";
+        uint64_t min_delta = (zmin >> 1) ^ -(zmin & 1);
+        if (minis > len - at)
+            return "a DELTA_BINARY_PACKED block past its bytes";
+        const uint8_t *widths = p + at;
+        at += (size_t)minis;
+        for (size_t m = 0; m < minis && i < n; m++) {
+            int bw = widths[m];
+            if (bw > 64)
+                return "a DELTA_BINARY_PACKED bit width past 64";
+            size_t bytes = per_mini * (size_t)bw / 8;
+            if (bytes > len - at)
+                return "a DELTA_BINARY_PACKED miniblock past its bytes";
+            for (size_t j = 0; j < per_mini && i < n; j++) { /* (wrapping, as int64 does) */
+                v += min_delta + bits_at(p + at, j * (size_t)bw, bw);
+                out[i++] = (int64_t)v;
+            }
+            at += bytes;
+        }
+    }
+    *used = at;
+    return NULL;
+}

@@ -106,6 +106,23 @@ static ssize_t zstd_read(void *cookie, char *out, size_t size)
     }
 }
 
+/* A plain input that cannot rewind: its first bytes (in buf), then the rest. */
+static ssize_t plain_read(void *cookie, char *out, size_t size)
+{
+    prep_input *in = cookie;
+    if (in->at < in->len) {
+        size_t k = in->len - in->at < size ? in->len - in->at : size;
+        memcpy(out, in->buf + in->at, k);
+        in->at += k, in->offset += k;
+        return (ssize_t)k;
+    }
+    size_t k = fread(out, 1, size, in->raw);
+    if (!k && ferror(in->raw))
+        return stream_fail(in, "cannot read it", strerror(errno ? errno : EIO));
+    in->offset += k;
+    return (ssize_t)k;
+}
+
 static int no_close(void *cookie)
 {
     (void)cookie;
@@ -128,8 +145,6 @@ int prep_input_open(const char *path, prep_input **out)
     size_t n = rc ? 0 : fread(magic, 1, 4, in->raw);
     if (!rc && ferror(in->raw))
         rc = tr_fail(TR_ERR_IO, "cannot read %s: %s", path, strerror(errno ? errno : EIO));
-    if (!rc)
-        rewind(in->raw);
     in->kind = n >= 2 && magic[0] == 0x1f && magic[1] == 0x8b             ? PREP_IN_GZIP
                : n == 4 && !memcmp(magic, "\x28\xb5\x2f\xfd", 4)          ? PREP_IN_ZSTD
                : n == 4 && !memcmp(magic, "PAR1", 4)                      ? PREP_IN_PARQUET
@@ -138,7 +153,9 @@ int prep_input_open(const char *path, prep_input **out)
     if (!rc && in->kind != PREP_IN_PARQUET && pl >= 8 && !strcmp(path + pl - 8, ".parquet"))
         rc = tr_fail(TR_ERR_INVALID, "%s: not a Parquet file (no PAR1 magic at its start)", path);
     in->f = in->raw;
-    if (!rc && (in->kind == PREP_IN_GZIP || in->kind == PREP_IN_ZSTD)) {
+    /* the first bytes are read again from buf: a pipe (--input /dev/stdin) cannot rewind */
+    int plain = in->kind == PREP_IN_PLAIN || in->kind == PREP_IN_PARQUET;
+    if (!rc && !(plain && fseek(in->raw, 0, SEEK_SET) == 0) && in->kind != PREP_IN_PARQUET) {
         in->buf = malloc(IN_BYTES);
         if (!in->buf)
             rc = tr_fail(TR_ERR_NOMEM, "out of memory opening %s", path);
@@ -146,8 +163,12 @@ int prep_input_open(const char *path, prep_input **out)
             rc = tr_fail(TR_ERR_NOMEM, "zlib cannot start for %s", path);
         else if (in->kind == PREP_IN_ZSTD && !(in->zd = ZSTD_createDCtx()))
             rc = tr_fail(TR_ERR_NOMEM, "zstd cannot start for %s", path);
-        cookie_io_functions_t io = {in->kind == PREP_IN_GZIP ? gzip_read : zstd_read, NULL, NULL,
-                                    no_close};
+        if (in->buf)
+            memcpy(in->buf, magic, n), in->len = n;
+        cookie_io_functions_t io = {plain                        ? plain_read
+                                    : in->kind == PREP_IN_GZIP ? gzip_read
+                                                               : zstd_read,
+                                    NULL, NULL, no_close};
         if (!rc && !(in->f = fopencookie(in, "rb", io)))
             rc = tr_fail(TR_ERR_NOMEM, "out of memory opening %s", path);
     }

@@ -1,6 +1,7 @@
 /* eval/ — how well a model predicts text: the log-likelihood of tokens, for the perplexity
  * of text streams and datasets and for lm-evaluation-harness's loglikelihood requests
- * (LAMBADA-style continuations, multiple choice). `trident eval` is its command line.
+ * (LAMBADA-style continuations, multiple choice), and its generate_until requests (greedy
+ * generation until stop strings). `trident eval` is its command line.
  *
  * Contract:
  *  - A token's score is its log-probability under the model, log softmax (computed in double)
@@ -69,7 +70,9 @@ TR_MUST_CHECK int tr_eval_encode(tr_encoder *e, int special, const char *text, s
                                  int32_t **ids, size_t *n, size_t *cap);
 
 /* A loglikelihood request: a continuation line (n_choices 1, label -1) or a multiple-choice
- * line (label in [0, n_choices)). */
+ * line (label in [0, n_choices)); or a generation request (generate 1, n_choices 0): greedy
+ * tokens after the context until a stop string, the end-of-document token or max_gen_toks
+ * (lm-evaluation-harness's generate_until). */
 typedef struct {
     uint64_t line;     /* in its JSON Lines file, 1-based */
     int32_t *ctx;      /* the context's ids (n_ctx >= 1) */
@@ -79,6 +82,11 @@ typedef struct {
     int *n_cont;
     int64_t *chars;    /* each continuation's length in code points as the line gives it
                         * (acc_norm's divisor; >= 1) */
+    int generate;      /* 1: a generation request (the fields below) */
+    char **until;      /* its stop strings (n_until >= 0, each non-empty), NUL-terminated */
+    int n_until;
+    int max_gen_toks;  /* at most this many generated tokens (>= 1) */
+    char *target;      /* the expected text (exact_match), or NULL */
 } tr_eval_request;
 typedef struct {
     tr_eval_request *r;
@@ -86,7 +94,12 @@ typedef struct {
 } tr_eval_tasks;
 /* The requests of a JSON Lines file (blank lines skipped; the first `limit`, 0 = all):
  *   {"context": STR, "continuation": STR}  or  {"context": STR, "choices": [STR...],
- *   "label": INT}  (other keys ignored).
+ *   "label": INT}  or  {"context": STR, "until": [STR...], "max_gen_toks": INT (default 256, or half
+ *   the context where that is less),
+ *   "target": STR (optional)}  (other keys ignored).
+ * A generation request's context is encoded as it is (no whitespace moved) and keeps its last
+ * context - max_gen_toks ids (the harness's left truncation); max_gen_toks must be below the
+ * context, the stop strings non-empty.
  * Ids as lm-evaluation-harness's _encode_pair makes them: the context's trailing whitespace
  * (Python's str.isspace) moves to the front of the continuation, then ctx = encode(context),
  * cont = encode(context + continuation)[len(ctx):]; with the tokenizer's template (special
@@ -103,6 +116,23 @@ void tr_eval_tasks_free(tr_eval_tasks *tasks);
  * every token of continuation i is greedy. */
 TR_MUST_CHECK int tr_eval_request_score(tr_evaluator *ev, const tr_eval_request *r, double *ll,
                                         unsigned char *greedy);
+/* The first maximum of the logits after ids[0, n) (1 <= n <= context): the greedy next
+ * token. The keys and values of the prefix shared with the previous call are reused. */
+TR_MUST_CHECK int tr_eval_greedy_next(tr_evaluator *ev, const int32_t *ids, int n,
+                                      int32_t *next);
+/* Generation request r (r->generate), greedy: tokens are appended after the context until the
+ * decoded text holds one of r->until, or the token is `eod` (>= 0; not kept), or
+ * r->max_gen_toks tokens, or the context is full. *text (malloc'ed, NUL-terminated) is the
+ * generated ids' text (t's decoding; t NULL: their bytes) cut before the first occurrence of
+ * each stop string in turn (the harness's s.split(term)[0] for term in until); an id without
+ * a token in t adds nothing (Hugging Face's decode skips it), invalid UTF-8 becomes U+FFFD,
+ * and a NUL character ends the text; *n_tokens the ids generated. */
+TR_MUST_CHECK int tr_eval_generate(tr_evaluator *ev, const tr_tokenizer *t, int32_t eod,
+                                   const tr_eval_request *r, char **text, int *n_tokens);
+/* Whether text equals target once both lose leading and trailing whitespace (Python's
+ * str.strip()). */
+int tr_eval_exact_match(const char *text, const char *target);
+
 /* The first index of the largest of ll[i] (norm: ll[i] / chars[i]). */
 int tr_eval_argmax(const double *ll, const int64_t *chars, int n, int norm);
 

@@ -110,6 +110,37 @@ int tr_eval_score(tr_evaluator *ev, const int32_t *ids, int n, int first, double
     return TR_OK;
 }
 
+int tr_eval_greedy_next(tr_evaluator *ev, const int32_t *ids, int n, int32_t *next)
+{
+    if (n < 1 || n > ev->context)
+        return tr_fail(TR_ERR_INVALID, "the next token after %d tokens with a context of %d", n,
+                       ev->context);
+    for (int j = 0; j < n; j++)
+        if (ids[j] < 0 || ids[j] >= ev->V)
+            return tr_fail(TR_ERR_INVALID, "token %d at position %d is outside the model's "
+                           "vocabulary [0, %d)", ids[j], j, ev->V);
+    /* the cached prefix stays, but the last id is read again for its logits row */
+    int keep = 0, len = tr_gpt_cache_length(ev->cache);
+    while (keep < len && keep < n - 1 && ev->cached[keep] == ids[keep])
+        keep++;
+    tr_gpt_cache_truncate(ev->cache, keep);
+    memcpy(ev->cached + keep, ids + keep, (size_t)(n - keep) * sizeof *ids);
+    for (int p = keep; p < n;) {
+        int rows = n - p < TR_EVAL_CHUNK ? n - p : TR_EVAL_CHUNK;
+        int rc = tr_gpt_decode(ev->cache, ids + p, rows, 0, ev->logits); /* last row's */
+        if (rc)
+            return rc;
+        p += rows;
+    }
+    const float *row = ev->logits;
+    int32_t best = 0;
+    for (int v = 1; v < ev->V; v++)
+        if (row[v] > row[best])
+            best = v;
+    *next = best;
+    return TR_OK;
+}
+
 int tr_eval_stream(tr_evaluator *ev, const int32_t *ids, size_t n, int stride, int part,
                    int parts, tr_eval_sums *sums)
 {

@@ -1,5 +1,5 @@
 /* Loglikelihood requests from a JSON Lines file, encoded as lm-evaluation-harness encodes a
- * (context, continuation) pair. */
+ * (context, continuation) pair, and generation requests (its generate_until). */
 #include "eval/eval.h"
 
 #include <errno.h>
@@ -19,24 +19,76 @@ static int py_space(uint32_t c)
 }
 
 /* Bytes of s[0, n) (valid UTF-8: jansson checked it) without its trailing whitespace. */
+static uint32_t code_point_at(const char *s, size_t i, size_t *len);
 static size_t rstrip_len(const char *s, size_t n)
 {
     while (n > 0) {
-        size_t start = n - 1;
+        size_t start = n - 1, len;
         while (start > 0 && ((unsigned char)s[start] & 0xc0) == 0x80)
             start--;
-        const unsigned char *u = (const unsigned char *)s + start;
-        uint32_t c = u[0] < 0x80   ? u[0]
-                     : u[0] < 0xe0 ? (uint32_t)(u[0] & 0x1f) << 6 | (u[1] & 0x3f)
-                     : u[0] < 0xf0 ? (uint32_t)(u[0] & 0x0f) << 12 | (uint32_t)(u[1] & 0x3f) << 6 |
-                                         (u[2] & 0x3f)
-                                   : (uint32_t)(u[0] & 0x07) << 18 | (uint32_t)(u[1] & 0x3f) << 12 |
-                                         (uint32_t)(u[2] & 0x3f) << 6 | (u[3] & 0x3f);
-        if (!py_space(c))
+        if (!py_space(code_point_at(s, start, &len)))
             break;
         n = start;
     }
     return n;
+}
+
+/* The code point at s[i] (valid UTF-8) and its length in *len. */
+static uint32_t code_point_at(const char *s, size_t i, size_t *len)
+{
+    const unsigned char *u = (const unsigned char *)s + i;
+    *len = u[0] < 0x80 ? 1 : u[0] < 0xe0 ? 2 : u[0] < 0xf0 ? 3 : 4;
+    return u[0] < 0x80   ? u[0]
+           : u[0] < 0xe0 ? (uint32_t)(u[0] & 0x1f) << 6 | (u[1] & 0x3f)
+           : u[0] < 0xf0 ? (uint32_t)(u[0] & 0x0f) << 12 | (uint32_t)(u[1] & 0x3f) << 6 |
+                               (u[2] & 0x3f)
+                         : (uint32_t)(u[0] & 0x07) << 18 | (uint32_t)(u[1] & 0x3f) << 12 |
+                               (uint32_t)(u[2] & 0x3f) << 6 | (u[3] & 0x3f);
+}
+
+/* Whether s[0, n) is UTF-8 (well-formed sequences; what the stripping below may walk). */
+static int utf8_ok(const char *s, size_t n)
+{
+    for (size_t i = 0; i < n;) {
+        unsigned char c = (unsigned char)s[i];
+        size_t len = c < 0x80 ? 1 : c >= 0xc2 && c < 0xe0 ? 2 : c >= 0xe0 && c < 0xf0 ? 3
+                     : c >= 0xf0 && c < 0xf5 ? 4 : 0;
+        if (!len || i + len > n)
+            return 0;
+        for (size_t k = 1; k < len; k++)
+            if (((unsigned char)s[i + k] & 0xc0) != 0x80)
+                return 0;
+        i += len;
+    }
+    return 1;
+}
+
+/* s[0, n) as Python's s.strip() leaves it: [*begin, *end); text that is not UTF-8 (bytes
+ * generated without a tokenizer) loses ASCII whitespace only. */
+static void strip_bounds(const char *s, size_t n, size_t *begin, size_t *end)
+{
+    size_t a = 0, b = n, len;
+    if (utf8_ok(s, n)) {
+        while (a < n && py_space(code_point_at(s, a, &len)))
+            a += len;
+        *begin = a;
+        *end = a + rstrip_len(s + a, n - a);
+        return;
+    }
+    while (a < b && py_space((unsigned char)s[a]) && (unsigned char)s[a] < 0x80)
+        a++;
+    while (b > a && py_space((unsigned char)s[b - 1]) && (unsigned char)s[b - 1] < 0x80)
+        b--;
+    *begin = a;
+    *end = b;
+}
+
+int tr_eval_exact_match(const char *text, const char *target)
+{
+    size_t a, b, c, d;
+    strip_bounds(text, strlen(text), &a, &b);
+    strip_bounds(target, strlen(target), &c, &d);
+    return b - a == d - c && !memcmp(text + a, target + c, b - a);
 }
 
 static int64_t code_points(const char *s, size_t n)
@@ -94,6 +146,10 @@ static void request_free(tr_eval_request *r)
     free(r->n_cont);
     free(r->chars);
     free(r->ctx);
+    for (int i = 0; r->until && i < r->n_until; i++)
+        free(r->until[i]);
+    free(r->until);
+    free(r->target);
     memset(r, 0, sizeof *r);
 }
 
@@ -169,6 +225,81 @@ static int encode_choice(encoding *enc, const char *path, tr_eval_request *r, in
     return TR_OK;
 }
 
+static char *copy_string(const json_t *v)
+{
+    size_t n = json_string_length(v);
+    char *p = malloc(n + 1);
+    if (p) {
+        memcpy(p, json_string_value(v), n);
+        p[n] = '\0';
+    }
+    return p;
+}
+
+/* A generation line into r: "until" (a list of strings, or one string), "max_gen_toks",
+ * "target"; the context encoded as it is, its last context_limit - max_gen_toks ids kept. */
+static int parse_generation(encoding *enc, const char *path, json_t *root, tr_eval_request *r,
+                            int context_limit)
+{
+    json_t *c = json_object_get(root, "context"), *until = json_object_get(root, "until"),
+           *most = json_object_get(root, "max_gen_toks"), *target = json_object_get(root, "target");
+    r->generate = 1;
+    r->label = -1;
+    /* lm-evaluation-harness's default, or half the context where that is less (the harness
+     * would keep no prompt at all) */
+    r->max_gen_toks = context_limit / 2 < 256 ? context_limit / 2 : 256;
+    if (most && !json_is_integer(most))
+        return bad_line(path, r->line, "\"max_gen_toks\" is %s, not an integer", kind(most));
+    if (most)
+        r->max_gen_toks = json_integer_value(most) < 1 || json_integer_value(most) > 1 << 30
+                              ? -1 : (int)json_integer_value(most);
+    if (most && (r->max_gen_toks < 1 || r->max_gen_toks >= context_limit))
+        return bad_line(path, r->line, "\"max_gen_toks\" %lld: it must be at least 1 and less "
+                        "than the context of %d tokens (the prompt keeps the rest)",
+                        (long long)json_integer_value(most), context_limit);
+    if (target && !json_is_string(target))
+        return bad_line(path, r->line, "\"target\" is %s, not a string", kind(target));
+    size_t n_until = 0;
+    if (until && json_is_string(until))
+        n_until = 1;
+    else if (until && json_is_array(until))
+        n_until = json_array_size(until);
+    else if (until)
+        return bad_line(path, r->line, "\"until\" is %s, not a list of strings", kind(until));
+    if (n_until > 1024)
+        return bad_line(path, r->line, "\"until\" holds %zu strings (at most 1024)", n_until);
+    r->until = calloc(n_until ? n_until : 1, sizeof *r->until);
+    if (!r->until || (target && !(r->target = copy_string(target))))
+        return tr_fail(TR_ERR_NOMEM, "out of memory");
+    for (size_t i = 0; i < n_until; i++) {
+        json_t *u = json_is_string(until) ? until : json_array_get(until, i);
+        if (!json_is_string(u))
+            return bad_line(path, r->line, "\"until\"[%zu] is %s, not a string", i, kind(u));
+        if (json_string_length(u) == 0)
+            return bad_line(path, r->line, "\"until\"[%zu] is empty: a stop string needs a "
+                            "character", i);
+        if (strlen(json_string_value(u)) != json_string_length(u))
+            return bad_line(path, r->line, "\"until\"[%zu] holds a NUL character", i);
+        if (!(r->until[r->n_until++] = copy_string(u)))
+            return tr_fail(TR_ERR_NOMEM, "out of memory");
+    }
+    int rc = encode(enc, json_string_value(c), json_string_length(c));
+    if (rc)
+        return rc;
+    if (enc->n == 0)
+        return bad_line(path, r->line, "the context has no tokens");
+    for (size_t j = 0; j < enc->n; j++)
+        if (enc->ids[j] >= enc->vocab)
+            return bad_line(path, r->line, "token %d is outside the model's vocabulary [0, %d)",
+                            enc->ids[j], enc->vocab);
+    size_t keep = (size_t)(context_limit - r->max_gen_toks);
+    size_t skip = enc->n > keep ? enc->n - keep : 0;
+    r->n_ctx = (int)(enc->n - skip);
+    if (!(r->ctx = copy_ids(enc->ids + skip, (size_t)r->n_ctx)))
+        return tr_fail(TR_ERR_NOMEM, "out of memory");
+    return TR_OK;
+}
+
 /* One JSON object into r (r->line set). */
 static int parse_request(encoding *enc, const char *path, json_t *root, tr_eval_request *r,
                          int context_limit)
@@ -179,9 +310,17 @@ static int parse_request(encoding *enc, const char *path, json_t *root, tr_eval_
         return bad_line(path, r->line, "no key \"context\"");
     if (!json_is_string(c))
         return bad_line(path, r->line, "\"context\" is %s, not a string", kind(c));
+    int generation = json_object_get(root, "until") || json_object_get(root, "max_gen_toks");
+    if (generation && (cont || choices))
+        return bad_line(path, r->line, "\"%s\" with \"%s\": a line is a generation request "
+                        "(\"until\", \"max_gen_toks\") or a loglikelihood one, not both",
+                        json_object_get(root, "until") ? "until" : "max_gen_toks",
+                        cont ? "continuation" : "choices");
+    if (generation)
+        return parse_generation(enc, path, root, r, context_limit);
     if (!cont == !choices)
-        return bad_line(path, r->line, "%s: give \"continuation\" (a loglikelihood request) or "
-                        "\"choices\" with \"label\" (multiple choice)",
+        return bad_line(path, r->line, "%s: give \"continuation\" (a loglikelihood request), "
+                        "\"choices\" with \"label\" (multiple choice) or \"until\" (generation)",
                         cont ? "both \"continuation\" and \"choices\"" : "neither "
                         "\"continuation\" nor \"choices\"");
     if (cont && !json_is_string(cont))
@@ -296,7 +435,8 @@ int tr_eval_tasks_load(const char *path, const tr_tokenizer *t, int special, int
         rc = tr_fail(TR_ERR_IO, "%s: read error", path);
     if (!rc && out->n == 0)
         rc = tr_fail(TR_ERR_INVALID, "%s: no requests (a JSON object per line: \"context\" with "
-                     "\"continuation\", or with \"choices\" and \"label\")", path);
+                     "\"continuation\", with \"choices\" and \"label\", or with \"until\")",
+                     path);
     fclose(f);
     free(line);
     free(enc.ids);

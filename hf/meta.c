@@ -50,6 +50,14 @@ void meta_dims_of(const tr_model_config *m, int mp, meta_dims *d)
 
 /* ------------------------------------------------------------------ params.json */
 
+int meta_default_positions(int scaled_rope, double rope_theta)
+{
+    return scaled_rope                ? 131072 /* Llama 3.1, 3.2 */
+           : rope_theta == 500000.0   ? 8192   /* Llama 3 */
+           : rope_theta == 1000000.0  ? 16384  /* Code Llama */
+                                      : 4096;  /* Llama 2 (Llama 1: 2048) */
+}
+
 /* Meta's FFN width (llama/model.py's FeedForward) */
 static long meta_ffn(int dim, int multiple_of, double multiplier)
 {
@@ -167,12 +175,9 @@ static int read_params(const char *dir, tr_model_config *m)
     if (!rc && !(high > 1.0))
         rc = tr_fail(TR_ERR_INVALID, "%s: rope_high_freq_factor %g is not above the low "
                      "frequency factor 1", path, high);
-    int positions = scaled                             ? 131072
-                    : m->rotary_base == 500000.0       ? 8192
-                    : m->rotary_base == 1000000.0      ? 16384
-                                                       : 4096;
     if (!rc)
-        rc = hf_get_int(root, path, "max_seq_len", positions, &m->max_position_embeddings);
+        rc = hf_get_int(root, path, "max_seq_len", meta_default_positions(scaled, m->rotary_base),
+                        &m->max_position_embeddings);
     json_decref(root);
     if (rc)
         return rc;

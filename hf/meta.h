@@ -46,6 +46,9 @@ typedef struct {
     int tokenizer; /* 1: tokenizer.model copied */
     int tied;      /* 1: no output.weight (the embedding is the head) */
     const char *dtype; /* of tok_embeddings.weight in the first file ("BF16") */
+    /* export: the checkpoint's max_position_embeddings, and the one an import of the export
+     * takes (params.json has no max_seq_len) */
+    int positions, import_positions;
 } tr_meta_info;
 
 /* META_DIR -> release checkpoint ckpt_dir. */

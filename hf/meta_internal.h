@@ -65,6 +65,9 @@ static inline size_t meta_whole_col(const meta_part *p, const meta_dims *d, int 
 }
 /* The row of trident's tensor that row r of the whole Meta tensor p is. */
 uint64_t meta_trident_row(const meta_part *p, const meta_dims *d, uint64_t r);
+/* The positions an import takes without max_seq_len: Llama 3.1's 131072 with use_scaled_rope,
+ * Llama 3's 8192 with rope_theta 500000, Code Llama's 16384 with 1e6, else Llama 2's 4096. */
+int meta_default_positions(int scaled_rope, double rope_theta);
 /* The trident model's sizes as meta_dims for mp ranks. */
 void meta_dims_of(const tr_model_config *m, int mp, meta_dims *d);
 

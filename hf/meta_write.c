@@ -194,8 +194,9 @@ int tr_meta_export(const char *ckpt_dir, const char *out_dir, int mp, int bf16, 
     if (!rc && iteration)
         *iteration = it;
     if (!rc && info)
-        *info = (tr_meta_info){.mp = mp, .tokenizer = copied,
-                               .tied = !m.untie_embeddings_and_output_weights,
-                               .dtype = bf16 ? "BF16" : "F32"};
+        *info = (tr_meta_info){
+            .mp = mp, .tokenizer = copied, .tied = !m.untie_embeddings_and_output_weights,
+            .dtype = bf16 ? "BF16" : "F32", .positions = m.max_position_embeddings,
+            .import_positions = meta_default_positions(m.use_rope_scaling, m.rotary_base)};
     return rc;
 }

@@ -434,6 +434,10 @@ int tr_cmd_convert(int argc, char **argv)
                fi.tokenizer ? ", tokenizer.model copied" : "");
         if (meta)
             print_model_section(&m);
+        if (to_meta && fi.positions != fi.import_positions) /* (no max_seq_len in params.json) */
+            printf("# the model has %d positions; an import of %s takes %d (Meta's default for "
+                   "its rope): set model.max_position_embeddings to %d in the run's config\n",
+                   fi.positions, output, fi.import_positions, fi.positions);
         char tok[4200];
         snprintf(tok, sizeof tok, "%s/tokenizer.model", output);
         const char *type = meta && fi.tokenizer ? tr_tokenizer_model_type(tok) : NULL;

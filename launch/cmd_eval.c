@@ -36,7 +36,7 @@ static void eval_usage(FILE *f)
             "  --split A,B,C        --data-path: data.split (default 1,0,0: all of it in train)\n"
             "  --split-name NAME    --data-path: train (default), valid or test\n"
             "  --tasks FILE.jsonl...\n"
-            "                       lm-evaluation-harness's loglikelihood requests, a JSON object\n"
+            "                       lm-evaluation-harness's requests, a JSON object\n"
             "                       a line: {\"context\": S, \"continuation\": S} (its\n"
             "                       log-likelihood; greedy: every token is the argmax, LAMBADA's\n"
             "                       accuracy) or {\"context\": S, \"choices\": [S, ...],\n"
@@ -44,7 +44,12 @@ static void eval_usage(FILE *f)
             "                       length in characters). A continuation is appended as given\n"
             "                       (\" Paris\"); the context's trailing whitespace moves to its\n"
             "                       front and the ids are encode(context + continuation) past\n"
-            "                       encode(context)\n"
+            "                       encode(context); or {\"context\": S, \"until\": [S, ...],\n"
+            "                       \"max_gen_toks\": N, \"target\": S} (generate_until: greedy\n"
+            "                       tokens until a stop string, the end-of-document token or N\n"
+            "                       (default 256 or half the context), cut before the stop\n"
+            "                       strings; exact_match against target, both stripped; not\n"
+            "                       with --data-parallel)\n"
             "  --special-tokens     --tasks: encode with the tokenizer's template (e.g. a BOS);\n"
             "                       default without, as lm-evaluation-harness does\n"
             "  --context C          tokens the model reads at once (default: its positions, or\n"
@@ -157,9 +162,22 @@ static int eval_tasks(const eval_options *o, int V, tr_evaluator *ev, eval_resul
         /* (another replica's requests stay 0 here, summed over the replicas) */
         if (!rc && (!(ef->ll = calloc(total, sizeof *ef->ll)) || !(ef->greedy = calloc(total, 1))))
             rc = tr_fail(TR_ERR_NOMEM, "out of memory");
-        for (size_t i = (size_t)o->part; i < ef->tasks.n && !rc; i += (size_t)o->parts)
-            rc = tr_eval_request_score(ev, &ef->tasks.r[i], ef->ll + ef->first[i],
-                                       ef->greedy + ef->first[i]);
+        if (!rc && (!(ef->generated = calloc(ef->tasks.n + 1, sizeof *ef->generated)) ||
+                    !(ef->gen_tokens = calloc(ef->tasks.n + 1, sizeof *ef->gen_tokens))))
+            rc = tr_fail(TR_ERR_NOMEM, "out of memory");
+        for (size_t i = 0; !rc && o->parts > 1 && i < ef->tasks.n; i++)
+            if (ef->tasks.r[i].generate)
+                rc = tr_fail(TR_ERR_INVALID, "%s:%llu: a generation request (\"until\") runs on "
+                             "one replica: drop --data-parallel", ef->path,
+                             (unsigned long long)ef->tasks.r[i].line);
+        int32_t eod = o->tokenizer ? tr_tokenizer_eod(o->tokenizer) : -1;
+        for (size_t i = (size_t)o->part; i < ef->tasks.n && !rc; i += (size_t)o->parts) {
+            const tr_eval_request *r = &ef->tasks.r[i];
+            rc = r->generate ? tr_eval_generate(ev, o->tokenizer, eod, r, &ef->generated[i],
+                                                &ef->gen_tokens[i])
+                             : tr_eval_request_score(ev, r, ef->ll + ef->first[i],
+                                                     ef->greedy + ef->first[i]);
+        }
     }
     return rc;
 }
@@ -276,10 +294,14 @@ static int run_eval(const eval_options *o)
     }
     tr_evaluator_free(ev);
     for (int f = 0; f < res.n_files; f++) {
+        for (size_t i = 0; res.files[f].generated && i < res.files[f].tasks.n; i++)
+            free(res.files[f].generated[i]);
         tr_eval_tasks_free(&res.files[f].tasks);
         free(res.files[f].ll);
         free(res.files[f].greedy);
         free(res.files[f].first);
+        free(res.files[f].generated);
+        free(res.files[f].gen_tokens);
     }
     free(res.files);
     infer_model_close(&im);

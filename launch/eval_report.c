@@ -11,6 +11,7 @@ static double ratio(double a, double b) { return b > 0 ? a / b : NAN; }
 /* What the tasks' requests sum to. */
 typedef struct {
     uint64_t requests, ll_requests, ll_tokens, greedy, mc_requests, acc, acc_norm;
+    uint64_t gen_requests, gen_tokens, gen_targets, exact; /* generation requests */
     double ll_nll;
 } task_sums;
 
@@ -24,7 +25,14 @@ static task_sums sum_tasks(const eval_results *res, int first, int end)
             const tr_eval_request *r = &ef->tasks.r[i];
             const double *ll = ef->ll + ef->first[i];
             s.requests++;
-            if (r->label < 0) {
+            if (r->generate) {
+                s.gen_requests++;
+                s.gen_tokens += (uint64_t)ef->gen_tokens[i];
+                if (r->target) {
+                    s.gen_targets++;
+                    s.exact += tr_eval_exact_match(ef->generated[i], r->target);
+                }
+            } else if (r->label < 0) {
                 s.ll_requests++;
                 s.ll_tokens += (uint64_t)r->n_cont[0];
                 s.ll_nll -= ll[0];
@@ -63,6 +71,15 @@ static void print_tasks_text(const char *what, const task_sums *s)
         printf("%smultiple choice: %llu requests: acc %.4f, acc_norm %.4f\n", what,
                (unsigned long long)s->mc_requests, ratio((double)s->acc, (double)s->mc_requests),
                ratio((double)s->acc_norm, (double)s->mc_requests));
+    if (s->gen_requests) {
+        printf("%sgenerate_until: %llu requests, %llu tokens generated", what,
+               (unsigned long long)s->gen_requests, (unsigned long long)s->gen_tokens);
+        if (s->gen_targets)
+            printf(": exact_match %.4f (%llu with a target)",
+                   ratio((double)s->exact, (double)s->gen_targets),
+                   (unsigned long long)s->gen_targets);
+        printf("\n");
+    }
 }
 
 void eval_print_text(const eval_options *o, const infer_model *im, int C, int stride,
@@ -114,7 +131,8 @@ static void json_ppl(tr_json *j, const char *key, const char *path, const tr_eva
     }
 }
 
-/* The summary of task sums s: requests, loglikelihood {...}, multiple_choice {...}. */
+/* The summary of task sums s: requests, loglikelihood {...}, multiple_choice {...},
+ * generate_until {...}. */
 static void json_task_sums(tr_json *j, const task_sums *s)
 {
     double mean = ratio(s->ll_nll, (double)s->ll_tokens);
@@ -131,6 +149,12 @@ static void json_task_sums(tr_json *j, const task_sums *s)
     tr_json_double(j, "acc", ratio((double)s->acc, (double)s->mc_requests));
     tr_json_double(j, "acc_norm", ratio((double)s->acc_norm, (double)s->mc_requests));
     tr_json_object_end(j);
+    tr_json_object_begin(j, "generate_until");
+    tr_json_int(j, "requests", (long long)s->gen_requests);
+    tr_json_int(j, "tokens", (long long)s->gen_tokens);
+    tr_json_int(j, "with_target", (long long)s->gen_targets);
+    tr_json_double(j, "exact_match", ratio((double)s->exact, (double)s->gen_targets));
+    tr_json_object_end(j);
 }
 
 static void json_request(tr_json *j, int file, const eval_file *ef, size_t i)
@@ -141,6 +165,14 @@ static void json_request(tr_json *j, int file, const eval_file *ef, size_t i)
     tr_json_object_begin(j, NULL);
     tr_json_int(j, "file", file);
     tr_json_int(j, "line", (long long)r->line);
+    if (r->generate) {
+        tr_json_string(j, "generated", ef->generated[i]);
+        tr_json_int(j, "generated_tokens", ef->gen_tokens[i]);
+        if (r->target)
+            tr_json_bool(j, "exact_match", tr_eval_exact_match(ef->generated[i], r->target));
+        tr_json_object_end(j);
+        return;
+    }
     tr_json_array_begin(j, "loglikelihood");
     for (int c = 0; c < r->n_choices; c++)
         tr_json_double(j, NULL, ll[c]);

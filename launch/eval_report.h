@@ -28,6 +28,8 @@ typedef struct {
     unsigned char *greedy;
     size_t *first;         /* request i's choices start at ll[first[i]] */
     size_t n_scores;       /* of ll and greedy: every request's choices */
+    char **generated;      /* per request: a generation request's text (else NULL) */
+    int *gen_tokens;       /* and the tokens generated */
 } eval_file;
 
 typedef struct {

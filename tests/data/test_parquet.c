@@ -1,6 +1,6 @@
 /* Parquet's bit-level readers on hand-made bytes (data/parquet_internal.h): the Thrift compact
- * protocol (values, skipping, each malformation an error), the RLE / bit-packing hybrid, the
- * Snappy decoder and the page codecs' size checks. */
+ * protocol (values, skipping, each malformation an error), the RLE / bit-packing hybrid,
+ * DELTA_BINARY_PACKED, the Snappy decoder and the page codecs' size checks. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -104,9 +104,11 @@ static size_t pack(const uint32_t *vals, size_t n, int bw, uint8_t *out)
     size_t bytes = (n * (size_t)bw + 7) / 8;
     memset(out, 0, bytes);
     for (size_t i = 0; i < n; i++)
-        for (int b = 0; b < bw; b++)
+        for (int b = 0; b < bw; b++) {
+            size_t bit = i * (size_t)bw + (size_t)b;
             if (vals[i] >> b & 1)
-                out[(i * (size_t)bw + (size_t)b) / 8] |= (uint8_t)(1u << ((i * (size_t)bw + (size_t)b) % 8));
+                out[bit / 8] |= (uint8_t)(1u << (bit % 8));
+        }
     return bytes;
 }
 
@@ -146,6 +148,27 @@ static void test_rle(void **state)
     assert_string_equal(pq_rle_decode(wide, 2, 8, out, 2), "an RLE run header past its bytes");
 }
 
+static void test_delta(void **state)
+{
+    (void)state;
+    /* block 128 of 4 miniblocks, 5 values, first 7; min delta -1, widths 2 0 0 0, deltas
+     * 3 0 2 1 (+ -1 each): 7 9 8 9 9 */
+    uint8_t d[18] = {0x80, 0x01, 0x04, 0x05, 0x0e, 0x01, 0x02, 0x00, 0x00, 0x00, 0x63};
+    int64_t out[8];
+    size_t used = 0;
+    assert_null(pq_delta_decode(d, sizeof d, out, 5, &used));
+    assert_int_equal(used, 18);
+    int64_t want[] = {7, 9, 8, 9, 9};
+    assert_memory_equal(out, want, sizeof want);
+    assert_non_null(strstr(pq_delta_decode(d, sizeof d, out, 4, &used), "disagrees"));
+    assert_non_null(strstr(pq_delta_decode(d, 17, out, 5, &used), "miniblock past its bytes"));
+    assert_non_null(strstr(pq_delta_decode(d, 3, out, 5, &used), "header past its bytes"));
+    d[6] = 65;
+    assert_non_null(strstr(pq_delta_decode(d, sizeof d, out, 5, &used), "bit width past 64"));
+    d[2] = 3; /* 128 values in 3 miniblocks */
+    assert_non_null(strstr(pq_delta_decode(d, sizeof d, out, 5, &used), "block size"));
+}
+
 static void test_snappy(void **state)
 {
     (void)state;
@@ -156,7 +179,7 @@ static void test_snappy(void **state)
     assert_memory_equal(out, "abcabcabcabc", 12);
     assert_non_null(strstr(pq_snappy_decode(s, sizeof s, out, 13), "disagrees"));
     static const uint8_t zero_off[] = {12, 0x08, 'a', 'b', 'c', 0x15, 0};
-    assert_non_null(strstr(pq_snappy_decode(zero_off, sizeof zero_off, out, 12), "before the start"));
+    assert_non_null(strstr(pq_snappy_decode(zero_off, sizeof zero_off, out, 12), "before the"));
     static const uint8_t long_lit[] = {3, 0x08, 'a'};
     assert_non_null(strstr(pq_snappy_decode(long_lit, sizeof long_lit, out, 3), "past its bytes"));
     static const uint8_t short_out[] = {4, 0x08, 'a', 'b', 'c'};
@@ -171,17 +194,18 @@ static void test_codecs(void **state)
         text[i] = (uint8_t)("parquet "[i % 8]);
     uLongf zn = sizeof packed;
     assert_int_equal(compress(packed, &zn, text, sizeof text), Z_OK);
-    assert_null(pq_decompress(PQ_CODEC_GZIP, packed, zn, out, sizeof text));
-    assert_memory_equal(out, text, sizeof text);
-    assert_non_null(strstr(pq_decompress(PQ_CODEC_GZIP, packed, zn, out, sizeof text + 1), "shorter"));
-    assert_non_null(strstr(pq_decompress(PQ_CODEC_GZIP, packed, zn, out, sizeof text - 1), "longer"));
-    assert_non_null(strstr(pq_decompress(PQ_CODEC_GZIP, packed, zn - 5, out, sizeof text), "truncated"));
-    size_t sn = ZSTD_compress(packed, sizeof packed, text, sizeof text, 3);
+    const size_t n = sizeof text;
+    assert_null(pq_decompress(PQ_CODEC_GZIP, packed, zn, out, n));
+    assert_memory_equal(out, text, n);
+    assert_non_null(strstr(pq_decompress(PQ_CODEC_GZIP, packed, zn, out, n + 1), "shorter"));
+    assert_non_null(strstr(pq_decompress(PQ_CODEC_GZIP, packed, zn, out, n - 1), "longer"));
+    assert_non_null(strstr(pq_decompress(PQ_CODEC_GZIP, packed, zn - 5, out, n), "truncated"));
+    size_t sn = ZSTD_compress(packed, sizeof packed, text, n, 3);
     assert_false(ZSTD_isError(sn));
-    assert_null(pq_decompress(PQ_CODEC_ZSTD, packed, sn, out, sizeof text));
-    assert_memory_equal(out, text, sizeof text);
-    assert_non_null(strstr(pq_decompress(PQ_CODEC_ZSTD, packed, sn, out, sizeof text + 1), "shorter"));
-    assert_non_null(strstr(pq_decompress(PQ_CODEC_ZSTD, packed, sn, out, sizeof text - 1), "longer"));
+    assert_null(pq_decompress(PQ_CODEC_ZSTD, packed, sn, out, n));
+    assert_memory_equal(out, text, n);
+    assert_non_null(strstr(pq_decompress(PQ_CODEC_ZSTD, packed, sn, out, n + 1), "shorter"));
+    assert_non_null(strstr(pq_decompress(PQ_CODEC_ZSTD, packed, sn, out, n - 1), "longer"));
     assert_non_null(strstr(pq_decompress(PQ_CODEC_UNCOMPRESSED, text, 10, out, 11), "differ"));
     assert_string_equal(pq_codec_name(7), "LZ4_RAW");
 }
@@ -190,7 +214,8 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_thrift_values), cmocka_unit_test(test_thrift_errors),
-        cmocka_unit_test(test_rle),           cmocka_unit_test(test_snappy),
+        cmocka_unit_test(test_rle),           cmocka_unit_test(test_delta),
+        cmocka_unit_test(test_snappy),
         cmocka_unit_test(test_codecs),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

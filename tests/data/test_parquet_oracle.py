@@ -1,8 +1,9 @@
 #!/usr/bin/python3
 """`trident preprocess` of Parquet files that pyarrow writes (a venv with the pyarrow wheel,
 made on first use): every codec it reads (NONE, SNAPPY, GZIP, ZSTD) with the dictionary on and
-off and data pages v1 and v2, small row groups and pages (many of them), nulls, unicode, empty
-strings, a column before and after the text one, large_string and dictionary<string> columns:
+off and data pages v1 and v2, DELTA_LENGTH_BYTE_ARRAY and DELTA_BYTE_ARRAY, small row groups
+and pages (many of them), nulls, unicode, empty strings, a column before and after the text
+one, large_string and dictionary<string> columns, an empty table:
 the .bin / .idx bytes of the same documents as JSON Lines, one column and two. Then what
 pyarrow can write that is refused by name (LZ4_RAW, BROTLI, a list, a struct, an int column),
 and bytes flipped in the footer: exit 0 or 2, never a crash. Without the venv: SKIP (exit 77),
@@ -22,7 +23,7 @@ trident, work, venv = sys.argv[1:4]
 if os.environ.get("PARQUET_ORACLE_VENV") != venv:
     try:
         py = tt.venv_python(venv, PACKAGES, "pyarrow.parquet")
-    except SystemExit:
+    except (SystemExit, OSError):  # (venv_python exits 1 when pip fails: no network)
         if os.environ.get("TRIDENT_REQUIRE_ORACLE"):
             print("FAIL: no pyarrow venv (TRIDENT_REQUIRE_ORACLE is set)")
             sys.exit(1)
@@ -88,6 +89,12 @@ for codec in ("NONE", "SNAPPY", "GZIP", "ZSTD"):
             pages = sum(1 for _ in range(pq.ParquetFile(f).metadata.num_row_groups))
             same(f"{codec}, dictionary {dictionary}, data page v{version} ({pages} row groups): "
                  "text and meta", f)
+for enc in ("DELTA_LENGTH_BYTE_ARRAY", "DELTA_BYTE_ARRAY"):  # (Spark's v2 writer's encodings)
+    for version in ("1.0", "2.0"):
+        f = path(f"t-{enc}-{version}.parquet")
+        pq.write_table(table, f, compression="ZSTD", use_dictionary=False, data_page_version=version,
+                       column_encoding={"text": enc, "meta": enc}, **small)
+        same(f"{enc}, data page v{version}", f)
 same("SNAPPY v2 dictionary: text alone", path("t-SNAPPY-True-2.0.parquet"), keys=("text",))
 same("ZSTD v1 with 3 workers", path("t-ZSTD-False-1.0.parquet"), extra=("--workers", "3"))
 pq.write_table(table.cast(pa.schema([("id", pa.int64()), ("text", pa.large_string()),
@@ -98,6 +105,15 @@ pq.write_table(pa.table({"text": pa.array(texts).dictionary_encode(), "id": pa.a
 same("a dictionary<string> column (categorical), before the others", path("categorical.parquet"))
 pq.write_table(table, path("one-group.parquet"))
 same("defaults: one row group, one page", path("one-group.parquet"))
+pq.write_table(pa.table({"text": pa.array([], pa.string())}), path("empty.parquet"))
+tt.write(path("empty.jsonl"), "")
+p = preprocess(path("empty.parquet"), path("empty-pq"), ("text",))
+q = preprocess(path("empty.jsonl"), path("empty-json"), ("text",))
+check("an empty table (a chunk of a dictionary page alone): the empty JSON Lines' files",
+      p.returncode == 0 and q.returncode == 0 and
+      all(open(path("empty-pq_text_document" + e), "rb").read() ==
+          open(path("empty-json_text_document" + e), "rb").read() for e in (".bin", ".idx")),
+      p.stderr[-300:])
 
 
 def refused(what, f, needle, keys=("text",)):

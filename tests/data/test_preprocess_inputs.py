@@ -91,6 +91,16 @@ bad[20:30] = b"\x00" * 10
 tt.write(path("corrupt.jsonl.gz"), bytes(bad))
 refused("gzip corrupt", path("corrupt.jsonl.gz"), "corrupt gzip data at byte")
 
+# a pipe (--input /dev/stdin): the first bytes read to tell the format are not lost
+q, want = preprocess(tt.write(path("ref-stdin.jsonl"), plain), "ref-stdin", "--json-keys", "text")
+for name, data in (("plain", plain), ("gzip", gzip.compress(plain))):
+    prefix = path(f"stdin-{name}")
+    p = subprocess.run([trident, "preprocess", "--input", "/dev/stdin", "--output-prefix", prefix,
+                        "--json-keys", "text"], input=data, capture_output=True, timeout=60)
+    check(f"{name} JSON Lines from a pipe (/dev/stdin)", p.returncode == 0 and q.returncode == 0 and all(
+        open(f"{prefix}_text_document{e}", "rb").read() == open(f"{want}_text_document{e}", "rb").read()
+        for e in (".bin", ".idx")), p.stderr[-300:])
+
 # text files (no --json-keys), byte-level streaming path: a gzip file reads as its text
 text = b"one\ntwo\n\nthree\n"
 tt.write(path("t.txt"), text)
@@ -125,6 +135,15 @@ for name, kw in [("plain", {}), ("dictionary", {"dictionary": True}), ("gzip", {
                 keys=("text", "other"), extra=("--skip-bad-lines",))
 pw.write(path("required.parquet"), [("text", ["a", "b", "", "c"], "string")], optional=False)
 same_output("parquet, a REQUIRED column", path("required.parquet"), rows(("text", ["a", "b", "", "c"])))
+prompts, responses = ["Q: one?", "Q: ünï?", "Q: three"], ["A: 1", "A: ✓", "A: \"3\""]
+pw.write(path("sft.parquet"), [("prompt", prompts, "string"), ("response", responses, "string")])
+tt.write(path("sft.jsonl"), "".join(l + "\n" for l in rows(("prompt", prompts), ("response", responses))))
+p, o1 = preprocess(path("sft.parquet"), "sft-pq", "--json-keys", "prompt,response")
+q, o2 = preprocess(path("sft.jsonl"), "sft-json", "--json-keys", "prompt,response")
+check("parquet prompt/response columns (--json-keys PROMPT,RESPONSE): the JSON Lines' ids and mask",
+      p.returncode == 0 and q.returncode == 0 and
+      all(open(o1 + x, "rb").read() == open(o2 + x, "rb").read()
+          for x in (".bin", ".idx", "_loss_mask.bin", "_loss_mask.idx")), p.stderr[-300:])
 p, _ = preprocess(path("plain.parquet"), "nulls", "--json-keys", "text")
 check("a null value is JSON's null: refused without --skip-bad-lines, naming the row",
       p.returncode == 2 and 'plain.parquet:2: "text" is null' in p.stderr, p.stderr[-300:])
@@ -149,7 +168,7 @@ broken = [
      "GZIP data shorter than the page header says"),
     ("LZ4_RAW", dict(codec_id=7), None, "compression LZ4_RAW is not supported"),
     ("BROTLI", dict(codec_id=4), None, "compression BROTLI is not supported"),
-    ("DELTA_BYTE_ARRAY", dict(encoding=7), None, "encoding DELTA_BYTE_ARRAY is not supported"),
+    ("BYTE_STREAM_SPLIT", dict(encoding=9), None, "encoding BYTE_STREAM_SPLIT is not supported"),
     ("a chunk outside the file", dict(data_page_offset=10**9), None, "byte range is not inside"),
     ("a list column", dict(list_column="text"), None, 'column "text" is a nested column'),
 ]

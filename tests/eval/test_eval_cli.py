@@ -504,6 +504,18 @@ bad_lines = [
      "a choice with no tokens"),
     ({"context": "a", "continuation": "b" * (P + 1)}, str(P),
      f"a continuation of C + 1 = {P + 1} tokens"),
+    ({"context": "a", "until": 5}, "until", "generation: until not a list"),
+    ({"context": "a", "until": ["b", 3]}, "until", "generation: a stop string not a string"),
+    ({"context": "a", "until": ["b", ""]}, "empty", "generation: an empty stop string"),
+    ({"context": "a", "until": [], "max_gen_toks": 0}, "max_gen_toks", "generation: max_gen_toks 0"),
+    ({"context": "a", "until": [], "max_gen_toks": P}, "max_gen_toks",
+     "generation: max_gen_toks of the whole context"),
+    ({"context": "a", "until": [], "max_gen_toks": "5"}, "max_gen_toks",
+     "generation: max_gen_toks a string"),
+    ({"context": "a", "until": [], "target": 3}, "target", "generation: a target not a string"),
+    ({"context": "a", "until": [], "continuation": "b"}, "until",
+     "generation: until with a continuation"),
+    ({"context": "", "max_gen_toks": 4}, "context", "generation: an empty context"),
 ]
 for k, (bad, word, what) in enumerate(bad_lines):
     bad = bad if isinstance(bad, str) else json.dumps(bad)
@@ -516,6 +528,34 @@ f = tt.write(path("bad-40.jsonl"),
 r = evaluate("--tasks", f, "--context", "40")
 check("--tasks --context 40: a continuation of 41 tokens on line 2 is refused (exit 2, FILE:2)",
       refused(r, f"{os.path.basename(f)}:2"), how(r))
+# generation requests beside loglikelihood ones (the bytes tokenizer: a byte a token): the
+# summary's counts, each line's text within its max_gen_toks, a target equal to its own text
+gen_lines = [{"context": "alpha beta", "until": [], "max_gen_toks": 7},
+             {"context": "gamma", "until": "\n", "max_gen_toks": 3, "target": "nothing like it"},
+             lines[0]]
+gen_tasks = tt.write(path("gen.jsonl"), "".join(json.dumps(x) + "\n" for x in gen_lines))
+r = evaluate("--tasks", gen_tasks, "--json")
+got = parse(r.stdout) if r.returncode == 0 else None
+res = (got or {}).get("tasks", {}).get("results", [])
+summary = (got or {}).get("tasks", {}).get("generate_until", {})
+check("--tasks with generation lines: exit 0, two generations of at most 7 and 3 tokens, one "
+      "loglikelihood result", r.returncode == 0 and len(res) == 3 and
+      0 < res[0].get("generated_tokens", 0) <= 7 and 0 < res[1].get("generated_tokens", 0) <= 3 and
+      "\n" not in res[1].get("generated", "\n") and "loglikelihood" in res[2] and
+      res[1].get("exact_match") is False and "exact_match" not in res[0], how(r) + str(res))
+check("--tasks with generation lines: generate_until's summary (2 requests, 1 with a target, "
+      "exact_match 0)", summary.get("requests") == 2 and summary.get("with_target") == 1 and
+      summary.get("exact_match") == 0, summary)
+if res:
+    same = tt.write(path("gen-target.jsonl"),
+                    json.dumps(dict(gen_lines[0], target=" " + res[0]["generated"] + " \n")) + "\n")
+    r = evaluate("--tasks", same)
+    check("a target equal to the generated text (padded with whitespace): exact_match 1.0000",
+          r.returncode == 0 and "generate_until: 1 requests, 7 tokens generated: exact_match 1.0000"
+          in r.stdout, r.stdout + how(r))
+r = evaluate("--tasks", gen_tasks, "--data-parallel", "2", nproc=2)
+check("generation lines with --data-parallel 2: refused (exit 2) naming the file's line",
+      refused(r, "gen.jsonl:1", "--data-parallel"), how(r))
 for name, content in (("empty.jsonl", ""), ("blank.jsonl", "\n  \n\n")):
     f = tt.write(path(name), content)
     r = evaluate("--tasks", f)

@@ -268,7 +268,8 @@ if family:
         cases.append((f"{group}-d4-t2-zero2", 8, 2, 1, "parallel.zero_stage=2"))
     else:
         cases.append((f"{group}-d4-t2-zero3", 8, 2, 1, "parallel.zero_stage=3"))
-    if group == "neox":  # full recompute rebuilds the layer (its one reduction) in backward
+    if group in ("neox", "moe"):  # full recompute rebuilds the layer (its one reduction; the
+        # experts' routing) in backward
         cases.append((f"{group}-d2-t2-p2-sp-recompute", 8, 2, 2, "parallel.sequence_parallel=true",
                       "training.recompute=full"))
 for name, world, tp, pp, *extra in cases:

@@ -133,6 +133,8 @@ int main(int argc, char **argv)
         tr_json_double(&j, "grad_norm", stats[it].grad_norm);
         tr_json_double(&j, "loss_scale", stats[it].loss_scale);
         tr_json_int(&j, "skipped_iterations", stats[it].skipped_iterations);
+        if (stats[it].has_balancing)
+            tr_json_double(&j, "load_balancing_loss", stats[it].load_balancing_loss);
         tr_json_object_end(&j);
     }
     tr_json_array_end(&j);
