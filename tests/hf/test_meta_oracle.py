@@ -8,14 +8,15 @@ layers split them) are converted by the script's write_model and by trident:
 - llama2-mp2-gqa-bf16: 70B's form at MP 2 (n_kv_heads 2 = MP: one kv head per file,
   ffn_dim_multiplier 1.3, multiple_of 16);
 - llama1-mp2-fp32: no n_kv_heads over 2 files (the script's path for Llama 1 13B);
-- llama31-mp1-bf16: rope_theta 500000, use_scaled_rope, ffn_dim_multiplier 1.3.
+- llama31-mp1-bf16: rope_theta 500000, use_scaled_rope, ffn_dim_multiplier 1.3;
+- llama2-mp2-fp16: float16 files (the import only: the export writes float32 or bfloat16).
 
 The script cannot take every case as it is, so the test bends it and says where: its tokenizer
 class a stub of vocab_size 256 (it takes the vocabulary from the tokenizer, 32000 without one), its
-reload without low_cpu_mem_usage (that needs accelerate) and in float32 for the fp32 cases (it
-reloads in bfloat16), MP 1 without GQA and MP 2 with n_kv_heads = MP (4.38.2's permute of wk and
-num_local_key_value_heads hold only there), and for 3.1 the config.json's rope_scaling (llama3) and
-max_position_embeddings set afterwards (4.38.2 knows neither). Checks: trident's import of the
+reload without low_cpu_mem_usage (that needs accelerate) and in float32 for the fp32 and fp16
+cases (it reloads in bfloat16), MP 1 without GQA and MP 2 with n_kv_heads = MP (4.38.2's permute of
+wk and num_local_key_value_heads hold only there), and for 3.1 the config.json's rope_scaling
+(llama3) and max_position_embeddings set afterwards (4.38.2 knows neither). Checks: trident's import of the
 Meta folder is trident's import of the script's HF folder byte for byte (manifest included);
 logits of the checkpoint (hf_probe logits-config) within 1e-5 of LlamaForCausalLM's (the Llama 2
 cases; 3.1's rope is hf-rope-scaling-oracle's); `--to meta` at the same MP gives back every tensor
@@ -232,11 +233,13 @@ CASES = [
      dict(max_position_embeddings=131072, rope_scaling=dict(rope_type="llama3", factor=8.0, low_freq_factor=1.0,
                                                           high_freq_factor=4.0,
                                                           original_max_position_embeddings=8192))),
+    ("llama2-mp2-fp16", dict(dim=32, n_layers=1, n_heads=4, multiple_of=32, norm_eps=1e-05, vocab_size=-1),
+     2, torch.float16, 2, False, False, None),
 ]
 
 for i, (name, params, mp, dtype, version, freqs, logits, edit) in enumerate(CASES):
     meta, whole = meta_folder(name + "-meta", params, mp, dtype, 10 + i, freqs)
-    fp32 = dtype == torch.float32
+    fp32 = dtype != torch.bfloat16  # (float16 too: its values are float32's exactly)
     hf = script_hf(meta, name + "-hf", mp, fp32, version, edit)
     ck_hf, ck_meta = os.path.join(work, name + "-ck-hf"), os.path.join(work, name + "-ck-meta")
     ok1, _ = convert(name, "--from", "hf", "--input", hf, "--output", ck_hf)
@@ -248,6 +251,8 @@ for i, (name, params, mp, dtype, version, freqs, logits, edit) in enumerate(CASE
     width = ffn(params["dim"], params.get("multiple_of", 256), params.get("ffn_dim_multiplier"))
     if logits:
         logits_check(name, ck_meta, hf, params, width)
+    if dtype == torch.float16:  # (the export writes float32 or bfloat16)
+        continue
     export_check(name, ck_meta, whole, params, mp, not fp32, hf, fp32, version)
     if name == "llama2-mp1-fp32":  # the same model cut for 2 files: the same HF model
         whole2 = dict(whole)
