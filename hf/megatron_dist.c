@@ -151,14 +151,26 @@ static void box_text(char *buf, size_t cap, const uint64_t *off, const uint64_t 
         snprintf(buf + at, cap - at, off ? ")" : "]");
 }
 
-/* The chunks of x tile its global shape: each inside it, no two overlapping, their elements
- * adding up to the shape's (so no gap). */
-static int check_tiling(const dist_ckpt *k, const dist_key *x)
+static int by_first_offset(const void *a, const void *b)
+{
+    const dist_chunk *x = a, *y = b;
+    return (x->off[0] > y->off[0]) - (x->off[0] < y->off[0]);
+}
+
+/* The chunks of x tile its global shape: each inside it, no two overlapping (sorted by their
+ * first offset, a chunk meets only those that start before its first dimension ends), their
+ * elements adding up to the shape's (so no gap). */
+static int check_tiling(const dist_ckpt *k, dist_key *x)
 {
     char a[160], b[160];
     uint64_t total = 1, sum = 0;
     for (int d = 0; d < x->ndim; d++)
-        total *= x->shape[d]; /* (each <= 2^40, at most TR_ST_MAX_DIMS: checked below) */
+        if (x->shape[d] && total > (UINT64_C(1) << 50) / x->shape[d])
+            return tr_fail(TR_ERR_INVALID, "%s: tensor %s: a global shape of more than 2^50 "
+                           "elements", k->md_path, x->key);
+        else
+            total *= x->shape[d];
+    qsort(x->chunks, x->n_chunks, sizeof *x->chunks, by_first_offset);
     for (size_t i = 0; i < x->n_chunks; i++) {
         const dist_chunk *c = &x->chunks[i];
         uint64_t n = 1;
@@ -168,20 +180,21 @@ static int check_tiling(const dist_ckpt *k, const dist_key *x)
                 return tr_fail(TR_ERR_INVALID, "%s: tensor %s: chunk %s runs outside its global "
                                "shape (dimension %d of %llu)", k->md_path, x->key, a, d,
                                (unsigned long long)x->shape[d]);
-            n *= c->size[d];
+            n *= c->size[d]; /* (inside the shape: at most total) */
         }
-        for (size_t j = 0; j < i; j++) {
+        for (size_t j = i + 1; n && j < x->n_chunks && x->chunks[j].off[0] < c->off[0] +
+                                                          c->size[0]; j++) {
             const dist_chunk *o = &x->chunks[j];
             int meet = 1;
             for (int d = 0; d < x->ndim && meet; d++)
                 meet = c->off[d] < o->off[d] + o->size[d] && o->off[d] < c->off[d] + c->size[d];
-            if (meet && n) {
+            if (meet) {
                 box_text(b, sizeof b, o->off, o->size, x->ndim);
                 return tr_fail(TR_ERR_INVALID, "%s: tensor %s: chunks %s and %s overlap",
-                               k->md_path, x->key, b, a);
+                               k->md_path, x->key, a, b);
             }
         }
-        sum += n;
+        sum += n; /* (disjoint boxes inside the shape: at most total) */
     }
     if (sum != total)
         return tr_fail(TR_ERR_INVALID, "%s: tensor %s: its chunks hold %llu of its %llu elements "
@@ -423,6 +436,64 @@ static int fill(dist_ckpt *k, dist_key *x, int l, const tr_param_tensor *t, int 
     return rc;
 }
 
+static int check_shape(const dist_ckpt *k, const dist_key *x, const uint64_t *want, int n)
+{
+    int ok = x->ndim == n;
+    for (int d = 0; d < n && ok; d++)
+        ok = x->shape[d] == want[d];
+    if (!ok) {
+        char a[160], b[160];
+        box_text(a, sizeof a, NULL, x->shape, x->ndim);
+        box_text(b, sizeof b, NULL, want, n);
+        return tr_fail(TR_ERR_INVALID, "%s: tensor %s has the global shape %s, the args make it "
+                       "%s", k->md_path, x->key, a, b);
+    }
+    return TR_OK;
+}
+
+/* Before the model is allocated: the tensors of its largest sizes (vocabulary, hidden, layers,
+ * heads x kv_channels, ffn) have the args' shapes, and each chunk's storage holds at least 2
+ * bytes an element (BF16), so the allocation is of the files' size, not of the args' word. */
+static int check_sizes(const dist_ckpt *k)
+{
+    const tr_model_config *m = &k->a.m;
+    uint64_t L = (uint64_t)m->num_layers, C = (uint64_t)m->hidden_size;
+    uint64_t A = (uint64_t)m->num_attention_heads *
+                 (uint64_t)(m->kv_channels ? m->kv_channels : m->hidden_size /
+                                                              m->num_attention_heads);
+    const struct {
+        const char *key;
+        uint64_t want[3];
+        int n;
+    } big[] = {{"embedding.word_embeddings.weight", {(uint64_t)k->a.padded_vocab, C}, 2},
+               {"decoder.layers.self_attention.linear_proj.weight", {L, C, A}, 3},
+               {"decoder.layers.mlp.linear_fc2.weight", {L, C, (uint64_t)m->ffn_hidden_size}, 3}};
+    int rc = TR_OK;
+    for (size_t i = 0; i < sizeof big / sizeof big[0] && !rc; i++) {
+        const dist_key *x = find_key(k, big[i].key);
+        rc = x ? check_shape(k, x, big[i].want, big[i].n)
+               : tr_fail(TR_ERR_INVALID, "%s: tensor %s is missing", k->md_path, big[i].key);
+    }
+    for (size_t i = 0; i < k->n_keys && !rc; i++)
+        for (size_t j = 0; j < k->keys[i].n_chunks && !rc; j++) {
+            const dist_chunk *c = &k->keys[i].chunks[j];
+            uint32_t l = 0;
+            int64_t len = 0;
+            uint64_t n = 1;
+            for (int d = 0; d < k->keys[i].ndim; d++)
+                n *= c->size[d]; /* (checked: at most 2^50) */
+            if (!(rc = attr(k, c->info, PT_C_STORAGE_INFO, "length", k->keys[i].key, &l)) &&
+                (!pt_value_int(k->md, l, &len) || len < 0 || (uint64_t)len / 2 < n)) {
+                char a[160];
+                box_text(a, sizeof a, c->off, c->size, k->keys[i].ndim);
+                rc = tr_fail(TR_ERR_INVALID, "%s: tensor %s: chunk %s of %llu elements is "
+                             "stored in %lld bytes", k->md_path, k->keys[i].key, a,
+                             (unsigned long long)n, (long long)len);
+            }
+        }
+    return rc;
+}
+
 /* Trident tensor t from its key: the layer tables' megatron-core names, layers stacked. */
 static int load_tensor(dist_ckpt *k, const tr_param_tensor *t, float *dst)
 {
@@ -448,22 +519,14 @@ static int load_tensor(dist_ckpt *k, const tr_param_tensor *t, float *dst)
                        key[1][0] ? " (or " : "", key[1][0] ? key[1] : "");
     /* the global shape: ([layers,] rows[, cols]) */
     uint64_t want[3];
-    int n = 0;
+    int n = 0, rc;
     if (layer)
         want[n++] = (uint64_t)k->a.m.num_layers;
     want[n++] = t->vocab_rows ? (uint64_t)k->a.padded_vocab : (uint64_t)t->full_rows;
     if (t->full_cols > 1)
         want[n++] = (uint64_t)t->full_cols;
-    int ok = x->ndim == n;
-    for (int d = 0; d < n && ok; d++)
-        ok = x->shape[d] == want[d];
-    if (!ok) {
-        char a[160], b[160];
-        box_text(a, sizeof a, NULL, x->shape, x->ndim);
-        box_text(b, sizeof b, NULL, want, n);
-        return tr_fail(TR_ERR_INVALID, "%s: tensor %s has the global shape %s, the args make it "
-                       "%s", k->md_path, x->key, a, b);
-    }
+    if ((rc = check_shape(k, x, want, n)))
+        return rc;
     int split = k->a.m.swiglu && layer && !strncmp(t->name + used, "fc.", 3) ? MLM_GLU : MLM_REP;
     return fill(k, x, layer ? l : -1, t, split, dst);
 }
@@ -492,6 +555,8 @@ int mlm_dist_import(const char *dir, const char *ckpt_dir, tr_model_config *mode
         rc = read_common(&k, info);
     if (!rc)
         rc = read_metadata(&k);
+    if (!rc)
+        rc = check_sizes(&k);
     if (!rc)
         rc = hf_whole_model(&k.a.m, TR_HF_LLAMA, &g, &params);
     for (int i = 0; !rc && i < tr_gpt_num_tensors(g); i++)

@@ -448,8 +448,9 @@ int tr_cmd_convert(int argc, char **argv)
         snprintf(which, sizeof which, mi.release ? "release" : "iteration %d", mi.iteration);
         if (mi.vp > 1)
             snprintf(chunks, sizeof chunks, ", %d virtual chunks", mi.vp);
-        printf("trident convert: %s (Megatron-LM %s, checkpoint_version %.1f, %s names, TP %d, "
-               "PP %d%s) -> %s (release checkpoint) in %.2f s\n", input, which, mi.version,
+        printf("trident convert: %s (Megatron-LM %s%s, checkpoint_version %.1f, %s names, TP "
+               "%d, PP %d%s) -> %s (release checkpoint) in %.2f s\n", input, which,
+               mi.dist ? ", --ckpt-format torch_dist" : "", mi.version,
                mi.mcore ? "megatron-core" : "legacy model", mi.tp, mi.pp, chunks, output,
                tr_now() - t0);
         if (m.vocab_size != mi.padded_vocab)

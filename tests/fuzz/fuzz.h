@@ -15,8 +15,10 @@
  *   pt        a pytorch_model.bin (torch.save ZIP or legacy file, hf/torch_bin.c): every tensor
  *             (small ones) reads, as f32 where a float, inside the file, found by name
  *   megatron  a Megatron-LM rank file (model_optim_rng.pt, PT_OBJECTS' allowlist) as the one
- *             rank of a --save folder -> tr_megatron_import: a passing import's checkpoint reads
- *             back with the model section it reported
+ *             rank of a --save folder, or (parts cut at "\n@@@\n") a --ckpt-format torch_dist
+ *             folder's common.pt, .metadata (PT_DCP's allowlist) and .distcp files ->
+ *             tr_megatron_import: a passing import's checkpoint reads back with the model
+ *             section it reported
  *   meta      params.json of a Meta Llama folder (its consolidated.00.pth a fixture) ->
  *             tr_meta_import: a passing import's checkpoint reads back with the model section it
  *             reported, of the fixture's sizes

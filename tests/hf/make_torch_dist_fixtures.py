@@ -20,103 +20,34 @@ format) and NAME/logits.f32 ([B, T, V] float32) for the int32 tokens tokens.i32 
   llama-pp2: the same shape, PP 2 (two gloo ranks, the hidden state sent from stage 0 to 1)
 and bad/*.metadata: gpt-tp1's .metadata edited (chunks that overlap, leave a gap, run outside;
 no model tensor; a chunk without storage; a path outside the folder; a length past the file's
-end; a missing and an extra model tensor) for the refusals.
+end; a missing and an extra model tensor; a chunk stored in 8 bytes; an embedding of twice the
+args' vocabulary) for the refusals.
 megatron-core 0.8.0 under torch 2.4 needs one patch to save (MCoreSavePlanner adds every
 ShardedObject twice to the coordinator's plan: worker() says why) and psutil.
 usage: make_torch_dist_fixtures.py OUT"""
-import argparse
 import contextlib
 import os
 import shutil
 import socket
 import sys
-import zlib
 
 import torch
 import torch.multiprocessing as mp
-import torch.nn.functional as F
 
 V, B, T = 32, 2, 8
 TOKENS_SEED = 5
 
 
-class RMSNorm(torch.nn.Module):
-    """megatron-core 0.8's local spec has RMSNorm only through apex / Transformer Engine."""
-
-    def __init__(self, config, hidden_size, eps=1e-5):
-        super().__init__()
-        self.eps = eps
-        self.weight = torch.nn.Parameter(torch.ones(hidden_size))
-
-    def forward(self, x):
-        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * self.weight
-
-
-FAMILIES = {
-    "gpt": dict(cfg=dict(num_layers=2, hidden_size=16, num_attention_heads=4, ffn_hidden_size=32),
-                model=dict(position_embedding_type="learned_absolute",
-                           share_embeddings_and_output_weights=True),
-                args=dict(normalization="LayerNorm", position_embedding_type="learned_absolute",
-                          swiglu=False, add_bias_linear=True, group_query_attention=False,
-                          num_query_groups=None, untie_embeddings_and_output_weights=False)),
-    "llama": dict(cfg=dict(num_layers=2, hidden_size=16, num_attention_heads=4, num_query_groups=2,
-                           ffn_hidden_size=24, gated_linear_unit=True, activation_func=F.silu,
-                           normalization="RMSNorm", add_bias_linear=False),
-                  model=dict(position_embedding_type="rope",
-                             share_embeddings_and_output_weights=False, rotary_base=10000),
-                  args=dict(normalization="RMSNorm", position_embedding_type="rope", swiglu=True,
-                            add_bias_linear=False, group_query_attention=True, num_query_groups=2,
-                            untie_embeddings_and_output_weights=True, rotary_base=10000,
-                            rotary_percent=1.0)),
-}
+# megatron_models.py's families, smaller
+SIZES = {"gpt": dict(num_layers=2, hidden_size=16, num_attention_heads=4, ffn_hidden_size=32),
+         "llama": dict(num_layers=2, hidden_size=16, num_attention_heads=4, ffn_hidden_size=24)}
 MODELS = {"gpt-tp1": ("gpt", 1, 1), "llama-tp2": ("llama", 2, 1), "llama-pp2": ("llama", 1, 2)}
 
 
-def args_of(family, tp, pp, rank):
-    """Megatron-LM's args as arguments.py and validate_args leave them (the model's keys)."""
-    f = FAMILIES[family]
-    c = f["cfg"]
-    return argparse.Namespace(
-        num_layers=c["num_layers"], hidden_size=c["hidden_size"],
-        ffn_hidden_size=c["ffn_hidden_size"], num_attention_heads=c["num_attention_heads"],
-        kv_channels=c["hidden_size"] // c["num_attention_heads"], seq_length=T,
-        max_position_embeddings=16, padded_vocab_size=V, make_vocab_size_divisible_by=32,
-        vocab_size=None, norm_epsilon=1e-5, apply_layernorm_1p=False, openai_gelu=False,
-        onnx_safe=None, bias_gelu_fusion=False, squared_relu=False, rotary_interleaved=False,
-        rotary_seq_len_interpolation_factor=None, use_rope_scaling=False, add_qkv_bias=False,
-        tensor_model_parallel_size=tp, pipeline_model_parallel_size=pp,
-        virtual_pipeline_model_parallel_size=None, num_experts=None,
-        expert_model_parallel_size=1, qk_layernorm=False, params_dtype=torch.float32,
-        transformer_impl="local", use_mcore_models=True, init_method_std=0.02, rank=rank,
-        ckpt_format="torch_dist", use_dist_ckpt=True, tokenizer_type="GPT2BPETokenizer", lr=3e-4,
-        **f["args"])
-
-
-def build(family, rank, pre, post):
-    from megatron.core.models.gpt import GPTModel
-    from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
-    from megatron.core.transformer.transformer_config import TransformerConfig
-    import megatron.core.transformer.transformer_block as tblock
-    f = FAMILIES[family]
-    cfg = TransformerConfig(**f["cfg"], use_cpu_initialization=True, hidden_dropout=0.0,
-                            attention_dropout=0.0, bias_activation_fusion=False)
-    spec = get_gpt_layer_local_spec()
-    if cfg.normalization == "RMSNorm":
-        tblock.LayerNormImpl = RMSNorm
-        spec.submodules.input_layernorm = spec.submodules.pre_mlp_layernorm = RMSNorm
-    m = GPTModel(config=cfg, transformer_layer_spec=spec, vocab_size=V, max_sequence_length=16,
-                 pre_process=pre, post_process=post, **f["model"])
-    # every parameter away from its initial value: a TP-split one per rank, a replicated one the
-    # same on every rank, each stage's its own (seeded by its first layer's number)
-    first = m.decoder.layers[0].layer_number if len(m.decoder.layers) else 0
-    with torch.no_grad():
-        for name, p in m.named_parameters():
-            split = getattr(p, "tensor_model_parallel", False)
-            g = torch.Generator().manual_seed(zlib.crc32(name.encode()) + (rank if split else 0) +
-                                              1000 * first)
-            base = 1.0 if name.endswith("norm.weight") else 0.0
-            p.copy_(base + 0.1 * torch.randn(p.shape, generator=g))
-    return m.eval()
+def family(name):
+    import megatron_models as mm
+    f = mm.FAMILIES[name]
+    return dict(f, cfg=dict(f["cfg"], **SIZES[name]))
 
 
 def torch_format(save, args, m, tp_rank, pp_rank, pp):
@@ -164,6 +95,7 @@ def worker(rank, world, port, out, names):
     torch.set_num_threads(1)
     from megatron.core import parallel_state, tensor_parallel
     from megatron.core.dist_checkpointing.strategies import torch as mcore_torch
+    import megatron_models as mm
     # torch 2.4's local save plan already holds every rank's BytesIO (ShardedObject) items;
     # megatron-core 0.8.0 adds them again (torch <= 2.3's gap) and the global plan asserts
     mcore_torch.MCoreSavePlanner._add_non_coordinator_iobytes_request = lambda self, plan: None
@@ -174,20 +106,21 @@ def worker(rank, world, port, out, names):
     if rank == 0:
         ids.numpy().astype("<i4").tofile(os.path.join(out, "tokens.i32"))
     for name in names:
-        family, tp, pp = MODELS[name]
+        fam, tp, pp = MODELS[name]
         assert tp * pp == world
         parallel_state.initialize_model_parallel(tp, pp)
         tensor_parallel.get_cuda_rng_tracker().fork = lambda *a, **k: contextlib.nullcontext()
         tp_rank = parallel_state.get_tensor_model_parallel_rank()
         pp_rank = parallel_state.get_pipeline_model_parallel_rank()
-        m = build(family, rank, pp_rank == 0, pp_rank == pp - 1)
-        args = args_of(family, tp, pp, rank)
+        m = mm.build(family(fam), False, V, 16, rank, pp_rank == 0, pp_rank == pp - 1)
+        args = mm.args_of(family(fam), False, tp, pp, 1, rank, T, V, 16, 32,
+                          ckpt_format="torch_dist", use_dist_ckpt=True)
         torch_format(os.path.join(out, name, "torch"), args, m, tp_rank, pp_rank, pp)
         dist_format(os.path.join(out, name, "dist"), args, m, tp, pp, tp_rank, pp_rank,
                     name == "gpt-tp1")
         with torch.no_grad():
             if pp_rank > 0:  # the stage before's hidden state [T, B, C]
-                h = torch.empty(T, B, FAMILIES[family]["cfg"]["hidden_size"])
+                h = torch.empty(T, B, SIZES[fam]["hidden_size"])
                 torch.distributed.recv(h, rank - tp)
                 m.set_input_tensor(h)
             y = m(ids, pos, mask)
@@ -260,8 +193,17 @@ def bad_metadata(out):
         for i in [i for i in md.storage_data if i.fqn == qkv]:
             md.storage_data[dataclasses.replace(i, fqn=k)] = md.storage_data[i]
 
+    def short(md):  # a chunk's storage of fewer bytes than its elements need
+        md.storage_data[index(md, fc2, 1)].length = 8
+
+    def shape(md):  # the embedding twice the args' vocabulary, its one chunk too
+        emb = md.state_dict_metadata["embedding.word_embeddings.weight"]
+        emb.size = torch.Size([2 * emb.size[0], emb.size[1]])
+        emb.chunks[0].sizes = emb.size
+
     for edit in (overlap, gap, outside, optimizer_only, no_storage, bad_path, past_end, missing,
-                 extra):
+                 extra,
+                 short, shape):
         md = copy.deepcopy(good)
         edit(md)
         with open(os.path.join(d, edit.__name__.replace("_", "-") + ".metadata"), "wb") as f:

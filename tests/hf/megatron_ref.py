@@ -16,13 +16,11 @@ With SAVE (a `trident convert --to megatron` folder, TP WORLD and PP 1, or TP 1 
 process): megatron-core's GPTModel of SAVE's args (as Megatron-LM's core_transformer_config_from_args
 makes it) loads each rank's model with load_state_dict(strict=True); rank 0 writes the logits to
 LOGITS."""
-import argparse
 import contextlib
 import io
 import os
 import random
 import sys
-import zlib
 
 import numpy as np
 import torch
@@ -37,99 +35,25 @@ from megatron.core import parallel_state, tensor_parallel  # noqa: E402
 
 parallel_state.initialize_model_parallel(world, 1)
 tensor_parallel.get_cuda_rng_tracker().fork = lambda *a, **k: contextlib.nullcontext()
-import megatron.core.transformer.transformer_block as tblock  # noqa: E402
-from megatron.core.models.gpt import GPTModel  # noqa: E402
-from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec  # noqa: E402
 from megatron.core.transformer.transformer_config import TransformerConfig  # noqa: E402
+import megatron_models as mm  # noqa: E402
+from megatron_models import FAMILIES, gpt_model  # noqa: E402
 
 V, B, T = 128, 2, 16
-
-
-class RMSNorm(torch.nn.Module):
-    """megatron-core 0.8's local spec has RMSNorm only through apex / Transformer Engine."""
-
-    def __init__(self, config, hidden_size, eps=1e-5):
-        super().__init__()
-        self.eps = eps
-        self.weight = torch.nn.Parameter(torch.ones(hidden_size))
-
-    def forward(self, x):
-        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * self.weight
-
-
-FAMILIES = {
-    # GPT-2-like: LayerNorm, learned positions, GELU, biases, tied
-    "gpt": dict(cfg=dict(num_layers=2, hidden_size=64, num_attention_heads=4, ffn_hidden_size=256),
-                model=dict(position_embedding_type="learned_absolute",
-                           share_embeddings_and_output_weights=True),
-                args=dict(normalization="LayerNorm", position_embedding_type="learned_absolute",
-                          swiglu=False, add_bias_linear=True, group_query_attention=False,
-                          num_query_groups=None, untie_embeddings_and_output_weights=False)),
-    # Llama-like: RMSNorm, rope, SwiGLU, GQA, untied, no biases
-    "llama": dict(cfg=dict(num_layers=4, hidden_size=64, num_attention_heads=4, num_query_groups=2,
-                           ffn_hidden_size=96, gated_linear_unit=True, activation_func=F.silu,
-                           normalization="RMSNorm", add_bias_linear=False),
-                  model=dict(position_embedding_type="rope", share_embeddings_and_output_weights=False,
-                             rotary_base=10000),
-                  args=dict(normalization="RMSNorm", position_embedding_type="rope", swiglu=True,
-                            add_bias_linear=False, group_query_attention=True, num_query_groups=2,
-                            untie_embeddings_and_output_weights=True, rotary_base=10000,
-                            rotary_percent=1.0)),
-}
 # Llama-like with heads of 24 (not hidden / heads), rope on half of them, base 500000
 FAMILIES["llama-kv"] = dict(cfg=dict(FAMILIES["llama"]["cfg"], kv_channels=24),
                             model=dict(FAMILIES["llama"]["model"], rotary_base=500000, rotary_percent=0.5),
                             args=dict(FAMILIES["llama"]["args"], rotary_base=500000, rotary_percent=0.5))
 
 
-LAYER_NORM = tblock.LayerNormImpl  # the final norm's (a GPT-2-like one built after a Llama-like one)
-
-
-def gpt_model(cfg, vocab, max_len, pre, post, **kw):
-    """megatron-core's GPTModel of TransformerConfig cfg, local spec (RMSNorm: ours)"""
-    spec = get_gpt_layer_local_spec()
-    tblock.LayerNormImpl = RMSNorm if cfg.normalization == "RMSNorm" else LAYER_NORM
-    if cfg.normalization == "RMSNorm":
-        spec.submodules.input_layernorm = spec.submodules.pre_mlp_layernorm = RMSNorm
-    return GPTModel(config=cfg, transformer_layer_spec=spec, vocab_size=vocab,
-                    max_sequence_length=max_len, pre_process=pre, post_process=post, **kw)
-
-
 def build(family, fusion, pre=True, post=True):
-    f = FAMILIES[family]
-    cfg = TransformerConfig(**f["cfg"], use_cpu_initialization=True, hidden_dropout=0.0,
-                            attention_dropout=0.0, bias_activation_fusion=fusion)
-    m = gpt_model(cfg, V, 32, pre, post, **f["model"])
-    # every parameter away from its initial value: a TP-split one per rank, a replicated one the
-    # same on every rank, each pipeline chunk's its own (the seed of the first layer's number)
-    first = m.decoder.layers[0].layer_number if len(m.decoder.layers) else 0
-    with torch.no_grad():
-        for name, p in m.named_parameters():
-            split = getattr(p, "tensor_model_parallel", False)
-            g = torch.Generator().manual_seed(zlib.crc32(name.encode()) + (rank if split else 0) +
-                                              1000 * first)
-            base = 1.0 if name.endswith("norm.weight") else 0.0
-            p.copy_(base + 0.1 * torch.randn(p.shape, generator=g))
-    return m.eval()
+    return mm.build(FAMILIES[family], fusion, V, 32, rank, pre, post)
 
 
 def args_of(family, fusion, tp, pp, vp):
     """Megatron-LM's args as arguments.py and validate_args leave them (the model's keys)."""
-    f = FAMILIES[family]
-    c = f["cfg"]
-    return argparse.Namespace(
-        num_layers=c["num_layers"], hidden_size=c["hidden_size"], ffn_hidden_size=c["ffn_hidden_size"],
-        num_attention_heads=c["num_attention_heads"], kv_channels=c.get("kv_channels", c["hidden_size"] // c["num_attention_heads"]),
-        seq_length=T, max_position_embeddings=32, padded_vocab_size=V, make_vocab_size_divisible_by=128,
-        vocab_size=None, norm_epsilon=1e-5, apply_layernorm_1p=False, openai_gelu=False, onnx_safe=None,
-        bias_gelu_fusion=fusion, squared_relu=False, rotary_interleaved=False,
-        rotary_seq_len_interpolation_factor=None, use_rope_scaling=False, add_qkv_bias=False,
-        tensor_model_parallel_size=tp, pipeline_model_parallel_size=pp,
-        virtual_pipeline_model_parallel_size=vp if vp > 1 else None, num_experts=None,
-        expert_model_parallel_size=1, qk_layernorm=False, params_dtype=torch.float32,
-        transformer_impl="local", use_mcore_models=True, init_method_std=0.02, rank=rank,
-        tokenizer_type="GPT2BPETokenizer", data_path=["1.0", "corpus_text_document"], lr=3e-4,
-        **f["args"])
+    return mm.args_of(FAMILIES[family], fusion, tp, pp, vp, rank, T, V, 32, 128,
+                      data_path=["1.0", "corpus_text_document"])
 
 
 def legacy_names(sd):

@@ -8,7 +8,8 @@ Refused with exit 2, the message naming the cause, no output: another sharded_ba
 a metadata.json without it, a missing common.pt, .metadata or .distcp file, a truncated
 .metadata, one calling os.system (not run), chunks that overlap, leave a gap or run outside the
 global shape, an optimizer-only save, a chunk without storage, a storage path outside the
-folder, one past its file's end, a missing and an extra model tensor, a broken chunk archive.
+folder, one past its file's end, a chunk stored in fewer bytes than 2 per element, a global
+shape not the args', a missing and an extra model tensor, a broken chunk archive.
 usage: test_torch_dist.py TRIDENT HF_PROBE WORKDIR"""
 import array
 import json
@@ -54,6 +55,8 @@ for name in ("gpt-tp1", "llama-tp2", "llama-pp2"):
     rc, out, err = convert(os.path.join(fixtures, name, "dist"), ck)
     if not tt.check(f"{name}: torch_dist imported", rc == 0, err[-800:]):
         continue
+    tt.check(f"{name}: the import says --ckpt-format torch_dist",
+             "(Megatron-LM iteration 10, --ckpt-format torch_dist," in out, out[:300])
     ours = logits_of(name, out, ck)
     theirs = array.array("f")
     with open(os.path.join(fixtures, name, "logits.f32"), "rb") as f:
@@ -63,9 +66,10 @@ for name in ("gpt-tp1", "llama-tp2", "llama-pp2"):
         tt.check(f"{name}: trident's logits = megatron-core's",
                  len(ours) == len(theirs) and rel <= 1e-5, f"max |diff| / max |logit| = {rel:.1e}",
                  show=True)
-    rc, _, err = convert(os.path.join(fixtures, name, "torch"), ckt)
+    rc, out, err = convert(os.path.join(fixtures, name, "torch"), ckt)
     tt.check(f"{name}: the torch_dist import = the --ckpt-format torch import, byte for byte",
-             rc == 0 and hff.same_checkpoint(ck, ckt), err[-800:])
+             rc == 0 and hff.same_checkpoint(ck, ckt) and "--ckpt-format torch_dist" not in out,
+             err[-800:])
 
 # ------------------------------------------------------------------ refusals (gpt-tp1 edited)
 good = os.path.join(fixtures, "gpt-tp1", "dist")
@@ -130,7 +134,10 @@ for bad, cause in (("overlap", "(0+1, 0+48, 0+16) and (0+1, 0+48, 0+16) overlap"
                    ("bad-path", "not (a file name of the folder"),
                    ("past-end", "runs past the end of"),
                    ("missing", "tensor decoder.layers.mlp.linear_fc2.weight is missing"),
-                   ("extra", "linear_extra.weight is not part of the model")):
+                   ("extra", "linear_extra.weight is not part of the model"),
+                   ("short", "of 512 elements is stored in 8 bytes"),
+                   ("shape", "embedding.word_embeddings.weight has the global shape [64, 16], the "
+                             "args make it [32, 16]")):
     refused(f".metadata: {bad}", metadata_of(bad), cause)
 refused("broken chunk archives", zeros("__0_1.distcp"),
         "__0_1.distcp: no ZIP end of central directory")
