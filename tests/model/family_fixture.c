@@ -195,3 +195,42 @@ void make_batch(int n, int32_t *tokens, int32_t *targets)
         targets[i] = (int32_t)((i * 5 + 1) % 11);
     }
 }
+
+/* Two pipeline stages against the whole model (family_fixture.h). */
+void stages_compose(int family, stage *whole_, stage *s0_, stage *s1_)
+{
+    const int B = 2, BT = 10;
+    int32_t tokens[10], targets[10];
+    make_batch(BT, tokens, targets);
+    stage whole, s0, s1;
+    stage_make(&whole, family, 0, 3, B);
+    stage_make(&s0, family, 0, 1, B);
+    stage_make(&s1, family, 1, 2, B);
+    for (int k = 0; k < 2; k++) { /* the same values by name (the perturbation follows the
+                                   * buffer offset, so copy the whole model's in) */
+        stage *part = k ? &s1 : &s0;
+        for (int i = 0; i < tr_gpt_num_tensors(part->g); i++) {
+            tr_param_tensor *t = tr_gpt_tensor(part->g, i), *w = find(whole.g, t->name);
+            assert_non_null(w);
+            memcpy(t->param, w->param, t->numel * sizeof(float));
+        }
+    }
+    float scale = 1.0f / BT, loss_whole = 0, loss_split = 0;
+    assert_int_equal(tr_gpt_forward(whole.g, whole.a, tokens, NULL, targets, scale, &loss_whole), 0);
+    assert_int_equal(tr_gpt_backward(whole.g, whole.a, NULL), 0);
+    assert_int_equal(tr_gpt_forward(s0.g, s0.a, tokens, NULL, NULL, scale, NULL), 0);
+    assert_int_equal(tr_gpt_forward(s1.g, s1.a, NULL, tr_gpt_acts_output(s0.a), targets, scale,
+                                    &loss_split), 0);
+    assert_int_equal(tr_gpt_backward(s1.g, s1.a, NULL), 0);
+    assert_int_equal(tr_gpt_backward(s0.g, s0.a, tr_gpt_acts_input_grad(s1.a)), 0);
+    assert_true(loss_whole == loss_split);
+    for (int i = 0; i < tr_gpt_num_tensors(whole.g); i++) {
+        tr_param_tensor *w = tr_gpt_tensor(whole.g, i);
+        tr_param_tensor *a = find(s0.g, w->name), *b = find(s1.g, w->name);
+        for (size_t e = 0; e < w->numel; e++) {
+            float got = (a ? a->grad[e] : 0.0f) + (b ? b->grad[e] : 0.0f);
+            assert_true(fabsf(got - w->grad[e]) <= 1e-6f + 1e-5f * fabsf(w->grad[e]));
+        }
+    }
+    *whole_ = whole, *s0_ = s0, *s1_ = s1;
+}

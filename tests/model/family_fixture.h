@@ -37,5 +37,10 @@ void stage_make(stage *st, int family, int first, int count, int B);
 void stage_free(stage *st);
 tr_param_tensor *find(tr_gpt *g, const char *name);
 void make_batch(int n, int32_t *tokens, int32_t *targets);
+/* Stages [0,1) and [1,3) of `family` (B 2) and the whole model, the same parameters by name,
+ * run forward and backward on make_batch's 10 tokens (loss_grad_scale 1/10): the chained
+ * stages' loss must equal the whole model's and their gradients sum to its (cmocka asserts).
+ * The three stages are left for more checks; the caller frees them. */
+void stages_compose(int family, stage *whole, stage *s0, stage *s1);
 
 #endif
