@@ -8,7 +8,7 @@ then
   - a resume from iteration 3 continues bit-identically (the routing follows the parameters);
   - the manifest's family line carries the experts (" experts 4 2 0 1 0.01 0.001"), so
     `trident generate` runs the checkpoint without a config (each new token routed), the same
-    greedy tokens on 1 and 2 tensor-parallel ranks;
+    greedy tokens on 1 and 2 tensor-parallel ranks, and `trident eval` the same nll on both;
   - precision bf16 (the CPU's emulated 16-bit storage) trains, finite and near fp32;
   - refusals exit 2 naming the cause: resuming with other num_experts, trident plan, a
     manifest whose experts field is malformed.
@@ -90,6 +90,15 @@ check("trident generate runs the MoE checkpoint without a config, 12 tokens",
       isinstance(g1, list) and len(g1) == 12, str(g1))
 check("the same greedy tokens on 2 tensor-parallel ranks", g1 == g2, f"{g1} vs {g2}")
 
+text = os.path.join(work, "eval.txt")
+tt.write(text, open(os.path.join(work, "corpus.txt")).read()[:1500])
+ev = [tt.run([trident, "eval", ckpt, "--input", text] + (["--nproc", "2"] if n > 1 else []),
+             timeout=120) for n in (1, 2)]
+nll = [next((x.split("nll ")[1].split("/")[0] for x in r.stdout.splitlines() if "nll " in x), None)
+       for r in ev]
+check("trident eval of the checkpoint: the same nll on 1 and 2 tensor-parallel ranks",
+      all(r.returncode == 0 for r in ev) and nll[0] is not None and nll[0] == nll[1],
+      f"{nll} {ev[0].stderr[-400:]}")
 r, run_bf16 = train("bf16", "training.precision=bf16")
 mb = tt.metrics(run_bf16) if r.returncode == 0 else []
 check("precision bf16 trains: finite losses within 5% of fp32's",
