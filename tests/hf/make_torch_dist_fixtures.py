@@ -18,6 +18,8 @@ format) and NAME/logits.f32 ([B, T, V] float32) for the int32 tokens tokens.i32 
              (optimizer.state.exp_avg.* ShardedTensors) that an import ignores
   llama-tp2: Llama-like (RMSNorm, rope, SwiGLU, GQA, untied, no biases), TP 2 (two gloo ranks)
   llama-pp2: the same shape, PP 2 (two gloo ranks, the hidden state sent from stage 0 to 1)
+  llama-tp2-bf16: llama-tp2 with --bf16's bfloat16 parameters (its logits: the bf16 values run
+             in float32)
 and bad/*.metadata: gpt-tp1's .metadata edited (chunks that overlap, leave a gap, run outside;
 no model tensor; a chunk without storage; a path outside the folder; a length past the file's
 end; a missing and an extra model tensor; a chunk stored in 8 bytes; an embedding of twice the
@@ -41,7 +43,8 @@ TOKENS_SEED = 5
 # megatron_models.py's families, smaller
 SIZES = {"gpt": dict(num_layers=2, hidden_size=16, num_attention_heads=4, ffn_hidden_size=32),
          "llama": dict(num_layers=2, hidden_size=16, num_attention_heads=4, ffn_hidden_size=24)}
-MODELS = {"gpt-tp1": ("gpt", 1, 1), "llama-tp2": ("llama", 2, 1), "llama-pp2": ("llama", 1, 2)}
+MODELS = {"gpt-tp1": ("gpt", 1, 1), "llama-tp2": ("llama", 2, 1), "llama-pp2": ("llama", 1, 2),
+          "llama-tp2-bf16": ("llama", 2, 1)}
 
 
 def family(name):
@@ -115,9 +118,13 @@ def worker(rank, world, port, out, names):
         m = mm.build(family(fam), False, V, 16, rank, pp_rank == 0, pp_rank == pp - 1)
         args = mm.args_of(family(fam), False, tp, pp, 1, rank, T, V, 16, 32,
                           ckpt_format="torch_dist", use_dist_ckpt=True)
+        if name.endswith("-bf16"):  # --bf16: bfloat16 parameters saved, run in float32 (the
+            m.bfloat16()            # values exactly the bf16 ones)
+            args.bf16, args.fp16, args.params_dtype = True, False, torch.bfloat16
         torch_format(os.path.join(out, name, "torch"), args, m, tp_rank, pp_rank, pp)
         dist_format(os.path.join(out, name, "dist"), args, m, tp, pp, tp_rank, pp_rank,
                     name == "gpt-tp1")
+        m.float()
         with torch.no_grad():
             if pp_rank > 0:  # the stage before's hidden state [T, B, C]
                 h = torch.empty(T, B, SIZES[fam]["hidden_size"])
@@ -216,5 +223,6 @@ if __name__ == "__main__":
         shutil.rmtree(os.path.join(out, name), ignore_errors=True)
     os.makedirs(out, exist_ok=True)
     mp.spawn(worker, args=(1, free_port(), out, ["gpt-tp1"]), nprocs=1)
-    mp.spawn(worker, args=(2, free_port(), out, ["llama-tp2", "llama-pp2"]), nprocs=2)
+    mp.spawn(worker, args=(2, free_port(), out, ["llama-tp2", "llama-pp2", "llama-tp2-bf16"]),
+             nprocs=2)
     bad_metadata(out)
