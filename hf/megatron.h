@@ -49,6 +49,19 @@
  *    missing tensor, one of another shape or dtype, one that is not part of the model (a
  *    tied model's head copy on the last stage excepted), a missing or extra mp_rank_* folder:
  *    TR_ERR_INVALID naming the file and the tensor.
+ *  - --ckpt-format torch_dist (megatron_dist.c; info->dist 1): the iteration's folder holds
+ *    metadata.json (sharded_backend "torch_dist"; zarr and others refused), common.pt (a
+ *    torch.save dict: args as above, iteration, checkpoint_version), .metadata
+ *    (torch.distributed.checkpoint's pickled Metadata, read under PT_DCP's allowlist) and
+ *    __R_T.distcp files holding each chunk as its own torch.save archive at an offset. The
+ *    tensors are global whatever the TP / PP / VP layout: megatron-core's sharded keys, layers
+ *    stacked on a leading axis (decoder.layers.self_attention.linear_qkv.weight of
+ *    [num_layers, rows, cols]), SwiGLU's linear_fc1 rows [gate; up]. Each model key's chunks
+ *    must tile its global shape (no overlap, no gap, none outside), each be stored (a file of
+ *    the folder, inside it, at least 2 bytes an element) and hold a floating-point tensor of
+ *    its size; keys other than embedding.*, decoder.*, output_layer.* (optimizer.*, rng_state,
+ *    _extra_state objects) are ignored; none of those (an optimizer-only save), a missing, extra
+ *    or misshapen model tensor, a mixture of experts: TR_ERR_INVALID naming the file and key.
  *  - Output: a release checkpoint at ckpt_dir (written whole or not at all, as tr_hf_import's);
  *    *model gets the model section. */
 #ifndef TR_HF_MEGATRON_H

@@ -553,6 +553,10 @@ int mlm_dist_import(const char *dir, const char *ckpt_dir, tr_model_config *mode
     int rc = read_backend(dir);
     if (!rc)
         rc = read_common(&k, info);
+    if (!rc && k.a.m.num_experts)
+        rc = tr_fail(TR_ERR_INVALID, "%s/common.pt: args.num_experts %d: a mixture of experts in a "
+                     "torch_dist save is not read (its --ckpt-format torch files are)", dir,
+                     k.a.m.num_experts);
     if (!rc)
         rc = read_metadata(&k);
     if (!rc)
