@@ -137,8 +137,9 @@ int hf_whole_model(const tr_model_config *m, int family, tr_gpt **g, float **par
     *params = NULL;
     if (m->num_experts && family != TR_HF_MIXTRAL) /* (every export and import builds here) */
         return tr_fail(TR_ERR_INVALID, "a mixture of experts (model.num_experts %d) has no "
-                       "Megatron-LM, Meta or llm.c mapping yet; Hugging Face's Mixtral converts "
-                       "(--from hf / --to hf); it trains, evaluates and generates in trident",
+                       "Megatron-LM torch_dist, Meta or llm.c mapping yet; Hugging Face's Mixtral "
+                       "and Megatron-LM's --ckpt-format torch convert; it trains, evaluates and "
+                       "generates in trident",
                        m->num_experts);
     tr_gpt_shape s;
     int rc = whole_shape(m, family, &s);

@@ -312,6 +312,24 @@ const mlm_name mlm_top_names[2][MLM_TOP_NAMES] = {
      {"lnf.bias", {"final_norm.bias", "final_layernorm.bias"}, MLM_REP},
      {"output_layer", {"output_layer.weight"}, MLM_ROWS}}};
 
+int mlm_moe_name(const char *rest, int swiglu, char *name, size_t cap, int *split)
+{
+    int e = -1, used = 0;
+    if (!strcmp(rest, "router.weight")) {
+        snprintf(name, cap, "mlp.router.weight");
+        *split = MLM_REP;
+        return 1;
+    }
+    if (sscanf(rest, "experts.%d.%n", &e, &used) != 1 || !used)
+        return 0;
+    int fc = !strcmp(rest + used, "fc.weight"), proj = !strcmp(rest + used, "fc_proj.weight");
+    if (!fc && !proj)
+        return 0;
+    snprintf(name, cap, "mlp.experts.local_experts.%d.linear_fc%d.weight", e, fc ? 1 : 2);
+    *split = proj ? MLM_COLS : swiglu ? MLM_GLU : MLM_ROWS;
+    return 1;
+}
+
 /* Where trident tensor `name` is: the stage p and chunk c, the candidates' full names, its
  * split. */
 typedef struct {
@@ -321,13 +339,20 @@ typedef struct {
 
 static int find_source(const mlm_ckpt *k, const tr_param_tensor *t, int swiglu, mlm_source *s)
 {
-    int l = -1, used = 0, legacy = !k->mcore;
+    int l = -1, used = 0, legacy = !k->mcore, moe_split = MLM_REP;
     const mlm_name *m = NULL;
+    mlm_name moe = {0};
+    char moe_part[128];
     memset(s, 0, sizeof *s);
     if (sscanf(t->name, "layers.%d.%n", &l, &used) == 1 && used > 0) {
         for (int i = 0; i < MLM_LAYER_NAMES && !m; i++)
             if (!strcmp(t->name + used, mlm_layer_names[legacy][i].trident))
                 m = &mlm_layer_names[legacy][i];
+        if (!m && !legacy &&
+            mlm_moe_name(t->name + used, swiglu, moe_part, sizeof moe_part, &moe_split)) {
+            moe = (mlm_name){t->name + used, {moe_part, NULL}, moe_split};
+            m = &moe;
+        }
         for (int c = 0; c < k->vp && m && !s->names[0][0]; c++)
             for (int p = 0; p < k->pp; p++) {
                 const mlm_file *r = &k->files[p * k->tp];
@@ -358,6 +383,8 @@ static int find_source(const mlm_ckpt *k, const tr_param_tensor *t, int swiglu, 
     if (!m || !s->names[0][0])
         return tr_fail(TR_ERR_INTERNAL, "no Megatron-LM name for trident tensor '%s'", t->name);
     s->split = swiglu && !strncmp(t->name + used, "fc.", 3) && used ? MLM_GLU : m->split;
+    if (m == &moe)
+        s->split = moe_split;
     return TR_OK;
 }
 
@@ -499,7 +526,8 @@ int tr_megatron_import(const char *save_dir, int iteration, const char *ckpt_dir
     float *params = NULL;
     hf_out_dir o;
     if (!rc)
-        rc = hf_whole_model(&k.a.m, TR_HF_LLAMA, &g, &params);
+        rc = hf_whole_model(&k.a.m, k.a.m.num_experts ? TR_HF_MIXTRAL : TR_HF_LLAMA, &g,
+                            &params); /* (experts: a Mixtral's layer, as hf_whole_model allows) */
     if (!rc)
         rc = load_model(&k, g, params);
     if (!rc && !(rc = hf_out_begin(ckpt_dir, &o)))

@@ -22,8 +22,13 @@
  *    else the exact one), position_embedding_type (or use_rotary_position_embeddings),
  *    rotary_base, rotary_percent, rotary_seq_len_interpolation_factor, use_rope_scaling +
  *    rope_scaling_factor, untie_embeddings_and_output_weights, add_bias_linear, add_qkv_bias,
- *    init_method_std. Refused naming the key: num_experts / expert_model_parallel_size (MoE),
- *    squared_relu, apply_residual_connection_post_layernorm, qk_layernorm,
+ *    init_method_std; a mixture of experts (megatron-core's MoE layer with SequentialMLP):
+ *    num_experts, moe_router_topk (1 only with moe_router_pre_softmax),
+ *    moe_router_pre_softmax, moe_router_load_balancing_type (aux_loss | none),
+ *    moe_aux_loss_coeff, moe_z_loss_coeff. Refused naming the key: expert_model_parallel_size
+ *    above 1 (expert-parallel files not merged), moe_layer_freq above 1, moe_grouped_gemm
+ *    (GroupedMLP's layout), moe_expert_capacity_factor / moe_pad_expert_input_to_capacity
+ *    (token dropping), moe_shared_expert_intermediate_size, moe_input_jitter_eps, squared_relu, apply_residual_connection_post_layernorm, qk_layernorm,
  *    multi_latent_attention, rotary_interleaved, window_size, mtp_num_layers,
  *    fp8_param_gather (FP8 weights), pipeline_model_parallel_split_rank (encoder-decoder),
  *    heterogeneous_layers_config_path, another normalization or position embedding, sizes
@@ -32,7 +37,9 @@
  *  - State dicts: megatron-core's names (embedding.word_embeddings, position_embeddings,
  *    decoder.layers.N.{input_layernorm | self_attention.linear_qkv.layer_norm_*,
  *    self_attention.linear_qkv, linear_proj, pre_mlp_layernorm | mlp.linear_fc1.layer_norm_*,
- *    mlp.linear_fc1, linear_fc2}, decoder.final_layernorm, output_layer) or the legacy model's
+ *    mlp.linear_fc1, linear_fc2; with experts mlp.router (E, C, on every TP rank) and
+ *    mlp.experts.local_experts.E.linear_fc1 / linear_fc2, split as the dense MLP's},
+ *    decoder.final_layernorm, output_layer) or the legacy model's
  *    (language_model.embedding..., language_model.encoder (or .transformer).layers.N.
  *    {input_norm | input_layernorm, self_attention.query_key_value, self_attention.dense,
  *    post_attention_norm | post_attention_layernorm, mlp.dense_h_to_4h, mlp.dense_4h_to_h},

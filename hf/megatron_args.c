@@ -103,8 +103,6 @@ static int refusals(const ns_ref *a)
     static const struct {
         const char *key, *why;
     } keys[] = {
-        {"num_experts", "a mixture of experts (MoE) is not a model trident has"},
-        {"moe_layer_freq", "a mixture of experts (MoE) is not a model trident has"},
         {"squared_relu", "trident's MLPs are GELU, SwiGLU or ReLU, not squared ReLU"},
         {"apply_residual_connection_post_layernorm",
          "trident's layers add the residual before the norm (pre-LN)"},
@@ -122,10 +120,76 @@ static int refusals(const ns_ref *a)
     int rc = TR_OK;
     for (size_t i = 0; i < sizeof keys / sizeof keys[0] && !rc; i++)
         rc = refuse_set(a, keys[i].key, keys[i].why);
-    int ep = 1;
+    int ep = 1, freq = 1;
     if (!rc && !(rc = arg_int(a, "expert_model_parallel_size", 1, 1, &ep)) && ep > 1)
         rc = bad(a, "expert_model_parallel_size", "is above 1: ",
-                 "a mixture of experts (MoE) is not a model trident has");
+                 "the experts are cut over expert-parallel ranks' files, which are not merged "
+                 "(save with expert_model_parallel_size 1)");
+    if (!rc && !(rc = arg_int(a, "moe_layer_freq", 1, 1, &freq)) && freq > 1)
+        rc = bad(a, "moe_layer_freq", "is above 1: ",
+                 "trident's experts are in every layer when in one");
+    return rc;
+}
+
+/* a number >= 0 (absent or None: 0) */
+static int arg_nonneg(const ns_ref *a, const char *key, double *out)
+{
+    uint32_t v;
+    *out = 0.0;
+    if (!get(a, key, &v))
+        return TR_OK;
+    if (!pt_value_number(a->p, v, out))
+        return tr_fail(TR_ERR_INVALID, "%s: args.%s is %s, not a number", a->path, key,
+                       pt_value_kind_name(a->p, v));
+    if (!isfinite(*out) || *out < 0)
+        return tr_fail(TR_ERR_INVALID, "%s: args.%s is %g, not a number >= 0", a->path, key,
+                       *out);
+    return TR_OK;
+}
+
+/* a mixture of experts: num_experts and the router's keys (megatron-core 0.8's MoE layer with
+ * SequentialMLP, dropless: what trident's model/gpt_moe.c computes) */
+static int read_moe(const ns_ref *a, tr_model_config *m)
+{
+    int rc = arg_int(a, "num_experts", 0, 1, &m->num_experts);
+    if (rc || !m->num_experts)
+        return rc; /* (the moe_* keys of a dense model: Megatron-LM's defaults, not read) */
+    static const struct {
+        const char *key, *why;
+    } no[] = {
+        {"moe_grouped_gemm", "GroupedMLP's weight1 / weight2 layout is not mapped (SequentialMLP's "
+                             "local_experts.N.linear_fc1 / linear_fc2 are)"},
+        {"moe_expert_capacity_factor", "token dropping: trident's experts are dropless"},
+        {"moe_pad_expert_input_to_capacity", "token dropping: trident's experts are dropless"},
+        {"moe_shared_expert_intermediate_size", "shared experts are not in trident's model"},
+        {"moe_input_jitter_eps", "trident's router has no input jitter"},
+    };
+    for (size_t i = 0; i < sizeof no / sizeof no[0] && !rc; i++)
+        rc = refuse_set(a, no[i].key, no[i].why);
+    const char *lb = NULL;
+    if (!rc)
+        rc = arg_int(a, "moe_router_topk", 2, 1, &m->moe_router_topk);
+    if (!rc && m->moe_router_topk > m->num_experts)
+        rc = tr_fail(TR_ERR_INVALID, "%s: args.moe_router_topk %d is above args.num_experts %d",
+                     a->path, m->moe_router_topk, m->num_experts);
+    if (!rc)
+        rc = arg_bool(a, "moe_router_pre_softmax", 0, &m->moe_router_pre_softmax);
+    if (!rc && m->moe_router_topk == 1 && !m->moe_router_pre_softmax)
+        rc = bad(a, "moe_router_topk", "is 1 without moe_router_pre_softmax: ",
+                 "trident refuses it (the softmax of one logit is 1: no gradient reaches "
+                 "the router)");
+    if (!rc)
+        rc = arg_str(a, "moe_router_load_balancing_type", "aux_loss", &lb);
+    if (!rc && strcmp(lb, "aux_loss") && strcmp(lb, "none"))
+        rc = bad(a, "moe_router_load_balancing_type", "is not aux_loss or none: ", lb);
+    if (!rc)
+        m->moe_router_load_balancing_type = !strcmp(lb, "none") ? "none" : "aux_loss";
+    if (!rc)
+        rc = arg_nonneg(a, "moe_aux_loss_coeff", &m->moe_aux_loss_coeff);
+    if (!rc && !strcmp(lb, "none"))
+        m->moe_aux_loss_coeff = 0.0; /* (Megatron-LM computes none then) */
+    if (!rc)
+        rc = arg_nonneg(a, "moe_z_loss_coeff", &m->moe_z_loss_coeff);
     return rc;
 }
 
@@ -316,6 +380,8 @@ int mlm_read_args(pt_pickle *p, uint32_t args, const char *path, mlm_args *o)
     if (!rc)
         rc = arg_num(&a, "init_method_std", 0.02, &m->init_method_std);
     if (!rc)
+        rc = read_moe(&a, m);
+    if (!rc)
         rc = read_layout(&a, o);
     return rc;
 }
@@ -332,7 +398,9 @@ static const char *const model_keys[] = {
     "rope_scaling_factor", "untie_embeddings_and_output_weights", "add_bias_linear",
     "add_qkv_bias", "tensor_model_parallel_size", "pipeline_model_parallel_size",
     "virtual_pipeline_model_parallel_size", "num_layers_per_virtual_pipeline_stage",
-    "num_experts", "expert_model_parallel_size", "transformer_impl", "use_mcore_models",
+    "num_experts", "expert_model_parallel_size", "moe_router_topk", "moe_router_pre_softmax",
+    "moe_grouped_gemm", "moe_router_load_balancing_type", "moe_aux_loss_coeff",
+    "moe_z_loss_coeff", "transformer_impl", "use_mcore_models",
     "use_legacy_models", "decoder_first_pipeline_num_layers",
     "decoder_last_pipeline_num_layers", "standalone_embedding_stage"};
 

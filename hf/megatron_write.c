@@ -174,7 +174,33 @@ static void write_args(ptw *w, const tr_model_config *m, int tp, int pp, int bf1
     ptw_str(w, "virtual_pipeline_model_parallel_size");
     ptw_none(w);
     ptw_str(w, "num_experts");
-    ptw_none(w);
+    if (m->num_experts) /* (megatron-core's SequentialMLP: grouped GEMM off, allgather) */
+        ptw_int(w, m->num_experts);
+    else
+        ptw_none(w);
+    if (m->num_experts) {
+        const char *lb = m->moe_router_load_balancing_type ? m->moe_router_load_balancing_type
+                                                           : "aux_loss";
+        const char *moe_strs[][2] = {{"moe_router_load_balancing_type", lb},
+                                     {"moe_token_dispatcher_type", "allgather"}};
+        for (size_t i = 0; i < 2; i++) {
+            ptw_str(w, moe_strs[i][0]);
+            ptw_str(w, moe_strs[i][1]);
+        }
+        ptw_str(w, "moe_router_topk");
+        ptw_int(w, m->moe_router_topk);
+        ptw_str(w, "moe_router_pre_softmax");
+        ptw_bool(w, m->moe_router_pre_softmax);
+        ptw_str(w, "moe_grouped_gemm");
+        ptw_bool(w, 0);
+        ptw_str(w, "moe_aux_loss_coeff");
+        ptw_float(w, m->moe_aux_loss_coeff);
+        ptw_str(w, "moe_z_loss_coeff");
+        if (m->moe_z_loss_coeff != 0.0)
+            ptw_float(w, m->moe_z_loss_coeff);
+        else
+            ptw_none(w);
+    }
     ptw_str(w, "params_dtype");
     ptw_global(w, "torch", bf16 ? "bfloat16" : "float32");
     ptw_namespace_end(w);
@@ -205,15 +231,19 @@ static int name_of(const tr_param_tensor *t, int swiglu, int lps, char *name, si
 {
     int l = -1, used = 0;
     if (sscanf(t->name, "layers.%d.%n", &l, &used) == 1 && used > 0) {
+        char moe[128];
+        *stage = l / lps;
         for (int i = 0; i < MLM_LAYER_NAMES; i++)
             if (!strcmp(t->name + used, mlm_layer_names[0][i].trident)) {
                 const mlm_name *n = &mlm_layer_names[0][i];
                 snprintf(name, cap, "decoder.layers.%d.%s", l % lps, n->names[0]);
                 *split = swiglu && !strncmp(n->trident, "fc.", 3) ? MLM_GLU : n->split;
-                *stage = l / lps;
                 return 1;
             }
-        return 0;
+        if (!mlm_moe_name(t->name + used, swiglu, moe, sizeof moe, split))
+            return 0;
+        snprintf(name, cap, "decoder.layers.%d.%s", l % lps, moe);
+        return 1;
     }
     for (int i = 0; i < MLM_TOP_NAMES; i++)
         if (!strcmp(t->name, mlm_top_names[0][i].trident)) {
@@ -375,7 +405,8 @@ int tr_megatron_export(const char *ckpt_dir, const char *save_dir, int tp, int p
     float *params = NULL;
     hf_out_dir o;
     if (!rc)
-        rc = hf_whole_model(&m, TR_HF_LLAMA, &g, &params);
+        rc = hf_whole_model(&m, m.num_experts ? TR_HF_MIXTRAL : TR_HF_LLAMA, &g,
+                            &params); /* (experts: a Mixtral's layer, as hf_whole_model allows) */
     if (!rc)
         rc = tr_checkpoint_load_model(ckpt_dir, g, tr_kernels_cpu(), params, &it);
     if (!rc && !(rc = hf_out_begin(save_dir, &o)))

@@ -18,7 +18,7 @@ import sys
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "common"))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import trident_test as tt  # noqa: E402
-from hf_files import C, L, P, V, Session, family_lines, rand, st_read  # noqa: E402
+from hf_files import C, L, P, V, Session, family_lines, rand, same_checkpoint, st_read  # noqa: E402
 
 trident, work = sys.argv[1], tt.fresh_dir(sys.argv[2])
 session = Session(trident, work)
@@ -74,6 +74,15 @@ tt.check("Mixtral: HF -> trident -> HF bit for bit from the manifest alone, conf
          a == b and all(cfg.get(k) == v for k, v in MIXTRAL.items() if k not in ("bos_token_id", "eos_token_id")),
          f"exit {rc} {err}; tensors differ: {sorted(k for k in set(a) | set(b) if a.get(k) != b.get(k))}; {cfg}")
 session.shards_check("Mixtral in shards: imported, the same checkpoint", ck, "mixtral", "8KB")
+
+# Megatron-LM's --ckpt-format torch (megatron-core's SequentialMLP names) both ways
+for tp, pp in ((1, 1), (2, 1), (1, 2)):
+    save, ck_m = os.path.join(work, f"mlm-tp{tp}-pp{pp}"), os.path.join(work, f"ck-mlm-tp{tp}-pp{pp}")
+    rc, out, err = convert("--to", "megatron", "--input", ck, "--output", save, "--tp", str(tp), "--pp", str(pp))
+    rc2, out2, err2 = convert("--from", "megatron", "--input", save, "--output", ck_m) if rc == 0 else (1, "", "")
+    tt.check(f"Mixtral -> Megatron-LM TP {tp} PP {pp} -> trident: the same checkpoint, the expert keys printed",
+             rc2 == 0 and same_checkpoint(ck, ck_m) and f"num_experts: {E}" in out2
+             and "moe_aux_loss_coeff: 0.01" in out2, f"exit {rc}/{rc2}: {err}{err2}")
 
 # MixtralConfig's defaults for absent keys: 8 key/value heads (here 8 heads), 0.001, rope_theta 1e6
 defaults = {k: v for k, v in MIXTRAL.items() if k not in ("num_key_value_heads", "router_aux_loss_coef",

@@ -8,7 +8,7 @@ GPT-2-like ones also under the legacy model's nested names), saved as Megatron-L
 save_checkpoint saves them, imported; trident's logits (hf_probe logits-config of the printed model
 section) equal megatron-core's within 1e-5 of the largest; the legacy names give the same checkpoint,
 byte for byte. Refused with exit 2 naming the file: a missing rank file, an extra rank folder, args
-that disagree, MoE, a truncated file, a pickle calling os.system (not run), a missing, an extra and a
+that disagree, num_experts over a dense model's tensors, a truncated file, a pickle calling os.system (not run), a missing, an extra and a
 misshapen tensor, a bad tracker, a missing iteration.
 Export (`--to megatron`) of the imports gpt-tp1 (exact GELU), gpt-tp2 (bias-GELU) and llama-tp1 at
 TP 1, TP 2 (and llama at TP 2 x PP 2), llama-kv-tp1 at TP 1, gpt-pp2 at PP 2: imported back, the same
@@ -275,7 +275,8 @@ edit(rank_file(s, "mp_rank_01"), lambda sd: setattr(sd["args"], "hidden_size", 1
 refused("args that disagree", s, "mp_rank_01/model_optim_rng.pt", "args.hidden_size", "mp_rank_00")
 s = variant("llama-tp1", "moe")
 edit(rank_file(s), lambda sd: setattr(sd["args"], "num_experts", 8))
-refused("MoE (num_experts)", s, rank_file(s), "args.num_experts")
+refused("num_experts 8 over a dense model's tensors", s, rank_file(s),
+        "tensor decoder.layers.0.mlp.router.weight is missing")
 s = variant("llama-tp1", "truncated")
 with open(rank_file(s), "r+b") as f:
     f.truncate(os.path.getsize(rank_file(s)) // 2)
