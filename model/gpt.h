@@ -83,7 +83,8 @@
  *    Losses (moe_aux_loss: Megatron's switch load balancing, per layer and micro-batch over
  *    its N tokens: coeff E / (N^2 k) sum_e (sum_n probs[n, e]) tokens[e]; z-loss: z_coeff
  *    mean_n lse_n^2) join the objective with the weight of the micro-batch's mean LM loss
- *    (loss_grad_scale x N: Megatron's MoEAuxLossAutoScaler); the loss reported is the LM
+ *    (loss_grad_scale x N, or tr_gpt_acts_set_moe_aux_weight's: Megatron's
+ *    MoEAuxLossAutoScaler); the loss reported is the LM
  *    loss. tr_gpt_acts_moe_loss gives the losses without their coefficients. */
 #ifndef TR_GPT_H
 #define TR_GPT_H
@@ -336,6 +337,12 @@ void tr_gpt_acts_set_dropout(tr_gpt_acts *a, int on, uint64_t first_sample);
  * moe_router_load_balancing_type none), 1 the z-loss (mean_n lse_n^2). 0 without experts. */
 enum { TR_GPT_MOE_BALANCING = 0, TR_GPT_MOE_Z = 1 };
 double tr_gpt_acts_moe_loss(const tr_gpt_acts *a, int which);
+/* Mixture of experts: the aux losses' weight for the next forward with `a` (and its backward)
+ * instead of loss_grad_scale x N (which is the micro-batch's mean loss's only where the head
+ * differentiates the mean: supervised fine-tuning's loss_grad_scale is the global batch's
+ * 1 / learned tokens, and its last stage's alone). The engine gives Megatron's weight, the
+ * fp16 loss scale / micro-batches, on every stage. */
+void tr_gpt_acts_set_moe_aux_weight(tr_gpt_acts *a, float weight);
 
 /* Forward one micro-batch.
  *   first stage: `tokens` (B*T host ints < V, all of them on every TP rank);

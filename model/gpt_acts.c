@@ -365,6 +365,12 @@ const float *tr_gpt_acts_output(const tr_gpt_acts *a)
 
 const float *tr_gpt_acts_input_grad(const tr_gpt_acts *a) { return a->dres; }
 
+void tr_gpt_acts_set_moe_aux_weight(tr_gpt_acts *a, float weight)
+{
+    a->moe_aux_next = weight;
+    a->moe_aux_given = 1;
+}
+
 double tr_gpt_acts_moe_loss(const tr_gpt_acts *a, int which)
 {
     double sum = 0;

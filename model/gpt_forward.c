@@ -294,7 +294,9 @@ int tr_gpt_forward(tr_gpt *g, tr_gpt_acts *a, const int32_t *tokens, const float
     g->dropout_on = a->dropout_on;
     g->dropout_sample = a->dropout_sample;
     /* MoE: the aux losses weigh as the micro-batch's mean loss does (backward reads it) */
-    g->moe_aux_weight = a->moe_aux_weight = loss_grad_scale * (float)N;
+    g->moe_aux_weight = a->moe_aux_weight =
+        a->moe_aux_given ? a->moe_aux_next : loss_grad_scale * (float)N;
+    a->moe_aux_given = 0;
     if (s->is_last && (!targets || !loss_out))
         return tr_fail(TR_ERR_INVALID, "the last stage needs targets and a loss output");
     if (s->is_first) {

@@ -67,6 +67,8 @@ struct tr_gpt_acts {
     uint64_t dropout_sample;
     void *moe_host;           /* MoE: host (layers, 2) losses, then (layers, E) counts */
     float moe_aux_weight;     /* MoE: the aux losses' weight of this micro-batch's forward */
+    float moe_aux_next;       /* tr_gpt_acts_set_moe_aux_weight's, for the next forward */
+    int moe_aux_given;
 };
 
 /* Scratch shared by all micro-batches (used only inside one forward or backward call). */

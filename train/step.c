@@ -77,6 +77,10 @@ static int stage_forward(tr_engine *e, int chunk, int mb, float grad_scale, cons
         if (rc)
             return rc;
     }
+    /* MoE: the aux losses of each micro-batch weigh 1 / M (times the fp16 loss scale) on every
+     * stage, as Megatron's MoEAuxLossAutoScaler; none in evaluation */
+    tr_gpt_acts_set_moe_aux_weight(a, grad_scale != 0.0f ? (float)e->scaler.scale / (float)e->M
+                                                         : 0.0f);
     /* LoRA dropout: on while training, keyed by the micro-batch's samples (layout-free) */
     tr_gpt_acts_set_dropout(a, e->split == TR_SPLIT_TRAIN, e->first_sample + (uint64_t)mb * e->mb);
     float loss = 0;

@@ -10,6 +10,8 @@ then
     `trident generate` runs the checkpoint without a config (each new token routed), the same
     greedy tokens on 1 and 2 tensor-parallel ranks, and `trident eval` the same nll on both;
   - precision bf16 (the CPU's emulated 16-bit storage) trains, finite and near fp32;
+  - supervised fine-tuning (data.dataset_type sft) with experts: PP 2 gives one process's
+    losses (the aux losses weigh 1 / micro-batches on every stage, as Megatron's);
   - refusals exit 2 naming the cause: resuming with other num_experts, trident plan, a
     manifest whose experts field is malformed.
 usage: test_moe_cli.py TRIDENT WORKDIR"""
@@ -104,6 +106,28 @@ mb = tt.metrics(run_bf16) if r.returncode == 0 else []
 check("precision bf16 trains: finite losses within 5% of fp32's",
       len(mb) == 6 and all(math.isfinite(m["loss"]) and abs(m["loss"] - a["loss"]) < 0.05 * a["loss"]
                            for m, a in zip(mb, ma)), r.stderr[-800:])
+
+
+# supervised fine-tuning (packed examples, the loss over the learned tokens): the aux losses
+# weigh as Megatron's (1 / micro-batches per micro-batch) on every stage, so PP 2 = one process
+jsonl = os.path.join(work, "sft.jsonl")
+with open(jsonl, "w") as f:
+    for i in range(120):
+        p = " ".join(["expert", "router", "token", "gate"][(i * j) % 4] for j in range(2 + i % 7))
+        f.write(json.dumps({"prompt": "say: " + p, "response": " " + p[::-1] + "\n"}) + "\n")
+sft = os.path.join(work, "sft")
+rp = tt.run([trident, "preprocess", "--input", jsonl, "--output-prefix", sft, "--json-keys",
+             "prompt,response"], timeout=60)
+SFT = ["data.dataset_type=sft", f"data.data_path=[{sft}]", "model.num_layers=4",
+       "model.moe_aux_loss_coeff=0.5", "model.moe_z_loss_coeff=0.05", "training.train_iters=4",
+       "model.seq_length=32", "model.max_position_embeddings=64"]
+runs = [train(f"sft-p{p}", *SFT, f"parallel.pipeline_model_parallel_size={p}", world=p)
+        for p in (1, 2)]
+ls = [[m["loss"] for m in tt.metrics(o)] if r.returncode == 0 else [] for r, o in runs]
+check("SFT with experts: PP 2 gives one process's losses (the aux losses weighed alike on every "
+      "stage)", rp.returncode == 0 and len(ls[0]) == 4 and len(ls[1]) == 4 and
+      all(abs(a - b) <= 1e-5 * a for a, b in zip(*ls)),
+      f"{ls} {rp.stderr[-300:]} {runs[0][0].stderr[-500:]} {runs[1][0].stderr[-500:]}")
 
 
 def refused(what, r, needle):
