@@ -172,7 +172,7 @@ static int read_values(FILE *f, const char *path, int bf16, uint64_t at, size_t 
     return TR_OK;
 }
 
-/* Every trident tensor from the file. buf: the largest tensor's floats. */
+/* Every trident tensor from the file. buf: qkvw's floats. */
 static int read_tensors(FILE *f, const char *path, const llmc_dims *d, int bf16, tr_gpt *g,
                         float *params, float *buf)
 {
@@ -230,11 +230,7 @@ int tr_llmc_import(const char *file, const char *ckpt_dir, tr_model_config *mode
         model_of(&d, &m);
         rc = hf_whole_model(&m, TR_HF_GPT2, &g, &params);
     }
-    uint64_t most = 0, rows, cols; /* the largest tensor, wte (V rows) included */
-    for (int k = 0; k < N_SLOTS && !rc; k++) {
-        slot_shape(&d, k, &rows, &cols);
-        most = rows * cols > most ? rows * cols : most;
-    }
+    uint64_t most = 3 * (uint64_t)d.C * (uint64_t)d.C; /* qkvw's rows, permuted */
     if (!rc && !(buf = malloc(most * sizeof(float) + 1)))
         rc = tr_fail(TR_ERR_NOMEM, "out of memory for a tensor of %llu floats",
                      (unsigned long long)most);
@@ -270,10 +266,10 @@ static int check_model(const char *ckpt_dir, const tr_model_config *m)
     return TR_OK;
 }
 
-/* One layer's slice of slot k in llm.c's layout into buf (rows x cols), then written as fp32
- * or bf16 (finite: the checkpoint's load refuses anything else). */
+/* One layer's slice of slot k written in llm.c's layout, fp32 or bf16 (finite: the
+ * checkpoint's load refuses anything else); buf: scratch of the slice's floats. */
 static int write_slice(FILE *f, const char *path, tr_gpt *g, const float *params, int k, int l,
-                       int bf16, float *buf, float *tmp)
+                       int bf16, float *buf)
 {
     const tr_param_tensor *t = find_tensor(g, k, l);
     if (!t)
@@ -283,14 +279,17 @@ static int write_slice(FILE *f, const char *path, tr_gpt *g, const float *params
     const float *src = params + t->offset;
     if (k == QKVW || k == QKVB) {
         for (size_t r = 0; r < rows; r++)
-            memcpy(tmp + r * cols, src + hf_fused_qkv_row(r, s) * cols, cols * sizeof(float));
-        src = tmp;
+            memcpy(buf + r * cols, src + hf_fused_qkv_row(r, s) * cols, cols * sizeof(float));
+        src = buf;
     }
-    memcpy(buf, src, t->numel * sizeof(float));
     char name[64];
     snprintf(name, sizeof name, slots[k].layered ? "%s of layer %d" : "%s", slots[k].llmc, l);
-    int rc = bf16 ? hf_bf16_in_place(buf, t->numel, name) : TR_OK;
-    if (!rc && fwrite(buf, bf16 ? 2 : 4, t->numel, f) != t->numel)
+    int rc = TR_OK;
+    if (bf16 && src != buf)
+        memcpy(buf, src, t->numel * sizeof(float));
+    if (bf16 && !(rc = hf_bf16_in_place(buf, t->numel, name)))
+        src = buf;
+    if (!rc && fwrite(src, bf16 ? 2 : 4, t->numel, f) != t->numel)
         rc = tr_fail(TR_ERR_IO, "cannot write %s: %s", path, strerror(errno));
     return rc;
 }
@@ -305,17 +304,17 @@ static int write_file(const char *path, tr_gpt *g, const float *params, const ll
         slot_shape(d, k, &rows, &cols);
         most = rows * cols > most ? rows * cols : most;
     }
-    float *buf = malloc(most * sizeof(float) + 1), *tmp = malloc(most * sizeof(float) + 1);
+    float *buf = malloc(most * sizeof(float) + 1);
     errno = 0;
-    FILE *f = buf && tmp ? fopen(path, "wb") : NULL;
-    int rc = !buf || !tmp ? tr_fail(TR_ERR_NOMEM, "out of memory for a tensor of %llu floats",
-                                    (unsigned long long)most)
+    FILE *f = buf ? fopen(path, "wb") : NULL;
+    int rc = !buf ? tr_fail(TR_ERR_NOMEM, "out of memory for a tensor of %llu floats",
+                            (unsigned long long)most)
              : !f ? tr_fail(TR_ERR_IO, "cannot create %s: %s", path, strerror(errno))
              : fwrite(h, sizeof h, 1, f) != 1 ? tr_fail(TR_ERR_IO, "cannot write %s", path)
                                                : TR_OK;
     for (int k = 0; k < N_SLOTS && !rc; k++) {
         for (int l = 0; l < (slots[k].layered ? d->L : 1) && !rc; l++)
-            rc = write_slice(f, path, g, params, k, l, bf16, buf, tmp);
+            rc = write_slice(f, path, g, params, k, l, bf16, buf);
         if (!rc && k == 0) { /* wte's padding rows */
             size_t pad = (size_t)(d->Vp - d->V) * (size_t)d->C;
             memset(buf, 0, pad * 4 + 1);
@@ -328,7 +327,6 @@ static int write_file(const char *path, tr_gpt *g, const float *params, const ll
     if (f && fclose(f) && !rc)
         rc = tr_fail(TR_ERR_IO, "cannot write %s: %s", path, strerror(errno));
     free(buf);
-    free(tmp);
     return rc;
 }
 
