@@ -24,17 +24,21 @@
  *    (i, i + d/2): wq's and wk's rows are permuted as convert_llama_weights_to_hf.py permutes
  *    them, the inverse on export. F32, F16, BF16 tensors read. n_heads, n_kv_heads, the FFN,
  *    dim and the vocabulary must divide by MP (n_kv_heads < MP: Meta's code has no local kv
- *    head; refused by name). A missing, misshapen, non-float or extra tensor, a gap in the
- *    files: TR_ERR_INVALID naming the file and the tensor.
+ *    head; refused by name). A missing, misshapen, non-float, non-finite or extra tensor, a
+ *    gap in the files: TR_ERR_INVALID naming the file and the tensor.
  *  - Import: the whole model held once (plus one tensor), written as tr_hf_import writes a
  *    release checkpoint (CKPT_DIR whole or not at all); *model the Llama model section.
  *  - Export: the latest checkpoint of CKPT_DIR (a Llama: RMSNorm, rope over whole heads,
  *    SwiGLU, no biases, no window; untied or tied (output.weight then the embedding's copy))
- *    -> OUT_DIR: params.json (ffn_dim_multiplier null and multiple_of 256 where that gives the
- *    FFN, else multiple_of = the FFN with the multiplier it needs; no max_seq_len: Meta's
- *    reference code passes its own), consolidated.NN.pth for NN < mp (F32 or BF16 rounded to
- *    nearest even), CKPT_DIR's tokenizer.model when it has one. Another model, rope scaling
- *    other than Llama 3.1's form, a size mp does not divide: TR_ERR_INVALID naming it. */
+ *    -> OUT_DIR: params.json in Meta's keys (n_kv_heads only where it is not n_heads;
+ *    multiple_of 256 without ffn_dim_multiplier where that gives the FFN, else multiple_of =
+ *    the FFN, with the ffn_dim_multiplier a narrower one needs; use_scaled_rope, with
+ *    rope_scaling_factor / rope_high_freq_factor where not 8 / 4; no max_seq_len: Meta's
+ *    reference code passes its own, so an import takes the default above: *info says both),
+ *    consolidated.NN.pth for NN < mp (F32 or BF16 rounded to nearest even), CKPT_DIR's
+ *    tokenizer.model when it has one. Another model, linear rope scaling, llama3 scaling of
+ *    another low factor or original length, a size mp does not divide: TR_ERR_INVALID naming
+ *    it. */
 #ifndef TR_HF_META_H
 #define TR_HF_META_H
 
