@@ -12,8 +12,15 @@ static int check_tokenizer(const tr_config *cfg)
     const tr_data_config *dc = &cfg->data;
     if (!strcmp(dc->tokenizer_type, "none"))
         return TR_OK;
-    tr_tokenizer_files f = {.type = dc->tokenizer_type, .vocab_file = dc->vocab_file,
-                            .merge_file = dc->merge_file, .tokenizer_model = dc->tokenizer_model};
+    int tik = !strcmp(dc->tokenizer_type, "TikTokenizer");
+    tr_tokenizer_files f = {
+        .type = dc->tokenizer_type, .vocab_file = dc->vocab_file, .merge_file = dc->merge_file,
+        .tokenizer_model = dc->tokenizer_model,
+        .tiktoken_pattern = tik ? dc->tiktoken_pattern : NULL,
+        .tiktoken_num_special_tokens = tik ? dc->tiktoken_num_special_tokens : 0,
+        .tiktoken_special_tokens = tik && dc->n_tiktoken_special_tokens
+                                       ? (const char *const *)dc->tiktoken_special_tokens : NULL,
+        .n_tiktoken_special_tokens = tik ? dc->n_tiktoken_special_tokens : 0};
     tr_tokenizer *t;
     int rc = tr_tokenizer_open(&f, &t);
     if (rc)

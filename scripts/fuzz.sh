@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One libFuzzer campaign of a tests/fuzz target: scripts/fuzz.sh TARGET SECONDS
-#   TARGET: st pt hfcfg import tokhf tokgpt2 tokspm idx llmc prep parquet blend yaml grid manifest
-#           ckpt lora lora-llama lora-bloom roundtrip
+#   TARGET: st pt hfcfg import tokhf tokgpt2 tokspm tiktoken idx llmc prep parquet blend yaml grid
+#           manifest ckpt lora lora-llama lora-bloom roundtrip
 # Builds (clang, address + undefined sanitizers, -Dfuzz=enabled) in $FUZZ_BUILD (default
 # build-fuzz), then runs build-fuzz/tests/fuzz/fuzz-TARGET niced on a scratch corpus (new
 # inputs go there) seeded by the committed tests/fuzz/corpus/TARGET. Everything it writes is in

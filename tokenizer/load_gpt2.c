@@ -54,6 +54,15 @@ int load_json_file(const char *path, const char *what, size_t flags, json_t **ou
     return TR_OK;
 }
 
+int tok_read_model(const char *path, size_t max_bytes, const char *what, char **data, size_t *n)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return tr_fail(TR_ERR_IO, "cannot open --tokenizer-model %s: %s", path, strerror(errno));
+    fclose(f);
+    return tr_read_file(path, max_bytes, what, data, n);
+}
+
 int add_vocab_object(tr_tokenizer *t, json_t *vocab, const char *file)
 {
     if (!json_is_object(vocab))

@@ -319,13 +319,9 @@ out:
 
 int load_spm(tr_tokenizer *t, const char *path)
 {
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return tr_fail(TR_ERR_IO, "cannot open --tokenizer-model %s: %s", path, strerror(errno));
-    fclose(f);
     char *data;
     size_t n;
-    int rc = tr_read_file(path, SPM_FILE_MAX, "a sentencepiece tokenizer.model", &data, &n);
+    int rc = tok_read_model(path, SPM_FILE_MAX, "a sentencepiece tokenizer.model", &data, &n);
     if (rc)
         return rc;
     spm_model m;

@@ -419,13 +419,9 @@ int load_tiktoken(tr_tokenizer *t, const tr_tokenizer_files *f)
             return tr_fail(TR_ERR_CONFIG, "--tiktoken-num-special-tokens %d is not in [3, 2^24)",
                            num);
     }
-    FILE *fp = fopen(file, "rb");
-    if (!fp)
-        return tr_fail(TR_ERR_IO, "cannot open --tokenizer-model %s", file);
-    fclose(fp);
     char *data;
     size_t n;
-    int rc = tr_read_file(file, TIK_FILE_MAX, "a tiktoken rank file", &data, &n);
+    int rc = tok_read_model(file, TIK_FILE_MAX, "a tiktoken rank file", &data, &n);
     if (rc)
         return rc;
     tik_table tb = {0};

@@ -219,6 +219,10 @@ int sp_byte_token(const char *s, size_t len, int *exact);
  * `what` names it in messages. */
 TR_MUST_CHECK int load_json_file(const char *path, const char *what, size_t flags,
                                  struct json_t **out);
+/* A --tokenizer-model file whole, at most max_bytes (tr_read_file: `what` names its kind); a
+ * missing one is TR_ERR_IO. */
+TR_MUST_CHECK int tok_read_model(const char *path, size_t max_bytes, const char *what, char **data,
+                                 size_t *n);
 /* A token for messages: escaped (\xNN for bytes outside printable ASCII) and shortened to fit
  * buf's cap bytes. */
 const char *tok_show(const char *s, size_t len, char *buf, size_t cap);

@@ -50,7 +50,8 @@ static const char *const data_formats[] = {"auto", "megatron", "llmc", NULL};
 static const char *const dataset_types[] = {"gpt", "sft", NULL};
 static const char *const tokenizer_types[] = {"none", "ByteLevel", "GPT2BPETokenizer", "HFTokenizer",
                                               "Llama2Tokenizer", "GPTSentencePieceTokenizer",
-                                              NULL};
+                                              "TikTokenizer", "Llama3Tokenizer", NULL};
+static const char *const tiktoken_patterns[] = {"none", "v1", "v2", NULL};
 static const char *const log_levels[] = {"debug", "info", "warning", "error", NULL};
 static const char *const cluster_presets[] = {"none", "a100-80gb", "h100-80gb", "h200", "cpu-host",
                                               NULL};
@@ -205,6 +206,13 @@ const config_key_spec config_keys[] = {
      .offset = F(data.merge_file), .def = "", .allow_empty = 1},
     {.section = "data", .key = "tokenizer.model", .type = KEY_STRING,
      .offset = F(data.tokenizer_model), .def = "", .allow_empty = 1},
+    /* TikTokenizer's (Megatron's --tiktoken-pattern, --tiktoken-num-special-tokens,
+     * --tiktoken-special-tokens; an empty list: <unk> <s> </s>) */
+    ENUM("data", "tokenizer.tiktoken_pattern", data.tiktoken_pattern, "none", tiktoken_patterns),
+    INT("data", "tokenizer.tiktoken_num_special_tokens", data.tiktoken_num_special_tokens, 0,
+        "1000", 3, (1 << 24) - 1),
+    STRLIST("tokenizer.tiktoken_special_tokens", data.tiktoken_special_tokens,
+            data.n_tiktoken_special_tokens),
 
     INT("logging", "log_interval", logging.log_interval, 0, "1", 1, INT_MAX),
     BOOL("logging", "trace", logging.trace, "false"),

@@ -477,7 +477,19 @@ static int check_data(const tr_config *c)
     int type = !strcmp(d->tokenizer_type, "GPT2BPETokenizer") ? 1
                : !strcmp(d->tokenizer_type, "HFTokenizer") ||
                        !strcmp(d->tokenizer_type, "Llama2Tokenizer") ||
-                       !strcmp(d->tokenizer_type, "GPTSentencePieceTokenizer") ? 2 : 0;
+                       !strcmp(d->tokenizer_type, "GPTSentencePieceTokenizer") ||
+                       !strcmp(d->tokenizer_type, "TikTokenizer") ||
+                       !strcmp(d->tokenizer_type, "Llama3Tokenizer") ? 2 : 0;
+    int tik = !strcmp(d->tokenizer_type, "TikTokenizer");
+    if (tik && !strcmp(d->tiktoken_pattern, "none"))
+        return bad(c, "data.tokenizer.type", NULL, "data.tokenizer.type TikTokenizer needs "
+                   "data.tokenizer.tiktoken_pattern v1 or v2");
+    if (!tik && strcmp(d->tiktoken_pattern, "none"))
+        return bad(c, "data.tokenizer.tiktoken_pattern", NULL, "data.tokenizer.tiktoken_pattern is "
+                   "for data.tokenizer.type TikTokenizer");
+    if (!tik && d->n_tiktoken_special_tokens)
+        return bad(c, "data.tokenizer.tiktoken_special_tokens", NULL, "data.tokenizer."
+                   "tiktoken_special_tokens is for data.tokenizer.type TikTokenizer");
     struct { const char *key, *value; int needed; } files[] = {
         {"data.tokenizer.vocab_file", d->vocab_file, type == 1},
         {"data.tokenizer.merge_file", d->merge_file, type == 1},

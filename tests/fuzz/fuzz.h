@@ -26,6 +26,7 @@
  *   tokhf     tokenizer.json: encoding a fixed text and the input gives ids in [0, vocab)
  *   tokgpt2   vocab.json + merges.txt: same
  *   tokspm    sentencepiece's tokenizer.model (Llama2Tokenizer / GPTSentencePieceTokenizer): same
+ *   tiktoken  a tiktoken rank file (Llama3Tokenizer / TikTokenizer, text or Megatron's JSON): same
  *   idx       Megatron .idx/.bin: every sample reads, tokens in [0, vocab), samples locate
  *   llmc      llm.c shard: same
  *   llmcmodel llm.c's GPT-2 model file -> tr_llmc_import: the checkpoint reads back with the

@@ -1,4 +1,7 @@
-/* Fuzz targets tokhf, tokgpt2 and tokspm (tokenizer/): built three times, FUZZ_TOK_SPM selecting
+/* Fuzz targets tokhf, tokgpt2, tokspm and tiktoken (tokenizer/): built four times,
+ * FUZZ_TOK_TIKTOKEN selecting a tiktoken rank file "\n@@@\n" TEXT (Llama3Tokenizer for an input
+ * of odd length, else TikTokenizer with pattern v1 or v2 and 3 to 1000 special tokens by the
+ * length), FUZZ_TOK_SPM selecting
  * tokenizer.model "\n@@@\n" TEXT (sentencepiece's protobuf: Llama2Tokenizer for an input of
  * odd length, else GPTSentencePieceTokenizer), FUZZ_TOK_GPT2 selecting
  * vocab.json "\n@@@\n" merges.txt "\n@@@\n" TEXT (GPT2BPETokenizer; with four parts, vocab.json,
@@ -16,15 +19,23 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     size_t len[4];
     tr_tokenizer_files tf = {0};
     char a[1024], b[1024];
-#if defined(FUZZ_TOK_SPM)
+#if defined(FUZZ_TOK_SPM) || defined(FUZZ_TOK_TIKTOKEN) /* a tokenizer.model, then the text */
     if (fz_split(data, size, part, len, 2) < 2)
         part[1] = (const uint8_t *)"", len[1] = 0;
-    part[2] = part[1], len[2] = len[1]; /* the text */
+    part[2] = part[1], len[2] = len[1];
     fz_write("tokenizer.model", part[0], len[0]);
     fz_path(a, sizeof a, "tokenizer.model");
     (void)b;
-    tf.type = size & 1 ? "Llama2Tokenizer" : "GPTSentencePieceTokenizer";
     tf.tokenizer_model = a;
+#if defined(FUZZ_TOK_SPM)
+    tf.type = size & 1 ? "Llama2Tokenizer" : "GPTSentencePieceTokenizer";
+#else
+    tf.type = size & 1 ? "Llama3Tokenizer" : "TikTokenizer";
+    if (!(size & 1)) {
+        tf.tiktoken_pattern = size & 2 ? "v1" : "v2";
+        tf.tiktoken_num_special_tokens = size & 4 ? 3 + (int)(size % 7) : 0;
+    }
+#endif
 #elif defined(FUZZ_TOK_GPT2)
     char c[1024];
     if (fz_split(data, size, part, len, 4) == 4) { /* the config's part, then the text */

@@ -17,8 +17,10 @@
 #include <string.h>
 
 #include "core/core.h"
+#include "data/data.h"
 #include "tok_test_util.h"
 #include "tokenizer/tokenizer.h"
+#include "yaml/config.h"
 
 static void b64(const unsigned char *s, size_t n, char *out)
 {
@@ -67,51 +69,39 @@ static tr_tokenizer *open_tik(const char *type, const char *model, const char *p
     return t;
 }
 
-static void expect_ids(tr_tokenizer *t, const char *text, int special, const int32_t *want,
-                       size_t n_want)
-{
-    size_t n;
-    int32_t *ids = encode(t, text, strlen(text), special, &n);
-    if (n != n_want || memcmp(ids, want, n * sizeof *ids)) {
-        fprintf(stderr, "'%.40s': got %zu ids:", text, n);
-        for (size_t i = 0; i < n && i < 12; i++)
-            fprintf(stderr, " %d", (int)ids[i]);
-        fprintf(stderr, "\n");
-    }
-    assert_int_equal(n, n_want);
-    assert_memory_equal(ids, want, n * sizeof *ids);
-    free(ids);
-}
-
 #define IDS(...) ((const int32_t[]){__VA_ARGS__}), sizeof((const int32_t[]){__VA_ARGS__}) / 4
 
 /* ranks 256.. of the small vocabulary */
-static const char *const extra[] = {"bc", "ab", "abc", "aa", "aaaa", " d", "12", "'s"};
-enum { BC = 256, AB, ABC, AA, AAAA, SP_D, N12, S_QUOTE, N_RANKS };
+static const char *const extra[] = {"bc", "ab", "abc", "aa", "aaaa", " d", "12", "'s", "xyz"};
+enum { BC = 256, AB, ABC, AA, AAAA, SP_D, N12, S_QUOTE, XYZ, N_RANKS };
 
 static void test_encode(void **state)
 {
     (void)state;
     static char text[1 << 15];
-    write_file(scratch("small.tiktoken"), text, rank_lines(text, extra, 8, 0));
+    write_file(scratch("small.tiktoken"), text, rank_lines(text, extra, 9, 0));
     int rc;
     tr_tokenizer *t = open_tik("Llama3Tokenizer", scratch("small.tiktoken"), NULL, 0, NULL, 0, &rc);
     assert_int_equal(rc, TR_OK);
     assert_int_equal(tr_tokenizer_vocab_size(t), N_RANKS + 256);
     assert_int_equal(tr_tokenizer_eod(t), N_RANKS + 1);
     /* "abc" is a token: whole; "abcd": bc (256) before ab (257), then a+bc = abc */
-    expect_ids(t, "abc", 0, IDS(ABC));
-    expect_ids(t, "abcd", 0, IDS(ABC, 'd'));
-    expect_ids(t, "abab", 0, IDS(AB, AB));
-    expect_ids(t, "aaa", 0, IDS(AA, 'a')); /* the leftmost of equal ranks */
-    expect_ids(t, "aaaaa", 0, IDS(AAAA, 'a'));
+    expect_encoded(t, "abc", 0, IDS(ABC));
+    expect_encoded(t, "abcd", 0, IDS(ABC, 'd'));
+    expect_encoded(t, "abab", 0, IDS(AB, AB));
+    /* no pair of xyz is a token: whole, or not at all */
+    expect_encoded(t, "xyz", 0, IDS(XYZ));
+    expect_encoded(t, "xyzw", 0, IDS('x', 'y', 'z', 'w'));
+    expect_encoded(t, "aaa", 0, IDS(AA, 'a')); /* the leftmost of equal ranks */
+    expect_encoded(t, "aab", 0, IDS('a', AB)); /* the lower rank, not the leftmost pair */
+    expect_encoded(t, "aaaaa", 0, IDS(AAAA, 'a'));
     /* Llama-3's regex: digits by 3, contractions any case, " d" kept with its space */
-    expect_ids(t, "12345 d'S", 0, IDS(N12, '3', '4', '5', SP_D, '\'', 'S'));
-    expect_ids(t, "x's", 0, IDS('x', S_QUOTE));
+    expect_encoded(t, "12345 d'S", 0, IDS(N12, '3', '4', '5', SP_D, '\'', 'S'));
+    expect_encoded(t, "x's", 0, IDS('x', S_QUOTE));
     /* specials matched, BOS first */
-    expect_ids(t, "a<|eot_id|>b<|begin_of_text|>", 1,
+    expect_encoded(t, "a<|eot_id|>b<|begin_of_text|>", 1,
                IDS(N_RANKS, 'a', N_RANKS + 9, 'b', N_RANKS));
-    expect_ids(t, "<|reserved_special_token_2|><|reserved_special_token_245|><|image|>", 0,
+    expect_encoded(t, "<|reserved_special_token_2|><|reserved_special_token_245|><|image|>", 0,
                IDS(N_RANKS + 12, N_RANKS + 255, N_RANKS + 11));
     /* a 300-byte piece through the heap: aaaa then aa */
     char a300[302];
@@ -163,7 +153,7 @@ static void test_encode(void **state)
     assert_int_equal(rc, TR_OK);
     assert_int_equal(tr_tokenizer_vocab_size(t), 1000 + N_RANKS);
     assert_int_equal(tr_tokenizer_eod(t), 2);
-    expect_ids(t, "abc12<s>", 1, IDS(1000 + ABC, 1000 + '1', 1000 + '2', 1000 + '<', 1000 + 's',
+    expect_encoded(t, "abc12<s>", 1, IDS(1000 + ABC, 1000 + '1', 1000 + '2', 1000 + '<', 1000 + 's',
                                      1000 + '>'));
     const int32_t sp[] = {0, 1, 2, 3, 999, 1000 + AB};
     assert_int_equal(tr_decode(t, sp, 6, &back, &len), TR_OK);
@@ -176,7 +166,7 @@ static void test_encode(void **state)
     assert_int_equal(rc, TR_OK);
     assert_int_equal(tr_tokenizer_eod(t), 2);
     assert_int_equal(tr_tokenizer_vocab_size(t), 5 + N_RANKS);
-    expect_ids(t, "Abc", 0, IDS(5 + 'A', 5 + BC));
+    expect_encoded(t, "Abc", 0, IDS(5 + 'A', 5 + BC));
     const int32_t sp2[] = {4, 1};
     assert_int_equal(tr_decode(t, sp2, 2, &back, &len), TR_OK);
     assert_string_equal(back, "<SPECIAL_4><mask>");
@@ -214,7 +204,7 @@ static void test_json(void **state)
     int rc;
     tr_tokenizer *t = open_tik("TikTokenizer", scratch("v.json"), "v2", 3, NULL, 0, &rc);
     assert_int_equal(rc, TR_OK);
-    expect_ids(t, "abcd", 0, IDS(3 + ABC, 3 + 'd'));
+    expect_encoded(t, "abcd", 0, IDS(3 + ABC, 3 + 'd'));
     tr_tokenizer_free(t);
     t = open_tik("Llama3Tokenizer", scratch("v.json"), NULL, 0, NULL, 0, &rc);
     assert_int_equal(rc, TR_OK);
@@ -336,6 +326,57 @@ static void test_refused(void **state)
     assert_null(t);
 }
 
+/* data.tokenizer's TikTokenizer keys: validated with file:line, and what reaches the tokenizer
+ * (num_special_tokens in the vocabulary model.vocab_size must hold). */
+static void expect_config(const char *data, int want, const char *needle)
+{
+    char text[2048];
+    int n = snprintf(text, sizeof text,
+                     "model: {num_layers: 1, hidden_size: 8, num_attention_heads: 1, "
+                     "seq_length: 8, vocab_size: 256}\ntraining: {micro_batch_size: 1, "
+                     "train_iters: 1, lr: 0.001}\ndata:\n  data_path: /nonexistent/x\n%s", data);
+    tr_config c;
+    int rc = tr_config_load_string(text, (size_t)n, "t.yaml", NULL, 0, &c);
+    if (!rc) {
+        tr_data *d = NULL;
+        rc = tr_data_open_config(&c, &d);
+        assert_null(d);
+        tr_config_free(&c);
+    }
+    if (rc != want || !strstr(tr_errmsg(), needle))
+        fprintf(stderr, "expected %d '%s', got %d: %s\n", want, needle, rc, tr_errmsg());
+    assert_int_equal(rc, want);
+    assert_non_null(strstr(tr_errmsg(), needle));
+}
+
+static void test_config(void **state)
+{
+    (void)state;
+    static char text[1 << 15], data[1024];
+    write_file(scratch("cfg.tiktoken"), text, rank_lines(text, extra, 9, 0));
+    /* data.tokenizer = {type: TYPE, model: the file, OTHERS}; the last four: the keys reach
+     * the tokenizer (1000 + 265 ids, 7 + 265, a bad list, 265 + 256) */
+    const struct { const char *type, *others, *needle; } cases[] = {
+        {"TikTokenizer", "", "t.yaml:5:"},
+        {"TikTokenizer", "", "needs data.tokenizer.tiktoken_pattern v1 or v2"},
+        {"Llama3Tokenizer", ", tiktoken_pattern: v1",
+         "tiktoken_pattern is for data.tokenizer.type TikTokenizer"},
+        {"HFTokenizer", ", tiktoken_special_tokens: [<s>]", "tiktoken_special_tokens is for"},
+        {"TikTokenizer", ", tiktoken_pattern: v3", "tiktoken_pattern"},
+        {"TikTokenizer", ", tiktoken_pattern: v2", "(1265 ids)"},
+        {"TikTokenizer", ", tiktoken_pattern: v1, tiktoken_num_special_tokens: 7, "
+         "tiktoken_special_tokens: [<s>, </s>, <unk>, <pad>]", "(272 ids)"},
+        {"TikTokenizer", ", tiktoken_pattern: v1, tiktoken_special_tokens: [<s>, <unk>]",
+         "</s> is missing"},
+        {"Llama3Tokenizer", "", "(521 ids)"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        snprintf(data, sizeof data, "  tokenizer: {type: %s, model: %s%s}\n", cases[i].type,
+                 scratch("cfg.tiktoken"), cases[i].others);
+        expect_config(data, TR_ERR_CONFIG, cases[i].needle);
+    }
+}
+
 static void test_mutated(void **state)
 {
     (void)state;
@@ -367,6 +408,7 @@ int main(void)
         cmocka_unit_test(test_encode),
         cmocka_unit_test(test_json),
         cmocka_unit_test(test_refused),
+        cmocka_unit_test(test_config),
         cmocka_unit_test(test_mutated),
     };
     return tok_test_main("tiktoken", tests, sizeof tests / sizeof *tests);

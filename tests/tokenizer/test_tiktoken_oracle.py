@@ -83,9 +83,10 @@ pieces = (["'s", "'S", "'t", "'RE", "'ve", "'M", "'ll", "'D", "don't", "DON'T", 
                                   "<SPECIAL_7>", "<mask>"]
           + ["1", "12", "123", "1234", "12345678", "3.14", "\u0663\u0664\u0665\u0666", "\u00b2\u00b3", "\u2165"]
           + [" ", "  ", "   ", "\t", "\n", "\n\n", "\r\n", " \n ", "\u00a0", "\u3000", "\u2028", "\x1c", "\x85"]
-          + ["hello", "World", "HeLLo", "\u00c9cole", "na\u00efve", "e\u0301", "\u0928\u092e\u0938\u094d\u0924\u0947",
-             "\u4e2d\u6587", "\u3053\u3093", "\ud55c\uad6d", "\u05e9\u05dc\u05d5\u05dd", "\U0001f600", "\U0001f44d\U0001f3fd",
-             "\u01c5ungla", "\u02b0ello", "ABC", "/path/to", "a/b\n", "!!", "...", "<|", "|>", "\u0130stanbul", "\u017fs"])
+          + ["hello", "World", "HeLLo", "\u00c9cole", "na\u00efve", "e\u0301",
+             "\u0928\u092e\u0938\u094d\u0924\u0947", "\u4e2d\u6587", "\u3053\u3093", "\ud55c\uad6d",
+             "\u05e9\u05dc\u05d5\u05dd", "\U0001f600", "\U0001f44d\U0001f3fd", "\u01c5ungla", "\u02b0ello",
+             "ABC", "/path/to", "a/b\n", "!!", "...", "<|", "|>", "\u0130stanbul", "\u017fs"])
 gen = [rng.choice(pieces) for _ in range(len(pieces))]  # each piece once more, alone below
 for k in range(300):
     n = rng.randint(1, 25)
@@ -191,7 +192,8 @@ def megatron(rank_table, pattern, specials, num):
 
 cases = [("text file, v1, 1000 specials", tiktoken_file, ranks, V1, "v1", None, 1000),
          ("text file, v2, 1000 specials", tiktoken_file, ranks, V2, "v2", None, 1000),
-         ("JSON file, v2, 10 given specials", json_file, json_ranks, V2, "v2", ["<s>", "<mask>", "</s>", "<unk>"], 10),
+         ("JSON file, v2, 10 given specials", json_file, json_ranks, V2, "v2",
+          ["<s>", "<mask>", "</s>", "<unk>"], 10),
          ("JSON file, v1, 3 specials", json_file, json_ranks, V1, "v1", None, 3)]
 for name, model, table, pattern, pname, specials, num in cases:
     enc = megatron(table, pattern, specials or ["<unk>", "<s>", "</s>"], num)

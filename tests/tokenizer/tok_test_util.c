@@ -138,6 +138,22 @@ int tok_test_main(const char *name, const struct CMUnitTest *tests, size_t n)
     return system(cmd) ? 1 : rc;
 }
 
+void expect_encoded(tr_tokenizer *t, const char *text, int special, const int32_t *want,
+                    size_t n_want)
+{
+    size_t n;
+    int32_t *ids = encode(t, text, strlen(text), special, &n);
+    int same = n == n_want && (!n || !memcmp(ids, want, n * sizeof *ids));
+    if (!same) {
+        fprintf(stderr, "text '%s': got", text);
+        for (size_t i = 0; i < n; i++)
+            fprintf(stderr, " %d", ids[i]);
+        fprintf(stderr, "\n");
+    }
+    free(ids);
+    assert_true(same);
+}
+
 tr_tokenizer *open_ok(const char *type, const char *vocab, const char *merges, const char *model)
 {
     tr_tokenizer_files f = {.type = type, .vocab_file = vocab, .merge_file = merges,

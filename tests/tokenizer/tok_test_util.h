@@ -16,6 +16,9 @@ const char *scratch(const char *name);
 void write_file(const char *path, const void *data, size_t n);
 /* The ids of text (malloc'ed, *n of them); asserts success. */
 int32_t *encode(tr_tokenizer *t, const char *text, size_t len, int special, size_t *n);
+/* text (strlen) encodes to exactly want[0 .. n_want) (what it gave printed if not). */
+void expect_encoded(tr_tokenizer *t, const char *text, int special, const int32_t *want,
+                    size_t n_want);
 /* Opening these files works (the message printed and the test failed if not). */
 tr_tokenizer *open_ok(const char *type, const char *vocab, const char *merges, const char *model);
 /* Opening these files fails with a message containing needle (NULL: any), and no tokenizer. */
