@@ -11,8 +11,9 @@ CPU, gloo; megatron_ref.py's patches: CUDA device, RNG tracker):
 Each model NAME: NAME/dist (the --save folder: latest_checkpointed_iteration.txt "10",
 iter_0000010/ as megatron.core.dist_checkpointing.save(state, dir, ('torch_dist', 1)) writes it:
 metadata.json, common.pt (args, checkpoint_version 3.0, iteration, ...), .metadata,
-__R_T.distcp per rank R and writer thread T), NAME/torch (the same weights as model_optim_rng.pt per rank, the legacy
-format) and NAME/logits.f32 ([B, T, V] float32) for the int32 tokens tokens.i32 ([B, T]).
+__R_T.distcp per rank R and writer thread T), NAME/torch (the same weights as
+model_optim_rng.pt per rank: --ckpt-format torch) and NAME/logits.f32 ([B, T, V] float32) for
+the int32 tokens tokens.i32 ([B, T]).
   gpt-tp1:   GPT-2-like (LayerNorm, learned positions, exact GELU, biases, tied), TP 1; its
              save also holds rng_state (a ShardedObject) and an optimizer-like state
              (optimizer.state.exp_avg.* ShardedTensors) that an import ignores
@@ -20,6 +21,9 @@ format) and NAME/logits.f32 ([B, T, V] float32) for the int32 tokens tokens.i32 
   llama-pp2: the same shape, PP 2 (two gloo ranks, the hidden state sent from stage 0 to 1)
   llama-tp2-bf16: llama-tp2 with --bf16's bfloat16 parameters (its logits: the bf16 values run
              in float32)
+  llama-pp2-vp2: the same shape of 4 layers, PP 2 x 2 virtual chunks (model0, model1; each
+             chunk's sharded keys under its virtual rank, as generate_state_dict makes them);
+             no NAME/torch
 and bad/*.metadata: gpt-tp1's .metadata edited (chunks that overlap, leave a gap, run outside;
 no model tensor; a chunk without storage; a path outside the folder; a length past the file's
 end; a missing and an extra model tensor; a chunk stored in 8 bytes; an embedding of twice the
@@ -41,39 +45,50 @@ TOKENS_SEED = 5
 
 
 # megatron_models.py's families, smaller
-SIZES = {"gpt": dict(num_layers=2, hidden_size=16, num_attention_heads=4, ffn_hidden_size=32),
-         "llama": dict(num_layers=2, hidden_size=16, num_attention_heads=4, ffn_hidden_size=24)}
-MODELS = {"gpt-tp1": ("gpt", 1, 1), "llama-tp2": ("llama", 2, 1), "llama-pp2": ("llama", 1, 2),
-          "llama-tp2-bf16": ("llama", 2, 1)}
+SIZES = {"gpt": dict(hidden_size=16, num_attention_heads=4, ffn_hidden_size=32),
+         "llama": dict(hidden_size=16, num_attention_heads=4, ffn_hidden_size=24)}
+# name: (family, TP, PP, virtual chunks per stage)
+MODELS = {"gpt-tp1": ("gpt", 1, 1, 1), "llama-tp2": ("llama", 2, 1, 1),
+          "llama-pp2": ("llama", 1, 2, 1), "llama-tp2-bf16": ("llama", 2, 1, 1),
+          "llama-pp2-vp2": ("llama", 1, 2, 2)}
 
 
-def family(name):
+def family(name, layers):
     import megatron_models as mm
     f = mm.FAMILIES[name]
-    return dict(f, cfg=dict(f["cfg"], **SIZES[name]))
+    return dict(f, cfg=dict(f["cfg"], **SIZES[name], num_layers=layers))
 
 
-def torch_format(save, args, m, tp_rank, pp_rank, pp):
-    """--ckpt-format torch: mp_rank_TT[_PPP]/model_optim_rng.pt (no optimizer)"""
+def torch_format(save, args, ms, tp_rank, pp_rank, pp):
+    """--ckpt-format torch: mp_rank_TT[_PPP]/model_optim_rng.pt (no optimizer) of the stage's
+    chunks ms: model, or model0, model1, ..."""
     name = f"mp_rank_{tp_rank:02d}" if pp == 1 else f"mp_rank_{tp_rank:02d}_{pp_rank:03d}"
     path = os.path.join(save, "iter_0000010", name, "model_optim_rng.pt")
     os.makedirs(os.path.dirname(path), exist_ok=True)
-    torch.save({"args": args, "checkpoint_version": 3.0, "iteration": 10,
-                "model": m.state_dict_for_save_checkpoint()}, path)
+    sd = {"args": args, "checkpoint_version": 3.0, "iteration": 10}
+    for i, m in enumerate(ms):
+        sd["model" if len(ms) == 1 else f"model{i}"] = m.state_dict_for_save_checkpoint()
+    torch.save(sd, path)
     with open(os.path.join(save, "latest_checkpointed_iteration.txt"), "w") as f:
         f.write("10")
 
 
-def dist_format(save, args, m, tp, pp, tp_rank, pp_rank, extra):
+def dist_format(save, args, ms, tp, pp, tp_rank, pp_rank, extra):
     """--ckpt-format torch_dist as Megatron-LM's save_checkpoint writes it (generate_state_dict:
-    args, checkpoint_version, iteration, model's sharded_state_dict, rng_state's ShardedObject)"""
-    from megatron.core import dist_checkpointing
+    args, checkpoint_version, iteration, each chunk's sharded_state_dict under its virtual
+    rank (model, or model0, model1, ...), rng_state's ShardedObject)"""
+    from megatron.core import dist_checkpointing, parallel_state
     from megatron.core.dist_checkpointing.mapping import ShardedObject, ShardedTensor
     d = os.path.join(save, "iter_0000010")
     os.makedirs(d, exist_ok=True)
     torch.distributed.barrier()
     sd = {"args": args, "checkpoint_version": 3.0, "iteration": 10,
-          "num_floating_point_operations_so_far": 0.0, "model": m.sharded_state_dict()}
+          "num_floating_point_operations_so_far": 0.0}
+    for i, m in enumerate(ms):
+        if len(ms) > 1:
+            parallel_state.set_virtual_pipeline_model_parallel_rank(i)
+        sd["model" if len(ms) == 1 else f"model{i}"] = m.sharded_state_dict()
+    m = ms[0]
     if extra:
         sd["rng_state"] = ShardedObject("rng_state", [{"random_rng_state": (3, (1, 2), None)}],
                                         (pp, tp), (pp_rank, tp_rank), replica_id=0)
@@ -109,31 +124,41 @@ def worker(rank, world, port, out, names):
     if rank == 0:
         ids.numpy().astype("<i4").tofile(os.path.join(out, "tokens.i32"))
     for name in names:
-        fam, tp, pp = MODELS[name]
+        fam, tp, pp, vp = MODELS[name]
         assert tp * pp == world
-        parallel_state.initialize_model_parallel(tp, pp)
+        f = family(fam, 2 if vp == 1 else pp * vp)
+        parallel_state.initialize_model_parallel(tp, pp, virtual_pipeline_model_parallel_size=(
+            vp if vp > 1 else None))
         tensor_parallel.get_cuda_rng_tracker().fork = lambda *a, **k: contextlib.nullcontext()
         tp_rank = parallel_state.get_tensor_model_parallel_rank()
         pp_rank = parallel_state.get_pipeline_model_parallel_rank()
-        m = mm.build(family(fam), False, V, 16, rank, pp_rank == 0, pp_rank == pp - 1)
-        args = mm.args_of(family(fam), False, tp, pp, 1, rank, T, V, 16, 32,
-                          ckpt_format="torch_dist", use_dist_ckpt=True)
+        ms = []
+        for v in range(vp):  # the stage's chunks (Megatron-LM's model list)
+            if vp > 1:
+                parallel_state.set_virtual_pipeline_model_parallel_rank(v)
+            ms.append(mm.build(f, False, V, 16, rank, parallel_state.is_pipeline_first_stage(),
+                               parallel_state.is_pipeline_last_stage()))
+        args = mm.args_of(f, False, tp, pp, vp, rank, T, V, 16, 32, ckpt_format="torch_dist",
+                          use_dist_ckpt=True)
         if name.endswith("-bf16"):  # --bf16: bfloat16 parameters saved, run in float32 (the
-            m.bfloat16()            # values exactly the bf16 ones)
+            ms[0].bfloat16()        # values exactly the bf16 ones)
             args.bf16, args.fp16, args.params_dtype = True, False, torch.bfloat16
-        torch_format(os.path.join(out, name, "torch"), args, m, tp_rank, pp_rank, pp)
-        dist_format(os.path.join(out, name, "dist"), args, m, tp, pp, tp_rank, pp_rank,
+        if vp == 1:  # (the VP one's logits check its layer order: no twin, the fixtures stay small)
+            torch_format(os.path.join(out, name, "torch"), args, ms, tp_rank, pp_rank, pp)
+        dist_format(os.path.join(out, name, "dist"), args, ms, tp, pp, tp_rank, pp_rank,
                     name == "gpt-tp1")
-        m.float()
-        with torch.no_grad():
-            if pp_rank > 0:  # the stage before's hidden state [T, B, C]
-                h = torch.empty(T, B, SIZES[fam]["hidden_size"])
-                torch.distributed.recv(h, rank - tp)
-                m.set_input_tensor(h)
-            y = m(ids, pos, mask)
-            if pp_rank < pp - 1:
-                torch.distributed.send(y.contiguous(), rank + tp)
-            elif tp > 1:  # the vocabulary-parallel logits gathered
+        ms[0].float()
+        with torch.no_grad():  # chunk v of stage p after every stage's chunk v - 1
+            for v in range(vp):
+                m = ms[v]
+                if pp_rank > 0 or v > 0:  # the chunk before's hidden state [T, B, C]
+                    h = torch.empty(T, B, SIZES[fam]["hidden_size"])
+                    torch.distributed.recv(h, (rank - tp) % world)
+                    m.set_input_tensor(h)
+                y = m(ids, pos, mask)
+                if pp_rank < pp - 1 or v < vp - 1:
+                    torch.distributed.send(y.contiguous(), (rank + tp) % world)
+            if tp > 1:  # the vocabulary-parallel logits gathered
                 parts = [torch.empty_like(y) for _ in range(tp)]
                 torch.distributed.all_gather(parts, y.contiguous(),
                                              group=parallel_state.get_tensor_model_parallel_group())
@@ -223,6 +248,6 @@ if __name__ == "__main__":
         shutil.rmtree(os.path.join(out, name), ignore_errors=True)
     os.makedirs(out, exist_ok=True)
     mp.spawn(worker, args=(1, free_port(), out, ["gpt-tp1"]), nprocs=1)
-    mp.spawn(worker, args=(2, free_port(), out, ["llama-tp2", "llama-pp2", "llama-tp2-bf16"]),
-             nprocs=2)
+    mp.spawn(worker, args=(2, free_port(), out, ["llama-tp2", "llama-pp2", "llama-tp2-bf16",
+                                                 "llama-pp2-vp2"]), nprocs=2)
     bad_metadata(out)
