@@ -377,10 +377,10 @@ int tr_hf_export(const char *ckpt_dir, const char *hf_dir, const tr_hf_export_op
     if (!rc && family < 0)
         rc = tr_fail(TR_ERR_INVALID, "the config's model (its normalization, position embedding, "
                      "MLP, bias and residual switches) is neither GPT-2, Llama, Qwen2, Bloom, "
-                     "GPT-NeoX, Falcon, Phi, StableLM, Gemma, GPTBigCode, GPT-J, MPT, OPT nor "
-                     "Mixtral (experts: a Llama's or Mistral's layer, top-k 2 or more, "
-                     "moe_router_pre_softmax false): transformers has no such model to export "
-                     "to");
+                     "GPT-NeoX, Falcon, Phi, StableLM, Gemma, GPTBigCode, GPT-J, MPT nor OPT: "
+                     "transformers has no such model to export to (with experts: Mixtral, a "
+                     "Llama's or Mistral's layer, top-k 2 or more, moe_router_pre_softmax "
+                     "false)");
     if (!rc && family == TR_HF_FALCON) /* (before anything is read) */
         rc = hf_falcon_check(o->model ? o->model : &m);
     const tr_model_config *mc = o->model;

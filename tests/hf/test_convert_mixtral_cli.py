@@ -141,5 +141,6 @@ run = tt.write_config(os.path.join(work, "pre-softmax.yaml"), model=dict(
     training=dict(micro_batch_size=1, train_iters=1, lr=1e-3), data=dict(data_path="unused"))
 refused("a run's config with moe_router_pre_softmax", ["--to", "hf", "--input", ck, "--output", bad_out,
                                                        "--config", run], bad_out,
-        "nor Mixtral (experts: a Llama's or Mistral's layer, top-k 2 or more, moe_router_pre_softmax false)")
+        "(with experts: Mixtral, a Llama's or Mistral's layer, top-k 2 or more, moe_router_pre_softmax "
+        "false)")
 tt.finish("PASSED")
