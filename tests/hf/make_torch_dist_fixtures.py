@@ -27,7 +27,7 @@ the int32 tokens tokens.i32 ([B, T]).
 and bad/*.metadata: gpt-tp1's .metadata edited (chunks that overlap, leave a gap, run outside;
 no model tensor; a chunk without storage; a path outside the folder; a length past the file's
 end; a missing and an extra model tensor; a chunk stored in 8 bytes; an embedding of twice the
-args' vocabulary) for the refusals.
+args' vocabulary) and bad/moe-common.pt (args.num_experts 4) for the refusals.
 megatron-core 0.8.0 under torch 2.4 needs one patch to save (MCoreSavePlanner adds every
 ShardedObject twice to the coordinator's plan: worker() says why) and psutil.
 usage: make_torch_dist_fixtures.py OUT"""
@@ -240,6 +240,11 @@ def bad_metadata(out):
         edit(md)
         with open(os.path.join(d, edit.__name__.replace("_", "-") + ".metadata"), "wb") as f:
             pickle.dump(md, f)
+    # common.pt of a mixture of experts (args.num_experts 4, top-2): not read from torch_dist
+    common = torch.load(os.path.join(out, "gpt-tp1", "dist", "iter_0000010", "common.pt"),
+                        weights_only=False)
+    common["args"].num_experts, common["args"].moe_router_topk = 4, 2
+    torch.save(common, os.path.join(d, "moe-common.pt"))
 
 
 if __name__ == "__main__":

@@ -10,7 +10,8 @@ a metadata.json without it, a missing common.pt, .metadata or .distcp file, a tr
 .metadata, one calling os.system (not run), chunks that overlap, leave a gap or run outside the
 global shape, an optimizer-only save, a chunk without storage, a storage path outside the
 folder, one past its file's end, a chunk stored in fewer bytes than 2 per element, a global
-shape not the args', a missing and an extra model tensor, a broken chunk archive.
+shape not the args', a missing and an extra model tensor, a mixture of experts (args.num_experts),
+a broken chunk archive.
 usage: test_torch_dist.py TRIDENT HF_PROBE WORKDIR"""
 import array
 import json
@@ -142,6 +143,9 @@ for bad, cause in (("overlap", "(0+1, 0+48, 0+16) and (0+1, 0+48, 0+16) overlap"
                    ("shape", "embedding.word_embeddings.weight has the global shape [64, 16], the "
                              "args make it [32, 16]")):
     refused(f".metadata: {bad}", metadata_of(bad), cause)
+refused("a mixture of experts", lambda it: shutil.copy(
+    os.path.join(fixtures, "bad", "moe-common.pt"), os.path.join(it, "common.pt")),
+    "args.num_experts 4: a mixture of experts in a torch_dist save is not read")
 refused("broken chunk archives", zeros("__0_1.distcp"),
         "__0_1.distcp: no ZIP end of central directory")
 tt.check("os.system's command not run", not os.path.exists("pwned") and
