@@ -22,7 +22,6 @@ usage: test_hf_mixtral_oracle.py TRIDENT HF_PROBE WORKDIR VENV [--quick]
 --quick: the one-process run only."""
 import copy
 import os
-import subprocess
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "common"))
@@ -68,20 +67,9 @@ def mixtral_grad(G, name, NG):
 
 
 def logits_check(cfg, name, model):
-    """hf_probe logits-config of cfg on 3 x T random tokens against transformers' logits (1e-5 of the
-    largest), their routing margin recorded"""
-    tokens = torch.randint(0, V, (3, T), generator=torch.Generator().manual_seed(1))
-    route_margin(model, f"{name} logits", tokens)
-    tokens.numpy().astype(np.int32).tofile(os.path.join(work, "tokens.bin"))
-    lfile = os.path.join(work, name + "-logits.bin")
-    rc = subprocess.run([probe, "logits-config", cfg, os.path.join(work, "tokens.bin"), "3", lfile]).returncode
-    if tt.check(f"{name}: hf_probe logits-config", rc == 0):
-        ours = torch.from_numpy(np.fromfile(lfile, dtype=np.float32).reshape(3, T, V))
-        with torch.no_grad():
-            ref = model(tokens).logits
-        rel = ((ours - ref).abs().max() / ref.abs().max()).item()
-        tt.check(f"{name}: logits of 3 x {T} tokens after import", rel <= 1e-5,
-                 f"max |diff| / max |logit| = {rel:.2e}", show=True)
+    """hff.logits_check within 1e-5 of the largest logit, the routing margin of its tokens recorded"""
+    route_margin(model, f"{name} logits", torch.randint(0, V, (3, T), generator=torch.Generator().manual_seed(1)))
+    hff.logits_check(probe, cfg, work, name, model, T, V, 1e-5)
 
 
 def bf16_check(name, model, cfg):
