@@ -343,14 +343,15 @@ int infer_tokenizer_open(const char *who, const char *dir, tr_tokenizer_files *t
         (type = tr_tokenizer_model_type(tok->tokenizer_model)) && !strcmp(type, "Llama3Tokenizer"))
         tok->type = type;
     /* a Hugging Face folder's own tokenizer, as from_pretrained takes it: tokenizer.json, else
-     * GPT-2's slow files (GPT2Tokenizer; OPT's folders) with tokenizer_config.json's BOS, else
-     * a tokenizer.model in tiktoken's format (Meta's Llama 3 download: Llama3Tokenizer) */
-    if (!tok->type && !tok->vocab_file && !tok->merge_file && !tok->tokenizer_model &&
-        tr_hf_is_model_folder(dir)) {
-        if (folder_file(dir, "tokenizer.json", p->model, sizeof p->model)) {
+     * GPT-2's slow files (GPT2Tokenizer; OPT's folders) with tokenizer_config.json's BOS; else,
+     * in any folder (a checkpoint `trident convert --from meta` wrote too), a tokenizer.model in
+     * tiktoken's format (Meta's Llama 3 download: Llama3Tokenizer) */
+    if (dir && !tok->type && !tok->vocab_file && !tok->merge_file && !tok->tokenizer_model) {
+        int hf = tr_hf_is_model_folder(dir);
+        if (hf && folder_file(dir, "tokenizer.json", p->model, sizeof p->model)) {
             tok->type = "HFTokenizer";
             tok->tokenizer_model = p->model;
-        } else if (folder_file(dir, "vocab.json", p->vocab, sizeof p->vocab) &&
+        } else if (hf && folder_file(dir, "vocab.json", p->vocab, sizeof p->vocab) &&
                    folder_file(dir, "merges.txt", p->merges, sizeof p->merges)) {
             tok->type = "GPT2BPETokenizer";
             tok->vocab_file = p->vocab;

@@ -23,6 +23,7 @@ import base64
 import json
 import os
 import random
+import shutil
 import struct
 import subprocess
 import sys
@@ -221,4 +222,33 @@ rc, _, err = tt.outputs([trident, "preprocess", "--input", corpus, "--append-eod
 got = [open(f"{prefix}_text_document.{x}", "rb").read() for x in ("bin", "idx")] if rc == 0 else None
 check(f"preprocess TikTokenizer (JSON file, v2, 10 specials, </s> = 2 ends documents): .bin and .idx "
       f"byte-identical to Megatron's ({len(ref_bin)} + {len(ref_idx)} bytes)", got == [ref_bin, ref_idx], err)
+# ---- trident generate finds Meta's tokenizer.model: an HF folder's, a checkpoint's, alone ----
+sys.path.insert(0, os.path.join(HERE, "..", "hf"))
+import hf_files as hff  # noqa: E402
+
+hff.V, hff.C, hff.NH, hff.P, hff.L = N + 256, 8, 2, 64, 1
+folder = path("hf-llama3-vocab")
+os.makedirs(folder)
+with open(os.path.join(folder, "model.safetensors"), "wb") as f:
+    f.write(hff.st_bytes(hff.gpt2_tensors(layers=1)))
+tt.write(os.path.join(folder, "config.json"), json.dumps(dict(
+    hff.CONFIG, n_layer=1, n_embd=8, n_head=2, n_positions=64, vocab_size=N + 256, bos_token_id=N,
+    eos_token_id=N + 1)))
+with open(tiktoken_file, "rb") as src, open(os.path.join(folder, "tokenizer.model"), "wb") as dst:
+    dst.write(src.read())
+prompt = "Hello world<|eot_id|> it's 12345"
+want = [N] + meta_encode(prompt)
+ck = path("ck-llama3-vocab")
+rc, _, err = tt.outputs([trident, "convert", "--from", "hf", "--input", folder, "--output", ck], timeout=120)
+check("the HF folder converts", rc == 0, err)
+if rc == 0:
+    shutil.copy(os.path.join(folder, "tokenizer.model"), ck)  # where --from meta puts it
+for name, where, extra in [("an HF folder's tokenizer.model", folder, []),
+                           ("a checkpoint's tokenizer.model", ck, []),
+                           ("--tokenizer-model alone", ck, ["--tokenizer-model", tiktoken_file])]:
+    rc, out, err = tt.outputs([trident, "generate", where, "--json", "--prompt", prompt, "--max-new-tokens", "1",
+                               "--temperature", "0", *extra], timeout=120)
+    got = [json.loads(x) for x in out.splitlines() if x.startswith("{")]
+    check(f"trident generate, {name}: read as Llama3Tokenizer, the prompt's ids are Meta's encode with BOS",
+          rc == 0 and got and got[0].get("prompt_ids") == want, f"{err[-600:]} {got[:1]} want {want}")
 tt.finish("tiktoken rank files: tiktoken's ids and decoding, Megatron's bytes")
