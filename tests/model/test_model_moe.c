@@ -1,7 +1,7 @@
 /* model/: the mixture-of-experts stage (model/gpt_moe.c): its tensor table, finite-difference
  * gradients of the whole objective (the LM loss plus the load-balancing and z losses, router
  * included), two pipeline stages composing to the whole model, full recompute, the same
- * bits run to run, and generation's cached forward. Shapes: tests/model/family_fixture.c's MIXTRAL and MOE_GPT. */
+ * bits run to run, generation's cached forward, and the model FLOPs of k experts per token. Shapes: tests/model/family_fixture.c's MIXTRAL and MOE_GPT. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -35,6 +35,12 @@ static void test_tensor_table(void **state)
     /* wte, per layer ln1 qkv attn_proj ln2 router + 4 x (fc, fc_proj), lnf, output_layer */
     assert_int_equal(tr_gpt_num_tensors(st.g), 1 + 3 * (5 + 8) + 2);
     assert_false(tr_gpt_is_gpt2(tr_gpt_get_shape(st.g)));
+    /* model FLOPs per token count the k = 2 experts a token runs, not all 4: each expert
+     * (fc 48 x 16, fc_proj 16 x 24) idle in 2 of 4 per layer */
+    size_t n = tr_gpt_num_params(st.g);
+    double idle = 3.0 * 2 * (48 * 16 + 16 * 24);
+    assert_true(fabs(tr_gpt_flops_per_token(tr_gpt_get_shape(st.g), (double)n) -
+                     (6.0 * ((double)n - idle) + 12.0 * 3 * 4 * 4 * 5)) < 1e-6);
     stage_free(&st);
     stage_make(&st, MOE_GPT, 0, 3, 1); /* every expert has the dense MLP's biases */
     assert_int_equal(find(st.g, "layers.0.experts.2.fc.bias")->rows, 24);
