@@ -222,6 +222,16 @@ rc, _, err = tt.outputs([trident, "preprocess", "--input", corpus, "--append-eod
 got = [open(f"{prefix}_text_document.{x}", "rb").read() for x in ("bin", "idx")] if rc == 0 else None
 check(f"preprocess TikTokenizer (JSON file, v2, 10 specials, </s> = 2 ends documents): .bin and .idx "
       f"byte-identical to Megatron's ({len(ref_bin)} + {len(ref_idx)} bytes)", got == [ref_bin, ref_idx], err)
+# Llama3Tokenizer: <|begin_of_text|> before each text (its template), <|end_of_text|> ends documents
+docs = megatron_encode(lines, ["text"], lambda t: [N] + meta_encode(t), N + 1, append_eod=True)
+ref_bin, ref_idx = megatron_files(docs, "text", N + 256)
+prefix = path("llama3")
+rc, _, err = tt.outputs([trident, "preprocess", "--input", corpus, "--append-eod", "--output-prefix", prefix,
+                         "--tokenizer-type", "Llama3Tokenizer", "--tokenizer-model", tiktoken_file], timeout=300)
+got = [open(f"{prefix}_text_document.{x}", "rb").read() for x in ("bin", "idx")] if rc == 0 else None
+check(f"preprocess Llama3Tokenizer (BOS first, <|end_of_text|> ends documents): .bin and .idx byte-identical to "
+      f"Megatron's writer's ({len(ref_bin)} + {len(ref_idx)} bytes)", got == [ref_bin, ref_idx], err)
+
 # ---- trident generate finds Meta's tokenizer.model: an HF folder's, a checkpoint's, alone ----
 sys.path.insert(0, os.path.join(HERE, "..", "hf"))
 import hf_files as hff  # noqa: E402
