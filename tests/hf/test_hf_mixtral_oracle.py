@@ -16,8 +16,8 @@ keys, router_aux_loss_coef among them) and logits; the model saved in bfloat16 g
 -> HF (--dtype bf16) bit for bit; an export in shards imports to the same checkpoint; trident's loss
 of iteration 1 and every gradient (the aux and z losses' coefficients 0: transformers' balancing
 loss is another formula, over every layer's tokens at once), in one process and (a) in D2xT2xP2 with
-sequence parallelism, match transformers' on the same batch (loss 1e-5 relative, gradients relative
-L2 1e-4).
+sequence parallelism, and from finetune.load of the HF folder, match transformers' on the same batch
+(loss 1e-5 relative, gradients relative L2 1e-4).
 usage: test_hf_mixtral_oracle.py TRIDENT HF_PROBE WORKDIR VENV [--quick]
 --quick: the one-process run only."""
 import copy
@@ -138,6 +138,11 @@ for name, NG, tied, window, positions, aux, wide in (
     hff.grads_check(trident, grad_cfg, work, name, layouts, hf_loss, lambda t: mixtral_grad(G, t, NG),
                     (2 if tied else 3) + L * (5 + 2 * E), " with the routers and every expert's",
                     ("layers.0.router.weight", f"layers.1.experts.{E - 1}.fc.weight"))
+    # finetune.load of the HF folder itself (imported by the run) trains the same first step
+    ft_cfg = tt.write(os.path.join(work, name + "-finetune.yaml"), open(grad_cfg).read().replace(
+        f'checkpoint:\n  load: "{ck}"\n', f'finetune:\n  load: "{src}"\n'))
+    hff.grads_check(trident, ft_cfg, work, name, [("finetune.load", 1, 1, 1, ())], hf_loss,
+                    lambda t: mixtral_grad(G, t, NG), (2 if tied else 3) + L * (5 + 2 * E))
 worst = min(margins, key=lambda m: m[1])
 tt.check(f"routing margins: every token's 2nd-largest gate logit at least 1e-4 above its 3rd "
          f"({len(margins)} runs)", worst[1] >= 1e-4, f"smallest {worst[1]:.2e} in {worst[0]}", show=True)
