@@ -404,6 +404,7 @@ static int record_tensorboard(train_report *r, const tr_step_stats *s)
         {"mfu", s->mfu, s->mfu > 0},
         {"lm loss validation", s->val_loss, s->evaluated},
         {"batch-size", s->global_batch_size, 1},
+        {"load_balancing_loss", s->load_balancing_loss, s->has_balancing}, /* (MoE) */
     };
     double wall = wall_time();
     for (size_t i = 0; i < sizeof scalars / sizeof scalars[0]; i++) {

@@ -2,7 +2,8 @@
 """A mixture of experts end to end through `trident train`: a small Mixtral-like model (Llama's
 switches with 4 experts, top-2, load-balancing and z losses) trained 6 iterations with a save;
 then
-  - metrics.jsonl carries load_balancing_loss (per layer about 1: balanced routing gives 1),
+  - metrics.jsonl and TensorBoard carry load_balancing_loss (per layer about 1: balanced routing
+    gives 1),
     the same on DP 2 x TP 2 (averaged over replicas, counted once over TP);
   - the same run twice: bit-identical losses (determinism);
   - a resume from iteration 3 continues bit-identically (the routing follows the parameters);
@@ -46,8 +47,9 @@ def train(name, *extra, world=1, tp=None):
     return r, out
 
 
-ckpt = os.path.join(work, "ckpt")
-r, run_a = train("a", f"checkpoint.save={ckpt}", "checkpoint.save_interval=3")
+ckpt, board = os.path.join(work, "ckpt"), os.path.join(work, "board")
+r, run_a = train("a", f"checkpoint.save={ckpt}", "checkpoint.save_interval=3",
+                 f"logging.tensorboard_dir={board}")
 if not check("the MoE model trains (exit 0)", r.returncode == 0, r.stderr[-2000:]):
     tt.finish()
 ma = tt.metrics(run_a)
@@ -58,6 +60,9 @@ r, run_d = train("d2-t2", world=4, tp=2)
 ld = [m.get("load_balancing_loss") for m in tt.metrics(run_d)] if r.returncode == 0 else []
 check("DP 2 x TP 2: the same load_balancing_loss (averaged over replicas, TP counted once)",
       len(ld) == 6 and all(abs(x - y) <= 1e-5 * y for x, y in zip(ld, lb)), f"{ld} vs {lb}")
+events = [os.path.join(board, f) for f in os.listdir(board)] if os.path.isdir(board) else []
+check("TensorBoard's event file has the load_balancing_loss tag (Megatron's)",
+      any(b"load_balancing_loss" in open(f, "rb").read() for f in events), str(events))
 r, run_b = train("b")
 check("the same run twice: bit-identical losses and balancing losses",
       r.returncode == 0 and [m["loss"] for m in tt.metrics(run_b)] == [m["loss"] for m in ma] and
