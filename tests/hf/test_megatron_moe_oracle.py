@@ -2,12 +2,13 @@
 """`trident convert --from megatron` / `--to megatron` of a mixture of experts against megatron-core 0.8.0
 (its own venv, Debian's torch): megatron_moe_ref.py's Llama-like GPTModel with 4 experts, top-2 (its MoE
 layer: TopKRouter, the allgather dispatcher, SequentialMLP), saved as Megatron-LM's save_checkpoint
-saves it at TP 1. The routers' margins: every token's 2nd-largest gate logit at least 1e-4 above its
-3rd. Imported: the expert keys printed (num_experts, moe_router_topk, moe_router_pre_softmax false,
-moe_aux_loss_coeff); trident's logits (hf_probe logits-config of the printed model section) equal
-megatron-core's within 1e-5 of the largest. Exported (--to megatron) at TP 1: megatron-core's GPTModel of
-the exported args loads it with load_state_dict(strict=True), its logits equal trident's within 1e-5; at
-TP 2 and at PP 2: imported back, the same checkpoint bit for bit. Refused with exit 2 naming the key
+saves it at TP 1 (one process) and at TP 2 with sequence parallelism (two gloo ranks). The routers'
+margins: every token's 2nd-largest gate logit at least 1e-4 above its 3rd. Each imported: the expert
+keys printed (num_experts, moe_router_topk, moe_router_pre_softmax false, moe_aux_loss_coeff); trident's
+logits (hf_probe logits-config of the printed model section) equal megatron-core's within 1e-5 of the
+largest. The TP 1 import exported (--to megatron) at TP 1 and TP 2: megatron-core's GPTModel of the
+exported args loads each rank's file with load_state_dict(strict=True), its logits equal trident's
+within 1e-5; at PP 2: imported back, the same checkpoint bit for bit. Refused with exit 2 naming the key
 (args edited with torch): expert_model_parallel_size 2, moe_grouped_gemm, moe_expert_capacity_factor,
 moe_shared_expert_intermediate_size, moe_input_jitter_eps, moe_layer_freq 2, moe_router_topk 5 of 4,
 top-1 without pre_softmax, moe_router_load_balancing_type sinkhorn, a negative moe_aux_loss_coeff;
@@ -42,60 +43,67 @@ def free_port():
         return str(s.getsockname()[1])
 
 
-def run_ref(*extra):
-    p = subprocess.run([py, ref, work, free_port(), *extra], env=env, capture_output=True, text=True, timeout=240)
-    return p.returncode, p.stdout[-1500:] + p.stderr[-2500:]
+def run_ref(world, *extra):
+    """megatron_moe_ref.py on world gloo ranks: (the worst exit status, the output of each)"""
+    port = free_port()
+    procs = [subprocess.Popen([py, ref, work, str(r), str(world), port, *extra], env=env, stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True) for r in range(world)]
+    logs = [p.communicate(timeout=240)[0][-2500:] for p in procs]
+    return max(p.returncode for p in procs), "\n".join(logs)
 
 
 def convert(*args):
     return tt.outputs([trident, "convert", *args], timeout=120)
 
 
-rc, log = run_ref()
-if not tt.check("megatron_moe_ref.py: megatron-core's MoE model saved", rc == 0, log):
+rc, log = run_ref(1)
+rc2, log2 = run_ref(2)
+if not tt.check("megatron_moe_ref.py: megatron-core's MoE model saved at TP 1 and TP 2", rc == 0 and rc2 == 0,
+                log + log2):
     tt.finish()
-margin = float(open(os.path.join(work, "margin.txt")).read())
-tt.check("routing margins: every token's 2nd-largest gate logit at least 1e-4 above its 3rd", margin >= 1e-4,
-         f"smallest {margin:.2e}", show=True)
-save, ck = os.path.join(work, "moe", "save"), os.path.join(work, "moe-ck")
-rc, out, err = convert("--from", "megatron", "--input", save, "--output", ck)
-if not tt.check("trident convert --from megatron of the MoE save", rc == 0, err):
-    tt.finish()
-tt.check("the expert keys printed", all(w in out for w in ("num_experts: 4", "moe_router_topk: 2",
-                                                             "moe_router_pre_softmax: false",
-                                                             "moe_aux_loss_coeff: 0.01")), out)
-cfg = tt.write(os.path.join(work, "moe.yaml"), out[out.index("model:\n"):] +
-               "training:\n  micro_batch_size: 2\n  train_iters: 1\n  lr: 0.001\n"
-               f"data:\n  data_path: unused\ncheckpoint:\n  load: {ck}\n")
-
-
-def probe_logits(name):
-    lfile = os.path.join(work, name + ".logits")
+cks = {}
+for tp in (1, 2):
+    margin = float(open(os.path.join(work, f"moe-tp{tp}", "margin.txt")).read())
+    tt.check(f"TP {tp}: routing margins: every token's 2nd-largest gate logit at least 1e-4 above its 3rd",
+             margin >= 1e-4, f"smallest {margin:.2e}", show=True)
+    save, ck = os.path.join(work, f"moe-tp{tp}", "save"), os.path.join(work, f"moe-tp{tp}-ck")
+    rc, out, err = convert("--from", "megatron", "--input", save, "--output", ck)
+    if not tt.check(f"TP {tp}: trident convert --from megatron of the MoE save", rc == 0, err):
+        continue
+    tt.check(f"TP {tp}: the expert keys printed", all(w in out for w in (
+        "num_experts: 4", "moe_router_topk: 2", "moe_router_pre_softmax: false", "moe_aux_loss_coeff: 0.01")), out)
+    cfg = tt.write(os.path.join(work, f"moe-tp{tp}.yaml"), out[out.index("model:\n"):] +
+                   "training:\n  micro_batch_size: 2\n  train_iters: 1\n  lr: 0.001\n"
+                   f"data:\n  data_path: unused\ncheckpoint:\n  load: {ck}\n")
+    lfile = os.path.join(work, f"moe-tp{tp}.logits")
     p = subprocess.run([probe, "logits-config", cfg, tokens, str(B), lfile], capture_output=True, text=True)
-    return np.fromfile(lfile, "<f4") if p.returncode == 0 else p.stderr
-
-
-ours, theirs = probe_logits("moe"), np.fromfile(os.path.join(work, "moe", "logits.f32"), "<f4")
-if tt.check("hf_probe logits-config of the import", not isinstance(ours, str), ours if isinstance(ours, str) else ""):
-    rel = float(np.abs(ours - theirs).max() / np.abs(theirs).max())
-    tt.check("trident's logits = megatron-core's", ours.shape == theirs.shape and rel <= 1e-5,
-             f"max |diff| / max |logit| = {rel:.1e}", show=True)
-# export: TP 1 loads into megatron-core; TP 2, PP 2 import back the same
-exp = os.path.join(work, "moe-export")
-rc, out, err = convert("--to", "megatron", "--input", ck, "--output", exp)
-if tt.check("trident convert --to megatron (TP 1)", rc == 0, err):
-    lfile = os.path.join(work, "export.logits")
-    rc, log = run_ref(exp, lfile)
-    if tt.check("megatron-core's GPTModel of the exported args loads it strictly", rc == 0, log):
-        theirs = np.fromfile(lfile, "<f4")
-        rel = float(np.abs(ours - theirs).max() / np.abs(theirs).max()) if not isinstance(ours, str) else 1.0
-        tt.check("its logits = trident's", rel <= 1e-5, f"max |diff| / max |logit| = {rel:.1e}", show=True)
-for tp, pp in ((2, 1), (1, 2)):
-    exp2, back = os.path.join(work, f"moe-tp{tp}-pp{pp}"), os.path.join(work, f"moe-tp{tp}-pp{pp}-ck")
-    rc, _, err = convert("--to", "megatron", "--input", ck, "--output", exp2, "--tp", str(tp), "--pp", str(pp))
-    rc2, _, err2 = convert("--from", "megatron", "--input", exp2, "--output", back) if rc == 0 else (1, "", "")
-    tt.check(f"exported at TP {tp} PP {pp}, imported back: the same checkpoint bit for bit",
-             rc2 == 0 and hff.same_checkpoint(ck, back), err + err2)
+    theirs = np.fromfile(os.path.join(work, f"moe-tp{tp}", "logits.f32"), "<f4")
+    if tt.check(f"TP {tp}: hf_probe logits-config of the import", p.returncode == 0, p.stderr):
+        ours = cks[tp] = np.fromfile(lfile, "<f4")
+        rel = float(np.abs(ours - theirs).max() / np.abs(theirs).max())
+        tt.check(f"TP {tp}: trident's logits = megatron-core's", ours.shape == theirs.shape and rel <= 1e-5,
+                 f"max |diff| / max |logit| = {rel:.1e}", show=True)
+save, ck = os.path.join(work, "moe-tp1", "save"), os.path.join(work, "moe-tp1-ck")
+ours = cks.get(1)
+# export: TP 1 and TP 2 load into megatron-core; PP 2 imports back the same
+for tp in (1, 2):
+    exp = os.path.join(work, f"moe-export-tp{tp}")
+    rc, out, err = convert("--to", "megatron", "--input", ck, "--output", exp, "--tp", str(tp))
+    if not tt.check(f"trident convert --to megatron --tp {tp}", rc == 0, err):
+        continue
+    lfile = os.path.join(work, f"export-tp{tp}.logits")
+    rc, log = run_ref(tp, exp, lfile)
+    if tt.check(f"TP {tp}: megatron-core's GPTModel of the exported args loads each rank's file strictly",
+                rc == 0, log) and ours is not None:
+        theirs = np.fromfile(lfile, "<f4").reshape(B, T, -1)[:, :, :V].ravel()  # (TP 2 pads V to 256)
+        rel = float(np.abs(ours - theirs).max() / np.abs(theirs).max())
+        tt.check(f"TP {tp}: its logits = trident's", rel <= 1e-5, f"max |diff| / max |logit| = {rel:.1e}",
+                 show=True)
+exp2, back = os.path.join(work, "moe-pp2"), os.path.join(work, "moe-pp2-ck")
+rc, _, err = convert("--to", "megatron", "--input", ck, "--output", exp2, "--pp", "2")
+rc2, _, err2 = convert("--from", "megatron", "--input", exp2, "--output", back) if rc == 0 else (1, "", "")
+tt.check("exported at PP 2, imported back: the same checkpoint bit for bit",
+         rc2 == 0 and hff.same_checkpoint(ck, back), err + err2)
 
 # refusals: the save's args or model edited with torch
 rank_file = os.path.join(save, "iter_0000010", "mp_rank_00", "model_optim_rng.pt")
