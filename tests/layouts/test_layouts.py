@@ -268,6 +268,11 @@ if family:
         cases.append((f"{group}-d4-t2-zero2", 8, 2, 1, "parallel.zero_stage=2"))
     else:
         cases.append((f"{group}-d4-t2-zero3", 8, 2, 1, "parallel.zero_stage=3"))
+    if group == "moe":  # the experts' gradients sharded by ZeRO-1 too, and interleaved 1F1B
+        cases.append((f"{group}-d4-t2-zero1", 8, 2, 1, "parallel.zero_stage=1"))
+        cases.append((f"{group}-d4-p2-v2-interleaved", 8, 1, 2,
+                      "parallel.pipeline_schedule=interleaved",
+                      "parallel.virtual_pipeline_model_parallel_size=2"))
     if group in ("neox", "moe"):  # full recompute rebuilds the layer (its one reduction; the
         # experts' routing) in backward
         cases.append((f"{group}-d2-t2-p2-sp-recompute", 8, 2, 2, "parallel.sequence_parallel=true",
