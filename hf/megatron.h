@@ -28,7 +28,8 @@
  *    moe_aux_loss_coeff, moe_z_loss_coeff. Refused naming the key: expert_model_parallel_size
  *    above 1 (expert-parallel files not merged), moe_layer_freq above 1, moe_grouped_gemm
  *    (GroupedMLP's layout), moe_expert_capacity_factor / moe_pad_expert_input_to_capacity
- *    (token dropping), moe_shared_expert_intermediate_size, moe_input_jitter_eps, squared_relu, apply_residual_connection_post_layernorm, qk_layernorm,
+ *    (token dropping), moe_shared_expert_intermediate_size, moe_input_jitter_eps, squared_relu,
+ *    apply_residual_connection_post_layernorm, qk_layernorm,
  *    multi_latent_attention, rotary_interleaved, window_size, mtp_num_layers,
  *    fp8_param_gather (FP8 weights), pipeline_model_parallel_split_rank (encoder-decoder),
  *    heterogeneous_layers_config_path, another normalization or position embedding, sizes

@@ -47,8 +47,9 @@ extern const mlm_name mlm_top_names[2][MLM_TOP_NAMES];
 /* megatron.c: a mixture-of-experts tensor of a layer (rest: trident's name after "layers.N.")
  * under megatron-core's SequentialMLP names (after "decoder.layers.N."): router.weight ->
  * mlp.router.weight (replicated), experts.e.fc.weight ->
- * mlp.experts.local_experts.e.linear_fc1.weight (rows; MLM_GLU with swiglu), experts.e.fc_proj.weight
- * -> ...linear_fc2.weight (columns). 1 with name and *split set; 0 for any other tensor. */
+ * mlp.experts.local_experts.e.linear_fc1.weight (rows; MLM_GLU with swiglu),
+ * experts.e.fc_proj.weight -> ...linear_fc2.weight (columns). 1 with name and *split set; 0 for
+ * any other tensor. */
 int mlm_moe_name(const char *rest, int swiglu, char *name, size_t cap, int *split);
 
 /* What a file's args say. */
