@@ -20,7 +20,8 @@ static int check_tokenizer(const tr_config *cfg)
         .tiktoken_num_special_tokens = tik ? dc->tiktoken_num_special_tokens : 0,
         .tiktoken_special_tokens = tik && dc->n_tiktoken_special_tokens
                                        ? (const char *const *)dc->tiktoken_special_tokens : NULL,
-        .n_tiktoken_special_tokens = tik ? dc->n_tiktoken_special_tokens : 0};
+        .n_tiktoken_special_tokens = tik ? dc->n_tiktoken_special_tokens : 0,
+        .tiktoken_vocab_size = tik ? dc->tiktoken_vocab_size : 0};
     tr_tokenizer *t;
     int rc = tr_tokenizer_open(&f, &t);
     if (rc)

@@ -86,6 +86,8 @@ static void preprocess_usage(FILE *f)
             "                           TikTokenizer: the first special tokens (default <unk>\n"
             "                           <s> </s>; these three must be among them; </s> ends\n"
             "                           documents)\n"
+            "  --vocab-size V           TikTokenizer: keep the file's first V - S ranks\n"
+            "                           (Megatron's cut; default: all of them)\n"
             "output:\n"
             "  --output-prefix PREFIX   where the files go (written atomically, through .tmp)\n"
             "  --append-eod             JSON Lines: end each document with the tokenizer's end-of-\n"
@@ -131,7 +133,7 @@ static int parse(arg_parser *a, pp_options *o)
 {
     enum { INPUT, OUTPUT_PREFIX, WORKERS, PER_FILE, APPEND_EOD, SPLIT_SENTENCES, JSON_KEYS,
            TOK_TYPE, VOCAB, MERGES, TOK_MODEL, SKIP_BAD, LOG_INTERVAL, SFT, CHAT_TEMPLATE,
-           TIK_PATTERN, TIK_NUM, TIK_SPECIALS };
+           TIK_PATTERN, TIK_NUM, TIK_SPECIALS, TIK_VOCAB };
     static const arg_opt options[] = {
         [INPUT] = {"--input", ARG_VALUES, "file"},
         [OUTPUT_PREFIX] = {"--output-prefix", ARG_VALUE},
@@ -151,6 +153,7 @@ static int parse(arg_parser *a, pp_options *o)
         [TIK_PATTERN] = {"--tiktoken-pattern", ARG_VALUE},
         [TIK_NUM] = {"--tiktoken-num-special-tokens", ARG_VALUE},
         [TIK_SPECIALS] = {"--tiktoken-special-tokens", ARG_VALUES, "token"},
+        [TIK_VOCAB] = {"--vocab-size", ARG_VALUE},
         {NULL},
     };
     a->opts = options;
@@ -197,6 +200,8 @@ static int parse(arg_parser *a, pp_options *o)
         else if (opt == TIK_NUM)
             rc = args_int(a, "--tiktoken-num-special-tokens", v, 3, (1 << 24) - 1,
                           &o->tok.tiktoken_num_special_tokens);
+        else if (opt == TIK_VOCAB)
+            rc = args_int(a, "--vocab-size", v, 4, 1 << 24, &o->tok.tiktoken_vocab_size);
         else if (opt == TIK_SPECIALS) {
             o->specials[o->tok.n_tiktoken_special_tokens++] = v;
             o->tok.tiktoken_special_tokens = o->specials;

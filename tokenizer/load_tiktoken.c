@@ -405,7 +405,7 @@ int tiktoken_sniff(const char *data, size_t n)
 int load_tiktoken(tr_tokenizer *t, const tr_tokenizer_files *f)
 {
     const char *file = f->tokenizer_model, *pattern = llama3_pattern;
-    int megatron = t->kind == TOK_TIKTOKEN, num = 0;
+    int megatron = t->kind == TOK_TIKTOKEN, num = 0, keep = 0;
     if (megatron) {
         const char *p = f->tiktoken_pattern;
         if (!p || !p[0])
@@ -418,6 +418,11 @@ int load_tiktoken(tr_tokenizer *t, const tr_tokenizer_files *f)
         if (num < 3 || num >= TOK_ID_LIMIT)
             return tr_fail(TR_ERR_CONFIG, "--tiktoken-num-special-tokens %d is not in [3, 2^24)",
                            num);
+        int v = f->tiktoken_vocab_size; /* Megatron's --vocab-size: the first v - num ranks */
+        if (v && (v <= num || v > TOK_ID_LIMIT))
+            return tr_fail(TR_ERR_CONFIG, "--vocab-size %d is not above --tiktoken-num-special-"
+                           "tokens %d (or is past 2^24)", v, num);
+        keep = v ? v - num : 0;
     }
     char *data;
     size_t n;
@@ -436,8 +441,16 @@ int load_tiktoken(tr_tokenizer *t, const tr_tokenizer_files *f)
     else
         rc = tb.json ? parse_json(t, &tb, file, data, n) : parse_text(t, &tb, file, data, n);
     free(data);
+    size_t kept = 0;
+    for (size_t i = 0; keep && i < tb.n; i++) /* Megatron's vocab[:max_vocab] */
+        if (tb.e[i].rank < keep)
+            tb.e[kept++] = tb.e[i];
+    tb.n = keep ? kept : tb.n;
     if (!rc)
         rc = build(t, &tb, file, num, megatron ? 0 : LLAMA3_SPECIALS);
+    if (!rc && keep && tb.n < (size_t)keep)
+        rc = tr_fail(TR_ERR_INVALID, "%s: %zu ranks, fewer than the %d that --vocab-size %d less "
+                     "%d special tokens takes", file, tb.n, keep, keep + num, num);
     if (!rc)
         rc = megatron ? megatron_specials(t, f, num) : llama3_specials(t, (int32_t)tb.n);
     free(tb.e);

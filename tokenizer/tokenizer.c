@@ -50,7 +50,7 @@ static int check_files(const tr_tokenizer_files *f, int kind)
         return tr_fail(TR_ERR_CONFIG, "a tokenizer_config.json (%s) is read by GPT2BPETokenizer "
                        "only, not by %s", f->config_file, type_names[kind]);
     if (kind != TOK_TIKTOKEN && (given(f->tiktoken_pattern) || f->tiktoken_num_special_tokens ||
-                                 f->tiktoken_special_tokens))
+                                 f->tiktoken_special_tokens || f->tiktoken_vocab_size))
         return tr_fail(TR_ERR_CONFIG, "the --tiktoken-* options are read by TikTokenizer only, not "
                        "by %s", type_names[kind]);
     for (int i = 0; i < 3; i++) {

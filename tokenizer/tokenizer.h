@@ -69,8 +69,9 @@
  *                          Megatron's JSON list of {rank, token_bytes, token_str}, the first 256
  *                          the bytes in order); ids 0..S-1 the special tokens (the list, which
  *                          must hold <unk> <s> </s> once each, then <SPECIAL_i>), the file's
- *                          whole rank table after them (Megatron with --vocab-size S + N; no
- *                          cut to --vocab-size); Megatron's v1 / v2 regex; special tokens in the
+ *                          rank table after them: its first V - S ranks with --vocab-size V
+ *                          (Megatron's cut; fewer is refused), else all N (Megatron with
+ *                          --vocab-size S + N); Megatron's v1 / v2 regex; special tokens in the
  *                          text are text (Megatron's tokenize is tiktoken's encode_ordinary);
  *                          add_special adds nothing; end of document </s>.
  *      "Llama3Tokenizer"   Meta's Llama 3 tokenizer.model (--tokenizer-model; llama-models'
@@ -134,11 +135,13 @@ typedef struct {
     const char *merge_file;      /* GPT2BPETokenizer: merges.txt (GPT-2's vocab.bpe) */
     const char *tokenizer_model; /* HFTokenizer: tokenizer.json; the others: tokenizer.model */
     const char *config_file;     /* GPT2BPETokenizer, optional: tokenizer_config.json (BOS) */
-    /* TikTokenizer only (Megatron's flags): "v1" | "v2"; S (0: 1000); the list (NULL: default) */
+    /* TikTokenizer only (Megatron's flags): "v1" | "v2"; S (0: 1000); the list (NULL: default);
+     * the vocabulary size */
     const char *tiktoken_pattern;
     int tiktoken_num_special_tokens;
     const char *const *tiktoken_special_tokens;
     int n_tiktoken_special_tokens;
+    int tiktoken_vocab_size; /* Megatron's --vocab-size V: the first V - S ranks; 0: them all */
 } tr_tokenizer_files;
 
 /* Open a tokenizer. A missing file for the type, or a file given that the type does not use

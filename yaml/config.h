@@ -289,11 +289,13 @@ typedef struct {
     char *vocab_file, *merge_file, *tokenizer_model; /* "" = none */
     /* "TikTokenizer" | "Llama3Tokenizer" (model: a tiktoken rank file, tokenizer/tokenizer.h);
      * TikTokenizer's: tiktoken_pattern "none" (default) | "v1" | "v2" (needed),
-     * tiktoken_num_special_tokens (default 1000), tiktoken_special_tokens (none: <unk> <s> </s>) */
+     * tiktoken_num_special_tokens (default 1000), tiktoken_special_tokens (none: <unk> <s> </s>),
+     * tiktoken_vocab_size (Megatron's --vocab-size: the first V - S ranks; default 0: all) */
     char *tiktoken_pattern;
     int tiktoken_num_special_tokens;
     char **tiktoken_special_tokens;
     int n_tiktoken_special_tokens;
+    int tiktoken_vocab_size;
     /* "gpt" (default: token streams cut into samples) | "sft" (supervised fine-tuning:
      * data_path is ONE prefix written by `trident preprocess --json-keys PROMPT,RESPONSE`,
      * with its PREFIX_loss_mask; examples packed into sequences, attention kept inside each,

@@ -213,6 +213,7 @@ const config_key_spec config_keys[] = {
         "1000", 3, (1 << 24) - 1),
     STRLIST("tokenizer.tiktoken_special_tokens", data.tiktoken_special_tokens,
             data.n_tiktoken_special_tokens),
+    INT("data", "tokenizer.tiktoken_vocab_size", data.tiktoken_vocab_size, 0, "0", 0, 1 << 24),
 
     INT("logging", "log_interval", logging.log_interval, 0, "1", 1, INT_MAX),
     BOOL("logging", "trace", logging.trace, "false"),

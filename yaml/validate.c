@@ -487,6 +487,9 @@ static int check_data(const tr_config *c)
     if (!tik && strcmp(d->tiktoken_pattern, "none"))
         return bad(c, "data.tokenizer.tiktoken_pattern", NULL, "data.tokenizer.tiktoken_pattern is "
                    "for data.tokenizer.type TikTokenizer");
+    if (!tik && d->tiktoken_vocab_size)
+        return bad(c, "data.tokenizer.tiktoken_vocab_size", NULL, "data.tokenizer."
+                   "tiktoken_vocab_size is for data.tokenizer.type TikTokenizer");
     if (!tik && d->n_tiktoken_special_tokens)
         return bad(c, "data.tokenizer.tiktoken_special_tokens", NULL, "data.tokenizer."
                    "tiktoken_special_tokens is for data.tokenizer.type TikTokenizer");

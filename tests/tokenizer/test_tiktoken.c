@@ -167,6 +167,29 @@ static void test_encode(void **state)
     assert_int_equal(tr_tokenizer_eod(t), 2);
     assert_int_equal(tr_tokenizer_vocab_size(t), 5 + N_RANKS);
     expect_encoded(t, "Abc", 0, IDS(5 + 'A', 5 + BC));
+    tr_tokenizer_free(t);
+    /* Megatron's --vocab-size 263 with 3 specials: ranks 0..259, so no aaaa (260) */
+    tr_tokenizer_files cut = {.type = "TikTokenizer", .tokenizer_model = scratch("small.tiktoken"),
+                              .tiktoken_pattern = "v1", .tiktoken_num_special_tokens = 3,
+                              .tiktoken_vocab_size = 263};
+    assert_int_equal(tr_tokenizer_open(&cut, &t), TR_OK);
+    assert_int_equal(tr_tokenizer_vocab_size(t), 263);
+    expect_encoded(t, "aaaaa", 0, IDS(3 + AA, 3 + AA, 3 + 'a'));
+    cut.tiktoken_vocab_size = 300;
+    tr_tokenizer_free(t);
+    assert_int_equal(tr_tokenizer_open(&cut, &t), TR_ERR_INVALID);
+    assert_non_null(strstr(tr_errmsg(), "small.tiktoken: 265 ranks, fewer than the 297 that "
+                                        "--vocab-size 300 less 3 special tokens takes"));
+    cut.tiktoken_vocab_size = 3;
+    assert_int_equal(tr_tokenizer_open(&cut, &t), TR_ERR_CONFIG);
+    assert_non_null(strstr(tr_errmsg(), "--vocab-size 3 is not above"));
+    cut.type = "Llama3Tokenizer";
+    cut.tiktoken_pattern = NULL;
+    cut.tiktoken_num_special_tokens = 0;
+    cut.tiktoken_vocab_size = 300;
+    assert_int_equal(tr_tokenizer_open(&cut, &t), TR_ERR_CONFIG);
+    assert_non_null(strstr(tr_errmsg(), "TikTokenizer only"));
+    t = open_tik("TikTokenizer", scratch("small.tiktoken"), "v2", 5, given, 4, &rc);
     const int32_t sp2[] = {4, 1};
     assert_int_equal(tr_decode(t, sp2, 2, &back, &len), TR_OK);
     assert_string_equal(back, "<SPECIAL_4><mask>");
@@ -369,6 +392,9 @@ static void test_config(void **state)
         {"TikTokenizer", ", tiktoken_pattern: v1, tiktoken_special_tokens: [<s>, <unk>]",
          "</s> is missing"},
         {"Llama3Tokenizer", "", "(521 ids)"},
+        {"TikTokenizer", ", tiktoken_pattern: v1, tiktoken_num_special_tokens: 7, "
+         "tiktoken_vocab_size: 263", "(263 ids)"},
+        {"Llama3Tokenizer", ", tiktoken_vocab_size: 263", "tiktoken_vocab_size is for"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         snprintf(data, sizeof data, "  tokenizer: {type: %s, model: %s%s}\n", cases[i].type,

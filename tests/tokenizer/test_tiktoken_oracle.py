@@ -185,26 +185,32 @@ compare("Llama3Tokenizer with add_special (<|begin_of_text|> first)", mine, err,
 check_decode("Llama3Tokenizer", "Llama3Tokenizer", tiktoken_file, [], meta, N + 256)
 
 # ---- TikTokenizer: Megatron's CustomTikTokenizer ----
-def megatron(rank_table, pattern, specials, num):
+def megatron(rank_table, pattern, specials, num, vocab_size=None):
+    """CustomTikTokenizer's Encoding (vocab_size: Megatron's --vocab-size, the first
+    vocab_size - num ranks kept)."""
+    if vocab_size:
+        rank_table = {t: r for t, r in rank_table.items() if r < vocab_size - num}
     specials = specials + [f"<SPECIAL_{i}>" for i in range(len(specials), num)]
     return tiktoken.Encoding("megatron", pat_str=pattern, mergeable_ranks={t: r + num for t, r in rank_table.items()},
                              special_tokens={t: i for i, t in enumerate(specials)})
 
 
 cases = [("text file, v1, 1000 specials", tiktoken_file, ranks, V1, "v1", None, 1000),
+         ("text file, v2, 1000 specials, --vocab-size 31000", tiktoken_file, ranks, V2, "v2", None, 1000, 31000),
          ("text file, v2, 1000 specials", tiktoken_file, ranks, V2, "v2", None, 1000),
          ("JSON file, v2, 10 given specials", json_file, json_ranks, V2, "v2",
           ["<s>", "<mask>", "</s>", "<unk>"], 10),
          ("JSON file, v1, 3 specials", json_file, json_ranks, V1, "v1", None, 3)]
-for name, model, table, pattern, pname, specials, num in cases:
-    enc = megatron(table, pattern, specials or ["<unk>", "<s>", "</s>"], num)
+for name, model, table, pattern, pname, specials, num, *cut in cases:
+    enc = megatron(table, pattern, specials or ["<unk>", "<s>", "</s>"], num, *cut)
     opts = ["--tiktoken-pattern", pname] + (["--tiktoken-num-special-tokens", str(num)] if num != 1000 else [])
+    opts += ["--tiktoken-vocab-size", str(cut[0])] if cut else []
     opts += ["--tiktoken-special-tokens", ",".join(specials)] if specials else []
     mine, err = trident_ids("TikTokenizer", model, opts)
     compare(f"TikTokenizer, {name}", mine, err, [enc.encode_ordinary(t) for t in texts])
     mine_sp, err = trident_ids("TikTokenizer", model, opts, special=True)
     check(f"TikTokenizer, {name}: add_special adds nothing", mine_sp is not None and mine_sp == mine, err)
-    check_decode(f"TikTokenizer, {name}", "TikTokenizer", model, opts, enc, num + N)
+    check_decode(f"TikTokenizer, {name}", "TikTokenizer", model, opts, enc, cut[0] if cut else num + N)
 
 # ---- preprocess: Megatron's bytes with CustomTikTokenizer's logic ----
 recs = [{"text": t} for t in texts[:150] if len(t) < 100000] + [{"text": [t, "", t[:5]]} for t in gen[:30]]

@@ -501,9 +501,10 @@ static void test_id_cap(void **state)
                 free(v);
                 write_file(merges, "", 0);
             }
-            tr_tokenizer_files f = {where < 2 ? "HFTokenizer" : "GPT2BPETokenizer",
-                                    where < 2 ? NULL : path, where < 2 ? NULL : merges,
-                                    where < 2 ? path : NULL, NULL, NULL, 0, NULL, 0};
+            tr_tokenizer_files f = {.type = where < 2 ? "HFTokenizer" : "GPT2BPETokenizer",
+                                    .vocab_file = where < 2 ? NULL : path,
+                                    .merge_file = where < 2 ? NULL : merges,
+                                    .tokenizer_model = where < 2 ? path : NULL};
             if (ids[c] < 1 << 24) {
                 tr_tokenizer *t = NULL;
                 int rc = tr_tokenizer_open(&f, &t);

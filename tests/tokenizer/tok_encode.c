@@ -4,7 +4,8 @@
  * another, each preceded by its id count (int64). With --decode instead of --special, each FILE
  * holds int32 ids and their decoded text is written, preceded by its length (int64).
  * TYPE/VOCAB/MERGES/MODEL: "-" for none. TIKTOKEN: --tiktoken-pattern P,
- * --tiktoken-num-special-tokens S, --tiktoken-special-tokens A,B,C (TikTokenizer's). Exit 2 with the message when the tokenizer or a file
+ * --tiktoken-num-special-tokens S, --tiktoken-special-tokens A,B,C, --tiktoken-vocab-size V
+ * (TikTokenizer's). Exit 2 with the message when the tokenizer or a file
  * is refused, 1 on other failures. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -51,6 +52,8 @@ int main(int argc, char **argv)
             files.tiktoken_pattern = argv[first + 1];
         else if (!strcmp(flag, "num-special-tokens"))
             files.tiktoken_num_special_tokens = atoi(argv[first + 1]);
+        else if (!strcmp(flag, "vocab-size"))
+            files.tiktoken_vocab_size = atoi(argv[first + 1]);
         else /* special-tokens: comma-separated, in place */
             for (char *s = argv[first + 1], *c; s && files.n_tiktoken_special_tokens < 64; s = c) {
                 if ((c = strchr(s, ',')))
