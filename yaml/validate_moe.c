@@ -67,10 +67,5 @@ int config_check_moe(const tr_config *c)
                           "model.parallel_residual with model.num_experts %d is not built: the "
                           "experts' layer is the sequential one; allowed: parallel_residual "
                           "false with experts", m->num_experts);
-    if (c->training.device && !strcmp(c->training.device, "cuda"))
-        return config_bad(c, "training.device", "model.num_experts",
-                          "training.device cuda with model.num_experts %d: the CUDA backend has "
-                          "no mixture-of-experts kernels yet; allowed: device cpu with experts",
-                          m->num_experts);
     return TR_OK;
 }

@@ -14,10 +14,11 @@
                      residual with one norm, exact GELU), Phi-2 (one norm, the output layer's
                      bias: the head in fp32) and Gemma (heads of kv_channels 16, GeGLU with the
                      exact GELU, norms scaling by 1 + weight, the embedding times 8) switches,
-                     GPT-J's, GPT-BigCode's, MPT's and OPT's (GPT-2's with the MLP's ReLU) on
-                     the GPU vs the CPU: fp32 within 1e-4, bf16 within 2e-2 of the CPU's fp32
-                     (the families' CUDA kernels: rope, RMSNorm, SwiGLU, GeGLU, GQA/ALiBi
-                     attention, the exact GELU, ReLU)
+                     GPT-J's, GPT-BigCode's, MPT's and OPT's (GPT-2's with the MLP's ReLU), and
+                     a Mixtral-like mixture of experts, on the GPU vs the CPU: fp32 within 1e-4,
+                     bf16 within 2e-2 of the CPU's fp32 (the families' CUDA kernels: rope,
+                     RMSNorm, SwiGLU, GeGLU, GQA/ALiBi attention, the exact GELU, ReLU, the MoE
+                     router, gather and scatter)
   checkpoint         a checkpoint saved on the GPU (iteration 5) resumes on the CPU, and one
                      saved on the CPU resumes on the GPU: iterations 6-10 within 1e-4 of the
                      uninterrupted runs on both backends (fp32); a bf16 run's checkpoint resumes
@@ -71,6 +72,11 @@ FAMILIES["mpt"] = ["model.position_embedding_type=alibi", "model.add_bias_linear
 # OPT's: GPT-2's (LayerNorm, learned positions, biases, tied) with the MLP's ReLU (relu_forward16 /
 # relu_backward16 in bf16, beside fc's GEMMs: no epilogue)
 FAMILIES["opt"] = ["model.relu=true"]
+# a Mixtral-like mixture of experts (the Llama's layer, 4 experts, 2 a token, the balancing and z
+# losses): kernels/cuda/moe.cu's router, gather and scatter, the routing copied to the host
+FAMILIES["moe"] = FAMILIES["llama"] + ["model.num_experts=4", "model.moe_router_topk=2",
+                                       "model.moe_aux_loss_coeff=0.01", "model.moe_z_loss_coeff=0.001",
+                                       "model.init_method_std=0.06"]  # (as layouts-moe: no near-tie routing)
 
 
 def parse(argv):
