@@ -119,15 +119,17 @@ typedef struct {
 /* The tokenizer of the options in *tok, or, when none is given and `dir` is an HF folder, the
  * folder's: its tokenizer.json (HFTokenizer), else its vocab.json + merges.txt
  * (GPT2BPETokenizer, with the tokenizer_config.json beside them as config_file when there is
- * one: add_bos_token's BOS); tok's paths then point into *p and a line on stderr says so;
+ * one: add_bos_token's BOS); in any folder, a tokenizer.model in tiktoken's format
+ * (Llama3Tokenizer; also given alone as --tokenizer-model); tok's paths then point into *p and
+ * a line on stderr says so;
  * *out NULL when neither (bytes). Returns the exit status: 0, or 1 / 2 after the message
  * prefixed `who`. */
 int infer_tokenizer_open(const char *who, const char *dir, tr_tokenizer_files *tok,
                          infer_tok_paths *p, tr_tokenizer **out);
 /* The options generate and eval share, by name: --config, --device, --nproc and the
- * tokenizer's (--tokenizer-type, --vocab-file, --merge-file, --tokenizer-model) into *config,
- * *device, *nproc and *tok. 1 when `flag` is one of them (*rc: --nproc's parse status), else
- * 0. */
+ * tokenizer's (--tokenizer-type, --vocab-file, --merge-file, --tokenizer-model,
+ * --tiktoken-pattern, --tiktoken-num-special-tokens) into *config, *device, *nproc and *tok. 1
+ * when `flag` is one of them (*rc: --nproc's or the special count's parse status), else 0. */
 int infer_shared_option(const arg_parser *a, const char *flag, const char *v, const char **config,
                         const char **device, int *nproc, tr_tokenizer_files *tok, int *rc);
 

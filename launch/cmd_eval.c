@@ -65,6 +65,7 @@ static void eval_usage(FILE *f)
             "                       parallelism (default 1: one replica over all ranks); the\n"
             "                       same figures, up to rounding\n"
             "  --tokenizer-type T, --vocab-file F, --merge-file F, --tokenizer-model F,\n"
+            "  --tiktoken-pattern P, --tiktoken-num-special-tokens S,\n"
             "  --config FILE, --device cpu|cuda|cuda-fp32, --nproc N\n"
             "                       as in trident generate\n"
             "  -h, --help           this text\n"
@@ -311,7 +312,8 @@ static int run_eval(const eval_options *o)
 int tr_cmd_eval(int argc, char **argv)
 {
     enum { INPUT, DATA, SPLIT, SPLIT_NAME, TASKS, SPECIAL, CONTEXT, STRIDE, LIMIT, JSON, DEVICE,
-           NPROC, TOK_TYPE, VOCAB, MERGES, TOK_MODEL, CONFIG, DATA_PARALLEL };
+           NPROC, TOK_TYPE, VOCAB, MERGES, TOK_MODEL, CONFIG, DATA_PARALLEL, TIK_PATTERN,
+           TIK_NUM };
     static const arg_opt options[] = {
         [INPUT] = {"--input", ARG_VALUES, "text file"}, [DATA] = {"--data-path", ARG_VALUE},
         [SPLIT] = {"--split", ARG_VALUE},               [SPLIT_NAME] = {"--split-name", ARG_VALUE},
@@ -324,7 +326,9 @@ int tr_cmd_eval(int argc, char **argv)
         [MERGES] = {"--merge-file", ARG_VALUE},
         [TOK_MODEL] = {"--tokenizer-model", ARG_VALUE},
         [CONFIG] = {"--config", ARG_VALUE},
-        [DATA_PARALLEL] = {"--data-parallel", ARG_VALUE}, {NULL},
+        [DATA_PARALLEL] = {"--data-parallel", ARG_VALUE},
+        [TIK_PATTERN] = {"--tiktoken-pattern", ARG_VALUE},
+        [TIK_NUM] = {"--tiktoken-num-special-tokens", ARG_VALUE}, {NULL},
     };
     arg_parser a = {.cmd = "trident eval", .opts = options, .usage = eval_usage, .argc = argc,
                     .argv = argv};

@@ -66,8 +66,12 @@ static void generate_usage(FILE *f)
             "  --json                 print one JSON object (prompt and generated token ids, text,\n"
             "                         timings) instead of the text\n"
             "  --tokenizer-type T     ByteLevel, GPT2BPETokenizer (--vocab-file, --merge-file),\n"
-            "                         HFTokenizer, Llama2Tokenizer or GPTSentencePieceTokenizer\n"
-            "                         (--tokenizer-model): the run's data.tokenizer\n"
+            "                         HFTokenizer, Llama2Tokenizer, GPTSentencePieceTokenizer,\n"
+            "                         Llama3Tokenizer or TikTokenizer (--tokenizer-model;\n"
+            "                         TikTokenizer: --tiktoken-pattern v1|v2,\n"
+            "                         --tiktoken-num-special-tokens S, its default specials):\n"
+            "                         the run's data.tokenizer; a tokenizer.model in tiktoken's\n"
+            "                         format (Meta's Llama 3) in the folder is Llama3Tokenizer\n"
             "  --config FILE          the run's config (its model section: sizes must be the\n"
             "                         checkpoint's; the family switches are taken from it); a\n"
             "                         LoRA run's checkpoint needs it: its adapters are merged\n"
@@ -381,7 +385,7 @@ static int chat_prompt(gen_options *o)
 int tr_cmd_generate(int argc, char **argv)
 {
     enum { PROMPT, PROMPT_IDS, MAX_NEW, TEMPERATURE, TOP_K, TOP_P, SEED, EOS, DEVICE, JSON, NPROC,
-           TOK_TYPE, VOCAB, MERGES, TOK_MODEL, CONFIG, CHAT, SYSTEM };
+           TOK_TYPE, VOCAB, MERGES, TOK_MODEL, CONFIG, CHAT, SYSTEM, TIK_PATTERN, TIK_NUM };
     static const arg_opt options[] = {
         [PROMPT] = {"--prompt", ARG_VALUE},       [PROMPT_IDS] = {"--prompt-ids", ARG_VALUE},
         [MAX_NEW] = {"--max-new-tokens", ARG_VALUE}, [TEMPERATURE] = {"--temperature", ARG_VALUE},
@@ -392,6 +396,8 @@ int tr_cmd_generate(int argc, char **argv)
         [VOCAB] = {"--vocab-file", ARG_VALUE},    [MERGES] = {"--merge-file", ARG_VALUE},
         [TOK_MODEL] = {"--tokenizer-model", ARG_VALUE}, [CONFIG] = {"--config", ARG_VALUE},
         [CHAT] = {"--chat-template", ARG_VALUE},  [SYSTEM] = {"--system", ARG_VALUE},
+        [TIK_PATTERN] = {"--tiktoken-pattern", ARG_VALUE},
+        [TIK_NUM] = {"--tiktoken-num-special-tokens", ARG_VALUE},
         {NULL},
     };
     arg_parser a = {.cmd = "trident generate", .opts = options, .usage = generate_usage,

@@ -395,6 +395,10 @@ int infer_shared_option(const arg_parser *a, const char *flag, const char *v, co
         tok->merge_file = v;
     else if (!strcmp(flag, "--tokenizer-model"))
         tok->tokenizer_model = v;
+    else if (!strcmp(flag, "--tiktoken-pattern"))
+        tok->tiktoken_pattern = v;
+    else if (!strcmp(flag, "--tiktoken-num-special-tokens"))
+        *rc = args_int(a, flag, v, 3, (1 << 24) - 1, &tok->tiktoken_num_special_tokens);
     else
         return 0;
     return 1;

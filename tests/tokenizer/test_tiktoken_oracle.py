@@ -267,4 +267,12 @@ for name, where, extra in [("an HF folder's tokenizer.model", folder, []),
     got = [json.loads(x) for x in out.splitlines() if x.startswith("{")]
     check(f"trident generate, {name}: read as Llama3Tokenizer, the prompt's ids are Meta's encode with BOS",
           rc == 0 and got and got[0].get("prompt_ids") == want, f"{err[-600:]} {got[:1]} want {want}")
+rc, out, err = tt.outputs([trident, "generate", ck, "--json", "--prompt", prompt, "--max-new-tokens", "1",
+                           "--temperature", "0", "--tokenizer-type", "TikTokenizer", "--tokenizer-model", json_file,
+                           "--tiktoken-pattern", "v2", "--tiktoken-num-special-tokens", "10"], timeout=120)
+got = [json.loads(x) for x in out.splitlines() if x.startswith("{")]
+want = megatron(json_ranks, V2, ["<unk>", "<s>", "</s>"], 10).encode_ordinary(prompt)
+check("trident generate --tokenizer-type TikTokenizer --tiktoken-pattern v2 --tiktoken-num-special-tokens 10: "
+      "the prompt's ids are Megatron's tokenize", rc == 0 and got and got[0].get("prompt_ids") == want,
+      f"{err[-600:]} {got[:1]} want {want}")
 tt.finish("tiktoken rank files: tiktoken's ids and decoding, Megatron's bytes")
