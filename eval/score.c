@@ -75,28 +75,40 @@ static double row_logp(const float *row, int V, int32_t t, unsigned char *greedy
     return (double)row[t] - (double)max - log(sum);
 }
 
+/* Checks ids[0, n) against the vocabulary, keeps the cached keys and values of the prefix
+ * shared with the ids (at most `most` positions: they depend on that prefix alone) in *keep,
+ * and records ids[*keep, read) as the positions the caller decodes next. */
+static int keep_prefix(tr_evaluator *ev, const int32_t *ids, int n, int most, int read,
+                       int *keep)
+{
+    for (int j = 0; j < n; j++)
+        if (ids[j] < 0 || ids[j] >= ev->V)
+            return tr_fail(TR_ERR_INVALID, "token %d at position %d is outside the model's "
+                           "vocabulary [0, %d)", ids[j], j, ev->V);
+    int k = 0, len = tr_gpt_cache_length(ev->cache);
+    while (k < len && k < most && ev->cached[k] == ids[k])
+        k++;
+    tr_gpt_cache_truncate(ev->cache, k);
+    if (read > k)
+        memcpy(ev->cached + k, ids + k, (size_t)(read - k) * sizeof *ids);
+    *keep = k;
+    return TR_OK;
+}
+
 int tr_eval_score(tr_evaluator *ev, const int32_t *ids, int n, int first, double *logp,
                   unsigned char *greedy)
 {
     if (first < 1 || first > n || n - 1 > ev->context)
         return tr_fail(TR_ERR_INVALID, "scoring tokens [%d, %d) with a context of %d", first, n,
                        ev->context);
-    for (int j = 0; j < n; j++)
-        if (ids[j] < 0 || ids[j] >= ev->V)
-            return tr_fail(TR_ERR_INVALID, "token %d at position %d is outside the model's "
-                           "vocabulary [0, %d)", ids[j], j, ev->V);
-    /* the cached keys and values of a common prefix stay (they depend on it alone) */
-    int keep = 0, len = tr_gpt_cache_length(ev->cache);
-    while (keep < len && keep < first - 1 && ev->cached[keep] == ids[keep])
-        keep++;
-    tr_gpt_cache_truncate(ev->cache, keep);
-    if (n - 1 > keep)
-        memcpy(ev->cached + keep, ids + keep, (size_t)(n - 1 - keep) * sizeof *ids);
+    int keep, rc = keep_prefix(ev, ids, n, first - 1, n - 1, &keep);
+    if (rc)
+        return rc;
     /* position p reads ids[p] and predicts ids[p + 1] */
     for (int p = keep; p < n - 1;) {
         int rows = n - 1 - p < TR_EVAL_CHUNK ? n - 1 - p : TR_EVAL_CHUNK;
         int all = p + rows >= first; /* some target of these rows is scored */
-        int rc = tr_gpt_decode(ev->cache, ids + p, rows, all, ev->logits);
+        rc = tr_gpt_decode(ev->cache, ids + p, rows, all, ev->logits);
         if (rc)
             return rc;
         for (int r = 0; all && r < rows; r++) {
@@ -115,19 +127,13 @@ int tr_eval_greedy_next(tr_evaluator *ev, const int32_t *ids, int n, int32_t *ne
     if (n < 1 || n > ev->context)
         return tr_fail(TR_ERR_INVALID, "the next token after %d tokens with a context of %d", n,
                        ev->context);
-    for (int j = 0; j < n; j++)
-        if (ids[j] < 0 || ids[j] >= ev->V)
-            return tr_fail(TR_ERR_INVALID, "token %d at position %d is outside the model's "
-                           "vocabulary [0, %d)", ids[j], j, ev->V);
     /* the cached prefix stays, but the last id is read again for its logits row */
-    int keep = 0, len = tr_gpt_cache_length(ev->cache);
-    while (keep < len && keep < n - 1 && ev->cached[keep] == ids[keep])
-        keep++;
-    tr_gpt_cache_truncate(ev->cache, keep);
-    memcpy(ev->cached + keep, ids + keep, (size_t)(n - keep) * sizeof *ids);
+    int keep, rc = keep_prefix(ev, ids, n, n - 1, n, &keep);
+    if (rc)
+        return rc;
     for (int p = keep; p < n;) {
         int rows = n - p < TR_EVAL_CHUNK ? n - p : TR_EVAL_CHUNK;
-        int rc = tr_gpt_decode(ev->cache, ids + p, rows, 0, ev->logits); /* last row's */
+        rc = tr_gpt_decode(ev->cache, ids + p, rows, 0, ev->logits); /* last row's */
         if (rc)
             return rc;
         p += rows;
