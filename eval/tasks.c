@@ -46,29 +46,12 @@ static uint32_t code_point_at(const char *s, size_t i, size_t *len)
                                (uint32_t)(u[2] & 0x3f) << 6 | (u[3] & 0x3f);
 }
 
-/* Whether s[0, n) is UTF-8 (well-formed sequences; what the stripping below may walk). */
-static int utf8_ok(const char *s, size_t n)
-{
-    for (size_t i = 0; i < n;) {
-        unsigned char c = (unsigned char)s[i];
-        size_t len = c < 0x80 ? 1 : c >= 0xc2 && c < 0xe0 ? 2 : c >= 0xe0 && c < 0xf0 ? 3
-                     : c >= 0xf0 && c < 0xf5 ? 4 : 0;
-        if (!len || i + len > n)
-            return 0;
-        for (size_t k = 1; k < len; k++)
-            if (((unsigned char)s[i + k] & 0xc0) != 0x80)
-                return 0;
-        i += len;
-    }
-    return 1;
-}
-
 /* s[0, n) as Python's s.strip() leaves it: [*begin, *end); text that is not UTF-8 (bytes
  * generated without a tokenizer) loses ASCII whitespace only. */
 static void strip_bounds(const char *s, size_t n, size_t *begin, size_t *end)
 {
     size_t a = 0, b = n, len;
-    if (utf8_ok(s, n)) {
+    if (tr_utf8_valid_prefix((const unsigned char *)s, n) == n) {
         while (a < n && py_space(code_point_at(s, a, &len)))
             a += len;
         *begin = a;

@@ -333,9 +333,8 @@ static void measure_overrides(const tr_grid_spec *g, size_t i, measure_sets *m)
     if (tr_training_by_samples(t)) {
         m->converted = 1;
         m->set[m->n++] = "training.train_samples=0";
-        double decay = t->lr_decay_samples ? (double)t->lr_decay_samples : (double)t->train_samples;
         m->set[m->n++] = "training.lr_decay_samples=0";
-        measure_add(m, "training.lr_decay_iters", fmax(1, round(decay / gb)));
+        measure_add(m, "training.lr_decay_iters", fmax(1, round(tr_training_decay_samples(t) / gb)));
         if (t->lr_warmup_samples) {
             m->set[m->n++] = "training.lr_warmup_samples=0";
             measure_add(m, "training.lr_warmup_iters", fmax(1, round(t->lr_warmup_samples / gb)));
