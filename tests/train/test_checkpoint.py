@@ -275,7 +275,8 @@ world, tp, pp, extra = next(iter(LAYOUTS.values()))
 rc, out, err = run("bad-multi", world, tp, pp, extra + [f"checkpoint.load={save_dir('bad-flipped-bit')}"], timeout=120)
 check(f"bad checkpoint on {world} ranks: non-zero exit naming the file", rc != 0 and "layers.2.fc.weight" in err,
       f"rc={rc} {err[-1500:]}")
-for key in ("checkpoint.save_interval=-1", "training.exit_interval=-2", "checkpoint.nope=1"):
+for key in ("checkpoint.save_interval=-1", "training.exit_interval=-2", "training.exit_duration_in_mins=-1",
+            "checkpoint.nope=1"):
     rc, out, err = run("bad-key", sets=[key, "training.train_iters=1"], timeout=60)
     check(f"--set {key}: exit 2 naming the key", rc == 2 and key.split("=")[0].split(".")[1] in err, f"rc={rc} {err[-500:]}")
 
