@@ -1,5 +1,6 @@
-/* `trident topo --world-size W --tp T --pp P [--order O] [--gpus-per-node G] [--config FILE]
- * [--json]`: print every process group of a layout, and where the groups sit on nodes. */
+/* `trident topo --world-size W --tp T --pp P [--cp C] [--order O] [--gpus-per-node G]
+ * [--config FILE] [--json]`: print every process group of a layout, and where the groups sit
+ * on nodes. With CP 1 the output is the 3-D layout's, byte for byte (no CP lines or keys). */
 #include "launch/commands.h"
 
 #include <limits.h>
@@ -27,15 +28,19 @@ static void topo_usage(FILE *f)
             "  --world-size W       number of ranks (required)\n"
             "  --tp T               tensor model parallel size (default 1)\n"
             "  --pp P               pipeline model parallel size (default 1)\n"
+            "  --cp C               context parallel size (default 1): C ranks split each\n"
+            "                       sample's sequence; adds the cp and dp_cp (gradient)\n"
+            "                       groups, and CP sits right after TP in the rank order\n"
             "  --order ORDER        tp-dp-pp (default, Megatron: global = tp + dp*TP + pp*TP*DP)\n"
             "                       or tp-pp-dp\n"
-            "  --config FILE        take TP, PP and the order from a YAML config's parallel\n"
+            "  --config FILE        take TP, PP, CP and the order from a YAML config's parallel\n"
             "                       section (flags given explicitly win)\n"
             "  --gpus-per-node G    place ranks on nodes of G consecutive ranks; report which\n"
             "                       groups cross nodes and warn when a TP group does\n"
             "  --json               one JSON object: tp_groups, dp_groups, pp_groups,\n"
             "                       model_parallel_groups, embedding_groups (lists of rank\n"
-            "                       lists sorted by first rank) and the sizes\n"
+            "                       lists sorted by first rank) and the sizes; with CP > 1\n"
+            "                       also context_parallel_size, cp_groups, dp_cp_groups\n"
             "  -h, --help           this text\n"
             "\n"
             "Exit status: 0 success, 2 bad usage or impossible layout.\n");
@@ -84,11 +89,20 @@ static void print_group_list(const tr_topo_table *tab, tr_group_kind kind, int g
     printf("\n");
 }
 
+/* The group kinds printed: the CP ones (last in the enum) only when CP > 1, so a 3-D layout's
+ * output is what it was before the dimension existed. */
+static int kinds_shown(const tr_topo *t) { return t->cp > 1 ? TR_GROUP_KINDS : TR_GROUP_CP; }
+
 static void print_human(const tr_topo_table *tab, int gpus_per_node, const tr_node_report *rep)
 {
     const tr_topo *t = &tab->topo;
-    printf("world %d = dp %d x tp %d x pp %d, order %s (global = tp", t->world, t->dp, t->tp,
-           t->pp, tr_topo_order_name(t->order));
+    int cp = t->cp > 1;
+    if (cp)
+        printf("world %d = dp %d x cp %d x tp %d x pp %d, order %s (global = tp + cp*%d",
+               t->world, t->dp, t->cp, t->tp, t->pp, tr_topo_order_name(t->order), t->stride_cp);
+    else
+        printf("world %d = dp %d x tp %d x pp %d, order %s (global = tp", t->world, t->dp, t->tp,
+               t->pp, tr_topo_order_name(t->order));
     if (t->order == TR_ORDER_TP_DP_PP)
         printf(" + dp*%d + pp*%d)\n", t->stride_dp, t->stride_pp);
     else
@@ -101,7 +115,8 @@ static void print_human(const tr_topo_table *tab, int gpus_per_node, const tr_no
         printf("node placement: not given (--gpus-per-node G)\n");
     printf("\n");
     if (t->world <= RANK_TABLE_MAX) {
-        printf("%6s %5s %5s %5s %5s  %s\n", "rank", "node", "dp", "tp", "pp", "stage");
+        printf("%6s %5s %5s%s %5s %5s  %s\n", "rank", "node", "dp", cp ? "    cp" : "", "tp",
+               "pp", "stage");
         for (int r = 0; r < t->world; r++) {
             tr_coords c = tr_topo_coords(t, r);
             char node[16] = "-";
@@ -111,20 +126,23 @@ static void print_human(const tr_topo_table *tab, int gpus_per_node, const tr_no
                                 : c.pp == 0 ? "first"
                                 : c.pp == t->pp - 1 ? "last"
                                                     : "";
-            printf("%6d %5s %5d %5d %5d%s%s\n", r, node, c.dp, c.tp, c.pp, *stage ? "  " : "",
-                   stage);
+            char cpcol[16] = "";
+            if (cp)
+                snprintf(cpcol, sizeof cpcol, " %5d", c.cp);
+            printf("%6d %5s %5d%s %5d %5d%s%s\n", r, node, c.dp, cpcol, c.tp, c.pp,
+                   *stage ? "  " : "", stage);
         }
     } else {
         printf("(per-rank table left out for more than %d ranks; rank r has tp = r %% %d)\n",
                RANK_TABLE_MAX, t->tp);
     }
-    for (int k = 0; k < TR_GROUP_KINDS; k++) {
+    for (int k = 0; k < kinds_shown(t); k++) {
         printf("\n");
         print_group_list(tab, (tr_group_kind)k, gpus_per_node);
     }
     if (gpus_per_node > 0) {
         printf("\nnodes spanned (most by one group): ");
-        for (int k = 0; k < TR_GROUP_KINDS; k++)
+        for (int k = 0; k < kinds_shown(t); k++)
             printf("%s%s %d", k ? ", " : "", tr_group_kind_name((tr_group_kind)k),
                    rep->max_nodes[k]);
         printf("\n");
@@ -135,7 +153,8 @@ static void print_json(const tr_topo_table *tab, int gpus_per_node, const tr_nod
 {
     const tr_topo *t = &tab->topo;
     static const char *keys[TR_GROUP_KINDS] = {"tp_groups", "dp_groups", "pp_groups",
-                                               "model_parallel_groups", "embedding_groups"};
+                                               "model_parallel_groups", "embedding_groups",
+                                               "cp_groups", "dp_cp_groups"};
     tr_json j;
     tr_json_begin(&j, stdout);
     tr_json_object_begin(&j, NULL);
@@ -143,8 +162,10 @@ static void print_json(const tr_topo_table *tab, int gpus_per_node, const tr_nod
     tr_json_int(&j, "tensor_model_parallel_size", t->tp);
     tr_json_int(&j, "pipeline_model_parallel_size", t->pp);
     tr_json_int(&j, "data_parallel_size", t->dp);
+    if (t->cp > 1)
+        tr_json_int(&j, "context_parallel_size", t->cp);
     tr_json_string(&j, "order", tr_topo_order_name(t->order));
-    for (int k = 0; k < TR_GROUP_KINDS; k++) {
+    for (int k = 0; k < kinds_shown(t); k++) {
         tr_json_array_begin(&j, keys[k]);
         for (int g = 0; g < tab->num_groups[k]; g++) {
             const int *row = tr_topo_table_group(tab, (tr_group_kind)k, g);
@@ -159,7 +180,7 @@ static void print_json(const tr_topo_table *tab, int gpus_per_node, const tr_nod
         tr_json_int(&j, "gpus_per_node", gpus_per_node);
         tr_json_int(&j, "num_nodes", rep->num_nodes);
         tr_json_object_begin(&j, "groups_crossing_nodes");
-        for (int k = 0; k < TR_GROUP_KINDS; k++)
+        for (int k = 0; k < kinds_shown(t); k++)
             tr_json_int(&j, tr_group_kind_name((tr_group_kind)k), rep->crossing[k]);
         tr_json_object_end(&j);
     }
@@ -168,8 +189,8 @@ static void print_json(const tr_topo_table *tab, int gpus_per_node, const tr_nod
 }
 
 /* Sizes from --config FILE; flags given on the command line take precedence. */
-static int sizes_from_config(const char *path, int *tp, int *pp, char **order, char *where,
-                             size_t where_cap)
+static int sizes_from_config(const char *path, int *tp, int *pp, int *cp, char **order,
+                             char *where, size_t where_cap)
 {
     tr_config cfg;
     if (tr_config_load(path, NULL, 0, &cfg)) {
@@ -185,6 +206,8 @@ static int sizes_from_config(const char *path, int *tp, int *pp, char **order, c
         *tp = cfg.parallel.tensor_model_parallel_size;
     if (*pp < 0)
         *pp = cfg.parallel.pipeline_model_parallel_size;
+    if (*cp < 0)
+        *cp = cfg.parallel.context_parallel_size;
     if (!*order && cfg.parallel.order)
         *order = strdup(cfg.parallel.order);
     tr_config_free(&cfg);
@@ -193,7 +216,7 @@ static int sizes_from_config(const char *path, int *tp, int *pp, char **order, c
 
 int tr_cmd_topo(int argc, char **argv)
 {
-    enum { WORLD, TP, PP, GPUS_PER_NODE, CONFIG, ORDER, JSON };
+    enum { WORLD, TP, PP, GPUS_PER_NODE, CONFIG, ORDER, JSON, CP };
     static const arg_opt options[] = {
         [WORLD] = {"--world-size", ARG_VALUE},
         [TP] = {"--tp", ARG_VALUE},
@@ -202,11 +225,12 @@ int tr_cmd_topo(int argc, char **argv)
         [CONFIG] = {"--config", ARG_VALUE},
         [ORDER] = {"--order", ARG_VALUE},
         [JSON] = {"--json", ARG_FLAG},
+        [CP] = {"--cp", ARG_VALUE},
         {NULL},
     };
     arg_parser a = {.cmd = "trident topo", .opts = options, .usage = topo_usage, .argc = argc,
                  .argv = argv};
-    int world = -1, tp = -1, pp = -1, gpus_per_node = 0, json = 0, rc = 0, o;
+    int world = -1, tp = -1, pp = -1, cp = -1, gpus_per_node = 0, json = 0, rc = 0, o;
     const char *config_path = NULL, *order_arg = NULL, *v;
     while (!rc && (o = args_next(&a, &v)) != ARGS_END) {
         if (o == ARGS_HELP || o == ARGS_ERROR)
@@ -221,7 +245,8 @@ int tr_cmd_topo(int argc, char **argv)
             order_arg = v;
         else
             rc = args_int(&a, options[o].name, v, 1, INT_MAX,
-                             o == WORLD ? &world : o == TP ? &tp : o == PP ? &pp : &gpus_per_node);
+                          o == WORLD ? &world : o == TP ? &tp : o == PP ? &pp : o == CP ? &cp
+                                                                                   : &gpus_per_node);
     }
     if (!rc && world < 0)
         rc = args_error(&a, "--world-size is required (see trident topo --help)");
@@ -230,13 +255,13 @@ int tr_cmd_topo(int argc, char **argv)
     char *order = order_arg ? strdup(order_arg) : NULL;
     char where[512] = "";
     if (config_path)
-        rc = sizes_from_config(config_path, &tp, &pp, &order, where, sizeof where);
+        rc = sizes_from_config(config_path, &tp, &pp, &cp, &order, where, sizeof where);
     if (rc) {
         free(order);
         return rc;
     }
     tr_topo t;
-    if (tr_topo_init(&t, world, tp < 0 ? 1 : tp, pp < 0 ? 1 : pp, order)) {
+    if (tr_topo_init_cp(&t, world, tp < 0 ? 1 : tp, cp < 0 ? 1 : cp, pp < 0 ? 1 : pp, order)) {
         fprintf(stderr, "trident topo: %s%s\n", where, tr_errmsg());
         free(order);
         return 2;

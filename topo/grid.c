@@ -9,12 +9,12 @@
 
 #include "core/core.h"
 
-enum { DIM_TP = 0, DIM_DP = 1, DIM_PP = 2 };
+enum { DIM_TP = 0, DIM_DP = 1, DIM_PP = 2, DIM_CP = 3, NDIMS = 4 };
 
 typedef struct {
     int n;          /* dimensions used, fastest stride first */
-    int size[3];
-    int stride[3];
+    int size[NDIMS];
+    int stride[NDIMS];
 } dim_walk;
 
 static void dim_size_stride(const tr_topo *t, int dim, int *size, int *stride)
@@ -22,18 +22,20 @@ static void dim_size_stride(const tr_topo *t, int dim, int *size, int *stride)
     switch (dim) {
     case DIM_TP: *size = t->tp, *stride = t->stride_tp; break;
     case DIM_DP: *size = t->dp, *stride = t->stride_dp; break;
+    case DIM_CP: *size = t->cp, *stride = t->stride_cp; break;
     default: *size = t->pp, *stride = t->stride_pp; break;
     }
 }
 
-/* Dimensions in increasing stride order. */
-static void dims_by_stride(const tr_topo *t, int dims[3])
+/* Dimensions in increasing stride order (CP right after TP in both orders). */
+static void dims_by_stride(const tr_topo *t, int dims[NDIMS])
 {
     dims[0] = DIM_TP;
+    dims[1] = DIM_CP;
     if (t->order == TR_ORDER_TP_DP_PP)
-        dims[1] = DIM_DP, dims[2] = DIM_PP;
+        dims[2] = DIM_DP, dims[3] = DIM_PP;
     else
-        dims[1] = DIM_PP, dims[2] = DIM_DP;
+        dims[2] = DIM_PP, dims[3] = DIM_DP;
 }
 
 /* Which dimensions vary inside a group of `kind` (bit d set = dimension d varies). */
@@ -42,6 +44,8 @@ static unsigned varying_mask(tr_group_kind kind)
     switch (kind) {
     case TR_GROUP_TP: return 1u << DIM_TP;
     case TR_GROUP_DP: return 1u << DIM_DP;
+    case TR_GROUP_CP: return 1u << DIM_CP;
+    case TR_GROUP_DP_CP: return (1u << DIM_DP) | (1u << DIM_CP);
     case TR_GROUP_MP: return (1u << DIM_TP) | (1u << DIM_PP);
     default: return 1u << DIM_PP; /* PP and EMBED */
     }
@@ -50,11 +54,11 @@ static unsigned varying_mask(tr_group_kind kind)
 /* The varying (want_varying = 1) or fixed dimensions of `kind`, fastest first. */
 static dim_walk walk_for(const tr_topo *t, tr_group_kind kind, int want_varying)
 {
-    int dims[3];
+    int dims[NDIMS];
     dims_by_stride(t, dims);
     unsigned mask = varying_mask(kind);
     dim_walk w = {0};
-    for (int i = 0; i < 3; i++) {
+    for (int i = 0; i < NDIMS; i++) {
         int varies = (mask >> dims[i]) & 1u;
         if (varies == want_varying) {
             dim_size_stride(t, dims[i], &w.size[w.n], &w.stride[w.n]);
@@ -109,11 +113,16 @@ const char *tr_topo_order_name(tr_topo_order order)
 const char *tr_group_kind_name(tr_group_kind kind)
 {
     static const char *names[TR_GROUP_KINDS] = {"tp", "dp", "pp", "model_parallel",
-                                                "embedding"};
+                                                "embedding", "cp", "dp_cp"};
     return (unsigned)kind < TR_GROUP_KINDS ? names[kind] : "unknown";
 }
 
 int tr_topo_init(tr_topo *t, int world, int tp, int pp, const char *order)
+{
+    return tr_topo_init_cp(t, world, tp, 1, pp, order);
+}
+
+int tr_topo_init_cp(tr_topo *t, int world, int tp, int cp, int pp, const char *order)
 {
     memset(t, 0, sizeof *t);
     tr_topo_order ord;
@@ -124,25 +133,36 @@ int tr_topo_init(tr_topo *t, int world, int tp, int pp, const char *order)
                        "world size %d, tensor parallel size %d, pipeline parallel size %d: "
                        "each must be at least 1",
                        world, tp, pp);
+    if (cp < 1)
+        return tr_fail(TR_ERR_CONFIG, "context parallel size %d must be at least 1", cp);
     if (world > TR_TOPO_MAX_WORLD)
         return tr_fail(TR_ERR_CONFIG, "world size %d: at most %d ranks", world, TR_TOPO_MAX_WORLD);
-    if ((long long)tp * pp > world || world % (tp * pp) != 0)
+    long long model = (long long)tp * pp * cp;
+    if (model > world || world % model != 0) {
+        if (cp == 1)
+            return tr_fail(TR_ERR_CONFIG,
+                           "world size %d is not divisible by tensor parallel size %d x "
+                           "pipeline parallel size %d = %lld",
+                           world, tp, pp, model);
         return tr_fail(TR_ERR_CONFIG,
-                       "world size %d is not divisible by tensor parallel size %d x pipeline "
-                       "parallel size %d = %lld",
-                       world, tp, pp, (long long)tp * pp);
+                       "world size %d is not divisible by tensor parallel size %d x context "
+                       "parallel size %d x pipeline parallel size %d = %lld",
+                       world, tp, cp, pp, model);
+    }
     t->world = world;
     t->tp = tp;
     t->pp = pp;
-    t->dp = world / (tp * pp);
+    t->cp = cp;
+    t->dp = (int)(world / model);
     t->order = ord;
     t->stride_tp = 1;
+    t->stride_cp = tp;
     if (ord == TR_ORDER_TP_DP_PP) {
-        t->stride_dp = tp;
-        t->stride_pp = tp * t->dp;
+        t->stride_dp = tp * cp;
+        t->stride_pp = tp * cp * t->dp;
     } else {
-        t->stride_pp = tp;
-        t->stride_dp = tp * pp;
+        t->stride_pp = tp * cp;
+        t->stride_dp = tp * cp * pp;
     }
     return TR_OK;
 }
@@ -153,22 +173,21 @@ tr_coords tr_topo_coords(const tr_topo *t, int rank)
     c.tp = (rank / t->stride_tp) % t->tp;
     c.dp = (rank / t->stride_dp) % t->dp;
     c.pp = (rank / t->stride_pp) % t->pp;
+    c.cp = (rank / t->stride_cp) % t->cp;
     return c;
 }
 
 int tr_topo_rank(const tr_topo *t, tr_coords c)
 {
-    return c.tp * t->stride_tp + c.dp * t->stride_dp + c.pp * t->stride_pp;
+    return c.tp * t->stride_tp + c.dp * t->stride_dp + c.pp * t->stride_pp + c.cp * t->stride_cp;
 }
 
 int tr_topo_num_groups(const tr_topo *t, tr_group_kind kind)
 {
-    switch (kind) {
-    case TR_GROUP_TP: return t->dp * t->pp;
-    case TR_GROUP_DP: return t->tp * t->pp;
-    case TR_GROUP_MP: return t->dp;
-    default: return t->dp * t->tp; /* PP and EMBED */
-    }
+    if (kind == TR_GROUP_EMBED)
+        return t->world / t->pp;
+    int size = tr_topo_group_size(t, kind);
+    return size > 0 ? t->world / size : 0;
 }
 
 int tr_topo_group_size(const tr_topo *t, tr_group_kind kind)
@@ -178,7 +197,10 @@ int tr_topo_group_size(const tr_topo *t, tr_group_kind kind)
     case TR_GROUP_DP: return t->dp;
     case TR_GROUP_PP: return t->pp;
     case TR_GROUP_MP: return t->tp * t->pp;
-    default: return t->pp > 1 ? 2 : 1;
+    case TR_GROUP_CP: return t->cp;
+    case TR_GROUP_DP_CP: return t->dp * t->cp;
+    case TR_GROUP_EMBED: return t->pp > 1 ? 2 : 1;
+    default: return 0;
     }
 }
 
@@ -243,7 +265,7 @@ int tr_topo_group_of(const tr_topo *t, tr_group_kind kind, int rank, int *index,
 
 int tr_topo_dp_group_index(const tr_topo *t, int tp, int pp)
 {
-    tr_coords c = {.dp = 0, .tp = tp, .pp = pp};
+    tr_coords c = {.dp = 0, .tp = tp, .pp = pp, .cp = 0};
     int idx = -1;
     return tr_topo_group_of(t, TR_GROUP_DP, tr_topo_rank(t, c), &idx, NULL) ? -1 : idx;
 }

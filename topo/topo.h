@@ -1,21 +1,25 @@
 /* topo/ — the rank grid of 3D parallelism and every process group built on it.
  *
  * Contract:
- *  - A layout is W = DP x TP x PP ranks. The order names the dimensions from fastest to
- *    slowest: "tp-dp-pp" (default, Megatron: global = tp + dp*TP + pp*TP*DP) or "tp-pp-dp"
- *    (global = tp + pp*TP + dp*TP*PP).
+ *  - A layout is W = DP x CP x TP x PP ranks (CP: context parallel, 1 unless asked). The
+ *    order names the dimensions from fastest to slowest: "tp-dp-pp" (default, Megatron:
+ *    global = tp + cp*TP + dp*TP*CP + pp*TP*CP*DP) or "tp-pp-dp" (global = tp + cp*TP +
+ *    pp*TP*CP + dp*TP*CP*PP); CP always sits right after TP (Megatron's tp-cp-ep-dp-pp), so
+ *    with CP = 1 every rank and group is what it was without the dimension.
  *  - Group kinds: TP (ranks differing only in tp), DP (only in dp: the DP group of each
- *    (tp, pp) coordinate), PP (only in pp), MP = model parallel (same dp: TP x PP ranks) and
- *    EMBED (first and last rank of each PP group; just the first when PP = 1; ranks of middle
- *    stages belong to no embedding group).
+ *    (tp, cp, pp) coordinate), PP (only in pp), MP = model parallel (same dp and cp: TP x PP
+ *    ranks), EMBED (first and last rank of each PP group; just the first when PP = 1; ranks of
+ *    middle stages belong to no embedding group), CP (only in cp: the ranks that split one
+ *    sample's sequence) and DP_CP (dp and cp vary: Megatron's dp-cp group, the ranks that hold
+ *    the same weights and sum their gradients).
  *  - Groups of a kind all have the same size and are numbered 0..n-1 in order of their first
  *    rank; a group's members are listed in ascending rank order.
- *  - Everything is a pure function of (W, TP, PP, order): one rank asks for its own groups in
- *    O(TP*PP + DP) with tr_topo_rank_groups(); tr_topo_table_build() lists every group of
+ *  - Everything is a pure function of (W, TP, CP, PP, order): one rank asks for its own groups in
+ *    O(TP*PP + DP*CP) with tr_topo_rank_groups(); tr_topo_table_build() lists every group of
  *    every kind in O(W) (for `trident topo` and the planner).
  *  - Node awareness assumes block placement (rank r on node r / gpus_per_node, as torchrun and
  *    Slurm's default block distribution do).
- *  - Invalid input (W not divisible by TP*PP, sizes < 1, unknown order) is TR_ERR_CONFIG with
+ *  - Invalid input (W not divisible by TP*CP*PP, sizes < 1, unknown order) is TR_ERR_CONFIG with
  *    a message naming the values. */
 #ifndef TR_TOPO_H
 #define TR_TOPO_H
@@ -33,24 +37,29 @@ typedef enum {
     TR_GROUP_PP,
     TR_GROUP_MP,    /* model parallel: TP x PP ranks of one dp coordinate */
     TR_GROUP_EMBED, /* first and last stage of each PP group */
+    TR_GROUP_CP,    /* context parallel: the ranks splitting one sample's sequence */
+    TR_GROUP_DP_CP, /* DP x CP ranks of one (tp, pp) coordinate: gradients are summed there */
     TR_GROUP_KINDS
 } tr_group_kind;
 
 typedef struct {
-    int dp, tp, pp;
+    int dp, tp, pp, cp;
 } tr_coords;
 
 typedef struct {
-    int world, tp, pp, dp;
+    int world, tp, pp, dp, cp;
     tr_topo_order order;
     int stride_tp, stride_dp, stride_pp; /* global = tp*stride_tp + dp*stride_dp + pp*stride_pp */
+    int stride_cp;                       /* + cp*stride_cp */
 } tr_topo;
 
-/* Build a layout. `order` NULL or "" means "tp-dp-pp". */
+/* Build a layout. `order` NULL or "" means "tp-dp-pp". tr_topo_init: CP = 1. */
 TR_MUST_CHECK int tr_topo_init(tr_topo *t, int world, int tp, int pp, const char *order);
+TR_MUST_CHECK int tr_topo_init_cp(tr_topo *t, int world, int tp, int cp, int pp,
+                                  const char *order);
 TR_MUST_CHECK int tr_topo_parse_order(const char *s, tr_topo_order *out);
 const char *tr_topo_order_name(tr_topo_order order);
-/* "tp", "dp", "pp", "model_parallel", "embedding". */
+/* "tp", "dp", "pp", "model_parallel", "embedding", "cp", "dp_cp". */
 const char *tr_group_kind_name(tr_group_kind kind);
 
 /* rank <-> coordinates; rank must be in [0, world) / coordinates in range. */
@@ -65,7 +74,7 @@ TR_MUST_CHECK int tr_topo_group_members(const tr_topo *t, tr_group_kind kind, in
 /* The group of `kind` that holds `rank` (its index) and the rank's position in it;
  * *index = -1 (and TR_OK) for an EMBED query on a middle-stage rank. */
 TR_MUST_CHECK int tr_topo_group_of(const tr_topo *t, tr_group_kind kind, int rank, int *index, int *pos);
-/* The DP group of coordinate (tp, pp): its index among the DP groups. */
+/* The DP group of coordinate (tp, pp) (cp 0): its index among the DP groups. */
 int tr_topo_dp_group_index(const tr_topo *t, int tp, int pp);
 
 /* Everything one rank needs, as parallel_state gives it in Megatron. */

@@ -200,14 +200,22 @@ int world_create(const tr_config *cfg, train_world *out)
     if ((rc = check_same_config(cfg, out->world)))
         goto fail;
     int tp = cfg->parallel.tensor_model_parallel_size, pp = cfg->parallel.pipeline_model_parallel_size;
-    if (out->size % (tp * pp)) {
+    int cp = cfg->parallel.context_parallel_size;
+    if (cp == 1 && out->size % (tp * pp)) {
         rc = tr_fail(TR_ERR_CONFIG,
                      "%s: world size %d is not divisible by tensor_model_parallel_size %d x "
                      "pipeline_model_parallel_size %d",
                      tr_config_where(cfg, "parallel.tensor_model_parallel_size"), out->size, tp, pp);
         goto fail;
     }
-    rc = tr_topo_init(&out->topo, out->size, tp, pp, cfg->parallel.order);
+    if (cp > 1 && out->size % ((long long)tp * pp * cp)) {
+        rc = tr_fail(TR_ERR_CONFIG,
+                     "%s: world size %d is not divisible by tensor_model_parallel_size %d x "
+                     "context_parallel_size %d x pipeline_model_parallel_size %d",
+                     tr_config_where(cfg, "parallel.context_parallel_size"), out->size, tp, cp, pp);
+        goto fail;
+    }
+    rc = tr_topo_init_cp(&out->topo, out->size, tp, cp, pp, cfg->parallel.order);
     if (!rc)
         rc = tr_topo_rank_groups(&out->topo, out->rank, &out->groups);
     if (rc)
@@ -217,9 +225,9 @@ int world_create(const tr_config *cfg, train_world *out)
     if (global % (mb * dp)) {
         rc = tr_fail(TR_ERR_CONFIG,
                      "%s: global_batch_size %d is not divisible by micro_batch_size %d x "
-                     "data-parallel size %d (world %d / (tp %d x pp %d))",
+                     "data-parallel size %d (world %d / (tp %d x pp %d%s))",
                      tr_config_where(cfg, "training.global_batch_size"), global, mb, dp,
-                     out->size, tp, pp);
+                     out->size, tp, pp, cp > 1 ? " x cp" : "");
         goto fail;
     }
     /* a ramp-up: every batch of it whole micro-batches on every replica (Megatron's rule:
@@ -249,6 +257,9 @@ int world_create(const tr_config *cfg, train_world *out)
         (rc = split_group(out, TR_GROUP_MP, "model_parallel", &out->mp)) ||
         (rc = split_group(out, TR_GROUP_EMBED, "embedding", &out->embed)))
         goto fail;
+    if (cp > 1 && ((rc = split_group(out, TR_GROUP_CP, "cp", &out->cp)) ||
+                   (rc = split_group(out, TR_GROUP_DP_CP, "dp_cp", &out->dp_cp))))
+        goto fail;
     if (pp == 1 && out->embed) { /* one stage holds both ends: nothing to tie across ranks */
         tr_comm_destroy(out->embed);
         out->embed = NULL;
@@ -261,6 +272,8 @@ fail:
 
 void world_destroy(train_world *w)
 {
+    tr_comm_destroy(w->dp_cp);
+    tr_comm_destroy(w->cp);
     tr_comm_destroy(w->embed);
     tr_comm_destroy(w->mp);
     tr_comm_destroy(w->pp);

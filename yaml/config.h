@@ -152,6 +152,8 @@ static inline int tr_model_longest_seq(const tr_model_config *m)
 typedef struct {
     int tensor_model_parallel_size;   /* default 1 */
     int pipeline_model_parallel_size; /* default 1 */
+    int context_parallel_size;        /* default 1: CP ranks split each sample's sequence
+                                       * (Megatron's --context-parallel-size) */
     int num_pipeline_layers;          /* entries in pipeline_layers; 0 = even split */
     int pipeline_layers[TR_MAX_STAGES];
     char *pipeline_schedule;          /* "1f1b" (default) | "gpipe" | "interleaved" */

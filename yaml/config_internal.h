@@ -126,5 +126,7 @@ int config_bad(const tr_config *c, const char *k1, const char *k2, const char *f
 const char *config_set_at(const tr_config *c, const char *key, char *buf, size_t cap);
 /* validate_moe.c: the mixture-of-experts keys against each other and what is not built */
 TR_MUST_CHECK int config_check_moe(const tr_config *cfg);
+/* parallel.context_parallel_size against what context parallelism supports (validate_cp.c). */
+TR_MUST_CHECK int config_check_cp(const tr_config *cfg);
 
 #endif

@@ -123,6 +123,7 @@ const config_key_spec config_keys[] = {
         65536),
     INT("parallel", "pipeline_model_parallel_size", parallel.pipeline_model_parallel_size, 0, "1",
         1, TR_MAX_STAGES),
+    INT("parallel", "context_parallel_size", parallel.context_parallel_size, 0, "1", 1, 65536),
     {.section = "parallel", .key = "pipeline_layers", .type = KEY_INT_LIST,
      .offset = F(parallel.pipeline_layers), .count_offset = F(parallel.num_pipeline_layers),
      .max_count = TR_MAX_STAGES, .lo = 1, .hi = 65536},

@@ -565,6 +565,8 @@ int config_validate(const tr_config *c)
     if (!rc)
         rc = config_check_moe(c);
     if (!rc)
+        rc = config_check_cp(c);
+    if (!rc)
         rc = check_family(c);
     if (!rc)
         rc = check_pipeline(c);

@@ -21,17 +21,19 @@ static void assert_row(const int *got, const int *want, int n)
 
 /* Checks every invariant of a layout's table and, when `per_rank`, compares the per-rank
  * view of every rank with it. */
-static void check_layout(int world, int tp, int pp, const char *order, int per_rank)
+static void check_layout_cp(int world, int tp, int cp, int pp, const char *order, int per_rank)
 {
     tr_topo t;
-    assert_int_equal(tr_topo_init(&t, world, tp, pp, order), TR_OK);
-    assert_int_equal(t.dp * t.tp * t.pp, world);
+    assert_int_equal(tr_topo_init_cp(&t, world, tp, cp, pp, order), TR_OK);
+    assert_int_equal(t.dp * t.cp * t.tp * t.pp, world);
     tr_topo_table tab;
     assert_int_equal(tr_topo_table_build(&t, &tab), TR_OK);
     int *seen = calloc((size_t)world, sizeof *seen);
     assert_non_null(seen);
-    int want_n[TR_GROUP_KINDS] = {t.dp * t.pp, t.tp * t.pp, t.dp * t.tp, t.dp, t.dp * t.tp};
-    int want_size[TR_GROUP_KINDS] = {tp, t.dp, pp, tp * pp, pp > 1 ? 2 : 1};
+    int D = t.dp, C = cp;
+    int want_n[TR_GROUP_KINDS] = {D * C * pp, tp * C * pp, D * C * tp, D * C, D * C * tp,
+                                  D * tp * pp, tp * pp};
+    int want_size[TR_GROUP_KINDS] = {tp, D, pp, tp * pp, pp > 1 ? 2 : 1, C, D * C};
     for (int k = 0; k < TR_GROUP_KINDS; k++) {
         assert_int_equal(tab.num_groups[k], want_n[k]);
         assert_int_equal(tab.group_size[k], want_size[k]);
@@ -57,20 +59,36 @@ static void check_layout(int world, int tp, int pp, const char *order, int per_r
                 switch (k) {
                 case TR_GROUP_TP:
                     assert_int_equal(c.dp, c0.dp), assert_int_equal(c.pp, c0.pp);
+                    assert_int_equal(c.cp, c0.cp);
                     assert_int_equal(c.tp, i);
                     break;
                 case TR_GROUP_DP:
                     assert_int_equal(c.tp, c0.tp), assert_int_equal(c.pp, c0.pp);
+                    assert_int_equal(c.cp, c0.cp);
                     assert_int_equal(c.dp, i);
-                    assert_int_equal(tr_topo_dp_group_index(&t, c.tp, c.pp), g);
+                    if (cp == 1)
+                        assert_int_equal(tr_topo_dp_group_index(&t, c.tp, c.pp), g);
+                    break;
+                case TR_GROUP_CP:
+                    assert_int_equal(c.tp, c0.tp), assert_int_equal(c.pp, c0.pp);
+                    assert_int_equal(c.dp, c0.dp);
+                    assert_int_equal(c.cp, i);
+                    break;
+                case TR_GROUP_DP_CP: /* cp varies faster than dp: position = cp + dp * CP */
+                    assert_int_equal(c.tp, c0.tp), assert_int_equal(c.pp, c0.pp);
+                    assert_int_equal(c.cp + c.dp * cp, i);
                     break;
                 case TR_GROUP_PP:
                     assert_int_equal(c.tp, c0.tp), assert_int_equal(c.dp, c0.dp);
+                    assert_int_equal(c.cp, c0.cp);
                     assert_int_equal(c.pp, i);
                     break;
-                case TR_GROUP_MP: assert_int_equal(c.dp, c0.dp); break;
+                case TR_GROUP_MP:
+                    assert_int_equal(c.dp, c0.dp), assert_int_equal(c.cp, c0.cp);
+                    break;
                 default:
                     assert_int_equal(c.tp, c0.tp), assert_int_equal(c.dp, c0.dp);
+                    assert_int_equal(c.cp, c0.cp);
                     assert_int_equal(c.pp, i == 0 ? 0 : pp - 1);
                 }
             }
@@ -113,6 +131,11 @@ static void check_layout(int world, int tp, int pp, const char *order, int per_r
     }
     free(seen);
     tr_topo_table_free(&tab);
+}
+
+static void check_layout(int world, int tp, int pp, const char *order, int per_rank)
+{
+    check_layout_cp(world, tp, 1, pp, order, per_rank);
 }
 
 static void test_mapping_default_order(void **state)
@@ -205,6 +228,70 @@ static void test_groups_w16(void **state)
     assert_int_equal(g.next_pp_rank, 3), assert_int_equal(g.prev_pp_rank, 11);
     tr_rank_groups_free(&g);
     check_layout(16, 2, 4, NULL, 1);
+}
+
+/* The 4-D grid: W = DP x CP x TP x PP, CP right after TP (Megatron's tp-cp-dp-pp). */
+static void test_context_parallel(void **state)
+{
+    (void)state;
+    tr_topo t;
+    /* 16 ranks, TP 2, CP 2, PP 2: DP 2; global = tp + cp*2 + dp*4 + pp*8 */
+    assert_int_equal(tr_topo_init_cp(&t, 16, 2, 2, 2, NULL), TR_OK);
+    assert_int_equal(t.dp, 2), assert_int_equal(t.cp, 2);
+    for (int r = 0; r < 16; r++) {
+        tr_coords c = tr_topo_coords(&t, r);
+        assert_int_equal(r, c.tp + c.cp * 2 + c.dp * 4 + c.pp * 8);
+    }
+    tr_topo_table tab;
+    assert_int_equal(tr_topo_table_build(&t, &tab), TR_OK);
+    int cp0[] = {0, 2}, cp1[] = {1, 3}, cp7[] = {13, 15};
+    assert_row(tr_topo_table_group(&tab, TR_GROUP_CP, 0), cp0, 2);
+    assert_row(tr_topo_table_group(&tab, TR_GROUP_CP, 1), cp1, 2);
+    assert_row(tr_topo_table_group(&tab, TR_GROUP_CP, 7), cp7, 2);
+    int dp0[] = {0, 4}, dpcp0[] = {0, 2, 4, 6}, dpcp3[] = {9, 11, 13, 15};
+    assert_row(tr_topo_table_group(&tab, TR_GROUP_DP, 0), dp0, 2);
+    assert_row(tr_topo_table_group(&tab, TR_GROUP_DP_CP, 0), dpcp0, 4);
+    assert_row(tr_topo_table_group(&tab, TR_GROUP_DP_CP, 3), dpcp3, 4);
+    int pp0[] = {0, 8}, tp1[] = {2, 3}, mp1[] = {2, 3, 10, 11};
+    assert_row(tr_topo_table_group(&tab, TR_GROUP_PP, 0), pp0, 2);
+    assert_row(tr_topo_table_group(&tab, TR_GROUP_TP, 1), tp1, 2);
+    assert_row(tr_topo_table_group(&tab, TR_GROUP_MP, 1), mp1, 4);
+    assert_string_equal(tr_group_kind_name(TR_GROUP_CP), "cp");
+    assert_string_equal(tr_group_kind_name(TR_GROUP_DP_CP), "dp_cp");
+    tr_topo_table_free(&tab);
+    /* tp-pp-dp: global = tp + cp*TP + pp*TP*CP + dp*TP*CP*PP */
+    assert_int_equal(tr_topo_init_cp(&t, 16, 2, 2, 2, "tp-pp-dp"), TR_OK);
+    for (int r = 0; r < 16; r++) {
+        tr_coords c = tr_topo_coords(&t, r);
+        assert_int_equal(r, c.tp + c.cp * 2 + c.pp * 4 + c.dp * 8);
+    }
+    /* CP alone: 4 ranks, CP 4 is one CP group of everyone, DP 1 */
+    assert_int_equal(tr_topo_init_cp(&t, 4, 1, 4, 1, NULL), TR_OK);
+    assert_int_equal(t.dp, 1);
+    int all[] = {0, 1, 2, 3}, buf[4];
+    assert_int_equal(tr_topo_group_members(&t, TR_GROUP_CP, 0, buf), TR_OK);
+    assert_row(buf, all, 4);
+    assert_int_equal(tr_topo_group_members(&t, TR_GROUP_DP_CP, 0, buf), TR_OK);
+    assert_row(buf, all, 4);
+    assert_int_equal(tr_topo_num_groups(&t, TR_GROUP_DP), 4);
+    static const struct {
+        int w, tp, cp, pp;
+    } cases[] = {{2, 1, 2, 1}, {4, 1, 4, 1}, {4, 1, 2, 1}, {4, 2, 2, 1}, {4, 1, 2, 2},
+                 {8, 2, 2, 2}, {8, 1, 2, 2}, {12, 2, 3, 1}, {16, 2, 2, 2}, {24, 2, 2, 3}};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        check_layout_cp(cases[i].w, cases[i].tp, cases[i].cp, cases[i].pp, NULL, 1);
+        check_layout_cp(cases[i].w, cases[i].tp, cases[i].cp, cases[i].pp, "tp-pp-dp", 1);
+    }
+    /* CP 1 changes nothing: tr_topo_init's layout and groups */
+    tr_topo a, b;
+    assert_int_equal(tr_topo_init(&a, 16, 2, 4, "tp-pp-dp"), TR_OK);
+    assert_int_equal(tr_topo_init_cp(&b, 16, 2, 1, 4, "tp-pp-dp"), TR_OK);
+    assert_memory_equal(&a, &b, sizeof a);
+    assert_int_equal(tr_topo_init_cp(&t, 12, 2, 4, 1, NULL), TR_ERR_CONFIG);
+    assert_string_equal(tr_errmsg(), "world size 12 is not divisible by tensor parallel size 2 x "
+                                     "context parallel size 4 x pipeline parallel size 1 = 8");
+    assert_int_equal(tr_topo_init_cp(&t, 12, 2, 0, 1, NULL), TR_ERR_CONFIG);
+    assert_string_equal(tr_errmsg(), "context parallel size 0 must be at least 1");
 }
 
 static void test_small_worlds(void **state)
@@ -404,6 +491,7 @@ int main(void)
         cmocka_unit_test(test_mapping_tp_pp_dp),
         cmocka_unit_test(test_groups_w16),
         cmocka_unit_test(test_small_worlds),
+        cmocka_unit_test(test_context_parallel),
         cmocka_unit_test(test_bloom_176b),
         cmocka_unit_test(test_w100000_table_time),
         cmocka_unit_test(test_node_report),
