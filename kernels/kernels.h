@@ -192,6 +192,23 @@ typedef struct tr_kernels {
                                    const float *qkv, const float *out, const float *lse,
                                    const float *alibi, int B, int T, int NH, int NG, int HS,
                                    const int32_t *segments);
+    /* --- context parallelism: a block of query rows against the keys before them ---
+     * attention_rows_forward: qkv (B, Tk, NG, R+2, HS) in attention_gqa's layout; query row i
+     *   (i < nq = Tk - q0) is row q0 + i of qkv, at position q0 + i, and attends keys 0 ..
+     *   q0 + i (causal), score = q.k / sqrt(HS) + slope_h * (j - (q0 + i)) with alibi (NULL or
+     *   NH slopes); rows before q0 carry keys and values only (their queries are not read).
+     *   out (B, nq, NH, HS), lse (B, NH, nq). With q0 = 0 it is attention_gqa_forward without
+     *   segments (same layout, results equal to rounding).
+     * attention_rows_backward: the same arguments and dout (B, nq, NH, HS), out and lse from
+     *   the forward; ACCUMULATES (+=) into dqkv (B, Tk, NG, R+2, HS): dQ of rows q0.., dK and
+     *   dV of rows 0 .. Tk-1 (the caller zeroes it once, then adds several blocks). No scratch.
+     * NULL where a backend lacks them (context parallelism is refused there). */
+    void (*attention_rows_forward)(tr_stream s, float *out, float *lse, const float *qkv,
+                                   const float *alibi, int B, int Tk, int q0, int NH, int NG,
+                                   int HS);
+    void (*attention_rows_backward)(tr_stream s, float *dqkv, const float *dout, const float *qkv,
+                                    const float *out, const float *lse, const float *alibi,
+                                    int B, int Tk, int q0, int NH, int NG, int HS);
     /* attention_decode for that layout: qkv (B, n, NG, R+2, HS) of n new positions; kcache,
      * vcache (B, NG, max_T, HS) (one key/value head per group); ALiBi slopes or NULL. */
     void (*attention_gqa_decode)(tr_stream s, float *out, float *kcache, float *vcache,

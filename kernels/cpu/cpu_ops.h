@@ -230,6 +230,13 @@ void cpu_attention_gqa_decode(tr_stream s, float *out, float *kcache, float *vca
                               float *scores, const float *qkv, const float *alibi, int B, int n,
                               int past, int max_T, int NH, int NG, int HS);
 
+/* attention_rows.c: context parallelism's query rows against earlier keys (kernels.h) */
+void cpu_attention_rows_forward(tr_stream s, float *out, float *lse, const float *qkv,
+                                const float *alibi, int B, int Tk, int q0, int NH, int NG, int HS);
+void cpu_attention_rows_backward(tr_stream s, float *dqkv, const float *dout, const float *qkv,
+                                 const float *out, const float *lse, const float *alibi, int B,
+                                 int Tk, int q0, int NH, int NG, int HS);
+
 /* family.c: RMSNorm, SwiGLU, GeGLU, rotary embedding */
 void cpu_rmsnorm_forward(tr_stream s, float *out, float *rstd, const float *inp,
                          const float *weight, int N, int C, float eps);

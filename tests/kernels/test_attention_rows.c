@@ -1,0 +1,149 @@
+/* kernels.h attention_rows_*: context parallelism's block of query rows q0 .. Tk-1 against the
+ * keys at or before each, against the whole-sequence causal attention (attention_gqa_*: its
+ * rows q0.. are the same rows), a double reference, and finite differences (GQA and ALiBi). */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "kt.h"
+
+enum { B = 2, TK = 13, NH = 4, NG = 2, HS = 8, R = NH / NG, ROW = NG * (R + 2) * HS };
+
+/* Double reference of one block: out (B, nq, NH, HS). */
+static void reference(double *out, const float *qkv, const float *alibi, int q0)
+{
+    int nq = TK - q0;
+    double scale = 1.0 / sqrt((double)HS), S[TK];
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < NH; h++)
+            for (int i = 0; i < nq; i++) {
+                int t = q0 + i, g = h / R;
+                const float *q = qkv + ((size_t)b * TK + t) * ROW + (g * (R + 2) + h % R) * HS;
+                double mx = -INFINITY, sum = 0;
+                for (int j = 0; j <= t; j++) {
+                    const float *k = qkv + ((size_t)b * TK + j) * ROW + (g * (R + 2) + R) * HS;
+                    double s = 0;
+                    for (int d = 0; d < HS; d++)
+                        s += (double)q[d] * k[d];
+                    S[j] = s * scale + (alibi ? (double)alibi[h] * (j - t) : 0.0);
+                    mx = S[j] > mx ? S[j] : mx;
+                }
+                for (int j = 0; j <= t; j++)
+                    sum += S[j] = exp(S[j] - mx);
+                double *o = out + (((size_t)b * nq + i) * NH + h) * HS;
+                for (int d = 0; d < HS; d++) {
+                    o[d] = 0;
+                    for (int j = 0; j <= t; j++)
+                        o[d] += S[j] / sum *
+                                qkv[((size_t)b * TK + j) * ROW + (g * (R + 2) + R + 1) * HS + d];
+                }
+            }
+}
+
+static void check_block(int q0, const float *alibi)
+{
+    int nq = TK - q0;
+    size_t nqkv = (size_t)B * TK * ROW, nout = (size_t)B * nq * NH * HS;
+    float *qkv = kt_floats(nqkv), *out = kt_floats(nout), *lse = kt_floats((size_t)B * NH * nq);
+    float *full = kt_floats((size_t)B * TK * NH * HS), *flse = kt_floats((size_t)B * NH * TK);
+    double *ref = kt_doubles(nout);
+    kt_fill(qkv, nqkv, -1.5f, 1.5f);
+    K->attention_rows_forward(NULL, out, lse, qkv, alibi, B, TK, q0, NH, NG, HS);
+    reference(ref, qkv, alibi, q0);
+    kt_check("attention_rows_forward vs double", out, ref, NULL, nout, 1e-5, 1e-6);
+    /* the whole sequence's attention: its rows q0.. are this block */
+    K->attention_gqa_forward(NULL, full, flse, qkv, alibi, B, TK, NH, NG, HS, NULL);
+    for (int b = 0; b < B; b++) {
+        for (int i = 0; i < nq; i++)
+            for (int c = 0; c < NH * HS; c++)
+                assert_true(fabsf(out[((size_t)b * nq + i) * NH * HS + c] -
+                                  full[((size_t)b * TK + q0 + i) * NH * HS + c]) < 1e-5f);
+        for (int h = 0; h < NH; h++)
+            for (int i = 0; i < nq; i++)
+                assert_true(fabsf(lse[((size_t)b * NH + h) * nq + i] -
+                                  flse[((size_t)b * NH + h) * TK + q0 + i]) < 1e-5f);
+    }
+    /* backward against attention_gqa_backward with dout 0 on rows before q0 */
+    float *dout = kt_floats(nout), *fdout = kt_floats((size_t)B * TK * NH * HS);
+    float *dqkv = kt_floats(nqkv), *fdqkv = kt_floats(nqkv);
+    float *scratch = kt_floats((size_t)B * (NH + 1) * TK);
+    kt_fill(dout, nout, -1.0f, 1.0f);
+    for (int b = 0; b < B; b++)
+        memcpy(fdout + ((size_t)b * TK + q0) * NH * HS, dout + (size_t)b * nq * NH * HS,
+               (size_t)nq * NH * HS * sizeof(float));
+    K->attention_rows_backward(NULL, dqkv, dout, qkv, out, lse, alibi, B, TK, q0, NH, NG, HS);
+    K->attention_gqa_backward(NULL, fdqkv, scratch, fdout, qkv, full, flse, alibi, B, TK, NH, NG,
+                              HS, NULL);
+    for (size_t i = 0; i < nqkv; i++)
+        assert_true(fabsf(dqkv[i] - fdqkv[i]) < 2e-5f * (1.0f + fabsf(fdqkv[i])));
+    /* it accumulates: a second call doubles the gradient */
+    K->attention_rows_backward(NULL, dqkv, dout, qkv, out, lse, alibi, B, TK, q0, NH, NG, HS);
+    for (size_t i = 0; i < nqkv; i++)
+        assert_true(fabsf(dqkv[i] - 2 * fdqkv[i]) < 4e-5f * (1.0f + fabsf(fdqkv[i])));
+    free(qkv), free(out), free(lse), free(full), free(flse), free(ref);
+    free(dout), free(fdout), free(dqkv), free(fdqkv), free(scratch);
+}
+
+static void test_forward_backward(void **state)
+{
+    (void)state;
+    kt_seed(7);
+    float slopes[NH] = {0.5f, 0.25f, 0.125f, 0.0625f};
+    for (int q0 = 0; q0 < TK; q0 += 4) {
+        check_block(q0, NULL);
+        check_block(q0, slopes);
+    }
+    check_block(TK - 1, slopes); /* one query row */
+}
+
+typedef struct {
+    float *qkv, *out, *lse, *w;
+    const float *alibi;
+    int q0;
+} fd_ctx;
+
+static double fd_loss(void *ctx)
+{
+    fd_ctx *c = ctx;
+    K->attention_rows_forward(NULL, c->out, c->lse, c->qkv, c->alibi, B, TK, c->q0, NH, NG, HS);
+    return kt_dot(c->out, c->w, (size_t)B * (TK - c->q0) * NH * HS);
+}
+
+/* Finite differences of L = sum out * w with respect to every element of qkv. */
+static void test_finite_differences(void **state)
+{
+    (void)state;
+    kt_seed(11);
+    float slopes[NH] = {0.3f, 0.2f, 0.1f, 0.05f};
+    int q0 = 6, nq = TK - q0;
+    size_t nqkv = (size_t)B * TK * ROW, nout = (size_t)B * nq * NH * HS;
+    fd_ctx c = {.qkv = kt_floats(nqkv), .out = kt_floats(nout),
+                .lse = kt_floats((size_t)B * NH * nq), .w = kt_floats(nout), .alibi = slopes,
+                .q0 = q0};
+    kt_fill(c.qkv, nqkv, -1.0f, 1.0f);
+    kt_fill(c.w, nout, -1.0f, 1.0f);
+    double *fd = kt_doubles(nqkv);
+    kt_fd_grad(c.qkv, nqkv, 1e-2f, fd_loss, &c, fd);
+    float *dqkv = kt_floats(nqkv);
+    fd_loss(&c);
+    K->attention_rows_backward(NULL, dqkv, c.w, c.qkv, c.out, c.lse, slopes, B, TK, q0, NH, NG,
+                               HS);
+    kt_check_fd("attention_rows_backward vs finite differences", dqkv, fd, nqkv, 2e-2, 2e-3);
+    free(c.qkv), free(c.out), free(c.lse), free(c.w), free(fd), free(dqkv);
+}
+
+int main(void)
+{
+    K = tr_kernels_cpu();
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_forward_backward),
+        cmocka_unit_test(test_finite_differences),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
