@@ -32,6 +32,17 @@ typedef void (*tr_act_backward16_fn)(tr_stream s, uint16_t *dinp16, float *dbias
                                      const float *inp, const uint16_t *inp16, const float *dout,
                                      const uint16_t *dout16, int N, int C);
 
+/* One dropout's arguments (core/philox.h's decision; model.hidden_dropout and
+ * model.attention_dropout), passed by value to the dropout ops below. */
+typedef struct tr_dropout {
+    uint64_t seed;         /* the run's seed: Philox's key */
+    uint64_t first_sample; /* global index of the micro-batch's sample 0 (b = 0) */
+    uint32_t site;         /* tr_dropout_site(global layer, kind) */
+    uint32_t threshold;    /* tr_dropout_threshold(p): an element whose word is below: dropped */
+    float scale;           /* 1 / (1 - p): a kept element is multiplied by it */
+    int head0;             /* attention dropout: global index of this rank's query head 0 */
+} tr_dropout;
+
 typedef struct tr_kernels {
     const char *name; /* "cpu" | "cuda" */
 
@@ -420,6 +431,38 @@ typedef struct tr_kernels {
                                      const uint16_t *out16, const float *lse, const float *alibi,
                                      int B, int T, int NH, int NG, int HS,
                                      const int32_t *segments);
+
+    /* --- dropout, counter-based: the mask is a function of global coordinates (core/philox.h),
+     * recomputed in backward (none stored), the same in every layout and on every backend;
+     * NULL where a backend lacks them (the model refuses dropout > 0 there) ---
+     * dropout: out (N, C) = inp * scale where element e is kept, else 0 (out may be inp: in
+     *   place). Local row n is row g = row0 + n of the micro-batch's B*T token rows in (b, t)
+     *   order (row0 > 0: a sequence-parallel slice, tr_tp_rows): sample d.first_sample + g / T,
+     *   position g % T; local column c is feature col0 + c of C_total: e = (g % T) * C_total
+     *   + col0 + c, decided by tr_dropout_keep(d.seed, sample, d.site, e, d.threshold) (the
+     *   low 32 bits of the sample). The backward is the same call on the gradient
+     *   (dinp = dout * mask * scale). d.head0 unused. */
+    void (*dropout)(tr_stream s, float *out, const float *inp, tr_dropout d, int N, int C, int T,
+                    int row0, int C_total, int col0);
+    /* attention_gqa_dropout_forward / _backward: attention_gqa_forward / _backward's arguments
+     *   and layout (GQA, ALiBi, segments) with dropout on the probabilities: for batch b, local
+     *   head h (global head d.head0 + h), query t, key j, P(t, j) = softmax of the scaled,
+     *   masked scores, kept iff tr_dropout_keep(d.seed, d.first_sample + b, d.site,
+     *   e = ((d.head0 + h) * T + t) * T + j, d.threshold), and
+     *   out[t] = sum_j P(t, j) keep(t, j) d.scale V[j]; lse is that of the undropped scores
+     *   (as attention_gqa_forward's). Backward: dP = keep * d.scale * (dO V^T),
+     *   dS = P (dP - D), D = rowsum(dO * out) (out the dropped output: sum_j P dP =
+     *   dO . sum_j P keep scale V = dO . out, so the identity holds with dropout), then dQ, dK,
+     *   dV as attention_gqa_backward's (dV += (P keep scale)^T dO); scratch as its. With
+     *   d.threshold 0 (p = 0) each equals its op without dropout. */
+    void (*attention_gqa_dropout_forward)(tr_stream s, float *out, float *lse, const float *qkv,
+                                          const float *alibi, int B, int T, int NH, int NG,
+                                          int HS, const int32_t *segments, tr_dropout d);
+    void (*attention_gqa_dropout_backward)(tr_stream s, float *dqkv, float *scratch,
+                                           const float *dout, const float *qkv,
+                                           const float *out, const float *lse,
+                                           const float *alibi, int B, int T, int NH, int NG,
+                                           int HS, const int32_t *segments, tr_dropout d);
 
     /* --- embeddings ---
      * embedding_forward: out[n] = table[ids[n] - v_start] if held here (v_start <= id <

@@ -23,7 +23,11 @@
  * Layouts: qkv (B, T, NG, R+2, HS) (R = NH/NG query heads per group, then the group's key
  * and value; GPT-2's (B, T, NH, 3, HS) is NG = NH), out (B, T, NH, HS), lse and D
  * (B, NH, T). ALiBi adds slope_h * (j - i) to the scaled scores. Packed sequences
- * (segments): query t sees keys j <= t of its own contiguous run, in forward and backward. */
+ * (segments): query t sees keys j <= t of its own contiguous run, in forward and backward.
+ * Dropout on the probabilities (attention_gqa_dropout_*): forward multiplies each block's
+ * exponentials by keep * scale after adding them to l (lse stays the undropped one) and before
+ * O += P V; backward recomputes the mask per tile: dS = P (keep scale dO V^T - D), dV reads
+ * P keep scale (D = rowsum(dO * O) of the dropped O: kernels.h says why that holds). */
 #include "kernels/cpu/cpu_ops.h"
 
 #include <math.h>
@@ -64,11 +68,12 @@ typedef struct {
     int NG, R;          /* query groups, query heads per group */
     const float *alibi; /* NULL or NH slopes */
     const int32_t *seg; /* NULL or (B, T) segment ids of packed sequences */
+    const tr_dropout *drop; /* NULL or dropout on the probabilities */
 } dims;
 
 static dims make_dims(int T, int NH, int HS)
 {
-    dims d = {T, NH, HS, NH * HS, 3 * NH * HS, 1.0f / sqrtf((float)HS), NH, 1, NULL, NULL};
+    dims d = {T, NH, HS, NH * HS, 3 * NH * HS, 1.0f / sqrtf((float)HS), NH, 1, NULL, NULL, NULL};
     return d;
 }
 
@@ -138,6 +143,14 @@ static void tile_scores(const dims *d, float *S, int ld, const float *q, const f
     }
 }
 
+/* Row t of head h, batch b: p[j] (keys c0 + j, j < n) *= keep * scale (attention dropout). */
+static void drop_probs(const dims *d, int b, int h, int t, int c0, float *p, int n)
+{
+    const tr_dropout *dr = d->drop;
+    uint64_t e0 = ((uint64_t)(dr->head0 + h) * (uint64_t)d->T + (uint64_t)t) * (uint64_t)d->T;
+    cpu_dropout_row(dr, dr->first_sample + (uint64_t)b, e0 + (uint64_t)c0, p, p, n);
+}
+
 typedef struct {
     dims d;
     float *out, *lse, *dqkv, *D;
@@ -194,6 +207,8 @@ static void forward_tile(const att_args *a, int bh, int qt)
             }
             l[i] = l[i] * corr + sum;
             m[i] = mnew;
+            if (d->drop) /* O gathers the dropped probabilities; l is the undropped sum */
+                drop_probs(d, b, h, r0 + i, c0, row, cols);
         }
         /* O[r0:r1] += P V[c0:c1] */
         cpu_gemm_serial(0, 0, rows, HS, cols, 1.0f, S, FWD_KEYS, v + (size_t)c0 * C3, C3, 1.0f,
@@ -233,6 +248,18 @@ static void tile_probs(const att_args *a, int bh, int qt, int c, const int *s0, 
     for (int i = 0; i < rows; i++) {
         float *restrict p = P + (size_t)i * TILE, *restrict ds = dS + (size_t)i * TILE;
         float L = lse[r0 + i], Dt = D[r0 + i];
+        if (d->drop) { /* dS = P (keep scale dO V^T - D); dV reads P keep scale */
+            float mk[TILE];
+            for (int j = 0; j < cols; j++)
+                mk[j] = 1.0f;
+            drop_probs(d, b, h, r0 + i, c0, mk, cols);
+            for (int j = 0; j < cols; j++) {
+                float e = cpu_expf(p[j] - L);
+                p[j] = e * mk[j];
+                ds[j] = e * (mk[j] * ds[j] - Dt);
+            }
+            continue;
+        }
 #pragma omp simd simdlen(CPU_SIMDLEN)
         for (int j = 0; j < cols; j++) {
             float e = cpu_expf(p[j] - L); /* masked: 0 */
@@ -447,6 +474,30 @@ void cpu_attention_gqa_backward(tr_stream s, float *dqkv, float *scratch, const 
     (void)s;
     dims d = make_gqa_dims(T, NH, NG, HS, alibi);
     d.seg = segments;
+    attention_backward(&d, dqkv, scratch, dout, qkv, out, lse, B);
+}
+
+void cpu_attention_gqa_dropout_forward(tr_stream s, float *out, float *lse, const float *qkv,
+                                       const float *alibi, int B, int T, int NH, int NG, int HS,
+                                       const int32_t *segments, tr_dropout drop)
+{
+    (void)s;
+    dims d = make_gqa_dims(T, NH, NG, HS, alibi);
+    d.seg = segments;
+    d.drop = &drop;
+    attention_forward(&d, out, lse, qkv, B);
+}
+
+void cpu_attention_gqa_dropout_backward(tr_stream s, float *dqkv, float *scratch,
+                                        const float *dout, const float *qkv, const float *out,
+                                        const float *lse, const float *alibi, int B, int T,
+                                        int NH, int NG, int HS, const int32_t *segments,
+                                        tr_dropout drop)
+{
+    (void)s;
+    dims d = make_gqa_dims(T, NH, NG, HS, alibi);
+    d.seg = segments;
+    d.drop = &drop;
     attention_backward(&d, dqkv, scratch, dout, qkv, out, lse, B);
 }
 

@@ -191,6 +191,13 @@ void cpu_scatter_add_rows_backward(tr_stream s, float *dsrc, float *dw, const fl
                                    const float *src, const int32_t *idx, const float *w, int M,
                                    int C);
 
+/* dropout.c: out[j] = inp[j] * d->scale where element e0 + j of `sample` at d's site is kept
+ * (core/philox.h), else 0, for j < n (out may be inp); and the dropout op (kernels.h) */
+void cpu_dropout_row(const tr_dropout *d, uint64_t sample, uint64_t e0, float *out,
+                     const float *inp, int n);
+void cpu_dropout(tr_stream s, float *out, const float *inp, tr_dropout d, int N, int C, int T,
+                 int row0, int C_total, int col0);
+
 /* layernorm.c */
 void cpu_layernorm_forward(tr_stream s, float *out, float *mean, float *rstd,
                               const float *inp, const float *weight, const float *bias, int N,
@@ -229,6 +236,16 @@ void cpu_attention_gqa_backward(tr_stream s, float *dqkv, float *scratch, const 
 void cpu_attention_gqa_decode(tr_stream s, float *out, float *kcache, float *vcache,
                               float *scores, const float *qkv, const float *alibi, int B, int n,
                               int past, int max_T, int NH, int NG, int HS);
+
+/* attention.c: attention_gqa_* with dropout on the probabilities (kernels.h) */
+void cpu_attention_gqa_dropout_forward(tr_stream s, float *out, float *lse, const float *qkv,
+                                       const float *alibi, int B, int T, int NH, int NG, int HS,
+                                       const int32_t *segments, tr_dropout d);
+void cpu_attention_gqa_dropout_backward(tr_stream s, float *dqkv, float *scratch,
+                                        const float *dout, const float *qkv, const float *out,
+                                        const float *lse, const float *alibi, int B, int T,
+                                        int NH, int NG, int HS, const int32_t *segments,
+                                        tr_dropout d);
 
 /* attention_rows.c: context parallelism's query rows against earlier keys (kernels.h) */
 void cpu_attention_rows_forward(tr_stream s, float *out, float *lse, const float *qkv,

@@ -264,6 +264,30 @@ static size_t span(int rows, int cols, int ld)
                                                  T, NH, NG, HS, segments);                         \
         round_##FMT##_n(dqkv, (size_t)B * T * NG * (NH / NG + 2) * HS);                            \
     }                                                                                              \
+    static void FMT##_dropout(tr_stream s, float *out, const float *inp, tr_dropout d, int N,      \
+                              int C, int T, int row0, int C_total, int col0)                       \
+    {                                                                                              \
+        tr_kernels_cpu()->dropout(s, out, inp, d, N, C, T, row0, C_total, col0);                   \
+        round_##FMT##_n(out, (size_t)N * C);                                                       \
+    }                                                                                              \
+    static void FMT##_attention_gqa_dropout_forward(tr_stream s, float *out, float *lse,           \
+                                                    const float *qkv, const float *alibi, int B,   \
+                                                    int T, int NH, int NG, int HS,                 \
+                                                    const int32_t *segments, tr_dropout d)         \
+    {                                                                                              \
+        tr_kernels_cpu()->attention_gqa_dropout_forward(s, out, lse, qkv, alibi, B, T, NH, NG, HS, \
+                                                        segments, d);                              \
+        round_##FMT##_n(out, (size_t)B * T * NH * HS);                                             \
+    }                                                                                              \
+    static void FMT##_attention_gqa_dropout_backward(                                              \
+        tr_stream s, float *dqkv, float *scratch, const float *dout, const float *qkv,             \
+        const float *out, const float *lse, const float *alibi, int B, int T, int NH, int NG,      \
+        int HS, const int32_t *segments, tr_dropout d)                                             \
+    {                                                                                              \
+        tr_kernels_cpu()->attention_gqa_dropout_backward(s, dqkv, scratch, dout, qkv, out, lse,    \
+                                                         alibi, B, T, NH, NG, HS, segments, d);    \
+        round_##FMT##_n(dqkv, (size_t)B * T * NG * (NH / NG + 2) * HS);                            \
+    }                                                                                              \
     static void FMT##_xent_backward(tr_stream s, float *dlogits, const float *logits,              \
                                     const float *maxv, const float *sumexp,                        \
                                     const int32_t *targets, int N, int V, int n_valid,             \
@@ -359,6 +383,10 @@ ROUNDED_TABLE(fp16)
         if (t.attention_gqa_forward)                                                               \
             t.attention_gqa_forward = FMT##_attention_gqa_forward,                                 \
             t.attention_gqa_backward = FMT##_attention_gqa_backward;                               \
+        if (t.dropout)                                                                             \
+            t.dropout = FMT##_dropout,                                                             \
+            t.attention_gqa_dropout_forward = FMT##_attention_gqa_dropout_forward,                 \
+            t.attention_gqa_dropout_backward = FMT##_attention_gqa_dropout_backward;               \
         t.xent_backward = FMT##_xent_backward;                                                     \
         t.xent_loss_backward = FMT##_xent_loss_backward;                                           \
         t.embedding_forward = FMT##_embedding_forward;                                             \
