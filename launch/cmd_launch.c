@@ -52,16 +52,16 @@ int tr_cmd_launch(int argc, char **argv)
     enum { NPROC, NNODES, NODE_RANK, MASTER_ADDR, MASTER_PORT, GRACE, SIGNAL_GRACE, RESTARTS,
            NO_PREFIX };
     static const arg_opt options[] = {
-        [NPROC] = {"--nproc", ARG_VALUE},
-        [NNODES] = {"--nnodes", ARG_VALUE},
-        [NODE_RANK] = {"--node-rank", ARG_VALUE},
-        [MASTER_ADDR] = {"--master-addr", ARG_VALUE},
-        [MASTER_PORT] = {"--master-port", ARG_VALUE},
-        [GRACE] = {"--grace-period", ARG_VALUE},
-        [SIGNAL_GRACE] = {"--signal-grace-period", ARG_VALUE},
-        [RESTARTS] = {"--max-restarts", ARG_VALUE},
-        [NO_PREFIX] = {"--no-prefix", ARG_FLAG},
-        {NULL},
+        [NPROC] = {.name = "--nproc", .kind = ARG_VALUE},
+        [NNODES] = {.name = "--nnodes", .kind = ARG_VALUE},
+        [NODE_RANK] = {.name = "--node-rank", .kind = ARG_VALUE},
+        [MASTER_ADDR] = {.name = "--master-addr", .kind = ARG_VALUE},
+        [MASTER_PORT] = {.name = "--master-port", .kind = ARG_VALUE},
+        [GRACE] = {.name = "--grace-period", .kind = ARG_VALUE},
+        [SIGNAL_GRACE] = {.name = "--signal-grace-period", .kind = ARG_VALUE},
+        [RESTARTS] = {.name = "--max-restarts", .kind = ARG_VALUE},
+        [NO_PREFIX] = {.name = "--no-prefix", .kind = ARG_FLAG},
+        {.name = NULL},
     };
     arg_parser a = {.cmd = "trident launch", .opts = options, .usage = launch_usage,
                  .stop_at_command = 1, .argc = argc, .argv = argv};

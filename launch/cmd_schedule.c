@@ -54,13 +54,13 @@ static int parse_args(int argc, char **argv, sched_args *a)
 {
     enum { PP, MICROBATCHES, SCHEDULE, VPP, JSON, COMM };
     static const arg_opt options[] = {
-        [PP] = {"--pp", ARG_VALUE},
-        [MICROBATCHES] = {"--microbatches", ARG_VALUE},
-        [SCHEDULE] = {"--schedule", ARG_VALUE},
-        [VPP] = {"--vpp", ARG_VALUE},
-        [JSON] = {"--json", ARG_FLAG},
-        [COMM] = {"--comm", ARG_FLAG},
-        {NULL},
+        [PP] = {.name = "--pp", .kind = ARG_VALUE},
+        [MICROBATCHES] = {.name = "--microbatches", .kind = ARG_VALUE},
+        [SCHEDULE] = {.name = "--schedule", .kind = ARG_VALUE},
+        [VPP] = {.name = "--vpp", .kind = ARG_VALUE},
+        [JSON] = {.name = "--json", .kind = ARG_FLAG},
+        [COMM] = {.name = "--comm", .kind = ARG_FLAG},
+        {.name = NULL},
     };
     arg_parser p = {.cmd = "trident schedule", .opts = options, .usage = schedule_usage,
                  .unknown = "unknown argument '%s' (see --help)", .argc = argc, .argv = argv};

@@ -36,10 +36,10 @@ int tr_cmd_sweep(int argc, char **argv)
 {
     enum { OUT, CLUSTER, DRY_RUN };
     static const arg_opt options[] = {
-        [OUT] = {"--out", ARG_VALUE},
-        [CLUSTER] = {"--cluster", ARG_VALUE},
-        [DRY_RUN] = {"--dry-run", ARG_FLAG},
-        {NULL},
+        [OUT] = {.name = "--out", .kind = ARG_VALUE},
+        [CLUSTER] = {.name = "--cluster", .kind = ARG_VALUE},
+        [DRY_RUN] = {.name = "--dry-run", .kind = ARG_FLAG},
+        {.name = NULL},
     };
     arg_parser a = {.cmd = "trident sweep", .opts = options, .usage = sweep_usage, .argc = argc,
                  .argv = argv};

@@ -50,14 +50,14 @@ int tr_cmd_train(int argc, char **argv)
 {
     enum { SET, RUN_DIR, NPROC, MAX_RESTARTS, DUMP_GRADS, DUMP_GRADS_ITERS, QUIET };
     static const arg_opt options[] = {
-        [SET] = {"--set", ARG_VALUE},
-        [RUN_DIR] = {"--run-dir", ARG_VALUE},
-        [NPROC] = {"--nproc", ARG_VALUE},
-        [MAX_RESTARTS] = {"--max-restarts", ARG_VALUE},
-        [DUMP_GRADS] = {"--dump-grads", ARG_VALUE},
-        [DUMP_GRADS_ITERS] = {"--dump-grads-iters", ARG_VALUE},
-        [QUIET] = {"--quiet", ARG_FLAG},
-        {NULL},
+        [SET] = {.name = "--set", .kind = ARG_VALUE},
+        [RUN_DIR] = {.name = "--run-dir", .kind = ARG_VALUE},
+        [NPROC] = {.name = "--nproc", .kind = ARG_VALUE},
+        [MAX_RESTARTS] = {.name = "--max-restarts", .kind = ARG_VALUE},
+        [DUMP_GRADS] = {.name = "--dump-grads", .kind = ARG_VALUE},
+        [DUMP_GRADS_ITERS] = {.name = "--dump-grads-iters", .kind = ARG_VALUE},
+        [QUIET] = {.name = "--quiet", .kind = ARG_FLAG},
+        {.name = NULL},
     };
     arg_parser a = {.cmd = "trident train", .opts = options, .usage = train_usage, .argc = argc,
                  .argv = argv};

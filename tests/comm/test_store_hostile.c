@@ -481,10 +481,11 @@ static void test_stalled_requests_dropped(void **state)
     for (int i = 0; i < 3; i++)
         got[i] = read_to_eof(fd[i], resp, sizeof resp, 60);
     double wall = tr_now() - wall0, cpu = cpu_seconds() - cpu0;
-    const char *what[3] = {"stalled in the middle of a request header (5 of 13 bytes) for ",
-                           "stalled in the middle of a request (11 of 101 bytes after its "
-                           "header) for ",
-                           "stalled in the middle of a request header (4 of 13 bytes) for "};
+    const char *what[3] = {
+        "stalled in the middle of a request header (5 of 13 bytes) for ",
+        "stalled in the middle of a request (11 of 101 bytes after its header) for ",
+        "stalled in the middle of a request header (4 of 13 bytes) for ",
+    };
     for (int i = 0; i < 3 && !fail[0]; i++) {
         line[i][0] = 0;
         if (got[i] != (i < 2 ? 5 : 0)) /* the hello's answer, then closed; nothing */

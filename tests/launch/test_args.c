@@ -17,11 +17,11 @@
 
 enum { TP, JSON, INPUT, NAME };
 static const arg_opt opts[] = {
-    [TP] = {"--tp", ARG_VALUE},
-    [JSON] = {"--json", ARG_FLAG},
-    [INPUT] = {"--input", ARG_VALUES, "file"},
-    [NAME] = {"-n", ARG_VALUE},
-    {NULL},
+    [TP] = {.name = "--tp", .kind = ARG_VALUE},
+    [JSON] = {.name = "--json", .kind = ARG_FLAG},
+    [INPUT] = {.name = "--input", .kind = ARG_VALUES, .what = "file"},
+    [NAME] = {.name = "-n", .kind = ARG_VALUE},
+    {.name = NULL},
 };
 
 static int usage_calls;
