@@ -77,6 +77,8 @@ void plan_layer_cost(const plan_cost_ctx *x, plan_cost *o)
     o->b[TR_PLAN_PART_TP] = 2 * x->ar_tp;
     if (!plan_shape_model(c)) {
         double f1 = tr_plan_layer_forward_flops_model(m, m->seq_length, L->micro_batch) / t;
+        if (plan_moe(x)) /* the router's GEMM is replicated: every rank makes all of it */
+            f1 += (1 - 1 / t) * 2.0 * b * s * h * m->num_experts;
         double b1 = 2 * f1, af, ab;
         if (plan_lora(x)) { /* the frozen linears' weight gradients go, the adapters come */
             double qkv, F, fc, T = (double)L->micro_batch * m->seq_length;
@@ -102,15 +104,23 @@ void plan_layer_cost(const plan_cost_ctx *x, plan_cost *o)
     double aw = tr_plan_attention_width(m);  /* heads x head size */
     double R = T * h * e / (sp ? t : 1);      /* layernorm-region tensor, bytes */
     double mask = L->dropout ? R / e : 0;     /* one byte per element */
-    double I = T * fc / t * e;                /* the MLP's intermediate, bytes */
+    int moe = plan_moe(x);
+    double rows = moe ? m->moe_router_topk * T : T; /* the MLP's rows: k a token with experts */
+    double I = rows * fc / t * e;             /* the MLP's intermediate, bytes */
     double heads = b * a / t, d = aw / a;     /* batched attention */
     double S = heads * s * s;                 /* scores, elements */
 
-    double lin_f = gemm_f(c, T, qkv / t, h) + gemm_f(c, T, h, aw / t) +
-                   gemm_f(c, T, fc / t, h) + gemm_f(c, T, h, F / t);
     int frozen = plan_lora(x);
+    double mlp_f = gemm_f(c, T, fc / t, h) + gemm_f(c, T, h, F / t);
+    double mlp_b = gemm_b_of(c, T, fc / t, h, frozen) + gemm_b_of(c, T, h, F / t, frozen);
+    double route_f = 0, route_b = 0;
+    if (moe) {
+        plan_moe_expert_gemms(x, T, gemm_acc_s, &mlp_f, &mlp_b);
+        plan_moe_routing_cost(x, T, e, gemm_acc_s, &route_f, &route_b);
+    }
+    double lin_f = gemm_f(c, T, qkv / t, h) + gemm_f(c, T, h, aw / t) + mlp_f;
     double lin_b = gemm_b_of(c, T, qkv / t, h, frozen) + gemm_b_of(c, T, h, aw / t, frozen) +
-                   gemm_b_of(c, T, fc / t, h, frozen) + gemm_b_of(c, T, h, F / t, frozen);
+                   mlp_b;
     double ad_f, ad_b;
     plan_lora_cost(x, T, gemm_acc_s, &ad_f, &ad_b);
     lin_f += ad_f, lin_b += ad_b;
@@ -127,17 +137,20 @@ void plan_layer_cost(const plan_cost_ctx *x, plan_cost *o)
     /* their backward, and the bias gradients (QKV, projection, fc1, fc2) */
     double el_b = 2 * tr_plan_stream_s(c, 3 * R) + 2 * tr_plan_stream_s(c, 3 * R + mask) +
                   tr_plan_stream_s(c, 3 * I) +
-                  tr_plan_stream_s(c, (qkv + fc) * T / t * e + 2 * R);
+                  tr_plan_stream_s(c, (qkv * T + fc * rows) / t * e + 2 * R);
+    double experts = moe ? m->num_experts : 1;
     if (!L->grad_accum_fused && !frozen) /* dW in 16 bits, then added into the fp32 buffer */
-        el_b += tr_plan_stream_s(c, 10.0 * ((qkv + aw + fc + F) * h / t));
+        el_b += tr_plan_stream_s(c, 10.0 * ((qkv + aw + experts * (fc + F)) * h / t));
     o->f[TR_PLAN_PART_GEMM] = lin_f;
     o->f[TR_PLAN_PART_ATTENTION] = att_gemm_f + att_el_f;
     o->f[TR_PLAN_PART_ELEMENTWISE] = el_f;
     o->b[TR_PLAN_PART_GEMM] = lin_b;
     o->b[TR_PLAN_PART_ATTENTION] = att_gemm_b + att_el_b;
     o->b[TR_PLAN_PART_ELEMENTWISE] = el_b;
+    o->f[TR_PLAN_PART_ROUTING] = route_f;
+    o->b[TR_PLAN_PART_ROUTING] = route_b;
     if (L->recompute == TR_PLAN_RECOMPUTE_FULL) {
-        o->b[TR_PLAN_PART_RECOMPUTE] = lin_f + att_gemm_f + att_el_f + el_f;
+        o->b[TR_PLAN_PART_RECOMPUTE] = lin_f + att_gemm_f + att_el_f + el_f + route_f;
         o->b[TR_PLAN_PART_TP] += 2 * x->ar_tp;
     } else if (L->recompute == TR_PLAN_RECOMPUTE_SELECTIVE && !L->trident_kernels) {
         /* (fused attention recomputes its probabilities in backward in any mode) */

@@ -119,7 +119,9 @@ void plan_layer_cost_trident(const plan_cost_ctx *x, plan_cost *o)
      * and GELU writes 2 bytes less */
     /* (LoRA: none of the bf16-storage rules holds, model/gpt_internal.h; the base frozen) */
     int lora = plan_lora(x);
-    double g16 = fc > F || lora ? 0 : T * F / t; /* its elements (SwiGLU keeps fp32) */
+    /* (with experts none of the MLP's and norms' bf16 storage: gpt_internal.h's rules) */
+    int moe = plan_moe(x);
+    double g16 = fc > F || lora || moe ? 0 : T * F / t; /* its elements (SwiGLU keeps fp32) */
     /* and fc's output, GELU's input (gpt_fch16): fc's GEMM writes bf16, both GELU ops read
      * 2 bytes less */
     double f16 = g16;
@@ -128,7 +130,7 @@ void plan_layer_cost_trident(const plan_cost_ctx *x, plan_cost *o)
     double da16 = g16;
     /* the norms' outputs likewise (gpt_ln16): QKV and fc read them without converting them,
      * forward and weight gradient, and the norms write 2 bytes less */
-    double l16 = (int)h % 2 == 0 && !lora ? 2 * T * h : 0;
+    double l16 = (int)h % 2 == 0 && !lora && !moe ? 2 * T * h : 0;
     /* and the attention output (gpt_atty16: aw/t even): the projection reads it without
      * converting it, forward and weight gradient; attention writes it, and its backward reads
      * it, 2 bytes an element less */
@@ -154,10 +156,21 @@ void plan_layer_cost_trident(const plan_cost_ctx *x, plan_cost *o)
      * none) nor ReLU (model.relu), which no epilogue of trident's has: their own passes */
     int own_pass = m->relu || (m->gelu_approximate && !strcmp(m->gelu_approximate, "none"));
     double gelu_fused = f16 > 0 && !own_pass ? T * F / t : 0;
+    /* the MLP's two linears, or the experts' GEMMs (the table's plain gemm, no epilogues) and
+     * the routing (costs_moe.c; with experts the MLP's rows are k a token) */
+    double mlp_f = plan_trident_gemm_s(c, T, fc / t, h, 0) +
+                   plan_trident_gemm_s(c, T, h, F / t, row_copy);
+    double mlp_b = linear_b(c, T, fc / t, h) + linear_b(c, T, h, F / t) -
+                   tr_plan_stream_s(c, 6 * T * h) - tr_plan_stream_s(c, 6 * T * fc / t);
+    double route_f = 0, route_b = 0, rows = T;
+    if (moe) {
+        plan_moe_expert_gemms(x, T, plan_trident_gemm_s, &mlp_f, &mlp_b);
+        plan_moe_routing_cost(x, T, 4, plan_trident_gemm_s, &route_f, &route_b);
+        rows = m->moe_router_topk * T;
+    }
     double lin_f = tr_plan_stream_s(c, 2 * gelu_fused) + plan_trident_gemm_s(c, T, qkv / t, h, 0) +
-                   plan_trident_gemm_s(c, T, h, aw / t, row_copy) +
-                   plan_trident_gemm_s(c, T, fc / t, h, 0) +
-                   plan_trident_gemm_s(c, T, h, F / t, row_copy) - tr_plan_stream_s(c, 6 * g16) -
+                   plan_trident_gemm_s(c, T, h, aw / t, row_copy) + mlp_f -
+                   tr_plan_stream_s(c, 6 * g16) -
                    tr_plan_stream_s(c, 6 * l16) - tr_plan_stream_s(c, 6 * a16) -
                    tr_plan_stream_s(c, 2 * f16) - tr_plan_stream_s(c, 2 * q16);
     /* (kernels.h's linear_backward converts a layer's output gradient once for its two GEMMs:
@@ -168,13 +181,11 @@ void plan_layer_cost_trident(const plan_cost_ctx *x, plan_cost *o)
     /* the norms' output gradients, QKV's and fc's input gradients where their output gradient
      * is bf16, at TP 1 (gpt_dln16): the two GEMMs write them 2 bytes an element less, the
      * norms' backward reads them 2 less */
-    double dln16 = (t == 1 && q16 > 0 ? T * h : 0) + (t == 1 && dg16 > 0 ? T * h : 0);
+    double dln16 = moe ? 0 : (t == 1 && q16 > 0 ? T * h : 0) + (t == 1 && dg16 > 0 ? T * h : 0);
     double lin_b = tr_plan_stream_s(c, 2 * gelu_fused) + linear_b(c, T, qkv / t, h) +
-                   linear_b(c, T, h, aw / t) +
-                   linear_b(c, T, fc / t, h) + linear_b(c, T, h, F / t) -
+                   linear_b(c, T, h, aw / t) + mlp_b -
                    tr_plan_stream_s(c, 6 * g16) - tr_plan_stream_s(c, 6 * l16) -
-                   tr_plan_stream_s(c, 6 * T * qkv / t) -
-                   2 * tr_plan_stream_s(c, 6 * T * h) - tr_plan_stream_s(c, 6 * T * fc / t) -
+                   tr_plan_stream_s(c, 6 * T * qkv / t) - tr_plan_stream_s(c, 6 * T * h) -
                    tr_plan_stream_s(c, 6 * dg16) - tr_plan_stream_s(c, 6 * a16) -
                    tr_plan_stream_s(c, 6 * q16) - tr_plan_stream_s(c, 2 * da16) -
                    tr_plan_stream_s(c, 2 * dln16) - tr_plan_stream_s(c, 2 * dat16);
@@ -200,17 +211,18 @@ void plan_layer_cost_trident(const plan_cost_ctx *x, plan_cost *o)
      * t = 1; with t > 1 the row-parallel two are added after the reduction) */
     double bias = t > 1 ? 2 * R * 2 : 0;
     /* (tp 1: the residual is the GEMM's C input, y its output: no copy) */
-    double resid = row_copy ? 0 : 2 * 3 * R;
-    double el_f = 2 * 2 * R + bias + resid + T * F / t * 4 * (gelu_in + 1) - 2 * g16 - 2 * l16 -
-                  2 * f16 - 4 * gelu_fused;
+    /* (with experts at tp 1 the weighted sum's reduction adds the residual: read 2, write 1) */
+    double resid = row_copy ? (moe ? 3 * R : 0) : 2 * 3 * R;
+    double el_f = 2 * 2 * R + bias + resid + rows * F / t * 4 * (gelu_in + 1) - 2 * g16 -
+                  2 * l16 - 2 * f16 - 4 * gelu_fused;
     /* backward: 2 layernorm backwards (one read of dout and x, dx read and written: 4 x 4
      * bytes; the weight sums gathered in the same pass, layernorm.cu), the activation's
      * backward (read its input and dout, write din: 2 bytes less
      * where bf16), the bias gradients: summed where their gradient is converted for the
      * GEMMs (kernels.h's linear_backward, gelu_backward16), but the row-parallel two under SP
      * (their own read of dout) */
-    double el_b = 2 * 4 * R + (sp ? 2 * R : 0) + T * F / t * 4 * (2 * gelu_in + 1) - 2 * dg16 -
-                  2 * f16 - 2 * da16 - 2 * dln16 - 6 * gelu_fused;
+    double el_b = 2 * 4 * R + (sp ? 2 * R : 0) + rows * F / t * 4 * (2 * gelu_in + 1) -
+                  2 * dg16 - 2 * f16 - 2 * da16 - 2 * dln16 - 6 * gelu_fused;
     o->f[TR_PLAN_PART_GEMM] = lin_f;
     o->b[TR_PLAN_PART_GEMM] = lin_b;
     o->f[TR_PLAN_PART_ATTENTION] = att_f;
@@ -223,8 +235,10 @@ void plan_layer_cost_trident(const plan_cost_ctx *x, plan_cost *o)
     }
     o->f[TR_PLAN_PART_ELEMENTWISE] = tr_plan_stream_s(c, el_f);
     o->b[TR_PLAN_PART_ELEMENTWISE] = tr_plan_stream_s(c, el_b);
+    o->f[TR_PLAN_PART_ROUTING] = route_f;
+    o->b[TR_PLAN_PART_ROUTING] = route_b;
     if (L->recompute == TR_PLAN_RECOMPUTE_FULL) {
-        o->b[TR_PLAN_PART_RECOMPUTE] = lin_f + att_f + o->f[TR_PLAN_PART_ELEMENTWISE];
+        o->b[TR_PLAN_PART_RECOMPUTE] = lin_f + att_f + o->f[TR_PLAN_PART_ELEMENTWISE] + route_f;
         o->b[TR_PLAN_PART_TP] += tp_parts;
     } /* selective: nothing to recompute (no T x T tensor is kept) */
 }

@@ -19,6 +19,8 @@ static const struct {
     [TR_PLAN_PART_RECOMPUTE] = {"recompute", "recompute", "recomp", "#82c6e2"},
     [TR_PLAN_PART_OUTPUT] = {"output_layer", "output layer and loss", "output", "#8172b2"},
     [TR_PLAN_PART_EMBEDDING] = {"embedding", "embedding", "embed", "#c4ad66"},
+    [TR_PLAN_PART_ROUTING] = {"moe_routing", "MoE router, routing, host sync", "route",
+                              "#64b5cd"},
     [TR_PLAN_PART_TP] = {"tp_comm", "TP communication", "TP", "#d65f5f"},
     [TR_PLAN_PART_PP] = {"pp_comm", "PP send/receive", "PP", "#ee854a"},
     [TR_PLAN_PART_DP] = {"dp_comm_exposed", "DP reduction (exposed)", "DP", "#b47cc7"},
@@ -71,15 +73,23 @@ void tr_plan_print_explain(FILE *f, const tr_plan_cluster *c, const tr_plan_resu
     fprintf(f, "\nwhere the step goes: seconds per iteration on each stage (every row adds up to "
                "the step, %.4g s)\n",
             e->step_time_s);
+    /* (the MoE column only for a model with experts) */
+    int show[TR_PLAN_PARTS];
+    for (int k = 0; k < TR_PLAN_PARTS; k++)
+        show[k] = k != TR_PLAN_PART_ROUTING;
+    for (int s = 0; s < P; s++)
+        show[TR_PLAN_PART_ROUTING] |= stage_parts(e, s)[TR_PLAN_PART_ROUTING] > 0;
     fprintf(f, "stage");
     for (int k = 0; k < TR_PLAN_PARTS; k++)
-        fprintf(f, " %8s", parts[k].short_label);
+        if (show[k])
+            fprintf(f, " %8s", parts[k].short_label);
     fprintf(f, " %8s\n", "total");
     for (int s = 0; s < P; s++) {
         const double *p = stage_parts(e, s);
         fprintf(f, "%5d", s);
         for (int k = 0; k < TR_PLAN_PARTS; k++)
-            fprintf(f, " %8.4g", p[k]);
+            if (show[k])
+                fprintf(f, " %8.4g", p[k]);
         fprintf(f, " %8.4g\n", tr_plan_explain_stage_total(e, s));
     }
     /* the whole job, as shares: what a faster layout would have to attack */

@@ -42,6 +42,7 @@ typedef struct {
     int norms;                                       /* per layer: 2, or 1 (a shared norm) */
     int out_bias;                                    /* the untied output layer's bias */
     int norm_bias;                                   /* LayerNorm's bias (not RMSNorm's) */
+    double E, K;                                     /* experts, experts per token (0: dense) */
 } family;
 
 static family family_of(const tr_model_config *m)
@@ -67,6 +68,8 @@ static family family_of(const tr_model_config *m)
     f.norms = loaded && m->parallel_residual && m->parallel_shared_norm ? 1 : 2;
     f.out_bias = f.untie && m->output_layer_bias;
     f.norm_bias = !f.rms && (!loaded || !m->no_layernorm_bias);
+    f.E = m->num_experts > 0 ? m->num_experts : 0;
+    f.K = f.E > 0 ? m->moe_router_topk : 0;
     return f;
 }
 
@@ -83,18 +86,26 @@ double tr_plan_attention_width(const tr_model_config *m)
     return family_of(m).a;
 }
 
+/* One MLP (the dense layer's, or one expert's) on one TP rank: fc and fc_proj split over t,
+ * fc's bias split, fc_proj's whole. */
+static double mlp_params(const family *f, int tp)
+{
+    double n = (f->fc * f->h + f->F * f->h) / tp;
+    return f->mlp_bias ? n + f->fc / tp + f->h : n;
+}
+
 /* GPT-2: 12h^2/t + 7h/t + 6h; in general the qkv, projection and MLP matrices split over t,
- * their column-parallel biases too, the row-parallel biases and the norms whole. */
+ * their column-parallel biases too, the row-parallel biases and the norms whole; with experts
+ * E MLPs and the router (E, h), replicated. */
 static double layer_params(const family *f, int tp)
 {
     double h = f->h;
-    double n = (f->qkv * h + f->a * h + f->fc * h + f->F * h) / tp;
+    double n = (f->qkv * h + f->a * h) / tp;
     if (f->bias) /* attn_proj's */
         n += h;
-    if (f->mlp_bias)
-        n += f->fc / tp + h;
     if (f->qkv_bias)
         n += f->qkv / tp;
+    n += f->E > 0 ? f->E * (mlp_params(f, tp) + h) : mlp_params(f, tp);
     return n + f->norms * (f->norm_bias ? 2.0 * h : h);
 }
 
@@ -150,6 +161,32 @@ double tr_plan_model_params(const tr_model_config *m, int vocab_padded)
     return tr_plan_stage_params(m, vocab_padded, 1, 1, 0, m->num_layers);
 }
 
+double tr_plan_model_active_params(const tr_model_config *m, int vocab_padded)
+{
+    family f = family_of(m);
+    double idle = f.E > 0 ? m->num_layers * (f.E - f.K) * mlp_params(&f, 1) : 0;
+    return tr_plan_model_params(m, vocab_padded) - idle;
+}
+
+double tr_plan_moe_layer_bytes(const tr_model_config *m, int s, int b, int tp, int act_bytes)
+{
+    family f = family_of(m);
+    if (f.E <= 0)
+        return 0;
+    double T = (double)s * b, M = f.K * T;
+    return (f.K - 1) * T * (f.fc + f.F) / tp * act_bytes + 2 * M * f.h * act_bytes +
+           4 * (T * f.E + T + 5 * M);
+}
+
+double tr_plan_moe_scratch_bytes(const tr_model_config *m, int s, int b, int tp)
+{
+    family f = family_of(m);
+    if (f.E <= 0)
+        return 0;
+    double T = (double)s * b, M = f.K * T;
+    return 4 * (2 * T * f.E + T * f.h + M * f.h + M * (f.fc + f.F) / tp + 2 * M + f.E);
+}
+
 void tr_plan_state_bytes(int bf16, int distributed_optimizer, int dp, double *weights,
                          double *grads, double *optimizer)
 {
@@ -189,8 +226,11 @@ double tr_plan_layer_forward_flops(int s, int b, int h)
 double tr_plan_layer_forward_flops_model(const tr_model_config *m, int s, int b)
 {
     family f = family_of(m);
-    double S = s, B = b, h = f.h;
-    return 2.0 * B * S * (f.qkv * h + f.a * h + f.fc * h + f.F * h) + 4.0 * B * S * S * f.a;
+    double S = s, B = b, h = f.h, mlp = f.fc * h + f.F * h;
+    /* with experts: k MLPs a token (the active parameters) and the router's (h, E) GEMM */
+    if (f.E > 0)
+        mlp = f.K * mlp + f.E * h;
+    return 2.0 * B * S * (f.qkv * h + f.a * h + mlp) + 4.0 * B * S * S * f.a;
 }
 
 double tr_plan_model_flops(const tr_model_config *m, int vocab_padded, int global_batch)

@@ -31,6 +31,10 @@
  *                                         row-parallel biases and LNs are replicated)
  *   first stage    + V h/t (word embedding) + max_pos h (positions, replicated)
  *   last stage     + 2h (final LN) + V h/t (tied copy of the embedding when p > 1)
+ *   mixture of experts (model.num_experts E, moe_router_topk k; model/gpt_moe.c): the MLP's
+ *                  weights and biases E times (each expert split over t as the MLP) + the
+ *                  router E h, replicated. Active parameters (tr_plan_model_active_params):
+ *                  the model less the E - k experts a token is not routed to.
  * Model state, bytes per parameter (weights / gradients / optimizer):
  *   bf16: 2 / 4 / 12 (fp32 grads; fp32 master + Adam m, v) = 18; distributed optimizer
  *         (ZeRO-1): 2 / 4 / 12/d = 6 + 12/d
@@ -52,6 +56,11 @@
  *              selective bytes + the fp32 log-sum-exps, 4as b/t (no scores are stored),
  *              and counted in fp32 bytes at any precision (trident keeps them so)
  *   full       2sbh (the layer input), 2sbh/t with SP
+ *   experts    + tr_plan_moe_layer_bytes (k routed rows a token through the MLP, gathered
+ *              inputs and outputs whole on every TP rank, router outputs, indices; none stored
+ *              with full recompute, where the recomputed layer holds them), and once a stage
+ *              tr_plan_moe_scratch_bytes (counted in activations); no bf16 storage of the MLP
+ *              or the norms (model/gpt_internal.h's rules)
  *   A stage keeps peak_r micro-batches (chunks) in flight: the peak of its pp/ schedule op
  *   list (1f1b: min(p - r, M), gpipe: M); stored = peak_r x (layers_r / v) x per-layer bytes.
  *   Plus, once per stage: full recompute re-materialises one layer of one micro-batch (the
@@ -66,6 +75,9 @@
  *   backward twice that, the logits 2bshV forward. Model FLOPs = 3 x forward; hardware adds
  *   the recompute: full = one more forward of every layer (96Bslh^2(1 + s/6h + V/16lh) per
  *   step), selective = the attention core again (4bs^2h per layer). Each rank does 1/t.
+ *   Experts: the MLP's FLOPs k times (the active parameters) + the router's GEMM 2bshE (on
+ *   every TP rank); model FLOPs and MFU count the active parameters, as Megatron's
+ *   num_floating_point_operations does with moe_router_topk (it leaves out the router).
  * Time (GPU presets: a shape model of every kernel; device cpu and a custom GPU without a
  * preset: FLOPs / (peak x gemm_efficiency), ranks on a node sharing the peak, nothing else):
  *   GEMM (M, N, K, batch), bf16 operands (Megatron / cuBLASLt): the best of the tiles
@@ -97,6 +109,12 @@
  *              whole forward again (its TP all-reduces too), selective = the attention core.
  *     grad_accum_fused 0 (Megatron 2021): + every weight's gradient added into the fp32
  *              buffer per micro-batch (10 bytes per weight).
+ *     experts: the MLP's GEMMs become E experts' on k T / E rows each (the load assumed
+ *              balanced), the MLP's element-wise kernels run on k T rows; the routing part
+ *              (plan/costs_moe.c): the router's GEMMs (T, E, h) and its backward's two, its
+ *              softmax and top-k, the gathers and weighted scatter-adds of the k T rows, and
+ *              the host copies of the routing with their stream syncs (5 a layer forward, an
+ *              estimated 10 us + kernel_overhead each + bytes at 25 GB/s; 1 backward).
  *     first stage: embedding lookup, position add, vocab-parallel all-reduce; last stage:
  *              final layernorm, logits GEMM (T, V/t, h) and its two backward GEMMs, the
  *              cross-entropy streaming T V/t fp32 logits (fused and chunked: 4 bytes
@@ -154,7 +172,8 @@
  * (tr_plan_references; docs/planner.md lists them with sources and errors), never per run.
  * `--calibrate` solves for gemm_efficiency alone from a measured step time.
  * Not modelled: overlap of TP communication with compute, flash attention, CPU-side
- * launch stalls of a Python framework, memory fragmentation beyond `reserved`. */
+ * launch stalls of a Python framework, memory fragmentation beyond `reserved`, an MoE router's
+ * load imbalance (balanced experts assumed). */
 #ifndef TR_PLAN_H
 #define TR_PLAN_H
 
@@ -295,6 +314,20 @@ double tr_plan_stage_params(const tr_model_config *m, int vocab_padded, int tp, 
 /* Whole model (embedding counted once) with this padded vocabulary. Both counts equal
  * model/'s tensor table exactly for every shipped config (tests/plan/test_plan_params.c). */
 double tr_plan_model_params(const tr_model_config *m, int vocab_padded);
+/* The parameters a token runs through: the whole model less, with experts, the E - k experts
+ * of every layer it is not routed to (tr_plan_model_params without experts). */
+double tr_plan_model_active_params(const tr_model_config *m, int vocab_padded);
+/* Mixture of experts (0 without): the bytes one layer keeps for one micro-batch of b sequences
+ * beyond the dense MLP's (model/gpt_acts.c): the experts' fc output and activation for k rows
+ * a token where the dense MLP has one, (k-1) s b (fc + F)/t x act_bytes; the gathered input
+ * rows and the experts' outputs, whole on every TP rank, 2 k s b h x act_bytes; the router's
+ * probabilities and log-sum-exps and the routed rows' indices and weights, fp32 / int32:
+ * 4 (s b E + s b + 5 k s b). */
+double tr_plan_moe_layer_bytes(const tr_model_config *m, int s, int b, int tp, int act_bytes);
+/* ... and once per stage, the MoE scratch of the backward (fp32): the router's logits and
+ * their gradient 2 s b E, the summed output s b h, the routed rows' gradients k s b (h +
+ * (fc + F)/t), their weights' 2 k s b, the balancing loss's E. */
+double tr_plan_moe_scratch_bytes(const tr_model_config *m, int s, int b, int tp);
 /* Bytes per parameter of weights, gradients and optimizer state. */
 void tr_plan_state_bytes(int bf16, int distributed_optimizer, int dp, double *weights,
                          double *grads, double *optimizer);
@@ -343,6 +376,7 @@ typedef struct {
     int world;
     int vocab_padded;
     double n_params;                 /* whole model */
+    double n_active_params;          /* of them, those a token runs through (k of E experts) */
     /* memory */
     int memory_stage;                /* the stage that decides */
     int in_flight;                   /* its peak stored micro-batches (chunks) */
@@ -388,6 +422,8 @@ typedef enum {
     TR_PLAN_PART_RECOMPUTE,   /* forward work repeated in backward (full / selective) */
     TR_PLAN_PART_OUTPUT,      /* final layernorm, output layer and loss (last stage) */
     TR_PLAN_PART_EMBEDDING,   /* embedding lookup and its gradient (first stage) */
+    TR_PLAN_PART_ROUTING,     /* mixture of experts: router GEMMs, routing, gathers and
+                               * scatters of the routed rows, the host copies and their syncs */
     TR_PLAN_PART_TP,          /* tensor-parallel collectives (not overlapped) */
     TR_PLAN_PART_PP,          /* pipeline sends/receives while they transfer */
     TR_PLAN_PART_DP,          /* gradient reduction not hidden behind backward */

@@ -169,6 +169,19 @@ void plan_lora_cost(const plan_cost_ctx *x, double T,
                                      int accumulate),
                     double *fwd, double *bwd);
 
+/* One GEMM (M, N, K) of a cost model, accumulating onto its output or not. */
+typedef double (*plan_gemm_fn)(const tr_plan_cluster *c, double M, double N, double K,
+                               int accumulate);
+/* costs_moe.c: a layer with experts (model.num_experts; plan_moe). The experts' GEMMs on k T
+ * routed rows, balanced (k T / E rows each), forward and backward; and what the routing costs
+ * (the router's GEMMs, its softmax and top-k, the host copies with their syncs, the rows'
+ * gathers and scatters; rows of h e bytes an element), forward and backward. */
+static inline int plan_moe(const plan_cost_ctx *x) { return x->m->num_experts > 0; }
+void plan_moe_expert_gemms(const plan_cost_ctx *x, double T, plan_gemm_fn gemm_s, double *fwd,
+                           double *bwd);
+void plan_moe_routing_cost(const plan_cost_ctx *x, double T, double e, plan_gemm_fn gemm_s,
+                           double *fwd, double *bwd);
+
 static inline void plan_cost_clear(plan_cost *o)
 {
     for (int k = 0; k <= TR_PLAN_PART_TP; k++)

@@ -239,8 +239,10 @@ static void memory_model(const tr_config *cfg, const tr_plan_cluster *c,
     int act16 = L->bf16 && !L->trident_kernels;
     /* but the GELU output that feeds fc_proj, kept in bf16 storage (model/gpt_internal.h's
      * gpt_gelu16: bf16 on trident's kernels, GELU, no LoRA): 2 bytes an element less */
+    /* (none of these with experts: the experts' gathers and GEMMs read fp32) */
+    int moe = m->num_experts > 0;
     double gelu16 = L->trident_kernels && L->bf16 && !m->swiglu && !m->geglu &&
-                            !cfg->finetune.lora_rank &&
+                            !cfg->finetune.lora_rank && !moe &&
                             stored != TR_PLAN_RECOMPUTE_FULL
                         ? 2.0 * s * b * (double)tr_model_ffn_hidden(m) / t
                         : 0;
@@ -249,7 +251,7 @@ static void memory_model(const tr_config *cfg, const tr_plan_cluster *c,
     int sp_split = L->sequence_parallel && t > 1;
     /* and fc's output, the GELU's input (gpt_fch16: where the GELU output is bf16), alike */
     double fch16 = gelu16;
-    double ln16 = L->trident_kernels && L->bf16 && !cfg->finetune.lora_rank &&
+    double ln16 = L->trident_kernels && L->bf16 && !cfg->finetune.lora_rank && !moe &&
                           stored != TR_PLAN_RECOMPUTE_FULL && h % 2 == 0
                       ? 2 * 2.0 * s * b * h / (sp_split ? t : 1)
                       : 0;
@@ -266,15 +268,17 @@ static void memory_model(const tr_config *cfg, const tr_plan_cluster *c,
     tr_plan_layer_dims(m, &qkv_w, &ffn_w, &fc_w);
     int rope = m->position_embedding_type && !strcmp(m->position_embedding_type, "rope");
     double qkv16 = atty16 > 0 && !rope ? 2.0 * s * b * qkv_w / t : 0;
+    /* experts: k routed rows a token through the MLP, their gathers, the router's outputs */
+    double moe_layer = tr_plan_moe_layer_bytes(m, s, b, t, act16 ? 2 : 4);
     double act = tr_plan_layer_activation_bytes(s, b, h, m->num_attention_heads, t,
                                                 L->sequence_parallel, stored, act16) +
-                 (stored == TR_PLAN_RECOMPUTE_FULL ? 0 : lse) - gelu16 - fch16 - ln16 - atty16 -
-                 qkv16;
+                 (stored == TR_PLAN_RECOMPUTE_FULL ? 0 : lse + moe_layer) - gelu16 - fch16 -
+                 ln16 - atty16 - qkv16;
     double act_none = tr_plan_layer_activation_bytes(
                           s, b, h, m->num_attention_heads, t, L->sequence_parallel,
                           L->trident_kernels ? TR_PLAN_RECOMPUTE_SELECTIVE : TR_PLAN_RECOMPUTE_NONE,
                           act16) +
-                      lse;
+                      lse + moe_layer;
     double esize = act16 ? 1.0 : 2.0;
     int sp = L->sequence_parallel && t > 1;
     r->capacity = c->device == TR_PLAN_DEVICE_CPU ? c->memory_bytes / ranks_per_node
@@ -292,6 +296,8 @@ static void memory_model(const tr_config *cfg, const tr_plan_cluster *c,
         if (L->dp > 1 && L->zero_stage >= 2 && !cfg->finetune.lora_rank) /* LoRA: adapters whole */
             zero_windows(m, L, r->vocab_padded, st, layers, sd[st].shard, wb, gb, &mm);
         mm.activations = (double)peaks[st] * layers / L->v * act;
+        if (layers > 0) /* the MoE backward's scratch, once a stage */
+            mm.activations += tr_plan_moe_scratch_bytes(m, s, b, t);
         if (L->recompute == TR_PLAN_RECOMPUTE_FULL)
             mm.recompute = act_none;
         else if (L->recompute == TR_PLAN_RECOMPUTE_SELECTIVE && !L->trident_kernels)
@@ -327,11 +333,6 @@ int plan_evaluate(const tr_config *cfg, const tr_plan_layout *layout, int world,
                   tr_plan_result *out, tr_plan_explain *ex)
 {
     memset(out, 0, sizeof *out);
-    if (cfg->model.num_experts) /* the layer kernel by kernel is the dense MLP's */
-        return tr_fail(TR_ERR_CONFIG, "%s: trident plan does not model a mixture of experts "
-                       "(model.num_experts %d: the router, the routed rows' gathers and the "
-                       "experts' GEMMs of k of E experts per token are not in its layer)",
-                       tr_config_where(cfg, "model.num_experts"), cfg->model.num_experts);
     int rc = check_layout(cfg, layout, world);
     if (rc)
         return rc;
@@ -346,6 +347,7 @@ int plan_evaluate(const tr_config *cfg, const tr_plan_layout *layout, int world,
                        "make_vocab_size_divisible_by x TP = %d x %d does not fit in an int",
                        m->vocab_size, m->make_vocab_size_divisible_by, L.tp);
     out->n_params = tr_plan_model_params(m, out->vocab_padded);
+    out->n_active_params = tr_plan_model_active_params(m, out->vocab_padded);
     int ranks_per_node = c->gpus_per_node < world ? c->gpus_per_node : world;
 
     tr_pp_partition *part = tr_alloc(sizeof *part, "partition");

@@ -78,9 +78,13 @@ void tr_plan_print(FILE *f, const tr_config *cfg, const tr_plan_cluster *c, cons
     char a[32], b[32], d[32], e[32];
     describe_cluster(f, c, r->world);
     fprintf(f, "model: %d layers, hidden %d, %d heads, seq %d, vocab %d (padded %d): %s "
-               "parameters\n",
+               "parameters",
             m->num_layers, m->hidden_size, m->num_attention_heads, m->seq_length, m->vocab_size,
             r->vocab_padded, count(r->n_params, a, sizeof a));
+    if (m->num_experts > 0)
+        fprintf(f, ", %s active (%d of %d experts a token; balanced load assumed)",
+                count(r->n_active_params, b, sizeof b), m->moe_router_topk, m->num_experts);
+    fprintf(f, "\n");
     fprintf(f, "layout: TP %d x PP %d x DP %d; micro-batch %d, global batch %d -> %d micro-batches "
                "per step; %s%s; recompute %s; %s%s%s\n",
             L->tp, L->pp, L->dp, L->micro_batch, L->global_batch, L->num_micro_batches,
@@ -137,6 +141,10 @@ void tr_plan_print(FILE *f, const tr_config *cfg, const tr_plan_cluster *c, cons
                "counted), %.4g model TFLOP/s, MFU %.1f%%\n",
             r->tokens_per_s, r->tflops_per_gpu, unit_of(c), r->model_tflops_per_gpu,
             100 * r->mfu);
+    if (m->num_experts > 0)
+        fprintf(f, "  (model FLOPs and MFU of the active parameters: %d of %d experts' MLPs a "
+                   "token, as Megatron counts them, and the router's GEMM)\n",
+                m->moe_router_topk, m->num_experts);
     double days = r->time_to_train_s / 86400;
     if (days >= 1)
         fprintf(f, "time to train %s tokens: %.1f days (%.2f months)\n",
@@ -200,6 +208,7 @@ static void json_result_fields(tr_json *j, const tr_plan_result *r)
     json_layout(j, "layout", &r->layout);
     tr_json_int(j, "world_size", r->world);
     tr_json_int(j, "parameters", llround(r->n_params)); /* exact: %.9g rounded 1,414,647,808 */
+    tr_json_int(j, "active_parameters", llround(r->n_active_params));
     tr_json_int(j, "vocab_padded", r->vocab_padded);
     tr_json_double(j, "step_time_s", r->step_time_s);
     tr_json_double(j, "tokens_per_s", r->tokens_per_s);

@@ -13,8 +13,10 @@ then
   - precision bf16 (the CPU's emulated 16-bit storage) trains, finite and near fp32;
   - supervised fine-tuning (data.dataset_type sft) with experts: PP 2 gives one process's
     losses (the aux losses weigh 1 / micro-batches on every stage, as Megatron's);
-  - refusals exit 2 naming the cause: resuming with other num_experts, trident plan, a
-    manifest whose experts field is malformed.
+  - `trident plan` of the model: its active parameters (2 of 4 experts a token) and the
+    routing's part of the step;
+  - refusals exit 2 naming the cause: resuming with other num_experts, a manifest whose
+    experts field is malformed.
 usage: test_moe_cli.py TRIDENT WORKDIR"""
 import json
 import math
@@ -142,10 +144,11 @@ def refused(what, r, needle):
 
 r, _ = train("other", f"checkpoint.load={ckpt}", "model.num_experts=8")
 refused("resuming with num_experts 8", r, "num_experts 8 top-2")
-refused("trident plan", tt.run([trident, "plan", config, "--world-size", "8", "--set",
-                                "cluster.preset=h100-80gb", "--set", "model.num_experts=4"],
-                               timeout=60),
-        "trident plan does not model a mixture of experts")
+rp = tt.run([trident, "plan", config, "--world-size", "8", "--set", "cluster.preset=h100-80gb",
+             "--set", "model.num_experts=4", "--explain"], timeout=60)
+check("trident plan of a mixture of experts: the active parameters and the routing's time",
+      rp.returncode == 0 and "active (2 of 4 experts a token" in rp.stdout and
+      "MoE router, routing, host sync" in rp.stdout, f"exit {rp.returncode}: {rp.stderr[-600:]}")
 bad = os.path.join(work, "bad")
 shutil.copytree(ckpt, bad)
 mpath = os.path.join(bad, "iter_0000006", "manifest.txt")
