@@ -1,5 +1,6 @@
 #!/usr/bin/python3
-"""`trident plan`: Bloom-176B in JSON and text (published numbers within 20%), its TP=1 PP=1
+"""`trident plan`: Bloom-176B in JSON and text (published numbers within 20%), Mixtral-8x7B (a
+mixture of experts: its total and active parameters, fits an H100), Bloom's TP=1 PP=1
 variant (does not fit, and why), --search (under 10 s, published layout ranked), --tokens,
 --calibrate from a metrics.jsonl, --explain (text, JSON adding up, SVG), --gemm-table,
 --references, --dropout, cluster.runtime, and exit code 2 with a message for every bad argument.
@@ -48,6 +49,18 @@ expect(d["problem"] is None, "no problem")
 rc, out, err = run(bloom)
 expect(rc == 0 and "-> fits" in out and "TFLOP/s per GPU" in out and "time to train 366B" in out,
        f"text report: {out!r}")
+
+# Mixtral-8x7B: a mixture of experts, its parameters and active parameters exact, fits an H100.
+mixtral = os.path.join(root, "configs", "mixtral-8x7b.yaml")
+d = plan_json(mixtral)
+expect(d["parameters"] == 46702792704 and d["active_parameters"] == 12879925248 and d["fits"],
+       f"Mixtral: {d['parameters']} parameters, {d['active_parameters']} active, fits {d['fits']}")
+dense = plan_json(bloom)
+expect(dense["active_parameters"] == dense["parameters"],
+       "a dense model's active parameters are all of them")
+rc, out, err = run(mixtral)
+expect(rc == 0 and "46.7B parameters, 12.88B active (2 of 8 experts a token" in out and
+       "-> fits" in out and "MFU" in out, f"Mixtral text report: {out!r} {err!r}")
 
 # TP=1, PP=1: does not fit, and says why.
 args = [bloom, "--set", "parallel.tensor_model_parallel_size=1",
