@@ -212,4 +212,17 @@ TR_MUST_CHECK int tr_indexed_write(const char *prefix, const uint16_t *tokens, c
                      uint64_t n_docs);
 TR_MUST_CHECK int tr_llmc_shard_write(const char *path, const uint16_t *tokens, uint64_t n_tokens);
 
+/* Context parallelism's split of a sample (load-balanced for the causal mask): the T tokens
+ * are 2*CP chunks of T / (2*CP); CP rank r holds chunks r and 2*CP-1-r, in that order, as its
+ * T / CP local tokens. tr_cp_chunk: the global chunk index of local half h (0 or 1);
+ * tr_cp_position: the global position of local token i; tr_cp_keep_chunks: rows (B, T) of
+ * int32 compacted in place to the rank's (B, T / CP). T divisible by 2*CP. */
+static inline int tr_cp_chunk(int cp, int rank, int half) { return half ? 2 * cp - 1 - rank : rank; }
+static inline int tr_cp_position(int T, int cp, int rank, int i)
+{
+    int c = T / (2 * cp);
+    return tr_cp_chunk(cp, rank, i / c) * c + i % c;
+}
+void tr_cp_keep_chunks(int32_t *rows, int B, int T, int cp, int rank);
+
 #endif

@@ -365,7 +365,8 @@ static int family_tables(tr_gpt *g)
         if (ops[i].needed && !ops[i].op)
             return tr_fail(TR_ERR_CONFIG, "the %s backend has no %s kernels yet; this model "
                            "family runs on training.device cpu", k->name, ops[i].name);
-    int rc = gpt_rope_reserve(g, s->T); /* training positions are < T */
+    int rc = gpt_rope_reserve(g, s->T * gpt_cp_size(g)); /* training positions are < T (all
+                                                             * CP ranks' tokens) */
     if (rc)
         return rc;
     if (s->layernorm_1p) { /* C ones, then the C floats norm_scale writes 1 + weight into */
@@ -445,6 +446,7 @@ void tr_gpt_free(tr_gpt *g)
 {
     if (!g)
         return;
+    gpt_cp_free(g);
     g->k->free(g->scratch.memory);
     g->k->free(g->scratch.layer_memory);
     g->k->free(g->rope_cos);

@@ -111,6 +111,9 @@ typedef struct {
     /* tensor parallelism */
     int tp_size, tp_rank;  /* T and this rank's t (1, 0 without TP) */
     int sequence_parallel; /* 1 only when tp_size > 1 */
+    int cp_size, cp_rank;  /* context parallelism (0 or 1: none): T is then this rank's T / CP
+                            * tokens of each sample, chunks cp_rank and 2 CP - 1 - cp_rank of
+                            * the 2 CP (data/data.h tr_cp_chunk); tr_gpt_shape_set_cp */
     int recompute;         /* training.recompute full: a micro-batch keeps only each layer's
                             * input; backward recomputes the layer's forward first */
     int recompute_attention; /* training.recompute selective (Megatron's: recompute the
@@ -235,6 +238,14 @@ void tr_gpt_shape_family(const tr_model_config *m, tr_gpt_shape *s);
  * TP rank tp_rank (tp size and sequence_parallel from cfg->parallel). */
 TR_MUST_CHECK int tr_gpt_shape_from_config(const tr_config *cfg, int layer_first, int layer_count,
                              int tp_rank, tr_gpt_shape *out);
+/* Context parallelism: the shape of CP rank `rank` of `cp` (T becomes T / cp; T divisible by
+ * 2 cp). Then, after tr_gpt_create, tr_gpt_set_cp gives the model the CP group (size cp): the
+ * attention all-gathers the group's qkv rows and runs its local query rows at their global
+ * positions against them (kernels.h attention_rows_*), its backward reduce-scatters dqkv;
+ * positions (wpe rows, rope angles, ALiBi distances) are global. fp32 attention only (not the
+ * bf16-storage ops), no packed sequences, no experts. */
+void tr_gpt_shape_set_cp(tr_gpt_shape *s, int cp, int rank);
+TR_MUST_CHECK int tr_gpt_set_cp(tr_gpt *g, tr_comm *cp_comm);
 /* tp_comm: the TP group (size tp_size, this rank tp_rank); NULL iff tp_size == 1. */
 TR_MUST_CHECK int tr_gpt_create(const tr_gpt_shape *shape, const tr_kernels *k, tr_comm *tp_comm,
                   tr_gpt **out);

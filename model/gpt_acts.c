@@ -326,6 +326,10 @@ int tr_gpt_acts_create(tr_gpt *g, int B, tr_gpt_acts **out)
         a->emb_mean = take(&c, Nl);
         a->emb_rstd = take(&c, Nl);
     }
+    if (gpt_cp_size(g) > 1 && (rc = gpt_cp_positions(a))) {
+        tr_gpt_acts_free(a);
+        return rc;
+    }
     *out = a;
     return TR_OK;
 }

@@ -60,6 +60,8 @@ static int projection_then_attention(tr_gpt *g, const layer_acts *L, int l, cons
                                         sc->wide, gpt_lora(g, L, l, LORA_PROJ, B, &lo));
     if (rc)
         return rc;
+    if (gpt_cp_size(g) > 1)
+        return gpt_cp_attention_backward(g, sc->dqkv, sc->datty, L->qkv, L->atty, L->lse, B);
     if (uses_gqa_attention(g))
         k->attention_gqa_backward(NULL, sc->dqkv, sc->att_rowsum, sc->datty, L->qkv, L->atty,
                                   L->lse, g->alibi, B, T, g->NHl, g->NGl, g->HS, g->segments);

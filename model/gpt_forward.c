@@ -71,7 +71,11 @@ static int attention_then_projection(tr_gpt *g, const layer_acts *L, int l, cons
         return tr_tp_row_linear_forward16(&g->tp, L->residual2, x, atty16, W, b, N, Al, C,
                                           g->scratch.wide);
     }
-    if (uses_gqa_attention(g))
+    int rc;
+    if (gpt_cp_size(g) > 1) {
+        if ((rc = gpt_cp_attention_forward(g, L->atty, L->lse, L->qkv, B)))
+            return rc;
+    } else if (uses_gqa_attention(g))
         k->attention_gqa_forward(NULL, L->atty, L->lse, L->qkv, g->alibi, B, T, g->NHl,
                                  g->NGl, g->HS, g->segments);
     else

@@ -167,6 +167,11 @@ struct tr_gpt {
     uint64_t dropout_sample;
     const int32_t *segments; /* of the micro-batch being run (its acts'), NULL: whole rows */
     const int32_t *positions; /* the same micro-batch's restarting positions (rope), or NULL */
+    /* context parallelism (gpt_cp.c): the CP group, and backend buffers of B*T*CP qkv rows:
+     * the gathered rows in rank order, the same in sequence order, its gradient */
+    tr_comm *cp;
+    float *cp_gathered, *cp_full, *cp_dfull;
+    size_t cp_floats;
 };
 
 /* MoE: expert e's tensor `which` (L_FC_W .. L_FCPROJ_B) of layer l; NULL where absent */
@@ -450,6 +455,18 @@ void gpt_moe_host_free(tr_gpt *g);
 /* rope: tables of at least `positions` positions (larger ones replace the old, whose
  * rows they repeat bit for bit); the old stay on TR_ERR_NOMEM. Other families: no-op. */
 TR_MUST_CHECK int gpt_rope_reserve(tr_gpt *g, int positions);
+/* gpt_cp.c: context parallelism (tr_gpt_set_cp). gpt_cp_size: 1 without. */
+static inline int gpt_cp_size(const tr_gpt *g) { return g->s.cp_size > 1 ? g->s.cp_size : 1; }
+/* The micro-batch's local attention: out (B, T, NHl, HS), lse (B, 2, NHl, T/2) from the local
+ * qkv (B, T, NGl, R+2, HS); backward: dqkv (overwritten) from dout. */
+TR_MUST_CHECK int gpt_cp_attention_forward(tr_gpt *g, float *out, float *lse, const float *qkv,
+                                           int B);
+TR_MUST_CHECK int gpt_cp_attention_backward(tr_gpt *g, float *dqkv, const float *dout,
+                                            const float *qkv, const float *out, const float *lse,
+                                            int B);
+/* Global positions of the acts' rows (set at creation, kept as its position ids). */
+TR_MUST_CHECK int gpt_cp_positions(tr_gpt_acts *a);
+void gpt_cp_free(tr_gpt *g);
 /* Token rows per chunk of the head and loss of a micro-batch of B sequences
  * (tr_gpt_head_chunk_rows, or fewer: tr_gpt_set_head_chunk_rows). */
 int gpt_head_rows(const tr_gpt *g, int B);

@@ -23,7 +23,7 @@ int tr_gpt_acts_set_packing(tr_gpt_acts *a, const int32_t *segments, const int32
     int32_t *mem = a->packing_memory;
     /* wpe has max_T rows; the rope tables hold T positions (tr_gpt_create; ids restarting per
      * example in a row of T tokens are < T, and T <= max_T). ALiBi reads no ids. */
-    int rope = g->s.position == TR_POS_ROPE, limit = rope ? g->s.T : g->s.max_T;
+    int rope = g->s.position == TR_POS_ROPE, limit = rope ? g->s.T * gpt_cp_size(g) : g->s.max_T;
     for (int n = 0; positions && n < N; n++)
         if (positions[n] < 0 || positions[n] >= limit)
             return tr_fail(TR_ERR_INVALID, "position id %d of token %d is outside [0, %d) (%s)",

@@ -244,7 +244,8 @@ static int write_tensor(const tr_engine *e, const char *tmp_dir, const tr_param_
     int tp_rank = tr_gpt_get_shape(e->chunks[0].model)->tp_rank;
     uint64_t sums_of[N_ARRAYS] = {0};
     int wrote[N_ARRAYS] = {0};
-    if (!rc && e->dp_rank == 0) { /* the parameters are the same on every DP rank */
+    int replica0 = e->dp_rank == 0 && e->cp_rank == 0; /* (CP ranks hold the same weights) */
+    if (!rc && replica0) { /* the parameters are the same on every DP rank */
         w.array = 0;
         w.src = params + tensor_offset;
         rc = ckpt_for_each_segment(t, tp_rank, rows_saved, 0, t->numel, write_segment, &w);
@@ -252,7 +253,7 @@ static int write_tensor(const tr_engine *e, const char *tmp_dir, const tr_param_
         wrote[0] = 1;
     }
     /* the moments: with ZeRO-1 each DP rank writes its shard; without, DP rank 0 all of them */
-    for (int m = 0; m < 2 && !rc && (tr_dp_sharded(e->dp) || e->dp_rank == 0); m++) {
+    for (int m = 0; m < 2 && !rc && (tr_dp_sharded(e->dp) || replica0); m++) {
         moment_write_ctx mc = {.t = t, .tp_rank = tp_rank, .rows_saved = rows_saved,
                                .moment = moments[m], .w = &w};
         w.array = 1 + m;

@@ -67,9 +67,12 @@ static int create_chunks(tr_engine *e)
         int rc = tr_gpt_shape_from_config(cfg, tr_pp_layer_first(&e->partition, e->stage, c),
                                           tr_pp_layer_count(&e->partition, e->stage, c),
                                           e->world.groups.coords.tp, &shape);
+        tr_gpt_shape_set_cp(&shape, e->CP, e->cp_rank); /* (CP 1: unchanged) */
         if (!rc)
             rc = tr_gpt_create(&shape, e->k, e->world.topo.tp > 1 ? e->world.tp : NULL,
                                &e->chunks[c].model);
+        if (!rc)
+            rc = tr_gpt_set_cp(e->chunks[c].model, e->world.cp);
         if (rc)
             return rc;
         e->chunks[c].e = e;
@@ -132,8 +135,8 @@ typedef struct {
 static memory_need memory_needed(const tr_engine *e)
 {
     memory_need m = {.params = e->n_params * sizeof(float), .activations = 1 << 20};
-    int zero = e->D > 1 ? tr_zero_stage(&e->cfg->parallel) : 0;
-    size_t shard = m.params / (size_t)e->D + 4096;
+    int zero = e->D * e->CP > 1 ? tr_zero_stage(&e->cfg->parallel) : 0;
+    size_t shard = m.params / ((size_t)e->D * e->CP) + 4096;
     m.optimizer = 2 * (zero >= 1 ? shard : m.params);
     m.grads = zero >= 2 ? shard : m.params; /* ZeRO-2/3: the reduced shard (+ buckets) */
     if (zero == 3)
@@ -233,13 +236,15 @@ int tr_engine_create(const tr_config *cfg, tr_engine **out)
     e->dp_rank = e->world.groups.coords.dp;
     e->P = e->world.topo.pp;
     e->D = e->world.topo.dp;
+    e->cp_rank = e->world.groups.coords.cp;
+    e->CP = e->world.topo.cp;
     e->mb = t->micro_batch_size;
     e->T = cfg->model.seq_length;
     /* the final global batch's micro-batches: slots and the schedule's checks are made for
      * it (a ramp-up's smaller batches need no more); the first iteration sets its own */
     e->M = e->M_max = t->global_batch_size / (e->mb * e->D);
     e->batch = t->global_batch_size;
-    e->loss_scale = 1.0f / ((float)e->M * (float)e->mb * (float)e->T);
+    e->loss_scale = 1.0f / ((float)e->M * (float)e->mb * (float)(e->T / e->CP));
     engine_scaler_init(&e->scaler, t);
     if ((rc = tr_data_open_config(cfg, &e->data)))
         goto fail;
@@ -273,7 +278,7 @@ int tr_engine_create(const tr_config *cfg, tr_engine **out)
         e->n_slots = e->M;
     if ((rc = create_chunks(e)) || (rc = reserve_memory(e)))
         goto fail;
-    e->zero = e->D > 1 ? tr_zero_stage(&cfg->parallel) : 0;
+    e->zero = e->D * e->CP > 1 ? tr_zero_stage(&cfg->parallel) : 0;
     if (e->zero >= 2 && strcmp(t->device, "cpu")) {
         rc = tr_fail(TR_ERR_CONFIG, "%s: parallel.zero_stage %d runs on the CPU backend for now "
                      "(its windows are host mappings); use zero_stage 1 on %s",
@@ -310,7 +315,9 @@ int tr_engine_create(const tr_config *cfg, tr_engine **out)
     dc.kernels = e->k;
     dc.release = zero_window_release;
     dc.resident = zero_window_resident;
-    rc = tr_dp_create(&dc, e->D > 1 ? e->world.dp : NULL, e->grads, e->params, e->n_params, &e->dp);
+    /* the D x CP ranks of this (tp, pp) coordinate hold the same weights: they sum gradients */
+    rc = tr_dp_create(&dc, e->D * e->CP > 1 ? world_grad_comm(&e->world) : NULL, e->grads,
+                      e->params, e->n_params, &e->dp);
     if (rc) {
         tr_fail_context(rc, "%s", tr_config_where(cfg, "parallel.ddp_bucket_size_mb"));
         goto fail;
@@ -439,6 +446,11 @@ int tr_engine_batch(tr_engine *e, int split, uint64_t first_sample, int32_t *inp
 
 int engine_load_micro_batch(tr_engine *e, int micro_batch, int32_t *inputs, int32_t *targets)
 {
-    return tr_engine_batch(e, e->split, e->first_sample + (uint64_t)micro_batch * e->mb, inputs,
-                           targets);
+    int rc = tr_engine_batch(e, e->split, e->first_sample + (uint64_t)micro_batch * e->mb, inputs,
+                             targets);
+    if (!rc && e->CP > 1) { /* every CP rank read the same samples: keep its two chunks */
+        tr_cp_keep_chunks(inputs, e->mb, e->T, e->CP, e->cp_rank);
+        tr_cp_keep_chunks(targets, e->mb, e->T, e->CP, e->cp_rank);
+    }
+    return rc;
 }

@@ -39,6 +39,8 @@ struct tr_engine {
     const tr_kernels *k;
     train_world world;
     int stage, P, dp_rank, D;   /* this rank's pipeline stage and data-parallel coordinate */
+    int cp_rank, CP;            /* context parallel: each sample's T tokens split over CP ranks
+                                 * (T / CP each: the model's T); gradients summed over D x CP */
     tr_data *data;
     tr_pp_partition partition;
     tr_pp_schedule schedule;    /* this stage's op list for one iteration */

@@ -169,11 +169,12 @@ static int reduce_gradients(tr_engine *e)
 }
 
 /* The mean loss of the global batch, known on every rank: the last stages' local means
- * averaged over data-parallel replicas (one contribution per replica: tp rank 0). */
+ * averaged over data-parallel replicas and context-parallel ranks (each holds T / CP tokens of
+ * every sample: one contribution per (replica, cp rank): tp rank 0). */
 static int global_loss(tr_engine *e, double local_mean, double *out)
 {
     const tr_gpt_shape *s = tr_gpt_get_shape(e->chunks[e->v - 1].model);
-    double v = s->is_last && e->world.groups.coords.tp == 0 ? local_mean / e->D : 0.0;
+    double v = s->is_last && e->world.groups.coords.tp == 0 ? local_mean / (e->D * e->CP) : 0.0;
     int rc = tr_comm_allreduce(e->world.world, &v, &v, 1, TR_COMM_F64, TR_COMM_SUM);
     *out = v;
     return rc;
@@ -201,7 +202,7 @@ static int moe_balancing(tr_engine *e)
  * complete, and the wait after backward (what backward did not hide). */
 static void trace_grad_reductions(tr_engine *e)
 {
-    if (e->D < 2)
+    if (e->D * e->CP < 2)
         return;
     for (int b = 0; b < tr_dp_num_buckets(e->dp); b++) {
         tr_dp_bucket_info bi;
@@ -225,7 +226,7 @@ int engine_begin_batch(tr_engine *e)
                        (unsigned long long)e->consumed_samples, 1, e->M_max, e->mb, e->D);
     e->batch = batch;
     /* the loss of the iteration is the mean over its own samples' tokens */
-    e->loss_scale = 1.0f / ((float)M * (float)e->mb * (float)e->T);
+    e->loss_scale = 1.0f / ((float)M * (float)e->mb * (float)(e->T / e->CP));
     if (M == e->M)
         return TR_OK;
     tr_pp_schedule s;

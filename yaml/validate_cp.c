@@ -1,13 +1,38 @@
 /* parallel.context_parallel_size (Megatron's --context-parallel-size) against the other keys:
  * what context parallelism does not support is refused by name. */
+#include <string.h>
+
 #include "yaml/config_internal.h"
 
 int config_check_cp(const tr_config *c)
 {
-    int cp = c->parallel.context_parallel_size;
+    int cp = c->parallel.context_parallel_size, T = c->model.seq_length;
+    const char *key = "parallel.context_parallel_size";
     if (cp <= 1)
         return TR_OK;
-    return config_bad(c, "parallel.context_parallel_size", NULL,
-                      "parallel.context_parallel_size = %d: context parallelism is not built "
-                      "yet; allowed: 1", cp);
+    if (T % (2 * cp))
+        return config_bad(c, "model.seq_length", key,
+                          "model.seq_length = %d is not divisible by 2 x "
+                          "parallel.context_parallel_size = %d: each sample is split into 2 x CP "
+                          "equal chunks (rank r holds chunks r and 2 CP - 1 - r)", T, 2 * cp);
+    struct {
+        int on;
+        const char *key, *what;
+    } refused[] = {
+        {c->model.num_experts > 0, "model.num_experts", "mixture of experts"},
+        {c->data.dataset_type && !strcmp(c->data.dataset_type, "sft"), "data.dataset_type",
+         "fine-tuning data (packed sequences with document masks)"},
+        {c->finetune.lora_rank > 0, "finetune.lora.rank", "LoRA adapters"},
+        {strcmp(c->training.precision, "fp32") != 0, "training.precision",
+         "16-bit precision (its attention keeps bf16 storage; context parallelism runs fp32)"},
+        {strcmp(c->training.device, "cpu") != 0, "training.device",
+         "training.device cuda (the attention_rows kernels exist on the CPU backend only)"},
+    };
+    for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++)
+        if (refused[i].on)
+            return config_bad(c, key, refused[i].key,
+                              "parallel.context_parallel_size = %d with %s is not supported "
+                              "(%s); allowed: context_parallel_size 1", cp, refused[i].what,
+                              refused[i].key);
+    return TR_OK;
 }

@@ -32,7 +32,7 @@ the attention projection's adapter reads the 96-wide attention output). Group mo
 experts): Mixtral's layer (Llama's with 4 SwiGLU experts, top-2, load-balancing and z losses).
 usage: test_layouts.py TRIDENT WORKDIR GROUP [--quick] [--full]
 GROUP: tp | pp | dp | matrix (world size 8, every factorisation) | llama | bloom | neox |
-       falcon | phi | gemma | moe | lora | all"""
+       falcon | phi | gemma | moe | lora | cp (context parallelism) | all"""
 import json
 import os
 import sys
@@ -326,6 +326,45 @@ if family and full:
     cases.append((name,))
     if base8 is not None:
         compare(name, run(name, 8, 8, 1, "parallel.sequence_parallel=true", *T8), base8)
+if group in ("cp", "all"):
+    # context parallelism: each sample's 16 tokens in 2 x CP chunks, rank r holding chunks r and
+    # 2 CP - 1 - r; K and V all-gathered, dK and dV reduce-scattered; gradients summed over D x CP
+    CP2, CP4 = "parallel.context_parallel_size=2", "parallel.context_parallel_size=4"
+    cp_cases = [("c2", 2, 1, 1, CP2), ("c4", 4, 1, 1, CP4), ("d2-c2", 4, 1, 1, CP2),
+                ("t2-c2-sp", 4, 2, 1, CP2, "parallel.sequence_parallel=true"),
+                ("p2-c2", 4, 1, 2, CP2), ("c2-zero1", 2, 1, 1, CP2, "parallel.zero_stage=1"),
+                ("c2-zero3", 2, 1, 1, CP2, "parallel.zero_stage=3"),
+                ("c2-recompute", 2, 1, 1, CP2, "training.recompute=full")]
+    for name, world, tp, pp, *extra in cp_cases[:3] if quick else cp_cases:
+        cases.append((name,))
+        compare(name, run(name, world, tp, pp, *extra), base)
+    # Llama's GQA and rope (global rotary positions), Bloom's ALiBi (global distances)
+    for fam in ([] if quick else ["llama", "bloom"]):
+        base_f = run(f"cp-{fam}-single", 1, 1, 1, *FAMILIES[fam])
+        name = f"cp-{fam}-d2-c2"
+        cases.append((name,))
+        if base_f is not None:
+            compare(name, run(name, 4, 1, 1, CP2, *FAMILIES[fam]), base_f)
+    # checkpoints: CP ranks hold the same weights (one writer), so a save at CP 2 resumes at CP 1
+    # and one at CP 1 resumes at CP 2, each continuing as the uninterrupted run (iterations 6-10)
+    for name, save_sets, load_sets in (("ckpt-c2-to-c1", [CP2], []), ("ckpt-c1-to-c2", [], [CP2])):
+        ckpt = os.path.join(work, name + "-saved")
+        runs = []
+        for i, (sets, extra) in enumerate(((save_sets, [f"checkpoint.save={ckpt}",
+                                                        "checkpoint.save_interval=5",
+                                                        "training.exit_interval=5"]),
+                                           (load_sets, [f"checkpoint.load={ckpt}"]))):
+            out = os.path.join(work, f"{name}-{i}")
+            r = tt.run(tt.train_cmd(trident, config, out, 2 if sets else 1, 1, 1,
+                                    (*sets, *extra), flags=["--quiet"]), timeout=300)
+            runs.append(tt.losses(out) if r.returncode == 0 else None)
+            if r.returncode != 0:
+                print(f"FAIL {name}-{i}: exit {r.returncode}\n{r.stderr[-2000:]}")
+        cases.append((name,))
+        got = runs[1] or []
+        worst = max((abs(a - b) / abs(b) for a, b in zip(got, base[0][5:])), default=1.0)
+        tt.check(f"{name}: iterations 6-10 after the resume: worst loss rel diff {worst:.1e}",
+                 runs[0] is not None and len(got) == 5 and worst <= 1e-5)
 if group in ("pp", "all"):
     # Boundary tensors large enough (64 KiB) that sends complete after the next compute op,
     # and many micro-batches: a stage must not reuse a buffer that is still being sent.

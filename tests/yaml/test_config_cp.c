@@ -1,0 +1,45 @@
+/* parallel.context_parallel_size: the default, a valid value, and every combination context
+ * parallelism does not support refused naming the keys (yaml/validate_cp.c). */
+#include "yaml_test.h"
+
+#define CP(n) TR_T_REQUIRED "parallel:\n  context_parallel_size: " #n "\n" /* line 13, col 3 */
+
+static void test_context_parallel_size(void **state)
+{
+    (void)state;
+    tr_config c;
+    assert_int_equal(tr_t_load(TR_T_REQUIRED, NULL, 0, &c), TR_OK);
+    assert_int_equal(c.parallel.context_parallel_size, 1);
+    tr_config_free(&c);
+    assert_int_equal(tr_t_load(CP(4), NULL, 0, &c), TR_OK);
+    assert_int_equal(c.parallel.context_parallel_size, 4);
+    tr_config_free(&c);
+    const char *cp1_moe[] = {"model.num_experts=4"}; /* CP 1: nothing refused */
+    assert_int_equal(tr_t_load(CP(1), cp1_moe, 1, &c), TR_OK);
+    tr_config_free(&c);
+    tr_t_expect(CP(0), NULL, 0, "t.yaml:13:26: ", "allowed: an integer from 1 to 65536");
+    tr_t_expect(CP(3), NULL, 0, "t.yaml:5:3: ",
+                "model.seq_length = 32 is not divisible by 2 x parallel.context_parallel_size = 6");
+    static const struct {
+        const char *set, *what;
+    } refused[] = {
+        {"model.num_experts=4", "with mixture of experts is not supported (model.num_experts)"},
+        {"data.dataset_type=sft", "with fine-tuning data (packed sequences with document "
+                                  "masks) is not supported (data.dataset_type)"},
+        {"finetune.lora.rank=4", "with LoRA adapters is not supported (finetune.lora.rank)"},
+        {"training.precision=bf16", "with 16-bit precision"},
+        {"training.precision=fp16", "(training.precision); allowed: context_parallel_size 1"},
+        {"training.device=cuda", "with training.device cuda"},
+    };
+    for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++) {
+        const char *ov[] = {refused[i].set};
+        tr_t_expect(CP(2), ov, 1, "t.yaml:13:3: parallel.context_parallel_size = 2 ",
+                    refused[i].what);
+    }
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {cmocka_unit_test(test_context_parallel_size)};
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
