@@ -218,15 +218,15 @@ int tr_cmd_topo(int argc, char **argv)
 {
     enum { WORLD, TP, PP, GPUS_PER_NODE, CONFIG, ORDER, JSON, CP };
     static const arg_opt options[] = {
-        [WORLD] = {"--world-size", ARG_VALUE},
-        [TP] = {"--tp", ARG_VALUE},
-        [PP] = {"--pp", ARG_VALUE},
-        [GPUS_PER_NODE] = {"--gpus-per-node", ARG_VALUE},
-        [CONFIG] = {"--config", ARG_VALUE},
-        [ORDER] = {"--order", ARG_VALUE},
-        [JSON] = {"--json", ARG_FLAG},
-        [CP] = {"--cp", ARG_VALUE},
-        {NULL},
+        [WORLD] = {.name = "--world-size", .kind = ARG_VALUE},
+        [TP] = {.name = "--tp", .kind = ARG_VALUE},
+        [PP] = {.name = "--pp", .kind = ARG_VALUE},
+        [GPUS_PER_NODE] = {.name = "--gpus-per-node", .kind = ARG_VALUE},
+        [CONFIG] = {.name = "--config", .kind = ARG_VALUE},
+        [ORDER] = {.name = "--order", .kind = ARG_VALUE},
+        [JSON] = {.name = "--json", .kind = ARG_FLAG},
+        [CP] = {.name = "--cp", .kind = ARG_VALUE},
+        {.name = NULL},
     };
     arg_parser a = {.cmd = "trident topo", .opts = options, .usage = topo_usage, .argc = argc,
                  .argv = argv};

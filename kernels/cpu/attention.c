@@ -43,10 +43,7 @@ static int max_int(int a, int b) { return a > b ? a : b; }
  * (generation's decode). */
 static void softmax_causal_row(float *restrict row, int t, int T)
 {
-    float mx = -INFINITY;
-#pragma omp simd reduction(max : mx)
-    for (int j = 0; j <= t; j++)
-        mx = row[j] > mx ? row[j] : mx;
+    float mx = cpu_max_f32(row, t + 1, -INFINITY);
     float sum = 0.0f;
 #pragma omp simd reduction(+ : sum) simdlen(CPU_SIMDLEN)
     for (int j = 0; j <= t; j++) {
@@ -183,10 +180,7 @@ static void forward_tile(const att_args *a, int bh, int qt)
         tile_scores(d, S, FWD_KEYS, q, k, h, r0, r1, c0, c1, s0);
         for (int i = 0; i < rows; i++) {
             float *restrict row = S + (size_t)i * FWD_KEYS;
-            float mx = -INFINITY;
-#pragma omp simd reduction(max : mx)
-            for (int j = 0; j < cols; j++)
-                mx = row[j] > mx ? row[j] : mx;
+            float mx = cpu_max_f32(row, cols, -INFINITY);
             if (mx == -INFINITY) { /* no key of this row here */
                 memset(row, 0, (size_t)cols * sizeof(float));
                 continue;

@@ -29,6 +29,27 @@
 /* SIMD width for loops bound by arithmetic (exp): 16 floats = one AVX-512 register. */
 #define CPU_SIMDLEN 16
 
+/* max(init, x[0..n)) by comparisons (NaN elements are passed over): CPU_SIMDLEN running
+ * maxima, then folded, a loop GCC and clang both vectorise (clang does not vectorise a
+ * `reduction(max)` of selects). The maximum is exact, so the order gives the same value. */
+static inline float cpu_max_f32(const float *restrict x, int n, float init)
+{
+    float lane[CPU_SIMDLEN];
+    for (int l = 0; l < CPU_SIMDLEN; l++)
+        lane[l] = init;
+    int c = 0;
+    for (; c + CPU_SIMDLEN <= n; c += CPU_SIMDLEN)
+#pragma omp simd
+        for (int l = 0; l < CPU_SIMDLEN; l++)
+            lane[l] = x[c + l] > lane[l] ? x[c + l] : lane[l];
+    float mx = init;
+    for (int l = 0; l < CPU_SIMDLEN; l++)
+        mx = lane[l] > mx ? lane[l] : mx;
+    for (; c < n; c++)
+        mx = x[c] > mx ? x[c] : mx;
+    return mx;
+}
+
 /* exp(x) for fp32, written so GCC vectorises loops that call it: Cody-Waite range
  * reduction x = k ln2 + r, |r| <= ln2/2, a degree-7 polynomial for e^r and 2^k from the
  * exponent bits. Relative error about 2 ulp; inputs below -87.3 give 0, above 88 give e^88. */

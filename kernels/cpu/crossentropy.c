@@ -17,11 +17,7 @@ static void row_max_rows(void *ctx, size_t lo, size_t hi)
     const xent_args *a = ctx;
     for (size_t n = lo; n < hi; n++) {
         const float *restrict x = a->logits + n * a->V;
-        float mx = -INFINITY;
-#pragma omp simd reduction(max : mx)
-        for (int c = 0; c < a->n_valid; c++)
-            mx = x[c] > mx ? x[c] : mx;
-        a->out[n] = mx;
+        a->out[n] = cpu_max_f32(x, a->n_valid, -INFINITY);
     }
 }
 
@@ -132,10 +128,7 @@ static void stats_rows(void *ctx, size_t lo, size_t hi)
         double total = 0.0;
         for (int c0 = 0; c0 < a->n_valid; c0 += SUM_BLOCK) {
             int w = a->n_valid - c0 < SUM_BLOCK ? a->n_valid - c0 : SUM_BLOCK;
-            float bm = mx;
-#pragma omp simd reduction(max : bm)
-            for (int c = 0; c < w; c++)
-                bm = x[c0 + c] > bm ? x[c0 + c] : bm;
+            float bm = cpu_max_f32(x + c0, w, mx);
             if (bm > mx) {
                 if (total != 0.0)
                     total *= exp((double)mx - (double)bm);
