@@ -8,7 +8,9 @@
  * assumed balanced: each expert runs k T / E rows (a real router's imbalance changes the GEMM
  * shapes, not the FLOPs). Costs by costs.c's and costs_trident.c's GEMM functions and
  * device.c's streaming model; rows of h are `e` bytes an element (trident's kernels: fp32),
- * the router's outputs fp32, indices int32. */
+ * the router's outputs fp32, indices int32. Not timed: the experts' bias adds and bias
+ * gradients (experts with biases, GPT-2's), the activation's launch per expert (one pass over
+ * the k T rows is), the CUDA scatter's sort of its rows. */
 #include <string.h>
 
 #include "plan/plan_internal.h"

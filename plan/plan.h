@@ -60,7 +60,8 @@
  *              inputs and outputs whole on every TP rank, router outputs, indices; none stored
  *              with full recompute, where the recomputed layer holds them), and once a stage
  *              tr_plan_moe_scratch_bytes (counted in activations); no bf16 storage of the MLP
- *              or the norms (model/gpt_internal.h's rules)
+ *              or the norms (model/gpt_internal.h's rules); whatever the routing's balance
+ *              (dropless: k s b rows in all, however the experts share them)
  *   A stage keeps peak_r micro-batches (chunks) in flight: the peak of its pp/ schedule op
  *   list (1f1b: min(p - r, M), gpipe: M); stored = peak_r x (layers_r / v) x per-layer bytes.
  *   Plus, once per stage: full recompute re-materialises one layer of one micro-batch (the
