@@ -170,6 +170,14 @@ typedef struct {
                            * kept elements / (1 - p)) while training; the mask of element
                            * (token, feature) is Philox of (seed, layer, target, sample,
                            * position, global feature): the same in every layout */
+    /* dropout while training (tr_gpt_acts_set_dropout on; model.hidden_dropout,
+     * model.attention_dropout): p of each kept element scaled by 1 / (1 - p); the mask is
+     * core/philox.h's decision at (seed, global layer and site, global sample, position and
+     * feature or head, query, key): the same in every layout. Hidden: after the embeddings
+     * (with positions and the multiplier, before Bloom's embedding norm), on the attention's
+     * and the MLP's (MoE's) output with their biases before each residual add; attention: on
+     * the probabilities. 0: no op runs (the same bits as without). */
+    float hidden_dropout, attention_dropout;
     /* mixture of experts (model.num_experts; 0 = dense): see "Mixture of experts" above */
     int num_experts;      /* E */
     int moe_topk;         /* k, 1 .. E */

@@ -166,7 +166,8 @@ static size_t scratch_floats(const tr_gpt *g, int B)
     size_t sizes[] = {N,      N * C,      Nl,  Nl,     R * Vl,     8 * R,      head_w16_floats(g),
                       N,
                       N * C,  wide,       qkv_floats(g, N * Q), N * Al, att, N * Fw, N * F,
-                      lora, drop, drop, frozen_ln1, frozen_ln2, frozen_gelu};
+                      lora, drop, drop, frozen_ln1, frozen_ln2, frozen_gelu,
+                      s->hidden_dropout > 0 ? (size_t)Nl * C : 0};
     size_t total = moe_scratch_floats(g, B);
     for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++)
         total += padded(sizes[i]);
@@ -255,6 +256,7 @@ int gpt_scratch_ensure(tr_gpt *g, int B)
     sc->frozen_ln1 = input_shared(g, LORA_QKV) ? take(&c, N * C) : NULL;
     sc->frozen_ln2 = input_shared(g, LORA_FC1) ? take(&c, N * C) : NULL;
     sc->frozen_fch_gelu = input_shared(g, LORA_FC2) ? take(&c, N * (size_t)g->Fl) : NULL;
+    sc->drop_dy = s->hidden_dropout > 0 ? take(&c, (size_t)Nl * C) : NULL;
     if (s->num_experts) {
         moe_scratch_carve(g, B, sc, &c);
         if ((rc = gpt_moe_host_ensure(g, (int)N)))

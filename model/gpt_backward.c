@@ -32,6 +32,7 @@ static int projection_then_attention(tr_gpt *g, const layer_acts *L, int l, cons
     int T = g->s.T, C = g->s.C, Al = g->Al, N = B * T, rc;
     float *dW = layer_grad(g, l, L_ATTPROJ_W), *db = layer_grad(g, l, L_ATTPROJ_B);
     const float *W = layer_param(g, l, L_ATTPROJ_W);
+    dres = gpt_dropout_grad(g, dres, l, TR_DROPOUT_ATTN_OUT, B); /* (dres itself: no dropout) */
     if (gpt_atty16(g)) {
         const uint16_t *atty16 = (const uint16_t *)L->atty;
         int qkv16 = gpt_qkv16(g); /* qkv, its gradient and the output's gradient bf16 too */
@@ -62,7 +63,9 @@ static int projection_then_attention(tr_gpt *g, const layer_acts *L, int l, cons
         return rc;
     if (gpt_cp_size(g) > 1)
         return gpt_cp_attention_backward(g, sc->dqkv, sc->datty, L->qkv, L->atty, L->lse, B);
-    if (uses_gqa_attention(g))
+    if (gpt_attn_drop(g))
+        gpt_attention_dropout_backward(g, L, l, B);
+    else if (uses_gqa_attention(g))
         k->attention_gqa_backward(NULL, sc->dqkv, sc->att_rowsum, sc->datty, L->qkv, L->atty,
                                   L->lse, g->alibi, B, T, g->NHl, g->NGl, g->HS, g->segments);
     else
@@ -89,10 +92,13 @@ static int mlp_backward(tr_gpt *g, int l, const layer_acts *L, const float *mlp_
      * then with fc's weight gradient, its linear_backward's db) */
     int through_gelu = dact16 && gpt_fch16(g) && g->k->linear_backward_gelu16 &&
                        gpt_gelu_in_gemm(g);
+    /* fc_proj's output gradient: dres through the hidden dropout's mask (else dres itself);
+     * dres stays the residual's, which ln2's backward adds to */
+    const float *dy = gpt_dropout_grad(g, dres, l, TR_DROPOUT_MLP_OUT, B);
     if (through_gelu)
         rc = tr_tp_row_linear_backward_gelu16(tp, (uint16_t *)sc->dfch, NULL,
                                               layer_grad(g, l, L_FCPROJ_W),
-                                              layer_grad(g, l, L_FCPROJ_B), dres,
+                                              layer_grad(g, l, L_FCPROJ_B), dy,
                                               (const uint16_t *)L->fch_gelu,
                                               (const uint16_t *)L->fch,
                                               layer_param(g, l, L_FCPROJ_W), N, g->Fl, C,
@@ -100,18 +106,18 @@ static int mlp_backward(tr_gpt *g, int l, const layer_acts *L, const float *mlp_
     else if (dact16)
         rc = tr_tp_row_linear_backward16_dx16(tp, (uint16_t *)sc->dfch_gelu,
                                               layer_grad(g, l, L_FCPROJ_W),
-                                              layer_grad(g, l, L_FCPROJ_B), dres,
+                                              layer_grad(g, l, L_FCPROJ_B), dy,
                                               (const uint16_t *)L->fch_gelu,
                                               layer_param(g, l, L_FCPROJ_W), N, g->Fl, C,
                                               sc->wide);
     else if (gpt_gelu16(g)) /* the GELU output kept in bf16 storage */
         rc = tr_tp_row_linear_backward16(tp, sc->dfch_gelu, layer_grad(g, l, L_FCPROJ_W),
-                                         layer_grad(g, l, L_FCPROJ_B), dres,
+                                         layer_grad(g, l, L_FCPROJ_B), dy,
                                          (const uint16_t *)L->fch_gelu,
                                          layer_param(g, l, L_FCPROJ_W), N, g->Fl, C, sc->wide);
     else
         rc = tr_tp_row_linear_backward_lora(tp, sc->dfch_gelu, layer_grad(g, l, L_FCPROJ_W),
-                                            layer_grad(g, l, L_FCPROJ_B), dres, L->fch_gelu,
+                                            layer_grad(g, l, L_FCPROJ_B), dy, L->fch_gelu,
                                             layer_param(g, l, L_FCPROJ_W), N, g->Fl, C,
                                             sc->wide, gpt_lora(g, L, l, LORA_FC2, B, &lo));
     if (rc)
@@ -247,6 +253,8 @@ int tr_gpt_backward(tr_gpt *g, tr_gpt_acts *a, const float *dhidden_out)
                           a->emb, g->tensors[g->emb_ln_w].param, a->emb_mean, a->emb_rstd, Nl);
             demb = d;
         }
+        if (gpt_hidden_drop(g)) /* through the embedding dropout's mask: dres or dln rows */
+            gpt_dropout_rows(g, (float *)demb, 0, TR_DROPOUT_EMBEDDING, B);
         if (s->embedding_multiplier) { /* d emb = m d (m emb), in the free dln rows */
             float *d = g->scratch.dln;
             if (demb != d)

@@ -55,6 +55,8 @@ static int attention_then_projection(tr_gpt *g, const layer_acts *L, int l, cons
     const tr_kernels *k = g->k;
     int T = g->s.T, C = g->s.C, Al = g->Al, N = B * T;
     const float *W = layer_param(g, l, L_ATTPROJ_W), *b = layer_param(g, l, L_ATTPROJ_B);
+    /* hidden dropout: residual2 = x + drop(attn_proj(..) + b), the residual added after */
+    const float *res = gpt_hidden_drop(g) ? NULL : x;
     if (gpt_atty16(g)) {
         uint16_t *atty16 = (uint16_t *)L->atty;
         if (gpt_qkv16(g)) /* (its input bf16 too: one op for both layouts) */
@@ -68,11 +70,16 @@ static int attention_then_projection(tr_gpt *g, const layer_acts *L, int l, cons
                                    g->segments);
         if (sum)
             return tr_tp_row_linear_partial16(&g->tp, sum, 0, atty16, W, N, Al, C);
-        return tr_tp_row_linear_forward16(&g->tp, L->residual2, x, atty16, W, b, N, Al, C,
-                                          g->scratch.wide);
+        int rc = tr_tp_row_linear_forward16(&g->tp, L->residual2, res, atty16, W, b, N, Al, C,
+                                            g->scratch.wide);
+        if (!rc)
+            gpt_dropout_add(g, L->residual2, x, l, TR_DROPOUT_ATTN_OUT, B);
+        return rc;
     }
     int rc;
-    if (gpt_cp_size(g) > 1) {
+    if (gpt_attn_drop(g)) {
+        gpt_attention_dropout_forward(g, L, l, B);
+    } else if (gpt_cp_size(g) > 1) {
         if ((rc = gpt_cp_attention_forward(g, L->atty, L->lse, L->qkv, B)))
             return rc;
     } else if (uses_gqa_attention(g))
@@ -84,8 +91,11 @@ static int attention_then_projection(tr_gpt *g, const layer_acts *L, int l, cons
     const tr_tp_lora *adapter = gpt_lora(g, L, l, LORA_PROJ, B, &lo);
     if (sum)
         return tr_tp_row_linear_partial_lora(&g->tp, sum, 0, L->atty, W, N, Al, C, adapter);
-    return tr_tp_row_linear_forward_lora(&g->tp, L->residual2, x, L->atty, W, b, N, Al, C,
-                                         g->scratch.wide, adapter);
+    int err = tr_tp_row_linear_forward_lora(&g->tp, L->residual2, res, L->atty, W, b, N, Al,
+                                            C, g->scratch.wide, adapter);
+    if (!err)
+        gpt_dropout_add(g, L->residual2, x, l, TR_DROPOUT_ATTN_OUT, B);
+    return err;
 }
 
 /* One transformer layer: x (Nl, C) -> L->residual3 (Nl, C). */
@@ -107,7 +117,9 @@ int gpt_layer_forward(tr_gpt *g, int l, layer_acts *L, const float *x, int B)
      * products summed in scratch.wide (nothing between them uses it: the column-parallel fc
      * gathers in place) and reduced once, residual3 = x + reduce(sum) + their biases (no
      * residual2); else each row-parallel layer reduces its own */
-    float *sum = g->s.parallel_residual && g->s.tp_size > 1 ? g->scratch.wide : NULL;
+    float *sum = g->s.parallel_residual && g->s.tp_size > 1 && !gpt_hidden_drop(g)
+                     ? g->scratch.wide /* (hidden dropout: each output has its own mask) */
+                     : NULL;
     rc = attention_then_projection(g, L, l, x, B, sum);
     if (rc)
         return rc;
@@ -116,6 +128,7 @@ int gpt_layer_forward(tr_gpt *g, int l, layer_acts *L, const float *x, int B)
     /* MLP: residual3 = residual2 + fc_proj(act(fc(ln2(residual2)))), act GELU, SwiGLU or GeGLU;
      * with the parallel residual ln2 reads the layer input x instead of residual2 */
     const float *mlp_in = g->s.parallel_residual ? x : L->residual2;
+    const float *res3 = gpt_hidden_drop(g) ? NULL : L->residual2; /* (added after dropout) */
     int fch16 = gpt_fch16(g);                          /* fc's output in bf16 */
     int gelu_with_fc = fch16 && gpt_gelu_in_gemm(g); /* its GELU made with it */
     rc = norm_then_column(g, L, l, B, L->ln2, L->ln2_mean, L->ln2_rstd, mlp_in, L_LN2_W,
@@ -128,21 +141,29 @@ int gpt_layer_forward(tr_gpt *g, int l, layer_acts *L, const float *x, int B)
         if (!gelu_with_fc) /* (else made above) */
             gpt_gelu_forward16(g)(NULL, gelu16, fch16 ? NULL : L->fch,
                                   fch16 ? (const uint16_t *)L->fch : NULL, (size_t)N * g->Fl);
-        if (!sum)
-            return tr_tp_row_linear_forward16(tp, L->residual3, L->residual2, gelu16,
-                                              layer_param(g, l, L_FCPROJ_W),
-                                              layer_param(g, l, L_FCPROJ_B), N, g->Fl, C,
-                                              g->scratch.wide);
+        if (!sum) {
+            rc = tr_tp_row_linear_forward16(tp, L->residual3, res3, gelu16,
+                                            layer_param(g, l, L_FCPROJ_W),
+                                            layer_param(g, l, L_FCPROJ_B), N, g->Fl, C,
+                                            g->scratch.wide);
+            if (!rc)
+                gpt_dropout_add(g, L->residual3, L->residual2, l, TR_DROPOUT_MLP_OUT, B);
+            return rc;
+        }
         rc = tr_tp_row_linear_partial16(tp, sum, 1, gelu16, layer_param(g, l, L_FCPROJ_W), N,
                                         g->Fl, C);
     } else {
         gpt_mlp_act_forward(g, L->fch_gelu, L->fch, (size_t)N * g->Fl);
         const tr_tp_lora *adapter = gpt_lora(g, L, l, LORA_FC2, B, &lo);
-        if (!sum)
-            return tr_tp_row_linear_forward_lora(tp, L->residual3, L->residual2, L->fch_gelu,
-                                                 layer_param(g, l, L_FCPROJ_W),
-                                                 layer_param(g, l, L_FCPROJ_B), N, g->Fl, C,
-                                                 g->scratch.wide, adapter);
+        if (!sum) {
+            rc = tr_tp_row_linear_forward_lora(tp, L->residual3, res3, L->fch_gelu,
+                                               layer_param(g, l, L_FCPROJ_W),
+                                               layer_param(g, l, L_FCPROJ_B), N, g->Fl, C,
+                                               g->scratch.wide, adapter);
+            if (!rc)
+                gpt_dropout_add(g, L->residual3, L->residual2, l, TR_DROPOUT_MLP_OUT, B);
+            return rc;
+        }
         rc = tr_tp_row_linear_partial_lora(tp, sum, 1, L->fch_gelu,
                                            layer_param(g, l, L_FCPROJ_W), N, g->Fl, C, adapter);
     }
@@ -326,6 +347,7 @@ int tr_gpt_forward(tr_gpt *g, tr_gpt_acts *a, const int32_t *tokens, const float
             add_positions(g, emb, r0, Nl);
         if (s->embedding_multiplier) /* Gemma's sqrt(hidden_size) */
             k->scale(NULL, emb, s->embedding_multiplier, (size_t)Nl * C);
+        gpt_dropout_rows(g, emb, 0, TR_DROPOUT_EMBEDDING, B); /* (Megatron's embedding_dropout) */
         if (s->embedding_ln) /* Bloom's word_embeddings_layernorm */
             norm_forward(g, a->stage_in, a->emb_mean, a->emb_rstd, emb,
                          g->tensors[g->emb_ln_w].param,

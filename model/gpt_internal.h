@@ -8,6 +8,7 @@
 #ifndef TR_GPT_INTERNAL_H
 #define TR_GPT_INTERNAL_H
 
+#include "core/philox.h"
 #include "model/gpt.h"
 #include "tp/tp.h"
 
@@ -63,7 +64,7 @@ struct tr_gpt_acts {
     int32_t *segments, *positions;
     float *loss_weights, *loss_weights_host;
     void *packing_memory;
-    int dropout_on;           /* LoRA dropout (tr_gpt_acts_set_dropout) */
+    int dropout_on;           /* LoRA, hidden and attention dropout (tr_gpt_acts_set_dropout) */
     uint64_t dropout_sample;
     void *moe_host;           /* MoE: host (layers, 2) losses, then (layers, E) counts */
     float moe_aux_weight;     /* MoE: the aux losses' weight of this micro-batch's forward */
@@ -91,6 +92,7 @@ typedef struct {
     float *dfch_gelu;             /* (N, Fl) */
     float *lora_dh;               /* LoRA: (N, r) */
     float *lora_mask, *lora_xd;   /* LoRA dropout: (N, gpt_lora_widest_input) each */
+    float *drop_dy;               /* hidden dropout: (Nl, C), a site's dropped output gradient */
     /* LoRA: the input of a frozen linear without an adapter is read only by its weight
      * gradient, which a frozen base does not have: such an input (ln1: (N, C) of qkv, ln2:
      * (N, C) of fc, fch_gelu: (N, Fl) of fc_proj) lives here, one layer at a time, instead of
@@ -378,6 +380,8 @@ static inline int uses_gqa_attention(const tr_gpt *g)
 static inline int gpt_atty16(const tr_gpt *g)
 {
     const tr_kernels *k = g->k;
+    if (g->s.attention_dropout > 0) /* the fp32 dropout ops (gpt_dropout.c) */
+        return 0;
     int ops = uses_gqa_attention(g) ? k->attention_gqa_forward16 && k->attention_gqa_backward16
                   : k->attention_forward16 && k->attention_backward16;
     return ops && k->gemm_a16 && k->gemm_b16 && !g->s.lora_rank && g->Al % 2 == 0;
@@ -443,6 +447,29 @@ TR_MUST_CHECK int gpt_scratch_ensure(tr_gpt *g, int B);
  * and from dres = d residual3 through ln2 into dres (+= d residual2) (backward). */
 TR_MUST_CHECK int gpt_moe_forward(tr_gpt *g, int l, const layer_acts *L, int B);
 TR_MUST_CHECK int gpt_moe_backward(tr_gpt *g, int l, const layer_acts *L, float *dres, int B);
+
+/* gpt_dropout.c: hidden and attention dropout of this micro-batch (gpt.h "dropout"); l the
+ * stage's layer, kind TR_DROPOUT_* (core/philox.h), rows this rank's (gpt_rows) of C.
+ *  gpt_dropout_rows: x (Nl, C) in place through the site's mask (nothing when off);
+ *  gpt_dropout_add: y (Nl, C) = residual + drop(y) when on (else y is left alone: the caller
+ *      added the residual itself);
+ *  gpt_dropout_grad: the site's output gradient dropped into scratch.drop_dy (dres itself
+ *      when off);
+ *  gpt_attention_dropout_forward / _backward: the fused attention of L with its probabilities
+ *      dropped (the fp32 ops; backward from scratch.datty into scratch.dqkv). */
+void gpt_dropout_rows(tr_gpt *g, float *x, int l, int kind, int B);
+void gpt_dropout_add(tr_gpt *g, float *y, const float *residual, int l, int kind, int B);
+const float *gpt_dropout_grad(tr_gpt *g, const float *dres, int l, int kind, int B);
+void gpt_attention_dropout_forward(tr_gpt *g, const layer_acts *L, int l, int B);
+void gpt_attention_dropout_backward(tr_gpt *g, const layer_acts *L, int l, int B);
+static inline int gpt_hidden_drop(const tr_gpt *g)
+{
+    return g->dropout_on && g->s.hidden_dropout > 0;
+}
+static inline int gpt_attn_drop(const tr_gpt *g)
+{
+    return g->dropout_on && g->s.attention_dropout > 0;
+}
 /* gpt_moe.c: the router and the experts on N rows h (N, C) (all of them, the same on every
  * TP rank): L's moe_* (its counts and losses), fch and fch_gelu written; sum (N, C) = this
  * rank's partial weighted sum of the experts' outputs (reduce it over TP); logits (N, E)

@@ -164,7 +164,11 @@ int gpt_moe_forward(tr_gpt *g, int l, const layer_acts *L, int B)
     if (rc)
         return rc;
     /* one reduction over TP (reduce-scatter under SP) with the residual, as fc_proj's */
-    return tr_tp_row_reduce(&g->tp, L->residual3, L->residual2, sc->moe_sum, NULL, NULL, N, C);
+    rc = tr_tp_row_reduce(&g->tp, L->residual3, gpt_hidden_drop(g) ? NULL : L->residual2,
+                          sc->moe_sum, NULL, NULL, N, C);
+    if (!rc) /* hidden dropout: residual3 = residual2 + drop(experts') */
+        gpt_dropout_add(g, L->residual3, L->residual2, l, TR_DROPOUT_MLP_OUT, B);
+    return rc;
 }
 
 /* The balancing and z losses' gradients of layer l's router (weight g->moe_aux_weight): on TP
@@ -197,9 +201,9 @@ int gpt_moe_backward(tr_gpt *g, int l, const layer_acts *L, float *dres, int B)
     int C = s->C, N = B * s->T, E = s->num_experts, K = s->moe_topk, M = N * K, r0, Nl, rc;
     gpt_rows(g, B, &r0, &Nl);
     /* the output gradient of all N rows (gathered under SP: the reduce-scatter's conjugate) */
-    const float *dy = dres;
+    const float *dy = gpt_dropout_grad(g, dres, l, TR_DROPOUT_MLP_OUT, B); /* (dres: none) */
     if (s->sequence_parallel) {
-        rc = tr_tp_gather_from_sequence_region_forward(&g->tp, dres, sc->moe_sum, N, C);
+        rc = tr_tp_gather_from_sequence_region_forward(&g->tp, dy, sc->moe_sum, N, C);
         if (rc)
             return rc;
         dy = sc->moe_sum;

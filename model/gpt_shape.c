@@ -157,6 +157,8 @@ int tr_gpt_shape_from_config(const tr_config *cfg, int layer_first, int layer_co
     out->lora_rank = cfg->finetune.lora_rank;
     out->lora_alpha = (float)cfg->finetune.lora_alpha;
     out->lora_dropout = out->lora_rank ? (float)cfg->finetune.lora_dropout : 0.0f;
+    out->hidden_dropout = (float)m->hidden_dropout;
+    out->attention_dropout = (float)m->attention_dropout;
     if (out->lora_rank) { /* finetune.lora.target_modules, default all four */
         static const char *const targets[] = {"qkv", "proj", "fc1", "fc2"};
         for (int i = 0; i < cfg->finetune.n_lora_targets; i++)

@@ -120,6 +120,11 @@ typedef struct {
                                        * renormalised) */
     int moe_shared_expert_intermediate_size; /* default 0; shared experts are not built: > 0
                                               * is refused */
+    /* Dropout while training (Megatron-LM's --hidden-dropout / --attention-dropout, whose
+     * defaults are 0.1; trident's 0: none), the same elements in every layout (core/philox.h) */
+    double hidden_dropout;            /* [0, 1): after the embeddings, on the attention's and the
+                                       * MLP's output before each residual add */
+    double attention_dropout;         /* [0, 1): on the attention probabilities */
 } tr_model_config;
 
 /* The head size: model.kv_channels, or hidden_size / num_attention_heads. */

@@ -118,6 +118,8 @@ const config_key_spec config_keys[] = {
     BOOL("model", "moe_router_pre_softmax", model.moe_router_pre_softmax, "false"),
     INT("model", "moe_shared_expert_intermediate_size", model.moe_shared_expert_intermediate_size,
         0, "0", 0, 1 << 24),
+    DBL("model", "hidden_dropout", model.hidden_dropout, 0, "0", 0, 0, 1, 1),
+    DBL("model", "attention_dropout", model.attention_dropout, 0, "0", 0, 0, 1, 1),
 
     INT("parallel", "tensor_model_parallel_size", parallel.tensor_model_parallel_size, 0, "1", 1,
         65536),

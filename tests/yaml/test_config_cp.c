@@ -27,6 +27,10 @@ static void test_context_parallel_size(void **state)
         {"data.dataset_type=sft", "with fine-tuning data (packed sequences with document "
                                   "masks) is not supported (data.dataset_type)"},
         {"finetune.lora.rank=4", "with LoRA adapters is not supported (finetune.lora.rank)"},
+        {"model.hidden_dropout=0.1", "with hidden dropout (its masks count positions within a "
+                                     "whole sample) is not supported (model.hidden_dropout)"},
+        {"model.attention_dropout=0.1", "with attention dropout (attention_rows has no "
+                                        "dropout) is not supported (model.attention_dropout)"},
         {"training.precision=bf16", "with 16-bit precision"},
         {"training.precision=fp16", "(training.precision); allowed: context_parallel_size 1"},
         {"training.device=cuda", "with training.device cuda"},

@@ -23,8 +23,8 @@ static void test_unknown_keys_and_sections(void **state)
       "rope_scaling_factor, rope_scaling_low_freq_factor, rope_scaling_high_freq_factor, "
       "rope_scaling_original_max_position_embeddings, hf_family, num_experts, moe_router_topk, "
       "moe_aux_loss_coeff, moe_z_loss_coeff, moe_router_load_balancing_type, "
-      "moe_router_pre_softmax, moe_shared_expert_intermediate_size (did you mean "
-      "'hidden_size'?)");
+      "moe_router_pre_softmax, moe_shared_expert_intermediate_size, hidden_dropout, "
+      "attention_dropout (did you mean 'hidden_size'?)");
     E(TR_T_REQUIRED "parallel:\n  tensor_parallel_size: 2\n", "t.yaml:13:3: ",
       "(did you mean 'tensor_model_parallel_size'?)");
     E("model:\n  lr: 0.1\n", "t.yaml:2:3: ",
@@ -126,6 +126,15 @@ static void test_out_of_range(void **state)
       "parallel.pipeline_layers[0]: found '0'; allowed: an integer from 1 to 65536");
     E(TR_T_REQUIRED "logging:\n  peak_gflops: -1\n", "t.yaml:13:16: ",
       "logging.peak_gflops: found '-1'; allowed: a number >= 0");
+    /* dropout probabilities: [0, 1) */
+    E("model:\n  hidden_dropout: 1\n", "t.yaml:2:19: ",
+      "model.hidden_dropout: found '1'; allowed: a number >= 0 and < 1");
+    E("model:\n  hidden_dropout: -0.1\n", "t.yaml:2:19: ", "found '-0.1'; allowed: a number >= 0");
+    E("model:\n  attention_dropout: 1.5\n", "t.yaml:2:22: ",
+      "model.attention_dropout: found '1.5'; allowed: a number >= 0 and < 1");
+    E("model:\n  attention_dropout: nan\n", "t.yaml:2:22: ", "found 'nan'; allowed: a number >= 0");
+    E("model:\n  attention_dropout: high\n", "t.yaml:2:22: ",
+      "model.attention_dropout: expected a number, found 'high'");
     /* a list longer than TR_MAX_STAGES */
     char text[4096] = TR_T_REQUIRED "parallel:\n  pipeline_layers: [1";
     for (int i = 0; i < 300; i++)
@@ -396,6 +405,10 @@ static void test_override_errors(void **state)
        "unknown section 'modle'; allowed sections: model, parallel, training, data, logging, "
        "checkpoint, finetune, cluster (did you mean 'model'?)");
     EO("training.lrr=1", "--set training.lrr: ", "(did you mean 'lr'?)");
+    EO("model.hidden_dropout=0.1x", "--set model.hidden_dropout: ",
+       "model.hidden_dropout: expected a number, found '0.1x'");
+    EO("model.attention_dropout=1", "--set model.attention_dropout: ",
+       "model.attention_dropout: found '1'; allowed: a number >= 0 and < 1");
     EO("lr=3e-4", "--set 'lr=3e-4': ", "expected SECTION.KEY=VALUE; did you mean --set training.lr=...?");
     EO("training.lr", "--set 'training.lr': ", "expected SECTION.KEY=VALUE (e.g. training.lr=3e-4)");
     EO("=1", "--set '=1': ", "expected SECTION.KEY=VALUE");
