@@ -19,6 +19,11 @@
 static const char *layout_problem(const tr_config *c, int world, char *buf, size_t n)
 {
     int tp = c->parallel.tensor_model_parallel_size, pp = c->parallel.pipeline_model_parallel_size;
+    if (c->parallel.context_parallel_size > 1) { /* its prediction would be plan/'s: refused */
+        snprintf(buf, n, "context_parallel_size %d: the planner (and so the sweep) does not "
+                 "model context parallelism", c->parallel.context_parallel_size);
+        return buf;
+    }
     if (world % (tp * pp)) {
         snprintf(buf, n, "world size %d is not divisible by tp %d x pp %d", world, tp, pp);
         return buf;

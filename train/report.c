@@ -140,10 +140,16 @@ static void format_duration(char *buf, size_t n, double seconds)
 static void print_layout(tr_engine *e)
 {
     const tr_config *cfg = e->cfg;
-    printf("trident: world %d = data %d x tensor %d x pipeline %d (order %s); schedule %s, "
+    char cp[64] = "";
+    if (e->CP > 1) /* (CP 1: the line as it always was) */
+        snprintf(cp, sizeof cp, " x context %d", e->CP);
+    printf("trident: world %d = data %d%s x tensor %d x pipeline %d (order %s); schedule %s, "
            "%d micro-batches of %d per replica\n",
-           e->world.size, e->D, e->world.topo.tp, e->P, tr_topo_order_name(e->world.topo.order),
-           cfg->parallel.pipeline_schedule, e->M, e->mb);
+           e->world.size, e->D, cp, e->world.topo.tp, e->P,
+           tr_topo_order_name(e->world.topo.order), cfg->parallel.pipeline_schedule, e->M, e->mb);
+    if (e->CP > 1)
+        printf("trident: context parallel: each sample's %d tokens in %d chunks, %d per rank\n",
+               e->T, 2 * e->CP, e->T / e->CP);
     if (e->P > 1) {
         printf("trident: stages:");
         for (int s = 0; s < e->P; s++) {

@@ -73,7 +73,9 @@ void train_summary_free(train_summary *s)
 static void snapshot_counters(const tr_engine *e, tr_comm_counters out[N_GROUPS])
 {
     const train_world *w = &e->world;
-    tr_comm *const comms[N_GROUPS] = {w->tp, w->dp, w->pp, w->embed, w->mp, w->world};
+    /* dp: the group the gradients are reduced over (with context parallelism D x CP ranks) */
+    tr_comm *const comms[N_GROUPS] = {w->tp, world_grad_comm(w), w->pp, w->embed, w->mp,
+                                      w->world};
     for (int g = 0; g < N_GROUPS; g++) {
         memset(&out[g], 0, sizeof out[g]);
         if (comms[g])
@@ -169,6 +171,8 @@ static int write_summary(const train_summary_run *run, tr_engine *e, const doubl
     tr_json_object_begin(&j, NULL);
     tr_json_int(&j, "world_size", e->world.size);
     tr_json_int(&j, "data_parallel_size", e->D);
+    if (e->CP > 1)
+        tr_json_int(&j, "context_parallel_size", e->CP);
     tr_json_int(&j, "tensor_model_parallel_size", e->world.topo.tp);
     tr_json_int(&j, "pipeline_model_parallel_size", e->P);
     tr_json_int(&j, "micro_batches_per_replica", e->M);

@@ -236,6 +236,31 @@ def test_topo():
     for key in ("tp_groups", "dp_groups", "pp_groups", "model_parallel_groups",
                 "embedding_groups"):
         expect(d[key] == sorted(d[key]), f"{key} not sorted by first rank")
+    expect("cp_groups" not in d and "context_parallel_size" not in d, "CP keys without --cp")
+    # Context parallelism: CP right after TP (global = tp + cp*TP + dp*TP*CP), its groups and the
+    # dp_cp groups where gradients are summed; from a config's parallel.context_parallel_size too
+    p, _ = run(["topo", "--world-size", "8", "--tp", "2", "--cp", "2", "--json"])
+    d = json.loads(p.stdout)
+    expect(p.returncode == 0 and d["context_parallel_size"] == 2 and d["data_parallel_size"] == 2
+           and d["cp_groups"] == [[0, 2], [1, 3], [4, 6], [5, 7]]
+           and d["dp_cp_groups"] == [[0, 2, 4, 6], [1, 3, 5, 7]]
+           and d["dp_groups"] == [[0, 4], [1, 5], [2, 6], [3, 7]], f"topo --cp 2: {p.stdout[:300]}")
+    p, _ = run(["topo", "--world-size", "12", "--tp", "2", "--cp", "4"])
+    expect(p.returncode == 2 and "not divisible by tensor parallel size 2 x context parallel size 4"
+           in p.stderr, f"topo --cp bad layout: {p.returncode} {p.stderr!r}")
+    import tempfile
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "cp.yaml")
+        with open(path, "w") as f:
+            f.write("model: {num_layers: 2, hidden_size: 64, num_attention_heads: 4, seq_length: 32}\n"
+                    "training: {micro_batch_size: 1, train_iters: 1, lr: 1.0e-3}\n"
+                    "data: {data_path: /tmp/none}\nparallel: {context_parallel_size: 4}\n")
+        p, _ = run(["topo", "--config", path, "--world-size", "8"])
+        expect(p.returncode == 0 and "world 8 = dp 2 x cp 4 x tp 1 x pp 1" in p.stdout and
+               "dp_cp groups (1 of 8 ranks)" in p.stdout, f"topo --config cp: {p.stdout[:300]}")
+        p, _ = run(["plan", path])  # the planner models DP x TP x PP only: it says so
+        expect(p.returncode == 2 and "cp.yaml:4:12: parallel.context_parallel_size = 4: the planner "
+               "does not model context parallelism" in p.stderr, f"plan with CP: {p.stderr!r}")
     # Other order, node placement, the equals form.
     p, _ = run(["topo", "--world-size=16", "--tp=2", "--pp=4", "--order=tp-pp-dp",
                 "--gpus-per-node=4", "--json"])

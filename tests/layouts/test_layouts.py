@@ -379,6 +379,12 @@ if group in ("cp", "all"):
         cases.append((name,))
         if base_f is not None:
             compare(name, run(name, 4, 1, 1, CP2, *FAMILIES[fam]), base_f)
+    # a world that the layout does not divide is refused before training, naming the key
+    r = tt.run(tt.train_cmd(trident, config, os.path.join(work, "c2-world3"), 3, 1, 1, (CP2,),
+                            flags=["--quiet"]), timeout=120)
+    tt.check("world 3 with context_parallel_size 2: refused naming the key",
+             r.returncode == 2 and "world size 3 is not divisible by tensor_model_parallel_size 1 x "
+             "context_parallel_size 2 x pipeline_model_parallel_size 1" in r.stderr, r.stderr[-500:])
     # checkpoints: CP ranks hold the same weights (one writer), so a save at CP 2 resumes at CP 1
     # and one at CP 1 resumes at CP 2, each continuing as the uninterrupted run (iterations 6-10)
     for name, save_sets, load_sets in (("ckpt-c2-to-c1", [CP2], []), ("ckpt-c1-to-c2", [], [CP2])):
