@@ -29,6 +29,7 @@
 #include <stdint.h>
 
 #include "core/core.h"
+#include "eval/regex.h"
 #include "model/gpt.h"
 #include "tokenizer/tokenizer.h"
 
@@ -88,15 +89,71 @@ typedef struct {
     int max_gen_toks;  /* at most this many generated tokens (>= 1) */
     char *target;      /* the expected text (exact_match), or NULL */
 } tr_eval_request;
+/* lm-evaluation-harness's filters, a pipeline of steps applied to a generated text in turn:
+ *   regex            re.findall(regex_pattern, text); none: `fallback`; else the match
+ *                    [group_select] (Python's index: negative from the end; out of range:
+ *                    the fallback, where the harness raises IndexError), of a pattern with
+ *                    groups its group (several: the first non-empty one, none: the fallback),
+ *                    stripped (str.strip())
+ *   take_first       the text (one generation a request: the harness's first of one)
+ *   lowercase, uppercase   str.lower(), str.upper()
+ *   remove_whitespace      str.lstrip() */
+enum { TR_FILTER_TAKE_FIRST, TR_FILTER_REGEX, TR_FILTER_LOWERCASE, TR_FILTER_UPPERCASE,
+       TR_FILTER_REMOVE_WHITESPACE };
+typedef struct {
+    int function;        /* TR_FILTER_* */
+    tr_regex *regex;     /* regex: its pattern, group_select and fallback */
+    long group_select;
+    char *fallback;
+} tr_eval_filter_step;
+typedef struct {
+    char *name;          /* as the task names it ("strict-match"), unique in the task */
+    tr_eval_filter_step *steps;
+    int n_steps;
+} tr_eval_filter;
+/* A task file's settings: its filter pipelines (each scored alone) and exact_match's options
+ * (the harness's exact_match_hf_evaluate: regexes_to_ignore removed (re.sub(r, "", s)) from
+ * both texts in turn, then lower case, then ASCII punctuation (string.punctuation) and ASCII
+ * digits removed). */
+typedef struct {
+    tr_eval_filter *filters;
+    int n_filters;
+    int ignore_case, ignore_punctuation, ignore_numbers;
+    tr_regex **ignore;
+    int n_ignore;
+} tr_eval_settings;
+/* The settings of a JSON object text[0, len) written as the harness's task YAML:
+ *   {"filter_list": [{"name": STR, "filter": [{"function": "regex", "regex_pattern": STR
+ *    (default GSM8K's #### (\-?[0-9\.\,]+)), "group_select": INT (default 0),
+ *    "fallback": STR (default "[invalid]")}, {"function": "take_first"}, ...]}, ...],
+ *    "metric_list": [{"metric": "exact_match", "ignore_case": BOOL, "ignore_punctuation": BOOL,
+ *    "ignore_numbers": BOOL, "regexes_to_ignore": [STR...], "aggregation": "mean",
+ *    "higher_is_better": true}]}  (other keys of the object ignored).
+ * A bad key, value, function, metric or pattern is TR_ERR_INVALID "WHERE: why" naming it. */
+TR_MUST_CHECK int tr_eval_settings_parse(const char *text, size_t len, const char *where,
+                                         tr_eval_settings *out);
+void tr_eval_settings_free(tr_eval_settings *s);
+/* Filter pipeline f applied to text: *out malloc'ed, NUL-terminated. Errors: a regex past its
+ * step budget. */
+TR_MUST_CHECK int tr_eval_filter_apply(const tr_eval_filter *f, const char *text, char **out);
+/* *equal: whether text equals target once both get exact_match's options of s (NULL: none)
+ * and lose leading and trailing whitespace (Python's str.strip()). */
+TR_MUST_CHECK int tr_eval_exact_match(const tr_eval_settings *s, const char *text,
+                                      const char *target, int *equal);
+
 typedef struct {
     tr_eval_request *r;
     size_t n;
+    tr_eval_settings settings; /* the file's first line when it holds filter_list or
+                                * metric_list */
 } tr_eval_tasks;
 /* The requests of a JSON Lines file (blank lines skipped; the first `limit`, 0 = all):
  *   {"context": STR, "continuation": STR}  or  {"context": STR, "choices": [STR...],
  *   "label": INT}  or  {"context": STR, "until": [STR...], "max_gen_toks": INT (default 256, or half
  *   the context where that is less),
- *   "target": STR (optional)}  (other keys ignored).
+ *   "target": STR (optional)}  (other keys ignored); the first line may instead be the task's
+ *   settings (tr_eval_settings_parse: an object with "filter_list" or "metric_list" and no
+ *   "context"), into out->settings.
  * A generation request's context is encoded as it is (no whitespace moved) and keeps its last
  * context - max_gen_toks ids (the harness's left truncation); max_gen_toks must be below the
  * context, the stop strings non-empty.
@@ -129,9 +186,6 @@ TR_MUST_CHECK int tr_eval_greedy_next(tr_evaluator *ev, const int32_t *ids, int 
  * and a NUL character ends the text; *n_tokens the ids generated. */
 TR_MUST_CHECK int tr_eval_generate(tr_evaluator *ev, const tr_tokenizer *t, int32_t eod,
                                    const tr_eval_request *r, char **text, int *n_tokens);
-/* Whether text equals target once both lose leading and trailing whitespace (Python's
- * str.strip()). */
-int tr_eval_exact_match(const char *text, const char *target);
 
 /* The first index of the largest of ll[i] (norm: ll[i] / chars[i]). */
 int tr_eval_argmax(const double *ll, const int64_t *chars, int n, int norm);

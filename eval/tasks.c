@@ -10,68 +10,14 @@
 #include <string.h>
 #include <sys/stat.h>
 
-/* Python's str.isspace for code point c. */
-static int py_space(uint32_t c)
-{
-    return (c >= 0x09 && c <= 0x0d) || (c >= 0x1c && c <= 0x20) || c == 0x85 || c == 0xa0 ||
-           c == 0x1680 || (c >= 0x2000 && c <= 0x200a) || c == 0x2028 || c == 0x2029 ||
-           c == 0x202f || c == 0x205f || c == 0x3000;
-}
+#include "eval/text.h"
 
-/* Bytes of s[0, n) (valid UTF-8: jansson checked it) without its trailing whitespace. */
-static uint32_t code_point_at(const char *s, size_t i, size_t *len);
+/* Bytes of s[0, n) without its trailing whitespace (Python's str.rstrip()). */
 static size_t rstrip_len(const char *s, size_t n)
 {
-    while (n > 0) {
-        size_t start = n - 1, len;
-        while (start > 0 && ((unsigned char)s[start] & 0xc0) == 0x80)
-            start--;
-        if (!py_space(code_point_at(s, start, &len)))
-            break;
-        n = start;
-    }
-    return n;
-}
-
-/* The code point at s[i] (valid UTF-8) and its length in *len. */
-static uint32_t code_point_at(const char *s, size_t i, size_t *len)
-{
-    const unsigned char *u = (const unsigned char *)s + i;
-    *len = u[0] < 0x80 ? 1 : u[0] < 0xe0 ? 2 : u[0] < 0xf0 ? 3 : 4;
-    return u[0] < 0x80   ? u[0]
-           : u[0] < 0xe0 ? (uint32_t)(u[0] & 0x1f) << 6 | (u[1] & 0x3f)
-           : u[0] < 0xf0 ? (uint32_t)(u[0] & 0x0f) << 12 | (uint32_t)(u[1] & 0x3f) << 6 |
-                               (u[2] & 0x3f)
-                         : (uint32_t)(u[0] & 0x07) << 18 | (uint32_t)(u[1] & 0x3f) << 12 |
-                               (uint32_t)(u[2] & 0x3f) << 6 | (u[3] & 0x3f);
-}
-
-/* s[0, n) as Python's s.strip() leaves it: [*begin, *end); text that is not UTF-8 (bytes
- * generated without a tokenizer) loses ASCII whitespace only. */
-static void strip_bounds(const char *s, size_t n, size_t *begin, size_t *end)
-{
-    size_t a = 0, b = n, len;
-    if (tr_utf8_valid_prefix((const unsigned char *)s, n) == n) {
-        while (a < n && py_space(code_point_at(s, a, &len)))
-            a += len;
-        *begin = a;
-        *end = a + rstrip_len(s + a, n - a);
-        return;
-    }
-    while (a < b && py_space((unsigned char)s[a]) && (unsigned char)s[a] < 0x80)
-        a++;
-    while (b > a && py_space((unsigned char)s[b - 1]) && (unsigned char)s[b - 1] < 0x80)
-        b--;
-    *begin = a;
-    *end = b;
-}
-
-int tr_eval_exact_match(const char *text, const char *target)
-{
-    size_t a, b, c, d;
-    strip_bounds(text, strlen(text), &a, &b);
-    strip_bounds(target, strlen(target), &c, &d);
-    return b - a == d - c && !memcmp(text + a, target + c, b - a);
+    size_t begin, end;
+    tr_text_strip(s, n, 0, 1, &begin, &end);
+    return end;
 }
 
 static int64_t code_points(const char *s, size_t n)
@@ -143,6 +89,7 @@ void tr_eval_tasks_free(tr_eval_tasks *tasks)
     free(tasks->r);
     tasks->r = NULL;
     tasks->n = 0;
+    tr_eval_settings_free(&tasks->settings);
 }
 
 static int bad_line(const char *path, uint64_t line, const char *fmt, ...)
@@ -375,6 +322,7 @@ int tr_eval_tasks_load(const char *path, const tr_tokenizer *t, int special, int
     size_t cap = 0, room = 0;
     ssize_t len;
     uint64_t number = 0;
+    int settings_seen = 0;
     while (!rc && (!limit || out->n < limit) && (len = getline(&line, &cap, f)) >= 0) {
         number++;
         size_t n = (size_t)len;
@@ -396,6 +344,20 @@ int tr_eval_tasks_load(const char *path, const tr_tokenizer *t, int special, int
             rc = bad_line(path, number, "the line is %s, not a JSON object", kind(root));
             json_decref(root);
             break;
+        }
+        if (!json_object_get(root, "context") && (json_object_get(root, "filter_list") ||
+                                                   json_object_get(root, "metric_list"))) {
+            /* the task's settings: the first line only */
+            char where[4200];
+            snprintf(where, sizeof where, "%s:%llu", path, (unsigned long long)number);
+            rc = settings_seen ? bad_line(path, number, "a second settings line (filter_list, "
+                                          "metric_list): the task's settings come first")
+                 : out->n ? bad_line(path, number, "the task's settings (filter_list, "
+                                     "metric_list) come on its first line, before the requests")
+                 : tr_eval_settings_parse(line, n, where, &out->settings);
+            settings_seen = 1;
+            json_decref(root);
+            continue;
         }
         if (out->n == room) {
             size_t grow = room ? 2 * room : 64;

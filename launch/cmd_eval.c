@@ -48,8 +48,13 @@ static void eval_usage(FILE *f)
             "                       \"max_gen_toks\": N, \"target\": S} (generate_until: greedy\n"
             "                       tokens until a stop string, the end-of-document token or N\n"
             "                       (default 256 or half the context), cut before the stop\n"
-            "                       strings; exact_match against target, both stripped; not\n"
-            "                       with --data-parallel)\n"
+            "                       strings; exact_match against target, both stripped). A\n"
+            "                       first line {\"filter_list\": [...], \"metric_list\":\n"
+            "                       [...]} as the harness's task YAML gives its filters (regex,\n"
+            "                       take_first, lowercase, uppercase, remove_whitespace; each\n"
+            "                       scored alone, e.g. GSM8K's strict-match) and exact_match's\n"
+            "                       options (ignore_case, ignore_punctuation, ignore_numbers,\n"
+            "                       regexes_to_ignore)\n"
             "  --special-tokens     --tasks: encode with the tokenizer's template (e.g. a BOS);\n"
             "                       default without, as lm-evaluation-harness does\n"
             "  --context C          tokens the model reads at once (default: its positions, or\n"
@@ -166,11 +171,6 @@ static int eval_tasks(const eval_options *o, int V, tr_evaluator *ev, eval_resul
         if (!rc && (!(ef->generated = calloc(ef->tasks.n + 1, sizeof *ef->generated)) ||
                     !(ef->gen_tokens = calloc(ef->tasks.n + 1, sizeof *ef->gen_tokens))))
             rc = tr_fail(TR_ERR_NOMEM, "out of memory");
-        for (size_t i = 0; !rc && o->parts > 1 && i < ef->tasks.n; i++)
-            if (ef->tasks.r[i].generate)
-                rc = tr_fail(TR_ERR_INVALID, "%s:%llu: a generation request (\"until\") runs on "
-                             "one replica: drop --data-parallel", ef->path,
-                             (unsigned long long)ef->tasks.r[i].line);
         int32_t eod = o->tokenizer ? tr_tokenizer_eod(o->tokenizer) : -1;
         for (size_t i = (size_t)o->part; i < ef->tasks.n && !rc; i += (size_t)o->parts) {
             const tr_eval_request *r = &ef->tasks.r[i];
@@ -209,6 +209,101 @@ static int sum_sums(const infer_model *im, tr_eval_sums *s)
     return rc;
 }
 
+/* The bytes of buf[0, n) summed over the replicas (each byte set by one of them), through
+ * 32-bit integers. */
+static int sum_bytes_over_replicas(const infer_model *im, char *buf, size_t n)
+{
+    if (!im->dp || tr_comm_size(im->dp) == 1 || n == 0)
+        return TR_OK;
+    int32_t *h = malloc(n * sizeof *h), *d = im->k->alloc(n * sizeof *d);
+    int rc = h && d ? TR_OK : tr_fail(TR_ERR_NOMEM, "out of memory for %zu bytes of text", n);
+    for (size_t i = 0; !rc && i < n; i++)
+        h[i] = (unsigned char)buf[i];
+    if (!rc) {
+        im->k->to_device(NULL, d, h, n * sizeof *d);
+        rc = tr_comm_allreduce(im->dp, d, d, n, TR_COMM_I32, TR_COMM_SUM);
+    }
+    if (!rc)
+        im->k->to_host(NULL, h, d, n * sizeof *d);
+    for (size_t i = 0; !rc && i < n; i++)
+        buf[i] = (char)h[i];
+    free(h);
+    if (d)
+        im->k->free(d);
+    return rc;
+}
+
+/* The generated texts and token counts of file ef, each made by one replica, on every rank
+ * in request order: their lengths summed, then their bytes. */
+static int gather_generations(const infer_model *im, eval_file *ef)
+{
+    size_t n = ef->tasks.n, total = 0;
+    if (!im->dp || tr_comm_size(im->dp) == 1)
+        return TR_OK;
+    double *v = calloc(2 * n + 1, sizeof *v);
+    if (!v)
+        return tr_fail(TR_ERR_NOMEM, "out of memory");
+    for (size_t i = 0; i < n; i++) {
+        v[2 * i] = ef->generated[i] ? (double)strlen(ef->generated[i]) : 0;
+        v[2 * i + 1] = ef->generated[i] ? ef->gen_tokens[i] : 0;
+    }
+    int rc = sum_over_replicas(im, v, 2 * n);
+    for (size_t i = 0; !rc && i < n; i++)
+        total += (size_t)v[2 * i];
+    char *all = rc ? NULL : calloc(total + 1, 1);
+    if (!rc && !all)
+        rc = tr_fail(TR_ERR_NOMEM, "out of memory for %zu bytes of text", total);
+    for (size_t i = 0, at = 0; !rc && i < n; at += (size_t)v[2 * i], i++)
+        if (ef->generated[i])
+            memcpy(all + at, ef->generated[i], (size_t)v[2 * i]);
+    if (!rc)
+        rc = sum_bytes_over_replicas(im, all, total);
+    for (size_t i = 0, at = 0; !rc && i < n; at += (size_t)v[2 * i], i++) {
+        if (!ef->tasks.r[i].generate)
+            continue;
+        char *t = malloc((size_t)v[2 * i] + 1);
+        if (!t) {
+            rc = tr_fail(TR_ERR_NOMEM, "out of memory");
+            break;
+        }
+        memcpy(t, all + at, (size_t)v[2 * i]);
+        t[(size_t)v[2 * i]] = '\0';
+        free(ef->generated[i]);
+        ef->generated[i] = t;
+        ef->gen_tokens[i] = (int)v[2 * i + 1];
+    }
+    free(all);
+    free(v);
+    return rc;
+}
+
+/* Each generation request's exact_match and filtered texts (file ef's settings). */
+static int score_generations(eval_file *ef)
+{
+    const tr_eval_settings *s = &ef->tasks.settings;
+    size_t n = ef->tasks.n, nf = (size_t)s->n_filters;
+    if (!(ef->exact = calloc(n * (nf + 1) + 1, 1)) ||
+        !(ef->filtered = calloc(n * nf + 1, sizeof *ef->filtered)))
+        return tr_fail(TR_ERR_NOMEM, "out of memory");
+    int rc = TR_OK, equal;
+    for (size_t i = 0; !rc && i < n; i++) {
+        const tr_eval_request *r = &ef->tasks.r[i];
+        if (!r->generate)
+            continue;
+        if (r->target && !(rc = tr_eval_exact_match(s, ef->generated[i], r->target, &equal)))
+            ef->exact[i * (nf + 1)] = (unsigned char)equal;
+        for (size_t f = 0; !rc && f < nf; f++) {
+            rc = tr_eval_filter_apply(&s->filters[f], ef->generated[i], &ef->filtered[i * nf + f]);
+            if (!rc && r->target &&
+                !(rc = tr_eval_exact_match(s, ef->filtered[i * nf + f], r->target, &equal)))
+                ef->exact[i * (nf + 1) + 1 + f] = (unsigned char)equal;
+        }
+        if (rc)
+            rc = tr_fail_context(rc, "%s:%llu", ef->path, (unsigned long long)r->line);
+    }
+    return rc;
+}
+
 /* Every replica's share of the results added up. */
 static int gather_results(const infer_model *im, eval_results *res)
 {
@@ -231,6 +326,10 @@ static int gather_results(const infer_model *im, eval_results *res)
             for (size_t i = 0; i < total; i++)
                 ef->greedy[i] = g[i] > 0.5;
         free(g);
+        if (!rc)
+            rc = gather_generations(im, ef);
+        if (!rc)
+            rc = score_generations(ef);
     }
     if (res->have_ppl && res->n_files) { /* the totals of the files' sums */
         res->ppl = (tr_eval_sums){0};
@@ -295,14 +394,20 @@ static int run_eval(const eval_options *o)
     }
     tr_evaluator_free(ev);
     for (int f = 0; f < res.n_files; f++) {
-        for (size_t i = 0; res.files[f].generated && i < res.files[f].tasks.n; i++)
-            free(res.files[f].generated[i]);
-        tr_eval_tasks_free(&res.files[f].tasks);
-        free(res.files[f].ll);
-        free(res.files[f].greedy);
-        free(res.files[f].first);
-        free(res.files[f].generated);
-        free(res.files[f].gen_tokens);
+        eval_file *ef = &res.files[f];
+        size_t n_filtered = ef->tasks.n * (size_t)ef->tasks.settings.n_filters;
+        for (size_t i = 0; ef->generated && i < ef->tasks.n; i++)
+            free(ef->generated[i]);
+        for (size_t i = 0; ef->filtered && i < n_filtered; i++)
+            free(ef->filtered[i]);
+        tr_eval_tasks_free(&ef->tasks);
+        free(ef->ll);
+        free(ef->greedy);
+        free(ef->first);
+        free(ef->generated);
+        free(ef->gen_tokens);
+        free(ef->filtered);
+        free(ef->exact);
     }
     free(res.files);
     infer_model_close(&im);

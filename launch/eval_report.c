@@ -3,24 +3,52 @@
 
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "core/core.h"
 
 static double ratio(double a, double b) { return b > 0 ? a / b : NAN; }
 
-/* What the tasks' requests sum to. */
+/* A filter's exact_match counts, by name over the files that have it. */
+typedef struct {
+    const char *name;
+    uint64_t targets, exact;
+} filter_sums;
+
+/* What the tasks' requests sum to (free with free_sums). */
 typedef struct {
     uint64_t requests, ll_requests, ll_tokens, greedy, mc_requests, acc, acc_norm;
     uint64_t gen_requests, gen_tokens, gen_targets, exact; /* generation requests */
     double ll_nll;
+    filter_sums *filters;
+    int n_filters;
 } task_sums;
+
+static void free_sums(task_sums *s) { free(s->filters); }
+
+/* The sums of the filter named `name` in s (added). */
+static filter_sums *filter_slot(task_sums *s, const char *name)
+{
+    for (int k = 0; k < s->n_filters; k++)
+        if (!strcmp(s->filters[k].name, name))
+            return &s->filters[k];
+    s->filters[s->n_filters] = (filter_sums){.name = name};
+    return &s->filters[s->n_filters++];
+}
 
 /* Of files [first, end). */
 static task_sums sum_tasks(const eval_results *res, int first, int end)
 {
     task_sums s = {0};
+    int most = 0;
+    for (int f = first; f < end; f++)
+        most += res->files[f].tasks.settings.n_filters;
+    s.filters = calloc((size_t)most + 1, sizeof *s.filters); /* (NULL: no filter sums) */
     for (int f = first; f < end; f++) {
         const eval_file *ef = &res->files[f];
+        const tr_eval_settings *set = &ef->tasks.settings;
+        size_t nf = (size_t)set->n_filters;
         for (size_t i = 0; i < ef->tasks.n; i++) {
             const tr_eval_request *r = &ef->tasks.r[i];
             const double *ll = ef->ll + ef->first[i];
@@ -28,9 +56,14 @@ static task_sums sum_tasks(const eval_results *res, int first, int end)
             if (r->generate) {
                 s.gen_requests++;
                 s.gen_tokens += (uint64_t)ef->gen_tokens[i];
+                for (size_t k = 0; s.filters && k < nf; k++) {
+                    filter_sums *fs = filter_slot(&s, set->filters[k].name);
+                    fs->targets += r->target != NULL;
+                    fs->exact += r->target && ef->exact[i * (nf + 1) + 1 + k];
+                }
                 if (r->target) {
                     s.gen_targets++;
-                    s.exact += tr_eval_exact_match(ef->generated[i], r->target);
+                    s.exact += ef->exact[i * (nf + 1)];
                 }
             } else if (r->label < 0) {
                 s.ll_requests++;
@@ -79,6 +112,11 @@ static void print_tasks_text(const char *what, const task_sums *s)
                    ratio((double)s->exact, (double)s->gen_targets),
                    (unsigned long long)s->gen_targets);
         printf("\n");
+        for (int k = 0; k < s->n_filters; k++)
+            if (s->filters[k].targets)
+                printf("%sgenerate_until, filter %s: exact_match %.4f\n", what,
+                       s->filters[k].name,
+                       ratio((double)s->filters[k].exact, (double)s->filters[k].targets));
     }
 }
 
@@ -99,6 +137,7 @@ void eval_print_text(const eval_options *o, const infer_model *im, int C, int st
             task_sums s = sum_tasks(res, f, f + 1);
             snprintf(what, sizeof what, "%s: ", ef->path);
             print_tasks_text(what, &s);
+            free_sums(&s);
         }
     }
     if (res->have_ppl)
@@ -106,6 +145,7 @@ void eval_print_text(const eval_options *o, const infer_model *im, int C, int st
     if (o->n_tasks) {
         task_sums s = sum_tasks(res, 0, res->n_files);
         print_tasks_text(res->n_files > 1 ? "all: " : "", &s);
+        free_sums(&s);
     }
 }
 
@@ -154,6 +194,15 @@ static void json_task_sums(tr_json *j, const task_sums *s)
     tr_json_int(j, "tokens", (long long)s->gen_tokens);
     tr_json_int(j, "with_target", (long long)s->gen_targets);
     tr_json_double(j, "exact_match", ratio((double)s->exact, (double)s->gen_targets));
+    tr_json_object_begin(j, "filters"); /* each filter's, by name */
+    for (int k = 0; k < s->n_filters; k++) {
+        tr_json_object_begin(j, s->filters[k].name);
+        tr_json_int(j, "with_target", (long long)s->filters[k].targets);
+        tr_json_double(j, "exact_match",
+                       ratio((double)s->filters[k].exact, (double)s->filters[k].targets));
+        tr_json_object_end(j);
+    }
+    tr_json_object_end(j);
     tr_json_object_end(j);
 }
 
@@ -168,8 +217,21 @@ static void json_request(tr_json *j, int file, const eval_file *ef, size_t i)
     if (r->generate) {
         tr_json_string(j, "generated", ef->generated[i]);
         tr_json_int(j, "generated_tokens", ef->gen_tokens[i]);
+        const tr_eval_settings *set = &ef->tasks.settings;
+        size_t nf = (size_t)set->n_filters;
         if (r->target)
-            tr_json_bool(j, "exact_match", tr_eval_exact_match(ef->generated[i], r->target));
+            tr_json_bool(j, "exact_match", ef->exact[i * (nf + 1)]);
+        if (nf)
+            tr_json_object_begin(j, "filtered");
+        for (size_t k = 0; k < nf; k++) {
+            tr_json_object_begin(j, set->filters[k].name);
+            tr_json_string(j, "text", ef->filtered[i * nf + k]);
+            if (r->target)
+                tr_json_bool(j, "exact_match", ef->exact[i * (nf + 1) + 1 + k]);
+            tr_json_object_end(j);
+        }
+        if (nf)
+            tr_json_object_end(j);
         tr_json_object_end(j);
         return;
     }
@@ -223,12 +285,14 @@ void eval_print_json(const eval_options *o, const infer_model *im, int C, int st
         task_sums all = sum_tasks(res, 0, res->n_files);
         tr_json_object_begin(&j, "tasks");
         json_task_sums(&j, &all);
+        free_sums(&all);
         tr_json_array_begin(&j, "files");
         for (int f = 0; f < res->n_files; f++) {
             task_sums s = sum_tasks(res, f, f + 1);
             tr_json_object_begin(&j, NULL);
             tr_json_string(&j, "path", res->files[f].path);
             json_task_sums(&j, &s);
+            free_sums(&s);
             tr_json_object_end(&j);
         }
         tr_json_array_end(&j);

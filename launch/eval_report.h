@@ -30,6 +30,11 @@ typedef struct {
     size_t n_scores;       /* of ll and greedy: every request's choices */
     char **generated;      /* per request: a generation request's text (else NULL) */
     int *gen_tokens;       /* and the tokens generated */
+    /* per generation request with a target, of the file's settings' n filters:
+     * exact[i * (n + 1)] its text's exact_match, exact[i * (n + 1) + 1 + f] filter f's;
+     * filtered[i * n + f] filter f's text (every generation request) */
+    unsigned char *exact;
+    char **filtered;
 } eval_file;
 
 typedef struct {

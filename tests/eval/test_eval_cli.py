@@ -553,9 +553,104 @@ if res:
     check("a target equal to the generated text (padded with whitespace): exact_match 1.0000",
           r.returncode == 0 and "generate_until: 1 requests, 7 tokens generated: exact_match 1.0000"
           in r.stdout, r.stdout + how(r))
-r = evaluate("--tasks", gen_tasks, "--data-parallel", "2", nproc=2)
-check("generation lines with --data-parallel 2: refused (exit 2) naming the file's line",
-      refused(r, "gen.jsonl:1", "--data-parallel"), how(r))
+# data-parallel generation: the requests split over 2 replicas, gathered in request order,
+# the same output as one replica (more lines, so that each replica generates several)
+dp_lines = gen_lines + [{"context": w, "until": ["a"], "max_gen_toks": 5 + k % 4, "target": w}
+                        for k, w in enumerate(words)]
+dp_tasks = tt.write(path("gen-dp.jsonl"), "".join(json.dumps(x) + "\n" for x in dp_lines))
+
+
+def generations(got):
+    """What generation gave: the results without a loglikelihood line's (its scores agree up
+    to rounding only), and the summary's generate_until"""
+    t = (got or {}).get("tasks", {})
+    return ([x for x in t.get("results", []) if "loglikelihood" not in x],
+            t.get("generate_until"), [f.get("generate_until") for f in t.get("files", [])])
+
+
+one = evaluate("--tasks", dp_tasks, "--json")
+two = evaluate("--tasks", dp_tasks, "--json", "--data-parallel", "2", nproc=2)
+check("generation lines with --nproc 2 --data-parallel 2: exit 0 and the generations, scores "
+      "and counts of one replica", one.returncode == 0 and two.returncode == 0 and
+      len(generations(parse(one.stdout))[0]) == len(dp_lines) - 1 and
+      generations(parse(two.stdout)) == generations(parse(one.stdout)),
+      how(two) + one.stdout[-600:] + two.stdout[-600:])
+# lm-evaluation-harness's filters: a settings line first (filter_list, metric_list as its task
+# YAML writes them); each filter's text and exact_match per request, each filter's score
+settings = {"filter_list": [
+    {"name": "strict-match", "filter": [{"function": "regex", "regex_pattern": r"([a-z]+) "},
+                                        {"function": "take_first"}]},
+    {"name": "flexible-extract", "filter": [{"function": "regex", "group_select": -1,
+                                             "regex_pattern": r"([a-z]{2,})|(\w)"}]},
+    {"name": "upper", "filter": [{"function": "remove_whitespace"}, {"function": "uppercase"}]}],
+    "metric_list": [{"metric": "exact_match", "ignore_case": True, "regexes_to_ignore": ["\\$"]}]}
+def harness_filter(name, text):
+    """the harness's RegexFilter (current upstream), take_first, remove_whitespace, uppercase"""
+    import re
+    if name == "upper":
+        return text.lstrip().upper()
+    pattern, select = ((r"([a-z]+) ", 0) if name == "strict-match" else (r"([a-z]{2,})|(\w)", -1))
+    found = re.findall(pattern, text)
+    if not found:
+        return "[invalid]"
+    m = found[select]
+    if isinstance(m, tuple):
+        m = ([x for x in m if x] or ["[invalid]"])[0]
+    return m.strip()
+
+
+# targets that some filters meet: half the lines' the flexible-extract text of one replica's
+# generation above, upper case and with a "$" (ignore_case, regexes_to_ignore)
+first_gen = [x.get("generated") for x in (parse(one.stdout) or {}).get("tasks", {}).get("results", [])]
+filt_lines = [settings] + [dict(line, target="$" + harness_filter("flexible-extract", g).upper())
+                           if k % 2 and g is not None else line
+                           for k, (line, g) in enumerate(zip(dp_lines, first_gen))]
+filt_tasks = tt.write(path("gen-filters.jsonl"), "".join(json.dumps(x) + "\n" for x in filt_lines))
+r = evaluate("--tasks", filt_tasks, "--json")
+got = parse(r.stdout) if r.returncode == 0 else None
+res = (got or {}).get("tasks", {}).get("results", [])
+check("a task file with filters: exit 0, a result per request (line numbers after the settings "
+      "line)", len(res) == len(dp_lines) and res[0].get("line") == 2, how(r) + str(res[:1]))
+
+
+want_exact = {}
+for line, x in zip(filt_lines[1:], res):
+    if "generated" not in x:
+        continue
+    filtered = x.get("filtered", {})
+    for name in ("strict-match", "flexible-extract", "upper"):
+        want = harness_filter(name, x["generated"])
+        check(f"line {x.get('line')}: filter {name} gives the harness's text",
+              filtered.get(name, {}).get("text") == want, (x["generated"], filtered.get(name), want))
+        if "target" in line:
+            same = want.replace("$", "").lower().strip() == line["target"].replace("$", "").lower().strip()
+            want_exact.setdefault(name, []).append(same)
+            check(f"line {x.get('line')}: filter {name}'s exact_match (ignore_case)",
+                  filtered.get(name, {}).get("exact_match") == same, (filtered.get(name), line["target"]))
+summary = (got or {}).get("tasks", {}).get("generate_until", {}).get("filters", {})
+check("flexible-extract meets some targets", sum(want_exact.get("flexible-extract", [])) >= 3,
+      want_exact)
+check("each filter's exact_match in the summary, by name", sorted(summary) ==
+      sorted(want_exact) and all(abs(summary[k]["exact_match"] - sum(v) / len(v)) < 1e-8 and
+                                 summary[k]["with_target"] == len(v) for k, v in want_exact.items()),
+      (summary, want_exact))
+r2 = evaluate("--tasks", filt_tasks, "--json", "--data-parallel", "2", nproc=2)
+check("filters with --nproc 2 --data-parallel 2: the filtered texts and scores of one replica",
+      r2.returncode == 0 and generations(parse(r2.stdout)) == generations(got), how(r2))
+r = evaluate("--tasks", filt_tasks)
+check("text output: a line per filter", r.returncode == 0 and
+      "generate_until, filter strict-match: exact_match" in r.stdout and
+      "generate_until, filter upper: exact_match" in r.stdout, r.stdout + how(r))
+for k, (content, needle, what) in enumerate((
+        ([dp_lines[0], settings], "first line", "settings after a request"),
+        ([settings, settings], "second settings", "two settings lines"),
+        ([{"filter_list": [{"name": "x", "filter": [{"function": "regex", "regex_pattern": "(?<=a)"}]}]},
+          dp_lines[0]], "(?<=a)", "a lookbehind pattern"),
+        ([{"metric_list": [{"metric": "f1"}]}, dp_lines[0]], "f1", "an unknown metric"))):
+    f = tt.write(path(f"bad-settings-{k}.jsonl"), "".join(json.dumps(x) + "\n" for x in content))
+    r = evaluate("--tasks", f)
+    check(f"{what}: refused (exit 2) naming the line and {needle!r}",
+          refused(r, os.path.basename(f), needle), how(r))
 for name, content in (("empty.jsonl", ""), ("blank.jsonl", "\n  \n\n")):
     f = tt.write(path(name), content)
     r = evaluate("--tasks", f)

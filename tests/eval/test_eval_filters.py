@@ -1,0 +1,259 @@
+#!/usr/bin/python3
+"""eval/regex.c and eval/filter.c against Python (plain python3, no torch), through
+eval_filter_tool:
+  - the regex matcher: a few hundred (pattern, text) pairs drawn from the supported syntax
+    (literals and escapes, classes with ranges and negation, ., groups, alternation, greedy and
+    lazy quantifiers, anchors, word boundaries, flags (?s) (?m) (?a)), ASCII and non-ASCII
+    texts: re.findall's list (tuples for several groups) and re.sub(pattern, "", text) equal
+    Python's, and a pattern Python refuses is refused; lm-evaluation-harness's own patterns
+    (GSM8K's strict-match and flexible-extract, its regexes_to_ignore) on GSM8K-style texts;
+  - the refused syntax (lookarounds, backreferences, (?i), possessive, atomic, ...): an error
+    naming the pattern; a hostile pattern ((a*)*b) ends in an error naming the step budget;
+  - filter pipelines (strict-match, flexible-extract, lowercase, uppercase, remove_whitespace,
+    group_select and fallback) and exact_match with GSM8K's metric options (ignore_case,
+    ignore_punctuation, ignore_numbers, regexes_to_ignore) against a Python port of the
+    harness's filters (filters/extraction.py, transformation.py) and exact_match_hf_evaluate
+    (then both stripped, as trident's exact_match is);
+  - refused settings: exit 2 naming the key, function, metric or pattern.
+usage: test_eval_filters.py TOOL WORKDIR"""
+import json
+import os
+import random
+import re
+import sys
+import warnings
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "common"))
+import trident_test as tt  # noqa: E402
+from trident_test import check  # noqa: E402
+
+tool, work = sys.argv[1], tt.fresh_dir(sys.argv[2])
+warnings.simplefilter("ignore")  # (Python's FutureWarning on "[[" and the like)
+
+
+def run_tool(*args):
+    r = tt.run([tool, *args], timeout=120)
+    lines = [json.loads(x) for x in r.stdout.splitlines() if x.strip()]
+    return r.returncode, lines, r.stderr
+
+
+# ---- the regex matcher against re ----
+rng = random.Random(5)
+ALPHA = ["a", "b", "c", "1", "2", "0", " ", ".", ",", "$", "#", "-", "\n", "_", "X",
+         "\u00e9", "\u65e5", "\u00bd", "\u00b2", "\u0663", "\u2014", "\u00a0"]
+LIT = ["a", "b", "c", "1", "2", " ", "\\.", "\\-", "\\$", "#", ",", "\\n", "\u00e9", "\\x61",
+       "\\u65e5", "\\t", "_", "\\#"]
+ESC = ["\\d", "\\D", "\\w", "\\W", "\\s", "\\S"]
+CLASSES = ["[a-c]", "[^a-c]", "[0-9.,]", "[\\d.,$]", "[^\\s]", "[\\w-]", "[a\\-z]", "[]a]",
+           "[^]a]", "[$0-9.,]", "[-a]", "[a-]", "[\u00e0-\u00ff1]", "[\\W\\d]", "[.]"]
+
+
+def gen_atom(depth):
+    k = rng.random()
+    if depth < 3 and k < 0.18:
+        inner = gen_alt(depth + 1)
+        return rng.choice(["(%s)", "(?:%s)", "(?P<g%d>%%s)" % rng.randint(0, 99)]) % inner
+    if k < 0.45:
+        return rng.choice(LIT)
+    if k < 0.6:
+        return rng.choice(ESC)
+    if k < 0.75:
+        return rng.choice(CLASSES)
+    if k < 0.83:
+        return "."
+    return rng.choice(["^", "$", "\\b", "\\B", "\\A", "\\Z"])
+
+
+def gen_quant(atom):
+    if atom in ("^", "$", "\\b", "\\B", "\\A", "\\Z") and rng.random() < 0.9:
+        return atom
+    q = rng.choice(["", "", "", "*", "+", "?", "{2}", "{1,}", "{0,2}", "{,2}", "{1,3}", "{2,}",
+                    "{", "{}", "{,}"])
+    if q and q not in ("{", "{}") and rng.random() < 0.3:
+        q += "?"
+    return atom + q
+
+
+def gen_seq(depth):
+    return "".join(gen_quant(gen_atom(depth)) for _ in range(rng.randint(0, 4)))
+
+
+def gen_alt(depth=0):
+    return "|".join(gen_seq(depth) for _ in range(rng.choice([1, 1, 1, 2, 3])))
+
+
+def gen_text():
+    return "".join(rng.choice(ALPHA) for _ in range(rng.randint(0, 16)))
+
+
+cases = []
+for _ in range(500):
+    p = gen_alt()
+    if rng.random() < 0.15:
+        p = rng.choice(["(?s)", "(?m)", "(?a)", "(?sm)"]) + p
+    cases.append({"pattern": p, "text": gen_text()})
+# the harness's patterns on GSM8K-style texts
+GSM_TEXTS = ["Natalia sold 48/2 = <<48/2=24>>24 clips in May.\nNatalia sold 48+24 = <<48+24=72>>72 "
+             "clips altogether in April and May.\n#### 72",
+             "She pays $1,234.50 in total. The answer is 1,234.5.", "#### -3.5\n\n#### 7",
+             "no number here", "It costs $5", "answer: 12 apples, 3 pears,", "-7 or -8?", "",
+             "#### 1,000\nQuestion: what next", "\u0663\u0664 in Arabic digits, 56 in ASCII"]
+HARNESS = ["#### (\\-?[0-9\\.\\,]+)", "(-?[$0-9.,]{2,})|(-?[0-9]+)", ",", "\\$", "(?s).*#### ",
+           "\\.$", "The answer is (\\-?[0-9\\.\\,]*[0-9]+)", "(?:answer:?)\\s*(\\d+)",
+           "\\b(A|B|C|D)\\b", "[Tt]he answer is:? ?(.*?)\\.", "(\\d+)(?:,(\\d+))?"]
+for p in HARNESS:
+    for t in GSM_TEXTS:
+        cases.append({"pattern": p, "text": t})
+
+
+def py_result(pattern, text):
+    try:
+        rx = re.compile(pattern)
+    except (re.error, OverflowError, ValueError):
+        return None
+    return {"findall": [list(m) if isinstance(m, tuple) else m for m in rx.findall(text)],
+            "sub": rx.sub("", text)}
+
+
+tt.write(os.path.join(work, "cases.json"), json.dumps(cases))
+rc, got, err = run_tool("regex", os.path.join(work, "cases.json"))
+check("regex cases: exit 0, a line each", rc == 0 and len(got) == len(cases), f"exit {rc} {err[-500:]}")
+agree = refused_both = 0
+for case, res in zip(cases, got):
+    want = py_result(case["pattern"], case["text"])
+    if want is None:
+        ok = "error" in res and case["pattern"][:20] in res["error"]
+        refused_both += ok
+        check(f"regex {case['pattern']!r}: refused as Python refuses it", ok, res)
+        continue
+    ok = res == want
+    agree += ok
+    check(f"regex {case['pattern']!r} on {case['text']!r}: findall and sub as Python's", ok,
+          f"got {res}, Python {want}")
+check(f"regex: {agree} patterns agree with Python, {refused_both} refused by both (>= 400)",
+      agree >= 400, agree)
+
+# refused syntax: an error naming the pattern
+REFUSED = ["a(?=b)", "a(?!b)", "(?<=a)b", "(?<!a)b", "(a)\\1", "(?P<x>a)(?P=x)", "(?i)abc",
+           "(?x)a b", "a*+", "a++", "(?>a)", "(a)?(?(1)b|c)", "a(?s:b)", "\\N{DIGIT ONE}",
+           "(?#never closed", "[a-", "a)", "(a", "*a", "a**", "\\q", "[b-a]", "x{3,2}", "^*"]
+cases = [{"pattern": p, "text": "abc"} for p in REFUSED]
+cases.append({"pattern": "(a*)*b", "text": "a" * 40, "steps": 100000})
+cases.append({"pattern": "(a|aa)*c", "text": "a" * 60})  # the default budget
+tt.write(os.path.join(work, "refused.json"), json.dumps(cases))
+rc, got, err = run_tool("regex", os.path.join(work, "refused.json"))
+check("refused patterns: a line each", len(got) == len(cases), err[-500:])
+for case, res in zip(cases, got):
+    msg = res.get("error", "")
+    check(f"regex {case['pattern']!r}: refused, naming the pattern", case["pattern"] in msg, res)
+for res in got[-2:]:
+    check("a hostile pattern: the error names the step budget", "steps" in res.get("error", ""), res)
+
+
+# ---- filters and exact_match against a port of the harness's ----
+def harness_regex(resp, pattern, group_select=0, fallback="[invalid]"):
+    match = re.findall(pattern, resp)
+    if not match:
+        return fallback
+    try:
+        match = match[group_select]
+    except IndexError:  # (the harness raises; trident takes the fallback)
+        return fallback
+    if isinstance(match, tuple):
+        valid = [m for m in match if m]
+        return valid[0].strip() if valid else fallback
+    return match.strip()
+
+
+def harness_pipeline(steps, resp):
+    for st in steps:
+        fn = st["function"]
+        if fn == "regex":
+            resp = harness_regex(resp, st.get("regex_pattern", r"#### (\-?[0-9\.\,]+)"),
+                                 st.get("group_select", 0), st.get("fallback", "[invalid]"))
+        elif fn == "lowercase":
+            resp = resp.lower()
+        elif fn == "uppercase":
+            resp = resp.upper()
+        elif fn == "remove_whitespace":
+            resp = resp.lstrip()
+    return resp
+
+
+def harness_exact(pred, ref, opts):
+    for s in opts.get("regexes_to_ignore", []):
+        pred, ref = re.sub(s, "", pred), re.sub(s, "", ref)
+    if opts.get("ignore_case"):
+        pred, ref = pred.lower(), ref.lower()
+    import string
+    if opts.get("ignore_punctuation"):
+        table = str.maketrans("", "", string.punctuation)
+        pred, ref = pred.translate(table), ref.translate(table)
+    if opts.get("ignore_numbers"):
+        table = str.maketrans("", "", string.digits)
+        pred, ref = pred.translate(table), ref.translate(table)
+    return pred.strip() == ref.strip()
+
+
+GSM8K = {"filter_list": [
+    {"name": "strict-match", "filter": [{"function": "regex", "regex_pattern": r"#### (\-?[0-9\.\,]+)"},
+                                        {"function": "take_first"}]},
+    {"name": "flexible-extract", "filter": [{"function": "regex", "group_select": -1,
+                                             "regex_pattern": r"(-?[$0-9.,]{2,})|(-?[0-9]+)"},
+                                            {"function": "take_first"}]},
+    {"name": "default-regex", "filter": [{"function": "regex"}]},
+    {"name": "second", "filter": [{"function": "regex", "regex_pattern": r"\d+", "group_select": 1,
+                                   "fallback": "none"}]},
+    {"name": "far", "filter": [{"function": "regex", "regex_pattern": r"\d+", "group_select": -9}]},
+    {"name": "lower", "filter": [{"function": "remove_whitespace"}, {"function": "lowercase"}]},
+    {"name": "upper", "filter": [{"function": "uppercase"}]},
+    {"name": "empty-groups", "filter": [{"function": "regex", "regex_pattern": r"(x?)(y?)z"}]}],
+    "metric_list": [{"metric": "exact_match", "aggregation": "mean", "higher_is_better": True,
+                     "ignore_case": True, "ignore_punctuation": False,
+                     "regexes_to_ignore": [",", "\\$", "(?s).*#### ", "\\.$"]}],
+    "task": "gsm8k", "output_type": "generate_until"}
+PLAIN = {"filter_list": [{"name": "none", "filter": [{"function": "take_first"}]}],
+         "metric_list": [{"metric": "exact_match", "ignore_punctuation": True, "ignore_numbers": True}]}
+texts = []
+for t in GSM_TEXTS + ["  Stra\u00dfe \u0130stanbul \u03a3\u039f\u03a3 z", " The answer is 72.",
+                      "\t#### 72\n", "1 2 3 4 5 6 7 8 9 10 z", "ANSWER: Paris!"]:
+    for target in ["72", "1,234.5", "-3.5", "paris", "7", "The answer is 72", "Paris"]:
+        texts.append({"text": t, "target": target})
+texts.append({"text": "Natalia: 10\n#### 72", "target": "Natalia sold 48 clips.\n#### 72"})
+tt.write(os.path.join(work, "texts.json"), json.dumps(texts))
+for name, settings in (("gsm8k", GSM8K), ("plain", PLAIN)):
+    f = tt.write(os.path.join(work, f"{name}.json"), json.dumps(settings))
+    rc, got, err = run_tool("filter", f, os.path.join(work, "texts.json"))
+    check(f"{name} settings: exit 0, a line each", rc == 0 and len(got) == len(texts), f"{rc} {got[:1]} {err}")
+    opts = settings["metric_list"][0]
+    for case, res in zip(texts, got):
+        filtered = [harness_pipeline(fl["filter"], case["text"]) for fl in settings["filter_list"]]
+        exact = [harness_exact(case["text"], case["target"], opts)] + \
+                [harness_exact(x, case["target"], opts) for x in filtered]
+        check(f"{name}: {case['text'][:30]!r} / {case['target']!r}: filtered texts and exact_match "
+              "as the harness's", res == {"filtered": filtered, "exact": exact},
+              f"got {res}, harness {filtered} {exact}")
+
+# ---- refused settings: exit 2 naming the problem ----
+BAD = [({"filter_list": [{"name": "x", "filter": [{"function": "majority_vote"}]}]}, "majority_vote"),
+       ({"filter_list": [{"name": "x", "filter": [{"function": "regex", "regex_pattern": "a(?=b)"}]}]},
+        "a(?=b)"),
+       ({"filter_list": [{"name": "x", "filter": [{"function": "regex", "pattern": "a"}]}]}, "pattern"),
+       ({"filter_list": [{"name": "x", "filter": [{"function": "lowercase", "x": 1}]}]}, "\"x\""),
+       ({"filter_list": [{"name": "x", "filter": [{"function": "regex", "group_select": "1"}]}]},
+        "group_select"),
+       ({"filter_list": [{"name": "x", "filter": []}, {"name": "x", "filter": []}]}, "two filters"),
+       ({"filter_list": [{"filter": []}]}, "name"),
+       ({"filter_list": {"name": "x"}}, "filter_list"),
+       ({"metric_list": [{"metric": "bleu"}]}, "bleu"),
+       ({"metric_list": [{"metric": "exact_match", "ignore_case": "yes"}]}, "ignore_case"),
+       ({"metric_list": [{"metric": "exact_match", "regexes_to_ignore": ["(a"]}]}, "(a"),
+       ({"metric_list": [{"metric": "exact_match", "ignorecase": True}]}, "ignorecase"),
+       ({"metric_list": [{"metric": "exact_match", "aggregation": "median"}]}, "aggregation")]
+for k, (settings, needle) in enumerate(BAD):
+    f = tt.write(os.path.join(work, f"bad{k}.json"), json.dumps(settings))
+    rc, got, err = run_tool("filter", f, os.path.join(work, "texts.json"))
+    msg = got[0].get("error", "") if got else ""
+    check(f"settings {json.dumps(settings)[:70]}: refused (exit 2) naming {needle!r}",
+          rc == 2 and needle in msg and f in msg, (rc, msg))
+tt.finish("eval-filters: all checks passed")
