@@ -125,3 +125,27 @@ double kt_dot(const float *out, const float *w, size_t n)
         s += (double)out[i] * w[i];
     return s;
 }
+
+size_t kt_qkv_at(kt_att_shape s, int b, int t, int g, int u, int d)
+{
+    int R = s.NH / s.NG;
+    return ((((size_t)b * s.T + t) * s.NG + g) * (R + 2) + u) * s.HS + d;
+}
+
+size_t kt_out_at(kt_att_shape s, int b, int t, int h, int d)
+{
+    return (((size_t)b * s.T + t) * s.NH + h) * s.HS + d;
+}
+
+int32_t *kt_segments(kt_att_shape s, const int *lens, int n)
+{
+    if (!n)
+        return NULL;
+    int32_t *seg = malloc(sizeof(int32_t) * (size_t)s.B * s.T);
+    assert_non_null(seg);
+    for (int b = 0; b < s.B; b++)
+        for (int t = 0, id = 0, k = b % n; t < s.T; id++, k = (k + 1) % n)
+            for (int i = 0; i < lens[k] && t < s.T; i++)
+                seg[b * s.T + t++] = id;
+    return seg;
+}

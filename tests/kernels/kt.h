@@ -35,4 +35,16 @@ void kt_check_fd(const char *what, const float *analytic, const double *fd, size
 /* L = sum_i out[i] * w[i] in double. */
 double kt_dot(const float *out, const float *w, size_t n);
 
+/* Attention's layouts (kernels.h attention_gqa_*): qkv (B, T, NG, R+2, HS), R = NH/NG query
+ * heads per group then its key and value; out (B, T, NH, HS). kt_qkv_at: unit u (0..R-1 query
+ * heads, R key, R+1 value) of group g at (b, t), element d; kt_out_at: head h's. */
+typedef struct {
+    int B, T, NH, NG, HS;
+} kt_att_shape;
+size_t kt_qkv_at(kt_att_shape s, int b, int t, int g, int u, int d);
+size_t kt_out_at(kt_att_shape s, int b, int t, int h, int d);
+/* Segment ids (B, T) of packed sequences: runs of lengths cycling through lens[0..n) (row b
+ * starting at lens[b % n]); NULL when n == 0. free() it. */
+int32_t *kt_segments(kt_att_shape s, const int *lens, int n);
+
 #endif

@@ -15,21 +15,7 @@
 
 #include "kt.h"
 
-typedef struct {
-    int B, T, NH, NG, HS;
-} shape;
-
-/* index of unit u (0..R-1 query heads, R key, R+1 value) of group g at (b, t) */
-static size_t qkv_at(shape s, int b, int t, int g, int u, int d)
-{
-    int R = s.NH / s.NG;
-    return ((((size_t)b * s.T + t) * s.NG + g) * (R + 2) + u) * s.HS + d;
-}
-
-static size_t out_at(shape s, int b, int t, int h, int d)
-{
-    return (((size_t)b * s.T + t) * s.NH + h) * s.HS + d;
-}
+typedef kt_att_shape shape;
 
 /* The reference: out, lse, dqkv (accumulated), and sums of magnitudes for tolerances. */
 typedef struct {
@@ -55,7 +41,8 @@ static void ref_attention(shape s, const float *qkv, const float *dout, const fl
                 for (int j = s0; j <= t; j++) {
                     double dot = 0;
                     for (int d = 0; d < s.HS; d++)
-                        dot += (double)qkv[qkv_at(s, b, t, g, qu, d)] * qkv[qkv_at(s, b, j, g, R, d)];
+                        dot += (double)qkv[kt_qkv_at(s, b, t, g, qu, d)] *
+                               qkv[kt_qkv_at(s, b, j, g, R, d)];
                     p[j] = dot * scale + (alibi ? (double)alibi[h] * (j - t) : 0.0);
                     mx = fmax(mx, p[j]);
                 }
@@ -68,17 +55,18 @@ static void ref_attention(shape s, const float *qkv, const float *dout, const fl
                 for (int d = 0; d < s.HS; d++) {
                     double o = 0, oa = 0;
                     for (int j = s0; j <= t; j++) {
-                        o += p[j] * qkv[qkv_at(s, b, j, g, R + 1, d)];
-                        oa += p[j] * fabs(qkv[qkv_at(s, b, j, g, R + 1, d)]);
+                        o += p[j] * qkv[kt_qkv_at(s, b, j, g, R + 1, d)];
+                        oa += p[j] * fabs(qkv[kt_qkv_at(s, b, j, g, R + 1, d)]);
                     }
-                    r->out[out_at(s, b, t, h, d)] = o;
-                    r->out_s[out_at(s, b, t, h, d)] = oa;
+                    r->out[kt_out_at(s, b, t, h, d)] = o;
+                    r->out_s[kt_out_at(s, b, t, h, d)] = oa;
                 }
                 double dot = 0, dota = 0;
                 for (int j = s0; j <= t; j++) {
                     dp[j] = dpa[j] = 0;
                     for (int d = 0; d < s.HS; d++) {
-                        double term = (double)dout[out_at(s, b, t, h, d)] * qkv[qkv_at(s, b, j, g, R + 1, d)];
+                        double term = (double)dout[kt_out_at(s, b, t, h, d)] *
+                                      qkv[kt_qkv_at(s, b, j, g, R + 1, d)];
                         dp[j] += term;
                         dpa[j] += fabs(term);
                     }
@@ -88,14 +76,14 @@ static void ref_attention(shape s, const float *qkv, const float *dout, const fl
                 for (int j = s0; j <= t; j++) {
                     double ds = p[j] * (dp[j] - dot), dsa = p[j] * (dpa[j] + dota);
                     for (int d = 0; d < s.HS; d++) {
-                        size_t iq = qkv_at(s, b, t, g, qu, d), ik = qkv_at(s, b, j, g, R, d),
-                               iv = qkv_at(s, b, j, g, R + 1, d);
+                        size_t iq = kt_qkv_at(s, b, t, g, qu, d), ik = kt_qkv_at(s, b, j, g, R, d),
+                               iv = kt_qkv_at(s, b, j, g, R + 1, d);
                         r->dqkv[iq] += scale * ds * qkv[ik];
                         r->dqkv_s[iq] += scale * dsa * fabs(qkv[ik]);
                         r->dqkv[ik] += scale * ds * qkv[iq];
                         r->dqkv_s[ik] += scale * dsa * fabs(qkv[iq]);
-                        r->dqkv[iv] += p[j] * dout[out_at(s, b, t, h, d)];
-                        r->dqkv_s[iv] += p[j] * fabs(dout[out_at(s, b, t, h, d)]);
+                        r->dqkv[iv] += p[j] * dout[kt_out_at(s, b, t, h, d)];
+                        r->dqkv_s[iv] += p[j] * fabs(dout[kt_out_at(s, b, t, h, d)]);
                     }
                 }
             }
@@ -140,20 +128,6 @@ static double att_loss(void *p)
     return kt_dot(c->out, c->wt, (size_t)c->s.B * c->s.T * c->s.NH * c->s.HS);
 }
 
-/* Segment ids of B rows: runs of lengths cycling through `lens` (0: no segments). */
-static int32_t *make_segments(shape s, const int *lens, int n)
-{
-    if (!n)
-        return NULL;
-    int32_t *seg = malloc(sizeof(int32_t) * (size_t)s.B * s.T);
-    assert_non_null(seg);
-    for (int b = 0; b < s.B; b++)
-        for (int t = 0, id = 0, k = b % n; t < s.T; id++, k = (k + 1) % n)
-            for (int i = 0; i < lens[k] && t < s.T; i++)
-                seg[b * s.T + t++] = id;
-    return seg;
-}
-
 static void check_attention(shape s, float range, int use_alibi, const int *lens, int nlens,
                             int with_fd)
 {
@@ -164,7 +138,7 @@ static void check_attention(shape s, float range, int use_alibi, const int *lens
     for (int h = 0; h < s.NH; h++)
         slopes[h] = 0.5f / (float)(h + 1);
     att_ctx c = {s, kt_floats(nqkv), kt_floats(nout), kt_floats(nlse), kt_floats(nout),
-                 use_alibi ? slopes : NULL, make_segments(s, lens, nlens)};
+                 use_alibi ? slopes : NULL, kt_segments(s, lens, nlens)};
     kt_fill(c.qkv, nqkv, -range, range);
     kt_fill(c.wt, nout, -1, 1);
     ref_result r = {kt_doubles(nout), kt_doubles(nout), kt_doubles(nlse), kt_doubles(nqkv),
@@ -234,7 +208,7 @@ static void test_attention_threads(void **state)
            nlse = (size_t)s.B * s.NH * s.T;
     float slopes[4] = {0.5f, 0.25f, 0.125f, 0.0625f};
     att_ctx c = {s, kt_floats(nqkv), kt_floats(nout), kt_floats(nlse), kt_floats(nout), slopes,
-                 make_segments(s, lens, 3)};
+                 kt_segments(s, lens, 3)};
     kt_fill(c.qkv, nqkv, -1, 1);
     kt_fill(c.wt, nout, -1, 1);
     int max_threads = tr_kernels_cpu_threads();

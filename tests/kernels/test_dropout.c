@@ -62,8 +62,9 @@ static void test_hidden_slices(void **state)
     (void)state;
     int B = 3, T = 8, C = 12, N = B * T;
     tr_dropout d = make_drop(0.25, 77, 1000, 5, TR_DROPOUT_ATTN_OUT);
-    float *x = kt_floats((size_t)N * C), *whole = kt_floats((size_t)N * C), *part = kt_floats((size_t)N * C);
-    kt_fill(x, (size_t)N * C, -1, 1);
+    size_t all = (size_t)N * C;
+    float *x = kt_floats(all), *whole = kt_floats(all), *part = kt_floats(all);
+    kt_fill(x, all, -1, 1);
     K->dropout(NULL, whole, x, d, N, C, T, 0, C, 0);
     for (int tp = 2; tp <= 4; tp *= 2) /* tp ranks' rows (at tp 4 a slice crosses samples) */
         for (int r = 0; r < tp; r++) {
@@ -111,20 +112,7 @@ static void test_hidden_fraction(void **state)
 
 /* ------------------------------------------------------------------ attention dropout */
 
-typedef struct {
-    int B, T, NH, NG, HS;
-} shape;
-
-static size_t qkv_at(shape s, int b, int t, int g, int u, int d)
-{
-    int R = s.NH / s.NG;
-    return ((((size_t)b * s.T + t) * s.NG + g) * (R + 2) + u) * s.HS + d;
-}
-
-static size_t out_at(shape s, int b, int t, int h, int d)
-{
-    return (((size_t)b * s.T + t) * s.NH + h) * s.HS + d;
-}
+typedef kt_att_shape shape;
 
 /* The whole matrix in double: P = softmax, M = keep * scale, out = (P M) V; dP = M (dO V^T),
  * dS = P (dP - sum P dP); dV += P M dO. Writes out, lse, dqkv (zeroed first). */
@@ -148,8 +136,8 @@ static void ref_attention(shape s, const float *qkv, const float *dout, const fl
                 for (int j = s0; j <= t; j++) {
                     double q_k = 0;
                     for (int d = 0; d < s.HS; d++)
-                        q_k += (double)qkv[qkv_at(s, b, t, g, qu, d)] *
-                               qkv[qkv_at(s, b, j, g, R, d)];
+                        q_k += (double)qkv[kt_qkv_at(s, b, t, g, qu, d)] *
+                               qkv[kt_qkv_at(s, b, j, g, R, d)];
                     p[j] = q_k * scale + (alibi ? (double)alibi[h] * (j - t) : 0.0);
                     mx = fmax(mx, p[j]);
                     uint64_t e = ((uint64_t)(dr->head0 + h) * T + t) * T + j;
@@ -166,25 +154,25 @@ static void ref_attention(shape s, const float *qkv, const float *dout, const fl
                 for (int d = 0; d < s.HS; d++) {
                     double o = 0;
                     for (int j = s0; j <= t; j++)
-                        o += p[j] * m[j] * qkv[qkv_at(s, b, j, g, R + 1, d)];
-                    out[out_at(s, b, t, h, d)] = o;
+                        o += p[j] * m[j] * qkv[kt_qkv_at(s, b, j, g, R + 1, d)];
+                    out[kt_out_at(s, b, t, h, d)] = o;
                 }
                 for (int j = s0; j <= t; j++) {
                     dp[j] = 0;
                     for (int d = 0; d < s.HS; d++)
-                        dp[j] += (double)dout[out_at(s, b, t, h, d)] *
-                                 qkv[qkv_at(s, b, j, g, R + 1, d)];
+                        dp[j] += (double)dout[kt_out_at(s, b, t, h, d)] *
+                                 qkv[kt_qkv_at(s, b, j, g, R + 1, d)];
                     dp[j] *= m[j];
                     dot += p[j] * dp[j];
                 }
                 for (int j = s0; j <= t; j++) {
                     double ds = p[j] * (dp[j] - dot);
                     for (int d = 0; d < s.HS; d++) {
-                        size_t iq = qkv_at(s, b, t, g, qu, d), ik = qkv_at(s, b, j, g, R, d),
-                               iv = qkv_at(s, b, j, g, R + 1, d);
+                        size_t iq = kt_qkv_at(s, b, t, g, qu, d), ik = kt_qkv_at(s, b, j, g, R, d),
+                               iv = kt_qkv_at(s, b, j, g, R + 1, d);
                         dqkv[iq] += scale * ds * qkv[ik];
                         dqkv[ik] += scale * ds * qkv[iq];
-                        dqkv[iv] += p[j] * m[j] * dout[out_at(s, b, t, h, d)];
+                        dqkv[iv] += p[j] * m[j] * dout[kt_out_at(s, b, t, h, d)];
                     }
                 }
             }
@@ -213,19 +201,6 @@ static double att_loss(void *p)
     return kt_dot(c->out, c->wt, (size_t)c->s.B * c->s.T * c->s.NH * c->s.HS);
 }
 
-static int32_t *make_segments(shape s, const int *lens, int n)
-{
-    if (!n)
-        return NULL;
-    int32_t *seg = malloc(sizeof(int32_t) * (size_t)s.B * s.T);
-    assert_non_null(seg);
-    for (int b = 0; b < s.B; b++)
-        for (int t = 0, id = 0, k = b % n; t < s.T; id++, k = (k + 1) % n)
-            for (int i = 0; i < lens[k] && t < s.T; i++)
-                seg[b * s.T + t++] = id;
-    return seg;
-}
-
 static size_t nqkv_of(shape s) { return (size_t)s.B * s.T * s.NG * (s.NH / s.NG + 2) * s.HS; }
 
 static void check_attention(shape s, double p, int head0, int use_alibi, const int *lens,
@@ -237,7 +212,7 @@ static void check_attention(shape s, double p, int head0, int use_alibi, const i
     for (int h = 0; h < s.NH; h++)
         slopes[h] = 0.5f / (float)(h + 1);
     att_ctx c = {s, kt_floats(nqkv), kt_floats(nout), kt_floats(nlse), kt_floats(nout),
-                 use_alibi ? slopes : NULL, make_segments(s, lens, nlens),
+                 use_alibi ? slopes : NULL, kt_segments(s, lens, nlens),
                  make_drop(p, 991, 17, 2, TR_DROPOUT_ATTN_PROBS)};
     c.d.head0 = head0;
     kt_fill(c.qkv, nqkv, -1, 1);
