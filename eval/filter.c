@@ -100,7 +100,8 @@ static int parse_step(const char *where, const char *name, int k, json_t *o,
     json_t *pattern = json_object_get(o, "regex_pattern"), *fb = json_object_get(o, "fallback");
     json_t *gs = json_object_get(o, "group_select");
     st->group_select = gs ? (long)json_integer_value(gs) : 0;
-    st->fallback = fb ? dup_n(json_string_value(fb), json_string_length(fb)) : dup_n("[invalid]", 9);
+    st->fallback = fb ? dup_n(json_string_value(fb), json_string_length(fb))
+                      : dup_n("[invalid]", 9);
     if (!st->fallback)
         return tr_fail(TR_ERR_NOMEM, "out of memory");
     if (!pattern)

@@ -35,7 +35,8 @@ static void print_line(json_t *o)
 
 static json_t *span_text(const char *text, tr_regex_span sp)
 {
-    return sp.begin == SIZE_MAX ? json_string("") : json_stringn(text + sp.begin, sp.end - sp.begin);
+    return sp.begin == SIZE_MAX ? json_string("")
+                                : json_stringn(text + sp.begin, sp.end - sp.begin);
 }
 
 static int regex_cases(json_t *cases)
