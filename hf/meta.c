@@ -429,13 +429,15 @@ static int vocab_and_head(meta_ckpt *k, tr_model_config *m)
     return TR_OK;
 }
 
-/* META_DIR/tokenizer.model, when there, copied into dir */
+/* META_DIR/tokenizer.model, when there, copied into dir, with the params.json beside it (a
+ * Llama 3 tokenizer names its special tokens by the Llama version params.json tells) */
 static int copy_tokenizer(const char *meta_dir, const hf_out_dir *o, int rc, int *copied)
 {
-    char src[4200];
+    char src[4200], params[4200];
     snprintf(src, sizeof src, "%s/tokenizer.model", meta_dir);
+    snprintf(params, sizeof params, "%s/params.json", meta_dir);
     *copied = !rc && !access(src, F_OK);
-    const char *files[] = {src, "tokenizer.model", NULL};
+    const char *files[] = {src, "tokenizer.model", params, "params.json", NULL};
     tr_hf_export_options eo = {.files = *copied ? files : NULL};
     return hf_out_end_export(o, rc, &eo);
 }

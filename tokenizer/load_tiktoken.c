@@ -14,12 +14,16 @@
  *
  * Ids (tokenizer.h): TikTokenizer (Megatron's CustomTikTokenizer) puts num_special_tokens
  * special tokens first and the ranks after them; Llama3Tokenizer (Meta's llama3/tokenizer.py)
- * keeps the ranks as ids and puts Meta's 256 special tokens after them. */
+ * keeps the ranks as ids and puts Meta's 256 special tokens after them, named as Llama 3.0
+ * names them when the params.json beside the file has no use_scaled_rope (Llama 3.0's), else
+ * as Llama 3.1 and later do. */
+#include <errno.h>
 #include <jansson.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "core/core.h"
 #include "tokenizer/tok_internal.h"
@@ -41,14 +45,26 @@ static const char llama3_pattern[] =
     "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+"
     "[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
 
-/* Meta's special tokens after the ranks (llama-models' llama3 tokenizer, Llama 3.1 to 3.3),
- * then <|reserved_special_token_2|> ... up to 256 in all. */
-static const char *const llama3_named[] = {
+/* Meta's special tokens after the ranks: the named ones, then <|reserved_special_token_K|>
+ * from K = first_reserved up to 256 in all. Llama 3.1 to 3.3: llama-models' llama3
+ * tokenizer; Llama 3.0: Meta's llama3 repository's tokenizer.py (and its Hugging Face
+ * tokenizer.json), the same ids with five of the names reserved ones. */
+static const char *const llama31_named[] = {
     "<|begin_of_text|>", "<|end_of_text|>", "<|reserved_special_token_0|>",
     "<|reserved_special_token_1|>", "<|finetune_right_pad_id|>", "<|step_id|>",
     "<|start_header_id|>", "<|end_header_id|>", "<|eom_id|>", "<|eot_id|>", "<|python_tag|>",
     "<|image|>"};
-#define LLAMA3_NAMED ((int)(sizeof llama3_named / sizeof *llama3_named))
+static const char *const llama30_named[] = {
+    "<|begin_of_text|>", "<|end_of_text|>", "<|reserved_special_token_0|>",
+    "<|reserved_special_token_1|>", "<|reserved_special_token_2|>",
+    "<|reserved_special_token_3|>", "<|start_header_id|>", "<|end_header_id|>",
+    "<|reserved_special_token_4|>", "<|eot_id|>"};
+typedef struct {
+    const char *const *named;
+    int n_named, first_reserved;
+} llama3_names;
+static const llama3_names llama31_names = {llama31_named, 12, 2};
+static const llama3_names llama30_names = {llama30_named, 10, 5};
 /* Megatron's required special tokens (its defaults); </s> is the end of document */
 static const char *const megatron_required[] = {"<unk>", "<s>", "</s>"};
 
@@ -364,16 +380,50 @@ static int megatron_specials(tr_tokenizer *t, const tr_tokenizer_files *f, int n
     return rc;
 }
 
-/* Meta's 256 after the n ranks, matched in the text; BOS first with add_special. */
-static int llama3_specials(tr_tokenizer *t, int32_t n)
+/* The names of Llama 3.0 when the params.json beside `file` (Meta's download and the
+ * original/ folder of Hugging Face's repositories hold both) has no use_scaled_rope, else
+ * (no params.json too) those of Llama 3.1 and later. A params.json that is there but not a
+ * JSON object, or whose use_scaled_rope is not a boolean, is an error naming it. */
+static int llama3_names_for(const char *file, const llama3_names **names)
 {
+    *names = &llama31_names;
+    const char *slash = strrchr(file, '/');
+    size_t dir = slash ? (size_t)(slash - file) + 1 : 0;
+    char *path = malloc(dir + sizeof "params.json");
+    if (!path)
+        return tr_fail(TR_ERR_NOMEM, "out of memory reading %s", file);
+    memcpy(path, file, dir);
+    strcpy(path + dir, "params.json");
+    json_t *root = NULL;
+    int rc = access(path, F_OK) && errno == ENOENT ? TR_OK
+                                                    : load_json_file(path, "params.json", 0, &root);
+    json_t *scaled = json_object_get(root, "use_scaled_rope");
+    if (!rc && root && !json_is_object(root))
+        rc = tr_fail(TR_ERR_INVALID, "%s: expected a JSON object (Meta's params.json beside %s, "
+                     "read for the Llama 3 version of its special tokens)", path, file);
+    else if (!rc && scaled && !json_is_boolean(scaled))
+        rc = tr_fail(TR_ERR_INVALID, "%s: use_scaled_rope: expected true or false", path);
+    else if (!rc && root && !scaled)
+        *names = &llama30_names;
+    json_decref(root);
+    free(path);
+    return rc;
+}
+
+/* Meta's 256 after the n ranks, matched in the text; BOS first with add_special. */
+static int llama3_specials(tr_tokenizer *t, int32_t n, const char *file)
+{
+    const llama3_names *ln;
+    int rc = llama3_names_for(file, &ln);
+    if (rc)
+        return rc;
     if (!(t->added = calloc(LLAMA3_SPECIALS, sizeof *t->added)))
-        return tr_fail(TR_ERR_NOMEM, "out of memory for special tokens");
-    int rc = TR_OK;
+        rc = tr_fail(TR_ERR_NOMEM, "out of memory for special tokens");
     for (int i = 0; i < LLAMA3_SPECIALS && !rc; i++) {
         char name[48];
-        snprintf(name, sizeof name, "<|reserved_special_token_%d|>", 2 + i - LLAMA3_NAMED);
-        rc = add_special(t, n + i, i < LLAMA3_NAMED ? llama3_named[i] : name, 1);
+        snprintf(name, sizeof name, "<|reserved_special_token_%d|>",
+                 ln->first_reserved + i - ln->n_named);
+        rc = add_special(t, n + i, i < ln->n_named ? ln->named[i] : name, 1);
     }
     qsort(t->added, (size_t)t->n_added, sizeof *t->added, tok_cmp_added);
     t->prefix[t->n_prefix++] = n; /* <|begin_of_text|> */
@@ -452,7 +502,7 @@ int load_tiktoken(tr_tokenizer *t, const tr_tokenizer_files *f)
         rc = tr_fail(TR_ERR_INVALID, "%s: %zu ranks, fewer than the %d that --vocab-size %d less "
                      "%d special tokens takes", file, tb.n, keep, keep + num, num);
     if (!rc)
-        rc = megatron ? megatron_specials(t, f, num) : llama3_specials(t, (int32_t)tb.n);
+        rc = megatron ? megatron_specials(t, f, num) : llama3_specials(t, (int32_t)tb.n, file);
     free(tb.e);
     pretok_step s = {.kind = STEP_SPLIT, .behavior = SPLIT_REMOVED, .invert = 1};
     if (!rc) /* tiktoken keeps the matches only (find_iter) */

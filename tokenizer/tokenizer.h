@@ -78,7 +78,12 @@
  *                          llama3/tokenizer.py): the file's N ranks as ids, then Meta's 256
  *                          special tokens (<|begin_of_text|> N, <|end_of_text|> N+1, ...,
  *                          <|eot_id|> N+9, <|python_tag|> N+10, <|image|> N+11, then
- *                          <|reserved_special_token_2|> ...: the Llama 3.1-3.3 names), Llama-3's
+ *                          <|reserved_special_token_2|> ...: the Llama 3.1-3.3 names; Llama
+ *                          3.0's when a params.json beside the file (Meta's download, Hugging
+ *                          Face's original/ folder) has no use_scaled_rope: N+4, N+5, N+8
+ *                          <|reserved_special_token_2..4|>, N+10 on <|reserved_special_token_5|>
+ *                          ...; a params.json there that is not a JSON object or whose
+ *                          use_scaled_rope is not a boolean is TR_ERR_INVALID), Llama-3's
  *                          regex; the special tokens are matched in the text (tiktoken's
  *                          encode(allowed_special="all"), what Meta's Hugging Face tokenizer.json
  *                          does); the text cut first as Meta's encode cuts it (400,000

@@ -78,6 +78,8 @@ tt.write(os.path.join(tiktoken, "tokenizer.model"), "IQ== 0\nIg== 1\nIw== 2\n") 
 so = run("--from meta with Llama 3's tiktoken file", "--from", "meta", "--input", tiktoken, "--output",
          os.path.join(work, "ck-tiktoken"))
 tt.check("... named Llama3Tokenizer for generate / eval", "--tokenizer-type Llama3Tokenizer" in so, so)
+tt.check("... with params.json beside it (the Llama 3 version names the special tokens)",
+         read(os.path.join(work, "ck-tiktoken", "params.json")) == read(os.path.join(tiktoken, "params.json")))
 params = json.load(open(os.path.join(meta[1], "params.json")))
 h = int(2 * 4 * C / 3)
 tt.check("params.json: Meta's keys; multiple_of and ffn_dim_multiplier give the FFN width",

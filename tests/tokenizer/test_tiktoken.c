@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "core/core.h"
 #include "data/data.h"
@@ -247,6 +248,79 @@ static void refused(const char *type, const char *model, const char *pattern, in
     tr_tokenizer_free(t);
 }
 
+/* Llama 3.0's names (Meta's llama3 tokenizer.py) when the params.json beside the file has no
+ * use_scaled_rope, 3.1's with it; a bad params.json refused naming it and the key. */
+static void test_llama3_versions(void **state)
+{
+    (void)state;
+    static char text[1 << 15];
+    size_t n_text = rank_lines(text, extra, 9, 0);
+    static const struct { const char *params; int v30; } cases[] = {
+        {"{\"dim\": 4096, \"n_layers\": 32, \"vocab_size\": 128256, \"rope_theta\": 500000.0}", 1},
+        {"{\"dim\": 4096, \"rope_theta\": 500000.0, \"use_scaled_rope\": true}", 0},
+        {NULL, 0}, /* no params.json */
+    };
+    for (int c = 0; c < 3; c++) {
+        char sub[32], path[320];
+        snprintf(sub, sizeof sub, "v%d", c);
+        assert_int_equal(mkdir(scratch(sub), 0755), 0);
+        snprintf(path, sizeof path, "%s/tokenizer.model", scratch(sub));
+        write_file(path, text, n_text);
+        if (cases[c].params) {
+            char pj[320];
+            snprintf(pj, sizeof pj, "%s/params.json", scratch(sub));
+            write_file(pj, cases[c].params, strlen(cases[c].params));
+        }
+        int rc;
+        tr_tokenizer *t = open_tik("Llama3Tokenizer", path, NULL, 0, NULL, 0, &rc);
+        assert_int_equal(rc, TR_OK);
+        assert_int_equal(tr_tokenizer_vocab_size(t), N_RANKS + 256);
+        expect_encoded(t, "<|begin_of_text|><|end_of_text|><|start_header_id|><|end_header_id|>"
+                          "<|eot_id|>", 0, IDS(N_RANKS, N_RANKS + 1, N_RANKS + 6, N_RANKS + 7,
+                                              N_RANKS + 9));
+        size_t n;
+        int32_t *ids = encode(t, "<|eom_id|>", 10, 0, &n); /* 3.0: text */
+        assert_int_equal(n == 1 && ids[0] == N_RANKS + 8, !cases[c].v30);
+        free(ids);
+        if (cases[c].v30)
+            expect_encoded(t, "<|reserved_special_token_2|><|reserved_special_token_3|>"
+                              "<|reserved_special_token_4|><|reserved_special_token_5|>"
+                              "<|reserved_special_token_250|>", 0,
+                           IDS(N_RANKS + 4, N_RANKS + 5, N_RANKS + 8, N_RANKS + 10,
+                               N_RANKS + 255));
+        else
+            expect_encoded(t, "<|finetune_right_pad_id|><|python_tag|><|reserved_special_token_2|>"
+                              "<|reserved_special_token_245|>", 0,
+                           IDS(N_RANKS + 4, N_RANKS + 10, N_RANKS + 12, N_RANKS + 255));
+        char *back;
+        size_t len;
+        const int32_t dec[] = {N_RANKS + 4, N_RANKS + 8, N_RANKS + 11, N_RANKS + 255};
+        assert_int_equal(tr_decode(t, dec, 4, &back, &len), TR_OK);
+        assert_string_equal(back, cases[c].v30 ? "<|reserved_special_token_2|><|reserved_special_"
+                                                 "token_4|><|reserved_special_token_6|><|reserved_"
+                                                 "special_token_250|>"
+                                               : "<|finetune_right_pad_id|><|eom_id|><|image|>"
+                                                 "<|reserved_special_token_245|>");
+        free(back);
+        tr_tokenizer_free(t);
+    }
+    static const struct { const char *params, *needle; } bad[] = {
+        {"{\"dim\": 4096,", "params.json:1:13: params.json is not valid JSON"},
+        {"[1, 2]", "params.json: expected a JSON object (Meta's params.json beside"},
+        {"{\"use_scaled_rope\": 1}", "params.json: use_scaled_rope: expected true or false"},
+        {"{\"a\": 1, \"a\": 2}", "params.json:1:12: params.json is not valid JSON: duplicate"},
+    };
+    assert_int_equal(mkdir(scratch("vbad"), 0755), 0);
+    char path[320], pj[320];
+    snprintf(path, sizeof path, "%s/tokenizer.model", scratch("vbad"));
+    snprintf(pj, sizeof pj, "%s/params.json", scratch("vbad"));
+    write_file(path, text, n_text);
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        write_file(pj, bad[i].params, strlen(bad[i].params));
+        refused("Llama3Tokenizer", path, NULL, 0, NULL, 0, TR_ERR_INVALID, bad[i].needle);
+    }
+}
+
 /* The small text file with `line` (1-based, counting the 256 byte lines) replaced by `with`
  * (NULL: the line dropped). */
 static const char *text_with(const char *name, int line, const char *with)
@@ -434,6 +508,7 @@ int main(void)
         cmocka_unit_test(test_encode),
         cmocka_unit_test(test_json),
         cmocka_unit_test(test_refused),
+        cmocka_unit_test(test_llama3_versions),
         cmocka_unit_test(test_config),
         cmocka_unit_test(test_mutated),
     };

@@ -9,7 +9,8 @@ GPT-2's order). The references:
   Llama3Tokenizer  Meta's llama3 Tokenizer.encode written out: tiktoken.Encoding with Llama-3's
                    pattern, the ranks and Meta's 256 special tokens after them, the text cut in
                    pieces of 400,000 characters and runs of over 25,000 (non-)spaces, each piece
-                   encoded with allowed_special="all"; add_special: <|begin_of_text|> first
+                   encoded with allowed_special="all"; add_special: <|begin_of_text|> first;
+                   with a Llama 3.0 params.json beside the file, Llama 3.0's names
   TikTokenizer     Megatron's CustomTikTokenizer: the ranks shifted by num_special_tokens, the
                    v1 / v2 pattern, tokenize = encode_ordinary (special tokens are text);
                    1000 specials <unk> <s> </s> <SPECIAL_3>... on the text file, 10 given ones
@@ -57,6 +58,12 @@ META_NAMED = ["<|begin_of_text|>", "<|end_of_text|>", "<|reserved_special_token_
               "<|start_header_id|>", "<|end_header_id|>", "<|eom_id|>", "<|eot_id|>",
               "<|python_tag|>", "<|image|>"]
 META_SPECIALS = META_NAMED + [f"<|reserved_special_token_{2 + i}|>" for i in range(256 - len(META_NAMED))]
+# Llama 3.0's (Meta's llama3 repository): trident's names when params.json beside the file has no
+# use_scaled_rope
+META30_NAMED = ["<|begin_of_text|>", "<|end_of_text|>", "<|reserved_special_token_0|>",
+                "<|reserved_special_token_1|>", "<|reserved_special_token_2|>", "<|reserved_special_token_3|>",
+                "<|start_header_id|>", "<|end_header_id|>", "<|reserved_special_token_4|>", "<|eot_id|>"]
+META30_SPECIALS = META30_NAMED + [f"<|reserved_special_token_{i}|>" for i in range(5, 256 - 5)]
 
 # ---- the rank files ----
 encoder_json, _ = oracle_env.gpt2_files(venv)
@@ -80,7 +87,8 @@ rng = random.Random(49)
 files = [p for p in torture.write_corpus(path("torture")) if not p.endswith("long-line.txt")]
 files += oracle_env.fortune_files()[:40]
 pieces = (["'s", "'S", "'t", "'RE", "'ve", "'M", "'ll", "'D", "don't", "DON'T", "I'm", "x'LL"]
-          + META_SPECIALS[:14] + ["<|reserved_special_token_250|>", "<|begin_of_text", "<unk>", "<s>", "</s>",
+          + META_SPECIALS[:14] + ["<|reserved_special_token_4|>", "<|reserved_special_token_5|>",
+                                  "<|reserved_special_token_250|>", "<|begin_of_text", "<unk>", "<s>", "</s>",
                                   "<SPECIAL_7>", "<mask>"]
           + ["1", "12", "123", "1234", "12345678", "3.14", "\u0663\u0664\u0665\u0666", "\u00b2\u00b3", "\u2165"]
           + [" ", "  ", "   ", "\t", "\n", "\n\n", "\r\n", " \n ", "\u00a0", "\u3000", "\u2028", "\x1c", "\x85"]
@@ -168,8 +176,8 @@ meta = tiktoken.Encoding("llama3-gpt2", pat_str=oracle_env.LLAMA3_PATTERN, merge
                          special_tokens={t: N + i for i, t in enumerate(META_SPECIALS)})
 
 
-def meta_encode(s):
-    return [i for piece in meta_pieces(s) for i in meta.encode(piece, allowed_special="all", disallowed_special=())]
+def meta_encode(s, enc=None):
+    return [i for piece in meta_pieces(s) for i in (enc or meta).encode(piece, allowed_special="all", disallowed_special=())]
 
 
 theirs = [meta_encode(t) for t in texts]
@@ -183,6 +191,20 @@ check("the long text is cut where Meta cuts it (19 pieces), and that changes its
 mine, err = trident_ids("Llama3Tokenizer", tiktoken_file, [], special=True)
 compare("Llama3Tokenizer with add_special (<|begin_of_text|> first)", mine, err, [[N] + t for t in theirs])
 check_decode("Llama3Tokenizer", "Llama3Tokenizer", tiktoken_file, [], meta, N + 256)
+dir30 = path("llama3.0")
+os.makedirs(dir30)
+model30 = os.path.join(dir30, "tokenizer.model")
+shutil.copy(tiktoken_file, model30)
+with open(os.path.join(dir30, "params.json"), "w") as f:  # Llama 3.0 8B's, no use_scaled_rope
+    json.dump({"dim": 4096, "n_layers": 32, "n_heads": 32, "n_kv_heads": 8, "vocab_size": 128256,
+               "multiple_of": 1024, "ffn_dim_multiplier": 1.3, "norm_eps": 1e-05, "rope_theta": 500000.0}, f)
+meta30 = tiktoken.Encoding("llama3.0-gpt2", pat_str=oracle_env.LLAMA3_PATTERN, mergeable_ranks=ranks,
+                         special_tokens={t: N + i for i, t in enumerate(META30_SPECIALS)})
+theirs30 = [meta_encode(t, meta30) for t in texts]
+check("Llama 3.0's names change the ids of some texts", theirs30 != theirs)
+mine, err = trident_ids("Llama3Tokenizer", model30, [])
+compare("Llama3Tokenizer, Llama 3.0's params.json beside", mine, err, theirs30)
+check_decode("Llama3Tokenizer, Llama 3.0's params.json beside", "Llama3Tokenizer", model30, [], meta30, N + 256)
 
 # ---- TikTokenizer: Megatron's CustomTikTokenizer ----
 def megatron(rank_table, pattern, specials, num, vocab_size=None):
