@@ -5,6 +5,7 @@
 
 #include "core/core.h"
 #include "kernels/cuda/cuda_internal.h"
+#include "kernels/cuda/attention_rows.h"
 
 #define COMMON_OPS                                                                           \
     .alloc = cu_alloc, .free = cu_free, .to_device = cu_to_device,                  \
@@ -93,6 +94,8 @@ static const tr_kernels cuda_fp32_table = {
     .attention_gqa_forward = cu_attention_gqa_forward_fp32,
     .attention_gqa_backward = cu_attention_gqa_backward_fp32,
     .attention_gqa_decode = cu_attention_gqa_decode_fp32,
+    .attention_rows_forward = cu_attention_rows_forward, /* (context parallelism: fp32) */
+    .attention_rows_backward = cu_attention_rows_backward,
 };
 
 static void table_choices(void)
