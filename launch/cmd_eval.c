@@ -71,6 +71,7 @@ static void eval_usage(FILE *f)
             "                       same figures, up to rounding\n"
             "  --tokenizer-type T, --vocab-file F, --merge-file F, --tokenizer-model F,\n"
             "  --tiktoken-pattern P, --tiktoken-num-special-tokens S,\n"
+            "  --tiktoken-special-tokens T...,\n"
             "  --config FILE, --device cpu|cuda|cuda-fp32, --nproc N\n"
             "                       as in trident generate\n"
             "  -h, --help           this text\n"
@@ -418,7 +419,7 @@ int tr_cmd_eval(int argc, char **argv)
 {
     enum { INPUT, DATA, SPLIT, SPLIT_NAME, TASKS, SPECIAL, CONTEXT, STRIDE, LIMIT, JSON, DEVICE,
            NPROC, TOK_TYPE, VOCAB, MERGES, TOK_MODEL, CONFIG, DATA_PARALLEL, TIK_PATTERN,
-           TIK_NUM };
+           TIK_NUM, TIK_SPECIALS };
     static const arg_opt options[] = {
         [INPUT] = {.name = "--input", .kind = ARG_VALUES, .what = "text file"},
         [DATA] = {.name = "--data-path", .kind = ARG_VALUE},
@@ -440,6 +441,7 @@ int tr_cmd_eval(int argc, char **argv)
         [DATA_PARALLEL] = {.name = "--data-parallel", .kind = ARG_VALUE},
         [TIK_PATTERN] = {.name = "--tiktoken-pattern", .kind = ARG_VALUE},
         [TIK_NUM] = {.name = "--tiktoken-num-special-tokens", .kind = ARG_VALUE},
+        [TIK_SPECIALS] = {.name = "--tiktoken-special-tokens", .kind = ARG_VALUES, .what = "token"},
         {.name = NULL},
     };
     arg_parser a = {.cmd = "trident eval", .opts = options, .usage = eval_usage, .argc = argc,

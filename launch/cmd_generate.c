@@ -69,7 +69,8 @@ static void generate_usage(FILE *f)
             "                         HFTokenizer, Llama2Tokenizer, GPTSentencePieceTokenizer,\n"
             "                         Llama3Tokenizer or TikTokenizer (--tokenizer-model;\n"
             "                         TikTokenizer: --tiktoken-pattern v1|v2,\n"
-            "                         --tiktoken-num-special-tokens S, its default specials):\n"
+            "                         --tiktoken-num-special-tokens S, --tiktoken-special-tokens\n"
+            "                         T... (default <unk> <s> </s>), as trident preprocess):\n"
             "                         the run's data.tokenizer; a tokenizer.model in tiktoken's\n"
             "                         format (Meta's Llama 3) in the folder is Llama3Tokenizer\n"
             "  --config FILE          the run's config (its model section: sizes must be the\n"
@@ -385,7 +386,8 @@ static int chat_prompt(gen_options *o)
 int tr_cmd_generate(int argc, char **argv)
 {
     enum { PROMPT, PROMPT_IDS, MAX_NEW, TEMPERATURE, TOP_K, TOP_P, SEED, EOS, DEVICE, JSON, NPROC,
-           TOK_TYPE, VOCAB, MERGES, TOK_MODEL, CONFIG, CHAT, SYSTEM, TIK_PATTERN, TIK_NUM };
+           TOK_TYPE, VOCAB, MERGES, TOK_MODEL, CONFIG, CHAT, SYSTEM, TIK_PATTERN, TIK_NUM,
+           TIK_SPECIALS };
     static const arg_opt options[] = {
         [PROMPT] = {.name = "--prompt", .kind = ARG_VALUE},
         [PROMPT_IDS] = {.name = "--prompt-ids", .kind = ARG_VALUE},
@@ -407,6 +409,7 @@ int tr_cmd_generate(int argc, char **argv)
         [SYSTEM] = {.name = "--system", .kind = ARG_VALUE},
         [TIK_PATTERN] = {.name = "--tiktoken-pattern", .kind = ARG_VALUE},
         [TIK_NUM] = {.name = "--tiktoken-num-special-tokens", .kind = ARG_VALUE},
+        [TIK_SPECIALS] = {.name = "--tiktoken-special-tokens", .kind = ARG_VALUES, .what = "token"},
         {.name = NULL},
     };
     arg_parser a = {.cmd = "trident generate", .opts = options, .usage = generate_usage,

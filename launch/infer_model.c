@@ -399,7 +399,17 @@ int infer_shared_option(const arg_parser *a, const char *flag, const char *v, co
         tok->tiktoken_pattern = v;
     else if (!strcmp(flag, "--tiktoken-num-special-tokens"))
         *rc = args_int(a, flag, v, 3, (1 << 24) - 1, &tok->tiktoken_num_special_tokens);
-    else
+    else if (!strcmp(flag, "--tiktoken-special-tokens")) {
+        /* one value a call, each an argument or part of one: room for argc; the list lives as
+         * long as the process, as argv does */
+        static const char **list;
+        if (!list && !(list = calloc((size_t)a->argc + 1, sizeof *list)))
+            *rc = args_error(a, "out of memory");
+        else {
+            list[tok->n_tiktoken_special_tokens++] = v;
+            tok->tiktoken_special_tokens = list;
+        }
+    } else
         return 0;
     return 1;
 }
