@@ -75,6 +75,42 @@ void cu_attention_gqa_backward16(tr_stream s, float *dqkv, float *scratch, const
                            segments);
 }
 
+/* kernels.h's attention_gqa_dropout_*: flash.cu's kernels with dropout on the probabilities
+ * (never cuDNN's, which cannot reproduce core/philox.h's masks) */
+void cu_attention_gqa_dropout_forward_fp32(tr_stream s, float *out, float *lse, const float *qkv,
+                                           const float *alibi, int B, int T, int NH, int NG,
+                                           int HS, const int32_t *segments, tr_dropout d)
+{
+    cu_flash_dropout_forward(s, 0, out, lse, qkv, alibi, B, T, NH, NG, HS, segments, d);
+}
+
+void cu_attention_gqa_dropout_backward_fp32(tr_stream s, float *dqkv, float *scratch,
+                                            const float *dout, const float *qkv, const float *out,
+                                            const float *lse, const float *alibi, int B, int T,
+                                            int NH, int NG, int HS, const int32_t *segments,
+                                            tr_dropout d)
+{
+    cu_flash_dropout_backward(s, 0, dqkv, scratch, dout, qkv, out, lse, alibi, B, T, NH, NG, HS,
+                              segments, d);
+}
+
+void cu_attention_gqa_dropout_forward_bf16(tr_stream s, float *out, float *lse, const float *qkv,
+                                           const float *alibi, int B, int T, int NH, int NG,
+                                           int HS, const int32_t *segments, tr_dropout d)
+{
+    cu_flash_dropout_forward(s, 1, out, lse, qkv, alibi, B, T, NH, NG, HS, segments, d);
+}
+
+void cu_attention_gqa_dropout_backward_bf16(tr_stream s, float *dqkv, float *scratch,
+                                            const float *dout, const float *qkv, const float *out,
+                                            const float *lse, const float *alibi, int B, int T,
+                                            int NH, int NG, int HS, const int32_t *segments,
+                                            tr_dropout d)
+{
+    cu_flash_dropout_backward(s, 1, dqkv, scratch, dout, qkv, out, lse, alibi, B, T, NH, NG, HS,
+                              segments, d);
+}
+
 /* Generation: the groups' new keys/values into the (B, NG, max_T, HS) caches, then per
  * (batch, head) S (n, L) = scale Q_h K_g[0:L]^T, ALiBi, the offset causal softmax,
  * O_h = P_h V_g[0:L]. The CPU twin is kernels/cpu/attention.c's cpu_attention_gqa_decode. */

@@ -124,6 +124,23 @@ void cu_attention_gqa_backward_bf16(tr_stream s, float *dqkv, float *scratch, co
                                     const float *qkv, const float *out, const float *lse,
                                     const float *alibi, int B, int T, int NH, int NG, int HS,
                                     const int32_t *segments);
+/* kernels.h's attention_gqa_dropout_forward / _backward (fp32 or bf16 products) */
+void cu_attention_gqa_dropout_forward_fp32(tr_stream s, float *out, float *lse, const float *qkv,
+                                           const float *alibi, int B, int T, int NH, int NG,
+                                           int HS, const int32_t *segments, tr_dropout d);
+void cu_attention_gqa_dropout_backward_fp32(tr_stream s, float *dqkv, float *scratch,
+                                            const float *dout, const float *qkv, const float *out,
+                                            const float *lse, const float *alibi, int B, int T,
+                                            int NH, int NG, int HS, const int32_t *segments,
+                                            tr_dropout d);
+void cu_attention_gqa_dropout_forward_bf16(tr_stream s, float *out, float *lse, const float *qkv,
+                                           const float *alibi, int B, int T, int NH, int NG,
+                                           int HS, const int32_t *segments, tr_dropout d);
+void cu_attention_gqa_dropout_backward_bf16(tr_stream s, float *dqkv, float *scratch,
+                                            const float *dout, const float *qkv, const float *out,
+                                            const float *lse, const float *alibi, int B, int T,
+                                            int NH, int NG, int HS, const int32_t *segments,
+                                            tr_dropout d);
 /* kernels.h's attention_gqa_forward16 / _backward16 (bf16 mode: the output in bf16 storage) */
 void cu_attention_gqa_forward16(tr_stream s, uint16_t *out16, float *lse, const float *qkv,
                                 const float *alibi, int B, int T, int NH, int NG, int HS,
@@ -279,14 +296,18 @@ void cu_xent_loss_backward(tr_stream s, float *losses, float *dlogits, const flo
  * both read qkv, or qkv16 (bf16; qkv NULL, and then the forward's out16 is set and the
  * backward reads dout16 and writes dqkv16, bf16, in place of dout and dqkv); the forward
  * writes out, or out16 (bf16) where set; the backward takes flash.cu's fa_prepare
- * results: Drow (B, NH, T) = rowsum(dout * out) and starts (B, T), each row's segment start. */
+ * results: Drow (B, NH, T) = rowsum(dout * out) and starts (B, T), each row's segment start.
+ * drop: NULL, or the attention dropout (kernels.h's attention_gqa_dropout_*: fp32 out, qkv,
+ * dout and dqkv only; the backward's two kernels, never TRIDENT_CUDA_ATTENTION_BWD=fused's). */
 int cu_flash_mma_forward(cudaStream_t st, float *out, uint16_t *out16, float *lse,
                          const float *qkv, const uint16_t *qkv16, const float *alibi, int B,
-                         int T, int NH, int NG, int HS, const int32_t *segments);
+                         int T, int NH, int NG, int HS, const int32_t *segments,
+                         const tr_dropout *drop);
 int cu_flash_mma_backward(cudaStream_t st, float *dqkv, uint16_t *dqkv16, const float *Drow,
                           const int32_t *starts, const float *dout, const uint16_t *dout16,
                           const float *qkv, const uint16_t *qkv16, const float *lse,
-                          const float *alibi, int B, int T, int NH, int NG, int HS);
+                          const float *alibi, int B, int T, int NH, int NG, int HS,
+                          const tr_dropout *drop);
 /* ---- attention_cudnn.cpp: cuDNN's attention on kernels.h's attention_*_qkv16 tensors
  * (attention_cudnn.h): 1 when it ran, 0 when the caller's kernels must run (not asked for by
  * TRIDENT_CUDA_ATTENTION, a call it does not take, cuDNN missing or refusing; alibi and
@@ -318,6 +339,19 @@ void cu_embedding_backward(tr_stream s, float *dtable, const float *dout,
                               const int32_t *ids, int N, int C, int v_start, int V);
 void cu_position_forward(tr_stream s, float *out, const float *wpe, int B, int T, int C);
 void cu_position_backward(tr_stream s, float *dwpe, const float *dout, int B, int T, int C);
+
+/* ---- dropout.cu: kernels.h's dropout (dropout.cuh the threads' bodies) */
+void cu_dropout(tr_stream s, float *out, const float *inp, tr_dropout d, int N, int C, int T,
+                int row0, int C_total, int col0);
+/* ---- flash.cu: kernels.h's attention_gqa_dropout_forward / _backward, fp32 products (the
+ * fp32 mode) or bf16 ones (bf16: flash_mma.cu's kernels where they take the call) */
+void cu_flash_dropout_forward(tr_stream s, int bf16, float *out, float *lse, const float *qkv,
+                              const float *alibi, int B, int T, int NH, int NG, int HS,
+                              const int32_t *segments, tr_dropout d);
+void cu_flash_dropout_backward(tr_stream s, int bf16, float *dqkv, float *scratch,
+                               const float *dout, const float *qkv, const float *out,
+                               const float *lse, const float *alibi, int B, int T, int NH,
+                               int NG, int HS, const int32_t *segments, tr_dropout d);
 
 /* ---- moe.cu: the mixture-of-experts ops (kernels.h; moe.cuh the threads' bodies) */
 void cu_moe_router_forward(tr_stream s, int32_t *idx, float *weights, float *probs, float *lse,

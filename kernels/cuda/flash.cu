@@ -19,7 +19,11 @@
 // kernels.h's attention_*_qkv16 go to cuDNN's attention first where TRIDENT_CUDA_ATTENTION asks
 // for it and it takes the call (attention_cudnn.h).
 // Hooks: ALiBi slopes (score += slope_h (j - i)) and grouped key/value heads (qkv layout
-// (B, T, NG, R+2, HS)), as the CPU twin kernels/cpu/attention.c.
+// (B, T, NG, R+2, HS)), as the CPU twin kernels/cpu/attention.c. Attention dropout (kernels.h's
+// attention_gqa_dropout_*, fp32 storage): the kernels' DROP variants (fa_drop_args) multiply
+// each probability by dropout's factor (dropout.cuh, core/philox.h's decision) where it enters
+// P V and P^T dO, dS = P (z dP - D); in bf16 mode flash_mma.cu's DROP variants where they take
+// the call (head sizes 16, 32, 64, 128), these elsewhere. Never cuDNN's.
 // Shared memory: tiles of TILE x DP (DP = HS rounded up to 16, zero padded; rows past T
 // zero; fp32 input tiles have row stride DP + 1 so the column reads of Q K^T do not hit one
 // bank), opt-in dynamic memory; TILE (64, 32 or 16) is the largest whose backward key kernel
@@ -35,8 +39,17 @@
 namespace {
 
 // ---------------------------------------------------------------- forward
-template <typename Tin, int TILE, typename O, typename Q>
-__global__ void __launch_bounds__(FA_THREADS) fa_forward(fa_args a, int DP)
+// Dropout's factor (scale or 0) of (batch b, head h, query t, key j)
+__device__ __forceinline__ float dropped(const fa_drop_args &a, int b, int h, int t, int j)
+{
+    drop::head_at x = drop::at(a.dr, b, h, a.T);
+    return drop::factor(a.dr, x.sample, drop::element(x, t, j, a.T));
+}
+
+// DROP: kernels.h's attention_gqa_dropout_forward: P V with P times dropout's factors (the
+// row sums l of the undropped P)
+template <typename Tin, int TILE, typename O, typename Q, bool DROP = false>
+__global__ void __launch_bounds__(FA_THREADS) fa_forward(fa_args_t<DROP> a, int DP)
 {
     extern __shared__ __align__(128) unsigned char smem[];
     carver cv{smem};
@@ -88,7 +101,10 @@ __global__ void __launch_bounds__(FA_THREADS) fa_forward(fa_args a, int DP)
             float mnew = fmaxf(m[i], mx), sum = 0.0f;
             for (int j = lane; j < TILE; j += 32) {
                 float p = mnew == -INFINITY ? 0.0f : __expf(S[i * TILE + j] - mnew);
-                Ps[i * TILE + j] = to_in<Tin>(p);
+                if constexpr (DROP)
+                    Ps[i * TILE + j] = to_in<Tin>(p * dropped(a, b, h, t, c0 + j));
+                else
+                    Ps[i * TILE + j] = to_in<Tin>(p);
                 sum += p;
             }
             sum = tr_cu_warp_sum(sum);
@@ -149,23 +165,30 @@ template <typename O, typename Q> __global__ void fa_prepare(fa_args a)
 }
 
 // P and dS of one tile pair into S/Ps and dP/dSs (S, dP hold Q K^T and dO V^T on entry).
-template <typename Tin, int TILE>
-__device__ void tile_grads(const fa_args &a, float *S, float *dP, Tin *Ps, Tin *dSs,
+// DROP (a of batch b): Ps = P times dropout's factor z, dS = P (z dP - D).
+template <typename Tin, int TILE, bool DROP = false>
+__device__ void tile_grads(const fa_args_t<DROP> &a, float *S, float *dP, Tin *Ps, Tin *dSs,
                            const float *lse_s, const float *D_s, const int *s0, int h, int r0,
-                           int rows, int c0, int cols)
+                           int rows, int c0, int cols, int b = 0)
 {
     for (int idx = threadIdx.x; idx < TILE * TILE; idx += FA_THREADS) {
         int i = idx / TILE, j = idx % TILE;
         float s = masked_score(a, S[idx], h, r0 + i, c0 + j, s0[i], i < rows && j < cols);
         float p = s == -INFINITY ? 0.0f : __expf(s - lse_s[i]);
-        Ps[idx] = to_in<Tin>(p);
-        dSs[idx] = to_in<Tin>(p * (dP[idx] - D_s[i]));
+        if constexpr (DROP) {
+            float z = dropped(a, b, h, r0 + i, c0 + j);
+            Ps[idx] = to_in<Tin>(p * z);
+            dSs[idx] = to_in<Tin>(p * (z * dP[idx] - D_s[i]));
+        } else {
+            Ps[idx] = to_in<Tin>(p);
+            dSs[idx] = to_in<Tin>(p * (dP[idx] - D_s[i]));
+        }
     }
 }
 
 // dK, dV of key tile blockIdx.x of (batch, group) blockIdx.y.
-template <typename Tin, int TILE, typename Q>
-__global__ void __launch_bounds__(FA_THREADS) fa_backward_kv(fa_args a, int DP)
+template <typename Tin, int TILE, typename Q, bool DROP = false>
+__global__ void __launch_bounds__(FA_THREADS) fa_backward_kv(fa_args_t<DROP> a, int DP)
 {
     extern __shared__ __align__(128) unsigned char smem[];
     carver cv{smem};
@@ -206,7 +229,8 @@ __global__ void __launch_bounds__(FA_THREADS) fa_backward_kv(fa_args a, int DP)
             block_mm<false, true>(S, TILE, Qs, LT, Ks, LT, TILE, TILE, DP, 1.0f, false);
             block_mm<false, true>(dP, TILE, dOs, LT, Vs, LT, TILE, TILE, DP, 1.0f, false);
             __syncthreads();
-            tile_grads<Tin, TILE>(a, S, dP, Ps, dSs, lse_s, D_s, s0, h, r0, rows, c0, cols);
+            tile_grads<Tin, TILE, DROP>(a, S, dP, Ps, dSs, lse_s, D_s, s0, h, r0, rows, c0, cols,
+                                        b);
             __syncthreads();
             // dV += P^T dO, dK += scale dS^T Q
             block_mm<true, false>(dV, DP, Ps, TILE, dOs, LT, TILE, DP, TILE, 1.0f, true);
@@ -223,8 +247,8 @@ __global__ void __launch_bounds__(FA_THREADS) fa_backward_kv(fa_args a, int DP)
 }
 
 // dQ of query tile (from the last) blockIdx.x of (batch, head) blockIdx.y.
-template <typename Tin, int TILE, typename Q>
-__global__ void __launch_bounds__(FA_THREADS) fa_backward_q(fa_args a, int DP)
+template <typename Tin, int TILE, typename Q, bool DROP = false>
+__global__ void __launch_bounds__(FA_THREADS) fa_backward_q(fa_args_t<DROP> a, int DP)
 {
     extern __shared__ __align__(128) unsigned char smem[];
     carver cv{smem};
@@ -263,7 +287,7 @@ __global__ void __launch_bounds__(FA_THREADS) fa_backward_q(fa_args a, int DP)
         block_mm<false, true>(dP, TILE, dOs, LT, Vs, LT, TILE, TILE, DP, 1.0f, false);
         __syncthreads();
         // (P itself is not needed here: tile_grads writes it to dSs first, then dS over it)
-        tile_grads<Tin, TILE>(a, S, dP, dSs, dSs, lse_s, D_s, s0, h, r0, rows, c0, cols);
+        tile_grads<Tin, TILE, DROP>(a, S, dP, dSs, dSs, lse_s, D_s, s0, h, r0, rows, c0, cols, b);
         __syncthreads();
         block_mm<false, false>(dQ, DP, dSs, TILE, Ks, LT, TILE, DP, TILE, a.scale, true);
         __syncthreads();
@@ -319,15 +343,24 @@ bool usable(const fa_args &a, const char *what)
     return a.B > 0 && a.T > 0 && a.NH > 0;
 }
 
-template <typename Tin, int TILE, typename O, typename Q>
-void forward_tiles(cudaStream_t st, const fa_args &a, int DP)
+template <typename Tin, int TILE, typename O, typename Q, bool DROP>
+void forward_tiles(cudaStream_t st, const fa_args_t<DROP> &a, int DP)
 {
     size_t bytes = fwd_smem(TILE, DP, sizeof(Tin));
-    if (!prepare_launch(fa_forward<Tin, TILE, O, Q>, bytes, "attention_forward (flash)"))
+    if (!prepare_launch(fa_forward<Tin, TILE, O, Q, DROP>, bytes, "attention_forward (flash)"))
         return;
     dim3 grid((a.T + TILE - 1) / TILE, a.B * a.NH);
-    fa_forward<Tin, TILE, O, Q><<<grid, FA_THREADS, bytes, st>>>(a, DP);
+    fa_forward<Tin, TILE, O, Q, DROP><<<grid, FA_THREADS, bytes, st>>>(a, DP);
     cu_launched("attention_forward (flash)");
+}
+
+// the dropout's arguments of a (null without dropout), for flash_mma.cu
+const tr_dropout *drop_of(const fa_args &, tr_dropout *) { return nullptr; }
+const tr_dropout *drop_of(const fa_drop_args &a, tr_dropout *d)
+{
+    d->seed = a.dr.seed, d->first_sample = a.dr.sample0, d->site = a.dr.site;
+    d->threshold = a.dr.threshold, d->scale = a.dr.scale, d->head0 = a.dr.head0;
+    return d;
 }
 
 // qkv and dqkv (fp32) or qkv16 and dqkv16 (bf16) for the mma kernels, as Q says
@@ -350,63 +383,67 @@ template <typename Q> uint16_t *b16_grad(const fa_args &a)
     return sizeof(Q) == 2 ? a.dqkv16 : nullptr;
 }
 
-template <typename Tin, typename O = float, typename Q = float>
-void forward(tr_stream s, const fa_args &a)
+template <typename Tin, typename O = float, typename Q = float, bool DROP = false>
+void forward(tr_stream s, const fa_args_t<DROP> &a)
 {
     if (!usable(a, "attention_forward (flash)"))
         return;
     cudaStream_t st = cu_stream(s);
     bool o16 = sizeof(O) == 2;
+    tr_dropout d;
     if (std::is_same<Tin, __nv_bfloat16>::value &&
         cu_flash_mma_forward(st, o16 ? nullptr : a.out, o16 ? a.out16 : nullptr, a.lse,
                              f32_in<Q>(a), b16_in<Q>(a), a.alibi, a.B, a.T, a.NH, a.NG, a.HS,
-                             a.seg))
+                             a.seg, drop_of(a, &d)))
         return;
     int DP = pad16(a.HS), tile = tile_for<Tin>(DP);
     if (tile == 64)
-        forward_tiles<Tin, 64, O, Q>(st, a, DP);
+        forward_tiles<Tin, 64, O, Q, DROP>(st, a, DP);
     else if (tile == 32)
-        forward_tiles<Tin, 32, O, Q>(st, a, DP);
+        forward_tiles<Tin, 32, O, Q, DROP>(st, a, DP);
     else
-        forward_tiles<Tin, 16, O, Q>(st, a, DP);
+        forward_tiles<Tin, 16, O, Q, DROP>(st, a, DP);
 }
 
-template <typename Tin, int TILE, typename Q>
-void backward_tiles(cudaStream_t st, const fa_args &a, int DP)
+template <typename Tin, int TILE, typename Q, bool DROP>
+void backward_tiles(cudaStream_t st, const fa_args_t<DROP> &a, int DP)
 {
     size_t kv = dkv_smem(TILE, DP, sizeof(Tin)), q = dq_smem(TILE, DP, sizeof(Tin));
-    if (!prepare_launch(fa_backward_kv<Tin, TILE, Q>, kv, "attention_backward (flash, dK dV)") ||
-        !prepare_launch(fa_backward_q<Tin, TILE, Q>, q, "attention_backward (flash, dQ)"))
+    if (!prepare_launch(fa_backward_kv<Tin, TILE, Q, DROP>, kv,
+                        "attention_backward (flash, dK dV)") ||
+        !prepare_launch(fa_backward_q<Tin, TILE, Q, DROP>, q, "attention_backward (flash, dQ)"))
         return;
     int tiles = (a.T + TILE - 1) / TILE;
-    fa_backward_kv<Tin, TILE, Q><<<dim3(tiles, a.B * a.NG), FA_THREADS, kv, st>>>(a, DP);
+    fa_backward_kv<Tin, TILE, Q, DROP><<<dim3(tiles, a.B * a.NG), FA_THREADS, kv, st>>>(a, DP);
     cu_launched("attention_backward (flash, dK dV)");
-    fa_backward_q<Tin, TILE, Q><<<dim3(tiles, a.B * a.NH), FA_THREADS, q, st>>>(a, DP);
+    fa_backward_q<Tin, TILE, Q, DROP><<<dim3(tiles, a.B * a.NH), FA_THREADS, q, st>>>(a, DP);
     cu_launched("attention_backward (flash, dQ)");
 }
 
-template <typename Tin, typename O = float, typename Q = float>
-void backward(tr_stream s, const fa_args &a)
+template <typename Tin, typename O = float, typename Q = float, bool DROP = false>
+void backward(tr_stream s, const fa_args_t<DROP> &a)
 {
     if (!usable(a, "attention_backward (flash)"))
         return;
     cudaStream_t st = cu_stream(s);
     int rows = a.B * a.NH * a.T;
-    fa_prepare<O, Q><<<(rows + FA_WARPS - 1) / FA_WARPS, FA_THREADS, 0, st>>>(a);
+    fa_prepare<O, Q><<<(rows + FA_WARPS - 1) / FA_WARPS, FA_THREADS, 0, st>>>(
+        static_cast<const fa_args &>(a));
     cu_launched("attention_backward (flash, row sums)");
     const int32_t *starts = reinterpret_cast<const int32_t *>(a.D + (size_t)a.B * a.NH * a.T);
+    tr_dropout d;
     if (std::is_same<Tin, __nv_bfloat16>::value &&
         cu_flash_mma_backward(st, f32_grad<Q>(a), b16_grad<Q>(a), a.D, starts, f32_dout<Q>(a),
                               b16_dout<Q>(a), f32_in<Q>(a), b16_in<Q>(a), a.lse_c, a.alibi, a.B,
-                              a.T, a.NH, a.NG, a.HS))
+                              a.T, a.NH, a.NG, a.HS, drop_of(a, &d)))
         return;
     int DP = pad16(a.HS), tile = tile_for<Tin>(DP);
     if (tile == 64)
-        backward_tiles<Tin, 64, Q>(st, a, DP);
+        backward_tiles<Tin, 64, Q, DROP>(st, a, DP);
     else if (tile == 32)
-        backward_tiles<Tin, 32, Q>(st, a, DP);
+        backward_tiles<Tin, 32, Q, DROP>(st, a, DP);
     else
-        backward_tiles<Tin, 16, Q>(st, a, DP);
+        backward_tiles<Tin, 16, Q, DROP>(st, a, DP);
 }
 
 } // namespace
@@ -453,6 +490,30 @@ void cu_flash_backward_bf16(tr_stream s, float *dqkv, float *scratch, const floa
     if (out16)
         a.out16_c = out16;
     out16 ? backward<__nv_bfloat16, uint16_t>(s, a) : backward<__nv_bfloat16>(s, a);
+}
+
+void cu_flash_dropout_forward(tr_stream s, int bf16, float *out, float *lse, const float *qkv,
+                              const float *alibi, int B, int T, int NH, int NG, int HS,
+                              const int32_t *segments, tr_dropout d)
+{
+    fa_drop_args a;
+    static_cast<fa_args &>(a) = make_args(B, T, NH, NG, HS, alibi, segments);
+    a.out = out, a.lse = lse, a.qkv = qkv, a.dr = drop::params_of(d);
+    bf16 ? forward<__nv_bfloat16, float, float, true>(s, a)
+         : forward<float, float, float, true>(s, a);
+}
+
+void cu_flash_dropout_backward(tr_stream s, int bf16, float *dqkv, float *scratch,
+                               const float *dout, const float *qkv, const float *out,
+                               const float *lse, const float *alibi, int B, int T, int NH,
+                               int NG, int HS, const int32_t *segments, tr_dropout d)
+{
+    fa_drop_args a;
+    static_cast<fa_args &>(a) = make_args(B, T, NH, NG, HS, alibi, segments);
+    a.dqkv = dqkv, a.D = scratch, a.dout = dout, a.qkv = qkv, a.out_c = out, a.lse_c = lse;
+    a.dr = drop::params_of(d);
+    bf16 ? backward<__nv_bfloat16, float, float, true>(s, a)
+         : backward<float, float, float, true>(s, a);
 }
 
 void cu_attention_forward_qkv16(tr_stream s, uint16_t *out16, float *lse, const uint16_t *qkv16,

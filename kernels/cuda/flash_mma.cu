@@ -8,6 +8,8 @@
 // in one kernel (backward_kv<..., true>) on the compute stream, dQ summed in a scratch of
 // B NH T HS floats this file keeps (grown to the largest call; where it cannot be had, or on
 // another stream, the two kernels run); =split (the default for now): the two kernels.
+// Attention dropout (kernels.h's attention_gqa_dropout_*, fp32 storage): the kernels' DROP
+// variants, the backward always as the two kernels (no fused variant is built for it).
 #include "kernels/cuda/flash_mma_backward.cuh"
 
 #include <mutex>
@@ -47,9 +49,23 @@ template <int D, typename O, typename Q = float> void forward_o(cudaStream_t st,
     cu_launched("attention_forward (mma)");
 }
 
-template <int D> void forward_d(cudaStream_t st, const fm::args &m, bool in16)
+// kernels.h's attention_gqa_dropout_forward: fp32 qkv and out
+template <int D> void forward_drop(cudaStream_t st, const fm::drop_args &m)
 {
-    if (in16)
+    size_t bytes = fm::forward_bytes(D);
+    if (!opt_in<fm::forward<D, float, float, true>>(bytes, "attention_forward (mma, dropout)"))
+        return;
+    fm::forward<D, float, float, true><<<dim3((m.T + fm::BM - 1) / fm::BM, m.B * m.NH),
+                                         fm::THREADS, bytes, st>>>(m);
+    cu_launched("attention_forward (mma, dropout)");
+}
+
+template <int D> void forward_d(cudaStream_t st, const fm::args &m, bool in16,
+                                const fm::drop_args *dm)
+{
+    if (dm)
+        forward_drop<D>(st, *dm);
+    else if (in16)
         forward_o<D, uint16_t, uint16_t>(st, m);
     else
         m.out16 ? forward_o<D, uint16_t>(st, m) : forward_o<D, float>(st, m);
@@ -130,20 +146,56 @@ template <int D, typename Q> void backward_bq(cudaStream_t st, const fm::args &m
     backward_q_of<D, Q, fm::bq_for(D)>(st, m);
 }
 
-template <int D> void backward_d(cudaStream_t st, const fm::args &m, bool in16)
+// kernels.h's attention_gqa_dropout_backward: fp32 qkv, dout and dqkv; the two kernels (dK dV's
+// rows a step as backward_bq's)
+template <int D, int BQ> void backward_drop_of(cudaStream_t st, const fm::drop_args &m)
 {
-    in16 ? backward_bq<D, uint16_t>(st, m) : backward_bq<D, float>(st, m);
+    size_t kv = fm::backward_kv_bytes(D, BQ), q = fm::backward_q_bytes(D);
+    if (!opt_in<fm::backward_kv<D, float, BQ, false, true>>(
+            kv, "attention_backward (mma, dK dV, dropout)") ||
+        !opt_in<fm::backward_q<D, float, true>>(q, "attention_backward (mma, dQ, dropout)"))
+        return;
+    fm::backward_kv<D, float, BQ, false, true><<<dim3((m.T + fm::BN - 1) / fm::BN, m.B * m.NG),
+                                                 fm::THREADS, kv, st>>>(m);
+    cu_launched("attention_backward (mma, dK dV, dropout)");
+    fm::backward_q<D, float, true><<<dim3((m.T + fm::BM - 1) / fm::BM, m.B * m.NH), fm::THREADS,
+                                     q, st>>>(m);
+    cu_launched("attention_backward (mma, dQ, dropout)");
 }
 
-// forward (fwd) or backward for the head size (one of the four takes() allows); in16: qkv16
-void run(cudaStream_t st, const fm::args &m, int HS, bool fwd, bool in16)
+template <int D> void backward_d(cudaStream_t st, const fm::args &m, bool in16,
+                                 const fm::drop_args *dm)
+{
+    static const bool kv64 = cu_env_is("TRIDENT_CUDA_ATTENTION_KV", "64");
+    if (!dm)
+        return in16 ? backward_bq<D, uint16_t>(st, m) : backward_bq<D, float>(st, m);
+    if constexpr (D == 64)
+        if (kv64)
+            return backward_drop_of<D, 64>(st, *dm);
+    backward_drop_of<D, fm::bq_for(D)>(st, *dm);
+}
+
+// forward (fwd) or backward for the head size (one of the four takes() allows); in16: qkv16;
+// dm: the dropout's arguments (m's and the dropout's) or null
+void run(cudaStream_t st, const fm::args &m, int HS, bool fwd, bool in16,
+         const fm::drop_args *dm)
 {
     switch (HS) {
-    case 16: fwd ? forward_d<16>(st, m, in16) : backward_d<16>(st, m, in16); break;
-    case 32: fwd ? forward_d<32>(st, m, in16) : backward_d<32>(st, m, in16); break;
-    case 64: fwd ? forward_d<64>(st, m, in16) : backward_d<64>(st, m, in16); break;
-    default: fwd ? forward_d<128>(st, m, in16) : backward_d<128>(st, m, in16); break;
+    case 16: fwd ? forward_d<16>(st, m, in16, dm) : backward_d<16>(st, m, in16, dm); break;
+    case 32: fwd ? forward_d<32>(st, m, in16, dm) : backward_d<32>(st, m, in16, dm); break;
+    case 64: fwd ? forward_d<64>(st, m, in16, dm) : backward_d<64>(st, m, in16, dm); break;
+    default: fwd ? forward_d<128>(st, m, in16, dm) : backward_d<128>(st, m, in16, dm); break;
     }
+}
+
+// m with the dropout's arguments (drop set) into dm, or null (drop null)
+const fm::drop_args *with_drop(fm::drop_args *dm, const fm::args &m, const tr_dropout *drop)
+{
+    if (!drop)
+        return nullptr;
+    static_cast<fm::args &>(*dm) = m;
+    dm->dr = drop::params_of(*drop);
+    return dm;
 }
 
 } // namespace
@@ -152,30 +204,38 @@ extern "C" {
 
 int cu_flash_mma_forward(cudaStream_t st, float *out, uint16_t *out16, float *lse,
                          const float *qkv, const uint16_t *qkv16, const float *alibi, int B,
-                         int T, int NH, int NG, int HS, const int32_t *segments)
+                         int T, int NH, int NG, int HS, const int32_t *segments,
+                         const tr_dropout *drop)
 {
     if (!takes(HS, (uintptr_t)out | (uintptr_t)out16 | (uintptr_t)qkv | (uintptr_t)qkv16, NH, NG))
         return 0;
+    if (drop && (out16 || qkv16))
+        return 0; /* (dropout's ops are fp32 storage's only) */
     fm::args m = fm::make_args(B, T, NH, NG, HS, alibi);
     m.out = out, m.out16 = out16, m.lse = lse, m.seg = segments;
     qkv16 ? (void)(m.qkv16 = qkv16) : (void)(m.qkv = qkv);
-    run(st, m, HS, true, qkv16 != nullptr);
+    fm::drop_args dm;
+    run(st, m, HS, true, qkv16 != nullptr, with_drop(&dm, m, drop));
     return 1;
 }
 
 int cu_flash_mma_backward(cudaStream_t st, float *dqkv, uint16_t *dqkv16, const float *Drow,
                           const int32_t *starts, const float *dout, const uint16_t *dout16,
                           const float *qkv, const uint16_t *qkv16, const float *lse,
-                          const float *alibi, int B, int T, int NH, int NG, int HS)
+                          const float *alibi, int B, int T, int NH, int NG, int HS,
+                          const tr_dropout *drop)
 {
     uintptr_t p = (uintptr_t)dqkv | (uintptr_t)dqkv16 | (uintptr_t)dout | (uintptr_t)qkv;
     if (!takes(HS, p | (uintptr_t)qkv16 | (uintptr_t)dout16, NH, NG) || !qkv16 != !dout16)
         return 0; /* (dout's storage is qkv's) */
+    if (drop && qkv16)
+        return 0;
     fm::args m = fm::make_args(B, T, NH, NG, HS, alibi);
     m.Drow = Drow, m.starts = starts, m.lse_in = lse;
     qkv16 ? (void)(m.qkv16 = qkv16, m.dqkv16 = dqkv16, m.dout16 = dout16)
           : (void)(m.qkv = qkv, m.dqkv = dqkv, m.dout = dout);
-    run(st, m, HS, false, qkv16 != nullptr);
+    fm::drop_args dm;
+    run(st, m, HS, false, qkv16 != nullptr, with_drop(&dm, m, drop));
     return 1;
 }
 

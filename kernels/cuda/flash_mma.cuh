@@ -37,6 +37,12 @@
 //             step's dS^T through shared memory, dQ's partial sums passed from block to block
 //             in a fixed order (the last key tile first) through an fp32 scratch and a flag a
 //             warp (flash_mma_backward.cuh's dq_add): S and dP once, 5 products, not 7.
+//   dropout   (kernels.h's attention_gqa_dropout_*, fp32 storage) the kernels' DROP variants
+//             (drop_args): each lane decides its fragment elements' (query, key) in a rolled
+//             loop (keep_bits: core/philox.h's Philox, one block per pair of a row's columns in
+//             forward and dQ, per element in dK dV's transposed tiles) into a bit mask, then
+//             P times scale or 0 before P V and P^T dO, dS = P (z dP - Drow); never stored.
+//             The other variants' code is unchanged (their registers too).
 // No atomic adds: every output element is written by one thread, its sum in a fixed order, so
 // results are the same run to run. Probabilities and dS are rounded to bf16 as operands, the
 // softmax statistics stay fp32 (as flash.cu's wmma kernels, which remain for other head
@@ -50,6 +56,9 @@
 #include <math.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <type_traits>
+
+#include "kernels/cuda/dropout.cuh"
 
 namespace fm {
 
@@ -79,6 +88,18 @@ struct fused_args : args {
     float *dq_acc;
     int *dq_flags, *ticket;
 };
+
+// The kernels' DROP variants (kernels.h's attention_gqa_dropout_*), apart as fused_args: the
+// probabilities P(i, j) of (batch b, head h) times dropout's factor (drop::factor of element
+// ((head0 + h) T + i) T + j of sample sample0 + b: scale or 0) before P V in forward, and
+// in backward before P^T dO, dS = P (factor dP - Drow).
+struct drop_args : args {
+    drop::params dr;
+};
+struct fused_drop_args : fused_args {
+    drop::params dr;
+};
+template <bool DROP> using args_t = std::conditional_t<DROP, drop_args, args>;
 
 // The sizes and scale of a call (pointers left null): qkv (B, T, NG, R+2, D), NH = NG R.
 inline args make_args(int B, int T, int NH, int NG, int D, const float *alibi)
@@ -427,9 +448,12 @@ FM_DEV void scores_of(bool mask, const args &a, float (*s)[4], float slope2, con
 // - Drow) in place of dP. Rows and columns as scores(): a warp's 16 rows i x 8 N8 columns j
 // (TRANS: s holds S^T, rows the keys j0 + ..., columns the queries i0 + ..., whose lse, Drow
 // and segment starts are per column). lse2: the rows' lse times log2 e.
-template <bool MASK, bool TRANS, bool ALIBI, int N8>
+// DROP: bit 4 n + e of kept (keep_bits) says whether element s[n][e] is kept: s gets P times
+// its factor z (scale or 0: dV's), dS = P (z dP - Drow).
+template <bool MASK, bool TRANS, bool ALIBI, int N8, bool DROP = false>
 FM_DEV void probabilities(const args &a, float (*s)[4], float (*dp)[4], float slope2, int r0,
-                          int c0, const float *lse2, const float *Dr, const int *first, int T)
+                          int c0, const float *lse2, const float *Dr, const int *first, int T,
+                          uint32_t kept = 0, float scale = 0.0f)
 {
     int lane = fm_tid() & 31, gq = lane >> 2, tq = lane & 3, w = fm_tid() / 32;
     FM_UNROLL
@@ -441,17 +465,24 @@ FM_DEV void probabilities(const args &a, float (*s)[4], float (*dp)[4], float sl
             int i = TRANS ? r0 + cc : r0 + rr, j = TRANS ? c0 + rr : c0 + cc;
             bool ok = !MASK || (i < T && j <= i && j >= first[x]); // visible(), T in a register
             float p = ok ? fm_exp2(score2<ALIBI>(a, s[n][e], slope2, i, j) - lse2[x]) : 0.0f;
-            s[n][e] = p;
-            dp[n][e] = p * (dp[n][e] - Dr[x]);
+            if constexpr (DROP) {
+                float z = kept >> (4 * n + e) & 1 ? scale : 0.0f;
+                s[n][e] = p * z;
+                dp[n][e] = p * (z * dp[n][e] - Dr[x]);
+            } else {
+                s[n][e] = p;
+                dp[n][e] = p * (dp[n][e] - Dr[x]);
+            }
         }
 }
-template <bool TRANS, int N8>
+template <bool TRANS, int N8, bool DROP = false>
 FM_DEV void probabilities_of(bool mask, const args &a, float (*s)[4], float (*dp)[4],
                              float slope2, int r0, int c0, const float *lse2, const float *Dr,
-                             const int *first, int T)
+                             const int *first, int T, uint32_t kept = 0, float scale = 0.0f)
 {
 #define FM_PROBABILITIES(MASK, ALIBI)                                                           \
-    probabilities<MASK, TRANS, ALIBI, N8>(a, s, dp, slope2, r0, c0, lse2, Dr, first, T)
+    probabilities<MASK, TRANS, ALIBI, N8, DROP>(a, s, dp, slope2, r0, c0, lse2, Dr, first, T, \
+                                                kept, scale)
     if (mask)
         a.alibi ? FM_PROBABILITIES(true, true) : FM_PROBABILITIES(true, false);
     else
@@ -459,13 +490,39 @@ FM_DEV void probabilities_of(bool mask, const args &a, float (*s)[4], float (*dp
 #undef FM_PROBABILITIES
 }
 
+// Dropout's decisions for a lane's elements of a warp's 16 x 8 N8 tile (rows and columns as
+// probabilities(): element s[n][e] at query i, key j; TRANS: rows the keys), bit 4 n + e set
+// where kept. A rolled loop, one decision (TRANS) or one pair of a row's columns (one Philox
+// block, or two where the pair crosses one) a step: the Philox rounds' registers once, beside
+// the tile's accumulators.
+template <bool TRANS, int N8>
+FM_DEV uint32_t keep_bits(const drop::params &dr, drop::head_at dz, int r0, int c0, int T)
+{
+    static_assert(N8 <= 8, "32 bits");
+    int lane = fm_tid() & 31, gq = lane >> 2, tq = lane & 3, w = fm_tid() / 32;
+    uint32_t bits = 0;
+    FM_ROLLED
+    for (int x = 0; x < (TRANS ? 4 : 2) * N8; x++) {
+        int n = TRANS ? x >> 2 : x >> 1, hf = TRANS ? (x >> 1) & 1 : x & 1;
+        int rr = 16 * w + gq + 8 * hf, cc = 8 * n + 2 * tq + (TRANS ? x & 1 : 0);
+        int i = TRANS ? r0 + cc : r0 + rr, j = TRANS ? c0 + rr : c0 + cc;
+        uint64_t e = drop::element(dz, i, j, T);
+        uint32_t k = TRANS ? (uint32_t)drop::keep(dr, dz.sample, e)
+                           : drop::keep_pair(dr, dz.sample, e);
+        bits |= k << (TRANS ? x : 4 * n + 2 * hf);
+    }
+    return bits;
+}
+
 // ---------------------------------------------------------------- forward
 // O: the output's storage, float (out) or uint16_t (bf16 bits, out16); Q: qkv's.
 // Shared memory: Q (BM x LD), then two stages of K and V (BN x LD each), then the rows'
 // segment starts and tile_starts' 4 ints; the next key tile loads while this one is used.
 // D <= 64: 4 blocks an SM (registers capped at 128, no spills; 3 blocks at 129 and more).
-template <int D, typename O = float, typename Q = float>
-FM_KERNEL_MIN(D <= 64 ? 4 : 1) forward(args a)
+// DROP: kernels.h's attention_gqa_dropout_forward (drop_args): each tile's probabilities
+// times their factors after the row sums (l: the undropped ones), before P V.
+template <int D, typename O = float, typename Q = float, bool DROP = false>
+FM_KERNEL_MIN(D <= 64 ? 4 : 1) forward(args_t<DROP> a)
 {
     constexpr int LD = D + PAD;
     uint16_t *Qs = reinterpret_cast<uint16_t *>(fm_shared());
@@ -531,6 +588,14 @@ FM_KERNEL_MIN(D <= 64 ? 4 : 1) forward(args a)
             }
         for (int hf = 0; hf < 2; hf++)
             l[hf] = l[hf] * corr[hf] + sum[hf]; // this lane's part of the row sum
+        if constexpr (DROP) { // P V with P times dropout's factors (l: the undropped sums)
+            uint32_t kept = keep_bits<false, BN / 8>(a.dr, drop::at(a.dr, b, h, T), r0, c0, T);
+            FM_UNROLL
+            for (int n = 0; n < BN / 8; n++)
+                FM_UNROLL
+                for (int e = 0; e < 4; e++)
+                    s[n][e] *= kept >> (4 * n + e) & 1 ? a.dr.scale : 0.0f;
+        }
         FM_UNROLL
         for (int n = 0; n < D / 8; n++) {
             o[n][0] *= corr[0], o[n][1] *= corr[0];

@@ -93,9 +93,13 @@ FM_DEV int dq_add(const fused_args &a, const uint16_t *dSs, const uint16_t *Ks, 
 // FUSED: dQ too (dq_add, each step's dS^T through shared memory after the warps' counts and
 // the ticket's slot), no backward_q after it; the block's tile from its ticket, not its
 // index: (batch x group) by (batch x group), the last key tile first (dq_add's order).
-template <int D, typename Q = float, int BQ = bq_for(D), bool FUSED = false>
-FM_KERNEL_MIN(D <= 32 || (D <= 64 && BQ <= 32) ? 3 : 1)
-backward_kv(std::conditional_t<FUSED, fused_args, args> a)
+// DROP: kernels.h's attention_gqa_dropout_backward (drop_args, or fused_drop_args): P and dS
+// with dropout's factors (probabilities<..., true>).
+// (DROP at D = 32: 2 blocks an SM, whose registers hold the dropout's decisions without spills)
+template <int D, typename Q = float, int BQ = bq_for(D), bool FUSED = false, bool DROP = false>
+FM_KERNEL_MIN(D <= 32 || (D <= 64 && BQ <= 32) ? (DROP && D == 32 ? 2 : 3) : 1)
+backward_kv(std::conditional_t<FUSED, std::conditional_t<DROP, fused_drop_args, fused_args>,
+                               args_t<DROP>> a)
 {
     constexpr int LD = D + PAD;
     uint16_t *Ks = reinterpret_cast<uint16_t *>(fm_shared());
@@ -192,7 +196,13 @@ backward_kv(std::conditional_t<FUSED, fused_args, args> a)
         mma_sbt2<D, BQ / 8>(st, Ks + 16 * w * LD, Qs, dpt, Vs + 16 * w * LD, dOs, LD);
         // every key before every query of the tile, none past T, inside every segment
         bool full = q0 >= c0 + BN - 1 && q0 + BQ <= T && c0 >= s0[BQ - 1];
-        probabilities_of<true, BQ / 8>(!full, a, st, dpt, slope2, q0, c0, rs, rs + BQ, s0, T);
+        if constexpr (DROP)
+            probabilities_of<true, BQ / 8, true>(
+                !full, a, st, dpt, slope2, q0, c0, rs, rs + BQ, s0, T,
+                keep_bits<true, BQ / 8>(a.dr, drop::at(a.dr, b, h, T), q0, c0, T), a.dr.scale);
+        else
+            probabilities_of<true, BQ / 8>(!full, a, st, dpt, slope2, q0, c0, rs, rs + BQ, s0,
+                                           T);
         if constexpr (FUSED) // dS^T of the warp's 16 keys, for dq_add
             FM_UNROLL
             for (int n = 0; n < BQ / 8; n++)
@@ -237,7 +247,8 @@ backward_kv(std::conditional_t<FUSED, fused_args, args> a)
 
 // dQ of query tile (from the last) fm_bidx() of (batch, head) fm_bidy(); Q: qkv's, dqkv's and
 // dout's storage. Shared memory: Q, dO (BM x LD), two stages of K and V (BN x LD each).
-template <int D, typename Q = float> FM_KERNEL backward_q(args a)
+// DROP: as backward_kv's.
+template <int D, typename Q = float, bool DROP = false> FM_KERNEL backward_q(args_t<DROP> a)
 {
     constexpr int LD = D + PAD;
     uint16_t *Qs = reinterpret_cast<uint16_t *>(fm_shared());
@@ -277,7 +288,13 @@ template <int D, typename Q = float> FM_KERNEL backward_q(args a)
         float s[BN / 8][4], dp[BN / 8][4];
         mma_sbt2<D, BN / 8>(s, Qs + 16 * w * LD, Ks, dp, dOs + 16 * w * LD, Vs, LD);
         bool full = c < qt && c0 >= last_start && r0 + BM <= T;
-        probabilities_of<false, BN / 8>(!full, a, s, dp, slope2, r0, c0, lse_r, D_r, first, T);
+        if constexpr (DROP)
+            probabilities_of<false, BN / 8, true>(
+                !full, a, s, dp, slope2, r0, c0, lse_r, D_r, first, T,
+                keep_bits<false, BN / 8>(a.dr, drop::at(a.dr, b, h, T), r0, c0, T), a.dr.scale);
+        else
+            probabilities_of<false, BN / 8>(!full, a, s, dp, slope2, r0, c0, lse_r, D_r, first,
+                                            T);
         mma_pb<BN, D / 8>(dq, dp, Ks, LD); // dQ += dS K
         fm_cp_wait0(); // the next tile has landed, and every warp is done with this one
         fm_sync();

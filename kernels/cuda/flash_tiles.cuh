@@ -9,6 +9,7 @@
 #include <type_traits>
 
 #include "kernels/cuda/bf16.h"
+#include "kernels/cuda/dropout.cuh"
 
 #include <cuda_bf16.h>
 #include <math.h>
@@ -36,6 +37,13 @@ struct fa_args {
     int B, T, NH, NG, R, HS, C, C3;
     float scale;
 };
+
+// The kernels' DROP variants' (kernels.h's attention_gqa_dropout_*): apart, so that the others'
+// parameters stay as they were
+struct fa_drop_args : fa_args {
+    drop::params dr;
+};
+template <bool DROP> using fa_args_t = std::conditional_t<DROP, fa_drop_args, fa_args>;
 
 __device__ __forceinline__ size_t q_off(const fa_args &a, int h)
 {

@@ -41,7 +41,7 @@
 //                              warp would cost each warp a MEMBAR)
 //   fm_exp2 fm_log fm_min      (fm_exp2: 2^x, the MUFU's approximation)
 //   FM_DEV FM_HD FM_KERNEL     qualifiers of device, host-and-device, kernel functions
-//   FM_UNROLL FM_UNROLL_2 FM_UNROLL_4  unroll a loop fully, by 2, by 4
+//   FM_UNROLL FM_UNROLL_2 FM_UNROLL_4  unroll a loop fully, by 2, by 4; FM_ROLLED not at all
 //   FM_KERNEL_MIN(n)           a kernel the compiler fits n blocks an SM (registers capped)
 #ifndef TR_KERNELS_CUDA_MMA_PRIMS_CUH
 #define TR_KERNELS_CUDA_MMA_PRIMS_CUH
@@ -55,6 +55,7 @@
 #define FM_UNROLL _Pragma("unroll")
 #define FM_UNROLL_2 _Pragma("unroll 2")
 #define FM_UNROLL_4 _Pragma("unroll 4")
+#define FM_ROLLED _Pragma("unroll 1")
 #define FM_HD __host__ __device__
 
 FM_DEV int fm_tid() { return (int)threadIdx.x; }

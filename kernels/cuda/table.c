@@ -32,7 +32,7 @@
     .moe_router_forward = cu_moe_router_forward,                                          \
     .moe_router_backward = cu_moe_router_backward, .gather_rows = cu_gather_rows,          \
     .scatter_add_rows = cu_scatter_add_rows,                                              \
-    .scatter_add_rows_backward = cu_scatter_add_rows_backward
+    .scatter_add_rows_backward = cu_scatter_add_rows_backward, .dropout = cu_dropout
 
 /* not const: TRIDENT_CUDA_HEAD=fp32 takes the head's bf16-storage ops out (the head's logits
  * then stay fp32, as before they existed), TRIDENT_CUDA_EPILOGUE=0 the fused linear_forward
@@ -76,6 +76,8 @@ static tr_kernels cuda_bf16_table = {
     .attention_gqa_forward = cu_attention_gqa_forward_bf16,
     .attention_gqa_backward = cu_attention_gqa_backward_bf16,
     .attention_gqa_decode = cu_attention_gqa_decode_bf16,
+    .attention_gqa_dropout_forward = cu_attention_gqa_dropout_forward_bf16,
+    .attention_gqa_dropout_backward = cu_attention_gqa_dropout_backward_bf16,
     .attention_forward16 = cu_attention_forward16,
     .attention_backward16 = cu_attention_backward16,
     .attention_gqa_forward16 = cu_attention_gqa_forward16,
@@ -96,6 +98,8 @@ static const tr_kernels cuda_fp32_table = {
     .attention_gqa_decode = cu_attention_gqa_decode_fp32,
     .attention_rows_forward = cu_attention_rows_forward, /* (context parallelism: fp32) */
     .attention_rows_backward = cu_attention_rows_backward,
+    .attention_gqa_dropout_forward = cu_attention_gqa_dropout_forward_fp32,
+    .attention_gqa_dropout_backward = cu_attention_gqa_dropout_backward_fp32,
 };
 
 static void table_choices(void)

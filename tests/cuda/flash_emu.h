@@ -11,6 +11,7 @@
 #ifndef TR_TESTS_CUDA_FLASH_EMU_H
 #define TR_TESTS_CUDA_FLASH_EMU_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 /* dK dV's query rows a step at head size 64: 64 as TRIDENT_CUDA_ATTENTION_KV=64 takes them, 0
@@ -32,5 +33,27 @@ int emu_flash_forward_qkv16(uint16_t *out16, float *lse, const uint16_t *qkv16,
 int emu_flash_backward_qkv16(uint16_t *dqkv16, const float *Drow, const int32_t *starts,
                              const uint16_t *dout16, const uint16_t *qkv16, const float *lse,
                              const float *alibi, int B, int T, int NH, int NG, int HS);
+
+/* Attention dropout (kernels.h's attention_gqa_dropout_forward / _backward; its tr_dropout's
+ * fields): the kernels' DROP variants, fp32 storage (the backward always as its two kernels,
+ * dK dV's rows a step as emu_flash_kv_rows says). */
+typedef struct emu_drop {
+    uint64_t seed, first_sample;
+    uint32_t site, threshold;
+    float scale;
+    int head0;
+} emu_drop;
+int emu_flash_dropout_forward(float *out, float *lse, const float *qkv, const float *alibi,
+                              int B, int T, int NH, int NG, int HS, const int32_t *segments,
+                              emu_drop d);
+int emu_flash_dropout_backward(float *dqkv, const float *Drow, const int32_t *starts,
+                               const float *dout, const float *qkv, const float *lse,
+                               const float *alibi, int B, int T, int NH, int NG, int HS,
+                               emu_drop d);
+/* tests/cuda/test_flash_dropout.c: those kernels' checks (test_flash_emulated --dropout); 0
+ * when all agree */
+int flash_dropout_checks(void);
+/* test_flash_emulated.c's inputs: n floats uniform in [lo, hi) (xorshift, a fixed seed) */
+float *random_floats(size_t n, float lo, float hi);
 
 #endif

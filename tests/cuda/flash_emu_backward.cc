@@ -82,3 +82,34 @@ int emu_flash_backward_qkv16(uint16_t *dqkv16, const float *Drow, const int32_t 
     emu::readable = {{qkv16, (size_t)B * T * a.C3 * 2}, {dout16, (size_t)B * T * a.C * 2}};
     return by_head_size(HS, [&a](auto d) { run_backward<decltype(d)::value, uint16_t>(a); });
 }
+
+namespace {
+
+template <int D, int BQ> void run_dropout_backward(const fm::drop_args &a)
+{
+    emu::launch((a.T + fm::BN - 1) / fm::BN, a.B * a.NG, fm::backward_kv_bytes(D, BQ),
+                [&a] { fm::backward_kv<D, float, BQ, false, true>(a); });
+    emu::launch((a.T + fm::BM - 1) / fm::BM, a.B * a.NH, fm::backward_q_bytes(D),
+                [&a] { fm::backward_q<D, float, true>(a); });
+}
+
+} // namespace
+
+int emu_flash_dropout_backward(float *dqkv, const float *Drow, const int32_t *starts,
+                               const float *dout, const float *qkv, const float *lse,
+                               const float *alibi, int B, int T, int NH, int NG, int HS,
+                               emu_drop d)
+{
+    fm::drop_args a;
+    static_cast<fm::args &>(a) = fm::make_args(B, T, NH, NG, HS, alibi);
+    a.dqkv = dqkv, a.Drow = Drow, a.starts = starts, a.dout = dout, a.qkv = qkv, a.lse_in = lse;
+    a.dr = drop::params_of(d);
+    emu::readable = {{qkv, (size_t)B * T * a.C3 * 4}, {dout, (size_t)B * T * a.C * 4}};
+    return by_head_size(HS, [&a](auto x) {
+        constexpr int D = decltype(x)::value;
+        if (D == 64 && kv_rows == 64)
+            run_dropout_backward<D, 64>(a);
+        else
+            run_dropout_backward<D, fm::bq_for(D)>(a);
+    });
+}

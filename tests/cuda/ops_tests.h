@@ -1,8 +1,9 @@
 /* tests/cuda: the executable test_cuda_ops (meson test cuda-ops) in three files:
  * test_cuda_ops.c (memory, the arena, bf16 conversion, GEMM, elementwise, the norms, Llama's
  * ops, cross-entropy, embeddings, the optimizer, and main, which calls every check in a fixed
- * order and prints "N of M checks agree"), test_cuda_attention.c (the attention ops) and
- * test_cuda_moe.c (the mixture-of-experts ops), both declared here. Each check counts through
+ * order and prints "N of M checks agree"), test_cuda_attention.c (the attention ops),
+ * test_cuda_moe.c (the mixture-of-experts ops) and test_cuda_dropout.c (dropout), declared
+ * here. Each check counts through
  * ops_check.h's compare; the tables (ops_check.h's CPU, F32 and BF16) are set by main before
  * any check runs. Shapes: B rows, T positions, NH heads in NG groups of head size HS; decode: n
  * new positions after `past` cached ones, caches of max_T positions. */
@@ -28,5 +29,9 @@ void test_attention_decode(const tr_kernels *k, int B, int n, int past, int max_
  * run: --moe-refusal alone), 0 when refused by name */
 void test_moe(const tr_kernels *k);
 int test_moe_refusal(const tr_kernels *k);
+
+/* test_cuda_dropout.c: kernels.h's dropout and attention_gqa_dropout_* against the CPU's
+ * (the masks exactly) */
+void test_dropout(const tr_kernels *k);
 
 #endif

@@ -546,6 +546,11 @@ int main(int argc, char **argv)
     printf("GPU %d: %s\n", tr_cuda_device(), tr_cuda_device_name());
     if (argc > 1 && strcmp(argv[1], "--moe-refusal") == 0)
         return test_moe_refusal(F32);
+    if (argc > 1 && strcmp(argv[1], "--dropout") == 0) {
+        test_dropout(F32);
+        test_dropout(BF16);
+        return finish();
+    }
     if (argc > 1 && strcmp(argv[1], "--attention") == 0) {
         test_flash_all(BF16);
         return finish();
@@ -580,6 +585,8 @@ int main(int argc, char **argv)
     test_embedding(F32);
     test_moe(F32);
     test_moe(BF16);
+    test_dropout(F32);
+    test_dropout(BF16);
     test_optimizer(F32);
     return finish();
 }

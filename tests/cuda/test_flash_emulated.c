@@ -13,7 +13,8 @@
  * 64-row steps at head size 64 (TRIDENT_CUDA_ATTENTION_KV=64). The emulator is slow: the test
  * takes ~25 s. The GPU runs the same kernels in cuda-ops. Exit 0 when all agree, 1
  * otherwise. By hand, `--random N [SEED]` draws N shapes at random instead (random packed
- * segments too; the two backward kernels, the fused one, 64-row steps). */
+ * segments too; the two backward kernels, the fused one, 64-row steps); `--dropout` the
+ * attention dropout's kernels instead (test_flash_dropout.c). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -28,7 +29,7 @@
 static uint64_t rng = 0x9E3779B97F4A7C15ull;
 static int failures, checks;
 
-static float *random_floats(size_t n, float lo, float hi)
+float *random_floats(size_t n, float lo, float hi)
 {
     float *p = malloc((n ? n : 1) * sizeof *p);
     for (size_t i = 0; i < n; i++) {
@@ -276,6 +277,8 @@ static int random_shapes(int n, uint64_t seed)
 
 int main(int argc, char **argv)
 {
+    if (argc >= 2 && !strcmp(argv[1], "--dropout"))
+        return flash_dropout_checks();
     if (argc >= 3 && !strcmp(argv[1], "--random"))
         return random_shapes(atoi(argv[2]), argc >= 4 ? strtoull(argv[3], NULL, 0) : 1);
     test_shape(1, 160, 2, 2, 64, 0, 0, 1);  /* GPT-2's head size, a partial third tile */

@@ -290,6 +290,7 @@ inline float bf16_to_float(uint32_t h)
 #define FM_UNROLL
 #define FM_UNROLL_2
 #define FM_UNROLL_4
+#define FM_ROLLED
 #define FM_HD
 
 // CUDA's 16-byte vector type, which the kernels' 16-byte loads and stores move
