@@ -217,7 +217,10 @@ TR_MUST_CHECK int tr_llmc_shard_write(const char *path, const uint16_t *tokens, 
  * T / CP local tokens. tr_cp_chunk: the global chunk index of local half h (0 or 1);
  * tr_cp_position: the global position of local token i; tr_cp_keep_chunks: rows (B, T) of
  * int32 compacted in place to the rank's (B, T / CP). T divisible by 2*CP. */
-static inline int tr_cp_chunk(int cp, int rank, int half) { return half ? 2 * cp - 1 - rank : rank; }
+static inline int tr_cp_chunk(int cp, int rank, int half)
+{
+    return half ? 2 * cp - 1 - rank : rank;
+}
 static inline int tr_cp_position(int T, int cp, int rank, int i)
 {
     int c = T / (2 * cp);

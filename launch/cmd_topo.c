@@ -245,8 +245,11 @@ int tr_cmd_topo(int argc, char **argv)
             order_arg = v;
         else
             rc = args_int(&a, options[o].name, v, 1, INT_MAX,
-                          o == WORLD ? &world : o == TP ? &tp : o == PP ? &pp : o == CP ? &cp
-                                                                                   : &gpus_per_node);
+                          o == WORLD ? &world
+                          : o == TP  ? &tp
+                          : o == PP  ? &pp
+                          : o == CP  ? &cp
+                                     : &gpus_per_node);
     }
     if (!rc && world < 0)
         rc = args_error(&a, "--world-size is required (see trident topo --help)");

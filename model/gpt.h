@@ -248,8 +248,9 @@ TR_MUST_CHECK int tr_gpt_shape_from_config(const tr_config *cfg, int layer_first
                              int tp_rank, tr_gpt_shape *out);
 /* Context parallelism: the shape of CP rank `rank` of `cp` (T becomes T / cp; T divisible by
  * 2 cp). Then, after tr_gpt_create, tr_gpt_set_cp gives the model the CP group (size cp): the
- * attention all-gathers the group's qkv rows and runs its local query rows at their global
- * positions against them (kernels.h attention_rows_*), its backward reduce-scatters dqkv;
+ * attention all-gathers the group's keys and values and runs its local query rows at their
+ * global positions against them (kernels.h attention_rows_*), its backward reduce-scatters dK,
+ * dV;
  * positions (wpe rows, rope angles, ALiBi distances) are global. fp32 attention only (not the
  * bf16-storage ops), no packed sequences, no experts. */
 void tr_gpt_shape_set_cp(tr_gpt_shape *s, int cp, int rank);

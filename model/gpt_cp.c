@@ -1,10 +1,12 @@
 /* Context parallelism (model/gpt.h tr_gpt_set_cp): each CP rank holds chunks r and 2 CP-1-r of
  * the 2 CP chunks of every sample (data/data.h). A layer's attention all-gathers the group's
- * qkv rows (whole rows, queries included: each piece stays one contiguous copy), lays them out
- * in sequence order, and runs each local chunk's query rows at their global positions against
- * the keys before them (kernels.h attention_rows_*: Llama 3's all-gather scheme, exact).
- * Backward gathers again, accumulates every chunk's dQ, dK, dV into a sequence-order buffer
- * and reduce-scatters it back to the rows' owners (the sum over CP ranks of dK, dV).
+ * keys and values (only those: the K and V units of each token, packed by gather_rows), places
+ * them and this rank's own rows in sequence order, and runs each local chunk's query rows at
+ * their global positions against the keys before them (kernels.h attention_rows_*: Llama 3's
+ * all-gather scheme, exact). Backward gathers again, accumulates every chunk's dQ, dK, dV into
+ * a sequence-order buffer and reduce-scatters the dK, dV units to their owners (the sum over
+ * CP ranks); the owner's dQ stays local. Nothing of the gathered sequence is kept between
+ * forward and backward (one micro-batch's buffers, shared by the layers).
  * Sizes: Tl = s.T local tokens per sample, c = Tl / 2 per chunk, T = Tl * CP, W = QKVl. */
 #include "model/gpt_internal.h"
 
@@ -32,7 +34,8 @@ int tr_gpt_set_cp(tr_gpt *g, tr_comm *cp_comm)
     if (s->T % 2)
         return tr_fail(TR_ERR_INVALID, "context parallelism: %d local tokens are not two chunks",
                        s->T);
-    if (!g->k->attention_rows_forward || !g->k->attention_rows_backward)
+    if (!g->k->attention_rows_forward || !g->k->attention_rows_backward || !g->k->gather_rows ||
+        !g->k->scatter_add_rows)
         return tr_fail(TR_ERR_CONFIG, "the %s backend has no attention_rows kernels: context "
                        "parallelism runs on training.device cpu", g->k->name);
     if (gpt_atty16(g) || gpt_qkv16(g) || s->num_experts)
@@ -43,11 +46,14 @@ int tr_gpt_set_cp(tr_gpt *g, tr_comm *cp_comm)
 
 void gpt_cp_free(tr_gpt *g)
 {
-    g->k->free(g->cp_gathered);
     g->k->free(g->cp_full);
     g->k->free(g->cp_dfull);
-    g->cp_gathered = g->cp_full = g->cp_dfull = NULL;
-    g->cp_floats = 0;
+    g->k->free(g->cp_kv);
+    g->k->free(g->cp_kv_all);
+    g->k->free(g->cp_idx);
+    g->cp_full = g->cp_dfull = g->cp_kv = g->cp_kv_all = NULL;
+    g->cp_idx = NULL;
+    g->cp_B = 0;
 }
 
 int gpt_cp_positions(tr_gpt_acts *a)
@@ -64,55 +70,111 @@ int gpt_cp_positions(tr_gpt_acts *a)
     return rc;
 }
 
-static int ensure_buffers(tr_gpt *g, int B)
+/* Sizes of one micro-batch of B, in HS-float units (a head's query, key or value of a token):
+ * per token NGl groups of R+2 units; M_kv = this rank's K and V units; the rows' maps. */
+typedef struct {
+    int cp, Tl, c, T, R, units; /* units: per token */
+    size_t n_kv, n_seq;          /* this rank's K/V units; units of (B, T) tokens */
+} cp_sizes;
+
+static cp_sizes sizes_of(const tr_gpt *g, int B)
 {
-    size_t n = (size_t)B * g->s.T * gpt_cp_size(g) * g->QKVl;
-    if (n <= g->cp_floats)
-        return TR_OK;
-    gpt_cp_free(g);
-    g->cp_gathered = g->k->alloc(n * sizeof(float));
-    g->cp_full = g->k->alloc(n * sizeof(float));
-    g->cp_dfull = g->k->alloc(n * sizeof(float));
-    if (!g->cp_gathered || !g->cp_full || !g->cp_dfull) {
-        gpt_cp_free(g);
-        return tr_fail(TR_ERR_NOMEM, "out of memory for context-parallel attention (3 x %zu MiB)",
-                       n * sizeof(float) >> 20);
-    }
-    g->cp_floats = n;
+    cp_sizes z = {.cp = gpt_cp_size(g), .Tl = g->s.T, .c = g->s.T / 2, .R = g->NHl / g->NGl};
+    z.T = z.Tl * z.cp;
+    z.units = g->NGl * (z.R + 2);
+    z.n_kv = (size_t)B * z.Tl * g->NGl * 2;
+    z.n_seq = (size_t)B * z.T * z.units;
+    return z;
+}
+
+/* The three row maps (int32, in HS units): kv_pack (n_kv): this rank's K/V units in its qkv;
+ * kv_full (cp n_kv): each gathered K/V unit's place in the sequence-order buffer; dq (B Tl
+ * units): each unit of this rank's dqkv in dfull (queries) or in its tail (summed dK, dV). */
+static int make_maps(tr_gpt *g, int B, const cp_sizes *z, int32_t *pack, int32_t *full,
+                     int32_t *dq)
+{
+    int NG = g->NGl, r = g->s.cp_rank;
+    if ((double)z->n_seq + (double)z->n_kv >= 2147483647.0)
+        return tr_fail(TR_ERR_INVALID, "context parallelism: %zu head units per micro-batch: "
+                       "more than the int32 row maps hold (a smaller micro-batch)", z->n_seq);
+    for (int p = 0; p < z->cp; p++)
+        for (int b = 0; b < B; b++)
+            for (int i = 0; i < z->Tl; i++) {
+                size_t t = (size_t)b * z->T + (size_t)tr_cp_position(z->T, z->cp, p, i);
+                size_t n = (size_t)b * z->Tl + i;
+                for (int gg = 0; gg < NG; gg++)
+                    for (int u = 0; u < 2; u++) {
+                        size_t k = (n * NG + gg) * 2 + u, unit = (size_t)gg * (z->R + 2) + z->R + u;
+                        full[(size_t)p * z->n_kv + k] = (int32_t)(t * z->units + unit);
+                        if (p == 0)
+                            pack[k] = (int32_t)(n * z->units + unit);
+                    }
+                for (int unit = 0; p == r && unit < z->units; unit++) {
+                    int gg = unit / (z->R + 2), u = unit % (z->R + 2);
+                    dq[n * z->units + unit] =
+                        u < z->R ? (int32_t)(t * z->units + unit)
+                                 : (int32_t)(z->n_seq + (n * NG + gg) * 2 + (size_t)(u - z->R));
+                }
+            }
     return TR_OK;
 }
 
-/* Copy every rank's chunks between rank order (CP, B, Tl, W) and sequence order (B, T, W):
- * to_sequence 1 gathers, 0 scatters back. */
-static void reorder(tr_gpt *g, float *rank_order, float *seq_order, int B, int to_sequence)
+static int ensure_buffers(tr_gpt *g, int B)
 {
-    int cp = gpt_cp_size(g), Tl = g->s.T, c = Tl / 2, T = Tl * cp;
-    size_t W = (size_t)g->QKVl, bytes = (size_t)c * W * sizeof(float);
-    for (int p = 0; p < cp; p++)
-        for (int b = 0; b < B; b++)
-            for (int h = 0; h < 2; h++) {
-                float *r = rank_order + (((size_t)p * B + b) * Tl + (size_t)h * c) * W;
-                float *q = seq_order + ((size_t)b * T + (size_t)tr_cp_chunk(cp, p, h) * c) * W;
-                if (to_sequence)
-                    g->k->copy(NULL, q, r, bytes);
-                else
-                    g->k->copy(NULL, r, q, bytes);
-            }
+    if (B == g->cp_B)
+        return TR_OK;
+    gpt_cp_free(g);
+    cp_sizes z = sizes_of(g, B);
+    size_t HS = (size_t)g->HS, n_dq = (size_t)B * z.Tl * z.units;
+    size_t n_idx = z.n_kv + z.cp * z.n_kv + n_dq;
+    int32_t *host = tr_alloc(n_idx * sizeof *host, "context-parallel row maps");
+    g->cp_full = g->k->alloc(z.n_seq * HS * sizeof(float));
+    g->cp_dfull = g->k->alloc((z.n_seq + z.n_kv) * HS * sizeof(float));
+    g->cp_kv = g->k->alloc(z.n_kv * HS * sizeof(float));
+    g->cp_kv_all = g->k->alloc(z.cp * z.n_kv * HS * sizeof(float));
+    g->cp_idx = g->k->alloc(n_idx * sizeof(int32_t));
+    int rc = host && g->cp_full && g->cp_dfull && g->cp_kv && g->cp_kv_all && g->cp_idx
+                 ? TR_OK
+                 : tr_fail(TR_ERR_NOMEM, "out of memory for context-parallel attention (%zu MiB)",
+                           (2 * z.n_seq + (z.cp + 2) * z.n_kv) * HS * sizeof(float) >> 20);
+    if (!rc)
+        rc = make_maps(g, B, &z, host, host + z.n_kv, host + z.n_kv + z.cp * z.n_kv);
+    if (!rc)
+        g->k->to_device(NULL, g->cp_idx, host, n_idx * sizeof(int32_t));
+    tr_free(host);
+    if (rc)
+        gpt_cp_free(g);
+    else
+        g->cp_B = B;
+    return rc;
 }
 
-/* The group's qkv rows in sequence order in cp_full. */
+/* The group's keys and values, and this rank's queries, in sequence order in cp_full: only
+ * K and V units travel (all-gathered), placed by the kv_full map; this rank's own rows are
+ * then copied whole (their K and V are the same values). */
 static int gather_rows(tr_gpt *g, const float *qkv, int B)
 {
     int rc = ensure_buffers(g, B);
-    if (!rc)
-        rc = tr_comm_allgather(g->cp, qkv, g->cp_gathered,
-                               (size_t)B * g->s.T * gpt_cp_size(g) * g->QKVl, TR_COMM_F32);
     if (rc)
-        return tr_fail_context(rc, "context-parallel all-gather of qkv");
-    reorder(g, g->cp_gathered, g->cp_full, B, 1);
+        return rc;
+    cp_sizes z = sizes_of(g, B);
+    const tr_kernels *k = g->k;
+    size_t HS = (size_t)g->HS, W = (size_t)g->QKVl;
+    k->gather_rows(NULL, g->cp_kv, qkv, g->cp_idx, (int)z.n_kv, g->HS);
+    rc = tr_comm_allgather(g->cp, g->cp_kv, g->cp_kv_all, z.cp * z.n_kv * HS, TR_COMM_F32);
+    if (rc)
+        return tr_fail_context(rc, "context-parallel all-gather of keys and values");
+    k->zero(NULL, g->cp_full, z.n_seq * HS * sizeof(float));
+    k->scatter_add_rows(NULL, g->cp_full, g->cp_kv_all, g->cp_idx + z.n_kv, NULL,
+                        (int)(z.cp * z.n_kv), g->HS);
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < 2; h++) {
+            size_t at = (size_t)b * z.T + (size_t)tr_cp_chunk(z.cp, g->s.cp_rank, h) * z.c;
+            k->copy(NULL, g->cp_full + at * W, qkv + ((size_t)b * z.Tl + (size_t)h * z.c) * W,
+                    (size_t)z.c * W * sizeof(float));
+        }
     return TR_OK;
 }
-
 int gpt_cp_attention_forward(tr_gpt *g, float *out, float *lse, const float *qkv, int B)
 {
     if (g->segments)
@@ -138,21 +200,28 @@ int gpt_cp_attention_backward(tr_gpt *g, float *dqkv, const float *dout, const f
     int rc = gather_rows(g, qkv, B);
     if (rc)
         return rc;
-    int cp = gpt_cp_size(g), Tl = g->s.T, c = Tl / 2, T = Tl * cp, r = g->s.cp_rank;
-    size_t rows = (size_t)B * Tl * g->QKVl;
-    g->k->zero(NULL, g->cp_dfull, rows * cp * sizeof(float));
+    cp_sizes z = sizes_of(g, B);
+    int r = g->s.cp_rank, c = z.c;
+    size_t HS = (size_t)g->HS, W = (size_t)g->QKVl;
+    g->k->zero(NULL, g->cp_dfull, z.n_seq * HS * sizeof(float));
     for (int b = 0; b < B; b++)
         for (int h = 0; h < 2; h++) {
-            int q0 = tr_cp_chunk(cp, r, h) * c;
-            size_t o = ((size_t)b * Tl + (size_t)h * c) * g->Al;
-            g->k->attention_rows_backward(NULL, g->cp_dfull + (size_t)b * T * g->QKVl, dout + o,
-                                          g->cp_full + (size_t)b * T * g->QKVl, out + o,
+            int q0 = tr_cp_chunk(z.cp, r, h) * c;
+            size_t o = ((size_t)b * z.Tl + (size_t)h * c) * g->Al;
+            g->k->attention_rows_backward(NULL, g->cp_dfull + (size_t)b * z.T * W, dout + o,
+                                          g->cp_full + (size_t)b * z.T * W, out + o,
                                           lse + ((size_t)b * 2 + h) * g->NHl * c, g->alibi, 1,
                                           q0 + c, q0, g->NHl, g->NGl, g->HS);
         }
-    /* each owner's rows: the sum over ranks of their dK, dV (and its own dQ) */
-    reorder(g, g->cp_gathered, g->cp_dfull, B, 0);
-    rc = tr_comm_reduce_scatter(g->cp, g->cp_gathered, dqkv, rows * cp, TR_COMM_F32,
-                                TR_COMM_SUM);
-    return rc ? tr_fail_context(rc, "context-parallel reduce-scatter of dqkv") : TR_OK;
+    /* every rank's dK, dV units in rank order, summed at their owner into dfull's tail */
+    g->k->gather_rows(NULL, g->cp_kv_all, g->cp_dfull, g->cp_idx + z.n_kv,
+                      (int)(z.cp * z.n_kv), g->HS);
+    rc = tr_comm_reduce_scatter(g->cp, g->cp_kv_all, g->cp_dfull + z.n_seq * HS,
+                                z.cp * z.n_kv * HS, TR_COMM_F32, TR_COMM_SUM);
+    if (rc)
+        return tr_fail_context(rc, "context-parallel reduce-scatter of dK and dV");
+    /* dqkv: the queries' gradient from dfull, the keys' and values' from the tail */
+    g->k->gather_rows(NULL, dqkv, g->cp_dfull, g->cp_idx + z.n_kv + z.cp * z.n_kv,
+                      B * z.Tl * z.units, g->HS);
+    return TR_OK;
 }

@@ -169,11 +169,13 @@ struct tr_gpt {
     uint64_t dropout_sample;
     const int32_t *segments; /* of the micro-batch being run (its acts'), NULL: whole rows */
     const int32_t *positions; /* the same micro-batch's restarting positions (rope), or NULL */
-    /* context parallelism (gpt_cp.c): the CP group, and backend buffers of B*T*CP qkv rows:
-     * the gathered rows in rank order, the same in sequence order, its gradient */
+    /* context parallelism (gpt_cp.c): the CP group; backend buffers for micro-batches of
+     * cp_B: full, dfull (B, T*CP) qkv rows in sequence order (dfull then the owner's summed
+     * dK, dV), kv / kv_all this rank's / the group's K and V units, cp_idx their row maps */
     tr_comm *cp;
-    float *cp_gathered, *cp_full, *cp_dfull;
-    size_t cp_floats;
+    float *cp_full, *cp_dfull, *cp_kv, *cp_kv_all;
+    int32_t *cp_idx;
+    int cp_B;
 };
 
 /* MoE: expert e's tensor `which` (L_FC_W .. L_FCPROJ_B) of layer l; NULL where absent */

@@ -30,8 +30,16 @@ int config_check_cp(const tr_config *c)
         {strcmp(c->training.precision, "fp32") != 0, "training.precision",
          "16-bit precision (its attention keeps bf16 storage; context parallelism runs fp32)"},
         {strcmp(c->training.device, "cpu") != 0, "training.device",
-         "training.device cuda (the attention_rows kernels exist on the CPU backend only)"},
+         "training.device cuda (its attention_rows kernels are compile-checked, not yet run on a "
+         "GPU)"},
     };
+    int tp = c->parallel.tensor_model_parallel_size, mb = c->training.micro_batch_size;
+    if (c->parallel.sequence_parallel && tp > 1 && (long long)mb * (T / cp) % tp)
+        return config_bad(c, "parallel.sequence_parallel", key,
+                          "sequence parallelism splits each rank's micro_batch_size x seq_length "
+                          "/ context_parallel_size = %d x %d token rows over "
+                          "tensor_model_parallel_size %d, which needs them to be divisible",
+                          mb, T / cp, tp);
     for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++)
         if (refused[i].on)
             return config_bad(c, key, refused[i].key,

@@ -95,7 +95,8 @@ static void backward_unit(void *ctx, size_t u)
             for (int j = 0; j <= t; j++) {
                 const float *k = qkv_b + (size_t)j * a->row + ko;
                 const float *v = qkv_b + (size_t)j * a->row + vo;
-                float *dk = dqkv_b + (size_t)j * a->row + ko, *dv = dqkv_b + (size_t)j * a->row + vo;
+                float *dk = dqkv_b + (size_t)j * a->row + ko;
+                float *dv = dqkv_b + (size_t)j * a->row + vo;
                 float p = cpu_expf(score(a, qkv_b, g, h, t, j) - lse);
                 float ds = p * (dot(dO, v, HS) - D) * a->scale;
 #pragma omp simd

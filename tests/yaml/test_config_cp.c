@@ -35,6 +35,12 @@ static void test_context_parallel_size(void **state)
         {"training.precision=fp16", "(training.precision); allowed: context_parallel_size 1"},
         {"training.device=cuda", "with training.device cuda"},
     };
+    /* sequence parallelism over each rank's T / CP tokens: 2 x 32/4 = 16 rows over TP 32 */
+    const char *sp[] = {"parallel.sequence_parallel=true", "parallel.tensor_model_parallel_size=32",
+                        "model.num_attention_heads=32"};
+    tr_t_expect(CP(4), sp, 3, "--set parallel.sequence_parallel",
+                "micro_batch_size x seq_length / context_parallel_size = 2 x 8 token rows over "
+                "tensor_model_parallel_size 32");
     for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++) {
         const char *ov[] = {refused[i].set};
         tr_t_expect(CP(2), ov, 1, "t.yaml:13:3: parallel.context_parallel_size = 2 ",
