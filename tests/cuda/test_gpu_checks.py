@@ -14,11 +14,12 @@
                      residual with one norm, exact GELU), Phi-2 (one norm, the output layer's
                      bias: the head in fp32) and Gemma (heads of kv_channels 16, GeGLU with the
                      exact GELU, norms scaling by 1 + weight, the embedding times 8) switches,
-                     GPT-J's, GPT-BigCode's, MPT's and OPT's (GPT-2's with the MLP's ReLU), and
-                     a Mixtral-like mixture of experts, on the GPU vs the CPU: fp32 within 1e-4,
-                     bf16 within 2e-2 of the CPU's fp32 (the families' CUDA kernels: rope,
-                     RMSNorm, SwiGLU, GeGLU, GQA/ALiBi attention, the exact GELU, ReLU, the MoE
-                     router, gather and scatter)
+                     GPT-J's, GPT-BigCode's, MPT's and OPT's (GPT-2's with the MLP's ReLU), a
+                     Mixtral-like mixture of experts, and hidden and attention dropout (0.1 each),
+                     on the GPU vs the CPU: fp32 within 1e-4, bf16 within 2e-2 of the CPU's fp32
+                     (the families' CUDA kernels: rope, RMSNorm, SwiGLU, GeGLU, GQA/ALiBi
+                     attention, the exact GELU, ReLU, the MoE router, gather and scatter, dropout's
+                     masks)
   checkpoint         a checkpoint saved on the GPU (iteration 5) resumes on the CPU, and one
                      saved on the CPU resumes on the GPU: iterations 6-10 within 1e-4 of the
                      uninterrupted runs on both backends (fp32); a bf16 run's checkpoint resumes
@@ -77,6 +78,10 @@ FAMILIES["opt"] = ["model.relu=true"]
 FAMILIES["moe"] = FAMILIES["llama"] + ["model.num_experts=4", "model.moe_router_topk=2",
                                        "model.moe_aux_loss_coeff=0.01", "model.moe_z_loss_coeff=0.001",
                                        "model.init_method_std=0.06"]  # (as layouts-moe: no near-tie routing)
+# hidden and attention dropout (GPT-2's layer, 4 heads of 16: bf16 on the tensor-core kernels' dropout
+# variants, fp32 on flash.cu's): kernels/cuda/dropout.cu and the attention's masks, the CPU's bits
+FAMILIES["dropout"] = ["model.hidden_dropout=0.1", "model.attention_dropout=0.1",
+                       "model.num_attention_heads=4"]
 
 
 def parse(argv):
