@@ -379,6 +379,19 @@ if group in ("cp", "all"):
         cases.append((name,))
         if base_f is not None:
             compare(name, run(name, 4, 1, 1, CP2, *FAMILIES[fam]), base_f)
+    # validation (forward only) at CP 2: the single process's val_loss at iterations 5 and 10
+    EVAL = ["training.eval_interval=5", "training.eval_iters=2"]
+    vals = []
+    for name, world, sets in (("eval-single", 1, EVAL), ("eval-c2", 2, [CP2, *EVAL])):
+        out = os.path.join(work, name)
+        r = tt.run(tt.train_cmd(trident, config, out, world, 1, 1, sets, flags=["--quiet"]),
+                   timeout=300)
+        vals.append([m["val_loss"] for m in tt.metrics(out) if "val_loss" in m]
+                    if r.returncode == 0 else [])
+    cases.append(("eval-c2",))
+    worst = max((abs(a - b) / abs(b) for a, b in zip(vals[1], vals[0])), default=1.0)
+    tt.check(f"eval-c2: val_loss at CP 2 against one process: worst rel diff {worst:.1e}",
+             len(vals[0]) == 2 and len(vals[1]) == 2 and worst <= 1e-5)
     # a world that the layout does not divide is refused before training, naming the key
     r = tt.run(tt.train_cmd(trident, config, os.path.join(work, "c2-world3"), 3, 1, 1, (CP2,),
                             flags=["--quiet"]), timeout=120)
