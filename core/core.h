@@ -91,9 +91,15 @@ double tr_now(void);
  *  tr_utf8_invalid_len: 0 when s[0, len) (len >= 1) starts with a well-formed sequence, else
  *      the length of its maximal subpart (the bytes one U+FFFD replaces, as Python's and
  *      tokenizers' lossy decoding do; at least 1);
- *  tr_utf8_valid_prefix: the length of the longest well-formed prefix of s[0, len). */
+ *  tr_utf8_valid_prefix: the length of the longest well-formed prefix of s[0, len);
+ *  tr_utf8_lossy: s[0, len) into out with each maximal ill-formed subpart replaced by one U+FFFD
+ *      (EF BF BD): Python's bytes.decode("utf-8", "replace"), Rust's from_utf8_lossy,
+ *      Unicode's recommended practice; with per_byte, one U+FFFD for each of its bytes
+ *      (sentencepiece's normalizer). Returns the bytes written (at most 3 len); out NULL:
+ *      the bytes it would write. */
 size_t tr_utf8_invalid_len(const unsigned char *s, size_t len);
 size_t tr_utf8_valid_prefix(const unsigned char *s, size_t len);
+size_t tr_utf8_lossy(const unsigned char *s, size_t len, int per_byte, char *out);
 
 /* JSON writing: a tiny streaming writer (objects/arrays nest up to 32 deep). Strings are
  * written as valid JSON whatever their bytes: each ill-formed UTF-8 subpart as one \ufffd. */

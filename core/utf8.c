@@ -57,3 +57,23 @@ size_t tr_utf8_valid_prefix(const unsigned char *s, size_t len)
     }
     return len;
 }
+
+size_t tr_utf8_lossy(const unsigned char *s, size_t len, int per_byte, char *out)
+{
+    size_t i = 0, o = 0;
+    while (i < len) {
+        size_t good = tr_utf8_valid_prefix(s + i, len - i);
+        if (out)
+            memcpy(out + o, s + i, good);
+        o += good;
+        i += good;
+        if (i < len) {
+            size_t bad = tr_utf8_invalid_len(s + i, len - i), n = per_byte ? bad : 1;
+            for (size_t k = 0; out && k < n; k++)
+                memcpy(out + o + 3 * k, "\xEF\xBF\xBD", 3);
+            o += 3 * n;
+            i += bad;
+        }
+    }
+    return o;
+}

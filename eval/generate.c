@@ -15,21 +15,10 @@ static int lossy_utf8(char **text, size_t len)
     const unsigned char *s = (const unsigned char *)*text;
     if (tr_utf8_valid_prefix(s, len) == len)
         return TR_OK;
-    char *out = malloc(3 * len + 1), *o = out; /* each bad byte at most one U+FFFD */
+    char *out = malloc(tr_utf8_lossy(s, len, 0, NULL) + 1);
     if (!out)
         return tr_fail(TR_ERR_NOMEM, "out of memory");
-    for (size_t i = 0; i < len;) {
-        size_t ok = tr_utf8_valid_prefix(s + i, len - i);
-        memcpy(o, s + i, ok);
-        o += ok;
-        i += ok;
-        if (i < len) {
-            memcpy(o, "\xef\xbf\xbd", 3);
-            o += 3;
-            i += tr_utf8_invalid_len(s + i, len - i);
-        }
-    }
-    *o = '\0';
+    out[tr_utf8_lossy(s, len, 0, out)] = '\0';
     free(*text);
     *text = out;
     return TR_OK;

@@ -195,29 +195,13 @@ static int append_ids(tr_encoder *e, const int32_t *src, int k)
 
 /* text with every maximal invalid UTF-8 subpart replaced by U+FFFD (EF BF BD); sentencepiece's
  * own models: every byte of one, as its normalizer does. */
-static size_t invalid_len(const tr_tokenizer *t, const unsigned char *s, size_t n)
-{
-    return t->spm_type ? 1 : tr_utf8_invalid_len(s, n);
-}
-
 static int repair_utf8(tr_encoder *e, const char **text, size_t *len)
 {
     const unsigned char *s = (const unsigned char *)*text;
-    size_t n = *len, ok = tr_utf8_valid_prefix(s, n);
-    if (ok == n)
+    size_t n = *len;
+    if (tr_utf8_valid_prefix(s, n) == n)
         return TR_OK;
-    size_t need = 1; /* the repaired length: each maximal invalid subpart becomes 3 bytes */
-    for (size_t i = ok; i < n;) {
-        size_t good = tr_utf8_valid_prefix(s + i, n - i), bad = 0;
-        i += good;
-        need += good;
-        if (i < n) {
-            bad = invalid_len(e->t, s + i, n - i);
-            i += bad;
-            need += 3;
-        }
-    }
-    need += ok;
+    size_t need = tr_utf8_lossy(s, n, e->t->spm_type != NULL, NULL) + 1;
     if (need > e->clean_cap) {
         char *p = realloc(e->clean, need);
         if (!p)
@@ -225,20 +209,8 @@ static int repair_utf8(tr_encoder *e, const char **text, size_t *len)
         e->clean = p;
         e->clean_cap = need;
     }
-    size_t i = 0, o = 0;
-    while (i < n) {
-        size_t good = tr_utf8_valid_prefix(s + i, n - i);
-        memcpy(e->clean + o, s + i, good);
-        o += good;
-        i += good;
-        if (i < n) {
-            i += invalid_len(e->t, s + i, n - i);
-            memcpy(e->clean + o, "\xEF\xBF\xBD", 3);
-            o += 3;
-        }
-    }
+    *len = tr_utf8_lossy(s, n, e->t->spm_type != NULL, e->clean);
     *text = e->clean;
-    *len = o;
     return TR_OK;
 }
 
