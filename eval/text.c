@@ -138,13 +138,13 @@ int tr_text_case(const char *s, size_t n, int upper, char **out, size_t *out_len
     size_t len = 0, i = 0;
     uint32_t prev = 0;
     while (i < n) {
-        size_t at = i;
-        uint32_t c = tr_text_next(s, n, &i), m[3];
-        if (c == 0xFFFD && (unsigned char)s[at] != 0xef) { /* a byte that is not UTF-8 */
-            o[len++] = s[at];
-            prev = c;
+        const unsigned char *u = (const unsigned char *)s + i;
+        if (u[0] >= 0x80 && tr_utf8_invalid_len(u, n - i)) { /* a byte that is not UTF-8 */
+            o[len++] = s[i++];
+            prev = 0xFFFD;
             continue;
         }
+        uint32_t c = tr_text_next(s, n, &i), m[3];
         int k = map_case(upper, c, m);
         if (!upper && c == 0x3A3 && cased(prev)) { /* final sigma */
             size_t j = i;
