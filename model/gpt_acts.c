@@ -202,7 +202,7 @@ size_t tr_gpt_activation_bytes(const tr_gpt *g, int B, int n_slots)
     size_t floats = scratch_floats(g, B) + (size_t)n_slots * acts_floats(g, B);
     if (g->s.recompute)
         floats += layer_acts_floats(g, B);
-    return floats * sizeof(float);
+    return floats * sizeof(float) + gpt_cp_bytes(g, B);
 }
 
 int gpt_scratch_ensure(tr_gpt *g, int B)

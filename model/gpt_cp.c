@@ -119,6 +119,22 @@ static int make_maps(tr_gpt *g, int B, const cp_sizes *z, int32_t *pack, int32_t
     return TR_OK;
 }
 
+/* The buffers of ensure_buffers: full and dfull (with its tail), kv and kv_all, the maps. */
+static size_t buffer_bytes(const tr_gpt *g, const cp_sizes *z, int B)
+{
+    size_t HS = (size_t)g->HS, n_dq = (size_t)B * z->Tl * z->units;
+    return (2 * z->n_seq + (z->cp + 2) * z->n_kv) * HS * sizeof(float) +
+           ((z->cp + 1) * z->n_kv + n_dq) * sizeof(int32_t);
+}
+
+size_t gpt_cp_bytes(const tr_gpt *g, int B)
+{
+    if (gpt_cp_size(g) == 1)
+        return 0;
+    cp_sizes z = sizes_of(g, B);
+    return buffer_bytes(g, &z, B);
+}
+
 static int ensure_buffers(tr_gpt *g, int B)
 {
     if (B == g->cp_B)
@@ -136,7 +152,7 @@ static int ensure_buffers(tr_gpt *g, int B)
     int rc = host && g->cp_full && g->cp_dfull && g->cp_kv && g->cp_kv_all && g->cp_idx
                  ? TR_OK
                  : tr_fail(TR_ERR_NOMEM, "out of memory for context-parallel attention (%zu MiB)",
-                           (2 * z.n_seq + (z.cp + 2) * z.n_kv) * HS * sizeof(float) >> 20);
+                           buffer_bytes(g, &z, B) >> 20);
     if (!rc)
         rc = make_maps(g, B, &z, host, host + z.n_kv, host + z.n_kv + z.cp * z.n_kv);
     if (!rc)

@@ -493,6 +493,8 @@ TR_MUST_CHECK int gpt_cp_attention_forward(tr_gpt *g, float *out, float *lse, co
 TR_MUST_CHECK int gpt_cp_attention_backward(tr_gpt *g, float *dqkv, const float *dout,
                                             const float *qkv, const float *out, const float *lse,
                                             int B);
+/* Backend bytes of the attention's buffers for micro-batches of B (0 without CP). */
+size_t gpt_cp_bytes(const tr_gpt *g, int B);
 /* Global positions of the acts' rows (set at creation, kept as its position ids). */
 TR_MUST_CHECK int gpt_cp_positions(tr_gpt_acts *a);
 void gpt_cp_free(tr_gpt *g);
