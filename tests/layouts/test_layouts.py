@@ -399,8 +399,10 @@ if group in ("cp", "all"):
              r.returncode == 2 and "world size 3 is not divisible by tensor_model_parallel_size 1 x "
              "context_parallel_size 2 x pipeline_model_parallel_size 1" in r.stderr, r.stderr[-500:])
     # checkpoints: CP ranks hold the same weights (one writer), so a save at CP 2 resumes at CP 1
-    # and one at CP 1 resumes at CP 2, each continuing as the uninterrupted run (iterations 6-10)
-    for name, save_sets, load_sets in (("ckpt-c2-to-c1", [CP2], []), ("ckpt-c1-to-c2", [], [CP2])):
+    # and one at CP 1 resumes at CP 2, each continuing as the uninterrupted run (iterations 6-10);
+    # the first with ZeRO-1 (Adam's moments sharded over the D x CP ranks, each writing its shard)
+    for name, save_sets, load_sets in (("ckpt-c2-zero1-to-c1", [CP2, "parallel.zero_stage=1"], []),
+                                       ("ckpt-c1-to-c2", [], [CP2])):
         ckpt = os.path.join(work, name + "-saved")
         runs = []
         for i, (sets, extra) in enumerate(((save_sets, [f"checkpoint.save={ckpt}",
