@@ -1,6 +1,8 @@
 /* Helpers shared by the kernels tests (see kt.h). */
 #include "kt.h"
 
+#include "core/philox.h"
+
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -149,3 +151,83 @@ int32_t *kt_segments(kt_att_shape s, const int *lens, int n)
                 seg[b * s.T + t++] = id;
     return seg;
 }
+
+/* keep * scale of element (head0 + h, query t, key j) of batch b (core/philox.h), else 0 */
+static double keep_scale(const tr_dropout *d, int b, int h, int t, int j, int T)
+{
+    uint64_t e = ((uint64_t)(d->head0 + h) * (uint64_t)T + (uint64_t)t) * (uint64_t)T + (uint64_t)j;
+    return tr_dropout_keep(d->seed, d->first_sample + (uint64_t)b, d->site, e, d->threshold)
+               ? (double)d->scale
+               : 0.0;
+}
+
+void kt_ref_attention(kt_att_shape s, const float *qkv, const float *dout, const float *alibi,
+                      const int32_t *seg, const tr_dropout *drop, kt_ref_result *r)
+{
+    double scale = 1.0 / sqrt((double)s.HS);
+    int T = s.T, R = s.NH / s.NG;
+    double *p = malloc(sizeof(double) * T), *dp = malloc(sizeof(double) * T),
+           *dpa = malloc(sizeof(double) * T), *m = malloc(sizeof(double) * T);
+    assert_true(p && dp && dpa && m);
+    for (int b = 0; b < s.B; b++)
+        for (int h = 0; h < s.NH; h++)
+            for (int t = 0; t < T; t++) {
+                int g = h / R, qu = h % R, s0 = 0;
+                if (seg)
+                    for (s0 = t; s0 > 0 && seg[b * T + s0 - 1] == seg[b * T + t];)
+                        s0--;
+                double mx = -INFINITY;
+                for (int j = s0; j <= t; j++) {
+                    double dot = 0;
+                    for (int d = 0; d < s.HS; d++)
+                        dot += (double)qkv[kt_qkv_at(s, b, t, g, qu, d)] *
+                               qkv[kt_qkv_at(s, b, j, g, R, d)];
+                    p[j] = dot * scale + (alibi ? (double)alibi[h] * (j - t) : 0.0);
+                    mx = fmax(mx, p[j]);
+                    m[j] = drop ? keep_scale(drop, b, h, t, j, T) : 1.0;
+                }
+                double sum = 0;
+                for (int j = s0; j <= t; j++)
+                    sum += exp(p[j] - mx);
+                r->lse[((size_t)b * s.NH + h) * T + t] = mx + log(sum);
+                for (int j = s0; j <= t; j++)
+                    p[j] = exp(p[j] - mx) / sum;
+                for (int d = 0; d < s.HS; d++) {
+                    double o = 0, oa = 0;
+                    for (int j = s0; j <= t; j++) {
+                        o += p[j] * m[j] * qkv[kt_qkv_at(s, b, j, g, R + 1, d)];
+                        oa += p[j] * m[j] * fabs(qkv[kt_qkv_at(s, b, j, g, R + 1, d)]);
+                    }
+                    r->out[kt_out_at(s, b, t, h, d)] = o;
+                    r->out_s[kt_out_at(s, b, t, h, d)] = oa;
+                }
+                double dot = 0, dota = 0;
+                for (int j = s0; j <= t; j++) {
+                    dp[j] = dpa[j] = 0;
+                    for (int d = 0; d < s.HS; d++) {
+                        double term = (double)dout[kt_out_at(s, b, t, h, d)] *
+                                      qkv[kt_qkv_at(s, b, j, g, R + 1, d)];
+                        dp[j] += term;
+                        dpa[j] += fabs(term);
+                    }
+                    dp[j] *= m[j], dpa[j] *= m[j];
+                    dot += p[j] * dp[j];
+                    dota += p[j] * dpa[j];
+                }
+                for (int j = s0; j <= t; j++) {
+                    double ds = p[j] * (dp[j] - dot), dsa = p[j] * (dpa[j] + dota);
+                    for (int d = 0; d < s.HS; d++) {
+                        size_t iq = kt_qkv_at(s, b, t, g, qu, d), ik = kt_qkv_at(s, b, j, g, R, d),
+                               iv = kt_qkv_at(s, b, j, g, R + 1, d);
+                        r->dqkv[iq] += scale * ds * qkv[ik];
+                        r->dqkv_s[iq] += scale * dsa * fabs(qkv[ik]);
+                        r->dqkv[ik] += scale * ds * qkv[iq];
+                        r->dqkv_s[ik] += scale * dsa * fabs(qkv[iq]);
+                        r->dqkv[iv] += p[j] * m[j] * dout[kt_out_at(s, b, t, h, d)];
+                        r->dqkv_s[iv] += p[j] * m[j] * fabs(dout[kt_out_at(s, b, t, h, d)]);
+                    }
+                }
+            }
+    free(p), free(dp), free(dpa), free(m);
+}
+

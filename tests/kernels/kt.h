@@ -46,5 +46,16 @@ size_t kt_out_at(kt_att_shape s, int b, int t, int h, int d);
 /* Segment ids (B, T) of packed sequences: runs of lengths cycling through lens[0..n) (row b
  * starting at lens[b % n]); NULL when n == 0. free() it. */
 int32_t *kt_segments(kt_att_shape s, const int *lens, int n);
+/* The attention reference: the whole (T, T) matrix of probabilities per (batch, head) in double
+ * (softmax of each query row over its keys, other packed sequences masked, ALiBi slopes or
+ * NULL), with drop (or NULL) kernels.h's attention_gqa_dropout_*'s mask M = keep * scale:
+ * out = (P M) V, dP = M (dO V^T), dS = P (dP - rowsum(P dP)), dV += (P M)^T dO. Writes out and
+ * lse, accumulates dqkv (zero it first), and the sums of magnitudes (out_s, dqkv_s) that
+ * bound their rounding. */
+typedef struct {
+    double *out, *out_s, *lse, *dqkv, *dqkv_s;
+} kt_ref_result;
+void kt_ref_attention(kt_att_shape s, const float *qkv, const float *dout, const float *alibi,
+                      const int32_t *seg, const tr_dropout *drop, kt_ref_result *r);
 
 #endif

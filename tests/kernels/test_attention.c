@@ -17,81 +17,6 @@
 
 typedef kt_att_shape shape;
 
-/* The reference: out, lse, dqkv (accumulated), and sums of magnitudes for tolerances. */
-typedef struct {
-    double *out, *out_s, *lse, *dqkv, *dqkv_s;
-} ref_result;
-
-static void ref_attention(shape s, const float *qkv, const float *dout, const float *alibi,
-                          const int32_t *seg, ref_result *r)
-{
-    double scale = 1.0 / sqrt((double)s.HS);
-    int T = s.T, R = s.NH / s.NG;
-    double *p = malloc(sizeof(double) * T), *dp = malloc(sizeof(double) * T),
-           *dpa = malloc(sizeof(double) * T);
-    assert_true(p && dp && dpa);
-    for (int b = 0; b < s.B; b++)
-        for (int h = 0; h < s.NH; h++)
-            for (int t = 0; t < T; t++) {
-                int g = h / R, qu = h % R, s0 = 0;
-                if (seg)
-                    for (s0 = t; s0 > 0 && seg[b * T + s0 - 1] == seg[b * T + t];)
-                        s0--;
-                double mx = -INFINITY;
-                for (int j = s0; j <= t; j++) {
-                    double dot = 0;
-                    for (int d = 0; d < s.HS; d++)
-                        dot += (double)qkv[kt_qkv_at(s, b, t, g, qu, d)] *
-                               qkv[kt_qkv_at(s, b, j, g, R, d)];
-                    p[j] = dot * scale + (alibi ? (double)alibi[h] * (j - t) : 0.0);
-                    mx = fmax(mx, p[j]);
-                }
-                double sum = 0;
-                for (int j = s0; j <= t; j++)
-                    sum += exp(p[j] - mx);
-                r->lse[((size_t)b * s.NH + h) * T + t] = mx + log(sum);
-                for (int j = s0; j <= t; j++)
-                    p[j] = exp(p[j] - mx) / sum;
-                for (int d = 0; d < s.HS; d++) {
-                    double o = 0, oa = 0;
-                    for (int j = s0; j <= t; j++) {
-                        o += p[j] * qkv[kt_qkv_at(s, b, j, g, R + 1, d)];
-                        oa += p[j] * fabs(qkv[kt_qkv_at(s, b, j, g, R + 1, d)]);
-                    }
-                    r->out[kt_out_at(s, b, t, h, d)] = o;
-                    r->out_s[kt_out_at(s, b, t, h, d)] = oa;
-                }
-                double dot = 0, dota = 0;
-                for (int j = s0; j <= t; j++) {
-                    dp[j] = dpa[j] = 0;
-                    for (int d = 0; d < s.HS; d++) {
-                        double term = (double)dout[kt_out_at(s, b, t, h, d)] *
-                                      qkv[kt_qkv_at(s, b, j, g, R + 1, d)];
-                        dp[j] += term;
-                        dpa[j] += fabs(term);
-                    }
-                    dot += p[j] * dp[j];
-                    dota += p[j] * dpa[j];
-                }
-                for (int j = s0; j <= t; j++) {
-                    double ds = p[j] * (dp[j] - dot), dsa = p[j] * (dpa[j] + dota);
-                    for (int d = 0; d < s.HS; d++) {
-                        size_t iq = kt_qkv_at(s, b, t, g, qu, d), ik = kt_qkv_at(s, b, j, g, R, d),
-                               iv = kt_qkv_at(s, b, j, g, R + 1, d);
-                        r->dqkv[iq] += scale * ds * qkv[ik];
-                        r->dqkv_s[iq] += scale * dsa * fabs(qkv[ik]);
-                        r->dqkv[ik] += scale * ds * qkv[iq];
-                        r->dqkv_s[ik] += scale * dsa * fabs(qkv[iq]);
-                        r->dqkv[iv] += p[j] * dout[kt_out_at(s, b, t, h, d)];
-                        r->dqkv_s[iv] += p[j] * fabs(dout[kt_out_at(s, b, t, h, d)]);
-                    }
-                }
-            }
-    free(p);
-    free(dp);
-    free(dpa);
-}
-
 typedef struct {
     shape s;
     float *qkv, *out, *lse, *wt;
@@ -141,9 +66,9 @@ static void check_attention(shape s, float range, int use_alibi, const int *lens
                  use_alibi ? slopes : NULL, kt_segments(s, lens, nlens)};
     kt_fill(c.qkv, nqkv, -range, range);
     kt_fill(c.wt, nout, -1, 1);
-    ref_result r = {kt_doubles(nout), kt_doubles(nout), kt_doubles(nlse), kt_doubles(nqkv),
+    kt_ref_result r = {kt_doubles(nout), kt_doubles(nout), kt_doubles(nlse), kt_doubles(nqkv),
                     kt_doubles(nqkv)};
-    ref_attention(s, c.qkv, c.wt, c.alibi, c.seg, &r);
+    kt_ref_attention(s, c.qkv, c.wt, c.alibi, c.seg, NULL, &r);
     for (size_t i = 0; i < nout; i++)
         c.out[i] = NAN; /* every entry is written */
     att_loss(&c);

@@ -114,71 +114,6 @@ static void test_hidden_fraction(void **state)
 
 typedef kt_att_shape shape;
 
-/* The whole matrix in double: P = softmax, M = keep * scale, out = (P M) V; dP = M (dO V^T),
- * dS = P (dP - sum P dP); dV += P M dO. Writes out, lse, dqkv (zeroed first). */
-static void ref_attention(shape s, const float *qkv, const float *dout, const float *alibi,
-                          const int32_t *seg, const tr_dropout *dr, double *out, double *lse,
-                          double *dqkv)
-{
-    double scale = 1.0 / sqrt((double)s.HS);
-    int T = s.T, R = s.NH / s.NG;
-    double *p = malloc(sizeof(double) * T), *dp = malloc(sizeof(double) * T),
-           *m = malloc(sizeof(double) * T);
-    assert_true(p && dp && m);
-    for (int b = 0; b < s.B; b++)
-        for (int h = 0; h < s.NH; h++)
-            for (int t = 0; t < T; t++) {
-                int g = h / R, qu = h % R, s0 = 0;
-                if (seg)
-                    for (s0 = t; s0 > 0 && seg[b * T + s0 - 1] == seg[b * T + t];)
-                        s0--;
-                double mx = -INFINITY, sum = 0, dot = 0;
-                for (int j = s0; j <= t; j++) {
-                    double q_k = 0;
-                    for (int d = 0; d < s.HS; d++)
-                        q_k += (double)qkv[kt_qkv_at(s, b, t, g, qu, d)] *
-                               qkv[kt_qkv_at(s, b, j, g, R, d)];
-                    p[j] = q_k * scale + (alibi ? (double)alibi[h] * (j - t) : 0.0);
-                    mx = fmax(mx, p[j]);
-                    uint64_t e = ((uint64_t)(dr->head0 + h) * T + t) * T + j;
-                    m[j] = tr_dropout_keep(dr->seed, dr->first_sample + b, dr->site, e,
-                                           dr->threshold)
-                               ? dr->scale
-                               : 0.0;
-                }
-                for (int j = s0; j <= t; j++)
-                    sum += exp(p[j] - mx);
-                lse[((size_t)b * s.NH + h) * T + t] = mx + log(sum);
-                for (int j = s0; j <= t; j++)
-                    p[j] = exp(p[j] - mx) / sum;
-                for (int d = 0; d < s.HS; d++) {
-                    double o = 0;
-                    for (int j = s0; j <= t; j++)
-                        o += p[j] * m[j] * qkv[kt_qkv_at(s, b, j, g, R + 1, d)];
-                    out[kt_out_at(s, b, t, h, d)] = o;
-                }
-                for (int j = s0; j <= t; j++) {
-                    dp[j] = 0;
-                    for (int d = 0; d < s.HS; d++)
-                        dp[j] += (double)dout[kt_out_at(s, b, t, h, d)] *
-                                 qkv[kt_qkv_at(s, b, j, g, R + 1, d)];
-                    dp[j] *= m[j];
-                    dot += p[j] * dp[j];
-                }
-                for (int j = s0; j <= t; j++) {
-                    double ds = p[j] * (dp[j] - dot);
-                    for (int d = 0; d < s.HS; d++) {
-                        size_t iq = kt_qkv_at(s, b, t, g, qu, d), ik = kt_qkv_at(s, b, j, g, R, d),
-                               iv = kt_qkv_at(s, b, j, g, R + 1, d);
-                        dqkv[iq] += scale * ds * qkv[ik];
-                        dqkv[ik] += scale * ds * qkv[iq];
-                        dqkv[iv] += p[j] * m[j] * dout[kt_out_at(s, b, t, h, d)];
-                    }
-                }
-            }
-    free(p), free(dp), free(m);
-}
-
 typedef struct {
     shape s;
     float *qkv, *out, *lse, *wt;
@@ -217,15 +152,16 @@ static void check_attention(shape s, double p, int head0, int use_alibi, const i
     c.d.head0 = head0;
     kt_fill(c.qkv, nqkv, -1, 1);
     kt_fill(c.wt, nout, -1, 1);
-    double *out = kt_doubles(nout), *lse = kt_doubles(nlse), *dqkv = kt_doubles(nqkv);
-    ref_attention(s, c.qkv, c.wt, c.alibi, c.seg, &c.d, out, lse, dqkv);
+    kt_ref_result r = {kt_doubles(nout), kt_doubles(nout), kt_doubles(nlse), kt_doubles(nqkv),
+                       kt_doubles(nqkv)};
+    kt_ref_attention(s, c.qkv, c.wt, c.alibi, c.seg, &c.d, &r);
     att_loss(&c);
-    kt_check("dropout attention out", c.out, out, NULL, nout, 1e-4, 1e-5);
-    kt_check("dropout attention lse (undropped)", c.lse, lse, NULL, nlse, 1e-6, 1e-6);
+    kt_check("dropout attention out", c.out, r.out, r.out_s, nout, 1e-5, 1e-7);
+    kt_check("dropout attention lse (undropped)", c.lse, r.lse, NULL, nlse, 1e-6, 1e-6);
     float *dq = kt_floats(nqkv), *scratch = kt_floats(nlse + (size_t)s.B * s.T);
     K->attention_gqa_dropout_backward(NULL, dq, scratch, c.wt, c.qkv, c.out, c.lse, c.alibi,
                                       s.B, s.T, s.NH, s.NG, s.HS, c.seg, c.d);
-    kt_check("dropout attention dqkv", dq, dqkv, NULL, nqkv, 1e-4, 1e-5);
+    kt_check("dropout attention dqkv", dq, r.dqkv, r.dqkv_s, nqkv, 1e-5, 1e-7);
     if (with_fd) {
         double *fd = kt_doubles(nqkv);
         kt_fd_grad(c.qkv, nqkv, 1e-3f, att_loss, &c, fd);
@@ -233,7 +169,7 @@ static void check_attention(shape s, double p, int head0, int use_alibi, const i
         free(fd);
     }
     free(c.qkv), free(c.out), free(c.lse), free(c.wt), free((void *)c.seg);
-    free(out), free(lse), free(dqkv), free(dq), free(scratch);
+    free(r.out), free(r.out_s), free(r.lse), free(r.dqkv), free(r.dqkv_s), free(dq), free(scratch);
 }
 
 static void test_attention_reference(void **state)
