@@ -58,6 +58,11 @@ int meta_default_positions(int scaled_rope, double rope_theta)
                                       : 4096;  /* Llama 2 (Llama 1: 2048) */
 }
 
+double meta_default_rope_factor(int dim, int n_layers)
+{
+    return (dim == 2048 && n_layers == 16) || (dim == 3072 && n_layers == 28) ? 32.0 : 8.0;
+}
+
 /* Meta's FFN width (llama/model.py's FeedForward) */
 static long meta_ffn(int dim, int multiple_of, double multiplier)
 {
@@ -124,8 +129,7 @@ static int optional_num(json_t *root, const char *path, const char *key, double 
     return hf_get_num(root, path, key, dflt, out);
 }
 
-/* params.json -> m (vocab_size 0: from the tensors; the head untied until the files say) */
-static int read_params(const char *dir, tr_model_config *m)
+int meta_read_params(const char *dir, tr_model_config *m)
 {
     char path[4200];
     json_t *root = NULL;
@@ -143,7 +147,7 @@ static int read_params(const char *dir, tr_model_config *m)
     }
     memset(m, 0, sizeof *m);
     int multiple_of = 256, scaled = 0;
-    double multiplier = 0, factor = 8, high = 4;
+    double multiplier = 0, factor = 0, high = 4;
     rc = check_keys(root, path);
     if (!rc)
         rc = hf_get_int(root, path, "dim", -1, &m->hidden_size);
@@ -169,7 +173,10 @@ static int read_params(const char *dir, tr_model_config *m)
     if (!rc)
         rc = hf_get_bool(root, path, "use_scaled_rope", 0, &scaled);
     if (!rc)
-        rc = optional_num(root, path, "rope_scaling_factor", 8.0, &factor);
+        rc = optional_num(root, path, "rope_scaling_factor", 0.0, &factor);
+    json_t *given = json_object_get(root, "rope_scaling_factor"); /* (absent: factor 0) */
+    if (!rc && given && !json_is_null(given) && !(factor >= 1.0))
+        rc = tr_fail(TR_ERR_INVALID, "%s: rope_scaling_factor %g is below 1", path, factor);
     if (!rc)
         rc = optional_num(root, path, "rope_high_freq_factor", 4.0, &high);
     if (!rc && !(high > 1.0))
@@ -204,7 +211,8 @@ static int read_params(const char *dir, tr_model_config *m)
     m->rotary_seq_len_interpolation_factor = 1.0;
     if (scaled) {
         m->use_rope_scaling = 1;
-        m->rope_scaling_factor = factor;
+        m->rope_scaling_factor = factor ? factor
+                                        : meta_default_rope_factor(m->hidden_size, m->num_layers);
         m->rope_scaling_low_freq_factor = 1.0;
         m->rope_scaling_high_freq_factor = high;
         m->rope_scaling_original_max_position_embeddings = 8192;
@@ -448,7 +456,7 @@ int tr_meta_import(const char *meta_dir, const char *ckpt_dir, tr_model_config *
     meta_ckpt k = {0};
     tr_model_config m;
     snprintf(k.dir, sizeof k.dir, "%s", meta_dir);
-    int rc = read_params(meta_dir, &m);
+    int rc = meta_read_params(meta_dir, &m);
     if (!rc)
         rc = count_files(meta_dir, &k.mp);
     if (!rc)

@@ -68,6 +68,14 @@ uint64_t meta_trident_row(const meta_part *p, const meta_dims *d, uint64_t r);
 /* The positions an import takes without max_seq_len: Llama 3.1's 131072 with use_scaled_rope,
  * Llama 3's 8192 with rope_theta 500000, Code Llama's 16384 with 1e6, else Llama 2's 4096. */
 int meta_default_positions(int scaled_rope, double rope_theta);
+/* The rope scaling factor of a use_scaled_rope params.json without rope_scaling_factor: 32 for
+ * Llama 3.2 1B and 3B (dim 2048 with 16 layers, 3072 with 28: their Hugging Face config.json,
+ * transformers' convert_llama_weights_to_hf.py --llama_version 3.2, llama-models issue 241),
+ * else 8 (Llama 3.1, 3.3, 3.2's vision models; llama-models' reference code has 8 for all). */
+double meta_default_rope_factor(int dim, int n_layers);
+/* DIR/params.json -> m (vocab_size 0: from the tensors; the head untied until the files say);
+ * TR_ERR_INVALID naming the file and key for a bad one. */
+TR_MUST_CHECK int meta_read_params(const char *dir, tr_model_config *m);
 /* The trident model's sizes as meta_dims for mp ranks. */
 void meta_dims_of(const tr_model_config *m, int mp, meta_dims *d);
 

@@ -64,7 +64,8 @@ static int write_params(const char *dir, const tr_model_config *m)
     bad |= json_object_set_new(root, "rope_theta", json_real(m->rotary_base));
     if (m->use_rope_scaling) {
         bad |= json_object_set_new(root, "use_scaled_rope", json_true());
-        if (m->rope_scaling_factor != 8.0) /* (llama-models' later key; 8 without it) */
+        /* (llama-models' later key; without it, an import takes meta_default_rope_factor) */
+        if (m->rope_scaling_factor != meta_default_rope_factor(m->hidden_size, m->num_layers))
             bad |= json_object_set_new(root, "rope_scaling_factor",
                                        json_real(m->rope_scaling_factor));
         if (m->rope_scaling_high_freq_factor != 4.0)
