@@ -1,122 +1,181 @@
 /* Context parallelism's attention (kernels.h, attention_rows_*): query rows q0 .. Tk-1 of a
- * qkv buffer of Tk rows against the keys at or before each, GQA layout, optional ALiBi.
- * One (batch, group) unit at a time on the team: it owns the dQ rows of its R query heads and
- * the dK, dV rows of its key and value head, so backward needs no atomics, and each unit adds
- * its terms in a fixed order (results do not depend on the thread count). Plain row-by-row
- * loops, key by key (an online softmax in forward; backward recomputes each probability
- * from the saved lse), so nothing of size Tk is held. */
+ * qkv buffer of Tk rows against the keys at or before each, GQA layout, optional ALiBi; the
+ * flash scheme of attention.c in blocks, scores living one block at a time (on the stack), the
+ * block GEMMs OpenBLAS calls on the calling thread (cpu_gemm_serial).
+ * Forward: one (batch, head, block of QB query rows) unit at a time on the team; per block of
+ * up to KB keys S = scale Q K^T (+ ALiBi), masked past each row's position, the online softmax
+ * (running max m and sum l, the output rescaled when m grows), O += P V; then O /= l and
+ * lse = m + log l. Backward: one (batch, group) unit owns the dQ rows of its R query heads and
+ * the dK, dV rows of its key and value head (no atomics), visiting (head, query block, key
+ * tile) in order: P = exp(S - lse), dS = P (dO V^T - D) with D = rowsum(dO * O), dV += P^T dO,
+ * dK += scale dS^T Q, dQ += scale dS K, accumulated into dqkv. A unit's terms come in a fixed
+ * order, so results do not depend on the thread count. */
 #include "kernels/cpu/cpu_ops.h"
 
 #include <math.h>
+#include <string.h>
+
+#define QB 64  /* query rows per block */
+#define KB 256 /* forward: keys per score block */
+#define KT 64  /* backward: keys per tile */
 
 typedef struct {
     float *out, *lse, *dqkv;
     const float *qkv, *dout, *cout, *clse, *alibi;
-    int Tk, q0, nq, NH, NG, R, HS;
-    size_t row; /* floats per qkv row: NG * (R + 2) * HS */
+    int Tk, q0, nq, NH, NG, R, HS, blocks;
+    int row; /* floats per qkv row: NG * (R + 2) * HS */
     float scale;
 } rows_args;
 
-static float dot(const float *restrict a, const float *restrict b, int n)
+static int min_int(int a, int b) { return a < b ? a : b; }
+
+/* Offsets in a qkv row of head h's query and of its group's key (the value follows it). */
+static size_t q_unit(const rows_args *a, int h)
 {
-    float s = 0.0f;
-#pragma omp simd reduction(+ : s)
-    for (int d = 0; d < n; d++)
-        s += a[d] * b[d];
-    return s;
+    return ((size_t)(h / a->R) * (a->R + 2) + h % a->R) * a->HS;
+}
+static size_t k_unit(const rows_args *a, int h)
+{
+    return ((size_t)(h / a->R) * (a->R + 2) + a->R) * a->HS;
 }
 
-/* The score of query row t (global) of head h in group g against key j. */
-static float score(const rows_args *a, const float *qkv_b, int g, int h, int t, int j)
+/* S (rows, c1 - c0; stride ld) = scale Q[r0..] K[c0:c1]^T (+ ALiBi of head h), keys past each
+ * row's position t = r0 + i set to -INFINITY. q, k: the head's first row in the buffer. */
+static void block_scores(const rows_args *a, float *S, int ld, const float *q, const float *k,
+                         int h, int r0, int rows, int c0, int c1)
 {
-    int HS = a->HS;
-    const float *q = qkv_b + (size_t)t * a->row + ((size_t)g * (a->R + 2) + (h - g * a->R)) * HS;
-    const float *k = qkv_b + (size_t)j * a->row + ((size_t)g * (a->R + 2) + a->R) * HS;
-    return dot(q, k, HS) * a->scale + (a->alibi ? a->alibi[h] * (float)(j - t) : 0.0f);
+    int cols = c1 - c0;
+    cpu_gemm_serial(0, 1, rows, cols, a->HS, a->scale, q + (size_t)r0 * a->row, a->row,
+                    k + (size_t)c0 * a->row, a->row, 0.0f, S, ld);
+    for (int i = 0; i < rows; i++) {
+        int t = r0 + i, hi = t - c0 + 1 < cols ? t - c0 + 1 : cols; /* keys [c0, t] here */
+        float *restrict s = S + (size_t)i * ld;
+        if (a->alibi)
+            for (int j = 0; j < hi; j++)
+                s[j] += a->alibi[h] * (float)(c0 + j - t);
+        for (int j = hi > 0 ? hi : 0; j < cols; j++)
+            s[j] = -INFINITY;
+    }
 }
 
-/* Forward of one (batch, group): per query row an online softmax over its keys in order
- * (running max m, sum l, output rescaled when m grows), then out /= l, lse = m + log l. */
-static void forward_unit(void *ctx, size_t u)
+static void forward_block(void *ctx, size_t u)
 {
     const rows_args *a = ctx;
-    int b = (int)(u / (size_t)a->NG), g = (int)(u % (size_t)a->NG), HS = a->HS;
-    const float *qkv_b = a->qkv + (size_t)b * a->Tk * a->row;
-    size_t vo = ((size_t)g * (a->R + 2) + a->R + 1) * HS;
-    for (int h = g * a->R; h < (g + 1) * a->R; h++)
-        for (int i = 0; i < a->nq; i++) {
-            int t = a->q0 + i;
-            float *o = a->out + (((size_t)b * a->nq + i) * a->NH + h) * HS;
-            float m = -INFINITY, l = 0.0f;
-            for (int d = 0; d < HS; d++)
-                o[d] = 0.0f;
-            for (int j = 0; j <= t; j++) {
-                float sc = score(a, qkv_b, g, h, t, j);
-                if (sc > m) {
-                    float c = cpu_expf(m - sc); /* 0 on the first key */
-                    l *= c;
-#pragma omp simd
-                    for (int d = 0; d < HS; d++)
-                        o[d] *= c;
-                    m = sc;
-                }
-                float p = cpu_expf(sc - m);
-                const float *v = qkv_b + (size_t)j * a->row + vo;
-                l += p;
-#pragma omp simd
-                for (int d = 0; d < HS; d++)
-                    o[d] += p * v[d];
+    int qb = (int)(u % (size_t)a->blocks), bh = (int)(u / (size_t)a->blocks);
+    int b = bh / a->NH, h = bh % a->NH, HS = a->HS, ldo = a->NH * HS;
+    const float *base = a->qkv + (size_t)b * a->Tk * a->row;
+    const float *q = base + q_unit(a, h), *k = base + k_unit(a, h), *v = k + HS;
+    int i0 = qb * QB, rows = min_int(a->nq - i0, QB), r0 = a->q0 + i0, end = r0 + rows;
+    float *o = a->out + ((size_t)b * a->nq + i0) * ldo + (size_t)h * HS;
+    float m[QB], l[QB], S[QB * KB];
+    for (int i = 0; i < rows; i++) {
+        m[i] = -INFINITY;
+        l[i] = 0.0f;
+        memset(o + (size_t)i * ldo, 0, (size_t)HS * sizeof(float));
+    }
+    for (int c0 = 0; c0 < end; c0 += KB) {
+        int c1 = min_int(end, c0 + KB), cols = c1 - c0;
+        block_scores(a, S, KB, q, k, h, r0, rows, c0, c1);
+        for (int i = 0; i < rows; i++) {
+            float *restrict s = S + (size_t)i * KB;
+            float mx = cpu_max_f32(s, cols, -INFINITY);
+            if (mx == -INFINITY) { /* no key of this row in the block */
+                memset(s, 0, (size_t)cols * sizeof(float));
+                continue;
             }
-            float inv = 1.0f / l;
-            for (int d = 0; d < HS; d++)
-                o[d] *= inv;
-            a->lse[((size_t)b * a->NH + h) * a->nq + i] = m + logf(l);
+            float mnew = mx > m[i] ? mx : m[i], sum = 0.0f;
+#pragma omp simd reduction(+ : sum) simdlen(CPU_SIMDLEN)
+            for (int j = 0; j < cols; j++) {
+                float e = cpu_expf(s[j] - mnew); /* masked (-INFINITY): 0 */
+                s[j] = e;
+                sum += e;
+            }
+            float corr = cpu_expf(m[i] - mnew);
+            if (corr != 1.0f) {
+                float *restrict orow = o + (size_t)i * ldo;
+#pragma omp simd
+                for (int e = 0; e < HS; e++)
+                    orow[e] *= corr;
+            }
+            l[i] = l[i] * corr + sum;
+            m[i] = mnew;
         }
+        cpu_gemm_serial(0, 0, rows, HS, cols, 1.0f, S, KB, v + (size_t)c0 * a->row, a->row, 1.0f,
+                        o, ldo);
+    }
+    for (int i = 0; i < rows; i++) { /* every row saw its own key: l > 0 */
+        float inv = 1.0f / l[i], *restrict orow = o + (size_t)i * ldo;
+#pragma omp simd
+        for (int e = 0; e < HS; e++)
+            orow[e] *= inv;
+        a->lse[((size_t)b * a->NH + h) * a->nq + i0 + i] = m[i] + logf(l[i]);
+    }
 }
 
-/* Backward of one (batch, group): P = exp(S - lse) again, dS = P (dO.V - D), D = dO.out;
- * dV += P dO, dK += scale dS q, dQ += scale dS k. */
+/* Backward of head h's query rows [r0, r0 + rows) (block i0 of the nq) of batch b. */
+static void backward_block(const rows_args *a, int b, int h, int i0, int rows)
+{
+    int HS = a->HS, ldo = a->NH * HS, r0 = a->q0 + i0, end = r0 + rows;
+    const float *base = a->qkv + (size_t)b * a->Tk * a->row;
+    float *dbase = a->dqkv + (size_t)b * a->Tk * a->row;
+    size_t qu = q_unit(a, h), ku = k_unit(a, h);
+    const float *q = base + qu, *k = base + ku, *v = k + HS;
+    float *dq = dbase + qu, *dk = dbase + ku, *dv = dk + HS;
+    size_t oi = ((size_t)b * a->nq + i0) * ldo + (size_t)h * HS;
+    const float *dO = a->dout + oi, *O = a->cout + oi;
+    const float *lse = a->clse + ((size_t)b * a->NH + h) * a->nq + i0;
+    float D[QB], P[QB * KT], dS[QB * KT];
+    for (int i = 0; i < rows; i++) {
+        float s = 0.0f;
+        const float *x = dO + (size_t)i * ldo, *y = O + (size_t)i * ldo;
+#pragma omp simd reduction(+ : s)
+        for (int e = 0; e < HS; e++)
+            s += x[e] * y[e];
+        D[i] = s;
+    }
+    for (int c0 = 0; c0 < end; c0 += KT) {
+        int c1 = min_int(end, c0 + KT), cols = c1 - c0;
+        block_scores(a, P, KT, q, k, h, r0, rows, c0, c1);
+        for (int i = 0; i < rows; i++) {
+            float *restrict p = P + (size_t)i * KT;
+#pragma omp simd simdlen(CPU_SIMDLEN)
+            for (int j = 0; j < cols; j++)
+                p[j] = cpu_expf(p[j] - lse[i]); /* masked: 0 */
+        }
+        /* dS = P (dO V^T - D) scale */
+        cpu_gemm_serial(0, 1, rows, cols, HS, 1.0f, dO, ldo, v + (size_t)c0 * a->row, a->row,
+                        0.0f, dS, KT);
+        for (int i = 0; i < rows; i++) {
+            float *restrict ds = dS + (size_t)i * KT;
+            const float *restrict p = P + (size_t)i * KT;
+#pragma omp simd
+            for (int j = 0; j < cols; j++)
+                ds[j] = p[j] * (ds[j] - D[i]) * a->scale;
+        }
+        cpu_gemm_serial(1, 0, cols, HS, rows, 1.0f, P, KT, dO, ldo, 1.0f,
+                        dv + (size_t)c0 * a->row, a->row);
+        cpu_gemm_serial(1, 0, cols, HS, rows, 1.0f, dS, KT, q + (size_t)r0 * a->row, a->row, 1.0f,
+                        dk + (size_t)c0 * a->row, a->row);
+        cpu_gemm_serial(0, 0, rows, HS, cols, 1.0f, dS, KT, k + (size_t)c0 * a->row, a->row, 1.0f,
+                        dq + (size_t)r0 * a->row, a->row);
+    }
+}
+
 static void backward_unit(void *ctx, size_t u)
 {
     const rows_args *a = ctx;
-    int b = (int)(u / (size_t)a->NG), g = (int)(u % (size_t)a->NG), HS = a->HS;
-    const float *qkv_b = a->qkv + (size_t)b * a->Tk * a->row;
-    float *dqkv_b = a->dqkv + (size_t)b * a->Tk * a->row;
-    size_t ko = ((size_t)g * (a->R + 2) + a->R) * HS, vo = ko + HS;
+    int b = (int)(u / (size_t)a->NG), g = (int)(u % (size_t)a->NG);
     for (int h = g * a->R; h < (g + 1) * a->R; h++)
-        for (int i = 0; i < a->nq; i++) {
-            int t = a->q0 + i;
-            size_t qo = ((size_t)g * (a->R + 2) + (h - g * a->R)) * HS;
-            const float *q = qkv_b + (size_t)t * a->row + qo;
-            float *dq = dqkv_b + (size_t)t * a->row + qo;
-            size_t oi = (((size_t)b * a->nq + i) * a->NH + h) * HS;
-            const float *dO = a->dout + oi;
-            float D = dot(dO, a->cout + oi, HS), lse = a->clse[((size_t)b * a->NH + h) * a->nq + i];
-            for (int j = 0; j <= t; j++) {
-                const float *k = qkv_b + (size_t)j * a->row + ko;
-                const float *v = qkv_b + (size_t)j * a->row + vo;
-                float *dk = dqkv_b + (size_t)j * a->row + ko;
-                float *dv = dqkv_b + (size_t)j * a->row + vo;
-                float p = cpu_expf(score(a, qkv_b, g, h, t, j) - lse);
-                float ds = p * (dot(dO, v, HS) - D) * a->scale;
-#pragma omp simd
-                for (int d = 0; d < HS; d++) {
-                    dv[d] += p * dO[d];
-                    dk[d] += ds * q[d];
-                    dq[d] += ds * k[d];
-                }
-            }
-        }
+        for (int i0 = 0; i0 < a->nq; i0 += QB)
+            backward_block(a, b, h, i0, min_int(a->nq - i0, QB));
 }
 
-static rows_args make_args(const float *qkv, const float *alibi, int B, int Tk, int q0, int NH,
-                           int NG, int HS)
+static rows_args make_args(const float *qkv, const float *alibi, int Tk, int q0, int NH, int NG,
+                           int HS)
 {
-    (void)B;
     rows_args a = {.qkv = qkv, .alibi = alibi, .Tk = Tk, .q0 = q0, .nq = Tk - q0, .NH = NH,
-                   .NG = NG, .R = NH / NG, .HS = HS,
-                   .row = (size_t)NG * (size_t)(NH / NG + 2) * (size_t)HS,
-                   .scale = 1.0f / sqrtf((float)HS)};
+                   .NG = NG, .R = NH / NG, .HS = HS, .blocks = (Tk - q0 + QB - 1) / QB,
+                   .row = NG * (NH / NG + 2) * HS, .scale = 1.0f / sqrtf((float)HS)};
     return a;
 }
 
@@ -124,9 +183,9 @@ void cpu_attention_rows_forward(tr_stream s, float *out, float *lse, const float
                                 const float *alibi, int B, int Tk, int q0, int NH, int NG, int HS)
 {
     (void)s;
-    rows_args a = make_args(qkv, alibi, B, Tk, q0, NH, NG, HS);
+    rows_args a = make_args(qkv, alibi, Tk, q0, NH, NG, HS);
     a.out = out, a.lse = lse;
-    tr_kernels_cpu_parallel_for((size_t)B * NG, forward_unit, &a);
+    tr_kernels_cpu_parallel_for((size_t)B * NH * a.blocks, forward_block, &a);
 }
 
 void cpu_attention_rows_backward(tr_stream s, float *dqkv, const float *dout, const float *qkv,
@@ -134,7 +193,7 @@ void cpu_attention_rows_backward(tr_stream s, float *dqkv, const float *dout, co
                                  int Tk, int q0, int NH, int NG, int HS)
 {
     (void)s;
-    rows_args a = make_args(qkv, alibi, B, Tk, q0, NH, NG, HS);
+    rows_args a = make_args(qkv, alibi, Tk, q0, NH, NG, HS);
     a.dqkv = dqkv, a.dout = dout, a.cout = out, a.clse = lse;
     tr_kernels_cpu_parallel_for((size_t)B * NG, backward_unit, &a);
 }

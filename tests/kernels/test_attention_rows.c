@@ -1,6 +1,7 @@
 /* kernels.h attention_rows_*: context parallelism's block of query rows q0 .. Tk-1 against the
  * keys at or before each, against the whole-sequence causal attention (attention_gqa_*: its
- * rows q0.. are the same rows), a double reference, and finite differences (GQA and ALiBi). */
+ * rows q0.. are the same rows), a double reference, and finite differences (GQA and ALiBi);
+ * and past the kernel's blocks (64 query rows, 256 forward keys, 64 backward keys). */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -102,6 +103,48 @@ static void test_forward_backward(void **state)
     check_block(TK - 1, slopes); /* one query row */
 }
 
+/* Past one block of query rows, of forward keys and of backward key tiles (64, 256, 64): a
+ * block q0 .. Tk-1 of 300 rows against the whole sequence's attention, forward and backward. */
+static void check_long(int Tk, int q0, int nh, int ng, int hs, const float *alibi)
+{
+    int nq = Tk - q0, row = ng * (nh / ng + 2) * hs, C = nh * hs;
+    size_t nqkv = (size_t)Tk * row;
+    float *qkv = kt_floats(nqkv), *out = kt_floats((size_t)nq * C);
+    float *lse = kt_floats((size_t)nh * nq);
+    float *full = kt_floats((size_t)Tk * C), *flse = kt_floats((size_t)nh * Tk);
+    float *dout = kt_floats((size_t)nq * C), *fdout = kt_floats((size_t)Tk * C);
+    float *dqkv = kt_floats(nqkv), *fdqkv = kt_floats(nqkv);
+    float *scratch = kt_floats((size_t)(nh + 1) * Tk);
+    kt_fill(qkv, nqkv, -1.5f, 1.5f);
+    kt_fill(dout, (size_t)nq * C, -1.0f, 1.0f);
+    memcpy(fdout + (size_t)q0 * C, dout, (size_t)nq * C * sizeof(float));
+    K->attention_rows_forward(NULL, out, lse, qkv, alibi, 1, Tk, q0, nh, ng, hs);
+    K->attention_gqa_forward(NULL, full, flse, qkv, alibi, 1, Tk, nh, ng, hs, NULL);
+    for (size_t i = 0; i < (size_t)nq * C; i++)
+        assert_true(fabsf(out[i] - full[(size_t)q0 * C + i]) < 1e-5f);
+    for (int h = 0; h < nh; h++)
+        for (int i = 0; i < nq; i++)
+            assert_true(fabsf(lse[(size_t)h * nq + i] - flse[(size_t)h * Tk + q0 + i]) < 1e-4f);
+    K->attention_rows_backward(NULL, dqkv, dout, qkv, out, lse, alibi, 1, Tk, q0, nh, ng, hs);
+    K->attention_gqa_backward(NULL, fdqkv, scratch, fdout, qkv, full, flse, alibi, 1, Tk, nh, ng,
+                              hs, NULL);
+    for (size_t i = 0; i < nqkv; i++)
+        assert_true(fabsf(dqkv[i] - fdqkv[i]) < 1e-4f * (1.0f + fabsf(fdqkv[i])));
+    free(qkv), free(out), free(lse), free(full), free(flse), free(dout), free(fdout);
+    free(dqkv), free(fdqkv), free(scratch);
+}
+
+static void test_long_blocks(void **state)
+{
+    (void)state;
+    kt_seed(13);
+    float slopes[8] = {0.2f, 0.1f, 0.05f, 0.02f, 0.01f, 0.3f, 0.15f, 0.07f};
+    check_long(300, 0, 4, 2, 16, NULL);
+    check_long(300, 100, 4, 2, 16, slopes);
+    check_long(300, 299, 8, 8, 8, NULL);
+    check_long(333, 150, 8, 1, 32, slopes);
+}
+
 typedef struct {
     float *qkv, *out, *lse, *w;
     const float *alibi;
@@ -144,6 +187,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_forward_backward),
         cmocka_unit_test(test_finite_differences),
+        cmocka_unit_test(test_long_blocks),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
