@@ -257,11 +257,15 @@ int tr_hf_write_lora_adapter(const char *dir, tr_gpt *g, const float *params)
                 for (int k = 0; k < 3 && llama_mods[m][k]; k++)
                     json_array_append_new(targets, json_string(llama_mods[m][k]));
         }
+    /* the run's finetune.lora.dropout (the shape's float) as its shortest decimal: 0.05 */
+    char dtext[32];
+    snprintf(dtext, sizeof dtext, "%.7g", (double)s->lora_dropout);
+    double dropout = strtod(dtext, NULL);
     json_t *root = json_pack(
         "{s:n, s:s, s:s, s:i, s:f, s:f, s:o, s:b, s:s, s:b, s:b, s:n, s:n, s:n, s:{}, s:{}, s:n,"
         " s:n}",
         "base_model_name_or_path", "peft_type", "LORA", "task_type", "CAUSAL_LM", "r",
-        s->lora_rank, "lora_alpha", (double)s->lora_alpha, "lora_dropout", 0.0, "target_modules",
+        s->lora_rank, "lora_alpha", (double)s->lora_alpha, "lora_dropout", dropout, "target_modules",
         targets, "fan_in_fan_out", fam == HF_LORA_GPT2, "bias", "none", "inference_mode", 1,
         "init_lora_weights", 1, "modules_to_save", "layers_to_transform", "layers_pattern",
         "rank_pattern", "alpha_pattern", "revision", "auto_mapping");

@@ -4,7 +4,8 @@ rank, alpha, target modules), and `trident convert --to hf` exports with it (tor
 builds). A tiny Bloom base and a LoRA run of rank 2, alpha 4 on it, then:
   - the manifest's lora line says rank 2, alpha 4 and the four targets;
   - --adapters-only writes lora_alpha 4, and without --config (the manifest's family and lora
-    lines alone) the same files; --merge-lora writes W + (4 / 2) B A (checked against the
+    lines alone) the same files; a run's finetune.lora.dropout 0.05 goes out as lora_dropout 0.05
+    and an import of those adapters prints dropout: 0.05 in its finetune section; --merge-lora writes W + (4 / 2) B A (checked against the
     adapters and the base's own export, element by element);
   - a config with alpha 8 (or rank 4, or other target modules) is refused at export, exit
     non-zero naming both values, nothing written; and at resume (checkpoint.load) likewise;
@@ -57,8 +58,8 @@ p = tt.run(tt.train_cmd(trident, base_cfg, path("base-run"), flags=["--quiet"]),
 check("the base: 2 steps of a tiny Bloom saved, exit 0", p.returncode == 0, p.stderr[-800:])
 
 
-def lora_config(name, alpha=4.0, rank=2, targets=("qkv", "proj", "fc1", "fc2"), **ckpt):
-    lora = "{" + f"rank: {rank}, alpha: {alpha}, target_modules: [{', '.join(targets)}]" + "}"
+def lora_config(name, alpha=4.0, rank=2, targets=("qkv", "proj", "fc1", "fc2"), dropout=0.0, **ckpt):
+    lora = "{" + f"rank: {rank}, alpha: {alpha}, dropout: {dropout}, target_modules: [{', '.join(targets)}]" + "}"
     text = open(base_cfg).read().replace(f'save: "{path("base")}"', f'save: "{path("lora")}"')
     text += "".join(f'  {k}: "{v}"\n' for k, v in ckpt.items())
     text += f'finetune:\n  load: "{path("base")}"\n  lora: {lora}\n'
@@ -95,6 +96,16 @@ check("--merge-lora with a config without finetune.lora: refused", p.returncode 
 p = tt.run([trident, "convert", "--to", "hf", "--config", base_cfg, "--input", path("base"), "--output",
             path("base-hf")], timeout=60)
 check("the base's own export: exit 0", p.returncode == 0, p.stderr[-300:])
+check("--adapters-only of a run without dropout: lora_dropout 0", acfg.get("lora_dropout") == 0, f"{acfg}")
+# finetune.lora.dropout goes out as PEFT's lora_dropout and comes back in the printed finetune section
+p = export(lora_config("drop", dropout=0.05), "adapters-drop", "--adapters-only")
+dcfg = json.load(open(path("adapters-drop/adapter_config.json"))) if p.returncode == 0 else {}
+check("--adapters-only with finetune.lora.dropout 0.05: lora_dropout 0.05", dcfg.get("lora_dropout") == 0.05,
+      f"{dcfg} {p.stderr[-400:]}")
+p = tt.run([trident, "convert", "--from", "hf", "--input", path("base-hf"), "--adapters", path("adapters-drop"),
+            "--output", path("ck-drop")], timeout=60)
+check("... imported back (convert --from hf --adapters): the printed finetune section has dropout: 0.05",
+      p.returncode == 0 and "    dropout: 0.05\n" in p.stdout, p.stdout[-600:] + p.stderr[-400:])
 p = export(run_cfg, "merged", "--merge-lora")
 check("--merge-lora with the run's config: exit 0", p.returncode == 0, p.stderr[-400:])
 if p.returncode == 0:
