@@ -1,10 +1,11 @@
 #!/usr/bin/python3
 """model.hidden_dropout and model.attention_dropout through training, validation, eval and
 generation: a tiny model trains with both at 0.1 (losses not dropout 0's; the same bits run to
-run, with full and selective recompute); the validation loss has no dropout (with lr 1e-30 the
-parameters never change, so each validation loss equals dropout 0's bit for bit while the
-training losses differ); `trident eval` and `trident generate` of a checkpoint trained with
-dropout give the same results with the dropout config, with a dropout 0 config and alone.
+run, with full and selective recompute, and saved at iteration 3 and resumed); the validation
+loss has no dropout (with lr 1e-30 the parameters never change, so each validation loss equals
+dropout 0's bit for bit while the training losses differ); `trident eval` and `trident
+generate` of a checkpoint trained with dropout give the same results with the dropout config,
+with a dropout 0 config and alone.
 usage: test_dropout_train.py TRIDENT WORKDIR"""
 import json
 import os
@@ -64,6 +65,18 @@ check("... and every validation loss equals dropout 0's bit for bit (validation 
       vd is not None and len(losses(vd, "val_loss")) == 4
       and losses(vd, "val_loss") == losses(v0, "val_loss"),
       f"{losses(vd, 'val_loss')} {losses(v0, 'val_loss')}")
+
+# resume: iteration 4 of a run resumed from iteration 3 draws the masks the uninterrupted run
+# draws there (the first sample of each micro-batch comes back with consumed_samples)
+SIX = ["training.train_iters=6", "training.lr_decay_iters=6"]
+r, six = train("six", *SIX)
+ck3 = os.path.join(work, "ck3")
+r3, _ = train("three", *SIX, f"checkpoint.save={ck3}", "checkpoint.save_interval=3",
+              "training.exit_interval=3")
+r4, resumed = train("three", *SIX, f"checkpoint.load={ck3}")
+check("saved at iteration 3 and resumed: iterations 1-6 bit-identical to the uninterrupted run",
+      six is not None and len(losses(six)) == 6 and losses(resumed) == losses(six),
+      f"{losses(resumed)} {losses(six)} {r3.stderr[-400:]} {r4.stderr[-400:]}")
 
 ck = os.path.join(work, "ck")
 r, _ = train("saved", f"checkpoint.save={ck}", "checkpoint.save_interval=4")
