@@ -29,6 +29,7 @@ struct train_report {
     double dp_exposed;          /* data-parallel wait after backward, iterations after the first */
     double final_loss;
     double *iter_ms, *bubbles;  /* [iterations run]; bubbles when tracing */
+    double *iter_tokens;        /* [iterations run]: the tokens of each one's global batch */
     int ran;                    /* iterations run by this process */
     int run_lock, ckpt_lock;    /* rank 0: the locks on RUN_DIR and checkpoint.save (-1) */
     train_summary *summary;     /* this rank's figures for summary.json */
@@ -299,8 +300,10 @@ int train_report_open(tr_engine *e, const tr_train_options *opts, int start, int
     if (r) {
         r->iter_ms = calloc(runs, sizeof *r->iter_ms);
         r->bubbles = calloc(runs, sizeof *r->bubbles);
+        r->iter_tokens = calloc(runs, sizeof *r->iter_tokens);
     }
-    if (!r || !r->iter_ms || !r->bubbles || train_summary_create(&r->summary)) {
+    if (!r || !r->iter_ms || !r->bubbles || !r->iter_tokens ||
+        train_summary_create(&r->summary)) {
         train_report_close(r);
         return tr_fail(TR_ERR_NOMEM, "out of memory for the run's measurements");
     }
@@ -386,6 +389,7 @@ int train_report_measure(train_report *r, tr_step_stats *s, double secs)
         s->mfu = s->gflops / e->cfg->logging.peak_gflops;
     /* the mean time of this process's iterations so far, times those still to run */
     s->eta_s = r->train_time / (it - r->start) * (r->last - it);
+    r->iter_tokens[r->ran] = r->tokens_per_iter * share;
     r->iter_ms[r->ran++] = s->ms_per_iter;
     s->peak_rss_mb = train_peak_rss_mb();
     return tr_comm_allreduce(e->world.world, &s->peak_rss_mb, &s->peak_rss_mb, 1, TR_COMM_F64,
@@ -478,7 +482,7 @@ int train_report_finish(train_report *r)
     }
     if (!rc && opts->run_dir) {
         train_summary_run run = {.dir = opts->run_dir, .lead = r->lead, .ran = r->ran,
-                                 .iter_ms = r->iter_ms, .tokens_per_iter = r->tokens_per_iter,
+                                 .iter_ms = r->iter_ms, .iter_tokens = r->iter_tokens,
                                  .final_loss = r->final_loss, .dp_exposed = r->dp_exposed,
                                  .bubble = bubble};
         rc = train_summary_write(r->summary, e, &run);
@@ -506,6 +510,7 @@ void train_report_close(train_report *r)
         close(r->ckpt_lock);
     free(r->iter_ms);
     free(r->bubbles);
+    free(r->iter_tokens);
     train_summary_free(r->summary);
     free(r);
 }

@@ -52,9 +52,10 @@ typedef struct train_summary train_summary;
 typedef struct {
     const char *dir;        /* RUN_DIR */
     int lead;               /* rank 0: writes the file */
-    int ran;                /* iterations run by this process, their times in iter_ms */
-    const double *iter_ms;
-    double tokens_per_iter, final_loss;
+    int ran;                /* iterations run by this process: their times in iter_ms, the */
+    const double *iter_ms;  /* tokens each trained in iter_tokens (a ramp-up's own batches) */
+    const double *iter_tokens;
+    double final_loss;
     double dp_exposed;      /* seconds of data-parallel wait after backward, iterations 2.. */
     double bubble;          /* the measured pipeline bubble; < 0: not traced */
 } train_summary_run;

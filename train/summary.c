@@ -160,7 +160,15 @@ static int write_summary(const train_summary_run *run, tr_engine *e, const doubl
     const char *dir = run->dir;
     double bubble = run->bubble;
     double median = train_median(run->iter_ms, n);
-    if (median < 0)
+    /* tokens/s: the median of the iterations' own rates, each its tokens over its time (under
+     * a ramp-up the early iterations train smaller batches than the final one) */
+    double *rate = malloc(((size_t)n + 1) * sizeof *rate), tokens_per_s = -1;
+    for (int i = 0; rate && i < n; i++)
+        rate[i] = run->iter_ms[i] > 0 ? run->iter_tokens[i] / (run->iter_ms[i] / 1e3) : 0;
+    if (rate)
+        tokens_per_s = train_median(rate, n);
+    free(rate);
+    if (median < 0 || tokens_per_s < 0)
         return tr_fail(TR_ERR_NOMEM, "out of memory");
     /* written whole under another name, then renamed: never a partial summary.json */
     FILE *f = train_open_file(dir, "summary.json.tmp", "w");
@@ -178,7 +186,7 @@ static int write_summary(const train_summary_run *run, tr_engine *e, const doubl
     tr_json_int(&j, "micro_batches_per_replica", e->M);
     tr_json_int(&j, "iterations", n);
     tr_json_double(&j, "median_ms_per_iter", median);
-    tr_json_double(&j, "tokens_per_s", median > 0 ? run->tokens_per_iter / (median / 1e3) : 0);
+    tr_json_double(&j, "tokens_per_s", tokens_per_s);
     tr_json_double(&j, "final_loss", run->final_loss);
     /* data-parallel reduction left waiting after backward (not hidden), per iteration */
     tr_json_double(&j, "dp_exposed_ms_per_iter", n > 1 ? 1e3 * run->dp_exposed / (n - 1) : 0);

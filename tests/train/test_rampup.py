@@ -12,7 +12,7 @@ lr_*_samples), as Megatron-LM computes them.
 2. A ramp-up run (global batch 2, 2, 2, 4, 4, 6, then 8) in DP2, TP2, PP2 (1F1B) and PP2
    interleaved, and D2xT2xP2 (release build), gives the single process's loss at every
    iteration within 1e-5; metrics.jsonl's global_batch_size, consumed_samples and lr are the
-   transcription's.
+   transcription's; summary.json's tokens_per_s is the median of the iterations' own rates.
 3. Stopped in the middle of the ramp (exit_interval 5) and resumed, the run continues bit for
    bit; checkpoints were saved where the batch grows (Megatron's rule); fp16 (its first steps
    skipped for overflow, so the skipped samples are not iterations x the global batch: the
@@ -20,6 +20,7 @@ lr_*_samples), as Megatron-LM computes them.
 4. Start or increment not a multiple of micro_batch_size x DP: exit 2 naming the key.
 5. `trident plan` on Bloom with its ramp-up plans the final batch and says so.
 usage: test_rampup.py TRIDENT RAMPUP_PROBE WORKDIR [--quick]"""
+import json
 import math
 import os
 import subprocess
@@ -208,6 +209,13 @@ if single:
           [m["global_batch_size"] for m in single] == [b for b, _, _ in want] and
           [m["consumed_samples"] for m in single] == [c for _, c, _ in want],
           str([(m["global_batch_size"], m["consumed_samples"]) for m in single]))
+    summary = os.path.join(work, "single", "summary.json")
+    got = json.load(open(summary)).get("tokens_per_s") if os.path.exists(summary) else None
+    rates = sorted(m["tokens_per_s"] for m in single)  # each its own batch's tokens / its time
+    med = rates[len(rates) // 2] if len(rates) % 2 else (rates[len(rates) // 2 - 1] + rates[len(rates) // 2]) / 2
+    check("single: summary.json's tokens_per_s is the median of the iterations' own rates (each "
+          "its own batch's tokens, not the final batch's)", got is not None and close(got, med, 1e-6),
+          f"summary {got}, median of metrics.jsonl's {med}")
     check("single: metrics.jsonl's lr is Megatron's (1e-8: the file's 9 digits)",
           all(close(m["lr"], w[2], 1e-8) for m, w in zip(single, want)),
           str([(m["lr"], w[2]) for m, w in zip(single, want)]))
