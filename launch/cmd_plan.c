@@ -231,14 +231,6 @@ int tr_cmd_plan(int argc, char **argv)
         fprintf(stderr, "trident plan: %s\n", tr_errmsg());
         return exit_code(rc);
     }
-    if (cfg.parallel.context_parallel_size > 1) { /* plan/ knows DP x TP x PP only */
-        fprintf(stderr, "trident plan: %s: parallel.context_parallel_size = %d: the planner does "
-                "not model context parallelism; plan the layout with context_parallel_size 1\n",
-                tr_config_where(&cfg, "parallel.context_parallel_size"),
-                cfg.parallel.context_parallel_size);
-        tr_config_free(&cfg);
-        return 2;
-    }
     tr_plan_cluster cluster;
     tr_plan_gemm_row *table = NULL;
     int n_table = 0;

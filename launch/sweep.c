@@ -19,16 +19,13 @@
 static const char *layout_problem(const tr_config *c, int world, char *buf, size_t n)
 {
     int tp = c->parallel.tensor_model_parallel_size, pp = c->parallel.pipeline_model_parallel_size;
-    if (c->parallel.context_parallel_size > 1) { /* its prediction would be plan/'s: refused */
-        snprintf(buf, n, "context_parallel_size %d: the planner (and so the sweep) does not "
-                 "model context parallelism", c->parallel.context_parallel_size);
+    int cp = c->parallel.context_parallel_size > 1 ? c->parallel.context_parallel_size : 1;
+    if (world % (tp * pp * cp)) {
+        snprintf(buf, n, "world size %d is not divisible by tp %d x cp %d x pp %d", world, tp, cp,
+                 pp);
         return buf;
     }
-    if (world % (tp * pp)) {
-        snprintf(buf, n, "world size %d is not divisible by tp %d x pp %d", world, tp, pp);
-        return buf;
-    }
-    int dp = world / (tp * pp), mb = c->training.micro_batch_size, gb = c->training.global_batch_size;
+    int dp = world / (tp * pp * cp), mb = c->training.micro_batch_size, gb = c->training.global_batch_size;
     if (gb % (mb * dp)) {
         snprintf(buf, n, "global batch %d is not divisible by micro batch %d x dp %d", gb, mb, dp);
         return buf;
@@ -421,7 +418,9 @@ int tr_sweep_run(const tr_sweep_options *o, tr_sweep_point **points_out, size_t 
             int tp = cfg.parallel.tensor_model_parallel_size, pp = cfg.parallel.pipeline_model_parallel_size;
             pt->tp = tp;
             pt->pp = pp;
-            pt->dp = g.world_size % (tp * pp) ? 0 : g.world_size / (tp * pp);
+            int cp = cfg.parallel.context_parallel_size > 1 ? cfg.parallel.context_parallel_size
+                                                            : 1;
+            pt->dp = g.world_size % (tp * pp * cp) ? 0 : g.world_size / (tp * pp * cp);
             pt->mb = cfg.training.micro_batch_size;
             char buf[256];
             const char *why = layout_problem(&cfg, g.world_size, buf, sizeof buf);

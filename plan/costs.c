@@ -76,7 +76,10 @@ void plan_layer_cost(const plan_cost_ctx *x, plan_cost *o)
     o->f[TR_PLAN_PART_TP] = 2 * x->ar_tp;
     o->b[TR_PLAN_PART_TP] = 2 * x->ar_tp;
     if (!plan_shape_model(c)) {
-        double f1 = tr_plan_layer_forward_flops_model(m, m->seq_length, L->micro_batch) / t;
+        double aw = tr_plan_attention_width(m), keys = plan_keys(x);
+        /* (context parallelism: the local queries against every key, 1/CP of the causal work) */
+        double f1 = (tr_plan_layer_forward_flops_model(m, m->seq_length, L->micro_batch) +
+                     4.0 * b * s * (keys - s) * aw) / t;
         if (plan_moe(x)) /* the router's GEMM is replicated: every rank makes all of it */
             f1 += (1 - 1 / t) * 2.0 * b * s * h * m->num_experts;
         double b1 = 2 * f1, af, ab;
@@ -93,8 +96,7 @@ void plan_layer_cost(const plan_cost_ctx *x, plan_cost *o)
             o->b[TR_PLAN_PART_RECOMPUTE] = f1 / x->rate;
             o->b[TR_PLAN_PART_TP] += 2 * x->ar_tp;
         } else if (L->recompute == TR_PLAN_RECOMPUTE_SELECTIVE && !L->trident_kernels) {
-            o->b[TR_PLAN_PART_RECOMPUTE] = 4.0 * b * s * s * tr_plan_attention_width(m) / t /
-                                           x->rate;
+            o->b[TR_PLAN_PART_RECOMPUTE] = 4.0 * b * s * keys * aw / t / x->rate;
         }
         return;
     }
@@ -108,7 +110,8 @@ void plan_layer_cost(const plan_cost_ctx *x, plan_cost *o)
     double rows = moe ? m->moe_router_topk * T : T; /* the MLP's rows: k a token with experts */
     double I = rows * fc / t * e;             /* the MLP's intermediate, bytes */
     double heads = b * a / t, d = aw / a;     /* batched attention */
-    double S = heads * s * s;                 /* scores, elements */
+    double sk = plan_keys(x);                 /* keys (CP: the whole sequence's) */
+    double S = heads * s * sk;                /* scores, elements */
 
     int frozen = plan_lora(x);
     double mlp_f = gemm_f(c, T, fc / t, h) + gemm_f(c, T, h, F / t);
@@ -124,9 +127,11 @@ void plan_layer_cost(const plan_cost_ctx *x, plan_cost *o)
     double ad_f, ad_b;
     plan_lora_cost(x, T, gemm_acc_s, &ad_f, &ad_b);
     lin_f += ad_f, lin_b += ad_b;
-    /* scores = Q K^T (s x s, K = d), context = P V (s x d, K = s), per head */
-    double att_gemm_f = tr_plan_gemm_s(c, s, s, d, heads) + tr_plan_gemm_s(c, s, d, s, heads);
-    double att_gemm_b = 3 * tr_plan_gemm_s(c, s, d, s, heads) + tr_plan_gemm_s(c, s, s, d, heads);
+    /* scores = Q K^T (s x sk, K = d), context = P V (s x d, K = sk), per head; backward dP
+     * (s x sk), dQ (s x d), dV and dK (sk x d, K = s) */
+    double att_gemm_f = tr_plan_gemm_s(c, s, sk, d, heads) + tr_plan_gemm_s(c, s, d, sk, heads);
+    double att_gemm_b = tr_plan_gemm_s(c, s, d, sk, heads) + 2 * tr_plan_gemm_s(c, sk, d, s, heads) +
+                        tr_plan_gemm_s(c, s, sk, d, heads);
     double att_el_f = tr_plan_stream_s(c, 2 * S * e) +
                       (L->dropout ? tr_plan_stream_s(c, 2 * S * e + S) : 0);
     double att_el_b = tr_plan_stream_s(c, 3 * S * e) +
@@ -156,6 +161,23 @@ void plan_layer_cost(const plan_cost_ctx *x, plan_cost *o)
         /* (fused attention recomputes its probabilities in backward in any mode) */
         o->b[TR_PLAN_PART_RECOMPUTE] = att_gemm_f + att_el_f;
     }
+}
+
+void plan_cp_cost(const plan_cost_ctx *x, double e, plan_cost *o)
+{
+    if (x->cp <= 1)
+        return;
+    const tr_plan_layout *L = x->L;
+    double qkv, F, fc;
+    tr_plan_layer_dims(x->m, &qkv, &F, &fc);
+    /* the K and V of b whole sequences: trident's in fp32 (model/gpt_cp.c), Megatron's in the
+     * training precision */
+    double kv = qkv - tr_plan_attention_width(x->m);
+    double bytes = (double)L->micro_batch * x->keys * kv / L->tp * (L->trident_kernels ? 4 : e);
+    double gather = tr_plan_allgather_s(bytes, x->cp, x->cp_bw, x->cp_lat);
+    o->f[TR_PLAN_PART_CP] += gather;
+    o->b[TR_PLAN_PART_CP] += gather + tr_plan_reduce_scatter_s(bytes, x->cp, x->cp_bw, x->cp_lat) +
+                             (L->recompute == TR_PLAN_RECOMPUTE_FULL ? gather : 0);
 }
 
 void plan_embedding_cost(const plan_cost_ctx *x, plan_cost *o)

@@ -197,8 +197,9 @@ void plan_layer_cost_trident(const plan_cost_ctx *x, plan_cost *o)
                 plan_trident_gemm_s(c, T, h, fc / t, 0) + plan_trident_gemm_s(c, T, F / t, h, 0) +
                 ad_b;
     }
-    /* fused attention: forward 2 (QK^T, PV) x 2 s^2 d / 2 (causal) per head, backward 2.5x */
-    double att_flops = heads * 2.0 * s * s * d;
+    /* fused attention: forward 2 (QK^T, PV) x 2 s^2 d / 2 (causal) per head, backward 2.5x;
+     * context parallelism: s local rows against sk keys, 1/CP of the causal work */
+    double att_flops = heads * 2.0 * s * plan_keys(x) * d;
     double att_f = att_flops / (c->peak_flops * TRIDENT_ATTENTION_FORWARD_FRACTION) -
                    tr_plan_stream_s(c, 2 * a16) - tr_plan_stream_s(c, 2 * q16);
     double att_b = 2.5 * att_flops / (c->peak_flops * TRIDENT_ATTENTION_BACKWARD_FRACTION) -

@@ -22,6 +22,7 @@ static const struct {
     [TR_PLAN_PART_ROUTING] = {"moe_routing", "MoE router, routing, host sync", "route",
                               "#64b5cd"},
     [TR_PLAN_PART_TP] = {"tp_comm", "TP communication", "TP", "#d65f5f"},
+    [TR_PLAN_PART_CP] = {"cp_comm", "CP all-gather / reduce-scatter", "CP", "#a0522d"},
     [TR_PLAN_PART_PP] = {"pp_comm", "PP send/receive", "PP", "#ee854a"},
     [TR_PLAN_PART_DP] = {"dp_comm_exposed", "DP reduction (exposed)", "DP", "#b47cc7"},
     [TR_PLAN_PART_EMBED_SYNC] = {"embedding_sync", "embedding sync", "esync", "#dc7ec0"},

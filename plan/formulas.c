@@ -196,27 +196,6 @@ void tr_plan_state_bytes(int bf16, int distributed_optimizer, int dp, double *we
     *optimizer = distributed_optimizer && dp > 1 ? opt / dp : opt;
 }
 
-double tr_plan_layer_activation_bytes(int s, int b, int h, int a, int tp, int sequence_parallel,
-                                      tr_plan_recompute rc, int bf16)
-{
-    double sbh = (double)s * b * h, t = tp;
-    double scores = 5.0 * a * s / h; /* the 5as/h term */
-    double coeff;
-    int sp = sequence_parallel && tp > 1;
-    switch (rc) {
-    case TR_PLAN_RECOMPUTE_FULL:
-        coeff = sp ? 2.0 / t : 2.0;
-        break;
-    case TR_PLAN_RECOMPUTE_SELECTIVE:
-        coeff = sp ? 34.0 / t : 10.0 + 24.0 / t;
-        break;
-    default:
-        coeff = (sp ? 34.0 / t : 10.0 + 24.0 / t) + scores / t;
-        break;
-    }
-    return sbh * coeff * (bf16 ? 1.0 : 2.0);
-}
-
 double tr_plan_layer_forward_flops(int s, int b, int h)
 {
     double S = s, B = b, H = h;

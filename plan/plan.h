@@ -255,6 +255,8 @@ const char *tr_plan_recompute_name(tr_plan_recompute r);
 
 typedef struct {
     int tp, pp, dp;
+    int cp;                  /* context parallelism: each sample's s tokens split over cp
+                              * ranks (0 or 1: none); W = DP x CP x TP x PP */
     int v;                   /* model chunks per stage (interleaved), else 1 */
     int micro_batch, global_batch;
     int num_micro_batches;   /* M = ceil(B / (b d)) */
@@ -332,9 +334,34 @@ double tr_plan_moe_scratch_bytes(const tr_model_config *m, int s, int b, int tp)
 /* Bytes per parameter of weights, gradients and optimizer state. */
 void tr_plan_state_bytes(int bf16, int distributed_optimizer, int dp, double *weights,
                          double *grads, double *optimizer);
-/* Stored activation bytes of one layer, one micro-batch of b sequences. */
+/* Stored activation bytes of one layer, one micro-batch of b sequences, Megatron's kernels
+ * (Korthikanti): GPT-2's widths (qkv 3h, MLP 4h); _model: m's real widths (tr_plan_layer_dims,
+ * tr_plan_attention_width) with s / cp tokens a rank (cp <= 1: 1), the scores over all s keys. */
 double tr_plan_layer_activation_bytes(int s, int b, int h, int a, int tp, int sequence_parallel,
                                       tr_plan_recompute rc, int bf16);
+double tr_plan_layer_activation_bytes_model(const tr_model_config *m, int s, int b, int tp,
+                                            int cp, int sequence_parallel,
+                                            tr_plan_recompute rc, int bf16);
+/* What trident's model keeps (runtime trident: model/gpt_acts.c's tr_gpt_activation_bytes,
+ * tensor by tensor, less its 64-byte alignment of each), bytes, for L's micro-batch, TP, SP,
+ * CP, recompute, precision and cfg's LoRA. One chunk model holding n layers with k slots
+ * keeps k (n layer + slot) + scratch + (full recompute) layer_whole, + embedding_ln x k on
+ * the first chunk, + head on the last and head_other on the others, + cp. */
+typedef struct {
+    double layer;        /* one layer, one micro-batch (full recompute: its output alone) */
+    double layer_whole;  /* one layer's every activation (full recompute's buffer) */
+    double slot;         /* a micro-batch beyond its layers: token ids, stage input and output */
+    double embedding_ln; /* the embedding norm's input and statistics (first chunk) */
+    double scratch;      /* once a chunk: backward's gradients, the final norm, losses */
+    double head;         /* last chunk: a head chunk's fp32 logits and row statistics (+ the
+                          * head's weight in bf16 on trident's bf16 kernels) */
+    double head_other;   /* any other chunk: room for its rows' statistics */
+    double cp;           /* context parallelism: model/gpt_cp.c's buffers (the sequence's qkv
+                          * rows and their gradient, the K/V units packed, gathered and their
+                          * gradients, the row maps) */
+} tr_plan_trident_acts;
+void tr_plan_trident_activations(const tr_config *cfg, const tr_plan_layout *L,
+                                 int vocab_padded, tr_plan_trident_acts *out);
 /* FLOPs of one layer forward for b sequences (whole layer, all TP ranks together). */
 double tr_plan_layer_forward_flops(int s, int b, int h);
 /* The same for m's family (GQA's smaller qkv, SwiGLU's three matrices, the MLP width); equal
@@ -397,12 +424,13 @@ typedef struct {
     double tf_s, tb_s;               /* its forward / backward of one micro-batch (all chunks) */
     double compute_f_s, compute_b_s; /* their compute part */
     double tp_comm_s;                /* its TP communication per micro-batch, fwd + bwd */
+    double cp_comm_s;                /* its CP communication per micro-batch, fwd + bwd */
     double p2p_s;                    /* one activation (or gradient) send */
     double dp_comm_s, dp_exposed_s;  /* gradient reduction, total and not hidden */
     int dp_buckets;                  /* buckets of the stage with the most (dp/'s layout) */
     double embed_sync_s, param_gather_s;
     double optimizer_s;              /* the slowest stage's optimizer step */
-    tr_plan_link tp_link, pp_link, dp_link;
+    tr_plan_link tp_link, pp_link, dp_link, cp_link;
     double compute_rate;             /* FLOP/s per rank used for compute */
     /* throughput */
     double tokens_per_step;
@@ -426,6 +454,8 @@ typedef enum {
     TR_PLAN_PART_ROUTING,     /* mixture of experts: router GEMMs, routing, gathers and
                                * scatters of the routed rows, the host copies and their syncs */
     TR_PLAN_PART_TP,          /* tensor-parallel collectives (not overlapped) */
+    TR_PLAN_PART_CP,          /* context parallelism's all-gathers of each layer's K/V (trident:
+                               * its qkv rows) and reduce-scatters of their gradient */
     TR_PLAN_PART_PP,          /* pipeline sends/receives while they transfer */
     TR_PLAN_PART_DP,          /* gradient reduction not hidden behind backward */
     TR_PLAN_PART_EMBED_SYNC,  /* tied-embedding all-reduce (first and last stage) */
@@ -529,7 +559,11 @@ typedef struct {
     double seconds;              /* wall time of the search */
 } tr_plan_search_result;
 
-/* All layouts of `world` ranks: TP | heads, hidden and W; PP | W/TP, PP <= layers;
+/* Sequences of at least this many tokens are searched with context parallelism too. */
+#define TR_PLAN_CP_SEARCH_MIN_SEQ 8192
+/* All layouts of `world` ranks: TP | heads, hidden and W; CP a power of two | W/TP with
+ * 2 CP | s (when s >= TR_PLAN_CP_SEARCH_MIN_SEQ or the config sets CP > 1; else CP 1; on
+ * runtime trident only where trident's CP runs: fp32 on the CPU); PP | W/(TP CP), PP <= layers;
  * micro-batch a power of two (or the config's) with B % (b d) == 0; recompute none,
  * selective, full; ZeRO-1 off/on (on only when d > 1). Schedule, v, SP, precision, buckets
  * come from the config. */

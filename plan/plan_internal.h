@@ -86,7 +86,7 @@ typedef struct tr_plan_ws {
         size_t n, al_start, al_len, shard;
     } dp_memo[256];
     /* the node report of the last (world, TP, PP, order, GPUs per node) */
-    int rep_valid, rep_key[5];
+    int rep_valid, rep_key[6];
     tr_node_report rep;
 } tr_plan_ws;
 
@@ -115,6 +115,10 @@ TR_MUST_CHECK int plan_ws_simulate(tr_plan_ws *ws, int P, int M, tr_pp_kind kind
                                    const double *tf, const double *tb, const double *p2p,
                                    int batched, plan_pipe_out *out);
 
+/* TR_OK, or TR_ERR_CONFIG saying why L's context parallelism (cp > 1) does not run on its
+ * runtime: trident's runs fp32 attention on the CPU backend without experts or LoRA. */
+TR_MUST_CHECK int plan_cp_supported(const tr_config *cfg, const tr_plan_cluster *c,
+                                    const tr_plan_layout *L);
 /* tr_plan_evaluate with a workspace, and (explain != NULL) the per-stage parts. */
 TR_MUST_CHECK int plan_evaluate(const tr_config *cfg, const tr_plan_layout *layout, int world,
                                 const tr_plan_cluster *c, int time, double train_tokens,
@@ -137,10 +141,11 @@ TR_MUST_CHECK int plan_time_model(const tr_config *cfg, const tr_plan_cluster *c
                                   int ranks_per_node, tr_plan_ws *ws, tr_plan_result *r,
                                   tr_plan_explain *ex);
 
-/* ---- costs of one micro-batch on one rank, by part (TR_PLAN_PART_GEMM .. _TP) ---- */
+/* ---- costs of one micro-batch on one rank, by part (TR_PLAN_PART_GEMM .. _CP) ---- */
 
+#define PLAN_COST_PARTS (TR_PLAN_PART_CP + 1)
 typedef struct {
-    double f[TR_PLAN_PART_TP + 1], b[TR_PLAN_PART_TP + 1];
+    double f[PLAN_COST_PARTS], b[PLAN_COST_PARTS];
 } plan_cost;
 
 typedef struct {
@@ -151,6 +156,10 @@ typedef struct {
     double rate;   /* FLOP/s of the flat model (cpu, custom) */
     double ar_tp;  /* one TP all-reduce of the activation T h e */
     double tp_bw, tp_lat; /* the TP link as a rank sees it */
+    int cp;               /* context parallelism (1: none): m's seq_length is then the s / CP
+                           * tokens a rank holds, and keys the s of the whole sequence */
+    double keys;
+    double cp_bw, cp_lat; /* the CP link as a rank sees it */
     const tr_finetune_config *ft; /* LoRA (lora_rank > 0): the base frozen, adapters trained */
 } plan_cost_ctx;
 
@@ -182,9 +191,20 @@ void plan_moe_expert_gemms(const plan_cost_ctx *x, double T, plan_gemm_fn gemm_s
 void plan_moe_routing_cost(const plan_cost_ctx *x, double T, double e, plan_gemm_fn gemm_s,
                            double *fwd, double *bwd);
 
+/* Context parallelism's collectives of one layer and one micro-batch (x->cp > 1): forward
+ * the group's K and V all-gathered (trident: fp32), backward gathered again and their
+ * gradient reduce-scattered, full recompute's forward one more gather. */
+void plan_cp_cost(const plan_cost_ctx *x, double e, plan_cost *o);
+/* The keys each query row sees on average under context parallelism's causal balance:
+ * x->keys, else the sequence. */
+static inline double plan_keys(const plan_cost_ctx *x)
+{
+    return x->cp > 1 ? x->keys : x->m->seq_length;
+}
+
 static inline void plan_cost_clear(plan_cost *o)
 {
-    for (int k = 0; k <= TR_PLAN_PART_TP; k++)
+    for (int k = 0; k < PLAN_COST_PARTS; k++)
         o->f[k] = o->b[k] = 0;
 }
 int plan_shape_model(const tr_plan_cluster *c);

@@ -45,14 +45,17 @@ int tr_plan_layout_from_config(const tr_config *cfg, int world, tr_plan_layout *
     const tr_training_config *t = &cfg->training;
     memset(out, 0, sizeof *out);
     int tp = p->tensor_model_parallel_size, pp = p->pipeline_model_parallel_size;
-    if (world < 1 || tp < 1 || pp < 1 || world % ((long)tp * pp))
+    int cp = p->context_parallel_size > 1 ? p->context_parallel_size : 1;
+    if (world < 1 || tp < 1 || pp < 1 || world % ((long)tp * pp * cp))
         return tr_fail(TR_ERR_CONFIG,
                        "world size %d is not a multiple of tensor_model_parallel_size x "
-                       "pipeline_model_parallel_size = %d x %d; allowed: a multiple of %ld",
-                       world, tp, pp, (long)tp * pp);
+                       "context_parallel_size x pipeline_model_parallel_size = %d x %d x %d; "
+                       "allowed: a multiple of %ld",
+                       world, tp, cp, pp, (long)tp * pp * cp);
     out->tp = tp;
     out->pp = pp;
-    out->dp = world / (tp * pp);
+    out->cp = cp;
+    out->dp = world / (tp * pp * cp);
     int rc = tr_pp_kind_parse(p->pipeline_schedule, &out->schedule);
     if (rc)
         return rc;
@@ -84,9 +87,15 @@ int tr_plan_layout_from_config(const tr_config *cfg, int world, tr_plan_layout *
 static int check_layout(const tr_config *cfg, const tr_plan_layout *L, int world)
 {
     const tr_model_config *m = &cfg->model;
-    if (L->tp < 1 || L->pp < 1 || L->dp < 1 || (long)L->tp * L->pp * L->dp != world)
-        return tr_fail(TR_ERR_CONFIG, "layout TP %d x PP %d x DP %d does not make %d ranks",
-                       L->tp, L->pp, L->dp, world);
+    int cp = L->cp > 1 ? L->cp : 1;
+    if (L->tp < 1 || L->pp < 1 || L->dp < 1 || (long)L->tp * L->pp * L->dp * cp != world)
+        return tr_fail(TR_ERR_CONFIG,
+                       "layout TP %d x CP %d x PP %d x DP %d does not make %d ranks", L->tp, cp,
+                       L->pp, L->dp, world);
+    if (m->seq_length % (2 * cp))
+        return tr_fail(TR_ERR_CONFIG,
+                       "CP %d: model.seq_length %d is not divisible by 2 x CP (each sample is "
+                       "2 x CP chunks)", cp, m->seq_length);
     if (m->num_attention_heads % L->tp || m->hidden_size % L->tp)
         return tr_fail(TR_ERR_CONFIG,
                        "TP %d does not divide num_attention_heads %d and hidden_size %d", L->tp,
@@ -103,6 +112,9 @@ static int check_layout(const tr_config *cfg, const tr_plan_layout *L, int world
                        L->micro_batch, L->global_batch);
     return tr_pp_validate(L->pp, L->num_micro_batches, L->schedule, L->v);
 }
+
+/* The ranks that sum a stage's gradients and shard its optimizer: DP x CP. */
+static int dp_cp(const tr_plan_layout *L) { return L->dp * (L->cp > 1 ? L->cp : 1); }
 
 /* Stage st's buckets and shard from dp/'s own layout (tr_dp_layout), with the tied embedding
  * copies aligned as the engine passes them when P > 1: tensors lie in reverse forward order,
@@ -122,10 +134,10 @@ static int stage_dp_layout(const tr_config *cfg, const tr_plan_layout *L, int vo
         dc.n_aligned = 1;
     }
     /* the search asks for the same layouts again (recompute variants): remember them */
-    struct plan_dp_memo key = {1, L->dp, L->distributed_optimizer, L->overlap_grad_reduce, 0,
+    struct plan_dp_memo key = {1, dp_cp(L), L->distributed_optimizer, L->overlap_grad_reduce, 0,
                                L->bucket_size_mb, n, aligned ? al.offset : 0,
                                aligned ? al.count : 0, 0};
-    size_t h = (n * 31 + (size_t)L->dp * 7 + (size_t)key.zero * 3 + (size_t)key.overlap +
+    size_t h = (n * 31 + (size_t)key.dp * 7 + (size_t)key.zero * 3 + (size_t)key.overlap +
                 key.al_start * 13 + (size_t)(L->bucket_size_mb * 1000)) % 256;
     struct plan_dp_memo *m = &ws->dp_memo[h];
     if (m->used && m->dp == key.dp && m->zero == key.zero && m->overlap == key.overlap &&
@@ -136,7 +148,7 @@ static int stage_dp_layout(const tr_config *cfg, const tr_plan_layout *L, int vo
         return TR_OK;
     }
     size_t shard = 0;
-    int rc = tr_dp_layout(&dc, n, L->dp, 0, &out->n_buckets, &shard);
+    int rc = tr_dp_layout(&dc, n, dp_cp(L), 0, &out->n_buckets, &shard);
     if (rc)
         return tr_fail_context(rc, "%s: pipeline stage %d (%zu gradient elements per rank)",
                                tr_config_where(cfg, "parallel.ddp_bucket_size_mb"), st, n);
@@ -175,7 +187,7 @@ static void explain_memory(const tr_plan_result *r, const tr_plan_cluster *c, ch
                       "the model state alone (%.1f GiB) exceeds it: split the model over more "
                       "ranks (TP x PP >= %.0f)%s",
                       gib(state), need,
-                      !L->distributed_optimizer && L->dp > 1
+                      !L->distributed_optimizer && dp_cp(L) > 1
                           ? " or shard the optimizer (use_distributed_optimizer)"
                           : "");
     } else {
@@ -219,6 +231,58 @@ static void zero_windows(const tr_model_config *m, const tr_plan_layout *L, int 
     mm->weights = shard * wb + w * wb;
 }
 
+/* The activation part of stage st's memory with trident's kernels (tr_plan_trident_acts):
+ * peak micro-batches (chunks) in flight of layers / v layers and their slot each, every
+ * chunk's scratch (and full recompute's layer, context parallelism's rows), the first chunk's
+ * embedding norm, the last one's head. */
+static void trident_stage_memory(const tr_plan_trident_acts *a, const tr_plan_layout *L,
+                                 int st, int layers, int peak, tr_plan_memory *mm)
+{
+    double chunks = peak, v = L->v;
+    mm->activations = chunks * (layers / v * a->layer + a->slot) + v * (a->scratch + a->cp) +
+                      (st == L->pp - 1 ? v - 1 : v) * a->head_other;
+    if (L->recompute == TR_PLAN_RECOMPUTE_FULL)
+        mm->recompute = v * a->layer_whole;
+    if (st == 0)
+        mm->embedding = chunks / v * a->embedding_ln;
+    if (st == L->pp - 1)
+        mm->loss = a->head;
+}
+
+/* ... and with Megatron's (Korthikanti's count in the model's widths): peak micro-batches x
+ * layers / v layers; full recompute re-materialises one layer, selective one layer's scores;
+ * the first stage's embedding dropout mask, the last one's head chunk of fp32 logits. */
+static void megatron_stage_memory(const tr_config *cfg, const tr_plan_layout *L,
+                                  int vocab_padded, int st, int layers, int peak,
+                                  tr_plan_memory *mm)
+{
+    const tr_model_config *m = &cfg->model;
+    int t = L->tp, cp = L->cp > 1 ? L->cp : 1, s = m->seq_length, b = L->micro_batch;
+    int sp = L->sequence_parallel && t > 1, act16 = L->bf16;
+    double sl = (double)s / cp, esize = act16 ? 1.0 : 2.0, h = m->hidden_size;
+    /* experts: k routed rows a token through the MLP, their gathers, the router's outputs */
+    double moe_layer = tr_plan_moe_layer_bytes(m, (int)sl, b, t, act16 ? 2 : 4);
+    int full = L->recompute == TR_PLAN_RECOMPUTE_FULL;
+    double act = tr_plan_layer_activation_bytes_model(m, s, b, t, cp, L->sequence_parallel,
+                                                      L->recompute, act16) +
+                 (full ? 0 : moe_layer);
+    mm->activations = (double)peak * layers / L->v * act;
+    if (layers > 0) /* the MoE backward's scratch, once a stage */
+        mm->activations += tr_plan_moe_scratch_bytes(m, (int)sl, b, t);
+    if (full)
+        mm->recompute = tr_plan_layer_activation_bytes_model(
+                            m, s, b, t, cp, L->sequence_parallel, TR_PLAN_RECOMPUTE_NONE, act16) +
+                        moe_layer;
+    else if (L->recompute == TR_PLAN_RECOMPUTE_SELECTIVE)
+        mm->recompute = 5.0 * m->num_attention_heads * sl * s * b / t * esize;
+    if (st == 0)
+        mm->embedding = (double)peak / L->v * sl * b * h / (sp ? t : 1) * esize;
+    if (st == L->pp - 1) { /* one head chunk's fp32 logits, their gradient in place */
+        int Vl = vocab_padded / t;
+        mm->loss = 4.0 * tr_gpt_head_chunk_rows((int)(sl * b), Vl) * (double)Vl;
+    }
+}
+
 /* Memory of every stage; fills the memory fields of r. peaks[P]: stored chunks per stage;
  * sd[P]: their parameters and optimizer shards. */
 static void memory_model(const tr_config *cfg, const tr_plan_cluster *c,
@@ -227,60 +291,12 @@ static void memory_model(const tr_config *cfg, const tr_plan_cluster *c,
 {
     const tr_model_config *m = &cfg->model;
     const tr_plan_layout *L = &r->layout;
-    int t = L->tp, P = L->pp, s = m->seq_length, b = L->micro_batch, h = m->hidden_size;
+    int P = L->pp;
     double wb, gb, ob; /* ob: optimizer bytes per element of the shard (nothing sharded) */
     tr_plan_state_bytes(L->bf16, 0, 1, &wb, &gb, &ob);
-    /* fused attention stores no scores: none is selective's bytes + the log-sum-exps */
-    tr_plan_recompute stored = L->trident_kernels && L->recompute != TR_PLAN_RECOMPUTE_FULL
-                                   ? TR_PLAN_RECOMPUTE_SELECTIVE
-                                   : L->recompute;
-    double lse = L->trident_kernels ? 4.0 * m->num_attention_heads * (double)s * b / t : 0;
-    /* trident's kernels keep activations in fp32 whatever the compute precision, */
-    int act16 = L->bf16 && !L->trident_kernels;
-    /* but the GELU output that feeds fc_proj, kept in bf16 storage (model/gpt_internal.h's
-     * gpt_gelu16: bf16 on trident's kernels, GELU, no LoRA): 2 bytes an element less */
-    /* (none of these with experts: the experts' gathers and GEMMs read fp32) */
-    int moe = m->num_experts > 0;
-    double gelu16 = L->trident_kernels && L->bf16 && !m->swiglu && !m->geglu &&
-                            !cfg->finetune.lora_rank && !moe &&
-                            stored != TR_PLAN_RECOMPUTE_FULL
-                        ? 2.0 * s * b * (double)tr_model_ffn_hidden(m) / t
-                        : 0;
-    /* and the two norms' outputs that feed QKV and fc (gpt_ln16: h even): 2 bytes an element
-     * less of the (s b, h) each that the formula counts (split over t under SP) */
-    int sp_split = L->sequence_parallel && t > 1;
-    /* and fc's output, the GELU's input (gpt_fch16: where the GELU output is bf16), alike */
-    double fch16 = gelu16;
-    double ln16 = L->trident_kernels && L->bf16 && !cfg->finetune.lora_rank && !moe &&
-                          stored != TR_PLAN_RECOMPUTE_FULL && h % 2 == 0
-                      ? 2 * 2.0 * s * b * h / (sp_split ? t : 1)
-                      : 0;
-    /* and the attention output that feeds the projection (gpt_atty16: aw/t even, aw = heads x
-     * head size): 2 bytes of its (s b, aw/t) */
-    double aw = tr_plan_attention_width(m);
-    double atty16 = L->trident_kernels && L->bf16 && !cfg->finetune.lora_rank &&
-                            stored != TR_PLAN_RECOMPUTE_FULL && (long)(aw / t) % 2 == 0
-                        ? 2.0 * s * b * aw / t
-                        : 0;
-    /* and its input qkv (gpt_qkv16: where the attention output is and no rope rotates it): 2
-     * bytes of its (s b, qkv/t) (GPT-2: qkv = 3h) */
-    double qkv_w, ffn_w, fc_w;
-    tr_plan_layer_dims(m, &qkv_w, &ffn_w, &fc_w);
-    int rope = m->position_embedding_type && !strcmp(m->position_embedding_type, "rope");
-    double qkv16 = atty16 > 0 && !rope ? 2.0 * s * b * qkv_w / t : 0;
-    /* experts: k routed rows a token through the MLP, their gathers, the router's outputs */
-    double moe_layer = tr_plan_moe_layer_bytes(m, s, b, t, act16 ? 2 : 4);
-    double act = tr_plan_layer_activation_bytes(s, b, h, m->num_attention_heads, t,
-                                                L->sequence_parallel, stored, act16) +
-                 (stored == TR_PLAN_RECOMPUTE_FULL ? 0 : lse + moe_layer) - gelu16 - fch16 -
-                 ln16 - atty16 - qkv16;
-    double act_none = tr_plan_layer_activation_bytes(
-                          s, b, h, m->num_attention_heads, t, L->sequence_parallel,
-                          L->trident_kernels ? TR_PLAN_RECOMPUTE_SELECTIVE : TR_PLAN_RECOMPUTE_NONE,
-                          act16) +
-                      lse + moe_layer;
-    double esize = act16 ? 1.0 : 2.0;
-    int sp = L->sequence_parallel && t > 1;
+    tr_plan_trident_acts ta;
+    if (L->trident_kernels)
+        tr_plan_trident_activations(cfg, L, r->vocab_padded, &ta);
     r->capacity = c->device == TR_PLAN_DEVICE_CPU ? c->memory_bytes / ranks_per_node
                                                   : c->memory_bytes;
     double worst = -1;
@@ -293,23 +309,12 @@ static void memory_model(const tr_config *cfg, const tr_plan_cluster *c,
         mm.weights = params * wb;
         mm.grads = sd[st].trainable * gb;
         mm.optimizer = sd[st].shard * ob;
-        if (L->dp > 1 && L->zero_stage >= 2 && !cfg->finetune.lora_rank) /* LoRA: adapters whole */
+        if (dp_cp(L) > 1 && L->zero_stage >= 2 && !cfg->finetune.lora_rank) /* LoRA: adapters whole */
             zero_windows(m, L, r->vocab_padded, st, layers, sd[st].shard, wb, gb, &mm);
-        mm.activations = (double)peaks[st] * layers / L->v * act;
-        if (layers > 0) /* the MoE backward's scratch, once a stage */
-            mm.activations += tr_plan_moe_scratch_bytes(m, s, b, t);
-        if (L->recompute == TR_PLAN_RECOMPUTE_FULL)
-            mm.recompute = act_none;
-        else if (L->recompute == TR_PLAN_RECOMPUTE_SELECTIVE && !L->trident_kernels)
-            mm.recompute = 5.0 * m->num_attention_heads * (double)s * s * b / t * esize;
-        if (st == 0)
-            mm.embedding = (double)peaks[st] / L->v * s * b * h / (sp ? t : 1) * esize;
-        if (st == P - 1) { /* one head chunk's fp32 logits, their gradient in place */
-            int Vl = r->vocab_padded / t;
-            mm.loss = 4.0 * tr_gpt_head_chunk_rows(s * b, Vl) * (double)Vl;
-            if (L->trident_kernels && L->bf16) /* and the head's weight in bf16 (W16) */
-                mm.loss += 2.0 * Vl * h;
-        }
+        if (L->trident_kernels)
+            trident_stage_memory(&ta, L, st, layers, peaks[st], &mm);
+        else
+            megatron_stage_memory(cfg, L, r->vocab_padded, st, layers, peaks[st], &mm);
         mm.reserved = c->reserved_bytes;
         mm.total = mm.weights + mm.grads + mm.optimizer + mm.activations + mm.recompute +
                    mm.embedding + mm.loss + mm.reserved;
@@ -328,6 +333,27 @@ static void memory_model(const tr_config *cfg, const tr_plan_cluster *c,
 }
 
 
+int plan_cp_supported(const tr_config *cfg, const tr_plan_cluster *c, const tr_plan_layout *L)
+{
+    /* trident's context parallelism (model/gpt_cp.c, yaml/validate_cp.c): fp32 attention on
+     * the CPU backend, without experts or LoRA; Megatron's runtimes run it as Megatron does */
+    int gpu = c->device != TR_PLAN_DEVICE_CPU, experts = cfg->model.num_experts > 0;
+    int lora = cfg->finetune.lora_rank > 0;
+    if (L->cp <= 1 || !L->trident_kernels || !(gpu || L->bf16 || experts || lora))
+        return TR_OK;
+    char why[64] = "";
+    const char *what[4] = {gpu ? "a GPU cluster" : NULL, L->bf16 ? "bf16" : NULL,
+                           experts ? "experts" : NULL, lora ? "LoRA" : NULL};
+    for (int i = 0; i < 4; i++)
+        if (what[i])
+            snprintf(why + strlen(why), sizeof why - strlen(why), "%s%s", *why ? ", " : "",
+                     what[i]);
+    return tr_fail(TR_ERR_CONFIG,
+                   "CP %d on runtime trident: trident's context parallelism runs fp32 attention "
+                   "on the CPU backend without experts or LoRA (here: %s); plan it with "
+                   "cluster.runtime megatron, or CP 1", L->cp, why);
+}
+
 int plan_evaluate(const tr_config *cfg, const tr_plan_layout *layout, int world,
                   const tr_plan_cluster *c, int time, double train_tokens, tr_plan_ws *ws,
                   tr_plan_result *out, tr_plan_explain *ex)
@@ -337,6 +363,8 @@ int plan_evaluate(const tr_config *cfg, const tr_plan_layout *layout, int world,
     if (rc)
         return rc;
     const tr_model_config *m = &cfg->model;
+    if ((rc = plan_cp_supported(cfg, c, layout)))
+        return rc;
     tr_plan_layout L = *layout;
     out->layout = L;
     out->world = world;

@@ -14,9 +14,13 @@ int tr_plan_layout_label(const tr_plan_layout *l, char *buf, size_t n)
         return snprintf(buf, n, "TP%d (any PP)", l->tp);
     if (l->micro_batch == 0)
         return snprintf(buf, n, "TP%d PP%d DP%d (any micro-batch)", l->tp, l->pp, l->dp);
-    int z = l->dp > 1 ? (l->zero_stage > 1 ? l->zero_stage : l->distributed_optimizer) : 0;
-    return snprintf(buf, n, "TP%d PP%d DP%d mb%d %s%s%.0d", l->tp, l->pp, l->dp, l->micro_batch,
-                    tr_plan_recompute_name(l->recompute), z ? " zero" : "", z);
+    int cp = l->cp > 1 ? l->cp : 1;
+    int z = l->dp * cp > 1 ? (l->zero_stage > 1 ? l->zero_stage : l->distributed_optimizer) : 0;
+    char cps[16] = "";
+    if (cp > 1)
+        snprintf(cps, sizeof cps, "CP%d ", cp);
+    return snprintf(buf, n, "TP%d %sPP%d DP%d mb%d %s%s%.0d", l->tp, cps, l->pp, l->dp,
+                    l->micro_batch, tr_plan_recompute_name(l->recompute), z ? " zero" : "", z);
 }
 
 static const char *unit_of(const tr_plan_cluster *c)
@@ -85,9 +89,12 @@ void tr_plan_print(FILE *f, const tr_config *cfg, const tr_plan_cluster *c, cons
         fprintf(f, ", %s active (%d of %d experts a token; balanced load assumed)",
                 count(r->n_active_params, b, sizeof b), m->moe_router_topk, m->num_experts);
     fprintf(f, "\n");
-    fprintf(f, "layout: TP %d x PP %d x DP %d; micro-batch %d, global batch %d -> %d micro-batches "
-               "per step; %s%s; recompute %s; %s%s%s\n",
-            L->tp, L->pp, L->dp, L->micro_batch, L->global_batch, L->num_micro_batches,
+    char cps[24] = "";
+    if (L->cp > 1)
+        snprintf(cps, sizeof cps, "CP %d x ", L->cp);
+    fprintf(f, "layout: TP %d x %sPP %d x DP %d; micro-batch %d, global batch %d -> %d "
+               "micro-batches per step; %s%s; recompute %s; %s%s%s\n",
+            L->tp, cps, L->pp, L->dp, L->micro_batch, L->global_batch, L->num_micro_batches,
             tr_pp_kind_name(L->schedule), L->v > 1 ? " (interleaved chunks)" : "",
             tr_plan_recompute_name(L->recompute), L->bf16 ? "bf16" : "fp32",
             !(L->distributed_optimizer && L->dp > 1) ? ""
@@ -100,6 +107,13 @@ void tr_plan_print(FILE *f, const tr_config *cfg, const tr_plan_cluster *c, cons
         fprintf(f, "batch ramp-up: from %d by %d over %d samples; planned at the final global "
                    "batch %d\n", t->rampup_batch_size[0], t->rampup_batch_size[1],
                 t->rampup_batch_size[2], t->global_batch_size);
+    if (L->cp > 1) {
+        char cpt[32];
+        fprintf(f, "context parallel: CP %d (s / CP = %d tokens a rank), %s, %s of K/V "
+                   "gathers and scatters a micro-batch; gradients summed over DP x CP = %d\n",
+                L->cp, cfg->model.seq_length / L->cp, tr_plan_link_name(r->cp_link),
+                dur(r->cp_comm_s, cpt, sizeof cpt), L->dp * L->cp);
+    }
     fprintf(f, "links: TP %s, PP %s, DP %s; runtime %s (P2P %s%s, gradient accumulation %s)%s\n",
             tr_plan_link_name(r->tp_link), tr_plan_link_name(r->pp_link),
             tr_plan_link_name(r->dp_link),
@@ -180,6 +194,8 @@ static void json_layout(tr_json *j, const char *key, const tr_plan_layout *L)
 {
     tr_json_object_begin(j, key);
     tr_json_int(j, "tp", L->tp);
+    if (L->cp > 1) /* (key only with context parallelism: 3-D layouts' JSON unchanged) */
+        tr_json_int(j, "cp", L->cp);
     tr_json_int(j, "pp", L->pp);
     tr_json_int(j, "dp", L->dp);
     if (L->micro_batch > 0) {
@@ -258,6 +274,10 @@ static void json_result_fields(tr_json *j, const tr_plan_result *r)
     tr_json_string(j, "tp_link", tr_plan_link_name(r->tp_link));
     tr_json_string(j, "pp_link", tr_plan_link_name(r->pp_link));
     tr_json_string(j, "dp_link", tr_plan_link_name(r->dp_link));
+    if (r->layout.cp > 1) {
+        tr_json_double(j, "cp_comm_per_micro_batch_s", r->cp_comm_s);
+        tr_json_string(j, "cp_link", tr_plan_link_name(r->cp_link));
+    }
     tr_json_object_end(j);
     tr_json_double(j, "tokens_per_step", r->tokens_per_step);
     tr_json_double(j, "hardware_flops_per_step", r->hardware_flops);

@@ -1,4 +1,4 @@
-/* Layout search: every (TP, PP, DP, micro-batch, recompute, ZeRO-1) of a world size, memory
+/* Layout search: every (TP, CP, PP, DP, micro-batch, recompute, ZeRO-1) of a world size, memory
  * first (cheap), step time for those that fit, ranked by tokens/s. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -56,11 +56,14 @@ static int by_speed(const void *a, const void *b)
     return 0;
 }
 
+static int cp_of(const tr_plan_layout *L) { return L->cp > 1 ? L->cp : 1; }
+
 static int same_layout(const tr_plan_layout *a, const tr_plan_layout *b)
 {
-    return a->tp == b->tp && a->pp == b->pp && a->dp == b->dp && a->micro_batch == b->micro_batch &&
-           a->recompute == b->recompute &&
-           (a->distributed_optimizer && a->dp > 1) == (b->distributed_optimizer && b->dp > 1);
+    int da = a->dp * cp_of(a), db = b->dp * cp_of(b);
+    return a->tp == b->tp && cp_of(a) == cp_of(b) && a->pp == b->pp && a->dp == b->dp &&
+           a->micro_batch == b->micro_batch && a->recompute == b->recompute &&
+           (a->distributed_optimizer && da > 1) == (b->distributed_optimizer && db > 1);
 }
 
 /* One (TP, PP, mb): every recompute mode and ZeRO-1 setting. */
@@ -69,7 +72,7 @@ static int try_micro_batch(search_state *S, const tr_config *cfg, const tr_plan_
 {
     for (int rc_mode = 0; rc_mode < 3; rc_mode++) {
         for (int zero = 0; zero < 2; zero++) {
-            if (zero && L.dp == 1)
+            if (zero && L.dp * cp_of(&L) == 1)
                 continue;
             L.recompute = (tr_plan_recompute)rc_mode;
             L.distributed_optimizer = zero;
@@ -116,6 +119,7 @@ int tr_plan_search(const tr_config *cfg, int world, const tr_plan_cluster *c,
     tr_config tmp = *cfg;
     tmp.parallel.tensor_model_parallel_size = 1;
     tmp.parallel.pipeline_model_parallel_size = 1;
+    tmp.parallel.context_parallel_size = 1;
     rc = tr_plan_layout_from_config(&tmp, world, &base);
     if (rc)
         return rc;
@@ -147,38 +151,57 @@ int tr_plan_search(const tr_config *cfg, int world, const tr_plan_cluster *c,
             rc = add_rejected(&S, &L, why);
             continue;
         }
-        for (int pp = 1; pp <= world / tp && !rc; pp++) {
-            if ((world / tp) % pp)
-                continue;
-            L.pp = pp;
-            L.dp = world / (tp * pp);
-            L.micro_batch = 0;
-            if (pp * L.v > m->num_layers) {
-                snprintf(why, sizeof why, "PP %d x %d chunks is more than num_layers %d", pp,
-                         L.v, m->num_layers);
-                rc = add_rejected(&S, &L, why);
-                continue;
+        /* context parallelism: powers of two dividing the world left by TP whose 2 x CP
+         * chunks divide the sequence, ranked by speed as every other axis, for long sequences
+         * (or when the config asks for CP): below, CP trades micro-batch rows for the same
+         * tokens a rank and only clutters the ranking */
+        int cp_max = cfg->parallel.context_parallel_size > 1 ||
+                             m->seq_length >= TR_PLAN_CP_SEARCH_MIN_SEQ ? world / tp : 1;
+        for (int cp = 1; cp <= cp_max && !rc; cp *= 2) {
+            if ((world / tp) % cp)
+                break;
+            if (m->seq_length % (2 * cp) && cp > 1)
+                break;
+            L.cp = cp;
+            L.pp = 0;
+            if (plan_cp_supported(cfg, c, &L)) { /* once for every layout of this CP */
+                rc = add_rejected(&S, &L, tr_errmsg());
+                tr_clear_error();
+                break;
             }
-            if (GB % L.dp) {
-                snprintf(why, sizeof why,
-                         "global batch %d is not a multiple of DP %d for any micro-batch", GB,
-                         L.dp);
-                rc = add_rejected(&S, &L, why);
-                continue;
-            }
-            /* Micro-batches: powers of two, and the config's own. */
-            int mbs[40], n_mb = 0, cfg_mb = cfg->training.micro_batch_size;
-            for (int b = 1; (long)b * L.dp <= GB && n_mb < 32; b *= 2)
-                mbs[n_mb++] = b;
-            if ((cfg_mb & (cfg_mb - 1)) && (long)cfg_mb * L.dp <= GB)
-                mbs[n_mb++] = cfg_mb;
-            for (int i = 0; i < n_mb && !rc; i++) {
-                if (GB % (mbs[i] * L.dp))
+            for (int pp = 1; pp <= world / (tp * cp) && !rc; pp++) {
+                if ((world / (tp * cp)) % pp)
                     continue;
-                L.micro_batch = mbs[i];
-                L.num_micro_batches = GB / (mbs[i] * L.dp);
-                L.batch_ok = 1;
-                rc = try_micro_batch(&S, cfg, c, L, res);
+                L.pp = pp;
+                L.dp = world / (tp * cp * pp);
+                L.micro_batch = 0;
+                if (pp * L.v > m->num_layers) {
+                    snprintf(why, sizeof why, "PP %d x %d chunks is more than num_layers %d", pp,
+                             L.v, m->num_layers);
+                    rc = add_rejected(&S, &L, why);
+                    continue;
+                }
+                if (GB % L.dp) {
+                    snprintf(why, sizeof why,
+                             "global batch %d is not a multiple of DP %d for any micro-batch", GB,
+                             L.dp);
+                    rc = add_rejected(&S, &L, why);
+                    continue;
+                }
+                /* Micro-batches: powers of two, and the config's own. */
+                int mbs[40], n_mb = 0, cfg_mb = cfg->training.micro_batch_size;
+                for (int b = 1; (long)b * L.dp <= GB && n_mb < 32; b *= 2)
+                    mbs[n_mb++] = b;
+                if ((cfg_mb & (cfg_mb - 1)) && (long)cfg_mb * L.dp <= GB)
+                    mbs[n_mb++] = cfg_mb;
+                for (int i = 0; i < n_mb && !rc; i++) {
+                    if (GB % (mbs[i] * L.dp))
+                        continue;
+                    L.micro_batch = mbs[i];
+                    L.num_micro_batches = GB / (mbs[i] * L.dp);
+                    L.batch_ok = 1;
+                    rc = try_micro_batch(&S, cfg, c, L, res);
+                }
             }
         }
     }

@@ -47,10 +47,11 @@ static void stage_costs(const tr_pp_partition *part, const plan_cost_ctx *x, int
 {
     plan_cost layer, emb, out;
     plan_layer_cost(x, &layer);
+    plan_cp_cost(x, x->L->bf16 ? 2.0 : 4.0, &layer);
     plan_embedding_cost(x, &emb);
     plan_output_cost(x, &out);
     double lf = 0, lb = 0, ef = 0, eb = 0, of = 0, ob = 0;
-    for (int k = 0; k <= TR_PLAN_PART_TP; k++) {
+    for (int k = 0; k < PLAN_COST_PARTS; k++) {
         lf += layer.f[k];
         lb += layer.b[k];
         ef += emb.f[k];
@@ -69,7 +70,7 @@ static void stage_costs(const tr_pp_partition *part, const plan_cost_ctx *x, int
         }
         stage_cost *c = &sc[st];
         c->tf = c->tb = 0;
-        for (int k = 0; k <= TR_PLAN_PART_TP; k++) {
+        for (int k = 0; k < PLAN_COST_PARTS; k++) {
             c->k.f[k] = layers * layer.f[k] + (st == 0 ? emb.f[k] : 0) +
                         (st == P - 1 ? out.f[k] : 0);
             c->k.b[k] = layers * layer.b[k] + (st == 0 ? emb.b[k] : 0) +
@@ -98,13 +99,19 @@ int plan_time_model(const tr_config *cfg, const tr_plan_cluster *c, const tr_pp_
 {
     const tr_model_config *m = &cfg->model;
     const tr_plan_layout *L = &r->layout;
-    int t = L->tp, P = L->pp, d = L->dp, s = m->seq_length, b = L->micro_batch, h = m->hidden_size;
+    int cp = L->cp > 1 ? L->cp : 1;
+    int t = L->tp, P = L->pp, d = L->dp, b = L->micro_batch, h = m->hidden_size;
     int M = L->num_micro_batches;
+    /* context parallelism: a rank's costs are those of s / CP tokens a sample (the attention
+     * scores them against all s keys: plan_keys), its gradients are summed over DP x CP */
+    tr_model_config local = *m;
+    local.seq_length = m->seq_length / cp;
+    int s = local.seq_length, dcp = d * cp;
     tr_topo topo;
-    int rc = tr_topo_init(&topo, r->world, t, P, tr_topo_order_name(L->order));
+    int rc = tr_topo_init_cp(&topo, r->world, t, cp, P, tr_topo_order_name(L->order));
     if (rc)
         return rc;
-    int key[5] = {r->world, t, P, (int)L->order, c->gpus_per_node};
+    int key[6] = {r->world, t, P, (int)L->order, c->gpus_per_node, cp};
     if (!ws->rep_valid || memcmp(key, ws->rep_key, sizeof key)) {
         ws->rep_valid = 0;
         rc = tr_topo_node_report(&topo, c->gpus_per_node, &ws->rep);
@@ -115,17 +122,20 @@ int plan_time_model(const tr_config *cfg, const tr_plan_cluster *c, const tr_pp_
     }
     const tr_node_report rep = ws->rep;
     link_view tpv = kind_view(&rep, c, TR_GROUP_TP, t, ranks_per_node);
-    link_view dpv = kind_view(&rep, c, TR_GROUP_DP, d, ranks_per_node);
+    link_view dpv = kind_view(&rep, c, cp > 1 ? TR_GROUP_DP_CP : TR_GROUP_DP, dcp, ranks_per_node);
+    link_view cpv = kind_view(&rep, c, TR_GROUP_CP, cp, ranks_per_node);
     r->tp_link = tpv.link;
     r->dp_link = dpv.link;
+    r->cp_link = cpv.link;
     double rate = c->peak_flops * c->gemm_efficiency /
                   (c->device == TR_PLAN_DEVICE_CPU ? ranks_per_node : 1);
     r->compute_rate = rate;
     double elem = L->bf16 ? 2.0 : 4.0;
     double act_msg = (double)s * b * h * elem;
-    plan_cost_ctx x = {.c = c, .m = m, .L = L, .vocab_padded = r->vocab_padded, .rate = rate,
+    plan_cost_ctx x = {.c = c, .m = &local, .L = L, .vocab_padded = r->vocab_padded, .rate = rate,
                        .ar_tp = tr_plan_allreduce_s(act_msg, t, tpv.bw, tpv.lat),
-                       .tp_bw = tpv.bw, .tp_lat = tpv.lat, .ft = &cfg->finetune};
+                       .tp_bw = tpv.bw, .tp_lat = tpv.lat, .ft = &cfg->finetune, .cp = cp,
+                       .keys = m->seq_length, .cp_bw = cpv.bw, .cp_lat = cpv.lat};
 
     /* per stage: costs (sc), P2P per link, then 5 arrays of results */
     stage_cost *sc = tr_alloc(sizeof *sc * (size_t)P, "stage costs");
@@ -145,9 +155,10 @@ int plan_time_model(const tr_config *cfg, const tr_plan_cluster *c, const tr_pp_
     const stage_cost *w = &sc[r->slow_stage];
     r->tf_s = w->tf;
     r->tb_s = w->tb;
-    r->compute_f_s = w->tf - w->k.f[TR_PLAN_PART_TP];
-    r->compute_b_s = w->tb - w->k.b[TR_PLAN_PART_TP];
+    r->compute_f_s = w->tf - w->k.f[TR_PLAN_PART_TP] - w->k.f[TR_PLAN_PART_CP];
+    r->compute_b_s = w->tb - w->k.b[TR_PLAN_PART_TP] - w->k.b[TR_PLAN_PART_CP];
     r->tp_comm_s = w->k.f[TR_PLAN_PART_TP] + w->k.b[TR_PLAN_PART_TP];
+    r->cp_comm_s = w->k.f[TR_PLAN_PART_CP] + w->k.b[TR_PLAN_PART_CP];
 
     /* P2P over the link between stage st and st+1 (mod P: the interleaved wrap) */
     int sp = L->sequence_parallel && t > 1;
@@ -213,17 +224,17 @@ int plan_time_model(const tr_config *cfg, const tr_plan_cluster *c, const tr_pp_
     /* Data parallel: gradient buckets during each stage's last backward, sharing the link
      * with that backward's TP collectives and P2P when they use the same one. */
     double wb, gb, ob;
-    tr_plan_state_bytes(L->bf16, L->distributed_optimizer, d, &wb, &gb, &ob);
+    tr_plan_state_bytes(L->bf16, L->distributed_optimizer, dcp, &wb, &gb, &ob);
     double step_core = 0, dp_comm = 0, gather = 0, opt_max = 0;
     for (int st = 0; st < P; st++) {
         double finish = po.end[st];
         gath[st] = 0;
-        if (d > 1) {
+        if (dcp > 1) {
             double grads = sd[st].trainable * gb;
             int nb = sd[st].n_buckets;
             double per = L->distributed_optimizer
-                             ? tr_plan_reduce_scatter_s(grads / nb, d, dpv.bw, dpv.lat)
-                             : tr_plan_allreduce_s(grads / nb, d, dpv.bw, dpv.lat);
+                             ? tr_plan_reduce_scatter_s(grads / nb, dcp, dpv.bw, dpv.lat)
+                             : tr_plan_allreduce_s(grads / nb, dcp, dpv.bw, dpv.lat);
             double window = tbc[st * L->v]; /* the last backward: chunk 0 */
             double busy = (tpv.link == dpv.link
                                ? sc[st].k.b[TR_PLAN_PART_TP] * window / sc[st].tb
@@ -239,7 +250,7 @@ int plan_time_model(const tr_config *cfg, const tr_plan_cluster *c, const tr_pp_
             if (per * nb > dp_comm)
                 dp_comm = per * nb;
             if (L->distributed_optimizer)
-                gath[st] = tr_plan_allgather_s(sd[st].trainable * wb, d, dpv.bw, dpv.lat);
+                gath[st] = tr_plan_allgather_s(sd[st].trainable * wb, dcp, dpv.bw, dpv.lat);
         }
         if (gath[st] > gather)
             gather = gath[st];
@@ -273,7 +284,7 @@ int plan_time_model(const tr_config *cfg, const tr_plan_cluster *c, const tr_pp_
             double *pt = ex->parts + (size_t)st * TR_PLAN_PARTS;
             for (int k = 0; k < TR_PLAN_PARTS; k++)
                 pt[k] = 0;
-            for (int k = 0; k <= TR_PLAN_PART_TP; k++)
+            for (int k = 0; k < PLAN_COST_PARTS; k++)
                 pt[k] = M * (sc[st].k.f[k] + sc[st].k.b[k]);
             pt[TR_PLAN_PART_PP] = po.transfer[st];
             pt[TR_PLAN_PART_BUBBLE] = po.wait[st];

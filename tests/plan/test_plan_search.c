@@ -38,7 +38,7 @@ static void test_bloom_search(void **state)
         const tr_plan_result *r = &s.fit[i];
         assert_true(r->fits && r->valid);
         assert_true(r->memory.total <= r->capacity);
-        assert_int_equal(r->layout.tp * r->layout.pp * r->layout.dp, 384);
+        assert_int_equal(r->layout.tp * r->layout.pp * r->layout.dp, 384); /* (s 2048: CP 1) */
         assert_int_equal(2048 % (r->layout.micro_batch * r->layout.dp), 0);
         if (i)
             assert_true(s.fit[i - 1].tokens_per_s >= r->tokens_per_s);
