@@ -1,7 +1,8 @@
 /* eval/ — how well a model predicts text: the log-likelihood of tokens, for the perplexity
  * of text streams and datasets and for lm-evaluation-harness's loglikelihood requests
  * (LAMBADA-style continuations, multiple choice), and its generate_until requests (greedy
- * generation until stop strings). `trident eval` is its command line.
+ * generation until stop strings, scored by exact_match after its task's filters: filter.c,
+ * with Python re patterns of regex.h). `trident eval` is its command line.
  *
  * Contract:
  *  - A token's score is its log-probability under the model, log softmax (computed in double)
