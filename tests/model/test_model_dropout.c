@@ -3,7 +3,8 @@
  * (central differences: the masks are fixed by their coordinates), on the sites each family
  * has (Bloom's embedding norm after the embedding dropout, NeoX's and Falcon's parallel
  * residual, Gemma's multiplier, Mixtral's experts, a ReLU MLP); with it off the stage is the
- * p = 0 one bit for bit; a table without the ops is refused naming the key. */
+ * p = 0 one bit for bit; a table without the ops is refused naming the key; p that the
+ * shape's float rounds to 1 drops with the largest float below 1. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -121,12 +122,73 @@ static void test_refused_without_ops(void **state)
     tr_gpt_free(g);
 }
 
+/* The dropout ops' arguments as the model passes them (the CPU ops run after) */
+static tr_dropout seen[64];
+static int n_seen;
+
+static void seen_dropout(tr_stream s, float *out, const float *inp, tr_dropout d, int N, int C,
+                         int T, int row0, int C_total, int col0)
+{
+    seen[n_seen++ % 64] = d;
+    tr_kernels_cpu()->dropout(s, out, inp, d, N, C, T, row0, C_total, col0);
+}
+
+static void seen_attention_forward(tr_stream s, float *out, float *lse, const float *qkv,
+                                   const float *alibi, int B, int T, int NH, int NG, int HS,
+                                   const int32_t *segments, tr_dropout d)
+{
+    seen[n_seen++ % 64] = d;
+    tr_kernels_cpu()->attention_gqa_dropout_forward(s, out, lse, qkv, alibi, B, T, NH, NG, HS,
+                                                    segments, d);
+}
+
+/* p within 2^-25 of 1 (the config allows p < 1; the shape's float holds 1): every site gets
+ * the largest float below 1's threshold and scale (2^32 - 2^8, 2^24), never 2^32 (undefined
+ * in uint32_t: the CPU model decided what was dropped) nor an infinite scale; loss and
+ * gradients finite. */
+static void test_p_near_one(void **state)
+{
+    (void)state;
+    tr_kernels t = *tr_kernels_cpu();
+    t.dropout = seen_dropout;
+    t.attention_gqa_dropout_forward = seen_attention_forward;
+    tr_gpt_shape s = dropout_shape(MIXED, 0.99999999f, 0.99999999f);
+    assert_true(s.hidden_dropout == 1.0f && s.attention_dropout == 1.0f);
+    tr_gpt *g = NULL;
+    assert_int_equal(tr_gpt_create(&s, &t, NULL, &g), TR_OK);
+    size_t n = tr_gpt_num_params(g);
+    float *params = calloc(n, sizeof(float)), *grads = calloc(n, sizeof(float)), loss;
+    tr_gpt_bind(g, params, grads);
+    assert_int_equal(tr_gpt_init_params(g), TR_OK);
+    tr_gpt_acts *a = NULL;
+    assert_int_equal(tr_gpt_acts_create(g, 2, &a), TR_OK);
+    int32_t tokens[10], targets[10];
+    make_batch(10, tokens, targets);
+    tr_gpt_acts_set_dropout(a, 1, 7);
+    n_seen = 0;
+    assert_int_equal(tr_gpt_forward(g, a, tokens, NULL, targets, 0.1f, &loss), 0);
+    assert_int_equal(tr_gpt_backward(g, a, NULL), 0);
+    assert_true(n_seen >= 4); /* the embedding's, and each layer's three */
+    for (int i = 0; i < n_seen && i < 64; i++) {
+        assert_int_equal(seen[i].threshold, 4294967040u);
+        assert_true(seen[i].scale == 16777216.0f);
+    }
+    assert_true(isfinite(loss));
+    for (size_t i = 0; i < n; i++)
+        assert_true(isfinite(grads[i]));
+    tr_gpt_acts_free(a);
+    tr_gpt_free(g);
+    free(params);
+    free(grads);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_finite_difference),
         cmocka_unit_test(test_off_is_plain),
         cmocka_unit_test(test_refused_without_ops),
+        cmocka_unit_test(test_p_near_one),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
