@@ -7,6 +7,7 @@
 //   factor(p, sample, e)        p.scale where it is, else 0
 //   keep_pair(p, sample, e)     keep of e (bit 0) and e + 1 (bit 1): one Philox block unless e
 //                               is a block's last
+//   keep4(p, sample, e)         keep of e's block's four elements (bits 0..3)
 //   hidden_vec4(a, v)           four-element group v of the (N, C) activation (every row's first
 //                               element on a Philox block's first: C_total, col0 and C multiples
 //                               of 4), one Philox block and one 16-byte load and store
@@ -72,6 +73,15 @@ DROP_HD unsigned keep_pair(const params &p, uint64_t sample, uint64_t e)
     if (k == 3) // (e + 1 opens the next block)
         tr_dropout_words(p.seed, sample, p.site, e + 1, w);
     return bits | (unsigned)(word(w, (k + 1) & 3) >= p.threshold) << 1;
+}
+
+// bit q (0..3): element (e & ~3) + q kept (e's Philox block)
+DROP_HD unsigned keep4(const params &p, uint64_t sample, uint64_t e)
+{
+    uint32_t w[4];
+    tr_dropout_words(p.seed, sample, p.site, e, w);
+    return (unsigned)(w[0] >= p.threshold) | (unsigned)(w[1] >= p.threshold) << 1 |
+           (unsigned)(w[2] >= p.threshold) << 2 | (unsigned)(w[3] >= p.threshold) << 3;
 }
 
 // An attention (batch, head)'s: its sample and (global head) T, so that element (query i, key

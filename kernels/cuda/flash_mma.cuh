@@ -39,9 +39,10 @@
 //             warp (flash_mma_backward.cuh's dq_add): S and dP once, 5 products, not 7.
 //   dropout   (kernels.h's attention_gqa_dropout_*, fp32 storage) the kernels' DROP variants
 //             (drop_args): each lane decides its fragment elements' (query, key) in a rolled
-//             loop (keep_bits: core/philox.h's Philox, one block per pair of a row's columns in
-//             forward and dQ, per element in dK dV's transposed tiles) into a bit mask, then
-//             P times scale or 0 before P V and P^T dO, dS = P (z dP - Drow); never stored.
+//             loop (keep_bits: core/philox.h's Philox, a block of 4 shared by 2 lanes in forward
+//             and dQ, by 4 in dK dV's transposed tiles where T is a multiple of 4, else a
+//             block per pair of columns or per element) into a bit mask, then P times scale or
+//             0 before P V and P^T dO, dS = P (z dP - Drow); the mask never stored.
 //             The other variants' code is unchanged (their registers too).
 // No atomic adds: every output element is written by one thread, its sum in a fixed order, so
 // results are the same run to run. Probabilities and dS are rounded to bf16 as operands, the
@@ -494,13 +495,43 @@ FM_DEV void probabilities_of(bool mask, const args &a, float (*s)[4], float (*dp
 // probabilities(): element s[n][e] at query i, key j; TRANS: rows the keys), bit 4 n + e set
 // where kept. A rolled loop, one decision (TRANS) or one pair of a row's columns (one Philox
 // block, or two where the pair crosses one) a step: the Philox rounds' registers once, beside
-// the tile's accumulators.
+// the tile's accumulators. When T is a multiple of 4, lanes share Philox blocks (one block a
+// lane a step, passed by shuffles): not TRANS, every 4 columns from 8 n + 4 (t >> 1) are one
+// block, whose two rows lanes t and t ^ 1 share, each drawing one (t & 1); TRANS, the keys
+// (rows) 4 m .. 4 m + 3 of the 4 lanes g = 4 m + q are one block for each of their 4 (query
+// column, row half) pairs: lane q draws pair q for all four.
 template <bool TRANS, int N8>
 FM_DEV uint32_t keep_bits(const drop::params &dr, drop::head_at dz, int r0, int c0, int T)
 {
     static_assert(N8 <= 8, "32 bits");
     int lane = fm_tid() & 31, gq = lane >> 2, tq = lane & 3, w = fm_tid() / 32;
     uint32_t bits = 0;
+    if (TRANS && T % 4 == 0) { // (block-uniform)
+        int q = gq & 3, j = c0 + 16 * w + (gq & ~3) + 8 * (q >> 1);
+        FM_ROLLED
+        for (int n = 0; n < N8; n++) {
+            uint64_t e = drop::element(dz, r0 + 8 * n + 2 * tq + (q & 1), j, T);
+            unsigned b4 = drop::keep4(dr, dz.sample, e);
+            FM_UNROLL
+            for (int m = 0; m < 4; m++) { // lane g ^ m's pair (q ^ m): element e = q ^ m
+                unsigned got = m ? (unsigned)fm_shfl_xor((float)b4, 4 * m) : b4;
+                bits |= (got >> q & 1u) << (4 * n + (q ^ m));
+            }
+        }
+        return bits;
+    }
+    if (!TRANS && T % 4 == 0) { // (block-uniform)
+        int mine = tq & 1, i = r0 + 16 * w + gq + 8 * mine;
+        FM_ROLLED
+        for (int n = 0; n < N8; n++) {
+            uint64_t e = drop::element(dz, i, c0 + 8 * n + 4 * (tq >> 1), T);
+            unsigned b4 = drop::keep4(dr, dz.sample, e);
+            unsigned other = (unsigned)fm_shfl_xor((float)b4, 1); // (whole numbers: exact)
+            unsigned row0 = mine ? other : b4, row1 = mine ? b4 : other;
+            bits |= (row0 >> 2 * mine & 3u) << 4 * n | (row1 >> 2 * mine & 3u) << (4 * n + 2);
+        }
+        return bits;
+    }
     FM_ROLLED
     for (int x = 0; x < (TRANS ? 4 : 2) * N8; x++) {
         int n = TRANS ? x >> 2 : x >> 1, hf = TRANS ? (x >> 1) & 1 : x & 1;
@@ -520,9 +551,10 @@ FM_DEV uint32_t keep_bits(const drop::params &dr, drop::head_at dz, int r0, int 
 // segment starts and tile_starts' 4 ints; the next key tile loads while this one is used.
 // D <= 64: 4 blocks an SM (registers capped at 128, no spills; 3 blocks at 129 and more).
 // DROP: kernels.h's attention_gqa_dropout_forward (drop_args): each tile's probabilities
-// times their factors after the row sums (l: the undropped ones), before P V.
+// times their factors after the row sums (l: the undropped ones), before P V (at D = 64: 3
+// blocks an SM, whose registers hold keep_bits' without spills).
 template <int D, typename O = float, typename Q = float, bool DROP = false>
-FM_KERNEL_MIN(D <= 64 ? 4 : 1) forward(args_t<DROP> a)
+FM_KERNEL_MIN(D <= 64 ? (DROP && D == 64 ? 3 : 4) : 1) forward(args_t<DROP> a)
 {
     constexpr int LD = D + PAD;
     uint16_t *Qs = reinterpret_cast<uint16_t *>(fm_shared());
