@@ -78,7 +78,7 @@ typedef struct {
     frame *st;
     int n, cap;
     int *slots;
-    long steps;
+    long steps, budget;
 } machine;
 
 static int push(machine *m, const tr_regex *re, int alt, int a, int b)
@@ -107,9 +107,9 @@ static int run(const tr_regex *re, const subject *s, int start, int must_advance
     m->n = 0;
     int pc = 0, sp = start, rc;
     for (;;) {
-        if (++m->steps > re->steps) {
+        if (++m->steps > m->budget) {
             tr_fail(TR_ERR_INVALID, "regex '%.300s': more than %ld steps on a text of %d "
-                    "characters (catastrophic backtracking?)", re->pattern, re->steps, s->n);
+                    "characters (catastrophic backtracking?)", re->pattern, m->budget, s->n);
             return -TR_ERR_INVALID;
         }
         const inst *in = &re->prog[pc];
@@ -190,6 +190,8 @@ static int each_match(const tr_regex *re, const char *text, size_t len,
     }
     if (!rc)
         off[s.n] = len;
+    /* (8 n^2 more: a pattern such as .*X is quadratic in Python too) */
+    m.budget = re->steps + (long)(8 * (double)s.n * s.n < 1e15 ? 8 * (double)s.n * s.n : 1e15);
     int pos = 0, must_advance = 0;
     while (!rc && pos <= s.n) {
         int found = 0;

@@ -6,7 +6,8 @@ eval_filter_tool:
     lazy quantifiers, anchors, word boundaries, flags (?s) (?m) (?a)), ASCII and non-ASCII
     texts: re.findall's list (tuples for several groups) and re.sub(pattern, "", text) equal
     Python's, and a pattern Python refuses is refused; lm-evaluation-harness's own patterns
-    (GSM8K's strict-match and flexible-extract, its regexes_to_ignore) on GSM8K-style texts;
+    (GSM8K's strict-match and flexible-extract, its regexes_to_ignore) on GSM8K-style texts,
+    and "(?s).*#### " on 4000 characters (quadratic, within the budget);
   - the refused syntax (lookarounds, backreferences, (?i), possessive, atomic, ...): an error
     naming the pattern; a hostile pattern ((a*)*b) ends in an error naming the step budget;
   - filter pipelines (strict-match, flexible-extract, lowercase, uppercase, remove_whitespace,
@@ -104,6 +105,9 @@ HARNESS = ["#### (\\-?[0-9\\.\\,]+)", "(-?[$0-9.,]{2,})|(-?[0-9]+)", ",", "\\$",
 for p in HARNESS:
     for t in GSM_TEXTS:
         cases.append({"pattern": p, "text": t})
+# a quadratic pattern on a long generation (4000 characters): within the budget, as Python's
+cases += [{"pattern": "(?s).*#### ", "text": "word " * 800},
+          {"pattern": "(?s).*#### ", "text": "word " * 800 + "#### 72"}]
 
 
 def py_result(pattern, text):
