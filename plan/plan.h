@@ -8,8 +8,8 @@
  *    TR_ERR_CONFIG naming what is missing. World size = nodes x gpus_per_node unless given.
  *    device cpu: the ranks placed on a node SHARE its peak_flops and memory (a CPU host where
  *    every rank is a process on the same cores); device gpu: per-GPU figures.
- *  - Layout (tr_plan_layout) from the config and the world size: TP, PP from `parallel`,
- *    DP = W/(TP*PP), M = GB/(mb*DP) micro-batches per step. A layout whose M is not an integer
+ *  - Layout (tr_plan_layout) from the config and the world size: TP, CP, PP from `parallel`,
+ *    DP = W/(TP*CP*PP), M = GB/(mb*DP) micro-batches per step. A layout whose M is not an integer
  *    is still evaluated (with M rounded up) and reported invalid, so `trident plan` can say
  *    everything that is wrong at once.
  *  - tr_plan_predict() / tr_plan_evaluate() fill a tr_plan_result: memory per rank with a
@@ -48,14 +48,19 @@
  *   later last stage its wte copy, when larger. Stage 3 also: weights wb x the shard + the
  *   units gathered at once (a layer and the prefetched next one; the embedding + layer 0;
  *   the head: final LN + wte).
- * Activations of one layer for one micro-batch, bytes (Korthikanti et al. 2022; 16-bit
- * activations, doubled for fp32), with A = 5as/h:
- *   none       t=1: sbh(34 + A); TP: sbh(10 + 24/t + A/t); TP + SP: sbh(34/t + A/t)
+ * Activations, runtime trident (trident_kernels): what model/gpt_acts.c allocates
+ *   (tr_plan_trident_activations, tensor by tensor in the family's widths, bf16 storage where
+ *   model/'s rules keep it; tests/plan/test_plan_acts.c checks it against
+ *   tr_gpt_activation_bytes): per chunk, peak_r x (its layers' bytes + a slot) + its scratch
+ *   (+ full recompute's layer, the CP buffers, the head chunk on the last stage).
+ * Activations of one layer for one micro-batch, Megatron's runtimes, bytes (Korthikanti et
+ * al. 2022; 16-bit activations, doubled for fp32) in the family's widths (qkv rows, attention
+ * width aw, fc rows, MLP width F; GPT-2: 3h, h, 4h, 4h), with A = 5as/h:
+ *   none       sbh(10 + A/t) + 2sb(qkv + aw + fc + F)/t (GPT-2 t=1: sbh(34 + A); TP:
+ *              sbh(10 + 24/t + A/t)); TP + SP: the 10 sbh / t too
  *   selective  the same without the A term (attention scores are recomputed)
- *   trident_kernels (runtime trident, its fused attention): none and selective are the
- *              selective bytes + the fp32 log-sum-exps, 4as b/t (no scores are stored),
- *              and counted in fp32 bytes at any precision (trident keeps them so)
  *   full       2sbh (the layer input), 2sbh/t with SP
+ *   CP         s/CP tokens a rank; the scores of its queries over all s keys
  *   experts    + tr_plan_moe_layer_bytes (k routed rows a token through the MLP, gathered
  *              inputs and outputs whole on every TP rank, router outputs, indices; none stored
  *              with full recompute, where the recomputed layer holds them), and once a stage
@@ -172,6 +177,13 @@
  * published curves and fitted once against the published runs in plan/references.c
  * (tr_plan_references; docs/planner.md lists them with sources and errors), never per run.
  * `--calibrate` solves for gemm_efficiency alone from a measured step time.
+ * Context parallelism (CP > 1): a rank runs s/CP tokens of each sample (every GEMM and
+ *   element-wise kernel), its attention scores them against all s keys (1/CP of the causal
+ *   work, load-balanced), and each layer all-gathers the K/V of the sequence over the CP group
+ *   forward (b s 2 groups hs / t elements; trident's fp32) and again backward with a
+ *   reduce-scatter of their gradient (full recompute: one more gather), over the CP group's
+ *   link (CP right after TP in the rank order, topo's tr_topo_init_cp); gradients are reduced
+ *   and ZeRO-sharded over DP x CP. Runtime trident plans it only where trident runs it.
  * Not modelled: overlap of TP communication with compute, flash attention, CPU-side
  * launch stalls of a Python framework, memory fragmentation beyond `reserved`, an MoE router's
  * load imbalance (balanced experts assumed). */

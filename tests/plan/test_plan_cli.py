@@ -204,6 +204,22 @@ for args, msg in [
     rc, out, err = run(*args)
     expect(rc == 2 and msg in err, f"{args}: exit {rc}, stderr {err!r}")
 
+# context parallelism: a tiny CP 2 config on the CPU (text and JSON); on a GPU preset runtime
+# trident has no CP kernels: refused naming why
+tiny = os.path.join(root, "configs", "tiny.yaml")
+cp2 = ["--set", "parallel.context_parallel_size=2", "--set", "cluster.preset=cpu-host",
+       "--world-size", "4"]
+rc, out, err = run(tiny, *cp2)
+expect(rc == 0 and "layout: TP 1 x CP 2 x PP 1 x DP 2" in out and "context parallel: CP 2" in out,
+       f"CP 2 text: {rc} {err!r} {out[:400]!r}")
+d = plan_json(tiny, *cp2)
+expect(d["layout"]["cp"] == 2 and d["time_breakdown"]["cp_link"] == "intra-node" and
+       d["time_breakdown"]["cp_comm_per_micro_batch_s"] > 0, f"CP 2 JSON: {d.get('layout')}")
+rc, out, err = run(tiny, "--set", "parallel.context_parallel_size=2", "--set",
+                   "cluster.preset=h100-80gb", "--world-size", "4")
+expect(rc == 2 and "trident's context parallelism runs fp32 attention on the CPU backend" in err
+       and "a GPU cluster" in err, f"CP on a GPU, runtime trident: {rc} {err!r}")
+
 rc, out, err = run("--help")
 expect(rc == 0 and "--search" in out and "--calibrate" in out and "--explain" in out, "--help")
 
