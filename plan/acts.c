@@ -56,7 +56,8 @@ double tr_plan_layer_activation_bytes_model(const tr_model_config *m, int s, int
  * trident's kernels in bf16, no LoRA; the GELU output and fc's output for an ungated MLP
  * without experts, the norms' outputs for an even h without experts, the attention output
  * (aw/t even) and its input qkv (no rope); none of the attention's under context parallelism
- * (model/gpt_cp.c runs fp32 attention). */
+ * (model/gpt_cp.c runs fp32 attention) or with attention dropout (gpt_atty16: the fp32 dropout
+ * ops). */
 typedef struct {
     int gelu, fch, ln, atty, qkv;
 } bf16_storage;
@@ -71,7 +72,7 @@ static bf16_storage storage_of(const tr_config *cfg, const tr_plan_layout *L, do
     int rope = m->position_embedding_type && !strcmp(m->position_embedding_type, "rope");
     b.gelu = b.fch = !m->swiglu && !m->geglu && !moe;
     b.ln = m->hidden_size % 2 == 0 && !moe;
-    b.atty = !cp && (long)(aw / L->tp) % 2 == 0;
+    b.atty = !cp && !(m->attention_dropout > 0) && (long)(aw / L->tp) % 2 == 0;
     b.qkv = b.atty && !rope;
     return b;
 }

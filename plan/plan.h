@@ -130,8 +130,10 @@
  *              GEMMs x A^T (T, r, in) and (T, out, r) forward and their input and weight
  *              gradients backward (the flat model: their FLOPs); trident's CUDA kernels
  *              keep no bf16 storage under LoRA (model/gpt_internal.h's rules).
- *   dropout: the layout's `dropout` flag (trident trains without; Megatron's GPT scripts use
- *           0.1 on attention probabilities and hidden states).
+ *   dropout: the layout's `dropout` flag (the config's model.hidden_dropout or
+ *           attention_dropout > 0, or --dropout; Megatron's GPT scripts use 0.1 on attention
+ *           probabilities and hidden states): Megatron's masks counted; trident stores none
+ *           (recomputed from Philox) and its time model leaves the Philox draws out.
  *   collectives over n ranks, S bytes (ring): all-reduce 2(n-1)/n S/bw + 2(n-1) lat;
  *           reduce-scatter and all-gather (n-1)/n S/bw + (n-1) lat; P2P S/bw + lat.
  *           bw = link x efficiency (NCCL's bus bandwidth): intra-node intra_bw x
@@ -284,8 +286,8 @@ typedef struct {
                               * gradients per bucket, dp/'s meaning; 0 = one bucket */
     int overlap_grad_reduce;
     tr_topo_order order;
-    int dropout;             /* dropout on attention probabilities and hidden states (0: none,
-                              * trident's training; Megatron's scripts: 1; --dropout) */
+    int dropout;             /* dropout on attention probabilities and hidden states (0: none;
+                              * the config's dropout > 0, Megatron's scripts: 1; --dropout) */
     /* The software running the layout (cluster.runtime, tr_plan_runtime_apply): */
     int scatter_gather;      /* Megatron's P2P scatter/gather across TP ranks */
     int grad_accum_fused;    /* weight-gradient GEMMs accumulate into the fp32 gradients

@@ -71,7 +71,9 @@ int tr_plan_layout_from_config(const tr_config *cfg, int world, tr_plan_layout *
     out->bf16 = t->precision && !strcmp(t->precision, "bf16");
     out->bucket_size_mb = p->ddp_bucket_size_mb;
     out->overlap_grad_reduce = p->overlap_grad_reduce;
-    out->dropout = 0; /* trident trains without dropout */
+    /* the config's dropout (model.hidden_dropout / attention_dropout); Megatron's runtimes keep
+     * its masks, trident's recomputes them (acts.c: its attention then stays fp32) */
+    out->dropout = cfg->model.hidden_dropout > 0 || cfg->model.attention_dropout > 0;
     rc = tr_plan_runtime_apply(cfg->cluster.runtime, out);
     if (rc)
         return tr_fail_context(rc, "%s", tr_config_where(cfg, "cluster.runtime"));

@@ -294,6 +294,31 @@ static void test_cp_time(void **state)
     tr_config_free(&one);
 }
 
+/* Attention dropout keeps the attention output and its input qkv in fp32 (model/'s gpt_atty16:
+ * the fp32 dropout ops), which bf16 storage halves otherwise: GPT-2 (no rope) in bf16 gains
+ * N (aw + qkv) / t x 2 bytes a layer with attention_dropout 0.1. */
+static void test_attention_dropout_storage(void **state)
+{
+    (void)state;
+    const char *sets[] = {"training.precision=bf16", "training.micro_batch_size=2",
+                          "training.global_batch_size=8", "model.attention_dropout=0.1"};
+    tr_config drop, plain;
+    load("tiny.yaml", sets, 4, &drop);
+    load("tiny.yaml", sets, 3, &plain);
+    tr_plan_layout L;
+    assert_int_equal(tr_plan_layout_from_config(&plain, 1, &L), TR_OK);
+    L.trident_kernels = 1;
+    tr_plan_trident_acts a0, a1;
+    tr_plan_trident_activations(&plain, &L, 0, &a0);
+    tr_plan_trident_activations(&drop, &L, 0, &a1);
+    double qkv, Fw, fcw, N = 2.0 * plain.model.seq_length;
+    tr_plan_layer_dims(&plain.model, &qkv, &Fw, &fcw);
+    double aw = tr_plan_attention_width(&plain.model);
+    assert_close(a1.layer_whole - a0.layer_whole, 2 * N * (aw + qkv), 1e-12);
+    tr_config_free(&drop);
+    tr_config_free(&plain);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -301,6 +326,7 @@ int main(void)
         cmocka_unit_test(test_megatron_widths),
         cmocka_unit_test(test_llama3_70b_long),
         cmocka_unit_test(test_cp_time),
+        cmocka_unit_test(test_attention_dropout_storage),
     };
     unsetenv("WORLD_SIZE");
     unsetenv("RANK");
