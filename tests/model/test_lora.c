@@ -150,6 +150,34 @@ static void test_dropout(void **state)
     free(grads);
 }
 
+/* A config's lora.dropout within 2^-25 of 1 is 1.0f in the shape: the adapters' inputs are all
+ * but always dropped (p taken as the largest float below 1), never an infinite scale or a
+ * threshold past uint32_t: the loss and every gradient finite. */
+static void test_dropout_near_one(void **state)
+{
+    (void)state;
+    tr_gpt_shape s = shape(1, 3);
+    s.lora_dropout = (float)0.99999999;
+    assert_true(s.lora_dropout == 1.0f);
+    tr_gpt *g = NULL;
+    assert_int_equal(tr_gpt_create(&s, tr_kernels_cpu(), NULL, &g), TR_OK);
+    size_t n = tr_gpt_num_params(g);
+    float *params = calloc(n, sizeof(float)), *grads = calloc(n, sizeof(float));
+    tr_gpt_bind(g, params, grads);
+    assert_int_equal(tr_gpt_init_params(g), TR_OK);
+    for (size_t i = 0; i < n; i++)
+        params[i] += 0.2f * (float)sin(0.61 * (double)i + 0.3);
+    dropout_on = 1;
+    float on = loss_of(g, 1);
+    dropout_on = 0;
+    assert_true(isfinite(on));
+    for (size_t i = 0; i < n; i++)
+        assert_true(isfinite(grads[i]));
+    tr_gpt_free(g);
+    free(params);
+    free(grads);
+}
+
 /* Some targets only (mask): the inputs of the linears without an adapter are kept one layer
  * at a time (gpt_scratch.frozen_*), so less activation memory, and the model is the one with
  * all four targets whose other adapters have B = 0, bit for bit: the loss and the shared
@@ -260,6 +288,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {cmocka_unit_test(test_gpt2), cmocka_unit_test(test_llama),
                                        cmocka_unit_test(test_dropout),
+                                       cmocka_unit_test(test_dropout_near_one),
                                        cmocka_unit_test(test_some_targets)};
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
