@@ -220,6 +220,23 @@ typedef struct tr_kernels {
     void (*attention_rows_backward)(tr_stream s, float *dqkv, const float *dout, const float *qkv,
                                     const float *out, const float *lse, const float *alibi,
                                     int B, int Tk, int q0, int NH, int NG, int HS);
+    /* attention_rows_dropout_forward / _backward: attention_rows_*'s arguments with dropout on
+     *   the probabilities as attention_gqa_dropout_*'s (tr_dropout): qkv row t is position
+     *   t of a sample of T >= Tk positions (T: the whole sequence, the mask's length), batch b
+     *   is sample d.first_sample + b; P(t, j) of local head h is kept iff
+     *   tr_dropout_keep(d.seed, d.first_sample + b, d.site, ((d.head0 + h) * T + t) * T + j,
+     *   d.threshold), times d.scale; lse undropped. Backward ACCUMULATES as
+     *   attention_rows_backward. With T = Tk and q0 = 0: attention_gqa_dropout_*'s results
+     *   (no segments, to rounding). NULL where a backend lacks them (CUDA: the model refuses
+     *   context parallelism with attention dropout there). */
+    void (*attention_rows_dropout_forward)(tr_stream s, float *out, float *lse, const float *qkv,
+                                           const float *alibi, int B, int Tk, int q0, int NH,
+                                           int NG, int HS, int T, tr_dropout d);
+    void (*attention_rows_dropout_backward)(tr_stream s, float *dqkv, const float *dout,
+                                            const float *qkv, const float *out,
+                                            const float *lse, const float *alibi, int B,
+                                            int Tk, int q0, int NH, int NG, int HS, int T,
+                                            tr_dropout d);
     /* attention_decode for that layout: qkv (B, n, NG, R+2, HS) of n new positions; kcache,
      * vcache (B, NG, max_T, HS) (one key/value head per group); ALiBi slopes or NULL. */
     void (*attention_gqa_decode)(tr_stream s, float *out, float *kcache, float *vcache,

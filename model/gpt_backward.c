@@ -62,7 +62,8 @@ static int projection_then_attention(tr_gpt *g, const layer_acts *L, int l, cons
     if (rc)
         return rc;
     if (gpt_cp_size(g) > 1)
-        return gpt_cp_attention_backward(g, sc->dqkv, sc->datty, L->qkv, L->atty, L->lse, B);
+        return gpt_cp_attention_backward(g, sc->dqkv, sc->datty, L->qkv, L->atty, L->lse, l,
+                                         B);
     if (gpt_attn_drop(g))
         gpt_attention_dropout_backward(g, L, l, B);
     else if (uses_gqa_attention(g))

@@ -5,8 +5,10 @@
  * their global positions against the keys before them (kernels.h attention_rows_*: Llama 3's
  * all-gather scheme, exact). Backward gathers again, accumulates every chunk's dQ, dK, dV into
  * a sequence-order buffer and reduce-scatters the dK, dV units to their owners (the sum over
- * CP ranks); the owner's dQ stays local. Nothing of the gathered sequence is kept between
- * forward and backward (one micro-batch's buffers, shared by the layers).
+ * CP ranks); the owner's dQ stays local. Attention dropout drops each chunk's probabilities at
+ * their global (sample, head, query, key) (kernels.h attention_rows_dropout_*). Nothing of the
+ * gathered sequence is kept between forward and backward (one micro-batch's buffers, shared by
+ * the layers).
  * Sizes: Tl = s.T local tokens per sample, c = Tl / 2 per chunk, T = Tl * CP, W = QKVl. */
 #include "model/gpt_internal.h"
 
@@ -38,6 +40,11 @@ int tr_gpt_set_cp(tr_gpt *g, tr_comm *cp_comm)
         !g->k->scatter_add_rows)
         return tr_fail(TR_ERR_CONFIG, "the %s backend has no attention_rows kernels: context "
                        "parallelism runs on training.device cpu", g->k->name);
+    if (s->attention_dropout > 0 &&
+        (!g->k->attention_rows_dropout_forward || !g->k->attention_rows_dropout_backward))
+        return tr_fail(TR_ERR_CONFIG, "the %s backend has no attention_rows_dropout kernels: "
+                       "context parallelism with model.attention_dropout runs on "
+                       "training.device cpu", g->k->name);
     if (gpt_atty16(g) || gpt_qkv16(g) || s->num_experts)
         return tr_fail(TR_ERR_CONFIG, "context parallelism runs fp32 attention without experts");
     g->cp = cp_comm;
@@ -191,7 +198,17 @@ static int gather_rows(tr_gpt *g, const float *qkv, int B)
         }
     return TR_OK;
 }
-int gpt_cp_attention_forward(tr_gpt *g, float *out, float *lse, const float *qkv, int B)
+/* Sample b's dropout (layer l's attention probabilities), when on: its first sample b's. */
+static int sample_dropout(const tr_gpt *g, int l, int b, tr_dropout *d)
+{
+    if (!gpt_attn_drop(g))
+        return 0;
+    *d = gpt_attention_dropout_site(g, l);
+    d->first_sample += (uint64_t)b;
+    return 1;
+}
+
+int gpt_cp_attention_forward(tr_gpt *g, float *out, float *lse, const float *qkv, int l, int B)
 {
     if (g->segments)
         return tr_fail(TR_ERR_INVALID, "context parallelism with packed sequences");
@@ -199,19 +216,26 @@ int gpt_cp_attention_forward(tr_gpt *g, float *out, float *lse, const float *qkv
     if (rc)
         return rc;
     int cp = gpt_cp_size(g), Tl = g->s.T, c = Tl / 2, T = Tl * cp, r = g->s.cp_rank;
+    const tr_kernels *k = g->k;
     for (int b = 0; b < B; b++)
         for (int h = 0; h < 2; h++) {
             int q0 = tr_cp_chunk(cp, r, h) * c;
-            g->k->attention_rows_forward(NULL, out + ((size_t)b * Tl + (size_t)h * c) * g->Al,
-                                         lse + ((size_t)b * 2 + h) * g->NHl * c,
-                                         g->cp_full + (size_t)b * T * g->QKVl, g->alibi, 1,
-                                         q0 + c, q0, g->NHl, g->NGl, g->HS);
+            float *o = out + ((size_t)b * Tl + (size_t)h * c) * g->Al;
+            float *ls = lse + ((size_t)b * 2 + h) * g->NHl * c;
+            const float *full = g->cp_full + (size_t)b * T * g->QKVl;
+            tr_dropout d;
+            if (sample_dropout(g, l, b, &d))
+                k->attention_rows_dropout_forward(NULL, o, ls, full, g->alibi, 1, q0 + c, q0,
+                                                  g->NHl, g->NGl, g->HS, T, d);
+            else
+                k->attention_rows_forward(NULL, o, ls, full, g->alibi, 1, q0 + c, q0, g->NHl,
+                                          g->NGl, g->HS);
         }
     return TR_OK;
 }
 
 int gpt_cp_attention_backward(tr_gpt *g, float *dqkv, const float *dout, const float *qkv,
-                              const float *out, const float *lse, int B)
+                              const float *out, const float *lse, int l, int B)
 {
     int rc = gather_rows(g, qkv, B);
     if (rc)
@@ -219,15 +243,23 @@ int gpt_cp_attention_backward(tr_gpt *g, float *dqkv, const float *dout, const f
     cp_sizes z = sizes_of(g, B);
     int r = g->s.cp_rank, c = z.c;
     size_t HS = (size_t)g->HS, W = (size_t)g->QKVl;
+    const tr_kernels *k = g->k;
     g->k->zero(NULL, g->cp_dfull, z.n_seq * HS * sizeof(float));
     for (int b = 0; b < B; b++)
         for (int h = 0; h < 2; h++) {
             int q0 = tr_cp_chunk(z.cp, r, h) * c;
             size_t o = ((size_t)b * z.Tl + (size_t)h * c) * g->Al;
-            g->k->attention_rows_backward(NULL, g->cp_dfull + (size_t)b * z.T * W, dout + o,
-                                          g->cp_full + (size_t)b * z.T * W, out + o,
-                                          lse + ((size_t)b * 2 + h) * g->NHl * c, g->alibi, 1,
-                                          q0 + c, q0, g->NHl, g->NGl, g->HS);
+            float *dfull = g->cp_dfull + (size_t)b * z.T * W;
+            const float *full = g->cp_full + (size_t)b * z.T * W;
+            const float *ls = lse + ((size_t)b * 2 + h) * g->NHl * c;
+            tr_dropout d;
+            if (sample_dropout(g, l, b, &d))
+                k->attention_rows_dropout_backward(NULL, dfull, dout + o, full, out + o, ls,
+                                                   g->alibi, 1, q0 + c, q0, g->NHl, g->NGl,
+                                                   g->HS, z.T, d);
+            else
+                k->attention_rows_backward(NULL, dfull, dout + o, full, out + o, ls, g->alibi, 1,
+                                           q0 + c, q0, g->NHl, g->NGl, g->HS);
         }
     /* every rank's dK, dV units in rank order, summed at their owner into dfull's tail */
     g->k->gather_rows(NULL, g->cp_kv_all, g->cp_dfull, g->cp_idx + z.n_kv,

@@ -4,6 +4,8 @@
  * and by recompute from the same arguments, so every layout drops the same elements. */
 #include "model/gpt_internal.h"
 
+#include "data/data.h"
+
 /* The largest float below 1: the shape's p is a float, in which a config's p within 2^-25 of 1
  * is 1 (then the threshold would be 2^32, out of uint32_t's range, and the scale infinite) */
 #define DROP_P_MAX 0x1.fffffep-1
@@ -18,13 +20,25 @@ static tr_dropout site_args(const tr_gpt *g, int l, int kind, double p)
 }
 
 /* x (Nl, C): this rank's rows (from r0 of the micro-batch's B*T) through site (l, kind)'s
- * mask, in place or into out. */
+ * mask, in place or into out. With context parallelism a local chunk's c rows are c
+ * consecutive positions of a sample of T = Tl CP: one call per (sample, chunk) run of the rows
+ * at its global row (2 B calls at most). */
 static void drop_rows(tr_gpt *g, float *out, const float *x, int l, int kind, int B)
 {
-    int r0, Nl;
+    int r0, Nl, cp = gpt_cp_size(g), Tl = g->s.T, C = g->s.C;
     gpt_rows(g, B, &r0, &Nl);
-    g->k->dropout(NULL, out, x, site_args(g, l, kind, g->s.hidden_dropout), Nl, g->s.C, g->s.T,
-                  r0, g->s.C, 0);
+    tr_dropout d = site_args(g, l, kind, g->s.hidden_dropout);
+    if (cp == 1) {
+        g->k->dropout(NULL, out, x, d, Nl, C, Tl, r0, C, 0);
+        return;
+    }
+    int c = Tl / 2, T = Tl * cp;
+    for (int n = r0, end; n < r0 + Nl; n = end) {
+        end = (n / c + 1) * c < r0 + Nl ? (n / c + 1) * c : r0 + Nl;
+        int row = n / Tl * T + tr_cp_position(T, cp, g->s.cp_rank, n % Tl);
+        size_t at = (size_t)(n - r0) * C;
+        g->k->dropout(NULL, out + at, x + at, d, end - n, C, T, row, C, 0);
+    }
 }
 
 void gpt_dropout_rows(tr_gpt *g, float *x, int l, int kind, int B)
@@ -51,12 +65,16 @@ const float *gpt_dropout_grad(tr_gpt *g, const float *dres, int l, int kind, int
     return g->scratch.drop_dy;
 }
 
+tr_dropout gpt_attention_dropout_site(const tr_gpt *g, int l)
+{
+    return site_args(g, l, TR_DROPOUT_ATTN_PROBS, g->s.attention_dropout);
+}
+
 void gpt_attention_dropout_forward(tr_gpt *g, const layer_acts *L, int l, int B)
 {
     g->k->attention_gqa_dropout_forward(NULL, L->atty, L->lse, L->qkv, g->alibi, B, g->s.T,
                                         g->NHl, g->NGl, g->HS, g->segments,
-                                        site_args(g, l, TR_DROPOUT_ATTN_PROBS,
-                                                  g->s.attention_dropout));
+                                        gpt_attention_dropout_site(g, l));
 }
 
 void gpt_attention_dropout_backward(tr_gpt *g, const layer_acts *L, int l, int B)
@@ -64,7 +82,5 @@ void gpt_attention_dropout_backward(tr_gpt *g, const layer_acts *L, int l, int B
     gpt_scratch *sc = &g->scratch;
     g->k->attention_gqa_dropout_backward(NULL, sc->dqkv, sc->att_rowsum, sc->datty, L->qkv,
                                          L->atty, L->lse, g->alibi, B, g->s.T, g->NHl, g->NGl,
-                                         g->HS, g->segments,
-                                         site_args(g, l, TR_DROPOUT_ATTN_PROBS,
-                                                   g->s.attention_dropout));
+                                         g->HS, g->segments, gpt_attention_dropout_site(g, l));
 }

@@ -77,11 +77,11 @@ static int attention_then_projection(tr_gpt *g, const layer_acts *L, int l, cons
         return rc;
     }
     int rc;
-    if (gpt_attn_drop(g)) {
-        gpt_attention_dropout_forward(g, L, l, B);
-    } else if (gpt_cp_size(g) > 1) {
-        if ((rc = gpt_cp_attention_forward(g, L->atty, L->lse, L->qkv, B)))
+    if (gpt_cp_size(g) > 1) {
+        if ((rc = gpt_cp_attention_forward(g, L->atty, L->lse, L->qkv, l, B)))
             return rc;
+    } else if (gpt_attn_drop(g)) {
+        gpt_attention_dropout_forward(g, L, l, B);
     } else if (uses_gqa_attention(g))
         k->attention_gqa_forward(NULL, L->atty, L->lse, L->qkv, g->alibi, B, T, g->NHl,
                                  g->NGl, g->HS, g->segments);

@@ -458,12 +458,15 @@ TR_MUST_CHECK int gpt_moe_backward(tr_gpt *g, int l, const layer_acts *L, float 
  *  gpt_dropout_grad: the site's output gradient dropped into scratch.drop_dy (dres itself
  *      when off);
  *  gpt_attention_dropout_forward / _backward: the fused attention of L with its probabilities
- *      dropped (the fp32 ops; backward from scratch.datty into scratch.dqkv). */
+ *      dropped (the fp32 ops; backward from scratch.datty into scratch.dqkv);
+ *  gpt_attention_dropout_site: layer l's attention-probabilities dropout (its first_sample the
+ *      micro-batch's sample 0). */
 void gpt_dropout_rows(tr_gpt *g, float *x, int l, int kind, int B);
 void gpt_dropout_add(tr_gpt *g, float *y, const float *residual, int l, int kind, int B);
 const float *gpt_dropout_grad(tr_gpt *g, const float *dres, int l, int kind, int B);
 void gpt_attention_dropout_forward(tr_gpt *g, const layer_acts *L, int l, int B);
 void gpt_attention_dropout_backward(tr_gpt *g, const layer_acts *L, int l, int B);
+tr_dropout gpt_attention_dropout_site(const tr_gpt *g, int l);
 static inline int gpt_hidden_drop(const tr_gpt *g)
 {
     return g->dropout_on && g->s.hidden_dropout > 0;
@@ -486,13 +489,14 @@ void gpt_moe_host_free(tr_gpt *g);
 TR_MUST_CHECK int gpt_rope_reserve(tr_gpt *g, int positions);
 /* gpt_cp.c: context parallelism (tr_gpt_set_cp). gpt_cp_size: 1 without. */
 static inline int gpt_cp_size(const tr_gpt *g) { return g->s.cp_size > 1 ? g->s.cp_size : 1; }
-/* The micro-batch's local attention: out (B, T, NHl, HS), lse (B, 2, NHl, T/2) from the local
- * qkv (B, T, NGl, R+2, HS); backward: dqkv (overwritten) from dout. */
+/* The micro-batch's local attention of layer l: out (B, T, NHl, HS), lse (B, 2, NHl, T/2) from
+ * the local qkv (B, T, NGl, R+2, HS), its probabilities dropped when gpt_attn_drop; backward:
+ * dqkv (overwritten) from dout. */
 TR_MUST_CHECK int gpt_cp_attention_forward(tr_gpt *g, float *out, float *lse, const float *qkv,
-                                           int B);
+                                           int l, int B);
 TR_MUST_CHECK int gpt_cp_attention_backward(tr_gpt *g, float *dqkv, const float *dout,
                                             const float *qkv, const float *out, const float *lse,
-                                            int B);
+                                            int l, int B);
 /* Backend bytes of the attention's buffers for micro-batches of B (0 without CP). */
 size_t gpt_cp_bytes(const tr_gpt *g, int B);
 /* Global positions of the acts' rows (set at creation, kept as its position ids). */

@@ -9,7 +9,10 @@
  * the dK, dV rows of its key and value head (no atomics), visiting (head, query block, key
  * tile) in order: P = exp(S - lse), dS = P (dO V^T - D) with D = rowsum(dO * O), dV += P^T dO,
  * dK += scale dS^T Q, dQ += scale dS K, accumulated into dqkv. A unit's terms come in a fixed
- * order, so results do not depend on the thread count. */
+ * order, so results do not depend on the thread count.
+ * Dropout (attention_rows_dropout_*): as attention.c's, at the rows' global coordinates: the
+ * forward drops each block's exponentials after adding them to l and before O += P V; the
+ * backward recomputes the mask per tile: dS = P (keep scale dO V^T - D), dV reads P keep scale. */
 #include "kernels/cpu/cpu_ops.h"
 
 #include <math.h>
@@ -22,6 +25,8 @@
 typedef struct {
     float *out, *lse, *dqkv;
     const float *qkv, *dout, *cout, *clse, *alibi;
+    const tr_dropout *drop; /* NULL or dropout on the probabilities */
+    int T;                  /* dropout: the mask's sequence length (positions per sample) */
     int Tk, q0, nq, NH, NG, R, HS, blocks;
     int row; /* floats per qkv row: NG * (R + 2) * HS */
     float scale;
@@ -56,6 +61,14 @@ static void block_scores(const rows_args *a, float *S, int ld, const float *q, c
         for (int j = hi > 0 ? hi : 0; j < cols; j++)
             s[j] = -INFINITY;
     }
+}
+
+/* Query t of head h, batch b: p[j] (keys c0 + j, j < n) *= keep * scale (kernels.h). */
+static void drop_probs(const rows_args *a, int b, int h, int t, int c0, float *p, int n)
+{
+    const tr_dropout *d = a->drop;
+    uint64_t e0 = ((uint64_t)(d->head0 + h) * (uint64_t)a->T + (uint64_t)t) * (uint64_t)a->T;
+    cpu_dropout_row(d, d->first_sample + (uint64_t)b, e0 + (uint64_t)c0, p, p, n);
 }
 
 static void forward_block(void *ctx, size_t u)
@@ -99,6 +112,8 @@ static void forward_block(void *ctx, size_t u)
             }
             l[i] = l[i] * corr + sum;
             m[i] = mnew;
+            if (a->drop) /* O gathers the dropped probabilities; l is the undropped sum */
+                drop_probs(a, b, h, r0 + i, c0, s, cols);
         }
         cpu_gemm_serial(0, 0, rows, HS, cols, 1.0f, S, KB, v + (size_t)c0 * a->row, a->row, 1.0f,
                         o, ldo);
@@ -147,7 +162,18 @@ static void backward_block(const rows_args *a, int b, int h, int i0, int rows)
                         0.0f, dS, KT);
         for (int i = 0; i < rows; i++) {
             float *restrict ds = dS + (size_t)i * KT;
-            const float *restrict p = P + (size_t)i * KT;
+            float *restrict p = P + (size_t)i * KT;
+            if (a->drop) { /* dS = P (keep scale dO V^T - D); dV reads P keep scale */
+                float mk[KT];
+                for (int j = 0; j < cols; j++)
+                    mk[j] = 1.0f;
+                drop_probs(a, b, h, r0 + i, c0, mk, cols);
+                for (int j = 0; j < cols; j++) {
+                    ds[j] = p[j] * (mk[j] * ds[j] - D[i]) * a->scale;
+                    p[j] *= mk[j];
+                }
+                continue;
+            }
 #pragma omp simd
             for (int j = 0; j < cols; j++)
                 ds[j] = p[j] * (ds[j] - D[i]) * a->scale;
@@ -179,13 +205,25 @@ static rows_args make_args(const float *qkv, const float *alibi, int Tk, int q0,
     return a;
 }
 
+static void run_forward(rows_args *a, float *out, float *lse, int B)
+{
+    a->out = out, a->lse = lse;
+    tr_kernels_cpu_parallel_for((size_t)B * a->NH * a->blocks, forward_block, a);
+}
+
+static void run_backward(rows_args *a, float *dqkv, const float *dout, const float *out,
+                         const float *lse, int B)
+{
+    a->dqkv = dqkv, a->dout = dout, a->cout = out, a->clse = lse;
+    tr_kernels_cpu_parallel_for((size_t)B * a->NG, backward_unit, a);
+}
+
 void cpu_attention_rows_forward(tr_stream s, float *out, float *lse, const float *qkv,
                                 const float *alibi, int B, int Tk, int q0, int NH, int NG, int HS)
 {
     (void)s;
     rows_args a = make_args(qkv, alibi, Tk, q0, NH, NG, HS);
-    a.out = out, a.lse = lse;
-    tr_kernels_cpu_parallel_for((size_t)B * NH * a.blocks, forward_block, &a);
+    run_forward(&a, out, lse, B);
 }
 
 void cpu_attention_rows_backward(tr_stream s, float *dqkv, const float *dout, const float *qkv,
@@ -194,6 +232,26 @@ void cpu_attention_rows_backward(tr_stream s, float *dqkv, const float *dout, co
 {
     (void)s;
     rows_args a = make_args(qkv, alibi, Tk, q0, NH, NG, HS);
-    a.dqkv = dqkv, a.dout = dout, a.cout = out, a.clse = lse;
-    tr_kernels_cpu_parallel_for((size_t)B * NG, backward_unit, &a);
+    run_backward(&a, dqkv, dout, out, lse, B);
+}
+
+void cpu_attention_rows_dropout_forward(tr_stream s, float *out, float *lse, const float *qkv,
+                                        const float *alibi, int B, int Tk, int q0, int NH,
+                                        int NG, int HS, int T, tr_dropout d)
+{
+    (void)s;
+    rows_args a = make_args(qkv, alibi, Tk, q0, NH, NG, HS);
+    a.drop = &d, a.T = T;
+    run_forward(&a, out, lse, B);
+}
+
+void cpu_attention_rows_dropout_backward(tr_stream s, float *dqkv, const float *dout,
+                                         const float *qkv, const float *out, const float *lse,
+                                         const float *alibi, int B, int Tk, int q0, int NH,
+                                         int NG, int HS, int T, tr_dropout d)
+{
+    (void)s;
+    rows_args a = make_args(qkv, alibi, Tk, q0, NH, NG, HS);
+    a.drop = &d, a.T = T;
+    run_backward(&a, dqkv, dout, out, lse, B);
 }

@@ -274,6 +274,13 @@ void cpu_attention_rows_forward(tr_stream s, float *out, float *lse, const float
 void cpu_attention_rows_backward(tr_stream s, float *dqkv, const float *dout, const float *qkv,
                                  const float *out, const float *lse, const float *alibi, int B,
                                  int Tk, int q0, int NH, int NG, int HS);
+void cpu_attention_rows_dropout_forward(tr_stream s, float *out, float *lse, const float *qkv,
+                                        const float *alibi, int B, int Tk, int q0, int NH,
+                                        int NG, int HS, int T, tr_dropout d);
+void cpu_attention_rows_dropout_backward(tr_stream s, float *dqkv, const float *dout,
+                                         const float *qkv, const float *out, const float *lse,
+                                         const float *alibi, int B, int Tk, int q0, int NH,
+                                         int NG, int HS, int T, tr_dropout d);
 
 /* family.c: RMSNorm, SwiGLU, GeGLU, rotary embedding */
 void cpu_rmsnorm_forward(tr_stream s, float *out, float *rstd, const float *inp,

@@ -33,8 +33,8 @@ experts): Mixtral's layer (Llama's with 4 SwiGLU experts, top-2, load-balancing 
 Group dropout: model.hidden_dropout and model.attention_dropout 0.1 (core/philox.h's masks at
 global sample, position, feature, head, query and key): every layout drops the same elements,
 so losses and gradients match the single process as without dropout; on GPT-2's layer (TP, PP,
-DP, SP, ZeRO-3, full and selective recompute, interleaved 1F1B, other micro-batch splits),
-Llama's (GQA, rope), NeoX's (the parallel residual under TP), Bloom's (ALiBi, the embedding
+DP, SP, ZeRO-3, full and selective recompute, interleaved 1F1B, other micro-batch splits,
+context parallelism with DP, TP + SP and PP), Llama's (GQA, rope), NeoX's (the parallel residual under TP), Bloom's (ALiBi, the embedding
 norm after the embedding dropout) and Mixtral's (dropout on the experts' output).
 usage: test_layouts.py TRIDENT WORKDIR GROUP [--quick] [--full]
 GROUP: tp | pp | dp | matrix (world size 8, every factorisation) | llama | bloom | neox |
@@ -295,6 +295,15 @@ if family:
                       "parallel.virtual_pipeline_model_parallel_size=2"))
         cases.append(("dropout-d2-m1-zero1", 2, 1, 1, "training.micro_batch_size=4",
                       "parallel.use_distributed_optimizer=true"))
+        # context parallelism: each rank's two chunks dropped at their global positions (hidden:
+        # a call per (sample, chunk) run of rows, SP slices cutting chunks at T4; attention:
+        # attention_rows_dropout_* at global (head, query, key)); micro-batches of 2 samples
+        CP2 = "parallel.context_parallel_size=2"
+        cases += [("dropout-c2", 2, 1, 1, CP2),
+                  ("dropout-d2-c2-m2", 4, 1, 1, CP2, "training.micro_batch_size=2"),
+                  ("dropout-t2-c2-sp", 4, 2, 1, CP2, "parallel.sequence_parallel=true"),
+                  ("dropout-t4-c2-sp", 8, 4, 1, CP2, "parallel.sequence_parallel=true"),
+                  ("dropout-p2-c2", 4, 1, 2, CP2)]
     if group in ("neox", "moe"):  # full recompute rebuilds the layer (its one reduction; the
         # experts' routing) in backward
         cases.append((f"{group}-d2-t2-p2-sp-recompute", 8, 2, 2, "parallel.sequence_parallel=true",

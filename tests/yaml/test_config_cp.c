@@ -1,5 +1,6 @@
 /* parallel.context_parallel_size: the default, a valid value, and every combination context
- * parallelism does not support refused naming the keys (yaml/validate_cp.c). */
+ * parallelism does not support refused naming the keys (yaml/validate_cp.c); dropout is
+ * allowed. */
 #include "yaml_test.h"
 
 #define CP(n) TR_T_REQUIRED "parallel:\n  context_parallel_size: " #n "\n" /* line 13, col 3 */
@@ -17,6 +18,9 @@ static void test_context_parallel_size(void **state)
     const char *cp1_moe[] = {"model.num_experts=4"}; /* CP 1: nothing refused */
     assert_int_equal(tr_t_load(CP(1), cp1_moe, 1, &c), TR_OK);
     tr_config_free(&c);
+    const char *dropout[] = {"model.hidden_dropout=0.1", "model.attention_dropout=0.1"};
+    assert_int_equal(tr_t_load(CP(2), dropout, 2, &c), TR_OK); /* dropout: the same masks */
+    tr_config_free(&c);
     tr_t_expect(CP(0), NULL, 0, "t.yaml:13:26: ", "allowed: an integer from 1 to 65536");
     tr_t_expect(CP(3), NULL, 0, "t.yaml:5:3: ",
                 "model.seq_length = 32 is not divisible by 2 x parallel.context_parallel_size = 6");
@@ -27,10 +31,6 @@ static void test_context_parallel_size(void **state)
         {"data.dataset_type=sft", "with fine-tuning data (packed sequences with document "
                                   "masks) is not supported (data.dataset_type)"},
         {"finetune.lora.rank=4", "with LoRA adapters is not supported (finetune.lora.rank)"},
-        {"model.hidden_dropout=0.1", "with hidden dropout (its masks count positions within a "
-                                     "whole sample) is not supported (model.hidden_dropout)"},
-        {"model.attention_dropout=0.1", "with attention dropout (attention_rows has no "
-                                        "dropout) is not supported (model.attention_dropout)"},
         {"training.precision=bf16", "with 16-bit precision"},
         {"training.precision=fp16", "(training.precision); allowed: context_parallel_size 1"},
         {"training.device=cuda", "with training.device cuda"},
