@@ -376,8 +376,12 @@ if group in ("cp", "all"):
     cp_cases = [("c2", 2, 1, 1, CP2), ("c4", 4, 1, 1, CP4), ("d2-c2", 4, 1, 1, CP2),
                 ("t2-c2-sp", 4, 2, 1, CP2, "parallel.sequence_parallel=true"),
                 ("p2-c2", 4, 1, 2, CP2), ("c2-zero1", 2, 1, 1, CP2, "parallel.zero_stage=1"),
+                ("c2-zero2", 2, 1, 1, CP2, "parallel.zero_stage=2"),
                 ("c2-zero3", 2, 1, 1, CP2, "parallel.zero_stage=3"),
-                ("c2-recompute", 2, 1, 1, CP2, "training.recompute=full")]
+                ("c2-recompute", 2, 1, 1, CP2, "training.recompute=full"),
+                ("p2-v2-c2-interleaved", 4, 1, 2, CP2, "training.micro_batch_size=2",
+                 "parallel.pipeline_schedule=interleaved",
+                 "parallel.virtual_pipeline_model_parallel_size=2")]
     for name, world, tp, pp, *extra in cp_cases[:3] if quick else cp_cases:
         cases.append((name,))
         compare(name, run(name, world, tp, pp, *extra), base)
