@@ -329,6 +329,7 @@ int hf_lora_read(const char *peft_dir, const tr_gpt_shape *base, tr_gpt **gout, 
     tr_gpt_shape s = *base;
     s.lora_rank = r * k;
     s.lora_alpha = (float)(info->peft_alpha * k);
+    s.lora_dropout = (float)info->dropout; /* recorded in the manifest's lora line */
     s.lora_targets = targets;
     tr_gpt *g = NULL;
     float *params = NULL;

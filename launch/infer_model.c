@@ -21,20 +21,21 @@ int infer_lora_base(const char *dir, char *base, size_t cap)
     if (snprintf(base, cap, "%s/base", dir) >= (int)cap || access(tracker, F_OK))
         return 0;
     int rank = 0;
-    double alpha;
+    double alpha, dropout;
     char targets[64];
-    return !tr_checkpoint_read_lora(dir, &rank, &alpha, targets, sizeof targets) && rank > 0;
+    return !tr_checkpoint_read_lora(dir, &rank, &alpha, &dropout, targets, sizeof targets) &&
+           rank > 0;
 }
 
 int infer_lora_run_config(const char *dir, const char *base, tr_config *cfg)
 {
     tr_model_config m = {0};
     int rank = 0, it = 0;
-    double alpha = 0;
+    double alpha = 0, dropout = 0;
     char targets[32], fam[600], load[4400] = "", text[6000];
     int rc = tr_checkpoint_read_model(dir, &m, &it);
     if (!rc)
-        rc = tr_checkpoint_read_lora(dir, &rank, &alpha, targets, sizeof targets);
+        rc = tr_checkpoint_read_lora(dir, &rank, &alpha, &dropout, targets, sizeof targets);
     if (!rc && !rank)
         rc = tr_fail(TR_ERR_INVALID, "%s: the latest checkpoint's manifest has no lora line (not "
                      "a LoRA run's, or saved before 2026-11-28): give the run's config "
@@ -56,9 +57,10 @@ int infer_lora_run_config(const char *dir, const char *base, tr_config *cfg)
              "        max_position_embeddings: %d, seq_length: %d%s}\n"
              "training: {micro_batch_size: 1, train_iters: 1, lr: 1}\n"
              "data: {data_path: none}\n"
-             "finetune: {%slora: {rank: %d, alpha: %.9g, target_modules: %s}}\n",
+             "finetune: {%slora: {rank: %d, alpha: %.9g, dropout: %.9g, target_modules: %s}}\n",
              m.num_layers, m.hidden_size, m.num_attention_heads, m.vocab_size,
-             m.max_position_embeddings, tr_model_longest_seq(&m), fam, load, rank, alpha, targets);
+             m.max_position_embeddings, tr_model_longest_seq(&m), fam, load, rank, alpha, dropout,
+             targets);
     rc = tr_config_load_string(text, strlen(text), dir, NULL, 0, cfg);
     return rc ? tr_fail_context(rc, "the LoRA run of checkpoint %s", dir) : TR_OK;
 }
@@ -232,10 +234,11 @@ static int load_weights(infer_model *im)
 {
     const tr_kernels *k = im->k;
     int lora_rank = 0, hf = tr_hf_is_model_folder(im->dir);
-    double alpha;
+    double alpha, dropout;
     char targets[64];
     if (!hf) {
-        int rc = tr_checkpoint_read_lora(im->dir, &lora_rank, &alpha, targets, sizeof targets);
+        int rc = tr_checkpoint_read_lora(im->dir, &lora_rank, &alpha, &dropout, targets,
+                                         sizeof targets);
         if (rc)
             return rc;
         if (!lora_rank)

@@ -95,7 +95,7 @@ typedef struct {
      * lora_targets: qkv, proj, fc1, fc2), so export and resume take the alpha the adapters
      * were trained with instead of trusting a config's */
     int has_lora, lora_rank, lora_targets;
-    double lora_alpha;
+    double lora_alpha, lora_dropout; /* dropout: the line's optional "dropout P" (0 when absent) */
     ckpt_record *tensors;
     size_t n;
 } ckpt_manifest;

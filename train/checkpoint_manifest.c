@@ -102,6 +102,7 @@ void ckpt_manifest_lora(ckpt_manifest *mf, const tr_gpt_shape *s)
     mf->lora_rank = s->lora_rank;
     mf->lora_targets = s->lora_targets;
     mf->lora_alpha = float_decimal(s->lora_alpha);
+    mf->lora_dropout = float_decimal(s->lora_dropout);
 }
 
 void ckpt_lora_targets_text(int mask, char *out, size_t cap)
@@ -289,7 +290,10 @@ int ckpt_write_manifest(const char *path, const ckpt_manifest *mf)
     if (mf->has_lora) {
         char targets[32];
         ckpt_lora_targets_text(mf->lora_targets, targets, sizeof targets);
-        fprintf(f, "lora rank %d alpha %.9g targets %s\n", mf->lora_rank, mf->lora_alpha, targets);
+        fprintf(f, "lora rank %d alpha %.9g targets %s", mf->lora_rank, mf->lora_alpha, targets);
+        if (mf->lora_dropout > 0) /* (a line without it reads as dropout 0) */
+            fprintf(f, " dropout %.9g", mf->lora_dropout);
+        fputc('\n', f);
     }
     fprintf(f, "tensors %zu\n", mf->n);
     for (size_t i = 0; i < mf->n; i++)
@@ -440,14 +444,21 @@ int ckpt_read_manifest(const char *path, int iteration, ckpt_manifest *out)
             int used = 0;
             char targets[64];
             out->has_lora = 1;
-            if (sscanf(line, "lora rank %d alpha %lg targets %63s%n", &out->lora_rank,
-                       &out->lora_alpha, targets, &used) != 3 || line[used] ||
-                out->lora_rank < 1 || out->lora_rank > 65536 ||
+            int ok = sscanf(line, "lora rank %d alpha %lg targets %63s%n", &out->lora_rank,
+                            &out->lora_alpha, targets, &used) == 3;
+            if (ok && line[used]) { /* the optional " dropout P", 0 <= P < 1 */
+                int more = 0;
+                ok = sscanf(line + used, " dropout %lg%n", &out->lora_dropout, &more) == 1 &&
+                     !line[used + more] && out->lora_dropout >= 0 && out->lora_dropout < 1;
+                used += more;
+            }
+            if (!ok || line[used] || out->lora_rank < 1 || out->lora_rank > 65536 ||
                 !((float)out->lora_alpha > 0.0f) || !(out->lora_alpha <= FLT_MAX) ||
                 (out->lora_targets = lora_targets_parse(targets)) < 0)
                 rc = manifest_error(path, ln, "expected the lora line (rank 1-65536, an alpha "
                                               "> 0 that float32 holds, targets: some of "
-                                              "qkv,proj,fc1,fc2 once each)");
+                                              "qkv,proj,fc1,fc2 once each, then optionally "
+                                              "dropout P with 0 <= P < 1)");
         } else if (ln == 4 + out->has_data + out->has_scaler + out->has_family + out->has_lora) {
             int used = 0;
             if (sscanf(line, "tensors %zu%n", &declared, &used) != 1 || line[used] || declared > 1000000)

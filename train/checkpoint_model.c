@@ -95,7 +95,8 @@ int tr_checkpoint_read_model(const char *dir, tr_model_config *model, int *itera
     return TR_OK;
 }
 
-int tr_checkpoint_read_lora(const char *dir, int *rank, double *alpha, char *targets, size_t cap)
+int tr_checkpoint_read_lora(const char *dir, int *rank, double *alpha, double *dropout,
+                            char *targets, size_t cap)
 {
     char ckpt_dir[4200], list[32];
     ckpt_manifest mf = {0};
@@ -105,6 +106,7 @@ int tr_checkpoint_read_lora(const char *dir, int *rank, double *alpha, char *tar
         return rc;
     *rank = mf.has_lora ? mf.lora_rank : 0;
     *alpha = mf.has_lora ? mf.lora_alpha : 0.0;
+    *dropout = mf.has_lora ? mf.lora_dropout : 0.0;
     ckpt_lora_targets_text(mf.has_lora ? mf.lora_targets : 0, list, sizeof list);
     snprintf(targets, cap, "[%s]", list); /* "[qkv,proj]" */
     return TR_OK;

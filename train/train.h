@@ -124,10 +124,11 @@ TR_MUST_CHECK int tr_checkpoint_poll(tr_engine *e, int wait);
 TR_MUST_CHECK int tr_checkpoint_read_model(const char *dir, tr_model_config *model,
                                            int *iteration);
 /* The lora line of DIR's latest checkpoint: *rank (0 when its manifest has none: no LoRA run,
- * or one saved before the line), *alpha and its finetune.lora.target_modules as a YAML flow
- * sequence ("[qkv,proj,fc1,fc2]", cap >= 32). */
+ * or one saved before the line), *alpha, *dropout (finetune.lora.dropout; 0 in a line saved
+ * before 2026-11-29) and its finetune.lora.target_modules as a YAML flow sequence
+ * ("[qkv,proj,fc1,fc2]", cap >= 32). */
 TR_MUST_CHECK int tr_checkpoint_read_lora(const char *dir, int *rank, double *alpha,
-                                          char *targets, size_t cap);
+                                          double *dropout, char *targets, size_t cap);
 /* The parameters of DIR's latest checkpoint into g, bound to `params` (device memory of
  * backend k): this TP rank's shards of every tensor of the stage, each file's size and its
  * parameters' checksum verified first (not the Adam moments, which it does not read); the

@@ -87,13 +87,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         tr_model_config m;
         tr_hf_lora_import li;
         int rank = 0;
-        double alpha;
+        double alpha, dropout;
         char targets[64];
         fz_fixture_restore(&peft);
         fz_fixture_apply(&peft, data + 1, size - 1);
         fz_rmtree(out);
         if (tr_hf_import_lora(hf.root, peft.root, out, &m, &li)) return 0;
-        if (tr_checkpoint_read_lora(out, &rank, &alpha, targets, sizeof targets) ||
+        if (tr_checkpoint_read_lora(out, &rank, &alpha, &dropout, targets, sizeof targets) ||
             rank != li.rank || li.rank != li.peft_rank * li.blocks) {
             fprintf(stderr, "the import's lora line says rank %d; PEFT's %d in %d blocks\n", rank,
                     li.peft_rank, li.blocks);

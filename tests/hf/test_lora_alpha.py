@@ -106,6 +106,17 @@ p = tt.run([trident, "convert", "--from", "hf", "--input", path("base-hf"), "--a
             "--output", path("ck-drop")], timeout=60)
 check("... imported back (convert --from hf --adapters): the printed finetune section has dropout: 0.05",
       p.returncode == 0 and "    dropout: 0.05\n" in p.stdout, p.stdout[-600:] + p.stderr[-400:])
+# the manifest's lora line keeps it ("dropout P", written when P > 0), so an export of the
+# checkpoint without --config writes it back
+dmf = path("ck-drop/release/manifest.txt")
+dlines = open(dmf).read().splitlines() if os.path.exists(dmf) else []
+check("... its manifest's lora line ends 'dropout 0.05'",
+      any(l.startswith("lora rank ") and l.endswith(" dropout 0.05") for l in dlines), "\n".join(dlines[:7]))
+p = tt.run([trident, "convert", "--to", "hf", "--input", path("ck-drop"), "--output", path("adapters-drop-nocfg"),
+            "--adapters-only"], timeout=60)
+ncfg = json.load(open(path("adapters-drop-nocfg/adapter_config.json"))) if p.returncode == 0 else {}
+check("... exported again without --config: lora_dropout 0.05", ncfg.get("lora_dropout") == 0.05,
+      f"{ncfg} {p.stderr[-400:]}")
 p = export(run_cfg, "merged", "--merge-lora")
 check("--merge-lora with the run's config: exit 0", p.returncode == 0, p.stderr[-400:])
 if p.returncode == 0:
@@ -203,5 +214,11 @@ p = export(run_cfg, "damaged", "--adapters-only")
 check("a damaged lora line: exit non-zero naming the manifest's line",
       p.returncode not in (0, -6, -11) and "manifest.txt:" in p.stderr and "lora line" in p.stderr,
       p.stderr[-400:])
+for bad in (" dropout 1", " dropout -0.1", " dropout nan", " dropout", " dropout 0.1 x", " dropou 0.1"):
+    tt.write(manifest, text.replace("targets qkv,proj,fc1,fc2\n", "targets qkv,proj,fc1,fc2" + bad + "\n"))
+    p = export(run_cfg, "damaged", "--adapters-only")
+    check(f"a lora line ending '{bad.strip()}': exit non-zero naming the manifest's line",
+          p.returncode not in (0, -6, -11) and "manifest.txt:" in p.stderr and "dropout P" in p.stderr,
+          p.stderr[-400:])
 tt.write(manifest, text)
 tt.finish("lora-alpha: all checks passed")
