@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # One libFuzzer campaign of a tests/fuzz target: scripts/fuzz.sh TARGET SECONDS
-#   TARGET: st pt hfcfg import tokhf tokgpt2 tokspm tiktoken idx llmc prep parquet blend yaml grid
-#           manifest ckpt lora lora-llama lora-bloom roundtrip
+#   TARGET: st pt hfcfg import megatron meta llmcmodel tokhf tokgpt2 tokspm tiktoken idx llmc
+#           prep parquet blend yaml grid manifest ckpt lora lora-llama lora-bloom roundtrip
+#           evaltasks evalregex
 # Builds (clang, address + undefined sanitizers, -Dfuzz=enabled) in $FUZZ_BUILD (default
 # build-fuzz), then runs build-fuzz/tests/fuzz/fuzz-TARGET niced on a scratch corpus (new
 # inputs go there) seeded by the committed tests/fuzz/corpus/TARGET. Everything it writes is in
@@ -15,7 +16,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if [ $# -ne 2 ]; then
-  sed -n '2,4p' "$0"; exit 2
+  sed -n '2,5p' "$0"; exit 2
 fi
 target=$1 seconds=$2
 build=${FUZZ_BUILD:-build-fuzz}
