@@ -140,14 +140,6 @@ static void tile_scores(const dims *d, float *S, int ld, const float *q, const f
     }
 }
 
-/* Row t of head h, batch b: p[j] (keys c0 + j, j < n) *= keep * scale (attention dropout). */
-static void drop_probs(const dims *d, int b, int h, int t, int c0, float *p, int n)
-{
-    const tr_dropout *dr = d->drop;
-    uint64_t e0 = ((uint64_t)(dr->head0 + h) * (uint64_t)d->T + (uint64_t)t) * (uint64_t)d->T;
-    cpu_dropout_row(dr, dr->first_sample + (uint64_t)b, e0 + (uint64_t)c0, p, p, n);
-}
-
 typedef struct {
     dims d;
     float *out, *lse, *dqkv, *D;
@@ -202,7 +194,7 @@ static void forward_tile(const att_args *a, int bh, int qt)
             l[i] = l[i] * corr + sum;
             m[i] = mnew;
             if (d->drop) /* O gathers the dropped probabilities; l is the undropped sum */
-                drop_probs(d, b, h, r0 + i, c0, row, cols);
+                cpu_dropout_probs(d->drop, d->T, b, h, r0 + i, c0, row, cols);
         }
         /* O[r0:r1] += P V[c0:c1] */
         cpu_gemm_serial(0, 0, rows, HS, cols, 1.0f, S, FWD_KEYS, v + (size_t)c0 * C3, C3, 1.0f,
@@ -246,7 +238,7 @@ static void tile_probs(const att_args *a, int bh, int qt, int c, const int *s0, 
             float mk[TILE];
             for (int j = 0; j < cols; j++)
                 mk[j] = 1.0f;
-            drop_probs(d, b, h, r0 + i, c0, mk, cols);
+            cpu_dropout_probs(d->drop, d->T, b, h, r0 + i, c0, mk, cols);
             for (int j = 0; j < cols; j++) {
                 float e = cpu_expf(p[j] - L);
                 p[j] = e * mk[j];

@@ -63,14 +63,6 @@ static void block_scores(const rows_args *a, float *S, int ld, const float *q, c
     }
 }
 
-/* Query t of head h, batch b: p[j] (keys c0 + j, j < n) *= keep * scale (kernels.h). */
-static void drop_probs(const rows_args *a, int b, int h, int t, int c0, float *p, int n)
-{
-    const tr_dropout *d = a->drop;
-    uint64_t e0 = ((uint64_t)(d->head0 + h) * (uint64_t)a->T + (uint64_t)t) * (uint64_t)a->T;
-    cpu_dropout_row(d, d->first_sample + (uint64_t)b, e0 + (uint64_t)c0, p, p, n);
-}
-
 static void forward_block(void *ctx, size_t u)
 {
     const rows_args *a = ctx;
@@ -113,7 +105,7 @@ static void forward_block(void *ctx, size_t u)
             l[i] = l[i] * corr + sum;
             m[i] = mnew;
             if (a->drop) /* O gathers the dropped probabilities; l is the undropped sum */
-                drop_probs(a, b, h, r0 + i, c0, s, cols);
+                cpu_dropout_probs(a->drop, a->T, b, h, r0 + i, c0, s, cols);
         }
         cpu_gemm_serial(0, 0, rows, HS, cols, 1.0f, S, KB, v + (size_t)c0 * a->row, a->row, 1.0f,
                         o, ldo);
@@ -167,7 +159,7 @@ static void backward_block(const rows_args *a, int b, int h, int i0, int rows)
                 float mk[KT];
                 for (int j = 0; j < cols; j++)
                     mk[j] = 1.0f;
-                drop_probs(a, b, h, r0 + i, c0, mk, cols);
+                cpu_dropout_probs(a->drop, a->T, b, h, r0 + i, c0, mk, cols);
                 for (int j = 0; j < cols; j++) {
                     ds[j] = p[j] * (mk[j] * ds[j] - D[i]) * a->scale;
                     p[j] *= mk[j];

@@ -218,6 +218,10 @@ void cpu_dropout_row(const tr_dropout *d, uint64_t sample, uint64_t e0, float *o
                      const float *inp, int n);
 void cpu_dropout(tr_stream s, float *out, const float *inp, tr_dropout d, int N, int C, int T,
                  int row0, int C_total, int col0);
+/* Attention dropout of query t (global position) of local head h, batch b, in sequences of T:
+ * p[j] (keys k0 + j, j < n) *= keep * scale, element ((d->head0 + h) T + t) T + k0 + j of
+ * sample d->first_sample + b (the attention ops of attention.c and attention_rows.c) */
+void cpu_dropout_probs(const tr_dropout *d, int T, int b, int h, int t, int k0, float *p, int n);
 
 /* layernorm.c */
 void cpu_layernorm_forward(tr_stream s, float *out, float *mean, float *rstd,

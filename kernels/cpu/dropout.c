@@ -20,6 +20,12 @@ void cpu_dropout_row(const tr_dropout *d, uint64_t sample, uint64_t e0, float *o
     }
 }
 
+void cpu_dropout_probs(const tr_dropout *d, int T, int b, int h, int t, int k0, float *p, int n)
+{
+    uint64_t e0 = ((uint64_t)(d->head0 + h) * (uint64_t)T + (uint64_t)t) * (uint64_t)T;
+    cpu_dropout_row(d, d->first_sample + (uint64_t)b, e0 + (uint64_t)k0, p, p, n);
+}
+
 typedef struct {
     float *out;
     const float *inp;
