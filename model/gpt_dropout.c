@@ -6,13 +6,9 @@
 
 #include "data/data.h"
 
-/* The largest float below 1: the shape's p is a float, in which a config's p within 2^-25 of 1
- * is 1 (then the threshold would be 2^32, out of uint32_t's range, and the scale infinite) */
-#define DROP_P_MAX 0x1.fffffep-1
-
 static tr_dropout site_args(const tr_gpt *g, int l, int kind, double p)
 {
-    p = p < DROP_P_MAX ? p : DROP_P_MAX; /* threshold 2^32 - 2^8 at most, scale 2^24 */
+    p = gpt_dropout_p(p);
     return (tr_dropout){.seed = g->s.seed, .first_sample = g->dropout_sample,
                         .site = tr_dropout_site(g->s.layer_first + l, kind),
                         .threshold = tr_dropout_threshold(p),

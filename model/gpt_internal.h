@@ -467,6 +467,13 @@ const float *gpt_dropout_grad(tr_gpt *g, const float *dres, int l, int kind, int
 void gpt_attention_dropout_forward(tr_gpt *g, const layer_acts *L, int l, int B);
 void gpt_attention_dropout_backward(tr_gpt *g, const layer_acts *L, int l, int B);
 tr_dropout gpt_attention_dropout_site(const tr_gpt *g, int l);
+/* A dropout p as the masks take it: at most the largest float below 1 (the shape's p is a
+ * float, in which a config's p within 2^-25 of 1 is 1: the threshold would be 2^32, past
+ * uint32_t, and the scale infinite); threshold 2^32 - 2^8 and scale 2^24 at most. */
+static inline double gpt_dropout_p(double p)
+{
+    return p < 0x1.fffffep-1 ? p : 0x1.fffffep-1;
+}
 static inline int gpt_hidden_drop(const tr_gpt *g)
 {
     return g->dropout_on && g->s.hidden_dropout > 0;

@@ -125,9 +125,7 @@ static void dropout_mask(tr_gpt *g, int l, int t, int B)
     int T = s->T, N = B * T, column = t == LORA_QKV || t == LORA_FC1;
     int IC = t == LORA_FC2 ? g->F : t == LORA_PROJ ? g->A : s->C;
     int ICl = column ? IC : IC / s->tp_size, col0 = column ? 0 : s->tp_rank * ICl;
-    /* p below the largest float under 1 (a config's p within 2^-25 of 1 is 1.0f here: the
-     * threshold would pass uint32_t's range and the scale be infinite; gpt_dropout.c the same) */
-    float p = s->lora_dropout < 0x1.fffffep-1f ? s->lora_dropout : 0x1.fffffep-1f;
+    float p = (float)gpt_dropout_p(s->lora_dropout); /* (exact: the bound is a float) */
     float keep = 1.0f / (1.0f - p), *m = g->lora_mask_host;
     uint32_t threshold = (uint32_t)((double)p * 4294967296.0);
     uint32_t key[2] = {(uint32_t)s->seed ^ 0x4c6f5241u, (uint32_t)(s->seed >> 32)};
