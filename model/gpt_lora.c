@@ -127,7 +127,7 @@ static void dropout_mask(tr_gpt *g, int l, int t, int B)
     int ICl = column ? IC : IC / s->tp_size, col0 = column ? 0 : s->tp_rank * ICl;
     float p = (float)gpt_dropout_p(s->lora_dropout); /* (exact: the bound is a float) */
     float keep = 1.0f / (1.0f - p), *m = g->lora_mask_host;
-    uint32_t threshold = (uint32_t)((double)p * 4294967296.0);
+    uint32_t threshold = tr_dropout_threshold(p);
     uint32_t key[2] = {(uint32_t)s->seed ^ 0x4c6f5241u, (uint32_t)(s->seed >> 32)};
     for (int n = 0; n < N; n++) {
         uint64_t row = (g->dropout_sample + (uint64_t)(n / T)) * (uint64_t)T + (uint64_t)(n % T);
