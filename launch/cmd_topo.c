@@ -1,6 +1,7 @@
-/* `trident topo --world-size W --tp T --pp P [--cp C] [--order O] [--gpus-per-node G]
+/* `trident topo --world-size W --tp T --pp P [--cp C] [--ep E] [--order O] [--gpus-per-node G]
  * [--config FILE] [--json]`: print every process group of a layout, and where the groups sit
- * on nodes. With CP 1 the output is the 3-D layout's, byte for byte (no CP lines or keys). */
+ * on nodes. With CP 1 and EP 1 the output is the 3-D layout's, byte for byte (no CP or EP
+ * lines or keys). */
 #include "launch/commands.h"
 
 #include <limits.h>
@@ -31,16 +32,21 @@ static void topo_usage(FILE *f)
             "  --cp C               context parallel size (default 1): C ranks split each\n"
             "                       sample's sequence; adds the cp and dp_cp (gradient)\n"
             "                       groups, and CP sits right after TP in the rank order\n"
+            "  --ep E               expert parallel size (default 1, divides DP): adds the ep\n"
+            "                       (E consecutive dp coordinates exchanging tokens) and edp\n"
+            "                       (the ranks holding the same experts) groups\n"
             "  --order ORDER        tp-dp-pp (default, Megatron: global = tp + dp*TP + pp*TP*DP)\n"
             "                       or tp-pp-dp\n"
-            "  --config FILE        take TP, PP, CP and the order from a YAML config's parallel\n"
-            "                       section (flags given explicitly win)\n"
+            "  --config FILE        take TP, PP, CP, EP and the order from a YAML config's\n"
+            "                       parallel section (flags given explicitly win)\n"
             "  --gpus-per-node G    place ranks on nodes of G consecutive ranks; report which\n"
             "                       groups cross nodes and warn when a TP group does\n"
             "  --json               one JSON object: tp_groups, dp_groups, pp_groups,\n"
             "                       model_parallel_groups, embedding_groups (lists of rank\n"
             "                       lists sorted by first rank) and the sizes; with CP > 1\n"
-            "                       also context_parallel_size, cp_groups, dp_cp_groups\n"
+            "                       also context_parallel_size, cp_groups, dp_cp_groups;\n"
+            "                       with EP > 1 expert_model_parallel_size, ep_groups,\n"
+            "                       edp_groups\n"
             "  -h, --help           this text\n"
             "\n"
             "Exit status: 0 success, 2 bad usage or impossible layout.\n");
@@ -89,9 +95,16 @@ static void print_group_list(const tr_topo_table *tab, tr_group_kind kind, int g
     printf("\n");
 }
 
-/* The group kinds printed: the CP ones (last in the enum) only when CP > 1, so a 3-D layout's
- * output is what it was before the dimension existed. */
-static int kinds_shown(const tr_topo *t) { return t->cp > 1 ? TR_GROUP_KINDS : TR_GROUP_CP; }
+/* The group kinds printed: the CP ones only when CP > 1 and the EP ones only when EP > 1, so a
+ * 3-D layout's output is what it was before those dimensions existed. */
+static int kind_shown(const tr_topo *t, int k)
+{
+    if (k == TR_GROUP_CP || k == TR_GROUP_DP_CP)
+        return t->cp > 1;
+    if (k == TR_GROUP_EP || k == TR_GROUP_EDP)
+        return t->ep > 1;
+    return 1;
+}
 
 static void print_human(const tr_topo_table *tab, int gpus_per_node, const tr_node_report *rep)
 {
@@ -114,6 +127,10 @@ static void print_human(const tr_topo_table *tab, int gpus_per_node, const tr_no
     else
         printf("node placement: not given (--gpus-per-node G)\n");
     printf("\n");
+    if (t->ep > 1)
+        printf("expert parallel %d: dp = edp*%d + ep; ep rank r holds experts [r E/%d, (r+1) "
+               "E/%d)\n",
+               t->ep, t->ep, t->ep, t->ep);
     if (t->world <= RANK_TABLE_MAX) {
         printf("%6s %5s %5s%s %5s %5s  %s\n", "rank", "node", "dp", cp ? "    cp" : "", "tp",
                "pp", "stage");
@@ -136,15 +153,18 @@ static void print_human(const tr_topo_table *tab, int gpus_per_node, const tr_no
         printf("(per-rank table left out for more than %d ranks; rank r has tp = r %% %d)\n",
                RANK_TABLE_MAX, t->tp);
     }
-    for (int k = 0; k < kinds_shown(t); k++) {
+    for (int k = 0; k < TR_GROUP_KINDS; k++) {
+        if (!kind_shown(t, k))
+            continue;
         printf("\n");
         print_group_list(tab, (tr_group_kind)k, gpus_per_node);
     }
     if (gpus_per_node > 0) {
         printf("\nnodes spanned (most by one group): ");
-        for (int k = 0; k < kinds_shown(t); k++)
-            printf("%s%s %d", k ? ", " : "", tr_group_kind_name((tr_group_kind)k),
-                   rep->max_nodes[k]);
+        for (int k = 0; k < TR_GROUP_KINDS; k++)
+            if (kind_shown(t, k))
+                printf("%s%s %d", k ? ", " : "", tr_group_kind_name((tr_group_kind)k),
+                       rep->max_nodes[k]);
         printf("\n");
     }
 }
@@ -154,7 +174,8 @@ static void print_json(const tr_topo_table *tab, int gpus_per_node, const tr_nod
     const tr_topo *t = &tab->topo;
     static const char *keys[TR_GROUP_KINDS] = {"tp_groups", "dp_groups", "pp_groups",
                                                "model_parallel_groups", "embedding_groups",
-                                               "cp_groups", "dp_cp_groups"};
+                                               "cp_groups", "dp_cp_groups", "ep_groups",
+                                               "edp_groups"};
     tr_json j;
     tr_json_begin(&j, stdout);
     tr_json_object_begin(&j, NULL);
@@ -164,8 +185,12 @@ static void print_json(const tr_topo_table *tab, int gpus_per_node, const tr_nod
     tr_json_int(&j, "data_parallel_size", t->dp);
     if (t->cp > 1)
         tr_json_int(&j, "context_parallel_size", t->cp);
+    if (t->ep > 1)
+        tr_json_int(&j, "expert_model_parallel_size", t->ep);
     tr_json_string(&j, "order", tr_topo_order_name(t->order));
-    for (int k = 0; k < kinds_shown(t); k++) {
+    for (int k = 0; k < TR_GROUP_KINDS; k++) {
+        if (!kind_shown(t, k))
+            continue;
         tr_json_array_begin(&j, keys[k]);
         for (int g = 0; g < tab->num_groups[k]; g++) {
             const int *row = tr_topo_table_group(tab, (tr_group_kind)k, g);
@@ -180,8 +205,9 @@ static void print_json(const tr_topo_table *tab, int gpus_per_node, const tr_nod
         tr_json_int(&j, "gpus_per_node", gpus_per_node);
         tr_json_int(&j, "num_nodes", rep->num_nodes);
         tr_json_object_begin(&j, "groups_crossing_nodes");
-        for (int k = 0; k < kinds_shown(t); k++)
-            tr_json_int(&j, tr_group_kind_name((tr_group_kind)k), rep->crossing[k]);
+        for (int k = 0; k < TR_GROUP_KINDS; k++)
+            if (kind_shown(t, k))
+                tr_json_int(&j, tr_group_kind_name((tr_group_kind)k), rep->crossing[k]);
         tr_json_object_end(&j);
     }
     tr_json_object_end(&j);
@@ -189,7 +215,7 @@ static void print_json(const tr_topo_table *tab, int gpus_per_node, const tr_nod
 }
 
 /* Sizes from --config FILE; flags given on the command line take precedence. */
-static int sizes_from_config(const char *path, int *tp, int *pp, int *cp, char **order,
+static int sizes_from_config(const char *path, int *tp, int *pp, int *cp, int *ep, char **order,
                              char *where, size_t where_cap)
 {
     tr_config cfg;
@@ -208,6 +234,8 @@ static int sizes_from_config(const char *path, int *tp, int *pp, int *cp, char *
         *pp = cfg.parallel.pipeline_model_parallel_size;
     if (*cp < 0)
         *cp = cfg.parallel.context_parallel_size;
+    if (*ep < 0)
+        *ep = cfg.parallel.expert_model_parallel_size;
     if (!*order && cfg.parallel.order)
         *order = strdup(cfg.parallel.order);
     tr_config_free(&cfg);
@@ -216,7 +244,7 @@ static int sizes_from_config(const char *path, int *tp, int *pp, int *cp, char *
 
 int tr_cmd_topo(int argc, char **argv)
 {
-    enum { WORLD, TP, PP, GPUS_PER_NODE, CONFIG, ORDER, JSON, CP };
+    enum { WORLD, TP, PP, GPUS_PER_NODE, CONFIG, ORDER, JSON, CP, EP };
     static const arg_opt options[] = {
         [WORLD] = {.name = "--world-size", .kind = ARG_VALUE},
         [TP] = {.name = "--tp", .kind = ARG_VALUE},
@@ -226,11 +254,12 @@ int tr_cmd_topo(int argc, char **argv)
         [ORDER] = {.name = "--order", .kind = ARG_VALUE},
         [JSON] = {.name = "--json", .kind = ARG_FLAG},
         [CP] = {.name = "--cp", .kind = ARG_VALUE},
+        [EP] = {.name = "--ep", .kind = ARG_VALUE},
         {.name = NULL},
     };
     arg_parser a = {.cmd = "trident topo", .opts = options, .usage = topo_usage, .argc = argc,
                  .argv = argv};
-    int world = -1, tp = -1, pp = -1, cp = -1, gpus_per_node = 0, json = 0, rc = 0, o;
+    int world = -1, tp = -1, pp = -1, cp = -1, ep = -1, gpus_per_node = 0, json = 0, rc = 0, o;
     const char *config_path = NULL, *order_arg = NULL, *v;
     while (!rc && (o = args_next(&a, &v)) != ARGS_END) {
         if (o == ARGS_HELP || o == ARGS_ERROR)
@@ -249,6 +278,7 @@ int tr_cmd_topo(int argc, char **argv)
                           : o == TP  ? &tp
                           : o == PP  ? &pp
                           : o == CP  ? &cp
+                          : o == EP  ? &ep
                                      : &gpus_per_node);
     }
     if (!rc && world < 0)
@@ -258,13 +288,14 @@ int tr_cmd_topo(int argc, char **argv)
     char *order = order_arg ? strdup(order_arg) : NULL;
     char where[512] = "";
     if (config_path)
-        rc = sizes_from_config(config_path, &tp, &pp, &cp, &order, where, sizeof where);
+        rc = sizes_from_config(config_path, &tp, &pp, &cp, &ep, &order, where, sizeof where);
     if (rc) {
         free(order);
         return rc;
     }
     tr_topo t;
-    if (tr_topo_init_cp(&t, world, tp < 0 ? 1 : tp, cp < 0 ? 1 : cp, pp < 0 ? 1 : pp, order)) {
+    if (tr_topo_init_ep(&t, world, tp < 0 ? 1 : tp, cp < 0 ? 1 : cp, pp < 0 ? 1 : pp,
+                        ep < 0 ? 1 : ep, order)) {
         fprintf(stderr, "trident topo: %s%s\n", where, tr_errmsg());
         free(order);
         return 2;

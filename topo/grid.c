@@ -2,14 +2,16 @@
  *
  * A group kind fixes some dimensions and varies the others. Both the member list and the
  * group numbering walk dimensions fastest-stride first, so members come out ascending and
- * groups numbered by index come out ordered by first rank. */
+ * groups numbered by index come out ordered by first rank. The dp coordinate is walked as two
+ * digits, ep (size EP, dp's stride) and edp (size DP/EP, EP times it): a kind varying both or
+ * fixing both sees the one dp digit it saw before, which keeps EP = 1's groups unchanged. */
 #include "topo/topo.h"
 
 #include <string.h>
 
 #include "core/core.h"
 
-enum { DIM_TP = 0, DIM_DP = 1, DIM_PP = 2, DIM_CP = 3, NDIMS = 4 };
+enum { DIM_TP = 0, DIM_DP = 1, DIM_PP = 2, DIM_CP = 3, DIM_EP = 4, NDIMS = 5 }; /* DIM_DP: edp */
 
 typedef struct {
     int n;          /* dimensions used, fastest stride first */
@@ -21,21 +23,22 @@ static void dim_size_stride(const tr_topo *t, int dim, int *size, int *stride)
 {
     switch (dim) {
     case DIM_TP: *size = t->tp, *stride = t->stride_tp; break;
-    case DIM_DP: *size = t->dp, *stride = t->stride_dp; break;
+    case DIM_EP: *size = t->ep, *stride = t->stride_dp; break;
+    case DIM_DP: *size = t->dp / t->ep, *stride = t->stride_dp * t->ep; break;
     case DIM_CP: *size = t->cp, *stride = t->stride_cp; break;
     default: *size = t->pp, *stride = t->stride_pp; break;
     }
 }
 
-/* Dimensions in increasing stride order (CP right after TP in both orders). */
+/* Dimensions in increasing stride order (CP right after TP in both orders, ep below edp). */
 static void dims_by_stride(const tr_topo *t, int dims[NDIMS])
 {
     dims[0] = DIM_TP;
     dims[1] = DIM_CP;
     if (t->order == TR_ORDER_TP_DP_PP)
-        dims[2] = DIM_DP, dims[3] = DIM_PP;
+        dims[2] = DIM_EP, dims[3] = DIM_DP, dims[4] = DIM_PP;
     else
-        dims[2] = DIM_PP, dims[3] = DIM_DP;
+        dims[2] = DIM_PP, dims[3] = DIM_EP, dims[4] = DIM_DP;
 }
 
 /* Which dimensions vary inside a group of `kind` (bit d set = dimension d varies). */
@@ -43,9 +46,11 @@ static unsigned varying_mask(tr_group_kind kind)
 {
     switch (kind) {
     case TR_GROUP_TP: return 1u << DIM_TP;
-    case TR_GROUP_DP: return 1u << DIM_DP;
+    case TR_GROUP_DP: return (1u << DIM_EP) | (1u << DIM_DP);
     case TR_GROUP_CP: return 1u << DIM_CP;
-    case TR_GROUP_DP_CP: return (1u << DIM_DP) | (1u << DIM_CP);
+    case TR_GROUP_DP_CP: return (1u << DIM_EP) | (1u << DIM_DP) | (1u << DIM_CP);
+    case TR_GROUP_EP: return 1u << DIM_EP;
+    case TR_GROUP_EDP: return (1u << DIM_DP) | (1u << DIM_CP);
     case TR_GROUP_MP: return (1u << DIM_TP) | (1u << DIM_PP);
     default: return 1u << DIM_PP; /* PP and EMBED */
     }
@@ -113,7 +118,7 @@ const char *tr_topo_order_name(tr_topo_order order)
 const char *tr_group_kind_name(tr_group_kind kind)
 {
     static const char *names[TR_GROUP_KINDS] = {"tp", "dp", "pp", "model_parallel",
-                                                "embedding", "cp", "dp_cp"};
+                                                "embedding", "cp", "dp_cp", "ep", "edp"};
     return (unsigned)kind < TR_GROUP_KINDS ? names[kind] : "unknown";
 }
 
@@ -123,6 +128,11 @@ int tr_topo_init(tr_topo *t, int world, int tp, int pp, const char *order)
 }
 
 int tr_topo_init_cp(tr_topo *t, int world, int tp, int cp, int pp, const char *order)
+{
+    return tr_topo_init_ep(t, world, tp, cp, pp, 1, order);
+}
+
+int tr_topo_init_ep(tr_topo *t, int world, int tp, int cp, int pp, int ep, const char *order)
 {
     memset(t, 0, sizeof *t);
     tr_topo_order ord;
@@ -154,6 +164,17 @@ int tr_topo_init_cp(tr_topo *t, int world, int tp, int cp, int pp, const char *o
     t->pp = pp;
     t->cp = cp;
     t->dp = (int)(world / model);
+    if (ep < 1 || t->dp % ep) {
+        int dp = t->dp;
+        memset(t, 0, sizeof *t);
+        if (ep < 1)
+            return tr_fail(TR_ERR_CONFIG, "expert parallel size %d must be at least 1", ep);
+        return tr_fail(TR_ERR_CONFIG,
+                       "data-parallel size %d (world %d / (tp %d x cp %d x pp %d)) is not "
+                       "divisible by expert parallel size %d",
+                       dp, world, tp, cp, pp, ep);
+    }
+    t->ep = ep;
     t->order = ord;
     t->stride_tp = 1;
     t->stride_cp = tp;
@@ -199,6 +220,8 @@ int tr_topo_group_size(const tr_topo *t, tr_group_kind kind)
     case TR_GROUP_MP: return t->tp * t->pp;
     case TR_GROUP_CP: return t->cp;
     case TR_GROUP_DP_CP: return t->dp * t->cp;
+    case TR_GROUP_EP: return t->ep;
+    case TR_GROUP_EDP: return t->dp / t->ep * t->cp;
     case TR_GROUP_EMBED: return t->pp > 1 ? 2 : 1;
     default: return 0;
     }

@@ -11,16 +11,21 @@
  *    ranks), EMBED (first and last rank of each PP group; just the first when PP = 1; ranks of
  *    middle stages belong to no embedding group), CP (only in cp: the ranks that split one
  *    sample's sequence) and DP_CP (dp and cp vary: Megatron's dp-cp group, the ranks that hold
- *    the same weights and sum their gradients).
+ *    the same weights and sum their gradients), EP and EDP (expert parallelism, EP ranks
+ *    dividing DP: dp = edp * EP + ep, Megatron's tp-cp-ep-dp-pp; EP: the EP consecutive dp
+ *    coordinates of one (tp, cp, edp, pp) that exchange tokens and split the experts; EDP:
+ *    "expert data parallel", edp and cp vary, the D/EP x CP ranks holding the same experts,
+ *    which sum their expert gradients). With EP = 1 the EP groups are single ranks, EDP is
+ *    DP_CP, and every other group is what it was without the dimension.
  *  - Groups of a kind all have the same size and are numbered 0..n-1 in order of their first
  *    rank; a group's members are listed in ascending rank order.
- *  - Everything is a pure function of (W, TP, CP, PP, order): one rank asks for its own groups in
- *    O(TP*PP + DP*CP) with tr_topo_rank_groups(); tr_topo_table_build() lists every group of
- *    every kind in O(W) (for `trident topo` and the planner).
+ *  - Everything is a pure function of (W, TP, CP, PP, EP, order): one rank asks for its own
+ *    groups in O(TP*PP + DP*CP) with tr_topo_rank_groups(); tr_topo_table_build() lists every
+ *    group of every kind in O(W) (for `trident topo` and the planner).
  *  - Node awareness assumes block placement (rank r on node r / gpus_per_node, as torchrun and
  *    Slurm's default block distribution do).
- *  - Invalid input (W not divisible by TP*CP*PP, sizes < 1, unknown order) is TR_ERR_CONFIG with
- *    a message naming the values. */
+ *  - Invalid input (W not divisible by TP*CP*PP, DP not by EP, sizes < 1, unknown order) is
+ *    TR_ERR_CONFIG with a message naming the values. */
 #ifndef TR_TOPO_H
 #define TR_TOPO_H
 
@@ -39,6 +44,8 @@ typedef enum {
     TR_GROUP_EMBED, /* first and last stage of each PP group */
     TR_GROUP_CP,    /* context parallel: the ranks splitting one sample's sequence */
     TR_GROUP_DP_CP, /* DP x CP ranks of one (tp, pp) coordinate: gradients are summed there */
+    TR_GROUP_EP,    /* expert parallel: EP consecutive dp coordinates that exchange tokens */
+    TR_GROUP_EDP,   /* expert data parallel: D/EP x CP ranks holding the same experts */
     TR_GROUP_KINDS
 } tr_group_kind;
 
@@ -51,15 +58,19 @@ typedef struct {
     tr_topo_order order;
     int stride_tp, stride_dp, stride_pp; /* global = tp*stride_tp + dp*stride_dp + pp*stride_pp */
     int stride_cp;                       /* + cp*stride_cp */
+    int ep;                              /* expert parallel size, divides dp (1: none) */
 } tr_topo;
 
 /* Build a layout. `order` NULL or "" means "tp-dp-pp". tr_topo_init: CP = 1. */
 TR_MUST_CHECK int tr_topo_init(tr_topo *t, int world, int tp, int pp, const char *order);
 TR_MUST_CHECK int tr_topo_init_cp(tr_topo *t, int world, int tp, int cp, int pp,
                                   const char *order);
+/* tr_topo_init_cp plus the expert parallel size ep (>= 1, dividing the data-parallel size). */
+TR_MUST_CHECK int tr_topo_init_ep(tr_topo *t, int world, int tp, int cp, int pp, int ep,
+                                  const char *order);
 TR_MUST_CHECK int tr_topo_parse_order(const char *s, tr_topo_order *out);
 const char *tr_topo_order_name(tr_topo_order order);
-/* "tp", "dp", "pp", "model_parallel", "embedding", "cp", "dp_cp". */
+/* "tp", "dp", "pp", "model_parallel", "embedding", "cp", "dp_cp", "ep", "edp". */
 const char *tr_group_kind_name(tr_group_kind kind);
 
 /* rank <-> coordinates; rank must be in [0, world) / coordinates in range. */

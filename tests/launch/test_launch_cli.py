@@ -245,6 +245,21 @@ def test_topo():
            and d["cp_groups"] == [[0, 2], [1, 3], [4, 6], [5, 7]]
            and d["dp_cp_groups"] == [[0, 2, 4, 6], [1, 3, 5, 7]]
            and d["dp_groups"] == [[0, 4], [1, 5], [2, 6], [3, 7]], f"topo --cp 2: {p.stdout[:300]}")
+    expect("ep_groups" not in d and "expert_model_parallel_size" not in d, "EP keys without --ep")
+    # Expert parallelism: dp = edp*EP + ep; ep groups exchange tokens, edp groups hold the same
+    # experts
+    p, _ = run(["topo", "--world-size", "8", "--tp", "2", "--ep", "2", "--json"])
+    d = json.loads(p.stdout)
+    expect(p.returncode == 0 and d["expert_model_parallel_size"] == 2
+           and d["ep_groups"] == [[0, 2], [1, 3], [4, 6], [5, 7]]
+           and d["edp_groups"] == [[0, 4], [1, 5], [2, 6], [3, 7]]
+           and d["dp_groups"] == [[0, 2, 4, 6], [1, 3, 5, 7]], f"topo --ep 2: {p.stdout[:300]}")
+    p, _ = run(["topo", "--world-size", "8", "--ep", "4", "--pp", "2"])
+    expect(p.returncode == 0 and "ep groups (2 of 4 ranks)" in p.stdout
+           and "edp groups (8 of 1 rank)" in p.stdout, f"topo --ep 4: {p.stdout[:600]}")
+    p, _ = run(["topo", "--world-size", "12", "--tp", "2", "--ep", "4"])
+    expect(p.returncode == 2 and "data-parallel size 6 (world 12 / (tp 2 x cp 1 x pp 1)) is not "
+           "divisible by expert parallel size 4" in p.stderr, f"topo --ep bad: {p.stderr!r}")
     p, _ = run(["topo", "--world-size", "12", "--tp", "2", "--cp", "4"])
     expect(p.returncode == 2 and "not divisible by tensor parallel size 2 x context parallel size 4"
            in p.stderr, f"topo --cp bad layout: {p.returncode} {p.stderr!r}")

@@ -21,10 +21,11 @@ static void assert_row(const int *got, const int *want, int n)
 
 /* Checks every invariant of a layout's table and, when `per_rank`, compares the per-rank
  * view of every rank with it. */
-static void check_layout_cp(int world, int tp, int cp, int pp, const char *order, int per_rank)
+static void check_layout_ep(int world, int tp, int cp, int pp, int ep, const char *order,
+                            int per_rank)
 {
     tr_topo t;
-    assert_int_equal(tr_topo_init_cp(&t, world, tp, cp, pp, order), TR_OK);
+    assert_int_equal(tr_topo_init_ep(&t, world, tp, cp, pp, ep, order), TR_OK);
     assert_int_equal(t.dp * t.cp * t.tp * t.pp, world);
     tr_topo_table tab;
     assert_int_equal(tr_topo_table_build(&t, &tab), TR_OK);
@@ -32,8 +33,9 @@ static void check_layout_cp(int world, int tp, int cp, int pp, const char *order
     assert_non_null(seen);
     int D = t.dp, C = cp;
     int want_n[TR_GROUP_KINDS] = {D * C * pp, tp * C * pp, D * C * tp, D * C, D * C * tp,
-                                  D * tp * pp, tp * pp};
-    int want_size[TR_GROUP_KINDS] = {tp, D, pp, tp * pp, pp > 1 ? 2 : 1, C, D * C};
+                                  D * tp * pp, tp * pp, D / ep * C * tp * pp, ep * tp * pp};
+    int want_size[TR_GROUP_KINDS] = {tp, D, pp, tp * pp, pp > 1 ? 2 : 1, C, D * C, ep,
+                                     D / ep * C};
     for (int k = 0; k < TR_GROUP_KINDS; k++) {
         assert_int_equal(tab.num_groups[k], want_n[k]);
         assert_int_equal(tab.group_size[k], want_size[k]);
@@ -86,6 +88,17 @@ static void check_layout_cp(int world, int tp, int cp, int pp, const char *order
                 case TR_GROUP_MP:
                     assert_int_equal(c.dp, c0.dp), assert_int_equal(c.cp, c0.cp);
                     break;
+                case TR_GROUP_EP: /* dp = edp * EP + ep: the ep digit varies */
+                    assert_int_equal(c.tp, c0.tp), assert_int_equal(c.pp, c0.pp);
+                    assert_int_equal(c.cp, c0.cp);
+                    assert_int_equal(c.dp / ep, c0.dp / ep);
+                    assert_int_equal(c.dp % ep, i);
+                    break;
+                case TR_GROUP_EDP: /* the same experts: ep fixed, cp + edp * CP varies */
+                    assert_int_equal(c.tp, c0.tp), assert_int_equal(c.pp, c0.pp);
+                    assert_int_equal(c.dp % ep, c0.dp % ep);
+                    assert_int_equal(c.cp + c.dp / ep * cp, i);
+                    break;
                 default:
                     assert_int_equal(c.tp, c0.tp), assert_int_equal(c.dp, c0.dp);
                     assert_int_equal(c.cp, c0.cp);
@@ -131,6 +144,11 @@ static void check_layout_cp(int world, int tp, int cp, int pp, const char *order
     }
     free(seen);
     tr_topo_table_free(&tab);
+}
+
+static void check_layout_cp(int world, int tp, int cp, int pp, const char *order, int per_rank)
+{
+    check_layout_ep(world, tp, cp, pp, 1, order, per_rank);
 }
 
 static void check_layout(int world, int tp, int pp, const char *order, int per_rank)
@@ -292,6 +310,96 @@ static void test_context_parallel(void **state)
                                      "context parallel size 4 x pipeline parallel size 1 = 8");
     assert_int_equal(tr_topo_init_cp(&t, 12, 2, 0, 1, NULL), TR_ERR_CONFIG);
     assert_string_equal(tr_errmsg(), "context parallel size 0 must be at least 1");
+}
+
+/* Expert parallelism: EP divides DP, dp = edp * EP + ep (Megatron's tp-cp-ep-dp-pp). */
+static void test_expert_parallel(void **state)
+{
+    (void)state;
+    tr_topo t;
+    /* 16 ranks, TP 2, PP 2, EP 2: DP 4; EP groups pair dp 0,1 and dp 2,3 */
+    assert_int_equal(tr_topo_init_ep(&t, 16, 2, 1, 2, 2, NULL), TR_OK);
+    assert_int_equal(t.dp, 4), assert_int_equal(t.ep, 2);
+    tr_topo_table tab;
+    assert_int_equal(tr_topo_table_build(&t, &tab), TR_OK);
+    int ep0[] = {0, 2}, ep1[] = {1, 3}, ep2[] = {4, 6}, ep7[] = {13, 15};
+    assert_row(tr_topo_table_group(&tab, TR_GROUP_EP, 0), ep0, 2);
+    assert_row(tr_topo_table_group(&tab, TR_GROUP_EP, 1), ep1, 2);
+    assert_row(tr_topo_table_group(&tab, TR_GROUP_EP, 2), ep2, 2);
+    assert_row(tr_topo_table_group(&tab, TR_GROUP_EP, 7), ep7, 2);
+    int edp0[] = {0, 4}, edp1[] = {1, 5}, edp2[] = {2, 6}, edp7[] = {11, 15};
+    assert_row(tr_topo_table_group(&tab, TR_GROUP_EDP, 0), edp0, 2);
+    assert_row(tr_topo_table_group(&tab, TR_GROUP_EDP, 1), edp1, 2);
+    assert_row(tr_topo_table_group(&tab, TR_GROUP_EDP, 2), edp2, 2);
+    assert_row(tr_topo_table_group(&tab, TR_GROUP_EDP, 7), edp7, 2);
+    int dp0[] = {0, 2, 4, 6};
+    assert_row(tr_topo_table_group(&tab, TR_GROUP_DP, 0), dp0, 4);
+    assert_string_equal(tr_group_kind_name(TR_GROUP_EP), "ep");
+    assert_string_equal(tr_group_kind_name(TR_GROUP_EDP), "edp");
+    tr_topo_table_free(&tab);
+    tr_rank_groups g;
+    assert_int_equal(tr_topo_rank_groups(&t, 6, &g), TR_OK); /* dp 3: ep 1, edp 1 */
+    assert_int_equal(g.pos[TR_GROUP_EP], 1), assert_int_equal(g.pos[TR_GROUP_EDP], 1);
+    int ep6[] = {4, 6}, edp6[] = {2, 6};
+    assert_row(g.members[TR_GROUP_EP], ep6, 2);
+    assert_row(g.members[TR_GROUP_EDP], edp6, 2);
+    tr_rank_groups_free(&g);
+    /* tp-pp-dp, EP = DP: one EP group per (tp, pp), EDP groups of one rank */
+    assert_int_equal(tr_topo_init_ep(&t, 8, 1, 1, 2, 4, "tp-pp-dp"), TR_OK);
+    int buf[4], ep_tpd[] = {1, 3, 5, 7};
+    assert_int_equal(tr_topo_group_members(&t, TR_GROUP_EP, 1, buf), TR_OK);
+    assert_row(buf, ep_tpd, 4);
+    assert_int_equal(tr_topo_group_size(&t, TR_GROUP_EDP), 1);
+    static const struct {
+        int w, tp, cp, pp, ep;
+    } cases[] = {{2, 1, 1, 1, 2}, {4, 1, 1, 1, 2}, {4, 1, 1, 1, 4}, {8, 2, 1, 1, 2},
+                 {8, 1, 1, 2, 2}, {8, 1, 1, 2, 4}, {16, 2, 1, 2, 2}, {16, 2, 2, 2, 2},
+                 {24, 1, 1, 3, 4}, {24, 2, 1, 1, 3}, {32, 2, 2, 2, 2}, {16, 1, 1, 1, 8}};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        check_layout_ep(cases[i].w, cases[i].tp, cases[i].cp, cases[i].pp, cases[i].ep, NULL, 1);
+        check_layout_ep(cases[i].w, cases[i].tp, cases[i].cp, cases[i].pp, cases[i].ep,
+                        "tp-pp-dp", 1);
+    }
+    /* every kind but EP / EDP lists exactly the groups of EP 1 (the dp digit split in two) */
+    static const struct {
+        int w, tp, cp, pp, ep;
+    } same[] = {{16, 2, 1, 2, 2}, {16, 1, 2, 2, 4}, {24, 1, 1, 3, 4}, {32, 2, 2, 2, 2}};
+    for (size_t i = 0; i < sizeof same / sizeof same[0]; i++) {
+        for (int o = 0; o < 2; o++) {
+            const char *order = o ? "tp-pp-dp" : NULL;
+            tr_topo a, b;
+            assert_int_equal(tr_topo_init_cp(&a, same[i].w, same[i].tp, same[i].cp, same[i].pp,
+                                             order),
+                             TR_OK);
+            assert_int_equal(tr_topo_init_ep(&b, same[i].w, same[i].tp, same[i].cp, same[i].pp,
+                                             same[i].ep, order),
+                             TR_OK);
+            tr_topo_table ta, tb;
+            assert_int_equal(tr_topo_table_build(&a, &ta), TR_OK);
+            assert_int_equal(tr_topo_table_build(&b, &tb), TR_OK);
+            for (int k = 0; k < TR_GROUP_EP; k++) {
+                assert_int_equal(ta.num_groups[k], tb.num_groups[k]);
+                assert_int_equal(ta.group_size[k], tb.group_size[k]);
+                assert_memory_equal(ta.ranks[k], tb.ranks[k],
+                                    (size_t)ta.num_groups[k] * (size_t)ta.group_size[k] *
+                                        sizeof(int));
+            }
+            /* EP 1: EP groups are single ranks, EDP is DP_CP */
+            assert_int_equal(ta.group_size[TR_GROUP_EP], 1);
+            assert_int_equal(ta.num_groups[TR_GROUP_EDP], ta.num_groups[TR_GROUP_DP_CP]);
+            assert_memory_equal(ta.ranks[TR_GROUP_EDP], ta.ranks[TR_GROUP_DP_CP],
+                                (size_t)ta.num_groups[TR_GROUP_DP_CP] *
+                                    (size_t)ta.group_size[TR_GROUP_DP_CP] * sizeof(int));
+            tr_topo_table_free(&ta);
+            tr_topo_table_free(&tb);
+        }
+    }
+    assert_int_equal(tr_topo_init_ep(&t, 12, 2, 1, 1, 4, NULL), TR_ERR_CONFIG);
+    assert_string_equal(tr_errmsg(), "data-parallel size 6 (world 12 / (tp 2 x cp 1 x pp 1)) is "
+                                     "not divisible by expert parallel size 4");
+    assert_int_equal(t.world, 0);
+    assert_int_equal(tr_topo_init_ep(&t, 12, 2, 1, 1, 0, NULL), TR_ERR_CONFIG);
+    assert_string_equal(tr_errmsg(), "expert parallel size 0 must be at least 1");
 }
 
 static void test_small_worlds(void **state)
@@ -492,6 +600,7 @@ int main(void)
         cmocka_unit_test(test_groups_w16),
         cmocka_unit_test(test_small_worlds),
         cmocka_unit_test(test_context_parallel),
+        cmocka_unit_test(test_expert_parallel),
         cmocka_unit_test(test_bloom_176b),
         cmocka_unit_test(test_w100000_table_time),
         cmocka_unit_test(test_node_report),
