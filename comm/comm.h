@@ -199,6 +199,17 @@ TR_MUST_CHECK int tr_comm_broadcast(tr_comm *c, void *buf, size_t count, tr_comm
 TR_MUST_CHECK int tr_comm_send(tr_comm *c, const void *buf, size_t count, tr_comm_dtype dt, int peer, int tag);
 TR_MUST_CHECK int tr_comm_recv(tr_comm *c, void *buf, size_t count, tr_comm_dtype dt, int peer, int tag);
 TR_MUST_CHECK int tr_comm_barrier(tr_comm *c);
+/* All-to-all with per-peer counts: block r of `send` (send_counts[r] elements, blocks laid
+ * end to end in rank order) goes to rank r, which receives it as its block `rank` of `recv`
+ * (recv_counts[r] elements from rank r, laid out likewise). The counts must agree pairwise
+ * (the caller exchanges them first, e.g. by an allgather); send_counts[rank] ==
+ * recv_counts[rank] is checked. Zero counts post nothing. Composed from the async send/recv
+ * with tag TR_COMM_TAG_ALLTOALLV (reserved: no other send/recv on c may use it) and a host
+ * copy of this rank's own block (so that block must be host memory: UCX; a nonzero own block
+ * on another backend is refused). Blocking; no send/recv buffer overlap. */
+#define TR_COMM_TAG_ALLTOALLV TR_COMM_TAG_MAX
+TR_MUST_CHECK int tr_comm_alltoallv(tr_comm *c, const void *send, const size_t *send_counts,
+                                    void *recv, const size_t *recv_counts, tr_comm_dtype dt);
 
 TR_MUST_CHECK int tr_comm_allreduce_async(tr_comm *c, const void *send, void *recv, size_t count,
                             tr_comm_dtype dt, tr_comm_redop op, tr_comm_request **req);

@@ -5,7 +5,8 @@
  * collective in-place and out-of-place; broadcast, which has one buffer, from two roots) on
  * the world and every split group with --big, on the world only with --big-world; then
  * several async operations in flight on different groups at once, ordered requests
- * (tr_comm_order_after + tr_comm_flush), and the counters.
+ * (tr_comm_order_after + tr_comm_flush), and the counters. tr_comm_alltoallv with uneven
+ * and zero per-pair counts (small, and past the eager limit) on every group.
  *   coll_check [--big | --big-world] [--timeout S] [--progress-thread]
  * Data are small integers so fp32 sums are exact and results compare bit for bit; one
  * random-float allreduce compares with a tolerance. Exit 0 when everything matched. */
@@ -156,6 +157,48 @@ static void check_sendrecv(tr_comm *c, size_t count, int salt)
     free(want);
 }
 
+/* Elements rank s sends rank d: uneven, zero for about one pair in five (self included). */
+static size_t a2a_count(int s, int d, int salt, size_t scale)
+{
+    return (size_t)((s * 7 + d * 3 + salt) % 5) * scale + (size_t)((s + 2 * d + salt) % 3) * 3;
+}
+
+/* Block d of rank s's send holds tc_data_val(s, d * 1000003 + k); rank d checks every block. */
+static void check_alltoallv(tr_comm *c, size_t scale, int salt)
+{
+    int n = tr_comm_size(c), r = tr_comm_rank(c);
+    size_t *sc = malloc(sizeof *sc * (size_t)n), *rc = malloc(sizeof *rc * (size_t)n);
+    size_t ns = 0, nr = 0;
+    for (int q = 0; q < n; q++) {
+        ns += sc[q] = a2a_count(r, q, salt, scale);
+        nr += rc[q] = a2a_count(q, r, salt, scale);
+    }
+    float *out = malloc(ns * 4 + 4), *in = malloc(nr * 4 + 4);
+    size_t off = 0;
+    for (int q = 0; q < n; q++)
+        for (size_t k = 0; k < sc[q]; k++)
+            out[off++] = (float)tc_data_val(r, (size_t)q * 1000003 + k, salt);
+    OK(tr_comm_alltoallv(c, out, sc, in, rc, TR_COMM_F32));
+    off = 0;
+    for (int q = 0; q < n; q++) {
+        expected_ops[TR_COMM_OP_SEND] += q != r && sc[q];
+        expected_ops[TR_COMM_OP_RECV] += q != r && rc[q];
+        for (size_t k = 0; k < rc[q]; k++, off++) {
+            float want = (float)tc_data_val(q, (size_t)r * 1000003 + k, salt);
+            if (in[off] != want) {
+                CHECK(0, "alltoallv(scale %zu) on '%s' (size %d): element %zu from rank %d is "
+                      "%g, expected %g", scale, tr_comm_name(c), n, k, q, in[off], want);
+                q = n;
+                break;
+            }
+        }
+    }
+    free(out);
+    free(in);
+    free(sc);
+    free(rc);
+}
+
 static void random_float_allreduce(tr_comm *c, int salt)
 {
     size_t count = 5003;
@@ -227,11 +270,13 @@ static void run_suite(tr_comm *c, int big)
             check_broadcast(c, n, TR_COMM_F64, (int)(n % (size_t)tr_comm_size(c)), salt + 8);
             check_broadcast(c, n, TR_COMM_F32, tr_comm_size(c) - 1, salt + 9);
             check_sendrecv(c, n, salt);
+            check_alltoallv(c, n, salt);
             OK(tr_comm_barrier(c));
             expected_ops[TR_COMM_OP_BARRIER]++;
         }
         random_float_allreduce(c, 50 + t);
     }
+    check_alltoallv(c, 20000, 70); /* blocks up to 320 KB: UCX's rendezvous protocol */
     OK(tr_comm_set_tuning(c, &dflt));
     if (big)
         run_big(c);

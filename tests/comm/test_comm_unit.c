@@ -190,6 +190,27 @@ static void test_bad_arguments(void **state)
     expect_error(tr_comm_split(w, 0, 0, "a-name-that-is-much-too-long-for-a-group", &sub),
                  TR_ERR_INVALID, "needs a name");
     expect_error(tr_comm_split(NULL, 0, 0, "tp", &sub), TR_ERR_INVALID, "split of a NULL");
+    size_t one = 4, zero = 0, three = 3, huge = SIZE_MAX / 2;
+    expect_error(tr_comm_alltoallv(NULL, a, &one, b, &one, TR_COMM_F32), TR_ERR_INVALID,
+                 "alltoallv on a NULL communicator");
+    expect_error(tr_comm_alltoallv(w, a, NULL, b, &one, TR_COMM_F32), TR_ERR_INVALID,
+                 "alltoallv: the send counts are NULL");
+    expect_error(tr_comm_alltoallv(w, a, &one, b, NULL, TR_COMM_F32), TR_ERR_INVALID,
+                 "alltoallv: the recv counts are NULL");
+    expect_error(tr_comm_alltoallv(w, NULL, &one, b, &one, TR_COMM_F32), TR_ERR_INVALID,
+                 "alltoallv: send buffer is NULL");
+    expect_error(tr_comm_alltoallv(w, a, &one, NULL, &one, TR_COMM_F32), TR_ERR_INVALID,
+                 "alltoallv: recv buffer is NULL");
+    expect_error(tr_comm_alltoallv(w, a, &one, b, &three, TR_COMM_F32), TR_ERR_INVALID,
+                 "alltoallv: rank 0 sends itself 4 elements but expects 3");
+    expect_error(tr_comm_alltoallv(w, a, &huge, b, &huge, TR_COMM_F32), TR_ERR_INVALID,
+                 "alltoallv: send count 9223372036854775807 overflows");
+    expect_error(tr_comm_alltoallv(w, a, &one, b, &one, (tr_comm_dtype)17), TR_ERR_INVALID,
+                 "alltoallv: invalid dtype 17");
+    assert_int_equal(tr_comm_alltoallv(w, NULL, &zero, NULL, &zero, TR_COMM_F32), TR_OK);
+    a[0] = 1, a[1] = 2, a[2] = 3, a[3] = 4;
+    assert_int_equal(tr_comm_alltoallv(w, a, &one, b, &one, TR_COMM_F32), TR_OK);
+    assert_memory_equal(a, b, sizeof a); /* one rank: its own block, copied */
     tr_comm_tuning t = {.chunk_bytes = 10};
     expect_error(tr_comm_set_tuning(w, &t), TR_ERR_INVALID, "chunk_bytes 10 is below");
     tr_comm_destroy(w);
