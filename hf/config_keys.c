@@ -111,13 +111,18 @@ int hf_read_gpt_dims(json_t *root, const char *path, int positions, const char *
     return rc;
 }
 
-int hf_write_config_json(const char *dir, json_t *root, const tr_hf_export_options *o)
+int hf_write_config_json(const char *dir, json_t *root, int family, const tr_model_config *m,
+                         const tr_hf_export_options *o)
 {
     json_t *tok = o->eos_token_id >= 0 ? json_integer(o->eos_token_id) : json_null();
     if (root && (json_object_set(root, "bos_token_id", tok) ||
                  json_object_set(root, "eos_token_id", tok)))
         root = (json_decref(root), NULL);
     json_decref(tok);
+    if (root && hf_write_dropout(root, family, m)) {
+        json_decref(root);
+        return TR_ERR_NOMEM;
+    }
     char *text = root ? json_dumps(root, JSON_INDENT(2) | JSON_SORT_KEYS | JSON_REAL_PRECISION(12))
                       : NULL;
     json_decref(root);

@@ -112,7 +112,10 @@ static int whole_shape(const tr_model_config *m, int family, tr_gpt_shape *s)
         .V = m->vocab_size, .Vp = m->vocab_size, .init_std = 0.02f,
         .eps = (float)m->layernorm_epsilon,
         .layer_first = 0, .layer_count = m->num_layers, .is_first = 1, .is_last = 1,
-        .tp_size = 1, .tp_rank = 0};
+        .tp_size = 1, .tp_rank = 0,
+        /* (kept for the manifest's dropout line: nothing here runs a forward) */
+        .hidden_dropout = (float)m->hidden_dropout,
+        .attention_dropout = (float)m->attention_dropout};
     if (family != TR_HF_GPT2)
         tr_gpt_shape_family(m, s);
     return TR_OK;
@@ -166,6 +169,8 @@ int tr_hf_import(const char *hf_dir, const char *ckpt_dir, tr_model_config *mode
     hf_out_dir o;
     int family = TR_HF_GPT2;
     int rc = tr_hf_read_family_config(hf_dir, &m, &family);
+    if (!rc) /* the rates a fine-tuning from it would use in transformers, for the manifest */
+        rc = hf_read_dropout(hf_dir, family, &m);
     if (!rc && family != TR_HF_GPT2) { /* Llama, Bloom */
         if (!(rc = hf_family_check_files(hf_dir, &m, family)) &&
             !(rc = hf_whole_model(&m, family, &g, &params)))
@@ -291,8 +296,7 @@ static int write_json(const char *dir, const char *name, json_t *root)
 /* token id or null */
 static json_t *token(int id) { return id >= 0 ? json_integer(id) : json_null(); }
 
-/* config.json of GPT2LMHeadModel for a model of m's sizes (no dropout: trident trains
- * without). */
+/* config.json of GPT2LMHeadModel for a model of m's sizes and dropout rates. */
 static int write_config(const char *dir, const tr_model_config *m, const tr_hf_export_options *o)
 {
     json_t *root = json_pack(
@@ -306,7 +310,8 @@ static int write_config(const char *dir, const tr_model_config *m, const tr_hf_e
         1, "tie_word_embeddings", 1, "torch_dtype", o->bf16 ? "bfloat16" : "float32",
         "use_cache", 1, "vocab_size", m->vocab_size);
     if (root && (json_object_set_new(root, "bos_token_id", token(o->eos_token_id)) ||
-                 json_object_set_new(root, "eos_token_id", token(o->eos_token_id))))
+                 json_object_set_new(root, "eos_token_id", token(o->eos_token_id)) ||
+                 hf_write_dropout(root, TR_HF_GPT2, m)))
         root = (json_decref(root), NULL);
     return write_json(dir, "config.json", root);
 }
@@ -388,6 +393,8 @@ int tr_hf_export(const char *ckpt_dir, const char *hf_dir, const tr_hf_export_op
         rc = hf_config_sizes_match(ckpt_dir, &m, mc);
     if (!rc && family != TR_HF_GPT2 && mc)
         m = *mc;
+    if (!rc) /* the rates it was trained with (its manifest's), not a config's */
+        rc = tr_checkpoint_read_dropout(ckpt_dir, &m.hidden_dropout, &m.attention_dropout);
     if (!rc)
         rc = hf_whole_model(&m, family, &g, &params);
     if (!rc)

@@ -89,7 +89,7 @@ int hf_write_bigcode_config(const char *dir, const tr_model_config *m,
         "scale_attention_softmax_in_fp32", 1, "resid_pdrop", 0.0, "embd_pdrop", 0.0,
         "attn_pdrop", 0.0, "initializer_range", 0.02, "use_cache", 1, "torch_dtype",
         o->bf16 ? "bfloat16" : "float32");
-    return hf_write_config_json(dir, root, o);
+    return hf_write_config_json(dir, root, TR_HF_BIGCODE, m, o);
 }
 
 /* ------------------------------------------------------------------ which models, the names */

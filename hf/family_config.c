@@ -667,6 +667,6 @@ int hf_write_family_config(const char *dir, int family, const tr_model_config *m
                          "hidden_dropout", 0.0, "pretraining_tp", 1, "slow_but_exact", 0,
                          "tie_word_embeddings", 1, "torch_dtype", dtype, "seq_length",
                          m->max_position_embeddings, "initializer_range", 0.02, "use_cache", 1);
-    return hf_write_config_json(dir, root, o);
+    return hf_write_config_json(dir, root, family, m, o);
 }
 

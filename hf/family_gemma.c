@@ -89,7 +89,7 @@ int hf_write_gemma_config(const char *dir, const tr_model_config *m, const tr_hf
         m->rotary_base, "initializer_range", 0.02, "use_cache", 1, "tie_word_embeddings", 1,
         "attention_bias", 0, "attention_dropout", 0.0, "rope_scaling", "torch_dtype",
         o->bf16 ? "bfloat16" : "float32");
-    return hf_write_config_json(dir, root, o);
+    return hf_write_config_json(dir, root, TR_HF_GEMMA, m, o);
 }
 
 /* ------------------------------------------------------------------ which models */

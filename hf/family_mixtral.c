@@ -73,7 +73,7 @@ int hf_write_mixtral_config(const char *dir, const tr_model_config *m,
     if (root && m->kv_channels && json_object_set_new(root, "head_dim",
                                                       json_integer(m->kv_channels)))
         root = (json_decref(root), NULL);
-    return hf_write_config_json(dir, root, o);
+    return hf_write_config_json(dir, root, TR_HF_MIXTRAL, m, o);
 }
 
 int hf_mixtral_map(const tr_param_tensor *t, char name[2][112])

@@ -158,7 +158,7 @@ int hf_write_mpt_config(const char *dir, const tr_model_config *m, const tr_hf_e
         "resid_pdrop", 0.0, "emb_pdrop", 0.0, "initializer_range", 0.02, "tie_word_embeddings",
         1, "use_cache", 0, "attn_config", attn, "torch_dtype", o->bf16 ? "bfloat16" : "float32")
         : NULL;
-    return hf_write_config_json(dir, root, o);
+    return hf_write_config_json(dir, root, TR_HF_MPT, m, o);
 }
 
 /* ------------------------------------------------------------------ which models, the names */

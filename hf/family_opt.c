@@ -118,7 +118,7 @@ int hf_write_opt_config(const char *dir, const tr_model_config *m, const tr_hf_e
         !m->untie_embeddings_and_output_weights, "dropout", 0.0, "attention_dropout", 0.0,
         "layerdrop", 0.0, "init_std", 0.02, "use_cache", 1, "torch_dtype",
         o->bf16 ? "bfloat16" : "float32");
-    return hf_write_config_json(dir, root, o);
+    return hf_write_config_json(dir, root, TR_HF_OPT, m, o);
 }
 
 /* ------------------------------------------------------------------ which models, the names */

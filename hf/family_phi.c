@@ -121,7 +121,7 @@ int hf_write_phi_config(const char *dir, const tr_model_config *m, const tr_hf_e
         "initializer_range", 0.02, "use_cache", 1, "tie_word_embeddings", 0, "rope_theta",
         m->rotary_base, "rope_scaling", "partial_rotary_factor", m->rotary_percent,
         "qk_layernorm", 0, "torch_dtype", o->bf16 ? "bfloat16" : "float32");
-    return hf_write_config_json(dir, root, o);
+    return hf_write_config_json(dir, root, TR_HF_PHI, m, o);
 }
 
 /* ------------------------------------------------------------------ which models, the names */

@@ -115,7 +115,7 @@ int hf_write_phi3_config(const char *dir, const tr_model_config *m, const tr_hf_
         !m->untie_embeddings_and_output_weights, "hidden_act", "silu", "attention_dropout", 0.0,
         "resid_pdrop", 0.0, "embd_pdrop", 0.0, "initializer_range", 0.02, "use_cache", 1,
         "torch_dtype", o->bf16 ? "bfloat16" : "float32", "pad_token_id");
-    return hf_write_config_json(dir, root, o);
+    return hf_write_config_json(dir, root, TR_HF_PHI3, m, o);
 }
 
 /* ------------------------------------------------------------------ which models, the names */

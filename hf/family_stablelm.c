@@ -77,7 +77,7 @@ int hf_write_stablelm_config(const char *dir, const tr_model_config *m,
         !m->untie_embeddings_and_output_weights, "rope_theta", m->rotary_base, "rope_scaling",
         "use_qkv_bias", m->add_qkv_bias != 0, "qk_layernorm", 0, "use_parallel_residual", 0,
         "torch_dtype", o->bf16 ? "bfloat16" : "float32");
-    return hf_write_config_json(dir, root, o);
+    return hf_write_config_json(dir, root, TR_HF_STABLELM, m, o);
 }
 
 /* ------------------------------------------------------------------ which models */

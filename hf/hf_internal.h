@@ -225,9 +225,20 @@ TR_MUST_CHECK int hf_gelu_act(json_t *root, const char *path, const char *key, c
 TR_MUST_CHECK int hf_read_gpt_dims(json_t *root, const char *path, int positions,
                                    const char *attention, tr_model_config *m);
 /* DIR/config.json from root (owned: released here; NULL: out of memory) with o's bos and eos
- * token ids (null when o->eos_token_id < 0), sorted keys, 2-space indent, a final newline */
-TR_MUST_CHECK int hf_write_config_json(const char *dir, json_t *root,
-                                       const tr_hf_export_options *o);
+ * token ids (null when o->eos_token_id < 0) and family's dropout keys of m's rates
+ * (hf_write_dropout), sorted keys, 2-space indent, a final newline */
+TR_MUST_CHECK int hf_write_config_json(const char *dir, json_t *root, int family,
+                                       const tr_model_config *m, const tr_hf_export_options *o);
+/* dropout_keys.c: DIR/config.json's dropout keys of family (transformers' names; absent: its
+ * defaults, GPT-2's 0.1) into m->hidden_dropout and m->attention_dropout; a value that is not
+ * a number 0 <= p < 1 is TR_ERR_INVALID naming the key. A family with two keys for trident's
+ * one hidden rate (GPT-2's resid_pdrop and embd_pdrop) gives the residual one's, with a
+ * warning naming both when they differ. */
+TR_MUST_CHECK int hf_read_dropout(const char *dir, int family, tr_model_config *m);
+/* m's rates into root's keys of family (both of a split rate); a warning for a hidden rate > 0
+ * the family has no key for (Llama's), or whose sites are not trident's (Bloom's: none after
+ * the embeddings). */
+TR_MUST_CHECK int hf_write_dropout(json_t *root, int family, const tr_model_config *m);
 /* DIR/config.json of a Llama / Qwen2 / Bloom / GPT-NeoX / Falcon model m (family_config.c) */
 TR_MUST_CHECK int hf_write_family_config(const char *dir, int family, const tr_model_config *m,
                                          const tr_hf_export_options *o);

@@ -147,6 +147,19 @@ static int arg_nonneg(const ns_ref *a, const char *key, double *out)
     return TR_OK;
 }
 
+/* a dropout probability, 0 <= p < 1 (absent or None: dflt) */
+static int arg_prob(const ns_ref *a, const char *key, double dflt, double *out)
+{
+    uint32_t v;
+    *out = dflt;
+    if (!get(a, key, &v))
+        return TR_OK;
+    if (!pt_value_number(a->p, v, out) || !(*out >= 0 && *out < 1))
+        return tr_fail(TR_ERR_INVALID, "%s: args.%s is %s, not a dropout probability (a number "
+                       "from 0 to below 1)", a->path, key, pt_value_kind_name(a->p, v));
+    return TR_OK;
+}
+
 /* a mixture of experts: num_experts and the router's keys (megatron-core 0.8's MoE layer with
  * SequentialMLP, dropless: what trident's model/gpt_moe.c computes) */
 static int read_moe(const ns_ref *a, tr_model_config *m)
@@ -381,6 +394,11 @@ int mlm_read_args(pt_pickle *p, uint32_t args, const char *path, mlm_args *o)
         rc = arg_num(&a, "init_method_std", 0.02, &m->init_method_std);
     if (!rc)
         rc = read_moe(&a, m);
+    /* the rates it trained with (Megatron-LM's defaults 0.1), for the manifest's dropout line */
+    if (!rc)
+        rc = arg_prob(&a, "hidden_dropout", 0.1, &m->hidden_dropout);
+    if (!rc)
+        rc = arg_prob(&a, "attention_dropout", 0.1, &m->attention_dropout);
     if (!rc)
         rc = read_layout(&a, o);
     return rc;

@@ -154,7 +154,9 @@ static void write_args(ptw *w, const tr_model_config *m, int tp, int pp, int bf1
                 {"init_method_std", m->init_method_std},
                 {"rotary_base", m->rotary_base},
                 {"rotary_percent", m->rotary_percent},
-                {"rope_scaling_factor", m->rope_scaling_factor}};
+                {"rope_scaling_factor", m->rope_scaling_factor},
+                {"hidden_dropout", m->hidden_dropout},
+                {"attention_dropout", m->attention_dropout}};
     for (size_t i = 0; i < sizeof nums / sizeof nums[0]; i++) {
         ptw_str(w, nums[i].key);
         ptw_float(w, nums[i].v);
@@ -394,6 +396,8 @@ int tr_megatron_export(const char *ckpt_dir, const char *save_dir, int tp, int p
         rc = hf_config_sizes_match(ckpt_dir, &m, mc);
     if (!rc && mc)
         m = *mc;
+    if (!rc) /* the rates it was trained with (its manifest's), not a config's */
+        rc = tr_checkpoint_read_dropout(ckpt_dir, &m.hidden_dropout, &m.attention_dropout);
     if (!rc && !m.seq_length)
         m.seq_length = m.max_position_embeddings;
     defaults(&m);

@@ -362,6 +362,7 @@ static int write_manifest(tr_engine *e, const char *tmp_dir, int iteration, uint
         ckpt_split_text(e->cfg->data.split, mf.split, sizeof mf.split);
         ckpt_manifest_family(&mf, tr_gpt_get_shape(e->chunks[0].model));
         ckpt_manifest_lora(&mf, tr_gpt_get_shape(e->chunks[0].model));
+        ckpt_manifest_dropout(&mf, tr_gpt_get_shape(e->chunks[0].model));
         rc = ckpt_write_manifest(path, &mf);
     }
     free(recs);

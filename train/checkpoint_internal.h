@@ -96,6 +96,11 @@ typedef struct {
      * were trained with instead of trusting a config's */
     int has_lora, lora_rank, lora_targets;
     double lora_alpha, lora_dropout; /* dropout: the line's optional "dropout P" (0 when absent) */
+    /* the dropout line "dropout hidden_dropout P attention_dropout Q" (model.hidden_dropout and
+     * model.attention_dropout the run trained with, or an import's config.json / Megatron args
+     * rates; written when either is > 0, after the lora line): absent reads as 0 and 0 */
+    int has_dropout;
+    double hidden_dropout, attention_dropout;
     ckpt_record *tensors;
     size_t n;
 } ckpt_manifest;
@@ -103,13 +108,18 @@ typedef struct {
 void ckpt_manifest_family(ckpt_manifest *mf, const tr_gpt_shape *s);
 /* Fill mf's lora line from a stage's shape when it has adapters (s->lora_rank >= 1). */
 void ckpt_manifest_lora(ckpt_manifest *mf, const tr_gpt_shape *s);
+/* Fill mf's dropout line from a stage's shape (has_dropout: either rate > 0). */
+void ckpt_manifest_dropout(ckpt_manifest *mf, const tr_gpt_shape *s);
+/* One line naming both rates when the manifest's (0 without a dropout line) are not shape s's
+ * (the config's, which the run uses): a warning "WHAT was trained with ...; this run uses ...". */
+void ckpt_note_dropout(const tr_gpt_shape *s, const ckpt_manifest *mf, const char *what);
 /* The lora line's target list of a mask: "qkv,proj,fc1,fc2" (cap >= 20). */
 void ckpt_lora_targets_text(int mask, char *out, size_t cap);
 
 /* Write a manifest at path (fsync'd): the format line, the iteration, the model line, the data
  * line when mf->has_data, the loss-scaler line when mf->has_scaler, the family line when
- * mf->has_family, the lora line when mf->has_lora, the tensors in the order given (sorted by
- * name), end. */
+ * mf->has_family, the lora line when mf->has_lora, the dropout line when mf->has_dropout, the
+ * tensors in the order given (sorted by name), end. */
 TR_MUST_CHECK int ckpt_write_manifest(const char *path, const ckpt_manifest *mf);
 /* The tracker's iteration in DIR: 0 for a release checkpoint, -1 when DIR has no checkpoint. */
 TR_MUST_CHECK int ckpt_read_tracker(const char *dir, int *iteration);

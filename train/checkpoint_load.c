@@ -219,6 +219,11 @@ int tr_checkpoint_load(tr_engine *e, const char *dir, int *iteration)
                             e->world.rank == 0);
     if (!rc)
         rc = ckpt_same_data(e, &mf, path);
+    if (!rc && e->world.rank == 0) { /* other rates are the run's to choose: a note */
+        char what[4300];
+        snprintf(what, sizeof what, "checkpoint %s", ckpt_dir);
+        ckpt_note_dropout(tr_gpt_get_shape(e->chunks[0].model), &mf, what);
+    }
     if ((rc = tr_engine_agree(e, rc, "loading the checkpoint"))) {
         free(mf.tensors);
         return rc;
@@ -276,6 +281,19 @@ int ckpt_same_data(const tr_engine *e, const ckpt_manifest *mf, const char *path
     return tr_fail(TR_ERR_CONFIG, "%s: resuming with other data than the checkpoint's run would "
                    "skip or repeat samples (it consumed %llu): %s; resume with its values, or "
                    "start a new run", path, mf->consumed_samples, diff + 2);
+}
+
+void ckpt_note_dropout(const tr_gpt_shape *s, const ckpt_manifest *mf, const char *what)
+{
+    double hidden = mf->has_dropout ? mf->hidden_dropout : 0.0;
+    double attention = mf->has_dropout ? mf->attention_dropout : 0.0;
+    if ((float)hidden == s->hidden_dropout && (float)attention == s->attention_dropout)
+        return;
+    tr_warn("%s was trained with hidden_dropout %g and attention_dropout %g (%s); this run "
+            "uses model.hidden_dropout %g and model.attention_dropout %g (the config's, which "
+            "win)", what, hidden, attention,
+            mf->has_dropout ? "its manifest's dropout line" : "its manifest has no dropout line",
+            (double)s->hidden_dropout, (double)s->attention_dropout);
 }
 
 int ckpt_same_family(const tr_gpt_shape *s, const ckpt_manifest *mf, const char *path)

@@ -105,6 +105,13 @@ void ckpt_manifest_lora(ckpt_manifest *mf, const tr_gpt_shape *s)
     mf->lora_dropout = float_decimal(s->lora_dropout);
 }
 
+void ckpt_manifest_dropout(ckpt_manifest *mf, const tr_gpt_shape *s)
+{
+    mf->has_dropout = s->hidden_dropout > 0 || s->attention_dropout > 0;
+    mf->hidden_dropout = float_decimal(s->hidden_dropout);
+    mf->attention_dropout = float_decimal(s->attention_dropout);
+}
+
 void ckpt_lora_targets_text(int mask, char *out, size_t cap)
 {
     size_t n = 0;
@@ -295,6 +302,9 @@ int ckpt_write_manifest(const char *path, const ckpt_manifest *mf)
             fprintf(f, " dropout %.9g", mf->lora_dropout);
         fputc('\n', f);
     }
+    if (mf->has_dropout)
+        fprintf(f, "dropout hidden_dropout %.9g attention_dropout %.9g\n", mf->hidden_dropout,
+                mf->attention_dropout);
     fprintf(f, "tensors %zu\n", mf->n);
     for (size_t i = 0; i < mf->n; i++)
         fprintf(f, "tensor %s %zu %d %016" PRIx64 " %016" PRIx64 " %016" PRIx64 "\n",
@@ -459,7 +469,18 @@ int ckpt_read_manifest(const char *path, int iteration, ckpt_manifest *out)
                                               "> 0 that float32 holds, targets: some of "
                                               "qkv,proj,fc1,fc2 once each, then optionally "
                                               "dropout P with 0 <= P < 1)");
-        } else if (ln == 4 + out->has_data + out->has_scaler + out->has_family + out->has_lora) {
+        } else if (ln == 4 + out->has_data + out->has_scaler + out->has_family + out->has_lora &&
+                   !strncmp(line, "dropout ", 8)) {
+            int used = 0;
+            out->has_dropout = 1;
+            if (sscanf(line, "dropout hidden_dropout %lg attention_dropout %lg%n",
+                       &out->hidden_dropout, &out->attention_dropout, &used) != 2 || line[used] ||
+                !(out->hidden_dropout >= 0 && out->hidden_dropout < 1) ||
+                !(out->attention_dropout >= 0 && out->attention_dropout < 1))
+                rc = manifest_error(path, ln, "expected the dropout line (hidden_dropout P "
+                                              "attention_dropout Q, each 0 <= P < 1)");
+        } else if (ln == 4 + out->has_data + out->has_scaler + out->has_family + out->has_lora +
+                             out->has_dropout) {
             int used = 0;
             if (sscanf(line, "tensors %zu%n", &declared, &used) != 1 || line[used] || declared > 1000000)
                 rc = manifest_error(path, ln, "expected 'tensors N' (N <= 1000000)");

@@ -112,6 +112,27 @@ int tr_checkpoint_read_lora(const char *dir, int *rank, double *alpha, double *d
     return TR_OK;
 }
 
+int tr_checkpoint_read_dropout(const char *dir, double *hidden, double *attention)
+{
+    char ckpt_dir[4200];
+    ckpt_manifest mf = {0};
+    int rc = open_latest(dir, ckpt_dir, sizeof ckpt_dir, &mf);
+    free(mf.tensors);
+    *hidden = !rc && mf.has_dropout ? mf.hidden_dropout : 0.0;
+    *attention = !rc && mf.has_dropout ? mf.attention_dropout : 0.0;
+    return rc;
+}
+
+void tr_checkpoint_note_dropout(const char *dir, const char *what, const tr_gpt_shape *s)
+{
+    char ckpt_dir[4200];
+    ckpt_manifest mf = {0};
+    if (!open_latest(dir, ckpt_dir, sizeof ckpt_dir, &mf))
+        ckpt_note_dropout(s, &mf, what);
+    free(mf.tensors);
+    tr_clear_error(); /* (a bad checkpoint: the load names it) */
+}
+
 /* Rows of t a checkpoint holds: the word embedding keeps its V real rows. */
 static size_t saved_rows(const tr_gpt_shape *s, const tr_param_tensor *t)
 {

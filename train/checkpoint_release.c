@@ -89,6 +89,7 @@ int tr_checkpoint_save_model(const char *dir, tr_gpt *g, const float *params)
                             .max_position_embeddings = s->max_T, .tensors = recs, .n = (size_t)n};
         ckpt_manifest_family(&mf, s);
         ckpt_manifest_lora(&mf, s);
+        ckpt_manifest_dropout(&mf, s);
         rc = ckpt_write_manifest(path, &mf);
     }
     free(recs);

@@ -110,6 +110,13 @@ static int resume(tr_engine *e, const tr_config *cfg, const char *run_dir, int l
         int rc = base_from_hf(e, run_dir, lead, &base, imported, sizeof imported, &cleanup);
         for (int c = 0; c < e->v && !rc; c++)
             rc = tr_checkpoint_load_base(base, e->chunks[c].model, e->k);
+        if (!rc && lead) { /* the rates the base was trained with against the config's */
+            char what[4400];
+            snprintf(what, sizeof what, "finetune.load %s%s", named,
+                     base != named ? " (a Hugging Face folder: its config.json's dropout keys)"
+                                   : "");
+            tr_checkpoint_note_dropout(base, what, tr_gpt_get_shape(e->chunks[0].model));
+        }
         if (cleanup && tr_hf_remove_import(base))
             tr_warn("could not remove the imported base %s", base);
         if (rc)

@@ -107,7 +107,8 @@ TR_MUST_CHECK int tr_checkpoint_save(tr_engine *e, const char *dir, int iteratio
  * TR_ERR_INVALID naming the file. A LoRA run's checkpoint records finetune.lora.rank, .alpha
  * and .target_modules (the manifest's lora line): a config with others, or without LoRA, is
  * TR_ERR_CONFIG naming both values; one written before that line loads with the config's
- * alpha and a warning. */
+ * alpha and a warning. Recorded dropout rates other than the config's: a warning naming both
+ * (rank 0), the config's used. */
 TR_MUST_CHECK int tr_checkpoint_load(tr_engine *e, const char *dir, int *iteration);
 /* checkpoint.async_save: completes the save being written in the background once every
  * rank's files are written (wait = 1: blocks until then). Collective; call it on every rank
@@ -129,6 +130,15 @@ TR_MUST_CHECK int tr_checkpoint_read_model(const char *dir, tr_model_config *mod
  * ("[qkv,proj,fc1,fc2]", cap >= 32). */
 TR_MUST_CHECK int tr_checkpoint_read_lora(const char *dir, int *rank, double *alpha,
                                           double *dropout, char *targets, size_t cap);
+/* The dropout line of DIR's latest checkpoint: the model.hidden_dropout and
+ * model.attention_dropout it was trained with (an import's: config.json's or Megatron's args'
+ * rates); 0 and 0 when its manifest has none (no dropout, or saved before the line). */
+TR_MUST_CHECK int tr_checkpoint_read_dropout(const char *dir, double *hidden,
+                                             double *attention);
+/* A training start from DIR (finetune.load's base, `what` naming it for the user): one
+ * warning line naming both rates when its recorded ones are not shape s's (the config's,
+ * which the run uses); nothing when they agree or DIR cannot be read (the load says why). */
+void tr_checkpoint_note_dropout(const char *dir, const char *what, const tr_gpt_shape *s);
 /* The parameters of DIR's latest checkpoint into g, bound to `params` (device memory of
  * backend k): this TP rank's shards of every tensor of the stage, each file's size and its
  * parameters' checksum verified first (not the Adam moments, which it does not read); the

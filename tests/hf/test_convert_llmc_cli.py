@@ -18,7 +18,7 @@ import sys
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "common"))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import trident_test as tt  # noqa: E402
-from hf_files import C, L, NH, P, V, Session, encode, gpt2_tensors, leftovers, same_checkpoint  # noqa: E402
+from hf_files import CONFIG, C, L, NH, P, V, Session, encode, gpt2_tensors, leftovers, same_checkpoint  # noqa: E402
 
 trident, work = sys.argv[1], tt.fresh_dir(sys.argv[2])
 session = Session(trident, work)
@@ -72,7 +72,10 @@ def read(p):
 # ---------------------------------------------------------------- import: the HF import's checkpoint
 base = gpt2_tensors()
 ck_hf = path("ck-hf")
-rc, so, se = convert("--from", "hf", "--input", hf_folder("hf", base), "--output", ck_hf)
+# (an llm.c file records no dropout: the folder's rates are 0 too, else transformers' 0.1 defaults
+# would be recorded in the HF import's manifest alone)
+NO_DROPOUT = dict(CONFIG, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)
+rc, so, se = convert("--from", "hf", "--input", hf_folder("hf", base, NO_DROPOUT), "--output", ck_hf)
 tt.check("the HF folder imports", rc == 0, se)
 session.keep.add(ck_hf)
 f32 = write("model.bin", llmc_bytes(base))
@@ -84,7 +87,7 @@ tt.check("llm.c fp32 file (V 50 padded to 128): the HF import's checkpoint byte 
 
 base16 = gpt2_tensors(dtype="BF16")
 ck_hf16 = path("ck-hf-bf16")
-rc1, so, se1 = convert("--from", "hf", "--input", hf_folder("hf-bf16", base16), "--output", ck_hf16)
+rc1, so, se1 = convert("--from", "hf", "--input", hf_folder("hf-bf16", base16, NO_DROPOUT), "--output", ck_hf16)
 session.keep.add(ck_hf16)
 ck16 = path("ck-llmc-bf16")
 rc, so, se = convert("--from", "llmc", "--input", write("model-bf16.bin", llmc_bytes(base16, 5)), "--output", ck16)

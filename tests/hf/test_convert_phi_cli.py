@@ -35,7 +35,7 @@ PC = {"architectures": ["PhiForCausalLM"], "model_type": "phi", "hidden_size": C
       "num_hidden_layers": L, "num_attention_heads": NH, "num_key_value_heads": NG, "max_position_embeddings": P,
       "vocab_size": V, "partial_rotary_factor": 0.5, "rope_theta": 10000.0, "layer_norm_eps": 1e-5,
       "hidden_act": "gelu_new", "tie_word_embeddings": False, "qk_layernorm": False, "rope_scaling": None,
-      "resid_pdrop": 0.1, "embd_pdrop": 0.1, "attention_dropout": 0.1}  # (dropouts: ignored)
+      "resid_pdrop": 0.1, "embd_pdrop": 0.1, "attention_dropout": 0.1}  # (dropouts: recorded, exported back)
 
 
 def phi_tensors(ng=NG, head_bias=True):
@@ -85,7 +85,7 @@ want = {"model_type": "phi", "architectures": ["PhiForCausalLM"], "hidden_size":
         "num_hidden_layers": L, "num_attention_heads": NH, "num_key_value_heads": NG, "max_position_embeddings": P,
         "vocab_size": V, "partial_rotary_factor": 0.5, "rope_theta": 10000.0, "layer_norm_eps": 1e-5,
         "hidden_act": "gelu_new", "tie_word_embeddings": False, "qk_layernorm": False, "rope_scaling": None,
-        "resid_pdrop": 0.0, "embd_pdrop": 0.0, "attention_dropout": 0.0, "torch_dtype": "float32"}
+        "resid_pdrop": 0.1, "embd_pdrop": 0.1, "attention_dropout": 0.1, "torch_dtype": "float32"}
 tt.check("Phi: HF -> trident -> HF from the manifest alone is bit-exact (lm_head.bias too), a PhiForCausalLM of "
          "the same settings",
          rc == 0 and st_read(os.path.join(back, "model.safetensors")) == st_read(os.path.join(dp, "model.safetensors"))

@@ -35,7 +35,7 @@ SC = {"architectures": ["StableLmForCausalLM"], "model_type": "stablelm", "hidde
       "num_hidden_layers": L, "num_attention_heads": NH, "num_key_value_heads": NG, "max_position_embeddings": P,
       "vocab_size": V, "partial_rotary_factor": 0.5, "rope_theta": 10000.0, "layer_norm_eps": 1e-5,
       "hidden_act": "silu", "tie_word_embeddings": False, "use_qkv_bias": True, "rope_scaling": None,
-      "hidden_dropout": 0.1, "attention_dropout": 0.1}  # (dropouts: ignored)
+      "hidden_dropout": 0.1, "attention_dropout": 0.1}  # (dropouts: recorded, exported back)
 
 
 def stablelm_tensors(ng=NG, qkv_bias=True, head=True, norm_bias=True):
@@ -95,7 +95,7 @@ want = {"model_type": "stablelm", "architectures": ["StableLmForCausalLM"], "hid
         "num_hidden_layers": L, "num_attention_heads": NH, "num_key_value_heads": NG, "max_position_embeddings": P,
         "vocab_size": V, "partial_rotary_factor": 0.5, "rope_theta": 10000.0, "layer_norm_eps": 1e-5,
         "hidden_act": "silu", "tie_word_embeddings": False, "use_qkv_bias": True, "rope_scaling": None,
-        "qk_layernorm": False, "use_parallel_residual": False, "hidden_dropout": 0.0, "attention_dropout": 0.0,
+        "qk_layernorm": False, "use_parallel_residual": False, "hidden_dropout": 0.1, "attention_dropout": 0.1,
         "torch_dtype": "float32"}
 tt.check("StableLM: HF -> trident -> HF from the manifest alone is bit-exact (LayerNorm and q/k/v biases too), a "
          "StableLmForCausalLM of the same settings",
