@@ -215,6 +215,8 @@ int tr_hf_import_lora(const char *hf_dir, const char *peft_dir, const char *ckpt
     int rc = tr_hf_read_family_config(hf_dir, &m, &family);
     if (!rc && family == TR_HF_GPT2 && !(rc = tr_hf_read_gpt2_config(hf_dir, &c)))
         tr_hf_gpt2_model_config(&c, &m);
+    if (!rc) /* (the adapters' manifest records the base's rates too: one run's) */
+        rc = hf_read_dropout(hf_dir, family, &m);
     if (!rc)
         rc = whole_shape(&m, family, &s);
     if (!rc) /* the adapters first: refused before the base is read */

@@ -112,6 +112,18 @@ dmf = path("ck-drop/release/manifest.txt")
 dlines = open(dmf).read().splitlines() if os.path.exists(dmf) else []
 check("... its manifest's lora line ends 'dropout 0.05'",
       any(l.startswith("lora rank ") and l.endswith(" dropout 0.05") for l in dlines), "\n".join(dlines[:7]))
+# the base's config.json dropout rates go into both manifests, the adapters' and base/'s (one run's)
+rcfg = json.load(open(path("base-hf/config.json")))
+rcfg.update(hidden_dropout=0.1, attention_dropout=0.05)
+rbase = tt.fresh_dir(path("base-hf-rates"))
+for f in os.listdir(path("base-hf")):
+    tt.write(os.path.join(rbase, f), json.dumps(rcfg) if f == "config.json" else open(path(f"base-hf/{f}"), "rb").read())
+p = tt.run([trident, "convert", "--from", "hf", "--input", rbase, "--adapters", path("adapters-drop"),
+            "--output", path("ck-rates")], timeout=60)
+rlines = [open(path(f"ck-rates/{d}release/manifest.txt")).read().splitlines() if p.returncode == 0 else []
+          for d in ("", "base/")]
+check("... a base of hidden_dropout 0.1, attention_dropout 0.05: both manifests record them",
+      all("dropout hidden_dropout 0.1 attention_dropout 0.05" in x for x in rlines), p.stderr[-400:])
 p = tt.run([trident, "convert", "--to", "hf", "--input", path("ck-drop"), "--output", path("adapters-drop-nocfg"),
             "--adapters-only"], timeout=60)
 ncfg = json.load(open(path("adapters-drop-nocfg/adapter_config.json"))) if p.returncode == 0 else {}
