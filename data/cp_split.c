@@ -3,14 +3,19 @@
 
 #include <string.h>
 
-void tr_cp_keep_chunks(int32_t *rows, int B, int T, int cp, int rank)
+void tr_cp_keep(void *rows, size_t size, int B, int T, int cp, int rank)
 {
-    int c = T / (2 * cp), Tl = T / cp;
+    char *r = rows;
+    size_t c = (size_t)(T / (2 * cp)), Tl = (size_t)(T / cp);
     /* every destination lies at or before its source and after every earlier source, so the
      * pieces move forward in order without overwriting one still to be read */
-    for (int b = 0; b < B; b++)
+    for (size_t b = 0; b < (size_t)B; b++)
         for (int h = 0; h < 2; h++)
-            memmove(rows + (size_t)b * Tl + (size_t)h * c,
-                    rows + (size_t)b * T + (size_t)tr_cp_chunk(cp, rank, h) * c,
-                    (size_t)c * sizeof *rows);
+            memmove(r + (b * Tl + (size_t)h * c) * size,
+                    r + (b * (size_t)T + (size_t)tr_cp_chunk(cp, rank, h) * c) * size, c * size);
+}
+
+void tr_cp_keep_chunks(int32_t *rows, int B, int T, int cp, int rank)
+{
+    tr_cp_keep(rows, sizeof *rows, B, T, cp, rank);
 }

@@ -216,7 +216,8 @@ TR_MUST_CHECK int tr_llmc_shard_write(const char *path, const uint16_t *tokens, 
  * are 2*CP chunks of T / (2*CP); CP rank r holds chunks r and 2*CP-1-r, in that order, as its
  * T / CP local tokens. tr_cp_chunk: the global chunk index of local half h (0 or 1);
  * tr_cp_position: the global position of local token i; tr_cp_keep_chunks: rows (B, T) of
- * int32 compacted in place to the rank's (B, T / CP). T divisible by 2*CP. */
+ * int32 compacted in place to the rank's (B, T / CP); tr_cp_keep: the same for elements of
+ * `size` bytes. T divisible by 2*CP. */
 static inline int tr_cp_chunk(int cp, int rank, int half)
 {
     return half ? 2 * cp - 1 - rank : rank;
@@ -227,5 +228,6 @@ static inline int tr_cp_position(int T, int cp, int rank, int i)
     return tr_cp_chunk(cp, rank, i / c) * c + i % c;
 }
 void tr_cp_keep_chunks(int32_t *rows, int B, int T, int cp, int rank);
+void tr_cp_keep(void *rows, size_t size, int B, int T, int cp, int rank);
 
 #endif

@@ -251,8 +251,9 @@ TR_MUST_CHECK int tr_gpt_shape_from_config(const tr_config *cfg, int layer_first
  * attention all-gathers the group's keys and values and runs its local query rows at their
  * global positions against them (kernels.h attention_rows_*), its backward reduce-scatters dK,
  * dV;
- * positions (wpe rows, rope angles, ALiBi distances) are global. fp32 attention only (not the
- * bf16-storage ops), no packed sequences, no experts. */
+ * positions (wpe rows, rope angles, ALiBi distances) are global; packed sequences' documents
+ * masked by their position ids (restarting at 0 with each). fp32-storage attention (16-bit
+ * tables round its output and qkv gradient as the one-process op does), no experts. */
 void tr_gpt_shape_set_cp(tr_gpt_shape *s, int cp, int rank);
 TR_MUST_CHECK int tr_gpt_set_cp(tr_gpt *g, tr_comm *cp_comm);
 /* tp_comm: the TP group (size tp_size, this rank tp_rank); NULL iff tp_size == 1. */

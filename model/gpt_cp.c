@@ -9,6 +9,12 @@
  * their global (sample, head, query, key) (kernels.h attention_rows_dropout_*). Nothing of the
  * gathered sequence is kept between forward and backward (one micro-batch's buffers, shared by
  * the layers).
+ * Packed sequences (segments): a chunk's query rows run in pieces of one document each, a
+ * piece's keys starting at its document's first global position (its rows' global position
+ * minus their position id, which restarts at 0 with each document): the causal attention_rows
+ * call on those keys is the document mask. 16-bit tables: the output and the qkv gradient are
+ * rounded once each, where the one-process attention rounds them (attention_rows_* keep fp32:
+ * their backward accumulates partial sums).
  * Sizes: Tl = s.T local tokens per sample, c = Tl / 2 per chunk, T = Tl * CP, W = QKVl. */
 #include "model/gpt_internal.h"
 
@@ -45,8 +51,9 @@ int tr_gpt_set_cp(tr_gpt *g, tr_comm *cp_comm)
         return tr_fail(TR_ERR_CONFIG, "the %s backend has no attention_rows_dropout kernels: "
                        "context parallelism with model.attention_dropout runs on "
                        "training.device cpu", g->k->name);
-    if (gpt_atty16(g) || gpt_qkv16(g) || s->num_experts)
-        return tr_fail(TR_ERR_CONFIG, "context parallelism runs fp32 attention without experts");
+    if (gpt_atty16(g) || gpt_qkv16(g) || s->num_experts) /* (gpt_atty16: 0 at CP > 1) */
+        return tr_fail(TR_ERR_CONFIG, "context parallelism runs fp32-storage attention without "
+                       "experts");
     g->cp = cp_comm;
     return TR_OK;
 }
@@ -208,68 +215,151 @@ static int sample_dropout(const tr_gpt *g, int l, int b, tr_dropout *d)
     return 1;
 }
 
+/* One attention_rows call: local rows [i0, i1) of sample b's local half h, against the keys
+ * from global position s (0, or with packed sequences their document's first). */
+typedef struct {
+    int b, h, i0, i1, s;
+} cp_run;
+
+/* The micro-batch's runs in (sample, half, row) order, *count of them in *out (tr_free): one
+ * per chunk, or with packed sequences one per document piece of a chunk, from host copies of
+ * the segments and position ids (which must restart at 0 with each segment and count up by 1
+ * inside it, as data/'s packing makes them). */
+static int make_runs(tr_gpt *g, int B, cp_run **out, int *count)
+{
+    int cp = gpt_cp_size(g), Tl = g->s.T, c = Tl / 2, r = g->s.cp_rank, n_runs = 0, rc = TR_OK;
+    size_t N = (size_t)B * Tl;
+    if (g->segments && gpt_attn_drop(g))
+        return tr_fail(TR_ERR_CONFIG, "context parallelism with packed sequences and "
+                       "model.attention_dropout is not supported");
+    if (g->segments && !g->positions)
+        return tr_fail(TR_ERR_INVALID, "context parallelism: packed sequences without their "
+                       "position ids");
+    int32_t *seg = g->segments ? tr_alloc(2 * N * sizeof *seg, "packed-sequence ids") : NULL;
+    cp_run *runs = tr_alloc(N * sizeof *runs, "context-parallel runs");
+    if (!runs || (g->segments && !seg)) {
+        tr_free(seg);
+        tr_free(runs);
+        return TR_ERR_NOMEM;
+    }
+    int32_t *pos = seg ? seg + N : NULL;
+    if (seg) {
+        g->k->to_host(NULL, seg, g->segments, N * sizeof *seg);
+        g->k->to_host(NULL, pos, g->positions, N * sizeof *pos);
+    }
+    for (int b = 0; b < B && !rc; b++)
+        for (int h = 0; h < 2 && !rc; h++)
+            for (int i = 0, q0 = tr_cp_chunk(cp, r, h) * c; i < c; i++) {
+                size_t n = (size_t)b * Tl + (size_t)h * c + (size_t)i;
+                int s = seg ? q0 + i - pos[n] : 0, same = i > 0 && (!seg || seg[n] == seg[n - 1]);
+                if (seg && (s < 0 || (same && s != runs[n_runs - 1].s) ||
+                            (!same && i > 0 && pos[n] != 0))) {
+                    rc = tr_fail(TR_ERR_INVALID, "context parallelism with packed sequences: "
+                                 "sample %d's token at global position %d has position id %d in "
+                                 "segment %d: position ids must restart at 0 with each segment "
+                                 "and count up by 1 inside it", b, q0 + i, pos[n], seg[n]);
+                    break;
+                }
+                if (same)
+                    runs[n_runs - 1].i1 = i + 1;
+                else
+                    runs[n_runs++] = (cp_run){.b = b, .h = h, .i0 = i, .i1 = i + 1, .s = s};
+            }
+    tr_free(seg);
+    if (rc) {
+        tr_free(runs);
+        return rc;
+    }
+    *out = runs;
+    *count = n_runs;
+    return TR_OK;
+}
+
+/* Where the one-process attention's op rounds what it keeps: a 16-bit table's scale rounds what
+ * it writes (kernels.h tr_kernels_cpu_rounded); in fp32 x 1 is exact. */
+static void round_kept(const tr_gpt *g, float *x, size_t n) { g->k->scale(NULL, x, 1.0f, n); }
+
+/* A run's query offset in its keys (the attention_rows q0), its keys' count, and its slices of
+ * out (or dout) and lse: each run's lse (NHl, rows) at NHl i0 of its chunk's NHl c. */
+typedef struct {
+    int q0, Tk;
+    size_t o, ls, kv;
+} run_at;
+
+static run_at run_place(const tr_gpt *g, const cp_run *u)
+{
+    int cp = gpt_cp_size(g), Tl = g->s.T, c = Tl / 2;
+    run_at a = {.q0 = tr_cp_chunk(cp, g->s.cp_rank, u->h) * c + u->i0 - u->s};
+    a.Tk = a.q0 + u->i1 - u->i0;
+    a.o = ((size_t)u->b * Tl + (size_t)u->h * c + (size_t)u->i0) * g->Al;
+    a.ls = ((size_t)u->b * 2 + (size_t)u->h) * g->NHl * c + (size_t)g->NHl * u->i0;
+    a.kv = ((size_t)u->b * Tl * cp + (size_t)u->s) * g->QKVl;
+    return a;
+}
+
 int gpt_cp_attention_forward(tr_gpt *g, float *out, float *lse, const float *qkv, int l, int B)
 {
-    if (g->segments)
-        return tr_fail(TR_ERR_INVALID, "context parallelism with packed sequences");
-    int rc = gather_rows(g, qkv, B);
-    if (rc)
-        return rc;
-    int cp = gpt_cp_size(g), Tl = g->s.T, c = Tl / 2, T = Tl * cp, r = g->s.cp_rank;
+    cp_run *runs = NULL;
+    int n_runs = 0, rc = make_runs(g, B, &runs, &n_runs);
+    if (!rc)
+        rc = gather_rows(g, qkv, B);
     const tr_kernels *k = g->k;
-    for (int b = 0; b < B; b++)
-        for (int h = 0; h < 2; h++) {
-            int q0 = tr_cp_chunk(cp, r, h) * c;
-            float *o = out + ((size_t)b * Tl + (size_t)h * c) * g->Al;
-            float *ls = lse + ((size_t)b * 2 + h) * g->NHl * c;
-            const float *full = g->cp_full + (size_t)b * T * g->QKVl;
-            tr_dropout d;
-            if (sample_dropout(g, l, b, &d))
-                k->attention_rows_dropout_forward(NULL, o, ls, full, g->alibi, 1, q0 + c, q0,
-                                                  g->NHl, g->NGl, g->HS, T, d);
-            else
-                k->attention_rows_forward(NULL, o, ls, full, g->alibi, 1, q0 + c, q0, g->NHl,
-                                          g->NGl, g->HS);
-        }
-    return TR_OK;
+    for (int j = 0; j < n_runs && !rc; j++) {
+        run_at a = run_place(g, &runs[j]);
+        tr_dropout d;
+        if (sample_dropout(g, l, runs[j].b, &d)) /* (whole chunks: s = 0) */
+            k->attention_rows_dropout_forward(NULL, out + a.o, lse + a.ls, g->cp_full + a.kv,
+                                              g->alibi, 1, a.Tk, a.q0, g->NHl, g->NGl, g->HS,
+                                              g->s.T * gpt_cp_size(g), d);
+        else
+            k->attention_rows_forward(NULL, out + a.o, lse + a.ls, g->cp_full + a.kv, g->alibi,
+                                      1, a.Tk, a.q0, g->NHl, g->NGl, g->HS);
+    }
+    tr_free(runs);
+    if (!rc)
+        round_kept(g, out, (size_t)B * g->s.T * g->Al);
+    return rc;
 }
 
 int gpt_cp_attention_backward(tr_gpt *g, float *dqkv, const float *dout, const float *qkv,
                               const float *out, const float *lse, int l, int B)
 {
-    int rc = gather_rows(g, qkv, B);
-    if (rc)
+    cp_run *runs = NULL;
+    int n_runs = 0, rc = make_runs(g, B, &runs, &n_runs);
+    if (!rc)
+        rc = gather_rows(g, qkv, B);
+    if (rc) {
+        tr_free(runs);
         return rc;
+    }
     cp_sizes z = sizes_of(g, B);
-    int r = g->s.cp_rank, c = z.c;
-    size_t HS = (size_t)g->HS, W = (size_t)g->QKVl;
+    size_t HS = (size_t)g->HS;
     const tr_kernels *k = g->k;
-    g->k->zero(NULL, g->cp_dfull, z.n_seq * HS * sizeof(float));
-    for (int b = 0; b < B; b++)
-        for (int h = 0; h < 2; h++) {
-            int q0 = tr_cp_chunk(z.cp, r, h) * c;
-            size_t o = ((size_t)b * z.Tl + (size_t)h * c) * g->Al;
-            float *dfull = g->cp_dfull + (size_t)b * z.T * W;
-            const float *full = g->cp_full + (size_t)b * z.T * W;
-            const float *ls = lse + ((size_t)b * 2 + h) * g->NHl * c;
-            tr_dropout d;
-            if (sample_dropout(g, l, b, &d))
-                k->attention_rows_dropout_backward(NULL, dfull, dout + o, full, out + o, ls,
-                                                   g->alibi, 1, q0 + c, q0, g->NHl, g->NGl,
-                                                   g->HS, z.T, d);
-            else
-                k->attention_rows_backward(NULL, dfull, dout + o, full, out + o, ls, g->alibi, 1,
-                                           q0 + c, q0, g->NHl, g->NGl, g->HS);
-        }
+    k->zero(NULL, g->cp_dfull, z.n_seq * HS * sizeof(float));
+    for (int j = 0; j < n_runs; j++) {
+        run_at a = run_place(g, &runs[j]);
+        tr_dropout d;
+        if (sample_dropout(g, l, runs[j].b, &d))
+            k->attention_rows_dropout_backward(NULL, g->cp_dfull + a.kv, dout + a.o,
+                                               g->cp_full + a.kv, out + a.o, lse + a.ls,
+                                               g->alibi, 1, a.Tk, a.q0, g->NHl, g->NGl, g->HS,
+                                               z.T, d);
+        else
+            k->attention_rows_backward(NULL, g->cp_dfull + a.kv, dout + a.o, g->cp_full + a.kv,
+                                       out + a.o, lse + a.ls, g->alibi, 1, a.Tk, a.q0, g->NHl,
+                                       g->NGl, g->HS);
+    }
+    tr_free(runs);
     /* every rank's dK, dV units in rank order, summed at their owner into dfull's tail */
-    g->k->gather_rows(NULL, g->cp_kv_all, g->cp_dfull, g->cp_idx + z.n_kv,
-                      (int)(z.cp * z.n_kv), g->HS);
+    k->gather_rows(NULL, g->cp_kv_all, g->cp_dfull, g->cp_idx + z.n_kv, (int)(z.cp * z.n_kv),
+                   g->HS);
     rc = tr_comm_reduce_scatter(g->cp, g->cp_kv_all, g->cp_dfull + z.n_seq * HS,
                                 z.cp * z.n_kv * HS, TR_COMM_F32, TR_COMM_SUM);
     if (rc)
         return tr_fail_context(rc, "context-parallel reduce-scatter of dK and dV");
     /* dqkv: the queries' gradient from dfull, the keys' and values' from the tail */
-    g->k->gather_rows(NULL, dqkv, g->cp_dfull, g->cp_idx + z.n_kv + z.cp * z.n_kv,
-                      B * z.Tl * z.units, g->HS);
+    k->gather_rows(NULL, dqkv, g->cp_dfull, g->cp_idx + z.n_kv + z.cp * z.n_kv,
+                   B * z.Tl * z.units, g->HS);
+    round_kept(g, dqkv, (size_t)B * z.Tl * g->QKVl);
     return TR_OK;
 }

@@ -382,7 +382,8 @@ static inline int uses_gqa_attention(const tr_gpt *g)
 static inline int gpt_atty16(const tr_gpt *g)
 {
     const tr_kernels *k = g->k;
-    if (g->s.attention_dropout > 0) /* the fp32 dropout ops (gpt_dropout.c) */
+    if (g->s.attention_dropout > 0 || g->s.cp_size > 1) /* the fp32 dropout ops (gpt_dropout.c);
+                                                          * context parallelism's (gpt_cp.c) */
         return 0;
     int ops = uses_gqa_attention(g) ? k->attention_gqa_forward16 && k->attention_gqa_backward16
                   : k->attention_forward16 && k->attention_backward16;

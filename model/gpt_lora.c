@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "core/core.h"
+#include "data/data.h"
 
 /* An adapter tensor of full shape (rows, cols) split along split_dim (-1: replicated). */
 static int add_adapter(tr_gpt *g, const char *name, int rows, int cols, int split_dim,
@@ -117,12 +118,14 @@ void gpt_lora_free(tr_gpt *g)
 }
 
 /* The dropout mask (N, ICl) of target t of layer l into the scratch: keep / (1 - p), each
- * element from Philox of (seed, the global layer and target; the sample, position and global
- * input feature), so every layout draws the same. */
+ * element from Philox of (seed, the global layer and target; the sample, global position and
+ * global input feature), so every layout draws the same (context parallelism: a local row's
+ * position is its chunk's, data/data.h tr_cp_position). */
 static void dropout_mask(tr_gpt *g, int l, int t, int B)
 {
     const tr_gpt_shape *s = &g->s;
-    int T = s->T, N = B * T, column = t == LORA_QKV || t == LORA_FC1;
+    int Tl = s->T, N = B * Tl, cp = gpt_cp_size(g), T = Tl * cp;
+    int column = t == LORA_QKV || t == LORA_FC1;
     int IC = t == LORA_FC2 ? g->F : t == LORA_PROJ ? g->A : s->C;
     int ICl = column ? IC : IC / s->tp_size, col0 = column ? 0 : s->tp_rank * ICl;
     float p = (float)gpt_dropout_p(s->lora_dropout); /* (exact: the bound is a float) */
@@ -130,7 +133,8 @@ static void dropout_mask(tr_gpt *g, int l, int t, int B)
     uint32_t threshold = tr_dropout_threshold(p);
     uint32_t key[2] = {(uint32_t)s->seed ^ 0x4c6f5241u, (uint32_t)(s->seed >> 32)};
     for (int n = 0; n < N; n++) {
-        uint64_t row = (g->dropout_sample + (uint64_t)(n / T)) * (uint64_t)T + (uint64_t)(n % T);
+        int pos = cp > 1 ? tr_cp_position(T, cp, s->cp_rank, n % Tl) : n % Tl;
+        uint64_t row = (g->dropout_sample + (uint64_t)(n / Tl)) * (uint64_t)T + (uint64_t)pos;
         for (int i = 0; i < ICl; i++) {
             uint64_t e = row * (uint64_t)IC + (uint64_t)(col0 + i);
             uint32_t ctr[4] = {(uint32_t)e, (uint32_t)(e >> 32),

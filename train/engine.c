@@ -451,6 +451,7 @@ int engine_load_micro_batch(tr_engine *e, int micro_batch, int32_t *inputs, int3
     if (!rc && e->CP > 1) { /* every CP rank read the same samples: keep its two chunks */
         tr_cp_keep_chunks(inputs, e->mb, e->T, e->CP, e->cp_rank);
         tr_cp_keep_chunks(targets, e->mb, e->T, e->CP, e->cp_rank);
+        engine_sft_keep_chunks(e); /* (their packing too) */
     }
     return rc;
 }

@@ -114,8 +114,11 @@ TR_MUST_CHECK int engine_sft_create(tr_engine *e);
 void engine_sft_free(tr_engine *e);
 /* The sample's packing into the staging arrays at row b of the micro-batch. */
 TR_MUST_CHECK int engine_sft_sample(tr_engine *e, int split, uint64_t g, int b);
-/* Before an iteration's schedule: loss_scale = D / (loss weights of the global batch), the
- * weights' sum reduced over the last stages' DP group. */
+/* Context parallelism: the staged packing of the micro-batch compacted to this rank's two
+ * chunks of each sample, as its tokens (data/data.h tr_cp_keep); nothing without SFT data. */
+void engine_sft_keep_chunks(tr_engine *e);
+/* Before an iteration's schedule: loss_scale = D CP / (loss weights of the global batch), the
+ * weights' sum reduced over the last stages' D x CP ranks (world_grad_comm). */
 TR_MUST_CHECK int engine_sft_begin(tr_engine *e);
 /* After a stage's forward of a loaded micro-batch: its packing into the slot's activations;
  * the last stage's weighted loss into loss_sum / weight_sum. */

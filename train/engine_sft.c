@@ -3,10 +3,11 @@
  * with the activations, and the loss averaged over the learned tokens of the GLOBAL batch in
  * every layout:
  *  - before the schedule, each last stage sums the loss weights of its M micro-batches and
- *    all-reduces the sum over its data-parallel group: W, the global batch's learned tokens
+ *    all-reduces the sum over its data-parallel group (with context parallelism its D x CP
+ *    ranks, each holding T / CP tokens of a sample): W, the global batch's learned tokens
  *    (TP ranks hold the same data; other stages need no scale);
- *  - the head differentiates loss_scale * sum_n w_n l_n with loss_scale = D / W, which dp/'s
- *    average over the D replicas turns into d(sum w l / W);
+ *  - the head differentiates loss_scale * sum_n w_n l_n with loss_scale = D CP / W, which
+ *    dp/'s average over the D x CP ranks turns into d(sum w l / W);
  *  - the reported loss is sum w l / W from one world all-reduce of (sum, weight) that the last
  *    stages' TP rank 0 contribute. */
 #include "train/engine_internal.h"
@@ -39,10 +40,20 @@ int engine_sft_sample(tr_engine *e, int split, uint64_t g, int b)
                               e->positions + at);
 }
 
+void engine_sft_keep_chunks(tr_engine *e)
+{
+    if (!e->sft || e->CP < 2)
+        return;
+    tr_cp_keep(e->weights, sizeof *e->weights, e->mb, e->T, e->CP, e->cp_rank);
+    tr_cp_keep(e->segments, sizeof *e->segments, e->mb, e->T, e->CP, e->cp_rank);
+    tr_cp_keep(e->positions, sizeof *e->positions, e->mb, e->T, e->CP, e->cp_rank);
+}
+
+/* The loss weights of the micro-batch's tokens on this rank (T / CP a sample). */
 static double micro_batch_weight(const tr_engine *e)
 {
     double w = 0;
-    for (size_t i = 0; i < (size_t)e->mb * e->T; i++)
+    for (size_t i = 0; i < (size_t)e->mb * (e->T / e->CP); i++)
         w += e->weights[i];
     return w;
 }
@@ -59,12 +70,14 @@ int engine_sft_begin(tr_engine *e)
             return rc;
         w += micro_batch_weight(e);
     }
-    if (e->D > 1) {
-        int rc = tr_comm_allreduce(e->world.dp, &w, &w, 1, TR_COMM_F64, TR_COMM_SUM);
+    if (e->D * e->CP > 1) {
+        int rc = tr_comm_allreduce(world_grad_comm(&e->world), &w, &w, 1, TR_COMM_F64,
+                                   TR_COMM_SUM);
         if (rc)
             return rc;
     }
-    e->loss_scale = w > 0 ? (float)(e->D / w) : 0.0f; /* no learned token: no gradient */
+    /* no learned token: no gradient */
+    e->loss_scale = w > 0 ? (float)((double)e->D * e->CP / w) : 0.0f;
     return TR_OK;
 }
 

@@ -1,5 +1,6 @@
 /* parallel.context_parallel_size (Megatron's --context-parallel-size) against the other keys:
- * what context parallelism does not support is refused by name. */
+ * what context parallelism does not support is refused by name (16-bit precision, fine-tuning
+ * data and LoRA run: model/gpt_cp.c). */
 #include <string.h>
 
 #include "yaml/config_internal.h"
@@ -15,16 +16,14 @@ int config_check_cp(const tr_config *c)
                           "model.seq_length = %d is not divisible by 2 x "
                           "parallel.context_parallel_size = %d: each sample is split into 2 x CP "
                           "equal chunks (rank r holds chunks r and 2 CP - 1 - r)", T, 2 * cp);
+    int sft = c->data.dataset_type && !strcmp(c->data.dataset_type, "sft");
     struct {
         int on;
         const char *key, *what;
     } refused[] = {
         {c->model.num_experts > 0, "model.num_experts", "mixture of experts"},
-        {c->data.dataset_type && !strcmp(c->data.dataset_type, "sft"), "data.dataset_type",
-         "fine-tuning data (packed sequences with document masks)"},
-        {c->finetune.lora_rank > 0, "finetune.lora.rank", "LoRA adapters"},
-        {strcmp(c->training.precision, "fp32") != 0, "training.precision",
-         "16-bit precision (its attention keeps bf16 storage; context parallelism runs fp32)"},
+        {sft && c->model.attention_dropout > 0, "model.attention_dropout",
+         "fine-tuning data (data.dataset_type sft) and attention dropout"},
         {strcmp(c->training.device, "cpu") != 0, "training.device",
          "training.device cuda (its attention_rows kernels are compile-checked, not yet run on a "
          "GPU)"},
