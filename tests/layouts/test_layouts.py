@@ -425,10 +425,12 @@ if group in ("cp", "all"):
     # process's, as D2's are 2 x, and partial sums over other tokens peak elsewhere.)
     if not quick:
         scales = []
-        for name, world, sets in (("cp-fp16-overflow-single", 1, []), ("cp-fp16-overflow-c2", 2, [CP2])):
+        F16 = ["training.precision=fp16", "training.initial_loss_scale=1048576"]
+        for name, world, sets in (("cp-fp16-overflow-single", 1, F16),
+                                  ("cp-fp16-overflow-c2", 2, [CP2, *F16])):
             out = os.path.join(work, name)
-            r = tt.run(tt.train_cmd(trident, config, out, world, 1, 1, (*sets, "training.precision=fp16",
-                                    "training.initial_loss_scale=1048576"), flags=["--quiet"]), timeout=300)
+            r = tt.run(tt.train_cmd(trident, config, out, world, 1, 1, sets, flags=["--quiet"]),
+                       timeout=300)
             m = tt.metrics(out) if r.returncode == 0 else []
             scales.append(([x["loss_scale"] for x in m], [x["grad_norm"] is None for x in m],
                            [x["loss"] for x in m]))
@@ -439,9 +441,10 @@ if group in ("cp", "all"):
                  f"{sum(k1)}); worst loss rel diff {worst:.1e}",
                  len(s1) == 10 and s1 == s2 and k1 == k2 and sum(k1) == 5 and worst <= 2e-4)
     # fine-tuning data: short examples (2 to 12 bytes and the end of document) packed into rows
-    # of 16, cut across chunks (4 tokens at CP 2) and ranks: a query attends its own example's keys (from the example's first
-    # global position: the row's minus its restarting position id), the loss is the mean over
-    # the learned tokens of the global batch (the weights summed over D x CP)
+    # of 16, cut across chunks (4 tokens at CP 2) and ranks: a query attends its own example's
+    # keys (from the example's first global position: the row's minus its restarting position
+    # id), the loss is the mean over the learned tokens of the global batch (the weights summed
+    # over D x CP)
     with open(os.path.join(work, "sft.jsonl"), "w") as f:
         for i in range(160):
             f.write(json.dumps({"prompt": "rank"[:1 + i % 4] + ":" * (i % 3),
@@ -450,21 +453,18 @@ if group in ("cp", "all"):
                 os.path.join(work, "sft"), "--json-keys", "prompt,response"], timeout=60)
     tt.check("preprocess of the fine-tuning set", r.returncode == 0, r.stderr[-500:])
     SFT = ["data.dataset_type=sft", f"data.data_path=[{os.path.join(work, 'sft')}]"]
-    base_sft = run("cp-sft-single", 1, 1, 1, *SFT)
-    for name, world, tp, pp, *extra in [("cp-sft-c2", 2, 1, 1), ("cp-sft-d2-c2", 4, 1, 1,
-                                         "training.micro_batch_size=2")][:1 if quick else 2]:
-        cases.append((name,))
-        if base_sft is not None:
-            compare(name, run(name, world, tp, pp, CP2, *SFT, *extra), base_sft)
     # LoRA adapters (their gradients summed over D x CP as every weight's), with dropout on their
     # inputs at global positions
     LORA = [*FAMILIES["lora"], "finetune.lora.dropout=0.2"]
-    base_lora = run("cp-lora-single", 1, 1, 1, *LORA)
-    for name, world, tp, pp, *extra in [("cp-lora-c2", 2, 1, 1), ("cp-lora-t2-c2-sp", 4, 2, 1,
-                                         "parallel.sequence_parallel=true")][:1 if quick else 2]:
-        cases.append((name,))
-        if base_lora is not None:
-            compare(name, run(name, world, tp, pp, CP2, *LORA, *extra), base_lora)
+    for what, sets, layouts in (
+            ("sft", SFT, [("c2", 2, 1), ("d2-c2", 4, 1, "training.micro_batch_size=2")]),
+            ("lora", LORA, [("c2", 2, 1), ("t2-c2-sp", 4, 2, "parallel.sequence_parallel=true")])):
+        base_w = run(f"cp-{what}-single", 1, 1, 1, *sets)
+        for lay, world, tp, *extra in layouts[:1] if quick else layouts:
+            name = f"cp-{what}-{lay}"
+            cases.append((name,))
+            if base_w is not None:
+                compare(name, run(name, world, tp, 1, CP2, *sets, *extra), base_w)
     # validation (forward only) at CP 2: the single process's val_loss at iterations 5 and 10
     EVAL = ["training.eval_interval=5", "training.eval_iters=2"]
     vals = []
