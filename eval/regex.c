@@ -17,55 +17,80 @@ typedef struct {
 } subject;
 
 /* \w's code points (ASCII ones under (?a)) */
-static int is_word(const tr_regex *re, uint32_t c)
+static int is_word(int fl, uint32_t c)
 {
-    if (re->flags & F_ASCII)
+    if (fl & F_ASCII)
         return c < 128 && (c == '_' || (c >= '0' && c <= '9') ||
                            ((c | 32) >= 'a' && (c | 32) <= 'z'));
     return tr_text_isword(c);
 }
 
-static int word_at(const tr_regex *re, const subject *s, int i)
+static int word_at(int fl, const subject *s, int i)
 {
-    return i >= 0 && i < s->n && is_word(re, s->t[i]);
+    return i >= 0 && i < s->n && is_word(fl, s->t[i]);
 }
 
-static int cats_hold(const tr_regex *re, int cats, uint32_t c)
+/* c lowered as (?i) compares it: ASCII letters alone under (?a) */
+static uint32_t fold(int fl, uint32_t c)
 {
-    int ascii = re->flags & F_ASCII;
+    if (fl & F_ASCII)
+        return c >= 'A' && c <= 'Z' ? c + 32 : c;
+    return tr_text_lower1(c);
+}
+
+static int cats_hold(int fl, int cats, uint32_t c)
+{
+    int ascii = fl & F_ASCII;
     int d = ascii ? c >= '0' && c <= '9' : tr_text_isdecimal(c);
-    int w = is_word(re, c);
+    int w = is_word(fl, c);
     int sp = ascii ? c == ' ' || (c >= 9 && c <= 13) : tr_text_isspace(c);
     return ((cats & C_D) && d) || ((cats & C_ND) && !d) || ((cats & C_W) && w) ||
            ((cats & C_NW) && !w) || ((cats & C_S) && sp) || ((cats & C_NS) && !sp);
 }
 
-static int class_has(const tr_regex *re, const cls *k, uint32_t c)
+/* (a folded class is matched by the lowered code point, as Python's IN_UNI_IGNORE) */
+static int class_has(const tr_regex *re, const cls *k, int fl, uint32_t c)
 {
     int in = 0;
+    uint32_t f = k->folded ? fold(fl, c) : c;
     for (int r = k->first; r < k->first + k->count && !in; r++)
-        in = re->ranges[r][0] <= c && c <= re->ranges[r][1];
+        in = re->ranges[r][0] <= f && f <= re->ranges[r][1];
     if (!in && k->cats)
-        in = cats_hold(re, k->cats, c);
+        in = cats_hold(fl, k->cats, f);
     return in != k->negate;
 }
 
-static int assert_holds(const tr_regex *re, const subject *s, int kind, int sp)
+/* Text code point c against pattern code point p (lowered under (?i)). */
+static int char_is(int fl, uint32_t p, uint32_t c)
 {
-    int multi = re->flags & F_MULTILINE;
+    if (!(fl & F_IGNORE))
+        return c == p;
+    uint32_t f = fold(fl, c), extra[2];
+    if (f == p)
+        return 1;
+    int n = fl & F_ASCII ? 0 : tr_text_case_extra(p, extra);
+    return (n > 0 && extra[0] == f) || (n > 1 && extra[1] == f);
+}
+
+static int assert_holds(const subject *s, int kind, int fl, int sp)
+{
     switch (kind) {
     case A_BOL:
-        return sp == 0 || (multi && s->t[sp - 1] == '\n');
+        return sp == 0;
+    case A_MBOL:
+        return sp == 0 || s->t[sp - 1] == '\n';
     case A_EOL:
-        return sp == s->n || (sp == s->n - 1 && s->t[sp] == '\n') || (multi && s->t[sp] == '\n');
+        return sp == s->n || (sp == s->n - 1 && s->t[sp] == '\n');
+    case A_MEOL:
+        return sp == s->n || s->t[sp] == '\n';
     case A_START:
         return sp == 0;
     case A_END:
         return sp == s->n;
     case A_BOUND:
-        return s->n > 0 && word_at(re, s, sp - 1) != word_at(re, s, sp);
+        return s->n > 0 && word_at(fl, s, sp - 1) != word_at(fl, s, sp);
     default: /* A_NBOUND: never in an empty text, as Python's */
-        return s->n > 0 && word_at(re, s, sp - 1) == word_at(re, s, sp);
+        return s->n > 0 && word_at(fl, s, sp - 1) == word_at(fl, s, sp);
     }
 }
 
@@ -98,14 +123,58 @@ static int push(machine *m, const tr_regex *re, int alt, int a, int b)
     return TR_OK;
 }
 
-/* A match starting at `start`: 1 with the slots set, 0 none; an empty match is refused when
- * must_advance. Errors negative (tr_fail's code, negated). */
-static int run(const tr_regex *re, const subject *s, int start, int must_advance, machine *m)
+/* Group g's text again at *sp (under (?i): each code point lowered): 1 and *sp past it. */
+static int backref(const subject *s, const machine *m, const inst *in, int *sp)
 {
-    for (int k = 0; k < re->n_slots; k++)
-        m->slots[k] = -1;
-    m->n = 0;
-    int pc = 0, sp = start, rc;
+    int a = m->slots[2 * in->c], b = m->slots[2 * in->c + 1];
+    if (a < 0 || b < a || *sp + (b - a) > s->n)
+        return 0;
+    for (int k = 0; k < b - a; k++) {
+        uint32_t x = s->t[a + k], y = s->t[*sp + k];
+        if (x != y && (!(in->fl & F_IGNORE) || fold(in->fl, x) != fold(in->fl, y)))
+            return 0;
+    }
+    *sp += b - a;
+    return 1;
+}
+
+/* A call of the machine: from pc at sp until I_MATCH (an empty match at `start` refused when
+ * must_advance) or, in a lookaround's body, its I_LOOK_END (at end_at when >= 0). Frames below
+ * `base` are the caller's. 1 matched, 0 not (frames back to base, slots restored); errors
+ * negative (tr_fail's code, negated). */
+typedef struct {
+    int start, must_advance, base, end_at;
+} call;
+
+static int exec(const tr_regex *re, const subject *s, int pc, int sp, call k, machine *m);
+
+/* Lookaround I_LOOK at sp: whether it holds. A body that matches keeps its captures (a positive
+ * one) and loses its alternatives (Python's lookarounds are atomic). */
+static int look(const tr_regex *re, const subject *s, const inst *in, int pc, int sp, machine *m)
+{
+    int behind = in->c & L_BEHIND, neg = in->c & L_NEG, at = behind ? sp - in->w : sp;
+    int base = m->n, got = 0;
+    if (at >= 0 && (got = exec(re, s, pc + 1, at, (call){at, 0, base, behind ? sp : -1}, m)) < 0)
+        return got;
+    if (got && !neg) { /* keep the undo records of the captures, drop the alternatives */
+        int w = base;
+        for (int f = base; f < m->n; f++)
+            if (!m->st[f].alt)
+                m->st[w++] = m->st[f];
+        m->n = w;
+    } else if (got) { /* a negative one's captures are undone */
+        while (m->n > base) {
+            frame f = m->st[--m->n];
+            if (!f.alt)
+                m->slots[f.a] = f.b;
+        }
+    }
+    return got != (neg != 0);
+}
+
+static int exec(const tr_regex *re, const subject *s, int pc, int sp, call k, machine *m)
+{
+    int rc;
     for (;;) {
         if (++m->steps > m->budget) {
             tr_fail(TR_ERR_INVALID, "regex '%.300s': more than %ld steps on a text of %d "
@@ -116,7 +185,7 @@ static int run(const tr_regex *re, const subject *s, int start, int must_advance
         int ok = 1;
         switch (in->op) {
         case I_CHAR:
-            ok = sp < s->n && s->t[sp] == in->c;
+            ok = sp < s->n && char_is(in->fl, in->c, s->t[sp]);
             sp += ok;
             pc++;
             break;
@@ -127,7 +196,7 @@ static int run(const tr_regex *re, const subject *s, int start, int must_advance
             pc++;
             break;
         case I_CLASS:
-            ok = sp < s->n && class_has(re, &re->classes[in->c], s->t[sp]);
+            ok = sp < s->n && class_has(re, &re->classes[in->c], in->fl, s->t[sp]);
             sp += ok;
             pc++;
             break;
@@ -150,17 +219,34 @@ static int run(const tr_regex *re, const subject *s, int start, int must_advance
             pc = m->slots[in->c] == sp ? in->x : pc + 1;
             break;
         case I_ASSERT:
-            ok = assert_holds(re, s, (int)in->c, sp);
+            ok = assert_holds(s, (int)in->c, in->fl, sp);
             pc++;
             break;
+        case I_LOOK:
+            if ((ok = look(re, s, in, pc, sp, m)) < 0)
+                return ok;
+            pc = in->y;
+            break;
+        case I_BACKREF: {
+            int from = sp;
+            ok = backref(s, m, in, &sp);
+            m->steps += sp - from;
+            pc++;
+            break;
+        }
+        case I_LOOK_END:
+            if (k.end_at < 0 || sp == k.end_at)
+                return 1;
+            ok = 0;
+            break;
         case I_MATCH:
-            if (!(must_advance && sp == start))
+            if (!(k.must_advance && sp == k.start))
                 return 1;
             ok = 0;
             break;
         }
         while (!ok) { /* back to the latest alternative, undoing the slots set since */
-            if (m->n == 0)
+            if (m->n == k.base)
                 return 0;
             frame f = m->st[--m->n];
             if (f.alt) {
@@ -171,6 +257,16 @@ static int run(const tr_regex *re, const subject *s, int start, int must_advance
                 m->slots[f.a] = f.b;
         }
     }
+}
+
+/* A match starting at `start`: 1 with the slots set, 0 none; an empty match is refused when
+ * must_advance. Errors negative. */
+static int run(const tr_regex *re, const subject *s, int start, int must_advance, machine *m)
+{
+    for (int k = 0; k < re->n_slots; k++)
+        m->slots[k] = -1;
+    m->n = 0;
+    return exec(re, s, 0, start, (call){start, must_advance, 0, -1}, m);
 }
 
 /* Calls each(ctx, slots) for every match of re.finditer, in order. */

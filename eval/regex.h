@@ -9,19 +9,30 @@
  *    . (not "\n" unless (?s)); classes [...] with ranges, ^ negation and the class escapes; ( ),
  *    (?: ), (?P<name> ), (?#comment); alternation |; quantifiers * + ? {m} {m,} {,n} {m,n} and
  *    their lazy forms (a "{" that does not start one is a literal, as in Python); anchors ^ $
- *    (multi-line under (?m)); global flags (?s) (?m) (?a) (?u) at the start.
+ *    (multi-line under (?m)); lookarounds (?= ) (?! ) (?<= ) (?<! ) (atomic, as Python's; a
+ *    positive one keeps its captures; a lookbehind's width must be fixed, Python's getwidth);
+ *    backreferences \1..\99 and (?P=name) (to a closed group, not one defined in the same
+ *    lookbehind); flags (?aimsux) at the start (after comments only) and scoped
+ *    (?aimsux-imsx: ); (?x) skips whitespace and #-comments outside classes.
+ *  - (?i) is Python's IGNORECASE on str: a text code point matches pattern code point p when
+ *    their simple lowercases are equal or re's extra cases pair them (re._casefix: long s,
+ *    dotless i, Kelvin sign, micro sign, the Greek symbol forms, ...); a class matches by the
+ *    text's lowercase against its members' lowercases and their extra cases; a backreference
+ *    compares lowercases; under (?a) ASCII letters alone fold.
  *  - Refused, TR_ERR_INVALID "regex 'PATTERN': why at position K" (the code point index):
- *    lookarounds, backreferences, conditionals, atomic groups, possessive quantifiers,
- *    (?i) (?x) and scoped flags, \N{...}, and Python's own syntax errors (nothing to repeat,
- *    multiple repeat, bad escape, bad range, unbalanced parentheses, unterminated set).
- *    Also a pattern that grows past 65536 instructions once {m,n} copies are made.
+ *    conditionals, atomic groups, possessive quantifiers, \N{...}, (?L) and (?t), a
+ *    case-insensitive class holding a code point past U+FFFF (Python's own rules differ
+ *    there), and Python's own syntax errors (nothing to repeat, multiple repeat, bad escape,
+ *    bad range, unbalanced parentheses, unterminated set, a variable-width lookbehind, a bad
+ *    group reference, global flags not at the start, bad inline flags). Also a pattern that
+ *    grows past 65536 instructions once {m,n} copies are made.
  *  - Matching is Python's: leftmost, then the first alternative and the greedy (or lazy)
  *    choice first; a repetition past its minimum does not start another iteration where the
  *    last one matched the empty string. Iterating (findall, sub) continues at each match's
  *    end; an empty match is not taken where the previous match ended empty (Python >= 3.7).
  *  - Every call has a budget of machine steps over the whole text, TR_REGEX_STEPS (or
  *    tr_regex_set_steps) + 8 n^2 for n code points (a pattern such as .*X is quadratic in
- *    Python too): past it, TR_ERR_INVALID naming the pattern (catastrophic backtracking ends
+ *    Python too; a backreference costs a step per code point compared): past it, TR_ERR_INVALID naming the pattern (catastrophic backtracking ends
  *    in an error, never a hang).
  *  - Text is UTF-8; a byte that is not reads as U+FFFD (eval/text.h). Offsets are bytes. */
 #ifndef TR_EVAL_REGEX_H

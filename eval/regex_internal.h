@@ -8,28 +8,37 @@
 
 #include "eval/regex.h"
 
-enum { F_DOTALL = 1, F_MULTILINE = 2, F_ASCII = 4 };
+/* flags: (?s) (?m) (?a) (?i) (?x) (?u) */
+enum { F_DOTALL = 1, F_MULTILINE = 2, F_ASCII = 4, F_IGNORE = 8, F_VERBOSE = 16, F_UNICODE = 32 };
 /* class escapes as bits: \d \D \w \W \s \S */
 enum { C_D = 1, C_ND = 2, C_W = 4, C_NW = 8, C_S = 16, C_NS = 32 };
-/* assertions: ^ $ \A \Z \b \B */
-enum { A_BOL, A_EOL, A_START, A_END, A_BOUND, A_NBOUND };
+/* assertions: ^ $ (and their (?m) forms) \A \Z \b \B */
+enum { A_BOL, A_EOL, A_MBOL, A_MEOL, A_START, A_END, A_BOUND, A_NBOUND };
+/* lookarounds' kinds: bits */
+enum { L_NEG = 1, L_BEHIND = 2 };
 
 typedef struct {
     int first, count;    /* its ranges: ranges[first, first + count) */
     int cats, negate;
+    int folded;          /* (?i): ranges hold the lowered code points; the text's is lowered */
 } cls;
 
+/* I_LOOK: a lookaround whose body runs from pc + 1 to its I_LOOK_END, then pc = y; I_BACKREF:
+ * the text of group c again. */
 typedef enum { I_CHAR, I_ANY, I_ANYNL, I_CLASS, I_SPLIT, I_JMP, I_SAVE, I_UNMARK, I_CHECK,
-               I_ASSERT, I_MATCH } iop;
+               I_ASSERT, I_LOOK, I_LOOK_END, I_BACKREF, I_MATCH } iop;
 typedef struct {
     iop op;
-    uint32_t c; /* I_CHAR: code point; I_CLASS: class; I_ASSERT: A_*; I_SAVE etc.: slot */
-    int x, y;   /* I_SPLIT: first x, then y; I_JMP, I_CHECK: x */
+    uint32_t c; /* I_CHAR: code point (lowered under F_IGNORE); I_CLASS: class; I_ASSERT: A_*;
+                 * I_LOOK: L_* bits; I_BACKREF: group; I_SAVE etc.: slot */
+    int x, y;   /* I_SPLIT: first x, then y; I_JMP, I_CHECK: x; I_LOOK: y */
+    int w;      /* I_LOOK with L_BEHIND: the body's width in code points */
+    int fl;     /* F_ASCII, F_IGNORE where they apply */
 } inst;
 
 struct tr_regex {
     char *pattern;
-    int groups, flags, n_slots; /* slots: 2 (groups + 1) captures, then the loops' marks */
+    int groups, n_slots; /* slots: 2 (groups + 1) captures, then the loops' marks */
     inst *prog;
     int n_prog;
     cls *classes;

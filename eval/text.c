@@ -50,6 +50,25 @@ int tr_text_isword(uint32_t c) { return in_ranges(word_ranges, COUNT(word_ranges
 
 int tr_text_isdecimal(uint32_t c) { return in_ranges(decimal_ranges, COUNT(decimal_ranges), c); }
 
+int tr_text_ispunct(uint32_t c) { return in_ranges(punct_ranges, COUNT(punct_ranges), c); }
+
+int tr_text_case_extra(uint32_t lowered, uint32_t out[2])
+{
+    size_t lo = 0, hi = COUNT(extra_cases);
+    while (lo < hi) {
+        size_t mid = (lo + hi) / 2;
+        if (extra_cases[mid][0] < lowered)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    if (lo == COUNT(extra_cases) || extra_cases[lo][0] != lowered)
+        return 0;
+    out[0] = extra_cases[lo][1];
+    out[1] = extra_cases[lo][2];
+    return out[1] ? 2 : 1;
+}
+
 void tr_text_strip(const char *s, size_t n, int left, int right, size_t *begin, size_t *end)
 {
     size_t a = 0, b = 0, i = 0;
@@ -98,6 +117,12 @@ static int map_case(int upper, uint32_t c, uint32_t m[3])
     m[0] = upper ? map_runs(upper_runs, COUNT(upper_runs), c)
                  : map_runs(lower_runs, COUNT(lower_runs), c);
     return 1;
+}
+
+/* (U+0130's lower() is two code points, its simple lowercase "i") */
+uint32_t tr_text_lower1(uint32_t c)
+{
+    return c == 0x130 ? 0x69 : map_runs(lower_runs, COUNT(lower_runs), c);
 }
 
 static int cased(uint32_t c)

@@ -15,6 +15,12 @@ uint32_t tr_text_next(const char *s, size_t n, size_t *i);
 int tr_text_isspace(uint32_t c);
 int tr_text_isword(uint32_t c);
 int tr_text_isdecimal(uint32_t c);
+/* Unicode category P* (the harness's punctuation table for multi_choice_regex). */
+int tr_text_ispunct(uint32_t c);
+/* The re module's IGNORECASE on str: c's simple lowercase (its one-code-point mapping), and the
+ * code points it also takes for a lowered c (re._casefix's, up to 2 in out): the count. */
+uint32_t tr_text_lower1(uint32_t c);
+int tr_text_case_extra(uint32_t lowered, uint32_t out[2]);
 /* s[0, n) as s.strip() (left 1, right 1), s.lstrip() (1, 0) or s.rstrip() (0, 1) leaves it:
  * [*begin, *end). */
 void tr_text_strip(const char *s, size_t n, int left, int right, size_t *begin, size_t *end);

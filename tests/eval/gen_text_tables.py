@@ -4,6 +4,7 @@ eval/text.c and eval/regex.c need (the Unicode database of the Python that runs 
 usage: gen_text_tables.py > eval/text_tables.h"""
 import sys
 import unicodedata
+from re import _casefix
 
 N = sys.maxunicode + 1
 
@@ -61,7 +62,8 @@ def emit(name, rows, per_line):
 print(f"""/* Generated from Python {sys.version.split()[0]} (Unicode {unicodedata.unidata_version}) by
  * tests/eval/gen_text_tables.py; do not edit. Python's str classes and case maps: the code
  * points \\w and \\d of its re module match (str.isalnum() or "_"; str.isdecimal()), and
- * str.lower() / str.upper(). */
+ * str.lower() / str.upper(); the punctuation (categories P*) and the re module's extra case
+ * equivalents (re._casefix). */
 #ifndef TR_EVAL_TEXT_TABLES_H
 #define TR_EVAL_TEXT_TABLES_H
 
@@ -71,6 +73,14 @@ emit("uint32_t word_ranges[][2]", [(hex(a).upper().replace("0X", "0x"), hex(b).u
                                     for a, b in ranges(lambda c: c.isalnum() or c == "_")], 6)
 emit("uint32_t decimal_ranges[][2]", [(hex(a).upper().replace("0X", "0x"), hex(b).upper().replace("0X", "0x"))
                                        for a, b in ranges(str.isdecimal)], 6)
+emit("uint32_t punct_ranges[][2]", [(hex(a).upper().replace("0X", "0x"), hex(b).upper().replace("0X", "0x"))
+                                     for a, b in ranges(lambda c: unicodedata.category(c).startswith("P"))], 6)
+print("/* {c, the code points re's IGNORECASE also takes for it (0-padded)}: c lowered */")
+cases = sorted(_casefix._EXTRA_CASES.items())
+assert all(len(v) <= 2 for _, v in cases)
+emit("uint32_t extra_cases[][3]", [(hex(c).upper().replace("0X", "0x"),
+                                    *[hex(x).upper().replace("0X", "0x") for x in list(v) + [0] * (2 - len(v))])
+                                   for c, v in cases], 4)
 print("/* {first, last, delta, step}: c in [first, last] with (c - first) % step == 0 maps to c + delta */")
 for name, fn in (("lower_runs", str.lower), ("upper_runs", str.upper)):
     emit(f"int32_t {name}[][4]", [(hex(a).upper().replace("0X", "0x"), hex(b).upper().replace("0X", "0x"),

@@ -644,8 +644,8 @@ check("text output: a line per filter", r.returncode == 0 and
 for k, (content, needle, what) in enumerate((
         ([dp_lines[0], settings], "first line", "settings after a request"),
         ([settings, settings], "second settings", "two settings lines"),
-        ([{"filter_list": [{"name": "x", "filter": [{"function": "regex", "regex_pattern": "(?<=a)"}]}]},
-          dp_lines[0]], "(?<=a)", "a lookbehind pattern"),
+        ([{"filter_list": [{"name": "x", "filter": [{"function": "regex", "regex_pattern": "(?<=a+)"}]}]},
+          dp_lines[0]], "(?<=a+)", "a variable-width lookbehind pattern"),
         ([{"metric_list": [{"metric": "f1"}]}, dp_lines[0]], "f1", "an unknown metric"))):
     f = tt.write(path(f"bad-settings-{k}.jsonl"), "".join(json.dumps(x) + "\n" for x in content))
     r = evaluate("--tasks", f)

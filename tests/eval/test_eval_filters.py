@@ -8,8 +8,15 @@ eval_filter_tool:
     Python's, and a pattern Python refuses is refused; lm-evaluation-harness's own patterns
     (GSM8K's strict-match and flexible-extract, its regexes_to_ignore) on GSM8K-style texts,
     and "(?s).*#### " on 4000 characters (quadratic, within the budget);
-  - the refused syntax (lookarounds, backreferences, (?i), possessive, atomic, ...): an error
-    naming the pattern; a hostile pattern ((a*)*b) ends in an error naming the step budget;
+  - lookarounds, backreferences (\\1 and (?P=name)), inline flags (?i) (?x) (?s) (?m) (?a) at the
+    start and scoped (?i:...) (?-i:...): ~300 drawn patterns over mixed-case ASCII and non-ASCII
+    texts (case pairs Python's IGNORECASE folds: Kelvin sign, long s, dotless i, final sigma,
+    micro sign, ...), each of ~50 characters alone and in a class under (?i), BBH's
+    chain-of-thought filter; variable-width lookbehinds and bad references refused as Python
+    refuses them;
+  - the refused syntax (possessive, atomic, conditional, \\N{...}, a case-insensitive class past
+    U+FFFF): an error naming the pattern; a hostile pattern ((a*)*b) ends in an error naming the
+    step budget;
   - filter pipelines (strict-match, flexible-extract, lowercase, uppercase, remove_whitespace,
     group_select and fallback) and exact_match with GSM8K's metric options (ignore_case,
     ignore_punctuation, ignore_numbers, regexes_to_ignore) against a Python port of the
@@ -105,6 +112,91 @@ HARNESS = ["#### (\\-?[0-9\\.\\,]+)", "(-?[$0-9.,]{2,})|(-?[0-9]+)", ",", "\\$",
 for p in HARNESS:
     for t in GSM_TEXTS:
         cases.append({"pattern": p, "text": t})
+# lookarounds, backreferences and inline flags (drawn from their own generator, so the cases
+# above stay as they were)
+rng2 = random.Random(11)
+CASED = ["a", "A", "b", "B", "k", "K", "s", "S", "i", "I", "\u212a", "\u017f", "\u0131", "\u0130",
+         "\u00e9", "\u00c9", "\u03c3", "\u03a3", "\u03c2", "\u00b5", "\u03bc", "\u039c", "\u00df",
+         "\u1e9e", "\u2126", "\u03c9", "\u01c5", "\u01c4", "\u01c6", "\u0345", "\u03b9", "\u1fbe"]
+ALPHA2 = CASED + [" ", "1", "2", "\n", ".", "_", "\u65e5"]
+LIT2 = ["a", "A", "b", "k", "S", "s", "i", "I", "\u00e9", "\u00c9", "\u03c3", "\u03a3", "\u00b5",
+        "\u212a", "\u0131", "\u0130", " ", "1", "\\.", "\\\\"]
+CLASSES2 = ["[a-c]", "[A-C]", "[^a]", "[k-s]", "[\u00c0-\u00df]", "[\u03c3]", "[\\w\u00e9]", "[^\\W\\d]",
+            "[Ii]", "[\u0130\u0131]", "[\u212a]", "[\u017fx]"]
+
+
+def gen_atom2(depth, groups):
+    k = rng2.random()
+    if depth < 3 and k < 0.30:
+        inner = gen_alt2(depth + 1, groups)
+        kind = rng2.random()
+        if kind < 0.25:
+            groups.append(len(groups) + 1)
+            return "(%s)" % inner
+        if kind < 0.4:
+            return rng2.choice(["(?=%s)", "(?!%s)"]) % inner
+        if kind < 0.6:  # fixed width as often as not
+            body = rng2.choice([inner, rng2.choice(LIT2), "[a-c]{2}", "\\w", "a|b", "ab|cd", "\\d\\s"])
+            return rng2.choice(["(?<=%s)", "(?<!%s)"]) % body
+        if kind < 0.8:
+            return rng2.choice(["(?i:%s)", "(?-i:%s)", "(?s:%s)", "(?m:%s)", "(?a:%s)", "(?x:%s)",
+                                "(?i-s:%s)", "(?ai:%s)"]) % inner
+        groups.append(len(groups) + 1)
+        return "(?P<n%d>%s)" % (len(groups), inner)
+    if k < 0.42 and groups:
+        g = rng2.choice(groups)
+        return rng2.choice(["\\%d" % g, "(?P=n%d)" % g, "\\%d" % (g + 1)])
+    if k < 0.65:
+        return rng2.choice(LIT2)
+    if k < 0.75:
+        return rng2.choice(ESC)
+    if k < 0.88:
+        return rng2.choice(CLASSES2)
+    if k < 0.93:
+        return "."
+    return rng2.choice(["^", "$", "\\b", "\\B", " ", "# c\n"])
+
+
+def gen_quant2(atom):
+    if atom in ("^", "$", "\\b", "\\B", " ", "# c\n") or rng2.random() < 0.6:
+        return atom
+    return atom + rng2.choice(["*", "+", "?", "{2}", "{0,2}", "*?", "+?", "??"])
+
+
+def gen_alt2(depth, groups):
+    return "|".join("".join(gen_quant2(gen_atom2(depth, groups)) for _ in range(rng2.randint(1, 4)))
+                    for _ in range(rng2.choice([1, 1, 2])))
+
+
+for _ in range(300):
+    p = gen_alt2(0, [])
+    if rng2.random() < 0.45:
+        p = rng2.choice(["(?i)", "(?x)", "(?ix)", "(?is)", "(?im)", "(?ai)", "(?#c)(?i)"]) + p
+    cases.append({"pattern": p, "text": "".join(rng2.choice(ALPHA2) for _ in range(rng2.randint(0, 14)))})
+# each cased character alone and in a class under (?i), in a text of all of them
+ALL = "".join(CASED) + "".join(c.upper() for c in CASED) + "".join(c.lower() for c in CASED)
+for c in CASED + ["\u1e60", "\u1e9b", "\u0398", "\u03d1", "\u03f4", "\u1c80", "\u0432", "\ua64b",
+                  "\ufb05", "\ufb06", "\u0390", "\u1fd3", "\U00010400", "\U00010428"]:
+    cases += [{"pattern": "(?i)" + c, "text": ALL + "\u1e60\u1e61\u1e9b\u03d1\u1c80\ufb05\ufb06\U00010400"},
+              {"pattern": "(?i)[%s]" % c if ord(c) < 0x10000 else "(?i)[^%s]" % "\u1e61",
+               "text": ALL + "\u1e60\u1e61\u1e9b"},
+              {"pattern": "(?i)(%s)\\1" % c, "text": "".join(x + y for x in (c, c.upper(), c.lower())
+                                                            for y in (c, c.upper(), c.lower()))}]
+# BBH's and GPQA's chain-of-thought filters, the harness's patterns with lookarounds
+BBH = ["(?<=the answer is )(.*)(?=.)", "(?<=The answer is )(.*)(?=.)", "(?i)the answer is (\\([A-Z]\\))",
+       "(?<=answer: )\\w+", "(?<![\\d.])\\d+(?![\\d.])"]
+for p in BBH:
+    for t in ["Let's think step by step. So the answer is (B).", "the answer is True.",
+              "The answer is 42.\nthe answer is 7.", "THE ANSWER IS (C)", "answer: yes; 3.5 and 12", ""]:
+        cases.append({"pattern": p, "text": t})
+# by hand: captures inside lookarounds (kept from a positive one, dropped from a negative one),
+# a lookaround's atomicity, references under (?i), scoped flags' reach
+HAND = [("(?=(a))", "aaa"), ("(?<=(a))b", "ab cb"), ("(?=(\\w+))\\w", "ab cd"), ("(?!(a))(\\w)", "ab"),
+        ("(?=(a+))a*b\\1", "aaab aab"), ("(?=(a|ab))\\1c", "abc ac"), ("(?<=(\\w)(\\w))\\2", "abb"),
+        ("(?i)(?P<q>[a-z])(?P=q)", "aA Bb cd"), ("(?i:a(?-i:b)c)", "ABC AbC abc"), ("(?x: a b)c", "abc"),
+        ("(?s:.)(?m:$).", "a\nb"), ("(?a:\\w+)\\w", "\u00e9t\u00e9 ab\u00e9"),
+        ("(?!a|\\w)\\w|-", "ab-"), ("(?<!a|b)c", "ac bc c"), ("(?=a*|b)a(?!(b)|a|c)", "aab ac ad")]
+cases += [{"pattern": p, "text": t} for p, t in HAND]
 # a quadratic pattern on a long generation (4000 characters): within the budget, as Python's
 cases += [{"pattern": "(?s).*#### ", "text": "word " * 800},
           {"pattern": "(?s).*#### ", "text": "word " * 800 + "#### 72"}]
@@ -138,9 +230,10 @@ check(f"regex: {agree} patterns agree with Python, {refused_both} refused by bot
       agree >= 400, agree)
 
 # refused syntax: an error naming the pattern
-REFUSED = ["a(?=b)", "a(?!b)", "(?<=a)b", "(?<!a)b", "(a)\\1", "(?P<x>a)(?P=x)", "(?i)abc",
-           "(?x)a b", "a*+", "a++", "(?>a)", "(a)?(?(1)b|c)", "a(?s:b)", "\\N{DIGIT ONE}",
-           "(?#never closed", "[a-", "a)", "(a", "*a", "a**", "\\q", "[b-a]", "x{3,2}", "^*"]
+REFUSED = ["a*+", "a++", "(?>a)", "(a)?(?(1)b|c)", "\\N{DIGIT ONE}", "(?i)[\U00010400]",
+           "(?i)[^\U00010400-\U00010500]", "(?t)a", "(?#never closed", "[a-", "a)", "(a", "*a", "a**",
+           "\\q", "[b-a]", "x{3,2}", "^*", "(?<=a+)b", "(?<!a|bc)x", "(a)\\2", "(a\\1)",
+           "(?P=y)", "(?<=(a)\\1)b", "a(?i)b", "(?i-i:a)", "(?-a:a)", "(?L)a", "(?au)a"]
 cases = [{"pattern": p, "text": "abc"} for p in REFUSED]
 cases.append({"pattern": "(a*)*b", "text": "a" * 40, "steps": 100000})
 cases.append({"pattern": "(a|aa)*c", "text": "a" * 60, "steps": 1000000})
@@ -240,8 +333,8 @@ for name, settings in (("gsm8k", GSM8K), ("plain", PLAIN)):
 
 # ---- refused settings: exit 2 naming the problem ----
 BAD = [({"filter_list": [{"name": "x", "filter": [{"function": "majority_vote"}]}]}, "majority_vote"),
-       ({"filter_list": [{"name": "x", "filter": [{"function": "regex", "regex_pattern": "a(?=b)"}]}]},
-        "a(?=b)"),
+       ({"filter_list": [{"name": "x", "filter": [{"function": "regex", "regex_pattern": "(?<=a+)b"}]}]},
+        "(?<=a+)b"),
        ({"filter_list": [{"name": "x", "filter": [{"function": "regex", "pattern": "a"}]}]}, "pattern"),
        ({"filter_list": [{"name": "x", "filter": [{"function": "lowercase", "x": 1}]}]}, "\"x\""),
        ({"filter_list": [{"name": "x", "filter": [{"function": "regex", "group_select": "1"}]}]},
