@@ -1,247 +1,14 @@
 /* Python re patterns into a tree (eval/regex_tree.h): escapes, classes, groups, lookarounds,
- * backreferences, quantifiers and flags, with Python's syntax errors; (?i) classes are stored
- * folded (the lowered code points of their members, re's extra cases too). */
+ * backreferences, quantifiers and flags, with Python's syntax errors (escapes and classes:
+ * regex_class.c). */
 #include <limits.h>
-#include <stdarg.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "eval/regex_tree.h"
 #include "eval/text.h"
 
-enum { MAX_DEPTH = 200, BMP = 0x10000 };
-
-int regex_bad(const parser *ps, int at, const char *fmt, ...)
-{
-    char why[200];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(why, sizeof why, fmt, ap);
-    va_end(ap);
-    return tr_fail(TR_ERR_INVALID, "regex '%.300s': %s at position %d", ps->re->pattern, why, at);
-}
-
-int regex_grow(void **p, int *cap, int need, size_t size)
-{
-    if (need <= *cap)
-        return TR_OK;
-    int cap2 = *cap ? 2 * *cap : 16;
-    while (cap2 < need)
-        cap2 *= 2;
-    void *q = realloc(*p, (size_t)cap2 * size);
-    if (!q)
-        return tr_fail(TR_ERR_NOMEM, "out of memory for a regex");
-    *p = q;
-    *cap = cap2;
-    return TR_OK;
-}
-
-/* A new node (index in *out), with the flags in force. */
-static int new_node(parser *ps, nkind kind, uint32_t c, int *out)
-{
-    int rc = regex_grow((void **)&ps->nodes, &ps->cap_nodes, ps->n_nodes + 1, sizeof(node));
-    if (rc)
-        return rc;
-    ps->nodes[ps->n_nodes] = (node){.kind = kind, .c = c, .child = -1, .next = -1,
-                                    .flags = ps->flags};
-    *out = ps->n_nodes++;
-    return TR_OK;
-}
-
-static int peek(const parser *ps, int k) { return ps->i + k < ps->n ? (int)ps->p[ps->i + k] : -1; }
-
-static int hex_value(int c)
-{
-    return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10
-           : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
-}
-
-static int is_octal(int c) { return c >= '0' && c <= '7'; }
-static int is_digit(int c) { return c >= '0' && c <= '9'; }
-
-/* What an escape (ps->i just past the backslash) stands for: a literal code point (*lit),
- * a class escape (*cats) or, outside a class, an assertion (*assert_kind) or a backreference
- * (*group > 0). */
-static int parse_escape(parser *ps, int in_class, uint32_t *lit, int *cats, int *assert_kind,
-                        int *group)
-{
-    int at = ps->i - 1, c = peek(ps, 0);
-    *cats = 0;
-    *assert_kind = -1;
-    *group = 0;
-    if (c < 0)
-        return regex_bad(ps, at, "a pattern that ends in a backslash");
-    ps->i++;
-    static const char ctl[] = "a\af\fn\nr\rt\tv\v";
-    for (int k = 0; ctl[k]; k += 2)
-        if (c == ctl[k]) {
-            *lit = (uint32_t)ctl[k + 1];
-            return TR_OK;
-        }
-    static const char cat[] = "dDwWsS";
-    for (int k = 0; cat[k]; k++)
-        if (c == cat[k]) {
-            *cats = 1 << k;
-            return TR_OK;
-        }
-    if (c == 'b' && in_class) {
-        *lit = 8;
-        return TR_OK;
-    }
-    if (!in_class && (c == 'b' || c == 'B' || c == 'A' || c == 'Z')) {
-        *assert_kind = c == 'b' ? A_BOUND : c == 'B' ? A_NBOUND : c == 'A' ? A_START : A_END;
-        return TR_OK;
-    }
-    if (c == 'x' || c == 'u' || c == 'U') {
-        int digits = c == 'x' ? 2 : c == 'u' ? 4 : 8;
-        uint32_t v = 0;
-        for (int k = 0; k < digits; k++) {
-            int h = hex_value(peek(ps, 0));
-            if (h < 0)
-                return regex_bad(ps, at, "incomplete escape \\%c", c);
-            v = v << 4 | (uint32_t)h;
-            ps->i++;
-        }
-        if (v > 0x10FFFF)
-            return regex_bad(ps, at, "bad escape \\%c (past U+10FFFF)", c);
-        *lit = v;
-        return TR_OK;
-    }
-    if (c == 'N')
-        return regex_bad(ps, at, "\\N{...} (a named character) is not supported");
-    if (c == '0' || (is_octal(c) && is_octal(peek(ps, 0)) && is_octal(peek(ps, 1))) ||
-        (in_class && is_octal(c))) {
-        uint32_t v = (uint32_t)(c - '0');
-        for (int k = 0; k < 2 && is_octal(peek(ps, 0)); k++)
-            v = v * 8 + (uint32_t)(peek(ps, 0) - '0'), ps->i++;
-        if (v > 0377)
-            return regex_bad(ps, at, "octal escape value \\%o outside of range 0-0o377", v);
-        *lit = v;
-        return TR_OK;
-    }
-    if (is_digit(c) && in_class)
-        return regex_bad(ps, at, "bad escape \\%c", c);
-    if (is_digit(c)) { /* \1 .. \99 */
-        *group = c - '0';
-        if (is_digit(peek(ps, 0)))
-            *group = *group * 10 + peek(ps, 0) - '0', ps->i++;
-        return TR_OK;
-    }
-    if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z'))
-        return regex_bad(ps, at, "bad escape \\%c", c);
-    *lit = (uint32_t)c;
-    return TR_OK;
-}
-
-static int add_range(parser *ps, uint32_t lo, uint32_t hi)
-{
-    tr_regex *re = ps->re;
-    int rc = regex_grow((void **)&re->ranges, &ps->cap_ranges, re->n_ranges + 1,
-                        sizeof *re->ranges);
-    if (!rc) {
-        re->ranges[re->n_ranges][0] = lo;
-        re->ranges[re->n_ranges][1] = hi;
-        re->n_ranges++;
-    }
-    return rc;
-}
-
-static uint32_t lower(int flags, uint32_t c)
-{
-    if (flags & F_ASCII)
-        return c >= 'A' && c <= 'Z' ? c + 32 : c;
-    return tr_text_lower1(c);
-}
-
-/* Class k's ranges (from k->first) replaced by the lowered code points of their members and
- * re's extra cases of those (Python's charset under IGNORECASE; past U+FFFF refused). */
-static int fold_class(parser *ps, cls *k, int at)
-{
-    tr_regex *re = ps->re;
-    unsigned char *in = calloc(BMP / 8, 1);
-    if (!in)
-        return tr_fail(TR_ERR_NOMEM, "out of memory for a regex");
-    int rc = TR_OK;
-    for (int r = k->first; r < re->n_ranges && !rc; r++) {
-        if (re->ranges[r][1] >= BMP) {
-            rc = regex_bad(ps, at, "a case-insensitive class with a code point past U+FFFF is "
-                           "not supported");
-            break;
-        }
-        for (uint32_t c = re->ranges[r][0]; c <= re->ranges[r][1]; c++) {
-            uint32_t y = lower(ps->flags, c), extra[2];
-            in[y / 8] |= (unsigned char)(1 << y % 8);
-            int n = ps->flags & F_ASCII ? 0 : tr_text_case_extra(y, extra);
-            for (int e = 0; e < n; e++)
-                in[extra[e] / 8] |= (unsigned char)(1 << extra[e] % 8);
-        }
-    }
-    re->n_ranges = k->first;
-    for (uint32_t c = 0; c < BMP && !rc; c++) {
-        if (!(in[c / 8] >> c % 8 & 1))
-            continue;
-        uint32_t end = c;
-        while (end + 1 < BMP && in[(end + 1) / 8] >> (end + 1) % 8 & 1)
-            end++;
-        rc = add_range(ps, c, end);
-        c = end;
-    }
-    free(in);
-    k->folded = 1;
-    return rc;
-}
-
-/* A class [...] (ps->i just past "["): a N_CLASS node in *out. */
-static int parse_class(parser *ps, int *out)
-{
-    tr_regex *re = ps->re;
-    int at = ps->i - 1, rc = regex_grow((void **)&re->classes, &ps->cap_classes,
-                                        re->n_classes + 1, sizeof *re->classes);
-    if (rc)
-        return rc;
-    cls k = {.first = re->n_ranges};
-    if (peek(ps, 0) == '^') {
-        k.negate = 1;
-        ps->i++;
-    }
-    int items = 0;
-    for (;;) {
-        int c = peek(ps, 0), group;
-        if (c < 0)
-            return regex_bad(ps, at, "unterminated character set");
-        ps->i++;
-        if (c == ']' && items)
-            break;
-        uint32_t lo = (uint32_t)c;
-        int cats = 0, assert_kind;
-        if (c == '\\' && (rc = parse_escape(ps, 1, &lo, &cats, &assert_kind, &group)))
-            return rc;
-        items++;
-        if (peek(ps, 0) == '-' && peek(ps, 1) != ']' && peek(ps, 1) >= 0) {
-            ps->i++;
-            int d = peek(ps, 0), cats2 = 0;
-            uint32_t hi = (uint32_t)d;
-            ps->i++;
-            if (d == '\\' && (rc = parse_escape(ps, 1, &hi, &cats2, &assert_kind, &group)))
-                return rc;
-            if (cats || cats2)
-                return regex_bad(ps, at, "bad character range (a class escape as an end)");
-            if (hi < lo)
-                return regex_bad(ps, at, "bad character range U+%04X-U+%04X", lo, hi);
-            if ((rc = add_range(ps, lo, hi)))
-                return rc;
-        } else if (cats)
-            k.cats |= cats;
-        else if ((rc = add_range(ps, lo, lo)))
-            return rc;
-    }
-    if ((ps->flags & F_IGNORE) && (rc = fold_class(ps, &k, at)))
-        return rc;
-    k.count = re->n_ranges - k.first;
-    re->classes[re->n_classes] = k;
-    return new_node(ps, N_CLASS, (uint32_t)re->n_classes++, out);
-}
+enum { MAX_DEPTH = 200 };
 
 static int parse_alt(parser *ps, int *out);
 
@@ -376,11 +143,11 @@ static void width(const parser *ps, int k, long long *lo, long long *hi)
 static void skip_verbose(parser *ps)
 {
     while (ps->flags & F_VERBOSE) {
-        int c = peek(ps, 0);
+        int c = regex_peek(ps, 0);
         if (c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f')
             ps->i++;
         else if (c == '#')
-            while (peek(ps, 0) >= 0 && peek(ps, 0) != '\n')
+            while (regex_peek(ps, 0) >= 0 && regex_peek(ps, 0) != '\n')
                 ps->i++;
         else
             break;
@@ -398,7 +165,7 @@ static int flag_bit(int c)
 static int parse_flags(parser *ps, int at, int *global, int *add, int *del)
 {
     *global = *add = *del = 0;
-    int c = peek(ps, 0);
+    int c = regex_peek(ps, 0);
     while (c != '-') {
         if (c == 'L')
             return regex_bad(ps, ps->i, "bad inline flags: cannot use 'L' flag with a str "
@@ -411,7 +178,7 @@ static int parse_flags(parser *ps, int at, int *global, int *add, int *del)
             return regex_bad(ps, ps->i, "bad inline flags: flags 'a', 'u' and 'L' are "
                              "incompatible");
         ps->i++;
-        c = peek(ps, 0);
+        c = regex_peek(ps, 0);
         if (c < 0)
             return regex_bad(ps, ps->i, "missing -, : or )");
         if (c == ')' || c == ':')
@@ -432,7 +199,7 @@ static int parse_flags(parser *ps, int at, int *global, int *add, int *del)
     }
     if (c == '-') {
         ps->i++;
-        c = peek(ps, 0);
+        c = regex_peek(ps, 0);
         if (c < 0 || !(flag_bit(c) || c == 'L'))
             return regex_bad(ps, ps->i, c >= 0 && c < 128 && ((c | 32) >= 'a' && (c | 32) <= 'z')
                              ? "unknown flag" : "missing flag");
@@ -442,7 +209,7 @@ static int parse_flags(parser *ps, int at, int *global, int *add, int *del)
                                  "and 'L'");
             *del |= flag_bit(c);
             ps->i++;
-            c = peek(ps, 0);
+            c = regex_peek(ps, 0);
             if (c < 0)
                 return regex_bad(ps, ps->i, "missing :");
             if (c == ':')
@@ -471,7 +238,7 @@ static int parse_body(parser *ps, int at, int flags, int *body)
     ps->depth--;
     if (rc)
         return rc;
-    if (peek(ps, 0) != ')')
+    if (regex_peek(ps, 0) != ')')
         return regex_bad(ps, at, "missing ), unterminated subpattern");
     ps->i++;
     return TR_OK;
@@ -485,7 +252,7 @@ static int parse_look(parser *ps, int at, int kind, int *atom)
         ps->behind_groups = ps->re->groups;
     rc = parse_body(ps, at, ps->flags, &body);
     ps->behind_groups = saved;
-    if (rc || (rc = new_node(ps, N_LOOK, (uint32_t)kind, atom)))
+    if (rc || (rc = regex_node(ps, N_LOOK, (uint32_t)kind, atom)))
         return rc;
     ps->nodes[*atom].child = body;
     if (kind & L_BEHIND) {
@@ -504,9 +271,9 @@ static int parse_look(parser *ps, int at, int kind, int *atom)
 static int parse_named_reference(parser *ps, int at, int *atom)
 {
     int start = ps->i;
-    while (peek(ps, 0) >= 0 && peek(ps, 0) != ')')
+    while (regex_peek(ps, 0) >= 0 && regex_peek(ps, 0) != ')')
         ps->i++;
-    if (peek(ps, 0) != ')')
+    if (regex_peek(ps, 0) != ')')
         return regex_bad(ps, at, "missing ), unterminated name");
     if (ps->i == start)
         return regex_bad(ps, at, "missing group name");
@@ -518,42 +285,42 @@ static int parse_named_reference(parser *ps, int at, int *atom)
         return regex_bad(ps, start, "unknown group name");
     if ((rc = check_reference(ps, g, start)))
         return rc;
-    return new_node(ps, N_BACKREF, (uint32_t)g, atom);
+    return regex_node(ps, N_BACKREF, (uint32_t)g, atom);
 }
 
 /* A group's atom (ps->i past "("): *atom, or -1 for a comment or global flags (nothing). */
 static int parse_group(parser *ps, int at, int *atom)
 {
-    int group = 0, flags = ps->flags, rc, d = peek(ps, 1);
+    int group = 0, flags = ps->flags, rc, d = regex_peek(ps, 1);
     *atom = -1;
-    if (peek(ps, 0) == '?') {
+    if (regex_peek(ps, 0) == '?') {
         ps->i += 2;
         if (d == ':') {
-        } else if (d == 'P' && peek(ps, 0) == '<') {
+        } else if (d == 'P' && regex_peek(ps, 0) == '<') {
             ps->i++;
             int start = ps->i;
-            while (peek(ps, 0) >= 0 && peek(ps, 0) != '>')
+            while (regex_peek(ps, 0) >= 0 && regex_peek(ps, 0) != '>')
                 ps->i++;
-            if (peek(ps, 0) != '>' || ps->i == start)
+            if (regex_peek(ps, 0) != '>' || ps->i == start)
                 return regex_bad(ps, at, "missing group name");
             if ((rc = open_group(ps, start, ps->i - start, &group)))
                 return rc;
             ps->i++;
-        } else if (d == 'P' && peek(ps, 0) == '=') {
+        } else if (d == 'P' && regex_peek(ps, 0) == '=') {
             ps->i++;
             return parse_named_reference(ps, at, atom);
         } else if (d == '#') {
-            while (peek(ps, 0) >= 0 && peek(ps, 0) != ')')
+            while (regex_peek(ps, 0) >= 0 && regex_peek(ps, 0) != ')')
                 ps->i++;
-            if (peek(ps, 0) < 0)
+            if (regex_peek(ps, 0) < 0)
                 return regex_bad(ps, at, "missing ), unterminated comment");
             ps->i++;
             return TR_OK;
         } else if (d == '=' || d == '!') {
             return parse_look(ps, at, d == '!' ? L_NEG : 0, atom);
-        } else if (d == '<' && (peek(ps, 0) == '=' || peek(ps, 0) == '!')) {
+        } else if (d == '<' && (regex_peek(ps, 0) == '=' || regex_peek(ps, 0) == '!')) {
             ps->i++;
-            return parse_look(ps, at, L_BEHIND | (peek(ps, -1) == '!' ? L_NEG : 0), atom);
+            return parse_look(ps, at, L_BEHIND | (regex_peek(ps, -1) == '!' ? L_NEG : 0), atom);
         } else if (d == '(') {
             return regex_bad(ps, at, "conditional groups are not supported");
         } else if (d == '>') {
@@ -574,7 +341,7 @@ static int parse_group(parser *ps, int at, int *atom)
     } else if ((rc = open_group(ps, 0, 0, &group)))
         return rc;
     int body;
-    if ((rc = parse_body(ps, at, flags, &body)) || (rc = new_node(ps, N_GROUP, 0, atom)))
+    if ((rc = parse_body(ps, at, flags, &body)) || (rc = regex_node(ps, N_GROUP, 0, atom)))
         return rc;
     ps->nodes[*atom].child = body;
     ps->nodes[*atom].group = group;
@@ -587,7 +354,7 @@ static int parse_group(parser *ps, int at, int *atom)
 static int parse_piece(parser *ps, int *out)
 {
     skip_verbose(ps);
-    int c = peek(ps, 0), at = ps->i, rc = TR_OK, atom = -1, is_assert = 0;
+    int c = regex_peek(ps, 0), at = ps->i, rc = TR_OK, atom = -1, is_assert = 0;
     *out = -1;
     if (c < 0 || c == '|' || c == ')')
         return TR_OK;
@@ -596,16 +363,16 @@ static int parse_piece(parser *ps, int *out)
         if ((rc = parse_group(ps, at, &atom)))
             return rc;
         if (atom < 0) /* a comment or global flags: at the start still, if it was */
-            return new_node(ps, N_EMPTY, 0, out);
+            return regex_node(ps, N_EMPTY, 0, out);
     }
     ps->at_start = 0;
     if (c == '(') {
     } else if (c == '[') {
-        rc = parse_class(ps, &atom);
+        rc = regex_class(ps, &atom);
     } else if (c == '.') {
-        rc = new_node(ps, N_ANY, 0, &atom);
+        rc = regex_node(ps, N_ANY, 0, &atom);
     } else if (c == '^' || c == '$') {
-        rc = new_node(ps, N_ASSERT, c == '^' ? A_BOL : A_EOL, &atom);
+        rc = regex_node(ps, N_ASSERT, c == '^' ? A_BOL : A_EOL, &atom);
         is_assert = 1;
     } else if (c == '*' || c == '+' || c == '?') {
         return regex_bad(ps, at, "nothing to repeat");
@@ -615,17 +382,17 @@ static int parse_piece(parser *ps, int *out)
         if (parse_braces(ps, &min, &max, &err))
             return err ? err : regex_bad(ps, at, "nothing to repeat");
         ps->i = at + 1;
-        rc = new_node(ps, N_CHAR, '{', &atom);
+        rc = regex_node(ps, N_CHAR, '{', &atom);
     } else if (c == '\\') {
         uint32_t lit = 0;
         int cats, assert_kind, group;
-        if ((rc = parse_escape(ps, 0, &lit, &cats, &assert_kind, &group)))
+        if ((rc = regex_escape(ps, 0, &lit, &cats, &assert_kind, &group)))
             return rc;
         if (group) {
             if (!(rc = check_reference(ps, group, at)))
-                rc = new_node(ps, N_BACKREF, (uint32_t)group, &atom);
+                rc = regex_node(ps, N_BACKREF, (uint32_t)group, &atom);
         } else if (assert_kind >= 0) {
-            rc = new_node(ps, N_ASSERT, (uint32_t)assert_kind, &atom);
+            rc = regex_node(ps, N_ASSERT, (uint32_t)assert_kind, &atom);
             is_assert = 1;
         } else if (cats) { /* a class of one escape */
             tr_regex *re = ps->re;
@@ -633,18 +400,18 @@ static int parse_piece(parser *ps, int *out)
                                  sizeof *re->classes)))
                 return rc;
             re->classes[re->n_classes] = (cls){.first = re->n_ranges, .cats = cats};
-            rc = new_node(ps, N_CLASS, (uint32_t)re->n_classes++, &atom);
+            rc = regex_node(ps, N_CLASS, (uint32_t)re->n_classes++, &atom);
         } else
-            rc = new_node(ps, N_CHAR, lit, &atom);
+            rc = regex_node(ps, N_CHAR, lit, &atom);
     } else {
-        rc = new_node(ps, N_CHAR, (uint32_t)c, &atom);
+        rc = regex_node(ps, N_CHAR, (uint32_t)c, &atom);
     }
     if (rc)
         return rc;
     /* quantifiers */
     for (int repeated = 0;;) {
         skip_verbose(ps);
-        int q = peek(ps, 0), qat = ps->i, min, max, err = 0;
+        int q = regex_peek(ps, 0), qat = ps->i, min, max, err = 0;
         if (q == '*' || q == '+' || q == '?') {
             ps->i++;
             min = q == '+';
@@ -659,13 +426,13 @@ static int parse_piece(parser *ps, int *out)
         if (repeated)
             return regex_bad(ps, qat, "multiple repeat");
         int lazy = 0;
-        if (peek(ps, 0) == '?') {
+        if (regex_peek(ps, 0) == '?') {
             lazy = 1;
             ps->i++;
-        } else if (peek(ps, 0) == '+')
+        } else if (regex_peek(ps, 0) == '+')
             return regex_bad(ps, qat, "possessive quantifiers are not supported");
         int r;
-        if ((rc = new_node(ps, N_REPEAT, 0, &r)))
+        if ((rc = regex_node(ps, N_REPEAT, 0, &r)))
             return rc;
         ps->nodes[r].child = atom;
         ps->nodes[r].min = min;
@@ -681,7 +448,7 @@ static int parse_piece(parser *ps, int *out)
 /* A sequence: an N_CAT node. */
 static int parse_seq(parser *ps, int *out)
 {
-    int rc = new_node(ps, N_CAT, 0, out), last = -1, piece;
+    int rc = regex_node(ps, N_CAT, 0, out), last = -1, piece;
     while (!rc && !(rc = parse_piece(ps, &piece)) && piece >= 0) {
         if (last < 0)
             ps->nodes[*out].child = piece;
@@ -694,14 +461,14 @@ static int parse_seq(parser *ps, int *out)
 
 static int parse_alt(parser *ps, int *out)
 {
-    int rc = new_node(ps, N_ALT, 0, out), last = -1, seq;
+    int rc = regex_node(ps, N_ALT, 0, out), last = -1, seq;
     while (!rc && !(rc = parse_seq(ps, &seq))) {
         if (last < 0)
             ps->nodes[*out].child = seq;
         else
             ps->nodes[last].next = seq;
         last = seq;
-        if (peek(ps, 0) != '|')
+        if (regex_peek(ps, 0) != '|')
             break;
         ps->i++;
         ps->at_start = 0;

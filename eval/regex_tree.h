@@ -36,10 +36,24 @@ typedef struct {
     tr_regex *re;
 } parser;
 
+static inline int regex_peek(const parser *ps, int k)
+{
+    return ps->i + k < ps->n ? (int)ps->p[ps->i + k] : -1;
+}
+
 /* The pattern ps->p[0, n) as a tree: *root (an N_ALT node). */
 int regex_parse(parser *ps, int *root);
 /* TR_ERR_INVALID "regex 'PATTERN': why at position AT". */
 int regex_bad(const parser *ps, int at, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 int regex_grow(void **p, int *cap, int need, size_t size);
+/* A new node (index in *out), with the flags in force. */
+int regex_node(parser *ps, nkind kind, uint32_t c, int *out);
+/* What an escape (ps->i just past the backslash) stands for: a literal code point (*lit),
+ * a class escape (*cats) or, outside a class, an assertion (*assert_kind) or a backreference
+ * (*group > 0). */
+int regex_escape(parser *ps, int in_class, uint32_t *lit, int *cats, int *assert_kind,
+                 int *group);
+/* A class [...] (ps->i just past "["): a N_CLASS node in *out. */
+int regex_class(parser *ps, int *out);
 
 #endif
