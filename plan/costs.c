@@ -143,7 +143,7 @@ void plan_layer_cost(const plan_cost_ctx *x, plan_cost *o)
     double el_b = 2 * tr_plan_stream_s(c, 3 * R) + 2 * tr_plan_stream_s(c, 3 * R + mask) +
                   tr_plan_stream_s(c, 3 * I) +
                   tr_plan_stream_s(c, (qkv * T + fc * rows) / t * e + 2 * R);
-    double experts = moe ? m->num_experts : 1;
+    double experts = moe ? m->num_experts / (x->ep > 1 ? x->ep : 1) : 1; /* (this rank's) */
     if (!L->grad_accum_fused && !frozen) /* dW in 16 bits, then added into the fp32 buffer */
         el_b += tr_plan_stream_s(c, 10.0 * ((qkv + aw + experts * (fc + F)) * h / t));
     o->f[TR_PLAN_PART_GEMM] = lin_f;

@@ -32,7 +32,10 @@ void plan_moe_expert_gemms(const plan_cost_ctx *x, double T, plan_gemm_fn gemm_s
     const tr_plan_cluster *c = x->c;
     double qkv, F, fc, h = x->m->hidden_size, t = x->L->tp;
     tr_plan_layer_dims(x->m, &qkv, &F, &fc);
-    double E = x->m->num_experts, r = x->m->moe_router_topk * T / E; /* rows an expert */
+    /* the rank's E/EP experts, each on k T EP / E rows: under expert parallelism the EP ranks'
+     * rows for them (balanced: as many as the rank sends away) */
+    double ep = x->ep > 1 ? x->ep : 1, E = x->m->num_experts / ep;
+    double r = x->m->moe_router_topk * T * ep / x->m->num_experts; /* rows an expert */
     /* fc (r, fc/t, h), fc_proj (r, h, F/t); backward each one's dX and dW (accumulating) */
     *fwd = E * (gemm_s(c, r, fc / t, h, 0) + gemm_s(c, r, h, F / t, 0));
     *bwd = E * (gemm_s(c, r, h, fc / t, 0) + gemm_s(c, fc / t, h, r, 1) +

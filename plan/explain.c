@@ -23,6 +23,7 @@ static const struct {
                               "#64b5cd"},
     [TR_PLAN_PART_TP] = {"tp_comm", "TP communication", "TP", "#d65f5f"},
     [TR_PLAN_PART_CP] = {"cp_comm", "CP all-gather / reduce-scatter", "CP", "#a0522d"},
+    [TR_PLAN_PART_EP] = {"ep_comm", "EP all-to-all", "EP", "#2e8b57"},
     [TR_PLAN_PART_PP] = {"pp_comm", "PP send/receive", "PP", "#ee854a"},
     [TR_PLAN_PART_DP] = {"dp_comm_exposed", "DP reduction (exposed)", "DP", "#b47cc7"},
     [TR_PLAN_PART_EMBED_SYNC] = {"embedding_sync", "embedding sync", "esync", "#dc7ec0"},
@@ -74,12 +75,14 @@ void tr_plan_print_explain(FILE *f, const tr_plan_cluster *c, const tr_plan_resu
     fprintf(f, "\nwhere the step goes: seconds per iteration on each stage (every row adds up to "
                "the step, %.4g s)\n",
             e->step_time_s);
-    /* (the MoE column only for a model with experts) */
+    /* (the MoE column only for a model with experts, the EP one with expert parallelism) */
     int show[TR_PLAN_PARTS];
     for (int k = 0; k < TR_PLAN_PARTS; k++)
-        show[k] = k != TR_PLAN_PART_ROUTING;
-    for (int s = 0; s < P; s++)
+        show[k] = k != TR_PLAN_PART_ROUTING && k != TR_PLAN_PART_EP;
+    for (int s = 0; s < P; s++) {
         show[TR_PLAN_PART_ROUTING] |= stage_parts(e, s)[TR_PLAN_PART_ROUTING] > 0;
+        show[TR_PLAN_PART_EP] |= stage_parts(e, s)[TR_PLAN_PART_EP] > 0;
+    }
     fprintf(f, "stage");
     for (int k = 0; k < TR_PLAN_PARTS; k++)
         if (show[k])
@@ -143,7 +146,8 @@ void tr_plan_write_explain_json(FILE *f, const tr_config *cfg, const tr_plan_clu
         tr_json_int(&j, "stage", s);
         tr_json_object_begin(&j, "time_s");
         for (int k = 0; k < TR_PLAN_PARTS; k++)
-            tr_json_double(&j, parts[k].name, stage_parts(e, s)[k]);
+            if (k != TR_PLAN_PART_EP || r->layout.ep > 1) /* (EP 1: the keys as before) */
+                tr_json_double(&j, parts[k].name, stage_parts(e, s)[k]);
         tr_json_object_end(&j);
         tr_json_double(&j, "total_s", tr_plan_explain_stage_total(e, s));
         const tr_plan_memory *m = &e->memory[s];

@@ -4,6 +4,7 @@
 
 #include "core/core.h"
 #include "plan/plan.h"
+#include "plan/plan_internal.h"
 
 int tr_plan_recompute_parse(const char *s, tr_plan_recompute *out)
 {
@@ -107,6 +108,12 @@ static double layer_params(const family *f, int tp)
         n += f->qkv / tp;
     n += f->E > 0 ? f->E * (mlp_params(f, tp) + h) : mlp_params(f, tp);
     return n + f->norms * (f->norm_bias ? 2.0 * h : h);
+}
+
+double plan_stage_expert_params(const tr_model_config *m, int tp, int layers)
+{
+    family f = family_of(m);
+    return f.E > 0 ? layers * f.E * mlp_params(&f, tp) : 0;
 }
 
 double tr_plan_stage_params(const tr_model_config *m, int vocab_padded, int tp, int pp, int stage,

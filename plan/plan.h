@@ -186,6 +186,23 @@
  *   reduce-scatter of their gradient (full recompute: one more gather), over the CP group's
  *   link (CP right after TP in the rank order, topo's tr_topo_init_cp); gradients are reduced
  *   and ZeRO-sharded over DP x CP. Runtime trident plans it only where trident runs it.
+ * Expert parallelism (EP > 1, parallel.expert_model_parallel_size; plan/ep.c, Megatron-core
+ *   0.8's rules): EP divides DP and the experts, CP 1, ZeRO 0-2; an EP group is EP consecutive
+ *   dp coordinates of one (tp, pp). A rank holds E/EP experts of every MoE layer (split over TP
+ *   as the dense MLP; router, attention, norms, embeddings replicated): their weights,
+ *   gradients and optimizer state / EP, in a gradient buffer of their own reduced (ZeRO-1/2:
+ *   sharded, the ZeRO-1 gather too) over EDP = DP/EP, the rest over DP as before; the two
+ *   buffers' buckets are timed as one run of their mean length. Per MoE layer and
+ *   micro-batch the rank's k N routed rows (N = b s tokens, b s / t with SP; h elements, fp32
+ *   on trident's kernels) go to their experts' owners and come back: an all-to-all each way
+ *   forward and backward, two more in full recompute's forward, over the EP group's link
+ *   ((m-1)/EP of the bytes inside a node, (EP-m)/EP over its NICs shared by every rank of the
+ *   node, m members a node; EP-1 latencies). Routing balanced (as everywhere here): a rank
+ *   receives k N rows, its E/EP experts k N EP/E each (the same FLOPs, larger GEMMs), its
+ *   activations as at EP 1; not counted: the exchange of the row counts, the received rows'
+ *   sort by local expert, the all-to-all's staging buffers. Runtime trident plans EP on the
+ *   CPU backend alone (its exchange is host memory over UCX). The search tries every EP
+ *   dividing DP and E where the runtime has EP, or the config's when it sets the key.
  * Not modelled: overlap of TP communication with compute, flash attention, CPU-side
  * launch stalls of a Python framework, memory fragmentation beyond `reserved`, an MoE router's
  * load imbalance (balanced experts assumed). */
@@ -271,6 +288,9 @@ typedef struct {
     int tp, pp, dp;
     int cp;                  /* context parallelism: each sample's s tokens split over cp
                               * ranks (0 or 1: none); W = DP x CP x TP x PP */
+    int ep;                  /* expert parallelism: the experts of every MoE layer split over
+                              * ep consecutive dp coordinates (0 or 1: none; divides DP and
+                              * model.num_experts, CP 1); W unchanged */
     int v;                   /* model chunks per stage (interleaved), else 1 */
     int micro_batch, global_batch;
     int num_micro_batches;   /* M = ceil(B / (b d)) */
@@ -439,12 +459,14 @@ typedef struct {
     double compute_f_s, compute_b_s; /* their compute part */
     double tp_comm_s;                /* its TP communication per micro-batch, fwd + bwd */
     double cp_comm_s;                /* its CP communication per micro-batch, fwd + bwd */
+    double ep_comm_s;                /* its expert all-to-alls per micro-batch, fwd + bwd */
     double p2p_s;                    /* one activation (or gradient) send */
     double dp_comm_s, dp_exposed_s;  /* gradient reduction, total and not hidden */
     int dp_buckets;                  /* buckets of the stage with the most (dp/'s layout) */
     double embed_sync_s, param_gather_s;
     double optimizer_s;              /* the slowest stage's optimizer step */
     tr_plan_link tp_link, pp_link, dp_link, cp_link;
+    tr_plan_link ep_link, edp_link;  /* EP > 1: the all-to-all's, the expert gradients' */
     double compute_rate;             /* FLOP/s per rank used for compute */
     /* throughput */
     double tokens_per_step;
@@ -470,6 +492,7 @@ typedef enum {
     TR_PLAN_PART_TP,          /* tensor-parallel collectives (not overlapped) */
     TR_PLAN_PART_CP,          /* context parallelism's all-gathers of each layer's K/V (trident:
                                * its qkv rows) and reduce-scatters of their gradient */
+    TR_PLAN_PART_EP,          /* expert parallelism's all-to-alls of the routed rows (EP > 1) */
     TR_PLAN_PART_PP,          /* pipeline sends/receives while they transfer */
     TR_PLAN_PART_DP,          /* gradient reduction not hidden behind backward */
     TR_PLAN_PART_EMBED_SYNC,  /* tied-embedding all-reduce (first and last stage) */

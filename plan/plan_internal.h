@@ -130,6 +130,12 @@ typedef struct {
     double trainable; /* of them with gradients and optimizer state (LoRA: the adapters) */
     int n_buckets;    /* gradient buckets */
     double shard;     /* DP rank 0's optimizer shard (the largest; params without ZeRO-1) */
+    /* expert parallelism (EP > 1; all 0 without): of `trainable`, the E/EP experts' elements
+     * this rank holds, in a buffer of their own reduced and sharded over EDP = DP/EP (dp/'s
+     * layout of it); n_buckets and shard above are then the dense part's, over DP */
+    double experts;
+    int n_expert_buckets;
+    double expert_shard;
 } plan_stage_dp;
 
 /* step_time.c: the step time of r->layout (r's world and vocab_padded set) split by `part`
@@ -141,9 +147,9 @@ TR_MUST_CHECK int plan_time_model(const tr_config *cfg, const tr_plan_cluster *c
                                   int ranks_per_node, tr_plan_ws *ws, tr_plan_result *r,
                                   tr_plan_explain *ex);
 
-/* ---- costs of one micro-batch on one rank, by part (TR_PLAN_PART_GEMM .. _CP) ---- */
+/* ---- costs of one micro-batch on one rank, by part (TR_PLAN_PART_GEMM .. _EP) ---- */
 
-#define PLAN_COST_PARTS (TR_PLAN_PART_CP + 1)
+#define PLAN_COST_PARTS (TR_PLAN_PART_EP + 1)
 typedef struct {
     double f[PLAN_COST_PARTS], b[PLAN_COST_PARTS];
 } plan_cost;
@@ -161,6 +167,9 @@ typedef struct {
     double keys;
     double cp_bw, cp_lat; /* the CP link as a rank sees it */
     const tr_finetune_config *ft; /* LoRA (lora_rank > 0): the base frozen, adapters trained */
+    int ep;               /* expert parallelism (1: none): E/EP experts a rank */
+    double a2a;           /* EP > 1: one all-to-all of the rank's k T routed rows over its EP
+                           * group (plan_ep_exchange_s) */
 } plan_cost_ctx;
 
 /* LoRA fine-tuning: the base weights frozen (no weight gradients: the linear layers' and the
@@ -190,6 +199,42 @@ void plan_moe_expert_gemms(const plan_cost_ctx *x, double T, plan_gemm_fn gemm_s
                            double *bwd);
 void plan_moe_routing_cost(const plan_cost_ctx *x, double T, double e, plan_gemm_fn gemm_s,
                            double *fwd, double *bwd);
+
+/* ---- expert parallelism (ep.c; Megatron-core 0.8's rules) ---- */
+
+/* L's expert-parallel size, 1 without. */
+static inline int plan_ep(const tr_plan_layout *L) { return L->ep > 1 ? L->ep : 1; }
+/* TR_OK, or TR_ERR_CONFIG naming parallel.expert_model_parallel_size: EP > 1 needs experts,
+ * divides DP and model.num_experts, and runs without context parallelism and ZeRO-3. */
+TR_MUST_CHECK int plan_ep_check(const tr_config *cfg, const tr_plan_layout *L);
+/* TR_OK, or TR_ERR_CONFIG saying why L's EP (> 1) does not run on its runtime: trident's
+ * exchanges the rows in host memory, on the CPU backend (yaml/validate_moe.c refuses it with
+ * training.device cuda). */
+TR_MUST_CHECK int plan_ep_supported(const tr_plan_cluster *c, const tr_plan_layout *L);
+/* The config sets parallel.expert_model_parallel_size (file or --set): the search keeps it. */
+int plan_ep_pinned(const tr_config *cfg);
+/* The EP sizes the search tries for L's DP and CP on c: the config's when pinned, else every
+ * divisor of DP dividing model.num_experts (1 alone without experts, with CP, or where the
+ * runtime has no EP: plan_ep_supported); at most 32. */
+int plan_ep_choices(const tr_config *cfg, const tr_plan_cluster *c, const tr_plan_layout *L,
+                    int *eps);
+/* Elements of every expert of `layers` layers on one TP rank (formulas.c's MLP, E times; the
+ * router not counted: it stays replicated). */
+double plan_stage_expert_params(const tr_model_config *m, int tp, int layers);
+/* Nodes spanned by the most spread EP group (EP consecutive dp coordinates of one (tp, pp))
+ * and EDP group (the D/EP dp coordinates ep, ep + EP, ... of one (tp, pp)), block placement. */
+void plan_ep_spans(const tr_topo *topo, int gpus_per_node, int ep, int *ep_nodes,
+                   int *edp_nodes);
+/* One all-to-all of `bytes` a rank (its share to itself included) over n ranks spread over
+ * `nodes` nodes (ceil(n / nodes) a node): (m - 1)/n of it over the intra-node link (intra_bw),
+ * (n - m)/n over the node's NICs (inter_bw: what one rank gets of them) at once, the slower
+ * of the two, plus (n - 1) latencies of the farthest link; n <= 1: 0. */
+double plan_alltoall_s(double bytes, int n, int nodes, double intra_bw, double intra_lat,
+                       double inter_bw, double inter_lat);
+/* Expert parallelism's all-to-alls of one layer and one micro-batch (x->ep > 1): the routed
+ * rows out to their experts' owners and the outputs back, forward and backward, and again in
+ * full recompute's forward: 4 (6) x x->a2a. */
+void plan_ep_cost(const plan_cost_ctx *x, plan_cost *o);
 
 /* Context parallelism's collectives of one layer and one micro-batch (x->cp > 1): forward
  * the group's K and V all-gathered (trident: fp32), backward gathered again and their

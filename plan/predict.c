@@ -55,6 +55,7 @@ int tr_plan_layout_from_config(const tr_config *cfg, int world, tr_plan_layout *
     out->tp = tp;
     out->pp = pp;
     out->cp = cp;
+    out->ep = p->expert_model_parallel_size > 1 ? p->expert_model_parallel_size : 1;
     out->dp = world / (tp * pp * cp);
     int rc = tr_pp_kind_parse(p->pipeline_schedule, &out->schedule);
     if (rc)
@@ -112,53 +113,72 @@ static int check_layout(const tr_config *cfg, const tr_plan_layout *L, int world
     if (L->micro_batch < 1 || L->global_batch < 1 || L->num_micro_batches < 1)
         return tr_fail(TR_ERR_CONFIG, "micro-batch %d / global batch %d: both must be >= 1",
                        L->micro_batch, L->global_batch);
+    int rc = plan_ep_check(cfg, L);
+    if (rc)
+        return rc;
     return tr_pp_validate(L->pp, L->num_micro_batches, L->schedule, L->v);
 }
 
 /* The ranks that sum a stage's gradients and shard its optimizer: DP x CP. */
 static int dp_cp(const tr_plan_layout *L) { return L->dp * (L->cp > 1 ? L->cp : 1); }
 
-/* Stage st's buckets and shard from dp/'s own layout (tr_dp_layout), with the tied embedding
- * copies aligned as the engine passes them when P > 1: tensors lie in reverse forward order,
- * so the first stage's wte ends its buffer and the last stage's copy starts it. */
-static int stage_dp_layout(const tr_config *cfg, const tr_plan_layout *L, int vocab_padded,
-                           int st, tr_plan_ws *ws, plan_stage_dp *out)
+/* dp/'s buckets and shard (tr_dp_layout) of an n-element buffer over `ranks`, with `al` (when
+ * non-NULL) aligned; the search asks for the same layouts again (recompute variants):
+ * remembered in ws. */
+static int dp_layout_of(const tr_config *cfg, const tr_plan_layout *L, size_t n, int ranks,
+                        const tr_dp_range *al, int st, tr_plan_ws *ws, int *n_buckets,
+                        double *shard_out)
 {
-    size_t n = (size_t)out->trainable;
-    size_t wte = (size_t)vocab_padded * (size_t)cfg->model.hidden_size / (size_t)L->tp;
     tr_dp_config dc = {.bucket_size_mb = L->bucket_size_mb,
                        .overlap_grad_reduce = L->overlap_grad_reduce,
                        .distributed_optimizer = L->distributed_optimizer};
-    tr_dp_range al = {st == 0 ? n - wte : 0, wte};
-    int aligned = L->pp > 1 && (st == 0 || st == L->pp - 1) && !cfg->finetune.lora_rank;
-    if (aligned) {
-        dc.aligned = &al;
+    if (al) {
+        dc.aligned = al;
         dc.n_aligned = 1;
     }
-    /* the search asks for the same layouts again (recompute variants): remember them */
-    struct plan_dp_memo key = {1, dp_cp(L), L->distributed_optimizer, L->overlap_grad_reduce, 0,
-                               L->bucket_size_mb, n, aligned ? al.offset : 0,
-                               aligned ? al.count : 0, 0};
+    struct plan_dp_memo key = {1, ranks, L->distributed_optimizer, L->overlap_grad_reduce, 0,
+                               L->bucket_size_mb, n, al ? al->offset : 0, al ? al->count : 0, 0};
     size_t h = (n * 31 + (size_t)key.dp * 7 + (size_t)key.zero * 3 + (size_t)key.overlap +
                 key.al_start * 13 + (size_t)(L->bucket_size_mb * 1000)) % 256;
     struct plan_dp_memo *m = &ws->dp_memo[h];
     if (m->used && m->dp == key.dp && m->zero == key.zero && m->overlap == key.overlap &&
         m->bucket_mb == key.bucket_mb && m->n == key.n && m->al_start == key.al_start &&
         m->al_len == key.al_len) {
-        out->n_buckets = m->n_buckets;
-        out->shard = (double)m->shard;
+        *n_buckets = m->n_buckets;
+        *shard_out = (double)m->shard;
         return TR_OK;
     }
     size_t shard = 0;
-    int rc = tr_dp_layout(&dc, n, dp_cp(L), 0, &out->n_buckets, &shard);
+    int rc = tr_dp_layout(&dc, n, ranks, 0, n_buckets, &shard);
     if (rc)
         return tr_fail_context(rc, "%s: pipeline stage %d (%zu gradient elements per rank)",
                                tr_config_where(cfg, "parallel.ddp_bucket_size_mb"), st, n);
-    out->shard = (double)shard;
-    key.n_buckets = out->n_buckets;
+    *shard_out = (double)shard;
+    key.n_buckets = *n_buckets;
     key.shard = shard;
     *m = key;
     return TR_OK;
+}
+
+/* Stage st's buckets and shard from dp/'s own layout, with the tied embedding copies aligned
+ * as the engine passes them when P > 1: tensors lie in reverse forward order, so the first
+ * stage's wte ends its buffer and the last stage's copy starts it. With EP > 1 the experts'
+ * elements are a buffer of their own over EDP = DP/EP, the rest over DP. */
+static int stage_dp_layout(const tr_config *cfg, const tr_plan_layout *L, int vocab_padded,
+                           int st, tr_plan_ws *ws, plan_stage_dp *out)
+{
+    size_t n = (size_t)(out->trainable - out->experts);
+    size_t wte = (size_t)vocab_padded * (size_t)cfg->model.hidden_size / (size_t)L->tp;
+    tr_dp_range al = {st == 0 ? n - wte : 0, wte};
+    int aligned = L->pp > 1 && (st == 0 || st == L->pp - 1) && !cfg->finetune.lora_rank;
+    int rc = dp_layout_of(cfg, L, n, dp_cp(L), aligned ? &al : NULL, st, ws, &out->n_buckets,
+                          &out->shard);
+    out->n_expert_buckets = 0;
+    out->expert_shard = 0;
+    if (rc || out->experts <= 0)
+        return rc;
+    return dp_layout_of(cfg, L, (size_t)out->experts, L->dp / plan_ep(L), NULL, st, ws,
+                        &out->n_expert_buckets, &out->expert_shard);
 }
 
 static double gib(double b) { return b / GIB; }
@@ -209,8 +229,11 @@ static void zero_windows(const tr_model_config *m, const tr_plan_layout *L, int 
                          int st, int layers, double shard, double wb, double gb,
                          tr_plan_memory *mm)
 {
-    double h = m->hidden_size, t = L->tp;
+    double h = m->hidden_size, t = L->tp, ep = plan_ep(L);
+    /* a layer's elements on this rank (EP: its E/EP experts) */
     double layer = layers > 0 ? tr_plan_stage_params(m, vocab_padded, L->tp, 3, 1, 1) : 0;
+    if (layers > 0 && ep > 1)
+        layer -= plan_stage_expert_params(m, L->tp, 1) * (1 - 1 / ep);
     double wte = (double)vocab_padded * h / t, wpe = (double)m->max_position_embeddings * h;
     double bucket = L->bucket_size_mb > 0 && L->overlap_grad_reduce
                         ? L->bucket_size_mb * 262144.0 : layer;
@@ -310,9 +333,10 @@ static void memory_model(const tr_config *cfg, const tr_plan_cluster *c,
         tr_plan_memory mm = {0};
         mm.weights = params * wb;
         mm.grads = sd[st].trainable * gb;
-        mm.optimizer = sd[st].shard * ob;
+        mm.optimizer = (sd[st].shard + sd[st].expert_shard) * ob;
         if (dp_cp(L) > 1 && L->zero_stage >= 2 && !cfg->finetune.lora_rank) /* LoRA: adapters whole */
-            zero_windows(m, L, r->vocab_padded, st, layers, sd[st].shard, wb, gb, &mm);
+            zero_windows(m, L, r->vocab_padded, st, layers, sd[st].shard + sd[st].expert_shard,
+                         wb, gb, &mm);
         if (L->trident_kernels)
             trident_stage_memory(&ta, L, st, layers, peaks[st], &mm);
         else
@@ -365,7 +389,7 @@ int plan_evaluate(const tr_config *cfg, const tr_plan_layout *layout, int world,
     if (rc)
         return rc;
     const tr_model_config *m = &cfg->model;
-    if ((rc = plan_cp_supported(cfg, c, layout)))
+    if ((rc = plan_cp_supported(cfg, c, layout)) || (rc = plan_ep_supported(c, layout)))
         return rc;
     tr_plan_layout L = *layout;
     out->layout = L;
@@ -400,10 +424,17 @@ int plan_evaluate(const tr_config *cfg, const tr_plan_layout *layout, int world,
         for (int ch = 0; ch < L.v; ch++)
             layers += tr_pp_layer_count(part, st, ch);
         sd[st].params = tr_plan_stage_params(m, out->vocab_padded, L.tp, L.pp, st, layers);
+        sd[st].experts = 0;
+        if (plan_ep(&L) > 1) { /* E/EP experts a rank */
+            double all = plan_stage_expert_params(m, L.tp, layers);
+            sd[st].experts = all / plan_ep(&L);
+            sd[st].params -= all - sd[st].experts;
+        }
         sd[st].trainable = sd[st].params;
         if (cfg->finetune.lora_rank) { /* LoRA: the base frozen, the adapters trained */
             sd[st].trainable = tr_plan_stage_adapters(cfg, L.tp, layers);
             sd[st].params += sd[st].trainable;
+            sd[st].experts = 0; /* (frozen with the base) */
         }
         if ((rc = stage_dp_layout(cfg, &L, out->vocab_padded, st, ws, &sd[st])))
             goto done;

@@ -16,10 +16,12 @@ int tr_plan_layout_label(const tr_plan_layout *l, char *buf, size_t n)
         return snprintf(buf, n, "TP%d PP%d DP%d (any micro-batch)", l->tp, l->pp, l->dp);
     int cp = l->cp > 1 ? l->cp : 1;
     int z = l->dp * cp > 1 ? (l->zero_stage > 1 ? l->zero_stage : l->distributed_optimizer) : 0;
-    char cps[16] = "";
+    char cps[16] = "", eps[16] = "";
     if (cp > 1)
         snprintf(cps, sizeof cps, "CP%d ", cp);
-    return snprintf(buf, n, "TP%d %sPP%d DP%d mb%d %s%s%.0d", l->tp, cps, l->pp, l->dp,
+    if (l->ep > 1)
+        snprintf(eps, sizeof eps, "EP%d ", l->ep);
+    return snprintf(buf, n, "TP%d %sPP%d DP%d %smb%d %s%s%.0d", l->tp, cps, l->pp, l->dp, eps,
                     l->micro_batch, tr_plan_recompute_name(l->recompute), z ? " zero" : "", z);
 }
 
@@ -114,6 +116,14 @@ void tr_plan_print(FILE *f, const tr_config *cfg, const tr_plan_cluster *c, cons
                 L->cp, cfg->model.seq_length / L->cp, tr_plan_link_name(r->cp_link),
                 dur(r->cp_comm_s, cpt, sizeof cpt), L->dp * L->cp);
     }
+    if (L->ep > 1) {
+        char ept[32];
+        fprintf(f, "expert parallel: EP %d (%d of %d experts a rank), %s all-to-alls of the "
+                   "routed rows, %s a micro-batch (4 a layer, 6 with full recompute; balanced "
+                   "routing assumed); expert gradients summed over EDP = DP / EP = %d, %s\n",
+                L->ep, m->num_experts / L->ep, m->num_experts, tr_plan_link_name(r->ep_link),
+                dur(r->ep_comm_s, ept, sizeof ept), L->dp / L->ep, tr_plan_link_name(r->edp_link));
+    }
     fprintf(f, "links: TP %s, PP %s, DP %s; runtime %s (P2P %s%s, gradient accumulation %s)%s\n",
             tr_plan_link_name(r->tp_link), tr_plan_link_name(r->pp_link),
             tr_plan_link_name(r->dp_link),
@@ -196,6 +206,8 @@ static void json_layout(tr_json *j, const char *key, const tr_plan_layout *L)
     tr_json_int(j, "tp", L->tp);
     if (L->cp > 1) /* (key only with context parallelism: 3-D layouts' JSON unchanged) */
         tr_json_int(j, "cp", L->cp);
+    if (L->ep > 1) /* (likewise expert parallelism) */
+        tr_json_int(j, "ep", L->ep);
     tr_json_int(j, "pp", L->pp);
     tr_json_int(j, "dp", L->dp);
     if (L->micro_batch > 0) {
@@ -278,6 +290,11 @@ static void json_result_fields(tr_json *j, const tr_plan_result *r)
         tr_json_double(j, "cp_comm_per_micro_batch_s", r->cp_comm_s);
         tr_json_string(j, "cp_link", tr_plan_link_name(r->cp_link));
     }
+    if (r->layout.ep > 1) {
+        tr_json_double(j, "ep_comm_per_micro_batch_s", r->ep_comm_s);
+        tr_json_string(j, "ep_link", tr_plan_link_name(r->ep_link));
+        tr_json_string(j, "edp_link", tr_plan_link_name(r->edp_link));
+    }
     tr_json_object_end(j);
     tr_json_double(j, "tokens_per_step", r->tokens_per_step);
     tr_json_double(j, "hardware_flops_per_step", r->hardware_flops);
@@ -302,7 +319,7 @@ void tr_plan_write_json(FILE *f, const tr_config *cfg, const tr_plan_cluster *c,
 
 /* The time of a step split into parts that add up to it (for comparing two layouts). */
 typedef struct {
-    double compute, tp, bubble, dp, other;
+    double compute, tp, ep, bubble, dp, other;
 } time_parts;
 
 static time_parts parts_of(const tr_plan_result *r)
@@ -311,17 +328,18 @@ static time_parts parts_of(const tr_plan_result *r)
     time_parts p;
     p.compute = M * (r->compute_f_s + r->compute_b_s);
     p.tp = M * r->tp_comm_s;
-    p.bubble = r->pipeline_s - p.compute - p.tp;
+    p.ep = M * r->ep_comm_s;
+    p.bubble = r->pipeline_s - p.compute - p.tp - p.ep;
     p.dp = r->dp_exposed_s;
     p.other = r->embed_sync_s + r->param_gather_s + r->optimizer_s;
     return p;
 }
 
-static void print_row(FILE *f, int rank, const tr_plan_result *r)
+static void print_row(FILE *f, int rank, const tr_plan_result *r, int width)
 {
     char lab[96];
     tr_plan_layout_label(&r->layout, lab, sizeof lab);
-    fprintf(f, "%4d  %-34s %10.0f %9.1f %7.1f %6.1f%% %8.1f %7.1f%%\n", rank, lab,
+    fprintf(f, "%4d  %-*s %10.0f %9.1f %7.1f %6.1f%% %8.1f %7.1f%%\n", rank, width, lab,
             r->tokens_per_s, r->tflops_per_gpu, r->model_tflops_per_gpu, 100 * r->mfu,
             r->memory.total / GIB, 100 * r->bubble_fraction);
 }
@@ -337,6 +355,8 @@ static void why_faster(FILE *f, const tr_plan_result *best, const tr_plan_result
     fprintf(f, "  %-34s %10s %10s\n", "part of the step (slowest stage)", "#1", "config");
     fprintf(f, "  %-34s %9.2fs %9.2fs\n", "compute (recompute included)", x.compute, y.compute);
     fprintf(f, "  %-34s %9.2fs %9.2fs\n", "tensor-parallel communication", x.tp, y.tp);
+    if (x.ep > 0 || y.ep > 0)
+        fprintf(f, "  %-34s %9.2fs %9.2fs\n", "expert all-to-all", x.ep, y.ep);
     fprintf(f, "  %-34s %9.2fs %9.2fs\n", "pipeline bubble + P2P", x.bubble, y.bubble);
     fprintf(f, "  %-34s %9.2fs %9.2fs\n", "exposed DP reduction", x.dp, y.dp);
     fprintf(f, "  %-34s %9.2fs %9.2fs\n", "embedding sync, optimizer, ZeRO-1", x.other, y.other);
@@ -356,16 +376,21 @@ void tr_plan_print_search(FILE *f, const tr_config *cfg, const tr_plan_cluster *
     describe_cluster(f, c, s->world);
     fprintf(f, "searched %d layouts in %.2f s: %d fit in memory, %d rejected\n\n",
             s->n_candidates, s->seconds, s->n_fit, s->n_rejected);
-    fprintf(f, "rank  %-34s %10s %9s %7s %7s %8s %8s\n", "layout", "tokens/s", "TFLOP/s",
+    int n = top < s->n_fit ? top : s->n_fit, width = 34;
+    char lab[96];
+    for (int i = 0; i < s->n_fit; i++) /* (wider only for EP's labels: the rest as before) */
+        if ((i < n || i + 1 == s->config_rank) && s->fit[i].layout.ep > 1) {
+            int len = tr_plan_layout_label(&s->fit[i].layout, lab, sizeof lab);
+            width = len > width ? len : width;
+        }
+    fprintf(f, "rank  %-*s %10s %9s %7s %7s %8s %8s\n", width, "layout", "tokens/s", "TFLOP/s",
             "model", "MFU", "mem GiB", "idle");
-    int n = top < s->n_fit ? top : s->n_fit;
     for (int i = 0; i < n; i++)
-        print_row(f, i + 1, &s->fit[i]);
+        print_row(f, i + 1, &s->fit[i], width);
     if (s->config_rank > n)
-        print_row(f, s->config_rank, &s->fit[s->config_rank - 1]);
+        print_row(f, s->config_rank, &s->fit[s->config_rank - 1], width);
     fputc('\n', f);
     const tr_plan_result *own = &s->config_result;
-    char lab[96];
     if (own->world > 0) {
         tr_plan_layout_label(&own->layout, lab, sizeof lab);
         if (s->config_rank == 1)

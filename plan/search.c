@@ -1,4 +1,4 @@
-/* Layout search: every (TP, CP, PP, DP, micro-batch, recompute, ZeRO-1) of a world size, memory
+/* Layout search: every (TP, CP, PP, DP, EP, micro-batch, recompute, ZeRO-1) of a world size, memory
  * first (cheap), step time for those that fit, ranked by tokens/s. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -62,6 +62,7 @@ static int same_layout(const tr_plan_layout *a, const tr_plan_layout *b)
 {
     int da = a->dp * cp_of(a), db = b->dp * cp_of(b);
     return a->tp == b->tp && cp_of(a) == cp_of(b) && a->pp == b->pp && a->dp == b->dp &&
+           plan_ep(a) == plan_ep(b) &&
            a->micro_batch == b->micro_batch && a->recompute == b->recompute &&
            (a->distributed_optimizer && da > 1) == (b->distributed_optimizer && db > 1);
 }
@@ -194,13 +195,18 @@ int tr_plan_search(const tr_config *cfg, int world, const tr_plan_cluster *c,
                     mbs[n_mb++] = b;
                 if ((cfg_mb & (cfg_mb - 1)) && (long)cfg_mb * L.dp <= GB)
                     mbs[n_mb++] = cfg_mb;
+                /* expert parallelism: every EP dividing DP and the experts, or the config's */
+                int eps[32], n_ep = plan_ep_choices(cfg, c, &L, eps);
                 for (int i = 0; i < n_mb && !rc; i++) {
                     if (GB % (mbs[i] * L.dp))
                         continue;
                     L.micro_batch = mbs[i];
                     L.num_micro_batches = GB / (mbs[i] * L.dp);
                     L.batch_ok = 1;
-                    rc = try_micro_batch(&S, cfg, c, L, res);
+                    for (int k = 0; k < n_ep && !rc; k++) {
+                        L.ep = eps[k];
+                        rc = try_micro_batch(&S, cfg, c, L, res);
+                    }
                 }
             }
         }

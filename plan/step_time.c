@@ -48,6 +48,7 @@ static void stage_costs(const tr_pp_partition *part, const plan_cost_ctx *x, int
     plan_cost layer, emb, out;
     plan_layer_cost(x, &layer);
     plan_cp_cost(x, x->L->bf16 ? 2.0 : 4.0, &layer);
+    plan_ep_cost(x, &layer);
     plan_embedding_cost(x, &emb);
     plan_output_cost(x, &out);
     double lf = 0, lb = 0, ef = 0, eb = 0, of = 0, ob = 0;
@@ -127,6 +128,17 @@ int plan_time_model(const tr_config *cfg, const tr_plan_cluster *c, const tr_pp_
     r->tp_link = tpv.link;
     r->dp_link = dpv.link;
     r->cp_link = cpv.link;
+    /* expert parallelism: the EP group's all-to-all (every rank of a node exchanging at once
+     * shares its NICs) and the EDP group's expert gradients */
+    int ep = plan_ep(L), edp = d / ep, ep_nodes = 1, edp_nodes = 1;
+    if (ep > 1)
+        plan_ep_spans(&topo, c->gpus_per_node, ep, &ep_nodes, &edp_nodes);
+    link_view edpv = edp <= 1 ? (link_view){TR_PLAN_LINK_NONE, 0, 0}
+                              : view_of(c, edp_nodes > 1 ? TR_PLAN_LINK_INTER : TR_PLAN_LINK_INTRA,
+                                        (edp + edp_nodes - 1) / edp_nodes, ranks_per_node);
+    r->ep_link = ep <= 1 ? TR_PLAN_LINK_NONE
+                 : ep_nodes > 1 ? TR_PLAN_LINK_INTER : TR_PLAN_LINK_INTRA;
+    r->edp_link = ep <= 1 ? TR_PLAN_LINK_NONE : edpv.link;
     double rate = c->peak_flops * c->gemm_efficiency /
                   (c->device == TR_PLAN_DEVICE_CPU ? ranks_per_node : 1);
     r->compute_rate = rate;
@@ -135,7 +147,19 @@ int plan_time_model(const tr_config *cfg, const tr_plan_cluster *c, const tr_pp_
     plan_cost_ctx x = {.c = c, .m = &local, .L = L, .vocab_padded = r->vocab_padded, .rate = rate,
                        .ar_tp = tr_plan_allreduce_s(act_msg, t, tpv.bw, tpv.lat),
                        .tp_bw = tpv.bw, .tp_lat = tpv.lat, .ft = &cfg->finetune, .cp = cp,
-                       .keys = m->seq_length, .cp_bw = cpv.bw, .cp_lat = cpv.lat};
+                       .keys = m->seq_length, .cp_bw = cpv.bw, .cp_lat = cpv.lat, .ep = ep};
+    if (ep > 1) {
+        /* the routed rows of the rank's N tokens, k a token, of h elements (trident's kernels:
+         * fp32): N = b s, or b s / t where sequence parallelism splits them over TP (as
+         * Megatron's dispatcher does, whose TP all-gather of the received rows is not
+         * counted apart) */
+        link_view in = view_of(c, TR_PLAN_LINK_INTRA, 1, ranks_per_node);
+        link_view out = view_of(c, TR_PLAN_LINK_INTER, 1, ranks_per_node);
+        int sp_ep = L->sequence_parallel && t > 1;
+        double rows = (double)m->moe_router_topk * s * b / (sp_ep ? t : 1);
+        x.a2a = plan_alltoall_s(rows * h * (L->trident_kernels ? 4.0 : elem), ep, ep_nodes,
+                                in.bw, in.lat, out.bw, out.lat);
+    }
 
     /* per stage: costs (sc), P2P per link, then 5 arrays of results */
     stage_cost *sc = tr_alloc(sizeof *sc * (size_t)P, "stage costs");
@@ -155,10 +179,13 @@ int plan_time_model(const tr_config *cfg, const tr_plan_cluster *c, const tr_pp_
     const stage_cost *w = &sc[r->slow_stage];
     r->tf_s = w->tf;
     r->tb_s = w->tb;
-    r->compute_f_s = w->tf - w->k.f[TR_PLAN_PART_TP] - w->k.f[TR_PLAN_PART_CP];
-    r->compute_b_s = w->tb - w->k.b[TR_PLAN_PART_TP] - w->k.b[TR_PLAN_PART_CP];
+    r->compute_f_s = w->tf - w->k.f[TR_PLAN_PART_TP] - w->k.f[TR_PLAN_PART_CP] -
+                     w->k.f[TR_PLAN_PART_EP];
+    r->compute_b_s = w->tb - w->k.b[TR_PLAN_PART_TP] - w->k.b[TR_PLAN_PART_CP] -
+                     w->k.b[TR_PLAN_PART_EP];
     r->tp_comm_s = w->k.f[TR_PLAN_PART_TP] + w->k.b[TR_PLAN_PART_TP];
     r->cp_comm_s = w->k.f[TR_PLAN_PART_CP] + w->k.b[TR_PLAN_PART_CP];
+    r->ep_comm_s = w->k.f[TR_PLAN_PART_EP] + w->k.b[TR_PLAN_PART_EP];
 
     /* P2P over the link between stage st and st+1 (mod P: the interleaved wrap) */
     int sp = L->sequence_parallel && t > 1;
@@ -230,11 +257,22 @@ int plan_time_model(const tr_config *cfg, const tr_plan_cluster *c, const tr_pp_
         double finish = po.end[st];
         gath[st] = 0;
         if (dcp > 1) {
-            double grads = sd[st].trainable * gb;
+            double grads = (sd[st].trainable - sd[st].experts) * gb;
             int nb = sd[st].n_buckets;
             double per = L->distributed_optimizer
                              ? tr_plan_reduce_scatter_s(grads / nb, dcp, dpv.bw, dpv.lat)
                              : tr_plan_allreduce_s(grads / nb, dcp, dpv.bw, dpv.lat);
+            if (sd[st].n_expert_buckets > 0) {
+                /* EP: the experts' buckets over EDP after the dense ones over DP, timed as
+                 * one run of buckets of their mean length */
+                int ne = sd[st].n_expert_buckets;
+                double eg = sd[st].experts * gb / ne;
+                double pe = L->distributed_optimizer
+                                ? tr_plan_reduce_scatter_s(eg, edp, edpv.bw, edpv.lat)
+                                : tr_plan_allreduce_s(eg, edp, edpv.bw, edpv.lat);
+                per = (per * nb + pe * ne) / (nb + ne);
+                nb += ne;
+            }
             double window = tbc[st * L->v]; /* the last backward: chunk 0 */
             double busy = (tpv.link == dpv.link
                                ? sc[st].k.b[TR_PLAN_PART_TP] * window / sc[st].tb
@@ -250,14 +288,17 @@ int plan_time_model(const tr_config *cfg, const tr_plan_cluster *c, const tr_pp_
             if (per * nb > dp_comm)
                 dp_comm = per * nb;
             if (L->distributed_optimizer)
-                gath[st] = tr_plan_allgather_s(sd[st].trainable * wb, dcp, dpv.bw, dpv.lat);
+                gath[st] = tr_plan_allgather_s((sd[st].trainable - sd[st].experts) * wb, dcp,
+                                               dpv.bw, dpv.lat) +
+                           tr_plan_allgather_s(sd[st].experts * wb, edp, edpv.bw, edpv.lat);
         }
         if (gath[st] > gather)
             gather = gath[st];
         fin[st] = finish;
         if (finish > step_core)
             step_core = finish;
-        opt[st] = plan_optimizer_s(c, sd[st].trainable, sd[st].shard, L->bf16);
+        opt[st] = plan_optimizer_s(c, sd[st].trainable, sd[st].shard + sd[st].expert_shard,
+                                   L->bf16);
         if (opt[st] > opt_max)
             opt_max = opt[st];
     }
