@@ -256,6 +256,16 @@ TR_MUST_CHECK int tr_gpt_shape_from_config(const tr_config *cfg, int layer_first
  * tables round its output and qkv gradient as the one-process op does), no experts. */
 void tr_gpt_shape_set_cp(tr_gpt_shape *s, int cp, int rank);
 TR_MUST_CHECK int tr_gpt_set_cp(tr_gpt *g, tr_comm *cp_comm);
+/* Expert parallelism (Megatron's expert_model_parallel_size; gpt_moe_ep.c): the EP group of
+ * size EP (dividing E), given before any tr_gpt_acts_create. EP rank r runs experts
+ * [r E/EP, (r+1) E/EP) of every MoE layer on the rows of every peer's tokens routed to them:
+ * per layer and micro-batch the peers exchange their per-expert counts, send each routed row
+ * to its expert's owner and get the outputs back (backward: the output gradients out, the
+ * input gradients back; recompute exchanges again), so the peers must run the same schedule.
+ * Every rank still holds every expert's parameters: the others' gradients stay 0 here and
+ * the data-parallel sum (EP divides DP) adds the owners' in. Host memory (a UCX group); the
+ * routing, the losses and everything else stay this rank's own. NULL: none. */
+TR_MUST_CHECK int tr_gpt_set_ep(tr_gpt *g, tr_comm *ep_comm);
 /* tp_comm: the TP group (size tp_size, this rank tp_rank); NULL iff tp_size == 1. */
 TR_MUST_CHECK int tr_gpt_create(const tr_gpt_shape *shape, const tr_kernels *k, tr_comm *tp_comm,
                   tr_gpt **out);

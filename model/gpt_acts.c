@@ -34,14 +34,15 @@ static size_t atty_floats(const tr_gpt *g, size_t n) { return gpt_atty16(g) ? (n
 static size_t qkv_floats(const tr_gpt *g, size_t n) { return gpt_qkv16(g) ? (n + 1) / 2 : n; }
 
 /* Floats of a layer's router and routed rows (MoE; M = N k): probs, lse, idx, weights, the
- * routed rows' token, slot and weight, their inputs and outputs (fch and fch_gelu: M rows). */
+ * routed rows' token, slot and weight, their inputs and outputs (fch and fch_gelu: M rows);
+ * with expert parallelism the EP M rows the experts may receive (gpt_ep_rows). */
 static size_t moe_acts_floats(const tr_gpt *g, int B)
 {
     if (!g->s.num_experts)
         return 0;
     size_t N = (size_t)B * g->s.T, E = (size_t)g->s.num_experts, M = N * g->s.moe_topk;
-    size_t C = (size_t)g->s.C;
-    return padded(N * E) + padded(N) + 2 * padded(M) + 3 * padded(M) + 2 * padded(M * C);
+    size_t C = (size_t)g->s.C, ex = g->ep ? padded(gpt_ep_rows(g) * M * C) : 0;
+    return padded(N * E) + padded(N) + 2 * padded(M) + 3 * padded(M) + 2 * padded(M * C) + ex;
 }
 
 static void moe_acts_carve(const tr_gpt *g, int B, layer_acts *L, float **c)
@@ -57,6 +58,7 @@ static void moe_acts_carve(const tr_gpt *g, int B, layer_acts *L, float **c)
     L->moe_w = take(c, M);
     L->moe_x = take(c, M * C);
     L->moe_y = take(c, M * C);
+    L->moe_ex = g->ep ? take(c, gpt_ep_rows(g) * M * C) : NULL;
 }
 
 /* Floats of one layer's activations (everything of layer_acts). */
@@ -72,7 +74,8 @@ static size_t layer_acts_floats(const tr_gpt *g, int B)
     size_t ln2 = input_shared(g, LORA_FC1) ? 0 : ln_floats(g, N * C);
     size_t gelu = input_shared(g, LORA_FC2) ? 0 : gelu_floats(g, N * F);
     size_t atty = atty_floats(g, N * Al);
-    size_t R = g->s.num_experts ? (size_t)g->s.moe_topk : 1; /* MLP rows per token */
+    size_t R = g->s.num_experts ? (size_t)g->s.moe_topk * gpt_ep_rows(g) : 1; /* MLP rows
+                                                                                  * per token */
     size_t sizes[] = {ln1,    Nl,     Nl, qkv_floats(g, N * Q), atty, lse, Nl * C,
                       ln2,    Nl,     Nl, fch_floats(g, R * N * Fw), R * gelu, Nl * C, lora};
     size_t total = moe_acts_floats(g, B);
@@ -100,7 +103,7 @@ static void layer_acts_carve(const tr_gpt *g, int B, layer_acts *L, float **c, i
         L->ln2 = input_shared(g, LORA_FC1) ? NULL : take(c, ln_floats(g, N * C));
         L->ln2_mean = take(c, Nl);
         L->ln2_rstd = take(c, Nl);
-        size_t R = g->s.num_experts ? (size_t)g->s.moe_topk : 1; /* MLP rows per token */
+        size_t R = g->s.num_experts ? (size_t)g->s.moe_topk * gpt_ep_rows(g) : 1;
         L->fch = take(c, fch_floats(g, R * N * (size_t)g->Fwl));
         L->fch_gelu =
             input_shared(g, LORA_FC2) ? NULL : take(c, R * gelu_floats(g, N * g->Fl));
@@ -122,15 +125,15 @@ static size_t head_w16_floats(const tr_gpt *g)
     return ((size_t)g->Vl * g->s.C + 1) / 2;
 }
 
-/* Floats of the MoE scratch (gpt_scratch.moe_*; M = N k). */
+/* Floats of the MoE scratch (gpt_scratch.moe_*; M = N k; X = EP M the experts' rows). */
 static size_t moe_scratch_floats(const tr_gpt *g, int B)
 {
     if (!g->s.num_experts)
         return 0;
     size_t N = (size_t)B * g->s.T, E = (size_t)g->s.num_experts, M = N * g->s.moe_topk;
-    size_t C = (size_t)g->s.C;
-    return 2 * padded(N * E) + padded(N * C) + padded(M * C) + padded(M * (size_t)g->Fwl) +
-           padded(M * (size_t)g->Fl) + 2 * padded(M) + padded(E);
+    size_t C = (size_t)g->s.C, X = gpt_ep_rows(g) * M, ey = g->ep ? padded(X * C) : 0;
+    return 2 * padded(N * E) + padded(N * C) + padded(M * C) + padded(X * (size_t)g->Fwl) +
+           padded(X * (size_t)g->Fl) + 2 * padded(M) + padded(E) + ey;
 }
 
 static void moe_scratch_carve(const tr_gpt *g, int B, gpt_scratch *sc, float **c)
@@ -140,12 +143,13 @@ static void moe_scratch_carve(const tr_gpt *g, int B, gpt_scratch *sc, float **c
     sc->moe_logits = take(c, N * E);
     sc->moe_sum = take(c, N * C);
     sc->moe_dx = take(c, M * C);
-    sc->moe_dfch = take(c, M * (size_t)g->Fwl);
-    sc->moe_dact = take(c, M * (size_t)g->Fl);
+    sc->moe_dfch = take(c, gpt_ep_rows(g) * M * (size_t)g->Fwl);
+    sc->moe_dact = take(c, gpt_ep_rows(g) * M * (size_t)g->Fl);
     sc->moe_dlogits = take(c, N * E);
     sc->moe_dweights = take(c, M);
     sc->moe_dw = take(c, M);
     sc->moe_aux_grad = take(c, E);
+    sc->moe_ey = g->ep ? take(c, gpt_ep_rows(g) * M * C) : NULL;
 }
 
 static size_t scratch_floats(const tr_gpt *g, int B)
@@ -311,9 +315,9 @@ int tr_gpt_acts_create(tr_gpt *g, int B, tr_gpt_acts **out)
     a->dres = take(&c, Nl * C);
     for (int l = 0; l < s->layer_count; l++)
         layer_acts_carve(g, B, &a->layers[l], &c, s->recompute);
-    if (s->num_experts) { /* host: each layer's losses and expert counts */
-        size_t E = (size_t)s->num_experts, n = (size_t)s->layer_count;
-        a->moe_host = tr_alloc(n * (E * sizeof(int) + 2 * sizeof(double)), "expert counts");
+    if (s->num_experts) { /* host: each layer's losses and expert counts (and EP peers') */
+        size_t E = (size_t)s->num_experts, n = (size_t)s->layer_count, ep = g->ep ? 2 : 1;
+        a->moe_host = tr_alloc(n * (ep * E * sizeof(int) + 2 * sizeof(double)), "expert counts");
         if (!a->moe_host) {
             tr_gpt_acts_free(a);
             return TR_ERR_NOMEM;
@@ -321,6 +325,8 @@ int tr_gpt_acts_create(tr_gpt *g, int B, tr_gpt_acts **out)
         for (size_t l = 0; l < n; l++) {
             a->layers[l].moe_losses = (double *)a->moe_host + 2 * l;
             a->layers[l].moe_counts = (int *)((double *)a->moe_host + 2 * n) + l * E;
+            if (g->ep)
+                a->layers[l].moe_ep_counts = (int *)((double *)a->moe_host + 2 * n) + (n + l) * E;
         }
     }
     if (emb_ln_floats(g, B)) {

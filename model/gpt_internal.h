@@ -46,6 +46,11 @@ typedef struct {
     float *moe_w;                     /* (M) routed row i's weight */
     float *moe_x, *moe_y;             /* (M, C) experts' inputs (ln2 rows) and outputs */
     int *moe_counts;                  /* host (E): tokens of each expert */
+    /* expert parallelism (gpt_moe_ep.c; NULL without): the rows this rank's experts ran,
+     * received from every EP peer (source-major, then expert: at most EP M rows; fch and
+     * fch_gelu then hold EP M rows), and host (EP, E/EP) how many each peer sent each */
+    float *moe_ex;
+    int *moe_ep_counts;
     double *moe_losses;               /* host (2): the layer's load-balancing loss and z-loss,
                                        * without their coefficients */
 } layer_acts;
@@ -105,6 +110,7 @@ typedef struct {
      * gradients, (E) the balancing loss's gradient */
     float *moe_logits, *moe_sum, *moe_dx, *moe_dfch, *moe_dact, *moe_dlogits, *moe_dweights;
     float *moe_dw, *moe_aux_grad;
+    float *moe_ey; /* expert parallelism: (EP M, C) the experts' outputs, then gradients */
     float *layer_memory;          /* recompute: one layer's full activations, rebuilt in */
     layer_acts layer;          /* backward from the layer's stored input */
 } gpt_scratch;
@@ -129,6 +135,8 @@ struct tr_gpt {
     int32_t *moe_idx_host, *moe_perm_host;
     float *moe_probs_host, *moe_aux_host;
     int moe_host_rows;            /* rows the staging holds */
+    tr_comm *ep;                  /* expert parallelism (tr_gpt_set_ep): the EP group or NULL */
+    int ep_size, ep_rank;         /* 1, 0 without */
     float moe_aux_weight;
     float *rope_cos, *rope_sin;   /* rope: (rope_positions, rotary_dims/2) tables, backend
                                    * memory: T positions from tr_gpt_create, grown by a
@@ -489,6 +497,15 @@ static inline int gpt_attn_drop(const tr_gpt *g)
  * scratch. The training forward's and generation's. */
 TR_MUST_CHECK int gpt_moe_mlp(tr_gpt *g, int l, const layer_acts *L, const float *h, int N,
                               float *logits, float *sum);
+/* gpt_moe_ep.c: expert parallelism. EP rows per routed row of the activations (1 without);
+ * the exchange of L's per-expert counts (host moe_counts -> moe_ep_counts); rows of `width`
+ * floats between token owners (src: M rows sorted by expert) and expert owners (dst: the
+ * received rows, source-major), to_owner 1, or back (to_owner 0: src the received layout). */
+#define TR_MOE_MAX_EP 1024 /* EP divides E, at most 1024 (check_shape) */
+static inline int gpt_ep_rows(const tr_gpt *g) { return g->ep ? g->ep_size : 1; }
+TR_MUST_CHECK int gpt_moe_ep_counts(tr_gpt *g, const layer_acts *L);
+TR_MUST_CHECK int gpt_moe_ep_rows(tr_gpt *g, const layer_acts *L, const float *src, float *dst,
+                                  int width, int to_owner);
 /* gpt_moe.c: the host staging of N rows at least (NULL-safe free in tr_gpt_free) */
 TR_MUST_CHECK int gpt_moe_host_ensure(tr_gpt *g, int N);
 void gpt_moe_host_free(tr_gpt *g);
@@ -527,6 +544,7 @@ static inline layer_acts layer_acts_for(const tr_gpt *g, const tr_gpt_acts *a, i
         L.residual3 = a->layers[l].residual3;
         L.moe_counts = a->layers[l].moe_counts; /* host values of the micro-batch's own */
         L.moe_losses = a->layers[l].moe_losses;
+        L.moe_ep_counts = a->layers[l].moe_ep_counts;
     }
     /* LoRA: inputs kept one layer at a time (the scratch may have been re-made since) */
     if (!L.ln1)

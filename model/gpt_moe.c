@@ -2,7 +2,9 @@
  * dropless): the router's top-k, the experts' MLPs on their tokens' rows, the weighted sum
  * reduced once over TP; the load-balancing and z losses. Sizes as in gpt_internal.h; E
  * experts, k per token, M = N k routed rows, sorted by expert and within one by token (the
- * host makes the order from the chosen experts: every expert's row count is a GEMM size). */
+ * host makes the order from the chosen experts: every expert's row count is a GEMM size).
+ * With expert parallelism (gpt_moe_ep.c) the routed rows go to their experts' EP owners and
+ * the experts here run every peer's rows for them. */
 #include "model/gpt_internal.h"
 
 #include "core/core.h"
@@ -44,6 +46,21 @@ static float *expert_grad(tr_gpt *g, int l, int e, int which)
 {
     tr_param_tensor *t = expert_tensor(g, l, e, which);
     return t ? t->grad : NULL;
+}
+
+/* The row blocks the experts here run, in order: block b = p El + j is source p's (0 without
+ * expert parallelism) rows of expert e0 + j, counts[b] rows, blocks laid end to end. */
+typedef struct {
+    int blocks, El, e0;
+    const int *counts;
+    int ep; /* 1: the rows are L->moe_ex, exchanged with the EP peers */
+} expert_blocks;
+
+static expert_blocks blocks_of(const tr_gpt *g, const layer_acts *L)
+{
+    int ep = g->ep && L->moe_ex, P = ep ? g->ep_size : 1, El = g->s.num_experts / P;
+    return (expert_blocks){P * El, El, ep ? g->ep_rank * El : 0,
+                           ep ? L->moe_ep_counts : L->moe_counts, ep};
 }
 
 /* y (n, OC) = x (n, IC) W^T (+ b) */
@@ -131,19 +148,30 @@ int gpt_moe_mlp(tr_gpt *g, int l, const layer_acts *L, const float *h, int N, fl
     layer_losses(g, L, N);
     k->gather_rows(NULL, L->moe_x, h, L->moe_tok, M, C);
     k->gather_rows(NULL, L->moe_w, L->moe_weights, L->moe_slot, M, 1);
+    expert_blocks eb = blocks_of(g, L);
+    const float *x = L->moe_x;
+    float *y = L->moe_y;
+    if (eb.ep) { /* the rows to their experts' owners, the owners' rows here */
+        if ((rc = gpt_moe_ep_counts(g, L)) || (rc = gpt_moe_ep_rows(g, L, x, L->moe_ex, C, 1)))
+            return rc;
+        x = L->moe_ex;
+        y = g->scratch.moe_ey;
+    }
     /* each expert on its rows: fc, the activation, fc_proj's partial product (its bias once,
      * on TP rank 0, inside the weighted sum as Megatron's expert output) */
-    for (int e = 0, o = 0; e < E; o += L->moe_counts[e], e++) {
-        int n = L->moe_counts[e];
+    for (int b = 0, o = 0; b < eb.blocks; o += eb.counts[b], b++) {
+        int n = eb.counts[b], e = eb.e0 + b % eb.El;
         if (!n)
             continue;
         float *fc = L->fch + (size_t)o * g->Fwl, *act = L->fch_gelu + (size_t)o * g->Fl;
-        linear(k, fc, L->moe_x + (size_t)o * C, expert_param(g, l, e, L_FC_W),
+        linear(k, fc, x + (size_t)o * C, expert_param(g, l, e, L_FC_W),
                expert_param(g, l, e, L_FC_B), n, C, g->Fwl);
         gpt_mlp_act_forward(g, act, fc, (size_t)n * g->Fl);
-        linear(k, L->moe_y + (size_t)o * C, act, expert_param(g, l, e, L_FCPROJ_W),
+        linear(k, y + (size_t)o * C, act, expert_param(g, l, e, L_FCPROJ_W),
                s->tp_rank == 0 ? expert_param(g, l, e, L_FCPROJ_B) : NULL, n, g->Fl, C);
     }
+    if (eb.ep && (rc = gpt_moe_ep_rows(g, L, y, L->moe_y, C, 0))) /* the outputs come back */
+        return rc;
     k->zero(NULL, sum, (size_t)N * C * sizeof(float));
     k->scatter_add_rows(NULL, sum, L->moe_y, L->moe_tok, L->moe_w, M, C);
     return TR_OK;
@@ -211,11 +239,20 @@ int gpt_moe_backward(tr_gpt *g, int l, const layer_acts *L, float *dres, int B)
     /* routed rows' gradients w dy[tok] and the weights' dy[tok] . y */
     k->scatter_add_rows_backward(NULL, sc->moe_dx, sc->moe_dw, dy, L->moe_y, L->moe_tok, L->moe_w,
                                  M, C);
-    for (int e = 0, o = 0; e < E; o += L->moe_counts[e], e++) {
-        int n = L->moe_counts[e];
+    expert_blocks eb = blocks_of(g, L);
+    const float *x = L->moe_x;
+    float *dxs = sc->moe_dx;
+    if (eb.ep) { /* the rows' output gradients to their experts' owners */
+        if ((rc = gpt_moe_ep_rows(g, L, sc->moe_dx, sc->moe_ey, C, 1)))
+            return rc;
+        x = L->moe_ex;
+        dxs = sc->moe_ey;
+    }
+    for (int b = 0, o = 0; b < eb.blocks; o += eb.counts[b], b++) {
+        int n = eb.counts[b], e = eb.e0 + b % eb.El;
         if (!n)
             continue;
-        float *dx = sc->moe_dx + (size_t)o * C, *dact = sc->moe_dact + (size_t)o * g->Fl;
+        float *dx = dxs + (size_t)o * C, *dact = sc->moe_dact + (size_t)o * g->Fl;
         float *dh = sc->moe_dfch + (size_t)o * g->Fwl;
         linear_backward(k, dact, expert_grad(g, l, e, L_FCPROJ_W), expert_grad(g, l, e, L_FCPROJ_B),
                         dx, L->fch_gelu + (size_t)o * g->Fl, expert_param(g, l, e, L_FCPROJ_W), n,
@@ -223,8 +260,10 @@ int gpt_moe_backward(tr_gpt *g, int l, const layer_acts *L, float *dres, int B)
         gpt_mlp_act_backward(g, dh, L->fch + (size_t)o * g->Fwl, dact, (size_t)n * g->Fl);
         /* (its rows of moe_dx are read: now the expert's input gradient) */
         linear_backward(k, dx, expert_grad(g, l, e, L_FC_W), expert_grad(g, l, e, L_FC_B), dh,
-                        L->moe_x + (size_t)o * C, expert_param(g, l, e, L_FC_W), n, C, g->Fwl);
+                        x + (size_t)o * C, expert_param(g, l, e, L_FC_W), n, C, g->Fwl);
     }
+    if (eb.ep && (rc = gpt_moe_ep_rows(g, L, sc->moe_ey, sc->moe_dx, C, 0))) /* input grads back */
+        return rc;
     /* d ln2 (N, C), partial over TP: the experts' input gradients, then the router's */
     float *dln = sc->dln;
     k->zero(NULL, dln, (size_t)N * C * sizeof(float));

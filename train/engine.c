@@ -73,6 +73,8 @@ static int create_chunks(tr_engine *e)
                                &e->chunks[c].model);
         if (!rc)
             rc = tr_gpt_set_cp(e->chunks[c].model, e->world.cp);
+        if (!rc)
+            rc = tr_gpt_set_ep(e->chunks[c].model, e->world.ep);
         if (rc)
             return rc;
         e->chunks[c].e = e;

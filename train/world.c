@@ -215,7 +215,17 @@ int world_create(const tr_config *cfg, train_world *out)
                      tr_config_where(cfg, "parallel.context_parallel_size"), out->size, tp, cp, pp);
         goto fail;
     }
-    rc = tr_topo_init_cp(&out->topo, out->size, tp, cp, pp, cfg->parallel.order);
+    int ep = cfg->parallel.expert_model_parallel_size;
+    if (ep > 1 && (out->size / ((long long)tp * pp * cp)) % ep) {
+        rc = tr_fail(TR_ERR_CONFIG,
+                     "%s: expert_model_parallel_size %d does not divide the data-parallel size "
+                     "%lld (world %d / (tp %d x cp %d x pp %d)); the EP ranks are data-parallel "
+                     "ranks",
+                     tr_config_where(cfg, "parallel.expert_model_parallel_size"), ep,
+                     out->size / ((long long)tp * pp * cp), out->size, tp, cp, pp);
+        goto fail;
+    }
+    rc = tr_topo_init_ep(&out->topo, out->size, tp, cp, pp, ep, cfg->parallel.order);
     if (!rc)
         rc = tr_topo_rank_groups(&out->topo, out->rank, &out->groups);
     if (rc)
@@ -260,6 +270,8 @@ int world_create(const tr_config *cfg, train_world *out)
     if (cp > 1 && ((rc = split_group(out, TR_GROUP_CP, "cp", &out->cp)) ||
                    (rc = split_group(out, TR_GROUP_DP_CP, "dp_cp", &out->dp_cp))))
         goto fail;
+    if (ep > 1 && (rc = split_group(out, TR_GROUP_EP, "ep", &out->ep)))
+        goto fail;
     if (pp == 1 && out->embed) { /* one stage holds both ends: nothing to tie across ranks */
         tr_comm_destroy(out->embed);
         out->embed = NULL;
@@ -272,6 +284,7 @@ fail:
 
 void world_destroy(train_world *w)
 {
+    tr_comm_destroy(w->ep);
     tr_comm_destroy(w->dp_cp);
     tr_comm_destroy(w->cp);
     tr_comm_destroy(w->embed);

@@ -20,13 +20,15 @@ typedef struct {
     tr_comm *cp;    /* context-parallel group (size CP); NULL when CP = 1 */
     tr_comm *dp_cp; /* DP x CP ranks of this (tp, pp) coordinate, where gradients are summed
                      * and ZeRO shards; NULL when CP = 1 (then it is dp) */
+    tr_comm *ep;    /* expert-parallel group (size EP, exchanging tokens); NULL when EP = 1 */
 } train_world;
 
 /* The group the data-parallel gradient reduction and ZeRO run over: dp_cp, or dp. */
 static inline tr_comm *world_grad_comm(const train_world *w) { return w->dp_cp ? w->dp_cp : w->dp; }
 
 /* Collective over the job: reads RANK/WORLD_SIZE/MASTER_* (one process without them),
- * checks the layout (DP x CP x TP x PP) fits the world size, and splits every group. */
+ * checks the layout (DP x CP x TP x PP, EP dividing DP) fits the world size, and splits every
+ * group. */
 TR_MUST_CHECK int world_create(const tr_config *cfg, train_world *out);
 void world_destroy(train_world *w);
 

@@ -1,5 +1,7 @@
 /* The mixture-of-experts keys (model.num_experts, model.moe_*, parallel.expert_model_parallel_size)
- * against each other, and what trident does not build with experts, refused by name. */
+ * against each other, and what trident does not build with experts, refused by name (EP's
+ * divisibility of the data-parallel size is checked where the world size is known:
+ * train/world.c). */
 #include <string.h>
 
 #include "yaml/config_internal.h"
@@ -8,12 +10,35 @@ int config_check_moe(const tr_config *c)
 {
     const tr_model_config *m = &c->model;
     char at[1300];
-    if (c->parallel.expert_model_parallel_size > 1)
-        return config_bad(c, "parallel.expert_model_parallel_size", NULL,
-                          "parallel.expert_model_parallel_size = %d: expert parallelism is not "
-                          "built (every rank holds every expert of its layers, split over "
-                          "tensor-parallel ranks as the dense MLP is); allowed: 1",
-                          c->parallel.expert_model_parallel_size);
+    int ep = c->parallel.expert_model_parallel_size;
+    if (ep > 1 && m->num_experts == 0)
+        return config_bad(c, "parallel.expert_model_parallel_size", "model.num_experts",
+                          "parallel.expert_model_parallel_size = %d needs experts but "
+                          "model.num_experts is 0%s; allowed: 1 for a dense model", ep,
+                          config_set_at(c, "model.num_experts", at, sizeof at));
+    if (ep > 1 && m->num_experts % ep)
+        return config_bad(c, "parallel.expert_model_parallel_size", "model.num_experts",
+                          "parallel.expert_model_parallel_size = %d does not divide "
+                          "model.num_experts = %d%s: each EP rank runs E / EP of the experts; "
+                          "allowed: a divisor of num_experts", ep, m->num_experts,
+                          config_set_at(c, "model.num_experts", at, sizeof at));
+    if (ep > 1 && c->parallel.context_parallel_size > 1)
+        return config_bad(c, "parallel.expert_model_parallel_size",
+                          "parallel.context_parallel_size",
+                          "parallel.expert_model_parallel_size = %d with "
+                          "parallel.context_parallel_size = %d is not built (experts are refused "
+                          "with context parallelism); allowed: one of them 1", ep,
+                          c->parallel.context_parallel_size);
+    if (ep > 1 && c->training.device && !strcmp(c->training.device, "cuda"))
+        return config_bad(c, "parallel.expert_model_parallel_size", "training.device",
+                          "parallel.expert_model_parallel_size = %d with training.device cuda is "
+                          "not built: the experts' rows are exchanged in host memory over UCX; "
+                          "allowed: expert parallelism on training.device cpu", ep);
+    if (ep > 1 && tr_zero_stage(&c->parallel) == 3)
+        return config_bad(c, "parallel.expert_model_parallel_size", "parallel.zero_stage",
+                          "parallel.expert_model_parallel_size = %d with ZeRO stage 3 "
+                          "(parallel.zero_stage) is not built; allowed: ZeRO stages 0-2 with "
+                          "expert parallelism", ep);
     if (m->moe_shared_expert_intermediate_size > 0)
         return config_bad(c, "model.moe_shared_expert_intermediate_size", NULL,
                           "model.moe_shared_expert_intermediate_size = %d: shared experts are "

@@ -38,7 +38,8 @@ context parallelism with DP, TP + SP and PP), Llama's (GQA, rope), NeoX's (the p
 norm after the embedding dropout) and Mixtral's (dropout on the experts' output).
 usage: test_layouts.py TRIDENT WORKDIR GROUP [--quick] [--full]
 GROUP: tp | pp | dp | matrix (world size 8, every factorisation) | llama | bloom | neox |
-       falcon | phi | gemma | moe | lora | dropout | cp (context parallelism) | all"""
+       falcon | phi | gemma | moe | lora | dropout | cp (context parallelism) |
+       ep (expert parallelism) | all"""
 import json
 import os
 import sys
@@ -220,7 +221,7 @@ def compare(name, got, base, tol=1e-5, grad_tol=None):
              f"rel L2 {worst_grad:.1e} ({worst_name})", ok)
 
 
-base = run("single", 1)
+base = run("single", 1) if group != "ep" else ()  # (ep: Mixtral's layer, its own base)
 if base is None:
     sys.exit(1)
 cases = []
@@ -407,13 +408,15 @@ if group in ("cp", "all"):
     # 1.3e-4, gradients 9.2e-3 apart). Iteration 1's loss (the forward alone, no parameter
     # gradient yet) stays within 1e-6 without TP. (Leaving out the CP path's two roundings stays within these too: the rounded tables' GEMMs
     # round those operands as they read them.)
-    P16 = "training.precision=bf16"
-    base16 = run("cp-bf16-single", 1, 1, 1, P16)
+    # (these cases and the fine-tuning and LoRA ones below: 5 iterations, for CI's time)
+    I5 = "training.train_iters=5"
+    P16 = ["training.precision=bf16", I5]
+    base16 = run("cp-bf16-single", 1, 1, 1, *P16)
     for lay, world, tp, *extra in [("c2", 2, 1)] if quick else [
             ("d2-c2", 4, 1), ("t2-c2-sp", 4, 2, "parallel.sequence_parallel=true")]:
         name = f"cp-bf16-{lay}"
         cases.append((name,))
-        got = run(name, world, tp, 1, CP2, P16, *extra)
+        got = run(name, world, tp, 1, CP2, *P16, *extra)
         if base16 is not None and got is not None:
             compare(name, got, base16, 1e-3, 3e-2)
             first = abs(got[0][0] - base16[0][0]) / base16[0][0]
@@ -452,10 +455,10 @@ if group in ("cp", "all"):
     r = tt.run([trident, "preprocess", "--input", os.path.join(work, "sft.jsonl"), "--output-prefix",
                 os.path.join(work, "sft"), "--json-keys", "prompt,response"], timeout=60)
     tt.check("preprocess of the fine-tuning set", r.returncode == 0, r.stderr[-500:])
-    SFT = ["data.dataset_type=sft", f"data.data_path=[{os.path.join(work, 'sft')}]"]
+    SFT = ["data.dataset_type=sft", f"data.data_path=[{os.path.join(work, 'sft')}]", I5]
     # LoRA adapters (their gradients summed over D x CP as every weight's), with dropout on their
     # inputs at global positions
-    LORA = [*FAMILIES["lora"], "finetune.lora.dropout=0.2"]
+    LORA = [*FAMILIES["lora"], "finetune.lora.dropout=0.2", I5]
     for what, sets, layouts in (
             ("sft", SFT, [("c2", 2, 1), ("d2-c2", 4, 1, "training.micro_batch_size=2")]),
             ("lora", LORA, [("c2", 2, 1), ("t2-c2-sp", 4, 2, "parallel.sequence_parallel=true")])):
@@ -506,6 +509,61 @@ if group in ("cp", "all"):
         worst = max((abs(a - b) / abs(b) for a, b in zip(got, base[0][5:])), default=1.0)
         tt.check(f"{name}: iterations 6-10 after the resume: worst loss rel diff {worst:.1e}",
                  runs[0] is not None and len(got) == 5 and worst <= 1e-5)
+if group in ("ep", "all"):
+    # expert parallelism (Mixtral's layer, 4 experts): EP consecutive data-parallel ranks split
+    # every MoE layer's experts and exchange the routed rows (forward, backward and recompute);
+    # every rank keeps every expert's weights, the owners' gradients summed over DP. Micro-
+    # batches of one sample as the base's: the balancing loss is a micro-batch's
+    MOE = FAMILIES["moe"] + ["model.num_layers=4", "training.train_iters=6"]  # (CI time)
+    EP2, EP4 = "parallel.expert_model_parallel_size=2", "parallel.expert_model_parallel_size=4"
+    inter = ["parallel.pipeline_schedule=interleaved", "parallel.virtual_pipeline_model_parallel_size=2"]
+    base_ep = run("ep-single", 1, 1, 1, *MOE)
+    ep_cases = [("ep-d2-ep2", 2, 1, 1, EP2), ("ep-d4-ep2", 4, 1, 1, EP2), ("ep-d4-ep4", 4, 1, 1, EP4),
+                ("ep-d2-t2-ep2-sp", 4, 2, 1, EP2, "parallel.sequence_parallel=true"),
+                ("ep-d2-p2-ep2", 4, 1, 2, EP2),
+                ("ep-d2-p2-v2-ep2-interleaved", 4, 1, 2, EP2, *inter),
+                ("ep-d2-ep2-recompute", 2, 1, 1, EP2, "training.recompute=full"),
+                ("ep-d4-ep2-zero1", 4, 1, 1, EP2, "parallel.zero_stage=1"),
+                ("ep-d4-ep2-zero2", 4, 1, 1, EP2, "parallel.zero_stage=2")]
+    for name, world, tp, pp, *extra in ep_cases[:2] if quick else ep_cases:
+        cases.append((name,))
+        if base_ep is not None:
+            compare(name, run(name, world, tp, pp, *extra, *MOE), base_ep)
+    if not quick:  # bf16 (the CPU's emulated storage): cp's bf16 tolerances
+        B16 = ["training.precision=bf16", *MOE]
+        base16 = run("ep-bf16-single", 1, 1, 1, *B16)
+        cases.append(("ep-bf16-d2-ep2",))
+        if base16 is not None:
+            compare("ep-bf16-d2-ep2", run("ep-bf16-d2-ep2", 2, 1, 1, EP2, *B16), base16, 1e-3, 3e-2)
+    # EP must divide the data-parallel size: refused before training, naming the key
+    r = tt.run(tt.train_cmd(trident, config, os.path.join(work, "ep4-world2"), 2, 1, 1, (*MOE, EP4),
+                            flags=["--quiet"]), timeout=120)
+    tt.check("world 2 with expert_model_parallel_size 4: refused naming the key",
+             r.returncode == 2 and "parallel.expert_model_parallel_size" in r.stderr and
+             "expert_model_parallel_size 4 does not divide the data-parallel size 2" in r.stderr,
+             r.stderr[-500:])
+    # checkpoints: every rank holds every expert, so a save at EP 2 resumes at EP 1 and EP 4,
+    # each continuing as the uninterrupted run (iterations 4-6)
+    ckpt = os.path.join(work, "ep-ckpt-saved")
+    if quick:  # (the sanitizer build: the two layouts above)
+        print(f"{len(cases) - len(failures)} of {len(cases)} layouts match the single-process run")
+        tt.finish()
+    out = os.path.join(work, "ep-ckpt-save")
+    r = tt.run(tt.train_cmd(trident, config, out, 2, 1, 1, (*MOE, EP2, f"checkpoint.save={ckpt}",
+                                                          "checkpoint.save_interval=3",
+                                                          "training.exit_interval=3"),
+                            flags=["--quiet"]), timeout=300)
+    tt.check("ep-ckpt-save: D2 EP2 saves iteration 3", r.returncode == 0, r.stderr[-1500:])
+    for name, world, sets in (("ep-ckpt-ep2-to-ep1", 2, []), ("ep-ckpt-ep2-to-ep4", 4, [EP4])):
+        out = os.path.join(work, name)
+        r = tt.run(tt.train_cmd(trident, config, out, world, 1, 1, (*MOE, *sets, f"checkpoint.load={ckpt}"),
+                                flags=["--quiet"]), timeout=300)
+        got = tt.losses(out) if r.returncode == 0 else []
+        cases.append((name,))
+        worst = max((abs(a - b) / abs(b) for a, b in zip(got, base_ep[0][3:])), default=1.0) \
+            if base_ep else 1.0
+        tt.check(f"{name}: iterations 4-6 after the resume: worst loss rel diff {worst:.1e}",
+                 len(got) == 3 and worst <= 1e-5, r.stderr[-1500:])
 if group in ("pp", "all"):
     # Boundary tensors large enough (64 KiB) that sends complete after the next compute op,
     # and many micro-batches: a stage must not reuse a buffer that is still being sent.

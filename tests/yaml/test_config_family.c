@@ -389,8 +389,29 @@ static void test_moe(void **state)
       "model.moe_shared_expert_intermediate_size = 64: shared experts are not built");
     E(WITH("  num_experts: 4\n  parallel_residual: true\n"), "t.yaml:7:3: ",
       "model.parallel_residual with model.num_experts 4 is not built");
-    E(WITH("  num_experts: 4\n") "parallel:\n  expert_model_parallel_size: 2\n", "t.yaml:14:3: ",
-      "parallel.expert_model_parallel_size = 2: expert parallelism is not built");
+    /* expert parallelism: E and the data-parallel size split over EP ranks (the latter checked
+     * at world creation); CP, CUDA and ZeRO-3 with it refused, naming both keys */
+    const char *ep2[] = {"parallel.expert_model_parallel_size=2"};
+    assert_int_equal(tr_t_load(WITH("  num_experts: 4\n"), ep2, 1, &c), TR_OK);
+    assert_int_equal(c.parallel.expert_model_parallel_size, 2);
+    tr_config_free(&c);
+    E(WITH("  num_experts: 6\n") "parallel:\n  expert_model_parallel_size: 4\n", "t.yaml:14:3: ",
+      "parallel.expert_model_parallel_size = 4 does not divide model.num_experts = 6 (set at "
+      "t.yaml:6:3): each EP rank runs E / EP of the experts; allowed: a divisor of num_experts");
+    E(TR_T_REQUIRED "parallel:\n  expert_model_parallel_size: 2\n", "t.yaml:13:3: ",
+      "parallel.expert_model_parallel_size = 2 needs experts but model.num_experts is 0 "
+      "(default); allowed: 1 for a dense model");
+    E(WITH("  num_experts: 4\n") "parallel:\n  expert_model_parallel_size: 2\n"
+      "  context_parallel_size: 2\n", "t.yaml:14:3: ",
+      "parallel.expert_model_parallel_size = 2 with parallel.context_parallel_size = 2 is not "
+      "built");
+    E(WITH("  num_experts: 4\n") "parallel:\n  expert_model_parallel_size: 2\n"
+      "  zero_stage: 3\n", "t.yaml:14:3: ",
+      "parallel.expert_model_parallel_size = 2 with ZeRO stage 3 (parallel.zero_stage) is not "
+      "built");
+    const char *ep_cuda[] = {"parallel.expert_model_parallel_size=2", "training.device=cuda"};
+    tr_t_expect(WITH("  num_experts: 4\n"), ep_cuda, 2, "",
+                "parallel.expert_model_parallel_size = 2 with training.device cuda is not built");
     E(WITH("  num_experts: 4\n") "finetune:\n  lora:\n    rank: 4\n", "t.yaml:15:5: ",
       "LoRA fine-tuning (finetune.lora.rank 4) of a mixture of experts (model.num_experts 4) is "
       "not built");
