@@ -1,119 +1,89 @@
-// Context parallelism's attention (kernels.h attention_rows_*): query rows q0 .. Tk-1 of a qkv
-// buffer of Tk rows (GQA layout (B, Tk, NG, R+2, HS)) against keys 0 .. q0+i, ALiBi optional.
-// One warp per (batch, head, query row); lane l holds dims l, l+32, .. of the head (HS <= 256).
+// Context parallelism's attention (kernels.h attention_rows_* and attention_rows_dropout_*):
+// query rows q0 .. Tk-1 of a qkv buffer of Tk rows (GQA layout (B, Tk, NG, R+2, HS)) against
+// keys 0 .. q0+i, ALiBi optional, fp32. The launches of attention_rows.cuh's flash-style
+// kernels (their contract there): forward a block per (query tile, batch x head); backward a
+// block per (key tile, batch x group) adding dK and dV, then a block per (query tile, batch x
+// head) adding dQ. No atomics, no scratch: the same bits run to run.
 #include <math.h>
 
 #include "kernels/cuda/attention_rows.h"
 #include "kernels/cuda/grid.cuh"
+#include "kernels/cuda/mma_prims.cuh"
+#include "kernels/cuda/attention_rows.cuh"
 
 namespace {
 
-constexpr int WARPS = 4;  // query rows per block
-constexpr int MAX_PER_LANE = 8; // HS <= 32 * 8
-
-struct rows_dims {
-    int B, Tk, q0, nq, NH, NG, R, HS;
-    size_t row; // floats per qkv row
-    float scale;
-};
-
-__device__ size_t q_at(const rows_dims &d, int b, int t, int h)
+// kernel opted into `bytes` of dynamic shared memory (the bytes follow HS: each call asks)
+template <typename K> bool opt_in(K kernel, size_t bytes, const char *what)
 {
-    int g = h / d.R;
-    return ((size_t)b * d.Tk + t) * d.row + ((size_t)g * (d.R + 2) + h % d.R) * d.HS;
-}
-__device__ size_t k_at(const rows_dims &d, int b, int j, int g)
-{
-    return ((size_t)b * d.Tk + j) * d.row + ((size_t)g * (d.R + 2) + d.R) * d.HS;
+    return !cu_note(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         (int)bytes),
+                    what);
 }
 
-// The warp's dot product of two head vectors (every lane gets it).
-__device__ float warp_dot(const float *a, const float *b, int HS)
+ar::args make_args(int B, int Tk, int q0, int NH, int NG, int HS, int T, const float *alibi)
 {
-    float s = 0.0f;
-    for (int e = threadIdx.x; e < HS; e += 32)
-        s += a[e] * b[e];
-    return tr_cu_warp_sum(s);
+    ar::args a = {};
+    a.B = B, a.Tk = Tk, a.q0 = q0, a.nq = Tk - q0, a.NH = NH, a.NG = NG;
+    a.R = NG > 0 ? NH / NG : 0, a.HS = HS, a.row = NG * (a.R + 2) * HS, a.C = NH * HS, a.T = T;
+    a.scale = 1.0f / sqrtf((float)HS);
+    a.alibi = alibi;
+    return a;
 }
 
-__global__ void rows_forward_kernel(rows_dims d, float *out, float *lse, const float *qkv,
-                                    const float *alibi)
+// The sizes the kernels take, else the error kept naming them
+bool usable(const ar::args &a, const char *op)
 {
-    int u = blockIdx.x * WARPS + threadIdx.y, lane = threadIdx.x;
-    if (u >= d.B * d.NH * d.nq)
+    if (a.B < 1 || a.HS < 1 || a.HS > ar::MAX_HS || a.nq < 1 || a.q0 < 0 || a.NG < 1 ||
+        a.NH % a.NG || (long long)a.B * a.NH > 65535 || a.T < a.Tk) {
+        cu_keep_error("%s: batch %d (batch x heads at most 65535), head size %d (1 .. %d), "
+                      "query rows %d at %d, %d heads in %d groups, mask length %d (>= %d keys)",
+                      op, a.B, a.HS, ar::MAX_HS, a.nq, a.q0, a.NH, a.NG, a.T, a.Tk);
+        return false;
+    }
+    return true;
+}
+
+template <int TILE, bool DROP> void forward_tiles(cudaStream_t st, const ar::args_t<DROP> &a)
+{
+    size_t bytes = ar::forward_bytes(TILE, a.HS);
+    if (!opt_in(ar::forward<TILE, DROP>, bytes, "attention_rows_forward"))
         return;
-    int i = u % d.nq, h = (u / d.nq) % d.NH, b = u / (d.nq * d.NH), t = d.q0 + i, g = h / d.R;
-    const float *q = qkv + q_at(d, b, t, h);
-    float acc[MAX_PER_LANE], m = -INFINITY, l = 0.0f, slope = alibi ? alibi[h] : 0.0f;
-    for (int c = 0; c < MAX_PER_LANE; c++)
-        acc[c] = 0.0f;
-    for (int j = 0; j <= t; j++) {
-        const float *k = qkv + k_at(d, b, j, g), *v = k + d.HS;
-        float s = warp_dot(q, k, d.HS) * d.scale + slope * (float)(j - t);
-        if (s > m) {
-            float c = expf(m - s);
-            l *= c;
-            for (int e = 0; e < MAX_PER_LANE; e++)
-                acc[e] *= c;
-            m = s;
-        }
-        float p = expf(s - m);
-        l += p;
-        for (int e = 0, dim = lane; dim < d.HS; e++, dim += 32)
-            acc[e] += p * v[dim];
-    }
-    float *o = out + (((size_t)b * d.nq + i) * d.NH + h) * d.HS;
-    for (int e = 0, dim = lane; dim < d.HS; e++, dim += 32)
-        o[dim] = acc[e] / l;
-    if (lane == 0)
-        lse[((size_t)b * d.NH + h) * d.nq + i] = m + logf(l);
+    dim3 grid((a.nq + TILE - 1) / TILE, a.B * a.NH);
+    ar::forward<TILE, DROP><<<grid, ar::THREADS, bytes, st>>>(a);
+    cu_launched("attention_rows_forward");
 }
 
-__global__ void rows_backward_kernel(rows_dims d, float *dqkv, const float *dout, const float *qkv,
-                                     const float *out, const float *lse, const float *alibi)
+template <int TILE, bool DROP> void backward_tiles(cudaStream_t st, const ar::args_t<DROP> &a)
 {
-    int u = blockIdx.x * WARPS + threadIdx.y, lane = threadIdx.x;
-    if (u >= d.B * d.NH * d.nq)
+    size_t kv = ar::kv_bytes(TILE, a.HS), q = ar::q_bytes(TILE, a.HS);
+    if (!opt_in(ar::backward_kv<TILE, DROP>, kv, "attention_rows_backward (dK dV)") ||
+        !opt_in(ar::backward_q<TILE, DROP>, q, "attention_rows_backward (dQ)"))
         return;
-    int i = u % d.nq, h = (u / d.nq) % d.NH, b = u / (d.nq * d.NH), t = d.q0 + i, g = h / d.R;
-    const float *q = qkv + q_at(d, b, t, h);
-    size_t oi = (((size_t)b * d.nq + i) * d.NH + h) * d.HS;
-    const float *dO = dout + oi;
-    float D = warp_dot(dO, out + oi, d.HS), L = lse[((size_t)b * d.NH + h) * d.nq + i];
-    float slope = alibi ? alibi[h] : 0.0f, dq[MAX_PER_LANE];
-    for (int e = 0; e < MAX_PER_LANE; e++)
-        dq[e] = 0.0f;
-    for (int j = 0; j <= t; j++) {
-        size_t ko = k_at(d, b, j, g);
-        const float *k = qkv + ko, *v = k + d.HS;
-        float p = expf(warp_dot(q, k, d.HS) * d.scale + slope * (float)(j - t) - L);
-        float ds = p * (warp_dot(dO, v, d.HS) - D) * d.scale;
-        for (int e = 0, dim = lane; dim < d.HS; e++, dim += 32) {
-            dq[e] += ds * k[dim];
-            atomicAdd(dqkv + ko + dim, ds * q[dim]);
-            atomicAdd(dqkv + ko + d.HS + dim, p * dO[dim]);
-        }
-    }
-    float *dqr = dqkv + q_at(d, b, t, h);
-    for (int e = 0, dim = lane; dim < d.HS; e++, dim += 32)
-        dqr[dim] += dq[e]; // this warp alone owns query row (b, t, h)
+    dim3 kv_grid((a.Tk + TILE - 1) / TILE, a.B * a.NG), q_grid((a.nq + TILE - 1) / TILE,
+                                                               a.B * a.NH);
+    ar::backward_kv<TILE, DROP><<<kv_grid, ar::THREADS, kv, st>>>(a);
+    cu_launched("attention_rows_backward (dK dV)");
+    ar::backward_q<TILE, DROP><<<q_grid, ar::THREADS, q, st>>>(a);
+    cu_launched("attention_rows_backward (dQ)");
 }
 
-rows_dims make_dims(int B, int Tk, int q0, int NH, int NG, int HS)
+template <bool DROP> void forward(tr_stream s, const ar::args_t<DROP> &a)
 {
-    rows_dims d = {B, Tk, q0, Tk - q0, NH, NG, NH / NG, HS,
-                   (size_t)NG * (size_t)(NH / NG + 2) * (size_t)HS, 1.0f / sqrtf((float)HS)};
-    return d;
+    if (!usable(a, "attention_rows_forward"))
+        return;
+    cudaStream_t st = cu_stream(s);
+    ar::with_tile(ar::tile_for(a.HS),
+                  [&](auto t) { forward_tiles<decltype(t)::value, DROP>(st, a); });
 }
 
-int check_dims(const rows_dims &d, const char *op)
+template <bool DROP> void backward(tr_stream s, const ar::args_t<DROP> &a)
 {
-    if (d.HS > 32 * MAX_PER_LANE || d.nq < 1 || d.q0 < 0 || d.NG < 1 || d.NH % d.NG) {
-        cu_keep_error("%s: head size %d (at most %d), query rows %d at %d, %d heads in %d groups",
-                      op, d.HS, 32 * MAX_PER_LANE, d.nq, d.q0, d.NH, d.NG);
-        return 0;
-    }
-    return 1;
+    if (!usable(a, "attention_rows_backward"))
+        return;
+    cudaStream_t st = cu_stream(s);
+    ar::with_tile(ar::tile_for(a.HS),
+                  [&](auto t) { backward_tiles<decltype(t)::value, DROP>(st, a); });
 }
 
 } // namespace
@@ -123,26 +93,40 @@ extern "C" {
 void cu_attention_rows_forward(tr_stream s, float *out, float *lse, const float *qkv,
                                const float *alibi, int B, int Tk, int q0, int NH, int NG, int HS)
 {
-    rows_dims d = make_dims(B, Tk, q0, NH, NG, HS);
-    if (!check_dims(d, "attention_rows_forward"))
-        return;
-    unsigned rows = (unsigned)(B * NH * d.nq);
-    rows_forward_kernel<<<(rows + WARPS - 1) / WARPS, dim3(32, WARPS), 0, cu_stream(s)>>>(
-        d, out, lse, qkv, alibi);
-    cu_launched("attention_rows_forward");
+    ar::args a = make_args(B, Tk, q0, NH, NG, HS, Tk, alibi);
+    a.out = out, a.lse = lse, a.qkv = qkv;
+    forward<false>(s, a);
 }
 
 void cu_attention_rows_backward(tr_stream s, float *dqkv, const float *dout, const float *qkv,
                                 const float *out, const float *lse, const float *alibi, int B,
                                 int Tk, int q0, int NH, int NG, int HS)
 {
-    rows_dims d = make_dims(B, Tk, q0, NH, NG, HS);
-    if (!check_dims(d, "attention_rows_backward"))
-        return;
-    unsigned rows = (unsigned)(B * NH * d.nq);
-    rows_backward_kernel<<<(rows + WARPS - 1) / WARPS, dim3(32, WARPS), 0, cu_stream(s)>>>(
-        d, dqkv, dout, qkv, out, lse, alibi);
-    cu_launched("attention_rows_backward");
+    ar::args a = make_args(B, Tk, q0, NH, NG, HS, Tk, alibi);
+    a.dqkv = dqkv, a.dout = dout, a.qkv = qkv, a.out_c = out, a.lse_c = lse;
+    backward<false>(s, a);
+}
+
+void cu_attention_rows_dropout_forward(tr_stream s, float *out, float *lse, const float *qkv,
+                                       const float *alibi, int B, int Tk, int q0, int NH, int NG,
+                                       int HS, int T, tr_dropout d)
+{
+    ar::drop_args a;
+    static_cast<ar::args &>(a) = make_args(B, Tk, q0, NH, NG, HS, T, alibi);
+    a.out = out, a.lse = lse, a.qkv = qkv, a.dr = drop::params_of(d);
+    forward<true>(s, a);
+}
+
+void cu_attention_rows_dropout_backward(tr_stream s, float *dqkv, const float *dout,
+                                        const float *qkv, const float *out, const float *lse,
+                                        const float *alibi, int B, int Tk, int q0, int NH,
+                                        int NG, int HS, int T, tr_dropout d)
+{
+    ar::drop_args a;
+    static_cast<ar::args &>(a) = make_args(B, Tk, q0, NH, NG, HS, T, alibi);
+    a.dqkv = dqkv, a.dout = dout, a.qkv = qkv, a.out_c = out, a.lse_c = lse;
+    a.dr = drop::params_of(d);
+    backward<true>(s, a);
 }
 
 } // extern "C"

@@ -1,7 +1,7 @@
-/* kernels/cuda/attention_rows.cu: context parallelism's attention_rows_forward / _backward
- * (kernels.h), fp32. One warp per query row (lanes over the head's dims), an online softmax
- * over its keys; backward adds dK and dV with atomics (several query rows share a key), so
- * unlike the CPU backend its sums' order, and their last bits, vary from run to run. */
+/* kernels/cuda/attention_rows.cu: context parallelism's attention_rows_forward / _backward and
+ * attention_rows_dropout_forward / _backward (kernels.h), fp32: attention_rows.cuh's
+ * flash-style kernels (forward out and lse; backward dK dV a block per key tile, dQ a block per
+ * query tile, each added into dqkv once: no atomics, the same bits run to run). */
 #ifndef TR_KERNELS_CUDA_ATTENTION_ROWS_H
 #define TR_KERNELS_CUDA_ATTENTION_ROWS_H
 
@@ -15,6 +15,13 @@ void cu_attention_rows_forward(tr_stream s, float *out, float *lse, const float 
 void cu_attention_rows_backward(tr_stream s, float *dqkv, const float *dout, const float *qkv,
                                 const float *out, const float *lse, const float *alibi, int B,
                                 int Tk, int q0, int NH, int NG, int HS);
+void cu_attention_rows_dropout_forward(tr_stream s, float *out, float *lse, const float *qkv,
+                                       const float *alibi, int B, int Tk, int q0, int NH, int NG,
+                                       int HS, int T, tr_dropout d);
+void cu_attention_rows_dropout_backward(tr_stream s, float *dqkv, const float *dout,
+                                        const float *qkv, const float *out, const float *lse,
+                                        const float *alibi, int B, int Tk, int q0, int NH,
+                                        int NG, int HS, int T, tr_dropout d);
 #ifdef __cplusplus
 }
 #endif

@@ -98,6 +98,8 @@ static const tr_kernels cuda_fp32_table = {
     .attention_gqa_decode = cu_attention_gqa_decode_fp32,
     .attention_rows_forward = cu_attention_rows_forward, /* (context parallelism: fp32) */
     .attention_rows_backward = cu_attention_rows_backward,
+    .attention_rows_dropout_forward = cu_attention_rows_dropout_forward,
+    .attention_rows_dropout_backward = cu_attention_rows_dropout_backward,
     .attention_gqa_dropout_forward = cu_attention_gqa_dropout_forward_fp32,
     .attention_gqa_dropout_backward = cu_attention_gqa_dropout_backward_fp32,
 };
