@@ -26,6 +26,8 @@ const char *const tr_plan_preset_names[] = {"a100-80gb", "h100-80gb", "h200", "c
  *  h100-80gb  H100 SXM: 132 SMs, 989 TFLOP/s, 3350 GB/s HBM3; NVLink 4 900 GB/s = 450 each
  *             way; 8 x 400 Gb/s NDR = 400 GB/s per node; 79.6 GiB (81559 MiB).
  *  h200       H100's compute and links with 140.4 GiB (143771 MiB) of HBM3e at 4800 GB/s.
+ *  int_ops: 64 INT32 lanes an SM (Ampere, Hopper) x the clock of the dense peak (1.41 GHz,
+ *             1.83 GHz: 312 = 108 SMs x 2048 bf16 FLOP a clock x 1.41e9).
  *  cpu-host   this development machine: 2 cores, OpenBLAS fp32 GEMM ~240 GFLOP/s with
  *             OPENBLAS_CORETYPE=SkylakeX for the whole node, shared by 8 rank processes;
  *             UCX shared memory ~4 GB/s; 24 GiB RAM shared by the ranks. No shape model:
@@ -36,19 +38,19 @@ static const tr_plan_cluster presets[] = {
      .gemm_efficiency = 0.75, .intra_bw = 300e9, .intra_latency = 5e-6, .inter_bw = 200e9,
      .inter_latency = 10e-6, .sms = 108, .tile_intensity = 48, .k_overhead = 64,
      .hbm_bw = 2039e9, .hbm_efficiency = 0.7, .kernel_overhead_s = 3e-6,
-     .intra_efficiency = 0.77, .inter_efficiency = 0.9},
+     .int_ops = 108 * 64 * 1.41e9, .intra_efficiency = 0.77, .inter_efficiency = 0.9},
     {.preset = "h100-80gb", .device = TR_PLAN_DEVICE_GPU, .nodes = 1, .gpus_per_node = 8,
      .memory_bytes = 79.6 * GIB, .reserved_bytes = 2 * GIB, .peak_flops = 989e12,
      .gemm_efficiency = 0.67, .intra_bw = 450e9, .intra_latency = 5e-6, .inter_bw = 400e9,
      .inter_latency = 10e-6, .sms = 132, .tile_intensity = 80, .k_overhead = 64,
      .hbm_bw = 3350e9, .hbm_efficiency = 0.7, .kernel_overhead_s = 3e-6,
-     .intra_efficiency = 0.8, .inter_efficiency = 0.9},
+     .int_ops = 132 * 64 * 1.83e9, .intra_efficiency = 0.8, .inter_efficiency = 0.9},
     {.preset = "h200", .device = TR_PLAN_DEVICE_GPU, .nodes = 1, .gpus_per_node = 8,
      .memory_bytes = 140.4 * GIB, .reserved_bytes = 2 * GIB, .peak_flops = 989e12,
      .gemm_efficiency = 0.67, .intra_bw = 450e9, .intra_latency = 5e-6, .inter_bw = 400e9,
      .inter_latency = 10e-6, .sms = 132, .tile_intensity = 80, .k_overhead = 64,
      .hbm_bw = 4800e9, .hbm_efficiency = 0.7, .kernel_overhead_s = 3e-6,
-     .intra_efficiency = 0.8, .inter_efficiency = 0.9},
+     .int_ops = 132 * 64 * 1.83e9, .intra_efficiency = 0.8, .inter_efficiency = 0.9},
     {.preset = "cpu-host", .device = TR_PLAN_DEVICE_CPU, .nodes = 1, .gpus_per_node = 8,
      .memory_bytes = 24 * GIB, .reserved_bytes = 0.1 * GIB, .peak_flops = 240e9,
      .gemm_efficiency = 0.5, .intra_bw = 4e9, .intra_latency = 20e-6, .inter_bw = 1e9,

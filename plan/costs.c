@@ -189,12 +189,18 @@ void plan_embedding_cost(const plan_cost_ctx *x, plan_cost *o)
         return;
     double T = (double)L->micro_batch * x->m->seq_length, h = x->m->hidden_size;
     double e = L->bf16 ? 2.0 : 4.0, A = T * h * e;
-    /* lookup (masked rows), position add, dropout; backward: scatter-add into the fp32
-     * gradients of both tables */
+    /* lookup (masked rows), position add, dropout (trident's: fp32, the rank's rows, again
+     * on the gradient); backward: scatter-add into the fp32 gradients of both tables */
+    int trident = plan_trident_kernels(x), sp = L->sequence_parallel && L->tp > 1;
+    double drop = trident ? plan_trident_dropout_s(x->c, T * h / (sp ? L->tp : 1))
+                          : tr_plan_stream_s(x->c, 2 * A + T * h);
+    if (trident ? !plan_hidden_dropout(x) : !L->dropout)
+        drop = 0;
     o->f[TR_PLAN_PART_EMBEDDING] = tr_plan_stream_s(x->c, 2 * A) + tr_plan_stream_s(x->c, 3 * A) +
-                                   (L->dropout ? tr_plan_stream_s(x->c, 2 * A + T * h) : 0);
+                                   drop;
     /* (LoRA: the tables frozen, no backward) */
-    o->b[TR_PLAN_PART_EMBEDDING] = plan_lora(x) ? 0 : 2 * tr_plan_stream_s(x->c, A + 8 * T * h);
+    o->b[TR_PLAN_PART_EMBEDDING] = plan_lora(x) ? 0 : 2 * tr_plan_stream_s(x->c, A + 8 * T * h) +
+                                                          (trident ? drop : 0);
     if (!L->grad_accum_fused && !plan_lora(x))
         o->b[TR_PLAN_PART_EMBEDDING] += tr_plan_stream_s(x->c, 10.0 * x->vocab_padded * h / L->tp);
 }

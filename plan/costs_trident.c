@@ -53,6 +53,25 @@ static double staging_bytes(const tr_plan_cluster *c)
 #define TRIDENT_ATTENTION_FORWARD_FRACTION 0.149
 #define TRIDENT_ATTENTION_BACKWARD_FRACTION 0.099
 
+/* Integer operations of one Philox 4x32-10 block (core/philox.h) as the GPU runs it, an
+ * estimate from its source (not measured): 10 rounds of two 32 x 32 -> 64-bit multiplies (4
+ * IMAD), two three-way xors and the two key additions, then the counter, the threshold
+ * compares and the selects of its 4 decisions. */
+#define PLAN_PHILOX_OPS 90.0
+
+double plan_philox_s(const tr_plan_cluster *c, double blocks)
+{
+    return c->int_ops > 0 ? blocks * PLAN_PHILOX_OPS / c->int_ops : 0;
+}
+
+double plan_trident_dropout_s(const tr_plan_cluster *c, double n)
+{
+    if (!plan_shape_model(c) || n <= 0)
+        return 0;
+    double bytes = 8 * n / (c->hbm_bw * c->hbm_efficiency), philox = plan_philox_s(c, n / 4);
+    return (bytes > philox ? bytes : philox) + c->kernel_overhead_s;
+}
+
 /* One slab of K width w: its two conversions, its bf16 GEMM, the fp32 output's extra bytes. */
 static double slab_s(const tr_plan_cluster *c, double m, double n, double w, int beta)
 {
@@ -134,7 +153,9 @@ void plan_layer_cost_trident(const plan_cost_ctx *x, plan_cost *o)
     /* and the attention output (gpt_atty16: aw/t even): the projection reads it without
      * converting it, forward and weight gradient; attention writes it, and its backward reads
      * it, 2 bytes an element less */
-    double a16 = (long)(aw / t) % 2 == 0 && !lora ? T * aw / t : 0;
+    /* (not with attention dropout: its fp32 ops, gpt_atty16) */
+    int attn_drop = plan_attention_dropout(x), hidden_drop = plan_hidden_dropout(x);
+    double a16 = (long)(aw / t) % 2 == 0 && !lora && !attn_drop ? T * aw / t : 0;
     /* and its input qkv and their gradient dqkv (gpt_qkv16: where the attention output is, and
      * no rope rotates them in place): QKV's GEMM writes qkv 2 bytes an element less, the
      * attention reads it 2 bytes less in forward and in each of its backward's two kernels and
@@ -205,6 +226,11 @@ void plan_layer_cost_trident(const plan_cost_ctx *x, plan_cost *o)
     double att_b = 2.5 * att_flops / (c->peak_flops * TRIDENT_ATTENTION_BACKWARD_FRACTION) -
                    tr_plan_stream_s(c, 2 * a16) - tr_plan_stream_s(c, 3 * 2 * q16) -
                    tr_plan_stream_s(c, 3 * 2 * dat16);
+    if (attn_drop) { /* the causal half's decisions, a block a 4: forward, dK dV, dQ */
+        double blocks = heads * s * plan_keys(x) / 8;
+        att_f += plan_philox_s(c, blocks);
+        att_b += 2 * plan_philox_s(c, blocks);
+    }
     /* forward: 2 layernorms (read x, write y), bias adds (read and write the output) of
      * qkv, projection, fc and fc_proj, the residual copies before the row-parallel GEMMs
      * (tp 1; else the reduction's add: read 2, write 1), GELU / SwiGLU */
@@ -236,6 +262,14 @@ void plan_layer_cost_trident(const plan_cost_ctx *x, plan_cost *o)
     }
     o->f[TR_PLAN_PART_ELEMENTWISE] = tr_plan_stream_s(c, el_f);
     o->b[TR_PLAN_PART_ELEMENTWISE] = tr_plan_stream_s(c, el_b);
+    if (hidden_drop) { /* the attention's and the MLP's outputs (gpt_dropout_add), their
+                        * residual adds apart where tp 1 had them in the GEMM (without
+                        * experts); backward the masks again on the gradients */
+        double n = R / 4;
+        o->f[TR_PLAN_PART_ELEMENTWISE] += 2 * plan_trident_dropout_s(c, n) +
+                                          (row_copy && !moe ? 2 * tr_plan_stream_s(c, 3 * R) : 0);
+        o->b[TR_PLAN_PART_ELEMENTWISE] += 2 * plan_trident_dropout_s(c, n);
+    }
     o->f[TR_PLAN_PART_ROUTING] = route_f;
     o->b[TR_PLAN_PART_ROUTING] = route_b;
     if (L->recompute == TR_PLAN_RECOMPUTE_FULL) {

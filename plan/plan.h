@@ -133,7 +133,17 @@
  *   dropout: the layout's `dropout` flag (the config's model.hidden_dropout or
  *           attention_dropout > 0, or --dropout; Megatron's GPT scripts use 0.1 on attention
  *           probabilities and hidden states): Megatron's masks counted; trident stores none
- *           (recomputed from Philox) and its time model leaves the Philox draws out.
+ *           (core/philox.h: one Philox 4x32-10 block, ~90 integer operations, decides 4
+ *           elements, recomputed where needed). trident's kernels (GPU presets): each hidden
+ *           site (the embedding's, the attention's and the MLP's outputs) is a kernel over
+ *           the rank's N h fp32 elements, max(8 bytes an element at the streaming rate,
+ *           N h / 4 blocks at int_ops) + overhead, forward and again backward (the mask
+ *           recomputed on the gradient), its residual add a kernel of its own (12 bytes an
+ *           element) where tp 1 fuses it into the GEMM otherwise; attention dropout adds the
+ *           Philox blocks of the causal half of the scores (b a/t s keys / 8) to the fused
+ *           attention, once forward and twice backward (its dK dV and dQ passes each decide
+ *           them), and keeps the attention's tensors fp32 (no bf16 storage of its output and
+ *           qkv). --dropout is both. The flat model (cpu-host) times no element-wise work.
  *   collectives over n ranks, S bytes (ring): all-reduce 2(n-1)/n S/bw + 2(n-1) lat;
  *           reduce-scatter and all-gather (n-1)/n S/bw + (n-1) lat; P2P S/bw + lat.
  *           bw = link x efficiency (NCCL's bus bandwidth): intra-node intra_bw x
@@ -240,6 +250,9 @@ typedef struct {
     double hbm_bw;           /* bytes/s of device memory */
     double hbm_efficiency;   /* fraction of hbm_bw a streaming kernel reaches */
     double kernel_overhead_s; /* per kernel: launch and the gap between kernels */
+    double int_ops;          /* 32-bit integer operations a second (the SMs' INT32 lanes x
+                              * clock): Philox's dropout masks on trident's kernels; 0 (custom
+                              * devices): not timed */
     double intra_efficiency, inter_efficiency; /* NCCL bus bandwidth / link bandwidth */
     /* Measured GEMM times (benchmarks/gemm_shapes) that correct the shape model; NULL: the
      * preset's compiled-in table (plan/gemm/PRESET.inc; may be empty). */

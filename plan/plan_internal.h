@@ -261,6 +261,24 @@ static inline int plan_trident_kernels(const plan_cost_ctx *x)
     return x->L->trident_kernels && x->L->bf16 && plan_shape_model(x->c);
 }
 void plan_layer_cost_trident(const plan_cost_ctx *x, plan_cost *out);
+/* Dropout on trident's kernels (L->dropout: the config's or --dropout, which is both): hidden
+ * dropout where model.hidden_dropout > 0, attention dropout where attention_dropout > 0. */
+static inline int plan_hidden_dropout(const plan_cost_ctx *x)
+{
+    const tr_model_config *m = x->m;
+    return x->L->dropout && (m->hidden_dropout > 0 || !(m->attention_dropout > 0));
+}
+static inline int plan_attention_dropout(const plan_cost_ctx *x)
+{
+    const tr_model_config *m = x->m;
+    return x->L->dropout && (m->attention_dropout > 0 || !(m->hidden_dropout > 0));
+}
+/* Seconds of `blocks` Philox 4x32-10 blocks at c's int_ops (0 where it has none). */
+double plan_philox_s(const tr_plan_cluster *c, double blocks);
+/* One hidden-dropout kernel of trident's on n fp32 elements (kernels/cuda/dropout.cu: read and
+ * write 4 bytes an element, one Philox block a 4): the slower of its bytes and its blocks,
+ * plus a kernel's overhead. */
+double plan_trident_dropout_s(const tr_plan_cluster *c, double n);
 void plan_output_cost_trident(const plan_cost_ctx *x, plan_cost *out);
 double plan_trident_gemm_s(const tr_plan_cluster *c, double m, double n, double k, int accumulate);
 void plan_layer_cost(const plan_cost_ctx *x, plan_cost *out);
