@@ -34,11 +34,6 @@ int config_check_moe(const tr_config *c)
                           "parallel.expert_model_parallel_size = %d with training.device cuda is "
                           "not built: the experts' rows are exchanged in host memory over UCX; "
                           "allowed: expert parallelism on training.device cpu", ep);
-    if (ep > 1 && tr_zero_stage(&c->parallel) == 3)
-        return config_bad(c, "parallel.expert_model_parallel_size", "parallel.zero_stage",
-                          "parallel.expert_model_parallel_size = %d with ZeRO stage 3 "
-                          "(parallel.zero_stage) is not built; allowed: ZeRO stages 0-2 with "
-                          "expert parallelism", ep);
     if (m->moe_shared_expert_intermediate_size > 0)
         return config_bad(c, "model.moe_shared_expert_intermediate_size", NULL,
                           "model.moe_shared_expert_intermediate_size = %d: shared experts are "

@@ -524,7 +524,9 @@ if group in ("ep", "all"):
                 ("ep-d2-p2-v2-ep2-interleaved", 4, 1, 2, EP2, *inter),
                 ("ep-d2-ep2-recompute", 2, 1, 1, EP2, "training.recompute=full"),
                 ("ep-d4-ep2-zero1", 4, 1, 1, EP2, "parallel.zero_stage=1"),
-                ("ep-d4-ep2-zero2", 4, 1, 1, EP2, "parallel.zero_stage=2")]
+                ("ep-d4-ep2-zero2", 4, 1, 1, EP2, "parallel.zero_stage=2"),
+                ("ep-d4-ep2-zero3-recompute", 4, 1, 1, EP2, "parallel.zero_stage=3",
+                 "training.recompute=full")]
     for name, world, tp, pp, *extra in ep_cases[:2] if quick else ep_cases:
         cases.append((name,))
         if base_ep is not None:
@@ -535,6 +537,19 @@ if group in ("ep", "all"):
         cases.append(("ep-bf16-d2-ep2",))
         if base16 is not None:
             compare("ep-bf16-d2-ep2", run("ep-bf16-d2-ep2", 2, 1, 1, EP2, *B16), base16, 1e-3, 3e-2)
+    # validation (forward only: the EP peers exchange rows there too): val_loss at iterations 3, 6
+    EVAL = ["training.eval_interval=3", "training.eval_iters=1"]
+    vals = []
+    for name, world, sets in (("ep-eval-single", 1, EVAL), ("ep-eval-d2-ep2", 2, [EP2, *EVAL])):
+        out = os.path.join(work, name)
+        r = tt.run(tt.train_cmd(trident, config, out, world, 1, 1, (*MOE, *sets), flags=["--quiet"]),
+                   timeout=300)
+        vals.append([m["val_loss"] for m in tt.metrics(out) if "val_loss" in m]
+                    if r.returncode == 0 else [])
+    cases.append(("ep-eval-d2-ep2",))
+    worst = max((abs(a - b) / abs(b) for a, b in zip(vals[1], vals[0])), default=1.0)
+    tt.check(f"ep-eval-d2-ep2: val_loss at EP 2 against one process: worst rel diff {worst:.1e}",
+             len(vals[0]) == 2 and len(vals[1]) == 2 and worst <= 1e-5)
     # EP must divide the data-parallel size: refused before training, naming the key
     r = tt.run(tt.train_cmd(trident, config, os.path.join(work, "ep4-world2"), 2, 1, 1, (*MOE, EP4),
                             flags=["--quiet"]), timeout=120)
