@@ -72,7 +72,8 @@ EXPECTED_TESTS = ("cuda-host-logic", "cuda-nccl-host-logic", "cuda-ops", "cuda-g
                   "cuda-check-families", "cuda-nccl-ordered-2", "cuda-fused-ops",
                   "cuda-fused-ops-blocked", "cuda-ops-fused-backward", "cuda-gpt-loss-fused-backward",
                   "cuda-gemm-choose", "cuda-attention-cudnn", "cuda-gpt-loss-cudnn",
-                  "cuda-ops-moe-refusal", "cuda-ops-dropout", "cuda-attention-rows")
+                  "cuda-ops-moe-refusal", "cuda-ops-dropout", "cuda-attention-rows",
+                  "cuda-check-cp")
 TAIL_LINES = 40
 KERNELS_RESERVE_S = 120  # ncu on the main kernels, which the switches back's variants leave it
 BENCH_RESERVE_S = 330  # the benchmark's time (three 124M runs, torch.compile's compilation, gemm_choose,

@@ -24,9 +24,6 @@ int config_check_cp(const tr_config *c)
         {c->model.num_experts > 0, "model.num_experts", "mixture of experts"},
         {sft && c->model.attention_dropout > 0, "model.attention_dropout",
          "fine-tuning data (data.dataset_type sft) and attention dropout"},
-        {strcmp(c->training.device, "cpu") != 0, "training.device",
-         "training.device cuda (its attention_rows kernels are compile-checked, not yet run on a "
-         "GPU)"},
     };
     int tp = c->parallel.tensor_model_parallel_size, mb = c->training.micro_batch_size;
     if (c->parallel.sequence_parallel && tp > 1 && (long long)mb * (T / cp) % tp)

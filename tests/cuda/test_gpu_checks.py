@@ -20,6 +20,10 @@
                      (the families' CUDA kernels: rope, RMSNorm, SwiGLU, GeGLU, GQA/ALiBi
                      attention, the exact GELU, ReLU, the MoE router, gather and scatter, dropout's
                      masks)
+  cp                 context parallelism (kernels/cuda/attention_rows.cu): CP=2 as 2 ranks on ONE
+                     GPU (staged, as staged-3d-fp32) vs the CPU's one rank: fp32 within 1e-4 and
+                     bf16 within 2e-2, plain, with attention and hidden dropout 0.1 (the masks at
+                     global coordinates) and with a Llama's groups and rope
   checkpoint         a checkpoint saved on the GPU (iteration 5) resumes on the CPU, and one
                      saved on the CPU resumes on the GPU: iterations 6-10 within 1e-4 of the
                      uninterrupted runs on both backends (fp32); a bf16 run's checkpoint resumes
@@ -31,7 +35,8 @@
 usage: test_gpu_checks.py TRIDENT PROBE WORKDIR --check NAME [--emulate] [--quick]
 --emulate: no GPU needed: the "GPU" runs are CPU runs (device cpu, fp32), so every comparison
 holds by construction; this runs the checks' own logic (configs, commands, corpus, checkpoint
-folders, comparisons) on any machine. --quick: fewer iterations (with --emulate)."""
+folders, comparisons) on any machine. --quick: fewer iterations, cp without its bf16 runs (with
+--emulate)."""
 import json
 import os
 import subprocess
@@ -41,7 +46,7 @@ here = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(here, "..", "common"))
 import trident_test as tt  # noqa: E402
 
-CHECKS = ("fp32-vs-cpu", "bf16-vs-fp32-demo", "staged-3d-fp32", "checkpoint", "families")
+CHECKS = ("fp32-vs-cpu", "bf16-vs-fp32-demo", "staged-3d-fp32", "checkpoint", "families", "cp")
 FAMILIES = {  # tests/layouts' family switches, for this check's 8-head model
     "llama": ["model.normalization=RMSNorm", "model.position_embedding_type=rope", "model.swiglu=true",
               "model.ffn_hidden_size=176", "model.num_query_groups=4",
@@ -212,6 +217,18 @@ def main():
         eight = r.run("gpu8-fp32", "gpu", "fp32", world=8, tp=2, pp=2,
                       env={"CUDA_VISIBLE_DEVICES": first})
         compare("(DP=2, TP=2, PP=2) on one GPU, staged, vs one rank, fp32", eight, one, 1e-4)
+    elif check == "cp":
+        first = os.environ.get("CUDA_VISIBLE_DEVICES", "0").split(",")[0]
+        for name, sets in (("plain", []),
+                           ("dropout", ["model.attention_dropout=0.1", "model.hidden_dropout=0.1"]),
+                           ("llama", FAMILIES["llama"])):
+            cpu = r.run(f"cp-{name}-cpu", "cpu", "fp32", sets=sets)
+            for precision, tol in (("fp32", 1e-4), ("bf16", 2e-2))[:1 if quick else 2]:
+                cp2 = r.run(f"cp-{name}-gpu2-{precision}", "gpu", precision, world=2,
+                            sets=sets + ["parallel.context_parallel_size=2"],
+                            env={"CUDA_VISIBLE_DEVICES": first})
+                compare(f"CP=2 ({name}) on one GPU, staged, {precision}, vs one CPU rank, fp32",
+                        cp2, cpu, tol)
     elif check == "families":
         for fam, sets in FAMILIES.items():
             cpu = r.run(f"{fam}-cpu", "cpu", "fp32", sets=sets)

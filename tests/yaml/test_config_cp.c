@@ -1,6 +1,6 @@
 /* parallel.context_parallel_size: the default, a valid value, and every combination context
  * parallelism does not support refused naming the keys (yaml/validate_cp.c); dropout, 16-bit
- * precision, fine-tuning data and LoRA are allowed. */
+ * precision, fine-tuning data, LoRA and training.device cuda are allowed. */
 #include "yaml_test.h"
 
 #define CP(n) TR_T_REQUIRED "parallel:\n  context_parallel_size: " #n "\n" /* line 13, col 3 */
@@ -22,7 +22,8 @@ static void test_context_parallel_size(void **state)
     assert_int_equal(tr_t_load(CP(2), dropout, 2, &c), TR_OK); /* dropout: the same masks */
     tr_config_free(&c);
     static const char *const allowed[] = {"training.precision=bf16", "training.precision=fp16",
-                                          "data.dataset_type=sft", "finetune.lora.rank=4"};
+                                          "data.dataset_type=sft", "finetune.lora.rank=4",
+                                          "training.device=cuda"};
     for (size_t i = 0; i < sizeof allowed / sizeof allowed[0]; i++) {
         const char *ov[] = {allowed[i], "model.hidden_dropout=0.1"};
         assert_int_equal(tr_t_load(CP(2), ov, 2, &c), TR_OK);
@@ -39,7 +40,6 @@ static void test_context_parallel_size(void **state)
         {"data.dataset_type=sft", "model.attention_dropout=0.1",
          "with fine-tuning data (data.dataset_type sft) and attention dropout is not supported "
          "(model.attention_dropout); allowed: context_parallel_size 1"},
-        {"training.device=cuda", NULL, "with training.device cuda"},
     };
     /* sequence parallelism over each rank's T / CP tokens: 2 x 32/4 = 16 rows over TP 32 */
     const char *sp[] = {"parallel.sequence_parallel=true", "parallel.tensor_model_parallel_size=32",
