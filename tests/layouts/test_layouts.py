@@ -455,7 +455,8 @@ if group in ("cp", "all"):
     r = tt.run([trident, "preprocess", "--input", os.path.join(work, "sft.jsonl"), "--output-prefix",
                 os.path.join(work, "sft"), "--json-keys", "prompt,response"], timeout=60)
     tt.check("preprocess of the fine-tuning set", r.returncode == 0, r.stderr[-500:])
-    SFT = ["data.dataset_type=sft", f"data.data_path=[{os.path.join(work, 'sft')}]", I5]
+    SFT = ["data.dataset_type=sft", f"data.data_path=[{os.path.join(work, 'sft')}]", I5,
+           "training.eval_interval=5", "training.eval_iters=2"]  # (validation at iteration 5)
     # LoRA adapters (their gradients summed over D x CP as every weight's), with dropout on their
     # inputs at global positions
     LORA = [*FAMILIES["lora"], "finetune.lora.dropout=0.2", I5]
@@ -468,6 +469,12 @@ if group in ("cp", "all"):
             cases.append((name,))
             if base_w is not None:
                 compare(name, run(name, world, tp, 1, CP2, *sets, *extra), base_w)
+            if what == "sft":  # val_loss: the validation batches' learned tokens over D x CP
+                files = [os.path.join(work, n, "metrics.jsonl") for n in ("cp-sft-single", name)]
+                v = [[m["val_loss"] for m in tt.metrics(os.path.dirname(f)) if "val_loss" in m]
+                     if os.path.exists(f) else [] for f in files]
+                tt.check(f"{name}: val_loss {v[1]} (one process: {v[0]})", len(v[0]) == 1 and
+                         len(v[1]) == 1 and abs(v[1][0] - v[0][0]) <= 1e-5 * v[0][0])
     # validation (forward only) at CP 2: the single process's val_loss at iterations 5 and 10
     EVAL = ["training.eval_interval=5", "training.eval_iters=2"]
     vals = []
