@@ -221,6 +221,22 @@ def compare(name, got, base, tol=1e-5, grad_tol=None):
              f"rel L2 {worst_grad:.1e} ({worst_name})", ok)
 
 
+def check_val_loss(name, what, layout_world, sets, layout_sets):
+    """Validation (forward only) in a layout: every val_loss of one process with `sets` (two
+    evaluations) and of `layout_world` ranks with `layout_sets` too, within 1e-5."""
+    vals = []
+    for run_name, world, extra in ((f"{name}-single", 1, sets), (name, layout_world, layout_sets)):
+        out = os.path.join(work, run_name)
+        r = tt.run(tt.train_cmd(trident, config, out, world, 1, 1, (*sets, *extra), flags=["--quiet"]),
+                   timeout=300)
+        vals.append([m["val_loss"] for m in tt.metrics(out) if "val_loss" in m]
+                    if r.returncode == 0 else [])
+    cases.append((name,))
+    worst = max((abs(a - b) / abs(b) for a, b in zip(vals[1], vals[0])), default=1.0)
+    tt.check(f"{name}: val_loss at {what} against one process: worst rel diff {worst:.1e}",
+             len(vals[0]) == 2 and len(vals[1]) == 2 and worst <= 1e-5)
+
+
 base = run("single", 1) if group != "ep" else ()  # (ep: Mixtral's layer, its own base)
 if base is None:
     sys.exit(1)
@@ -476,18 +492,7 @@ if group in ("cp", "all"):
                 tt.check(f"{name}: val_loss {v[1]} (one process: {v[0]})", len(v[0]) == 1 and
                          len(v[1]) == 1 and abs(v[1][0] - v[0][0]) <= 1e-5 * v[0][0])
     # validation (forward only) at CP 2: the single process's val_loss at iterations 5 and 10
-    EVAL = ["training.eval_interval=5", "training.eval_iters=2"]
-    vals = []
-    for name, world, sets in (("eval-single", 1, EVAL), ("eval-c2", 2, [CP2, *EVAL])):
-        out = os.path.join(work, name)
-        r = tt.run(tt.train_cmd(trident, config, out, world, 1, 1, sets, flags=["--quiet"]),
-                   timeout=300)
-        vals.append([m["val_loss"] for m in tt.metrics(out) if "val_loss" in m]
-                    if r.returncode == 0 else [])
-    cases.append(("eval-c2",))
-    worst = max((abs(a - b) / abs(b) for a, b in zip(vals[1], vals[0])), default=1.0)
-    tt.check(f"eval-c2: val_loss at CP 2 against one process: worst rel diff {worst:.1e}",
-             len(vals[0]) == 2 and len(vals[1]) == 2 and worst <= 1e-5)
+    check_val_loss("eval-c2", "CP 2", 2, ["training.eval_interval=5", "training.eval_iters=2"], [CP2])
     # a world that the layout does not divide is refused before training, naming the key
     r = tt.run(tt.train_cmd(trident, config, os.path.join(work, "c2-world3"), 3, 1, 1, (CP2,),
                             flags=["--quiet"]), timeout=120)
@@ -545,18 +550,8 @@ if group in ("ep", "all"):
         if base16 is not None:
             compare("ep-bf16-d2-ep2", run("ep-bf16-d2-ep2", 2, 1, 1, EP2, *B16), base16, 1e-3, 3e-2)
     # validation (forward only: the EP peers exchange rows there too): val_loss at iterations 3, 6
-    EVAL = ["training.eval_interval=3", "training.eval_iters=1"]
-    vals = []
-    for name, world, sets in (("ep-eval-single", 1, EVAL), ("ep-eval-d2-ep2", 2, [EP2, *EVAL])):
-        out = os.path.join(work, name)
-        r = tt.run(tt.train_cmd(trident, config, out, world, 1, 1, (*MOE, *sets), flags=["--quiet"]),
-                   timeout=300)
-        vals.append([m["val_loss"] for m in tt.metrics(out) if "val_loss" in m]
-                    if r.returncode == 0 else [])
-    cases.append(("ep-eval-d2-ep2",))
-    worst = max((abs(a - b) / abs(b) for a, b in zip(vals[1], vals[0])), default=1.0)
-    tt.check(f"ep-eval-d2-ep2: val_loss at EP 2 against one process: worst rel diff {worst:.1e}",
-             len(vals[0]) == 2 and len(vals[1]) == 2 and worst <= 1e-5)
+    check_val_loss("ep-eval-d2-ep2", "EP 2", 2, [*MOE, "training.eval_interval=3",
+                                                 "training.eval_iters=1"], [EP2])
     # EP must divide the data-parallel size: refused before training, naming the key
     r = tt.run(tt.train_cmd(trident, config, os.path.join(work, "ep4-world2"), 2, 1, 1, (*MOE, EP4),
                             flags=["--quiet"]), timeout=120)
