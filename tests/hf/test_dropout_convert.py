@@ -16,7 +16,8 @@ model.hidden_dropout and model.attention_dropout:
     -> HF the same config.json keys), with the warning that transformers' Bloom has no dropout
     after the embeddings;
   - Megatron-LM both ways: --to megatron writes args.hidden_dropout / attention_dropout, --from
-    megatron records them (torch.load of the args too, where torch imports);
+    megatron records them (where torch imports: torch.load reads them, and args of 1.5 or a
+    string, torch.save'd, are refused naming the key);
   - a damaged dropout line is refused naming the manifest's line; a manifest without it (written
     before it) exports 0.
 usage: test_dropout_convert.py TRIDENT WORKDIR"""
@@ -180,6 +181,15 @@ if torch is not None and rc == 0:
     args = torch.load(f, map_location="cpu", weights_only=False)["args"]
     check("... torch.load of the rank file: args.hidden_dropout 0.3, args.attention_dropout 0.2",
           abs(getattr(args, "hidden_dropout", -1) - 0.3) < 1e-7 and abs(getattr(args, "attention_dropout", -1) - 0.2) < 1e-7, str(args))
+    for key, value in (("hidden_dropout", 1.5), ("attention_dropout", "0.1")):  # refused naming the key
+        bad = path("llama-mlm-bad")
+        shutil.rmtree(bad, ignore_errors=True)
+        shutil.copytree(path("llama-mlm"), bad)
+        state = torch.load(f, map_location="cpu", weights_only=False)
+        setattr(state["args"], key, value)
+        torch.save(state, os.path.join(bad, "release", "mp_rank_00", "model_optim_rng.pt"))
+        s.refused(f"Megatron args.{key} {value!r}", ["--from", "megatron", "--input", bad, "--output",
+                  path("ck-mlm-bad")], path("ck-mlm-bad"), "not a dropout probability", [f"args.{key}"])
 
 # ---- the manifest's line: damaged ones refused, an old manifest (none) exports 0
 line = "dropout hidden_dropout 0.1 attention_dropout 0.2"
