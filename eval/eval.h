@@ -89,6 +89,8 @@ typedef struct {
     int n_until;
     int max_gen_toks;  /* at most this many generated tokens (>= 1) */
     char *target;      /* the expected text (exact_match), or NULL */
+    char **doc_choices; /* its "choices" (multi_choice_regex's), NUL-terminated */
+    int n_doc_choices;
 } tr_eval_request;
 /* lm-evaluation-harness's filters, a pipeline of steps applied to a generated text in turn:
  *   regex            re.findall(regex_pattern, text); none: `fallback`; else the match
@@ -97,15 +99,38 @@ typedef struct {
  *                    groups its group (several: the first non-empty one, none: the fallback),
  *                    stripped (str.strip())
  *   take_first       the text (one generation a request: the harness's first of one)
+ *   take_first_k     (k <= the settings' repeats) the text: the harness's first k of the
+ *                    request's `repeats` generations, which are all this one text here
+ *                    (trident generates greedily: the harness's repeats of a greedy request
+ *                    are equal)
+ *   majority_vote    the text (the most common of equal generations)
  *   lowercase, uppercase   str.lower(), str.upper()
- *   remove_whitespace      str.lstrip() */
+ *   remove_whitespace      the text without its first character if that is a space (the
+ *                          harness's WhitespaceFilter)
+ *   map              mapping_dict.get(text, default_value) (strings; default_value needed)
+ *   multi_choice_regex     the harness's MultiChoiceRegexFilter on the request's "choices"
+ *                    (its doc's choices, labelled (A), (B), ...): the regex step's match
+ *                    (regex_pattern, group_select) if not empty; else the first match of
+ *                    the choices themselves (re.escape'd, after regexes_to_ignore,
+ *                    ignore_case (str.lower()) and ignore_punctuation (categories P*) on
+ *                    both) as its "(X)"; else ":\s*(A|B|...)"'s letter as "(X)"; else the
+ *                    fallback (a group_select out of range, or a match whose groups are all
+ *                    empty, is no match, where the harness raises) */
 enum { TR_FILTER_TAKE_FIRST, TR_FILTER_REGEX, TR_FILTER_LOWERCASE, TR_FILTER_UPPERCASE,
-       TR_FILTER_REMOVE_WHITESPACE };
+       TR_FILTER_REMOVE_WHITESPACE, TR_FILTER_TAKE_FIRST_K, TR_FILTER_MAJORITY_VOTE,
+       TR_FILTER_MAP, TR_FILTER_MULTI_CHOICE };
 typedef struct {
     int function;        /* TR_FILTER_* */
-    tr_regex *regex;     /* regex: its pattern, group_select and fallback */
+    tr_regex *regex;     /* regex, multi_choice_regex: the pattern, group_select, fallback */
     long group_select;
     char *fallback;
+    int k;               /* take_first_k */
+    char **keys, **values; /* map: mapping_dict's n_map pairs, and default_value */
+    int n_map;
+    char *default_value;
+    int ignore_case, ignore_punctuation; /* multi_choice_regex's options */
+    tr_regex **ignore;
+    int n_ignore;
 } tr_eval_filter_step;
 typedef struct {
     char *name;          /* as the task names it ("strict-match"), unique in the task */
@@ -122,21 +147,31 @@ typedef struct {
     int ignore_case, ignore_punctuation, ignore_numbers;
     tr_regex **ignore;
     int n_ignore;
+    int repeats;         /* the harness's generations per request (>= 1) */
+    int needs_choices;   /* a filter has a multi_choice_regex step */
 } tr_eval_settings;
 /* The settings of a JSON object text[0, len) written as the harness's task YAML:
  *   {"filter_list": [{"name": STR, "filter": [{"function": "regex", "regex_pattern": STR
  *    (default GSM8K's #### (\-?[0-9\.\,]+)), "group_select": INT (default 0),
- *    "fallback": STR (default "[invalid]")}, {"function": "take_first"}, ...]}, ...],
+ *    "fallback": STR (default "[invalid]")}, {"function": "take_first"}, {"function":
+ *    "take_first_k", "k": INT}, {"function": "majority_vote"}, {"function": "map",
+ *    "mapping_dict": {STR: STR...}, "default_value": STR}, {"function": "multi_choice_regex",
+ *    the regex's keys, "ignore_case": BOOL, "ignore_punctuation": BOOL, "regexes_to_ignore":
+ *    [STR...]}, ...]}, ...],
  *    "metric_list": [{"metric": "exact_match", "ignore_case": BOOL, "ignore_punctuation": BOOL,
  *    "ignore_numbers": BOOL, "regexes_to_ignore": [STR...], "aggregation": "mean",
- *    "higher_is_better": true}]}  (other keys of the object ignored).
+ *    "higher_is_better": true}], "repeats": INT (default 1), "generation_kwargs": {...}}
+ *    (other keys of the object ignored; generation_kwargs' do_sample must not be true:
+ *    trident generates greedily).
  * A bad key, value, function, metric or pattern is TR_ERR_INVALID "WHERE: why" naming it. */
 TR_MUST_CHECK int tr_eval_settings_parse(const char *text, size_t len, const char *where,
                                          tr_eval_settings *out);
 void tr_eval_settings_free(tr_eval_settings *s);
-/* Filter pipeline f applied to text: *out malloc'ed, NUL-terminated. Errors: a regex past its
- * step budget. */
-TR_MUST_CHECK int tr_eval_filter_apply(const tr_eval_filter *f, const char *text, char **out);
+/* Filter pipeline f applied to text, generated for request r (its doc_choices, for
+ * multi_choice_regex; r NULL: none): *out malloc'ed, NUL-terminated. Errors: a regex past its
+ * step budget, multi_choice_regex without r's choices. */
+TR_MUST_CHECK int tr_eval_filter_apply(const tr_eval_filter *f, const tr_eval_request *r,
+                                       const char *text, char **out);
 /* *equal: whether text equals target once both get exact_match's options of s (NULL: none)
  * and lose leading and trailing whitespace (Python's str.strip()). */
 TR_MUST_CHECK int tr_eval_exact_match(const tr_eval_settings *s, const char *text,
@@ -152,7 +187,8 @@ typedef struct {
  *   {"context": STR, "continuation": STR}  or  {"context": STR, "choices": [STR...],
  *   "label": INT}  or  {"context": STR, "until": [STR...], "max_gen_toks": INT (default 256, or half
  *   the context where that is less),
- *   "target": STR (optional)}  (other keys ignored); the first line may instead be the task's
+ *   "target": STR (optional), "choices": [STR...] (1 to 26; only and always where the
+ *   settings have a multi_choice_regex filter)}  (other keys ignored); the first line may instead be the task's
  *   settings (tr_eval_settings_parse: an object with "filter_list" or "metric_list" and no
  *   "context"), into out->settings.
  * A generation request's context is encoded as it is (no whitespace moved) and keeps its last

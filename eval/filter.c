@@ -1,8 +1,7 @@
 /* lm-evaluation-harness's filters (its filters/extraction.py and transformation.py) and
  * exact_match's options, from a task file's settings line (eval/eval.h). */
-#include "eval/eval.h"
+#include "eval/filter_internal.h"
 
-#include <jansson.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -12,8 +11,7 @@
 
 #define GSM8K_STRICT "#### (\\-?[0-9\\.\\,]+)"
 
-static int bad(const char *where, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static int bad(const char *where, const char *fmt, ...)
+int filter_bad(const char *where, const char *fmt, ...)
 {
     char why[600];
     va_list ap;
@@ -23,7 +21,7 @@ static int bad(const char *where, const char *fmt, ...)
     return tr_fail(TR_ERR_INVALID, "%s: %s", where, why);
 }
 
-static char *dup_n(const char *s, size_t n)
+char *filter_dup(const char *s, size_t n)
 {
     char *p = malloc(n + 1);
     if (p) {
@@ -37,10 +35,8 @@ void tr_eval_settings_free(tr_eval_settings *s)
 {
     for (int f = 0; f < s->n_filters; f++) {
         tr_eval_filter *fl = &s->filters[f];
-        for (int k = 0; k < fl->n_steps; k++) {
-            tr_regex_free(fl->steps[k].regex);
-            free(fl->steps[k].fallback);
-        }
+        for (int k = 0; k < fl->n_steps; k++)
+            filter_step_free(&fl->steps[k]);
         free(fl->steps);
         free(fl->name);
     }
@@ -51,100 +47,144 @@ void tr_eval_settings_free(tr_eval_settings *s)
     memset(s, 0, sizeof *s);
 }
 
-static int compile(const char *where, const char *what, const json_t *v, tr_regex **out)
+int filter_compile(const char *where, const char *what, const json_t *v, tr_regex **out)
 {
     int rc = tr_regex_compile(json_string_value(v), json_string_length(v), out);
     return rc ? tr_fail_context(rc, "%s: %s", where, what) : TR_OK;
 }
 
-/* One step {"function": ..., its arguments} of filter `name`. */
-static int parse_step(const char *where, const char *name, int k, json_t *o,
-                      tr_eval_filter_step *st)
+/* The functions (TR_FILTER_* order) and the arguments each takes. */
+static const struct {
+    const char *name, *args;
+} functions[] = {
+    {"take_first", ""}, {"regex", "regex_pattern group_select fallback"}, {"lowercase", ""},
+    {"uppercase", ""}, {"remove_whitespace", ""}, {"take_first_k", "k"}, {"majority_vote", ""},
+    {"map", "mapping_dict default_value"},
+    {"multi_choice_regex", "regex_pattern group_select fallback ignore_case ignore_punctuation "
+                           "regexes_to_ignore"}};
+enum { N_FUNCTIONS = sizeof functions / sizeof functions[0] };
+
+/* Whether key is a word of the space-separated list args. */
+static int takes(const char *args, const char *key)
 {
-    static const char *const functions[] = {"take_first", "regex", "lowercase", "uppercase",
-                                            "remove_whitespace"};
-    if (!json_is_object(o))
-        return bad(where, "filter '%s' step %d is not an object {\"function\": ...}", name, k);
-    json_t *fn = json_object_get(o, "function");
-    if (!json_is_string(fn))
-        return bad(where, "filter '%s' step %d: \"function\" (a string) is missing", name, k);
-    st->function = -1;
-    for (int f = 0; f < 5; f++)
-        if (!strcmp(json_string_value(fn), functions[f]))
-            st->function = f;
-    if (st->function < 0)
-        return bad(where, "filter '%s': function '%s' is not supported (regex, take_first, "
-                   "lowercase, uppercase, remove_whitespace)", name, json_string_value(fn));
-    const char *key;
-    json_t *v;
-    json_object_foreach(o, key, v) {
-        int regex = st->function == TR_FILTER_REGEX;
-        if (!strcmp(key, "function"))
-            continue;
-        if (regex && !strcmp(key, "regex_pattern") && !json_is_string(v))
-            return bad(where, "filter '%s': \"regex_pattern\" is not a string", name);
-        if (regex && !strcmp(key, "fallback") && !json_is_string(v))
-            return bad(where, "filter '%s': \"fallback\" is not a string", name);
-        if (regex && !strcmp(key, "group_select") &&
-            (!json_is_integer(v) || json_integer_value(v) < -(1 << 30) ||
-             json_integer_value(v) > 1 << 30))
-            return bad(where, "filter '%s': \"group_select\" is not an integer", name);
-        if (!regex || (strcmp(key, "regex_pattern") && strcmp(key, "fallback") &&
-                       strcmp(key, "group_select")))
-            return bad(where, "filter '%s': %s takes no argument \"%s\"%s", name,
-                       functions[st->function], key,
-                       regex ? " (regex_pattern, group_select, fallback)" : "");
-    }
-    if (st->function != TR_FILTER_REGEX)
-        return TR_OK;
+    size_t n = strlen(key);
+    for (const char *p = args; n && (p = strstr(p, key)); p += n)
+        if ((p == args || p[-1] == ' ') && (p[n] == ' ' || p[n] == '\0'))
+            return 1;
+    return 0;
+}
+
+/* regex and multi_choice_regex: regex_pattern, group_select, fallback. */
+static int parse_regex_args(const char *where, const char *name, json_t *o,
+                            tr_eval_filter_step *st)
+{
     json_t *pattern = json_object_get(o, "regex_pattern"), *fb = json_object_get(o, "fallback");
     json_t *gs = json_object_get(o, "group_select");
+    if (pattern && !json_is_string(pattern))
+        return filter_bad(where, "filter '%s': \"regex_pattern\" is not a string", name);
+    if (fb && !json_is_string(fb))
+        return filter_bad(where, "filter '%s': \"fallback\" is not a string", name);
+    if (gs && (!json_is_integer(gs) || json_integer_value(gs) < -(1 << 30) ||
+               json_integer_value(gs) > 1 << 30))
+        return filter_bad(where, "filter '%s': \"group_select\" is not an integer", name);
     st->group_select = gs ? (long)json_integer_value(gs) : 0;
-    st->fallback = fb ? dup_n(json_string_value(fb), json_string_length(fb))
-                      : dup_n("[invalid]", 9);
+    st->fallback = fb ? filter_dup(json_string_value(fb), json_string_length(fb))
+                      : filter_dup("[invalid]", 9);
     if (!st->fallback)
         return tr_fail(TR_ERR_NOMEM, "out of memory");
     if (!pattern)
         return tr_regex_compile(GSM8K_STRICT, strlen(GSM8K_STRICT), &st->regex);
     char what[300];
     snprintf(what, sizeof what, "filter '%s'", name);
-    return compile(where, what, pattern, &st->regex);
+    return filter_compile(where, what, pattern, &st->regex);
+}
+
+/* One step {"function": ..., its arguments} of filter `name` (repeats: the settings'). */
+static int parse_step(const char *where, const char *name, int k, json_t *o, int repeats,
+                      tr_eval_filter_step *st)
+{
+    if (!json_is_object(o))
+        return filter_bad(where, "filter '%s' step %d is not an object {\"function\": ...}", name,
+                          k);
+    json_t *fn = json_object_get(o, "function");
+    if (!json_is_string(fn))
+        return filter_bad(where, "filter '%s' step %d: \"function\" (a string) is missing", name,
+                          k);
+    st->function = -1;
+    for (int f = 0; f < N_FUNCTIONS; f++)
+        if (!strcmp(json_string_value(fn), functions[f].name))
+            st->function = f;
+    if (st->function < 0)
+        return filter_bad(where, "filter '%s': function '%s' is not supported (regex, take_first, "
+                          "take_first_k, majority_vote, lowercase, uppercase, remove_whitespace, "
+                          "map, multi_choice_regex)", name, json_string_value(fn));
+    const char *key, *args = functions[st->function].args;
+    json_t *v;
+    json_object_foreach(o, key, v)
+        if (strcmp(key, "function") && !takes(args, key))
+            return filter_bad(where, "filter '%s': %s takes no argument \"%s\"%s%s%s", name,
+                              functions[st->function].name, key, *args ? " (" : "", args,
+                              *args ? ")" : "");
+    switch (st->function) {
+    case TR_FILTER_REGEX:
+        return parse_regex_args(where, name, o, st);
+    case TR_FILTER_MULTI_CHOICE: {
+        int rc = parse_regex_args(where, name, o, st);
+        return rc ? rc : filter_choice_parse(where, name, o, st);
+    }
+    case TR_FILTER_MAP:
+        return filter_map_parse(where, name, o, st);
+    case TR_FILTER_TAKE_FIRST_K:
+        v = json_object_get(o, "k");
+        if (!json_is_integer(v))
+            return filter_bad(where, "filter '%s': take_first_k needs \"k\", an integer", name);
+        if (json_integer_value(v) < 1 || json_integer_value(v) > repeats)
+            return filter_bad(where, "filter '%s': take_first_k's \"k\" %lld is not in [1, "
+                              "repeats = %d] (the harness needs k generations a request: "
+                              "\"repeats\")", name, (long long)json_integer_value(v), repeats);
+        st->k = (int)json_integer_value(v);
+        return TR_OK;
+    default:
+        return TR_OK;
+    }
 }
 
 static int parse_filters(const char *where, json_t *list, tr_eval_settings *s)
 {
     if (!json_is_array(list))
-        return bad(where, "\"filter_list\" is not a list of {\"name\": ..., \"filter\": [...]}");
+        return filter_bad(where, "\"filter_list\" is not a list of {\"name\": ..., \"filter\": [...]}");
     size_t n = json_array_size(list);
     if (n > 256)
-        return bad(where, "\"filter_list\" holds %zu filters (at most 256)", n);
+        return filter_bad(where, "\"filter_list\" holds %zu filters (at most 256)", n);
     if (!(s->filters = calloc(n ? n : 1, sizeof *s->filters)))
         return tr_fail(TR_ERR_NOMEM, "out of memory");
     for (size_t i = 0; i < n; i++) {
         json_t *e = json_array_get(list, i), *name = json_object_get(e, "name");
         json_t *steps = json_object_get(e, "filter");
         if (!json_is_object(e) || !json_is_string(name) || !json_string_length(name))
-            return bad(where, "\"filter_list\"[%zu] is not an object with a \"name\"", i);
+            return filter_bad(where, "\"filter_list\"[%zu] is not an object with a \"name\"", i);
         const char *nm = json_string_value(name), *key;
         json_t *v;
         json_object_foreach(e, key, v)
             if (strcmp(key, "name") && strcmp(key, "filter"))
-                return bad(where, "filter '%s': unknown key \"%s\" (name, filter)", nm, key);
+                return filter_bad(where, "filter '%s': unknown key \"%s\" (name, filter)", nm, key);
         for (int f = 0; f < s->n_filters; f++)
             if (!strcmp(s->filters[f].name, nm))
-                return bad(where, "two filters named '%s'", nm);
+                return filter_bad(where, "two filters named '%s'", nm);
         if (!json_is_array(steps))
-            return bad(where, "filter '%s': \"filter\" is not a list of steps", nm);
+            return filter_bad(where, "filter '%s': \"filter\" is not a list of steps", nm);
         tr_eval_filter *fl = &s->filters[s->n_filters++];
         size_t n_steps = json_array_size(steps);
         if (n_steps > 64)
-            return bad(where, "filter '%s' has %zu steps (at most 64)", nm, n_steps);
-        if (!(fl->name = dup_n(nm, strlen(nm))) ||
+            return filter_bad(where, "filter '%s' has %zu steps (at most 64)", nm, n_steps);
+        if (!(fl->name = filter_dup(nm, strlen(nm))) ||
             !(fl->steps = calloc(n_steps ? n_steps : 1, sizeof *fl->steps)))
             return tr_fail(TR_ERR_NOMEM, "out of memory");
         for (size_t k = 0; k < n_steps; k++) {
-            int rc = parse_step(where, nm, (int)k, json_array_get(steps, k), &fl->steps[k]);
+            int rc = parse_step(where, nm, (int)k, json_array_get(steps, k), s->repeats,
+                                &fl->steps[k]);
             fl->n_steps++;
+            s->needs_choices |= fl->steps[k].function == TR_FILTER_MULTI_CHOICE;
             if (rc)
                 return rc;
         }
@@ -155,17 +195,17 @@ static int parse_filters(const char *where, json_t *list, tr_eval_settings *s)
 static int parse_metrics(const char *where, json_t *list, tr_eval_settings *s)
 {
     if (!json_is_array(list))
-        return bad(where, "\"metric_list\" is not a list of {\"metric\": ...}");
+        return filter_bad(where, "\"metric_list\" is not a list of {\"metric\": ...}");
     int seen = 0;
     for (size_t i = 0; i < json_array_size(list); i++) {
         json_t *e = json_array_get(list, i), *metric = json_object_get(e, "metric");
         if (!json_is_object(e) || !json_is_string(metric))
-            return bad(where, "\"metric_list\"[%zu] is not an object with a \"metric\"", i);
+            return filter_bad(where, "\"metric_list\"[%zu] is not an object with a \"metric\"", i);
         if (strcmp(json_string_value(metric), "exact_match"))
-            return bad(where, "metric '%s': trident eval scores generations by exact_match only",
+            return filter_bad(where, "metric '%s': trident eval scores generations by exact_match only",
                        json_string_value(metric));
         if (seen++)
-            return bad(where, "\"metric_list\" names exact_match twice");
+            return filter_bad(where, "\"metric_list\" names exact_match twice");
         const char *key;
         json_t *v;
         json_object_foreach(e, key, v) {
@@ -173,26 +213,26 @@ static int parse_metrics(const char *where, json_t *list, tr_eval_settings *s)
                         : !strcmp(key, "ignore_punctuation") ? &s->ignore_punctuation
                         : !strcmp(key, "ignore_numbers")     ? &s->ignore_numbers : NULL;
             if (flag && !json_is_boolean(v))
-                return bad(where, "exact_match: \"%s\" is not true or false", key);
+                return filter_bad(where, "exact_match: \"%s\" is not true or false", key);
             if (flag)
                 *flag = json_is_true(v);
             else if (!strcmp(key, "aggregation") &&
                      (!json_is_string(v) || strcmp(json_string_value(v), "mean")))
-                return bad(where, "exact_match: \"aggregation\" is not \"mean\" (the only one)");
+                return filter_bad(where, "exact_match: \"aggregation\" is not \"mean\" (the only one)");
             else if (!strcmp(key, "higher_is_better") && !json_is_true(v))
-                return bad(where, "exact_match: \"higher_is_better\" is not true");
+                return filter_bad(where, "exact_match: \"higher_is_better\" is not true");
             else if (!strcmp(key, "regexes_to_ignore")) {
                 if (!json_is_array(v) || json_array_size(v) > 256)
-                    return bad(where, "exact_match: \"regexes_to_ignore\" is not a list of (at "
+                    return filter_bad(where, "exact_match: \"regexes_to_ignore\" is not a list of (at "
                                "most 256) patterns");
                 if (!(s->ignore = calloc(json_array_size(v) + 1, sizeof *s->ignore)))
                     return tr_fail(TR_ERR_NOMEM, "out of memory");
                 for (size_t k = 0; k < json_array_size(v); k++) {
                     json_t *p = json_array_get(v, k);
                     if (!json_is_string(p))
-                        return bad(where, "exact_match: \"regexes_to_ignore\"[%zu] is not a "
+                        return filter_bad(where, "exact_match: \"regexes_to_ignore\"[%zu] is not a "
                                    "string", k);
-                    int rc = compile(where, "exact_match's regexes_to_ignore", p,
+                    int rc = filter_compile(where, "exact_match's regexes_to_ignore", p,
                                      &s->ignore[s->n_ignore]);
                     if (rc)
                         return rc;
@@ -200,7 +240,7 @@ static int parse_metrics(const char *where, json_t *list, tr_eval_settings *s)
                 }
             } else if (strcmp(key, "metric") && strcmp(key, "aggregation") &&
                        strcmp(key, "higher_is_better"))
-                return bad(where, "exact_match: unknown key \"%s\" (ignore_case, "
+                return filter_bad(where, "exact_match: unknown key \"%s\" (ignore_case, "
                            "ignore_punctuation, ignore_numbers, regexes_to_ignore, "
                            "aggregation, higher_is_better)", key);
         }
@@ -214,10 +254,23 @@ int tr_eval_settings_parse(const char *text, size_t len, const char *where, tr_e
     json_error_t err;
     json_t *root = json_loadb(text, len, 0, &err);
     if (!root)
-        return bad(where, "not JSON: %s (column %d)", err.text, err.column);
-    int rc = json_is_object(root) ? TR_OK : bad(where, "the settings are not a JSON object");
+        return filter_bad(where, "not JSON: %s (column %d)", err.text, err.column);
+    int rc = json_is_object(root) ? TR_OK : filter_bad(where, "the settings are not a JSON object");
     json_t *filters = json_object_get(root, "filter_list"), *metrics = json_object_get(root,
                                                                                 "metric_list");
+    json_t *repeats = json_object_get(root, "repeats"), *gen = json_object_get(root,
+                                                                          "generation_kwargs");
+    out->repeats = 1;
+    if (!rc && repeats && (!json_is_integer(repeats) || json_integer_value(repeats) < 1 ||
+                           json_integer_value(repeats) > 1 << 20))
+        rc = filter_bad(where, "\"repeats\" is not an integer in [1, 2^20]");
+    if (!rc && repeats)
+        out->repeats = (int)json_integer_value(repeats);
+    if (!rc && gen && !json_is_object(gen))
+        rc = filter_bad(where, "\"generation_kwargs\" is not an object");
+    if (!rc && gen && json_is_true(json_object_get(gen, "do_sample")))
+        rc = filter_bad(where, "\"generation_kwargs\": \"do_sample\" true: trident eval generates "
+                        "greedily (its repeats of a request are one text)");
     if (!rc && filters)
         rc = parse_filters(where, filters, out);
     if (!rc && metrics)
@@ -228,15 +281,17 @@ int tr_eval_settings_parse(const char *text, size_t len, const char *where, tr_e
     return rc;
 }
 
-/* RegexFilter: the selected match's text (or the fallback) into *out. */
-static int regex_step(const tr_eval_filter_step *st, const char *text, char **out)
+int filter_pick(const tr_regex *re, long group_select, const char *text, int *found, size_t *a,
+                size_t *b)
 {
     tr_regex_span *sp;
-    size_t n, len = strlen(text), row = (size_t)tr_regex_groups(st->regex) + 1;
-    int rc = tr_regex_findall(st->regex, text, len, &sp, &n);
+    size_t n, row = (size_t)tr_regex_groups(re) + 1;
+    *found = 0;
+    *a = *b = 0;
+    int rc = tr_regex_findall(re, text, strlen(text), &sp, &n);
     if (rc)
         return rc;
-    long k = st->group_select < 0 ? (long)n + st->group_select : st->group_select;
+    long k = group_select < 0 ? (long)n + group_select : group_select;
     const tr_regex_span *pick = NULL;
     if (n > 0 && k >= 0 && (size_t)k < n) {
         const tr_regex_span *m = &sp[(size_t)k * row];
@@ -249,41 +304,58 @@ static int regex_step(const tr_eval_filter_step *st, const char *text, char **ou
                 if (m[g].begin != SIZE_MAX && m[g].end > m[g].begin)
                     pick = &m[g];
     }
-    size_t a = 0, b = 0;
-    if (pick && pick->begin != SIZE_MAX)
-        tr_text_strip(text + pick->begin, pick->end - pick->begin, 1, 1, &a, &b);
-    *out = !pick ? dup_n(st->fallback, strlen(st->fallback))
-           : pick->begin == SIZE_MAX ? dup_n("", 0) : dup_n(text + pick->begin + a, b - a);
+    if (pick && pick->begin != SIZE_MAX) {
+        tr_text_strip(text + pick->begin, pick->end - pick->begin, 1, 1, a, b);
+        *a += pick->begin;
+        *b += pick->begin;
+    }
     free(sp);
+    *found = pick != NULL;
+    return TR_OK;
+}
+
+/* RegexFilter: the selected match's text (or the fallback) into *out. */
+static int regex_step(const tr_eval_filter_step *st, const char *text, char **out)
+{
+    size_t a, b;
+    int found, rc = filter_pick(st->regex, st->group_select, text, &found, &a, &b);
+    if (rc)
+        return rc;
+    *out = found ? filter_dup(text + a, b - a) : filter_dup(st->fallback, strlen(st->fallback));
     return *out ? TR_OK : tr_fail(TR_ERR_NOMEM, "out of memory");
 }
 
-static int apply_step(const tr_eval_filter_step *st, const char *text, char **out)
+static int apply_step(const tr_eval_filter_step *st, const tr_eval_request *r,
+                      const char *text, char **out)
 {
-    size_t len = strlen(text), a, b;
+    size_t len = strlen(text), a;
     switch (st->function) {
     case TR_FILTER_REGEX:
         return regex_step(st, text, out);
+    case TR_FILTER_MULTI_CHOICE:
+        return filter_choice_apply(st, r, text, out);
+    case TR_FILTER_MAP:
+        return filter_map_apply(st, text, out);
     case TR_FILTER_LOWERCASE:
     case TR_FILTER_UPPERCASE:
         return tr_text_case(text, len, st->function == TR_FILTER_UPPERCASE, out, &a);
-    case TR_FILTER_REMOVE_WHITESPACE:
-        tr_text_strip(text, len, 1, 0, &a, &b);
-        *out = dup_n(text + a, b - a);
+    case TR_FILTER_REMOVE_WHITESPACE: /* (one leading space, as the harness's WhitespaceFilter) */
+        *out = filter_dup(text + (text[0] == ' '), len - (text[0] == ' '));
         break;
     default:
-        *out = dup_n(text, len);
+        *out = filter_dup(text, len);
     }
     return *out ? TR_OK : tr_fail(TR_ERR_NOMEM, "out of memory");
 }
 
-int tr_eval_filter_apply(const tr_eval_filter *f, const char *text, char **out)
+int tr_eval_filter_apply(const tr_eval_filter *f, const tr_eval_request *r, const char *text,
+                         char **out)
 {
-    char *cur = dup_n(text, strlen(text));
+    char *cur = filter_dup(text, strlen(text));
     int rc = cur ? TR_OK : tr_fail(TR_ERR_NOMEM, "out of memory");
     for (int k = 0; k < f->n_steps && !rc; k++) {
         char *next = NULL;
-        rc = apply_step(&f->steps[k], cur, &next);
+        rc = apply_step(&f->steps[k], r, cur, &next);
         free(cur);
         cur = next;
     }
@@ -299,7 +371,7 @@ int tr_eval_filter_apply(const tr_eval_filter *f, const char *text, char **out)
 /* text with exact_match's options of s, into *out. */
 static int normalize(const tr_eval_settings *s, const char *text, char **out)
 {
-    char *cur = dup_n(text, strlen(text)), *next = NULL;
+    char *cur = filter_dup(text, strlen(text)), *next = NULL;
     int rc = cur ? TR_OK : tr_fail(TR_ERR_NOMEM, "out of memory");
     for (int k = 0; s && k < s->n_ignore && !rc; k++) {
         rc = tr_regex_sub(s->ignore[k], cur, strlen(cur), "", &next);

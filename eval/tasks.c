@@ -79,6 +79,9 @@ static void request_free(tr_eval_request *r)
         free(r->until[i]);
     free(r->until);
     free(r->target);
+    for (int i = 0; r->doc_choices && i < r->n_doc_choices; i++)
+        free(r->doc_choices[i]);
+    free(r->doc_choices);
     memset(r, 0, sizeof *r);
 }
 
@@ -166,10 +169,35 @@ static char *copy_string(const json_t *v)
     return p;
 }
 
+/* A generation line's "choices" into r->doc_choices (0 to 26 strings: multi_choice_regex
+ * labels them A..Z). */
+static int parse_doc_choices(const char *path, json_t *choices, tr_eval_request *r)
+{
+    if (!json_is_array(choices))
+        return bad_line(path, r->line, "\"choices\" is %s, not a list of strings", kind(choices));
+    size_t n = json_array_size(choices);
+    if (n > 26)
+        return bad_line(path, r->line, "\"choices\" holds %zu strings: multi_choice_regex labels "
+                        "at most 26, (A) to (Z)", n);
+    if (!(r->doc_choices = calloc(n + 1, sizeof *r->doc_choices)))
+        return tr_fail(TR_ERR_NOMEM, "out of memory");
+    for (size_t i = 0; i < n; i++) {
+        json_t *c = json_array_get(choices, i);
+        if (!json_is_string(c))
+            return bad_line(path, r->line, "\"choices\"[%zu] is %s, not a string", i, kind(c));
+        if (strlen(json_string_value(c)) != json_string_length(c))
+            return bad_line(path, r->line, "\"choices\"[%zu] holds a NUL character", i);
+        if (!(r->doc_choices[r->n_doc_choices++] = copy_string(c)))
+            return tr_fail(TR_ERR_NOMEM, "out of memory");
+    }
+    return TR_OK;
+}
+
 /* A generation line into r: "until" (a list of strings, or one string), "max_gen_toks",
- * "target"; the context encoded as it is, its last context_limit - max_gen_toks ids kept. */
+ * "target", "choices" (the doc's, when the settings need them); the context encoded as it is,
+ * its last context_limit - max_gen_toks ids kept. */
 static int parse_generation(encoding *enc, const char *path, json_t *root, tr_eval_request *r,
-                            int context_limit)
+                            int context_limit, const tr_eval_settings *set)
 {
     json_t *c = json_object_get(root, "context"), *until = json_object_get(root, "until"),
            *most = json_object_get(root, "max_gen_toks"), *target = json_object_get(root, "target");
@@ -189,6 +217,13 @@ static int parse_generation(encoding *enc, const char *path, json_t *root, tr_ev
                         (long long)json_integer_value(most), context_limit);
     if (target && !json_is_string(target))
         return bad_line(path, r->line, "\"target\" is %s, not a string", kind(target));
+    json_t *choices = json_object_get(root, "choices");
+    if (set->needs_choices && !choices)
+        return bad_line(path, r->line, "no key \"choices\": the task's multi_choice_regex filter "
+                        "needs the line's choices");
+    int rc = choices ? parse_doc_choices(path, choices, r) : TR_OK;
+    if (rc)
+        return rc;
     size_t n_until = 0;
     if (until && json_is_string(until))
         n_until = 1;
@@ -213,7 +248,7 @@ static int parse_generation(encoding *enc, const char *path, json_t *root, tr_ev
         if (!(r->until[r->n_until++] = copy_string(u)))
             return tr_fail(TR_ERR_NOMEM, "out of memory");
     }
-    int rc = encode(enc, json_string_value(c), json_string_length(c));
+    rc = encode(enc, json_string_value(c), json_string_length(c));
     if (rc)
         return rc;
     if (enc->n == 0)
@@ -232,7 +267,7 @@ static int parse_generation(encoding *enc, const char *path, json_t *root, tr_ev
 
 /* One JSON object into r (r->line set). */
 static int parse_request(encoding *enc, const char *path, json_t *root, tr_eval_request *r,
-                         int context_limit)
+                         int context_limit, const tr_eval_settings *set)
 {
     json_t *c = json_object_get(root, "context"), *cont = json_object_get(root, "continuation"),
            *choices = json_object_get(root, "choices"), *label = json_object_get(root, "label");
@@ -241,13 +276,13 @@ static int parse_request(encoding *enc, const char *path, json_t *root, tr_eval_
     if (!json_is_string(c))
         return bad_line(path, r->line, "\"context\" is %s, not a string", kind(c));
     int generation = json_object_get(root, "until") || json_object_get(root, "max_gen_toks");
-    if (generation && (cont || choices))
+    if (generation && (cont || (choices && !set->needs_choices)))
         return bad_line(path, r->line, "\"%s\" with \"%s\": a line is a generation request "
                         "(\"until\", \"max_gen_toks\") or a loglikelihood one, not both",
                         json_object_get(root, "until") ? "until" : "max_gen_toks",
                         cont ? "continuation" : "choices");
     if (generation)
-        return parse_generation(enc, path, root, r, context_limit);
+        return parse_generation(enc, path, root, r, context_limit, set);
     if (!cont == !choices)
         return bad_line(path, r->line, "%s: give \"continuation\" (a loglikelihood request), "
                         "\"choices\" with \"label\" (multiple choice) or \"until\" (generation)",
@@ -373,7 +408,7 @@ int tr_eval_tasks_load(const char *path, const tr_tokenizer *t, int special, int
         tr_eval_request *r = &out->r[out->n++];
         memset(r, 0, sizeof *r);
         r->line = number;
-        rc = parse_request(&enc, path, root, r, context);
+        rc = parse_request(&enc, path, root, r, context, &out->settings);
         json_decref(root);
     }
     if (!rc && ferror(f))

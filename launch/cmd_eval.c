@@ -294,7 +294,8 @@ static int score_generations(eval_file *ef)
         if (r->target && !(rc = tr_eval_exact_match(s, ef->generated[i], r->target, &equal)))
             ef->exact[i * (nf + 1)] = (unsigned char)equal;
         for (size_t f = 0; !rc && f < nf; f++) {
-            rc = tr_eval_filter_apply(&s->filters[f], ef->generated[i], &ef->filtered[i * nf + f]);
+            rc = tr_eval_filter_apply(&s->filters[f], r, ef->generated[i],
+                                      &ef->filtered[i * nf + f]);
             if (!rc && r->target &&
                 !(rc = tr_eval_exact_match(s, ef->filtered[i * nf + f], r->target, &equal)))
                 ef->exact[i * (nf + 1) + 1 + f] = (unsigned char)equal;

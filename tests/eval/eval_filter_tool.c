@@ -3,7 +3,8 @@
  *   eval_filter_tool regex CASES.json     CASES: [{"pattern": P, "text": T, "steps": N
  *       (optional budget)}, ...]; a line each: {"findall": re.findall's list (strings, or
  *       lists of strings for several groups), "sub": re.sub(P, "", T)} or {"error": MESSAGE}
- *   eval_filter_tool filter SETTINGS.json TEXTS.json   TEXTS: [{"text": T, "target": S}, ...];
+ *   eval_filter_tool filter SETTINGS.json TEXTS.json   TEXTS: [{"text": T, "target": S,
+ *       "choices": [STR...] (optional: the request's, for multi_choice_regex)}, ...];
  *       a line each: {"filtered": [each filter's text], "exact": [exact_match unfiltered, then
  *       each filter's]} or {"error": MESSAGE} (settings refused: one line, exit 2) */
 #include <jansson.h>
@@ -103,18 +104,23 @@ static int filter_texts(const char *settings_path, json_t *texts)
     json_array_foreach(texts, i, c) {
         const char *text = json_string_value(json_object_get(c, "text"));
         const char *target = json_string_value(json_object_get(c, "target"));
-        json_t *filtered = json_array(), *exact = json_array();
+        json_t *filtered = json_array(), *exact = json_array(), *ch = json_object_get(c, "choices");
         int equal = 0;
+        tr_eval_request req = {.n_doc_choices = (int)json_array_size(ch)};
+        req.doc_choices = calloc((size_t)req.n_doc_choices + 1, sizeof *req.doc_choices);
+        for (int k = 0; k < req.n_doc_choices; k++) /* (the tool's own strings, never freed) */
+            req.doc_choices[k] = (char *)json_string_value(json_array_get(ch, (size_t)k));
         rc = tr_eval_exact_match(&s, text, target, &equal);
         json_array_append_new(exact, json_boolean(equal));
         for (int f = 0; !rc && f < s.n_filters; f++) {
             char *out = NULL;
-            if (!(rc = tr_eval_filter_apply(&s.filters[f], text, &out)))
+            if (!(rc = tr_eval_filter_apply(&s.filters[f], ch ? &req : NULL, text, &out)))
                 rc = tr_eval_exact_match(&s, out, target, &equal);
             json_array_append_new(filtered, json_string(out ? out : ""));
             json_array_append_new(exact, json_boolean(equal));
             free(out);
         }
+        free(req.doc_choices);
         if (rc) {
             json_decref(filtered);
             json_decref(exact);

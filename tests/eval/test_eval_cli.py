@@ -588,7 +588,7 @@ def harness_filter(name, text):
     """the harness's RegexFilter (current upstream), take_first, remove_whitespace, uppercase"""
     import re
     if name == "upper":
-        return text.lstrip().upper()
+        return (text[1:] if text.startswith(" ") else text).upper()
     pattern, select = ((r"([a-z]+) ", 0) if name == "strict-match" else (r"([a-z]{2,})|(\w)", -1))
     found = re.findall(pattern, text)
     if not found:
@@ -641,7 +641,33 @@ r = evaluate("--tasks", filt_tasks)
 check("text output: a line per filter", r.returncode == 0 and
       "generate_until, filter strict-match: exact_match" in r.stdout and
       "generate_until, filter upper: exact_match" in r.stdout, r.stdout + how(r))
+# multi_choice_regex on each line's "choices" (a never-matching pattern, so the choices decide:
+# the first three characters of the line's generation above are choice A), then map and
+# majority_vote over repeats
+mc_settings = {"repeats": 3, "filter_list": [
+    {"name": "mc", "filter": [{"function": "multi_choice_regex", "regex_pattern": "QQQ(\\d)"},
+                              {"function": "majority_vote"}]},
+    {"name": "mc-map", "filter": [{"function": "multi_choice_regex", "regex_pattern": "QQQ(\\d)"},
+                                  {"function": "take_first_k", "k": 2},
+                                  {"function": "map", "mapping_dict": {"(A)": "first"},
+                                   "default_value": "other"}, {"function": "take_first"}]}]}
+mc_lines = [mc_settings] + [dict(line, choices=[g[:3], "zzz", "yyy"]) for line, g in zip(dp_lines, first_gen)
+                            if g is not None and g[:3].strip() and "zzz" not in g and "yyy" not in g]
+mc_tasks = tt.write(path("gen-mc.jsonl"), "".join(json.dumps(x) + "\n" for x in mc_lines))
+r = evaluate("--tasks", mc_tasks, "--json")
+res = (parse(r.stdout) or {}).get("tasks", {}).get("results", []) if r.returncode == 0 else []
+check(f"multi_choice_regex on the lines' choices ({len(mc_lines) - 1} lines): each text is (A), "
+      "mapped to 'first'", len(mc_lines) > 3 and len(res) == len(mc_lines) - 1 and
+      all(x.get("filtered", {}).get("mc", {}).get("text") == "(A)" and
+          x.get("filtered", {}).get("mc-map", {}).get("text") == "first" for x in res),
+      how(r) + str(res[:2]))
 for k, (content, needle, what) in enumerate((
+        ([mc_settings, dp_lines[0]], "choices", "multi_choice_regex and a line without choices"),
+        ([mc_settings, dict(dp_lines[0], choices=[chr(65 + i) for i in range(27)])], "26",
+         "27 choices for multi_choice_regex"),
+        ([mc_settings, dict(dp_lines[0], choices=["a", 3])], "choices", "a choice not a string"),
+        ([settings, dict(dp_lines[0], choices=["a"])], "choices",
+         "a generation line's choices without multi_choice_regex"),
         ([dp_lines[0], settings], "first line", "settings after a request"),
         ([settings, settings], "second settings", "two settings lines"),
         ([{"filter_list": [{"name": "x", "filter": [{"function": "regex", "regex_pattern": "(?<=a+)"}]}]},

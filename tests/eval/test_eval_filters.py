@@ -24,11 +24,13 @@ eval_filter_tool:
     (then both stripped, as trident's exact_match is);
   - refused settings: exit 2 naming the key, function, metric or pattern.
 usage: test_eval_filters.py TOOL WORKDIR"""
+import collections
 import json
 import os
 import random
 import re
 import sys
+import unicodedata
 import warnings
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "common"))
@@ -262,19 +264,71 @@ def harness_regex(resp, pattern, group_select=0, fallback="[invalid]"):
     return match.strip()
 
 
-def harness_pipeline(steps, resp):
+def harness_multi_choice(resp, choices, st):
+    """MultiChoiceRegexFilter on one response: the step's regex, else the (ignored) choices
+    themselves as "(X)", else ":\\s*X" as "(X)", else the fallback."""
+    gs = st.get("group_select", 0)
+
+    def ignored(text):
+        for r in st.get("regexes_to_ignore") or []:
+            text = re.sub(r, "", text)
+        if st.get("ignore_case"):
+            text = text.lower()
+        if st.get("ignore_punctuation"):
+            text = "".join(ch for ch in text if not unicodedata.category(ch).startswith("P"))
+        return text
+
+    def first(rx, text, relabel):
+        found = rx.findall(text)
+        if not found:
+            return ""
+        try:
+            m = found[gs]
+        except IndexError:  # (the harness raises; trident takes it as no match)
+            return ""
+        if isinstance(m, tuple):
+            m = next((x for x in m if x), "")  # (all empty: the harness raises)
+        m = m.strip()
+        return relabel.get(m, m) if m else m
+
+    letters = [chr(ord("A") + i) for i in range(len(choices))]
+    by_text = {ignored(c.strip()): f"({x})" for c, x in zip(choices, letters)}
+    alternatives = "|".join(re.escape(ignored(c.strip())) for c in choices)
+    got = first(re.compile(st.get("regex_pattern", r"#### (\-?[0-9\.\,]+)")), resp, {})
+    got = got or first(re.compile(alternatives), ignored(resp), by_text)
+    got = got or first(re.compile(r":[\s]*(%s)" % "|".join(letters)), resp,
+                       {x: f"({x})" for x in letters})
+    return got or st.get("fallback", "[invalid]")
+
+
+def harness_pipeline(steps, resp, repeats=1, choices=None):
+    """The harness's filter ensemble over a request's `repeats` responses (equal: greedy);
+    the scored text is the first left."""
+    resps = [resp] * repeats
     for st in steps:
         fn = st["function"]
         if fn == "regex":
-            resp = harness_regex(resp, st.get("regex_pattern", r"#### (\-?[0-9\.\,]+)"),
-                                 st.get("group_select", 0), st.get("fallback", "[invalid]"))
+            resps = [harness_regex(x, st.get("regex_pattern", r"#### (\-?[0-9\.\,]+)"),
+                                   st.get("group_select", 0), st.get("fallback", "[invalid]"))
+                     for x in resps]
         elif fn == "lowercase":
-            resp = resp.lower()
+            resps = [x.lower() for x in resps]
         elif fn == "uppercase":
-            resp = resp.upper()
+            resps = [x.upper() for x in resps]
         elif fn == "remove_whitespace":
-            resp = resp.lstrip()
-    return resp
+            resps = [x[1:] if x.startswith(" ") else x for x in resps]
+        elif fn == "take_first":
+            resps = resps[:1]
+        elif fn == "take_first_k":
+            assert len(resps) >= st["k"]
+            resps = resps[:st["k"]]
+        elif fn == "majority_vote":
+            resps = [collections.Counter(resps).most_common(1)[0][0]]
+        elif fn == "map":
+            resps = [st.get("mapping_dict", {}).get(x, st.get("default_value")) for x in resps]
+        elif fn == "multi_choice_regex":
+            resps = [harness_multi_choice(x, choices, st) for x in resps]
+    return resps[0]
 
 
 def harness_exact(pred, ref, opts):
@@ -318,13 +372,51 @@ for t in GSM_TEXTS + ["  Stra\u00dfe \u0130stanbul \u03a3\u039f\u03a3 z", " The 
         texts.append({"text": t, "target": target})
 texts.append({"text": "Natalia: 10\n#### 72", "target": "Natalia sold 48 clips.\n#### 72"})
 tt.write(os.path.join(work, "texts.json"), json.dumps(texts))
-for name, settings in (("gsm8k", GSM8K), ("plain", PLAIN)):
+# GPQA's and BBH's pipelines (lookbehind, multi_choice_regex), map, take_first_k and
+# majority_vote over repeats, on texts with their requests' choices
+CHOICE = {"repeats": 4, "generation_kwargs": {"until": ["</s>"], "do_sample": False},
+          "filter_list": [
+    {"name": "strict-match", "filter": [{"function": "regex", "regex_pattern": "(?<=The answer is )(.*)(?=.)"},
+                                        {"function": "take_first"}]},
+    {"name": "flexible-extract", "filter": [{"function": "multi_choice_regex", "group_select": -1,
+                                             "ignore_case": True, "ignore_punctuation": True,
+                                             "regex_pattern": "(\\([A-Z]\\))"},
+                                            {"function": "take_first"}]},
+    {"name": "mc-default", "filter": [{"function": "multi_choice_regex", "fallback": "none",
+                                       "regexes_to_ignore": ["\\s+", "(?i)the "]}]},
+    {"name": "mc-cased", "filter": [{"function": "remove_whitespace"},
+                                    {"function": "multi_choice_regex", "regex_pattern": "(?i)answer is (\\w)\\b",
+                                     "group_select": 1, "ignore_punctuation": True}]},
+    {"name": "mapped", "filter": [{"function": "multi_choice_regex", "regex_pattern": "\\(([A-Z])\\)"},
+                                  {"function": "map", "mapping_dict": {"A": "yes", "(B)": "no", "(C)": "maybe",
+                                                                       "C": "c"},
+                                   "default_value": "unknown"}]},
+    {"name": "vote", "filter": [{"function": "take_first_k", "k": 3},
+                                {"function": "regex", "regex_pattern": "(?i)answer is (\\S+)"},
+                                {"function": "majority_vote"}, {"function": "take_first"}]},
+    {"name": "map-empty", "filter": [{"function": "map", "default_value": "x"}, {"function": "uppercase"}]}],
+    "metric_list": [{"metric": "exact_match", "ignore_case": True, "ignore_punctuation": True}]}
+CHOICES = [["Paris", "London", " Rome. ", "New York"], ["Z\u00fcrich", "\u03a9mega!", "\u0130stanbul", "the end"],
+           ["yes", "no"], ["(A)", "a.b*c", "", "x|y"]]
+choice_texts = []
+for t in ["The answer is (B).", "I think it's london!", "Answer: C", "paris, or rome.", "nothing at all",
+          "The answer is Rome", "answer:   D and (A) (C)", "z\u00fcrich \u03c9mega", "\u03a9MEGA",
+          "istanbul", "the End", "answer is b", "  (A) and a.b*c", "x|y?", "The answer is (A)",
+          "ANSWER IS  x", "answer:\nB"]:
+    for ch in CHOICES:
+        for target in ["(B)", "(A)", "no", "yes"]:
+            choice_texts.append({"text": t, "target": target, "choices": ch})
+tt.write(os.path.join(work, "choice-texts.json"), json.dumps(choice_texts))
+for name, settings, texts_file in (("gsm8k", GSM8K, "texts.json"), ("plain", PLAIN, "texts.json"),
+                                   ("choice", CHOICE, "choice-texts.json")):
+    texts = json.load(open(os.path.join(work, texts_file)))
     f = tt.write(os.path.join(work, f"{name}.json"), json.dumps(settings))
-    rc, got, err = run_tool("filter", f, os.path.join(work, "texts.json"))
+    rc, got, err = run_tool("filter", f, os.path.join(work, texts_file))
     check(f"{name} settings: exit 0, a line each", rc == 0 and len(got) == len(texts), f"{rc} {got[:1]} {err}")
     opts = settings["metric_list"][0]
     for case, res in zip(texts, got):
-        filtered = [harness_pipeline(fl["filter"], case["text"]) for fl in settings["filter_list"]]
+        filtered = [harness_pipeline(fl["filter"], case["text"], settings.get("repeats", 1),
+                                     case.get("choices")) for fl in settings["filter_list"]]
         exact = [harness_exact(case["text"], case["target"], opts)] + \
                 [harness_exact(x, case["target"], opts) for x in filtered]
         check(f"{name}: {case['text'][:30]!r} / {case['target']!r}: filtered texts and exact_match "
@@ -332,7 +424,24 @@ for name, settings in (("gsm8k", GSM8K), ("plain", PLAIN)):
               f"got {res}, harness {filtered} {exact}")
 
 # ---- refused settings: exit 2 naming the problem ----
-BAD = [({"filter_list": [{"name": "x", "filter": [{"function": "majority_vote"}]}]}, "majority_vote"),
+BAD = [({"filter_list": [{"name": "x", "filter": [{"function": "fallback_regex"}]}]}, "fallback_regex"),
+       ({"filter_list": [{"name": "x", "filter": [{"function": "take_first_k", "k": 2}]}]}, "repeats"),
+       ({"repeats": 2, "filter_list": [{"name": "x", "filter": [{"function": "take_first_k"}]}]}, "\"k\""),
+       ({"repeats": 0}, "repeats"), ({"repeats": "3"}, "repeats"),
+       ({"generation_kwargs": {"do_sample": True, "temperature": 0.7}}, "do_sample"),
+       ({"filter_list": [{"name": "x", "filter": [{"function": "majority_vote", "k": 1}]}]}, "\"k\""),
+       ({"filter_list": [{"name": "x", "filter": [{"function": "map", "mapping_dict": {"A": 1},
+                                                    "default_value": "x"}]}]}, "mapping_dict[\"A\"]"),
+       ({"filter_list": [{"name": "x", "filter": [{"function": "map", "mapping_dict": {"A": "1"}}]}]},
+        "default_value"),
+       ({"filter_list": [{"name": "x", "filter": [{"function": "map", "mapping_dict": ["A"],
+                                                    "default_value": "x"}]}]}, "mapping_dict"),
+       ({"filter_list": [{"name": "x", "filter": [{"function": "multi_choice_regex", "ignore_case": 1}]}]},
+        "ignore_case"),
+       ({"filter_list": [{"name": "x", "filter": [{"function": "multi_choice_regex",
+                                                    "regexes_to_ignore": ["(?<=a*)"]}]}]}, "(?<=a*)"),
+       ({"filter_list": [{"name": "x", "filter": [{"function": "multi_choice_regex", "ignore_numbers": True}]}]},
+        "ignore_numbers"),
        ({"filter_list": [{"name": "x", "filter": [{"function": "regex", "regex_pattern": "(?<=a+)b"}]}]},
         "(?<=a+)b"),
        ({"filter_list": [{"name": "x", "filter": [{"function": "regex", "pattern": "a"}]}]}, "pattern"),
@@ -353,4 +462,8 @@ for k, (settings, needle) in enumerate(BAD):
     msg = got[0].get("error", "") if got else ""
     check(f"settings {json.dumps(settings)[:70]}: refused (exit 2) naming {needle!r}",
           rc == 2 and needle in msg and f in msg, (rc, msg))
+# multi_choice_regex without the request's choices: an error naming them
+rc, got, err = run_tool("filter", os.path.join(work, "choice.json"), os.path.join(work, "texts.json"))
+check("multi_choice_regex on a text without its request's choices: an error naming \"choices\"",
+      rc == 0 and got and all("choices" in x.get("error", "") for x in got), got[:1])
 tt.finish("eval-filters: all checks passed")

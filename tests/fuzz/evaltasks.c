@@ -54,7 +54,7 @@ static void check_generation(tr_evaluator *ev, const tr_eval_settings *s,
         abort();
     for (int f = 0; f < s->n_filters; f++) {
         char *out = NULL;
-        if (!tr_eval_filter_apply(&s->filters[f], text, &out) && r->target)
+        if (!tr_eval_filter_apply(&s->filters[f], r, text, &out) && r->target)
             FZ_IGNORE(tr_eval_exact_match(s, out, r->target, &equal));
         free(out);
     }
