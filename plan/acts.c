@@ -103,8 +103,14 @@ void tr_plan_trident_activations(const tr_config *cfg, const tr_plan_layout *L, 
                     N * Fwl * (b16.fch ? 0.5 : 1) +
                     (shared_gelu ? 0 : N * Fl * (b16.gelu ? 0.5 : 1)) + Nl * C +
                     (lora ? 4 * N * r : 0);
+    /* expert parallelism (model/gpt_acts.c's gpt_ep_rows): the experts' rows sized for the EP
+     * k N rows they may receive, the received inputs (EP k N x C), and in the scratch their
+     * gradients' rows and the outputs' (EP k N x C) */
+    double ep = L->ep > 1 && m->num_experts > 0 ? L->ep : 1, Mk = N * m->moe_router_topk;
+    double ep_rows = ep > 1 ? (ep - 1) * Mk * (Fwl + Fl) + ep * Mk * C : 0;
     out->layer_whole = 4 * floats + tr_plan_moe_layer_bytes(m, (int)(N / L->micro_batch),
-                                                            L->micro_batch, L->tp, 4);
+                                                            L->micro_batch, L->tp, 4) +
+                       4 * ep_rows;
     /* full recompute: a micro-batch keeps each layer's output, the next one's input */
     out->layer = L->recompute == TR_PLAN_RECOMPUTE_FULL ? 4 * Nl * C : out->layer_whole;
     /* a micro-batch beyond its layers: token ids, the stage's input and output */
@@ -122,7 +128,7 @@ void tr_plan_trident_activations(const tr_config *cfg, const tr_plan_layout *L, 
                 (shared_ln1 ? N * C : 0) + (shared_ln2 ? N * C : 0) + (shared_gelu ? N * Fl : 0) +
                 (m->hidden_dropout > 0 ? Nl * C : 0);
     int B = L->micro_batch, s_local = (int)(N / B);
-    out->scratch = 4 * sc + tr_plan_moe_scratch_bytes(m, s_local, B, L->tp);
+    out->scratch = 4 * sc + tr_plan_moe_scratch_bytes(m, s_local, B, L->tp) + 4 * ep_rows;
     /* the last chunk: a head chunk's fp32 logits and their statistics (8 floats a row), the
      * head's weight in bf16 where the table converts it; every other chunk keeps room for
      * the statistics of its N rows */

@@ -1,13 +1,16 @@
 /* Expert parallelism in the planner (parallel.expert_model_parallel_size, Megatron-core 0.8's
  * rules): EP divides DP and the expert count and goes without context parallelism; an EP group
  * is EP consecutive dp coordinates of one (tp, pp) (Megatron's order tp-cp-ep-dp-pp); a rank
- * holds E/EP experts of every MoE layer (split over TP as the dense MLP), the router,
- * attention, norms and embeddings replicated. Per MoE layer and micro-batch each rank's k T
- * routed rows go to their experts' owners and the outputs come back: an all-to-all each way
- * over the EP group, forward and backward (and full recompute's forward). Routing is assumed
- * balanced, as everywhere in the planner: a rank receives as many rows as it sends, its E/EP
- * experts k T EP / E rows each (costs_moe.c). Expert gradients are summed (ZeRO-1/2: sharded)
- * over the EDP group, the D/EP ranks holding the same experts (predict.c, step_time.c). */
+ * runs E/EP experts of every MoE layer (split over TP as the dense MLP), the router,
+ * attention, norms and embeddings replicated. Per MoE layer and micro-batch the peers exchange
+ * their per-expert row counts, each rank's k N routed rows go to their experts' owners and the
+ * outputs come back: an all-to-all each way over the EP group, forward and backward (and full
+ * recompute's forward again). Routing is assumed balanced, as everywhere in the planner: a
+ * rank receives as many rows as it sends, its E/EP experts k T EP / E rows each (costs_moe.c).
+ * Megatron's runtimes hold E/EP experts a rank, their gradients summed (ZeRO: sharded) over
+ * the EDP group, the D/EP ranks holding the same experts (predict.c, step_time.c); trident's
+ * engine (model/gpt_moe_ep.c) keeps every expert's parameters on every rank (their state and
+ * reduction as at EP 1) and sizes its experts' row buffers for EP k N rows (acts.c). */
 #include <string.h>
 
 #include "core/core.h"
@@ -31,10 +34,6 @@ int plan_ep_check(const tr_config *cfg, const tr_plan_layout *L)
         return tr_fail(TR_ERR_CONFIG, "%s: parallel.expert_model_parallel_size = %d with "
                        "context_parallel_size %d is not built (Megatron-core 0.8's rule); "
                        "allowed: EP 1 or CP 1", at, ep, cp);
-    if (L->zero_stage >= 3)
-        return tr_fail(TR_ERR_CONFIG, "%s: parallel.expert_model_parallel_size = %d with "
-                       "parallel.zero_stage 3 is not built; allowed: zero_stage 0-2 with EP > 1",
-                       at, ep);
     return TR_OK;
 }
 
@@ -126,6 +125,7 @@ void plan_ep_cost(const plan_cost_ctx *x, plan_cost *o)
 {
     if (x->ep <= 1 || !plan_moe(x))
         return;
-    o->f[TR_PLAN_PART_EP] += 2 * x->a2a;
-    o->b[TR_PLAN_PART_EP] += (x->L->recompute == TR_PLAN_RECOMPUTE_FULL ? 4 : 2) * x->a2a;
+    double forward = x->a2a_counts + 2 * x->a2a;
+    o->f[TR_PLAN_PART_EP] += forward;
+    o->b[TR_PLAN_PART_EP] += 2 * x->a2a + (x->L->recompute == TR_PLAN_RECOMPUTE_FULL ? forward : 0);
 }

@@ -197,20 +197,24 @@
  *   link (CP right after TP in the rank order, topo's tr_topo_init_cp); gradients are reduced
  *   and ZeRO-sharded over DP x CP. Runtime trident plans it only where trident runs it.
  * Expert parallelism (EP > 1, parallel.expert_model_parallel_size; plan/ep.c, Megatron-core
- *   0.8's rules): EP divides DP and the experts, CP 1, ZeRO 0-2; an EP group is EP consecutive
- *   dp coordinates of one (tp, pp). A rank holds E/EP experts of every MoE layer (split over TP
- *   as the dense MLP; router, attention, norms, embeddings replicated): their weights,
- *   gradients and optimizer state / EP, in a gradient buffer of their own reduced (ZeRO-1/2:
- *   sharded, the ZeRO-1 gather too) over EDP = DP/EP, the rest over DP as before; the two
- *   buffers' buckets are timed as one run of their mean length. Per MoE layer and
- *   micro-batch the rank's k N routed rows (N = b s tokens, b s / t with SP; h elements, fp32
- *   on trident's kernels) go to their experts' owners and come back: an all-to-all each way
- *   forward and backward, two more in full recompute's forward, over the EP group's link
- *   ((m-1)/EP of the bytes inside a node, (EP-m)/EP over its NICs shared by every rank of the
- *   node, m members a node; EP-1 latencies). Routing balanced (as everywhere here): a rank
- *   receives k N rows, its E/EP experts k N EP/E each (the same FLOPs, larger GEMMs), its
- *   activations as at EP 1; not counted: the exchange of the row counts, the received rows'
- *   sort by local expert, the all-to-all's staging buffers. Runtime trident plans EP on the
+ *   0.8's rules): EP divides DP and the experts, CP 1; an EP group is EP consecutive dp
+ *   coordinates of one (tp, pp). A rank runs E/EP experts of every MoE layer (split over TP as
+ *   the dense MLP; router, attention, norms, embeddings replicated). Megatron's runtimes hold
+ *   only those: their weights, gradients and optimizer state / EP, in a gradient buffer of
+ *   their own reduced (ZeRO: sharded, the ZeRO-1 gather too) over EDP = DP/EP, the rest over
+ *   DP as before; the two buffers' buckets are timed as one run of their mean length.
+ *   trident's engine (model/gpt_moe_ep.c) keeps every expert on every rank (state, reduction
+ *   and ZeRO as at EP 1) and sizes its experts' row buffers for the EP k N rows they may
+ *   receive ((EP-1) k N (fc + F)/t + EP k N h more floats a layer, as much in the scratch);
+ *   Megatron's activations are as at EP 1 (balanced). Per MoE layer and micro-batch: forward
+ *   the per-expert counts (4 E bytes) and the rank's k N routed rows (N = b s tokens; b s / t
+ *   with Megatron's SP; h elements, fp32 on trident's) out to their experts' owners and the
+ *   outputs back, backward the output gradients out and the input gradients back, full
+ *   recompute's forward again: all-to-alls over the EP group's link ((m-1)/EP of the bytes
+ *   inside a node, (EP-m)/EP over its NICs shared by every rank of the node, m members a node;
+ *   EP-1 latencies). Routing balanced (as everywhere here): a rank receives k N rows, its E/EP
+ *   experts k N EP/E each (the same FLOPs, larger GEMMs); not counted: the received rows' sort
+ *   by local expert, Megatron's TP gather of them under SP. Runtime trident plans EP on the
  *   CPU backend alone (its exchange is host memory over UCX). The search tries every EP
  *   dividing DP and E where the runtime has EP, or the config's when it sets the key.
  * Not modelled: overlap of TP communication with compute, flash attention, CPU-side

@@ -168,8 +168,9 @@ typedef struct {
     double cp_bw, cp_lat; /* the CP link as a rank sees it */
     const tr_finetune_config *ft; /* LoRA (lora_rank > 0): the base frozen, adapters trained */
     int ep;               /* expert parallelism (1: none): E/EP experts a rank */
-    double a2a;           /* EP > 1: one all-to-all of the rank's k T routed rows over its EP
-                           * group (plan_ep_exchange_s) */
+    double a2a;           /* EP > 1: one all-to-all of the rank's k N routed rows over its EP
+                           * group (plan_alltoall_s) */
+    double a2a_counts;    /* ... and the one of their per-expert counts (4 E bytes) */
 } plan_cost_ctx;
 
 /* LoRA fine-tuning: the base weights frozen (no weight gradients: the linear layers' and the
@@ -204,8 +205,13 @@ void plan_moe_routing_cost(const plan_cost_ctx *x, double T, double e, plan_gemm
 
 /* L's expert-parallel size, 1 without. */
 static inline int plan_ep(const tr_plan_layout *L) { return L->ep > 1 ? L->ep : 1; }
+/* A rank holds only its E/EP experts (Megatron's runtimes; trident's engine keeps all). */
+static inline int plan_ep_split(const tr_plan_layout *L)
+{
+    return plan_ep(L) > 1 && !L->trident_kernels;
+}
 /* TR_OK, or TR_ERR_CONFIG naming parallel.expert_model_parallel_size: EP > 1 needs experts,
- * divides DP and model.num_experts, and runs without context parallelism and ZeRO-3. */
+ * divides DP and model.num_experts, and runs without context parallelism. */
 TR_MUST_CHECK int plan_ep_check(const tr_config *cfg, const tr_plan_layout *L);
 /* TR_OK, or TR_ERR_CONFIG saying why L's EP (> 1) does not run on its runtime: trident's
  * exchanges the rows in host memory, on the CPU backend (yaml/validate_moe.c refuses it with
@@ -231,9 +237,9 @@ void plan_ep_spans(const tr_topo *topo, int gpus_per_node, int ep, int *ep_nodes
  * of the two, plus (n - 1) latencies of the farthest link; n <= 1: 0. */
 double plan_alltoall_s(double bytes, int n, int nodes, double intra_bw, double intra_lat,
                        double inter_bw, double inter_lat);
-/* Expert parallelism's all-to-alls of one layer and one micro-batch (x->ep > 1): the routed
- * rows out to their experts' owners and the outputs back, forward and backward, and again in
- * full recompute's forward: 4 (6) x x->a2a. */
+/* Expert parallelism's all-to-alls of one layer and one micro-batch (x->ep > 1): forward the
+ * counts, the routed rows out to their experts' owners and the outputs back; backward the
+ * output gradients out and the input gradients back; full recompute's forward again. */
 void plan_ep_cost(const plan_cost_ctx *x, plan_cost *o);
 
 /* Context parallelism's collectives of one layer and one micro-batch (x->cp > 1): forward

@@ -230,9 +230,9 @@ static void zero_windows(const tr_model_config *m, const tr_plan_layout *L, int 
                          tr_plan_memory *mm)
 {
     double h = m->hidden_size, t = L->tp, ep = plan_ep(L);
-    /* a layer's elements on this rank (EP: its E/EP experts) */
+    /* a layer's elements on this rank (Megatron's EP: its E/EP experts) */
     double layer = layers > 0 ? tr_plan_stage_params(m, vocab_padded, L->tp, 3, 1, 1) : 0;
-    if (layers > 0 && ep > 1)
+    if (layers > 0 && plan_ep_split(L))
         layer -= plan_stage_expert_params(m, L->tp, 1) * (1 - 1 / ep);
     double wte = (double)vocab_padded * h / t, wpe = (double)m->max_position_embeddings * h;
     double bucket = L->bucket_size_mb > 0 && L->overlap_grad_reduce
@@ -425,7 +425,7 @@ int plan_evaluate(const tr_config *cfg, const tr_plan_layout *layout, int world,
             layers += tr_pp_layer_count(part, st, ch);
         sd[st].params = tr_plan_stage_params(m, out->vocab_padded, L.tp, L.pp, st, layers);
         sd[st].experts = 0;
-        if (plan_ep(&L) > 1) { /* E/EP experts a rank */
+        if (plan_ep_split(&L)) { /* E/EP experts a rank (Megatron's) */
             double all = plan_stage_expert_params(m, L.tp, layers);
             sd[st].experts = all / plan_ep(&L);
             sd[st].params -= all - sd[st].experts;

@@ -117,12 +117,18 @@ void tr_plan_print(FILE *f, const tr_config *cfg, const tr_plan_cluster *c, cons
                 dur(r->cp_comm_s, cpt, sizeof cpt), L->dp * L->cp);
     }
     if (L->ep > 1) {
-        char ept[32];
-        fprintf(f, "expert parallel: EP %d (%d of %d experts a rank), %s all-to-alls of the "
-                   "routed rows, %s a micro-batch (4 a layer, 6 with full recompute; balanced "
-                   "routing assumed); expert gradients summed over EDP = DP / EP = %d, %s\n",
+        char ept[32], grads[96];
+        if (L->trident_kernels)
+            snprintf(grads, sizeof grads, "every rank keeps every expert's parameters and "
+                                          "state (trident's engine)");
+        else
+            snprintf(grads, sizeof grads, "expert gradients summed over EDP = DP / EP = %d, %s",
+                     L->dp / L->ep, tr_plan_link_name(r->edp_link));
+        fprintf(f, "expert parallel: EP %d (%d of %d experts run on a rank), %s all-to-alls of "
+                   "the routed rows, %s a micro-batch (4 a layer, 6 with full recompute, and the "
+                   "counts; balanced routing assumed); %s\n",
                 L->ep, m->num_experts / L->ep, m->num_experts, tr_plan_link_name(r->ep_link),
-                dur(r->ep_comm_s, ept, sizeof ept), L->dp / L->ep, tr_plan_link_name(r->edp_link));
+                dur(r->ep_comm_s, ept, sizeof ept), grads);
     }
     fprintf(f, "links: TP %s, PP %s, DP %s; runtime %s (P2P %s%s, gradient accumulation %s)%s\n",
             tr_plan_link_name(r->tp_link), tr_plan_link_name(r->pp_link),

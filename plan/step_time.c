@@ -138,7 +138,7 @@ int plan_time_model(const tr_config *cfg, const tr_plan_cluster *c, const tr_pp_
                                         (edp + edp_nodes - 1) / edp_nodes, ranks_per_node);
     r->ep_link = ep <= 1 ? TR_PLAN_LINK_NONE
                  : ep_nodes > 1 ? TR_PLAN_LINK_INTER : TR_PLAN_LINK_INTRA;
-    r->edp_link = ep <= 1 ? TR_PLAN_LINK_NONE : edpv.link;
+    r->edp_link = plan_ep_split(L) ? edpv.link : TR_PLAN_LINK_NONE;
     double rate = c->peak_flops * c->gemm_efficiency /
                   (c->device == TR_PLAN_DEVICE_CPU ? ranks_per_node : 1);
     r->compute_rate = rate;
@@ -149,16 +149,18 @@ int plan_time_model(const tr_config *cfg, const tr_plan_cluster *c, const tr_pp_
                        .tp_bw = tpv.bw, .tp_lat = tpv.lat, .ft = &cfg->finetune, .cp = cp,
                        .keys = m->seq_length, .cp_bw = cpv.bw, .cp_lat = cpv.lat, .ep = ep};
     if (ep > 1) {
-        /* the routed rows of the rank's N tokens, k a token, of h elements (trident's kernels:
-         * fp32): N = b s, or b s / t where sequence parallelism splits them over TP (as
-         * Megatron's dispatcher does, whose TP all-gather of the received rows is not
-         * counted apart) */
+        /* the routed rows of the rank's N tokens, k a token, of h elements (trident's: fp32):
+         * N = b s (trident: every TP rank routes the whole micro-batch), b s / t where
+         * Megatron's sequence parallelism splits them over TP (its TP all-gather of the
+         * received rows not counted apart); and the rows' per-expert counts */
         link_view in = view_of(c, TR_PLAN_LINK_INTRA, 1, ranks_per_node);
         link_view out = view_of(c, TR_PLAN_LINK_INTER, 1, ranks_per_node);
-        int sp_ep = L->sequence_parallel && t > 1;
+        int sp_ep = L->sequence_parallel && t > 1 && !L->trident_kernels;
         double rows = (double)m->moe_router_topk * s * b / (sp_ep ? t : 1);
         x.a2a = plan_alltoall_s(rows * h * (L->trident_kernels ? 4.0 : elem), ep, ep_nodes,
                                 in.bw, in.lat, out.bw, out.lat);
+        x.a2a_counts = plan_alltoall_s(4.0 * m->num_experts, ep, ep_nodes, in.bw, in.lat, out.bw,
+                                       out.lat);
     }
 
     /* per stage: costs (sc), P2P per link, then 5 arrays of results */

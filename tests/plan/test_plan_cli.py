@@ -4,7 +4,8 @@ mixture of experts: its total and active parameters, fits an H100; expert parall
 runtime trident's GPUs and shared experts refused as training refuses them), Bloom's TP=1 PP=1
 variant (does not fit, and why), --search (under 10 s, published layout ranked), --tokens,
 --calibrate from a metrics.jsonl, --explain (text, JSON adding up, SVG), --gemm-table,
---references, --dropout, cluster.runtime, and exit code 2 with a message for every bad argument.
+--references, --dropout, cluster.runtime, context and expert parallelism, and exit code 2 with a
+message for every bad argument.
 usage: test_plan_cli.py TRIDENT SOURCE_ROOT"""
 import json
 import os
@@ -220,6 +221,28 @@ rc, out, err = run(tiny, "--set", "parallel.context_parallel_size=2", "--set",
                    "cluster.preset=h100-80gb", "--world-size", "4")
 expect(rc == 2 and "trident's context parallelism runs fp32 attention on the CPU backend" in err
        and "a GPU cluster" in err, f"CP on a GPU, runtime trident: {rc} {err!r}")
+
+# expert parallelism on the CPU (trident's engine): the plan's line and JSON; an EP that does
+# not divide DP refused naming the key; --search keeps the config's EP; on a GPU runtime
+# trident has none
+ep = ["--set", "model.num_experts=4", "--set", "cluster.preset=cpu-host"]
+ep2 = [*ep, "--set", "parallel.expert_model_parallel_size=2", "--world-size", "4"]
+rc, out, err = run(tiny, *ep2)
+expect(rc == 0 and "expert parallel: EP 2 (2 of 4 experts run on a rank), intra-node" in out
+       and "every rank keeps every expert's parameters" in out, f"EP 2 text: {rc} {err!r}")
+d = plan_json(tiny, *ep2)
+expect(d["layout"]["ep"] == 2 and d["time_breakdown"]["ep_link"] == "intra-node" and
+       d["time_breakdown"]["ep_comm_per_micro_batch_s"] > 0, f"EP 2 JSON: {d.get('layout')}")
+d = tt.json_output([trident, "plan", tiny, *ep2, "--search", "--json"])
+expect(d["fit"] > 0 and all(t["layout"].get("ep") == 2 for t in d["top"]),
+       "--search keeps the config's EP")
+rc, out, err = run(tiny, *ep, "--set", "parallel.expert_model_parallel_size=4", "--world-size", "2")
+expect(rc == 2 and "parallel.expert_model_parallel_size = 4 must divide DP 2" in err,
+       f"EP 4 on DP 2: {rc} {err!r}")
+rc, out, err = run(tiny, "--set", "model.num_experts=4", "--set", "cluster.preset=h100-80gb",
+                   "--set", "parallel.expert_model_parallel_size=2", "--world-size", "4")
+expect(rc == 2 and "trident's expert parallelism exchanges the routed rows in host memory" in err,
+       f"EP on a GPU, runtime trident: {rc} {err!r}")
 
 rc, out, err = run("--help")
 expect(rc == 0 and "--search" in out and "--calibrate" in out and "--explain" in out, "--help")

@@ -1,13 +1,16 @@
 /* The planner's expert parallelism (tr_plan_layout.ep; plan/ep.c), on a tiny MoE config on the
  * cpu-host preset where every term is counted by hand:
  *  - the all-to-all: plan_alltoall_s within a node and across two, and the EP part of a stage
- *    (micro-batches x layers x 4 exchanges, 6 with full recompute) on one node and on two;
+ *    (micro-batches x layers x (the counts + 4 exchanges of the rows; full recompute: 2 more and
+ *    the counts again)) on one node and on two, with TP 2 and SP (Megatron's rows / t);
  *  - the experts' GEMMs: E/EP experts on k T EP / E rows each, the same FLOPs;
- *  - memory: weights and gradients of the experts / EP, their optimizer state / EP without
- *    ZeRO, and with ZeRO-1 sharded over EDP = DP / EP (dp/'s layout of each buffer); the
- *    ZeRO-1 gather and the gradient reduction of the two buffers over DP and EDP;
+ *  - memory, Megatron's runtime: weights and gradients of the experts / EP, their optimizer
+ *    state / EP without ZeRO, and with ZeRO-1 sharded over EDP = DP / EP (dp/'s layout of each
+ *    buffer); the ZeRO-1 gather and the gradient reduction of the two buffers over DP and EDP;
+ *    trident's engine: every expert on every rank (state and reduction as at EP 1), its row
+ *    buffers for EP k N rows;
  *  - refusals naming parallel.expert_model_parallel_size (no experts, not a divisor of DP and
- *    E, with CP, with ZeRO-3, runtime trident on a GPU); the label and the printed line;
+ *    E, with CP, runtime trident on a GPU); the label and the printed lines;
  *  - the search: EP over the divisors of DP that divide E where the runtime has EP, or the
  *    config's when it sets it;
  *  - EP 1 is the planner as it was: Mixtral-8x7B's and Llama 3.1 8B's plans equal the numbers
@@ -63,66 +66,82 @@ static void test_alltoall(void **state)
                  1e-12);
 }
 
-/* The EP part of the tiny config's one stage: M 1 micro-batch x 4 layers x 4 exchanges of
- * k T h x 4 bytes = 2 x 64 x 64 x 4 = 32768 bytes a rank. */
+/* The EP part of the tiny config's one stage (M micro-batches x 4 layers): forward the counts
+ * (4 E = 16 bytes a rank) and 2 exchanges of the k T h x 4-byte rows (2 x 64 x 64 x 4 = 32768
+ * bytes a rank; Megatron's runtime in bf16 would move 2 bytes an element, here fp32 too),
+ * backward 2, full recompute's forward again. */
+static double ep_part(double M, double rows, double counts, int full)
+{
+    return M * 4 * (4 * rows + counts + (full ? 2 * rows + counts : 0));
+}
+
+/* the tiny config with sets, at EP ep on 8 ranks */
+static void eval_tiny(const char *const *sets, int n, int ep, tr_plan_recompute rc, int zero,
+                      tr_plan_result *r, tr_plan_explain *e)
+{
+    tr_config cfg;
+    tr_t_load_text(TINY_MOE_YAML, sets, n, &cfg);
+    eval_ep(&cfg, 8, ep, rc, zero, r, e);
+    tr_config_free(&cfg);
+}
+
 static void test_ep_time(void **state)
 {
     (void)state;
-    tr_config cfg;
-    tr_t_load_text(TINY_MOE_YAML, NULL, 0, &cfg);
     tr_plan_result *r = calloc(1, sizeof *r), *r1 = calloc(1, sizeof *r1);
     tr_plan_explain e, e1;
-    eval_ep(&cfg, 8, 4, TR_PLAN_RECOMPUTE_NONE, 0, r, &e);
-    eval_ep(&cfg, 8, 1, TR_PLAN_RECOMPUTE_NONE, 0, r1, &e1);
-    /* one node of 8 ranks: 3/4 of the bytes at cpu-host's 4 GB/s, 3 x 20 us */
-    double a2a = 0.75 * 32768 / 4e9 + 3 * 20e-6;
-    assert_close(e.parts[TR_PLAN_PART_EP], 16 * a2a, 1e-12);
-    assert_close(r->ep_comm_s, 16 * a2a, 1e-12); /* (per micro-batch: M = 1) */
-    assert_int_equal(r->ep_link, TR_PLAN_LINK_INTRA);
-    assert_int_equal(r->edp_link, TR_PLAN_LINK_INTRA);
-    assert_true(e1.parts[TR_PLAN_PART_EP] == 0 && r1->ep_comm_s == 0);
-    assert_int_equal(r1->ep_link, TR_PLAN_LINK_NONE);
-    /* the flat model: the same FLOPs on a rank, the same GEMM time */
-    assert_close(e.parts[TR_PLAN_PART_GEMM], e1.parts[TR_PLAN_PART_GEMM], 1e-12);
-    tr_plan_explain_free(&e);
-    /* full recompute: 6 exchanges a layer */
-    eval_ep(&cfg, 8, 4, TR_PLAN_RECOMPUTE_FULL, 0, r, &e);
-    assert_close(e.parts[TR_PLAN_PART_EP], 24 * a2a, 1e-12);
-    tr_plan_explain_free(&e);
-    tr_plan_explain_free(&e1);
-    tr_config_free(&cfg);
-    /* TP 2 (DP 4, M 2): each TP rank exchanges the rows of all 64 tokens, with sequence
-     * parallelism those of its 32 */
-    for (int sp = 0; sp < 2; sp++) {
-        const char *tp2[] = {"parallel.tensor_model_parallel_size=2",
-                             sp ? "parallel.sequence_parallel=true"
-                                : "parallel.sequence_parallel=false"};
-        tr_t_load_text(TINY_MOE_YAML, tp2, 2, &cfg);
-        eval_ep(&cfg, 8, 4, TR_PLAN_RECOMPUTE_NONE, 0, r, &e);
-        a2a = 0.75 * (sp ? 16384 : 32768) / 4e9 + 3 * 20e-6;
-        assert_close(e.parts[TR_PLAN_PART_EP], 2 * 16 * a2a, 1e-12);
+    for (int megatron = 0; megatron < 2; megatron++) {
+        const char *rt[] = {megatron ? "cluster.runtime=megatron" : "cluster.runtime=trident"};
+        eval_tiny(rt, 1, 4, TR_PLAN_RECOMPUTE_NONE, 0, r, &e);
+        eval_tiny(rt, 1, 1, TR_PLAN_RECOMPUTE_NONE, 0, r1, &e1);
+        /* one node of 8 ranks: 3/4 of the bytes at cpu-host's 4 GB/s, 3 x 20 us */
+        double a2a = 0.75 * 32768 / 4e9 + 3 * 20e-6, counts = 0.75 * 16 / 4e9 + 3 * 20e-6;
+        assert_close(e.parts[TR_PLAN_PART_EP], ep_part(1, a2a, counts, 0), 1e-12);
+        assert_close(r->ep_comm_s, ep_part(1, a2a, counts, 0), 1e-12); /* (M = 1) */
+        assert_int_equal(r->ep_link, TR_PLAN_LINK_INTRA);
+        /* the experts' gradients: over EDP (Megatron's), or over DP as at EP 1 (trident's) */
+        assert_int_equal(r->edp_link, megatron ? TR_PLAN_LINK_INTRA : TR_PLAN_LINK_NONE);
+        assert_true(e1.parts[TR_PLAN_PART_EP] == 0 && r1->ep_comm_s == 0);
+        assert_int_equal(r1->ep_link, TR_PLAN_LINK_NONE);
+        /* the flat model: the same FLOPs on a rank, the same GEMM time */
+        assert_close(e.parts[TR_PLAN_PART_GEMM], e1.parts[TR_PLAN_PART_GEMM], 1e-12);
         tr_plan_explain_free(&e);
-        tr_config_free(&cfg);
+        tr_plan_explain_free(&e1);
+        eval_tiny(rt, 1, 4, TR_PLAN_RECOMPUTE_FULL, 0, r, &e);
+        assert_close(e.parts[TR_PLAN_PART_EP], ep_part(1, a2a, counts, 1), 1e-12);
+        tr_plan_explain_free(&e);
+        /* TP 2 (DP 4, M 2): each TP rank exchanges the rows of all 64 tokens; with sequence
+         * parallelism Megatron's those of its 32, trident's still all 64 */
+        for (int sp = 0; sp < 2; sp++) {
+            const char *tp2[] = {rt[0], "parallel.tensor_model_parallel_size=2",
+                                 sp ? "parallel.sequence_parallel=true"
+                                    : "parallel.sequence_parallel=false"};
+            eval_tiny(tp2, 3, 4, TR_PLAN_RECOMPUTE_NONE, 0, r, &e);
+            double bytes = sp && megatron ? 16384 : 32768;
+            assert_close(e.parts[TR_PLAN_PART_EP],
+                         ep_part(2, 0.75 * bytes / 4e9 + 3 * 20e-6, counts, 0), 1e-12);
+            tr_plan_explain_free(&e);
+        }
+        /* 4 nodes of 2 ranks: an EP group of 4 spans 2 nodes; 1/4 inside, 2/4 over the node's
+         * 1 GB/s shared by its 2 ranks, 3 x 50 us */
+        const char *two[] = {rt[0], "cluster.gpus_per_node=2", "cluster.nodes=4"};
+        eval_tiny(two, 3, 4, TR_PLAN_RECOMPUTE_NONE, 0, r, &e);
+        a2a = 0.5 * 32768 / 0.5e9 + 3 * 50e-6;
+        counts = 0.5 * 16 / 0.5e9 + 3 * 50e-6;
+        assert_close(e.parts[TR_PLAN_PART_EP], ep_part(1, a2a, counts, 0), 1e-12);
+        assert_int_equal(r->ep_link, TR_PLAN_LINK_INTER);
+        /* EDP = 2: ranks dp 0 and 4, on nodes 0 and 2 */
+        assert_int_equal(r->edp_link, megatron ? TR_PLAN_LINK_INTER : TR_PLAN_LINK_NONE);
+        tr_plan_explain_free(&e);
+        /* EP 2 stays inside a node: 1/2 of the bytes at 4 GB/s, one latency */
+        eval_tiny(two, 3, 2, TR_PLAN_RECOMPUTE_NONE, 0, r, &e);
+        assert_close(e.parts[TR_PLAN_PART_EP],
+                     ep_part(1, 0.5 * 32768 / 4e9 + 20e-6, 0.5 * 16 / 4e9 + 20e-6, 0), 1e-12);
+        assert_int_equal(r->ep_link, TR_PLAN_LINK_INTRA);
+        tr_plan_explain_free(&e);
     }
-    /* 4 nodes of 2 ranks: an EP group of 4 spans 2 nodes; 1/4 inside, 2/4 over the node's
-     * 1 GB/s shared by its 2 ranks, 3 x 50 us */
-    const char *two[] = {"cluster.gpus_per_node=2", "cluster.nodes=4"};
-    tr_t_load_text(TINY_MOE_YAML, two, 2, &cfg);
-    eval_ep(&cfg, 8, 4, TR_PLAN_RECOMPUTE_NONE, 0, r, &e);
-    a2a = 0.5 * 32768 / 0.5e9 + 3 * 50e-6;
-    assert_close(e.parts[TR_PLAN_PART_EP], 16 * a2a, 1e-12);
-    assert_int_equal(r->ep_link, TR_PLAN_LINK_INTER);
-    /* EDP = 2: ranks dp 0 and 4, on nodes 0 and 2 */
-    assert_int_equal(r->edp_link, TR_PLAN_LINK_INTER);
-    tr_plan_explain_free(&e);
-    /* EP 2 stays inside a node: 1/2 of the bytes at 4 GB/s, one latency */
-    eval_ep(&cfg, 8, 2, TR_PLAN_RECOMPUTE_NONE, 0, r, &e);
-    assert_close(e.parts[TR_PLAN_PART_EP], 16 * (0.5 * 32768 / 4e9 + 20e-6), 1e-12);
-    assert_int_equal(r->ep_link, TR_PLAN_LINK_INTRA);
-    tr_plan_explain_free(&e);
     free(r);
     free(r1);
-    tr_config_free(&cfg);
 }
 
 /* A GEMM function that records what it is asked: calls, FLOPs, the first call's rows. */
@@ -172,12 +191,13 @@ static void test_ep_memory(void **state)
 {
     (void)state;
     tr_config cfg;
-    tr_t_load_text(TINY_MOE_YAML, NULL, 0, &cfg);
+    const char *megatron[] = {"cluster.runtime=megatron"};
+    tr_t_load_text(TINY_MOE_YAML, megatron, 1, &cfg);
     assert_true(plan_stage_expert_params(&cfg.model, 1, 4) == TINY_EXPERTS);
     tr_plan_result *r = calloc(1, sizeof *r), *r1 = calloc(1, sizeof *r1);
     tr_plan_explain e, e1;
-    /* no ZeRO: weights 4, gradients 4 and optimizer 8 bytes an element, 3/4 of the experts
-     * gone */
+    /* Megatron's runtime, no ZeRO: weights 4, gradients 4 and optimizer 8 bytes an element
+     * (fp32), 3/4 of the experts gone */
     eval_ep(&cfg, 8, 4, TR_PLAN_RECOMPUTE_NONE, 0, r, &e);
     eval_ep(&cfg, 8, 1, TR_PLAN_RECOMPUTE_NONE, 0, r1, &e1);
     double gone = TINY_EXPERTS * 3 / 4;
@@ -212,6 +232,30 @@ static void test_ep_memory(void **state)
                  tr_plan_allgather_s(4 * dense, 8, 4e9, 20e-6) +
                      tr_plan_allgather_s(4 * TINY_EXPERTS / 4, 2, 4e9, 20e-6),
                  1e-12);
+    tr_plan_explain_free(&e);
+    tr_plan_explain_free(&e1);
+    /* ZeRO-3 too: the experts' shard over EDP */
+    tr_plan_layout L = r->layout;
+    L.zero_stage = 3;
+    tr_plan_cluster c;
+    assert_int_equal(tr_plan_cluster_from_config(&cfg, &c), TR_OK);
+    assert_int_equal(tr_plan_evaluate(&cfg, &L, 8, &c, 1, 0, r), TR_OK);
+    assert_true(r->memory.weights < r1->memory.weights);
+    tr_config_free(&cfg);
+    /* trident's engine: every rank keeps every expert's parameters and state and sums their
+     * gradients over DP as at EP 1; its experts' row buffers hold EP k N rows: per layer
+     * (EP - 1) k N (fc + F) more floats of the experts' outputs and activations and EP k N h of
+     * received rows (N = 64, k = 2, fc = F = 256, h = 64, EP 4: 196608 + 32768 floats), the
+     * backward scratch as much again */
+    tr_t_load_text(TINY_MOE_YAML, NULL, 0, &cfg);
+    eval_ep(&cfg, 8, 4, TR_PLAN_RECOMPUTE_NONE, 1, r, &e);
+    eval_ep(&cfg, 8, 1, TR_PLAN_RECOMPUTE_NONE, 1, r1, &e1);
+    assert_true(r->memory.weights == r1->memory.weights && r->memory.grads == r1->memory.grads &&
+                r->memory.optimizer == r1->memory.optimizer);
+    assert_true(r->dp_comm_s == r1->dp_comm_s && r->param_gather_s == r1->param_gather_s);
+    double ep_rows = 3.0 * 128 * 512 + 4.0 * 128 * 64;
+    /* one micro-batch in flight x 4 layers, and the scratch */
+    assert_true(r->memory.activations - r1->memory.activations == 4 * ep_rows * (4 + 1));
     tr_plan_explain_free(&e);
     tr_plan_explain_free(&e1);
     free(r);
@@ -255,11 +299,6 @@ static void test_refusals(void **state)
     L.cp = 2;
     L.ep = 2;
     expect_refused(&cfg, L, "context_parallel_size 2");
-    L.cp = 1;
-    L.dp = 8;
-    L.zero_stage = 3;
-    L.distributed_optimizer = 1;
-    expect_refused(&cfg, L, "zero_stage 3");
     tr_config_free(&dense);
     tr_config_free(&cfg);
     /* runtime trident runs EP on the CPU backend alone (host memory over UCX) */
@@ -274,15 +313,19 @@ static void test_refusals(void **state)
 static void test_report(void **state)
 {
     (void)state;
-    tr_config cfg;
-    tr_t_load_text(TINY_MOE_YAML, NULL, 0, &cfg);
-    tr_plan_cluster c;
-    assert_int_equal(tr_plan_cluster_from_config(&cfg, &c), TR_OK);
     tr_plan_result *r = calloc(1, sizeof *r);
     tr_plan_explain e;
     char *buf = NULL;
     size_t len = 0;
-    for (int ep = 1; ep <= 4; ep *= 4) {
+    /* EP 1, EP 4 on trident's engine, EP 4 on Megatron's */
+    static const char *const runtime[] = {"cluster.runtime=trident", "cluster.runtime=trident",
+                                          "cluster.runtime=megatron"};
+    for (int i = 0; i < 3; i++) {
+        tr_config cfg;
+        tr_t_load_text(TINY_MOE_YAML, &runtime[i], 1, &cfg);
+        tr_plan_cluster c;
+        assert_int_equal(tr_plan_cluster_from_config(&cfg, &c), TR_OK);
+        int ep = i ? 4 : 1;
         eval_ep(&cfg, 8, ep, TR_PLAN_RECOMPUTE_NONE, 0, r, &e);
         char lab[96];
         tr_plan_layout_label(&r->layout, lab, sizeof lab);
@@ -294,9 +337,10 @@ static void test_report(void **state)
         tr_plan_write_explain_json(f, &cfg, &c, r, &e);
         fclose(f);
         if (ep == 4) {
-            assert_non_null(strstr(buf, "expert parallel: EP 4 (1 of 4 experts a rank), "
+            assert_non_null(strstr(buf, "expert parallel: EP 4 (1 of 4 experts run on a rank), "
                                         "intra-node all-to-alls"));
-            assert_non_null(strstr(buf, "summed over EDP = DP / EP = 2, intra-node"));
+            assert_non_null(strstr(buf, i == 1 ? "every rank keeps every expert's parameters"
+                                               : "summed over EDP = DP / EP = 2, intra-node"));
             assert_non_null(strstr(buf, "\"ep\":4"));
             assert_non_null(strstr(buf, "\"ep_comm_per_micro_batch_s\""));
             assert_non_null(strstr(buf, "\"ep_comm\""));
@@ -309,9 +353,9 @@ static void test_report(void **state)
         free(buf);
         buf = NULL;
         tr_plan_explain_free(&e);
+        tr_config_free(&cfg);
     }
     free(r);
-    tr_config_free(&cfg);
 }
 
 static void test_search(void **state)
