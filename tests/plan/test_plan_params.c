@@ -58,16 +58,17 @@ static void check_config(const char *where, tr_config *cfg, int grid_point, coun
     int vp1 = tr_gpt_padded_vocab(m, 1);
     assert_exact("whole model at TP 1", tr_plan_model_params(m, vp1), whole);
 
-    /* the config's own layout, one data-parallel replica */
+    /* the config's own layout, one data-parallel replica (expert parallelism: its EP) */
     const tr_parallel_config *p = &cfg->parallel;
     int t = p->tensor_model_parallel_size, P = p->pipeline_model_parallel_size;
+    int w = t * P * (p->expert_model_parallel_size > 1 ? p->expert_model_parallel_size : 1);
     tr_plan_cluster cl;
     tr_plan_layout L;
     tr_plan_result *r = tr_alloc(sizeof *r, "plan result");
     assert_non_null(r);
     assert_int_equal(tr_plan_cluster_preset("cpu-host", &cl), TR_OK);
-    assert_int_equal(tr_plan_layout_from_config(cfg, t * P, &L), TR_OK);
-    int rc = tr_plan_evaluate(cfg, &L, t * P, &cl, 0, 0, r);
+    assert_int_equal(tr_plan_layout_from_config(cfg, w, &L), TR_OK);
+    int rc = tr_plan_evaluate(cfg, &L, w, &cl, 0, 0, r);
     if (rc) {
         /* a layout the model cannot take (heads over TP, layers over PP): grid points only */
         if (!grid_point)
