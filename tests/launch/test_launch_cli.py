@@ -273,6 +273,15 @@ def test_topo():
         p, _ = run(["topo", "--config", path, "--world-size", "8"])
         expect(p.returncode == 0 and "world 8 = dp 2 x cp 4 x tp 1 x pp 1" in p.stdout and
                "dp_cp groups (1 of 8 ranks)" in p.stdout, f"topo --config cp: {p.stdout[:300]}")
+        ep_path = os.path.join(tmp, "ep.yaml")  # parallel.expert_model_parallel_size too
+        with open(ep_path, "w") as f:
+            f.write("model: {num_layers: 2, hidden_size: 64, num_attention_heads: 4, seq_length: 32,"
+                    " num_experts: 4}\ntraining: {micro_batch_size: 1, train_iters: 1, lr: 1.0e-3}\n"
+                    "data: {data_path: /tmp/none}\nparallel: {expert_model_parallel_size: 2}\n")
+        p, _ = run(["topo", "--config", ep_path, "--world-size", "4"])
+        expect(p.returncode == 0 and "ep groups (2 of 2 ranks):\n  [0,1] [2,3]" in p.stdout and
+               "edp groups (2 of 2 ranks):\n  [0,2] [1,3]" in p.stdout,
+               f"topo --config ep: {p.stdout[-300:]}")
         p, _ = run(["plan", path, "--world-size", "8", "--json", "--set",
                     "cluster.preset=cpu-host"])  # the planner models CP
         d = json.loads(p.stdout) if p.returncode == 0 else {}
