@@ -17,9 +17,10 @@
  *    below. Pure functions of their inputs; the pipeline part runs the pp/ schedule op lists
  *    through tr_pp_simulate() (event simulation), never the closed formula, and checks that
  *    the two agree when every stage costs the same and P2P is free.
- *  - tr_plan_search() enumerates every (TP, PP, DP, micro-batch, recompute, ZeRO-1) for the
- *    world size and ranks the layouts that fit by tokens/s; every rejected layout carries its
- *    reason. tr_plan_calibrate() solves for gemm_efficiency from a measured step time.
+ *  - tr_plan_search() enumerates every (TP, CP, PP, DP, EP, micro-batch, recompute, ZeRO-1)
+ *    for the world size and ranks the layouts that fit by tokens/s; every rejected layout
+ *    carries its reason. tr_plan_calibrate() solves for gemm_efficiency from a measured step
+ *    time.
  *
  * Notation: l layers, h hidden, a heads, s sequence, V vocabulary padded to a multiple of
  * make_vocab_size_divisible_by x t (Megatron's rule: tr_gpt_padded_vocab() of model/, the
@@ -618,9 +619,10 @@ typedef struct {
 /* All layouts of `world` ranks: TP | heads, hidden and W; CP a power of two | W/TP with
  * 2 CP | s (when s >= TR_PLAN_CP_SEARCH_MIN_SEQ or the config sets CP > 1; else CP 1; on
  * runtime trident only where trident's CP runs: fp32 on the CPU); PP | W/(TP CP), PP <= layers;
- * micro-batch a power of two (or the config's) with B % (b d) == 0; recompute none,
- * selective, full; ZeRO-1 off/on (on only when d > 1). Schedule, v, SP, precision, buckets
- * come from the config. */
+ * EP a divisor of d dividing the experts where the runtime has EP (plan_ep_choices; the
+ * config's when it sets parallel.expert_model_parallel_size); micro-batch a power of two (or
+ * the config's) with B % (b d) == 0; recompute none, selective, full; ZeRO-1 off/on (on only
+ * when d > 1). Schedule, v, SP, precision, buckets come from the config. */
 TR_MUST_CHECK int tr_plan_search(const tr_config *cfg, int world, const tr_plan_cluster *cluster,
                    tr_plan_search_result *out);
 void tr_plan_search_free(tr_plan_search_result *r);

@@ -155,15 +155,21 @@ static double record_gemm(const tr_plan_cluster *c, double m, double n, double k
     return 1;
 }
 
+/* the tiny config, its cluster and its layout on 8 ranks */
+static void tiny_layout(tr_config *cfg, tr_plan_cluster *c, tr_plan_layout *L)
+{
+    tr_t_load_text(TINY_MOE_YAML, NULL, 0, cfg);
+    assert_int_equal(tr_plan_cluster_from_config(cfg, c), TR_OK);
+    assert_int_equal(tr_plan_layout_from_config(cfg, 8, L), TR_OK);
+}
+
 static void test_expert_gemms(void **state)
 {
     (void)state;
     tr_config cfg;
-    tr_t_load_text(TINY_MOE_YAML, NULL, 0, &cfg);
     tr_plan_cluster c;
-    assert_int_equal(tr_plan_cluster_from_config(&cfg, &c), TR_OK);
     tr_plan_layout L;
-    assert_int_equal(tr_plan_layout_from_config(&cfg, 8, &L), TR_OK);
+    tiny_layout(&cfg, &c, &L);
     /* T = 64 token rows: 4 experts on 2 x 64 / 4 = 32 rows each (fc and fc_proj forward, 4
      * GEMMs backward, each timed once and counted per expert); EP 2: 2 experts on 64 rows;
      * EP 4: one on the 128 rows the 4 ranks send it; the same FLOPs */
@@ -362,9 +368,9 @@ static void test_search(void **state)
 {
     (void)state;
     tr_config cfg;
-    tr_t_load_text(TINY_MOE_YAML, NULL, 0, &cfg);
     tr_plan_cluster c;
-    assert_int_equal(tr_plan_cluster_from_config(&cfg, &c), TR_OK);
+    tr_plan_layout L0;
+    tiny_layout(&cfg, &c, &L0);
     tr_plan_search_result s;
     assert_int_equal(tr_plan_search(&cfg, 8, &c, &s), TR_OK);
     int seen[9] = {0};
