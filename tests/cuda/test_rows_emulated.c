@@ -6,7 +6,8 @@
  * buffer; CP 1 .. 4, chunks off the tiles (odd c, tails), groups, ALiBi, dropout (p 0.3, a
  * global head0) on and off, the launcher's tiles (64, 32, 16 rows by head size) and 16-row
  * tiles forced (many tiles a chunk). And the
- * ops' own batch (B = 2, a batch stride of Tk rows) added onto a dqkv that is not zero.
+ * ops' own batch (B = 2, a batch stride of Tk rows, with dropout: samples first_sample + b, a
+ * mask of T > Tk) added onto a dqkv that is not zero.
  * out, lse and dqkv within 1e-5 of the CPU's (relative to each array's largest magnitude). */
 #include <math.h>
 #include <stdio.h>
@@ -111,8 +112,9 @@ static void check_cp(cp_case k)
     free(slopes), free(out), free(lse), free(eout), free(else_), free(dfull), free(efull);
 }
 
-/* The ops' batch: B = 2 of Tk rows each, q0 > 0, dqkv not zero before (backward adds) */
-static void check_batch(int Tk, int q0, int NH, int NG, int HS, int tile)
+/* The ops' batch: B = 2 of Tk rows each, q0 > 0, dqkv not zero before (backward adds); p > 0:
+ * the dropout ops with a mask of T = Tk + 3 positions, batch b its sample first_sample + b */
+static void check_batch(int Tk, int q0, int NH, int NG, int HS, int tile, double p)
 {
     int B = 2, nq = Tk - q0, row = NG * (NH / NG + 2) * HS;
     size_t nqkv = (size_t)B * Tk * row, nout = (size_t)B * nq * NH * HS, nlse = (size_t)B * NH * nq;
@@ -121,13 +123,26 @@ static void check_batch(int Tk, int q0, int NH, int NG, int HS, int tile)
     float *out = malloc(nout * 4), *lse = malloc(nlse * 4), *eout = malloc(nout * 4);
     float *else_ = malloc(nlse * 4);
     memcpy(edqkv, dqkv, nqkv * 4);
-    cpu->attention_rows_forward(NULL, out, lse, qkv, NULL, B, Tk, q0, NH, NG, HS);
-    cpu->attention_rows_backward(NULL, dqkv, dout, qkv, out, lse, NULL, B, Tk, q0, NH, NG, HS);
-    tile = emu_rows_forward(eout, else_, qkv, NULL, B, Tk, q0, NH, NG, HS, Tk, NULL, tile);
-    emu_rows_backward(edqkv, dout, qkv, eout, else_, NULL, B, Tk, q0, NH, NG, HS, Tk, NULL, tile);
+    int T = Tk + 3;
+    tr_dropout d = {91, 1000, tr_dropout_site(0, TR_DROPOUT_ATTN_PROBS), tr_dropout_threshold(p),
+                    (float)(1.0 / (1.0 - p)), 1};
+    emu_rows_drop ed = {d.seed, d.first_sample, d.site, d.threshold, d.scale, d.head0};
+    if (p > 0) {
+        cpu->attention_rows_dropout_forward(NULL, out, lse, qkv, NULL, B, Tk, q0, NH, NG, HS, T,
+                                            d);
+        cpu->attention_rows_dropout_backward(NULL, dqkv, dout, qkv, out, lse, NULL, B, Tk, q0, NH,
+                                             NG, HS, T, d);
+    } else {
+        cpu->attention_rows_forward(NULL, out, lse, qkv, NULL, B, Tk, q0, NH, NG, HS);
+        cpu->attention_rows_backward(NULL, dqkv, dout, qkv, out, lse, NULL, B, Tk, q0, NH, NG,
+                                     HS);
+    }
+    const emu_rows_drop *pd = p > 0 ? &ed : NULL;
+    tile = emu_rows_forward(eout, else_, qkv, NULL, B, Tk, q0, NH, NG, HS, T, pd, tile);
+    emu_rows_backward(edqkv, dout, qkv, eout, else_, NULL, B, Tk, q0, NH, NG, HS, T, pd, tile);
     char shape[120];
-    snprintf(shape, sizeof shape, "B 2 Tk %d q0 %d NH %d NG %d HS %d tile %d", Tk, q0, NH, NG, HS,
-             tile);
+    snprintf(shape, sizeof shape, "B 2 Tk %d q0 %d NH %d NG %d HS %d tile %d p %.2f", Tk, q0, NH,
+             NG, HS, tile, p);
     compare("out", shape, eout, out, nout);
     compare("lse", shape, else_, lse, nlse);
     compare("dqkv (added to random values)", shape, edqkv, dqkv, nqkv);
@@ -146,8 +161,9 @@ int main(void)
     check_cp((cp_case){2, 40, 1, 2, 1, 32, 1, 0, 0.3});
     check_cp((cp_case){2, 24, 1, 4, 1, 64, 0, 0, 0.0}); /* tile_for: 32 */
     check_cp((cp_case){2, 9, 1, 2, 1, 256, 1, 0, 0.3}); /* tile_for: 16 */
-    check_batch(45, 17, 4, 2, 24, 16);
-    check_batch(70, 0, 2, 2, 16, 0);
+    check_batch(45, 17, 4, 2, 24, 16, 0.0);
+    check_batch(70, 0, 2, 2, 16, 0, 0.0);
+    check_batch(38, 11, 4, 2, 16, 16, 0.25);
     printf("%d of %d checks agree\n", checks - failures, checks);
     return failures ? 1 : 0;
 }
