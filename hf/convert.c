@@ -197,8 +197,11 @@ int tr_hf_import(const char *hf_dir, const char *ckpt_dir, tr_model_config *mode
         rc = hf_out_end(&o, tr_checkpoint_save_model(o.tmp, g, params));
     tr_gpt_free(g);
     free(params);
-    if (!rc && model)
+    if (!rc && model) {
         tr_hf_gpt2_model_config(&c, model);
+        model->hidden_dropout = m.hidden_dropout; /* (the printed model section's) */
+        model->attention_dropout = m.attention_dropout;
+    }
     return rc;
 }
 

@@ -231,6 +231,9 @@ static void print_model_section(const tr_model_config *m)
                m->rope_scaling_factor, m->rope_scaling_low_freq_factor,
                m->rope_scaling_high_freq_factor,
                m->rope_scaling_original_max_position_embeddings);
+    if (m->hidden_dropout > 0 || m->attention_dropout > 0) /* config.json's or Megatron's rates */
+        printf("  hidden_dropout: %.9g\n  attention_dropout: %.9g\n", m->hidden_dropout,
+               m->attention_dropout);
 }
 
 /* finetune and checkpoint sections of a run that continues PEFT adapters imported into dir */

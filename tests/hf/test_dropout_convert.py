@@ -60,6 +60,8 @@ rc, so, se = s.convert("--from", "hf", "--input", g, "--output", path("ck-gpt2")
 check("GPT-2 of resid/embd/attn_pdrop 0.1/0.1/0.2: imported, the manifest's dropout line 0.1 / 0.2",
       rc == 0 and dropout_line(path("ck-gpt2")) == ["dropout hidden_dropout 0.1 attention_dropout 0.2"],
       f"{rc} {se}", show=True)
+check("... the printed model section carries them (hidden_dropout: 0.1, attention_dropout: 0.2)",
+      "  hidden_dropout: 0.1\n  attention_dropout: 0.2\n" in so, so)
 rc, so, se = s.convert("--to", "hf", "--input", path("ck-gpt2"), "--output", path("gpt2-hf"))
 check("... exported: resid_pdrop 0.1, embd_pdrop 0.1, attn_pdrop 0.2",
       rc == 0 and rates(path("gpt2-hf")) == {"resid_pdrop": 0.1, "embd_pdrop": 0.1, "attn_pdrop": 0.2}, se)
@@ -75,6 +77,7 @@ check("resid_pdrop 0.1, embd_pdrop 0.05: resid_pdrop's 0.1 recorded, a warning n
 d = s.hf_folder("gpt2-zero", hff.gpt2_tensors(), dict(hff.CONFIG, resid_pdrop=0, embd_pdrop=0.0, attn_pdrop=0))
 rc, so, se = s.convert("--from", "hf", "--input", d, "--output", path("ck-gpt2-zero"))
 check("all 0: no dropout line", rc == 0 and dropout_line(path("ck-gpt2-zero")) == [] and not se, se)
+check("... and no dropout keys in the printed model section", "_dropout:" not in so, so)
 for key, value in (("attn_pdrop", 1.0), ("resid_pdrop", -0.1), ("embd_pdrop", "0.1"), ("attn_pdrop", None)):
     d = s.hf_folder("gpt2-bad", hff.gpt2_tensors(), dict(hff.CONFIG, **{key: value}))
     s.refused(f"GPT-2's {key} {value!r}", ["--from", "hf", "--input", d, "--output", path("ck-bad")],
