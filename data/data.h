@@ -229,5 +229,11 @@ static inline int tr_cp_position(int T, int cp, int rank, int i)
 }
 void tr_cp_keep_chunks(int32_t *rows, int B, int T, int cp, int rank);
 void tr_cp_keep(void *rows, size_t size, int B, int T, int cp, int rank);
+/* Packed sequences at CP: starts (B, T / CP) = the global position where each of the rank's
+ * tokens' document begins, its global position minus its position id; ids must restart at 0
+ * where the segment id changes inside a chunk and count up by 1 inside a segment. Returns -1,
+ * or the index of the first token breaking that (starts filled before it). */
+int tr_cp_doc_starts(const int32_t *segments, const int32_t *positions, int B, int T, int cp,
+                     int rank, int32_t *starts);
 
 #endif

@@ -18,6 +18,8 @@
  * Sizes: Tl = s.T local tokens per sample, c = Tl / 2 per chunk, T = Tl * CP, W = QKVl. */
 #include "model/gpt_internal.h"
 
+#include <string.h>
+
 #include "core/core.h"
 #include "data/data.h"
 
@@ -222,12 +224,11 @@ typedef struct {
 } cp_run;
 
 /* The micro-batch's runs in (sample, half, row) order, *count of them in *out (tr_free): one
- * per chunk, or with packed sequences one per document piece of a chunk, from host copies of
- * the segments and position ids (which must restart at 0 with each segment and count up by 1
- * inside it, as data/'s packing makes them). */
+ * per chunk, or with packed sequences one per document piece of a chunk (data/data.h
+ * tr_cp_doc_starts, on host copies of the segments and position ids). */
 static int make_runs(tr_gpt *g, int B, cp_run **out, int *count)
 {
-    int cp = gpt_cp_size(g), Tl = g->s.T, c = Tl / 2, r = g->s.cp_rank, n_runs = 0, rc = TR_OK;
+    int cp = gpt_cp_size(g), Tl = g->s.T, c = Tl / 2, n_runs = 0;
     size_t N = (size_t)B * Tl;
     if (g->segments && gpt_attn_drop(g))
         return tr_fail(TR_ERR_CONFIG, "context parallelism with packed sequences and "
@@ -235,37 +236,34 @@ static int make_runs(tr_gpt *g, int B, cp_run **out, int *count)
     if (g->segments && !g->positions)
         return tr_fail(TR_ERR_INVALID, "context parallelism: packed sequences without their "
                        "position ids");
-    int32_t *seg = g->segments ? tr_alloc(2 * N * sizeof *seg, "packed-sequence ids") : NULL;
+    int32_t *ids = tr_alloc(3 * N * sizeof *ids, "packed-sequence ids"), *start = ids + 2 * N;
     cp_run *runs = tr_alloc(N * sizeof *runs, "context-parallel runs");
-    if (!runs || (g->segments && !seg)) {
-        tr_free(seg);
+    if (!ids || !runs) {
+        tr_free(ids);
         tr_free(runs);
         return TR_ERR_NOMEM;
     }
-    int32_t *pos = seg ? seg + N : NULL;
-    if (seg) {
-        g->k->to_host(NULL, seg, g->segments, N * sizeof *seg);
-        g->k->to_host(NULL, pos, g->positions, N * sizeof *pos);
-    }
-    for (int b = 0; b < B && !rc; b++)
-        for (int h = 0; h < 2 && !rc; h++)
-            for (int i = 0, q0 = tr_cp_chunk(cp, r, h) * c; i < c; i++) {
-                size_t n = (size_t)b * Tl + (size_t)h * c + (size_t)i;
-                int s = seg ? q0 + i - pos[n] : 0, same = i > 0 && (!seg || seg[n] == seg[n - 1]);
-                if (seg && (s < 0 || (same && s != runs[n_runs - 1].s) ||
-                            (!same && i > 0 && pos[n] != 0))) {
-                    rc = tr_fail(TR_ERR_INVALID, "context parallelism with packed sequences: "
-                                 "sample %d's token at global position %d has position id %d in "
-                                 "segment %d: position ids must restart at 0 with each segment "
-                                 "and count up by 1 inside it", b, q0 + i, pos[n], seg[n]);
-                    break;
-                }
-                if (same)
-                    runs[n_runs - 1].i1 = i + 1;
-                else
-                    runs[n_runs++] = (cp_run){.b = b, .h = h, .i0 = i, .i1 = i + 1, .s = s};
-            }
-    tr_free(seg);
+    int bad = -1;
+    if (g->segments) {
+        g->k->to_host(NULL, ids, g->segments, N * sizeof *ids);
+        g->k->to_host(NULL, ids + N, g->positions, N * sizeof *ids);
+        bad = tr_cp_doc_starts(ids, ids + N, B, Tl * cp, cp, g->s.cp_rank, start);
+    } else
+        memset(start, 0, N * sizeof *start);
+    for (size_t n = 0; n < N && bad < 0; n++) /* a run: one chunk's rows of one start */
+        if (n % c && start[n] == start[n - 1])
+            runs[n_runs - 1].i1++;
+        else
+            runs[n_runs++] = (cp_run){.b = (int)(n / Tl), .h = (int)(n % Tl / c),
+                                      .i0 = (int)(n % c), .i1 = (int)(n % c) + 1, .s = start[n]};
+    int rc = bad < 0 ? TR_OK
+                     : tr_fail(TR_ERR_INVALID, "context parallelism with packed sequences: "
+                               "sample %d's token at global position %d has position id %d in "
+                               "segment %d: position ids must restart at 0 with each segment "
+                               "and count up by 1 inside it", bad / Tl,
+                               tr_cp_position(Tl * cp, cp, g->s.cp_rank, bad % Tl), ids[N + bad],
+                               ids[bad]);
+    tr_free(ids);
     if (rc) {
         tr_free(runs);
         return rc;

@@ -1,6 +1,7 @@
 /* data/data.h's context-parallel split: rank r of CP holds chunks r and 2 CP - 1 - r of the
  * 2 CP chunks of every sample; the ranks' positions cover each sample exactly once, and
- * tr_cp_keep_chunks compacts (B, T) rows in place to exactly those tokens. */
+ * tr_cp_keep_chunks compacts (B, T) rows in place to exactly those tokens; tr_cp_doc_starts
+ * finds each token's document start from packed ids. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -56,11 +57,48 @@ static void test_keep_chunks(void **state)
     }
 }
 
+/* tr_cp_doc_starts: each local token's document start from the compacted packing, and the
+ * first token whose position id breaks the restart / count-up rule */
+static void test_doc_starts(void **state)
+{
+    (void)state;
+    /* T 16, CP 2: documents [0, 6), [6, 13), [13, 16) (segments 0, 1, 2) */
+    enum { T = 16, CP = 2, TL = T / CP };
+    static const int32_t want[CP][TL] = {{0, 0, 0, 0, 6, 13, 13, 13}, {0, 0, 6, 6, 6, 6, 6, 6}};
+    for (int r = 0; r < CP; r++) {
+        int32_t seg[T], pos[T], starts[TL];
+        for (int t = 0; t < T; t++) {
+            seg[t] = t < 6 ? 0 : t < 13 ? 1 : 2;
+            pos[t] = t - (t < 6 ? 0 : t < 13 ? 6 : 13);
+        }
+        tr_cp_keep_chunks(seg, 1, T, CP, r);
+        tr_cp_keep_chunks(pos, 1, T, CP, r);
+        assert_int_equal(tr_cp_doc_starts(seg, pos, 1, T, CP, r, starts), -1);
+        assert_memory_equal(starts, want[r], sizeof starts);
+        if (r == 0)
+            continue;
+        /* rank 1 holds positions 4-11: ids 4 5 | 0 1 2 3 4 5 */
+        static const struct {
+            int at, id, bad;
+        } broken[] = {{3, 0, 3},  /* a restart inside a segment */
+                      {2, 1, 2},  /* a new segment that does not restart */
+                      {0, 5, 0},  /* a document starting before the sample */
+                      {5, 4, 5}}; /* a count that skips */
+        for (size_t i = 0; i < sizeof broken / sizeof broken[0]; i++) {
+            int32_t p[TL];
+            memcpy(p, pos, sizeof p);
+            p[broken[i].at] = broken[i].id;
+            assert_int_equal(tr_cp_doc_starts(seg, p, 1, T, CP, r, starts), broken[i].bad);
+        }
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_positions),
         cmocka_unit_test(test_keep_chunks),
+        cmocka_unit_test(test_doc_starts),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
