@@ -7,7 +7,7 @@
  * global head0) on and off, the launcher's tiles (64, 32, 16 rows by head size) and 16-row
  * tiles forced (many tiles a chunk). And the
  * ops' own batch (B = 2, a batch stride of Tk rows, with dropout: samples first_sample + b, a
- * mask of T > Tk) added onto a dqkv that is not zero.
+ * mask of T > Tk) added onto a dqkv that is not zero. `--random N SEED`: N layouts drawn at random.
  * out, lse and dqkv within 1e-5 of the CPU's (relative to each array's largest magnitude). */
 #include <math.h>
 #include <stdio.h>
@@ -149,10 +149,29 @@ static void check_batch(int Tk, int q0, int NH, int NG, int HS, int tile, double
     free(qkv), free(dout), free(dqkv), free(edqkv), free(out), free(lse), free(eout), free(else_);
 }
 
-int main(void)
+/* n CP layouts drawn from seed: CP 1..4, chunks of 1..40, groups, head sizes 1..96, ALiBi,
+ * dropout, tiles 16 / the launcher's (`--random N SEED`) */
+static void random_cases(int n, uint64_t seed)
+{
+    rng ^= seed * 0x9E3779B97F4A7C15ull;
+    for (int i = 0; i < n; i++) {
+        int NG = 1 + (int)uniform(0, 3), R = 1 + (int)uniform(0, 3);
+        cp_case k = {1 + (int)uniform(0, 4), 1 + (int)uniform(0, 40), 1, NG * R, NG,
+                     1 + (int)uniform(0, 96), uniform(0, 1) < 0.5f,
+                     uniform(0, 1) < 0.5f ? 16 : 0, uniform(0, 1) < 0.5f ? 0.0 : 0.2};
+        check_cp(k);
+    }
+}
+
+int main(int argc, char **argv)
 {
     setvbuf(stdout, NULL, _IOLBF, 0);
     cpu = tr_kernels_cpu();
+    if (argc == 4 && !strcmp(argv[1], "--random")) {
+        random_cases(atoi(argv[2]), strtoull(argv[3], NULL, 10));
+        printf("%d of %d checks agree\n", checks - failures, checks);
+        return failures ? 1 : 0;
+    }
     /* cp, c, samples, NH, NG, HS, alibi, tile, p */
     check_cp((cp_case){1, 13, 1, 2, 1, 16, 0, 16, 0.0});
     check_cp((cp_case){2, 9, 2, 4, 2, 16, 1, 16, 0.0});
