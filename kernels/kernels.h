@@ -227,8 +227,7 @@ typedef struct tr_kernels {
      *   tr_dropout_keep(d.seed, d.first_sample + b, d.site, ((d.head0 + h) * T + t) * T + j,
      *   d.threshold), times d.scale; lse undropped. Backward ACCUMULATES as
      *   attention_rows_backward. With T = Tk and q0 = 0: attention_gqa_dropout_*'s results
-     *   (no segments, to rounding). NULL where a backend lacks them (CUDA: the model refuses
-     *   context parallelism with attention dropout there). */
+     *   (no segments, to rounding). Both backends have them. */
     void (*attention_rows_dropout_forward)(tr_stream s, float *out, float *lse, const float *qkv,
                                            const float *alibi, int B, int Tk, int q0, int NH,
                                            int NG, int HS, int T, tr_dropout d);
