@@ -3,8 +3,9 @@
 explained, measured numbers (peak memory of every rank too) and the planner's prediction on
 the points that ran, an SVG with labelled axes that headless chromium renders; a point that
 fails at run time (a truncated .idx) is recorded with the rank's own error and the sweep goes
-on; the shipped 8-rank grid's dry run lists its 48 points with the 25 skips explained; bad
-grid specs exit 2 with a message.
+on; expert parallelism as an axis (EP 1 and 2 run with one final loss, each predicted; EP 4
+on DP 2 refused by name); the shipped 8-rank grid's dry run lists its 48 points with the 25
+skips explained; bad grid specs exit 2 with a message.
 usage: test_sweep.py TRIDENT WORKDIR SHIPPED_GRID (configs/sweeps/tiny-8ranks.yaml)"""
 import csv
 import json
@@ -197,6 +198,35 @@ for idx, m in sorted(points.items()):
               reason is None and int(m.group(6)) == 8 // (tp * pp), m.group(0))
 check("shipped grid: 25 skipped, 23 would run", (n_skip, n_run) == (25, 23), f"{n_skip} / {n_run}")
 check("shipped grid dry run writes nothing (no results.csv)", not os.path.exists(os.path.join(work, "runs")))
+
+# Expert parallelism as a grid axis (a tiny MoE, world 2): EP 1 and EP 2 run with the same
+# final loss and the planner's prediction beside each, EP 2's larger by its all-to-alls; EP 4
+# (not dividing DP 2) does not run, naming the key
+ep_grid = tt.write(os.path.join(work, "ep.yaml"), f"""base:
+  model: {{num_layers: 2, hidden_size: 32, num_attention_heads: 2, seq_length: 16, num_experts: 4}}
+  training: {{micro_batch_size: 1, global_batch_size: 4, train_iters: 1, lr: 1.0e-3}}
+  data: {{data_path: {prefix}, split: "90,10,0"}}
+grid:
+  parallel.expert_model_parallel_size: [1, 2, 4]
+run: {{world_size: 2, iterations: 4, warmup_iterations: 1}}
+""")
+ep_out = os.path.join(work, "ep-out")
+r = tt.run([trident, "sweep", ep_grid, "--out", ep_out], timeout=300)
+check("EP sweep exits 0", r.returncode == 0, r.stdout[-800:] + r.stderr[-500:])
+rows = {row["parallel.expert_model_parallel_size"]: row
+        for row in csv.DictReader(open(os.path.join(ep_out, "results.csv")))}
+ran = [rows.get(k, {}) for k in ("1", "2")]
+check("EP 1 and EP 2 ran, predicted", all(row.get("status") == "ok" and
+                                          float(row["predicted_ms_per_iter"]) > 0 for row in ran),
+      str(ran))
+if all(row.get("status") == "ok" for row in ran):
+    check("EP 2: the same final loss, a longer predicted step (its all-to-alls)",
+          abs(float(ran[1]["final_loss"]) / float(ran[0]["final_loss"]) - 1) <= 1e-4 and
+          float(ran[1]["predicted_ms_per_iter"]) > float(ran[0]["predicted_ms_per_iter"]),
+          str(ran))
+check("EP 4 on DP 2 does not run, naming the key",
+      rows.get("4", {}).get("status") in ("failed", "skipped") and
+      "expert_model_parallel_size" in rows.get("4", {}).get("reason", ""), str(rows.get("4")))
 
 bad = {
     "no-grid.yaml": ("base: x.yaml\n", "no grid"),
