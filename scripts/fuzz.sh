@@ -44,6 +44,7 @@ case $target in
   manifest|ckpt|lora|lora-llama|lora-bloom) dict=tests/fuzz/dict/ckpt.dict ;;
   pt) dict=tests/fuzz/dict/pt.dict ;;
   parquet) dict=tests/fuzz/dict/parquet.dict ;;
+  evalregex) dict=tests/fuzz/dict/regex.dict ;;
   *) dict=tests/fuzz/dict/json.dict ;;
 esac
 echo "fuzz-$target for ${seconds}s: corpus $out/corpus + tests/fuzz/corpus/$target," \
