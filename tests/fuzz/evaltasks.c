@@ -4,8 +4,9 @@
  * limit, 100 + b1 (bytes above it are refused ids); the rest is the file. After a successful
  * load: every request has a context and continuations of 1 .. context ids below the limit, a
  * label in range or -1, lengths in code points >= 1; each choice's log-likelihood is finite
- * and <= 0; a generation gives at most max_gen_toks tokens, and the settings' filters and
- * exact_match run on its text (a regex past its step budget is an error, not a failure). */
+ * and <= 0; a generation gives at most max_gen_toks tokens, has its "choices" (at most 26)
+ * exactly when a filter needs them, and the settings' filters and exact_match run on its text
+ * (a regex past its step budget is an error, not a failure). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -42,7 +43,8 @@ static void check_generation(tr_evaluator *ev, const tr_eval_settings *s,
                              const tr_eval_request *r, int context, int vocab)
 {
     if (r->n_ctx < 1 || r->n_ctx > context || r->max_gen_toks < 1 ||
-        r->max_gen_toks >= context || r->n_choices != 0)
+        r->max_gen_toks >= context || r->n_choices != 0 || r->n_doc_choices > 26 ||
+        (s->needs_choices && !r->doc_choices) || (!s->needs_choices && r->doc_choices))
         abort();
     for (int j = 0; j < r->n_ctx; j++)
         if (r->ctx[j] < 0 || r->ctx[j] >= vocab)
