@@ -102,6 +102,16 @@ typedef struct {
     void *release_ctx;
     const tr_dp_range *aligned; /* ranges cut out of bucketing (tied embeddings); may be NULL */
     size_t n_aligned;
+    /* ranges that are not this instance's (another tr_dp over another group reduces them:
+     * expert parallelism's experts, or everything but them): no bucket covers them, reports
+     * into them are ignored, its shard (ZeRO-1 or not) and the norm, finalize and
+     * shard_foreach pieces leave them out; they may not overlap an aligned range */
+    const tr_dp_range *excluded;
+    size_t n_excluded;
+    /* the gradients' average divides the sum by this (0: D, the group's size); expert
+     * parallelism's experts are summed over D / EP ranks that hold every rank's tokens'
+     * share: still 1 / D, applied at D / EP == 1 too */
+    int average_over;
     const tr_kernels *kernels; /* scale / sumsq / copy; NULL = the CPU table */
 } tr_dp_config;
 

@@ -35,6 +35,8 @@ struct tr_dp {
     size_t n;
     tr_dp_range *aligned; /* sorted by offset */
     size_t n_aligned;
+    size_t n_excluded;    /* ranges without buckets (tr_dp_config.excluded) */
+    int avg;              /* the average's divisor (tr_dp_config.average_over, else D) */
 
     dp_bucket *b;
     int nb;

@@ -27,8 +27,8 @@ static int check_ranges(const tr_dp *dp, const tr_dp_range *r, size_t n, const c
     return TR_OK;
 }
 
-/* The pieces of a range list this rank works on: the ranges themselves, or with ZeRO-1 their
- * intersection with the shard. fn(ctx, offset, count) in list order. */
+/* The pieces of a range list this rank works on: the ranges themselves, or with ZeRO-1 (or
+ * excluded ranges) their intersection with the shard. fn(ctx, offset, count) in list order. */
 typedef struct {
     const tr_dp *dp;
     float *first; /* the first piece's gradient */
@@ -63,7 +63,7 @@ static int each_piece(const tr_dp *dp, const tr_dp_range *r, size_t n,
                       void (*fn)(void *, size_t, size_t, size_t), void *ctx)
 {
     for (size_t i = 0; i < n; i++) {
-        if (dp->sharded) {
+        if (dp->sharded || dp->n_excluded) {
             int rc = tr_dp_shard_foreach(dp, r[i].offset, r[i].count, fn, ctx);
             if (rc)
                 return rc;

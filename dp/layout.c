@@ -45,39 +45,79 @@ static int cmp_range(const void *a, const void *b)
     return x->offset < y->offset ? -1 : x->offset > y->offset;
 }
 
-/* Validated copy of the aligned ranges, sorted by offset (*out NULL when there are none). */
-static int sorted_aligned(const tr_dp_config *cfg, size_t n, tr_dp_range **out)
+/* Validated copy of lists a and b (`what` ranges, none empty, inside [0, n), none
+ * overlapping another), sorted by offset (*out NULL when there are none). */
+static int sorted_ranges(const tr_dp_range *a, size_t na, const tr_dp_range *b, size_t nb,
+                         size_t n, const char *what, tr_dp_range **out)
 {
     *out = NULL;
-    if (cfg->n_aligned == 0)
+    if ((na && !a) || (nb && !b))
+        return tr_fail(TR_ERR_INVALID, "dp: n_%s is %zu but %s is NULL", what,
+                       na && !a ? na : nb, what);
+    size_t total = na + nb;
+    if (total == 0)
         return TR_OK;
-    if (!cfg->aligned)
-        return tr_fail(TR_ERR_INVALID, "dp: n_aligned is %zu but aligned is NULL",
-                       cfg->n_aligned);
-    for (size_t i = 0; i < cfg->n_aligned; i++) {
-        const tr_dp_range *r = &cfg->aligned[i];
-        if (r->count == 0 || r->offset > n || r->count > n - r->offset)
-            return tr_fail(TR_ERR_INVALID,
-                           "dp: aligned range %zu [%zu, %zu + %zu) is empty or outside the "
-                           "buffer of %zu elements",
-                           i, r->offset, r->offset, r->count, n);
+    tr_dp_range *r = malloc(total * sizeof *r);
+    if (!r)
+        return tr_fail(TR_ERR_NOMEM, "dp: out of memory for %zu %s ranges", total, what);
+    if (na)
+        memcpy(r, a, na * sizeof *r);
+    if (nb)
+        memcpy(r + na, b, nb * sizeof *r);
+    int rc = TR_OK;
+    for (size_t i = 0; i < total && !rc; i++)
+        if (r[i].count == 0 || r[i].offset > n || r[i].count > n - r[i].offset)
+            rc = tr_fail(TR_ERR_INVALID,
+                         "dp: %s range %zu [%zu, %zu + %zu) is empty or outside the buffer of "
+                         "%zu elements",
+                         what, i, r[i].offset, r[i].offset, r[i].count, n);
+    if (!rc)
+        qsort(r, total, sizeof *r, cmp_range);
+    for (size_t i = 1; i < total && !rc; i++)
+        if (r[i].offset < r[i - 1].offset + r[i - 1].count)
+            rc = tr_fail(TR_ERR_INVALID, "dp: %s ranges [%zu, +%zu) and [%zu, +%zu) overlap",
+                         what, r[i - 1].offset, r[i - 1].count, r[i].offset, r[i].count);
+    if (rc) {
+        free(r);
+        return rc;
     }
-    tr_dp_range *a = malloc(cfg->n_aligned * sizeof *a);
-    if (!a)
-        return tr_fail(TR_ERR_NOMEM, "dp: out of memory for %zu aligned ranges",
-                       cfg->n_aligned);
-    memcpy(a, cfg->aligned, cfg->n_aligned * sizeof *a);
-    qsort(a, cfg->n_aligned, sizeof *a, cmp_range);
-    for (size_t i = 1; i < cfg->n_aligned; i++)
-        if (a[i].offset < a[i - 1].offset + a[i - 1].count) {
-            int rc = tr_fail(TR_ERR_INVALID,
-                             "dp: aligned ranges [%zu, +%zu) and [%zu, +%zu) overlap",
-                             a[i - 1].offset, a[i - 1].count, a[i].offset, a[i].count);
-            free(a);
-            return rc;
-        }
-    *out = a;
+    *out = r;
     return TR_OK;
+}
+
+static int sorted_aligned(const tr_dp_config *cfg, size_t n, tr_dp_range **out)
+{
+    return sorted_ranges(cfg->aligned, cfg->n_aligned, NULL, 0, n, "aligned", out);
+}
+
+/* The cuts of the buckets: the aligned and the excluded ranges, sorted (checked apart). */
+static int sorted_cuts(const tr_dp_config *cfg, size_t n, tr_dp_range **out)
+{
+    tr_dp_range *x = NULL, *y = NULL;
+    int rc = sorted_ranges(cfg->excluded, cfg->n_excluded, NULL, 0, n, "excluded", &x);
+    if (!rc)
+        rc = sorted_aligned(cfg, n, &y);
+    free(x);
+    free(y);
+    return rc ? rc
+              : sorted_ranges(cfg->aligned, cfg->n_aligned, cfg->excluded, cfg->n_excluded, n,
+                              "aligned or excluded", out);
+}
+
+/* Drops the buckets inside an excluded range (cut at their ends: a bucket is in one or in
+ * none); returns the number left. */
+static int drop_excluded(const tr_dp_config *cfg, dp_bucket *b, int nb)
+{
+    int k = 0;
+    for (int i = 0; i < nb; i++) {
+        int out = 0;
+        for (size_t j = 0; j < cfg->n_excluded && !out; j++)
+            out = b[i].offset >= cfg->excluded[j].offset &&
+                  b[i].offset < cfg->excluded[j].offset + cfg->excluded[j].count;
+        if (!out)
+            b[k++] = b[i];
+    }
+    return k;
 }
 
 /* Calls add(ctx, offset, count) for each bucket in order; returns the number of buckets.
@@ -129,12 +169,12 @@ static int build_buckets(const tr_dp_config *cfg, size_t n, const tr_dp_range *a
                        "parallel.ddp_bucket_size_mb %g cuts %zu gradient elements into %zu "
                        "buckets; at most %d are allowed (raise the bucket size)",
                        cfg->bucket_size_mb, n, count, TR_DP_MAX_BUCKETS);
-    dp_bucket *b = calloc(count, sizeof *b);
+    dp_bucket *b = calloc(count ? count : 1, sizeof *b);
     if (!b)
         return tr_fail(TR_ERR_NOMEM, "dp: out of memory for %zu buckets", count);
     each_bucket(n, limit, al, nal, b);
     *out = b;
-    *nb = (int)count;
+    *nb = drop_excluded(cfg, b, (int)count);
     return TR_OK;
 }
 
@@ -169,6 +209,9 @@ static int check_config(const tr_dp_config *cfg, size_t n, int D, int d)
     if (D < 1 || d < 0 || d >= D)
         return tr_fail(TR_ERR_INVALID, "dp: rank %d of a data-parallel size %d is impossible",
                        d, D);
+    if (cfg->average_over < 0)
+        return tr_fail(TR_ERR_INVALID, "dp: average_over %d (0: the group's size)",
+                       cfg->average_over);
     if (cfg->zero_stage < 0 || cfg->zero_stage > 3)
         return tr_fail(TR_ERR_CONFIG, "parallel.zero_stage must be 0, 1, 2 or 3, got %d",
                        cfg->zero_stage);
@@ -182,11 +225,11 @@ int tr_dp_layout(const tr_dp_config *cfg, size_t n, int dp_size, int dp_rank, in
     if (rc)
         return rc;
     tr_dp_range *al = NULL;
-    if ((rc = sorted_aligned(cfg, n, &al)))
+    if ((rc = sorted_cuts(cfg, n, &al)))
         return rc;
     dp_bucket *b = NULL;
     int nb = 0;
-    rc = build_buckets(cfg, n, al, cfg->n_aligned, &b, &nb);
+    rc = build_buckets(cfg, n, al, cfg->n_aligned + cfg->n_excluded, &b, &nb);
     free(al);
     if (rc)
         return rc;
@@ -206,12 +249,12 @@ static int build_shard(tr_dp *dp)
     size_t cnt = 0;
     for (int i = 0; i < dp->nb; i++)
         cnt += dp->b[i].own_count > 0;
-    if (!dp->sharded)
+    if (!dp->sharded && !dp->n_excluded)
         cnt = 1;
-    dp->shard = calloc(cnt, sizeof *dp->shard);
+    dp->shard = calloc(cnt ? cnt : 1, sizeof *dp->shard);
     if (!dp->shard)
         return tr_fail(TR_ERR_NOMEM, "dp: out of memory for %zu shard ranges", cnt);
-    if (!dp->sharded) {
+    if (!dp->sharded && !dp->n_excluded) {
         dp->shard[0] = (tr_dp_shard_range){0, dp->n, 0};
         dp->n_shard = 1;
         dp->shard_numel = dp->n;
@@ -260,11 +303,16 @@ int tr_dp_create(const tr_dp_config *cfg, tr_comm *dp_comm, float *grads, float 
     dp->params = params;
     dp->n = n;
     dp->n_aligned = cfg->n_aligned;
-    if ((rc = sorted_aligned(cfg, n, &dp->aligned)) ||
-        (rc = build_buckets(cfg, n, dp->aligned, dp->n_aligned, &dp->b, &dp->nb))) {
+    dp->n_excluded = cfg->n_excluded;
+    dp->avg = cfg->average_over > 0 ? cfg->average_over : D;
+    tr_dp_range *cuts = NULL;
+    if ((rc = sorted_aligned(cfg, n, &dp->aligned)) || (rc = sorted_cuts(cfg, n, &cuts)) ||
+        (rc = build_buckets(cfg, n, cuts, dp->n_aligned + dp->n_excluded, &dp->b, &dp->nb))) {
+        free(cuts);
         tr_dp_free(dp);
         return rc;
     }
+    free(cuts);
     assign_blocks(dp->b, dp->nb, dp->sharded, D, d);
     if ((rc = build_shard(dp))) {
         tr_dp_free(dp);

@@ -95,13 +95,13 @@ static int start_ready(tr_dp *dp)
 }
 
 /* Average what this rank keeps of a reduced bucket: the ONE place gradients are scaled by
- * 1/D (after the sum, so the sum itself is the plain sum of the ranks' local gradients).
+ * 1/D (1/average_over where given; after the sum, so the sum itself is the plain sum of the ranks' local gradients).
  * Done as soon as the reduction is seen complete, so only the last buckets' scaling is left
  * for tr_dp_finish after backward. */
 static void scale_bucket(tr_dp *dp, dp_bucket *b)
 {
-    if (dp->D > 1 && b->own_count && !b->scaled)
-        dp->k->scale(NULL, dp_grad(dp, b->own_offset, b->shard_offset), 1.0f / (float)dp->D,
+    if (dp->avg > 1 && b->own_count && !b->scaled)
+        dp->k->scale(NULL, dp_grad(dp, b->own_offset, b->shard_offset), 1.0f / (float)dp->avg,
                      b->own_count);
     b->scaled = 1;
 }
@@ -166,9 +166,15 @@ int tr_dp_report(tr_dp *dp, size_t offset, size_t count)
     dp_sample_window(dp); /* what backward wrote so far, before anything is given back */
     size_t end = offset + count;
     int i = find_bucket(dp, offset);
-    while (offset < end) {
+    while (offset < end && i < dp->nb) {
         dp_bucket *b = &dp->b[i];
         size_t bend = b->offset + b->count;
+        if (offset < b->offset) /* an excluded range: not this instance's */
+            offset = b->offset < end ? b->offset : end;
+        if (offset >= bend || offset == end) {
+            i++;
+            continue;
+        }
         size_t piece = (end < bend ? end : bend) - offset;
         size_t expect = dp->mb * b->count;
         if (b->reported + piece > expect)

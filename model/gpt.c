@@ -72,6 +72,11 @@ static int check_shape(const tr_gpt_shape *s)
                        "experts; not with the parallel residual or LoRA), coefficients %g and %g",
                        s->num_experts, s->moe_topk, (double)s->moe_aux_coeff,
                        (double)s->moe_z_coeff);
+    if (s->ep_size > 1 && (s->ep_size > TR_MOE_MAX_EP || !s->num_experts ||
+                           s->num_experts % s->ep_size || s->ep_rank < 0 ||
+                           s->ep_rank >= s->ep_size))
+        return tr_fail(TR_ERR_INVALID, "invalid expert-parallel split: rank %d of %d over %d "
+                       "experts", s->ep_rank, s->ep_size, s->num_experts);
     if (s->geglu && s->swiglu)
         return tr_fail(TR_ERR_INVALID, "the gated MLP is SwiGLU or GeGLU, not both");
     if (s->relu && (tr_gpt_gated_mlp(s) || s->gelu_exact))
@@ -135,8 +140,8 @@ static void family_sizes(tr_gpt *g)
             g->slot[j] = absent ? -1 : g->per_layer++;
         g->per_expert += j >= L_FC_W && !absent; /* the MLP's tensors: one expert's */
     }
-    if (s->num_experts) /* experts 1 .. E-1 after expert 0's slots */
-        g->per_layer += (s->num_experts - 1) * g->per_expert;
+    if (s->num_experts) /* this rank's experts 1 .. after its first one's slots */
+        g->per_layer += (s->num_experts / gpt_ep_split(s) - 1) * g->per_expert;
 }
 
 static void add_layers(tr_gpt *g)
@@ -150,7 +155,7 @@ static void add_layers(tr_gpt *g)
     int cols[L_COUNT] = {1, 1, C, 1, g->A, 1, 1, 1, C, C, 1, g->F, 1};
     /* column-parallel qkv, fc (weight and bias rows); row-parallel projections (columns) */
     int split[L_COUNT] = {-1, -1, 0, 0, 1, -1, -1, -1, -1, 0, 0, 1, -1};
-    int E = g->s.num_experts;
+    int E = g->s.num_experts, El = E / gpt_ep_split(&g->s), e0 = g->s.ep_rank * El;
     for (int i = 0; i < g->s.layer_count; i++) {
         int layer = g->s.layer_first + i;
         for (int j = 0; j < L_COUNT; j++) {
@@ -165,15 +170,15 @@ static void add_layers(tr_gpt *g)
             g->tensors[t].tp_grad_allreduce =
                 j == L_ROUTER_W ? g->s.tp_size > 1 : g->s.sequence_parallel && split[j] < 0;
         }
-        /* every expert's MLP, in index order; its fc_proj bias gradient is made from the whole
-         * output gradient (gathered under SP) on every rank: not partial */
-        for (int e = 0; e < E; e++)
+        /* every expert's MLP (this EP rank's), in index order; its fc_proj bias gradient is
+         * made from the whole output gradient (gathered under SP) on every rank: not partial */
+        for (int e = e0; E && e < e0 + El; e++)
             for (int j = L_FC_W; j < L_COUNT; j++) {
                 if (g->slot[j] < 0)
                     continue;
                 char name[48];
                 snprintf(name, sizeof name, "layers.%d.experts.%d.%s", layer, e, names[j]);
-                add_tensor(g, name, rows[j], cols[j], split[j]);
+                g->tensors[add_tensor(g, name, rows[j], cols[j], split[j])].expert = 1;
             }
     }
 }

@@ -114,6 +114,10 @@ typedef struct {
     int cp_size, cp_rank;  /* context parallelism (0 or 1: none): T is then this rank's T / CP
                             * tokens of each sample, chunks cp_rank and 2 CP - 1 - cp_rank of
                             * the 2 CP (data/data.h tr_cp_chunk); tr_gpt_shape_set_cp */
+    int ep_size, ep_rank;  /* expert parallelism's split of the experts' state (0 or 1: every
+                            * expert here): the tensor table holds experts [ep_rank E/EP,
+                            * (ep_rank + 1) E/EP) only, named by their global index;
+                            * tr_gpt_shape_set_ep */
     int recompute;         /* training.recompute full: a micro-batch keeps only each layer's
                             * input; backward recomputes the layer's forward first */
     int recompute_attention; /* training.recompute selective (Megatron's: recompute the
@@ -222,6 +226,7 @@ typedef struct {
     int vocab_rows;       /* rows are the padded vocabulary (wte, output_layer): a checkpoint
                            * keeps the V real ones */
     int count_in_norm;    /* 1 if this rank counts it in the global gradient norm */
+    int expert;           /* 1 for a MoE expert's tensor (layers.L.experts.e.*) */
     float *param, *grad;  /* views, valid after tr_gpt_bind() */
 } tr_param_tensor;
 /* TP rank tp_rank's shard of t cut from the whole tensor `whole` (rows x cols, row-major)
@@ -262,10 +267,16 @@ TR_MUST_CHECK int tr_gpt_set_cp(tr_gpt *g, tr_comm *cp_comm);
  * per layer and micro-batch the peers exchange their per-expert counts, send each routed row
  * to its expert's owner and get the outputs back (backward: the output gradients out, the
  * input gradients back; recompute exchanges again), so the peers must run the same schedule.
- * Every rank still holds every expert's parameters: the others' gradients stay 0 here and
- * the data-parallel sum (EP divides DP) adds the owners' in. Host memory (a UCX group); the
+ * With a shape of tr_gpt_shape_set_ep(s, EP, r) the model holds only those experts (the
+ * engine reduces their gradients over the expert-data-parallel group); with an unsplit shape
+ * it holds every expert and the others' gradients stay 0 here. Host memory (a UCX group); the
  * routing, the losses and everything else stay this rank's own. NULL: none. */
 TR_MUST_CHECK int tr_gpt_set_ep(tr_gpt *g, tr_comm *ep_comm);
+/* The shape of EP rank `rank` of `ep` holding only its E / EP experts' tensors (names and
+ * initial values those of the global experts); ep 1: unchanged. */
+void tr_gpt_shape_set_ep(tr_gpt_shape *s, int ep, int rank);
+/* The experts [*first, *first + *count) whose tensors g holds (0, E without a split). */
+void tr_gpt_local_experts(const tr_gpt *g, int *first, int *count);
 /* tp_comm: the TP group (size tp_size, this rank tp_rank); NULL iff tp_size == 1. */
 TR_MUST_CHECK int tr_gpt_create(const tr_gpt_shape *shape, const tr_kernels *k, tr_comm *tp_comm,
                   tr_gpt **out);

@@ -187,10 +187,14 @@ struct tr_gpt {
 };
 
 /* MoE: expert e's tensor `which` (L_FC_W .. L_FCPROJ_B) of layer l; NULL where absent */
+static inline int gpt_ep_split(const tr_gpt_shape *s) { return s->ep_size > 1 ? s->ep_size : 1; }
+/* MoE: global expert e's tensor `which` (L_FC_W .. L_FCPROJ_B) of layer l, e one this rank
+ * holds (all, or its EP rank's E / EP: gpt_ep_split); NULL where absent */
 static inline tr_param_tensor *expert_tensor(tr_gpt *g, int layer, int e, int which)
 {
-    int j = g->slot[which];
-    return j < 0 ? NULL : &g->tensors[g->layer0 + layer * g->per_layer + j + e * g->per_expert];
+    int j = g->slot[which], local = e - g->s.ep_rank * (g->s.num_experts / gpt_ep_split(&g->s));
+    return j < 0 ? NULL
+                 : &g->tensors[g->layer0 + layer * g->per_layer + j + local * g->per_expert];
 }
 
 /* The MLP's elementwise activation ops of the family's kind: ReLU where shape.relu (OPT), the

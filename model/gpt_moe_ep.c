@@ -12,7 +12,10 @@
 int tr_gpt_set_ep(tr_gpt *g, tr_comm *ep_comm)
 {
     if (!ep_comm || tr_comm_size(ep_comm) == 1)
-        return TR_OK;
+        return g->s.ep_size > 1 ? tr_fail(TR_ERR_INVALID, "the model holds EP rank %d of %d's "
+                                          "experts but has no expert-parallel group",
+                                          g->s.ep_rank, g->s.ep_size)
+                                : TR_OK;
     int ep = tr_comm_size(ep_comm), E = g->s.num_experts;
     if (!E)
         return tr_fail(TR_ERR_INVALID, "an expert-parallel group of %d given to a model without "
@@ -26,10 +29,26 @@ int tr_gpt_set_ep(tr_gpt *g, tr_comm *ep_comm)
                        tr_comm_backend(ep_comm));
     if (g->scratch.B)
         return tr_fail(TR_ERR_INVALID, "tr_gpt_set_ep after activations were made");
+    if (g->s.ep_size > 1 && (g->s.ep_size != ep || g->s.ep_rank != tr_comm_rank(ep_comm)))
+        return tr_fail(TR_ERR_INVALID, "the model's experts are EP rank %d of %d's but the "
+                       "expert-parallel group is rank %d of %d", g->s.ep_rank, g->s.ep_size,
+                       tr_comm_rank(ep_comm), ep);
     g->ep = ep_comm;
     g->ep_size = ep;
     g->ep_rank = tr_comm_rank(ep_comm);
     return TR_OK;
+}
+
+void tr_gpt_shape_set_ep(tr_gpt_shape *s, int ep, int rank)
+{
+    s->ep_size = ep > 1 ? ep : 0;
+    s->ep_rank = ep > 1 ? rank : 0;
+}
+
+void tr_gpt_local_experts(const tr_gpt *g, int *first, int *count)
+{
+    *count = g->s.num_experts / gpt_ep_split(&g->s);
+    *first = g->s.ep_rank * *count;
 }
 
 int gpt_moe_ep_counts(tr_gpt *g, const layer_acts *L)

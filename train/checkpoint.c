@@ -18,7 +18,8 @@
  * padding depends on T and its rows never see a token). Saving: each rank writes the pieces it
  * is the one owner of (DP rank 0 for parameters and, without ZeRO-1, the moments; each DP
  * rank its ZeRO-1 shard of the moments; TP rank 0 for replicated tensors; stage 0 for the
- * tied embedding) with pwrite into a temporary directory, and the sum over its elements of a
+ * tied embedding; with expert parallelism an expert's EDP rank 0 and EDP shards, under the
+ * expert's global name) with pwrite into a temporary directory, and the sum over its elements of a
  * hash of (position, bits); rank 0 adds the partial sums into the manifest, renames the
  * directory into place and then replaces the tracker. Loading: the tensors of the manifest
  * are verified (size and checksums, each by one rank), then each rank reads its pieces. */
@@ -185,16 +186,19 @@ static int write_segment(void *ctx, size_t local, uint64_t elem, size_t count)
 int ckpt_for_each_moment_piece(const tr_engine *e, size_t offset, size_t numel,
                                   ckpt_piece_fn fn, void *ctx)
 {
-    size_t n_ranges = 0;
-    const tr_dp_shard_range *ranges = tr_dp_shard_ranges(e->dp, &n_ranges);
-    for (size_t i = 0; i < n_ranges; i++) {
-        size_t lo = ranges[i].offset, hi = lo + ranges[i].count;
-        size_t a = lo > offset ? lo : offset, b = hi < offset + numel ? hi : offset + numel;
-        if (a >= b)
-            continue;
-        int rc = fn(ctx, a - offset, b - a, ranges[i].shard_offset + (a - lo));
-        if (rc)
-            return rc;
+    for (int x = 0; x < 1 + (e->xdp != NULL); x++) { /* expert parallelism: xdp's too */
+        const tr_dp *dp = x ? e->xdp : e->dp;
+        size_t n_ranges = 0, base = engine_moments_base(e, dp);
+        const tr_dp_shard_range *ranges = tr_dp_shard_ranges(dp, &n_ranges);
+        for (size_t i = 0; i < n_ranges; i++) {
+            size_t lo = ranges[i].offset, hi = lo + ranges[i].count;
+            size_t a = lo > offset ? lo : offset, b = hi < offset + numel ? hi : offset + numel;
+            if (a >= b)
+                continue;
+            int rc = fn(ctx, a - offset, b - a, base + ranges[i].shard_offset + (a - lo));
+            if (rc)
+                return rc;
+        }
     }
     return TR_OK;
 }
@@ -244,7 +248,8 @@ static int write_tensor(const tr_engine *e, const char *tmp_dir, const tr_param_
     int tp_rank = tr_gpt_get_shape(e->chunks[0].model)->tp_rank;
     uint64_t sums_of[N_ARRAYS] = {0};
     int wrote[N_ARRAYS] = {0};
-    int replica0 = e->dp_rank == 0 && e->cp_rank == 0; /* (CP ranks hold the same weights) */
+    /* (CP ranks hold the same weights; an expert's: its EDP group) */
+    int replica0 = engine_first_replica(e, t);
     if (!rc && replica0) { /* the parameters are the same on every DP rank */
         w.array = 0;
         w.src = params + tensor_offset;
@@ -253,7 +258,7 @@ static int write_tensor(const tr_engine *e, const char *tmp_dir, const tr_param_
         wrote[0] = 1;
     }
     /* the moments: with ZeRO-1 each DP rank writes its shard; without, DP rank 0 all of them */
-    for (int m = 0; m < 2 && !rc && (tr_dp_sharded(e->dp) || replica0); m++) {
+    for (int m = 0; m < 2 && !rc && (tr_dp_sharded(engine_dp_of(e, t)) || replica0); m++) {
         moment_write_ctx mc = {.t = t, .tp_rank = tp_rank, .rows_saved = rows_saved,
                                .moment = moments[m], .w = &w};
         w.array = 1 + m;
@@ -371,7 +376,7 @@ static int write_manifest(tr_engine *e, const char *tmp_dir, int iteration, uint
 
 int ckpt_stage(const tr_engine *e, ckpt_staging *st)
 {
-    size_t shard = tr_dp_shard_numel(e->dp);
+    size_t shard = engine_moments_numel(e);
     st->params = tr_alloc(e->n_params * sizeof(float), "checkpoint staging");
     st->m = tr_alloc(shard * sizeof(float) + 1, "checkpoint staging");
     st->v = tr_alloc(shard * sizeof(float) + 1, "checkpoint staging");

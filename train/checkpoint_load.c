@@ -137,7 +137,7 @@ static int read_moment_piece(void *ctx, size_t local, size_t count, size_t shard
 /* This rank's pieces of every tensor it holds (every copy, every replica). */
 static int read_rank_pieces(tr_engine *e, const char *ckpt_dir, const ckpt_manifest *mf)
 {
-    size_t shard = tr_dp_shard_numel(e->dp);
+    size_t shard = engine_moments_numel(e);
     float *params = tr_alloc(e->n_params * sizeof(float), "checkpoint staging");
     float *m = tr_alloc(shard * sizeof(float) + 1, "checkpoint staging");
     float *v = tr_alloc(shard * sizeof(float) + 1, "checkpoint staging");

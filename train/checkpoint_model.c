@@ -156,6 +156,11 @@ int ckpt_no_other_tensors(const ckpt_manifest *mf, const char *ckpt_dir, tr_gpt 
                 (layer < s->layer_first || layer >= s->layer_first + s->layer_count))
                 continue; /* another stage's layer (one the model has no stage of: every rank's) */
         }
+        int layer, ex, used = 0, first, count;
+        tr_gpt_local_experts(g, &first, &count);
+        if (sscanf(mf->tensors[j].name, "layers.%d.experts.%d.%n", &layer, &ex, &used) == 2 &&
+            used && ex >= 0 && ex < s->num_experts && (ex < first || ex >= first + count))
+            continue; /* another expert-parallel rank's expert */
         int found = 0;
         for (int i = 0; i < n && !found; i++)
             found = !strcmp(mf->tensors[j].name, base ? tr_gpt_base_tensor(g, i)->name

@@ -38,15 +38,82 @@ static int collect_ranges(tr_engine *e)
                 rc = add_range(&e->embed_ranges, &e->n_embed_ranges, off, t->numel);
             if (!rc && t->count_in_norm)
                 rc = add_range(&e->norm_ranges, &e->n_norm_ranges, off, t->numel);
+            tr_dp_range *x = e->n_expert_ranges ? &e->expert_ranges[e->n_expert_ranges - 1]
+                                                : NULL;
+            if (!rc && t->expert && e->EP > 1) { /* a layer's experts: one range */
+                if (x && off + t->numel == x->offset)
+                    x->offset = off, x->count += t->numel;
+                else
+                    rc = add_range(&e->expert_ranges, &e->n_expert_ranges, off, t->numel);
+            }
         }
     return rc;
 }
 
-/* The model's grad hook reports chunk-local offsets; dp/ sees the flat buffer. */
+/* The model's grad hook reports chunk-local offsets; dp/ sees the flat buffer (each instance
+ * takes its own ranges' part). */
 static void chunk_grad_ready(void *ctx, size_t offset, size_t count)
 {
     engine_chunk *ch = ctx;
     tr_dp_grad_ready(ch->e->dp, ch->offset + offset, count);
+    if (ch->e->xdp)
+        tr_dp_grad_ready(ch->e->xdp, ch->offset + offset, count);
+}
+
+tr_dp *engine_dp_of(const tr_engine *e, const tr_param_tensor *t)
+{
+    return t->expert && e->xdp ? e->xdp : e->dp;
+}
+
+size_t engine_moments_numel(const tr_engine *e)
+{
+    return tr_dp_shard_numel(e->dp) + (e->xdp ? tr_dp_shard_numel(e->xdp) : 0);
+}
+
+size_t engine_moments_base(const tr_engine *e, const tr_dp *dp)
+{
+    return dp == e->xdp ? tr_dp_shard_numel(e->dp) : 0;
+}
+
+int engine_first_replica(const tr_engine *e, const tr_param_tensor *t)
+{
+    return e->cp_rank == 0 && (t->expert && e->xdp ? e->dp_rank / e->EP : e->dp_rank) == 0;
+}
+
+static int cmp_range(const void *a, const void *b)
+{
+    const tr_dp_range *x = a, *y = b;
+    return x->offset < y->offset ? -1 : x->offset > y->offset;
+}
+
+/* Expert parallelism: the experts' dp/ instance over the EDP group, every other range
+ * excluded; their average divides by D as the dense gradients' (each owner holds its EP
+ * peers' tokens' share: the sum over EDP is the sum over D). */
+static int create_expert_dp(tr_engine *e, const tr_dp_config *dense)
+{
+    tr_dp_range *x = e->expert_ranges, *other = NULL;
+    size_t n = 0, pos = 0;
+    qsort(x, (size_t)e->n_expert_ranges, sizeof *x, cmp_range);
+    other = calloc((size_t)e->n_expert_ranges + 1, sizeof *other);
+    if (!other)
+        return tr_fail(TR_ERR_NOMEM, "out of memory for gradient ranges");
+    for (int i = 0; i <= e->n_expert_ranges; i++) {
+        size_t end = i < e->n_expert_ranges ? x[i].offset : e->n_params;
+        if (end > pos)
+            other[n++] = (tr_dp_range){pos, end - pos};
+        if (i < e->n_expert_ranges)
+            pos = x[i].offset + x[i].count;
+    }
+    tr_dp_config xc = *dense;
+    xc.aligned = NULL;
+    xc.n_aligned = 0;
+    xc.excluded = other;
+    xc.n_excluded = n;
+    xc.average_over = e->D;
+    int rc = tr_dp_create(&xc, tr_comm_size(e->world.edp) > 1 ? e->world.edp : NULL, e->grads,
+                          e->params, e->n_params, &e->xdp);
+    free(other);
+    return rc;
 }
 
 void engine_set_grad_hooks(tr_engine *e, int on)
@@ -68,6 +135,8 @@ static int create_chunks(tr_engine *e)
                                           tr_pp_layer_count(&e->partition, e->stage, c),
                                           e->world.groups.coords.tp, &shape);
         tr_gpt_shape_set_cp(&shape, e->CP, e->cp_rank); /* (CP 1: unchanged) */
+        if (e->EP > 1) /* only this EP rank's experts */
+            tr_gpt_shape_set_ep(&shape, e->EP, tr_comm_rank(e->world.ep));
         if (!rc)
             rc = tr_gpt_create(&shape, e->k, e->world.topo.tp > 1 ? e->world.tp : NULL,
                                &e->chunks[c].model);
@@ -240,6 +309,7 @@ int tr_engine_create(const tr_config *cfg, tr_engine **out)
     e->D = e->world.topo.dp;
     e->cp_rank = e->world.groups.coords.cp;
     e->CP = e->world.topo.cp;
+    e->EP = e->world.ep ? tr_comm_size(e->world.ep) : 1;
     e->mb = t->micro_batch_size;
     e->T = cfg->model.seq_length;
     /* the final global batch's micro-batches: slots and the schedule's checks are made for
@@ -281,6 +351,14 @@ int tr_engine_create(const tr_config *cfg, tr_engine **out)
     if ((rc = create_chunks(e)) || (rc = reserve_memory(e)))
         goto fail;
     e->zero = e->D * e->CP > 1 ? tr_zero_stage(&cfg->parallel) : 0;
+    if (e->EP > 1 && e->zero >= 2) {
+        rc = tr_fail(TR_ERR_CONFIG, "%s: parallel.zero_stage %d with expert parallelism "
+                     "(parallel.expert_model_parallel_size %d) is not supported yet: a rank "
+                     "holds its own experts' state, reduced over their expert-data-parallel "
+                     "group, which ZeRO-2/3's windows do not split; use zero_stage 0 or 1",
+                     tr_config_where(cfg, "parallel.zero_stage"), e->zero, e->EP);
+        goto fail;
+    }
     if (e->zero >= 2 && strcmp(t->device, "cpu")) {
         rc = tr_fail(TR_ERR_CONFIG, "%s: parallel.zero_stage %d runs on the CPU backend for now "
                      "(its windows are host mappings); use zero_stage 1 on %s",
@@ -317,9 +395,13 @@ int tr_engine_create(const tr_config *cfg, tr_engine **out)
     dc.kernels = e->k;
     dc.release = zero_window_release;
     dc.resident = zero_window_resident;
+    dc.excluded = e->expert_ranges; /* expert parallelism: xdp's */
+    dc.n_excluded = (size_t)e->n_expert_ranges;
     /* the D x CP ranks of this (tp, pp) coordinate hold the same weights: they sum gradients */
     rc = tr_dp_create(&dc, e->D * e->CP > 1 ? world_grad_comm(&e->world) : NULL, e->grads,
                       e->params, e->n_params, &e->dp);
+    if (!rc && e->n_expert_ranges)
+        rc = create_expert_dp(e, &dc);
     if (rc) {
         tr_fail_context(rc, "%s", tr_config_where(cfg, "parallel.ddp_bucket_size_mb"));
         goto fail;
@@ -327,7 +409,7 @@ int tr_engine_create(const tr_config *cfg, tr_engine **out)
     engine_set_grad_hooks(e, 1);
     if ((rc = zero_setup(e)))
         goto fail;
-    size_t shard = tr_dp_shard_numel(e->dp);
+    size_t shard = engine_moments_numel(e);
     used = allocated(e->k);
     e->adam_m = e->k->alloc(shard * sizeof(float));
     e->adam_v = e->k->alloc(shard * sizeof(float));
@@ -373,6 +455,7 @@ void tr_engine_free(tr_engine *e)
     }
     tr_free(e->chunks);
     tr_dp_free(e->dp);
+    tr_dp_free(e->xdp);
     if (e->k) {
         if (e->zero == 3)
             zero_window_free(e->params, e->n_params);
@@ -398,6 +481,7 @@ void tr_engine_free(tr_engine *e)
     free(e->tp_ranges);
     free(e->embed_ranges);
     free(e->norm_ranges);
+    free(e->expert_ranges);
     world_destroy(&e->world);
     tr_free(e);
 }

@@ -50,6 +50,13 @@ struct tr_engine {
     float *params, *grads;      /* flat, n_params each */
     float *adam_m, *adam_v;     /* this rank's optimizer shard (ZeRO-1) or all of it */
     tr_dp *dp;                  /* gradient buckets, reduction, norm, shards */
+    /* expert parallelism (EP > 1): a rank holds its EP rank's E / EP experts of each layer;
+     * their gradients are reduced over the EDP group by xdp (over the expert ranges, which
+     * dp excludes), with dp's 1 / D; xdp's Adam moments follow dp's in adam_m / adam_v */
+    int EP;                     /* 1 without */
+    tr_dp *xdp;
+    tr_dp_range *expert_ranges;
+    int n_expert_ranges;
     int zero;                   /* ZeRO stage in effect (0 when D == 1); >= 2: grads, 3: also
                                  * params are windows (train/zero.c) over compact shards */
     float *shard_grads, *shard_params; /* stage >= 2 / 3: tr_dp_shard_numel each */
@@ -95,6 +102,15 @@ struct tr_engine {
     tr_pp_trace trace;
     int tracing;
 };
+
+/* Expert parallelism: the dp/ instance reducing t's gradient (xdp for an expert's, else dp);
+ * the elements of the Adam moments (dp's shard, then xdp's) and where t's dp's start; 1 if
+ * this rank writes t's parameter into a checkpoint (its first replica: DP rank 0, or for an
+ * expert EDP rank 0: DP ranks 0 .. EP-1; CP rank 0). */
+tr_dp *engine_dp_of(const tr_engine *e, const tr_param_tensor *t);
+size_t engine_moments_numel(const tr_engine *e);
+size_t engine_moments_base(const tr_engine *e, const tr_dp *dp);
+int engine_first_replica(const tr_engine *e, const tr_param_tensor *t);
 
 /* Point every chunk's grad hook at dp/ (on) or nowhere (off, for forward-only passes). */
 void engine_set_grad_hooks(tr_engine *e, int on);

@@ -160,7 +160,9 @@ static int engine_flush_tp(tr_engine *e)
  * then the TP (sequence parallel) and tied-embedding all-reduces, in dp/'s one place. */
 static int reduce_gradients(tr_engine *e)
 {
-    int rc = tr_dp_finish(e->dp);
+    int rc = tr_dp_finish(e->dp), rc2 = e->xdp ? tr_dp_finish(e->xdp) : TR_OK;
+    if (!rc)
+        rc = rc2;
     if (!rc)
         rc = tr_dp_finalize_grads(e->dp, e->n_tp_ranges ? e->world.tp : NULL, e->tp_ranges,
                                   (size_t)e->n_tp_ranges, e->n_embed_ranges ? e->world.embed : NULL,
@@ -269,6 +271,8 @@ int tr_engine_forward_backward(tr_engine *e, int iteration, double *loss_out)
     rc = e->sft ? engine_sft_begin(e) : TR_OK; /* the loss scale: 1 / learned tokens */
     if (!rc)
         rc = tr_dp_start(e->dp, e->M);
+    if (!rc && e->xdp)
+        rc = tr_dp_start(e->xdp, e->M);
     if (!rc)
         rc = tr_pp_run(&e->schedule, e->world.pp, &ops, e->tracing ? &e->trace : NULL);
     if (!rc) /* the TP collectives the host did not wait for (comm.h's ordered requests) */
@@ -292,6 +296,7 @@ typedef struct {
     const tr_param_tensor *t;
     float lr, grad_scale;
     int step;
+    size_t base; /* of the tensor's dp/ instance's shard in the moments */
 } adamw_ctx;
 
 /* AdamW on one piece of a tensor that this rank owns (its ZeRO-1 shard, or all of it). */
@@ -302,8 +307,8 @@ static void adamw_piece(void *ctx, size_t offset, size_t count, size_t shard_off
     /* ZeRO-2: the reduced gradient is in the compact shard; ZeRO-3: the parameters too */
     float *p = c->e->shard_params ? c->e->shard_params + shard_offset : c->e->params + offset;
     float *g = c->e->shard_grads ? c->e->shard_grads + shard_offset : c->e->grads + offset;
-    c->e->k->adamw(NULL, p, g, c->e->adam_m + shard_offset,
-                   c->e->adam_v + shard_offset, count, c->lr, (float)t->adam_beta1,
+    c->e->k->adamw(NULL, p, g, c->e->adam_m + c->base + shard_offset,
+                   c->e->adam_v + c->base + shard_offset, count, c->lr, (float)t->adam_beta1,
                    (float)t->adam_beta2, (float)t->adam_eps,
                    c->t->weight_decay ? (float)t->weight_decay : 0.0f, c->grad_scale, c->step);
 }
@@ -317,6 +322,14 @@ int tr_engine_optimizer_step(tr_engine *e, int iteration, tr_step_stats *stats)
     double norm = 0;
     int rc = tr_dp_grad_norm(e->dp, e->norm_ranges, (size_t)e->n_norm_ranges,
                              tr_dp_sharded(e->dp) ? e->world.world : e->world.mp, &norm);
+    if (!rc && e->xdp) { /* the experts': each counted once over the world (EDP rank 0's, or
+                          * every EDP rank's ZeRO-1 shard), so an overflow anywhere is seen */
+        double x = 0;
+        int counts = tr_dp_sharded(e->xdp) || tr_comm_rank(e->world.edp) == 0;
+        rc = tr_dp_grad_norm(e->xdp, e->norm_ranges, counts ? (size_t)e->n_norm_ranges : 0,
+                             e->world.world, &x);
+        norm = sqrt(norm * norm + x * x);
+    }
     if (rc)
         return rc;
     /* fp16: the norm of the scaled gradients; an overflow skips the step on every rank */
@@ -340,13 +353,19 @@ int tr_engine_optimizer_step(tr_engine *e, int iteration, tr_step_stats *stats)
         engine_chunk *ch = &e->chunks[ci];
         for (int i = 0; i < tr_gpt_num_tensors(ch->model) && !rc; i++) {
             c.t = tr_gpt_tensor(ch->model, i);
-            rc = tr_dp_shard_foreach(e->dp, ch->offset + c.t->offset, c.t->numel, adamw_piece, &c);
+            tr_dp *dp = engine_dp_of(e, c.t);
+            c.base = engine_moments_base(e, dp);
+            rc = tr_dp_shard_foreach(dp, ch->offset + c.t->offset, c.t->numel, adamw_piece, &c);
         }
     }
     if (!rc)
         rc = tr_dp_gather_params_start(e->dp);
+    if (!rc && e->xdp)
+        rc = tr_dp_gather_params_start(e->xdp);
     if (!rc)
         rc = tr_dp_gather_params_wait(e->dp);
+    if (!rc && e->xdp)
+        rc = tr_dp_gather_params_wait(e->xdp);
     if (e->tracing)
         tr_pp_trace_add(&e->trace, TR_PP_SPAN_OPTIMIZER, iteration, t_start, tr_now());
     stats->iteration = iteration;

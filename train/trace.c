@@ -147,15 +147,18 @@ int train_dump_gradients(tr_engine *e, const char *dir)
     tr_json_int(&j, "tp_size", s->tp_size);
     tr_json_int(&j, "stage", e->stage);
     tr_json_int(&j, "dp_rank", e->dp_rank);
-    /* with ZeRO-1 only this rank's shard of the gradient is reduced */
-    size_t n_owned = 0;
-    const tr_dp_shard_range *owned = tr_dp_shard_ranges(e->dp, &n_owned);
+    /* with ZeRO-1 only this rank's shard of the gradient is reduced (expert parallelism: the
+     * experts' instance's shard too) */
     tr_json_array_begin(&j, "owned");
-    for (size_t i = 0; i < n_owned; i++) {
-        tr_json_array_begin(&j, NULL);
-        tr_json_int(&j, NULL, (long long)owned[i].offset);
-        tr_json_int(&j, NULL, (long long)owned[i].count);
-        tr_json_array_end(&j);
+    for (int x = 0; x < 1 + (e->xdp != NULL); x++) {
+        size_t n_owned = 0;
+        const tr_dp_shard_range *owned = tr_dp_shard_ranges(x ? e->xdp : e->dp, &n_owned);
+        for (size_t i = 0; i < n_owned; i++) {
+            tr_json_array_begin(&j, NULL);
+            tr_json_int(&j, NULL, (long long)owned[i].offset);
+            tr_json_int(&j, NULL, (long long)owned[i].count);
+            tr_json_array_end(&j);
+        }
     }
     tr_json_array_end(&j);
     tr_json_array_begin(&j, "tensors");

@@ -270,7 +270,8 @@ int world_create(const tr_config *cfg, train_world *out)
     if (cp > 1 && ((rc = split_group(out, TR_GROUP_CP, "cp", &out->cp)) ||
                    (rc = split_group(out, TR_GROUP_DP_CP, "dp_cp", &out->dp_cp))))
         goto fail;
-    if (ep > 1 && (rc = split_group(out, TR_GROUP_EP, "ep", &out->ep)))
+    if (ep > 1 && ((rc = split_group(out, TR_GROUP_EP, "ep", &out->ep)) ||
+                   (rc = split_group(out, TR_GROUP_EDP, "edp", &out->edp))))
         goto fail;
     if (pp == 1 && out->embed) { /* one stage holds both ends: nothing to tie across ranks */
         tr_comm_destroy(out->embed);
@@ -284,6 +285,7 @@ fail:
 
 void world_destroy(train_world *w)
 {
+    tr_comm_destroy(w->edp);
     tr_comm_destroy(w->ep);
     tr_comm_destroy(w->dp_cp);
     tr_comm_destroy(w->cp);

@@ -21,6 +21,8 @@ typedef struct {
     tr_comm *dp_cp; /* DP x CP ranks of this (tp, pp) coordinate, where gradients are summed
                      * and ZeRO shards; NULL when CP = 1 (then it is dp) */
     tr_comm *ep;    /* expert-parallel group (size EP, exchanging tokens); NULL when EP = 1 */
+    tr_comm *edp;   /* expert-data-parallel group (size DP / EP: the ranks holding this rank's
+                     * experts, which sum their gradients); NULL when EP = 1 */
 } train_world;
 
 /* The group the data-parallel gradient reduction and ZeRO run over: dp_cp, or dp. */

@@ -256,6 +256,71 @@ static void test_window_errors(void **state)
     tr_dp_free(dp);
 }
 
+static void piece(void *ctx, size_t off, size_t cnt, size_t so);
+
+/* Excluded ranges (expert parallelism's two instances on one buffer): no bucket covers them,
+ * reports into them are ignored, the shard, the norm and shard_foreach leave them out;
+ * average_over scales at D = 1 too; bad lists refused. */
+static void test_excluded(void **state)
+{
+    (void)state;
+    tr_dp_range x[2] = {{600, 100}, {200, 100}}, al = {0, 50};
+    tr_dp_config c = {.bucket_size_mb = mb_of(150), .overlap_grad_reduce = 1, .aligned = &al,
+                      .n_aligned = 1, .excluded = x, .n_excluded = 2, .average_over = 4};
+    tr_dp *dp = NULL;
+    assert_int_equal(tr_dp_create(&c, NULL, G, P, 1000, &dp), TR_OK);
+    size_t want[][2] = {{0, 50}, {50, 150}, {300, 150}, {450, 150}, {700, 150}, {850, 150}};
+    assert_int_equal(tr_dp_num_buckets(dp), 6);
+    for (int b = 0; b < 6; b++) {
+        tr_dp_bucket_info in;
+        assert_int_equal(tr_dp_bucket(dp, b, &in), TR_OK);
+        assert_true(in.offset == want[b][0] && in.count == want[b][1]);
+    }
+    size_t n_shard, numel;
+    const tr_dp_shard_range *sh = tr_dp_shard_ranges(dp, &n_shard);
+    assert_int_equal(n_shard, 6);
+    assert_int_equal(tr_dp_shard_numel(dp), 800);
+    assert_true(sh[2].offset == 300 && sh[2].shard_offset == 200);
+    int nb;
+    assert_int_equal(tr_dp_layout(&c, 1000, 1, 0, &nb, &numel), TR_OK);
+    assert_true(nb == 6 && numel == 800);
+    for (int i = 0; i < 1000; i++)
+        G[i] = 2.0f;
+    assert_int_equal(tr_dp_start(dp, 1), TR_OK);
+    assert_int_equal(tr_dp_report(dp, 150, 700), TR_OK); /* straddles both excluded ranges */
+    assert_int_equal(tr_dp_report(dp, 0, 150), TR_OK);
+    assert_int_equal(tr_dp_report(dp, 610, 20), TR_OK);  /* inside one: ignored */
+    assert_int_equal(tr_dp_report(dp, 850, 150), TR_OK);
+    tr_dp_timing t;
+    tr_dp_get_timing(dp, &t);
+    assert_int_equal(t.buckets_started_by_report, 6); /* every bucket complete */
+    assert_int_equal(tr_dp_finish(dp), TR_OK);
+    for (int i = 0; i < 1000; i++) /* 1 / average_over on its own ranges only */
+        assert_true(G[i] == ((i >= 200 && i < 300) || (i >= 600 && i < 700) ? 2.0f : 0.5f));
+    double norm;
+    tr_dp_range r = {150, 200}; /* [150, 200) and [300, 350): 100 of 0.5 */
+    assert_int_equal(tr_dp_grad_norm(dp, &r, 1, NULL, &norm), TR_OK);
+    assert_true(norm == 5.0);
+    size_t got[4] = {0};
+    assert_int_equal(tr_dp_shard_foreach(dp, 610, 20, piece, got), TR_OK);
+    assert_int_equal(got[0], 0);
+    tr_dp_free(dp);
+    tr_dp_range bad[2] = {{0, 20}, {10, 5}};
+    c.excluded = bad;
+    expect_error(tr_dp_create(&c, NULL, G, P, 1000, &dp), TR_ERR_INVALID,
+                 "excluded ranges [0, +20) and [10, +5) overlap");
+    c.excluded = &al; /* the aligned range itself */
+    c.n_excluded = 1;
+    expect_error(tr_dp_create(&c, NULL, G, P, 1000, &dp), TR_ERR_INVALID,
+                 "aligned or excluded ranges [0, +50) and [0, +50) overlap");
+    c.excluded = NULL;
+    expect_error(tr_dp_create(&c, NULL, G, P, 1000, &dp), TR_ERR_INVALID,
+                 "n_excluded is 1 but excluded is NULL");
+    c.n_excluded = 0;
+    c.average_over = -1;
+    expect_error(tr_dp_create(&c, NULL, G, P, 1000, &dp), TR_ERR_INVALID, "average_over -1");
+}
+
 static void piece(void *ctx, size_t off, size_t cnt, size_t so)
 {
     size_t *s = ctx;
@@ -353,7 +418,7 @@ int main(void)
         cmocka_unit_test(test_bad_create),      cmocka_unit_test(test_layout_function),
         cmocka_unit_test(test_zero_with_one_rank), cmocka_unit_test(test_window),
         cmocka_unit_test(test_window_errors),   cmocka_unit_test(test_norm_finalize_shard),
-        cmocka_unit_test(test_clip_and_config),
+        cmocka_unit_test(test_clip_and_config), cmocka_unit_test(test_excluded),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -170,6 +170,63 @@ static void test_deterministic(void **state)
         free(grads[run]);
 }
 
+/* tr_gpt_shape_set_ep: EP rank r of 2 holds the dense tensors and experts [2r, 2r + 2) only
+ * (a parameter count of dense + E/2 experts), named and initialised as the whole model's;
+ * a split that does not divide the experts is refused. */
+static tr_gpt *created(tr_gpt_shape s, float **params)
+{
+    tr_gpt *g = NULL;
+    assert_int_equal(tr_gpt_create(&s, tr_kernels_cpu(), NULL, &g), TR_OK);
+    *params = malloc(tr_gpt_num_params(g) * sizeof(float));
+    tr_gpt_bind(g, *params, NULL);
+    assert_int_equal(tr_gpt_init_params(g), TR_OK);
+    return g;
+}
+
+static void test_ep_split(void **state)
+{
+    (void)state;
+    float *whole_p, *part_p;
+    tr_gpt *whole = created(family_shape(MIXTRAL, 0, 3), &whole_p);
+    size_t dense = 0, experts = 0;
+    for (int i = 0; i < tr_gpt_num_tensors(whole); i++) {
+        tr_param_tensor *t = tr_gpt_tensor(whole, i);
+        assert_int_equal(t->expert, strstr(t->name, ".experts.") != NULL);
+        *(t->expert ? &experts : &dense) += t->numel;
+    }
+    assert_int_equal(experts, 3 * 4 * (48 * 16 + 16 * 24)); /* 3 layers x 4 experts */
+    for (int r = 0; r < 2; r++) {
+        tr_gpt_shape s = family_shape(MIXTRAL, 0, 3);
+        tr_gpt_shape_set_ep(&s, 2, r);
+        size_t counted = 0;
+        assert_int_equal(tr_gpt_count_params(&s, &counted), TR_OK);
+        tr_gpt *part = created(s, &part_p);
+        assert_int_equal(tr_gpt_num_params(part), dense + experts / 2);
+        assert_int_equal(counted, dense + experts / 2);
+        int first, count;
+        tr_gpt_local_experts(part, &first, &count);
+        assert_true(first == 2 * r && count == 2);
+        for (int i = 0; i < tr_gpt_num_tensors(part); i++) {
+            tr_param_tensor *t = tr_gpt_tensor(part, i), *w = find(whole, t->name);
+            int l, e;
+            if (sscanf(t->name, "layers.%d.experts.%d.", &l, &e) == 2)
+                assert_true(t->expert && e / 2 == r);
+            assert_non_null(w);
+            assert_memory_equal(t->param, w->param, t->numel * sizeof(float));
+        }
+        assert_null(find(part, r ? "layers.1.experts.1.fc.weight" : "layers.1.experts.2.fc.weight"));
+        tr_gpt_free(part);
+        free(part_p);
+    }
+    tr_gpt_shape s = family_shape(MIXTRAL, 0, 3);
+    tr_gpt_shape_set_ep(&s, 3, 0);
+    tr_gpt *g = NULL;
+    assert_int_equal(tr_gpt_create(&s, tr_kernels_cpu(), NULL, &g), TR_ERR_INVALID);
+    assert_non_null(strstr(tr_errmsg(), "expert-parallel split: rank 0 of 3 over 4 experts"));
+    tr_gpt_free(whole);
+    free(whole_p);
+}
+
 /* Generation's cached forward routes each new token: all positions at once and one at a time
  * give the training forward's logits. */
 static void test_generate(void **state)
@@ -207,6 +264,7 @@ int main(void)
         cmocka_unit_test(test_stages_compose),
         cmocka_unit_test(test_deterministic),
         cmocka_unit_test(test_generate),
+        cmocka_unit_test(test_ep_split),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
