@@ -361,23 +361,15 @@ static void memory_model(const tr_config *cfg, const tr_plan_cluster *c,
 
 int plan_cp_supported(const tr_config *cfg, const tr_plan_cluster *c, const tr_plan_layout *L)
 {
-    /* trident's context parallelism (model/gpt_cp.c, yaml/validate_cp.c): fp32 attention on
-     * the CPU backend, without experts or LoRA; Megatron's runtimes run it as Megatron does */
-    int gpu = c->device != TR_PLAN_DEVICE_CPU, experts = cfg->model.num_experts > 0;
-    int lora = cfg->finetune.lora_rank > 0;
-    if (L->cp <= 1 || !L->trident_kernels || !(gpu || L->bf16 || experts || lora))
+    /* trident's context parallelism (model/gpt_cp.c, yaml/validate_cp.c): any backend and
+     * precision, LoRA included, but not experts; Megatron's runtimes run it as Megatron does */
+    (void)c;
+    if (L->cp <= 1 || !L->trident_kernels || cfg->model.num_experts <= 0)
         return TR_OK;
-    char why[64] = "";
-    const char *what[4] = {gpu ? "a GPU cluster" : NULL, L->bf16 ? "bf16" : NULL,
-                           experts ? "experts" : NULL, lora ? "LoRA" : NULL};
-    for (int i = 0; i < 4; i++)
-        if (what[i])
-            snprintf(why + strlen(why), sizeof why - strlen(why), "%s%s", *why ? ", " : "",
-                     what[i]);
     return tr_fail(TR_ERR_CONFIG,
-                   "CP %d on runtime trident: trident's context parallelism runs fp32 attention "
-                   "on the CPU backend without experts or LoRA (here: %s); plan it with "
-                   "cluster.runtime megatron, or CP 1", L->cp, why);
+                   "CP %d on runtime trident: trident's context parallelism does not run "
+                   "experts (model.num_experts %d); plan it with cluster.runtime megatron, or "
+                   "CP 1", L->cp, cfg->model.num_experts);
 }
 
 int plan_evaluate(const tr_config *cfg, const tr_plan_layout *layout, int world,

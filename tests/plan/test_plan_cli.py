@@ -218,9 +218,12 @@ d = plan_json(tiny, *cp2)
 expect(d["layout"]["cp"] == 2 and d["time_breakdown"]["cp_link"] == "intra-node" and
        d["time_breakdown"]["cp_comm_per_micro_batch_s"] > 0, f"CP 2 JSON: {d.get('layout')}")
 rc, out, err = run(tiny, "--set", "parallel.context_parallel_size=2", "--set",
-                   "cluster.preset=h100-80gb", "--world-size", "4")
-expect(rc == 2 and "trident's context parallelism runs fp32 attention on the CPU backend" in err
-       and "a GPU cluster" in err, f"CP on a GPU, runtime trident: {rc} {err!r}")
+                   "cluster.preset=h100-80gb", "--set", "training.precision=bf16", "--world-size", "4")
+expect(rc == 0 and "context parallel: CP 2" in out, f"CP 2 on a GPU in bf16, runtime trident: {rc} {err!r}")
+rc, out, err = run(tiny, "--set", "parallel.context_parallel_size=2", "--set", "model.num_experts=4",
+                   "--set", "cluster.preset=h100-80gb", "--world-size", "4")
+expect(rc == 2 and "context_parallel_size = 2 with mixture of experts is not supported" in err,
+       f"CP with experts, runtime trident: {rc} {err!r}")
 
 # expert parallelism on the CPU (trident's engine): the plan's line and JSON; an EP that does
 # not divide DP refused naming the key; --search keeps the config's EP; on a GPU runtime
