@@ -30,9 +30,15 @@ static const char *layout_problem(const tr_config *c, int world, char *buf, size
         snprintf(buf, n, "global batch %d is not divisible by micro batch %d x dp %d", gb, mb, dp);
         return buf;
     }
-    if (c->parallel.sequence_parallel && tp > 1 && (mb * c->model.seq_length) % tp) {
-        snprintf(buf, n, "sequence parallel needs micro batch x seq (%d) divisible by tp %d",
-                 mb * c->model.seq_length, tp);
+    if (c->parallel.sequence_parallel && tp > 1 && (mb * (c->model.seq_length / cp)) % tp) {
+        snprintf(buf, n, "sequence parallel needs micro batch x seq / cp (%d) divisible by tp %d",
+                 mb * (c->model.seq_length / cp), tp);
+        return buf;
+    }
+    int ep = c->parallel.expert_model_parallel_size > 1 ? c->parallel.expert_model_parallel_size
+                                                         : 1;
+    if (ep > 1 && dp % ep) {
+        snprintf(buf, n, "parallel.expert_model_parallel_size %d does not divide dp %d", ep, dp);
         return buf;
     }
     return NULL;
