@@ -185,11 +185,11 @@ typedef struct {
 } tr_eval_tasks;
 /* The requests of a JSON Lines file (blank lines skipped; the first `limit`, 0 = all):
  *   {"context": STR, "continuation": STR}  or  {"context": STR, "choices": [STR...],
- *   "label": INT}  or  {"context": STR, "until": [STR...], "max_gen_toks": INT (default 256, or half
- *   the context where that is less),
- *   "target": STR (optional), "choices": [STR...] (1 to 26; only and always where the
- *   settings have a multi_choice_regex filter)}  (other keys ignored); the first line may instead be the task's
- *   settings (tr_eval_settings_parse: an object with "filter_list" or "metric_list" and no
+ *   "label": INT}  or  {"context": STR, "until": [STR...], "max_gen_toks": INT (default 256,
+ *   or half the context where that is less), "target": STR (optional), "choices": [STR...]
+ *   (0 to 26: multi_choice_regex's; only and always where the settings have that filter)}
+ *   (other keys ignored); the first line may instead be the task's settings
+ *   (tr_eval_settings_parse: an object with "filter_list" or "metric_list" and no
  *   "context"), into out->settings.
  * A generation request's context is encoded as it is (no whitespace moved) and keeps its last
  * context - max_gen_toks ids (the harness's left truncation); max_gen_toks must be below the

@@ -152,7 +152,8 @@ static int parse_step(const char *where, const char *name, int k, json_t *o, int
 static int parse_filters(const char *where, json_t *list, tr_eval_settings *s)
 {
     if (!json_is_array(list))
-        return filter_bad(where, "\"filter_list\" is not a list of {\"name\": ..., \"filter\": [...]}");
+        return filter_bad(where, "\"filter_list\" is not a list of {\"name\": ..., \"filter\": "
+                          "[...]}");
     size_t n = json_array_size(list);
     if (n > 256)
         return filter_bad(where, "\"filter_list\" holds %zu filters (at most 256)", n);
@@ -202,8 +203,8 @@ static int parse_metrics(const char *where, json_t *list, tr_eval_settings *s)
         if (!json_is_object(e) || !json_is_string(metric))
             return filter_bad(where, "\"metric_list\"[%zu] is not an object with a \"metric\"", i);
         if (strcmp(json_string_value(metric), "exact_match"))
-            return filter_bad(where, "metric '%s': trident eval scores generations by exact_match only",
-                       json_string_value(metric));
+            return filter_bad(where, "metric '%s': trident eval scores generations by exact_match "
+                              "only", json_string_value(metric));
         if (seen++)
             return filter_bad(where, "\"metric_list\" names exact_match twice");
         const char *key;
@@ -218,22 +219,23 @@ static int parse_metrics(const char *where, json_t *list, tr_eval_settings *s)
                 *flag = json_is_true(v);
             else if (!strcmp(key, "aggregation") &&
                      (!json_is_string(v) || strcmp(json_string_value(v), "mean")))
-                return filter_bad(where, "exact_match: \"aggregation\" is not \"mean\" (the only one)");
+                return filter_bad(where, "exact_match: \"aggregation\" is not \"mean\" (the only "
+                                  "one)");
             else if (!strcmp(key, "higher_is_better") && !json_is_true(v))
                 return filter_bad(where, "exact_match: \"higher_is_better\" is not true");
             else if (!strcmp(key, "regexes_to_ignore")) {
                 if (!json_is_array(v) || json_array_size(v) > 256)
-                    return filter_bad(where, "exact_match: \"regexes_to_ignore\" is not a list of (at "
-                               "most 256) patterns");
+                    return filter_bad(where, "exact_match: \"regexes_to_ignore\" is not a list "
+                                      "of (at most 256) patterns");
                 if (!(s->ignore = calloc(json_array_size(v) + 1, sizeof *s->ignore)))
                     return tr_fail(TR_ERR_NOMEM, "out of memory");
                 for (size_t k = 0; k < json_array_size(v); k++) {
                     json_t *p = json_array_get(v, k);
                     if (!json_is_string(p))
-                        return filter_bad(where, "exact_match: \"regexes_to_ignore\"[%zu] is not a "
-                                   "string", k);
+                        return filter_bad(where, "exact_match: \"regexes_to_ignore\"[%zu] is "
+                                          "not a string", k);
                     int rc = filter_compile(where, "exact_match's regexes_to_ignore", p,
-                                     &s->ignore[s->n_ignore]);
+                                            &s->ignore[s->n_ignore]);
                     if (rc)
                         return rc;
                     s->n_ignore++;
@@ -241,8 +243,8 @@ static int parse_metrics(const char *where, json_t *list, tr_eval_settings *s)
             } else if (strcmp(key, "metric") && strcmp(key, "aggregation") &&
                        strcmp(key, "higher_is_better"))
                 return filter_bad(where, "exact_match: unknown key \"%s\" (ignore_case, "
-                           "ignore_punctuation, ignore_numbers, regexes_to_ignore, "
-                           "aggregation, higher_is_better)", key);
+                                  "ignore_punctuation, ignore_numbers, regexes_to_ignore, "
+                                  "aggregation, higher_is_better)", key);
         }
     }
     return TR_OK;
@@ -255,7 +257,8 @@ int tr_eval_settings_parse(const char *text, size_t len, const char *where, tr_e
     json_t *root = json_loadb(text, len, 0, &err);
     if (!root)
         return filter_bad(where, "not JSON: %s (column %d)", err.text, err.column);
-    int rc = json_is_object(root) ? TR_OK : filter_bad(where, "the settings are not a JSON object");
+    int rc = json_is_object(root) ? TR_OK
+                                  : filter_bad(where, "the settings are not a JSON object");
     json_t *filters = json_object_get(root, "filter_list"), *metrics = json_object_get(root,
                                                                                 "metric_list");
     json_t *repeats = json_object_get(root, "repeats"), *gen = json_object_get(root,

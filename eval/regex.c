@@ -30,14 +30,6 @@ static int word_at(int fl, const subject *s, int i)
     return i >= 0 && i < s->n && is_word(fl, s->t[i]);
 }
 
-/* c lowered as (?i) compares it: ASCII letters alone under (?a) */
-static uint32_t fold(int fl, uint32_t c)
-{
-    if (fl & F_ASCII)
-        return c >= 'A' && c <= 'Z' ? c + 32 : c;
-    return tr_text_lower1(c);
-}
-
 static int cats_hold(int fl, int cats, uint32_t c)
 {
     int ascii = fl & F_ASCII;
@@ -52,7 +44,7 @@ static int cats_hold(int fl, int cats, uint32_t c)
 static int class_has(const tr_regex *re, const cls *k, int fl, uint32_t c)
 {
     int in = 0;
-    uint32_t f = k->folded ? fold(fl, c) : c;
+    uint32_t f = k->folded ? regex_fold(fl, c) : c;
     for (int r = k->first; r < k->first + k->count && !in; r++)
         in = re->ranges[r][0] <= f && f <= re->ranges[r][1];
     if (!in && k->cats)
@@ -65,7 +57,7 @@ static int char_is(int fl, uint32_t p, uint32_t c)
 {
     if (!(fl & F_IGNORE))
         return c == p;
-    uint32_t f = fold(fl, c), extra[2];
+    uint32_t f = regex_fold(fl, c), extra[2];
     if (f == p)
         return 1;
     int n = fl & F_ASCII ? 0 : tr_text_case_extra(p, extra);
@@ -131,7 +123,7 @@ static int backref(const subject *s, const machine *m, const inst *in, int *sp)
         return 0;
     for (int k = 0; k < b - a; k++) {
         uint32_t x = s->t[a + k], y = s->t[*sp + k];
-        if (x != y && (!(in->fl & F_IGNORE) || fold(in->fl, x) != fold(in->fl, y)))
+        if (x != y && (!(in->fl & F_IGNORE) || regex_fold(in->fl, x) != regex_fold(in->fl, y)))
             return 0;
     }
     *sp += b - a;

@@ -32,8 +32,9 @@
  *    end; an empty match is not taken where the previous match ended empty (Python >= 3.7).
  *  - Every call has a budget of machine steps over the whole text, TR_REGEX_STEPS (or
  *    tr_regex_set_steps) + 8 n^2 for n code points (a pattern such as .*X is quadratic in
- *    Python too; a backreference costs a step per code point compared): past it, TR_ERR_INVALID naming the pattern (catastrophic backtracking ends
- *    in an error, never a hang).
+ *    Python too; a backreference costs a step per code point compared): past it,
+ *    TR_ERR_INVALID naming the pattern (catastrophic backtracking ends in an error, never a
+ *    hang).
  *  - Text is UTF-8; a byte that is not reads as U+FFFD (eval/text.h). Offsets are bytes. */
 #ifndef TR_EVAL_REGEX_H
 #define TR_EVAL_REGEX_H

@@ -139,13 +139,6 @@ static int add_range(parser *ps, uint32_t lo, uint32_t hi)
     return rc;
 }
 
-static uint32_t lower(int flags, uint32_t c)
-{
-    if (flags & F_ASCII)
-        return c >= 'A' && c <= 'Z' ? c + 32 : c;
-    return tr_text_lower1(c);
-}
-
 /* Class k's ranges (from k->first) replaced by the lowered code points of their members and
  * re's extra cases of those (Python's charset under IGNORECASE; past U+FFFF refused). */
 static int fold_class(parser *ps, cls *k, int at)
@@ -162,7 +155,7 @@ static int fold_class(parser *ps, cls *k, int at)
             break;
         }
         for (uint32_t c = re->ranges[r][0]; c <= re->ranges[r][1]; c++) {
-            uint32_t y = lower(ps->flags, c), extra[2];
+            uint32_t y = regex_fold(ps->flags, c), extra[2];
             in[y / 8] |= (unsigned char)(1 << y % 8);
             int n = ps->flags & F_ASCII ? 0 : tr_text_case_extra(y, extra);
             for (int e = 0; e < n; e++)

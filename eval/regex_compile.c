@@ -118,7 +118,7 @@ static int gen(parser *ps, int k)
     case N_CHAR: {
         uint32_t c = nd->c;
         if (fl & F_IGNORE)
-            c = fl & F_ASCII ? (c >= 'A' && c <= 'Z' ? c + 32 : c) : tr_text_lower1(c);
+            c = regex_fold(fl, c);
         return with_flags(ps, emit(ps, I_CHAR, c, 0, 0), fl);
     }
     case N_ANY:

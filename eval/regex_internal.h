@@ -7,6 +7,7 @@
 #include <stdint.h>
 
 #include "eval/regex.h"
+#include "eval/text.h"
 
 /* flags: (?s) (?m) (?a) (?i) (?x) (?u) */
 enum { F_DOTALL = 1, F_MULTILINE = 2, F_ASCII = 4, F_IGNORE = 8, F_VERBOSE = 16, F_UNICODE = 32 };
@@ -35,6 +36,14 @@ typedef struct {
     int w;      /* I_LOOK with L_BEHIND: the body's width in code points */
     int fl;     /* F_ASCII, F_IGNORE where they apply */
 } inst;
+
+/* c lowered as (?i) compares it (Python's IGNORECASE): ASCII letters alone under (?a) */
+static inline uint32_t regex_fold(int fl, uint32_t c)
+{
+    if (fl & F_ASCII)
+        return c >= 'A' && c <= 'Z' ? c + 32 : c;
+    return tr_text_lower1(c);
+}
 
 struct tr_regex {
     char *pattern;
