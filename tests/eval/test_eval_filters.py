@@ -18,11 +18,14 @@ eval_filter_tool:
     U+FFFF): an error naming the pattern; a hostile pattern ((a*)*b) ends in an error naming the
     step budget;
   - filter pipelines (strict-match, flexible-extract, lowercase, uppercase, remove_whitespace,
-    group_select and fallback) and exact_match with GSM8K's metric options (ignore_case,
-    ignore_punctuation, ignore_numbers, regexes_to_ignore) against a Python port of the
-    harness's filters (filters/extraction.py, transformation.py) and exact_match_hf_evaluate
-    (then both stripped, as trident's exact_match is);
-  - refused settings: exit 2 naming the key, function, metric or pattern.
+    group_select and fallback; GPQA's lookbehind strict-match and multi_choice_regex, map,
+    take_first_k and majority_vote over repeats, on texts with their requests' choices) and
+    exact_match with GSM8K's metric options (ignore_case, ignore_punctuation, ignore_numbers,
+    regexes_to_ignore) against a Python port of the harness's filters (filters/extraction.py,
+    selection.py, transformation.py) and exact_match_hf_evaluate (then both stripped, as
+    trident's exact_match is);
+  - refused settings: exit 2 naming the key, function, metric or pattern; multi_choice_regex
+    without the request's choices: an error naming them.
 usage: test_eval_filters.py TOOL WORKDIR"""
 import collections
 import json
