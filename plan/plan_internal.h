@@ -205,17 +205,18 @@ void plan_moe_routing_cost(const plan_cost_ctx *x, double T, double e, plan_gemm
 
 /* L's expert-parallel size, 1 without. */
 static inline int plan_ep(const tr_plan_layout *L) { return L->ep > 1 ? L->ep : 1; }
-/* A rank holds only its E/EP experts (Megatron's runtimes; trident's engine keeps all). */
+/* A rank holds only its E/EP experts (every runtime: Megatron's and trident's engine). */
 static inline int plan_ep_split(const tr_plan_layout *L)
 {
-    return plan_ep(L) > 1 && !L->trident_kernels;
+    return plan_ep(L) > 1;
 }
 /* TR_OK, or TR_ERR_CONFIG naming parallel.expert_model_parallel_size: EP > 1 needs experts,
  * divides DP and model.num_experts, and runs without context parallelism. */
 TR_MUST_CHECK int plan_ep_check(const tr_config *cfg, const tr_plan_layout *L);
 /* TR_OK, or TR_ERR_CONFIG saying why L's EP (> 1) does not run on its runtime: trident's
  * exchanges the rows in host memory, on the CPU backend (yaml/validate_moe.c refuses it with
- * training.device cuda). */
+ * training.device cuda), and shards the experts over EDP with ZeRO-1 alone (the engine refuses
+ * ZeRO-2/3 with EP). */
 TR_MUST_CHECK int plan_ep_supported(const tr_plan_cluster *c, const tr_plan_layout *L);
 /* The config sets parallel.expert_model_parallel_size (file or --set): the search keeps it. */
 int plan_ep_pinned(const tr_config *cfg);

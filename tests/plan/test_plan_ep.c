@@ -7,7 +7,7 @@
  *  - memory, Megatron's runtime: weights and gradients of the experts / EP, their optimizer
  *    state / EP without ZeRO, and with ZeRO-1 sharded over EDP = DP / EP (dp/'s layout of each
  *    buffer); the ZeRO-1 gather and the gradient reduction of the two buffers over DP and EDP;
- *    trident's engine: every expert on every rank (state and reduction as at EP 1), its row
+ *    trident's engine: the same split (ZeRO 0 and 1; ZeRO-2/3 with EP refused), its row
  *    buffers for EP k N rows;
  *  - refusals naming parallel.expert_model_parallel_size (no experts, not a divisor of DP and
  *    E, with CP, runtime trident on a GPU); the label and the printed lines;
@@ -99,8 +99,8 @@ static void test_ep_time(void **state)
         assert_close(e.parts[TR_PLAN_PART_EP], ep_part(1, a2a, counts, 0), 1e-12);
         assert_close(r->ep_comm_s, ep_part(1, a2a, counts, 0), 1e-12); /* (M = 1) */
         assert_int_equal(r->ep_link, TR_PLAN_LINK_INTRA);
-        /* the experts' gradients: over EDP (Megatron's), or over DP as at EP 1 (trident's) */
-        assert_int_equal(r->edp_link, megatron ? TR_PLAN_LINK_INTRA : TR_PLAN_LINK_NONE);
+        /* the experts' gradients: over EDP (Megatron's and trident's engine alike) */
+        assert_int_equal(r->edp_link, TR_PLAN_LINK_INTRA);
         assert_true(e1.parts[TR_PLAN_PART_EP] == 0 && r1->ep_comm_s == 0);
         assert_int_equal(r1->ep_link, TR_PLAN_LINK_NONE);
         /* the flat model: the same FLOPs on a rank, the same GEMM time */
@@ -131,7 +131,7 @@ static void test_ep_time(void **state)
         assert_close(e.parts[TR_PLAN_PART_EP], ep_part(1, a2a, counts, 0), 1e-12);
         assert_int_equal(r->ep_link, TR_PLAN_LINK_INTER);
         /* EDP = 2: ranks dp 0 and 4, on nodes 0 and 2 */
-        assert_int_equal(r->edp_link, megatron ? TR_PLAN_LINK_INTER : TR_PLAN_LINK_NONE);
+        assert_int_equal(r->edp_link, TR_PLAN_LINK_INTER);
         tr_plan_explain_free(&e);
         /* EP 2 stays inside a node: 1/2 of the bytes at 4 GB/s, one latency */
         eval_tiny(two, 3, 2, TR_PLAN_RECOMPUTE_NONE, 0, r, &e);
@@ -248,22 +248,45 @@ static void test_ep_memory(void **state)
     assert_int_equal(tr_plan_evaluate(&cfg, &L, 8, &c, 1, 0, r), TR_OK);
     assert_true(r->memory.weights < r1->memory.weights);
     tr_config_free(&cfg);
-    /* trident's engine: every rank keeps every expert's parameters and state and sums their
-     * gradients over DP as at EP 1; its experts' row buffers hold EP k N rows: per layer
-     * (EP - 1) k N (fc + F) more floats of the experts' outputs and activations and EP k N h of
-     * received rows (N = 64, k = 2, fc = F = 256, h = 64, EP 4: 196608 + 32768 floats), the
-     * backward scratch as much again */
+    /* trident's engine: the same E/EP experts' parameters, gradients and state as Megatron's
+     * (its second tr_dp over EDP), ZeRO-1 sharding them over EDP; its experts' row buffers
+     * hold EP k N rows: per layer (EP - 1) k N (fc + F) more floats of the experts' outputs and
+     * activations and EP k N h of received rows (N = 64, k = 2, fc = F = 256, h = 64, EP 4:
+     * 196608 + 32768 floats), the backward scratch as much again */
     tr_t_load_text(TINY_MOE_YAML, NULL, 0, &cfg);
-    eval_ep(&cfg, 8, 4, TR_PLAN_RECOMPUTE_NONE, 1, r, &e);
-    eval_ep(&cfg, 8, 1, TR_PLAN_RECOMPUTE_NONE, 1, r1, &e1);
-    assert_true(r->memory.weights == r1->memory.weights && r->memory.grads == r1->memory.grads &&
-                r->memory.optimizer == r1->memory.optimizer);
-    assert_true(r->dp_comm_s == r1->dp_comm_s && r->param_gather_s == r1->param_gather_s);
-    double ep_rows = 3.0 * 128 * 512 + 4.0 * 128 * 64;
-    /* one micro-batch in flight x 4 layers, and the scratch */
-    assert_true(r->memory.activations - r1->memory.activations == 4 * ep_rows * (4 + 1));
-    tr_plan_explain_free(&e);
-    tr_plan_explain_free(&e1);
+    tr_plan_result *rm = calloc(1, sizeof *rm);
+    for (int zero = 0; zero < 2; zero++) {
+        eval_ep(&cfg, 8, 4, TR_PLAN_RECOMPUTE_NONE, zero, r, &e);
+        eval_ep(&cfg, 8, 1, TR_PLAN_RECOMPUTE_NONE, zero, r1, &e1);
+        assert_true(r1->memory.weights - r->memory.weights == 4 * gone);
+        assert_true(r1->memory.grads - r->memory.grads == 4 * gone);
+        if (!zero)
+            assert_true(r1->memory.optimizer - r->memory.optimizer == 8 * gone);
+        else
+            assert_true(r->memory.optimizer == 8.0 * (double)(shard_dense + shard_experts));
+        assert_close(r->dp_comm_s,
+                     zero ? tr_plan_reduce_scatter_s(4 * dense, 8, 4e9, 20e-6) +
+                                tr_plan_reduce_scatter_s(4 * TINY_EXPERTS / 4, 2, 4e9, 20e-6)
+                          : tr_plan_allreduce_s(4 * dense, 8, 4e9, 20e-6) +
+                                tr_plan_allreduce_s(4 * TINY_EXPERTS / 4, 2, 4e9, 20e-6),
+                     1e-12);
+        double ep_rows = 3.0 * 128 * 512 + 4.0 * 128 * 64;
+        /* one micro-batch in flight x 4 layers, and the scratch */
+        assert_true(r->memory.activations - r1->memory.activations == 4 * ep_rows * (4 + 1));
+        tr_plan_explain_free(&e);
+        tr_plan_explain_free(&e1);
+    }
+    /* ZeRO-2 and ZeRO-3 with EP: refused on trident's engine, as train/engine.c does */
+    for (int zero = 2; zero <= 3; zero++) {
+        tr_plan_layout L2 = r->layout;
+        L2.zero_stage = zero;
+        L2.distributed_optimizer = 1;
+        assert_int_equal(tr_plan_cluster_from_config(&cfg, &c), TR_OK);
+        assert_int_equal(tr_plan_evaluate(&cfg, &L2, 8, &c, 1, 0, rm), TR_ERR_CONFIG);
+        assert_non_null(strstr(tr_errmsg(), "trident shards the experts over EDP with ZeRO-1"));
+        tr_clear_error();
+    }
+    free(rm);
     free(r);
     free(r1);
     tr_config_free(&cfg);
