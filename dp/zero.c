@@ -77,6 +77,8 @@ static int covering(const tr_dp *dp, size_t offset, size_t count, int *first, in
         else
             hi = mid - 1;
     }
+    if (lo < dp->nb && dp->b[lo].offset + dp->b[lo].count <= offset)
+        lo++; /* ends before the range (an excluded range follows it) */
     int e = lo;
     while (e < dp->nb && dp->b[e].offset < offset + count)
         e++;

@@ -86,6 +86,32 @@ static int cmp_range(const void *a, const void *b)
     return x->offset < y->offset ? -1 : x->offset > y->offset;
 }
 
+/* ZeRO-3 with expert parallelism: dp's gather units are the units' pieces outside the
+ * (sorted) expert ranges; *out malloc'ed. */
+static int units_without_experts(const tr_engine *e, tr_dp_range **out, size_t *n_out)
+{
+    size_t n = 0;
+    tr_dp_range *u = calloc((size_t)(e->n_units + e->n_expert_ranges) + 1, sizeof *u);
+    if (!u)
+        return tr_fail(TR_ERR_NOMEM, "out of memory for ZeRO-3 gather units");
+    for (int i = 0; i < e->n_units; i++) {
+        size_t pos = e->units[i].offset, end = pos + e->units[i].count;
+        for (int j = 0; j < e->n_expert_ranges && pos < end; j++) {
+            const tr_dp_range *x = &e->expert_ranges[j];
+            if (x->offset + x->count <= pos || x->offset >= end)
+                continue;
+            if (x->offset > pos)
+                u[n++] = (tr_dp_range){pos, x->offset - pos};
+            pos = x->offset + x->count;
+        }
+        if (pos < end)
+            u[n++] = (tr_dp_range){pos, end - pos};
+    }
+    *out = u;
+    *n_out = n;
+    return TR_OK;
+}
+
 /* Expert parallelism: the experts' dp/ instance over the EDP group, every other range
  * excluded; their average divides by D as the dense gradients' (each owner holds its EP
  * peers' tokens' share: the sum over EDP is the sum over D). */
@@ -93,7 +119,6 @@ static int create_expert_dp(tr_engine *e, const tr_dp_config *dense)
 {
     tr_dp_range *x = e->expert_ranges, *other = NULL;
     size_t n = 0, pos = 0;
-    qsort(x, (size_t)e->n_expert_ranges, sizeof *x, cmp_range);
     other = calloc((size_t)e->n_expert_ranges + 1, sizeof *other);
     if (!other)
         return tr_fail(TR_ERR_NOMEM, "out of memory for gradient ranges");
@@ -105,8 +130,8 @@ static int create_expert_dp(tr_engine *e, const tr_dp_config *dense)
             pos = x[i].offset + x[i].count;
     }
     tr_dp_config xc = *dense;
-    xc.aligned = NULL;
-    xc.n_aligned = 0;
+    xc.aligned = e->zero == 3 ? x : NULL; /* stage 3: a layer's experts are a gather unit */
+    xc.n_aligned = e->zero == 3 ? (size_t)e->n_expert_ranges : 0;
     xc.excluded = other;
     xc.n_excluded = n;
     xc.average_over = e->D;
@@ -351,14 +376,6 @@ int tr_engine_create(const tr_config *cfg, tr_engine **out)
     if ((rc = create_chunks(e)) || (rc = reserve_memory(e)))
         goto fail;
     e->zero = e->D * e->CP > 1 ? tr_zero_stage(&cfg->parallel) : 0;
-    if (e->EP > 1 && e->zero >= 2) {
-        rc = tr_fail(TR_ERR_CONFIG, "%s: parallel.zero_stage %d with expert parallelism "
-                     "(parallel.expert_model_parallel_size %d) is not supported yet: a rank "
-                     "holds its own experts' state, reduced over their expert-data-parallel "
-                     "group, which ZeRO-2/3's windows do not split; use zero_stage 0 or 1",
-                     tr_config_where(cfg, "parallel.zero_stage"), e->zero, e->EP);
-        goto fail;
-    }
     if (e->zero >= 2 && strcmp(t->device, "cpu")) {
         rc = tr_fail(TR_ERR_CONFIG, "%s: parallel.zero_stage %d runs on the CPU backend for now "
                      "(its windows are host mappings); use zero_stage 1 on %s",
@@ -387,11 +404,22 @@ int tr_engine_create(const tr_config *cfg, tr_engine **out)
     }
     if ((rc = collect_ranges(e)) || (e->zero == 3 && (rc = zero_units(e, &e->units, &e->n_units))))
         goto fail;
+    if (e->n_expert_ranges)
+        qsort(e->expert_ranges, (size_t)e->n_expert_ranges, sizeof *e->expert_ranges, cmp_range);
+    tr_dp_range *dense_units = NULL; /* ZeRO-3 with expert parallelism */
+    size_t n_dense_units = 0;
+    if (e->zero == 3 && e->n_expert_ranges &&
+        (rc = units_without_experts(e, &dense_units, &n_dense_units)))
+        goto fail;
     /* data parallelism: buckets filled by the model's grad hook; the tied embedding ranges
      * are aligned so ZeRO-1 shards of both copies hold the same elements */
     tr_dp_config dc = tr_dp_config_from_parallel(&cfg->parallel);
     dc.aligned = e->zero == 3 ? e->units : e->embed_ranges; /* stage 3: buckets in units */
     dc.n_aligned = (size_t)(e->zero == 3 ? e->n_units : e->n_embed_ranges);
+    if (dense_units) {
+        dc.aligned = dense_units;
+        dc.n_aligned = n_dense_units;
+    }
     dc.kernels = e->k;
     dc.release = zero_window_release;
     dc.resident = zero_window_resident;
@@ -402,6 +430,7 @@ int tr_engine_create(const tr_config *cfg, tr_engine **out)
                       e->params, e->n_params, &e->dp);
     if (!rc && e->n_expert_ranges)
         rc = create_expert_dp(e, &dc);
+    free(dense_units);
     if (rc) {
         tr_fail_context(rc, "%s", tr_config_where(cfg, "parallel.ddp_bucket_size_mb"));
         goto fail;

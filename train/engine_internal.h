@@ -124,6 +124,8 @@ TR_MUST_CHECK int zero_units(tr_engine *e, tr_dp_range **out, int *n_out);
 TR_MUST_CHECK int zero_setup(tr_engine *e);
 TR_MUST_CHECK int zero_params_materialize(tr_engine *e);
 TR_MUST_CHECK int zero_params_release(tr_engine *e, int keep);
+/* Stage 3: every gather waited for and every bucket given back (both instances with EP). */
+TR_MUST_CHECK int zero_release_all(tr_engine *e);
 
 /* train/engine_sft.c: fine-tuning data (packed examples, loss weights). */
 TR_MUST_CHECK int engine_sft_create(tr_engine *e);

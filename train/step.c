@@ -251,6 +251,10 @@ int tr_engine_forward_backward(tr_engine *e, int iteration, double *loss_out)
         return rc;
     if (e->zero < 2) /* ZeRO-2/3: every reduced bucket's window was given back as zeros */
         e->k->zero(NULL, e->grads, e->n_params * sizeof(float));
+    else if (e->xdp && tr_dp_zero_stage(e->xdp) < 2) /* (experts over an EDP of one rank) */
+        for (int i = 0; i < e->n_expert_ranges; i++)
+            e->k->zero(NULL, e->grads + e->expert_ranges[i].offset,
+                       e->expert_ranges[i].count * sizeof(float));
     e->split = TR_SPLIT_TRAIN;
     e->first_sample = e->consumed_samples + (uint64_t)e->dp_rank * (uint64_t)(e->batch / e->D);
     e->loss_sum = 0;
@@ -278,7 +282,7 @@ int tr_engine_forward_backward(tr_engine *e, int iteration, double *loss_out)
     if (!rc) /* the TP collectives the host did not wait for (comm.h's ordered requests) */
         rc = engine_flush_tp(e);
     if (!rc) /* ZeRO-3: prefetches nobody used */
-        rc = tr_dp_params_release_all(e->dp);
+        rc = zero_release_all(e);
     if (!rc)
         rc = reduce_gradients(e);
     if (!rc && e->tracing)
@@ -293,10 +297,11 @@ int tr_engine_forward_backward(tr_engine *e, int iteration, double *loss_out)
 
 typedef struct {
     tr_engine *e;
+    const tr_dp *dp; /* the tensor's instance (expert parallelism: xdp for an expert's) */
     const tr_param_tensor *t;
     float lr, grad_scale;
     int step;
-    size_t base; /* of the tensor's dp/ instance's shard in the moments */
+    size_t base; /* of the instance's shard in the moments */
 } adamw_ctx;
 
 /* AdamW on one piece of a tensor that this rank owns (its ZeRO-1 shard, or all of it). */
@@ -305,8 +310,9 @@ static void adamw_piece(void *ctx, size_t offset, size_t count, size_t shard_off
     adamw_ctx *c = ctx;
     const tr_training_config *t = &c->e->cfg->training;
     /* ZeRO-2: the reduced gradient is in the compact shard; ZeRO-3: the parameters too */
-    float *p = c->e->shard_params ? c->e->shard_params + shard_offset : c->e->params + offset;
-    float *g = c->e->shard_grads ? c->e->shard_grads + shard_offset : c->e->grads + offset;
+    float *sp = tr_dp_shard_params(c->dp), *sg = tr_dp_shard_grads(c->dp);
+    float *p = sp ? sp + shard_offset : c->e->params + offset;
+    float *g = sg ? sg + shard_offset : c->e->grads + offset;
     c->e->k->adamw(NULL, p, g, c->e->adam_m + c->base + shard_offset,
                    c->e->adam_v + c->base + shard_offset, count, c->lr, (float)t->adam_beta1,
                    (float)t->adam_beta2, (float)t->adam_eps,
@@ -354,6 +360,7 @@ int tr_engine_optimizer_step(tr_engine *e, int iteration, tr_step_stats *stats)
         for (int i = 0; i < tr_gpt_num_tensors(ch->model) && !rc; i++) {
             c.t = tr_gpt_tensor(ch->model, i);
             tr_dp *dp = engine_dp_of(e, c.t);
+            c.dp = dp;
             c.base = engine_moments_base(e, dp);
             rc = tr_dp_shard_foreach(dp, ch->offset + c.t->offset, c.t->numel, adamw_piece, &c);
         }
@@ -428,7 +435,7 @@ int tr_engine_evaluate(tr_engine *e, double *val_loss)
     engine_set_grad_hooks(e, 1);
     if (!rc)
         rc = engine_flush_tp(e);
-    int rc2 = tr_dp_params_release_all(e->dp); /* ZeRO-3: prefetches nobody used */
+    int rc2 = zero_release_all(e); /* ZeRO-3: prefetches nobody used */
     if (rc || (rc = rc2))
         return rc;
     if (e->sft)

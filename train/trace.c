@@ -123,11 +123,14 @@ int train_dump_gradients(tr_engine *e, const char *dir)
         return TR_ERR_NOMEM;
     }
     e->k->to_host(NULL, host, e->grads, e->n_params * sizeof(float)); /* device memory on GPUs */
-    if (e->shard_grads) { /* ZeRO-2/3: the reduced gradient is the compact shard */
+    for (int x = 0; x < 1 + (e->xdp != NULL); x++) { /* ZeRO-2/3: the reduced gradient is
+                                                         * the compact shard (each instance's) */
+        const tr_dp *dp = x ? e->xdp : e->dp;
+        const float *sg = tr_dp_shard_grads(dp);
         size_t n_own = 0;
-        const tr_dp_shard_range *own = tr_dp_shard_ranges(e->dp, &n_own);
-        for (size_t i = 0; i < n_own; i++)
-            e->k->to_host(NULL, host + own[i].offset, e->shard_grads + own[i].shard_offset,
+        const tr_dp_shard_range *own = tr_dp_shard_ranges(dp, &n_own);
+        for (size_t i = 0; sg && i < n_own; i++)
+            e->k->to_host(NULL, host + own[i].offset, sg + own[i].shard_offset,
                           own[i].count * sizeof(float));
     }
     size_t n = fwrite(host, sizeof(float), e->n_params, f);

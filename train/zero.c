@@ -118,17 +118,38 @@ int zero_units(tr_engine *e, tr_dp_range **out, int *n_out)
     return TR_OK;
 }
 
-/* The model's parameter-use hook: chunk-local offsets -> dp/'s stage-3 gathers. */
+/* The model's parameter-use hook: chunk-local offsets -> dp/'s stage-3 gathers (expert
+ * parallelism: the experts' instance's too, each taking its own buckets of the range). */
+static int param_use(const tr_engine *e, tr_dp *dp, int what, size_t offset, size_t count)
+{
+    if (what == TR_GPT_PARAMS_PREFETCH) /* parallel.zero_prefetch false: gathers exposed */
+        return e->cfg->parallel.zero_prefetch ? tr_dp_params_prefetch(dp, offset, count) : TR_OK;
+    return what == TR_GPT_PARAMS_NEED ? tr_dp_params_need(dp, offset, count)
+                                      : tr_dp_params_done(dp, offset, count);
+}
+
 static int chunk_param_hook(void *ctx, int what, size_t offset, size_t count)
 {
     engine_chunk *ch = ctx;
-    tr_dp *dp = ch->e->dp;
-    offset += ch->offset;
-    if (what == TR_GPT_PARAMS_PREFETCH) /* parallel.zero_prefetch false: gathers exposed */
-        return ch->e->cfg->parallel.zero_prefetch ? tr_dp_params_prefetch(dp, offset, count)
-                                                  : TR_OK;
-    return what == TR_GPT_PARAMS_NEED ? tr_dp_params_need(dp, offset, count)
-                                      : tr_dp_params_done(dp, offset, count);
+    int rc = param_use(ch->e, ch->e->dp, what, ch->offset + offset, count);
+    return rc || !ch->e->xdp ? rc : param_use(ch->e, ch->e->xdp, what, ch->offset + offset, count);
+}
+
+/* Stage 3: gives back the window's pages of [offset, offset + count), but for the expert
+ * ranges when the experts' instance keeps its parameters whole (EDP of one rank: stage 0). */
+static void release_unit(tr_engine *e, size_t offset, size_t count)
+{
+    size_t pos = offset, end = offset + count;
+    for (int j = 0; e->xdp && tr_dp_zero_stage(e->xdp) < 3 && j < e->n_expert_ranges; j++) {
+        const tr_dp_range *x = &e->expert_ranges[j];
+        if (x->offset + x->count <= pos || x->offset >= end)
+            continue;
+        if (x->offset > pos)
+            zero_window_release(NULL, e->params + pos, x->offset - pos);
+        pos = x->offset + x->count;
+    }
+    if (pos < end)
+        zero_window_release(NULL, e->params + pos, end - pos);
 }
 
 /* After tr_dp_create: the compact shards (counted as parameters / gradients), and at stage 3
@@ -138,7 +159,7 @@ int zero_setup(tr_engine *e)
 {
     if (e->zero < 2)
         return TR_OK;
-    size_t shard = tr_dp_shard_numel(e->dp), before = e->k->bytes_in_use ? e->k->bytes_in_use(NULL) : 0;
+    size_t shard = engine_moments_numel(e), before = e->k->bytes_in_use ? e->k->bytes_in_use(NULL) : 0;
     e->shard_grads = e->k->alloc(shard * sizeof(float) + sizeof(float));
     size_t mid = e->k->bytes_in_use ? e->k->bytes_in_use(NULL) : 0;
     if (e->zero == 3)
@@ -150,6 +171,11 @@ int zero_setup(tr_engine *e)
     e->mem_grads += mid - before;
     e->mem_params += after - mid;
     int rc = tr_dp_set_shards(e->dp, e->shard_grads, e->shard_params);
+    if (!rc && e->xdp) { /* the experts' shards after dp's, as the Adam moments */
+        size_t base = engine_moments_base(e, e->xdp);
+        rc = tr_dp_set_shards(e->xdp, e->shard_grads + base,
+                              e->shard_params ? e->shard_params + base : NULL);
+    }
     for (int i = 0; i < e->n_units && !rc && e->zero == 3; i++) {
         const tr_dp_range *u = &e->units[i];
         for (int c = 0; c < e->v && !rc; c++) {
@@ -159,8 +185,10 @@ int zero_setup(tr_engine *e)
         }
         if (!rc)
             rc = tr_dp_params_keep_own(e->dp, u->offset, u->count);
+        if (!rc && e->xdp)
+            rc = tr_dp_params_keep_own(e->xdp, u->offset, u->count);
         if (!rc)
-            zero_window_release(NULL, e->params + u->offset, u->count);
+            release_unit(e, u->offset, u->count);
     }
     for (int c = 0; c < e->v && !rc && e->zero == 3; c++)
         tr_gpt_set_param_hook(e->chunks[c].model, chunk_param_hook, &e->chunks[c]);
@@ -170,7 +198,8 @@ int zero_setup(tr_engine *e)
 /* Stage 3: the whole parameters in the window (a checkpoint reads or writes them there). */
 int zero_params_materialize(tr_engine *e)
 {
-    return e->zero == 3 ? tr_dp_params_need(e->dp, 0, e->n_params) : TR_OK;
+    int rc = e->zero == 3 ? tr_dp_params_need(e->dp, 0, e->n_params) : TR_OK;
+    return rc || e->zero != 3 || !e->xdp ? rc : tr_dp_params_need(e->xdp, 0, e->n_params);
 }
 
 /* Stage 3: keep = 1 copies this rank's blocks of the window into the shard first (after a
@@ -180,6 +209,14 @@ int zero_params_release(tr_engine *e, int keep)
     if (e->zero != 3)
         return TR_OK;
     int rc = keep ? tr_dp_params_keep_own(e->dp, 0, e->n_params) : TR_OK;
-    int rc2 = tr_dp_params_release_all(e->dp);
+    if (!rc && keep && e->xdp)
+        rc = tr_dp_params_keep_own(e->xdp, 0, e->n_params);
+    int rc2 = zero_release_all(e);
+    return rc ? rc : rc2;
+}
+
+int zero_release_all(tr_engine *e)
+{
+    int rc = tr_dp_params_release_all(e->dp), rc2 = e->xdp ? tr_dp_params_release_all(e->xdp) : 0;
     return rc ? rc : rc2;
 }
