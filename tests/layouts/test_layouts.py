@@ -541,8 +541,7 @@ if group in ("ep", "all"):
                 ("ep-d2-ep2-zero2", 2, 1, 1, EP2, "parallel.zero_stage=2"),  # EDP of one rank
                 ("ep-d4-ep2-zero3-recompute", 4, 1, 1, EP2, "parallel.zero_stage=3",
                  "training.recompute=full"),
-                ("ep-d2-ep2-zero3", 2, 1, 1, EP2, "parallel.zero_stage=3"),
-                ("ep-d2-p2-ep2-zero3", 4, 1, 2, EP2, "parallel.zero_stage=3")]
+                ("ep-d2-p2-ep2-zero3", 4, 1, 2, EP2, "parallel.zero_stage=3")]  # EDP 1
     for name, world, tp, pp, *extra in ep_cases[:2] if quick else ep_cases:
         cases.append((name,))
         if base_ep is not None:
@@ -577,6 +576,26 @@ if group in ("ep", "all"):
         cases.append(("ep-bf16-d2-ep2",))
         if base16 is not None:
             compare("ep-bf16-d2-ep2", run("ep-bf16-d2-ep2", 2, 1, 1, EP2, *B16), base16, 1e-3, 3e-2)
+    # fp16 from a loss scale of 2^20 (as cp's): an overflow in any rank's gradients, its own
+    # experts' included, skips the step on every rank. Against D2 without EP (which scale
+    # overflows is a layout's: D2's local gradients are 2 x one process's): the same scales and
+    # skipped steps, the losses within fp16's tolerance
+    if not quick:
+        fp16_runs = []
+        F16 = ["training.precision=fp16", "training.initial_loss_scale=1048576", *MOE]
+        for name, world, sets in (("ep-fp16-d2", 2, F16), ("ep-fp16-d2-ep2", 2, [EP2, *F16])):
+            out = os.path.join(work, name)
+            r = tt.run(tt.train_cmd(trident, config, out, world, 1, 1, sets, flags=["--quiet"]),
+                       timeout=300)
+            m = tt.metrics(out) if r.returncode == 0 else []
+            fp16_runs.append(([x["loss_scale"] for x in m], [x["grad_norm"] is None for x in m],
+                              [x["loss"] for x in m]))
+        cases.append(("ep-fp16-d2-ep2",))
+        (s1, k1, l1), (s2, k2, l2) = fp16_runs
+        worst = max((abs(a - b) / b for a, b in zip(l2, l1)), default=1.0)
+        tt.check(f"ep-fp16-d2-ep2: loss scales {s2}, skipped {sum(k2)} (D2 EP1: {s1}, "
+                 f"{sum(k1)}); worst loss rel diff {worst:.1e}",
+                 len(s1) == 6 and s1 == s2 and k1 == k2 and sum(k1) > 0 and worst <= 2e-4)
     # validation (forward only: the EP peers exchange rows there too): val_loss at iterations 3, 6
     check_val_loss("ep-eval-d2-ep2", "EP 2", 2, [*MOE, "training.eval_interval=3",
                                                  "training.eval_iters=1"], [EP2])
@@ -618,6 +637,28 @@ if group in ("ep", "all"):
                 if base_ep else 1.0
             tt.check(f"{name}: iterations 4-6 after the resume: worst loss rel diff {worst:.1e}",
                      len(got) == 3 and worst <= 1e-5, r.stderr[-1500:])
+    # generate and eval read an EP 2 save (every expert written once) as D2's without EP: the
+    # same greedy tokens and the same nll (the weights within fp32 rounding of each other)
+    plain = ckpt + "-ep1"
+    r = tt.run(tt.train_cmd(trident, config, os.path.join(work, "ep-ckpt-save-ep1"), 2, 1, 1,
+                            (*MOE, f"checkpoint.save={plain}", "checkpoint.save_interval=3",
+                             "training.exit_interval=3"), flags=["--quiet"]), timeout=300)
+    text = os.path.join(work, "ep-eval.txt")
+    tt.write(text, "the router sends every token to two of four experts; each expert learns.\n")
+    got = []
+    for d in (ckpt, plain):
+        g = tt.run([trident, "generate", d, "--json", "--prompt", "expert ", "--max-new-tokens",
+                    "8", "--temperature", "0"], timeout=120)
+        ev = tt.run([trident, "eval", d, "--input", text], timeout=120)
+        line = [x for x in g.stdout.splitlines() if x.startswith("{")]
+        nll = [x.split("nll ")[1].split("/")[0] for x in ev.stdout.splitlines() if "nll " in x]
+        got.append((json.loads(line[0])["generated_ids"] if line else None,
+                    float(nll[0]) if nll else None))
+    tt.check(f"generate / eval of the EP 2 save and of D2's: tokens {got[0][0]} and {got[1][0]}, "
+             f"nll {got[0][1]} and {got[1][1]}",
+             r.returncode == 0 and got[0][0] is not None and got[0][0] == got[1][0] and
+             got[0][1] is not None and got[1][1] is not None and
+             abs(got[0][1] - got[1][1]) <= 1e-4, r.stderr[-800:])
 if group in ("pp", "all"):
     # Boundary tensors large enough (64 KiB) that sends complete after the next compute op,
     # and many micro-batches: a stage must not reuse a buffer that is still being sent.
