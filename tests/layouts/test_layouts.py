@@ -221,6 +221,21 @@ def compare(name, got, base, tol=1e-5, grad_tol=None):
              f"rel L2 {worst_grad:.1e} ({worst_name})", ok)
 
 
+def fp16_scales(runs):
+    """Each (name, world, sets) run's loss scales, skipped iterations (no grad norm) and losses;
+    and the worst relative loss difference of the second run from the first."""
+    got = []
+    for name, world, sets in runs:
+        out = os.path.join(work, name)
+        r = tt.run(tt.train_cmd(trident, config, out, world, 1, 1, sets, flags=["--quiet"]),
+                   timeout=300)
+        m = tt.metrics(out) if r.returncode == 0 else []
+        got.append(([x["loss_scale"] for x in m], [x["grad_norm"] is None for x in m],
+                    [x["loss"] for x in m]))
+    worst = max((abs(a - b) / b for a, b in zip(got[1][2], got[0][2])), default=1.0)
+    return got[0], got[1], worst
+
+
 def check_val_loss(name, what, layout_world, sets, layout_sets):
     """Validation (forward only) in a layout: every val_loss of one process with `sets` (two
     evaluations) and of `layout_world` ranks with `layout_sets` too, within 1e-5."""
@@ -443,19 +458,10 @@ if group in ("cp", "all"):
     # overflows is a layout's: with T / CP tokens a rank's loss gradients are CP x one
     # process's, as D2's are 2 x, and partial sums over other tokens peak elsewhere.)
     if not quick:
-        scales = []
         F16 = ["training.precision=fp16", "training.initial_loss_scale=1048576"]
-        for name, world, sets in (("cp-fp16-overflow-single", 1, F16),
-                                  ("cp-fp16-overflow-c2", 2, [CP2, *F16])):
-            out = os.path.join(work, name)
-            r = tt.run(tt.train_cmd(trident, config, out, world, 1, 1, sets, flags=["--quiet"]),
-                       timeout=300)
-            m = tt.metrics(out) if r.returncode == 0 else []
-            scales.append(([x["loss_scale"] for x in m], [x["grad_norm"] is None for x in m],
-                           [x["loss"] for x in m]))
+        (s1, k1, _), (s2, k2, _), worst = fp16_scales((("cp-fp16-overflow-single", 1, F16),
+                                                       ("cp-fp16-overflow-c2", 2, [CP2, *F16])))
         cases.append(("cp-fp16-overflow-c2",))
-        (s1, k1, l1), (s2, k2, l2) = scales
-        worst = max((abs(a - b) / b for a, b in zip(l2, l1)), default=1.0)
         tt.check(f"cp-fp16-overflow-c2: loss scales {s2}, skipped {sum(k2)} (one process: {s1}, "
                  f"{sum(k1)}); worst loss rel diff {worst:.1e}",
                  len(s1) == 10 and s1 == s2 and k1 == k2 and sum(k1) == 5 and worst <= 2e-4)
@@ -581,18 +587,10 @@ if group in ("ep", "all"):
     # overflows is a layout's: D2's local gradients are 2 x one process's): the same scales and
     # skipped steps, the losses within fp16's tolerance
     if not quick:
-        fp16_runs = []
         F16 = ["training.precision=fp16", "training.initial_loss_scale=1048576", *MOE]
-        for name, world, sets in (("ep-fp16-d2", 2, F16), ("ep-fp16-d2-ep2", 2, [EP2, *F16])):
-            out = os.path.join(work, name)
-            r = tt.run(tt.train_cmd(trident, config, out, world, 1, 1, sets, flags=["--quiet"]),
-                       timeout=300)
-            m = tt.metrics(out) if r.returncode == 0 else []
-            fp16_runs.append(([x["loss_scale"] for x in m], [x["grad_norm"] is None for x in m],
-                              [x["loss"] for x in m]))
+        (s1, k1, _), (s2, k2, _), worst = fp16_scales((("ep-fp16-d2", 2, F16),
+                                                       ("ep-fp16-d2-ep2", 2, [EP2, *F16])))
         cases.append(("ep-fp16-d2-ep2",))
-        (s1, k1, l1), (s2, k2, l2) = fp16_runs
-        worst = max((abs(a - b) / b for a, b in zip(l2, l1)), default=1.0)
         tt.check(f"ep-fp16-d2-ep2: loss scales {s2}, skipped {sum(k2)} (D2 EP1: {s1}, "
                  f"{sum(k1)}); worst loss rel diff {worst:.1e}",
                  len(s1) == 6 and s1 == s2 and k1 == k2 and sum(k1) > 0 and worst <= 2e-4)
