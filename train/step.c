@@ -206,16 +206,22 @@ static void trace_grad_reductions(tr_engine *e)
 {
     if (e->D * e->CP < 2)
         return;
-    for (int b = 0; b < tr_dp_num_buckets(e->dp); b++) {
-        tr_dp_bucket_info bi;
-        if (tr_dp_bucket(e->dp, b, &bi) == TR_OK && bi.t_start > 0)
-            tr_pp_trace_add(&e->trace, TR_PP_SPAN_GRAD_REDUCE, b, bi.t_start,
-                            bi.t_end > bi.t_start ? bi.t_end : bi.t_start);
+    for (int x = 0, id = 0; x < 1 + (e->xdp != NULL); x++) { /* EP: the experts' buckets next */
+        const tr_dp *dp = x ? e->xdp : e->dp;
+        for (int b = 0; b < tr_dp_num_buckets(dp); b++, id++) {
+            tr_dp_bucket_info bi;
+            if (tr_dp_bucket(dp, b, &bi) == TR_OK && bi.t_start > 0)
+                tr_pp_trace_add(&e->trace, TR_PP_SPAN_GRAD_REDUCE, id, bi.t_start,
+                                bi.t_end > bi.t_start ? bi.t_end : bi.t_start);
+        }
     }
-    tr_dp_timing t;
+    tr_dp_timing t, xt = {0};
     tr_dp_get_timing(e->dp, &t);
+    if (e->xdp) /* finished after dp's */
+        tr_dp_get_timing(e->xdp, &xt);
     if (t.t_finish_begin > 0)
-        tr_pp_trace_add(&e->trace, TR_PP_SPAN_GRAD_WAIT, 0, t.t_finish_begin, t.t_finish_end);
+        tr_pp_trace_add(&e->trace, TR_PP_SPAN_GRAD_WAIT, 0, t.t_finish_begin,
+                        xt.t_finish_end > t.t_finish_end ? xt.t_finish_end : t.t_finish_end);
 }
 
 int engine_begin_batch(tr_engine *e)

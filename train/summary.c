@@ -27,6 +27,7 @@ static const char *const mem_names[N_MEM] = {"parameters", "gradients", "optimiz
 
 struct train_summary {
     tr_comm_counters before[N_GROUPS]; /* the groups' counters as the last iteration began */
+    tr_comm_counters before_edp;       /* expert parallelism: the experts' reduction group */
     double mine[N_STATS];              /* this rank's figures */
 };
 
@@ -114,6 +115,24 @@ static void count_iteration(const tr_comm_counters before[N_GROUPS],
 void train_summary_last_iteration_begin(train_summary *s, const tr_engine *e)
 {
     snapshot_counters(e, s->before);
+    memset(&s->before_edp, 0, sizeof s->before_edp);
+    if (e->world.edp)
+        tr_comm_get_counters(e->world.edp, &s->before_edp);
+}
+
+/* Expert parallelism: the experts' gradient reduction and ZeRO gathers over EDP count as the
+ * data-parallel payload too. */
+static void count_edp(const train_summary *s, const tr_engine *e, double *stats)
+{
+    if (!e->world.edp)
+        return;
+    tr_comm_counters a, b = s->before_edp;
+    tr_comm_get_counters(e->world.edp, &a);
+    stats[STAT_DP_AR] += (double)(a.bytes[TR_COMM_OP_ALLREDUCE] - b.bytes[TR_COMM_OP_ALLREDUCE]);
+    stats[STAT_DP_RS] +=
+        (double)(a.bytes[TR_COMM_OP_REDUCE_SCATTER] - b.bytes[TR_COMM_OP_REDUCE_SCATTER]);
+    stats[STAT_DP_AG] += (double)(a.bytes[TR_COMM_OP_ALLGATHER] - b.bytes[TR_COMM_OP_ALLGATHER]);
+    stats[STAT_DP_AG_OPS] += (double)(a.ops[TR_COMM_OP_ALLGATHER] - b.ops[TR_COMM_OP_ALLGATHER]);
 }
 
 void train_summary_last_iteration_end(train_summary *s, const tr_engine *e)
@@ -121,6 +140,7 @@ void train_summary_last_iteration_end(train_summary *s, const tr_engine *e)
     tr_comm_counters after[N_GROUPS];
     snapshot_counters(e, after);
     count_iteration(s->before, after, s->mine);
+    count_edp(s, e, s->mine);
 }
 
 /* This rank's peak memory (by the planner's parts where the backend counts its bytes) and
@@ -134,8 +154,17 @@ static void measure_memory(train_summary *s, tr_engine *e)
         (void)e->k->bytes_in_use(&peak);
         /* ZeRO-2/3: the windows' pages held at most at once (gathered layers, gradient
          * buckets not yet reduced) are not the allocator's: added to their parts */
-        tr_dp_zero_stats zs;
+        tr_dp_zero_stats zs, xs;
         tr_dp_get_zero_stats(e->dp, &zs);
+        if (e->xdp) { /* expert parallelism: the experts' gathers too (both instances
+                       * measure the one gradient window) */
+            tr_dp_get_zero_stats(e->xdp, &xs);
+            zs.param_resident_peak_bytes += xs.param_resident_peak_bytes;
+            if (xs.grad_live_peak_bytes > zs.grad_live_peak_bytes)
+                zs.grad_live_peak_bytes = xs.grad_live_peak_bytes;
+            zs.gathers += xs.gathers;
+            zs.gather_wait_s += xs.gather_wait_s;
+        }
         peak += zs.param_resident_peak_bytes + zs.grad_live_peak_bytes;
         s->mine[STAT_Z_GATHERS] = (double)zs.gathers;
         s->mine[STAT_Z_WAIT] = zs.gather_wait_s;

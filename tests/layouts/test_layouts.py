@@ -537,7 +537,8 @@ if group in ("ep", "all"):
     EP2, EP4 = "parallel.expert_model_parallel_size=2", "parallel.expert_model_parallel_size=4"
     inter = ["parallel.pipeline_schedule=interleaved", "parallel.virtual_pipeline_model_parallel_size=2"]
     base_ep = run("ep-single", 1, 1, 1, *MOE)
-    ep_cases = [("ep-d2-ep2", 2, 1, 1, EP2), ("ep-d4-ep2", 4, 1, 1, EP2), ("ep-d4-ep4", 4, 1, 1, EP4),
+    ep_cases = [("ep-d2-ep2", 2, 1, 1, EP2), ("ep-d4-ep2", 4, 1, 1, EP2, "logging.trace=true"),
+                ("ep-d4-ep4", 4, 1, 1, EP4),
                 ("ep-d2-t2-ep2-sp", 4, 2, 1, EP2, "parallel.sequence_parallel=true"),
                 ("ep-d2-p2-ep2", 4, 1, 2, EP2),
                 ("ep-d2-p2-v2-ep2-interleaved", 4, 1, 2, EP2, *inter),
@@ -553,9 +554,11 @@ if group in ("ep", "all"):
         if base_ep is not None:
             compare(name, run(name, world, tp, pp, *extra, *MOE), base_ep)
 
-    def check_ep_memory(name, ep):
+    def check_ep_memory(name, ep, edp):
         """Each rank's flat buffer (its gradient dump, n_params floats): the one-process
-        model's dense tensors + E/EP experts, those of its EP rank (dp_rank % EP)."""
+        model's dense tensors + E/EP experts, those of its EP rank (dp_rank % EP); and its
+        data-parallel payload of an iteration (summary.json, all-reduce bytes over DP and
+        EDP): those parameters once, the experts only where EDP > 1."""
         def dumps(run_name):
             d = os.path.join(work, run_name, "grads")
             for fn in sorted(f for f in os.listdir(d) if f.endswith(".json")):
@@ -571,11 +574,17 @@ if group in ("ep", "all"):
             tt.check(f"{name}: dp rank {meta['dp_rank']} holds {n} parameters = {dense} dense + "
                      f"{experts // ep} of {experts} expert ones (experts {sorted(held)})",
                      n == dense + experts // ep and held == set(range(r * 4 // ep, (r + 1) * 4 // ep)))
+        summary = json.load(open(os.path.join(work, name, "summary.json")))
+        sent = [z["dp_allreduce_bytes_last_iter"] for z in summary["zero_per_rank"]]
+        want = 4 * (dense + (experts // ep if edp > 1 else 0))
+        tt.check(f"{name}: data-parallel all-reduce bytes of an iteration {sent} = {want}",
+                 sent == [want] * len(sent))
 
     if base_ep is not None:
-        check_ep_memory("ep-d2-ep2", 2)
+        check_ep_memory("ep-d2-ep2", 2, 1)
+        check_ep_memory("ep-d4-ep2", 2, 2)
         if not quick:
-            check_ep_memory("ep-d4-ep4", 4)
+            check_ep_memory("ep-d4-ep4", 4, 1)
     if not quick:  # bf16 (the CPU's emulated storage): cp's bf16 tolerances
         B16 = ["training.precision=bf16", *MOE]
         base16 = run("ep-bf16-single", 1, 1, 1, *B16)
