@@ -95,9 +95,9 @@ static int start_ready(tr_dp *dp)
 }
 
 /* Average what this rank keeps of a reduced bucket: the ONE place gradients are scaled by
- * 1/D (1/average_over where given; after the sum, so the sum itself is the plain sum of the ranks' local gradients).
- * Done as soon as the reduction is seen complete, so only the last buckets' scaling is left
- * for tr_dp_finish after backward. */
+ * 1/D (1/average_over where given; after the sum, so the sum itself is the plain sum of the
+ * ranks' local gradients). Done as soon as the reduction is seen complete, so only the last
+ * buckets' scaling is left for tr_dp_finish after backward. */
 static void scale_bucket(tr_dp *dp, dp_bucket *b)
 {
     if (dp->avg > 1 && b->own_count && !b->scaled)

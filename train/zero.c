@@ -159,7 +159,8 @@ int zero_setup(tr_engine *e)
 {
     if (e->zero < 2)
         return TR_OK;
-    size_t shard = engine_moments_numel(e), before = e->k->bytes_in_use ? e->k->bytes_in_use(NULL) : 0;
+    size_t shard = engine_moments_numel(e); /* (expert parallelism: dp's, then xdp's) */
+    size_t before = e->k->bytes_in_use ? e->k->bytes_in_use(NULL) : 0;
     e->shard_grads = e->k->alloc(shard * sizeof(float) + sizeof(float));
     size_t mid = e->k->bytes_in_use ? e->k->bytes_in_use(NULL) : 0;
     if (e->zero == 3)
