@@ -9,7 +9,7 @@
  * rank receives as many rows as it sends, its E/EP experts k T EP / E rows each (costs_moe.c).
  * Every runtime holds E/EP experts a rank, their gradients summed (ZeRO: sharded) over the
  * EDP group, the D/EP ranks holding the same experts (predict.c, step_time.c); trident's
- * engine (model/gpt_moe_ep.c, train/: a second tr_dp over EDP) does so with ZeRO 0 or 1 and
+ * engine (model/gpt_moe_ep.c, train/: a second tr_dp over EDP) does so at every ZeRO stage and
  * sizes its experts' row buffers for EP k N received rows (acts.c). */
 #include <string.h>
 
@@ -40,16 +40,8 @@ int plan_ep_check(const tr_config *cfg, const tr_plan_layout *L)
 int plan_ep_supported(const tr_plan_cluster *c, const tr_plan_layout *L)
 {
     /* trident's expert parallelism (yaml/validate_moe.c) exchanges the rows in host memory
-     * over UCX: the CPU backend, ZeRO 0 or 1 (train/engine.c refuses stages 2 and 3 with EP);
-     * Megatron's runtimes run it as Megatron does */
-    if (plan_ep(L) == 1 || !L->trident_kernels)
-        return TR_OK;
-    if (L->zero_stage >= 2)
-        return tr_fail(TR_ERR_CONFIG,
-                       "parallel.expert_model_parallel_size = %d on runtime trident with ZeRO "
-                       "stage %d: trident shards the experts over EDP with ZeRO-1 alone; plan "
-                       "it with parallel.zero_stage 0 or 1, or EP 1", plan_ep(L), L->zero_stage);
-    if (c->device == TR_PLAN_DEVICE_CPU)
+     * over UCX: the CPU backend; Megatron's runtimes run it as Megatron does */
+    if (plan_ep(L) == 1 || !L->trident_kernels || c->device == TR_PLAN_DEVICE_CPU)
         return TR_OK;
     return tr_fail(TR_ERR_CONFIG,
                    "parallel.expert_model_parallel_size = %d on runtime trident: trident's "

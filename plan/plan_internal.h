@@ -215,8 +215,7 @@ static inline int plan_ep_split(const tr_plan_layout *L)
 TR_MUST_CHECK int plan_ep_check(const tr_config *cfg, const tr_plan_layout *L);
 /* TR_OK, or TR_ERR_CONFIG saying why L's EP (> 1) does not run on its runtime: trident's
  * exchanges the rows in host memory, on the CPU backend (yaml/validate_moe.c refuses it with
- * training.device cuda), and shards the experts over EDP with ZeRO-1 alone (the engine refuses
- * ZeRO-2/3 with EP). */
+ * training.device cuda). */
 TR_MUST_CHECK int plan_ep_supported(const tr_plan_cluster *c, const tr_plan_layout *L);
 /* The config sets parallel.expert_model_parallel_size (file or --set): the search keeps it. */
 int plan_ep_pinned(const tr_config *cfg);

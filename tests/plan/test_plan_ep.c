@@ -7,8 +7,7 @@
  *  - memory, Megatron's runtime: weights and gradients of the experts / EP, their optimizer
  *    state / EP without ZeRO, and with ZeRO-1 sharded over EDP = DP / EP (dp/'s layout of each
  *    buffer); the ZeRO-1 gather and the gradient reduction of the two buffers over DP and EDP;
- *    trident's engine: the same split (ZeRO 0 and 1; ZeRO-2/3 with EP refused), its row
- *    buffers for EP k N rows;
+ *    trident's engine: the same split at every ZeRO stage, its row buffers for EP k N rows;
  *  - refusals naming parallel.expert_model_parallel_size (no experts, not a divisor of DP and
  *    E, with CP, runtime trident on a GPU); the label and the printed lines;
  *  - the search: EP over the divisors of DP that divide E where the runtime has EP, or the
@@ -276,15 +275,18 @@ static void test_ep_memory(void **state)
         tr_plan_explain_free(&e);
         tr_plan_explain_free(&e1);
     }
-    /* ZeRO-2 and ZeRO-3 with EP: refused on trident's engine, as train/engine.c does */
+    /* ZeRO-2 and ZeRO-3 with EP: the experts' gradients (and at 3 their weights) sharded over
+     * EDP too, so a rank keeps less than at EP 1 with the same stage */
     for (int zero = 2; zero <= 3; zero++) {
-        tr_plan_layout L2 = r->layout;
-        L2.zero_stage = zero;
-        L2.distributed_optimizer = 1;
+        tr_plan_layout L2 = r->layout, L1 = r1->layout;
+        L2.zero_stage = L1.zero_stage = zero;
+        L2.distributed_optimizer = L1.distributed_optimizer = 1;
         assert_int_equal(tr_plan_cluster_from_config(&cfg, &c), TR_OK);
-        assert_int_equal(tr_plan_evaluate(&cfg, &L2, 8, &c, 1, 0, rm), TR_ERR_CONFIG);
-        assert_non_null(strstr(tr_errmsg(), "trident shards the experts over EDP with ZeRO-1"));
-        tr_clear_error();
+        assert_int_equal(tr_plan_evaluate(&cfg, &L2, 8, &c, 1, 0, rm), TR_OK);
+        assert_int_equal(tr_plan_evaluate(&cfg, &L1, 8, &c, 1, 0, r1), TR_OK);
+        assert_true(rm->memory.grads < r1->memory.grads);
+        if (zero == 3)
+            assert_true(rm->memory.weights < r1->memory.weights);
     }
     free(rm);
     free(r);
