@@ -580,7 +580,25 @@ if group in ("ep", "all"):
         tt.check(f"{name}: data-parallel all-reduce bytes of an iteration {sent} = {want}",
                  sent == [want] * len(sent))
 
+    def check_ep_plan(name, world, sets):
+        """`trident plan` of the run's config on cpu-host (runtime trident: E/EP experts a rank)
+        predicts rank 0's weights, gradients and optimizer bytes as the run measured them."""
+        cmd = [trident, "plan", config, "--world-size", str(world), "--json"]
+        for x in (*family, *sets, "cluster.preset=cpu-host"):
+            cmd += ["--set", x]
+        r = tt.run(cmd, timeout=60)
+        plan = json.loads(r.stdout)["memory_breakdown"] if r.returncode == 0 else {}
+        mem = json.load(open(os.path.join(work, name, "summary.json")))["memory_mb_per_rank"][0]
+        got = [round(mem[k] * 2 ** 20) for k in ("parameters", "gradients", "optimizer")]
+        want = [plan.get(k + "_bytes") for k in ("weights", "gradients", "optimizer")]
+        tt.check(f"{name}: weights, gradients, optimizer bytes {got}, as planned {want}",
+                 got == want, r.stderr[-500:])
+
     if base_ep is not None:
+        check_ep_plan("ep-d2-ep2", 2, [*MOE, EP2])
+        if not quick:
+            check_ep_plan("ep-d4-ep4", 4, [*MOE, EP4])
+            check_ep_plan("ep-d4-ep2-zero1", 4, [*MOE, EP2, "parallel.zero_stage=1"])
         check_ep_memory("ep-d2-ep2", 2, 1)
         check_ep_memory("ep-d4-ep2", 2, 2)
         if not quick:
