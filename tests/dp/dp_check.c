@@ -8,6 +8,8 @@
  *    and agree with tr_dp_layout();
  *  - reduce-scatter + shard update + all-gather == all-reduce + full update (toy momentum
  *    optimizer with per-tensor weight decay), bit for bit over several steps;
+ *  - two instances on one buffer (excluded ranges, average_over: expert parallelism's), at
+ *    ZeRO stages 0-3;
  *  - dp_check_groups.c: grad norm and finalize over TP / embedding groups;
  *  - dp_check_overlap.c: bucket timestamps of a synthetic backward.
  *   dp_check [--progress-thread] [--no-overlap-check]
@@ -237,6 +239,83 @@ static void check_zero_step(tr_comm *dpc, size_t n, int nt, double bucket_mb)
     free(pz);
 }
 
+/* Two instances on one buffer (expert parallelism's): dp excluding X, xdp excluding the rest
+ * with average_over 2 D. After one window each element is its instance's average on this
+ * rank's shards, and the shards of both instances over every rank cover each element once
+ * (ZeRO-1) or D times; at stage 3 a range starting in an excluded gap gathers only the
+ * buckets inside it. */
+static void check_excluded(tr_comm *dpc, int zero)
+{
+    enum { N = 10007, NT = 9 };
+    int D = tr_comm_size(dpc), d = tr_comm_rank(dpc);
+    tr_dp_range x[2] = {{1000, 500}, {6000, 2000}}, rest[3] = {{0, 1000}, {1500, 4500},
+                                                               {8000, N - 8000}};
+    tr_dp_config c = {.bucket_size_mb = mb_of(300), .overlap_grad_reduce = 1,
+                      .zero_stage = zero, .excluded = x, .n_excluded = 2};
+    tr_dp_config cx = c;
+    cx.excluded = rest;
+    cx.n_excluded = 3;
+    cx.average_over = 2 * D;
+    float *g = calloc(N, sizeof *g), *p = calloc(N, sizeof *p), *sg = NULL, *sp = NULL;
+    int32_t *cov = calloc(N, sizeof *cov);
+    size_t bounds[NT + 1];
+    make_tensors(N, NT, 5, bounds);
+    tr_dp *dp[2] = {NULL, NULL};
+    OK(tr_dp_create(&c, dpc, g, p, N, &dp[0]));
+    OK(tr_dp_create(&cx, dpc, g, p, N, &dp[1]));
+    size_t s0 = tr_dp_shard_numel(dp[0]), s1 = tr_dp_shard_numel(dp[1]);
+    sg = calloc(s0 + s1 + 1, sizeof *sg);
+    sp = calloc(s0 + s1 + 1, sizeof *sp);
+    OK(tr_dp_set_shards(dp[0], sg, sp));
+    OK(tr_dp_set_shards(dp[1], sg + s0, sp + s0));
+    for (int k = 0; k < 2; k++)
+        OK(tr_dp_start(dp[k], 1));
+    for (int t = 0; t < NT; t++) {
+        for (size_t i = bounds[t]; i < bounds[t + 1]; i++)
+            g[i] = gval(d, 0, i, 7);
+        for (int k = 0; k < 2; k++)
+            tr_dp_grad_ready(dp[k], bounds[t], bounds[t + 1] - bounds[t]);
+    }
+    size_t bad = 0;
+    for (int k = 0; k < 2; k++) {
+        OK(tr_dp_finish(dp[k]));
+        size_t nsh = 0;
+        const tr_dp_shard_range *sh = tr_dp_shard_ranges(dp[k], &nsh);
+        float *own = tr_dp_shard_grads(dp[k]);
+        for (size_t j = 0; j < nsh; j++)
+            for (size_t i = sh[j].offset; i < sh[j].offset + sh[j].count; i++) {
+                int in_x = (i >= 1000 && i < 1500) || (i >= 6000 && i < 8000);
+                float want = 0, got = own ? own[sh[j].shard_offset + i - sh[j].offset] : g[i];
+                for (int r = 0; r < D; r++)
+                    want += gval(r, 0, i, 7);
+                want /= (float)(k ? 2 * D : D);
+                cov[i]++;
+                if ((in_x != k || got != want) && bad++ < 3)
+                    CHECK(0, "instance %d, element %zu: %g, want %g (zero %d, D %d)", k, i,
+                          got, want, zero, D);
+            }
+    }
+    OK(tr_comm_allreduce(dpc, cov, cov, N, TR_COMM_I32, TR_COMM_SUM));
+    for (size_t i = 0; i < N; i++)
+        if (cov[i] != (tr_dp_sharded(dp[0]) ? 1 : D) && bad++ < 3)
+            CHECK(0, "element %zu covered %d times (zero %d, D %d)", i, cov[i], zero, D);
+    if (tr_dp_zero_stage(dp[1]) == 3) { /* [5990, +20): dp's last bucket before X's second
+                                         * range, xdp's first bucket of it */
+        tr_dp_zero_stats zs;
+        OK(tr_dp_params_need(dp[1], 5990, 20));
+        tr_dp_get_zero_stats(dp[1], &zs);
+        CHECK(zs.gathers == 1, "xdp gathered %ld buckets for [5990, +20), want 1", zs.gathers);
+        OK(tr_dp_params_release_all(dp[1]));
+    }
+    for (int k = 0; k < 2; k++)
+        tr_dp_free(dp[k]);
+    free(cov);
+    free(sg);
+    free(sp);
+    free(g);
+    free(p);
+}
+
 void check_dp(tr_comm *world)
 {
     const size_t n = 10007;
@@ -265,6 +344,8 @@ void check_dp(tr_comm *world)
     check_zero_step(world, n, 11, mb_of(1000));
     check_zero_step(world, n, 11, 0.0);
     check_zero_step(world, 5, 2, mb_of(2));
+    for (int zero = 0; zero <= 3; zero++)
+        check_excluded(world, zero);
 }
 
 int main(int argc, char **argv)
