@@ -135,8 +135,17 @@ static int create_expert_dp(tr_engine *e, const tr_dp_config *dense)
     xc.excluded = other;
     xc.n_excluded = n;
     xc.average_over = e->D;
-    int rc = tr_dp_create(&xc, tr_comm_size(e->world.edp) > 1 ? e->world.edp : NULL, e->grads,
-                          e->params, e->n_params, &e->xdp);
+    int edp = tr_comm_size(e->world.edp);
+    if (edp == 1 && xc.zero_stage + xc.distributed_optimizer > 0) {
+        /* (stage 0 in effect either way; dp/'s note would say the whole buffer is unsharded) */
+        xc.zero_stage = xc.distributed_optimizer = 0;
+        if (e->world.rank == 0)
+            tr_info("expert parallelism: the experts' state is not sharded (their "
+                    "expert-data-parallel group is one rank: expert_model_parallel_size %d = "
+                    "the data-parallel size); the dense parameters' is", e->EP);
+    }
+    int rc = tr_dp_create(&xc, edp > 1 ? e->world.edp : NULL, e->grads, e->params, e->n_params,
+                          &e->xdp);
     free(other);
     return rc;
 }

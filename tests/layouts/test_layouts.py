@@ -631,6 +631,14 @@ if group in ("ep", "all"):
              r.returncode == 2 and "parallel.expert_model_parallel_size" in r.stderr and
              "expert_model_parallel_size 4 does not divide the data-parallel size 2" in r.stderr,
              r.stderr[-500:])
+    # ZeRO at EP = D: the experts' instance has an EDP of one rank; the run says their state
+    # alone is unsharded (dp/'s note of a size-1 group would call the whole buffer unsharded)
+    r = tt.run(tt.train_cmd(trident, config, os.path.join(work, "ep-zero1-edp1"), 2, 1, 1,
+                            (*MOE, EP2, "parallel.zero_stage=1", "training.train_iters=1"),
+                            flags=["--quiet"]), timeout=120)
+    tt.check("D2 EP2 ZeRO-1: one note that the experts' state is not sharded, not dp/'s 'nothing "
+             "to shard'", r.returncode == 0 and "nothing to shard" not in r.stderr and
+             r.stderr.count("the experts' state is not sharded") == 1, r.stderr[-800:])
     # checkpoints: each expert written once (by its EDP rank 0) under its global name, so a save
     # at EP 2 resumes at EP 1 and EP 4, each continuing as the uninterrupted run (iterations 4-6)
     ckpt = os.path.join(work, "ep-ckpt-saved")
