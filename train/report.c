@@ -373,6 +373,10 @@ int train_report_measure(train_report *r, tr_step_stats *s, double secs)
         tr_dp_timing tm;
         tr_dp_get_timing(e->dp, &tm);
         r->dp_exposed += tm.exposed_s;
+        if (e->xdp) { /* expert parallelism: the experts' reduction waits after the dense one */
+            tr_dp_get_timing(e->xdp, &tm);
+            r->dp_exposed += tm.exposed_s;
+        }
     }
     /* the bubble of every iteration (the trace keeps the last one's spans only) */
     int rc = e->tracing ? train_trace_bubble(e, &r->bubbles[r->ran]) : TR_OK;
