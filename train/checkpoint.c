@@ -186,8 +186,8 @@ static int write_segment(void *ctx, size_t local, uint64_t elem, size_t count)
 int ckpt_for_each_moment_piece(const tr_engine *e, size_t offset, size_t numel,
                                   ckpt_piece_fn fn, void *ctx)
 {
-    for (int x = 0; x < 1 + (e->xdp != NULL); x++) { /* expert parallelism: xdp's too */
-        const tr_dp *dp = x ? e->xdp : e->dp;
+    for (int x = 0; x < engine_n_dp(e); x++) { /* expert parallelism: xdp's too */
+        const tr_dp *dp = engine_dp_at(e, x);
         size_t n_ranges = 0, base = engine_moments_base(e, dp);
         const tr_dp_shard_range *ranges = tr_dp_shard_ranges(dp, &n_ranges);
         for (size_t i = 0; i < n_ranges; i++) {

@@ -103,6 +103,11 @@ struct tr_engine {
     int tracing;
 };
 
+/* The engine's dp/ instances in their order (gradients, moments, buckets): dp, then with
+ * expert parallelism xdp (the experts' over EDP). */
+static inline int engine_n_dp(const tr_engine *e) { return 1 + (e->xdp != NULL); }
+static inline tr_dp *engine_dp_at(const tr_engine *e, int x) { return x ? e->xdp : e->dp; }
+
 /* Expert parallelism: the dp/ instance reducing t's gradient (xdp for an expert's, else dp);
  * the elements of the Adam moments (dp's shard, then xdp's) and where t's dp's start; 1 if
  * this rank writes t's parameter into a checkpoint (its first replica: DP rank 0, or for an

@@ -370,11 +370,9 @@ int train_report_measure(train_report *r, tr_step_stats *s, double secs)
     if (it == r->last)
         train_summary_last_iteration_end(r->summary, e);
     if (it > r->start + 1) { /* the first iteration of a process warms up */
-        tr_dp_timing tm;
-        tr_dp_get_timing(e->dp, &tm);
-        r->dp_exposed += tm.exposed_s;
-        if (e->xdp) { /* expert parallelism: the experts' reduction waits after the dense one */
-            tr_dp_get_timing(e->xdp, &tm);
+        for (int x = 0; x < engine_n_dp(e); x++) { /* (EP: the experts' wait after dp's) */
+            tr_dp_timing tm;
+            tr_dp_get_timing(engine_dp_at(e, x), &tm);
             r->dp_exposed += tm.exposed_s;
         }
     }

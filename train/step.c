@@ -206,8 +206,8 @@ static void trace_grad_reductions(tr_engine *e)
 {
     if (e->D * e->CP < 2)
         return;
-    for (int x = 0, id = 0; x < 1 + (e->xdp != NULL); x++) { /* EP: the experts' buckets next */
-        const tr_dp *dp = x ? e->xdp : e->dp;
+    for (int x = 0, id = 0; x < engine_n_dp(e); x++) { /* EP: the experts' buckets next */
+        const tr_dp *dp = engine_dp_at(e, x);
         for (int b = 0; b < tr_dp_num_buckets(dp); b++, id++) {
             tr_dp_bucket_info bi;
             if (tr_dp_bucket(dp, b, &bi) == TR_OK && bi.t_start > 0)

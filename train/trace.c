@@ -123,9 +123,9 @@ int train_dump_gradients(tr_engine *e, const char *dir)
         return TR_ERR_NOMEM;
     }
     e->k->to_host(NULL, host, e->grads, e->n_params * sizeof(float)); /* device memory on GPUs */
-    for (int x = 0; x < 1 + (e->xdp != NULL); x++) { /* ZeRO-2/3: the reduced gradient is
-                                                         * the compact shard (each instance's) */
-        const tr_dp *dp = x ? e->xdp : e->dp;
+    for (int x = 0; x < engine_n_dp(e); x++) { /* ZeRO-2/3: the reduced gradient is the
+                                                 * compact shard (each instance's) */
+        const tr_dp *dp = engine_dp_at(e, x);
         const float *sg = tr_dp_shard_grads(dp);
         size_t n_own = 0;
         const tr_dp_shard_range *own = tr_dp_shard_ranges(dp, &n_own);
@@ -153,9 +153,9 @@ int train_dump_gradients(tr_engine *e, const char *dir)
     /* with ZeRO-1 only this rank's shard of the gradient is reduced (expert parallelism: the
      * experts' instance's shard too) */
     tr_json_array_begin(&j, "owned");
-    for (int x = 0; x < 1 + (e->xdp != NULL); x++) {
+    for (int x = 0; x < engine_n_dp(e); x++) {
         size_t n_owned = 0;
-        const tr_dp_shard_range *owned = tr_dp_shard_ranges(x ? e->xdp : e->dp, &n_owned);
+        const tr_dp_shard_range *owned = tr_dp_shard_ranges(engine_dp_at(e, x), &n_owned);
         for (size_t i = 0; i < n_owned; i++) {
             tr_json_array_begin(&j, NULL);
             tr_json_int(&j, NULL, (long long)owned[i].offset);
